@@ -1,0 +1,3 @@
+from podway.cli import main
+
+main()

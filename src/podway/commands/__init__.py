@@ -1,0 +1,12 @@
+"""Sub-commands of the ``podway`` CLI, each in a module of its own."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
+    from podway.commands import validate
+
+    validate.register(app)

@@ -1,0 +1,97 @@
+"""Podway's intermediate representation: what the engine should serve, free of Kubernetes.
+
+Every node is a frozen, slotted dataclass with a stable hierarchical name and a reference to the
+object it came from. Tuples, never lists; order is meaningful and deterministic. The IR doubles
+as golden test data and as ``podway validate --ir`` output (see ``podway.ir.dump``).
+
+``IR.pools`` is keyed by pool name; routes refer to pools by that name, so a change of members
+replaces one pool and leaves listeners and routes untouched (identity-equal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from podway.ir.listener import (
+    L4Route,
+    Listener,
+    Protocol,
+    TLSCertificate,
+    VirtualHost,
+    WildcardMode,
+)
+from podway.ir.pool import (
+    HealthCheck,
+    LBPolicy,
+    Member,
+    MemberState,
+    Persistence,
+    Pool,
+    PoolProtocol,
+    PoolSettings,
+    UpstreamTLS,
+)
+from podway.ir.route import (
+    Action,
+    DirectResponse,
+    Filter,
+    Forward,
+    HeaderMatch,
+    HeaderModifier,
+    Mirror,
+    PathKind,
+    PathMatch,
+    QueryMatch,
+    Redirect,
+    Route,
+    RouteMatch,
+    StringMatchKind,
+    URLRewrite,
+    WeightedPool,
+)
+from podway.model.base import ObjectRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IR:
+    listeners: tuple[Listener, ...] = ()
+    pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
+
+
+__all__ = [
+    "IR",
+    "Action",
+    "DirectResponse",
+    "Filter",
+    "Forward",
+    "HeaderMatch",
+    "HeaderModifier",
+    "HealthCheck",
+    "L4Route",
+    "LBPolicy",
+    "Listener",
+    "Member",
+    "MemberState",
+    "Mirror",
+    "ObjectRef",
+    "PathKind",
+    "PathMatch",
+    "Persistence",
+    "Pool",
+    "PoolProtocol",
+    "PoolSettings",
+    "Protocol",
+    "QueryMatch",
+    "Redirect",
+    "Route",
+    "RouteMatch",
+    "StringMatchKind",
+    "TLSCertificate",
+    "URLRewrite",
+    "UpstreamTLS",
+    "VirtualHost",
+    "WeightedPool",
+    "WildcardMode",
+]

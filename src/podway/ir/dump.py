@@ -1,0 +1,74 @@
+"""Deterministic plain-data and YAML form of the IR (golden files, ``podway validate --ir``).
+
+Defaults and empty fields are left out so the dump reads like the config it describes; private
+keys are replaced by a fingerprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+
+import yaml
+
+from podway.ir import IR
+from podway.ir.listener import TLSCertificate
+from podway.model.base import ObjectRef
+
+
+def to_data(value: Any) -> Any:
+    """Any IR node → dicts, lists and scalars, in field order, without defaults."""
+    if isinstance(value, ObjectRef):
+        return str(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, TLSCertificate):
+        out = _fields(value, skip={"key_pem", "cert_pem"})
+        out["fingerprint"] = value.fingerprint
+        return out
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = _fields(value, skip=set())
+        kind = _action_kind(value)
+        return {"type": kind, **out} if kind else out
+    if isinstance(value, Mapping):
+        return {str(k): to_data(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [to_data(v) for v in value]
+    return value
+
+
+_TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror"}
+
+
+def _action_kind(value: object) -> str | None:
+    name = type(value).__name__
+    return name if name in _TAGGED else None
+
+
+def _fields(value: Any, *, skip: set[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        if f.name in skip:
+            continue
+        item = getattr(value, f.name)
+        if f.default is not dataclasses.MISSING and item == f.default:
+            continue
+        if f.default_factory is not dataclasses.MISSING and item == f.default_factory():
+            continue
+        if item is None or item == () or (isinstance(item, Mapping) and not item):
+            continue
+        out[f.name] = to_data(item)
+    return out
+
+
+def to_yaml(ir: IR) -> str:
+    data = {"listeners": to_data(ir.listeners),
+            "pools": [to_data(ir.pools[name]) for name in sorted(ir.pools)]}
+    return dump_yaml(data)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100,
+                          allow_unicode=True)

@@ -1,0 +1,71 @@
+"""Listeners and what hangs off them: virtual hosts for HTTP(S), L4 routes for TCP/UDP/TLS."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from podway.ir.route import Route, WeightedPool
+from podway.model.base import ObjectRef
+
+
+class Protocol(StrEnum):
+    TCP = "TCP"
+    UDP = "UDP"
+    HTTP = "HTTP"
+    HTTPS = "HTTPS"  # TLS terminated by the engine, then HTTP
+    TLS = "TLS"  # TLS passthrough: routed by SNI, bytes forwarded untouched
+
+
+class WildcardMode(StrEnum):
+    """How a ``*.`` hostname matches: Ingress covers one label, Gateway API any number."""
+
+    ONE_LABEL = "one_label"
+    SUFFIX = "suffix"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TLSCertificate:
+    """A certificate served for ``hostnames`` (SNI); no hostnames: the listener's default."""
+
+    name: str  # secret/<ns>/<name>
+    hostnames: tuple[str, ...]
+    cert_pem: str
+    key_pem: str = field(repr=False)  # never logged, never dumped
+    origin: ObjectRef | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable, key-free digest that stands in for the pair in dumps and diffs."""
+        return hashlib.sha256((self.cert_pem + self.key_pem).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VirtualHost:
+    name: str
+    hostname: str  # exact name, "*.suffix" wildcard, or "*" for any host
+    wildcard: WildcardMode = WildcardMode.ONE_LABEL
+    routes: tuple[Route, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class L4Route:
+    """TCP/UDP forwarding, or TLS passthrough selected by SNI ``hostnames``."""
+
+    name: str
+    backends: tuple[WeightedPool, ...]
+    hostnames: tuple[str, ...] = ()
+    origin: ObjectRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listener:
+    name: str
+    address: str
+    port: int
+    protocol: Protocol
+    virtual_hosts: tuple[VirtualHost, ...] = ()  # HTTP, HTTPS
+    certificates: tuple[TLSCertificate, ...] = ()  # HTTPS
+    l4_routes: tuple[L4Route, ...] = ()  # TCP, UDP, TLS
+    origins: tuple[ObjectRef, ...] = ()

@@ -1,0 +1,24 @@
+"""Typed Kubernetes objects Podway reads, their loader and the immutable snapshot.
+
+No I/O beyond reading manifest files in ``loader``; no client libraries.
+"""
+
+from podway.model.base import K8sObject, ObjectMeta, ObjectRef
+from podway.model.core import EndpointSlice, Node, Pod, Secret, Service
+from podway.model.networking import Ingress, IngressClass
+from podway.model.snapshot import Key, Snapshot
+
+__all__ = [
+    "EndpointSlice",
+    "Ingress",
+    "IngressClass",
+    "K8sObject",
+    "Key",
+    "Node",
+    "ObjectMeta",
+    "ObjectRef",
+    "Pod",
+    "Secret",
+    "Service",
+    "Snapshot",
+]

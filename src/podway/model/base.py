@@ -1,0 +1,86 @@
+"""Shared pieces of the typed Kubernetes model: the pydantic base, metadata and object refs.
+
+Only the fields Podway reads are modelled; everything else is ignored on load. Models are frozen:
+a snapshot of them is shared between the translator and its caches without copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class K8sModel(BaseModel):
+    """Base for every modelled Kubernetes structure: camelCase on the wire, frozen in memory."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="ignore",
+    )
+
+
+class ObjectMeta(K8sModel):
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 0
+    resource_version: str = ""
+    creation_timestamp: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """Names one Kubernetes object; every IR node and every problem points back to one."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        if not self.namespace:
+            return f"{self.kind}/{self.name}"
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+class K8sObject(K8sModel):
+    """A top-level object: apiVersion/kind/metadata. Subclasses set ``KIND`` and ``API_GROUPS``."""
+
+    KIND: ClassVar[str] = ""
+    # API groups (the part of apiVersion before "/"; "" is the core group) accepted for the kind.
+    API_GROUPS: ClassVar[tuple[str, ...]] = ("",)
+    # Cluster-scoped kinds keep an empty namespace.
+    NAMESPACED: ClassVar[bool] = True
+
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef(self.KIND, self.metadata.namespace if self.NAMESPACED else "",
+                         self.metadata.name)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.metadata.namespace if self.NAMESPACED else "", self.metadata.name)
+
+    def age_key(self) -> tuple[float, str, str]:
+        """Sort key for "the oldest wins": creationTimestamp, then namespace/name."""
+        ts = self.metadata.creation_timestamp
+        return (ts.timestamp() if ts is not None else float("inf"),
+                self.metadata.namespace, self.metadata.name)
+
+
+def int_or_str(value: Any) -> int | str:
+    """Kubernetes IntOrString: ints stay ints, digit strings stay strings (they are names)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError("must be an integer or a string")
+    return value

@@ -1,0 +1,176 @@
+"""Core (v1) and discovery.k8s.io/v1 kinds Podway reads: Service, EndpointSlice, Pod, Node,
+Secret."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from podway.model.base import K8sModel, K8sObject
+
+Protocol = Literal["TCP", "UDP", "SCTP"]
+
+
+class ServicePort(K8sModel):
+    name: str = ""
+    protocol: Protocol = "TCP"
+    port: int = Field(ge=1, le=65535)
+    target_port: int | str | None = None
+    node_port: int | None = Field(default=None, ge=0, le=65535)
+    app_protocol: str | None = None
+
+
+class ServiceSpec(K8sModel):
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] = "ClusterIP"
+    ports: tuple[ServicePort, ...] = ()
+    selector: dict[str, str] = Field(default_factory=dict)
+    cluster_ip: str | None = Field(default=None, alias="clusterIP")
+    load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
+    load_balancer_class: str | None = None
+    external_traffic_policy: str | None = None
+
+
+class LoadBalancerIngress(K8sModel):
+    ip: str | None = None
+    hostname: str | None = None
+
+
+class LoadBalancerStatus(K8sModel):
+    ingress: tuple[LoadBalancerIngress, ...] = ()
+
+
+class ServiceStatus(K8sModel):
+    load_balancer: LoadBalancerStatus = Field(default_factory=LoadBalancerStatus)
+
+
+class Service(K8sObject):
+    KIND: ClassVar[str] = "Service"
+    spec: ServiceSpec = Field(default_factory=ServiceSpec)
+    status: ServiceStatus = Field(default_factory=ServiceStatus)
+
+
+class EndpointConditions(K8sModel):
+    ready: bool | None = None
+    serving: bool | None = None
+    terminating: bool | None = None
+
+
+class ObjectReference(K8sModel):
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+class Endpoint(K8sModel):
+    addresses: tuple[str, ...] = Field(min_length=1)
+    conditions: EndpointConditions = Field(default_factory=EndpointConditions)
+    node_name: str | None = None
+    zone: str | None = None
+    target_ref: ObjectReference | None = None
+
+
+class EndpointPort(K8sModel):
+    name: str | None = None
+    protocol: Protocol = "TCP"
+    port: int | None = Field(default=None, ge=1, le=65535)
+    app_protocol: str | None = None
+
+
+class EndpointSlice(K8sObject):
+    KIND: ClassVar[str] = "EndpointSlice"
+    API_GROUPS: ClassVar[tuple[str, ...]] = ("discovery.k8s.io",)
+    SERVICE_NAME_LABEL: ClassVar[str] = "kubernetes.io/service-name"
+
+    address_type: Literal["IPv4", "IPv6", "FQDN"] = "IPv4"
+    endpoints: tuple[Endpoint, ...] = ()
+    ports: tuple[EndpointPort, ...] = ()
+
+    @property
+    def service_name(self) -> str | None:
+        return self.metadata.labels.get(self.SERVICE_NAME_LABEL)
+
+
+class ContainerPort(K8sModel):
+    name: str | None = None
+    container_port: int = Field(ge=1, le=65535)
+    host_port: int | None = Field(default=None, ge=0, le=65535)
+    protocol: Protocol = "TCP"
+
+
+class Container(K8sModel):
+    name: str = ""
+    ports: tuple[ContainerPort, ...] = ()
+
+
+class PodSpec(K8sModel):
+    node_name: str | None = None
+    containers: tuple[Container, ...] = ()
+
+
+class PodIP(K8sModel):
+    ip: str
+
+
+class PodStatus(K8sModel):
+    phase: str | None = None
+    pod_ip: str | None = Field(default=None, alias="podIP")
+    pod_ips: tuple[PodIP, ...] = Field(default=(), alias="podIPs")
+
+
+class Pod(K8sObject):
+    KIND: ClassVar[str] = "Pod"
+    spec: PodSpec = Field(default_factory=PodSpec)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+
+class NodeAddress(K8sModel):
+    type: str
+    address: str
+
+
+class NodeStatus(K8sModel):
+    addresses: tuple[NodeAddress, ...] = ()
+
+
+class Node(K8sObject):
+    KIND: ClassVar[str] = "Node"
+    NAMESPACED: ClassVar[bool] = False
+    status: NodeStatus = Field(default_factory=NodeStatus)
+
+    def address(self, *order: str) -> str | None:
+        """The first address of the given types, in that order of preference."""
+        for wanted in order or ("ExternalIP", "InternalIP"):
+            for addr in self.status.addresses:
+                if addr.type == wanted:
+                    return addr.address
+        return None
+
+
+class Secret(K8sObject):
+    KIND: ClassVar[str] = "Secret"
+    TLS_TYPE: ClassVar[str] = "kubernetes.io/tls"
+
+    type: str = "Opaque"
+    data: dict[str, str] = Field(default_factory=dict)
+    string_data: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("data")
+    @classmethod
+    def _base64(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            try:
+                base64.b64decode(item, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"data.{key} is not valid base64") from exc
+        return value
+
+    def get(self, key: str) -> bytes | None:
+        """The decoded value of ``key`` (stringData wins, as the API server merges it)."""
+        if key in self.string_data:
+            return self.string_data[key].encode()
+        if key in self.data:
+            return base64.b64decode(self.data[key])
+        return None

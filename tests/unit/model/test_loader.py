@@ -1,0 +1,87 @@
+"""Loader: typed objects out, every bad document reported with file, index, object and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podway.model import Ingress, Service
+from podway.model.loader import load_paths, load_text
+
+GOOD_SERVICE = """
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: LoadBalancer
+  ports: [{name: http, port: 80, targetPort: 8080}]
+"""
+
+
+def test_loads_typed_objects_and_skips_unknown_kinds() -> None:
+    """Known kinds become typed models; unknown kinds are skipped without an error."""
+    result = load_text(GOOD_SERVICE + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert result.errors == []
+    [svc] = result.objects
+    assert isinstance(svc, Service)
+    assert svc.spec.ports[0].target_port == 8080
+    assert svc.key == ("shop", "web")
+
+
+def test_bad_field_names_file_document_object_and_path() -> None:
+    """A wrong type is reported with its document index, object and dotted field path."""
+    bad = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: broken, namespace: shop}
+spec:
+  rules:
+  - http:
+      paths:
+      - path: /x
+        pathType: Sometimes
+        backend: {service: {name: web, port: {number: 80}}}
+"""
+    result = load_text(GOOD_SERVICE + "---" + bad, source="m.yaml")
+    assert [type(o) for o in result.objects] == [Service]
+    [error] = result.errors
+    assert error.file == "m.yaml"
+    assert error.document == 1
+    assert error.object == "Ingress/shop/broken"
+    assert error.field == "spec.rules[0].http.paths[0].pathType"
+
+
+def test_broken_yaml_keeps_documents_before_it() -> None:
+    """Invalid YAML is one error; the documents before the break still load."""
+    result = load_text(GOOD_SERVICE + "---\nkind: [unclosed\n", source="m.yaml")
+    assert len(result.objects) == 1
+    [error] = result.errors
+    assert "invalid YAML" in error.message
+    assert error.document == 1
+
+
+def test_folder_load_reports_duplicates_and_keeps_first(tmp_path: Path) -> None:
+    """The same object in two files: the first file's copy wins, the second is an error."""
+    (tmp_path / "a.yaml").write_text(GOOD_SERVICE)
+    (tmp_path / "b.yaml").write_text(GOOD_SERVICE.replace("port: 80", "port: 81"))
+    result = load_paths([tmp_path])
+    [svc] = result.objects
+    assert isinstance(svc, Service)
+    assert svc.spec.ports[0].port == 80
+    [error] = result.errors
+    assert "duplicate" in error.message
+    assert error.file.endswith("b.yaml")
+
+
+def test_ingress_backend_requires_exactly_one_port_form() -> None:
+    """port.name and port.number together are rejected, naming the port field."""
+    text = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i}
+spec:
+  defaultBackend: {service: {name: web, port: {number: 80, name: http}}}
+"""
+    result = load_text(text)
+    assert not [o for o in result.objects if isinstance(o, Ingress)]
+    [error] = result.errors
+    assert error.field.startswith("spec.defaultBackend.service.port")
