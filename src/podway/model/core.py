@@ -1,5 +1,5 @@
 """Core (v1) and discovery.k8s.io/v1 kinds Podway reads: Service, EndpointSlice, Pod, Node,
-Secret."""
+Secret, ConfigMap, Namespace."""
 
 from __future__ import annotations
 
@@ -174,3 +174,17 @@ class Secret(K8sObject):
         if key in self.data:
             return base64.b64decode(self.data[key])
         return None
+
+
+class ConfigMap(K8sObject):
+    """Read for CA bundles (BackendTLSPolicy ``caCertificateRefs``)."""
+
+    KIND: ClassVar[str] = "ConfigMap"
+    data: dict[str, str] = Field(default_factory=dict)
+
+
+class Namespace(K8sObject):
+    """Read for its labels (Gateway ``allowedRoutes.namespaces.selector``)."""
+
+    KIND: ClassVar[str] = "Namespace"
+    NAMESPACED: ClassVar[bool] = False

@@ -32,5 +32,7 @@ class TranslateOptions:
     """IngressClass ``spec.controller`` that makes a class ours."""
     ingress_class: str = "podway"
     """Class name that is ours when the snapshot holds no IngressClass objects."""
+    gateway_controller: str = "podway.io/gateway-controller"
+    """GatewayClass ``spec.controllerName`` that makes a class (and its Gateways) ours."""
     load_balancer_class: str = "podway.io/lb"
     """``spec.loadBalancerClass`` of Services that are ours (unset is ours too)."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, Listener, Pool, Protocol, WeightedPool
+from podway.ir import IR, Forward, Listener, Mirror, Pool, Protocol, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
@@ -25,10 +25,16 @@ from podway.translate.backends import (
     PoolSpec,
     ServiceKey,
 )
+from podway.translate.gateway import GatewayTranslation
 from podway.translate.ingress import IngressTranslation
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity
 from podway.translate.service import ServiceTranslation
+from podway.translate.status import ObjectStatus
+
+
+def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:
+    return MappingProxyType({})
 
 # Kinds whose changes only move pool members.
 ENDPOINT_KINDS = frozenset({EndpointSlice.KIND})
@@ -38,6 +44,8 @@ ENDPOINT_KINDS = frozenset({EndpointSlice.KIND})
 class Result:
     ir: IR
     problems: tuple[Problem, ...] = ()
+    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
+    """Status of each object the translator owns (Gateway API kinds), by object."""
 
     def problems_by_object(self) -> dict[ObjectRef, list[Problem]]:
         out: dict[ObjectRef, list[Problem]] = {}
@@ -55,6 +63,7 @@ class Structure:
     listeners: tuple[Listener, ...]
     pools: Mapping[str, PoolSpec]
     problems: tuple[Problem, ...]
+    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
 
 
 def translate(snapshot: Snapshot, opts: TranslateOptions | None = None) -> Result:
@@ -65,7 +74,7 @@ def translate(snapshot: Snapshot, opts: TranslateOptions | None = None) -> Resul
     resolver = resolver_for(opts)
     pools = {name: resolve_pool(spec, index, resolver) for name, spec in structure.pools.items()}
     return Result(IR(listeners=structure.listeners, pools=MappingProxyType(pools)),
-                  structure.problems)
+                  structure.problems, structure.statuses)
 
 
 def resolver_for(opts: TranslateOptions) -> MemberResolver:
@@ -91,15 +100,27 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions) -> Structure
     for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
         if service_rules.is_ours(service, opts):
             svc.add(service)
-    listeners, conflicts = _bind(ing.listeners(), svc.listeners)
+    gw = GatewayTranslation(snapshot=snapshot, opts=opts)
+    gw_listeners = gw.run()
+    listeners, conflicts = _bind([*ing.listeners(), *gw_listeners], svc.listeners)
+    kept = {id(lst) for lst in listeners}
+    for lst in gw_listeners:
+        if id(lst) not in kept:
+            holder = next((p.message for p in conflicts if p.ref in lst.origins), "")
+            gw.mark_unbound(lst.name, holder)
+    statuses = gw.statuses()
     problems.extend(ing.problems)
     problems.extend(svc.problems)
-    problems.extend(conflicts)
+    problems.extend(gw.problems)
+    # Gateway listeners report their unbound ports through status and gw.problems.
+    gateway_refs = {ref for lst in gw_listeners for ref in lst.origins}
+    problems.extend(p for p in conflicts if p.ref not in gateway_refs)
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
-    pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools}.items())
+    pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     problems.sort(key=lambda p: (p.ref, p.field, p.reason, p.message))
-    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems))
+    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
+                     MappingProxyType(statuses))
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
@@ -107,6 +128,9 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
         for route in vhost.routes:
             if isinstance(route.action, Forward):
                 yield from route.action.backends
+            for f in route.filters:
+                if isinstance(f, Mirror):
+                    yield WeightedPool(pool=f.pool)
     for l4 in listener.l4_routes:
         yield from l4.backends
 
@@ -187,7 +211,7 @@ class IncrementalTranslator:
                 self._pools[name] = pool
         self._result = Result(IR(listeners=self._structure.listeners,
                                  pools=MappingProxyType(dict(self._pools))),
-                              self._structure.problems)
+                              self._structure.problems, self._structure.statuses)
         return self._result
 
     def _full(self, snapshot: Snapshot) -> Result:
@@ -204,7 +228,7 @@ class IncrementalTranslator:
             self._pools_by_service.setdefault(spec.service, []).append(name)
         self._result = Result(IR(listeners=self._structure.listeners,
                                  pools=MappingProxyType(dict(self._pools))),
-                              self._structure.problems)
+                              self._structure.problems, self._structure.statuses)
         return self._result
 
 

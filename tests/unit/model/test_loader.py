@@ -19,7 +19,8 @@ spec:
 
 def test_loads_typed_objects_and_skips_unknown_kinds() -> None:
     """Known kinds become typed models; unknown kinds are skipped without an error."""
-    result = load_text(GOOD_SERVICE + "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    result = load_text(GOOD_SERVICE
+                       + "---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n")
     assert result.errors == []
     [svc] = result.objects
     assert isinstance(svc, Service)

@@ -1,0 +1,208 @@
+"""gateway.networking.k8s.io route kinds: HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute.
+
+Closed enums of the specification (match types, path-modifier types) are ``Literal``s so the
+loader rejects what the API server's schema would reject; open or implementation-specific values
+(filter ``type``, backend ``kind``, redirect ``statusCode``) stay loose and are judged by the
+translator, which reports them in route status.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from podway.model.base import K8sModel, K8sObject
+from podway.model.gateway import GROUP
+
+StringMatchType = Literal["Exact", "RegularExpression"]
+
+
+class ParentReference(K8sModel):
+    group: str = GROUP
+    kind: str = "Gateway"
+    namespace: str | None = None
+    name: str = Field(min_length=1)
+    section_name: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class BackendObjectReference(K8sModel):
+    group: str = ""
+    kind: str = "Service"
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+
+class HTTPHeader(K8sModel):
+    name: str = Field(min_length=1)
+    value: str = ""
+
+
+class HeaderFilter(K8sModel):
+    set: tuple[HTTPHeader, ...] = ()
+    add: tuple[HTTPHeader, ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+class Fraction(K8sModel):
+    numerator: int = Field(ge=0)
+    denominator: int = Field(default=100, ge=1)
+
+
+class RequestMirrorFilter(K8sModel):
+    backend_ref: BackendObjectReference
+    percent: int | None = Field(default=None, ge=0, le=100)
+    fraction: Fraction | None = None
+
+
+class PathModifier(K8sModel):
+    type: Literal["ReplaceFullPath", "ReplacePrefixMatch"]
+    replace_full_path: str | None = None
+    replace_prefix_match: str | None = None
+
+
+class RequestRedirectFilter(K8sModel):
+    scheme: str | None = None
+    hostname: str | None = None
+    path: PathModifier | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    status_code: int = 302
+
+
+class URLRewriteFilter(K8sModel):
+    hostname: str | None = None
+    path: PathModifier | None = None
+
+
+class LocalReference(K8sModel):
+    group: str = ""
+    kind: str = ""
+    name: str = ""
+
+
+class RouteFilter(K8sModel):
+    type: str
+    request_header_modifier: HeaderFilter | None = None
+    response_header_modifier: HeaderFilter | None = None
+    request_mirror: RequestMirrorFilter | None = None
+    request_redirect: RequestRedirectFilter | None = None
+    url_rewrite: URLRewriteFilter | None = Field(default=None, alias="urlRewrite")
+    extension_ref: LocalReference | None = None
+
+
+class HTTPPathMatch(K8sModel):
+    type: Literal["Exact", "PathPrefix", "RegularExpression"] = "PathPrefix"
+    value: str = "/"
+
+
+class HTTPHeaderMatch(K8sModel):
+    type: StringMatchType = "Exact"
+    name: str = Field(min_length=1)
+    value: str
+
+
+class HTTPRouteMatch(K8sModel):
+    path: HTTPPathMatch = Field(default_factory=HTTPPathMatch)
+    headers: tuple[HTTPHeaderMatch, ...] = ()
+    query_params: tuple[HTTPHeaderMatch, ...] = ()
+    method: str | None = None
+
+
+class BackendRef(BackendObjectReference):
+    weight: int = Field(default=1, ge=0, le=1_000_000)
+    filters: tuple[RouteFilter, ...] = ()
+
+
+class HTTPRouteTimeouts(K8sModel):
+    request: str | None = None
+    backend_request: str | None = None
+
+
+class HTTPRouteRule(K8sModel):
+    name: str | None = None
+    matches: tuple[HTTPRouteMatch, ...] = ()
+    filters: tuple[RouteFilter, ...] = ()
+    backend_refs: tuple[BackendRef, ...] = ()
+    timeouts: HTTPRouteTimeouts | None = None
+
+
+class HTTPRouteSpec(K8sModel):
+    parent_refs: tuple[ParentReference, ...] = ()
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[HTTPRouteRule, ...] = (HTTPRouteRule(),)
+
+
+class HTTPRoute(K8sObject):
+    KIND: ClassVar[str] = "HTTPRoute"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: HTTPRouteSpec = Field(default_factory=HTTPRouteSpec)
+
+
+class GRPCMethodMatch(K8sModel):
+    type: StringMatchType = "Exact"
+    service: str | None = None
+    method: str | None = None
+
+
+class GRPCRouteMatch(K8sModel):
+    method: GRPCMethodMatch | None = None
+    headers: tuple[HTTPHeaderMatch, ...] = ()
+
+
+class GRPCRouteRule(K8sModel):
+    name: str | None = None
+    matches: tuple[GRPCRouteMatch, ...] = ()
+    filters: tuple[RouteFilter, ...] = ()
+    backend_refs: tuple[BackendRef, ...] = ()
+
+
+class GRPCRouteSpec(K8sModel):
+    parent_refs: tuple[ParentReference, ...] = ()
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[GRPCRouteRule, ...] = (GRPCRouteRule(),)
+
+
+class GRPCRoute(K8sObject):
+    KIND: ClassVar[str] = "GRPCRoute"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: GRPCRouteSpec = Field(default_factory=GRPCRouteSpec)
+
+
+class L4RouteRule(K8sModel):
+    name: str | None = None
+    backend_refs: tuple[BackendRef, ...] = ()
+
+
+class TLSRouteSpec(K8sModel):
+    parent_refs: tuple[ParentReference, ...] = ()
+    hostnames: tuple[str, ...] = ()
+    rules: tuple[L4RouteRule, ...] = ()
+
+
+class TLSRoute(K8sObject):
+    KIND: ClassVar[str] = "TLSRoute"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: TLSRouteSpec = Field(default_factory=TLSRouteSpec)
+
+
+class L4RouteSpec(K8sModel):
+    parent_refs: tuple[ParentReference, ...] = ()
+    rules: tuple[L4RouteRule, ...] = ()
+
+
+class TCPRoute(K8sObject):
+    KIND: ClassVar[str] = "TCPRoute"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: L4RouteSpec = Field(default_factory=L4RouteSpec)
+
+
+class UDPRoute(K8sObject):
+    KIND: ClassVar[str] = "UDPRoute"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: L4RouteSpec = Field(default_factory=L4RouteSpec)
+
+
+AnyRoute = HTTPRoute | GRPCRoute | TLSRoute | TCPRoute | UDPRoute
+ROUTE_KINDS: tuple[type[AnyRoute], ...] = (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute)

@@ -1,0 +1,239 @@
+"""Gateway API → IR listeners, pools, problems and statuses, in one pass.
+
+``GatewayTranslation.run`` takes every GatewayClass whose ``controllerName`` is ours, prepares
+their Gateways (listeners, conflicts, certificates), then visits every route of every kind
+oldest first (so "the oldest wins" falls out of visiting order), attaches it to listeners,
+compiles it once and hands the result to the per-port builders. Statuses are computed from the
+same state; ``mark_unbound`` lets the translator report listeners whose address:port another
+object already holds before ``statuses`` is called.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+from podway.ir import Listener, Protocol
+from podway.model import ObjectRef
+from podway.model.core import Namespace
+from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
+from podway.model.gateway_routes import ROUTE_KINDS, AnyRoute, GRPCRoute, HTTPRoute, TLSRoute
+from podway.model.snapshot import Key, Snapshot
+from podway.translate.backends import PoolSpec
+from podway.translate.gateway import status as st
+from podway.translate.gateway.assemble import PortBuilder, builders
+from podway.translate.gateway.attach import attach, parent_key
+from podway.translate.gateway.backendtls import BackendTLS, index_policies
+from podway.translate.gateway.httproute import CompiledRoute, Issue, compile_route
+from podway.translate.gateway.l4routes import CompiledL4, compile_l4
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, prepare
+from podway.translate.gateway.refs import ReferenceGrants, Referrer, resolve_backend
+from podway.translate.hosts import valid_hostname
+from podway.translate.options import TranslateOptions
+from podway.translate.problems import Problem, Severity
+from podway.translate.status import ObjectStatus
+
+_FLAVOUR = {"HTTPRoute": "http", "GRPCRoute": "grpc", "TLSRoute": "tls", "TCPRoute": "tcp",
+            "UDPRoute": "udp"}
+NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+@dataclass(slots=True)
+class GatewayTranslation:
+    snapshot: Snapshot
+    opts: TranslateOptions
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    _classes: list[GatewayClass] = field(default_factory=list)
+    _infos: dict[Key, GatewayInfo] = field(default_factory=dict)
+    _ports: dict[Key, dict[tuple[int, Protocol], PortBuilder]] = field(default_factory=dict)
+    _routes: dict[ObjectRef, st.RouteState] = field(default_factory=dict)
+    _l4_owner: dict[tuple[Key, str], str] = field(default_factory=dict)
+    _tls: BackendTLS = field(default_factory=BackendTLS)
+    _by_ir_name: dict[str, list[GwListener]] = field(default_factory=dict)
+
+    def run(self) -> list[Listener]:
+        snap = self.snapshot
+        controller = self.opts.gateway_controller
+        ours = {key: cls for key, cls in snap.kind(GatewayClass).items()
+                if cls.spec.controller_name == controller}
+        self._classes = [ours[k] for k in sorted(ours)]
+        grants = ReferenceGrants(snap.kind(ReferenceGrant))
+        self._tls = index_policies(snap) if snap.kind(BackendTLSPolicy) else BackendTLS()
+        for gw in sorted(snap.kind(Gateway).values(), key=Gateway.age_key):
+            if ("", gw.spec.gateway_class_name) not in ours:
+                continue
+            info = prepare(gw, snapshot=snap, grants=grants, opts=self.opts)
+            self._infos[gw.key] = info
+            self._ports[gw.key] = builders(info)
+        if not self._infos:
+            return []
+        routes: list[AnyRoute] = [r for cls in ROUTE_KINDS for r in snap.kind(cls).values()]
+        routes.sort(key=lambda r: r.age_key())
+        for route in routes:
+            self._route(route, grants)
+        out = []
+        for key, ports in self._ports.items():
+            del key
+            for (_, _), builder in sorted(ports.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+                self._by_ir_name[builder.name] = builder.members
+                out.append(builder.build())
+        return out
+
+    def mark_unbound(self, ir_name: str, message: str) -> None:
+        """The engine cannot bind this IR listener (its address:port is taken elsewhere)."""
+        for ls in self._by_ir_name.get(ir_name, ()):
+            ls.unbound = message
+
+    def _labels(self, namespace: str) -> dict[str, str]:
+        ns = self.snapshot.get(Namespace, "", namespace)
+        labels = dict(ns.metadata.labels) if ns is not None else {}
+        labels.setdefault(NAME_LABEL, namespace)
+        return labels
+
+    def _route(self, route: AnyRoute, grants: ReferenceGrants) -> None:
+        kind = route.KIND
+        ns = route.metadata.namespace
+        issues: list[Issue] = []
+        hostnames: tuple[str, ...] = ()
+        if isinstance(route, HTTPRoute | GRPCRoute | TLSRoute):
+            hostnames = tuple(h for h in route.spec.hostnames if valid_hostname(h))
+            issues.extend(Issue("UnsupportedValue", f"hostname {h!r} is not a DNS name",
+                                f"spec.hostnames[{i}]")
+                          for i, h in enumerate(route.spec.hostnames) if not valid_hostname(h))
+        outcomes = attach(kind=kind, namespace=ns, parent_refs=route.spec.parent_refs,
+                          hostnames=hostnames, gateways=self._infos, labels=self._labels)
+        if not outcomes:
+            return
+        resolve = partial(resolve_backend, referrer=Referrer(GROUP, kind, ns),
+                          flavour=_FLAVOUR[kind], snapshot=self.snapshot, grants=grants,
+                          upstream_tls=self._tls.targets)
+        compiled: CompiledRoute | CompiledL4
+        if isinstance(route, HTTPRoute | GRPCRoute):
+            compiled = compile_route(route, resolve)
+            dropped_all = 0 < compiled.rules_total == compiled.rules_dropped
+        else:
+            compiled = compile_l4(route, resolve)
+            dropped_all = not route.spec.rules
+        state = st.RouteState(generation=route.metadata.generation, outcomes=outcomes,
+                              ref_issues=compiled.ref_issues, issues=[*issues, *compiled.issues],
+                              all_rules_dropped=dropped_all)
+        self._routes[route.ref] = state
+        had_hostnames = isinstance(route, HTTPRoute | GRPCRoute | TLSRoute) and bool(
+            route.spec.hostnames)
+        if had_hostnames and not hostnames:
+            for outcome in outcomes:
+                outcome.accepted = (False, "UnsupportedValue", "no valid hostname")
+                outcome.attachments.clear()
+        counted: set[tuple[Key, str]] = set()
+        for outcome in outcomes:
+            if not outcome.accepted[0] or dropped_all:
+                continue
+            gw_key = outcome.info.gateway.key
+            kept = []
+            for att in outcome.attachments:
+                ls = att.listener
+                if ls.protocol in (Protocol.TCP, Protocol.UDP):
+                    owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
+                    if owner != compiled_name(compiled):
+                        continue
+                kept.append(att)
+            if not kept:
+                outcome.accepted = (False, "UnsupportedValue",
+                                    "the selected TCP/UDP listeners already forward to an "
+                                    "older route")
+                continue
+            for att in kept:
+                ls = att.listener
+                if (gw_key, ls.name) not in counted:
+                    counted.add((gw_key, ls.name))
+                    ls.attached += 1
+                if not ls.usable or ls.protocol is None:
+                    continue
+                builder = self._ports[gw_key][(ls.spec.port, ls.protocol)]
+                self._contribute(builder, ls, att.hostnames, compiled, state)
+            for spec in compiled.pools.values():
+                self.pools.setdefault(spec.name, spec)
+                tls = spec.settings.upstream_tls
+                if tls is not None and tls.origin in self._tls.outcomes:
+                    self._tls.outcomes[tls.origin].used_by.add(outcome.info.gateway.ref)
+
+    def _contribute(self, builder: PortBuilder, ls: GwListener, hostnames: tuple[str, ...],
+                    compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
+        if isinstance(compiled, CompiledRoute):
+            builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port))
+            return
+        lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),
+                              hostnames=hostnames, backends=compiled.backends,
+                              origin=compiled.route.ref)
+        if lost:
+            state.issues.append(Issue("HostnameConflict",
+                                      f"SNI {', '.join(lost)} on listener {ls.name} already "
+                                      "routes to an older TLSRoute", "spec.hostnames",
+                                      warning=True))
+
+    def statuses(self) -> dict[ObjectRef, ObjectStatus]:
+        """Every status, and the matching problems appended to ``problems``."""
+        out: dict[ObjectRef, ObjectStatus] = {}
+        for cls in self._classes:
+            out[cls.ref] = st.gateway_class_status(cls)
+        for info in self._infos.values():
+            out[info.gateway.ref] = st.gateway_status(info)
+            self._gateway_problems(info)
+        for ref, state in self._routes.items():
+            out[ref] = st.route_status(state)
+            self._route_problems(ref, state)
+        for ref, outcome in self._tls.outcomes.items():
+            status = st.policy_status(outcome)
+            if status.parents:
+                out[ref] = status
+            for ok, reason, message in (outcome.accepted, outcome.resolved):
+                if not ok:
+                    self.problems.append(Problem(ref=ref, reason=reason, message=message,
+                                                 field="spec"))
+        return out
+
+    def _gateway_problems(self, info: GatewayInfo) -> None:
+        ref = info.gateway.ref
+        if info.address_issue:
+            warning = info.address_issue.startswith("only the first")
+            self.problems.append(Problem(
+                ref=ref, reason="UnsupportedAddress", message=info.address_issue,
+                field="spec.addresses", severity=Severity.WARNING if warning else Severity.ERROR))
+        for ls in info.listeners:
+            where = f"spec.listeners[{ls.index}]"
+            found = [v for v in (ls.accepted, ls.resolved) if not v[0]]
+            if ls.conflicted:
+                found.append((False, *ls.conflicted))
+            if ls.unbound:
+                found.append((False, "PortUnavailable", ls.unbound))
+            for _, reason, message in found:
+                self.problems.append(Problem(ref=ref, reason=reason,
+                                             message=f"listener {ls.name}: {message}",
+                                             field=where))
+
+    def _route_problems(self, ref: ObjectRef, state: st.RouteState) -> None:
+        for outcome in state.outcomes:
+            ok, reason, message = outcome.accepted
+            if not ok:
+                parent = outcome.ref
+                where = f"Gateway {parent.namespace}/{parent.name}" + (
+                    f" listener {parent.section_name}" if parent.section_name else "")
+                self.problems.append(Problem(ref=ref, reason=reason,
+                                             message=f"{where}: {message}",
+                                             field="spec.parentRefs"))
+        for issue, where in state.ref_issues:
+            self.problems.append(Problem(ref=ref, reason=issue.reason, message=issue.message,
+                                         field=where))
+        for i in state.issues:
+            self.problems.append(Problem(ref=ref, reason=i.reason, message=i.message,
+                                         field=i.field,
+                                         severity=Severity.WARNING if i.warning
+                                         else Severity.ERROR))
+
+
+def compiled_name(compiled: CompiledRoute | CompiledL4) -> str:
+    return str(compiled.route.ref)
+
+
+__all__ = ["GatewayTranslation", "parent_key"]

@@ -1,0 +1,122 @@
+"""Route attachment: which listeners a route's ``parentRefs`` select, and for which hostnames.
+
+A parentRef selects the listeners of one Gateway, narrowed by ``sectionName`` (listener name)
+and ``port``. Each selected listener must allow the route's kind and namespace
+(``allowedRoutes``); for HTTP, HTTPS and TLS listeners the route's hostnames are intersected
+with the listener's hostname. Gateway API wildcards cover any number of labels, never the bare
+suffix: ``*.example.com`` covers ``a.b.example.com`` but not ``example.com``. The outcome per
+parentRef carries the reason the specification defines when nothing attaches
+(NoMatchingParent, NotAllowedByListeners, NoMatchingListenerHostname).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from podway.ir import Protocol, WildcardMode
+from podway.model.gateway import GROUP, Gateway
+from podway.model.gateway_routes import ParentReference
+from podway.model.snapshot import Key
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, Verdict
+from podway.translate.hosts import covers
+from podway.translate.status import ParentRef
+
+NamespaceLabels = Callable[[str], dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    listener: GwListener
+    hostnames: tuple[str, ...]  # effective hostnames; "*" is any; () for TCP and UDP
+
+
+@dataclass(slots=True)
+class ParentOutcome:
+    ref: ParentRef
+    info: GatewayInfo
+    accepted: Verdict
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+def intersect(listener_host: str | None, route_hosts: tuple[str, ...]) -> tuple[str, ...]:
+    """Hostnames a route serves on a listener: the more specific side of each overlap."""
+    if not route_hosts:
+        return (listener_host or "*",)
+    if listener_host is None:
+        return route_hosts
+    out: dict[str, None] = {}
+    for host in route_hosts:
+        if covers(listener_host, host, WildcardMode.SUFFIX):
+            out[host] = None
+        elif covers(host, listener_host, WildcardMode.SUFFIX):
+            out[listener_host] = None
+    return tuple(out)
+
+
+def namespace_allowed(ls: GwListener, namespace: str, labels: NamespaceLabels) -> bool:
+    rule = ls.spec.allowed_routes.namespaces
+    if rule.from_ == "All":
+        return True
+    if rule.from_ == "Same":
+        return namespace == ls.gateway.metadata.namespace
+    if rule.from_ == "Selector" and rule.selector is not None:
+        return rule.selector.matches(labels(namespace))
+    return False  # "None", or a value this version does not know
+
+
+def parent_key(pref: ParentReference, route_namespace: str) -> Key:
+    return (pref.namespace or route_namespace, pref.name)
+
+
+def attach(*, kind: str, namespace: str, parent_refs: tuple[ParentReference, ...],
+           hostnames: tuple[str, ...], gateways: Mapping[Key, GatewayInfo],
+           labels: NamespaceLabels) -> list[ParentOutcome]:
+    """One outcome per parentRef that names one of our Gateways (others are not ours)."""
+    outcomes: list[ParentOutcome] = []
+    seen: set[ParentRef] = set()
+    for pref in parent_refs:
+        if pref.group != GROUP or pref.kind != Gateway.KIND:
+            continue
+        info = gateways.get(parent_key(pref, namespace))
+        if info is None:
+            continue
+        ref = ParentRef(group=pref.group, kind=pref.kind, namespace=info.gateway.metadata.namespace,
+                        name=pref.name, section_name=pref.section_name, port=pref.port)
+        if ref in seen:
+            continue
+        seen.add(ref)
+        outcomes.append(_one(ref, pref, info, kind=kind, namespace=namespace,
+                             hostnames=hostnames, labels=labels))
+    return outcomes
+
+
+def _one(ref: ParentRef, pref: ParentReference, info: GatewayInfo, *, kind: str, namespace: str,
+         hostnames: tuple[str, ...], labels: NamespaceLabels) -> ParentOutcome:
+    candidates = [ls for ls in info.listeners
+                  if (pref.section_name is None or ls.name == pref.section_name)
+                  and (pref.port is None or ls.spec.port == pref.port)]
+    if not candidates:
+        what = " and ".join(part for part in (
+            f"sectionName {pref.section_name!r}" if pref.section_name is not None else "",
+            f"port {pref.port}" if pref.port is not None else "") if part)
+        return ParentOutcome(ref, info, (False, "NoMatchingParent",
+                                         f"Gateway has no listener with {what or 'any name'}"))
+    allowed = [ls for ls in candidates
+               if (GROUP, kind) in ls.kinds and namespace_allowed(ls, namespace, labels)]
+    if not allowed:
+        return ParentOutcome(ref, info, (False, "NotAllowedByListeners",
+                                         f"no selected listener allows {kind}s from namespace "
+                                         f"{namespace}"))
+    outcome = ParentOutcome(ref, info, (True, "Accepted", "route accepted"))
+    for ls in allowed:
+        if ls.protocol in (Protocol.TCP, Protocol.UDP):
+            outcome.attachments.append(Attachment(ls, ()))
+            continue
+        hosts = intersect(ls.hostname, hostnames)
+        if hosts:
+            outcome.attachments.append(Attachment(ls, hosts))
+    if not outcome.attachments:
+        outcome.accepted = (False, "NoMatchingListenerHostname",
+                            "no route hostname matches the hostname of any selected listener")
+    return outcome

@@ -1,0 +1,118 @@
+"""HTTPRoute/GRPCRoute filters → IR filters, and the pieces of a redirect.
+
+Redirects are actions, not filters, and their port depends on the listener a route is served
+on: an explicit ``port`` wins, else the well-known port of an explicit ``scheme``, else the
+listener's own port (the specification's rules). ``RedirectSpec`` keeps what the route says
+and ``RedirectSpec.build`` fills in the listener's part.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from podway.ir import HeaderModifier, Redirect, URLRewrite
+from podway.model.gateway_routes import HeaderFilter, PathModifier, RouteFilter
+from podway.translate.hosts import valid_hostname
+
+WELL_KNOWN_PORTS = {"http": 80, "https": 443}
+_DURATION = re.compile(r"^(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}$")
+_DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
+_UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
+
+
+class FilterError(ValueError):
+    """A filter the rule cannot be served with; ``reason`` is the Gateway API reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RedirectSpec:
+    scheme: str | None
+    hostname: str | None
+    port: int | None
+    path: str | None
+    prefix: str | None
+    status_code: int
+
+    def build(self, *, listener_port: int) -> Redirect:
+        port = self.port
+        if port is None:
+            port = WELL_KNOWN_PORTS[self.scheme] if self.scheme else listener_port
+        return Redirect(scheme=self.scheme, hostname=self.hostname, port=port, path=self.path,
+                        prefix=self.prefix, status_code=self.status_code)
+
+
+def header_modifier(spec: HeaderFilter | None, *, response: bool) -> HeaderModifier:
+    if spec is None:
+        raise FilterError("UnsupportedValue", "filter has no configuration for its type")
+    return HeaderModifier(response=response,
+                          set=tuple((h.name, h.value) for h in spec.set),
+                          add=tuple((h.name, h.value) for h in spec.add),
+                          remove=tuple(spec.remove))
+
+
+def _path(modifier: PathModifier | None, prefix_only: bool) -> tuple[str | None, str | None]:
+    """(full path, prefix replacement) of a path modifier; checks the match it applies to."""
+    if modifier is None:
+        return None, None
+    if modifier.type == "ReplaceFullPath":
+        value = modifier.replace_full_path
+        if value is None or not value.startswith("/"):
+            raise FilterError("UnsupportedValue", "replaceFullPath must be a path starting with /")
+        return value, None
+    value = modifier.replace_prefix_match
+    if value is None or not value.startswith("/"):
+        raise FilterError("UnsupportedValue",
+                          "replacePrefixMatch must be a path starting with /")
+    if not prefix_only:
+        raise FilterError("UnsupportedValue",
+                          "ReplacePrefixMatch needs every match of the rule to be a PathPrefix")
+    return None, value
+
+
+def redirect(flt: RouteFilter, *, prefix_only: bool) -> RedirectSpec:
+    spec = flt.request_redirect
+    if spec is None:
+        raise FilterError("UnsupportedValue", "RequestRedirect filter has no requestRedirect")
+    if spec.scheme is not None and spec.scheme not in WELL_KNOWN_PORTS:
+        raise FilterError("UnsupportedValue", f"redirect scheme {spec.scheme!r} (http or https)")
+    if spec.status_code not in (301, 302):
+        raise FilterError("UnsupportedValue",
+                          f"redirect statusCode {spec.status_code} (301 or 302 only)")
+    if spec.hostname is not None and not valid_hostname(spec.hostname):
+        raise FilterError("UnsupportedValue", f"redirect hostname {spec.hostname!r}")
+    path, prefix = _path(spec.path, prefix_only)
+    return RedirectSpec(scheme=spec.scheme, hostname=spec.hostname, port=spec.port, path=path,
+                        prefix=prefix, status_code=spec.status_code)
+
+
+def rewrite(flt: RouteFilter, *, prefix_only: bool) -> URLRewrite:
+    spec = flt.url_rewrite
+    if spec is None:
+        raise FilterError("UnsupportedValue", "URLRewrite filter has no urlRewrite")
+    if spec.hostname is not None and not valid_hostname(spec.hostname):
+        raise FilterError("UnsupportedValue", f"rewrite hostname {spec.hostname!r}")
+    path, prefix = _path(spec.path, prefix_only)
+    return URLRewrite(hostname=spec.hostname, path=path, prefix=prefix)
+
+
+def mirror_percent(flt: RouteFilter) -> float:
+    spec = flt.request_mirror
+    if spec is None:
+        return 100.0
+    if spec.fraction is not None:
+        if spec.fraction.numerator > spec.fraction.denominator:
+            raise FilterError("UnsupportedValue", "mirror fraction is above 1")
+        return round(100.0 * spec.fraction.numerator / spec.fraction.denominator, 4)
+    return float(spec.percent) if spec.percent is not None else 100.0
+
+
+def duration_ms(text: str) -> int:
+    """Gateway API duration (``1h2m3s4ms`` subset) → milliseconds; ValueError when malformed."""
+    if not _DURATION.match(text):
+        raise ValueError(f"duration {text!r} is not like 1h2m3s4ms")
+    return sum(int(n) * _UNIT_MS[u] for n, u in _DURATION_PART.findall(text))

@@ -1,0 +1,287 @@
+"""HTTPRoute and GRPCRoute rules → ordered IR routes.
+
+Each (rule, match) pair becomes one IR route named ``<kind>/<ns>/<name>/rule/<i>/match/<j>`` with a
+*precedence key*; the listener assembly sorts every route attached to a hostname by that key,
+which encodes the specification's order: Exact path, then RegularExpression, then PathPrefix
+by length (longest first), then a method match, then most header matches, then most query
+matches, then the oldest route (creationTimestamp), then namespace/name, then rule and match
+order. GRPCRoute matches become paths ``/service/method``: both set → Exact, service only →
+PathPrefix ``/service``, method only or RegularExpression → a regex, none → PathPrefix ``/``.
+
+A backendRef that cannot be resolved keeps its weight and is answered with HTTP 500; weight 0
+entries are left out; a rule with no usable share at all answers 500.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from podway.ir import (
+    DirectResponse,
+    Filter,
+    Forward,
+    HeaderMatch,
+    Mirror,
+    PathKind,
+    PathMatch,
+    QueryMatch,
+    Route,
+    RouteMatch,
+    StringMatchKind,
+    WeightedPool,
+)
+from podway.ir.route import Action
+from podway.model.gateway_routes import (
+    BackendObjectReference,
+    BackendRef,
+    GRPCRoute,
+    GRPCRouteMatch,
+    GRPCRouteRule,
+    HTTPHeaderMatch,
+    HTTPRoute,
+    HTTPRouteMatch,
+    HTTPRouteRule,
+    RouteFilter,
+)
+from podway.translate.backends import PoolSpec
+from podway.translate.gateway import filters as flt
+from podway.translate.gateway.refs import RefIssue
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
+                     "PATCH"})
+_PATH_RANK = {PathKind.EXACT: 0, PathKind.REGEX: 1, PathKind.PREFIX: 2}
+_GRPC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+Resolve = Callable[[BackendObjectReference], PoolSpec | RefIssue]
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    reason: str
+    message: str
+    field: str
+    warning: bool = False  # served anyway; no PartiallyInvalid
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledMatch:
+    key: tuple[object, ...]
+    name: str
+    match: RouteMatch
+    action: Action | flt.RedirectSpec
+    filters: tuple[Filter, ...]
+
+
+@dataclass(slots=True)
+class CompiledRoute:
+    route: HTTPRoute | GRPCRoute
+    matches: list[CompiledMatch] = field(default_factory=list)
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    ref_issues: list[tuple[RefIssue, str]] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+    rules_total: int = 0
+    rules_dropped: int = 0
+    _by_port: dict[int, list[tuple[tuple[object, ...], Route]]] = field(default_factory=dict)
+
+    def routes(self, *, port: int) -> list[tuple[tuple[object, ...], Route]]:
+        """IR routes with their precedence keys; redirects take ``port`` as their default."""
+        cached = self._by_port.get(port)
+        if cached is not None:
+            return cached
+        origin = self.route.ref
+        out = []
+        for m in self.matches:
+            action = m.action.build(listener_port=port) if isinstance(
+                m.action, flt.RedirectSpec) else m.action
+            out.append((m.key, Route(name=m.name, match=m.match, action=action,
+                                     filters=m.filters, origin=origin)))
+        self._by_port[port] = out
+        return out
+
+
+def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRoute:
+    out = CompiledRoute(route=route, rules_total=len(route.spec.rules))
+    grpc = isinstance(route, GRPCRoute)
+    kind = "grpcroute" if grpc else "httproute"
+    ns, name = route.key
+    age = route.age_key()
+    rules: tuple[HTTPRouteRule | GRPCRouteRule, ...] = route.spec.rules
+    for i, rule in enumerate(rules):
+        where = f"spec.rules[{i}]"
+        matches: list[tuple[int, RouteMatch]] = []
+        raw: tuple[HTTPRouteMatch | GRPCRouteMatch, ...] = rule.matches or (
+            (GRPCRouteMatch(),) if grpc else (HTTPRouteMatch(),))
+        for j, given in enumerate(raw):
+            try:
+                matches.append((j, _grpc_match(given) if isinstance(given, GRPCRouteMatch)
+                                else _http_match(given)))
+            except ValueError as exc:
+                out.issues.append(Issue("UnsupportedValue", str(exc), f"{where}.matches[{j}]"))
+        if not matches:
+            out.rules_dropped += 1
+            continue
+        prefix_only = all(m.path.kind is PathKind.PREFIX for _, m in matches)
+        try:
+            action, filters = _rule(out, rule.filters, rule.backend_refs, getattr(
+                rule, "timeouts", None), resolve=resolve, prefix_only=prefix_only, where=where)
+        except flt.FilterError as exc:
+            out.issues.append(Issue(exc.reason, str(exc), f"{where}.filters"))
+            out.rules_dropped += 1
+            continue
+        for j, m in matches:
+            key = (_PATH_RANK[m.path.kind], -len(m.path.value), 0 if m.method else 1,
+                   -len(m.headers), -len(m.query), age, i, j)
+            out.matches.append(CompiledMatch(key=key, name=f"{kind}/{ns}/{name}/rule/{i}/match/{j}",
+                                             match=m, action=action, filters=filters))
+    return out
+
+
+def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
+          backend_refs: tuple[BackendRef, ...], timeouts: object, *, resolve: Resolve,
+          prefix_only: bool, where: str) -> tuple[Action | flt.RedirectSpec, tuple[Filter, ...]]:
+    ir_filters: list[Filter] = []
+    redirect: flt.RedirectSpec | None = None
+    rewrites = 0
+    failing: str | None = None
+    for k, f in enumerate(filters):
+        if f.type == "RequestHeaderModifier":
+            ir_filters.append(flt.header_modifier(f.request_header_modifier, response=False))
+        elif f.type == "ResponseHeaderModifier":
+            ir_filters.append(flt.header_modifier(f.response_header_modifier, response=True))
+        elif f.type == "RequestRedirect" and isinstance(out.route, HTTPRoute):
+            redirect = flt.redirect(f, prefix_only=prefix_only)
+        elif f.type == "URLRewrite" and isinstance(out.route, HTTPRoute):
+            ir_filters.append(flt.rewrite(f, prefix_only=prefix_only))
+            rewrites += 1
+        elif f.type == "RequestMirror" and f.request_mirror is not None:
+            target = resolve(f.request_mirror.backend_ref)
+            if isinstance(target, RefIssue):
+                out.ref_issues.append((target, f"{where}.filters[{k}].requestMirror.backendRef"))
+                continue
+            out.pools.setdefault(target.name, target)
+            ir_filters.append(Mirror(pool=target.name, percent=flt.mirror_percent(f)))
+        else:
+            # Unknown and ExtensionRef filters cannot be skipped: the rule answers 500.
+            failing = f"filter type {f.type!r} is not supported; the rule answers HTTP 500"
+            out.issues.append(Issue("UnsupportedValue", failing, f"{where}.filters[{k}]"))
+    if redirect is not None and rewrites:
+        raise flt.FilterError("IncompatibleFilters",
+                              "RequestRedirect and URLRewrite cannot be used together")
+    if failing is not None:
+        return DirectResponse(status=500), tuple(ir_filters)
+    if redirect is not None:
+        if backend_refs:
+            out.issues.append(Issue("UnsupportedValue", "backendRefs are ignored by a redirect",
+                                    f"{where}.backendRefs", warning=True))
+        return redirect, tuple(ir_filters)
+    timeout_ms, backend_ms = _timeouts(timeouts)
+    return _forward(out, backend_refs, resolve=resolve, where=where, timeout_ms=timeout_ms,
+                    backend_ms=backend_ms), tuple(ir_filters)
+
+
+def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
+    request = getattr(timeouts, "request", None)
+    backend = getattr(timeouts, "backend_request", None)
+    try:
+        req_ms = flt.duration_ms(request) if request is not None else None
+        back_ms = flt.duration_ms(backend) if backend is not None else None
+    except ValueError as exc:
+        raise flt.FilterError("UnsupportedValue", f"timeouts: {exc}") from exc
+    if req_ms and back_ms is not None and (back_ms == 0 or back_ms > req_ms):
+        raise flt.FilterError("UnsupportedValue",
+                              "timeouts.backendRequest must not exceed timeouts.request")
+    return req_ms, back_ms
+
+
+def _forward(out: CompiledRoute, backend_refs: tuple[BackendRef, ...], *, resolve: Resolve,
+             where: str, timeout_ms: int | None, backend_ms: int | None) -> Action:
+    shares: dict[str | None, int] = {}
+    for k, ref in enumerate(backend_refs):
+        if ref.filters:
+            out.issues.append(Issue("UnsupportedValue",
+                                    "backendRef filters are not supported and are ignored",
+                                    f"{where}.backendRefs[{k}].filters", warning=True))
+        target = resolve(ref)
+        if isinstance(target, RefIssue):
+            out.ref_issues.append((target, f"{where}.backendRefs[{k}]"))
+            if ref.weight:
+                shares[None] = shares.get(None, 0) + ref.weight
+            continue
+        out.pools.setdefault(target.name, target)
+        if ref.weight:
+            shares[target.name] = shares.get(target.name, 0) + ref.weight
+    if not shares:
+        return DirectResponse(status=500)
+    backends = tuple(WeightedPool(pool=pool, weight=w) for pool, w in shares.items())
+    return Forward(backends=backends, timeout_ms=timeout_ms, backend_timeout_ms=backend_ms)
+
+
+def _strings(matches: tuple[HTTPHeaderMatch, ...], *, lower: bool, what: str
+             ) -> list[tuple[str, str, StringMatchKind]]:
+    out: dict[str, tuple[str, str, StringMatchKind]] = {}
+    for h in matches:
+        key = h.name.lower() if lower else h.name
+        kind = StringMatchKind.REGEX if h.type == "RegularExpression" else StringMatchKind.EXACT
+        if kind is StringMatchKind.REGEX:
+            _check_regex(h.value, what)
+        out.setdefault(key, (key, h.value, kind))  # the first of equal names wins
+    return list(out.values())
+
+
+def _check_regex(value: str, what: str) -> None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{what} regular expression {value!r}: {exc}") from exc
+
+
+def _http_match(m: HTTPRouteMatch) -> RouteMatch:
+    path = m.path
+    if path.type == "RegularExpression":
+        _check_regex(path.value, "path")
+        pm = PathMatch(kind=PathKind.REGEX, value=path.value)
+    else:
+        if not path.value.startswith("/") or "//" in path.value:
+            raise ValueError(f"path {path.value!r} must start with '/' and not contain '//'")
+        if path.type == "Exact":
+            pm = PathMatch(kind=PathKind.EXACT, value=path.value)
+        else:
+            pm = PathMatch(kind=PathKind.PREFIX, value=path.value.rstrip("/") or "/")
+    if m.method is not None and m.method not in METHODS:
+        raise ValueError(f"method {m.method!r} is not an HTTP method")
+    headers = tuple(HeaderMatch(name=n, value=v, kind=k)
+                    for n, v, k in _strings(m.headers, lower=True, what="header"))
+    query = tuple(QueryMatch(name=n, value=v, kind=k)
+                  for n, v, k in _strings(m.query_params, lower=False, what="query"))
+    return RouteMatch(path=pm, headers=headers, query=query, method=m.method)
+
+
+def _grpc_match(m: GRPCRouteMatch) -> RouteMatch:
+    headers = tuple(HeaderMatch(name=n, value=v, kind=k)
+                    for n, v, k in _strings(m.headers, lower=True, what="header"))
+    method = m.method
+    if method is None or (method.service is None and method.method is None):
+        if method is not None and method.type == "Exact":
+            raise ValueError("an Exact gRPC method match needs a service or a method")
+        return RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value="/"), headers=headers)
+    if method.type == "Exact":
+        for part in (method.service, method.method):
+            if part is not None and not _GRPC_NAME.match(part):
+                raise ValueError(f"gRPC name {part!r} is not a valid identifier")
+        if method.service and method.method:
+            path = PathMatch(kind=PathKind.EXACT, value=f"/{method.service}/{method.method}")
+        elif method.service:
+            path = PathMatch(kind=PathKind.PREFIX, value=f"/{method.service}")
+        else:
+            path = PathMatch(kind=PathKind.REGEX,
+                             value=f"/[^/]+/{re.escape(method.method or '')}")
+    else:
+        for part in (method.service, method.method):
+            if part is not None:
+                _check_regex(part, "gRPC method")
+        service = method.service or "[^/]+"
+        name = method.method or "[^/]+"
+        path = PathMatch(kind=PathKind.REGEX, value=f"/{service}/{name}")
+    return RouteMatch(path=path, headers=headers)

@@ -1,0 +1,62 @@
+"""TLSRoute, TCPRoute and UDPRoute → weighted L4 backends.
+
+These kinds have no matches: a rule is a set of weighted backendRefs. TLS listeners run in
+Passthrough mode: the engine reads SNI, picks the route by hostname and forwards the bytes
+without decrypting. A TCP or UDP listener forwards every connection (datagram) to one route:
+the oldest attached route wins and the others are told so in their status. An unresolvable
+backend keeps its weight with ``pool=None``: the engine refuses that share of connections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from podway.ir import WeightedPool
+from podway.model.gateway_routes import TCPRoute, TLSRoute, UDPRoute
+from podway.translate.backends import PoolSpec
+from podway.translate.gateway.httproute import Issue, Resolve
+from podway.translate.gateway.refs import RefIssue
+
+L4Kind = TLSRoute | TCPRoute | UDPRoute
+
+
+@dataclass(slots=True)
+class CompiledL4:
+    route: L4Kind
+    backends: tuple[WeightedPool, ...] = ()
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    ref_issues: list[tuple[RefIssue, str]] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        ns, name = self.route.key
+        return f"{self.route.KIND.lower()}/{ns}/{name}"
+
+
+def compile_l4(route: L4Kind, resolve: Resolve) -> CompiledL4:
+    out = CompiledL4(route=route)
+    rules = route.spec.rules
+    if not rules:
+        out.issues.append(Issue("UnsupportedValue", "route has no rules; nothing is forwarded",
+                                "spec.rules"))
+        return out
+    if len(rules) > 1:
+        out.issues.append(Issue("UnsupportedValue",
+                                f"only the first rule is used ({len(rules)} given)",
+                                "spec.rules", warning=True))
+    shares: dict[str | None, int] = {}
+    for k, ref in enumerate(rules[0].backend_refs):
+        target = resolve(ref)
+        if isinstance(target, RefIssue):
+            out.ref_issues.append((target, f"spec.rules[0].backendRefs[{k}]"))
+            if ref.weight:
+                shares[None] = shares.get(None, 0) + ref.weight
+            continue
+        out.pools.setdefault(target.name, target)
+        if ref.weight:
+            shares[target.name] = shares.get(target.name, 0) + ref.weight
+    if not shares:
+        shares[None] = 1  # nothing usable: every connection is refused
+    out.backends = tuple(WeightedPool(pool=p, weight=w) for p, w in shares.items())
+    return out
