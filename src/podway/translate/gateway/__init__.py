@@ -26,7 +26,12 @@ from podway.translate.gateway.attach import attach, parent_key
 from podway.translate.gateway.backendtls import BackendTLS, index_policies
 from podway.translate.gateway.httproute import CompiledRoute, Issue, compile_route
 from podway.translate.gateway.l4routes import CompiledL4, compile_l4
-from podway.translate.gateway.listeners import GatewayInfo, GwListener, prepare
+from podway.translate.gateway.listeners import (
+    PARTIAL_ADDRESS,
+    GatewayInfo,
+    GwListener,
+    prepare,
+)
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, resolve_backend
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
@@ -105,6 +110,7 @@ class GatewayTranslation:
                           hostnames=hostnames, gateways=self._infos, labels=self._labels)
         if not outcomes:
             return
+        self._missing_parents(route)
         resolve = partial(resolve_backend, referrer=Referrer(GROUP, kind, ns),
                           flavour=_FLAVOUR[kind], snapshot=self.snapshot, grants=grants,
                           upstream_tls=self._tls.targets)
@@ -125,9 +131,25 @@ class GatewayTranslation:
             for outcome in outcomes:
                 outcome.accepted = (False, "UnsupportedValue", "no valid hostname")
                 outcome.attachments.clear()
+        if not dropped_all:
+            self._place(compiled, state)
+
+    def _missing_parents(self, route: AnyRoute) -> None:
+        """A warning for each parentRef naming a Gateway that does not exist at all."""
+        ns = route.metadata.namespace
+        gateways = self.snapshot.kind(Gateway)
+        for k, pref in enumerate(route.spec.parent_refs):
+            gw_ns, gw_name = parent_key(pref, ns)
+            if pref.group == GROUP and pref.kind == "Gateway" and (gw_ns, gw_name) not in gateways:
+                self.problems.append(Problem(
+                    ref=route.ref, reason="NoMatchingParent", severity=Severity.WARNING,
+                    message=f"Gateway {gw_ns}/{gw_name} not found", field=f"spec.parentRefs[{k}]"))
+
+    def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
+        """Count the route on each listener it attaches to and hand it to the builders."""
         counted: set[tuple[Key, str]] = set()
-        for outcome in outcomes:
-            if not outcome.accepted[0] or dropped_all:
+        for outcome in state.outcomes:
+            if not outcome.accepted[0]:
                 continue
             gw_key = outcome.info.gateway.key
             kept = []
@@ -148,9 +170,10 @@ class GatewayTranslation:
                 if (gw_key, ls.name) not in counted:
                     counted.add((gw_key, ls.name))
                     ls.attached += 1
-                if not ls.usable or ls.protocol is None:
+                builder = self._ports[gw_key].get((ls.spec.port, ls.protocol)) if (
+                    ls.usable and ls.protocol is not None) else None
+                if builder is None:
                     continue
-                builder = self._ports[gw_key][(ls.spec.port, ls.protocol)]
                 self._contribute(builder, ls, att.hostnames, compiled, state)
             for spec in compiled.pools.values():
                 self.pools.setdefault(spec.name, spec)
@@ -196,7 +219,7 @@ class GatewayTranslation:
     def _gateway_problems(self, info: GatewayInfo) -> None:
         ref = info.gateway.ref
         if info.address_issue:
-            warning = info.address_issue.startswith("only the first")
+            warning = info.address_issue.startswith(PARTIAL_ADDRESS)
             self.problems.append(Problem(
                 ref=ref, reason="UnsupportedAddress", message=info.address_issue,
                 field="spec.addresses", severity=Severity.WARNING if warning else Severity.ERROR))

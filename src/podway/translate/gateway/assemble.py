@@ -132,7 +132,7 @@ def builders(info: GatewayInfo) -> dict[tuple[int, Protocol], PortBuilder]:
     """One builder per port and protocol of the Gateway's usable listeners."""
     out: dict[tuple[int, Protocol], PortBuilder] = {}
     for ls in info.listeners:
-        if not ls.usable or ls.protocol is None:
+        if not ls.usable or ls.blocked or ls.protocol is None:
             continue
         key = (ls.spec.port, ls.protocol)
         builder = out.get(key)

@@ -24,9 +24,10 @@ _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
 class FilterError(ValueError):
     """A filter the rule cannot be served with; ``reason`` is the Gateway API reason."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, field: str = "filters") -> None:
         super().__init__(message)
         self.reason = reason
+        self.field = field  # relative to the rule
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,15 +127,32 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
             action, filters = _rule(out, rule.filters, rule.backend_refs, getattr(
                 rule, "timeouts", None), resolve=resolve, prefix_only=prefix_only, where=where)
         except flt.FilterError as exc:
-            out.issues.append(Issue(exc.reason, str(exc), f"{where}.filters"))
+            out.issues.append(Issue(exc.reason, str(exc), f"{where}.{exc.field}"))
             out.rules_dropped += 1
             continue
         for j, m in matches:
-            key = (_PATH_RANK[m.path.kind], -len(m.path.value), 0 if m.method else 1,
-                   -len(m.headers), -len(m.query), age, i, j)
+            given = raw[j]
+            if isinstance(given, GRPCRouteMatch):
+                key = (*_grpc_key(given, m), age, i, j)
+            else:
+                key = (_PATH_RANK[m.path.kind], -len(m.path.value), 0 if m.method else 1,
+                       -len(m.headers), -len(m.query), age, i, j)
             out.matches.append(CompiledMatch(key=key, name=f"{kind}/{ns}/{name}/rule/{i}/match/{j}",
                                              match=m, action=action, filters=filters))
     return out
+
+
+def _grpc_key(given: GRPCRouteMatch, m: RouteMatch) -> tuple[int, int, int, int, int]:
+    """GRPCRoute precedence: longest service, then longest method, then most headers.
+
+    Shaped like the HTTP key (exact first; lengths negated) so both kinds sort together.
+    """
+    method = given.method
+    service = (method.service or "") if method else ""
+    name = (method.method or "") if method else ""
+    rank = _PATH_RANK[PathKind.EXACT] if m.path.kind is PathKind.EXACT else _PATH_RANK[
+        PathKind.PREFIX]
+    return (rank, -len(service), -len(name), -len(m.headers), 0)
 
 
 def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
@@ -188,10 +205,11 @@ def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
         req_ms = flt.duration_ms(request) if request is not None else None
         back_ms = flt.duration_ms(backend) if backend is not None else None
     except ValueError as exc:
-        raise flt.FilterError("UnsupportedValue", f"timeouts: {exc}") from exc
+        raise flt.FilterError("UnsupportedValue", f"timeouts: {exc}", "timeouts") from exc
     if req_ms and back_ms is not None and (back_ms == 0 or back_ms > req_ms):
         raise flt.FilterError("UnsupportedValue",
-                              "timeouts.backendRequest must not exceed timeouts.request")
+                              "timeouts.backendRequest must not exceed timeouts.request",
+                              "timeouts")
     return req_ms, back_ms
 
 

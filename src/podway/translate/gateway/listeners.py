@@ -32,6 +32,7 @@ KINDS_BY_PROTOCOL: dict[Protocol, tuple[tuple[str, str], ...]] = {
     Protocol.UDP: ((GROUP, "UDPRoute"),),
 }
 ACCEPTED: Verdict = (True, "Accepted", "listener accepted")
+PARTIAL_ADDRESS = "only the first address"  # an address issue that still serves
 RESOLVED: Verdict = (True, "ResolvedRefs", "all references resolved")
 
 
@@ -48,6 +49,7 @@ class GwListener:
     certificates: list[TLSCertificate] = field(default_factory=list)
     attached: int = 0
     unbound: str = ""  # why the engine cannot bind it (port taken elsewhere), "" when bound
+    blocked: str = ""  # why it is not served although valid (the Gateway's address), or ""
 
     @property
     def name(self) -> str:
@@ -69,7 +71,7 @@ class GwListener:
 
     @property
     def programmed(self) -> bool:
-        return self.usable and not self.unbound
+        return self.usable and not self.unbound and not self.blocked
 
 
 @dataclass(slots=True)
@@ -96,6 +98,8 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
         _validate(ls)
         if ls.accepted[0] and ls.protocol is Protocol.HTTPS:
             _certificates(ls, snapshot, grants)
+        if issue and not issue.startswith(PARTIAL_ADDRESS):
+            ls.blocked = issue
         info.listeners.append(ls)
     _conflicts(info.listeners)
     return info
@@ -113,7 +117,7 @@ def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, str]:
     except ValueError:
         return opts.address, f"address {first.value!r} is not an IP address"
     if len(gateway.spec.addresses) > 1:
-        return first.value, f"only the first address ({first.value}) is bound"
+        return first.value, f"{PARTIAL_ADDRESS} ({first.value}) is bound"
     return first.value, ""
 
 
@@ -157,27 +161,33 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -
     ns = ls.gateway.metadata.namespace
     refs = ls.spec.tls.certificate_refs
     if not refs:
-        ls.resolved = (False, "InvalidCertificateRef", "HTTPS listener has no certificateRefs")
+        _unresolved(ls, "InvalidCertificateRef", "HTTPS listener has no certificateRefs")
         return
     hostnames = (ls.spec.hostname,) if ls.spec.hostname else ()
     for ref in refs:
         target_ns = ref.namespace or ns
         if ref.group != "" or ref.kind != "Secret":
-            ls.resolved = (False, "InvalidCertificateRef",
-                           f"certificateRef kind {ref.kind} is not supported (core Secret)")
+            _unresolved(ls, "InvalidCertificateRef",
+                        f"certificateRef kind {ref.kind} is not supported (core Secret)")
             continue
         if not grants.permits(from_group=GROUP, from_kind="Gateway", from_namespace=ns,
                               to_group="", to_kind="Secret", to_namespace=target_ns,
                               to_name=ref.name):
-            ls.resolved = (False, "RefNotPermitted",
-                           f"Secret {target_ns}/{ref.name} is in another namespace and no "
-                           f"ReferenceGrant in {target_ns} allows Gateways from {ns}")
+            _unresolved(ls, "RefNotPermitted",
+                        f"Secret {target_ns}/{ref.name} is in another namespace and no "
+                        f"ReferenceGrant in {target_ns} allows Gateways from {ns}")
             continue
         cert = certificate_from_secret(snapshot, target_ns, ref.name, hostnames)
         if isinstance(cert, str):
-            ls.resolved = (False, "InvalidCertificateRef", cert)
+            _unresolved(ls, "InvalidCertificateRef", cert)
             continue
         ls.certificates.append(cert)
+
+
+def _unresolved(ls: GwListener, reason: str, message: str) -> None:
+    """Record a reference failure; the first one is the one status shows."""
+    if ls.resolved[0]:
+        ls.resolved = (False, reason, message)
 
 
 def _family(protocol: Protocol | None) -> str:

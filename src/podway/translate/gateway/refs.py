@@ -93,10 +93,12 @@ def resolve_backend(ref: BackendObjectReference, *, referrer: Referrer, flavour:
         return RefIssue(BACKEND_NOT_FOUND, f"backendRef to Service {ns}/{ref.name} has no port")
     if service.spec.type == "ExternalName":
         return RefIssue(UNSUPPORTED_VALUE, f"Service {ns}/{ref.name} is of type ExternalName")
-    port = find_port(service, number=ref.port)
+    transport = FLAVOURS[flavour]
+    # A Service may use one port number for TCP and UDP: prefer the wanted transport.
+    port = next((p for p in service.spec.ports if p.port == ref.port and p.protocol == transport),
+                None) or find_port(service, number=ref.port)
     if port is None:
         return RefIssue(BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} has no port {ref.port}")
-    transport = FLAVOURS[flavour]
     if port.protocol != transport:
         return RefIssue(UNSUPPORTED_PROTOCOL,
                         f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, "

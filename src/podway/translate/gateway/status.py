@@ -13,7 +13,7 @@ from podway.model.gateway import CONTROLLER_NAME, BackendTLSPolicy, Gateway, Gat
 from podway.translate.gateway.attach import ParentOutcome
 from podway.translate.gateway.backendtls import PolicyOutcome
 from podway.translate.gateway.httproute import Issue
-from podway.translate.gateway.listeners import GatewayInfo, GwListener
+from podway.translate.gateway.listeners import PARTIAL_ADDRESS, GatewayInfo, GwListener
 from podway.translate.gateway.refs import RefIssue
 from podway.translate.status import Condition, ListenerStatus, ObjectStatus, ParentRef, ParentStatus
 
@@ -39,7 +39,7 @@ def listener_status(ls: GwListener) -> ListenerStatus:
     if ls.programmed:
         programmed = (True, "Programmed", "listener is served")
     else:
-        why = (ls.unbound or (ls.conflicted[1] if ls.conflicted else "")
+        why = (ls.unbound or ls.blocked or (ls.conflicted[1] if ls.conflicted else "")
                or (accepted[2] if not accepted[0] else "no usable certificate"))
         programmed = (False, "Invalid", why)
     conflicted = ((True, ls.conflicted[0], ls.conflicted[1]) if ls.conflicted
@@ -56,7 +56,7 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     gen = gw.metadata.generation
     listeners = tuple(listener_status(ls) for ls in info.listeners)
     valid = [ls for ls in info.listeners if ls.accepted[0] and ls.conflicted is None]
-    usable_address = not info.address_issue or info.address_issue.startswith("only the first")
+    usable_address = not info.address_issue or info.address_issue.startswith(PARTIAL_ADDRESS)
     if not usable_address:
         accepted = (False, "UnsupportedAddress", info.address_issue)
     elif len(valid) < len(info.listeners):
