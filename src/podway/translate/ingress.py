@@ -158,7 +158,7 @@ class IngressTranslation:
         port = find_port(service, number=ref.port.number, name=ref.port.name)
         if port is None:
             wanted = (f"port {ref.port.number}" if ref.port.number is not None
-                      else f"a port named {ref.port.name!r}")
+                      else f"port named {ref.port.name!r}")
             self._problem(ingress, Reason.BACKEND_NOT_FOUND,
                           f"Service {ns}/{ref.name} has no {wanted}", f"{where}.service.port")
             return DirectResponse(status=503)
