@@ -90,7 +90,7 @@ class EndpointIndex:
         service = (item.metadata.namespace, item.service_name)
         self._by_service.setdefault(service, {})[key] = item
         self._service_of[key] = service
-        return service
+        return old_service
 
     def slices(self, service: ServiceKey) -> Mapping[Key, EndpointSlice]:
         return self._by_service.get(service, {})
