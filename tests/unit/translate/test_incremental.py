@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from podway.model import EndpointSlice, Snapshot
+from podway.ir import MemberState
+from podway.model import EndpointSlice, Node, Snapshot
 from podway.model.loader import load_text
-from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
 
 BASE = """
 apiVersion: networking.k8s.io/v1
@@ -122,3 +123,37 @@ def test_incremental_equals_full_after_any_edit_sequence(steps: list[tuple[
         snapshot = snapshot.replace(EndpointSlice.KIND, {key: change})
         result = inc.update(snapshot, changed=[(EndpointSlice.KIND, key)])
         assert result == translate(snapshot, OPTS)
+
+
+def node(name: str, address: str, ready: bool = True) -> Node:
+    return Node.model_validate({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"addresses": [{"type": "InternalIP", "address": address}],
+                   "conditions": [{"type": "Ready", "status": str(ready)}]}})
+
+
+def test_nodeport_mode_node_change_moves_members_only() -> None:
+    """In nodeport mode a Node change re-resolves pools without re-translating routes."""
+    opts = TranslateOptions(address="198.18.0.1", mode=BackendMode.NODEPORT)
+    text = BASE.replace("spec: {ports: [{port: 80}]}",
+                        "spec: {type: NodePort, ports: [{port: 80, nodePort: 30080}]}")
+    s0 = Snapshot.of_objects([*load_text(text).objects, node("n1", "198.18.10.1")])
+    inc = IncrementalTranslator(opts)
+    r0 = inc.update(s0)
+    added = node("n2", "198.18.10.2", ready=False)
+    s1 = s0.replace(Node.KIND, {added.key: added})
+    r1 = inc.update(s1, changed=[(Node.KIND, added.key)])
+    assert r1.ir.listeners is r0.ir.listeners
+    assert [(m.address, m.port, m.state) for m in r1.ir.pools["pool/shop/web/80"].members] == [
+        ("198.18.10.1", 30080, MemberState.READY), ("198.18.10.2", 30080, MemberState.NOT_READY)]
+    assert r1 == translate(s1, opts)
+
+
+def test_node_change_is_structural_in_clusterip_mode() -> None:
+    """Outside nodeport mode a Node is not an endpoint kind: the result still equals full."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = base_snapshot()
+    inc.update(s0)
+    added = node("n1", "198.18.10.1")
+    s1 = s0.replace(Node.KIND, {added.key: added})
+    assert inc.update(s1, changed=[(Node.KIND, added.key)]) == translate(s1, OPTS)
