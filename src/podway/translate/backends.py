@@ -1,20 +1,20 @@
-"""Backends: a Service port becomes a pool; the backend mode decides its members.
+"""Backends: a Service port becomes a pool spec (name + settings), members come later.
 
 Route translation only asks for a pool *name* (``PoolSpec``); members are resolved afterwards,
-per pool, by a ``MemberResolver``. That split is what makes endpoint changes incremental: a
-changed EndpointSlice re-resolves the pools of its Service and nothing else.
+per pool, by a ``MemberResolver`` (``podway.translate.members``). That split is what makes
+endpoint changes incremental: a changed EndpointSlice re-resolves the pools of its Service and
+nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from podway.ir import Member, MemberState, PoolProtocol, PoolSettings
-from podway.model import EndpointSlice, ObjectRef, Service
+from podway.ir import PoolProtocol, PoolSettings
+from podway.model import ObjectRef, Service
 from podway.model.core import ServicePort
 from podway.model.snapshot import Key
+from podway.translate.options import BackendMode, TranslateOptions
 
 ServiceKey = Key  # (namespace, name) of a Service
 
@@ -28,6 +28,7 @@ class PoolSpec:
     port: ServicePort
     settings: PoolSettings
     origin: ObjectRef
+    external_traffic_policy: str | None = None
 
 
 _APP_PROTOCOLS = {
@@ -44,7 +45,8 @@ def http_pool(service: Service, port: ServicePort) -> PoolSpec:
     ns, name = service.key
     protocol = _APP_PROTOCOLS.get((port.app_protocol or "").lower(), PoolProtocol.HTTP1)
     return PoolSpec(name=f"pool/{ns}/{name}/{port.port}", service=service.key, port=port,
-                    settings=PoolSettings(protocol=protocol), origin=service.ref)
+                    settings=PoolSettings(protocol=protocol), origin=service.ref,
+                    external_traffic_policy=service.spec.external_traffic_policy)
 
 
 def l4_pool(service: Service, port: ServicePort) -> PoolSpec:
@@ -52,7 +54,8 @@ def l4_pool(service: Service, port: ServicePort) -> PoolSpec:
     ns, name = service.key
     protocol = PoolProtocol.UDP if port.protocol == "UDP" else PoolProtocol.TCP
     return PoolSpec(name=f"pool/{ns}/{name}/{port.port}/{protocol.value}", service=service.key,
-                    port=port, settings=PoolSettings(protocol=protocol), origin=service.ref)
+                    port=port, settings=PoolSettings(protocol=protocol), origin=service.ref,
+                    external_traffic_policy=service.spec.external_traffic_policy)
 
 
 def find_port(service: Service, *, number: int | None = None, name: str | None = None
@@ -63,74 +66,10 @@ def find_port(service: Service, *, number: int | None = None, name: str | None =
     return None
 
 
-class MemberResolver(Protocol):
-    """Resolves the members of one pool from an endpoint index. Pure."""
-
-    def members(self, spec: PoolSpec, index: EndpointIndex) -> tuple[Member, ...]: ...
-
-
-class EndpointIndex:
-    """EndpointSlices grouped by Service, kept up to date one slice at a time."""
-
-    __slots__ = ("_by_service", "_service_of")
-
-    def __init__(self, slices: Iterable[EndpointSlice] = ()) -> None:
-        self._by_service: dict[ServiceKey, dict[Key, EndpointSlice]] = {}
-        self._service_of: dict[Key, ServiceKey] = {}
-        for item in slices:
-            self.put(item.key, item)
-
-    def put(self, key: Key, item: EndpointSlice | None) -> ServiceKey | None:
-        """Insert, replace or (``None``) delete one slice; returns the Service it belonged to."""
-        old_service = self._service_of.pop(key, None)
-        if old_service is not None:
-            self._by_service[old_service].pop(key, None)
-        if item is None or item.service_name is None:
-            return old_service
-        service = (item.metadata.namespace, item.service_name)
-        self._by_service.setdefault(service, {})[key] = item
-        self._service_of[key] = service
-        return service
-
-    def slices(self, service: ServiceKey) -> Mapping[Key, EndpointSlice]:
-        return self._by_service.get(service, {})
-
-
-class ClusterIPResolver:
-    """``clusterip`` mode: members are PodIP:port straight from the Service's EndpointSlices."""
-
-    def members(self, spec: PoolSpec, index: EndpointIndex) -> tuple[Member, ...]:
-        found: dict[tuple[str, int], Member] = {}
-        want_name = spec.port.name or ""
-        for item in index.slices(spec.service).values():
-            if item.address_type == "FQDN":
-                continue
-            port = next((p.port for p in item.ports if (p.name or "") == want_name
-                         and p.protocol == spec.port.protocol and p.port is not None), None)
-            if port is None:
-                continue
-            for endpoint in item.endpoints:
-                state = _state(endpoint.conditions.ready, endpoint.conditions.terminating)
-                target = endpoint.target_ref
-                origin = (ObjectRef(target.kind or "Pod", target.namespace or spec.service[0],
-                                    target.name) if target is not None and target.name else None)
-                for address in endpoint.addresses:
-                    previous = found.get((address, port))
-                    # Duplicates across slices happen during moves; the most useful state wins.
-                    if previous is not None and _RANK[previous.state] <= _RANK[state]:
-                        continue
-                    found[(address, port)] = Member(address=address, port=port, state=state,
-                                                    origin=origin, node=endpoint.node_name,
-                                                    zone=endpoint.zone)
-        return tuple(found[k] for k in sorted(found))
-
-
-_RANK = {MemberState.READY: 0, MemberState.DRAINING: 1, MemberState.NOT_READY: 2}
-
-
-def _state(ready: bool | None, terminating: bool | None) -> MemberState:
-    if terminating:
-        return MemberState.DRAINING
-    if ready is False:
-        return MemberState.NOT_READY
-    return MemberState.READY  # Kubernetes: an unset ready condition means ready
+def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:
+    """Why ``port`` of ``service`` cannot be a backend in the configured mode, if it cannot."""
+    if opts.mode is BackendMode.NODEPORT and not port.node_port:
+        ns, name = service.key
+        return (f"Service {ns}/{name} port {port.port} has no nodePort (type "
+                f"{service.spec.type}); nodeport mode needs type NodePort or LoadBalancer")
+    return None

@@ -28,7 +28,7 @@ from podway.ir.route import Action
 from podway.model import Ingress, IngressClass, Service
 from podway.model.networking import IngressBackend
 from podway.model.snapshot import Snapshot
-from podway.translate.backends import PoolSpec, find_port, http_pool
+from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
 from podway.translate.hosts import covers, host_order, valid_hostname
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity
@@ -158,7 +158,7 @@ class IngressTranslation:
         port = find_port(service, number=ref.port.number, name=ref.port.name)
         if port is None:
             wanted = (f"port {ref.port.number}" if ref.port.number is not None
-                      else f"a port named {ref.port.name!r}")
+                      else f"port named {ref.port.name!r}")
             self._problem(ingress, Reason.BACKEND_NOT_FOUND,
                           f"Service {ns}/{ref.name} has no {wanted}", f"{where}.service.port")
             return DirectResponse(status=503)
@@ -166,6 +166,10 @@ class IngressTranslation:
             self._problem(ingress, Reason.UNSUPPORTED_PROTOCOL,
                           f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, not TCP",
                           f"{where}.service.port")
+            return DirectResponse(status=503)
+        unusable = mode_problem(service, port, self.opts)
+        if unusable is not None:
+            self._problem(ingress, Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
             return DirectResponse(status=503)
         spec = http_pool(service, port)
         self.pools.setdefault(spec.name, spec)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from podway.ir import L4Route, Listener, Protocol, WeightedPool
 from podway.model import Service
-from podway.translate.backends import PoolSpec, l4_pool
+from podway.translate.backends import PoolSpec, l4_pool, mode_problem
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason
 
@@ -34,8 +34,6 @@ class ServiceTranslation:
     def add(self, service: Service) -> None:
         ns, name = service.key
         address = vip(service, self.opts)
-        if service.spec.type == "LoadBalancer" and not service.spec.selector:
-            pass  # endpoints may be managed by hand (EndpointSlices without a selector)
         for i, port in enumerate(service.spec.ports):
             if port.protocol not in ("TCP", "UDP"):
                 self.problems.append(Problem(
@@ -43,6 +41,10 @@ class ServiceTranslation:
                     message=f"port {port.port}/{port.protocol} is not served (TCP and UDP only)",
                     field=f"spec.ports[{i}].protocol"))
                 continue
+            unusable = mode_problem(service, port, self.opts)
+            if unusable is not None:
+                self.problems.append(Problem(ref=service.ref, reason=Reason.BACKEND_NOT_FOUND,
+                                             message=unusable, field=f"spec.ports[{i}].nodePort"))
             spec = l4_pool(service, port)
             self.pools.setdefault(spec.name, spec)
             proto = Protocol.UDP if port.protocol == "UDP" else Protocol.TCP
