@@ -11,11 +11,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from podway.ir.dump import to_yaml
+from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
 from podway.model.loader import load_paths
+from podway.render.statuses import status_table
 from podway.render.table import served_table
 from podway.translate import BackendMode, Severity, TranslateOptions, translate
+from podway.translate.status import statuses_to_api
 
 
 def register(app: typer.Typer) -> None:
@@ -32,6 +34,9 @@ def validate(
     https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
     mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
     = BackendMode.CLUSTERIP,
+    status_file: Annotated[Path | None, typer.Option(
+        help="Write the status of every object Podway owns (Gateway API) to this YAML file.")]
+    = None,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
     out = Console()
@@ -51,9 +56,13 @@ def validate(
         out.print(to_yaml(result.ir), end="", highlight=False, soft_wrap=True)
     else:
         out.print(served_table(result.ir))
+        if result.statuses:
+            out.print(status_table(result.statuses))
         errors = len(loaded.errors) + sum(p.severity is Severity.ERROR for p in result.problems)
         warnings = sum(p.severity is Severity.WARNING for p in result.problems)
         out.print(f"{len(loaded.objects)} objects, {len(result.ir.listeners)} listeners, "
                   f"{len(result.ir.pools)} pools; {errors} errors, {warnings} warnings")
+    if status_file is not None:
+        status_file.write_text(dump_yaml(statuses_to_api(result.statuses)), encoding="utf-8")
     if loaded.errors or result.has_errors:
         raise typer.Exit(1)

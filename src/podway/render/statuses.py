@@ -1,0 +1,50 @@
+"""Object statuses for people: one row per object (and per Gateway listener / route parent).
+
+The full API form (``podway.translate.status.statuses_to_api``) goes to ``--status-file``; this
+table is the summary ``podway validate`` prints: "ok" when every condition is healthy, else
+each unhealthy condition as ``Type=Status(Reason): message`` in red.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.table import Table
+
+from podway.model import ObjectRef
+from podway.translate.status import Condition, ObjectStatus
+
+
+def _conditions(conditions: tuple[Condition, ...]) -> str:
+    parts = []
+    for c in conditions:
+        # Conflicted and PartiallyInvalid are negative-polarity: True is the bad value.
+        if c.status is (c.type not in ("Conflicted", "PartiallyInvalid")):
+            continue
+        value = "Unknown" if c.status is None else c.status
+        parts.append(f"[red]{c.type}={value}({c.reason})[/red]: {c.message}")
+    return "\n".join(parts) or "[green]ok[/green]"
+
+
+def status_table(statuses: Mapping[ObjectRef, ObjectStatus]) -> Table:
+    table = Table(title="Status", title_justify="left")
+    for column in ("object", "part", "conditions"):
+        table.add_column(column, overflow="fold")
+    for ref in sorted(statuses):
+        status = statuses[ref]
+        name = str(ref)
+        if status.conditions:
+            table.add_row(name, "", _conditions(status.conditions))
+            name = ""
+        for ls in status.listeners:
+            table.add_row(name, f"listener {ls.name} ({ls.attached_routes} routes)",
+                          _conditions(ls.conditions))
+            name = ""
+        for parent in status.parents:
+            p = parent.parent_ref
+            part = f"{p.kind} {p.namespace}/{p.name}" + (
+                f" {p.section_name}" if p.section_name else "") + (
+                f" :{p.port}" if p.port else "")
+            table.add_row(name, part, _conditions(parent.conditions))
+            name = ""
+    return table

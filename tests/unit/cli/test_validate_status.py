@@ -1,0 +1,43 @@
+"""``podway validate`` with Gateway API objects: the status table and ``--status-file``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from podway.cli import app
+from podway.commands import register
+
+register(app)
+runner = CliRunner()
+CASES = Path(__file__).parents[2] / "golden/translate"
+
+
+def test_status_file_holds_api_shaped_status(tmp_path: Path) -> None:
+    """--status-file writes every owned object's status in Kubernetes form."""
+    out = tmp_path / "status.yaml"
+    result = runner.invoke(app, ["validate", "--status-file", str(out),
+                                 str(CASES / "gateway-basic-http.in.yaml")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(out.read_text())
+    kinds = [(d["kind"], d["name"]) for d in data]
+    assert kinds == [("Gateway", "web"), ("GatewayClass", "podway"), ("HTTPRoute", "shop")]
+    gateway = data[0]["status"]
+    assert gateway["listeners"][0]["attachedRoutes"] == 1
+    assert {c["type"]: c["status"] for c in gateway["conditions"]} == {
+        "Accepted": "True", "Programmed": "True"}
+    parent = data[2]["status"]["parents"][0]
+    assert parent["parentRef"]["name"] == "web"
+    assert parent["conditions"][0]["observedGeneration"] == 7
+
+
+def test_status_table_shows_failed_conditions() -> None:
+    """The status table names each failed condition with its reason; exit status is 1."""
+    result = runner.invoke(app, ["validate", str(CASES / "gateway-allowed-routes.in.yaml")],
+                           env={"COLUMNS": "250"})
+    assert result.exit_code == 1
+    assert "Accepted=False(NoMatchingParent)" in result.output
+    assert "ResolvedRefs=False(InvalidRouteKinds)" in result.output

@@ -1,0 +1,197 @@
+"""Gateway API rules in isolation: hostname intersection, precedence keys, references, parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from podway.ir import Forward, PathKind
+from podway.model import Snapshot
+from podway.model.gateway import LabelSelector, ReferenceGrant
+from podway.model.gateway_routes import HTTPRoute
+from podway.model.loader import load_text
+from podway.translate import translate
+from podway.translate.gateway.attach import intersect
+from podway.translate.gateway.filters import RedirectSpec, duration_ms
+from podway.translate.gateway.httproute import compile_route
+from podway.translate.gateway.refs import ReferenceGrants, RefIssue
+
+CLASS_AND_GATEWAY = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: podway}
+spec: {controllerName: podway.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  gatewayClassName: podway
+  listeners: [{name: http, protocol: HTTP, port: 80, hostname: "*.example.com"}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc}
+spec: {ports: [{port: 80}]}
+"""
+
+
+@pytest.mark.parametrize(("listener", "route", "expected"), [
+    (None, (), ("*",)),
+    ("a.example.com", (), ("a.example.com",)),
+    (None, ("a.example.com",), ("a.example.com",)),
+    ("*.example.com", ("a.b.example.com",), ("a.b.example.com",)),
+    ("*.example.com", ("example.com",), ()),
+    ("*.example.com", ("*.b.example.com",), ("*.b.example.com",)),
+    ("a.example.com", ("*.example.com",), ("a.example.com",)),
+    ("*.b.example.com", ("*.example.com",), ("*.b.example.com",)),
+    ("a.example.com", ("b.example.com",), ()),
+    ("*.example.com", ("x.example.org", "y.example.com"), ("y.example.com",)),
+])
+def test_hostname_intersection(listener: str | None, route: tuple[str, ...],
+                               expected: tuple[str, ...]) -> None:
+    """Route and listener hostnames intersect as the spec says (wildcards: any label depth)."""
+    assert intersect(listener, route) == expected
+
+
+@pytest.mark.parametrize(("text", "ms"), [("1h", 3_600_000), ("1m30s", 90_000), ("2s500ms", 2500),
+                                          ("0s", 0), ("1h2m3s4ms", 3_723_004)])
+def test_durations_parse(text: str, ms: int) -> None:
+    """Gateway API durations convert to milliseconds."""
+    assert duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "1", "1d", "1.5s", "-1s", "1s ", "123456s"])
+def test_bad_durations_are_rejected(text: str) -> None:
+    """Anything outside the Gateway API duration grammar is a ValueError."""
+    with pytest.raises(ValueError, match="duration"):
+        duration_ms(text)
+
+
+def test_redirect_port_follows_the_spec() -> None:
+    """Explicit port wins; else the scheme's well-known port; else the listener's port."""
+    base = {"hostname": None, "path": None, "prefix": None, "status_code": 302}
+    assert RedirectSpec(scheme=None, port=None, **base).build(listener_port=8080).port == 8080
+    assert RedirectSpec(scheme="https", port=None, **base).build(listener_port=80).port == 443
+    assert RedirectSpec(scheme="http", port=None, **base).build(listener_port=8443).port == 80
+    assert RedirectSpec(scheme="https", port=8443, **base).build(listener_port=80).port == 8443
+
+
+def test_label_selector_semantics() -> None:
+    """matchLabels and every matchExpressions operator behave as in Kubernetes."""
+    sel = LabelSelector.model_validate({
+        "matchLabels": {"team": "a"},
+        "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "stage"]},
+                             {"key": "legacy", "operator": "DoesNotExist"},
+                             {"key": "tier", "operator": "NotIn", "values": ["db"]}]})
+    assert sel.matches({"team": "a", "env": "prod"})
+    assert not sel.matches({"team": "b", "env": "prod"})
+    assert not sel.matches({"team": "a", "env": "dev"})
+    assert not sel.matches({"team": "a", "env": "prod", "legacy": "x"})
+    assert not sel.matches({"team": "a", "env": "prod", "tier": "db"})
+    assert LabelSelector().matches({"anything": "goes"})
+
+
+def test_reference_grant_needs_matching_from_and_to() -> None:
+    """A grant must live in the target namespace and name the referrer and the target."""
+    grant = ReferenceGrant.model_validate({
+        "metadata": {"name": "g", "namespace": "backends"},
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
+                           "namespace": "apps"}],
+                 "to": [{"group": "", "kind": "Service", "name": "api"}]}})
+    grants = ReferenceGrants({grant.key: grant})
+    ask = {"from_group": "gateway.networking.k8s.io", "from_kind": "HTTPRoute",
+           "from_namespace": "apps", "to_group": "", "to_kind": "Service",
+           "to_namespace": "backends", "to_name": "api"}
+    assert grants.permits(**ask)
+    assert not grants.permits(**{**ask, "to_name": "db"})
+    assert not grants.permits(**{**ask, "from_kind": "GRPCRoute"})
+    assert not grants.permits(**{**ask, "from_namespace": "other"})
+    assert not grants.permits(**{**ask, "to_namespace": "elsewhere"})
+    assert grants.permits(**{**ask, "to_namespace": "apps"})  # same namespace needs no grant
+
+
+def _route(rules: str) -> HTTPRoute:
+    text = f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r}}
+spec:
+  rules:
+{rules}"""
+    [route] = load_text(text).objects
+    assert isinstance(route, HTTPRoute)
+    return route
+
+
+def test_precedence_keys_order_matches_as_the_spec_lists() -> None:
+    """Exact > regex > longer prefix > method > more headers > more query params > rule order."""
+    route = _route("""
+  - matches:
+    - {path: {type: PathPrefix, value: /a}}
+    - {path: {type: PathPrefix, value: /a}, queryParams: [{name: q, value: "1"}]}
+    - {path: {type: PathPrefix, value: /a}, headers: [{name: h, value: "1"}]}
+    - {path: {type: PathPrefix, value: /a}, method: GET, queryParams: [{name: q, value: "1"}]}
+    - {path: {type: PathPrefix, value: /a/b}}
+    - {path: {type: RegularExpression, value: "/a.*"}}
+    - {path: {type: Exact, value: /a}}
+  - matches: [{path: {type: PathPrefix, value: /a}}]
+""")
+    compiled = compile_route(route, lambda ref: RefIssue("BackendNotFound", "none"))
+    ordered = [m.name.split("/rule/")[1] for m in sorted(compiled.matches, key=lambda m: m.key)]
+    assert ordered == ["0/match/6", "0/match/5", "0/match/4", "0/match/3", "0/match/2",
+                       "0/match/1", "0/match/0", "1/match/0"]
+
+
+def test_prefix_matches_are_normalised_without_trailing_slash() -> None:
+    """PathPrefix /a/ is the element-wise prefix /a (the IR matches whole path elements)."""
+    route = _route("  - matches: [{path: {type: PathPrefix, value: /a/}}]\n")
+    [m] = compile_route(route, lambda ref: RefIssue("BackendNotFound", "none")).matches
+    assert (m.match.path.kind, m.match.path.value) == (PathKind.PREFIX, "/a")
+
+
+def test_attached_routes_count_only_accepted_routes() -> None:
+    """A route whose hostnames miss the listener is not counted in attachedRoutes."""
+    routes = """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: fits}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.example.com]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: misses}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.example.org]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+"""
+    result = translate(Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects))
+    gateway = next(s for r, s in result.statuses.items() if r.kind == "Gateway")
+    assert gateway.listeners[0].attached_routes == 1
+    misses = next(s for r, s in result.statuses.items() if r.name == "misses")
+    accepted = misses.parents[0].conditions[0]
+    assert (accepted.type, accepted.status, accepted.reason) == (
+        "Accepted", False, "NoMatchingListenerHostname")
+
+
+def test_unresolved_share_keeps_its_weight_as_500() -> None:
+    """An unresolvable backendRef's weight is answered with 500, next to the good share."""
+    routes = """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: split}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: svc, port: 80, weight: 3}, {name: gone, port: 80, weight: 1}]}]
+"""
+    result = translate(Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects))
+    [vhost] = result.ir.listeners[0].virtual_hosts
+    action = vhost.routes[0].action
+    assert isinstance(action, Forward)
+    assert [(b.pool, b.weight, b.status) for b in action.backends] == [
+        ("pool/default/svc/80", 3, 500), (None, 1, 500)]
