@@ -5,7 +5,10 @@ during one translation (tracemalloc), and the time to re-translate after one End
 changes (IncrementalTranslator, p50/p99). Targets: 1,000 paths ≤ 50 ms, 10,000 ≤ 500 ms; the
 endpoint update must not grow with the cluster.
 
-    python bench/translate.py [--sizes 1000,10000] [--runs 5]
+Then Gateway API: N HTTPRoutes x 3 rules on one Gateway, translated with every route's and
+listener's status in the same pass. Target: 1,000 routes ≤ 100 ms.
+
+    python bench/translate.py [--sizes 1000,10000] [--runs 5] [--gateway-routes 1000]
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import tracemalloc
 from typing import Any
 
 from podway.model import EndpointSlice, Ingress, K8sObject, Service, Snapshot
+from podway.model.loader import parse_object
 from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from podway.translate.gateway import GatewayTranslation
 
 PATHS_PER_HOST = 10
 OPTS = TranslateOptions(address="198.18.0.1")
@@ -100,13 +105,82 @@ def bench(paths: int, runs: int) -> None:
     print(f"    endpoint update    p50 {ms(p50)}  p99 {ms(p99)}  (one EndpointSlice changed)")
 
 
+GW = "gateway.networking.k8s.io/v1"
+
+
+def gateway_cluster(routes: int) -> Snapshot:
+    """One Gateway; N HTTPRoutes over 200 hostnames, each with an Exact rule, a PathPrefix +
+    header rule with a header filter and a 9:1 split whose small share is unresolvable (500),
+    and a PathPrefix + method rule; one Service per route, 50 namespaces."""
+    raw: list[dict[str, Any]] = [
+        {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "podway"},
+         "spec": {"controllerName": "podway.io/gateway-controller"}},
+        {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "gw", "namespace": "infra"},
+         "spec": {"gatewayClassName": "podway", "listeners": [
+             {"name": "http", "protocol": "HTTP", "port": 80,
+              "allowedRoutes": {"namespaces": {"from": "All"}}}]}}]
+    for i in range(routes):
+        ns, svc = f"team-{i % 50}", {"name": f"svc-{i}", "port": 80}
+        raw.append({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": f"svc-{i}", "namespace": ns},
+                    "spec": {"ports": [{"name": "http", "port": 80}]}})
+        raw.append({"apiVersion": GW, "kind": "HTTPRoute", "metadata": {
+            "name": f"route-{i}", "namespace": ns,
+            "creationTimestamp": f"2024-01-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z"},
+            "spec": {"parentRefs": [{"name": "gw", "namespace": "infra"}],
+                     "hostnames": [f"app-{i % 200}.example.com"], "rules": [
+                {"matches": [{"path": {"type": "Exact", "value": f"/r{i}/exact"}}],
+                 "backendRefs": [svc]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": f"/r{i}"},
+                              "headers": [{"name": "x-canary", "value": "1"}]}],
+                 "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                     "set": [{"name": "x-route", "value": str(i)}]}}],
+                 "backendRefs": [{**svc, "weight": 9}, {"name": "gone", "port": 80, "weight": 1}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": f"/r{i}"},
+                              "method": "GET"}], "backendRefs": [svc]}]}})
+    objects = []
+    for item in raw:
+        obj, error = parse_object(item)
+        assert obj is not None, error
+        objects.append(obj)
+    return Snapshot.of_objects(objects)
+
+
+def bench_gateway(routes: int, runs: int) -> None:
+    snapshot = gateway_cluster(routes)
+    times = []
+    for _ in range(runs):
+        gc.collect()
+        start = time.perf_counter()
+        result = translate(snapshot, OPTS)
+        times.append(time.perf_counter() - start)
+    statuses = sum(1 for ref in result.statuses if ref.kind == "HTTPRoute")
+    ir_routes = sum(len(v.routes) for lst in result.ir.listeners for v in lst.virtual_hosts)
+    assert statuses == routes, statuses
+    assert ir_routes == 3 * routes, ir_routes
+    status_times = []
+    for _ in range(runs):
+        gw = GatewayTranslation(snapshot=snapshot, opts=OPTS)
+        gw.run()
+        start = time.perf_counter()
+        gw.statuses()
+        status_times.append(time.perf_counter() - start)
+    print(f"{routes:>6} HTTPRoutes x 3 rules ({ir_routes} IR routes, {statuses} route statuses)")
+    print(f"    full translation   median {ms(statistics.median(times))}  min {ms(min(times))}"
+          "  (IR + every status)")
+    print(f"    of which statuses  median {ms(statistics.median(status_times))}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--gateway-routes", default="1000")
     args = parser.parse_args()
     for size in (int(s) for s in args.sizes.split(",")):
         bench(size, args.runs)
+    for size in (int(s) for s in args.gateway_routes.split(",") if s):
+        bench_gateway(size, args.runs)
 
 
 if __name__ == "__main__":

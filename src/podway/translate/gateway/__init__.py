@@ -17,14 +17,21 @@ from podway.ir import Listener, Protocol
 from podway.model import ObjectRef
 from podway.model.core import Namespace
 from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
-from podway.model.gateway_routes import ROUTE_KINDS, AnyRoute, GRPCRoute, HTTPRoute, TLSRoute
+from podway.model.gateway_routes import (
+    ROUTE_KINDS,
+    AnyRoute,
+    BackendObjectReference,
+    GRPCRoute,
+    HTTPRoute,
+    TLSRoute,
+)
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
 from podway.translate.gateway import status as st
 from podway.translate.gateway.assemble import PortBuilder, builders
 from podway.translate.gateway.attach import attach, parent_key
 from podway.translate.gateway.backendtls import BackendTLS, index_policies
-from podway.translate.gateway.httproute import CompiledRoute, Issue, compile_route
+from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
 from podway.translate.gateway.l4routes import CompiledL4, compile_l4
 from podway.translate.gateway.listeners import (
     PARTIAL_ADDRESS,
@@ -32,7 +39,7 @@ from podway.translate.gateway.listeners import (
     GwListener,
     prepare,
 )
-from podway.translate.gateway.refs import ReferenceGrants, Referrer, resolve_backend
+from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Severity
@@ -56,6 +63,7 @@ class GatewayTranslation:
     _l4_owner: dict[tuple[Key, str], str] = field(default_factory=dict)
     _tls: BackendTLS = field(default_factory=BackendTLS)
     _by_ir_name: dict[str, list[GwListener]] = field(default_factory=dict)
+    _resolved: dict[tuple[object, ...], PoolSpec | RefIssue] = field(default_factory=dict)
 
     def run(self) -> list[Listener]:
         snap = self.snapshot
@@ -111,9 +119,7 @@ class GatewayTranslation:
         if not outcomes:
             return
         self._missing_parents(route)
-        resolve = partial(resolve_backend, referrer=Referrer(GROUP, kind, ns),
-                          flavour=_FLAVOUR[kind], snapshot=self.snapshot, grants=grants,
-                          upstream_tls=self._tls.targets)
+        resolve = self._resolver(kind, ns, grants)
         compiled: CompiledRoute | CompiledL4
         if isinstance(route, HTTPRoute | GRPCRoute):
             compiled = compile_route(route, resolve)
@@ -133,6 +139,23 @@ class GatewayTranslation:
                 outcome.attachments.clear()
         if not dropped_all:
             self._place(compiled, state)
+
+    def _resolver(self, kind: str, ns: str, grants: ReferenceGrants) -> Resolve:
+        """backendRef resolution for one route kind and namespace, memoised per translation
+        (the same Service is typically named by many rules and routes)."""
+        uncached = partial(resolve_backend, referrer=Referrer(GROUP, kind, ns),
+                           flavour=_FLAVOUR[kind], snapshot=self.snapshot, grants=grants,
+                           upstream_tls=self._tls.targets)
+        cache = self._resolved
+
+        def resolve(ref: BackendObjectReference) -> PoolSpec | RefIssue:
+            key = (kind, ns, ref.group, ref.kind, ref.namespace, ref.name, ref.port)
+            hit = cache.get(key)
+            if hit is None:
+                hit = cache[key] = uncached(ref)
+            return hit
+
+        return resolve
 
     def _missing_parents(self, route: AnyRoute) -> None:
         """A warning for each parentRef naming a Gateway that does not exist at all."""
