@@ -8,9 +8,9 @@ from typing import Any
 import aiohttp
 from builders import NODE, eventually, node_obj, pod_obj, service_obj
 from fakes import FakeOpener, FakeRules
+from harness import StartAgent
 from kubeemu import KubeEmulator
 
-from conftest import StartAgent
 from podway.agent.metrics import make_app, serve
 from podway.agent.types import Rule
 
