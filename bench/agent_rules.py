@@ -1,6 +1,7 @@
 """Benchmark of the NodePortLocal kernel backends, in a throw-away network namespace.
 
-Measures, for nftables and iptables: a full sync of 1,000 and 5,000 mappings, and the p50/p99
+Measures, for nftables (through libnftables, the default, and through the ``nft`` command,
+"nftables-cli") and iptables: a full sync of 1,000 and 5,000 mappings, and the p50/p99
 of one incremental add or remove with 1,000 mappings in place (each change is one batch, one
 process: what a worker does for one pod). Targets: full sync of 1,000 <= 200 ms; single change
 p99 <= 10 ms with nftables. Needs root (it creates a namespace); prints a reason otherwise.
@@ -36,7 +37,7 @@ def p(values: list[float], q: float) -> float:
 
 
 async def bench_backend(kind: str, netns: str, changes: int) -> list[str]:
-    rules = make_rules(kind, netns=netns)
+    rules = make_rules(kind.removesuffix("-cli"), netns=netns, nft_lib=not kind.endswith("-cli"))
     lines = []
     try:
         for count in (1000, 5000):
@@ -47,7 +48,7 @@ async def bench_backend(kind: str, netns: str, changes: int) -> list[str]:
             installed = await rules.installed()
             assert installed is not None
             assert len(installed) == count, (kind, count, len(installed))
-            lines.append(f"{kind:9} full sync {count:5} mappings: {took:8.1f} ms")
+            lines.append(f"{kind:12} full sync {count:5} mappings: {took:8.1f} ms")
         await rules.sync(mappings(1000))
         add_ms: list[float] = []
         remove_ms: list[float] = []
@@ -61,12 +62,13 @@ async def bench_backend(kind: str, netns: str, changes: int) -> list[str]:
             await rules.apply(add=[], remove=[extra])
             remove_ms.append((time.perf_counter() - start) * 1000)
         both = add_ms + remove_ms
-        lines.append(f"{kind:9} single change, 1000 in place: add p50 "
+        lines.append(f"{kind:12} single change, 1000 in place: add p50 "
                      f"{statistics.median(add_ms):.1f} ms p99 {p(add_ms, 0.99):.1f} ms; "
                      f"remove p50 {statistics.median(remove_ms):.1f} ms "
                      f"p99 {p(remove_ms, 0.99):.1f} ms; all p99 {p(both, 0.99):.1f} ms")
     finally:
         await rules.cleanup()
+        rules.close()
     return lines
 
 
@@ -80,7 +82,8 @@ def main() -> int:
     netns = f"pwbench-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
-        for kind, tool in (("nftables", "nft"), ("iptables", "iptables-restore")):
+        for kind, tool in (("nftables", "nft"), ("nftables-cli", "nft"),
+                           ("iptables", "iptables-restore")):
             if shutil.which(tool) is None:
                 print(f"{kind}: skipped ({tool} not installed)")
                 continue

@@ -15,7 +15,7 @@ from kubeemu import KubeEmulator
 from netlab import CLIENT_IP, NODE_IP, POD_IPS, Lab, netns_unavailable, sh
 
 from podway.agent.ports import KernelSocketOpener
-from podway.agent.rules import make_rules
+from podway.agent.rules import KernelRules, make_rules
 from podway.agent.types import Rule
 
 pytestmark = pytest.mark.netns
@@ -23,9 +23,14 @@ _WHY = netns_unavailable()
 if _WHY:
     pytest.skip(_WHY, allow_module_level=True)
 
-TOOLS = {"nftables": "nft", "iptables": "iptables-restore"}
+TOOLS = {"nftables": "nft", "nftables-cli": "nft", "iptables": "iptables-restore"}
 BACKENDS = [pytest.param(kind, marks=pytest.mark.skipif(
     shutil.which(tool) is None, reason=f"{tool} is not installed")) for kind, tool in TOOLS.items()]
+
+
+def backend(kind: str, netns: str) -> KernelRules:
+    """nftables via libnftables, nftables via the nft command, or iptables."""
+    return make_rules(kind.removesuffix("-cli"), netns=netns, nft_lib=not kind.endswith("-cli"))
 ANN = "nodeportlocal.antrea.io"
 
 
@@ -58,7 +63,7 @@ def leftovers(lab: Lab) -> list[str]:
 
 
 def hand_delete(lab: Lab, kind: str, rule: Rule) -> None:
-    if kind == "nftables":
+    if kind.startswith("nftables"):
         sh("nft", "delete", "element", "ip", "podway", f"npl_{rule.protocol}",
            f"{{ {rule.node_port} }}", ns=lab.node)
     else:
@@ -70,7 +75,7 @@ def hand_delete(lab: Lab, kind: str, rule: Rule) -> None:
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_client_and_node_reach_pods_without_snat(lab: Lab, kind: str) -> None:
     """Node ports DNAT to each pod (TCP, UDP); the pod sees the client's address; node works."""
-    rules = make_rules(kind, netns=lab.node)
+    rules = backend(kind, lab.node)
     wanted = {to("pod1", 61000), to("pod2", 61001), to("pod1", 61000, "udp", 5353)}
     try:
         await rules.sync(wanted)
@@ -90,13 +95,14 @@ async def test_client_and_node_reach_pods_without_snat(lab: Lab, kind: str) -> N
         assert lab.ask("tcp", NODE_IP, 61005) is None  # unmapped port: nothing answers
     finally:
         await rules.cleanup()
+        rules.close()
     assert leftovers(lab) == []
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> None:
     """Deltas land in the kernel; a hand-deleted rule is repaired; cleanup leaves nothing."""
-    rules = make_rules(kind, netns=lab.node)
+    rules = backend(kind, lab.node)
     try:
         await rules.sync([to("pod1", 61000)])
         await rules.apply(add=[to("pod2", 61001), to("pod2", 61000)], remove=[])
@@ -112,6 +118,7 @@ async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> No
         assert reply.startswith("pod2 ")
     finally:
         await rules.cleanup()
+        rules.close()
     assert leftovers(lab) == []
 
 
@@ -124,8 +131,9 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
     for name, ip in POD_IPS.items():
         emu.put("pods", pod_obj(name, ip=ip))
     opener = KernelSocketOpener(netns=lab.node)
+    rules = backend(kind, lab.node)
     try:
-        agent = await start_agent(rules=make_rules(kind, netns=lab.node), opener=opener,
+        agent = await start_agent(rules=rules, opener=opener,
                                   port_range="61000-61010", resync=0.2)
 
         def ports() -> dict[str, int]:
@@ -159,9 +167,11 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
         await start_agent.stop(agent)
     finally:
         opener.close()
+        rules.close()
     opener2 = KernelSocketOpener(netns=lab.node)
+    rules2 = backend(kind, lab.node)
     try:
-        again = await start_agent(rules=make_rules(kind, netns=lab.node), opener=opener2,
+        again = await start_agent(rules=rules2, opener=opener2,
                                   port_range="61000-61010", resync=0.2)
         await eventually(lambda: len(again.queue) == 0)
         assert ports() == first
@@ -172,6 +182,7 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
         await start_agent.stop(again)
     finally:
         opener2.close()
+        rules2.close()
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "agent", "cleanup", "--netns", lab.node,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

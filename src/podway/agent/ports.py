@@ -12,15 +12,14 @@ The table does no kernel-rule work; the controller turns entries into ``Rule`` v
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import os
 import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from podway.agent.netns import single_thread
 from podway.agent.types import L4, PodKey, Rule
 from podway.errors import ConfigError
 
@@ -65,20 +64,6 @@ class SocketOpener(Protocol):
     def open(self, *, port: int, protocol: L4) -> Reservation: ...
 
 
-_CLONE_NEWNET = 0x40000000
-
-
-def _enter_netns(name: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
-    try:
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({name}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
 class KernelSocketOpener:
     """Binds real sockets on ``0.0.0.0:port`` (not listening: traffic is DNATed before any local
     delivery). With ``netns``, sockets are made by one dedicated thread that has joined that
@@ -87,10 +72,7 @@ class KernelSocketOpener:
     def __init__(self, *, netns: str | None = None) -> None:
         self._pool: ThreadPoolExecutor | None = None
         if netns is not None:
-            self._pool = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"netns-{netns}",
-                initializer=_enter_netns, initargs=(netns,))
-            self._pool.submit(lambda: None).result()  # fail early if the namespace is wrong
+            self._pool = single_thread(netns=netns, name="npl-sockets")
 
     def open(self, *, port: int, protocol: L4) -> Reservation:
         if self._pool is None:

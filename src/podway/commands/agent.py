@@ -78,8 +78,9 @@ async def _run(*, node_name: str, port_range: PortRange, rules_kind: str, kubeco
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     opener = KernelSocketOpener(netns=netns)
     metrics = Metrics()
+    rules = make_rules(rules_kind, netns=netns)
     async with client.ApiClient() as api:
-        agent = Agent(api=api, rules=make_rules(rules_kind, netns=netns), opener=opener,
+        agent = Agent(api=api, rules=rules, opener=opener,
                       metrics=metrics,
                       settings=AgentSettings(node_name=node_name, port_range=port_range,
                                              node_ip=node_ip, resync_seconds=resync))
@@ -94,6 +95,7 @@ async def _run(*, node_name: str, port_range: PortRange, rules_kind: str, kubeco
             if runner is not None:
                 await runner.cleanup()
             opener.close()
+            rules.close()
 
 
 @agent_app.command()
@@ -117,11 +119,14 @@ async def _cleanup(kinds: list[str], netns: str | None) -> None:
         if shutil.which(tools.get(kind, kind)) is None:
             typer.echo(f"{kind}: not installed, nothing to remove")
             continue
+        rules = make_rules(kind, netns=netns)
         try:
-            await make_rules(kind, netns=netns).cleanup()
+            await rules.cleanup()
             typer.echo(f"{kind}: removed")
         except RulesError as exc:
             failed = True
             typer.echo(f"{kind}: {exc}", err=True)
+        finally:
+            rules.close()
     if failed:
         raise typer.Exit(1)

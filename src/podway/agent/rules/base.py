@@ -40,6 +40,9 @@ class Rules(Protocol):
     async def cleanup(self) -> None:
         """Remove everything this backend ever installed."""
 
+    def close(self) -> None:
+        """Release process resources (threads, library handles); kernel rules stay."""
+
 
 class CommandRunner:
     """Runs a command (optionally inside network namespace ``netns``) with ``stdin``."""
@@ -106,6 +109,9 @@ class KernelRules:
         async with self._lock:
             self.desired = {}
             await self._cleanup_locked()
+
+    def close(self) -> None:
+        """Nothing to release by default."""
 
     async def installed(self) -> set[Rule] | None:
         """The rules in the kernel now, or None when the hooks into them are incomplete."""

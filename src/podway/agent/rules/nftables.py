@@ -17,7 +17,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podway.agent.rules.base import KernelRules, RulesError
+from podway.agent.rules.base import CommandRunner, KernelRules, RulesError
+from podway.agent.rules.libnft import LibNftables
 from podway.agent.types import L4, PROTOCOLS, Rule
 
 TABLE = "podway"
@@ -95,16 +96,34 @@ def parse_listing(text: str) -> set[Rule] | None:
 
 
 class NftablesRules(KernelRules):
+    """Writes go through libnftables when given (fast path), else ``nft -f -``; reads always
+    use ``nft -j list`` (rare: the periodic drift check)."""
+
     name = "nftables"
 
+    def __init__(self, *, runner: CommandRunner, lib: LibNftables | None = None) -> None:
+        super().__init__(runner=runner)
+        self.lib = lib
+
+    async def _write(self, payload: str) -> None:
+        if self.lib is not None:
+            await self.lib.run(payload)
+        else:
+            await self.runner.run("nft", "-f", "-", stdin=payload)
+
     async def _sync_locked(self) -> None:
-        await self.runner.run("nft", "-f", "-", stdin=full_payload(self.desired.values()))
+        await self._write(full_payload(self.desired.values()))
 
     async def _apply_locked(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
-        await self.runner.run("nft", "-f", "-", stdin=delta_payload(add=add, remove=remove))
+        await self._write(delta_payload(add=add, remove=remove))
 
     async def _cleanup_locked(self) -> None:
-        await self.runner.run("nft", "-f", "-", stdin=cleanup_payload())
+        await self._write(cleanup_payload())
+
+    def close(self) -> None:
+        if self.lib is not None:
+            self.lib.close()
+            self.lib = None
 
     async def _read(self) -> set[Rule] | None:
         try:
