@@ -223,3 +223,20 @@ async def test_metrics_and_health_endpoint(emu: KubeEmulator, start_agent: Start
     finally:
         await runner.cleanup()
     assert NODE == "node-a"
+
+
+async def test_service_type_change_and_deletion_release(emu: KubeEmulator,
+                                                        start_agent: StartAgent) -> None:
+    """A Service turned NodePort stops mapping; LoadBalancer maps; deleting it releases."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj(type_="NodePort"))
+    emu.put("pods", pod_obj("p1"))
+    rules = FakeRules()
+    agent = await start_agent(rules=rules)
+    await eventually(lambda: len(agent.queue) == 0)
+    assert rules.rules == set()
+    emu.put("services", service_obj(type_="LoadBalancer"))
+    await eventually(lambda: rules.rules == {rule(61000)})
+    emu.delete("services", "default", "web")
+    await eventually(lambda: rules.rules == set())
+    await eventually(lambda: ann(emu, "p1") is None)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
+import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
+import aiohttp
 import pytest
 from builders import eventually, node_obj, pod_obj, service_obj
 from harness import StartAgent
@@ -189,4 +193,59 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
     out, err = await cli.communicate()
     assert cli.returncode == 0, err.decode()
     assert b"nftables: removed" in out
+    assert leftovers(lab) == []
+
+
+async def test_cli_agent_process_serves_health_metrics_and_traffic(
+        lab: Lab, emu: KubeEmulator, tmp_path: Path) -> None:
+    """``podway agent`` as a process (kubeconfig, metrics address) maps pods and stops cleanly."""
+    emu.put("nodes", node_obj(internal=NODE_IP))
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("pod1", ip=POD_IPS["pod1"]))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emu",
+        "clusters": [{"name": "emu", "cluster": {"server": emu.url}}],
+        "users": [{"name": "emu", "user": {}}],
+        "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "emu"}}]}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_port = probe.getsockname()[1]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "agent", "--node-name", "node-a", "--kubeconfig",
+        str(kubeconfig), "--port-range", "62000-62010", "--metrics-address",
+        f"127.0.0.1:{metrics_port}", "--netns", lab.node,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        await eventually(lambda: emu.annotation("default", "pod1", ANN), within=15)
+        value = emu.annotation("default", "pod1", ANN)
+        assert value is not None
+        node_port = json.loads(value)[0]["nodePort"]
+        assert 62000 <= node_port <= 62010
+        reply = await asyncio.to_thread(lab.ask, "tcp", NODE_IP, node_port)
+        assert reply is not None
+        assert reply.startswith(f"pod1 {CLIENT_IP}:")
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{metrics_port}/healthz") as resp:
+                assert resp.status == 200
+            async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as resp:
+                assert 'podway_npl_mappings{protocol="tcp"} 1.0' in await resp.text()
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        assert proc.stderr is not None
+        errors = (await proc.stderr.read()).decode()
+    assert proc.returncode == 0, errors
+    # Rules outlive the process (traffic survives restarts); cleanup removes them.
+    reply = await asyncio.to_thread(lab.ask, "tcp", NODE_IP, node_port)
+    assert reply is not None
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "agent", "cleanup", "--netns", lab.node,
+        stdout=asyncio.subprocess.DEVNULL)
+    assert await cli.wait() == 0
     assert leftovers(lab) == []
