@@ -223,7 +223,6 @@ async def test_metrics_and_health_endpoint(emu: KubeEmulator, start_agent: Start
         assert "podway_npl_sync_duration_seconds_count" in text
     finally:
         await runner.cleanup()
-    assert NODE == "node-a"
 
 
 async def test_service_type_change_and_deletion_release(emu: KubeEmulator,
@@ -241,3 +240,19 @@ async def test_service_type_change_and_deletion_release(emu: KubeEmulator,
     emu.delete("services", "default", "web")
     await eventually(lambda: rules.rules == set())
     await eventually(lambda: ann(emu, "p1") is None)
+
+
+async def test_unknown_node_address_never_wipes_annotation(emu: KubeEmulator,
+                                                           start_agent: StartAgent) -> None:
+    """Without a node address the agent keeps the existing annotation instead of removing it."""
+    emu.put("nodes", {"metadata": {"name": NODE}, "status": {"addresses": []}})
+    emu.put("services", service_obj())
+    previous = json.dumps([{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": 61003,
+                            "protocol": "tcp", "ipFamily": "IPv4"}])
+    emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: rules.applies)
+    assert emu.annotation("default", "p1", ANN) == previous
+    assert rules.rules == {rule(61003)}
+    assert emu.patches == []

@@ -198,7 +198,7 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
 
 async def test_cli_agent_process_serves_health_metrics_and_traffic(
         lab: Lab, emu: KubeEmulator, tmp_path: Path) -> None:
-    """``podway agent`` as a process (kubeconfig, metrics address) maps pods and stops cleanly."""
+    """``podway agent`` as a process (kubeconfig, metrics address) maps pods; SIGTERM stops it."""
     emu.put("nodes", node_obj(internal=NODE_IP))
     emu.put("services", service_obj())
     emu.put("pods", pod_obj("pod1", ip=POD_IPS["pod1"]))
@@ -232,7 +232,7 @@ async def test_cli_agent_process_serves_health_metrics_and_traffic(
                 assert 'podway_npl_mappings{protocol="tcp"} 1.0' in await resp.text()
     finally:
         if proc.returncode is None:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), 10)
             except TimeoutError:

@@ -16,14 +16,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from podway.agent import annotation, reconcile
+from podway.agent import annotation, events, reconcile
 from podway.agent.informer import Informer, Raw
 from podway.agent.metrics import Metrics
 from podway.agent.ports import Entry, PortRange, PortTable, SocketOpener
@@ -125,6 +124,11 @@ class Agent:
                 delay = self.queue.retry_later(key)
                 log.warning("pod=%s event=reconcile-failed error=%r retry_in=%.2fs",
                             key, exc, delay)
+            except Exception:
+                # A bug must not kill the worker (and with it the agent): log it, back off.
+                self.metrics.errors.labels(stage="reconcile").inc()
+                delay = self.queue.retry_later(key)
+                log.exception("pod=%s event=reconcile-crashed retry_in=%.2fs", key, delay)
             finally:
                 self.queue.done(key)
                 self.metrics.sync_seconds.observe(time.perf_counter() - started)
@@ -189,6 +193,11 @@ class Agent:
     async def _write_annotation(self, key: PodKey, pod: Pod, *,
                                 wanted: frozenset[Target], pod_ip: str | None) -> None:
         address = reconcile.node_ip(self.node, override=self.settings.node_ip)
+        if address is None and (self.table.entries(key) or wanted):
+            # Unknown node address (Node not seen yet): say nothing rather than wipe the
+            # annotation a load balancer is using; the Node event re-queues every pod.
+            log.warning("pod=%s event=annotation-deferred reason=no-node-address", key)
+            return
         entries = reconcile.annotation_entries(entries=self.table.entries(key), wanted=wanted,
                                                node_address=address, pod_ip=pod_ip)
         current = pod.metadata.annotations.get(annotation.ANNOTATION)
@@ -218,17 +227,8 @@ class Agent:
                   self.settings.port_range.start, self.settings.port_range.end)
         if pod is None or not first:
             return
-        now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        event = {
-            "metadata": {"generateName": f"{pod.metadata.name}."},
-            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": pod.metadata.name,
-                               "namespace": pod.metadata.namespace, "uid": pod.metadata.uid},
-            "reason": "NodePortLocalPortsExhausted", "type": "Warning",
-            "message": (f"no free node port in {self.settings.port_range.start}-"
-                        f"{self.settings.port_range.end} on node {self.settings.node_name}"),
-            "source": {"component": "podway-agent", "host": self.settings.node_name},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-        }
+        event = events.ports_exhausted(pod, node_name=self.settings.node_name,
+                                       port_range=self.settings.port_range)
         try:
             resp = await self.core.create_namespaced_event(pod.metadata.namespace, event,
                                                            _preload_content=False)

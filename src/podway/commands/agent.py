@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import signal
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -56,7 +57,9 @@ def agent(  # noqa: PLR0917 - typer maps each CLI option to a parameter
         raise typer.BadParameter(str(exc), param_hint="--port-range") from exc
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    with contextlib.suppress(KeyboardInterrupt):
+    # SIGINT and SIGTERM both end the agent through cancellation (its finally blocks run);
+    # kernel rules stay, so traffic keeps flowing across a restart.
+    with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
         asyncio.run(_run(node_name=node_name, port_range=parsed, rules_kind=rules,
                          kubeconfig=kubeconfig, node_ip=node_ip, resync=resync,
                          metrics_address=metrics_address, netns=netns))
@@ -72,6 +75,9 @@ async def _run(*, node_name: str, port_range: PortRange, rules_kind: str, kubeco
     from podway.agent.ports import KernelSocketOpener
     from podway.agent.rules import make_rules
 
+    main = asyncio.current_task()
+    if main is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     if kubeconfig:
         await config.load_kube_config(config_file=kubeconfig)
     else:
