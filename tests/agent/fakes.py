@@ -36,6 +36,9 @@ class FakeRules:
     async def cleanup(self) -> None:
         self.kernel = {}
 
+    def close(self) -> None:
+        """Nothing to release."""
+
     @property
     def rules(self) -> set[Rule]:
         return set(self.kernel.values())

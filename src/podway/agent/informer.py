@@ -2,8 +2,9 @@
 
 The informer keeps the raw objects it has seen so a re-list (after ``410 Gone`` or any watch
 failure) can report deletions that happened while it was not watching. Watches run with a
-server-side timeout and resume from the last resourceVersion; errors re-list after a capped
-backoff. The handler must be cheap and synchronous: the agent's only enqueue keys.
+server-side timeout and resume from the last resourceVersion (a client-side read timeout a bit
+longer catches dead connections); errors re-list after a capped backoff. The handler must be
+cheap and synchronous: the agent's only enqueue keys.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -61,7 +63,8 @@ class Informer:
             await asyncio.sleep(min(30.0, 0.2 * 2 ** min(failures, 8)))
 
     async def _relist(self) -> str:
-        resp = await self._lister(**self._params, _preload_content=False)
+        resp = await self._lister(**self._params, _preload_content=False,
+                                  _request_timeout=aiohttp.ClientTimeout(total=120, connect=10))
         try:
             if resp.status != 200:
                 raise ApiException(status=resp.status, reason=await resp.text())
@@ -85,7 +88,10 @@ class Informer:
             async for event in stream.stream(self._lister, **self._params,
                                              resource_version=version,
                                              timeout_seconds=self._timeout,
-                                             allow_watch_bookmarks=True):
+                                             allow_watch_bookmarks=True,
+                                             # a dead connection must not hang us forever
+                                             _request_timeout=aiohttp.ClientTimeout(
+                                                 connect=10, sock_read=self._timeout + 30)):
                 kind = str(event["type"])
                 raw: Raw = event["raw_object"]
                 version = str(raw.get("metadata", {}).get("resourceVersion", version))

@@ -6,6 +6,8 @@ import errno
 import socket
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from podway.agent.ports import Entry, KernelSocketOpener, PortRange, PortRangeError, PortTable
 from podway.agent.types import L4, PodKey
@@ -139,3 +141,25 @@ def test_kernel_opener_refuses_a_port_in_use(protocol: L4) -> None:
         with pytest.raises(OSError, match="in use") as info:
             KernelSocketOpener().open(port=port, protocol=protocol)
         assert info.value.errno == errno.EADDRINUSE
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 7), st.sampled_from(["tcp", "udp"])),
+                max_size=60))
+def test_table_invariants_under_any_sequence(ops: list[tuple[bool, int, L4]]) -> None:
+    """Any allocate/release sequence keeps ports unique per protocol, in range, and held."""
+    opener = FakeOpener()
+    table = PortTable(port_range=PortRange(61000, 61004), opener=opener)
+    for allocate, pod_port, protocol in ops:
+        if allocate:
+            if table.get(pod=P, pod_port=pod_port, protocol=protocol) is None:
+                table.allocate(pod=P, pod_ip="198.18.1.2", pod_port=pod_port, protocol=protocol)
+        else:
+            found = table.get(pod=P, pod_port=pod_port, protocol=protocol)
+            if found is not None:
+                table.release(found)
+        keys = [(e.protocol, e.node_port) for e in table]
+        assert len(keys) == len(set(keys))
+        assert set(keys) == opener.held
+        assert all(61000 <= port <= 61004 for _, port in keys)
+        assert sorted(table.entries(P), key=lambda e: (e.protocol, e.pod_port)) == sorted(
+            table, key=lambda e: (e.protocol, e.pod_port))
