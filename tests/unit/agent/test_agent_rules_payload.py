@@ -165,3 +165,14 @@ async def test_repair_resyncs_only_on_drift(listing: str, drifted: bool) -> None
     runner.listing = listing
     assert await rules.repair() is drifted
     assert (runner.calls[-1][1] == nftables.full_payload([A])) is drifted
+
+
+async def test_apply_of_an_installed_rule_changes_nothing() -> None:
+    """Adding a rule that is already installed runs no command and removes nothing."""
+    runner = FakeRunner()
+    rules = nftables.NftablesRules(runner=runner)
+    await rules.sync([A, B])
+    count = len(runner.calls)
+    await rules.apply(add=[A], remove=[])
+    assert len(runner.calls) == count
+    assert rules.desired == {A.key: A, B.key: B}

@@ -86,9 +86,9 @@ class KernelRules:
             remove = [r for r in remove if self.desired.get(r.key) == r]
             for rule in remove:
                 del self.desired[rule.key]
+            add = [r for r in add if self.desired.get(r.key) != r]  # already there: no-op
             # Replacing a key: the old rule goes first, in the same batch.
             remove += [self.desired[r.key] for r in add if r.key in self.desired]
-            add = [r for r in add if self.desired.get(r.key) != r]
             for rule in add:
                 self.desired[rule.key] = rule
             if not add and not remove:
