@@ -241,11 +241,8 @@ class Agent:
             self.queue.add(key)
 
     def _update_gauges(self) -> None:
-        counts = dict.fromkeys(PROTOCOLS, 0)
-        for entry in self.table:
-            counts[entry.protocol] += 1
-        for protocol, count in counts.items():
-            self.metrics.mappings.labels(protocol=protocol).set(count)
+        for protocol in PROTOCOLS:
+            self.metrics.mappings.labels(protocol=protocol).set(self.table.count(protocol))
 
     # ---- event handlers: only update caches and enqueue ----------------------------------
     def _on_pod(self, kind: str, raw: Raw) -> None:

@@ -122,9 +122,14 @@ class PortTable:
         self._by_port: dict[tuple[L4, int], tuple[Entry, Reservation]] = {}
         self._by_pod: dict[PodKey, dict[tuple[int, L4], Entry]] = {}
         self._cursor: dict[L4, int] = {"tcp": port_range.start, "udp": port_range.start}
+        self._counts: dict[L4, int] = {"tcp": 0, "udp": 0}
 
     def __len__(self) -> int:
         return len(self._by_port)
+
+    def count(self, protocol: L4) -> int:
+        """Entries of ``protocol`` (O(1): the gauges read it after every reconcile)."""
+        return self._counts[protocol]
 
     def __iter__(self) -> Iterator[Entry]:
         return iter([entry for entry, _ in self._by_port.values()])
@@ -185,6 +190,7 @@ class PortTable:
         if held is None:
             return
         held[1].close()
+        self._counts[entry.protocol] -= 1
         mine = self._by_pod.get(entry.pod, {})
         mine.pop((entry.pod_port, entry.protocol), None)
         if not mine:
@@ -197,5 +203,7 @@ class PortTable:
             self.release(entry)
 
     def _store(self, entry: Entry, held: Reservation) -> None:
+        if (entry.protocol, entry.node_port) not in self._by_port:
+            self._counts[entry.protocol] += 1
         self._by_port[(entry.protocol, entry.node_port)] = (entry, held)
         self._by_pod.setdefault(entry.pod, {})[(entry.pod_port, entry.protocol)] = entry

@@ -161,5 +161,7 @@ def test_table_invariants_under_any_sequence(ops: list[tuple[bool, int, L4]]) ->
         assert len(keys) == len(set(keys))
         assert set(keys) == opener.held
         assert all(61000 <= port <= 61004 for _, port in keys)
+        assert table.count("tcp") + table.count("udp") == len(keys)
+        assert table.count("udp") == sum(1 for proto, _ in keys if proto == "udp")
         assert sorted(table.entries(P), key=lambda e: (e.protocol, e.pod_port)) == sorted(
             table, key=lambda e: (e.protocol, e.pod_port))
