@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
 
 @agent_app.callback()
-def agent(  # noqa: PLR0917 - typer maps each CLI option to a parameter
+def agent(
     ctx: typer.Context,
     node_name: Annotated[str | None, typer.Option(
         envvar="NODE_NAME", help="The Node this agent serves (its pods only).")] = None,
