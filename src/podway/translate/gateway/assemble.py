@@ -6,7 +6,8 @@ their L4 routes. Within a virtual host routes are ordered by the precedence key 
 ``httproute``; hostnames go most specific first (exact, then wildcards by length, then ``*``),
 and a request for a hostname no exact route matches falls through to the routes of the wildcard
 hostnames that cover it (same Gateway listener only), as the specification orders precedence by
-hostname before path.
+hostname before path. Listener hostnames come first of all: a request is served by the most
+specific listener whose hostname matches it, and only by routes attached to that listener.
 """
 
 from __future__ import annotations
@@ -97,19 +98,29 @@ class PortBuilder:
                         protocol=self.protocol, l4_routes=tuple(routes), origins=(gateway,))
 
     def _vhosts(self) -> tuple[VirtualHost, ...]:
-        ordered = sorted(self.hosts, key=host_order)
-        wildcards = [h for h in ordered if h == "*" or h.startswith("*.")]
-        sorted_entries = {h: sorted(self.hosts[h], key=lambda e: e.key) for h in ordered}
+        """One virtual host per route hostname and per listener hostname.
+
+        A request belongs to the most specific listener whose hostname matches it; so each
+        virtual host serves only the routes of that listener: its own hostname's routes first,
+        then those of the wildcard hostnames covering it. A listener hostname with no route
+        still gets its (empty) virtual host, so its requests get 404 instead of leaking into a
+        broader listener's wildcard.
+        """
+        listeners = sorted(((ls.hostname or "*", ls.name) for ls in self.members),
+                           key=lambda hn: host_order(hn[0]))
+        ordered = sorted(set(self.hosts) | {h for h, _ in listeners}, key=host_order)
+        wildcards = [h for h in ordered if (h == "*" or h.startswith("*.")) and h in self.hosts]
+        sorted_entries = {h: sorted(entries, key=lambda e: e.key)
+                          for h, entries in self.hosts.items()}
         out = []
         for host in ordered:
-            own = sorted_entries[host]
-            owners = {e.owner for e in own}
-            routes: dict[str, Route] = {e.route.name: e.route for e in own}
-            for wild in wildcards:
-                if wild == host or not covers(wild, host, WildcardMode.SUFFIX):
-                    continue
-                for e in sorted_entries[wild]:
-                    if e.owner in owners:
+            owner = next((name for pattern, name in listeners
+                          if covers(pattern, host, WildcardMode.SUFFIX)), None)
+            routes: dict[str, Route] = {}
+            for source in (host, *(w for w in wildcards
+                                   if w != host and covers(w, host, WildcardMode.SUFFIX))):
+                for e in sorted_entries.get(source, ()):
+                    if e.owner == owner:
                         routes.setdefault(e.route.name, e.route)
             out.append(VirtualHost(name=f"{self.name}/{host}", hostname=host,
                                    wildcard=WildcardMode.SUFFIX, routes=tuple(routes.values())))
