@@ -100,7 +100,7 @@ class GatewayListener(K8sModel):
 
 class GatewayAddress(K8sModel):
     type: str = "IPAddress"
-    value: str = Field(min_length=1)
+    value: str = ""  # empty: "assign me one" (the bind address, until IPAM exists)
 
 
 class GatewaySpec(K8sModel):

@@ -9,7 +9,7 @@ from podway.model import Snapshot
 from podway.model.gateway import LabelSelector, ReferenceGrant
 from podway.model.gateway_routes import HTTPRoute
 from podway.model.loader import load_text
-from podway.translate import translate
+from podway.translate import TranslateOptions, translate
 from podway.translate.gateway.attach import intersect
 from podway.translate.gateway.filters import RedirectSpec, duration_ms
 from podway.translate.gateway.httproute import compile_route
@@ -195,3 +195,15 @@ spec:
     assert isinstance(action, Forward)
     assert [(b.pool, b.weight, b.status) for b in action.backends] == [
         ("pool/default/svc/80", 3, 500), (None, 1, 500)]
+
+
+def test_address_without_value_binds_the_default_address() -> None:
+    """spec.addresses entry with no value asks for an address: the bind address is used."""
+    text = CLASS_AND_GATEWAY.replace(
+        "  gatewayClassName: podway\n",
+        "  gatewayClassName: podway\n  addresses: [{type: IPAddress}]\n")
+    result = translate(Snapshot.of_objects(load_text(text).objects),
+                       TranslateOptions(address="198.18.0.9"))
+    assert [lst.address for lst in result.ir.listeners] == ["198.18.0.9"]
+    gateway = next(s for r, s in result.statuses.items() if r.kind == "Gateway")
+    assert gateway.addresses == (("IPAddress", "198.18.0.9"),)

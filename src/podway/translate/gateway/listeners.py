@@ -107,7 +107,7 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
 
 def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, str]:
     """spec.addresses[0] when it is an IPAddress, else the default bind address."""
-    if not gateway.spec.addresses:
+    if not gateway.spec.addresses or not gateway.spec.addresses[0].value:
         return opts.address, ""
     first = gateway.spec.addresses[0]
     if first.type != "IPAddress":
