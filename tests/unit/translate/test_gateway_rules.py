@@ -68,12 +68,23 @@ def test_bad_durations_are_rejected(text: str) -> None:
 
 
 def test_redirect_port_follows_the_spec() -> None:
-    """Explicit port wins; else the scheme's well-known port; else the listener's port."""
+    """Explicit port, else the scheme's well-known port, else the listener's; a port that is
+    well-known for the resulting scheme is left out of Location (None)."""
     base = {"hostname": None, "path": None, "prefix": None, "status_code": 302}
-    assert RedirectSpec(scheme=None, port=None, **base).build(listener_port=8080).port == 8080
-    assert RedirectSpec(scheme="https", port=None, **base).build(listener_port=80).port == 443
-    assert RedirectSpec(scheme="http", port=None, **base).build(listener_port=8443).port == 80
-    assert RedirectSpec(scheme="https", port=8443, **base).build(listener_port=80).port == 8443
+
+    def port(scheme: str | None, given: int | None, listener: int, listener_scheme: str = "http"
+             ) -> int | None:
+        spec = RedirectSpec(scheme=scheme, port=given, **base)
+        return spec.build(listener_port=listener, listener_scheme=listener_scheme).port
+
+    assert port(None, None, 8080) == 8080
+    assert port(None, None, 80) is None
+    assert port(None, None, 443, "https") is None
+    assert port(None, None, 80, "https") == 80
+    assert port("https", None, 80) is None
+    assert port("http", None, 8443, "https") is None
+    assert port("https", 8443, 80) == 8443
+    assert port("http", 443, 80) == 443
 
 
 def test_label_selector_semantics() -> None:

@@ -207,7 +207,8 @@ class GatewayTranslation:
     def _contribute(self, builder: PortBuilder, ls: GwListener, hostnames: tuple[str, ...],
                     compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
         if isinstance(compiled, CompiledRoute):
-            builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port))
+            scheme = "https" if ls.protocol is Protocol.HTTPS else "http"
+            builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port, scheme=scheme))
             return
         lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),
                               hostnames=hostnames, backends=compiled.backends,

@@ -39,10 +39,17 @@ class RedirectSpec:
     prefix: str | None
     status_code: int
 
-    def build(self, *, listener_port: int) -> Redirect:
+    def build(self, *, listener_port: int, listener_scheme: str = "http") -> Redirect:
+        """The redirect served on one listener; ``port`` None means "no port in Location".
+
+        The spec's port: explicit, else the scheme's well-known port, else the listener's; and a
+        port that is well-known for the resulting scheme is left out of ``Location``.
+        """
         port = self.port
         if port is None:
             port = WELL_KNOWN_PORTS[self.scheme] if self.scheme else listener_port
+        if port == WELL_KNOWN_PORTS.get(self.scheme or listener_scheme):
+            port = None
         return Redirect(scheme=self.scheme, hostname=self.hostname, port=port, path=self.path,
                         prefix=self.prefix, status_code=self.status_code)
 

@@ -83,21 +83,23 @@ class CompiledRoute:
     issues: list[Issue] = field(default_factory=list)
     rules_total: int = 0
     rules_dropped: int = 0
-    _by_port: dict[int, list[tuple[tuple[object, ...], Route]]] = field(default_factory=dict)
+    _by_port: dict[tuple[int, str], list[tuple[tuple[object, ...], Route]]] = field(
+        default_factory=dict)
 
-    def routes(self, *, port: int) -> list[tuple[tuple[object, ...], Route]]:
-        """IR routes with their precedence keys; redirects take ``port`` as their default."""
-        cached = self._by_port.get(port)
+    def routes(self, *, port: int, scheme: str) -> list[tuple[tuple[object, ...], Route]]:
+        """IR routes with their precedence keys, as served on a listener of ``port`` and
+        ``scheme`` (redirects depend on both)."""
+        cached = self._by_port.get((port, scheme))
         if cached is not None:
             return cached
         origin = self.route.ref
         out = []
         for m in self.matches:
-            action = m.action.build(listener_port=port) if isinstance(
+            action = m.action.build(listener_port=port, listener_scheme=scheme) if isinstance(
                 m.action, flt.RedirectSpec) else m.action
             out.append((m.key, Route(name=m.name, match=m.match, action=action,
                                      filters=m.filters, origin=origin)))
-        self._by_port[port] = out
+        self._by_port[(port, scheme)] = out
         return out
 
 
