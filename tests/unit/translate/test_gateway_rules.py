@@ -218,3 +218,29 @@ def test_address_without_value_binds_the_default_address() -> None:
     assert [lst.address for lst in result.ir.listeners] == ["198.18.0.9"]
     gateway = next(s for r, s in result.statuses.items() if r.kind == "Gateway")
     assert gateway.addresses == (("IPAddress", "198.18.0.9"),)
+
+
+def test_incremental_endpoint_change_keeps_gateway_routes_and_statuses() -> None:
+    """An EndpointSlice change re-resolves members only: listeners and statuses stay identical."""
+    from podway.model import EndpointSlice
+    from podway.translate import IncrementalTranslator
+
+    routes = """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: svc, port: 80}]}]
+"""
+    snapshot = Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects)
+    inc = IncrementalTranslator(TranslateOptions(address="198.18.0.1"))
+    first = inc.update(snapshot)
+    eps = EndpointSlice.model_validate({
+        "metadata": {"name": "svc-1", "labels": {"kubernetes.io/service-name": "svc"}},
+        "ports": [{"port": 8080}], "endpoints": [{"addresses": ["198.18.1.1"]}]})
+    second = inc.update(snapshot.replace(EndpointSlice.KIND, {eps.key: eps}))
+    assert second.ir.listeners is first.ir.listeners
+    assert second.statuses == first.statuses
+    assert [m.address for m in second.ir.pools["pool/default/svc/80"].members] == ["198.18.1.1"]
