@@ -123,7 +123,9 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions) -> Structure
     kept = {id(lst) for lst in listeners}
     for lst in gw_listeners:
         if id(lst) not in kept:
-            holder = next((p.message for p in conflicts if p.ref in lst.origins), "")
+            where = f"{lst.address}:{lst.port}/"
+            holder = next((p.message for p in conflicts
+                           if p.ref in lst.origins and p.message.startswith(where)), "")
             gw.mark_unbound(lst.name, holder)
     statuses = gw.statuses()
     problems.extend(ing.problems)
