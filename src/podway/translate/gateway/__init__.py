@@ -28,7 +28,7 @@ from podway.model.gateway_routes import (
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
 from podway.translate.gateway import status as st
-from podway.translate.gateway.assemble import PortBuilder, builders
+from podway.translate.gateway.assemble import PortBuilder, PortKey, share_ports
 from podway.translate.gateway.attach import attach, parent_key
 from podway.translate.gateway.backendtls import BackendTLS, index_policies
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
@@ -58,7 +58,7 @@ class GatewayTranslation:
     problems: list[Problem] = field(default_factory=list)
     _classes: list[GatewayClass] = field(default_factory=list)
     _infos: dict[Key, GatewayInfo] = field(default_factory=dict)
-    _ports: dict[Key, dict[tuple[int, Protocol], PortBuilder]] = field(default_factory=dict)
+    _ports: dict[PortKey, PortBuilder] = field(default_factory=dict)
     _routes: dict[ObjectRef, st.RouteState] = field(default_factory=dict)
     _l4_owner: dict[tuple[Key, str], str] = field(default_factory=dict)
     _tls: BackendTLS = field(default_factory=BackendTLS)
@@ -78,19 +78,19 @@ class GatewayTranslation:
                 continue
             info = prepare(gw, snapshot=snap, grants=grants, opts=self.opts)
             self._infos[gw.key] = info
-            self._ports[gw.key] = builders(info)
         if not self._infos:
             return []
+        self._ports = share_ports(list(self._infos.values()))
         routes: list[AnyRoute] = [r for cls in ROUTE_KINDS for r in snap.kind(cls).values()]
         routes.sort(key=lambda r: r.age_key())
         for route in routes:
             self._route(route, grants)
         out = []
-        for key, ports in self._ports.items():
-            del key
-            for (_, _), builder in sorted(ports.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-                self._by_ir_name[builder.name] = builder.members
-                out.append(builder.build())
+        age = {key: i for i, key in enumerate(self._infos)}  # Gateways were visited oldest first
+        for builder in sorted(self._ports.values(), key=lambda b: (
+                age[b.info.gateway.key], b.port, b.protocol)):
+            self._by_ir_name[builder.name] = builder.members
+            out.append(builder.build())
         return out
 
     def mark_unbound(self, ir_name: str, message: str) -> None:
@@ -193,8 +193,8 @@ class GatewayTranslation:
                 if (gw_key, ls.name) not in counted:
                     counted.add((gw_key, ls.name))
                     ls.attached += 1
-                builder = self._ports[gw_key].get((ls.spec.port, ls.protocol)) if (
-                    ls.usable and ls.protocol is not None) else None
+                builder = self._ports.get((outcome.info.address, ls.spec.port, ls.protocol)) if (
+                    ls.usable and not ls.unbound and ls.protocol is not None) else None
                 if builder is None:
                     continue
                 self._contribute(builder, ls, att.hostnames, compiled, state)

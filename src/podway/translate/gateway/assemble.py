@@ -1,6 +1,8 @@
-"""Attached routes → IR listeners, one per Gateway, port and transport.
+"""Attached routes → IR listeners, one per address, port and transport.
 
-Several Gateway listeners on one port share one IR listener: HTTP listeners are told apart by
+Several Gateway listeners on one port share one IR listener — of one Gateway, or of several
+Gateways bound to the same address (``share_ports`` decides who may join): HTTP listeners are
+told apart by
 virtual host, HTTPS ones by virtual host and SNI certificate, TLS ones by the SNI hostnames of
 their L4 routes. Within a virtual host routes are ordered by the precedence key from
 ``httproute``; hostnames go most specific first (exact, then wildcards by length, then ``*``),
@@ -35,14 +37,19 @@ Key = tuple[object, ...]
 class _Entry:
     key: Key
     route: Route
-    owner: str  # Gateway listener name
+    owner: str  # the Gateway listener (ns/gateway/listener)
+
+
+def listener_id(ls: GwListener) -> str:
+    ns, name = ls.gateway.key
+    return f"{ns}/{name}/{ls.name}"
 
 
 @dataclass(slots=True)
 class PortBuilder:
-    """Everything bound to one (address, port, transport) of one Gateway."""
+    """Everything bound to one (address, port, transport), from one or more Gateways."""
 
-    info: GatewayInfo
+    info: GatewayInfo  # the oldest Gateway on the port: it names the IR listener
     port: int
     protocol: Protocol
     members: list[GwListener] = field(default_factory=list)
@@ -56,11 +63,15 @@ class PortBuilder:
         suffix = "/udp" if self.protocol is Protocol.UDP else ""
         return f"gateway/{ns}/{name}/{self.port}{suffix}"
 
+    @property
+    def origins(self) -> tuple[ObjectRef, ...]:
+        return tuple(dict.fromkeys(ls.gateway.ref for ls in self.members))
+
     def add_http(self, owner: GwListener, hostnames: tuple[str, ...],
                  routes: list[tuple[Key, Route]]) -> None:
         for host in hostnames:
             bucket = self.hosts.setdefault(host, [])
-            bucket.extend(_Entry(key, route, owner.name) for key, route in routes)
+            bucket.extend(_Entry(key, route, listener_id(owner)) for key, route in routes)
 
     def add_l4(self, *, name: str, age: tuple[float, str, str], hostnames: tuple[str, ...],
                backends: tuple[WeightedPool, ...], origin: ObjectRef) -> list[str]:
@@ -83,11 +94,10 @@ class PortBuilder:
         return lost
 
     def build(self) -> Listener:
-        gateway = self.info.gateway.ref
         if self.protocol in (Protocol.HTTP, Protocol.HTTPS):
             return Listener(name=self.name, address=self.info.address, port=self.port,
                             protocol=self.protocol, virtual_hosts=self._vhosts(),
-                            certificates=self._certificates(), origins=(gateway,))
+                            certificates=self._certificates(), origins=self.origins)
         routes = []
         for _age, l4, names in sorted(self.l4.values(), key=lambda t: (t[0], t[1].name)):
             hosts = () if "*" in names or self.protocol is not Protocol.TLS else tuple(
@@ -95,7 +105,7 @@ class PortBuilder:
             routes.append(L4Route(name=l4.name, backends=l4.backends, hostnames=hosts,
                                   origin=l4.origin))
         return Listener(name=self.name, address=self.info.address, port=self.port,
-                        protocol=self.protocol, l4_routes=tuple(routes), origins=(gateway,))
+                        protocol=self.protocol, l4_routes=tuple(routes), origins=self.origins)
 
     def _vhosts(self) -> tuple[VirtualHost, ...]:
         """One virtual host per route hostname and per listener hostname.
@@ -106,7 +116,7 @@ class PortBuilder:
         still gets its (empty) virtual host, so its requests get 404 instead of leaking into a
         broader listener's wildcard.
         """
-        listeners = sorted(((ls.hostname or "*", ls.name) for ls in self.members),
+        listeners = sorted(((ls.hostname or "*", listener_id(ls)) for ls in self.members),
                            key=lambda hn: host_order(hn[0]))
         ordered = sorted(set(self.hosts) | {h for h, _ in listeners}, key=host_order)
         wildcards = [h for h in ordered if (h == "*" or h.startswith("*.")) and h in self.hosts]
@@ -139,15 +149,51 @@ class PortBuilder:
                      for n, c in sorted(named.items()))
 
 
-def builders(info: GatewayInfo) -> dict[tuple[int, Protocol], PortBuilder]:
-    """One builder per port and protocol of the Gateway's usable listeners."""
-    out: dict[tuple[int, Protocol], PortBuilder] = {}
-    for ls in info.listeners:
-        if not ls.usable or ls.blocked or ls.protocol is None:
-            continue
-        key = (ls.spec.port, ls.protocol)
-        builder = out.get(key)
-        if builder is None:
-            builder = out[key] = PortBuilder(info=info, port=ls.spec.port, protocol=ls.protocol)
-        builder.members.append(ls)
+PortKey = tuple[str, int, Protocol]  # (address, port, protocol)
+
+
+def share_ports(infos: list[GatewayInfo]) -> dict[PortKey, PortBuilder]:
+    """Builders for every usable listener, oldest Gateway first; who cannot join is unbound.
+
+    Within one Gateway, conflicts are already settled (``listeners._conflicts``). Across
+    Gateways on one address and port, a younger Gateway's listener joins when it speaks the
+    same protocol and, for HTTP, HTTPS and TLS, brings a hostname nobody on the port serves yet;
+    otherwise it is left unbound (``PortUnavailable``) and the older Gateway keeps the port.
+    """
+    out: dict[PortKey, PortBuilder] = {}
+    families: dict[tuple[str, int, bool], PortBuilder] = {}  # (address, port, is UDP)
+    for info in infos:
+        for ls in info.listeners:
+            if not ls.usable or ls.blocked or ls.protocol is None:
+                continue
+            family = (info.address, ls.spec.port, ls.protocol is Protocol.UDP)
+            held = families.get(family)
+            if held is None:
+                builder = PortBuilder(info=info, port=ls.spec.port, protocol=ls.protocol)
+                families[family] = out[(info.address, ls.spec.port, ls.protocol)] = builder
+                builder.members.append(ls)
+                continue
+            if held.info is not info:
+                why = _refusal(held, ls)
+                if why:
+                    ls.unbound = why
+                    continue
+            held.members.append(ls)
     return out
+
+
+def _refusal(held: PortBuilder, ls: GwListener) -> str:
+    """Why a younger Gateway's listener cannot share ``held``'s port, or ""."""
+    first = held.members[0]
+    where = f"{held.info.address}:{held.port}"
+    if ls.protocol is not held.protocol:
+        return (f"{where} is used by {held.protocol} listener {listener_id(first)} of an older "
+                "Gateway")
+    if ls.protocol in (Protocol.TCP, Protocol.UDP):
+        return f"{where} is used by listener {listener_id(first)} of an older Gateway"
+    same = next((m for m in held.members if (m.hostname or "") == (ls.hostname or "")), None)
+    if same is not None:
+        shown = ls.hostname or "(no hostname)"
+        return (f"{where} hostname {shown} is already served by listener {listener_id(same)} "
+                "of an older Gateway")
+    return ""
