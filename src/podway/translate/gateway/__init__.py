@@ -87,10 +87,22 @@ class GatewayTranslation:
             self._route(route, grants)
         out = []
         age = {key: i for i, key in enumerate(self._infos)}  # Gateways were visited oldest first
+        shadowed: set[str] = set()
         for builder in sorted(self._ports.values(), key=lambda b: (
                 age[b.info.gateway.key], b.port, b.protocol)):
             self._by_ir_name[builder.name] = builder.members
             out.append(builder.build())
+            for lost, won, host in builder.shadowed:
+                if lost.name in shadowed:
+                    continue
+                shadowed.add(lost.name)
+                parts = lost.name.split("/")  # <kind>/<ns>/<name>/rule/<i>/match/<j>
+                self.problems.append(Problem(
+                    ref=lost.origin, reason="Shadowed", severity=Severity.WARNING,
+                    field=f"spec.rules[{parts[4]}].matches[{parts[6]}]",
+                    message=f"on {host}, {won.origin} (rule {won.name.split('/rule/')[1]}) "
+                            "has the same match and takes precedence; this match gets no "
+                            "requests there"))
         return out
 
     def mark_unbound(self, ir_name: str, message: str) -> None:

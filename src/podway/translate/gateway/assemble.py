@@ -21,6 +21,7 @@ from podway.ir import (
     Listener,
     Protocol,
     Route,
+    RouteMatch,
     TLSCertificate,
     VirtualHost,
     WeightedPool,
@@ -56,6 +57,7 @@ class PortBuilder:
     hosts: dict[str, list[_Entry]] = field(default_factory=dict)
     l4: dict[str, tuple[tuple[float, str, str], L4Route, set[str]]] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)  # SNI hostname → route name
+    shadowed: list[tuple[Route, Route, str]] = field(default_factory=list)  # (lost, won, host)
 
     @property
     def name(self) -> str:
@@ -127,11 +129,17 @@ class PortBuilder:
             owner = next((name for pattern, name in listeners
                           if covers(pattern, host, WildcardMode.SUFFIX)), None)
             routes: dict[str, Route] = {}
+            first: dict[RouteMatch, Route] = {}
             for source in (host, *(w for w in wildcards
                                    if w != host and covers(w, host, WildcardMode.SUFFIX))):
                 for e in sorted_entries.get(source, ()):
-                    if e.owner == owner:
-                        routes.setdefault(e.route.name, e.route)
+                    if e.owner != owner or e.route.name in routes:
+                        continue
+                    routes[e.route.name] = e.route
+                    if source == host:
+                        winner = first.setdefault(e.route.match, e.route)
+                        if winner is not e.route and winner.origin != e.route.origin:
+                            self.shadowed.append((e.route, winner, host))
             out.append(VirtualHost(name=f"{self.name}/{host}", hostname=host,
                                    wildcard=WildcardMode.SUFFIX, routes=tuple(routes.values())))
         return tuple(out)
