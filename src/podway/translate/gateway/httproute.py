@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from podway.ir import (
     DirectResponse,
@@ -65,8 +66,9 @@ class Issue:
     warning: bool = False  # served anyway; no PartiallyInvalid
 
 
-@dataclass(frozen=True, slots=True)
-class CompiledMatch:
+class CompiledMatch(NamedTuple):
+    """One rule x match, before the listener is known (a tuple: thousands are built per pass)."""
+
     key: tuple[object, ...]
     name: str
     match: RouteMatch
@@ -201,6 +203,8 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
 
 
 def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
+    if timeouts is None:
+        return None, None
     request = getattr(timeouts, "request", None)
     backend = getattr(timeouts, "backend_request", None)
     try:
@@ -272,9 +276,11 @@ def _http_match(m: HTTPRouteMatch) -> RouteMatch:
     if m.method is not None and m.method not in METHODS:
         raise ValueError(f"method {m.method!r} is not an HTTP method")
     headers = tuple(HeaderMatch(name=n, value=v, kind=k)
-                    for n, v, k in _strings(m.headers, lower=True, what="header"))
+                    for n, v, k in _strings(m.headers, lower=True, what="header")
+                    ) if m.headers else ()
     query = tuple(QueryMatch(name=n, value=v, kind=k)
-                  for n, v, k in _strings(m.query_params, lower=False, what="query"))
+                  for n, v, k in _strings(m.query_params, lower=False, what="query")
+                  ) if m.query_params else ()
     return RouteMatch(path=pm, headers=headers, query=query, method=m.method)
 
 
