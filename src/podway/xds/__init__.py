@@ -1,0 +1,5 @@
+"""IR → Envoy: build xDS resources (``build``), version them (``cache``), serve them (``server``).
+
+This layer only sees the IR (``podway.ir``) — never Kubernetes objects — so the same code serves a
+cluster controller and standalone mode.
+"""

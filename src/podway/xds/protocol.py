@@ -1,0 +1,243 @@
+"""The ADS protocol as sans-I/O state machines: requests and cache changes in, responses out.
+
+``SotwStream`` speaks state-of-the-world, ``DeltaStream`` incremental xDS; ``podway.xds.server``
+is the thin asyncio shell that feeds them. Keeping the decisions here makes them testable as
+transcripts (request → expected responses) without gRPC or Envoy.
+
+Rules both follow (from the xDS protocol):
+
+* A request whose ``response_nonce`` is not the newest nonce we sent for its type is stale and
+  only its subscription part counts (delta) or it is ignored (state of the world).
+* A NACK (``error_detail`` set) is recorded and reported, never answered by re-sending the same
+  resources: Envoy keeps its last good config, and we wait for the next real change.
+* Responses of one push come out in ``types.PUSH_ORDER`` so dependencies arrive first.
+* State of the world sends every resource of wildcard types (listeners, clusters), but only
+  new or changed ones of named types (routes, endpoints, secrets): Envoy does not treat a named
+  resource missing from a response as removed, so an endpoint change sends one load assignment.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from envoy.service.discovery.v3 import discovery_pb2 as d
+
+from podway.xds import types
+from podway.xds.cache import Cache
+
+_nonces = itertools.count(1)
+
+# A changed cluster (listener) is re-created by Envoy and waits for its load assignment (route
+# table) again; re-send those even though they did not change, or the new one stays warming.
+_DEPENDENT = {types.CLUSTER: types.ENDPOINT, types.LISTENER: types.ROUTE}
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Envoy rejected a response: which type, which version, and Envoy's reason."""
+
+    node: str
+    type_url: str
+    version: str
+    nonce: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    node: str
+    type_url: str
+    version: str
+    nonce: str
+
+
+Event = Ack | Nack
+
+
+def _nonce() -> str:
+    return str(next(_nonces))
+
+
+@dataclass(slots=True)
+class _SotwType:
+    wildcard: bool
+    names: frozenset[str] = frozenset()
+    nonce: str = ""
+    sent_version: str = ""
+    sent: dict[str, str] = field(default_factory=dict)  # name → digest sent
+
+
+class SotwStream:
+    """One state-of-the-world ADS stream (one Envoy)."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.node = ""
+        self._types: dict[str, _SotwType] = {}
+
+    def on_request(self, request: d.DiscoveryRequest
+                   ) -> tuple[list[d.DiscoveryResponse], list[Event]]:
+        if request.node.id:
+            self.node = request.node.id
+        type_url = request.type_url
+        events: list[Event] = []
+        state = self._types.get(type_url)
+        if state is not None and request.response_nonce != state.nonce:
+            return [], events  # stale: Envoy has not seen our newest response yet
+        if state is not None and request.response_nonce:
+            if request.HasField("error_detail"):
+                events.append(Nack(self.node, type_url, state.sent_version, state.nonce,
+                                   request.error_detail.message))
+            else:
+                events.append(Ack(self.node, type_url, request.version_info, state.nonce))
+        names = frozenset(request.resource_names) - {"*"}
+        wildcard = type_url in types.WILDCARD_TYPES and not names
+        if state is None:
+            state = self._types[type_url] = _SotwType(wildcard=wildcard, names=names)
+            return self._respond(type_url, state, force=True), events
+        if names != state.names or wildcard != state.wildcard:
+            added = names - state.names
+            state.names, state.wildcard = names, wildcard
+            for name in list(state.sent):
+                if name not in names:
+                    del state.sent[name]
+            if added or wildcard:
+                return self._respond(type_url, state, force=True), events
+        return [], events
+
+    def on_change(self) -> list[d.DiscoveryResponse]:
+        out: list[d.DiscoveryResponse] = []
+        for type_url in types.PUSH_ORDER:
+            state = self._types.get(type_url)
+            if state is not None and self.cache.get(type_url).version != state.sent_version:
+                out.extend(self._respond(type_url, state, force=False))
+        return out
+
+    def _respond(self, type_url: str, state: _SotwType, *, force: bool
+                 ) -> list[d.DiscoveryResponse]:
+        if not self.cache.ready:
+            return []
+        snapshot = self.cache.get(type_url)
+        response = d.DiscoveryResponse(type_url=type_url, version_info=snapshot.version)
+        if state.wildcard:
+            response.resources.extend(r.packed for _, r in sorted(snapshot.resources.items()))
+            changed = [n for n, r in snapshot.resources.items() if state.sent.get(n) != r.digest]
+            self._invalidate(type_url, changed)
+            state.sent = {n: r.digest for n, r in snapshot.resources.items()}
+        else:
+            for name in sorted(state.names):
+                resource = snapshot.resources.get(name)
+                if resource is None or (not force and state.sent.get(name) == resource.digest):
+                    continue
+                response.resources.append(resource.packed)
+                state.sent[name] = resource.digest
+            if not response.resources and not force:
+                state.sent_version = snapshot.version
+                return []
+        response.nonce = state.nonce = _nonce()
+        state.sent_version = snapshot.version
+        return [response]
+
+    def _invalidate(self, type_url: str, names: list[str]) -> None:
+        dependent = self._types.get(_DEPENDENT.get(type_url, ""))
+        if dependent is None:
+            return
+        for name in names:
+            if dependent.sent.pop(name, None) is not None:
+                dependent.sent_version = ""  # forces a look at this type in the same push
+
+
+@dataclass(slots=True)
+class _DeltaType:
+    wildcard: bool
+    names: set[str] = field(default_factory=set)
+    known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
+    nonces: dict[str, str] = field(default_factory=dict)  # nonce → system version, unanswered
+
+
+class DeltaStream:
+    """One incremental (delta) ADS stream (one Envoy)."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.node = ""
+        self._types: dict[str, _DeltaType] = {}
+
+    def on_request(self, request: d.DeltaDiscoveryRequest
+                   ) -> tuple[list[d.DeltaDiscoveryResponse], list[Event]]:
+        if request.node.id:
+            self.node = request.node.id
+        type_url = request.type_url
+        events: list[Event] = []
+        state = self._types.get(type_url)
+        subscribe = set(request.resource_names_subscribe)
+        first = state is None
+        if state is None:
+            wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
+            state = self._types[type_url] = _DeltaType(wildcard=wildcard)
+            state.known.update(request.initial_resource_versions)
+        if request.response_nonce:
+            version = state.nonces.pop(request.response_nonce, None)
+            if version is not None:
+                if request.HasField("error_detail"):
+                    events.append(Nack(self.node, type_url, version, request.response_nonce,
+                                       request.error_detail.message))
+                else:
+                    events.append(Ack(self.node, type_url, version, request.response_nonce))
+        if "*" in subscribe:
+            state.wildcard = True
+        if "*" in request.resource_names_unsubscribe:
+            state.wildcard = False
+        new_names = subscribe - {"*"} - state.names
+        state.names |= subscribe - {"*"}
+        for name in request.resource_names_unsubscribe:
+            state.names.discard(name)
+            state.known.pop(name, None)
+        if first or new_names:
+            return self._respond(type_url, state, force=first, asked=new_names), events
+        return [], events
+
+    def on_change(self) -> list[d.DeltaDiscoveryResponse]:
+        out: list[d.DeltaDiscoveryResponse] = []
+        for type_url in types.PUSH_ORDER:
+            state = self._types.get(type_url)
+            if state is not None:
+                out.extend(self._respond(type_url, state, force=False, asked=set()))
+        return out
+
+    def _respond(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str]
+                 ) -> list[d.DeltaDiscoveryResponse]:
+        if not self.cache.ready:
+            return []
+        snapshot = self.cache.get(type_url)
+        response = d.DeltaDiscoveryResponse(type_url=type_url,
+                                            system_version_info=snapshot.version)
+        scope = snapshot.resources.keys() if state.wildcard else state.names
+        for name in sorted(scope):
+            resource = snapshot.resources.get(name)
+            if resource is None:
+                if name in asked:
+                    response.removed_resources.append(name)  # "does not exist"
+                continue
+            if state.known.get(name) == resource.digest:
+                continue
+            if state.known.get(name) is not None:
+                self._invalidate(type_url, name)
+            response.resources.append(d.Resource(name=name, version=resource.digest,
+                                                 resource=resource.packed))
+            state.known[name] = resource.digest
+        for name in sorted(state.known):
+            if name not in snapshot.resources:
+                response.removed_resources.append(name)
+                del state.known[name]
+        if not response.resources and not response.removed_resources and not force:
+            return []
+        response.nonce = _nonce()
+        state.nonces[response.nonce] = snapshot.version
+        return [response]
+
+    def _invalidate(self, type_url: str, name: str) -> None:
+        dependent = self._types.get(_DEPENDENT.get(type_url, ""))
+        if dependent is not None:
+            dependent.known.pop(name, None)
