@@ -7,6 +7,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
-    from podway.commands import validate
+    from podway.commands import echo, validate
 
     validate.register(app)
+    echo.register(app)
