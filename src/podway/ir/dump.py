@@ -47,12 +47,19 @@ def _action_kind(value: object) -> str | None:
     return name if name in _TAGGED else None
 
 
+# Fields shown even at their default, because leaving them out hides the meaning (match: {}).
+_ALWAYS = frozenset({"path"})
+
+
 def _fields(value: Any, *, skip: set[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(value):
         if f.name in skip:
             continue
         item = getattr(value, f.name)
+        if f.name in _ALWAYS and item is not None:
+            out[f.name] = to_data(item)
+            continue
         if f.default is not dataclasses.MISSING and item == f.default:
             continue
         if f.default_factory is not dataclasses.MISSING and item == f.default_factory():

@@ -131,14 +131,26 @@ class NodeAddress(K8sModel):
     address: str
 
 
+class NodeCondition(K8sModel):
+    type: str
+    status: str = "Unknown"
+
+
 class NodeStatus(K8sModel):
     addresses: tuple[NodeAddress, ...] = ()
+    conditions: tuple[NodeCondition, ...] = ()
 
 
 class Node(K8sObject):
     KIND: ClassVar[str] = "Node"
     NAMESPACED: ClassVar[bool] = False
     status: NodeStatus = Field(default_factory=NodeStatus)
+
+    @property
+    def ready(self) -> bool:
+        """Ready unless the Ready condition says otherwise (no conditions: assume ready)."""
+        cond = next((c for c in self.status.conditions if c.type == "Ready"), None)
+        return cond is None or cond.status == "True"
 
     def address(self, *order: str) -> str | None:
         """The first address of the given types, in that order of preference."""

@@ -1,0 +1,113 @@
+"""Translation benchmark: synthetic clusters of N Ingress paths, 3 endpoints each.
+
+Prints, for each size: full translation time (median of several runs), peak memory allocated
+during one translation (tracemalloc), and the time to re-translate after one EndpointSlice
+changes (IncrementalTranslator, p50/p99). Targets: 1,000 paths ≤ 50 ms, 10,000 ≤ 500 ms; the
+endpoint update must not grow with the cluster.
+
+    python bench/translate.py [--sizes 1000,10000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+import tracemalloc
+from typing import Any
+
+from podway.model import EndpointSlice, Ingress, K8sObject, Service, Snapshot
+from podway.translate import IncrementalTranslator, TranslateOptions, translate
+
+PATHS_PER_HOST = 10
+OPTS = TranslateOptions(address="198.18.0.1")
+
+
+def ip(n: int) -> str:
+    return f"198.18.{(n >> 8) & 255}.{n & 255}"
+
+
+def make_slice(i: int, generation: int = 0) -> EndpointSlice:
+    return EndpointSlice.model_validate({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": f"svc-{i}-x", "namespace": "bench",
+                     "labels": {"kubernetes.io/service-name": f"svc-{i}"}},
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [{"addresses": [ip(3 * i + k + generation)],
+                       "conditions": {"ready": True}} for k in range(3)]})
+
+
+def cluster(paths: int) -> Snapshot:
+    objects: list[K8sObject] = []
+    for h in range(paths // PATHS_PER_HOST):
+        rule_paths: list[dict[str, Any]] = []
+        for p in range(PATHS_PER_HOST):
+            i = h * PATHS_PER_HOST + p
+            rule_paths.append({"path": f"/app{p}/v{i}", "pathType": "Prefix" if p % 3 else "Exact",
+                               "backend": {"service": {"name": f"svc-{i}",
+                                                       "port": {"name": "http"}}}})
+        objects.append(Ingress.model_validate({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": f"ing-{h}", "namespace": "bench"},
+            "spec": {"ingressClassName": "podway",
+                     "rules": [{"host": f"host{h}.example.com", "http": {"paths": rule_paths}}]}}))
+    for i in range(paths):
+        objects.append(Service.model_validate({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": f"svc-{i}", "namespace": "bench"},
+            "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}))
+        objects.append(make_slice(i))
+    return Snapshot.of_objects(objects)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.2f} ms"
+
+
+def bench(paths: int, runs: int) -> None:
+    snapshot = cluster(paths)
+    times = []
+    for _ in range(runs):
+        gc.collect()
+        start = time.perf_counter()
+        result = translate(snapshot, OPTS)
+        times.append(time.perf_counter() - start)
+    routes = sum(len(v.routes) for lst in result.ir.listeners for v in lst.virtual_hosts)
+    members = sum(len(p.members) for p in result.ir.pools.values())
+    assert routes == paths, routes
+
+    gc.collect()
+    tracemalloc.start()
+    translate(snapshot, OPTS)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+
+    inc = IncrementalTranslator(OPTS)
+    inc.update(snapshot)
+    updates = []
+    for n in range(200):
+        changed = make_slice(n % paths, generation=n + 1)
+        snapshot = snapshot.replace(EndpointSlice.KIND, {changed.key: changed})
+        start = time.perf_counter()
+        inc.update(snapshot, changed=[(EndpointSlice.KIND, changed.key)])
+        updates.append(time.perf_counter() - start)
+    updates.sort()
+    p50, p99 = statistics.median(updates), updates[int(len(updates) * 0.99) - 1]
+    print(f"{paths:>6} paths ({routes} routes, {len(result.ir.pools)} pools, {members} members)")
+    print(f"    full translation   median {ms(statistics.median(times))}  min {ms(min(times))}")
+    print(f"    peak memory        {peak / 2**20:8.1f} MiB (allocated during one translation)")
+    print(f"    endpoint update    p50 {ms(p50)}  p99 {ms(p99)}  (one EndpointSlice changed)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    for size in (int(s) for s in args.sizes.split(",")):
+        bench(size, args.runs)
+
+
+if __name__ == "__main__":
+    main()

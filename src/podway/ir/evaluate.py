@@ -1,0 +1,96 @@
+"""A reference evaluator of the IR: which route answers a request, and why.
+
+The engine (Envoy) is configured to behave exactly like this; tests use it to check translation
+semantics without a data plane, and ``podway explain`` can walk a request with it. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import parse_qsl
+
+from podway.ir.listener import Listener, VirtualHost, WildcardMode
+from podway.ir.route import PathKind, PathMatch, Route, RouteMatch, StringMatchKind
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    host: str
+    path: str  # may carry a query string
+    method: str = "GET"
+    headers: Mapping[str, str] | None = None
+
+
+def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
+    """Exact host, else the longest matching wildcard, else the catch-all ``*``."""
+    host = host.split(":", 1)[0].lower()
+    best: VirtualHost | None = None
+    for vhost in listener.virtual_hosts:
+        name = vhost.hostname
+        if name == host:
+            return vhost
+        covered = name == "*" or (name.startswith("*.")
+                                   and _wildcard_covers(name, host, vhost.wildcard))
+        if covered and (best is None or _specificity(name) > _specificity(best.hostname)):
+            best = vhost
+    return best
+
+
+def _specificity(name: str) -> int:
+    return -1 if name == "*" else len(name)
+
+
+def _wildcard_covers(pattern: str, host: str, mode: WildcardMode) -> bool:
+    suffix = pattern[1:]
+    if not host.endswith(suffix) or len(host) == len(suffix):
+        return False
+    return mode is WildcardMode.SUFFIX or "." not in host[: -len(suffix)]
+
+
+def select_route(listener: Listener, request: Request) -> Route | None:
+    """The first route of the selected virtual host that matches, or None (a 404)."""
+    vhost = select_virtual_host(listener, request.host)
+    if vhost is None:
+        return None
+    for route in vhost.routes:
+        if matches(route.match, request):
+            return route
+    return None
+
+
+def matches(match: RouteMatch, request: Request) -> bool:
+    path, _, query = request.path.partition("?")
+    if not path_matches(match.path, path):
+        return False
+    if match.method is not None and match.method != request.method:
+        return False
+    headers = {k.lower(): v for k, v in (request.headers or {}).items()}
+    for h in match.headers:
+        value = headers.get(h.name.lower())
+        if value is None or not _string_matches(h.kind, h.value, value):
+            return False
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    for q in match.query:
+        value = params.get(q.name)
+        if value is None or not _string_matches(q.kind, q.value, value):
+            return False
+    return True
+
+
+def path_matches(match: PathMatch, path: str) -> bool:
+    if match.kind is PathKind.EXACT:
+        return path == match.value
+    if match.kind is PathKind.REGEX:
+        return re.fullmatch(match.value, path) is not None
+    prefix = match.value
+    if prefix == "/":
+        return True
+    return path == prefix or path.startswith(prefix + "/")
+
+
+def _string_matches(kind: StringMatchKind, pattern: str, value: str) -> bool:
+    if kind is StringMatchKind.EXACT:
+        return value == pattern
+    return re.fullmatch(pattern, value) is not None

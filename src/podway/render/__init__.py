@@ -1,0 +1,2 @@
+"""Human-readable views of translation results (tables for the CLI). No I/O besides returning
+rich renderables."""

@@ -1,0 +1,60 @@
+"""The "what would be served" table: listener → host → match → action → members."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from podway.ir import IR, DirectResponse, Forward, MemberState, Redirect, Route, RouteMatch
+from podway.ir.route import PathKind
+
+
+def served_table(ir: IR) -> Table:
+    table = Table(title="What would be served", title_justify="left")
+    for column in ("listener", "host", "match", "action", "members"):
+        table.add_column(column, overflow="fold")
+    for listener in ir.listeners:
+        where = f"{listener.protocol} {listener.address}:{listener.port}"
+        for vhost in listener.virtual_hosts:
+            for route in vhost.routes:
+                action, members = _action(route, ir)
+                table.add_row(where, vhost.hostname, _match(route.match), action, members)
+                where = ""
+        for l4 in listener.l4_routes:
+            pools = [wp.pool or f"→ {wp.status}" for wp in l4.backends]
+            table.add_row(where, ", ".join(l4.hostnames) or "*", "(any)", ", ".join(pools),
+                          "\n".join(_members(ir, wp.pool) for wp in l4.backends))
+            where = ""
+    return table
+
+
+def _match(match: RouteMatch) -> str:
+    path = match.path
+    text = {PathKind.EXACT: "= ", PathKind.PREFIX: "", PathKind.REGEX: "~ "}[path.kind] + path.value
+    extra = [f"{h.name}: {h.value}" for h in match.headers]
+    extra += [f"?{q.name}={q.value}" for q in match.query]
+    if match.method:
+        extra.insert(0, match.method)
+    return " ".join([text, *extra])
+
+
+def _action(route: Route, ir: IR) -> tuple[str, str]:
+    action = route.action
+    if isinstance(action, Forward):
+        names = [f"{wp.pool}" + (f" ({wp.weight})" if len(action.backends) > 1 else "")
+                 if wp.pool else f"→ {wp.status}" for wp in action.backends]
+        return "\n".join(names), "\n".join(_members(ir, wp.pool) for wp in action.backends)
+    if isinstance(action, Redirect):
+        return f"redirect {action.status_code}", ""
+    assert isinstance(action, DirectResponse)
+    return f"respond {action.status}", ""
+
+
+def _members(ir: IR, pool_name: str | None) -> str:
+    pool = ir.pools.get(pool_name) if pool_name else None
+    if pool is None:
+        return "-"
+    if not pool.members:
+        return "(none)"
+    marks = {MemberState.READY: "", MemberState.NOT_READY: " (not ready)",
+             MemberState.DRAINING: " (draining)"}
+    return ", ".join(f"{m.address}:{m.port}{marks[m.state]}" for m in pool.members)

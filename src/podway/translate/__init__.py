@@ -1,0 +1,16 @@
+"""Snapshot → IR + problems. Pure: no I/O, no clients, never raises on loaded objects."""
+
+from podway.translate.options import BackendMode, TranslateOptions
+from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.translator import IncrementalTranslator, Result, translate
+
+__all__ = [
+    "BackendMode",
+    "IncrementalTranslator",
+    "Problem",
+    "Reason",
+    "Result",
+    "Severity",
+    "TranslateOptions",
+    "translate",
+]

@@ -1,0 +1,75 @@
+"""Backends: a Service port becomes a pool spec (name + settings), members come later.
+
+Route translation only asks for a pool *name* (``PoolSpec``); members are resolved afterwards,
+per pool, by a ``MemberResolver`` (``podway.translate.members``). That split is what makes
+endpoint changes incremental: a changed EndpointSlice re-resolves the pools of its Service and
+nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from podway.ir import PoolProtocol, PoolSettings
+from podway.model import ObjectRef, Service
+from podway.model.core import ServicePort
+from podway.model.snapshot import Key
+from podway.translate.options import BackendMode, TranslateOptions
+
+ServiceKey = Key  # (namespace, name) of a Service
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolSpec:
+    """What a pool is made of, before members are known."""
+
+    name: str
+    service: ServiceKey
+    port: ServicePort
+    settings: PoolSettings
+    origin: ObjectRef
+    external_traffic_policy: str | None = None
+
+
+_APP_PROTOCOLS = {
+    "kubernetes.io/h2c": PoolProtocol.HTTP2,
+    "h2c": PoolProtocol.HTTP2,
+    "http2": PoolProtocol.HTTP2,
+    "grpc": PoolProtocol.GRPC,
+    "kubernetes.io/grpc": PoolProtocol.GRPC,
+}
+
+
+def http_pool(service: Service, port: ServicePort) -> PoolSpec:
+    """The L7 pool of one Service port; ``appProtocol`` picks HTTP/2 or gRPC upstream."""
+    ns, name = service.key
+    protocol = _APP_PROTOCOLS.get((port.app_protocol or "").lower(), PoolProtocol.HTTP1)
+    return PoolSpec(name=f"pool/{ns}/{name}/{port.port}", service=service.key, port=port,
+                    settings=PoolSettings(protocol=protocol), origin=service.ref,
+                    external_traffic_policy=service.spec.external_traffic_policy)
+
+
+def l4_pool(service: Service, port: ServicePort) -> PoolSpec:
+    """The L4 pool of one Service port (TCP or UDP)."""
+    ns, name = service.key
+    protocol = PoolProtocol.UDP if port.protocol == "UDP" else PoolProtocol.TCP
+    return PoolSpec(name=f"pool/{ns}/{name}/{port.port}/{protocol.value}", service=service.key,
+                    port=port, settings=PoolSettings(protocol=protocol), origin=service.ref,
+                    external_traffic_policy=service.spec.external_traffic_policy)
+
+
+def find_port(service: Service, *, number: int | None = None, name: str | None = None
+              ) -> ServicePort | None:
+    for port in service.spec.ports:
+        if (number is not None and port.port == number) or (name is not None and port.name == name):
+            return port
+    return None
+
+
+def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:
+    """Why ``port`` of ``service`` cannot be a backend in the configured mode, if it cannot."""
+    if opts.mode is BackendMode.NODEPORT and not port.node_port:
+        ns, name = service.key
+        return (f"Service {ns}/{name} port {port.port} has no nodePort (type "
+                f"{service.spec.type}); nodeport mode needs type NodePort or LoadBalancer")
+    return None

@@ -1,0 +1,173 @@
+"""Pool members, resolved per backend mode from the endpoint kinds of a snapshot.
+
+Each mode is a ``MemberResolver``: it says which kinds move its members and which Services a
+change of one such object touches, so the incremental translator re-resolves only those pools.
+Pure; resolvers read the snapshot and the ``EndpointIndex`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from podway.ir import Member, MemberState
+from podway.model import EndpointSlice, Node, ObjectRef, Snapshot
+from podway.model.core import Endpoint
+from podway.model.snapshot import Key
+from podway.translate.backends import PoolSpec, ServiceKey
+from podway.translate.options import BackendMode, TranslateOptions
+
+
+class EndpointIndex:
+    """EndpointSlices grouped by Service, kept up to date one slice at a time."""
+
+    __slots__ = ("_by_service", "_service_of")
+
+    def __init__(self, slices: Iterable[EndpointSlice] = ()) -> None:
+        self._by_service: dict[ServiceKey, dict[Key, EndpointSlice]] = {}
+        self._service_of: dict[Key, ServiceKey] = {}
+        for item in slices:
+            self.put(item.key, item)
+
+    def put(self, key: Key, item: EndpointSlice | None) -> ServiceKey | None:
+        """Insert, replace or (``None``) delete one slice; returns the Service it belonged to."""
+        old_service = self._service_of.pop(key, None)
+        if old_service is not None:
+            self._by_service[old_service].pop(key, None)
+        if item is None or item.service_name is None:
+            return old_service
+        service = (item.metadata.namespace, item.service_name)
+        self._by_service.setdefault(service, {})[key] = item
+        self._service_of[key] = service
+        return old_service
+
+    def slices(self, service: ServiceKey) -> Mapping[Key, EndpointSlice]:
+        return self._by_service.get(service, {})
+
+
+@dataclass(frozen=True, slots=True)
+class MemberContext:
+    snapshot: Snapshot
+    endpoints: EndpointIndex
+
+
+class MemberResolver(Protocol):
+    """Resolves the members of one pool. Pure."""
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """Kinds whose changes move members (and nothing else)."""
+        ...
+
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]: ...
+
+    def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
+        """Services whose pools a change of ``kind``/``key`` touches; None means every pool.
+
+        EndpointSlice changes are mapped by the translator itself (old and new Service label).
+        """
+        ...
+
+
+def endpoint_state(endpoint: Endpoint) -> MemberState:
+    if endpoint.conditions.terminating:
+        return MemberState.DRAINING
+    if endpoint.conditions.ready is False:
+        return MemberState.NOT_READY
+    return MemberState.READY  # Kubernetes: an unset ready condition means ready
+
+
+_RANK = {MemberState.READY: 0, MemberState.DRAINING: 1, MemberState.NOT_READY: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class _Backend:
+    """One endpoint address with the slice port serving the pool's Service port."""
+
+    address: str
+    port: int
+    endpoint: Endpoint
+    origin: ObjectRef | None
+
+
+def _backends(spec: PoolSpec, index: EndpointIndex) -> Iterable[_Backend]:
+    want_name = spec.port.name or ""
+    for item in index.slices(spec.service).values():
+        if item.address_type == "FQDN":
+            continue
+        port = next((p.port for p in item.ports if (p.name or "") == want_name
+                     and p.protocol == spec.port.protocol and p.port is not None), None)
+        if port is None:
+            continue
+        for endpoint in item.endpoints:
+            target = endpoint.target_ref
+            origin = (ObjectRef(target.kind or "Pod", target.namespace or spec.service[0],
+                                target.name) if target is not None and target.name else None)
+            for address in endpoint.addresses:
+                yield _Backend(address, port, endpoint, origin)
+
+
+def _collapse(members: Iterable[Member]) -> tuple[Member, ...]:
+    """One member per address:port (duplicates happen mid-move); the most useful state wins."""
+    found: dict[tuple[str, int], Member] = {}
+    for member in members:
+        key = (member.address, member.port)
+        previous = found.get(key)
+        if previous is None or _RANK[member.state] < _RANK[previous.state]:
+            found[key] = member
+    return tuple(found[k] for k in sorted(found))
+
+
+class ClusterIPResolver:
+    """``clusterip`` mode: members are PodIP:port straight from the Service's EndpointSlices."""
+
+    kinds = frozenset({EndpointSlice.KIND})
+
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
+        return _collapse(
+            Member(address=b.address, port=b.port, state=endpoint_state(b.endpoint),
+                   origin=b.origin, node=b.endpoint.node_name, zone=b.endpoint.zone)
+            for b in _backends(spec, ctx.endpoints))
+
+    def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
+        return ()
+
+
+class NodePortResolver:
+    """``nodeport`` mode: every node's address at the Service port's nodePort.
+
+    The extra-hop baseline of the seeds: any node forwards to a pod, maybe on another node.
+    A node whose Ready condition is not True is not ready. With
+    ``externalTrafficPolicy: Local`` a node without a ready local endpoint drops the traffic,
+    so it is marked not ready too (the imbalance the seeds describe follows from that).
+    """
+
+    kinds = frozenset({EndpointSlice.KIND, Node.KIND})
+
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
+        node_port = spec.port.node_port
+        if not node_port:
+            return ()
+        local_only = spec.external_traffic_policy == "Local"
+        ready_nodes = {b.endpoint.node_name for b in _backends(spec, ctx.endpoints)
+                       if endpoint_state(b.endpoint) is MemberState.READY}
+        out = []
+        for node in ctx.snapshot.kind(Node).values():
+            address = node.address("ExternalIP", "InternalIP")
+            if address is None:
+                continue
+            ready = node.ready and (not local_only or node.metadata.name in ready_nodes)
+            out.append(Member(address=address, port=node_port, origin=node.ref,
+                              node=node.metadata.name,
+                              state=MemberState.READY if ready else MemberState.NOT_READY))
+        return _collapse(out)
+
+    def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
+        return None if kind == Node.KIND else ()
+
+
+def resolver_for(opts: TranslateOptions) -> MemberResolver:
+    if opts.mode is BackendMode.NODEPORT:
+        return NodePortResolver()
+    return ClusterIPResolver()

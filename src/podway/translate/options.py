@@ -1,0 +1,36 @@
+"""Settings of one translation: where listeners bind, which objects are ours, backend mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class BackendMode(StrEnum):
+    """How a Service's pods become pool members (see ARCHITECTURE.md, "The three backend modes").
+
+    Only ``clusterip`` resolves members today; the seam in ``podway.translate.backends`` takes the
+    other two without touching route translation.
+    """
+
+    CLUSTERIP = "clusterip"  # PodIP:targetPort from EndpointSlices
+    NODEPORT = "nodeport"  # every NodeIP:nodePort (the extra-hop baseline)
+    NODEPORTLOCAL = "nodeportlocal"  # NodeIP:nplPort from the pods' NPL annotation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranslateOptions:
+    address: str = "0.0.0.0"
+    """Bind address for Ingress listeners and for Services that have no VIP."""
+    http_port: int = 80
+    """Port of the shared HTTP listener that serves every Ingress."""
+    https_port: int = 443
+    """Port of the shared HTTPS listener (SNI picks the certificate)."""
+    mode: BackendMode = BackendMode.CLUSTERIP
+    """Backend mode for pool members."""
+    ingress_controller: str = "podway.io/ingress-controller"
+    """IngressClass ``spec.controller`` that makes a class ours."""
+    ingress_class: str = "podway"
+    """Class name that is ours when the snapshot holds no IngressClass objects."""
+    load_balancer_class: str = "podway.io/lb"
+    """``spec.loadBalancerClass`` of Services that are ours (unset is ours too)."""

@@ -1,0 +1,59 @@
+"""``podway validate``: exit status, problem lines, the served table and the IR dump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from podway.cli import app
+from podway.commands import register
+
+register(app)
+runner = CliRunner()
+ROOT = Path(__file__).parents[3]
+
+
+def test_quickstart_is_valid_and_shows_what_is_served() -> None:
+    """The embedded example validates cleanly and lists its hosts and pools."""
+    result = runner.invoke(app, ["validate", str(ROOT / "examples/quickstart")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "shop.example.com" in result.output
+    assert "pool/demo/api/8080" in result.output
+    assert "0 errors" in result.output
+
+
+def test_problems_make_exit_status_1(tmp_path: Path) -> None:
+    """A missing backend is printed with its object and field, and the exit status is 1."""
+    (tmp_path / "i.yaml").write_text("""
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i, namespace: ns}
+spec:
+  ingressClassName: podway
+  defaultBackend: {service: {name: nowhere, port: {number: 80}}}
+""")
+    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "Ingress/ns/i BackendNotFound: Service ns/nowhere not found" in result.output
+    assert "spec.defaultBackend.service.name" in result.output
+
+
+def test_load_error_makes_exit_status_1(tmp_path: Path) -> None:
+    """Broken YAML is reported with its file and the exit status is 1."""
+    (tmp_path / "bad.yaml").write_text("kind: [\n")
+    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "bad.yaml" in result.output
+    assert "invalid YAML" in result.output
+
+
+def test_ir_flag_dumps_yaml_without_private_keys() -> None:
+    """--ir prints the IR as YAML; TLS keys appear only as a fingerprint."""
+    result = runner.invoke(app, ["validate", "--ir", "--address", "198.18.0.1",
+                                 str(ROOT / "examples/quickstart")])
+    assert result.exit_code == 0, result.output
+    assert "name: ingress/https" in result.output
+    assert "fingerprint:" in result.output
+    assert "PRIVATE KEY" not in result.output

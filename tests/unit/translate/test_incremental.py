@@ -1,0 +1,159 @@
+"""IncrementalTranslator: endpoint changes touch only their pools and equal a full translation."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from podway.ir import MemberState
+from podway.model import EndpointSlice, Node, Snapshot
+from podway.model.loader import load_text
+from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
+
+BASE = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: shop, namespace: shop}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /api, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec: {ports: [{port: 80}]}
+"""
+
+OPTS = TranslateOptions(address="198.18.0.1")
+
+
+def slice_for(service: str, name: str, addresses: list[str], ready: bool = True) -> EndpointSlice:
+    return EndpointSlice.model_validate({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "shop",
+                     "labels": {"kubernetes.io/service-name": service}},
+        "ports": [{"port": 8080}],
+        "endpoints": [{"addresses": [a], "conditions": {"ready": ready}} for a in addresses]})
+
+
+def base_snapshot() -> Snapshot:
+    objects = [*load_text(BASE).objects, slice_for("web", "web-1", ["198.18.1.1"]),
+               slice_for("api", "api-1", ["198.18.2.1"])]
+    return Snapshot.of_objects(objects)
+
+
+def test_endpoint_change_replaces_only_its_pool() -> None:
+    """A changed EndpointSlice keeps listeners and other pools identity-equal."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = base_snapshot()
+    r0 = inc.update(s0)
+    new = slice_for("web", "web-1", ["198.18.1.1", "198.18.1.2"])
+    s1 = s0.replace(EndpointSlice.KIND, {new.key: new})
+    r1 = inc.update(s1, changed=[(EndpointSlice.KIND, new.key)])
+    assert r1.ir.listeners is r0.ir.listeners
+    assert r1.ir.pools["pool/shop/api/80"] is r0.ir.pools["pool/shop/api/80"]
+    assert [m.address for m in r1.ir.pools["pool/shop/web/80"].members] == [
+        "198.18.1.1", "198.18.1.2"]
+    assert r1 == translate(s1, OPTS)
+
+
+def test_endpoint_change_found_by_diff_when_not_named() -> None:
+    """Without an explicit change list, the snapshot diff finds the changed slice."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = base_snapshot()
+    r0 = inc.update(s0)
+    gone = ("shop", "api-1")
+    s1 = s0.replace(EndpointSlice.KIND, {gone: None})
+    r1 = inc.update(s1)
+    assert r1.ir.listeners is r0.ir.listeners
+    assert r1.ir.pools["pool/shop/api/80"].members == ()
+    assert r1 == translate(s1, OPTS)
+
+
+def test_unrelated_slice_change_returns_the_same_result() -> None:
+    """A slice of a Service no route uses changes nothing at all."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = base_snapshot()
+    r0 = inc.update(s0)
+    other = slice_for("unused", "unused-1", ["198.18.9.9"])
+    assert inc.update(s0.replace(EndpointSlice.KIND, {other.key: other})) is r0
+
+
+def test_structural_change_retranslates() -> None:
+    """A changed Service re-runs structure and still equals a full translation."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = base_snapshot()
+    inc.update(s0)
+    objects = load_text(BASE.replace("name: api, port: {number: 80}", "name: gone, port: "
+                                     "{number: 80}")).objects
+    s1 = Snapshot.of_objects([*objects, *s0.kind(EndpointSlice).values()])
+    assert inc.update(s1) == translate(s1, OPTS)
+
+
+edits = st.lists(st.tuples(
+    st.sampled_from(["web", "api", "unused"]),  # service label
+    st.sampled_from(["s1", "s2", "s3"]),  # slice name
+    st.lists(st.sampled_from(["198.18.1.1", "198.18.1.2", "198.18.1.3"]), max_size=3),
+    st.booleans(),  # ready
+    st.booleans()),  # delete instead
+    max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(edits)
+def test_incremental_equals_full_after_any_edit_sequence(steps: list[tuple[
+        str, str, list[str], bool, bool]]) -> None:
+    """After every endpoint edit, the incremental result equals translating from scratch."""
+    inc = IncrementalTranslator(OPTS)
+    snapshot = base_snapshot()
+    inc.update(snapshot)
+    for service, name, addresses, ready, delete in steps:
+        key = ("shop", name)
+        change = None if delete else slice_for(service, name, addresses, ready)
+        snapshot = snapshot.replace(EndpointSlice.KIND, {key: change})
+        result = inc.update(snapshot, changed=[(EndpointSlice.KIND, key)])
+        assert result == translate(snapshot, OPTS)
+
+
+def node(name: str, address: str, ready: bool = True) -> Node:
+    return Node.model_validate({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"addresses": [{"type": "InternalIP", "address": address}],
+                   "conditions": [{"type": "Ready", "status": str(ready)}]}})
+
+
+def test_nodeport_mode_node_change_moves_members_only() -> None:
+    """In nodeport mode a Node change re-resolves pools without re-translating routes."""
+    opts = TranslateOptions(address="198.18.0.1", mode=BackendMode.NODEPORT)
+    text = BASE.replace("spec: {ports: [{port: 80}]}",
+                        "spec: {type: NodePort, ports: [{port: 80, nodePort: 30080}]}")
+    s0 = Snapshot.of_objects([*load_text(text).objects, node("n1", "198.18.10.1")])
+    inc = IncrementalTranslator(opts)
+    r0 = inc.update(s0)
+    added = node("n2", "198.18.10.2", ready=False)
+    s1 = s0.replace(Node.KIND, {added.key: added})
+    r1 = inc.update(s1, changed=[(Node.KIND, added.key)])
+    assert r1.ir.listeners is r0.ir.listeners
+    assert [(m.address, m.port, m.state) for m in r1.ir.pools["pool/shop/web/80"].members] == [
+        ("198.18.10.1", 30080, MemberState.READY), ("198.18.10.2", 30080, MemberState.NOT_READY)]
+    assert r1 == translate(s1, opts)
+
+
+def test_node_change_is_structural_in_clusterip_mode() -> None:
+    """Outside nodeport mode a Node is not an endpoint kind: the result still equals full."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = base_snapshot()
+    inc.update(s0)
+    added = node("n1", "198.18.10.1")
+    s1 = s0.replace(Node.KIND, {added.key: added})
+    assert inc.update(s1, changed=[(Node.KIND, added.key)]) == translate(s1, OPTS)
