@@ -47,7 +47,7 @@ class EchoHTTP(asyncio.Protocol):
         self.buffer = b""
         self.client = ""
         self.h2: h2.connection.H2Connection | None = None
-        self.streams: dict[int, dict[str, Any]] = {}
+        self.streams: dict[int, dict[str, str]] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -141,7 +141,7 @@ class EchoHTTP(asyncio.Protocol):
         if settings is None:
             self.h2.initiate_connection()
         else:
-            self.h2.initiate_upgrade_connection(settings)
+            self.h2.initiate_upgrade_connection(settings.encode("ascii"))
         self._flush()
 
     def _h2_data(self, data: bytes) -> None:
@@ -153,7 +153,7 @@ class EchoHTTP(asyncio.Protocol):
             return
         for event in events:
             if isinstance(event, h2.events.RequestReceived):
-                self.streams[event.stream_id] = dict(event.headers or [])
+                self.streams[event.stream_id] = {_text(k): _text(v) for k, v in event.headers or []}
                 if event.stream_ended is not None:
                     self._h2_request(event.stream_id)
             elif isinstance(event, h2.events.DataReceived):
@@ -195,6 +195,10 @@ class EchoHTTP(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
             self.transport = None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _chunked_length(buffer: bytes, start: int) -> int | None:
