@@ -68,16 +68,17 @@ class Standalone:
         """Serve until cancelled."""
         await self.server.start()
         try:
+            if self.opts.engine:
+                self.engine = Engine(EngineOptions(
+                    envoy_path=find_envoy(self.opts.envoy_path),
+                    bootstrap=bootstrap(BootstrapOptions(
+                        node_id=self.opts.node_id, xds=self.server.target,
+                        delta=self.opts.delta)),
+                    log_level=self.opts.envoy_log_level,
+                    concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._pipeline(), name="standalone-pipeline")
-                if self.opts.engine:
-                    self.engine = Engine(EngineOptions(
-                        envoy_path=find_envoy(self.opts.envoy_path),
-                        bootstrap=bootstrap(BootstrapOptions(
-                            node_id=self.opts.node_id, xds=self.server.target,
-                            delta=self.opts.delta)),
-                        log_level=self.opts.envoy_log_level,
-                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
+                if self.engine is not None:
                     group.create_task(self.engine.run(), name="standalone-engine")
         finally:
             await self.server.stop(grace=0.5)

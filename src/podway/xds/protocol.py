@@ -14,12 +14,18 @@ Rules both follow (from the xDS protocol):
 * State of the world sends every resource of wildcard types (listeners, clusters), but only
   new or changed ones of named types (routes, endpoints, secrets): Envoy does not treat a named
   resource missing from a response as removed, so an endpoint change sends one load assignment.
+* Make before break (the xDS ordering rules), so no request fails during a change:
+  listeners and routes are held back until every cluster Envoy has is *settled* — its CDS
+  response answered and its load assignment sent — because a route to a warming cluster
+  answers 503; and clusters (with their load assignments) are removed only once listeners and
+  routes are current and acknowledged, because a route to a removed cluster answers 503 too.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
@@ -31,6 +37,8 @@ _nonces = itertools.count(1)
 # A changed cluster (listener) is re-created by Envoy and waits for its load assignment (route
 # table) again; re-send those even though they did not change, or the new one stays warming.
 _DEPENDENT = {types.CLUSTER: types.ENDPOINT, types.LISTENER: types.ROUTE}
+# Listeners and routes wait for clusters to be settled (see the module docstring).
+_HELD_FOR_CLUSTERS = (types.LISTENER, types.ROUTE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +72,12 @@ class _SotwType:
     wildcard: bool
     names: frozenset[str] = frozenset()
     nonce: str = ""
+    answered: bool = True  # Envoy answered (ACK or NACK) our newest response of this type
+    rejected: bool = False  # ... with a NACK
     sent_version: str = ""
-    sent: dict[str, str] = field(default_factory=dict)  # name → digest sent
+    sent: dict[str, str] = field(default_factory=dict)  # name → digest Envoy was sent
+    packed: dict[str, Any] = field(default_factory=dict)  # wildcard types: what Envoy holds
+    deferred: bool = False  # removals held back until routes are current
 
 
 class SotwStream:
@@ -86,45 +98,90 @@ class SotwStream:
         if state is not None and request.response_nonce != state.nonce:
             return [], events  # stale: Envoy has not seen our newest response yet
         if state is not None and request.response_nonce:
-            if request.HasField("error_detail"):
+            state.answered = True
+            state.rejected = request.HasField("error_detail")
+            if state.rejected:
                 events.append(Nack(self.node, type_url, state.sent_version, state.nonce,
                                    request.error_detail.message))
             else:
                 events.append(Ack(self.node, type_url, request.version_info, state.nonce))
         names = frozenset(request.resource_names) - {"*"}
         wildcard = type_url in types.WILDCARD_TYPES and not names
+        out: list[d.DiscoveryResponse] = []
         if state is None:
             state = self._types[type_url] = _SotwType(wildcard=wildcard, names=names)
-            return self._respond(type_url, state, force=True), events
-        if names != state.names or wildcard != state.wildcard:
+            out = self._respond(type_url, state, force=True)
+        elif names != state.names or wildcard != state.wildcard:
             added = names - state.names
             state.names, state.wildcard = names, wildcard
             for name in list(state.sent):
-                if name not in names:
+                if name not in names and not wildcard:
                     del state.sent[name]
             if added or wildcard:
-                return self._respond(type_url, state, force=True), events
-        return [], events
+                out = self._respond(type_url, state, force=True)
+        return out + self.on_change(), events
 
     def on_change(self) -> list[d.DiscoveryResponse]:
+        """Everything that should be sent now (held-back types go out once unblocked)."""
         out: list[d.DiscoveryResponse] = []
         for type_url in types.PUSH_ORDER:
             state = self._types.get(type_url)
-            if state is not None and self.cache.get(type_url).version != state.sent_version:
+            if state is None:
+                continue
+            if type_url in _HELD_FOR_CLUSTERS and not self._clusters_settled():
+                continue
+            if state.deferred and not self._routes_current():
+                continue
+            if self.cache.get(type_url).version != state.sent_version:
                 out.extend(self._respond(type_url, state, force=False))
         return out
+
+    def _clusters_settled(self) -> bool:
+        cds = self._types.get(types.CLUSTER)
+        if cds is None or cds.rejected:
+            return True
+        if not cds.answered:
+            return False
+        eds = self._types.get(types.ENDPOINT)
+        assignments = self.cache.get(types.ENDPOINT).resources
+        for name in cds.sent:
+            resource = assignments.get(name)
+            if resource is not None and (eds is None or name not in eds.names
+                                         or eds.sent.get(name) != resource.digest):
+                return False
+        return True
+
+    def _routes_current(self) -> bool:
+        for type_url in _HELD_FOR_CLUSTERS:
+            state = self._types.get(type_url)
+            if state is not None and (not state.answered or state.sent_version
+                                      != self.cache.get(type_url).version):
+                return False
+        return True
 
     def _respond(self, type_url: str, state: _SotwType, *, force: bool
                  ) -> list[d.DiscoveryResponse]:
         if not self.cache.ready:
             return []
         snapshot = self.cache.get(type_url)
-        response = d.DiscoveryResponse(type_url=type_url, version_info=snapshot.version)
+        version = snapshot.version
+        response = d.DiscoveryResponse(type_url=type_url)
         if state.wildcard:
-            response.resources.extend(r.packed for _, r in sorted(snapshot.resources.items()))
-            changed = [n for n, r in snapshot.resources.items() if state.sent.get(n) != r.digest]
-            self._invalidate(type_url, changed)
-            state.sent = {n: r.digest for n, r in snapshot.resources.items()}
+            current = snapshot.resources
+            packed = {n: r.packed for n, r in current.items()}
+            digests = {n: r.digest for n, r in current.items()}
+            gone = [n for n in state.packed if n not in current]
+            state.deferred = bool(gone) and type_url == types.CLUSTER and not (
+                self._routes_current())
+            if state.deferred:  # keep removed clusters until no route points at them
+                for name in gone:
+                    packed[name] = state.packed[name]
+                    digests[name] = state.sent[name]
+                version += "+held"
+            self._invalidate(type_url, [n for n, dg in digests.items()
+                                        if state.sent.get(n) != dg])
+            response.resources.extend(packed[n] for n in sorted(packed))
+            state.sent, state.packed = digests, packed
         else:
             for name in sorted(state.names):
                 resource = snapshot.resources.get(name)
@@ -133,10 +190,12 @@ class SotwStream:
                 response.resources.append(resource.packed)
                 state.sent[name] = resource.digest
             if not response.resources and not force:
-                state.sent_version = snapshot.version
+                state.sent_version = version
                 return []
+        response.version_info = version
         response.nonce = state.nonce = _nonce()
-        state.sent_version = snapshot.version
+        state.sent_version = "" if state.deferred else version
+        state.answered = False
         return [response]
 
     def _invalidate(self, type_url: str, names: list[str]) -> None:
@@ -154,6 +213,7 @@ class _DeltaType:
     names: set[str] = field(default_factory=set)
     known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
     nonces: dict[str, str] = field(default_factory=dict)  # nonce → system version, unanswered
+    rejected: bool = False  # the newest answer was a NACK
 
 
 class DeltaStream:
@@ -180,7 +240,8 @@ class DeltaStream:
         if request.response_nonce:
             version = state.nonces.pop(request.response_nonce, None)
             if version is not None:
-                if request.HasField("error_detail"):
+                state.rejected = request.HasField("error_detail")
+                if state.rejected:
                     events.append(Nack(self.node, type_url, version, request.response_nonce,
                                        request.error_detail.message))
                 else:
@@ -194,20 +255,60 @@ class DeltaStream:
         for name in request.resource_names_unsubscribe:
             state.names.discard(name)
             state.known.pop(name, None)
+        out: list[d.DeltaDiscoveryResponse] = []
         if first or new_names:
-            return self._respond(type_url, state, force=first, asked=new_names), events
-        return [], events
+            out = self._respond(type_url, state, force=first, asked=new_names,
+                                defer=self._defer(type_url))
+        return out + self.on_change(), events
 
     def on_change(self) -> list[d.DeltaDiscoveryResponse]:
+        """Everything that should be sent now (held-back types go out once unblocked)."""
         out: list[d.DeltaDiscoveryResponse] = []
         for type_url in types.PUSH_ORDER:
             state = self._types.get(type_url)
-            if state is not None:
-                out.extend(self._respond(type_url, state, force=False, asked=set()))
+            if state is None:
+                continue
+            if type_url in _HELD_FOR_CLUSTERS and not self._clusters_settled():
+                continue
+            out.extend(self._respond(type_url, state, force=False, asked=set(),
+                                     defer=self._defer(type_url)))
         return out
 
-    def _respond(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str]
-                 ) -> list[d.DeltaDiscoveryResponse]:
+    def _defer(self, type_url: str) -> bool:
+        return type_url in (types.CLUSTER, types.ENDPOINT) and not self._routes_current()
+
+    def _clusters_settled(self) -> bool:
+        cds = self._types.get(types.CLUSTER)
+        if cds is None or cds.rejected:
+            return True
+        if cds.nonces:
+            return False
+        eds = self._types.get(types.ENDPOINT)
+        assignments = self.cache.get(types.ENDPOINT).resources
+        for name in cds.known:
+            resource = assignments.get(name)
+            if resource is not None and (eds is None or name not in eds.names
+                                         or eds.known.get(name) != resource.digest):
+                return False
+        return True
+
+    def _routes_current(self) -> bool:
+        for type_url in _HELD_FOR_CLUSTERS:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
+            if state.nonces:
+                return False
+            resources = self.cache.get(type_url).resources
+            scope = resources.keys() if state.wildcard else state.names
+            if any(n in resources and state.known.get(n) != resources[n].digest for n in scope):
+                return False
+            if any(n not in resources for n in state.known):
+                return False
+        return True
+
+    def _respond(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
+                 defer: bool) -> list[d.DeltaDiscoveryResponse]:
         if not self.cache.ready:
             return []
         snapshot = self.cache.get(type_url)
@@ -217,7 +318,7 @@ class DeltaStream:
         for name in sorted(scope):
             resource = snapshot.resources.get(name)
             if resource is None:
-                if name in asked:
+                if name in asked and name not in state.known:
                     response.removed_resources.append(name)  # "does not exist"
                 continue
             if state.known.get(name) == resource.digest:
@@ -227,10 +328,11 @@ class DeltaStream:
             response.resources.append(d.Resource(name=name, version=resource.digest,
                                                  resource=resource.packed))
             state.known[name] = resource.digest
-        for name in sorted(state.known):
-            if name not in snapshot.resources:
-                response.removed_resources.append(name)
-                del state.known[name]
+        if not defer:  # removals wait until no route points at the removed cluster
+            for name in sorted(state.known):
+                if name not in snapshot.resources:
+                    response.removed_resources.append(name)
+                    del state.known[name]
         if not response.resources and not response.removed_resources and not force:
             return []
         response.nonce = _nonce()
