@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -63,6 +63,7 @@ class Standalone:
         self.update: FileUpdate | None = None
         self._applied = asyncio.Condition()
         self._nacks: list[Nack] = []
+        self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
 
     async def run(self) -> None:
         """Serve until cancelled."""
@@ -107,6 +108,8 @@ class Standalone:
                 self._applied.notify_all()
 
     def _on_event(self, event: Event) -> None:
+        for hook in self.event_hooks:
+            hook(event)
         if isinstance(event, Nack):
             self._nacks = [*self._nacks[-19:], event]
             self._write_status()
