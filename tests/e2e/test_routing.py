@@ -63,6 +63,8 @@ async def test_ingress_rules_reach_the_right_backend(stack: Stack) -> None:
         ("shop.test", "/api/health", 200, "web"),  # Exact beats the /api prefix
         ("shop.test", "/gone/x", 503, None),  # backend Service does not exist
         ("a.wild.test", "/", 200, "api"),
+        (f"a.wild.test:{port}", "/", 200, "api"),  # a port in Host does not matter
+        ("SHOP.test", "/api", 200, "api"),  # host names are case-insensitive
         ("other.test", "/", 200, "web"),
         ("nobody.test", "/", 404, None),
         ("a.b.wild.test", "/", 404, None),  # *.wild.test covers exactly one label

@@ -52,6 +52,7 @@ class Cache:
             t: TypeSnapshot(version="") for t in types.PUSH_ORDER}
         self._event = asyncio.Event()
         self._ready = False
+        self._last: dict[str, tuple[str, Change]] = {}  # type → (version before, change)
 
     @property
     def ready(self) -> bool:
@@ -60,6 +61,14 @@ class Cache:
 
     def get(self, type_url: str) -> TypeSnapshot:
         return self._types.get(type_url, TypeSnapshot(version=""))
+
+    def names_changed(self, type_url: str, since: str) -> frozenset[str] | None:
+        """Names updated or removed since version ``since`` if that was the previous version
+        (one step back), else None: the caller must compare everything."""
+        last = self._last.get(type_url)
+        if last is None or last[0] != since:
+            return None
+        return last[1].updated | last[1].removed
 
     def changed(self) -> asyncio.Event:
         """An event set at the next ``set`` that changes anything."""
@@ -71,15 +80,20 @@ class Cache:
         for type_url in types.PUSH_ORDER:
             new = resources.get(type_url, _EMPTY)
             old = self._types[type_url]
+            if new is old.resources and old.version:
+                continue
             updated = frozenset(n for n, r in new.items()
-                                if (prev := old.resources.get(n)) is None
-                                or prev.digest != r.digest)
+                                if (prev := old.resources.get(n)) is not r
+                                and (prev is None or prev.digest != r.digest))
             removed = frozenset(n for n in old.resources if n not in new)
             if not updated and not removed and old.version:
                 continue
             version = f"{self._boot}-{next(self._counter)}"
-            self._types[type_url] = TypeSnapshot(version, MappingProxyType(dict(new)))
+            # Builders hand over fresh read-only mappings, so no copy is needed.
+            kept = new if isinstance(new, MappingProxyType) else MappingProxyType(dict(new))
+            self._types[type_url] = TypeSnapshot(version, kept)
             changes[type_url] = Change(version, updated, removed)
+            self._last[type_url] = (old.version, changes[type_url])
         self._ready = True
         if changes:
             event, self._event = self._event, asyncio.Event()

@@ -78,6 +78,8 @@ class _SotwType:
     sent: dict[str, str] = field(default_factory=dict)  # name → digest Envoy was sent
     packed: dict[str, Any] = field(default_factory=dict)  # wildcard types: what Envoy holds
     deferred: bool = False  # removals held back until routes are current
+    seen: str = ""  # cache version last compared against (named types)
+    dirty: set[str] = field(default_factory=set)  # names to re-send regardless of digest
 
 
 class SotwStream:
@@ -126,14 +128,13 @@ class SotwStream:
         out: list[d.DiscoveryResponse] = []
         for type_url in types.PUSH_ORDER:
             state = self._types.get(type_url)
-            if state is None:
+            if state is None or self.cache.get(type_url).version == state.sent_version:
                 continue
             if type_url in _HELD_FOR_CLUSTERS and not self._clusters_settled():
                 continue
             if state.deferred and not self._routes_current():
                 continue
-            if self.cache.get(type_url).version != state.sent_version:
-                out.extend(self._respond(type_url, state, force=False))
+            out.extend(self._respond(type_url, state, force=False))
         return out
 
     def _clusters_settled(self) -> bool:
@@ -183,12 +184,18 @@ class SotwStream:
             response.resources.extend(packed[n] for n in sorted(packed))
             state.sent, state.packed = digests, packed
         else:
-            for name in sorted(state.names):
+            changed = (None if force or not state.seen
+                       else self.cache.names_changed(type_url, state.seen))
+            candidates = (state.names if changed is None
+                          else (changed | state.dirty) & state.names)
+            for name in sorted(candidates):
                 resource = snapshot.resources.get(name)
                 if resource is None or (not force and state.sent.get(name) == resource.digest):
                     continue
                 response.resources.append(resource.packed)
                 state.sent[name] = resource.digest
+            state.seen = version
+            state.dirty.clear()
             if not response.resources and not force:
                 state.sent_version = version
                 return []
@@ -204,6 +211,7 @@ class SotwStream:
             return
         for name in names:
             if dependent.sent.pop(name, None) is not None:
+                dependent.dirty.add(name)
                 dependent.sent_version = ""  # forces a look at this type in the same push
 
 
@@ -214,6 +222,9 @@ class _DeltaType:
     known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
     nonces: dict[str, str] = field(default_factory=dict)  # nonce → system version, unanswered
     rejected: bool = False  # the newest answer was a NACK
+    seen: str = ""  # cache version last compared against
+    dirty: set[str] = field(default_factory=set)  # names to look at again regardless
+    held: set[str] = field(default_factory=set)  # removals deferred until routes are current
 
 
 class DeltaStream:
@@ -268,6 +279,10 @@ class DeltaStream:
             state = self._types.get(type_url)
             if state is None:
                 continue
+            idle = (self.cache.get(type_url).version == state.seen and not state.dirty
+                    and not state.held)
+            if idle:
+                continue  # nothing new for this type: skip the (possibly large) comparison
             if type_url in _HELD_FOR_CLUSTERS and not self._clusters_settled():
                 continue
             out.extend(self._respond(type_url, state, force=False, asked=set(),
@@ -312,14 +327,32 @@ class DeltaStream:
         if not self.cache.ready:
             return []
         snapshot = self.cache.get(type_url)
+        resources = snapshot.resources
+        changed = (None if force or not state.seen else frozenset()
+                   if snapshot.version == state.seen
+                   else self.cache.names_changed(type_url, state.seen))
+        if changed is None:  # compare everything
+            candidates = set(resources.keys() if state.wildcard else state.names)
+            candidates.update(state.known)
+        else:  # only what changed since we last looked
+            candidates = set(changed) | state.dirty | state.held
+        candidates |= asked
         response = d.DeltaDiscoveryResponse(type_url=type_url,
                                             system_version_info=snapshot.version)
-        scope = snapshot.resources.keys() if state.wildcard else state.names
-        for name in sorted(scope):
-            resource = snapshot.resources.get(name)
+        for name in sorted(candidates):
+            resource = resources.get(name)
             if resource is None:
-                if name in asked and name not in state.known:
+                if name in state.known:
+                    if defer:  # removals wait until no route points at the removed cluster
+                        state.held.add(name)
+                        continue
+                    response.removed_resources.append(name)
+                    del state.known[name]
+                    state.held.discard(name)
+                elif name in asked:
                     response.removed_resources.append(name)  # "does not exist"
+                continue
+            if not (state.wildcard or name in state.names):
                 continue
             if state.known.get(name) == resource.digest:
                 continue
@@ -328,11 +361,8 @@ class DeltaStream:
             response.resources.append(d.Resource(name=name, version=resource.digest,
                                                  resource=resource.packed))
             state.known[name] = resource.digest
-        if not defer:  # removals wait until no route points at the removed cluster
-            for name in sorted(state.known):
-                if name not in snapshot.resources:
-                    response.removed_resources.append(name)
-                    del state.known[name]
+        state.seen = snapshot.version
+        state.dirty.clear()
         if not response.resources and not response.removed_resources and not force:
             return []
         response.nonce = _nonce()
@@ -343,3 +373,4 @@ class DeltaStream:
         dependent = self._types.get(_DEPENDENT.get(type_url, ""))
         if dependent is not None:
             dependent.known.pop(name, None)
+            dependent.dirty.add(name)

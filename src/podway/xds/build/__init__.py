@@ -18,7 +18,7 @@ from types import MappingProxyType
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
-from podway.ir import IR, Listener, Persistence, Pool, PoolSettings, Protocol
+from podway.ir import IR, Listener, Persistence, Pool, Protocol
 from podway.xds import types
 from podway.xds.build.clusters import cluster
 from podway.xds.build.endpoints import load_assignment
@@ -59,8 +59,7 @@ class Builder:
         self._listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                            tuple[Listener, Resource]] = {}
-        self._clusters: dict[tuple[str, PoolSettings], Resource] = {}
-        self._endpoints: dict[int, tuple[Pool, Resource]] = {}
+        self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
 
     def build(self, ir: IR) -> Resources:
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
@@ -86,22 +85,23 @@ class Builder:
                         item, persistence=MappingProxyType(persistence)))
                 routes[key] = (item, route)
                 out[types.ROUTE][route.name] = route
-        clusters: dict[tuple[str, PoolSettings], Resource] = {}
-        endpoints: dict[int, tuple[Pool, Resource]] = {}
+        pools: dict[str, tuple[Pool, Resource, Resource]] = {}
         for name, pool in ir.pools.items():
-            ckey = (name, pool.settings)
-            resource = self._clusters.get(ckey) or Resource.of(name, cluster(name, pool.settings))
-            clusters[ckey] = resource
-            out[types.CLUSTER][name] = resource
-            hit_e = self._endpoints.get(id(pool))
-            if hit_e is not None and hit_e[0] is pool:
-                eresource = hit_e[1]
-            else:
-                eresource = Resource.of(name, load_assignment(name, pool.members))
-            endpoints[id(pool)] = (pool, eresource)
-            out[types.ENDPOINT][name] = eresource
-        self._listeners, self._routes = listeners, routes
-        self._clusters, self._endpoints = clusters, endpoints
+            entry = self._pools.get(name)
+            if entry is None or entry[0] is not pool:
+                # Only pools that are new objects cost more than a lookup; settings and members
+                # are compared separately so a member change never rebuilds the cluster.
+                cluster_resource = (
+                    entry[1] if entry is not None and entry[0].settings == pool.settings
+                    else Resource.of(name, cluster(name, pool.settings)))
+                endpoint_resource = (
+                    entry[2] if entry is not None and entry[0].members == pool.members
+                    else Resource.of(name, load_assignment(name, pool.members)))
+                entry = (pool, cluster_resource, endpoint_resource)
+            pools[name] = entry
+            out[types.CLUSTER][name] = entry[1]
+            out[types.ENDPOINT][name] = entry[2]
+        self._listeners, self._routes, self._pools = listeners, routes, pools
         return {t: MappingProxyType(v) for t, v in out.items()}
 
 
