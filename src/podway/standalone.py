@@ -95,7 +95,7 @@ class Standalone:
         builder = Builder()
         async for update in source.watch():
             began = time.perf_counter()
-            result = translator.update(update.snapshot)
+            result = translator.update(update.snapshot, update.changed)
             changes = self.cache.set(builder.build(result.ir))
             self.result, self.update = result, update
             log.info("applied update in %.1f ms: %s", (time.perf_counter() - began) * 1000,

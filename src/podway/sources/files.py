@@ -9,6 +9,8 @@ Invariants:
   translator (which diffs snapshots by identity) sees only what really changed: editing an
   EndpointSlice in a file that also holds its Service is still an endpoint-only change.
 * Duplicates across files: the first file in path order wins, like ``podway validate``.
+* Cost is O(changed files): the snapshot is patched per kind (``Snapshot.replace``) and the
+  changed (kind, key) pairs go to the incremental translator, which then needs no diff.
 * Watching uses inotify (``watchfiles``) with a short debounce; bursts of writes (an editor's
   save) coalesce into one snapshot.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from podway.model.base import K8sObject
 from podway.model.loader import MANIFEST_SUFFIXES, LoadError, load_text, manifest_files
-from podway.model.snapshot import Snapshot
+from podway.model.snapshot import Key, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ class FileUpdate:
     snapshot: Snapshot
     errors: tuple[LoadError, ...]
     stale_files: tuple[str, ...] = ()  # files served from their last good load
+    changed: tuple[tuple[str, Key], ...] | None = None  # (kind, key) since the last update
 
 
 @dataclass(slots=True)
@@ -47,53 +50,76 @@ class _Entry:
 
 
 class FileSource:
+    """Per-file state plus the merged snapshot, updated in O(changed files)."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self._files: dict[Path, _Entry] = {}
+        self._owners: dict[Ident, list[Path]] = {}  # sorted: the first one wins
+        self._snapshot = Snapshot()
 
     def load(self) -> FileUpdate:
         """(Re)load every file under the folder and return the merged view."""
         present = set(manifest_files([self.root]))
-        for path in list(self._files):
-            if path not in present:
-                del self._files[path]
-        for path in sorted(present):
-            self._reload(path)
-        return self.update()
+        update = self.apply(present | set(self._files))
+        return FileUpdate(update.snapshot, update.errors, update.stale_files, None)
 
     def apply(self, changed: set[Path]) -> FileUpdate:
         """Reload only ``changed`` paths (added, modified or deleted files)."""
+        affected: set[Ident] = set()
         for path in sorted(changed):
+            old = self._files.get(path)
+            if old is not None:
+                affected.update(old.objects)
+                for ident in old.objects:
+                    self._owners[ident].remove(path)
             if path.is_file() and _is_manifest(path, self.root):
-                self._reload(path)
+                entry = self._reload(path, old)
+                self._files[path] = entry
+                for ident in entry.objects:
+                    owners = self._owners.setdefault(ident, [])
+                    owners.append(path)
+                    owners.sort()
+                affected.update(entry.objects)
             else:
                 self._files.pop(path, None)
-        return self.update()
+        by_kind: dict[str, dict[Key, K8sObject | None]] = {}
+        for ident in affected:
+            holders = self._owners.get(ident) or []
+            winner = self._files[holders[0]].objects[ident] if holders else None
+            if not holders:
+                self._owners.pop(ident, None)
+            kind, key = ident[0], (ident[1], ident[2])
+            current = self._snapshot.objects.get(kind, {}).get(key)
+            if winner is not current:
+                by_kind.setdefault(kind, {})[key] = winner
+        for kind, changes in by_kind.items():
+            self._snapshot = self._snapshot.replace(kind, changes)
+        changed_keys = tuple((kind, key) for kind, changes in sorted(by_kind.items())
+                             for key in sorted(changes))
+        return FileUpdate(self._snapshot, self._errors(), self._stale(), changed_keys)
 
-    def update(self) -> FileUpdate:
-        objects: list[K8sObject] = []
+    def _errors(self) -> tuple[LoadError, ...]:
         errors: list[LoadError] = []
-        seen: dict[Ident, Path] = {}
         for path in sorted(self._files):
-            entry = self._files[path]
-            errors.extend(entry.errors)
-            for ident, obj in entry.objects.items():
-                if ident in seen:
-                    errors.append(LoadError(str(path), -1,
-                                            f"duplicate object, already defined in {seen[ident]}",
-                                            object=str(obj.ref)))
-                    continue
-                seen[ident] = path
-                objects.append(obj)
-        stale = tuple(str(p) for p, e in sorted(self._files.items()) if e.stale)
-        return FileUpdate(Snapshot.of_objects(objects), tuple(errors), stale)
+            errors.extend(self._files[path].errors)
+        for ident, owners in self._owners.items():
+            for extra in owners[1:]:
+                errors.append(LoadError(str(extra), -1,
+                                        f"duplicate object, already defined in {owners[0]}",
+                                        object=f"{ident[0]}/{ident[1]}/{ident[2]}"))
+        return tuple(errors)
 
-    async def watch(self, *, debounce_ms: int = 30) -> AsyncIterator[FileUpdate]:
+    def _stale(self) -> tuple[str, ...]:
+        return tuple(str(p) for p, e in sorted(self._files.items()) if e.stale)
+
+    async def watch(self, *, debounce_ms: int = 30, step_ms: int = 5
+                    ) -> AsyncIterator[FileUpdate]:
         """The first full load, then one update per burst of changes, forever."""
         from watchfiles import awatch
 
         yield self.load()
-        async for changes in awatch(self.root, debounce=debounce_ms, step=10,
+        async for changes in awatch(self.root, debounce=debounce_ms, step=step_ms,
                                     recursive=True, force_polling=False):
             paths = {Path(p) for _, p in changes}
             manifests = {p for p in paths if p.suffix in MANIFEST_SUFFIXES}
@@ -102,8 +128,8 @@ class FileSource:
             log.info("manifests changed: %s", ", ".join(sorted(str(p) for p in manifests)))
             yield self.apply(manifests)
 
-    def _reload(self, path: Path) -> None:
-        old = self._files.get(path) or _Entry()
+    def _reload(self, path: Path, old: _Entry | None) -> _Entry:
+        old = old or _Entry()
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -124,11 +150,10 @@ class FileSource:
         if result_errors and old.good:
             for error in result_errors:
                 log.warning("manifest error (serving last good %s): %s", path.name, error)
-            self._files[path] = _Entry(old.objects, list(result_errors), good=True, stale=True)
-            return
+            return _Entry(old.objects, list(result_errors), good=True, stale=True)
         for error in result_errors:
             log.warning("manifest error: %s", error)
-        self._files[path] = _Entry(fresh, list(result_errors), good=not result_errors)
+        return _Entry(fresh, list(result_errors), good=not result_errors)
 
 
 def _is_manifest(path: Path, root: Path) -> bool:

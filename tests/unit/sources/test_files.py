@@ -62,3 +62,30 @@ def test_deleted_file_removes_its_objects_and_duplicates_are_reported(tmp_path: 
     (tmp_path / "b.yaml").unlink()
     assert source.apply({tmp_path / "a.yaml", tmp_path / "b.yaml"}).snapshot.get(
         Service, "default", "x") is None
+
+
+def test_incremental_updates_equal_a_fresh_load_and_name_what_changed(tmp_path: Path) -> None:
+    """After any sequence of edits the patched snapshot equals a full reload; ``changed``
+    lists exactly the objects whose winner changed."""
+    source = FileSource(tmp_path)
+    source.load()
+    steps = [
+        {"a.yaml": SVC.format(name="x", port=80)},
+        {"b.yaml": SVC.format(name="x", port=81) + "---\n" + SVC.format(name="y", port=1)},
+        {"a.yaml": None},  # b's x now wins
+        {"b.yaml": SVC.format(name="y", port=2)},  # x gone, y changed
+    ]
+    expected_changes = [{("Service", ("default", "x"))},
+                        {("Service", ("default", "y"))},
+                        {("Service", ("default", "x"))},
+                        {("Service", ("default", "x")), ("Service", ("default", "y"))}]
+    for step, expected in zip(steps, expected_changes, strict=True):
+        for name, text in step.items():
+            if text is None:
+                (tmp_path / name).unlink()
+            else:
+                (tmp_path / name).write_text(text)
+        update = source.apply({tmp_path / n for n in step})
+        fresh = FileSource(tmp_path).load().snapshot
+        assert {o.ref: o for o in update.snapshot.all()} == {o.ref: o for o in fresh.all()}
+        assert set(update.changed or ()) == expected
