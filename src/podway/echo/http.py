@@ -68,7 +68,14 @@ class EchoHTTP(asyncio.Protocol):
                 rest, self.buffer = self.buffer, b""
                 self._h2_data(rest)
                 return
-            if not self._http1():
+            try:
+                if not self._http1():
+                    return
+            except (ValueError, h2.exceptions.H2Error):  # malformed framing or h2c settings
+                if self.transport is not None:
+                    self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n"
+                                         b"connection: close\r\n\r\n")
+                self._close()
                 return
 
     # --- HTTP/1.1 -----------------------------------------------------------------------------
@@ -99,6 +106,8 @@ class EchoHTTP(asyncio.Protocol):
             self.buffer = self.buffer[consumed:]
         else:
             length = int(headers.get("content-length", "0") or 0)
+            if length < 0:
+                raise ValueError("negative content-length")
             if len(self.buffer) < body_start + length:
                 return False
             self.buffer = self.buffer[body_start + length:]

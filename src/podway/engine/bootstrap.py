@@ -80,8 +80,11 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
         },
     }
     if opts.xds_ca_pem is not None:
-        common: dict[str, Any] = {
-            "validation_context": {"trusted_ca": {"inline_string": opts.xds_ca_pem}}}
+        validation: dict[str, Any] = {"trusted_ca": {"inline_string": opts.xds_ca_pem}}
+        if opts.xds_sni:  # Envoy checks the name only when told to
+            validation["match_typed_subject_alt_names"] = [
+                {"san_type": "DNS", "matcher": {"exact": opts.xds_sni}}]
+        common: dict[str, Any] = {"validation_context": validation}
         if opts.xds_client_cert_pem and opts.xds_client_key_pem:
             common["tls_certificates"] = [{
                 "certificate_chain": {"inline_string": opts.xds_client_cert_pem},

@@ -66,6 +66,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.cache = cache
         self.on_event = on_event
         self.nacks: list[Nack] = []  # newest last; bounded
+        self.streams = 0  # open ADS streams (engines connected now)
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
@@ -79,6 +80,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                      context: Any, mode: str) -> None:
         lock = asyncio.Lock()
         STREAMS.inc()
+        self.streams += 1
 
         async def send(responses: list[Any]) -> None:
             async with lock:
@@ -106,6 +108,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                 pusher.cancel()
         finally:
             STREAMS.dec()
+            self.streams -= 1
             log.info("xds stream closed node=%s mode=%s", stream.node or "?", mode)
 
     def _report(self, event: Event) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from google.protobuf import any_pb2
@@ -32,8 +32,8 @@ class Resource:
     """One built resource: its message, the packed ``Any`` sent to Envoy, and a content digest."""
 
     name: str
-    message: Message
-    packed: any_pb2.Any
+    message: Message = field(repr=False)  # may hold a private key: never in reprs or logs
+    packed: any_pb2.Any = field(repr=False)
     digest: str
 
     @classmethod
