@@ -93,6 +93,7 @@ class Standalone:
         source = FileSource(self.opts.manifests)
         translator = IncrementalTranslator(self.opts.translate)
         builder = Builder()
+        reported: tuple[object, ...] = ()
         async for update in source.watch():
             began = time.perf_counter()
             result = translator.update(update.snapshot, update.changed)
@@ -100,8 +101,10 @@ class Standalone:
             self.result, self.update = result, update
             log.info("applied update in %.1f ms: %s", (time.perf_counter() - began) * 1000,
                      ", ".join(sorted(c.rsplit(".", 1)[-1] for c in changes)) or "no change")
-            for problem in result.problems:
-                log.warning("%s", problem)
+            if result.problems != reported:  # log problems when they change, not every update
+                for problem in result.problems:
+                    log.warning("%s", problem)
+                reported = result.problems
             self._write_status()
             async with self._applied:
                 self.generation += 1

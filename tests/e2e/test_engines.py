@@ -122,3 +122,50 @@ def _alive(pid: int) -> bool:
     # A zombie is dead for our purposes.
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path) -> None:
+    """`podway run --no-engine` on a unix socket plus `podway engine --xds unix:...` serve."""
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / "lb.yaml").write_text(service("lb", free_port(), 1, lb=True) + "---\n"
+                                  + endpoints("lb", {"TCP": 1}))
+    from podway.echo import Identity
+    from podway.echo.server import EchoOptions, serve
+
+    backend = free_port()
+    started = asyncio.Event()
+    echo = asyncio.create_task(serve(EchoOptions(port=backend, identity=Identity(name="web")),
+                                     started=started))
+    await started.wait()
+    (root / "web.yaml").write_text(service("web", 80, backend) + "---\n"
+                                   + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+    http_port = free_port()
+    socket_path = tmp_path / "xds.sock"
+    common = ("--log-level", "warning")
+    controller = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "run", "--manifests", str(root), "--no-engine",
+        "--xds-address", f"unix:{socket_path}", "--address", "127.0.0.1", "--http-port",
+        str(http_port), "--https-port", str(free_port()), *common,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    engine = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "engine", "--xds", f"unix:{socket_path}",
+        "--node-id", "edge-1", "--drain-s", "0", *common,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async def serving() -> bool:
+            status, body = await get(http_port, "shop.test", "/")
+            return status == 200 and body.get("name") == "web"
+
+        await eventually(serving, limit_s=30)
+        for process in (engine, controller):
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        for process in (engine, controller):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo

@@ -39,6 +39,13 @@ def demo(
     async def main() -> None:
         results.extend(await run_demo(opts, console))
 
-    asyncio.run(run_until_signal(main()))
-    if once and not results:
+    failed = False
+    try:
+        asyncio.run(run_until_signal(main()))
+    except* OSError as group:  # a backend port is taken, most often by another demo
+        for error in group.exceptions:
+            console.print(f"[red]error[/red] {error}", highlight=False)
+        console.print("Is another `podway demo` running? Stop it, or pass other ports.")
+        failed = True
+    if failed or (once and not results):
         raise typer.Exit(1)

@@ -19,6 +19,7 @@ Rules both follow (from the xDS protocol):
   response answered and its load assignment sent — because a route to a warming cluster
   answers 503; and clusters (with their load assignments) are removed only once listeners and
   routes are current and acknowledged, because a route to a removed cluster answers 503 too.
+  (docs/design/xds-ordering.md)
 """
 
 from __future__ import annotations
