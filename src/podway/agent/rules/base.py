@@ -1,0 +1,135 @@
+"""The ``Rules`` seam and the shared shell of the kernel backends.
+
+A backend remembers the rule set it was asked to install (``desired``) and changes the kernel
+in batches: one process per full sync and one per incremental change, never one per rule.
+Payload text comes from pure functions in each backend module so tests assert it exactly.
+
+If an incremental change fails (someone edited the kernel under us), the backend falls back to
+a full, atomic sync of ``desired``. ``repair`` reads the kernel back and re-syncs on any drift;
+the controller calls it periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from podway.agent.types import L4, Rule
+from podway.errors import PodwayError
+
+
+class RulesError(PodwayError):
+    """A kernel rule command failed."""
+
+
+class Rules(Protocol):
+    """What the controller needs from a kernel backend."""
+
+    name: str
+
+    async def sync(self, rules: Iterable[Rule]) -> None:
+        """Make the kernel hold exactly ``rules`` (atomic where the backend allows)."""
+
+    async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
+        """Incremental change; ``remove`` is applied before ``add``."""
+
+    async def repair(self) -> bool:
+        """Re-sync if the kernel drifted from what we installed; True if it had."""
+
+    async def cleanup(self) -> None:
+        """Remove everything this backend ever installed."""
+
+    def close(self) -> None:
+        """Release process resources (threads, library handles); kernel rules stay."""
+
+
+class CommandRunner:
+    """Runs a command (optionally inside network namespace ``netns``) with ``stdin``."""
+
+    def __init__(self, *, netns: str | None = None) -> None:
+        self.netns = netns
+
+    def argv(self, *args: str) -> list[str]:
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        return [*prefix, *args]
+
+    async def run(self, *args: str, stdin: str = "") -> str:
+        argv = self.argv(*args)
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate(stdin.encode())
+        if proc.returncode != 0:
+            raise RulesError(f"{' '.join(argv)} exited {proc.returncode}: "
+                             f"{err.decode(errors='replace').strip()}")
+        return out.decode()
+
+
+class KernelRules:
+    """Common state for the kernel backends; subclasses do the payload I/O."""
+
+    name = "kernel"
+
+    def __init__(self, *, runner: CommandRunner) -> None:
+        self.runner = runner
+        self.desired: dict[tuple[L4, int], Rule] = {}
+        self._lock = asyncio.Lock()
+
+    async def sync(self, rules: Iterable[Rule]) -> None:
+        async with self._lock:
+            self.desired = {rule.key: rule for rule in rules}
+            await self._sync_locked()
+
+    async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
+        async with self._lock:
+            remove = [r for r in remove if self.desired.get(r.key) == r]
+            for rule in remove:
+                del self.desired[rule.key]
+            add = [r for r in add if self.desired.get(r.key) != r]  # already there: no-op
+            # Replacing a key: the old rule goes first, in the same batch.
+            remove += [self.desired[r.key] for r in add if r.key in self.desired]
+            for rule in add:
+                self.desired[rule.key] = rule
+            if not add and not remove:
+                return
+            try:
+                await self._apply_locked(add=add, remove=remove)
+            except RulesError:
+                await self._sync_locked()
+
+    async def repair(self) -> bool:
+        async with self._lock:
+            if await self._in_kernel() == set(self.desired.values()):
+                return False
+            await self._sync_locked()
+            return True
+
+    async def cleanup(self) -> None:
+        async with self._lock:
+            self.desired = {}
+            await self._cleanup_locked()
+
+    def close(self) -> None:
+        """Nothing to release by default."""
+
+    async def installed(self) -> set[Rule] | None:
+        """The rules in the kernel now, or None when the hooks into them are incomplete."""
+        async with self._lock:
+            return await self._read()
+
+    async def _in_kernel(self) -> set[Rule] | None:
+        return await self._read()
+
+    # Subclasses implement these four.
+    async def _sync_locked(self) -> None:
+        raise NotImplementedError
+
+    async def _apply_locked(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
+        raise NotImplementedError
+
+    async def _cleanup_locked(self) -> None:
+        raise NotImplementedError
+
+    async def _read(self) -> set[Rule] | None:
+        raise NotImplementedError

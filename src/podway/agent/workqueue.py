@@ -1,0 +1,81 @@
+"""A de-duplicating work queue of pod keys with per-key exponential backoff (client-go style).
+
+Invariants: a key is queued at most once; a key is never handed to two workers at once (added
+while processing, it is queued again when the worker is done). Handlers only ``add``; merged
+adds are harmless because workers reconcile from the current cache (level-triggered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from podway.agent.types import PodKey
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    base: float = 0.05  # seconds before the first retry
+    cap: float = 30.0  # longest wait between retries
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.cap, self.base * 2 ** max(0, failures - 1)))
+
+
+class WorkQueue:
+    def __init__(self, *, backoff: Backoff | None = None) -> None:
+        self.backoff = backoff or Backoff()
+        self._queue: asyncio.Queue[PodKey] = asyncio.Queue()
+        self._dirty: set[PodKey] = set()
+        self._processing: set[PodKey] = set()
+        self._failures: dict[PodKey, int] = {}
+        self._timers: dict[PodKey, asyncio.TimerHandle] = {}
+
+    def __len__(self) -> int:
+        return len(self._dirty)
+
+    def add(self, key: PodKey) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.put_nowait(key)
+
+    async def get(self) -> PodKey:
+        key = await self._queue.get()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        return key
+
+    def done(self, key: PodKey) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.put_nowait(key)
+
+    def forget(self, key: PodKey) -> None:
+        """The key succeeded: its next failure starts the backoff again."""
+        self._failures.pop(key, None)
+
+    def retry_later(self, key: PodKey) -> float:
+        """Re-add ``key`` after its backoff delay; returns the delay."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        delay = self.backoff.delay(failures)
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_later(delay, self._fire, key)
+        return delay
+
+    def failures(self, key: PodKey) -> int:
+        return self._failures.get(key, 0)
+
+    def _fire(self, key: PodKey) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()

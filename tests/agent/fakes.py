@@ -1,0 +1,67 @@
+"""Test doubles for the agent's seams: an in-memory rules backend and a socket opener."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable, Sequence
+
+from podway.agent.types import L4, Rule
+
+
+class FakeRules:
+    """In-memory ``Rules``: ``kernel`` is what a real backend would have installed."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.kernel: dict[tuple[L4, int], Rule] = {}
+        self.syncs: list[set[Rule]] = []
+        self.applies: list[tuple[list[Rule], list[Rule]]] = []
+
+    async def sync(self, rules: Iterable[Rule]) -> None:
+        self.kernel = {r.key: r for r in rules}
+        self.syncs.append(set(self.kernel.values()))
+
+    async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
+        self.applies.append((list(add), list(remove)))
+        for rule in remove:
+            if self.kernel.get(rule.key) == rule:
+                del self.kernel[rule.key]
+        for rule in add:
+            self.kernel[rule.key] = rule
+
+    async def repair(self) -> bool:
+        return False
+
+    async def cleanup(self) -> None:
+        self.kernel = {}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    @property
+    def rules(self) -> set[Rule]:
+        return set(self.kernel.values())
+
+
+class FakeHeld:
+    def __init__(self, opener: FakeOpener, key: tuple[L4, int]) -> None:
+        self.opener, self.key = opener, key
+
+    def close(self) -> None:
+        self.opener.held.discard(self.key)
+
+
+class FakeOpener:
+    """Socket opener over a set: ``busy`` ports are held by some other process."""
+
+    def __init__(self, busy: Iterable[tuple[L4, int]] = ()) -> None:
+        self.busy = set(busy)
+        self.held: set[tuple[L4, int]] = set()
+
+    def open(self, *, port: int, protocol: L4) -> FakeHeld:
+        key = (protocol, port)
+        if key in self.busy or key in self.held:
+            raise OSError(errno.EADDRINUSE, "in use")
+        self.held.add(key)
+        return FakeHeld(self, key)

@@ -1,0 +1,258 @@
+"""The agent against a wire-level API emulator: kubernetes-asyncio's real list/watch/patch run."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+from builders import NODE, eventually, node_obj, pod_obj, service_obj
+from fakes import FakeOpener, FakeRules
+from harness import StartAgent
+from kubeemu import KubeEmulator
+
+from podway.agent.metrics import make_app, serve
+from podway.agent.types import Rule
+
+ANN = "nodeportlocal.antrea.io"
+
+
+def ann(emu: KubeEmulator, name: str, ns: str = "default") -> list[dict[str, Any]] | None:
+    value = emu.annotation(ns, name, ANN)
+    return None if value is None else list(json.loads(value))
+
+
+def set_status(emu: KubeEmulator, name: str, **status: Any) -> None:
+    """Change a pod's status the way the kubelet would: the rest of the object is kept."""
+    current = emu.get("pods", "default", name)
+    assert current is not None
+    emu.put("pods", {**current, "status": {**current["status"], **status}})
+
+
+def rule(port: int, ip: str = "198.18.1.2", pod_port: int = 8080) -> Rule:
+    return Rule(protocol="tcp", node_port=port, pod_ip=ip, pod_port=pod_port)
+
+
+async def test_selected_pod_gets_port_rule_and_annotation(emu: KubeEmulator,
+                                                          start_agent: StartAgent) -> None:
+    """An opted-in Service's local pod gets a node port, a DNAT rule and Antrea's annotation."""
+    emu.put("nodes", node_obj(external="198.19.0.1"))
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    emu.put("pods", pod_obj("elsewhere", ip="198.18.7.7", node="node-b"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: ann(emu, "p1"))
+    assert ann(emu, "p1") == [{"podPort": 8080, "nodeIP": "198.19.0.1", "nodePort": 61000,
+                               "protocol": "tcp", "ipFamily": "IPv4"}]
+    assert rules.rules == {rule(61000)}
+    assert ann(emu, "elsewhere", "default") is None
+    assert {c for _, _, c, _ in emu.patches} == {"application/merge-patch+json"}
+    assert any("fieldSelector=spec.nodeName%3Dnode-a" in r for r in emu.requests)
+
+
+async def test_services_share_mappings_and_disable_cleans_up(emu: KubeEmulator,
+                                                             start_agent: StartAgent) -> None:
+    """Services on one targetPort share a mapping; disabling them removes rule and annotation."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj("a"))
+    emu.put("services", service_obj("b"))
+    emu.put("services", service_obj("udp", ports=[{"port": 53, "targetPort": 5353,
+                                                   "protocol": "UDP"}]))
+    emu.put("pods", pod_obj("p1"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: len(ann(emu, "p1") or []) == 2)
+    assert rules.rules == {rule(61000),
+                           Rule(protocol="udp", node_port=61000, pod_ip="198.18.1.2",
+                                pod_port=5353)}
+    for name in ("a", "b", "udp"):
+        emu.put("services", service_obj(name, enabled="false"))
+    await eventually(lambda: ann(emu, "p1") is None)
+    await eventually(lambda: rules.rules == set())
+    assert emu.patches[-1][3] == {"metadata": {"annotations": {ANN: None}}}
+
+
+async def test_ip_change_keeps_port_and_deletion_releases(emu: KubeEmulator,
+                                                          start_agent: StartAgent) -> None:
+    """A new pod IP keeps the node port; pod deletion removes only that pod's rule."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    opener = FakeOpener()
+    rules = FakeRules()
+    agent = await start_agent(rules=rules, opener=opener)
+    await eventually(lambda: rules.rules == {rule(61000)})
+    set_status(emu, "p1", podIP="198.18.1.9", podIPs=[{"ip": "198.18.1.9"}])
+    await eventually(lambda: rules.rules == {rule(61000, "198.18.1.9")})
+    await eventually(lambda: ann(emu, "p1") and ann(emu, "p1")[0]["nodePort"] == 61000)  # type: ignore[index]
+    # Recycled IP: p2 takes p1's old address; deleting p1 must not touch p2's rule.
+    emu.put("pods", pod_obj("p2", ip="198.18.1.9"))
+    await eventually(lambda: len(rules.rules) == 2)
+    emu.delete("pods", "default", "p1")
+    await eventually(lambda: rules.rules == {rule(61001, "198.18.1.9")})
+    assert opener.held == {("tcp", 61001)}
+    assert len(agent.table) == 1
+
+
+async def test_pod_without_ip_then_ip_and_terminal_phase(emu: KubeEmulator,
+                                                         start_agent: StartAgent) -> None:
+    """No IP: nothing yet; IP arrives: mapped; Succeeded: released and annotation removed."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1", ip=None, phase="Pending"))
+    rules = FakeRules()
+    agent = await start_agent(rules=rules)
+    await eventually(lambda: rules.applies)  # the pod was reconciled at least once
+    assert agent.queue.failures("default/p1") == 0
+    assert rules.rules == set()
+    assert ann(emu, "p1") is None
+    set_status(emu, "p1", phase="Running", podIP="198.18.1.2")
+    await eventually(lambda: ann(emu, "p1"))
+    assert rules.rules == {rule(61000)}
+    set_status(emu, "p1", phase="Succeeded")
+    await eventually(lambda: ann(emu, "p1") is None)
+    await eventually(lambda: rules.rules == set())
+
+
+async def test_invalid_annotation_replaced_and_node_ip_change(emu: KubeEmulator,
+                                                              start_agent: StartAgent) -> None:
+    """An invalid annotation is replaced; a Node address change rewrites nodeIP everywhere."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1", annotations={ANN: "not json"}))
+    await start_agent()
+    await eventually(lambda: (ann_text := emu.annotation("default", "p1", ANN)) is not None
+                     and ann_text.startswith("["))
+    assert ann(emu, "p1")[0]["nodeIP"] == "198.18.0.1"  # type: ignore[index]
+    emu.put("nodes", node_obj(internal="198.18.0.1", external="198.19.5.5"))
+    await eventually(lambda: ann(emu, "p1")[0]["nodeIP"] == "198.19.5.5")  # type: ignore[index]
+
+
+async def test_named_port_host_port_and_selector_change(emu: KubeEmulator,
+                                                        start_agent: StartAgent) -> None:
+    """Named targetPorts resolve; hostPort is reported without a rule; selector changes apply."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj(ports=[{"port": 80, "targetPort": "http"},
+                                           {"port": 81, "targetPort": 9090}]))
+    emu.put("pods", pod_obj("p1", ports=[{"name": "http", "containerPort": 8080},
+                                         {"containerPort": 9090, "hostPort": 30090}]))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: len(ann(emu, "p1") or []) == 2)
+    assert sorted((e["podPort"], e["nodePort"]) for e in ann(emu, "p1") or []) == [
+        (8080, 61000), (9090, 30090)]
+    assert rules.rules == {rule(61000)}
+    emu.put("services", service_obj(selector={"app": "other"}))
+    await eventually(lambda: ann(emu, "p1") is None)
+    assert rules.rules == set()
+
+
+async def test_restart_keeps_annotated_ports(emu: KubeEmulator,
+                                             start_agent: StartAgent) -> None:
+    """After a restart the ports in the annotations are kept and restored in one bulk sync."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    previous = json.dumps([{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": 61007,
+                            "protocol": "tcp", "ipFamily": "IPv4"}])
+    emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
+    emu.put("pods", pod_obj("p2", ip="198.18.2.2"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    assert rules.syncs[0] == {rule(61007)}  # bulk restore before any worker ran
+    await eventually(lambda: ann(emu, "p2"))
+    assert ann(emu, "p1")[0]["nodePort"] == 61007  # type: ignore[index]
+    assert rules.rules == {rule(61007), rule(61000, "198.18.2.2")}
+    assert all(name != "p1" for _, name, _, _ in emu.patches)  # unchanged: never re-written
+
+
+async def test_exhaustion_warns_and_retries_when_ports_free(emu: KubeEmulator,
+                                                            start_agent: StartAgent) -> None:
+    """A full range gives a Warning event and a metric; the pod is mapped once a port frees."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    emu.put("pods", pod_obj("p2", ip="198.18.2.2"))
+    busy = [("tcp", 61000)]  # another process holds the first port of a 2-port range
+    agent = await start_agent(opener=FakeOpener(busy=busy), port_range="61000-61001")
+    await eventually(lambda: emu.events)
+    event = emu.events[0]
+    assert event["type"] == "Warning"
+    assert event["reason"] == "NodePortLocalPortsExhausted"
+    starved = event["involvedObject"]["name"]
+    mapped = "p1" if starved == "p2" else "p2"
+    assert ann(emu, starved) is None
+    assert agent.metrics.exhausted._value.get() >= 1
+    emu.delete("pods", "default", mapped)
+    await eventually(lambda: ann(emu, starved))
+    assert ann(emu, starved)[0]["nodePort"] == 61001  # type: ignore[index]
+
+
+async def test_watch_gone_relists_and_sees_missed_deletion(emu: KubeEmulator,
+                                                           start_agent: StartAgent) -> None:
+    """After 410 Gone the informer re-lists; a deletion it missed still releases the port."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: rules.rules == {rule(61000)})
+    # Delete without telling watchers, then expire history: only a re-list can notice.
+    emu.store["pods"].pop(("default", "p1"))
+    emu.compact()
+    await eventually(lambda: rules.rules == set())
+
+
+async def test_metrics_and_health_endpoint(emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """/healthz is 200 once restored and /metrics exposes the mapping gauge."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    agent = await start_agent()
+    await eventually(lambda: ann(emu, "p1"))
+    runner = await serve(make_app(agent.metrics, healthy=agent.restored.is_set),
+                         host="127.0.0.1", port=0)
+    try:
+        port = runner.addresses[0][1]
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                assert resp.status == 200
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                text = await resp.text()
+        assert 'podway_npl_mappings{protocol="tcp"} 1.0' in text
+        assert "podway_npl_sync_duration_seconds_count" in text
+    finally:
+        await runner.cleanup()
+
+
+async def test_service_type_change_and_deletion_release(emu: KubeEmulator,
+                                                        start_agent: StartAgent) -> None:
+    """A Service turned NodePort stops mapping; LoadBalancer maps; deleting it releases."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj(type_="NodePort"))
+    emu.put("pods", pod_obj("p1"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: rules.applies)  # the pod was reconciled at least once
+    assert rules.rules == set()
+    emu.put("services", service_obj(type_="LoadBalancer"))
+    await eventually(lambda: rules.rules == {rule(61000)})
+    emu.delete("services", "default", "web")
+    await eventually(lambda: rules.rules == set())
+    await eventually(lambda: ann(emu, "p1") is None)
+
+
+async def test_unknown_node_address_never_wipes_annotation(emu: KubeEmulator,
+                                                           start_agent: StartAgent) -> None:
+    """Without a node address the agent keeps the existing annotation instead of removing it."""
+    emu.put("nodes", {"metadata": {"name": NODE}, "status": {"addresses": []}})
+    emu.put("services", service_obj())
+    previous = json.dumps([{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": 61003,
+                            "protocol": "tcp", "ipFamily": "IPv4"}])
+    emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    await eventually(lambda: rules.applies)
+    assert emu.annotation("default", "p1", ANN) == previous
+    assert rules.rules == {rule(61003)}
+    assert emu.patches == []
