@@ -28,7 +28,9 @@ from prometheus_client import Counter, Gauge
 from podway.errors import ConfigError
 from podway.xds import types
 from podway.xds.cache import Cache
-from podway.xds.protocol import Ack, DeltaStream, Event, Nack, SotwStream
+from podway.xds.delta import DeltaStream
+from podway.xds.protocol import Ack, Event, Nack
+from podway.xds.sotw import SotwStream
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 from podway.xds import types
 from podway.xds.build import Builder
 from podway.xds.cache import Cache
-from podway.xds.protocol import DeltaStream, SotwStream
+from podway.xds.delta import DeltaStream
+from podway.xds.sotw import SotwStream
 
 from .helpers import http_listener, ir, pool, route, vhost
 

@@ -12,7 +12,9 @@ from podway.ir import IR, Member
 from podway.xds import types
 from podway.xds.build import Builder
 from podway.xds.cache import Cache
-from podway.xds.protocol import Ack, DeltaStream, Nack, SotwStream
+from podway.xds.delta import DeltaStream
+from podway.xds.protocol import Ack, Nack
+from podway.xds.sotw import SotwStream
 
 from .helpers import http_listener, ir, pool, route, vhost
 
