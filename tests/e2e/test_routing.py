@@ -163,3 +163,18 @@ async def test_l4_tcp_and_udp_through_a_load_balancer_service(stack: Stack) -> N
         assert got.result() == b"hello over udp"
     finally:
         transport.close()
+
+
+async def test_h2c_clients_are_served_through_envoy(stack: Stack) -> None:
+    """HTTP/2 cleartext (prior knowledge) from the client reaches the HTTP/1.1 backend."""
+    import httpx
+
+    await _backends(stack)
+    stack.write("ingress.yaml", ingress(RULES))
+    await stack.start()
+    async with httpx.AsyncClient(http1=False, http2=True, trust_env=False) as client:
+        reply = await client.get(f"http://127.0.0.1:{stack.http_port}/api/x",
+                                 headers={"host": "shop.test"})
+    assert reply.http_version == "HTTP/2"
+    assert (reply.status_code, reply.json()["name"]) == (200, "api")
+    assert reply.json()["headers"]["x-envoy-external-address"] == "127.0.0.1"  # the client

@@ -33,7 +33,7 @@ async def echo_port(request: pytest.FixtureRequest) -> AsyncIterator[int]:
 
 async def test_http1_keepalive_answers_json_describing_the_request(echo_port: int) -> None:
     """Two requests on one connection get JSON with identity, method, path, headers, client."""
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(trust_env=False) as client:
         first = await client.get(f"http://127.0.0.1:{echo_port}/a?b=1", headers={"X-T": "v"})
         second = await client.post(f"http://127.0.0.1:{echo_port}/post", content=b"x" * 1000)
     body = first.json()
@@ -52,7 +52,7 @@ async def test_chunked_body_and_status_path(echo_port: int) -> None:
         yield b"abc"
         yield b"def"
 
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(trust_env=False) as client:
         posted = await client.post(f"http://127.0.0.1:{echo_port}/c", content=chunks())
         status = await client.get(f"http://127.0.0.1:{echo_port}/status/418")
         ready = await client.get(f"http://127.0.0.1:{echo_port}/healthz")
@@ -63,7 +63,7 @@ async def test_chunked_body_and_status_path(echo_port: int) -> None:
 
 async def test_h2c_prior_knowledge(echo_port: int) -> None:
     """HTTP/2 without TLS (prior knowledge) is answered over HTTP/2."""
-    async with httpx.AsyncClient(http1=False, http2=True) as client:
+    async with httpx.AsyncClient(http1=False, http2=True, trust_env=False) as client:
         reply = await client.get(f"http://127.0.0.1:{echo_port}/h2", headers={"X-T": "2"})
     assert reply.http_version == "HTTP/2"
     assert (reply.json()["protocol"], reply.json()["headers"]["x-t"]) == ("HTTP/2", "2")
