@@ -169,3 +169,62 @@ async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path) -
         echo.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await echo
+
+
+async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path) -> None:
+    """With the controller gone the engine serves its last config; a new controller's config
+    arrives once it is back (the engine reconnects by itself)."""
+    from podway.echo import Identity
+    from podway.echo.server import EchoOptions, serve
+
+    root = tmp_path / "m"
+    root.mkdir()
+    tasks: list[asyncio.Task[None]] = []
+    ports = {}
+    for name in ("blue", "green"):
+        ports[name] = free_port()
+        started = asyncio.Event()
+        tasks.append(asyncio.create_task(serve(
+            EchoOptions(port=ports[name], identity=Identity(name=name)), started=started)))
+        await started.wait()
+        (root / f"{name}.yaml").write_text(service(name, 80, ports[name]) + "---\n"
+                                           + endpoints(name, {"TCP": ports[name]}))
+    (root / "ingress.yaml").write_text(INGRESS.replace("name: web, port", "name: blue, port"))
+    http_port = free_port()
+
+    def controller() -> Standalone:
+        return Standalone(StandaloneOptions(
+            manifests=root, engine=False, xds_address=f"unix:{tmp_path / 'xds.sock'}",
+            translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
+                                       https_port=free_port())))
+
+    first = controller()
+    first_task = asyncio.create_task(first.run())
+    tasks.append(first_task)
+    try:
+        await asyncio.wait_for(first.wait_generation(1), 10)
+        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+            BootstrapOptions(node_id="edge", xds=first.server.target))))
+        tasks.append(asyncio.create_task(engine.run()))
+        await engine.wait_ready(limit_s=20)
+
+        async def answered_by(name: str) -> bool:
+            status, body = await get(http_port, "shop.test", "/")
+            return status == 200 and body.get("name") == name
+
+        await eventually(lambda: answered_by("blue"), limit_s=10)
+        first_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first_task
+        assert await answered_by("blue")  # controller gone: last good config still serves
+        (root / "ingress.yaml").write_text(INGRESS.replace("name: web, port", "name: green, port"))
+        second = controller()
+        tasks.append(asyncio.create_task(second.run()))
+        await eventually(lambda: answered_by("green"), limit_s=20)
+        assert engine.starts == 1  # no Envoy restart was needed
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
