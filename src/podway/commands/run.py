@@ -53,6 +53,8 @@ def run(
     from podway.xds.server import ServerTLS
 
     setup_logging(log_level)
+    if (xds_cert is None) != (xds_key is None):
+        raise typer.BadParameter("--xds-cert and --xds-key go together")
     tls = None
     if xds_cert is not None and xds_key is not None:
         tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
