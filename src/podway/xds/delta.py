@@ -20,7 +20,9 @@ class _DeltaType:
     wildcard: bool
     names: set[str] = field(default_factory=set)
     known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
-    nonces: dict[str, str] = field(default_factory=dict)  # nonce → system version, unanswered
+    nonces: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    # ^ nonce → (system version, names sent), for responses Envoy has not answered yet
+    retry: set[str] = field(default_factory=set)  # NACKed: sent again with the next change
     rejected: bool = False  # the newest answer was a NACK
     seen: str = ""  # cache version last compared against
     dirty: set[str] = field(default_factory=set)  # names to look at again regardless
@@ -49,12 +51,18 @@ class DeltaStream:
             state = self._types[type_url] = _DeltaType(wildcard=wildcard)
             state.known.update(request.initial_resource_versions)
         if request.response_nonce:
-            version = state.nonces.pop(request.response_nonce, None)
-            if version is not None:
+            answered = state.nonces.pop(request.response_nonce, None)
+            if answered is not None:
+                version, names = answered
                 state.rejected = request.HasField("error_detail")
                 if state.rejected:
                     events.append(Nack(self.node, type_url, version, request.response_nonce,
                                        request.error_detail.message))
+                    # Envoy kept its previous versions: forget what we sent, and offer it again
+                    # with the next real change of this type (never in a blind loop).
+                    for name in names:
+                        state.known.pop(name, None)
+                    state.retry.update(names)
                 else:
                     events.append(Ack(self.node, type_url, version, request.response_nonce))
         if "*" in subscribe:
@@ -136,6 +144,9 @@ class DeltaStream:
             candidates.update(state.known)
         else:  # only what changed since we last looked
             candidates = set(changed) | state.dirty | state.held
+        if changed is None or snapshot.version != state.seen:
+            candidates |= state.retry
+            state.retry.clear()
         candidates |= asked
         response = d.DeltaDiscoveryResponse(type_url=type_url,
                                             system_version_info=snapshot.version)
@@ -166,7 +177,8 @@ class DeltaStream:
         if not response.resources and not response.removed_resources and not force:
             return []
         response.nonce = new_nonce()
-        state.nonces[response.nonce] = snapshot.version
+        state.nonces[response.nonce] = (snapshot.version,
+                                        tuple(r.name for r in response.resources))
         return [response]
 
     def _invalidate(self, type_url: str, name: str) -> None:

@@ -159,3 +159,20 @@ def test_delta_nack_is_reported() -> None:
     assert out == []
     assert events == [Nack("envoy-1", types.LISTENER, lds.system_version_info, lds.nonce,
                            "nope")]
+
+
+def test_delta_nacked_resource_is_offered_again_only_with_the_next_change() -> None:
+    """After a NACK nothing is re-sent until the type changes; then the rejected resource
+    goes out again with the change (Envoy never got it)."""
+    cache, builder, first = _setup()
+    stream = DeltaStream(cache)
+    (cds,), _ = stream.on_request(_delta(types.CLUSTER))
+    out, _ = stream.on_request(_delta(types.CLUSTER, nonce=cds.nonce, error="rejected"))
+    assert out == []
+    assert stream.on_change() == []
+    settings = replace(first.pools["pool/b"].settings, connect_timeout_ms=999)
+    changed = replace(first.pools["pool/b"], settings=settings)
+    cache.set(builder.build(IR(listeners=first.listeners,
+                               pools=MappingProxyType({**first.pools, "pool/b": changed}))))
+    pushes = [p for p in stream.on_change() if p.type_url == types.CLUSTER]
+    assert sorted(r.name for r in pushes[0].resources) == ["pool/a", "pool/b"]
