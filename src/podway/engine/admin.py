@@ -7,6 +7,7 @@ client dependency.
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 
 
 async def request(address: str, path: str, *, method: str = "GET", limit_s: float = 2.0
@@ -53,7 +54,7 @@ async def is_ready(address: str) -> bool:
 
 async def stats(address: str, filter_regex: str = "") -> dict[str, int]:
     """Counters and gauges (``name: value``), optionally filtered by a regex."""
-    path = "/stats" + (f"?filter={filter_regex}" if filter_regex else "")
+    path = "/stats" + (f"?filter={quote(filter_regex, safe='')}" if filter_regex else "")
     _, body = await request(address, path)
     out: dict[str, int] = {}
     for line in body.splitlines():
