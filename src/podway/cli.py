@@ -26,6 +26,11 @@ def version() -> None:
 
 def main() -> None:
     from podway.commands import register
+    from podway.errors import PodwayError
 
     register(app)
-    app()
+    try:
+        app()
+    except PodwayError as exc:  # our own, explained failures: one line, no traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None

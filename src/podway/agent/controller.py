@@ -22,7 +22,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from podway.agent import annotation, events, reconcile
+from podway.agent import events, reconcile
 from podway.agent.informer import Informer, Raw
 from podway.agent.metrics import Metrics
 from podway.agent.ports import Entry, PortRange, PortTable, SocketOpener
@@ -30,6 +30,7 @@ from podway.agent.reconcile import Target
 from podway.agent.rules.base import Rules, RulesError
 from podway.agent.types import PROTOCOLS, PodKey, Rule, pod_key
 from podway.agent.workqueue import Backoff, WorkQueue
+from podway.model import npl as annotation
 from podway.model.core import Node, Pod, Service
 
 log = logging.getLogger("podway.agent")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from podway.agent.annotation import ENABLED_ANNOTATION, NplEntry, family_of
 from podway.agent.ports import Entry
 from podway.agent.types import L4
 from podway.model.core import Node, Pod, Service
+from podway.model.npl import ENABLED_ANNOTATION, NplEntry, family_of
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 

@@ -8,10 +8,13 @@ addresses is rewritten to ``pod_ip:pod_port`` for ``protocol``. Rules are keyed 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NewType
+from typing import NewType
 
-L4 = Literal["tcp", "udp"]
+from podway.model.npl import L4
+
 PROTOCOLS: tuple[L4, ...] = ("tcp", "udp")
+
+__all__ = ["L4", "PROTOCOLS", "PodKey", "Rule", "pod_key"]
 
 # "namespace/name" of a Pod.
 PodKey = NewType("PodKey", str)

@@ -7,7 +7,11 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
-    from podway.commands import agent, validate
+    from podway.commands import agent, demo, echo, engine, run, validate
 
     validate.register(app)
+    run.register(app)
+    demo.register(app)
+    echo.register(app)
+    engine.register(app)
     agent.register(app)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from podway.ir import PoolProtocol, PoolSettings
-from podway.model import ObjectRef, Service
+from podway.model import ObjectRef, Service, npl
 from podway.model.core import ServicePort
 from podway.model.snapshot import Key
 from podway.translate.options import BackendMode, TranslateOptions
@@ -68,8 +68,18 @@ def find_port(service: Service, *, number: int | None = None, name: str | None =
 
 def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:
     """Why ``port`` of ``service`` cannot be a backend in the configured mode, if it cannot."""
+    ns, name = service.key
     if opts.mode is BackendMode.NODEPORT and not port.node_port:
-        ns, name = service.key
         return (f"Service {ns}/{name} port {port.port} has no nodePort (type "
                 f"{service.spec.type}); nodeport mode needs type NodePort or LoadBalancer")
+    return None
+
+
+def mode_warning(service: Service, opts: TranslateOptions) -> str | None:
+    """What the configured mode expects of ``service`` that it lacks, if anything."""
+    if (opts.mode is BackendMode.NODEPORTLOCAL
+            and service.metadata.annotations.get(npl.ENABLED_ANNOTATION) != "true"):
+        ns, name = service.key
+        return (f"Service {ns}/{name} lacks the annotation {npl.ENABLED_ANNOTATION}: \"true\"; "
+                "no NodePortLocal agent maps its pods, so its pool stays empty")
     return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from podway.ir import Member, MemberState
-from podway.model import EndpointSlice, Node, ObjectRef, Snapshot
+from podway.model import EndpointSlice, Node, ObjectRef, Pod, Snapshot, npl
 from podway.model.core import Endpoint
 from podway.model.snapshot import Key
 from podway.translate.backends import PoolSpec, ServiceKey
@@ -20,13 +20,16 @@ from podway.translate.options import BackendMode, TranslateOptions
 
 
 class EndpointIndex:
-    """EndpointSlices grouped by Service, kept up to date one slice at a time."""
+    """EndpointSlices grouped by Service, and the Services each Pod backs (via targetRef),
+    kept up to date one slice at a time."""
 
-    __slots__ = ("_by_service", "_service_of")
+    __slots__ = ("_by_service", "_pod_services", "_service_of")
 
     def __init__(self, slices: Iterable[EndpointSlice] = ()) -> None:
         self._by_service: dict[ServiceKey, dict[Key, EndpointSlice]] = {}
         self._service_of: dict[Key, ServiceKey] = {}
+        # pod → service → number of slice endpoints naming the pod (counts survive overlaps)
+        self._pod_services: dict[Key, dict[ServiceKey, int]] = {}
         for item in slices:
             self.put(item.key, item)
 
@@ -34,16 +37,35 @@ class EndpointIndex:
         """Insert, replace or (``None``) delete one slice; returns the Service it belonged to."""
         old_service = self._service_of.pop(key, None)
         if old_service is not None:
-            self._by_service[old_service].pop(key, None)
+            old = self._by_service[old_service].pop(key, None)
+            if old is not None:
+                self._count_pods(old, old_service, -1)
         if item is None or item.service_name is None:
             return old_service
         service = (item.metadata.namespace, item.service_name)
         self._by_service.setdefault(service, {})[key] = item
         self._service_of[key] = service
+        self._count_pods(item, service, +1)
         return old_service
+
+    def _count_pods(self, item: EndpointSlice, service: ServiceKey, delta: int) -> None:
+        for endpoint in item.endpoints:
+            ref = endpoint.target_ref
+            if ref is None or not ref.name or (ref.kind or "Pod") != "Pod":
+                continue
+            pod = (ref.namespace or item.metadata.namespace, ref.name)
+            counts = self._pod_services.setdefault(pod, {})
+            counts[service] = counts.get(service, 0) + delta
+            if counts[service] <= 0:
+                del counts[service]
+                if not counts:
+                    del self._pod_services[pod]
 
     def slices(self, service: ServiceKey) -> Mapping[Key, EndpointSlice]:
         return self._by_service.get(service, {})
+
+    def services_of_pod(self, pod: Key) -> Iterable[ServiceKey]:
+        return self._pod_services.get(pod, {}).keys()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +189,44 @@ class NodePortResolver:
         return None if kind == Node.KIND else ()
 
 
+class NodePortLocalResolver:
+    """``nodeportlocal`` mode: each endpoint's pod, at the NodeIP:port its node's agent
+    (Podway's or Antrea's) published in the pod's ``nodeportlocal.antrea.io`` annotation.
+
+    EndpointSlices say which pods back the Service and in what state; the annotation entry for
+    the slice port (the pod's target port) and protocol gives the address. A pod without an
+    entry yet is left out until its agent writes one.
+    """
+
+    kinds = frozenset({EndpointSlice.KIND, Pod.KIND})
+
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
+        protocol = spec.port.protocol.lower()
+        out = []
+        for b in _backends(spec, ctx.endpoints):
+            if b.origin is None or b.origin.kind != "Pod":
+                continue
+            pod = ctx.snapshot.get(Pod, b.origin.namespace, b.origin.name)
+            if pod is None:
+                continue
+            entries, _ = npl.decode(pod.metadata.annotations.get(npl.ANNOTATION))
+            entry = next((e for e in sorted(entries)
+                          if e.pod_port == b.port and e.protocol == protocol), None)
+            if entry is None:
+                continue
+            out.append(Member(address=entry.node_ip, port=entry.node_port,
+                              state=endpoint_state(b.endpoint), origin=b.origin,
+                              node=b.endpoint.node_name or pod.spec.node_name,
+                              zone=b.endpoint.zone))
+        return _collapse(out)
+
+    def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
+        return ctx.endpoints.services_of_pod(key) if kind == Pod.KIND else ()
+
+
 def resolver_for(opts: TranslateOptions) -> MemberResolver:
     if opts.mode is BackendMode.NODEPORT:
         return NodePortResolver()
+    if opts.mode is BackendMode.NODEPORTLOCAL:
+        return NodePortLocalResolver()
     return ClusterIPResolver()

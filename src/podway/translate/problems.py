@@ -32,6 +32,7 @@ class Reason(StrEnum):
     INVALID_PATH = "InvalidPath"
     UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
     NO_RULES = "NoRules"
+    NPL_NOT_ENABLED = "NodePortLocalNotEnabled"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
 from podway.translate import service as service_rules
-from podway.translate.backends import PoolSpec, ServiceKey
+from podway.translate.backends import PoolSpec, ServiceKey, mode_warning
 from podway.translate.gateway import GatewayTranslation
 from podway.translate.ingress import IngressTranslation
 from podway.translate.members import (
@@ -137,6 +137,13 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions) -> Structure
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
+    for service_key in sorted({spec.service for spec in pools.values()}):
+        backing = snapshot.get(Service, *service_key)
+        warning = mode_warning(backing, opts) if backing is not None else None
+        if backing is not None and warning is not None:
+            problems.append(Problem(ref=backing.ref, reason=Reason.NPL_NOT_ENABLED,
+                                    message=warning, severity=Severity.WARNING,
+                                    field="metadata.annotations"))
     problems.sort(key=lambda p: (p.ref, p.field, p.reason, p.message))
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podway.agent.annotation import NplEntry, decode, encode, needs_write
+from podway.model.npl import NplEntry, decode, encode, needs_write
 
 E1 = NplEntry(pod_port=8080, node_ip="198.18.0.1", node_port=61001, protocol="tcp")
 E2 = NplEntry(pod_port=53, node_ip="198.18.0.1", node_port=61000, protocol="udp")

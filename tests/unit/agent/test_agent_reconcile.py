@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from podway.agent.annotation import NplEntry
 from podway.agent.ports import Entry
 from podway.agent.reconcile import (
     Target,
@@ -18,6 +17,7 @@ from podway.agent.reconcile import (
 )
 from podway.agent.types import PodKey
 from podway.model.core import Node, Pod, Service
+from podway.model.npl import NplEntry
 
 ENABLED = {"nodeportlocal.antrea.io/enabled": "true"}
 

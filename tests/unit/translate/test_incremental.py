@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podway.ir import MemberState
-from podway.model import EndpointSlice, Node, Snapshot
+from podway.model import EndpointSlice, Node, Pod, Snapshot
 from podway.model.loader import load_text
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
 
@@ -157,3 +157,52 @@ def test_node_change_is_structural_in_clusterip_mode() -> None:
     added = node("n1", "198.18.10.1")
     s1 = s0.replace(Node.KIND, {added.key: added})
     assert inc.update(s1, changed=[(Node.KIND, added.key)]) == translate(s1, OPTS)
+
+
+def npl_pod(name: str, node_port: int | None) -> Pod:
+    annotations = {} if node_port is None else {"nodeportlocal.antrea.io": (
+        f'[{{"podPort":8080,"nodeIP":"198.18.20.1","nodePort":{node_port},'
+        '"protocol":"tcp","ipFamily":"IPv4"}]')}
+    return Pod.model_validate({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": "shop", "annotations": annotations}})
+
+
+def pod_slice(service: str, name: str, pods: list[str]) -> EndpointSlice:
+    return EndpointSlice.model_validate({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "shop",
+                     "labels": {"kubernetes.io/service-name": service}},
+        "ports": [{"port": 8080}],
+        "endpoints": [{"addresses": [f"198.18.5.{i + 1}"], "targetRef": {"kind": "Pod",
+                       "name": pod}} for i, pod in enumerate(pods)]})
+
+
+NPL_OPTS = TranslateOptions(address="198.18.0.1", mode=BackendMode.NODEPORTLOCAL)
+npl_edits = st.lists(st.one_of(
+    st.tuples(st.just("pod"), st.sampled_from(["p1", "p2", "p3"]),
+              st.one_of(st.none(), st.integers(61000, 61003))),
+    st.tuples(st.just("slice"), st.sampled_from(["web", "api"]),
+              st.lists(st.sampled_from(["p1", "p2", "p3"]), max_size=3, unique=True))),
+    max_size=10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(npl_edits)
+def test_nodeportlocal_incremental_equals_full(steps: list[tuple[str, str, object]]) -> None:
+    """In nodeportlocal mode, pod annotation and slice edits give the full translation's result."""
+    inc = IncrementalTranslator(NPL_OPTS)
+    snapshot = Snapshot.of_objects([*load_text(BASE).objects, npl_pod("p1", 61000)])
+    r0 = inc.update(snapshot)
+    for what, name, value in steps:
+        if what == "pod":
+            assert value is None or isinstance(value, int)
+            pod = npl_pod(name, value)
+            snapshot = snapshot.replace(Pod.KIND, {pod.key: pod})
+            result = inc.update(snapshot, changed=[(Pod.KIND, pod.key)])
+        else:
+            assert isinstance(value, list)
+            item = pod_slice(name, f"{name}-1", value)
+            snapshot = snapshot.replace(EndpointSlice.KIND, {item.key: item})
+            result = inc.update(snapshot, changed=[(EndpointSlice.KIND, item.key)])
+        assert result.ir.listeners is r0.ir.listeners
+        assert result == translate(snapshot, NPL_OPTS)

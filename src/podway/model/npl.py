@@ -3,7 +3,8 @@
     nodeportlocal.antrea.io: '[{"podPort":8080,"nodeIP":"192.0.2.10","nodePort":61000,
                                 "protocol":"tcp","ipFamily":"IPv4"}]'
 
-The agent writes it; load balancers (Podway's controller, or AKO with Antrea) read it. Encoding
+The agent writes it; load balancers (Podway's translator in ``nodeportlocal`` mode, or AKO with
+Antrea) read it, which is why the codec lives in the model layer. Encoding
 is deterministic (sorted, compact) and comparison is order-insensitive, so an annotation written
 by Antrea in another order is not rewritten for nothing. Decoding never raises: an invalid value
 comes back as an error message, and the agent replaces it.
@@ -17,11 +18,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-from podway.agent.types import L4
-
 ANNOTATION = "nodeportlocal.antrea.io"
 ENABLED_ANNOTATION = "nodeportlocal.antrea.io/enabled"
 
+L4 = Literal["tcp", "udp"]
 IPFamily = Literal["IPv4", "IPv6"]
 
 

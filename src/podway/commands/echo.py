@@ -1,0 +1,35 @@
+"""``podway echo``: run the echo workload (HTTP/1.1 + h2c, or TCP/UDP echo)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from podway.commands.common import run_until_signal, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(echo)
+
+
+def echo(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    address: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    tcp: Annotated[bool, typer.Option("--tcp", help="TCP echo instead of HTTP.")] = False,
+    udp: Annotated[bool, typer.Option("--udp", help="UDP echo (with --tcp: both).")] = False,
+    name: Annotated[str, typer.Option(help="Name to answer with (default: pod or host).")] = "",
+    pod: Annotated[str, typer.Option(help="Pod name (default: $POD_NAME).")] = "",
+    namespace: Annotated[str, typer.Option(help="Namespace (default: $POD_NAMESPACE).")] = "",
+    node: Annotated[str, typer.Option(help="Node name (default: $NODE_NAME).")] = "",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Answer every request with JSON describing it (name, pod, client, headers, protocol)."""
+    from podway.echo import Identity
+    from podway.echo.server import EchoOptions, serve
+
+    setup_logging(log_level)
+    identity = Identity.from_env(name=name, pod=pod, namespace=namespace, node=node)
+    opts = EchoOptions(address=address, port=port, tcp=tcp, udp=udp, identity=identity)
+    asyncio.run(run_until_signal(serve(opts)))

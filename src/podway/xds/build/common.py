@@ -1,0 +1,33 @@
+"""Small pieces every resource builder shares: the ADS config source, Any packing, durations."""
+
+from __future__ import annotations
+
+import re
+
+from envoy.config.core.v3 import config_source_pb2
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def ads_source() -> config_source_pb2.ConfigSource:
+    """Fetch the referenced resource over the same ADS stream (ordering guaranteed)."""
+    source = config_source_pb2.ConfigSource(resource_api_version=config_source_pb2.V3)
+    source.ads.SetInParent()
+    return source
+
+
+def pack(message: Message) -> any_pb2.Any:
+    out = any_pb2.Any()
+    out.Pack(message)
+    return out
+
+
+def duration(ms: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def stat_prefix(name: str) -> str:
+    """Envoy stat names are dot-separated; keep names readable and free of separators."""
+    return _UNSAFE.sub("_", name).strip("_") or "podway"

@@ -1,0 +1,69 @@
+"""The ADS protocol as sans-I/O state machines: requests and cache changes in, responses out.
+
+``SotwStream`` (``podway.xds.sotw``) speaks state-of-the-world, ``DeltaStream``
+(``podway.xds.delta``) incremental xDS; ``podway.xds.server`` is the thin asyncio shell that
+feeds them. This module holds what both share: events, nonces and the ordering rules. Keeping
+the decisions out of the I/O shell makes them testable as transcripts (request → expected
+responses) without gRPC or Envoy.
+
+Rules both follow (from the xDS protocol):
+
+* A request whose ``response_nonce`` is not the newest nonce we sent for its type is stale and
+  only its subscription part counts (delta) or it is ignored (state of the world).
+* A NACK (``error_detail`` set) is recorded and reported, never answered by re-sending the same
+  resources: Envoy keeps its last good config, and we wait for the next real change.
+* Responses of one push come out in ``types.PUSH_ORDER`` so dependencies arrive first.
+* State of the world sends every resource of wildcard types (listeners, clusters), but only
+  new or changed ones of named types (routes, endpoints, secrets): Envoy does not treat a named
+  resource missing from a response as removed, so an endpoint change sends one load assignment.
+* Make before break (the xDS ordering rules), so no request fails during a change:
+  listeners and routes are held back until every cluster Envoy has is *settled* — its CDS
+  response answered and its load assignment sent — because a route to a warming cluster
+  answers 503; and clusters (with their load assignments) are removed only once listeners and
+  routes are current and acknowledged, because a route to a removed cluster answers 503 too.
+  (docs/design/xds-ordering.md)
+* A push costs O(change): a stream compares only the names the cache reports changed since the
+  version it last looked at (``Cache.names_changed``), falling back to a full comparison when it
+  is more than one version behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from podway.xds import types
+
+_nonces = itertools.count(1)
+
+# A changed cluster (listener) is re-created by Envoy and waits for its load assignment (route
+# table) again; re-send those even though they did not change, or the new one stays warming.
+DEPENDENT = {types.CLUSTER: types.ENDPOINT, types.LISTENER: types.ROUTE}
+# Listeners and routes wait for clusters to be settled (see the module docstring).
+HELD_FOR_CLUSTERS = (types.LISTENER, types.ROUTE)
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    """Envoy rejected a response: which type, which version, and Envoy's reason."""
+
+    node: str
+    type_url: str
+    version: str
+    nonce: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    node: str
+    type_url: str
+    version: str
+    nonce: str
+
+
+Event = Ack | Nack
+
+
+def new_nonce() -> str:
+    return str(next(_nonces))

@@ -1,0 +1,171 @@
+"""The ADS gRPC server: a thin asyncio shell around ``podway.xds.protocol``.
+
+Each stream runs two things: a reader that turns Envoy's requests into responses, and a pusher
+that wakes on every cache change and sends what changed. Both write through one lock so
+responses never interleave. Any number of engines may connect; each gets its own stream state.
+
+Security: the server listens on loopback or a unix socket unless given a TLS server certificate;
+``check_bind`` refuses anything else, because xDS carries private keys.
+
+NACKs are logged with Envoy's error detail and counted (``podway_xds_nacks_total``); the stream
+does not resend the rejected version, so Envoy keeps serving its last good config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.discovery.v3 import discovery_pb2 as d
+from prometheus_client import Counter, Gauge
+
+from podway.errors import ConfigError
+from podway.xds import types
+from podway.xds.cache import Cache
+from podway.xds.delta import DeltaStream
+from podway.xds.protocol import Ack, Event, Nack
+from podway.xds.sotw import SotwStream
+
+log = logging.getLogger(__name__)
+
+NACKS = Counter("podway_xds_nacks_total", "xDS responses rejected by an engine", ["type"])
+PUSHES = Counter("podway_xds_pushes_total", "xDS responses sent", ["type", "mode"])
+STREAMS = Gauge("podway_xds_streams", "Connected ADS streams (engines)")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTLS:
+    """TLS for a non-loopback xDS listener; ``client_ca_pem`` set → client certificates needed."""
+
+    cert_pem: bytes
+    key_pem: bytes
+    client_ca_pem: bytes | None = None
+
+
+def check_bind(address: str, tls: ServerTLS | None) -> None:
+    """Refuse to serve xDS in clear text anywhere but loopback or a unix socket."""
+    if address.startswith("unix:") or tls is not None:
+        return
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise ConfigError(f"xDS address {address} is not loopback: give a TLS server certificate")
+
+
+class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
+    def __init__(self, cache: Cache, *, on_event: Callable[[Event], None] | None = None) -> None:
+        self.cache = cache
+        self.on_event = on_event
+        self.nacks: list[Nack] = []  # newest last; bounded
+        self.streams = 0  # open ADS streams (engines connected now)
+
+    async def StreamAggregatedResources(
+            self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
+        await self._serve(SotwStream(self.cache), requests, context, "sotw")
+
+    async def DeltaAggregatedResources(
+            self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
+        await self._serve(DeltaStream(self.cache), requests, context, "delta")
+
+    async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
+                     context: Any, mode: str) -> None:
+        lock = asyncio.Lock()
+        STREAMS.inc()
+        self.streams += 1
+
+        async def send(responses: list[Any]) -> None:
+            async with lock:
+                for response in responses:
+                    PUSHES.labels(types.SHORT_NAMES.get(response.type_url, "?"), mode).inc()
+                    await context.write(response)
+
+        async def read() -> None:
+            async for request in requests:
+                responses, events = stream.on_request(request)
+                for event in events:
+                    self._report(event)
+                await send(responses)
+
+        async def push() -> None:
+            while True:
+                await self.cache.changed().wait()
+                await send(stream.on_change())
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                reader = group.create_task(read(), name=f"xds-read-{mode}")
+                pusher = group.create_task(push(), name=f"xds-push-{mode}")
+                await reader  # the stream ends when Envoy closes it
+                pusher.cancel()
+        finally:
+            STREAMS.dec()
+            self.streams -= 1
+            log.info("xds stream closed node=%s mode=%s", stream.node or "?", mode)
+
+    def _report(self, event: Event) -> None:
+        if isinstance(event, Nack):
+            NACKS.labels(types.SHORT_NAMES.get(event.type_url, "?")).inc()
+            log.warning("xds NACK node=%s type=%s version=%s: %s", event.node,
+                        types.SHORT_NAMES.get(event.type_url, event.type_url), event.version,
+                        event.message)
+            self.nacks = [*self.nacks[-99:], event]
+        elif isinstance(event, Ack):
+            log.debug("xds ACK node=%s type=%s version=%s", event.node,
+                      types.SHORT_NAMES.get(event.type_url, event.type_url), event.version)
+        if self.on_event is not None:
+            self.on_event(event)
+
+
+class XdsServer:
+    """Owns the gRPC server; ``start`` binds, ``stop`` closes streams with a grace period."""
+
+    def __init__(self, cache: Cache, address: str, *, tls: ServerTLS | None = None,
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        check_bind(address, tls)
+        self.address = address
+        self.tls = tls
+        self.servicer = AdsServicer(cache, on_event=on_event)
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        server = grpc.aio.server(options=[
+            ("grpc.max_send_message_length", 256 * 1024 * 1024),
+            ("grpc.keepalive_time_ms", 30_000),
+        ])
+        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.servicer, server)
+        if self.tls is None:
+            self.port = server.add_insecure_port(self.address)
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(self.tls.key_pem, self.tls.cert_pem)],
+                root_certificates=self.tls.client_ca_pem,
+                require_client_auth=self.tls.client_ca_pem is not None)
+            self.port = server.add_secure_port(self.address, credentials)
+        await server.start()
+        self._server = server
+        log.info("xds server listening address=%s port=%s", self.address, self.port)
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+
+    @property
+    def target(self) -> str:
+        """Where an engine should connect: ``host:port`` or ``unix:/path``."""
+        if self.address.startswith("unix:"):
+            return self.address
+        host = self.address.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"

@@ -1,0 +1,153 @@
+"""A real stack for end-to-end tests: echo backends + standalone Podway + Envoy, loopback only.
+
+Every port is ephemeral, every task is cancelled and every Envoy is stopped in teardown, even
+when the test fails (Envoy also dies with the test process: PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from podway.demo import read_response
+from podway.echo import Identity
+from podway.echo.server import EchoOptions, serve
+from podway.standalone import Standalone, StandaloneOptions
+from podway.translate import TranslateOptions
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def free_port_both() -> int:
+    """A port free for TCP and UDP at once (for a Service with both protocols)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no port free for both TCP and UDP")
+
+
+@dataclass
+class Stack:
+    root: Path
+    http_port: int
+    https_port: int
+    standalone: Standalone
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start_echo(self, name: str, *, tcp: bool = False, udp: bool = False,
+                         port: int | None = None) -> int:
+        port = port or (free_port_both() if udp else free_port())
+        started = asyncio.Event()
+        opts = EchoOptions(port=port, tcp=tcp, udp=udp, identity=Identity(name=name))
+        self.tasks.append(asyncio.create_task(serve(opts, started=started), name=f"echo-{name}"))
+        await started.wait()
+        return port
+
+    def write(self, name: str, text: str) -> None:
+        tmp = self.root / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(self.root / name)  # atomic, like a careful editor
+
+    async def start(self) -> None:
+        self.tasks.append(asyncio.create_task(self.standalone.run(), name="standalone"))
+        async with asyncio.timeout(30):
+            await self.standalone.wait_generation(1)
+            assert self.standalone.engine is not None  # created before the first update
+            await self.standalone.engine.wait_ready()
+
+    async def applied(self, generation: int, limit_s: float = 10.0) -> None:
+        async with asyncio.timeout(limit_s):
+            await self.standalone.wait_generation(generation)
+
+    async def stop(self) -> None:
+        for task in reversed(self.tasks):
+            task.cancel()
+        for task in reversed(self.tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+async def make_stack(root: Path, *, delta: bool = True) -> Stack:
+    http_port, https_port = free_port(), free_port()
+    standalone = Standalone(StandaloneOptions(
+        manifests=root, drain_s=0, delta=delta, status_file=root.parent / "status.yaml",
+        translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
+                                   https_port=https_port)))
+    return Stack(root, http_port, https_port, standalone)
+
+
+async def get(port: int, host: str, path: str = "/", *, tls: ssl.SSLContext | None = None,
+              sni: str | None = None) -> tuple[int, dict[str, object]]:
+    """One request through Envoy: status and the echo's JSON (empty if not JSON)."""
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=tls, server_hostname=(sni or host) if tls else None)
+        try:
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n"
+                         "Connection: close\r\n\r\n".encode())
+            status, body = await read_response(reader)
+        finally:
+            writer.close()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = {}
+    return status, data if isinstance(data, dict) else {}
+
+
+async def eventually(check: object, limit_s: float = 5.0) -> None:
+    """Retry an async predicate until it holds (for things that settle, like a restart)."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            with contextlib.suppress(OSError, AssertionError, TimeoutError, ValueError):
+                if await check():  # type: ignore[operator]
+                    return
+            await asyncio.sleep(0.05)
+
+
+def service(name: str, port: int, target: int, *, lb: bool = False, protocols: tuple[str, ...]
+            = ("TCP",), namespace: str = "default") -> str:
+    ports = ", ".join(f"{{name: p-{p.lower()}, port: {port}, targetPort: {target}, "
+                      f"protocol: {p}}}" for p in protocols)
+    kind = "LoadBalancer" if lb else "ClusterIP"
+    return f"""apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  type: {kind}
+  selector: {{app: {name}}}
+  ports: [{ports}]
+"""
+
+
+def endpoints(name: str, ports: dict[str, int], addresses: tuple[str, ...] = ("127.0.0.1",),
+              namespace: str = "default", slice_name: str | None = None) -> str:
+    port_list = ", ".join(f"{{name: p-{proto.lower()}, port: {p}, protocol: {proto}}}"
+                          for proto, p in ports.items())
+    eps = "\n".join(f"- addresses: [{a}]\n  conditions: {{ready: true}}" for a in addresses)
+    return f"""apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {slice_name or name + '-1'}
+  namespace: {namespace}
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{port_list}]
+endpoints:
+{eps}
+"""

@@ -1,0 +1,230 @@
+"""Engines apart from the controller: several at once over a unix socket, and the CLI's stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from podway.engine import admin
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.standalone import Standalone, StandaloneOptions
+from podway.translate import TranslateOptions
+
+from .harness import endpoints, eventually, free_port, get, service
+
+pytestmark = pytest.mark.e2e
+
+INGRESS = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: default}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+"""
+
+
+async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Path) -> None:
+    """Two `podway engine`-style Envoys on one unix-socket xDS server both get the config."""
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / "web.yaml").write_text(service("web", 80, 1) + "---\n"
+                                   + endpoints("web", {"TCP": 1}) + "---\n" + INGRESS)
+    http_port = free_port()
+    controller = Standalone(StandaloneOptions(
+        manifests=root, engine=False, xds_address=f"unix:{tmp_path / 'xds.sock'}",
+        translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
+                                   https_port=free_port())))
+    tasks = [asyncio.create_task(controller.run())]
+    try:
+        await asyncio.wait_for(controller.wait_generation(1), 10)
+        engines = [Engine(EngineOptions(
+            envoy_path=find_envoy(), drain_s=0,
+            bootstrap=bootstrap(BootstrapOptions(node_id=f"engine-{i}",
+                                                 xds=controller.server.target))))
+            for i in range(2)]
+        tasks += [asyncio.create_task(e.run()) for e in engines]
+        for engine in engines:
+            await engine.wait_ready(limit_s=20)
+            stats = await admin.stats(await engine.wait_started(), "listener_manager")
+            assert stats["listener_manager.total_listeners_active"] >= 1
+        status, _ = await get(http_port, "shop.test", "/")
+        assert status == 503  # served (the member port 1 refuses): both engines share the port
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`podway run` serves the folder; SIGTERM stops it and its Envoy within the drain period."""
+    from podway.echo import Identity
+    from podway.echo.server import EchoOptions, serve
+
+    root = tmp_path / "m"
+    root.mkdir()
+    backend = free_port()
+    started = asyncio.Event()
+    echo = asyncio.create_task(serve(EchoOptions(port=backend, identity=Identity(name="web")),
+                                     started=started))
+    await started.wait()
+    (root / "web.yaml").write_text(service("web", 80, backend) + "---\n"
+                                   + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+    http_port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
+        "127.0.0.1", "--http-port", str(http_port), "--https-port", str(free_port()),
+        "--drain-s", "0.5", "--log-level", "warning",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        async def serving() -> bool:
+            status, body = await get(http_port, "shop.test", "/")
+            return status == 200 and body.get("name") == "web"
+
+        await eventually(serving, limit_s=30)
+        children = _children(process.pid)
+        assert children  # Envoy runs under podway
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 15)
+        assert code == 0
+        assert all(not _alive(pid) for pid in children)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path) -> None:
+    """`podway run --no-engine` on a unix socket plus `podway engine --xds unix:...` serve."""
+    root = tmp_path / "m"
+    root.mkdir()
+    (root / "lb.yaml").write_text(service("lb", free_port(), 1, lb=True) + "---\n"
+                                  + endpoints("lb", {"TCP": 1}))
+    from podway.echo import Identity
+    from podway.echo.server import EchoOptions, serve
+
+    backend = free_port()
+    started = asyncio.Event()
+    echo = asyncio.create_task(serve(EchoOptions(port=backend, identity=Identity(name="web")),
+                                     started=started))
+    await started.wait()
+    (root / "web.yaml").write_text(service("web", 80, backend) + "---\n"
+                                   + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+    http_port = free_port()
+    socket_path = tmp_path / "xds.sock"
+    common = ("--log-level", "warning")
+    controller = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "run", "--manifests", str(root), "--no-engine",
+        "--xds-address", f"unix:{socket_path}", "--address", "127.0.0.1", "--http-port",
+        str(http_port), "--https-port", str(free_port()), *common,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    engine = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "engine", "--xds", f"unix:{socket_path}",
+        "--node-id", "edge-1", "--drain-s", "0", *common,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async def serving() -> bool:
+            status, body = await get(http_port, "shop.test", "/")
+            return status == 200 and body.get("name") == "web"
+
+        await eventually(serving, limit_s=30)
+        for process in (engine, controller):
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        for process in (engine, controller):
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo
+
+
+async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path) -> None:
+    """With the controller gone the engine serves its last config; a new controller's config
+    arrives once it is back (the engine reconnects by itself)."""
+    from podway.echo import Identity
+    from podway.echo.server import EchoOptions, serve
+
+    root = tmp_path / "m"
+    root.mkdir()
+    tasks: list[asyncio.Task[None]] = []
+    ports = {}
+    for name in ("blue", "green"):
+        ports[name] = free_port()
+        started = asyncio.Event()
+        tasks.append(asyncio.create_task(serve(
+            EchoOptions(port=ports[name], identity=Identity(name=name)), started=started)))
+        await started.wait()
+        (root / f"{name}.yaml").write_text(service(name, 80, ports[name]) + "---\n"
+                                           + endpoints(name, {"TCP": ports[name]}))
+    (root / "ingress.yaml").write_text(INGRESS.replace("name: web, port", "name: blue, port"))
+    http_port = free_port()
+
+    def controller() -> Standalone:
+        return Standalone(StandaloneOptions(
+            manifests=root, engine=False, xds_address=f"unix:{tmp_path / 'xds.sock'}",
+            translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
+                                       https_port=free_port())))
+
+    first = controller()
+    first_task = asyncio.create_task(first.run())
+    tasks.append(first_task)
+    try:
+        await asyncio.wait_for(first.wait_generation(1), 10)
+        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+            BootstrapOptions(node_id="edge", xds=first.server.target))))
+        tasks.append(asyncio.create_task(engine.run()))
+        await engine.wait_ready(limit_s=20)
+
+        async def answered_by(name: str) -> bool:
+            status, body = await get(http_port, "shop.test", "/")
+            return status == 200 and body.get("name") == name
+
+        await eventually(lambda: answered_by("blue"), limit_s=10)
+        first_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first_task
+        assert await answered_by("blue")  # controller gone: last good config still serves
+        (root / "ingress.yaml").write_text(INGRESS.replace("name: web, port", "name: green, port"))
+        second = controller()
+        tasks.append(asyncio.create_task(second.run()))
+        await eventually(lambda: answered_by("green"), limit_s=20)
+        assert engine.starts == 1  # no Envoy restart was needed
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

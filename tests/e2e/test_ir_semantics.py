@@ -1,0 +1,195 @@
+"""IR features the Ingress translator does not emit yet, served straight from IR by real Envoy:
+status shares (500), redirects, header filters, prefix rewrites, suffix wildcards, TLS
+passthrough."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections import Counter
+from collections.abc import AsyncIterator
+from types import MappingProxyType
+
+import pytest
+import trustme
+
+from podway.echo import Identity
+from podway.echo.server import EchoOptions, serve
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.ir import (
+    IR,
+    DirectResponse,
+    Forward,
+    HeaderModifier,
+    L4Route,
+    Listener,
+    Member,
+    ObjectRef,
+    PathKind,
+    PathMatch,
+    Pool,
+    PoolProtocol,
+    PoolSettings,
+    Protocol,
+    Redirect,
+    Route,
+    RouteMatch,
+    URLRewrite,
+    VirtualHost,
+    WeightedPool,
+    WildcardMode,
+)
+from podway.xds.build import Builder
+from podway.xds.cache import Cache
+from podway.xds.server import XdsServer
+
+from .harness import free_port, get
+
+pytestmark = pytest.mark.e2e
+REF = ObjectRef("HTTPRoute", "default", "r")
+
+
+def _route(name: str, path: str, action: Forward | Redirect | DirectResponse,
+           filters: tuple[HeaderModifier | URLRewrite, ...] = ()) -> Route:
+    return Route(name=name, match=RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value=path)),
+                 action=action, filters=filters, origin=REF)
+
+
+@contextlib.asynccontextmanager
+async def serving(ir: IR) -> AsyncIterator[None]:
+    """Serve ``ir`` with a real Envoy until the block ends."""
+    cache = Cache()
+    cache.set(Builder().build(ir))
+    server = XdsServer(cache, "127.0.0.1:0")
+    await server.start()
+    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+        BootstrapOptions(node_id="ir", xds=server.target))))
+    task = asyncio.create_task(engine.run())
+    try:
+        await engine.wait_ready(limit_s=20)
+        await asyncio.sleep(0.1)  # listeners bind right after LIVE
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await server.stop(0)
+
+
+@contextlib.asynccontextmanager
+async def echo(name: str, **kwargs: object) -> AsyncIterator[int]:
+    port = free_port()
+    started = asyncio.Event()
+    task = asyncio.create_task(serve(EchoOptions(port=port, identity=Identity(name=name),
+                                                 **kwargs), started=started))  # type: ignore[arg-type]
+    await started.wait()
+    try:
+        yield port
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _pool(name: str, port: int, protocol: PoolProtocol = PoolProtocol.HTTP1) -> Pool:
+    return Pool(name=name, settings=PoolSettings(protocol=protocol),
+                members=(Member(address="127.0.0.1", port=port),))
+
+
+async def test_status_shares_split_traffic_in_their_weights() -> None:
+    """Shares 1:1:2 of pool, 500 and 503 answer about 25 % / 25 % / 50 % (cumulative fractions:
+    Envoy tests every route against one random value per request)."""
+    async with echo("web") as port:
+        shares = (WeightedPool(pool="p", weight=1), WeightedPool(pool=None, weight=1, status=500),
+                  WeightedPool(pool=None, weight=2, status=503))
+        http = free_port()
+        listener = Listener(name="l", address="127.0.0.1", port=http, protocol=Protocol.HTTP,
+                            virtual_hosts=(VirtualHost(name="v", hostname="*", routes=(
+                                _route("split", "/", Forward(backends=shares)),)),))
+        async with serving(IR(listeners=(listener,), pools=MappingProxyType(
+                {"p": _pool("p", port)}))):
+            counts = Counter([(await get(http, "a.test", "/"))[0] for _ in range(1200)])
+    share = {status: counts[status] / 1200 for status in (200, 500, 503)}
+    assert abs(share[200] - 0.25) < 0.05, counts
+    assert abs(share[500] - 0.25) < 0.05, counts
+    assert abs(share[503] - 0.50) < 0.05, counts
+
+
+async def test_redirect_headers_rewrite_and_suffix_wildcard() -> None:
+    """Redirects answer 301 + Location; header filters and prefix rewrites reach the backend;
+    a Gateway-style wildcard covers any number of labels."""
+    async with echo("web") as port:
+        http = free_port()
+        routes = (
+            _route("redirect", "/old", Redirect(scheme="https", hostname="new.test",
+                                                status_code=301)),
+            _route("rewrite", "/api", Forward(backends=(WeightedPool(pool="p"),)),
+                   (URLRewrite(prefix="/"),
+                    HeaderModifier(set=(("x-set", "1"),), remove=("x-drop",)),
+                    HeaderModifier(response=True, add=(("x-served-by", "podway"),)))),
+            _route("gone", "/gone", DirectResponse(status=410, body="gone\n")),
+            _route("all", "/", Forward(backends=(WeightedPool(pool="p"),))),
+        )
+        listener = Listener(name="l", address="127.0.0.1", port=http, protocol=Protocol.HTTP,
+                            virtual_hosts=(VirtualHost(name="v", hostname="*.suffix.test",
+                                                       wildcard=WildcardMode.SUFFIX,
+                                                       routes=routes),))
+        async with serving(IR(listeners=(listener,), pools=MappingProxyType(
+                {"p": _pool("p", port)}))):
+            reader, writer = await asyncio.open_connection("127.0.0.1", http)
+            writer.write(b"GET /old/x HTTP/1.1\r\nHost: a.b.suffix.test\r\n\r\n")
+            head = (await reader.readuntil(b"\r\n\r\n")).decode()
+            writer.close()
+            assert head.startswith("HTTP/1.1 301")
+            assert "location: https://new.test/old/x" in head.lower()
+            status, body = await get(http, "deep.a.b.suffix.test", "/api/v1")
+            assert (status, body.get("path")) == (200, "/v1")
+            headers = body.get("headers")
+            assert isinstance(headers, dict)
+            assert headers.get("x-set") == "1"
+            status, _ = await get(http, "a.suffix.test", "/gone")
+            assert status == 410
+            status, _ = await get(http, "suffix.test", "/")
+            assert status == 404  # *.suffix.test does not cover suffix.test itself
+
+
+async def test_tls_passthrough_routes_by_sni_without_terminating() -> None:
+    """A TLS listener forwards bytes by SNI: the client sees the backend's own certificate."""
+    ca = trustme.CA()
+    backends: dict[str, int] = {}
+    servers = []
+    for host in ("a.pass.test", "b.pass.test"):
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert(host).configure_cert(context)
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         host: str = host) -> None:
+            await reader.readline()
+            writer.write(f"{host}\n".encode())
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
+        servers.append(server)
+        backends[host] = server.sockets[0].getsockname()[1]
+    tls_port = free_port()
+    pools = {h: _pool(h, p, PoolProtocol.TCP) for h, p in backends.items()}
+    listener = Listener(name="pass", address="127.0.0.1", port=tls_port, protocol=Protocol.TLS,
+                        l4_routes=tuple(L4Route(name=h, hostnames=(h,), origin=REF,
+                                                backends=(WeightedPool(pool=h),))
+                                        for h in backends))
+    try:
+        async with serving(IR(listeners=(listener,), pools=MappingProxyType(pools))):
+            client = ssl.create_default_context()
+            ca.configure_trust(client)
+            for host in backends:
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", tls_port, ssl=client, server_hostname=host)
+                writer.write(b"hi\n")
+                assert await asyncio.wait_for(reader.readline(), 5) == f"{host}\n".encode()
+                writer.close()
+    finally:
+        for server in servers:
+            server.close()

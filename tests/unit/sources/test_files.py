@@ -1,0 +1,91 @@
+"""The folder source: last good objects per file, identity of unchanged objects, duplicates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from podway.model import Service
+from podway.sources.files import FileSource
+
+SVC = """apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  ports: [{{port: {port}}}]
+"""
+
+
+def test_broken_file_keeps_its_last_good_objects(tmp_path: Path) -> None:
+    """A file that stops parsing keeps serving its previous objects and reports the error."""
+    (tmp_path / "a.yaml").write_text(SVC.format(name="a", port=80))
+    source = FileSource(tmp_path)
+    first = source.load()
+    assert first.snapshot.get(Service, "default", "a") is not None
+    (tmp_path / "a.yaml").write_text("kind: [unclosed")
+    second = source.apply({tmp_path / "a.yaml"})
+    assert second.snapshot.get(Service, "default", "a") is not None
+    assert second.errors
+    assert second.stale_files == (str(tmp_path / "a.yaml"),)
+    (tmp_path / "a.yaml").write_text(SVC.format(name="a", port=81))
+    third = source.apply({tmp_path / "a.yaml"})
+    svc = third.snapshot.get(Service, "default", "a")
+    assert svc is not None
+    assert svc.spec.ports[0].port == 81
+    assert (third.errors, third.stale_files) == ((), ())
+
+
+def test_unchanged_objects_keep_identity_across_reloads(tmp_path: Path) -> None:
+    """Rewriting a file with one object changed keeps the other object's identity."""
+    path = tmp_path / "two.yaml"
+    path.write_text(SVC.format(name="a", port=80) + "---\n" + SVC.format(name="b", port=80))
+    source = FileSource(tmp_path)
+    first = source.load()
+    path.write_text(SVC.format(name="a", port=80) + "---\n" + SVC.format(name="b", port=90))
+    second = source.apply({path})
+    assert second.snapshot.get(Service, "default", "a") is first.snapshot.get(
+        Service, "default", "a")
+    assert second.snapshot.get(Service, "default", "b") is not first.snapshot.get(
+        Service, "default", "b")
+
+
+def test_deleted_file_removes_its_objects_and_duplicates_are_reported(tmp_path: Path) -> None:
+    """The first file in path order wins a duplicate; deleting a file drops its objects."""
+    (tmp_path / "a.yaml").write_text(SVC.format(name="x", port=80))
+    (tmp_path / "b.yaml").write_text(SVC.format(name="x", port=90))
+    source = FileSource(tmp_path)
+    update = source.load()
+    svc = update.snapshot.get(Service, "default", "x")
+    assert svc is not None
+    assert svc.spec.ports[0].port == 80
+    assert any("duplicate" in e.message for e in update.errors)
+    (tmp_path / "a.yaml").unlink()
+    (tmp_path / "b.yaml").unlink()
+    assert source.apply({tmp_path / "a.yaml", tmp_path / "b.yaml"}).snapshot.get(
+        Service, "default", "x") is None
+
+
+def test_incremental_updates_equal_a_fresh_load_and_name_what_changed(tmp_path: Path) -> None:
+    """After any sequence of edits the patched snapshot equals a full reload; ``changed``
+    lists exactly the objects whose winner changed."""
+    source = FileSource(tmp_path)
+    source.load()
+    steps = [
+        {"a.yaml": SVC.format(name="x", port=80)},
+        {"b.yaml": SVC.format(name="x", port=81) + "---\n" + SVC.format(name="y", port=1)},
+        {"a.yaml": None},  # b's x now wins
+        {"b.yaml": SVC.format(name="y", port=2)},  # x gone, y changed
+    ]
+    expected_changes = [{("Service", ("default", "x"))},
+                        {("Service", ("default", "y"))},
+                        {("Service", ("default", "x"))},
+                        {("Service", ("default", "x")), ("Service", ("default", "y"))}]
+    for step, expected in zip(steps, expected_changes, strict=True):
+        for name, text in step.items():
+            if text is None:
+                (tmp_path / name).unlink()
+            else:
+                (tmp_path / name).write_text(text)
+        update = source.apply({tmp_path / n for n in step})
+        fresh = FileSource(tmp_path).load().snapshot
+        assert {o.ref: o for o in update.snapshot.all()} == {o.ref: o for o in fresh.all()}
+        assert set(update.changed or ()) == expected

@@ -1,0 +1,87 @@
+"""Make before break: routes wait for new clusters to be warm; removals wait for routes."""
+
+from __future__ import annotations
+
+from envoy.service.discovery.v3 import discovery_pb2 as d
+
+from podway.xds import types
+from podway.xds.build import Builder
+from podway.xds.cache import Cache
+from podway.xds.delta import DeltaStream
+from podway.xds.sotw import SotwStream
+
+from .helpers import http_listener, ir, pool, route, vhost
+
+
+def _config(target: str):  # type: ignore[no-untyped-def]
+    """One route to ``target``; only the used pool exists (like the translator's output)."""
+    listener = http_listener(vhost("a.com", route("r", "/", target)))
+    return ir((listener,), pool(target, 9000 if target == "blue" else 9001))
+
+
+def _delta_req(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = ""
+               ) -> d.DeltaDiscoveryRequest:
+    return d.DeltaDiscoveryRequest(type_url=type_url, resource_names_subscribe=subscribe,
+                                   response_nonce=nonce)
+
+
+def _connected_delta(cache: Cache) -> DeltaStream:
+    """A delta stream that has received and acknowledged the whole first config."""
+    stream = DeltaStream(cache)
+    acks = [(types.CLUSTER, ()), (types.ENDPOINT, ("blue",)), (types.LISTENER, ()),
+            (types.ROUTE, ("listener/http",))]
+    for type_url, names in acks:
+        out, _ = stream.on_request(_delta_req(type_url, names))
+        for response in out:
+            stream.on_request(_delta_req(response.type_url, nonce=response.nonce))
+    return stream
+
+
+def test_delta_route_to_new_cluster_waits_until_the_cluster_is_warm() -> None:
+    """New cluster: CDS first; RDS only after CDS is ACKed and its endpoints were sent."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config("blue")))
+    stream = _connected_delta(cache)
+    cache.set(builder.build(_config("green")))
+    (cds,) = stream.on_change()
+    assert cds.type_url == types.CLUSTER
+    assert [r.name for r in cds.resources] == ["green"]
+    assert list(cds.removed_resources) == []  # blue stays until the route has moved
+    out, _ = stream.on_request(_delta_req(types.ENDPOINT, ("green",)))
+    assert [r.type_url for r in out] == [types.ENDPOINT]  # still no route: CDS not ACKed
+    out, _ = stream.on_request(_delta_req(types.CLUSTER, nonce=cds.nonce))
+    (rds,) = [r for r in out if r.type_url == types.ROUTE]
+    out, _ = stream.on_request(_delta_req(types.ROUTE, nonce=rds.nonce))
+    removed = {r.type_url: list(r.removed_resources) for r in out}
+    assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def _sotw_req(type_url: str, names: tuple[str, ...] = (), nonce: str = ""
+              ) -> d.DiscoveryRequest:
+    return d.DiscoveryRequest(type_url=type_url, resource_names=names, response_nonce=nonce)
+
+
+def test_sotw_keeps_removed_cluster_until_routes_are_acknowledged() -> None:
+    """State of the world: the old cluster stays in CDS until the new routes are ACKed."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config("blue")))
+    stream = SotwStream(cache)
+    nonces: dict[str, str] = {}
+    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
+                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
+        out, _ = stream.on_request(_sotw_req(type_url, names, nonces.get(type_url, "")))
+        for response in out:
+            nonces[response.type_url] = response.nonce
+            stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    cache.set(builder.build(_config("green")))
+    (cds,) = stream.on_change()
+    assert cds.type_url == types.CLUSTER
+    assert len(cds.resources) == 2  # green added, blue held
+    out, _ = stream.on_request(_sotw_req(types.CLUSTER, nonce=cds.nonce))
+    assert out == []  # green's endpoints not subscribed yet: routes wait
+    out, _ = stream.on_request(_sotw_req(types.ENDPOINT, ("blue", "green"), nonces[types.ENDPOINT]))
+    (eds, rds) = out
+    assert (eds.type_url, rds.type_url) == (types.ENDPOINT, types.ROUTE)
+    out, _ = stream.on_request(_sotw_req(types.ROUTE, ("listener/http",), rds.nonce))
+    (final,) = out
+    assert (final.type_url, len(final.resources)) == (types.CLUSTER, 1)

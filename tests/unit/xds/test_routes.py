@@ -1,0 +1,83 @@
+"""Route translation details that Envoy's defaults would get wrong for Kubernetes."""
+
+from __future__ import annotations
+
+import re
+
+from podway.ir import PathKind, WeightedPool, WildcardMode
+from podway.xds.build.routes import route_configuration
+
+from .helpers import http_listener, route, vhost
+
+
+def _routes(*vhosts):  # type: ignore[no-untyped-def]
+    return route_configuration(http_listener(*vhosts), persistence={})
+
+
+def test_prefix_is_element_wise_and_root_is_plain_prefix() -> None:
+    """PREFIX /foo/ becomes path_separated_prefix /foo; PREFIX / stays prefix /."""
+    config = _routes(vhost("a.com", route("r1", "/foo/", "p"), route("r2", "/", "p")))
+    first, second = config.virtual_hosts[0].routes
+    assert first.match.path_separated_prefix == "/foo"
+    assert second.match.prefix == "/"
+
+
+def test_exact_and_regex_paths() -> None:
+    """EXACT maps to path, REGEX to safe_regex."""
+    config = _routes(vhost("a.com", route("r1", "/x", "p", kind=PathKind.EXACT),
+                           route("r2", "/y.*", "p", kind=PathKind.REGEX)))
+    first, second = config.virtual_hosts[0].routes
+    assert first.match.path == "/x"
+    assert second.match.safe_regex.regex == "/y.*"
+
+
+def test_one_label_wildcard_requires_one_label_and_falls_back_to_catch_all() -> None:
+    """*.foo.com (Ingress) matches a.foo.com only; deeper hosts get the catch-all's routes."""
+    config = _routes(vhost("*.foo.com", route("wild", "/", "p1")),
+                     vhost("*", route("default", "/", "p2")))
+    wild = config.virtual_hosts[0]
+    assert list(wild.domains) == ["*.foo.com"]
+    assert [r.name for r in wild.routes] == ["wild", "default"]
+    regex = wild.routes[0].match.headers[0].string_match.safe_regex.regex
+    assert wild.routes[0].match.headers[0].name == ":authority"
+    assert re.search(regex, "a.foo.com")
+    assert re.search(regex, "A.Foo.com:8080")
+    assert not re.search(regex, "a.b.foo.com")
+    assert not re.search(regex, "foo.com")
+    assert not wild.routes[1].match.headers  # the fallback is unrestricted
+
+
+def test_suffix_wildcard_has_no_authority_restriction() -> None:
+    """Gateway API wildcards cover any number of labels, which is Envoy's own behaviour."""
+    config = _routes(vhost("*.foo.com", route("wild", "/", "p1"), wildcard=WildcardMode.SUFFIX))
+    assert not config.virtual_hosts[0].routes[0].match.headers
+
+
+def test_status_share_becomes_a_fractional_direct_response_route() -> None:
+    """A share without a pool answers its status for its fraction; the rest forwards."""
+    shares = (WeightedPool(pool="p1", weight=3), WeightedPool(pool=None, weight=1, status=500))
+    config = _routes(vhost("a.com", route("r", "/", None, shares=shares)))
+    status, forward = config.virtual_hosts[0].routes
+    assert status.direct_response.status == 500
+    assert status.match.runtime_fraction.default_value.numerator == 250_000
+    assert forward.route.cluster == "p1"
+    assert not forward.match.HasField("runtime_fraction")
+
+
+def test_all_shares_without_pool_answer_directly() -> None:
+    """Only status shares: the last one is unconditional, so every request gets an answer."""
+    shares = (WeightedPool(pool=None, weight=1, status=500),)
+    config = _routes(vhost("a.com", route("r", "/", None, shares=shares)))
+    (only,) = config.virtual_hosts[0].routes
+    assert only.direct_response.status == 500
+    assert not only.match.HasField("runtime_fraction")
+
+
+def test_weighted_pools_and_duplicate_domains() -> None:
+    """Several pools become weighted clusters; a duplicate domain keeps its first vhost."""
+    shares = (WeightedPool(pool="p1", weight=1), WeightedPool(pool="p2", weight=2))
+    config = _routes(vhost("a.com", route("r", "/", None, shares=shares)),
+                     vhost("a.com", route("dup", "/", "p3")))
+    assert len(config.virtual_hosts) == 1
+    clusters = config.virtual_hosts[0].routes[0].route.weighted_clusters.clusters
+    assert [(c.name, c.weight.value) for c in clusters] == [("p1", 1), ("p2", 2)]
