@@ -27,6 +27,7 @@ from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.ir.dump import dump_yaml
 from podway.sources.files import FileSource, FileUpdate
 from podway.translate import IncrementalTranslator, Result, TranslateOptions
+from podway.translate.status import to_api
 from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.protocol import Event, Nack
@@ -140,6 +141,9 @@ def status_data(result: Result, update: FileUpdate, nacks: Iterable[Nack]) -> di
             entry["problems"] = [
                 {"severity": str(p.severity), "reason": str(p.reason), "message": p.message,
                  **({"field": p.field} if p.field else {})} for p in problems]
+        status = result.statuses.get(obj.ref)
+        if status is not None:  # Gateway API kinds: the status Podway owns, in API form
+            entry["status"] = to_api(status, kind=obj.KIND)
         objects[str(obj.ref)] = entry
     return {
         "updated": datetime.now(UTC).isoformat(timespec="seconds"),
