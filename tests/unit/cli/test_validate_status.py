@@ -41,3 +41,13 @@ def test_status_table_shows_failed_conditions() -> None:
     assert result.exit_code == 1
     assert "Accepted=False(NoMatchingParent)" in result.output
     assert "ResolvedRefs=False(InvalidRouteKinds)" in result.output
+
+
+def test_gateway_example_is_valid() -> None:
+    """examples/gateway validates cleanly: its route is attached and every condition is ok."""
+    root = Path(__file__).parents[3]
+    result = runner.invoke(app, ["validate", str(root / "examples/gateway")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "listener http (1 routes)" in result.output
+    assert "0 errors, 0 warnings" in result.output
