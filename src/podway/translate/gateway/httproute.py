@@ -14,7 +14,6 @@ entries are left out; a rule with no usable share at all answers 500.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -23,14 +22,10 @@ from podway.ir import (
     DirectResponse,
     Filter,
     Forward,
-    HeaderMatch,
     Mirror,
     PathKind,
-    PathMatch,
-    QueryMatch,
     Route,
     RouteMatch,
-    StringMatchKind,
     WeightedPool,
 )
 from podway.ir.route import Action
@@ -40,7 +35,6 @@ from podway.model.gateway_routes import (
     GRPCRoute,
     GRPCRouteMatch,
     GRPCRouteRule,
-    HTTPHeaderMatch,
     HTTPRoute,
     HTTPRouteMatch,
     HTTPRouteRule,
@@ -48,12 +42,8 @@ from podway.model.gateway_routes import (
 )
 from podway.translate.backends import PoolSpec
 from podway.translate.gateway import filters as flt
+from podway.translate.gateway.matches import PATH_RANK, grpc_key, grpc_match, http_match
 from podway.translate.gateway.refs import RefIssue
-
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
-                     "PATCH"})
-_PATH_RANK = {PathKind.EXACT: 0, PathKind.REGEX: 1, PathKind.PREFIX: 2}
-_GRPC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 Resolve = Callable[[BackendObjectReference], PoolSpec | RefIssue]
 
@@ -119,8 +109,8 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
             (GRPCRouteMatch(),) if grpc else (HTTPRouteMatch(),))
         for j, given in enumerate(raw):
             try:
-                matches.append((j, _grpc_match(given) if isinstance(given, GRPCRouteMatch)
-                                else _http_match(given)))
+                matches.append((j, grpc_match(given) if isinstance(given, GRPCRouteMatch)
+                                else http_match(given)))
             except ValueError as exc:
                 out.issues.append(Issue("UnsupportedValue", str(exc), f"{where}.matches[{j}]"))
         if not matches:
@@ -137,26 +127,13 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
         for j, m in matches:
             given = raw[j]
             if isinstance(given, GRPCRouteMatch):
-                key = (*_grpc_key(given, m), age, i, j)
+                key = (*grpc_key(given, m), age, i, j)
             else:
-                key = (_PATH_RANK[m.path.kind], -len(m.path.value), 0 if m.method else 1,
+                key = (PATH_RANK[m.path.kind], -len(m.path.value), 0 if m.method else 1,
                        -len(m.headers), -len(m.query), age, i, j)
             out.matches.append(CompiledMatch(key=key, name=f"{kind}/{ns}/{name}/rule/{i}/match/{j}",
                                              match=m, action=action, filters=filters))
     return out
-
-
-def _grpc_key(given: GRPCRouteMatch, m: RouteMatch) -> tuple[int, int, int, int, int]:
-    """GRPCRoute precedence: longest service, then longest method, then most headers.
-
-    Shaped like the HTTP key (exact first; lengths negated) so both kinds sort together.
-    """
-    method = given.method
-    service = (method.service or "") if method else ""
-    name = (method.method or "") if method else ""
-    rank = _PATH_RANK[PathKind.EXACT] if m.path.kind is PathKind.EXACT else _PATH_RANK[
-        PathKind.PREFIX]
-    return (rank, -len(service), -len(name), -len(m.headers), 0)
 
 
 def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
@@ -240,74 +217,3 @@ def _forward(out: CompiledRoute, backend_refs: tuple[BackendRef, ...], *, resolv
         return DirectResponse(status=500)
     backends = tuple(WeightedPool(pool=pool, weight=w) for pool, w in shares.items())
     return Forward(backends=backends, timeout_ms=timeout_ms, backend_timeout_ms=backend_ms)
-
-
-def _strings(matches: tuple[HTTPHeaderMatch, ...], *, lower: bool, what: str
-             ) -> list[tuple[str, str, StringMatchKind]]:
-    out: dict[str, tuple[str, str, StringMatchKind]] = {}
-    for h in matches:
-        key = h.name.lower() if lower else h.name
-        kind = StringMatchKind.REGEX if h.type == "RegularExpression" else StringMatchKind.EXACT
-        if kind is StringMatchKind.REGEX:
-            _check_regex(h.value, what)
-        out.setdefault(key, (key, h.value, kind))  # the first of equal names wins
-    return list(out.values())
-
-
-def _check_regex(value: str, what: str) -> None:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{what} regular expression {value!r}: {exc}") from exc
-
-
-def _http_match(m: HTTPRouteMatch) -> RouteMatch:
-    path = m.path
-    if path.type == "RegularExpression":
-        _check_regex(path.value, "path")
-        pm = PathMatch(kind=PathKind.REGEX, value=path.value)
-    else:
-        if not path.value.startswith("/") or "//" in path.value:
-            raise ValueError(f"path {path.value!r} must start with '/' and not contain '//'")
-        if path.type == "Exact":
-            pm = PathMatch(kind=PathKind.EXACT, value=path.value)
-        else:
-            pm = PathMatch(kind=PathKind.PREFIX, value=path.value.rstrip("/") or "/")
-    if m.method is not None and m.method not in METHODS:
-        raise ValueError(f"method {m.method!r} is not an HTTP method")
-    headers = tuple(HeaderMatch(name=n, value=v, kind=k)
-                    for n, v, k in _strings(m.headers, lower=True, what="header")
-                    ) if m.headers else ()
-    query = tuple(QueryMatch(name=n, value=v, kind=k)
-                  for n, v, k in _strings(m.query_params, lower=False, what="query")
-                  ) if m.query_params else ()
-    return RouteMatch(path=pm, headers=headers, query=query, method=m.method)
-
-
-def _grpc_match(m: GRPCRouteMatch) -> RouteMatch:
-    headers = tuple(HeaderMatch(name=n, value=v, kind=k)
-                    for n, v, k in _strings(m.headers, lower=True, what="header"))
-    method = m.method
-    if method is None or (method.service is None and method.method is None):
-        if method is not None and method.type == "Exact":
-            raise ValueError("an Exact gRPC method match needs a service or a method")
-        return RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value="/"), headers=headers)
-    if method.type == "Exact":
-        for part in (method.service, method.method):
-            if part is not None and not _GRPC_NAME.match(part):
-                raise ValueError(f"gRPC name {part!r} is not a valid identifier")
-        if method.service and method.method:
-            path = PathMatch(kind=PathKind.EXACT, value=f"/{method.service}/{method.method}")
-        elif method.service:
-            path = PathMatch(kind=PathKind.PREFIX, value=f"/{method.service}")
-        else:
-            path = PathMatch(kind=PathKind.REGEX,
-                             value=f"/[^/]+/{re.escape(method.method or '')}")
-    else:
-        for part in (method.service, method.method):
-            if part is not None:
-                _check_regex(part, "gRPC method")
-        service = method.service or "[^/]+"
-        name = method.method or "[^/]+"
-        path = PathMatch(kind=PathKind.REGEX, value=f"/{service}/{name}")
-    return RouteMatch(path=path, headers=headers)

@@ -1,0 +1,103 @@
+"""HTTPRoute and GRPCRoute matches → IR matches, and GRPCRoute's precedence key.
+
+Validation here stands in for the API server's schema in standalone mode: a path must start with
+``/`` and hold no ``//``; regular expressions must compile; methods are the HTTP methods the
+spec lists; gRPC service and method names are identifiers. A failure is a ``ValueError`` whose
+message names the value; the caller drops that match and reports it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from podway.ir import HeaderMatch, PathKind, PathMatch, QueryMatch, RouteMatch, StringMatchKind
+from podway.model.gateway_routes import GRPCRouteMatch, HTTPHeaderMatch, HTTPRouteMatch
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
+                     "PATCH"})
+PATH_RANK = {PathKind.EXACT: 0, PathKind.REGEX: 1, PathKind.PREFIX: 2}
+_GRPC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def grpc_key(given: GRPCRouteMatch, m: RouteMatch) -> tuple[int, int, int, int, int]:
+    """GRPCRoute precedence: longest service, then longest method, then most headers.
+
+    Shaped like the HTTP key (exact first; lengths negated) so both kinds sort together.
+    """
+    method = given.method
+    service = (method.service or "") if method else ""
+    name = (method.method or "") if method else ""
+    rank = PATH_RANK[PathKind.EXACT] if m.path.kind is PathKind.EXACT else PATH_RANK[
+        PathKind.PREFIX]
+    return (rank, -len(service), -len(name), -len(m.headers), 0)
+
+
+def _strings(matches: tuple[HTTPHeaderMatch, ...], *, lower: bool, what: str
+             ) -> list[tuple[str, str, StringMatchKind]]:
+    out: dict[str, tuple[str, str, StringMatchKind]] = {}
+    for h in matches:
+        key = h.name.lower() if lower else h.name
+        kind = StringMatchKind.REGEX if h.type == "RegularExpression" else StringMatchKind.EXACT
+        if kind is StringMatchKind.REGEX:
+            _check_regex(h.value, what)
+        out.setdefault(key, (key, h.value, kind))  # the first of equal names wins
+    return list(out.values())
+
+
+def _check_regex(value: str, what: str) -> None:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{what} regular expression {value!r}: {exc}") from exc
+
+
+def http_match(m: HTTPRouteMatch) -> RouteMatch:
+    path = m.path
+    if path.type == "RegularExpression":
+        _check_regex(path.value, "path")
+        pm = PathMatch(kind=PathKind.REGEX, value=path.value)
+    else:
+        if not path.value.startswith("/") or "//" in path.value:
+            raise ValueError(f"path {path.value!r} must start with '/' and not contain '//'")
+        if path.type == "Exact":
+            pm = PathMatch(kind=PathKind.EXACT, value=path.value)
+        else:
+            pm = PathMatch(kind=PathKind.PREFIX, value=path.value.rstrip("/") or "/")
+    if m.method is not None and m.method not in METHODS:
+        raise ValueError(f"method {m.method!r} is not an HTTP method")
+    headers = tuple(HeaderMatch(name=n, value=v, kind=k)
+                    for n, v, k in _strings(m.headers, lower=True, what="header")
+                    ) if m.headers else ()
+    query = tuple(QueryMatch(name=n, value=v, kind=k)
+                  for n, v, k in _strings(m.query_params, lower=False, what="query")
+                  ) if m.query_params else ()
+    return RouteMatch(path=pm, headers=headers, query=query, method=m.method)
+
+
+def grpc_match(m: GRPCRouteMatch) -> RouteMatch:
+    headers = tuple(HeaderMatch(name=n, value=v, kind=k)
+                    for n, v, k in _strings(m.headers, lower=True, what="header"))
+    method = m.method
+    if method is None or (method.service is None and method.method is None):
+        if method is not None and method.type == "Exact":
+            raise ValueError("an Exact gRPC method match needs a service or a method")
+        return RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value="/"), headers=headers)
+    if method.type == "Exact":
+        for part in (method.service, method.method):
+            if part is not None and not _GRPC_NAME.match(part):
+                raise ValueError(f"gRPC name {part!r} is not a valid identifier")
+        if method.service and method.method:
+            path = PathMatch(kind=PathKind.EXACT, value=f"/{method.service}/{method.method}")
+        elif method.service:
+            path = PathMatch(kind=PathKind.PREFIX, value=f"/{method.service}")
+        else:
+            path = PathMatch(kind=PathKind.REGEX,
+                             value=f"/[^/]+/{re.escape(method.method or '')}")
+    else:
+        for part in (method.service, method.method):
+            if part is not None:
+                _check_regex(part, "gRPC method")
+        service = method.service or "[^/]+"
+        name = method.method or "[^/]+"
+        path = PathMatch(kind=PathKind.REGEX, value=f"/{service}/{name}")
+    return RouteMatch(path=path, headers=headers)
