@@ -15,6 +15,7 @@ import yaml
 
 from podway.ir import IR
 from podway.ir.listener import TLSCertificate
+from podway.ir.route import WeightedPool
 from podway.model.base import ObjectRef
 
 
@@ -28,6 +29,12 @@ def to_data(value: Any) -> Any:
         out = _fields(value, skip={"key_pem", "cert_pem"})
         out["fingerprint"] = value.fingerprint
         return out
+    if isinstance(value, WeightedPool) and value.pool is None:
+        # A share answered with a status: the status is the whole meaning, never elide it.
+        share: dict[str, Any] = {"status": value.status}
+        if value.weight != 1:
+            share["weight"] = value.weight
+        return share
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = _fields(value, skip=set())
         kind = _action_kind(value)

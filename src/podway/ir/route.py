@@ -55,7 +55,7 @@ class RouteMatch:
 class WeightedPool:
     """One share of a forward; ``pool`` None means the share is answered with ``status``."""
 
-    pool: str | None
+    pool: str | None = None
     weight: int = 1
     status: int = 500  # answer for an unresolvable backend's share
 
