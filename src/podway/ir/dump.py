@@ -56,8 +56,6 @@ def _action_kind(value: object) -> str | None:
 
 # Fields shown even at their default, because leaving them out hides the meaning (match: {}).
 _ALWAYS = frozenset({"path"})
-# Fields shown even when None: a WeightedPool without a pool is an error share, not a blank.
-_SHOW_NONE = frozenset({"pool"})
 
 
 def _fields(value: Any, *, skip: set[str]) -> dict[str, Any]:
@@ -66,7 +64,7 @@ def _fields(value: Any, *, skip: set[str]) -> dict[str, Any]:
         if f.name in skip:
             continue
         item = getattr(value, f.name)
-        if (f.name in _ALWAYS and item is not None) or (f.name in _SHOW_NONE and item is None):
+        if f.name in _ALWAYS and item is not None:
             out[f.name] = to_data(item)
             continue
         if f.default is not dataclasses.MISSING and item == f.default:
