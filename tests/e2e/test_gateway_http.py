@@ -1,0 +1,250 @@
+"""Gateway API over HTTP(S) through a real Envoy, after the conformance suite's behaviour.
+
+Matching and precedence, hostname intersection and listener isolation, redirects (port rules),
+rewrites, header modifiers, cross-namespace backends with and without a ReferenceGrant, invalid
+backends answered with 500, weights within statistical bounds, HTTPS certificates by SNI, and
+the standalone status file. Loopback only, ephemeral ports, one stack per test, torn down always.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections import Counter
+
+import pytest
+import trustme
+import yaml
+
+from .gateway_helpers import CLASS, backend, gateway, indent, request, route
+from .harness import Stack, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_http_matching_precedence_hostnames_and_filters(stack: Stack) -> None:
+    """HTTPRoute semantics end to end: the request reaches the backend the spec says."""
+    for name in ("exact", "prefix", "longer", "method", "headers", "query", "wild", "other",
+                 "fallback"):
+        await backend(stack, name)
+    await backend(stack, "shared", namespace="granted")
+    await backend(stack, "shared", namespace="closed")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(f"""
+  - {{name: wild, protocol: HTTP, port: {port}, hostname: "*.example.com",
+     allowedRoutes: {{namespaces: {{from: All}}}}}}
+  - {{name: foo, protocol: HTTP, port: {port}, hostname: foo.example.com}}
+  - {{name: any, protocol: HTTP, port: {port}}}
+"""))
+    stack.write("routes.yaml", "---\n".join([
+        route("main", """  parentRefs: [{name: gw, sectionName: wild}]
+  hostnames: [app.example.com]
+  rules:
+  - matches: [{path: {type: Exact, value: /v1}}]
+    backendRefs: [{name: exact, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /v1}}]
+    backendRefs: [{name: prefix, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /v1/items}}]
+    backendRefs: [{name: longer, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /v1}, method: POST}]
+    backendRefs: [{name: method, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /v1}, headers: [{name: X-Tier, value: gold}]}]
+    backendRefs: [{name: headers, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /v1}, queryParams: [{name: q, value: "1"}]}]
+    backendRefs: [{name: query, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /gone}}]
+    backendRefs: [{name: missing, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /kind}}]
+    backendRefs: [{group: example.com, kind: Bucket, name: b}]
+  - matches: [{path: {type: PathPrefix, value: /granted}}]
+    backendRefs: [{name: shared, namespace: granted, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /closed}}]
+    backendRefs: [{name: shared, namespace: closed, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /headers}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {set: [{name: X-Set, value: "1"}], add: [{name: X-Add, value: "2"}],
+                              remove: [X-Remove]}
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {set: [{name: X-Served-By, value: podway}]}
+    backendRefs: [{name: other, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /rewrite}}]
+    filters:
+    - type: URLRewrite
+      urlRewrite: {hostname: internal.example, path: {type: ReplacePrefixMatch,
+                                                       replacePrefixMatch: /new}}
+    backendRefs: [{name: other, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /redirect}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {scheme: https, hostname: secure.example.com, statusCode: 301}
+  - matches: [{path: {type: PathPrefix, value: /to-https}}]
+    filters: [{type: RequestRedirect, requestRedirect: {scheme: https}}]
+  - matches: [{path: {type: PathPrefix, value: /moved}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {hostname: new.example.com, path: {type: ReplacePrefixMatch,
+                                                          replacePrefixMatch: /fresh}}
+"""),
+        route("wildcard", """  parentRefs: [{name: gw, sectionName: wild}]
+  rules: [{backendRefs: [{name: wild, port: 80}]}]
+""", created="2024-01-02T00:00:00Z"),
+        route("foo", """  parentRefs: [{name: gw, sectionName: foo}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /only}}]
+    backendRefs: [{name: other, port: 80}]
+"""),
+        route("fallback", """  parentRefs: [{name: gw, sectionName: any}]
+  rules: [{backendRefs: [{name: fallback, port: 80}]}]
+"""),
+        """apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: routes-from-default, namespace: granted}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]
+  to: [{group: "", kind: Service}]
+"""]))
+    await stack.start()
+    cases = [
+        ("app.example.com", "/v1", "GET", {}, 200, "default/exact"),
+        ("app.example.com", "/v1/x", "GET", {}, 200, "default/prefix"),
+        ("app.example.com", "/v1x", "GET", {}, 200, "default/wild"),  # element-wise prefix
+        ("app.example.com", "/v1/items/3", "GET", {}, 200, "default/longer"),
+        ("app.example.com", "/v1/x", "POST", {"X-Tier": "gold"}, 200, "default/method"),
+        ("app.example.com", "/v1/x?q=1", "GET", {"X-Tier": "gold"}, 200, "default/headers"),
+        ("app.example.com", "/v1/x?q=1", "GET", {}, 200, "default/query"),
+        ("app.example.com", "/gone", "GET", {}, 500, None),
+        ("app.example.com", "/kind", "GET", {}, 500, None),
+        ("app.example.com", "/granted", "GET", {}, 200, "granted/shared"),
+        ("app.example.com", "/closed", "GET", {}, 500, None),
+        ("a.b.example.com", "/", "GET", {}, 200, "default/wild"),  # any label depth
+        ("foo.example.com", "/only", "GET", {}, 200, "default/other"),
+        ("foo.example.com", "/", "GET", {}, 404, None),  # listener isolation: not *.example.com
+        ("example.com", "/", "GET", {}, 200, "default/fallback"),  # *.example.com: not the apex
+        ("elsewhere.test", "/", "GET", {}, 200, "default/fallback"),
+    ]
+    for host, path, method, headers, status, name in cases:
+        got, _, body = await request(port, host, path, method=method, headers=headers)
+        assert (host, path, got, body.get("name")) == (host, path, status, name)
+
+    status, response_headers, body = await request(
+        port, "app.example.com", "/headers", headers={"X-Remove": "x", "X-Add": "0"})
+    seen = body["headers"]
+    assert isinstance(seen, dict)
+    assert seen.get("x-set") == "1"
+    assert "x-remove" not in seen
+    assert "2" in str(seen.get("x-add"))
+    assert response_headers.get("x-served-by") == "podway"
+
+    status, _, body = await request(port, "app.example.com", "/rewrite/a?b=c")
+    assert (status, body.get("path"), body.get("host")) == (200, "/new/a?b=c", "internal.example")
+
+    # The redirect port follows the spec: well-known ports are left out of Location, otherwise
+    # the listener's port is kept when only the host or path changes.
+    for host in ("app.example.com", f"app.example.com:{port}"):
+        status, response_headers, _ = await request(port, host, "/redirect/x")
+        assert (status, response_headers["location"]) == (
+            301, "https://secure.example.com/redirect/x")
+        status, response_headers, _ = await request(port, host, "/to-https/y?z=1")
+        assert (status, response_headers["location"]) == (
+            302, "https://app.example.com/to-https/y?z=1")
+        status, response_headers, _ = await request(port, host, "/moved/a")
+        assert (status, response_headers["location"]) == (
+            302, f"http://new.example.com:{port}/fresh/a")
+
+
+async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> None:
+    """3:1 weights give about 75% / 25%; a weight-0 backend gets nothing; a bad share gets 500."""
+    for name in ("heavy", "light", "never"):
+        await backend(stack, name)
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {value: /split}}]
+    backendRefs:
+    - {name: heavy, port: 80, weight: 3}
+    - {name: light, port: 80, weight: 1}
+    - {name: never, port: 80, weight: 0}
+  - matches: [{path: {value: /half}}]
+    backendRefs: [{name: heavy, port: 80}, {name: missing, port: 80}]
+"""))
+    await stack.start()
+    n = 200
+    seen: Counter[object] = Counter()
+    for _ in range(n):
+        _, _, body = await request(port, "x.test", "/split")
+        seen[body.get("name")] += 1
+    # Binomial(200, 0.75): mean 150, sd ~6.1; +-5 sd keeps a false failure below 1e-6.
+    assert 120 <= seen["default/heavy"] <= 180, seen
+    assert seen["default/heavy"] + seen["default/light"] == n, seen
+    statuses: Counter[int] = Counter()
+    for _ in range(n):
+        status, _, _ = await request(port, "x.test", "/half")
+        statuses[status] += 1
+    # Binomial(200, 0.5): mean 100, sd ~7.1.
+    assert 65 <= statuses[500] <= 135, statuses
+    assert statuses[200] + statuses[500] == n, statuses
+
+    # Standalone mode writes the Gateway API statuses to the status file.
+    objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+    listener = objects["Gateway/default/gw"]["status"]["listeners"][0]
+    assert listener["attachedRoutes"] == 1
+    assert {c["type"]: c["status"] for c in listener["conditions"]}["Programmed"] == "True"
+    parent = objects["HTTPRoute/default/split"]["status"]["parents"][0]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in parent["conditions"]}
+    assert conditions == {"Accepted": ("True", "Accepted"),
+                          "ResolvedRefs": ("False", "BackendNotFound")}
+
+
+async def test_https_listeners_pick_certificates_by_sni(stack: Stack) -> None:
+    """HTTPS listeners sharing a port terminate TLS with their own certificate (by SNI)."""
+    await backend(stack, "shop")
+    await backend(stack, "blog")
+    ca = trustme.CA()
+    secrets = []
+    for name in ("shop", "blog"):
+        cert = ca.issue_cert(f"{name}.example.com")
+        crt = cert.cert_chain_pems[0].bytes().decode()
+        key = cert.private_key_pem.bytes().decode()
+        secrets.append(f"""apiVersion: v1
+kind: Secret
+metadata: {{name: {name}-tls, namespace: default}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{indent(crt)}
+  tls.key: |
+{indent(key)}
+""")
+    stack.write("secrets.yaml", "---\n".join(secrets))
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway("".join(f"""
+  - name: {name}
+    protocol: HTTPS
+    port: {port}
+    hostname: {name}.example.com
+    tls: {{certificateRefs: [{{name: {name}-tls}}]}}""" for name in ("shop", "blog")) + "\n"))
+    stack.write("route.yaml", "---\n".join(route(name, f"""
+  parentRefs: [{{name: gw, sectionName: {name}}}]
+  rules: [{{backendRefs: [{{name: {name}, port: 80}}]}}]
+""") for name in ("shop", "blog")))
+    await stack.start()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    for name in ("shop", "blog"):
+        host = f"{name}.example.com"
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
+                                                           server_hostname=host)
+            try:
+                writer.write(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                             .encode())
+                raw = await reader.read()
+            finally:
+                writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert json.loads(body)["name"] == f"default/{name}"
