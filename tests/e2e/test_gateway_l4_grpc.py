@@ -143,8 +143,6 @@ data:
     assert status == 500
 
 
-@pytest.mark.xfail(strict=True, reason="engine gap: UpstreamTLS.ca_pem '' (system trust store) "
-                   "is sent without any validation context, so any certificate is accepted")
 async def test_backend_tls_policy_with_system_trust_refuses_unknown_ca(stack: Stack) -> None:
     """wellKnownCACertificates: System must not trust a private CA's certificate (503)."""
     ca = trustme.CA()

@@ -64,11 +64,17 @@ def _health_check(check: HealthCheck) -> health_check_pb2.HealthCheck:
 
 
 def _upstream_tls(tls: UpstreamTLS) -> base_pb2.TransportSocket:
+    """TLS to the members, always verified: the given CA, else the engine host's trust store.
+
+    Never without a validation context: that would accept any certificate (fail open).
+    """
     context = tls_pb2.UpstreamTlsContext(sni=tls.sni)
+    validation = context.common_tls_context.validation_context
     if tls.ca_pem:
-        validation = context.common_tls_context.validation_context
         validation.trusted_ca.inline_string = tls.ca_pem
-        validation.match_typed_subject_alt_names.add(
-            san_type=common_pb2.SubjectAltNameMatcher.DNS).matcher.exact = tls.sni
+    else:
+        validation.system_root_certs.SetInParent()
+    validation.match_typed_subject_alt_names.add(
+        san_type=common_pb2.SubjectAltNameMatcher.DNS).matcher.exact = tls.sni
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))
