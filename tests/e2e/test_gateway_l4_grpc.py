@@ -222,3 +222,34 @@ async def test_grpc_routes_by_service_method_and_header(stack: Stack) -> None:
         data = json.loads(body)
         assert (path, status, data.get("name"), data.get("protocol")) == (
             path, "200", name, "HTTP/2")
+
+
+async def test_tcp_route_share_with_unusable_backend_is_refused(stack: Stack) -> None:
+    """A TCPRoute share whose Service is missing closes its part of connections (~half of 40)."""
+    await backend(stack, "l4", tcp=True)
+    tcp_port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: tcp, protocol: TCP, port: {tcp_port}}}\n"))
+    stack.write("routes.yaml", route("split", """  parentRefs: [{name: gw, sectionName: tcp}]
+  rules: [{backendRefs: [{name: l4, port: 80, weight: 1}, {name: ghost, port: 80, weight: 1}]}]
+""", kind="TCPRoute", version="v1alpha2"))
+    await stack.start()
+    echoed = closed = 0
+    for _ in range(40):
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", tcp_port)
+            try:
+                writer.write(b"ping\n")
+                line = await reader.readline()
+            except ConnectionError:
+                line = b""
+            finally:
+                writer.close()
+        if line == b"ping\n":
+            echoed += 1
+        else:
+            assert line == b""
+            closed += 1
+    # Binomial(40, 1/2): outside 8..32 has probability below 1e-4.
+    assert 8 <= echoed <= 32, (echoed, closed)
+    assert echoed + closed == 40

@@ -7,7 +7,9 @@
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
   the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
-* Shares answered with a status have no meaning at L4; they are left out.
+* A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
+  cluster that never exists: its share of connections is closed, as the Gateway API asks of
+  invalid backends, instead of being moved onto the valid ones.
 """
 
 from __future__ import annotations
@@ -121,13 +123,13 @@ def _passthrough_chains(out: listener_pb2.Listener, ir: Listener) -> None:
 
 def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
     proxy = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix(name))
-    pools = [b for b in (route.backends if route else ()) if b.pool and b.weight > 0]
-    if len(pools) == 1:
-        proxy.cluster = pools[0].pool or ""
-    elif pools:
-        for share in pools:
+    shares = [b for b in (route.backends if route else ()) if b.weight > 0]
+    if len(shares) == 1:
+        proxy.cluster = shares[0].pool or NO_POOL
+    elif shares:
+        for share in shares:
             proxy.weighted_clusters.clusters.append(tcp_proxy_pb2.TcpProxy.WeightedCluster.
-                                                    ClusterWeight(name=share.pool or "",
+                                                    ClusterWeight(name=share.pool or NO_POOL,
                                                                   weight=share.weight))
     else:
         proxy.cluster = NO_POOL
