@@ -81,3 +81,24 @@ def test_weighted_pools_and_duplicate_domains() -> None:
     assert len(config.virtual_hosts) == 1
     clusters = config.virtual_hosts[0].routes[0].route.weighted_clusters.clusters
     assert [(c.name, c.weight.value) for c in clusters] == [("p1", 1), ("p2", 2)]
+
+
+def test_request_and_backend_timeouts() -> None:
+    """timeout_ms bounds the route; backend_timeout_ms bounds each try, without adding retries."""
+    from dataclasses import replace
+
+    from podway.ir import Forward
+
+    base = route("r1", "/", "p")
+    assert isinstance(base.action, Forward)
+    both = replace(base, action=replace(base.action, timeout_ms=10_000, backend_timeout_ms=2_000))
+    only_backend = replace(base, name="r2", action=replace(base.action, backend_timeout_ms=30_000))
+    first, second, plain = _routes(vhost("a.com", both, only_backend, route("r3", "/", "p"))
+                                   ).virtual_hosts[0].routes
+    assert first.route.timeout.seconds == 10
+    assert first.route.retry_policy.per_try_timeout.seconds == 2
+    assert first.route.retry_policy.num_retries.value == 0
+    assert second.route.timeout.seconds == 30  # Envoy's 15 s default would cut it short
+    assert second.route.retry_policy.per_try_timeout.seconds == 30
+    assert not plain.route.HasField("timeout")
+    assert not plain.route.HasField("retry_policy")

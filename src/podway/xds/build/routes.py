@@ -162,9 +162,15 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
         for share in pools:
             ra.weighted_clusters.clusters.append(rc.WeightedCluster.ClusterWeight(
                 name=share.pool or "", weight=wrappers_pb2.UInt32Value(value=share.weight)))
+    # Gateway API timeouts: ``request`` bounds the whole exchange (route timeout; without it
+    # the backend timeout, so Envoy's 15 s default never cuts a longer backend timeout short),
+    # ``backendRequest`` each try towards a backend (per-try timeout, no retries added).
     timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
+    if action.backend_timeout_ms is not None:
+        ra.retry_policy.num_retries.value = 0
+        ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
     for name in _unique(p.pool for p in pools if p.pool):
         policy = persistence.get(name)
