@@ -197,7 +197,12 @@ def _wild(address: str) -> bool:
 
 @dataclass(slots=True)
 class IncrementalTranslator:
-    """Keeps the last result and re-translates only what a new snapshot changed."""
+    """Keeps the last result and re-translates only what a new snapshot changed.
+
+    Endpoint-kind changes re-resolve the pools they touch. A structural change re-runs the
+    structure phase, then reuses every pool whose spec is unchanged and whose endpoints did not
+    move, so members are resolved again only where something could have changed.
+    """
 
     opts: TranslateOptions = field(default_factory=TranslateOptions)
     _structure: Structure | None = None
@@ -212,29 +217,18 @@ class IncrementalTranslator:
         """Translate ``snapshot``; ``changed`` (kind, key) pairs, if given, spare the diff."""
         old, self._snapshot = self._snapshot, snapshot
         if old is None or self._structure is None or self._result is None:
-            return self._full(snapshot)
+            with gc_paused():
+                self._index = EndpointIndex(snapshot.kind(EndpointSlice).values())
+                return self._restructure(snapshot, moved=None)
         resolver = resolver_for(self.opts)
         changes = list(changed) if changed is not None else list(_diff(old, snapshot))
+        moved = self._apply_endpoint_changes(snapshot, changes, resolver)
         if any(kind not in resolver.kinds for kind, _ in changes):
-            return self._full(snapshot)
+            with gc_paused():
+                return self._restructure(snapshot, moved=moved)
+        touched = (list(self._pools) if moved is None else
+                   [name for svc in moved for name in self._pools_by_service.get(svc, ())])
         ctx = MemberContext(snapshot, self._index)
-        services: set[ServiceKey] | None = set()
-        slices = snapshot.kind(EndpointSlice)
-        for kind, key in changes:
-            if kind == EndpointSlice.KIND:
-                after = slices.get(key)
-                before = self._index.put(key, after)
-                if services is not None and before is not None:
-                    services.add(before)
-                if services is not None and after is not None and after.service_name:
-                    services.add((after.metadata.namespace, after.service_name))
-            hit = resolver.affected(kind, key, ctx)
-            if hit is None:
-                services = None  # every pool
-            elif services is not None:
-                services.update(hit)
-        touched = (list(self._pools) if services is None else
-                   [name for svc in services for name in self._pools_by_service.get(svc, ())])
         replaced = False
         for name in touched:
             pool = resolve_pool(self._structure.pools[name], ctx, resolver)
@@ -247,22 +241,52 @@ class IncrementalTranslator:
                                   self._structure.problems, self._structure.statuses)
         return self._result
 
-    def _full(self, snapshot: Snapshot) -> Result:
-        with gc_paused():
-            return self._full_unpaused(snapshot)
+    def _apply_endpoint_changes(self, snapshot: Snapshot, changes: list[tuple[str, Key]],
+                                resolver: MemberResolver) -> set[ServiceKey] | None:
+        """Update the endpoint index; the Services whose members may have moved (None: all)."""
+        ctx = MemberContext(snapshot, self._index)
+        services: set[ServiceKey] | None = set()
+        slices = snapshot.kind(EndpointSlice)
+        for kind, key in changes:
+            if kind == EndpointSlice.KIND:
+                after = slices.get(key)
+                before = self._index.put(key, after)
+                if services is not None and before is not None:
+                    services.add(before)
+                if services is not None and after is not None and after.service_name:
+                    services.add((after.metadata.namespace, after.service_name))
+            if kind not in resolver.kinds:
+                continue
+            hit = resolver.affected(kind, key, ctx)
+            if hit is None:
+                services = None  # every pool
+            elif services is not None:
+                services.update(hit)
+        return services
 
-    def _full_unpaused(self, snapshot: Snapshot) -> Result:
+    def _restructure(self, snapshot: Snapshot, *, moved: set[ServiceKey] | None) -> Result:
+        """Re-run structure; reuse pools whose spec is equal and whose Service did not move.
+
+        ``moved`` None means members may have moved anywhere (first run, or a change that
+        touches every pool): everything is resolved.
+        """
         resolver = resolver_for(self.opts)
+        old_specs = self._structure.pools if self._structure is not None else {}
         self._structure = translate_structure(snapshot, self.opts)
-        self._index = EndpointIndex(snapshot.kind(EndpointSlice).values())
         ctx = MemberContext(snapshot, self._index)
         previous = self._pools
         self._pools = {}
         self._pools_by_service = {}
         for name, spec in self._structure.pools.items():
-            pool = resolve_pool(spec, ctx, resolver)
             old = previous.get(name)
-            self._pools[name] = old if old == pool else pool  # keep identity when unchanged
+            if (old is not None and moved is not None and spec.service not in moved
+                    and old_specs.get(name) == spec):
+                pool = old
+            else:
+                pool = resolve_pool(spec, ctx, resolver)
+                if old == pool:
+                    pool = old  # keep identity when unchanged
+            self._pools[name] = pool
             self._pools_by_service.setdefault(spec.service, []).append(name)
         self._result = Result(IR(listeners=self._structure.listeners,
                                  pools=MappingProxyType(dict(self._pools))),

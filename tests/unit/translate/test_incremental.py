@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podway.ir import MemberState
-from podway.model import EndpointSlice, Node, Pod, Snapshot
+from podway.model import EndpointSlice, Ingress, K8sObject, Node, Pod, Service, Snapshot
 from podway.model.loader import load_text
+from podway.model.snapshot import Key
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
 
 BASE = """
@@ -206,3 +209,67 @@ def test_nodeportlocal_incremental_equals_full(steps: list[tuple[str, str, objec
             result = inc.update(snapshot, changed=[(EndpointSlice.KIND, item.key)])
         assert result.ir.listeners is r0.ir.listeners
         assert result == translate(snapshot, NPL_OPTS)
+
+
+def service_obj(name: str, port: int, node_port: int) -> K8sObject:
+    return Service.model_validate({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "shop",
+                     "annotations": {"nodeportlocal.antrea.io/enabled": "true"}},
+        "spec": {"type": "NodePort", "ports": [{"port": port, "nodePort": node_port,
+                                                 "targetPort": 8080}]}})
+
+
+def ingress_obj(backend: str) -> K8sObject:
+    return Ingress.model_validate({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "shop", "namespace": "shop"},
+        "spec": {"ingressClassName": "podway", "rules": [{"host": "shop.example.com", "http": {
+            "paths": [{"path": "/", "pathType": "Prefix",
+                       "backend": {"service": {"name": backend, "port": {"number": 80}}}},
+                      {"path": "/api", "pathType": "Prefix",
+                       "backend": {"service": {"name": "api", "port": {"number": 80}}}}]}}]}})
+
+
+mixed_steps = st.lists(st.one_of(
+    st.tuples(st.just("slice"), st.sampled_from(["web", "api"]),
+              st.lists(st.sampled_from(["p1", "p2", "p3"]), max_size=3, unique=True)),
+    st.tuples(st.just("service"), st.sampled_from(["web", "api"]), st.sampled_from([80, 81]),
+              st.sampled_from([30080, 30081])),
+    st.tuples(st.just("ingress"), st.sampled_from(["web", "api", "ghost"])),
+    st.tuples(st.just("node"), st.sampled_from(["n1", "n2"]), st.booleans()),
+    st.tuples(st.just("pod"), st.sampled_from(["p1", "p2", "p3"]),
+              st.one_of(st.none(), st.integers(61000, 61002)))),
+    max_size=10)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(list(BackendMode)), mixed_steps)
+def test_mixed_structural_and_endpoint_edits_equal_full(
+        mode: BackendMode, steps: list[tuple[Any, ...]]) -> None:
+    """Any mix of structural and endpoint edits, batched or not, equals a full translation."""
+    opts = TranslateOptions(address="198.18.0.1", mode=mode)
+    objects: list[K8sObject] = [ingress_obj("web"), service_obj("web", 80, 30080),
+                                service_obj("api", 80, 30081), node("n1", "198.18.10.1")]
+    snapshot = Snapshot.of_objects(objects)
+    inc = IncrementalTranslator(opts)
+    inc.update(snapshot)
+    batch: list[tuple[str, Key]] = []
+    for i, step in enumerate(steps):
+        obj: K8sObject
+        if step[0] == "slice":
+            obj = pod_slice(step[1], f"{step[1]}-1", step[2])
+        elif step[0] == "service":
+            obj = service_obj(step[1], step[2], step[3])
+        elif step[0] == "ingress":
+            obj = ingress_obj(step[1])
+        elif step[0] == "node":
+            obj = node(step[1], f"198.18.10.{step[1][1]}", ready=step[2])
+        else:
+            obj = npl_pod(step[1], step[2])
+        snapshot = snapshot.replace(obj.KIND, {obj.key: obj})
+        batch.append((obj.KIND, obj.key))
+        if i % 2:  # every other step: apply the batch of two changes together
+            assert inc.update(snapshot, changed=batch) == translate(snapshot, opts)
+            batch = []
+    assert inc.update(snapshot, changed=batch) == translate(snapshot, opts)
