@@ -99,10 +99,23 @@ def bench(paths: int, runs: int) -> None:
         updates.append(time.perf_counter() - start)
     updates.sort()
     p50, p99 = statistics.median(updates), updates[int(len(updates) * 0.99) - 1]
+
+    # A structural change: one Ingress edited (a label), back and forth.
+    ingress = next(iter(snapshot.kind(Ingress).values()))
+    edited = ingress.model_copy(update={"metadata": ingress.metadata.model_copy(
+        update={"labels": {"edited": "yes"}})})
+    structural = []
+    for n in range(20):
+        snapshot = snapshot.replace(Ingress.KIND, {ingress.key: edited if n % 2 == 0 else ingress})
+        start = time.perf_counter()
+        inc.update(snapshot, changed=[(Ingress.KIND, ingress.key)])
+        structural.append(time.perf_counter() - start)
     print(f"{paths:>6} paths ({routes} routes, {len(result.ir.pools)} pools, {members} members)")
     print(f"    full translation   median {ms(statistics.median(times))}  min {ms(min(times))}")
     print(f"    peak memory        {peak / 2**20:8.1f} MiB (allocated during one translation)")
     print(f"    endpoint update    p50 {ms(p50)}  p99 {ms(p99)}  (one EndpointSlice changed)")
+    print(f"    ingress update     p50 {ms(statistics.median(structural))}  max "
+          f"{ms(max(structural))}  (one Ingress changed: structure re-run, parts reused)")
 
 
 GW = "gateway.networking.k8s.io/v1"

@@ -24,6 +24,7 @@ from podway.translate import service as service_rules
 from podway.translate.backends import PoolSpec, ServiceKey, mode_warning
 from podway.translate.gateway import GatewayTranslation
 from podway.translate.ingress import IngressTranslation
+from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
     EndpointIndex,
     MemberContext,
@@ -104,15 +105,26 @@ def resolve_pool(spec: PoolSpec, ctx: MemberContext, resolver: MemberResolver) -
                 origin=spec.origin)
 
 
-def translate_structure(snapshot: Snapshot, opts: TranslateOptions) -> Structure:
+@dataclass(slots=True)
+class StructureMemo:
+    """Per-object parts of the last structure run, reused while their inputs are unchanged."""
+
+    ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
+
+
+def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
+                        memo: StructureMemo | None = None) -> Structure:
     problems: list[Problem] = []
-    ing = IngressTranslation(snapshot=snapshot, opts=opts)
+    ing = IngressTranslation(snapshot=snapshot, opts=opts,
+                             memo=memo.ingress if memo is not None else {})
     for ingress in sorted(snapshot.kind(Ingress).values(), key=Ingress.age_key):
         ours = ingress_rules.is_ours(ingress, snapshot, opts)
         if isinstance(ours, Problem):
             problems.append(ours)
         elif ours:
             ing.add(ingress)
+    if memo is not None:
+        memo.ingress = ing.parts
     svc = ServiceTranslation(opts=opts)
     for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
         if service_rules.is_ours(service, opts):
@@ -211,6 +223,7 @@ class IncrementalTranslator:
     _pools: dict[str, Pool] = field(default_factory=dict)
     _pools_by_service: dict[ServiceKey, list[str]] = field(default_factory=dict)
     _result: Result | None = None
+    _memo: StructureMemo = field(default_factory=StructureMemo)
 
     def update(self, snapshot: Snapshot,
                changed: Iterable[tuple[str, Key]] | None = None) -> Result:
@@ -272,7 +285,7 @@ class IncrementalTranslator:
         """
         resolver = resolver_for(self.opts)
         old_specs = self._structure.pools if self._structure is not None else {}
-        self._structure = translate_structure(snapshot, self.opts)
+        self._structure = translate_structure(snapshot, self.opts, self._memo)
         ctx = MemberContext(snapshot, self._index)
         previous = self._pools
         self._pools = {}

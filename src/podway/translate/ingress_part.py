@@ -1,0 +1,204 @@
+"""What one Ingress contributes on its own: routes by host+path, TLS certificates, pools and
+the problems found in it — before it meets any other Ingress.
+
+A part depends only on its Ingress and the objects it looked up (Services, Secrets), which it
+records; while none of them changes the part is reused as is, so re-translating after one
+Ingress changed costs the merge, not the rebuilding of every route (O(change) objects).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from podway.ir import (
+    DirectResponse,
+    Forward,
+    PathKind,
+    PathMatch,
+    Route,
+    RouteMatch,
+    TLSCertificate,
+    WeightedPool,
+)
+from podway.ir.route import Action
+from podway.model import Ingress, K8sObject, Secret, Service
+from podway.model.networking import IngressBackend
+from podway.model.snapshot import Snapshot
+from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
+from podway.translate.hosts import valid_hostname
+from podway.translate.options import TranslateOptions
+from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.tls import certificate_from_secret
+
+T = TypeVar("T", bound=K8sObject)
+SlotKey = tuple[object, ...]  # (PathKind, path) or ("default",)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A route that wants the slot ``key`` of ``host``; ``order`` sorts routes in the host."""
+
+    host: str
+    key: SlotKey
+    order: tuple[int, int, str]
+    route: Route
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class TLSPart:
+    hosts: tuple[str, ...]  # valid SNI names; empty: the listener's default certificate
+    cert: TLSCertificate
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class IngressPart:
+    source: Ingress
+    claims: tuple[Claim, ...]
+    tls: tuple[TLSPart, ...]
+    pools: tuple[PoolSpec, ...]
+    problems: tuple[Problem, ...]
+    # Every lookup the part made: (kind, namespace, name, what was found).
+    deps: tuple[tuple[type[K8sObject], str, str, K8sObject | None], ...]
+
+    @property
+    def owner(self) -> str:
+        return "/".join(self.source.key)
+
+    def still_valid(self, ingress: Ingress, snapshot: Snapshot) -> bool:
+        return self.source is ingress and all(
+            snapshot.get(cls, ns, name) is found for cls, ns, name, found in self.deps)
+
+
+def build_part(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> IngressPart:
+    return _Builder(ingress, snapshot, opts).build()
+
+
+@dataclass(slots=True)
+class _Builder:
+    ingress: Ingress
+    snapshot: Snapshot
+    opts: TranslateOptions
+    claims: list[Claim] = field(default_factory=list)
+    tls: list[TLSPart] = field(default_factory=list)
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    deps: dict[tuple[type[K8sObject], str, str], K8sObject | None] = field(default_factory=dict)
+
+    def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
+        found = self.snapshot.get(cls, namespace, name)
+        self.deps[(cls, namespace, name)] = found
+        return found
+
+    def build(self) -> IngressPart:
+        ingress = self.ingress
+        base = "ingress/{}/{}".format(*ingress.key)
+        if not ingress.spec.rules and ingress.spec.default_backend is None:
+            self.problem(Reason.NO_RULES, "Ingress has neither rules nor a defaultBackend",
+                         "spec", Severity.WARNING)
+        rule_hosts: list[str] = []
+        for i, rule in enumerate(ingress.spec.rules):
+            if rule.host is not None and not valid_hostname(rule.host):
+                self.problem(Reason.INVALID_HOST,
+                             f"host {rule.host!r} is not a DNS name (a leading '*.' is allowed)",
+                             f"spec.rules[{i}].host")
+                continue
+            host = rule.host or "*"
+            rule_hosts.append(host)
+            for j, path in enumerate(rule.http.paths if rule.http else ()):
+                where = f"spec.rules[{i}].http.paths[{j}]"
+                if not path.path.startswith("/"):
+                    self.problem(Reason.INVALID_PATH, f"path {path.path!r} must start with '/'",
+                                 f"{where}.path")
+                    continue
+                kind = PathKind.EXACT if path.path_type == "Exact" else PathKind.PREFIX
+                value = path.path if kind is PathKind.EXACT else (path.path.rstrip("/") or "/")
+                route = Route(name=f"{base}/rule/{i}/path/{j}",
+                              match=RouteMatch(path=PathMatch(kind=kind, value=value)),
+                              action=self.action(path.backend, f"{where}.backend"),
+                              origin=ingress.ref)
+                order = (-len(value), 0 if kind is PathKind.EXACT else 1, value)
+                self.claims.append(Claim(host, (kind, value), order, route, where))
+        if ingress.spec.default_backend is not None:
+            route = Route(name=f"{base}/default-backend", match=RouteMatch(),
+                          action=self.action(ingress.spec.default_backend,
+                                             "spec.defaultBackend"),
+                          origin=ingress.ref)
+            # Lowest precedence in every host of this Ingress, and for hosts nobody names.
+            for host in dict.fromkeys([*rule_hosts, "*"]):
+                self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
+                                         "spec.defaultBackend"))
+        for k, tls in enumerate(ingress.spec.tls):
+            self.add_tls(k, tls.secret_name, tls.hosts)
+        return IngressPart(source=ingress, claims=tuple(self.claims), tls=tuple(self.tls),
+                           pools=tuple(self.pools.values()), problems=tuple(self.problems),
+                           deps=tuple((*k, v) for k, v in self.deps.items()))
+
+    def action(self, backend: IngressBackend, where: str) -> Action:
+        ns = self.ingress.metadata.namespace
+        if backend.service is None:
+            res = backend.resource
+            group = f"{res.api_group}/" if res and res.api_group else ""
+            kind = f"{group}{res.kind if res else ''}"
+            self.problem(Reason.UNSUPPORTED_BACKEND,
+                         f"resource backends ({kind}) are not supported", f"{where}.resource")
+            return DirectResponse(status=503)
+        ref = backend.service
+        service = self.lookup(Service, ns, ref.name)
+        if service is None:
+            self.problem(Reason.BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} not found",
+                         f"{where}.service.name")
+            return DirectResponse(status=503)
+        if service.spec.type == "ExternalName":
+            self.problem(Reason.UNSUPPORTED_BACKEND,
+                         f"Service {ns}/{ref.name} is of type ExternalName",
+                         f"{where}.service.name")
+            return DirectResponse(status=503)
+        port = find_port(service, number=ref.port.number, name=ref.port.name)
+        if port is None:
+            wanted = (f"port {ref.port.number}" if ref.port.number is not None
+                      else f"port named {ref.port.name!r}")
+            self.problem(Reason.BACKEND_NOT_FOUND,
+                         f"Service {ns}/{ref.name} has no {wanted}", f"{where}.service.port")
+            return DirectResponse(status=503)
+        if port.protocol != "TCP":
+            self.problem(Reason.UNSUPPORTED_PROTOCOL,
+                         f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, not TCP",
+                         f"{where}.service.port")
+            return DirectResponse(status=503)
+        unusable = mode_problem(service, port, self.opts)
+        if unusable is not None:
+            self.problem(Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
+            return DirectResponse(status=503)
+        spec = http_pool(service, port)
+        self.pools.setdefault(spec.name, spec)
+        return Forward(backends=(WeightedPool(pool=spec.name),))
+
+    def add_tls(self, k: int, secret_name: str | None, hosts: tuple[str, ...]) -> None:
+        where = f"spec.tls[{k}]"
+        if not secret_name:
+            self.problem(Reason.SECRET_NOT_FOUND,
+                         "no secretName; these hosts are left out of the HTTPS listener",
+                         f"{where}.secretName", Severity.WARNING)
+            return
+        valid = tuple(h for h in dict.fromkeys(hosts) if valid_hostname(h))
+        for h in hosts:
+            if h not in valid:
+                self.problem(Reason.INVALID_HOST, f"TLS host {h!r} is not a DNS name",
+                             f"{where}.hosts")
+        ns = self.ingress.metadata.namespace
+        self.lookup(Secret, ns, secret_name)
+        cert = certificate_from_secret(self.snapshot, ns, secret_name, valid)
+        if isinstance(cert, str):
+            reason = Reason.SECRET_NOT_FOUND if "not found" in cert else Reason.INVALID_SECRET
+            self.problem(reason, f"{cert}; hosts {', '.join(valid) or '(all)'} are left out of "
+                         "the HTTPS listener", f"{where}.secretName")
+            return
+        self.tls.append(TLSPart(valid, cert, f"{where}.hosts" if valid else f"{where}.secretName"))
+
+    def problem(self, reason: Reason, message: str, where: str,
+                severity: Severity = Severity.ERROR) -> None:
+        self.problems.append(Problem(ref=self.ingress.ref, reason=reason, message=message,
+                                     field=where, severity=severity))
