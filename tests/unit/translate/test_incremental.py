@@ -11,7 +11,13 @@ from podway.ir import MemberState
 from podway.model import EndpointSlice, Ingress, K8sObject, Node, Pod, Service, Snapshot
 from podway.model.loader import load_text
 from podway.model.snapshot import Key
-from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
+from podway.translate import (
+    BackendMode,
+    IncrementalTranslator,
+    Result,
+    TranslateOptions,
+    translate,
+)
 
 BASE = """
 apiVersion: networking.k8s.io/v1
@@ -273,3 +279,60 @@ def test_mixed_structural_and_endpoint_edits_equal_full(
             assert inc.update(snapshot, changed=batch) == translate(snapshot, opts)
             batch = []
     assert inc.update(snapshot, changed=batch) == translate(snapshot, opts)
+
+
+TLS_INGRESS = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: secure, namespace: shop}
+spec:
+  ingressClassName: podway
+  tls: [{hosts: [secure.example.com], secretName: cert}]
+  rules:
+  - host: secure.example.com
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+"""
+SECRET = """
+apiVersion: v1
+kind: Secret
+metadata: {name: cert, namespace: shop}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: "-----BEGIN CERTIFICATE-----\\nx\\n-----END CERTIFICATE-----\\n"
+  tls.key: "-----BEGIN PRIVATE KEY-----\\nx\\n-----END PRIVATE KEY-----\\n"
+"""
+
+
+def test_unchanged_ingress_keeps_its_route_objects() -> None:
+    """Editing one Ingress rebuilds its routes only; another Ingress's routes stay identical."""
+    inc = IncrementalTranslator(OPTS)
+    objects = [*load_text(BASE + "---" + TLS_INGRESS).objects]
+    s0 = Snapshot.of_objects(objects)
+    r0 = inc.update(s0)
+    shop = s0.get(Ingress, "shop", "shop")
+    assert shop is not None
+    edited = shop.model_copy(update={"metadata": shop.metadata.model_copy(
+        update={"labels": {"edited": "yes"}})})
+    s1 = s0.replace(Ingress.KIND, {edited.key: edited})
+    r1 = inc.update(s1, changed=[(Ingress.KIND, edited.key)])
+
+    def routes(result: Result, origin: str) -> list[object]:
+        return [r for lst in result.ir.listeners for v in lst.virtual_hosts for r in v.routes
+                if r.origin.name == origin]
+
+    assert all(a is b for a, b in zip(routes(r0, "secure"), routes(r1, "secure"), strict=True))
+    assert not any(a is b for a, b in zip(routes(r0, "shop"), routes(r1, "shop"), strict=True))
+    assert r1 == translate(s1, OPTS)
+
+
+def test_secret_arriving_later_invalidates_the_ingress_part() -> None:
+    """A TLS Secret created after its Ingress brings the HTTPS listener, as a full run would."""
+    inc = IncrementalTranslator(OPTS)
+    s0 = Snapshot.of_objects(load_text(BASE + "---" + TLS_INGRESS).objects)
+    assert [lst.name for lst in inc.update(s0).ir.listeners] == ["ingress/http"]
+    [secret] = load_text(SECRET).objects
+    s1 = s0.replace(secret.KIND, {secret.key: secret})
+    r1 = inc.update(s1, changed=[(secret.KIND, secret.key)])
+    assert [lst.name for lst in r1.ir.listeners] == ["ingress/http", "ingress/https"]
+    assert r1 == translate(s1, OPTS)
