@@ -159,6 +159,9 @@ class ClusterIPResolver:
 class NodePortResolver:
     """``nodeport`` mode: every node's address at the Service port's nodePort.
 
+    The address is the node's InternalIP (else ExternalIP), the one a load balancer inside the
+    cluster's network reaches and the one Antrea publishes for NodePortLocal.
+
     The extra-hop baseline of the seeds: any node forwards to a pod, maybe on another node.
     A node whose Ready condition is not True is not ready. With
     ``externalTrafficPolicy: Local`` a node without a ready local endpoint drops the traffic,
@@ -176,7 +179,7 @@ class NodePortResolver:
                        if endpoint_state(b.endpoint) is MemberState.READY}
         out = []
         for node in ctx.snapshot.kind(Node).values():
-            address = node.address("ExternalIP", "InternalIP")
+            address = node.address("InternalIP", "ExternalIP")
             if address is None:
                 continue
             ready = node.ready and (not local_only or node.metadata.name in ready_nodes)
