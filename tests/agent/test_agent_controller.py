@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from typing import Any
 
@@ -256,3 +257,37 @@ async def test_unknown_node_address_never_wipes_annotation(emu: KubeEmulator,
     assert emu.annotation("default", "p1", ANN) == previous
     assert rules.rules == {rule(61003)}
     assert emu.patches == []
+
+
+async def test_failed_allocation_rolls_back_so_every_annotated_port_has_a_rule(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """An EMFILE mid-reconcile releases that reconcile's ports: annotation, table, rules agree."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj(ports=[{"port": 80, "targetPort": 8080, "protocol": "TCP"},
+                                           {"port": 53, "targetPort": 5353, "protocol": "UDP"}]))
+    emu.put("pods", pod_obj("p1"))
+    opener = FakeOpener()
+    opener.fail_next = {"tcp": errno.EMFILE}  # UDP 5353 is allocated first, then TCP fails
+    rules = FakeRules()
+    agent = await start_agent(rules=rules, opener=opener)
+    await eventually(lambda: len(ann(emu, "p1") or []) == 2)
+    annotated = {(e["protocol"], e["nodePort"]) for e in ann(emu, "p1") or []}
+    assert agent.queue.failures("default/p1") == 0  # the retry succeeded
+    assert {r.key for r in rules.rules} == annotated
+    assert opener.held == annotated
+    assert {(e.protocol, e.node_port) for e in agent.table} == annotated
+
+
+async def test_resync_installs_table_entries_the_backend_never_heard_of(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Resync derives the wanted rules from the port table, so a lost rule comes back."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    rules = FakeRules()
+    agent = await start_agent(rules=rules)
+    await eventually(lambda: rules.rules == {rule(61000)})
+    rules.kernel.clear()  # as if the rule had never reached the backend
+    await agent.resync()
+    assert rules.rules == {rule(61000)}
+    assert rules.repairs == 1

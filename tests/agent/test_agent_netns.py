@@ -115,8 +115,8 @@ async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> No
         assert await rules.installed() == {to("pod2", 61000)}
         hand_delete(lab, kind, to("pod2", 61000))
         assert lab.ask("tcp", NODE_IP, 61000) is None
-        assert await rules.repair() is True
-        assert await rules.repair() is False
+        assert await rules.repair(lambda: [to("pod2", 61000)]) is True
+        assert await rules.repair(lambda: [to("pod2", 61000)]) is False
         reply = lab.ask("tcp", NODE_IP, 61000)
         assert reply is not None
         assert reply.startswith("pod2 ")

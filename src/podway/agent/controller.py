@@ -141,7 +141,8 @@ class Agent:
 
     async def resync(self) -> None:
         try:
-            if await self.rules.repair():
+            # The port table is the source of truth, not what the backend last heard.
+            if await self.rules.repair(lambda: [entry.rule for entry in self.table]):
                 self.metrics.drift_repairs.inc()
                 log.warning("event=rules-drift action=repaired backend=%s", self.rules.name)
         except RulesError as exc:
@@ -168,17 +169,30 @@ class Agent:
         decided = reconcile.plan(current=self.table.entries(key), wanted=wanted, pod_ip=ip)
 
         add: list[Rule] = []
-        for entry in decided.readdress:
-            add.append(self.table.set_ip(entry, ip or entry.pod_ip).rule)
+        allocated: list[Entry] = []
+        readdressed: list[Entry] = []
         exhausted = False
-        for target in decided.allocate:
-            new = self.table.allocate(pod=key, pod_ip=ip or "", pod_port=target.pod_port,
-                                      protocol=target.protocol)
-            if new is None:
-                exhausted = True
-            else:
-                add.append(new.rule)
-        await self.rules.apply(add=add, remove=[entry.rule for entry in decided.release])
+        try:
+            for entry in decided.readdress:
+                readdressed.append(entry)
+                add.append(self.table.set_ip(entry, ip or entry.pod_ip).rule)
+            for target in decided.allocate:
+                new = self.table.allocate(pod=key, pod_ip=ip or "", pod_port=target.pod_port,
+                                          protocol=target.protocol)
+                if new is None:
+                    exhausted = True
+                else:
+                    allocated.append(new)
+                    add.append(new.rule)
+            await self.rules.apply(add=add, remove=[entry.rule for entry in decided.release])
+        except BaseException:
+            # The table feeds the annotation: an entry whose rule never reached the backend
+            # would publish a port that leads nowhere. Undo this reconcile; the retry redoes it.
+            for entry in allocated:
+                self.table.release(entry)
+            for entry in readdressed:
+                self.table.set_ip(entry, entry.pod_ip)
+            raise
         for entry in decided.release:
             self.table.release(entry)
         self._update_gauges()

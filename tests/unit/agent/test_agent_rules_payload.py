@@ -163,7 +163,7 @@ async def test_repair_resyncs_only_on_drift(listing: str, drifted: bool) -> None
     rules = nftables.NftablesRules(runner=runner)
     await rules.sync([A])
     runner.listing = listing
-    assert await rules.repair() is drifted
+    assert await rules.repair(lambda: [A]) is drifted
     assert (runner.calls[-1][1] == nftables.full_payload([A])) is drifted
 
 
@@ -175,4 +175,15 @@ async def test_apply_of_an_installed_rule_changes_nothing() -> None:
     count = len(runner.calls)
     await rules.apply(add=[A], remove=[])
     assert len(runner.calls) == count
+    assert rules.desired == {A.key: A, B.key: B}
+
+
+async def test_repair_installs_what_the_caller_holds_not_what_it_last_heard() -> None:
+    """repair() syncs the caller's rule set even when the backend never heard of a rule."""
+    runner = FakeRunner()
+    rules = nftables.NftablesRules(runner=runner)
+    await rules.sync([A])
+    runner.listing = _listing([[61000, {"concat": ["198.18.1.2", 8080]}]])
+    assert await rules.repair(lambda: [A, B]) is True
+    assert runner.calls[-1][1] == nftables.full_payload([A, B])
     assert rules.desired == {A.key: A, B.key: B}

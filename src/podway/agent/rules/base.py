@@ -5,14 +5,15 @@ in batches: one process per full sync and one per incremental change, never one 
 Payload text comes from pure functions in each backend module so tests assert it exactly.
 
 If an incremental change fails (someone edited the kernel under us), the backend falls back to
-a full, atomic sync of ``desired``. ``repair`` reads the kernel back and re-syncs on any drift;
-the controller calls it periodically.
+a full, atomic sync of ``desired``. ``repair`` takes the rule set from the caller's source of
+truth (the controller's port table), reads the kernel back and re-syncs on any difference; the
+controller calls it periodically.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from podway.agent.types import L4, Rule
@@ -34,8 +35,9 @@ class Rules(Protocol):
     async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         """Incremental change; ``remove`` is applied before ``add``."""
 
-    async def repair(self) -> bool:
-        """Re-sync if the kernel drifted from what we installed; True if it had."""
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
+        """Make the kernel hold exactly ``want()`` (called under the backend's lock, so it sees
+        the caller's state after any change in flight); True if anything had to be rewritten."""
 
     async def cleanup(self) -> None:
         """Remove everything this backend ever installed."""
@@ -98,8 +100,9 @@ class KernelRules:
             except RulesError:
                 await self._sync_locked()
 
-    async def repair(self) -> bool:
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
         async with self._lock:
+            self.desired = {rule.key: rule for rule in want()}
             if await self._in_kernel() == set(self.desired.values()):
                 return False
             await self._sync_locked()
