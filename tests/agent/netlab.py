@@ -85,10 +85,12 @@ class Lab:
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
 
-    def ask(self, proto: str, host: str, port: int, *, ns: str | None = None) -> str | None:
-        """The echo reply (``"pod1 198.18.0.2:40000"``) seen from ``ns`` (client by default)."""
+    def ask(self, proto: str, host: str, port: int, *, ns: str | None = None,
+            sport: int = 0) -> str | None:
+        """The echo reply (``"pod1 198.18.0.2:40000"``) seen from ``ns`` (client by default);
+        ``sport`` fixes the client's source port (UDP: every ask is then one flow)."""
         done = subprocess.run(["ip", "netns", "exec", ns or self.client, sys.executable, PROBE,
-                               "ask", proto, host, str(port)],
+                               "ask", proto, host, str(port), str(sport)],
                               capture_output=True, text=True, check=False, timeout=10)
         return done.stdout.strip() if done.returncode == 0 else None
 

@@ -126,6 +126,32 @@ async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> No
     assert leftovers(lab) == []
 
 
+@pytest.mark.skipif(shutil.which("conntrack") is None, reason="conntrack is not installed")
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_udp_flow_follows_a_repointed_mapping(lab: Lab, kind: str) -> None:
+    """A UDP client on a fixed source port reaches the new pod as soon as its mapping moves."""
+    rules = backend(kind, lab.node)
+    try:
+        await rules.sync([to("pod1", 61000, "udp", 5353)])
+        reply = lab.ask("udp", NODE_IP, 61000, sport=40000)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
+        # Same flow again: without forgetting it, conntrack would keep sending it to pod1.
+        await rules.apply(add=[to("pod2", 61000, "udp", 5353)], remove=[])
+        reply = lab.ask("udp", NODE_IP, 61000, sport=40000)
+        assert reply is not None
+        assert reply.startswith("pod2 ")
+        # A full sync that moves it back forgets the flow too.
+        await rules.sync([to("pod1", 61000, "udp", 5353)])
+        reply = lab.ask("udp", NODE_IP, 61000, sport=40000)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_agent_end_to_end_restart_resync_and_cleanup(
         lab: Lab, kind: str, emu: KubeEmulator, start_agent: StartAgent) -> None:

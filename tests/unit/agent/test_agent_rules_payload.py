@@ -9,6 +9,7 @@ import pytest
 
 from podway.agent.rules import iptables, nftables
 from podway.agent.rules.base import CommandRunner, RulesError
+from podway.agent.rules.conntrack import Conntrack
 from podway.agent.types import Rule
 
 A = Rule(protocol="tcp", node_port=61000, pod_ip="198.18.1.2", pod_port=8080)
@@ -118,13 +119,14 @@ class FakeRunner(CommandRunner):
         super().__init__()
         self.calls: list[tuple[Sequence[str], str]] = []
         self.fail = 0
+        self.error = "boom"
         self.listing = ""
 
     async def run(self, *args: str, stdin: str = "") -> str:
         self.calls.append((args, stdin))
         if self.fail:
             self.fail -= 1
-            raise RulesError("boom")
+            raise RulesError(self.error)
         return self.listing if "list" in args else ""
 
 
@@ -187,3 +189,47 @@ async def test_repair_installs_what_the_caller_holds_not_what_it_last_heard() ->
     assert await rules.repair(lambda: [A, B]) is True
     assert runner.calls[-1][1] == nftables.full_payload([A, B])
     assert rules.desired == {A.key: A, B.key: B}
+
+
+async def test_removed_and_repointed_udp_rules_forget_their_flows() -> None:
+    """Re-pointing or removing a UDP rule deletes its old target's conntrack entries, not TCP's."""
+    runner = FakeRunner()
+    rules = nftables.NftablesRules(runner=runner,
+                                   conntrack=Conntrack(runner=runner, available=True))
+    await rules.sync([A, U])
+    moved = Rule(protocol="udp", node_port=61000, pod_ip="198.18.9.9", pod_port=5353)
+    await rules.apply(add=[moved], remove=[A])
+    assert [args for args, _ in runner.calls if args[0] == "conntrack"] == [
+        ("conntrack", "-D", "-p", "udp", "--orig-port-dst", "61000",
+         "--reply-src", "198.18.1.2", "--reply-port-src", "5353")]
+    await rules.apply(add=[], remove=[moved])
+    assert runner.calls[-1][0][-3] == "198.18.9.9"
+
+
+async def test_missing_conntrack_warns_once_and_rules_still_apply(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Without the conntrack tool a warning is logged once and rule changes still succeed."""
+    runner = FakeRunner()
+    rules = nftables.NftablesRules(runner=runner,
+                                   conntrack=Conntrack(runner=runner, available=False))
+    await rules.sync([U])
+    await rules.apply(add=[], remove=[U])
+    await rules.sync([U])
+    await rules.apply(add=[], remove=[U])
+    assert rules.desired == {}
+    assert not any(args[0] == "conntrack" for args, _ in runner.calls)
+    assert sum("conntrack-unavailable" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_conntrack_nothing_to_delete_is_not_an_error(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """conntrack's exit 1 for "0 flow entries have been deleted" is not logged as a failure."""
+    runner = FakeRunner()
+    runner.fail = 1
+    runner.error = "conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted."
+    await Conntrack(runner=runner, available=True).forget([U])
+    assert not any("conntrack-delete-failed" in r.getMessage() for r in caplog.records)
+    runner.fail = 1
+    runner.error = "Operation not permitted"
+    await Conntrack(runner=runner, available=True).forget([U])
+    assert any("conntrack-delete-failed" in r.getMessage() for r in caplog.records)

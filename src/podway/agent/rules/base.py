@@ -7,7 +7,8 @@ Payload text comes from pure functions in each backend module so tests assert it
 If an incremental change fails (someone edited the kernel under us), the backend falls back to
 a full, atomic sync of ``desired``. ``repair`` takes the rule set from the caller's source of
 truth (the controller's port table), reads the kernel back and re-syncs on any difference; the
-controller calls it periodically.
+controller calls it periodically. After a rule is removed or re-pointed, its stale UDP
+conntrack entries are deleted (``conntrack.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from podway.agent.rules.conntrack import Conntrack
 from podway.agent.types import L4, Rule
 from podway.errors import PodwayError
 
@@ -73,15 +75,19 @@ class KernelRules:
 
     name = "kernel"
 
-    def __init__(self, *, runner: CommandRunner) -> None:
+    def __init__(self, *, runner: CommandRunner, conntrack: Conntrack | None = None) -> None:
         self.runner = runner
+        self.conntrack = conntrack or Conntrack(runner=runner)
         self.desired: dict[tuple[L4, int], Rule] = {}
         self._lock = asyncio.Lock()
 
     async def sync(self, rules: Iterable[Rule]) -> None:
         async with self._lock:
+            before = set(self.desired.values())
             self.desired = {rule.key: rule for rule in rules}
             await self._sync_locked()
+            gone = before - set(self.desired.values())
+        await self.conntrack.forget(gone)
 
     async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         async with self._lock:
@@ -99,14 +105,19 @@ class KernelRules:
                 await self._apply_locked(add=add, remove=remove)
             except RulesError:
                 await self._sync_locked()
+        # Removed and replaced rules: their UDP flows must not stick to the old pod.
+        await self.conntrack.forget(remove)
 
     async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
         async with self._lock:
+            before = set(self.desired.values())
             self.desired = {rule.key: rule for rule in want()}
             if await self._in_kernel() == set(self.desired.values()):
                 return False
             await self._sync_locked()
-            return True
+            gone = before - set(self.desired.values())
+        await self.conntrack.forget(gone)
+        return True
 
     async def cleanup(self) -> None:
         async with self._lock:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from podway.agent.rules.base import CommandRunner, KernelRules, RulesError
+from podway.agent.rules.conntrack import Conntrack
 from podway.agent.rules.libnft import LibNftables
 from podway.agent.types import L4, PROTOCOLS, Rule
 
@@ -101,8 +102,9 @@ class NftablesRules(KernelRules):
 
     name = "nftables"
 
-    def __init__(self, *, runner: CommandRunner, lib: LibNftables | None = None) -> None:
-        super().__init__(runner=runner)
+    def __init__(self, *, runner: CommandRunner, lib: LibNftables | None = None,
+                 conntrack: Conntrack | None = None) -> None:
+        super().__init__(runner=runner, conntrack=conntrack)
         self.lib = lib
 
     async def _write(self, payload: str) -> None:
