@@ -233,3 +233,22 @@ async def test_conntrack_nothing_to_delete_is_not_an_error(
     runner.error = "Operation not permitted"
     await Conntrack(runner=runner, available=True).forget([U])
     assert any("conntrack-delete-failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_failed_apply_is_retried_not_mistaken_for_a_no_op() -> None:
+    """When the delta and the fallback sync both fail, the same change retried writes again."""
+    runner = FakeRunner()
+    rules = nftables.NftablesRules(runner=runner)
+    await rules.sync([A])
+    runner.fail = 2  # the delta and the full-sync fallback
+    with pytest.raises(RulesError):
+        await rules.apply(add=[B], remove=[])
+    assert rules.desired == {A.key: A}
+    assert rules.kernel_unknown
+    count = len(runner.calls)
+    await rules.apply(add=[B], remove=[])
+    assert len(runner.calls) == count + 1
+    assert runner.calls[-1][1] == nftables.full_payload([A, B])  # state unknown: write it all
+    assert not rules.kernel_unknown
+    await rules.apply(add=[], remove=[B])
+    assert runner.calls[-1][1] == nftables.delta_payload(add=[], remove=[B])

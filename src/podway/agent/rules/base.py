@@ -5,9 +5,11 @@ in batches: one process per full sync and one per incremental change, never one 
 Payload text comes from pure functions in each backend module so tests assert it exactly.
 
 If an incremental change fails (someone edited the kernel under us), the backend falls back to
-a full, atomic sync of ``desired``. ``repair`` takes the rule set from the caller's source of
-truth (the controller's port table), reads the kernel back and re-syncs on any difference; the
-controller calls it periodically. After a rule is removed or re-pointed, its stale UDP
+a full, atomic sync of ``desired``. If that fails too, the change is dropped from ``desired``
+and the kernel is marked unknown, so the retry writes everything instead of finding nothing to
+do. ``repair`` takes the rule set from the caller's source of truth (the controller's port
+table), reads the kernel back and re-syncs on any difference; the controller calls it
+periodically. After a rule is removed or re-pointed, its stale UDP
 conntrack entries are deleted (``conntrack.py``).
 """
 
@@ -79,18 +81,22 @@ class KernelRules:
         self.runner = runner
         self.conntrack = conntrack or Conntrack(runner=runner)
         self.desired: dict[tuple[L4, int], Rule] = {}
+        # After a failed write nobody knows what the kernel holds: the next change (or repair)
+        # must write everything, not a delta computed against a state that may not exist.
+        self.kernel_unknown = False
         self._lock = asyncio.Lock()
 
     async def sync(self, rules: Iterable[Rule]) -> None:
         async with self._lock:
             before = set(self.desired.values())
             self.desired = {rule.key: rule for rule in rules}
-            await self._sync_locked()
+            await self._full_sync_locked()
             gone = before - set(self.desired.values())
         await self.conntrack.forget(gone)
 
     async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         async with self._lock:
+            previous = dict(self.desired)
             remove = [r for r in remove if self.desired.get(r.key) == r]
             for rule in remove:
                 del self.desired[rule.key]
@@ -99,12 +105,21 @@ class KernelRules:
             remove += [self.desired[r.key] for r in add if r.key in self.desired]
             for rule in add:
                 self.desired[rule.key] = rule
-            if not add and not remove:
+            if not add and not remove and not self.kernel_unknown:
                 return
             try:
-                await self._apply_locked(add=add, remove=remove)
-            except RulesError:
-                await self._sync_locked()
+                if self.kernel_unknown:
+                    await self._full_sync_locked()
+                else:
+                    try:
+                        await self._apply_locked(add=add, remove=remove)
+                    except RulesError:
+                        await self._full_sync_locked()
+            except BaseException:
+                # Nothing of this change is known to be in the kernel: forget it, so a retry of
+                # the same change is not mistaken for a no-op.
+                self.desired = previous
+                raise
         # Removed and replaced rules: their UDP flows must not stick to the old pod.
         await self.conntrack.forget(remove)
 
@@ -113,11 +128,20 @@ class KernelRules:
             before = set(self.desired.values())
             self.desired = {rule.key: rule for rule in want()}
             if await self._in_kernel() == set(self.desired.values()):
+                self.kernel_unknown = False
                 return False
-            await self._sync_locked()
+            await self._full_sync_locked()
             gone = before - set(self.desired.values())
         await self.conntrack.forget(gone)
         return True
+
+    async def _full_sync_locked(self) -> None:
+        try:
+            await self._sync_locked()
+        except BaseException:
+            self.kernel_unknown = True
+            raise
+        self.kernel_unknown = False
 
     async def cleanup(self) -> None:
         async with self._lock:
