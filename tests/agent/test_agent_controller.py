@@ -44,7 +44,8 @@ async def test_selected_pod_gets_port_rule_and_annotation(emu: KubeEmulator,
     rules = FakeRules()
     await start_agent(rules=rules)
     await eventually(lambda: ann(emu, "p1"))
-    assert ann(emu, "p1") == [{"podPort": 8080, "nodeIP": "198.19.0.1", "nodePort": 61000,
+    # nodeIP is the InternalIP, as Antrea writes it (pod.status.hostIP), not the ExternalIP.
+    assert ann(emu, "p1") == [{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": 61000,
                                "protocol": "tcp", "ipFamily": "IPv4"}]
     assert rules.rules == {rule(61000)}
     assert ann(emu, "elsewhere", "default") is None
@@ -126,8 +127,8 @@ async def test_invalid_annotation_replaced_and_node_ip_change(emu: KubeEmulator,
     await eventually(lambda: (ann_text := emu.annotation("default", "p1", ANN)) is not None
                      and ann_text.startswith("["))
     assert ann(emu, "p1")[0]["nodeIP"] == "198.18.0.1"  # type: ignore[index]
-    emu.put("nodes", node_obj(internal="198.18.0.1", external="198.19.5.5"))
-    await eventually(lambda: ann(emu, "p1")[0]["nodeIP"] == "198.19.5.5")  # type: ignore[index]
+    emu.put("nodes", node_obj(internal="198.18.5.5", external="198.19.5.5"))
+    await eventually(lambda: ann(emu, "p1")[0]["nodeIP"] == "198.18.5.5")  # type: ignore[index]
 
 
 async def test_named_port_host_port_and_selector_change(emu: KubeEmulator,

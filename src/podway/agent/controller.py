@@ -40,7 +40,7 @@ log = logging.getLogger("podway.agent")
 class AgentSettings:
     node_name: str  # the Node this agent serves (its pods only)
     port_range: PortRange  # node ports handed out, inclusive
-    node_ip: str | None = None  # annotation nodeIP; default: Node ExternalIP, else InternalIP
+    node_ip: str | None = None  # annotation nodeIP; default: Node InternalIP, else ExternalIP
     resync_seconds: float = 30.0  # kernel drift check + full re-queue period
     workers: int = 4  # concurrent pod reconciles
     watch_timeout: int = 300  # server-side watch timeout (s); the watch resumes after it
