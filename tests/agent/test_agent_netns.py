@@ -126,6 +126,26 @@ async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> No
     assert leftovers(lab) == []
 
 
+@pytest.mark.skipif(shutil.which("iptables-restore") is None,
+                    reason="iptables-restore is not installed")
+async def test_iptables_duplicate_jumps_are_repaired_and_cleaned_up(lab: Lab) -> None:
+    """A second copy of a jump (two agents overlapped) is repaired to one; cleanup leaves none."""
+    rules = backend("iptables", lab.node)
+    try:
+        await rules.sync([to("pod1", 61000)])
+        sh("iptables", "-t", "nat", "-A", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL",
+           "-j", "PODWAY-NPL", ns=lab.node)
+        assert await rules.installed() is None  # not exactly our hooks
+        assert await rules.repair(lambda: [to("pod1", 61000)]) is True
+        assert await rules.installed() == {to("pod1", 61000)}
+        sh("iptables", "-t", "nat", "-A", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL",
+           "-j", "PODWAY-NPL", ns=lab.node)
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
 @pytest.mark.skipif(shutil.which("conntrack") is None, reason="conntrack is not installed")
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_udp_flow_follows_a_repointed_mapping(lab: Lab, kind: str) -> None:

@@ -109,7 +109,28 @@ def test_iptables_parse_save_roundtrip() -> None:
     save = "\n".join(["*nat", ":PREROUTING ACCEPT [0:0]", ":PODWAY-NPL - [0:0]",
                       "-A PREROUTING -j KUBE-SERVICES", *iptables.JUMPS,
                       iptables.rule_line(A), iptables.rule_line(U), "COMMIT"])
-    assert iptables.parse_save(save) == ({A, U}, set(iptables.JUMPS), True)
+    assert iptables.parse_save(save) == ({A, U}, list(iptables.JUMPS), True)
+
+
+def test_iptables_duplicate_jumps_are_counted_synced_to_one_and_all_cleaned() -> None:
+    """Duplicate jumps (two agents overlapped) are all seen; sync keeps one; cleanup drops all."""
+    pre, out = iptables.JUMPS
+    save = "\n".join(["*nat", ":PODWAY-NPL - [0:0]", pre, out, pre, "COMMIT"])
+    _, jumps, exists = iptables.parse_save(save)
+    assert jumps == [pre, out, pre]
+    assert iptables.full_payload([], present_jumps=jumps) == (
+        "*nat\n"
+        ":PODWAY-NPL - [0:0]\n"
+        "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "COMMIT\n")
+    assert iptables.cleanup_payload(present_jumps=jumps, chain_exists=exists) == (
+        "*nat\n"
+        "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "-D OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        ":PODWAY-NPL - [0:0]\n"
+        "-X PODWAY-NPL\n"
+        "COMMIT\n")
 
 
 class FakeRunner(CommandRunner):
