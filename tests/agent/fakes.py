@@ -43,6 +43,9 @@ class FakeRules:
     async def cleanup(self) -> None:
         self.kernel = {}
 
+    async def installed(self) -> set[Rule] | None:
+        return set(self.kernel.values())
+
     def close(self) -> None:
         """Nothing to release."""
 

@@ -292,3 +292,41 @@ async def test_resync_installs_table_entries_the_backend_never_heard_of(
     await agent.resync()
     assert rules.rules == {rule(61000)}
     assert rules.repairs == 1
+
+
+def claiming(name: str, ip: str, created: str, port: int = 61003) -> dict[str, Any]:
+    """A pod whose (stale) annotation claims ``port``, created at ``created``."""
+    value = json.dumps([{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": port,
+                         "protocol": "tcp", "ipFamily": "IPv4"}])
+    obj = pod_obj(name, ip=ip, annotations={ANN: value})
+    obj["metadata"]["creationTimestamp"] = created
+    return obj
+
+
+async def test_restore_conflict_prefers_the_mapping_in_the_kernel(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Two pods claiming one port: the one the kernel routes to keeps it, the other moves."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", claiming("p1", "198.18.1.2", "2026-01-01T00:00:00Z"))  # older, listed first
+    emu.put("pods", claiming("p2", "198.18.2.2", "2026-01-02T00:00:00Z"))
+    rules = FakeRules()
+    rules.kernel = {("tcp", 61003): rule(61003, "198.18.2.2")}
+    await start_agent(rules=rules)
+    assert rules.syncs[0] == {rule(61003, "198.18.2.2")}
+    await eventually(lambda: ann(emu, "p1")[0]["nodePort"] != 61003)  # type: ignore[index]
+    assert ann(emu, "p2")[0]["nodePort"] == 61003  # type: ignore[index]
+
+
+async def test_restore_conflict_without_kernel_state_prefers_the_oldest_pod(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Two pods claiming one port, none in the kernel: the oldest pod keeps it."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", claiming("young", "198.18.2.2", "2026-01-02T00:00:00Z"))  # listed first
+    emu.put("pods", claiming("old", "198.18.1.2", "2026-01-01T00:00:00Z"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    assert rules.syncs[0] == {rule(61003, "198.18.1.2")}
+    await eventually(lambda: ann(emu, "young")[0]["nodePort"] != 61003)  # type: ignore[index]
+    assert ann(emu, "old")[0]["nodePort"] == 61003  # type: ignore[index]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -95,17 +96,32 @@ class Agent:
             self.table.release_all()
 
     async def restore(self) -> None:
-        """Rebuild the port table from the annotations, then one bulk rules sync."""
-        kept = 0
+        """Rebuild the port table from the annotations, then one bulk rules sync.
+
+        Stale annotations may claim one port for two pods. The mapping the kernel carries now
+        wins (traffic already flows that way), else the oldest pod's; the loser's reconcile
+        gives it a new port.
+        """
+        try:
+            in_kernel = await self.rules.installed() or set()
+        except RulesError as exc:
+            log.warning("event=restore-read-failed error=%s", exc)
+            in_kernel = set()
+        claims: list[tuple[bool, float, Entry]] = []
         for key, pod in self.pods.items():
             ip = reconcile.pod_ipv4(pod)
             if ip is None or not reconcile.pod_active(pod, node_name=self.settings.node_name):
                 continue
+            created = pod.metadata.creation_timestamp
+            age = created.timestamp() if created is not None else math.inf
             entries, _ = annotation.decode(pod.metadata.annotations.get(annotation.ANNOTATION))
-            for item in sorted(entries):
-                kept += self.table.restore(Entry(pod=key, pod_ip=ip, pod_port=item.pod_port,
-                                                 protocol=item.protocol,
-                                                 node_port=item.node_port))
+            for item in entries:
+                entry = Entry(pod=key, pod_ip=ip, pod_port=item.pod_port,
+                              protocol=item.protocol, node_port=item.node_port)
+                claims.append((entry.rule not in in_kernel, age, entry))
+        kept = 0
+        for _, _, entry in sorted(claims, key=lambda c: (c[0], c[1], c[2].pod, c[2].rule)):
+            kept += self.table.restore(entry)
         await self.rules.sync(entry.rule for entry in self.table)
         log.info("event=restored mappings=%d pods=%d", kept, len(self.pods))
         self._update_gauges()

@@ -46,6 +46,9 @@ class Rules(Protocol):
     async def cleanup(self) -> None:
         """Remove everything this backend ever installed."""
 
+    async def installed(self) -> set[Rule] | None:
+        """The rules in the kernel now, or None when the hooks into them are incomplete."""
+
     def close(self) -> None:
         """Release process resources (threads, library handles); kernel rules stay."""
 
