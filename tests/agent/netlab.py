@@ -76,10 +76,11 @@ class Lab:
         sh("ip", "link", "set", "eth0", "up", ns=peer_ns)
         sh("ip", "route", "add", "default", "via", node_ip, ns=peer_ns)
 
-    def serve(self, pod: str, proto: str, port: int) -> None:
-        """Start the echo workload in ``pod`` and wait until it listens."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.pods[pod], sys.executable, PROBE,
-                                 "serve", pod, proto, str(port)],
+    def serve(self, pod: str, proto: str, port: int, *, ns: str | None = None) -> None:
+        """Start the echo workload named ``pod`` in its namespace (or ``ns``), wait until it
+        listens."""
+        proc = subprocess.Popen(["ip", "netns", "exec", ns or self.pods[pod], sys.executable,
+                                 PROBE, "serve", pod, proto, str(port)],
                                 stdout=subprocess.PIPE, text=True)
         self._servers.append(proc)
         assert proc.stdout is not None

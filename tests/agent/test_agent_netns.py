@@ -126,6 +126,25 @@ async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> No
     assert leftovers(lab) == []
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_node_loopback_is_not_dnated(lab: Lab, kind: str) -> None:
+    """From the node, 127.0.0.1:port stays local (a service there answers); NodeIP:port DNATs."""
+    lab.serve("node", "tcp", 61000, ns=lab.node)
+    rules = backend(kind, lab.node)
+    try:
+        await rules.sync([to("pod1", 61000)])
+        reply = lab.ask("tcp", "127.0.0.1", 61000, ns=lab.node)
+        assert reply is not None
+        assert reply.startswith("node 127.0.0.1:")
+        reply = lab.ask("tcp", NODE_IP, 61000, ns=lab.node)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
 @pytest.mark.skipif(shutil.which("iptables-restore") is None,
                     reason="iptables-restore is not installed")
 async def test_iptables_duplicate_jumps_are_repaired_and_cleaned_up(lab: Lab) -> None:

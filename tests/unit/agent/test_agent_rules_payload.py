@@ -32,8 +32,8 @@ def test_nft_full_payload_exact() -> None:
         "    fib daddr type local dnat ip to udp dport map @npl_udp\n"
         "  }\n"
         "  chain output { type nat hook output priority -100; policy accept;\n"
-        "    fib daddr type local dnat ip to tcp dport map @npl_tcp\n"
-        "    fib daddr type local dnat ip to udp dport map @npl_udp\n"
+        "    ip daddr != 127.0.0.0/8 fib daddr type local dnat ip to tcp dport map @npl_tcp\n"
+        "    ip daddr != 127.0.0.0/8 fib daddr type local dnat ip to udp dport map @npl_udp\n"
         "  }\n"
         "}\n")
 
@@ -81,7 +81,7 @@ def test_iptables_full_payload_exact() -> None:
     assert iptables.full_payload([U, A], present_jumps=[iptables.JUMPS[0]]) == (
         "*nat\n"
         ":PODWAY-NPL - [0:0]\n"
-        "-A OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         "-A PODWAY-NPL -p tcp -m tcp --dport 61000 -j DNAT --to-destination 198.18.1.2:8080\n"
         "-A PODWAY-NPL -p udp -m udp --dport 61000 -j DNAT --to-destination 198.18.1.2:5353\n"
         "COMMIT\n")
@@ -97,7 +97,7 @@ def test_iptables_delta_and_cleanup_payloads_exact() -> None:
     assert iptables.cleanup_payload(present_jumps=iptables.JUMPS, chain_exists=True) == (
         "*nat\n"
         "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
-        "-D OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "-D OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         ":PODWAY-NPL - [0:0]\n"
         "-X PODWAY-NPL\n"
         "COMMIT\n")
@@ -126,7 +126,7 @@ def test_iptables_duplicate_jumps_are_counted_synced_to_one_and_all_cleaned() ->
     assert iptables.cleanup_payload(present_jumps=jumps, chain_exists=exists) == (
         "*nat\n"
         "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
-        "-D OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "-D OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         ":PODWAY-NPL - [0:0]\n"
         "-X PODWAY-NPL\n"
@@ -273,3 +273,16 @@ async def test_failed_apply_is_retried_not_mistaken_for_a_no_op() -> None:
     assert not rules.kernel_unknown
     await rules.apply(add=[], remove=[B])
     assert runner.calls[-1][1] == nftables.delta_payload(add=[], remove=[B])
+
+
+def test_iptables_sync_replaces_a_jump_of_an_older_version() -> None:
+    """An OUTPUT jump without the loopback exclusion (older agent) is swapped for the new one."""
+    old_output = "-A OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL"
+    save = "\n".join(["*nat", ":PODWAY-NPL - [0:0]", iptables.JUMPS[0], old_output, "COMMIT"])
+    _, jumps, _ = iptables.parse_save(save)
+    assert iptables.full_payload([], present_jumps=jumps) == (
+        "*nat\n"
+        ":PODWAY-NPL - [0:0]\n"
+        "-D OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
+        "COMMIT\n")

@@ -17,8 +17,9 @@ from podway.agent.rules.base import KernelRules
 from podway.agent.types import Rule
 
 CHAIN = "PODWAY-NPL"
-JUMPS = tuple(f"-A {hook} -m addrtype --dst-type LOCAL -j {CHAIN}"
-              for hook in ("PREROUTING", "OUTPUT"))
+# OUTPUT skips 127.0.0.0/8: a loopback-sourced packet DNATed to a pod is dropped (it would hang).
+JUMPS = (f"-A PREROUTING -m addrtype --dst-type LOCAL -j {CHAIN}",
+         f"-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j {CHAIN}")
 # Any jump into our chain from the two hooks, ours or not exactly ours (older versions, copies).
 _JUMP = re.compile(rf"^-A (?:PREROUTING|OUTPUT) .*-j {CHAIN}$")
 _RULE = re.compile(rf"^-A {CHAIN} -p (tcp|udp) -m (?:tcp|udp) --dport (\d+) "
