@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -330,3 +331,19 @@ async def test_restore_conflict_without_kernel_state_prefers_the_oldest_pod(
     assert rules.syncs[0] == {rule(61003, "198.18.1.2")}
     await eventually(lambda: ann(emu, "young")[0]["nodePort"] != 61003)  # type: ignore[index]
     assert ann(emu, "old")[0]["nodePort"] == 61003  # type: ignore[index]
+
+
+class BrokenRules(FakeRules):
+    """A backend whose drift check fails the way a missing tool used to (FileNotFoundError)."""
+
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
+        raise FileNotFoundError(2, "No such file or directory", "nft")
+
+
+async def test_resync_failure_is_logged_not_fatal(emu: KubeEmulator,
+                                                  start_agent: StartAgent) -> None:
+    """A resync whose backend raises an OS error is counted and the agent keeps running."""
+    emu.put("nodes", node_obj())
+    agent = await start_agent(rules=BrokenRules())
+    await agent.resync()
+    assert agent.metrics.errors.labels(stage="resync")._value.get() == 1

@@ -161,7 +161,8 @@ class Agent:
             if await self.rules.repair(lambda: [entry.rule for entry in self.table]):
                 self.metrics.drift_repairs.inc()
                 log.warning("event=rules-drift action=repaired backend=%s", self.rules.name)
-        except RulesError as exc:
+        except (RulesError, OSError) as exc:
+            # Logged and retried next period: a resync failure must not stop the agent.
             self.metrics.errors.labels(stage="resync").inc()
             log.error("event=resync-failed error=%s", exc)
         for key in list(self.pods):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
 from podway.agent.rules import iptables, nftables
-from podway.agent.rules.base import CommandRunner, RulesError
+from podway.agent.rules.base import CommandMissing, CommandRunner, RulesError
 from podway.agent.rules.conntrack import Conntrack
 from podway.agent.types import Rule
 
@@ -286,3 +287,14 @@ def test_iptables_sync_replaces_a_jump_of_an_older_version() -> None:
         "-D OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         "-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         "COMMIT\n")
+
+
+async def test_missing_executable_is_a_rules_error(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing ``nft`` binary surfaces as RulesError (handled), not FileNotFoundError."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    with pytest.raises(CommandMissing):
+        await CommandRunner().run("nft", "-j", "list", "ruleset")
+    rules = nftables.NftablesRules(runner=CommandRunner())
+    with pytest.raises(RulesError, match="not installed"):
+        await rules.repair(lambda: [A])  # reading back must not pass for "no table"

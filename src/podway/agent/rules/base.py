@@ -16,6 +16,7 @@ conntrack entries are deleted (``conntrack.py``).
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -26,6 +27,10 @@ from podway.errors import PodwayError
 
 class RulesError(PodwayError):
     """A kernel rule command failed."""
+
+
+class CommandMissing(RulesError):
+    """A tool the backend needs is not installed (say ``nft`` next to libnftables)."""
 
 
 class Rules(Protocol):
@@ -64,10 +69,20 @@ class CommandRunner:
         return [*prefix, *args]
 
     async def run(self, *args: str, stdin: str = "") -> str:
+        """``args``' output; every failure, a missing tool included, is a ``RulesError`` (callers
+        handle that one type; a stray ``FileNotFoundError`` would crash the agent's loops)."""
+        # Checked here too because under ``ip netns exec`` a missing tool is just exit 255.
+        if shutil.which(args[0]) is None:
+            raise CommandMissing(f"{args[0]} is not installed (not found on PATH)")
         argv = self.argv(*args)
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError as exc:
+            raise CommandMissing(f"{argv[0]} is not installed: {exc}") from exc
+        except OSError as exc:
+            raise RulesError(f"{' '.join(argv)} could not start: {exc}") from exc
         out, err = await proc.communicate(stdin.encode())
         if proc.returncode != 0:
             raise RulesError(f"{' '.join(argv)} exited {proc.returncode}: "

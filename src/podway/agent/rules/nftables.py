@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podway.agent.rules.base import CommandRunner, KernelRules, RulesError
+from podway.agent.rules.base import CommandMissing, CommandRunner, KernelRules, RulesError
 from podway.agent.rules.conntrack import Conntrack
 from podway.agent.rules.libnft import LibNftables
 from podway.agent.types import L4, PROTOCOLS, Rule
@@ -134,6 +134,8 @@ class NftablesRules(KernelRules):
     async def _read(self) -> set[Rule] | None:
         try:
             text = await self.runner.run("nft", "-j", "list", "table", "ip", TABLE)
+        except CommandMissing:
+            raise  # not "no table": repairing could not help, say why instead
         except RulesError:
             return None  # no table at all
         return parse_listing(text)
