@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
-from builders import NODE, eventually, node_obj, pod_obj, service_obj
+from builders import NODE, eventually, node_obj, pod_obj, service_obj, settled
 from fakes import FakeOpener, FakeRules
 from harness import StartAgent
 from kubeemu import KubeEmulator
@@ -106,7 +106,7 @@ async def test_pod_without_ip_then_ip_and_terminal_phase(emu: KubeEmulator,
     emu.put("pods", pod_obj("p1", ip=None, phase="Pending"))
     rules = FakeRules()
     agent = await start_agent(rules=rules)
-    await eventually(lambda: rules.applies)  # the pod was reconciled at least once
+    await settled(agent)  # the pod's reconcile (rules and annotation) is over
     assert agent.queue.failures("default/p1") == 0
     assert rules.rules == set()
     assert ann(emu, "p1") is None
@@ -161,9 +161,9 @@ async def test_restart_keeps_annotated_ports(emu: KubeEmulator,
     emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
     emu.put("pods", pod_obj("p2", ip="198.18.2.2"))
     rules = FakeRules()
-    await start_agent(rules=rules)
+    agent = await start_agent(rules=rules)
     assert rules.syncs[0] == {rule(61007)}  # bulk restore before any worker ran
-    await eventually(lambda: ann(emu, "p2"))
+    await settled(agent)
     assert ann(emu, "p1")[0]["nodePort"] == 61007  # type: ignore[index]
     assert rules.rules == {rule(61007), rule(61000, "198.18.2.2")}
     assert all(name != "p1" for _, name, _, _ in emu.patches)  # unchanged: never re-written
@@ -235,9 +235,10 @@ async def test_service_type_change_and_deletion_release(emu: KubeEmulator,
     emu.put("services", service_obj(type_="NodePort"))
     emu.put("pods", pod_obj("p1"))
     rules = FakeRules()
-    await start_agent(rules=rules)
-    await eventually(lambda: rules.applies)  # the pod was reconciled at least once
+    agent = await start_agent(rules=rules)
+    await settled(agent)  # the pod's reconcile (rules and annotation) is over
     assert rules.rules == set()
+    assert ann(emu, "p1") is None
     emu.put("services", service_obj(type_="LoadBalancer"))
     await eventually(lambda: rules.rules == {rule(61000)})
     emu.delete("services", "default", "web")
@@ -254,8 +255,8 @@ async def test_unknown_node_address_never_wipes_annotation(emu: KubeEmulator,
                             "protocol": "tcp", "ipFamily": "IPv4"}])
     emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
     rules = FakeRules()
-    await start_agent(rules=rules)
-    await eventually(lambda: rules.applies)
+    agent = await start_agent(rules=rules)
+    await settled(agent)  # the reconcile, and the patch it would have sent, are over
     assert emu.annotation("default", "p1", ANN) == previous
     assert rules.rules == {rule(61003)}
     assert emu.patches == []

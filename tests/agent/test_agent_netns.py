@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from builders import eventually, node_obj, pod_obj, service_obj
+from builders import eventually, node_obj, pod_obj, service_obj, settled
 from harness import StartAgent
 from kubeemu import KubeEmulator
 from netlab import CLIENT_IP, NODE_IP, POD_IPS, Lab, netns_unavailable, sh
@@ -242,7 +242,7 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
     try:
         again = await start_agent(rules=rules2, opener=opener2,
                                   port_range="61000-61010", resync=0.2)
-        await eventually(lambda: len(again.queue) == 0)
+        await settled(again)
         assert ports() == first
         for name, port in first.items():
             reply = await asyncio.to_thread(lab.ask, "tcp", NODE_IP, port)
