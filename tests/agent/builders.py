@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from podway.agent.controller import Agent
 
 NODE = "node-a"
 
@@ -50,3 +53,12 @@ async def eventually(check: Callable[[], object], within: float = 5.0) -> None:
             raise AssertionError(f"condition not met in {within}s: {value!r}")
         await asyncio.sleep(0.01)
         value = check()
+
+
+async def settled(agent: Agent, within: float = 5.0) -> None:
+    """Wait until the agent's work queue is idle: nothing queued, in flight, or due to retry.
+
+    Only meaningful once the events the test caused have reached the agent (objects put before
+    the agent started are in its first list, so they have).
+    """
+    await eventually(agent.queue.idle, within)

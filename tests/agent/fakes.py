@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 
 from podway.agent.types import L4, Rule
 
@@ -17,6 +18,7 @@ class FakeRules:
         self.kernel: dict[tuple[L4, int], Rule] = {}
         self.syncs: list[set[Rule]] = []
         self.applies: list[tuple[list[Rule], list[Rule]]] = []
+        self.repairs = 0
 
     async def sync(self, rules: Iterable[Rule]) -> None:
         self.kernel = {r.key: r for r in rules}
@@ -30,11 +32,19 @@ class FakeRules:
         for rule in add:
             self.kernel[rule.key] = rule
 
-    async def repair(self) -> bool:
-        return False
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
+        wanted = {r.key: r for r in want()}
+        if wanted == self.kernel:
+            return False
+        self.kernel = wanted
+        self.repairs += 1
+        return True
 
     async def cleanup(self) -> None:
         self.kernel = {}
+
+    async def installed(self) -> set[Rule] | None:
+        return set(self.kernel.values())
 
     def close(self) -> None:
         """Nothing to release."""
@@ -53,13 +63,18 @@ class FakeHeld:
 
 
 class FakeOpener:
-    """Socket opener over a set: ``busy`` ports are held by some other process."""
+    """Socket opener over a set: ``busy`` ports are held by some other process; ``fail_next``
+    makes the next open of a protocol raise that errno (say EMFILE) once."""
 
     def __init__(self, busy: Iterable[tuple[L4, int]] = ()) -> None:
         self.busy = set(busy)
         self.held: set[tuple[L4, int]] = set()
+        self.fail_next: dict[L4, int] = {}
 
     def open(self, *, port: int, protocol: L4) -> FakeHeld:
+        if protocol in self.fail_next:
+            code = self.fail_next.pop(protocol)
+            raise OSError(code, os.strerror(code))
         key = (protocol, port)
         if key in self.busy or key in self.held:
             raise OSError(errno.EADDRINUSE, "in use")

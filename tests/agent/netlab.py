@@ -76,19 +76,22 @@ class Lab:
         sh("ip", "link", "set", "eth0", "up", ns=peer_ns)
         sh("ip", "route", "add", "default", "via", node_ip, ns=peer_ns)
 
-    def serve(self, pod: str, proto: str, port: int) -> None:
-        """Start the echo workload in ``pod`` and wait until it listens."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.pods[pod], sys.executable, PROBE,
-                                 "serve", pod, proto, str(port)],
+    def serve(self, pod: str, proto: str, port: int, *, ns: str | None = None) -> None:
+        """Start the echo workload named ``pod`` in its namespace (or ``ns``), wait until it
+        listens."""
+        proc = subprocess.Popen(["ip", "netns", "exec", ns or self.pods[pod], sys.executable,
+                                 PROBE, "serve", pod, proto, str(port)],
                                 stdout=subprocess.PIPE, text=True)
         self._servers.append(proc)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
 
-    def ask(self, proto: str, host: str, port: int, *, ns: str | None = None) -> str | None:
-        """The echo reply (``"pod1 198.18.0.2:40000"``) seen from ``ns`` (client by default)."""
+    def ask(self, proto: str, host: str, port: int, *, ns: str | None = None,
+            sport: int = 0) -> str | None:
+        """The echo reply (``"pod1 198.18.0.2:40000"``) seen from ``ns`` (client by default);
+        ``sport`` fixes the client's source port (UDP: every ask is then one flow)."""
         done = subprocess.run(["ip", "netns", "exec", ns or self.client, sys.executable, PROBE,
-                               "ask", proto, host, str(port)],
+                               "ask", proto, host, str(port), str(sport)],
                               capture_output=True, text=True, check=False, timeout=10)
         return done.stdout.strip() if done.returncode == 0 else None
 

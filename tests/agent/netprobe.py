@@ -1,7 +1,7 @@
 """Tiny TCP/UDP echo workload and client for the netns tests (stdlib only).
 
     netprobe.py serve NAME PROTO PORT   reply "NAME PEER_IP:PEER_PORT" to every connection/datagram
-    netprobe.py ask PROTO HOST PORT     print the reply; exit 1 if none within 2 s
+    netprobe.py ask PROTO HOST PORT [SPORT]   print the reply; exit 1 if none within 2 s
 
 The reply names the address the server saw, so tests can assert there is no SNAT.
 """
@@ -32,13 +32,14 @@ def serve(name: str, proto: str, port: int) -> None:
             server.sendto(f"{name} {peer[0]}:{peer[1]}\n".encode(), peer)
 
 
-def ask(proto: str, host: str, port: int) -> int:
+def ask(proto: str, host: str, port: int, sport: int = 0) -> int:
     try:
         if proto == "tcp":
             with socket.create_connection((host, port), timeout=2) as conn:
                 data = conn.recv(2048)
         else:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                sock.bind(("0.0.0.0", sport))  # a fixed source port keeps one UDP flow
                 sock.settimeout(2)
                 sock.sendto(b"hi", (host, port))
                 data, _ = sock.recvfrom(2048)
@@ -53,4 +54,5 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
-        sys.exit(ask(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+        sys.exit(ask(sys.argv[2], sys.argv[3], int(sys.argv[4]),
+                     int(sys.argv[5]) if len(sys.argv) > 5 else 0))

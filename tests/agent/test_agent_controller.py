@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
-from builders import NODE, eventually, node_obj, pod_obj, service_obj
+from builders import NODE, eventually, node_obj, pod_obj, service_obj, settled
 from fakes import FakeOpener, FakeRules
 from harness import StartAgent
 from kubeemu import KubeEmulator
@@ -43,7 +45,8 @@ async def test_selected_pod_gets_port_rule_and_annotation(emu: KubeEmulator,
     rules = FakeRules()
     await start_agent(rules=rules)
     await eventually(lambda: ann(emu, "p1"))
-    assert ann(emu, "p1") == [{"podPort": 8080, "nodeIP": "198.19.0.1", "nodePort": 61000,
+    # nodeIP is the InternalIP, as Antrea writes it (pod.status.hostIP), not the ExternalIP.
+    assert ann(emu, "p1") == [{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": 61000,
                                "protocol": "tcp", "ipFamily": "IPv4"}]
     assert rules.rules == {rule(61000)}
     assert ann(emu, "elsewhere", "default") is None
@@ -103,7 +106,7 @@ async def test_pod_without_ip_then_ip_and_terminal_phase(emu: KubeEmulator,
     emu.put("pods", pod_obj("p1", ip=None, phase="Pending"))
     rules = FakeRules()
     agent = await start_agent(rules=rules)
-    await eventually(lambda: rules.applies)  # the pod was reconciled at least once
+    await settled(agent)  # the pod's reconcile (rules and annotation) is over
     assert agent.queue.failures("default/p1") == 0
     assert rules.rules == set()
     assert ann(emu, "p1") is None
@@ -125,8 +128,8 @@ async def test_invalid_annotation_replaced_and_node_ip_change(emu: KubeEmulator,
     await eventually(lambda: (ann_text := emu.annotation("default", "p1", ANN)) is not None
                      and ann_text.startswith("["))
     assert ann(emu, "p1")[0]["nodeIP"] == "198.18.0.1"  # type: ignore[index]
-    emu.put("nodes", node_obj(internal="198.18.0.1", external="198.19.5.5"))
-    await eventually(lambda: ann(emu, "p1")[0]["nodeIP"] == "198.19.5.5")  # type: ignore[index]
+    emu.put("nodes", node_obj(internal="198.18.5.5", external="198.19.5.5"))
+    await eventually(lambda: ann(emu, "p1")[0]["nodeIP"] == "198.18.5.5")  # type: ignore[index]
 
 
 async def test_named_port_host_port_and_selector_change(emu: KubeEmulator,
@@ -158,9 +161,9 @@ async def test_restart_keeps_annotated_ports(emu: KubeEmulator,
     emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
     emu.put("pods", pod_obj("p2", ip="198.18.2.2"))
     rules = FakeRules()
-    await start_agent(rules=rules)
+    agent = await start_agent(rules=rules)
     assert rules.syncs[0] == {rule(61007)}  # bulk restore before any worker ran
-    await eventually(lambda: ann(emu, "p2"))
+    await settled(agent)
     assert ann(emu, "p1")[0]["nodePort"] == 61007  # type: ignore[index]
     assert rules.rules == {rule(61007), rule(61000, "198.18.2.2")}
     assert all(name != "p1" for _, name, _, _ in emu.patches)  # unchanged: never re-written
@@ -232,9 +235,10 @@ async def test_service_type_change_and_deletion_release(emu: KubeEmulator,
     emu.put("services", service_obj(type_="NodePort"))
     emu.put("pods", pod_obj("p1"))
     rules = FakeRules()
-    await start_agent(rules=rules)
-    await eventually(lambda: rules.applies)  # the pod was reconciled at least once
+    agent = await start_agent(rules=rules)
+    await settled(agent)  # the pod's reconcile (rules and annotation) is over
     assert rules.rules == set()
+    assert ann(emu, "p1") is None
     emu.put("services", service_obj(type_="LoadBalancer"))
     await eventually(lambda: rules.rules == {rule(61000)})
     emu.delete("services", "default", "web")
@@ -251,8 +255,96 @@ async def test_unknown_node_address_never_wipes_annotation(emu: KubeEmulator,
                             "protocol": "tcp", "ipFamily": "IPv4"}])
     emu.put("pods", pod_obj("p1", annotations={ANN: previous}))
     rules = FakeRules()
-    await start_agent(rules=rules)
-    await eventually(lambda: rules.applies)
+    agent = await start_agent(rules=rules)
+    await settled(agent)  # the reconcile, and the patch it would have sent, are over
     assert emu.annotation("default", "p1", ANN) == previous
     assert rules.rules == {rule(61003)}
     assert emu.patches == []
+
+
+async def test_failed_allocation_rolls_back_so_every_annotated_port_has_a_rule(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """An EMFILE mid-reconcile releases that reconcile's ports: annotation, table, rules agree."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj(ports=[{"port": 80, "targetPort": 8080, "protocol": "TCP"},
+                                           {"port": 53, "targetPort": 5353, "protocol": "UDP"}]))
+    emu.put("pods", pod_obj("p1"))
+    opener = FakeOpener()
+    opener.fail_next = {"tcp": errno.EMFILE}  # UDP 5353 is allocated first, then TCP fails
+    rules = FakeRules()
+    agent = await start_agent(rules=rules, opener=opener)
+    await eventually(lambda: len(ann(emu, "p1") or []) == 2)
+    annotated = {(e["protocol"], e["nodePort"]) for e in ann(emu, "p1") or []}
+    assert agent.queue.failures("default/p1") == 0  # the retry succeeded
+    assert {r.key for r in rules.rules} == annotated
+    assert opener.held == annotated
+    assert {(e.protocol, e.node_port) for e in agent.table} == annotated
+
+
+async def test_resync_installs_table_entries_the_backend_never_heard_of(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Resync derives the wanted rules from the port table, so a lost rule comes back."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", pod_obj("p1"))
+    rules = FakeRules()
+    agent = await start_agent(rules=rules)
+    await eventually(lambda: rules.rules == {rule(61000)})
+    rules.kernel.clear()  # as if the rule had never reached the backend
+    await agent.resync()
+    assert rules.rules == {rule(61000)}
+    assert rules.repairs == 1
+
+
+def claiming(name: str, ip: str, created: str, port: int = 61003) -> dict[str, Any]:
+    """A pod whose (stale) annotation claims ``port``, created at ``created``."""
+    value = json.dumps([{"podPort": 8080, "nodeIP": "198.18.0.1", "nodePort": port,
+                         "protocol": "tcp", "ipFamily": "IPv4"}])
+    obj = pod_obj(name, ip=ip, annotations={ANN: value})
+    obj["metadata"]["creationTimestamp"] = created
+    return obj
+
+
+async def test_restore_conflict_prefers_the_mapping_in_the_kernel(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Two pods claiming one port: the one the kernel routes to keeps it, the other moves."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", claiming("p1", "198.18.1.2", "2026-01-01T00:00:00Z"))  # older, listed first
+    emu.put("pods", claiming("p2", "198.18.2.2", "2026-01-02T00:00:00Z"))
+    rules = FakeRules()
+    rules.kernel = {("tcp", 61003): rule(61003, "198.18.2.2")}
+    await start_agent(rules=rules)
+    assert rules.syncs[0] == {rule(61003, "198.18.2.2")}
+    await eventually(lambda: ann(emu, "p1")[0]["nodePort"] != 61003)  # type: ignore[index]
+    assert ann(emu, "p2")[0]["nodePort"] == 61003  # type: ignore[index]
+
+
+async def test_restore_conflict_without_kernel_state_prefers_the_oldest_pod(
+        emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Two pods claiming one port, none in the kernel: the oldest pod keeps it."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    emu.put("pods", claiming("young", "198.18.2.2", "2026-01-02T00:00:00Z"))  # listed first
+    emu.put("pods", claiming("old", "198.18.1.2", "2026-01-01T00:00:00Z"))
+    rules = FakeRules()
+    await start_agent(rules=rules)
+    assert rules.syncs[0] == {rule(61003, "198.18.1.2")}
+    await eventually(lambda: ann(emu, "young")[0]["nodePort"] != 61003)  # type: ignore[index]
+    assert ann(emu, "old")[0]["nodePort"] == 61003  # type: ignore[index]
+
+
+class BrokenRules(FakeRules):
+    """A backend whose drift check fails the way a missing tool used to (FileNotFoundError)."""
+
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
+        raise FileNotFoundError(2, "No such file or directory", "nft")
+
+
+async def test_resync_failure_is_logged_not_fatal(emu: KubeEmulator,
+                                                  start_agent: StartAgent) -> None:
+    """A resync whose backend raises an OS error is counted and the agent keeps running."""
+    emu.put("nodes", node_obj())
+    agent = await start_agent(rules=BrokenRules())
+    await agent.resync()
+    assert agent.metrics.errors.labels(stage="resync")._value.get() == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from builders import eventually, node_obj, pod_obj, service_obj
+from builders import eventually, node_obj, pod_obj, service_obj, settled
 from harness import StartAgent
 from kubeemu import KubeEmulator
 from netlab import CLIENT_IP, NODE_IP, POD_IPS, Lab, netns_unavailable, sh
@@ -115,11 +115,76 @@ async def test_incremental_changes_repair_and_cleanup(lab: Lab, kind: str) -> No
         assert await rules.installed() == {to("pod2", 61000)}
         hand_delete(lab, kind, to("pod2", 61000))
         assert lab.ask("tcp", NODE_IP, 61000) is None
-        assert await rules.repair() is True
-        assert await rules.repair() is False
+        assert await rules.repair(lambda: [to("pod2", 61000)]) is True
+        assert await rules.repair(lambda: [to("pod2", 61000)]) is False
         reply = lab.ask("tcp", NODE_IP, 61000)
         assert reply is not None
         assert reply.startswith("pod2 ")
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_node_loopback_is_not_dnated(lab: Lab, kind: str) -> None:
+    """From the node, 127.0.0.1:port stays local (a service there answers); NodeIP:port DNATs."""
+    lab.serve("node", "tcp", 61000, ns=lab.node)
+    rules = backend(kind, lab.node)
+    try:
+        await rules.sync([to("pod1", 61000)])
+        reply = lab.ask("tcp", "127.0.0.1", 61000, ns=lab.node)
+        assert reply is not None
+        assert reply.startswith("node 127.0.0.1:")
+        reply = lab.ask("tcp", NODE_IP, 61000, ns=lab.node)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
+@pytest.mark.skipif(shutil.which("iptables-restore") is None,
+                    reason="iptables-restore is not installed")
+async def test_iptables_duplicate_jumps_are_repaired_and_cleaned_up(lab: Lab) -> None:
+    """A second copy of a jump (two agents overlapped) is repaired to one; cleanup leaves none."""
+    rules = backend("iptables", lab.node)
+    try:
+        await rules.sync([to("pod1", 61000)])
+        sh("iptables", "-t", "nat", "-A", "PREROUTING", "-m", "addrtype", "--dst-type", "LOCAL",
+           "-j", "PODWAY-NPL", ns=lab.node)
+        assert await rules.installed() is None  # not exactly our hooks
+        assert await rules.repair(lambda: [to("pod1", 61000)]) is True
+        assert await rules.installed() == {to("pod1", 61000)}
+        sh("iptables", "-t", "nat", "-A", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL",
+           "-j", "PODWAY-NPL", ns=lab.node)
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
+@pytest.mark.skipif(shutil.which("conntrack") is None, reason="conntrack is not installed")
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_udp_flow_follows_a_repointed_mapping(lab: Lab, kind: str) -> None:
+    """A UDP client on a fixed source port reaches the new pod as soon as its mapping moves."""
+    rules = backend(kind, lab.node)
+    try:
+        await rules.sync([to("pod1", 61000, "udp", 5353)])
+        reply = lab.ask("udp", NODE_IP, 61000, sport=40000)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
+        # Same flow again: without forgetting it, conntrack would keep sending it to pod1.
+        await rules.apply(add=[to("pod2", 61000, "udp", 5353)], remove=[])
+        reply = lab.ask("udp", NODE_IP, 61000, sport=40000)
+        assert reply is not None
+        assert reply.startswith("pod2 ")
+        # A full sync that moves it back forgets the flow too.
+        await rules.sync([to("pod1", 61000, "udp", 5353)])
+        reply = lab.ask("udp", NODE_IP, 61000, sport=40000)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
     finally:
         await rules.cleanup()
         rules.close()
@@ -177,7 +242,7 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
     try:
         again = await start_agent(rules=rules2, opener=opener2,
                                   port_range="61000-61010", resync=0.2)
-        await eventually(lambda: len(again.queue) == 0)
+        await settled(again)
         assert ports() == first
         for name, port in first.items():
             reply = await asyncio.to_thread(lab.ask, "tcp", NODE_IP, port)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -40,7 +41,7 @@ log = logging.getLogger("podway.agent")
 class AgentSettings:
     node_name: str  # the Node this agent serves (its pods only)
     port_range: PortRange  # node ports handed out, inclusive
-    node_ip: str | None = None  # annotation nodeIP; default: Node ExternalIP, else InternalIP
+    node_ip: str | None = None  # annotation nodeIP; default: Node InternalIP, else ExternalIP
     resync_seconds: float = 30.0  # kernel drift check + full re-queue period
     workers: int = 4  # concurrent pod reconciles
     watch_timeout: int = 300  # server-side watch timeout (s); the watch resumes after it
@@ -95,17 +96,32 @@ class Agent:
             self.table.release_all()
 
     async def restore(self) -> None:
-        """Rebuild the port table from the annotations, then one bulk rules sync."""
-        kept = 0
+        """Rebuild the port table from the annotations, then one bulk rules sync.
+
+        Stale annotations may claim one port for two pods. The mapping the kernel carries now
+        wins (traffic already flows that way), else the oldest pod's; the loser's reconcile
+        gives it a new port.
+        """
+        try:
+            in_kernel = await self.rules.installed() or set()
+        except RulesError as exc:
+            log.warning("event=restore-read-failed error=%s", exc)
+            in_kernel = set()
+        claims: list[tuple[bool, float, Entry]] = []
         for key, pod in self.pods.items():
             ip = reconcile.pod_ipv4(pod)
             if ip is None or not reconcile.pod_active(pod, node_name=self.settings.node_name):
                 continue
+            created = pod.metadata.creation_timestamp
+            age = created.timestamp() if created is not None else math.inf
             entries, _ = annotation.decode(pod.metadata.annotations.get(annotation.ANNOTATION))
-            for item in sorted(entries):
-                kept += self.table.restore(Entry(pod=key, pod_ip=ip, pod_port=item.pod_port,
-                                                 protocol=item.protocol,
-                                                 node_port=item.node_port))
+            for item in entries:
+                entry = Entry(pod=key, pod_ip=ip, pod_port=item.pod_port,
+                              protocol=item.protocol, node_port=item.node_port)
+                claims.append((entry.rule not in in_kernel, age, entry))
+        kept = 0
+        for _, _, entry in sorted(claims, key=lambda c: (c[0], c[1], c[2].pod, c[2].rule)):
+            kept += self.table.restore(entry)
         await self.rules.sync(entry.rule for entry in self.table)
         log.info("event=restored mappings=%d pods=%d", kept, len(self.pods))
         self._update_gauges()
@@ -141,10 +157,12 @@ class Agent:
 
     async def resync(self) -> None:
         try:
-            if await self.rules.repair():
+            # The port table is the source of truth, not what the backend last heard.
+            if await self.rules.repair(lambda: [entry.rule for entry in self.table]):
                 self.metrics.drift_repairs.inc()
                 log.warning("event=rules-drift action=repaired backend=%s", self.rules.name)
-        except RulesError as exc:
+        except (RulesError, OSError) as exc:
+            # Logged and retried next period: a resync failure must not stop the agent.
             self.metrics.errors.labels(stage="resync").inc()
             log.error("event=resync-failed error=%s", exc)
         for key in list(self.pods):
@@ -168,17 +186,30 @@ class Agent:
         decided = reconcile.plan(current=self.table.entries(key), wanted=wanted, pod_ip=ip)
 
         add: list[Rule] = []
-        for entry in decided.readdress:
-            add.append(self.table.set_ip(entry, ip or entry.pod_ip).rule)
+        allocated: list[Entry] = []
+        readdressed: list[Entry] = []
         exhausted = False
-        for target in decided.allocate:
-            new = self.table.allocate(pod=key, pod_ip=ip or "", pod_port=target.pod_port,
-                                      protocol=target.protocol)
-            if new is None:
-                exhausted = True
-            else:
-                add.append(new.rule)
-        await self.rules.apply(add=add, remove=[entry.rule for entry in decided.release])
+        try:
+            for entry in decided.readdress:
+                readdressed.append(entry)
+                add.append(self.table.set_ip(entry, ip or entry.pod_ip).rule)
+            for target in decided.allocate:
+                new = self.table.allocate(pod=key, pod_ip=ip or "", pod_port=target.pod_port,
+                                          protocol=target.protocol)
+                if new is None:
+                    exhausted = True
+                else:
+                    allocated.append(new)
+                    add.append(new.rule)
+            await self.rules.apply(add=add, remove=[entry.rule for entry in decided.release])
+        except BaseException:
+            # The table feeds the annotation: an entry whose rule never reached the backend
+            # would publish a port that leads nowhere. Undo this reconcile; the retry redoes it.
+            for entry in allocated:
+                self.table.release(entry)
+            for entry in readdressed:
+                self.table.set_ip(entry, entry.pod_ip)
+            raise
         for entry in decided.release:
             self.table.release(entry)
         self._update_gauges()

@@ -3,8 +3,9 @@
 The informer keeps the raw objects it has seen so a re-list (after ``410 Gone`` or any watch
 failure) can report deletions that happened while it was not watching. Watches run with a
 server-side timeout and resume from the last resourceVersion (a client-side read timeout a bit
-longer catches dead connections); errors re-list after a capped backoff. The handler must be
-cheap and synchronous: the agent's only enqueue keys.
+longer catches dead connections); errors re-list after an exponential backoff (capped at 30 s)
+that only resets once a watch proved healthy (delivered an event or stayed up a while). The
+handler must be cheap and synchronous: the agent's only enqueue keys.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ Raw = dict[str, Any]
 Handler = Callable[[str, Raw], None]
 
 
+HEALTHY_AFTER = 10.0  # seconds a watch must stay up (without events) to count as healthy
+BACKOFF_BASE = 0.2  # seconds before the first retry
+BACKOFF_CAP = 30.0  # longest wait between retries
+
+
+def backoff_delay(failures: int) -> float:
+    """Seconds to wait after ``failures`` unhealthy attempts in a row: doubling, capped."""
+    return float(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(max(failures - 1, 0), 16)))
+
+
 def raw_key(raw: Raw) -> tuple[str, str]:
     meta = raw.get("metadata", {})
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
@@ -31,36 +42,62 @@ def raw_key(raw: Raw) -> tuple[str, str]:
 
 class Informer:
     def __init__(self, *, name: str, lister: Callable[..., Awaitable[Any]],
-                 params: dict[str, Any], handler: Handler, watch_timeout: int = 300) -> None:
+                 params: dict[str, Any], handler: Handler, watch_timeout: int = 300,
+                 healthy_after: float = HEALTHY_AFTER,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.name = name
         self._lister = lister
         self._params = params
         self._handler = handler
         self._timeout = watch_timeout
+        # A quiet watch that lives until its server-side timeout is healthy too.
+        self._healthy_after = min(healthy_after, watch_timeout / 2)
+        self._sleep = sleep
         self._known: dict[tuple[str, str], Raw] = {}
+        self._progress = False  # the current watch delivered something (bookmarks count)
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
+        # ``failures`` counts attempts since the last *healthy* watch (one that delivered an
+        # event or stayed up ``healthy_after`` seconds): a successful re-list alone proves
+        # nothing, else a watch that always fails would re-list every few hundred ms forever.
+        loop = asyncio.get_running_loop()
         failures = 0
         while True:
+            began: float | None = None
+            gone = False
             try:
                 version = await self._relist()
                 self.ready.set()
-                failures = 0
                 while True:
+                    began, self._progress = loop.time(), False
                     version = await self._watch(version)
+                    if self._progress or loop.time() - began >= self._healthy_after:
+                        failures = 0
+                        continue
+                    # Ended at once with nothing (a proxy closing watches): do not spin.
+                    failures += 1
+                    delay = backoff_delay(failures)
+                    log.warning("informer=%s event=watch-ended-early retry_in=%.1fs",
+                                self.name, delay)
+                    await self._sleep(delay)
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
-                if exc.status == 410:
-                    log.info("informer=%s event=gone action=relist", self.name)
-                    continue
-                failures += 1
-                log.warning("informer=%s error=%s status=%s", self.name, exc.reason, exc.status)
+                gone = exc.status == 410
+                if not gone:
+                    log.warning("informer=%s error=%s status=%s", self.name, exc.reason,
+                                exc.status)
             except Exception as exc:
-                failures += 1
                 log.warning("informer=%s error=%r", self.name, exc)
-            await asyncio.sleep(min(30.0, 0.2 * 2 ** min(failures, 8)))
+            if began is not None and (self._progress
+                                      or loop.time() - began >= self._healthy_after):
+                failures = 0
+            if gone and failures == 0:
+                log.info("informer=%s event=gone action=relist", self.name)
+                continue
+            failures += 1
+            await self._sleep(backoff_delay(failures))
 
     async def _relist(self) -> str:
         resp = await self._lister(**self._params, _preload_content=False,
@@ -95,6 +132,7 @@ class Informer:
                 kind = str(event["type"])
                 raw: Raw = event["raw_object"]
                 version = str(raw.get("metadata", {}).get("resourceVersion", version))
+                self._progress = True
                 if kind == "BOOKMARK":
                     continue
                 key = raw_key(raw)

@@ -52,10 +52,14 @@ def pod_ipv4(pod: Pod) -> str | None:
 
 
 def node_ip(node: Node | None, *, override: str | None = None) -> str | None:
-    """``override`` if given, else the Node's ExternalIP, else its InternalIP."""
+    """``override`` if given, else the Node's InternalIP, else its ExternalIP.
+
+    InternalIP first because Antrea writes the node's InternalIP (``pod.status.hostIP``):
+    identical annotations mean that taking a node over from Antrea rewrites nothing.
+    """
     if override:
         return override
-    return node.address("ExternalIP", "InternalIP") if node is not None else None
+    return node.address("InternalIP", "ExternalIP") if node is not None else None
 
 
 def targets(pod: Pod, services: Iterable[Service]) -> tuple[frozenset[Target], list[str]]:

@@ -68,6 +68,10 @@ class WorkQueue:
         self._timers[key] = loop.call_later(delay, self._fire, key)
         return delay
 
+    def idle(self) -> bool:
+        """Nothing queued, nothing being processed, no retry waiting: every key is settled."""
+        return not self._dirty and not self._processing and not self._timers
+
     def failures(self, key: PodKey) -> int:
         return self._failures.get(key, 0)
 

@@ -35,7 +35,7 @@ def agent(
     kubeconfig: Annotated[str | None, typer.Option(
         help="Kubeconfig file; default: in-cluster config.")] = None,
     node_ip: Annotated[str | None, typer.Option(
-        help="nodeIP written in annotations; default: Node ExternalIP, else InternalIP.")] = None,
+        help="nodeIP written in annotations; default: Node InternalIP, else ExternalIP.")] = None,
     resync: Annotated[float, typer.Option(help="Seconds between drift repairs.")] = 30.0,
     metrics_address: Annotated[str, typer.Option(
         help="host:port of /metrics and /healthz; empty to disable.")] = "0.0.0.0:9464",

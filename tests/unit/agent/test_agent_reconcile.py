@@ -124,14 +124,14 @@ def test_pod_activity_and_ip() -> None:
     assert pod_ipv4(dual) == "198.18.1.5"
 
 
-def test_node_ip_prefers_external_then_internal_then_override() -> None:
-    """nodeIP is the override, else ExternalIP, else InternalIP."""
+def test_node_ip_prefers_internal_then_external_then_override() -> None:
+    """nodeIP is the override, else InternalIP (as Antrea), else ExternalIP."""
     both = Node.model_validate({"metadata": {"name": "n1"}, "status": {"addresses": [
         {"type": "InternalIP", "address": "198.18.0.1"},
         {"type": "ExternalIP", "address": "198.19.0.1"}]}})
-    internal = Node.model_validate({"metadata": {"name": "n1"}, "status": {"addresses": [
-        {"type": "InternalIP", "address": "198.18.0.1"}]}})
-    assert node_ip(both) == "198.19.0.1"
-    assert node_ip(internal) == "198.18.0.1"
+    external = Node.model_validate({"metadata": {"name": "n1"}, "status": {"addresses": [
+        {"type": "ExternalIP", "address": "198.19.0.1"}]}})
+    assert node_ip(both) == "198.18.0.1"
+    assert node_ip(external) == "198.19.0.1"
     assert node_ip(both, override="198.18.9.9") == "198.18.9.9"
     assert node_ip(None) is None

@@ -43,3 +43,20 @@ async def test_retry_later_requeues_after_delay_and_forget_resets() -> None:
     queue.forget(A)
     assert queue.failures(A) == 0
     queue.close()
+
+
+async def test_idle_only_when_nothing_is_queued_in_flight_or_due_to_retry() -> None:
+    """idle() is false while a key is queued, being processed, or waiting for its retry."""
+    queue = WorkQueue(backoff=Backoff(base=0.01))
+    assert queue.idle()
+    queue.add(A)
+    assert not queue.idle()
+    assert await queue.get() == A
+    assert len(queue) == 0
+    assert not queue.idle()  # empty queue, but A is in flight
+    queue.retry_later(A)
+    queue.done(A)
+    assert not queue.idle()  # A's retry is pending
+    assert await asyncio.wait_for(queue.get(), 1) == A
+    queue.done(A)
+    assert queue.idle()

@@ -5,22 +5,32 @@ in batches: one process per full sync and one per incremental change, never one 
 Payload text comes from pure functions in each backend module so tests assert it exactly.
 
 If an incremental change fails (someone edited the kernel under us), the backend falls back to
-a full, atomic sync of ``desired``. ``repair`` reads the kernel back and re-syncs on any drift;
-the controller calls it periodically.
+a full, atomic sync of ``desired``. If that fails too, the change is dropped from ``desired``
+and the kernel is marked unknown, so the retry writes everything instead of finding nothing to
+do. ``repair`` takes the rule set from the caller's source of truth (the controller's port
+table), reads the kernel back and re-syncs on any difference; the controller calls it
+periodically. After a rule is removed or re-pointed, its stale UDP
+conntrack entries are deleted (``conntrack.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+import shutil
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from podway.agent.rules.conntrack import Conntrack
 from podway.agent.types import L4, Rule
 from podway.errors import PodwayError
 
 
 class RulesError(PodwayError):
     """A kernel rule command failed."""
+
+
+class CommandMissing(RulesError):
+    """A tool the backend needs is not installed (say ``nft`` next to libnftables)."""
 
 
 class Rules(Protocol):
@@ -34,11 +44,15 @@ class Rules(Protocol):
     async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         """Incremental change; ``remove`` is applied before ``add``."""
 
-    async def repair(self) -> bool:
-        """Re-sync if the kernel drifted from what we installed; True if it had."""
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
+        """Make the kernel hold exactly ``want()`` (called under the backend's lock, so it sees
+        the caller's state after any change in flight); True if anything had to be rewritten."""
 
     async def cleanup(self) -> None:
         """Remove everything this backend ever installed."""
+
+    async def installed(self) -> set[Rule] | None:
+        """The rules in the kernel now, or None when the hooks into them are incomplete."""
 
     def close(self) -> None:
         """Release process resources (threads, library handles); kernel rules stay."""
@@ -55,10 +69,20 @@ class CommandRunner:
         return [*prefix, *args]
 
     async def run(self, *args: str, stdin: str = "") -> str:
+        """``args``' output; every failure, a missing tool included, is a ``RulesError`` (callers
+        handle that one type; a stray ``FileNotFoundError`` would crash the agent's loops)."""
+        # Checked here too because under ``ip netns exec`` a missing tool is just exit 255.
+        if shutil.which(args[0]) is None:
+            raise CommandMissing(f"{args[0]} is not installed (not found on PATH)")
         argv = self.argv(*args)
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+        except FileNotFoundError as exc:
+            raise CommandMissing(f"{argv[0]} is not installed: {exc}") from exc
+        except OSError as exc:
+            raise RulesError(f"{' '.join(argv)} could not start: {exc}") from exc
         out, err = await proc.communicate(stdin.encode())
         if proc.returncode != 0:
             raise RulesError(f"{' '.join(argv)} exited {proc.returncode}: "
@@ -71,18 +95,26 @@ class KernelRules:
 
     name = "kernel"
 
-    def __init__(self, *, runner: CommandRunner) -> None:
+    def __init__(self, *, runner: CommandRunner, conntrack: Conntrack | None = None) -> None:
         self.runner = runner
+        self.conntrack = conntrack or Conntrack(runner=runner)
         self.desired: dict[tuple[L4, int], Rule] = {}
+        # After a failed write nobody knows what the kernel holds: the next change (or repair)
+        # must write everything, not a delta computed against a state that may not exist.
+        self.kernel_unknown = False
         self._lock = asyncio.Lock()
 
     async def sync(self, rules: Iterable[Rule]) -> None:
         async with self._lock:
+            before = set(self.desired.values())
             self.desired = {rule.key: rule for rule in rules}
-            await self._sync_locked()
+            await self._full_sync_locked()
+            gone = before - set(self.desired.values())
+        await self.conntrack.forget(gone)
 
     async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         async with self._lock:
+            previous = dict(self.desired)
             remove = [r for r in remove if self.desired.get(r.key) == r]
             for rule in remove:
                 del self.desired[rule.key]
@@ -91,19 +123,43 @@ class KernelRules:
             remove += [self.desired[r.key] for r in add if r.key in self.desired]
             for rule in add:
                 self.desired[rule.key] = rule
-            if not add and not remove:
+            if not add and not remove and not self.kernel_unknown:
                 return
             try:
-                await self._apply_locked(add=add, remove=remove)
-            except RulesError:
-                await self._sync_locked()
+                if self.kernel_unknown:
+                    await self._full_sync_locked()
+                else:
+                    try:
+                        await self._apply_locked(add=add, remove=remove)
+                    except RulesError:
+                        await self._full_sync_locked()
+            except BaseException:
+                # Nothing of this change is known to be in the kernel: forget it, so a retry of
+                # the same change is not mistaken for a no-op.
+                self.desired = previous
+                raise
+        # Removed and replaced rules: their UDP flows must not stick to the old pod.
+        await self.conntrack.forget(remove)
 
-    async def repair(self) -> bool:
+    async def repair(self, want: Callable[[], Iterable[Rule]]) -> bool:
         async with self._lock:
+            before = set(self.desired.values())
+            self.desired = {rule.key: rule for rule in want()}
             if await self._in_kernel() == set(self.desired.values()):
+                self.kernel_unknown = False
                 return False
+            await self._full_sync_locked()
+            gone = before - set(self.desired.values())
+        await self.conntrack.forget(gone)
+        return True
+
+    async def _full_sync_locked(self) -> None:
+        try:
             await self._sync_locked()
-            return True
+        except BaseException:
+            self.kernel_unknown = True
+            raise
+        self.kernel_unknown = False
 
     async def cleanup(self) -> None:
         async with self._lock:

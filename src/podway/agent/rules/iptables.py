@@ -10,14 +10,18 @@ written exactly as ``iptables-save`` prints them, so reading back is a set compa
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from podway.agent.rules.base import KernelRules
 from podway.agent.types import Rule
 
 CHAIN = "PODWAY-NPL"
-JUMPS = tuple(f"-A {hook} -m addrtype --dst-type LOCAL -j {CHAIN}"
-              for hook in ("PREROUTING", "OUTPUT"))
+# OUTPUT skips 127.0.0.0/8: a loopback-sourced packet DNATed to a pod is dropped (it would hang).
+JUMPS = (f"-A PREROUTING -m addrtype --dst-type LOCAL -j {CHAIN}",
+         f"-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j {CHAIN}")
+# Any jump into our chain from the two hooks, ours or not exactly ours (older versions, copies).
+_JUMP = re.compile(rf"^-A (?:PREROUTING|OUTPUT) .*-j {CHAIN}$")
 _RULE = re.compile(rf"^-A {CHAIN} -p (tcp|udp) -m (?:tcp|udp) --dport (\d+) "
                    r"-j DNAT --to-destination ([0-9.]+):(\d+)$")
 
@@ -27,10 +31,21 @@ def rule_line(rule: Rule, op: str = "-A") -> str:
             f"-j DNAT --to-destination {rule.pod_ip}:{rule.pod_port}")
 
 
+def _unhook(jump: str, times: int) -> list[str]:
+    # ``-D`` with a rule spec deletes one matching copy: repeat it once per copy.
+    return [jump.replace("-A ", "-D ", 1)] * times
+
+
 def full_payload(rules: Iterable[Rule], *, present_jumps: Iterable[str] = ()) -> str:
-    """Flush-and-fill our chain; add the jumps that are not there yet."""
-    have = set(present_jumps)
+    """Flush-and-fill our chain; leave exactly one copy of each of our jumps.
+
+    ``present_jumps`` lists every jump line into our chain, once per copy (two agents that
+    overlapped leave duplicates); extra copies and jumps that are not ours exactly are deleted.
+    """
+    have = Counter(present_jumps)
     lines = ["*nat", f":{CHAIN} - [0:0]"]
+    for jump, count in sorted(have.items()):
+        lines += _unhook(jump, count - (1 if jump in JUMPS else 0))
     lines += [jump for jump in JUMPS if jump not in have]
     lines += [rule_line(rule) for rule in sorted(rules)]
     lines.append("COMMIT")
@@ -46,9 +61,10 @@ def delta_payload(*, add: Sequence[Rule], remove: Sequence[Rule]) -> str:
 
 
 def cleanup_payload(*, present_jumps: Iterable[str], chain_exists: bool) -> str:
-    have = set(present_jumps)
+    """Delete every copy of every jump into our chain, then the chain."""
     lines = ["*nat"]
-    lines += [jump.replace("-A ", "-D ", 1) for jump in JUMPS if jump in have]
+    for jump in present_jumps:
+        lines += _unhook(jump, 1)
     if chain_exists:
         lines += [f":{CHAIN} - [0:0]", f"-X {CHAIN}"]
     if len(lines) == 1:
@@ -57,16 +73,17 @@ def cleanup_payload(*, present_jumps: Iterable[str], chain_exists: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse_save(text: str) -> tuple[set[Rule], set[str], bool]:
-    """From ``iptables-save -t nat``: our rules, our jumps present, whether our chain exists."""
+def parse_save(text: str) -> tuple[set[Rule], list[str], bool]:
+    """From ``iptables-save -t nat``: our rules, every jump line into our chain (once per copy,
+    in order), whether our chain exists."""
     rules: set[Rule] = set()
-    jumps: set[str] = set()
+    jumps: list[str] = []
     exists = False
     for line in text.splitlines():
         if line.startswith(f":{CHAIN} "):
             exists = True
-        elif line in JUMPS:
-            jumps.add(line)
+        elif _JUMP.match(line):
+            jumps.append(line)
         elif match := _RULE.match(line):
             proto, node_port, ip, port = match.groups()
             rules.add(Rule(protocol="tcp" if proto == "tcp" else "udp",
@@ -77,7 +94,7 @@ def parse_save(text: str) -> tuple[set[Rule], set[str], bool]:
 class IptablesRules(KernelRules):
     name = "iptables"
 
-    async def _save(self) -> tuple[set[Rule], set[str], bool]:
+    async def _save(self) -> tuple[set[Rule], list[str], bool]:
         return parse_save(await self.runner.run("iptables-save", "-t", "nat"))
 
     async def _restore(self, payload: str) -> None:
@@ -97,6 +114,6 @@ class IptablesRules(KernelRules):
 
     async def _read(self) -> set[Rule] | None:
         rules, jumps, exists = await self._save()
-        if not exists or jumps != set(JUMPS):
+        if not exists or Counter(jumps) != Counter(JUMPS):  # a missing or an extra copy
             return None
         return rules

@@ -3,7 +3,7 @@
     map npl_tcp { type inet_service : ipv4_addr . inet_service }   # node port → pod ip . port
     chain prerouting { type nat hook prerouting priority -100; fib daddr type local
                        dnat ip to tcp dport map @npl_tcp; ... }
-    chain output { same, hook output }   # the node itself reaching NodeIP:port
+    chain output { same, hook output, and ip daddr != 127.0.0.0/8 }   # the node itself
 
 One map lookup per packet whatever the number of mappings; a full sync replaces the whole
 table in one ``nft -f -`` transaction (atomic: no packet sees a half-built table); a change is
@@ -17,7 +17,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podway.agent.rules.base import CommandRunner, KernelRules, RulesError
+from podway.agent.rules.base import CommandMissing, CommandRunner, KernelRules, RulesError
+from podway.agent.rules.conntrack import Conntrack
 from podway.agent.rules.libnft import LibNftables
 from podway.agent.types import L4, PROTOCOLS, Rule
 
@@ -42,8 +43,12 @@ def full_payload(rules: Iterable[Rule]) -> str:
         lines.append(f"  map npl_{proto} {{ type inet_service : ipv4_addr . inet_service;{body} }}")
     for hook in HOOKS:
         lines.append(f"  chain {hook} {{ type nat hook {hook} priority -100; policy accept;")
+        # From the node itself, 127.0.0.0/8 is "local" too, but a packet DNATed to a pod keeps
+        # its loopback source and is dropped on the way out: the client would hang.
+        match = "ip daddr != 127.0.0.0/8 " if hook == "output" else ""
         for proto in PROTOCOLS:
-            lines.append(f"    fib daddr type local dnat ip to {proto} dport map @npl_{proto}")
+            lines.append(f"    {match}fib daddr type local dnat ip to {proto} dport map "
+                         f"@npl_{proto}")
         lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -101,8 +106,9 @@ class NftablesRules(KernelRules):
 
     name = "nftables"
 
-    def __init__(self, *, runner: CommandRunner, lib: LibNftables | None = None) -> None:
-        super().__init__(runner=runner)
+    def __init__(self, *, runner: CommandRunner, lib: LibNftables | None = None,
+                 conntrack: Conntrack | None = None) -> None:
+        super().__init__(runner=runner, conntrack=conntrack)
         self.lib = lib
 
     async def _write(self, payload: str) -> None:
@@ -128,6 +134,8 @@ class NftablesRules(KernelRules):
     async def _read(self) -> set[Rule] | None:
         try:
             text = await self.runner.run("nft", "-j", "list", "table", "ip", TABLE)
+        except CommandMissing:
+            raise  # not "no table": repairing could not help, say why instead
         except RulesError:
             return None  # no table at all
         return parse_listing(text)

@@ -1,0 +1,115 @@
+"""Informer retry policy: exponential backoff that resets only after a healthy watch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from podway.agent.informer import BACKOFF_CAP, Informer, backoff_delay
+
+POD = {"metadata": {"namespace": "default", "name": "p1", "resourceVersion": "7"}}
+
+
+class FakeContent:
+    def __init__(self, lines: list[bytes | Exception]) -> None:
+        self.lines = lines
+
+    async def readline(self) -> bytes:
+        item = self.lines.pop(0) if self.lines else b""
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+
+class FakeResponse:
+    """Just what the informer's list and kubernetes-asyncio's watch read from a response."""
+
+    def __init__(self, *, body: dict[str, Any] | None = None,
+                 lines: list[bytes | Exception] | None = None) -> None:
+        self.status = 200
+        self.body = body or {}
+        self.content = FakeContent(lines or [])
+
+    async def json(self, content_type: str | None = None) -> dict[str, Any]:
+        return self.body
+
+    async def text(self) -> str:
+        return ""
+
+    def release(self) -> None:
+        """Nothing to release."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+Watch = Callable[[int], FakeResponse]
+
+
+def lister(watch: Watch, *, stop_after: int = 12) -> Callable[..., Any]:
+    """Lists always succeed; the n-th watch call returns ``watch(n)``; then the test ends."""
+    calls = {"watch": 0}
+
+    async def call(**kwargs: Any) -> FakeResponse:
+        if not kwargs.get("watch"):
+            return FakeResponse(body={"items": [], "metadata": {"resourceVersion": "5"}})
+        calls["watch"] += 1
+        if calls["watch"] > stop_after:
+            raise asyncio.CancelledError
+        return watch(calls["watch"])
+
+    return call
+
+
+async def run_informer(watch: Watch, *, stop_after: int = 12) -> list[float]:
+    delays: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        delays.append(delay)
+
+    informer = Informer(name="pods", lister=lister(watch, stop_after=stop_after), params={},
+                        handler=lambda kind, raw: None, watch_timeout=300, sleep=sleep)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(informer.run(), 10)
+    return delays
+
+
+def failing(n: int) -> FakeResponse:
+    raise ApiException(status=500, reason="watch refused")
+
+
+def event_then_error(n: int) -> FakeResponse:
+    line = json.dumps({"type": "MODIFIED", "object": POD}).encode() + b"\n"
+    return FakeResponse(lines=[line, aiohttp.ClientPayloadError("cut")])
+
+
+def test_backoff_delay_doubles_and_caps() -> None:
+    """Delays double from 0.2 s and never exceed the cap, even after very many failures."""
+    assert [backoff_delay(n) for n in (1, 2, 3, 4)] == [0.2, 0.4, 0.8, 1.6]
+    assert backoff_delay(10_000) == BACKOFF_CAP == 30.0
+
+
+async def test_watch_that_always_fails_backs_off_despite_successful_relists() -> None:
+    """A successful re-list does not reset the backoff: a failing watch waits longer each time."""
+    delays = await run_informer(failing)
+    assert delays == [backoff_delay(n) for n in range(1, 13)]
+    assert delays[-1] == BACKOFF_CAP
+
+
+async def test_watch_that_delivered_an_event_resets_the_backoff() -> None:
+    """After a watch delivered an event, its failure starts the backoff from the base again."""
+    delays = await run_informer(lambda n: event_then_error(n) if n == 3 else failing(n),
+                                stop_after=4)
+    assert delays == [0.2, 0.4, 0.2, 0.4]
+
+
+async def test_watch_that_ends_at_once_does_not_spin() -> None:
+    """A watch closed immediately without events (say by a proxy) waits before the next one."""
+    delays = await run_informer(lambda n: FakeResponse(lines=[b""]), stop_after=4)
+    assert delays == [0.2, 0.4, 0.8, 1.6]
