@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import re
 
-from podway.ir import PathKind, WeightedPool, WildcardMode
+import pytest
+
+from podway.ir import (
+    Forward,
+    PathKind,
+    PathMatch,
+    Redirect,
+    Route,
+    RouteMatch,
+    URLRewrite,
+    WeightedPool,
+    WildcardMode,
+)
 from podway.xds.build.routes import route_configuration
 
-from .helpers import http_listener, route, vhost
+from .helpers import ORIGIN, http_listener, route, vhost
 
 
 def _routes(*vhosts):  # type: ignore[no-untyped-def]
@@ -102,3 +114,48 @@ def test_request_and_backend_timeouts() -> None:
     assert second.route.retry_policy.per_try_timeout.seconds == 30
     assert not plain.route.HasField("timeout")
     assert not plain.route.HasField("retry_policy")
+
+
+# HTTPPathModifier.ReplacePrefixMatch, as the Gateway API specification tabulates it.
+SPEC_PREFIX_TABLE = [
+    ("/foo/bar", "/foo", "/xyz", "/xyz/bar"),
+    ("/foo/bar", "/foo", "/xyz/", "/xyz/bar"),
+    ("/foo/bar", "/foo/", "/xyz", "/xyz/bar"),
+    ("/foo/bar", "/foo/", "/xyz/", "/xyz/bar"),
+    ("/foo", "/foo", "/xyz", "/xyz"),
+    ("/foo/", "/foo", "/xyz", "/xyz/"),
+    ("/foo/bar", "/foo", "", "/bar"),
+    ("/foo/", "/foo", "", "/"),
+    ("/foo", "/foo", "", "/"),
+    ("/foo/", "/foo", "/", "/"),
+    ("/foo", "/foo", "/", "/"),
+    ("/bar", "/", "/xyz", "/xyz/bar"),
+    ("/a.b/c", "/a.b", "/x", "/x/c"),
+]
+
+
+def _apply(pattern: str, substitution: str, path: str) -> str:
+    # The patterns used are in the RE2 ∩ Python re subset; both substitute "" for a group
+    # that did not take part.
+    return re.sub(pattern, substitution, path, count=1)
+
+
+@pytest.mark.parametrize(("path", "prefix", "replacement", "expected"), SPEC_PREFIX_TABLE)
+def test_replace_prefix_match_rewrites_whole_path_elements(
+        path: str, prefix: str, replacement: str, expected: str) -> None:
+    """URLRewrite.prefix gives the spec's path for each row of the ReplacePrefixMatch table."""
+    r = Route(name="r", match=RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value=prefix)),
+              action=Forward(backends=(WeightedPool(pool="p"),)),
+              filters=(URLRewrite(prefix=replacement),), origin=ORIGIN)
+    rewrite = _routes(vhost("a.com", r)).virtual_hosts[0].routes[0].route.regex_rewrite
+    assert _apply(rewrite.pattern.regex, rewrite.substitution, path) == expected
+
+
+@pytest.mark.parametrize(("path", "prefix", "replacement", "expected"), SPEC_PREFIX_TABLE)
+def test_redirect_prefix_rewrites_whole_path_elements(
+        path: str, prefix: str, replacement: str, expected: str) -> None:
+    """Redirect.prefix gives the spec's Location path for each row of the table."""
+    r = Route(name="r", match=RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value=prefix)),
+              action=Redirect(prefix=replacement), origin=ORIGIN)
+    rewrite = _routes(vhost("a.com", r)).virtual_hosts[0].routes[0].redirect.regex_rewrite
+    assert _apply(rewrite.pattern.regex, rewrite.substitution, path) == expected

@@ -109,7 +109,7 @@ def _routes(route: Route, persistence: PersistenceByPool, *,
         return [out]
     if isinstance(action, Redirect):
         out = _base(route, match)
-        _redirect(out.redirect, action)
+        _redirect(out.redirect, action, route.match)
         return [out]
     return _forward(route, action, match, persistence)
 
@@ -219,7 +219,7 @@ def _string(kind: StringMatchKind, value: str) -> string_pb2.StringMatcher:
     return string_pb2.StringMatcher(exact=value)
 
 
-def _redirect(out: rc.RedirectAction, action: Redirect) -> None:
+def _redirect(out: rc.RedirectAction, action: Redirect, match: RouteMatch) -> None:
     if action.scheme:
         out.scheme_redirect = action.scheme
     if action.hostname:
@@ -228,6 +228,10 @@ def _redirect(out: rc.RedirectAction, action: Redirect) -> None:
         out.port_redirect = action.port
     if action.path is not None:
         out.path_redirect = action.path
+    elif action.prefix is not None and match.path.kind is PathKind.PREFIX:
+        pattern, substitution = replace_prefix_regex(match.path.value, action.prefix)
+        out.regex_rewrite.pattern.regex = pattern
+        out.regex_rewrite.substitution = substitution
     elif action.prefix is not None:
         out.prefix_rewrite = action.prefix
     out.response_code = _REDIRECT_CODES.get(action.status_code, rc.RedirectAction.FOUND)
@@ -238,15 +242,42 @@ def _rewrite(ra: rc.RouteAction, rewrite: URLRewrite, match: RouteMatch) -> None
         ra.host_rewrite_literal = rewrite.hostname
     if rewrite.path is not None:
         ra.regex_rewrite.pattern.regex = "^.*$"
-        ra.regex_rewrite.substitution = rewrite.path
+        ra.regex_rewrite.substitution = _re2_literal_substitution(rewrite.path)
     elif rewrite.prefix is not None and match.path.kind is PathKind.PREFIX:
-        prefix = match.path.value.rstrip("/")
-        if rewrite.prefix == "/" and prefix:
-            # "/foo/bar" with prefix "/foo" replaced by "/" must give "/bar", not "//bar".
-            ra.regex_rewrite.pattern.regex = f"^{re.escape(prefix)}/*"
-            ra.regex_rewrite.substitution = "/"
-        else:
-            ra.prefix_rewrite = rewrite.prefix
+        pattern, substitution = replace_prefix_regex(match.path.value, rewrite.prefix)
+        ra.regex_rewrite.pattern.regex = pattern
+        ra.regex_rewrite.substitution = substitution
+
+
+def replace_prefix_regex(prefix: str, replacement: str) -> tuple[str, str]:
+    """RE2 pattern and substitution replacing the element-wise ``prefix`` a path matched.
+
+    Envoy's ``prefix_rewrite`` replaces characters, so ``/foo`` → ``/xyz/`` would turn
+    ``/foo/bar`` into ``/xyz//bar``. Gateway API's ReplacePrefixMatch works on path elements:
+    trailing slashes of the prefix and the replacement do not count, an empty replacement (or
+    ``/``) removes the prefix and leaves the rest starting with ``/`` (``/foo`` → ``/``), and a
+    non-empty one replaces it (``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``). The pattern
+    sees the path without its query string, which Envoy keeps.
+    """
+    p = _re2_escape(prefix.rstrip("/"))
+    r = replacement.rstrip("/")
+    if not r:
+        return f"^{p}/*(.*)$", "/\\1"
+    # An optional group that did not take part substitutes as "" in RE2 (and Python).
+    return f"^{p}(/.*)?$", _re2_literal_substitution(r) + "\\1"
+
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _re2_escape(text: str) -> str:
+    """Escape RE2 metacharacters only (Python's ``re.escape`` also escapes characters such as
+    space, which RE2 does not accept escaped)."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
+
+
+def _re2_literal_substitution(text: str) -> str:
+    return text.replace("\\", "\\\\")
 
 
 def _headers(out: rc.Route, modifier: HeaderModifier) -> None:
