@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from podway.ir import Forward, PathKind
+from podway.ir.evaluate import path_matches
 from podway.model import Snapshot
 from podway.model.gateway import LabelSelector, ReferenceGrant
-from podway.model.gateway_routes import HTTPRoute
+from podway.model.gateway_routes import GRPCRouteMatch, HTTPRoute
 from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
 from podway.translate.gateway.attach import intersect
 from podway.translate.gateway.filters import RedirectSpec, duration_ms
 from podway.translate.gateway.httproute import compile_route
+from podway.translate.gateway.matches import grpc_match
 from podway.translate.gateway.refs import ReferenceGrants, RefIssue
 
 CLASS_AND_GATEWAY = """
@@ -244,3 +246,31 @@ spec:
     assert second.ir.listeners is first.ir.listeners
     assert second.statuses == first.statuses
     assert [m.address for m in second.ir.pools["pool/default/svc/80"].members] == ["198.18.1.1"]
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ({"type": "RegularExpression", "service": "a\\.A|a\\.B", "method": "Get|Put"},
+     "/a.B/Get", True),
+    ({"type": "RegularExpression", "service": "a\\.A|a\\.B", "method": "Get|Put"},
+     "Put", False),
+    ({"type": "RegularExpression", "service": "a\\.A|a\\.B", "method": "Get|Put"},
+     "/a.A/Delete", False),
+    ({"type": "RegularExpression", "method": "Get|Put"}, "/any.Svc/Put", True),
+    ({"type": "RegularExpression", "service": "x|y"}, "/y/Any", True),
+    ({"service": ".pkg.Svc"}, "/.pkg.Svc/M", True),
+    ({"method": "Get"}, "/pkg.Svc/Get", True),
+])
+def test_grpc_method_match_paths(method: dict[str, str], path: str, expected: bool) -> None:
+    """A gRPC method match selects exactly the /service/method paths its parts describe."""
+    m = grpc_match(GRPCRouteMatch.model_validate({"method": method}))
+    assert path_matches(m.path, path) is expected
+
+
+@pytest.mark.parametrize("method", [
+    {"type": "RegularExpression"}, {"type": "Exact"}, {"service": "a..b"},
+    {"service": "pkg.Svc", "method": "a.b"},
+])
+def test_grpc_method_match_rejects_what_the_schema_rejects(method: dict[str, str]) -> None:
+    """Neither service nor method, or Exact names outside the schema's patterns, are rejected."""
+    with pytest.raises(ValueError, match="gRPC"):
+        grpc_match(GRPCRouteMatch.model_validate({"method": method}))
