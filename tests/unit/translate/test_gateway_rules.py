@@ -163,7 +163,8 @@ def test_prefix_matches_are_normalised_without_trailing_slash() -> None:
 
 
 def test_attached_routes_count_only_accepted_routes() -> None:
-    """A route whose hostnames miss the listener is not counted in attachedRoutes."""
+    """attachedRoutes counts Accepted=True routes only (gateway-api#4341): neither a route whose
+    hostnames miss the listener nor one whose rules are all invalid is counted."""
     routes = """
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -181,14 +182,24 @@ spec:
   parentRefs: [{name: gw}]
   hostnames: [a.example.org]
   rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: broken}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [b.example.com]
+  rules: [{matches: [{path: {value: no-slash}}], backendRefs: [{name: svc, port: 80}]}]
 """
     result = translate(Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects))
     gateway = next(s for r, s in result.statuses.items() if r.kind == "Gateway")
     assert gateway.listeners[0].attached_routes == 1
-    misses = next(s for r, s in result.statuses.items() if r.name == "misses")
-    accepted = misses.parents[0].conditions[0]
-    assert (accepted.type, accepted.status, accepted.reason) == (
-        "Accepted", False, "NoMatchingListenerHostname")
+    for name, reason in (("misses", "NoMatchingListenerHostname"),
+                         ("broken", "UnsupportedValue")):
+        status = next(s for r, s in result.statuses.items() if r.name == name)
+        accepted = status.parents[0].conditions[0]
+        assert (name, accepted.type, accepted.status, accepted.reason) == (
+            name, "Accepted", False, reason)
 
 
 def test_unresolved_share_keeps_its_weight_as_500() -> None:

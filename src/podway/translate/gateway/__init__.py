@@ -181,7 +181,14 @@ class GatewayTranslation:
                     message=f"Gateway {gw_ns}/{gw_name} not found", field=f"spec.parentRefs[{k}]"))
 
     def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
-        """Count the route on each listener it attaches to and hand it to the builders."""
+        """Count the route on each listener it attaches to and hand it to the builders.
+
+        ``attachedRoutes`` counts routes with ``Accepted=True`` on the listener, whatever the
+        listener's own state (ListenerStatus.AttachedRoutes since gateway-api#4341, which
+        replaced the older "count routes with Accepted=False too"). So a route is counted only
+        here, after every reason to reject it on this parent (no rule left, no hostname, a
+        TCP/UDP listener already taken) has been decided.
+        """
         counted: set[tuple[Key, str]] = set()
         for outcome in state.outcomes:
             if not outcome.accepted[0]:
