@@ -285,3 +285,25 @@ def test_grpc_method_match_rejects_what_the_schema_rejects(method: dict[str, str
     """Neither service nor method, or Exact names outside the schema's patterns, are rejected."""
     with pytest.raises(ValueError, match="gRPC"):
         grpc_match(GRPCRouteMatch.model_validate({"method": method}))
+
+
+@pytest.mark.parametrize(("request_timeout", "backend", "expected"), [
+    ("10s", "0s", (10_000, 0)),
+    ("0s", "30s", (0, 30_000)),
+    ("10s", "10s", (10_000, 10_000)),
+    ("10s", "11s", None),
+])
+def test_backend_request_timeout_may_be_zero_but_not_exceed_request(
+        request_timeout: str, backend: str, expected: tuple[int, int] | None) -> None:
+    """backendRequest "0s" (no timeout) is valid under any request timeout; only a non-zero
+    backendRequest above a non-zero request timeout rejects the rule."""
+    route = _route(f"""  - timeouts: {{request: {request_timeout}, backendRequest: {backend}}}
+    backendRefs: [{{name: svc, port: 80}}]
+""")
+    compiled = compile_route(route, lambda ref: RefIssue("BackendNotFound", "none"))
+    if expected is None:
+        assert compiled.rules_dropped == 1
+        return
+    action = compiled.matches[0].action
+    assert isinstance(action, Forward)
+    assert (action.timeout_ms, action.backend_timeout_ms) == expected

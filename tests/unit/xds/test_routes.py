@@ -116,6 +116,18 @@ def test_request_and_backend_timeouts() -> None:
     assert not plain.route.HasField("retry_policy")
 
 
+def test_zero_backend_timeout_sets_no_per_try_timeout() -> None:
+    """backend_timeout_ms 0 means none: the route keeps its request timeout, no retry policy."""
+    from dataclasses import replace
+
+    base = route("r1", "/", "p")
+    assert isinstance(base.action, Forward)
+    zero = replace(base, action=replace(base.action, timeout_ms=10_000, backend_timeout_ms=0))
+    [only] = _routes(vhost("a.com", zero)).virtual_hosts[0].routes
+    assert only.route.timeout.seconds == 10
+    assert not only.route.HasField("retry_policy")
+
+
 # HTTPPathModifier.ReplacePrefixMatch, as the Gateway API specification tabulates it.
 SPEC_PREFIX_TABLE = [
     ("/foo/bar", "/foo", "/xyz", "/xyz/bar"),

@@ -189,7 +189,9 @@ def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
         back_ms = flt.duration_ms(backend) if backend is not None else None
     except ValueError as exc:
         raise flt.FilterError("UnsupportedValue", f"timeouts: {exc}", "timeouts") from exc
-    if req_ms and back_ms is not None and (back_ms == 0 or back_ms > req_ms):
+    # The API's rule: backendRequest must not exceed a non-zero request timeout. "0s" disables
+    # a timeout, so a zero backendRequest is valid under any request timeout.
+    if req_ms and back_ms and back_ms > req_ms:
         raise flt.FilterError("UnsupportedValue",
                               "timeouts.backendRequest must not exceed timeouts.request",
                               "timeouts")

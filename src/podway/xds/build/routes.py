@@ -168,7 +168,7 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
-    if action.backend_timeout_ms is not None:
+    if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout still applies)
         ra.retry_policy.num_retries.value = 0
         ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
