@@ -307,3 +307,25 @@ def test_backend_request_timeout_may_be_zero_but_not_exceed_request(
     action = compiled.matches[0].action
     assert isinstance(action, Forward)
     assert (action.timeout_ms, action.backend_timeout_ms) == expected
+
+
+def test_equal_age_ties_break_by_namespace_slash_name() -> None:
+    """Of two equally old routes with the same match, "team-b/a" wins over "team/z" (the spec
+    orders "{namespace}/{name}" strings; comparing (namespace, name) pairs would not)."""
+    gateway = CLASS_AND_GATEWAY.replace(
+        'hostname: "*.example.com"}', 'hostname: "*.example.com", '
+        "allowedRoutes: {namespaces: {from: All}}}")
+    routes = "".join(f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "2024-01-01T00:00:00Z"}}
+spec:
+  parentRefs: [{{name: gw, namespace: default}}]
+  hostnames: [a.example.com]
+  rules: [{{matches: [{{path: {{value: /x}}}}]}}]
+""" for ns, name in (("team", "z"), ("team-b", "a")))
+    result = translate(Snapshot.of_objects(load_text(gateway + routes).objects))
+    vhost = next(v for v in result.ir.listeners[0].virtual_hosts
+                 if v.hostname == "a.example.com")
+    assert [str(r.origin) for r in vhost.routes] == ["HTTPRoute/team-b/a", "HTTPRoute/team/z"]

@@ -55,7 +55,7 @@ class PortBuilder:
     protocol: Protocol
     members: list[GwListener] = field(default_factory=list)
     hosts: dict[str, list[_Entry]] = field(default_factory=dict)
-    l4: dict[str, tuple[tuple[float, str, str], L4Route, set[str]]] = field(default_factory=dict)
+    l4: dict[str, tuple[tuple[float, str], L4Route, set[str]]] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)  # SNI hostname → route name
     shadowed: list[tuple[Route, Route, str]] = field(default_factory=list)  # (lost, won, host)
 
@@ -75,7 +75,7 @@ class PortBuilder:
             bucket = self.hosts.setdefault(host, [])
             bucket.extend(_Entry(key, route, listener_id(owner)) for key, route in routes)
 
-    def add_l4(self, *, name: str, age: tuple[float, str, str], hostnames: tuple[str, ...],
+    def add_l4(self, *, name: str, age: tuple[float, str], hostnames: tuple[str, ...],
                backends: tuple[WeightedPool, ...], origin: ObjectRef) -> list[str]:
         """Add an L4 route; returns the SNI hostnames already taken by older routes."""
         lost: list[str] = []
