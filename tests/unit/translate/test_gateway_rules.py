@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from podway.ir import Forward, PathKind
-from podway.ir.evaluate import path_matches
+from podway.ir.evaluate import Request, path_matches, select_route
 from podway.model import Snapshot
 from podway.model.gateway import LabelSelector, ReferenceGrant
 from podway.model.gateway_routes import GRPCRouteMatch, HTTPRoute
@@ -329,3 +329,28 @@ spec:
     vhost = next(v for v in result.ir.listeners[0].virtual_hosts
                  if v.hostname == "a.example.com")
     assert [str(r.origin) for r in vhost.routes] == ["HTTPRoute/team-b/a", "HTTPRoute/team/z"]
+
+
+def test_prefix_length_counts_the_trailing_slash_as_written() -> None:
+    """PathPrefix "/foo/" outranks an earlier "/foo" (more characters as written); both still
+    match "/foo" itself, element-wise."""
+    routes = """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.example.com]
+  rules:
+  - matches: [{path: {value: /foo}}]
+    backendRefs: [{name: svc, port: 80}]
+  - matches: [{path: {value: /foo/}}]
+    backendRefs: [{name: svc, port: 80}]
+"""
+    result = translate(Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects))
+    [listener] = result.ir.listeners
+    for path in ("/foo", "/foo/bar"):
+        chosen = select_route(listener, Request(host="a.example.com", path=path))
+        assert chosen is not None
+        assert (path, chosen.name) == (path, "httproute/default/r/rule/1/match/0")
