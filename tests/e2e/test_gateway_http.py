@@ -200,7 +200,8 @@ async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> 
 
 
 async def test_https_listeners_pick_certificates_by_sni(stack: Stack) -> None:
-    """HTTPS listeners sharing a port terminate TLS with their own certificate (by SNI)."""
+    """HTTPS listeners sharing a port terminate TLS with their own certificate (by SNI), and a
+    request whose Host belongs to the other listener than its SNI gets 421."""
     await backend(stack, "shop")
     await backend(stack, "blog")
     ca = trustme.CA()
@@ -234,11 +235,11 @@ stringData:
     await stack.start()
     context = ssl.create_default_context()
     ca.configure_trust(context)
-    for name in ("shop", "blog"):
-        host = f"{name}.example.com"
+
+    async def call(sni: str, host: str) -> tuple[bytes, bytes]:
         async with asyncio.timeout(5):
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
-                                                           server_hostname=host)
+                                                           server_hostname=sni)
             try:
                 writer.write(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
                              .encode())
@@ -246,8 +247,14 @@ stringData:
             finally:
                 writer.close()
         head, _, body = raw.partition(b"\r\n\r\n")
+        return head, body
+
+    for name in ("shop", "blog"):
+        head, body = await call(f"{name}.example.com", f"{name}.example.com")
         assert head.startswith(b"HTTP/1.1 200"), head
         assert json.loads(body)["name"] == f"default/{name}"
+    head, _ = await call("shop.example.com", "blog.example.com")
+    assert head.startswith(b"HTTP/1.1 421"), head
 
 
 async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(stack: Stack) -> None:

@@ -99,7 +99,8 @@ class PortBuilder:
         if self.protocol in (Protocol.HTTP, Protocol.HTTPS):
             return Listener(name=self.name, address=self.info.address, port=self.port,
                             protocol=self.protocol, virtual_hosts=self._vhosts(),
-                            certificates=self._certificates(), origins=self.origins)
+                            certificates=self._certificates(), origins=self.origins,
+                            sni_host_check=self.protocol is Protocol.HTTPS)
         routes = []
         for _age, l4, names in sorted(self.l4.values(), key=lambda t: (t[0], t[1].name)):
             hosts = () if "*" in names or self.protocol is not Protocol.TLS else tuple(

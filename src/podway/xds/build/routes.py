@@ -1,4 +1,6 @@
-"""Route configurations (RDS): one per HTTP(S) listener, named after the listener.
+"""Route configurations (RDS): one per HTTP(S) listener, named after the listener; an HTTPS
+listener with ``sni_host_check`` also has one per SNI filter chain (``<listener>/sni/<cert>``)
+in which the hosts of the other chains answer 421.
 
 Invariants the IR relies on and how they map to Envoy:
 
@@ -35,6 +37,7 @@ from podway.ir import (
     Mirror,
     PathKind,
     Persistence,
+    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -44,7 +47,9 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.translate.hosts import covers, host_order
 from podway.xds.build.common import duration
+from podway.xds.build.listeners import sni_tables
 
 _MILLION = 1_000_000
 _REDIRECT_CODES = {
@@ -58,10 +63,33 @@ _REDIRECT_CODES = {
 PersistenceByPool = Mapping[str, Persistence]
 
 
-def route_configuration(listener: Listener, *, persistence: PersistenceByPool
+def route_configurations(listener: Listener, *, persistence: PersistenceByPool
+                         ) -> list[route_pb2.RouteConfiguration]:
+    """Every route table of one HTTP(S) listener: one, or with ``sni_host_check`` one per SNI
+    filter chain (``listeners.sni_tables``) plus the default chain's (named after the
+    listener)."""
+    if not (listener.protocol is Protocol.HTTPS and listener.sni_host_check):
+        return [route_configuration(listener, persistence=persistence)]
+    tables = sni_tables(listener)
+    every = tuple(n for _, _, names in tables for n in names)
+    out = [route_configuration(listener, persistence=persistence, sni=((), every))]
+    out.extend(route_configuration(listener, persistence=persistence, name=table,
+                                   sni=(names, every)) for _, table, names in tables)
+    return out
+
+
+def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
+                        name: str | None = None,
+                        sni: tuple[tuple[str, ...], tuple[str, ...]] | None = None
                         ) -> route_pb2.RouteConfiguration:
-    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies."""
-    config = route_pb2.RouteConfiguration(name=listener.name)
+    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies.
+
+    ``sni`` = (the SNI names of the filter chain this table serves, () for the default chain;
+    every SNI name of the listener): a virtual host whose most specific covering SNI name is
+    not the chain's own answers 421 Misdirected Request — the connection was opened for
+    another listener's certificate (Gateway API: SNI and Host must match the same listener).
+    """
+    config = route_pb2.RouteConfiguration(name=name or listener.name)
     config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
     catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
     seen: set[str] = set()
@@ -70,8 +98,26 @@ def route_configuration(listener: Listener, *, persistence: PersistenceByPool
         if domain in seen:
             continue  # Envoy rejects duplicate domains; the first (higher precedence) wins
         seen.add(domain)
+        if sni is not None and _sni_owner(domain, sni[1]) not in (sni[0] or (None,)):
+            config.virtual_hosts.append(_misdirected(vhost))
+            continue
         config.virtual_hosts.append(_virtual_host(vhost, catch_all, persistence))
     return config
+
+
+def _sni_owner(host: str, names: tuple[str, ...]) -> str | None:
+    """The most specific SNI name covering ``host`` (Gateway wildcards: any depth), or None."""
+    covering = [n for n in names if covers(n, host, WildcardMode.SUFFIX)]
+    return min(covering, key=host_order) if covering else None
+
+
+def _misdirected(vhost: VirtualHost) -> rc.VirtualHost:
+    out = rc.VirtualHost(name=f"{vhost.name}/misdirected", domains=[vhost.hostname.lower()])
+    route = rc.Route(name=f"{vhost.name}/misdirected")
+    route.match.prefix = "/"
+    route.direct_response.status = 421
+    out.routes.append(route)
+    return out
 
 
 def _virtual_host(vhost: VirtualHost, catch_all: VirtualHost | None,
