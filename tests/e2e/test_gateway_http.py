@@ -200,7 +200,8 @@ async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> 
 
 
 async def test_https_listeners_pick_certificates_by_sni(stack: Stack) -> None:
-    """HTTPS listeners sharing a port terminate TLS with their own certificate (by SNI)."""
+    """HTTPS listeners sharing a port terminate TLS with their own certificate (by SNI), and a
+    request whose Host belongs to the other listener than its SNI gets 421."""
     await backend(stack, "shop")
     await backend(stack, "blog")
     ca = trustme.CA()
@@ -234,11 +235,11 @@ stringData:
     await stack.start()
     context = ssl.create_default_context()
     ca.configure_trust(context)
-    for name in ("shop", "blog"):
-        host = f"{name}.example.com"
+
+    async def call(sni: str, host: str) -> tuple[bytes, bytes]:
         async with asyncio.timeout(5):
             reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
-                                                           server_hostname=host)
+                                                           server_hostname=sni)
             try:
                 writer.write(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
                              .encode())
@@ -246,5 +247,66 @@ stringData:
             finally:
                 writer.close()
         head, _, body = raw.partition(b"\r\n\r\n")
+        return head, body
+
+    for name in ("shop", "blog"):
+        head, body = await call(f"{name}.example.com", f"{name}.example.com")
         assert head.startswith(b"HTTP/1.1 200"), head
         assert json.loads(body)["name"] == f"default/{name}"
+    head, _ = await call("shop.example.com", "blog.example.com")
+    assert head.startswith(b"HTTP/1.1 421"), head
+
+
+async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(stack: Stack) -> None:
+    """ReplacePrefixMatch (rewrite and redirect) gives the spec table's paths through Envoy."""
+    await backend(stack, "app")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+
+    def rewrite(value: str) -> str:
+        return ("{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, "
+                f'replacePrefixMatch: "{value}"}}}}}}')
+
+    def redirect(value: str) -> str:
+        return ("{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, "
+                f'replacePrefixMatch: "{value}"}}}}}}')
+
+    stack.write("routes.yaml", "---\n".join([
+        route("paths", f"""  parentRefs: [{{name: gw}}]
+  hostnames: [rw.test]
+  rules:
+  - matches: [{{path: {{value: /foo}}}}]
+    filters: [{rewrite("/xyz/")}]
+    backendRefs: [{{name: app, port: 80}}]
+  - matches: [{{path: {{value: /empty/}}}}]
+    filters: [{rewrite("")}]
+    backendRefs: [{{name: app, port: 80}}]
+  - matches: [{{path: {{value: /go}}}}]
+    filters: [{redirect("")}]
+  - matches: [{{path: {{value: /to}}}}]
+    filters: [{redirect("/xyz/")}]
+"""),
+        route("root", f"""  parentRefs: [{{name: gw}}]
+  hostnames: [root.test]
+  rules:
+  - filters: [{rewrite("/xyz")}]
+    backendRefs: [{{name: app, port: 80}}]
+"""),
+    ]))
+    await stack.start()
+    for host, path, expected in [
+        ("rw.test", "/foo/bar?q=1", "/xyz/bar?q=1"),
+        ("rw.test", "/foo", "/xyz"),
+        ("rw.test", "/empty/bar", "/bar"),
+        ("rw.test", "/empty/", "/"),
+        ("rw.test", "/empty", "/"),
+        ("root.test", "/bar", "/xyz/bar"),
+    ]:
+        status, _, body = await request(port, host, path)
+        assert (path, status, body.get("path")) == (path, 200, expected)
+    for path, expected in [("/go/bar?q=1", "/bar?q=1"), ("/go", "/"), ("/to/bar", "/xyz/bar"),
+                           ("/to", "/xyz")]:
+        status, headers, _ = await request(port, "rw.test", path)
+        assert (path, status, headers.get("location")) == (
+            path, 302, f"http://rw.test:{port}{expected}")

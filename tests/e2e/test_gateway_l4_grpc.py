@@ -195,8 +195,9 @@ def _grpc_call(port: int, path: str, headers: dict[str, str]) -> tuple[str, byte
 
 
 async def test_grpc_routes_by_service_method_and_header(stack: Stack) -> None:
-    """GRPCRoute matches /service/method and headers; the backend is reached over HTTP/2."""
-    for name in ("say", "echo-any", "tenant", "rest"):
+    """GRPCRoute matches /service/method (regex alternatives stay within their part) and
+    headers; the backend is reached over HTTP/2."""
+    for name in ("say", "echo-any", "tenant", "rest", "regex"):
         await backend(stack, name)
     port = free_port()
     stack.write("gw.yaml", CLASS + "---\n" + gateway(
@@ -210,13 +211,19 @@ async def test_grpc_routes_by_service_method_and_header(stack: Stack) -> None:
     backendRefs: [{name: tenant, port: 80}]
   - matches: [{method: {service: echo.Echo}}]
     backendRefs: [{name: echo-any, port: 80}]
+  - matches: [{method: {type: RegularExpression, service: 'alt\\.A|alt\\.B', method: Get|Put}}]
+    backendRefs: [{name: regex, port: 80}]
   - backendRefs: [{name: rest, port: 80}]
 """, kind="GRPCRoute"))
     await stack.start()
     cases = [("/echo.Echo/Say", {}, "default/say"),
              ("/echo.Echo/Other", {}, "default/echo-any"),
              ("/echo.Echo/Other", {"x-tenant": "blue"}, "default/tenant"),
-             ("/other.Svc/Say", {}, "default/rest")]
+             ("/other.Svc/Say", {}, "default/rest"),
+             ("/alt.A/Put", {}, "default/regex"),
+             ("/alt.B/Get", {}, "default/regex"),
+             ("/alt.C/Get", {}, "default/rest"),
+             ("/alt.A/Delete", {}, "default/rest")]
     for path, headers, name in cases:
         status, body = await asyncio.to_thread(_grpc_call, port, path, headers)
         data = json.loads(body)

@@ -69,3 +69,8 @@ class Listener:
     certificates: tuple[TLSCertificate, ...] = ()  # HTTPS
     l4_routes: tuple[L4Route, ...] = ()  # TCP, UDP, TLS
     origins: tuple[ObjectRef, ...] = ()
+    # HTTPS: the Host must belong to the certificate the connection's SNI chose. A virtual host
+    # whose most specific covering SNI name (certificate hostname) is another certificate's is
+    # answered 421 Misdirected Request on that connection (Gateway API listeners). False:
+    # every SNI shares one route table (Ingress).
+    sni_host_check: bool = False

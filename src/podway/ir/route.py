@@ -73,7 +73,7 @@ class Redirect:
     hostname: str | None = None
     port: int | None = None
     path: str | None = None  # full replacement
-    prefix: str | None = None  # prefix replacement of the matched prefix
+    prefix: str | None = None  # replaces the matched PREFIX path; see URLRewrite.prefix
     status_code: int = 302
 
 
@@ -98,9 +98,20 @@ class HeaderModifier:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class URLRewrite:
+    """Host and path rewrite before forwarding.
+
+    ``prefix`` (also ``Redirect.prefix``) replaces the part of the path matched by the route's
+    ``PathKind.PREFIX`` match, element-wise as Gateway API's ReplacePrefixMatch: trailing
+    slashes of the match and of ``prefix`` do not count; ``""`` or ``"/"`` removes the matched
+    prefix and keeps the rest (``/foo/bar`` → ``/bar``, ``/foo`` → ``/``); any other value
+    takes its place (``/foo`` → ``/xyz``: ``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``;
+    match ``/`` → ``/xyz``: ``/bar`` → ``/xyz/bar``). The query string is kept. Used only
+    with a PREFIX match (the translator rejects anything else).
+    """
+
     hostname: str | None = None
     path: str | None = None  # full replacement
-    prefix: str | None = None  # replaces the matched prefix
+    prefix: str | None = None  # replaces the matched prefix (see above)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

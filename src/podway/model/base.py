@@ -72,11 +72,17 @@ class K8sObject(K8sModel):
     def key(self) -> tuple[str, str]:
         return (self.metadata.namespace if self.NAMESPACED else "", self.metadata.name)
 
-    def age_key(self) -> tuple[float, str, str]:
-        """Sort key for "the oldest wins": creationTimestamp, then namespace/name."""
+    def age_key(self) -> tuple[float, str]:
+        """Sort key for "the oldest wins": creationTimestamp, then "{namespace}/{name}".
+
+        The string, not a (namespace, name) pair: Gateway API (and Ingress conflict handling)
+        break ties alphabetically by "{namespace}/{name}". The two differ when one namespace
+        is a prefix of another: "-" and "." sort before "/", so "team-b/a" comes before
+        "team/z", while pairs would put namespace "team" first.
+        """
         ts = self.metadata.creation_timestamp
         return (ts.timestamp() if ts is not None else float("inf"),
-                self.metadata.namespace, self.metadata.name)
+                f"{self.metadata.namespace}/{self.metadata.name}")
 
 
 def int_or_str(value: Any) -> int | str:

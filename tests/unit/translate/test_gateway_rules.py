@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from podway.ir import Forward, PathKind
+from podway.ir.evaluate import Request, path_matches, select_route
 from podway.model import Snapshot
 from podway.model.gateway import LabelSelector, ReferenceGrant
-from podway.model.gateway_routes import HTTPRoute
+from podway.model.gateway_routes import GRPCRouteMatch, HTTPRoute
 from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
 from podway.translate.gateway.attach import intersect
 from podway.translate.gateway.filters import RedirectSpec, duration_ms
 from podway.translate.gateway.httproute import compile_route
+from podway.translate.gateway.matches import grpc_match
 from podway.translate.gateway.refs import ReferenceGrants, RefIssue
 
 CLASS_AND_GATEWAY = """
@@ -161,7 +163,8 @@ def test_prefix_matches_are_normalised_without_trailing_slash() -> None:
 
 
 def test_attached_routes_count_only_accepted_routes() -> None:
-    """A route whose hostnames miss the listener is not counted in attachedRoutes."""
+    """attachedRoutes counts Accepted=True routes only (gateway-api#4341): neither a route whose
+    hostnames miss the listener nor one whose rules are all invalid is counted."""
     routes = """
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -179,14 +182,24 @@ spec:
   parentRefs: [{name: gw}]
   hostnames: [a.example.org]
   rules: [{backendRefs: [{name: svc, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: broken}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [b.example.com]
+  rules: [{matches: [{path: {value: no-slash}}], backendRefs: [{name: svc, port: 80}]}]
 """
     result = translate(Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects))
     gateway = next(s for r, s in result.statuses.items() if r.kind == "Gateway")
     assert gateway.listeners[0].attached_routes == 1
-    misses = next(s for r, s in result.statuses.items() if r.name == "misses")
-    accepted = misses.parents[0].conditions[0]
-    assert (accepted.type, accepted.status, accepted.reason) == (
-        "Accepted", False, "NoMatchingListenerHostname")
+    for name, reason in (("misses", "NoMatchingListenerHostname"),
+                         ("broken", "UnsupportedValue")):
+        status = next(s for r, s in result.statuses.items() if r.name == name)
+        accepted = status.parents[0].conditions[0]
+        assert (name, accepted.type, accepted.status, accepted.reason) == (
+            name, "Accepted", False, reason)
 
 
 def test_unresolved_share_keeps_its_weight_as_500() -> None:
@@ -244,3 +257,100 @@ spec:
     assert second.ir.listeners is first.ir.listeners
     assert second.statuses == first.statuses
     assert [m.address for m in second.ir.pools["pool/default/svc/80"].members] == ["198.18.1.1"]
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ({"type": "RegularExpression", "service": "a\\.A|a\\.B", "method": "Get|Put"},
+     "/a.B/Get", True),
+    ({"type": "RegularExpression", "service": "a\\.A|a\\.B", "method": "Get|Put"},
+     "Put", False),
+    ({"type": "RegularExpression", "service": "a\\.A|a\\.B", "method": "Get|Put"},
+     "/a.A/Delete", False),
+    ({"type": "RegularExpression", "method": "Get|Put"}, "/any.Svc/Put", True),
+    ({"type": "RegularExpression", "service": "x|y"}, "/y/Any", True),
+    ({"service": ".pkg.Svc"}, "/.pkg.Svc/M", True),
+    ({"method": "Get"}, "/pkg.Svc/Get", True),
+])
+def test_grpc_method_match_paths(method: dict[str, str], path: str, expected: bool) -> None:
+    """A gRPC method match selects exactly the /service/method paths its parts describe."""
+    m = grpc_match(GRPCRouteMatch.model_validate({"method": method}))
+    assert path_matches(m.path, path) is expected
+
+
+@pytest.mark.parametrize("method", [
+    {"type": "RegularExpression"}, {"type": "Exact"}, {"service": "a..b"},
+    {"service": "pkg.Svc", "method": "a.b"},
+])
+def test_grpc_method_match_rejects_what_the_schema_rejects(method: dict[str, str]) -> None:
+    """Neither service nor method, or Exact names outside the schema's patterns, are rejected."""
+    with pytest.raises(ValueError, match="gRPC"):
+        grpc_match(GRPCRouteMatch.model_validate({"method": method}))
+
+
+@pytest.mark.parametrize(("request_timeout", "backend", "expected"), [
+    ("10s", "0s", (10_000, 0)),
+    ("0s", "30s", (0, 30_000)),
+    ("10s", "10s", (10_000, 10_000)),
+    ("10s", "11s", None),
+])
+def test_backend_request_timeout_may_be_zero_but_not_exceed_request(
+        request_timeout: str, backend: str, expected: tuple[int, int] | None) -> None:
+    """backendRequest "0s" (no timeout) is valid under any request timeout; only a non-zero
+    backendRequest above a non-zero request timeout rejects the rule."""
+    route = _route(f"""  - timeouts: {{request: {request_timeout}, backendRequest: {backend}}}
+    backendRefs: [{{name: svc, port: 80}}]
+""")
+    compiled = compile_route(route, lambda ref: RefIssue("BackendNotFound", "none"))
+    if expected is None:
+        assert compiled.rules_dropped == 1
+        return
+    action = compiled.matches[0].action
+    assert isinstance(action, Forward)
+    assert (action.timeout_ms, action.backend_timeout_ms) == expected
+
+
+def test_equal_age_ties_break_by_namespace_slash_name() -> None:
+    """Of two equally old routes with the same match, "team-b/a" wins over "team/z" (the spec
+    orders "{namespace}/{name}" strings; comparing (namespace, name) pairs would not)."""
+    gateway = CLASS_AND_GATEWAY.replace(
+        'hostname: "*.example.com"}', 'hostname: "*.example.com", '
+        "allowedRoutes: {namespaces: {from: All}}}")
+    routes = "".join(f"""
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "2024-01-01T00:00:00Z"}}
+spec:
+  parentRefs: [{{name: gw, namespace: default}}]
+  hostnames: [a.example.com]
+  rules: [{{matches: [{{path: {{value: /x}}}}]}}]
+""" for ns, name in (("team", "z"), ("team-b", "a")))
+    result = translate(Snapshot.of_objects(load_text(gateway + routes).objects))
+    vhost = next(v for v in result.ir.listeners[0].virtual_hosts
+                 if v.hostname == "a.example.com")
+    assert [str(r.origin) for r in vhost.routes] == ["HTTPRoute/team-b/a", "HTTPRoute/team/z"]
+
+
+def test_prefix_length_counts_the_trailing_slash_as_written() -> None:
+    """PathPrefix "/foo/" outranks an earlier "/foo" (more characters as written); both still
+    match "/foo" itself, element-wise."""
+    routes = """
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.example.com]
+  rules:
+  - matches: [{path: {value: /foo}}]
+    backendRefs: [{name: svc, port: 80}]
+  - matches: [{path: {value: /foo/}}]
+    backendRefs: [{name: svc, port: 80}]
+"""
+    result = translate(Snapshot.of_objects(load_text(CLASS_AND_GATEWAY + routes).objects))
+    [listener] = result.ir.listeners
+    for path in ("/foo", "/foo/bar"):
+        chosen = select_route(listener, Request(host="a.example.com", path=path))
+        assert chosen is not None
+        assert (path, chosen.name) == (path, "httproute/default/r/rule/1/match/0")

@@ -4,10 +4,29 @@ from __future__ import annotations
 
 import re
 
-from podway.ir import PathKind, WeightedPool, WildcardMode
-from podway.xds.build.routes import route_configuration
+import pytest
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm,
+)
 
-from .helpers import http_listener, route, vhost
+from podway.ir import (
+    Forward,
+    Listener,
+    PathKind,
+    PathMatch,
+    Protocol,
+    Redirect,
+    Route,
+    RouteMatch,
+    TLSCertificate,
+    URLRewrite,
+    WeightedPool,
+    WildcardMode,
+)
+from podway.xds.build.listeners import listener as listener_resource
+from podway.xds.build.routes import route_configuration, route_configurations
+
+from .helpers import ORIGIN, http_listener, route, vhost
 
 
 def _routes(*vhosts):  # type: ignore[no-untyped-def]
@@ -102,3 +121,105 @@ def test_request_and_backend_timeouts() -> None:
     assert second.route.retry_policy.per_try_timeout.seconds == 30
     assert not plain.route.HasField("timeout")
     assert not plain.route.HasField("retry_policy")
+
+
+def test_zero_backend_timeout_sets_no_per_try_timeout() -> None:
+    """backend_timeout_ms 0 means none: the route keeps its request timeout, no retry policy."""
+    from dataclasses import replace
+
+    base = route("r1", "/", "p")
+    assert isinstance(base.action, Forward)
+    zero = replace(base, action=replace(base.action, timeout_ms=10_000, backend_timeout_ms=0))
+    [only] = _routes(vhost("a.com", zero)).virtual_hosts[0].routes
+    assert only.route.timeout.seconds == 10
+    assert not only.route.HasField("retry_policy")
+
+
+# HTTPPathModifier.ReplacePrefixMatch, as the Gateway API specification tabulates it.
+SPEC_PREFIX_TABLE = [
+    ("/foo/bar", "/foo", "/xyz", "/xyz/bar"),
+    ("/foo/bar", "/foo", "/xyz/", "/xyz/bar"),
+    ("/foo/bar", "/foo/", "/xyz", "/xyz/bar"),
+    ("/foo/bar", "/foo/", "/xyz/", "/xyz/bar"),
+    ("/foo", "/foo", "/xyz", "/xyz"),
+    ("/foo/", "/foo", "/xyz", "/xyz/"),
+    ("/foo/bar", "/foo", "", "/bar"),
+    ("/foo/", "/foo", "", "/"),
+    ("/foo", "/foo", "", "/"),
+    ("/foo/", "/foo", "/", "/"),
+    ("/foo", "/foo", "/", "/"),
+    ("/bar", "/", "/xyz", "/xyz/bar"),
+    ("/a.b/c", "/a.b", "/x", "/x/c"),
+]
+
+
+def _apply(pattern: str, substitution: str, path: str) -> str:
+    # The patterns used are in the RE2 ∩ Python re subset; both substitute "" for a group
+    # that did not take part.
+    return re.sub(pattern, substitution, path, count=1)
+
+
+@pytest.mark.parametrize(("path", "prefix", "replacement", "expected"), SPEC_PREFIX_TABLE)
+def test_replace_prefix_match_rewrites_whole_path_elements(
+        path: str, prefix: str, replacement: str, expected: str) -> None:
+    """URLRewrite.prefix gives the spec's path for each row of the ReplacePrefixMatch table."""
+    r = Route(name="r", match=RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value=prefix)),
+              action=Forward(backends=(WeightedPool(pool="p"),)),
+              filters=(URLRewrite(prefix=replacement),), origin=ORIGIN)
+    rewrite = _routes(vhost("a.com", r)).virtual_hosts[0].routes[0].route.regex_rewrite
+    assert _apply(rewrite.pattern.regex, rewrite.substitution, path) == expected
+
+
+@pytest.mark.parametrize(("path", "prefix", "replacement", "expected"), SPEC_PREFIX_TABLE)
+def test_redirect_prefix_rewrites_whole_path_elements(
+        path: str, prefix: str, replacement: str, expected: str) -> None:
+    """Redirect.prefix gives the spec's Location path for each row of the table."""
+    r = Route(name="r", match=RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value=prefix)),
+              action=Redirect(prefix=replacement), origin=ORIGIN)
+    rewrite = _routes(vhost("a.com", r)).virtual_hosts[0].routes[0].redirect.regex_rewrite
+    assert _apply(rewrite.pattern.regex, rewrite.substitution, path) == expected
+
+
+def test_sni_host_check_gives_each_chain_a_table_where_other_hosts_answer_421() -> None:
+    """With sni_host_check, each SNI chain serves only the hosts whose most specific SNI name is
+    its own (wildcards cover any depth); other hosts answer 421; the default chain serves the
+    hosts no SNI name covers."""
+    certs = tuple(TLSCertificate(name=f"secret/{n}", hostnames=h, cert_pem="c", key_pem="k")
+                  for n, h in (("a", ("a.example.com",)), ("w", ("*.example.com",)),
+                               ("d", ())))
+    hosts = ("a.example.com", "x.y.example.com", "*.example.com", "*")
+    listener = Listener(name="l", address="127.0.0.1", port=8443, protocol=Protocol.HTTPS,
+                        certificates=certs, sni_host_check=True,
+                        virtual_hosts=tuple(vhost(h, route("r", "/", "p"),
+                                                  wildcard=WildcardMode.SUFFIX) for h in hosts))
+    tables = {c.name: {v.domains[0]: v.routes[0].direct_response.status == 421
+                       for v in c.virtual_hosts}
+              for c in route_configurations(listener, persistence={})}
+    assert tables == {
+        "l": {"a.example.com": True, "x.y.example.com": True, "*.example.com": True,
+              "*": False},
+        "l/sni/secret/a": {"a.example.com": False, "x.y.example.com": True,
+                           "*.example.com": True, "*": True},
+        "l/sni/secret/w": {"a.example.com": True, "x.y.example.com": False,
+                           "*.example.com": False, "*": True},
+    }
+    built = listener_resource(listener)
+    chains = [*built.filter_chains, built.default_filter_chain]
+    used: dict[str, str] = {}
+    for chain in chains:
+        manager = hcm.HttpConnectionManager()
+        chain.filters[0].typed_config.Unpack(manager)
+        used[chain.name] = manager.rds.route_config_name
+    assert used == {"secret/a": "l/sni/secret/a", "secret/w": "l/sni/secret/w", "default": "l"}
+
+
+def test_without_sni_host_check_every_chain_shares_one_table() -> None:
+    """Ingress HTTPS listeners keep one route table for every SNI chain, no 421."""
+    certs = (TLSCertificate(name="secret/a", hostnames=("a.example.com",), cert_pem="c",
+                            key_pem="k"),)
+    listener = Listener(name="l", address="127.0.0.1", port=8443, protocol=Protocol.HTTPS,
+                        certificates=certs, virtual_hosts=(vhost("b.example.com",
+                                                                 route("r", "/", "p")),))
+    [table] = route_configurations(listener, persistence={})
+    assert table.name == "l"
+    assert not table.virtual_hosts[0].routes[0].HasField("direct_response")

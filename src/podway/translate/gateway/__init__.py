@@ -15,7 +15,7 @@ from functools import partial
 
 from podway.ir import Listener, Protocol
 from podway.model import ObjectRef
-from podway.model.core import Namespace
+from podway.model.core import Namespace, Service
 from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
 from podway.model.gateway_routes import (
     ROUTE_KINDS,
@@ -26,7 +26,7 @@ from podway.model.gateway_routes import (
     TLSRoute,
 )
 from podway.model.snapshot import Key, Snapshot
-from podway.translate.backends import PoolSpec
+from podway.translate.backends import PoolSpec, find_port
 from podway.translate.gateway import status as st
 from podway.translate.gateway.assemble import PortBuilder, PortKey, share_ports
 from podway.translate.gateway.attach import attach, parent_key
@@ -64,6 +64,7 @@ class GatewayTranslation:
     _tls: BackendTLS = field(default_factory=BackendTLS)
     _by_ir_name: dict[str, list[GwListener]] = field(default_factory=dict)
     _resolved: dict[tuple[object, ...], PoolSpec | RefIssue] = field(default_factory=dict)
+    _grants: ReferenceGrants | None = None
 
     def run(self) -> list[Listener]:
         snap = self.snapshot
@@ -71,7 +72,7 @@ class GatewayTranslation:
         ours = {key: cls for key, cls in snap.kind(GatewayClass).items()
                 if cls.spec.controller_name == controller}
         self._classes = [ours[k] for k in sorted(ours)]
-        grants = ReferenceGrants(snap.kind(ReferenceGrant))
+        grants = self._grants = ReferenceGrants(snap.kind(ReferenceGrant))
         self._tls = index_policies(snap) if snap.kind(BackendTLSPolicy) else BackendTLS()
         for gw in sorted(snap.kind(Gateway).values(), key=Gateway.age_key):
             if ("", gw.spec.gateway_class_name) not in ours:
@@ -181,7 +182,14 @@ class GatewayTranslation:
                     message=f"Gateway {gw_ns}/{gw_name} not found", field=f"spec.parentRefs[{k}]"))
 
     def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
-        """Count the route on each listener it attaches to and hand it to the builders."""
+        """Count the route on each listener it attaches to and hand it to the builders.
+
+        ``attachedRoutes`` counts routes with ``Accepted=True`` on the listener, whatever the
+        listener's own state (ListenerStatus.AttachedRoutes since gateway-api#4341, which
+        replaced the older "count routes with Accepted=False too"). So a route is counted only
+        here, after every reason to reject it on this parent (no rule left, no hostname, a
+        TCP/UDP listener already taken) has been decided.
+        """
         counted: set[tuple[Key, str]] = set()
         for outcome in state.outcomes:
             if not outcome.accepted[0]:
@@ -212,9 +220,34 @@ class GatewayTranslation:
                 self._contribute(builder, ls, att.hostnames, compiled, state)
             for spec in compiled.pools.values():
                 self.pools.setdefault(spec.name, spec)
-                tls = spec.settings.upstream_tls
-                if tls is not None and tls.origin in self._tls.outcomes:
-                    self._tls.outcomes[tls.origin].used_by.add(outcome.info.gateway.ref)
+            if self._tls.claims and isinstance(compiled, CompiledRoute):
+                for policy in self._policies_used(compiled.route):
+                    self._tls.outcomes[policy].used_by.add(outcome.info.gateway.ref)
+
+    def _policies_used(self, route: HTTPRoute | GRPCRoute) -> set[ObjectRef]:
+        """BackendTLSPolicies naming a Service port this route's backendRefs (or mirrors)
+        point at — winners and losers, usable or not: their status lists this Gateway even when
+        the pool fails closed or the policy lost a conflict."""
+        ns = route.metadata.namespace
+        refs: list[BackendObjectReference] = [ref for rule in route.spec.rules
+                                              for ref in rule.backend_refs]
+        refs.extend(f.request_mirror.backend_ref for rule in route.spec.rules
+                    for f in rule.filters if f.request_mirror is not None)
+        found: set[ObjectRef] = set()
+        for ref in refs:
+            target_ns = ref.namespace or ns
+            if (ref.group != "" or ref.kind != "Service"
+                    or (target_ns, ref.name) not in self._tls.claims):
+                continue
+            if target_ns != ns and self._grants is not None and not self._grants.permits(
+                    from_group=GROUP, from_kind=route.KIND, from_namespace=ns, to_group="",
+                    to_kind="Service", to_namespace=target_ns, to_name=ref.name):
+                continue  # not a reference the route may use (RefNotPermitted)
+            service = self.snapshot.get(Service, target_ns, ref.name)
+            port = find_port(service, number=ref.port) if service and ref.port else None
+            if port is not None:
+                found.update(self._tls.policies_for(target_ns, ref.name, port.name))
+        return found
 
     def _contribute(self, builder: PortBuilder, ls: GwListener, hostnames: tuple[str, ...],
                     compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:

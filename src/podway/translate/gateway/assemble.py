@@ -55,7 +55,7 @@ class PortBuilder:
     protocol: Protocol
     members: list[GwListener] = field(default_factory=list)
     hosts: dict[str, list[_Entry]] = field(default_factory=dict)
-    l4: dict[str, tuple[tuple[float, str, str], L4Route, set[str]]] = field(default_factory=dict)
+    l4: dict[str, tuple[tuple[float, str], L4Route, set[str]]] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)  # SNI hostname → route name
     shadowed: list[tuple[Route, Route, str]] = field(default_factory=list)  # (lost, won, host)
 
@@ -75,7 +75,7 @@ class PortBuilder:
             bucket = self.hosts.setdefault(host, [])
             bucket.extend(_Entry(key, route, listener_id(owner)) for key, route in routes)
 
-    def add_l4(self, *, name: str, age: tuple[float, str, str], hostnames: tuple[str, ...],
+    def add_l4(self, *, name: str, age: tuple[float, str], hostnames: tuple[str, ...],
                backends: tuple[WeightedPool, ...], origin: ObjectRef) -> list[str]:
         """Add an L4 route; returns the SNI hostnames already taken by older routes."""
         lost: list[str] = []
@@ -99,7 +99,8 @@ class PortBuilder:
         if self.protocol in (Protocol.HTTP, Protocol.HTTPS):
             return Listener(name=self.name, address=self.info.address, port=self.port,
                             protocol=self.protocol, virtual_hosts=self._vhosts(),
-                            certificates=self._certificates(), origins=self.origins)
+                            certificates=self._certificates(), origins=self.origins,
+                            sni_host_check=self.protocol is Protocol.HTTPS)
         routes = []
         for _age, l4, names in sorted(self.l4.values(), key=lambda t: (t[0], t[1].name)):
             hosts = () if "*" in names or self.protocol is not Protocol.TLS else tuple(

@@ -3,9 +3,14 @@
 A policy targets Services (optionally one port, by ``sectionName``) in its own namespace and
 says how to verify them: a CA bundle from ConfigMaps (key ``ca.crt``; Secrets are accepted too)
 or the system trust store (``wellKnownCACertificates: System``), and the ``hostname`` used as
-SNI and for verification. Two policies on the same target: the oldest wins, the other is
-``Conflicted``. A policy whose CA cannot be loaded makes its backends fail closed (HTTP 500)
-rather than send traffic unverified.
+SNI and for verification. Two policies on the same target: the oldest wins (then the name),
+the other is ``Accepted=False/Conflicted``. A policy with an invalid CA reference has
+``ResolvedRefs=False`` (``InvalidCACertificateRef``, ``InvalidKind``) and makes its backends
+fail closed (HTTP 500) rather than send traffic unverified; when no reference is valid it is
+also ``Accepted=False/NoValidCACertificate``.
+
+``claims`` keeps every policy naming a Service — winners and losers, valid or not — so status
+can name the Gateways whose routes point at that Service whatever became of the policy.
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ class BackendTLS:
     targets: dict[Target, UpstreamTLS | RefIssue] = field(default_factory=dict)
     owners: dict[Target, ObjectRef] = field(default_factory=dict)
     outcomes: dict[ObjectRef, PolicyOutcome] = field(default_factory=dict)
+    # (namespace, service) → (port name or "" for every port, policy) of every policy naming it
+    claims: dict[tuple[str, str], list[tuple[str, ObjectRef]]] = field(default_factory=dict)
+
+    def policies_for(self, namespace: str, service: str, port_name: str) -> list[ObjectRef]:
+        """Every policy (winning or not) that names this Service port."""
+        return [ref for section, ref in self.claims.get((namespace, service), ())
+                if section in ("", port_name)]
 
 
 def index_policies(snapshot: Snapshot) -> BackendTLS:
@@ -51,11 +63,13 @@ def index_policies(snapshot: Snapshot) -> BackendTLS:
                                     f"targetRef kind {target.kind} is not supported (Service)")
                 continue
             key = (ns, target.name, target.section_name or "")
+            out.claims.setdefault((ns, target.name), []).append((key[2], policy.ref))
             held = out.owners.get(key)
             if held is not None:
                 outcome.accepted = (False, "Conflicted",
                                     f"Service {ns}/{target.name} is already targeted by "
-                                    f"older {held}")
+                                    f"{held}, which takes precedence (older, or as old and "
+                                    "first by name)")
                 continue
             out.owners[key] = policy.ref
             out.targets[key] = value
@@ -71,12 +85,22 @@ def _upstream(policy: BackendTLSPolicy, snapshot: Snapshot,
                             f"validation.hostname {validation.hostname!r} is not a DNS name")
         return RefIssue("UnsupportedValue", f"{policy.ref} has no usable hostname")
     pems: list[str] = []
+    invalid: list[RefIssue] = []
     for ref in validation.ca_certificate_refs:
         pem = _ca(snapshot, ns, ref.group, ref.kind, ref.name)
         if isinstance(pem, RefIssue):
-            outcome.resolved = (False, pem.reason, pem.message)
-            return RefIssue(pem.reason, f"{policy.ref}: {pem.message}")
-        pems.append(pem)
+            invalid.append(pem)
+        else:
+            pems.append(pem)
+    if invalid:
+        first = invalid[0]
+        more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
+        outcome.resolved = (False, first.reason, first.message + more)
+        if not pems:
+            outcome.accepted = (False, "NoValidCACertificate",
+                                "no caCertificateRef is valid: " + first.message + more)
+        # Connections using an invalid reference must fail: fail closed even if others load.
+        return RefIssue(first.reason, f"{policy.ref}: {first.message}")
     if not pems and validation.well_known_ca_certificates != "System":
         outcome.accepted = (False, "Invalid", "neither caCertificateRefs nor "
                             "wellKnownCACertificates: System is set")

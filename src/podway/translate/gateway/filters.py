@@ -73,9 +73,10 @@ def _path(modifier: PathModifier | None, prefix_only: bool) -> tuple[str | None,
             raise FilterError("UnsupportedValue", "replaceFullPath must be a path starting with /")
         return value, None
     value = modifier.replace_prefix_match
-    if value is None or not value.startswith("/"):
+    if value is None or (value and not value.startswith("/")):
+        # "" is valid: it removes the matched prefix ("/foo/bar" → "/bar").
         raise FilterError("UnsupportedValue",
-                          "replacePrefixMatch must be a path starting with /")
+                          "replacePrefixMatch must be empty or a path starting with /")
     if not prefix_only:
         raise FilterError("UnsupportedValue",
                           "ReplacePrefixMatch needs every match of the rule to be a PathPrefix")

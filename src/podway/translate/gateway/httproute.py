@@ -3,9 +3,9 @@
 Each (rule, match) pair becomes one IR route named ``<kind>/<ns>/<name>/rule/<i>/match/<j>`` with a
 *precedence key*; the listener assembly sorts every route attached to a hostname by that key,
 which encodes the specification's order: Exact path, then RegularExpression, then PathPrefix
-by length (longest first), then a method match, then most header matches, then most query
-matches, then the oldest route (creationTimestamp), then namespace/name, then rule and match
-order. GRPCRoute matches become paths ``/service/method``: both set → Exact, service only →
+by length as written (longest first), then a method match, then most header matches, then most
+query matches, then the oldest route (creationTimestamp), then namespace/name, then rule and
+match order. GRPCRoute matches become paths ``/service/method``: both set → Exact, service only →
 PathPrefix ``/service``, method only or RegularExpression → a regex, none → PathPrefix ``/``.
 
 A backendRef that cannot be resolved keeps its weight and is answered with HTTP 500; weight 0
@@ -129,7 +129,9 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
             if isinstance(given, GRPCRouteMatch):
                 key = (*grpc_key(given, m), age, i, j)
             else:
-                key = (PATH_RANK[m.path.kind], -len(m.path.value), 0 if m.method else 1,
+                # Length as written ("largest number of characters"): PathPrefix "/foo/" ranks
+                # above "/foo" although both match as "/foo".
+                key = (PATH_RANK[m.path.kind], -len(given.path.value), 0 if m.method else 1,
                        -len(m.headers), -len(m.query), age, i, j)
             out.matches.append(CompiledMatch(key=key, name=f"{kind}/{ns}/{name}/rule/{i}/match/{j}",
                                              match=m, action=action, filters=filters))
@@ -189,7 +191,9 @@ def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
         back_ms = flt.duration_ms(backend) if backend is not None else None
     except ValueError as exc:
         raise flt.FilterError("UnsupportedValue", f"timeouts: {exc}", "timeouts") from exc
-    if req_ms and back_ms is not None and (back_ms == 0 or back_ms > req_ms):
+    # The API's rule: backendRequest must not exceed a non-zero request timeout. "0s" disables
+    # a timeout, so a zero backendRequest is valid under any request timeout.
+    if req_ms and back_ms and back_ms > req_ms:
         raise flt.FilterError("UnsupportedValue",
                               "timeouts.backendRequest must not exceed timeouts.request",
                               "timeouts")

@@ -16,7 +16,9 @@ from podway.model.gateway_routes import GRPCRouteMatch, HTTPHeaderMatch, HTTPRou
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
                      "PATCH"})
 PATH_RANK = {PathKind.EXACT: 0, PathKind.REGEX: 1, PathKind.PREFIX: 2}
-_GRPC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+# The API schema's patterns: a service is dot-separated identifiers, a method one identifier.
+_GRPC_SERVICE = re.compile(r"^\.?[A-Za-z_][A-Za-z_0-9]*(?:\.[A-Za-z_][A-Za-z_0-9]*)*$")
+_GRPC_METHOD = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 
 
 def grpc_key(given: GRPCRouteMatch, m: RouteMatch) -> tuple[int, int, int, int, int]:
@@ -78,13 +80,14 @@ def grpc_match(m: GRPCRouteMatch) -> RouteMatch:
     headers = tuple(HeaderMatch(name=n, value=v, kind=k)
                     for n, v, k in _strings(m.headers, lower=True, what="header"))
     method = m.method
-    if method is None or (method.service is None and method.method is None):
-        if method is not None and method.type == "Exact":
-            raise ValueError("an Exact gRPC method match needs a service or a method")
+    if method is None:
         return RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value="/"), headers=headers)
+    if not method.service and not method.method:
+        # The schema's rule for both types: "one or both of service or method".
+        raise ValueError("a gRPC method match needs a service or a method")
     if method.type == "Exact":
-        for part in (method.service, method.method):
-            if part is not None and not _GRPC_NAME.match(part):
+        for part, pattern in ((method.service, _GRPC_SERVICE), (method.method, _GRPC_METHOD)):
+            if part and not pattern.match(part):
                 raise ValueError(f"gRPC name {part!r} is not a valid identifier")
         if method.service and method.method:
             path = PathMatch(kind=PathKind.EXACT, value=f"/{method.service}/{method.method}")
@@ -97,7 +100,8 @@ def grpc_match(m: GRPCRouteMatch) -> RouteMatch:
         for part in (method.service, method.method):
             if part is not None:
                 _check_regex(part, "gRPC method")
-        service = method.service or "[^/]+"
-        name = method.method or "[^/]+"
+        # Each part is a whole regex: group it, so an alternation ("a|b") stays in its part.
+        service = f"(?:{method.service})" if method.service else "[^/]+"
+        name = f"(?:{method.method})" if method.method else "[^/]+"
         path = PathMatch(kind=PathKind.REGEX, value=f"/{service}/{name}")
     return RouteMatch(path=path, headers=headers)

@@ -23,7 +23,7 @@ from podway.xds import types
 from podway.xds.build.clusters import cluster
 from podway.xds.build.endpoints import load_assignment
 from podway.xds.build.listeners import listener
-from podway.xds.build.routes import route_configuration
+from podway.xds.build.routes import route_configurations
 from podway.xds.build.secrets import secret
 
 
@@ -58,7 +58,7 @@ class Builder:
     def __init__(self) -> None:
         self._listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                           tuple[Listener, Resource]] = {}
+                           tuple[Listener, tuple[Resource, ...]]] = {}
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
 
     def build(self, ir: IR) -> Resources:
@@ -68,7 +68,7 @@ class Builder:
         signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
         listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
         routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                     tuple[Listener, Resource]] = {}
+                     tuple[Listener, tuple[Resource, ...]]] = {}
         for item in ir.listeners:
             cached = self._listeners.get(id(item))
             built = cached[1] if cached is not None and cached[0] is item else _listener(item)
@@ -79,12 +79,14 @@ class Builder:
                 key = (id(item), signature)
                 hit = self._routes.get(key)
                 if hit is not None and hit[0] is item:
-                    route = hit[1]
+                    tables = hit[1]
                 else:
-                    route = Resource.of(item.name, route_configuration(
-                        item, persistence=MappingProxyType(persistence)))
-                routes[key] = (item, route)
-                out[types.ROUTE][route.name] = route
+                    tables = tuple(Resource.of(config.name, config) for config in
+                                   route_configurations(
+                                       item, persistence=MappingProxyType(persistence)))
+                routes[key] = (item, tables)
+                for route in tables:
+                    out[types.ROUTE][route.name] = route
         pools: dict[str, tuple[Pool, Resource, Resource]] = {}
         for name, pool in ir.pools.items():
             entry = self._pools.get(name)

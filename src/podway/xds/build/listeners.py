@@ -4,6 +4,8 @@
   listener), so a route change never replaces the listener and never drains its connections.
 * HTTPS: one filter chain per certificate, chosen by SNI (``server_names``); the certificate
   without hostnames (or else the first) is the default chain. Keys come over SDS, never inline.
+  With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
+  hosts of the other chains answer 421; otherwise all chains share the listener's table.
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
   the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
@@ -59,7 +61,21 @@ def listener(ir: Listener) -> listener_pb2.Listener:
     return out
 
 
-def _http_manager(ir: Listener) -> lc.Filter:
+def sni_tables(ir: Listener) -> list[tuple[TLSCertificate, str, tuple[str, ...]]]:
+    """(certificate, route table name, SNI names) of each named filter chain of an HTTPS
+    listener, in chain order; the default chain uses the listener's own table (``ir.name``)."""
+    out: list[tuple[TLSCertificate, str, tuple[str, ...]]] = []
+    seen: set[str] = set()
+    for cert in ir.certificates:
+        names = tuple(h.lower() for h in cert.hostnames if h.lower() not in seen)
+        seen.update(names)
+        if names:  # a duplicate SNI set is rejected by Envoy; the first certificate wins
+            table = f"{ir.name}/sni/{cert.name}" if ir.sni_host_check else ir.name
+            out.append((cert, table, names))
+    return out
+
+
+def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
     manager = hcm.HttpConnectionManager(
         stat_prefix=stat_prefix(ir.name),
         codec_type=hcm.HttpConnectionManager.AUTO,
@@ -68,7 +84,7 @@ def _http_manager(ir: Listener) -> lc.Filter:
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
     )
-    manager.rds.route_config_name = ir.name
+    manager.rds.route_config_name = table or ir.name
     manager.rds.config_source.CopyFrom(ads_source())
     manager.upgrade_configs.append(hcm.HttpConnectionManager.UpgradeConfig(
         upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)))
@@ -82,13 +98,8 @@ def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
     default = next((c for c in ir.certificates if not c.hostnames), None)
     if default is None and ir.certificates:
         default = ir.certificates[0]
-    seen: set[str] = set()
-    for cert in ir.certificates:
-        names = [h.lower() for h in cert.hostnames if h.lower() not in seen]
-        seen.update(names)
-        if not names:
-            continue  # a duplicate SNI set is rejected by Envoy; the first certificate wins
-        chain = lc.FilterChain(name=f"{cert.name}", filters=[_http_manager(ir)])
+    for cert, table, names in sni_tables(ir):
+        chain = lc.FilterChain(name=f"{cert.name}", filters=[_http_manager(ir, table)])
         chain.filter_chain_match.server_names.extend(names)
         chain.transport_socket.CopyFrom(_downstream_tls(cert))
         out.filter_chains.append(chain)

@@ -1,4 +1,6 @@
-"""Route configurations (RDS): one per HTTP(S) listener, named after the listener.
+"""Route configurations (RDS): one per HTTP(S) listener, named after the listener; an HTTPS
+listener with ``sni_host_check`` also has one per SNI filter chain (``<listener>/sni/<cert>``)
+in which the hosts of the other chains answer 421.
 
 Invariants the IR relies on and how they map to Envoy:
 
@@ -35,6 +37,7 @@ from podway.ir import (
     Mirror,
     PathKind,
     Persistence,
+    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -44,7 +47,9 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.translate.hosts import covers, host_order
 from podway.xds.build.common import duration
+from podway.xds.build.listeners import sni_tables
 
 _MILLION = 1_000_000
 _REDIRECT_CODES = {
@@ -58,10 +63,33 @@ _REDIRECT_CODES = {
 PersistenceByPool = Mapping[str, Persistence]
 
 
-def route_configuration(listener: Listener, *, persistence: PersistenceByPool
+def route_configurations(listener: Listener, *, persistence: PersistenceByPool
+                         ) -> list[route_pb2.RouteConfiguration]:
+    """Every route table of one HTTP(S) listener: one, or with ``sni_host_check`` one per SNI
+    filter chain (``listeners.sni_tables``) plus the default chain's (named after the
+    listener)."""
+    if not (listener.protocol is Protocol.HTTPS and listener.sni_host_check):
+        return [route_configuration(listener, persistence=persistence)]
+    tables = sni_tables(listener)
+    every = tuple(n for _, _, names in tables for n in names)
+    out = [route_configuration(listener, persistence=persistence, sni=((), every))]
+    out.extend(route_configuration(listener, persistence=persistence, name=table,
+                                   sni=(names, every)) for _, table, names in tables)
+    return out
+
+
+def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
+                        name: str | None = None,
+                        sni: tuple[tuple[str, ...], tuple[str, ...]] | None = None
                         ) -> route_pb2.RouteConfiguration:
-    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies."""
-    config = route_pb2.RouteConfiguration(name=listener.name)
+    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies.
+
+    ``sni`` = (the SNI names of the filter chain this table serves, () for the default chain;
+    every SNI name of the listener): a virtual host whose most specific covering SNI name is
+    not the chain's own answers 421 Misdirected Request — the connection was opened for
+    another listener's certificate (Gateway API: SNI and Host must match the same listener).
+    """
+    config = route_pb2.RouteConfiguration(name=name or listener.name)
     config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
     catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
     seen: set[str] = set()
@@ -70,8 +98,26 @@ def route_configuration(listener: Listener, *, persistence: PersistenceByPool
         if domain in seen:
             continue  # Envoy rejects duplicate domains; the first (higher precedence) wins
         seen.add(domain)
+        if sni is not None and _sni_owner(domain, sni[1]) not in (sni[0] or (None,)):
+            config.virtual_hosts.append(_misdirected(vhost))
+            continue
         config.virtual_hosts.append(_virtual_host(vhost, catch_all, persistence))
     return config
+
+
+def _sni_owner(host: str, names: tuple[str, ...]) -> str | None:
+    """The most specific SNI name covering ``host`` (Gateway wildcards: any depth), or None."""
+    covering = [n for n in names if covers(n, host, WildcardMode.SUFFIX)]
+    return min(covering, key=host_order) if covering else None
+
+
+def _misdirected(vhost: VirtualHost) -> rc.VirtualHost:
+    out = rc.VirtualHost(name=f"{vhost.name}/misdirected", domains=[vhost.hostname.lower()])
+    route = rc.Route(name=f"{vhost.name}/misdirected")
+    route.match.prefix = "/"
+    route.direct_response.status = 421
+    out.routes.append(route)
+    return out
 
 
 def _virtual_host(vhost: VirtualHost, catch_all: VirtualHost | None,
@@ -109,7 +155,7 @@ def _routes(route: Route, persistence: PersistenceByPool, *,
         return [out]
     if isinstance(action, Redirect):
         out = _base(route, match)
-        _redirect(out.redirect, action)
+        _redirect(out.redirect, action, route.match)
         return [out]
     return _forward(route, action, match, persistence)
 
@@ -168,7 +214,7 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
-    if action.backend_timeout_ms is not None:
+    if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout still applies)
         ra.retry_policy.num_retries.value = 0
         ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
@@ -219,7 +265,7 @@ def _string(kind: StringMatchKind, value: str) -> string_pb2.StringMatcher:
     return string_pb2.StringMatcher(exact=value)
 
 
-def _redirect(out: rc.RedirectAction, action: Redirect) -> None:
+def _redirect(out: rc.RedirectAction, action: Redirect, match: RouteMatch) -> None:
     if action.scheme:
         out.scheme_redirect = action.scheme
     if action.hostname:
@@ -228,6 +274,10 @@ def _redirect(out: rc.RedirectAction, action: Redirect) -> None:
         out.port_redirect = action.port
     if action.path is not None:
         out.path_redirect = action.path
+    elif action.prefix is not None and match.path.kind is PathKind.PREFIX:
+        pattern, substitution = replace_prefix_regex(match.path.value, action.prefix)
+        out.regex_rewrite.pattern.regex = pattern
+        out.regex_rewrite.substitution = substitution
     elif action.prefix is not None:
         out.prefix_rewrite = action.prefix
     out.response_code = _REDIRECT_CODES.get(action.status_code, rc.RedirectAction.FOUND)
@@ -238,15 +288,42 @@ def _rewrite(ra: rc.RouteAction, rewrite: URLRewrite, match: RouteMatch) -> None
         ra.host_rewrite_literal = rewrite.hostname
     if rewrite.path is not None:
         ra.regex_rewrite.pattern.regex = "^.*$"
-        ra.regex_rewrite.substitution = rewrite.path
+        ra.regex_rewrite.substitution = _re2_literal_substitution(rewrite.path)
     elif rewrite.prefix is not None and match.path.kind is PathKind.PREFIX:
-        prefix = match.path.value.rstrip("/")
-        if rewrite.prefix == "/" and prefix:
-            # "/foo/bar" with prefix "/foo" replaced by "/" must give "/bar", not "//bar".
-            ra.regex_rewrite.pattern.regex = f"^{re.escape(prefix)}/*"
-            ra.regex_rewrite.substitution = "/"
-        else:
-            ra.prefix_rewrite = rewrite.prefix
+        pattern, substitution = replace_prefix_regex(match.path.value, rewrite.prefix)
+        ra.regex_rewrite.pattern.regex = pattern
+        ra.regex_rewrite.substitution = substitution
+
+
+def replace_prefix_regex(prefix: str, replacement: str) -> tuple[str, str]:
+    """RE2 pattern and substitution replacing the element-wise ``prefix`` a path matched.
+
+    Envoy's ``prefix_rewrite`` replaces characters, so ``/foo`` → ``/xyz/`` would turn
+    ``/foo/bar`` into ``/xyz//bar``. Gateway API's ReplacePrefixMatch works on path elements:
+    trailing slashes of the prefix and the replacement do not count, an empty replacement (or
+    ``/``) removes the prefix and leaves the rest starting with ``/`` (``/foo`` → ``/``), and a
+    non-empty one replaces it (``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``). The pattern
+    sees the path without its query string, which Envoy keeps.
+    """
+    p = _re2_escape(prefix.rstrip("/"))
+    r = replacement.rstrip("/")
+    if not r:
+        return f"^{p}/*(.*)$", "/\\1"
+    # An optional group that did not take part substitutes as "" in RE2 (and Python).
+    return f"^{p}(/.*)?$", _re2_literal_substitution(r) + "\\1"
+
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _re2_escape(text: str) -> str:
+    """Escape RE2 metacharacters only (Python's ``re.escape`` also escapes characters such as
+    space, which RE2 does not accept escaped)."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
+
+
+def _re2_literal_substitution(text: str) -> str:
+    return text.replace("\\", "\\\\")
 
 
 def _headers(out: rc.Route, modifier: HeaderModifier) -> None:
