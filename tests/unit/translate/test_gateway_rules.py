@@ -354,3 +354,15 @@ spec:
         chosen = select_route(listener, Request(host="a.example.com", path=path))
         assert chosen is not None
         assert (path, chosen.name) == (path, "httproute/default/r/rule/1/match/0")
+
+
+def test_regex_envoy_would_refuse_drops_only_its_rule() -> None:
+    """A lookahead (valid in Python, not in RE2) drops its rule with a reason; others serve."""
+    route = _route("""
+  - matches: [{path: {type: RegularExpression, value: "/(?!admin).*"}}]
+  - matches: [{path: {type: PathPrefix, value: /ok}}]
+""")
+    compiled = compile_route(route, lambda ref: RefIssue("BackendNotFound", "none"))
+    assert [m.name.split("/rule/")[1] for m in compiled.matches] == ["1/match/0"]
+    assert compiled.rules_dropped == 1
+    assert any("not a valid RE2" in str(issue) for issue in compiled.issues)

@@ -12,6 +12,7 @@ import re
 
 from podway.ir import HeaderMatch, PathKind, PathMatch, QueryMatch, RouteMatch, StringMatchKind
 from podway.model.gateway_routes import GRPCRouteMatch, HTTPHeaderMatch, HTTPRouteMatch
+from podway.translate.regex import re2_problem
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
                      "PATCH"})
@@ -47,10 +48,10 @@ def _strings(matches: tuple[HTTPHeaderMatch, ...], *, lower: bool, what: str
 
 
 def _check_regex(value: str, what: str) -> None:
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{what} regular expression {value!r}: {exc}") from exc
+    """Refuse what the engine's RE2 would refuse (it would NACK the whole route table)."""
+    problem = re2_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} regular expression {value!r} is {problem}")
 
 
 def http_match(m: HTTPRouteMatch) -> RouteMatch:
@@ -104,4 +105,5 @@ def grpc_match(m: GRPCRouteMatch) -> RouteMatch:
         service = f"(?:{method.service})" if method.service else "[^/]+"
         name = f"(?:{method.method})" if method.method else "[^/]+"
         path = PathMatch(kind=PathKind.REGEX, value=f"/{service}/{name}")
+        _check_regex(path.value, "gRPC method")  # the combined program must fit too
     return RouteMatch(path=path, headers=headers)
