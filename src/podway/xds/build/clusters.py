@@ -2,6 +2,11 @@
 
 Members are not part of the cluster: it is an EDS cluster whose load assignment (named after the
 pool) arrives separately, so an endpoint change never replaces the cluster.
+
+Panic mode is off (``healthy_panic_threshold`` 0): Envoy's default (50 %) spreads traffic over
+*all* members, not-ready and failing ones included, once fewer than half are healthy — with one
+ready member out of four, three requests in four would go to pods that are not ready. Health
+status is always honoured instead; with no healthy member at all the pool answers 503.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     out.eds_cluster_config.service_name = name
     out.eds_cluster_config.eds_config.CopyFrom(ads_source())
     out.connect_timeout.CopyFrom(duration(settings.connect_timeout_ms))
+    out.common_lb_config.healthy_panic_threshold.SetInParent()  # present, value 0: no panic
     policy = settings.lb_policy
     if settings.persistence is not None and policy not in (LBPolicy.RING_HASH, LBPolicy.MAGLEV):
         policy = LBPolicy.RING_HASH  # hash policies on routes only take effect with a hashing LB
