@@ -8,6 +8,7 @@ writes to ``admin_address_path``.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,15 +57,33 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     }
 
 
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
+    kind = "STATIC"
+    extra: dict[str, Any] = {}
     if opts.xds.startswith("unix:"):
         address: dict[str, Any] = {"pipe": {"path": opts.xds.removeprefix("unix:")}}
     else:
         host, _, port = opts.xds.rpartition(":")
-        address = {"socket_address": {"address": host.strip("[]"), "port_value": int(port)}}
+        host = host.strip("[]")
+        address = {"socket_address": {"address": host, "port_value": int(port)}}
+        if not is_ip(host):
+            # A STATIC cluster takes IP literals only ("malformed IP address"); a name is
+            # resolved, and re-resolved, by Envoy. IPv4 first: "localhost" must reach a server on
+            # 127.0.0.1 even where the name also resolves to ::1.
+            kind = "STRICT_DNS"
+            extra = {"dns_lookup_family": "V4_PREFERRED"}
     cluster: dict[str, Any] = {
         "name": XDS_CLUSTER,
-        "type": "STATIC",
+        "type": kind,
+        **extra,
         "connect_timeout": "1s",
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
