@@ -254,3 +254,28 @@ async def test_envoy_accepts_the_bootstrap_for_every_xds_address_form(
             process.kill()
             await process.wait()
     assert process.returncode == 0, output.decode(errors="replace")[-2000:]
+
+
+async def test_stop_drains_so_an_in_flight_request_completes(tmp_path: Path) -> None:
+    """With drain_s > 0, stopping the engine lets a slow request already in flight finish."""
+    from .harness import make_stack
+
+    root = tmp_path / "m"
+    root.mkdir()
+    stack = await make_stack(root, drain_s=2.0)
+    try:
+        backend = await stack.start_echo("web")
+        stack.write("web.yaml", service("web", 80, backend) + "---\n"
+                    + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+        await stack.start()
+        slow = asyncio.create_task(get(stack.http_port, "shop.test", "/delay/700"))
+        await asyncio.sleep(0.2)  # the request is in Envoy and at the backend
+        assert not slow.done()
+        engine_task = stack.tasks.pop()  # the standalone: stopping it stops Envoy
+        engine_task.cancel()
+        status, body = await asyncio.wait_for(slow, 5)
+        assert (status, body.get("path")) == (200, "/delay/700")
+        with contextlib.suppress(asyncio.CancelledError):
+            await engine_task
+    finally:
+        await stack.stop()

@@ -137,10 +137,12 @@ class Engine:
                 await logs  # stderr reaches EOF once Envoy has exited
             return code
         finally:
-            self._started.clear()
-            self.admin_address = None
-            if process.returncode is None:
-                await self._stop(process)
+            try:
+                if process.returncode is None:
+                    await self._stop(process)  # reads admin_address: the drain needs it
+            finally:
+                self._started.clear()
+                self.admin_address = None
 
     async def _watch_admin(self, admin_file: Path, process: asyncio.subprocess.Process) -> None:
         while process.returncode is None:
