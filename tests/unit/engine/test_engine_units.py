@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import logging
 
 import pytest
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import find_envoy
+from podway.engine.process import _pipe_log, find_envoy
 from podway.errors import ConfigError
 from podway.xds.server import ServerTLS, check_bind
 
@@ -42,3 +44,19 @@ def test_xds_refuses_clear_text_off_loopback() -> None:
     with pytest.raises(ConfigError):
         check_bind("0.0.0.0:18000", None)
     check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))
+
+
+async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stderr line beyond the stream limit is logged cut short; later lines still arrive."""
+    stream = asyncio.StreamReader(limit=64)
+    stream.feed_data(b"[t][error] " + b"x" * 500 + b"\n[t][warning] next\nlast")
+    stream.feed_eof()
+    with caplog.at_level(logging.DEBUG, logger="podway.envoy"):
+        await asyncio.wait_for(_pipe_log(stream, max_line=100), 5)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "podway.envoy"]
+    assert len(lines) == 3
+    assert lines[0][0] == logging.ERROR
+    assert lines[0][1].endswith("…(truncated)")
+    assert len(lines[0][1]) < 200
+    assert lines[1:] == [(logging.WARNING, "[t][warning] next"), (logging.INFO, "last")]
