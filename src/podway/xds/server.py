@@ -5,7 +5,9 @@ that wakes on every cache change and sends what changed. Both write through one 
 responses never interleave. Any number of engines may connect; each gets its own stream state.
 
 Security: the server listens on loopback or a unix socket unless given a TLS server certificate;
-``check_bind`` refuses anything else, because xDS carries private keys.
+``check_bind`` refuses anything else, because xDS carries private keys. With ``local=True`` the
+server also listens, in clear text, on a unix socket in a private (0700) temporary folder: that is
+how an engine on the same machine connects to a TLS server without client credentials.
 
 NACKs are logged with Envoy's error detail and counted (``podway_xds_nacks_total``); the stream
 does not resend the rejected version, so Envoy keeps serving its last good config.
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -131,10 +135,13 @@ class XdsServer:
     """Owns the gRPC server; ``start`` binds, ``stop`` closes streams with a grace period."""
 
     def __init__(self, cache: Cache, address: str, *, tls: ServerTLS | None = None,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None, local: bool = False) -> None:
         check_bind(address, tls)
         self.address = address
         self.tls = tls
+        self.local = local
+        self.local_target: str | None = None  # "unix:/path" once started with ``local``
+        self._local_dir: str | None = None
         self.servicer = AdsServicer(cache, on_event=on_event)
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -153,14 +160,23 @@ class XdsServer:
                 root_certificates=self.tls.client_ca_pem,
                 require_client_auth=self.tls.client_ca_pem is not None)
             self.port = server.add_secure_port(self.address, credentials)
+        if self.local:
+            self._local_dir = tempfile.mkdtemp(prefix="podway-xds-")  # mode 0700: ours only
+            self.local_target = f"unix:{self._local_dir}/xds.sock"
+            server.add_insecure_port(self.local_target)
         await server.start()
         self._server = server
         log.info("xds server listening address=%s port=%s", self.address, self.port)
 
     async def stop(self, grace: float = 1.0) -> None:
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
+        try:
+            if self._server is not None:
+                await self._server.stop(grace)
+                self._server = None
+        finally:
+            if self._local_dir is not None:
+                shutil.rmtree(self._local_dir, ignore_errors=True)
+                self._local_dir = self.local_target = None
 
     @property
     def target(self) -> str:
