@@ -4,10 +4,12 @@ Each stream runs two things: a reader that turns Envoy's requests into responses
 that wakes on every cache change and sends what changed. Both write through one lock so
 responses never interleave. Any number of engines may connect; each gets its own stream state.
 
-Security: the server listens on loopback or a unix socket unless given a TLS server certificate;
-``check_bind`` refuses anything else, because xDS carries private keys. With ``local=True`` the
-server also listens, in clear text, on a unix socket in a private (0700) temporary folder: that is
-how an engine on the same machine connects to a TLS server without client credentials.
+Security: xDS carries every TLS private key Podway serves, so ``check_bind`` allows clear text
+only on loopback or a unix socket, and anywhere else requires TLS *and* client certificates
+(``client_ca_pem``): server-only TLS would still hand every key to anyone who can connect.
+With ``local=True`` the server also listens, in clear text, on a unix socket in a private
+(0700) temporary folder: that is how an engine on the same machine connects to a TLS server
+without client credentials.
 
 NACKs are logged with Envoy's error detail and counted (``podway_xds_nacks_total``); the stream
 does not resend the rejected version, so Envoy keeps serving its last good config.
@@ -53,8 +55,8 @@ class ServerTLS:
 
 
 def check_bind(address: str, tls: ServerTLS | None) -> None:
-    """Refuse to serve xDS in clear text anywhere but loopback or a unix socket."""
-    if address.startswith("unix:") or tls is not None:
+    """Refuse to serve xDS off loopback/unix sockets without TLS and client certificates."""
+    if address.startswith("unix:"):
         return
     host = address.rsplit(":", 1)[0].strip("[]")
     if host == "localhost":
@@ -64,7 +66,13 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
             return
     except ValueError:
         pass
-    raise ConfigError(f"xDS address {address} is not loopback: give a TLS server certificate")
+    if tls is None:
+        raise ConfigError(f"xDS address {address} is not loopback: give a TLS server "
+                          "certificate (--xds-cert/--xds-key) and --xds-client-ca")
+    if tls.client_ca_pem is None:
+        raise ConfigError(f"xDS address {address} is not loopback: give --xds-client-ca too; "
+                          "xDS carries TLS private keys, so engines must present client "
+                          "certificates")
 
 
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]

@@ -43,7 +43,14 @@ def test_xds_refuses_clear_text_off_loopback() -> None:
         check_bind(ok, None)
     with pytest.raises(ConfigError):
         check_bind("0.0.0.0:18000", None)
-    check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))
+    check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k", client_ca_pem=b"ca"))
+
+
+def test_xds_off_loopback_requires_client_certificates() -> None:
+    """Server-only TLS off loopback is refused (anyone could fetch the private keys)."""
+    with pytest.raises(ConfigError, match="--xds-client-ca"):
+        check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))
+    check_bind("127.0.0.1:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))  # loopback: fine
 
 
 async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
