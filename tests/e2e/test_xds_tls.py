@@ -22,12 +22,18 @@ from .harness import endpoints, eventually, free_port, service
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("sni", ["xds.podway.test", "impostor.podway.test"])
-async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str) -> None:
+@pytest.mark.parametrize(("sni", "san", "ok"), [
+    ("xds.podway.test", "xds.podway.test", True),
+    ("impostor.podway.test", "xds.podway.test", False),
+    ("", "127.0.0.1", True),  # no --xds-sni: the IP of --xds is verified
+    ("", "xds.podway.test", False),  # … and a certificate without it is refused
+])
+async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, san: str,
+                                                     ok: bool) -> None:
     """Server name and certificate verified by the engine, client certificate required by the
     server; a server whose name is not the expected one gets no engine."""
     ca = trustme.CA()
-    server_cert = ca.issue_cert("xds.podway.test")
+    server_cert = ca.issue_cert(san)
     client_cert = ca.issue_cert("engine.podway.test")
     root = tmp_path / "m"
     root.mkdir()
@@ -51,7 +57,7 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str) -
                              xds_client_cert_pem=client_cert.cert_chain_pems[0].bytes().decode(),
                              xds_client_key_pem=client_cert.private_key_pem.bytes().decode()))))
         tasks.append(asyncio.create_task(engine.run()))
-        if sni != "xds.podway.test":
+        if not ok:
             await asyncio.sleep(1.5)
             assert controller.server.servicer.streams == 0
             return

@@ -67,3 +67,29 @@ async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
     assert lines[0][1].endswith("…(truncated)")
     assert len(lines[0][1]) < 200
     assert lines[1:] == [(logging.WARNING, "[t][warning] next"), (logging.INFO, "last")]
+
+
+def _xds_tls(xds: str, sni: str = "") -> dict[str, object]:
+    config = bootstrap(BootstrapOptions(node_id="n", xds=xds, xds_ca_pem="CA", xds_sni=sni))
+    context: dict[str, object] = config["static_resources"]["clusters"][0][
+        "transport_socket"]["typed_config"]
+    return context
+
+
+def test_xds_tls_always_verifies_a_name() -> None:
+    """Without --xds-sni the host of --xds is verified (DNS name or IP SAN); unix needs one."""
+    by_name = _xds_tls("xds.example.com:18000")
+    assert by_name["sni"] == "xds.example.com"
+    assert by_name["common_tls_context"]["validation_context"][  # type: ignore[index]
+        "match_typed_subject_alt_names"] == [
+        {"san_type": "DNS", "matcher": {"exact": "xds.example.com"}}]
+    by_ip = _xds_tls("10.0.0.1:18000")
+    assert by_ip["sni"] == ""
+    assert by_ip["common_tls_context"]["validation_context"][  # type: ignore[index]
+        "match_typed_subject_alt_names"] == [
+        {"san_type": "IP_ADDRESS", "matcher": {"exact": "10.0.0.1"}}]
+    explicit = _xds_tls("10.0.0.1:18000", sni="xds.podway.test")
+    assert explicit["sni"] == "xds.podway.test"
+    with pytest.raises(ConfigError, match="--xds-sni"):
+        _xds_tls("unix:/tmp/x.sock")
+    assert _xds_tls("unix:/tmp/x.sock", sni="a.test")["sni"] == "a.test"
