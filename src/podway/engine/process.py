@@ -229,11 +229,21 @@ def _log_line(line: bytes, max_line: int, *, truncated: bool = False) -> None:
 
 
 def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux).
+
+    Everything is resolved here, in the parent: the child of a threaded process (gRPC runs
+    threads) may only do async-signal-safe work between fork and exec, and dlopen is not (it
+    can deadlock on a lock another thread held at fork). If the parent died before prctl took
+    effect the signal would never come, so the child checks and exits instead.
+    """
     if not sys.platform.startswith("linux"):
         return None
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    parent = os.getpid()
 
     def preexec() -> None:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
 
     return preexec
