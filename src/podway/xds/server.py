@@ -22,7 +22,7 @@ import ipaddress
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +75,21 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
                           "certificates")
 
 
+async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
+                       send: Callable[[list[Any]], Awaitable[None]]) -> None:
+    """Send what ``on_change`` yields after every cache change, forever.
+
+    The next change's event is taken *before* looking at the cache and sending: a change made
+    while ``send`` is awaited fires that event, so it is pushed at once instead of waiting for
+    some later, unrelated change.
+    """
+    event = cache.changed()
+    while True:
+        await event.wait()
+        event = cache.changed()
+        await send(on_change())
+
+
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     def __init__(self, cache: Cache, *, on_event: Callable[[Event], None] | None = None) -> None:
         self.cache = cache
@@ -109,15 +124,11 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     self._report(event)
                 await send(responses)
 
-        async def push() -> None:
-            while True:
-                await self.cache.changed().wait()
-                await send(stream.on_change())
-
         try:
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
-                pusher = group.create_task(push(), name=f"xds-push-{mode}")
+                pusher = group.create_task(push_changes(self.cache, stream.on_change, send),
+                                           name=f"xds-push-{mode}")
                 await reader  # the stream ends when Envoy closes it
                 pusher.cancel()
         finally:
