@@ -163,3 +163,14 @@ async def test_watch_follows_a_configmap_swap_and_a_folder_move(tmp_path: Path) 
                 pass
     finally:
         await updates.aclose()
+
+
+def test_a_folder_under_a_dot_folder_is_loaded(tmp_path: Path) -> None:
+    """Only dot paths inside the folder are skipped, not dots in the folder's own path."""
+    root = tmp_path / ".config" / "podway"
+    (root / ".hidden").mkdir(parents=True)
+    (root / "a.yaml").write_text(SVC.format(name="a", port=80))
+    (root / ".hidden" / "b.yaml").write_text(SVC.format(name="b", port=80))
+    snapshot = FileSource(root).load().snapshot
+    assert snapshot.get(Service, "default", "a") is not None
+    assert snapshot.get(Service, "default", "b") is None
