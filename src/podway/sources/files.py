@@ -20,8 +20,10 @@ Invariants:
   plain manifest therefore re-lists the folder and reloads what appeared or vanished; an event on
   a ``..`` path (the kubelet's atomic writer) reloads every file, whose content may have changed
   behind an unchanged link.
-* Writers should write a temporary file and rename it into place (docs/run.md): a file read
-  mid-write fails to parse and keeps its last good objects until the next event.
+* Writers should write a temporary file and rename it into place (docs/run.md). For those who
+  do not, files are read only once their size and mtime hold still for a couple of
+  milliseconds (bounded); a file still caught mid-write fails to parse and keeps its last good
+  objects until its next event.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,6 +152,7 @@ class FileSource:
                 if not reload:
                     continue
                 log.info("manifests changed: %s", ", ".join(sorted(str(p) for p in reload)))
+                await wait_stable(reload)
                 yield self.apply(reload)
         finally:
             watcher.cancel()
@@ -195,6 +198,36 @@ class FileSource:
         for error in result_errors:
             log.warning("manifest error: %s", error)
         return _Entry(fresh, list(result_errors), good=not result_errors)
+
+
+def _signature(paths: Iterable[Path]) -> list[tuple[int, int] | None]:
+    out: list[tuple[int, int] | None] = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_size, st.st_mtime_ns))
+    return out
+
+
+async def wait_stable(paths: Iterable[Path], *, step_s: float = 0.002, limit_s: float = 0.2
+                      ) -> bool:
+    """Until the size and mtime of every path held still for ``step_s``; False if they were
+    still changing after ``limit_s`` (then the caller reads them anyway)."""
+    ordered = sorted(paths)
+    before = _signature(ordered)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while True:
+        await asyncio.sleep(step_s)
+        after = _signature(ordered)
+        if after == before:
+            return True
+        if loop.time() >= deadline:
+            return False
+        before = after
 
 
 def _relative_parts(path: Path, root: Path) -> tuple[str, ...]:

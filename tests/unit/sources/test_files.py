@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from podway.model import Service
-from podway.sources.files import FileSource
+from podway.sources.files import FileSource, wait_stable
 
 SVC = """apiVersion: v1
 kind: Service
@@ -174,3 +174,40 @@ def test_a_folder_under_a_dot_folder_is_loaded(tmp_path: Path) -> None:
     snapshot = FileSource(root).load().snapshot
     assert snapshot.get(Service, "default", "a") is not None
     assert snapshot.get(Service, "default", "b") is None
+
+
+async def test_wait_stable_returns_once_a_file_stops_growing(tmp_path: Path) -> None:
+    """A file being appended to is waited for; its full size is there when the wait ends."""
+    path = tmp_path / "a.yaml"
+    path.write_text("")
+
+    async def writer() -> None:
+        for _ in range(20):
+            with path.open("a") as out:
+                out.write("x" * 100)
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(writer())
+    await asyncio.sleep(0)
+    assert await wait_stable({path}, limit_s=2)
+    assert path.stat().st_size == 2000
+    await task
+
+
+async def test_wait_stable_gives_up_on_a_file_that_never_settles(tmp_path: Path) -> None:
+    """A file that keeps changing is read anyway once the limit is reached."""
+    path = tmp_path / "a.yaml"
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        while not stop.is_set():
+            with path.open("a") as out:
+                out.write("x")
+            await asyncio.sleep(0.0005)
+
+    task = asyncio.create_task(writer())
+    try:
+        assert not await wait_stable({path}, limit_s=0.05)
+    finally:
+        stop.set()
+        await task
