@@ -139,3 +139,27 @@ def test_delta_resource_removed_after_its_update_was_nacked_is_still_removed() -
     out, _ = stream.on_request(_delta_req(types.ROUTE, nonce=rds.nonce))
     removed = {r.type_url: list(r.removed_resources) for r in out}
     assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def test_sotw_nacked_routes_keep_the_old_cluster() -> None:
+    """State of the world: if Envoy NACKs the new routes, the cluster its old routes use stays."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config("blue")))
+    stream = SotwStream(cache)
+    nonces: dict[str, str] = {}
+    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
+                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
+        out, _ = stream.on_request(_sotw_req(type_url, names, nonces.get(type_url, "")))
+        for response in out:
+            nonces[response.type_url] = response.nonce
+            stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    cache.set(builder.build(_config("green")))
+    (cds,) = stream.on_change()
+    stream.on_request(_sotw_req(types.CLUSTER, nonce=cds.nonce))
+    out, _ = stream.on_request(_sotw_req(types.ENDPOINT, ("blue", "green"), nonces[types.ENDPOINT]))
+    (rds,) = [r for r in out if r.type_url == types.ROUTE]
+    nack = _sotw_req(types.ROUTE, ("listener/http",), rds.nonce)
+    nack.error_detail.message = "rejected"
+    out, _ = stream.on_request(nack)
+    assert [r for r in out if r.type_url == types.CLUSTER] == []  # blue not removed
+    assert stream.on_change() == []
