@@ -56,8 +56,11 @@ class Standalone:
     def __init__(self, opts: StandaloneOptions) -> None:
         self.opts = opts
         self.cache = Cache()
+        # With TLS the engine here has no client credentials: it connects over a private unix
+        # socket of the same server instead.
         self.server = XdsServer(self.cache, opts.xds_address, tls=opts.xds_tls,
-                                on_event=self._on_event)
+                                on_event=self._on_event,
+                                local=opts.engine and opts.xds_tls is not None)
         self.engine: Engine | None = None
         self.generation = 0
         self.result: Result | None = None
@@ -74,7 +77,8 @@ class Standalone:
                 self.engine = Engine(EngineOptions(
                     envoy_path=find_envoy(self.opts.envoy_path),
                     bootstrap=bootstrap(BootstrapOptions(
-                        node_id=self.opts.node_id, xds=self.server.target,
+                        node_id=self.opts.node_id,
+                        xds=self.server.local_target or self.server.target,
                         delta=self.opts.delta)),
                     log_level=self.opts.envoy_log_level,
                     concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))

@@ -82,10 +82,10 @@ class Stack:
                 await task
 
 
-async def make_stack(root: Path, *, delta: bool = True) -> Stack:
+async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0) -> Stack:
     http_port, https_port = free_port(), free_port()
     standalone = Standalone(StandaloneOptions(
-        manifests=root, drain_s=0, delta=delta, status_file=root.parent / "status.yaml",
+        manifests=root, drain_s=drain_s, delta=delta, status_file=root.parent / "status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
                                    https_port=https_port)))
     return Stack(root, http_port, https_port, standalone)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -124,8 +125,10 @@ def _alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
-async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path) -> None:
-    """`podway run --no-engine` on a unix socket plus `podway engine --xds unix:...` serve."""
+@pytest.mark.parametrize("via", ["unix", "hostname"])
+async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, via: str) -> None:
+    """`podway run --no-engine` plus `podway engine --xds ...` serve, with the xDS address a unix
+    socket or a host name (`localhost:PORT`, which Envoy must resolve itself)."""
     root = tmp_path / "m"
     root.mkdir()
     (root / "lb.yaml").write_text(service("lb", free_port(), 1, lb=True) + "---\n"
@@ -141,15 +144,19 @@ async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path) -
     (root / "web.yaml").write_text(service("web", 80, backend) + "---\n"
                                    + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
     http_port = free_port()
-    socket_path = tmp_path / "xds.sock"
+    if via == "unix":
+        listen = target = f"unix:{tmp_path / 'xds.sock'}"
+    else:
+        xds_port = free_port()
+        listen, target = f"127.0.0.1:{xds_port}", f"localhost:{xds_port}"
     common = ("--log-level", "warning")
     controller = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--no-engine",
-        "--xds-address", f"unix:{socket_path}", "--address", "127.0.0.1", "--http-port",
+        "--xds-address", listen, "--address", "127.0.0.1", "--http-port",
         str(http_port), "--https-port", str(free_port()), *common,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     engine = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "podway", "engine", "--xds", f"unix:{socket_path}",
+        sys.executable, "-m", "podway", "engine", "--xds", target,
         "--node-id", "edge-1", "--drain-s", "0", *common,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
@@ -228,3 +235,47 @@ async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+@pytest.mark.parametrize("xds", ["localhost:18000", "127.0.0.1:18000", "[::1]:18000",
+                                 "unix:/tmp/podway-x.sock"])
+async def test_envoy_accepts_the_bootstrap_for_every_xds_address_form(
+        tmp_path: Path, xds: str) -> None:
+    """The wheel's Envoy validates the bootstrap for a host name, IPv4, IPv6 and a unix socket."""
+    config = tmp_path / "bootstrap.json"
+    config.write_text(json.dumps(bootstrap(BootstrapOptions(node_id="v", xds=xds))))
+    process = await asyncio.create_subprocess_exec(
+        str(find_envoy()), "--mode", "validate", "-c", str(config), "--disable-hot-restart",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), 30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, output.decode(errors="replace")[-2000:]
+
+
+async def test_stop_drains_so_an_in_flight_request_completes(tmp_path: Path) -> None:
+    """With drain_s > 0, stopping the engine lets a slow request already in flight finish."""
+    from .harness import make_stack
+
+    root = tmp_path / "m"
+    root.mkdir()
+    stack = await make_stack(root, drain_s=2.0)
+    try:
+        backend = await stack.start_echo("web")
+        stack.write("web.yaml", service("web", 80, backend) + "---\n"
+                    + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+        await stack.start()
+        slow = asyncio.create_task(get(stack.http_port, "shop.test", "/delay/700"))
+        await asyncio.sleep(0.2)  # the request is in Envoy and at the backend
+        assert not slow.done()
+        engine_task = stack.tasks.pop()  # the standalone: stopping it stops Envoy
+        engine_task.cancel()
+        status, body = await asyncio.wait_for(slow, 5)
+        assert (status, body.get("path")) == (200, "/delay/700")
+        with contextlib.suppress(asyncio.CancelledError):
+            await engine_task
+    finally:
+        await stack.stop()

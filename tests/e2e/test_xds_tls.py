@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,17 +17,23 @@ from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 from podway.xds.server import ServerTLS
 
-from .harness import endpoints, free_port, service
+from .harness import endpoints, eventually, free_port, service
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("sni", ["xds.podway.test", "impostor.podway.test"])
-async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str) -> None:
+@pytest.mark.parametrize(("sni", "san", "ok"), [
+    ("xds.podway.test", "xds.podway.test", True),
+    ("impostor.podway.test", "xds.podway.test", False),
+    ("", "127.0.0.1", True),  # no --xds-sni: the IP of --xds is verified
+    ("", "xds.podway.test", False),  # … and a certificate without it is refused
+])
+async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, san: str,
+                                                     ok: bool) -> None:
     """Server name and certificate verified by the engine, client certificate required by the
     server; a server whose name is not the expected one gets no engine."""
     ca = trustme.CA()
-    server_cert = ca.issue_cert("xds.podway.test")
+    server_cert = ca.issue_cert(san)
     client_cert = ca.issue_cert("engine.podway.test")
     root = tmp_path / "m"
     root.mkdir()
@@ -49,7 +57,7 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str) -
                              xds_client_cert_pem=client_cert.cert_chain_pems[0].bytes().decode(),
                              xds_client_key_pem=client_cert.private_key_pem.bytes().decode()))))
         tasks.append(asyncio.create_task(engine.run()))
-        if sni != "xds.podway.test":
+        if not ok:
             await asyncio.sleep(1.5)
             assert controller.server.servicer.streams == 0
             return
@@ -64,3 +72,41 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str) -
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def test_podway_run_with_xds_tls_configures_its_own_engine(tmp_path: Path) -> None:
+    """`podway run --xds-cert/--xds-key` with the built-in engine serves the folder."""
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("xds.podway.test")
+    cert, key = tmp_path / "xds.crt", tmp_path / "xds.key"
+    server_cert.cert_chain_pems[0].write_to_path(str(cert))
+    server_cert.private_key_pem.write_to_path(str(key))
+    root = tmp_path / "m"
+    root.mkdir()
+    lb_port = free_port()
+    (root / "lb.yaml").write_text(service("lb", lb_port, 1, lb=True) + "---\n"
+                                  + endpoints("lb", {"TCP": 1}))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
+        "127.0.0.1", "--http-port", str(free_port()), "--https-port", str(free_port()),
+        "--xds-address", "127.0.0.1:0", "--xds-cert", str(cert), "--xds-key", str(key),
+        "--drain-s", "0", "--log-level", "warning",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        async def listening() -> bool:
+            # The L4 listener exists once Envoy got its config: a connection is accepted and
+            # closed (member port 1 refuses).
+            reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
+            try:
+                return await asyncio.wait_for(reader.read(), 2) == b""
+            finally:
+                writer.close()
+
+        await eventually(listening, limit_s=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except TimeoutError:
+            process.kill()
+            await process.wait()

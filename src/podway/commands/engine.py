@@ -22,7 +22,8 @@ def engine(
     node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
     xds_ca: Annotated[Path | None, typer.Option(
         help="CA of the controller's certificate; set → TLS to the controller.")] = None,
-    xds_sni: Annotated[str, typer.Option(help="Server name to verify (with --xds-ca).")] = "",
+    xds_sni: Annotated[str, typer.Option(
+        help="Server name to verify (with --xds-ca); default: the host of --xds.")] = "",
     xds_client_cert: Annotated[Path | None, typer.Option(help="Client certificate (PEM).")]
     = None,
     xds_client_key: Annotated[Path | None, typer.Option(help="Client key (PEM).")] = None,

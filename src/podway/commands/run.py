@@ -50,7 +50,7 @@ def run(
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
-    from podway.xds.server import ServerTLS
+    from podway.xds.server import ServerTLS, check_bind
 
     setup_logging(log_level)
     if (xds_cert is None) != (xds_key is None):
@@ -59,6 +59,7 @@ def run(
     if xds_cert is not None and xds_key is not None:
         tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
                         client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
+    check_bind(xds_address, tls)  # a clear error before anything starts
     if metrics_port:
         from prometheus_client import start_http_server
 

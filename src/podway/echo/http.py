@@ -2,7 +2,9 @@
 
 Parsing is deliberately small (request line, headers, Content-Length or chunked bodies) and
 runs in an ``asyncio.Protocol`` without per-request tasks, so the server is cheap enough not to
-be the bottleneck when Envoy's added latency is measured.
+be the bottleneck when Envoy's added latency is measured. ``/delay/<ms>`` answers after ``ms``
+milliseconds (at most a minute), for tests of in-flight requests; on HTTP/1.1 the connection
+reads nothing more until that answer is written, so pipelined answers keep their order.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from podway.echo import Identity
 
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _STATUS = re.compile(r"^/status/(\d{3})$")
+_DELAY = re.compile(r"^/delay/(\d{1,5})$")
+_MAX_DELAY_S = 60.0
 _REASONS = {200: "OK", 404: "Not Found", 101: "Switching Protocols"}
 
 
@@ -40,6 +44,12 @@ def answer(identity: Identity, *, method: str, path: str, host: str, headers: di
     return status, (json.dumps(body) + "\n").encode(), "application/json"
 
 
+def delay_s(path: str) -> float:
+    """How long to wait before answering ``path``: ``/delay/<ms>``, else 0."""
+    match = _DELAY.match(path.split("?", 1)[0])
+    return min(int(match.group(1)) / 1000, _MAX_DELAY_S) if match else 0.0
+
+
 class EchoHTTP(asyncio.Protocol):
     def __init__(self, identity: Identity) -> None:
         self.identity = identity
@@ -48,6 +58,7 @@ class EchoHTTP(asyncio.Protocol):
         self.client = ""
         self.h2: h2.connection.H2Connection | None = None
         self.streams: dict[int, dict[str, str]] = {}
+        self.waiting = False  # an HTTP/1.1 answer is delayed: read nothing more until it is sent
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -60,7 +71,7 @@ class EchoHTTP(asyncio.Protocol):
             self._h2_data(data)
             return
         self.buffer += data
-        while self.h2 is None and self.transport is not None:
+        while self.h2 is None and self.transport is not None and not self.waiting:
             if self.buffer.startswith(_H2_PREFACE[:len(self.buffer)]) and self.buffer:
                 if len(self.buffer) < len(_H2_PREFACE):
                     return
@@ -123,12 +134,28 @@ class EchoHTTP(asyncio.Protocol):
         out = (f"{version} {status} {reason}\r\ncontent-type: {ctype}\r\n"
                f"content-length: {len(body)}\r\n"
                f"{'' if keep else 'connection: close' + chr(13) + chr(10)}\r\n").encode()
+        payload = out + (b"" if method == "HEAD" else body)
+        delay = delay_s(path)
+        if delay:
+            self.waiting = True
+            asyncio.get_running_loop().call_later(delay, self._send_delayed, payload, keep)
+            return False
         assert self.transport is not None
-        self.transport.write(out + (b"" if method == "HEAD" else body))
+        self.transport.write(payload)
         if not keep:
             self._close()
             return False
         return True
+
+    def _send_delayed(self, payload: bytes, keep: bool) -> None:
+        self.waiting = False
+        if self.transport is None:
+            return  # the client went away meanwhile
+        self.transport.write(payload)
+        if not keep:
+            self._close()
+            return
+        self.data_received(b"")  # answer what was pipelined meanwhile
 
     def _upgrade(self, method: str, path: str, headers: dict[str, str]) -> None:
         assert self.transport is not None
@@ -186,7 +213,18 @@ class EchoHTTP(asyncio.Protocol):
 
     def _h2_respond(self, stream_id: int, *, method: str, path: str, host: str,
                     headers: dict[str, str]) -> None:
-        assert self.h2 is not None
+        delay = delay_s(path)
+        if delay:
+            asyncio.get_running_loop().call_later(
+                delay, lambda: self._h2_send(stream_id, method=method, path=path, host=host,
+                                             headers=headers))
+            return
+        self._h2_send(stream_id, method=method, path=path, host=host, headers=headers)
+
+    def _h2_send(self, stream_id: int, *, method: str, path: str, host: str,
+                 headers: dict[str, str]) -> None:
+        if self.h2 is None or self.transport is None:
+            return  # closed while the answer waited
         status, body, ctype = answer(self.identity, method=method, path=path, host=host,
                                      headers=headers, client=self.client, protocol="HTTP/2")
         self.h2.send_headers(stream_id, [(":status", str(status)), ("content-type", ctype),

@@ -4,12 +4,19 @@ The bootstrap holds no listeners or pools: all of that comes over ADS, so one bo
 every configuration and Envoy never needs a restart to change what it serves. The admin interface
 binds loopback only (it can dump secrets and stop the process), on an ephemeral port that Envoy
 writes to ``admin_address_path``.
+
+TLS to the xDS server always verifies a name: ``xds_sni`` if given, else the host of ``xds`` (an
+IP literal is matched against the certificate's IP addresses and sent as no SNI). A unix socket
+has no host, so TLS over one needs ``xds_sni``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
+
+from podway.errors import ConfigError
 
 XDS_CLUSTER = "podway-xds"
 
@@ -56,15 +63,34 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     }
 
 
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
+    kind = "STATIC"
+    extra: dict[str, Any] = {}
+    host = ""
     if opts.xds.startswith("unix:"):
         address: dict[str, Any] = {"pipe": {"path": opts.xds.removeprefix("unix:")}}
     else:
         host, _, port = opts.xds.rpartition(":")
-        address = {"socket_address": {"address": host.strip("[]"), "port_value": int(port)}}
+        host = host.strip("[]")
+        address = {"socket_address": {"address": host, "port_value": int(port)}}
+        if not is_ip(host):
+            # A STATIC cluster takes IP literals only ("malformed IP address"); a name is
+            # resolved, and re-resolved, by Envoy. IPv4 first: "localhost" must reach a server on
+            # 127.0.0.1 even where the name also resolves to ::1.
+            kind = "STRICT_DNS"
+            extra = {"dns_lookup_family": "V4_PREFERRED"}
     cluster: dict[str, Any] = {
         "name": XDS_CLUSTER,
-        "type": "STATIC",
+        "type": kind,
+        **extra,
         "connect_timeout": "1s",
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
@@ -80,10 +106,15 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
         },
     }
     if opts.xds_ca_pem is not None:
-        validation: dict[str, Any] = {"trusted_ca": {"inline_string": opts.xds_ca_pem}}
-        if opts.xds_sni:  # Envoy checks the name only when told to
-            validation["match_typed_subject_alt_names"] = [
-                {"san_type": "DNS", "matcher": {"exact": opts.xds_sni}}]
+        name = opts.xds_sni or host  # Envoy checks a name only when told to: always tell it
+        if not name:
+            raise ConfigError("TLS to an xDS unix socket needs a server name to verify "
+                              "(--xds-sni)")
+        san_type = "IP_ADDRESS" if is_ip(name) else "DNS"
+        validation: dict[str, Any] = {
+            "trusted_ca": {"inline_string": opts.xds_ca_pem},
+            "match_typed_subject_alt_names": [{"san_type": san_type,
+                                               "matcher": {"exact": name}}]}
         common: dict[str, Any] = {"validation_context": validation}
         if opts.xds_client_cert_pem and opts.xds_client_key_pem:
             common["tls_certificates"] = [{
@@ -94,7 +125,7 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
             "typed_config": {
                 "@type": "type.googleapis.com/"
                          "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                "sni": opts.xds_sni,
+                "sni": "" if san_type == "IP_ADDRESS" else name,  # SNI is never an IP
                 "common_tls_context": {**common, "alpn_protocols": ["h2"]},
             },
         }

@@ -7,7 +7,8 @@ Invariants:
 * If Envoy dies on its own it is started again after a backoff that doubles (0.2 s → 10 s) and
   resets once a run has lasted ``stable_after_s``; the new Envoy fetches its whole config from
   xDS, so nothing is lost but the connections it held.
-* Envoy's stderr goes to our log line by line, with Envoy's level mapped to ours.
+* Envoy's stderr goes to our log line by line, with Envoy's level mapped to ours; a line longer
+  than the stream limit is logged truncated, never fatal (a config dump in an error is long).
 * Hot restart is disabled (no shared memory between Envoys), so any number of engines and tests
   run side by side; on Linux the child also gets SIGKILL if Podway itself dies.
 """
@@ -131,16 +132,19 @@ class Engine:
         log.info("envoy started pid=%s", process.pid)
         try:
             async with asyncio.TaskGroup() as group:
-                logs = group.create_task(_pipe_log(process), name="envoy-log")
+                assert process.stderr is not None
+                logs = group.create_task(_pipe_log(process.stderr), name="envoy-log")
                 group.create_task(self._watch_admin(admin_file, process), name="envoy-admin")
                 code = await process.wait()
                 await logs  # stderr reaches EOF once Envoy has exited
             return code
         finally:
-            self._started.clear()
-            self.admin_address = None
-            if process.returncode is None:
-                await self._stop(process)
+            try:
+                if process.returncode is None:
+                    await self._stop(process)  # reads admin_address: the drain needs it
+            finally:
+                self._started.clear()
+                self.admin_address = None
 
     async def _watch_admin(self, admin_file: Path, process: asyncio.subprocess.Process) -> None:
         while process.returncode is None:
@@ -189,21 +193,57 @@ def _remove(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
-async def _pipe_log(process: asyncio.subprocess.Process) -> None:
-    assert process.stderr is not None
-    while line := await process.stderr.readline():
-        text = line.decode("utf-8", "replace").rstrip()
-        match = _LEVEL.match(text)
-        level = _LEVELS.get(match.group(1), logging.INFO) if match else logging.INFO
-        envoy_log.log(level, "%s", text)
+_MAX_LOG_LINE = 8192  # bytes of one Envoy line that reach our log
+
+
+async def _pipe_log(stream: asyncio.StreamReader, *, max_line: int = _MAX_LOG_LINE) -> None:
+    """Log each line until EOF; of a long line (over the stream's limit or ``max_line``), only
+    its first ``max_line`` bytes."""
+    skipping = False  # inside an over-long line whose first part was already logged
+    while True:
+        try:
+            line = await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:  # EOF; maybe a last line without newline
+            if exc.partial and not skipping:
+                _log_line(exc.partial, max_line)
+            return
+        except asyncio.LimitOverrunError as exc:
+            chunk = await stream.read(exc.consumed)
+            if not skipping:
+                _log_line(chunk, max_line, truncated=True)
+            skipping = True
+            continue
+        if skipping:
+            skipping = False  # the end of the over-long line
+            continue
+        _log_line(line, max_line)
+
+
+def _log_line(line: bytes, max_line: int, *, truncated: bool = False) -> None:
+    if len(line) > max_line:
+        line, truncated = line[:max_line], True
+    text = line.decode("utf-8", "replace").rstrip()
+    match = _LEVEL.match(text)
+    level = _LEVELS.get(match.group(1), logging.INFO) if match else logging.INFO
+    envoy_log.log(level, "%s%s", text, " …(truncated)" if truncated else "")
 
 
 def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux).
+
+    Everything is resolved here, in the parent: the child of a threaded process (gRPC runs
+    threads) may only do async-signal-safe work between fork and exec, and dlopen is not (it
+    can deadlock on a lock another thread held at fork). If the parent died before prctl took
+    effect the signal would never come, so the child checks and exits instead.
+    """
     if not sys.platform.startswith("linux"):
         return None
+    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    parent = os.getpid()
 
     def preexec() -> None:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
 
     return preexec

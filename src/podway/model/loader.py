@@ -46,13 +46,17 @@ class LoadResult:
 
 
 def manifest_files(paths: Iterable[Path]) -> list[Path]:
-    """Expand folders (recursively, sorted) into the manifest files they hold."""
+    """Expand folders (recursively, sorted) into the manifest files they hold.
+
+    Dot files and dot folders *inside* a folder are skipped; the folder's own path may have
+    any name (``~/.config/podway`` works)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
             files.extend(sorted(p for p in path.rglob("*")
                                 if p.is_file() and p.suffix in MANIFEST_SUFFIXES
-                                and not any(part.startswith(".") for part in p.parts)))
+                                and not any(part.startswith(".")
+                                            for part in p.relative_to(path).parts)))
         else:
             files.append(path)
     return files

@@ -12,13 +12,26 @@ Invariants:
 * Cost is O(changed files): the snapshot is patched per kind (``Snapshot.replace``) and the
   changed (kind, key) pairs go to the incremental translator, which then needs no diff.
 * Watching uses inotify (``watchfiles``) with a short debounce; bursts of writes (an editor's
-  save) coalesce into one snapshot.
+  save) coalesce into one snapshot. The watch starts *before* the first load, so nothing written
+  in between is missed.
+* Events name paths, not always manifests: a folder moved in or out gets one event for the
+  folder, and a Kubernetes ConfigMap volume swaps its ``..data`` symlink (events only on
+  dot-paths) while the visible ``*.yaml`` links stay unchanged. Any event on a path that is not a
+  plain manifest therefore re-lists the folder and reloads what appeared or vanished; an event on
+  a ``..`` path (the kubelet's atomic writer) reloads every file, whose content may have changed
+  behind an unchanged link.
+* Writers should write a temporary file and rename it into place (docs/run.md). For those who
+  do not, files are read only once their size and mtime hold still for a couple of
+  milliseconds (bounded); a file still caught mid-write fails to parse and keeps its last good
+  objects until its next event.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,15 +131,46 @@ class FileSource:
         """The first full load, then one update per burst of changes, forever."""
         from watchfiles import awatch
 
-        yield self.load()
-        async for changes in awatch(self.root, debounce=debounce_ms, step=step_ms,
-                                    recursive=True, force_polling=False):
-            paths = {Path(p) for _, p in changes}
-            manifests = {p for p in paths if p.suffix in MANIFEST_SUFFIXES}
-            if not manifests:
-                continue
-            log.info("manifests changed: %s", ", ".join(sorted(str(p) for p in manifests)))
-            yield self.apply(manifests)
+        batches: asyncio.Queue[set[Path]] = asyncio.Queue()
+
+        async def pump() -> None:
+            async for changes in awatch(self.root, debounce=debounce_ms, step=step_ms,
+                                        recursive=True, force_polling=False):
+                batches.put_nowait({Path(p) for _, p in changes})
+
+        watcher = asyncio.create_task(pump(), name="file-source-watch")
+        # awatch registers its inotify watches synchronously, before its first await: one turn
+        # of the loop and the folder is watched, so the load below misses nothing.
+        await asyncio.sleep(0)
+        try:
+            yield self.load()
+            while True:
+                paths = await batches.get()
+                while not batches.empty():  # coalesce what piled up meanwhile
+                    paths |= batches.get_nowait()
+                reload = self.to_reload(paths)
+                if not reload:
+                    continue
+                log.info("manifests changed: %s", ", ".join(sorted(str(p) for p in reload)))
+                await wait_stable(reload)
+                yield self.apply(reload)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    def to_reload(self, events: set[Path]) -> set[Path]:
+        """The files to (re)load for a batch of event paths (see the module docstring)."""
+        manifests = {p for p in events if p.suffix in MANIFEST_SUFFIXES}
+        plain = {p for p in manifests if _is_manifest(p, self.root)}
+        if plain == events:
+            return plain
+        present = set(manifest_files([self.root]))
+        known = set(self._files)
+        reload = plain | (present ^ known)  # moved, copied or deleted in bulk
+        if any(part.startswith("..") for p in events for part in _relative_parts(p, self.root)):
+            reload |= present  # a ConfigMap swap: any file may have new content
+        return reload
 
     def _reload(self, path: Path, old: _Entry | None) -> _Entry:
         old = old or _Entry()
@@ -154,6 +198,43 @@ class FileSource:
         for error in result_errors:
             log.warning("manifest error: %s", error)
         return _Entry(fresh, list(result_errors), good=not result_errors)
+
+
+def _signature(paths: Iterable[Path]) -> list[tuple[int, int] | None]:
+    out: list[tuple[int, int] | None] = []
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_size, st.st_mtime_ns))
+    return out
+
+
+async def wait_stable(paths: Iterable[Path], *, step_s: float = 0.002, limit_s: float = 0.2
+                      ) -> bool:
+    """Until the size and mtime of every path held still for ``step_s``; False if they were
+    still changing after ``limit_s`` (then the caller reads them anyway)."""
+    ordered = sorted(paths)
+    before = _signature(ordered)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while True:
+        await asyncio.sleep(step_s)
+        after = _signature(ordered)
+        if after == before:
+            return True
+        if loop.time() >= deadline:
+            return False
+        before = after
+
+
+def _relative_parts(path: Path, root: Path) -> tuple[str, ...]:
+    try:
+        return path.relative_to(root).parts
+    except ValueError:
+        return ()
 
 
 def _is_manifest(path: Path, root: Path) -> bool:

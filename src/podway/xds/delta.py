@@ -2,6 +2,12 @@
 
 The rules shared with state of the world (stale nonces, NACKs, make before break) are described
 in ``podway.xds.protocol``.
+
+After a NACK Envoy keeps, per resource, the version it last accepted; so does this stream
+(``accepted``), and ``known`` goes back to it. That keeps removals flowing (a rejected update of
+a resource later deleted is still removed) and the readiness checks honest. A rejected endpoint
+assignment counts as settled: Envoy will get nothing better until the config changes, and holding
+every route push behind it would freeze the stream.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ class _DeltaType:
     wildcard: bool
     names: set[str] = field(default_factory=set)
     known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
-    nonces: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    # ^ nonce → (system version, names sent), for responses Envoy has not answered yet
+    accepted: dict[str, str] = field(default_factory=dict)  # name → version Envoy ACKed
+    nonces: dict[str, tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]] = field(
+        default_factory=dict)
+    # ^ nonce → (system version, (name, version) sent, names removed), for responses Envoy has
+    #   not answered yet
     retry: set[str] = field(default_factory=set)  # NACKed: sent again with the next change
     rejected: bool = False  # the newest answer was a NACK
     seen: str = ""  # cache version last compared against
@@ -50,21 +59,28 @@ class DeltaStream:
             wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
             state = self._types[type_url] = _DeltaType(wildcard=wildcard)
             state.known.update(request.initial_resource_versions)
+            state.accepted.update(request.initial_resource_versions)
         if request.response_nonce:
             answered = state.nonces.pop(request.response_nonce, None)
             if answered is not None:
-                version, names = answered
+                version, sent, removed = answered
                 state.rejected = request.HasField("error_detail")
                 if state.rejected:
                     events.append(Nack(self.node, type_url, version, request.response_nonce,
                                        request.error_detail.message))
-                    # Envoy kept its previous versions: forget what we sent, and offer it again
-                    # with the next real change of this type (never in a blind loop).
-                    for name in names:
-                        state.known.pop(name, None)
-                    state.retry.update(names)
+                    # Envoy kept its previous versions: so do we, and we offer what it rejected
+                    # again with the next real change of this type (never in a blind loop).
+                    for name in (*(n for n, _ in sent), *removed):
+                        if name in state.accepted:
+                            state.known[name] = state.accepted[name]
+                        else:
+                            state.known.pop(name, None)
+                        state.retry.add(name)
                 else:
                     events.append(Ack(self.node, type_url, version, request.response_nonce))
+                    state.accepted.update(sent)
+                    for name in removed:
+                        state.accepted.pop(name, None)
         if "*" in subscribe:
             state.wildcard = True
         if "*" in request.resource_names_unsubscribe:
@@ -74,6 +90,7 @@ class DeltaStream:
         for name in request.resource_names_unsubscribe:
             state.names.discard(name)
             state.known.pop(name, None)
+            state.accepted.pop(name, None)
         out: list[d.DeltaDiscoveryResponse] = []
         if first or new_names:
             out = self._respond(type_url, state, force=first, asked=new_names,
@@ -110,9 +127,12 @@ class DeltaStream:
         assignments = self.cache.get(types.ENDPOINT).resources
         for name in cds.known:
             resource = assignments.get(name)
-            if resource is not None and (eds is None or name not in eds.names
-                                         or eds.known.get(name) != resource.digest):
+            if resource is None:
+                continue
+            if eds is None or name not in eds.names:
                 return False
+            if eds.known.get(name) != resource.digest and name not in eds.retry:
+                return False  # sent and not yet answered; a NACKed one (in retry) is settled
         return True
 
     def _routes_current(self) -> bool:
@@ -178,7 +198,8 @@ class DeltaStream:
             return []
         response.nonce = new_nonce()
         state.nonces[response.nonce] = (snapshot.version,
-                                        tuple(r.name for r in response.resources))
+                                        tuple((r.name, r.version) for r in response.resources),
+                                        tuple(response.removed_resources))
         return [response]
 
     def _invalidate(self, type_url: str, name: str) -> None:

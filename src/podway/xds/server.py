@@ -4,8 +4,12 @@ Each stream runs two things: a reader that turns Envoy's requests into responses
 that wakes on every cache change and sends what changed. Both write through one lock so
 responses never interleave. Any number of engines may connect; each gets its own stream state.
 
-Security: the server listens on loopback or a unix socket unless given a TLS server certificate;
-``check_bind`` refuses anything else, because xDS carries private keys.
+Security: xDS carries every TLS private key Podway serves, so ``check_bind`` allows clear text
+only on loopback or a unix socket, and anywhere else requires TLS *and* client certificates
+(``client_ca_pem``): server-only TLS would still hand every key to anyone who can connect.
+With ``local=True`` the server also listens, in clear text, on a unix socket in a private
+(0700) temporary folder: that is how an engine on the same machine connects to a TLS server
+without client credentials.
 
 NACKs are logged with Envoy's error detail and counted (``podway_xds_nacks_total``); the stream
 does not resend the rejected version, so Envoy keeps serving its last good config.
@@ -16,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import AsyncIterator, Callable
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +55,8 @@ class ServerTLS:
 
 
 def check_bind(address: str, tls: ServerTLS | None) -> None:
-    """Refuse to serve xDS in clear text anywhere but loopback or a unix socket."""
-    if address.startswith("unix:") or tls is not None:
+    """Refuse to serve xDS off loopback/unix sockets without TLS and client certificates."""
+    if address.startswith("unix:"):
         return
     host = address.rsplit(":", 1)[0].strip("[]")
     if host == "localhost":
@@ -60,7 +66,28 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
             return
     except ValueError:
         pass
-    raise ConfigError(f"xDS address {address} is not loopback: give a TLS server certificate")
+    if tls is None:
+        raise ConfigError(f"xDS address {address} is not loopback: give a TLS server "
+                          "certificate (--xds-cert/--xds-key) and --xds-client-ca")
+    if tls.client_ca_pem is None:
+        raise ConfigError(f"xDS address {address} is not loopback: give --xds-client-ca too; "
+                          "xDS carries TLS private keys, so engines must present client "
+                          "certificates")
+
+
+async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
+                       send: Callable[[list[Any]], Awaitable[None]]) -> None:
+    """Send what ``on_change`` yields after every cache change, forever.
+
+    The next change's event is taken *before* looking at the cache and sending: a change made
+    while ``send`` is awaited fires that event, so it is pushed at once instead of waiting for
+    some later, unrelated change.
+    """
+    event = cache.changed()
+    while True:
+        await event.wait()
+        event = cache.changed()
+        await send(on_change())
 
 
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -97,15 +124,11 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     self._report(event)
                 await send(responses)
 
-        async def push() -> None:
-            while True:
-                await self.cache.changed().wait()
-                await send(stream.on_change())
-
         try:
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
-                pusher = group.create_task(push(), name=f"xds-push-{mode}")
+                pusher = group.create_task(push_changes(self.cache, stream.on_change, send),
+                                           name=f"xds-push-{mode}")
                 await reader  # the stream ends when Envoy closes it
                 pusher.cancel()
         finally:
@@ -131,10 +154,13 @@ class XdsServer:
     """Owns the gRPC server; ``start`` binds, ``stop`` closes streams with a grace period."""
 
     def __init__(self, cache: Cache, address: str, *, tls: ServerTLS | None = None,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None, local: bool = False) -> None:
         check_bind(address, tls)
         self.address = address
         self.tls = tls
+        self.local = local
+        self.local_target: str | None = None  # "unix:/path" once started with ``local``
+        self._local_dir: str | None = None
         self.servicer = AdsServicer(cache, on_event=on_event)
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -153,14 +179,23 @@ class XdsServer:
                 root_certificates=self.tls.client_ca_pem,
                 require_client_auth=self.tls.client_ca_pem is not None)
             self.port = server.add_secure_port(self.address, credentials)
+        if self.local:
+            self._local_dir = tempfile.mkdtemp(prefix="podway-xds-")  # mode 0700: ours only
+            self.local_target = f"unix:{self._local_dir}/xds.sock"
+            server.add_insecure_port(self.local_target)
         await server.start()
         self._server = server
         log.info("xds server listening address=%s port=%s", self.address, self.port)
 
     async def stop(self, grace: float = 1.0) -> None:
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
+        try:
+            if self._server is not None:
+                await self._server.stop(grace)
+                self._server = None
+        finally:
+            if self._local_dir is not None:
+                shutil.rmtree(self._local_dir, ignore_errors=True)
+                self._local_dir = self.local_target = None
 
     @property
     def target(self) -> str:

@@ -104,9 +104,9 @@ class SotwStream:
     def _routes_current(self) -> bool:
         for type_url in HELD_FOR_CLUSTERS:
             state = self._types.get(type_url)
-            if state is not None and (not state.answered or state.sent_version
-                                      != self.cache.get(type_url).version):
-                return False
+            if state is not None and (not state.answered or state.rejected
+                                      or state.sent_version != self.cache.get(type_url).version):
+                return False  # a NACKed route table: Envoy still routes to the old clusters
         return True
 
     def _respond(self, type_url: str, state: _SotwType, *, force: bool

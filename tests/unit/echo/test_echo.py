@@ -69,6 +69,20 @@ async def test_h2c_prior_knowledge(echo_port: int) -> None:
     assert (reply.json()["protocol"], reply.json()["headers"]["x-t"]) == ("HTTP/2", "2")
 
 
+@pytest.mark.parametrize("http2", [False, True])
+async def test_delay_path_answers_late_and_in_order(echo_port: int, http2: bool) -> None:
+    """/delay/MS answers after MS ms (HTTP/1.1 and h2c); the next request still gets its answer."""
+    loop = asyncio.get_running_loop()
+    async with httpx.AsyncClient(http1=not http2, http2=http2, trust_env=False) as client:
+        began = loop.time()
+        slow = await client.get(f"http://127.0.0.1:{echo_port}/delay/300")
+        waited = loop.time() - began
+        after = await client.get(f"http://127.0.0.1:{echo_port}/next")
+    assert (slow.status_code, slow.json()["path"]) == (200, "/delay/300")
+    assert 0.29 <= waited < 5
+    assert after.json()["path"] == "/next"
+
+
 @pytest.mark.parametrize("echo_port", ["tcp+udp"], indirect=True)
 async def test_tcp_and_udp_echo_and_whoami(echo_port: int) -> None:
     """TCP and UDP echo bytes unchanged; ``whoami`` answers the identity JSON."""

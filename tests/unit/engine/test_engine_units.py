@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import importlib
+import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import find_envoy
+from podway.engine.process import _die_with_parent, _pipe_log, find_envoy
 from podway.errors import ConfigError
 from podway.xds.server import ServerTLS, check_bind
 
@@ -41,4 +47,79 @@ def test_xds_refuses_clear_text_off_loopback() -> None:
         check_bind(ok, None)
     with pytest.raises(ConfigError):
         check_bind("0.0.0.0:18000", None)
-    check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))
+    check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k", client_ca_pem=b"ca"))
+
+
+def test_xds_off_loopback_requires_client_certificates() -> None:
+    """Server-only TLS off loopback is refused (anyone could fetch the private keys)."""
+    with pytest.raises(ConfigError, match="--xds-client-ca"):
+        check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))
+    check_bind("127.0.0.1:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))  # loopback: fine
+
+
+async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stderr line beyond the stream limit is logged cut short; later lines still arrive."""
+    stream = asyncio.StreamReader(limit=64)
+    stream.feed_data(b"[t][error] " + b"x" * 500 + b"\n[t][warning] next\nlast")
+    stream.feed_eof()
+    with caplog.at_level(logging.DEBUG, logger="podway.envoy"):
+        await asyncio.wait_for(_pipe_log(stream, max_line=100), 5)
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "podway.envoy"]
+    assert len(lines) == 3
+    assert lines[0][0] == logging.ERROR
+    assert lines[0][1].endswith("…(truncated)")
+    assert len(lines[0][1]) < 200
+    assert lines[1:] == [(logging.WARNING, "[t][warning] next"), (logging.INFO, "last")]
+
+
+def _xds_tls(xds: str, sni: str = "") -> dict[str, object]:
+    config = bootstrap(BootstrapOptions(node_id="n", xds=xds, xds_ca_pem="CA", xds_sni=sni))
+    context: dict[str, object] = config["static_resources"]["clusters"][0][
+        "transport_socket"]["typed_config"]
+    return context
+
+
+def test_xds_tls_always_verifies_a_name() -> None:
+    """Without --xds-sni the host of --xds is verified (DNS name or IP SAN); unix needs one."""
+    by_name = _xds_tls("xds.example.com:18000")
+    assert by_name["sni"] == "xds.example.com"
+    assert by_name["common_tls_context"]["validation_context"][  # type: ignore[index]
+        "match_typed_subject_alt_names"] == [
+        {"san_type": "DNS", "matcher": {"exact": "xds.example.com"}}]
+    by_ip = _xds_tls("10.0.0.1:18000")
+    assert by_ip["sni"] == ""
+    assert by_ip["common_tls_context"]["validation_context"][  # type: ignore[index]
+        "match_typed_subject_alt_names"] == [
+        {"san_type": "IP_ADDRESS", "matcher": {"exact": "10.0.0.1"}}]
+    explicit = _xds_tls("10.0.0.1:18000", sni="xds.podway.test")
+    assert explicit["sni"] == "xds.podway.test"
+    with pytest.raises(ConfigError, match="--xds-sni"):
+        _xds_tls("unix:/tmp/x.sock")
+    assert _xds_tls("unix:/tmp/x.sock", sni="a.test")["sni"] == "a.test"
+
+
+def test_die_with_parent_loads_nothing_in_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The preexec hook was resolved in the parent: the forked child never calls dlopen."""
+    preexec = _die_with_parent()
+    assert preexec is not None
+
+    def no_dlopen(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("dlopen in the forked child")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_dlopen)
+    done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=preexec,
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (0, "ran\n")
+
+
+def test_child_of_a_parent_already_gone_exits_instead_of_running(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the parent is gone before prctl took effect (ppid changed), the child exits."""
+    monkeypatch.setattr(os, "getpid", lambda: 1)  # "the parent" is a pid that is not ours
+    preexec = _die_with_parent()
+    assert preexec is not None
+    monkeypatch.undo()
+    done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=preexec,
+                          capture_output=True, text=True, check=False, timeout=30)
+    assert (done.returncode, done.stdout) == (1, "")

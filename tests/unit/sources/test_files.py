@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from podway.model import Service
-from podway.sources.files import FileSource
+from podway.sources.files import FileSource, wait_stable
 
 SVC = """apiVersion: v1
 kind: Service
@@ -89,3 +90,124 @@ def test_incremental_updates_equal_a_fresh_load_and_name_what_changed(tmp_path: 
         fresh = FileSource(tmp_path).load().snapshot
         assert {o.ref: o for o in update.snapshot.all()} == {o.ref: o for o in fresh.all()}
         assert set(update.changed or ()) == expected
+
+
+def _names(update_paths: set[Path], root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in update_paths}
+
+
+def test_a_folder_moved_in_or_out_is_loaded_or_dropped(tmp_path: Path) -> None:
+    """One event on a folder (a move) reloads the manifests that appeared or vanished under it."""
+    root, elsewhere = tmp_path / "m", tmp_path / "elsewhere"
+    root.mkdir()
+    (elsewhere / "team").mkdir(parents=True)
+    (elsewhere / "team" / "a.yaml").write_text(SVC.format(name="a", port=80))
+    source = FileSource(root)
+    source.load()
+    (elsewhere / "team").rename(root / "team")
+    reload = source.to_reload({root / "team"})
+    assert _names(reload, root) == {"team/a.yaml"}
+    assert source.apply(reload).snapshot.get(Service, "default", "a") is not None
+    (root / "team").rename(elsewhere / "team")
+    reload = source.to_reload({root / "team"})
+    assert _names(reload, root) == {"team/a.yaml"}
+    assert source.apply(reload).snapshot.get(Service, "default", "a") is None
+
+
+def _configmap_version(root: Path, version: str, port: int) -> None:
+    """What the kubelet does: a new ..<version> folder, then ..data swapped to it atomically."""
+    folder = root / f"..{version}"
+    folder.mkdir()
+    (folder / "svc.yaml").write_text(SVC.format(name="a", port=port))
+    (root / "..data_tmp").symlink_to(folder.name)
+    (root / "..data_tmp").replace(root / "..data")
+    if not (root / "svc.yaml").is_symlink():
+        (root / "svc.yaml").symlink_to("..data/svc.yaml")
+
+
+def test_a_configmap_data_swap_reloads_files_behind_unchanged_links(tmp_path: Path) -> None:
+    """Events only on ..-paths (a ConfigMap update) still reload the visible manifests."""
+    _configmap_version(tmp_path, "v1", 80)
+    source = FileSource(tmp_path)
+    svc = source.load().snapshot.get(Service, "default", "a")
+    assert svc is not None
+    assert svc.spec.ports[0].port == 80
+    _configmap_version(tmp_path, "v2", 81)
+    reload = source.to_reload({tmp_path / "..data", tmp_path / "..data_tmp",
+                               tmp_path / "..v2", tmp_path / "..v2" / "svc.yaml"})
+    assert _names(reload, tmp_path) == {"svc.yaml"}
+    svc = source.apply(reload).snapshot.get(Service, "default", "a")
+    assert svc is not None
+    assert svc.spec.ports[0].port == 81
+
+
+async def test_watch_follows_a_configmap_swap_and_a_folder_move(tmp_path: Path) -> None:
+    """Through real inotify: a ..data swap and a folder moved in both reach the snapshot."""
+    root, elsewhere = tmp_path / "m", tmp_path / "elsewhere"
+    root.mkdir()
+    _configmap_version(root, "v1", 80)
+    (elsewhere / "team").mkdir(parents=True)
+    (elsewhere / "team" / "b.yaml").write_text(SVC.format(name="b", port=90))
+    updates = FileSource(root).watch()
+    try:
+        async with asyncio.timeout(10):
+            first = await anext(updates)
+            assert first.snapshot.get(Service, "default", "b") is None
+            _configmap_version(root, "v2", 81)
+            while True:
+                svc = (await anext(updates)).snapshot.get(Service, "default", "a")
+                if svc is not None and svc.spec.ports[0].port == 81:
+                    break
+            (elsewhere / "team").rename(root / "team")
+            while (await anext(updates)).snapshot.get(Service, "default", "b") is None:
+                pass
+    finally:
+        await updates.aclose()
+
+
+def test_a_folder_under_a_dot_folder_is_loaded(tmp_path: Path) -> None:
+    """Only dot paths inside the folder are skipped, not dots in the folder's own path."""
+    root = tmp_path / ".config" / "podway"
+    (root / ".hidden").mkdir(parents=True)
+    (root / "a.yaml").write_text(SVC.format(name="a", port=80))
+    (root / ".hidden" / "b.yaml").write_text(SVC.format(name="b", port=80))
+    snapshot = FileSource(root).load().snapshot
+    assert snapshot.get(Service, "default", "a") is not None
+    assert snapshot.get(Service, "default", "b") is None
+
+
+async def test_wait_stable_returns_once_a_file_stops_growing(tmp_path: Path) -> None:
+    """A file being appended to is waited for; its full size is there when the wait ends."""
+    path = tmp_path / "a.yaml"
+    path.write_text("")
+
+    async def writer() -> None:
+        for _ in range(20):
+            with path.open("a") as out:
+                out.write("x" * 100)
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(writer())
+    await asyncio.sleep(0)
+    assert await wait_stable({path}, limit_s=2)
+    assert path.stat().st_size == 2000
+    await task
+
+
+async def test_wait_stable_gives_up_on_a_file_that_never_settles(tmp_path: Path) -> None:
+    """A file that keeps changing is read anyway once the limit is reached."""
+    path = tmp_path / "a.yaml"
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        while not stop.is_set():
+            with path.open("a") as out:
+                out.write("x")
+            await asyncio.sleep(0.0005)
+
+    task = asyncio.create_task(writer())
+    try:
+        assert not await wait_stable({path}, limit_s=0.05)
+    finally:
+        stop.set()
+        await task

@@ -85,3 +85,81 @@ def test_sotw_keeps_removed_cluster_until_routes_are_acknowledged() -> None:
     out, _ = stream.on_request(_sotw_req(types.ROUTE, ("listener/http",), rds.nonce))
     (final,) = out
     assert (final.type_url, len(final.resources)) == (types.CLUSTER, 1)
+
+
+def _two_pools(target: str, blue_port: int, *, keep_blue: bool = True):  # type: ignore[no-untyped-def]
+    """A route to ``target``; pools green and (unless dropped) blue on ``blue_port``."""
+    listener = http_listener(vhost("a.com", route("r", "/", target)))
+    pools = [pool("green", 9001)] + ([pool("blue", blue_port)] if keep_blue else [])
+    return ir((listener,), *pools)
+
+
+def _nack(type_url: str, nonce: str) -> d.DeltaDiscoveryRequest:
+    request = _delta_req(type_url, nonce=nonce)
+    request.error_detail.message = "rejected"
+    return request
+
+
+def _connected_two_pools(cache: Cache) -> DeltaStream:
+    stream = DeltaStream(cache)
+    for type_url, names in [(types.CLUSTER, ()), (types.ENDPOINT, ("blue", "green")),
+                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))]:
+        out, _ = stream.on_request(_delta_req(type_url, names))
+        for response in out:
+            stream.on_request(_delta_req(response.type_url, nonce=response.nonce))
+    return stream
+
+
+def test_delta_nacked_endpoints_do_not_freeze_route_pushes() -> None:
+    """After an EDS NACK, a route change to an existing, warm cluster is still pushed."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_two_pools("blue", 9000)))
+    stream = _connected_two_pools(cache)
+    cache.set(builder.build(_two_pools("blue", 9002)))
+    (eds,) = stream.on_change()
+    assert eds.type_url == types.ENDPOINT
+    out, events = stream.on_request(_nack(types.ENDPOINT, eds.nonce))
+    assert (out, [type(e).__name__ for e in events]) == ([], ["Nack"])
+    cache.set(builder.build(_two_pools("green", 9002)))
+    (rds,) = stream.on_change()
+    assert rds.type_url == types.ROUTE
+
+
+def test_delta_resource_removed_after_its_update_was_nacked_is_still_removed() -> None:
+    """Envoy keeps the last accepted version after a NACK, so a later removal is still sent."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_two_pools("blue", 9000)))
+    stream = _connected_two_pools(cache)
+    cache.set(builder.build(_two_pools("blue", 9002)))
+    (eds,) = stream.on_change()
+    stream.on_request(_nack(types.ENDPOINT, eds.nonce))
+    cache.set(builder.build(_two_pools("green", 9002, keep_blue=False)))
+    (rds,) = stream.on_change()
+    assert rds.type_url == types.ROUTE
+    out, _ = stream.on_request(_delta_req(types.ROUTE, nonce=rds.nonce))
+    removed = {r.type_url: list(r.removed_resources) for r in out}
+    assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def test_sotw_nacked_routes_keep_the_old_cluster() -> None:
+    """State of the world: if Envoy NACKs the new routes, the cluster its old routes use stays."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config("blue")))
+    stream = SotwStream(cache)
+    nonces: dict[str, str] = {}
+    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
+                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
+        out, _ = stream.on_request(_sotw_req(type_url, names, nonces.get(type_url, "")))
+        for response in out:
+            nonces[response.type_url] = response.nonce
+            stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    cache.set(builder.build(_config("green")))
+    (cds,) = stream.on_change()
+    stream.on_request(_sotw_req(types.CLUSTER, nonce=cds.nonce))
+    out, _ = stream.on_request(_sotw_req(types.ENDPOINT, ("blue", "green"), nonces[types.ENDPOINT]))
+    (rds,) = [r for r in out if r.type_url == types.ROUTE]
+    nack = _sotw_req(types.ROUTE, ("listener/http",), rds.nonce)
+    nack.error_detail.message = "rejected"
+    out, _ = stream.on_request(nack)
+    assert [r for r in out if r.type_url == types.CLUSTER] == []  # blue not removed
+    assert stream.on_change() == []

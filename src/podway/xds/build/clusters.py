@@ -2,6 +2,11 @@
 
 Members are not part of the cluster: it is an EDS cluster whose load assignment (named after the
 pool) arrives separately, so an endpoint change never replaces the cluster.
+
+Panic mode is off (``healthy_panic_threshold`` 0): Envoy's default (50 %) spreads traffic over
+*all* members, not-ready and failing ones included, once fewer than half are healthy — with one
+ready member out of four, three requests in four would go to pods that are not ready. Health
+status is always honoured instead; with no healthy member at all the pool answers 503.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import base_pb2, health_check_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo
-from envoy.type.v3 import range_pb2
+from envoy.type.v3 import http_pb2, range_pb2
 from google.protobuf import wrappers_pb2
 
 from podway.ir import HealthCheck, LBPolicy, PoolProtocol, PoolSettings, UpstreamTLS
@@ -24,6 +29,11 @@ _LB = {
     LBPolicy.MAGLEV: cluster_pb2.Cluster.MAGLEV,
 }
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_H2 = (PoolProtocol.HTTP2, PoolProtocol.GRPC)
+# ALPN offered to TLS members: servers that pick the protocol by ALPN (most gRPC servers refuse
+# a TLS connection without "h2") must be told which one Envoy will speak.
+_ALPN = {PoolProtocol.HTTP1: ("http/1.1",), PoolProtocol.HTTP2: ("h2",),
+         PoolProtocol.GRPC: ("h2",)}
 
 
 def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
@@ -31,22 +41,27 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     out.eds_cluster_config.service_name = name
     out.eds_cluster_config.eds_config.CopyFrom(ads_source())
     out.connect_timeout.CopyFrom(duration(settings.connect_timeout_ms))
+    out.common_lb_config.healthy_panic_threshold.SetInParent()  # present, value 0: no panic
     policy = settings.lb_policy
     if settings.persistence is not None and policy not in (LBPolicy.RING_HASH, LBPolicy.MAGLEV):
         policy = LBPolicy.RING_HASH  # hash policies on routes only take effect with a hashing LB
     out.lb_policy = _LB[policy]
-    if settings.protocol in (PoolProtocol.HTTP2, PoolProtocol.GRPC):
+    if settings.protocol in _H2:
         options = hpo.HttpProtocolOptions()
         options.explicit_http_config.http2_protocol_options.SetInParent()
         out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(pack(options))
     if settings.health_check is not None and settings.protocol is not PoolProtocol.UDP:
-        out.health_checks.append(_health_check(settings.health_check))
+        out.health_checks.append(_health_check(settings.health_check,
+                                               http2=settings.protocol in _H2))
     if settings.upstream_tls is not None:
-        out.transport_socket.CopyFrom(_upstream_tls(settings.upstream_tls))
+        out.transport_socket.CopyFrom(_upstream_tls(settings.upstream_tls,
+                                                    alpn=_ALPN.get(settings.protocol, ())))
     return out
 
 
-def _health_check(check: HealthCheck) -> health_check_pb2.HealthCheck:
+def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.HealthCheck:
+    """A TCP connect, or an HTTP GET of ``path`` in the pool's own HTTP version (an h2-only
+    member would fail an HTTP/1.1 check and never become healthy)."""
     out = health_check_pb2.HealthCheck(
         timeout=duration(check.timeout_ms),
         interval=duration(check.interval_ms),
@@ -55,6 +70,8 @@ def _health_check(check: HealthCheck) -> health_check_pb2.HealthCheck:
     )
     if check.path is not None:
         out.http_health_check.path = check.path
+        if http2:
+            out.http_health_check.codec_client_type = http_pb2.HTTP2
         for status in check.expected_statuses:
             out.http_health_check.expected_statuses.append(
                 range_pb2.Int64Range(start=status, end=status + 1))
@@ -63,12 +80,13 @@ def _health_check(check: HealthCheck) -> health_check_pb2.HealthCheck:
     return out
 
 
-def _upstream_tls(tls: UpstreamTLS) -> base_pb2.TransportSocket:
+def _upstream_tls(tls: UpstreamTLS, *, alpn: tuple[str, ...]) -> base_pb2.TransportSocket:
     """TLS to the members, always verified: the given CA, else the engine host's trust store.
 
     Never without a validation context: that would accept any certificate (fail open).
     """
     context = tls_pb2.UpstreamTlsContext(sni=tls.sni)
+    context.common_tls_context.alpn_protocols.extend(alpn)
     validation = context.common_tls_context.validation_context
     if tls.ca_pem:
         validation.trusted_ca.inline_string = tls.ca_pem

@@ -1,0 +1,49 @@
+"""The ADS pusher: a cache change made while a push is being sent is pushed too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from podway.xds import types
+from podway.xds.build import Builder
+from podway.xds.cache import Cache
+from podway.xds.server import push_changes
+
+from .helpers import http_listener, ir, pool, route, vhost
+
+
+def _config(port: int):  # type: ignore[no-untyped-def]
+    return ir((http_listener(vhost("a.com", route("r", "/", "p"))),), pool("p", port))
+
+
+async def test_a_change_during_a_send_is_not_missed() -> None:
+    """The second of two changes, made while the first is being sent, is pushed without a
+    third change."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config(9000)))
+    seen: list[str] = []
+    second_pushed = asyncio.Event()
+
+    def on_change() -> list[str]:
+        return [cache.get(types.ENDPOINT).version]
+
+    async def send(responses: list[str]) -> None:
+        seen.extend(responses)
+        if len(seen) == 1:
+            await asyncio.sleep(0)
+            cache.set(builder.build(_config(9001)))  # while this send is still in progress
+            await asyncio.sleep(0)
+        else:
+            second_pushed.set()
+
+    pusher = asyncio.create_task(push_changes(cache, on_change, send))
+    try:
+        await asyncio.sleep(0)
+        cache.set(builder.build(_config(9002)))
+        await asyncio.wait_for(second_pushed.wait(), 2)
+        assert len(set(seen)) == 2  # the two pushes saw two different versions
+    finally:
+        pusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pusher
