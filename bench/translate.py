@@ -22,7 +22,7 @@ from typing import Any
 
 from podway.model import EndpointSlice, Ingress, K8sObject, Service, Snapshot
 from podway.model.loader import parse_object
-from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
 from podway.translate.gateway import GatewayTranslation
 
 PATHS_PER_HOST = 10
@@ -70,14 +70,20 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:8.2f} ms"
 
 
-def bench(paths: int, runs: int) -> None:
-    snapshot = cluster(paths)
+def timed_translations(snapshot: Snapshot, runs: int) -> tuple[Result, list[float]]:
+    """Translate ``runs`` times from a collected heap; the last result and every duration."""
     times = []
     for _ in range(runs):
         gc.collect()
         start = time.perf_counter()
         result = translate(snapshot, OPTS)
         times.append(time.perf_counter() - start)
+    return result, times
+
+
+def bench(paths: int, runs: int) -> None:
+    snapshot = cluster(paths)
+    result, times = timed_translations(snapshot, runs)
     routes = sum(len(v.routes) for lst in result.ir.listeners for v in lst.virtual_hosts)
     members = sum(len(p.members) for p in result.ir.pools.values())
     assert routes == paths, routes
@@ -161,12 +167,7 @@ def gateway_cluster(routes: int) -> Snapshot:
 
 def bench_gateway(routes: int, runs: int) -> None:
     snapshot = gateway_cluster(routes)
-    times = []
-    for _ in range(runs):
-        gc.collect()
-        start = time.perf_counter()
-        result = translate(snapshot, OPTS)
-        times.append(time.perf_counter() - start)
+    result, times = timed_translations(snapshot, runs)
     statuses = sum(1 for ref in result.statuses if ref.kind == "HTTPRoute")
     ir_routes = sum(len(v.routes) for lst in result.ir.listeners for v in lst.virtual_hosts)
     assert statuses == routes, statuses

@@ -14,7 +14,7 @@ entries are left out; a rule with no usable share at all answers 500.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -200,23 +200,34 @@ def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
     return req_ms, back_ms
 
 
+def weighted_shares(backend_refs: Sequence[BackendRef], *, resolve: Resolve, where: str,
+                    pools: dict[str, PoolSpec], ref_issues: list[tuple[RefIssue, str]]
+                    ) -> dict[str | None, int]:
+    """Weight per pool name; an unresolvable ref keeps its weight under ``None`` (its share is
+    answered with an error, never moved onto the valid backends). Weight 0 is left out."""
+    shares: dict[str | None, int] = {}
+    for k, ref in enumerate(backend_refs):
+        target = resolve(ref)
+        if isinstance(target, RefIssue):
+            ref_issues.append((target, f"{where}.backendRefs[{k}]"))
+            if ref.weight:
+                shares[None] = shares.get(None, 0) + ref.weight
+            continue
+        pools.setdefault(target.name, target)
+        if ref.weight:
+            shares[target.name] = shares.get(target.name, 0) + ref.weight
+    return shares
+
+
 def _forward(out: CompiledRoute, backend_refs: tuple[BackendRef, ...], *, resolve: Resolve,
              where: str, timeout_ms: int | None, backend_ms: int | None) -> Action:
-    shares: dict[str | None, int] = {}
     for k, ref in enumerate(backend_refs):
         if ref.filters:
             out.issues.append(Issue("UnsupportedValue",
                                     "backendRef filters are not supported and are ignored",
                                     f"{where}.backendRefs[{k}].filters", warning=True))
-        target = resolve(ref)
-        if isinstance(target, RefIssue):
-            out.ref_issues.append((target, f"{where}.backendRefs[{k}]"))
-            if ref.weight:
-                shares[None] = shares.get(None, 0) + ref.weight
-            continue
-        out.pools.setdefault(target.name, target)
-        if ref.weight:
-            shares[target.name] = shares.get(target.name, 0) + ref.weight
+    shares = weighted_shares(backend_refs, resolve=resolve, where=where, pools=out.pools,
+                             ref_issues=out.ref_issues)
     if not shares:
         return DirectResponse(status=500)
     backends = tuple(WeightedPool(pool=pool, weight=w) for pool, w in shares.items())

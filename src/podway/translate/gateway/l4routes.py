@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from podway.ir import WeightedPool
 from podway.model.gateway_routes import TCPRoute, TLSRoute, UDPRoute
 from podway.translate.backends import PoolSpec
-from podway.translate.gateway.httproute import Issue, Resolve
+from podway.translate.gateway.httproute import Issue, Resolve, weighted_shares
 from podway.translate.gateway.refs import RefIssue
 
 L4Kind = TLSRoute | TCPRoute | UDPRoute
@@ -45,17 +45,8 @@ def compile_l4(route: L4Kind, resolve: Resolve) -> CompiledL4:
         out.issues.append(Issue("UnsupportedValue",
                                 f"only the first rule is used ({len(rules)} given)",
                                 "spec.rules", warning=True))
-    shares: dict[str | None, int] = {}
-    for k, ref in enumerate(rules[0].backend_refs):
-        target = resolve(ref)
-        if isinstance(target, RefIssue):
-            out.ref_issues.append((target, f"spec.rules[0].backendRefs[{k}]"))
-            if ref.weight:
-                shares[None] = shares.get(None, 0) + ref.weight
-            continue
-        out.pools.setdefault(target.name, target)
-        if ref.weight:
-            shares[target.name] = shares.get(target.name, 0) + ref.weight
+    shares = weighted_shares(rules[0].backend_refs, resolve=resolve, where="spec.rules[0]",
+                             pools=out.pools, ref_issues=out.ref_issues)
     if not shares:
         shares[None] = 1  # nothing usable: every connection is refused
     out.backends = tuple(WeightedPool(pool=p, weight=w) for p, w in shares.items())
