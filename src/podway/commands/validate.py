@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
@@ -46,14 +47,15 @@ def validate(
                             mode=mode)
     result = translate(Snapshot.of_objects(loaded.objects), opts)
     for error in loaded.errors:
-        err.print(f"[red]error[/red] {error}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
     for problem in result.problems:
         color = "red" if problem.severity is Severity.ERROR else "yellow"
         at = f" ({problem.field})" if problem.field else ""
-        err.print(f"[{color}]{problem.severity}[/{color}] {problem.ref} {problem.reason}: "
-                  f"{problem.message}{at}", highlight=False, soft_wrap=True)
+        text = escape(f"{problem.ref} {problem.reason}: {problem.message}{at}")
+        err.print(f"[{color}]{problem.severity}[/{color}] {text}", highlight=False,
+                  soft_wrap=True)
     if ir:
-        out.print(to_yaml(result.ir), end="", highlight=False, soft_wrap=True)
+        out.print(to_yaml(result.ir), end="", markup=False, highlight=False, soft_wrap=True)
     else:
         out.print(served_table(result.ir))
         if result.statuses:

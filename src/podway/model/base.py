@@ -7,10 +7,10 @@ a snapshot of them is shared between the translator and its caches without copie
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -35,6 +35,15 @@ class ObjectMeta(K8sModel):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("creation_timestamp")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        """The API server writes UTC; a timestamp without a zone is read as UTC too, so "the
+        oldest wins" never depends on the host's time zone."""
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class ObjectRef:
@@ -56,6 +65,10 @@ class K8sObject(K8sModel):
     KIND: ClassVar[str] = ""
     # API groups (the part of apiVersion before "/"; "" is the core group) accepted for the kind.
     API_GROUPS: ClassVar[tuple[str, ...]] = ("",)
+    # apiVersions accepted within those groups; empty: any version of the group.
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ()
+    # Groups that once served the kind with another schema: reported, not silently skipped.
+    LEGACY_GROUPS: ClassVar[tuple[str, ...]] = ()
     # Cluster-scoped kinds keep an empty namespace.
     NAMESPACED: ClassVar[bool] = True
 

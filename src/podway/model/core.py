@@ -48,6 +48,7 @@ class ServiceStatus(K8sModel):
 
 class Service(K8sObject):
     KIND: ClassVar[str] = "Service"
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("v1",)
     spec: ServiceSpec = Field(default_factory=ServiceSpec)
     status: ServiceStatus = Field(default_factory=ServiceStatus)
 
@@ -82,6 +83,7 @@ class EndpointPort(K8sModel):
 class EndpointSlice(K8sObject):
     KIND: ClassVar[str] = "EndpointSlice"
     API_GROUPS: ClassVar[tuple[str, ...]] = ("discovery.k8s.io",)
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("discovery.k8s.io/v1",)
     SERVICE_NAME_LABEL: ClassVar[str] = "kubernetes.io/service-name"
 
     address_type: Literal["IPv4", "IPv6", "FQDN"] = "IPv4"
@@ -122,6 +124,7 @@ class PodStatus(K8sModel):
 
 class Pod(K8sObject):
     KIND: ClassVar[str] = "Pod"
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("v1",)
     spec: PodSpec = Field(default_factory=PodSpec)
     status: PodStatus = Field(default_factory=PodStatus)
 
@@ -143,6 +146,7 @@ class NodeStatus(K8sModel):
 
 class Node(K8sObject):
     KIND: ClassVar[str] = "Node"
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("v1",)
     NAMESPACED: ClassVar[bool] = False
     status: NodeStatus = Field(default_factory=NodeStatus)
 
@@ -163,6 +167,7 @@ class Node(K8sObject):
 
 class Secret(K8sObject):
     KIND: ClassVar[str] = "Secret"
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("v1",)
     TLS_TYPE: ClassVar[str] = "kubernetes.io/tls"
 
     type: str = "Opaque"

@@ -43,6 +43,7 @@ class LoadError:
 class LoadResult:
     objects: list[K8sObject] = field(default_factory=list)
     errors: list[LoadError] = field(default_factory=list)
+    documents: list[int] = field(default_factory=list)  # document index of each object
 
 
 def manifest_files(paths: Iterable[Path]) -> list[Path]:
@@ -73,15 +74,16 @@ def load_paths(paths: Sequence[Path]) -> LoadResult:
             result.errors.append(LoadError(str(file), -1, f"cannot read: {exc}"))
             continue
         part = load_text(text, source=str(file))
-        for obj in part.objects:
+        for obj, document in zip(part.objects, part.documents, strict=True):
             ident = (obj.KIND, *obj.key)
             if ident in seen:
                 result.errors.append(LoadError(
-                    str(file), -1, f"duplicate object, already defined in {seen[ident]}",
+                    str(file), document, f"duplicate object, already defined in {seen[ident]}",
                     object=str(obj.ref)))
                 continue
-            seen[ident] = str(file)
+            seen[ident] = f"{file} document {document}"
             result.objects.append(obj)
+            result.documents.append(document)
         result.errors.extend(part.errors)
     return result
 
@@ -91,39 +93,57 @@ def load_text(text: str, *, source: str = "<text>") -> LoadResult:
     result = LoadResult()
     try:
         documents = list(yaml.safe_load_all(text))
+    except RecursionError:
+        result.errors.append(LoadError(source, -1, "invalid YAML: nested too deeply"))
+        return result
     except yaml.YAMLError as exc:
         # Keep what parsed before the broken document, report the rest as one error.
         documents = _documents_until_error(text)
         reason = f"invalid YAML: {_yaml_reason(exc)}"
         result.errors.append(LoadError(source, len(documents), reason))
     for index, doc in enumerate(documents):
-        for item in _items(doc):
-            obj, error = parse_object(item, source=source, document=index)
+        for prefix, item in _items(doc):
+            obj, error = parse_object(item, source=source, document=index, prefix=prefix)
             if obj is not None:
                 result.objects.append(obj)
+                result.documents.append(index)
             if error is not None:
                 result.errors.append(error)
     return result
 
 
-def parse_object(raw: Any, *, source: str = "<object>", document: int = 0
+def parse_object(raw: Any, *, source: str = "<object>", document: int = 0, prefix: str = ""
                  ) -> tuple[K8sObject | None, LoadError | None]:
-    """One raw mapping → a typed object, or ``None`` and an error (``None, None`` when skipped)."""
+    """One raw mapping → a typed object, or ``None`` and an error (``None, None`` when skipped).
+
+    ``prefix`` locates the object inside its document (``items[3].`` in a ``List``).
+    """
     if raw is None:
         return None, None
     if not isinstance(raw, dict):
-        return None, LoadError(source, document, f"expected a mapping, got {type(raw).__name__}")
+        return None, LoadError(source, document, f"expected a mapping, got {type(raw).__name__}",
+                               field=prefix.rstrip("."))
     kind, api_version = raw.get("kind"), raw.get("apiVersion")
+    cls = KINDS.get(kind) if isinstance(kind, str) else None
     meta = raw.get("metadata")
     name = meta.get("name", "") if isinstance(meta, dict) else ""
     namespace = meta.get("namespace", "default") if isinstance(meta, dict) else ""
-    ident = f"{kind}/{namespace}/{name}" if kind else ""
+    if cls is not None and not cls.NAMESPACED:
+        namespace = ""
+    ident = "/".join(str(p) for p in (kind, namespace, name) if p) if kind else ""
     if not isinstance(kind, str) or not isinstance(api_version, str):
         return None, LoadError(source, document, "apiVersion and kind must be strings",
-                               object=ident, field="kind" if not isinstance(kind, str) else
-                               "apiVersion")
-    cls = KINDS.get(kind)
-    if cls is None or api_group(api_version) not in cls.API_GROUPS:
+                               object=ident, field=prefix + ("kind" if not isinstance(kind, str)
+                                                             else "apiVersion"))
+    group = api_group(api_version)
+    if cls is not None and (group in cls.LEGACY_GROUPS or (
+            group in cls.API_GROUPS and cls.API_VERSIONS
+            and api_version not in cls.API_VERSIONS)):
+        return None, LoadError(source, document,
+                               f"{api_version} {kind} is not supported; use "
+                               f"{' or '.join(cls.API_VERSIONS or cls.API_GROUPS)}",
+                               object=ident, field=f"{prefix}apiVersion")
+    if cls is None or group not in cls.API_GROUPS:
         log.debug("skipping unknown kind source=%s document=%d kind=%s apiVersion=%s",
                   source, document, kind, api_version)
         return None, None
@@ -133,7 +153,7 @@ def parse_object(raw: Any, *, source: str = "<object>", document: int = 0
         first = exc.errors()[0]
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         return None, LoadError(source, document, f"{first['msg']}{more}", object=ident,
-                               field=field_path(first["loc"]))
+                               field=prefix + field_path(first["loc"]))
 
 
 def field_path(loc: Iterable[int | str]) -> str:
@@ -142,18 +162,23 @@ def field_path(loc: Iterable[int | str]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("function-after", "function-before") or "[" in str(part):
-            continue  # validator wrappers and union tags are not fields
+        elif part in _NOT_FIELDS or "[" in str(part):
+            continue  # validator wrappers and union tags (int | str) are not fields
         else:
             out += f".{part}" if out else str(part)
     return out
 
 
-def _items(doc: Any) -> Iterator[Any]:
+_NOT_FIELDS = frozenset({"function-after", "function-before", "int", "str", "float", "bool"})
+
+
+def _items(doc: Any) -> Iterator[tuple[str, Any]]:
+    """The objects of a document with their location prefix (``items[i].`` inside a List)."""
     if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-        yield from doc["items"]
+        for i, item in enumerate(doc["items"]):
+            yield f"items[{i}].", item
     else:
-        yield doc
+        yield "", doc
 
 
 def _documents_until_error(text: str) -> list[Any]:
@@ -161,7 +186,7 @@ def _documents_until_error(text: str) -> list[Any]:
     try:
         for doc in yaml.safe_load_all(text):
             docs.append(doc)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         pass
     return docs
 

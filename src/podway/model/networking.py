@@ -74,6 +74,8 @@ class IngressSpec(K8sModel):
 class Ingress(K8sObject):
     KIND: ClassVar[str] = "Ingress"
     API_GROUPS: ClassVar[tuple[str, ...]] = ("networking.k8s.io",)
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("networking.k8s.io/v1",)
+    LEGACY_GROUPS: ClassVar[tuple[str, ...]] = ("extensions",)
     spec: IngressSpec = Field(default_factory=IngressSpec)
 
 
@@ -84,6 +86,7 @@ class IngressClassSpec(K8sModel):
 class IngressClass(K8sObject):
     KIND: ClassVar[str] = "IngressClass"
     API_GROUPS: ClassVar[tuple[str, ...]] = ("networking.k8s.io",)
+    API_VERSIONS: ClassVar[tuple[str, ...]] = ("networking.k8s.io/v1",)
     NAMESPACED: ClassVar[bool] = False
     DEFAULT_ANNOTATION: ClassVar[str] = "ingressclass.kubernetes.io/is-default-class"
 

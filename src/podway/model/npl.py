@@ -73,7 +73,7 @@ def decode(text: str | None) -> tuple[frozenset[NplEntry], str | None]:
         return frozenset(), None
     try:
         raw = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # nesting too deep is RecursionError
         return frozenset(), f"not JSON: {exc}"
     if not isinstance(raw, list):
         return frozenset(), "not a JSON list"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rich.table import Table
+from rich.text import Text
 
 from podway.model import ObjectRef
 from podway.translate.status import Condition, ObjectStatus
@@ -34,10 +35,10 @@ def status_table(statuses: Mapping[ObjectRef, ObjectStatus]) -> Table:
         status = statuses[ref]
         name = str(ref)
         if status.conditions:
-            table.add_row(name, "", _conditions(status.conditions))
+            _row(table, name, "", _conditions(status.conditions))
             name = ""
         for ls in status.listeners:
-            table.add_row(name, f"listener {ls.name} ({ls.attached_routes} routes)",
+            _row(table, name, f"listener {ls.name} ({ls.attached_routes} routes)",
                           _conditions(ls.conditions))
             name = ""
         for parent in status.parents:
@@ -45,6 +46,11 @@ def status_table(statuses: Mapping[ObjectRef, ObjectStatus]) -> Table:
             part = f"{p.kind} {p.namespace}/{p.name}" + (
                 f" {p.section_name}" if p.section_name else "") + (
                 f" :{p.port}" if p.port else "")
-            table.add_row(name, part, _conditions(parent.conditions))
+            _row(table, name, part, _conditions(parent.conditions))
             name = ""
     return table
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Cells are user text (names, messages): never parsed as rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from podway.ir import IR, DirectResponse, Forward, MemberState, Redirect, Route, RouteMatch
 from podway.ir.route import PathKind
@@ -17,14 +18,19 @@ def served_table(ir: IR) -> Table:
         for vhost in listener.virtual_hosts:
             for route in vhost.routes:
                 action, members = _action(route, ir)
-                table.add_row(where, vhost.hostname, _match(route.match), action, members)
+                _row(table, where, vhost.hostname, _match(route.match), action, members)
                 where = ""
         for l4 in listener.l4_routes:
             pools = [wp.pool or f"→ {wp.status}" for wp in l4.backends]
-            table.add_row(where, ", ".join(l4.hostnames) or "*", "(any)", ", ".join(pools),
+            _row(table, where, ", ".join(l4.hostnames) or "*", "(any)", ", ".join(pools),
                           "\n".join(_members(ir, wp.pool) for wp in l4.backends))
             where = ""
     return table
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Cells are user text (paths, regexes, hosts): never parsed as rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def _match(match: RouteMatch) -> str:

@@ -58,12 +58,16 @@ def l4_pool(service: Service, port: ServicePort) -> PoolSpec:
                     external_traffic_policy=service.spec.external_traffic_policy)
 
 
-def find_port(service: Service, *, number: int | None = None, name: str | None = None
-              ) -> ServicePort | None:
-    for port in service.spec.ports:
-        if (number is not None and port.port == number) or (name is not None and port.name == name):
-            return port
-    return None
+def find_port(service: Service, *, number: int | None = None, name: str | None = None,
+              protocol: str | None = None) -> ServicePort | None:
+    """The Service port by number or name; with ``protocol``, one of that protocol first
+    (53/UDP and 53/TCP share a number)."""
+    found = [port for port in service.spec.ports
+             if (number is not None and port.port == number)
+             or (name is not None and port.name == name)]
+    preferred = [port for port in found if protocol is None or port.protocol == protocol]
+    chosen = preferred or found
+    return chosen[0] if chosen else None
 
 
 def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:

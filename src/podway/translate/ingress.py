@@ -37,8 +37,10 @@ def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> boo
     if cls is not None:
         return cls.spec.controller == opts.ingress_controller
     if name == opts.ingress_class:
+        where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
+                 else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
         return Problem(ref=ingress.ref, reason=Reason.CLASS_NOT_FOUND,
-                       message=f"IngressClass {name!r} not found", field="spec.ingressClassName")
+                       message=f"IngressClass {name!r} not found", field=where)
     return False
 
 

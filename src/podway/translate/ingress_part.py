@@ -100,7 +100,7 @@ class _Builder:
                          "spec", Severity.WARNING)
         rule_hosts: list[str] = []
         for i, rule in enumerate(ingress.spec.rules):
-            if rule.host is not None and not valid_hostname(rule.host):
+            if rule.host and not valid_hostname(rule.host):
                 self.problem(Reason.INVALID_HOST,
                              f"host {rule.host!r} is not a DNS name (a leading '*.' is allowed)",
                              f"spec.rules[{i}].host")
@@ -156,7 +156,7 @@ class _Builder:
                          f"Service {ns}/{ref.name} is of type ExternalName",
                          f"{where}.service.name")
             return DirectResponse(status=503)
-        port = find_port(service, number=ref.port.number, name=ref.port.name)
+        port = find_port(service, number=ref.port.number, name=ref.port.name, protocol="TCP")
         if port is None:
             wanted = (f"port {ref.port.number}" if ref.port.number is not None
                       else f"port named {ref.port.name!r}")
@@ -184,10 +184,15 @@ class _Builder:
                          f"{where}.secretName", Severity.WARNING)
             return
         valid = tuple(h for h in dict.fromkeys(hosts) if valid_hostname(h))
-        for h in hosts:
+        for h in dict.fromkeys(hosts):
             if h not in valid:
                 self.problem(Reason.INVALID_HOST, f"TLS host {h!r} is not a DNS name",
                              f"{where}.hosts")
+        if hosts and not valid:
+            # Never let an entry that named hosts become the default certificate of every host.
+            self.problem(Reason.INVALID_HOST, "no valid host left in this TLS entry; it is not "
+                         "used", f"{where}.hosts")
+            return
         ns = self.ingress.metadata.namespace
         self.lookup(Secret, ns, secret_name)
         cert = certificate_from_secret(self.snapshot, ns, secret_name, valid)

@@ -8,7 +8,7 @@ Pure; resolvers read the snapshot and the ``EndpointIndex`` only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from podway.ir import Member, MemberState
@@ -130,15 +130,34 @@ def _backends(spec: PoolSpec, index: EndpointIndex) -> Iterable[_Backend]:
                 yield _Backend(address, port, endpoint, origin)
 
 
-def _collapse(members: Iterable[Member]) -> tuple[Member, ...]:
-    """One member per address:port (duplicates happen mid-move); the most useful state wins."""
-    found: dict[tuple[str, int], Member] = {}
-    for member in members:
+def serving_while_terminating(endpoint: Endpoint) -> bool:
+    """Terminating but still serving (the ``serving`` condition is unset or true)."""
+    return bool(endpoint.conditions.terminating) and endpoint.conditions.serving is not False
+
+
+def _collapse(candidates: Iterable[tuple[Member, bool]]) -> tuple[Member, ...]:
+    """One member per address:port, sorted; each candidate says whether it is serving while
+    terminating.
+
+    Duplicates happen mid-move: the most useful state wins, then the smallest origin and node,
+    so the result never depends on the order of slices. When no member is ready, members still
+    serving while terminating take traffic, as kube-proxy does (ProxyTerminatingEndpoints): a
+    scale to zero or a node drain finishes requests instead of answering 503 at once.
+    """
+    found: dict[tuple[str, int], tuple[Member, bool]] = {}
+    for member, serving in candidates:
         key = (member.address, member.port)
         previous = found.get(key)
-        if previous is None or _RANK[member.state] < _RANK[previous.state]:
-            found[key] = member
-    return tuple(found[k] for k in sorted(found))
+        if previous is None or _preference(member) < _preference(previous[0]):
+            found[key] = (member, serving)
+    if not any(m.state is MemberState.READY for m, _ in found.values()):
+        found = {k: (replace(m, state=MemberState.READY) if serving else m, serving)
+                 for k, (m, serving) in found.items()}
+    return tuple(found[k][0] for k in sorted(found))
+
+
+def _preference(member: Member) -> tuple[int, str, str]:
+    return (_RANK[member.state], str(member.origin or ""), member.node or "")
 
 
 class ClusterIPResolver:
@@ -148,8 +167,9 @@ class ClusterIPResolver:
 
     def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
         return _collapse(
-            Member(address=b.address, port=b.port, state=endpoint_state(b.endpoint),
-                   origin=b.origin, node=b.endpoint.node_name, zone=b.endpoint.zone)
+            (Member(address=b.address, port=b.port, state=endpoint_state(b.endpoint),
+                    origin=b.origin, node=b.endpoint.node_name, zone=b.endpoint.zone),
+             serving_while_terminating(b.endpoint))
             for b in _backends(spec, ctx.endpoints))
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
@@ -183,9 +203,10 @@ class NodePortResolver:
             if address is None:
                 continue
             ready = node.ready and (not local_only or node.metadata.name in ready_nodes)
-            out.append(Member(address=address, port=node_port, origin=node.ref,
-                              node=node.metadata.name,
-                              state=MemberState.READY if ready else MemberState.NOT_READY))
+            out.append((Member(address=address, port=node_port, origin=node.ref,
+                               node=node.metadata.name,
+                               state=MemberState.READY if ready else MemberState.NOT_READY),
+                        False))
         return _collapse(out)
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
@@ -217,10 +238,11 @@ class NodePortLocalResolver:
                           if e.pod_port == b.port and e.protocol == protocol), None)
             if entry is None:
                 continue
-            out.append(Member(address=entry.node_ip, port=entry.node_port,
-                              state=endpoint_state(b.endpoint), origin=b.origin,
-                              node=b.endpoint.node_name or pod.spec.node_name,
-                              zone=b.endpoint.zone))
+            out.append((Member(address=entry.node_ip, port=entry.node_port,
+                               state=endpoint_state(b.endpoint), origin=b.origin,
+                               node=b.endpoint.node_name or pod.spec.node_name,
+                               zone=b.endpoint.zone),
+                        serving_while_terminating(b.endpoint)))
         return _collapse(out)
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:

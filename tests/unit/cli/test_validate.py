@@ -57,3 +57,27 @@ def test_ir_flag_dumps_yaml_without_private_keys() -> None:
     assert "name: ingress/https" in result.output
     assert "fingerprint:" in result.output
     assert "PRIVATE KEY" not in result.output
+
+
+def test_user_text_is_never_read_as_markup(tmp_path: Path) -> None:
+    """Paths that look like rich markup are printed verbatim in the table, problems and --ir."""
+    (tmp_path / "i.yaml").write_text("""
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: i, namespace: ns}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: a.example.com
+    http:
+      paths:
+      - {path: "/x[/b]", pathType: Prefix, backend: {service: {name: gone, port: {number: 80}}}}
+      - {path: "/v[a-z]", pathType: Exact, backend: {service: {name: gone, port: {number: 80}}}}
+""")
+    table = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    assert table.exit_code == 1, table.output
+    assert "/x[/b]" in table.output
+    assert "= /v[a-z]" in table.output
+    dump = runner.invoke(app, ["validate", "--ir", str(tmp_path)])
+    assert "value: /x[/b]" in dump.output
+    assert "value: /v[a-z]" in dump.output

@@ -86,3 +86,84 @@ spec:
     assert not [o for o in result.objects if isinstance(o, Ingress)]
     [error] = result.errors
     assert error.field.startswith("spec.defaultBackend.service.port")
+
+
+def test_deeply_nested_yaml_is_one_error_not_a_crash() -> None:
+    """YAML nested thousands deep (RecursionError in the parser) is a load error for the file."""
+    result = load_text("a: " + "[" * 5000 + "]" * 5000, source="deep.yaml")
+    assert result.objects == []
+    [error] = result.errors
+    assert "nested too deeply" in error.message
+
+
+def test_naive_timestamps_are_utc_and_never_overflow() -> None:
+    """A timestamp without a zone is UTC; year 1 still sorts (oldest) without raising."""
+    text = """
+apiVersion: v1
+kind: Service
+metadata: {name: a, creationTimestamp: "0001-01-01T00:00:00"}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: b, creationTimestamp: "2026-01-01T00:00:00Z"}
+"""
+    a, b = load_text(text).objects
+    assert a.metadata.creation_timestamp is not None
+    assert a.metadata.creation_timestamp.utcoffset() is not None
+    assert sorted([b, a], key=lambda o: o.age_key()) == [a, b]
+
+
+def test_unsupported_versions_of_known_kinds_are_reported() -> None:
+    """networking.k8s.io/v1beta1 and extensions/v1beta1 Ingresses are errors, not silent."""
+    text = """
+apiVersion: networking.k8s.io/v1beta1
+kind: Ingress
+metadata: {name: old}
+spec: {backend: {serviceName: web, servicePort: 80}}
+---
+apiVersion: extensions/v1beta1
+kind: Ingress
+metadata: {name: older}
+---
+apiVersion: example.com/v1
+kind: Ingress
+metadata: {name: someone-elses}
+"""
+    result = load_text(text)
+    assert result.objects == []
+    assert [(e.document, e.field) for e in result.errors] == [(0, "apiVersion"), (1, "apiVersion")]
+    assert "use networking.k8s.io/v1" in result.errors[0].message
+
+
+def test_error_locations_inside_lists_and_unions() -> None:
+    """List items are located as items[i]; union tags never appear in field paths; cluster-
+    scoped objects are named without a namespace."""
+    text = """
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: ok}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: bad}
+  spec: {ports: [{port: 80, targetPort: [1]}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: c}
+spec: {controller: [1]}
+"""
+    result = load_text(text)
+    first, second = result.errors
+    assert first.field == "items[1].spec.ports[0].targetPort"
+    assert second.object == "IngressClass/c"
+
+
+def test_duplicates_name_their_document(tmp_path: Path) -> None:
+    """A duplicate object's error says which document of the file repeats it."""
+    (tmp_path / "a.yaml").write_text(GOOD_SERVICE + "---" + GOOD_SERVICE)
+    [error] = load_paths([tmp_path]).errors
+    assert error.document == 1
+    assert "a.yaml document 0" in error.message
