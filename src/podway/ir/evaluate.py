@@ -6,10 +6,11 @@ semantics without a data plane, and ``podway explain`` can walk a request with i
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
+
+import re2
 
 from podway.ir.listener import Listener, VirtualHost, WildcardMode
 from podway.ir.route import PathKind, PathMatch, Route, RouteMatch, StringMatchKind
@@ -83,7 +84,7 @@ def path_matches(match: PathMatch, path: str) -> bool:
     if match.kind is PathKind.EXACT:
         return path == match.value
     if match.kind is PathKind.REGEX:
-        return re.fullmatch(match.value, path) is not None
+        return _fullmatch(match.value, path)
     prefix = match.value
     if prefix == "/":
         return True
@@ -93,4 +94,16 @@ def path_matches(match: PathMatch, path: str) -> bool:
 def _string_matches(kind: StringMatchKind, pattern: str, value: str) -> bool:
     if kind is StringMatchKind.EXACT:
         return value == pattern
-    return re.fullmatch(pattern, value) is not None
+    return _fullmatch(pattern, value)
+
+
+_RE2 = re2.Options()
+_RE2.log_errors = False
+
+
+def _fullmatch(pattern: str, value: str) -> bool:
+    """RE2 semantics, as the engine matches (an invalid pattern matches nothing)."""
+    try:
+        return re2.compile(pattern, _RE2).fullmatch(value) is not None
+    except re2.error:
+        return False
