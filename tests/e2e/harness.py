@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -20,12 +21,22 @@ from podway.echo.server import EchoOptions, serve
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
+# Listener ports for tests come from below the kernel's ephemeral range (32768-60999 by
+# default): a port picked there and released could be handed to an outgoing connection before
+# Envoy binds it. Random picks spread concurrent test runs; each is checked free before use.
+_TEST_PORTS = range(20000, 32000)
+
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    for _ in range(200):
+        port = random.choice(_TEST_PORTS)
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free test port below the ephemeral range")
 
 
 def free_port_both() -> int:
