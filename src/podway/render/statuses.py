@@ -16,15 +16,19 @@ from podway.model import ObjectRef
 from podway.translate.status import Condition, ObjectStatus
 
 
-def _conditions(conditions: tuple[Condition, ...]) -> str:
-    parts = []
+def _conditions(conditions: tuple[Condition, ...]) -> Text:
+    """Styled text built from pieces, so a message is never read as markup."""
+    out = Text()
     for c in conditions:
         # Conflicted and PartiallyInvalid are negative-polarity: True is the bad value.
         if c.status is (c.type not in ("Conflicted", "PartiallyInvalid")):
             continue
         value = "Unknown" if c.status is None else c.status
-        parts.append(f"[red]{c.type}={value}({c.reason})[/red]: {c.message}")
-    return "\n".join(parts) or "[green]ok[/green]"
+        if out:
+            out.append("\n")
+        out.append(f"{c.type}={value}({c.reason})", style="red")
+        out.append(f": {c.message}")
+    return out or Text("ok", style="green")
 
 
 def status_table(statuses: Mapping[ObjectRef, ObjectStatus]) -> Table:
@@ -51,6 +55,6 @@ def status_table(statuses: Mapping[ObjectRef, ObjectStatus]) -> Table:
     return table
 
 
-def _row(table: Table, *cells: str) -> None:
-    """Cells are user text (names, messages): never parsed as rich markup."""
-    table.add_row(*(Text(cell) for cell in cells))
+def _row(table: Table, *cells: str | Text) -> None:
+    """Plain cells are user text (names, messages): never parsed as rich markup."""
+    table.add_row(*(cell if isinstance(cell, Text) else Text(cell) for cell in cells))

@@ -81,3 +81,13 @@ spec:
     dump = runner.invoke(app, ["validate", "--ir", str(tmp_path)])
     assert "value: /x[/b]" in dump.output
     assert "value: /v[a-z]" in dump.output
+
+
+def test_status_table_is_styled_not_raw_markup() -> None:
+    """Status cells render their style; markup never leaks into the text."""
+    result = runner.invoke(app, ["validate", str(ROOT / "examples/gateway")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "ok" in result.output
+    assert "[green]" not in result.output
+    assert "[red]" not in result.output
