@@ -12,13 +12,23 @@ every route push behind it would freeze the stream.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.xds import types
 from podway.xds.cache import Cache
-from podway.xds.protocol import DEPENDENT, HELD_FOR_CLUSTERS, Ack, Event, Nack, new_nonce
+from podway.xds.protocol import (
+    DEPENDENT,
+    HELD_FOR_CLUSTERS,
+    HOLD_AFTER_NACK_S,
+    Ack,
+    Event,
+    Nack,
+    new_nonce,
+)
 
 
 @dataclass(slots=True)
@@ -33,6 +43,7 @@ class _DeltaType:
     #   not answered yet
     retry: set[str] = field(default_factory=set)  # NACKed: sent again with the next change
     rejected: bool = False  # the newest answer was a NACK
+    rejected_at: float = 0.0  # clock() when that NACK came
     seen: str = ""  # cache version last compared against
     dirty: set[str] = field(default_factory=set)  # names to look at again regardless
     held: set[str] = field(default_factory=set)  # removals deferred until routes are current
@@ -41,7 +52,8 @@ class _DeltaType:
 class DeltaStream:
     """One incremental (delta) ADS stream (one Envoy)."""
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.cache = cache
         self.node = ""
         self._types: dict[str, _DeltaType] = {}
@@ -66,6 +78,7 @@ class DeltaStream:
                 version, sent, removed = answered
                 state.rejected = request.HasField("error_detail")
                 if state.rejected:
+                    state.rejected_at = self.clock()
                     events.append(Nack(self.node, type_url, version, request.response_nonce,
                                        request.error_detail.message))
                     # Envoy kept its previous versions: so do we, and we offer what it rejected
@@ -142,6 +155,8 @@ class DeltaStream:
                 continue
             if state.nonces:
                 return False
+            if state.rejected and self.clock() - state.rejected_at >= HOLD_AFTER_NACK_S:
+                continue  # refused for long: stop holding removals for it
             resources = self.cache.get(type_url).resources
             scope = resources.keys() if state.wildcard else state.names
             if any(n in resources and state.known.get(n) != resources[n].digest for n in scope):

@@ -42,6 +42,11 @@ DEPENDENT = {types.CLUSTER: types.ENDPOINT, types.LISTENER: types.ROUTE}
 # Listeners and routes wait for clusters to be settled (see the module docstring).
 HELD_FOR_CLUSTERS = (types.LISTENER, types.ROUTE)
 
+#: How long cluster removals wait for a NACKed listener or route table to be fixed. Envoy keeps
+#: routing with its last accepted tables, which may still name the removed clusters; but a table
+#: Envoy keeps refusing (a port it cannot bind) must not hold every later removal forever.
+HOLD_AFTER_NACK_S = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class Nack:

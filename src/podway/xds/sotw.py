@@ -6,6 +6,8 @@ The rules shared with delta xDS (stale nonces, NACKs, make before break) are des
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +15,15 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.xds import types
 from podway.xds.cache import Cache
-from podway.xds.protocol import DEPENDENT, HELD_FOR_CLUSTERS, Ack, Event, Nack, new_nonce
+from podway.xds.protocol import (
+    DEPENDENT,
+    HELD_FOR_CLUSTERS,
+    HOLD_AFTER_NACK_S,
+    Ack,
+    Event,
+    Nack,
+    new_nonce,
+)
 
 
 @dataclass(slots=True)
@@ -23,6 +33,7 @@ class _SotwType:
     nonce: str = ""
     answered: bool = True  # Envoy answered (ACK or NACK) our newest response of this type
     rejected: bool = False  # ... with a NACK
+    rejected_at: float = 0.0  # clock() when that NACK came
     sent_version: str = ""
     sent: dict[str, str] = field(default_factory=dict)  # name → digest Envoy was sent
     packed: dict[str, Any] = field(default_factory=dict)  # wildcard types: what Envoy holds
@@ -34,7 +45,8 @@ class _SotwType:
 class SotwStream:
     """One state-of-the-world ADS stream (one Envoy)."""
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.cache = cache
         self.node = ""
         self._types: dict[str, _SotwType] = {}
@@ -52,6 +64,7 @@ class SotwStream:
             state.answered = True
             state.rejected = request.HasField("error_detail")
             if state.rejected:
+                state.rejected_at = self.clock()
                 events.append(Nack(self.node, type_url, state.sent_version, state.nonce,
                                    request.error_detail.message))
             else:
@@ -104,9 +117,14 @@ class SotwStream:
     def _routes_current(self) -> bool:
         for type_url in HELD_FOR_CLUSTERS:
             state = self._types.get(type_url)
-            if state is not None and (not state.answered or state.rejected
-                                      or state.sent_version != self.cache.get(type_url).version):
-                return False  # a NACKed route table: Envoy still routes to the old clusters
+            if state is None:
+                continue
+            if state.rejected:
+                if self.clock() - state.rejected_at < HOLD_AFTER_NACK_S:
+                    return False  # a NACKed table: Envoy still routes to the old clusters
+                continue  # refused for long: stop holding removals for it
+            if not state.answered or state.sent_version != self.cache.get(type_url).version:
+                return False
         return True
 
     def _respond(self, type_url: str, state: _SotwType, *, force: bool

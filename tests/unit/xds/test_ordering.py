@@ -8,6 +8,7 @@ from podway.xds import types
 from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
+from podway.xds.protocol import HOLD_AFTER_NACK_S
 from podway.xds.sotw import SotwStream
 
 from .helpers import http_listener, ir, pool, route, vhost
@@ -163,3 +164,54 @@ def test_sotw_nacked_routes_keep_the_old_cluster() -> None:
     out, _ = stream.on_request(nack)
     assert [r for r in out if r.type_url == types.CLUSTER] == []  # blue not removed
     assert stream.on_change() == []
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sotw_refused_routes_hold_removals_only_for_a_while() -> None:
+    """A route table Envoy keeps refusing stops holding cluster removals after the hold time."""
+    cache, builder, clock = Cache(), Builder(), FakeClock()
+    cache.set(builder.build(_config("blue")))
+    stream = SotwStream(cache, clock=clock)
+    nonces: dict[str, str] = {}
+    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
+                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
+        out, _ = stream.on_request(_sotw_req(type_url, names, nonces.get(type_url, "")))
+        for response in out:
+            nonces[response.type_url] = response.nonce
+            stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    cache.set(builder.build(_config("green")))
+    (cds,) = stream.on_change()
+    stream.on_request(_sotw_req(types.CLUSTER, nonce=cds.nonce))
+    out, _ = stream.on_request(_sotw_req(types.ENDPOINT, ("blue", "green"), nonces[types.ENDPOINT]))
+    (rds,) = [r for r in out if r.type_url == types.ROUTE]
+    nack = _sotw_req(types.ROUTE, ("listener/http",), rds.nonce)
+    nack.error_detail.message = "rejected"
+    stream.on_request(nack)
+    clock.now += HOLD_AFTER_NACK_S - 1
+    assert stream.on_change() == []  # still within the hold: blue stays
+    clock.now += 2
+    (cds,) = stream.on_change()
+    assert (cds.type_url, len(cds.resources)) == (types.CLUSTER, 1)  # blue finally removed
+
+
+def test_delta_refused_routes_hold_removals_only_for_a_while() -> None:
+    """Delta: after a route NACK, removals wait the hold time, then go out anyway."""
+    cache, builder, clock = Cache(), Builder(), FakeClock()
+    cache.set(builder.build(_two_pools("blue", 9000)))
+    stream = _connected_two_pools(cache)
+    stream.clock = clock
+    cache.set(builder.build(_two_pools("green", 9000, keep_blue=False)))
+    (rds,) = stream.on_change()
+    assert rds.type_url == types.ROUTE
+    out, _ = stream.on_request(_nack(types.ROUTE, rds.nonce))
+    assert [r for r in out if r.removed_resources] == []  # held: old routes may use blue
+    clock.now += HOLD_AFTER_NACK_S + 1
+    removed = {r.type_url: list(r.removed_resources) for r in stream.on_change()}
+    assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
