@@ -256,6 +256,21 @@ stringData:
     head, _ = await call("shop.example.com", "blog.example.com")
     assert head.startswith(b"HTTP/1.1 421"), head
 
+    # No SNI is not a mismatch: the client is served the hosts of the certificate it was shown.
+    no_sni = ssl.create_default_context()
+    no_sni.check_hostname = False
+    ca.configure_trust(no_sni)
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=no_sni)
+        try:
+            shown = [v for _, v in writer.get_extra_info("peercert")["subjectAltName"]][0]
+            writer.write(f"GET / HTTP/1.1\r\nHost: {shown}\r\nConnection: close\r\n\r\n"
+                         .encode())
+            raw = await reader.read()
+        finally:
+            writer.close()
+    assert raw.startswith(b"HTTP/1.1 200"), raw[:80]
+
 
 async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(stack: Stack) -> None:
     """ReplacePrefixMatch (rewrite and redirect) gives the spec table's paths through Envoy."""

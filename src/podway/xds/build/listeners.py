@@ -95,16 +95,26 @@ def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
 
 
 def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
+    """One chain per SNI set, and a default chain for clients without a known SNI.
+
+    With a certificate for no hostname, the default chain serves it with the listener's own
+    table. Without one, the default chain shows the first certificate and serves that
+    certificate's table: a client that sent no SNI (probes, old clients) reaches the hosts
+    whose certificate it was shown — no SNI is not a mismatch, so no 421.
+    """
+    tables = sni_tables(ir)
     default = next((c for c in ir.certificates if not c.hostnames), None)
+    default_table: str | None = None
     if default is None and ir.certificates:
         default = ir.certificates[0]
-    for cert, table, names in sni_tables(ir):
+        default_table = next((t for c, t, _ in tables if c.name == default.name), None)
+    for cert, table, names in tables:
         chain = lc.FilterChain(name=f"{cert.name}", filters=[_http_manager(ir, table)])
         chain.filter_chain_match.server_names.extend(names)
         chain.transport_socket.CopyFrom(_downstream_tls(cert))
         out.filter_chains.append(chain)
     if default is not None:
-        chain = lc.FilterChain(name="default", filters=[_http_manager(ir)])
+        chain = lc.FilterChain(name="default", filters=[_http_manager(ir, default_table)])
         chain.transport_socket.CopyFrom(_downstream_tls(default))
         out.default_filter_chain.CopyFrom(chain)
 
