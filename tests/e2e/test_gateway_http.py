@@ -263,7 +263,7 @@ stringData:
     async with asyncio.timeout(5):
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=no_sni)
         try:
-            shown = [v for _, v in writer.get_extra_info("peercert")["subjectAltName"]][0]
+            shown = next(v for _, v in writer.get_extra_info("peercert")["subjectAltName"])
             writer.write(f"GET / HTTP/1.1\r\nHost: {shown}\r\nConnection: close\r\n\r\n"
                          .encode())
             raw = await reader.read()
