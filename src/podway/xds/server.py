@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -179,11 +180,15 @@ class XdsServer:
                 root_certificates=self.tls.client_ca_pem,
                 require_client_auth=self.tls.client_ca_pem is not None)
             self.port = server.add_secure_port(self.address, credentials)
-        if self.local:
-            self._local_dir = tempfile.mkdtemp(prefix="podway-xds-")  # mode 0700: ours only
-            self.local_target = f"unix:{self._local_dir}/xds.sock"
-            server.add_insecure_port(self.local_target)
-        await server.start()
+        try:
+            if self.local:
+                self._local_dir = _private_socket_dir()
+                self.local_target = f"unix:{self._local_dir}/xds.sock"
+                server.add_insecure_port(self.local_target)
+            await server.start()
+        except BaseException:
+            await self.stop(grace=0)  # remove the private folder; nothing else to undo
+            raise
         self._server = server
         log.info("xds server listening address=%s port=%s", self.address, self.port)
 
@@ -204,3 +209,17 @@ class XdsServer:
             return self.address
         host = self.address.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
+
+
+# A unix socket path must fit sun_path (108 bytes with the NUL); keep a margin.
+_MAX_SOCKET_PATH = 100
+
+
+def _private_socket_dir() -> str:
+    """A fresh 0700 folder for the co-located engine's socket, in TMPDIR when the socket path
+    fits there, else in /tmp (a long TMPDIR made the bind fail)."""
+    folder = tempfile.mkdtemp(prefix="podway-xds-")
+    if len(f"{folder}/xds.sock") <= _MAX_SOCKET_PATH:
+        return folder
+    os.rmdir(folder)
+    return tempfile.mkdtemp(prefix="podway-xds-", dir="/tmp")
