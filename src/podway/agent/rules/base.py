@@ -1,7 +1,9 @@
 """The ``Rules`` seam and the shared shell of the kernel backends.
 
 A backend remembers the rule set it was asked to install (``desired``) and changes the kernel
-in batches: one process per full sync and one per incremental change, never one per rule.
+rules in batches: one write per full sync and one per incremental change, never one per rule.
+(The UDP conntrack clean-up after a removal is the exception: one ``conntrack -D`` per removed
+or re-pointed UDP rule, fine for ordinary churn, slow for mass removals.)
 Payload text comes from pure functions in each backend module so tests assert it exactly.
 
 If an incremental change fails (someone edited the kernel under us), the backend falls back to
@@ -9,8 +11,8 @@ a full, atomic sync of ``desired``. If that fails too, the change is dropped fro
 and the kernel is marked unknown, so the retry writes everything instead of finding nothing to
 do. ``repair`` takes the rule set from the caller's source of truth (the controller's port
 table), reads the kernel back and re-syncs on any difference; the controller calls it
-periodically. After a rule is removed or re-pointed, its stale UDP
-conntrack entries are deleted (``conntrack.py``).
+periodically. After a rule is removed or re-pointed, its stale UDP conntrack entries are
+deleted (``conntrack.py``).
 """
 
 from __future__ import annotations
