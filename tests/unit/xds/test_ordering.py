@@ -62,11 +62,8 @@ def _sotw_req(type_url: str, names: tuple[str, ...] = (), nonce: str = ""
     return d.DiscoveryRequest(type_url=type_url, resource_names=names, response_nonce=nonce)
 
 
-def test_sotw_keeps_removed_cluster_until_routes_are_acknowledged() -> None:
-    """State of the world: the old cluster stays in CDS until the new routes are ACKed."""
-    cache, builder = Cache(), Builder()
-    cache.set(builder.build(_config("blue")))
-    stream = SotwStream(cache)
+def _connect_sotw(stream: SotwStream) -> dict[str, str]:
+    """Subscribe to everything and ACK the first config; the newest nonce per type."""
     nonces: dict[str, str] = {}
     for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
                             (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
@@ -74,6 +71,15 @@ def test_sotw_keeps_removed_cluster_until_routes_are_acknowledged() -> None:
         for response in out:
             nonces[response.type_url] = response.nonce
             stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    return nonces
+
+
+def test_sotw_keeps_removed_cluster_until_routes_are_acknowledged() -> None:
+    """State of the world: the old cluster stays in CDS until the new routes are ACKed."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config("blue")))
+    stream = SotwStream(cache)
+    nonces = _connect_sotw(stream)
     cache.set(builder.build(_config("green")))
     (cds,) = stream.on_change()
     assert cds.type_url == types.CLUSTER
@@ -147,13 +153,7 @@ def test_sotw_nacked_routes_keep_the_old_cluster() -> None:
     cache, builder = Cache(), Builder()
     cache.set(builder.build(_config("blue")))
     stream = SotwStream(cache)
-    nonces: dict[str, str] = {}
-    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
-                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
-        out, _ = stream.on_request(_sotw_req(type_url, names, nonces.get(type_url, "")))
-        for response in out:
-            nonces[response.type_url] = response.nonce
-            stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    nonces = _connect_sotw(stream)
     cache.set(builder.build(_config("green")))
     (cds,) = stream.on_change()
     stream.on_request(_sotw_req(types.CLUSTER, nonce=cds.nonce))
@@ -179,13 +179,7 @@ def test_sotw_refused_routes_hold_removals_only_for_a_while() -> None:
     cache, builder, clock = Cache(), Builder(), FakeClock()
     cache.set(builder.build(_config("blue")))
     stream = SotwStream(cache, clock=clock)
-    nonces: dict[str, str] = {}
-    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
-                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))):
-        out, _ = stream.on_request(_sotw_req(type_url, names, nonces.get(type_url, "")))
-        for response in out:
-            nonces[response.type_url] = response.nonce
-            stream.on_request(_sotw_req(response.type_url, names, response.nonce))
+    nonces = _connect_sotw(stream)
     cache.set(builder.build(_config("green")))
     (cds,) = stream.on_change()
     stream.on_request(_sotw_req(types.CLUSTER, nonce=cds.nonce))
