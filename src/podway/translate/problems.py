@@ -19,7 +19,6 @@ class Severity(StrEnum):
 
 
 class Reason(StrEnum):
-    INVALID = "Invalid"  # the manifest could not be loaded at all
     BACKEND_NOT_FOUND = "BackendNotFound"
     UNSUPPORTED_BACKEND = "UnsupportedBackend"
     SECRET_NOT_FOUND = "SecretNotFound"

@@ -6,8 +6,9 @@
     chain output { same, hook output, and ip daddr != 127.0.0.0/8 }   # the node itself
 
 One map lookup per packet whatever the number of mappings; a full sync replaces the whole
-table in one ``nft -f -`` transaction (atomic: no packet sees a half-built table); a change is
-one transaction of ``delete element`` / ``add element`` lines. No SNAT anywhere: pods see the
+table in one transaction (atomic: no packet sees a half-built table); a change is one
+transaction of ``delete element`` / ``add element`` lines. Transactions go through libnftables
+in-process by default, ``nft -f -`` when the library is not available. No SNAT anywhere: pods see the
 client's address.
 """
 
