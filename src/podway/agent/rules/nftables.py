@@ -8,8 +8,8 @@
 One map lookup per packet whatever the number of mappings; a full sync replaces the whole
 table in one transaction (atomic: no packet sees a half-built table); a change is one
 transaction of ``delete element`` / ``add element`` lines. Transactions go through libnftables
-in-process by default, ``nft -f -`` when the library is not available. No SNAT anywhere: pods see the
-client's address.
+in-process by default, ``nft -f -`` when the library is not available. No SNAT anywhere:
+pods see the client's address.
 """
 
 from __future__ import annotations
