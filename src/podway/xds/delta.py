@@ -23,11 +23,11 @@ from podway.xds.cache import Cache
 from podway.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
-    HOLD_AFTER_NACK_S,
     Ack,
     Event,
     Nack,
     new_nonce,
+    refused_for_long,
 )
 
 
@@ -155,7 +155,8 @@ class DeltaStream:
                 continue
             if state.nonces:
                 return False
-            if state.rejected and self.clock() - state.rejected_at >= HOLD_AFTER_NACK_S:
+            if refused_for_long(rejected=state.rejected, rejected_at=state.rejected_at,
+                                now=self.clock()):
                 continue  # refused for long: stop holding removals for it
             resources = self.cache.get(type_url).resources
             scope = resources.keys() if state.wildcard else state.names

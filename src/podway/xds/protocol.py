@@ -48,6 +48,11 @@ HELD_FOR_CLUSTERS = (types.LISTENER, types.ROUTE)
 HOLD_AFTER_NACK_S = 30.0
 
 
+def refused_for_long(*, rejected: bool, rejected_at: float, now: float) -> bool:
+    """A NACKed listener/route type has stayed refused past the hold: stop holding for it."""
+    return rejected and now - rejected_at >= HOLD_AFTER_NACK_S
+
+
 @dataclass(frozen=True, slots=True)
 class Nack:
     """Envoy rejected a response: which type, which version, and Envoy's reason."""

@@ -18,11 +18,11 @@ from podway.xds.cache import Cache
 from podway.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
-    HOLD_AFTER_NACK_S,
     Ack,
     Event,
     Nack,
     new_nonce,
+    refused_for_long,
 )
 
 
@@ -119,10 +119,11 @@ class SotwStream:
             state = self._types.get(type_url)
             if state is None:
                 continue
-            if state.rejected:
-                if self.clock() - state.rejected_at < HOLD_AFTER_NACK_S:
-                    return False  # a NACKed table: Envoy still routes to the old clusters
+            if refused_for_long(rejected=state.rejected, rejected_at=state.rejected_at,
+                                now=self.clock()):
                 continue  # refused for long: stop holding removals for it
+            if state.rejected:
+                return False  # a NACKed table: Envoy still routes to the old clusters
             if not state.answered or state.sent_version != self.cache.get(type_url).version:
                 return False
         return True
