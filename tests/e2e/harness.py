@@ -62,11 +62,8 @@ class Stack:
 
     async def start_echo(self, name: str, *, tcp: bool = False, udp: bool = False,
                          port: int | None = None) -> int:
-        port = port or (free_port_both() if udp else free_port())
-        started = asyncio.Event()
-        opts = EchoOptions(port=port, tcp=tcp, udp=udp, identity=Identity(name=name))
-        self.tasks.append(asyncio.create_task(serve(opts, started=started), name=f"echo-{name}"))
-        await started.wait()
+        port, task = await echo_backend(name, tcp=tcp, udp=udp, port=port)
+        self.tasks.append(task)
         return port
 
     def write(self, name: str, text: str) -> None:
@@ -91,6 +88,36 @@ class Stack:
         for task in reversed(self.tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+async def echo_backend(name: str, *, tcp: bool = False, udp: bool = False,
+                       port: int | None = None) -> tuple[int, asyncio.Task[None]]:
+    """An echo backend answering as ``name``, started; its port and task (cancel it after)."""
+    port = port or (free_port_both() if udp else free_port())
+    started = asyncio.Event()
+    opts = EchoOptions(port=port, tcp=tcp, udp=udp, identity=Identity(name=name))
+    task = asyncio.create_task(serve(opts, started=started), name=f"echo-{name}")
+    await started.wait()
+    return port, task
+
+
+# One Ingress host, shop.test → Service web port 80, shared by the engine and member tests.
+SHOP_INGRESS = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: default}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+"""
+
+
+def backend_manifests(name: str, port: int) -> str:
+    """A ClusterIP Service ``name`` port 80 and its EndpointSlice at 127.0.0.1:``port``."""
+    return service(name, 80, port) + "---\n" + endpoints(name, {"TCP": port})
 
 
 async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0) -> Stack:

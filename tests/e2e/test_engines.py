@@ -18,29 +18,27 @@ from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
-from .harness import endpoints, eventually, free_port, get, service
+from .harness import (
+    SHOP_INGRESS,
+    backend_manifests,
+    echo_backend,
+    endpoints,
+    eventually,
+    free_port,
+    get,
+    service,
+)
 
 pytestmark = pytest.mark.e2e
 
-INGRESS = """apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: web, namespace: default}
-spec:
-  ingressClassName: podway
-  rules:
-  - host: shop.test
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
-"""
+INGRESS = SHOP_INGRESS
 
 
 async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Path) -> None:
     """Two `podway engine`-style Envoys on one unix-socket xDS server both get the config."""
     root = tmp_path / "m"
     root.mkdir()
-    (root / "web.yaml").write_text(service("web", 80, 1) + "---\n"
-                                   + endpoints("web", {"TCP": 1}) + "---\n" + INGRESS)
+    (root / "web.yaml").write_text(backend_manifests("web", 1) + "---\n" + INGRESS)
     http_port = free_port()
     controller = Standalone(StandaloneOptions(
         manifests=root, engine=False, xds_address=f"unix:{tmp_path / 'xds.sock'}",
@@ -71,18 +69,10 @@ async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Pat
 
 async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     """`podway run` serves the folder; SIGTERM stops it and its Envoy within the drain period."""
-    from podway.echo import Identity
-    from podway.echo.server import EchoOptions, serve
-
     root = tmp_path / "m"
     root.mkdir()
-    backend = free_port()
-    started = asyncio.Event()
-    echo = asyncio.create_task(serve(EchoOptions(port=backend, identity=Identity(name="web")),
-                                     started=started))
-    await started.wait()
-    (root / "web.yaml").write_text(service("web", 80, backend) + "---\n"
-                                   + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+    backend, echo = await echo_backend("web")
+    (root / "web.yaml").write_text(backend_manifests("web", backend) + "---\n" + INGRESS)
     http_port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
@@ -133,16 +123,8 @@ async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, v
     root.mkdir()
     (root / "lb.yaml").write_text(service("lb", free_port(), 1, lb=True) + "---\n"
                                   + endpoints("lb", {"TCP": 1}))
-    from podway.echo import Identity
-    from podway.echo.server import EchoOptions, serve
-
-    backend = free_port()
-    started = asyncio.Event()
-    echo = asyncio.create_task(serve(EchoOptions(port=backend, identity=Identity(name="web")),
-                                     started=started))
-    await started.wait()
-    (root / "web.yaml").write_text(service("web", 80, backend) + "---\n"
-                                   + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+    backend, echo = await echo_backend("web")
+    (root / "web.yaml").write_text(backend_manifests("web", backend) + "---\n" + INGRESS)
     http_port = free_port()
     if via == "unix":
         listen = target = f"unix:{tmp_path / 'xds.sock'}"
@@ -181,21 +163,14 @@ async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, v
 async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path) -> None:
     """With the controller gone the engine serves its last config; a new controller's config
     arrives once it is back (the engine reconnects by itself)."""
-    from podway.echo import Identity
-    from podway.echo.server import EchoOptions, serve
-
     root = tmp_path / "m"
     root.mkdir()
     tasks: list[asyncio.Task[None]] = []
     ports = {}
     for name in ("blue", "green"):
-        ports[name] = free_port()
-        started = asyncio.Event()
-        tasks.append(asyncio.create_task(serve(
-            EchoOptions(port=ports[name], identity=Identity(name=name)), started=started)))
-        await started.wait()
-        (root / f"{name}.yaml").write_text(service(name, 80, ports[name]) + "---\n"
-                                           + endpoints(name, {"TCP": ports[name]}))
+        ports[name], task = await echo_backend(name)
+        tasks.append(task)
+        (root / f"{name}.yaml").write_text(backend_manifests(name, ports[name]))
     (root / "ingress.yaml").write_text(INGRESS.replace("name: web, port", "name: blue, port"))
     http_port = free_port()
 
@@ -265,8 +240,7 @@ async def test_stop_drains_so_an_in_flight_request_completes(tmp_path: Path) -> 
     stack = await make_stack(root, drain_s=2.0)
     try:
         backend = await stack.start_echo("web")
-        stack.write("web.yaml", service("web", 80, backend) + "---\n"
-                    + endpoints("web", {"TCP": backend}) + "---\n" + INGRESS)
+        stack.write("web.yaml", backend_manifests("web", backend) + "---\n" + INGRESS)
         await stack.start()
         slow = asyncio.create_task(get(stack.http_port, "shop.test", "/delay/700"))
         await asyncio.sleep(0.2)  # the request is in Envoy and at the backend

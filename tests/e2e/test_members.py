@@ -10,21 +10,11 @@ import pytest
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 
-from .harness import Stack, get, service
+from .harness import SHOP_INGRESS, Stack, get, service
 
 pytestmark = pytest.mark.e2e
 
-INGRESS = """apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {name: web, namespace: default}
-spec:
-  ingressClassName: podway
-  rules:
-  - host: shop.test
-    http:
-      paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
-"""
+INGRESS = SHOP_INGRESS
 
 
 def _slice(port: int, ready: str, not_ready: tuple[str, ...]) -> str:

@@ -26,10 +26,10 @@ def _delta_req(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = ""
                                    response_nonce=nonce)
 
 
-def _connected_delta(cache: Cache) -> DeltaStream:
+def _connected_delta(cache: Cache, pools: tuple[str, ...] = ("blue",)) -> DeltaStream:
     """A delta stream that has received and acknowledged the whole first config."""
     stream = DeltaStream(cache)
-    acks = [(types.CLUSTER, ()), (types.ENDPOINT, ("blue",)), (types.LISTENER, ()),
+    acks = [(types.CLUSTER, ()), (types.ENDPOINT, pools), (types.LISTENER, ()),
             (types.ROUTE, ("listener/http",))]
     for type_url, names in acks:
         out, _ = stream.on_request(_delta_req(type_url, names))
@@ -107,21 +107,11 @@ def _nack(type_url: str, nonce: str) -> d.DeltaDiscoveryRequest:
     return request
 
 
-def _connected_two_pools(cache: Cache) -> DeltaStream:
-    stream = DeltaStream(cache)
-    for type_url, names in [(types.CLUSTER, ()), (types.ENDPOINT, ("blue", "green")),
-                            (types.LISTENER, ()), (types.ROUTE, ("listener/http",))]:
-        out, _ = stream.on_request(_delta_req(type_url, names))
-        for response in out:
-            stream.on_request(_delta_req(response.type_url, nonce=response.nonce))
-    return stream
-
-
 def test_delta_nacked_endpoints_do_not_freeze_route_pushes() -> None:
     """After an EDS NACK, a route change to an existing, warm cluster is still pushed."""
     cache, builder = Cache(), Builder()
     cache.set(builder.build(_two_pools("blue", 9000)))
-    stream = _connected_two_pools(cache)
+    stream = _connected_delta(cache, ("blue", "green"))
     cache.set(builder.build(_two_pools("blue", 9002)))
     (eds,) = stream.on_change()
     assert eds.type_url == types.ENDPOINT
@@ -136,7 +126,7 @@ def test_delta_resource_removed_after_its_update_was_nacked_is_still_removed() -
     """Envoy keeps the last accepted version after a NACK, so a later removal is still sent."""
     cache, builder = Cache(), Builder()
     cache.set(builder.build(_two_pools("blue", 9000)))
-    stream = _connected_two_pools(cache)
+    stream = _connected_delta(cache, ("blue", "green"))
     cache.set(builder.build(_two_pools("blue", 9002)))
     (eds,) = stream.on_change()
     stream.on_request(_nack(types.ENDPOINT, eds.nonce))
@@ -199,7 +189,7 @@ def test_delta_refused_routes_hold_removals_only_for_a_while() -> None:
     """Delta: after a route NACK, removals wait the hold time, then go out anyway."""
     cache, builder, clock = Cache(), Builder(), FakeClock()
     cache.set(builder.build(_two_pools("blue", 9000)))
-    stream = _connected_two_pools(cache)
+    stream = _connected_delta(cache, ("blue", "green"))
     stream.clock = clock
     cache.set(builder.build(_two_pools("green", 9000, keep_blue=False)))
     (rds,) = stream.on_change()
