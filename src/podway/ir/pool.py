@@ -94,7 +94,3 @@ class Pool:
     settings: PoolSettings = PoolSettings()
     members: tuple[Member, ...] = ()
     origin: ObjectRef | None = None  # the Service behind the pool
-
-    @property
-    def ready_members(self) -> tuple[Member, ...]:
-        return tuple(m for m in self.members if m.state is MemberState.READY)

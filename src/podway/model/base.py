@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
@@ -96,10 +96,3 @@ class K8sObject(K8sModel):
         ts = self.metadata.creation_timestamp
         return (ts.timestamp() if ts is not None else float("inf"),
                 f"{self.metadata.namespace}/{self.metadata.name}")
-
-
-def int_or_str(value: Any) -> int | str:
-    """Kubernetes IntOrString: ints stay ints, digit strings stay strings (they are names)."""
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError("must be an integer or a string")
-    return value
