@@ -25,7 +25,8 @@ from typing import Any
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.ir.dump import dump_yaml
-from podway.sources.files import FileSource, FileUpdate
+from podway.sources.base import SourceUpdate
+from podway.sources.files import FileSource
 from podway.translate import IncrementalTranslator, Result, TranslateOptions
 from podway.translate.status import to_api
 from podway.xds.build import Builder
@@ -64,7 +65,7 @@ class Standalone:
         self.engine: Engine | None = None
         self.generation = 0
         self.result: Result | None = None
-        self.update: FileUpdate | None = None
+        self.update: SourceUpdate | None = None
         self._applied = asyncio.Condition()
         self._nacks: list[Nack] = []
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
@@ -133,7 +134,7 @@ class Standalone:
             os.replace(tmp, path)
 
 
-def status_data(result: Result, update: FileUpdate, nacks: Iterable[Nack]) -> dict[str, Any]:
+def status_data(result: Result, update: SourceUpdate, nacks: Iterable[Nack]) -> dict[str, Any]:
     """Plain data of the status file (see docs/run.md)."""
     by_object = result.problems_by_object()
     objects: dict[str, Any] = {}

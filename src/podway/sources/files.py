@@ -38,20 +38,11 @@ from pathlib import Path
 from podway.model.base import K8sObject
 from podway.model.loader import MANIFEST_SUFFIXES, LoadError, load_text, manifest_files
 from podway.model.snapshot import Key, Snapshot
+from podway.sources.base import SourceUpdate
 
 log = logging.getLogger(__name__)
 
 Ident = tuple[str, str, str]  # kind, namespace, name
-
-
-@dataclass(frozen=True, slots=True)
-class FileUpdate:
-    """One consistent view of the folder: the snapshot and every current load error."""
-
-    snapshot: Snapshot
-    errors: tuple[LoadError, ...]
-    stale_files: tuple[str, ...] = ()  # files served from their last good load
-    changed: tuple[tuple[str, Key], ...] | None = None  # (kind, key) since the last update
 
 
 @dataclass(slots=True)
@@ -71,13 +62,13 @@ class FileSource:
         self._owners: dict[Ident, list[Path]] = {}  # sorted: the first one wins
         self._snapshot = Snapshot()
 
-    def load(self) -> FileUpdate:
+    def load(self) -> SourceUpdate:
         """(Re)load every file under the folder and return the merged view."""
         present = set(manifest_files([self.root]))
         update = self.apply(present | set(self._files))
-        return FileUpdate(update.snapshot, update.errors, update.stale_files, None)
+        return SourceUpdate(update.snapshot, update.errors, update.stale_files, None)
 
-    def apply(self, changed: set[Path]) -> FileUpdate:
+    def apply(self, changed: set[Path]) -> SourceUpdate:
         """Reload only ``changed`` paths (added, modified or deleted files)."""
         affected: set[Ident] = set()
         for path in sorted(changed):
@@ -110,7 +101,7 @@ class FileSource:
             self._snapshot = self._snapshot.replace(kind, changes)
         changed_keys = tuple((kind, key) for kind, changes in sorted(by_kind.items())
                              for key in sorted(changes))
-        return FileUpdate(self._snapshot, self._errors(), self._stale(), changed_keys)
+        return SourceUpdate(self._snapshot, self._errors(), self._stale(), changed_keys)
 
     def _errors(self) -> tuple[LoadError, ...]:
         errors: list[LoadError] = []
@@ -127,7 +118,7 @@ class FileSource:
         return tuple(str(p) for p, e in sorted(self._files.items()) if e.stale)
 
     async def watch(self, *, debounce_ms: int = 30, step_ms: int = 5
-                    ) -> AsyncIterator[FileUpdate]:
+                    ) -> AsyncIterator[SourceUpdate]:
         """The first full load, then one update per burst of changes, forever."""
         from watchfiles import awatch
 
