@@ -55,13 +55,19 @@ def refused_for_long(*, rejected: bool, rejected_at: float, now: float) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Nack:
-    """Envoy rejected a response: which type, which version, and Envoy's reason."""
+    """Envoy rejected a response: which type, which version, and Envoy's reason.
+
+    ``resources`` names the resources found refused (from Envoy's error detail, or by isolating
+    them); empty when they are not known. The pipeline maps these names back to the objects they
+    came from, so a rejection lands on its object and clears when the resource is accepted or gone.
+    """
 
     node: str
     type_url: str
     version: str
     nonce: str
     message: str
+    resources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
