@@ -197,11 +197,11 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
         console.print(f"started {len(plan)} echo backends: "
                       + ", ".join(f"{e.identity.name}@{e.address}:{e.port}" for e in plan))
         tasks.append(group.create_task(standalone.run(), name="standalone"))
-        await standalone.wait_generation(1)
-        assert standalone.engine is not None
-        assert standalone.result is not None
-        await standalone.engine.wait_ready()
-        results = [(p, await _retry(p)) for p in probes(standalone.result.ir)]
+        state = await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
+        engine = await standalone.engine()
+        assert engine is not None
+        await engine.wait_ready()
+        results = [(p, await _retry(p)) for p in probes(state.ir)]
         console.print(_table(results))
         if opts.once:
             for task in tasks:

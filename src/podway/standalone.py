@@ -1,9 +1,10 @@
-"""Standalone mode: file source → translator → xDS cache and server → one supervised Envoy.
+"""Standalone mode: file source + pipeline + xDS server + one supervised Envoy.
 
-One process tree, no cluster, no root. The pipeline is level-triggered: each folder update is
-translated incrementally, built (memoised by IR identity), and set into the cache, which pushes
-only the resource types whose content changed. ``generation`` counts applied updates so callers
-(tests, the demo) can wait for "my edit is in the cache".
+One process tree, no cluster, no root. Everything between the folder and the cache is the
+``Pipeline`` (``podway.pipeline``); this module only wires it: the file source feeds it, the xDS
+server serves its cache and reports engines' ACKs/NACKs back to it, and the status file is
+rewritten from each state it publishes. Readers (tests, the demo, benchmarks) await states:
+``standalone.pipeline.wait_for(lambda s: s.generation >= n)``.
 
 The status file is rewritten atomically after every update: each object's problems (translator
 problems and load errors), stale files served from their last good load, and engines' NACKs.
@@ -15,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,13 +25,12 @@ from typing import Any
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.ir.dump import dump_yaml
+from podway.pipeline import Pipeline, Rejection
 from podway.sources.base import SourceUpdate
 from podway.sources.files import FileSource
-from podway.translate import IncrementalTranslator, Result, TranslateOptions
+from podway.translate import Result, TranslateOptions
 from podway.translate.status import to_api
-from podway.xds.build import Builder
-from podway.xds.cache import Cache
-from podway.xds.protocol import Event, Nack
+from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
 
 log = logging.getLogger(__name__)
@@ -54,28 +53,35 @@ class StandaloneOptions:
 
 
 class Standalone:
+    """File source + pipeline + xDS server + (optionally) one supervised Envoy."""
+
     def __init__(self, opts: StandaloneOptions) -> None:
         self.opts = opts
-        self.cache = Cache()
+        self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate)
         # With TLS the engine here has no client credentials: it connects over a private unix
         # socket of the same server instead.
-        self.server = XdsServer(self.cache, opts.xds_address, tls=opts.xds_tls,
+        self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
                                 local=opts.engine and opts.xds_tls is not None)
-        self.engine: Engine | None = None
-        self.generation = 0
-        self.result: Result | None = None
-        self.update: SourceUpdate | None = None
-        self._applied = asyncio.Condition()
-        self._nacks: list[Nack] = []
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
+        self._engine: asyncio.Future[Engine | None] | None = None
+
+    async def engine(self) -> Engine | None:
+        """The supervised engine once it exists (None with ``engine=False``)."""
+        return await self._engine_future()
+
+    def _engine_future(self) -> asyncio.Future[Engine | None]:
+        if self._engine is None:
+            self._engine = asyncio.get_running_loop().create_future()
+        return self._engine
 
     async def run(self) -> None:
         """Serve until cancelled."""
         await self.server.start()
+        engine = None
         try:
             if self.opts.engine:
-                self.engine = Engine(EngineOptions(
+                engine = Engine(EngineOptions(
                     envoy_path=find_envoy(self.opts.envoy_path),
                     bootstrap=bootstrap(BootstrapOptions(
                         node_id=self.opts.node_id,
@@ -83,58 +89,34 @@ class Standalone:
                         delta=self.opts.delta)),
                     log_level=self.opts.envoy_log_level,
                     concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
+            if not self._engine_future().done():
+                self._engine_future().set_result(engine)
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._pipeline(), name="standalone-pipeline")
-                if self.engine is not None:
-                    group.create_task(self.engine.run(), name="standalone-engine")
+                group.create_task(self.pipeline.run(), name="standalone-pipeline")
+                if self.opts.status_file is not None:
+                    group.create_task(self._write_status(self.opts.status_file),
+                                      name="standalone-status")
+                if engine is not None:
+                    group.create_task(engine.run(), name="standalone-engine")
         finally:
             await self.server.stop(grace=0.5)
-
-    async def wait_generation(self, generation: int) -> None:
-        """Until at least ``generation`` updates have been applied to the cache."""
-        async with self._applied:
-            await self._applied.wait_for(lambda: self.generation >= generation)
-
-    async def _pipeline(self) -> None:
-        source = FileSource(self.opts.manifests)
-        translator = IncrementalTranslator(self.opts.translate)
-        builder = Builder()
-        reported: tuple[object, ...] = ()
-        async for update in source.watch():
-            began = time.perf_counter()
-            result = translator.update(update.snapshot, update.changed)
-            changes = self.cache.set(builder.build(result.ir))
-            self.result, self.update = result, update
-            log.info("applied update in %.1f ms: %s", (time.perf_counter() - began) * 1000,
-                     ", ".join(sorted(c.rsplit(".", 1)[-1] for c in changes)) or "no change")
-            if result.problems != reported:  # log problems when they change, not every update
-                for problem in result.problems:
-                    log.warning("%s", problem)
-                reported = result.problems
-            self._write_status()
-            async with self._applied:
-                self.generation += 1
-                self._applied.notify_all()
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:
             hook(event)
-        if isinstance(event, Nack):
-            self._nacks = [*self._nacks[-19:], event]
-            self._write_status()
+        self.pipeline.on_event(event)
 
-    def _write_status(self) -> None:
-        path = self.opts.status_file
-        if path is None or self.result is None or self.update is None:
-            return
-        text = dump_yaml(status_data(self.result, self.update, self._nacks))
-        tmp = path.with_name(f".{path.name}.tmp")
-        with contextlib.suppress(OSError):
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, path)
+    async def _write_status(self, path: Path) -> None:
+        async for state in self.pipeline.states():
+            text = dump_yaml(status_data(state.result, state.update, state.rejections))
+            tmp = path.with_name(f".{path.name}.tmp")
+            with contextlib.suppress(OSError):
+                tmp.write_text(text, encoding="utf-8")
+                os.replace(tmp, path)
 
 
-def status_data(result: Result, update: SourceUpdate, nacks: Iterable[Nack]) -> dict[str, Any]:
+def status_data(result: Result, update: SourceUpdate, nacks: Iterable[Rejection]
+                ) -> dict[str, Any]:
     """Plain data of the status file (see docs/run.md)."""
     by_object = result.problems_by_object()
     objects: dict[str, Any] = {}
@@ -156,6 +138,7 @@ def status_data(result: Result, update: SourceUpdate, nacks: Iterable[Nack]) -> 
         "load_errors": [str(e) for e in update.errors],
         "stale_files": list(update.stale_files),
         "engine_rejections": [
-            {"node": n.node, "type": n.type_url.rsplit(".", 1)[-1], "version": n.version,
+            {"node": n.node, "type": n.type_name, "version": n.version,
+             **({"resource": n.resource} if n.resource else {}),
              "message": n.message} for n in nacks],
     }

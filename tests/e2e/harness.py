@@ -18,6 +18,8 @@ from pathlib import Path
 from podway.demo import read_response
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
+from podway.engine.process import Engine
+from podway.pipeline import State
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
@@ -74,13 +76,26 @@ class Stack:
     async def start(self) -> None:
         self.tasks.append(asyncio.create_task(self.standalone.run(), name="standalone"))
         async with asyncio.timeout(30):
-            await self.standalone.wait_generation(1)
-            assert self.standalone.engine is not None  # created before the first update
-            await self.standalone.engine.wait_ready()
+            await self.applied(1)
+            engine = await self.engine()
+            await engine.wait_ready()
 
-    async def applied(self, generation: int, limit_s: float = 10.0) -> None:
+    async def engine(self) -> Engine:
+        engine = await self.standalone.engine()
+        assert engine is not None
+        return engine
+
+    @property
+    def state(self) -> State:
+        """The newest published state (after ``start``)."""
+        state = self.standalone.pipeline.state
+        assert state is not None
+        return state
+
+    async def applied(self, generation: int, limit_s: float = 10.0) -> State:
+        """The first state with at least ``generation`` source updates applied."""
         async with asyncio.timeout(limit_s):
-            await self.standalone.wait_generation(generation)
+            return await self.standalone.pipeline.wait_for(lambda s: s.generation >= generation)
 
     async def stop(self) -> None:
         for task in reversed(self.tasks):

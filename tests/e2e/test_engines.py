@@ -46,7 +46,7 @@ async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Pat
                                    https_port=free_port())))
     tasks = [asyncio.create_task(controller.run())]
     try:
-        await asyncio.wait_for(controller.wait_generation(1), 10)
+        await asyncio.wait_for(controller.pipeline.wait_for(lambda s: s.generation >= 1), 10)
         engines = [Engine(EngineOptions(
             envoy_path=find_envoy(), drain_s=0,
             bootstrap=bootstrap(BootstrapOptions(node_id=f"engine-{i}",
@@ -184,7 +184,7 @@ async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path
     first_task = asyncio.create_task(first.run())
     tasks.append(first_task)
     try:
-        await asyncio.wait_for(first.wait_generation(1), 10)
+        await asyncio.wait_for(first.pipeline.wait_for(lambda s: s.generation >= 1), 10)
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
             BootstrapOptions(node_id="edge", xds=first.server.target))))
         tasks.append(asyncio.create_task(engine.run()))

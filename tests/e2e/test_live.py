@@ -91,10 +91,9 @@ async def test_endpoint_change_sends_only_eds(stack: Stack) -> None:
     ports = await _two_backends(stack)
     stack.write("ingress.yaml", ingress("blue"))
     await stack.start()
-    assert stack.standalone.engine is not None
-    address = await stack.standalone.engine.wait_started()
+    address = await (await stack.engine()).wait_started()
     before = await admin.stats(address, "(lds|cds|rds|eds|update_success)")
-    generation = stack.standalone.generation
+    generation = stack.state.generation
     # blue's endpoint now points at green's echo server: same Service, new member.
     stack.write("blue.yaml", service("blue", 80, ports["blue"]) + "---\n"
                 + endpoints("blue", {"TCP": ports["green"]}))
@@ -123,8 +122,7 @@ async def test_killed_envoy_is_restarted_and_serves_again(stack: Stack) -> None:
     await _two_backends(stack)
     stack.write("ingress.yaml", ingress("blue"))
     await stack.start()
-    engine = stack.standalone.engine
-    assert engine is not None
+    engine = await stack.engine()
     old = engine.pid
     assert old is not None
     os.kill(old, signal.SIGKILL)
@@ -147,7 +145,7 @@ async def test_nacked_config_keeps_the_old_one_serving(stack: Stack) -> None:
     holder.listen()
     taken = holder.getsockname()[1]
     try:
-        generation = stack.standalone.generation
+        generation = stack.state.generation
         stack.write("lb.yaml", service("blue", taken, 1, lb=True).replace("name: blue",
                                                                           "name: lb-blue"))
         await stack.applied(generation + 1)

@@ -49,7 +49,7 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, s
                                    https_port=free_port())))
     tasks = [asyncio.create_task(controller.run())]
     try:
-        await asyncio.wait_for(controller.wait_generation(1), 10)
+        await asyncio.wait_for(controller.pipeline.wait_for(lambda s: s.generation >= 1), 10)
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
             BootstrapOptions(node_id="tls-engine", xds=controller.server.target,
                              xds_ca_pem=ca.cert_pem.bytes().decode(),

@@ -12,7 +12,7 @@ For each size (default 1,000 and 10,000 routes, 10 paths per host, one pool per 
 Targets (issue 3): new route ≤ 100 ms p99 with 1,000 routes; endpoint push ≤ 20 ms; Envoy adds
 ≤ 0.2 ms p50 on loopback.
 
-    python bench/xds.py [--sizes 1000,10000] [--tries 20]
+    python bench/xds_push.py [--sizes 1000,10000] [--tries 20]
 """
 
 from __future__ import annotations
@@ -23,23 +23,19 @@ import contextlib
 import logging
 import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from types import MappingProxyType
 
-# This file is named like the ``xds`` protobuf package; keep its folder off the import path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
-
-from podway.echo import Identity  # noqa: E402 - after the sys.path fix above
-from podway.echo.server import EchoOptions, serve  # noqa: E402 - after the sys.path fix above
-from podway.ir import IR, Member  # noqa: E402 - after the sys.path fix above
-from podway.standalone import Standalone, StandaloneOptions  # noqa: E402 - after the sys.path fix above
-from podway.translate import TranslateOptions  # noqa: E402 - after the sys.path fix above
-from podway.xds import types  # noqa: E402 - after the sys.path fix above
-from podway.xds.build import Builder, build  # noqa: E402 - after the sys.path fix above
-from podway.xds.protocol import Ack, Event  # noqa: E402 - after the sys.path fix above
+from podway.echo import Identity
+from podway.echo.server import EchoOptions, serve
+from podway.ir import IR, Member
+from podway.standalone import Standalone, StandaloneOptions
+from podway.translate import TranslateOptions
+from podway.xds import types
+from podway.xds.build import Builder, build
+from podway.xds.protocol import Ack, Event
 
 PATHS_PER_HOST = 10
 
@@ -135,13 +131,13 @@ async def bench_size(routes: int, tries: int, echo_port: int) -> dict[str, str]:
         began = time.perf_counter()
         task = asyncio.create_task(standalone.run())
         try:
-            await standalone.wait_generation(1)
-            assert standalone.engine is not None
-            assert standalone.result is not None
-            await standalone.engine.wait_ready(limit_s=120)
+            state = await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
+            engine = await standalone.engine()
+            assert engine is not None
+            await engine.wait_ready(limit_s=120)
             await asyncio.wait_for(rds_ack, 120)
             out["first config served"] = f"{(time.perf_counter() - began) * 1000:.0f} ms"
-            ir = standalone.result.ir
+            ir = state.ir
             _build_times(ir, out)
             await _push_time(standalone, acks, ir, out)
             await _new_route(standalone, root, http_port, tries, out)
@@ -181,7 +177,7 @@ def _moved(pool, n: int):  # type: ignore[no-untyped-def]
 async def _push_time(standalone: Standalone, acks: Acks, ir: IR, out: dict[str, str]) -> None:
     """Whole config replaced (every route name changes) → ACK of the new route table."""
     # Re-pushing identical content is a no-op, so push an empty config and then the real one.
-    cache = standalone.cache
+    cache = standalone.pipeline.cache
     empty_ack = acks.next(types.LISTENER)
     cache.set(Builder().build(IR()))
     await asyncio.wait_for(empty_ack, 60)
@@ -230,7 +226,7 @@ endpoints: [{{addresses: [127.0.0.{2 + i}], conditions: {{ready: {str(i % 2 == 0
 """)
         pipeline.append(await asyncio.wait_for(done, 10) - t0)
     builder = Builder()
-    standalone.cache.set(builder.build(ir))
+    standalone.pipeline.cache.set(builder.build(ir))
     await asyncio.sleep(0.2)
     name = next(iter(ir.pools))
     for i in range(tries):
@@ -239,7 +235,7 @@ endpoints: [{{addresses: [127.0.0.{2 + i}], conditions: {{ready: {str(i % 2 == 0
         resources = builder.build(moved)
         done = acks.next(types.ENDPOINT)
         t0 = time.perf_counter()
-        standalone.cache.set(resources)
+        standalone.pipeline.cache.set(resources)
         push.append(await asyncio.wait_for(done, 10) - t0)
     out["endpoint change: file write → EDS ACK p50 / p99"] = (
         f"{pct(pipeline, 0.5) * 1000:.1f} / {pct(pipeline, 0.99) * 1000:.1f} ms")
@@ -257,9 +253,10 @@ async def added_latency(echo_port: int, requests: int) -> dict[str, str]:
                 address="127.0.0.1", http_port=http_port, https_port=free_port())))
         task = asyncio.create_task(standalone.run())
         try:
-            await standalone.wait_generation(1)
-            assert standalone.engine is not None
-            await standalone.engine.wait_ready()
+            await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
+            engine = await standalone.engine()
+            assert engine is not None
+            await engine.wait_ready()
             for _ in range(200):  # the listener binds a moment after LIVE
                 if await status_of(http_port, "h0.bench.test", "/app0") == 200:
                     break

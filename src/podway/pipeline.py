@@ -1,0 +1,246 @@
+"""The one runner between a source and the engines: translate, build, cache, publish a state.
+
+``Pipeline`` takes any ``Source`` (a folder of manifests, the Kubernetes API): for each
+``SourceUpdate`` it translates incrementally, builds the Envoy resources (memoised by IR
+identity), sets them into the xDS cache (which pushes only the types whose content changed) and
+publishes one immutable ``State``. Engines' decisions (ACKs and NACKs, reported by the xDS
+server through ``on_event``) are the other input: a NACK becomes a ``Rejection`` record of the
+refused resource, and a new state is published with it.
+
+Invariants:
+
+* Readers never reach into the pipeline: they take ``state``, ``await wait_for(predicate)`` or
+  iterate ``states()``. A state is frozen; a newer one replaces it whole.
+* ``State.version`` grows with every published state; ``State.generation`` counts the source
+  updates applied (an engine decision publishes a new version with the same generation).
+* ``states()`` coalesces: a slow reader sees the newest state when it wakes, never a backlog.
+* Rejections are per (engine node, xDS type, resource). One clears when its resource is gone
+  from the config, or when its content changed and the engine then ACKed that type; a rejection
+  that names no resource clears at the next ACK of its type. Nothing else clears them, so the
+  status never claims a refused listener is served.
+* No I/O here besides the cache; the pipeline does not know which source runs or who reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+
+from podway.ir import IR
+from podway.sources.base import Source, SourceUpdate
+from podway.translate import IncrementalTranslator, Problem, Result, TranslateOptions
+from podway.xds import types
+from podway.xds.build import Builder
+from podway.xds.cache import Cache
+from podway.xds.protocol import Ack, Event, Nack
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timings:
+    """Milliseconds each stage of one generation took."""
+
+    translate_ms: float = 0.0
+    build_ms: float = 0.0
+    cache_ms: float = 0.0
+
+    @property
+    def total_ms(self) -> float:
+        return self.translate_ms + self.build_ms + self.cache_ms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rejection:
+    """An engine refused one resource (``resource`` empty: Envoy's message named none)."""
+
+    node: str
+    type_url: str
+    resource: str
+    version: str
+    message: str
+    digest: str = ""  # the refused content's digest, to see it change
+
+    @property
+    def type_name(self) -> str:
+        """``Listener``, ``Cluster``, … (the last part of the type URL)."""
+        return self.type_url.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class State:
+    """Everything one applied generation produced, plus what the engines said about it."""
+
+    version: int
+    generation: int
+    update: SourceUpdate
+    result: Result
+    rejections: tuple[Rejection, ...] = ()
+    changed_types: tuple[str, ...] = ()  # xDS types this generation changed
+    timings: Timings = Timings()
+
+    @property
+    def ir(self) -> IR:
+        return self.result.ir
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        return self.result.problems
+
+
+class Pipeline:
+    """Source updates and engine decisions in, immutable states out."""
+
+    def __init__(self, source: Source, *, translate: TranslateOptions,
+                 cache: Cache | None = None) -> None:
+        self.source = source
+        self.cache = cache if cache is not None else Cache()
+        self._translator = IncrementalTranslator(translate)
+        self._builder = Builder()
+        self._state: State | None = None
+        self._published = asyncio.Event()  # replaced by a fresh one at each publish
+        self._rejections: dict[tuple[str, str, str], Rejection] = {}
+        self._versions = 0
+
+    @property
+    def state(self) -> State | None:
+        """The newest state (None before the first update is applied)."""
+        return self._state
+
+    async def run(self) -> None:
+        """Apply every update of the source until cancelled."""
+        reported: tuple[Problem, ...] = ()
+        async for update in self.source.watch():
+            state = self.apply(update)
+            log.info("applied update in %.1f ms: %s", state.timings.total_ms,
+                     ", ".join(t.rsplit(".", 1)[-1] for t in state.changed_types) or "no change")
+            if state.problems != reported:  # log problems when they change, not every update
+                for problem in state.problems:
+                    log.warning("%s", problem)
+                reported = state.problems
+
+    def apply(self, update: SourceUpdate) -> State:
+        """Translate, build and cache one update; publish and return its state (no await)."""
+        t0 = time.perf_counter()
+        result = self._translator.update(update.snapshot, update.changed)
+        t1 = time.perf_counter()
+        resources = self._builder.build(result.ir)
+        t2 = time.perf_counter()
+        changes = self.cache.set(resources)
+        t3 = time.perf_counter()
+        self._drop_gone()
+        previous = self._state
+        return self._publish(State(
+            version=self._next_version(),
+            generation=(previous.generation if previous else 0) + 1,
+            update=update, result=result, rejections=self._current(),
+            changed_types=tuple(t for t in types.PUSH_ORDER if t in changes),
+            timings=Timings(translate_ms=(t1 - t0) * 1000, build_ms=(t2 - t1) * 1000,
+                            cache_ms=(t3 - t2) * 1000)))
+
+    def on_event(self, event: Event) -> None:
+        """An engine's ACK or NACK (called by the xDS server, synchronously)."""
+        before = self._current()
+        if isinstance(event, Nack):
+            self._record(event)
+        elif isinstance(event, Ack):
+            self._clear_accepted(event)
+        after = self._current()
+        if after != before and self._state is not None:
+            self._publish(_replace_rejections(self._state, after, self._next_version()))
+
+    async def wait_for(self, predicate: Callable[[State], bool]) -> State:
+        """The first published state (the current one included) that satisfies ``predicate``."""
+        while True:
+            state, published = self._state, self._published
+            if state is not None and predicate(state):
+                return state
+            await published.wait()
+
+    async def states(self) -> AsyncIterator[State]:
+        """The current state (if any), then each newer one; coalesced for slow readers."""
+        seen = 0
+        while True:
+            state = await self.wait_for(functools.partial(_newer_than, seen))
+            seen = state.version
+            yield state
+
+    def _publish(self, state: State) -> State:
+        self._state = state
+        published, self._published = self._published, asyncio.Event()
+        published.set()
+        return state
+
+    def _next_version(self) -> int:
+        self._versions += 1
+        return self._versions
+
+    def _current(self) -> tuple[Rejection, ...]:
+        return tuple(self._rejections[k] for k in sorted(self._rejections))
+
+    def _digest(self, type_url: str, name: str) -> str:
+        resource = self.cache.get(type_url).resources.get(name)
+        return resource.digest if resource is not None else ""
+
+    def _record(self, nack: Nack) -> None:
+        names = nack.resources or refused_names(
+            nack.message, self.cache.get(nack.type_url).resources)
+        if not names:
+            self._rejections[(nack.node, nack.type_url, "")] = Rejection(
+                node=nack.node, type_url=nack.type_url, resource="", version=nack.version,
+                message=nack.message)
+            return
+        for name in names:
+            self._rejections[(nack.node, nack.type_url, name)] = Rejection(
+                node=nack.node, type_url=nack.type_url, resource=name, version=nack.version,
+                message=nack.message, digest=self._digest(nack.type_url, name))
+
+    def _clear_accepted(self, ack: Ack) -> None:
+        for key, rejection in list(self._rejections.items()):
+            if (rejection.node, rejection.type_url) != (ack.node, ack.type_url):
+                continue
+            if not rejection.resource or (
+                    self._digest(rejection.type_url, rejection.resource) != rejection.digest):
+                del self._rejections[key]
+
+    def _drop_gone(self) -> None:
+        for key, rejection in list(self._rejections.items()):
+            if rejection.resource and not self._digest(rejection.type_url, rejection.resource):
+                del self._rejections[key]
+
+
+def _newer_than(version: int, state: State) -> bool:
+    return state.version > version
+
+
+def _replace_rejections(state: State, rejections: tuple[Rejection, ...], version: int) -> State:
+    return State(version=version, generation=state.generation, update=state.update,
+                 result=state.result, rejections=rejections, changed_types=state.changed_types,
+                 timings=state.timings)
+
+
+def refused_names(message: str, candidates: Iterable[str]) -> tuple[str, ...]:
+    """Fallback when a NACK lists no resources: the candidate names Envoy's message mentions.
+
+    Envoy names what it refused ("Error adding/updating listener(s) NAME: cannot bind ...,
+    NAME2: ..."); a name counts only as a whole token (``…/80`` does not match ``…/8080``).
+    """
+    found = []
+    for name in candidates:
+        at = message.find(name)
+        while at >= 0:
+            end = at + len(name)
+            if (at == 0 or message[at - 1] in _BEFORE) and (
+                    end == len(message) or message[end] in _AFTER):
+                found.append(name)
+                break
+            at = message.find(name, at + 1)
+    return tuple(sorted(found))
+
+
+_BEFORE = frozenset(" \t\n'\"(,[")
+_AFTER = frozenset(" \t\n'\"):,]")

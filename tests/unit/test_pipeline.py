@@ -1,0 +1,165 @@
+"""Pipeline: any Source in, one immutable state per generation out; engine NACKs as records."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from podway.model import Snapshot
+from podway.model.loader import load_text
+from podway.pipeline import Pipeline, State, refused_names
+from podway.sources.base import Source, SourceUpdate
+from podway.translate import TranslateOptions
+from podway.xds import types
+from podway.xds.protocol import Ack, Nack
+
+WEB = """
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {type: LoadBalancer, ports: [{port: 8080, targetPort: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+ports: [{port: 80}]
+endpoints: [{addresses: [127.0.0.1], conditions: {ready: true}}]
+"""
+LISTENER = "service/shop/web/8080/tcp"
+
+
+def update(text: str) -> SourceUpdate:
+    return SourceUpdate(Snapshot.of_objects(load_text(text).objects), ())
+
+
+class QueueSource:
+    """A Source fed by the test: what a Kubernetes source would hand over, minus the API."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[SourceUpdate] = asyncio.Queue()
+
+    async def watch(self) -> AsyncIterator[SourceUpdate]:
+        while True:
+            yield await self.queue.get()
+
+
+def pipeline() -> tuple[Pipeline, QueueSource]:
+    source = QueueSource()
+    checked: Source = source  # the protocol is all the pipeline needs
+    return Pipeline(checked, translate=TranslateOptions(address="127.0.0.1")), source
+
+
+async def test_each_update_publishes_a_state_readers_await() -> None:
+    """A state per applied update, with its IR, update and the xDS types it changed."""
+    pipe, source = pipeline()
+    task = asyncio.create_task(pipe.run())
+    try:
+        source.queue.put_nowait(update(WEB))
+        state = await asyncio.wait_for(pipe.wait_for(lambda s: s.generation >= 1), 10)
+        assert [listener.name for listener in state.ir.listeners] == [LISTENER]
+        assert types.LISTENER in state.changed_types
+        assert state.update.snapshot is not None
+        source.queue.put_nowait(update(""))
+        second = await asyncio.wait_for(pipe.wait_for(lambda s: s.generation >= 2), 10)
+        assert second.ir.listeners == ()
+        assert second.version > state.version
+        assert pipe.cache.get(types.LISTENER).resources == {}
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_states_iterator_coalesces_to_the_newest() -> None:
+    """A reader that falls behind sees the newest state next, not every intermediate one."""
+    pipe, _ = pipeline()
+    pipe.apply(update(WEB))
+    states = pipe.states()
+    first = await anext(states)
+    for _ in range(3):
+        pipe.apply(update(WEB))
+    newest = await anext(states)
+    assert (first.generation, newest.generation) == (1, 4)
+    await states.aclose()
+
+
+def nack(resources: tuple[str, ...] = (), message: str = "refused") -> Nack:
+    return Nack(node="n1", type_url=types.LISTENER, version="v1", nonce="1", message=message,
+                resources=resources)
+
+
+async def test_nack_is_recorded_per_resource_and_published() -> None:
+    """A NACK naming a listener becomes one rejection of that resource in a new state."""
+    pipe, _ = pipeline()
+    before = pipe.apply(update(WEB))
+    pipe.on_event(nack((LISTENER,)))
+    state = pipe.state
+    assert state is not None
+    assert state.version > before.version
+    assert state.generation == before.generation
+    assert [(r.resource, r.type_name, r.node) for r in state.rejections] == [
+        (LISTENER, "Listener", "n1")]
+
+
+async def test_nack_without_names_falls_back_to_envoys_message() -> None:
+    """No ``resources``: the listener names Envoy's message mentions are the refused ones."""
+    pipe, _ = pipeline()
+    pipe.apply(update(WEB))
+    pipe.on_event(nack(message=f"Error adding/updating listener(s) {LISTENER}: cannot bind "
+                               "'127.0.0.1:8080': Address already in use"))
+    assert pipe.state is not None
+    assert [r.resource for r in pipe.state.rejections] == [LISTENER]
+
+
+async def test_rejection_stays_on_ack_of_unchanged_content_and_clears_once_changed() -> None:
+    """An ACK clears a rejection only after the refused content changed (it was re-sent)."""
+    pipe, _ = pipeline()
+    pipe.apply(update(WEB))
+    pipe.on_event(nack((LISTENER,)))
+    ack = Ack(node="n1", type_url=types.LISTENER, version="v2", nonce="2")
+    pipe.on_event(ack)
+    assert pipe.state is not None
+    assert len(pipe.state.rejections) == 1
+    pipe.apply(update(WEB.replace("port: 8080", "port: 8080, name: other")))  # same name
+    pipe.on_event(ack)
+    assert pipe.state is not None
+    assert len(pipe.state.rejections) == 1
+    moved = WEB.replace("{type: LoadBalancer,", "{type: LoadBalancer, loadBalancerIP: 127.0.0.3,")
+    pipe.apply(update(moved))  # same listener name, new address: new content
+    assert pipe.state is not None
+    assert len(pipe.state.rejections) == 1
+    pipe.on_event(ack)
+    assert pipe.state.rejections == ()
+
+
+async def test_rejection_clears_when_its_resource_is_gone() -> None:
+    """The refused listener's object is deleted: its rejection goes with it."""
+    pipe, _ = pipeline()
+    pipe.apply(update(WEB))
+    pipe.on_event(nack((LISTENER,)))
+    state: State = pipe.apply(update(""))
+    assert state.rejections == ()
+
+
+async def test_unnamed_rejection_clears_at_the_next_ack_of_its_type() -> None:
+    """A NACK whose message names nothing known is type-wide until that type is ACKed."""
+    pipe, _ = pipeline()
+    pipe.apply(update(WEB))
+    pipe.on_event(nack(message="something odd"))
+    assert pipe.state is not None
+    assert [r.resource for r in pipe.state.rejections] == [""]
+    pipe.on_event(Ack(node="n1", type_url=types.CLUSTER, version="v2", nonce="2"))
+    assert len(pipe.state.rejections) == 1  # another type's ACK says nothing about listeners
+    pipe.on_event(Ack(node="n1", type_url=types.LISTENER, version="v2", nonce="3"))
+    assert pipe.state.rejections == ()
+
+
+def test_refused_names_match_whole_names_only() -> None:
+    """``…/80`` is not found inside ``…/8080``; several names in one message are all found."""
+    message = ("Error adding/updating listener(s) service/a/b/8080/tcp: cannot bind, "
+               "ingress/http: Address already in use")
+    assert refused_names(message, ["service/a/b/80/tcp", "service/a/b/8080/tcp",
+                                   "ingress/http", "ingress/https"]) == (
+        "ingress/http", "service/a/b/8080/tcp")
