@@ -6,6 +6,9 @@ never import the CLI.
 
 from __future__ import annotations
 
+import logging
+import traceback
+
 import typer
 
 from podway import __version__
@@ -26,11 +29,37 @@ def version() -> None:
 
 def main() -> None:
     from podway.commands import register
-    from podway.errors import PodwayError
 
     register(app)
     try:
         app()
-    except PodwayError as exc:  # our own, explained failures: one line, no traceback
-        typer.echo(f"error: {exc}", err=True)
+    except (Exception, ExceptionGroup) as exc:
+        lines = explained(exc)
+        if lines is None:
+            raise
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exception(exc)
+        for line in lines:
+            typer.echo(f"error: {line}", err=True)
         raise SystemExit(2) from None
+
+
+def explained(exc: BaseException) -> list[str] | None:
+    """One line per failure when every failure in ``exc`` is one a user can act on: our own
+    ``PodwayError``s, and OS errors of the environment (a port in use, a missing file). None for
+    anything else — a bug keeps its traceback."""
+    from podway.errors import PodwayError
+
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[str] = []
+        for inner in exc.exceptions:
+            lines = explained(inner)
+            if lines is None:
+                return None
+            out.extend(lines)
+        return out
+    if isinstance(exc, PodwayError):
+        return [str(exc)]
+    if isinstance(exc, OSError):
+        return [str(exc)]
+    return None

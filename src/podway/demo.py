@@ -35,6 +35,7 @@ from podway.translate import TranslateOptions
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DemoOptions:
     manifests: Path
+    address: str = "127.0.0.1"  # listeners bind here; probes go here
     http_port: int = 18080
     https_port: int = 18443
     once: bool = False
@@ -185,7 +186,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
     plan = backends(snapshot)
     standalone = Standalone(StandaloneOptions(
         manifests=opts.manifests, envoy_path=opts.envoy_path, drain_s=0.5,
-        translate=TranslateOptions(address="127.0.0.1", http_port=opts.http_port,
+        translate=TranslateOptions(address=opts.address, http_port=opts.http_port,
                                    https_port=opts.https_port)))
     async with asyncio.TaskGroup() as group:
         tasks = []
@@ -201,23 +202,24 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
         engine = await standalone.engine()
         assert engine is not None
         await engine.wait_ready()
-        results = [(p, await _retry(p)) for p in probes(state.ir)]
+        results = [(p, await _retry(p, opts.address)) for p in probes(state.ir)]
         console.print(_table(results))
         if opts.once:
             for task in tasks:
                 task.cancel()
         else:
-            console.print(f"serving: http://127.0.0.1:{opts.http_port} "
-                          f"https://127.0.0.1:{opts.https_port} — edit {opts.manifests} live; "
+            host = f"[{opts.address}]" if ":" in opts.address else opts.address
+            console.print(f"serving: http://{host}:{opts.http_port} "
+                          f"https://{host}:{opts.https_port} — edit {opts.manifests} live; "
                           "Ctrl-C stops")
     return results
 
 
-async def _retry(probe: Probe) -> Outcome:
+async def _retry(probe: Probe, address: str) -> Outcome:
     """Listeners bind a moment after Envoy reports ready; retry refused connections briefly."""
     for _ in range(40):
         with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-            return await send(probe)
+            return await send(probe, address)
         await asyncio.sleep(0.05)
     return Outcome("refused", "-", 0.0)
 

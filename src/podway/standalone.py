@@ -6,30 +6,24 @@ server serves its cache and reports engines' ACKs/NACKs back to it, and the stat
 rewritten from each state it publishes. Readers (tests, the demo, benchmarks) await states:
 ``standalone.pipeline.wait_for(lambda s: s.generation >= n)``.
 
-The status file is rewritten atomically after every update: each object's problems (translator
-problems and load errors), stale files served from their last good load, and engines' NACKs.
+The status file (``podway.status``) is rewritten atomically from every published state.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.ir.dump import dump_yaml
+from podway.ir import IR
 from podway.pipeline import Pipeline, Rejection
-from podway.sources.base import SourceUpdate
 from podway.sources.files import FileSource
-from podway.translate import Result, TranslateOptions
-from podway.translate.status import to_api
+from podway.status.file import StatusFile
+from podway.translate import TranslateOptions
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
 
@@ -93,9 +87,10 @@ class Standalone:
                 self._engine_future().set_result(engine)
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.pipeline.run(), name="standalone-pipeline")
+                group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
                 if self.opts.status_file is not None:
-                    group.create_task(self._write_status(self.opts.status_file),
-                                      name="standalone-status")
+                    group.create_task(StatusFile(self.opts.status_file).follow(self.pipeline),
+                                      name="standalone-status-file")
                 if engine is not None:
                     group.create_task(engine.run(), name="standalone-engine")
         finally:
@@ -106,39 +101,35 @@ class Standalone:
             hook(event)
         self.pipeline.on_event(event)
 
-    async def _write_status(self, path: Path) -> None:
-        async for state in self.pipeline.states():
-            text = dump_yaml(status_data(state.result, state.update, state.rejections))
-            tmp = path.with_name(f".{path.name}.tmp")
-            with contextlib.suppress(OSError):
-                tmp.write_text(text, encoding="utf-8")
-                os.replace(tmp, path)
+
+async def log_listeners(pipeline: Pipeline) -> None:
+    """Say where Podway serves: every listener at start, then each one added, moved or removed;
+    and when an engine stops refusing a resource (the xDS server logs each refusal)."""
+    before: IR | None = None
+    refused: tuple[Rejection, ...] = ()
+    async for state in pipeline.states():
+        for line in listener_changes(before, state.ir):
+            log.info("%s", line)
+        for gone in set(refused) - set(state.rejections):
+            log.info("engine %s no longer refuses %s %s", gone.node, gone.type_name,
+                     gone.resource or "(unnamed)")
+        before, refused = state.ir, state.rejections
 
 
-def status_data(result: Result, update: SourceUpdate, nacks: Iterable[Rejection]
-                ) -> dict[str, Any]:
-    """Plain data of the status file (see docs/run.md)."""
-    by_object = result.problems_by_object()
-    objects: dict[str, Any] = {}
-    for obj in sorted(update.snapshot.all(), key=lambda o: o.ref):
-        problems = by_object.get(obj.ref, [])
-        entry: dict[str, Any] = {
-            "accepted": not any(p.severity == "error" for p in problems)}
-        if problems:
-            entry["problems"] = [
-                {"severity": str(p.severity), "reason": str(p.reason), "message": p.message,
-                 **({"field": p.field} if p.field else {})} for p in problems]
-        status = result.statuses.get(obj.ref)
-        if status is not None:  # Gateway API kinds: the status Podway owns, in API form
-            entry["status"] = to_api(status, kind=obj.KIND)
-        objects[str(obj.ref)] = entry
-    return {
-        "updated": datetime.now(UTC).isoformat(timespec="seconds"),
-        "objects": objects,
-        "load_errors": [str(e) for e in update.errors],
-        "stale_files": list(update.stale_files),
-        "engine_rejections": [
-            {"node": n.node, "type": n.type_name, "version": n.version,
-             **({"resource": n.resource} if n.resource else {}),
-             "message": n.message} for n in nacks],
-    }
+def listener_changes(before: IR | None, after: IR) -> list[str]:
+    """Lines for listeners that appeared, moved or went away (all of them when ``before`` is
+    None)."""
+    def where(ir: IR | None) -> dict[str, str]:
+        return {ls.name: f"{ls.protocol} on {_host(ls.address)}:{ls.port}"
+                for ls in (ir.listeners if ir else ())}
+
+    old, new = where(before), where(after)
+    lines = [f"serving {new[n]} ({n})" for n in new if old.get(n) != new[n]]
+    lines += [f"no longer serving {old[n]} ({n})" for n in old if n not in new]
+    if before is None and not new:
+        lines.append("serving nothing yet: no listener in the manifests")
+    return lines
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

@@ -136,7 +136,8 @@ async def test_killed_envoy_is_restarted_and_serves_again(stack: Stack) -> None:
 
 
 async def test_nacked_config_keeps_the_old_one_serving(stack: Stack) -> None:
-    """A listener Envoy cannot bind is NACKed, reported in the status file, and the rest serves."""
+    """A listener Envoy cannot bind is NACKed and lands on its Service (accepted: false) in the
+    status file while the rest serves; deleting the Service clears the rejection."""
     await _two_backends(stack)
     stack.write("ingress.yaml", ingress("blue"))
     await stack.start()
@@ -144,19 +145,29 @@ async def test_nacked_config_keeps_the_old_one_serving(stack: Stack) -> None:
     holder.bind(("127.0.0.1", free_port()))
     holder.listen()
     taken = holder.getsockname()[1]
+    listener = f"service/default/lb-blue/{taken}/tcp"
     try:
-        generation = stack.state.generation
         stack.write("lb.yaml", service("blue", taken, 1, lb=True).replace("name: blue",
                                                                           "name: lb-blue"))
-        await stack.applied(generation + 1)
+        async with asyncio.timeout(10):
+            state = await stack.standalone.pipeline.wait_for(
+                lambda s: any(r.resource == listener for r in s.rejections))
+        rejection = next(r for r in state.rejections if r.resource == listener)
+        assert "bind" in rejection.message or "Address" in rejection.message
 
-        async def rejected() -> bool:
+        async def service_not_accepted() -> bool:
             status = yaml.safe_load((stack.root.parent / "status.yaml").read_text())
-            return any("bind" in r["message"] or "Address" in r["message"]
-                       for r in status.get("engine_rejections", []))
+            entry = status["objects"].get("Service/default/lb-blue", {})
+            return (entry.get("accepted") is False
+                    and entry["engine_rejections"][0]["resource"] == listener
+                    and status["objects"]["Ingress/default/web"]["accepted"] is True)
 
-        await eventually(rejected, limit_s=5.0)
+        await eventually(service_not_accepted, limit_s=5.0)
         status, body = await get(stack.http_port, "shop.test", "/")
         assert (status, body.get("name")) == (200, "blue")
+        (stack.root / "lb.yaml").unlink()
+        async with asyncio.timeout(10):
+            await stack.standalone.pipeline.wait_for(
+                lambda s: s.generation > state.generation and not s.rejections)
     finally:
         holder.close()

@@ -1,5 +1,7 @@
 """Golden translation tests: ``<case>.in.yaml`` manifests → ``<case>.out.yaml`` report.
 
+The report is the status document (``podway.status``, what ``--status-file`` writes) plus the IR.
+
 A document of ``kind: TranslateOptions`` (apiVersion ``podway.io/test``) in the input sets the
 translation options. Regenerate with ``pytest --update-golden`` and review the diff like code.
 """
@@ -31,11 +33,12 @@ def options_of(text: str) -> TranslateOptions:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name.removesuffix(".in.yaml"))
 def test_translate_golden(case: Path, update_golden: bool) -> None:
-    """The case's manifests translate to exactly the recorded IR, problems and load errors."""
+    """The case's manifests translate to exactly the recorded status document and IR."""
     text = case.read_text()
     loaded = load_text(text, source=case.name)
-    result = translate(Snapshot.of_objects(loaded.objects), options_of(text))
-    actual = report_yaml(result, loaded.errors)
+    snapshot = Snapshot.of_objects(loaded.objects)
+    result = translate(snapshot, options_of(text))
+    actual = report_yaml(result, loaded.errors, snapshot=snapshot)
     expected_file = case.with_name(case.name.replace(".in.yaml", ".out.yaml"))
     if update_golden or not expected_file.exists():
         expected_file.write_text(actual)

@@ -1,8 +1,14 @@
-"""What every long-running sub-command shares: logging setup and stop-on-signal."""
+"""What sub-commands share: logging setup, flag checks and stop-on-signal.
+
+Flag checks raise ``ConfigError`` (one line on stderr, exit status 2; see ``podway.cli``), so a
+bad value is refused before anything starts instead of surfacing later as a traceback or a
+listener that silently never appears.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import signal
 from collections.abc import Coroutine
@@ -19,6 +25,29 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("grpc").setLevel(logging.WARNING)
+
+
+def check_port(flag: str, port: int, *, zero_means: str = "") -> None:
+    """``port`` is a TCP/UDP port number; 0 is allowed only when ``zero_means`` says what for."""
+    if port == 0 and zero_means:
+        return
+    if not 1 <= port <= 65535:
+        allowed = f" (or 0: {zero_means})" if zero_means else ""
+        raise ConfigError(f"{flag} must be a port number from 1 to 65535{allowed}, not {port}")
+
+
+def check_address(flag: str, address: str) -> None:
+    """``address`` is an IPv4 or IPv6 address (listeners bind it; no host names)."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise ConfigError(f"{flag} must be an IP address such as 127.0.0.1 or ::1, "
+                          f"not {address!r}") from None
+
+
+def check_at_least(flag: str, value: float, minimum: float) -> None:
+    if value < minimum:
+        raise ConfigError(f"{flag} must be at least {minimum:g}, not {value:g}")
 
 
 async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from podway.commands.common import run_until_signal, setup_logging
+from podway.commands.common import check_address, check_port, run_until_signal, setup_logging
+from podway.errors import ConfigError
 
 
 def register(app: typer.Typer) -> None:
@@ -18,6 +20,8 @@ def register(app: typer.Typer) -> None:
 def demo(
     manifests: Annotated[Path, typer.Option(help="Manifests to serve.", exists=True,
                                             file_okay=False)] = Path("examples/quickstart"),
+    address: Annotated[str, typer.Option(
+        help="Where the listeners bind and the probes go (a loopback address).")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option(help="Ingress HTTP port (unprivileged).")] = 18080,
     https_port: Annotated[int, typer.Option(help="Ingress HTTPS port (unprivileged).")] = 18443,
     once: Annotated[bool, typer.Option("--once", help="Exit after printing the table.")] = False,
@@ -31,8 +35,14 @@ def demo(
     from podway.demo import DemoOptions, run_demo
 
     setup_logging(log_level)
-    opts = DemoOptions(manifests=manifests, http_port=http_port, https_port=https_port,
-                       once=once, envoy_path=envoy_path)
+    check_address("--address", address)
+    if not ipaddress.ip_address(address).is_loopback:
+        raise ConfigError(f"--address must be a loopback address (the demo binds loopback only), "
+                          f"not {address}")
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
+                       https_port=https_port, once=once, envoy_path=envoy_path)
     console = Console()
     results: list[object] = []
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Annotated
 
 import typer
 
-from podway.commands.common import run_until_signal, setup_logging
+from podway.commands.common import check_address, check_port, run_until_signal, setup_logging
+from podway.errors import EnvironmentProblem
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +32,18 @@ def echo(
     from podway.echo.server import EchoOptions, serve
 
     setup_logging(log_level)
+    check_port("--port", port)
+    check_address("--address", address)
     identity = Identity.from_env(name=name, pod=pod, namespace=namespace, node=node)
     opts = EchoOptions(address=address, port=port, tcp=tcp, udp=udp, identity=identity)
-    asyncio.run(run_until_signal(serve(opts)))
+
+    async def main() -> None:
+        try:
+            await serve(opts)
+        except OSError as exc:  # the port is taken, the address is not ours, …
+            raise EnvironmentProblem(
+                f"cannot listen on {address}:{port}: "
+                f"{os.strerror(exc.errno) if exc.errno else exc} "
+                "(stop what uses it, or pass another --port/--address)") from exc
+
+    asyncio.run(run_until_signal(main()))

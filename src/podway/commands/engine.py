@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from podway.commands.common import run_until_signal, setup_logging
+from podway.commands.common import check_at_least, run_until_signal, setup_logging
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +41,8 @@ def engine(
     from podway.engine.process import Engine, EngineOptions, find_envoy
 
     setup_logging(log_level)
+    check_at_least("--concurrency", concurrency, 1)
+    check_at_least("--drain-s", drain_s, 0)
     config = bootstrap(BootstrapOptions(
         node_id=node_id or socket.gethostname(), xds=xds, delta=not sotw,
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,

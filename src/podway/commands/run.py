@@ -8,7 +8,13 @@ from typing import Annotated
 
 import typer
 
-from podway.commands.common import run_until_signal, setup_logging
+from podway.commands.common import (
+    check_address,
+    check_at_least,
+    check_port,
+    run_until_signal,
+    setup_logging,
+)
 from podway.translate import BackendMode
 
 
@@ -26,7 +32,7 @@ def run(
     mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
     = BackendMode.CLUSTERIP,
     status_file: Annotated[Path | None, typer.Option(
-        help="YAML file of each object's problems, rewritten on every change.")] = None,
+        help="YAML status document (docs/run.md), rewritten on every change.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     xds_address: Annotated[str, typer.Option(
         help="Where the xDS server listens: host:port or unix:/path. Not loopback → TLS needed.")]
@@ -44,8 +50,8 @@ def run(
     drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
-    metrics_port: Annotated[int, typer.Option(help="Prometheus metrics on 127.0.0.1:PORT.")]
-    = 0,
+    metrics_port: Annotated[int, typer.Option(
+        help="Prometheus metrics on 127.0.0.1:PORT (0: off).")] = 0,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.standalone import Standalone, StandaloneOptions
@@ -53,6 +59,12 @@ def run(
     from podway.xds.server import ServerTLS, check_bind
 
     setup_logging(log_level)
+    check_address("--address", address)
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    check_port("--metrics-port", metrics_port, zero_means="no metrics")
+    check_at_least("--concurrency", concurrency, 1)
+    check_at_least("--drain-s", drain_s, 0)
     if (xds_cert is None) != (xds_key is None):
         raise typer.BadParameter("--xds-cert and --xds-key go together")
     tls = None

@@ -1,6 +1,8 @@
 """``podway validate``: load manifests, translate them, show problems and what would be served.
 
-Exit status 1 when any manifest fails to load or any object has an error-level problem.
+Exit status 1 when any manifest fails to load or any object has an error-level problem; 2 when
+the command itself cannot do its job (a bad flag, an unwritable ``--status-file``). Objects
+Podway does not take (another class, …) are listed with the reason; they are not errors.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from podway.commands.common import check_address, check_port
+from podway.errors import ConfigError
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
 from podway.model.loader import load_paths
-from podway.render.statuses import status_table
+from podway.render.statuses import not_owned_table, status_table
 from podway.render.table import served_table
+from podway.status import build
+from podway.status.file import write_atomic
 from podway.translate import BackendMode, Severity, TranslateOptions, translate
-from podway.translate.status import statuses_to_api
 
 
 def register(app: typer.Typer) -> None:
@@ -36,20 +41,25 @@ def validate(
     mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
     = BackendMode.CLUSTERIP,
     status_file: Annotated[Path | None, typer.Option(
-        help="Write the status of every object Podway owns (Gateway API) to this YAML file.")]
+        help="Write the status document (as `run --status-file`, see docs/run.md) here.")]
     = None,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
+    check_address("--address", address)
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
     out = Console()
     err = Console(stderr=True)
     loaded = load_paths(paths)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                             mode=mode)
-    result = translate(Snapshot.of_objects(loaded.objects), opts)
+    snapshot = Snapshot.of_objects(loaded.objects)
+    result = translate(snapshot, opts)
+    document = build(snapshot=snapshot, result=result, load_errors=loaded.errors)
     for error in loaded.errors:
         err.print(f"[red]error[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
     for problem in result.problems:
-        color = "red" if problem.severity is Severity.ERROR else "yellow"
+        color = {Severity.ERROR: "red", Severity.WARNING: "yellow"}.get(problem.severity, "cyan")
         at = f" ({problem.field})" if problem.field else ""
         text = escape(f"{problem.ref} {problem.reason}: {problem.message}{at}")
         err.print(f"[{color}]{problem.severity}[/{color}] {text}", highlight=False,
@@ -58,13 +68,18 @@ def validate(
         out.print(to_yaml(result.ir), end="", markup=False, highlight=False, soft_wrap=True)
     else:
         out.print(served_table(result.ir))
-        if result.statuses:
-            out.print(status_table(result.statuses))
+        if document.statuses:
+            out.print(status_table(document.statuses))
+        if document.not_owned:
+            out.print(not_owned_table(document.not_owned))
         errors = len(loaded.errors) + sum(p.severity is Severity.ERROR for p in result.problems)
         warnings = sum(p.severity is Severity.WARNING for p in result.problems)
+        skipped = f", {len(document.not_owned)} not Podway's" if document.not_owned else ""
         out.print(f"{len(loaded.objects)} objects, {len(result.ir.listeners)} listeners, "
-                  f"{len(result.ir.pools)} pools; {errors} errors, {warnings} warnings")
+                  f"{len(result.ir.pools)} pools; {errors} errors, {warnings} warnings{skipped}")
     if status_file is not None:
-        status_file.write_text(dump_yaml(statuses_to_api(result.statuses)), encoding="utf-8")
+        failure = write_atomic(status_file, dump_yaml(document.to_data()))
+        if failure is not None:
+            raise ConfigError(failure)
     if loaded.errors or result.has_errors:
         raise typer.Exit(1)

@@ -1,7 +1,8 @@
-"""Plain-data report of one translation: load errors, problems per object, and the IR.
+"""Plain-data report of one translation: the status document plus the IR.
 
-The golden translation tests compare exactly this, and standalone mode's status file is built
-from the same pieces, so what a user reads and what the tests pin down cannot drift apart.
+The golden translation tests compare exactly this. Its status part is the one status document
+(``podway.status``) that ``run``/``validate --status-file`` write, so what a user reads and what
+the tests pin down cannot drift apart.
 """
 
 from __future__ import annotations
@@ -10,34 +11,25 @@ from collections.abc import Iterable
 from typing import Any
 
 from podway.ir.dump import dump_yaml, to_data
+from podway.model import Snapshot
 from podway.model.loader import LoadError
+from podway.status import build
 from podway.translate import Result
-from podway.translate.status import statuses_to_api
 
 
-def problems_data(result: Result) -> dict[str, list[dict[str, str]]]:
-    """Problems grouped by object (``Kind/ns/name``), in stable order."""
-    out: dict[str, list[dict[str, str]]] = {}
-    for ref, problems in sorted(result.problems_by_object().items()):
-        out[str(ref)] = [
-            {k: v for k, v in (("severity", str(p.severity)), ("reason", str(p.reason)),
-                               ("message", p.message), ("field", p.field)) if v}
-            for p in problems]
-    return out
-
-
-def report_data(result: Result, load_errors: Iterable[LoadError] = ()) -> dict[str, Any]:
-    data: dict[str, Any] = {}
-    errors = [str(e) for e in load_errors]
-    if errors:
-        data["load_errors"] = errors
-    data["problems"] = problems_data(result)
+def report_data(result: Result, load_errors: Iterable[LoadError] = (), *,
+                snapshot: Snapshot | None = None) -> dict[str, Any]:
+    """The status document of ``result`` (every object of ``snapshot``) and its IR."""
+    document = build(snapshot=snapshot or Snapshot(), result=result, load_errors=load_errors)
+    data = document.to_data()
+    for empty in ("load_errors", "stale_files", "engine_rejections"):
+        if not data[empty]:
+            del data[empty]  # never set by a translation alone; keep the goldens short
     data["ir"] = {"listeners": to_data(result.ir.listeners),
                   "pools": [to_data(result.ir.pools[n]) for n in sorted(result.ir.pools)]}
-    if result.statuses:
-        data["statuses"] = statuses_to_api(result.statuses)
     return data
 
 
-def report_yaml(result: Result, load_errors: Iterable[LoadError] = ()) -> str:
-    return dump_yaml(report_data(result, load_errors))
+def report_yaml(result: Result, load_errors: Iterable[LoadError] = (), *,
+                snapshot: Snapshot | None = None) -> str:
+    return dump_yaml(report_data(result, load_errors, snapshot=snapshot))

@@ -1,18 +1,19 @@
 """Object statuses for people: one row per object (and per Gateway listener / route parent).
 
-The full API form (``podway.translate.status.statuses_to_api``) goes to ``--status-file``; this
-table is the summary ``podway validate`` prints: "ok" when every condition is healthy, else
+The full status document (``podway.status``) goes to ``--status-file``; this table is the
+summary ``podway validate`` prints: "ok" when every condition is healthy, else
 each unhealthy condition as ``Type=Status(Reason): message`` in red.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from rich.table import Table
 from rich.text import Text
 
 from podway.model import ObjectRef
+from podway.status import ObjectEntry
 from podway.translate.status import Condition, ObjectStatus
 
 
@@ -52,6 +53,16 @@ def status_table(statuses: Mapping[ObjectRef, ObjectStatus]) -> Table:
                 f" :{p.port}" if p.port else "")
             _row(table, name, part, _conditions(parent.conditions))
             name = ""
+    return table
+
+
+def not_owned_table(entries: Iterable[ObjectEntry]) -> Table:
+    """Objects Podway leaves to others (another class, …), each with the reason."""
+    table = Table(title="Not Podway's (left alone)", title_justify="left")
+    for column in ("object", "why"):
+        table.add_column(column, overflow="fold")
+    for entry in sorted(entries, key=lambda e: e.ref):
+        _row(table, str(entry.ref), entry.not_owned_reason)
     return table
 
 

@@ -5,16 +5,32 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from podway.ir import IR, DirectResponse, Forward, MemberState, Redirect, Route, RouteMatch
+from podway.ir import (
+    IR,
+    DirectResponse,
+    Forward,
+    Listener,
+    Member,
+    MemberState,
+    Redirect,
+    Route,
+    RouteMatch,
+)
 from podway.ir.route import PathKind
 
 
 def served_table(ir: IR) -> Table:
     table = Table(title="What would be served", title_justify="left")
-    for column in ("listener", "host", "match", "action", "members"):
+    # Addresses are never wrapped (they must stay copyable; one member per line); the other
+    # columns fold instead.
+    table.add_column("listener", no_wrap=True, min_width=max(
+        (len(_where(listener)) for listener in ir.listeners), default=8))
+    for column in ("host", "match", "action"):
         table.add_column(column, overflow="fold")
+    table.add_column("members", no_wrap=True, min_width=max(
+        (len(_member(m)) for pool in ir.pools.values() for m in pool.members), default=7))
     for listener in ir.listeners:
-        where = f"{listener.protocol} {listener.address}:{listener.port}"
+        where = _where(listener)
         for vhost in listener.virtual_hosts:
             for route in vhost.routes:
                 action, members = _action(route, ir)
@@ -26,6 +42,11 @@ def served_table(ir: IR) -> Table:
                           "\n".join(_members(ir, wp.pool) for wp in l4.backends))
             where = ""
     return table
+
+
+def _where(listener: Listener) -> str:
+    host = f"[{listener.address}]" if ":" in listener.address else listener.address
+    return f"{listener.protocol} {host}:{listener.port}"
 
 
 def _row(table: Table, *cells: str) -> None:
@@ -61,6 +82,13 @@ def _members(ir: IR, pool_name: str | None) -> str:
         return "-"
     if not pool.members:
         return "(none)"
-    marks = {MemberState.READY: "", MemberState.NOT_READY: " (not ready)",
-             MemberState.DRAINING: " (draining)"}
-    return ", ".join(f"{m.address}:{m.port}{marks[m.state]}" for m in pool.members)
+    return "\n".join(_member(m) for m in pool.members)
+
+
+_MARKS = {MemberState.READY: "", MemberState.NOT_READY: " (not ready)",
+          MemberState.DRAINING: " (draining)"}
+
+
+def _member(member: Member) -> str:
+    host = f"[{member.address}]" if ":" in member.address else member.address
+    return f"{host}:{member.port}{_MARKS[member.state]}"

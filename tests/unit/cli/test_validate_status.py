@@ -16,20 +16,21 @@ CASES = Path(__file__).parents[2] / "golden/translate"
 
 
 def test_status_file_holds_api_shaped_status(tmp_path: Path) -> None:
-    """--status-file writes every owned object's status in Kubernetes form."""
+    """--status-file writes the status document: every object, API status in Kubernetes form."""
     out = tmp_path / "status.yaml"
     result = runner.invoke(app, ["validate", "--status-file", str(out),
                                  str(CASES / "gateway-basic-http.in.yaml")],
                            env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    data = yaml.safe_load(out.read_text())
-    kinds = [(d["kind"], d["name"]) for d in data]
-    assert kinds == [("Gateway", "web"), ("GatewayClass", "podway"), ("HTTPRoute", "shop")]
-    gateway = data[0]["status"]
+    objects = yaml.safe_load(out.read_text())["objects"]
+    with_status = [ref for ref, entry in objects.items() if "status" in entry]
+    assert with_status == ["Gateway/infra/web", "GatewayClass/podway", "HTTPRoute/shop/shop"]
+    assert all(entry["accepted"] for entry in objects.values())
+    gateway = objects["Gateway/infra/web"]["status"]
     assert gateway["listeners"][0]["attachedRoutes"] == 1
     assert {c["type"]: c["status"] for c in gateway["conditions"]} == {
         "Accepted": "True", "Programmed": "True"}
-    parent = data[2]["status"]["parents"][0]
+    parent = objects["HTTPRoute/shop/shop"]["status"]["parents"][0]
     assert parent["parentRef"]["name"] == "web"
     assert parent["conditions"][0]["observedGeneration"] == 7
 

@@ -1,0 +1,261 @@
+"""The one status document: what Podway makes of every object, for files, tests and the API.
+
+``build`` takes a snapshot, its translation, the source's load errors and stale files, and what
+engines refuse (``Rejection`` records: decisions of the world, taken as inputs, never fetched
+here) and returns a ``StatusDocument``. ``run --status-file``, ``validate --status-file``, the
+golden tests and the Kubernetes status writer all read this one document, so they cannot
+disagree.
+
+What ``accepted`` means (docs/run.md):
+
+* Objects with a Gateway API status (GatewayClass, Gateway, the routes, BackendTLSPolicy):
+  exactly what the API status says — the object's ``Accepted`` condition, or for routes and
+  policies ``Accepted`` on at least one parent. An HTTPRoute with one bad backendRef is
+  ``Accepted=True`` with ``ResolvedRefs=False``, and ``accepted: true`` in the file.
+* Every other kind (Ingress, Service, Secret, …) has no ``Accepted`` condition: it is accepted
+  when nothing is wrong with it (no error-level problem), or when at least part of it is served
+  (an IR node originates from it) despite its errors; and not when an engine refuses a resource
+  made from it.
+* An object Podway does not take (an Ingress of another class, …: a ``NotOwned`` problem) is
+  ``owned: false`` with the reason, and not accepted; it is not an error.
+
+Engine refusals land on their objects: a refused listener, route table, secret, cluster or load
+assignment is mapped back through the IR (``origins``/``origin``) to the objects it came from;
+those list it under ``engine_rejections``, and a Gateway whose listener is refused shows
+``Programmed=False`` (on the Gateway and on the listeners of that port), in the file and in the
+API status alike. Invariant: the document is a pure function of its inputs (``to_data`` adds a
+timestamp only when asked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from podway.ir import IR
+from podway.model import Snapshot
+from podway.model.base import ObjectRef
+from podway.model.gateway import Gateway
+from podway.model.loader import LoadError
+from podway.pipeline import Rejection, State
+from podway.translate import Problem, Result, Severity
+from podway.translate.status import Condition, ObjectStatus, to_api
+from podway.xds import types
+
+NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
+# Kinds whose ``accepted`` is read from their Gateway API status.
+_API_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute",
+                        "TCPRoute", "UDPRoute", "BackendTLSPolicy"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectEntry:
+    ref: ObjectRef
+    accepted: bool
+    owned: bool = True
+    not_owned_reason: str = ""  # the NotOwned problem's message
+    problems: tuple[Problem, ...] = ()
+    status: ObjectStatus | None = None  # Gateway API kinds, engine refusals applied
+    rejections: tuple[Rejection, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusDocument:
+    objects: Mapping[ObjectRef, ObjectEntry]
+    load_errors: tuple[LoadError, ...] = ()
+    stale_files: tuple[str, ...] = ()
+    rejections: tuple[Rejection, ...] = ()
+    generation: int | None = None
+
+    @property
+    def not_owned(self) -> tuple[ObjectEntry, ...]:
+        return tuple(e for e in self.objects.values() if not e.owned)
+
+    @property
+    def statuses(self) -> Mapping[ObjectRef, ObjectStatus]:
+        """The API status of each object that has one (what a Kubernetes writer patches)."""
+        return MappingProxyType({ref: e.status for ref, e in self.objects.items()
+                                 if e.status is not None})
+
+    def to_data(self, *, updated: datetime | None = None) -> dict[str, Any]:
+        """Plain data (the status file's YAML, see docs/run.md)."""
+        out: dict[str, Any] = {}
+        if updated is not None:
+            out["updated"] = updated.isoformat(timespec="seconds")
+        if self.generation is not None:
+            out["generation"] = self.generation
+        out["objects"] = {str(ref): _entry_data(self.objects[ref]) for ref in sorted(self.objects)}
+        out["load_errors"] = [str(e) for e in self.load_errors]
+        out["stale_files"] = list(self.stale_files)
+        refs = _refs_by_rejection(self.objects)
+        out["engine_rejections"] = [
+            {**_rejection_data(r), "objects": [str(o) for o in refs.get(r, ())]}
+            for r in self.rejections]
+        return out
+
+
+def of_state(state: State) -> StatusDocument:
+    """The document of one pipeline state."""
+    update = state.update
+    return build(snapshot=update.snapshot, result=state.result, load_errors=update.errors,
+                 stale_files=update.stale_files, rejections=state.rejections,
+                 generation=state.generation)
+
+
+def build(*, snapshot: Snapshot, result: Result, load_errors: Iterable[LoadError] = (),
+          stale_files: Iterable[str] = (), rejections: Iterable[Rejection] = (),
+          generation: int | None = None) -> StatusDocument:
+    rejections = tuple(rejections)
+    refused = refused_objects(result.ir, rejections)
+    served = served_objects(result.ir)
+    by_object = result.problems_by_object()
+    refs = {obj.ref for obj in snapshot.all()} | set(by_object) | set(result.statuses)
+    objects = {}
+    for ref in refs:
+        problems = tuple(by_object.get(ref, ()))
+        mine = tuple(refused.get(ref, ()))
+        status = result.statuses.get(ref)
+        if status is not None and mine and ref.kind == "Gateway":
+            status = _not_programmed(status, snapshot.get(Gateway, ref.namespace, ref.name),
+                                     result.ir, mine)
+        not_owned = next((p for p in problems if str(p.reason) == NOT_OWNED), None)
+        objects[ref] = ObjectEntry(
+            ref=ref, owned=not_owned is None,
+            not_owned_reason=not_owned.message if not_owned else "",
+            accepted=not_owned is None and _accepted(ref, problems, status, mine, served),
+            problems=problems, status=status, rejections=mine)
+    return StatusDocument(objects=MappingProxyType(objects), load_errors=tuple(load_errors),
+                          stale_files=tuple(stale_files), rejections=rejections,
+                          generation=generation)
+
+
+def _accepted(ref: ObjectRef, problems: tuple[Problem, ...], status: ObjectStatus | None,
+              refused: tuple[Rejection, ...], served: frozenset[ObjectRef]) -> bool:
+    if ref.kind in _API_KINDS and status is not None:
+        verdict = _api_accepted(status)
+        if verdict is not None:
+            return verdict
+    if refused:
+        return False
+    return ref in served or not any(p.severity is Severity.ERROR for p in problems)
+
+
+def _api_accepted(status: ObjectStatus) -> bool | None:
+    """The Accepted condition (object, else any parent); None when the status has none."""
+    own = [c.status for c in status.conditions if c.type == "Accepted"]
+    if own:
+        return own[0] is True
+    parents = [c.status for p in status.parents for c in p.conditions if c.type == "Accepted"]
+    if parents:
+        return any(s is True for s in parents)
+    return None
+
+
+def served_objects(ir: IR) -> frozenset[ObjectRef]:
+    """Every object at least one IR node originates from."""
+    out: set[ObjectRef] = set()
+    for listener in ir.listeners:
+        out.update(listener.origins)
+        out.update(r.origin for v in listener.virtual_hosts for r in v.routes)
+        out.update(r.origin for r in listener.l4_routes)
+        out.update(c.origin for c in listener.certificates if c.origin is not None)
+    out.update(p.origin for p in ir.pools.values() if p.origin is not None)
+    return frozenset(out)
+
+
+def refused_objects(ir: IR, rejections: Iterable[Rejection]
+                    ) -> dict[ObjectRef, list[Rejection]]:
+    """Each rejection on the objects its resource came from (none for unnamed rejections)."""
+    out: dict[ObjectRef, list[Rejection]] = {}
+    for rejection in rejections:
+        for ref in origins_of(ir, rejection.type_url, rejection.resource):
+            out.setdefault(ref, []).append(rejection)
+    return out
+
+
+def origins_of(ir: IR, type_url: str, name: str) -> tuple[ObjectRef, ...]:
+    """The objects an xDS resource of ``type_url`` called ``name`` was built from."""
+    if not name:
+        return ()
+    found: list[ObjectRef] = []
+    if type_url in (types.CLUSTER, types.ENDPOINT):
+        pool = ir.pools.get(name)
+        if pool is not None and pool.origin is not None:
+            found.append(pool.origin)
+    for listener in ir.listeners:
+        if (type_url == types.LISTENER and listener.name == name) or (
+                type_url == types.ROUTE and (name == listener.name
+                                             or name.startswith(listener.name + "/sni/"))):
+            found.extend(listener.origins)
+        elif type_url == types.SECRET:
+            for cert in listener.certificates:
+                if cert.name == name:
+                    found.extend(listener.origins)
+                    if cert.origin is not None:
+                        found.append(cert.origin)
+    return tuple(dict.fromkeys(found))
+
+
+def _not_programmed(status: ObjectStatus, gateway: Gateway | None, ir: IR,
+                    refused: tuple[Rejection, ...]) -> ObjectStatus:
+    """A Gateway's status with ``Programmed=False`` where an engine refused its listeners."""
+    names = {r.resource for r in refused if r.type_url in (types.LISTENER, types.ROUTE)}
+    ports = {ls.port for ls in ir.listeners
+             if ls.name in names or any(n.startswith(ls.name + "/sni/") for n in names)}
+    sections = {ls.name for ls in gateway.spec.listeners if ls.port in ports} if gateway else set()
+    message = "; ".join(f"engine {r.node} refused {r.type_name} {r.resource}: {r.message}"
+                        for r in refused)
+    gen = next((c.observed_generation for c in status.conditions), 0)
+    refusal = Condition(type="Programmed", status=False, reason="Invalid", message=message,
+                        observed_generation=gen)
+    listeners = tuple(
+        replace(ls, conditions=_with(ls.conditions, refusal)) if ls.name in sections else ls
+        for ls in status.listeners)
+    return replace(status, conditions=_with(status.conditions, refusal), listeners=listeners)
+
+
+def _with(conditions: tuple[Condition, ...], new: Condition) -> tuple[Condition, ...]:
+    """``new`` in place of the condition of its type (keeping its generation), else appended."""
+    out = tuple(replace(new, observed_generation=c.observed_generation) if c.type == new.type
+                else c for c in conditions)
+    return out if any(c.type == new.type for c in conditions) else (*out, new)
+
+
+def _entry_data(entry: ObjectEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {"accepted": entry.accepted}
+    if not entry.owned:
+        out["owned"] = False
+        out["reason"] = entry.not_owned_reason
+    if entry.problems:
+        out["problems"] = [problem_data(p) for p in entry.problems]
+    if entry.rejections:
+        out["engine_rejections"] = [_rejection_data(r) for r in entry.rejections]
+    if entry.status is not None:
+        out["status"] = to_api(entry.status, kind=entry.ref.kind)
+    return out
+
+
+def problem_data(problem: Problem) -> dict[str, str]:
+    return {k: v for k, v in (("severity", str(problem.severity)),
+                              ("reason", str(problem.reason)), ("message", problem.message),
+                              ("field", problem.field)) if v}
+
+
+def _rejection_data(rejection: Rejection) -> dict[str, str]:
+    out = {"node": rejection.node, "type": rejection.type_name, "version": rejection.version}
+    if rejection.resource:
+        out["resource"] = rejection.resource
+    out["message"] = rejection.message
+    return out
+
+
+def _refs_by_rejection(objects: Mapping[ObjectRef, ObjectEntry]
+                       ) -> dict[Rejection, list[ObjectRef]]:
+    out: dict[Rejection, list[ObjectRef]] = {}
+    for ref in sorted(objects):
+        for rejection in objects[ref].rejections:
+            out.setdefault(rejection, []).append(ref)
+    return out

@@ -1,0 +1,59 @@
+"""The status file: the status document as YAML, replaced atomically.
+
+Invariants: a reader never sees a half-written file (write a temporary file beside it, then
+rename). A file that cannot be written (missing folder, a directory in its place, a read-only
+filesystem) never stops serving: ``StatusFile.write`` reports the failure — logged once per
+distinct cause, and again when writing works again — and returns it, so one-shot commands can
+turn it into an exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from podway.ir.dump import dump_yaml
+from podway.pipeline import Pipeline
+from podway.status.document import StatusDocument, of_state
+
+log = logging.getLogger(__name__)
+
+
+class StatusFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._failing: str | None = None  # the last failure logged, until a write works
+
+    def write(self, document: StatusDocument, *, stamp: bool = True) -> str | None:
+        """Write ``document``; None on success, else why it failed (one line)."""
+        data = document.to_data(updated=datetime.now(UTC) if stamp else None)
+        error = write_atomic(self.path, dump_yaml(data))
+        if error is not None and error != self._failing:
+            log.error("%s (serving goes on; the status is not written)", error)
+        elif error is None and self._failing is not None:
+            log.info("status file %s is written again", self.path)
+        self._failing = error
+        return error
+
+    async def follow(self, pipeline: Pipeline) -> None:
+        """Rewrite the file for each state the pipeline publishes, until cancelled."""
+        async for state in pipeline.states():
+            self.write(of_state(state))
+
+
+def write_atomic(path: Path, text: str) -> str | None:
+    """Replace ``path`` with ``text`` atomically; None on success, else the reason."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if path.is_dir():
+            return f"cannot write status file {path}: it is a directory"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        return f"cannot write status file {path}: {exc.strerror or exc}"
+    return None
