@@ -100,6 +100,7 @@ def main() -> int:
                 print(line)
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
+    print(ref.check_again())
     return 0
 
 

@@ -51,6 +51,13 @@ class Reference:
         return (f"machine-speed reference: {self.seconds * 1000:.1f} ms "
                 "(fixed pure-Python workload, bench/speedref.py; figures below also as x ref)")
 
+    def check_again(self) -> str:
+        """Measure again at the end: if the machine's load changed during the run, the ratios
+        are less trustworthy, and this line says by how much."""
+        now = measure()
+        return (f"machine-speed reference at the end: {now.seconds * 1000:.1f} ms "
+                f"({now.seconds / self.seconds:.2f}x the one the ratios use)")
+
 
 def measure(runs: int = 7) -> Reference:
     """Median of ``runs`` timings after one warm-up, each from a collected heap."""

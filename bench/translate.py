@@ -204,6 +204,7 @@ def main() -> None:
         bench(size, args.runs, ref)
     for size in (int(s) for s in args.gateway_routes.split(",") if s):
         bench_gateway(size, args.runs, ref)
+    print(ref.check_again())
 
 
 if __name__ == "__main__":

@@ -360,6 +360,7 @@ async def main() -> None:
               "the same requests through an Envoy with a static config)", flush=True)
         for key, value in (await added_latency(echo_port, args.requests)).items():
             print(f"  {key:48} {value}")
+        print(ref.check_again())
     finally:
         echo.cancel()
         with contextlib.suppress(asyncio.CancelledError):
