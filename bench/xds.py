@@ -34,11 +34,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 from podway.echo import Identity  # noqa: E402 - after the sys.path fix above
 from podway.echo.server import EchoOptions, serve  # noqa: E402 - after the sys.path fix above
+from podway.envoy_config import Builder, build  # noqa: E402 - after the sys.path fix above
 from podway.ir import IR, Member  # noqa: E402 - after the sys.path fix above
 from podway.standalone import Standalone, StandaloneOptions  # noqa: E402 - after the sys.path fix above
 from podway.translate import TranslateOptions  # noqa: E402 - after the sys.path fix above
 from podway.xds import types  # noqa: E402 - after the sys.path fix above
-from podway.xds.build import Builder, build  # noqa: E402 - after the sys.path fix above
 from podway.xds.protocol import Ack, Event  # noqa: E402 - after the sys.path fix above
 
 PATHS_PER_HOST = 10

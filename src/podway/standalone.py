@@ -24,12 +24,12 @@ from typing import Any
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy_config import Builder
 from podway.ir.dump import dump_yaml
 from podway.sources.base import SourceUpdate
 from podway.sources.files import FileSource
 from podway.translate import IncrementalTranslator, Result, TranslateOptions
 from podway.translate.status import to_api
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.protocol import Event, Nack
 from podway.xds.server import ServerTLS, XdsServer

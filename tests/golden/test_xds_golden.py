@@ -1,4 +1,5 @@
-"""Golden files for ``xds.build``: ``xds/<case>/ir.yaml`` in, one JSON file per xDS type out."""
+"""Golden files for ``podway.envoy_config``: ``xds/<case>/ir.yaml`` in, one JSON file per xDS
+type out."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from podway.envoy_config import build
 from podway.ir.load import from_yaml
-from podway.xds.build import build
 from podway.xds.dump import files
 
 CASES = sorted(p for p in (Path(__file__).parent / "xds").iterdir() if (p / "ir.yaml").exists())

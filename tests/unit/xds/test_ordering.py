@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy_config import Builder
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.protocol import HOLD_AFTER_NACK_S

@@ -8,9 +8,9 @@ from types import MappingProxyType
 from envoy.service.discovery.v3 import discovery_pb2 as d
 from google.rpc import status_pb2
 
+from podway.envoy_config import Builder
 from podway.ir import IR, Member
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.protocol import Ack, Nack

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from podway.envoy_config import Builder
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.server import push_changes
 

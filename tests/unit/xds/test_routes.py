@@ -9,6 +9,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
 
+from podway.envoy_config.listeners import listener as listener_resource
+from podway.envoy_config.routes import route_configuration, route_configurations
 from podway.ir import (
     Forward,
     Listener,
@@ -23,8 +25,6 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
-from podway.xds.build.listeners import listener as listener_resource
-from podway.xds.build.routes import route_configuration, route_configurations
 
 from .helpers import ORIGIN, http_listener, route, vhost
 

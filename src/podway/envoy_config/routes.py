@@ -29,6 +29,8 @@ from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
+from podway.envoy_config.common import duration
+from podway.envoy_config.listeners import sni_tables
 from podway.ir import (
     DirectResponse,
     Forward,
@@ -48,8 +50,6 @@ from podway.ir import (
     WildcardMode,
 )
 from podway.translate.hosts import covers, host_order
-from podway.xds.build.common import duration
-from podway.xds.build.listeners import sni_tables
 
 _MILLION = 1_000_000
 _REDIRECT_CODES = {

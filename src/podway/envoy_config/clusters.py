@@ -18,8 +18,8 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo
 from envoy.type.v3 import http_pb2, range_pb2
 from google.protobuf import wrappers_pb2
 
+from podway.envoy_config.common import ads_source, duration, pack
 from podway.ir import HealthCheck, LBPolicy, PoolProtocol, PoolSettings, UpstreamTLS
-from podway.xds.build.common import ads_source, duration, pack
 
 _LB = {
     LBPolicy.ROUND_ROBIN: cluster_pb2.Cluster.ROUND_ROBIN,
