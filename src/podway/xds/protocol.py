@@ -10,8 +10,10 @@ Rules both follow (from the xDS protocol):
 
 * A request whose ``response_nonce`` is not the newest nonce we sent for its type is stale and
   only its subscription part counts (delta) or it is ignored (state of the world).
-* A NACK (``error_detail`` set) is recorded and reported, never answered by re-sending the same
-  resources: Envoy keeps its last good config, and we wait for the next real change.
+* A NACK (``error_detail`` set) never blocks unrelated resources: the refused resources are
+  found (named by Envoy, or isolated), reported by name, held back while unchanged and offered
+  again with backoff; the rest keeps flowing (``podway.xds.refusals``). A NACK is never answered
+  by re-sending the same response in a loop.
 * Responses of one push come out in ``types.PUSH_ORDER`` so dependencies arrive first.
 * State of the world sends every resource of wildcard types (listeners, clusters), but only
   new or changed ones of named types (routes, endpoints, secrets): Envoy does not treat a named
@@ -68,14 +70,20 @@ class Nack:
     nonce: str
     message: str
     resources: tuple[str, ...] = ()
+    attempt: int = 1
+    """How many times in a row this content of ``resources`` was refused (retries back off)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Ack:
+    """Envoy accepted a response; ``resources`` names the resources it carried (a refused one
+    that is accepted now, or removed, no longer stands refused)."""
+
     node: str
     type_url: str
     version: str
     nonce: str
+    resources: tuple[str, ...] = ()
 
 
 Event = Ack | Nack

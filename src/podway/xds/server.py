@@ -18,11 +18,13 @@ does not resend the rejected version, so Envoy keeps serving its last good confi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +42,8 @@ from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.sotw import SotwStream
 
 log = logging.getLogger(__name__)
+
+_MIN_RETRY_WAIT_S = 0.5
 
 NACKS = Counter("podway_xds_nacks_total", "xDS responses rejected by an engine", ["type"])
 PUSHES = Counter("podway_xds_pushes_total", "xDS responses sent", ["type", "mode"])
@@ -77,8 +81,11 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
 
 
 async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
-                       send: Callable[[list[Any]], Awaitable[None]]) -> None:
-    """Send what ``on_change`` yields after every cache change, forever.
+                       send: Callable[[list[Any]], Awaitable[None]], *,
+                       wake_at: Callable[[], float | None] = lambda: None,
+                       clock: Callable[[], float] = time.monotonic) -> None:
+    """Send what ``on_change`` yields after every cache change, and when ``wake_at`` (a
+    ``clock()`` value: a refused resource due to be offered again) comes, forever.
 
     The next change's event is taken *before* looking at the cache and sending: a change made
     while ``send`` is awaited fires that event, so it is pushed at once instead of waiting for
@@ -86,8 +93,15 @@ async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
     """
     event = cache.changed()
     while True:
-        await event.wait()
-        event = cache.changed()
+        deadline = wake_at()
+        if deadline is None:
+            await event.wait()
+        else:  # a retry held back by ordering rules is looked at again at most twice a second
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(deadline - clock(), _MIN_RETRY_WAIT_S)):
+                    await event.wait()
+        if event.is_set():
+            event = cache.changed()
         await send(on_change())
 
 
@@ -128,8 +142,10 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         try:
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
-                pusher = group.create_task(push_changes(self.cache, stream.on_change, send),
-                                           name=f"xds-push-{mode}")
+                pusher = group.create_task(
+                    push_changes(self.cache, stream.on_change, send,
+                                 wake_at=stream.next_retry_at, clock=stream.clock),
+                    name=f"xds-push-{mode}")
                 await reader  # the stream ends when Envoy closes it
                 pusher.cancel()
         finally:
