@@ -25,11 +25,12 @@ from collections.abc import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
-from podway.envoy_config.common import duration
+from podway.envoy_config.common import duration, pack
 from podway.envoy_config.listeners import sni_tables
 from podway.ir import (
     DirectResponse,
@@ -214,8 +215,8 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
+    _retry_connect_failures(ra.retry_policy)
     if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout still applies)
-        ra.retry_policy.num_retries.value = 0
         ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
     for name in _unique(p.pool for p in pools if p.pool):
@@ -232,6 +233,24 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
                 percent_pb2.FractionalPercent.MILLION)
             ra.request_mirror_policies.append(mirror)
     return out
+
+
+#: Failures where the request never reached the member: retrying them is safe for every
+#: method (nothing was processed), and it hides a member that stopped accepting connections
+#: before its endpoint was withdrawn (a pod shutting down). ``RETRY_BUDGET_PERCENT`` on each
+#: cluster bounds the extra load when many members fail at once.
+RETRY_ON = "reset-before-request,connect-failure,refused-stream"
+RETRIES = 2
+
+
+def _retry_connect_failures(policy: rc.RetryPolicy) -> None:
+    """Retry on another member what never reached a member."""
+    policy.retry_on = RETRY_ON
+    policy.num_retries.value = RETRIES
+    policy.retry_host_predicate.add(
+        name="envoy.retry_host_predicates.previous_hosts",
+        typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate()))
+    policy.host_selection_retry_max_attempts = 3
 
 
 def _match(match: RouteMatch, authority: rc.HeaderMatcher | None) -> rc.RouteMatch:

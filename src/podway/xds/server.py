@@ -186,6 +186,11 @@ class XdsServer:
         server = grpc.aio.server(options=[
             ("grpc.max_send_message_length", 256 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 30_000),
+            # Envoy pings the xDS server every 30 s (HTTP/2 keepalive, engine bootstrap); gRPC's
+            # defaults count a ping more often than every 5 minutes as abuse and close the
+            # connection after two (GOAWAY too_many_pings): an idle stream "closed" every ~2 min.
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.http2.max_ping_strikes", 0),
         ])
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.servicer, server)
         if self.tls is None:
