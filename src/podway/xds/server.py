@@ -18,7 +18,6 @@ does not resend the rejected version, so Envoy keeps serving its last good confi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import os
@@ -83,26 +82,38 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
 async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
                        send: Callable[[list[Any]], Awaitable[None]], *,
                        wake_at: Callable[[], float | None] = lambda: None,
-                       clock: Callable[[], float] = time.monotonic) -> None:
+                       clock: Callable[[], float] = time.monotonic,
+                       nudged: asyncio.Event | None = None) -> None:
     """Send what ``on_change`` yields after every cache change, and when ``wake_at`` (a
     ``clock()`` value: a refused resource due to be offered again) comes, forever.
 
     The next change's event is taken *before* looking at the cache and sending: a change made
     while ``send`` is awaited fires that event, so it is pushed at once instead of waiting for
-    some later, unrelated change.
+    some later, unrelated change. ``nudged`` (set by the reader after a NACK) makes the pusher
+    read ``wake_at`` again.
     """
     event = cache.changed()
     while True:
         deadline = wake_at()
-        if deadline is None:
-            await event.wait()
-        else:  # a retry held back by ordering rules is looked at again at most twice a second
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(deadline - clock(), _MIN_RETRY_WAIT_S)):
-                    await event.wait()
+        # A retry held back by ordering rules is looked at again at most twice a second.
+        delay = None if deadline is None else max(deadline - clock(), _MIN_RETRY_WAIT_S)
+        await _first_of(event, nudged, limit_s=delay)
+        if nudged is not None and nudged.is_set():
+            nudged.clear()
+            if not event.is_set() and (wake_at() or 0) > clock():
+                continue  # only a new deadline: wait for it
         if event.is_set():
             event = cache.changed()
         await send(on_change())
+
+
+async def _first_of(*events: asyncio.Event | None, limit_s: float | None) -> None:
+    waiters = [asyncio.ensure_future(e.wait()) for e in events if e is not None]
+    try:
+        await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -132,11 +143,15 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     PUSHES.labels(types.SHORT_NAMES.get(response.type_url, "?"), mode).inc()
                     await context.write(response)
 
+        nudged = asyncio.Event()
+
         async def read() -> None:
             async for request in requests:
                 responses, events = stream.on_request(request)
                 for event in events:
                     self._report(event)
+                    if isinstance(event, Nack):
+                        nudged.set()  # a refusal: its retry needs a timer
                 await send(responses)
 
         try:
@@ -144,7 +159,8 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
                 pusher = group.create_task(
                     push_changes(self.cache, stream.on_change, send,
-                                 wake_at=stream.next_retry_at, clock=stream.clock),
+                                 wake_at=stream.next_retry_at, clock=stream.clock,
+                                 nudged=nudged),
                     name=f"xds-push-{mode}")
                 await reader  # the stream ends when Envoy closes it
                 pusher.cancel()
