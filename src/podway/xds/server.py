@@ -11,8 +11,11 @@ With ``local=True`` the server also listens, in clear text, on a unix socket in 
 (0700) temporary folder: that is how an engine on the same machine connects to a TLS server
 without client credentials.
 
-NACKs are logged with Envoy's error detail and counted (``podway_xds_nacks_total``); the stream
-does not resend the rejected version, so Envoy keeps serving its last good config.
+NACKs are logged with Envoy's error detail and the refused resources, and counted
+(``podway_xds_nacks_total``); the stream holds refused resources back and offers them again with
+backoff (``podway.xds.refusals``), waking for it through ``push_changes``' ``wake_at``. A closed
+stream is logged with its reason. Envoy's HTTP/2 keepalive pings are allowed at any rate (gRPC's
+defaults closed an idle stream every ~2 minutes for them).
 """
 
 from __future__ import annotations
@@ -154,6 +157,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                         nudged.set()  # a refusal: its retry needs a timer
                 await send(responses)
 
+        reason = "the engine closed it"
         try:
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
@@ -164,17 +168,27 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     name=f"xds-push-{mode}")
                 await reader  # the stream ends when Envoy closes it
                 pusher.cancel()
+        except asyncio.CancelledError:
+            reason = "connection lost or server stopping"
+            raise
+        except Exception as exc:
+            reason = f"error: {exc!r}"
+            raise
         finally:
             STREAMS.dec()
             self.streams -= 1
-            log.info("xds stream closed node=%s mode=%s", stream.node or "?", mode)
+            log.info("xds stream closed node=%s mode=%s reason=%s", stream.node or "?", mode,
+                     reason)
 
     def _report(self, event: Event) -> None:
         if isinstance(event, Nack):
             NACKS.labels(types.SHORT_NAMES.get(event.type_url, "?")).inc()
-            log.warning("xds NACK node=%s type=%s version=%s: %s", event.node,
-                        types.SHORT_NAMES.get(event.type_url, event.type_url), event.version,
-                        event.message)
+            # The same content refused again on a backoff retry says nothing new: info.
+            log.log(logging.WARNING if event.attempt == 1 else logging.INFO,
+                    "xds NACK node=%s type=%s version=%s resources=%s attempt=%d: %s",
+                    event.node, types.SHORT_NAMES.get(event.type_url, event.type_url),
+                    event.version, ",".join(event.resources) or "?", event.attempt,
+                    event.message)
             self.nacks = [*self.nacks[-99:], event]
         elif isinstance(event, Ack):
             log.debug("xds ACK node=%s type=%s version=%s", event.node,
