@@ -43,12 +43,12 @@ def _config(http: int, members: dict[str, int], *, extra: tuple[Listener, ...] =
 
 
 @contextlib.asynccontextmanager
-async def _engine(server: XdsServer, delta: bool) -> AsyncIterator[None]:
+async def _engine(server: XdsServer, delta: bool) -> AsyncIterator[Engine]:
     engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
         BootstrapOptions(node_id="refusals", xds=server.target, delta=delta))))
     task = asyncio.create_task(engine.run())
     try:
-        yield
+        yield engine
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -88,8 +88,12 @@ async def test_bad_assignment_does_not_block_other_services(mode: str) -> None:
             # An endpoint change of a good Service: applies although pool/bad is still bad.
             cache.set(builder.build(_config(http, {"a": backends["a2"], "b": backends["b"]})))
             await eventually(lambda: _serves(http, "a.test", "a2"), 10)
-        async with _engine(server, mode == "delta"):  # a fresh Envoy: no 15 s wait
-            await eventually(lambda: _serves(http, "b.test", "b"), 8)
+        async with _engine(server, mode == "delta") as engine:
+            # A fresh Envoy is LIVE well before its 15 s initial fetch timeout (which held every
+            # listener while the refused assignment was awaited), and serves at once.
+            await engine.wait_ready(limit_s=10)
+            assert await _serves(http, "b.test", "b")
+            assert (await get(http, "bad.test"))[0] == 503  # only the bad Service fails
     finally:
         await server.stop(0)
         for task in tasks:

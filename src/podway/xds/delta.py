@@ -34,7 +34,7 @@ from podway.xds.protocol import (
     new_nonce,
     refused_for_long,
 )
-from podway.xds.refusals import Refusals, placeholder, refused_of, split
+from podway.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +67,10 @@ class _DeltaType:
 class DeltaStream:
     """One incremental (delta) ADS stream (one Envoy)."""
 
-    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
+                 memory: RefusalMemory | None = None) -> None:
         self.clock = clock
+        self.memory = memory or RefusalMemory()
         self.cache = cache
         self.node = ""
         self._types: dict[str, _DeltaType] = {}
@@ -84,7 +86,8 @@ class DeltaStream:
         first = state is None
         if state is None:
             wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
-            state = self._types[type_url] = _DeltaType(wildcard=wildcard)
+            refusals = self.memory.of(self.node, type_url)
+            state = self._types[type_url] = _DeltaType(wildcard=wildcard, refusals=refusals)
             state.known.update(request.initial_resource_versions)
             state.accepted.update(request.initial_resource_versions)
         if request.response_nonce:

@@ -18,6 +18,10 @@ one bad load assignment aborts the rest of its response and its error names no r
   (``BACKOFF_FIRST_S`` doubling up to ``BACKOFF_MAX_S``): a listener whose port was busy comes
   back once the port is free. A resource offered again after a refusal always travels alone.
 
+A ``RefusalMemory`` keeps each engine's (node id's) refusals across its reconnects, so a
+restarted Envoy is not sent what its predecessor refused: it gets the stand-in at once and
+needs no isolation round trips before it serves.
+
 Invariant: ``Refusals`` is a pure record (a clock value in, decisions out); the streams own it.
 """
 
@@ -102,6 +106,18 @@ class Refusals:
         """Refused (whatever the content) for at least ``hold_s``."""
         refusal = self._by_name.get(name)
         return refusal is not None and now - refusal.since >= hold_s
+
+
+class RefusalMemory:
+    """Refusals per engine (node id) and type, shared by that engine's successive streams."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple[str, str], Refusals] = {}
+
+    def of(self, node: str, type_url: str) -> Refusals:
+        if not node:  # an engine that did not say who it is shares nothing
+            return Refusals()
+        return self._by_key.setdefault((node, type_url), Refusals())
 
 
 def _wait(attempts: int) -> float:

@@ -41,6 +41,7 @@ from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.protocol import Ack, Event, Nack
+from podway.xds.refusals import RefusalMemory
 from podway.xds.sotw import SotwStream
 
 log = logging.getLogger(__name__)
@@ -125,14 +126,17 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.on_event = on_event
         self.nacks: list[Nack] = []  # newest last; bounded
         self.streams = 0  # open ADS streams (engines connected now)
+        self.refusals = RefusalMemory()  # per engine, across its reconnects
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
-        await self._serve(SotwStream(self.cache), requests, context, "sotw")
+        await self._serve(SotwStream(self.cache, memory=self.refusals), requests, context,
+                          "sotw")
 
     async def DeltaAggregatedResources(
             self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
-        await self._serve(DeltaStream(self.cache), requests, context, "delta")
+        await self._serve(DeltaStream(self.cache, memory=self.refusals), requests, context,
+                          "delta")
 
     async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
                      context: Any, mode: str) -> None:

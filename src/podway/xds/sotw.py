@@ -31,7 +31,7 @@ from podway.xds.protocol import (
     new_nonce,
     refused_for_long,
 )
-from podway.xds.refusals import Refusals, placeholder, refused_of, split
+from podway.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
 
 
 @dataclass(slots=True)
@@ -60,8 +60,10 @@ class _SotwType:
 class SotwStream:
     """One state-of-the-world ADS stream (one Envoy)."""
 
-    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
+                 memory: RefusalMemory | None = None) -> None:
         self.clock = clock
+        self.memory = memory or RefusalMemory()
         self.cache = cache
         self.node = ""
         self._types: dict[str, _SotwType] = {}
@@ -89,7 +91,9 @@ class SotwStream:
         wildcard = type_url in types.WILDCARD_TYPES and not names
         out: list[d.DiscoveryResponse] = []
         if state is None:
-            state = self._types[type_url] = _SotwType(wildcard=wildcard, names=names)
+            refusals = self.memory.of(self.node, type_url)
+            state = self._types[type_url] = _SotwType(wildcard=wildcard, names=names,
+                                                      refusals=refusals)
             out = self._respond(type_url, state, force=True)
         elif names != state.names or wildcard != state.wildcard:
             added = names - state.names

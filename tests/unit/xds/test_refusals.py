@@ -15,7 +15,7 @@ from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.protocol import Ack, Nack
-from podway.xds.refusals import BACKOFF_FIRST_S, named_in
+from podway.xds.refusals import BACKOFF_FIRST_S, RefusalMemory, named_in
 from podway.xds.sotw import SotwStream
 
 from .helpers import http_listener, ir, pool, route, vhost
@@ -192,3 +192,19 @@ def test_sotw_refused_listener_keeps_the_accepted_version() -> None:
 def test_names_are_matched_whole() -> None:
     """``pool/a/80`` is not named by a message about ``pool/a/8080``."""
     assert named_in("pool/a/8080: bad", ["pool/a/80", "pool/a/8080"]) == ("pool/a/8080",)
+
+
+def test_a_reconnecting_engine_is_not_sent_what_it_refused() -> None:
+    """The same engine (node id) on a new stream gets the placeholder for a refused assignment
+    straight away: no refused response, no isolation round trips."""
+    cache, memory = Cache(), RefusalMemory()
+    cache.set(Builder().build(_config()))
+    first = DeltaStream(cache, clock=Clock(), memory=memory)
+    request = _delta(types.ENDPOINT, POOLS)
+    request.node.id = "envoy-1"
+    (eds,), _ = first.on_request(request)
+    _answer_delta(first, [eds])
+    again = DeltaStream(cache, clock=Clock(), memory=memory)
+    (fresh,), _ = again.on_request(request)
+    assert sorted(r.name for r in fresh.resources) == sorted(POOLS)
+    assert not _has_bad(fresh)
