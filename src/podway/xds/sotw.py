@@ -229,14 +229,15 @@ class SotwStream:
                 resource = snapshot.resources.get(name)
                 if resource is None or (not force and state.sent.get(name) == resource.digest):
                     continue
-                if name in state.refusals and not force:
+                if name in state.refusals:
                     if not state.refusals.held(name, resource.digest, now):
                         state.groups.append(frozenset({name}))  # offered again on its own
                         state.refusals.offer(name, now=now)
                         continue
                     resource = (None if name in state.accepted
                                 else placeholder(type_url, name))
-                    if resource is None or state.sent.get(name) == resource.digest:
+                    if resource is None or (not force
+                                            and state.sent.get(name) == resource.digest):
                         continue
                     stand_ins.add(name)
                 response.resources.append(resource.packed)

@@ -208,3 +208,22 @@ def test_a_reconnecting_engine_is_not_sent_what_it_refused() -> None:
     (fresh,), _ = again.on_request(request)
     assert sorted(r.name for r in fresh.resources) == sorted(POOLS)
     assert not _has_bad(fresh)
+
+
+def test_sotw_reconnecting_engine_gets_the_placeholder_in_its_first_response() -> None:
+    """State of the world: the first response of a new stream of the same engine already
+    holds the placeholder, not the refused assignment."""
+    cache, memory = Cache(), RefusalMemory()
+    cache.set(Builder().build(_config()))
+    request = _sotw(types.ENDPOINT, POOLS)
+    request.node.id = "envoy-1"
+    first = SotwStream(cache, clock=Clock(), memory=memory)
+    (eds,), _ = first.on_request(request)
+    responses = [eds]
+    while responses:
+        response = responses.pop(0)
+        responses.extend(first.on_request(_sotw(
+            types.ENDPOINT, POOLS, response.nonce, BAD if _has_bad(response) else None))[0])
+    (fresh,), _ = SotwStream(cache, clock=Clock(), memory=memory).on_request(request)
+    assert len(fresh.resources) == len(POOLS)
+    assert not _has_bad(fresh)
