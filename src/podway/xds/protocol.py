@@ -60,8 +60,10 @@ class Nack:
     """Envoy rejected a response: which type, which version, and Envoy's reason.
 
     ``resources`` names the resources found refused (from Envoy's error detail, or by isolating
-    them); empty when they are not known. The pipeline maps these names back to the objects they
-    came from, so a rejection lands on its object and clears when the resource is accepted or gone.
+    them); empty when they are not known yet — while a refused response is being isolated, a
+    later Nack names them. The pipeline maps these names back to the objects they came from, so
+    a rejection lands on its object and clears when the resource is accepted (``Ack.resources``)
+    or gone.
     """
 
     node: str
