@@ -66,9 +66,10 @@ async def test_member_stopping_as_it_turns_terminating_fails_no_request(stack: S
             SHOP_INGRESS)))
         await stack.start()
         seen: set[str] = set()
-        while seen != {"a", "b"}:  # both members serve
-            _, body = await get(stack.http_port, "shop.test")
-            seen.add(str(body.get("name")))
+        async with asyncio.timeout(20):
+            while seen != {"a", "b"}:  # both members serve
+                _, body = await get(stack.http_port, "shop.test")
+                seen.add(str(body.get("name")))
         statuses: list[int] = []
         generation = stack.standalone.generation
         server_b.close()  # SIGTERM: b stops accepting ...
