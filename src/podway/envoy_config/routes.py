@@ -124,6 +124,7 @@ def _misdirected(vhost: VirtualHost) -> rc.VirtualHost:
 def _virtual_host(vhost: VirtualHost, catch_all: VirtualHost | None,
                   persistence: PersistenceByPool) -> rc.VirtualHost:
     out = rc.VirtualHost(name=vhost.name, domains=[vhost.hostname.lower()])
+    _retry_connect_failures(out.retry_policy)  # once per host, not per route: smaller tables
     one_label = (vhost.wildcard is WildcardMode.ONE_LABEL and vhost.hostname.startswith("*.")
                  and vhost.hostname != "*")
     authority = _one_label_authority(vhost.hostname) if one_label else None
@@ -215,8 +216,9 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
-    _retry_connect_failures(ra.retry_policy)
     if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout still applies)
+        # A route's own policy replaces its virtual host's entirely: repeat the retries.
+        _retry_connect_failures(ra.retry_policy)
         ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
     for name in _unique(p.pool for p in pools if p.pool):
@@ -235,10 +237,11 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     return out
 
 
-#: Failures where the request never reached the member: retrying them is safe for every
-#: method (nothing was processed), and it hides a member that stopped accepting connections
-#: before its endpoint was withdrawn (a pod shutting down). ``RETRY_BUDGET_PERCENT`` on each
-#: cluster bounds the extra load when many members fail at once.
+#: Failures where the request never reached the member: retrying them is safe for every method
+#: (nothing was processed), and it hides a member that stopped accepting connections before its
+#: endpoint was withdrawn (a pod shutting down). Set once per virtual host, and on a route that
+#: needs its own policy (a per-try timeout). ``RETRY_BUDGET_PERCENT`` on each cluster bounds the
+#: extra load when many members fail at once.
 RETRY_ON = "reset-before-request,connect-failure,refused-stream"
 RETRIES = 2
 

@@ -128,9 +128,11 @@ def test_request_and_backend_timeouts() -> None:
 
 def test_every_forwarding_route_retries_what_never_reached_a_member() -> None:
     """Connect failures, resets before the request and refused streams are retried on another
-    member, for every method (nothing was processed), within the cluster's retry budget."""
-    (only,) = _routes(vhost("a.com", route("r1", "/", "p"))).virtual_hosts[0].routes
-    policy = only.route.retry_policy
+    member, for every method (nothing was processed), within the cluster's retry budget; the
+    policy is set once per virtual host (a route of its own would replace it)."""
+    (host,) = _routes(vhost("a.com", route("r1", "/", "p"))).virtual_hosts
+    assert not host.routes[0].route.HasField("retry_policy")
+    policy = host.retry_policy
     assert set(policy.retry_on.split(",")) == {"reset-before-request", "connect-failure",
                                                "refused-stream"}
     assert policy.num_retries.value == 2
