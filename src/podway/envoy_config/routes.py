@@ -25,10 +25,13 @@ from collections.abc import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
+from podway.envoy_config.common import duration, pack
+from podway.envoy_config.listeners import sni_tables
 from podway.ir import (
     DirectResponse,
     Forward,
@@ -48,8 +51,6 @@ from podway.ir import (
     WildcardMode,
 )
 from podway.translate.hosts import covers, host_order
-from podway.xds.build.common import duration
-from podway.xds.build.listeners import sni_tables
 
 _MILLION = 1_000_000
 _REDIRECT_CODES = {
@@ -123,6 +124,7 @@ def _misdirected(vhost: VirtualHost) -> rc.VirtualHost:
 def _virtual_host(vhost: VirtualHost, catch_all: VirtualHost | None,
                   persistence: PersistenceByPool) -> rc.VirtualHost:
     out = rc.VirtualHost(name=vhost.name, domains=[vhost.hostname.lower()])
+    _retry_connect_failures(out.retry_policy)  # once per host, not per route: smaller tables
     one_label = (vhost.wildcard is WildcardMode.ONE_LABEL and vhost.hostname.startswith("*.")
                  and vhost.hostname != "*")
     authority = _one_label_authority(vhost.hostname) if one_label else None
@@ -215,7 +217,8 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
     if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout still applies)
-        ra.retry_policy.num_retries.value = 0
+        # A route's own policy replaces its virtual host's entirely: repeat the retries.
+        _retry_connect_failures(ra.retry_policy)
         ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
     for name in _unique(p.pool for p in pools if p.pool):
@@ -232,6 +235,25 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
                 percent_pb2.FractionalPercent.MILLION)
             ra.request_mirror_policies.append(mirror)
     return out
+
+
+#: Failures where the request never reached the member: retrying them is safe for every method
+#: (nothing was processed), and it hides a member that stopped accepting connections before its
+#: endpoint was withdrawn (a pod shutting down). Set once per virtual host, and on a route that
+#: needs its own policy (a per-try timeout). ``RETRY_BUDGET_PERCENT`` on each cluster bounds the
+#: extra load when many members fail at once.
+RETRY_ON = "reset-before-request,connect-failure,refused-stream"
+RETRIES = 2
+
+
+def _retry_connect_failures(policy: rc.RetryPolicy) -> None:
+    """Retry on another member what never reached a member."""
+    policy.retry_on = RETRY_ON
+    policy.num_retries.value = RETRIES
+    policy.retry_host_predicate.add(
+        name="envoy.retry_host_predicates.previous_hosts",
+        typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate()))
+    policy.host_selection_retry_max_attempts = 3
 
 
 def _match(match: RouteMatch, authority: rc.HeaderMatcher | None) -> rc.RouteMatch:

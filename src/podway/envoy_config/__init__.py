@@ -6,6 +6,11 @@ built for each IR node *by identity*: the incremental translator hands back the 
 so the next build re-serialises only those pools' load assignments. Each resource carries the
 digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep versions of
 unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
+
+The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
+``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
+imports from the tree (and ignore ``build`` folders) lose it. It depends on ``podway.ir`` and the
+type URLs of ``podway.xds.types`` only; ``podway.xds`` (cache, server) consumes its output.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ from types import MappingProxyType
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from podway.envoy_config.clusters import cluster
+from podway.envoy_config.endpoints import load_assignment
+from podway.envoy_config.listeners import listener
+from podway.envoy_config.routes import route_configurations
+from podway.envoy_config.secrets import secret
 from podway.ir import IR, Listener, Persistence, Pool, Protocol
 from podway.xds import types
-from podway.xds.build.clusters import cluster
-from podway.xds.build.endpoints import load_assignment
-from podway.xds.build.listeners import listener
-from podway.xds.build.routes import route_configurations
-from podway.xds.build.secrets import secret
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo
 from envoy.type.v3 import http_pb2, range_pb2
 from google.protobuf import wrappers_pb2
 
+from podway.envoy_config.common import ads_source, duration, pack
 from podway.ir import HealthCheck, LBPolicy, PoolProtocol, PoolSettings, UpstreamTLS
-from podway.xds.build.common import ads_source, duration, pack
 
 _LB = {
     LBPolicy.ROUND_ROBIN: cluster_pb2.Cluster.ROUND_ROBIN,
@@ -28,6 +28,7 @@ _LB = {
     LBPolicy.RING_HASH: cluster_pb2.Cluster.RING_HASH,
     LBPolicy.MAGLEV: cluster_pb2.Cluster.MAGLEV,
 }
+RETRY_BUDGET_PERCENT = 20.0
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _H2 = (PoolProtocol.HTTP2, PoolProtocol.GRPC)
 # ALPN offered to TLS members: servers that pick the protocol by ALPN (most gRPC servers refuse
@@ -46,6 +47,11 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     if settings.persistence is not None and policy not in (LBPolicy.RING_HASH, LBPolicy.MAGLEV):
         policy = LBPolicy.RING_HASH  # hash policies on routes only take effect with a hashing LB
     out.lb_policy = _LB[policy]
+    # Routes retry requests that never reached a member (routes.RETRY_ON); the budget caps
+    # retries at a share of the requests in flight, so a failing pool is not hit twice as hard.
+    budget = out.circuit_breakers.thresholds.add().retry_budget
+    budget.budget_percent.value = RETRY_BUDGET_PERCENT
+    budget.min_retry_concurrency.value = 3
     if settings.protocol in _H2:
         options = hpo.HttpProtocolOptions()
         options.explicit_http_config.http2_protocol_options.SetInParent()
