@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from builders import eventually, node_obj, pod_obj, service_obj, settled
 from harness import StartAgent
-from kubeemu import KubeEmulator
 from netlab import CLIENT_IP, NODE_IP, POD_IPS, Lab, netns_unavailable, sh
 
 from podway.agent.ports import KernelSocketOpener
 from podway.agent.rules import KernelRules, make_rules
 from podway.agent.types import Rule
+from podway.kube.emulator import KubeEmulator
 
 pytestmark = pytest.mark.netns
 _WHY = netns_unavailable()
