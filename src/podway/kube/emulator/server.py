@@ -98,8 +98,11 @@ class Api:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
         if parts in (["version"],):
-            return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0",
-                                      "platform": "linux/amd64"})
+            return web.json_response({
+                "major": "1", "minor": "31", "gitVersion": "v1.31.0-podway-emulator",
+                "gitCommit": "0" * 40, "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "none",
+                "compiler": "none", "platform": "linux/amd64"})
         if parts and parts[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
         if parts == ["api"]:
