@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, config
@@ -72,7 +73,8 @@ async def check_reachable(api: client.ApiClient, *, limit_s: float = 10.0) -> No
     """Raise ``KubeUnreachable`` (or the typed API error) unless the server answers."""
     host = api.configuration.host
     try:
-        resp = await client.VersionApi(api).get_code(
+        version: Any = client.VersionApi(api)  # raw response: the stubs do not model it
+        resp = await version.get_code(
             _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=limit_s))
         status = resp.status
         resp.release()
