@@ -33,9 +33,10 @@ from types import TracebackType
 
 from aiohttp import web
 
-from podway.kube.emulator.resources import GATEWAY_KINDS, ResourceType, gateway_api_crd
+from podway.kube.emulator.resources import ResourceType, gateway_api_crd
 from podway.kube.emulator.server import Api, Fault, Patch
 from podway.kube.emulator.store import ApiError, Obj, Store
+from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
 __all__ = ["GATEWAY_KINDS", "KubeEmulator", "Patch", "gateway_api_crd"]
 
