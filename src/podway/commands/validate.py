@@ -14,9 +14,9 @@ from rich.markup import escape
 
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
-from podway.model.loader import load_paths
 from podway.render.statuses import status_table
 from podway.render.table import served_table
+from podway.sources.files import load_paths
 from podway.translate import BackendMode, Severity, TranslateOptions, translate
 from podway.translate.status import statuses_to_api
 
