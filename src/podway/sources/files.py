@@ -57,7 +57,7 @@ from podway.sources.manifests import (
 )
 
 __all__ = ["FileSource", "SourceError", "load_paths", "manifest_files", "normalise_root",
-           "wait_stable"]
+           "read_manifest", "wait_stable"]
 
 log = logging.getLogger(__name__)
 
