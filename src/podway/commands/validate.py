@@ -48,6 +48,9 @@ def validate(
     result = translate(Snapshot.of_objects(loaded.objects), opts)
     for error in loaded.errors:
         err.print(f"[red]error[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+    for warning in loaded.warnings:
+        err.print(f"[yellow]warning[/yellow] {escape(str(warning))}", highlight=False,
+                  soft_wrap=True)
     for problem in result.problems:
         color = "red" if problem.severity is Severity.ERROR else "yellow"
         at = f" ({problem.field})" if problem.field else ""

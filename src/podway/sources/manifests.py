@@ -168,6 +168,8 @@ class ManifestSet:
             log.warning("manifest refused source=%s: %s", path, reason)
             errors = (LoadError(str(path), -1, reason),)
             parsed = Parsed({}, {}, errors, parsed.warnings, parsed.size)
+        for warning in parsed.warnings:
+            log.warning("manifest warning: %s", warning)
         if errors and old is not None and old.good:
             for error in errors:
                 log.warning("manifest error (serving last good %s): %s", path.name, error)
