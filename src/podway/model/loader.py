@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +112,8 @@ def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT
     """Load all documents of one YAML/JSON text, within ``limits``."""
     result = LoadResult()
     anchored = "&" in text  # aliases are possible only with anchors
-    over = _over_size(text, limits) or (_scan_events(text, limits) if anchored else None)
+    over = (_over_size(text, limits) or _too_many_documents(text, limits)
+            or (_scan_events(text, limits) if anchored else None))
     if over is not None:
         return _refused(result, source, over)
     try:
@@ -248,6 +250,20 @@ def _over_size(text: str, limits: LoadLimits) -> str | None:
         return (f"larger than the limit of {limits.max_file_bytes} bytes per file "
                 "(split the file or raise max_file_bytes)")
     return None
+
+
+def _too_many_documents(text: str, limits: LoadLimits) -> str | None:
+    """Cheap early refusal: each ``---`` line starts a document, so more of them than the limit
+    means too many objects without parsing any (``List`` items are counted after parsing)."""
+    separators = sum(1 for _ in _DOCUMENT_START.finditer(text))
+    if separators > limits.max_objects_per_file:
+        return (f"at least {separators} documents, more than the limit of "
+                f"{limits.max_objects_per_file} objects per file (split the file or raise "
+                "max_objects_per_file)")
+    return None
+
+
+_DOCUMENT_START = re.compile(r"^---(?=[ \t\r\n]|$)", re.MULTILINE)
 
 
 def _scan_events(text: str, limits: LoadLimits) -> str | None:

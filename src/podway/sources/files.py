@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import gc
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -334,8 +333,9 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 def _release_memory() -> None:
-    """Give freed memory back to the system after a big file went (glibc keeps it otherwise)."""
-    gc.collect()
+    """Give the memory of a dropped big file back to the system: its objects are freed by
+    reference counting, but glibc keeps the pages until trimmed. (No ``gc.collect()``: a full
+    collection holds the GIL, and with it the event loop, for as long as it takes.)"""
     name = ctypes.util.find_library("c")
     if name:
         with contextlib.suppress(OSError, AttributeError):

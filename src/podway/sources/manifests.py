@@ -119,6 +119,7 @@ class ManifestSet:
         self.limits = limits
         self.files: dict[Path, _Entry] = {}
         self._owners: dict[Ident, list[Path]] = {}  # arrival order: the first one serves
+        self._duplicated: set[Ident] = set()  # idents with more than one owner
         self._count = 0  # objects over all files, duplicates included
         self.snapshot = Snapshot()
 
@@ -136,8 +137,13 @@ class ManifestSet:
                 owners.remove(path)
                 if not owners:
                     del self._owners[ident]
+                if len(owners) < 2:
+                    self._duplicated.discard(ident)
             for ident in sorted(after.keys() - before.keys()):
-                self._owners.setdefault(ident, []).append(path)
+                owners = self._owners.setdefault(ident, [])
+                owners.append(path)
+                if len(owners) > 1:
+                    self._duplicated.add(ident)
             self._count += len(after) - len(before)
             affected.update(before)
             affected.update(after)
@@ -183,7 +189,8 @@ class ManifestSet:
         out: list[LoadError] = []
         for path in sorted(self.files):
             out.extend(self.files[path].errors)
-        for ident, owners in sorted(self._owners.items()):
+        for ident in sorted(self._duplicated):
+            owners = self._owners[ident]
             first = owners[0]
             where = f"{first} document {self.files[first].parsed.documents.get(ident, 0)}"
             for extra in owners[1:]:

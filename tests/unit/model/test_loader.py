@@ -226,6 +226,7 @@ def test_a_recursive_alias_is_an_error() -> None:
 @pytest.mark.parametrize(("text", "limits", "expected"), [
     (GOOD_SERVICE * 1, LoadLimits(max_file_bytes=50), "bytes per file"),
     ("---\n".join([GOOD_SERVICE] * 3), LoadLimits(max_objects_per_file=2), "3 objects"),
+    ("---\n" * 5, LoadLimits(max_objects_per_file=2), "at least 5 documents"),
     ("a: " + "[" * 10 + "]" * 10, LoadLimits(max_depth=8), "nested deeper than the limit of 8"),
     ("a: &x " + "[" * 10 + "]" * 10, LoadLimits(max_depth=8), "nested deeper than the limit"),
     (_bomb(2), LoadLimits(max_alias_nodes=50), "more than 50 extra nodes"),

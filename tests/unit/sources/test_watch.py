@@ -192,3 +192,24 @@ async def test_a_small_edit_is_published_while_a_big_file_is_still_parsing(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_memory_is_given_back_after_a_big_file_goes(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping a file over 1 MiB trims the allocator (off the loop); small files do not."""
+    trimmed = threading.Event()
+    monkeypatch.setattr(files_module, "_release_memory", trimmed.set)
+    (tmp_path / "small.yaml").write_text(SVC.format(name="small", port=80))
+    (tmp_path / "big.yaml").write_text(SVC.format(name="big", port=80) + "#" * (1 << 20))
+    updates = FileSource(tmp_path).watch()
+    try:
+        async with asyncio.timeout(10):
+            await anext(updates)
+            (tmp_path / "small.yaml").unlink()
+            await _until(updates, lambda u: _port(u, "small") is None)
+            assert not trimmed.is_set()
+            (tmp_path / "big.yaml").unlink()
+            await _until(updates, lambda u: _port(u, "big") is None)
+            assert await asyncio.to_thread(trimmed.wait, 10)
+    finally:
+        await updates.aclose()
