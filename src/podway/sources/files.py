@@ -194,11 +194,12 @@ class FileSource:
                     continue
                 self._announce = False
                 dropped = sum(self._size(p) for p, r in (ready | gone).items() if r is None)
-                yield self._publish(ready | gone)
-                if dropped >= _BIG_FILE:
+                update = self._publish(ready | gone)
+                if dropped >= _BIG_FILE:  # the objects are freed now: trim while we yield
                     chore = live.loop.run_in_executor(live.executor, _release_memory)
                     chores.add(chore)
                     chore.add_done_callback(chores.discard)
+                yield update
         finally:
             watchers = list(live.watchers)
             self._stop(live)
