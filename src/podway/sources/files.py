@@ -185,7 +185,7 @@ class FileSource:
                     gone = await self._on_events(self._drain(item, live.events), live)
                 elif self._missing and self.root.is_dir():
                     log.warning("manifests folder %s is back; reloading every file", self.root)
-                    self._missing = False
+                    self._missing, self._announce = False, True
                     gone = self._restart(live)
                 ready = {p: f.result() for p, f in live.pending.items() if f.done()}
                 for path in ready:
@@ -307,9 +307,13 @@ class FileSource:
                         force_polling=False,
                         watch_filter=None if recursive else lambda _c, p: Path(p) == root):
                     events.put_nowait({Path(p) for _, p in changes})
-            except Exception as exc:  # handed to the consumer, which raises
+            except Exception as exc:  # the folder's: handed to the consumer, which raises
                 error = exc
-            events.put_nowait(_WatchEnded(error))
+            if recursive:
+                events.put_nowait(_WatchEnded(error))
+            elif error is not None:  # the parent's watch only speeds up noticing a swap
+                log.warning("cannot watch %s (%s): a folder swapped in by rename is noticed "
+                            "only through the folder's own events", path, error)
 
         live.watchers.append(asyncio.create_task(pump(root, recursive=True),
                                                  name="file-source-watch"))

@@ -43,17 +43,23 @@ def deep(n: int, flow: bool) -> str:
     return "".join(f"{'  ' * i}k{i}:\n" for i in range(n)) + f"{'  ' * n}v\n"
 
 
+def huge(n: int, where: str) -> str:
+    """A scalar of ``n`` characters as the name, the apiVersion or a value; or n/4 documents."""
+    svc = "apiVersion: {v}\nkind: Service\nmetadata: {{name: {name}}}\nspec: {{x: '{x}'}}\n"
+    big = "x" * n
+    return {"name": svc.format(v="v1", name=big, x=""),
+            "version": svc.format(v=big, name="a", x=""),
+            "value": svc.format(v="v1", name="a", x=big),
+            "docs": "---\n" * (n // 4)}[where]
+
+
 texts = st.one_of(
     alias_bombs(),
     st.binary(max_size=400).map(lambda b: b.decode("utf-8", "replace")),
     st.text(max_size=300),
     st.builds(deep, st.integers(1, 3000), st.booleans()),
-    st.builds(lambda n, where: {
-        "name": f"apiVersion: v1\nkind: Service\nmetadata: {{name: {'x' * n}}}\n",
-        "version": f"apiVersion: {'v' * n}\nkind: Service\nmetadata: {{name: a}}\n",
-        "value": f"apiVersion: v1\nkind: Service\nmetadata: {{name: a}}\nspec: {{x: '{'y' * n}'}}\n",
-        "docs": "---\n" * (n // 4),
-    }[where], st.integers(0, 2_000_000), st.sampled_from(["name", "version", "value", "docs"])),
+    st.builds(huge, st.integers(0, 2_000_000),
+              st.sampled_from(["name", "version", "value", "docs"])),
 )
 
 
