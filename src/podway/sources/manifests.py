@@ -139,7 +139,7 @@ class ManifestSet:
                     del self._owners[ident]
                 if len(owners) < 2:
                     self._duplicated.discard(ident)
-            for ident in sorted(after.keys() - before.keys()):
+            for ident in after.keys() - before.keys():  # order within one file is moot
                 owners = self._owners.setdefault(ident, [])
                 owners.append(path)
                 if len(owners) > 1:
