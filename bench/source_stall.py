@@ -12,7 +12,8 @@ Then parse speed: ``load_text`` of the 20,000-object text with libyaml (CSafeLoa
 Podway uses) and with the pure-Python loader.
 
 Every figure is also printed as a ratio to a fixed pure-Python workload timed in the same run
-(``reference``), because machine speed here varies about 2x from day to day.
+(``bench/speedref.py`` when present, else one of this script's own), because machine speed here
+varies about 2x from day to day.
 
     python bench/source_stall.py [--runs 3]
 """
@@ -49,7 +50,7 @@ RAISED = LoadLimits(max_file_bytes=64 << 20, max_objects_per_file=50_000,
                     max_objects_total=200_000)
 
 
-def reference_ms() -> float:
+def own_reference_ms() -> float:
     """A fixed pure-Python workload (sorting, dict building, string work): the machine speed."""
     began = time.perf_counter()
     rng = random.Random(42)
@@ -60,6 +61,16 @@ def reference_ms() -> float:
     assert text
     assert data[0] <= data[-1]
     return (time.perf_counter() - began) * 1000
+
+
+def reference() -> tuple[float, str]:
+    """(ms, what): the shared bench/speedref.py workload when present, else this file's own."""
+    try:
+        from speedref import measure  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        ms = statistics.median(own_reference_ms() for _ in range(5))
+        return ms, "fixed pure-Python workload of this script"
+    return measure().seconds * 1000, "fixed pure-Python workload, bench/speedref.py"
 
 
 def big_text(objects: int, pad: int) -> str:
@@ -184,8 +195,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    ref = statistics.median(reference_ms() for _ in range(5))
-    print(f"reference (fixed pure-Python workload): {ref:.1f} ms")
+    ref, what = reference()
+    print(f"machine-speed reference: {ref:.1f} ms ({what}; figures below also as x reference)")
 
     def show(label: str, ms: float) -> None:
         print(f"  {label:<46} {ms:9.1f} ms  ({ms / ref:6.2f} x reference)")
