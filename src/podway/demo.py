@@ -27,7 +27,7 @@ from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.ir import IR, PathKind, Protocol
 from podway.model import EndpointSlice, Service, Snapshot
-from podway.model.loader import load_paths
+from podway.sources.files import load_paths
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from podway.demo import DemoOptions, run_demo
 from podway.model import EndpointSlice
-from podway.model.loader import load_paths
+from podway.sources.files import load_paths
 
 from .harness import free_port
 

@@ -18,9 +18,9 @@ from podway.commands.common import check_address, check_port
 from podway.errors import ConfigError
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
-from podway.model.loader import load_paths
 from podway.render.statuses import not_owned_table, status_table
 from podway.render.table import served_table
+from podway.sources.files import load_paths
 from podway.status import build
 from podway.status.file import write_atomic
 from podway.translate import BackendMode, Severity, TranslateOptions, translate
@@ -55,9 +55,13 @@ def validate(
                             mode=mode)
     snapshot = Snapshot.of_objects(loaded.objects)
     result = translate(snapshot, opts)
-    document = build(snapshot=snapshot, result=result, load_errors=loaded.errors)
+    document = build(snapshot=snapshot, result=result, load_errors=loaded.errors,
+                     load_warnings=loaded.warnings)
     for error in loaded.errors:
         err.print(f"[red]error[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+    for warning in loaded.warnings:
+        err.print(f"[yellow]warning[/yellow] {escape(str(warning))}", highlight=False,
+                  soft_wrap=True)
     for problem in result.problems:
         color = {Severity.ERROR: "red", Severity.WARNING: "yellow"}.get(problem.severity, "cyan")
         at = f" ({problem.field})" if problem.field else ""
