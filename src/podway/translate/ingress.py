@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from podway.ir import Listener, Protocol, TLSCertificate, VirtualHost, WildcardMode
+from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
-from podway.translate.hosts import covers, host_order
 from podway.translate.ingress_part import Claim, IngressPart, SlotKey, TLSPart, build_part
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity

@@ -27,9 +27,9 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir.hosts import covers, host_order
 from podway.model import ObjectRef
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
-from podway.translate.hosts import covers, host_order
 
 Key = tuple[object, ...]
 

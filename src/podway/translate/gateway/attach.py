@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from podway.ir import Protocol, WildcardMode
+from podway.ir.hosts import covers
 from podway.model.gateway import GROUP, Gateway
 from podway.model.gateway_routes import ParentReference
 from podway.model.snapshot import Key
 from podway.translate.gateway.listeners import GatewayInfo, GwListener, Verdict
-from podway.translate.hosts import covers
 from podway.translate.status import ParentRef
 
 NamespaceLabels = Callable[[str], dict[str, str]]

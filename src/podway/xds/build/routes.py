@@ -47,7 +47,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
-from podway.translate.hosts import covers, host_order
+from podway.ir.hosts import covers, host_order
 from podway.xds.build.common import duration
 from podway.xds.build.listeners import sni_tables
 
