@@ -18,7 +18,7 @@ from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
 from podway.translate.ingress_part import Claim, IngressPart, SlotKey, TLSPart, build_part
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.problems import Problem, Reason, Severity, quote
 
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
 
@@ -40,7 +40,7 @@ def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> boo
         where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
                  else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
         return Problem(ref=ingress.ref, reason=Reason.CLASS_NOT_FOUND,
-                       message=f"IngressClass {name!r} not found", field=where)
+                       message=f"IngressClass {quote(name)} not found", field=where)
     return False
 
 
@@ -83,14 +83,15 @@ class IngressTranslation:
             slots[claim.key] = (claim, part.owner)
             return
         key, owner = claim.key, held[1]
-        what = "defaultBackend" if key == ("default",) else f"path {key[1]!r} ({key[0]})"
+        what = "defaultBackend" if key == ("default",) else f"path {quote(str(key[1]))} ({key[0]})"
         if owner == part.owner:
             self._problem(part, Reason.HOST_CONFLICT,
-                          f"host {claim.host!r} {what} is defined twice; the first one is used",
+                          f"host {quote(claim.host)} {what} is defined twice; the first one "
+                          "is used",
                           claim.where, Severity.WARNING)
         else:
             self._problem(part, Reason.HOST_CONFLICT,
-                          f"host {claim.host!r} {what} is already served by older Ingress "
+                          f"host {quote(claim.host)} {what} is already served by older Ingress "
                           f"{owner}", claim.where)
 
     def _add_tls(self, part: IngressPart, tls: TLSPart) -> None:
@@ -109,7 +110,7 @@ class IngressTranslation:
                 self.certificates[host] = cert
             elif held.name != cert.name:
                 self._problem(part, Reason.CERTIFICATE_CONFLICT,
-                              f"host {host!r} already uses {held.name}", tls.where,
+                              f"host {quote(host)} already uses {held.name}", tls.where,
                               Severity.WARNING)
 
     def _problem(self, part: IngressPart, reason: Reason, message: str, where: str,

@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, Listener, Mirror, Pool, Protocol, WeightedPool
+from podway.ir import IR, Forward, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
 from podway.translate import service as service_rules
 from podway.translate.backends import PoolSpec, ServiceKey, mode_warning
-from podway.translate.gateway import GatewayTranslation
+from podway.translate.gateway import translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
@@ -32,6 +32,7 @@ from podway.translate.members import (
     resolver_for,
 )
 from podway.translate.options import TranslateOptions
+from podway.translate.ports import PortTable
 from podway.translate.problems import Problem, Reason, Severity
 from podway.translate.service import ServiceTranslation
 from podway.translate.status import ObjectStatus
@@ -129,23 +130,16 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
         if service_rules.is_ours(service, opts):
             svc.add(service)
-    gw = GatewayTranslation(snapshot=snapshot, opts=opts)
-    gw_listeners = gw.run()
-    listeners, conflicts = _bind([*ing.listeners(), *gw_listeners], svc.listeners)
-    kept = {id(lst) for lst in listeners}
-    for lst in gw_listeners:
-        if id(lst) not in kept:
-            where = f"{lst.address}:{lst.port}/"
-            holder = next((p.message for p in conflicts
-                           if p.ref in lst.origins and p.message.startswith(where)), "")
-            gw.mark_unbound(lst.name, holder)
-    statuses = gw.statuses()
+    # Ports go first come, first served: Ingress, then Gateways (which report a refusal in
+    # their listeners' status), then Services.
+    ports = PortTable()
+    listeners = _bind(ing.listeners(), ports, problems)
+    gw = translate_gateways(snapshot, opts, ports)
+    listeners.extend(gw.listeners)
+    listeners.extend(_bind(svc.listeners, ports, problems))
     problems.extend(ing.problems)
     problems.extend(svc.problems)
     problems.extend(gw.problems)
-    # Gateway listeners report their unbound ports through status and gw.problems.
-    gateway_refs = {ref for lst in gw_listeners for ref in lst.origins}
-    problems.extend(p for p in conflicts if p.ref not in gateway_refs)
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
@@ -157,8 +151,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                                     message=warning, severity=Severity.WARNING,
                                     field="metadata.annotations"))
     problems.sort(key=lambda p: (p.ref, p.field, p.reason, p.message))
-    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
-                     MappingProxyType(statuses))
+    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems), gw.statuses)
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
@@ -173,38 +166,19 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
         yield from l4.backends
 
 
-def _family(protocol: Protocol) -> str:
-    return "udp" if protocol is Protocol.UDP else "tcp"
-
-
-def _bind(shared: list[Listener], services: list[Listener]) -> tuple[list[Listener], list[Problem]]:
-    """Give each address:port (per TCP/UDP family) to one listener: Ingress, then oldest Service.
-
-    A wildcard address (0.0.0.0, ::) overlaps every specific address on the same port.
-    """
-    taken: dict[tuple[str, int, str], Listener] = {}
+def _bind(listeners: Iterable[Listener], ports: PortTable,
+          problems: list[Problem]) -> list[Listener]:
+    """The listeners that get their address:port; each refused one is a ``PortConflict`` on
+    every object it came from."""
     out: list[Listener] = []
-    problems: list[Problem] = []
-    for listener in [*shared, *services]:
-        family = _family(listener.protocol)
-        clash = next((held for (addr, port, fam), held in taken.items()
-                      if port == listener.port and fam == family
-                      and (addr == listener.address or _wild(addr) or _wild(listener.address))),
-                     None)
-        if clash is not None:
-            problems.extend(Problem(
-                ref=ref, reason=Reason.PORT_CONFLICT,
-                message=f"{listener.address}:{listener.port}/{family} is already used by "
-                        f"{clash.name}", field="spec.ports")
-                for ref in listener.origins)
+    for listener in listeners:
+        refusal = ports.take_listener(listener)
+        if refusal is None:
+            out.append(listener)
             continue
-        taken[(listener.address, listener.port, family)] = listener
-        out.append(listener)
-    return out, problems
-
-
-def _wild(address: str) -> bool:
-    return address in ("0.0.0.0", "::")
+        problems.extend(Problem(ref=ref, reason=Reason.PORT_CONFLICT, message=refusal.message,
+                                field="spec.ports") for ref in listener.origins)
+    return out
 
 
 @dataclass(slots=True)

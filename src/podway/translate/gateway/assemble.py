@@ -29,16 +29,27 @@ from podway.ir import (
 )
 from podway.ir.hosts import covers, host_order
 from podway.model import ObjectRef
+from podway.translate.gateway.httproute import PlacedRoute
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
-
-Key = tuple[object, ...]
 
 
 @dataclass(slots=True)
 class _Entry:
-    key: Key
-    route: Route
+    placed: PlacedRoute
     owner: str  # the Gateway listener (ns/gateway/listener)
+
+    @property
+    def route(self) -> Route:
+        return self.placed.route
+
+
+@dataclass(frozen=True, slots=True)
+class Shadow:
+    """A route match that another object's identical match always wins over, on ``host``."""
+
+    lost: PlacedRoute
+    won: PlacedRoute
+    host: str
 
 
 def listener_id(ls: GwListener) -> str:
@@ -57,7 +68,7 @@ class PortBuilder:
     hosts: dict[str, list[_Entry]] = field(default_factory=dict)
     l4: dict[str, tuple[tuple[float, str], L4Route, set[str]]] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)  # SNI hostname → route name
-    shadowed: list[tuple[Route, Route, str]] = field(default_factory=list)  # (lost, won, host)
+    shadowed: list[Shadow] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -70,10 +81,10 @@ class PortBuilder:
         return tuple(dict.fromkeys(ls.gateway.ref for ls in self.members))
 
     def add_http(self, owner: GwListener, hostnames: tuple[str, ...],
-                 routes: list[tuple[Key, Route]]) -> None:
+                 routes: list[PlacedRoute]) -> None:
         for host in hostnames:
             bucket = self.hosts.setdefault(host, [])
-            bucket.extend(_Entry(key, route, listener_id(owner)) for key, route in routes)
+            bucket.extend(_Entry(placed, listener_id(owner)) for placed in routes)
 
     def add_l4(self, *, name: str, age: tuple[float, str], hostnames: tuple[str, ...],
                backends: tuple[WeightedPool, ...], origin: ObjectRef) -> list[str]:
@@ -123,14 +134,14 @@ class PortBuilder:
                            key=lambda hn: host_order(hn[0]))
         ordered = sorted(set(self.hosts) | {h for h, _ in listeners}, key=host_order)
         wildcards = [h for h in ordered if (h == "*" or h.startswith("*.")) and h in self.hosts]
-        sorted_entries = {h: sorted(entries, key=lambda e: e.key)
+        sorted_entries = {h: sorted(entries, key=lambda e: e.placed.key)
                           for h, entries in self.hosts.items()}
         out = []
         for host in ordered:
             owner = next((name for pattern, name in listeners
                           if covers(pattern, host, WildcardMode.SUFFIX)), None)
             routes: dict[str, Route] = {}
-            first: dict[RouteMatch, Route] = {}
+            first: dict[RouteMatch, PlacedRoute] = {}
             for source in (host, *(w for w in wildcards
                                    if w != host and covers(w, host, WildcardMode.SUFFIX))):
                 for e in sorted_entries.get(source, ()):
@@ -138,9 +149,9 @@ class PortBuilder:
                         continue
                     routes[e.route.name] = e.route
                     if source == host:
-                        winner = first.setdefault(e.route.match, e.route)
-                        if winner is not e.route and winner.origin != e.route.origin:
-                            self.shadowed.append((e.route, winner, host))
+                        winner = first.setdefault(e.route.match, e.placed)
+                        if winner is not e.placed and winner.route.origin != e.route.origin:
+                            self.shadowed.append(Shadow(e.placed, winner, host))
             out.append(VirtualHost(name=f"{self.name}/{host}", hostname=host,
                                    wildcard=WildcardMode.SUFFIX, routes=tuple(routes.values())))
         return tuple(out)
