@@ -131,8 +131,8 @@ class GatewayTranslation:
                     ref=lost.route.origin, reason=Reason.SHADOWED, severity=Severity.WARNING,
                     field=f"spec.rules[{lost.rule}].matches[{lost.match_index}]",
                     message=f"on {shadow.host}, {won.route.origin} (rule {won.rule}/match/"
-                            f"{won.match_index}) has the same match and takes precedence; this match "
-                            "gets no requests there"))
+                            f"{won.match_index}) has the same match and takes precedence; this "
+                            "match gets no requests there"))
         return out
 
     def _labels(self, namespace: str) -> dict[str, str]:
