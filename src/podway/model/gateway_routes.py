@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from podway.model.base import K8sModel, K8sObject
+from podway.model.base import Int, K8sModel, K8sObject, Port
 from podway.model.gateway import GROUP
 
 StringMatchType = Literal["Exact", "RegularExpression"]
@@ -24,7 +24,7 @@ class ParentReference(K8sModel):
     namespace: str | None = None
     name: str = Field(min_length=1)
     section_name: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Port | None = None
 
 
 class BackendObjectReference(K8sModel):
@@ -32,7 +32,7 @@ class BackendObjectReference(K8sModel):
     kind: str = "Service"
     name: str = Field(min_length=1)
     namespace: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Port | None = None
 
 
 class HTTPHeader(K8sModel):
@@ -47,13 +47,13 @@ class HeaderFilter(K8sModel):
 
 
 class Fraction(K8sModel):
-    numerator: int = Field(ge=0)
-    denominator: int = Field(default=100, ge=1)
+    numerator: Int = Field(ge=0)
+    denominator: Int = Field(default=100, ge=1)
 
 
 class RequestMirrorFilter(K8sModel):
     backend_ref: BackendObjectReference
-    percent: int | None = Field(default=None, ge=0, le=100)
+    percent: Int | None = Field(default=None, ge=0, le=100)
     fraction: Fraction | None = None
 
 
@@ -67,8 +67,8 @@ class RequestRedirectFilter(K8sModel):
     scheme: str | None = None
     hostname: str | None = None
     path: PathModifier | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    status_code: int = 302
+    port: Port | None = None
+    status_code: Int = 302
 
 
 class URLRewriteFilter(K8sModel):
@@ -111,7 +111,7 @@ class HTTPRouteMatch(K8sModel):
 
 
 class BackendRef(BackendObjectReference):
-    weight: int = Field(default=1, ge=0, le=1_000_000)
+    weight: Int = Field(default=1, ge=0, le=1_000_000)
     filters: tuple[RouteFilter, ...] = ()
 
 
