@@ -40,6 +40,8 @@ class ServiceSpec(K8sModel):
     load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
     load_balancer_class: str | None = None
     external_traffic_policy: str | None = None
+    session_affinity: str | None = None
+    load_balancer_source_ranges: tuple[str, ...] = ()
 
 
 class LoadBalancerIngress(K8sModel):

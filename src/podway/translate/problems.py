@@ -53,6 +53,7 @@ class Reason(StrEnum):
     INVALID_ADDRESS = "InvalidAddress"
     ADDRESS_NOT_ALLOWED = "AddressNotAllowed"
     INVALID_PORT = "InvalidPort"
+    INVALID_ANNOTATION = "InvalidAnnotation"
     UNSUPPORTED_ANNOTATION = "UnsupportedAnnotation"
     UNSUPPORTED_FIELD = "UnsupportedField"
     # Gateway API condition reasons (gateway.networking.k8s.io)

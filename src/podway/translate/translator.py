@@ -96,14 +96,33 @@ def _translate(snapshot: Snapshot, opts: TranslateOptions) -> Result:
     structure = translate_structure(snapshot, opts)
     ctx = MemberContext(snapshot, EndpointIndex(snapshot.kind(EndpointSlice).values()))
     resolver = resolver_for(opts)
-    pools = {name: resolve_pool(spec, ctx, resolver) for name, spec in structure.pools.items()}
+    pools: dict[str, Pool] = {}
+    member_problems: dict[str, tuple[Problem, ...]] = {}
+    for name, spec in structure.pools.items():
+        pools[name], member_problems[name] = resolve_pool(spec, ctx, resolver)
     return Result(IR(listeners=structure.listeners, pools=MappingProxyType(pools)),
-                  structure.problems, structure.statuses)
+                  _merge(structure.problems, member_problems), structure.statuses)
 
 
-def resolve_pool(spec: PoolSpec, ctx: MemberContext, resolver: MemberResolver) -> Pool:
-    return Pool(name=spec.name, settings=spec.settings, members=resolver.members(spec, ctx),
-                origin=spec.origin)
+def resolve_pool(spec: PoolSpec, ctx: MemberContext,
+                 resolver: MemberResolver) -> tuple[Pool, tuple[Problem, ...]]:
+    """The pool with its members, and the problems of the endpoint objects it left out."""
+    found = resolver.members(spec, ctx)
+    return Pool(name=spec.name, settings=spec.settings, members=found.members,
+                origin=spec.origin), found.problems
+
+
+def _merge(structure: tuple[Problem, ...],
+           by_pool: Mapping[str, tuple[Problem, ...]]) -> tuple[Problem, ...]:
+    """Structure problems plus member problems (one slice may feed several pools: once)."""
+    if not any(by_pool.values()):
+        return structure
+    extra = dict.fromkeys(p for problems in by_pool.values() for p in problems)
+    return tuple(sorted({*structure, *extra}, key=_problem_order))
+
+
+def _problem_order(p: Problem) -> tuple[object, ...]:
+    return (p.ref, p.field, p.reason, p.message)
 
 
 @dataclass(slots=True)
@@ -150,7 +169,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
             problems.append(Problem(ref=backing.ref, reason=Reason.NPL_NOT_ENABLED,
                                     message=warning, severity=Severity.WARNING,
                                     field="metadata.annotations"))
-    problems.sort(key=lambda p: (p.ref, p.field, p.reason, p.message))
+    problems.sort(key=_problem_order)
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems), gw.statuses)
 
 
@@ -195,6 +214,7 @@ class IncrementalTranslator:
     _snapshot: Snapshot | None = None
     _index: EndpointIndex = field(default_factory=EndpointIndex)
     _pools: dict[str, Pool] = field(default_factory=dict)
+    _pool_problems: dict[str, tuple[Problem, ...]] = field(default_factory=dict)
     _pools_by_service: dict[ServiceKey, list[str]] = field(default_factory=dict)
     _result: Result | None = None
     _memo: StructureMemo = field(default_factory=StructureMemo)
@@ -218,15 +238,21 @@ class IncrementalTranslator:
         ctx = MemberContext(snapshot, self._index)
         replaced = False
         for name in touched:
-            pool = resolve_pool(self._structure.pools[name], ctx, resolver)
-            if pool != self._pools[name]:
+            pool, problems = resolve_pool(self._structure.pools[name], ctx, resolver)
+            if pool != self._pools[name] or problems != self._pool_problems.get(name, ()):
                 self._pools[name] = pool
+                self._pool_problems[name] = problems
                 replaced = True
         if replaced:
-            self._result = Result(IR(listeners=self._structure.listeners,
-                                     pools=MappingProxyType(dict(self._pools))),
-                                  self._structure.problems, self._structure.statuses)
+            self._result = self._current()
         return self._result
+
+    def _current(self) -> Result:
+        assert self._structure is not None
+        return Result(IR(listeners=self._structure.listeners,
+                         pools=MappingProxyType(dict(self._pools))),
+                      _merge(self._structure.problems, self._pool_problems),
+                      self._structure.statuses)
 
     def _apply_endpoint_changes(self, snapshot: Snapshot, changes: list[tuple[str, Key]],
                                 resolver: MemberResolver) -> set[ServiceKey] | None:
@@ -261,23 +287,22 @@ class IncrementalTranslator:
         old_specs = self._structure.pools if self._structure is not None else {}
         self._structure = translate_structure(snapshot, self.opts, self._memo)
         ctx = MemberContext(snapshot, self._index)
-        previous = self._pools
-        self._pools = {}
+        previous, previous_problems = self._pools, self._pool_problems
+        self._pools, self._pool_problems = {}, {}
         self._pools_by_service = {}
         for name, spec in self._structure.pools.items():
             old = previous.get(name)
             if (old is not None and moved is not None and spec.service not in moved
                     and old_specs.get(name) == spec):
-                pool = old
+                pool, problems = old, previous_problems.get(name, ())
             else:
-                pool = resolve_pool(spec, ctx, resolver)
+                pool, problems = resolve_pool(spec, ctx, resolver)
                 if old == pool:
                     pool = old  # keep identity when unchanged
             self._pools[name] = pool
+            self._pool_problems[name] = problems
             self._pools_by_service.setdefault(spec.service, []).append(name)
-        self._result = Result(IR(listeners=self._structure.listeners,
-                                 pools=MappingProxyType(dict(self._pools))),
-                              self._structure.problems, self._structure.statuses)
+        self._result = self._current()
         return self._result
 
 

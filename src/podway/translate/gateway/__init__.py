@@ -314,7 +314,7 @@ class GatewayTranslation:
         issue = info.address_issue
         if issue is not None:
             self.problems.append(Problem(
-                ref=ref, reason=Reason.UNSUPPORTED_ADDRESS, message=issue.message,
+                ref=ref, reason=issue.reason, message=issue.message,
                 field="spec.addresses",
                 severity=Severity.WARNING if issue.usable else Severity.ERROR))
         for ls in info.listeners:

@@ -10,12 +10,12 @@ conflicted listener is not programmed (the specification: its port is not config
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 
 from podway.ir import Protocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
+from podway.translate.addresses import choose_address
 from podway.translate.gateway.refs import ReferenceGrants
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
@@ -79,6 +79,7 @@ class AddressIssue:
 
     message: str
     usable: bool  # True: the Gateway still serves on the address chosen (a Warning)
+    reason: Reason = Reason.UNSUPPORTED_ADDRESS
 
 
 @dataclass(slots=True)
@@ -117,11 +118,13 @@ def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssu
     if first.type != "IPAddress":
         return opts.address, AddressIssue(
             f"address type {quote(first.type)} is not supported (IPAddress only)", usable=False)
-    try:
-        ipaddress.ip_address(first.value)
-    except ValueError:
-        return opts.address, AddressIssue(f"address {quote(first.value)} is not an IP address",
-                                          usable=False)
+    choice = choose_address(first.value, opts, "address")
+    if choice.address is None or choice.refusal is not None:
+        message = choice.refusal.message if choice.refusal else "no address"
+        if choice.address is None:
+            return opts.address, AddressIssue(message, usable=False)
+        return choice.address, AddressIssue(message, usable=True,
+                                            reason=Reason.ADDRESS_NOT_ALLOWED)
     if len(gateway.spec.addresses) > 1:
         return first.value, AddressIssue(f"only the first address ({first.value}) is bound",
                                          usable=True)
