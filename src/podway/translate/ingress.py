@@ -16,32 +16,54 @@ from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
-from podway.translate.ingress_part import Claim, IngressPart, SlotKey, TLSPart, build_part
+from podway.translate.ingress_part import (
+    LEGACY_CLASS_ANNOTATION,
+    Claim,
+    IngressPart,
+    SlotKey,
+    TLSPart,
+    build_part,
+)
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, quote
 
-LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
-
 
 def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> bool | Problem:
-    """Whether an Ingress belongs to Podway; a Problem when it names our class but it is gone."""
+    """Whether an Ingress belongs to Podway. A Problem says why not: an error when it names our
+    class but the class is gone, else ``NotOwned`` (``Severity.INFO``)."""
     classes = snapshot.kind(IngressClass)
     name = ingress.spec.ingress_class_name or ingress.metadata.annotations.get(
         LEGACY_CLASS_ANNOTATION)
+    where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
+             else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
     if name is None:
-        return any(c.spec.controller == opts.ingress_controller and c.is_default
-                   for c in classes.values())
+        if any(c.spec.controller == opts.ingress_controller and c.is_default
+               for c in classes.values()):
+            return True
+        return _not_owned(ingress, "spec.ingressClassName",
+                          "no ingressClassName and no default IngressClass of "
+                          f"{opts.ingress_controller}; set spec.ingressClassName to take it")
     if not classes:
-        return name == opts.ingress_class
+        if name == opts.ingress_class:
+            return True
+        return _not_owned(ingress, where, f"class {quote(name)} is not Podway's "
+                          f"({quote(opts.ingress_class)}, no IngressClass objects loaded)")
     cls = classes.get(("", name))
     if cls is not None:
-        return cls.spec.controller == opts.ingress_controller
+        if cls.spec.controller == opts.ingress_controller:
+            return True
+        return _not_owned(ingress, where, f"IngressClass {quote(name)} belongs to controller "
+                          f"{quote(cls.spec.controller)}, not {opts.ingress_controller}")
     if name == opts.ingress_class:
-        where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
-                 else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
         return Problem(ref=ingress.ref, reason=Reason.CLASS_NOT_FOUND,
                        message=f"IngressClass {quote(name)} not found", field=where)
-    return False
+    return _not_owned(ingress, where, f"IngressClass {quote(name)} not found, and the name is "
+                      f"not Podway's ({quote(opts.ingress_class)})")
+
+
+def _not_owned(ingress: Ingress, where: str, why: str) -> Problem:
+    return Problem(ref=ingress.ref, reason=Reason.NOT_OWNED, severity=Severity.INFO,
+                   message=f"not served by Podway: {why}", field=where)
 
 
 @dataclass(slots=True)

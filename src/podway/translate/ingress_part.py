@@ -25,6 +25,7 @@ from podway.ir.route import Action
 from podway.model import Ingress, K8sObject, Secret, Service
 from podway.model.networking import IngressBackend
 from podway.model.snapshot import Snapshot
+from podway.translate.annotations import foreign_annotations
 from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
@@ -32,6 +33,7 @@ from podway.translate.problems import Problem, Reason, Severity, Verdict, quote
 from podway.translate.tls import certificate_from_secret
 
 T = TypeVar("T", bound=K8sObject)
+LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
 SlotKey = tuple[object, ...]  # (PathKind, path) or ("default",)
 
 
@@ -95,6 +97,7 @@ class _Builder:
     def build(self) -> IngressPart:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
+        self.annotations()
         if not ingress.spec.rules and ingress.spec.default_backend is None:
             self.problem(Reason.NO_RULES, "Ingress has neither rules nor a defaultBackend",
                          "spec", Severity.WARNING)
@@ -137,6 +140,20 @@ class _Builder:
         return IngressPart(source=ingress, claims=tuple(self.claims), tls=tuple(self.tls),
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()))
+
+    def annotations(self) -> None:
+        """Settings meant for other controllers, and a class annotation that is overridden."""
+        annotations = self.ingress.metadata.annotations
+        for name, message in foreign_annotations(annotations):
+            self.problem(Reason.UNSUPPORTED_ANNOTATION, message,
+                         f"metadata.annotations[{name}]", Severity.WARNING)
+        legacy = annotations.get(LEGACY_CLASS_ANNOTATION)
+        named = self.ingress.spec.ingress_class_name
+        if legacy is not None and named is not None and legacy != named:
+            self.problem(Reason.UNSUPPORTED_ANNOTATION,
+                         f"annotation {LEGACY_CLASS_ANNOTATION} ({quote(legacy)}) is ignored: "
+                         f"spec.ingressClassName ({quote(named)}) takes precedence",
+                         f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
 
     def action(self, backend: IngressBackend, where: str) -> Action:
         ns = self.ingress.metadata.namespace

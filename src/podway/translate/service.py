@@ -16,12 +16,21 @@ from podway.model import Service
 from podway.translate.addresses import AddressChoice, choose_address
 from podway.translate.backends import PoolSpec, l4_pool, mode_problem
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.problems import Problem, Reason, Severity, quote
 
 
-def is_ours(service: Service, opts: TranslateOptions) -> bool:
+def is_ours(service: Service, opts: TranslateOptions) -> bool | Problem:
+    """A LoadBalancer Service of our class (or none) is ours; one of another class is
+    ``NotOwned`` (``Severity.INFO``); other types are backends only, not listed."""
+    if service.spec.type != "LoadBalancer":
+        return False
     cls = service.spec.load_balancer_class
-    return service.spec.type == "LoadBalancer" and cls in (None, opts.load_balancer_class)
+    if cls in (None, opts.load_balancer_class):
+        return True
+    return Problem(ref=service.ref, reason=Reason.NOT_OWNED, severity=Severity.INFO,
+                   field="spec.loadBalancerClass",
+                   message=f"not served by Podway: loadBalancerClass {quote(cls)} is not "
+                           f"{opts.load_balancer_class}")
 
 
 def vip(service: Service, opts: TranslateOptions) -> tuple[AddressChoice, str]:

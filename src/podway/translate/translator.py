@@ -147,7 +147,10 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
         memo.ingress = ing.parts
     svc = ServiceTranslation(opts=opts)
     for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
-        if service_rules.is_ours(service, opts):
+        ours = service_rules.is_ours(service, opts)
+        if isinstance(ours, Problem):
+            problems.append(ours)
+        elif ours:
             svc.add(service)
     # Ports go first come, first served: Ingress, then Gateways (which report a refusal in
     # their listeners' status), then Services.

@@ -100,6 +100,7 @@ class GatewayTranslation:
         self._tls = index_policies(snap) if snap.kind(BackendTLSPolicy) else BackendTLS()
         for gw in sorted(snap.kind(Gateway).values(), key=Gateway.age_key):
             if ("", gw.spec.gateway_class_name) not in ours:
+                self._not_owned(gw)
                 continue
             info = prepare(gw, snapshot=snap, grants=grants, opts=self.opts)
             self._infos[gw.key] = info
@@ -134,6 +135,16 @@ class GatewayTranslation:
                             f"{won.match_index}) has the same match and takes precedence; this "
                             "match gets no requests there"))
         return out
+
+    def _not_owned(self, gw: Gateway) -> None:
+        name = gw.spec.gateway_class_name
+        cls = self.snapshot.get(GatewayClass, "", name)
+        why = (f"GatewayClass {quote(name)} not found" if cls is None else
+               f"GatewayClass {quote(name)} belongs to controller "
+               f"{quote(cls.spec.controller_name)}, not {self.opts.gateway_controller}")
+        self.problems.append(Problem(ref=gw.ref, reason=Reason.NOT_OWNED, severity=Severity.INFO,
+                                     field="spec.gatewayClassName",
+                                     message=f"not served by Podway: {why}"))
 
     def _labels(self, namespace: str) -> dict[str, str]:
         ns = self.snapshot.get(Namespace, "", namespace)
