@@ -4,6 +4,12 @@ Precedence follows Kubernetes, not manifest order: exact hosts before wildcards 
 covers exactly one label) before host-less rules; within a host the longest path wins and, on
 equal length, Exact beats Prefix. Prefixes match whole path elements and ignore a trailing slash.
 The same host+path in two Ingresses: the oldest wins, the other gets ``HostConflict``.
+
+Host ownership: the oldest Ingress naming a host (in a rule or a TLS entry) owns it. An Ingress
+of another namespace that adds paths or a certificate to it is always reported, on both sides
+(``HostShared`` warnings), so the owner learns that someone else now serves part of its host;
+with ``TranslateOptions.strict_host_ownership`` those rules and TLS entries are refused instead
+(``HostConflict``). Same-namespace Ingresses share hosts freely (one trust domain).
 """
 
 from __future__ import annotations
@@ -84,6 +90,8 @@ class IngressTranslation:
     default_certificate: TLSCertificate | None = None
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    owners: dict[str, IngressPart] = field(default_factory=dict)  # host → oldest to name it
+    _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
 
     def add(self, ingress: Ingress) -> None:
         part = self.memo.get(ingress.key)
@@ -98,7 +106,32 @@ class IngressTranslation:
             self.pools.setdefault(spec.name, spec)
         self.problems.extend(part.problems)
 
+    def _admitted(self, part: IngressPart, host: str, what: str, where: str) -> bool:
+        """Whether ``part`` may add ``what`` to ``host``, reporting a shared host."""
+        if host == "*":
+            return True  # the catch-all belongs to nobody; its slots settle conflicts
+        owner = self.owners.setdefault(host, part)
+        if owner is part or owner.source.metadata.namespace == part.source.metadata.namespace:
+            return True
+        if self.opts.strict_host_ownership:
+            self._problem(part, Reason.HOST_CONFLICT,
+                          f"host {quote(host)} is owned by older Ingress {owner.owner} of another "
+                          f"namespace; strict host ownership refuses {what} for it", where)
+            return False
+        if (host, part.owner) not in self._shared:
+            self._shared.add((host, part.owner))
+            self._problem(part, Reason.HOST_SHARED,
+                          f"host {quote(host)} is owned by older Ingress {owner.owner} of another "
+                          f"namespace; this Ingress adds {what} to it", where, Severity.WARNING)
+            self.problems.append(Problem(
+                ref=owner.source.ref, reason=Reason.HOST_SHARED, severity=Severity.WARNING,
+                field="spec", message=f"Ingress {part.owner} of another namespace adds {what} "
+                                      f"to host {quote(host)}, which this Ingress owns"))
+        return True
+
     def _claim(self, part: IngressPart, claim: Claim) -> None:
+        if not self._admitted(part, claim.host, "paths", claim.where):
+            return
         slots = self.hosts.setdefault(claim.host, {})
         held = slots.get(claim.key)
         if held is None:
@@ -127,6 +160,8 @@ class IngressTranslation:
                               f"{self.default_certificate.name}", tls.where, Severity.WARNING)
             return
         for host in tls.hosts:
+            if not self._admitted(part, host, "a certificate", tls.where):
+                continue
             held = self.certificates.get(host)
             if held is None:
                 self.certificates[host] = cert
