@@ -46,7 +46,8 @@ def test_quote_is_bounded_and_says_the_size() -> None:
     assert quote("a.example.com") == "'a.example.com'"
     long = "x" * 1_000_000
     shown = quote(long)
-    assert len(shown) < 260 and "(1000000 bytes)" in shown
+    assert len(shown) < 260
+    assert "(1000000 bytes)" in shown
 
 
 def test_a_huge_value_does_not_make_a_huge_message() -> None:
@@ -103,10 +104,14 @@ def test_mismatched_pair_is_refused_and_good_pair_served() -> None:
     snap = snapshot(tls_secret("bad", "shop", GOOD_CERT, MISMATCHED_KEY),
                     tls_secret("good", "shop"))
     bad = certificate_from_secret(snap, "shop", "bad", ("a.example.com",))
-    assert bad.certificate is None and bad.error is not None
-    assert bad.error.reason is Reason.INVALID_SECRET and "mismatched" in bad.error.message
+    assert bad.certificate is None
+    assert bad.error is not None
+    assert bad.error.reason is Reason.INVALID_SECRET
+    assert "mismatched" in bad.error.message
     good = certificate_from_secret(snap, "shop", "good", ("a.example.com",))
-    assert good.certificate is not None and good.error is None and good.warning is None
+    assert good.certificate is not None
+    assert good.error is None
+    assert good.warning is None
 
 
 def test_certificate_validity_is_a_warning() -> None:
@@ -115,10 +120,12 @@ def test_certificate_validity_is_a_warning() -> None:
                     tls_secret("good", "shop"))
     old = certificate_from_secret(snap, "shop", "old", ())
     assert old.certificate is not None
-    assert old.warning is not None and old.warning.reason is Reason.CERTIFICATE_NOT_CURRENT
+    assert old.warning is not None
+    assert old.warning.reason is Reason.CERTIFICATE_NOT_CURRENT
     early = certificate_from_secret(snap, "shop", "good", (),
                                     now=datetime(2019, 1, 1, tzinfo=UTC))
-    assert early.warning is not None and "not valid before" in early.warning.message
+    assert early.warning is not None
+    assert "not valid before" in early.warning.message
 
 
 def test_an_unchanged_secret_is_parsed_once() -> None:
@@ -170,7 +177,8 @@ def test_not_owned_is_info_with_a_stable_reason() -> None:
     text = LB.replace("type: LoadBalancer,", "type: LoadBalancer, loadBalancerClass: other,")
     [problem] = translate(snapshot(text), OPTS).problems
     assert (problem.severity, problem.reason) == (Severity.INFO, Reason.NOT_OWNED)
-    assert Reason.NOT_OWNED.value == "NotOwned" and Severity.INFO.value == "info"
+    assert Reason.NOT_OWNED.value == "NotOwned"
+    assert Severity.INFO.value == "info"
     assert not translate(snapshot(text), OPTS).has_errors
 
 
