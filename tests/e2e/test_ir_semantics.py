@@ -32,7 +32,6 @@ from podway.ir import (
     Pool,
     PoolProtocol,
     PoolSettings,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -41,6 +40,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.server import XdsServer

@@ -11,12 +11,12 @@ from pydantic import Field, StrictBool, field_validator
 
 from podway.model.base import Int, K8sModel, K8sObject, NodePort, Port
 
-Protocol = Literal["TCP", "UDP", "SCTP"]
+TransportProtocol = Literal["TCP", "UDP", "SCTP"]
 
 
 class ServicePort(K8sModel):
     name: str = ""
-    protocol: Protocol = "TCP"
+    protocol: TransportProtocol = "TCP"
     port: Port
     target_port: Int | str | None = None  # a number (1-65535) or a container port's name
     node_port: NodePort | None = None
@@ -86,7 +86,7 @@ class Endpoint(K8sModel):
 
 class EndpointPort(K8sModel):
     name: str | None = None
-    protocol: Protocol = "TCP"
+    protocol: TransportProtocol = "TCP"
     port: Port | None = None
     app_protocol: str | None = None
 
@@ -110,7 +110,7 @@ class ContainerPort(K8sModel):
     name: str | None = None
     container_port: Port
     host_port: NodePort | None = None
-    protocol: Protocol = "TCP"
+    protocol: TransportProtocol = "TCP"
 
 
 class Container(K8sModel):

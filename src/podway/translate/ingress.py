@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from podway.ir import Listener, Protocol, TLSCertificate, VirtualHost, WildcardMode
+from podway.ir import Listener, ListenerProtocol, TLSCertificate, VirtualHost, WildcardMode
 from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
@@ -186,14 +186,15 @@ class IngressTranslation:
                                       routes=tuple(c.route for c in claims)))
         origins = tuple(sorted({r.origin for v in vhosts for r in v.routes}))
         out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
-                        protocol=Protocol.HTTP, virtual_hosts=tuple(vhosts), origins=origins)]
+                        protocol=ListenerProtocol.HTTP, virtual_hosts=tuple(vhosts),
+                        origins=origins)]
         certs = self._certificates()
         if certs:
             secure = tuple(v for v in vhosts if self._has_certificate(v.hostname))
             if secure:
                 out.append(Listener(
                     name="ingress/https", address=self.opts.address, port=self.opts.https_port,
-                    protocol=Protocol.HTTPS, virtual_hosts=secure, certificates=certs,
+                    protocol=ListenerProtocol.HTTPS, virtual_hosts=secure, certificates=certs,
                     origins=tuple(sorted({r.origin for v in secure for r in v.routes}))))
         return out
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podway.ir import Listener, Protocol
+from podway.ir import Listener, ListenerProtocol
 
 
-def family(protocol: Protocol) -> str:
+def family(protocol: ListenerProtocol) -> str:
     """The transport a listener binds: ``udp`` or ``tcp`` (HTTP, HTTPS, TLS ride on TCP)."""
-    return "udp" if protocol is Protocol.UDP else "tcp"
+    return "udp" if protocol is ListenerProtocol.UDP else "tcp"
 
 
 def wildcard(address: str) -> bool:
@@ -43,7 +43,8 @@ class PortTable:
 
     _taken: dict[tuple[int, str], list[tuple[str, str]]] = field(default_factory=dict)
 
-    def take(self, *, name: str, address: str, port: int, protocol: Protocol) -> Refusal | None:
+    def take(self, *, name: str, address: str, port: int,
+             protocol: ListenerProtocol) -> Refusal | None:
         """Give ``address:port`` to listener ``name``, or say who holds it already."""
         fam = family(protocol)
         held = self._taken.setdefault((port, fam), [])

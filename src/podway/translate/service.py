@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podway.ir import L4Route, Listener, Protocol, WeightedPool
+from podway.ir import L4Route, Listener, ListenerProtocol, WeightedPool
 from podway.model import Service
 from podway.translate.addresses import AddressChoice, choose_address
 from podway.translate.backends import PoolSpec, l4_pool, mode_problem
@@ -74,7 +74,7 @@ class ServiceTranslation:
                                              message=unusable, field=f"spec.ports[{i}].nodePort"))
             spec = l4_pool(service, port)
             self.pools.setdefault(spec.name, spec)
-            proto = Protocol.UDP if port.protocol == "UDP" else Protocol.TCP
+            proto = ListenerProtocol.UDP if port.protocol == "UDP" else ListenerProtocol.TCP
             lname = f"service/{ns}/{name}/{port.port}/{port.protocol.lower()}"
             self.listeners.append(Listener(
                 name=lname, address=choice.address, port=port.port, protocol=proto,

@@ -14,7 +14,6 @@ from podway.ir import (
     Listener,
     PathKind,
     PathMatch,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -23,6 +22,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds.build.listeners import listener as listener_resource
 from podway.xds.build.routes import route_configuration, route_configurations
 

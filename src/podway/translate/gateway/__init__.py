@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from types import MappingProxyType
 
-from podway.ir import Listener, Protocol
+from podway.ir import Listener, ListenerProtocol
 from podway.model import ObjectRef
 from podway.model.core import Namespace, Service
 from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
@@ -233,7 +233,7 @@ class GatewayTranslation:
             kept = []
             for att in outcome.attachments:
                 ls = att.listener
-                if ls.protocol in (Protocol.TCP, Protocol.UDP):
+                if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
                     owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
                     if owner != compiled_name(compiled):
                         continue
@@ -287,7 +287,7 @@ class GatewayTranslation:
     def _contribute(self, builder: PortBuilder, ls: GwListener, hostnames: tuple[str, ...],
                     compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
         if isinstance(compiled, CompiledRoute):
-            scheme = "https" if ls.protocol is Protocol.HTTPS else "http"
+            scheme = "https" if ls.protocol is ListenerProtocol.HTTPS else "http"
             builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port, scheme=scheme))
             return
         lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from podway.ir import (
     L4Route,
     Listener,
-    Protocol,
+    ListenerProtocol,
     Route,
     RouteMatch,
     TLSCertificate,
@@ -63,7 +63,7 @@ class PortBuilder:
 
     info: GatewayInfo  # the oldest Gateway on the port: it names the IR listener
     port: int
-    protocol: Protocol
+    protocol: ListenerProtocol
     members: list[GwListener] = field(default_factory=list)
     hosts: dict[str, list[_Entry]] = field(default_factory=dict)
     l4: dict[str, tuple[tuple[float, str], L4Route, set[str]]] = field(default_factory=dict)
@@ -73,7 +73,7 @@ class PortBuilder:
     @property
     def name(self) -> str:
         ns, name = self.info.gateway.key
-        suffix = "/udp" if self.protocol is Protocol.UDP else ""
+        suffix = "/udp" if self.protocol is ListenerProtocol.UDP else ""
         return f"gateway/{ns}/{name}/{self.port}{suffix}"
 
     @property
@@ -107,14 +107,14 @@ class PortBuilder:
         return lost
 
     def build(self) -> Listener:
-        if self.protocol in (Protocol.HTTP, Protocol.HTTPS):
+        if self.protocol in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
             return Listener(name=self.name, address=self.info.address, port=self.port,
                             protocol=self.protocol, virtual_hosts=self._vhosts(),
                             certificates=self._certificates(), origins=self.origins,
-                            sni_host_check=self.protocol is Protocol.HTTPS)
+                            sni_host_check=self.protocol is ListenerProtocol.HTTPS)
         routes = []
         for _age, l4, names in sorted(self.l4.values(), key=lambda t: (t[0], t[1].name)):
-            hosts = () if "*" in names or self.protocol is not Protocol.TLS else tuple(
+            hosts = () if "*" in names or self.protocol is not ListenerProtocol.TLS else tuple(
                 sorted(names, key=host_order))
             routes.append(L4Route(name=l4.name, backends=l4.backends, hostnames=hosts,
                                   origin=l4.origin))
@@ -169,7 +169,7 @@ class PortBuilder:
                      for n, c in sorted(named.items()))
 
 
-PortKey = tuple[str, int, Protocol]  # (address, port, protocol)
+PortKey = tuple[str, int, ListenerProtocol]  # (address, port, protocol)
 
 
 def share_ports(infos: list[GatewayInfo]) -> dict[PortKey, PortBuilder]:
@@ -186,7 +186,7 @@ def share_ports(infos: list[GatewayInfo]) -> dict[PortKey, PortBuilder]:
         for ls in info.listeners:
             if not ls.usable or ls.blocked or ls.protocol is None:
                 continue
-            family = (info.address, ls.spec.port, ls.protocol is Protocol.UDP)
+            family = (info.address, ls.spec.port, ls.protocol is ListenerProtocol.UDP)
             held = families.get(family)
             if held is None:
                 builder = PortBuilder(info=info, port=ls.spec.port, protocol=ls.protocol)
@@ -209,7 +209,7 @@ def _refusal(held: PortBuilder, ls: GwListener) -> str:
     if ls.protocol is not held.protocol:
         return (f"{where} is used by {held.protocol} listener {listener_id(first)} of an older "
                 "Gateway")
-    if ls.protocol in (Protocol.TCP, Protocol.UDP):
+    if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
         return f"{where} is used by listener {listener_id(first)} of an older Gateway"
     same = next((m for m in held.members if (m.hostname or "") == (ls.hostname or "")), None)
     if same is not None:

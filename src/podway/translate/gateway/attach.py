@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from podway.ir import Protocol, WildcardMode
+from podway.ir import ListenerProtocol, WildcardMode
 from podway.ir.hosts import covers
 from podway.model.gateway import GROUP, Gateway
 from podway.model.gateway_routes import ParentReference
@@ -112,7 +112,7 @@ def _one(ref: ParentRef, pref: ParentReference, info: GatewayInfo, *, kind: str,
                                                 f"namespace {namespace}"))
     outcome = ParentOutcome(ref, info, Verdict(True, Reason.ACCEPTED, "route accepted"))
     for ls in allowed:
-        if ls.protocol in (Protocol.TCP, Protocol.UDP):
+        if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
             outcome.attachments.append(Attachment(ls, ()))
             continue
         hosts = intersect(ls.hostname, hostnames)

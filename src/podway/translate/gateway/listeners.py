@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podway.ir import Protocol, TLSCertificate
+from podway.ir import ListenerProtocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
 from podway.translate.addresses import choose_address
@@ -22,13 +22,14 @@ from podway.translate.options import TranslateOptions
 from podway.translate.problems import Reason, Verdict, quote
 from podway.translate.tls import certificate_from_secret
 
+L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))
-KINDS_BY_PROTOCOL: dict[Protocol, tuple[tuple[str, str], ...]] = {
-    Protocol.HTTP: HTTP_KINDS,
-    Protocol.HTTPS: HTTP_KINDS,
-    Protocol.TLS: ((GROUP, "TLSRoute"),),
-    Protocol.TCP: ((GROUP, "TCPRoute"),),
-    Protocol.UDP: ((GROUP, "UDPRoute"),),
+KINDS_BY_PROTOCOL: dict[ListenerProtocol, tuple[tuple[str, str], ...]] = {
+    ListenerProtocol.HTTP: HTTP_KINDS,
+    ListenerProtocol.HTTPS: HTTP_KINDS,
+    ListenerProtocol.TLS: ((GROUP, "TLSRoute"),),
+    ListenerProtocol.TCP: ((GROUP, "TCPRoute"),),
+    ListenerProtocol.UDP: ((GROUP, "UDPRoute"),),
 }
 ACCEPTED = Verdict(True, Reason.ACCEPTED, "listener accepted")
 RESOLVED = Verdict(True, Reason.RESOLVED_REFS, "all references resolved")
@@ -39,7 +40,7 @@ class GwListener:
     gateway: Gateway
     spec: GatewayListener
     index: int
-    protocol: Protocol | None
+    protocol: ListenerProtocol | None
     kinds: tuple[tuple[str, str], ...] = ()
     accepted: Verdict = ACCEPTED
     resolved: Verdict = RESOLVED
@@ -57,7 +58,7 @@ class GwListener:
     @property
     def hostname(self) -> str | None:
         """The listener hostname where the protocol uses one (TCP and UDP ignore it)."""
-        if self.protocol in (Protocol.TCP, Protocol.UDP):
+        if self.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
             return None
         return self.spec.hostname
 
@@ -66,7 +67,7 @@ class GwListener:
         """Generates engine config: accepted, not conflicted, certificates where needed."""
         if not self.accepted.ok or self.conflicted is not None or self.protocol is None:
             return False
-        return self.protocol is not Protocol.HTTPS or bool(self.certificates)
+        return self.protocol is not ListenerProtocol.HTTPS or bool(self.certificates)
 
     @property
     def programmed(self) -> bool:
@@ -90,8 +91,9 @@ class GatewayInfo:
     listeners: list[GwListener] = field(default_factory=list)
 
 
-_PROTOCOLS = {"HTTP": Protocol.HTTP, "HTTPS": Protocol.HTTPS, "TLS": Protocol.TLS,
-              "TCP": Protocol.TCP, "UDP": Protocol.UDP}
+_PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
+              "TLS": ListenerProtocol.TLS,
+              "TCP": ListenerProtocol.TCP, "UDP": ListenerProtocol.UDP}
 
 
 def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
@@ -101,7 +103,7 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
-        if ls.accepted.ok and ls.protocol is Protocol.HTTPS:
+        if ls.accepted.ok and ls.protocol is ListenerProtocol.HTTPS:
             _certificates(ls, snapshot, grants)
         if issue is not None and not issue.usable:
             ls.blocked = issue.message
@@ -138,21 +140,21 @@ def _validate(ls: GwListener) -> None:
                               f"protocol {quote(spec.protocol)} is not supported "
                               "(HTTP, HTTPS, TLS, TCP, UDP)")
         return
-    if spec.hostname is not None and ls.protocol not in (Protocol.TCP, Protocol.UDP) \
+    if spec.hostname is not None and ls.protocol not in L4_PROTOCOLS \
             and not valid_hostname(spec.hostname):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
                               f"hostname {quote(spec.hostname)} is not a DNS name "
                               "(a leading '*.' is allowed)")
         return
     tls = spec.tls
-    if ls.protocol in (Protocol.HTTP, Protocol.TCP, Protocol.UDP) and tls is not None:
+    if ls.protocol in (ListenerProtocol.HTTP, *L4_PROTOCOLS) and tls is not None:
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
                               f"tls must not be set for {spec.protocol}")
         return
-    if ls.protocol is Protocol.HTTPS and (tls is None or tls.mode != "Terminate"):
+    if ls.protocol is ListenerProtocol.HTTPS and (tls is None or tls.mode != "Terminate"):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "HTTPS needs tls.mode Terminate")
         return
-    if ls.protocol is Protocol.TLS and (tls is None or tls.mode != "Passthrough"):
+    if ls.protocol is ListenerProtocol.TLS and (tls is None or tls.mode != "Passthrough"):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
                               "TLS listeners support tls.mode Passthrough only")
         return
@@ -207,8 +209,8 @@ def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:
         ls.resolved = Verdict(False, reason, message)
 
 
-def _family(protocol: Protocol | None) -> str:
-    return "udp" if protocol is Protocol.UDP else "tcp"
+def _family(protocol: ListenerProtocol | None) -> str:
+    return "udp" if protocol is ListenerProtocol.UDP else "tcp"
 
 
 def _conflicts(listeners: list[GwListener]) -> None:

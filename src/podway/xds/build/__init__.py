@@ -18,7 +18,8 @@ from types import MappingProxyType
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
-from podway.ir import IR, Listener, Persistence, Pool, Protocol
+from podway.ir import IR, Listener, Persistence, Pool
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
 from podway.xds.build.clusters import cluster
 from podway.xds.build.endpoints import load_assignment

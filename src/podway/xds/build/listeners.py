@@ -30,7 +30,8 @@ from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
-from podway.ir import L4Route, Listener, Protocol, TLSCertificate
+from podway.ir import L4Route, Listener, TLSCertificate
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds.build.common import ads_source, pack, stat_prefix
 
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).

@@ -37,7 +37,6 @@ from podway.ir import (
     Mirror,
     PathKind,
     Persistence,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -47,6 +46,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 from podway.ir.hosts import covers, host_order
 from podway.xds.build.common import duration
 from podway.xds.build.listeners import sni_tables
