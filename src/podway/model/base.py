@@ -31,9 +31,17 @@ class K8sModel(BaseModel):
     )
 
 
+# Kubernetes names: an RFC 1123 subdomain (most kinds) and an RFC 1123 label (namespaces). They
+# become parts of engine resource names and of messages, so nothing else may get through.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+SectionName = ObjectName  # Gateway listener names, parentRef sectionName
+
+
 class ObjectMeta(K8sModel):
-    name: str = Field(min_length=1)
-    namespace: str = "default"
+    name: ObjectName
+    namespace: Annotated[str, Field(max_length=63, pattern=DNS_LABEL)] = "default"
     uid: str = ""
     generation: Int = 0
     resource_version: str = ""

@@ -45,3 +45,32 @@ def test_endpoint_conditions_are_strict_booleans() -> None:
     """`ready: "yes"` is refused rather than read as true."""
     assert not load_text(SLICE.format(ready='"yes"')).objects
     assert load_text(SLICE.format(ready="false")).objects
+
+
+@pytest.mark.parametrize(("name", "namespace"), [
+    ("Web", "d"), ("web_1", "d"), ("x" * 254, "d"), ("web", "Team"), ("web", "a.b"),
+    ("web", "n" * 64)])
+def test_names_outside_kubernetes_rules_are_load_errors(name: str, namespace: str) -> None:
+    """Object names are RFC 1123 subdomains and namespaces labels, as the API server checks:
+    nothing else reaches engine resource names or messages."""
+    text = f"""
+apiVersion: v1
+kind: Service
+metadata: {{name: "{name}", namespace: "{namespace}"}}
+"""
+    loaded = load_text(text)
+    assert not loaded.objects
+    assert loaded.errors
+
+
+def test_gateway_listener_names_are_section_names() -> None:
+    """A listener name with spaces is refused on load."""
+    text = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: d}
+spec:
+  gatewayClassName: podway
+  listeners: [{name: "my listener", port: 80, protocol: HTTP}]
+"""
+    assert not load_text(text).objects

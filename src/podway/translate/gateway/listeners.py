@@ -165,7 +165,9 @@ def _validate(ls: GwListener) -> None:
         return
     ls.kinds = tuple(dict.fromkeys((k.group, k.kind) for k in wanted
                                    if (k.group, k.kind) in supported))
-    bad = [f"{k.group}/{k.kind}" for k in wanted if (k.group, k.kind) not in supported]
+    bad = [quote(f"{k.group}/{k.kind}") for k in wanted if (k.group, k.kind) not in supported]
+    if len(bad) > 3:
+        bad[3:] = [f"and {len(bad) - 3} more"]
     if bad:
         ls.resolved = Verdict(False, Reason.INVALID_ROUTE_KINDS,
                               f"route kinds {', '.join(bad)} cannot attach to a "
@@ -184,7 +186,7 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -
         target_ns = ref.namespace or ns
         if ref.group != "" or ref.kind != "Secret":
             _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
-                        f"certificateRef kind {ref.kind} is not supported (core Secret)")
+                        f"certificateRef kind {quote(ref.kind)} is not supported (core Secret)")
             continue
         if not grants.permits(from_group=GROUP, from_kind="Gateway", from_namespace=ns,
                               to_group="", to_kind="Secret", to_namespace=target_ns,

@@ -17,7 +17,7 @@ from podway.model.gateway import ReferenceGrant
 from podway.model.gateway_routes import BackendObjectReference
 from podway.model.snapshot import Snapshot
 from podway.translate.backends import PoolSpec, find_port, http_pool, l4_pool
-from podway.translate.problems import Reason
+from podway.translate.problems import Reason, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ def resolve_backend(ref: BackendObjectReference, *, referrer: Referrer, flavour:
     a policy whose CA cannot be resolved makes the backend unusable (fail closed).
     """
     if ref.group != "" or ref.kind != "Service":
-        kind = f"{ref.group}/{ref.kind}" if ref.group else ref.kind
+        kind = quote(f"{ref.group}/{ref.kind}" if ref.group else ref.kind)
         return RefIssue(Reason.INVALID_KIND,
                         f"backendRef kind {kind} is not supported (core Service)")
     ns = ref.namespace or referrer.namespace
