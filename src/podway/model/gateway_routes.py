@@ -8,7 +8,7 @@ translator, which reports them in route status.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,11 @@ from podway.model.base import Int, K8sModel, K8sObject, Port
 from podway.model.gateway import GROUP
 
 StringMatchType = Literal["Exact", "RegularExpression"]
+# The API schema's header (and query parameter) name: an RFC 7230 token. Values must not hold
+# CR, LF or NUL, which the engine refuses and which would split a header.
+HeaderName = Annotated[str, Field(min_length=1, max_length=256,
+                                  pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")]
+HeaderValue = Annotated[str, Field(max_length=4096, pattern=r"^[^\r\n\x00]*$")]
 
 
 class ParentReference(K8sModel):
@@ -36,14 +41,14 @@ class BackendObjectReference(K8sModel):
 
 
 class HTTPHeader(K8sModel):
-    name: str = Field(min_length=1)
-    value: str = ""
+    name: HeaderName
+    value: HeaderValue = ""
 
 
 class HeaderFilter(K8sModel):
     set: tuple[HTTPHeader, ...] = ()
     add: tuple[HTTPHeader, ...] = ()
-    remove: tuple[str, ...] = ()
+    remove: tuple[HeaderName, ...] = ()
 
 
 class Fraction(K8sModel):
@@ -99,8 +104,8 @@ class HTTPPathMatch(K8sModel):
 
 class HTTPHeaderMatch(K8sModel):
     type: StringMatchType = "Exact"
-    name: str = Field(min_length=1)
-    value: str
+    name: HeaderName
+    value: HeaderValue
 
 
 class HTTPRouteMatch(K8sModel):

@@ -214,3 +214,41 @@ def test_strict_host_ownership_refuses_other_namespaces() -> None:
     refused = [p for p in strict.problems if str(p.ref) == "Ingress/evil/b"]
     assert Reason.HOST_CONFLICT in {p.reason for p in refused}
     assert Reason.HOST_SHARED not in {p.reason for p in strict.problems}
+
+
+ROUTE = """
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: podway}
+spec: {controllerName: podway.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  gatewayClassName: podway
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [%s]}}]
+"""
+
+
+def test_modifying_the_host_header_is_refused_as_a_problem() -> None:
+    """The engine refuses route tables that modify Host; the rule gets a problem instead."""
+    result = translate(snapshot(ROUTE % "{name: Host, value: evil.example.com}"), OPTS)
+    [problem] = [p for p in result.problems if str(p.ref) == "HTTPRoute/shop/r"]
+    assert problem.reason is Reason.UNSUPPORTED_VALUE
+    assert "'host' cannot be modified" in problem.message
+
+
+def test_header_names_and_values_the_engine_refuses_are_load_errors() -> None:
+    """A header name with a space or a value with a newline never loads."""
+    for header in ('{name: "X Bad", value: v}', '{name: X-Ok, value: "a\\nb"}'):
+        loaded = load_text(ROUTE % header)
+        assert loaded.errors, header

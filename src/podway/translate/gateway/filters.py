@@ -55,9 +55,19 @@ class RedirectSpec:
                         prefix=self.prefix, status_code=self.status_code)
 
 
+# Headers the engine refuses to modify (it NACKs the whole route table over one of them).
+PROTECTED_HEADERS = frozenset({"host"})
+
+
 def header_modifier(spec: HeaderFilter | None, *, response: bool) -> HeaderModifier:
     if spec is None:
         raise FilterError(Reason.UNSUPPORTED_VALUE, "filter has no configuration for its type")
+    names = [h.name for h in (*spec.set, *spec.add)] + list(spec.remove)
+    protected = sorted({n.lower() for n in names} & PROTECTED_HEADERS)
+    if protected:
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
+                          f"header {protected[0]!r} cannot be modified (use a URLRewrite "
+                          "hostname to change the Host)")
     return HeaderModifier(response=response,
                           set=tuple((h.name, h.value) for h in spec.set),
                           add=tuple((h.name, h.value) for h in spec.add),
