@@ -38,13 +38,20 @@ def validate(
     status_file: Annotated[Path | None, typer.Option(
         help="Write the status of every object Podway owns (Gateway API) to this YAML file.")]
     = None,
+    manifest_addresses: Annotated[bool, typer.Option(
+        "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
+        "(default: every listener binds --address).")] = False,
+    strict_host_ownership: Annotated[bool, typer.Option(
+        "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
+        "Ingress owns (default: serve them and warn both).")] = False,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
     out = Console()
     err = Console(stderr=True)
     loaded = load_paths(paths)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                            mode=mode)
+                            mode=mode, manifest_addresses=manifest_addresses,
+                            strict_host_ownership=strict_host_ownership)
     result = translate(Snapshot.of_objects(loaded.objects), opts)
     for error in loaded.errors:
         err.print(f"[red]error[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
