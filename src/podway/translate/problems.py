@@ -52,7 +52,6 @@ class Reason(StrEnum):
     # Values the engine would refuse, settings Podway does not serve
     INVALID_ADDRESS = "InvalidAddress"
     ADDRESS_NOT_ALLOWED = "AddressNotAllowed"
-    INVALID_PORT = "InvalidPort"
     INVALID_ANNOTATION = "InvalidAnnotation"
     UNSUPPORTED_ANNOTATION = "UnsupportedAnnotation"
     UNSUPPORTED_FIELD = "UnsupportedField"
