@@ -117,8 +117,10 @@ def _merge(structure: tuple[Problem, ...],
     """Structure problems plus member problems (one slice may feed several pools: once)."""
     if not any(by_pool.values()):
         return structure
-    extra = dict.fromkeys(p for problems in by_pool.values() for p in problems)
-    return tuple(sorted({*structure, *extra}, key=_problem_order))
+    seen = set(structure)
+    extra = [p for p in dict.fromkeys(p for problems in by_pool.values() for p in problems)
+             if p not in seen]
+    return tuple(sorted([*structure, *extra], key=_problem_order))
 
 
 def _problem_order(p: Problem) -> tuple[object, ...]:
