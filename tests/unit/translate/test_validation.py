@@ -3,7 +3,11 @@ keeps serving; messages never copy whole inputs."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from podway.model import EndpointSlice, Snapshot
 from podway.model.loader import load_text
@@ -24,7 +28,7 @@ spec: {type: LoadBalancer, ports: [{name: http, port: 8000}]}
 
 
 def slice_with(*addresses: str, name: str = "web-a") -> str:
-    eps = ", ".join(f"{{addresses: [{a!r}]}}" for a in addresses)
+    eps = ", ".join(f"{{addresses: [{json.dumps(a)}]}}" for a in addresses)
     return f"""
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -252,3 +256,20 @@ def test_header_names_and_values_the_engine_refuses_are_load_errors() -> None:
     for header in ('{name: "X Bad", value: v}', '{name: X-Ok, value: "a\\nb"}'):
         loaded = load_text(ROUTE % header)
         assert loaded.errors, header
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.ip_addresses(v=4).map(str), st.ip_addresses(v=6).map(str),
+                          st.text(max_size=20)), min_size=1, max_size=6))
+def test_every_member_address_is_an_ip_of_the_slice_family(addresses: list[str]) -> None:
+    """Whatever an IPv4 EndpointSlice holds, members are IPv4 addresses and each address left
+    out is reported on the slice."""
+    loaded = load_text(LB + "\n---\n" + slice_with(*addresses))
+    if loaded.errors:  # text the YAML or the model refuses never reaches translation
+        return
+    result = translate(Snapshot.of_objects(loaded.objects), OPTS)
+    members = [m.address for pool in result.ir.pools.values() for m in pool.members]
+    assert all(address_problem(a, "IPv4") is None for a in members)
+    bad = [a for a in addresses if address_problem(a, "IPv4") is not None]
+    reported = [p for p in result.problems if p.reason is Reason.INVALID_ADDRESS]
+    assert len(reported) == len(bad)
