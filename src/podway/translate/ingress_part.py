@@ -29,7 +29,7 @@ from podway.translate.annotations import foreign_annotations
 from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity, Verdict, quote
+from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
 
 T = TypeVar("T", bound=K8sObject)
@@ -217,7 +217,7 @@ class _Builder:
         found = certificate_from_secret(self.snapshot, ns, secret_name, valid)
         if found.error is not None or found.certificate is None:
             error = found.error or Verdict(False, Reason.INVALID_SECRET, "no certificate")
-            self.problem(error.reason, f"{error.message}; hosts {', '.join(valid) or '(all)'} "
+            self.problem(error.reason, f"{error.message}; hosts {listing(valid) or '(all)'} "
                          "are left out of the HTTPS listener", f"{where}.secretName")
             return
         if found.warning is not None:

@@ -103,6 +103,12 @@ class Problem:
         return f"{self.severity} {self.ref} {self.reason}: {self.message}{at}"
 
 
+def listing(items: list[str] | tuple[str, ...], limit: int = 5) -> str:
+    """``a, b, c`` — at most ``limit`` items, then how many more."""
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
+
+
 def quote(text: str, limit: int = QUOTE_LIMIT) -> str:
     """User text for a message: ``repr`` when short, else its first ``limit`` characters and
     the full size, so a message never copies a whole input."""

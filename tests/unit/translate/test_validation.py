@@ -273,3 +273,20 @@ def test_every_member_address_is_an_ip_of_the_slice_family(addresses: list[str])
     bad = [a for a in addresses if address_problem(a, "IPv4") is not None]
     reported = [p for p in result.problems if p.reason is Reason.INVALID_ADDRESS]
     assert len(reported) == len(bad)
+
+
+def test_lists_in_messages_are_bounded() -> None:
+    """A TLS entry naming thousands of hosts is summarised, not copied, in its message."""
+    hosts = ", ".join(f"h{i}.example.com" for i in range(3000))
+    text = f"""
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: many, namespace: shop}}
+spec:
+  ingressClassName: podway
+  tls: [{{hosts: [{hosts}], secretName: missing}}]
+"""
+    [problem] = [p for p in translate(snapshot(text), OPTS).problems
+                 if p.reason is Reason.SECRET_NOT_FOUND]
+    assert "and 2995 more" in problem.message
+    assert len(problem.message) < 400

@@ -41,7 +41,7 @@ from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, r
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
 from podway.translate.ports import PortTable
-from podway.translate.problems import Problem, Reason, Severity, Verdict, quote
+from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
 from podway.translate.status import ObjectStatus
 
 _FLAVOUR = {"HTTPRoute": "http", "GRPCRoute": "grpc", "TLSRoute": "tls", "TCPRoute": "tcp",
@@ -295,7 +295,7 @@ class GatewayTranslation:
                               origin=compiled.route.ref)
         if lost:
             state.issues.append(Issue(Reason.HOSTNAME_CONFLICT,
-                                      f"SNI {', '.join(lost)} on listener {ls.name} already "
+                                      f"SNI {listing(lost)} on listener {ls.name} already "
                                       "routes to an older TLSRoute", "spec.hostnames",
                                       warning=True))
 

@@ -19,7 +19,7 @@ from podway.translate.addresses import choose_address
 from podway.translate.gateway.refs import ReferenceGrants
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Reason, Verdict, quote
+from podway.translate.problems import Reason, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
 
 L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
@@ -166,11 +166,9 @@ def _validate(ls: GwListener) -> None:
     ls.kinds = tuple(dict.fromkeys((k.group, k.kind) for k in wanted
                                    if (k.group, k.kind) in supported))
     bad = [quote(f"{k.group}/{k.kind}") for k in wanted if (k.group, k.kind) not in supported]
-    if len(bad) > 3:
-        bad[3:] = [f"and {len(bad) - 3} more"]
     if bad:
         ls.resolved = Verdict(False, Reason.INVALID_ROUTE_KINDS,
-                              f"route kinds {', '.join(bad)} cannot attach to a "
+                              f"route kinds {listing(bad)} cannot attach to a "
                               f"{spec.protocol} listener")
 
 
@@ -234,7 +232,7 @@ def _conflicts(listeners: list[GwListener]) -> None:
             by_host.setdefault(ls.hostname or "", []).append(ls)
         for host, same in by_host.items():
             if len(same) > 1:
-                others = ", ".join(s.name for s in same)
+                others = listing([s.name for s in same])
                 shown = host or "(no hostname)"
                 for ls in same:
                     ls.conflicted = Verdict(False, Reason.HOSTNAME_CONFLICT,
