@@ -13,7 +13,8 @@ import pytest
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
-from podway.ir import IR, L4Route, Listener, Member, ObjectRef, Pool, PoolProtocol, Protocol
+from podway.ir import IR, L4Route, Listener, Member, ObjectRef, Pool, PoolProtocol
+from podway.ir import ListenerProtocol as Protocol
 from podway.ir import PoolSettings as Settings
 from podway.ir import WeightedPool as Share
 from podway.xds.cache import Cache

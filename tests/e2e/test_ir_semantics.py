@@ -34,7 +34,6 @@ from podway.ir import (
     Pool,
     PoolProtocol,
     PoolSettings,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -43,6 +42,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds.cache import Cache
 from podway.xds.server import XdsServer
 

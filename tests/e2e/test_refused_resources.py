@@ -18,7 +18,8 @@ import pytest
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
-from podway.ir import IR, Listener, Member, Pool, Protocol
+from podway.ir import IR, Listener, Member, Pool
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds.cache import Cache
 from podway.xds.protocol import Event, Nack
 from podway.xds.server import XdsServer

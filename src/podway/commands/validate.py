@@ -43,6 +43,12 @@ def validate(
     status_file: Annotated[Path | None, typer.Option(
         help="Write the status document (as `run --status-file`, see docs/run.md) here.")]
     = None,
+    manifest_addresses: Annotated[bool, typer.Option(
+        "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
+        "(default: every listener binds --address).")] = False,
+    strict_host_ownership: Annotated[bool, typer.Option(
+        "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
+        "Ingress owns (default: serve them and warn both).")] = False,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
     check_address("--address", address)
@@ -52,7 +58,8 @@ def validate(
     err = Console(stderr=True)
     loaded = load_paths(paths)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                            mode=mode)
+                            mode=mode, manifest_addresses=manifest_addresses,
+                            strict_host_ownership=strict_host_ownership)
     snapshot = Snapshot.of_objects(loaded.objects)
     result = translate(snapshot, opts)
     document = build(snapshot=snapshot, result=result, load_errors=loaded.errors,

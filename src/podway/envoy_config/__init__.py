@@ -28,7 +28,8 @@ from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
 from podway.envoy_config.routes import route_configurations
 from podway.envoy_config.secrets import secret
-from podway.ir import IR, Listener, Persistence, Pool, Protocol
+from podway.ir import IR, Listener, Persistence, Pool
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
 
 

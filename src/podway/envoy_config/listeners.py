@@ -31,7 +31,8 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
 from podway.envoy_config.common import ads_source, pack, stat_prefix
-from podway.ir import L4Route, Listener, Protocol, TLSCertificate
+from podway.ir import L4Route, Listener, TLSCertificate
+from podway.ir import ListenerProtocol as Protocol
 
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).
 NO_POOL = "podway/no-pool"

@@ -40,7 +40,6 @@ from podway.ir import (
     Mirror,
     PathKind,
     Persistence,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -50,7 +49,8 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
-from podway.translate.hosts import covers, host_order
+from podway.ir import ListenerProtocol as Protocol
+from podway.ir.hosts import covers, host_order
 
 _MILLION = 1_000_000
 _REDIRECT_CODES = {

@@ -7,7 +7,8 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
 from podway.envoy_config.clusters import cluster
 from podway.envoy_config.listeners import NO_POOL, listener
-from podway.ir import L4Route, Listener, ObjectRef, PoolSettings, Protocol, UpstreamTLS
+from podway.ir import L4Route, Listener, ObjectRef, PoolSettings, UpstreamTLS
+from podway.ir import ListenerProtocol as Protocol
 from podway.ir import WeightedPool as Share
 
 ORIGIN = ObjectRef("TCPRoute", "default", "db")

@@ -18,7 +18,6 @@ from podway.ir import (
     PathKind,
     PathMatch,
     PoolSettings,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -27,6 +26,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 
 from .helpers import ORIGIN, http_listener, route, vhost
 
