@@ -220,7 +220,8 @@ class _Views:
             while not hub.closed:
                 got = await hub.newer(seq, wait_s=15.0)
                 if got is None:
-                    await response.write(b": keep-alive\n\n")
+                    if not hub.closed:
+                        await response.write(b": keep-alive\n\n")
                     continue
                 seq, document = got
                 await response.write(f"data: {json.dumps(document)}\n\n".encode())

@@ -1,0 +1,100 @@
+"""The dashboard app: live documents over server-sent events, and a stream that ends with the
+app; no engine request while nobody watches."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp.test_utils import TestClient, TestServer
+
+from podway.dashboard.app import DashboardOptions, make_app
+from podway.dashboard.view import ViewOptions
+from podway.pipeline import State
+
+from .test_view import state as make_state
+
+
+class Provider:
+    """A state provider fed by the test, with the pipeline's coalescing contract."""
+
+    def __init__(self) -> None:
+        self.state: State | None = None
+        self._changed = asyncio.Event()
+
+    def publish(self, state: State) -> None:
+        self.state = state
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def states(self) -> AsyncIterator[State]:
+        seen = None
+        while True:
+            if self.state is not None and self.state is not seen:
+                seen = self.state
+                yield seen
+            await self._changed.wait()
+
+
+async def next_event(lines: asyncio.StreamReader) -> dict[str, object]:
+    while True:
+        line = (await lines.readline()).decode()
+        if line.startswith("data: "):
+            document: dict[str, object] = json.loads(line.removeprefix("data: "))
+            return document
+
+
+async def test_a_stream_gets_each_new_state_and_ends_with_the_app() -> None:
+    """The first event is the current document; a new state is pushed without asking; closing
+    the app ends the open stream at once (the browser's EventSource then reconnects)."""
+    provider = Provider()
+    asked: list[int] = []
+
+    def admin() -> None:
+        asked.append(1)
+
+    app = make_app(provider, engine_admin=admin,
+                   options=DashboardOptions(view=ViewOptions(refresh_s=3600)))
+    server = TestServer(app)
+    await server.start_server()
+    session = aiohttp.ClientSession()
+    try:
+        first_state = make_state()
+        provider.publish(first_state)
+        response = await session.get(server.make_url("/api/events"))
+        first = await asyncio.wait_for(next_event(response.content), 10)
+        if first["ready"] is False:  # the stream opened before the hub saw the state
+            first = await asyncio.wait_for(next_event(response.content), 10)
+        assert first["generation"] == first_state.generation
+        provider.publish(make_state(a_ready=False))
+        second = await asyncio.wait_for(next_event(response.content), 10)
+        pool, = second["pools"]  # type: ignore[misc]
+        assert {m["health"] for m in pool["members"]} == {"healthy", "unhealthy"}
+        assert asked == []  # states alone never ask the engine
+        await server.close()
+        rest = await asyncio.wait_for(response.content.read(), 10)  # EOF, not a time-out
+        assert rest.strip() == b""
+    finally:
+        await session.close()
+        await server.close()
+
+
+async def test_api_state_looks_at_the_engine_once_when_nobody_watches() -> None:
+    """/api/state with no stream open samples the engine then (not on a timer)."""
+    provider = Provider()
+    asked: list[int] = []
+
+    def admin() -> None:
+        asked.append(1)
+
+    app = make_app(provider, engine_admin=admin,
+                   options=DashboardOptions(view=ViewOptions(refresh_s=3600)))
+    async with TestClient(TestServer(app)) as client:
+        provider.publish(make_state())
+        response = await client.get("/api/state")
+        assert response.status == 200
+        assert asked == [1]
+        response = await client.get("/explain", params={"url": "ftp://x"})
+        assert response.status == 400
