@@ -10,10 +10,10 @@ step), ``/api/state`` (the view document, ``podway.dashboard.view``), ``/api/eve
 
 Invariants:
 
-* One ``Hub`` per app builds the document: at each new state, and every ``refresh_s`` while
-  someone watches (an event stream is open, or ``/api/state`` was asked recently), when it also
+* One ``Hub`` per app builds the document while someone watches (an event stream is open, or
+  ``/api/state`` was asked recently): at each new state, and every ``refresh_s``, when it also
   samples the engine (two admin requests, bounded by ``scrape_limit_s``). Nobody watching: no
-  engine traffic at all.
+  engine traffic and no document built; the next viewer gets one built for them.
 * A stream gets the newest document, never a backlog; identical documents are not re-sent.
 * Shutting the app down ends every open stream at once (no handler waits for a timeout).
 """
@@ -70,6 +70,7 @@ class Hub:
         self.options = options
         self.engine_admin = engine_admin
         self.document: dict[str, Any] = view.build(None, options=options.view)
+        self.encoded = json.dumps(self.document).encode()  # once per document, not per stream
         self.seq = 1
         self.watchers = 0
         self._asked_at = -1e9  # monotonic time of the last /api/state
@@ -78,6 +79,7 @@ class Hub:
         self._samples: tuple[engine_view.Sample | None, engine_view.Sample | None] = (None, None)
         self._nacks: deque[view.SeenRejection] = deque(maxlen=options.nack_history)
         self._known: set[Rejection] = set()
+        self._stale = False  # a state came while nobody watched: build before showing
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -87,7 +89,10 @@ class Hub:
     async def _follow(self) -> None:
         async for state in self.provider.states():
             self._note_rejections(state)
-            self._rebuild()
+            if self.watched():
+                self._rebuild()
+            else:
+                self._stale = True
 
     async def _tick(self) -> None:
         while True:
@@ -110,10 +115,13 @@ class Hub:
 
     async def _sample(self) -> None:
         address = self.engine_admin() if self.engine_admin else None
+        state = self.provider.state
+        checked = state is not None and any(
+            p.settings.health_check is not None for p in state.ir.pools.values())
         now = None
         if address:
             try:
-                now = await engine_view.sample(address, now=time.monotonic(),
+                now = await engine_view.sample(address, now=time.monotonic(), health=checked,
                                                limit_s=self.options.scrape_limit_s)
             except (OSError, TimeoutError) as exc:
                 log.debug("dashboard: engine admin did not answer: %s", exc)
@@ -126,26 +134,34 @@ class Hub:
                 self._nacks.appendleft(view.SeenRejection(at=stamp, rejection=rejection))
         self._known = set(state.rejections)
 
+    def fresh(self) -> None:
+        """Build the document now if a state came while nobody watched."""
+        if self._stale:
+            self._rebuild()
+
     def _rebuild(self) -> None:
+        self._stale = False
         before, now = self._samples
         document = view.build(self.provider.state, options=self.options.view, now=now,
                               before=before, nacks=tuple(self._nacks))
         if document != self.document:
             self.document = document
+            self.encoded = json.dumps(document).encode()
             self.seq += 1
             changed, self._changed = self._changed, asyncio.Event()
             changed.set()
 
-    async def newer(self, seq: int, *, wait_s: float) -> tuple[int, dict[str, Any]] | None:
-        """The document once it is newer than ``seq``; None after ``wait_s`` or on close."""
+    async def newer(self, seq: int, *, wait_s: float) -> tuple[int, bytes] | None:
+        """The document (JSON) once it is newer than ``seq``; None after ``wait_s`` or on
+        close."""
         if self.seq > seq:
-            return self.seq, self.document
+            return self.seq, self.encoded
         if self._closed:
             return None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait_s):
                 await self._changed.wait()
-        return (self.seq, self.document) if self.seq > seq and not self._closed else None
+        return (self.seq, self.encoded) if self.seq > seq and not self._closed else None
 
     def close(self) -> None:
         self._closed = True
@@ -207,7 +223,7 @@ class _Views:
         if not self.hub.watched():
             await self.hub.look()
         self.hub.asked()
-        return web.json_response(self.hub.document)
+        return web.Response(body=self.hub.encoded, content_type="application/json")
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
@@ -215,6 +231,7 @@ class _Views:
         await response.prepare(request)
         hub = self.hub
         hub.watchers += 1
+        hub.fresh()
         seq = 0
         try:
             while not hub.closed:
@@ -223,8 +240,8 @@ class _Views:
                     if not hub.closed:
                         await response.write(b": keep-alive\n\n")
                     continue
-                seq, document = got
-                await response.write(f"data: {json.dumps(document)}\n\n".encode())
+                seq, encoded = got
+                await response.write(b"data: " + encoded + b"\n\n")
         except ConnectionResetError:
             pass  # the browser went away
         finally:

@@ -1,15 +1,18 @@
 """What the engine says: request counters, latency quantiles and member health, from Envoy's admin.
 
-``sample`` makes two admin requests — ``/stats?format=json`` filtered to the few request stats
-the dashboard shows, and ``/clusters?format=json`` for each member's health flags — and returns a
-frozen ``Sample``. Everything else here is pure: parsing those answers, and ``rates`` between two
-samples. The cost is bounded by the caller (one sample per refresh interval, only while someone
-watches) and by the bootstrap (per-pool stats exist only with ``--envoy-stats detailed``; without
-them the figures are per listener, and pools show health only).
+``sample`` makes one or two admin requests — ``/stats?format=json`` filtered to the few request
+stats the dashboard shows, and, only when asked (some pool has an active health check: else
+Envoy knows no more of a member's health than the IR's readiness), ``/clusters?format=json`` for
+each member's health flags — and returns a frozen ``Sample``. Parsing runs in a worker thread:
+at 4,000 pools the clusters answer is ~5 MB. Everything else here is pure: parsing those
+answers, and ``rates`` between two samples. The cost is bounded by the caller (one sample per
+refresh interval, only while someone watches) and by the bootstrap (per-pool stats exist only
+with ``--envoy-stats detailed``; without them the figures are per listener).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Mapping
@@ -68,14 +71,19 @@ class Rates:
     p99_ms: float | None
 
 
-async def sample(address: str, *, now: float, limit_s: float = 2.0) -> Sample:
-    """Ask the engine at ``address`` (raises OSError/TimeoutError when it does not answer)."""
+async def sample(address: str, *, now: float, health: bool = True,
+                 limit_s: float = 2.0) -> Sample:
+    """Ask the engine at ``address`` (raises OSError/TimeoutError when it does not answer);
+    member health only with ``health``."""
     path = f"/stats?format=json&filter={quote(STATS_FILTER, safe='')}"
     _, stats_body = await admin.request(address, path, limit_s=limit_s)
-    _, clusters_body = await admin.request(address, "/clusters?format=json", limit_s=limit_s)
-    listeners, pools = parse_stats(stats_body)
-    return Sample(taken_at=now, listeners=listeners, pools=pools,
-                  hosts=parse_clusters(clusters_body))
+    listeners, pools = await asyncio.to_thread(parse_stats, stats_body)
+    hosts: Mapping[tuple[str, str], HostHealth] = MappingProxyType({})
+    if health:
+        _, clusters_body = await admin.request(address, "/clusters?format=json",
+                                               limit_s=limit_s)
+        hosts = await asyncio.to_thread(parse_clusters, clusters_body)
+    return Sample(taken_at=now, listeners=listeners, pools=pools, hosts=hosts)
 
 
 def parse_stats(body: str) -> tuple[Mapping[str, Figures], Mapping[str, Figures]]:
