@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 
-from podway.dashboard.app import DashboardOptions, make_app
+from podway.dashboard.app import DashboardOptions, Hub, make_app
 from podway.dashboard.view import ViewOptions
 from podway.pipeline import State
 
@@ -98,3 +98,56 @@ async def test_api_state_looks_at_the_engine_once_when_nobody_watches() -> None:
         assert asked == [1]
         response = await client.get("/explain", params={"url": "ftp://x"})
         assert response.status == 400
+
+
+def with_health_check(state: State) -> State:
+    """``state`` with an active HTTP check on every pool."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    from podway.ir import HealthCheck
+
+    pools = {name: replace(pool, settings=replace(pool.settings,
+                                                  health_check=HealthCheck(path="/healthz")))
+             for name, pool in state.ir.pools.items()}
+    ir = replace(state.ir, pools=MappingProxyType(pools))
+    return replace(state, result=replace(state.result, ir=ir))
+
+
+async def test_envoy_member_health_is_asked_only_when_a_pool_has_a_check() -> None:
+    """Without active checks one admin request (/stats) per sample; with them /clusters too,
+    and a member failing Envoy's check shows unhealthy with Envoy's reason."""
+    from aiohttp import web
+
+    paths: list[str] = []
+
+    async def stats(request: web.Request) -> web.Response:
+        paths.append(request.path)
+        return web.json_response({"stats": []})
+
+    async def clusters(request: web.Request) -> web.Response:
+        paths.append(request.path)
+        return web.json_response({"cluster_statuses": [{"name": "pool/shop/web/80",
+                                                        "host_statuses": [{
+            "address": {"socket_address": {"address": "10.1.0.2", "port_value": 8080}},
+            "health_status": {"eds_health_status": "HEALTHY",
+                              "failed_active_health_check": True}}]}]})
+
+    engine = web.Application()
+    engine.router.add_get("/stats", stats)
+    engine.router.add_get("/clusters", clusters)
+    async with TestServer(engine) as admin_server:
+        address = f"127.0.0.1:{admin_server.port}"
+        provider = Provider()
+        hub = Hub(provider, options=DashboardOptions(), engine_admin=lambda: address)
+        provider.publish(make_state())
+        await hub.look()
+        assert paths == ["/stats"]
+        member = {m["address"]: m for m in hub.document["pools"][0]["members"]}["10.1.0.2"]
+        assert member["health"] == "healthy"
+        paths.clear()
+        provider.publish(with_health_check(make_state()))
+        await hub.look()
+        assert paths == ["/stats", "/clusters"]
+        member = {m["address"]: m for m in hub.document["pools"][0]["members"]}["10.1.0.2"]
+        assert (member["health"], member["why"]) == ("unhealthy", "failed active health check")
