@@ -183,6 +183,7 @@ def make_app(provider: StateProvider, *, options: DashboardOptions | None = None
 
     async def hub_context(_: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(hub.run(), name="dashboard-hub")
+        task.add_done_callback(_log_failure)
         try:
             yield
         finally:
@@ -260,6 +261,12 @@ class _Views:
             report = self.explainer(current, url)
         return web.Response(text=_explain_page(url, report, self.options),
                             content_type="text/html", charset="utf-8")
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    """A hub that failed stops updating the page: say so at once, not at shutdown."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("dashboard: updates stopped", exc_info=task.exception())
 
 
 def _asset(name: str) -> str:

@@ -151,3 +151,30 @@ async def test_envoy_member_health_is_asked_only_when_a_pool_has_a_check() -> No
         assert paths == ["/stats", "/clusters"]
         member = {m["address"]: m for m in hub.document["pools"][0]["members"]}["10.1.0.2"]
         assert (member["health"], member["why"]) == ("unhealthy", "failed active health check")
+
+
+async def test_a_refusal_stays_in_recent_nacks_after_it_clears() -> None:
+    """An engine NACK shows under refusals while in force, and under recently seen after."""
+    from dataclasses import replace
+
+    from podway.pipeline import Rejection
+
+    provider = Provider()
+    hub = Hub(provider, options=DashboardOptions(), engine_admin=None)
+    follower = asyncio.create_task(hub._follow())  # the hub's state reader alone
+    try:
+        base = make_state()
+        refused = Rejection(node="edge", type_url="type.googleapis.com/x.Listener",
+                            resource="ingress/http", version="3", message="cannot bind")
+        hub.watchers = 1  # a page is open: every state is built at once
+        provider.publish(replace(base, version=base.version + 1, rejections=(refused,)))
+        await asyncio.wait_for(hub.newer(1, wait_s=10), 10)
+        assert [r["resource"] for r in hub.document["rejections"]] == ["ingress/http"]
+        seq = hub.seq
+        provider.publish(replace(base, version=base.version + 2))
+        await asyncio.wait_for(hub.newer(seq, wait_s=10), 10)
+        assert hub.document["rejections"] == []
+        recent, = hub.document["recent_nacks"]
+        assert (recent["node"], recent["message"]) == ("edge", "cannot bind")
+    finally:
+        follower.cancel()
