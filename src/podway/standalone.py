@@ -146,7 +146,12 @@ async def _serve_until_cancelled(app: web.Application, where: HostPort, what: st
     """Serve ``app`` at ``where`` (and run ``also``) until cancelled; then stop serving."""
     from podway.metrics.exposition import serve
 
-    runner = await serve(app, host=where.host, port=where.port)
+    try:
+        runner = await serve(app, host=where.host, port=where.port, what=what)
+    except BaseException:
+        if also is not None:
+            also.close()  # never started
+        raise
     try:
         log.info("%s on http://%s/", what, format_host_port(where.host, where.port))
         if also is not None:
@@ -154,7 +159,7 @@ async def _serve_until_cancelled(app: web.Application, where: HostPort, what: st
         await asyncio.Event().wait()  # until cancelled
     finally:
         if also is not None:
-            also.close()  # never awaited when serving failed before it
+            also.close()  # a no-op once it ran; closes it if cancelled before it started
         await runner.cleanup()
 
 

@@ -13,6 +13,7 @@ from this answer, not zero). The server binds where it is told; the commands all
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -21,6 +22,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.exposition import generate_latest
 
 from podway.engine import admin
+from podway.errors import PodwayError
+from podway.netaddr import format_host_port
 
 AdminAddress = Callable[[], str | None]  # the supervised Envoy's admin address, None if down
 
@@ -69,11 +72,20 @@ async def _envoy_stats(address: str | None, limit_s: float) -> bytes:
     return text.encode()
 
 
-async def serve(app: web.Application, *, host: str, port: int) -> web.AppRunner:
-    """Start serving ``app``; the caller cleans the runner up."""
+async def serve(app: web.Application, *, host: str, port: int, what: str = "metrics"
+                ) -> web.AppRunner:
+    """Start serving ``app``; the caller cleans the runner up. A port in use (or any bind
+    failure) is one ``PodwayError`` naming ``what`` and where."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        reason = ("address already in use" if exc.errno == errno.EADDRINUSE
+                  else exc.strerror or str(exc))
+        raise PodwayError(f"cannot serve the {what} on "
+                          f"{format_host_port(host, port)}: {reason}") from exc
     return runner
 
 
@@ -83,7 +95,11 @@ async def serve_while(main: Coroutine[Any, Any, None], *, host: str, port: int,
     if not port:
         await main
         return
-    runner = await serve(make_app(engine_admin=engine_admin), host=host, port=port)
+    try:
+        runner = await serve(make_app(engine_admin=engine_admin), host=host, port=port)
+    except BaseException:
+        main.close()  # never started
+        raise
     try:
         await main
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from .test_errors import QUICKSTART, one_error_line, podway
 
 
@@ -26,3 +28,17 @@ def test_envoy_stats_takes_only_its_two_values() -> None:
     assert result.returncode == 2
     assert "bounded" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_dashboard_port_in_use_is_one_line() -> None:
+    """The dashboard cannot bind: one line naming it and the address, not a traceback."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken_port = holder.getsockname()[1]
+        line = one_error_line(podway("run", "--manifests", QUICKSTART, "--log-level", "error",
+                                     "--http-port", "18082",
+                                     "--https-port", "18445", "--dashboard-port",
+                                     str(taken_port)))
+    assert line == (f"error: cannot serve the dashboard on 127.0.0.1:{taken_port}: "
+                    "address already in use")
