@@ -18,9 +18,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING, Any
 
 from podway.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
@@ -32,6 +30,9 @@ from podway.status.file import StatusFile
 from podway.translate import TranslateOptions
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
