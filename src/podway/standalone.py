@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.engine.local import LocalEngineOptions, colocated_engine
+from podway.engine.process import Engine
+from podway.engine.state import open_state
 from podway.ir.dump import dump_yaml
 from podway.sources.base import SourceUpdate
 from podway.sources.files import FileSource
@@ -41,8 +42,10 @@ log = logging.getLogger(__name__)
 class StandaloneOptions:
     manifests: Path
     translate: TranslateOptions = field(default_factory=TranslateOptions)
-    xds_address: str = "127.0.0.1:0"  # loopback, ephemeral port; "unix:/path" works too
+    xds_address: str = ""  # "": only the engine's private socket; "host:port" or "unix:/path"
     xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False  # opt-in: clear-text loopback TCP (never sent Secrets)
+    state_dir: Path | None = None  # the engine's folder; None: ephemeral (no adoption)
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
@@ -57,11 +60,11 @@ class Standalone:
     def __init__(self, opts: StandaloneOptions) -> None:
         self.opts = opts
         self.cache = Cache()
-        # With TLS the engine here has no client credentials: it connects over a private unix
-        # socket of the same server instead.
+        # The engine here connects over a private unix socket in its state folder (no TLS or
+        # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
-                                local=opts.engine and opts.xds_tls is not None)
+                                unauthenticated=opts.xds_unauthenticated)
         self.engine: Engine | None = None
         self.generation = 0
         self.result: Result | None = None
@@ -72,23 +75,22 @@ class Standalone:
 
     async def run(self) -> None:
         """Serve until cancelled."""
-        await self.server.start()
-        try:
-            if self.opts.engine:
-                self.engine = Engine(EngineOptions(
-                    envoy_path=find_envoy(self.opts.envoy_path),
-                    bootstrap=bootstrap(BootstrapOptions(
-                        node_id=self.opts.node_id,
-                        xds=self.server.local_target or self.server.target,
-                        delta=self.opts.delta)),
-                    log_level=self.opts.envoy_log_level,
-                    concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._pipeline(), name="standalone-pipeline")
-                if self.engine is not None:
-                    group.create_task(self.engine.run(), name="standalone-engine")
-        finally:
-            await self.server.stop(grace=0.5)
+        with contextlib.ExitStack() as stack:
+            state = stack.enter_context(open_state(self.opts.state_dir)) if self.opts.engine \
+                else None
+            await self.server.start(local=state.xds_socket if state else None)
+            try:
+                if state is not None:
+                    self.engine = colocated_engine(state, LocalEngineOptions(
+                        node_id=self.opts.node_id, delta=self.opts.delta,
+                        envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
+                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._pipeline(), name="standalone-pipeline")
+                    if self.engine is not None:
+                        group.create_task(self.engine.run(), name="standalone-engine")
+            finally:
+                await self.server.stop(grace=0.5)
 
     async def wait_generation(self, generation: int) -> None:
         """Until at least ``generation`` updates have been applied to the cache."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +22,14 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         yield made
     finally:
         await made.stop()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short folder under /tmp for state folders: unix socket paths must fit 107 bytes,
+    which pytest's tmp_path often does not leave room for."""
+    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
