@@ -1,0 +1,133 @@
+"""The data plane outlives Podway: kill -9 of `podway run` fails no request, a restarted
+Podway adopts the running Envoy and applies edits; kill -9 of Envoy is repaired by Podway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from .harness import SHOP_INGRESS, backend_manifests, echo_backend, free_port
+from .survive import (
+    Load,
+    alive,
+    envoy_pid,
+    kill9,
+    kill_envoy,
+    serving,
+    start_podway,
+    stop,
+    until,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def _ingress(backend: str) -> str:
+    return SHOP_INGRESS.replace("name: web, port", f"name: {backend}, port")
+
+
+async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
+        tmp_path: Path, short_dir: Path) -> None:
+    """Under a request loop: kill -9 of podway, requests keep succeeding (0 failed), Envoy
+    keeps its pid; a new podway adopts it (no new Envoy) and an edit then applies; SIGTERM
+    then stops Envoy and removes the state folder."""
+    root, state = tmp_path / "m", short_dir / "s"
+    root.mkdir()
+    tasks: list[asyncio.Task[None]] = []
+    for name in ("blue", "green"):
+        port, task = await echo_backend(name)
+        tasks.append(task)
+        (root / f"{name}.yaml").write_text(backend_manifests(name, port))
+    (root / "ingress.yaml").write_text(_ingress("blue"))
+    http_port = free_port()
+    load = Load(http_port, "shop.test")
+    stop_load = asyncio.Event()
+    first = await start_podway(root, state, http_port, free_port())
+    second: asyncio.subprocess.Process | None = None
+    pid = None
+    try:
+        await until(lambda: envoy_pid(state) is not None, 30)
+        pid = envoy_pid(state)
+        assert pid is not None
+        await until(lambda: serving(http_port, "shop.test"), 30)
+        tasks.append(asyncio.create_task(load.run(stop_load)))
+        await until(lambda: load.ok >= 20, 30)
+        await kill9(first)
+        served = load.ok
+        await until(lambda: load.ok >= served + 50, 30)  # Podway gone: Envoy serves on
+        assert alive(pid)
+        second = await start_podway(root, state, http_port, free_port())
+        (root / "ingress.yaml").write_text(_ingress("green"))  # needs the new Podway
+        await until(lambda: load.answered_by == "green", 30)
+        assert envoy_pid(state) == pid  # adopted, not replaced
+        stop_load.set()
+        await tasks[-1]
+        assert load.failures == []
+        assert await stop(second) == 0
+        assert not alive(pid)
+        assert not state.exists()
+    finally:
+        stop_load.set()
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                await kill9(process)
+        kill_envoy(state, pid)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_envoy_killed_under_an_adopting_podway_is_started_again(
+        tmp_path: Path, short_dir: Path) -> None:
+    """An adopted Envoy is not Podway's child; when it dies (kill -9) Podway still notices
+    (pidfd) and starts a new one that serves the same config."""
+    root, state = tmp_path / "m", short_dir / "s"
+    root.mkdir()
+    port, echo = await echo_backend("web")
+    (root / "web.yaml").write_text(backend_manifests("web", port) + "---\n" + SHOP_INGRESS)
+    http_port = free_port()
+    first = await start_podway(root, state, http_port, free_port())
+    second: asyncio.subprocess.Process | None = None
+    pids: list[int] = []
+    try:
+        await until(lambda: envoy_pid(state) is not None, 30)
+        pids.append(envoy_pid(state) or 0)
+        await until(lambda: serving(http_port, "shop.test"), 30)
+        await kill9(first)
+        second = await start_podway(root, state, http_port, free_port())
+        await until(lambda: _adopted_by(pids[0], second), 30)
+        os.kill(pids[0], signal.SIGKILL)
+        await until(lambda: envoy_pid(state) not in (None, pids[0]), 30)
+        pids.append(envoy_pid(state) or 0)
+        await until(lambda: serving(http_port, "shop.test"), 30)
+        assert await stop(second) == 0
+        assert not any(alive(p) for p in pids)
+    finally:
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                await kill9(process)
+        for pid in pids:
+            kill_envoy(state, pid)
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo
+
+
+def _adopted_by(envoy: int, podway: asyncio.subprocess.Process) -> bool:
+    """The adopting Podway holds a pidfd of the Envoy (it supervises it)."""
+    fds = Path(f"/proc/{podway.pid}/fd")
+    with contextlib.suppress(OSError):
+        for fd in fds.iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) == "anon_inode:[pidfd]":
+                    info = Path(f"/proc/{podway.pid}/fdinfo/{fd.name}").read_text()
+                    if f"Pid:\t{envoy}" in info:
+                        return True
+    return False
