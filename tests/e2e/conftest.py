@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from podway.engine.adopt import read_identity, terminate_stale
+from podway.engine.state import StateDir
+
 from .harness import Stack, make_stack
 
 
@@ -32,4 +35,9 @@ def short_dir() -> Iterator[Path]:
     try:
         yield path
     finally:
+        # An Envoy outlives a killed Podway by design: end any a failed test left behind.
+        for folder in path.iterdir():
+            record = read_identity(StateDir(folder))
+            if record is not None:
+                terminate_stale(record)
         shutil.rmtree(path, ignore_errors=True)

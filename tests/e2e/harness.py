@@ -1,7 +1,7 @@
 """A real stack for end-to-end tests: echo backends + standalone Podway + Envoy, loopback only.
 
 Every port is ephemeral, every task is cancelled and every Envoy is stopped in teardown, even
-when the test fails (Envoy also dies with the test process: PR_SET_PDEATHSIG).
+when the test fails (the state folder is ephemeral, so Envoy also dies with the test process).
 """
 
 from __future__ import annotations
