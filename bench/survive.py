@@ -47,7 +47,9 @@ spec:
   - host: shop.test
     http:
       paths:
-      - {{path: /, pathType: Prefix, backend: {{service: {{name: {backend}, port: {{number: 80}}}}}}}}
+      - path: /
+        pathType: Prefix
+        backend: {{service: {{name: {backend}, port: {{number: 80}}}}}}
 """
 
 BACKEND = """apiVersion: v1
@@ -116,7 +118,7 @@ class Load:
 async def until(check: object, limit_s: float = 60) -> float:
     began = time.monotonic()
     async with asyncio.timeout(limit_s):
-        while not check():  # type: ignore[operator]
+        while not check():  # type: ignore[operator]  # noqa: ASYNC110 - polls other processes
             await asyncio.sleep(0.005)
     return time.monotonic() - began
 
@@ -162,6 +164,37 @@ class Podway:
         return None
 
 
+async def kill_podway(podway: Podway, load: Load, *, down_s: float, backend: str) -> str:
+    """kill -9 of Podway, Envoy alone for ``down_s``, a restart adopts it, an edit applies."""
+    envoy = podway.envoy_pid()
+    failed, ok = len(load.failed), load.ok
+    await podway.kill9()
+    await asyncio.sleep(down_s)  # Podway is down: the load keeps going meanwhile
+    served_down = load.ok - ok
+    restarted = time.monotonic()
+    await podway.start()
+    write(podway.root, "ingress.yaml", INGRESS.format(backend=backend))
+    edit_s = await until(lambda: load.last_name == backend)
+    await until(lambda: podway.adopted_at > 0)
+    return (f"failed={len(load.failed) - failed} served_while_down={served_down} "
+            f"restart_to_adopted={podway.adopted_at - restarted:.2f}s "
+            f"restart_to_edit_served={edit_s:.2f}s same_envoy={podway.envoy_pid() == envoy}")
+
+
+async def kill_envoy(podway: Podway, load: Load) -> str:
+    """kill -9 of Envoy: Podway starts a new one; time until a request is served again."""
+    failed = len(load.failed)
+    envoy = podway.envoy_pid()
+    assert envoy is not None
+    killed = time.monotonic()
+    os.kill(envoy, signal.SIGKILL)
+    await until(lambda: podway.envoy_pid() not in (None, envoy))
+    await until(lambda: bool(load.served_at) and load.served_at[-1] > killed
+                and (not load.failed or load.failed[-1] < load.served_at[-1]))
+    first_ok = next(t for t in load.served_at if t > killed)
+    return f"failed={len(load.failed) - failed} kill_to_serving={first_ok - killed:.2f}s"
+
+
 def write(root: Path, name: str, text: str) -> None:
     tmp = root / f".{name}.tmp"
     tmp.write_text(text)
@@ -198,36 +231,10 @@ async def main(rounds: int, workers: int, down_s: float) -> None:
         backend = "blue"
         print(f"workers={workers} down_s={down_s}")
         for n in range(1, rounds + 1):
-            # 1. kill -9 of Podway, Envoy alone, restart adopts, an edit applies.
-            envoy = podway.envoy_pid()
-            failed, ok = len(load.failed), load.ok
-            await podway.kill9()
-            await asyncio.sleep(down_s)
-            served_down = load.ok - ok
-            restarted = time.monotonic()
-            await podway.start()
             backend = "green" if backend == "blue" else "blue"
-            write(root, "ingress.yaml", INGRESS.format(backend=backend))
-            edit_s = await until(lambda b=backend: load.last_name == b)  # type: ignore[misc]
-            await until(lambda: podway.adopted_at > 0)
-            adopt_s = podway.adopted_at - restarted
-            same = podway.envoy_pid() == envoy
-            print(f"round {n} kill -9 podway: failed={len(load.failed) - failed} "
-                  f"served_while_down={served_down} restart_to_adopted={adopt_s:.2f}s "
-                  f"restart_to_edit_served={edit_s:.2f}s same_envoy={same}")
-            # 2. kill -9 of Envoy: Podway starts a new one.
-            failed = len(load.failed)
-            envoy = podway.envoy_pid()
-            assert envoy is not None
-            killed = time.monotonic()
-            os.kill(envoy, signal.SIGKILL)
-            await until(lambda: podway.envoy_pid() not in (None, envoy))
-            await until(lambda: bool(load.served_at) and load.served_at[-1] > killed
-                        and (not load.failed or load.failed[-1] < load.served_at[-1]))
-            first_ok = next(t for t in load.served_at if t > killed)
-            print(f"round {n} kill -9 envoy: failed={len(load.failed) - failed} "
-                  f"kill_to_serving={first_ok - killed:.2f}s")
-            await until(lambda: load.ok > 0 and load.served_at[-1] > time.monotonic() - 0.5)
+            print(f"round {n} kill -9 podway: "
+                  + await kill_podway(podway, load, down_s=down_s, backend=backend))
+            print(f"round {n} kill -9 envoy: " + await kill_envoy(podway, load))
         print(f"total requests ok={load.ok} failed={len(load.failed)}")
     finally:
         stop.set()

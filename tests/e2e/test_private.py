@@ -108,8 +108,8 @@ async def test_another_local_user_reaches_neither_xds_nor_admin(tmp_path: Path,
         assert standalone.server.port == 0  # no TCP xDS listener at all
         assert standalone.engine.pid is not None
         assert _tcp_listen_ports(standalone.engine.pid) <= {http_port, https_port, 18000}
-        denied = {name: "denied" for name in ("xds.sock", "admin.sock", "bootstrap.json",
-                                              "envoy.json", "envoy.log", ".")}
+        denied = dict.fromkeys(("xds.sock", "admin.sock", "bootstrap.json", "envoy.json",
+                                "envoy.log", "."), "denied")
         assert _as_nobody(state) == denied
         os.chmod(state, 0o755)  # a careless admin opens the folder: files and sockets hold
         assert _as_nobody(state) == {**denied, ".": "read"}

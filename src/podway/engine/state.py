@@ -140,10 +140,8 @@ def clean(state: StateDir) -> None:
 def _private_dir(path: Path, *, parents: bool, strict: bool = True) -> None:
     """Make ``path`` (0700) or check that it is a real folder of ours with no group/other
     access. ``strict`` False (a user-chosen parent): only check it is not writable by others."""
-    try:
+    with contextlib.suppress(FileExistsError):
         path.mkdir(mode=0o700, parents=parents)
-    except FileExistsError:
-        pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise ConfigError(f"{path} must be a folder (it is a link or a file)")
