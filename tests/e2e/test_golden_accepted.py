@@ -16,6 +16,7 @@ import trustme
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.engine.state import open_state
 from podway.ir.load import from_yaml
 from podway.xds import types
 from podway.xds.build import Builder
@@ -74,17 +75,19 @@ async def test_envoy_accepts_the_golden_config(case: Path) -> None:
 
     cache = Cache()
     cache.set(resources)
-    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event)
-    await server.start()
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id=case.name, xds=server.target))))
-    task = asyncio.create_task(engine.run())
-    try:
-        await asyncio.wait_for(done.wait(), 20)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await server.stop(0)
+    server = XdsServer(cache, "", on_event=on_event)
+    with open_state(None) as state:  # the engine's private xDS socket: Secrets are sent
+        await server.start(local=state.xds_socket)
+        engine = Engine(EngineOptions(
+            envoy_path=find_envoy(), drain_s=0, state=state, bootstrap=bootstrap(
+                BootstrapOptions(node_id=case.name, xds=server.target))))
+        task = asyncio.create_task(engine.run())
+        try:
+            await asyncio.wait_for(done.wait(), 20)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await server.stop(0)
     assert [n.message for n in nacks] == []
     assert expected <= acked

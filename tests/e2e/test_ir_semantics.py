@@ -18,6 +18,7 @@ from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.engine.state import open_state
 from podway.ir import (
     IR,
     DirectResponse,
@@ -62,20 +63,22 @@ async def serving(ir: IR) -> AsyncIterator[None]:
     """Serve ``ir`` with a real Envoy until the block ends."""
     cache = Cache()
     cache.set(Builder().build(ir))
-    server = XdsServer(cache, "127.0.0.1:0")
-    await server.start()
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id="ir", xds=server.target))))
-    task = asyncio.create_task(engine.run())
-    try:
-        await engine.wait_ready(limit_s=20)
-        await asyncio.sleep(0.1)  # listeners bind right after LIVE
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await server.stop(0)
+    server = XdsServer(cache, "")
+    with open_state(None) as state:  # the engine's private xDS socket: Secrets are sent
+        await server.start(local=state.xds_socket)
+        engine = Engine(EngineOptions(
+            envoy_path=find_envoy(), drain_s=0, state=state, bootstrap=bootstrap(
+                BootstrapOptions(node_id="ir", xds=server.target))))
+        task = asyncio.create_task(engine.run())
+        try:
+            await engine.wait_ready(limit_s=20)
+            await asyncio.sleep(0.1)  # listeners bind right after LIVE
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await server.stop(0)
 
 
 @contextlib.asynccontextmanager
