@@ -7,7 +7,9 @@ request, loopback only). Then, for each of ``--rounds`` rounds:
 1. kill -9 of Podway; Envoy serves on alone for ``--down-s``; a new Podway starts, adopts the
    running Envoy, and an edit (the Ingress switches backend) must then apply. Figures: requests
    failed (target 0), requests served while Podway was down, time from the restart to
-   "adopted" (the new Podway's log line) and to the edit being served.
+   "adopted" (the new Podway's log line), to Envoy's xDS stream being back, and to the edit
+   being served. Twice: with the edit made once Envoy is back on xDS, and made while Podway
+   was down (then the new Podway's first push carries it).
 2. kill -9 of Envoy: Podway starts a new one. Figures: requests failed, and time from the kill
    to the first request served again.
 
@@ -28,6 +30,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +40,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from podway.demo import read_response  # noqa: E402 - after the sys.path fix above
 from podway.echo import Identity  # noqa: E402 - after the sys.path fix above
 from podway.echo.server import EchoOptions, serve  # noqa: E402 - after the sys.path fix above
+from podway.engine import admin  # noqa: E402 - after the sys.path fix above
 
 INGRESS = """apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -164,21 +168,49 @@ class Podway:
         return None
 
 
-async def kill_podway(podway: Podway, load: Load, *, down_s: float, backend: str) -> str:
-    """kill -9 of Podway, Envoy alone for ``down_s``, a restart adopts it, an edit applies."""
+async def xds_connected(state: Path) -> bool:
+    """Envoy's xDS stream is up, asked over its admin socket in the state folder."""
+    try:
+        _, body = await admin.request(f"unix:{state / 'admin.sock'}",
+                                      "/stats?filter=control_plane.connected_state")
+    except (OSError, TimeoutError):
+        return False
+    return body.strip().endswith(": 1")
+
+
+async def until_async(check: Callable[[], Awaitable[bool]], limit_s: float = 60) -> float:
+    began = time.monotonic()
+    async with asyncio.timeout(limit_s):
+        while not await check():  # noqa: ASYNC110 - polls another process
+            await asyncio.sleep(0.005)
+    return time.monotonic() - began
+
+
+async def kill_podway(podway: Podway, load: Load, *, down_s: float, backend: str,
+                      edit_while_down: bool) -> str:
+    """kill -9 of Podway, Envoy alone for ``down_s``, a restart adopts it, an edit applies
+    (made once Envoy is back on xDS, or while Podway was down)."""
     envoy = podway.envoy_pid()
     failed, ok = len(load.failed), load.ok
     await podway.kill9()
+    if edit_while_down:
+        write(podway.root, "ingress.yaml", INGRESS.format(backend=backend))
     await asyncio.sleep(down_s)  # Podway is down: the load keeps going meanwhile
     served_down = load.ok - ok
     restarted = time.monotonic()
     await podway.start()
-    write(podway.root, "ingress.yaml", INGRESS.format(backend=backend))
-    edit_s = await until(lambda: load.last_name == backend)
+    connected_s = await until_async(lambda: xds_connected(podway.state))
+    edited = time.monotonic()
+    if not edit_while_down:
+        write(podway.root, "ingress.yaml", INGRESS.format(backend=backend))
+    await until(lambda: load.last_name == backend)
+    edit_s = time.monotonic() - (restarted if edit_while_down else edited)
     await until(lambda: podway.adopted_at > 0)
     return (f"failed={len(load.failed) - failed} served_while_down={served_down} "
             f"restart_to_adopted={podway.adopted_at - restarted:.2f}s "
-            f"restart_to_edit_served={edit_s:.2f}s same_envoy={podway.envoy_pid() == envoy}")
+            f"restart_to_xds_reconnected={connected_s:.2f}s "
+            f"{'restart' if edit_while_down else 'edit'}_to_edit_served={edit_s:.2f}s "
+            f"same_envoy={podway.envoy_pid() == envoy}")
 
 
 async def kill_envoy(podway: Podway, load: Load) -> str:
@@ -231,9 +263,11 @@ async def main(rounds: int, workers: int, down_s: float) -> None:
         backend = "blue"
         print(f"workers={workers} down_s={down_s}")
         for n in range(1, rounds + 1):
-            backend = "green" if backend == "blue" else "blue"
-            print(f"round {n} kill -9 podway: "
-                  + await kill_podway(podway, load, down_s=down_s, backend=backend))
+            for while_down in (False, True):
+                backend = "green" if backend == "blue" else "blue"
+                label = "edit while down" if while_down else "edit after adoption"
+                print(f"round {n} kill -9 podway, {label}: " + await kill_podway(
+                    podway, load, down_s=down_s, backend=backend, edit_while_down=while_down))
             print(f"round {n} kill -9 envoy: " + await kill_envoy(podway, load))
         print(f"total requests ok={load.ok} failed={len(load.failed)}")
     finally:

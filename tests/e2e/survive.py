@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podway.engine import admin
+
 from .harness import get
 
 
@@ -61,6 +63,16 @@ async def serving(port: int, host: str) -> bool:
     probe = Load(port, host, limit=1)
     await probe.run(asyncio.Event())
     return probe.ok == 1
+
+
+async def xds_connected(state: Path) -> bool:
+    """Envoy's xDS stream is up (``control_plane.connected_state``), asked over its admin
+    socket in the state folder."""
+    try:
+        stats = await admin.stats(f"unix:{state / 'admin.sock'}", "control_plane.connected")
+    except (OSError, TimeoutError):
+        return False
+    return stats.get("control_plane.connected_state") == 1
 
 
 def envoy_pid(state: Path) -> int | None:

@@ -7,7 +7,9 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,7 @@ from .survive import (
     start_podway,
     stop,
     until,
+    xds_connected,
 )
 
 pytestmark = pytest.mark.e2e
@@ -58,10 +61,12 @@ async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
         tasks.append(asyncio.create_task(load.run(stop_load)))
         await until(lambda: load.ok >= 20, 30)
         await kill9(first)
+        await until(lambda: _not(xds_connected(state)), 30)  # Envoy saw Podway go
         served = load.ok
         await until(lambda: load.ok >= served + 50, 30)  # Podway gone: Envoy serves on
         assert alive(pid)
         second = await start_podway(root, state, http_port, free_port())
+        await until(lambda: xds_connected(state), 30)  # Envoy is back on the new Podway
         (root / "ingress.yaml").write_text(_ingress("green"))  # needs the new Podway
         await until(lambda: load.answered_by == "green", 30)
         assert envoy_pid(state) == pid  # adopted, not replaced
@@ -118,6 +123,10 @@ async def test_envoy_killed_under_an_adopting_podway_is_started_again(
         echo.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await echo
+
+
+async def _not(check: Coroutine[Any, Any, bool]) -> bool:
+    return not await check
 
 
 def _adopted_by(envoy: int, podway: asyncio.subprocess.Process) -> bool:
