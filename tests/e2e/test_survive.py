@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -140,3 +141,52 @@ def _adopted_by(envoy: int, podway: asyncio.subprocess.Process) -> bool:
                     if f"Pid:\t{envoy}" in info:
                         return True
     return False
+
+
+async def _engine_cli(state: Path, *flags: str) -> asyncio.subprocess.Process:
+    """`podway engine` against an xDS socket nobody serves: Envoy runs (and retries xDS)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "engine", "--xds", f"unix:{state.parent / 'none.sock'}",
+        "--state-dir", str(state), "--drain-s", "0", "--log-level", "warning", *flags,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+
+
+async def test_adoption_needs_the_same_configuration_and_a_live_envoy(short_dir: Path) -> None:
+    """After kill -9 of `podway engine`: the same flags adopt the running Envoy; other flags
+    drain and replace it (the old one is gone); an Envoy that died meanwhile is replaced."""
+    state = short_dir / "e"
+    processes: list[asyncio.subprocess.Process] = []
+    pids: list[int] = []
+
+    async def engine_then_kill9(*flags: str) -> int:
+        process = await _engine_cli(state, *flags)
+        processes.append(process)
+        await until(lambda: envoy_pid(state) not in (None, *pids) and admin_up(state), 30)
+        pid = envoy_pid(state) or 0
+        await kill9(process)
+        return pid
+
+    try:
+        pids.append(await engine_then_kill9())
+        again = await _engine_cli(state)
+        processes.append(again)
+        await until(lambda: _adopted_by(pids[0], again), 30)  # same flags: adopted
+        assert envoy_pid(state) == pids[0]
+        await kill9(again)
+        pids.append(await engine_then_kill9("--concurrency", "2"))  # other flags: replaced
+        assert not alive(pids[0])
+        os.kill(pids[1], signal.SIGKILL)  # Envoy dies while no Podway runs
+        await until(lambda: not alive(pids[1]), 30)
+        pids.append(await engine_then_kill9("--concurrency", "2"))  # a dead one: replaced
+        assert len(set(pids)) == 3
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                await kill9(process)
+        for pid in pids:
+            kill_envoy(state, pid)
+
+
+def admin_up(state: Path) -> bool:
+    """Envoy's admin socket exists (Envoy is up far enough to be adopted)."""
+    return (state / "admin.sock").exists()
