@@ -25,6 +25,7 @@ import asyncio
 import ipaddress
 import logging
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,9 +250,16 @@ class XdsServer:
 
 
 def _bind_unix(server: grpc.aio.Server, path: Path) -> None:
-    """Bind a unix socket at ``path`` (replacing a dead server's socket file) and make it
-    0600 before the server listens: nobody but its owner and root can ever connect."""
+    """Bind a unix socket at ``path`` (replacing a dead server's socket file, refusing a live
+    one's) and make it 0600 before the server listens: nobody but its owner and root can ever
+    connect."""
     if path.is_socket():
-        path.unlink()  # a previous Podway's; the caller holds the state folder's lock
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except OSError:
+                path.unlink()  # nobody listens: what a killed server left
+            else:
+                raise ConfigError(f"another server is listening on the xDS socket {path}")
     server.add_insecure_port(f"unix:{path}")  # binds now; accepts only after start()
     os.chmod(path, 0o600)

@@ -149,3 +149,13 @@ async def test_an_engine_with_a_verified_client_certificate_gets_secrets() -> No
         assert [r.name for r in response.resources] == ["tls/default/shop"]
     finally:
         await server.stop(grace=0)
+
+
+async def test_a_live_servers_socket_is_not_taken_over(server: XdsServer, short_dir: Path) -> None:
+    """A second server on a socket someone still listens on gets one clear error."""
+    from podway.errors import ConfigError
+
+    second = XdsServer(Cache(), "")
+    with pytest.raises(ConfigError, match="another server is listening"):
+        await second.start(local=short_dir / "xds.sock")
+    assert await _delta_secrets(f"unix:{short_dir / 'xds.sock'}") == ["tls/default/shop"]
