@@ -26,6 +26,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,16 @@ def open_state(path: Path | None) -> Iterator[StateDir]:
 
     ``path`` None: a fresh ephemeral folder under the default base (stale ones are swept).
     """
+    try:
+        state = _make(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the state folder {path or default_base()}: "
+                          f"{exc.strerror or exc}; pick another --state-dir") from None
+    with _locked(state):
+        yield state
+
+
+def _make(path: Path | None) -> StateDir:
     if path is None:
         base = default_base()
         _private_dir(base, parents=True)
@@ -105,9 +116,17 @@ def open_state(path: Path | None) -> Iterator[StateDir]:
         _private_dir(path.parent, parents=True, strict=path.parent == default_base())
         _private_dir(path, parents=False)
     if len(str(state.admin_socket)) > MAX_SOCKET_PATH - 2:
+        if state.ephemeral:
+            shutil.rmtree(state.path, ignore_errors=True)
         raise ConfigError(f"state folder {state.path} is too long for a unix socket path "
                           f"(at most {MAX_SOCKET_PATH - 12} characters): pick a shorter "
                           "--state-dir")
+    return state
+
+
+@contextlib.contextmanager
+def _locked(state: StateDir) -> Iterator[None]:
+    """Hold the folder's lock (one Podway per folder); on exit clean the folder."""
     fd = os.open(state.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         try:
@@ -118,7 +137,7 @@ def open_state(path: Path | None) -> Iterator[StateDir]:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         try:
-            yield state
+            yield
         finally:
             clean(state)
     finally:
@@ -158,18 +177,13 @@ def _private_dir(path: Path, *, parents: bool, strict: bool = True) -> None:
 
 
 def _sweep_ephemeral(base: Path) -> None:
-    """Remove ephemeral folders nobody holds (their Podway died without cleaning up)."""
+    """Remove ephemeral folders nobody holds (their Podway died without cleaning up). A folder
+    younger than a minute is left alone: its Podway may not have taken its lock yet."""
     for folder in base.glob(".tmp-*"):
-        lock = folder / "podway.lock"
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-        except FileNotFoundError:
-            # A folder just made by another Podway, not locked yet, looks the same as a
-            # leftover: only sweep it once it has aged.
-            with contextlib.suppress(OSError):
-                if _age_s(folder) > 60:
-                    shutil.rmtree(folder, ignore_errors=True)
-            continue
+            if _age_s(folder) < 60:
+                continue
+            fd = os.open(folder / "podway.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             continue
         try:
@@ -192,6 +206,4 @@ def _stop_orphan(state: StateDir) -> None:
 
 
 def _age_s(path: Path) -> float:
-    import time
-
     return time.time() - path.stat().st_mtime

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,14 +94,25 @@ def test_ephemeral_folders_of_dead_podways_are_swept(short_dir: Path,
     """A fresh ephemeral folder removes the unlocked ones a killed Podway left, not live ones."""
     monkeypatch.setattr(state_module, "default_base", lambda: short_dir)
     with open_state(None) as live:
-        leftover = short_dir / ".tmp-dead"
-        leftover.mkdir()
+        leftover, young = short_dir / ".tmp-dead", short_dir / ".tmp-young"
+        for folder in (leftover, young, live.path):
+            folder.mkdir(exist_ok=True)
         (leftover / "podway.lock").touch()
+        for folder in (leftover, live.path):
+            os.utime(folder, (0, time.time() - 120))  # old enough to be judged by its lock
         with open_state(None) as fresh:
             assert fresh.ephemeral
             assert not leftover.exists()
             assert live.path.exists()
+            assert young.exists()  # maybe a Podway that has not locked it yet
         assert not fresh.path.exists()
+
+
+def test_a_state_folder_that_cannot_be_made_is_one_clear_error(short_dir: Path) -> None:
+    (short_dir / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot create the state folder"), \
+            open_state(short_dir / "file" / "below" / "inst"):
+        pass
 
 
 def test_the_identity_record_never_matches_a_recycled_pid(short_dir: Path) -> None:
