@@ -53,6 +53,8 @@ from podway.errors import PodwayError
 log = logging.getLogger(__name__)
 
 RESTARTS = Counter("podway_engine_restarts_total", "Times Envoy was started again after dying")
+ADOPTIONS = Counter("podway_engine_adoptions_total",
+                    "Times a running Envoy left by a previous Podway was adopted")
 
 
 def find_envoy(explicit: str | None = None) -> Path:
@@ -186,6 +188,7 @@ class Engine:
             log.warning("adopted the running Envoy pid=%s: it kept serving its last "
                         "configuration", record.pid)
             self.adopted += 1
+            ADOPTIONS.inc()
             return envoy
         why = ("its configuration differs" if record.config_hash != digest
                else "its admin socket does not answer")
