@@ -54,13 +54,9 @@ print(json.dumps(out))
 
 
 def _as_nobody(state: Path) -> dict[str, str]:
-    def drop() -> None:
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-
-    done = subprocess.run([SYSTEM_PYTHON, "-c", PROBE, str(state)], preexec_fn=drop,
-                          capture_output=True, text=True, check=True, timeout=30)
+    done = subprocess.run([SYSTEM_PYTHON, "-c", PROBE, str(state)], user=NOBODY, group=NOBODY,
+                          extra_groups=[], capture_output=True, text=True, check=True,
+                          timeout=30)
     result: dict[str, str] = json.loads(done.stdout)
     return result
 

@@ -7,8 +7,10 @@ responses never interleave. Any number of engines may connect; each gets its own
 Security (see docs/security.md): xDS carries every TLS private key Podway serves.
 
 * A unix socket is private: its file is made mode 0600 before the server listens, so only its
-  owner and root can connect (the kernel checks the peer's credentials on ``connect``); the
-  co-located engine's socket also sits in the private 0700 state folder (``start(local=...)``).
+  owner and root can connect (the kernel checks on ``connect``); the co-located engine's socket
+  also sits in the private 0700 state folder (``start(local=...)``). Each new stream over a unix
+  socket first checks every connection's peer credentials (``SO_PEERCRED``, see
+  ``podway.xds.peers``) and shuts down any foreign one before anything is sent.
 * A TCP listener must authenticate engines with client certificates (``client_ca_pem``), and
   ``check_bind`` refuses clear text anywhere but loopback. An unauthenticated loopback
   listener needs an explicit opt-in (``unauthenticated=True``), and even then a stream that did
@@ -41,6 +43,7 @@ from podway.xds import types
 from podway.xds.access import SecretFree
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
+from podway.xds.peers import close_foreign_peers
 from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.sotw import SotwStream
 
@@ -127,6 +130,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.on_event = on_event
         self.nacks: list[Nack] = []  # newest last; bounded
         self.streams = 0  # open ADS streams (engines connected now)
+        self.unix_paths: list[Path] = []  # unix sockets served: their peers are checked
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
@@ -137,7 +141,11 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         await self._serve(DeltaStream(self._view(context)), requests, context, "delta")
 
     def _view(self, context: Any) -> Cache:
-        """The cache as this stream may see it: without Secrets unless authenticated."""
+        """The cache as this stream may see it: without Secrets unless authenticated. A stream
+        over a unix socket first has every foreign peer's connection shut down (its own
+        included, if foreign: then nothing it is sent ever arrives)."""
+        if str(context.peer()).startswith("unix"):
+            close_foreign_peers(self.unix_paths)
         if authenticated(context):
             return self.cache
         log.warning("xds engine at %s is not authenticated: it gets no TLS secrets",
@@ -217,6 +225,7 @@ class XdsServer:
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.servicer, server)
         if self.address.startswith("unix:"):
             _bind_unix(server, Path(self.address.removeprefix("unix:")))
+            self.servicer.unix_paths.append(Path(self.address.removeprefix("unix:")))
         elif self.address and self.tls is None:
             self.port = server.add_insecure_port(self.address)
         elif self.address and self.tls is not None:
@@ -227,6 +236,7 @@ class XdsServer:
             self.port = server.add_secure_port(self.address, credentials)
         if local is not None:
             _bind_unix(server, local)
+            self.servicer.unix_paths.append(local)
             self.local_target = f"unix:{local}"
         await server.start()
         self._server = server
