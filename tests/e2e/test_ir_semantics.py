@@ -16,9 +16,6 @@ import trustme
 
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.engine.state import open_state
 from podway.ir import (
     IR,
     DirectResponse,
@@ -44,9 +41,8 @@ from podway.ir import (
 )
 from podway.xds.build import Builder
 from podway.xds.cache import Cache
-from podway.xds.server import XdsServer
 
-from .harness import free_port, get
+from .harness import free_port, get, private_engine
 
 pytestmark = pytest.mark.e2e
 REF = ObjectRef("HTTPRoute", "default", "r")
@@ -63,22 +59,10 @@ async def serving(ir: IR) -> AsyncIterator[None]:
     """Serve ``ir`` with a real Envoy until the block ends."""
     cache = Cache()
     cache.set(Builder().build(ir))
-    server = XdsServer(cache, "")
-    with open_state(None) as state:  # the engine's private xDS socket: Secrets are sent
-        await server.start(local=state.xds_socket)
-        engine = Engine(EngineOptions(
-            envoy_path=find_envoy(), drain_s=0, state=state, bootstrap=bootstrap(
-                BootstrapOptions(node_id="ir", xds=server.target))))
-        task = asyncio.create_task(engine.run())
-        try:
-            await engine.wait_ready(limit_s=20)
-            await asyncio.sleep(0.1)  # listeners bind right after LIVE
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await server.stop(0)
+    async with private_engine(cache, node_id="ir") as engine:
+        await engine.wait_ready(limit_s=20)
+        await asyncio.sleep(0.1)  # listeners bind right after LIVE
+        yield
 
 
 @contextlib.asynccontextmanager
