@@ -45,7 +45,7 @@ def default_base() -> Path:
         return Path(runtime) / "podway"
     if os.geteuid() == 0:
         return Path("/run/podway")
-    return Path(tempfile.gettempdir()) / f"podway-{os.geteuid()}"
+    return Path("/tmp") / f"podway-{os.geteuid()}"  # not $TMPDIR: socket paths must stay short
 
 
 def instance_dir(state_dir: Path | None, instance: str) -> Path:
