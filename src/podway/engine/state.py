@@ -11,8 +11,9 @@ behind that the next start does not reuse:
 * ``podway.lock`` — held (``flock``) by the live Podway; the kernel drops it when that process
   dies, even by ``kill -9``, so a lock that can be taken means nobody owns the folder.
 
-Invariants: the folder and its parent are directories (not links) owned by the running user with
-no group or other access; at most one Podway holds an instance at a time. An *ephemeral* folder
+Invariants: the folder is a directory (not a link) owned by the running user with no group or
+other access, and so is the default base above it (a chosen parent must at least not be
+writable by others, unless sticky like /tmp); at most one Podway holds an instance at a time. An *ephemeral* folder
 (``open_state(None)``: tests, embedding) lives under the base as ``.tmp-*``; a later start
 removes those whose lock is free, and a clean stop removes the folder. A persistent one keeps
 only what adoption needs after a crash, and is emptied on a clean stop.
