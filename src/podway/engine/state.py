@@ -13,10 +13,10 @@ behind that the next start does not reuse:
 
 Invariants: the folder is a directory (not a link) owned by the running user with no group or
 other access, and so is the default base above it (a chosen parent must at least not be
-writable by others, unless sticky like /tmp); at most one Podway holds an instance at a time. An *ephemeral* folder
-(``open_state(None)``: tests, embedding) lives under the base as ``.tmp-*``; a later start
-removes those whose lock is free, and a clean stop removes the folder. A persistent one keeps
-only what adoption needs after a crash, and is emptied on a clean stop.
+writable by others, unless sticky like /tmp); at most one Podway holds an instance at a time.
+An *ephemeral* folder (``open_state(None)``: tests, embedding) lives under the base as
+``.tmp-*``; a later start removes those whose lock is free, and a clean stop removes it. A
+persistent one keeps only what adoption needs after a crash, and is emptied on a clean stop.
 """
 
 from __future__ import annotations
