@@ -49,12 +49,15 @@ class Load:
             self.answered_by = str(body.get("name", ""))
 
 
-async def start_podway(root: Path, state: Path, http_port: int, https_port: int
-                       ) -> asyncio.subprocess.Process:
+async def start_podway(root: Path, state: Path, http_port: int, https_port: int,
+                       status: Path | None = None) -> asyncio.subprocess.Process:
+    """`podway run` on ``root`` with state folder ``state``; ``status``: its status file
+    (written once the first snapshot is in the cache)."""
+    extra = ("--status-file", str(status)) if status is not None else ()
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
         "127.0.0.1", "--http-port", str(http_port), "--https-port", str(https_port),
-        "--drain-s", "0.5", "--log-level", "warning", "--state-dir", str(state),
+        "--drain-s", "0.5", "--log-level", "warning", "--state-dir", str(state), *extra,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
 
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,12 @@ pytestmark = pytest.mark.e2e
 
 
 def _ingress(backend: str) -> str:
-    return SHOP_INGRESS.replace("name: web, port", f"name: {backend}, port")
+    """shop.test/ → ``backend``; two more paths keep both pools (clusters) in the config, so an
+    edit is a route change only: the test is about adoption, not about cluster removal order
+    on a fresh stream (bench/survive.py measures an edit made while Podway is down)."""
+    keep = "".join(f"      - {{path: /keep-{b}, pathType: Prefix, backend: {{service: "
+                   f"{{name: {b}, port: {{number: 80}}}}}}}}\n" for b in ("blue", "green"))
+    return SHOP_INGRESS.replace("name: web, port", f"name: {backend}, port") + keep
 
 
 async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
@@ -61,19 +67,27 @@ async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
         await until(lambda: serving(http_port, "shop.test"), 30)
         tasks.append(asyncio.create_task(load.run(stop_load)))
         await until(lambda: load.ok >= 20, 30)
+        marks = {"kill": time.monotonic()}
         await kill9(first)
         await until(lambda: _not(xds_connected(state)), 30)  # Envoy saw Podway go
         served = load.ok
         await until(lambda: load.ok >= served + 50, 30)  # Podway gone: Envoy serves on
         assert alive(pid)
-        second = await start_podway(root, state, http_port, free_port())
+        status = tmp_path / "status.yaml"
+        marks["restart"] = time.monotonic()
+        second = await start_podway(root, state, http_port, free_port(), status)
+        await until(status.exists, 30)  # the new Podway's first snapshot is in its cache
         await until(lambda: xds_connected(state), 30)  # Envoy is back on the new Podway
+        marks["edit"] = time.monotonic()
         (root / "ingress.yaml").write_text(_ingress("green"))  # needs the new Podway
         await until(lambda: load.answered_by == "green", 30)
+        marks["green"] = time.monotonic()
         assert envoy_pid(state) == pid  # adopted, not replaced
         stop_load.set()
         await tasks[-1]
-        assert load.failures == []
+        assert load.failures == [], (
+            [(round(t - marks["kill"], 3), what) for t, what in load.failures],
+            {k: round(v - marks["kill"], 3) for k, v in marks.items()})
         assert await stop(second) == 0
         assert not alive(pid)
         assert not state.exists()
