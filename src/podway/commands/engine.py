@@ -42,10 +42,20 @@ def engine(
     envoy_stats: Annotated[EnvoyStats, typer.Option(
         help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
         "costly with many pools).")] = EnvoyStats.BOUNDED,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Private folder (admin socket, pid record, log); default: per --instance under "
+             "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
+    instance: Annotated[str, typer.Option(
+        help="Name of this engine instance (its default state folder).")] = "engine",
 ) -> None:
-    """Launch and supervise Envoy, configured live by the controller at --xds."""
+    """Launch and supervise Envoy, configured live by the controller at --xds.
+
+    Envoy outlives this command if it crashes; run it again (same --instance/--state-dir) and
+    it adopts the running Envoy. SIGTERM/Ctrl-C drains and stops Envoy.
+    """
     from podway.engine.bootstrap import BootstrapOptions, bootstrap
     from podway.engine.process import Engine, EngineOptions, find_envoy
+    from podway.engine.state import instance_dir, open_state
 
     setup_logging(log_level)
     check_at_least("--concurrency", concurrency, 1)
@@ -57,10 +67,16 @@ def engine(
         xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
         stats=envoy_stats))
-    process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
-                                   log_level=envoy_log_level, concurrency=concurrency,
-                                   drain_s=drain_s))
-    from podway.metrics.exposition import serve_while
+    folder = instance_dir(state_dir, instance)
 
-    asyncio.run(run_until_signal(serve_while(process.run(), host="127.0.0.1", port=metrics_port,
-                                             engine_admin=lambda: process.admin_address)))
+    async def main() -> None:
+        from podway.metrics.exposition import serve_while
+
+        with open_state(folder) as state:
+            process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
+                                           state=state, log_level=envoy_log_level,
+                                           concurrency=concurrency, drain_s=drain_s))
+            await serve_while(process.run(), host="127.0.0.1", port=metrics_port,
+                              engine_admin=lambda: process.admin_address)
+
+    asyncio.run(run_until_signal(main()))
