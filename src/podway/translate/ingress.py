@@ -17,7 +17,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from podway.ir import Listener, ListenerProtocol, TLSCertificate, VirtualHost, WildcardMode
+from podway.ir import (
+    Listener,
+    ListenerProtocol,
+    PathKind,
+    Redirect,
+    Route,
+    TLSCertificate,
+    VirtualHost,
+    WildcardMode,
+)
 from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
@@ -30,6 +39,7 @@ from podway.translate.ingress_part import (
     TLSPart,
     build_part,
 )
+from podway.translate.ingress_tls import ACME_CHALLENGE, REDIRECT_STATUS
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, quote
 
@@ -185,18 +195,45 @@ class IngressTranslation:
             vhosts.append(VirtualHost(name=host, hostname=host, wildcard=WildcardMode.ONE_LABEL,
                                       routes=tuple(c.route for c in claims)))
         origins = tuple(sorted({r.origin for v in vhosts for r in v.routes}))
-        out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
-                        protocol=ListenerProtocol.HTTP, virtual_hosts=tuple(vhosts),
-                        origins=origins)]
         certs = self._certificates()
-        if certs:
-            secure = tuple(v for v in vhosts if self._has_certificate(v.hostname))
-            if secure:
-                out.append(Listener(
-                    name="ingress/https", address=self.opts.address, port=self.opts.https_port,
-                    protocol=ListenerProtocol.HTTPS, virtual_hosts=secure, certificates=certs,
-                    origins=tuple(sorted({r.origin for v in secure for r in v.routes}))))
+        secure = tuple(v for v in vhosts if self._has_certificate(v.hostname)) if certs else ()
+        plain = self._redirected(vhosts, {v.hostname for v in secure})
+        out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
+                        protocol=ListenerProtocol.HTTP, virtual_hosts=plain, origins=origins)]
+        if certs and secure:
+            out.append(Listener(
+                name="ingress/https", address=self.opts.address, port=self.opts.https_port,
+                protocol=ListenerProtocol.HTTPS, virtual_hosts=secure, certificates=certs,
+                origins=tuple(sorted({r.origin for v in secure for r in v.routes}))))
         return out
+
+    def _redirected(self, vhosts: list[VirtualHost], secure: set[str]
+                    ) -> tuple[VirtualHost, ...]:
+        """The plain-HTTP virtual hosts: a route of a host served over HTTPS answers a
+        redirect to ``https://`` when its Ingress has a TLS entry covering the host and does
+        not opt out (``podway.io/ssl-redirect: "false"``); ACME HTTP-01 paths are never
+        redirected (a certificate authority validates them over plain HTTP)."""
+        by_ref = {part.source.ref: part for part in self.parts.values()}
+        port = None if self.opts.https_port == 443 else self.opts.https_port
+        redirect = Redirect(scheme="https", port=port, status_code=REDIRECT_STATUS)
+        out: list[VirtualHost] = []
+        for vhost in vhosts:
+            host = vhost.hostname
+            if host == "*" or host not in secure:
+                out.append(vhost)
+                continue
+            routes = []
+            for route in vhost.routes:
+                part = by_ref.get(route.origin)
+                if (part is not None and part.ssl_redirect and _tls_covers(part, host)
+                        and not _acme(route)):
+                    routes.append(Route(name=route.name, match=route.match, action=redirect,
+                                        origin=route.origin))
+                else:
+                    routes.append(route)
+            out.append(VirtualHost(name=vhost.name, hostname=host, wildcard=vhost.wildcard,
+                                   routes=tuple(routes)))
+        return tuple(out)
 
     def _has_certificate(self, host: str) -> bool:
         if self.default_certificate is not None:
@@ -218,3 +255,15 @@ class IngressTranslation:
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
                                       key_pem=d.key_pem, origin=d.origin))
         return tuple(out)
+
+
+def _tls_covers(part: IngressPart, host: str) -> bool:
+    """Whether one of the Ingress's usable TLS entries covers ``host`` (no hosts: every host)."""
+    return any(not tls.hosts or any(covers(h, host) for h in tls.hosts) for tls in part.tls)
+
+
+def _acme(route: Route) -> bool:
+    """Whether the route serves ACME HTTP-01 challenges (or a path below them)."""
+    path = route.match.path
+    return path.kind is not PathKind.REGEX and (
+        path.value.rstrip("/") + "/").startswith(ACME_CHALLENGE + "/")

@@ -8,7 +8,8 @@ Ingress changed costs the merge, not the rebuilding of every route (O(change) ob
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from podway.ir import (
@@ -19,6 +20,7 @@ from podway.ir import (
     Route,
     RouteMatch,
     TLSCertificate,
+    UpstreamTLS,
     WeightedPool,
 )
 from podway.ir.route import Action
@@ -28,9 +30,14 @@ from podway.model.snapshot import Snapshot
 from podway.translate.annotations import foreign_annotations
 from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
 from podway.translate.hosts import valid_hostname
+from podway.translate.ingress_tls import (
+    BACKEND_CA_SECRET,
+    IngressTLSSettings,
+)
+from podway.translate.ingress_tls import parse as parse_tls_settings
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
-from podway.translate.tls import certificate_from_secret
+from podway.translate.tls import ca_bundle, certificate_from_secret
 
 T = TypeVar("T", bound=K8sObject)
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -64,6 +71,7 @@ class IngressPart:
     problems: tuple[Problem, ...]
     # Every lookup the part made: (kind, namespace, name, what was found).
     deps: tuple[tuple[type[K8sObject], str, str, K8sObject | None], ...]
+    ssl_redirect: bool = True  # podway.io/ssl-redirect: plain HTTP of its TLS hosts redirects
 
     @property
     def owner(self) -> str:
@@ -88,6 +96,7 @@ class _Builder:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     deps: dict[tuple[type[K8sObject], str, str], K8sObject | None] = field(default_factory=dict)
+    settings: IngressTLSSettings = field(default_factory=IngressTLSSettings)
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -98,6 +107,10 @@ class _Builder:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
         self.annotations()
+        self.settings = parse_tls_settings(ingress.metadata.annotations)
+        for name, verdict in self.settings.problems:
+            self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
+                         f"metadata.annotations[{name}]")
         if not ingress.spec.rules and ingress.spec.default_backend is None:
             self.problem(Reason.NO_RULES, "Ingress has neither rules nor a defaultBackend",
                          "spec", Severity.WARNING)
@@ -139,7 +152,8 @@ class _Builder:
             self.add_tls(k, tls.secret_name, tls.hosts)
         return IngressPart(source=ingress, claims=tuple(self.claims), tls=tuple(self.tls),
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
-                           deps=tuple((*k, v) for k, v in self.deps.items()))
+                           deps=tuple((*k, v) for k, v in self.deps.items()),
+                           ssl_redirect=self.settings.ssl_redirect)
 
     def annotations(self) -> None:
         """Settings meant for other controllers, and a class annotation that is overridden."""
@@ -191,9 +205,43 @@ class _Builder:
         if unusable is not None:
             self.problem(Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
             return DirectResponse(status=503)
-        spec = http_pool(service, port)
+        spec = self.with_backend_settings(http_pool(service, port), service, where)
+        if spec is None:
+            return DirectResponse(status=503)
         self.pools.setdefault(spec.name, spec)
         return Forward(backends=(WeightedPool(pool=spec.name),))
+
+    def with_backend_settings(self, spec: PoolSpec, service: Service,
+                              where: str) -> PoolSpec | None:
+        """The pool as the backend annotations ask (protocol, TLS); None: fail closed.
+
+        A pool whose settings differ from the port's plain pool gets its own name — the
+        protocol, and for TLS a digest of SNI and CA — so an Ingress that re-encrypts never
+        changes the pool another Ingress or a route uses for the same Service port.
+        """
+        backend = self.settings.backend
+        settings = spec.settings
+        if backend.protocol is not None and backend.protocol is not settings.protocol:
+            settings = replace(settings, protocol=backend.protocol)
+            spec = replace(spec, name=f"{spec.name}/{backend.protocol.value}")
+        if backend.tls:
+            ns, name = service.key
+            ca_pem = ""
+            if backend.ca_secret is not None:
+                self.lookup(Secret, ns, backend.ca_secret)
+                found = ca_bundle(self.snapshot, ns, "", "Secret", backend.ca_secret)
+                if isinstance(found, Verdict):
+                    self.problem(found.reason, f"annotation {BACKEND_CA_SECRET}: "
+                                 f"{found.message}; the backend answers 503 rather than "
+                                 "skip verification", where)
+                    return None
+                ca_pem = found
+            sni = backend.sni or f"{name}.{ns}.svc"
+            digest = hashlib.sha256(f"{sni}\n{ca_pem}".encode()).hexdigest()[:8]
+            settings = replace(settings, upstream_tls=UpstreamTLS(sni=sni, ca_pem=ca_pem,
+                                                                  origin=self.ingress.ref))
+            spec = replace(spec, name=f"{spec.name}/tls-{digest}")
+        return replace(spec, settings=settings) if settings is not spec.settings else spec
 
     def add_tls(self, k: int, secret_name: str | None, hosts: tuple[str, ...]) -> None:
         where = f"spec.tls[{k}]"

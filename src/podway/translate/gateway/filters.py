@@ -17,6 +17,9 @@ from podway.translate.hosts import valid_hostname
 from podway.translate.problems import Reason, quote
 
 WELL_KNOWN_PORTS = {"http": 80, "https": 443}
+#: Every redirect code the specification allows: 301 and 302 (core), 303, 307 and 308
+#: (extended, from v1.1); 307/308 keep the method and body of the request.
+REDIRECT_CODES = (301, 302, 303, 307, 308)
 _DURATION = re.compile(r"^(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}$")
 _DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
 _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
@@ -102,9 +105,10 @@ def redirect(flt: RouteFilter, *, prefix_only: bool) -> RedirectSpec:
     if spec.scheme is not None and spec.scheme not in WELL_KNOWN_PORTS:
         raise FilterError(Reason.UNSUPPORTED_VALUE,
                           f"redirect scheme {quote(spec.scheme)} (http or https)")
-    if spec.status_code not in (301, 302):
+    if spec.status_code not in REDIRECT_CODES:
         raise FilterError(Reason.UNSUPPORTED_VALUE,
-                          f"redirect statusCode {spec.status_code} (301 or 302 only)")
+                          f"redirect statusCode {spec.status_code} (one of "
+                          f"{', '.join(map(str, REDIRECT_CODES))})")
     if spec.hostname is not None and not valid_hostname(spec.hostname):
         raise FilterError(Reason.UNSUPPORTED_VALUE, f"redirect hostname {quote(spec.hostname)}")
     path, prefix = _path(spec.path, prefix_only)
