@@ -27,13 +27,17 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2 as udp_route_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
-from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
 from podway.envoy_config.common import ads_source, pack, stat_prefix
 from podway.ir import L4Route, Listener, TLSCertificate
 from podway.ir import ListenerProtocol as Protocol
 
+_TLS_VERSIONS = {"1.0": common_pb2.TlsParameters.TLSv1_0,
+                 "1.1": common_pb2.TlsParameters.TLSv1_1,
+                 "1.2": common_pb2.TlsParameters.TLSv1_2,
+                 "1.3": common_pb2.TlsParameters.TLSv1_3}
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).
 NO_POOL = "podway/no-pool"
 
@@ -126,6 +130,14 @@ def _downstream_tls(cert: TLSCertificate) -> base_pb2.TransportSocket:
     common.alpn_protocols.extend(["h2", "http/1.1"])
     common.tls_certificate_sds_secret_configs.append(
         secret_pb2.SdsSecretConfig(name=cert.name, sds_config=ads_source()))
+    options = cert.options
+    if options.min_version or options.max_version or options.ciphers:
+        params = common.tls_params
+        if options.min_version:
+            params.tls_minimum_protocol_version = _TLS_VERSIONS[options.min_version]
+        if options.max_version:
+            params.tls_maximum_protocol_version = _TLS_VERSIONS[options.max_version]
+        params.cipher_suites.extend(options.ciphers)
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))
 

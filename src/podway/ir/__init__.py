@@ -19,6 +19,7 @@ from podway.ir.listener import (
     Listener,
     ListenerProtocol,
     TLSCertificate,
+    TLSOptions,
     VirtualHost,
     WildcardMode,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "RouteMatch",
     "StringMatchKind",
     "TLSCertificate",
+    "TLSOptions",
     "URLRewrite",
     "UpstreamTLS",
     "VirtualHost",

@@ -26,6 +26,17 @@ class WildcardMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TLSOptions:
+    """Handshake settings of the filter chain serving a certificate; None/(): the engine's
+    defaults (TLS 1.2 to 1.3, BoringSSL's cipher list). Versions are "1.0" … "1.3"; ``ciphers``
+    are TLS 1.2 suites in OpenSSL names (TLS 1.3 suites are not configurable in the engine)."""
+
+    min_version: str | None = None
+    max_version: str | None = None
+    ciphers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TLSCertificate:
     """A certificate served for ``hostnames`` (SNI); no hostnames: the listener's default."""
 
@@ -34,6 +45,7 @@ class TLSCertificate:
     cert_pem: str
     key_pem: str = field(repr=False)  # never logged, never dumped
     origin: ObjectRef | None = None
+    options: TLSOptions = TLSOptions()
 
     @property
     def fingerprint(self) -> str:

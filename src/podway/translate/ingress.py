@@ -248,12 +248,13 @@ class IngressTranslation:
             names.setdefault(cert.name, []).append(host)
             by_name[cert.name] = cert
         out = [TLSCertificate(name=c.name, hostnames=tuple(sorted(names[n], key=host_order)),
-                              cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin)
+                              cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin,
+                              options=self.opts.tls)
                for n, c in sorted(by_name.items())]
         if self.default_certificate is not None:
             d = self.default_certificate
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
-                                      key_pem=d.key_pem, origin=d.origin))
+                                      key_pem=d.key_pem, origin=d.origin, options=self.opts.tls))
         return tuple(out)
 
 

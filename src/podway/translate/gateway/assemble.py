@@ -165,7 +165,8 @@ class PortBuilder:
                 named.setdefault(name, cert)
                 hosts.setdefault(name, []).extend(cert.hostnames)
         return tuple(TLSCertificate(name=n, hostnames=tuple(sorted(set(hosts[n]), key=host_order)),
-                                    cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin)
+                                    cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin,
+                                    options=c.options)
                      for n, c in sorted(named.items()))
 
 

@@ -10,7 +10,7 @@ conflicted listener is not programmed (the specification: its port is not config
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podway.ir import ListenerProtocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
@@ -21,6 +21,7 @@ from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Reason, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
+from podway.translate.tls_options import TLSOptionError, from_listener_options
 
 L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))
@@ -104,7 +105,7 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
         if ls.accepted.ok and ls.protocol is ListenerProtocol.HTTPS:
-            _certificates(ls, snapshot, grants)
+            _certificates(ls, snapshot, grants, opts)
         if issue is not None and not issue.usable:
             ls.blocked = issue.message
         info.listeners.append(ls)
@@ -172,8 +173,16 @@ def _validate(ls: GwListener) -> None:
                               f"{spec.protocol} listener")
 
 
-def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -> None:
+def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
+                  opts: TranslateOptions) -> None:
     assert ls.spec.tls is not None  # checked by _validate for HTTPS
+    try:
+        options = from_listener_options(ls.spec.tls.options, opts.tls)
+    except TLSOptionError as error:
+        # Fail closed: serving the engine's defaults could accept an older TLS version than
+        # the one asked for.
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, str(error))
+        return
     ns = ls.gateway.metadata.namespace
     refs = ls.spec.tls.certificate_refs
     if not refs:
@@ -200,7 +209,7 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -
             continue
         if found.warning is not None:
             ls.warnings.append(found.warning)
-        ls.certificates.append(found.certificate)
+        ls.certificates.append(replace(found.certificate, options=options))
 
 
 def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:
