@@ -20,7 +20,16 @@ import trustme
 
 from podway.echo import websocket as ws
 
-from .gateway_helpers import CLASS, backend, gateway, https_backend, indent, request, route
+from .gateway_helpers import (
+    CLASS,
+    backend,
+    gateway,
+    https_backend,
+    indent,
+    request,
+    route,
+    tls_backend,
+)
 from .harness import Stack, eventually, free_port
 
 pytestmark = pytest.mark.e2e
@@ -377,3 +386,63 @@ endpoints:
                 await channel.close()
     finally:
         await server.stop(None)
+
+
+async def test_https_and_tls_passthrough_share_a_port_and_tls_terminate(stack: Stack) -> None:
+    """One port, SNI decides: shop.test is terminated by the engine (its certificate, HTTP
+    routed), db.test passes through undecrypted (the backend's own certificate from another CA
+    answers). A TLS listener in Terminate mode decrypts and hands plain bytes to a TCP echo."""
+    await backend(stack, "shop")
+    await backend(stack, "mq", tcp=True)
+    edge_ca, backend_ca = trustme.CA(), trustme.CA()
+    await tls_backend(stack, backend_ca, "db.test")
+    stack.write("secrets.yaml", tls_secret("shop-tls", edge_ca.issue_cert("shop.test"))
+                + "---\n" + tls_secret("mq-tls", edge_ca.issue_cert("mq.test")))
+    shared, terminate = free_port(), free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(f"""
+  - name: https
+    protocol: HTTPS
+    port: {shared}
+    hostname: shop.test
+    tls: {{certificateRefs: [{{name: shop-tls}}]}}
+  - {{name: tls, protocol: TLS, port: {shared}, hostname: db.test, tls: {{mode: Passthrough}}}}
+  - name: terminate
+    protocol: TLS
+    port: {terminate}
+    tls: {{mode: Terminate, certificateRefs: [{{name: mq-tls}}]}}
+"""))
+    stack.write("routes.yaml", "---\n".join([
+        route("shop", """  parentRefs: [{name: gw, sectionName: https}]
+  rules: [{backendRefs: [{name: shop, port: 80}]}]
+"""),
+        route("db", """  parentRefs: [{name: gw, sectionName: tls}]
+  rules: [{backendRefs: [{name: db, port: 443}]}]
+""", kind="TLSRoute", version="v1alpha2"),
+        route("mq", """  parentRefs: [{name: gw, sectionName: terminate}]
+  hostnames: [mq.test]
+  rules: [{backendRefs: [{name: mq, port: 80}]}]
+""", kind="TLSRoute", version="v1alpha2")]))
+    await stack.start()
+    edge = client_context(edge_ca)
+    status, body = await https_get(shared, edge, "shop.test")
+    assert (status, body.get("name")) == (200, "default/shop")
+    passthrough = client_context(backend_ca)
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", shared, ssl=passthrough,
+                                                       server_hostname="db.test")
+        try:
+            writer.write(b"hello\n")
+            assert await reader.readline() == b"db.test\n"  # the backend terminated TLS
+        finally:
+            writer.close()
+    with pytest.raises(ssl.SSLCertVerificationError):  # db.test is not the edge's certificate
+        await handshake(shared, edge, "db.test")
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", terminate, ssl=edge,
+                                                       server_hostname="mq.test")
+        try:
+            writer.write(b"whoami\n")
+            who = json.loads(await reader.readline())
+            assert who["name"] == "default/mq"  # plain bytes reached the TCP echo
+        finally:
+            writer.close()

@@ -7,6 +7,11 @@
   With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
   hosts of the other chains answer 421; otherwise all chains share the listener's table.
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
+  An HTTPS listener's own L4 routes (an HTTPS and a TLS Gateway listener on one port, or Ingress
+  hosts with ``podway.io/tls-passthrough``) become passthrough chains beside the terminating
+  ones; an SNI name a certificate already serves stays terminating. An L4 route with a
+  ``certificate`` (TLSRoute on a ``Terminate`` listener) terminates TLS on its chain and
+  forwards the decrypted bytes (no ALPN offered: the bytes are not HTTP to the engine).
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
   the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
 * A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
@@ -57,6 +62,10 @@ def listener(ir: Listener) -> listener_pb2.Listener:
     elif ir.protocol is Protocol.HTTPS:
         out.listener_filters.append(_tls_inspector())
         _https_chains(out, ir)
+        # Passthrough beside termination (HTTPS and TLS sharing a port): SNI names a
+        # certificate serves stay terminating; the engine picks one chain per name.
+        taken = {n for _, _, names in sni_tables(ir) for n in names}
+        _passthrough_chains(out, ir, taken)
     elif ir.protocol is Protocol.TLS:
         out.listener_filters.append(_tls_inspector())
         _passthrough_chains(out, ir)
@@ -124,10 +133,11 @@ def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
         out.default_filter_chain.CopyFrom(chain)
 
 
-def _downstream_tls(cert: TLSCertificate) -> base_pb2.TransportSocket:
+def _downstream_tls(cert: TLSCertificate, *, alpn: tuple[str, ...] = ("h2", "http/1.1")
+                    ) -> base_pb2.TransportSocket:
     context = tls_pb2.DownstreamTlsContext()
     common = context.common_tls_context
-    common.alpn_protocols.extend(["h2", "http/1.1"])
+    common.alpn_protocols.extend(alpn)
     common.tls_certificate_sds_secret_configs.append(
         secret_pb2.SdsSecretConfig(name=cert.name, sds_config=ads_source()))
     options = cert.options
@@ -142,12 +152,15 @@ def _downstream_tls(cert: TLSCertificate) -> base_pb2.TransportSocket:
                                     typed_config=pack(context))
 
 
-def _passthrough_chains(out: listener_pb2.Listener, ir: Listener) -> None:
-    seen: set[str] = set()
+def _passthrough_chains(out: listener_pb2.Listener, ir: Listener,
+                        taken: set[str] | None = None) -> None:
+    seen: set[str] = set(taken or ())
     for route in ir.l4_routes:
         names = [h.lower() for h in route.hostnames if h.lower() not in seen]
         seen.update(names)
         chain = lc.FilterChain(name=route.name, filters=[_tcp_proxy(ir.name, route)])
+        if route.certificate is not None:  # TLS Terminate: decrypt, then forward the bytes
+            chain.transport_socket.CopyFrom(_downstream_tls(route.certificate, alpn=()))
         if names:
             chain.filter_chain_match.server_names.extend(names)
             out.filter_chains.append(chain)

@@ -63,12 +63,15 @@ class VirtualHost:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class L4Route:
-    """TCP/UDP forwarding, or TLS passthrough selected by SNI ``hostnames``."""
+    """TCP/UDP forwarding, or TLS selected by SNI ``hostnames``: passed through untouched, or,
+    with ``certificate``, terminated by the engine and forwarded as plain bytes (TLSRoute on
+    a ``Terminate`` listener)."""
 
     name: str
     backends: tuple[WeightedPool, ...]
     hostnames: tuple[str, ...] = ()
     origin: ObjectRef
+    certificate: TLSCertificate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +82,8 @@ class Listener:
     protocol: ListenerProtocol
     virtual_hosts: tuple[VirtualHost, ...] = ()  # HTTP, HTTPS
     certificates: tuple[TLSCertificate, ...] = ()  # HTTPS
-    l4_routes: tuple[L4Route, ...] = ()  # TCP, UDP, TLS
+    # TCP, UDP, TLS; on HTTPS: passthrough by SNI beside the terminating certificates
+    l4_routes: tuple[L4Route, ...] = ()
     origins: tuple[ObjectRef, ...] = ()
     # HTTPS: the Host must belong to the certificate the connection's SNI chose. A virtual host
     # whose most specific covering SNI name (certificate hostname) is another certificate's is

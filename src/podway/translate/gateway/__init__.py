@@ -31,7 +31,12 @@ from podway.model.gateway_routes import (
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec, find_port
 from podway.translate.gateway import status as st
-from podway.translate.gateway.assemble import PortBuilder, PortKey, share_ports
+from podway.translate.gateway.assemble import (
+    PortBuilder,
+    PortKey,
+    merge_sni_shared,
+    share_ports,
+)
 from podway.translate.gateway.attach import attach, parent_key
 from podway.translate.gateway.backendtls import BackendTLS, index_policies
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
@@ -116,13 +121,21 @@ class GatewayTranslation:
         shadowed: set[str] = set()
         for builder in sorted(self._ports.values(), key=lambda b: (
                 age[b.info.gateway.key], b.port, b.protocol)):
-            refusal = ports.take(name=builder.name, address=builder.info.address,
+            address = builder.info.address
+            partner = None
+            if builder.protocol is ListenerProtocol.HTTPS:
+                partner = self._ports.get((address, builder.port, ListenerProtocol.TLS))
+            elif (builder.protocol is ListenerProtocol.TLS
+                  and (address, builder.port, ListenerProtocol.HTTPS) in self._ports):
+                continue  # served by the HTTPS listener of the same port (merge_sni_shared)
+            refusal = ports.take(name=builder.name, address=address,
                                  port=builder.port, protocol=builder.protocol)
             if refusal is not None:
-                for ls in builder.members:
+                for ls in (*builder.members, *(partner.members if partner else ())):
                     ls.unbound = refusal.message
                 continue
-            out.append(builder.build())
+            built = builder.build()
+            out.append(merge_sni_shared(built, partner.build()) if partner else built)
             for shadow in builder.shadowed:
                 lost, won = shadow.lost, shadow.won
                 if lost.route.name in shadowed:
@@ -290,9 +303,11 @@ class GatewayTranslation:
             scheme = "https" if ls.protocol is ListenerProtocol.HTTPS else "http"
             builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port, scheme=scheme))
             return
+        terminate = ls.terminates and ls.protocol is ListenerProtocol.TLS and ls.certificates
         lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),
                               hostnames=hostnames, backends=compiled.backends,
-                              origin=compiled.route.ref)
+                              origin=compiled.route.ref,
+                              certificate=ls.certificates[0] if terminate else None)
         if lost:
             state.issues.append(Issue(Reason.HOSTNAME_CONFLICT,
                                       f"SNI {listing(lost)} on listener {ls.name} already "

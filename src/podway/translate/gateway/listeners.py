@@ -3,9 +3,10 @@
 One ``GwListener`` per ``spec.listeners[]`` entry holds its verdicts (Accepted, ResolvedRefs,
 Conflicted), its certificates and, later, its attached-route count. Conflicts are judged per
 port and transport (UDP never conflicts with TCP-carried protocols): differing protocols on one
-port are a ``ProtocolConflict`` and equal hostnames (no hostname counts as one) a
-``HostnameConflict``; every listener involved is marked, none is picked as the winner, and a
-conflicted listener is not programmed (the specification: its port is not configured).
+port are a ``ProtocolConflict`` — except HTTPS with TLS, which SNI tells apart — and equal
+hostnames (no hostname counts as one, across HTTPS and TLS too) a ``HostnameConflict``; every
+listener involved is marked, none is picked as the winner, and a conflicted listener is not
+programmed (the specification: its port is not configured).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ KINDS_BY_PROTOCOL: dict[ListenerProtocol, tuple[tuple[str, str], ...]] = {
     ListenerProtocol.TCP: ((GROUP, "TCPRoute"),),
     ListenerProtocol.UDP: ((GROUP, "UDPRoute"),),
 }
+#: Protocols that may share one port: the engine tells them apart by SNI (extended feature).
+SNI_SHARED = frozenset({ListenerProtocol.HTTPS, ListenerProtocol.TLS})
 ACCEPTED = Verdict(True, Reason.ACCEPTED, "listener accepted")
 RESOLVED = Verdict(True, Reason.RESOLVED_REFS, "all references resolved")
 
@@ -64,11 +67,20 @@ class GwListener:
         return self.spec.hostname
 
     @property
+    def terminates(self) -> bool:
+        """The engine terminates TLS: HTTPS, or TLS in ``Terminate`` mode (TLSRoutes then get
+        the decrypted bytes)."""
+        if self.protocol is ListenerProtocol.HTTPS:
+            return True
+        return (self.protocol is ListenerProtocol.TLS and self.spec.tls is not None
+                and self.spec.tls.mode == "Terminate")
+
+    @property
     def usable(self) -> bool:
         """Generates engine config: accepted, not conflicted, certificates where needed."""
         if not self.accepted.ok or self.conflicted is not None or self.protocol is None:
             return False
-        return self.protocol is not ListenerProtocol.HTTPS or bool(self.certificates)
+        return not self.terminates or bool(self.certificates)
 
     @property
     def programmed(self) -> bool:
@@ -104,7 +116,7 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
-        if ls.accepted.ok and ls.protocol is ListenerProtocol.HTTPS:
+        if ls.accepted.ok and ls.terminates:
             _certificates(ls, snapshot, grants, opts)
         if issue is not None and not issue.usable:
             ls.blocked = issue.message
@@ -155,9 +167,10 @@ def _validate(ls: GwListener) -> None:
     if ls.protocol is ListenerProtocol.HTTPS and (tls is None or tls.mode != "Terminate"):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "HTTPS needs tls.mode Terminate")
         return
-    if ls.protocol is ListenerProtocol.TLS and (tls is None or tls.mode != "Passthrough"):
+    if ls.protocol is ListenerProtocol.TLS and (tls is None
+                                                or tls.mode not in ("Passthrough", "Terminate")):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
-                              "TLS listeners support tls.mode Passthrough only")
+                              "TLS listeners need tls.mode Passthrough or Terminate")
         return
     supported = KINDS_BY_PROTOCOL[ls.protocol]
     wanted = spec.allowed_routes.kinds
@@ -175,7 +188,7 @@ def _validate(ls: GwListener) -> None:
 
 def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
                   opts: TranslateOptions) -> None:
-    assert ls.spec.tls is not None  # checked by _validate for HTTPS
+    assert ls.spec.tls is not None  # checked by _validate for HTTPS and TLS
     try:
         options = from_listener_options(ls.spec.tls.options, opts.tls)
     except TLSOptionError as error:
@@ -186,7 +199,8 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
     ns = ls.gateway.metadata.namespace
     refs = ls.spec.tls.certificate_refs
     if not refs:
-        _unresolved(ls, Reason.INVALID_CERTIFICATE_REF, "HTTPS listener has no certificateRefs")
+        _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
+                    f"{ls.spec.protocol} listener terminating TLS has no certificateRefs")
         return
     hostnames = (ls.spec.hostname,) if ls.spec.hostname else ()
     for ref in refs:
@@ -229,7 +243,8 @@ def _conflicts(listeners: list[GwListener]) -> None:
             groups.setdefault((ls.spec.port, _family(ls.protocol)), []).append(ls)
     for (port, _), group in groups.items():
         protocols = {ls.protocol for ls in group}
-        if len(protocols) > 1:
+        # HTTPS and TLS share a port: SNI picks a terminating or a passthrough filter chain.
+        if len(protocols) > 1 and not protocols <= SNI_SHARED:
             names = ", ".join(sorted(str(p) for p in protocols if p is not None))
             for ls in group:
                 ls.conflicted = Verdict(False, Reason.PROTOCOL_CONFLICT,
