@@ -446,3 +446,28 @@ async def test_https_and_tls_passthrough_share_a_port_and_tls_terminate(stack: S
             assert who["name"] == "default/mq"  # plain bytes reached the TCP echo
         finally:
             writer.close()
+
+
+async def test_ingress_tls_passthrough_beside_termination(stack: Stack) -> None:
+    """podway.io/tls-passthrough: db.test reaches its pod undecrypted on the shared HTTPS port
+    (the pod's own certificate, another CA), while shop.test is terminated there by the engine."""
+    await backend(stack, "shop")
+    edge_ca, backend_ca = trustme.CA(), trustme.CA()
+    await tls_backend(stack, backend_ca, "db.test")
+    stack.write("secret.yaml", tls_secret("shop-tls", edge_ca.issue_cert("shop.test")))
+    tls = "  tls:\n  - {hosts: [shop.test], secretName: shop-tls}\n"
+    stack.write("shop.yaml", ingress("shop", rule("shop.test", "shop"), tls=tls))
+    stack.write("db.yaml", ingress("db", rule("db.test", "db", 443),
+                                   annotations='podway.io/tls-passthrough: "true"'))
+    await stack.start()
+    status, body = await https_get(stack.https_port, client_context(edge_ca), "shop.test")
+    assert (status, body.get("name")) == (200, "default/shop")
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", stack.https_port, ssl=client_context(backend_ca),
+            server_hostname="db.test")
+        try:
+            writer.write(b"hello\n")
+            assert await reader.readline() == b"db.test\n"
+        finally:
+            writer.close()

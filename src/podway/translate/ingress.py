@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from podway.ir import (
+    L4Route,
     Listener,
     ListenerProtocol,
     PathKind,
@@ -35,6 +36,7 @@ from podway.translate.ingress_part import (
     LEGACY_CLASS_ANNOTATION,
     Claim,
     IngressPart,
+    PassthroughPart,
     SlotKey,
     TLSPart,
     build_part,
@@ -101,6 +103,7 @@ class IngressTranslation:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     owners: dict[str, IngressPart] = field(default_factory=dict)  # host → oldest to name it
+    passthrough: dict[str, tuple[PassthroughPart, IngressPart]] = field(default_factory=dict)
     _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
 
     def add(self, ingress: Ingress) -> None:
@@ -112,6 +115,8 @@ class IngressTranslation:
             self._claim(part, claim)
         for tls in part.tls:
             self._add_tls(part, tls)
+        for passthrough in part.passthrough:
+            self._add_passthrough(part, passthrough)
         for spec in part.pools:
             self.pools.setdefault(spec.name, spec)
         self.problems.extend(part.problems)
@@ -180,15 +185,43 @@ class IngressTranslation:
                               f"host {quote(host)} already uses {held.name}", tls.where,
                               Severity.WARNING)
 
+    def _add_passthrough(self, part: IngressPart, item: PassthroughPart) -> None:
+        if not self._admitted(part, item.host, "TLS passthrough", item.where):
+            return
+        held = self.passthrough.get(item.host)
+        if held is None:
+            self.passthrough[item.host] = (item, part)
+        elif held[1] is not part:
+            self._problem(part, Reason.HOST_CONFLICT,
+                          f"host {quote(item.host)} is already passed through by older Ingress "
+                          f"{held[1].owner}", item.where)
+
+    def _passthrough_routes(self) -> tuple[L4Route, ...]:
+        """Passthrough routes in age order; a host with a certificate stays terminating (the
+        engine picks one filter chain per SNI name), and its passthrough Ingress is told."""
+        out: list[L4Route] = []
+        for host, (item, part) in self.passthrough.items():
+            holder = self.certificates.get(host)
+            if holder is not None:
+                self._problem(part, Reason.CERTIFICATE_CONFLICT,
+                              f"host {quote(host)} has certificate {holder.name} from another "
+                              "Ingress, which terminates its TLS; TLS passthrough is not used",
+                              item.where)
+                continue
+            out.append(item.route)
+        return tuple(out)
+
     def _problem(self, part: IngressPart, reason: Reason, message: str, where: str,
                  severity: Severity = Severity.ERROR) -> None:
         self.problems.append(Problem(ref=part.source.ref, reason=reason, message=message,
                                      field=where, severity=severity))
 
     def listeners(self) -> list[Listener]:
-        """The HTTP listener (every host) and, when any certificate is usable, HTTPS."""
+        """The HTTP listener (every host) and, when any certificate is usable or a host is
+        passed through, HTTPS (terminating and passthrough chains chosen by SNI)."""
+        passthrough = self._passthrough_routes()
         if not self.hosts:
-            return []
+            return [self._https((), (), passthrough)] if passthrough else []
         vhosts: list[VirtualHost] = []
         for host in sorted(self.hosts, key=host_order):
             claims = sorted((c for c, _ in self.hosts[host].values()), key=lambda c: c.order)
@@ -200,12 +233,17 @@ class IngressTranslation:
         plain = self._redirected(vhosts, {v.hostname for v in secure})
         out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
                         protocol=ListenerProtocol.HTTP, virtual_hosts=plain, origins=origins)]
-        if certs and secure:
-            out.append(Listener(
-                name="ingress/https", address=self.opts.address, port=self.opts.https_port,
-                protocol=ListenerProtocol.HTTPS, virtual_hosts=secure, certificates=certs,
-                origins=tuple(sorted({r.origin for v in secure for r in v.routes}))))
+        if (certs and secure) or passthrough:
+            out.append(self._https(secure if certs else (), certs, passthrough))
         return out
+
+    def _https(self, secure: tuple[VirtualHost, ...], certs: tuple[TLSCertificate, ...],
+               passthrough: tuple[L4Route, ...]) -> Listener:
+        origins = {r.origin for v in secure for r in v.routes} | {r.origin for r in passthrough}
+        return Listener(name="ingress/https", address=self.opts.address,
+                        port=self.opts.https_port, protocol=ListenerProtocol.HTTPS,
+                        virtual_hosts=secure, certificates=certs, l4_routes=passthrough,
+                        origins=tuple(sorted(origins)))
 
     def _redirected(self, vhosts: list[VirtualHost], secure: set[str]
                     ) -> tuple[VirtualHost, ...]:

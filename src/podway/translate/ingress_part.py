@@ -15,6 +15,7 @@ from typing import TypeVar
 from podway.ir import (
     DirectResponse,
     Forward,
+    L4Route,
     PathKind,
     PathMatch,
     Route,
@@ -25,10 +26,11 @@ from podway.ir import (
 )
 from podway.ir.route import Action
 from podway.model import Ingress, K8sObject, Secret, Service
-from podway.model.networking import IngressBackend
+from podway.model.core import ServicePort
+from podway.model.networking import IngressBackend, IngressRule
 from podway.model.snapshot import Snapshot
 from podway.translate.annotations import foreign_annotations
-from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
+from podway.translate.backends import PoolSpec, find_port, http_pool, l4_pool, mode_problem
 from podway.translate.hosts import valid_hostname
 from podway.translate.ingress_tls import (
     BACKEND_CA_SECRET,
@@ -63,10 +65,20 @@ class TLSPart:
 
 
 @dataclass(frozen=True, slots=True)
+class PassthroughPart:
+    """A host whose TLS connections go, undecrypted, to ``route``'s backend (by SNI)."""
+
+    host: str
+    route: L4Route
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
 class IngressPart:
     source: Ingress
     claims: tuple[Claim, ...]
     tls: tuple[TLSPart, ...]
+    passthrough: tuple[PassthroughPart, ...]
     pools: tuple[PoolSpec, ...]
     problems: tuple[Problem, ...]
     # Every lookup the part made: (kind, namespace, name, what was found).
@@ -97,6 +109,7 @@ class _Builder:
     problems: list[Problem] = field(default_factory=list)
     deps: dict[tuple[type[K8sObject], str, str], K8sObject | None] = field(default_factory=dict)
     settings: IngressTLSSettings = field(default_factory=IngressTLSSettings)
+    passthrough: list[PassthroughPart] = field(default_factory=list)
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -106,16 +119,22 @@ class _Builder:
     def build(self) -> IngressPart:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
-        self.annotations()
         self.settings = parse_tls_settings(ingress.metadata.annotations)
+        self.annotations()
         for name, verdict in self.settings.problems:
             self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
                          f"metadata.annotations[{name}]")
+        if self.settings.passthrough and ingress.spec.default_backend is not None:
+            self.problem(Reason.UNSUPPORTED_FIELD, "a defaultBackend cannot be reached by SNI "
+                         "(TLS passthrough); it is not used", "spec.defaultBackend")
         if not ingress.spec.rules and ingress.spec.default_backend is None:
             self.problem(Reason.NO_RULES, "Ingress has neither rules nor a defaultBackend",
                          "spec", Severity.WARNING)
         rule_hosts: list[str] = []
         for i, rule in enumerate(ingress.spec.rules):
+            if self.settings.passthrough:
+                self.passthrough_rule(i, rule, base)
+                continue
             if rule.host and not valid_hostname(rule.host):
                 self.problem(Reason.INVALID_HOST,
                              f"host {quote(rule.host)} is not a DNS name "
@@ -139,7 +158,7 @@ class _Builder:
                               origin=ingress.ref)
                 order = (-len(value), 0 if kind is PathKind.EXACT else 1, value)
                 self.claims.append(Claim(host, (kind, value), order, route, where))
-        if ingress.spec.default_backend is not None:
+        if ingress.spec.default_backend is not None and not self.settings.passthrough:
             route = Route(name=f"{base}/default-backend", match=RouteMatch(),
                           action=self.action(ingress.spec.default_backend,
                                              "spec.defaultBackend"),
@@ -148,9 +167,13 @@ class _Builder:
             for host in dict.fromkeys([*rule_hosts, "*"]):
                 self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
                                          "spec.defaultBackend"))
-        for k, tls in enumerate(ingress.spec.tls):
+        if self.settings.passthrough and ingress.spec.tls:
+            self.problem(Reason.UNSUPPORTED_FIELD, "TLS passthrough: the pods present their own "
+                         "certificates; spec.tls is not used", "spec.tls", Severity.WARNING)
+        for k, tls in enumerate(() if self.settings.passthrough else ingress.spec.tls):
             self.add_tls(k, tls.secret_name, tls.hosts)
         return IngressPart(source=ingress, claims=tuple(self.claims), tls=tuple(self.tls),
+                           passthrough=tuple(self.passthrough),
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()),
                            ssl_redirect=self.settings.ssl_redirect)
@@ -169,7 +192,9 @@ class _Builder:
                          f"spec.ingressClassName ({quote(named)}) takes precedence",
                          f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
 
-    def action(self, backend: IngressBackend, where: str) -> Action:
+    def service_port(self, backend: IngressBackend,
+                     where: str) -> tuple[Service, ServicePort] | None:
+        """The Service port a backend names, or None with a problem saying why not."""
         ns = self.ingress.metadata.namespace
         if backend.service is None:
             res = backend.resource
@@ -177,39 +202,75 @@ class _Builder:
             kind = f"{group}{res.kind if res else ''}"
             self.problem(Reason.UNSUPPORTED_BACKEND,
                          f"resource backends ({kind}) are not supported", f"{where}.resource")
-            return DirectResponse(status=503)
+            return None
         ref = backend.service
         service = self.lookup(Service, ns, ref.name)
         if service is None:
             self.problem(Reason.BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} not found",
                          f"{where}.service.name")
-            return DirectResponse(status=503)
+            return None
         if service.spec.type == "ExternalName":
             self.problem(Reason.UNSUPPORTED_BACKEND,
                          f"Service {ns}/{ref.name} is of type ExternalName",
                          f"{where}.service.name")
-            return DirectResponse(status=503)
+            return None
         port = find_port(service, number=ref.port.number, name=ref.port.name, protocol="TCP")
         if port is None:
             wanted = (f"port {ref.port.number}" if ref.port.number is not None
                       else f"port named {quote(ref.port.name or '')}")
             self.problem(Reason.BACKEND_NOT_FOUND,
                          f"Service {ns}/{ref.name} has no {wanted}", f"{where}.service.port")
-            return DirectResponse(status=503)
+            return None
         if port.protocol != "TCP":
             self.problem(Reason.UNSUPPORTED_PROTOCOL,
                          f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, not TCP",
                          f"{where}.service.port")
-            return DirectResponse(status=503)
+            return None
         unusable = mode_problem(service, port, self.opts)
         if unusable is not None:
             self.problem(Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
+            return None
+        return service, port
+
+    def action(self, backend: IngressBackend, where: str) -> Action:
+        found = self.service_port(backend, where)
+        if found is None:
             return DirectResponse(status=503)
+        service, port = found
         spec = self.with_backend_settings(http_pool(service, port), service, where)
         if spec is None:
             return DirectResponse(status=503)
         self.pools.setdefault(spec.name, spec)
         return Forward(backends=(WeightedPool(pool=spec.name),))
+
+    def passthrough_rule(self, i: int, rule: IngressRule, base: str) -> None:
+        """``podway.io/tls-passthrough``: the rule's host is routed by SNI to the backend of
+        its first path, whose pods terminate TLS themselves; paths cannot apply (the engine
+        never sees the HTTP request)."""
+        where = f"spec.rules[{i}]"
+        paths = rule.http.paths if rule.http else ()
+        if not rule.host or rule.host.startswith("*") or not valid_hostname(rule.host):
+            self.problem(Reason.INVALID_HOST, "TLS passthrough routes by SNI and needs an exact "
+                         "host; this rule is not served", f"{where}.host")
+            return
+        if not paths:
+            self.problem(Reason.NO_RULES, "TLS passthrough needs a path with a backend",
+                         f"{where}.http")
+            return
+        if len(paths) > 1:
+            self.problem(Reason.UNSUPPORTED_FIELD, f"TLS passthrough forwards every connection "
+                         f"for {quote(rule.host)} to the first path's backend; the other paths "
+                         "are not used (the engine never sees the request)", f"{where}.http.paths",
+                         Severity.WARNING)
+        found = self.service_port(paths[0].backend, f"{where}.http.paths[0].backend")
+        if found is None:
+            return
+        spec = l4_pool(*found)
+        self.pools.setdefault(spec.name, spec)
+        self.passthrough.append(PassthroughPart(
+            host=rule.host, where=where,
+            route=L4Route(name=f"{base}/rule/{i}/passthrough", hostnames=(rule.host,),
+                          backends=(WeightedPool(pool=spec.name),), origin=self.ingress.ref)))
 
     def with_backend_settings(self, spec: PoolSpec, service: Service,
                               where: str) -> PoolSpec | None:

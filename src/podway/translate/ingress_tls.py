@@ -8,6 +8,9 @@ from annotations; docs/reference.md ("TLS and protocols") lists each with its de
   308 redirect to ``https://`` — AKO's default for secure Ingresses. ``"false"`` serves them over
   HTTP as well. ACME HTTP-01 challenges (``/.well-known/acme-challenge/``) are never redirected,
   so certificate issuance keeps working.
+* ``podway.io/tls-passthrough`` (default ``"false"``): ``"true"`` routes each rule's host by
+  SNI, undecrypted, to the backend of its first path on the HTTPS port — the pods terminate
+  TLS (end-to-end TLS); paths, TLS entries and the defaultBackend cannot apply.
 * ``podway.io/backend-protocol``: how the engine speaks to the Service's pods — ``HTTP``
   (HTTP/1.1; default unless the port's ``appProtocol`` says otherwise), ``H2C`` (HTTP/2 in
   clear text), ``GRPC`` (HTTP/2), ``HTTPS`` (TLS re-encryption, HTTP/1.1), ``GRPCS`` (TLS, h2).
@@ -31,6 +34,7 @@ from podway.translate.hosts import valid_hostname
 from podway.translate.problems import Reason, Verdict, quote
 
 SSL_REDIRECT = "podway.io/ssl-redirect"
+TLS_PASSTHROUGH = "podway.io/tls-passthrough"
 BACKEND_PROTOCOL = "podway.io/backend-protocol"
 BACKEND_CA_SECRET = "podway.io/backend-ca-secret"
 BACKEND_SNI = "podway.io/backend-sni"
@@ -60,6 +64,7 @@ class BackendSettings:
 @dataclass(frozen=True, slots=True)
 class IngressTLSSettings:
     ssl_redirect: bool = True
+    passthrough: bool = False
     backend: BackendSettings = BackendSettings()
     problems: tuple[tuple[str, Verdict], ...] = ()  # (annotation, why its value is not used)
 
@@ -71,14 +76,18 @@ def parse(annotations: Mapping[str, str]) -> IngressTLSSettings:
     def bad(name: str, message: str) -> None:
         problems.append((name, Verdict(False, Reason.INVALID_ANNOTATION, message)))
 
-    redirect = True
-    raw = annotations.get(SSL_REDIRECT)
-    if raw is not None:
+    def flag(name: str, default: bool) -> bool:
+        raw = annotations.get(name)
+        if raw is None:
+            return default
         if raw.strip().lower() in ("true", "false"):
-            redirect = raw.strip().lower() == "true"
-        else:
-            bad(SSL_REDIRECT, f"{quote(raw)} is not \"true\" or \"false\"; redirecting "
-                              "(the default)")
+            return raw.strip().lower() == "true"
+        bad(name, f"{quote(raw)} is not \"true\" or \"false\"; "
+                  f"{str(default).lower()} (the default) applies")
+        return default
+
+    redirect = flag(SSL_REDIRECT, True)
+    passthrough = flag(TLS_PASSTHROUGH, False)
     protocol: PoolProtocol | None = None
     tls = False
     raw = annotations.get(BACKEND_PROTOCOL)
@@ -110,7 +119,7 @@ def parse(annotations: Mapping[str, str]) -> IngressTLSSettings:
             bad(BACKEND_SNI, f"needs {BACKEND_PROTOCOL}: HTTPS or GRPCS; not used")
         else:
             sni = raw.strip().lower()
-    return IngressTLSSettings(ssl_redirect=redirect,
+    return IngressTLSSettings(ssl_redirect=redirect, passthrough=passthrough,
                               backend=BackendSettings(protocol=protocol, tls=tls, ca_secret=ca,
                                                       sni=sni),
                               problems=tuple(problems))
