@@ -12,7 +12,7 @@ status is computed. One ``GatewayResult`` comes back: listeners, pools, statuses
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from types import MappingProxyType
 
@@ -135,7 +135,9 @@ class GatewayTranslation:
                     ls.unbound = refusal.message
                 continue
             built = builder.build()
-            out.append(merge_sni_shared(built, partner.build()) if partner else built)
+            built = merge_sni_shared(built, partner.build()) if partner else built
+            out.append(built)
+            out.extend(self._other_addresses(builder.info, built, ports))
             for shadow in builder.shadowed:
                 lost, won = shadow.lost, shadow.won
                 if lost.route.name in shadowed:
@@ -147,6 +149,23 @@ class GatewayTranslation:
                     message=f"on {shadow.host}, {won.route.origin} (rule {won.rule}/match/"
                             f"{won.match_index}) has the same match and takes precedence; this "
                             "match gets no requests there"))
+        return out
+
+    def _other_addresses(self, info: GatewayInfo, built: Listener,
+                         ports: PortTable) -> list[Listener]:
+        """``built`` bound on each further address of its Gateway (``<name>@<address>``); an
+        address whose port is taken is dropped from the Gateway's addresses, with a warning."""
+        out: list[Listener] = []
+        for address in list(info.extra_addresses):
+            copy = replace(built, name=f"{built.name}@{address}", address=address)
+            refusal = ports.take_listener(copy)
+            if refusal is None:
+                out.append(copy)
+                continue
+            info.extra_addresses.remove(address)
+            self.problems.append(Problem(
+                ref=info.gateway.ref, reason=Reason.PORT_UNAVAILABLE, severity=Severity.WARNING,
+                field="spec.addresses", message=f"not served on {address}: {refusal.message}"))
         return out
 
     def _not_owned(self, gw: Gateway) -> None:

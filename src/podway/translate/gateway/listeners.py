@@ -99,9 +99,16 @@ class AddressIssue:
 @dataclass(slots=True)
 class GatewayInfo:
     gateway: Gateway
-    address: str
+    address: str  # the first address: names the engine listeners, decides port sharing
     address_issue: AddressIssue | None = None
     listeners: list[GwListener] = field(default_factory=list)
+    # Every further usable address of spec.addresses: each programmed listener is bound there
+    # too (a copy of the engine listener); one the port table refuses is dropped from here.
+    extra_addresses: list[str] = field(default_factory=list)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return (self.address, *self.extra_addresses)
 
 
 _PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
@@ -113,6 +120,11 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
             opts: TranslateOptions) -> GatewayInfo:
     address, issue = _address(gateway, opts)
     info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
+    if issue is None or issue.usable:
+        extra, extra_issue = _extra_addresses(gateway, address, opts)
+        info.extra_addresses = extra
+        if extra_issue is not None and issue is None:
+            info.address_issue = extra_issue
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
@@ -140,10 +152,29 @@ def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssu
             return opts.address, AddressIssue(message, usable=False)
         return choice.address, AddressIssue(message, usable=True,
                                             reason=Reason.ADDRESS_NOT_ALLOWED)
-    if len(gateway.spec.addresses) > 1:
-        return first.value, AddressIssue(f"only the first address ({first.value}) is bound",
-                                         usable=True)
     return first.value, None
+
+
+def _extra_addresses(gateway: Gateway, first: str,
+                     opts: TranslateOptions) -> tuple[list[str], AddressIssue | None]:
+    """spec.addresses[1:] that can be bound (IP addresses the options allow), in order, and
+    a warning naming those that cannot (the Gateway is still served on the others)."""
+    out: list[str] = []
+    refused: list[str] = []
+    for i, spec in enumerate(gateway.spec.addresses[1:], start=1):
+        if spec.type != "IPAddress" or not spec.value:
+            refused.append(f"spec.addresses[{i}]: type {quote(spec.type)} is not supported "
+                           "(IPAddress only)")
+            continue
+        choice = choose_address(spec.value, opts, f"spec.addresses[{i}]")
+        if choice.refusal is not None or choice.address is None:
+            refused.append(choice.refusal.message if choice.refusal else spec.value)
+            continue
+        if choice.address != first and choice.address not in out:
+            out.append(choice.address)
+    if not refused:
+        return out, None
+    return out, AddressIssue(listing(refused, limit=3), usable=True)
 
 
 def _validate(ls: GwListener) -> None:
