@@ -471,3 +471,30 @@ async def test_ingress_tls_passthrough_beside_termination(stack: Stack) -> None:
             assert await reader.readline() == b"db.test\n"
         finally:
             writer.close()
+
+
+async def test_tcp_route_rules_form_one_weighted_split(stack: Stack) -> None:
+    """A TCPRoute with two rules (weights 3 and 1): connections reach both backends, in
+    proportion within statistical bounds."""
+    await backend(stack, "heavy", tcp=True)
+    await backend(stack, "light", tcp=True)
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: tcp, protocol: TCP, port: {port}}}\n"))
+    stack.write("route.yaml", route("split", """  parentRefs: [{name: gw, sectionName: tcp}]
+  rules:
+  - backendRefs: [{name: heavy, port: 80, weight: 3}]
+  - backendRefs: [{name: light, port: 80, weight: 1}]
+""", kind="TCPRoute", version="v1alpha2"))
+    await stack.start()
+    seen = {"default/heavy": 0, "default/light": 0}
+    for _ in range(80):
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(b"whoami\n")
+                seen[json.loads(await reader.readline())["name"]] += 1
+            finally:
+                writer.close()
+    # Binomial(80, 1/4) for light: outside 6..34 has probability below 1e-3; 0 = first rule only.
+    assert 6 <= seen["default/light"] <= 34, seen
