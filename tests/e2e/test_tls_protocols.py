@@ -498,3 +498,34 @@ async def test_tcp_route_rules_form_one_weighted_split(stack: Stack) -> None:
                 writer.close()
     # Binomial(80, 1/4) for light: outside 6..34 has probability below 1e-3; 0 = first rule only.
     assert 6 <= seen["default/light"] <= 34, seen
+
+
+async def test_backend_ref_header_filters_apply_to_their_share_only(stack: Stack) -> None:
+    """backendRef filters: requests to the filtered share carry its request header and answer
+    with its response header; the unfiltered share of the same Service carries neither."""
+    await backend(stack, "web")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
+  rules:
+  - backendRefs:
+    - name: web
+      port: 80
+      filters:
+      - {type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: X-Share, value: a}]}}
+      - {type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: X-Was, value: a}]}}
+    - {name: web, port: 80}
+"""))
+    await stack.start()
+    seen: dict[str, int] = {"a": 0, "none": 0}
+    for _ in range(40):
+        status, headers, body = await request(port, "x.test")
+        assert status == 200
+        sent = body.get("headers")
+        assert isinstance(sent, dict)
+        share = sent.get("x-share", "none")
+        assert headers.get("x-was", "none") == share  # request and response edits go together
+        seen[share] += 1
+    # Binomial(40, 1/2): outside 8..32 has probability below 1e-4.
+    assert 8 <= seen["a"] <= 32, seen

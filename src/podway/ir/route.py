@@ -52,12 +52,26 @@ class RouteMatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderModifier:
+    """Request or response header edits, applied in the order set → add → remove."""
+
+    response: bool = False
+    set: tuple[tuple[str, str], ...] = ()
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WeightedPool:
-    """One share of a forward; ``pool`` None means the share is answered with ``status``."""
+    """One share of a forward; ``pool`` None means the share is answered with ``status``.
+
+    ``filters``: header edits for requests sent to (and responses from) this share only
+    (Gateway API backendRef filters), after the route's own."""
 
     pool: str | None = None
     weight: int = 1
     status: int = 500  # answer for an unresolvable backend's share
+    filters: tuple[HeaderModifier, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,16 +98,6 @@ class DirectResponse:
 
 
 Action = Forward | Redirect | DirectResponse
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HeaderModifier:
-    """Request or response header edits, applied in the order set → add → remove."""
-
-    response: bool = False
-    set: tuple[tuple[str, str], ...] = ()
-    add: tuple[tuple[str, str], ...] = ()
-    remove: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
