@@ -529,3 +529,42 @@ async def test_backend_ref_header_filters_apply_to_their_share_only(stack: Stack
         seen[share] += 1
     # Binomial(40, 1/2): outside 8..32 has probability below 1e-4.
     assert 8 <= seen["a"] <= 32, seen
+
+
+async def test_cors_filter_answers_preflights_for_allowed_origins(stack: Stack) -> None:
+    """HTTPRoute CORS filter: a preflight from an allowed origin (exact, or a subdomain of a
+    wildcard) is answered with the allowed methods and max age; another origin gets no
+    Access-Control-Allow-Origin; a simple request echoes the origin and exposes headers."""
+    await backend(stack, "web")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    stack.write("route.yaml", route("cors", """  parentRefs: [{name: gw}]
+  rules:
+  - filters:
+    - type: CORS
+      cors:
+        allowOrigins: ["https://app.test", "https://*.apps.test"]
+        allowMethods: [GET, PUT]
+        allowHeaders: [X-Token]
+        exposeHeaders: [X-Trace]
+        maxAge: 600
+    backendRefs: [{name: web, port: 80}]
+"""))
+    await stack.start()
+    preflight = {"Origin": "", "Access-Control-Request-Method": "PUT"}
+    for origin in ("https://app.test", "https://a.b.apps.test"):
+        status, headers, _ = await request(port, "x.test", "/item", method="OPTIONS",
+                                           headers={**preflight, "Origin": origin})
+        assert (origin, status, headers.get("access-control-allow-origin")) == (
+            origin, 200, origin)
+        assert headers.get("access-control-allow-methods") == "GET,PUT"
+        assert headers.get("access-control-max-age") == "600"
+    _, headers, _ = await request(port, "x.test", "/item", method="OPTIONS",
+                                  headers={**preflight, "Origin": "https://evil.test"})
+    assert "access-control-allow-origin" not in headers
+    status, headers, body = await request(port, "x.test", "/item",
+                                          headers={"Origin": "https://app.test"})
+    assert (status, body.get("name")) == (200, "default/web")
+    assert headers.get("access-control-allow-origin") == "https://app.test"
+    assert headers.get("access-control-expose-headers") == "X-Trace"

@@ -24,6 +24,7 @@ from __future__ import annotations
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -43,6 +44,7 @@ _TLS_VERSIONS = {"1.0": common_pb2.TlsParameters.TLSv1_0,
                  "1.1": common_pb2.TlsParameters.TLSv1_1,
                  "1.2": common_pb2.TlsParameters.TLSv1_2,
                  "1.3": common_pb2.TlsParameters.TLSv1_3}
+CORS_FILTER = "envoy.filters.http.cors"
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).
 NO_POOL = "podway/no-pool"
 
@@ -102,6 +104,10 @@ def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
     manager.rds.config_source.CopyFrom(ads_source())
     manager.upgrade_configs.append(hcm.HttpConnectionManager.UpgradeConfig(
         upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)))
+    # CORS does nothing on a route without a CORS policy; present on every manager so a route
+    # gaining one never replaces the listener (and never drains its connections).
+    manager.http_filters.append(hcm.HttpFilter(
+        name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())))
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
     return lc.Filter(name="envoy.filters.network.http_connection_manager",

@@ -28,14 +28,16 @@ from collections.abc import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from podway.envoy_config.common import duration, pack
-from podway.envoy_config.listeners import sni_tables
+from podway.envoy_config.listeners import CORS_FILTER, sni_tables
 from podway.ir import (
+    CORS,
     DirectResponse,
     Forward,
     HeaderModifier,
@@ -171,6 +173,27 @@ def _base(route: Route, match: rc.RouteMatch, *, suffix: str = "") -> rc.Route:
     for f in route.filters:
         if isinstance(f, HeaderModifier):
             _headers(out, f)
+        elif isinstance(f, CORS):
+            out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(_cors(f)))
+    return out
+
+
+def _cors(cors: CORS) -> cors_pb2.CorsPolicy:
+    out = cors_pb2.CorsPolicy(allow_methods=",".join(cors.allow_methods),
+                              allow_headers=",".join(cors.allow_headers),
+                              expose_headers=",".join(cors.expose_headers),
+                              max_age=str(cors.max_age_s))
+    out.allow_credentials.value = cors.allow_credentials
+    for origin in cors.allow_origins:
+        matcher = out.allow_origin_string_match.add()
+        if origin == "*":
+            matcher.safe_regex.regex = ".*"
+        elif "://*." in origin:  # any subdomain: one or more labels before the suffix
+            scheme, _, rest = origin.partition("://*.")
+            matcher.safe_regex.regex = f"{_re2_escape(scheme)}://[^/]+\\.{_re2_escape(rest)}"
+        else:
+            matcher.exact = origin
+            matcher.ignore_case = True
     return out
 
 

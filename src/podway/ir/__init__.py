@@ -35,6 +35,7 @@ from podway.ir.pool import (
     UpstreamTLS,
 )
 from podway.ir.route import (
+    CORS,
     Action,
     DirectResponse,
     Filter,
@@ -62,6 +63,7 @@ class IR:
 
 
 __all__ = [
+    "CORS",
     "IR",
     "Action",
     "DirectResponse",

@@ -124,7 +124,23 @@ class Mirror:
     percent: float = 100.0
 
 
-Filter = HeaderModifier | URLRewrite | Mirror
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CORS:
+    """Cross-origin resource sharing: the engine answers preflights and adds the
+    ``Access-Control-*`` response headers for allowed origins.
+
+    ``allow_origins``: ``*`` (any), or ``scheme://host[:port]`` where the host may start with
+    ``*.`` (any subdomain)."""
+
+    allow_origins: tuple[str, ...]
+    allow_credentials: bool = False
+    allow_methods: tuple[str, ...] = ()
+    allow_headers: tuple[str, ...] = ()
+    expose_headers: tuple[str, ...] = ()
+    max_age_s: int = 5
+
+
+Filter = HeaderModifier | URLRewrite | Mirror | CORS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

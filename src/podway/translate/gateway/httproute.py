@@ -171,6 +171,8 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
         elif f.type == "URLRewrite" and isinstance(out.route, HTTPRoute):
             ir_filters.append(flt.rewrite(f, prefix_only=prefix_only))
             rewrites += 1
+        elif f.type == "CORS" and isinstance(out.route, HTTPRoute):
+            ir_filters.append(flt.cors(f))
         elif f.type == "RequestMirror" and f.request_mirror is not None:
             target = resolve(f.request_mirror.backend_ref)
             if isinstance(target, RefIssue):
