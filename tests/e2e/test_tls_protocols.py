@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import ssl
 
@@ -222,9 +223,11 @@ async def test_tls_versions_follow_listener_options(stack: Stack) -> None:
 
 
 async def test_rotated_certificate_serves_new_handshakes_and_keeps_open_ones(
-        stack: Stack) -> None:
+        stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
     """A Secret rewritten with a new certificate: new handshakes get it, while a connection
-    opened before the rotation keeps serving requests (the listener was not replaced)."""
+    opened before the rotation keeps serving requests (the listener was not replaced). No
+    private key reaches the logs, even at debug level."""
+    caplog.set_level(logging.DEBUG)
     await backend(stack, "web")
     ca = trustme.CA()
     first, second = ca.issue_cert("rot.test"), ca.issue_cert("rot.test")
@@ -259,6 +262,8 @@ async def test_rotated_certificate_serves_new_handshakes_and_keeps_open_ones(
             assert await ask() == 200  # the connection from before the rotation still serves
     finally:
         writer.close()
+    assert caplog.records  # debug logging was on and captured
+    assert "PRIVATE KEY" not in caplog.text
 
 
 async def test_websocket_upgrade_echoes_through_the_engine(stack: Stack) -> None:
@@ -568,3 +573,16 @@ async def test_cors_filter_answers_preflights_for_allowed_origins(stack: Stack) 
     assert (status, body.get("name")) == (200, "default/web")
     assert headers.get("access-control-allow-origin") == "https://app.test"
     assert headers.get("access-control-expose-headers") == "X-Trace"
+
+
+async def test_ingress_backend_protocol_h2c_reaches_the_pod_over_http2(stack: Stack) -> None:
+    """podway.io/backend-protocol: H2C: an HTTP/1.1 client's request reaches the pod over
+    HTTP/2 (the echo says which protocol it was asked in); without it, HTTP/1.1."""
+    await backend(stack, "web")
+    stack.write("h2.yaml", ingress("h2", rule("h2.test", "web"),
+                                   annotations="podway.io/backend-protocol: H2C"))
+    stack.write("h1.yaml", ingress("h1", rule("h1.test", "web")))
+    await stack.start()
+    for host, protocol in (("h2.test", "HTTP/2"), ("h1.test", "HTTP/1.1")):
+        status, _, body = await request(stack.http_port, host)
+        assert (host, status, body.get("protocol")) == (host, 200, protocol)
