@@ -586,3 +586,23 @@ async def test_ingress_backend_protocol_h2c_reaches_the_pod_over_http2(stack: St
     for host, protocol in (("h2.test", "HTTP/2"), ("h1.test", "HTTP/1.1")):
         status, _, body = await request(stack.http_port, host)
         assert (host, status, body.get("protocol")) == (host, 200, protocol)
+
+
+async def test_ingress_tls_min_version_annotation(stack: Stack) -> None:
+    """podway.io/tls-min-version "1.3" on one Ingress: its host refuses a TLS 1.2-only client,
+    while another Ingress's host on the same HTTPS port still accepts TLS 1.2."""
+    await backend(stack, "web")
+    ca = trustme.CA()
+    stack.write("secrets.yaml", tls_secret("new", ca.issue_cert("new.test")) + "---\n"
+                + tls_secret("old", ca.issue_cert("old.test")))
+    stack.write("new.yaml", ingress("new", rule("new.test", "web"),
+                                    tls="  tls:\n  - {hosts: [new.test], secretName: new}\n",
+                                    annotations='podway.io/tls-min-version: "1.3"'))
+    stack.write("old.yaml", ingress("old", rule("old.test", "web"),
+                                    tls="  tls:\n  - {hosts: [old.test], secretName: old}\n"))
+    await stack.start()
+    tls12 = client_context(ca, maximum_version=ssl.TLSVersion.TLSv1_2)
+    with pytest.raises(ssl.SSLError):
+        await handshake(stack.https_port, tls12, "new.test")
+    assert (await handshake(stack.https_port, tls12, "old.test"))[1] == "TLSv1.2"
+    assert (await handshake(stack.https_port, client_context(ca), "new.test"))[1] == "TLSv1.3"

@@ -180,6 +180,11 @@ class IngressTranslation:
             held = self.certificates.get(host)
             if held is None:
                 self.certificates[host] = cert
+            elif held.name == cert.name and held.options != cert.options:
+                self._problem(part, Reason.CERTIFICATE_CONFLICT,
+                              f"host {quote(host)} already uses {held.name} with other TLS "
+                              "options (podway.io/tls-*); the older Ingress's apply",
+                              tls.where, Severity.WARNING)
             elif held.name != cert.name:
                 self._problem(part, Reason.CERTIFICATE_CONFLICT,
                               f"host {quote(host)} already uses {held.name}", tls.where,
@@ -284,15 +289,15 @@ class IngressTranslation:
         by_name: dict[str, TLSCertificate] = {}
         for host, cert in self.certificates.items():
             names.setdefault(cert.name, []).append(host)
-            by_name[cert.name] = cert
+            by_name.setdefault(cert.name, cert)  # the oldest Ingress's options
         out = [TLSCertificate(name=c.name, hostnames=tuple(sorted(names[n], key=host_order)),
                               cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin,
-                              options=self.opts.tls)
+                              options=c.options)
                for n, c in sorted(by_name.items())]
         if self.default_certificate is not None:
             d = self.default_certificate
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
-                                      key_pem=d.key_pem, origin=d.origin, options=self.opts.tls))
+                                      key_pem=d.key_pem, origin=d.origin, options=d.options))
         return tuple(out)
 
 

@@ -21,6 +21,7 @@ from podway.ir import (
     Route,
     RouteMatch,
     TLSCertificate,
+    TLSOptions,
     UpstreamTLS,
     WeightedPool,
 )
@@ -40,6 +41,7 @@ from podway.translate.ingress_tls import parse as parse_tls_settings
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
 from podway.translate.tls import ca_bundle, certificate_from_secret
+from podway.translate.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 
 T = TypeVar("T", bound=K8sObject)
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -110,6 +112,7 @@ class _Builder:
     deps: dict[tuple[type[K8sObject], str, str], K8sObject | None] = field(default_factory=dict)
     settings: IngressTLSSettings = field(default_factory=IngressTLSSettings)
     passthrough: list[PassthroughPart] = field(default_factory=list)
+    tls_options: TLSOptions | None = None
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -167,6 +170,8 @@ class _Builder:
             for host in dict.fromkeys([*rule_hosts, "*"]):
                 self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
                                          "spec.defaultBackend"))
+        if ingress.spec.tls and not self.settings.passthrough:
+            self.tls_options = self.handshake_options()
         if self.settings.passthrough and ingress.spec.tls:
             self.problem(Reason.UNSUPPORTED_FIELD, "TLS passthrough: the pods present their own "
                          "certificates; spec.tls is not used", "spec.tls", Severity.WARNING)
@@ -191,6 +196,20 @@ class _Builder:
                          f"annotation {LEGACY_CLASS_ANNOTATION} ({quote(legacy)}) is ignored: "
                          f"spec.ingressClassName ({quote(named)}) takes precedence",
                          f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
+
+    def handshake_options(self) -> TLSOptions | None:
+        """``podway.io/tls-min-version``, ``-max-version`` and ``-ciphers`` over the flags'
+        options for this Ingress's certificates; None (and an error) when the engine would
+        refuse a value: its TLS entries are then not served rather than served weaker."""
+        annotations = self.ingress.metadata.annotations
+        try:
+            return from_listener_options(annotations, self.opts.tls)
+        except TLSOptionError as error:
+            name = next((k for k in OPTION_KEYS if k in annotations), OPTION_KEYS[0])
+            self.problem(Reason.INVALID_ANNOTATION, f"{error}; the TLS entries of this Ingress "
+                         "are not served (the engine would refuse the value)",
+                         f"metadata.annotations[{name}]")
+            return None
 
     def service_port(self, backend: IngressBackend,
                      where: str) -> tuple[Service, ServicePort] | None:
@@ -332,7 +351,9 @@ class _Builder:
         if found.warning is not None:
             self.problem(found.warning.reason, found.warning.message, f"{where}.secretName",
                          Severity.WARNING)
-        self.tls.append(TLSPart(valid, found.certificate,
+        if self.tls_options is None:
+            return  # an unusable podway.io/tls-* annotation: fail closed (reported once)
+        self.tls.append(TLSPart(valid, replace(found.certificate, options=self.tls_options),
                                 f"{where}.hosts" if valid else f"{where}.secretName"))
 
     def problem(self, reason: Reason, message: str, where: str,

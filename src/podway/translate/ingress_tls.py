@@ -11,6 +11,9 @@ from annotations; docs/reference.md ("TLS and protocols") lists each with its de
 * ``podway.io/tls-passthrough`` (default ``"false"``): ``"true"`` routes each rule's host by
   SNI, undecrypted, to the backend of its first path on the HTTPS port — the pods terminate
   TLS (end-to-end TLS); paths, TLS entries and the defaultBackend cannot apply.
+* ``podway.io/tls-min-version``, ``-max-version``, ``-ciphers``: handshake settings of this
+  Ingress's certificates over the ``--tls-*`` flags (parsed in ``podway.translate.tls_options``;
+  a refused value leaves the Ingress's TLS entries out).
 * ``podway.io/backend-protocol``: how the engine speaks to the Service's pods — ``HTTP``
   (HTTP/1.1; default unless the port's ``appProtocol`` says otherwise), ``H2C`` (HTTP/2 in
   clear text), ``GRPC`` (HTTP/2), ``HTTPS`` (TLS re-encryption, HTTP/1.1), ``GRPCS`` (TLS, h2).
