@@ -31,7 +31,7 @@ from .gateway_helpers import (
     route,
     tls_backend,
 )
-from .harness import Stack, eventually, free_port
+from .harness import Stack, endpoints, eventually, free_port, service
 
 pytestmark = pytest.mark.e2e
 
@@ -606,3 +606,86 @@ async def test_ingress_tls_min_version_annotation(stack: Stack) -> None:
         await handshake(stack.https_port, tls12, "new.test")
     assert (await handshake(stack.https_port, tls12, "old.test"))[1] == "TLSv1.2"
     assert (await handshake(stack.https_port, client_context(ca), "new.test"))[1] == "TLSv1.3"
+
+
+async def test_ingress_default_certificate_for_unknown_or_missing_sni(stack: Stack) -> None:
+    """SNI picks a host's own certificate; an unknown SNI, or none, gets the default one (a
+    TLS entry without hosts)."""
+    await backend(stack, "web")
+    ca = trustme.CA()
+    own, default = ca.issue_cert("a.test"), ca.issue_cert("default.test")
+    stack.write("secrets.yaml", tls_secret("a", own) + "---\n" + tls_secret("dflt", default))
+    stack.write("ingress.yaml", ingress("sni", rule("a.test", "web") + rule("b.test", "web"),
+                                        tls="  tls:\n  - {hosts: [a.test], secretName: a}\n"
+                                            "  - {secretName: dflt}\n"))
+    await stack.start()
+
+    def der(cert: trustme.LeafCert) -> bytes:
+        return ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+
+    loose = client_context(ca, check_hostname=False)
+    assert (await handshake(stack.https_port, loose, "a.test"))[0] == der(own)
+    assert (await handshake(stack.https_port, loose, "b.test"))[0] == der(default)
+    async with asyncio.timeout(5):
+        _, writer = await asyncio.open_connection("127.0.0.1", stack.https_port, ssl=loose)
+        try:
+            shown = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        finally:
+            writer.close()
+    assert shown == der(default)
+
+
+async def test_grpc_through_an_ingress_over_h2c_and_re_encrypted(stack: Stack) -> None:
+    """podway.io/backend-protocol GRPC (plain HTTP/2 to the pod) and GRPCS (TLS with ALPN h2,
+    verified with backend-ca-secret and backend-sni): a grpcio client's call succeeds through
+    the Ingress HTTP listener to both."""
+    ca = trustme.CA()
+    servers = []
+
+    async def say(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return b"said:" + request
+
+    handler = grpc.method_handlers_generic_handler("echo.Echo", {
+        "Say": grpc.unary_unary_rpc_method_handler(say)})
+    leaf = ca.issue_cert("grpc.internal")
+    ports: dict[str, int] = {}
+    for name, secure in (("plain", False), ("secure", True)):
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        if secure:
+            credentials = grpc.ssl_server_credentials([(leaf.private_key_pem.bytes(),
+                                                        leaf.cert_chain_pems[0].bytes())])
+            ports[name] = server.add_secure_port("127.0.0.1:0", credentials)
+        else:
+            ports[name] = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+    try:
+        for name, port in ports.items():
+            stack.write(f"svc-{name}.yaml", service(name, 80, port) + "---\n"
+                        + endpoints(name, {"TCP": port}))
+        stack.write("ca.yaml", f"""apiVersion: v1
+kind: Secret
+metadata: {{name: grpc-ca, namespace: default}}
+type: Opaque
+stringData:
+  ca.crt: |
+{indent(ca.cert_pem.bytes().decode())}
+""")
+        stack.write("plain.yaml", ingress("plain", rule("plain.test", "plain"),
+                                          annotations="podway.io/backend-protocol: GRPC"))
+        stack.write("secure.yaml", ingress("secure", rule("secure.test", "secure"), annotations=(
+            "podway.io/backend-protocol: GRPCS, podway.io/backend-ca-secret: grpc-ca, "
+            "podway.io/backend-sni: grpc.internal")))
+        await stack.start()
+        for host in ("plain.test", "secure.test"):
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{stack.http_port}",
+                                                options=(("grpc.default_authority", host),))
+            try:
+                call = channel.unary_unary("/echo.Echo/Say")
+                assert (host, await call(b"hi", timeout=5)) == (host, b"said:hi")
+            finally:
+                await channel.close()
+    finally:
+        for server in servers:
+            await server.stop(None)
