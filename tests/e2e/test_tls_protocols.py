@@ -396,9 +396,11 @@ endpoints:
 async def test_https_and_tls_passthrough_share_a_port_and_tls_terminate(stack: Stack) -> None:
     """One port, SNI decides: shop.test is terminated by the engine (its certificate, HTTP
     routed), db.test passes through undecrypted (the backend's own certificate from another CA
-    answers). A TLS listener in Terminate mode decrypts and hands plain bytes to a TCP echo."""
+    answers). A TLS listener in Terminate mode decrypts and hands plain bytes to a TCP echo:
+    the TLSRoute's for its SNI, a TCPRoute's for any other."""
     await backend(stack, "shop")
     await backend(stack, "mq", tcp=True)
+    await backend(stack, "raw", tcp=True)
     edge_ca, backend_ca = trustme.CA(), trustme.CA()
     await tls_backend(stack, backend_ca, "db.test")
     stack.write("secrets.yaml", tls_secret("shop-tls", edge_ca.issue_cert("shop.test"))
@@ -426,7 +428,10 @@ async def test_https_and_tls_passthrough_share_a_port_and_tls_terminate(stack: S
         route("mq", """  parentRefs: [{name: gw, sectionName: terminate}]
   hostnames: [mq.test]
   rules: [{backendRefs: [{name: mq, port: 80}]}]
-""", kind="TLSRoute", version="v1alpha2")]))
+""", kind="TLSRoute", version="v1alpha2"),
+        route("raw", """  parentRefs: [{name: gw, sectionName: terminate}]
+  rules: [{backendRefs: [{name: raw, port: 80}]}]
+""", kind="TCPRoute", version="v1alpha2")]))
     await stack.start()
     edge = client_context(edge_ca)
     status, body = await https_get(shared, edge, "shop.test")
@@ -449,6 +454,16 @@ async def test_https_and_tls_passthrough_share_a_port_and_tls_terminate(stack: S
             writer.write(b"whoami\n")
             who = json.loads(await reader.readline())
             assert who["name"] == "default/mq"  # plain bytes reached the TCP echo
+        finally:
+            writer.close()
+    # Any other SNI on the Terminate listener: decrypted and handed to the TCPRoute.
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", terminate, ssl=client_context(edge_ca, check_hostname=False),
+            server_hostname="other.test")
+        try:
+            writer.write(b"whoami\n")
+            assert json.loads(await reader.readline())["name"] == "default/raw"
         finally:
             writer.close()
 

@@ -329,8 +329,10 @@ class GatewayTranslation:
                               certificate=ls.certificates[0] if terminate else None)
         if lost:
             state.issues.append(Issue(Reason.HOSTNAME_CONFLICT,
-                                      f"SNI {listing(lost)} on listener {ls.name} already "
-                                      "routes to an older TLSRoute", "spec.hostnames",
+                                      f"{_sni_names(lost)} on listener {ls.name} already "
+                                      "routes to an older route",
+                                      "spec.hostnames" if isinstance(compiled.route, TLSRoute)
+                                      else "spec",
                                       warning=True))
 
     def statuses(self) -> dict[ObjectRef, ObjectStatus]:
@@ -395,6 +397,10 @@ class GatewayTranslation:
                                          field=i.field,
                                          severity=Severity.WARNING if i.warning
                                          else Severity.ERROR))
+
+
+def _sni_names(names: list[str]) -> str:
+    return "every SNI" if names == ["*"] else f"SNI {listing(names)}"
 
 
 def compiled_name(compiled: CompiledRoute | CompiledL4) -> str:

@@ -33,6 +33,7 @@ KINDS_BY_PROTOCOL: dict[ListenerProtocol, tuple[tuple[str, str], ...]] = {
     ListenerProtocol.TCP: ((GROUP, "TCPRoute"),),
     ListenerProtocol.UDP: ((GROUP, "UDPRoute"),),
 }
+TLS_TERMINATE_KINDS = ((GROUP, "TLSRoute"), (GROUP, "TCPRoute"))
 #: Protocols that may share one port: the engine tells them apart by SNI (extended feature).
 SNI_SHARED = frozenset({ListenerProtocol.HTTPS, ListenerProtocol.TLS})
 ACCEPTED = Verdict(True, Reason.ACCEPTED, "listener accepted")
@@ -204,6 +205,8 @@ def _validate(ls: GwListener) -> None:
                               "TLS listeners need tls.mode Passthrough or Terminate")
         return
     supported = KINDS_BY_PROTOCOL[ls.protocol]
+    if ls.protocol is ListenerProtocol.TLS and ls.terminates:
+        supported = TLS_TERMINATE_KINDS  # decrypted bytes may go to a TCPRoute as well
     wanted = spec.allowed_routes.kinds
     if not wanted:
         ls.kinds = supported
