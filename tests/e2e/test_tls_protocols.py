@@ -704,3 +704,43 @@ stringData:
     finally:
         for server in servers:
             await server.stop(None)
+
+
+async def test_backend_tls_policy_subject_alt_names_verify_the_pod(stack: Stack) -> None:
+    """BackendTLSPolicy subjectAltNames: a pod whose certificate carries the listed SAN (not
+    the hostname sent as SNI) is accepted; one without it is refused (503)."""
+    ca = trustme.CA()
+    await https_backend(stack, ca, "good", "api.internal")
+    await https_backend(stack, ca, "wrong", "other.internal")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    stack.write("ca.yaml", f"""apiVersion: v1
+kind: ConfigMap
+metadata: {{name: ca, namespace: default}}
+data:
+  ca.crt: |
+{indent(ca.cert_pem.bytes().decode())}
+""")
+    stack.write("policies.yaml", "---\n".join(f"""apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: {name}, namespace: default}}
+spec:
+  targetRefs: [{{group: "", kind: Service, name: {name}}}]
+  validation:
+    caCertificateRefs: [{{group: "", kind: ConfigMap, name: ca}}]
+    hostname: sni.internal
+    subjectAltNames: [{{type: Hostname, hostname: api.internal}}]
+""" for name in ("good", "wrong")))
+    stack.write("route.yaml", route("r", """  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {value: /good}}]
+    backendRefs: [{name: good, port: 443}]
+  - matches: [{path: {value: /wrong}}]
+    backendRefs: [{name: wrong, port: 443}]
+"""))
+    await stack.start()
+    status, _, body = await request(port, "x.test", "/good")
+    assert (status, body.get("name"), body.get("tls")) == (200, "good", True)
+    status, _, _ = await request(port, "x.test", "/wrong")
+    assert status == 503
