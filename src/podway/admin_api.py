@@ -68,7 +68,7 @@ class AdminServer:
 
     async def run(self) -> None:
         path = self.opts.socket
-        private_folder(path.parent)
+        check_socket(path)
         app = web.Application()
         app.router.add_get("/state", self._state)
         app.router.add_get("/config", self._config)
@@ -186,6 +186,20 @@ def parse_clusters(data: Any) -> dict[str, dict[str, str]]:
             hosts[key] = "/".join(sorted(flags)) or "healthy"
         out[cluster.get("name", "")] = hosts
     return out
+
+
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the NUL
+
+
+def check_socket(path: Path) -> None:
+    """A usable admin socket path: short enough for a unix socket, in a private folder (made
+    0700 when missing); ``ConfigError`` with one line otherwise."""
+    if len(os.fsencode(path.absolute())) > MAX_SOCKET_PATH:
+        raise ConfigError(f"admin socket path {path} is longer than {MAX_SOCKET_PATH} bytes, "
+                          "the limit of a unix socket; choose a shorter one")
+    if path.exists() and not stat.S_ISSOCK(path.lstat().st_mode):
+        raise ConfigError(f"admin socket path {path} exists and is not a socket")
+    private_folder(path.parent)
 
 
 def private_folder(folder: Path) -> None:

@@ -7,6 +7,7 @@ rewritten from each state it publishes. Readers (tests, the demo, benchmarks) aw
 ``standalone.pipeline.wait_for(lambda s: s.generation >= n)``.
 
 The status file (``podway.status``) is rewritten atomically from every published state.
+With ``admin_socket`` set, ``podway.admin_api`` serves the states (and ``explain``) on it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podway.admin_api import AdminOptions, AdminServer
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.ir import IR
@@ -44,6 +46,7 @@ class StandaloneOptions:
     concurrency: int = 1
     drain_s: float = 2.0
     node_id: str = "podway-standalone"
+    admin_socket: Path | None = None  # local admin endpoint (podway.admin_api); None: off
 
 
 class Standalone:
@@ -93,8 +96,16 @@ class Standalone:
                                       name="standalone-status-file")
                 if engine is not None:
                     group.create_task(engine.run(), name="standalone-engine")
+                if self.opts.admin_socket is not None:
+                    group.create_task(self._admin(engine).run(), name="standalone-admin")
         finally:
             await self.server.stop(grace=0.5)
+
+    def _admin(self, engine: Engine | None) -> AdminServer:
+        assert self.opts.admin_socket is not None
+        return AdminServer(self.pipeline, AdminOptions(
+            socket=self.opts.admin_socket, mode=str(self.opts.translate.mode),
+            engine_admin=lambda: engine.admin_address if engine is not None else None))
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:

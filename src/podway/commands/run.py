@@ -58,6 +58,9 @@ def run(
     strict_host_ownership: Annotated[bool, typer.Option(
         "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
         "Ingress owns (default: serve them and warn both).")] = False,
+    admin_socket: Annotated[Path | None, typer.Option(
+        help="Serve the admin endpoint (state, explain; docs/explain.md) on this unix socket, "
+        "in a folder only you can enter (created 0700).")] = None,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.standalone import Standalone, StandaloneOptions
@@ -78,6 +81,10 @@ def run(
         tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
                         client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
     check_bind(xds_address, tls)  # a clear error before anything starts
+    if admin_socket is not None:
+        from podway.admin_api import check_socket
+
+        check_socket(admin_socket)
     if metrics_port:
         from prometheus_client import start_http_server
 
@@ -89,5 +96,5 @@ def run(
                                    strict_host_ownership=strict_host_ownership),
         xds_address=xds_address, xds_tls=tls, delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
-        concurrency=concurrency, drain_s=drain_s)
+        concurrency=concurrency, drain_s=drain_s, admin_socket=admin_socket)
     asyncio.run(run_until_signal(Standalone(opts).run()))
