@@ -22,7 +22,7 @@ from podway.commands import register
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
-from .harness import SHOP_INGRESS, backend_manifests, echo_backend, free_port
+from .harness import SHOP_INGRESS, backend_manifests, echo_backend, eventually, free_port
 
 pytestmark = pytest.mark.e2e
 register(app)
@@ -46,8 +46,11 @@ async def running(tmp_path: Path) -> AsyncIterator[tuple[Path, int, Standalone]]
             engine = await standalone.engine()
             assert engine is not None
             await engine.wait_ready()
-            while not socket.exists():
-                await asyncio.sleep(0.02)
+
+            async def listening() -> bool:
+                return socket.exists()
+
+            await eventually(listening, limit_s=10)
         yield socket, http, standalone
     finally:
         for t in (task, echo):
