@@ -61,6 +61,36 @@ def load_manifests(path: Path, *, mode: BackendMode, address: str = "0.0.0.0",
                   load_errors=tuple(str(e) for e in loaded.errors))
 
 
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What a running instance serves, from its admin socket."""
+
+    ir: IR
+    mode: str
+    health: dict[str, dict[str, str]] | None
+    state: dict[str, Any]  # the whole ``GET /state`` answer
+
+
+def ir_of_data(data: dict[str, Any]) -> IR:
+    """The IR of ``GET /state`` (certificates come without PEM: never sent, not needed)."""
+    from podway.ir.load import from_data
+
+    for listener in data.get("listeners") or ():
+        for cert in listener.get("certificates") or ():
+            cert.setdefault("cert_pem", "")
+            cert.setdefault("key_pem", "")
+    return from_data(data)
+
+
+async def fetch_live(socket: Path) -> Live:
+    from podway.admin_api import get_json
+
+    state = await get_json(socket, "/state")
+    health = await get_json(socket, "/health")
+    return Live(ir=ir_of_data(state["ir"]), mode=state.get("mode", ""),
+                health=health["pools"] if health.get("known") else None, state=state)
+
+
 def source_of(manifests: Path | None, admin_socket: Path | None) -> None:
     """Exactly one of ``--manifests`` and ``--admin-socket``."""
     if (manifests is None) == (admin_socket is None):
