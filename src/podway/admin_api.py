@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from aiohttp import ClientError, ClientSession, UnixConnector, web
 from google.protobuf.json_format import MessageToDict
 
 from podway.engine import admin
+from podway.envoy_config import Resource
 from podway.errors import ConfigError, PodwayError
 from podway.explain import Context, Health, QueryError, explain, parse
 from podway.ir.dump import to_data
@@ -106,19 +107,9 @@ class AdminServer:
     async def _config(self, request: web.Request) -> web.Response:
         state = self._current()
         return web.json_response({"generation": state.generation,
-                                  "ir": to_data(state.ir), "xds": self._xds()})
-
-    def _xds(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for type_url in types.PUSH_ORDER:
-            resources = self.pipeline.cache.get(type_url).resources
-            name = type_url.rsplit(".", 1)[-1]
-            if "Secret" in name:  # never a private key: name and digest only
-                out[name] = [{"name": r.name, "digest": r.digest} for r in resources.values()]
-            else:
-                out[name] = [MessageToDict(r.message, preserving_proto_field_name=True)
-                             for r in resources.values()]
-        return out
+                                  "ir": to_data(state.ir),
+                                  "xds": xds_data({t: self.pipeline.cache.get(t).resources
+                                                   for t in types.PUSH_ORDER})})
 
     async def _health(self, request: web.Request) -> web.Response:
         health = await self._live_health()
@@ -149,6 +140,22 @@ class AdminServer:
             return parse_clusters(json.loads(body)) if status == 200 else None
         except (OSError, TimeoutError, ValueError):
             return None
+
+
+def xds_data(resources: Mapping[str, Mapping[str, Resource]]) -> dict[str, Any]:
+    """xDS resources by type (``Listener``, ``Cluster``, …) as JSON-ready dicts; a secret by
+    name and digest only, so a private key never leaves the process."""
+    out: dict[str, Any] = {}
+    for type_url in types.PUSH_ORDER:
+        items = resources.get(type_url, {})
+        name = type_url.rsplit(".", 1)[-1]
+        if name == "Secret":
+            out[name] = [{"name": r.name, "digest": r.digest} for r in items.values()]
+        else:
+            # Through JSON: packed ``Any`` fields come back as OrderedDicts YAML cannot show.
+            out[name] = [json.loads(json.dumps(MessageToDict(
+                r.message, preserving_proto_field_name=True))) for r in items.values()]
+    return out
 
 
 def state_data(state: State, *, mode: str = "") -> dict[str, Any]:

@@ -100,3 +100,32 @@ async def test_live_explain_adds_the_engines_member_health(tmp_path: Path) -> No
         assert result.exit_code == 0, result.output
         assert "served by pool/default/web/80" in result.output
 
+
+
+async def test_status_config_and_diagram_commands_read_the_socket(tmp_path: Path) -> None:
+    """status shows the listener, the member with Envoy's health; config dump and diagram work
+    from the same socket."""
+    async with running(tmp_path) as (socket, _, standalone):
+        engine = await standalone.engine()
+        assert engine is not None
+
+        async def listed() -> bool:  # Envoy lists the member once EDS is applied
+            health = await get_json(socket, "/health")
+            return bool(health["known"] and health["pools"].get("pool/default/web/80"))
+
+        await eventually(listed, limit_s=20)
+        run = CliRunner().invoke
+        result = await asyncio.to_thread(run, app, ["status", "--admin-socket", str(socket)],
+                                         terminal_width=250)
+        assert result.exit_code == 0, result.output
+        assert "ingress/http" in result.output
+        assert "healthy" in result.output
+        assert "engine refusals: none" in result.output
+        result = await asyncio.to_thread(run, app, ["config", "dump", "--admin-socket",
+                                                    str(socket), "--only", "xds"])
+        assert result.exit_code == 0, result.output
+        assert "Listener:" in result.output
+        assert "ir:" not in result.output
+        result = await asyncio.to_thread(run, app, ["diagram", "--admin-socket", str(socket)])
+        assert result.exit_code == 0, result.output
+        assert "pool pool/default/web/80" in result.output

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from podway.admin_api import check_socket
@@ -76,3 +77,24 @@ def test_admin_socket_checks(tmp_path: Path) -> None:
         check_socket(tmp_path / ("x" * 120))
     with pytest.raises(ConfigError, match="not a socket"):
         check_socket(tmp_path / "new")
+
+
+def test_config_dump_of_a_folder_has_every_type_and_no_private_key(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["config", "dump", "--manifests",
+                                 str(_folder(tmp_path, "gateway-https"))])
+    assert result.exit_code == 0, result.output
+    assert "PRIVATE KEY" not in result.output
+    data = yaml.safe_load(result.output)
+    assert data["ir"]["listeners"]
+    assert {"Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment", "Secret"} <= (
+        set(data["xds"]))
+    assert all(set(s) == {"name", "digest"} for s in data["xds"]["Secret"])
+
+
+def test_commands_against_a_missing_socket_are_one_error_line(tmp_path: Path) -> None:
+    """Nothing listens at the socket: exit 2 and a line that names it."""
+    for args in (["status"], ["config", "dump"], ["explain", "http://a.test/"]):
+        done = podway(*args, "--admin-socket", str(tmp_path / "none.sock"))
+        assert done.returncode == 2, done.stderr
+        assert "cannot reach the admin socket" in done.stderr
+        assert "Traceback" not in done.stderr
