@@ -8,7 +8,9 @@ answers at once; member readiness still comes from the manifests). ``explain`` w
 localised IR, with the engine's live health from its admin ``/clusters`` as ``podway run``
 gives it. Requests come from the IR itself: per virtual host a concrete host (wildcards get one
 and two labels), per route a request built from its match, plus a path and a host nothing
-serves. TLS passthrough, TCP and UDP listeners are left out (no HTTP answer to compare).
+serves. L4 listeners get a connection each (TLS passthrough: per SNI name, an unknown name and
+none), and the TCP/UDP echo's ``whoami`` says which pool took it; a closed connection (or no UDP
+answer) is "reset".
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.explain import Context, OutcomeKind, Query, explain
-from podway.ir import IR, Listener, Member, MemberState, PathKind, StringMatchKind
+from podway.ir import (
+    IR,
+    Listener,
+    Member,
+    MemberState,
+    PathKind,
+    Pool,
+    PoolProtocol,
+    StringMatchKind,
+)
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import Snapshot
 from podway.model.loader import load_text
@@ -43,7 +54,7 @@ from podway.xds.cache import Cache
 from podway.xds.server import XdsServer
 from tests.golden.test_translate_golden import options_of
 
-from .harness import eventually, free_port
+from .harness import eventually, free_port, free_port_both
 
 pytestmark = pytest.mark.e2e
 GOLDEN = Path(__file__).parents[1] / "golden" / "translate"
@@ -59,9 +70,17 @@ def _translate(case: Path) -> tuple[IR, Context]:
     return result.ir, Context(problems=result.problems, mode=str(opts.mode))
 
 
+def _populated(ir: IR) -> IR:
+    """Every pool without members gets one ready member (cases often leave pools empty)."""
+    return replace(ir, pools=MappingProxyType({
+        n: p if p.members else replace(p, members=(Member(address="198.18.0.1", port=1),))
+        for n, p in ir.pools.items()}))
+
+
 def _localize(ir: IR, echo_ports: dict[str, int]) -> IR:
-    listeners = tuple(replace(ls, address="127.0.0.1", port=free_port())
-                      for ls in ir.listeners if ls.protocol in _HTTP)
+    listeners = tuple(replace(ls, address="127.0.0.1", port=free_port_both()
+                              if ls.protocol is Protocol.UDP else free_port())
+                      for ls in ir.listeners)
     pools = {}
     for name, pool in ir.pools.items():
         members: tuple[Member, ...] = ()
@@ -108,6 +127,79 @@ def _queries(listener: Listener) -> Iterator[Query]:
                                   headers=tuple((h.name.lower(), h.value) for h in m.headers))
 
 
+def _l4_queries(listener: Listener) -> Iterator[Query]:
+    scheme = {Protocol.TCP: "tcp", Protocol.UDP: "udp", Protocol.TLS: "tls"}[listener.protocol]
+    base = Query(scheme=scheme, port=listener.port, address="127.0.0.1")
+    if listener.protocol is not Protocol.TLS:
+        yield base
+        return
+    names = [h for r in listener.l4_routes for h in r.hostnames]
+    for name in dict.fromkeys([*names, "no-such-host.invalid"]):
+        yield replace(base, sni=("a" + name[1:]) if name.startswith("*.") else name)
+    yield base  # no SNI at all
+
+
+def _client_hello(sni: str | None) -> bytes:
+    """The first flight of a TLS client, as bytes (passthrough forwards it untouched)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    outgoing = ssl.MemoryBIO()
+    tls = context.wrap_bio(ssl.MemoryBIO(), outgoing, server_hostname=sni)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+async def _send_l4(query: Query) -> tuple[str, str | None]:
+    """("served", the echo's name) when a member answered ``whoami``, else ("reset", None)."""
+    if query.scheme == "udp":
+        return await _send_udp(query.port)
+    try:
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", query.port)
+            try:
+                if query.scheme == "tls":  # forwarded iff the member echoes it back
+                    hello = _client_hello(query.sni)
+                    writer.write(hello)
+                    await reader.readexactly(len(hello))
+                writer.write(b"whoami\n")
+                line = await reader.readline()
+            finally:
+                writer.close()
+    except (OSError, asyncio.IncompleteReadError):
+        return "reset", None
+    return _whoami(line)
+
+
+async def _send_udp(port: int) -> tuple[str, str | None]:
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[bytes] = loop.create_future()
+
+    class Client(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: object) -> None:
+            if not answer.done():
+                answer.set_result(data)
+
+    transport, _ = await loop.create_datagram_endpoint(Client, remote_addr=("127.0.0.1", port))
+    try:
+        transport.sendto(b"whoami\n")
+        async with asyncio.timeout(2):  # no answer in 2 s: nothing took the datagram
+            return _whoami(await answer)
+    except TimeoutError:
+        return "reset", None
+    finally:
+        transport.close()
+
+
+def _whoami(line: bytes) -> tuple[str, str | None]:
+    try:
+        name = json.loads(line).get("name")
+    except (ValueError, AttributeError):
+        return "reset", None
+    return ("served", name) if isinstance(name, str) else ("reset", None)
+
+
 async def _send(query: Query) -> tuple[str, str | None]:
     """(status class or "reset", the echo's name when a member answered)."""
     tls = None
@@ -137,14 +229,18 @@ async def _send(query: Query) -> tuple[str, str | None]:
 
 
 @contextlib.asynccontextmanager
-async def _echoes(names: list[str]) -> AsyncIterator[dict[str, int]]:
+async def _echoes(pools: list[Pool]) -> AsyncIterator[dict[str, int]]:
+    """One echo per pool, speaking the pool's protocol, named after it."""
     ports: dict[str, int] = {}
     tasks = []
     try:
-        for name in names:
-            port, started = free_port(), asyncio.Event()
+        for pool in pools:
+            name, started = pool.name, asyncio.Event()
+            udp = pool.settings.protocol is PoolProtocol.UDP
+            tcp = pool.settings.protocol is PoolProtocol.TCP
+            port = free_port_both() if udp else free_port()
             tasks.append(asyncio.create_task(serve(EchoOptions(
-                port=port, identity=Identity(name=name)), started=started)))
+                port=port, identity=Identity(name=name), tcp=tcp, udp=udp), started=started)))
             await started.wait()
             ports[name] = port
         yield ports
@@ -187,14 +283,18 @@ async def _envoy(ir: IR, node: str) -> AsyncIterator[str]:
         await server.stop(0)
 
 
+@pytest.mark.parametrize("populate", [False, True], ids=["as-is", "populated"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name.removesuffix(".in.yaml") for c in CASES])
-async def test_explain_verdicts_match_what_envoy_does(case: Path) -> None:
+async def test_explain_verdicts_match_what_envoy_does(case: Path, populate: bool) -> None:
     """Every generated request: Envoy's status class (and the echo that answered) is one of the
-    outcomes explain gave for it."""
+    outcomes explain gave for it; once as the case is, once with every empty pool given a
+    member."""
     ir, context = _translate(case)
-    if not any(ls.protocol in _HTTP for ls in ir.listeners):
-        pytest.skip("no HTTP(S) listener in this case")
-    async with _echoes([n for n, p in ir.pools.items() if p.members]) as ports:
+    if populate:
+        ir = _populated(ir)
+    if not ir.listeners:
+        pytest.skip("no listener in this case")
+    async with _echoes([p for p in ir.pools.values() if p.members]) as ports:
         local = _localize(ir, ports)
         async with _envoy(local, case.name) as address:
             _, body = await admin.request(address, "/clusters?format=json")
@@ -202,11 +302,14 @@ async def test_explain_verdicts_match_what_envoy_does(case: Path) -> None:
             disagreements = []
             checked = 0
             for listener in local.listeners:
-                for query in _queries(listener):
+                http = listener.protocol in _HTTP
+                for query in _queries(listener) if http else _l4_queries(listener):
                     verdict = explain(local, query, context).verdict
                     allowed = {("served", o.pool) if o.kind is OutcomeKind.SERVED
                                else (o.status_class, None) for o in verdict.outcomes}
-                    seen_class, name = await _send(query)
+                    if not http:  # L4: a member answered, or the connection went nowhere
+                        allowed = {a if a[0] == "served" else ("reset", None) for a in allowed}
+                    seen_class, name = await (_send(query) if http else _send_l4(query))
                     seen = ("served", name) if name is not None else (seen_class, None)
                     checked += 1
                     if seen not in allowed:
