@@ -94,6 +94,7 @@ class _Walk:
         self.route: Route | None = None
         self.filters: tuple[str, ...] = ()
         self.pools: list[PoolView] = []
+        self.member_notes: dict[str, str] = {}  # pool -> why no member takes requests
 
     def step(self, stage: str, mark: Mark, text: str) -> None:
         self.steps.append(Step(stage=stage, mark=mark, text=text))
@@ -183,7 +184,7 @@ class _Walk:
             return None
         chosen = on_port[0]
         text = (f"{chosen.name}: {chosen.protocol} on {_hostport(chosen.address, chosen.port)}, "
-                f"the {self._transport()} listener on port {self.q.port}")
+                f"the listener on {self._transport()} port {self.q.port}")
         if len(on_port) > 1:
             others = ", ".join(ls.address for ls in on_port[1:])
             text += (f" (also on that port at {others}: give the VIP as the URL's host and the "
@@ -370,7 +371,8 @@ class _Walk:
                     outcomes.append(Outcome(kind=OutcomeKind.NO_POOL, percent=percent))
                 continue
             outcomes.append(self._pool(share.pool, percent, http, fixes))
-        return Verdict(summary=_summary(outcomes, self.route, http), fix=tuple(_unique(fixes)),
+        return Verdict(summary=_summary(outcomes, self.route, http, self.member_notes),
+                       fix=tuple(_unique(fixes)),
                        outcomes=tuple(outcomes))
 
     def _pool(self, name: str, percent: float, http: bool, fixes: list[ObjectRef]) -> Outcome:
@@ -388,6 +390,7 @@ class _Walk:
             fixes.append(pool.origin)
         if view.receiving == 0:
             counts = _state_counts(view.members)
+            self.member_notes[name] = counts
             self.step("pool", Mark.FAIL, f"{name} ({percent:.0f} %, {view.mode}): no member "
                       f"takes new requests ({counts})")
             return Outcome(kind=OutcomeKind.NO_MEMBER, status=status, pool=name,
@@ -416,7 +419,7 @@ class _Walk:
                    MemberState.DRAINING: "terminating: finishes what it has, takes nothing new",
                    }.get(m.state, "ready")
             if receives and health is not None and health != "healthy":
-                receives, why = False, f"the engine marks it {health.strip('/')}"
+                receives, why = False, f"failing the engine's checks ({health.strip('/')})"
             elif receives and live is not None and health is None:
                 why = "ready (the engine does not list it yet)"
             members.append(MemberView(address=m.address, port=m.port, state=str(m.state),
@@ -453,7 +456,8 @@ def _mode(pool: Pool, mode: str) -> str:
             "nodeport": "nodeport (node, then kube-proxy: one more hop)"}.get(mode, mode or "")
 
 
-def _summary(outcomes: list[Outcome], route: Route | None, http: bool) -> str:
+def _summary(outcomes: list[Outcome], route: Route | None, http: bool,
+             notes: Mapping[str, str]) -> str:
     where = f" (route {route.name}, from {route.origin})" if route else ""
     parts = []
     for o in outcomes:
@@ -462,8 +466,9 @@ def _summary(outcomes: list[Outcome], route: Route | None, http: bool) -> str:
             parts.append(f"{share}served by {o.pool}")
         elif o.kind is OutcomeKind.NO_MEMBER:
             what = "503" if http else "closed"
+            note = f" ({notes[o.pool]})" if o.pool is not None and o.pool in notes else ""
             parts.append(f"{share}{what} because pool {o.pool} has no member that takes new "
-                         "requests")
+                         f"requests{note}")
         elif o.kind is OutcomeKind.NO_POOL:
             what = "503" if http else "closed"
             parts.append(f"{share}{what} because pool {o.pool or '(none)'} is not served")
@@ -545,10 +550,10 @@ def _filter_text(f: HeaderModifier | URLRewrite | Mirror) -> str:
 
 def _state_counts(members: tuple[MemberView, ...]) -> str:
     if not members:
-        return "it has no members: no ready endpoint, or none resolved"
+        return "it has no members: no endpoints, or none could be resolved"
     counts: dict[str, int] = {}
     for m in members:
-        key = m.why if not m.receives else "ready"
+        key = {"not_ready": "not ready", "draining": "draining"}.get(m.state, m.why)
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{n} {k}" for k, n in counts.items())
 

@@ -136,7 +136,8 @@ def test_live_engine_health_overrides_a_ready_member() -> None:
     sick = Context(health={"web": {"10.0.0.1:8080": "/failed_outlier_check"}})
     out = explain(ir, parse("http://shop.test/api"), sick)
     assert out.verdict.outcomes[0].kind is OutcomeKind.NO_MEMBER
-    assert out.pools[0].members[0].why == "the engine marks it failed_outlier_check"
+    assert out.pools[0].members[0].why == "failing the engine's checks (failed_outlier_check)"
+    assert "(1 failing the engine's checks (failed_outlier_check))" in out.verdict.summary
     well = Context(health={"web": {"10.0.0.1:8080": "healthy"}})
     assert explain(ir, parse("http://shop.test/api"), well).verdict.outcomes[0].kind is (
         OutcomeKind.SERVED)
