@@ -6,7 +6,8 @@ included), so diagrams diff well and tests compare them. It marks what an operat
 where TLS is terminated or passed through, the backend mode on each member edge (ClusterIP
 straight to the pod, NodePortLocal DNAT on the pod's node, NodePort's extra kube-proxy hop),
 and members that take no new requests (not ready, draining, or failing the engine's checks)
-drawn as unhealthy. ``host`` keeps only the virtual hosts (and TLS routes) that serve it.
+drawn as unhealthy. ``host`` keeps only the virtual hosts and the TLS routes whose SNI names
+cover it (TCP and UDP routes know no host: they are left out).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def graph(ir: IR, *, host: str | None = None, mode: str = "",
     client = b.node("client", "", "Client")
     for listener in ir.listeners:
         vhosts = [v for v in listener.virtual_hosts if _serves(v.hostname, host, v.wildcard)]
-        l4 = [r for r in listener.l4_routes if host is None or not r.hostnames
+        l4 = [r for r in listener.l4_routes if host is None
               or any(_serves(h, host, WildcardMode.SUFFIX) for h in r.hostnames)]
         if host is not None and not vhosts and not l4:
             continue

@@ -71,6 +71,8 @@ def test_host_keeps_only_what_serves_it() -> None:
            if label.startswith("host ")}
     assert len(every) > 2
     assert one == {"host a.example.com", "host *.example.com"}  # exact, and the wildcard
+    quick = _mermaid("service-lb", host="a.example.com")
+    assert " TCP" not in quick  # TCP/UDP routes know no host
 
 
 def test_nodeport_members_show_the_kube_proxy_hop() -> None:
