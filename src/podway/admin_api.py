@@ -66,6 +66,7 @@ class AdminServer:
     def __init__(self, pipeline: Pipeline, opts: AdminOptions) -> None:
         self.pipeline = pipeline
         self.opts = opts
+        self._state_cache: tuple[int, dict[str, Any]] | None = None  # (version, /state JSON)
 
     async def run(self) -> None:
         path = self.opts.socket
@@ -102,7 +103,11 @@ class AdminServer:
         return state
 
     async def _state(self, request: web.Request) -> web.Response:
-        return web.json_response(state_data(self._current(), mode=self.opts.mode))
+        state = self._current()
+        if self._state_cache is None or self._state_cache[0] != state.version:
+            # Built once per state: pollers (status --watch, a dashboard) cost nothing more.
+            self._state_cache = (state.version, state_data(state, mode=self.opts.mode))
+        return web.json_response(self._state_cache[1])
 
     async def _config(self, request: web.Request) -> web.Response:
         state = self._current()
