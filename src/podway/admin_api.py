@@ -1,8 +1,10 @@
 """The local admin endpoint of a running Podway: its state as JSON, and ``explain`` live.
 
-``AdminServer`` serves plain HTTP on a unix socket, never TCP: the socket is created mode 0600
-in a folder only the running user can enter (0700; an existing folder with group or other access
-is refused), so only that user (and root) can read the IR, statuses and xDS. Endpoints:
+``AdminServer`` serves plain HTTP on a unix socket, never TCP: the socket is bound in a folder
+only the running user can enter (0700; an existing folder with group or other access is
+refused) and narrowed to 0600 before it listens, so only that user (and root) can read the IR,
+statuses and xDS. A socket another live Podway answers on is refused, never taken over; one
+left by a dead process is replaced. Endpoints:
 
 * ``GET /state`` — generation, version, backend mode, the IR (``podway.ir.dump``), the status
   document (as the status file) and the engine's refusals;
@@ -24,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -78,15 +81,20 @@ class AdminServer:
         app.router.add_get("/explain", self._explain)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(path.lstat().st_mode):
-                path.unlink()  # a socket left by a process that died
         try:
-            old = os.umask(0o177)  # the socket is born 0600: no window with wider access
+            # Bound inside the private folder, then narrowed to 0600 before it listens.
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                await web.UnixSite(runner, str(path)).start()
-            finally:
-                os.umask(old)
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()  # check_socket found nobody serving it: a dead one's left-over
+                sock.bind(str(path))
+                path.chmod(0o600)
+                sock.listen(64)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                raise
+            await web.SockSite(runner, sock).start()
             log.info("admin endpoint on unix:%s", path)
             await asyncio.Event().wait()
         finally:
@@ -212,6 +220,19 @@ def check_socket(path: Path) -> None:
     if path.exists() and not stat.S_ISSOCK(path.lstat().st_mode):
         raise ConfigError(f"admin socket path {path} exists and is not a socket")
     private_folder(path.parent)
+    if path.exists() and _answers(path):
+        raise ConfigError(f"admin socket {path} is in use by another running Podway")
+
+
+def _answers(path: Path) -> bool:
+    """Does something accept connections on the unix socket ``path``?"""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+        return True
 
 
 def private_folder(folder: Path) -> None:

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from podway.admin_api import AdminUnavailable, get_json
+from podway.admin_api import AdminUnavailable, check_socket, get_json
 from podway.cli import app
 from podway.commands import register
+from podway.errors import ConfigError
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
@@ -64,6 +65,8 @@ async def test_admin_socket_is_private_and_serves_state_and_config(tmp_path: Pat
     async with running(tmp_path) as (socket, _, _):
         assert stat.S_IMODE(socket.stat().st_mode) == 0o600
         assert stat.S_IMODE(socket.parent.stat().st_mode) == 0o700
+        with pytest.raises(ConfigError, match="in use by another running Podway"):
+            check_socket(socket)  # a second instance on the same path is refused
         state = await get_json(socket, "/state")
         assert state["generation"] >= 1
         assert state["mode"] == "clusterip"
