@@ -264,6 +264,10 @@ async def get_json(socket: Path, path: str, params: list[tuple[str, str]] | None
                 error = data.get("error") if isinstance(data, dict) else None
                 raise AdminUnavailable(error or f"admin endpoint answered {response.status}")
             return data
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise AdminUnavailable(f"cannot reach the admin socket {socket}: no Podway runs there "
+                               "(start `podway run`, or give --manifests DIR to read a folder)"
+                               ) from None
     except (ClientError, OSError, TimeoutError, ValueError) as exc:
         raise AdminUnavailable(f"cannot reach the admin socket {socket}: "
                                f"{exc or type(exc).__name__}") from None

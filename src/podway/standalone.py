@@ -7,20 +7,23 @@ rewritten from each state it publishes. Readers (tests, the demo, benchmarks) aw
 ``standalone.pipeline.wait_for(lambda s: s.generation >= n)``.
 
 The status file (``podway.status``) is rewritten atomically from every published state.
-With ``admin_socket`` set, ``podway.admin_api`` serves the states (and ``explain``) on it.
+The admin endpoint (``podway.admin_api``: state, config, live ``explain``) listens on
+``podway.sock`` in the engine's private state folder, or on ``admin_socket`` when given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podway.admin_api import AdminOptions, AdminServer
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.admin_api import SOCKET_NAME, AdminOptions, AdminServer
+from podway.engine.local import LocalEngineOptions, colocated_engine
+from podway.engine.process import Engine
+from podway.engine.state import open_state
 from podway.ir import IR
 from podway.pipeline import Pipeline, Rejection
 from podway.sources.files import FileSource
@@ -36,8 +39,10 @@ log = logging.getLogger(__name__)
 class StandaloneOptions:
     manifests: Path
     translate: TranslateOptions = field(default_factory=TranslateOptions)
-    xds_address: str = "127.0.0.1:0"  # loopback, ephemeral port; "unix:/path" works too
+    xds_address: str = ""  # "": only the engine's private socket; "host:port" or "unix:/path"
     xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False  # opt-in: clear-text loopback TCP (never sent Secrets)
+    state_dir: Path | None = None  # the engine's folder; None: ephemeral (no adoption)
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
@@ -46,7 +51,9 @@ class StandaloneOptions:
     concurrency: int = 1
     drain_s: float = 2.0
     node_id: str = "podway-standalone"
-    admin_socket: Path | None = None  # local admin endpoint (podway.admin_api); None: off
+    # The admin endpoint's unix socket; None: ``podway.sock`` in the state folder (no engine,
+    # no state folder: no admin endpoint).
+    admin_socket: Path | None = None
 
 
 class Standalone:
@@ -55,11 +62,11 @@ class Standalone:
     def __init__(self, opts: StandaloneOptions) -> None:
         self.opts = opts
         self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate)
-        # With TLS the engine here has no client credentials: it connects over a private unix
-        # socket of the same server instead.
+        # The engine here connects over a private unix socket in its state folder (no TLS or
+        # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
-                                local=opts.engine and opts.xds_tls is not None)
+                                unauthenticated=opts.xds_unauthenticated)
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
         self._engine: asyncio.Future[Engine | None] | None = None
 
@@ -74,37 +81,39 @@ class Standalone:
 
     async def run(self) -> None:
         """Serve until cancelled."""
-        await self.server.start()
-        engine = None
-        try:
-            if self.opts.engine:
-                engine = Engine(EngineOptions(
-                    envoy_path=find_envoy(self.opts.envoy_path),
-                    bootstrap=bootstrap(BootstrapOptions(
-                        node_id=self.opts.node_id,
-                        xds=self.server.local_target or self.server.target,
-                        delta=self.opts.delta)),
-                    log_level=self.opts.envoy_log_level,
-                    concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
-            if not self._engine_future().done():
-                self._engine_future().set_result(engine)
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.pipeline.run(), name="standalone-pipeline")
-                group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
-                if self.opts.status_file is not None:
-                    group.create_task(StatusFile(self.opts.status_file).follow(self.pipeline),
-                                      name="standalone-status-file")
-                if engine is not None:
-                    group.create_task(engine.run(), name="standalone-engine")
-                if self.opts.admin_socket is not None:
-                    group.create_task(self._admin(engine).run(), name="standalone-admin")
-        finally:
-            await self.server.stop(grace=0.5)
+        with contextlib.ExitStack() as stack:
+            state = stack.enter_context(open_state(self.opts.state_dir)) if self.opts.engine \
+                else None
+            await self.server.start(local=state.xds_socket if state else None)
+            engine = None
+            try:
+                if state is not None:
+                    engine = colocated_engine(state, LocalEngineOptions(
+                        node_id=self.opts.node_id, delta=self.opts.delta,
+                        envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
+                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
+                if not self._engine_future().done():
+                    self._engine_future().set_result(engine)
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.pipeline.run(), name="standalone-pipeline")
+                    group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
+                    if self.opts.status_file is not None:
+                        group.create_task(
+                            StatusFile(self.opts.status_file).follow(self.pipeline),
+                            name="standalone-status-file")
+                    if engine is not None:
+                        group.create_task(engine.run(), name="standalone-engine")
+                    admin = self.opts.admin_socket or (
+                        state.path / SOCKET_NAME if state is not None else None)
+                    if admin is not None:
+                        group.create_task(self._admin(admin, engine).run(),
+                                          name="standalone-admin")
+            finally:
+                await self.server.stop(grace=0.5)
 
-    def _admin(self, engine: Engine | None) -> AdminServer:
-        assert self.opts.admin_socket is not None
+    def _admin(self, socket: Path, engine: Engine | None) -> AdminServer:
         return AdminServer(self.pipeline, AdminOptions(
-            socket=self.opts.admin_socket, mode=str(self.opts.translate.mode),
+            socket=socket, mode=str(self.opts.translate.mode),
             engine_admin=lambda: engine.admin_address if engine is not None else None))
 
     def _on_event(self, event: Event) -> None:

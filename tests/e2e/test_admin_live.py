@@ -30,16 +30,20 @@ register(app)
 
 
 @contextlib.asynccontextmanager
-async def running(tmp_path: Path) -> AsyncIterator[tuple[Path, int, Standalone]]:
-    """A standalone Podway serving shop.test (Service web → an echo) with its admin socket."""
+async def running(tmp_path: Path, *, in_state_dir: bool = False
+                  ) -> AsyncIterator[tuple[Path, int, Standalone]]:
+    """A standalone Podway serving shop.test (Service web → an echo) with its admin socket:
+    at a path of its own, or (``in_state_dir``) the default, in the engine's state folder."""
     root = tmp_path / "manifests"
     root.mkdir()
     port, echo = await echo_backend("web-1")
     (root / "web.yaml").write_text(SHOP_INGRESS + "---\n" + backend_manifests("web", port))
-    socket = tmp_path / "private" / "podway.sock"
+    state = tmp_path / "state"
+    socket = state / "podway.sock" if in_state_dir else tmp_path / "private" / "podway.sock"
     http = free_port()
     standalone = Standalone(StandaloneOptions(
-        manifests=root, drain_s=0, admin_socket=socket,
+        manifests=root, drain_s=0, admin_socket=None if in_state_dir else socket,
+        state_dir=state if in_state_dir else None,
         translate=TranslateOptions(address="127.0.0.1", http_port=http, https_port=free_port())))
     task = asyncio.create_task(standalone.run())
     try:
@@ -97,11 +101,21 @@ async def test_live_explain_adds_the_engines_member_health(tmp_path: Path) -> No
         assert data["pools"][0]["members"][0]["health"] == "healthy"  # type: ignore[index]
         with pytest.raises(AdminUnavailable, match="scheme"):
             await get_json(socket, "/explain", [("url", "ftp://shop.test/")])
+
+
+
+async def test_the_default_socket_is_in_the_state_folder_and_found_by_it(tmp_path: Path) -> None:
+    """Without --admin-socket, run serves podway.sock in its state folder (0600), and the
+    commands find it with --state-dir; it is gone after a clean stop."""
+    async with running(tmp_path, in_state_dir=True) as (socket, http, _):
+        assert stat.S_IMODE(socket.stat().st_mode) == 0o600
         # The command, as a user runs it (a thread: CliRunner runs its own event loop).
         result = await asyncio.to_thread(CliRunner().invoke, app, [
-            "explain", f"http://shop.test:{http}/nope", "--admin-socket", str(socket)])
+            "explain", f"http://shop.test:{http}/nope", "--state-dir", str(socket.parent)],
+            env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
         assert "served by pool/default/web/80" in result.output
+    assert not socket.exists()
 
 
 

@@ -1,8 +1,8 @@
 """``podway config dump``: the IR and the xDS resources, as YAML.
 
-From a running instance (``--admin-socket``: exactly what it pushes) or a folder
-(``--manifests``: what it would push). TLS private keys never appear: certificates are shown by
-name and fingerprint, xDS secrets by name and digest.
+From a running instance (``--instance``, ``--state-dir`` or ``--admin-socket``: exactly what it
+pushes) or a folder (``--manifests``: what it would push). TLS private keys never appear:
+certificates are shown by name and fingerprint, xDS secrets by name and digest.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ import typer
 from rich.console import Console
 
 from podway.commands.explain import (
+    InstanceOption,
     ManifestsOption,
     ModeOption,
     SocketOption,
+    StateDirOption,
+    live_socket,
     load_manifests,
-    source_of,
 )
 from podway.translate import BackendMode
 
@@ -33,6 +35,8 @@ def register(app: typer.Typer) -> None:
 def dump(
     manifests: ManifestsOption = None,
     admin_socket: SocketOption = None,
+    instance: InstanceOption = "default",
+    state_dir: StateDirOption = None,
     mode: ModeOption = BackendMode.CLUSTERIP,
     only: Annotated[str | None, typer.Option(help="Only 'ir' or only 'xds'.")] = None,
 ) -> None:
@@ -40,7 +44,8 @@ def dump(
     from podway.errors import ConfigError
     from podway.ir.dump import dump_yaml
 
-    source_of(manifests, admin_socket)
+    socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
+                         state_dir=state_dir)
     if only not in (None, "ir", "xds"):
         raise ConfigError(f"--only must be 'ir' or 'xds', not {only!r}")
     err = Console(stderr=True)
@@ -50,8 +55,8 @@ def dump(
         else:
             from podway.admin_api import get_json
 
-            assert admin_socket is not None
-            data = asyncio.run(get_json(admin_socket, "/config"))
+            assert socket is not None
+            data = asyncio.run(get_json(socket, "/config"))
     out = {k: v for k, v in data.items() if only is None or k in (only, "generation")}
     typer.echo(dump_yaml(out), nl=False)
 

@@ -1,8 +1,8 @@
 """``podway diagram``: the traffic path as Mermaid text, Graphviz DOT, or an SVG/PNG image.
 
-From a folder (``--manifests``) or a running instance (``--admin-socket``, which adds the
-engine's live member health). SVG and PNG are rendered by Graphviz's ``dot`` (Debian package
-``graphviz``); Mermaid and DOT need nothing.
+From a folder (``--manifests``) or a running instance (``--instance``, ``--state-dir`` or
+``--admin-socket``; it adds the engine's live member health). SVG and PNG are rendered by
+Graphviz's ``dot`` (Debian package ``graphviz``); Mermaid and DOT need nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from typing import Annotated
 import typer
 
 from podway.commands.explain import (
+    InstanceOption,
     ManifestsOption,
     ModeOption,
     SocketOption,
+    StateDirOption,
     fetch_live,
+    live_socket,
     load_manifests,
-    source_of,
 )
 from podway.errors import ConfigError, EnvironmentProblem
 from podway.translate import BackendMode
@@ -48,20 +50,23 @@ def diagram(
         "--output", "-o", help="Write here instead of standard output.")] = None,
     manifests: ManifestsOption = None,
     admin_socket: SocketOption = None,
+    instance: InstanceOption = "default",
+    state_dir: StateDirOption = None,
     mode: ModeOption = BackendMode.CLUSTERIP,
 ) -> None:
     """Draw client → listener → hosts → routes → pools → members → nodes/pods."""
     from podway.explain.diagram import dot, graph, mermaid
 
-    source_of(manifests, admin_socket)
+    socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
+                         state_dir=state_dir)
     if output_format is Format.PNG and output is None and sys.stdout.isatty():
         raise ConfigError("--format png writes binary data: give --output FILE.png")
     if manifests is not None:
         loaded = load_manifests(manifests, mode=mode)
         g = graph(loaded.ir, host=host, mode=str(mode))
     else:
-        assert admin_socket is not None
-        live = asyncio.run(fetch_live(admin_socket))
+        assert socket is not None
+        live = asyncio.run(fetch_live(socket))
         g = graph(live.ir, host=host, mode=live.mode, health=live.health)
     if not g.edges:
         raise ConfigError(f"nothing serves {host!r}" if host else "nothing is served")

@@ -35,10 +35,20 @@ def engine(
     drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Private folder (admin socket, pid record, log); default: per --instance under "
+             "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
+    instance: Annotated[str, typer.Option(
+        help="Name of this engine instance (its default state folder).")] = "engine",
 ) -> None:
-    """Launch and supervise Envoy, configured live by the controller at --xds."""
+    """Launch and supervise Envoy, configured live by the controller at --xds.
+
+    Envoy outlives this command if it crashes; run it again (same --instance/--state-dir) and
+    it adopts the running Envoy. SIGTERM/Ctrl-C drains and stops Envoy.
+    """
     from podway.engine.bootstrap import BootstrapOptions, bootstrap
     from podway.engine.process import Engine, EngineOptions, find_envoy
+    from podway.engine.state import instance_dir, open_state
 
     setup_logging(log_level)
     check_at_least("--concurrency", concurrency, 1)
@@ -48,7 +58,13 @@ def engine(
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
         xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None))
-    process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
-                                   log_level=envoy_log_level, concurrency=concurrency,
-                                   drain_s=drain_s))
-    asyncio.run(run_until_signal(process.run()))
+    folder = instance_dir(state_dir, instance)
+
+    async def main() -> None:
+        with open_state(folder) as state:
+            process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
+                                           state=state, log_level=envoy_log_level,
+                                           concurrency=concurrency, drain_s=drain_s))
+            await process.run()
+
+    asyncio.run(run_until_signal(main()))

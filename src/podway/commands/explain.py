@@ -1,9 +1,10 @@
 """``podway explain URL``: why a request is served, or answers 404, 421, 500 or 503.
 
 Against a folder (``--manifests DIR``, loaded and translated as ``podway validate`` does) or a
-running instance (``--admin-socket PATH``, which adds the engine's live member health and
-refusals). Exit status 0 when every outcome is served or redirected, 1 when any is an error or a
-closed connection, 2 when the command cannot do its job (bad URL or flag, unreachable socket).
+running instance (default: ``--instance default``; or ``--state-dir DIR``, ``--admin-socket
+PATH``), which adds the engine's live member health and refusals. Exit status 0 when every
+outcome is served or redirected, 1 when any is an error or a closed connection, 2 when the
+command cannot do its job (bad URL or flag, unreachable socket).
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from podway.translate import BackendMode, Problem
 ManifestsOption = Annotated[Path | None, typer.Option(
     help="Folder (or file) of manifests, loaded as `podway validate` does.", exists=True)]
 SocketOption = Annotated[Path | None, typer.Option(
-    help="Admin socket of a running `podway run --admin-socket PATH`.")]
+    help="Admin socket of a running instance (default: podway.sock in the state folder of "
+    "--instance / --state-dir).")]
+InstanceOption = Annotated[str, typer.Option(
+    help="The running instance to ask (as `podway run --instance`).")]
+StateDirOption = Annotated[Path | None, typer.Option(
+    help="The running instance's state folder (as `podway run --state-dir`).")]
 ModeOption = Annotated[BackendMode, typer.Option(
     help="With --manifests: how Service pods become pool members.")]
 
@@ -91,11 +97,20 @@ async def fetch_live(socket: Path) -> Live:
                 health=health["pools"] if health.get("known") else None, state=state)
 
 
-def source_of(manifests: Path | None, admin_socket: Path | None) -> None:
-    """Exactly one of ``--manifests`` and ``--admin-socket``."""
-    if (manifests is None) == (admin_socket is None):
-        raise ConfigError("give either --manifests DIR (what a folder would serve) or "
-                          "--admin-socket PATH (what a running `podway run` serves)")
+def live_socket(*, manifests: Path | None, admin_socket: Path | None, instance: str,
+                state_dir: Path | None) -> Path | None:
+    """The admin socket to ask, or None with ``--manifests`` (a folder, not a running one)."""
+    if manifests is not None:
+        if admin_socket is not None or state_dir is not None:
+            raise ConfigError("--manifests (a folder) and --admin-socket/--state-dir (a running "
+                              "instance) exclude each other")
+        return None
+    if admin_socket is not None:
+        return admin_socket
+    from podway.admin_api import SOCKET_NAME
+    from podway.engine.state import instance_dir
+
+    return instance_dir(state_dir, instance) / SOCKET_NAME
 
 
 def explain(
@@ -110,6 +125,8 @@ def explain(
     source_ip: Annotated[str | None, typer.Option(help="The client's address.")] = None,
     manifests: ManifestsOption = None,
     admin_socket: SocketOption = None,
+    instance: InstanceOption = "default",
+    state_dir: StateDirOption = None,
     mode: ModeOption = BackendMode.CLUSTERIP,
     address: Annotated[str, typer.Option(
         help="With --manifests: where listeners bind when an object names no VIP.")]
@@ -125,7 +142,8 @@ def explain(
     from podway.explain import explain as walk
     from podway.explain.render import report
 
-    source_of(manifests, admin_socket)
+    socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
+                         state_dir=state_dir)
     headers = header or []
     query = parse(url, headers=headers, method=method, sni=sni, source_ip=source_ip)
     data: dict[str, Any]
@@ -138,13 +156,13 @@ def explain(
         data = walk(loaded.ir, query, Context(problems=loaded.problems, mode=str(mode))
                     ).to_data()
     else:
-        assert admin_socket is not None
+        assert socket is not None
         from podway.admin_api import get_json
 
         params = [("url", url), ("method", method)] + [("header", h) for h in headers]
         params += [("sni", sni)] if sni else []
         params += [("source_ip", source_ip)] if source_ip else []
-        data = asyncio.run(get_json(admin_socket, "/explain", params))
+        data = asyncio.run(get_json(socket, "/explain", params))
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:

@@ -35,8 +35,17 @@ def run(
         help="YAML status document (docs/run.md), rewritten on every change.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     xds_address: Annotated[str, typer.Option(
-        help="Where the xDS server listens: host:port or unix:/path. Not loopback → TLS needed.")]
-    = "127.0.0.1:0",
+        help="Also serve xDS here, for other engines: unix:/path, or host:port with "
+             "--xds-cert/--xds-key/--xds-client-ca.")] = "",
+    xds_unauthenticated: Annotated[bool, typer.Option(
+        "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port "
+                                      "(engines there get no TLS secrets).")] = False,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="The engine's private folder (sockets, pid record, log); default: per "
+             "--instance under $XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")]
+    = None,
+    instance: Annotated[str, typer.Option(
+        help="Name of this Podway instance (its default state folder).")] = "default",
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -59,10 +68,12 @@ def run(
         "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
         "Ingress owns (default: serve them and warn both).")] = False,
     admin_socket: Annotated[Path | None, typer.Option(
-        help="Serve the admin endpoint (state, explain; docs/explain.md) on this unix socket, "
-        "in a folder only you can enter (created 0700).")] = None,
+        help="The admin endpoint's unix socket (state, explain; docs/explain.md); default: "
+        "podway.sock in the state folder. Its folder must be yours alone (made 0700).")]
+    = None,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
+    from podway.engine.state import instance_dir
     from podway.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
     from podway.xds.server import ServerTLS, check_bind
@@ -80,7 +91,9 @@ def run(
     if xds_cert is not None and xds_key is not None:
         tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
                         client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
-    check_bind(xds_address, tls)  # a clear error before anything starts
+    check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
+    if no_engine and not xds_address:
+        raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
     if admin_socket is not None:
         from podway.admin_api import check_socket
 
@@ -94,7 +107,8 @@ def run(
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=mode, manifest_addresses=manifest_addresses,
                                    strict_host_ownership=strict_host_ownership),
-        xds_address=xds_address, xds_tls=tls, delta=not sotw, status_file=status_file,
+        xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
+        state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, admin_socket=admin_socket)
     asyncio.run(run_until_signal(Standalone(opts).run()))

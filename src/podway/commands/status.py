@@ -1,6 +1,7 @@
 """``podway status``: what a running instance serves, as terminal tables; ``--watch`` follows.
 
-Reads the admin socket (``GET /state`` and ``GET /health``): listeners, hosts and routes, pools,
+Reads a running instance's admin socket (``--instance``, ``--state-dir`` or ``--admin-socket``;
+``GET /state`` and ``GET /health``): listeners, hosts and routes, pools,
 members with readiness and the engine's live health, the engine's refusals (the last NACK of
 each resource) and the objects with problems. ``tables`` is pure (state JSON in, renderables
 out), so the dashboard and tests can reuse it.
@@ -22,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from podway.commands.common import check_at_least
+from podway.commands.explain import InstanceOption, SocketOption, StateDirOption, live_socket
 
 
 def register(app: typer.Typer) -> None:
@@ -29,8 +31,9 @@ def register(app: typer.Typer) -> None:
 
 
 def status(
-    admin_socket: Annotated[Path, typer.Option(
-        help="Admin socket of a running `podway run --admin-socket PATH`.")],
+    admin_socket: SocketOption = None,
+    instance: InstanceOption = "default",
+    state_dir: StateDirOption = None,
     watch: Annotated[bool, typer.Option("--watch", help="Keep refreshing until Ctrl-C.")]
     = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")]
@@ -38,14 +41,17 @@ def status(
 ) -> None:
     """Tables of listeners, hosts, routes, pools, members, health and the last NACKs."""
     check_at_least("--interval", interval, 0.2)
+    socket = live_socket(manifests=None, admin_socket=admin_socket, instance=instance,
+                         state_dir=state_dir)
+    assert socket is not None
     console = Console()
     if not watch:
         with console.status("asking the running instance…"):
-            view = asyncio.run(_fetch(admin_socket))
+            view = asyncio.run(_fetch(socket))
         console.print(view)
         return
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch
-        asyncio.run(_watch(admin_socket, console, interval))
+        asyncio.run(_watch(socket, console, interval))
 
 
 async def _fetch(socket: Path) -> RenderableType:

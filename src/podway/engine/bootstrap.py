@@ -2,8 +2,11 @@
 
 The bootstrap holds no listeners or pools: all of that comes over ADS, so one bootstrap serves
 every configuration and Envoy never needs a restart to change what it serves. The admin interface
-binds loopback only (it can dump secrets and stop the process), on an ephemeral port that Envoy
-writes to ``admin_address_path``.
+listens on a unix socket with mode 0600 in the engine's private state folder (it can dump secrets
+and stop the process): never on TCP, where any local user could reach it.
+
+Envoy retries a lost xDS stream quickly (0.25 s doubling to 2 s): when Podway restarts, the
+engine it left running reconnects to the new one within a couple of seconds.
 
 TLS to the xDS server always verifies a name: ``xds_sni`` if given, else the host of ``xds`` (an
 IP literal is matched against the certificate's IP addresses and sent as no SNI). A unix socket
@@ -28,7 +31,7 @@ class BootstrapOptions:
     xds: str  # "host:port" or "unix:/path"
     delta: bool = True  # incremental xDS (only changed resources cross the wire)
     max_connections: int = 100_000  # all listeners together; beyond it Envoy refuses new ones
-    admin_port: int = 0  # 0: ephemeral, read back from the admin address file
+    admin_path: str = ""  # admin unix socket; the engine supervisor sets it to its state folder
     xds_ca_pem: str | None = None  # set: TLS to the xDS server, verified with this CA
     xds_sni: str = ""
     xds_client_cert_pem: str | None = None
@@ -40,14 +43,16 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     ads_source = {"ads": {}, "resource_api_version": "V3"}
     return {
         "node": {"id": opts.node_id, "cluster": "podway"},
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                 "port_value": opts.admin_port}}},
+        **({"admin": admin_config(opts.admin_path)} if opts.admin_path else {}),
         "dynamic_resources": {
             "ads_config": {
                 "api_type": "DELTA_GRPC" if opts.delta else "GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                "grpc_services": [{"envoy_grpc": {
+                    "cluster_name": XDS_CLUSTER,
+                    "retry_policy": {"retry_back_off": {"base_interval": "0.25s",
+                                                        "max_interval": "2s"}}}}],
             },
             "cds_config": ads_source,
             "lds_config": ads_source,
@@ -62,6 +67,11 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
             },
         }]},
     }
+
+
+def admin_config(path: str) -> dict[str, Any]:
+    """Admin on a unix socket only its owner (and root) may connect to."""
+    return {"address": {"pipe": {"path": path, "mode": 0o600}}}
 
 
 def is_ip(host: str) -> bool:

@@ -63,8 +63,8 @@ def test_run_refuses_an_admin_socket_folder_open_to_others(tmp_path: Path) -> No
     folder = tmp_path / "open"
     folder.mkdir()
     folder.chmod(0o755)
-    done = podway("run", "--manifests", str(tmp_path), "--no-engine", "--admin-socket",
-                  str(folder / "podway.sock"))
+    done = podway("run", "--manifests", str(tmp_path), "--no-engine", "--xds-address",
+                  f"unix:{tmp_path}/x.sock", "--admin-socket", str(folder / "podway.sock"))
     assert done.returncode == 2, done.stderr
     assert "open to other users" in done.stderr
 
@@ -98,3 +98,10 @@ def test_commands_against_a_missing_socket_are_one_error_line(tmp_path: Path) ->
         assert done.returncode == 2, done.stderr
         assert "cannot reach the admin socket" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_folder_and_a_running_instance_exclude_each_other(tmp_path: Path) -> None:
+    done = podway("explain", "http://a.test/", "--manifests", str(tmp_path), "--admin-socket",
+                  str(tmp_path / "s.sock"))
+    assert done.returncode == 2, done.stderr
+    assert "exclude each other" in done.stderr
