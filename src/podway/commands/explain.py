@@ -60,9 +60,10 @@ def load_manifests(path: Path, *, mode: BackendMode, address: str = "0.0.0.0",
     check_address("--address", address)
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
-    loaded = load_paths([path])
-    result = translate(Snapshot.of_objects(loaded.objects), TranslateOptions(
-        address=address, http_port=http_port, https_port=https_port, mode=mode))
+    with Console(stderr=True).status(f"loading and translating {path}…"):  # big folders: seconds
+        loaded = load_paths([path])
+        result = translate(Snapshot.of_objects(loaded.objects), TranslateOptions(
+            address=address, http_port=http_port, https_port=https_port, mode=mode))
     return Loaded(ir=result.ir, problems=result.problems,
                   load_errors=tuple(str(e) for e in loaded.errors))
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from podway.explain.walk import Health, mode_of
+from podway.explain.walk import Health
+from podway.explain.words import backend_mode
 from podway.ir import (
     IR,
     DirectResponse,
@@ -160,7 +161,7 @@ def _shares(b: _Builder, source: str, shares: tuple[WeightedPool, ...]) -> None:
 
 def _pool(b: _Builder, pool: Pool) -> str:
     mode, health = b.mode, b.health
-    how = mode_of(pool, mode)
+    how = backend_mode(pool, mode)
     ready = sum(_takes(pool, m, health) for m in pool.members)
     label = f"pool {pool.name}\n{how or 'mode unknown'}\n{ready}/{len(pool.members)} members"
     ident = b.node("pool", pool.name, label, unhealthy=ready == 0)

@@ -40,19 +40,26 @@ from podway.explain.model import (
     Verdict,
 )
 from podway.explain.query import Query
+from podway.explain.tls import by_sni, sni_chains, sni_owner
+from podway.explain.words import (
+    backend_mode,
+    filter_text,
+    host_kind,
+    hostport,
+    listing,
+    no_sni,
+    state_counts,
+)
 from podway.ir import (
     IR,
     DirectResponse,
     Forward,
-    HeaderModifier,
     L4Route,
     Listener,
     MemberState,
-    Mirror,
     Pool,
     Redirect,
     Route,
-    URLRewrite,
     VirtualHost,
     WeightedPool,
     WildcardMode,
@@ -174,16 +181,16 @@ class _Walk:
                 why = ("bound to that address" if exact else
                        f"bound to every address ({chosen.address})")
                 self.step("listener", Mark.OK, f"{chosen.name}: {chosen.protocol} on "
-                          f"{_hostport(chosen.address, chosen.port)}, {why}")
+                          f"{hostport(chosen.address, chosen.port)}, {why}")
             elif on_port:
-                others = ", ".join(_hostport(ls.address, ls.port) for ls in on_port)
+                others = ", ".join(hostport(ls.address, ls.port) for ls in on_port)
                 self.step("listener", Mark.FAIL, f"no listener on {self.q.address} port "
                           f"{self.q.port}; port {self.q.port} is bound at {others}")
             return chosen
         if not on_port:
             return None
         chosen = on_port[0]
-        text = (f"{chosen.name}: {chosen.protocol} on {_hostport(chosen.address, chosen.port)}, "
+        text = (f"{chosen.name}: {chosen.protocol} on {hostport(chosen.address, chosen.port)}, "
                 f"the listener on {self._transport()} port {self.q.port}")
         if len(on_port) > 1:
             others = ", ".join(ls.address for ls in on_port[1:])
@@ -195,8 +202,8 @@ class _Walk:
     def _terminate(self, listener: Listener) -> tuple[str, ...] | None:
         """Pick the certificate (filter chain) for the SNI; the chain's SNI names, or None when
         the listener has no certificate at all."""
-        chains = _sni_chains((c.name, c.hostnames) for c in listener.certificates)
-        chosen = _by_sni(chains, self.q.sni)
+        chains = sni_chains((c.name, c.hostnames) for c in listener.certificates)
+        chosen = by_sni(chains, self.q.sni)
         if chosen is not None:
             name, names, matched = chosen
             self.step("tls", Mark.OK, f"terminates TLS with certificate {name}: SNI "
@@ -205,7 +212,7 @@ class _Walk:
         default = next((c for c in listener.certificates if not c.hostnames), None)
         if default is not None:
             self.step("tls", Mark.OK, f"terminates TLS with the default certificate "
-                      f"{default.name} ({_no_sni(self.q.sni)})")
+                      f"{default.name} ({no_sni(self.q.sni)})")
             return ()
         if not listener.certificates:
             self.step("tls", Mark.FAIL, f"listener {listener.name} has no certificate: the "
@@ -215,7 +222,7 @@ class _Walk:
         names = next((n for c, n in chains if c == first.name), ())
         self.step("tls", Mark.INFO if self.q.sni else Mark.OK,
                   f"terminates TLS with certificate {first.name}, the listener's first "
-                  f"({_no_sni(self.q.sni)}); a client checking names sees "
+                  f"({no_sni(self.q.sni)}); a client checking names sees "
                   f"{', '.join(first.hostnames) or 'no name'}")
         return names
 
@@ -230,16 +237,16 @@ class _Walk:
                          and ls.virtual_hosts and select_virtual_host(ls, host) is not None]
             hint = f"; that host is served on {', '.join(elsewhere)}" if elsewhere else ""
             self.step("virtual_host", Mark.FAIL, f"no virtual host of {listener.name} covers "
-                      f"Host {host!r} (hosts: {_listing(hosts)}){hint}")
+                      f"Host {host!r} (hosts: {listing(hosts)}){hint}")
             return self._direct(404, f"404 because no virtual host of listener {listener.name} "
                                 f"covers Host {host!r}{hint}", listener.origins)
         self.vhost = vhost
-        self.step("virtual_host", Mark.OK, f"{vhost.name}: {_host_kind(vhost, host)}"
+        self.step("virtual_host", Mark.OK, f"{vhost.name}: {host_kind(vhost, host)}"
                   + self._skipped_wildcards(listener, host, vhost))
         if sni_names is not None and listener.sni_host_check:
-            every = tuple(n for _, names in _sni_chains(
+            every = tuple(n for _, names in sni_chains(
                 (c.name, c.hostnames) for c in listener.certificates) for n in names)
-            owner = _sni_owner(vhost.hostname.lower(), every)
+            owner = sni_owner(vhost.hostname.lower(), every)
             if owner not in (sni_names or (None,)):
                 text = (f"host {vhost.hostname} belongs to the certificate for {owner}, not to "
                         f"the one this connection's SNI chose: 421 Misdirected Request"
@@ -285,7 +292,7 @@ class _Walk:
         self.route = chosen
         self.step("route", Mark.OK, f"{chosen.name} (from {chosen.origin}): "
                   f"{describe_match(chosen.match)}")
-        self.filters = tuple(_filter_text(f) for f in chosen.filters)
+        self.filters = tuple(filter_text(f) for f in chosen.filters)
         for text in self.filters:
             self.step("filter", Mark.INFO, text)
         return self._action(chosen)
@@ -315,8 +322,8 @@ class _Walk:
     # -- L4 -----------------------------------------------------------------------------------
 
     def _passthrough(self, listener: Listener) -> Verdict:
-        chains = _sni_chains((r.name, r.hostnames) for r in listener.l4_routes)
-        chosen = _by_sni(chains, self.q.sni)
+        chains = sni_chains((r.name, r.hostnames) for r in listener.l4_routes)
+        chosen = by_sni(chains, self.q.sni)
         route: L4Route | None = None
         if chosen is not None:
             route = next(r for r in listener.l4_routes if r.name == chosen[0])
@@ -327,11 +334,11 @@ class _Walk:
             if route is None:
                 names = [n for _, ns in chains for n in ns]
                 self.step("tls", Mark.FAIL, f"passthrough: no route of {listener.name} takes "
-                          f"{_no_sni(self.q.sni)} (SNI names: {_listing(names)})")
+                          f"{no_sni(self.q.sni)} (SNI names: {listing(names)})")
                 return self._reset(f"the connection is closed: no TLS route for "
-                                   f"{_no_sni(self.q.sni)}", listener.origins)
+                                   f"{no_sni(self.q.sni)}", listener.origins)
             self.step("tls", Mark.OK, f"passthrough: {route.name} takes any SNI "
-                      f"({_no_sni(self.q.sni)})")
+                      f"({no_sni(self.q.sni)})")
         return self._l4(listener, route)
 
     def _l4(self, listener: Listener, route: L4Route | None) -> Verdict:
@@ -389,7 +396,7 @@ class _Walk:
         if pool.origin is not None:
             fixes.append(pool.origin)
         if view.receiving == 0:
-            counts = _state_counts(view.members)
+            counts = state_counts(view.members)
             self.member_notes[name] = counts
             self.step("pool", Mark.FAIL, f"{name} ({percent:.0f} %, {view.mode}): no member "
                       f"takes new requests ({counts})")
@@ -413,7 +420,7 @@ class _Walk:
         live = self.ctx.health.get(pool.name, {}) if self.ctx.health is not None else None
         members = []
         for m in pool.members:
-            health = live.get(_hostport(m.address, m.port)) if live is not None else None
+            health = live.get(hostport(m.address, m.port)) if live is not None else None
             receives = m.state is MemberState.READY
             why = {MemberState.NOT_READY: "not ready (endpoint condition)",
                    MemberState.DRAINING: "terminating: finishes what it has, takes nothing new",
@@ -426,7 +433,8 @@ class _Walk:
                                       receives=receives, why=why, weight=m.weight,
                                       node=m.node, origin=m.origin, health=health))
         return PoolView(name=pool.name, percent=percent, exists=True,
-                        mode=_mode(pool, self.ctx.mode), protocol=str(pool.settings.protocol),
+                        mode=backend_mode(pool, self.ctx.mode),
+                        protocol=str(pool.settings.protocol),
                         lb_policy=str(pool.settings.lb_policy), origin=pool.origin,
                         members=tuple(members))
 
@@ -443,17 +451,6 @@ class _Walk:
                        outcomes=(Outcome(kind=OutcomeKind.RESET),))
 
 
-def mode_of(pool: Pool, mode: str) -> str:
-    """How the pool's members reach pods, in words (``nodeport`` when members are nodes)."""
-    return _mode(pool, mode)
-
-
-def _mode(pool: Pool, mode: str) -> str:
-    if any(m.origin is not None and m.origin.kind == "Node" for m in pool.members):
-        return "nodeport (node, then kube-proxy: one more hop)"
-    return {"clusterip": "clusterip (pod IP)",
-            "nodeportlocal": "nodeportlocal (node IP, DNAT to the pod)",
-            "nodeport": "nodeport (node, then kube-proxy: one more hop)"}.get(mode, mode or "")
 
 
 def _summary(outcomes: list[Outcome], route: Route | None, http: bool,
@@ -489,88 +486,13 @@ def _protocol_mismatch(scheme: str, protocol: Protocol) -> str:
     return f"the listener on that port speaks {protocol}, not {scheme}: use {hint}"
 
 
-def _sni_chains(items: Iterable[tuple[str, tuple[str, ...]]]
-                ) -> list[tuple[str, tuple[str, ...]]]:
-    """(name, SNI names) per filter chain, as the engine gets them: a name only in its first
-    chain (Envoy refuses duplicates), and no chain for an item whose names all came before."""
-    out = []
-    seen: set[str] = set()
-    for name, hostnames in items:
-        names = tuple(h.lower() for h in hostnames if h.lower() not in seen)
-        seen.update(names)
-        if names:
-            out.append((name, names))
-    return out
 
 
-def _by_sni(chains: list[tuple[str, tuple[str, ...]]], sni: str | None
-            ) -> tuple[str, tuple[str, ...], str] | None:
-    """(chain name, its SNI names, the name that matched): the most specific match."""
-    if not sni:
-        return None
-    found = [(host_order(n), i, n) for i, (_, names) in enumerate(chains) for n in names
-             if covers(n, sni, WildcardMode.SUFFIX)]
-    if not found:
-        return None
-    _, i, matched = min(found)
-    return chains[i][0], chains[i][1], matched
 
 
-def _sni_owner(host: str, names: tuple[str, ...]) -> str | None:
-    covering = [n for n in names if covers(n, host, WildcardMode.SUFFIX)]
-    return min(covering, key=host_order) if covering else None
 
 
-def _host_kind(vhost: VirtualHost, host: str) -> str:
-    if vhost.hostname == "*":
-        return f"the catch-all (*): no exact or wildcard host covers {host!r}"
-    if vhost.hostname.startswith("*."):
-        reach = "any number of labels" if vhost.wildcard is WildcardMode.SUFFIX else "one label"
-        return f"wildcard {vhost.hostname} ({reach}) covers {host!r}"
-    return f"exact host {vhost.hostname}"
 
-
-def _filter_text(f: HeaderModifier | URLRewrite | Mirror) -> str:
-    if isinstance(f, HeaderModifier):
-        side = "response" if f.response else "request"
-        edits = ([f"set {k}: {v}" for k, v in f.set] + [f"add {k}: {v}" for k, v in f.add]
-                 + [f"remove {k}" for k in f.remove])
-        return f"{side} headers: {'; '.join(edits) or 'no change'}"
-    if isinstance(f, URLRewrite):
-        edits = []
-        if f.hostname is not None:
-            edits.append(f"host → {f.hostname}")
-        if f.path is not None:
-            edits.append(f"path → {f.path}")
-        if f.prefix is not None:
-            edits.append(f"matched prefix → {f.prefix or '/'}")
-        return f"rewrite: {', '.join(edits) or 'no change'}"
-    return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
-
-
-def _state_counts(members: tuple[MemberView, ...]) -> str:
-    if not members:
-        return "it has no members: no endpoints, or none could be resolved"
-    counts: dict[str, int] = {}
-    for m in members:
-        key = {"not_ready": "not ready", "draining": "draining"}.get(m.state, m.why)
-        counts[key] = counts.get(key, 0) + 1
-    return ", ".join(f"{n} {k}" for k, n in counts.items())
-
-
-def _no_sni(sni: str | None) -> str:
-    return f"SNI {sni} matches no certificate name" if sni else "the client sent no SNI"
-
-
-def _listing(items: list[str], limit: int = 6) -> str:
-    if not items:
-        return "none"
-    shown = ", ".join(items[:limit])
-    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
-
-
-def _hostport(address: str, port: int) -> str:
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _same_ip(a: str, b: str) -> bool:
