@@ -32,8 +32,6 @@ from podway.demo import read_response
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine import admin
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.explain import Context, OutcomeKind, Query, explain
 from podway.ir import (
@@ -51,10 +49,9 @@ from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import translate
 from podway.xds.cache import Cache
-from podway.xds.server import XdsServer
 from tests.golden.test_translate_golden import options_of
 
-from .harness import eventually, free_port, free_port_both
+from .harness import eventually, free_port, free_port_both, private_engine
 
 pytestmark = pytest.mark.e2e
 GOLDEN = Path(__file__).parents[1] / "golden" / "translate"
@@ -254,15 +251,11 @@ async def _echoes(pools: list[Pool]) -> AsyncIterator[dict[str, int]]:
 
 @contextlib.asynccontextmanager
 async def _envoy(ir: IR, node: str) -> AsyncIterator[str]:
-    """A real Envoy serving ``ir`` (listeners bound); yields its admin address."""
+    """A real Envoy serving ``ir`` (listeners bound, members listed); yields its admin
+    address."""
     cache = Cache()
     cache.set(Builder().build(ir))
-    server = XdsServer(cache, "127.0.0.1:0")
-    await server.start()
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id=node, xds=server.target))))
-    task = asyncio.create_task(engine.run())
-    try:
+    async with private_engine(cache, node_id=node) as engine:
         await engine.wait_ready(limit_s=30)
         address = await engine.wait_started()
 
@@ -276,11 +269,6 @@ async def _envoy(ir: IR, node: str) -> AsyncIterator[str]:
 
         await eventually(settled, limit_s=20)
         yield address
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await server.stop(0)
 
 
 @pytest.mark.parametrize("populate", [False, True], ids=["as-is", "populated"])
