@@ -9,6 +9,8 @@ rewritten from each state it publishes. Readers (tests, the demo, benchmarks) aw
 The status file (``podway.status``) is rewritten atomically from every published state.
 Optional loopback-only servers, each a reader of the same states: ``/metrics`` (Podway's
 registries, then Envoy's own stats) and the dashboard (``podway.dashboard``).
+The admin endpoint (``podway.admin_api``: state, config, live ``explain``) listens on
+``podway.sock`` in the engine's private state folder, or on ``admin_socket`` when given.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from podway.admin_api import SOCKET_NAME, AdminOptions, AdminServer
 from podway.engine.bootstrap import EnvoyStats
 from podway.engine.local import LocalEngineOptions, colocated_engine
 from podway.engine.process import Engine
@@ -28,6 +31,7 @@ from podway.engine.state import open_state
 from podway.ir import IR
 from podway.netaddr import HostPort, format_host_port
 from podway.pipeline import Pipeline, Rejection
+from podway.pipeline import State as PipelineState
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
 from podway.translate import TranslateOptions
@@ -60,6 +64,9 @@ class StandaloneOptions:
     metrics: HostPort | None = None  # /metrics and /healthz; None: not served
     dashboard: HostPort | None = None  # the dashboard; None: not served
     dashboard_refresh_s: float = 2.0  # how often a watched dashboard samples the engine
+    # The admin endpoint's unix socket; None: ``podway.sock`` in the state folder (no engine,
+    # no state folder: no admin endpoint).
+    admin_socket: Path | None = None
 
 
 class Standalone:
@@ -116,6 +123,11 @@ class Standalone:
                     if self.opts.dashboard is not None:
                         group.create_task(self._serve_dashboard(self.opts.dashboard, engine),
                                           name="standalone-dashboard")
+                    admin = self.opts.admin_socket or (
+                        state.path / SOCKET_NAME if state is not None else None)
+                    if admin is not None:
+                        group.create_task(self._admin(admin, engine).run(),
+                                          name="standalone-admin")
             finally:
                 await self.server.stop(grace=0.5)
 
@@ -134,13 +146,33 @@ class Standalone:
         from podway.dashboard.app import DashboardOptions, make_app
         from podway.dashboard.view import ViewOptions
 
-        app = make_app(self.pipeline, engine_admin=(
+        app = make_app(self.pipeline, explainer=self._explain_text, engine_admin=(
             (lambda: engine.admin_address) if engine is not None else None),
             options=DashboardOptions(view=ViewOptions(
                 mode=str(self.opts.translate.mode), refresh_s=self.opts.dashboard_refresh_s,
                 explain_args=("--manifests", str(self.opts.manifests)),
                 detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED)))
         await _serve_until_cancelled(app, where, "dashboard")
+
+    def _explain_text(self, state: PipelineState, url: str) -> str:
+        """The dashboard's explain page: ``podway explain URL`` over this state, as text (the
+        engine's live health is left out here; the command shows it)."""
+        from podway.explain import Context, QueryError, explain, parse
+        from podway.explain.render import report_text
+
+        try:
+            query = parse(url)
+        except QueryError as exc:
+            return f"error: {exc}"
+        context = Context(problems=state.problems, mode=str(self.opts.translate.mode),
+                          refused={r.resource: r.message for r in state.rejections
+                                   if r.resource})
+        return report_text(explain(state.ir, query, context).to_data())
+
+    def _admin(self, socket: Path, engine: Engine | None) -> AdminServer:
+        return AdminServer(self.pipeline, AdminOptions(
+            socket=socket, mode=str(self.opts.translate.mode),
+            engine_admin=lambda: engine.admin_address if engine is not None else None))
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:

@@ -113,7 +113,7 @@ async def test_page_shows_a_member_turning_unhealthy_live(
 async def test_a_503_row_links_to_its_explain(dashboard_stack: tuple[Stack, int],
                                               tmp_path: Path) -> None:
     """A route whose only pool has no ready member shows 503 with an explain link; following
-    it gives the command line to run (no explain is built into this Podway)."""
+    it shows explain's report (503, the pool without a ready member) and the command line."""
     binary = chromium_or_skip()
     stack, port = dashboard_stack
     a, b = await stack.start_echo("a"), await stack.start_echo("b")
@@ -132,6 +132,9 @@ async def test_a_503_row_links_to_its_explain(dashboard_stack: tuple[Stack, int]
             "document.getElementById('command')?.innerText", limit_s=30)
         assert command.startswith("podway explain --manifests ")
         assert command.endswith(f"http://shop.test:{stack.http_port}/")
+        report = await browser.wait_for(
+            "document.getElementById('report')?.innerText", limit_s=30)
+        assert "503" in report
     finally:
         await browser.stop()
     status, _ = await get(stack.http_port, "shop.test", "/")

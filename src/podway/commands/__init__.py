@@ -7,7 +7,18 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
-    from podway.commands import agent, demo, echo, engine, run, validate
+    from podway.commands import (
+        agent,
+        config,
+        demo,
+        diagram,
+        echo,
+        engine,
+        explain,
+        run,
+        status,
+        validate,
+    )
 
     validate.register(app)
     run.register(app)
@@ -15,3 +26,7 @@ def register(app: typer.Typer) -> None:
     echo.register(app)
     engine.register(app)
     agent.register(app)
+    explain.register(app)
+    diagram.register(app)
+    status.register(app)
+    config.register(app)

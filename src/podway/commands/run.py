@@ -89,6 +89,10 @@ def run(
     tls_ciphers: Annotated[str | None, typer.Option(
         help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
     = None,
+    admin_socket: Annotated[Path | None, typer.Option(
+        help="The admin endpoint's unix socket (state, explain; docs/explain.md); default: "
+        "podway.sock in the state folder. Its folder must be yours alone (made 0700).")]
+    = None,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.engine.state import instance_dir
@@ -116,6 +120,10 @@ def run(
     check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
     if no_engine and not xds_address:
         raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
+    if admin_socket is not None:
+        from podway.admin_api import check_socket
+
+        check_socket(admin_socket)
     opts = StandaloneOptions(
         manifests=manifests,
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
@@ -127,5 +135,6 @@ def run(
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
-        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None)
+        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
+        admin_socket=admin_socket)
     asyncio.run(run_until_signal(Standalone(opts).run()))

@@ -44,22 +44,53 @@ def select_route(listener: Listener, request: Request) -> Route | None:
 
 
 def matches(match: RouteMatch, request: Request) -> bool:
+    return mismatch(match, request) is None
+
+
+def mismatch(match: RouteMatch, request: Request) -> str | None:
+    """The first condition of ``match`` that ``request`` fails, in words; None when it matches.
+
+    Conditions are tested in the engine's order: path, method, headers, query parameters.
+    """
     path, _, query = request.path.partition("?")
     if not path_matches(match.path, path):
-        return False
+        return f"path {path!r} is not {describe_path(match.path)}"
     if match.method is not None and match.method != request.method:
-        return False
+        return f"method {request.method} is not {match.method}"
     headers = {k.lower(): v for k, v in (request.headers or {}).items()}
     for h in match.headers:
         value = headers.get(h.name.lower())
-        if value is None or not _string_matches(h.kind, h.value, value):
-            return False
+        if value is None:
+            return f"header {h.name} is missing (wanted {_describe(h.kind, h.value)})"
+        if not _string_matches(h.kind, h.value, value):
+            return f"header {h.name}: {value!r} is not {_describe(h.kind, h.value)}"
     params = dict(parse_qsl(query, keep_blank_values=True))
     for q in match.query:
         value = params.get(q.name)
-        if value is None or not _string_matches(q.kind, q.value, value):
-            return False
-    return True
+        if value is None:
+            return f"query parameter {q.name} is missing (wanted {_describe(q.kind, q.value)})"
+        if not _string_matches(q.kind, q.value, value):
+            return f"query parameter {q.name}: {value!r} is not {_describe(q.kind, q.value)}"
+    return None
+
+
+def describe_path(match: PathMatch) -> str:
+    """``prefix /api`` (element-wise), ``exact /x`` or ``regex …``."""
+    return f"{match.kind} {match.value}"
+
+
+def describe_match(match: RouteMatch) -> str:
+    """Every condition of ``match`` in one line, for tables."""
+    parts = [describe_path(match.path)]
+    if match.method is not None:
+        parts.append(f"method {match.method}")
+    parts += [f"header {h.name} {_describe(h.kind, h.value)}" for h in match.headers]
+    parts += [f"query {q.name} {_describe(q.kind, q.value)}" for q in match.query]
+    return ", ".join(parts)
+
+
+def _describe(kind: StringMatchKind, value: str) -> str:
+    return repr(value) if kind is StringMatchKind.EXACT else f"~ {value!r}"
 
 
 def path_matches(match: PathMatch, path: str) -> bool:
