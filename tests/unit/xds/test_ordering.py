@@ -204,3 +204,60 @@ def test_delta_refused_routes_hold_removals_only_for_a_while() -> None:
     clock.now += HOLD_AFTER_NACK_S + 1
     removed = {r.type_url: list(r.removed_resources) for r in stream.on_change()}
     assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def _reconnect_delta(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = "",
+                     initial: dict[str, str] | None = None) -> d.DeltaDiscoveryRequest:
+    return d.DeltaDiscoveryRequest(type_url=type_url, resource_names_subscribe=subscribe,
+                                   response_nonce=nonce, initial_resource_versions=initial)
+
+
+def test_delta_reconnect_moves_routes_before_removing_what_envoy_still_routes_to() -> None:
+    """A new Podway under an Envoy that still holds the old config (routes → blue) while the
+    new one routes to green: Envoy's first requests (its burst, CDS first) say through
+    ``initial_resource_versions`` what it holds. Blue is removed only once the routes to green
+    are acknowledged, and those wait until green is warm — also on the stream's first route
+    and listener requests, which a fresh stream used to answer at once."""
+    builder = Builder()
+    old = builder.build(_config("blue"))
+    has = {t: {n: r.digest for n, r in old[t].items()} for t in old}
+    cache = Cache()
+    cache.set(builder.build(_config("green")))
+    stream = DeltaStream(cache)
+    burst = [_reconnect_delta(types.CLUSTER, initial=has[types.CLUSTER]),
+             _reconnect_delta(types.ENDPOINT, ("blue",), initial=has[types.ENDPOINT]),
+             _reconnect_delta(types.LISTENER, initial=has[types.LISTENER]),
+             _reconnect_delta(types.ROUTE, ("listener/http",), initial=has[types.ROUTE])]
+    out = [r for request in burst for r in stream.on_request(request)[0]
+           if r.resources or r.removed_resources]  # not the empty first EDS answer
+    assert [r.type_url for r in out] == [types.CLUSTER]  # green; routes wait for it
+    (cds,) = out
+    assert [r.name for r in cds.resources] == ["green"]
+    assert list(cds.removed_resources) == []  # Envoy's routes still point at blue
+    (eds,), _ = stream.on_request(_delta_req(types.ENDPOINT, ("green",)))
+    assert [r.name for r in eds.resources] == ["green"]
+    out, _ = stream.on_request(_delta_req(types.CLUSTER, nonce=cds.nonce))
+    stream.on_request(_delta_req(types.ENDPOINT, nonce=eds.nonce))
+    pending = {r.type_url: r for r in out}
+    assert set(pending) == {types.LISTENER, types.ROUTE}  # green is warm: routes move
+    assert [r.name for r in pending[types.ROUTE].resources] == ["listener/http"]
+    assert all(not r.removed_resources for r in out)
+    removed: dict[str, list[str]] = {}
+    for response in pending.values():
+        more, _ = stream.on_request(_delta_req(response.type_url, nonce=response.nonce))
+        removed |= {r.type_url: list(r.removed_resources) for r in more}
+    assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def test_delta_removal_waits_for_route_tables_envoy_has_not_asked_for_yet() -> None:
+    """Only clusters subscribed yet (a reconnect's CDS request came first): a removal is held,
+    because the route tables Envoy will ask for may still name the cluster."""
+    builder = Builder()
+    old = builder.build(_config("blue"))
+    cache = Cache()
+    cache.set(builder.build(_config("green")))
+    stream = DeltaStream(cache)
+    initial = {n: r.digest for n, r in old[types.CLUSTER].items()}
+    (cds,), _ = stream.on_request(_reconnect_delta(types.CLUSTER, initial=initial))
+    assert list(cds.removed_resources) == []
+    assert stream.on_request(_delta_req(types.CLUSTER, nonce=cds.nonce))[0] == []
