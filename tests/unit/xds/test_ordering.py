@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy_config import Builder
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
+from podway.xds.held import HeldClusters
 from podway.xds.protocol import HOLD_AFTER_NACK_S
 from podway.xds.sotw import SotwStream
 
@@ -261,3 +265,69 @@ def test_delta_removal_waits_for_route_tables_envoy_has_not_asked_for_yet() -> N
     (cds,), _ = stream.on_request(_reconnect_delta(types.CLUSTER, initial=initial))
     assert list(cds.removed_resources) == []
     assert stream.on_request(_delta_req(types.CLUSTER, nonce=cds.nonce))[0] == []
+
+
+def _node_req(type_url: str, names: tuple[str, ...] = (), nonce: str = "", version: str = ""
+              ) -> d.DiscoveryRequest:
+    request = d.DiscoveryRequest(type_url=type_url, resource_names=names,
+                                 response_nonce=nonce, version_info=version)
+    request.node.id = "envoy-1"
+    return request
+
+
+def test_sotw_reconnect_keeps_the_clusters_envoy_holds_until_routes_move(
+        tmp_path: Path) -> None:
+    """State of the world: a new Podway (new cache and stream, the record read from the state
+    folder) under an Envoy holding the old config (routes → blue), the new one routing to
+    green. Envoy's first cluster request names the version it holds; the first cluster set
+    keeps blue (a set without it removes it), routes move once green is warm, then blue goes."""
+    builder = Builder()
+    old_cache = Cache()
+    old_cache.set(builder.build(_config("blue")))
+    old = SotwStream(old_cache, held=HeldClusters(tmp_path))
+    (cds,), _ = old.on_request(_node_req(types.CLUSTER))
+    old.on_request(_node_req(types.CLUSTER, nonce=cds.nonce, version=cds.version_info))
+    assert list(tmp_path.iterdir()) != []  # what Envoy holds is on record
+    cache = Cache()
+    cache.set(builder.build(_config("green")))
+    stream = SotwStream(cache, held=HeldClusters(tmp_path))  # the restarted Podway
+    burst = [_node_req(types.CLUSTER, version=cds.version_info),
+             _node_req(types.ENDPOINT, ("blue",), version="v-old"),
+             _node_req(types.LISTENER, version="v-old"),
+             _node_req(types.ROUTE, ("listener/http",), version="v-old")]
+    out = [r for request in burst for r in stream.on_request(request)[0]]
+    first = {r.type_url: r for r in out}
+    assert set(first) == {types.CLUSTER, types.ENDPOINT}  # routes wait: green is not warm
+    clusters = sorted(cluster_pb2.Cluster.FromString(r.value).name
+                      for r in first[types.CLUSTER].resources)
+    assert clusters == ["blue", "green"]  # blue kept: Envoy's routes still point at it
+    stream.on_request(_node_req(types.ENDPOINT, ("blue",), first[types.ENDPOINT].nonce))
+    out, _ = stream.on_request(_node_req(types.CLUSTER, nonce=first[types.CLUSTER].nonce))
+    assert out == []  # green's endpoints not asked for yet
+    out, _ = stream.on_request(_node_req(types.ENDPOINT, ("blue", "green"),
+                                         first[types.ENDPOINT].nonce))
+    pending = {r.type_url: r for r in out}
+    assert {types.LISTENER, types.ROUTE} <= set(pending)
+    assert types.CLUSTER not in pending  # blue still held
+    done: list[d.DiscoveryResponse] = []
+    for type_url in (types.LISTENER, types.ROUTE):
+        names = ("listener/http",) if type_url == types.ROUTE else ()
+        done += stream.on_request(_node_req(type_url, names, pending[type_url].nonce))[0]
+    (final,) = [r for r in done if r.type_url == types.CLUSTER]
+    assert [cluster_pb2.Cluster.FromString(r.value).name for r in final.resources] == ["green"]
+
+
+def test_sotw_record_of_another_version_is_not_used(tmp_path: Path) -> None:
+    """A version that is not the recorded one says nothing about what Envoy holds."""
+    held = HeldClusters(tmp_path)
+    cache = Cache()
+    cache.set(Builder().build(_config("blue")))
+    held.remember("envoy-1", "v1", {"blue": "d"}, {"blue": cache.get(types.CLUSTER)
+                                                  .resources["blue"].packed})
+    assert HeldClusters(tmp_path).recall("envoy-1", "v1") is not None
+    assert HeldClusters(tmp_path).recall("envoy-1", "v2") is None
+    assert HeldClusters(tmp_path).recall("envoy-2", "v1") is None
+    (tmp_path / next(tmp_path.iterdir()).name).write_bytes(b"\xff garbage")
+    assert HeldClusters(tmp_path).recall("envoy-1", "v1") is None  # logged, not raised
+    held.discard_files()
+    assert list(tmp_path.iterdir()) == []
