@@ -93,7 +93,9 @@ class HeldClusters:
         path = self._path(node)
         tmp = path.with_name(path.name + ".tmp")
         try:
-            tmp.write_bytes(record.SerializeToString())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(record.SerializeToString())
             os.replace(tmp, path)
         except OSError as exc:
             log.warning("cannot record the clusters engine %s holds in %s: %s", node, path,

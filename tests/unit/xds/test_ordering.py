@@ -331,3 +331,18 @@ def test_sotw_record_of_another_version_is_not_used(tmp_path: Path) -> None:
     assert HeldClusters(tmp_path).recall("envoy-1", "v1") is None  # logged, not raised
     held.discard_files()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sotw_record_is_private(tmp_path: Path) -> None:
+    """The record is 0600 (in the 0700 state folder); read back by a new Podway, each cluster
+    has the digest the cache gives it, so what Envoy holds unchanged is not sent again."""
+    cache = Cache()
+    cache.set(Builder().build(_config("blue")))
+    resource = cache.get(types.CLUSTER).resources["blue"]
+    HeldClusters(tmp_path).remember("envoy-1", "v1", {"blue": resource.digest},
+                                    {"blue": resource.packed})
+    (record,) = tmp_path.iterdir()
+    assert record.stat().st_mode & 0o777 == 0o600
+    held = HeldClusters(tmp_path).recall("envoy-1", "v1")
+    assert held is not None
+    assert held.clusters["blue"] == (resource.digest, resource.packed)
