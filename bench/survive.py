@@ -8,8 +8,8 @@ request, loopback only). Then, for each of ``--rounds`` rounds:
    running Envoy, and an edit (the Ingress switches backend, so the other pool is removed)
    must then apply. Figures: requests failed (target 0), requests served while Podway was
    down, time from the restart to "adopted" (the new Podway's log line), to Envoy's xDS stream
-   being back, and to the edit being served. Twice: with the edit made once Envoy is back on xDS, and made while Podway
-   was down (then the new Podway's first push carries it).
+   being back, and to the edit being served. Twice: with the edit made once Envoy is back on
+   xDS, and made while Podway was down (then the new Podway's first push carries it).
 2. kill -9 of Envoy: Podway starts a new one. Figures: requests failed, and time from the kill
    to the first request served again.
 
