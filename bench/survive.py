@@ -5,15 +5,15 @@ keeps a request loop going through Envoy (``--workers`` concurrent loops, one co
 request, loopback only). Then, for each of ``--rounds`` rounds:
 
 1. kill -9 of Podway; Envoy serves on alone for ``--down-s``; a new Podway starts, adopts the
-   running Envoy, and an edit (the Ingress switches backend) must then apply. Figures: requests
-   failed (target 0), requests served while Podway was down, time from the restart to
-   "adopted" (the new Podway's log line), to Envoy's xDS stream being back, and to the edit
-   being served. Twice: with the edit made once Envoy is back on xDS, and made while Podway
-   was down (then the new Podway's first push carries it).
+   running Envoy, and an edit (the Ingress switches backend, so the other pool is removed)
+   must then apply. Figures: requests failed (target 0), requests served while Podway was
+   down, time from the restart to "adopted" (the new Podway's log line), to Envoy's xDS stream
+   being back, and to the edit being served. Twice: with the edit made once Envoy is back on
+   xDS, and made while Podway was down (then the new Podway's first push carries it).
 2. kill -9 of Envoy: Podway starts a new one. Figures: requests failed, and time from the kill
    to the first request served again.
 
-    .venv/bin/python bench/survive.py [--rounds 3] [--workers 4] [--down-s 2]
+    .venv/bin/python bench/survive.py [--rounds 3] [--workers 4] [--down-s 2] [--sotw]
 """
 
 from __future__ import annotations
@@ -128,8 +128,9 @@ async def until(check: object, limit_s: float = 60) -> float:
 
 
 class Podway:
-    def __init__(self, root: Path, state: Path, http_port: int) -> None:
+    def __init__(self, root: Path, state: Path, http_port: int, *, sotw: bool = False) -> None:
         self.root, self.state, self.http_port = root, state, http_port
+        self.sotw = sotw
         self.process: asyncio.subprocess.Process | None = None
         self.adopted_at = 0.0
 
@@ -139,7 +140,7 @@ class Podway:
             sys.executable, "-m", "podway", "run", "--manifests", str(self.root),
             "--address", "127.0.0.1", "--http-port", str(self.http_port), "--https-port",
             str(free_port()), "--drain-s", "0.5", "--log-level", "warning",
-            "--state-dir", str(self.state),
+            "--state-dir", str(self.state), *(("--sotw",) if self.sotw else ()),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
         asyncio.get_running_loop().create_task(self._watch(self.process))
 
@@ -233,7 +234,7 @@ def write(root: Path, name: str, text: str) -> None:
     tmp.replace(root / name)
 
 
-async def main(rounds: int, workers: int, down_s: float) -> None:
+async def main(rounds: int, workers: int, down_s: float, *, sotw: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="pw-bench-", dir="/tmp"))
     root, state = work / "m", work / "s"
     root.mkdir()
@@ -248,7 +249,7 @@ async def main(rounds: int, workers: int, down_s: float) -> None:
         write(root, f"{name}.yaml", BACKEND.format(name=name, port=port))
     write(root, "ingress.yaml", INGRESS.format(backend="blue"))
     load = Load(free_port())
-    podway = Podway(root, state, load.port)
+    podway = Podway(root, state, load.port, sotw=sotw)
     loops: list[asyncio.Task[None]] = []
     try:
         await podway.start()
@@ -261,7 +262,8 @@ async def main(rounds: int, workers: int, down_s: float) -> None:
         loops = [asyncio.create_task(load.worker(stop)) for _ in range(workers)]
         await until(lambda: load.ok > 100)
         backend = "blue"
-        print(f"workers={workers} down_s={down_s}")
+        print(f"xds={'state of the world' if sotw else 'delta'} workers={workers} "
+              f"down_s={down_s}")
         for n in range(1, rounds + 1):
             for while_down in (False, True):
                 backend = "green" if backend == "blue" else "blue"
@@ -291,5 +293,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--down-s", type=float, default=2.0)
+    parser.add_argument("--sotw", action="store_true", help="state-of-the-world xDS")
     args = parser.parse_args()
-    asyncio.run(main(args.rounds, args.workers, args.down_s))
+    asyncio.run(main(args.rounds, args.workers, args.down_s, sotw=args.sotw))

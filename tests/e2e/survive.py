@@ -50,10 +50,12 @@ class Load:
 
 
 async def start_podway(root: Path, state: Path, http_port: int, https_port: int,
-                       status: Path | None = None) -> asyncio.subprocess.Process:
+                       status: Path | None = None, *, sotw: bool = False
+                       ) -> asyncio.subprocess.Process:
     """`podway run` on ``root`` with state folder ``state``; ``status``: its status file
-    (written once the first snapshot is in the cache)."""
-    extra = ("--status-file", str(status)) if status is not None else ()
+    (written once the first snapshot is in the cache); ``sotw``: state-of-the-world xDS."""
+    extra = (("--status-file", str(status)) if status is not None else ()) + (
+        ("--sotw",) if sotw else ())
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
         "127.0.0.1", "--http-port", str(http_port), "--https-port", str(https_port),

@@ -11,6 +11,12 @@ are found and held back, the others of the refused response are offered again at
 answers every delta response. A refused endpoint assignment counts as settled: Envoy will get
 nothing better until it changes or is due again, and holding every route push behind it would
 freeze the stream.
+
+A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
+is in each type's first request (``initial_resource_versions``); its first requests come as a
+burst, clusters first. So the first listener and route requests wait for clusters to be settled
+like any later push, and a cluster removal waits for listeners and route tables Envoy has not
+subscribed to yet (when the cache has any), because those it holds may still name the cluster.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ class _DeltaType:
     seen: str = ""  # cache version last compared against
     dirty: set[str] = field(default_factory=set)  # names to look at again regardless
     held: set[str] = field(default_factory=set)  # removals deferred until routes are current
+    first: bool = True  # the stream's first response of this type is owed (sent even empty)
+    asked: set[str] = field(default_factory=set)  # newly subscribed names not answered yet
 
 
 class DeltaStream:
@@ -83,7 +91,6 @@ class DeltaStream:
         events: list[Event] = []
         state = self._types.get(type_url)
         subscribe = set(request.resource_names_subscribe)
-        first = state is None
         if state is None:
             wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
             refusals = self.memory.of(self.node, type_url)
@@ -122,11 +129,8 @@ class DeltaStream:
             state.names.discard(name)
             state.known.pop(name, None)
             state.accepted.pop(name, None)
-        out: list[d.DeltaDiscoveryResponse] = []
-        if first or new_names:
-            out = self._respond(type_url, state, force=first, asked=new_names,
-                                defer=self._defer(type_url))
-        return out + self.on_change(), events
+        state.asked |= new_names  # answered by on_change, in push order and with its holds
+        return self.on_change(), events
 
     def on_change(self) -> list[d.DeltaDiscoveryResponse]:
         """Everything that should be sent now (held-back types go out once unblocked)."""
@@ -136,13 +140,17 @@ class DeltaStream:
             if state is None:
                 continue
             idle = (self.cache.get(type_url).version == state.seen and not state.dirty
-                    and not state.held and not state.groups
-                    and not state.refusals.due(self.clock()))
+                    and not state.held and not state.groups and not state.first
+                    and not state.asked and not state.refusals.due(self.clock()))
             if idle:
                 continue  # nothing new for this type: skip the (possibly large) comparison
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
-                continue
-            out.extend(self._respond(type_url, state, force=False, asked=set(),
+                continue  # also a first request: a reconnecting Envoy routes with what it has
+            if not self.cache.ready:
+                continue  # a reconnecting Envoy keeps its config until the first snapshot
+            first, asked = state.first, state.asked
+            state.first, state.asked = False, set()
+            out.extend(self._respond(type_url, state, force=first, asked=asked,
                                      defer=self._defer(type_url)))
         return out
 
@@ -206,6 +214,8 @@ class DeltaStream:
         for type_url in HELD_FOR_CLUSTERS:
             state = self._types.get(type_url)
             if state is None:
+                if self.cache.get(type_url).resources:
+                    return False  # not subscribed yet: a reconnecting Envoy may hold old ones
                 continue
             if state.nonces:
                 return False
@@ -224,8 +234,6 @@ class DeltaStream:
 
     def _respond(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
                  defer: bool) -> list[d.DeltaDiscoveryResponse]:
-        if not self.cache.ready:
-            return []
         now = self.clock()
         snapshot = self.cache.get(type_url)
         resources = snapshot.resources

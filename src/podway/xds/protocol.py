@@ -23,6 +23,11 @@ Rules both follow (from the xDS protocol):
   response answered and its load assignment sent — because a route to a warming cluster
   answers 503; and clusters (with their load assignments) are removed only once listeners and
   routes are current and acknowledged, because a route to a removed cluster answers 503 too.
+  The same holds on a stream's first requests: a reconnecting Envoy (a restarted Podway) still
+  routes with what it holds, so first listener/route answers wait for clusters, a removal waits
+  for listener and route types not subscribed yet (when the cache has any), and the stream
+  starts from what Envoy says it holds (delta: ``initial_resource_versions``; state of the
+  world: the cluster set recorded under the version it names, ``podway.xds.held``).
   (docs/design/xds-ordering.md)
 * A push costs O(change): a stream compares only the names the cache reports changed since the
   version it last looked at (``Cache.names_changed``), falling back to a full comparison when it

@@ -48,6 +48,7 @@ from podway.xds import types
 from podway.xds.access import SecretFree
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
+from podway.xds.held import HeldClusters
 from podway.xds.peers import close_foreign_peers
 from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.refusals import RefusalMemory
@@ -161,12 +162,14 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.nacks: list[Nack] = []  # newest last; bounded
         self.streams = 0  # open ADS streams (engines connected now)
         self.refusals = RefusalMemory()  # per engine, across its reconnects
+        # per SotW engine, what it holds; in the private state folder across Podway restarts
+        self.held = HeldClusters()
         self.unix_paths: list[Path] = []  # unix sockets served: their peers are checked
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
-        await self._serve(SotwStream(self._view(context), memory=self.refusals), requests,
-                          context, "sotw")
+        await self._serve(SotwStream(self._view(context), memory=self.refusals,
+                                     held=self.held), requests, context, "sotw")
 
     async def DeltaAggregatedResources(
             self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
@@ -294,6 +297,7 @@ class XdsServer:
             _bind_unix(server, local)
             self.servicer.unix_paths.append(local)
             self.local_target = f"unix:{local}"
+            self.servicer.held.folder = local.parent  # the private state folder
         await server.start()
         self._server = server
         log.info("xds server listening address=%s port=%s local=%s", self.address or "-",
@@ -303,6 +307,7 @@ class XdsServer:
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
+        self.servicer.held.discard_files()
 
     @property
     def target(self) -> str:

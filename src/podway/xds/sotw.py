@@ -9,6 +9,13 @@ tables, secrets) offers one group at a time, each once the previous one is answe
 and clusters are applied one by one and Envoy's error names the refused ones; every response
 of those types carries the whole set, with a refused resource replaced by the version Envoy
 last accepted (or left out when it has none).
+
+A reconnecting Envoy (a restarted Podway) still routes with what it holds. Its first requests
+come as a burst, clusters first; the first listener and route answers wait for clusters to be
+settled like any later push, and a cluster removal waits for listeners and route tables it has
+not subscribed to yet (when the cache has any). A cluster set left out of a response is removed,
+so the stream starts from the set Envoy last acknowledged, recalled by the version Envoy names
+(``podway.xds.held``), and keeps the clusters gone from the cache until the routes have moved.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.xds import types
 from podway.xds.cache import Cache
+from podway.xds.held import HeldClusters
 from podway.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
@@ -55,15 +63,18 @@ class _SotwType:
     accepted_packed: dict[str, Any] = field(default_factory=dict)  # wildcard types
     refusals: Refusals = field(default_factory=Refusals)
     groups: list[frozenset[str]] = field(default_factory=list)  # isolating, one at a time
+    pending: bool = False  # a full answer is owed (first request, or newly asked names)
 
 
 class SotwStream:
     """One state-of-the-world ADS stream (one Envoy)."""
 
     def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
-                 memory: RefusalMemory | None = None) -> None:
+                 memory: RefusalMemory | None = None, held: HeldClusters | None = None
+                 ) -> None:
         self.clock = clock
         self.memory = memory or RefusalMemory()
+        self.held = held or HeldClusters()
         self.cache = cache
         self.node = ""
         self._types: dict[str, _SotwType] = {}
@@ -89,21 +100,31 @@ class SotwStream:
                 events.append(self._accepted(type_url, state, request.version_info))
         names = frozenset(request.resource_names) - {"*"}
         wildcard = type_url in types.WILDCARD_TYPES and not names
-        out: list[d.DiscoveryResponse] = []
         if state is None:
             refusals = self.memory.of(self.node, type_url)
             state = self._types[type_url] = _SotwType(wildcard=wildcard, names=names,
-                                                      refusals=refusals)
-            out = self._respond(type_url, state, force=True)
+                                                      refusals=refusals, pending=True)
+            if type_url == types.CLUSTER:
+                self._recall(state, request.version_info)
         elif names != state.names or wildcard != state.wildcard:
             added = names - state.names
             state.names, state.wildcard = names, wildcard
             for name in list(state.sent):
                 if name not in names and not wildcard:
                     del state.sent[name]
-            if added or wildcard:
-                out = self._respond(type_url, state, force=True)
-        return out + self.on_change(), events
+            state.pending |= bool(added) or wildcard
+        return self.on_change(), events  # answers go out in push order, with their holds
+
+    def _recall(self, state: _SotwType, version: str) -> None:
+        """A reconnecting engine (``version`` set) holds the clusters it last acknowledged: if
+        they are on record (``podway.xds.held``), start from them, so those gone from the cache
+        are kept until no route points at them."""
+        held = self.held.recall(self.node, version)
+        if held is None:
+            return
+        for name, (digest, packed) in held.clusters.items():
+            state.sent[name] = state.accepted[name] = digest
+            state.packed[name] = state.accepted_packed[name] = packed
 
     def on_change(self) -> list[d.DiscoveryResponse]:
         """Everything that should be sent now (held-back types go out once unblocked)."""
@@ -111,14 +132,17 @@ class SotwStream:
         for type_url in types.PUSH_ORDER:
             state = self._types.get(type_url)
             if state is None or (self.cache.get(type_url).version == state.sent_version
-                                 and not state.groups and not state.dirty
+                                 and not state.groups and not state.dirty and not state.pending
                                  and not state.refusals.due(self.clock())):
                 continue
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
-                continue
+                continue  # also a first request: a reconnecting Envoy routes with what it has
             if state.deferred and not self._routes_current():
                 continue
-            out.extend(self._respond(type_url, state, force=False))
+            if not self.cache.ready:
+                continue  # a reconnecting Envoy keeps its config until the first snapshot
+            force, state.pending = state.pending, False
+            out.extend(self._respond(type_url, state, force=force))
         return out
 
     def next_retry_at(self) -> float | None:
@@ -131,6 +155,9 @@ class SotwStream:
         if state.wildcard:  # the response was the whole set
             state.accepted = dict(state.sent)
             state.accepted_packed = dict(state.packed)
+            if type_url == types.CLUSTER:
+                self.held.remember(self.node, state.last_version, state.accepted,
+                                   state.accepted_packed)
         else:
             state.accepted.update(state.last)
         for name in real:
@@ -195,6 +222,8 @@ class SotwStream:
         for type_url in HELD_FOR_CLUSTERS:
             state = self._types.get(type_url)
             if state is None:
+                if self.cache.get(type_url).resources:
+                    return False  # not subscribed yet: a reconnecting Envoy may hold old ones
                 continue
             if refused_for_long(rejected=state.rejected, rejected_at=state.rejected_at,
                                 now=self.clock()):
@@ -207,8 +236,6 @@ class SotwStream:
 
     def _respond(self, type_url: str, state: _SotwType, *, force: bool
                  ) -> list[d.DiscoveryResponse]:
-        if not self.cache.ready:
-            return []
         if state.groups and not force:
             return self._next_group(type_url, state)
         snapshot = self.cache.get(type_url)

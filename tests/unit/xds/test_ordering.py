@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy_config import Builder
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
+from podway.xds.held import HeldClusters
 from podway.xds.protocol import HOLD_AFTER_NACK_S
 from podway.xds.sotw import SotwStream
 
@@ -204,3 +208,141 @@ def test_delta_refused_routes_hold_removals_only_for_a_while() -> None:
     clock.now += HOLD_AFTER_NACK_S + 1
     removed = {r.type_url: list(r.removed_resources) for r in stream.on_change()}
     assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def _reconnect_delta(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = "",
+                     initial: dict[str, str] | None = None) -> d.DeltaDiscoveryRequest:
+    return d.DeltaDiscoveryRequest(type_url=type_url, resource_names_subscribe=subscribe,
+                                   response_nonce=nonce, initial_resource_versions=initial)
+
+
+def test_delta_reconnect_moves_routes_before_removing_what_envoy_still_routes_to() -> None:
+    """A new Podway under an Envoy that still holds the old config (routes → blue) while the
+    new one routes to green: Envoy's first requests (its burst, CDS first) say through
+    ``initial_resource_versions`` what it holds. Blue is removed only once the routes to green
+    are acknowledged, and those wait until green is warm — also on the stream's first route
+    and listener requests, which a fresh stream used to answer at once."""
+    builder = Builder()
+    old = builder.build(_config("blue"))
+    has = {t: {n: r.digest for n, r in old[t].items()} for t in old}
+    cache = Cache()
+    cache.set(builder.build(_config("green")))
+    stream = DeltaStream(cache)
+    burst = [_reconnect_delta(types.CLUSTER, initial=has[types.CLUSTER]),
+             _reconnect_delta(types.ENDPOINT, ("blue",), initial=has[types.ENDPOINT]),
+             _reconnect_delta(types.LISTENER, initial=has[types.LISTENER]),
+             _reconnect_delta(types.ROUTE, ("listener/http",), initial=has[types.ROUTE])]
+    out = [r for request in burst for r in stream.on_request(request)[0]
+           if r.resources or r.removed_resources]  # not the empty first EDS answer
+    assert [r.type_url for r in out] == [types.CLUSTER]  # green; routes wait for it
+    (cds,) = out
+    assert [r.name for r in cds.resources] == ["green"]
+    assert list(cds.removed_resources) == []  # Envoy's routes still point at blue
+    (eds,), _ = stream.on_request(_delta_req(types.ENDPOINT, ("green",)))
+    assert [r.name for r in eds.resources] == ["green"]
+    out, _ = stream.on_request(_delta_req(types.CLUSTER, nonce=cds.nonce))
+    stream.on_request(_delta_req(types.ENDPOINT, nonce=eds.nonce))
+    pending = {r.type_url: r for r in out}
+    assert set(pending) == {types.LISTENER, types.ROUTE}  # green is warm: routes move
+    assert [r.name for r in pending[types.ROUTE].resources] == ["listener/http"]
+    assert all(not r.removed_resources for r in out)
+    removed: dict[str, list[str]] = {}
+    for response in pending.values():
+        more, _ = stream.on_request(_delta_req(response.type_url, nonce=response.nonce))
+        removed |= {r.type_url: list(r.removed_resources) for r in more}
+    assert removed == {types.CLUSTER: ["blue"], types.ENDPOINT: ["blue"]}
+
+
+def test_delta_removal_waits_for_route_tables_envoy_has_not_asked_for_yet() -> None:
+    """Only clusters subscribed yet (a reconnect's CDS request came first): a removal is held,
+    because the route tables Envoy will ask for may still name the cluster."""
+    builder = Builder()
+    old = builder.build(_config("blue"))
+    cache = Cache()
+    cache.set(builder.build(_config("green")))
+    stream = DeltaStream(cache)
+    initial = {n: r.digest for n, r in old[types.CLUSTER].items()}
+    (cds,), _ = stream.on_request(_reconnect_delta(types.CLUSTER, initial=initial))
+    assert list(cds.removed_resources) == []
+    assert stream.on_request(_delta_req(types.CLUSTER, nonce=cds.nonce))[0] == []
+
+
+def _node_req(type_url: str, names: tuple[str, ...] = (), nonce: str = "", version: str = ""
+              ) -> d.DiscoveryRequest:
+    request = d.DiscoveryRequest(type_url=type_url, resource_names=names,
+                                 response_nonce=nonce, version_info=version)
+    request.node.id = "envoy-1"
+    return request
+
+
+def test_sotw_reconnect_keeps_the_clusters_envoy_holds_until_routes_move(
+        tmp_path: Path) -> None:
+    """State of the world: a new Podway (new cache and stream, the record read from the state
+    folder) under an Envoy holding the old config (routes → blue), the new one routing to
+    green. Envoy's first cluster request names the version it holds; the first cluster set
+    keeps blue (a set without it removes it), routes move once green is warm, then blue goes."""
+    builder = Builder()
+    old_cache = Cache()
+    old_cache.set(builder.build(_config("blue")))
+    old = SotwStream(old_cache, held=HeldClusters(tmp_path))
+    (cds,), _ = old.on_request(_node_req(types.CLUSTER))
+    old.on_request(_node_req(types.CLUSTER, nonce=cds.nonce, version=cds.version_info))
+    assert list(tmp_path.iterdir()) != []  # what Envoy holds is on record
+    cache = Cache()
+    cache.set(builder.build(_config("green")))
+    stream = SotwStream(cache, held=HeldClusters(tmp_path))  # the restarted Podway
+    burst = [_node_req(types.CLUSTER, version=cds.version_info),
+             _node_req(types.ENDPOINT, ("blue",), version="v-old"),
+             _node_req(types.LISTENER, version="v-old"),
+             _node_req(types.ROUTE, ("listener/http",), version="v-old")]
+    out = [r for request in burst for r in stream.on_request(request)[0]]
+    first = {r.type_url: r for r in out}
+    assert set(first) == {types.CLUSTER, types.ENDPOINT}  # routes wait: green is not warm
+    clusters = sorted(cluster_pb2.Cluster.FromString(r.value).name
+                      for r in first[types.CLUSTER].resources)
+    assert clusters == ["blue", "green"]  # blue kept: Envoy's routes still point at it
+    stream.on_request(_node_req(types.ENDPOINT, ("blue",), first[types.ENDPOINT].nonce))
+    out, _ = stream.on_request(_node_req(types.CLUSTER, nonce=first[types.CLUSTER].nonce))
+    assert out == []  # green's endpoints not asked for yet
+    out, _ = stream.on_request(_node_req(types.ENDPOINT, ("blue", "green"),
+                                         first[types.ENDPOINT].nonce))
+    pending = {r.type_url: r for r in out}
+    assert {types.LISTENER, types.ROUTE} <= set(pending)
+    assert types.CLUSTER not in pending  # blue still held
+    done: list[d.DiscoveryResponse] = []
+    for type_url in (types.LISTENER, types.ROUTE):
+        names = ("listener/http",) if type_url == types.ROUTE else ()
+        done += stream.on_request(_node_req(type_url, names, pending[type_url].nonce))[0]
+    (final,) = [r for r in done if r.type_url == types.CLUSTER]
+    assert [cluster_pb2.Cluster.FromString(r.value).name for r in final.resources] == ["green"]
+
+
+def test_sotw_record_of_another_version_is_not_used(tmp_path: Path) -> None:
+    """A version that is not the recorded one says nothing about what Envoy holds."""
+    held = HeldClusters(tmp_path)
+    cache = Cache()
+    cache.set(Builder().build(_config("blue")))
+    held.remember("envoy-1", "v1", {"blue": "d"}, {"blue": cache.get(types.CLUSTER)
+                                                  .resources["blue"].packed})
+    assert HeldClusters(tmp_path).recall("envoy-1", "v1") is not None
+    assert HeldClusters(tmp_path).recall("envoy-1", "v2") is None
+    assert HeldClusters(tmp_path).recall("envoy-2", "v1") is None
+    (tmp_path / next(tmp_path.iterdir()).name).write_bytes(b"\xff garbage")
+    assert HeldClusters(tmp_path).recall("envoy-1", "v1") is None  # logged, not raised
+    held.discard_files()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sotw_record_is_private(tmp_path: Path) -> None:
+    """The record is 0600 (in the 0700 state folder); read back by a new Podway, each cluster
+    has the digest the cache gives it, so what Envoy holds unchanged is not sent again."""
+    cache = Cache()
+    cache.set(Builder().build(_config("blue")))
+    resource = cache.get(types.CLUSTER).resources["blue"]
+    HeldClusters(tmp_path).remember("envoy-1", "v1", {"blue": resource.digest},
+                                    {"blue": resource.packed})
+    (record,) = tmp_path.iterdir()
+    assert record.stat().st_mode & 0o777 == 0o600
+    held = HeldClusters(tmp_path).recall("envoy-1", "v1")
+    assert held is not None
+    assert held.clusters["blue"] == (resource.digest, resource.packed)

@@ -130,8 +130,11 @@ def _delta(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = "",
 
 
 def test_delta_sends_only_changes_and_removals() -> None:
-    """Delta: initial wildcard gets everything; later only changed names and removals."""
+    """Delta: initial wildcard gets everything; later only changed names and removals (no
+    listeners, so no route can still point at a removed cluster)."""
     cache, builder, first = _setup()
+    first = IR(listeners=(), pools=first.pools)
+    cache.set(builder.build(first))
     stream = DeltaStream(cache)
     (cds,), _ = stream.on_request(_delta(types.CLUSTER))
     assert sorted(r.name for r in cds.resources) == ["pool/a", "pool/b"]
