@@ -57,6 +57,8 @@ class L4Route:
     backends: tuple[WeightedPool, ...]
     hostnames: tuple[str, ...] = ()
     origin: ObjectRef
+    # Connections from one client address go to the same member (its pools hash on source IP).
+    client_ip_affinity: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
