@@ -104,7 +104,7 @@ def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.Health
     out.unhealthy_interval.CopyFrom(duration(min(check.interval_ms, 1000)))
     out.no_traffic_interval.CopyFrom(duration(check.interval_ms))
     if check.kind is HealthCheckKind.HTTP:
-        out.http_health_check.path = check.path
+        out.http_health_check.path = check.http_path
         if check.host:
             out.http_health_check.host = check.host
         if http2:

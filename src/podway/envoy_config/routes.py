@@ -271,7 +271,7 @@ _RETRY_ON = {RetryOn.SERVER_ERROR: "5xx", RetryOn.GATEWAY_ERROR: "gateway-error"
 
 def _retry(policy: rc.RetryPolicy, retry: RetryPolicy) -> None:
     """A route's retry policy on top of the connect-failure retries (``RETRY_ON``)."""
-    extra = [_RETRY_ON[on] for on in retry.on]
+    extra = [_RETRY_ON[on] for on in retry.retry_on]
     policy.retry_on = ",".join(dict.fromkeys([*RETRY_ON.split(","), *extra]))
     policy.num_retries.value = retry.attempts
     policy.retriable_status_codes.extend(retry.status_codes)

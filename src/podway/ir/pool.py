@@ -70,12 +70,12 @@ class HealthCheck:
     healthy HTTP statuses as inclusive ranges.
     """
 
-    kind: HealthCheckKind = HealthCheckKind.TCP
+    kind: HealthCheckKind
     interval_ms: int = 5000
     timeout_ms: int = 1000
     healthy_threshold: int = 1
     unhealthy_threshold: int = 3
-    path: str = "/"  # HTTP
+    http_path: str = "/"  # HTTP
     host: str = ""  # HTTP Host / gRPC authority; "" = the pool's name
     expected: tuple[tuple[int, int], ...] = ((200, 399),)  # HTTP
     grpc_service: str = ""  # GRPC: the service name asked about ("" = the whole server)
@@ -88,7 +88,7 @@ class OutlierDetection:
     its ejections so far; at most ``max_ejection_percent`` of a pool is ejected at once (and at
     least one member)."""
 
-    consecutive_errors: int = 5
+    consecutive_errors: int
     interval_ms: int = 10_000
     base_ejection_ms: int = 30_000
     max_ejection_percent: int = 50

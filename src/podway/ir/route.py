@@ -78,7 +78,7 @@ class RetryPolicy:
     """
 
     attempts: int = 2  # retries after the first try
-    on: tuple[RetryOn, ...] = (RetryOn.SERVER_ERROR, RetryOn.RESET)
+    retry_on: tuple[RetryOn, ...] = (RetryOn.SERVER_ERROR, RetryOn.RESET)
     status_codes: tuple[int, ...] = ()
     idempotent_only: bool = True
     per_try_timeout_ms: int | None = None

@@ -89,7 +89,7 @@ class TimeoutsSpec(K8sModel):
 
 class RetrySpec(K8sModel):
     attempts: Int | None = None
-    on: tuple[str, ...] = ()  # 5xx | gateway-error | reset
+    retry_on: tuple[str, ...] = ()  # 5xx | gateway-error | reset (not `on`: YAML reads it as true)
     status_codes: tuple[Int, ...] = ()
     idempotent_only: bool = True
     per_try_timeout: str | None = None

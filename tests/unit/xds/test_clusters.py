@@ -6,7 +6,7 @@ from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import http_pb2
 
 from podway.envoy_config.clusters import cluster
-from podway.ir import HealthCheck, PoolProtocol, PoolSettings, UpstreamTLS
+from podway.ir import HealthCheck, HealthCheckKind, PoolProtocol, PoolSettings, UpstreamTLS
 
 
 def test_every_cluster_disables_panic_mode() -> None:
@@ -35,7 +35,7 @@ def test_upstream_tls_offers_the_pool_protocol_by_alpn() -> None:
 
 def test_http_health_checks_speak_the_pool_http_version() -> None:
     """HTTP checks of HTTP/2 and gRPC pools use the HTTP/2 codec; HTTP/1 pools keep HTTP/1.1."""
-    check = HealthCheck(path="/healthz")
+    check = HealthCheck(kind=HealthCheckKind.HTTP, http_path="/healthz")
     codec = {p: cluster("p", PoolSettings(protocol=p, health_check=check)).health_checks[0]
              .http_health_check.codec_client_type
              for p in (PoolProtocol.HTTP2, PoolProtocol.GRPC, PoolProtocol.HTTP1)}
