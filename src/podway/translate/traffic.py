@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from podway.ir import (
+    HASHING,
     Forward,
     HealthCheck,
     L4Route,
@@ -245,7 +246,9 @@ class _Run:
         source = None
         if spec is not None:
             bad = _validate(spec)
-            spec = _without_bad_sections(spec, bad)
+            spec = _without_bad_sections(spec, [*bad, *(
+                tv.Issue(i.reason, i.message, _section_of_annotation(i.field))
+                for i in issues.found)])
             for issue in [*issues.found, *bad]:
                 self._problem(obj.ref, Reason.INVALID_ANNOTATION, issue.message,
                               _annotation_field(issue.field))
@@ -253,21 +256,32 @@ class _Run:
         self._annotations[obj.ref] = source
         return source
 
-    def _pool_sources(self, spec: PoolSpec) -> list[_Policy]:
+    def _pool_sources(self, spec: PoolSpec) -> list[_Policy | Persistence]:
+        """Every source of pool settings, most specific first (see the module docstring)."""
         ns, name = spec.service
-        out: list[_Policy] = []
+        out: list[_Policy | Persistence] = []
         service = self.snapshot.get(Service, ns, name)
-        if service is not None:
-            annotations = self._annotation_source(service)
-            if annotations is not None:
-                out.append(annotations)
+        if service is not None and service.spec.session_affinity == "ClientIP":
+            config = service.spec.session_affinity_config
+            timeout = config.client_ip.timeout_seconds if config and config.client_ip else None
+            out.append(tv.client_ip_affinity(timeout))
+        annotations = self._annotation_source(service) if service is not None else None
+        if annotations is not None:
+            out.append(annotations)
+        lbp = self.lb_policies.get((ns, name))
+        if lbp is not None:
+            out.append(lbp[1])
         for section in dict.fromkeys((spec.port.name, "")):
             held = self.by_target.get(("Service", ns, name, section))
             if held is not None and held not in out:
                 out.append(held)
-        for route in self.routes_of_pool.get(spec.name, ()):
+        routes = self.routes_of_pool.get(spec.name, ())
+        for route in routes:
+            rule_value = self._rule_persistence(route, spec.name)
+            if rule_value is not None:
+                out.append(rule_value)
             out.extend(self._route_sources(route))
-        for route in self.routes_of_pool.get(spec.name, ()):
+        for route in routes:
             for gw in self.gateways_of_route.get(route, ()):
                 held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
                 if held is not None and held not in out:
@@ -291,37 +305,25 @@ class _Run:
         ns, name = spec.service
         protocol = spec.settings.protocol
         chosen = _Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
-        service = self.snapshot.get(Service, ns, name)
-        if service is not None and service.spec.session_affinity == "ClientIP":
-            config = service.spec.session_affinity_config
-            timeout = config.client_ip.timeout_seconds if config and config.client_ip else None
-            chosen.take_persistence(tv.client_ip_affinity(timeout))
-        sources = self._pool_sources(spec)
-        # The BackendLBPolicy comes after the Service's own annotations, before TrafficPolicies.
-        own = 1 if sources and sources[0].annotations and sources[0].origin.kind == "Service" \
-            else 0
-        lbp = self.lb_policies.get((ns, name))
-        ordered: list[_Policy | Persistence] = [*sources[:own],
-                                                *([lbp[1]] if lbp is not None else []),
-                                                *sources[own:]]
-        for source in ordered:
+        ordered = self._pool_sources(spec)
+        for rank, source in enumerate(ordered, start=1):
+            chosen.rank = rank
             if isinstance(source, Persistence):
                 chosen.take_persistence(source)
                 continue
-            if source.origin.kind == "HTTPRoute":
-                rule_value = self._rule_persistence(source.origin, spec.name)
-                if rule_value is not None:
-                    chosen.take_persistence(rule_value)
             issues = tv.Issues()
             chosen.apply(source.spec, issues)
             for issue in issues.found:
                 self._problem(source.origin, issue.reason,
                               f"not applied to pool {spec.name}: {issue.message}",
                               f"spec.{issue.field}", Severity.WARNING)
-        for route in self.routes_of_pool.get(spec.name, ()):
-            rule_value = self._rule_persistence(route, spec.name)
-            if rule_value is not None:
-                chosen.take_persistence(rule_value)
+        if chosen.algorithm_overrules_persistence():
+            assert chosen.algorithm is not None
+            self._problem(spec.origin, Reason.CONFLICTED, f"pool {spec.name}: persistence "
+                          f"asked for by a route or Gateway is not applied: the Service chose "
+                          f"{chosen.algorithm.value}, which does not hash", "metadata",
+                          Severity.WARNING)
+            chosen.persistence = None
         persistence = chosen.persistence or chosen.hash_key
         if protocol in (PoolProtocol.TCP, PoolProtocol.UDP) and persistence is not None and \
                 persistence.kind is not PersistenceKind.SOURCE_IP:
@@ -452,6 +454,9 @@ class _Chosen:
     hash_key: Persistence | None = None
     connect: int | None = None
     done: set[str] = field(default_factory=set)
+    rank: int = 0  # of the source being applied: lower wins
+    persistence_rank: int = -1
+    algorithm_rank: int = -1
 
     def __post_init__(self) -> None:
         self.health = tv.default_health_check(self.protocol, self.host)
@@ -461,6 +466,14 @@ class _Chosen:
         if "persistence" not in self.done:
             self.done.add("persistence")
             self.persistence = value
+            self.persistence_rank = self.rank
+
+    def algorithm_overrules_persistence(self) -> bool:
+        """A non-hashing algorithm chosen by a more specific source than the persistence:
+        the algorithm stands (persistence would need a hashing one)."""
+        return (self.persistence is not None and self.algorithm is not None
+                and self.algorithm not in HASHING
+                and 0 <= self.algorithm_rank < self.persistence_rank)
 
     def _first(self, section: str, present: bool) -> bool:
         if not present or section in self.done:
@@ -469,10 +482,16 @@ class _Chosen:
         return True
 
     def apply(self, s: TrafficPolicySpec, issues: tv.Issues) -> None:
-        if s.health_check is not None and self._first("health", True):
-            self.health = (tv.health_check(s.health_check, protocol=self.protocol,
-                                           host=self.host, where="healthCheck", issues=issues)
-                           if s.health_check.enabled else None)
+        if s.health_check is not None and "health" not in self.done:
+            if not s.health_check.enabled:
+                self.health = None
+                self.done.add("health")
+            else:
+                check = tv.health_check(s.health_check, protocol=self.protocol, host=self.host,
+                                        where="healthCheck", issues=issues)
+                if check is not None:  # else: not for this pool; a later source or the default
+                    self.health = check
+                    self.done.add("health")
         if s.outlier_detection is not None and self._first("outlier", True):
             self.outlier = (tv.outlier_detection(s.outlier_detection, where="outlierDetection",
                                                  issues=issues)
@@ -481,6 +500,7 @@ class _Chosen:
             lb = tv.load_balancer(s.load_balancer, where="loadBalancer", issues=issues)
             if lb is not None:
                 self.algorithm, self.hash_key = lb
+                self.algorithm_rank = self.rank
         if s.persistence is not None and "persistence" not in self.done:
             value = tv.persistence(s.persistence, where="persistence", issues=issues)
             if value is not None:
@@ -561,6 +581,12 @@ _ANNOTATION_OF = {
     "timeouts.connect": "connect-timeout", "timeouts.request": "request-timeout",
     "timeouts.idle": "idle-timeout", "retry.attempts": "retries", "retry.retryOn": "retry-on",
 }
+
+
+def _section_of_annotation(where: str) -> str:
+    """``metadata.annotations[podway.io/retries]`` → ``retry`` (the section it feeds)."""
+    name = where.removeprefix(f"metadata.annotations[{tv.ANNOTATION_PREFIX}").rstrip("]")
+    return next((k.split(".")[0] for k, v in _ANNOTATION_OF.items() if v == name), "")
 
 
 def _annotation_field(where: str) -> str:

@@ -152,6 +152,7 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
         issues.add(f"{where}.type", f"a {kind.value.upper()} check needs an HTTP backend; this "
                    "pool carries TCP (the check would always fail)")
         return None
+    host = host if kind is not HealthCheckKind.TCP else ""
     base = HealthCheck(kind=kind, host=host)
     interval = duration_ms(spec.interval, f"{where}.interval", issues) if spec.interval else None
     timeout = duration_ms(spec.timeout, f"{where}.timeout", issues) if spec.timeout else None
@@ -310,8 +311,9 @@ def retry(spec: RetrySpec, *, where: str, issues: Issues) -> RetryPolicy | None:
     backoff = _bounded(backoff, 1, 60_000, f"{where}.backoff", issues)
     if len(issues.found) > before:
         return None
+    chosen = tuple(dict.fromkeys(on)) if (spec.retry_on or codes) else base.retry_on
     return RetryPolicy(attempts=attempts if attempts is not None else base.attempts,
-                       retry_on=tuple(dict.fromkeys(on)) if (spec.retry_on or codes) else base.retry_on,
+                       retry_on=chosen,
                        status_codes=codes, idempotent_only=spec.idempotent_only,
                        per_try_timeout_ms=per_try or None, backoff_ms=backoff)
 
