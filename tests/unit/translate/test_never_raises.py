@@ -37,7 +37,8 @@ def engine_would_accept(ir: IR) -> None:
         assert (settings.persistence is not None) == (settings.lb_policy in HASHING), settings
         check = settings.health_check
         if check is not None:  # values Envoy accepts
-            assert 1 <= check.healthy_threshold and 1 <= check.unhealthy_threshold
+            assert check.healthy_threshold >= 1
+            assert check.unhealthy_threshold >= 1
             assert 0 < check.timeout_ms <= check.interval_ms
             assert all(100 <= low <= high <= 599 for low, high in check.expected)
 
