@@ -4,14 +4,15 @@ Members are not part of the cluster: it is an EDS cluster whose load assignment 
 pool) arrives separately, so an endpoint change never replaces the cluster.
 
 Health: an active check (``HealthCheck``) and passive outlier detection (``OutlierDetection``)
-both only ever take members *out*; a member the translator marks not ready stays out whatever its
+both only ever take members *out*; an unexpected HTTP status counts towards the unhealthy
+threshold like a timeout (Envoy's default would take the member out at once); a member the translator marks not ready stays out whatever its
 checks say. HTTP checks of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard
 ``grpc.health.v1`` protocol. Outlier detection counts 5xx answers, connect failures and resets
 alike (``split_external_local_origin_errors`` off) and ejects on consecutive errors only: the
 success-rate and failure-percentage detectors are disabled (they need volume to be meaningful and
 would eject members of a small pool on noise).
 
-Balancing: a pool with persistence always hashes (``RING_HASH`` unless ``MAGLEV`` was chosen);
+Balancing: a pool with persistence always hashes (``MAGLEV`` unless ``RING_HASH`` was chosen);
 the hash key is a route hash policy (``routes``), since Envoy hashes per route.
 
 Panic mode is off (``healthy_panic_threshold`` 0): Envoy's default (50 %) spreads traffic over
@@ -65,7 +66,7 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     out.common_lb_config.healthy_panic_threshold.SetInParent()  # present, value 0: no panic
     policy = settings.lb_policy
     if settings.persistence is not None and policy not in HASHING:
-        policy = LBPolicy.RING_HASH  # hash policies on routes only take effect with a hashing LB
+        policy = LBPolicy.MAGLEV  # hash policies on routes only take effect with a hashing LB
     out.lb_policy = _LB[policy]
     if policy is LBPolicy.RING_HASH:
         # A bigger ring than Envoy's minimum (1024) spreads keys evenly over a few members.
@@ -82,6 +83,9 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     if settings.health_check is not None and settings.protocol is not PoolProtocol.UDP:
         out.health_checks.append(_health_check(settings.health_check,
                                                http2=settings.protocol in _H2))
+        # Envoy keeps a member that left the load assignment for as long as it passes its
+        # checks; the translator's member list is the truth (a withdrawn pod goes at once).
+        out.ignore_health_on_host_removal = True
     if settings.outlier_detection is not None and settings.protocol is not PoolProtocol.UDP:
         out.outlier_detection.CopyFrom(_outlier_detection(settings.outlier_detection))
     if settings.upstream_tls is not None:
@@ -112,12 +116,29 @@ def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.Health
         for low, high in check.expected:
             out.http_health_check.expected_statuses.append(
                 range_pb2.Int64Range(start=low, end=high + 1))  # Envoy's end is exclusive
+        # Envoy takes a member out at the first unexpected status unless that status is
+        # "retriable": every other status counts towards unhealthy_threshold instead.
+        for low, high in _complement(check.expected):
+            out.http_health_check.retriable_statuses.append(
+                range_pb2.Int64Range(start=low, end=high + 1))
     elif check.kind is HealthCheckKind.GRPC:
         out.grpc_health_check.service_name = check.grpc_service
         if check.host:
             out.grpc_health_check.authority = check.host
     else:
         out.tcp_health_check.SetInParent()
+    return out
+
+
+def _complement(ranges: tuple[tuple[int, int], ...]) -> list[tuple[int, int]]:
+    """The statuses 100-599 outside ``ranges`` (inclusive bounds), as inclusive ranges."""
+    out, start = [], 100
+    for low, high in sorted(ranges):
+        if low > start:
+            out.append((start, low - 1))
+        start = max(start, high + 1)
+    if start <= 599:
+        out.append((start, 599))
     return out
 
 

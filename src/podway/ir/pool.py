@@ -6,8 +6,10 @@ settings into a cluster and members into a load assignment, so a member change n
 cluster.
 
 Invariants: a pool with ``persistence`` balances with a hashing algorithm (``RING_HASH`` or
-``MAGLEV``) — the translator picks ``RING_HASH`` when the user named another — and a hashing pool
-always has a ``persistence`` (the hash key; source IP when nothing else was named). Health
+``MAGLEV``) — the translator picks ``MAGLEV`` when the user named none or a non-hashing one: its
+fixed-size table moves the fewest sessions between the members that stay when one comes or goes
+(a ring's points per member change with the member count) — and a hashing pool always has a
+``persistence`` (the hash key; source IP when nothing else was named). Health
 checks of an HTTP/2 or gRPC pool speak HTTP/2 (a bare TCP connect proves nothing about h2).
 """
 

@@ -529,7 +529,7 @@ def _checked(settings: PoolSettings) -> PoolSettings:
     """Keep the invariant of ``podway.ir.pool``: persistence hashes; hashing has a key."""
     if settings.persistence is not None and settings.lb_policy not in (LBPolicy.RING_HASH,
                                                                        LBPolicy.MAGLEV):
-        return replace(settings, lb_policy=LBPolicy.RING_HASH)
+        return replace(settings, lb_policy=LBPolicy.MAGLEV)  # see podway.ir.pool
     if settings.persistence is None and settings.lb_policy in (LBPolicy.RING_HASH,
                                                                LBPolicy.MAGLEV):
         return replace(settings, persistence=Persistence(kind=PersistenceKind.SOURCE_IP))

@@ -399,7 +399,7 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
     if "lb-algorithm" in ours or "hash-on" in ours:
         hash_on = _hash_on(ours.get("hash-on"), where("hash-on"), issues)
         sections["load_balancer"] = LoadBalancerSpec(
-            type=ours.get("lb-algorithm", "RingHash" if hash_on else "RoundRobin"),
+            type=ours.get("lb-algorithm", "Maglev" if hash_on else "RoundRobin"),
             hash_on=hash_on)
     if "affinity" in ours:
         kind = _AFFINITY.get(ours["affinity"].lower())
