@@ -233,7 +233,8 @@ async def test_member_killed_under_load_is_ejected_after_its_consecutive_errors(
         # nothing): those already sent to it (not retried by default) and connect failures whose
         # retry the retry budget refused; the others were retried on a healthy member.
         assert failed <= errors, (results, at_ejection)
-        assert results["b1"] and results["b2"], results
+        assert results["b1"], results
+        assert results["b2"], results
         flags = await host_flags(stack)
         assert "failed_outlier_check" in flags["127.0.0.3"], flags
     finally:
