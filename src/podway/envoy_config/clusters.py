@@ -4,10 +4,12 @@ Members are not part of the cluster: it is an EDS cluster whose load assignment 
 pool) arrives separately, so an endpoint change never replaces the cluster.
 
 Health: an active check (``HealthCheck``) and passive outlier detection (``OutlierDetection``)
-both only ever take members *out*; an unexpected HTTP status counts towards the unhealthy
-threshold like a timeout (Envoy's default would take the member out at once); a member the translator marks not ready stays out whatever its
-checks say. HTTP checks of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard
-``grpc.health.v1`` protocol. Outlier detection counts 5xx answers, connect failures and resets
+both only ever take members *out*: a member the translator marks not ready stays out whatever
+its checks say, and one that leaves the load assignment leaves at once, even while it passes
+(``ignore_health_on_host_removal``). An unexpected HTTP status counts towards the unhealthy
+threshold like a timeout (Envoy's default takes the member out at the first one). HTTP checks
+of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard ``grpc.health.v1``
+protocol. Outlier detection counts 5xx answers, connect failures and resets
 alike (``split_external_local_origin_errors`` off) and ejects on consecutive errors only: the
 success-rate and failure-percentage detectors are disabled (they need volume to be meaningful and
 would eject members of a small pool on noise).
