@@ -97,13 +97,22 @@ class TrafficResult:
     statuses: Mapping[ObjectRef, ObjectStatus]
 
 
+Memo = dict[int, tuple[PoolSpec, PoolSpec]]  # id(spec in) → (spec in, spec out)
+
+
 def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
-                  pools: Mapping[str, PoolSpec]) -> TrafficResult:
-    run = _Run(snapshot)
+                  pools: Mapping[str, PoolSpec], memo: Memo | None = None) -> TrafficResult:
+    """Settings for every pool and forwarding route. ``memo`` (kept between runs by the
+    incremental translator) maps pool specs that had no source but the defaults to their
+    result, so a re-run after an unrelated change costs a lookup per such pool."""
+    run = _Run(snapshot, memo=memo if memo is not None else {})
     run.index_policies()
     listener_list = list(listeners)
     run.index_usage(listener_list)
     new_pools = {name: run.pool(spec) for name, spec in pools.items()}
+    if memo is not None:
+        memo.clear()
+        memo.update(run.memo_next)
     new_listeners = tuple(run.listener(item, new_pools) for item in listener_list)
     return TrafficResult(new_listeners, new_pools, tuple(run.problems), run.statuses())
 
@@ -111,6 +120,8 @@ def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
 @dataclass(slots=True)
 class _Run:
     snapshot: Snapshot
+    memo: Memo = field(default_factory=dict)
+    memo_next: Memo = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     by_target: dict[TargetKey, _Policy] = field(default_factory=dict)
     states: dict[ObjectRef, _PolicyState] = field(default_factory=dict)
@@ -119,7 +130,15 @@ class _Run:
     routes_of_pool: dict[str, list[ObjectRef]] = field(default_factory=dict)
     gateways_of_route: dict[ObjectRef, list[ObjectRef]] = field(default_factory=dict)
     rule_pools: dict[tuple[ObjectRef, int], set[str]] = field(default_factory=dict)
-    _annotations: dict[ObjectRef, _Policy | None] = field(default_factory=dict)
+    _annotations: dict[int, _Policy | None] = field(default_factory=dict)  # by id(object)
+    persistent_routes: set[ObjectRef] = field(default_factory=set)  # rule sessionPersistence
+    _services: dict[tuple[str, str], Service | None] = field(default_factory=dict)
+    _by_route: dict[ObjectRef, tuple[_Policy, ...]] = field(default_factory=dict)
+    _ingresses: Mapping[tuple[str, str], Ingress] = field(default_factory=dict)
+    route_sources: bool = False  # any source of route settings at all (else routes stay)
+
+    def __post_init__(self) -> None:
+        self._ingresses = self.snapshot.kind(Ingress)
     _reported: set[Problem] = field(default_factory=set)
 
     # --- indexing ---------------------------------------------------------------------------
@@ -212,6 +231,9 @@ class _Run:
 
     def index_usage(self, listeners: list[Listener]) -> None:
         """Which routes use each pool (oldest route object first), and on which Gateways."""
+        self.persistent_routes = {
+            route.ref for route in self.snapshot.kind(HTTPRoute).values()
+            if any(rule.session_persistence is not None for rule in route.spec.rules)}
         ages: dict[ObjectRef, tuple[float, str]] = {}
         for item in listeners:
             gateways = [o for o in item.origins if o.kind == "Gateway"]
@@ -224,13 +246,17 @@ class _Run:
                     users = self.routes_of_pool.setdefault(pool, [])
                     if route.origin not in users:
                         users.append(route.origin)
-                match = _RULE.search(route.name) if isinstance(route, Route) else None
-                if match is not None:
-                    self.rule_pools.setdefault((route.origin, int(match.group(1))),
-                                               set()).update(pools)
-                ages.setdefault(route.origin, self._age(route.origin))
+                if route.origin in self.persistent_routes and isinstance(route, Route):
+                    match = _RULE.search(route.name)
+                    if match is not None:
+                        self.rule_pools.setdefault((route.origin, int(match.group(1))),
+                                                   set()).update(pools)
         for users in self.routes_of_pool.values():
-            users.sort(key=lambda ref: ages.get(ref, (float("inf"), str(ref))))
+            if len(users) > 1:  # most pools serve one route object: no lookup, no sort
+                for ref in users:
+                    if ref not in ages:
+                        ages[ref] = self._age(ref)
+                users.sort(key=ages.__getitem__)
 
     def _age(self, ref: ObjectRef) -> tuple[float, str]:
         cls = {"HTTPRoute": HTTPRoute, "GRPCRoute": GRPCRoute, "Ingress": Ingress}.get(ref.kind)
@@ -239,8 +265,14 @@ class _Run:
 
     # --- sources ------------------------------------------------------------------------------
     def _annotation_source(self, obj: Service | Ingress) -> _Policy | None:
-        if obj.ref in self._annotations:
-            return self._annotations[obj.ref]
+        # By identity: the snapshot holds every object for the whole run. Most objects carry
+        # no podway.io/ annotation; they cost one scan of their annotation keys.
+        key = id(obj)
+        if key in self._annotations:
+            return self._annotations[key]
+        if not any(k.startswith(tv.ANNOTATION_PREFIX) for k in obj.metadata.annotations):
+            self._annotations[key] = None
+            return None
         issues = tv.Issues()
         spec = tv.annotation_spec(obj.metadata.annotations, issues)
         source = None
@@ -253,14 +285,18 @@ class _Run:
                 self._problem(obj.ref, Reason.INVALID_ANNOTATION, issue.message,
                               _annotation_field(issue.field))
             source = _Policy(spec, obj.ref, annotations=True)
-        self._annotations[obj.ref] = source
+        self._annotations[key] = source
+        if source is not None:
+            self.route_sources = True
         return source
 
     def _pool_sources(self, spec: PoolSpec) -> list[_Policy | Persistence]:
         """Every source of pool settings, most specific first (see the module docstring)."""
         ns, name = spec.service
         out: list[_Policy | Persistence] = []
-        service = self.snapshot.get(Service, ns, name)
+        if spec.service not in self._services:
+            self._services[spec.service] = self.snapshot.kind(Service).get(spec.service)
+        service = self._services[spec.service]
         if service is not None and service.spec.session_affinity == "ClientIP":
             config = service.spec.session_affinity_config
             timeout = config.client_ip.timeout_seconds if config and config.client_ip else None
@@ -289,23 +325,34 @@ class _Run:
         return out
 
     def _route_sources(self, route: ObjectRef) -> list[_Policy]:
+        found = self._by_route.get(route)
+        if found is None:
+            found = self._by_route[route] = self._route_sources_of(route)
+        return list(found)
+
+    def _route_sources_of(self, route: ObjectRef) -> tuple[_Policy, ...]:
         out: list[_Policy] = []
         if route.kind == "Ingress":
-            ingress = self.snapshot.get(Ingress, route.namespace, route.name)
+            ingress = self._ingresses.get((route.namespace, route.name))
             own = self._annotation_source(ingress) if ingress is not None else None
             if own is not None:
                 out.append(own)
         held = self.by_target.get((route.kind, route.namespace, route.name, ""))
         if held is not None:
             out.append(held)
-        return out
+        return tuple(out)
 
     # --- pools ----------------------------------------------------------------------------------
     def pool(self, spec: PoolSpec) -> PoolSpec:
+        ordered = self._pool_sources(spec)
+        if not ordered:
+            hit = self.memo.get(id(spec))
+            if hit is not None and hit[0] is spec:
+                self.memo_next[id(spec)] = hit
+                return hit[1]
         ns, name = spec.service
         protocol = spec.settings.protocol
         chosen = _Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
-        ordered = self._pool_sources(spec)
         for rank, source in enumerate(ordered, start=1):
             chosen.rank = rank
             if isinstance(source, Persistence):
@@ -332,13 +379,20 @@ class _Run:
                           f"{persistence.kind.value}", "spec", Severity.WARNING)
             persistence = None
         settings = spec.settings
-        new = replace(settings, health_check=chosen.health, outlier_detection=chosen.outlier,
-                      persistence=persistence, lb_policy=chosen.algorithm or settings.lb_policy,
-                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
-        return spec if new == settings else replace(spec, settings=_checked(new))
+        new = PoolSettings(protocol=settings.protocol,
+                           lb_policy=chosen.algorithm or settings.lb_policy,
+                           health_check=chosen.health, outlier_detection=chosen.outlier,
+                           persistence=persistence, upstream_tls=settings.upstream_tls,
+                           connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
+        out = spec if new == settings else PoolSpec(
+            name=spec.name, service=spec.service, port=spec.port, settings=_checked(new),
+            origin=spec.origin, external_traffic_policy=spec.external_traffic_policy)
+        if not ordered:
+            self.memo_next[id(spec)] = (spec, out)
+        return out
 
     def _rule_persistence(self, route: ObjectRef, pool: str) -> Persistence | None:
-        if route.kind != "HTTPRoute":
+        if route not in self.persistent_routes:
             return None
         obj = self.snapshot.get(HTTPRoute, route.namespace, route.name)
         if obj is None:
@@ -379,7 +433,7 @@ class _Run:
 
     def _route(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
         action = route.action
-        if not isinstance(action, Forward):
+        if not isinstance(action, Forward) or not (self.route_sources or self.by_target):
             return route
         sources = self._route_sources(route.origin)
         for gw in (o for o in item.origins if o.kind == "Gateway"):

@@ -36,6 +36,7 @@ from podway.translate.ports import PortTable
 from podway.translate.problems import Problem, Reason, Severity
 from podway.translate.service import ServiceTranslation
 from podway.translate.status import ObjectStatus
+from podway.translate.traffic import Memo as TrafficMemo
 from podway.translate.traffic import apply_traffic
 
 
@@ -133,6 +134,7 @@ class StructureMemo:
     """Per-object parts of the last structure run, reused while their inputs are unchanged."""
 
     ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
+    traffic: TrafficMemo = field(default_factory=dict)
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -168,7 +170,8 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
-    traffic = apply_traffic(snapshot, listeners, pools)
+    traffic = apply_traffic(snapshot, listeners, pools,
+                            memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
     problems.extend(traffic.problems)
     for service_key in sorted({spec.service for spec in pools.values()}):
