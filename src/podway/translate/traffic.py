@@ -304,31 +304,35 @@ class _Run:
         annotations = self._annotation_source(service) if service is not None else None
         if annotations is not None:
             out.append(annotations)
-        lbp = self.lb_policies.get((ns, name))
+        lbp = self.lb_policies.get((ns, name)) if self.lb_policies else None
         if lbp is not None:
             out.append(lbp[1])
-        for section in dict.fromkeys((spec.port.name, "")):
-            held = self.by_target.get(("Service", ns, name, section))
-            if held is not None and held not in out:
-                out.append(held)
-        routes = self.routes_of_pool.get(spec.name, ())
-        for route in routes:
-            rule_value = self._rule_persistence(route, spec.name)
-            if rule_value is not None:
-                out.append(rule_value)
-            out.extend(self._route_sources(route))
-        for route in routes:
-            for gw in self.gateways_of_route.get(route, ()):
-                held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
+        policies = bool(self.by_target)
+        if policies:
+            for section in dict.fromkeys((spec.port.name, "")):
+                held = self.by_target.get(("Service", ns, name, section))
                 if held is not None and held not in out:
                     out.append(held)
+        routes = self.routes_of_pool.get(spec.name, ())
+        for route in routes:
+            if self.persistent_routes:
+                rule_value = self._rule_persistence(route, spec.name)
+                if rule_value is not None:
+                    out.append(rule_value)
+            out.extend(self._route_sources(route))
+        if policies:
+            for route in routes:
+                for gw in self.gateways_of_route.get(route, ()):
+                    held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
+                    if held is not None and held not in out:
+                        out.append(held)
         return out
 
-    def _route_sources(self, route: ObjectRef) -> list[_Policy]:
+    def _route_sources(self, route: ObjectRef) -> tuple[_Policy, ...]:
         found = self._by_route.get(route)
         if found is None:
             found = self._by_route[route] = self._route_sources_of(route)
-        return list(found)
+        return found
 
     def _route_sources_of(self, route: ObjectRef) -> tuple[_Policy, ...]:
         out: list[_Policy] = []
@@ -435,7 +439,7 @@ class _Run:
         action = route.action
         if not isinstance(action, Forward) or not (self.route_sources or self.by_target):
             return route
-        sources = self._route_sources(route.origin)
+        sources = list(self._route_sources(route.origin))
         for gw in (o for o in item.origins if o.kind == "Gateway"):
             held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
             if held is not None:

@@ -122,8 +122,11 @@ def default_health_check(protocol: PoolProtocol, host: str) -> HealthCheck | Non
     return HealthCheck(kind=HealthCheckKind.HTTP, http_path="/", host=host, expected=((200, 499),))
 
 
+DEFAULT_OUTLIER_DETECTION = OutlierDetection(consecutive_errors=5)
+
+
 def default_outlier_detection(protocol: PoolProtocol) -> OutlierDetection | None:
-    return None if protocol is PoolProtocol.UDP else OutlierDetection(consecutive_errors=5)
+    return None if protocol is PoolProtocol.UDP else DEFAULT_OUTLIER_DETECTION
 
 
 # --- sections -----------------------------------------------------------------------------------
@@ -213,7 +216,7 @@ def _statuses(values: tuple[str | int, ...], where: str, issues: Issues
 def outlier_detection(spec: OutlierDetectionSpec, *, where: str, issues: Issues
                       ) -> OutlierDetection | None:
     before = len(issues.found)
-    base = OutlierDetection(consecutive_errors=5)
+    base = DEFAULT_OUTLIER_DETECTION
     errors = _bounded(spec.consecutive_errors, 1, 1000, f"{where}.consecutiveErrors", issues)
     interval = (duration_ms(spec.interval, f"{where}.interval", issues)
                 if spec.interval else None)
