@@ -373,3 +373,50 @@ async def test_client_ip_persistence_from_service_session_affinity(
         assert len(served) == 1, (source, served)
         landed[source] = next(iter(served))
     assert len(set(landed.values())) > 1, landed
+
+
+async def test_client_ip_persistence_of_a_load_balancer_service(stack: Stack) -> None:
+    """A TCP LoadBalancer Service with sessionAffinity ClientIP: each of 6 client addresses
+    reaches the same member on each of 10 connections, and not all reach the same one."""
+    port = free_port()
+    tasks = []
+    for address in ADDRESSES:
+        started = asyncio.Event()
+        tasks.append(asyncio.create_task(serve(EchoOptions(
+            address=address, port=port, tcp=True,
+            identity=Identity(name=f"t{ADDRESSES.index(address) + 1}")), started=started)))
+        await started.wait()
+    try:
+        lb_port = free_port()
+        svc = service("web", lb_port, port, lb=True).replace(
+            "  type: LoadBalancer\n", "  type: LoadBalancer\n  sessionAffinity: ClientIP\n")
+        stack.write("web.yaml", svc + "---\n" + slice_of(port))
+        await stack.start()
+        await eventually(lambda: _whoami(lb_port, "127.0.0.20"), limit_s=15)
+        landed = {}
+        for i in range(6):
+            source = f"127.0.0.{20 + i}"
+            seen = {await _whoami(lb_port, source) for _ in range(10)}
+            assert len(seen) == 1, (source, seen)
+            landed[source] = seen.pop()
+        assert len(set(landed.values())) > 1, landed
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _whoami(port: int, source: str) -> str:
+    """The name of the TCP echo a new connection from ``source`` reaches."""
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port,
+                                                       local_addr=(source, 0))
+        try:
+            writer.write(b"whoami")
+            await writer.drain()
+            data = await reader.readline()
+        finally:
+            writer.close()
+    return str(json.loads(data)["name"])

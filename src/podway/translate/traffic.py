@@ -62,7 +62,6 @@ _ROUTE_KINDS = {("gateway.networking.k8s.io", "HTTPRoute"): HTTPRoute,
                 ("gateway.networking.k8s.io", "GRPCRoute"): GRPCRoute,
                 ("networking.k8s.io", "Ingress"): Ingress}
 _RULE = re.compile(r"/rule/(\d+)/")
-_POLICY_KINDS = ("TrafficPolicy", "BackendLBPolicy")
 TargetKey = tuple[str, str, str, str]  # (kind, namespace, name, section)
 
 
@@ -656,8 +655,4 @@ def _annotation_field(where: str) -> str:
     return f"metadata.annotations[{tv.ANNOTATION_PREFIX}{name}]" if name else "metadata.annotations"
 
 
-def is_policy_kind(kind: str) -> bool:
-    return kind in _POLICY_KINDS
-
-
-__all__ = ["TrafficResult", "apply_traffic", "is_policy_kind"]
+__all__ = ["Memo", "TrafficResult", "apply_traffic"]
