@@ -146,7 +146,7 @@ class _Run:
                              key=TrafficPolicy.age_key):
             state = _PolicyState(policy.ref, policy.metadata.generation)
             self.states[policy.ref] = state
-            issues = _validate(policy.spec)
+            issues = tv.validate(policy.spec)
             if issues:
                 first = issues[0]
                 state.invalid = Verdict(False, Reason.INVALID, f"{first.message} ({first.field})")
@@ -276,13 +276,13 @@ class _Run:
         spec = tv.annotation_spec(obj.metadata.annotations, issues)
         source = None
         if spec is not None:
-            bad = _validate(spec)
-            spec = _without_bad_sections(spec, [*bad, *(
-                tv.Issue(i.reason, i.message, _section_of_annotation(i.field))
+            bad = tv.validate(spec)
+            spec = tv.without_bad_sections(spec, [*bad, *(
+                tv.Issue(i.reason, i.message, tv.section_of_annotation(i.field))
                 for i in issues.found)])
             for issue in [*issues.found, *bad]:
                 self._problem(obj.ref, Reason.INVALID_ANNOTATION, issue.message,
-                              _annotation_field(issue.field))
+                              tv.annotation_field(issue.field))
             source = _Policy(spec, obj.ref, annotations=True)
         self._annotations[key] = source
         if source is not None:
@@ -591,68 +591,6 @@ def _checked(settings: PoolSettings) -> PoolSettings:
                                                                LBPolicy.MAGLEV):
         return replace(settings, persistence=Persistence(kind=PersistenceKind.SOURCE_IP))
     return settings
-
-
-_PROBE = PoolProtocol.HTTP1
-
-
-def _validate(spec: TrafficPolicySpec) -> list[tv.Issue]:
-    """Every bad value of a policy, judged as for an HTTP pool (protocol-specific mismatches,
-    such as an HTTP check on a TCP pool, are reported where the policy meets such a pool)."""
-    issues = tv.Issues()
-    if spec.health_check is not None and spec.health_check.enabled:
-        tv.health_check(spec.health_check, protocol=_PROBE, host="probe", where="healthCheck",
-                        issues=issues)
-    if spec.outlier_detection is not None and spec.outlier_detection.enabled:
-        tv.outlier_detection(spec.outlier_detection, where="outlierDetection", issues=issues)
-    if spec.load_balancer is not None:
-        tv.load_balancer(spec.load_balancer, where="loadBalancer", issues=issues)
-    if spec.persistence is not None:
-        tv.persistence(spec.persistence, where="persistence", issues=issues)
-    if spec.timeouts is not None:
-        tv.timeouts(spec.timeouts, where="timeouts", issues=issues)
-    if spec.retry is not None:
-        tv.retry(spec.retry, where="retry", issues=issues)
-    return issues.found
-
-
-_SECTIONS = {"healthCheck": "health_check", "outlierDetection": "outlier_detection",
-             "loadBalancer": "load_balancer", "persistence": "persistence",
-             "timeouts": "timeouts", "retry": "retry"}
-
-
-def _without_bad_sections(spec: TrafficPolicySpec, bad: list[tv.Issue]) -> TrafficPolicySpec:
-    drop = {_SECTIONS[i.field.split(".")[0]] for i in bad if i.field.split(".")[0] in _SECTIONS}
-    return spec.model_copy(update=dict.fromkeys(drop)) if drop else spec
-
-
-_ANNOTATION_OF = {
-    "healthCheck.type": "health-check", "healthCheck.path": "health-check-path",
-    "healthCheck.host": "health-check-host", "healthCheck.expectedStatuses":
-    "health-check-statuses", "healthCheck.interval": "health-check-interval",
-    "healthCheck.timeout": "health-check-timeout", "healthCheck.healthyThreshold":
-    "healthy-threshold", "healthCheck.unhealthyThreshold": "unhealthy-threshold",
-    "outlierDetection.consecutiveErrors": "outlier-detection", "loadBalancer.type":
-    "lb-algorithm", "loadBalancer.hashOn": "hash-on", "persistence.type": "affinity",
-    "persistence.name": "affinity-cookie", "persistence.ttl": "affinity-ttl",
-    "timeouts.connect": "connect-timeout", "timeouts.request": "request-timeout",
-    "timeouts.idle": "idle-timeout", "retry.attempts": "retries", "retry.retryOn": "retry-on",
-}
-
-
-def _section_of_annotation(where: str) -> str:
-    """``metadata.annotations[podway.io/retries]`` → ``retry`` (the section it feeds)."""
-    name = where.removeprefix(f"metadata.annotations[{tv.ANNOTATION_PREFIX}").rstrip("]")
-    return next((k.split(".")[0] for k, v in _ANNOTATION_OF.items() if v == name), "")
-
-
-def _annotation_field(where: str) -> str:
-    """A section field (``healthCheck.interval``) → the annotation it came from."""
-    if where.startswith("metadata."):
-        return where
-    bare = re.sub(r"\[\d+\]$", "", where)
-    name = _ANNOTATION_OF.get(bare) or _ANNOTATION_OF.get(".".join(bare.split(".")[:2]))
-    return f"metadata.annotations[{tv.ANNOTATION_PREFIX}{name}]" if name else "metadata.annotations"
 
 
 __all__ = ["Memo", "TrafficResult", "apply_traffic"]

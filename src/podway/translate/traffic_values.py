@@ -456,3 +456,67 @@ def _hash_on(text: str | None, where: str, issues: Issues) -> PersistenceSpec | 
                    Reason.INVALID_ANNOTATION)
         return None
     return PersistenceSpec(type=mapped, name=name.strip() or None)
+
+
+# --- whole specs ----------------------------------------------------------------------------
+
+_PROBE = PoolProtocol.HTTP1
+
+
+def validate(spec: TrafficPolicySpec) -> list[Issue]:
+    """Every bad value of a policy, judged as for an HTTP pool (protocol-specific mismatches,
+    such as an HTTP check on a TCP pool, are reported where the policy meets such a pool)."""
+    issues = Issues()
+    if spec.health_check is not None and spec.health_check.enabled:
+        health_check(spec.health_check, protocol=_PROBE, host="probe", where="healthCheck",
+                     issues=issues)
+    if spec.outlier_detection is not None and spec.outlier_detection.enabled:
+        outlier_detection(spec.outlier_detection, where="outlierDetection", issues=issues)
+    if spec.load_balancer is not None:
+        load_balancer(spec.load_balancer, where="loadBalancer", issues=issues)
+    if spec.persistence is not None:
+        persistence(spec.persistence, where="persistence", issues=issues)
+    if spec.timeouts is not None:
+        timeouts(spec.timeouts, where="timeouts", issues=issues)
+    if spec.retry is not None:
+        retry(spec.retry, where="retry", issues=issues)
+    return issues.found
+
+
+_SECTIONS = {"healthCheck": "health_check", "outlierDetection": "outlier_detection",
+             "loadBalancer": "load_balancer", "persistence": "persistence",
+             "timeouts": "timeouts", "retry": "retry"}
+
+
+def without_bad_sections(spec: TrafficPolicySpec, bad: list[Issue]) -> TrafficPolicySpec:
+    drop = {_SECTIONS[i.field.split(".")[0]] for i in bad if i.field.split(".")[0] in _SECTIONS}
+    return spec.model_copy(update=dict.fromkeys(drop)) if drop else spec
+
+
+ANNOTATION_OF_FIELD = {
+    "healthCheck.type": "health-check", "healthCheck.path": "health-check-path",
+    "healthCheck.host": "health-check-host", "healthCheck.expectedStatuses":
+    "health-check-statuses", "healthCheck.interval": "health-check-interval",
+    "healthCheck.timeout": "health-check-timeout", "healthCheck.healthyThreshold":
+    "healthy-threshold", "healthCheck.unhealthyThreshold": "unhealthy-threshold",
+    "outlierDetection.consecutiveErrors": "outlier-detection", "loadBalancer.type":
+    "lb-algorithm", "loadBalancer.hashOn": "hash-on", "persistence.type": "affinity",
+    "persistence.name": "affinity-cookie", "persistence.ttl": "affinity-ttl",
+    "timeouts.connect": "connect-timeout", "timeouts.request": "request-timeout",
+    "timeouts.idle": "idle-timeout", "retry.attempts": "retries", "retry.retryOn": "retry-on",
+}
+
+
+def section_of_annotation(where: str) -> str:
+    """``metadata.annotations[podway.io/retries]`` → ``retry`` (the section it feeds)."""
+    name = where.removeprefix(f"metadata.annotations[{ANNOTATION_PREFIX}").rstrip("]")
+    return next((k.split(".")[0] for k, v in ANNOTATION_OF_FIELD.items() if v == name), "")
+
+
+def annotation_field(where: str) -> str:
+    """A section field (``healthCheck.interval``) → the annotation it came from."""
+    if where.startswith("metadata."):
+        return where
+    bare = re.sub(r"\[\d+\]$", "", where)
+    name = ANNOTATION_OF_FIELD.get(bare) or ANNOTATION_OF_FIELD.get(".".join(bare.split(".")[:2]))
+    return f"metadata.annotations[{ANNOTATION_PREFIX}{name}]" if name else "metadata.annotations"
