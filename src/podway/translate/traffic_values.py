@@ -375,18 +375,15 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
 
     Fields of issues are ``metadata.annotations[podway.io/<name>]``.
     """
+    # Only the annotations of this module: other podway.io/ annotations (TLS, protocols, the
+    # readiness gate) belong to other features, which judge their own values.
     ours = {k[len(ANNOTATION_PREFIX):]: v.strip() for k, v in annotations.items()
-            if k.startswith(ANNOTATION_PREFIX)}
-    ours.pop("lb-ready", None)  # the readiness gate's name, not a setting
+            if k.startswith(ANNOTATION_PREFIX) and k[len(ANNOTATION_PREFIX):] in ANNOTATIONS}
     if not ours:
         return None
 
     def where(name: str) -> str:
         return f"metadata.annotations[{ANNOTATION_PREFIX}{name}]"
-
-    for name in sorted(set(ours) - set(ANNOTATIONS)):
-        issues.add(where(name), f"unknown annotation {quote(ANNOTATION_PREFIX + name)} "
-                   "(see docs/reference.md)", Reason.INVALID_ANNOTATION)
 
     def number(name: str) -> int | None:
         text = ours.get(name)
