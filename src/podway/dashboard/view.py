@@ -24,6 +24,8 @@ from podway.envoy_config.common import stat_prefix
 from podway.ir import (
     DirectResponse,
     Forward,
+    HealthCheck,
+    HealthCheckKind,
     Listener,
     ListenerProtocol,
     Member,
@@ -249,9 +251,7 @@ def _pool(pool: Pool, ctx: _Context) -> dict[str, Any]:
     return {
         "name": pool.name, "origin": str(pool.origin) if pool.origin else "",
         "protocol": str(settings.protocol), "lb_policy": str(settings.lb_policy),
-        "health_check": None if check is None else (
-            f"HTTP {check.path} every {check.interval_ms} ms" if check.path
-            else f"TCP connect every {check.interval_ms} ms"),
+        "health_check": None if check is None else _check_text(check),
         "members": members,
         "healthy": sum(1 for m in members if m["health"] == "healthy"),
         "traffic": ctx.figures("pools", pool.name),
@@ -263,3 +263,10 @@ def _member_mode(member: Member, mode: str) -> str:
     if member.origin is not None and member.origin.kind == "Node":
         return "nodeport"
     return mode
+
+
+def _check_text(check: HealthCheck) -> str:
+    what = {HealthCheckKind.HTTP: f"HTTP {check.http_path}",
+            HealthCheckKind.GRPC: f"gRPC health {check.grpc_service or '(server)'}",
+            HealthCheckKind.TCP: "TCP connect"}[check.kind]
+    return f"{what} every {check.interval_ms} ms"

@@ -19,20 +19,30 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from podway.echo import Identity, websocket
+from podway.echo import Health, Identity, websocket
 
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _STATUS = re.compile(r"^/status/(\d{3})$")
 _DELAY = re.compile(r"^/delay/(\d{1,5})$")
 _MAX_DELAY_S = 60.0
-_REASONS = {200: "OK", 404: "Not Found", 101: "Switching Protocols"}
+_REASONS = {200: "OK", 404: "Not Found", 101: "Switching Protocols",
+            503: "Service Unavailable"}
 
 
 def answer(identity: Identity, *, method: str, path: str, host: str, headers: dict[str, str],
-           client: str, protocol: str) -> tuple[int, bytes, str]:
-    """``(status, body, content type)`` for one request; pure, shared by HTTP/1.1 and h2."""
+           client: str, protocol: str, health: Health | None = None) -> tuple[int, bytes, str]:
+    """``(status, body, content type)`` for one request, shared by HTTP/1.1 and h2; pure but
+    for ``health``, which ``POST /healthz/fail|ok`` flips and ``/healthz`` reads and counts."""
     bare = path.split("?", 1)[0]
+    health = health if health is not None else Health()
+    if method == "POST" and bare in ("/healthz/fail", "/healthz/ok"):
+        health.healthy = bare == "/healthz/ok"
+        return 200, f"healthy: {str(health.healthy).lower()}\n".encode(), "text/plain"
     if bare in ("/healthz", "/readyz"):
+        health.checks += 1
+        if not health.healthy:
+            health.failed += 1
+            return 503, b"failing\n", "text/plain"
         return 200, b"ok\n", "text/plain"
     status = 200
     match = _STATUS.match(bare)
@@ -51,8 +61,9 @@ def delay_s(path: str) -> float:
 
 
 class EchoHTTP(asyncio.Protocol):
-    def __init__(self, identity: Identity) -> None:
+    def __init__(self, identity: Identity, health: Health | None = None) -> None:
         self.identity = identity
+        self.health = health if health is not None else Health()
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.client = ""
@@ -137,7 +148,8 @@ class EchoHTTP(asyncio.Protocol):
                 else headers.get("connection", "").lower() == "keep-alive")
         status, body, ctype = answer(self.identity, method=method, path=path,
                                      host=headers.get("host", ""), headers=headers,
-                                     client=self.client, protocol=version)
+                                     client=self.client, protocol=version,
+                                     health=self.health)
         reason = _REASONS.get(status, "Status")
         out = (f"{version} {status} {reason}\r\ncontent-type: {ctype}\r\n"
                f"content-length: {len(body)}\r\n"
@@ -265,7 +277,8 @@ class EchoHTTP(asyncio.Protocol):
         if self.h2 is None or self.transport is None:
             return  # closed while the answer waited
         status, body, ctype = answer(self.identity, method=method, path=path, host=host,
-                                     headers=headers, client=self.client, protocol="HTTP/2")
+                                     headers=headers, client=self.client, protocol="HTTP/2",
+                                     health=self.health)
         self.h2.send_headers(stream_id, [(":status", str(status)), ("content-type", ctype),
                                          ("content-length", str(len(body)))])
         self.h2.send_data(stream_id, body, end_stream=True)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from podway.echo import Identity
+from podway.echo import Health, Identity
 from podway.echo.http import EchoHTTP
 from podway.echo.l4 import EchoTCP, EchoUDP
 
@@ -21,6 +21,7 @@ class EchoOptions:
     tcp: bool = False  # TCP echo instead of HTTP
     udp: bool = False  # UDP echo (with ``tcp`` both; alone: UDP only)
     identity: Identity = field(default_factory=lambda: Identity(name="echo"))
+    health: Health = field(default_factory=Health)  # what /healthz answers (shared, mutable)
 
 
 async def serve(opts: EchoOptions, *, started: asyncio.Event | None = None) -> None:
@@ -37,7 +38,8 @@ async def serve(opts: EchoOptions, *, started: asyncio.Event | None = None) -> N
                 lambda: EchoTCP(opts.identity), opts.address, opts.port, reuse_address=True))
         elif not opts.udp:
             servers.append(await loop.create_server(
-                lambda: EchoHTTP(opts.identity), opts.address, opts.port, reuse_address=True,
+                lambda: EchoHTTP(opts.identity, opts.health), opts.address, opts.port,
+                reuse_address=True,
                 backlog=1024))
         modes = [m for m, on in (("tcp", opts.tcp), ("udp", opts.udp)) if on] or ["http"]
         log.info("echo %s listening on %s:%s as %s", "+".join(modes), opts.address, opts.port,

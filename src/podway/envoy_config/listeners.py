@@ -186,6 +186,8 @@ def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
                                                                   weight=share.weight))
     else:
         proxy.cluster = NO_POOL
+    if route is not None and route.client_ip_affinity:
+        proxy.hash_policy.add().source_ip.SetInParent()
     return lc.Filter(name="envoy.filters.network.tcp_proxy", typed_config=pack(proxy))
 
 
@@ -197,6 +199,8 @@ def _udp_proxy(ir: Listener) -> lc.ListenerFilter:
     action = proxy.matcher.on_no_match.action
     action.name = "route"
     action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=best or NO_POOL)))
+    if route is not None and route.client_ip_affinity:
+        proxy.hash_policies.add().source_ip = True
     return lc.ListenerFilter(name="envoy.filters.udp_listener.udp_proxy",
                              typed_config=pack(proxy))
 

@@ -45,7 +45,10 @@ from podway.ir import (
     Mirror,
     PathKind,
     Persistence,
+    PersistenceKind,
     Redirect,
+    RetryOn,
+    RetryPolicy,
     Route,
     RouteMatch,
     StringMatchKind,
@@ -245,10 +248,15 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
     timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
     if timeout is not None:
         ra.timeout.CopyFrom(duration(timeout))
-    if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout still applies)
+    if action.backend_timeout_ms or action.retry is not None:
         # A route's own policy replaces its virtual host's entirely: repeat the retries.
         _retry_connect_failures(ra.retry_policy)
-        ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
+        if action.retry is not None:
+            _retry(ra.retry_policy, action.retry)
+        if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout applies)
+            ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
+    if action.idle_timeout_ms is not None:
+        ra.idle_timeout.CopyFrom(duration(action.idle_timeout_ms))
     ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
     for name in _unique(p.pool for p in pools if p.pool):
         policy = persistence.get(name)
@@ -283,6 +291,27 @@ def _retry_connect_failures(policy: rc.RetryPolicy) -> None:
         name="envoy.retry_host_predicates.previous_hosts",
         typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate()))
     policy.host_selection_retry_max_attempts = 3
+
+
+_IDEMPOTENT = "^(GET|HEAD|OPTIONS|PUT|DELETE|TRACE)$"
+_RETRY_ON = {RetryOn.SERVER_ERROR: "5xx", RetryOn.GATEWAY_ERROR: "gateway-error",
+             RetryOn.RESET: "reset", RetryOn.STATUS_CODES: "retriable-status-codes"}
+
+
+def _retry(policy: rc.RetryPolicy, retry: RetryPolicy) -> None:
+    """A route's retry policy on top of the connect-failure retries (``RETRY_ON``)."""
+    extra = [_RETRY_ON[on] for on in retry.retry_on]
+    policy.retry_on = ",".join(dict.fromkeys([*RETRY_ON.split(","), *extra]))
+    policy.num_retries.value = retry.attempts
+    policy.retriable_status_codes.extend(retry.status_codes)
+    if retry.per_try_timeout_ms:
+        policy.per_try_timeout.CopyFrom(duration(retry.per_try_timeout_ms))
+    if retry.backoff_ms:
+        policy.retry_back_off.base_interval.CopyFrom(duration(retry.backoff_ms))
+    if retry.idempotent_only:
+        policy.retriable_request_headers.append(rc.HeaderMatcher(
+            name=":method", string_match=string_pb2.StringMatcher(
+                safe_regex=regex_pb2.RegexMatcher(regex=_IDEMPOTENT))))
 
 
 def _match(match: RouteMatch, authority: rc.HeaderMatcher | None) -> rc.RouteMatch:
@@ -400,11 +429,12 @@ def _edit_headers(out: rc.Route | rc.WeightedCluster.ClusterWeight,
 
 def _hash_policy(policy: Persistence) -> rc.RouteAction.HashPolicy:
     out = rc.RouteAction.HashPolicy()
-    if policy.kind == "cookie":
+    if policy.kind is PersistenceKind.COOKIE:
+        # A ttl (0: a session cookie) makes Envoy set the cookie when the client has none.
         out.cookie.name = policy.name or "podway-session"
-        if policy.ttl_s:
-            out.cookie.ttl.CopyFrom(duration_pb2.Duration(seconds=policy.ttl_s))
-    elif policy.kind == "header":
+        out.cookie.ttl.CopyFrom(duration_pb2.Duration(seconds=policy.ttl_s))
+        out.cookie.path = "/"
+    elif policy.kind is PersistenceKind.HEADER:
         out.header.header_name = policy.name
     else:
         out.connection_properties.source_ip = True

@@ -72,6 +72,8 @@ class L4Route:
     hostnames: tuple[str, ...] = ()
     origin: ObjectRef
     certificate: TLSCertificate | None = None
+    # Connections from one client address go to the same member (its pools hash on source IP).
+    client_ip_affinity: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

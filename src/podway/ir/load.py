@@ -59,7 +59,10 @@ def _build(cls: type[Any], data: Any) -> Any:
     for f in dataclasses.fields(cls):
         if f.name in data:
             kwargs[f.name] = _value(hints[f.name], data[f.name])
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{cls.__name__}: {exc}") from None
 
 
 def _value(hint: Any, data: Any) -> Any:

@@ -1,8 +1,16 @@
 """Pools and members: where traffic goes once a route has chosen.
 
-A pool's *settings* (protocol, policy, checks, TLS) and its *members* change at different rates:
-members follow endpoints and pods, settings follow manifests. The xDS layer turns settings into a
-cluster and members into a load assignment, so a member change never touches the cluster.
+A pool's *settings* (protocol, balancing, checks, persistence, TLS) and its *members* change at
+different rates: members follow endpoints and pods, settings follow manifests. The xDS layer turns
+settings into a cluster and members into a load assignment, so a member change never touches the
+cluster.
+
+Invariants: a pool with ``persistence`` balances with a hashing algorithm (``RING_HASH`` or
+``MAGLEV``) — the translator picks ``MAGLEV`` when the user named none or a non-hashing one: its
+fixed-size table moves the fewest sessions between the members that stay when one comes or goes
+(a ring's points per member change with the member count) — and a hashing pool always has a
+``persistence`` (the hash key; source IP when nothing else was named). Health
+checks of an HTTP/2 or gRPC pool speak HTTP/2 (a bare TCP connect proves nothing about h2).
 """
 
 from __future__ import annotations
@@ -46,23 +54,63 @@ class Member:
     zone: str | None = None
 
 
+HASHING = (LBPolicy.RING_HASH, LBPolicy.MAGLEV)
+
+
+class HealthCheckKind(StrEnum):
+    TCP = "tcp"  # a connect (and nothing else) succeeds
+    HTTP = "http"  # GET ``path``: an expected status; HTTP/2 on an HTTP/2 or gRPC pool
+    GRPC = "grpc"  # grpc.health.v1.Health/Check answers SERVING
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthCheck:
-    """Active health check of every member; ``path`` set means HTTP, else a TCP connect."""
+    """Active check of every member, from every engine.
 
+    A member is taken out after ``unhealthy_threshold`` failed checks in a row and back in after
+    ``healthy_threshold`` good ones (a new member: after its first good check). ``expected``:
+    healthy HTTP statuses as inclusive ranges.
+    """
+
+    kind: HealthCheckKind
     interval_ms: int = 5000
     timeout_ms: int = 1000
     healthy_threshold: int = 1
     unhealthy_threshold: int = 3
-    path: str | None = None
-    expected_statuses: tuple[int, ...] = (200,)
+    http_path: str = "/"  # HTTP
+    host: str = ""  # HTTP Host / gRPC authority; "" = the pool's name
+    expected: tuple[tuple[int, int], ...] = ((200, 399),)  # HTTP
+    grpc_service: str = ""  # GRPC: the service name asked about ("" = the whole server)
+    method: str = "GET"  # HTTP: the request's method (no body is ever sent)
+    headers: tuple[tuple[str, str], ...] = ()  # HTTP: request headers added
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutlierDetection:
+    """Passive health: a member that fails ``consecutive_errors`` requests in a row (5xx
+    answers, connect failures, resets) is ejected for ``base_ejection_ms`` times the number of
+    its ejections so far; at most ``max_ejection_percent`` of a pool is ejected at once (and at
+    least one member)."""
+
+    consecutive_errors: int
+    interval_ms: int = 10_000
+    base_ejection_ms: int = 30_000
+    max_ejection_percent: int = 50
+
+
+class PersistenceKind(StrEnum):
+    COOKIE = "cookie"  # a cookie the engine sets (``name``, ``ttl_s``; 0 = a session cookie)
+    HEADER = "header"  # the value of request header ``name``
+    SOURCE_IP = "source_ip"  # the client's address
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Persistence:
-    """Session persistence: hash on a cookie, a header or the client's source address."""
+    """Session persistence (and the key of a hashing pool): requests with the same key go to the
+    same member while it stays; when members change, a consistent hash moves only the keys of
+    the members that came or went."""
 
-    kind: str  # "cookie" | "header" | "source_ip"
+    kind: PersistenceKind
     name: str = ""
     ttl_s: int = 0
 
@@ -87,6 +135,7 @@ class PoolSettings:
     protocol: PoolProtocol = PoolProtocol.HTTP1
     lb_policy: LBPolicy = LBPolicy.ROUND_ROBIN
     health_check: HealthCheck | None = None
+    outlier_detection: OutlierDetection | None = None
     persistence: Persistence | None = None
     upstream_tls: UpstreamTLS | None = None
     connect_timeout_ms: int = 5000

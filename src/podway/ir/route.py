@@ -74,11 +74,38 @@ class WeightedPool:
     filters: tuple[HeaderModifier, ...] = ()
 
 
+class RetryOn(StrEnum):
+    """What a retry policy retries, besides what never reached a member (always retried)."""
+
+    SERVER_ERROR = "5xx"  # any 5xx answer (and a member that never answered)
+    GATEWAY_ERROR = "gateway-error"  # 502, 503, 504 only
+    RESET = "reset"  # the member reset or closed the connection mid-request
+    STATUS_CODES = "status-codes"  # exactly the codes listed in ``RetryPolicy.status_codes``
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Retries of one route, on another member each time, within the pool's retry budget.
+
+    ``idempotent_only``: only GET, HEAD, OPTIONS, PUT, DELETE and TRACE are retried (on any
+    condition, connect failures included); a POST is then tried once.
+    """
+
+    attempts: int = 2  # retries after the first try
+    retry_on: tuple[RetryOn, ...] = (RetryOn.SERVER_ERROR, RetryOn.RESET)
+    status_codes: tuple[int, ...] = ()
+    idempotent_only: bool = True
+    per_try_timeout_ms: int | None = None
+    backoff_ms: int | None = None  # base interval; None: the engine's (25 ms)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Forward:
     backends: tuple[WeightedPool, ...]
     timeout_ms: int | None = None  # None: the engine's default; 0: no timeout
     backend_timeout_ms: int | None = None
+    idle_timeout_ms: int | None = None  # a stream with no bytes either way for this long ends
+    retry: RetryPolicy | None = None  # None: only what never reached a member is retried
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

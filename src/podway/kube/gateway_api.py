@@ -22,6 +22,7 @@ KINDS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
     "TCPRoute": ("tcproutes", True, ("v1alpha2",)),
     "UDPRoute": ("udproutes", True, ("v1alpha2",)),
     "BackendTLSPolicy": ("backendtlspolicies", True, ("v1alpha3",)),
+    "BackendLBPolicy": ("backendlbpolicies", True, ("v1alpha2",)),
 }
 
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")

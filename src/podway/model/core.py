@@ -32,6 +32,14 @@ class ServicePort(K8sModel):
         return value
 
 
+class ClientIPConfig(K8sModel):
+    timeout_seconds: Int | None = None
+
+
+class SessionAffinityConfig(K8sModel):
+    client_ip: ClientIPConfig | None = Field(default=None, alias="clientIP")
+
+
 class ServiceSpec(K8sModel):
     type: Literal["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"] = "ClusterIP"
     ports: tuple[ServicePort, ...] = ()
@@ -41,6 +49,7 @@ class ServiceSpec(K8sModel):
     load_balancer_class: str | None = None
     external_traffic_policy: str | None = None
     session_affinity: str | None = None
+    session_affinity_config: SessionAffinityConfig | None = None
     load_balancer_source_ranges: tuple[str, ...] = ()
 
 

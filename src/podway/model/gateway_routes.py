@@ -14,6 +14,7 @@ from pydantic import Field
 
 from podway.model.base import Int, K8sModel, K8sObject, Port
 from podway.model.gateway import GROUP
+from podway.model.policy import SessionPersistence
 
 StringMatchType = Literal["Exact", "RegularExpression"]
 # The API schema's header (and query parameter) name: an RFC 7230 token. Values must not hold
@@ -137,12 +138,22 @@ class HTTPRouteTimeouts(K8sModel):
     backend_request: str | None = None
 
 
+class HTTPRouteRetry(K8sModel):
+    """Experimental (GEP-1731): retry on these 5xx codes, ``attempts`` times, ``backoff`` apart."""
+
+    codes: tuple[Int, ...] = ()
+    attempts: Int | None = None
+    backoff: str | None = None
+
+
 class HTTPRouteRule(K8sModel):
     name: str | None = None
     matches: tuple[HTTPRouteMatch, ...] = ()
     filters: tuple[RouteFilter, ...] = ()
     backend_refs: tuple[BackendRef, ...] = ()
     timeouts: HTTPRouteTimeouts | None = None
+    retry: HTTPRouteRetry | None = None
+    session_persistence: SessionPersistence | None = None  # experimental
 
 
 class HTTPRouteSpec(K8sModel):

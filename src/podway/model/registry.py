@@ -10,12 +10,14 @@ from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Se
 from podway.model.gateway import BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.networking import Ingress, IngressClass
+from podway.model.policy import BackendLBPolicy, TrafficPolicy
 
 KINDS: dict[str, type[K8sObject]] = {
     cls.KIND: cls
     for cls in (Service, EndpointSlice, Pod, Node, Secret, Ingress, IngressClass,
                 ConfigMap, Namespace, GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute,
-                TCPRoute, UDPRoute, ReferenceGrant, BackendTLSPolicy)
+                TCPRoute, UDPRoute, ReferenceGrant, BackendTLSPolicy, BackendLBPolicy,
+                TrafficPolicy)
 }
 
 

@@ -48,7 +48,8 @@ from podway.xds import types
 NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
 # Kinds whose ``accepted`` is read from their Gateway API status.
 _API_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute",
-                        "TCPRoute", "UDPRoute", "BackendTLSPolicy"})
+                        "TCPRoute", "UDPRoute", "BackendTLSPolicy", "BackendLBPolicy",
+                        "TrafficPolicy"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

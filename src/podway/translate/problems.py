@@ -79,6 +79,7 @@ class Reason(StrEnum):
     NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
     NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
     INCOMPATIBLE_FILTERS = "IncompatibleFilters"
+    TARGET_NOT_FOUND = "TargetNotFound"  # a policy's targetRef names no object
 
 
 @dataclass(frozen=True, slots=True)

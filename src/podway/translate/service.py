@@ -2,9 +2,9 @@
 
 The VIP is ``status.loadBalancer.ingress[0].ip``, else ``spec.loadBalancerIP``; it is bound only
 when the options let manifests choose addresses (``podway.translate.addresses``). Settings that
-change who may connect or where a client lands and that Podway does not serve yet
-(``sessionAffinity: ClientIP``, ``loadBalancerSourceRanges``) are warned about, never dropped in
-silence.
+change who may connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are
+warned about, never dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes
+on the client's address (``podway.translate.traffic``).
 """
 
 from __future__ import annotations
@@ -84,9 +84,6 @@ class ServiceTranslation:
 
     def _unsupported(self, service: Service) -> None:
         spec = service.spec
-        if spec.session_affinity == "ClientIP":
-            self._warn(service, "spec.sessionAffinity", "sessionAffinity ClientIP is not "
-                       "served yet: connections are balanced without client affinity")
         if spec.load_balancer_source_ranges:
             self._warn(service, "spec.loadBalancerSourceRanges", "loadBalancerSourceRanges is "
                        "not enforced yet: every client can connect")

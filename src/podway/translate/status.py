@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+POLICY_KINDS = frozenset({"BackendTLSPolicy", "BackendLBPolicy", "TrafficPolicy"})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Condition:
@@ -71,7 +73,7 @@ def to_api(status: ObjectStatus, *, kind: str = "") -> dict[str, Any]:
     """The ``status`` stanza in Kubernetes form (camelCase, "True"/"False"), minus timestamps.
 
     ``kind`` picks the shape: Gateways always carry ``listeners``, routes ``parents``, and
-    policies (BackendTLSPolicy) call their parents ``ancestors``.
+    policies (``POLICY_KINDS``) call their parents ``ancestors``.
     """
     out: dict[str, Any] = {}
     if status.addresses:
@@ -86,7 +88,7 @@ def to_api(status: ObjectStatus, *, kind: str = "") -> dict[str, Any]:
             "conditions": [_condition(c) for c in ls.conditions],
         } for ls in status.listeners]
     if status.parents:
-        key = "ancestors" if kind == "BackendTLSPolicy" else "parents"
+        key = "ancestors" if kind in POLICY_KINDS else "parents"
         out[key] = [{
             ("ancestorRef" if key == "ancestors" else "parentRef"): _parent_ref(p.parent_ref),
             "controllerName": p.controller_name,

@@ -36,6 +36,8 @@ from podway.translate.ports import PortTable
 from podway.translate.problems import Problem, Reason, Severity
 from podway.translate.service import ServiceTranslation
 from podway.translate.status import ObjectStatus
+from podway.translate.traffic import Memo as TrafficMemo
+from podway.translate.traffic import apply_traffic
 
 
 def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:
@@ -132,6 +134,7 @@ class StructureMemo:
     """Per-object parts of the last structure run, reused while their inputs are unchanged."""
 
     ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
+    traffic: TrafficMemo = field(default_factory=dict)
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -167,6 +170,10 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
+    traffic = apply_traffic(snapshot, listeners, pools,
+                            memo.traffic if memo is not None else None)
+    listeners, pools = list(traffic.listeners), dict(traffic.pools)
+    problems.extend(traffic.problems)
     for service_key in sorted({spec.service for spec in pools.values()}):
         backing = snapshot.get(Service, *service_key)
         warning = mode_warning(backing, opts) if backing is not None else None
@@ -175,7 +182,9 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                                     message=warning, severity=Severity.WARNING,
                                     field="metadata.annotations"))
     problems.sort(key=_problem_order)
-    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems), gw.statuses)
+    statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
+    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
+                     MappingProxyType(statuses))
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:

@@ -100,15 +100,15 @@ async def test_api_state_looks_at_the_engine_once_when_nobody_watches() -> None:
         assert response.status == 400
 
 
-def with_health_check(state: State) -> State:
-    """``state`` with an active HTTP check on every pool."""
+def with_health_check(state: State, *, on: bool = True) -> State:
+    """``state`` with an active HTTP check on every pool (``on=False``: with none)."""
     from dataclasses import replace
     from types import MappingProxyType
 
-    from podway.ir import HealthCheck
+    from podway.ir import HealthCheck, HealthCheckKind
 
-    pools = {name: replace(pool, settings=replace(pool.settings,
-                                                  health_check=HealthCheck(path="/healthz")))
+    check = HealthCheck(kind=HealthCheckKind.HTTP, http_path="/healthz") if on else None
+    pools = {name: replace(pool, settings=replace(pool.settings, health_check=check))
              for name, pool in state.ir.pools.items()}
     ir = replace(state.ir, pools=MappingProxyType(pools))
     return replace(state, result=replace(state.result, ir=ir))
@@ -140,7 +140,7 @@ async def test_envoy_member_health_is_asked_only_when_a_pool_has_a_check() -> No
         address = f"127.0.0.1:{admin_server.port}"
         provider = Provider()
         hub = Hub(provider, options=DashboardOptions(), engine_admin=lambda: address)
-        provider.publish(make_state())
+        provider.publish(with_health_check(make_state(), on=False))
         await hub.look()
         assert paths == ["/stats"]
         member = {m["address"]: m for m in hub.document["pools"][0]["members"]}["10.1.0.2"]

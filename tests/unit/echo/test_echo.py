@@ -108,3 +108,22 @@ async def test_tcp_and_udp_echo_and_whoami(echo_port: int) -> None:
         assert json.loads(await asyncio.wait_for(replies.get(), 2))["name"] == "e1"
     finally:
         transport.close()
+
+
+async def test_healthz_toggle_fails_and_restores_only_the_health_endpoint(echo_port: int) -> None:
+    """POST /healthz/fail makes /healthz answer 503 (other paths still 200) until /healthz/ok;
+    over HTTP/1.1 and h2c alike (one state per server)."""
+    base = f"http://127.0.0.1:{echo_port}"
+    async with httpx.AsyncClient(trust_env=False) as client:
+        await client.post(f"{base}/healthz/fail")
+        failing = await client.get(f"{base}/healthz")
+        other = await client.get(f"{base}/anything")
+    async with httpx.AsyncClient(trust_env=False, http1=False, http2=True) as h2:
+        failing_h2 = await h2.get(f"{base}/healthz")
+        await h2.post(f"{base}/healthz/ok")
+    async with httpx.AsyncClient(trust_env=False) as client:
+        restored = await client.get(f"{base}/healthz")
+    assert (failing.status_code, other.status_code) == (503, 200)
+    assert failing_h2.status_code == 503
+    assert failing_h2.http_version == "HTTP/2"
+    assert restored.status_code == 200

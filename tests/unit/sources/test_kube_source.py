@@ -84,6 +84,9 @@ def every_kind(emu: KubeEmulator) -> None:
         "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
         "validation": {"hostname": "web.shop", "caCertificateRefs": [
             {"group": "", "kind": "ConfigMap", "name": "ca"}]}}})
+    emu.put("backendlbpolicies", {"metadata": meta("blb"), "spec": {
+        "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+        "sessionPersistence": {"sessionName": "s"}}})
 
 
 @asynccontextmanager

@@ -14,6 +14,8 @@ junk = st.recursive(json_scalar, lambda inner: st.one_of(
     max_leaves=6)
 
 names = st.sampled_from(["web", "api", "ghost", "a", "podway", "edge"])
+durations = st.sampled_from(["1s", "250ms", "1h2m", "0s", "soon", "9999999h", ""])
+lb_names = st.sampled_from(["RoundRobin", "least-request", "Random", "RingHash", "maglev", "x"])
 namespaces = st.sampled_from(["default", "shop", "other"])
 hosts = st.one_of(st.none(), st.sampled_from(
     ["a.example.com", "*.example.com", "b.a.example.com", "BAD_host", "198.18.0.1", ""]))
@@ -42,6 +44,22 @@ def meta() -> st.SearchStrategy[dict[str, Any]]:
                               ["HTTPS", "grpc", "H2C", "SPDY"]),
                           "podway.io/backend-ca-secret": st.sampled_from(["ca", "a/b", ""]),
                           "podway.io/backend-sni": st.sampled_from(["x.test", "*.x", ""]),
+                          "podway.io/lb-algorithm": maybe(lb_names),
+                          "podway.io/hash-on": st.sampled_from(
+                              ["source-ip", "header:x-user", "cookie:", "cookie:a b", "x"]),
+                          "podway.io/affinity": st.sampled_from(["cookie", "client-ip", "no"]),
+                          "podway.io/affinity-ttl": durations,
+                          "podway.io/health-check": st.sampled_from(["tcp", "http", "grpc",
+                                                                     "none", "icmp"]),
+                          "podway.io/health-check-path": st.sampled_from(["/healthz", "x", ""]),
+                          "podway.io/health-check-statuses": st.sampled_from(
+                              ["200", "200-399,404", "600", "x-y", ","]),
+                          "podway.io/health-check-interval": durations,
+                          "podway.io/unhealthy-threshold": st.sampled_from(["2", "0", "-1", "x"]),
+                          "podway.io/outlier-detection": st.sampled_from(["off", "3", "x", ""]),
+                          "podway.io/request-timeout": durations,
+                          "podway.io/retries": st.sampled_from(["2", "99", "x"]),
+                          "podway.io/retry-on": st.sampled_from(["5xx,reset", "always", ""]),
                           "nodeportlocal.antrea.io": st.sampled_from([
                               '[{"podPort":8080,"nodeIP":"198.18.20.1","nodePort":61000,'
                               '"protocol":"tcp"}]', '[{"podPort":8080,"nodeIP":"1.2.3.999",'
@@ -80,6 +98,8 @@ def service() -> st.SearchStrategy[dict[str, Any]]:
         "loadBalancerIP": maybe(st.sampled_from(["198.18.0.1", "198.18.0.2", "0.0.0.0",
                                                  "999.1.1.1"])),
         "sessionAffinity": maybe(st.sampled_from(["None", "ClientIP"])),
+        "sessionAffinityConfig": maybe(st.fixed_dictionaries({"clientIP": maybe(
+            st.fixed_dictionaries({"timeoutSeconds": maybe(st.integers(-1, 90000))}))})),
         "loadBalancerClass": maybe(st.sampled_from(["podway.io/lb", "x"]))})
     return st.fixed_dictionaries({"apiVersion": st.just("v1"), "kind": st.just("Service"),
                                   "metadata": meta(), "spec": maybe(spec)})
@@ -116,4 +136,54 @@ def other() -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(ingress_class, secret, junk)
 
 
-manifests = st.lists(st.one_of(ingress(), service(), endpoint_slice(), other()), max_size=8)
+def traffic_policy() -> st.SearchStrategy[dict[str, Any]]:
+    """TrafficPolicy and BackendLBPolicy with plausible, odd and junk values."""
+    target = st.fixed_dictionaries({"name": maybe(names)}, optional={
+        "group": st.sampled_from(["", "gateway.networking.k8s.io", "networking.k8s.io", "x"]),
+        "kind": st.sampled_from(["Service", "HTTPRoute", "Ingress", "Gateway", "Pod"]),
+        "sectionName": maybe(names)})
+    persistence = st.fixed_dictionaries({}, optional={
+        "type": maybe(st.sampled_from(["Cookie", "Header", "SourceIP", "x"])),
+        "name": maybe(st.sampled_from(["s", "x-user", "a b", ""])), "ttl": maybe(durations)})
+    spec = st.fixed_dictionaries({"targetRefs": maybe(st.lists(target, max_size=2))}, optional={
+        "healthCheck": maybe(st.fixed_dictionaries({}, optional={
+            "type": maybe(st.sampled_from(["TCP", "HTTP", "GRPC", "UDP"])),
+            "path": maybe(st.sampled_from(["/healthz", "", "x"])),
+            "interval": maybe(durations), "timeout": maybe(durations),
+            "unhealthyThreshold": maybe(st.integers(-1, 200)),
+            "expectedStatuses": maybe(st.lists(st.sampled_from([200, "200-399", 99, "x"]),
+                                               max_size=2)),
+            "enabled": maybe(st.booleans())})),
+        "outlierDetection": maybe(st.fixed_dictionaries({}, optional={
+            "consecutiveErrors": maybe(st.integers(-1, 2000)),
+            "baseEjectionTime": maybe(durations),
+            "maxEjectionPercent": maybe(st.integers(-1, 101))})),
+        "loadBalancer": maybe(st.fixed_dictionaries({"type": maybe(lb_names)}, optional={
+            "hashOn": maybe(persistence)})),
+        "persistence": maybe(persistence),
+        "timeouts": maybe(st.fixed_dictionaries({}, optional={
+            "connect": maybe(durations), "request": maybe(durations),
+            "idle": maybe(durations)})),
+        "retry": maybe(st.fixed_dictionaries({}, optional={
+            "attempts": maybe(st.integers(-1, 20)),
+            "retryOn": maybe(st.lists(st.sampled_from(["5xx", "reset", "x"]), max_size=2)),
+            "statusCodes": maybe(st.lists(st.integers(100, 700), max_size=2)),
+            "perTryTimeout": maybe(durations)}))})
+    lb = st.fixed_dictionaries({"targetRefs": maybe(st.lists(target, max_size=2))}, optional={
+        "sessionPersistence": maybe(st.fixed_dictionaries({}, optional={
+            "type": maybe(st.sampled_from(["Cookie", "Header", "x"])),
+            "sessionName": maybe(st.sampled_from(["s", "a b"])),
+            "absoluteTimeout": maybe(durations), "idleTimeout": maybe(durations),
+            "cookieConfig": maybe(st.fixed_dictionaries({"lifetimeType": st.sampled_from(
+                ["Permanent", "Session", "x"])}))}))})
+    return st.one_of(
+        st.fixed_dictionaries({"apiVersion": st.just("podway.io/v1alpha1"),
+                               "kind": st.just("TrafficPolicy"), "metadata": meta(),
+                               "spec": maybe(spec)}),
+        st.fixed_dictionaries({"apiVersion": st.just("gateway.networking.k8s.io/v1alpha2"),
+                               "kind": st.just("BackendLBPolicy"), "metadata": meta(),
+                               "spec": maybe(lb)}))
+
+
+manifests = st.lists(st.one_of(ingress(), service(), endpoint_slice(), other(),
+                               traffic_policy()), max_size=8)

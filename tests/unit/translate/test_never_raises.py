@@ -8,7 +8,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podway.ir import IR
+from podway.ir import HASHING, IR
 from podway.ir.dump import to_yaml
 from podway.model import Snapshot
 from podway.model.loader import load_text, parse_object
@@ -32,6 +32,15 @@ def engine_would_accept(ir: IR) -> None:
     for pool in ir.pools.values():
         for member in pool.members:
             assert address_problem(member.address) is None, member.address
+        settings = pool.settings
+        # Persistence hashes and hashing has a key (podway.ir.pool's invariant).
+        assert (settings.persistence is not None) == (settings.lb_policy in HASHING), settings
+        check = settings.health_check
+        if check is not None:  # values Envoy accepts
+            assert check.healthy_threshold >= 1
+            assert check.unhealthy_threshold >= 1
+            assert 0 < check.timeout_ms <= check.interval_ms
+            assert all(100 <= low <= high <= 599 for low, high in check.expected)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

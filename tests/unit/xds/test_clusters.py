@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import http_pb2
 
 from podway.envoy_config.clusters import cluster
-from podway.ir import HealthCheck, PoolProtocol, PoolSettings, UpstreamTLS
+from podway.ir import (
+    HealthCheck,
+    HealthCheckKind,
+    LBPolicy,
+    OutlierDetection,
+    Persistence,
+    PersistenceKind,
+    PoolProtocol,
+    PoolSettings,
+    UpstreamTLS,
+)
 
 
 def test_every_cluster_disables_panic_mode() -> None:
@@ -35,9 +46,49 @@ def test_upstream_tls_offers_the_pool_protocol_by_alpn() -> None:
 
 def test_http_health_checks_speak_the_pool_http_version() -> None:
     """HTTP checks of HTTP/2 and gRPC pools use the HTTP/2 codec; HTTP/1 pools keep HTTP/1.1."""
-    check = HealthCheck(path="/healthz")
+    check = HealthCheck(kind=HealthCheckKind.HTTP, http_path="/healthz")
     codec = {p: cluster("p", PoolSettings(protocol=p, health_check=check)).health_checks[0]
              .http_health_check.codec_client_type
              for p in (PoolProtocol.HTTP2, PoolProtocol.GRPC, PoolProtocol.HTTP1)}
     assert codec == {PoolProtocol.HTTP2: http_pb2.HTTP2, PoolProtocol.GRPC: http_pb2.HTTP2,
                      PoolProtocol.HTTP1: http_pb2.HTTP1}
+
+
+def test_unexpected_check_statuses_count_towards_the_threshold() -> None:
+    """Every status outside the expected ranges is "retriable" (counted, not an instant fail)."""
+    check = HealthCheck(kind=HealthCheckKind.HTTP, expected=((200, 299), (404, 404)))
+    http = cluster("p", PoolSettings(health_check=check)).health_checks[0].http_health_check
+    expected = [(r.start, r.end) for r in http.expected_statuses]
+    retriable = [(r.start, r.end) for r in http.retriable_statuses]
+    assert expected == [(200, 300), (404, 405)]
+    assert retriable == [(100, 200), (300, 404), (405, 600)]
+
+
+def test_checked_pools_let_withdrawn_members_go_at_once() -> None:
+    """With an active check, a member gone from the assignment is not kept while it passes."""
+    checked = cluster("p", PoolSettings(health_check=HealthCheck(kind=HealthCheckKind.TCP)))
+    assert checked.ignore_health_on_host_removal
+    assert not cluster("p", PoolSettings()).ignore_health_on_host_removal
+
+
+def test_persistence_hashes_with_maglev_unless_ring_hash_was_chosen() -> None:
+    """A pool with persistence never balances round robin (its route hash would be ignored)."""
+    key = Persistence(kind=PersistenceKind.COOKIE)
+    plain = cluster("p", PoolSettings(persistence=key))
+    ring = cluster("p", PoolSettings(persistence=key, lb_policy=LBPolicy.RING_HASH))
+    assert plain.lb_policy == cluster_pb2.Cluster.MAGLEV
+    assert ring.lb_policy == cluster_pb2.Cluster.RING_HASH
+
+
+def test_outlier_detection_ejects_on_consecutive_errors_only() -> None:
+    """Consecutive 5xx (connect failures included) are enforced; the volume-based detectors
+    are off."""
+    od = cluster("p", PoolSettings(outlier_detection=OutlierDetection(
+        consecutive_errors=3, base_ejection_ms=10_000))).outlier_detection
+    assert (od.consecutive_5xx.value, od.enforcing_consecutive_5xx.value) == (3, 100)
+    assert od.enforcing_success_rate.value == 0
+    assert od.enforcing_failure_percentage.value == 0
+    assert od.base_ejection_time.seconds == 10
+    udp = cluster("p", PoolSettings(protocol=PoolProtocol.UDP,
+                                    outlier_detection=OutlierDetection(consecutive_errors=3)))
+    assert not udp.HasField("outlier_detection")

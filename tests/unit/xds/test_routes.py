@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
+from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
@@ -17,8 +19,12 @@ from podway.ir import (
     Listener,
     PathKind,
     PathMatch,
+    Persistence,
+    PersistenceKind,
     PoolSettings,
     Redirect,
+    RetryOn,
+    RetryPolicy,
     Route,
     RouteMatch,
     TLSCertificate,
@@ -242,3 +248,46 @@ def test_without_sni_host_check_every_chain_shares_one_table() -> None:
     [table] = route_configurations(listener, persistence={})
     assert table.name == "l"
     assert not table.virtual_hosts[0].routes[0].HasField("direct_response")
+
+
+def _with(action: Forward) -> rc.Route:
+    r = route("r", "/", "p")
+    return _routes(vhost("a.com", replace(r, action=action))).virtual_hosts[0].routes[0]
+
+
+def test_retry_policy_keeps_connect_failure_retries_and_limits_methods() -> None:
+    """A route retry policy adds its conditions to the connect-failure ones; idempotent-only
+    policies match :method, so a POST is tried once."""
+    out = _with(Forward(backends=(WeightedPool(pool="p"),), retry=RetryPolicy(
+        attempts=3, retry_on=(RetryOn.GATEWAY_ERROR,), per_try_timeout_ms=1500)))
+    policy = out.route.retry_policy
+    assert policy.retry_on == RETRY_ON + ",gateway-error"
+    assert policy.num_retries.value == 3
+    assert policy.per_try_timeout.ToMilliseconds() == 1500
+    methods = policy.retriable_request_headers[0]
+    assert methods.name == ":method"
+    assert re.fullmatch(methods.string_match.safe_regex.regex, "GET")
+    assert not re.fullmatch(methods.string_match.safe_regex.regex, "POST")
+    every = _with(Forward(backends=(WeightedPool(pool="p"),), retry=RetryPolicy(
+        idempotent_only=False, retry_on=(RetryOn.STATUS_CODES,), status_codes=(503,))))
+    assert not every.route.retry_policy.retriable_request_headers
+    assert list(every.route.retry_policy.retriable_status_codes) == [503]
+
+
+def test_idle_timeout_and_no_retry_policy_without_one() -> None:
+    """idle_timeout_ms sets the route's stream idle timeout; without a retry policy or a
+    per-try timeout the route inherits its virtual host's (connect failures only)."""
+    out = _with(Forward(backends=(WeightedPool(pool="p"),), idle_timeout_ms=60_000))
+    assert out.route.idle_timeout.seconds == 60
+    assert not out.route.HasField("retry_policy")
+
+
+def test_cookie_persistence_always_lets_the_engine_set_the_cookie() -> None:
+    """A cookie hash policy always has a ttl (0: a session cookie) and Path /, so clients
+    without the cookie get one."""
+    r = route("r", "/", "p")
+    config = route_configuration(http_listener(vhost("a.com", r)), persistence={
+        "p": Persistence(kind=PersistenceKind.COOKIE)})
+    cookie = config.virtual_hosts[0].routes[0].route.hash_policy[0].cookie
+    assert (cookie.name, cookie.HasField("ttl"), cookie.ttl.seconds, cookie.path) == (
+        "podway-session", True, 0, "/")

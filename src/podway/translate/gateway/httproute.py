@@ -15,7 +15,7 @@ entries are left out; a rule with no usable share at all answers 500.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from podway.ir import (
@@ -25,6 +25,7 @@ from podway.ir import (
     HeaderModifier,
     Mirror,
     PathKind,
+    RetryPolicy,
     Route,
     RouteMatch,
     WeightedPool,
@@ -38,9 +39,12 @@ from podway.model.gateway_routes import (
     GRPCRouteRule,
     HTTPRoute,
     HTTPRouteMatch,
+    HTTPRouteRetry,
     HTTPRouteRule,
     RouteFilter,
 )
+from podway.model.policy import RetrySpec
+from podway.translate import traffic_values as tv
 from podway.translate.backends import PoolSpec
 from podway.translate.gateway import filters as flt
 from podway.translate.gateway.matches import PATH_RANK, grpc_key, grpc_match, http_match
@@ -134,7 +138,8 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
         prefix_only = all(m.path.kind is PathKind.PREFIX for _, m in matches)
         try:
             action, filters = _rule(out, rule.filters, rule.backend_refs, getattr(
-                rule, "timeouts", None), resolve=resolve, prefix_only=prefix_only, where=where)
+                rule, "timeouts", None), resolve=resolve, prefix_only=prefix_only, where=where,
+                retry=getattr(rule, "retry", None))
         except flt.FilterError as exc:
             out.issues.append(Issue(exc.reason, str(exc), f"{where}.{exc.field}"))
             out.rules_dropped += 1
@@ -156,7 +161,8 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
 
 def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
           backend_refs: tuple[BackendRef, ...], timeouts: object, *, resolve: Resolve,
-          prefix_only: bool, where: str) -> tuple[Action | flt.RedirectSpec, tuple[Filter, ...]]:
+          prefix_only: bool, where: str, retry: HTTPRouteRetry | None = None
+          ) -> tuple[Action | flt.RedirectSpec, tuple[Filter, ...]]:
     ir_filters: list[Filter] = []
     redirect: flt.RedirectSpec | None = None
     rewrites = 0
@@ -196,8 +202,27 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
                                     f"{where}.backendRefs", warning=True))
         return redirect, tuple(ir_filters)
     timeout_ms, backend_ms = _timeouts(timeouts)
-    return _forward(out, backend_refs, resolve=resolve, where=where, timeout_ms=timeout_ms,
-                    backend_ms=backend_ms), tuple(ir_filters)
+    action = _forward(out, backend_refs, resolve=resolve, where=where, timeout_ms=timeout_ms,
+                      backend_ms=backend_ms)
+    if retry is not None and isinstance(action, Forward):
+        action = replace(action, retry=_retry(retry, where=where))
+    return action, tuple(ir_filters)
+
+
+def _retry(retry: HTTPRouteRetry, *, where: str) -> RetryPolicy:
+    """Experimental HTTPRoute ``retry``: the listed 5xx codes, ``attempts`` retries (2 when
+    unset), ``backoff`` as the base interval; every method, as the API says. Connect failures
+    are always retried. A bad value is a problem and the rule is dropped (``FilterError``)."""
+    issues = tv.Issues()
+    policy = tv.retry(RetrySpec(attempts=retry.attempts, status_codes=retry.codes,
+                                idempotent_only=False, backoff=retry.backoff),
+                      where=f"{where}.retry", issues=issues)
+    if policy is None:
+        first = issues.found[0]
+        raise flt.FilterError(first.reason, first.message, first.field.removeprefix(where + "."))
+    if not retry.codes:
+        policy = replace(policy, retry_on=())  # connection errors only
+    return policy
 
 
 def _timeouts(timeouts: object) -> tuple[int | None, int | None]:

@@ -1,0 +1,119 @@
+"""Traffic policies: Gateway API's BackendLBPolicy and Podway's own ``TrafficPolicy``.
+
+Both attach to other objects through ``targetRefs`` (Gateway API policy attachment). Values the
+translator judges (algorithm names, durations, status ranges) stay plain strings here, so a bad
+value reaches the translator and becomes a problem on the policy instead of failing the load;
+only shapes (a list where a list belongs, integers that are integers) are checked on load.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from podway.model.base import Int, K8sModel, K8sObject
+from podway.model.gateway import GROUP
+
+PODWAY_GROUP = "podway.io"
+
+
+class PolicyTargetReference(K8sModel):
+    """``group``/``kind``/``name`` of an object in the policy's namespace; ``sectionName`` a
+    Service port name (Service targets only)."""
+
+    group: str = ""
+    kind: str = "Service"
+    name: str = Field(min_length=1)
+    section_name: str | None = None
+
+
+class SessionPersistence(K8sModel):
+    """Gateway API ``SessionPersistence`` (HTTPRoute rules and BackendLBPolicy)."""
+
+    session_name: str | None = None
+    absolute_timeout: str | None = None
+    idle_timeout: str | None = None
+    type: str = "Cookie"
+    cookie_config: dict[str, str] | None = None  # {lifetimeType: Permanent|Session}
+
+
+class BackendLBPolicySpec(K8sModel):
+    target_refs: tuple[PolicyTargetReference, ...] = ()
+    session_persistence: SessionPersistence | None = None
+
+
+class BackendLBPolicy(K8sObject):
+    KIND: ClassVar[str] = "BackendLBPolicy"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: BackendLBPolicySpec = Field(default_factory=BackendLBPolicySpec)
+
+
+class HealthCheckSpec(K8sModel):
+    enabled: bool = True
+    type: str | None = None  # TCP | HTTP | GRPC; unset: what fits the backend protocol
+    interval: str | None = None
+    timeout: str | None = None
+    healthy_threshold: Int | None = None
+    unhealthy_threshold: Int | None = None
+    path: str | None = None
+    host: str | None = None
+    expected_statuses: tuple[str | Int, ...] = ()  # 200, "200-399"
+    grpc_service: str | None = None
+
+
+class OutlierDetectionSpec(K8sModel):
+    enabled: bool = True
+    consecutive_errors: Int | None = None
+    interval: str | None = None
+    base_ejection_time: str | None = None
+    max_ejection_percent: Int | None = None
+
+
+class LoadBalancerSpec(K8sModel):
+    type: str = "RoundRobin"  # RoundRobin | LeastRequest | Random | RingHash | Maglev
+    hash_on: PersistenceSpec | None = None  # the key of RingHash / Maglev
+
+
+class PersistenceSpec(K8sModel):
+    type: str = "Cookie"  # Cookie | Header | SourceIP
+    name: str | None = None
+    ttl: str | None = None
+
+
+class TimeoutsSpec(K8sModel):
+    connect: str | None = None
+    request: str | None = None
+    idle: str | None = None
+
+
+class RetrySpec(K8sModel):
+    attempts: Int | None = None
+    retry_on: tuple[str, ...] = ()  # 5xx | gateway-error | reset (not `on`: YAML reads it as true)
+    status_codes: tuple[Int, ...] = ()
+    idempotent_only: bool = True
+    per_try_timeout: str | None = None
+    backoff: str | None = None
+
+
+class TrafficPolicySpec(K8sModel):
+    target_refs: tuple[PolicyTargetReference, ...] = ()
+    health_check: HealthCheckSpec | None = None
+    outlier_detection: OutlierDetectionSpec | None = None
+    load_balancer: LoadBalancerSpec | None = None
+    persistence: PersistenceSpec | None = None
+    timeouts: TimeoutsSpec | None = None
+    retry: RetrySpec | None = None
+
+
+class TrafficPolicy(K8sObject):
+    """``podway.io/v1alpha1 TrafficPolicy``: health, balancing, persistence, timeouts, retries
+    for Services, routes (HTTPRoute, GRPCRoute, Ingress) or Gateways."""
+
+    KIND: ClassVar[str] = "TrafficPolicy"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (PODWAY_GROUP,)
+    API_VERSIONS: ClassVar[tuple[str, ...]] = (f"{PODWAY_GROUP}/v1alpha1",)
+    spec: TrafficPolicySpec = Field(default_factory=TrafficPolicySpec)
+
+
+LoadBalancerSpec.model_rebuild()

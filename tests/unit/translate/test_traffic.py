@@ -1,0 +1,121 @@
+"""Traffic settings: precedence between sources, incremental updates, policy status."""
+
+from __future__ import annotations
+
+from podway.ir import Forward, HealthCheckKind, PersistenceKind
+from podway.model import Snapshot
+from podway.model.loader import load_text
+from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
+from podway.translate.status import to_api
+
+SERVICE = """apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: shop, annotations: {{{annotations}}}}}
+spec:
+  type: {type}
+  selector: {{app: web}}
+  {affinity}
+  ports: [{{name: http, port: 80}}]
+"""
+INGRESS = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: shop, namespace: shop, annotations: {{{annotations}}}}}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend: {{service: {{name: web, port: {{number: 80}}}}}}
+"""
+
+
+def policy(name: str, kind: str, target: str, spec: str, group: str = "") -> str:
+    return (f"apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\n"
+            f"metadata: {{name: {name}, namespace: shop}}\nspec:\n"
+            f"  targetRefs: [{{group: '{group}', kind: {kind}, name: {target}}}]\n{spec}")
+
+
+def run(*docs: str) -> Result:
+    loaded = load_text("---\n".join(docs))
+    assert not loaded.errors, loaded.errors
+    return translate(Snapshot.of_objects(loaded.objects), TranslateOptions(address="198.18.0.1"))
+
+
+def service(annotations: str = "", *, type_: str = "ClusterIP", affinity: str = "") -> str:
+    return SERVICE.format(annotations=annotations, type=type_, affinity=affinity)
+
+
+def ingress(annotations: str = "") -> str:
+    return INGRESS.format(annotations=annotations)
+
+
+def forward(result: Result) -> Forward:
+    action = result.ir.listeners[0].virtual_hosts[0].routes[0].action
+    assert isinstance(action, Forward)
+    return action
+
+
+def test_service_settings_beat_route_settings_for_the_pool() -> None:
+    """The Service's annotation health check wins over a TrafficPolicy on the Ingress using it;
+    the Ingress policy still sets what the Service leaves unset (the algorithm)."""
+    result = run(service("podway.io/health-check: tcp"), ingress(),
+                 policy("p", "Ingress", "shop", "  healthCheck: {type: HTTP, path: /x}\n"
+                        "  loadBalancer: {type: Random}\n", group="networking.k8s.io"))
+    settings = result.ir.pools["pool/shop/web/80"].settings
+    assert settings.health_check is not None
+    assert settings.health_check.kind is HealthCheckKind.TCP
+    assert settings.lb_policy.value == "random"
+
+
+def test_an_objects_own_fields_beat_the_policy_attached_to_it() -> None:
+    """Ingress annotation request-timeout beats a TrafficPolicy on the Ingress; the policy's
+    retry applies (the Ingress sets none); a Service policy's idle timeout comes last."""
+    result = run(service(), ingress("podway.io/request-timeout: 7s"),
+                 policy("p", "Ingress", "shop", "  timeouts: {request: 30s}\n"
+                        "  retry: {attempts: 4}\n", group="networking.k8s.io"),
+                 policy("s", "Service", "web", "  timeouts: {request: 1s, idle: 9s}\n"))
+    action = forward(result)
+    assert (action.timeout_ms, action.idle_timeout_ms) == (7000, 9000)
+    assert action.retry is not None
+    assert action.retry.attempts == 4
+
+
+def test_client_ip_affinity_on_a_load_balancer_service_without_a_warning() -> None:
+    """sessionAffinity ClientIP: the L4 route hashes on the client address; no
+    UnsupportedField warning any more."""
+    result = run(service(type_="LoadBalancer", affinity="sessionAffinity: ClientIP"))
+    assert result.ir.listeners[0].l4_routes[0].client_ip_affinity
+    pool = result.ir.pools["pool/shop/web/80/tcp"]
+    assert pool.settings.persistence is not None
+    assert pool.settings.persistence.kind is PersistenceKind.SOURCE_IP
+    assert not [p for p in result.problems if p.reason == "UnsupportedField"]
+
+
+def test_policy_edit_is_picked_up_incrementally_and_equals_a_full_translation() -> None:
+    """Changing a TrafficPolicy re-translates the pool settings; the incremental result is the
+    full translation's."""
+    base = [service(), ingress()]
+    first = load_text("---\n".join([*base, policy("p", "Service", "web",
+                                                  "  loadBalancer: {type: Random}\n")]))
+    second = load_text("---\n".join([*base, policy("p", "Service", "web",
+                                                   "  loadBalancer: {type: LeastRequest}\n")]))
+    inc = IncrementalTranslator(TranslateOptions(address="198.18.0.1"))
+    inc.update(Snapshot.of_objects(first.objects))
+    snapshot = Snapshot.of_objects(second.objects)
+    result = inc.update(snapshot)
+    assert result.ir.pools["pool/shop/web/80"].settings.lb_policy.value == "least_request"
+    assert result == translate(snapshot, TranslateOptions(address="198.18.0.1"))
+
+
+def test_policy_status_is_written_as_ancestors() -> None:
+    """TrafficPolicy status lists each target under status.ancestors with Accepted."""
+    result = run(service(), policy("p", "Service", "web", "  loadBalancer: {type: Random}\n"))
+    status = next(s for ref, s in result.statuses.items() if ref.kind == "TrafficPolicy")
+    api = to_api(status, kind="TrafficPolicy")
+    ancestor = api["ancestors"][0]
+    assert ancestor["ancestorRef"] == {"group": "", "kind": "Service", "namespace": "shop",
+                                       "name": "web"}
+    assert [(c["type"], c["status"]) for c in ancestor["conditions"]] == [("Accepted", "True")]
