@@ -6,8 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 from harness import StartAgent
-from kubeemu import KubeEmulator
 from kubernetes_asyncio import client
+
+from podway.kube.emulator import KubeEmulator
 
 
 @pytest.fixture

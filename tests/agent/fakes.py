@@ -40,8 +40,9 @@ class FakeRules:
         self.repairs += 1
         return True
 
-    async def cleanup(self) -> None:
-        self.kernel = {}
+    async def cleanup(self) -> bool:
+        had, self.kernel = bool(self.kernel), {}
+        return had
 
     async def installed(self) -> set[Rule] | None:
         return set(self.kernel.values())

@@ -12,7 +12,7 @@ from kubernetes_asyncio import client
 from podway.agent.controller import Agent, AgentSettings
 from podway.agent.ports import PortRange, SocketOpener
 from podway.agent.rules.base import Rules
-from podway.agent.workqueue import Backoff
+from podway.backoff import Backoff
 
 
 class StartAgent:

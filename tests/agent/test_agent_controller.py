@@ -11,10 +11,10 @@ import aiohttp
 from builders import NODE, eventually, node_obj, pod_obj, service_obj, settled
 from fakes import FakeOpener, FakeRules
 from harness import StartAgent
-from kubeemu import KubeEmulator
 
 from podway.agent.metrics import make_app, serve
 from podway.agent.types import Rule
+from podway.kube.emulator import KubeEmulator
 
 ANN = "nodeportlocal.antrea.io"
 
@@ -50,7 +50,7 @@ async def test_selected_pod_gets_port_rule_and_annotation(emu: KubeEmulator,
                                "protocol": "tcp", "ipFamily": "IPv4"}]
     assert rules.rules == {rule(61000)}
     assert ann(emu, "elsewhere", "default") is None
-    assert {c for _, _, c, _ in emu.patches} == {"application/merge-patch+json"}
+    assert {p.content_type for p in emu.patches} == {"application/merge-patch+json"}
     assert any("fieldSelector=spec.nodeName%3Dnode-a" in r for r in emu.requests)
 
 
@@ -73,7 +73,7 @@ async def test_services_share_mappings_and_disable_cleans_up(emu: KubeEmulator,
         emu.put("services", service_obj(name, enabled="false"))
     await eventually(lambda: ann(emu, "p1") is None)
     await eventually(lambda: rules.rules == set())
-    assert emu.patches[-1][3] == {"metadata": {"annotations": {ANN: None}}}
+    assert emu.patches[-1].body == {"metadata": {"annotations": {ANN: None}}}
 
 
 async def test_ip_change_keeps_port_and_deletion_releases(emu: KubeEmulator,
@@ -166,7 +166,7 @@ async def test_restart_keeps_annotated_ports(emu: KubeEmulator,
     await settled(agent)
     assert ann(emu, "p1")[0]["nodePort"] == 61007  # type: ignore[index]
     assert rules.rules == {rule(61007), rule(61000, "198.18.2.2")}
-    assert all(name != "p1" for _, name, _, _ in emu.patches)  # unchanged: never re-written
+    assert all(p.name != "p1" for p in emu.patches)  # unchanged: never re-written
 
 
 async def test_exhaustion_warns_and_retries_when_ports_free(emu: KubeEmulator,
@@ -201,7 +201,7 @@ async def test_watch_gone_relists_and_sees_missed_deletion(emu: KubeEmulator,
     await start_agent(rules=rules)
     await eventually(lambda: rules.rules == {rule(61000)})
     # Delete without telling watchers, then expire history: only a re-list can notice.
-    emu.store["pods"].pop(("default", "p1"))
+    emu.delete("pods", "default", "p1", notify=False)
     emu.compact()
     await eventually(lambda: rules.rules == set())
 

@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from builders import eventually, node_obj, pod_obj, service_obj, settled
 from harness import StartAgent
-from kubeemu import KubeEmulator
 from netlab import CLIENT_IP, NODE_IP, POD_IPS, Lab, netns_unavailable, sh
 
 from podway.agent.ports import KernelSocketOpener
 from podway.agent.rules import KernelRules, make_rules
 from podway.agent.types import Rule
+from podway.kube.emulator import KubeEmulator
 
 pytestmark = pytest.mark.netns
 _WHY = netns_unavailable()
@@ -257,8 +257,19 @@ async def test_agent_end_to_end_restart_resync_and_cleanup(
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await cli.communicate()
     assert cli.returncode == 0, err.decode()
-    assert b"nftables: removed" in out
+    family = "iptables" if kind == "iptables" else "nftables"  # nftables-cli is nftables too
+    assert f"{family}: removed".encode() in out
+    other = "iptables" if family == "nftables" else "nftables"
+    if shutil.which(TOOLS[other]):  # the backend the agent did not use: said truthfully
+        assert f"{other}: nothing installed".encode() in out
     assert leftovers(lab) == []
+    again = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "agent", "cleanup", "--netns", lab.node,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await again.communicate()
+    assert again.returncode == 0, err.decode()
+    assert b"removed" not in out  # nothing left: never claims to have removed anything
+    assert f"{family}: nothing installed".encode() in out
 
 
 async def test_cli_agent_process_serves_health_metrics_and_traffic(

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
@@ -24,13 +24,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from podway.agent import events, reconcile
-from podway.agent.informer import Informer, Raw
 from podway.agent.metrics import Metrics
 from podway.agent.ports import Entry, PortRange, PortTable, SocketOpener
 from podway.agent.reconcile import Target
 from podway.agent.rules.base import Rules, RulesError
 from podway.agent.types import PROTOCOLS, PodKey, Rule, pod_key
-from podway.agent.workqueue import Backoff, WorkQueue
+from podway.agent.workqueue import RETRY, WorkQueue
+from podway.backoff import Backoff
+from podway.kube.informer import Informer, Raw
 from podway.model import npl as annotation
 from podway.model.core import Node, Pod, Service
 
@@ -45,7 +46,7 @@ class AgentSettings:
     resync_seconds: float = 30.0  # kernel drift check + full re-queue period
     workers: int = 4  # concurrent pod reconciles
     watch_timeout: int = 300  # server-side watch timeout (s); the watch resumes after it
-    backoff: Backoff = field(default_factory=Backoff)
+    backoff: Backoff = RETRY  # per-pod retry delays after a failed reconcile
 
 
 class Agent:

@@ -8,23 +8,16 @@ adds are harmless because workers reconcile from the current cache (level-trigge
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from podway.agent.types import PodKey
+from podway.backoff import Backoff
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Backoff:
-    base: float = 0.05  # seconds before the first retry
-    cap: float = 30.0  # longest wait between retries
-
-    def delay(self, failures: int) -> float:
-        return float(min(self.cap, self.base * 2 ** max(0, failures - 1)))
+RETRY = Backoff(base=0.05)  # a failed reconcile retries soon: most failures are transient
 
 
 class WorkQueue:
     def __init__(self, *, backoff: Backoff | None = None) -> None:
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or RETRY
         self._queue: asyncio.Queue[PodKey] = asyncio.Queue()
         self._dirty: set[PodKey] = set()
         self._processing: set[PodKey] = set()

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import quote
 
+from podway.netaddr import parse_host_port
+
 
 async def request(address: str, path: str, *, method: str = "GET", limit_s: float = 2.0
                   ) -> tuple[int, str]:
     """``(status, body)`` of one admin request to ``host:port``."""
-    host, _, port = address.rpartition(":")
+    target = parse_host_port(address, what="admin address")
     async with asyncio.timeout(limit_s):
-        reader, writer = await asyncio.open_connection(host, int(port))
+        reader, writer = await asyncio.open_connection(target.host, target.port)
         try:
             writer.write(f"{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n"
                          "Content-Length: 0\r\n\r\n".encode())

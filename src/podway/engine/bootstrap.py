@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from podway.errors import ConfigError
+from podway.netaddr import parse_host_port
 
 XDS_CLUSTER = "podway-xds"
 
@@ -78,9 +79,9 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
     if opts.xds.startswith("unix:"):
         address: dict[str, Any] = {"pipe": {"path": opts.xds.removeprefix("unix:")}}
     else:
-        host, _, port = opts.xds.rpartition(":")
-        host = host.strip("[]")
-        address = {"socket_address": {"address": host, "port_value": int(port)}}
+        target = parse_host_port(opts.xds, what="xDS address")
+        host = target.host
+        address = {"socket_address": {"address": host, "port_value": target.port}}
         if not is_ip(host):
             # A STATIC cluster takes IP literals only ("malformed IP address"); a name is
             # resolved, and re-resolved, by Envoy. IPv4 first: "localhost" must reach a server on

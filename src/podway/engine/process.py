@@ -4,9 +4,9 @@ Invariants:
 
 * One ``Engine.run()`` call owns one Envoy at a time; cancelling ``run`` is the only way to stop
   it, and the ``finally`` path always drains, terminates and, if needed, kills the child.
-* If Envoy dies on its own it is started again after a backoff that doubles (0.2 s → 10 s) and
-  resets once a run has lasted ``stable_after_s``; the new Envoy fetches its whole config from
-  xDS, so nothing is lost but the connections it held.
+* If Envoy dies on its own it is started again after a jittered backoff that doubles
+  (0.2 s → 10 s, ``podway.backoff``) and resets once a run has lasted ``stable_after_s``; the new
+  Envoy fetches its whole config from xDS, so nothing is lost but the connections it held.
 * Envoy's stderr goes to our log line by line, with Envoy's level mapped to ours; a line longer
   than the stream limit is logged truncated, never fatal (a config dump in an error is long).
 * Hot restart is disabled (no shared memory between Envoys), so any number of engines and tests
@@ -33,6 +33,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from podway.backoff import Backoff
 from podway.engine import admin
 from podway.errors import PodwayError
 
@@ -100,7 +101,8 @@ class Engine:
                 await asyncio.sleep(0.05)
 
     async def run(self) -> None:
-        backoff = self.opts.backoff_initial_s
+        policy = Backoff(base=self.opts.backoff_initial_s, cap=self.opts.backoff_max_s)
+        failures = 0
         with tempfile.TemporaryDirectory(prefix="podway-engine-") as tmp:
             config = Path(tmp) / "bootstrap.json"
             config.write_text(json.dumps(self.opts.bootstrap), encoding="utf-8")
@@ -108,13 +110,12 @@ class Engine:
                 began = time.monotonic()
                 code = await self._run_once(config, Path(tmp) / "admin-address")
                 lived = time.monotonic() - began
-                if lived >= self.opts.stable_after_s:
-                    backoff = self.opts.backoff_initial_s
+                failures = 1 if lived >= self.opts.stable_after_s else failures + 1
+                backoff = policy.delay(failures)
                 RESTARTS.inc()
                 log.warning("envoy exited code=%s after %.1fs; restarting in %.1fs",
                             code, lived, backoff)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.opts.backoff_max_s)
 
     async def _run_once(self, config: Path, admin_file: Path) -> int:
         _remove(admin_file)

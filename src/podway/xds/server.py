@@ -33,6 +33,7 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 from prometheus_client import Counter, Gauge
 
 from podway.errors import ConfigError
+from podway.netaddr import format_host_port, parse_host_port
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
@@ -59,7 +60,7 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
     """Refuse to serve xDS off loopback/unix sockets without TLS and client certificates."""
     if address.startswith("unix:"):
         return
-    host = address.rsplit(":", 1)[0].strip("[]")
+    host = parse_host_port(address, what="xDS address").host
     if host == "localhost":
         return
     try:
@@ -207,8 +208,7 @@ class XdsServer:
         """Where an engine should connect: ``host:port`` or ``unix:/path``."""
         if self.address.startswith("unix:"):
             return self.address
-        host = self.address.rsplit(":", 1)[0]
-        return f"{host}:{self.port}"
+        return format_host_port(parse_host_port(self.address).host, self.port)
 
 
 # A unix socket path must fit sun_path (108 bytes with the NUL); keep a margin.

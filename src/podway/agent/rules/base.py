@@ -50,8 +50,8 @@ class Rules(Protocol):
         """Make the kernel hold exactly ``want()`` (called under the backend's lock, so it sees
         the caller's state after any change in flight); True if anything had to be rewritten."""
 
-    async def cleanup(self) -> None:
-        """Remove everything this backend ever installed."""
+    async def cleanup(self) -> bool:
+        """Remove everything this backend ever installed; False if there was nothing."""
 
     async def installed(self) -> set[Rule] | None:
         """The rules in the kernel now, or None when the hooks into them are incomplete."""
@@ -163,10 +163,10 @@ class KernelRules:
             raise
         self.kernel_unknown = False
 
-    async def cleanup(self) -> None:
+    async def cleanup(self) -> bool:
         async with self._lock:
             self.desired = {}
-            await self._cleanup_locked()
+            return await self._cleanup_locked()
 
     def close(self) -> None:
         """Nothing to release by default."""
@@ -186,7 +186,7 @@ class KernelRules:
     async def _apply_locked(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         raise NotImplementedError
 
-    async def _cleanup_locked(self) -> None:
+    async def _cleanup_locked(self) -> bool:
         raise NotImplementedError
 
     async def _read(self) -> set[Rule] | None:

@@ -108,9 +108,13 @@ class IptablesRules(KernelRules):
     async def _apply_locked(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         await self._restore(delta_payload(add=add, remove=remove))
 
-    async def _cleanup_locked(self) -> None:
+    async def _cleanup_locked(self) -> bool:
         _, jumps, exists = await self._save()
-        await self._restore(cleanup_payload(present_jumps=jumps, chain_exists=exists))
+        payload = cleanup_payload(present_jumps=jumps, chain_exists=exists)
+        if not payload:
+            return False  # no chain and no jump: nothing was installed
+        await self._restore(payload)
+        return True
 
     async def _read(self) -> set[Rule] | None:
         rules, jumps, exists = await self._save()

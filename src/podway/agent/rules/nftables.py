@@ -124,8 +124,15 @@ class NftablesRules(KernelRules):
     async def _apply_locked(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
         await self._write(delta_payload(add=add, remove=remove))
 
-    async def _cleanup_locked(self) -> None:
+    async def _cleanup_locked(self) -> bool:
+        try:
+            await self.runner.run("nft", "list", "table", "ip", TABLE)
+        except CommandMissing:
+            raise
+        except RulesError:
+            return False  # no table: nothing was installed
         await self._write(cleanup_payload())
+        return True
 
     def close(self) -> None:
         if self.lib is not None:

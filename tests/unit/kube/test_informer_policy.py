@@ -1,4 +1,4 @@
-"""Informer retry policy: exponential backoff that resets only after a healthy watch."""
+"""Informer retry policy: backoff that resets only after a healthy watch, honours Retry-After."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from podway.agent.informer import BACKOFF_CAP, Informer, backoff_delay
+from podway.backoff import Backoff
+from podway.kube.informer import Informer
+
+POLICY = Backoff(base=0.2, cap=30.0, jitter=0)
+BACKOFF_CAP = POLICY.cap
+
+
+def backoff_delay(failures: int) -> float:
+    return POLICY.delay(failures)
 
 POD = {"metadata": {"namespace": "default", "name": "p1", "resourceVersion": "7"}}
 
@@ -31,8 +39,10 @@ class FakeResponse:
     """Just what the informer's list and kubernetes-asyncio's watch read from a response."""
 
     def __init__(self, *, body: dict[str, Any] | None = None,
-                 lines: list[bytes | Exception] | None = None) -> None:
-        self.status = 200
+                 lines: list[bytes | Exception] | None = None, status: int = 200,
+                 headers: dict[str, str] | None = None) -> None:
+        self.status = status
+        self.headers = headers or {}
         self.body = body or {}
         self.content = FakeContent(lines or [])
 
@@ -52,12 +62,17 @@ class FakeResponse:
 Watch = Callable[[int], FakeResponse]
 
 
-def lister(watch: Watch, *, stop_after: int = 12) -> Callable[..., Any]:
-    """Lists always succeed; the n-th watch call returns ``watch(n)``; then the test ends."""
-    calls = {"watch": 0}
+def lister(watch: Watch, *, stop_after: int = 12,
+           lists: Callable[[int], FakeResponse] | None = None) -> Callable[..., Any]:
+    """Lists succeed (or answer ``lists(n)``); the n-th watch call returns ``watch(n)``; then
+    the test ends."""
+    calls = {"watch": 0, "list": 0}
 
     async def call(**kwargs: Any) -> FakeResponse:
         if not kwargs.get("watch"):
+            calls["list"] += 1
+            if lists is not None:
+                return lists(calls["list"])
             return FakeResponse(body={"items": [], "metadata": {"resourceVersion": "5"}})
         calls["watch"] += 1
         if calls["watch"] > stop_after:
@@ -67,14 +82,16 @@ def lister(watch: Watch, *, stop_after: int = 12) -> Callable[..., Any]:
     return call
 
 
-async def run_informer(watch: Watch, *, stop_after: int = 12) -> list[float]:
+async def run_informer(watch: Watch, *, stop_after: int = 12,
+                       lists: Callable[[int], FakeResponse] | None = None) -> list[float]:
     delays: list[float] = []
 
     async def sleep(delay: float) -> None:
         delays.append(delay)
 
-    informer = Informer(name="pods", lister=lister(watch, stop_after=stop_after), params={},
-                        handler=lambda kind, raw: None, watch_timeout=300, sleep=sleep)
+    informer = Informer(name="pods", lister=lister(watch, stop_after=stop_after, lists=lists),
+                        params={}, handler=lambda kind, raw: None, watch_timeout=300,
+                        sleep=sleep, backoff=POLICY)
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(informer.run(), 10)
     return delays
@@ -87,12 +104,6 @@ def failing(n: int) -> FakeResponse:
 def event_then_error(n: int) -> FakeResponse:
     line = json.dumps({"type": "MODIFIED", "object": POD}).encode() + b"\n"
     return FakeResponse(lines=[line, aiohttp.ClientPayloadError("cut")])
-
-
-def test_backoff_delay_doubles_and_caps() -> None:
-    """Delays double from 0.2 s and never exceed the cap, even after very many failures."""
-    assert [backoff_delay(n) for n in (1, 2, 3, 4)] == [0.2, 0.4, 0.8, 1.6]
-    assert backoff_delay(10_000) == BACKOFF_CAP == 30.0
 
 
 async def test_watch_that_always_fails_backs_off_despite_successful_relists() -> None:
@@ -113,3 +124,13 @@ async def test_watch_that_ends_at_once_does_not_spin() -> None:
     """A watch closed immediately without events (say by a proxy) waits before the next one."""
     delays = await run_informer(lambda n: FakeResponse(lines=[b""]), stop_after=4)
     assert delays == [0.2, 0.4, 0.8, 1.6]
+
+
+async def test_list_refused_with_retry_after_waits_at_least_that_long() -> None:
+    """A 429 on the list with Retry-After: 7 waits 7 s, not the 0.2 s first step."""
+    def lists(n: int) -> FakeResponse:
+        if n == 1:
+            return FakeResponse(status=429, headers={"Retry-After": "7"})
+        return FakeResponse(body={"items": [], "metadata": {"resourceVersion": "5"}})
+    delays = await run_informer(failing, stop_after=1, lists=lists)
+    assert delays[:2] == [7.0, 0.4]  # the next failure continues the doubling

@@ -1,11 +1,18 @@
 """List-then-watch of one resource kind through kubernetes-asyncio, feeding a handler.
 
-The informer keeps the raw objects it has seen so a re-list (after ``410 Gone`` or any watch
-failure) can report deletions that happened while it was not watching. Watches run with a
-server-side timeout and resume from the last resourceVersion (a client-side read timeout a bit
-longer catches dead connections); errors re-list after an exponential backoff (capped at 30 s)
-that only resets once a watch proved healthy (delivered an event or stayed up a while). The
-handler must be cheap and synchronous: the agent's only enqueue keys.
+The protocol is the API server's: list (remember its resourceVersion), watch from that version
+with bookmarks allowed and a server-side timeout, resume each new watch from the last version
+seen (events and bookmarks both move it). ``410 Gone`` (history compacted) re-lists at once;
+any other failure re-lists after a backoff (``podway.backoff``: exponential, jittered, at
+least the server's Retry-After) that only resets once a watch proved healthy (delivered
+something or stayed up a while), so a watch that always fails cannot make us re-list in a loop.
+
+A re-list reports what changed while we were not watching: objects whose resourceVersion moved
+as MODIFIED, new ones as ADDED, vanished ones as DELETED (with a stub carrying only the key).
+Memory stays lean: the informer keeps only key → resourceVersion, and ``transform`` (default:
+drop ``managedFields`` and kubectl's last-applied annotation) trims every object before the
+handler sees it, so a consumer that keeps objects keeps only what it needs. The handler must be
+cheap and synchronous (enqueue keys, update a cache).
 """
 
 from __future__ import annotations
@@ -19,31 +26,42 @@ import aiohttp
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-log = logging.getLogger("podway.agent.informer")
+from podway.backoff import Backoff
+from podway.kube.errors import ApiError, Gone, api_error
+
+log = logging.getLogger("podway.kube.informer")
 
 Raw = dict[str, Any]
 Handler = Callable[[str, Raw], None]
-
+Transform = Callable[[Raw], Raw]
 
 HEALTHY_AFTER = 10.0  # seconds a watch must stay up (without events) to count as healthy
-BACKOFF_BASE = 0.2  # seconds before the first retry
-BACKOFF_CAP = 30.0  # longest wait between retries
-
-
-def backoff_delay(failures: int) -> float:
-    """Seconds to wait after ``failures`` unhealthy attempts in a row: doubling, capped."""
-    return float(min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(max(failures - 1, 0), 16)))
+RELIST = Backoff(base=0.2, cap=30.0)
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
 def raw_key(raw: Raw) -> tuple[str, str]:
-    meta = raw.get("metadata", {})
+    meta = raw.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+def lean(raw: Raw) -> Raw:
+    """Drop the parts of an object no Podway consumer reads and that cost the most memory."""
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict):
+        return raw
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop(LAST_APPLIED, None)
+    return raw
 
 
 class Informer:
     def __init__(self, *, name: str, lister: Callable[..., Awaitable[Any]],
                  params: dict[str, Any], handler: Handler, watch_timeout: int = 300,
-                 healthy_after: float = HEALTHY_AFTER,
+                 healthy_after: float = HEALTHY_AFTER, backoff: Backoff = RELIST,
+                 transform: Transform = lean,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.name = name
         self._lister = lister
@@ -52,20 +70,20 @@ class Informer:
         self._timeout = watch_timeout
         # A quiet watch that lives until its server-side timeout is healthy too.
         self._healthy_after = min(healthy_after, watch_timeout / 2)
+        self._backoff = backoff
+        self._transform = transform
         self._sleep = sleep
-        self._known: dict[tuple[str, str], Raw] = {}
+        self._known: dict[tuple[str, str], str] = {}  # key -> resourceVersion
         self._progress = False  # the current watch delivered something (bookmarks count)
-        self.ready = asyncio.Event()
+        self.ready = asyncio.Event()  # set after the first complete list
+        self.relists = 0  # lists after the first (410s, failures): a metric for callers
 
     async def run(self) -> None:
-        # ``failures`` counts attempts since the last *healthy* watch (one that delivered an
-        # event or stayed up ``healthy_after`` seconds): a successful re-list alone proves
-        # nothing, else a watch that always fails would re-list every few hundred ms forever.
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
             began: float | None = None
-            gone = False
+            error: ApiError | None = None
             try:
                 version = await self._relist()
                 self.ready.set()
@@ -77,47 +95,59 @@ class Informer:
                         continue
                     # Ended at once with nothing (a proxy closing watches): do not spin.
                     failures += 1
-                    delay = backoff_delay(failures)
+                    delay = self._backoff.delay(failures)
                     log.warning("informer=%s event=watch-ended-early retry_in=%.1fs",
                                 self.name, delay)
                     await self._sleep(delay)
             except asyncio.CancelledError:
                 raise
             except ApiException as exc:
-                gone = exc.status == 410
-                if not gone:
-                    log.warning("informer=%s error=%s status=%s", self.name, exc.reason,
-                                exc.status)
+                error = api_error(exc)
+            except ApiError as exc:
+                error = exc
             except Exception as exc:
                 log.warning("informer=%s error=%r", self.name, exc)
             if began is not None and (self._progress
                                       or loop.time() - began >= self._healthy_after):
                 failures = 0
-            if gone and failures == 0:
+            if isinstance(error, Gone) and failures == 0:
                 log.info("informer=%s event=gone action=relist", self.name)
                 continue
+            if error is not None and not isinstance(error, Gone):
+                log.warning("informer=%s error=%s", self.name, error)
             failures += 1
-            await self._sleep(backoff_delay(failures))
+            await self._sleep(self._backoff.delay(
+                failures, retry_after=None if error is None else error.retry_after))
 
     async def _relist(self) -> str:
         resp = await self._lister(**self._params, _preload_content=False,
                                   _request_timeout=aiohttp.ClientTimeout(total=120, connect=10))
         try:
             if resp.status != 200:
-                raise ApiException(status=resp.status, reason=await resp.text())
+                raise api_error(_Failed(resp.status, await resp.text(),
+                                        dict(getattr(resp, "headers", None) or {})))
             body = await resp.json(content_type=None)
         finally:
             resp.release()
-        seen: dict[tuple[str, str], Raw] = {}
-        for item in body.get("items", []):
+        if self.ready.is_set():
+            self.relists += 1
+        seen: dict[tuple[str, str], str] = {}
+        for item in body.get("items") or []:
             key = raw_key(item)
-            seen[key] = item
-            self._handler("MODIFIED" if key in self._known else "ADDED", item)
-        for key, old in self._known.items():
+            version = str((item.get("metadata") or {}).get("resourceVersion", ""))
+            seen[key] = version
+            before = self._known.get(key)
+            if before is None:
+                self._handler("ADDED", self._transform(item))
+            elif before != version:
+                self._handler("MODIFIED", self._transform(item))
+        for key, version in self._known.items():
             if key not in seen:
-                self._handler("DELETED", old)
+                stub = {"metadata": {"namespace": key[0], "name": key[1],
+                                     "resourceVersion": version}}
+                self._handler("DELETED", stub)
         self._known = seen
-        return str(body.get("metadata", {}).get("resourceVersion", ""))
+        return str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     async def _watch(self, version: str) -> str:
         stream = watch.Watch(return_type="object")
@@ -131,7 +161,7 @@ class Informer:
                                                  connect=10, sock_read=self._timeout + 30)):
                 kind = str(event["type"])
                 raw: Raw = event["raw_object"]
-                version = str(raw.get("metadata", {}).get("resourceVersion", version))
+                version = str((raw.get("metadata") or {}).get("resourceVersion", version))
                 self._progress = True
                 if kind == "BOOKMARK":
                     continue
@@ -139,8 +169,15 @@ class Informer:
                 if kind == "DELETED":
                     self._known.pop(key, None)
                 else:
-                    self._known[key] = raw
-                self._handler(kind, raw)
+                    self._known[key] = version
+                self._handler(kind, self._transform(raw))
         finally:
             await stream.close()
         return version
+
+
+class _Failed:
+    """A failed list response in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        self.status, self.reason, self.headers = status, reason, headers

@@ -1,0 +1,90 @@
+"""Build a Kubernetes API client from a kubeconfig file or the in-cluster service account.
+
+Every way this can fail becomes a ``KubeConfigError`` whose message is one line saying what is
+wrong and what to do (the CLI prints it, exits non-zero, no traceback): not inside a cluster
+and no ``--kubeconfig``; a kubeconfig that does not exist, is not readable, or lacks a context.
+``check_reachable`` asks the server for ``/version`` so a wrong address fails at start with
+``KubeUnreachable`` instead of as retries in the log. Each client gets its own
+``Configuration``: nothing global is touched, so tests and the lab can hold several.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from podway.kube.errors import KubeConfigError, KubeUnreachable, api_error
+
+IN_CLUSTER_HINT = "give --kubeconfig FILE, or run it in a Pod with a service account"
+
+
+async def load_configuration(*, kubeconfig: str | None,
+                             context: str | None = None) -> client.Configuration:
+    """The client configuration from ``kubeconfig`` or, when None, the in-cluster one."""
+    cfg = client.Configuration()
+    if kubeconfig is None:
+        if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            raise KubeConfigError("not running inside a Kubernetes cluster "
+                                  f"(KUBERNETES_SERVICE_HOST is not set): {IN_CLUSTER_HINT}")
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise KubeConfigError(f"in-cluster configuration unusable ({exc}): "
+                                  f"{IN_CLUSTER_HINT}") from None
+        return cfg
+    path = _existing_file(kubeconfig)
+    try:
+        await config.load_kube_config(config_file=str(path), context=context,
+                                      client_configuration=cfg, persist_config=False)
+    except OSError as exc:
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: cannot read it "
+                              f"({exc.strerror or exc})") from None
+    except ConfigException as exc:
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig ({exc})"
+                              ) from None
+    except Exception as exc:  # a YAML error or a malformed entry deep in the loader
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: not a usable kubeconfig "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    return cfg
+
+
+def _existing_file(kubeconfig: str) -> Path:
+    path = Path(kubeconfig).expanduser()
+    if not path.exists():
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file")
+    if not path.is_file():
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: not a file")
+    return path
+
+
+async def connect(*, kubeconfig: str | None, context: str | None = None) -> client.ApiClient:
+    """An API client (the caller closes it: ``async with``)."""
+    return client.ApiClient(configuration=await load_configuration(kubeconfig=kubeconfig,
+                                                                   context=context))
+
+
+async def check_reachable(api: client.ApiClient, *, limit_s: float = 10.0) -> None:
+    """Raise ``KubeUnreachable`` (or the typed API error) unless the server answers."""
+    host = api.configuration.host
+    try:
+        version: Any = client.VersionApi(api)  # raw response: the stubs do not model it
+        resp = await version.get_code(
+            _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=limit_s))
+        status = resp.status
+        resp.release()
+        if status in (401, 403):
+            raise ApiException(status=status, reason="credentials refused")
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            raise api_error(exc) from None
+        # Any other answer proves the server is there; the informers will report the rest.
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise KubeUnreachable(f"cannot reach the Kubernetes API at {host} ({detail}): check "
+                              "--kubeconfig and that the cluster is up") from None

@@ -1,0 +1,120 @@
+"""The resource types the emulator serves: built-in kinds and those CRDs add.
+
+A ``ResourceType`` is what discovery lists and what the URL router resolves: group, version,
+plural, kind, scope and subresources. Built-in kinds are always served; a CRD's kinds only while
+the CRD exists (``from_crd``), exactly like the real API server, so a client can test "the
+Gateway API is not installed" and "installed later". ``gateway_api_crd`` builds a minimal CRD for
+each Gateway API kind Podway reads (served versions as the upstream standard/experimental
+channels ship them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceType:
+    group: str  # "" is the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    status: bool = True  # has a status subresource
+    short_names: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def group_resource(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+
+def _core(plural: str, kind: str, *, namespaced: bool = True, status: bool = True,
+          short: tuple[str, ...] = ()) -> ResourceType:
+    return ResourceType(group="", version="v1", plural=plural, kind=kind, namespaced=namespaced,
+                        status=status, short_names=short)
+
+
+BUILTIN: tuple[ResourceType, ...] = (
+    _core("pods", "Pod", short=("po",)),
+    _core("services", "Service", short=("svc",)),
+    _core("nodes", "Node", namespaced=False, short=("no",)),
+    _core("namespaces", "Namespace", namespaced=False, short=("ns",)),
+    _core("secrets", "Secret", status=False),
+    _core("configmaps", "ConfigMap", status=False, short=("cm",)),
+    _core("events", "Event", status=False, short=("ev",)),
+    ResourceType(group="events.k8s.io", version="v1", plural="events", kind="Event",
+                 namespaced=True, status=False, short_names=("ev",)),
+    ResourceType(group="discovery.k8s.io", version="v1", plural="endpointslices",
+                 kind="EndpointSlice", namespaced=True, status=False),
+    ResourceType(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease",
+                 namespaced=True, status=False),
+    ResourceType(group="networking.k8s.io", version="v1", plural="ingresses", kind="Ingress",
+                 namespaced=True, short_names=("ing",)),
+    ResourceType(group="networking.k8s.io", version="v1", plural="ingressclasses",
+                 kind="IngressClass", namespaced=False, status=False),
+    ResourceType(group="apiextensions.k8s.io", version="v1",
+                 plural="customresourcedefinitions", kind="CustomResourceDefinition",
+                 namespaced=False, short_names=("crd", "crds")),
+)
+
+
+def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
+    """The resource types one CRD object serves (one per served version)."""
+    spec = crd.get("spec", {})
+    names = spec.get("names", {})
+    out = []
+    for version in spec.get("versions", []):
+        if not version.get("served", True):
+            continue
+        out.append(ResourceType(
+            group=str(spec.get("group", "")), version=str(version["name"]),
+            plural=str(names.get("plural", "")), kind=str(names.get("kind", "")),
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            status="status" in (version.get("subresources") or {}),
+            short_names=tuple(names.get("shortNames", ()))))
+    return out
+
+
+# kind -> (plural, namespaced, served versions; the first is the storage version)
+GATEWAY_KINDS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
+    "GatewayClass": ("gatewayclasses", False, ("v1", "v1beta1")),
+    "Gateway": ("gateways", True, ("v1", "v1beta1")),
+    "HTTPRoute": ("httproutes", True, ("v1", "v1beta1")),
+    "GRPCRoute": ("grpcroutes", True, ("v1",)),
+    "ReferenceGrant": ("referencegrants", True, ("v1beta1",)),
+    "TLSRoute": ("tlsroutes", True, ("v1alpha2",)),
+    "TCPRoute": ("tcproutes", True, ("v1alpha2",)),
+    "UDPRoute": ("udproutes", True, ("v1alpha2",)),
+    "BackendTLSPolicy": ("backendtlspolicies", True, ("v1alpha3",)),
+}
+
+
+def gateway_api_crd(kind: str) -> dict[str, Any]:
+    """A minimal CustomResourceDefinition for one Gateway API kind (no schema: accepts all)."""
+    plural, namespaced, versions = GATEWAY_KINDS[kind]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GATEWAY_GROUP}"},
+        "spec": {
+            "group": GATEWAY_GROUP,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
+                      "listKind": f"{kind}List"},
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "versions": [{"name": v, "served": True, "storage": i == 0,
+                          "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {
+                              "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+                         for i, v in enumerate(versions)],
+        },
+    }

@@ -1,0 +1,335 @@
+"""The emulator's HTTP face: Kubernetes API paths, verbs, discovery and watch streams (aiohttp).
+
+Routing follows the real URL layout (``/api/v1/...``, ``/apis/{group}/{version}/...``,
+``namespaces/{ns}/{plural}/{name}/{subresource}``); every answer is what kubernetes-asyncio and
+kubectl expect on the wire: typed lists with ``metadata.resourceVersion``, ``Status`` objects
+for errors, watch streams as JSON lines with ``ERROR`` events carrying ``410`` for expired
+versions, ``BOOKMARK`` events only for watches that allowed them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from podway.kube.emulator import patching, selectors
+from podway.kube.emulator.resources import ResourceType
+from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
+
+PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
+    "application/merge-patch+json": patching.merge_patch,
+    "application/json-patch+json": patching.json_patch,
+    "application/strategic-merge-patch+json": patching.strategic_merge_patch,
+}
+TRUE = ("true", "1", "True")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request path names."""
+
+    rtype: ResourceType
+    namespace: str | None  # None: across all namespaces (or cluster-scoped)
+    name: str | None
+    subresource: str
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """One PATCH request as received (tests assert on them)."""
+
+    plural: str
+    namespace: str
+    name: str
+    subresource: str
+    content_type: str
+    body: Any
+
+
+@dataclass(slots=True)
+class Fault:
+    """An injected failure: the next ``times`` matching requests get ``status``."""
+
+    status: int
+    method: str | None
+    plural: str | None
+    times: int
+    retry_after: int | None
+
+
+def status_body(code: int, reason: str, message: str) -> Obj:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+class Api:
+    """The request handlers over one ``Store``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.requests: list[str] = []
+        self.patches: list[Patch] = []
+        self.faults: list[Fault] = []
+        self.bookmark_interval: float | None = None  # periodic bookmarks; None: on demand only
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(f"{request.method} {request.path_qs}")
+        try:
+            return await self._dispatch(request)
+        except ApiError as exc:
+            headers = None if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
+            return web.json_response(status_body(exc.code, exc.reason, exc.message),
+                                     status=exc.code, headers=headers)
+        except (patching.PatchError, selectors.SelectorError) as exc:
+            code = 422 if isinstance(exc, patching.PatchError) else 400
+            return web.json_response(status_body(code, "Invalid", str(exc)), status=code)
+
+    # ---- routing ----------------------------------------------------------------------
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if parts in (["version"],):
+            return web.json_response({
+                "major": "1", "minor": "31", "gitVersion": "v1.31.0-podway-emulator",
+                "gitCommit": "0" * 40, "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "none",
+                "compiler": "none", "platform": "linux/amd64"})
+        if parts and parts[0] in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok")
+        if parts == ["api"]:
+            return web.json_response({"kind": "APIVersions", "versions": ["v1"],
+                                      "serverAddressByClientCIDRs": []})
+        if parts == ["apis"]:
+            return web.json_response(self._group_list())
+        if len(parts) == 2 and parts[0] == "apis":
+            return web.json_response(self._group(parts[1]))
+        if parts == ["api", "v1"]:
+            return web.json_response(self._resource_list("", "v1"))
+        if len(parts) == 3 and parts[0] == "apis":
+            return web.json_response(self._resource_list(parts[1], parts[2]))
+        if len(parts) >= 3 and parts[:2] == ["api", "v1"]:
+            target = self._target("", "v1", parts[2:])
+        elif len(parts) >= 4 and parts[0] == "apis":
+            target = self._target(parts[1], parts[2], parts[3:])
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        self._count_and_fault(request, target)
+        return await self._verb(request, target)
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+            namespace, rest = rest[1], rest[2:]
+        rtype = self.store.resolve(group, version, rest[0])
+        if namespace is not None and not rtype.namespaced:
+            raise ApiError(404, "NotFound", f"{rtype.plural} is not namespaced")
+        if len(rest) > 3:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and not (sub == "status" and rtype.status):
+            raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
+        return Target(rtype, namespace, name, sub)
+
+    def _count_and_fault(self, request: web.Request, target: Target) -> None:
+        verb = {"GET": "get" if target.name else "list", "POST": "create", "PUT": "update",
+                "PATCH": "patch", "DELETE": "delete"}.get(request.method, request.method)
+        if verb == "list" and request.query.get("watch") in TRUE:
+            verb = "watch"
+        self.store.counts[(verb, target.rtype.plural, target.namespace or "",
+                           target.name or "", target.subresource)] += 1
+        for fault in self.faults:
+            if fault.times > 0 and fault.method in (None, request.method) \
+                    and fault.plural in (None, target.rtype.plural):
+                fault.times -= 1
+                raise ApiError(fault.status, "Injected", f"injected failure {fault.status}",
+                               retry_after=fault.retry_after)
+
+    async def _verb(self, request: web.Request, target: Target) -> web.StreamResponse:
+        store, rtype = self.store, target.rtype
+        ns = target.namespace or ""
+        if request.method == "GET" and target.name is None:
+            if request.query.get("watch") in TRUE:
+                return await self._watch(request, target)
+            return web.json_response(self._list(request, target))
+        if request.method == "GET" and target.name is not None:
+            return self._json(store.get(rtype, ns, target.name), rtype)
+        if request.method == "POST" and target.name is None:
+            if rtype.namespaced and target.namespace is None:
+                raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
+            created = store.create(rtype, ns, await request.json())
+            return self._json(created, rtype, status=201)
+        if request.method == "PUT" and target.name is not None:
+            body = await request.json()
+            return self._json(store.replace(rtype, ns, target.name, body,
+                                            subresource=target.subresource), rtype)
+        if request.method == "PATCH" and target.name is not None:
+            return await self._patch(request, target)
+        if request.method == "DELETE" and target.name is not None:
+            return self._json(store.delete(rtype, ns, target.name), rtype)
+        raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    @staticmethod
+    def _json(obj: Obj, rtype: ResourceType, status: int = 200) -> web.Response:
+        return web.json_response({**obj, "apiVersion": rtype.api_version}, status=status)
+
+    # ---- verbs ------------------------------------------------------------------------
+    def _selected(self, request: web.Request) -> Callable[[Obj], bool]:
+        labels = selectors.label_selector(request.query.get("labelSelector", ""))
+        fields = selectors.field_selector(request.query.get("fieldSelector", ""))
+        return lambda obj: labels(obj) and fields(obj)
+
+    def _list(self, request: web.Request, target: Target) -> Obj:
+        rtype, selected = target.rtype, self._selected(request)
+        items = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")}
+                 for o in self.store.items(rtype, target.namespace) if selected(o)]
+        return {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
+                "metadata": {"resourceVersion": str(self.store.version)}, "items": items}
+
+    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+        assert target.name is not None
+        ctype = request.content_type
+        body = await request.json()
+        rtype, ns = target.rtype, target.namespace or ""
+        self.patches.append(Patch(rtype.plural, ns, target.name, target.subresource, ctype,
+                                  body))
+        patcher = PATCHERS.get(ctype)
+        builtin = rtype.group in ("", "events.k8s.io", "discovery.k8s.io",
+                                  "coordination.k8s.io", "networking.k8s.io")
+        if patcher is None or (ctype.startswith("application/strategic") and not builtin):
+            raise ApiError(415, "UnsupportedMediaType",
+                           f"the body of the request was in an unknown format - accepted "
+                           f"media types include: {', '.join(PATCHERS)}")
+        current = self.store.get(rtype, ns, target.name)
+        updated = patcher(current, body)
+        if not isinstance(updated, dict):
+            raise patching.PatchError("a patch must leave an object")
+        wanted = (body.get("metadata") or {}).get("resourceVersion") \
+            if isinstance(body, dict) else None
+        if not wanted:  # only a version the patch itself names is a precondition
+            updated.setdefault("metadata", {})["resourceVersion"] = \
+                current["metadata"]["resourceVersion"]
+        result = self.store.replace(rtype, ns, target.name, updated,
+                                    subresource=target.subresource)
+        return self._json(result, rtype)
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        store, rtype = self.store, target.rtype
+        selected = self._selected(request)
+        bookmarks = request.query.get("allowWatchBookmarks") in TRUE
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        since = request.query.get("resourceVersion", "")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        watcher = Watcher(rtype.group_resource)
+        store.watchers.add(watcher)  # before reading the backlog: nothing falls in between
+        try:
+            if since in ("", "0"):
+                backlog = [Event(store.version, "ADDED", rtype.group_resource, o)
+                           for o in store.items(rtype, target.namespace)]
+            else:
+                try:
+                    backlog = store.since(rtype.group_resource, int(since))
+                except ApiError as exc:
+                    await self._write(response, "ERROR",
+                                      status_body(exc.code, exc.reason, exc.message))
+                    return response
+            for event in backlog:
+                watcher.queue.put_nowait(event)
+            deadline = asyncio.get_running_loop().time() + timeout
+            await self._stream(request, response, watcher=watcher, target=target,
+                               selected=selected, bookmarks=bookmarks, deadline=deadline)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            store.watchers.discard(watcher)
+        return response
+
+    async def _stream(self, request: web.Request, response: web.StreamResponse, *,
+                      watcher: Watcher, target: Target, selected: Callable[[Obj], bool],
+                      bookmarks: bool, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        rtype = target.rtype
+        while (left := deadline - loop.time()) > 0:
+            wait = left if self.bookmark_interval is None else min(left,
+                                                                    self.bookmark_interval)
+            try:
+                event = await asyncio.wait_for(watcher.queue.get(), wait)
+            except TimeoutError:
+                if self.bookmark_interval is not None and bookmarks and loop.time() < deadline:
+                    event = Event(self.store.version, "BOOKMARK", watcher.resource, {})
+                else:
+                    return
+            if event.type == "BREAK":  # drop the connection mid-stream, no clean end
+                if request.transport is not None:
+                    request.transport.close()
+                return
+            if event.type == "GONE":
+                body = status_body(410, "Expired", "too old resource version")
+                await self._write(response, "ERROR", body)
+                return
+            if event.type == "BOOKMARK":
+                if bookmarks:
+                    await self._write(response, "BOOKMARK", {
+                        "kind": rtype.kind, "apiVersion": rtype.api_version,
+                        "metadata": {"resourceVersion": str(event.version)}})
+                continue
+            obj = event.obj
+            namespace = (obj.get("metadata") or {}).get("namespace", "")
+            if target.namespace is not None and namespace != target.namespace:
+                continue
+            if not selected(obj):
+                continue
+            await self._write(response, event.type, {**obj, "apiVersion": rtype.api_version})
+
+    @staticmethod
+    async def _write(response: web.StreamResponse, kind: str, obj: Obj) -> None:
+        await response.write((json.dumps({"type": kind, "object": obj}) + "\n").encode())
+
+    # ---- discovery --------------------------------------------------------------------
+    def _versions(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for rtype in self.store.types():
+            if rtype.group and rtype.version not in groups.setdefault(rtype.group, []):
+                groups[rtype.group].append(rtype.version)
+        return groups
+
+    def _group(self, name: str) -> Obj:
+        versions = self._versions().get(name)
+        if not versions:
+            raise ApiError(404, "NotFound", f"the server could not find the group {name}")
+        entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": entries,
+                "preferredVersion": entries[0]}
+
+    def _group_list(self) -> Obj:
+        return {"kind": "APIGroupList", "apiVersion": "v1",
+                "groups": [self._group(name) for name in sorted(self._versions())]}
+
+    def _resource_list(self, group: str, version: str) -> Obj:
+        served = [t for t in self.store.types() if t.group == group and t.version == version]
+        if not served:
+            raise ApiError(404, "NotFound", f"the server could not find {group}/{version}")
+        verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+        resources: list[Obj] = []
+        for rtype in sorted(served, key=lambda t: t.plural):
+            resources.append({"name": rtype.plural, "singularName": rtype.singular,
+                              "namespaced": rtype.namespaced, "kind": rtype.kind,
+                              "verbs": verbs, "shortNames": list(rtype.short_names)})
+            if rtype.status:
+                resources.append({"name": f"{rtype.plural}/status", "singularName": "",
+                                  "namespaced": rtype.namespaced, "kind": rtype.kind,
+                                  "verbs": ["get", "patch", "update"]})
+        gv = f"{group}/{version}" if group else version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                "resources": resources}
+

@@ -1,0 +1,236 @@
+"""The emulator's state: objects, the event history, resource versions and watchers.
+
+Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives in one place:
+
+- One global, strictly increasing resourceVersion (like etcd's revision); every write bumps it
+  and appends one event to the history. ``floor`` is the oldest version a watch may resume
+  from; ``compact()`` raises it to "now" (older resumes get ``410 Gone``).
+- ``metadata.generation`` starts at 1 and bumps when anything but metadata and status changes;
+  writes through the main resource of a kind with a status subresource keep the old status,
+  writes through ``/status`` change only the status (and never the generation).
+- A PUT or a patch that carries ``metadata.resourceVersion`` must match the stored one (409).
+- CustomResourceDefinitions are objects like any other; creating one starts serving its kinds,
+  deleting one stops serving them and deletes their objects (with DELETED events).
+- Deletion is immediate (finalizers are not modelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from podway.kube.emulator.resources import BUILTIN, ResourceType, from_crd
+
+Obj = dict[str, Any]
+GroupResource = tuple[str, str]  # (group, plural): objects are stored per group, any version
+CRDS: GroupResource = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
+class ApiError(Exception):
+    """A failure the server answers with a ``Status`` object."""
+
+    def __init__(self, code: int, reason: str, message: str, *,
+                 retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    version: int
+    type: str  # ADDED | MODIFIED | DELETED, or a control token: GONE | BREAK | BOOKMARK
+    resource: GroupResource
+    obj: Obj
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One open watch: the store pushes every event; the server filters and writes."""
+
+    resource: GroupResource
+    queue: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _spec_part(obj: Obj) -> Obj:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+
+class Store:
+    def __init__(self) -> None:
+        self.version = 100
+        self.floor = 100
+        self.objects: dict[GroupResource, dict[tuple[str, str], Obj]] = {}
+        self.history: list[Event] = []
+        self.watchers: set[Watcher] = set()
+        self.counts: Counter[tuple[str, str, str, str, str]] = Counter()
+        self._uids = itertools.count(1)
+        self._types: dict[tuple[str, str, str], ResourceType] = {}
+        for rtype in BUILTIN:
+            self._serve(rtype)
+
+    # ---- types ------------------------------------------------------------------------
+    def _serve(self, rtype: ResourceType) -> None:
+        self._types[(rtype.group, rtype.version, rtype.plural)] = rtype
+        self.objects.setdefault(rtype.group_resource, {})
+
+    def types(self) -> list[ResourceType]:
+        return list(self._types.values())
+
+    def resolve(self, group: str, version: str, plural: str) -> ResourceType:
+        rtype = self._types.get((group, version, plural))
+        if rtype is None:
+            gv = f"{group}/{version}" if group else version
+            raise ApiError(404, "NotFound", f"the server could not find the requested "
+                                            f"resource ({plural}.{gv})")
+        return rtype
+
+    def by_plural(self, plural: str, group: str | None = None) -> ResourceType:
+        """The served type with this plural (core first: "events" is core/v1 unless asked)."""
+        found = [t for t in self._types.values()
+                 if t.plural == plural and (group is None or t.group == group)]
+        if not found:
+            raise KeyError(f"{plural} is not served (is its CRD installed?)")
+        return sorted(found, key=lambda t: (t.group != "", t.group))[0]
+
+    # ---- reads ------------------------------------------------------------------------
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
+        obj = self.objects[rtype.group_resource].get((namespace, name))
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{rtype.plural} "{name}" not found')
+        return obj
+
+    def items(self, rtype: ResourceType, namespace: str | None) -> list[Obj]:
+        store = self.objects[rtype.group_resource]
+        return [o for (ns, _), o in sorted(store.items())
+                if namespace is None or ns == namespace]
+
+    # ---- writes -----------------------------------------------------------------------
+    def create(self, rtype: ResourceType, namespace: str, obj: Obj, *,
+               keep_status: bool = False) -> Obj:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{next(self._uids):05x}"
+        if not meta.get("name"):
+            raise ApiError(422, "Invalid", "metadata.name: Required value")
+        key = (namespace if rtype.namespaced else "", str(meta["name"]))
+        if key in self.objects[rtype.group_resource]:
+            raise ApiError(409, "AlreadyExists", f'{rtype.plural} "{key[1]}" already exists')
+        if rtype.namespaced:
+            meta["namespace"] = key[0]
+        else:
+            meta.pop("namespace", None)
+        if rtype.status and not keep_status:
+            obj.pop("status", None)
+        meta["uid"] = meta.get("uid") or f"{next(self._uids):08x}-0000-4000-8000-000000000000"
+        meta["generation"] = 1
+        meta.setdefault("creationTimestamp", _now())
+        obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+        return self._commit(rtype, key, "ADDED", obj)
+
+    def replace(self, rtype: ResourceType, namespace: str, name: str, new: Obj, *,
+                subresource: str = "", check_version: bool = True) -> Obj:
+        """Write ``new`` over the stored object through the main resource or ``/status``."""
+        old = self.get(rtype, namespace, name)
+        new = copy.deepcopy(new)
+        wanted = str((new.get("metadata") or {}).get("resourceVersion") or "")
+        if check_version and wanted and wanted != old["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} '
+                                            f'"{name}": the object has been modified; please '
+                                            "apply your changes to the latest version")
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            if "status" in new:
+                merged["status"] = new["status"]
+            else:
+                merged.pop("status", None)
+            new = merged
+        elif rtype.status and subresource != "*":
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            else:
+                new.pop("status", None)
+        meta = new.setdefault("metadata", {})
+        for fixed in ("name", "namespace", "uid", "creationTimestamp"):
+            if fixed in old["metadata"]:
+                meta[fixed] = old["metadata"][fixed]
+        generation = int(old["metadata"].get("generation", 1))
+        meta["generation"] = generation + (_spec_part(new) != _spec_part(old))
+        new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
+        meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return old  # a no-op write does not bump the resourceVersion (like the server)
+        return self._commit(rtype, (namespace if rtype.namespaced else "", name), "MODIFIED",
+                            new)
+
+    def delete(self, rtype: ResourceType, namespace: str, name: str, *,
+               notify: bool = True) -> Obj:
+        old = copy.deepcopy(self.get(rtype, namespace, name))
+        key = (namespace if rtype.namespaced else "", name)
+        if not notify:  # the write happened (the version moves) but no watch hears of it
+            self.version += 1
+            del self.objects[rtype.group_resource][key]
+            return old
+        return self._commit(rtype, key, "DELETED", old)
+
+    def _commit(self, rtype: ResourceType, key: tuple[str, str], kind: str, obj: Obj) -> Obj:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        store = self.objects[rtype.group_resource]
+        if kind == "DELETED":
+            store.pop(key, None)
+        else:
+            store[key] = obj
+        self._publish(Event(self.version, kind, rtype.group_resource, copy.deepcopy(obj)))
+        if rtype.group_resource == CRDS:
+            self._crd_changed(kind, obj)
+        return obj
+
+    def _publish(self, event: Event) -> None:
+        self.history.append(event)
+        for watcher in self.watchers:
+            if watcher.resource == event.resource:
+                watcher.queue.put_nowait(event)
+
+    def _crd_changed(self, kind: str, crd: Obj) -> None:
+        spec = crd.get("spec", {})
+        group, plural = str(spec.get("group", "")), str(spec.get("names", {}).get("plural", ""))
+        for served in [k for k in self._types if k[0] == group and k[2] == plural]:
+            del self._types[served]
+        if kind != "DELETED":
+            for rtype in from_crd(crd):
+                self._serve(rtype)
+            return
+        # Deleting a CRD deletes every object of its kind.
+        store = self.objects.get((group, plural), {})
+        rtype_like = ResourceType(group=group, version="", plural=plural, kind="",
+                                  namespaced=True)
+        for key in list(store):
+            self._commit(rtype_like, key, "DELETED", copy.deepcopy(store[key]))
+
+    # ---- watch control ----------------------------------------------------------------
+    def since(self, resource: GroupResource, version: int) -> list[Event]:
+        """Events of ``resource`` after ``version``; ``410`` if the history no longer has them."""
+        if version < self.floor:
+            raise ApiError(410, "Expired", f"too old resource version: {version} "
+                                           f"({self.floor})")
+        return [e for e in self.history if e.version > version and e.resource == resource]
+
+    def control(self, token: str, resource: GroupResource | None = None) -> None:
+        for watcher in self.watchers:
+            if resource is None or watcher.resource == resource:
+                watcher.queue.put_nowait(Event(self.version, token, watcher.resource, {}))
+
+    def compact(self) -> None:
+        self.floor = self.version
+        self.history.clear()
