@@ -32,6 +32,7 @@ class Reason(StrEnum):
     UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
     NO_RULES = "NoRules"
     NPL_NOT_ENABLED = "NodePortLocalNotEnabled"
+    INVALID_BACKEND_MODE = "InvalidBackendMode"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
