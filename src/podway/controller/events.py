@@ -133,17 +133,29 @@ class EventRecorder:
         namespace = due.ref.namespace or self._cluster_ns
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
-            if key in self._sent:
+            if key in self._sent:  # this run wrote it: count up
                 name, count = self._sent[key]
+                self._sent[key] = (name, count + 1)
                 await self._core.patch_namespaced_event(
                     name, namespace, {"count": count + 1, "lastTimestamp": stamp},
                     _content_type="application/merge-patch+json")
-                self._sent[key] = (name, count + 1)
             else:
                 name = _event_name(due)
-                await self._core.create_namespaced_event(namespace, _event_body(
-                    due, name=name, namespace=namespace, stamp=stamp))
                 self._sent[key] = (name, 1)
+                try:
+                    await self._core.create_namespaced_event(namespace, _event_body(
+                        due, name=name, namespace=namespace, stamp=stamp))
+                except client.exceptions.ApiException as exc:
+                    if exc.status != 409:
+                        self._sent.pop(key, None)
+                        raise
+                    # Written before (a previous run of the controller): count it up.
+                    existing = await self._core.read_namespaced_event(name, namespace)
+                    count = (existing.count or 1) + 1
+                    await self._core.patch_namespaced_event(
+                        name, namespace, {"count": count, "lastTimestamp": stamp},
+                        _content_type="application/merge-patch+json")
+                    self._sent[key] = (name, count)
             metrics.EVENTS.labels(type=due.type, reason=due.reason).inc()
         except Exception as exc:  # best effort: an event never stops the controller
             log.warning("event %s %s on %s not written: %s", due.type, due.reason, due.ref,
