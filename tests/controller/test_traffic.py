@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -13,7 +14,19 @@ import pytest
 from podway.translate import BackendMode
 from tests.e2e.harness import echo_backend, free_port, get
 
-from .bed import Bed, edit, endpoint_slice, lb_service, members, options, pod
+from .bed import (
+    GW,
+    Bed,
+    edit,
+    endpoint_slice,
+    gateway,
+    gateway_class,
+    lb_service,
+    members,
+    options,
+    pod,
+    until,
+)
 
 pytestmark = pytest.mark.e2e
 POOL_SUFFIX = "/tcp"
@@ -132,3 +145,32 @@ async def test_controller_restart_under_load_drops_nothing(bed: Bed) -> None:
         await running.answered_by("pod", limit_s=30)  # reconnected and updated
         await running.more()
     assert running.failures == []
+
+
+async def test_engine_refusal_lands_as_a_condition_and_an_event(bed: Bed) -> None:
+    """A Gateway listener Envoy cannot bind (NACK) becomes Programmed=False on the Gateway's
+    status and an EngineRejected Warning event; the rest keeps serving."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", free_port()))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        bed.emu.install_gateway_api()
+        bed.emu.put("gatewayclasses", gateway_class(), group=GW)
+        bed.emu.put("gateways", gateway(port=taken), group=GW)
+        await bed.start()
+        await bed.until(lambda s: len(s.ir.listeners) == 1)
+        await bed.engine()
+        await bed.until(lambda s: bool(s.rejections))
+
+        def programmed() -> str | None:
+            obj = bed.emu.get("gateways", "default", "edge", group=GW) or {}
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            return next((c["status"] for c in conditions if c["type"] == "Programmed"), None)
+
+        await until(lambda: programmed() == "False")
+        await until(lambda: any(e.get("reason") == "EngineRejected"
+                                and e["involvedObject"]["name"] == "edge"
+                                for e in bed.emu.events))
+    finally:
+        holder.close()
