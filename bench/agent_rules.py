@@ -5,6 +5,7 @@ Measures, for nftables (through libnftables, the default, and through the ``nft`
 of one incremental add or remove with 1,000 mappings in place (each change is one batch, one
 process: what a worker does for one pod). Targets: full sync of 1,000 <= 200 ms; single change
 p99 <= 10 ms with nftables. Needs root (it creates a namespace); prints a reason otherwise.
+Every time is also printed as a ratio to the machine-speed reference (``bench/speedref.py``).
 
     .venv/bin/python bench/agent_rules.py [--changes 200]
 """
@@ -21,6 +22,8 @@ import sys
 import time
 import uuid
 
+from speedref import Reference, measure
+
 from podway.agent.rules import make_rules
 from podway.agent.types import Rule
 
@@ -36,7 +39,7 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def bench_backend(kind: str, netns: str, changes: int) -> list[str]:
+async def bench_backend(kind: str, netns: str, changes: int, ref: Reference) -> list[str]:
     rules = make_rules(kind.removesuffix("-cli"), netns=netns, nft_lib=not kind.endswith("-cli"))
     lines = []
     try:
@@ -48,7 +51,8 @@ async def bench_backend(kind: str, netns: str, changes: int) -> list[str]:
             installed = await rules.installed()
             assert installed is not None
             assert len(installed) == count, (kind, count, len(installed))
-            lines.append(f"{kind:12} full sync {count:5} mappings: {took:8.1f} ms")
+            lines.append(f"{kind:12} full sync {count:5} mappings: {took:8.1f} ms "
+                         f"({ref.ratio(took / 1000)})")
         await rules.sync(mappings(1000))
         add_ms: list[float] = []
         remove_ms: list[float] = []
@@ -62,10 +66,13 @@ async def bench_backend(kind: str, netns: str, changes: int) -> list[str]:
             await rules.apply(add=[], remove=[extra])
             remove_ms.append((time.perf_counter() - start) * 1000)
         both = add_ms + remove_ms
+        def fig(millis: float) -> str:
+            return f"{millis:.1f} ms ({ref.ratio(millis / 1000)})"
+
         lines.append(f"{kind:12} single change, 1000 in place: add p50 "
-                     f"{statistics.median(add_ms):.1f} ms p99 {p(add_ms, 0.99):.1f} ms; "
-                     f"remove p50 {statistics.median(remove_ms):.1f} ms "
-                     f"p99 {p(remove_ms, 0.99):.1f} ms; all p99 {p(both, 0.99):.1f} ms")
+                     f"{fig(statistics.median(add_ms))} p99 {fig(p(add_ms, 0.99))}; "
+                     f"remove p50 {fig(statistics.median(remove_ms))} "
+                     f"p99 {fig(p(remove_ms, 0.99))}; all p99 {fig(p(both, 0.99))}")
     finally:
         await rules.cleanup()
         rules.close()
@@ -79,6 +86,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("skipped: needs root to create a network namespace")
         return 0
+    ref = measure()
+    print(ref.describe(), flush=True)
     netns = f"pwbench-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
@@ -87,10 +96,11 @@ def main() -> int:
             if shutil.which(tool) is None:
                 print(f"{kind}: skipped ({tool} not installed)")
                 continue
-            for line in asyncio.run(bench_backend(kind, netns, args.changes)):
+            for line in asyncio.run(bench_backend(kind, netns, args.changes, ref)):
                 print(line)
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
+    print(ref.check_again())
     return 0
 
 

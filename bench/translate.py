@@ -8,6 +8,9 @@ endpoint update must not grow with the cluster.
 Then Gateway API: N HTTPRoutes x 3 rules on one Gateway, translated with every route's and
 listener's status in the same pass. Target: 1,000 routes ≤ 100 ms.
 
+Every time is also printed as a ratio to the machine-speed reference measured first
+(``bench/speedref.py``), so runs on different days compare.
+
     python bench/translate.py [--sizes 1000,10000] [--runs 5] [--gateway-routes 1000]
 """
 
@@ -19,6 +22,8 @@ import statistics
 import time
 import tracemalloc
 from typing import Any
+
+from speedref import Reference, measure
 
 from podway.model import EndpointSlice, Ingress, K8sObject, Service, Snapshot
 from podway.model.loader import parse_object
@@ -66,8 +71,8 @@ def cluster(paths: int) -> Snapshot:
     return Snapshot.of_objects(objects)
 
 
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.2f} ms"
+def ms(seconds: float, ref: Reference) -> str:
+    return f"{seconds * 1000:8.2f} ms ({ref.ratio(seconds)})"
 
 
 def timed_translations(snapshot: Snapshot, runs: int) -> tuple[Result, list[float]]:
@@ -81,7 +86,7 @@ def timed_translations(snapshot: Snapshot, runs: int) -> tuple[Result, list[floa
     return result, times
 
 
-def bench(paths: int, runs: int) -> None:
+def bench(paths: int, runs: int, ref: Reference) -> None:
     snapshot = cluster(paths)
     result, times = timed_translations(snapshot, runs)
     routes = sum(len(v.routes) for lst in result.ir.listeners for v in lst.virtual_hosts)
@@ -117,11 +122,13 @@ def bench(paths: int, runs: int) -> None:
         inc.update(snapshot, changed=[(Ingress.KIND, ingress.key)])
         structural.append(time.perf_counter() - start)
     print(f"{paths:>6} paths ({routes} routes, {len(result.ir.pools)} pools, {members} members)")
-    print(f"    full translation   median {ms(statistics.median(times))}  min {ms(min(times))}")
+    print(f"    full translation   median {ms(statistics.median(times), ref)}  "
+          f"min {ms(min(times), ref)}")
     print(f"    peak memory        {peak / 2**20:8.1f} MiB (allocated during one translation)")
-    print(f"    endpoint update    p50 {ms(p50)}  p99 {ms(p99)}  (one EndpointSlice changed)")
-    print(f"    ingress update     p50 {ms(statistics.median(structural))}  max "
-          f"{ms(max(structural))}  (one Ingress changed: structure re-run, parts reused)")
+    print(f"    endpoint update    p50 {ms(p50, ref)}  p99 {ms(p99, ref)}  "
+          "(one EndpointSlice changed)")
+    print(f"    ingress update     p50 {ms(statistics.median(structural), ref)}  max "
+          f"{ms(max(structural), ref)}  (one Ingress changed: structure re-run, parts reused)")
 
 
 GW = "gateway.networking.k8s.io/v1"
@@ -165,7 +172,7 @@ def gateway_cluster(routes: int) -> Snapshot:
     return Snapshot.of_objects(objects)
 
 
-def bench_gateway(routes: int, runs: int) -> None:
+def bench_gateway(routes: int, runs: int, ref: Reference) -> None:
     snapshot = gateway_cluster(routes)
     result, times = timed_translations(snapshot, runs)
     statuses = sum(1 for ref in result.statuses if ref.kind == "HTTPRoute")
@@ -180,9 +187,9 @@ def bench_gateway(routes: int, runs: int) -> None:
         gw.statuses()
         status_times.append(time.perf_counter() - start)
     print(f"{routes:>6} HTTPRoutes x 3 rules ({ir_routes} IR routes, {statuses} route statuses)")
-    print(f"    full translation   median {ms(statistics.median(times))}  min {ms(min(times))}"
-          "  (IR + every status)")
-    print(f"    of which statuses  median {ms(statistics.median(status_times))}")
+    print(f"    full translation   median {ms(statistics.median(times), ref)}  "
+          f"min {ms(min(times), ref)}  (IR + every status)")
+    print(f"    of which statuses  median {ms(statistics.median(status_times), ref)}")
 
 
 def main() -> None:
@@ -191,10 +198,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--gateway-routes", default="1000")
     args = parser.parse_args()
+    ref = measure()
+    print(ref.describe())
     for size in (int(s) for s in args.sizes.split(",")):
-        bench(size, args.runs)
+        bench(size, args.runs, ref)
     for size in (int(s) for s in args.gateway_routes.split(",") if s):
-        bench_gateway(size, args.runs)
+        bench_gateway(size, args.runs, ref)
+    print(ref.check_again())
 
 
 if __name__ == "__main__":

@@ -9,6 +9,11 @@ For each size (default 1,000 and 10,000 routes, 10 paths per host, one pool per 
   ``cache.set`` → EDS ACK (push only), p50/p99.
 * added latency (once): p50 of sequential keep-alive requests via Envoy minus direct.
 
+Machine speed varies from day to day, so the run first measures a pure-Python reference
+(``bench/speedref.py``) and prints every control-plane time also as a ratio to it; the data
+plane's reference is a static Envoy (no xDS) measured in the same run. Figures print as they
+are measured, with a line before each step.
+
 Targets (issue 3): new route ≤ 100 ms p99 with 1,000 routes; endpoint push ≤ 20 ms; Envoy adds
 ≤ 0.2 ms p50 on loopback.
 
@@ -28,8 +33,11 @@ import time
 from pathlib import Path
 from types import MappingProxyType
 
+from speedref import Reference, measure, static_envoy
+
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
+from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.ir import IR, Member
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
@@ -116,10 +124,26 @@ class Acks:
         return future
 
 
-async def bench_size(routes: int, tries: int, echo_port: int) -> dict[str, str]:
-    out: dict[str, str] = {}
+class Figures:
+    """Prints each figure the moment it is measured (a 10,000-route run takes a while), in ms
+    and as a ratio to the machine-speed reference."""
+
+    def __init__(self, ref: Reference) -> None:
+        self.ref = ref
+
+    def step(self, text: str) -> None:
+        print(f"  .. {text}", flush=True)
+
+    def time(self, name: str, *seconds: float, digits: int = 1) -> None:
+        values = " / ".join(f"{s * 1000:.{digits}f}" for s in seconds)
+        ratios = " / ".join(self.ref.ratio(s) for s in seconds)
+        print(f"  {name:48} {values} ms ({ratios})", flush=True)
+
+
+async def bench_size(routes: int, tries: int, echo_port: int, out: Figures) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        out.step(f"writing {routes} routes, starting Podway and Envoy")
         manifests(root, routes, echo_port)
         http_port = free_port()
         acks = Acks()
@@ -136,21 +160,24 @@ async def bench_size(routes: int, tries: int, echo_port: int) -> dict[str, str]:
             assert engine is not None
             await engine.wait_ready(limit_s=120)
             await asyncio.wait_for(rds_ack, 120)
-            out["first config served"] = f"{(time.perf_counter() - began) * 1000:.0f} ms"
+            out.time("first config served", time.perf_counter() - began, digits=0)
             ir = state.ir
+            out.step("building resources")
             _build_times(ir, out)
+            out.step("pushing the whole config")
             await _push_time(standalone, acks, ir, out)
+            out.step(f"adding {tries} routes, one at a time")
             await _new_route(standalone, root, http_port, tries, out)
+            out.step(f"changing endpoints {tries} times")
             await _endpoint_change(standalone, root, acks, ir, tries=tries, echo_port=echo_port,
                                    out=out)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    return out
 
 
-def _build_times(ir: IR, out: dict[str, str]) -> None:
+def _build_times(ir: IR, out: Figures) -> None:
     cold = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -164,8 +191,8 @@ def _build_times(ir: IR, out: dict[str, str]) -> None:
     t0 = time.perf_counter()
     builder.build(moved)
     warm = time.perf_counter() - t0
-    out["build, cold (median of 3)"] = f"{statistics.median(cold) * 1000:.1f} ms"
-    out["build, one endpoint changed"] = f"{warm * 1000:.2f} ms"
+    out.time("build, cold (median of 3)", statistics.median(cold))
+    out.time("build, one endpoint changed", warm, digits=2)
 
 
 def _moved(pool, n: int):  # type: ignore[no-untyped-def]
@@ -174,7 +201,7 @@ def _moved(pool, n: int):  # type: ignore[no-untyped-def]
     return replace(pool, members=(Member(address=f"127.0.0.{2 + n % 200}", port=1),))
 
 
-async def _push_time(standalone: Standalone, acks: Acks, ir: IR, out: dict[str, str]) -> None:
+async def _push_time(standalone: Standalone, acks: Acks, ir: IR, out: Figures) -> None:
     """Whole config replaced (every route name changes) → ACK of the new route table."""
     # Re-pushing identical content is a no-op, so push an empty config and then the real one.
     cache = standalone.pipeline.cache
@@ -187,11 +214,11 @@ async def _push_time(standalone: Standalone, acks: Acks, ir: IR, out: dict[str, 
     t0 = time.perf_counter()
     cache.set(resources)
     acked = await asyncio.wait_for(done, 120)
-    out["push whole config → route ACK"] = f"{(acked - t0) * 1000:.0f} ms"
+    out.time("push whole config → route ACK", acked - t0, digits=0)
 
 
 async def _new_route(standalone: Standalone, root: Path, port: int, tries: int,
-                     out: dict[str, str]) -> None:
+                     out: Figures) -> None:
     times = []
     for i in range(tries):
         host = f"new{i}.bench.test"
@@ -208,12 +235,11 @@ async def _new_route(standalone: Standalone, root: Path, port: int, tries: int,
             if await status_of(port, host, "/app0") == 200:
                 break
         times.append(time.perf_counter() - t0)
-    out["new route 404→200 p50 / p99"] = (f"{pct(times, 0.5) * 1000:.0f} / "
-                                          f"{pct(times, 0.99) * 1000:.0f} ms")
+    out.time("new route 404→200 p50 / p99", pct(times, 0.5), pct(times, 0.99), digits=0)
 
 
 async def _endpoint_change(standalone: Standalone, root: Path, acks: Acks, ir: IR, *,
-                           tries: int, echo_port: int, out: dict[str, str]) -> None:
+                           tries: int, echo_port: int, out: Figures) -> None:
     pipeline, push = [], []
     for i in range(tries):
         done = acks.next(types.ENDPOINT)
@@ -237,13 +263,33 @@ endpoints: [{{addresses: [127.0.0.{2 + i}], conditions: {{ready: {str(i % 2 == 0
         t0 = time.perf_counter()
         standalone.pipeline.cache.set(resources)
         push.append(await asyncio.wait_for(done, 10) - t0)
-    out["endpoint change: file write → EDS ACK p50 / p99"] = (
-        f"{pct(pipeline, 0.5) * 1000:.1f} / {pct(pipeline, 0.99) * 1000:.1f} ms")
-    out["endpoint change: cache.set → EDS ACK p50 / p99"] = (
-        f"{pct(push, 0.5) * 1000:.1f} / {pct(push, 0.99) * 1000:.1f} ms")
+    out.time("endpoint change: file write → EDS ACK p50 / p99", pct(pipeline, 0.5),
+             pct(pipeline, 0.99))
+    out.time("endpoint change: cache.set → EDS ACK p50 / p99", pct(push, 0.5), pct(push, 0.99))
+
+
+async def static_envoy_latency(echo_port: int, requests: int) -> list[float]:
+    """The data-plane reference: the same requests through an Envoy with a static config."""
+    port = free_port()
+    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0,
+                                  bootstrap=static_envoy(port, echo_port)))
+    task = asyncio.create_task(engine.run(), name="static-envoy")
+    try:
+        await engine.wait_ready()
+        for _ in range(200):  # the listener binds a moment after LIVE
+            with contextlib.suppress(OSError):
+                if await status_of(port, "static.test", "/app0") == 200:
+                    break
+            await asyncio.sleep(0.05)
+        return await _sequential(port, "static.test", requests)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def added_latency(echo_port: int, requests: int) -> dict[str, str]:
+    static = await static_envoy_latency(echo_port, requests)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         manifests(root, 10, echo_port)
@@ -266,8 +312,11 @@ async def added_latency(echo_port: int, requests: int) -> dict[str, str]:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+    reference = pct(static, 0.5)
     return {"direct p50": f"{pct(direct, 0.5) * 1e3:.3f} ms",
-            "via Envoy p50": f"{pct(via, 0.5) * 1e3:.3f} ms",
+            "via static Envoy p50 (data-plane reference)": f"{reference * 1e3:.3f} ms",
+            "via Podway's Envoy p50": f"{pct(via, 0.5) * 1e3:.3f} ms "
+                                      f"({pct(via, 0.5) / reference:.3g}x static Envoy)",
             "added p50": f"{(pct(via, 0.5) - pct(direct, 0.5)) * 1e3:.3f} ms"}
 
 
@@ -295,6 +344,9 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    ref = measure()
+    print(ref.describe(), flush=True)
+    out = Figures(ref)
     echo_port = free_port()
     started = asyncio.Event()
     echo = asyncio.create_task(serve(EchoOptions(port=echo_port, identity=Identity(name="b")),
@@ -302,12 +354,13 @@ async def main() -> None:
     await started.wait()
     try:
         for size in (int(s) for s in args.sizes.split(",")):
-            print(f"-- {size} routes")
-            for key, value in (await bench_size(size, args.tries, echo_port)).items():
-                print(f"  {key:48} {value}")
-        print("-- added latency (sequential keep-alive HTTP/1.1, loopback)")
+            print(f"-- {size} routes", flush=True)
+            await bench_size(size, args.tries, echo_port, out)
+        print("-- added latency (sequential keep-alive HTTP/1.1, loopback; data-plane reference: "
+              "the same requests through an Envoy with a static config)", flush=True)
         for key, value in (await added_latency(echo_port, args.requests)).items():
             print(f"  {key:48} {value}")
+        print(ref.check_again())
     finally:
         echo.cancel()
         with contextlib.suppress(asyncio.CancelledError):

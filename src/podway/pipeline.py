@@ -14,6 +14,8 @@ Invariants:
 * ``State.version`` grows with every published state; ``State.generation`` counts the source
   updates applied (an engine decision publishes a new version with the same generation).
 * ``states()`` coalesces: a slow reader sees the newest state when it wakes, never a backlog.
+* When ``run`` ends (cancelled, or the source failed), ``wait_for`` raises ``PipelineStopped``
+  and ``states()`` ends: no reader waits forever for a state that cannot come.
 * Rejections are per (engine node, xDS type, resource). One clears when its resource is gone
   from the config, or when its content changed and the engine then ACKed that type; a rejection
   that names no resource clears at the next ACK of its type. Nothing else clears them, so the
@@ -30,6 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
+from podway.errors import PodwayError
 from podway.ir import IR
 from podway.sources.base import Source, SourceUpdate
 from podway.translate import IncrementalTranslator, Problem, Result, TranslateOptions
@@ -39,6 +42,10 @@ from podway.xds.cache import Cache
 from podway.xds.protocol import Ack, Event, Nack
 
 log = logging.getLogger(__name__)
+
+
+class PipelineStopped(PodwayError):
+    """Awaited a state from a pipeline that is no longer running."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +112,7 @@ class Pipeline:
         self._published = asyncio.Event()  # replaced by a fresh one at each publish
         self._rejections: dict[tuple[str, str, str], Rejection] = {}
         self._versions = 0
+        self._stopped = False  # run() ended: no state will come any more
 
     @property
     def state(self) -> State | None:
@@ -112,7 +120,19 @@ class Pipeline:
         return self._state
 
     async def run(self) -> None:
-        """Apply every update of the source until cancelled."""
+        """Apply every update of the source until cancelled.
+
+        When it ends (cancelled, the source failed or ran out), waiters are woken and get
+        ``PipelineStopped`` instead of waiting for a state that will never come.
+        """
+        try:
+            await self._run()
+        finally:
+            self._stopped = True
+            published, self._published = self._published, asyncio.Event()
+            published.set()
+
+    async def _run(self) -> None:
         reported: tuple[Problem, ...] = ()
         async for update in self.source.watch():
             state = self.apply(update)
@@ -154,18 +174,25 @@ class Pipeline:
             self._publish(_replace_rejections(self._state, after, self._next_version()))
 
     async def wait_for(self, predicate: Callable[[State], bool]) -> State:
-        """The first published state (the current one included) that satisfies ``predicate``."""
+        """The first published state (the current one included) that satisfies ``predicate``;
+        ``PipelineStopped`` once ``run`` has ended without one."""
         while True:
             state, published = self._state, self._published
             if state is not None and predicate(state):
                 return state
+            if self._stopped:
+                raise PipelineStopped("the pipeline stopped before the awaited state")
             await published.wait()
 
     async def states(self) -> AsyncIterator[State]:
-        """The current state (if any), then each newer one; coalesced for slow readers."""
+        """The current state (if any), then each newer one; coalesced for slow readers. Ends
+        when the pipeline's ``run`` ends."""
         seen = 0
         while True:
-            state = await self.wait_for(functools.partial(_newer_than, seen))
+            try:
+                state = await self.wait_for(functools.partial(_newer_than, seen))
+            except PipelineStopped:
+                return  # the run ended: so do its readers
             seen = state.version
             yield state
 

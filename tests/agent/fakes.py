@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -81,3 +82,16 @@ class FakeOpener:
             raise OSError(errno.EADDRINUSE, "in use")
         self.held.add(key)
         return FakeHeld(self, key)
+
+
+class SlowRules(FakeRules):
+    """A backend whose kernel writes take time, as a real nft/iptables-restore call does: the
+    change lands only after the write, so a drift check in between sees the kernel as it is."""
+
+    def __init__(self, write_s: float = 0.002) -> None:
+        super().__init__()
+        self.write_s = write_s
+
+    async def apply(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
+        await asyncio.sleep(self.write_s)
+        await super().apply(add=add, remove=remove)

@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 from builders import NODE, eventually, node_obj, pod_obj, service_obj, settled
-from fakes import FakeOpener, FakeRules
+from fakes import FakeOpener, FakeRules, SlowRules
 from harness import StartAgent
 
 from podway.agent.metrics import make_app, serve
@@ -348,3 +348,28 @@ async def test_resync_failure_is_logged_not_fatal(emu: KubeEmulator,
     agent = await start_agent(rules=BrokenRules())
     await agent.resync()
     assert agent.metrics.errors.labels(stage="resync")._value.get() == 1
+
+
+async def test_churn_with_frequent_resync_finds_no_drift(emu: KubeEmulator,
+                                                         start_agent: StartAgent) -> None:
+    """Bulk pod adds and removes while resync runs every few ms: 0 drift repairs, as nothing
+    touched the kernel behind the agent's back (the resync must not race the reconcile)."""
+    emu.put("nodes", node_obj())
+    emu.put("services", service_obj())
+    rules = SlowRules()
+    agent = await start_agent(rules=rules, resync=0.003, port_range="61000-61100")
+    for _ in range(3):
+        for i in range(30):
+            emu.put("pods", pod_obj(f"p{i}", ip=f"198.18.1.{i + 10}"))
+        await eventually(lambda: len(rules.rules) == 30, within=20)
+        for i in range(30):
+            emu.delete("pods", "default", f"p{i}")
+        await eventually(lambda: rules.rules == set(), within=20)
+    assert rules.repairs == 0
+    assert agent.metrics.drift_repairs._value.get() == 0
+    # A real difference is still repaired: the kernel loses a rule behind the agent's back.
+    emu.put("pods", pod_obj("p1"))
+    await eventually(lambda: len(rules.rules) == 1)
+    rules.kernel.clear()
+    await eventually(lambda: rules.repairs == 1)
+    assert len(rules.rules) == 1

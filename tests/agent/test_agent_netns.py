@@ -325,3 +325,43 @@ async def test_cli_agent_process_serves_health_metrics_and_traffic(
         stdout=asyncio.subprocess.DEVNULL)
     assert await cli.wait() == 0
     assert leftovers(lab) == []
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_agent_churn_is_not_drift_but_a_hand_deletion_is(
+        lab: Lab, kind: str, emu: KubeEmulator, start_agent: StartAgent) -> None:
+    """Real kernel: bulk pod adds/removes under a fast resync log 0 repairs; a rule deleted by
+    hand afterwards is repaired and serves again."""
+    emu.put("nodes", node_obj(internal=NODE_IP))
+    emu.put("services", service_obj())
+    opener = KernelSocketOpener(netns=lab.node)
+    rules = backend(kind, lab.node)
+    try:
+        agent = await start_agent(rules=rules, opener=opener, port_range="61000-61100",
+                                  resync=0.05)
+        for _ in range(2):
+            for i in range(20):
+                emu.put("pods", pod_obj(f"bulk{i}", ip=f"198.18.9.{i + 10}"))
+            await eventually(lambda: len(list(agent.table)) == 20, within=30)
+            await settled(agent, within=30)
+            for i in range(20):
+                emu.delete("pods", "default", f"bulk{i}")
+            await eventually(lambda: not list(agent.table), within=30)
+            await settled(agent, within=30)
+        assert agent.metrics.drift_repairs._value.get() == 0
+        emu.put("pods", pod_obj("pod1", ip=POD_IPS["pod1"]))
+        await eventually(lambda: emu.annotation("default", "pod1", ANN))
+        value = emu.annotation("default", "pod1", ANN)
+        assert value is not None
+        port = json.loads(value)[0]["nodePort"]
+        hand_delete(lab, kind, to("pod1", port))
+        await eventually(lambda: agent.metrics.drift_repairs._value.get() == 1)
+        reply = await asyncio.to_thread(lab.ask, "tcp", NODE_IP, port)
+        assert reply is not None
+        assert reply.startswith("pod1 ")
+        await start_agent.stop(agent)
+    finally:
+        opener.close()
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []

@@ -242,8 +242,14 @@ async def test_stop_drains_so_an_in_flight_request_completes(tmp_path: Path) -> 
         backend = await stack.start_echo("web")
         stack.write("web.yaml", backend_manifests("web", backend) + "---\n" + INGRESS)
         await stack.start()
+        address = await (await stack.engine()).wait_started()
         slow = asyncio.create_task(get(stack.http_port, "shop.test", "/delay/700"))
-        await asyncio.sleep(0.2)  # the request is in Envoy and at the backend
+
+        async def in_flight() -> bool:  # Envoy holds it, sent upstream, not yet answered
+            active = await admin.stats(address, r"upstream_rq_active$")
+            return any(v >= 1 for k, v in active.items() if "web" in k)
+
+        await eventually(in_flight)
         assert not slow.done()
         engine_task = stack.tasks.pop()  # the standalone: stopping it stops Envoy
         engine_task.cancel()

@@ -16,6 +16,7 @@ import trustme
 
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
+from podway.engine import admin
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.ir import (
@@ -45,7 +46,7 @@ from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.server import XdsServer
 
-from .harness import free_port, get
+from .harness import eventually, free_port, get
 
 pytestmark = pytest.mark.e2e
 REF = ObjectRef("HTTPRoute", "default", "r")
@@ -69,7 +70,13 @@ async def serving(ir: IR) -> AsyncIterator[None]:
     task = asyncio.create_task(engine.run())
     try:
         await engine.wait_ready(limit_s=20)
-        await asyncio.sleep(0.1)  # listeners bind right after LIVE
+        address = await engine.wait_started()
+
+        async def bound() -> bool:  # listeners bind right after LIVE
+            found = await admin.stats(address, r"listener_manager\.total_listeners_active$")
+            return found.get("listener_manager.total_listeners_active", 0) >= len(ir.listeners)
+
+        await eventually(bound)
         yield
     finally:
         task.cancel()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import trustme
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine import admin
+from podway.engine.bootstrap import XDS_CLUSTER, BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
@@ -58,7 +59,17 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, s
                              xds_client_key_pem=client_cert.private_key_pem.bytes().decode()))))
         tasks.append(asyncio.create_task(engine.run()))
         if not ok:
-            await asyncio.sleep(1.5)
+            # Wait for the event itself — Envoy refused the server's certificate — then check
+            # that no stream came of it (no sleeping and hoping nothing happened).
+            address = await engine.wait_started()
+
+            async def refused() -> bool:
+                found = await admin.stats(address, f"{XDS_CLUSTER}.ssl.")
+                return any(v > 0 for k, v in found.items()
+                           if k.endswith(("fail_verify_san", "fail_verify_error",
+                                          "connection_error")))
+
+            await eventually(refused, limit_s=20)
             assert controller.server.servicer.streams == 0
             return
         await engine.wait_ready(limit_s=20)

@@ -9,7 +9,7 @@ import pytest
 
 from podway.model import Snapshot
 from podway.model.loader import load_text
-from podway.pipeline import Pipeline, State, refused_names
+from podway.pipeline import Pipeline, PipelineStopped, State, refused_names
 from podway.sources.base import Source, SourceUpdate
 from podway.translate import TranslateOptions
 from podway.xds import types
@@ -163,3 +163,24 @@ def test_refused_names_match_whole_names_only() -> None:
     assert refused_names(message, ["service/a/b/80/tcp", "service/a/b/8080/tcp",
                                    "ingress/http", "ingress/https"]) == (
         "ingress/http", "service/a/b/8080/tcp")
+
+
+class FailingSource:
+    """A source whose watch dies after one update (a folder watch that failed for good)."""
+
+    async def watch(self) -> AsyncIterator[SourceUpdate]:
+        yield update(WEB)
+        raise OSError("watch failed")
+
+
+async def test_a_failed_source_wakes_waiters_instead_of_leaving_them_waiting() -> None:
+    """The source's failure surfaces from run(), and a reader awaiting a later state is told."""
+    pipe = Pipeline(FailingSource(), translate=TranslateOptions(address="127.0.0.1"))
+    waiter = asyncio.create_task(pipe.wait_for(lambda s: s.generation >= 2))
+    with pytest.raises(OSError, match="watch failed"):
+        await pipe.run()
+    with pytest.raises(PipelineStopped):
+        await asyncio.wait_for(waiter, 5)
+    assert pipe.state is not None
+    assert pipe.state.generation == 1
+    assert [state.generation async for state in pipe.states()] == [1]  # then it ends

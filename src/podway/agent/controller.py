@@ -67,6 +67,10 @@ class Agent:
         self.restored = asyncio.Event()
         self._starved: set[PodKey] = set()
         self._noted: set[str] = set()
+        # Held while the port table and the kernel disagree on purpose: by a reconcile from its
+        # first table change until the backend confirmed the write, and by the drift check. So
+        # a resync never sees a change in flight and mistakes it for drift.
+        self._table_lock = asyncio.Lock()
 
     # ---- run -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -159,7 +163,9 @@ class Agent:
     async def resync(self) -> None:
         try:
             # The port table is the source of truth, not what the backend last heard.
-            if await self.rules.repair(lambda: [entry.rule for entry in self.table]):
+            async with self._table_lock:
+                repaired = await self.rules.repair(lambda: [entry.rule for entry in self.table])
+            if repaired:
                 self.metrics.drift_repairs.inc()
                 log.warning("event=rules-drift action=repaired backend=%s", self.rules.name)
         except (RulesError, OSError) as exc:
@@ -184,8 +190,22 @@ class Agent:
                     self._noted.add(note)
                     log.info("pod=%s note=%r", key, note)
             ip = reconcile.pod_ipv4(pod)
-        decided = reconcile.plan(current=self.table.entries(key), wanted=wanted, pod_ip=ip)
+        async with self._table_lock:
+            exhausted = await self._apply_plan(key, wanted=wanted, ip=ip)
+        self._update_gauges()
 
+        if pod is not None:
+            await self._write_annotation(key, pod, wanted=wanted if active else frozenset(),
+                                         pod_ip=ip)
+        if exhausted:
+            await self._exhausted(key, pod)
+        else:
+            self._starved.discard(key)
+
+    async def _apply_plan(self, key: PodKey, *, wanted: frozenset[Target],
+                          ip: str | None) -> bool:
+        """Change the table and the kernel together for one pod; True if ports ran out."""
+        decided = reconcile.plan(current=self.table.entries(key), wanted=wanted, pod_ip=ip)
         add: list[Rule] = []
         allocated: list[Entry] = []
         readdressed: list[Entry] = []
@@ -213,15 +233,7 @@ class Agent:
             raise
         for entry in decided.release:
             self.table.release(entry)
-        self._update_gauges()
-
-        if pod is not None:
-            await self._write_annotation(key, pod, wanted=wanted if active else frozenset(),
-                                         pod_ip=ip)
-        if exhausted:
-            await self._exhausted(key, pod)
-        else:
-            self._starved.discard(key)
+        return exhausted
 
     async def _write_annotation(self, key: PodKey, pod: Pod, *,
                                 wanted: frozenset[Target], pod_ip: str | None) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures.thread import BrokenThreadPool
+
+from podway.errors import ConfigError
 
 _CLONE_NEWNET = 0x40000000
 
@@ -27,10 +30,18 @@ def enter_netns(name: str) -> None:
 
 
 def single_thread(*, netns: str | None, name: str) -> ThreadPoolExecutor:
-    """A one-thread executor, inside ``netns`` when given; fails now if it cannot join."""
+    """A one-thread executor, inside ``netns`` when given; fails now, with a ``ConfigError``
+    naming the namespace, if it cannot join."""
     if netns is None:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    if not os.path.exists(f"/run/netns/{netns}"):
+        raise ConfigError(f"--netns {netns}: no such network namespace (see `ip netns list`)")
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{name}-{netns}",
                               initializer=enter_netns, initargs=(netns,))
-    pool.submit(lambda: None).result()
+    try:
+        pool.submit(lambda: None).result()
+    except BrokenThreadPool:
+        pool.shutdown(wait=False)
+        raise ConfigError(f"--netns {netns}: cannot join this network namespace "
+                          "(root or CAP_SYS_ADMIN needed)") from None
     return pool

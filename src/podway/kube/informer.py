@@ -77,6 +77,13 @@ class Informer:
         self._progress = False  # the current watch delivered something (bookmarks count)
         self.ready = asyncio.Event()  # set after the first complete list
         self.relists = 0  # lists after the first (410s, failures): a metric for callers
+        self._report_all = False
+
+    def report_all_on_next_list(self) -> None:
+        """Make the next (re-)list hand every object to the handler, changed or not (for a
+        consumer whose filter widened: say a namespace now selected). The caller restarts
+        ``run`` to list now."""
+        self._report_all = True
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -139,7 +146,7 @@ class Informer:
             before = self._known.get(key)
             if before is None:
                 self._handler("ADDED", self._transform(item))
-            elif before != version:
+            elif before != version or self._report_all:
                 self._handler("MODIFIED", self._transform(item))
         for key, version in self._known.items():
             if key not in seen:
@@ -147,6 +154,7 @@ class Informer:
                                      "resourceVersion": version}}
                 self._handler("DELETED", stub)
         self._known = seen
+        self._report_all = False
         return str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     async def _watch(self, version: str) -> str:

@@ -1,18 +1,16 @@
 """Object status as data: what the translator would write to each object's ``status``.
 
-The translator computes statuses in the same pass as the IR; a writer (the controller, or
-``--status-file`` / ``podway validate`` in standalone mode) turns them into API payloads with
-``to_api``. No timestamps here: ``lastTransitionTime`` belongs to the writer, which knows the
-previous status; keeping it out makes results comparable and golden files stable.
+The translator computes statuses in the same pass as the IR; the status document
+(``podway.status``) applies what engines refused and writers (the controller, ``--status-file``,
+``podway validate``) turn them into API payloads with ``to_api``. No timestamps here:
+``lastTransitionTime`` belongs to the writer, which knows the previous status; keeping it out
+makes results comparable and golden files stable.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from podway.model.base import ObjectRef
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,9 +60,6 @@ class ObjectStatus:
     listeners: tuple[ListenerStatus, ...] = ()  # Gateway
     parents: tuple[ParentStatus, ...] = ()  # routes (and policies, as ancestors)
 
-    def condition(self, type_: str) -> Condition | None:
-        return next((c for c in self.conditions if c.type == type_), None)
-
 
 def _condition(c: Condition) -> dict[str, Any]:
     status = "Unknown" if c.status is None else ("True" if c.status else "False")
@@ -109,15 +104,3 @@ def _parent_ref(ref: ParentRef) -> dict[str, Any]:
         out["port"] = ref.port
     return out
 
-
-def statuses_to_api(statuses: Mapping[ObjectRef, ObjectStatus]) -> list[dict[str, Any]]:
-    """Every status as ``{kind, namespace, name, status}``, sorted by object."""
-    out = []
-    for ref in sorted(statuses):
-        item: dict[str, Any] = {"kind": ref.kind}
-        if ref.namespace:
-            item["namespace"] = ref.namespace
-        item["name"] = ref.name
-        item["status"] = to_api(statuses[ref], kind=ref.kind)
-        out.append(item)
-    return out

@@ -95,3 +95,12 @@ def test_bad_kubeconfig_content_is_one_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"error: --kubeconfig {bad}: not a usable kubeconfig")
+
+
+def test_unknown_netns_is_one_line() -> None:
+    """A network namespace that does not exist is named in one line, not a thread traceback."""
+    from podway.agent.netns import single_thread
+    from podway.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--netns podway-no-such-ns: no such network namespace"):
+        single_thread(netns="podway-no-such-ns", name="t")

@@ -10,7 +10,7 @@ from podway.kube.emulator.patching import (
     merge_patch,
     strategic_merge_patch,
 )
-from podway.kube.emulator.selectors import SelectorError, field_selector, label_selector
+from podway.kube.selectors import SelectorError, field_selector, label_selector
 
 
 def test_merge_patch_deletes_with_null_and_replaces_lists() -> None:

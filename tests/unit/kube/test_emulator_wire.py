@@ -172,6 +172,12 @@ async def test_patch_formats_and_conflicts(emu: KubeEmulator, api: client.ApiCli
     with pytest.raises(ApiException) as err:
         await coord.create_namespaced_lease("default", lease)
     assert err.value.status == 409
+    await client.EventsV1Api(api).create_namespaced_event("default", {
+        "metadata": {"name": "e1"}, "reason": "Synced", "type": "Normal",
+        "eventTime": "2026-01-01T00:00:00.000000Z", "action": "Sync",
+        "reportingController": "podway.io/controller", "reportingInstance": "c-1",
+        "regarding": {"kind": "Pod", "namespace": "default", "name": "p"}})
+    assert [e["reason"] for e in emu.events] == ["Synced"]
 
 
 async def test_break_and_injected_failure_with_retry_after(emu: KubeEmulator) -> None:

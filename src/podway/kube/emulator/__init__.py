@@ -6,8 +6,10 @@ CRDs, and through them every Gateway API kind) over HTTP with the real URL layou
 (``/api``, ``/apis``, resource lists), get/list/watch with resourceVersions, bookmarks for
 watches that allow them, ``410 Gone`` for versions older than the compacted history, label and
 field selectors, create/update/delete, merge, JSON and strategic merge patches, and the status
-subresource. kubernetes-asyncio's own code paths run unchanged against it; kubectl needs only
-discovery and the same verbs.
+subresource. kubernetes-asyncio's own code paths run unchanged against it, and so does kubectl
+(get, apply, label, delete, api-resources; no OpenAPI document is served, so ``kubectl apply``
+needs ``--validate=false``). Not modelled: finalizers (deletion is immediate), pagination
+(``limit`` is ignored, lists are whole), server-side apply, admission and schema validation.
 
 Tests drive it from the inside (``put``/``delete`` write as the cluster would, without the
 rules a client is held to), steer it (``compact``, ``break_watches``, ``send_bookmarks``,
@@ -33,9 +35,10 @@ from types import TracebackType
 
 from aiohttp import web
 
-from podway.kube.emulator.resources import GATEWAY_KINDS, ResourceType, gateway_api_crd
+from podway.kube.emulator.resources import ResourceType, gateway_api_crd
 from podway.kube.emulator.server import Api, Fault, Patch
 from podway.kube.emulator.store import ApiError, Obj, Store
+from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
 __all__ = ["GATEWAY_KINDS", "KubeEmulator", "Patch", "gateway_api_crd"]
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GATEWAY_GROUP = "gateway.networking.k8s.io"
+from podway.kube.gateway_api import GROUP as GATEWAY_GROUP
+from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,20 +85,6 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
             status="status" in (version.get("subresources") or {}),
             short_names=tuple(names.get("shortNames", ()))))
     return out
-
-
-# kind -> (plural, namespaced, served versions; the first is the storage version)
-GATEWAY_KINDS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
-    "GatewayClass": ("gatewayclasses", False, ("v1", "v1beta1")),
-    "Gateway": ("gateways", True, ("v1", "v1beta1")),
-    "HTTPRoute": ("httproutes", True, ("v1", "v1beta1")),
-    "GRPCRoute": ("grpcroutes", True, ("v1",)),
-    "ReferenceGrant": ("referencegrants", True, ("v1beta1",)),
-    "TLSRoute": ("tlsroutes", True, ("v1alpha2",)),
-    "TCPRoute": ("tcproutes", True, ("v1alpha2",)),
-    "UDPRoute": ("udproutes", True, ("v1alpha2",)),
-    "BackendTLSPolicy": ("backendtlspolicies", True, ("v1alpha3",)),
-}
 
 
 def gateway_api_crd(kind: str) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
-from podway.kube.emulator import patching, selectors
+from podway.kube import selectors
+from podway.kube.emulator import patching
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
 

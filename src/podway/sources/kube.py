@@ -1,0 +1,319 @@
+"""The Kubernetes API → snapshots: the controller's source (``Source`` protocol).
+
+One shared informer (``podway.kube.informer``: list, watch with bookmarks, 410 → re-list,
+jittered backoff honouring Retry-After) per kind in ``kube_kinds``. Their handlers only parse
+and stage changes; ``watch`` turns staged changes into ``SourceUpdate``s.
+
+Invariants:
+
+* The first update is complete: it comes once every informer finished its first list
+  (Gateway API kinds whose CRD exists at start included), with ``changed=None``.
+* Later updates carry exactly the (kind, key) pairs whose typed object changed. Objects are
+  compared by value after dropping what the translator never reads (resourceVersion,
+  managedFields, for Pods everything but labels, node, IPs, phase, container ports and the
+  NodePortLocal annotation), and an unchanged object keeps its identity in the snapshot: a
+  Pod status flap that changes nothing Podway reads produces no update at all.
+* Coalescing: an update goes out once changes have been quiet for ``debounce_s``, or
+  ``max_wait_s`` after the first pending change, whichever is first, so constant churn cannot
+  starve the pipeline and a burst costs one translation.
+* A bad object (fails the typed model) is left out of the snapshot and reported in
+  ``errors`` (a ``LoadError`` naming the object and field); it never stops the source or
+  disturbs other objects. It leaves ``errors`` when fixed or deleted.
+* Gateway API kinds are watched while their CRD exists, at its most stable served version;
+  a kind whose CRD is missing is logged once and picked up when the CRD is created; deleting
+  the CRD removes its objects from the snapshot.
+* Namespace filter (like AKO's): ``namespaces`` and/or a Namespace label selector; objects of
+  other namespaces are dropped on arrival (never stored). When a Namespace starts or stops
+  matching, every namespaced informer re-lists reporting all objects, so the snapshot gains
+  or loses that namespace's objects. Cluster-scoped kinds are not filtered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from podway.backoff import Backoff
+from podway.kube import gateway_api
+from podway.kube.informer import RELIST, Informer, Raw
+from podway.kube.selectors import label_selector
+from podway.model.base import K8sObject
+from podway.model.loader import LoadError, parse_object
+from podway.model.snapshot import Key, Snapshot
+from podway.sources.base import SourceUpdate
+from podway.sources.kube_kinds import BUILTIN, GATEWAY, KindSpec, slim_crd
+
+log = logging.getLogger(__name__)
+
+Ident = tuple[str, Key]  # (kind, (namespace, name))
+SOURCE = "kubernetes"  # LoadError.file for objects from the API
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeSourceSettings:
+    namespaces: tuple[str, ...] = ()  # only objects in these namespaces; empty: all
+    namespace_selector: str = ""  # and only in Namespaces whose labels match; empty: all
+    debounce_s: float = 0.05  # quiet time that closes a burst of changes
+    max_wait_s: float = 0.5  # longest a change waits for the burst to end (no starvation)
+    watch_timeout: int = 300  # server-side watch timeout (s); the watch resumes after it
+    backoff: Backoff = RELIST  # re-list/re-watch delays after failures
+
+
+class KubeSource:
+    def __init__(self, api: client.ApiClient,
+                 settings: KubeSourceSettings = KubeSourceSettings()) -> None:
+        self.settings = settings
+        self._core: Any = client.CoreV1Api(api)  # Any: raw responses (_preload_content)
+        self._custom: Any = client.CustomObjectsApi(api)
+        self._snapshot = Snapshot()
+        self._pending: dict[Ident, K8sObject | None] = {}
+        self._errors: dict[Ident, LoadError] = {}
+        self._errors_dirty = False
+        self._changed = asyncio.Event()
+        self._informers: dict[str, Informer] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._gateway_versions: dict[str, str] = {}  # kind -> version watched
+        self._namespace_labels: dict[str, dict[str, str]] = {}
+        self._selector = label_selector(settings.namespace_selector)
+        self._announced_missing: set[str] = set()
+
+    # ---- the Source protocol ----------------------------------------------------------
+    async def watch(self) -> AsyncIterator[SourceUpdate]:
+        """The complete first update, then one per coalesced burst of changes, forever."""
+        try:
+            # Namespaces (for the filter) and CRDs (which Gateway kinds exist) come first.
+            namespaces = next(s for s in BUILTIN if s.kind == "Namespace")
+            self._start(namespaces)
+            self._start_crds()
+            await self._all_ready()
+            for spec in BUILTIN:
+                if spec.kind != "Namespace":
+                    self._start(spec)
+            await self._all_ready()
+            for spec in GATEWAY:
+                if spec.kind not in self._gateway_versions:
+                    self._announce_missing(spec)
+            first = self._flush(first=True)
+            assert first is not None
+            yield first
+            while True:
+                await self._burst()
+                update = self._flush(first=False)
+                if update is not None:
+                    yield update
+        finally:
+            tasks = list(self._tasks.values())
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    @property
+    def relists(self) -> int:
+        """Re-lists after the first list, over all kinds (410s, broken watches, failures)."""
+        return sum(i.relists for i in self._informers.values())
+
+    # ---- coalescing -------------------------------------------------------------------
+    async def _burst(self) -> None:
+        """Return once a burst of changes ended (debounce) or ran too long (max wait)."""
+        await self._changed.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.max_wait_s
+        while True:
+            self._changed.clear()
+            quiet = min(self.settings.debounce_s, deadline - loop.time())
+            if quiet <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._changed.wait(), quiet)
+            except TimeoutError:
+                return
+
+    def _flush(self, *, first: bool) -> SourceUpdate | None:
+        by_kind: dict[str, dict[Key, K8sObject | None]] = {}
+        for (kind, key), obj in self._pending.items():
+            current = self._snapshot.objects.get(kind, {}).get(key)
+            if obj is None and current is None:
+                continue
+            if obj is not None and current is not None and obj == current:
+                continue  # same content: keep the old object's identity, report nothing
+            by_kind.setdefault(kind, {})[key] = obj
+        self._pending.clear()
+        for kind, changes in by_kind.items():
+            self._snapshot = self._snapshot.replace(kind, changes)
+        changed = tuple((kind, key) for kind, changes in sorted(by_kind.items())
+                        for key in sorted(changes))
+        if not first and not changed and not self._errors_dirty:
+            return None
+        self._errors_dirty = False
+        errors = tuple(self._errors[i] for i in sorted(self._errors))
+        return SourceUpdate(self._snapshot, errors, (), None if first else changed)
+
+    # ---- staging changes (handlers: synchronous and cheap) -----------------------------
+    def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:
+        self._pending[ident] = obj
+        old = self._errors.pop(ident, None)
+        if error is not None:
+            self._errors[ident] = error
+        if old != error:
+            self._errors_dirty = True
+        self._changed.set()
+
+    def _admitted(self, namespace: str) -> bool:
+        if self.settings.namespaces and namespace not in self.settings.namespaces:
+            return False
+        if not self.settings.namespace_selector:
+            return True
+        labels = self._namespace_labels.get(namespace)
+        return labels is not None and self._selector({"metadata": {"labels": labels}})
+
+    def _handler(self, spec: KindSpec, version: str) -> Callable[[str, Raw], None]:
+        api_version = spec.api_version(version)
+
+        def handle(event: str, raw: Raw) -> None:
+            meta = raw.get("metadata") or {}
+            namespace = str(meta.get("namespace", "")) if spec.namespaced else ""
+            ident = (spec.kind, (namespace, str(meta.get("name", ""))))
+            if spec.kind == "Namespace":
+                self._namespace_event(event, raw)
+            if event == "DELETED" or (spec.namespaced and not self._admitted(namespace)):
+                self._stage(ident, None, None)
+                return
+            meta.pop("resourceVersion", None)  # moves on every write; nothing reads it
+            raw["apiVersion"], raw["kind"] = api_version, spec.kind
+            obj, error = parse_object(raw, source=SOURCE, document=-1)
+            if error is not None:
+                log.warning("object left out: %s", error)
+            self._stage(ident, obj, error)
+        return handle
+
+    def _namespace_event(self, event: str, raw: Raw) -> None:
+        meta = raw.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        before = self._admitted(name)
+        if event == "DELETED":
+            self._namespace_labels.pop(name, None)
+        else:
+            self._namespace_labels[name] = dict(meta.get("labels") or {})
+        if self._admitted(name) != before and self.settings.namespace_selector:
+            log.info("namespace %s %s the filter: re-listing", name,
+                     "entered" if not before else "left")
+            self._relist_namespaced()
+
+    def _relist_namespaced(self) -> None:
+        for name, informer in list(self._informers.items()):
+            spec = self._spec(name)
+            if spec is not None and spec.namespaced and name in self._tasks:
+                informer.report_all_on_next_list()
+                self._tasks.pop(name).cancel()
+                self._run(name, informer)
+
+    # ---- informers --------------------------------------------------------------------
+    def _spec(self, kind: str) -> KindSpec | None:
+        return next((s for s in (*BUILTIN, *GATEWAY) if s.kind == kind), None)
+
+    def _lister(self, spec: KindSpec, version: str) -> tuple[Callable[..., Any], dict[str, Any]]:
+        params: dict[str, Any] = {}
+        if spec.field_selector:
+            params["field_selector"] = spec.field_selector
+        if spec.group == "":
+            if spec.namespaced:
+                return getattr(self._core, f"list_{_snake(spec.kind)}_for_all_namespaces"), params
+            return getattr(self._core, f"list_{_snake(spec.kind)}"), params
+        params |= {"group": spec.group, "version": version, "plural": spec.plural}
+        return self._custom.list_cluster_custom_object, params
+
+    def _start(self, spec: KindSpec, version: str | None = None) -> None:
+        version = version or spec.version
+        lister, params = self._lister(spec, version)
+        informer = Informer(name=spec.kind, lister=lister, params=params,
+                            handler=self._handler(spec, version), transform=spec.transform,
+                            watch_timeout=self.settings.watch_timeout,
+                            backoff=self.settings.backoff)
+        self._informers[spec.kind] = informer
+        self._run(spec.kind, informer)
+
+    def _run(self, name: str, informer: Informer) -> None:
+        self._tasks[name] = self._task(informer.run(), name=f"kube-informer-{name}")
+
+    def _task(self, coro: Coroutine[Any, Any, None], *, name: str) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(_log_failure)
+        return task
+
+    async def _all_ready(self) -> None:
+        while True:
+            pending = [i.ready.wait() for i in self._informers.values() if not i.ready.is_set()]
+            if not pending:
+                return
+            await asyncio.gather(*pending)
+
+    def _stop(self, kind: str) -> None:
+        task = self._tasks.pop(kind, None)
+        if task is not None:
+            task.cancel()
+        self._informers.pop(kind, None)
+
+    # ---- Gateway API CRDs -------------------------------------------------------------
+    def _start_crds(self) -> None:
+        informer = Informer(
+            name="CustomResourceDefinition", params={}, handler=self._crd_event,
+            lister=client.ApiextensionsV1Api(self._core.api_client
+                                             ).list_custom_resource_definition,
+            transform=slim_crd, watch_timeout=self.settings.watch_timeout,
+            backoff=self.settings.backoff)
+        self._informers["CustomResourceDefinition"] = informer
+        self._run("CustomResourceDefinition", informer)
+
+    def _crd_event(self, event: str, raw: Raw) -> None:
+        name = str((raw.get("metadata") or {}).get("name", ""))
+        spec = next((s for s in GATEWAY if gateway_api.crd_name(s.kind) == name), None)
+        if spec is None:
+            return
+        served = [] if event == "DELETED" else [
+            str(v["name"]) for v in (raw.get("spec") or {}).get("versions", []) if v.get("served")]
+        version = gateway_api.preferred(served)
+        if version == self._gateway_versions.get(spec.kind):
+            return
+        if spec.kind in self._gateway_versions:
+            self._stop(spec.kind)
+            self._gateway_versions.pop(spec.kind)
+            for key in self._known_keys(spec.kind):
+                self._stage((spec.kind, key), None, None)
+        if version is None:
+            log.warning("Gateway API %s CRD removed: its objects are dropped", spec.kind)
+            self._announced_missing.discard(spec.kind)
+            return
+        if spec.kind in self._announced_missing:
+            log.info("Gateway API %s CRD installed (%s): watching it now", spec.kind, version)
+        self._gateway_versions[spec.kind] = version
+        self._start(spec, version)
+
+    def _known_keys(self, kind: str) -> set[Key]:
+        keys = set(self._snapshot.objects.get(kind, {}))
+        keys |= {key for (k, key) in self._pending if k == kind}
+        keys |= {key for (k, key) in self._errors if k == kind}
+        return keys
+
+    def _announce_missing(self, spec: KindSpec) -> None:
+        if spec.kind not in self._announced_missing:
+            self._announced_missing.add(spec.kind)
+            log.info("Gateway API %s is not installed (no CRD %s): it will be watched once "
+                     "the CRD is created", spec.kind, gateway_api.crd_name(spec.kind))
+
+
+def _snake(kind: str) -> str:
+    """``ConfigMap`` → ``config_map`` (kubernetes-asyncio's method names)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("task %s failed: %r", task.get_name(), task.exception())

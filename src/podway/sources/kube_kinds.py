@@ -1,0 +1,114 @@
+"""What the Kubernetes source watches, per kind: where it lives in the API, how to list it,
+and how to trim it before it is parsed (memory is spent only on what the translator reads).
+
+Built-in kinds are always watched. Gateway API kinds are watched only while their CRD exists,
+at the most stable version the CRD serves (``podway.kube.gateway_api``).
+
+Secrets: only ``type: kubernetes.io/tls`` ones, selected by the server (field selector), not
+"only the referenced ones": references are known only after translation, and a source that
+watched what the translator asked for would couple the two stages. TLS Secrets are what
+listeners and Gateway certificateRefs use; a CA bundle for BackendTLSPolicy comes from a
+ConfigMap (``ca.crt``; other keys are dropped on arrival).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from podway.kube import gateway_api
+from podway.kube.informer import lean
+from podway.model import npl
+from podway.model.base import K8sObject
+from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Secret, Service
+from podway.model.networking import Ingress, IngressClass
+from podway.model.registry import KINDS
+
+Raw = dict[str, Any]
+Transform = Callable[[Raw], Raw]
+
+KEEP_POD_ANNOTATIONS = (npl.ANNOTATION,)
+
+
+def slim_pod(raw: Raw) -> Raw:
+    """A Pod reduced to what the backend modes read: labels, node, IPs, phase, container ports
+    (named targetPorts) and the NodePortLocal annotation."""
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    spec = raw.get("spec") or {}
+    status = raw.get("status") or {}
+    return {
+        "apiVersion": raw.get("apiVersion", "v1"), "kind": raw.get("kind", "Pod"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                          "creationTimestamp", "labels") if k in meta}
+        | {"annotations": {k: v for k, v in annotations.items()
+                           if k in KEEP_POD_ANNOTATIONS}},
+        "spec": {"nodeName": spec.get("nodeName"),
+                 "containers": [{"name": c.get("name", ""), "ports": c.get("ports") or []}
+                                for c in spec.get("containers") or [] if isinstance(c, dict)]},
+        "status": {k: status[k] for k in ("phase", "podIP", "podIPs") if k in status},
+    }
+
+
+def slim_configmap(raw: Raw) -> Raw:
+    """A ConfigMap keeps only ``ca.crt`` (the one key BackendTLSPolicy reads)."""
+    lean(raw)
+    data = raw.get("data") or {}
+    raw["data"] = {k: v for k, v in data.items() if k == "ca.crt"}
+    raw.pop("binaryData", None)
+    return raw
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindSpec:
+    model: type[K8sObject]
+    group: str  # "" for the core group
+    plural: str
+    namespaced: bool
+    version: str = "v1"  # Gateway API kinds: replaced by the CRD's preferred version
+    field_selector: str = ""
+    transform: Transform = lean
+    crd: bool = False  # served only while its CRD exists
+
+    @property
+    def kind(self) -> str:
+        return self.model.KIND
+
+    def api_version(self, version: str | None = None) -> str:
+        version = version or self.version
+        return f"{self.group}/{version}" if self.group else version
+
+
+BUILTIN: tuple[KindSpec, ...] = (
+    KindSpec(model=Service, group="", plural="services", namespaced=True),
+    KindSpec(model=EndpointSlice, group="discovery.k8s.io", plural="endpointslices",
+             namespaced=True),
+    KindSpec(model=Pod, group="", plural="pods", namespaced=True, transform=slim_pod),
+    KindSpec(model=Node, group="", plural="nodes", namespaced=False),
+    KindSpec(model=Secret, group="", plural="secrets", namespaced=True,
+             field_selector=f"type={Secret.TLS_TYPE}"),
+    KindSpec(model=ConfigMap, group="", plural="configmaps", namespaced=True,
+             transform=slim_configmap),
+    KindSpec(model=Namespace, group="", plural="namespaces", namespaced=False),
+    KindSpec(model=Ingress, group="networking.k8s.io", plural="ingresses", namespaced=True),
+    KindSpec(model=IngressClass, group="networking.k8s.io", plural="ingressclasses",
+             namespaced=False),
+)
+
+GATEWAY: tuple[KindSpec, ...] = tuple(
+    KindSpec(model=KINDS[kind], group=gateway_api.GROUP, plural=plural, namespaced=namespaced,
+             version=versions[0], crd=True)
+    for kind, (plural, namespaced, versions) in gateway_api.KINDS.items())
+
+
+def slim_crd(raw: Raw) -> Raw:
+    """A CRD keeps its name, group, names, scope and served versions (not its huge schema)."""
+    meta = raw.get("metadata") or {}
+    spec = raw.get("spec") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
+            "spec": {"group": spec.get("group", ""), "names": spec.get("names") or {},
+                     "scope": spec.get("scope", "Namespaced"),
+                     "versions": [{"name": v.get("name"), "served": v.get("served", True)}
+                                  for v in spec.get("versions") or []
+                                  if isinstance(v, dict)]}}

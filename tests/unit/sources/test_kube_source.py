@@ -1,0 +1,266 @@
+"""The Kubernetes source against the API emulator: real kubernetes-asyncio list/watch paths."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from podway.backoff import Backoff
+from podway.kube.emulator import GATEWAY_KINDS, KubeEmulator
+from podway.sources.base import SourceUpdate
+from podway.sources.kube import KubeSource, KubeSourceSettings
+
+GW = "gateway.networking.k8s.io"
+FAST = KubeSourceSettings(debounce_s=0.02, max_wait_s=0.2,
+                          backoff=Backoff(base=0.01, cap=0.2, jitter=0))
+PEM = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n").decode()
+
+
+def meta(name: str, ns: str | None = "shop", **labels: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "labels": labels}
+    if ns is not None:
+        out["namespace"] = ns
+    return out
+
+
+def service(name: str = "web", ns: str = "shop", port: int = 80) -> dict[str, Any]:
+    return {"metadata": meta(name, ns), "spec": {"selector": {"app": name},
+                                                 "ports": [{"port": port}]}}
+
+
+def pod(name: str = "web-1", ns: str = "shop", **status: Any) -> dict[str, Any]:
+    return {"metadata": meta(name, ns, app="web") | {
+                "annotations": {"nodeportlocal.antrea.io": "[]", "other.io/big": "x" * 1000}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
+                                                       "ports": [{"containerPort": 8080}]}]},
+            "status": {"phase": "Running", "podIP": "198.18.1.1",
+                       "podIPs": [{"ip": "198.18.1.1"}]} | status}
+
+
+def every_kind(emu: KubeEmulator) -> None:
+    """One valid object of every kind the source watches."""
+    emu.put("namespaces", {"metadata": meta("shop", None)})
+    emu.put("services", service())
+    emu.put("endpointslices", {"metadata": meta("web-1", "shop") | {
+        "labels": {"kubernetes.io/service-name": "web"}}, "addressType": "IPv4",
+        "ports": [{"port": 8080}], "endpoints": [{"addresses": ["198.18.1.1"]}]})
+    emu.put("pods", pod())
+    emu.put("nodes", {"metadata": meta("n1", None), "status": {
+        "addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}})
+    emu.put("secrets", {"metadata": meta("tls"), "type": "kubernetes.io/tls",
+                        "data": {"tls.crt": PEM, "tls.key": PEM}})
+    emu.put("secrets", {"metadata": meta("opaque"), "type": "Opaque", "data": {"k": PEM}})
+    emu.put("configmaps", {"metadata": meta("ca"), "data": {"ca.crt": "pem", "other": "x"}})
+    emu.put("ingressclasses", {"metadata": meta("podway", None),
+                               "spec": {"controller": "podway.io/ingress-controller"}})
+    emu.put("ingresses", {"metadata": meta("shop"), "spec": {"rules": [{"http": {"paths": [{
+        "path": "/", "pathType": "Prefix",
+        "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    emu.install_gateway_api()
+    parent = [{"name": "edge"}]
+    backend = [{"name": "web", "port": 80}]
+    emu.put("gatewayclasses", {"metadata": meta("podway", None),
+                               "spec": {"controllerName": "podway.io/gateway-controller"}})
+    emu.put("gateways", {"metadata": meta("edge"), "spec": {
+        "gatewayClassName": "podway", "listeners": [{"name": "http", "protocol": "HTTP",
+                                                     "port": 80}]}})
+    emu.put("httproutes", {"metadata": meta("r"), "spec": {
+        "parentRefs": parent, "rules": [{"backendRefs": backend}]}})
+    emu.put("grpcroutes", {"metadata": meta("g"), "spec": {
+        "parentRefs": parent, "rules": [{"backendRefs": backend}]}})
+    for plural in ("tlsroutes", "tcproutes", "udproutes"):
+        emu.put(plural, {"metadata": meta("l4"), "spec": {
+            "parentRefs": parent, "rules": [{"backendRefs": backend}]}})
+    emu.put("referencegrants", {"metadata": meta("rg"), "spec": {
+        "from": [{"group": GW, "kind": "HTTPRoute", "namespace": "other"}],
+        "to": [{"group": "", "kind": "Service"}]}})
+    emu.put("backendtlspolicies", {"metadata": meta("btls"), "spec": {
+        "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+        "validation": {"hostname": "web.shop", "caCertificateRefs": [
+            {"group": "", "kind": "ConfigMap", "name": "ca"}]}}})
+
+
+@asynccontextmanager
+async def running(emu: KubeEmulator, settings: KubeSourceSettings = FAST
+                  ) -> AsyncIterator[tuple[KubeSource, Callable[[], Any]]]:
+    """A started source and ``next_update()`` (10 s cap each)."""
+    async with client.ApiClient(client.Configuration(host=emu.url)) as api:
+        source = KubeSource(api, settings)
+        updates = source.watch()
+
+        async def next_update() -> SourceUpdate:
+            return await asyncio.wait_for(anext(updates), 10)
+        try:
+            yield source, next_update
+        finally:
+            await updates.aclose()
+
+
+async def until_update(next_update: Callable[[], Any],
+                       check: Callable[[SourceUpdate], bool]) -> SourceUpdate:
+    """Updates until one satisfies ``check``."""
+    while True:
+        update: SourceUpdate = await next_update()
+        if check(update):
+            return update
+
+
+@pytest.fixture
+async def emu() -> AsyncIterator[KubeEmulator]:
+    async with KubeEmulator() as emulator:
+        yield emulator
+
+
+def kinds(update: SourceUpdate) -> set[str]:
+    return {kind for kind, objs in update.snapshot.objects.items() if objs}
+
+
+async def test_every_kind_reaches_the_first_snapshot_trimmed(emu: KubeEmulator) -> None:
+    """Each watched kind arrives, typed; only TLS Secrets; Pods and ConfigMaps are trimmed."""
+    every_kind(emu)
+    async with running(emu) as (_, next_update):
+        first = await next_update()
+    assert first.errors == ()
+    assert first.changed is None
+    assert kinds(first) == {"Namespace", "Service", "EndpointSlice", "Pod", "Node", "Secret",
+                            "ConfigMap", "IngressClass", "Ingress", *GATEWAY_KINDS}
+    assert set(first.snapshot.objects["Secret"]) == {("shop", "tls")}
+    pod_obj = first.snapshot.objects["Pod"][("shop", "web-1")]
+    assert dict(pod_obj.metadata.annotations) == {"nodeportlocal.antrea.io": "[]"}
+    assert pod_obj.metadata.resource_version == ""
+    config_map = first.snapshot.objects["ConfigMap"][("shop", "ca")]
+    assert dict(config_map.data) == {"ca.crt": "pem"}  # type: ignore[attr-defined]
+
+
+async def test_changed_keys_are_exact_and_irrelevant_changes_are_silent(
+        emu: KubeEmulator) -> None:
+    """A Service edit reports that one key; a Pod change Podway does not read reports nothing,
+    and the unchanged objects keep their identity."""
+    emu.put("services", service())
+    emu.put("pods", pod())
+    async with running(emu) as (_, next_update):
+        first = await next_update()
+        emu.put("pods", pod(conditions=[{"type": "Ready", "status": "False"}]))  # not read
+        emu.put("services", service(port=81))
+        update = await next_update()
+    assert update.changed == (("Service", ("shop", "web")),)
+    pod_key = ("shop", "web-1")
+    assert update.snapshot.objects["Pod"][pod_key] is first.snapshot.objects["Pod"][pod_key]
+
+
+async def test_broken_and_compacted_watches_lose_nothing(emu: KubeEmulator) -> None:
+    """Changes while a watch is down, and a deletion hidden behind a 410, all arrive."""
+    emu.put("services", service("a"))
+    emu.put("services", service("b"))
+    async with running(emu) as (source, next_update):
+        await next_update()
+        emu.break_watches()
+        emu.put("services", service("c"))
+        await until_update(next_update,
+                           lambda u: ("shop", "c") in u.snapshot.objects["Service"])
+        emu.delete("services", "shop", "a", notify=False)  # no watch hears of it
+        emu.put("services", service("b", port=8080))
+        emu.compact()
+        last = await until_update(
+            next_update, lambda u: ("shop", "a") not in u.snapshot.objects["Service"]
+            and u.snapshot.objects["Service"][("shop", "b")].spec.ports[0].port == 8080)
+        assert source.relists >= 1
+    assert set(last.snapshot.objects["Service"]) == {("shop", "b"), ("shop", "c")}
+
+
+async def test_gateway_crd_installed_later_is_picked_up_and_removal_drops(
+        emu: KubeEmulator, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the HTTPRoute CRD the source starts (logged once); installing it later brings
+    its objects in; deleting it takes them out."""
+    caplog.set_level("INFO", logger="podway.sources.kube")
+    emu.put("services", service())
+    async with running(emu) as (_, next_update):
+        first = await next_update()
+        assert "HTTPRoute" not in kinds(first)
+        assert sum("HTTPRoute is not installed" in r.message for r in caplog.records) == 1
+        emu.install_crd("HTTPRoute")
+        emu.put("httproutes", {"metadata": meta("r"), "spec": {"parentRefs": [{"name": "g"}]}})
+        update = await until_update(next_update, lambda u: "HTTPRoute" in kinds(u))
+        assert ("HTTPRoute", ("shop", "r")) in (update.changed or ())
+        emu.uninstall_crd("HTTPRoute")
+        await until_update(next_update, lambda u: "HTTPRoute" not in kinds(u))
+
+
+async def test_bad_object_is_an_error_and_others_are_unaffected(emu: KubeEmulator) -> None:
+    """A Service the model rejects is left out with a LoadError naming it; fixing it clears
+    the error; the good Service is served throughout."""
+    emu.put("services", service("good"))
+    emu.put("services", service("bad", port=70000))
+    async with running(emu) as (_, next_update):
+        first = await next_update()
+        assert set(first.snapshot.objects["Service"]) == {("shop", "good")}
+        assert len(first.errors) == 1
+        assert first.errors[0].object == "Service/shop/bad"
+        assert first.errors[0].field.startswith("spec.ports[0].port")
+        emu.put("services", service("bad", port=8080))
+        fixed = await next_update()
+    assert fixed.errors == ()
+    assert set(fixed.snapshot.objects["Service"]) == {("shop", "good"), ("shop", "bad")}
+    assert fixed.changed == (("Service", ("shop", "bad")),)
+
+
+async def test_burst_is_one_update(emu: KubeEmulator) -> None:
+    """Twenty changes made together arrive as one update naming all twenty."""
+    settings = KubeSourceSettings(debounce_s=0.3, max_wait_s=5.0)
+    async with running(emu, settings) as (_, next_update):
+        await next_update()
+        for i in range(20):
+            emu.put("services", service(f"s{i}"))
+        update = await next_update()
+    assert len(update.changed or ()) == 20
+
+
+async def test_constant_churn_does_not_starve_updates(emu: KubeEmulator) -> None:
+    """Changes every 50 ms with a 1 s debounce: max_wait still lets updates out mid-churn."""
+    settings = KubeSourceSettings(debounce_s=1.0, max_wait_s=0.2)
+    stop = asyncio.Event()
+
+    async def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            emu.put("services", service("busy", port=1000 + i % 100))
+            i += 1
+            await asyncio.sleep(0.05)
+
+    async with running(emu, settings) as (_, next_update):
+        await next_update()
+        task = asyncio.create_task(churn())
+        try:
+            for _ in range(2):  # two updates while the churn never paused for 1 s
+                update = await next_update()
+                assert update.changed == (("Service", ("shop", "busy")),)
+            assert not task.done()
+        finally:
+            stop.set()
+            await task
+
+
+async def test_namespace_filter_list_and_selector(emu: KubeEmulator) -> None:
+    """Only listed namespaces whose labels match; labelling a namespace later brings its
+    objects in, unlabelling takes them out."""
+    for ns, labels in (("shop", {"edge": "yes"}), ("blog", {}), ("other", {"edge": "yes"})):
+        emu.put("namespaces", {"metadata": meta(ns, None, **labels)})
+        emu.put("services", service("web", ns))
+    settings = KubeSourceSettings(namespaces=("shop", "blog"), namespace_selector="edge=yes",
+                                  debounce_s=0.02, max_wait_s=0.2)
+    async with running(emu, settings) as (_, next_update):
+        first = await next_update()
+        assert set(first.snapshot.objects["Service"]) == {("shop", "web")}
+        emu.put("namespaces", {"metadata": meta("blog", None, edge="yes")})
+        await until_update(next_update,
+                           lambda u: ("blog", "web") in u.snapshot.objects["Service"])
+        emu.put("namespaces", {"metadata": meta("shop", None)})
+        last = await until_update(
+            next_update, lambda u: ("shop", "web") not in u.snapshot.objects["Service"])
+    assert set(last.snapshot.objects["Service"]) == {("blog", "web")}
