@@ -21,7 +21,7 @@ from podway.kube.emulator import KubeEmulator
 from podway.pipeline import Pipeline, State
 from podway.translate import BackendMode, TranslateOptions
 
-FAST = {"backoff": Backoff(base=0.01, cap=0.2, jitter=0)}
+FAST = Backoff(base=0.01, cap=0.2, jitter=0)
 Obj = dict[str, Any]
 
 
@@ -84,7 +84,7 @@ class Bed:
         base: dict[str, Any] = {
             "translate": self.translate, "xds_address": "127.0.0.1:0",
             "lb_address": self.lb_address, "debounce_s": 0.01, "max_wait_s": 0.05,
-            "informer_options": FAST}
+            "backoff": FAST}
         return ControllerOptions(**{**base, **overrides})
 
     async def start(self, **overrides: Any) -> Controller:

@@ -25,18 +25,21 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from podway.backoff import Backoff
 from podway.controller import metrics
 from podway.controller.events import Due, EventRecorder, changes, load_error_events
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
-from podway.controller.source import KubeSource
+from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
+from podway.kube.informer import RELIST
 from podway.model import Service, npl
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
+from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
 from podway.translate import TranslateOptions
 from podway.xds.server import ServerTLS, XdsServer
@@ -50,6 +53,7 @@ class ControllerOptions:
     context: str | None = None
     translate: TranslateOptions = field(default_factory=TranslateOptions)
     namespaces: tuple[str, ...] = ()  # empty: every namespace
+    namespace_selector: str = ""  # and only Namespaces with these labels; empty: all
     xds_address: str = "127.0.0.1:18000"
     xds_tls: ServerTLS | None = None
     metrics_address: str = "0.0.0.0"
@@ -59,9 +63,9 @@ class ControllerOptions:
     (no IPAM yet): the engines' address."""
     debounce_s: float = 0.02
     max_wait_s: float = 0.2
+    backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
     status_concurrency: int = 32
     write_events: bool = True
-    informer_options: dict[str, Any] = field(default_factory=dict)  # tests: faster backoff
 
 
 class Controller:
@@ -70,7 +74,7 @@ class Controller:
     def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None) -> None:
         self.opts = opts
         self._api = api
-        self.source: KubeSource | None = None
+        self.source: ControllerSource | None = None
         self.gate: ModeGate | None = None
         self.pipeline: Pipeline | None = None
         self.server: XdsServer | None = None
@@ -90,9 +94,9 @@ class Controller:
 
     async def _serve(self, api: client.ApiClient) -> None:
         opts = self.opts
-        self.source = KubeSource(api, namespaces=opts.namespaces, debounce=opts.debounce_s,
-                                 max_wait=opts.max_wait_s,
-                                 informer_options=opts.informer_options)
+        self.source = ControllerSource(api, KubeSourceSettings(
+            namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
+            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
