@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ from podway.pipeline import Pipeline, State
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
 from podway.translate import TranslateOptions
+from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class Controller:
         self.server: XdsServer | None = None
         self.status: StatusWriter | None = None
         self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
+        self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
         self._npl_requested: dict[Key, str] = {}
 
     async def run(self) -> None:
@@ -100,7 +103,7 @@ class Controller:
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
-                                on_event=self.pipeline.on_event)
+                                on_event=self._on_event)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
                                    lb_address=opts.lb_address,
@@ -120,6 +123,12 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _on_event(self, event: Event) -> None:
+        for hook in self.event_hooks:
+            hook(event)
+        if self.pipeline is not None:
+            self.pipeline.on_event(event)
 
     # ---- write-back --------------------------------------------------------------------
     async def _follow(self, api: client.ApiClient, events: EventRecorder) -> None:
