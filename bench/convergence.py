@@ -24,8 +24,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,17 +32,17 @@ from typing import Any
 from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).parent))
-import speedref  # noqa: E402
+import speedref
 
-from podway.controller.main import Controller, ControllerOptions  # noqa: E402
-from podway.echo import Identity  # noqa: E402
-from podway.echo.server import EchoOptions, serve  # noqa: E402
-from podway.engine.bootstrap import BootstrapOptions, bootstrap  # noqa: E402
-from podway.engine.process import Engine, EngineOptions, find_envoy  # noqa: E402
-from podway.pipeline import State  # noqa: E402
-from podway.translate import TranslateOptions  # noqa: E402
-from podway.xds import types  # noqa: E402
-from podway.xds.protocol import Ack, Event  # noqa: E402
+from podway.controller.main import Controller, ControllerOptions
+from podway.echo import Identity
+from podway.echo.server import EchoOptions, serve
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.pipeline import State
+from podway.translate import TranslateOptions
+from podway.xds import types
+from podway.xds.protocol import Ack, Event
 
 GW = "gateway.networking.k8s.io"
 NS = "bench"
@@ -154,81 +152,107 @@ class Figures:
         print(f"  {label:<44} {ms:<22} ({ratios})", flush=True)
 
 
+async def start_emulator(count: int, echo_port: int, gateway_port: int
+                         ) -> asyncio.subprocess.Process:
+    """The filled emulator in a child process (its first stdout line is its URL)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve-emulator", str(count), str(echo_port),
+        str(gateway_port), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+
+
+async def first_state(controller: Controller, out: Figures, count: int) -> None:
+    """Start → first state, and the first status pass (timed around the writer's call)."""
+    began = time.perf_counter()
+    await controller.started.wait()
+    assert controller.pipeline is not None
+    assert controller.status is not None
+    writer = controller.status
+    first_pass: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    original = writer.write
+
+    async def timed_write(state: State) -> int:
+        t0 = time.perf_counter()
+        written = await original(state)
+        if written and not first_pass.done():
+            first_pass.set_result(time.perf_counter() - t0)
+        return written
+
+    writer.write = timed_write  # type: ignore[method-assign]
+    state = await controller.pipeline.wait_for(lambda s: True)
+    out.time("start → first state (list, parse, translate)", time.perf_counter() - began)
+    routes = sum(len(v.routes) for ls in state.ir.listeners for v in ls.virtual_hosts)
+    print(f"  first state: {len(state.ir.pools)} pools, {routes} routes", flush=True)
+    out.time(f"status of {count} routes + Gateway written", await first_pass)
+
+
+async def serving(port: int, host: str, limit_s: float) -> None:
+    """Until ``host`` answers 200 through the engine (each try is one request)."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            if await status_of(port, host) == 200:
+                return
+
+
+async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, tries: int,
+                           echo_port: int) -> None:
+    discovery: Any = client.DiscoveryV1Api(api)
+    eds = []
+    for i in range(tries):
+        done = acks.next(types.ENDPOINT)
+        t0 = time.perf_counter()
+        await discovery.patch_namespaced_endpoint_slice(
+            f"svc-{i}-1", NS, endpoint_slice(i, echo_port, f"127.0.0.{2 + i % 200}"),
+            _content_type="application/merge-patch+json")
+        eds.append(await asyncio.wait_for(done, 30) - t0)
+    out.time("EndpointSlice change → EDS ACK p50 / p99", pct(eds, 0.5), pct(eds, 0.99))
+
+
+async def new_routes(api: client.ApiClient, out: Figures, *, tries: int, count: int,
+                     gateway_port: int) -> None:
+    custom: Any = client.CustomObjectsApi(api)
+    new = []
+    for i in range(tries):
+        host = f"new{i}.bench.test"
+        assert await status_of(gateway_port, host) == 404
+        t0 = time.perf_counter()
+        # A Service the endpoint test did not move (those now point at 127.0.0.2+).
+        await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
+                                                     route(count - 1 - i, host))
+        await serving(gateway_port, host, 60)
+        new.append(time.perf_counter() - t0)
+    out.time("new HTTPRoute → first 200 p50 / p99", pct(new, 0.5), pct(new, 0.99))
+
+
 async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
-    echo = asyncio.create_task(serve(EchoOptions(port=echo_port, identity=Identity(name="e"))))
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--serve-emulator", str(count), str(echo_port),
-         str(gateway_port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    tasks: list[asyncio.Task[None]] = [echo]
+    tasks: list[asyncio.Task[None]] = [asyncio.create_task(
+        serve(EchoOptions(port=echo_port, identity=Identity(name="e"))))]
+    child = await start_emulator(count, echo_port, gateway_port)
+    baseline = rss_mib()
     try:
         assert child.stdout is not None
-        url = (await asyncio.to_thread(child.stdout.readline)).strip()
+        url = (await child.stdout.readline()).decode().strip()
         api = client.ApiClient(client.Configuration(host=url))
         controller = Controller(ControllerOptions(
             translate=TranslateOptions(address="127.0.0.1"), xds_address="127.0.0.1:0",
             lb_address="127.0.0.1", write_events=False), api=api)
         acks = Acks()
         controller.event_hooks.append(acks)
-        began = time.perf_counter()
         tasks.append(asyncio.create_task(controller.run()))
-        await controller.started.wait()
-        assert controller.pipeline is not None
-        assert controller.status is not None
-        writer = controller.status
-        first_pass: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        original = writer.write
-
-        async def timed_write(state: State) -> int:
-            t0 = time.perf_counter()
-            written = await original(state)
-            if written and not first_pass.done():
-                first_pass.set_result(time.perf_counter() - t0)
-            return written
-
-        writer.write = timed_write  # type: ignore[method-assign]
-        state = await controller.pipeline.wait_for(lambda s: True)
-        out.time("start → first state (list, parse, translate)", time.perf_counter() - began)
-        print(f"  first state: {len(state.ir.pools)} pools, "
-              f"{sum(len(v.routes) for ls in state.ir.listeners for v in ls.virtual_hosts)} "
-              "routes", flush=True)
-        out.time(f"status of {count} routes + Gateway written", await first_pass)
+        await first_state(controller, out, count)
         assert controller.server is not None
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
             BootstrapOptions(node_id="bench", xds=controller.server.target, delta=True))))
         tasks.append(asyncio.create_task(engine.run()))
         await engine.wait_ready(limit_s=120)
-        async with asyncio.timeout(120):
-            while await status_of(gateway_port, "r0.bench.test") != 200:
-                await asyncio.sleep(0.05)
-        discovery: Any = client.DiscoveryV1Api(api)
-        eds = []
-        for i in range(tries):
-            done = acks.next(types.ENDPOINT)
-            t0 = time.perf_counter()
-            await discovery.patch_namespaced_endpoint_slice(
-                f"svc-{i}-1", NS, endpoint_slice(i, echo_port, f"127.0.0.{2 + i % 200}"),
-                _content_type="application/merge-patch+json")
-            eds.append(await asyncio.wait_for(done, 30) - t0)
-        out.time("EndpointSlice change → EDS ACK p50 / p99", pct(eds, 0.5), pct(eds, 0.99))
-        custom: Any = client.CustomObjectsApi(api)
-        new = []
-        for i in range(tries):
-            host = f"new{i}.bench.test"
-            assert await status_of(gateway_port, host) == 404
-            t0 = time.perf_counter()
-            # A Service the endpoint test did not move (those now point at 127.0.0.2+).
-            await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
-                                                         route(count - 1 - i, host))
-            async with asyncio.timeout(60):
-                while await status_of(gateway_port, host) != 200:
-                    pass
-            new.append(time.perf_counter() - t0)
-        out.time("new HTTPRoute → first 200 p50 / p99", pct(new, 0.5), pct(new, 0.99))
-        print(f"  controller RSS: {rss_mib():.0f} MiB (emulator and Envoy are other "
-              "processes)", flush=True)
+        await serving(gateway_port, "r0.bench.test", 120)
+        await endpoint_changes(api, acks, out, tries=tries, echo_port=echo_port)
+        await new_routes(api, out, tries=tries, count=count, gateway_port=gateway_port)
+        print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
+              "started (interpreter, libraries); emulator and Envoy are other processes",
+              flush=True)
         await api.close()
     finally:
         for task in tasks:
@@ -238,7 +262,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
                 await task
         if child.stdin is not None:
             child.stdin.close()
-        child.wait(timeout=30)
+        await child.wait()
 
 
 async def main() -> None:
