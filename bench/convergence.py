@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import sys
@@ -207,10 +208,14 @@ async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, t
     out.time("EndpointSlice change → EDS ACK p50 / p99", pct(eds, 0.5), pct(eds, 0.99))
 
 
-async def new_routes(api: client.ApiClient, out: Figures, *, tries: int, count: int,
-                     gateway_port: int) -> None:
+async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
+                     tries: int, count: int, gateway_port: int) -> None:
+    """Create → first 200, and its parts: create → state with the route (watch, debounce,
+    translate, build, cache) and the translation time of that state."""
+    assert controller.pipeline is not None
+    pipeline = controller.pipeline
     custom: Any = client.CustomObjectsApi(api)
-    new = []
+    new, to_state, translate = [], [], []
     for i in range(tries):
         host = f"new{i}.bench.test"
         assert await status_of(gateway_port, host) == 404
@@ -218,9 +223,19 @@ async def new_routes(api: client.ApiClient, out: Figures, *, tries: int, count: 
         # A Service the endpoint test did not move (those now point at 127.0.0.2+).
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
+        state = await pipeline.wait_for(functools.partial(_has_host, host=host))
+        to_state.append(time.perf_counter() - t0)
+        translate.append(state.timings.total_ms / 1000)
         await serving(gateway_port, host, 60)
         new.append(time.perf_counter() - t0)
     out.time("new HTTPRoute → first 200 p50 / p99", pct(new, 0.5), pct(new, 0.99))
+    out.time("  of which API → state p50 / p99", pct(to_state, 0.5), pct(to_state, 0.99))
+    out.time("  of which translate+build+cache p50 / p99", pct(translate, 0.5),
+             pct(translate, 0.99))
+
+
+def _has_host(state: State, *, host: str) -> bool:
+    return any(v.hostname == host for ls in state.ir.listeners for v in ls.virtual_hosts)
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
@@ -249,7 +264,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         await engine.wait_ready(limit_s=120)
         await serving(gateway_port, "r0.bench.test", 120)
         await endpoint_changes(api, acks, out, tries=tries, echo_port=echo_port)
-        await new_routes(api, out, tries=tries, count=count, gateway_port=gateway_port)
+        await new_routes(controller, api, out, tries=tries, count=count, gateway_port=gateway_port)
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
               "started (interpreter, libraries); emulator and Envoy are other processes",
               flush=True)

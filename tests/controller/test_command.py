@@ -46,6 +46,7 @@ current-context: x
     (("--kubeconfig", "{unreachable}"), "cannot reach the Kubernetes API"),
     (("--xds-listen", "0.0.0.0:18000"), "is not loopback"),
     (("--lb-address", "engine.example"), "--lb-address must be an IP address"),
+    (("--namespace-selector", "a in (b"), "--namespace-selector"),
 ])
 def test_no_cluster_or_bad_flags_are_one_line(tmp_path: Path, args: tuple[str, ...],
                                               expected: str) -> None:

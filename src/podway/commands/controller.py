@@ -34,6 +34,8 @@ def controller(
              "it.")] = BackendMode.NODEPORTLOCAL,
     namespaces: Annotated[str, typer.Option(
         help="Comma-separated namespaces to watch (default: all).")] = "",
+    namespace_selector: Annotated[str, typer.Option(
+        help="Only namespaces whose labels match this selector (e.g. podway=on).")] = "",
     xds_listen: Annotated[str, typer.Option(
         help="Where engines connect (host:port or unix:/path). Not loopback → TLS with client "
              "certificates needed.")] = "127.0.0.1:18000",
@@ -57,6 +59,7 @@ def controller(
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
     from podway.controller.main import Controller, ControllerOptions, parse_namespaces
     from podway.errors import ConfigError
+    from podway.kube.selectors import SelectorError, label_selector
     from podway.translate import TranslateOptions
     from podway.xds.server import ServerTLS, check_bind
 
@@ -78,8 +81,13 @@ def controller(
         except OSError as exc:
             raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
     check_bind(xds_listen, tls)
+    try:
+        label_selector(namespace_selector)
+    except SelectorError as exc:
+        raise ConfigError(f"--namespace-selector: {exc}") from None
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
+        namespace_selector=namespace_selector,
         translate=TranslateOptions(address=address, http_port=http_port,
                                    https_port=https_port, mode=backend_mode),
         xds_address=xds_listen, xds_tls=tls, metrics_address=metrics_address,
