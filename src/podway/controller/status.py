@@ -36,7 +36,7 @@ from podway.pipeline import Pipeline, State
 from podway.status import StatusDocument, of_state
 from podway.translate import TranslateOptions
 from podway.translate import service as service_rules
-from podway.translate.status import to_api
+from podway.translate.status import ObjectStatus, to_api
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,21 @@ Status = dict[str, Any]
 
 
 def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
-            lb_address: str | None) -> dict[Target, Status]:
-    """The status every object Podway writes should carry (no timestamps yet)."""
+            lb_address: str | None,
+            memo: dict[ObjectRef, tuple[ObjectStatus, Status]] | None = None
+            ) -> dict[Target, Status]:
+    """The status every object Podway writes should carry (no timestamps yet). ``memo`` keeps
+    each object's last API form, reused while its ``ObjectStatus`` is equal (the caller must
+    not mutate what it gets)."""
     out: dict[Target, Status] = {}
+    memo = {} if memo is None else memo
     for ref, entry in doc.objects.items():
-        key = (ref.namespace, ref.name)
         if ref.kind in GATEWAY_KINDS and entry.status is not None:
-            out[(ref.kind, key)] = to_api(entry.status, kind=ref.kind)
+            known = memo.get(ref)
+            if known is None or known[0] != entry.status:
+                known = (entry.status, to_api(entry.status, kind=ref.kind))
+                memo[ref] = known
+            out[(ref.kind, (ref.namespace, ref.name))] = known[1]
     bound: dict[tuple[str, str], str] = {}
     for listener in state.ir.listeners:
         for origin in listener.origins:
@@ -166,7 +174,9 @@ class StatusWriter:
         self._lb_address = lb_address
         self._limit = asyncio.Semaphore(concurrency)
         self._clock = clock
-        self._written: dict[Target, Status] = {}
+        self._written: dict[Target, Status] = {}  # stamped, as last written or found
+        self._wanted: dict[Target, Status] = {}  # unstamped, as last written or found
+        self._api_forms: dict[ObjectRef, tuple[ObjectStatus, Status]] = {}
         self._seen: tuple[Any, ...] = ()
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
@@ -185,25 +195,33 @@ class StatusWriter:
         self._seen = seen
         doc = of_state(state)
         self.last_document = doc
-        want = desired(doc, state, opts=self._opts, lb_address=self._lb_address)
+        want = desired(doc, state, opts=self._opts, lb_address=self._lb_address,
+                       memo=self._api_forms)
         now = self._clock()
-        todo: list[tuple[Target, Status]] = []
+        todo: list[tuple[Target, Status, Status]] = []
         for target, status in want.items():
+            if self._wanted.get(target) is status or self._wanted.get(target) == status:
+                continue  # written (or found current) as it is now
             before = self._written.get(target) or self._current(*target)
             stamped = with_times(target[0], status, before, now, self._opts.gateway_controller)
             if same(stamped, self._written.get(target)) or same(stamped,
                                                                  self._current(*target)):
                 self._written[target] = stamped
+                self._wanted[target] = status
                 continue
-            todo.append((target, stamped))
+            todo.append((target, status, stamped))
         for gone in set(self._written) - set(want):
             del self._written[gone]
+        for gone in set(self._wanted) - set(want):
+            del self._wanted[gone]
+        for ref in [r for r in self._api_forms if (r.kind, (r.namespace, r.name)) not in want]:
+            del self._api_forms[ref]
         if todo:
             self.passes += 1
-            await asyncio.gather(*(self._patch(t, s) for t, s in todo))
+            await asyncio.gather(*(self._patch(t, w, s) for t, w, s in todo))
         return len(todo)
 
-    async def _patch(self, target: Target, status: Status) -> None:
+    async def _patch(self, target: Target, wanted: Status, status: Status) -> None:
         kind, (namespace, name) = target
         info = self._kind_info(kind)
         if info is None:
@@ -221,6 +239,7 @@ class StatusWriter:
                 self._seen = ()  # try again with the next state
                 return
         self._written[target] = status
+        self._wanted[target] = wanted
         metrics.STATUS_WRITES.labels(kind=kind, result="ok").inc()
 
 
