@@ -44,9 +44,11 @@ async def test_gateway_api_installed_after_start_is_picked_up(bed: Bed) -> None:
 
 async def test_bad_object_gets_an_event_and_does_not_disturb_others(bed: Bed) -> None:
     """An object that does not parse is left out with a Warning event naming the field; a
-    translation problem is a Warning with its reason; the good Service is served and Synced;
-    re-lists (a compacted watch) and unrelated changes repeat no event."""
+    translation problem is a Warning with its reason; the good Service is served and Synced
+    (a backend Service is not a front: no Synced); re-lists (a compacted watch) and unrelated
+    changes repeat no event."""
     bed.emu.put("services", lb_service("good", 9001))
+    bed.emu.put("services", cluster_service("backend"))  # not a front: no Synced event
     bad = lb_service("bad", 9002)
     bad["spec"]["ports"][0]["port"] = 70000
     bed.emu.put("services", bad)
@@ -69,6 +71,7 @@ async def test_bad_object_gets_an_event_and_does_not_disturb_others(bed: Bed) ->
     await until(lambda: any(e["involvedObject"]["name"] == "other"
                             for e in events(bed, "Synced")))
     assert len(bed.emu.events) == total + 1  # only "other" Synced
+    assert not any(e["involvedObject"]["name"] == "backend" for e in bed.emu.events)
     assert all(e.get("count", 1) == 1 for e in bed.emu.events)
 
 

@@ -2,8 +2,9 @@
 
 ``changes`` is pure: it compares two status documents and says which events are due — a
 Warning for each problem (or engine refusal, or object that does not parse) that is new on its
-object, a Normal ``Synced`` when an object becomes served cleanly. An unchanged document gives
-no event, so a resync or an endpoint change never repeats one.
+object, a Normal ``Synced`` when an object clients reach Podway through (a LoadBalancer
+Service, an Ingress, a Gateway, a route) becomes served cleanly. An unchanged document gives no
+event, so a resync or an endpoint change never repeats one.
 
 ``EventRecorder`` writes them as core/v1 Events and de-duplicates like client-go's correlator:
 the same (object, type, reason, message) again counts up the existing Event (``count``,
@@ -25,6 +26,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from podway.controller import metrics
+from podway.ir import IR
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.status import StatusDocument
@@ -62,21 +64,34 @@ def _warnings(doc: StatusDocument | None) -> dict[ObjectRef, set[tuple[str, str]
     return out
 
 
-def _served(doc: StatusDocument | None) -> set[ObjectRef]:
+def fronts(ir: IR) -> frozenset[ObjectRef]:
+    """The objects clients reach Podway through: listener and route origins (LoadBalancer
+    Services, Ingresses, Gateways, routes) — not the backend Services, Secrets or Pods."""
+    out: set[ObjectRef] = set()
+    for listener in ir.listeners:
+        out.update(listener.origins)
+        out.update(r.origin for v in listener.virtual_hosts for r in v.routes)
+        out.update(r.origin for r in listener.l4_routes)
+    return frozenset(out)
+
+
+def _synced(doc: StatusDocument | None, front: frozenset[ObjectRef]) -> set[ObjectRef]:
     if doc is None:
         return set()
-    return {ref for ref, e in doc.objects.items()
-            if e.owned and e.accepted and not e.problems and not e.rejections
-            and ref.kind not in ("Pod", "Node", "EndpointSlice", "Secret", "Namespace")}
+    return {ref for ref in front if (e := doc.objects.get(ref)) is not None
+            and e.owned and e.accepted and not e.problems and not e.rejections}
 
 
-def changes(before: StatusDocument | None, after: StatusDocument) -> list[Due]:
-    """The events due between two documents (see the module docstring)."""
+def changes(before: StatusDocument | None, after: StatusDocument, *,
+            fronts_before: frozenset[ObjectRef] = frozenset(),
+            fronts_after: frozenset[ObjectRef] = frozenset()) -> list[Due]:
+    """The events due between two documents (see the module docstring); ``fronts_*`` are the
+    objects that get a ``Synced`` event when served cleanly (``fronts`` of each IR)."""
     old, new = _warnings(before), _warnings(after)
     out = [Due(ref=ref, type="Warning", reason=reason, message=message)
            for ref in sorted(new) for reason, message in sorted(new[ref] - old.get(ref, set()))]
     out += [Due(ref=ref, type="Normal", reason="Synced", message="served by Podway")
-            for ref in sorted(_served(after) - _served(before))]
+            for ref in sorted(_synced(after, fronts_after) - _synced(before, fronts_before))]
     return out
 
 

@@ -28,7 +28,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from podway.backoff import Backoff
 from podway.controller import metrics
-from podway.controller.events import Due, EventRecorder, changes, load_error_events
+from podway.controller.events import (
+    Due,
+    EventRecorder,
+    changes,
+    fronts,
+    load_error_events,
+)
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
@@ -135,6 +141,7 @@ class Controller:
         assert self.pipeline is not None
         assert self.status is not None
         doc: StatusDocument | None = None
+        front: frozenset[ObjectRef] = frozenset()
         errors: tuple[LoadError, ...] = ()
         pending: dict[Key, tuple[str, ...]] = {}
         generation = 0
@@ -145,8 +152,10 @@ class Controller:
             await self.status.write(state)
             due: list[Due] = []
             if self.status.last_document is not None and self.status.last_document is not doc:
-                due += changes(doc, self.status.last_document)
-                doc = self.status.last_document
+                now_front = fronts(state.ir)
+                due += changes(doc, self.status.last_document, fronts_before=front,
+                               fronts_after=now_front)
+                doc, front = self.status.last_document, now_front
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
                 errors = state.update.errors
