@@ -246,6 +246,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         serve(EchoOptions(port=echo_port, identity=Identity(name="e"))))]
     child = await start_emulator(count, echo_port, gateway_port)
     baseline = rss_mib()
+    api: client.ApiClient | None = None
     try:
         assert child.stdout is not None
         url = (await child.stdout.readline()).decode().strip()
@@ -268,13 +269,13 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
               "started (interpreter, libraries); emulator and Envoy are other processes",
               flush=True)
-        await api.close()
     finally:
-        for task in tasks:
+        for task in reversed(tasks):  # the engine, then the controller, then the echo
             task.cancel()
-        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if api is not None:
+            await api.close()
         if child.stdin is not None:
             child.stdin.close()
         await child.wait()
