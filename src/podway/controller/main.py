@@ -90,6 +90,7 @@ class Controller:
         self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
         self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
         self._npl_requested: dict[Key, str] = {}
+        self._npl_seen: tuple[object, ...] = ()
 
     async def run(self) -> None:
         """Serve until cancelled; a cluster that cannot be reached is one ``PodwayError``."""
@@ -188,6 +189,11 @@ class Controller:
         """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each)."""
         assert self.gate is not None
         services = state.update.snapshot.kind(Service)
+        held = dict(self.gate.report.held)
+        last = self._npl_seen
+        if last and last[0] is services and last[1] is state.ir.listeners and last[2] == held:
+            return  # members moved; no Service and no structure did
+        self._npl_seen = (services, state.ir.listeners, held)
         requested = {key: self.gate.requested(s) for key, s in services.items()}
         plan = npl_plan(services.values(), served=served_services(state.ir),
                         requested=requested)
