@@ -77,6 +77,7 @@ class Informer:
         self._progress = False  # the current watch delivered something (bookmarks count)
         self.ready = asyncio.Event()  # set after the first complete list
         self.relists = 0  # lists after the first (410s, failures): a metric for callers
+        self.bookmarks = 0  # BOOKMARK events seen: a metric for callers
         self._report_all = False
 
     def report_all_on_next_list(self) -> None:
@@ -172,6 +173,7 @@ class Informer:
                 version = str((raw.get("metadata") or {}).get("resourceVersion", version))
                 self._progress = True
                 if kind == "BOOKMARK":
+                    self.bookmarks += 1
                     continue
                 key = raw_key(raw)
                 if kind == "DELETED":

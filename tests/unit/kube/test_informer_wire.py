@@ -79,3 +79,27 @@ async def test_breaks_compaction_and_relist_lose_nothing(emu: KubeEmulator) -> N
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     assert set(cache.objects) == {"b", "c"}
+
+
+async def test_bookmark_moves_the_resume_point(emu: KubeEmulator) -> None:
+    """After a BOOKMARK the next watch resumes from the bookmark's version, not the list's."""
+    emu.put("services", svc("a"))
+    cache = Cache()
+    async with client.ApiClient(client.Configuration(host=emu.url)) as api:
+        informer = Informer(name="services", params={}, handler=cache,
+                            lister=client.CoreV1Api(api).list_service_for_all_namespaces,
+                            backoff=Backoff(base=0.01, jitter=0))
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.ready.wait(), 10)
+            await until(lambda: emu.watching("services") == 1)
+            emu.put("nodes", {"metadata": {"name": "n1"}})  # moves the global version only
+            emu.send_bookmarks("services")
+            bookmarked = emu.version
+            await until(lambda: informer.bookmarks > 0)
+            emu.break_watches("services")
+            await until(lambda: any(f"resourceVersion={bookmarked}" in r and "watch=" in r
+                                    for r in emu.requests))
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

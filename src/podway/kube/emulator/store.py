@@ -132,7 +132,8 @@ class Store:
             meta.pop("namespace", None)
         if rtype.status and not keep_status:
             obj.pop("status", None)
-        meta["uid"] = meta.get("uid") or f"{next(self._uids):08x}-0000-4000-8000-000000000000"
+        # The server assigns the uid (a client's is ignored); its hex prefix orders creation.
+        meta["uid"] = f"{next(self._uids):08x}-0000-4000-8000-000000000000"
         meta["generation"] = 1
         meta.setdefault("creationTimestamp", _now())
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
