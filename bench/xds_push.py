@@ -38,11 +38,11 @@ from speedref import Reference, measure, static_envoy
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy_config import Builder, build
 from podway.ir import IR, Member
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 from podway.xds import types
-from podway.xds.build import Builder, build
 from podway.xds.protocol import Ack, Event
 
 PATHS_PER_HOST = 10

@@ -1,7 +1,9 @@
 """The ``podway`` command line: one typer app, one sub-command per job.
 
 Each job lives in its own module; this file only wires them together so that the layers below
-never import the CLI.
+never import the CLI. It is also where failures a user can act on (any ``PodwayError``, OS errors
+such as a port in use) become one ``error:`` line and exit status 2; ``--log-level debug`` adds
+the traceback. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -58,8 +60,6 @@ def explained(exc: BaseException) -> list[str] | None:
                 return None
             out.extend(lines)
         return out
-    if isinstance(exc, PodwayError):
-        return [str(exc)]
-    if isinstance(exc, OSError):
+    if isinstance(exc, PodwayError | OSError):
         return [str(exc)]
     return None

@@ -25,9 +25,10 @@ from rich.table import Table
 
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
-from podway.ir import IR, PathKind, Protocol
+from podway.ir import IR, PathKind
+from podway.ir import ListenerProtocol as Protocol
 from podway.model import EndpointSlice, Service, Snapshot
-from podway.model.loader import load_paths
+from podway.sources.files import load_paths
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 

@@ -32,12 +32,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
+from podway.envoy_config import Builder
 from podway.errors import PodwayError
 from podway.ir import IR
 from podway.sources.base import Source, SourceUpdate
 from podway.translate import IncrementalTranslator, Problem, Result, TranslateOptions
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.protocol import Ack, Event, Nack
 
@@ -230,8 +230,12 @@ class Pipeline:
         for key, rejection in list(self._rejections.items()):
             if (rejection.node, rejection.type_url) != (ack.node, ack.type_url):
                 continue
-            if not rejection.resource or (
-                    self._digest(rejection.type_url, rejection.resource) != rejection.digest):
+            if ack.resources:  # the engine names what it took: exactly those are cleared
+                accepted = rejection.resource in ack.resources
+            else:
+                accepted = not rejection.resource or (
+                    self._digest(rejection.type_url, rejection.resource) != rejection.digest)
+            if accepted:
                 del self._rejections[key]
 
     def _drop_gone(self) -> None:

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from podway.demo import DemoOptions, run_demo
 from podway.model import EndpointSlice
-from podway.model.loader import load_paths
+from podway.sources.files import load_paths
 
 from .harness import free_port
 
@@ -30,8 +30,10 @@ def table_rows(text: str) -> list[tuple[str, str, str]]:
     return rows
 
 
-async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path) -> None:
-    """Every row of docs/quickstart.md's table, in order, is a row `podway demo --once` prints."""
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2"])
+async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path, address: str) -> None:
+    """Every row of docs/quickstart.md's table, in order, is a row `podway demo --once` prints,
+    also with `--address` on another loopback address (listeners bind it, probes go there)."""
     documented = table_rows((ROOT / "docs/quickstart.md").read_text())
     assert len(documented) >= 8
     # The example's fixed ports may be taken by a running demo: move every one to a free port.
@@ -44,8 +46,9 @@ async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path) -> None:
             text = re.sub(rf"\b{old}\b", str(new), text)
         path.write_text(text)
     console = Console(record=True, width=120)
-    results = await run_demo(DemoOptions(manifests=manifests, http_port=free_port(),
-                                         https_port=free_port(), once=True), console)
+    results = await run_demo(DemoOptions(manifests=manifests, address=address,
+                                         http_port=free_port(), https_port=free_port(),
+                                         once=True), console)
     back = {str(new): str(old) for old, new in ports.items()}
     printed = [(re.sub(r"\d+", lambda m: back.get(m.group(), m.group()), probe.label),
                 outcome.status, outcome.backend) for probe, outcome in results]

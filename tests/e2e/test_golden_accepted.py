@@ -16,9 +16,9 @@ import trustme
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy_config import Builder
 from podway.ir.load import from_yaml
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.server import XdsServer

@@ -19,6 +19,7 @@ from podway.echo.server import EchoOptions, serve
 from podway.engine import admin
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy_config import Builder
 from podway.ir import (
     IR,
     DirectResponse,
@@ -33,7 +34,6 @@ from podway.ir import (
     Pool,
     PoolProtocol,
     PoolSettings,
-    Protocol,
     Redirect,
     Route,
     RouteMatch,
@@ -42,7 +42,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
-from podway.xds.build import Builder
+from podway.ir import ListenerProtocol as Protocol
 from podway.xds.cache import Cache
 from podway.xds.server import XdsServer
 

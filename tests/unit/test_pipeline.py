@@ -45,10 +45,11 @@ class QueueSource:
             yield await self.queue.get()
 
 
-def pipeline() -> tuple[Pipeline, QueueSource]:
+def pipeline(*, manifest_addresses: bool = False) -> tuple[Pipeline, QueueSource]:
     source = QueueSource()
     checked: Source = source  # the protocol is all the pipeline needs
-    return Pipeline(checked, translate=TranslateOptions(address="127.0.0.1")), source
+    opts = TranslateOptions(address="127.0.0.1", manifest_addresses=manifest_addresses)
+    return Pipeline(checked, translate=opts), source
 
 
 async def test_each_update_publishes_a_state_readers_await() -> None:
@@ -115,7 +116,7 @@ async def test_nack_without_names_falls_back_to_envoys_message() -> None:
 
 async def test_rejection_stays_on_ack_of_unchanged_content_and_clears_once_changed() -> None:
     """An ACK clears a rejection only after the refused content changed (it was re-sent)."""
-    pipe, _ = pipeline()
+    pipe, _ = pipeline(manifest_addresses=True)
     pipe.apply(update(WEB))
     pipe.on_event(nack((LISTENER,)))
     ack = Ack(node="n1", type_url=types.LISTENER, version="v2", nonce="2")
@@ -131,6 +132,20 @@ async def test_rejection_stays_on_ack_of_unchanged_content_and_clears_once_chang
     assert pipe.state is not None
     assert len(pipe.state.rejections) == 1
     pipe.on_event(ack)
+    assert pipe.state.rejections == ()
+
+
+async def test_ack_naming_resources_clears_exactly_those() -> None:
+    """An ACK that names what it carried clears those rejections and only those."""
+    pipe, _ = pipeline()
+    pipe.apply(update(WEB))
+    pipe.on_event(nack((LISTENER,)))
+    pipe.on_event(Ack(node="n1", type_url=types.LISTENER, version="v2", nonce="2",
+                      resources=("service/shop/other/9090/tcp",)))
+    assert pipe.state is not None
+    assert [r.resource for r in pipe.state.rejections] == [LISTENER]
+    pipe.on_event(Ack(node="n1", type_url=types.LISTENER, version="v3", nonce="3",
+                      resources=(LISTENER,)))
     assert pipe.state.rejections == ()
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from podway.ir import IR, Listener, Protocol
+from podway.ir import IR, Listener
+from podway.ir import ListenerProtocol as Protocol
 from podway.standalone import listener_changes
 
 

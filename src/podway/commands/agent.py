@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from podway.agent.ports import DEFAULT_RANGE
 from podway.commands.common import run_until_signal, setup_logging
 
 agent_app = typer.Typer(
@@ -26,7 +27,7 @@ def agent(
     node_name: Annotated[str | None, typer.Option(
         envvar="NODE_NAME", help="The Node this agent serves (its pods only).")] = None,
     port_range: Annotated[str, typer.Option(
-        help="Node ports to hand out, inclusive: START-END.")] = "61000-62000",
+        help="Node ports to hand out, inclusive: START-END.")] = DEFAULT_RANGE,
     rules: Annotated[str, typer.Option(help="Kernel backend: nftables or iptables.")] = "nftables",
     kubeconfig: Annotated[str | None, typer.Option(
         help="Kubeconfig file; default: in-cluster config.")] = None,

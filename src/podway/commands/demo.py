@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import check_address, check_port, run_until_signal, setup_logging
-from podway.errors import ConfigError
+from podway.errors import ConfigError, EnvironmentProblem
 
 
 def register(app: typer.Typer) -> None:
@@ -49,13 +49,11 @@ def demo(
     async def main() -> None:
         results.extend(await run_demo(opts, console))
 
-    failed = False
     try:
         asyncio.run(run_until_signal(main()))
     except* OSError as group:  # a backend port is taken, most often by another demo
-        for error in group.exceptions:
-            console.print(f"[red]error[/red] {error}", highlight=False)
-        console.print("Is another `podway demo` running? Stop it, or pass other ports.")
-        failed = True
-    if failed or (once and not results):
+        raise EnvironmentProblem(
+            f"{group.exceptions[0]} — is another `podway demo` running? Stop it, or pass other "
+            "ports") from None
+    if once and not results:
         raise typer.Exit(1)

@@ -52,6 +52,12 @@ def run(
     = False,
     metrics_port: Annotated[int, typer.Option(
         help="Prometheus metrics on 127.0.0.1:PORT (0: off).")] = 0,
+    manifest_addresses: Annotated[bool, typer.Option(
+        "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
+        "(default: every listener binds --address).")] = False,
+    strict_host_ownership: Annotated[bool, typer.Option(
+        "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
+        "Ingress owns (default: serve them and warn both).")] = False,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.standalone import Standalone, StandaloneOptions
@@ -79,7 +85,8 @@ def run(
     opts = StandaloneOptions(
         manifests=manifests,
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                                   mode=mode),
+                                   mode=mode, manifest_addresses=manifest_addresses,
+                                   strict_host_ownership=strict_host_ownership),
         xds_address=xds_address, xds_tls=tls, delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s)

@@ -18,9 +18,9 @@ from podway.commands.common import check_address, check_port
 from podway.errors import ConfigError
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
-from podway.model.loader import load_paths
 from podway.render.statuses import not_owned_table, status_table
 from podway.render.table import served_table
+from podway.sources.files import load_paths
 from podway.status import build
 from podway.status.file import write_atomic
 from podway.translate import BackendMode, Severity, TranslateOptions, translate
@@ -43,6 +43,12 @@ def validate(
     status_file: Annotated[Path | None, typer.Option(
         help="Write the status document (as `run --status-file`, see docs/run.md) here.")]
     = None,
+    manifest_addresses: Annotated[bool, typer.Option(
+        "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
+        "(default: every listener binds --address).")] = False,
+    strict_host_ownership: Annotated[bool, typer.Option(
+        "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
+        "Ingress owns (default: serve them and warn both).")] = False,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
     check_address("--address", address)
@@ -52,12 +58,17 @@ def validate(
     err = Console(stderr=True)
     loaded = load_paths(paths)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                            mode=mode)
+                            mode=mode, manifest_addresses=manifest_addresses,
+                            strict_host_ownership=strict_host_ownership)
     snapshot = Snapshot.of_objects(loaded.objects)
     result = translate(snapshot, opts)
-    document = build(snapshot=snapshot, result=result, load_errors=loaded.errors)
+    document = build(snapshot=snapshot, result=result, load_errors=loaded.errors,
+                     load_warnings=loaded.warnings)
     for error in loaded.errors:
         err.print(f"[red]error[/red] {escape(str(error))}", highlight=False, soft_wrap=True)
+    for warning in loaded.warnings:
+        err.print(f"[yellow]warning[/yellow] {escape(str(warning))}", highlight=False,
+                  soft_wrap=True)
     for problem in result.problems:
         color = {Severity.ERROR: "red", Severity.WARNING: "yellow"}.get(problem.severity, "cyan")
         at = f" ({problem.field})" if problem.field else ""

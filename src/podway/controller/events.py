@@ -30,6 +30,7 @@ from podway.ir import IR
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.status import StatusDocument
+from podway.translate import Severity
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ def _warnings(doc: StatusDocument | None) -> dict[ObjectRef, set[tuple[str, str]
     for ref, entry in doc.objects.items():
         if not entry.owned:
             continue
-        found = {(str(p.reason), p.message) for p in entry.problems}
+        found = {(str(p.reason), p.message) for p in entry.problems
+                 if p.severity is not Severity.INFO}  # info: nothing wrong, no Warning
         found |= {("EngineRejected", f"engine {r.node} refused {r.type_name} {r.resource}: "
                                      f"{r.message}") for r in entry.rejections}
         if found:
@@ -79,7 +81,8 @@ def _synced(doc: StatusDocument | None, front: frozenset[ObjectRef]) -> set[Obje
     if doc is None:
         return set()
     return {ref for ref in front if (e := doc.objects.get(ref)) is not None
-            and e.owned and e.accepted and not e.problems and not e.rejections}
+            and e.owned and e.accepted and not e.rejections
+            and all(p.severity is Severity.INFO for p in e.problems)}
 
 
 def changes(before: StatusDocument | None, after: StatusDocument, *,

@@ -126,6 +126,11 @@ class Engine:
                 "--drain-time-s", str(max(1, round(self.opts.drain_s))),
                 "--drain-strategy", "immediate",
                 "--log-format", "[%Y-%m-%d %T.%e][%l] %v"]
+        if self.opts.log_level not in ("trace", "debug"):
+            # Envoy warns on every use of a field marked work in progress ("misc" logger),
+            # and the UDP proxy's matcher is the only way to route UDP: that warning twice per
+            # UDP listener at the default level says nothing a user can act on.
+            args += ["--component-log-level", "misc:error"]
         process = await asyncio.create_subprocess_exec(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent())

@@ -12,7 +12,8 @@ from urllib.parse import parse_qsl
 
 import re2
 
-from podway.ir.listener import Listener, VirtualHost, WildcardMode
+from podway.ir.hosts import covers, host_order
+from podway.ir.listener import Listener, VirtualHost
 from podway.ir.route import PathKind, PathMatch, Route, RouteMatch, StringMatchKind
 
 
@@ -27,27 +28,8 @@ class Request:
 def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
     """Exact host, else the longest matching wildcard, else the catch-all ``*``."""
     host = host.split(":", 1)[0].lower()
-    best: VirtualHost | None = None
-    for vhost in listener.virtual_hosts:
-        name = vhost.hostname
-        if name == host:
-            return vhost
-        covered = name == "*" or (name.startswith("*.")
-                                   and _wildcard_covers(name, host, vhost.wildcard))
-        if covered and (best is None or _specificity(name) > _specificity(best.hostname)):
-            best = vhost
-    return best
-
-
-def _specificity(name: str) -> int:
-    return -1 if name == "*" else len(name)
-
-
-def _wildcard_covers(pattern: str, host: str, mode: WildcardMode) -> bool:
-    suffix = pattern[1:]
-    if not host.endswith(suffix) or len(host) == len(suffix):
-        return False
-    return mode is WildcardMode.SUFFIX or "." not in host[: -len(suffix)]
+    covering = [v for v in listener.virtual_hosts if covers(v.hostname, host, v.wildcard)]
+    return min(covering, key=lambda v: host_order(v.hostname)) if covering else None
 
 
 def select_route(listener: Listener, request: Request) -> Route | None:

@@ -10,7 +10,7 @@ from podway.ir.route import Route, WeightedPool
 from podway.model.base import ObjectRef
 
 
-class Protocol(StrEnum):
+class ListenerProtocol(StrEnum):
     TCP = "TCP"
     UDP = "UDP"
     HTTP = "HTTP"
@@ -64,7 +64,7 @@ class Listener:
     name: str
     address: str
     port: int
-    protocol: Protocol
+    protocol: ListenerProtocol
     virtual_hosts: tuple[VirtualHost, ...] = ()  # HTTP, HTTPS
     certificates: tuple[TLSCertificate, ...] = ()  # HTTPS
     l4_routes: tuple[L4Route, ...] = ()  # TCP, UDP, TLS

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from podway.errors import ConfigError, PodwayError
+from podway.errors import ConfigError, EnvironmentProblem, PodwayError
 
 
 class KubeError(PodwayError):
@@ -25,7 +25,7 @@ class KubeConfigError(KubeError, ConfigError):
     """No usable client configuration (no kubeconfig, not in a cluster, a broken file)."""
 
 
-class KubeUnreachable(KubeError):
+class KubeUnreachable(KubeError, EnvironmentProblem):
     """The API server did not answer (connection refused, DNS, TLS, timeout)."""
 
 

@@ -1,6 +1,6 @@
 """Typed Kubernetes objects Podway reads, their loader and the immutable snapshot.
 
-No I/O beyond reading manifest files in ``loader``; no client libraries.
+No I/O: the loader parses text (reading files is ``podway.sources``); no client libraries.
 """
 
 from podway.model.base import K8sObject, ObjectMeta, ObjectRef

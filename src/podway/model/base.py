@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from pydantic.alias_generators import to_camel
+
+# Integers are strict everywhere: YAML ``true`` or ``"80"`` is refused on load instead of
+# becoming port 1 or 80 (pydantic's lax mode turns a bool into an int).
+Int = StrictInt
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
+NodePort = Annotated[StrictInt, Field(ge=0, le=65535)]  # 0: none allocated
 
 
 class K8sModel(BaseModel):
@@ -25,11 +31,19 @@ class K8sModel(BaseModel):
     )
 
 
+# Kubernetes names: an RFC 1123 subdomain (most kinds) and an RFC 1123 label (namespaces). They
+# become parts of engine resource names and of messages, so nothing else may get through.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+SectionName = ObjectName  # Gateway listener names, parentRef sectionName
+
+
 class ObjectMeta(K8sModel):
-    name: str = Field(min_length=1)
-    namespace: str = "default"
+    name: ObjectName
+    namespace: Annotated[str, Field(max_length=63, pattern=DNS_LABEL)] = "default"
     uid: str = ""
-    generation: int = 0
+    generation: Int = 0
     resource_version: str = ""
     creation_timestamp: datetime | None = None
     labels: dict[str, str] = Field(default_factory=dict)

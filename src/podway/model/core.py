@@ -7,20 +7,29 @@ import base64
 import binascii
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
-from podway.model.base import K8sModel, K8sObject
+from podway.model.base import Int, K8sModel, K8sObject, NodePort, Port
 
-Protocol = Literal["TCP", "UDP", "SCTP"]
+TransportProtocol = Literal["TCP", "UDP", "SCTP"]
 
 
 class ServicePort(K8sModel):
     name: str = ""
-    protocol: Protocol = "TCP"
-    port: int = Field(ge=1, le=65535)
-    target_port: int | str | None = None
-    node_port: int | None = Field(default=None, ge=0, le=65535)
+    protocol: TransportProtocol = "TCP"
+    port: Port
+    target_port: Int | str | None = None  # a number (1-65535) or a container port's name
+    node_port: NodePort | None = None
     app_protocol: str | None = None
+
+    @field_validator("target_port")
+    @classmethod
+    def _target_port(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and not 1 <= value <= 65535:
+            raise ValueError("targetPort must be between 1 and 65535")
+        if isinstance(value, str) and not value:
+            raise ValueError("targetPort must not be empty")
+        return value
 
 
 class ServiceSpec(K8sModel):
@@ -31,6 +40,8 @@ class ServiceSpec(K8sModel):
     load_balancer_ip: str | None = Field(default=None, alias="loadBalancerIP")
     load_balancer_class: str | None = None
     external_traffic_policy: str | None = None
+    session_affinity: str | None = None
+    load_balancer_source_ranges: tuple[str, ...] = ()
 
 
 class LoadBalancerIngress(K8sModel):
@@ -54,9 +65,9 @@ class Service(K8sObject):
 
 
 class EndpointConditions(K8sModel):
-    ready: bool | None = None
-    serving: bool | None = None
-    terminating: bool | None = None
+    ready: StrictBool | None = None
+    serving: StrictBool | None = None
+    terminating: StrictBool | None = None
 
 
 class ObjectReference(K8sModel):
@@ -75,8 +86,8 @@ class Endpoint(K8sModel):
 
 class EndpointPort(K8sModel):
     name: str | None = None
-    protocol: Protocol = "TCP"
-    port: int | None = Field(default=None, ge=1, le=65535)
+    protocol: TransportProtocol = "TCP"
+    port: Port | None = None
     app_protocol: str | None = None
 
 
@@ -97,9 +108,9 @@ class EndpointSlice(K8sObject):
 
 class ContainerPort(K8sModel):
     name: str | None = None
-    container_port: int = Field(ge=1, le=65535)
-    host_port: int | None = Field(default=None, ge=0, le=65535)
-    protocol: Protocol = "TCP"
+    container_port: Port
+    host_port: NodePort | None = None
+    protocol: TransportProtocol = "TCP"
 
 
 class Container(K8sModel):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from podway.model.base import K8sModel, K8sObject
+from podway.model.base import K8sModel, K8sObject, Port, SectionName
 
 GROUP = "gateway.networking.k8s.io"
 CONTROLLER_NAME = "podway.io/gateway-controller"
@@ -90,9 +90,9 @@ class AllowedRoutes(K8sModel):
 
 
 class GatewayListener(K8sModel):
-    name: str = Field(min_length=1)
+    name: SectionName
     hostname: str | None = None
-    port: int = Field(ge=1, le=65535)
+    port: Port
     protocol: str
     tls: GatewayTLSConfig | None = None
     allowed_routes: AllowedRoutes = Field(default_factory=AllowedRoutes)

@@ -8,14 +8,19 @@ translator, which reports them in route status.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from podway.model.base import K8sModel, K8sObject
+from podway.model.base import Int, K8sModel, K8sObject, Port
 from podway.model.gateway import GROUP
 
 StringMatchType = Literal["Exact", "RegularExpression"]
+# The API schema's header (and query parameter) name: an RFC 7230 token. Values must not hold
+# CR, LF or NUL, which the engine refuses and which would split a header.
+HeaderName = Annotated[str, Field(min_length=1, max_length=256,
+                                  pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")]
+HeaderValue = Annotated[str, Field(max_length=4096, pattern=r"^[^\r\n\x00]*$")]
 
 
 class ParentReference(K8sModel):
@@ -24,7 +29,7 @@ class ParentReference(K8sModel):
     namespace: str | None = None
     name: str = Field(min_length=1)
     section_name: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Port | None = None
 
 
 class BackendObjectReference(K8sModel):
@@ -32,28 +37,28 @@ class BackendObjectReference(K8sModel):
     kind: str = "Service"
     name: str = Field(min_length=1)
     namespace: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: Port | None = None
 
 
 class HTTPHeader(K8sModel):
-    name: str = Field(min_length=1)
-    value: str = ""
+    name: HeaderName
+    value: HeaderValue = ""
 
 
 class HeaderFilter(K8sModel):
     set: tuple[HTTPHeader, ...] = ()
     add: tuple[HTTPHeader, ...] = ()
-    remove: tuple[str, ...] = ()
+    remove: tuple[HeaderName, ...] = ()
 
 
 class Fraction(K8sModel):
-    numerator: int = Field(ge=0)
-    denominator: int = Field(default=100, ge=1)
+    numerator: Int = Field(ge=0)
+    denominator: Int = Field(default=100, ge=1)
 
 
 class RequestMirrorFilter(K8sModel):
     backend_ref: BackendObjectReference
-    percent: int | None = Field(default=None, ge=0, le=100)
+    percent: Int | None = Field(default=None, ge=0, le=100)
     fraction: Fraction | None = None
 
 
@@ -67,8 +72,8 @@ class RequestRedirectFilter(K8sModel):
     scheme: str | None = None
     hostname: str | None = None
     path: PathModifier | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    status_code: int = 302
+    port: Port | None = None
+    status_code: Int = 302
 
 
 class URLRewriteFilter(K8sModel):
@@ -99,8 +104,8 @@ class HTTPPathMatch(K8sModel):
 
 class HTTPHeaderMatch(K8sModel):
     type: StringMatchType = "Exact"
-    name: str = Field(min_length=1)
-    value: str
+    name: HeaderName
+    value: HeaderValue
 
 
 class HTTPRouteMatch(K8sModel):
@@ -111,7 +116,7 @@ class HTTPRouteMatch(K8sModel):
 
 
 class BackendRef(BackendObjectReference):
-    weight: int = Field(default=1, ge=0, le=1_000_000)
+    weight: Int = Field(default=1, ge=0, le=1_000_000)
     filters: tuple[RouteFilter, ...] = ()
 
 

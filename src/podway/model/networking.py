@@ -6,14 +6,14 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from podway.model.base import K8sModel, K8sObject
+from podway.model.base import K8sModel, K8sObject, Port
 
 PathType = Literal["Exact", "Prefix", "ImplementationSpecific"]
 
 
 class ServiceBackendPort(K8sModel):
     name: str | None = None
-    number: int | None = Field(default=None, ge=1, le=65535)
+    number: Port | None = None
 
     @model_validator(mode="after")
     def _one_of(self) -> ServiceBackendPort:

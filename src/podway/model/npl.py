@@ -67,6 +67,12 @@ def _port(value: object) -> int | None:
     return value
 
 
+def _short(value: object) -> str:
+    """A bounded rendering of a value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:80]}… ({len(text)} characters)"
+
+
 def decode(text: str | None) -> tuple[frozenset[NplEntry], str | None]:
     """Entries of an annotation value, and an error message if it was not valid."""
     if text is None:
@@ -89,10 +95,11 @@ def decode(text: str | None) -> tuple[frozenset[NplEntry], str | None]:
         if pod_port is None or node_port is None or not isinstance(node_ip, str):
             return frozenset(entries), f"item {index}: bad podPort, nodePort or nodeIP"
         if protocol not in ("tcp", "udp"):
-            return frozenset(entries), f"item {index}: protocol {protocol!r} is not tcp or udp"
+            return (frozenset(entries),
+                    f"item {index}: protocol {_short(protocol)} is not tcp or udp")
         family = item.get("ipFamily", family_of(node_ip))
         if family not in ("IPv4", "IPv6"):
-            return frozenset(entries), f"item {index}: ipFamily {family!r}"
+            return frozenset(entries), f"item {index}: ipFamily {_short(family)}"
         entries.add(NplEntry(pod_port=pod_port, node_ip=node_ip, node_port=node_port,
                              protocol="tcp" if protocol == "tcp" else "udp",
                              ip_family="IPv6" if family == "IPv6" else "IPv4"))

@@ -22,7 +22,7 @@ def report_data(result: Result, load_errors: Iterable[LoadError] = (), *,
     """The status document of ``result`` (every object of ``snapshot``) and its IR."""
     document = build(snapshot=snapshot or Snapshot(), result=result, load_errors=load_errors)
     data = document.to_data()
-    for empty in ("load_errors", "stale_files", "engine_rejections"):
+    for empty in ("load_errors", "load_warnings", "stale_files", "engine_rejections"):
         if not data[empty]:
             del data[empty]  # never set by a translation alone; keep the goldens short
     data["ir"] = {"listeners": to_data(result.ir.listeners),

@@ -26,6 +26,7 @@ class SourceUpdate:
     stale_files: tuple[str, ...] = ()  # inputs served from their last good load
     changed: tuple[tuple[str, Key], ...] | None = None  # (kind, key) since the last update;
     # None: unknown, the consumer diffs (always None for the first update)
+    warnings: tuple[LoadError, ...] = ()  # inputs left out on purpose, e.g. kinds not read
 
 
 class Source(Protocol):

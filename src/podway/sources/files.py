@@ -1,194 +1,350 @@
 """Folder of manifests → snapshots, live: the standalone-mode source.
 
+The rules for reading files and for duplicates live in ``podway.sources.manifests``; this module
+is the shell that watches the folder, parses off the event loop and publishes updates.
+
 Invariants:
 
-* Each file is loaded on its own. A file that fails to load (bad YAML, a document that does
-  not validate) keeps its *last good* objects and reports the error; a file never loaded cleanly
-  contributes what did load. One bad file never takes the others down.
-* An object whose content did not change keeps its identity across reloads, so the incremental
-  translator (which diffs snapshots by identity) sees only what really changed: editing an
-  EndpointSlice in a file that also holds its Service is still an endpoint-only change.
-* Duplicates across files: the first file in path order wins, like ``podway validate``.
-* Cost is O(changed files): the snapshot is patched per kind (``Snapshot.replace``) and the
-  changed (kind, key) pairs go to the incremental translator, which then needs no diff.
-* Watching uses inotify (``watchfiles``) with a short debounce; bursts of writes (an editor's
-  save) coalesce into one snapshot. The watch starts *before* the first load, so nothing written
-  in between is missed.
+* The folder path is made absolute and normalised once (``..`` resolved against real folders,
+  the folder's own name kept, so a symlinked folder stays a symlink that can be swapped). Event
+  paths from the watcher are compared with that one form: a relative ``--manifests`` works
+  exactly like an absolute one.
+* Parsing happens in worker threads, one job per file. A small edit is published as soon as
+  its file is parsed, without waiting for a big file still being parsed; a newer event for a
+  file supersedes its parse in flight. After a big file is dropped, memory is given back.
+* Watching uses inotify (``watchfiles``) with a short debounce; bursts of writes coalesce. The
+  watch starts *before* the first load, so nothing written in between is missed.
+* The folder itself may go away. Deleted or renamed away: the last good objects keep serving
+  (a vanished folder is most likely a deploy in progress), the update says so as an error on
+  the folder and lists every file as stale, and the folder is looked for again every
+  ``missing_poll_s``. Re-created or swapped in by a rename: the watch restarts on the new folder
+  and every file is reloaded. A folder present but emptied means no objects.
 * Events name paths, not always manifests: a folder moved in or out gets one event for the
   folder, and a Kubernetes ConfigMap volume swaps its ``..data`` symlink (events only on
-  dot-paths) while the visible ``*.yaml`` links stay unchanged. Any event on a path that is not a
-  plain manifest therefore re-lists the folder and reloads what appeared or vanished; an event on
-  a ``..`` path (the kubelet's atomic writer) reloads every file, whose content may have changed
-  behind an unchanged link.
+  dot-paths). Any event on a path that is not a plain manifest re-lists the folder and reloads
+  what appeared or vanished; an event on a ``..`` path reloads every file.
 * Writers should write a temporary file and rename it into place (docs/run.md). For those who
-  do not, files are read only once their size and mtime hold still for a couple of
-  milliseconds (bounded); a file still caught mid-write fails to parse and keeps its last good
-  objects until its next event.
+  do not, files are read once their size and mtime hold still for a couple of milliseconds
+  (bounded); a file still caught mid-write fails to parse and keeps its last good objects.
+* A watch that fails (the watcher task raised or ended while the folder is still there) raises
+  ``SourceError`` out of ``watch`` at once; bad input never does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import logging
-from collections.abc import AsyncIterator, Iterable
+import os
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from podway.model.base import K8sObject
-from podway.model.loader import MANIFEST_SUFFIXES, LoadError, load_text, manifest_files
-from podway.model.snapshot import Key, Snapshot
+from podway.errors import PodwayError
+from podway.model.loader import DEFAULT_LIMITS, MANIFEST_SUFFIXES, LoadError, LoadLimits
 from podway.sources.base import SourceUpdate
+from podway.sources.manifests import (
+    ManifestSet,
+    Parsed,
+    load_paths,
+    manifest_files,
+    read_manifest,
+)
+
+__all__ = ["FileSource", "SourceError", "load_paths", "manifest_files", "normalise_root",
+           "read_manifest", "wait_stable"]
 
 log = logging.getLogger(__name__)
 
-Ident = tuple[str, str, str]  # kind, namespace, name
+_BIG_FILE = 1 << 20  # bytes: dropping a file this large gives memory back to the system
+
+
+class SourceError(PodwayError):
+    """The source cannot go on (its watch failed); the message says what and where."""
 
 
 @dataclass(slots=True)
-class _Entry:
-    objects: dict[Ident, K8sObject] = field(default_factory=dict)
-    errors: list[LoadError] = field(default_factory=list)
-    good: bool = False  # ``objects`` came from an error-free load
-    stale: bool = False  # the latest load failed and ``objects`` is the last good one
+class _Live:
+    """What one run of ``watch`` works with: the loop, the parse threads, parses in flight,
+    the watcher tasks and their queue."""
+
+    loop: asyncio.AbstractEventLoop
+    executor: Executor
+    events: asyncio.Queue[set[Path] | _WatchEnded]
+    debounce_ms: int
+    step_ms: int
+    pending: dict[Path, asyncio.Future[Parsed | None]] = field(default_factory=dict)
+    watchers: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+class _WatchEnded:
+    """Queue marker: the watcher stopped (its folder went, or it failed)."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+def normalise_root(path: Path) -> Path:
+    """Absolute, with ``..`` resolved through real folders, but the folder's own name kept
+    (a symlinked folder stays the link, so swapping the link is seen)."""
+    path = Path(os.path.abspath(path))
+    if path.name in ("", ".", ".."):
+        return Path(os.path.realpath(path))
+    return Path(os.path.realpath(path.parent)) / path.name
 
 
 class FileSource:
-    """Per-file state plus the merged snapshot, updated in O(changed files)."""
+    """A folder of manifests, loaded and then watched."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._files: dict[Path, _Entry] = {}
-        self._owners: dict[Ident, list[Path]] = {}  # sorted: the first one wins
-        self._snapshot = Snapshot()
+    def __init__(self, root: Path, *, limits: LoadLimits = DEFAULT_LIMITS,
+                 parse_workers: int = 4) -> None:
+        self.root = normalise_root(root)
+        self.limits = limits
+        self.parse_workers = parse_workers  # >= 2: a small file never queues behind a big one
+        self._set = ManifestSet(limits)
+        self._missing = False  # the folder is gone; the last good objects keep serving
+
+    # -- synchronous core (also what tests drive) -----------------------------------------
 
     def load(self) -> SourceUpdate:
         """(Re)load every file under the folder and return the merged view."""
-        present = set(manifest_files([self.root]))
-        update = self.apply(present | set(self._files))
-        return SourceUpdate(update.snapshot, update.errors, update.stale_files, None)
+        update = self.apply(set(manifest_files([self.root])) | set(self._set.files))
+        return SourceUpdate(update.snapshot, update.errors, update.stale_files, None,
+                            update.warnings)
 
     def apply(self, changed: set[Path]) -> SourceUpdate:
-        """Reload only ``changed`` paths (added, modified or deleted files)."""
-        affected: set[Ident] = set()
-        for path in sorted(changed):
-            old = self._files.get(path)
-            if old is not None:
-                affected.update(old.objects)
-                for ident in old.objects:
-                    self._owners[ident].remove(path)
-            if path.is_file() and _is_manifest(path, self.root):
-                entry = self._reload(path, old)
-                self._files[path] = entry
-                for ident in entry.objects:
-                    owners = self._owners.setdefault(ident, [])
-                    owners.append(path)
-                    owners.sort()
-                affected.update(entry.objects)
-            else:
-                self._files.pop(path, None)
-        by_kind: dict[str, dict[Key, K8sObject | None]] = {}
-        for ident in affected:
-            holders = self._owners.get(ident) or []
-            winner = self._files[holders[0]].objects[ident] if holders else None
-            if not holders:
-                self._owners.pop(ident, None)
-            kind, key = ident[0], (ident[1], ident[2])
-            current = self._snapshot.objects.get(kind, {}).get(key)
-            if winner is not current:
-                by_kind.setdefault(kind, {})[key] = winner
-        for kind, changes in by_kind.items():
-            self._snapshot = self._snapshot.replace(kind, changes)
-        changed_keys = tuple((kind, key) for kind, changes in sorted(by_kind.items())
-                             for key in sorted(changes))
-        return SourceUpdate(self._snapshot, self._errors(), self._stale(), changed_keys)
-
-    def _errors(self) -> tuple[LoadError, ...]:
-        errors: list[LoadError] = []
-        for path in sorted(self._files):
-            errors.extend(self._files[path].errors)
-        for ident, owners in self._owners.items():
-            for extra in owners[1:]:
-                errors.append(LoadError(str(extra), -1,
-                                        f"duplicate object, already defined in {owners[0]}",
-                                        object=f"{ident[0]}/{ident[1]}/{ident[2]}"))
-        return tuple(errors)
-
-    def _stale(self) -> tuple[str, ...]:
-        return tuple(str(p) for p, e in sorted(self._files.items()) if e.stale)
-
-    async def watch(self, *, debounce_ms: int = 30, step_ms: int = 5
-                    ) -> AsyncIterator[SourceUpdate]:
-        """The first full load, then one update per burst of changes, forever."""
-        from watchfiles import awatch
-
-        batches: asyncio.Queue[set[Path]] = asyncio.Queue()
-
-        async def pump() -> None:
-            async for changes in awatch(self.root, debounce=debounce_ms, step=step_ms,
-                                        recursive=True, force_polling=False):
-                batches.put_nowait({Path(p) for _, p in changes})
-
-        watcher = asyncio.create_task(pump(), name="file-source-watch")
-        # awatch registers its inotify watches synchronously, before its first await: one turn
-        # of the loop and the folder is watched, so the load below misses nothing.
-        await asyncio.sleep(0)
-        try:
-            yield self.load()
-            while True:
-                paths = await batches.get()
-                while not batches.empty():  # coalesce what piled up meanwhile
-                    paths |= batches.get_nowait()
-                reload = self.to_reload(paths)
-                if not reload:
-                    continue
-                log.info("manifests changed: %s", ", ".join(sorted(str(p) for p in reload)))
-                await wait_stable(reload)
-                yield self.apply(reload)
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+        """Reload ``changed`` paths (added, modified or deleted files), parsing here."""
+        return self._publish({p: self._read(p) for p in changed})
 
     def to_reload(self, events: set[Path]) -> set[Path]:
         """The files to (re)load for a batch of event paths (see the module docstring)."""
+        events = {Path(os.path.normpath(p)) for p in events}
         manifests = {p for p in events if p.suffix in MANIFEST_SUFFIXES}
         plain = {p for p in manifests if _is_manifest(p, self.root)}
         if plain == events:
             return plain
-        present = set(manifest_files([self.root]))
-        known = set(self._files)
+        present = set(manifest_files([self.root])) if self.root.is_dir() else set()
+        known = set(self._set.files)
         reload = plain | (present ^ known)  # moved, copied or deleted in bulk
         if any(part.startswith("..") for p in events for part in _relative_parts(p, self.root)):
             reload |= present  # a ConfigMap swap: any file may have new content
         return reload
 
-    def _reload(self, path: Path, old: _Entry | None) -> _Entry:
-        old = old or _Entry()
+    def _read(self, path: Path) -> Parsed | None:
+        return self._reader(path)()
+
+    def _publish(self, changes: dict[Path, Parsed | None]) -> SourceUpdate:
+        changed = self._set.merge(changes)
+        errors = self._set.errors()
+        stale = self._set.stale()
+        if self._missing:
+            errors = (LoadError(str(self.root), -1, "the manifests folder is gone; serving the "
+                                f"last good objects of {len(self._set.files)} files until it "
+                                "is back"), *errors)
+            stale = tuple(str(p) for p in sorted(self._set.files))
+        return SourceUpdate(self._set.snapshot, errors, stale, changed, self._set.warnings())
+
+    # -- the live shell ---------------------------------------------------------------------
+
+    async def watch(self, *, debounce_ms: int = 30, step_ms: int = 5,
+                    missing_poll_s: float = 0.25) -> AsyncIterator[SourceUpdate]:
+        """The first full load, then one update per parsed batch of changes, until cancelled."""
+        live = _Live(asyncio.get_running_loop(),
+                     ThreadPoolExecutor(max(2, self.parse_workers),
+                                        thread_name_prefix="podway-parse"),
+                     asyncio.Queue(), debounce_ms, step_ms)
+        self._start_watchers(live)
+        chores: set[asyncio.Future[None]] = set()
+        getter: asyncio.Task[set[Path] | _WatchEnded] | None = None
+        # awatch registers its inotify watches before its first await: one turn of the loop
+        # and the folder is watched, so the load below misses nothing.
+        await asyncio.sleep(0)
+        self._root_id = _identity(self.root)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            result_errors = [LoadError(str(path), -1, f"cannot read: {exc}")]
-            loaded: list[K8sObject] = []
-        else:
-            result = load_text(text, source=str(path))
-            result_errors, loaded = result.errors, result.objects
-        fresh: dict[Ident, K8sObject] = {}
-        for obj in loaded:
-            ident = (obj.KIND, *obj.key)
-            if ident in fresh:
-                result_errors.append(LoadError(str(path), -1, "duplicate object in one file",
-                                               object=str(obj.ref)))
-                continue
-            previous = old.objects.get(ident)
-            fresh[ident] = previous if previous is not None and previous == obj else obj
-        if result_errors and old.good:
-            for error in result_errors:
-                log.warning("manifest error (serving last good %s): %s", path.name, error)
-            return _Entry(old.objects, list(result_errors), good=True, stale=True)
-        for error in result_errors:
-            log.warning("manifest error: %s", error)
-        return _Entry(fresh, list(result_errors), good=not result_errors)
+            self._schedule(manifest_files([self.root]), live)
+            first = dict(zip(live.pending, await asyncio.gather(*live.pending.values()),
+                             strict=True))
+            live.pending.clear()
+            update = self._publish(first)
+            yield SourceUpdate(update.snapshot, update.errors, update.stale_files, None,
+                               update.warnings)
+            while True:
+                if getter is None:
+                    getter = asyncio.create_task(live.events.get(), name="file-source-events")
+                waits: set[asyncio.Future[Any]] = {getter, *live.pending.values()}
+                done, _ = await asyncio.wait(
+                    waits, return_when=asyncio.FIRST_COMPLETED,
+                    timeout=missing_poll_s if self._missing else None)
+                gone: dict[Path, Parsed | None] = {}
+                if getter in done:
+                    item, getter = getter.result(), None
+                    gone = await self._on_events(self._drain(item, live.events), live)
+                elif self._missing and self.root.is_dir():
+                    log.warning("manifests folder %s is back; reloading every file", self.root)
+                    self._missing, self._announce = False, True
+                    gone = self._restart(live)
+                ready = {p: f.result() for p, f in live.pending.items() if f.done()}
+                for path in ready:
+                    del live.pending[path]
+                if not (ready or gone or self._announce):
+                    continue
+                self._announce = False
+                dropped = sum(self._size(p) for p, r in (ready | gone).items() if r is None)
+                update = self._publish(ready | gone)
+                if dropped >= _BIG_FILE:  # the objects are freed now: trim while we yield
+                    chore = live.loop.run_in_executor(live.executor, _release_memory)
+                    chores.add(chore)
+                    chore.add_done_callback(chores.discard)
+                yield update
+        finally:
+            watchers = list(live.watchers)
+            self._stop(live)
+            if getter is not None:
+                getter.cancel()
+            for task in watchers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            live.executor.shutdown(wait=False, cancel_futures=True)
+
+    _root_id: tuple[int, int] | None = None
+    _announce = False  # publish even with no file change (the folder just went)
+
+    def _size(self, path: Path) -> int:
+        entry = self._set.files.get(path)
+        return entry.parsed.size if entry is not None else 0
+
+    @staticmethod
+    def _drain(item: set[Path] | _WatchEnded,
+               events: asyncio.Queue[set[Path] | _WatchEnded]) -> set[Path] | _WatchEnded:
+        """``item`` plus whatever piled up meanwhile; a watcher's end wins."""
+        paths = item
+        while not events.empty() and not isinstance(paths, _WatchEnded):
+            more = events.get_nowait()
+            paths = more if isinstance(more, _WatchEnded) else paths | more
+        return paths
+
+    async def _on_events(self, paths: set[Path] | _WatchEnded, live: _Live
+                         ) -> dict[Path, Parsed | None]:
+        """Start parses for what the events touched; return the files known to be gone."""
+        if self._missing:
+            return {}
+        reload = set() if isinstance(paths, _WatchEnded) else self.to_reload(paths)
+        if reload:
+            await wait_stable(reload)
+        identity = _identity(self.root)
+        if identity is None:
+            log.warning("manifests folder %s is gone: serving the last good objects of %d "
+                        "files until it is back", self.root, len(self._set.files))
+            self._missing = self._announce = True
+            self._stop(live)
+            for future in live.pending.values():
+                future.cancel()
+            live.pending.clear()
+            return {}
+        if identity != self._root_id:
+            log.warning("manifests folder %s was replaced (re-created or renamed in); "
+                        "reloading every file", self.root)
+            return self._restart(live)
+        if isinstance(paths, _WatchEnded):
+            raise SourceError(f"watching {self.root} failed: "
+                              f"{paths.error or 'the watcher stopped'}") from paths.error
+        if reload:
+            log.info("manifests changed: %s", ", ".join(sorted(str(p) for p in reload)))
+        return self._schedule(reload, live)
+
+    def _restart(self, live: _Live) -> dict[Path, Parsed | None]:
+        """Watch the folder now at the path (before listing it) and reload everything."""
+        self._stop(live)
+        while not live.events.empty():  # events of the old folder name nothing there now
+            live.events.get_nowait()
+        self._start_watchers(live)
+        self._root_id = _identity(self.root)
+        present = set(manifest_files([self.root]))
+        return self._schedule(present | set(self._set.files), live)
+
+    def _schedule(self, paths: Iterable[Path], live: _Live) -> dict[Path, Parsed | None]:
+        """A parse job per present file (superseding one in flight); the gone ones."""
+        gone: dict[Path, Parsed | None] = {}
+        for path in paths:
+            old = live.pending.pop(path, None)
+            if old is not None:
+                old.cancel()  # superseded: its result, if it still comes, is dropped
+            if path.is_file() and _is_manifest(path, self.root):
+                live.pending[path] = live.loop.run_in_executor(live.executor,
+                                                               self._reader(path))
+            else:
+                gone[path] = None
+        return gone
+
+    def _reader(self, path: Path) -> Callable[[], Parsed | None]:
+        """A job for a worker thread: it touches no state of the source."""
+        old = self._set.files.get(path)
+        previous = old.parsed.objects if old is not None else None
+        root, limits = self.root, self.limits
+
+        def job() -> Parsed | None:
+            if not (path.is_file() and _is_manifest(path, root)):
+                return None
+            return read_manifest(path, limits=limits, previous=previous)
+
+        return job
+
+    def _start_watchers(self, live: _Live) -> None:
+        """The folder (recursive) and its parent (only events naming the folder itself)."""
+        from watchfiles import awatch
+
+        root, events = self.root, live.events
+
+        async def pump(path: Path, *, recursive: bool) -> None:
+            error: BaseException | None = None
+            try:
+                async for changes in awatch(
+                        path, debounce=live.debounce_ms, step=live.step_ms, recursive=recursive,
+                        force_polling=False,
+                        watch_filter=None if recursive else lambda _c, p: Path(p) == root):
+                    events.put_nowait({Path(p) for _, p in changes})
+            except Exception as exc:  # the folder's: handed to the consumer, which raises
+                error = exc
+            if recursive:
+                events.put_nowait(_WatchEnded(error))
+            elif error is not None:  # the parent's watch only speeds up noticing a swap
+                log.warning("cannot watch %s (%s): a folder swapped in by rename is noticed "
+                            "only through the folder's own events", path, error)
+
+        live.watchers.append(asyncio.create_task(pump(root, recursive=True),
+                                                 name="file-source-watch"))
+        if root.parent != root:
+            live.watchers.append(asyncio.create_task(pump(root.parent, recursive=False),
+                                                     name="file-source-watch-parent"))
+
+    @staticmethod
+    def _stop(live: _Live) -> None:
+        for task in live.watchers:
+            task.cancel()
+        live.watchers.clear()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the folder at ``path`` (through symlinks), None when not a folder."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if path.is_dir() else None
+
+
+def _release_memory() -> None:
+    """Give the memory of a dropped big file back to the system: its objects are freed by
+    reference counting, but glibc keeps the pages until trimmed. (No ``gc.collect()``: a full
+    collection holds the GIL, and with it the event loop, for as long as it takes.)"""
+    name = ctypes.util.find_library("c")
+    if name:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(name).malloc_trim(0)
 
 
 def _signature(paths: Iterable[Path]) -> list[tuple[int, int] | None]:

@@ -66,6 +66,7 @@ class ObjectEntry:
 class StatusDocument:
     objects: Mapping[ObjectRef, ObjectEntry]
     load_errors: tuple[LoadError, ...] = ()
+    load_warnings: tuple[LoadError, ...] = ()  # documents skipped (unknown kinds), served anyway
     stale_files: tuple[str, ...] = ()
     rejections: tuple[Rejection, ...] = ()
     generation: int | None = None
@@ -89,6 +90,7 @@ class StatusDocument:
             out["generation"] = self.generation
         out["objects"] = {str(ref): _entry_data(self.objects[ref]) for ref in sorted(self.objects)}
         out["load_errors"] = [str(e) for e in self.load_errors]
+        out["load_warnings"] = [str(w) for w in self.load_warnings]
         out["stale_files"] = list(self.stale_files)
         refs = _refs_by_rejection(self.objects)
         out["engine_rejections"] = [
@@ -101,11 +103,13 @@ def of_state(state: State) -> StatusDocument:
     """The document of one pipeline state."""
     update = state.update
     return build(snapshot=update.snapshot, result=state.result, load_errors=update.errors,
+                 load_warnings=update.warnings,
                  stale_files=update.stale_files, rejections=state.rejections,
                  generation=state.generation)
 
 
 def build(*, snapshot: Snapshot, result: Result, load_errors: Iterable[LoadError] = (),
+          load_warnings: Iterable[LoadError] = (),
           stale_files: Iterable[str] = (), rejections: Iterable[Rejection] = (),
           generation: int | None = None) -> StatusDocument:
     rejections = tuple(rejections)
@@ -128,6 +132,7 @@ def build(*, snapshot: Snapshot, result: Result, load_errors: Iterable[LoadError
             accepted=not_owned is None and _accepted(ref, problems, status, mine, served),
             problems=problems, status=status, rejections=mine)
     return StatusDocument(objects=MappingProxyType(objects), load_errors=tuple(load_errors),
+                          load_warnings=tuple(load_warnings),
                           stale_files=tuple(stale_files), rejections=rejections,
                           generation=generation)
 

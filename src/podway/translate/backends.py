@@ -97,10 +97,15 @@ def invalid_mode(service: Service) -> str | None:
 def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:
     """Why ``port`` of ``service`` cannot be a backend in its mode, if it cannot."""
     ns, name = service.key
-    if service_mode(service, opts) is BackendMode.NODEPORT and not port.node_port:
-        return (f"Service {ns}/{name} port {port.port} has no nodePort (type "
-                f"{service.spec.type}); nodeport mode needs type NodePort or LoadBalancer")
-    return None
+    if service_mode(service, opts) is not BackendMode.NODEPORT or port.node_port:
+        return None
+    kind = service.spec.type
+    if kind in ("NodePort", "LoadBalancer"):
+        return (f"Service {ns}/{name} port {port.port} has no nodePort: a {kind} Service gets "
+                "one from the API server, but none is set here (set spec.ports[].nodePort, or "
+                "the cluster does not allocate one)")
+    return (f"Service {ns}/{name} is of type {kind}, which has no nodePort; nodeport mode "
+            "needs type NodePort or LoadBalancer")
 
 
 def mode_warning(service: Service, opts: TranslateOptions) -> str | None:

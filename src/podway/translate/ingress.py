@@ -4,6 +4,12 @@ Precedence follows Kubernetes, not manifest order: exact hosts before wildcards 
 covers exactly one label) before host-less rules; within a host the longest path wins and, on
 equal length, Exact beats Prefix. Prefixes match whole path elements and ignore a trailing slash.
 The same host+path in two Ingresses: the oldest wins, the other gets ``HostConflict``.
+
+Host ownership: the oldest Ingress naming a host (in a rule or a TLS entry) owns it. An Ingress
+of another namespace that adds paths or a certificate to it is always reported, on both sides
+(``HostShared`` warnings), so the owner learns that someone else now serves part of its host;
+with ``TranslateOptions.strict_host_ownership`` those rules and TLS entries are refused instead
+(``HostConflict``). Same-namespace Ingresses share hosts freely (one trust domain).
 """
 
 from __future__ import annotations
@@ -11,37 +17,59 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from podway.ir import Listener, Protocol, TLSCertificate, VirtualHost, WildcardMode
+from podway.ir import Listener, ListenerProtocol, TLSCertificate, VirtualHost, WildcardMode
+from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
-from podway.translate.hosts import covers, host_order
-from podway.translate.ingress_part import Claim, IngressPart, SlotKey, TLSPart, build_part
+from podway.translate.ingress_part import (
+    LEGACY_CLASS_ANNOTATION,
+    Claim,
+    IngressPart,
+    SlotKey,
+    TLSPart,
+    build_part,
+)
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity
-
-LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
+from podway.translate.problems import Problem, Reason, Severity, quote
 
 
 def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> bool | Problem:
-    """Whether an Ingress belongs to Podway; a Problem when it names our class but it is gone."""
+    """Whether an Ingress belongs to Podway. A Problem says why not: an error when it names our
+    class but the class is gone, else ``NotOwned`` (``Severity.INFO``)."""
     classes = snapshot.kind(IngressClass)
     name = ingress.spec.ingress_class_name or ingress.metadata.annotations.get(
         LEGACY_CLASS_ANNOTATION)
+    where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
+             else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
     if name is None:
-        return any(c.spec.controller == opts.ingress_controller and c.is_default
-                   for c in classes.values())
+        if any(c.spec.controller == opts.ingress_controller and c.is_default
+               for c in classes.values()):
+            return True
+        return _not_owned(ingress, "spec.ingressClassName",
+                          "no ingressClassName and no default IngressClass of "
+                          f"{opts.ingress_controller}; set spec.ingressClassName to take it")
     if not classes:
-        return name == opts.ingress_class
+        if name == opts.ingress_class:
+            return True
+        return _not_owned(ingress, where, f"class {quote(name)} is not Podway's "
+                          f"({quote(opts.ingress_class)}, no IngressClass objects loaded)")
     cls = classes.get(("", name))
     if cls is not None:
-        return cls.spec.controller == opts.ingress_controller
+        if cls.spec.controller == opts.ingress_controller:
+            return True
+        return _not_owned(ingress, where, f"IngressClass {quote(name)} belongs to controller "
+                          f"{quote(cls.spec.controller)}, not {opts.ingress_controller}")
     if name == opts.ingress_class:
-        where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
-                 else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
         return Problem(ref=ingress.ref, reason=Reason.CLASS_NOT_FOUND,
-                       message=f"IngressClass {name!r} not found", field=where)
-    return False
+                       message=f"IngressClass {quote(name)} not found", field=where)
+    return _not_owned(ingress, where, f"IngressClass {quote(name)} not found, and the name is "
+                      f"not Podway's ({quote(opts.ingress_class)})")
+
+
+def _not_owned(ingress: Ingress, where: str, why: str) -> Problem:
+    return Problem(ref=ingress.ref, reason=Reason.NOT_OWNED, severity=Severity.INFO,
+                   message=f"not served by Podway: {why}", field=where)
 
 
 @dataclass(slots=True)
@@ -62,6 +90,8 @@ class IngressTranslation:
     default_certificate: TLSCertificate | None = None
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    owners: dict[str, IngressPart] = field(default_factory=dict)  # host → oldest to name it
+    _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
 
     def add(self, ingress: Ingress) -> None:
         part = self.memo.get(ingress.key)
@@ -76,21 +106,47 @@ class IngressTranslation:
             self.pools.setdefault(spec.name, spec)
         self.problems.extend(part.problems)
 
+    def _admitted(self, part: IngressPart, host: str, what: str, where: str) -> bool:
+        """Whether ``part`` may add ``what`` to ``host``, reporting a shared host."""
+        if host == "*":
+            return True  # the catch-all belongs to nobody; its slots settle conflicts
+        owner = self.owners.setdefault(host, part)
+        if owner is part or owner.source.metadata.namespace == part.source.metadata.namespace:
+            return True
+        if self.opts.strict_host_ownership:
+            self._problem(part, Reason.HOST_CONFLICT,
+                          f"host {quote(host)} is owned by older Ingress {owner.owner} of another "
+                          f"namespace; strict host ownership refuses {what} for it", where)
+            return False
+        if (host, part.owner) not in self._shared:
+            self._shared.add((host, part.owner))
+            self._problem(part, Reason.HOST_SHARED,
+                          f"host {quote(host)} is owned by older Ingress {owner.owner} of another "
+                          f"namespace; this Ingress adds {what} to it", where, Severity.WARNING)
+            self.problems.append(Problem(
+                ref=owner.source.ref, reason=Reason.HOST_SHARED, severity=Severity.WARNING,
+                field="spec", message=f"Ingress {part.owner} of another namespace adds {what} "
+                                      f"to host {quote(host)}, which this Ingress owns"))
+        return True
+
     def _claim(self, part: IngressPart, claim: Claim) -> None:
+        if not self._admitted(part, claim.host, "paths", claim.where):
+            return
         slots = self.hosts.setdefault(claim.host, {})
         held = slots.get(claim.key)
         if held is None:
             slots[claim.key] = (claim, part.owner)
             return
         key, owner = claim.key, held[1]
-        what = "defaultBackend" if key == ("default",) else f"path {key[1]!r} ({key[0]})"
+        what = "defaultBackend" if key == ("default",) else f"path {quote(str(key[1]))} ({key[0]})"
         if owner == part.owner:
             self._problem(part, Reason.HOST_CONFLICT,
-                          f"host {claim.host!r} {what} is defined twice; the first one is used",
+                          f"host {quote(claim.host)} {what} is defined twice; the first one "
+                          "is used",
                           claim.where, Severity.WARNING)
         else:
             self._problem(part, Reason.HOST_CONFLICT,
-                          f"host {claim.host!r} {what} is already served by older Ingress "
+                          f"host {quote(claim.host)} {what} is already served by older Ingress "
                           f"{owner}", claim.where)
 
     def _add_tls(self, part: IngressPart, tls: TLSPart) -> None:
@@ -104,12 +160,14 @@ class IngressTranslation:
                               f"{self.default_certificate.name}", tls.where, Severity.WARNING)
             return
         for host in tls.hosts:
+            if not self._admitted(part, host, "a certificate", tls.where):
+                continue
             held = self.certificates.get(host)
             if held is None:
                 self.certificates[host] = cert
             elif held.name != cert.name:
                 self._problem(part, Reason.CERTIFICATE_CONFLICT,
-                              f"host {host!r} already uses {held.name}", tls.where,
+                              f"host {quote(host)} already uses {held.name}", tls.where,
                               Severity.WARNING)
 
     def _problem(self, part: IngressPart, reason: Reason, message: str, where: str,
@@ -128,14 +186,15 @@ class IngressTranslation:
                                       routes=tuple(c.route for c in claims)))
         origins = tuple(sorted({r.origin for v in vhosts for r in v.routes}))
         out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
-                        protocol=Protocol.HTTP, virtual_hosts=tuple(vhosts), origins=origins)]
+                        protocol=ListenerProtocol.HTTP, virtual_hosts=tuple(vhosts),
+                        origins=origins)]
         certs = self._certificates()
         if certs:
             secure = tuple(v for v in vhosts if self._has_certificate(v.hostname))
             if secure:
                 out.append(Listener(
                     name="ingress/https", address=self.opts.address, port=self.opts.https_port,
-                    protocol=Protocol.HTTPS, virtual_hosts=secure, certificates=certs,
+                    protocol=ListenerProtocol.HTTPS, virtual_hosts=secure, certificates=certs,
                     origins=tuple(sorted({r.origin for v in secure for r in v.routes}))))
         return out
 

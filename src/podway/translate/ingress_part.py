@@ -25,13 +25,15 @@ from podway.ir.route import Action
 from podway.model import Ingress, K8sObject, Secret, Service
 from podway.model.networking import IngressBackend
 from podway.model.snapshot import Snapshot
+from podway.translate.annotations import foreign_annotations
 from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
 
 T = TypeVar("T", bound=K8sObject)
+LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
 SlotKey = tuple[object, ...]  # (PathKind, path) or ("default",)
 
 
@@ -95,6 +97,7 @@ class _Builder:
     def build(self) -> IngressPart:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
+        self.annotations()
         if not ingress.spec.rules and ingress.spec.default_backend is None:
             self.problem(Reason.NO_RULES, "Ingress has neither rules nor a defaultBackend",
                          "spec", Severity.WARNING)
@@ -102,7 +105,8 @@ class _Builder:
         for i, rule in enumerate(ingress.spec.rules):
             if rule.host and not valid_hostname(rule.host):
                 self.problem(Reason.INVALID_HOST,
-                             f"host {rule.host!r} is not a DNS name (a leading '*.' is allowed)",
+                             f"host {quote(rule.host)} is not a DNS name "
+                             "(a leading '*.' is allowed)",
                              f"spec.rules[{i}].host")
                 continue
             host = rule.host or "*"
@@ -110,7 +114,8 @@ class _Builder:
             for j, path in enumerate(rule.http.paths if rule.http else ()):
                 where = f"spec.rules[{i}].http.paths[{j}]"
                 if not path.path.startswith("/"):
-                    self.problem(Reason.INVALID_PATH, f"path {path.path!r} must start with '/'",
+                    self.problem(Reason.INVALID_PATH,
+                                 f"path {quote(path.path)} must start with '/'",
                                  f"{where}.path")
                     continue
                 kind = PathKind.EXACT if path.path_type == "Exact" else PathKind.PREFIX
@@ -136,6 +141,20 @@ class _Builder:
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()))
 
+    def annotations(self) -> None:
+        """Settings meant for other controllers, and a class annotation that is overridden."""
+        annotations = self.ingress.metadata.annotations
+        for name, message in foreign_annotations(annotations):
+            self.problem(Reason.UNSUPPORTED_ANNOTATION, message,
+                         f"metadata.annotations[{name}]", Severity.WARNING)
+        legacy = annotations.get(LEGACY_CLASS_ANNOTATION)
+        named = self.ingress.spec.ingress_class_name
+        if legacy is not None and named is not None and legacy != named:
+            self.problem(Reason.UNSUPPORTED_ANNOTATION,
+                         f"annotation {LEGACY_CLASS_ANNOTATION} ({quote(legacy)}) is ignored: "
+                         f"spec.ingressClassName ({quote(named)}) takes precedence",
+                         f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
+
     def action(self, backend: IngressBackend, where: str) -> Action:
         ns = self.ingress.metadata.namespace
         if backend.service is None:
@@ -159,7 +178,7 @@ class _Builder:
         port = find_port(service, number=ref.port.number, name=ref.port.name, protocol="TCP")
         if port is None:
             wanted = (f"port {ref.port.number}" if ref.port.number is not None
-                      else f"port named {ref.port.name!r}")
+                      else f"port named {quote(ref.port.name or '')}")
             self.problem(Reason.BACKEND_NOT_FOUND,
                          f"Service {ns}/{ref.name} has no {wanted}", f"{where}.service.port")
             return DirectResponse(status=503)
@@ -186,7 +205,7 @@ class _Builder:
         valid = tuple(h for h in dict.fromkeys(hosts) if valid_hostname(h))
         for h in dict.fromkeys(hosts):
             if h not in valid:
-                self.problem(Reason.INVALID_HOST, f"TLS host {h!r} is not a DNS name",
+                self.problem(Reason.INVALID_HOST, f"TLS host {quote(h)} is not a DNS name",
                              f"{where}.hosts")
         if hosts and not valid:
             # Never let an entry that named hosts become the default certificate of every host.
@@ -195,13 +214,17 @@ class _Builder:
             return
         ns = self.ingress.metadata.namespace
         self.lookup(Secret, ns, secret_name)
-        cert = certificate_from_secret(self.snapshot, ns, secret_name, valid)
-        if isinstance(cert, str):
-            reason = Reason.SECRET_NOT_FOUND if "not found" in cert else Reason.INVALID_SECRET
-            self.problem(reason, f"{cert}; hosts {', '.join(valid) or '(all)'} are left out of "
-                         "the HTTPS listener", f"{where}.secretName")
+        found = certificate_from_secret(self.snapshot, ns, secret_name, valid)
+        if found.error is not None or found.certificate is None:
+            error = found.error or Verdict(False, Reason.INVALID_SECRET, "no certificate")
+            self.problem(error.reason, f"{error.message}; hosts {listing(valid) or '(all)'} "
+                         "are left out of the HTTPS listener", f"{where}.secretName")
             return
-        self.tls.append(TLSPart(valid, cert, f"{where}.hosts" if valid else f"{where}.secretName"))
+        if found.warning is not None:
+            self.problem(found.warning.reason, found.warning.message, f"{where}.secretName",
+                         Severity.WARNING)
+        self.tls.append(TLSPart(valid, found.certificate,
+                                f"{where}.hosts" if valid else f"{where}.secretName"))
 
     def problem(self, reason: Reason, message: str, where: str,
                 severity: Severity = Severity.ERROR) -> None:

@@ -2,21 +2,25 @@
 
 Each mode is a ``MemberResolver``: it says which kinds move its members and which Services a
 change of one such object touches, so the incremental translator re-resolves only those pools.
-Pure; resolvers read the snapshot and the ``EndpointIndex`` only.
+Pure; resolvers read the snapshot and the ``EndpointIndex`` only. An address or annotation the
+engine could not take is left out and reported as a problem on the object that holds it
+(EndpointSlice, Node or Pod), with the pool's members: the rest of the pool keeps serving.
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import dataclass, field, replace
 
 from podway.ir import Member, MemberState
 from podway.model import EndpointSlice, Node, ObjectRef, Pod, Service, Snapshot, npl
 from podway.model.core import Endpoint
 from podway.model.snapshot import Key
+from podway.translate.addresses import address_problem
 from podway.translate.backends import PoolSpec, ServiceKey, service_mode
 from podway.translate.options import BackendMode, TranslateOptions
+from podway.translate.problems import Problem, Reason
 
 
 class EndpointIndex:
@@ -74,7 +78,26 @@ class MemberContext:
     endpoints: EndpointIndex
 
 
-class MemberResolver(Protocol):
+@dataclass(frozen=True, slots=True)
+class PoolMembers:
+    """The members of one pool, and what was left out of it and why."""
+
+    members: tuple[Member, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(slots=True)
+class _Found:
+    problems: dict[Problem, None] = field(default_factory=dict)  # ordered, deduplicated
+
+    def bad(self, ref: ObjectRef, reason: Reason, message: str, where: str) -> None:
+        self.problems[Problem(ref=ref, reason=reason, message=message, field=where)] = None
+
+    def result(self, members: tuple[Member, ...]) -> PoolMembers:
+        return PoolMembers(members, tuple(self.problems))
+
+
+class MemberResolver(typing.Protocol):
     """Resolves the members of one pool. Pure."""
 
     @property
@@ -82,7 +105,7 @@ class MemberResolver(Protocol):
         """Kinds whose changes move members (and nothing else)."""
         ...
 
-    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]: ...
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers: ...
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
         """Services whose pools a change of ``kind``/``key`` touches; None means every pool.
@@ -113,7 +136,9 @@ class _Backend:
     origin: ObjectRef | None
 
 
-def _backends(spec: PoolSpec, index: EndpointIndex) -> Iterable[_Backend]:
+def _backends(spec: PoolSpec, index: EndpointIndex, found: _Found) -> Iterable[_Backend]:
+    """Each endpoint address with its port; addresses that are not IPs of the slice's
+    addressType are reported on the slice and skipped."""
     want_name = spec.port.name or ""
     for item in index.slices(spec.service).values():
         if item.address_type == "FQDN":
@@ -122,11 +147,17 @@ def _backends(spec: PoolSpec, index: EndpointIndex) -> Iterable[_Backend]:
                      and p.protocol == spec.port.protocol and p.port is not None), None)
         if port is None:
             continue
-        for endpoint in item.endpoints:
+        for i, endpoint in enumerate(item.endpoints):
             target = endpoint.target_ref
             origin = (ObjectRef(target.kind or "Pod", target.namespace or spec.service[0],
                                 target.name) if target is not None and target.name else None)
-            for address in endpoint.addresses:
+            for j, address in enumerate(endpoint.addresses):
+                wrong = address_problem(address, item.address_type)
+                if wrong is not None:
+                    found.bad(item.ref, Reason.INVALID_ADDRESS,
+                              f"endpoint address {wrong}; it is left out",
+                              f"endpoints[{i}].addresses[{j}]")
+                    continue
                 yield _Backend(address, port, endpoint, origin)
 
 
@@ -165,12 +196,13 @@ class ClusterIPResolver:
 
     kinds = frozenset({EndpointSlice.KIND})
 
-    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
-        return _collapse(
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
+        found = _Found()
+        return found.result(_collapse(
             (Member(address=b.address, port=b.port, state=endpoint_state(b.endpoint),
                     origin=b.origin, node=b.endpoint.node_name, zone=b.endpoint.zone),
              serving_while_terminating(b.endpoint))
-            for b in _backends(spec, ctx.endpoints))
+            for b in _backends(spec, ctx.endpoints, found)))
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
         return ()
@@ -190,24 +222,31 @@ class NodePortResolver:
 
     kinds = frozenset({EndpointSlice.KIND, Node.KIND})
 
-    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
+        found = _Found()
         node_port = spec.port.node_port
         if not node_port:
-            return ()
+            return PoolMembers()
         local_only = spec.external_traffic_policy == "Local"
-        ready_nodes = {b.endpoint.node_name for b in _backends(spec, ctx.endpoints)
+        ready_nodes = {b.endpoint.node_name for b in _backends(spec, ctx.endpoints, found)
                        if endpoint_state(b.endpoint) is MemberState.READY}
         out = []
         for node in ctx.snapshot.kind(Node).values():
             address = node.address("InternalIP", "ExternalIP")
             if address is None:
                 continue
+            wrong = address_problem(address)
+            if wrong is not None:
+                found.bad(node.ref, Reason.INVALID_ADDRESS,
+                          f"node address {wrong}; the node is left out of nodeport pools",
+                          "status.addresses")
+                continue
             ready = node.ready and (not local_only or node.metadata.name in ready_nodes)
             out.append((Member(address=address, port=node_port, origin=node.ref,
                                node=node.metadata.name,
                                state=MemberState.READY if ready else MemberState.NOT_READY),
                         False))
-        return _collapse(out)
+        return found.result(_collapse(out))
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
         return None if kind == Node.KIND else ()
@@ -224,26 +263,36 @@ class NodePortLocalResolver:
 
     kinds = frozenset({EndpointSlice.KIND, Pod.KIND})
 
-    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
+        found = _Found()
         protocol = spec.port.protocol.lower()
         out = []
-        for b in _backends(spec, ctx.endpoints):
+        for b in _backends(spec, ctx.endpoints, found):
             if b.origin is None or b.origin.kind != "Pod":
                 continue
             pod = ctx.snapshot.get(Pod, b.origin.namespace, b.origin.name)
             if pod is None:
                 continue
-            entries, _ = npl.decode(pod.metadata.annotations.get(npl.ANNOTATION))
+            where = f"metadata.annotations[{npl.ANNOTATION}]"
+            entries, error = npl.decode(pod.metadata.annotations.get(npl.ANNOTATION))
+            if error is not None:
+                found.bad(pod.ref, Reason.INVALID_ANNOTATION, f"{error}; the valid entries "
+                          "before it are used", where)
             entry = next((e for e in sorted(entries)
                           if e.pod_port == b.port and e.protocol == protocol), None)
             if entry is None:
+                continue
+            wrong = address_problem(entry.node_ip)
+            if wrong is not None:
+                found.bad(pod.ref, Reason.INVALID_ADDRESS,
+                          f"nodeIP {wrong}; the pod is left out of its pools", where)
                 continue
             out.append((Member(address=entry.node_ip, port=entry.node_port,
                                state=endpoint_state(b.endpoint), origin=b.origin,
                                node=b.endpoint.node_name or pod.spec.node_name,
                                zone=b.endpoint.zone),
                         serving_while_terminating(b.endpoint)))
-        return _collapse(out)
+        return found.result(_collapse(out))
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
         return ctx.endpoints.services_of_pod(key) if kind == Pod.KIND else ()
@@ -266,7 +315,7 @@ class ModeResolver:
             BackendMode.CLUSTERIP: ClusterIPResolver(), BackendMode.NODEPORT: NodePortResolver(),
             BackendMode.NODEPORTLOCAL: NodePortLocalResolver()}
 
-    def members(self, spec: PoolSpec, ctx: MemberContext) -> tuple[Member, ...]:
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
         return self._by_mode[spec.mode or self._default].members(spec, ctx)
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:

@@ -36,3 +36,12 @@ class TranslateOptions:
     """GatewayClass ``spec.controllerName`` that makes a class (and its Gateways) ours."""
     load_balancer_class: str = "podway.io/lb"
     """``spec.loadBalancerClass`` of Services that are ours (unset is ours too)."""
+    manifest_addresses: bool = False
+    """Let manifests choose bind addresses (Service ``status.loadBalancer``/``loadBalancerIP``,
+    Gateway ``spec.addresses``). Off: every listener binds ``address`` and an object asking for
+    another gets an ``AddressNotAllowed`` warning. On where an address allocator (IPAM) or a
+    trusted author writes them."""
+    strict_host_ownership: bool = False
+    """The oldest Ingress naming a host owns it. Off: Ingresses of other namespaces may still
+    add paths or a certificate to it, and both sides are warned (``HostShared``). On: their
+    rules and TLS entries for that host are refused (``HostConflict``)."""

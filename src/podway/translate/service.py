@@ -1,27 +1,46 @@
-"""Service ``type: LoadBalancer`` → one L4 listener per port, on the Service's VIP."""
+"""Service ``type: LoadBalancer`` → one L4 listener per port, on the Service's VIP.
+
+The VIP is ``status.loadBalancer.ingress[0].ip``, else ``spec.loadBalancerIP``; it is bound only
+when the options let manifests choose addresses (``podway.translate.addresses``). Settings that
+change who may connect or where a client lands and that Podway does not serve yet
+(``sessionAffinity: ClientIP``, ``loadBalancerSourceRanges``) are warned about, never dropped in
+silence.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podway.ir import L4Route, Listener, Protocol, WeightedPool
+from podway.ir import L4Route, Listener, ListenerProtocol, WeightedPool
 from podway.model import Service
+from podway.translate.addresses import AddressChoice, choose_address
 from podway.translate.backends import PoolSpec, l4_pool, mode_problem
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason
+from podway.translate.problems import Problem, Reason, Severity, quote
 
 
-def is_ours(service: Service, opts: TranslateOptions) -> bool:
+def is_ours(service: Service, opts: TranslateOptions) -> bool | Problem:
+    """A LoadBalancer Service of our class (or none) is ours; one of another class is
+    ``NotOwned`` (``Severity.INFO``); other types are backends only, not listed."""
+    if service.spec.type != "LoadBalancer":
+        return False
     cls = service.spec.load_balancer_class
-    return service.spec.type == "LoadBalancer" and cls in (None, opts.load_balancer_class)
+    if cls in (None, opts.load_balancer_class):
+        return True
+    return Problem(ref=service.ref, reason=Reason.NOT_OWNED, severity=Severity.INFO,
+                   field="spec.loadBalancerClass",
+                   message=f"not served by Podway: loadBalancerClass {quote(cls)} is not "
+                           f"{opts.load_balancer_class}")
 
 
-def vip(service: Service, opts: TranslateOptions) -> str:
-    """status.loadBalancer.ingress[0].ip, else spec.loadBalancerIP, else the bind address."""
+def vip(service: Service, opts: TranslateOptions) -> tuple[AddressChoice, str]:
+    """The address to bind and the field it came from."""
     ingress = service.status.load_balancer.ingress
     if ingress and ingress[0].ip:
-        return ingress[0].ip
-    return service.spec.load_balancer_ip or opts.address
+        where = "status.loadBalancer.ingress[0].ip"
+        return choose_address(ingress[0].ip, opts, where), where
+    where = "spec.loadBalancerIP"
+    return choose_address(service.spec.load_balancer_ip, opts, where), where
 
 
 @dataclass(slots=True)
@@ -33,7 +52,15 @@ class ServiceTranslation:
 
     def add(self, service: Service) -> None:
         ns, name = service.key
-        address = vip(service, self.opts)
+        self._unsupported(service)
+        choice, where = vip(service, self.opts)
+        if choice.refusal is not None:
+            self.problems.append(Problem(
+                ref=service.ref, reason=choice.refusal.reason, message=choice.refusal.message,
+                field=where, severity=Severity.ERROR if choice.address is None
+                else Severity.WARNING))
+        if choice.address is None:
+            return
         for i, port in enumerate(service.spec.ports):
             if port.protocol not in ("TCP", "UDP"):
                 self.problems.append(Problem(
@@ -47,10 +74,23 @@ class ServiceTranslation:
                                              message=unusable, field=f"spec.ports[{i}].nodePort"))
             spec = l4_pool(service, port)
             self.pools.setdefault(spec.name, spec)
-            proto = Protocol.UDP if port.protocol == "UDP" else Protocol.TCP
+            proto = ListenerProtocol.UDP if port.protocol == "UDP" else ListenerProtocol.TCP
             lname = f"service/{ns}/{name}/{port.port}/{port.protocol.lower()}"
             self.listeners.append(Listener(
-                name=lname, address=address, port=port.port, protocol=proto,
+                name=lname, address=choice.address, port=port.port, protocol=proto,
                 l4_routes=(L4Route(name=lname, backends=(WeightedPool(pool=spec.name),),
                                    origin=service.ref),),
                 origins=(service.ref,)))
+
+    def _unsupported(self, service: Service) -> None:
+        spec = service.spec
+        if spec.session_affinity == "ClientIP":
+            self._warn(service, "spec.sessionAffinity", "sessionAffinity ClientIP is not "
+                       "served yet: connections are balanced without client affinity")
+        if spec.load_balancer_source_ranges:
+            self._warn(service, "spec.loadBalancerSourceRanges", "loadBalancerSourceRanges is "
+                       "not enforced yet: every client can connect")
+
+    def _warn(self, service: Service, where: str, message: str) -> None:
+        self.problems.append(Problem(ref=service.ref, reason=Reason.UNSUPPORTED_FIELD,
+                                     message=message, field=where, severity=Severity.WARNING))

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, Listener, Mirror, Pool, Protocol, WeightedPool
+from podway.ir import IR, Forward, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
@@ -28,7 +28,7 @@ from podway.translate.backends import (
     mode_warning,
     service_mode,
 )
-from podway.translate.gateway import GatewayTranslation
+from podway.translate.gateway import translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
@@ -38,6 +38,7 @@ from podway.translate.members import (
     resolver_for,
 )
 from podway.translate.options import TranslateOptions
+from podway.translate.ports import PortTable
 from podway.translate.problems import Problem, Reason, Severity
 from podway.translate.service import ServiceTranslation
 from podway.translate.status import ObjectStatus
@@ -101,14 +102,35 @@ def _translate(snapshot: Snapshot, opts: TranslateOptions) -> Result:
     structure = translate_structure(snapshot, opts)
     ctx = MemberContext(snapshot, EndpointIndex(snapshot.kind(EndpointSlice).values()))
     resolver = resolver_for(opts)
-    pools = {name: resolve_pool(spec, ctx, resolver) for name, spec in structure.pools.items()}
+    pools: dict[str, Pool] = {}
+    member_problems: dict[str, tuple[Problem, ...]] = {}
+    for name, spec in structure.pools.items():
+        pools[name], member_problems[name] = resolve_pool(spec, ctx, resolver)
     return Result(IR(listeners=structure.listeners, pools=MappingProxyType(pools)),
-                  structure.problems, structure.statuses)
+                  _merge(structure.problems, member_problems), structure.statuses)
 
 
-def resolve_pool(spec: PoolSpec, ctx: MemberContext, resolver: MemberResolver) -> Pool:
-    return Pool(name=spec.name, settings=spec.settings, members=resolver.members(spec, ctx),
-                origin=spec.origin)
+def resolve_pool(spec: PoolSpec, ctx: MemberContext,
+                 resolver: MemberResolver) -> tuple[Pool, tuple[Problem, ...]]:
+    """The pool with its members, and the problems of the endpoint objects it left out."""
+    found = resolver.members(spec, ctx)
+    return Pool(name=spec.name, settings=spec.settings, members=found.members,
+                origin=spec.origin), found.problems
+
+
+def _merge(structure: tuple[Problem, ...],
+           by_pool: Mapping[str, tuple[Problem, ...]]) -> tuple[Problem, ...]:
+    """Structure problems plus member problems (one slice may feed several pools: once)."""
+    if not any(by_pool.values()):
+        return structure
+    seen = set(structure)
+    extra = [p for p in dict.fromkeys(p for problems in by_pool.values() for p in problems)
+             if p not in seen]
+    return tuple(sorted([*structure, *extra], key=_problem_order))
+
+
+def _problem_order(p: Problem) -> tuple[object, ...]:
+    return (p.ref, p.field, p.reason, p.message)
 
 
 @dataclass(slots=True)
@@ -133,25 +155,21 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
         memo.ingress = ing.parts
     svc = ServiceTranslation(opts=opts)
     for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
-        if service_rules.is_ours(service, opts):
+        ours = service_rules.is_ours(service, opts)
+        if isinstance(ours, Problem):
+            problems.append(ours)
+        elif ours:
             svc.add(service)
-    gw = GatewayTranslation(snapshot=snapshot, opts=opts)
-    gw_listeners = gw.run()
-    listeners, conflicts = _bind([*ing.listeners(), *gw_listeners], svc.listeners)
-    kept = {id(lst) for lst in listeners}
-    for lst in gw_listeners:
-        if id(lst) not in kept:
-            where = f"{lst.address}:{lst.port}/"
-            holder = next((p.message for p in conflicts
-                           if p.ref in lst.origins and p.message.startswith(where)), "")
-            gw.mark_unbound(lst.name, holder)
-    statuses = gw.statuses()
+    # Ports go first come, first served: Ingress, then Gateways (which report a refusal in
+    # their listeners' status), then Services.
+    ports = PortTable()
+    listeners = _bind(ing.listeners(), ports, problems)
+    gw = translate_gateways(snapshot, opts, ports)
+    listeners.extend(gw.listeners)
+    listeners.extend(_bind(svc.listeners, ports, problems))
     problems.extend(ing.problems)
     problems.extend(svc.problems)
     problems.extend(gw.problems)
-    # Gateway listeners report their unbound ports through status and gw.problems.
-    gateway_refs = {ref for lst in gw_listeners for ref in lst.origins}
-    problems.extend(p for p in conflicts if p.ref not in gateway_refs)
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
@@ -169,9 +187,8 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
             if message is not None:
                 problems.append(Problem(ref=backing.ref, reason=reason, message=message,
                                         severity=Severity.WARNING, field="metadata.annotations"))
-    problems.sort(key=lambda p: (p.ref, p.field, p.reason, p.message))
-    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
-                     MappingProxyType(statuses))
+    problems.sort(key=_problem_order)
+    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems), gw.statuses)
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
@@ -186,38 +203,19 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
         yield from l4.backends
 
 
-def _family(protocol: Protocol) -> str:
-    return "udp" if protocol is Protocol.UDP else "tcp"
-
-
-def _bind(shared: list[Listener], services: list[Listener]) -> tuple[list[Listener], list[Problem]]:
-    """Give each address:port (per TCP/UDP family) to one listener: Ingress, then oldest Service.
-
-    A wildcard address (0.0.0.0, ::) overlaps every specific address on the same port.
-    """
-    taken: dict[tuple[str, int, str], Listener] = {}
+def _bind(listeners: Iterable[Listener], ports: PortTable,
+          problems: list[Problem]) -> list[Listener]:
+    """The listeners that get their address:port; each refused one is a ``PortConflict`` on
+    every object it came from."""
     out: list[Listener] = []
-    problems: list[Problem] = []
-    for listener in [*shared, *services]:
-        family = _family(listener.protocol)
-        clash = next((held for (addr, port, fam), held in taken.items()
-                      if port == listener.port and fam == family
-                      and (addr == listener.address or _wild(addr) or _wild(listener.address))),
-                     None)
-        if clash is not None:
-            problems.extend(Problem(
-                ref=ref, reason=Reason.PORT_CONFLICT,
-                message=f"{listener.address}:{listener.port}/{family} is already used by "
-                        f"{clash.name}", field="spec.ports")
-                for ref in listener.origins)
+    for listener in listeners:
+        refusal = ports.take_listener(listener)
+        if refusal is None:
+            out.append(listener)
             continue
-        taken[(listener.address, listener.port, family)] = listener
-        out.append(listener)
-    return out, problems
-
-
-def _wild(address: str) -> bool:
-    return address in ("0.0.0.0", "::")
+        problems.extend(Problem(ref=ref, reason=Reason.PORT_CONFLICT, message=refusal.message,
+                                field="spec.ports") for ref in listener.origins)
+    return out
 
 
 @dataclass(slots=True)
@@ -234,6 +232,7 @@ class IncrementalTranslator:
     _snapshot: Snapshot | None = None
     _index: EndpointIndex = field(default_factory=EndpointIndex)
     _pools: dict[str, Pool] = field(default_factory=dict)
+    _pool_problems: dict[str, tuple[Problem, ...]] = field(default_factory=dict)
     _pools_by_service: dict[ServiceKey, list[str]] = field(default_factory=dict)
     _result: Result | None = None
     _memo: StructureMemo = field(default_factory=StructureMemo)
@@ -257,15 +256,21 @@ class IncrementalTranslator:
         ctx = MemberContext(snapshot, self._index)
         replaced = False
         for name in touched:
-            pool = resolve_pool(self._structure.pools[name], ctx, resolver)
-            if pool != self._pools[name]:
+            pool, problems = resolve_pool(self._structure.pools[name], ctx, resolver)
+            if pool != self._pools[name] or problems != self._pool_problems.get(name, ()):
                 self._pools[name] = pool
+                self._pool_problems[name] = problems
                 replaced = True
         if replaced:
-            self._result = Result(IR(listeners=self._structure.listeners,
-                                     pools=MappingProxyType(dict(self._pools))),
-                                  self._structure.problems, self._structure.statuses)
+            self._result = self._current()
         return self._result
+
+    def _current(self) -> Result:
+        assert self._structure is not None
+        return Result(IR(listeners=self._structure.listeners,
+                         pools=MappingProxyType(dict(self._pools))),
+                      _merge(self._structure.problems, self._pool_problems),
+                      self._structure.statuses)
 
     def _apply_endpoint_changes(self, snapshot: Snapshot, changes: list[tuple[str, Key]],
                                 resolver: MemberResolver) -> set[ServiceKey] | None:
@@ -300,23 +305,22 @@ class IncrementalTranslator:
         old_specs = self._structure.pools if self._structure is not None else {}
         self._structure = translate_structure(snapshot, self.opts, self._memo)
         ctx = MemberContext(snapshot, self._index)
-        previous = self._pools
-        self._pools = {}
+        previous, previous_problems = self._pools, self._pool_problems
+        self._pools, self._pool_problems = {}, {}
         self._pools_by_service = {}
         for name, spec in self._structure.pools.items():
             old = previous.get(name)
             if (old is not None and moved is not None and spec.service not in moved
                     and old_specs.get(name) == spec):
-                pool = old
+                pool, problems = old, previous_problems.get(name, ())
             else:
-                pool = resolve_pool(spec, ctx, resolver)
+                pool, problems = resolve_pool(spec, ctx, resolver)
                 if old == pool:
                     pool = old  # keep identity when unchanged
             self._pools[name] = pool
+            self._pool_problems[name] = problems
             self._pools_by_service.setdefault(spec.service, []).append(name)
-        self._result = Result(IR(listeners=self._structure.listeners,
-                                 pools=MappingProxyType(dict(self._pools))),
-                              self._structure.problems, self._structure.statuses)
+        self._result = self._current()
         return self._result
 
 

@@ -1,7 +1,8 @@
-"""IR → Envoy: build xDS resources (``build``), version them (``cache``), serve them (``server``).
+"""Envoy resources to engines: version them (``cache``), serve them (``server``) over ADS.
 
-This layer only sees the IR (``podway.ir``) — never Kubernetes objects — so the same code serves a
-cluster controller and standalone mode.
+The resources themselves are built from the IR by ``podway.envoy_config`` (a pure function);
+this layer never looks at Kubernetes objects, so the same code serves a cluster controller and
+standalone mode.
 """
 
 import os

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from podway.envoy_config import Resource, Resources
 from podway.xds import types
-from podway.xds.build import Resource, Resources
 
 _EMPTY: Mapping[str, Resource] = MappingProxyType({})
 

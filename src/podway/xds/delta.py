@@ -5,9 +5,12 @@ in ``podway.xds.protocol``.
 
 After a NACK Envoy keeps, per resource, the version it last accepted; so does this stream
 (``accepted``), and ``known`` goes back to it. That keeps removals flowing (a rejected update of
-a resource later deleted is still removed) and the readiness checks honest. A rejected endpoint
-assignment counts as settled: Envoy will get nothing better until the config changes, and holding
-every route push behind it would freeze the stream.
+a resource later deleted is still removed) and the readiness checks honest. The refused resources
+are found and held back, the others of the refused response are offered again at once
+(``podway.xds.refusals``); responses of one type may be in flight together, because Envoy
+answers every delta response. A refused endpoint assignment counts as settled: Envoy will get
+nothing better until it changes or is due again, and holding every route push behind it would
+freeze the stream.
 """
 
 from __future__ import annotations
@@ -18,17 +21,30 @@ from dataclasses import dataclass, field
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy_config import Resource
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
+    HOLD_AFTER_NACK_S,
     Ack,
     Event,
     Nack,
     new_nonce,
     refused_for_long,
 )
+from podway.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """One response Envoy has not answered yet."""
+
+    version: str  # system version
+    resources: tuple[tuple[str, str], ...]  # (name, digest) sent
+    removed: tuple[str, ...]
+    stand_ins: frozenset[str] = frozenset()  # names sent as placeholders
 
 
 @dataclass(slots=True)
@@ -37,11 +53,10 @@ class _DeltaType:
     names: set[str] = field(default_factory=set)
     known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
     accepted: dict[str, str] = field(default_factory=dict)  # name → version Envoy ACKed
-    nonces: dict[str, tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]] = field(
-        default_factory=dict)
-    # ^ nonce → (system version, (name, version) sent, names removed), for responses Envoy has
-    #   not answered yet
-    retry: set[str] = field(default_factory=set)  # NACKed: sent again with the next change
+    nonces: dict[str, _Sent] = field(default_factory=dict)  # responses not answered yet
+    retry: set[str] = field(default_factory=set)  # NACKed removals: sent with the next change
+    refusals: Refusals = field(default_factory=Refusals)
+    groups: list[frozenset[str]] = field(default_factory=list)  # isolating: one response each
     rejected: bool = False  # the newest answer was a NACK
     rejected_at: float = 0.0  # clock() when that NACK came
     seen: str = ""  # cache version last compared against
@@ -52,8 +67,10 @@ class _DeltaType:
 class DeltaStream:
     """One incremental (delta) ADS stream (one Envoy)."""
 
-    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
+                 memory: RefusalMemory | None = None) -> None:
         self.clock = clock
+        self.memory = memory or RefusalMemory()
         self.cache = cache
         self.node = ""
         self._types: dict[str, _DeltaType] = {}
@@ -69,31 +86,32 @@ class DeltaStream:
         first = state is None
         if state is None:
             wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
-            state = self._types[type_url] = _DeltaType(wildcard=wildcard)
+            refusals = self.memory.of(self.node, type_url)
+            state = self._types[type_url] = _DeltaType(wildcard=wildcard, refusals=refusals)
             state.known.update(request.initial_resource_versions)
             state.accepted.update(request.initial_resource_versions)
         if request.response_nonce:
             answered = state.nonces.pop(request.response_nonce, None)
             if answered is not None:
-                version, sent, removed = answered
-                state.rejected = request.HasField("error_detail")
-                if state.rejected:
-                    state.rejected_at = self.clock()
-                    events.append(Nack(self.node, type_url, version, request.response_nonce,
-                                       request.error_detail.message))
-                    # Envoy kept its previous versions: so do we, and we offer what it rejected
-                    # again with the next real change of this type (never in a blind loop).
-                    for name in (*(n for n, _ in sent), *removed):
-                        if name in state.accepted:
-                            state.known[name] = state.accepted[name]
-                        else:
-                            state.known.pop(name, None)
-                        state.retry.add(name)
+                rejected = request.HasField("error_detail")
+                if rejected and not state.rejected:
+                    state.rejected_at = self.clock()  # refused since (a retry refused again too)
+                state.rejected = rejected
+                if rejected:
+                    events.append(self._rejected(type_url, state, answered,
+                                                 request.response_nonce,
+                                                 request.error_detail.message))
                 else:
-                    events.append(Ack(self.node, type_url, version, request.response_nonce))
-                    state.accepted.update(sent)
-                    for name in removed:
+                    state.accepted.update(answered.resources)
+                    for name in answered.removed:
                         state.accepted.pop(name, None)
+                    real = tuple(n for n, _ in answered.resources
+                                 if n not in answered.stand_ins)
+                    for name in (*real, *answered.removed):
+                        state.refusals.clear(name)
+                    events.append(Ack(self.node, type_url, answered.version,
+                                      request.response_nonce,
+                                      resources=tuple(sorted((*real, *answered.removed)))))
         if "*" in subscribe:
             state.wildcard = True
         if "*" in request.resource_names_unsubscribe:
@@ -118,7 +136,8 @@ class DeltaStream:
             if state is None:
                 continue
             idle = (self.cache.get(type_url).version == state.seen and not state.dirty
-                    and not state.held)
+                    and not state.held and not state.groups
+                    and not state.refusals.due(self.clock()))
             if idle:
                 continue  # nothing new for this type: skip the (possibly large) comparison
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
@@ -126,6 +145,40 @@ class DeltaStream:
             out.extend(self._respond(type_url, state, force=False, asked=set(),
                                      defer=self._defer(type_url)))
         return out
+
+    def next_retry_at(self) -> float | None:
+        """clock() value at which a refused resource is due to be offered again, if any."""
+        return min((t for state in self._types.values()
+                    if (t := state.refusals.next_retry_at()) is not None), default=None)
+
+    def _rejected(self, type_url: str, state: _DeltaType, answered: _Sent, nonce: str,
+                  message: str) -> Nack:
+        """Envoy refused a response: find the refused resources, hold them back, and offer
+        the others again at once (isolating them in halves when Envoy did not say which)."""
+        now = self.clock()
+        # Envoy kept its previous versions: so do we.
+        for name in (*(n for n, _ in answered.resources), *answered.removed):
+            if name in state.accepted:
+                state.known[name] = state.accepted[name]
+            else:
+                state.known.pop(name, None)
+        sent = {n: dg for n, dg in answered.resources if n not in answered.stand_ins}
+        refused = refused_of(message, sent)
+        attempt = 1
+        for name in refused:
+            refusal = state.refusals.refuse(name, sent[name], now=now, message=message)
+            attempt = max(attempt, refusal.attempts)
+        rest = [n for n in sent if n not in refused]
+        if refused and rest:
+            state.groups.append(frozenset(rest))
+        elif rest:
+            state.groups.extend(split(rest))
+        state.dirty.update(refused)  # a placeholder may stand in for them
+        # Removals (and stand-ins) wait for the next change (never a blind loop).
+        state.retry.update(answered.removed)
+        state.retry.update(answered.stand_ins)
+        return Nack(self.node, type_url, answered.version, nonce, message,
+                    resources=refused, attempt=attempt)
 
     def _defer(self, type_url: str) -> bool:
         return type_url in (types.CLUSTER, types.ENDPOINT) and not self._routes_current()
@@ -144,8 +197,9 @@ class DeltaStream:
                 continue
             if eds is None or name not in eds.names:
                 return False
-            if eds.known.get(name) != resource.digest and name not in eds.retry:
-                return False  # sent and not yet answered; a NACKed one (in retry) is settled
+            if (eds.known.get(name) != resource.digest and name not in eds.retry
+                    and name not in eds.refusals):
+                return False  # sent and not yet answered; a refused one is settled
         return True
 
     def _routes_current(self) -> bool:
@@ -160,7 +214,9 @@ class DeltaStream:
                 continue  # refused for long: stop holding removals for it
             resources = self.cache.get(type_url).resources
             scope = resources.keys() if state.wildcard else state.names
-            if any(n in resources and state.known.get(n) != resources[n].digest for n in scope):
+            now = self.clock()
+            if any(n in resources and state.known.get(n) != resources[n].digest
+                   and not state.refusals.held_long(n, now, HOLD_AFTER_NACK_S) for n in scope):
                 return False
             if any(n not in resources for n in state.known):
                 return False
@@ -170,6 +226,7 @@ class DeltaStream:
                  defer: bool) -> list[d.DeltaDiscoveryResponse]:
         if not self.cache.ready:
             return []
+        now = self.clock()
         snapshot = self.cache.get(type_url)
         resources = snapshot.resources
         changed = (None if force or not state.seen else frozenset()
@@ -184,11 +241,16 @@ class DeltaStream:
             candidates |= state.retry
             state.retry.clear()
         candidates |= asked
-        response = d.DeltaDiscoveryResponse(type_url=type_url,
-                                            system_version_info=snapshot.version)
-        for name in sorted(candidates):
+        candidates.update(state.refusals.due(now))
+        out, grouped, left = self._group_responses(type_url, state)
+        candidates |= left
+        response = self._response(type_url, snapshot.version)
+        stand_ins: set[str] = set()
+        alone: list[str] = []
+        for name in sorted(candidates - grouped):
             resource = resources.get(name)
             if resource is None:
+                state.refusals.clear(name)
                 if name in state.known:
                     if defer:  # removals wait until no route points at the removed cluster
                         state.held.add(name)
@@ -199,23 +261,82 @@ class DeltaStream:
                 elif name in asked:
                     response.removed_resources.append(name)  # "does not exist"
                 continue
-            if not (state.wildcard or name in state.names):
+            if not self._wanted(state, name) or state.known.get(name) == resource.digest:
                 continue
-            if state.known.get(name) == resource.digest:
+            if name in state.refusals:
+                if not state.refusals.held(name, resource.digest, now):
+                    alone.append(name)  # changed, or due again: offered on its own
+                    state.refusals.offer(name, now=now)
+                elif self._stand_in(type_url, state, response, name):
+                    stand_ins.add(name)
                 continue
-            if state.known.get(name) is not None:
-                self._invalidate(type_url, name)
-            response.resources.append(d.Resource(name=name, version=resource.digest,
-                                                 resource=resource.packed))
-            state.known[name] = resource.digest
+            self._add(type_url, state, response, name, resource)
         state.seen = snapshot.version
         state.dirty.clear()
+        out.extend(self._sent(state, response, snapshot.version, force=force,
+                              stand_ins=frozenset(stand_ins)))
+        for name in alone:
+            response = self._response(type_url, snapshot.version)
+            self._add(type_url, state, response, name, resources[name])
+            out.extend(self._sent(state, response, snapshot.version, force=False))
+        return out
+
+    def _group_responses(self, type_url: str, state: _DeltaType
+                         ) -> tuple[list[d.DeltaDiscoveryResponse], set[str], set[str]]:
+        """Isolating refused resources: each pending group goes out as its own response.
+        Returns the responses, the names they carry, and the names left to the usual path
+        (gone or unsubscribed meanwhile)."""
+        snapshot = self.cache.get(type_url)
+        out: list[d.DeltaDiscoveryResponse] = []
+        grouped: set[str] = set()
+        groups, state.groups = state.groups, []
+        for group in groups:
+            response = self._response(type_url, snapshot.version)
+            for name in sorted(group):
+                resource = snapshot.resources.get(name)
+                if resource is not None and self._wanted(state, name):
+                    grouped.add(name)
+                    self._add(type_url, state, response, name, resource)
+            out.extend(self._sent(state, response, snapshot.version, force=False))
+        return out, grouped, {n for g in groups for n in g} - grouped
+
+    def _stand_in(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+                  name: str) -> bool:
+        """A held refused resource: Envoy keeps its accepted version; with none, a placeholder
+        goes out (once) so what waits for the resource warms. True if one was added."""
+        stand_in = None if name in state.accepted else placeholder(type_url, name)
+        if stand_in is None or state.known.get(name) == stand_in.digest:
+            return False
+        self._add(type_url, state, response, name, stand_in)
+        return True
+
+    @staticmethod
+    def _wanted(state: _DeltaType, name: str) -> bool:
+        return state.wildcard or name in state.names
+
+    @staticmethod
+    def _response(type_url: str, version: str) -> d.DeltaDiscoveryResponse:
+        return d.DeltaDiscoveryResponse(type_url=type_url, system_version_info=version)
+
+    def _add(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+             name: str, resource: Resource) -> None:
+        if state.known.get(name) is not None:
+            self._invalidate(type_url, name)
+        response.resources.append(d.Resource(name=name, version=resource.digest,
+                                             resource=resource.packed))
+        state.known[name] = resource.digest
+
+    @staticmethod
+    def _sent(state: _DeltaType, response: d.DeltaDiscoveryResponse, version: str, *,
+              force: bool, stand_ins: frozenset[str] = frozenset()
+              ) -> list[d.DeltaDiscoveryResponse]:
+        """Give a built response its nonce and remember it; nothing when it is empty."""
         if not response.resources and not response.removed_resources and not force:
             return []
         response.nonce = new_nonce()
-        state.nonces[response.nonce] = (snapshot.version,
-                                        tuple((r.name, r.version) for r in response.resources),
-                                        tuple(response.removed_resources))
+        state.nonces[response.nonce] = _Sent(
+            version, tuple((r.name, r.version) for r in response.resources),
+            tuple(response.removed_resources), stand_ins)
         return [response]
 
     def _invalidate(self, type_url: str, name: str) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from podway.envoy_config import Resources
 from podway.xds import types
-from podway.xds.build import Resources
 
 REDACTED = "<redacted>"
 

@@ -10,8 +10,10 @@ Rules both follow (from the xDS protocol):
 
 * A request whose ``response_nonce`` is not the newest nonce we sent for its type is stale and
   only its subscription part counts (delta) or it is ignored (state of the world).
-* A NACK (``error_detail`` set) is recorded and reported, never answered by re-sending the same
-  resources: Envoy keeps its last good config, and we wait for the next real change.
+* A NACK (``error_detail`` set) never blocks unrelated resources: the refused resources are
+  found (named by Envoy, or isolated), reported by name, held back while unchanged and offered
+  again with backoff; the rest keeps flowing (``podway.xds.refusals``). A NACK is never answered
+  by re-sending the same response in a loop.
 * Responses of one push come out in ``types.PUSH_ORDER`` so dependencies arrive first.
 * State of the world sends every resource of wildcard types (listeners, clusters), but only
   new or changed ones of named types (routes, endpoints, secrets): Envoy does not treat a named
@@ -58,8 +60,10 @@ class Nack:
     """Envoy rejected a response: which type, which version, and Envoy's reason.
 
     ``resources`` names the resources found refused (from Envoy's error detail, or by isolating
-    them); empty when they are not known. The pipeline maps these names back to the objects they
-    came from, so a rejection lands on its object and clears when the resource is accepted or gone.
+    them); empty when they are not known yet — while a refused response is being isolated, a
+    later Nack names them. The pipeline maps these names back to the objects they came from, so
+    a rejection lands on its object and clears when the resource is accepted (``Ack.resources``)
+    or gone.
     """
 
     node: str
@@ -68,14 +72,20 @@ class Nack:
     nonce: str
     message: str
     resources: tuple[str, ...] = ()
+    attempt: int = 1
+    """How many times in a row this content of ``resources`` was refused (retries back off)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Ack:
+    """Envoy accepted a response; ``resources`` names the resources it carried (a refused one
+    that is accepted now, or removed, no longer stands refused)."""
+
     node: str
     type_url: str
     version: str
     nonce: str
+    resources: tuple[str, ...] = ()
 
 
 Event = Ack | Nack

@@ -11,8 +11,11 @@ With ``local=True`` the server also listens, in clear text, on a unix socket in 
 (0700) temporary folder: that is how an engine on the same machine connects to a TLS server
 without client credentials.
 
-NACKs are logged with Envoy's error detail and counted (``podway_xds_nacks_total``); the stream
-does not resend the rejected version, so Envoy keeps serving its last good config.
+NACKs are logged with Envoy's error detail and the refused resources, and counted
+(``podway_xds_nacks_total``); the stream holds refused resources back and offers them again with
+backoff (``podway.xds.refusals``), waking for it through ``push_changes``' ``wake_at``. A closed
+stream is logged with its reason. Envoy's HTTP/2 keepalive pings are allowed at any rate (gRPC's
+defaults closed an idle stream every ~2 minutes for them).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +42,12 @@ from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.protocol import Ack, Event, Nack
+from podway.xds.refusals import RefusalMemory
 from podway.xds.sotw import SotwStream
 
 log = logging.getLogger(__name__)
+
+_MIN_RETRY_WAIT_S = 0.5
 
 NACKS = Counter("podway_xds_nacks_total", "xDS responses rejected by an engine", ["type"])
 PUSHES = Counter("podway_xds_pushes_total", "xDS responses sent", ["type", "mode"])
@@ -78,18 +85,40 @@ def check_bind(address: str, tls: ServerTLS | None) -> None:
 
 
 async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
-                       send: Callable[[list[Any]], Awaitable[None]]) -> None:
-    """Send what ``on_change`` yields after every cache change, forever.
+                       send: Callable[[list[Any]], Awaitable[None]], *,
+                       wake_at: Callable[[], float | None] = lambda: None,
+                       clock: Callable[[], float] = time.monotonic,
+                       nudged: asyncio.Event | None = None) -> None:
+    """Send what ``on_change`` yields after every cache change, and when ``wake_at`` (a
+    ``clock()`` value: a refused resource due to be offered again) comes, forever.
 
     The next change's event is taken *before* looking at the cache and sending: a change made
     while ``send`` is awaited fires that event, so it is pushed at once instead of waiting for
-    some later, unrelated change.
+    some later, unrelated change. ``nudged`` (set by the reader after a NACK) makes the pusher
+    read ``wake_at`` again.
     """
     event = cache.changed()
     while True:
-        await event.wait()
-        event = cache.changed()
+        deadline = wake_at()
+        # A retry held back by ordering rules is looked at again at most twice a second.
+        delay = None if deadline is None else max(deadline - clock(), _MIN_RETRY_WAIT_S)
+        await _first_of(event, nudged, limit_s=delay)
+        if nudged is not None and nudged.is_set():
+            nudged.clear()
+            if not event.is_set() and (wake_at() or 0) > clock():
+                continue  # only a new deadline: wait for it
+        if event.is_set():
+            event = cache.changed()
         await send(on_change())
+
+
+async def _first_of(*events: asyncio.Event | None, limit_s: float | None) -> None:
+    waiters = [asyncio.ensure_future(e.wait()) for e in events if e is not None]
+    try:
+        await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
@@ -98,14 +127,17 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.on_event = on_event
         self.nacks: list[Nack] = []  # newest last; bounded
         self.streams = 0  # open ADS streams (engines connected now)
+        self.refusals = RefusalMemory()  # per engine, across its reconnects
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
-        await self._serve(SotwStream(self.cache), requests, context, "sotw")
+        await self._serve(SotwStream(self.cache, memory=self.refusals), requests, context,
+                          "sotw")
 
     async def DeltaAggregatedResources(
             self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
-        await self._serve(DeltaStream(self.cache), requests, context, "delta")
+        await self._serve(DeltaStream(self.cache, memory=self.refusals), requests, context,
+                          "delta")
 
     async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
                      context: Any, mode: str) -> None:
@@ -119,31 +151,49 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     PUSHES.labels(types.SHORT_NAMES.get(response.type_url, "?"), mode).inc()
                     await context.write(response)
 
+        nudged = asyncio.Event()
+
         async def read() -> None:
             async for request in requests:
                 responses, events = stream.on_request(request)
                 for event in events:
                     self._report(event)
+                    if isinstance(event, Nack):
+                        nudged.set()  # a refusal: its retry needs a timer
                 await send(responses)
 
+        reason = "the engine closed it"
         try:
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
-                pusher = group.create_task(push_changes(self.cache, stream.on_change, send),
-                                           name=f"xds-push-{mode}")
+                pusher = group.create_task(
+                    push_changes(self.cache, stream.on_change, send,
+                                 wake_at=stream.next_retry_at, clock=stream.clock,
+                                 nudged=nudged),
+                    name=f"xds-push-{mode}")
                 await reader  # the stream ends when Envoy closes it
                 pusher.cancel()
+        except asyncio.CancelledError:
+            reason = "connection lost or server stopping"
+            raise
+        except Exception as exc:
+            reason = f"error: {exc!r}"
+            raise
         finally:
             STREAMS.dec()
             self.streams -= 1
-            log.info("xds stream closed node=%s mode=%s", stream.node or "?", mode)
+            log.info("xds stream closed node=%s mode=%s reason=%s", stream.node or "?", mode,
+                     reason)
 
     def _report(self, event: Event) -> None:
         if isinstance(event, Nack):
             NACKS.labels(types.SHORT_NAMES.get(event.type_url, "?")).inc()
-            log.warning("xds NACK node=%s type=%s version=%s: %s", event.node,
-                        types.SHORT_NAMES.get(event.type_url, event.type_url), event.version,
-                        event.message)
+            # The same content refused again on a backoff retry says nothing new: info.
+            log.log(logging.WARNING if event.attempt == 1 else logging.INFO,
+                    "xds NACK node=%s type=%s version=%s resources=%s attempt=%d: %s",
+                    event.node, types.SHORT_NAMES.get(event.type_url, event.type_url),
+                    event.version, ",".join(event.resources) or "?", event.attempt,
+                    event.message)
             self.nacks = [*self.nacks[-99:], event]
         elif isinstance(event, Ack):
             log.debug("xds ACK node=%s type=%s version=%s", event.node,
@@ -171,6 +221,11 @@ class XdsServer:
         server = grpc.aio.server(options=[
             ("grpc.max_send_message_length", 256 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 30_000),
+            # Envoy pings the xDS server every 30 s (HTTP/2 keepalive, engine bootstrap); gRPC's
+            # defaults count a ping more often than every 5 minutes as abuse and close the
+            # connection after two (GOAWAY too_many_pings): an idle stream "closed" every ~2 min.
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.http2.max_ping_strikes", 0),
         ])
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.servicer, server)
         if self.tls is None:

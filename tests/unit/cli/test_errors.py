@@ -82,3 +82,16 @@ def test_validate_unwritable_status_file_is_one_line(tmp_path: Path) -> None:
     target = tmp_path / "missing" / "status.yaml"
     line = one_error_line(podway("validate", "--status-file", str(target), QUICKSTART))
     assert str(target) in line
+
+
+def test_demo_with_a_backend_port_taken_is_one_line() -> None:
+    """A second `podway demo` (its echo backend's port taken) says so in one line, exit 2."""
+    with socket.socket() as holder:
+        try:
+            holder.bind(("127.0.0.1", 18101))  # web-0's port in examples/quickstart
+        except OSError:
+            pytest.skip("port 18101 is in use here (a demo is running)")
+        holder.listen()
+        line = one_error_line(podway("demo", "--once", "--http-port", "1", "--https-port", "2"))
+    assert "18101" in line
+    assert "another `podway demo`" in line

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from podway.cli import app
 from podway.commands import register
+from podway.model import Snapshot
+from podway.translate import TranslateOptions
 
 register(app)
 runner = CliRunner()
@@ -91,3 +95,41 @@ def test_status_table_is_styled_not_raw_markup() -> None:
     assert "ok" in result.output
     assert "[green]" not in result.output
     assert "[red]" not in result.output
+
+
+def test_table_never_wraps_addresses_at_80_columns() -> None:
+    """Listener and member addresses stay whole (copyable) in an 80-column terminal."""
+    result = runner.invoke(app, ["validate", str(ROOT / "examples/quickstart")],
+                           env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    for address in ("HTTP 0.0.0.0:80", "HTTPS 0.0.0.0:443", "TCP 0.0.0.0:18000",
+                    "127.0.0.1:18101", "127.0.0.1:18102", "127.0.0.1:18103"):
+        assert address in result.output, address
+
+
+def test_objects_podway_does_not_take_are_listed_not_errors(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object the translator says is not Podway's (NotOwned) is listed with the reason, and
+    is neither an error nor a failed exit status."""
+    import podway.commands.validate as command
+    from podway.model import ObjectRef
+    from podway.status import NOT_OWNED
+    from podway.translate import Problem, Result, Severity, translate
+
+    def with_not_owned(snapshot: Snapshot, opts: TranslateOptions) -> Result:
+        result = translate(snapshot, opts)
+        theirs = Problem(ref=ObjectRef("Ingress", "demo", "theirs"), reason=NOT_OWNED,
+                         message="IngressClass nginx belongs to another controller",
+                         severity=getattr(Severity, "INFO", Severity.WARNING))
+        return replace(result, problems=(*result.problems, theirs))
+
+    monkeypatch.setattr(command, "translate", with_not_owned)
+    result = runner.invoke(app, ["validate", str(ROOT / "examples/quickstart")],
+                           env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Not Podway's" in result.output
+    assert "Ingress/demo/theirs" in result.output
+    assert "IngressClass nginx belongs to another controller" in result.output
+    assert "0 errors" in result.output
+    assert "1 not Podway's" in result.output

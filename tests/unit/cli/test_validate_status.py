@@ -25,7 +25,9 @@ def test_status_file_holds_api_shaped_status(tmp_path: Path) -> None:
     objects = yaml.safe_load(out.read_text())["objects"]
     with_status = [ref for ref, entry in objects.items() if "status" in entry]
     assert with_status == ["Gateway/infra/web", "GatewayClass/podway", "HTTPRoute/shop/shop"]
-    assert all(entry["accepted"] for entry in objects.values())
+    assert all(entry["accepted"] for entry in objects.values() if entry.get("owned", True))
+    assert [ref for ref, e in objects.items() if not e.get("owned", True)] == [
+        "Gateway/infra/not-ours"]
     gateway = objects["Gateway/infra/web"]["status"]
     assert gateway["listeners"][0]["attachedRoutes"] == 1
     assert {c["type"]: c["status"] for c in gateway["conditions"]} == {

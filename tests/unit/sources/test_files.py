@@ -6,7 +6,8 @@ import asyncio
 from pathlib import Path
 
 from podway.model import Service
-from podway.sources.files import FileSource, wait_stable
+from podway.model.loader import LoadLimits
+from podway.sources.files import FileSource, load_paths, wait_stable
 
 SVC = """apiVersion: v1
 kind: Service
@@ -211,3 +212,64 @@ async def test_wait_stable_gives_up_on_a_file_that_never_settles(tmp_path: Path)
     finally:
         stop.set()
         await task
+
+
+def test_a_new_file_that_sorts_earlier_does_not_take_over_a_live_object(tmp_path: Path) -> None:
+    """The object there first keeps serving; the later file's copy is an error on that file."""
+    (tmp_path / "b.yaml").write_text(SVC.format(name="x", port=80))
+    source = FileSource(tmp_path)
+    source.load()
+    (tmp_path / "a.yaml").write_text(SVC.format(name="x", port=90))
+    update = source.apply({tmp_path / "a.yaml"})
+    assert update.snapshot.get(Service, "default", "x").spec.ports[0].port == 80  # type: ignore[union-attr]
+    assert update.changed == ()
+    [error] = update.errors
+    assert (error.file, error.document) == (str(tmp_path / "a.yaml"), 0)
+    assert "b.yaml" in error.message
+    (tmp_path / "b.yaml").write_text(SVC.format(name="x", port=81))  # the owner's edits apply
+    update = source.apply({tmp_path / "b.yaml"})
+    assert update.snapshot.get(Service, "default", "x").spec.ports[0].port == 81  # type: ignore[union-attr]
+    (tmp_path / "b.yaml").unlink()  # the owner goes: the next in line takes over
+    update = source.apply({tmp_path / "b.yaml"})
+    assert update.snapshot.get(Service, "default", "x").spec.ports[0].port == 90  # type: ignore[union-attr]
+    assert update.errors == ()
+
+
+def test_limits_name_the_file_and_keep_its_last_good_objects(tmp_path: Path) -> None:
+    """A file grown past max_file_bytes, or objects past max_objects_total, is refused whole:
+    an error on that file, its last good objects (if any) keep serving."""
+    (tmp_path / "a.yaml").write_text(SVC.format(name="a", port=80))
+    (tmp_path / "b.yaml").write_text(SVC.format(name="b", port=80))
+    source = FileSource(tmp_path, limits=LoadLimits(max_file_bytes=200, max_objects_total=2))
+    assert not source.load().errors
+    (tmp_path / "a.yaml").write_text(SVC.format(name="a", port=81) + "#" * 300)
+    update = source.apply({tmp_path / "a.yaml"})
+    [error] = update.errors
+    assert error.file == str(tmp_path / "a.yaml")
+    assert "200 bytes" in error.message
+    assert update.snapshot.get(Service, "default", "a").spec.ports[0].port == 80  # type: ignore[union-attr]
+    (tmp_path / "c.yaml").write_text(SVC.format(name="c", port=80))
+    update = source.apply({tmp_path / "c.yaml"})
+    [_, error] = update.errors
+    assert error.file == str(tmp_path / "c.yaml")
+    assert "limit of 2 objects in total" in error.message
+    assert update.snapshot.get(Service, "default", "c") is None
+
+
+def test_kinds_not_read_are_warnings_of_the_update(tmp_path: Path) -> None:
+    """A Deployment next to the Services is reported as a warning, not silently skipped."""
+    (tmp_path / "a.yaml").write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n")
+    update = FileSource(tmp_path).load()
+    [warning] = update.warnings
+    assert warning.file == str(tmp_path / "a.yaml")
+    assert update.errors == ()
+
+
+def test_validate_and_run_load_the_same_objects(tmp_path: Path) -> None:
+    """load_paths (validate, demo) and the file source agree on objects and errors."""
+    (tmp_path / "a.yaml").write_text(SVC.format(name="x", port=80))
+    (tmp_path / "b.yaml").write_text(SVC.format(name="x", port=90) + "---\nkind: [")
+    loaded = load_paths([tmp_path])
+    update = FileSource(tmp_path).load()
+    assert {o.ref: o for o in loaded.objects} == {o.ref: o for o in update.snapshot.all()}
+    assert [str(e) for e in loaded.errors] == [str(e) for e in update.errors]

@@ -6,6 +6,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.certs import EXPIRED_CERT, EXPIRED_KEY, GOOD_CERT, GOOD_KEY, OTHER_KEY
+
 json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.text(max_size=8))
 junk = st.recursive(json_scalar, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
@@ -31,7 +33,13 @@ def meta() -> st.SearchStrategy[dict[str, Any]]:
             ["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"])),
             "labels": maybe(st.fixed_dictionaries({"kubernetes.io/service-name": names})),
             "annotations": maybe(st.fixed_dictionaries(
-                {"ingressclass.kubernetes.io/is-default-class": st.sampled_from(["true", "no"])}))})
+                {"ingressclass.kubernetes.io/is-default-class": st.sampled_from(["true", "no"])},
+                optional={"nginx.ingress.kubernetes.io/rewrite-target": st.just("/"),
+                          "kubernetes.io/ingress.class": names,
+                          "nodeportlocal.antrea.io": st.sampled_from([
+                              '[{"podPort":8080,"nodeIP":"198.18.20.1","nodePort":61000,'
+                              '"protocol":"tcp"}]', '[{"podPort":8080,"nodeIP":"1.2.3.999",'
+                              '"nodePort":61000,"protocol":"tcp"}]', "[{"])}))})
 
 
 def backend() -> st.SearchStrategy[Any]:
@@ -63,7 +71,9 @@ def service() -> st.SearchStrategy[dict[str, Any]]:
     spec = st.fixed_dictionaries({}, optional={
         "type": maybe(st.sampled_from(["ClusterIP", "LoadBalancer", "ExternalName"])),
         "ports": maybe(st.lists(port, max_size=3)),
-        "loadBalancerIP": maybe(st.sampled_from(["198.18.0.1", "198.18.0.2"])),
+        "loadBalancerIP": maybe(st.sampled_from(["198.18.0.1", "198.18.0.2", "0.0.0.0",
+                                                 "999.1.1.1"])),
+        "sessionAffinity": maybe(st.sampled_from(["None", "ClientIP"])),
         "loadBalancerClass": maybe(st.sampled_from(["podway.io/lb", "x"]))})
     return st.fixed_dictionaries({"apiVersion": st.just("v1"), "kind": st.just("Service"),
                                   "metadata": meta(), "spec": maybe(spec)})
@@ -71,7 +81,8 @@ def service() -> st.SearchStrategy[dict[str, Any]]:
 
 def endpoint_slice() -> st.SearchStrategy[dict[str, Any]]:
     endpoint = st.fixed_dictionaries({"addresses": maybe(st.lists(
-        st.sampled_from(["198.18.1.1", "198.18.1.2", "2001:db8::1"]), max_size=2))}, optional={
+        st.sampled_from(["198.18.1.1", "198.18.1.2", "2001:db8::1", "999.1.1.1", "x"]),
+        max_size=2))}, optional={
         "conditions": maybe(st.fixed_dictionaries({}, optional={
             "ready": st.booleans(), "terminating": st.booleans()}))})
     port = st.fixed_dictionaries({"port": maybe(st.integers(1, 65535))}, optional={
@@ -92,8 +103,10 @@ def other() -> st.SearchStrategy[dict[str, Any]]:
         "apiVersion": st.just("v1"), "kind": st.just("Secret"), "metadata": meta(),
         "type": maybe(st.sampled_from(["kubernetes.io/tls", "Opaque"])),
         "stringData": maybe(st.fixed_dictionaries({
-            "tls.crt": st.sampled_from(["-----BEGIN CERTIFICATE-----\nx\n", "junk"]),
-            "tls.key": st.sampled_from(["-----BEGIN PRIVATE KEY-----\nx\n", ""])}))})
+            "tls.crt": st.sampled_from(["-----BEGIN CERTIFICATE-----\nx\n", "junk", GOOD_CERT,
+                                        EXPIRED_CERT]),
+            "tls.key": st.sampled_from(["-----BEGIN PRIVATE KEY-----\nx\n", "", GOOD_KEY,
+                                        OTHER_KEY, EXPIRED_KEY])}))})
     return st.one_of(ingress_class, secret, junk)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from podway.ir import WildcardMode
-from podway.translate.hosts import covers, host_order, valid_hostname
+from podway.ir.hosts import covers, host_order
+from podway.translate.hosts import valid_hostname
 
 
 @pytest.mark.parametrize(("host", "ok"), [

@@ -18,6 +18,7 @@ from podway.translate import (
     TranslateOptions,
     translate,
 )
+from tests.certs import tls_secret
 
 BASE = """
 apiVersion: networking.k8s.io/v1
@@ -293,15 +294,7 @@ spec:
     http:
       paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
 """
-SECRET = """
-apiVersion: v1
-kind: Secret
-metadata: {name: cert, namespace: shop}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: "-----BEGIN CERTIFICATE-----\\nx\\n-----END CERTIFICATE-----\\n"
-  tls.key: "-----BEGIN PRIVATE KEY-----\\nx\\n-----END PRIVATE KEY-----\\n"
-"""
+SECRET = tls_secret("cert", "shop")
 
 
 def test_unchanged_ingress_keeps_its_route_objects() -> None:

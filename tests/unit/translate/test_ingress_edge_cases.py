@@ -8,16 +8,9 @@ from podway.ir.evaluate import Request, select_route
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import translate
+from tests.certs import tls_secret
 
-SECRET = """
-apiVersion: v1
-kind: Secret
-metadata: {name: s, namespace: d}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: "-----BEGIN CERTIFICATE-----\\nx\\n-----END CERTIFICATE-----\\n"
-  tls.key: "-----BEGIN PRIVATE KEY-----\\nx\\n-----END PRIVATE KEY-----\\n"
----
+SECRET = tls_secret("s", "d") + """---
 apiVersion: v1
 kind: Service
 metadata: {name: web, namespace: d}

@@ -13,7 +13,8 @@ import pytest
 from podway.ir import IR, DirectResponse, Forward, Listener
 from podway.ir.evaluate import Request, select_route
 from podway.model import Snapshot
-from podway.model.loader import load_paths, load_text
+from podway.model.loader import load_text
+from podway.sources.files import load_paths
 from podway.translate import TranslateOptions, translate
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "translate"

@@ -8,26 +8,46 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from podway.ir import IR
 from podway.ir.dump import to_yaml
 from podway.model import Snapshot
 from podway.model.loader import load_text, parse_object
-from podway.translate import translate
+from podway.translate import BackendMode, TranslateOptions, translate
+from podway.translate.addresses import address_problem
+from podway.translate.tls import _check_pair
 
 from .strategies import manifests
 
+options = st.builds(TranslateOptions, address=st.sampled_from(["198.18.0.10", "0.0.0.0"]),
+                    mode=st.sampled_from(list(BackendMode)), manifest_addresses=st.booleans(),
+                    strict_host_ownership=st.booleans())
+
+
+def engine_would_accept(ir: IR) -> None:
+    """What the engine refuses never reaches the IR: addresses are IPs, certificate pairs load."""
+    for listener in ir.listeners:
+        assert address_problem(listener.address) is None, listener.address
+        for cert in listener.certificates:
+            assert _check_pair(cert.cert_pem.encode(), cert.key_pem.encode()).error is None
+    for pool in ir.pools.values():
+        for member in pool.members:
+            assert address_problem(member.address) is None, member.address
+
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(manifests)
-def test_translate_never_raises(docs: list[Any]) -> None:
-    """Arbitrary, mostly plausible manifests load and translate without an exception."""
+@given(manifests, options)
+def test_translate_never_raises(docs: list[Any], opts: TranslateOptions) -> None:
+    """Arbitrary, mostly plausible manifests load and translate without an exception, in any
+    mode, and the IR holds nothing the engine would refuse."""
     objects = []
     for i, doc in enumerate(docs):
         obj, error = parse_object(doc, document=i)
         assert obj is None or error is None
         if obj is not None:
             objects.append(obj)
-    result = translate(Snapshot.of_objects(objects))
+    result = translate(Snapshot.of_objects(objects), opts)
     to_yaml(result.ir)  # the dump of any result works too
+    engine_would_accept(result.ir)
 
 
 @settings(max_examples=200, deadline=None)

@@ -13,13 +13,13 @@ from podway.ir import (
     PathKind,
     PathMatch,
     Pool,
-    Protocol,
     Route,
     RouteMatch,
     VirtualHost,
     WeightedPool,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 
 ORIGIN = ObjectRef("Ingress", "default", "web")
 

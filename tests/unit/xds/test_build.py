@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from podway.envoy_config import Builder
 from podway.ir import IR, Member
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 
 from .helpers import http_listener, ir, pool, route, vhost

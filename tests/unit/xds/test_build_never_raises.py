@@ -6,10 +6,10 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 
+from podway.envoy_config import build
 from podway.model import Snapshot
 from podway.model.loader import parse_object
 from podway.translate import translate
-from podway.xds.build import build
 from podway.xds.cache import Cache
 from podway.xds.dump import files
 from tests.unit.translate.strategies import manifests

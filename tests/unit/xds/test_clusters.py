@@ -5,8 +5,8 @@ from __future__ import annotations
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import http_pb2
 
+from podway.envoy_config.clusters import cluster
 from podway.ir import HealthCheck, PoolProtocol, PoolSettings, UpstreamTLS
-from podway.xds.build.clusters import cluster
 
 
 def test_every_cluster_disables_panic_mode() -> None:

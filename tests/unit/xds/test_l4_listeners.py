@@ -5,10 +5,11 @@ from __future__ import annotations
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 
-from podway.ir import L4Route, Listener, ObjectRef, PoolSettings, Protocol, UpstreamTLS
+from podway.envoy_config.clusters import cluster
+from podway.envoy_config.listeners import NO_POOL, listener
+from podway.ir import L4Route, Listener, ObjectRef, PoolSettings, UpstreamTLS
+from podway.ir import ListenerProtocol as Protocol
 from podway.ir import WeightedPool as Share
-from podway.xds.build.clusters import cluster
-from podway.xds.build.listeners import NO_POOL, listener
 
 ORIGIN = ObjectRef("TCPRoute", "default", "db")
 

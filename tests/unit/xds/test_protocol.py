@@ -8,9 +8,9 @@ from types import MappingProxyType
 from envoy.service.discovery.v3 import discovery_pb2 as d
 from google.rpc import status_pb2
 
+from podway.envoy_config import Builder
 from podway.ir import IR, Member
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.protocol import Ack, Nack
@@ -54,7 +54,8 @@ def test_sotw_initial_ack_and_endpoint_only_push() -> None:
     out, events = stream.on_request(_sotw(types.CLUSTER, nonce=cds.nonce,
                                           version=cds.version_info))
     assert out == []
-    assert events == [Ack("envoy-1", types.CLUSTER, cds.version_info, cds.nonce)]
+    assert events == [Ack("envoy-1", types.CLUSTER, cds.version_info, cds.nonce,
+                          resources=("pool/a", "pool/b"))]
     stream.on_request(_sotw(types.ENDPOINT, ("pool/a", "pool/b"), nonce=eds.nonce,
                             version=eds.version_info))
     cache.set(builder.build(_move_pool_a(first, 9009)))
@@ -63,16 +64,21 @@ def test_sotw_initial_ack_and_endpoint_only_push() -> None:
     assert len(push.resources) == 1  # only the changed load assignment
 
 
-def test_sotw_nack_is_reported_and_not_retried() -> None:
-    """A NACK yields a Nack event with Envoy's message and no re-send of the same version."""
+def test_sotw_refused_listener_is_named_and_left_out() -> None:
+    """A NACK yields a Nack naming the refused listener; the set goes out again without it,
+    and once that is acknowledged nothing more is sent until the retry is due."""
     cache, _, _ = _setup()
     stream = SotwStream(cache)
     (lds,), _ = stream.on_request(_sotw(types.LISTENER))
     out, events = stream.on_request(_sotw(types.LISTENER, nonce=lds.nonce, version="",
                                           error="bad listener"))
-    assert out == []
     assert events == [Nack("envoy-1", types.LISTENER, lds.version_info, lds.nonce,
-                           "bad listener")]
+                           "bad listener", resources=("listener/http",))]
+    (again,) = out
+    assert list(again.resources) == []  # Envoy had no accepted version: left out
+    out, events = stream.on_request(_sotw(types.LISTENER, nonce=again.nonce,
+                                          version=again.version_info))
+    assert out == []
     assert stream.on_change() == []
 
 
@@ -158,21 +164,28 @@ def test_delta_nack_is_reported() -> None:
     out, events = stream.on_request(_delta(types.LISTENER, nonce=lds.nonce, error="nope"))
     assert out == []
     assert events == [Nack("envoy-1", types.LISTENER, lds.system_version_info, lds.nonce,
-                           "nope")]
+                           "nope", resources=("listener/http",))]
 
 
-def test_delta_nacked_resource_is_offered_again_only_with_the_next_change() -> None:
-    """After a NACK nothing is re-sent until the type changes; then the rejected resource
-    goes out again with the change (Envoy never got it)."""
+def test_delta_unnamed_refusal_is_isolated_then_offered_again_only_on_change() -> None:
+    """A NACK that names nothing: the response's resources go out again in halves; the half
+    Envoy refuses alone is the refused resource; it is sent again when it changes."""
     cache, builder, first = _setup()
     stream = DeltaStream(cache)
     (cds,), _ = stream.on_request(_delta(types.CLUSTER))
-    out, _ = stream.on_request(_delta(types.CLUSTER, nonce=cds.nonce, error="rejected"))
+    halves, events = stream.on_request(_delta(types.CLUSTER, nonce=cds.nonce, error="rejected"))
+    assert events[0].resources == ()
+    assert sorted([r.name for r in h.resources] for h in halves) == [["pool/a"], ["pool/b"]]
+    by_name = {h.resources[0].name: h for h in halves}
+    stream.on_request(_delta(types.CLUSTER, nonce=by_name["pool/a"].nonce))
+    out, events = stream.on_request(_delta(types.CLUSTER, nonce=by_name["pool/b"].nonce,
+                                           error="rejected"))
     assert out == []
+    assert [e.resources for e in events] == [("pool/b",)]
     assert stream.on_change() == []
     settings = replace(first.pools["pool/b"].settings, connect_timeout_ms=999)
     changed = replace(first.pools["pool/b"], settings=settings)
     cache.set(builder.build(IR(listeners=first.listeners,
                                pools=MappingProxyType({**first.pools, "pool/b": changed}))))
     pushes = [p for p in stream.on_change() if p.type_url == types.CLUSTER]
-    assert sorted(r.name for r in pushes[0].resources) == ["pool/a", "pool/b"]
+    assert [[r.name for r in p.resources] for p in pushes] == [["pool/b"]]

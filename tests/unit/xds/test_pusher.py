@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from podway.envoy_config import Builder
 from podway.xds import types
-from podway.xds.build import Builder
 from podway.xds.cache import Cache
 from podway.xds.server import push_changes
 
@@ -43,6 +43,27 @@ async def test_a_change_during_a_send_is_not_missed() -> None:
         cache.set(builder.build(_config(9002)))
         await asyncio.wait_for(second_pushed.wait(), 2)
         assert len(set(seen)) == 2  # the two pushes saw two different versions
+    finally:
+        pusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pusher
+
+
+async def test_a_due_retry_wakes_the_pusher_without_a_change() -> None:
+    """When a refused resource is due again, the pusher looks at the streams with no cache
+    change (a listener whose port was busy comes back by itself)."""
+    cache = Cache()
+    woken = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def send(responses: list[str]) -> None:
+        woken.set()
+
+    pusher = asyncio.create_task(push_changes(cache, list, send,
+                                              wake_at=lambda: loop.time() + 0.01,
+                                              clock=loop.time))
+    try:
+        await asyncio.wait_for(woken.wait(), 5)
     finally:
         pusher.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -9,12 +9,15 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
 
+from podway.envoy_config.clusters import RETRY_BUDGET_PERCENT, cluster
+from podway.envoy_config.listeners import listener as listener_resource
+from podway.envoy_config.routes import RETRY_ON, route_configuration, route_configurations
 from podway.ir import (
     Forward,
     Listener,
     PathKind,
     PathMatch,
-    Protocol,
+    PoolSettings,
     Redirect,
     Route,
     RouteMatch,
@@ -23,8 +26,7 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
-from podway.xds.build.listeners import listener as listener_resource
-from podway.xds.build.routes import route_configuration, route_configurations
+from podway.ir import ListenerProtocol as Protocol
 
 from .helpers import ORIGIN, http_listener, route, vhost
 
@@ -103,7 +105,8 @@ def test_weighted_pools_and_duplicate_domains() -> None:
 
 
 def test_request_and_backend_timeouts() -> None:
-    """timeout_ms bounds the route; backend_timeout_ms bounds each try, without adding retries."""
+    """timeout_ms bounds the route; backend_timeout_ms bounds each try; retries stay the
+    connect-failure ones every route has."""
     from dataclasses import replace
 
     from podway.ir import Forward
@@ -116,15 +119,31 @@ def test_request_and_backend_timeouts() -> None:
                                    ).virtual_hosts[0].routes
     assert first.route.timeout.seconds == 10
     assert first.route.retry_policy.per_try_timeout.seconds == 2
-    assert first.route.retry_policy.num_retries.value == 0
+    assert first.route.retry_policy.retry_on == RETRY_ON
     assert second.route.timeout.seconds == 30  # Envoy's 15 s default would cut it short
     assert second.route.retry_policy.per_try_timeout.seconds == 30
     assert not plain.route.HasField("timeout")
-    assert not plain.route.HasField("retry_policy")
+    assert not plain.route.retry_policy.HasField("per_try_timeout")
+
+
+def test_every_forwarding_route_retries_what_never_reached_a_member() -> None:
+    """Connect failures, resets before the request and refused streams are retried on another
+    member, for every method (nothing was processed), within the cluster's retry budget; the
+    policy is set once per virtual host (a route of its own would replace it)."""
+    (host,) = _routes(vhost("a.com", route("r1", "/", "p"))).virtual_hosts
+    assert not host.routes[0].route.HasField("retry_policy")
+    policy = host.retry_policy
+    assert set(policy.retry_on.split(",")) == {"reset-before-request", "connect-failure",
+                                               "refused-stream"}
+    assert policy.num_retries.value == 2
+    assert [p.name for p in policy.retry_host_predicate] == [
+        "envoy.retry_host_predicates.previous_hosts"]
+    budget = cluster("p", PoolSettings()).circuit_breakers.thresholds[0].retry_budget
+    assert budget.budget_percent.value == RETRY_BUDGET_PERCENT
 
 
 def test_zero_backend_timeout_sets_no_per_try_timeout() -> None:
-    """backend_timeout_ms 0 means none: the route keeps its request timeout, no retry policy."""
+    """backend_timeout_ms 0 means none: the route keeps its request timeout, no per-try one."""
     from dataclasses import replace
 
     base = route("r1", "/", "p")
@@ -132,7 +151,7 @@ def test_zero_backend_timeout_sets_no_per_try_timeout() -> None:
     zero = replace(base, action=replace(base.action, timeout_ms=10_000, backend_timeout_ms=0))
     [only] = _routes(vhost("a.com", zero)).virtual_hosts[0].routes
     assert only.route.timeout.seconds == 10
-    assert not only.route.HasField("retry_policy")
+    assert not only.route.retry_policy.HasField("per_try_timeout")
 
 
 # HTTPPathModifier.ReplacePrefixMatch, as the Gateway API specification tabulates it.

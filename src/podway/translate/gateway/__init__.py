@@ -1,19 +1,22 @@
 """Gateway API → IR listeners, pools, problems and statuses, in one pass.
 
-``GatewayTranslation.run`` takes every GatewayClass whose ``controllerName`` is ours, prepares
+``translate_gateways`` takes every GatewayClass whose ``controllerName`` is ours, prepares
 their Gateways (listeners, conflicts, certificates), then visits every route of every kind
 oldest first (so "the oldest wins" falls out of visiting order), attaches it to listeners,
-compiles it once and hands the result to the per-port builders. Statuses are computed from the
-same state; ``mark_unbound`` lets the translator report listeners whose address:port another
-object already holds before ``statuses`` is called.
+compiles it once and hands the result to the per-port builders. Each built port then asks the
+translator's ``PortTable`` for its address:port; a refusal (the port is held by the Ingress
+listeners or an older Gateway) marks its listeners unbound (``PortUnavailable``) before any
+status is computed. One ``GatewayResult`` comes back: listeners, pools, statuses, problems.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from types import MappingProxyType
 
-from podway.ir import Listener, Protocol
+from podway.ir import Listener, ListenerProtocol
 from podway.model import ObjectRef
 from podway.model.core import Namespace, Service
 from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
@@ -33,16 +36,12 @@ from podway.translate.gateway.attach import attach, parent_key
 from podway.translate.gateway.backendtls import BackendTLS, index_policies
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
 from podway.translate.gateway.l4routes import CompiledL4, compile_l4
-from podway.translate.gateway.listeners import (
-    PARTIAL_ADDRESS,
-    GatewayInfo,
-    GwListener,
-    prepare,
-)
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, prepare
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Severity
+from podway.translate.ports import PortTable
+from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
 from podway.translate.status import ObjectStatus
 
 _FLAVOUR = {"HTTPRoute": "http", "GRPCRoute": "grpc", "TLSRoute": "tls", "TCPRoute": "tcp",
@@ -50,8 +49,34 @@ _FLAVOUR = {"HTTPRoute": "http", "GRPCRoute": "grpc", "TLSRoute": "tls", "TCPRou
 NAME_LABEL = "kubernetes.io/metadata.name"
 
 
+@dataclass(frozen=True, slots=True)
+class GatewayResult:
+    """Everything the Gateway API kinds contribute to one translation."""
+
+    listeners: tuple[Listener, ...]
+    pools: Mapping[str, PoolSpec]
+    statuses: Mapping[ObjectRef, ObjectStatus]
+    problems: tuple[Problem, ...]
+
+
+def translate_gateways(snapshot: Snapshot, opts: TranslateOptions,
+                       ports: PortTable) -> GatewayResult:
+    """Gateways, routes and policies of our classes → listeners, pools, statuses, problems.
+
+    ``ports`` holds what was bound before (the Ingress listeners); the Gateways' ports are
+    added to it, oldest Gateway first.
+    """
+    run = GatewayTranslation(snapshot=snapshot, opts=opts)
+    listeners = run.build(ports)
+    statuses = run.statuses()
+    return GatewayResult(listeners=tuple(listeners), pools=MappingProxyType(run.pools),
+                         statuses=MappingProxyType(statuses), problems=tuple(run.problems))
+
+
 @dataclass(slots=True)
 class GatewayTranslation:
+    """The state of one Gateway translation; use ``translate_gateways``."""
+
     snapshot: Snapshot
     opts: TranslateOptions
     pools: dict[str, PoolSpec] = field(default_factory=dict)
@@ -62,11 +87,10 @@ class GatewayTranslation:
     _routes: dict[ObjectRef, st.RouteState] = field(default_factory=dict)
     _l4_owner: dict[tuple[Key, str], str] = field(default_factory=dict)
     _tls: BackendTLS = field(default_factory=BackendTLS)
-    _by_ir_name: dict[str, list[GwListener]] = field(default_factory=dict)
     _resolved: dict[tuple[object, ...], PoolSpec | RefIssue] = field(default_factory=dict)
     _grants: ReferenceGrants | None = None
 
-    def run(self) -> list[Listener]:
+    def build(self, ports: PortTable) -> list[Listener]:
         snap = self.snapshot
         controller = self.opts.gateway_controller
         ours = {key: cls for key, cls in snap.kind(GatewayClass).items()
@@ -76,6 +100,7 @@ class GatewayTranslation:
         self._tls = index_policies(snap) if snap.kind(BackendTLSPolicy) else BackendTLS()
         for gw in sorted(snap.kind(Gateway).values(), key=Gateway.age_key):
             if ("", gw.spec.gateway_class_name) not in ours:
+                self._not_owned(gw)
                 continue
             info = prepare(gw, snapshot=snap, grants=grants, opts=self.opts)
             self._infos[gw.key] = info
@@ -91,25 +116,35 @@ class GatewayTranslation:
         shadowed: set[str] = set()
         for builder in sorted(self._ports.values(), key=lambda b: (
                 age[b.info.gateway.key], b.port, b.protocol)):
-            self._by_ir_name[builder.name] = builder.members
+            refusal = ports.take(name=builder.name, address=builder.info.address,
+                                 port=builder.port, protocol=builder.protocol)
+            if refusal is not None:
+                for ls in builder.members:
+                    ls.unbound = refusal.message
+                continue
             out.append(builder.build())
-            for lost, won, host in builder.shadowed:
-                if lost.name in shadowed:
+            for shadow in builder.shadowed:
+                lost, won = shadow.lost, shadow.won
+                if lost.route.name in shadowed:
                     continue
-                shadowed.add(lost.name)
-                parts = lost.name.split("/")  # <kind>/<ns>/<name>/rule/<i>/match/<j>
+                shadowed.add(lost.route.name)
                 self.problems.append(Problem(
-                    ref=lost.origin, reason="Shadowed", severity=Severity.WARNING,
-                    field=f"spec.rules[{parts[4]}].matches[{parts[6]}]",
-                    message=f"on {host}, {won.origin} (rule {won.name.split('/rule/')[1]}) "
-                            "has the same match and takes precedence; this match gets no "
-                            "requests there"))
+                    ref=lost.route.origin, reason=Reason.SHADOWED, severity=Severity.WARNING,
+                    field=f"spec.rules[{lost.rule}].matches[{lost.match_index}]",
+                    message=f"on {shadow.host}, {won.route.origin} (rule {won.rule}/match/"
+                            f"{won.match_index}) has the same match and takes precedence; this "
+                            "match gets no requests there"))
         return out
 
-    def mark_unbound(self, ir_name: str, message: str) -> None:
-        """The engine cannot bind this IR listener (its address:port is taken elsewhere)."""
-        for ls in self._by_ir_name.get(ir_name, ()):
-            ls.unbound = message
+    def _not_owned(self, gw: Gateway) -> None:
+        name = gw.spec.gateway_class_name
+        cls = self.snapshot.get(GatewayClass, "", name)
+        why = (f"GatewayClass {quote(name)} not found" if cls is None else
+               f"GatewayClass {quote(name)} belongs to controller "
+               f"{quote(cls.spec.controller_name)}, not {self.opts.gateway_controller}")
+        self.problems.append(Problem(ref=gw.ref, reason=Reason.NOT_OWNED, severity=Severity.INFO,
+                                     field="spec.gatewayClassName",
+                                     message=f"not served by Podway: {why}"))
 
     def _labels(self, namespace: str) -> dict[str, str]:
         ns = self.snapshot.get(Namespace, "", namespace)
@@ -124,7 +159,7 @@ class GatewayTranslation:
         hostnames: tuple[str, ...] = ()
         if isinstance(route, HTTPRoute | GRPCRoute | TLSRoute):
             hostnames = tuple(h for h in route.spec.hostnames if valid_hostname(h))
-            issues.extend(Issue("UnsupportedValue", f"hostname {h!r} is not a DNS name",
+            issues.extend(Issue(Reason.UNSUPPORTED_VALUE, f"hostname {quote(h)} is not a DNS name",
                                 f"spec.hostnames[{i}]")
                           for i, h in enumerate(route.spec.hostnames) if not valid_hostname(h))
         outcomes = attach(kind=kind, namespace=ns, parent_refs=route.spec.parent_refs,
@@ -148,7 +183,7 @@ class GatewayTranslation:
             route.spec.hostnames)
         if had_hostnames and not hostnames:
             for outcome in outcomes:
-                outcome.accepted = (False, "UnsupportedValue", "no valid hostname")
+                outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "no valid hostname")
                 outcome.attachments.clear()
         if not dropped_all:
             self._place(compiled, state)
@@ -178,7 +213,7 @@ class GatewayTranslation:
             gw_ns, gw_name = parent_key(pref, ns)
             if pref.group == GROUP and pref.kind == "Gateway" and (gw_ns, gw_name) not in gateways:
                 self.problems.append(Problem(
-                    ref=route.ref, reason="NoMatchingParent", severity=Severity.WARNING,
+                    ref=route.ref, reason=Reason.NO_MATCHING_PARENT, severity=Severity.WARNING,
                     message=f"Gateway {gw_ns}/{gw_name} not found", field=f"spec.parentRefs[{k}]"))
 
     def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
@@ -192,21 +227,21 @@ class GatewayTranslation:
         """
         counted: set[tuple[Key, str]] = set()
         for outcome in state.outcomes:
-            if not outcome.accepted[0]:
+            if not outcome.accepted.ok:
                 continue
             gw_key = outcome.info.gateway.key
             kept = []
             for att in outcome.attachments:
                 ls = att.listener
-                if ls.protocol in (Protocol.TCP, Protocol.UDP):
+                if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
                     owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
                     if owner != compiled_name(compiled):
                         continue
                 kept.append(att)
             if not kept:
-                outcome.accepted = (False, "UnsupportedValue",
-                                    "the selected TCP/UDP listeners already forward to an "
-                                    "older route")
+                outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
+                                           "the selected TCP/UDP listeners already forward to "
+                                           "an older route")
                 continue
             for att in kept:
                 ls = att.listener
@@ -252,15 +287,15 @@ class GatewayTranslation:
     def _contribute(self, builder: PortBuilder, ls: GwListener, hostnames: tuple[str, ...],
                     compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
         if isinstance(compiled, CompiledRoute):
-            scheme = "https" if ls.protocol is Protocol.HTTPS else "http"
+            scheme = "https" if ls.protocol is ListenerProtocol.HTTPS else "http"
             builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port, scheme=scheme))
             return
         lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),
                               hostnames=hostnames, backends=compiled.backends,
                               origin=compiled.route.ref)
         if lost:
-            state.issues.append(Issue("HostnameConflict",
-                                      f"SNI {', '.join(lost)} on listener {ls.name} already "
+            state.issues.append(Issue(Reason.HOSTNAME_CONFLICT,
+                                      f"SNI {listing(lost)} on listener {ls.name} already "
                                       "routes to an older TLSRoute", "spec.hostnames",
                                       warning=True))
 
@@ -279,40 +314,44 @@ class GatewayTranslation:
             status = st.policy_status(outcome)
             if status.parents:
                 out[ref] = status
-            for ok, reason, message in (outcome.accepted, outcome.resolved):
-                if not ok:
-                    self.problems.append(Problem(ref=ref, reason=reason, message=message,
-                                                 field="spec"))
+            for verdict in (outcome.accepted, outcome.resolved):
+                if not verdict.ok:
+                    self.problems.append(Problem(ref=ref, reason=verdict.reason,
+                                                 message=verdict.message, field="spec"))
         return out
 
     def _gateway_problems(self, info: GatewayInfo) -> None:
         ref = info.gateway.ref
-        if info.address_issue:
-            warning = info.address_issue.startswith(PARTIAL_ADDRESS)
+        issue = info.address_issue
+        if issue is not None:
             self.problems.append(Problem(
-                ref=ref, reason="UnsupportedAddress", message=info.address_issue,
-                field="spec.addresses", severity=Severity.WARNING if warning else Severity.ERROR))
+                ref=ref, reason=issue.reason, message=issue.message,
+                field="spec.addresses",
+                severity=Severity.WARNING if issue.usable else Severity.ERROR))
         for ls in info.listeners:
             where = f"spec.listeners[{ls.index}]"
-            found = [v for v in (ls.accepted, ls.resolved) if not v[0]]
+            found = [v for v in (ls.accepted, ls.resolved) if not v.ok]
             if ls.conflicted:
-                found.append((False, *ls.conflicted))
+                found.append(ls.conflicted)
             if ls.unbound:
-                found.append((False, "PortUnavailable", ls.unbound))
-            for _, reason, message in found:
-                self.problems.append(Problem(ref=ref, reason=reason,
-                                             message=f"listener {ls.name}: {message}",
+                found.append(Verdict(False, Reason.PORT_UNAVAILABLE, ls.unbound))
+            for verdict in found:
+                self.problems.append(Problem(ref=ref, reason=verdict.reason,
+                                             message=f"listener {ls.name}: {verdict.message}",
                                              field=where))
+            self.problems.extend(Problem(ref=ref, reason=w.reason, severity=Severity.WARNING,
+                                         message=f"listener {ls.name}: {w.message}",
+                                         field=f"{where}.tls.certificateRefs")
+                                 for w in ls.warnings)
 
     def _route_problems(self, ref: ObjectRef, state: st.RouteState) -> None:
         for outcome in state.outcomes:
-            ok, reason, message = outcome.accepted
-            if not ok:
+            if not outcome.accepted.ok:
                 parent = outcome.ref
                 where = f"Gateway {parent.namespace}/{parent.name}" + (
                     f" listener {parent.section_name}" if parent.section_name else "")
-                self.problems.append(Problem(ref=ref, reason=reason,
-                                             message=f"{where}: {message}",
+                self.problems.append(Problem(ref=ref, reason=outcome.accepted.reason,
+                                             message=f"{where}: {outcome.accepted.message}",
                                              field="spec.parentRefs"))
         for issue, where in state.ref_issues:
             self.problems.append(Problem(ref=ref, reason=issue.reason, message=issue.message,
@@ -328,4 +367,4 @@ def compiled_name(compiled: CompiledRoute | CompiledL4) -> str:
     return str(compiled.route.ref)
 
 
-__all__ = ["GatewayTranslation", "parent_key"]
+__all__ = ["GatewayResult", "GatewayTranslation", "parent_key", "translate_gateways"]

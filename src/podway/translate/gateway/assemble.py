@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from podway.ir import (
     L4Route,
     Listener,
-    Protocol,
+    ListenerProtocol,
     Route,
     RouteMatch,
     TLSCertificate,
@@ -27,18 +27,29 @@ from podway.ir import (
     WeightedPool,
     WildcardMode,
 )
+from podway.ir.hosts import covers, host_order
 from podway.model import ObjectRef
+from podway.translate.gateway.httproute import PlacedRoute
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
-from podway.translate.hosts import covers, host_order
-
-Key = tuple[object, ...]
 
 
 @dataclass(slots=True)
 class _Entry:
-    key: Key
-    route: Route
+    placed: PlacedRoute
     owner: str  # the Gateway listener (ns/gateway/listener)
+
+    @property
+    def route(self) -> Route:
+        return self.placed.route
+
+
+@dataclass(frozen=True, slots=True)
+class Shadow:
+    """A route match that another object's identical match always wins over, on ``host``."""
+
+    lost: PlacedRoute
+    won: PlacedRoute
+    host: str
 
 
 def listener_id(ls: GwListener) -> str:
@@ -52,17 +63,17 @@ class PortBuilder:
 
     info: GatewayInfo  # the oldest Gateway on the port: it names the IR listener
     port: int
-    protocol: Protocol
+    protocol: ListenerProtocol
     members: list[GwListener] = field(default_factory=list)
     hosts: dict[str, list[_Entry]] = field(default_factory=dict)
     l4: dict[str, tuple[tuple[float, str], L4Route, set[str]]] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)  # SNI hostname → route name
-    shadowed: list[tuple[Route, Route, str]] = field(default_factory=list)  # (lost, won, host)
+    shadowed: list[Shadow] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         ns, name = self.info.gateway.key
-        suffix = "/udp" if self.protocol is Protocol.UDP else ""
+        suffix = "/udp" if self.protocol is ListenerProtocol.UDP else ""
         return f"gateway/{ns}/{name}/{self.port}{suffix}"
 
     @property
@@ -70,10 +81,10 @@ class PortBuilder:
         return tuple(dict.fromkeys(ls.gateway.ref for ls in self.members))
 
     def add_http(self, owner: GwListener, hostnames: tuple[str, ...],
-                 routes: list[tuple[Key, Route]]) -> None:
+                 routes: list[PlacedRoute]) -> None:
         for host in hostnames:
             bucket = self.hosts.setdefault(host, [])
-            bucket.extend(_Entry(key, route, listener_id(owner)) for key, route in routes)
+            bucket.extend(_Entry(placed, listener_id(owner)) for placed in routes)
 
     def add_l4(self, *, name: str, age: tuple[float, str], hostnames: tuple[str, ...],
                backends: tuple[WeightedPool, ...], origin: ObjectRef) -> list[str]:
@@ -96,14 +107,14 @@ class PortBuilder:
         return lost
 
     def build(self) -> Listener:
-        if self.protocol in (Protocol.HTTP, Protocol.HTTPS):
+        if self.protocol in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
             return Listener(name=self.name, address=self.info.address, port=self.port,
                             protocol=self.protocol, virtual_hosts=self._vhosts(),
                             certificates=self._certificates(), origins=self.origins,
-                            sni_host_check=self.protocol is Protocol.HTTPS)
+                            sni_host_check=self.protocol is ListenerProtocol.HTTPS)
         routes = []
         for _age, l4, names in sorted(self.l4.values(), key=lambda t: (t[0], t[1].name)):
-            hosts = () if "*" in names or self.protocol is not Protocol.TLS else tuple(
+            hosts = () if "*" in names or self.protocol is not ListenerProtocol.TLS else tuple(
                 sorted(names, key=host_order))
             routes.append(L4Route(name=l4.name, backends=l4.backends, hostnames=hosts,
                                   origin=l4.origin))
@@ -123,14 +134,14 @@ class PortBuilder:
                            key=lambda hn: host_order(hn[0]))
         ordered = sorted(set(self.hosts) | {h for h, _ in listeners}, key=host_order)
         wildcards = [h for h in ordered if (h == "*" or h.startswith("*.")) and h in self.hosts]
-        sorted_entries = {h: sorted(entries, key=lambda e: e.key)
+        sorted_entries = {h: sorted(entries, key=lambda e: e.placed.key)
                           for h, entries in self.hosts.items()}
         out = []
         for host in ordered:
             owner = next((name for pattern, name in listeners
                           if covers(pattern, host, WildcardMode.SUFFIX)), None)
             routes: dict[str, Route] = {}
-            first: dict[RouteMatch, Route] = {}
+            first: dict[RouteMatch, PlacedRoute] = {}
             for source in (host, *(w for w in wildcards
                                    if w != host and covers(w, host, WildcardMode.SUFFIX))):
                 for e in sorted_entries.get(source, ()):
@@ -138,9 +149,9 @@ class PortBuilder:
                         continue
                     routes[e.route.name] = e.route
                     if source == host:
-                        winner = first.setdefault(e.route.match, e.route)
-                        if winner is not e.route and winner.origin != e.route.origin:
-                            self.shadowed.append((e.route, winner, host))
+                        winner = first.setdefault(e.route.match, e.placed)
+                        if winner is not e.placed and winner.route.origin != e.route.origin:
+                            self.shadowed.append(Shadow(e.placed, winner, host))
             out.append(VirtualHost(name=f"{self.name}/{host}", hostname=host,
                                    wildcard=WildcardMode.SUFFIX, routes=tuple(routes.values())))
         return tuple(out)
@@ -158,7 +169,7 @@ class PortBuilder:
                      for n, c in sorted(named.items()))
 
 
-PortKey = tuple[str, int, Protocol]  # (address, port, protocol)
+PortKey = tuple[str, int, ListenerProtocol]  # (address, port, protocol)
 
 
 def share_ports(infos: list[GatewayInfo]) -> dict[PortKey, PortBuilder]:
@@ -175,7 +186,7 @@ def share_ports(infos: list[GatewayInfo]) -> dict[PortKey, PortBuilder]:
         for ls in info.listeners:
             if not ls.usable or ls.blocked or ls.protocol is None:
                 continue
-            family = (info.address, ls.spec.port, ls.protocol is Protocol.UDP)
+            family = (info.address, ls.spec.port, ls.protocol is ListenerProtocol.UDP)
             held = families.get(family)
             if held is None:
                 builder = PortBuilder(info=info, port=ls.spec.port, protocol=ls.protocol)
@@ -198,7 +209,7 @@ def _refusal(held: PortBuilder, ls: GwListener) -> str:
     if ls.protocol is not held.protocol:
         return (f"{where} is used by {held.protocol} listener {listener_id(first)} of an older "
                 "Gateway")
-    if ls.protocol in (Protocol.TCP, Protocol.UDP):
+    if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
         return f"{where} is used by listener {listener_id(first)} of an older Gateway"
     same = next((m for m in held.members if (m.hostname or "") == (ls.hostname or "")), None)
     if same is not None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from podway.ir import Protocol, WildcardMode
+from podway.ir import ListenerProtocol, WildcardMode
+from podway.ir.hosts import covers
 from podway.model.gateway import GROUP, Gateway
 from podway.model.gateway_routes import ParentReference
 from podway.model.snapshot import Key
-from podway.translate.gateway.listeners import GatewayInfo, GwListener, Verdict
-from podway.translate.hosts import covers
+from podway.translate.gateway.listeners import GatewayInfo, GwListener
+from podway.translate.problems import Reason, Verdict, quote
 from podway.translate.status import ParentRef
 
 NamespaceLabels = Callable[[str], dict[str, str]]
@@ -98,25 +99,27 @@ def _one(ref: ParentRef, pref: ParentReference, info: GatewayInfo, *, kind: str,
                   and (pref.port is None or ls.spec.port == pref.port)]
     if not candidates:
         what = " and ".join(part for part in (
-            f"sectionName {pref.section_name!r}" if pref.section_name is not None else "",
+            f"sectionName {quote(pref.section_name)}" if pref.section_name is not None else "",
             f"port {pref.port}" if pref.port is not None else "") if part)
-        return ParentOutcome(ref, info, (False, "NoMatchingParent",
-                                         f"Gateway has no listener with {what or 'any name'}"))
+        return ParentOutcome(ref, info, Verdict(False, Reason.NO_MATCHING_PARENT,
+                                                f"Gateway has no listener with "
+                                                f"{what or 'any name'}"))
     allowed = [ls for ls in candidates
                if (GROUP, kind) in ls.kinds and namespace_allowed(ls, namespace, labels)]
     if not allowed:
-        return ParentOutcome(ref, info, (False, "NotAllowedByListeners",
-                                         f"no selected listener allows {kind}s from namespace "
-                                         f"{namespace}"))
-    outcome = ParentOutcome(ref, info, (True, "Accepted", "route accepted"))
+        return ParentOutcome(ref, info, Verdict(False, Reason.NOT_ALLOWED_BY_LISTENERS,
+                                                f"no selected listener allows {kind}s from "
+                                                f"namespace {namespace}"))
+    outcome = ParentOutcome(ref, info, Verdict(True, Reason.ACCEPTED, "route accepted"))
     for ls in allowed:
-        if ls.protocol in (Protocol.TCP, Protocol.UDP):
+        if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
             outcome.attachments.append(Attachment(ls, ()))
             continue
         hosts = intersect(ls.hostname, hostnames)
         if hosts:
             outcome.attachments.append(Attachment(ls, hosts))
     if not outcome.attachments:
-        outcome.accepted = (False, "NoMatchingListenerHostname",
-                            "no route hostname matches the hostname of any selected listener")
+        outcome.accepted = Verdict(False, Reason.NO_MATCHING_LISTENER_HOSTNAME,
+                                   "no route hostname matches the hostname of any selected "
+                                   "listener")
     return outcome

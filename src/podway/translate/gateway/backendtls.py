@@ -19,20 +19,23 @@ from dataclasses import dataclass, field
 
 from podway.ir import UpstreamTLS
 from podway.model import ObjectRef
-from podway.model.core import ConfigMap, Secret
 from podway.model.gateway import BackendTLSPolicy
 from podway.model.snapshot import Snapshot
 from podway.translate.gateway.refs import RefIssue
 from podway.translate.hosts import valid_hostname
+from podway.translate.problems import Reason, Verdict, quote
+from podway.translate.tls import ca_bundle
 
+POLICY_ACCEPTED = Verdict(True, Reason.ACCEPTED, "policy accepted")
+RESOLVED = Verdict(True, Reason.RESOLVED_REFS, "all references resolved")
 Target = tuple[str, str, str]  # (namespace, service, port name or "" for every port)
 
 
 @dataclass(slots=True)
 class PolicyOutcome:
     policy: BackendTLSPolicy
-    accepted: tuple[bool, str, str] = (True, "Accepted", "policy accepted")
-    resolved: tuple[bool, str, str] = (True, "ResolvedRefs", "all references resolved")
+    accepted: Verdict = POLICY_ACCEPTED
+    resolved: Verdict = RESOLVED
     used_by: set[ObjectRef] = field(default_factory=set)  # Gateways whose routes use it
 
 
@@ -59,17 +62,18 @@ def index_policies(snapshot: Snapshot) -> BackendTLS:
         ns = policy.metadata.namespace
         for target in policy.spec.target_refs:
             if target.group != "" or target.kind != "Service":
-                outcome.accepted = (False, "Invalid",
-                                    f"targetRef kind {target.kind} is not supported (Service)")
+                outcome.accepted = Verdict(False, Reason.INVALID,
+                                           f"targetRef kind {quote(target.kind)} is not "
+                                           "supported (Service)")
                 continue
             key = (ns, target.name, target.section_name or "")
             out.claims.setdefault((ns, target.name), []).append((key[2], policy.ref))
             held = out.owners.get(key)
             if held is not None:
-                outcome.accepted = (False, "Conflicted",
-                                    f"Service {ns}/{target.name} is already targeted by "
-                                    f"{held}, which takes precedence (older, or as old and "
-                                    "first by name)")
+                outcome.accepted = Verdict(False, Reason.CONFLICTED,
+                                           f"Service {ns}/{target.name} is already targeted by "
+                                           f"{held}, which takes precedence (older, or as old "
+                                           "and first by name)")
                 continue
             out.owners[key] = policy.ref
             out.targets[key] = value
@@ -81,46 +85,30 @@ def _upstream(policy: BackendTLSPolicy, snapshot: Snapshot,
     ns = policy.metadata.namespace
     validation = policy.spec.validation
     if not valid_hostname(validation.hostname) or validation.hostname.startswith("*."):
-        outcome.accepted = (False, "Invalid",
-                            f"validation.hostname {validation.hostname!r} is not a DNS name")
-        return RefIssue("UnsupportedValue", f"{policy.ref} has no usable hostname")
+        outcome.accepted = Verdict(False, Reason.INVALID,
+                                   f"validation.hostname {quote(validation.hostname)} is not a "
+                                   "DNS name")
+        return RefIssue(Reason.UNSUPPORTED_VALUE, f"{policy.ref} has no usable hostname")
     pems: list[str] = []
     invalid: list[RefIssue] = []
     for ref in validation.ca_certificate_refs:
-        pem = _ca(snapshot, ns, ref.group, ref.kind, ref.name)
-        if isinstance(pem, RefIssue):
-            invalid.append(pem)
+        pem = ca_bundle(snapshot, ns, ref.group, ref.kind, ref.name)
+        if isinstance(pem, Verdict):
+            invalid.append(RefIssue(pem.reason, pem.message))
         else:
             pems.append(pem)
     if invalid:
         first = invalid[0]
         more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
-        outcome.resolved = (False, first.reason, first.message + more)
+        outcome.resolved = Verdict(False, first.reason, first.message + more)
         if not pems:
-            outcome.accepted = (False, "NoValidCACertificate",
-                                "no caCertificateRef is valid: " + first.message + more)
+            outcome.accepted = Verdict(False, Reason.NO_VALID_CA_CERTIFICATE,
+                                       "no caCertificateRef is valid: " + first.message + more)
         # Connections using an invalid reference must fail: fail closed even if others load.
         return RefIssue(first.reason, f"{policy.ref}: {first.message}")
     if not pems and validation.well_known_ca_certificates != "System":
-        outcome.accepted = (False, "Invalid", "neither caCertificateRefs nor "
-                            "wellKnownCACertificates: System is set")
-        return RefIssue("UnsupportedValue", f"{policy.ref} has no CA to verify with")
+        outcome.accepted = Verdict(False, Reason.INVALID, "neither caCertificateRefs nor "
+                                   "wellKnownCACertificates: System is set")
+        return RefIssue(Reason.UNSUPPORTED_VALUE, f"{policy.ref} has no CA to verify with")
     # ca_pem "" means the engine's system trust store.
     return UpstreamTLS(sni=validation.hostname, ca_pem="".join(pems), origin=policy.ref)
-
-
-def _ca(snapshot: Snapshot, ns: str, group: str, kind: str, name: str) -> str | RefIssue:
-    if group == "" and kind == "ConfigMap":
-        cm = snapshot.get(ConfigMap, ns, name)
-        text = cm.data.get("ca.crt") if cm is not None else None
-    elif group == "" and kind == "Secret":
-        secret = snapshot.get(Secret, ns, name)
-        raw = secret.get("ca.crt") if secret is not None else None
-        text = raw.decode(errors="replace") if raw is not None else None
-    else:
-        return RefIssue("InvalidKind", f"caCertificateRef kind {kind} is not supported")
-    if text is None:
-        return RefIssue("InvalidCACertificateRef", f"{kind} {ns}/{name} has no ca.crt")
-    if "-----BEGIN CERTIFICATE" not in text:
-        return RefIssue("InvalidCACertificateRef", f"{kind} {ns}/{name} ca.crt is not PEM")
-    return text

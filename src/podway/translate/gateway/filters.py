@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from podway.ir import HeaderModifier, Redirect, URLRewrite
 from podway.model.gateway_routes import HeaderFilter, PathModifier, RouteFilter
 from podway.translate.hosts import valid_hostname
+from podway.translate.problems import Reason, quote
 
 WELL_KNOWN_PORTS = {"http": 80, "https": 443}
 _DURATION = re.compile(r"^(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}$")
@@ -24,7 +25,7 @@ _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
 class FilterError(ValueError):
     """A filter the rule cannot be served with; ``reason`` is the Gateway API reason."""
 
-    def __init__(self, reason: str, message: str, field: str = "filters") -> None:
+    def __init__(self, reason: Reason, message: str, field: str = "filters") -> None:
         super().__init__(message)
         self.reason = reason
         self.field = field  # relative to the rule
@@ -54,9 +55,19 @@ class RedirectSpec:
                         prefix=self.prefix, status_code=self.status_code)
 
 
+# Headers the engine refuses to modify (it NACKs the whole route table over one of them).
+PROTECTED_HEADERS = frozenset({"host"})
+
+
 def header_modifier(spec: HeaderFilter | None, *, response: bool) -> HeaderModifier:
     if spec is None:
-        raise FilterError("UnsupportedValue", "filter has no configuration for its type")
+        raise FilterError(Reason.UNSUPPORTED_VALUE, "filter has no configuration for its type")
+    names = [h.name for h in (*spec.set, *spec.add)] + list(spec.remove)
+    protected = sorted({n.lower() for n in names} & PROTECTED_HEADERS)
+    if protected:
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
+                          f"header {protected[0]!r} cannot be modified (use a URLRewrite "
+                          "hostname to change the Host)")
     return HeaderModifier(response=response,
                           set=tuple((h.name, h.value) for h in spec.set),
                           add=tuple((h.name, h.value) for h in spec.add),
@@ -70,15 +81,16 @@ def _path(modifier: PathModifier | None, prefix_only: bool) -> tuple[str | None,
     if modifier.type == "ReplaceFullPath":
         value = modifier.replace_full_path
         if value is None or not value.startswith("/"):
-            raise FilterError("UnsupportedValue", "replaceFullPath must be a path starting with /")
+            raise FilterError(Reason.UNSUPPORTED_VALUE,
+                              "replaceFullPath must be a path starting with /")
         return value, None
     value = modifier.replace_prefix_match
     if value is None or (value and not value.startswith("/")):
         # "" is valid: it removes the matched prefix ("/foo/bar" → "/bar").
-        raise FilterError("UnsupportedValue",
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
                           "replacePrefixMatch must be empty or a path starting with /")
     if not prefix_only:
-        raise FilterError("UnsupportedValue",
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
                           "ReplacePrefixMatch needs every match of the rule to be a PathPrefix")
     return None, value
 
@@ -86,14 +98,15 @@ def _path(modifier: PathModifier | None, prefix_only: bool) -> tuple[str | None,
 def redirect(flt: RouteFilter, *, prefix_only: bool) -> RedirectSpec:
     spec = flt.request_redirect
     if spec is None:
-        raise FilterError("UnsupportedValue", "RequestRedirect filter has no requestRedirect")
+        raise FilterError(Reason.UNSUPPORTED_VALUE, "RequestRedirect filter has no requestRedirect")
     if spec.scheme is not None and spec.scheme not in WELL_KNOWN_PORTS:
-        raise FilterError("UnsupportedValue", f"redirect scheme {spec.scheme!r} (http or https)")
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
+                          f"redirect scheme {quote(spec.scheme)} (http or https)")
     if spec.status_code not in (301, 302):
-        raise FilterError("UnsupportedValue",
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
                           f"redirect statusCode {spec.status_code} (301 or 302 only)")
     if spec.hostname is not None and not valid_hostname(spec.hostname):
-        raise FilterError("UnsupportedValue", f"redirect hostname {spec.hostname!r}")
+        raise FilterError(Reason.UNSUPPORTED_VALUE, f"redirect hostname {quote(spec.hostname)}")
     path, prefix = _path(spec.path, prefix_only)
     return RedirectSpec(scheme=spec.scheme, hostname=spec.hostname, port=spec.port, path=path,
                         prefix=prefix, status_code=spec.status_code)
@@ -102,9 +115,9 @@ def redirect(flt: RouteFilter, *, prefix_only: bool) -> RedirectSpec:
 def rewrite(flt: RouteFilter, *, prefix_only: bool) -> URLRewrite:
     spec = flt.url_rewrite
     if spec is None:
-        raise FilterError("UnsupportedValue", "URLRewrite filter has no urlRewrite")
+        raise FilterError(Reason.UNSUPPORTED_VALUE, "URLRewrite filter has no urlRewrite")
     if spec.hostname is not None and not valid_hostname(spec.hostname):
-        raise FilterError("UnsupportedValue", f"rewrite hostname {spec.hostname!r}")
+        raise FilterError(Reason.UNSUPPORTED_VALUE, f"rewrite hostname {quote(spec.hostname)}")
     path, prefix = _path(spec.path, prefix_only)
     return URLRewrite(hostname=spec.hostname, path=path, prefix=prefix)
 
@@ -115,7 +128,7 @@ def mirror_percent(flt: RouteFilter) -> float:
         return 100.0
     if spec.fraction is not None:
         if spec.fraction.numerator > spec.fraction.denominator:
-            raise FilterError("UnsupportedValue", "mirror fraction is above 1")
+            raise FilterError(Reason.UNSUPPORTED_VALUE, "mirror fraction is above 1")
         return round(100.0 * spec.fraction.numerator / spec.fraction.denominator, 4)
     return float(spec.percent) if spec.percent is not None else 100.0
 
@@ -123,5 +136,5 @@ def mirror_percent(flt: RouteFilter) -> float:
 def duration_ms(text: str) -> int:
     """Gateway API duration (``1h2m3s4ms`` subset) → milliseconds; ValueError when malformed."""
     if not _DURATION.match(text):
-        raise ValueError(f"duration {text!r} is not like 1h2m3s4ms")
+        raise ValueError(f"duration {quote(text)} is not like 1h2m3s4ms")
     return sum(int(n) * _UNIT_MS[u] for n, u in _DURATION_PART.findall(text))

@@ -44,13 +44,14 @@ from podway.translate.backends import PoolSpec
 from podway.translate.gateway import filters as flt
 from podway.translate.gateway.matches import PATH_RANK, grpc_key, grpc_match, http_match
 from podway.translate.gateway.refs import RefIssue
+from podway.translate.problems import Reason, quote
 
 Resolve = Callable[[BackendObjectReference], PoolSpec | RefIssue]
 
 
 @dataclass(frozen=True, slots=True)
 class Issue:
-    reason: str
+    reason: Reason
     message: str
     field: str
     warning: bool = False  # served anyway; no PartiallyInvalid
@@ -64,6 +65,18 @@ class CompiledMatch(NamedTuple):
     match: RouteMatch
     action: Action | flt.RedirectSpec
     filters: tuple[Filter, ...]
+    rule: int
+    match_index: int  # of the match within the rule
+
+
+class PlacedRoute(NamedTuple):
+    """An IR route as served on one listener, with its precedence key and where it was
+    written (``spec.rules[rule].matches[match_index]``)."""
+
+    key: tuple[object, ...]
+    route: Route
+    rule: int
+    match_index: int
 
 
 @dataclass(slots=True)
@@ -75,10 +88,9 @@ class CompiledRoute:
     issues: list[Issue] = field(default_factory=list)
     rules_total: int = 0
     rules_dropped: int = 0
-    _by_port: dict[tuple[int, str], list[tuple[tuple[object, ...], Route]]] = field(
-        default_factory=dict)
+    _by_port: dict[tuple[int, str], list[PlacedRoute]] = field(default_factory=dict)
 
-    def routes(self, *, port: int, scheme: str) -> list[tuple[tuple[object, ...], Route]]:
+    def routes(self, *, port: int, scheme: str) -> list[PlacedRoute]:
         """IR routes with their precedence keys, as served on a listener of ``port`` and
         ``scheme`` (redirects depend on both)."""
         cached = self._by_port.get((port, scheme))
@@ -89,8 +101,9 @@ class CompiledRoute:
         for m in self.matches:
             action = m.action.build(listener_port=port, listener_scheme=scheme) if isinstance(
                 m.action, flt.RedirectSpec) else m.action
-            out.append((m.key, Route(name=m.name, match=m.match, action=action,
-                                     filters=m.filters, origin=origin)))
+            out.append(PlacedRoute(m.key, Route(name=m.name, match=m.match, action=action,
+                                                filters=m.filters, origin=origin),
+                                   m.rule, m.match_index))
         self._by_port[(port, scheme)] = out
         return out
 
@@ -112,7 +125,8 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
                 matches.append((j, grpc_match(given) if isinstance(given, GRPCRouteMatch)
                                 else http_match(given)))
             except ValueError as exc:
-                out.issues.append(Issue("UnsupportedValue", str(exc), f"{where}.matches[{j}]"))
+                out.issues.append(Issue(Reason.UNSUPPORTED_VALUE, str(exc),
+                                        f"{where}.matches[{j}]"))
         if not matches:
             out.rules_dropped += 1
             continue
@@ -134,7 +148,8 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
                 key = (PATH_RANK[m.path.kind], -len(given.path.value), 0 if m.method else 1,
                        -len(m.headers), -len(m.query), age, i, j)
             out.matches.append(CompiledMatch(key=key, name=f"{kind}/{ns}/{name}/rule/{i}/match/{j}",
-                                             match=m, action=action, filters=filters))
+                                             match=m, action=action, filters=filters, rule=i,
+                                             match_index=j))
     return out
 
 
@@ -164,16 +179,17 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
             ir_filters.append(Mirror(pool=target.name, percent=flt.mirror_percent(f)))
         else:
             # Unknown and ExtensionRef filters cannot be skipped: the rule answers 500.
-            failing = f"filter type {f.type!r} is not supported; the rule answers HTTP 500"
-            out.issues.append(Issue("UnsupportedValue", failing, f"{where}.filters[{k}]"))
+            failing = f"filter type {quote(f.type)} is not supported; the rule answers HTTP 500"
+            out.issues.append(Issue(Reason.UNSUPPORTED_VALUE, failing, f"{where}.filters[{k}]"))
     if redirect is not None and rewrites:
-        raise flt.FilterError("IncompatibleFilters",
+        raise flt.FilterError(Reason.INCOMPATIBLE_FILTERS,
                               "RequestRedirect and URLRewrite cannot be used together")
     if failing is not None:
         return DirectResponse(status=500), tuple(ir_filters)
     if redirect is not None:
         if backend_refs:
-            out.issues.append(Issue("UnsupportedValue", "backendRefs are ignored by a redirect",
+            out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
+                                    "backendRefs are ignored by a redirect",
                                     f"{where}.backendRefs", warning=True))
         return redirect, tuple(ir_filters)
     timeout_ms, backend_ms = _timeouts(timeouts)
@@ -190,11 +206,11 @@ def _timeouts(timeouts: object) -> tuple[int | None, int | None]:
         req_ms = flt.duration_ms(request) if request is not None else None
         back_ms = flt.duration_ms(backend) if backend is not None else None
     except ValueError as exc:
-        raise flt.FilterError("UnsupportedValue", f"timeouts: {exc}", "timeouts") from exc
+        raise flt.FilterError(Reason.UNSUPPORTED_VALUE, f"timeouts: {exc}", "timeouts") from exc
     # The API's rule: backendRequest must not exceed a non-zero request timeout. "0s" disables
     # a timeout, so a zero backendRequest is valid under any request timeout.
     if req_ms and back_ms and back_ms > req_ms:
-        raise flt.FilterError("UnsupportedValue",
+        raise flt.FilterError(Reason.UNSUPPORTED_VALUE,
                               "timeouts.backendRequest must not exceed timeouts.request",
                               "timeouts")
     return req_ms, back_ms
@@ -223,7 +239,7 @@ def _forward(out: CompiledRoute, backend_refs: tuple[BackendRef, ...], *, resolv
              where: str, timeout_ms: int | None, backend_ms: int | None) -> Action:
     for k, ref in enumerate(backend_refs):
         if ref.filters:
-            out.issues.append(Issue("UnsupportedValue",
+            out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
                                     "backendRef filters are not supported and are ignored",
                                     f"{where}.backendRefs[{k}].filters", warning=True))
     shares = weighted_shares(backend_refs, resolve=resolve, where=where, pools=out.pools,

@@ -16,6 +16,7 @@ from podway.model.gateway_routes import TCPRoute, TLSRoute, UDPRoute
 from podway.translate.backends import PoolSpec
 from podway.translate.gateway.httproute import Issue, Resolve, weighted_shares
 from podway.translate.gateway.refs import RefIssue
+from podway.translate.problems import Reason
 
 L4Kind = TLSRoute | TCPRoute | UDPRoute
 
@@ -38,11 +39,12 @@ def compile_l4(route: L4Kind, resolve: Resolve) -> CompiledL4:
     out = CompiledL4(route=route)
     rules = route.spec.rules
     if not rules:
-        out.issues.append(Issue("UnsupportedValue", "route has no rules; nothing is forwarded",
+        out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
+                                "route has no rules; nothing is forwarded",
                                 "spec.rules"))
         return out
     if len(rules) > 1:
-        out.issues.append(Issue("UnsupportedValue",
+        out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
                                 f"only the first rule is used ({len(rules)} given)",
                                 "spec.rules", warning=True))
     shares = weighted_shares(rules[0].backend_refs, resolve=resolve, where="spec.rules[0]",

@@ -10,30 +10,29 @@ conflicted listener is not programmed (the specification: its port is not config
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 
-from podway.ir import Protocol, TLSCertificate
+from podway.ir import ListenerProtocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
+from podway.translate.addresses import choose_address
 from podway.translate.gateway.refs import ReferenceGrants
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
+from podway.translate.problems import Reason, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
 
-Verdict = tuple[bool, str, str]  # (ok, reason, message)
-
+L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))
-KINDS_BY_PROTOCOL: dict[Protocol, tuple[tuple[str, str], ...]] = {
-    Protocol.HTTP: HTTP_KINDS,
-    Protocol.HTTPS: HTTP_KINDS,
-    Protocol.TLS: ((GROUP, "TLSRoute"),),
-    Protocol.TCP: ((GROUP, "TCPRoute"),),
-    Protocol.UDP: ((GROUP, "UDPRoute"),),
+KINDS_BY_PROTOCOL: dict[ListenerProtocol, tuple[tuple[str, str], ...]] = {
+    ListenerProtocol.HTTP: HTTP_KINDS,
+    ListenerProtocol.HTTPS: HTTP_KINDS,
+    ListenerProtocol.TLS: ((GROUP, "TLSRoute"),),
+    ListenerProtocol.TCP: ((GROUP, "TCPRoute"),),
+    ListenerProtocol.UDP: ((GROUP, "UDPRoute"),),
 }
-ACCEPTED: Verdict = (True, "Accepted", "listener accepted")
-PARTIAL_ADDRESS = "only the first address"  # an address issue that still serves
-RESOLVED: Verdict = (True, "ResolvedRefs", "all references resolved")
+ACCEPTED = Verdict(True, Reason.ACCEPTED, "listener accepted")
+RESOLVED = Verdict(True, Reason.RESOLVED_REFS, "all references resolved")
 
 
 @dataclass(slots=True)
@@ -41,12 +40,13 @@ class GwListener:
     gateway: Gateway
     spec: GatewayListener
     index: int
-    protocol: Protocol | None
+    protocol: ListenerProtocol | None
     kinds: tuple[tuple[str, str], ...] = ()
     accepted: Verdict = ACCEPTED
     resolved: Verdict = RESOLVED
-    conflicted: tuple[str, str] | None = None  # (reason, message)
+    conflicted: Verdict | None = None  # ok False: why the listener conflicts
     certificates: list[TLSCertificate] = field(default_factory=list)
+    warnings: list[Verdict] = field(default_factory=list)  # served anyway (expiring certificate)
     attached: int = 0
     unbound: str = ""  # why the engine cannot bind it (port taken elsewhere), "" when bound
     blocked: str = ""  # why it is not served although valid (the Gateway's address), or ""
@@ -58,35 +58,42 @@ class GwListener:
     @property
     def hostname(self) -> str | None:
         """The listener hostname where the protocol uses one (TCP and UDP ignore it)."""
-        if self.protocol in (Protocol.TCP, Protocol.UDP):
+        if self.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
             return None
         return self.spec.hostname
 
     @property
     def usable(self) -> bool:
         """Generates engine config: accepted, not conflicted, certificates where needed."""
-        if not self.accepted[0] or self.conflicted is not None or self.protocol is None:
+        if not self.accepted.ok or self.conflicted is not None or self.protocol is None:
             return False
-        return self.protocol is not Protocol.HTTPS or bool(self.certificates)
+        return self.protocol is not ListenerProtocol.HTTPS or bool(self.certificates)
 
     @property
     def programmed(self) -> bool:
         return self.usable and not self.unbound and not self.blocked
 
 
+@dataclass(frozen=True, slots=True)
+class AddressIssue:
+    """Why ``spec.addresses`` cannot be honoured as written."""
+
+    message: str
+    usable: bool  # True: the Gateway still serves on the address chosen (a Warning)
+    reason: Reason = Reason.UNSUPPORTED_ADDRESS
+
+
 @dataclass(slots=True)
 class GatewayInfo:
     gateway: Gateway
     address: str
-    address_issue: str = ""  # why spec.addresses cannot be honoured, "" when fine
+    address_issue: AddressIssue | None = None
     listeners: list[GwListener] = field(default_factory=list)
 
-    def by_name(self, name: str) -> GwListener | None:
-        return next((ls for ls in self.listeners if ls.name == name), None)
 
-
-_PROTOCOLS = {"HTTP": Protocol.HTTP, "HTTPS": Protocol.HTTPS, "TLS": Protocol.TLS,
-              "TCP": Protocol.TCP, "UDP": Protocol.UDP}
+_PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
+              "TLS": ListenerProtocol.TLS,
+              "TCP": ListenerProtocol.TCP, "UDP": ListenerProtocol.UDP}
 
 
 def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
@@ -96,52 +103,60 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
-        if ls.accepted[0] and ls.protocol is Protocol.HTTPS:
+        if ls.accepted.ok and ls.protocol is ListenerProtocol.HTTPS:
             _certificates(ls, snapshot, grants)
-        if issue and not issue.startswith(PARTIAL_ADDRESS):
-            ls.blocked = issue
+        if issue is not None and not issue.usable:
+            ls.blocked = issue.message
         info.listeners.append(ls)
     _conflicts(info.listeners)
     return info
 
 
-def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, str]:
+def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
     """spec.addresses[0] when it is an IPAddress, else the default bind address."""
     if not gateway.spec.addresses or not gateway.spec.addresses[0].value:
-        return opts.address, ""
+        return opts.address, None
     first = gateway.spec.addresses[0]
     if first.type != "IPAddress":
-        return opts.address, f"address type {first.type} is not supported (IPAddress only)"
-    try:
-        ipaddress.ip_address(first.value)
-    except ValueError:
-        return opts.address, f"address {first.value!r} is not an IP address"
+        return opts.address, AddressIssue(
+            f"address type {quote(first.type)} is not supported (IPAddress only)", usable=False)
+    choice = choose_address(first.value, opts, "address")
+    if choice.address is None or choice.refusal is not None:
+        message = choice.refusal.message if choice.refusal else "no address"
+        if choice.address is None:
+            return opts.address, AddressIssue(message, usable=False)
+        return choice.address, AddressIssue(message, usable=True,
+                                            reason=Reason.ADDRESS_NOT_ALLOWED)
     if len(gateway.spec.addresses) > 1:
-        return first.value, f"{PARTIAL_ADDRESS} ({first.value}) is bound"
-    return first.value, ""
+        return first.value, AddressIssue(f"only the first address ({first.value}) is bound",
+                                         usable=True)
+    return first.value, None
 
 
 def _validate(ls: GwListener) -> None:
     spec = ls.spec
     if ls.protocol is None:
-        ls.accepted = (False, "UnsupportedProtocol",
-                       f"protocol {spec.protocol!r} is not supported (HTTP, HTTPS, TLS, TCP, UDP)")
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_PROTOCOL,
+                              f"protocol {quote(spec.protocol)} is not supported "
+                              "(HTTP, HTTPS, TLS, TCP, UDP)")
         return
-    if spec.hostname is not None and ls.protocol not in (Protocol.TCP, Protocol.UDP) \
+    if spec.hostname is not None and ls.protocol not in L4_PROTOCOLS \
             and not valid_hostname(spec.hostname):
-        ls.accepted = (False, "UnsupportedValue",
-                       f"hostname {spec.hostname!r} is not a DNS name (a leading '*.' is allowed)")
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
+                              f"hostname {quote(spec.hostname)} is not a DNS name "
+                              "(a leading '*.' is allowed)")
         return
     tls = spec.tls
-    if ls.protocol in (Protocol.HTTP, Protocol.TCP, Protocol.UDP) and tls is not None:
-        ls.accepted = (False, "UnsupportedValue", f"tls must not be set for {spec.protocol}")
+    if ls.protocol in (ListenerProtocol.HTTP, *L4_PROTOCOLS) and tls is not None:
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
+                              f"tls must not be set for {spec.protocol}")
         return
-    if ls.protocol is Protocol.HTTPS and (tls is None or tls.mode != "Terminate"):
-        ls.accepted = (False, "UnsupportedValue", "HTTPS needs tls.mode Terminate")
+    if ls.protocol is ListenerProtocol.HTTPS and (tls is None or tls.mode != "Terminate"):
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "HTTPS needs tls.mode Terminate")
         return
-    if ls.protocol is Protocol.TLS and (tls is None or tls.mode != "Passthrough"):
-        ls.accepted = (False, "UnsupportedValue",
-                       "TLS listeners support tls.mode Passthrough only")
+    if ls.protocol is ListenerProtocol.TLS and (tls is None or tls.mode != "Passthrough"):
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
+                              "TLS listeners support tls.mode Passthrough only")
         return
     supported = KINDS_BY_PROTOCOL[ls.protocol]
     wanted = spec.allowed_routes.kinds
@@ -150,10 +165,11 @@ def _validate(ls: GwListener) -> None:
         return
     ls.kinds = tuple(dict.fromkeys((k.group, k.kind) for k in wanted
                                    if (k.group, k.kind) in supported))
-    bad = [f"{k.group}/{k.kind}" for k in wanted if (k.group, k.kind) not in supported]
+    bad = [quote(f"{k.group}/{k.kind}") for k in wanted if (k.group, k.kind) not in supported]
     if bad:
-        ls.resolved = (False, "InvalidRouteKinds",
-                       f"route kinds {', '.join(bad)} cannot attach to a {spec.protocol} listener")
+        ls.resolved = Verdict(False, Reason.INVALID_ROUTE_KINDS,
+                              f"route kinds {listing(bad)} cannot attach to a "
+                              f"{spec.protocol} listener")
 
 
 def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -> None:
@@ -161,60 +177,64 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -
     ns = ls.gateway.metadata.namespace
     refs = ls.spec.tls.certificate_refs
     if not refs:
-        _unresolved(ls, "InvalidCertificateRef", "HTTPS listener has no certificateRefs")
+        _unresolved(ls, Reason.INVALID_CERTIFICATE_REF, "HTTPS listener has no certificateRefs")
         return
     hostnames = (ls.spec.hostname,) if ls.spec.hostname else ()
     for ref in refs:
         target_ns = ref.namespace or ns
         if ref.group != "" or ref.kind != "Secret":
-            _unresolved(ls, "InvalidCertificateRef",
-                        f"certificateRef kind {ref.kind} is not supported (core Secret)")
+            _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
+                        f"certificateRef kind {quote(ref.kind)} is not supported (core Secret)")
             continue
         if not grants.permits(from_group=GROUP, from_kind="Gateway", from_namespace=ns,
                               to_group="", to_kind="Secret", to_namespace=target_ns,
                               to_name=ref.name):
-            _unresolved(ls, "RefNotPermitted",
+            _unresolved(ls, Reason.REF_NOT_PERMITTED,
                         f"Secret {target_ns}/{ref.name} is in another namespace and no "
                         f"ReferenceGrant in {target_ns} allows Gateways from {ns}")
             continue
-        cert = certificate_from_secret(snapshot, target_ns, ref.name, hostnames)
-        if isinstance(cert, str):
-            _unresolved(ls, "InvalidCertificateRef", cert)
+        found = certificate_from_secret(snapshot, target_ns, ref.name, hostnames)
+        if found.error is not None or found.certificate is None:
+            _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
+                        found.error.message if found.error else "no certificate")
             continue
-        ls.certificates.append(cert)
+        if found.warning is not None:
+            ls.warnings.append(found.warning)
+        ls.certificates.append(found.certificate)
 
 
-def _unresolved(ls: GwListener, reason: str, message: str) -> None:
+def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:
     """Record a reference failure; the first one is the one status shows."""
-    if ls.resolved[0]:
-        ls.resolved = (False, reason, message)
+    if ls.resolved.ok:
+        ls.resolved = Verdict(False, reason, message)
 
 
-def _family(protocol: Protocol | None) -> str:
-    return "udp" if protocol is Protocol.UDP else "tcp"
+def _family(protocol: ListenerProtocol | None) -> str:
+    return "udp" if protocol is ListenerProtocol.UDP else "tcp"
 
 
 def _conflicts(listeners: list[GwListener]) -> None:
     groups: dict[tuple[int, str], list[GwListener]] = {}
     for ls in listeners:
-        if ls.accepted[0]:
+        if ls.accepted.ok:
             groups.setdefault((ls.spec.port, _family(ls.protocol)), []).append(ls)
     for (port, _), group in groups.items():
         protocols = {ls.protocol for ls in group}
         if len(protocols) > 1:
             names = ", ".join(sorted(str(p) for p in protocols if p is not None))
             for ls in group:
-                ls.conflicted = ("ProtocolConflict",
-                                 f"port {port} is claimed by listeners of different protocols "
-                                 f"({names})")
+                ls.conflicted = Verdict(False, Reason.PROTOCOL_CONFLICT,
+                                        f"port {port} is claimed by listeners of different "
+                                        f"protocols ({names})")
             continue
         by_host: dict[str, list[GwListener]] = {}
         for ls in group:
             by_host.setdefault(ls.hostname or "", []).append(ls)
         for host, same in by_host.items():
             if len(same) > 1:
-                others = ", ".join(s.name for s in same)
+                others = listing([s.name for s in same])
                 shown = host or "(no hostname)"
                 for ls in same:
-                    ls.conflicted = ("HostnameConflict",
-                                     f"listeners {others} share port {port} and hostname {shown}")
+                    ls.conflicted = Verdict(False, Reason.HOSTNAME_CONFLICT,
+                                            f"listeners {others} share port {port} and "
+                                            f"hostname {shown}")

@@ -12,6 +12,7 @@ import re
 
 from podway.ir import HeaderMatch, PathKind, PathMatch, QueryMatch, RouteMatch, StringMatchKind
 from podway.model.gateway_routes import GRPCRouteMatch, HTTPHeaderMatch, HTTPRouteMatch
+from podway.translate.problems import quote
 from podway.translate.regex import re2_problem
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
@@ -51,7 +52,7 @@ def _check_regex(value: str, what: str) -> None:
     """Refuse what the engine's RE2 would refuse (it would NACK the whole route table)."""
     problem = re2_problem(value)
     if problem is not None:
-        raise ValueError(f"{what} regular expression {value!r} is {problem}")
+        raise ValueError(f"{what} regular expression {quote(value)} is {problem}")
 
 
 def http_match(m: HTTPRouteMatch) -> RouteMatch:
@@ -61,13 +62,13 @@ def http_match(m: HTTPRouteMatch) -> RouteMatch:
         pm = PathMatch(kind=PathKind.REGEX, value=path.value)
     else:
         if not path.value.startswith("/") or "//" in path.value:
-            raise ValueError(f"path {path.value!r} must start with '/' and not contain '//'")
+            raise ValueError(f"path {quote(path.value)} must start with '/' and not contain '//'")
         if path.type == "Exact":
             pm = PathMatch(kind=PathKind.EXACT, value=path.value)
         else:
             pm = PathMatch(kind=PathKind.PREFIX, value=path.value.rstrip("/") or "/")
     if m.method is not None and m.method not in METHODS:
-        raise ValueError(f"method {m.method!r} is not an HTTP method")
+        raise ValueError(f"method {quote(m.method)} is not an HTTP method")
     headers = tuple(HeaderMatch(name=n, value=v, kind=k)
                     for n, v, k in _strings(m.headers, lower=True, what="header")
                     ) if m.headers else ()
@@ -89,7 +90,7 @@ def grpc_match(m: GRPCRouteMatch) -> RouteMatch:
     if method.type == "Exact":
         for part, pattern in ((method.service, _GRPC_SERVICE), (method.method, _GRPC_METHOD)):
             if part and not pattern.match(part):
-                raise ValueError(f"gRPC name {part!r} is not a valid identifier")
+                raise ValueError(f"gRPC name {quote(part)} is not a valid identifier")
         if method.service and method.method:
             path = PathMatch(kind=PathKind.EXACT, value=f"/{method.service}/{method.method}")
         elif method.service:

@@ -17,17 +17,12 @@ from podway.model.gateway import ReferenceGrant
 from podway.model.gateway_routes import BackendObjectReference
 from podway.model.snapshot import Snapshot
 from podway.translate.backends import PoolSpec, find_port, http_pool, l4_pool
-
-BACKEND_NOT_FOUND = "BackendNotFound"
-REF_NOT_PERMITTED = "RefNotPermitted"
-INVALID_KIND = "InvalidKind"
-UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
-UNSUPPORTED_VALUE = "UnsupportedValue"
+from podway.translate.problems import Reason, quote
 
 
 @dataclass(frozen=True, slots=True)
 class RefIssue:
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -77,30 +72,33 @@ def resolve_backend(ref: BackendObjectReference, *, referrer: Referrer, flavour:
     a policy whose CA cannot be resolved makes the backend unusable (fail closed).
     """
     if ref.group != "" or ref.kind != "Service":
-        kind = f"{ref.group}/{ref.kind}" if ref.group else ref.kind
-        return RefIssue(INVALID_KIND, f"backendRef kind {kind} is not supported (core Service)")
+        kind = quote(f"{ref.group}/{ref.kind}" if ref.group else ref.kind)
+        return RefIssue(Reason.INVALID_KIND,
+                        f"backendRef kind {kind} is not supported (core Service)")
     ns = ref.namespace or referrer.namespace
     if not grants.permits(from_group=referrer.group, from_kind=referrer.kind,
                           from_namespace=referrer.namespace, to_group="", to_kind="Service",
                           to_namespace=ns, to_name=ref.name):
-        return RefIssue(REF_NOT_PERMITTED,
+        return RefIssue(Reason.REF_NOT_PERMITTED,
                         f"Service {ns}/{ref.name} is in another namespace and no ReferenceGrant "
                         f"in {ns} allows {referrer.kind}s from {referrer.namespace}")
     service = snapshot.get(Service, ns, ref.name)
     if service is None:
-        return RefIssue(BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} not found")
+        return RefIssue(Reason.BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} not found")
     if ref.port is None:
-        return RefIssue(BACKEND_NOT_FOUND, f"backendRef to Service {ns}/{ref.name} has no port")
+        return RefIssue(Reason.BACKEND_NOT_FOUND,
+                        f"backendRef to Service {ns}/{ref.name} has no port")
     if service.spec.type == "ExternalName":
-        return RefIssue(UNSUPPORTED_VALUE, f"Service {ns}/{ref.name} is of type ExternalName")
+        return RefIssue(Reason.UNSUPPORTED_VALUE,
+                        f"Service {ns}/{ref.name} is of type ExternalName")
     transport = FLAVOURS[flavour]
     # A Service may use one port number for TCP and UDP: prefer the wanted transport.
     port = next((p for p in service.spec.ports if p.port == ref.port and p.protocol == transport),
                 None) or find_port(service, number=ref.port)
     if port is None:
-        return RefIssue(BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} has no port {ref.port}")
+        return RefIssue(Reason.BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} has no port {ref.port}")
     if port.protocol != transport:
-        return RefIssue(UNSUPPORTED_PROTOCOL,
+        return RefIssue(Reason.UNSUPPORTED_PROTOCOL,
                         f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, "
                         f"not {transport}")
     if flavour in ("tls", "tcp", "udp"):

@@ -1,0 +1,132 @@
+"""IR → Envoy v3 resources: a pure function plus a memo that makes repeated builds O(change).
+
+``build(ir)`` returns every resource, keyed by type URL and name. ``Builder`` remembers what it
+built for each IR node *by identity*: the incremental translator hands back the very same
+``Listener`` objects after an endpoint-only change and replaces only the changed ``Pool`` objects,
+so the next build re-serialises only those pools' load assignments. Each resource carries the
+digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep versions of
+unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
+
+The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
+``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
+imports from the tree (and ignore ``build`` folders) lose it. It depends on ``podway.ir`` and the
+type URLs of ``podway.xds.types`` only; ``podway.xds`` (cache, server) consumes its output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+
+from podway.envoy_config.clusters import cluster
+from podway.envoy_config.endpoints import load_assignment
+from podway.envoy_config.listeners import listener
+from podway.envoy_config.routes import route_configurations
+from podway.envoy_config.secrets import secret
+from podway.ir import IR, Listener, Persistence, Pool
+from podway.ir import ListenerProtocol as Protocol
+from podway.xds import types
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One built resource: its message, the packed ``Any`` sent to Envoy, and a content digest."""
+
+    name: str
+    message: Message = field(repr=False)  # may hold a private key: never in reprs or logs
+    packed: any_pb2.Any = field(repr=False)
+    digest: str
+
+    @classmethod
+    def of(cls, name: str, message: Message) -> Resource:
+        data = message.SerializeToString(deterministic=True)
+        packed = any_pb2.Any(
+            type_url="type.googleapis.com/" + message.DESCRIPTOR.full_name, value=data)
+        return cls(name, message, packed, hashlib.blake2b(data, digest_size=12).hexdigest())
+
+
+Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
+
+
+def build(ir: IR) -> Resources:
+    """Every Envoy resource for ``ir`` (no memo)."""
+    return Builder().build(ir)
+
+
+class Builder:
+    """Builds resources, reusing the previous build's output for identical IR nodes."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
+        self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
+                           tuple[Listener, tuple[Resource, ...]]] = {}
+        self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
+
+    def build(self, ir: IR) -> Resources:
+        out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
+        persistence = {name: pool.settings.persistence for name, pool in ir.pools.items()
+                       if pool.settings.persistence is not None}
+        signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
+        listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
+        routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
+                     tuple[Listener, tuple[Resource, ...]]] = {}
+        for item in ir.listeners:
+            cached = self._listeners.get(id(item))
+            built = cached[1] if cached is not None and cached[0] is item else _listener(item)
+            listeners[id(item)] = (item, built)
+            for resource in built:
+                out[_type_of(resource)].setdefault(resource.name, resource)
+            if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
+                key = (id(item), signature)
+                hit = self._routes.get(key)
+                if hit is not None and hit[0] is item:
+                    tables = hit[1]
+                else:
+                    tables = tuple(Resource.of(config.name, config) for config in
+                                   route_configurations(
+                                       item, persistence=MappingProxyType(persistence)))
+                routes[key] = (item, tables)
+                for route in tables:
+                    out[types.ROUTE][route.name] = route
+        pools: dict[str, tuple[Pool, Resource, Resource]] = {}
+        for name, pool in ir.pools.items():
+            entry = self._pools.get(name)
+            if entry is None or entry[0] is not pool:
+                # Only pools that are new objects cost more than a lookup; settings and members
+                # are compared separately so a member change never rebuilds the cluster.
+                cluster_resource = (
+                    entry[1] if entry is not None and entry[0].settings == pool.settings
+                    else Resource.of(name, cluster(name, pool.settings)))
+                endpoint_resource = (
+                    entry[2] if entry is not None and entry[0].members == pool.members
+                    else Resource.of(name, load_assignment(name, pool.members)))
+                entry = (pool, cluster_resource, endpoint_resource)
+            pools[name] = entry
+            out[types.CLUSTER][name] = entry[1]
+            out[types.ENDPOINT][name] = entry[2]
+        self._listeners, self._routes, self._pools = listeners, routes, pools
+        return {t: MappingProxyType(v) for t, v in out.items()}
+
+
+def _listener(item: Listener) -> tuple[Resource, ...]:
+    """The listener and its secrets; nothing for a listener Envoy could not serve."""
+    if item.protocol is Protocol.HTTPS and not item.certificates:
+        return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
+    if item.protocol is Protocol.TLS and not item.l4_routes:
+        return ()
+    built = [Resource.of(item.name, listener(item))]
+    built.extend(Resource.of(c.name, secret(c)) for c in item.certificates)
+    return tuple(built)
+
+
+def _type_of(resource: Resource) -> str:
+    type_url: str = resource.packed.type_url
+    return type_url
+
+
+__all__ = ["Builder", "Resource", "Resources", "build"]

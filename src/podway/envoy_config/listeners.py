@@ -1,0 +1,175 @@
+"""Listeners (LDS): one per IR listener, bound to its address and port.
+
+* HTTP and HTTPS listeners run the HTTP connection manager with routes from RDS (named after the
+  listener), so a route change never replaces the listener and never drains its connections.
+* HTTPS: one filter chain per certificate, chosen by SNI (``server_names``); the certificate
+  without hostnames (or else the first) is the default chain. Keys come over SDS, never inline.
+  With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
+  hosts of the other chains answer 421; otherwise all chains share the listener's table.
+* TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
+* TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
+  the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
+* A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
+  cluster that never exists: its share of connections is closed, as the Gateway API asks of
+  invalid backends, instead of being moved onto the valid ones.
+"""
+
+from __future__ import annotations
+
+from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.listener.v3 import listener_components_pb2 as lc
+from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm,
+)
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2 as udp_route_pb2
+from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
+from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
+from google.protobuf import wrappers_pb2
+
+from podway.envoy_config.common import ads_source, pack, stat_prefix
+from podway.ir import L4Route, Listener, TLSCertificate
+from podway.ir import ListenerProtocol as Protocol
+
+#: Used when an L4 route has no usable pool: connections are closed (no such cluster).
+NO_POOL = "podway/no-pool"
+
+
+def listener(ir: Listener) -> listener_pb2.Listener:
+    out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
+    socket = out.address.socket_address
+    socket.address = ir.address
+    socket.port_value = ir.port
+    if ir.protocol is Protocol.UDP:
+        socket.protocol = address_pb2.SocketAddress.UDP
+        out.udp_listener_config.SetInParent()
+        out.listener_filters.append(_udp_proxy(ir))
+        return out
+    if ir.protocol is Protocol.HTTP:
+        out.filter_chains.append(lc.FilterChain(filters=[_http_manager(ir)]))
+    elif ir.protocol is Protocol.HTTPS:
+        out.listener_filters.append(_tls_inspector())
+        _https_chains(out, ir)
+    elif ir.protocol is Protocol.TLS:
+        out.listener_filters.append(_tls_inspector())
+        _passthrough_chains(out, ir)
+    else:  # TCP
+        route = ir.l4_routes[0] if ir.l4_routes else None
+        out.filter_chains.append(lc.FilterChain(filters=[_tcp_proxy(ir.name, route)]))
+    return out
+
+
+def sni_tables(ir: Listener) -> list[tuple[TLSCertificate, str, tuple[str, ...]]]:
+    """(certificate, route table name, SNI names) of each named filter chain of an HTTPS
+    listener, in chain order; the default chain uses the listener's own table (``ir.name``)."""
+    out: list[tuple[TLSCertificate, str, tuple[str, ...]]] = []
+    seen: set[str] = set()
+    for cert in ir.certificates:
+        names = tuple(h.lower() for h in cert.hostnames if h.lower() not in seen)
+        seen.update(names)
+        if names:  # a duplicate SNI set is rejected by Envoy; the first certificate wins
+            table = f"{ir.name}/sni/{cert.name}" if ir.sni_host_check else ir.name
+            out.append((cert, table, names))
+    return out
+
+
+def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
+    manager = hcm.HttpConnectionManager(
+        stat_prefix=stat_prefix(ir.name),
+        codec_type=hcm.HttpConnectionManager.AUTO,
+        strip_any_host_port=True,
+        use_remote_address=wrappers_pb2.BoolValue(value=True),
+        normalize_path=wrappers_pb2.BoolValue(value=True),
+        merge_slashes=True,
+    )
+    manager.rds.route_config_name = table or ir.name
+    manager.rds.config_source.CopyFrom(ads_source())
+    manager.upgrade_configs.append(hcm.HttpConnectionManager.UpgradeConfig(
+        upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)))
+    manager.http_filters.append(hcm.HttpFilter(
+        name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
+    return lc.Filter(name="envoy.filters.network.http_connection_manager",
+                     typed_config=pack(manager))
+
+
+def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
+    """One chain per SNI set, and a default chain for clients without a known SNI.
+
+    With a certificate for no hostname, the default chain serves it with the listener's own
+    table. Without one, the default chain shows the first certificate and serves that
+    certificate's table: a client that sent no SNI (probes, old clients) reaches the hosts
+    whose certificate it was shown — no SNI is not a mismatch, so no 421.
+    """
+    tables = sni_tables(ir)
+    default = next((c for c in ir.certificates if not c.hostnames), None)
+    default_table: str | None = None
+    if default is None and ir.certificates:
+        default = ir.certificates[0]
+        default_table = next((t for c, t, _ in tables if c.name == default.name), None)
+    for cert, table, names in tables:
+        chain = lc.FilterChain(name=f"{cert.name}", filters=[_http_manager(ir, table)])
+        chain.filter_chain_match.server_names.extend(names)
+        chain.transport_socket.CopyFrom(_downstream_tls(cert))
+        out.filter_chains.append(chain)
+    if default is not None:
+        chain = lc.FilterChain(name="default", filters=[_http_manager(ir, default_table)])
+        chain.transport_socket.CopyFrom(_downstream_tls(default))
+        out.default_filter_chain.CopyFrom(chain)
+
+
+def _downstream_tls(cert: TLSCertificate) -> base_pb2.TransportSocket:
+    context = tls_pb2.DownstreamTlsContext()
+    common = context.common_tls_context
+    common.alpn_protocols.extend(["h2", "http/1.1"])
+    common.tls_certificate_sds_secret_configs.append(
+        secret_pb2.SdsSecretConfig(name=cert.name, sds_config=ads_source()))
+    return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
+                                    typed_config=pack(context))
+
+
+def _passthrough_chains(out: listener_pb2.Listener, ir: Listener) -> None:
+    seen: set[str] = set()
+    for route in ir.l4_routes:
+        names = [h.lower() for h in route.hostnames if h.lower() not in seen]
+        seen.update(names)
+        chain = lc.FilterChain(name=route.name, filters=[_tcp_proxy(ir.name, route)])
+        if names:
+            chain.filter_chain_match.server_names.extend(names)
+            out.filter_chains.append(chain)
+        elif not route.hostnames and not out.HasField("default_filter_chain"):
+            out.default_filter_chain.CopyFrom(chain)
+
+
+def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
+    proxy = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix(name))
+    shares = [b for b in (route.backends if route else ()) if b.weight > 0]
+    if len(shares) == 1:
+        proxy.cluster = shares[0].pool or NO_POOL
+    elif shares:
+        for share in shares:
+            proxy.weighted_clusters.clusters.append(tcp_proxy_pb2.TcpProxy.WeightedCluster.
+                                                    ClusterWeight(name=share.pool or NO_POOL,
+                                                                  weight=share.weight))
+    else:
+        proxy.cluster = NO_POOL
+    return lc.Filter(name="envoy.filters.network.tcp_proxy", typed_config=pack(proxy))
+
+
+def _udp_proxy(ir: Listener) -> lc.ListenerFilter:
+    route = ir.l4_routes[0] if ir.l4_routes else None
+    pools = [b for b in (route.backends if route else ()) if b.pool and b.weight > 0]
+    best = max(pools, key=lambda b: b.weight).pool if pools else NO_POOL
+    proxy = udp_proxy_pb2.UdpProxyConfig(stat_prefix=stat_prefix(ir.name))
+    action = proxy.matcher.on_no_match.action
+    action.name = "route"
+    action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=best or NO_POOL)))
+    return lc.ListenerFilter(name="envoy.filters.udp_listener.udp_proxy",
+                             typed_config=pack(proxy))
+
+
+def _tls_inspector() -> lc.ListenerFilter:
+    return lc.ListenerFilter(name="envoy.filters.listener.tls_inspector",
+                             typed_config=pack(tls_inspector_pb2.TlsInspector()))
