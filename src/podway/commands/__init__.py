@@ -7,7 +7,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
-    from podway.commands import agent, controller, demo, echo, engine, run, validate
+    from podway.commands import agent, controller, demo, echo, engine, lab, run, validate
 
     validate.register(app)
     run.register(app)
@@ -16,3 +16,4 @@ def register(app: typer.Typer) -> None:
     engine.register(app)
     agent.register(app)
     controller.register(app)
+    lab.register(app)

@@ -1,0 +1,80 @@
+"""``podway lab status`` as rich tables, read from the lab's API and state folder."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.table import Table
+
+from podway.lab.api import LabApi
+from podway.lab.cluster import pod_ready
+from podway.lab.state import LabState, alive
+from podway.model.npl import ANNOTATION
+
+Obj = dict[str, Any]
+
+
+def npl_text(pod: Obj) -> str:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
+    if not raw:
+        return ""
+    try:
+        entries = json.loads(raw)
+    except ValueError:
+        return "(invalid)"
+    return ", ".join(f"{e.get('podPort')}/{e.get('protocol')}→{e.get('nodeIP')}:"
+                     f"{e.get('nodePort')}" for e in entries if isinstance(e, dict))
+
+
+def status_tables(api: LabApi, state: LabState) -> list[Table]:
+    nodes = Table(title="Nodes")
+    for col in ("node", "InternalIP", "pod CIDR"):
+        nodes.add_column(col)
+    for node in api.list(api.kind("nodes")):
+        ip = next((a["address"] for a in node.get("status", {}).get("addresses", [])
+                   if a.get("type") == "InternalIP"), "")
+        nodes.add_row(node["metadata"]["name"], ip, node.get("spec", {}).get("podCIDR", ""))
+    pods = Table(title="Pods")
+    for col in ("pod", "node", "IP", "ready", "restarts", "NodePortLocal"):
+        pods.add_column(col)
+    for pod in api.list(api.kind("pods")):
+        st = pod.get("status") or {}
+        restarts = sum(c.get("restartCount", 0) for c in st.get("containerStatuses") or [])
+        pods.add_row(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}",
+                     pod.get("spec", {}).get("nodeName", ""), st.get("podIP", ""),
+                     "yes" if pod_ready(pod) else "no", str(restarts), npl_text(pod))
+    services = Table(title="Services")
+    for col in ("service", "type", "clusterIP", "ports", "VIP (status)", "mode"):
+        services.add_column(col)
+    for svc in api.list(api.kind("services")):
+        spec, meta = svc.get("spec") or {}, svc["metadata"]
+        ports = ", ".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}"
+                          + (f" node:{p['nodePort']}" if p.get("nodePort") else "")
+                          for p in spec.get("ports") or [])
+        vips = ", ".join(i.get("ip", "") for i in (svc.get("status") or {})
+                         .get("loadBalancer", {}).get("ingress") or [])
+        annotations = meta.get("annotations") or {}
+        mode = annotations.get("podway.io/backend-mode", "")
+        if annotations.get("nodeportlocal.antrea.io/enabled") == "true":
+            mode = mode or "nodeportlocal"
+        services.add_row(f"{meta.get('namespace')}/{meta['name']}", spec.get("type", ""),
+                         spec.get("clusterIP", ""), ports, vips, mode)
+    ingresses = Table(title="Ingresses")
+    for col in ("ingress", "class", "hosts", "VIP (status)"):
+        ingresses.add_column(col)
+    for ing in api.list(api.kind("ingresses")):
+        spec = ing.get("spec") or {}
+        hosts = ", ".join(r.get("host", "*") for r in spec.get("rules") or [])
+        vips = ", ".join(i.get("ip", "") for i in (ing.get("status") or {})
+                         .get("loadBalancer", {}).get("ingress") or [])
+        ingresses.add_row(f"{ing['metadata'].get('namespace')}/{ing['metadata']['name']}",
+                          spec.get("ingressClassName", ""), hosts, vips)
+    procs = Table(title="Lab processes")
+    for col in ("process", "pid", "running"):
+        procs.add_column(col)
+    daemon = state.daemon()
+    procs.add_row("daemon", str(daemon or ""), "yes" if daemon else "no")
+    for what, pid in sorted(state.recorded().items()):
+        procs.add_row(what, str(pid), "yes" if alive(pid) else "no")
+    return [nodes, pods, services, ingresses, procs]
