@@ -78,7 +78,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         raise EnvironmentProblem(f"leftovers of an earlier lab {name!r} ({found}"
                                  f"{', …' if len(leftovers) > 3 else ''}): run `podway lab down"
                                  f"{'' if name == 'lab' else ' --name ' + name}` first")
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     import socket
 
     with socket.socket() as probe:
@@ -279,3 +279,40 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
                                  "`podway lab up`)")
     os.kill(pid, signal.SIGHUP)
     typer.echo("control plane restarting from disk")
+
+
+@lab_app.command()
+def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 200,
+            service: Annotated[str, typer.Option(help="NAMESPACE/NAME of the Service.")]
+            = "default/lb-httpd",
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+            plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+            name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Send N requests through each backend mode, side by side, and compare balance, client
+    address, second hops, latency and traffic to nodes without a pod."""
+    from rich.console import Console
+
+    from podway.agent.netns import single_thread
+    from podway.lab.api import LabApi
+    from podway.lab.compare import Comparison
+    from podway.lab.compare import plot as draw
+    from podway.lab.report import compare_table
+
+    _need_root("compare")
+    _, plan, port = _running(name, state_dir)
+    if requests < 1:
+        raise ConfigError(f"--requests must be at least 1, not {requests}")
+    ns, _, svc = service.rpartition("/")
+    console = Console(stderr=True, log_path=False)
+    pool = single_thread(netns=plan.client, name="lab-compare")
+    try:
+        report = Comparison(api=LabApi(port), plan=plan, client=pool, namespace=ns or "default",
+                            name=svc, say=lambda line: console.log(line)).run(requests)
+    finally:
+        pool.shutdown()
+    if plot is not None:
+        draw(report, str(plot))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        Console().print(compare_table(report))

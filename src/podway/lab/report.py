@@ -78,3 +78,24 @@ def status_tables(api: LabApi, state: LabState) -> list[Table]:
     for what, pid in sorted(state.recorded().items()):
         procs.add_row(what, str(pid), "yes" if alive(pid) else "no")
     return [nodes, pods, services, ingresses, procs]
+
+
+def compare_table(report: Obj) -> Table:
+    table = Table(title=f"{report['service']}: {report['requests_per_mode']} requests per mode "
+                        f"(pods: {len(report['pods'])}, nodes without a pod: "
+                        f"{', '.join(report['nodes_without_pod']) or 'none'})")
+    for col in ("mode", "members", "share per pod", "client IP seen", "2nd hop",
+                "p50 µs", "p99 µs", "to pod-less node", "failed"):
+        table.add_column(col)
+    for mode in report["modes"]:
+        share = " ".join(f"{v * 100:.0f}%" for v in mode["share"].values())
+        left = len(mode["left_out_by_health_check"])
+        table.add_row(mode["mode"], f"{len(mode['members'])}"
+                      + (f" (-{left} by health check)" if left else ""), share,
+                      f"{mode['client_ip_seen'] * 100:.0f}%", str(mode["crossed_nodes"]),
+                      str(mode["p50_us"]), str(mode["p99_us"]),
+                      str(mode["sent_to_node_without_pod"]), str(mode["failed"]))
+    delta = report.get("npl_minus_clusterip_p50_us")
+    if delta is not None:
+        table.caption = f"NodePortLocal p50 − ClusterIP p50: {delta} µs per new connection"
+    return table
