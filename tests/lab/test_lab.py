@@ -1,0 +1,178 @@
+"""The lab end to end (root): the seed example on four nodes, each backend mode serving, the
+agent's mappings as annotations and kernel rules, scaling, restarts, and a clean ``down``.
+
+One lab serves the module (tests run in file order; the last one takes it down and checks
+that nothing is left)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from podway.lab.plan import CLIENT_IP, VIP
+from tests.lab.conftest import RunningLab, eventually
+
+pytestmark = pytest.mark.netns
+
+LB = f"http://{VIP}:8080/"
+
+
+def nodeport_of(lab: RunningLab, name: str) -> int:
+    svc = lab.api.call("GET", f"/api/v1/namespaces/default/services/{name}")[1]
+    return int(svc["spec"]["ports"][0]["nodePort"])
+
+
+def test_seed_example_layout_and_status(lab: RunningLab) -> None:
+    """4 pods on the 3 seed nodes (two on one), the fourth node empty; status lists them."""
+    per_node: dict[str, int] = {}
+    for pod in lab.pods():
+        per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + 1
+    assert sorted(per_node.values()) == [1, 1, 2]
+    assert "lab-node-4" not in per_node
+    out = lab.cli("status").stdout
+    assert "lab-node-4" in out and "198.18.0.11" in out
+
+
+def test_npl_mappings_are_annotations_and_kernel_rules(lab: RunningLab) -> None:
+    """Every pod's annotation names its node's IP and a port the node's nft map DNATs to it."""
+    for pod in lab.pods():
+        (entry,) = lab.npl(pod)
+        node = pod["spec"]["nodeName"]
+        assert entry["nodeIP"] == f"198.18.0.{10 + int(node.rsplit('-', 1)[1])}"
+        ns = f"pwlab-{lab.name}-node{node.rsplit('-', 1)[1]}"
+        rules = subprocess.run(["ip", "netns", "exec", ns, "nft", "list", "map", "ip", "podway",
+                                "npl_tcp"], capture_output=True, text=True, check=True).stdout
+        assert f"{entry['nodePort']} : {pod['status']['podIP']} . 80" in rules
+
+
+def test_client_reaches_pods_through_npl_and_nodeport_directly(lab: RunningLab) -> None:
+    """Without the engine: NodeIP:nplPort reaches exactly its pod with the client's address;
+    NodeIP:nodePort (kube-proxy emulation, Cluster) answers on the empty node too, SNATed."""
+    for pod in lab.pods():
+        (entry,) = lab.npl(pod)
+        reply = lab.ask(f"http://{entry['nodeIP']}:{entry['nodePort']}/")
+        assert reply.ok and reply.echo()["pod"] == pod["metadata"]["name"]
+        assert reply.echo()["client"].startswith(f"{CLIENT_IP}:")
+    node_port = nodeport_of(lab, "lb-httpd")
+    reply = lab.ask(f"http://198.18.0.14:{node_port}/")
+    assert reply.ok and reply.echo()["node"] != "lab-node-4"
+    assert reply.echo()["client"].startswith("198.18.")  # a node's address: SNAT
+
+
+def test_engine_serves_l4_and_l7_on_the_vip(lab: RunningLab) -> None:
+    """Through Podway's controller and engine: the LoadBalancer Service and the Ingress both
+    spread over all four pods."""
+    pods = {p["metadata"]["name"] for p in lab.pods()}
+    eventually(lambda: set(lab.spread(LB, 8)) == pods, what="L4 VIP over 4 pods")
+    eventually(lambda: set(lab.spread(f"http://{VIP}/", 8, host="httpd.lab")) == pods,
+               what="L7 Ingress over 4 pods")
+    svc = lab.api.call("GET", "/api/v1/namespaces/default/services/lb-httpd")[1]
+    assert svc["status"]["loadBalancer"]["ingress"][0]["ip"] == VIP
+
+
+def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: object) -> None:
+    """compare --json: NPL and clusterip keep the client address and balance evenly;
+    nodeport Cluster SNATs, crosses nodes and sends to the pod-less node; Local loses it
+    to the health check and is uneven."""
+    report = json.loads(lab.cli("compare", "--requests", "40", "--json").stdout)
+    modes = {m["mode"]: m for m in report["modes"]}
+    assert report["nodes_without_pod"] == ["lab-node-4"]
+    for name in ("nodeportlocal", "clusterip"):
+        assert modes[name]["failed"] == 0
+        assert modes[name]["client_ip_seen"] == 1.0
+        assert set(modes[name]["share"].values()) == {0.25}
+        assert modes[name]["crossed_nodes"] == 0
+    cluster, local = modes["nodeport-cluster"], modes["nodeport-local"]
+    assert cluster["client_ip_seen"] == 0.0 and cluster["crossed_nodes"] > 0
+    assert cluster["sent_to_node_without_pod"] == 10
+    assert local["client_ip_seen"] == 1.0 and local["left_out_by_health_check"]
+    assert local["sent_to_node_without_pod"] == 0
+    assert modes["nodeportlocal"]["p50_us"] is not None
+
+
+def test_scaling_moves_traffic(lab: RunningLab) -> None:
+    """Scale 4 → 6 → 3: new pods get mappings and traffic; removed pods get none."""
+    path = "/apis/apps/v1/namespaces/default/deployments/httpd"
+    for replicas in (6, 3):
+        code, _ = lab.api.call("PATCH", path, {"spec": {"replicas": replicas}},
+                               "application/merge-patch+json")
+        assert code == 200
+        eventually(lambda n=replicas: len(lab.pods()) == n and len(lab.ready_pods()) == n
+                   and all(lab.npl(p) for p in lab.pods()), what=f"{replicas} pods")
+        names = {p["metadata"]["name"] for p in lab.pods()}
+        eventually(lambda names=names: set(lab.spread(LB, 4 * len(names))) == names,
+                   what=f"VIP traffic over exactly {replicas} pods")
+    lab.api.call("PATCH", path, {"spec": {"replicas": 4}}, "application/merge-patch+json")
+    eventually(lambda: len(lab.ready_pods()) == 4 and len(lab.pods()) == 4, what="back to 4")
+
+
+def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> None:
+    """A pod whose process dies restarts in place (same IP, same NodePortLocal port, restart
+    counted); a killed agent restarts and keeps every port and kernel rule."""
+    eventually(lambda: all(lab.npl(p) for p in lab.pods()), what="mappings")
+    before = {p["metadata"]["name"]: lab.npl(p) for p in lab.pods()}
+    victim = lab.pods()[0]
+    name = victim["metadata"]["name"]
+    pid = lab.state.recorded()[f"pod-default-{name}"]
+    os.kill(pid, signal.SIGKILL)
+
+    def restarted() -> bool:
+        pod = next(p for p in lab.pods() if p["metadata"]["name"] == name)
+        status = pod["status"]["containerStatuses"][0]
+        return status["restartCount"] == 1 and name in lab.ready_pods()
+
+    eventually(restarted, what="pod restarted")
+    (entry,) = before[name]
+    reply = lab.ask(f"http://{entry['nodeIP']}:{entry['nodePort']}/")
+    assert reply.ok and reply.echo()["pod"] == name
+    agent = "agent-lab-node-1"
+    old = lab.state.recorded()[agent]
+    os.kill(old, signal.SIGKILL)
+    eventually(lambda: lab.state.recorded().get(agent, old) != old, what="agent restarted")
+    eventually(lambda: lab.cli("status").returncode == 0, what="status")
+    assert {p["metadata"]["name"]: lab.npl(p) for p in lab.pods()} == before
+    for mapping in before.values():
+        reply = lab.ask(f"http://{mapping[0]['nodeIP']}:{mapping[0]['nodePort']}/")
+        assert reply.ok
+
+
+def test_control_plane_restart_keeps_state(lab: RunningLab) -> None:
+    """restart-api: the objects come back from disk and the cluster keeps working (a new
+    Deployment is scheduled and served after the restart)."""
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in lab.pods()}
+    lab.cli("restart-api")
+    eventually(lambda: {p["metadata"]["name"]: p["metadata"]["uid"]
+                        for p in lab.pods()} == before, what="same pods after restart")
+    path = "/apis/apps/v1/namespaces/default/deployments/httpd"
+    lab.api.call("PATCH", path, {"spec": {"replicas": 5}}, "application/merge-patch+json")
+    eventually(lambda: len(lab.ready_pods()) == 5 and all(lab.npl(p) for p in lab.pods()),
+               what="scaled after the restart, with mappings")
+
+
+def test_up_refuses_leftovers_and_down_leaves_nothing(lab: RunningLab) -> None:
+    """``up`` over a running lab names the leftovers and the fix; ``down`` removes every
+    namespace, process, rule and file; a second ``down`` is a no-op."""
+    again = lab.cli("up", check=False)
+    assert again.returncode == 2 and "podway lab down" in again.stderr
+    pids = [*lab.state.recorded().values(), lab.state.daemon()]
+    assert lab.cli("down").returncode == 0
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"pwlab-{lab.name}-" not in netns
+    assert not lab.state.root.exists()
+    for pid in pids:
+        assert pid is not None
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+    marker = str(lab.state.root).encode()
+    for proc in os.listdir("/proc"):  # Envoy and pods included: nothing names the state dir
+        if proc.isdigit():
+            try:
+                with open(f"/proc/{proc}/cmdline", "rb") as cmdline:
+                    assert marker not in cmdline.read(), f"pid {proc} survived"
+            except OSError:
+                continue
+    assert "nothing to remove" in lab.cli("down").stdout
