@@ -14,6 +14,7 @@ import subprocess
 import pytest
 
 from podway.lab.plan import CLIENT_IP, VIP
+from podway.lab.state import alive
 from tests.lab.conftest import RunningLab, eventually
 
 pytestmark = pytest.mark.netns
@@ -34,7 +35,8 @@ def test_seed_example_layout_and_status(lab: RunningLab) -> None:
     assert sorted(per_node.values()) == [1, 1, 2]
     assert "lab-node-4" not in per_node
     out = lab.cli("status").stdout
-    assert "lab-node-4" in out and "198.18.0.11" in out
+    assert "lab-node-4" in out
+    assert "198.18.0.11" in out
 
 
 def test_npl_mappings_are_annotations_and_kernel_rules(lab: RunningLab) -> None:
@@ -55,11 +57,13 @@ def test_client_reaches_pods_through_npl_and_nodeport_directly(lab: RunningLab) 
     for pod in lab.pods():
         (entry,) = lab.npl(pod)
         reply = lab.ask(f"http://{entry['nodeIP']}:{entry['nodePort']}/")
-        assert reply.ok and reply.echo()["pod"] == pod["metadata"]["name"]
+        assert reply.ok
+        assert reply.echo()["pod"] == pod["metadata"]["name"]
         assert reply.echo()["client"].startswith(f"{CLIENT_IP}:")
     node_port = nodeport_of(lab, "lb-httpd")
     reply = lab.ask(f"http://198.18.0.14:{node_port}/")
-    assert reply.ok and reply.echo()["node"] != "lab-node-4"
+    assert reply.ok
+    assert reply.echo()["node"] != "lab-node-4"
     assert reply.echo()["client"].startswith("198.18.")  # a node's address: SNAT
 
 
@@ -87,9 +91,11 @@ def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: objec
         assert set(modes[name]["share"].values()) == {0.25}
         assert modes[name]["crossed_nodes"] == 0
     cluster, local = modes["nodeport-cluster"], modes["nodeport-local"]
-    assert cluster["client_ip_seen"] == 0.0 and cluster["crossed_nodes"] > 0
+    assert cluster["client_ip_seen"] == 0.0
+    assert cluster["crossed_nodes"] > 0
     assert cluster["sent_to_node_without_pod"] == 10
-    assert local["client_ip_seen"] == 1.0 and local["left_out_by_health_check"]
+    assert local["client_ip_seen"] == 1.0
+    assert local["left_out_by_health_check"]
     assert local["sent_to_node_without_pod"] == 0
     assert modes["nodeportlocal"]["p50_us"] is not None
 
@@ -128,7 +134,8 @@ def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> No
     eventually(restarted, what="pod restarted")
     (entry,) = before[name]
     reply = lab.ask(f"http://{entry['nodeIP']}:{entry['nodePort']}/")
-    assert reply.ok and reply.echo()["pod"] == name
+    assert reply.ok
+    assert reply.echo()["pod"] == name
     agent = "agent-lab-node-1"
     old = lab.state.recorded()[agent]
     os.kill(old, signal.SIGKILL)
@@ -157,16 +164,17 @@ def test_up_refuses_leftovers_and_down_leaves_nothing(lab: RunningLab) -> None:
     """``up`` over a running lab names the leftovers and the fix; ``down`` removes every
     namespace, process, rule and file; a second ``down`` is a no-op."""
     again = lab.cli("up", check=False)
-    assert again.returncode == 2 and "podway lab down" in again.stderr
+    assert again.returncode == 2
+    assert "podway lab down" in again.stderr
     pids = [*lab.state.recorded().values(), lab.state.daemon()]
     assert lab.cli("down").returncode == 0
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                           check=True).stdout
     assert f"pwlab-{lab.name}-" not in netns
     assert not lab.state.root.exists()
     for pid in pids:
         assert pid is not None
-        assert not os.path.exists(f"/proc/{pid}") or \
-            open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+        assert not alive(pid)
     marker = str(lab.state.root).encode()
     for proc in os.listdir("/proc"):  # Envoy and pods included: nothing names the state dir
         if proc.isdigit():

@@ -87,8 +87,11 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
     state.create(plan, port)
     try:
         with console.status("building the network") as status:
-            network.build(plan, step=lambda s: (status.update(f"network: {s}"),
-                                                console.log(f"network: {s}")))
+            def step(what: str) -> None:
+                status.update(f"network: {what}")
+                console.log(f"network: {what}")
+
+            network.build(plan, step=step)
             status.update("starting the lab daemon")
             log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
             proc = subprocess.Popen([sys.executable, "-m", "podway.lab.daemon", str(state.root)],
@@ -96,8 +99,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                                     start_new_session=True, text=True)
             log.close()
             assert proc.stdout is not None
-            for line in proc.stdout:
-                line = line.strip()
+            for raw in proc.stdout:
+                line = raw.strip()
                 if line == "ready":
                     break
                 if line.startswith("error:"):
@@ -222,7 +225,7 @@ def status(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     from podway.lab.api import LabApi
     from podway.lab.report import status_tables
 
-    state, plan, port = _running(name, state_dir)
+    state, _plan, port = _running(name, state_dir)
     console = Console()
     for table in status_tables(LabApi(port), state):
         console.print(table)
@@ -307,7 +310,7 @@ def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 
     pool = single_thread(netns=plan.client, name="lab-compare")
     try:
         report = Comparison(api=LabApi(port), plan=plan, client=pool, namespace=ns or "default",
-                            name=svc, say=lambda line: console.log(line)).run(requests)
+                            name=svc, say=console.log).run(requests)
     finally:
         pool.shutdown()
     if plot is not None:

@@ -88,8 +88,8 @@ class LabApi:
                 if k.kind == word and k.api_version == api_version:
                     return k
                 continue
-            if (group and k.group != group) or not (
-                    name.lower() in (k.plural, k.kind.lower(), *k.short)):
+            if (group and k.group != group) or \
+                    name.lower() not in (k.plural, k.kind.lower(), *k.short):
                 continue
             return k
         raise LabError(f"the lab's API does not serve {word!r}"

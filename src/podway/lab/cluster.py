@@ -91,7 +91,7 @@ def schedule(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> str | None:
         node = (other.get("spec") or {}).get("nodeName")
         if node in load and not terminated(other):
             load[node] += 1
-    return min(fits, key=lambda n: (load[meta(n)["name"]], _node_order(n)))["metadata"]["name"]
+    return str(min(fits, key=lambda n: (load[meta(n)["name"]], _node_order(n)))["metadata"]["name"])
 
 
 def _node_order(node: Obj) -> tuple[int, str]:
@@ -103,7 +103,7 @@ def _node_order(node: Obj) -> tuple[int, str]:
 def pod_ready(pod: Obj) -> bool:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 

@@ -15,8 +15,9 @@ gives a load balancer are read from the lab's API:
 
 The client namespace then plays an L4 load balancer that only rewrites destinations: request
 ``i`` of each mode goes to member ``i mod n`` (round robin) over a new TCP connection, and the
-modes are interleaved request by request (rotating which goes first), so load on the machine hits them alike. Each echo
-answer says which pod (and node) answered and which client address the pod saw.
+modes are interleaved request by request (rotating which goes first), so load on the machine
+hits them alike. Each echo answer says which pod (and node) answered and which client address
+the pod saw.
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class Comparison:
 
     def _clusterip(self, port: Obj) -> list[Member]:
         kind = self.api.kind("endpointslices")
-        out = []
+        out: list[Member] = []
         for sl in self.api.list(kind, self.namespace):
             if (sl["metadata"].get("labels") or {}).get("kubernetes.io/service-name") \
                     != self.name:

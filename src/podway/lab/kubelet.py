@@ -199,7 +199,8 @@ class Kubelet:
         ready = "True" if run.ready else "False"
 
         def cond(kind: str, status: str) -> Obj:
-            before = next((c for c in old.get("conditions") or [] if c.get("type") == kind), {})
+            before: Obj = next((c for c in old.get("conditions") or []
+                                if c.get("type") == kind), {})
             since = before.get("lastTransitionTime") if before.get("status") == status \
                 else _now()
             return {"type": kind, "status": status, "lastTransitionTime": since}

@@ -29,7 +29,7 @@ MASQ_MARK = "0x4000"
 def _ready_endpoints(service: Obj, slices: list[Obj], protocol: str,
                      name: str | None, node: str | None) -> list[tuple[str, int]]:
     ns, svc = service["metadata"].get("namespace", ""), service["metadata"]["name"]
-    out = []
+    out: list[tuple[str, int]] = []
     for sl in slices:
         labels = sl["metadata"].get("labels") or {}
         if sl["metadata"].get("namespace", "") != ns or \

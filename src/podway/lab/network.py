@@ -9,6 +9,7 @@ and the leftover check find all of them by prefix; nothing is configured in the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -130,8 +131,6 @@ def pids_in(ns: str) -> list[int]:
 def remove_ns(ns: str) -> None:
     """Kill what runs inside ``ns`` (it is the lab's), then delete it (links die with it)."""
     for pid in pids_in(ns):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     sh("ip", "netns", "del", ns, check=False)

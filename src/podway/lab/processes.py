@@ -51,7 +51,8 @@ class Supervisor:
         delay = 0.2
         logfile = self.state.logs / f"{item.what}.log"
         while not item.stopping:
-            with open(logfile, "ab") as out:
+            # A local log file, opened once per start: blocking is negligible.
+            with open(logfile, "ab") as out:  # noqa: ASYNC230
                 proc = await asyncio.create_subprocess_exec(
                     *item.argv, stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE if item.on_line else out, stderr=out,

@@ -97,5 +97,5 @@ def compare_table(report: Obj) -> Table:
                       str(mode["sent_to_node_without_pod"]), str(mode["failed"]))
     delta = report.get("npl_minus_clusterip_p50_us")
     if delta is not None:
-        table.caption = f"NodePortLocal p50 − ClusterIP p50: {delta} µs per new connection"
+        table.caption = f"NodePortLocal p50 minus ClusterIP p50: {delta} µs per new connection"
     return table

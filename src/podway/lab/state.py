@@ -16,6 +16,7 @@ it; ``lab up`` refuses to start while either exists (leftovers).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -124,10 +125,8 @@ def alive(pid: int) -> bool:
 
 
 def kill(pid: int, sig: signal.Signals = signal.SIGTERM) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def kubeconfig(port: int, name: str) -> str:

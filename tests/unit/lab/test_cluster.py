@@ -54,7 +54,8 @@ def test_four_replicas_on_three_nodes_put_two_on_one_node() -> None:
 def test_deployment_creates_missing_and_deletes_newest_extra_pods() -> None:
     """Scaling up creates owned pods of the template; down deletes the newest first."""
     create, delete = cluster.deployment_pods(deployment(2), [])
-    assert len(create) == 2 and delete == []
+    assert len(create) == 2
+    assert delete == []
     assert create[0]["metadata"]["ownerReferences"][0]["uid"] == "d-1"
     made = []
     for i, p in enumerate(create):
@@ -62,7 +63,8 @@ def test_deployment_creates_missing_and_deletes_newest_extra_pods() -> None:
         p["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
         made.append(p)
     create, delete = cluster.deployment_pods(deployment(1), made)
-    assert create == [] and delete == [("default", made[1]["metadata"]["name"])]
+    assert create == []
+    assert delete == [("default", made[1]["metadata"]["name"])]
 
 
 def test_endpoint_slice_resolves_named_ports_and_readiness() -> None:

@@ -2,14 +2,17 @@
 
 It serves the kinds Podway reads and writes (core Pods, Services, Nodes, Namespaces, Secrets,
 ConfigMaps, Events; events.k8s.io Events; apps Deployments; EndpointSlices; Leases; Ingress and
-IngressClass; CRDs, and through them every Gateway API kind) over HTTP with the real URL layout, discovery
-(``/api``, ``/apis``, resource lists), get/list/watch with resourceVersions, bookmarks for
-watches that allow them, ``410 Gone`` for versions older than the compacted history, label and
-field selectors, create/update/delete, merge, JSON and strategic merge patches, and the status
-subresource. kubernetes-asyncio's own code paths run unchanged against it, and so does kubectl
-(get, apply, label, delete, api-resources; no OpenAPI document is served, so ``kubectl apply``
-needs ``--validate=false``). Not modelled: finalizers (deletion is immediate), pagination
-(``limit`` is ignored, lists are whole), server-side apply, admission and schema validation.
+IngressClass; CRDs, and through them every Gateway API kind) over HTTP with the real URL
+layout, discovery (``/api``, ``/apis``, resource lists), get/list/watch with
+resourceVersions, bookmarks for watches that allow them, ``410 Gone`` for versions older than
+the compacted history, label and field selectors, create/update/delete, merge, JSON and
+strategic merge patches, and the status subresource. kubernetes-asyncio's own code paths run
+unchanged against it, and so does kubectl (get, apply, label, delete, api-resources; no OpenAPI
+document is served, so ``kubectl apply`` needs ``--validate=false``). Not modelled: finalizers
+(deletion is immediate), pagination (``limit`` is ignored, lists are whole), server-side apply,
+schema validation, the ``scale`` subresource; admission is one optional hook
+(``set_admission``: the lab allocates nodePorts there). ``dump``/``load`` and ``set_on_commit``
+let the lab keep the store on disk across restarts.
 
 Tests drive it from the inside (``put``/``delete`` write as the cluster would, without the
 rules a client is held to), steer it (``compact``, ``break_watches``, ``send_bookmarks``,
