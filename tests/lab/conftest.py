@@ -39,15 +39,17 @@ def lab_unavailable() -> str | None:
 
 
 def eventually(check: Callable[[], T | None], *, within: float = 30.0,
-               what: str = "condition") -> T:
-    """Poll ``check`` (20 ms apart) until it returns something truthy; fail after ``within``."""
+               what: str = "condition", explain: Callable[[], str] | None = None) -> T:
+    """Poll ``check`` (20 ms apart) until it returns something truthy; fail after ``within``
+    (with ``explain()`` in the message: what the lab looked like)."""
     deadline = time.monotonic() + within
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}"
+                                 + (f"\n{explain()}" if explain else ""))
         time.sleep(0.02)
 
 

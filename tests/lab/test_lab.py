@@ -10,11 +10,15 @@ import json
 import os
 import signal
 import subprocess
+import threading
+from collections import Counter
 
 import pytest
 
+from podway.agent.netns import single_thread
 from podway.lab.plan import CLIENT_IP, VIP
 from podway.lab.state import alive
+from podway.lab.traffic import parse_url, request
 from tests.lab.conftest import RunningLab, eventually
 
 pytestmark = pytest.mark.netns
@@ -100,9 +104,32 @@ def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: objec
     assert modes["nodeportlocal"]["p50_us"] is not None
 
 
-def test_scaling_moves_traffic(lab: RunningLab) -> None:
-    """Scale 4 → 6 → 3: new pods get mappings and traffic; removed pods get none."""
+def test_scaling_moves_traffic_without_failed_requests(lab: RunningLab) -> None:
+    """Scale 4 → 6 → 3 under steady load on the VIP: new pods get mappings and traffic,
+    removed pods drain first and none of the requests fails."""
     path = "/apis/apps/v1/namespaces/default/deployments/httpd"
+    stop = threading.Event()
+    seen: Counter[str] = Counter()
+    load = single_thread(netns=f"pwlab-{lab.name}-client", name="lab-load")
+
+    def steady() -> None:
+        while not stop.is_set():
+            seen["ok" if request(parse_url(LB)).ok else "failed"] += 1
+
+    running = load.submit(steady)
+    try:
+        scale_through(lab, path)
+    finally:
+        stop.set()
+        running.result()
+        load.shutdown()
+    assert seen["ok"] > 100
+    assert seen["failed"] == 0
+    lab.api.call("PATCH", path, {"spec": {"replicas": 4}}, "application/merge-patch+json")
+    eventually(lambda: len(lab.ready_pods()) == 4 and len(lab.pods()) == 4, what="back to 4")
+
+
+def scale_through(lab: RunningLab, path: str) -> None:
     for replicas in (6, 3):
         code, _ = lab.api.call("PATCH", path, {"spec": {"replicas": replicas}},
                                "application/merge-patch+json")
@@ -112,8 +139,6 @@ def test_scaling_moves_traffic(lab: RunningLab) -> None:
         names = {p["metadata"]["name"] for p in lab.pods()}
         eventually(lambda names=names: set(lab.spread(LB, 4 * len(names))) == names,
                    what=f"VIP traffic over exactly {replicas} pods")
-    lab.api.call("PATCH", path, {"spec": {"replicas": 4}}, "application/merge-patch+json")
-    eventually(lambda: len(lab.ready_pods()) == 4 and len(lab.pods()) == 4, what="back to 4")
 
 
 def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> None:
@@ -147,6 +172,20 @@ def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> No
         assert reply.ok
 
 
+def test_killed_controller_and_engine_restart_and_the_vip_keeps_serving(
+        lab: RunningLab) -> None:
+    """Killing the controller and the engine's supervisor: both come back (new pids), Envoy
+    keeps serving the VIP meanwhile and after, over every pod."""
+    pods = {p["metadata"]["name"] for p in lab.pods()}
+    for what in ("controller", "engine"):
+        old = lab.state.recorded()[what]
+        os.kill(old, signal.SIGKILL)
+        assert lab.ask(LB).ok  # Envoy outlives its supervisor; the config stays
+        eventually(lambda w=what, o=old: lab.state.recorded().get(w, o) != o,
+                   what=f"{what} restarted")
+    eventually(lambda: set(lab.spread(LB, 12)) == pods, what="VIP over every pod")
+
+
 def test_control_plane_restart_keeps_state(lab: RunningLab) -> None:
     """restart-api: the objects come back from disk and the cluster keeps working (a new
     Deployment is scheduled and served after the restart)."""
@@ -157,7 +196,10 @@ def test_control_plane_restart_keeps_state(lab: RunningLab) -> None:
     path = "/apis/apps/v1/namespaces/default/deployments/httpd"
     lab.api.call("PATCH", path, {"spec": {"replicas": 5}}, "application/merge-patch+json")
     eventually(lambda: len(lab.ready_pods()) == 5 and all(lab.npl(p) for p in lab.pods()),
-               what="scaled after the restart, with mappings")
+               what="scaled after the restart, with mappings",
+               explain=lambda: lab.cli("status").stdout + "\n".join(
+                   f"{w}: {(lab.state.logs / f'{w}.log').read_text()[-1500:]}"
+                   for w in ("daemon", "agent-lab-node-1", "agent-lab-node-2")))
 
 
 def test_up_refuses_leftovers_and_down_leaves_nothing(lab: RunningLab) -> None:

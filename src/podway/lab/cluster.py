@@ -4,7 +4,11 @@ controller (pods per template), the scheduler (a node per pod) and the EndpointS
 No I/O here: the daemon reads the store, calls these, and writes what they return; a write that
 changes nothing is a no-op in the store, so calling them again after their own writes settles.
 Simplifications (documented in docs/lab.md): no ReplicaSets (pods belong to the Deployment
-directly; a template change recreates its pods at once), one EndpointSlice per Service.
+directly; a template change replaces its pods at once), one EndpointSlice per Service.
+Graceful termination: the Deployment controller does not delete a pod, it marks it terminating
+(``deletionTimestamp`` = now + ``terminationGracePeriodSeconds``, default 30); its endpoint turns
+``terminating`` and not ready (still ``serving``), and the daemon deletes it when the time
+comes — so load balancers drain it first.
 """
 
 from __future__ import annotations
@@ -45,12 +49,17 @@ def owned_by(pod: Obj, deploy: Obj) -> bool:
     return any(ref.get("uid") == uid for ref in meta(pod).get("ownerReferences") or [])
 
 
+def terminating(pod: Obj) -> bool:
+    return bool(meta(pod).get("deletionTimestamp"))
+
+
 def deployment_pods(deploy: Obj, pods: list[Obj]) -> tuple[list[Obj], list[tuple[str, str]]]:
-    """Pods to create and pods to delete so ``deploy`` has ``replicas`` pods of its template."""
+    """Pods to create and pods to terminate so ``deploy`` has ``replicas`` pods of its
+    template (pods already terminating count for nothing)."""
     spec = deploy.get("spec") or {}
     replicas = int(spec.get("replicas", 1))
     current = template_hash(deploy)
-    mine = sorted((p for p in pods if owned_by(p, deploy)), key=_age)
+    mine = sorted((p for p in pods if owned_by(p, deploy) and not terminating(p)), key=_age)
     stale = [p for p in mine if meta(p).get("labels", {}).get("pod-template-hash") != current]
     fresh = [p for p in mine if p not in stale]
     delete = [key(p) for p in stale] + [key(p) for p in fresh[replicas:]][::-1]
@@ -144,11 +153,11 @@ def endpoint_slice(service: Obj, pods: list[Obj]) -> Obj | None:
     endpoints = []
     for pod in chosen:
         ready = pod_ready(pod)
-        terminating = bool(meta(pod).get("deletionTimestamp"))
+        leaving = terminating(pod)
         endpoints.append({
             "addresses": [pod["status"]["podIP"]],
-            "conditions": {"ready": ready and not terminating, "serving": ready,
-                           "terminating": terminating},
+            "conditions": {"ready": ready and not leaving, "serving": ready,
+                           "terminating": leaving},
             "nodeName": (pod.get("spec") or {}).get("nodeName"),
             "targetRef": {"kind": "Pod", "namespace": ns, "name": key(pod)[1],
                           "uid": meta(pod).get("uid")}})
@@ -161,7 +170,7 @@ def endpoint_slice(service: Obj, pods: list[Obj]) -> Obj | None:
 
 
 def deployment_status(deploy: Obj, pods: list[Obj]) -> Obj:
-    mine = [p for p in pods if owned_by(p, deploy) and not terminated(p)]
+    mine = [p for p in pods if owned_by(p, deploy) and not terminated(p) and not terminating(p)]
     ready = sum(1 for p in mine if pod_ready(p))
     return {"observedGeneration": meta(deploy).get("generation", 1), "replicas": len(mine),
             "updatedReplicas": len(mine), "readyReplicas": ready, "availableReplicas": ready}

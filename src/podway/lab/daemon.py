@@ -24,6 +24,8 @@ import logging
 import os
 import signal
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,18 @@ class Daemon:
         finally:
             await self._stop()
 
+    def _terminate(self, ns: str, name: str) -> None:
+        """Mark a pod terminating; it is deleted when its grace period is over."""
+        pod = self.cp.emu.get("pods", ns, name)
+        if pod is None or cluster.terminating(pod):
+            return
+        grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        pod["metadata"]["deletionTimestamp"] = datetime.fromtimestamp(
+            time.time() + grace, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        self.cp.emu.put("pods", pod)
+        asyncio.get_running_loop().call_later(grace + 1, self.wake.set)
+
     async def _stop(self) -> None:
         for what in ("controller", "engine"):
             await self.supervisor.stop(what, grace=5.0)
@@ -126,11 +140,16 @@ class Daemon:
         emu = self.cp.emu
         pods = emu.objects("pods")
         for deploy in emu.objects("deployments"):
-            create, delete = cluster.deployment_pods(deploy, pods)
+            create, leaving = cluster.deployment_pods(deploy, pods)
             for pod in create:
                 emu.put("pods", pod)
-            for ns, name in delete:
-                emu.delete("pods", ns, name)
+            for ns, name in leaving:
+                self._terminate(ns, name)
+        now = time.time()
+        for pod in emu.objects("pods"):  # terminating pods whose grace period is over
+            when = cluster.meta(pod).get("deletionTimestamp")
+            if when and _epoch(when) <= now:
+                emu.delete("pods", *cluster.key(pod))
         pods = emu.objects("pods")
         nodes = emu.objects("nodes")
         for pod in pods:
@@ -168,6 +187,10 @@ class Daemon:
                 await asyncio.to_thread(network.in_ns, node.netns, "nft", "-f", "-",
                                         stdin=script)
                 self._rules[node.name] = script
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def main() -> None:

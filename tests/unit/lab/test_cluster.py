@@ -67,6 +67,23 @@ def test_deployment_creates_missing_and_deletes_newest_extra_pods() -> None:
     assert delete == [("default", made[1]["metadata"]["name"])]
 
 
+def test_terminating_pods_are_replaced_and_drained_not_counted() -> None:
+    """A terminating pod counts for no replica (a new one is made), is not terminated twice,
+    and its endpoint is terminating, not ready, still serving."""
+    leaving = pod("a", "n1", ip="198.18.1.2", ready=True)
+    leaving["metadata"]["ownerReferences"] = [{"uid": "d-1"}]
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    create, delete = cluster.deployment_pods(deployment(1), [leaving])
+    assert len(create) == 1
+    assert delete == []
+    svc = {"metadata": {"name": "web", "namespace": "default"},
+           "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}
+    sl = cluster.endpoint_slice(svc, [leaving])
+    assert sl is not None
+    assert sl["endpoints"][0]["conditions"] == {"ready": False, "serving": True,
+                                                "terminating": True}
+
+
 def test_endpoint_slice_resolves_named_ports_and_readiness() -> None:
     """targetPort by name becomes the container port; only ready pods are ready endpoints."""
     svc = {"metadata": {"name": "web", "namespace": "default", "uid": "s"},
