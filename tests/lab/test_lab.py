@@ -80,6 +80,10 @@ def test_engine_serves_l4_and_l7_on_the_vip(lab: RunningLab) -> None:
                what="L7 Ingress over 4 pods")
     svc = lab.api.call("GET", "/api/v1/namespaces/default/services/lb-httpd")[1]
     assert svc["status"]["loadBalancer"]["ingress"][0]["ip"] == VIP
+    pools = lab.cli("status").stdout.split("Engine: pools", 1)[1]
+    for pod in lab.pods():
+        (entry,) = lab.npl(pod)
+        assert f"{entry['nodeIP']}:{entry['nodePort']}" in pools
 
 
 def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: object) -> None:

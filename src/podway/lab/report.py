@@ -77,7 +77,48 @@ def status_tables(api: LabApi, state: LabState) -> list[Table]:
     procs.add_row("daemon", str(daemon or ""), "yes" if daemon else "no")
     for what, pid in sorted(state.recorded().items()):
         procs.add_row(what, str(pid), "yes" if alive(pid) else "no")
-    return [nodes, pods, services, ingresses, procs]
+    return [nodes, pods, services, ingresses, *engine_tables(state), procs]
+
+
+def engine_tables(state: LabState) -> list[Table]:
+    """Envoy's view, from its admin socket: listeners (virtual services) and pool members
+    with their health. Empty when the engine is not running."""
+    import asyncio
+
+    from podway.engine.admin import request
+
+    admin = state.engine_dir / "admin.sock"
+    if not admin.exists():
+        return []
+    try:
+        _, listeners = asyncio.run(request(f"unix:{admin}", "/listeners?format=json"))
+        _, clusters = asyncio.run(request(f"unix:{admin}", "/clusters?format=json"))
+        listening = json.loads(listeners).get("listener_statuses") or []
+        pools = json.loads(clusters).get("cluster_statuses") or []
+    except (OSError, TimeoutError, ValueError):
+        return []
+    services = Table(title="Engine: virtual services")
+    for col in ("listener", "address"):
+        services.add_column(col)
+    for item in listening:
+        where = (item.get("local_address") or {}).get("socket_address") or {}
+        services.add_row(item.get("name", ""),
+                         f"{where.get('address', '')}:{where.get('port_value', '')}")
+    members = Table(title="Engine: pools")
+    for col in ("pool", "member", "health", "requests"):
+        members.add_column(col)
+    for pool in pools:
+        if not str(pool.get("name", "")).startswith("pool/"):
+            continue
+        for host in pool.get("host_statuses") or []:
+            where = (host.get("address") or {}).get("socket_address") or {}
+            health = host.get("health_status") or {}
+            flags = [k for k, v in health.items() if v is True]
+            stats = {s.get("name"): s.get("value", "0") for s in host.get("stats") or []}
+            members.add_row(pool["name"], f"{where.get('address')}:{where.get('port_value')}",
+                            ", ".join(flags) or str(health.get("eds_health_status", "")),
+                            str(stats.get("rq_total") or stats.get("cx_total") or 0))
+    return [services, members]
 
 
 def compare_table(report: Obj) -> Table:
