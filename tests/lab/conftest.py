@@ -38,7 +38,7 @@ def lab_unavailable() -> str | None:
     return None
 
 
-def eventually(check: Callable[[], T | None], *, within: float = 30.0,
+def eventually(check: Callable[[], T | None], *, within: float = 60.0,
                what: str = "condition", explain: Callable[[], str] | None = None) -> T:
     """Poll ``check`` (20 ms apart) until it returns something truthy; fail after ``within``
     (with ``explain()`` in the message: what the lab looked like)."""
@@ -66,6 +66,18 @@ class RunningLab:
         if check and done.returncode != 0:
             raise AssertionError(f"podway lab {' '.join(args)}: {done.stderr}")
         return done
+
+    def wait(self, check: Callable[[], T | None], *, what: str, within: float = 60.0) -> T:
+        """``eventually``, explaining the lab's state when it times out."""
+        return eventually(check, what=what, within=within, explain=self.explain)
+
+    def explain(self) -> str:
+        """What the lab looks like now: status and the tail of the daemon's and agents' logs."""
+        out = [self.cli("status", check=False).stdout]
+        for log in sorted(self.state.logs.glob("*.log")):
+            if log.name.startswith(("daemon", "agent", "controller")):
+                out.append(f"--- {log.name}\n{log.read_text()[-1200:]}")
+        return "\n".join(out)
 
     @property
     def api(self) -> LabApi:

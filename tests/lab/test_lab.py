@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +21,7 @@ from podway.agent.netns import single_thread
 from podway.lab.plan import CLIENT_IP, VIP
 from podway.lab.state import alive
 from podway.lab.traffic import parse_url, request
-from tests.lab.conftest import RunningLab, eventually
+from tests.lab.conftest import RunningLab
 
 pytestmark = pytest.mark.netns
 
@@ -71,12 +73,93 @@ def test_client_reaches_pods_through_npl_and_nodeport_directly(lab: RunningLab) 
     assert reply.echo()["client"].startswith("198.18.")  # a node's address: SNAT
 
 
+UDP_APP = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: dns, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: dns}}
+  template:
+    metadata: {labels: {app: dns}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: lab-node-2}
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: dns
+        ports: [{name: dns, containerPort: 5353, protocol: UDP},
+                {name: web, containerPort: 8053, protocol: TCP}]
+        readinessProbe: {tcpSocket: {port: 8053}, periodSeconds: 1}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: dns
+  namespace: default
+  annotations: {nodeportlocal.antrea.io/enabled: "true"}
+spec:
+  selector: {app: dns}
+  ports: [{name: dns, port: 53, targetPort: dns, protocol: UDP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns-np, namespace: default}
+spec:
+  type: NodePort
+  selector: {app: dns}
+  ports: [{name: dns, port: 53, targetPort: dns, protocol: UDP}]
+"""
+
+
+def udp_whoami(lab: RunningLab, host: str, port: int) -> dict[str, str]:
+    def ask() -> dict[str, str]:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(2)
+            sock.sendto(b"whoami", (host, port))
+            return dict(json.loads(sock.recv(4096)))
+    return lab.client.submit(ask).result()
+
+
+def test_udp_ports_tcp_probe_node_selector_by_hostname(lab: RunningLab, tmp_path: Path) -> None:
+    """A UDP container port is served, mapped by the agent (udp) and by kube-proxy; the pod
+    lands on the node its nodeSelector names; a tcpSocket probe makes it Ready; deleting the
+    Deployment removes its pod (garbage collection)."""
+    manifest = tmp_path / "dns.yaml"
+    manifest.write_text(UDP_APP)
+    lab.cli("apply", "-f", str(manifest))
+    try:
+        def mapped() -> dict[str, object] | None:
+            pod = next((p for p in lab.pods() if p["metadata"]["name"].startswith("dns-")),
+                       None)
+            ready = pod is not None and pod["metadata"]["name"] in lab.ready_pods()
+            return pod if ready and pod is not None and lab.npl(pod) else None
+
+        pod = lab.wait(mapped, what="the UDP pod ready and mapped")
+        assert pod["spec"]["nodeName"] == "lab-node-2"  # type: ignore[index]
+        (entry,) = lab.npl(pod)  # type: ignore[arg-type]
+        assert entry["protocol"] == "udp"
+        assert entry["podPort"] == 5353
+        answer = udp_whoami(lab, entry["nodeIP"], entry["nodePort"])
+        assert answer["node"] == "lab-node-2"
+        assert answer["client"].startswith(f"{CLIENT_IP}:")
+        node_port = nodeport_of(lab, "dns-np")
+        answer = udp_whoami(lab, "198.18.0.11", node_port)  # another node: kube-proxy hop
+        assert answer["pod"] == pod["metadata"]["name"]  # type: ignore[index]
+    finally:
+        kind = lab.api.kind("deployments")
+        lab.api.call("DELETE", kind.path("default", "dns"))
+        for name in ("dns", "dns-np"):
+            lab.api.call("DELETE", f"/api/v1/namespaces/default/services/{name}")
+        lab.wait(lambda: not any(p["metadata"]["name"].startswith("dns-")
+                                   for p in lab.pods()), what="the UDP pod gone")
+
+
 def test_engine_serves_l4_and_l7_on_the_vip(lab: RunningLab) -> None:
     """Through Podway's controller and engine: the LoadBalancer Service and the Ingress both
     spread over all four pods."""
     pods = {p["metadata"]["name"] for p in lab.pods()}
-    eventually(lambda: set(lab.spread(LB, 8)) == pods, what="L4 VIP over 4 pods")
-    eventually(lambda: set(lab.spread(f"http://{VIP}/", 8, host="httpd.lab")) == pods,
+    lab.wait(lambda: set(lab.spread(LB, 8)) == pods, what="L4 VIP over 4 pods")
+    lab.wait(lambda: set(lab.spread(f"http://{VIP}/", 8, host="httpd.lab")) == pods,
                what="L7 Ingress over 4 pods")
     svc = lab.api.call("GET", "/api/v1/namespaces/default/services/lb-httpd")[1]
     assert svc["status"]["loadBalancer"]["ingress"][0]["ip"] == VIP
@@ -130,7 +213,7 @@ def test_scaling_moves_traffic_without_failed_requests(lab: RunningLab) -> None:
     assert seen["ok"] > 100
     assert seen["failed"] == 0
     lab.api.call("PATCH", path, {"spec": {"replicas": 4}}, "application/merge-patch+json")
-    eventually(lambda: len(lab.ready_pods()) == 4 and len(lab.pods()) == 4, what="back to 4")
+    lab.wait(lambda: len(lab.ready_pods()) == 4 and len(lab.pods()) == 4, what="back to 4")
 
 
 def scale_through(lab: RunningLab, path: str) -> None:
@@ -138,17 +221,17 @@ def scale_through(lab: RunningLab, path: str) -> None:
         code, _ = lab.api.call("PATCH", path, {"spec": {"replicas": replicas}},
                                "application/merge-patch+json")
         assert code == 200
-        eventually(lambda n=replicas: len(lab.pods()) == n and len(lab.ready_pods()) == n
+        lab.wait(lambda n=replicas: len(lab.pods()) == n and len(lab.ready_pods()) == n
                    and all(lab.npl(p) for p in lab.pods()), what=f"{replicas} pods")
         names = {p["metadata"]["name"] for p in lab.pods()}
-        eventually(lambda names=names: set(lab.spread(LB, 4 * len(names))) == names,
+        lab.wait(lambda names=names: set(lab.spread(LB, 4 * len(names))) == names,
                    what=f"VIP traffic over exactly {replicas} pods")
 
 
 def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> None:
     """A pod whose process dies restarts in place (same IP, same NodePortLocal port, restart
     counted); a killed agent restarts and keeps every port and kernel rule."""
-    eventually(lambda: all(lab.npl(p) for p in lab.pods()), what="mappings")
+    lab.wait(lambda: all(lab.npl(p) for p in lab.pods()), what="mappings")
     before = {p["metadata"]["name"]: lab.npl(p) for p in lab.pods()}
     victim = lab.pods()[0]
     name = victim["metadata"]["name"]
@@ -160,7 +243,7 @@ def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> No
         status = pod["status"]["containerStatuses"][0]
         return status["restartCount"] == 1 and name in lab.ready_pods()
 
-    eventually(restarted, what="pod restarted")
+    lab.wait(restarted, what="pod restarted")
     (entry,) = before[name]
     reply = lab.ask(f"http://{entry['nodeIP']}:{entry['nodePort']}/")
     assert reply.ok
@@ -168,8 +251,8 @@ def test_killed_pod_and_agent_restart_with_the_same_ports(lab: RunningLab) -> No
     agent = "agent-lab-node-1"
     old = lab.state.recorded()[agent]
     os.kill(old, signal.SIGKILL)
-    eventually(lambda: lab.state.recorded().get(agent, old) != old, what="agent restarted")
-    eventually(lambda: lab.cli("status").returncode == 0, what="status")
+    lab.wait(lambda: lab.state.recorded().get(agent, old) != old, what="agent restarted")
+    lab.wait(lambda: lab.cli("status").returncode == 0, what="status")
     assert {p["metadata"]["name"]: lab.npl(p) for p in lab.pods()} == before
     for mapping in before.values():
         reply = lab.ask(f"http://{mapping[0]['nodeIP']}:{mapping[0]['nodePort']}/")
@@ -185,9 +268,9 @@ def test_killed_controller_and_engine_restart_and_the_vip_keeps_serving(
         old = lab.state.recorded()[what]
         os.kill(old, signal.SIGKILL)
         assert lab.ask(LB).ok  # Envoy outlives its supervisor; the config stays
-        eventually(lambda w=what, o=old: lab.state.recorded().get(w, o) != o,
+        lab.wait(lambda w=what, o=old: lab.state.recorded().get(w, o) != o,
                    what=f"{what} restarted")
-    eventually(lambda: set(lab.spread(LB, 12)) == pods, what="VIP over every pod")
+    lab.wait(lambda: set(lab.spread(LB, 12)) == pods, what="VIP over every pod")
 
 
 def test_control_plane_restart_keeps_state(lab: RunningLab) -> None:
@@ -195,15 +278,12 @@ def test_control_plane_restart_keeps_state(lab: RunningLab) -> None:
     Deployment is scheduled and served after the restart)."""
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in lab.pods()}
     lab.cli("restart-api")
-    eventually(lambda: {p["metadata"]["name"]: p["metadata"]["uid"]
+    lab.wait(lambda: {p["metadata"]["name"]: p["metadata"]["uid"]
                         for p in lab.pods()} == before, what="same pods after restart")
     path = "/apis/apps/v1/namespaces/default/deployments/httpd"
     lab.api.call("PATCH", path, {"spec": {"replicas": 5}}, "application/merge-patch+json")
-    eventually(lambda: len(lab.ready_pods()) == 5 and all(lab.npl(p) for p in lab.pods()),
-               what="scaled after the restart, with mappings",
-               explain=lambda: lab.cli("status").stdout + "\n".join(
-                   f"{w}: {(lab.state.logs / f'{w}.log').read_text()[-1500:]}"
-                   for w in ("daemon", "agent-lab-node-1", "agent-lab-node-2")))
+    lab.wait(lambda: len(lab.ready_pods()) == 5 and all(lab.npl(p) for p in lab.pods()),
+               what="scaled after the restart, with mappings")
 
 
 def test_up_refuses_leftovers_and_down_leaves_nothing(lab: RunningLab) -> None:

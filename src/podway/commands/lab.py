@@ -280,8 +280,18 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     if pid is None:
         raise EnvironmentProblem("the lab daemon is not running (run `podway lab down`, then "
                                  "`podway lab up`)")
+    def count() -> str:
+        return state.api_restarts.read_text() if state.api_restarts.exists() else "0"
+
+    before = count()
     os.kill(pid, signal.SIGHUP)
-    typer.echo("control plane restarting from disk")
+    deadline = time.monotonic() + 30
+    while count() == before:
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem("the control plane did not restart within 30 s (see "
+                                     f"{state.logs}/daemon.log)")
+        time.sleep(0.05)
+    typer.echo("control plane restarted from disk")
 
 
 @lab_app.command()

@@ -127,8 +127,8 @@ class ControlPlane:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._saver
             self._saver = None
+        await self.emu.stop()  # first: no write may land after the last save
         self.save()
-        await self.emu.stop()
 
     async def restart(self) -> None:
         """Stop serving, forget everything in memory, reload from disk, serve again."""

@@ -102,7 +102,7 @@ class Daemon:
             say("ready")
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
-                self.cp.restart()))
+                self._restart_api()))
             while True:
                 await self.wake.wait()
                 self.wake.clear()
@@ -114,6 +114,13 @@ class Daemon:
                     self.wake.set()
         finally:
             await self._stop()
+
+    async def _restart_api(self) -> None:
+        await self.cp.restart()
+        # ``podway lab restart-api`` waits for this count to move.
+        marker = self.state.api_restarts
+        count = int(marker.read_text()) if marker.exists() else 0
+        marker.write_text(str(count + 1))
 
     def _terminate(self, ns: str, name: str) -> None:
         """Mark a pod terminating; it is deleted when its grace period is over."""
@@ -145,6 +152,11 @@ class Daemon:
                 emu.put("pods", pod)
             for ns, name in leaving:
                 self._terminate(ns, name)
+        owners = {cluster.meta(d).get("uid") for d in emu.objects("deployments")}
+        for pod in emu.objects("pods"):  # garbage collection: pods of deleted Deployments
+            refs = cluster.meta(pod).get("ownerReferences") or []
+            if any(r.get("kind") == "Deployment" and r.get("uid") not in owners for r in refs):
+                self._terminate(*cluster.key(pod))
         now = time.time()
         for pod in emu.objects("pods"):  # terminating pods whose grace period is over
             when = cluster.meta(pod).get("deletionTimestamp")

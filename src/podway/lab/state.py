@@ -6,6 +6,7 @@ Layout (``/run/podway/lab/<name>/`` by default, root only, mode 0700)::
     kubeconfig     for kubectl, the agents and the controller (http://127.0.0.1:PORT)
     store.json     the API objects (the control plane reloads it when it restarts)
     daemon.pid     the lab daemon, which supervises every other lab process
+    api-restarts   how many times the control plane was restarted (``restart-api`` waits on it)
     pids/<what>    one file per process the daemon started (agents, controller, engine, pods)
     logs/<what>.log
     engine/        the engine's private folder (admin socket), xds.sock the controller's xDS
@@ -47,6 +48,10 @@ class LabState:
     @property
     def store(self) -> Path:
         return self.root / "store.json"
+
+    @property
+    def api_restarts(self) -> Path:
+        return self.root / "api-restarts"
 
     @property
     def daemon_pid(self) -> Path:
