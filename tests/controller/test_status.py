@@ -87,6 +87,7 @@ async def test_restart_writes_nothing_when_status_is_current(bed: Bed) -> None:
     await bed.start()
     await until(lambda: status_patches(bed, "httproutes") == 2)
     await until(lambda: status_patches(bed, "gateways") == 1)
+    await until(lambda: sum(e.get("reason") == "Synced" for e in bed.emu.events) == 3)
     await bed.stop_controller()
     before = [p for p in bed.emu.patches if p.subresource == "status"]
     await bed.start()
