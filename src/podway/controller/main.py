@@ -126,6 +126,7 @@ class Controller:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
+                group.create_task(self.status.retry_failed(), name="controller-status-retry")
         finally:
             if runner is not None:
                 await runner.cleanup()

@@ -26,6 +26,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from podway.backoff import Backoff
 from podway.controller import metrics
 from podway.controller.source import GATEWAY_KINDS, KindInfo
 from podway.kube.errors import NotFound, api_error
@@ -39,6 +40,8 @@ from podway.translate import service as service_rules
 from podway.translate.status import ObjectStatus, to_api
 
 log = logging.getLogger(__name__)
+
+RETRY = Backoff(base=0.5, cap=30.0)  # rewrites after failed PATCHes
 
 Target = tuple[str, Key]  # (kind, (namespace, name))
 Status = dict[str, Any]
@@ -178,6 +181,8 @@ class StatusWriter:
         self._wanted: dict[Target, Status] = {}  # unstamped, as last written or found
         self._api_forms: dict[ObjectRef, tuple[ObjectStatus, Status]] = {}
         self._seen: tuple[Any, ...] = ()
+        self._lock = asyncio.Lock()
+        self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
 
@@ -185,8 +190,28 @@ class StatusWriter:
         async for state in self._pipeline.states():
             await self.write(state)
 
+    async def retry_failed(self) -> None:
+        """Until cancelled: after a pass with failed PATCHes, write the newest state again
+        (backoff from 0.5 s to 30 s), so a status is not left stale when no new state comes."""
+        attempt = 0
+        while True:
+            await self.failed.wait()
+            attempt += 1
+            await asyncio.sleep(RETRY.delay(attempt))
+            self.failed.clear()
+            state = self._pipeline.state
+            if state is not None:
+                self._seen = ()
+                await self.write(state)
+            if not self.failed.is_set():
+                attempt = 0
+
     async def write(self, state: State) -> int:
         """Write what changed for one state; the number of PATCHes sent."""
+        async with self._lock:  # the follower and the retrier never interleave passes
+            return await self._write(state)
+
+    async def _write(self, state: State) -> int:
         seen = (id(state.result.statuses), state.result.problems, state.rejections,
                 id(state.ir.listeners), state.update.snapshot.objects.get("Service"),
                 state.update.snapshot.objects.get("Ingress"))
@@ -236,7 +261,8 @@ class StatusWriter:
             except Exception as exc:
                 metrics.STATUS_WRITES.labels(kind=kind, result="error").inc()
                 log.warning("status of %s %s/%s not written: %s", kind, namespace, name, exc)
-                self._seen = ()  # try again with the next state
+                self._seen = ()  # try again with the next state, or after a backoff
+                self.failed.set()
                 return
         self._written[target] = status
         self._wanted[target] = wanted
@@ -264,4 +290,16 @@ async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, na
                 info.group, info.version, info.plural, name, body, **kwargs)
     except client.exceptions.ApiException as exc:
         raise api_error(exc) from None
-    resp.release()
+    try:
+        if resp.status >= 400:  # a raw response (_preload_content=False) does not raise
+            raise api_error(_Refused(resp.status, (await resp.text())[:200],
+                                     dict(getattr(resp, "headers", None) or {})))
+    finally:
+        resp.release()
+
+
+class _Refused:
+    """A refused PATCH in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        self.status, self.reason, self.headers = status, reason, headers
