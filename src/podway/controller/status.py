@@ -100,8 +100,15 @@ def _published(address: str | None, lb_address: str | None) -> str | None:
 def with_times(kind: str, want: Status, before: Status | None, now: str,
                controller_name: str) -> Status:
     """``want`` with ``lastTransitionTime`` on every condition (kept when the condition's status
-    did not change) and, for routes, other controllers' ``parents`` entries kept."""
-    before = before or {}
+    did not change) and, for routes, other controllers' ``parents`` entries kept. A ``before``
+    of a shape no controller writes (someone edited the status by hand) counts as empty."""
+    try:
+        return _with_times(want, before or {}, now, controller_name)
+    except (AttributeError, TypeError, KeyError):
+        return _with_times(want, {}, now, controller_name)
+
+
+def _with_times(want: Status, before: Status, now: str, controller_name: str) -> Status:
     out = dict(want)
     if "conditions" in want:
         out["conditions"] = _stamp(want["conditions"], before.get("conditions"), now)
