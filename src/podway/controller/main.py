@@ -212,10 +212,13 @@ class Controller:
                         key[1], key[0], body, _content_type="application/merge-patch+json")
                     log.info("%s NodePortLocal on Service %s/%s",
                              "enabled" if value else "disabled", *key)
-                except client.exceptions.ApiException as exc:
+                except Exception as exc:  # the API is away or refuses: next state retries
                     self._npl_requested.pop(key, None)
+                    self._npl_seen = ()
+                    reason = (api_error(exc) if isinstance(exc, client.exceptions.ApiException)
+                              else exc)
                     log.warning("Service %s/%s: NodePortLocal annotation not written: %s",
-                                *key, api_error(exc))
+                                *key, reason)
 
     # ---- health, readiness, metrics -----------------------------------------------------
     async def _serve_http(self) -> web.AppRunner:
