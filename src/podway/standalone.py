@@ -7,25 +7,35 @@ rewritten from each state it publishes. Readers (tests, the demo, benchmarks) aw
 ``standalone.pipeline.wait_for(lambda s: s.generation >= n)``.
 
 The status file (``podway.status``) is rewritten atomically from every published state.
+Optional loopback-only servers, each a reader of the same states: ``/metrics`` (Podway's
+registries, then Envoy's own stats) and the dashboard (``podway.dashboard``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.engine.bootstrap import EnvoyStats
+from podway.engine.local import LocalEngineOptions, colocated_engine
+from podway.engine.process import Engine
+from podway.engine.state import open_state
 from podway.ir import IR
+from podway.netaddr import HostPort, format_host_port
 from podway.pipeline import Pipeline, Rejection
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
 from podway.translate import TranslateOptions
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +44,10 @@ log = logging.getLogger(__name__)
 class StandaloneOptions:
     manifests: Path
     translate: TranslateOptions = field(default_factory=TranslateOptions)
-    xds_address: str = "127.0.0.1:0"  # loopback, ephemeral port; "unix:/path" works too
+    xds_address: str = ""  # "": only the engine's private socket; "host:port" or "unix:/path"
     xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False  # opt-in: clear-text loopback TCP (never sent Secrets)
+    state_dir: Path | None = None  # the engine's folder; None: ephemeral (no adoption)
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
@@ -44,6 +56,10 @@ class StandaloneOptions:
     concurrency: int = 1
     drain_s: float = 2.0
     node_id: str = "podway-standalone"
+    envoy_stats: EnvoyStats = EnvoyStats.BOUNDED  # DETAILED: per-pool stats too (costly)
+    metrics: HostPort | None = None  # /metrics and /healthz; None: not served
+    dashboard: HostPort | None = None  # the dashboard; None: not served
+    dashboard_refresh_s: float = 2.0  # how often a watched dashboard samples the engine
 
 
 class Standalone:
@@ -52,11 +68,11 @@ class Standalone:
     def __init__(self, opts: StandaloneOptions) -> None:
         self.opts = opts
         self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate)
-        # With TLS the engine here has no client credentials: it connects over a private unix
-        # socket of the same server instead.
+        # The engine here connects over a private unix socket in its state folder (no TLS or
+        # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
-                                local=opts.engine and opts.xds_tls is not None)
+                                unauthenticated=opts.xds_unauthenticated)
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
         self._engine: asyncio.Future[Engine | None] | None = None
 
@@ -71,35 +87,87 @@ class Standalone:
 
     async def run(self) -> None:
         """Serve until cancelled."""
-        await self.server.start()
-        engine = None
-        try:
-            if self.opts.engine:
-                engine = Engine(EngineOptions(
-                    envoy_path=find_envoy(self.opts.envoy_path),
-                    bootstrap=bootstrap(BootstrapOptions(
-                        node_id=self.opts.node_id,
-                        xds=self.server.local_target or self.server.target,
-                        delta=self.opts.delta)),
-                    log_level=self.opts.envoy_log_level,
-                    concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
-            if not self._engine_future().done():
-                self._engine_future().set_result(engine)
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self.pipeline.run(), name="standalone-pipeline")
-                group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
-                if self.opts.status_file is not None:
-                    group.create_task(StatusFile(self.opts.status_file).follow(self.pipeline),
-                                      name="standalone-status-file")
-                if engine is not None:
-                    group.create_task(engine.run(), name="standalone-engine")
-        finally:
-            await self.server.stop(grace=0.5)
+        with contextlib.ExitStack() as stack:
+            state = stack.enter_context(open_state(self.opts.state_dir)) if self.opts.engine \
+                else None
+            await self.server.start(local=state.xds_socket if state else None)
+            engine = None
+            try:
+                if state is not None:
+                    engine = colocated_engine(state, LocalEngineOptions(
+                        node_id=self.opts.node_id, delta=self.opts.delta,
+                        envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
+                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s,
+                        stats=self.opts.envoy_stats))
+                if not self._engine_future().done():
+                    self._engine_future().set_result(engine)
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.pipeline.run(), name="standalone-pipeline")
+                    group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
+                    if self.opts.status_file is not None:
+                        group.create_task(
+                            StatusFile(self.opts.status_file).follow(self.pipeline),
+                            name="standalone-status-file")
+                    if engine is not None:
+                        group.create_task(engine.run(), name="standalone-engine")
+                    if self.opts.metrics is not None:
+                        group.create_task(self._serve_metrics(self.opts.metrics, engine),
+                                          name="standalone-metrics")
+                    if self.opts.dashboard is not None:
+                        group.create_task(self._serve_dashboard(self.opts.dashboard, engine),
+                                          name="standalone-dashboard")
+            finally:
+                await self.server.stop(grace=0.5)
+
+    async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
+        from podway.metrics import exposition
+        from podway.metrics.pipeline import PipelineMetrics
+
+        metrics = PipelineMetrics()
+        app = exposition.make_app(
+            registries=[metrics.registry],
+            engine_admin=(lambda: engine.admin_address) if engine is not None else None,
+            healthy=lambda: self.pipeline.state is not None)
+        await _serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
+
+    async def _serve_dashboard(self, where: HostPort, engine: Engine | None) -> None:
+        from podway.dashboard.app import DashboardOptions, make_app
+        from podway.dashboard.view import ViewOptions
+
+        app = make_app(self.pipeline, engine_admin=(
+            (lambda: engine.admin_address) if engine is not None else None),
+            options=DashboardOptions(view=ViewOptions(
+                mode=str(self.opts.translate.mode), refresh_s=self.opts.dashboard_refresh_s,
+                explain_args=("--manifests", str(self.opts.manifests)),
+                detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED)))
+        await _serve_until_cancelled(app, where, "dashboard")
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:
             hook(event)
         self.pipeline.on_event(event)
+
+
+async def _serve_until_cancelled(app: web.Application, where: HostPort, what: str,
+                                 also: Coroutine[Any, Any, None] | None = None) -> None:
+    """Serve ``app`` at ``where`` (and run ``also``) until cancelled; then stop serving."""
+    from podway.metrics.exposition import serve
+
+    try:
+        runner = await serve(app, host=where.host, port=where.port, what=what)
+    except BaseException:
+        if also is not None:
+            also.close()  # never started
+        raise
+    try:
+        log.info("%s on http://%s/", what, format_host_port(where.host, where.port))
+        if also is not None:
+            await also
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        if also is not None:
+            also.close()  # a no-op once it ran; closes it if cancelled before it started
+        await runner.cleanup()
 
 
 async def log_listeners(pipeline: Pipeline) -> None:

@@ -17,8 +17,11 @@ from .bed import Bed, lb_service
 
 
 def podway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``podway controller ARGS`` (xDS on loopback, clear text, unless ARGS say otherwise)."""
     base = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    return subprocess.run([sys.executable, "-m", "podway", "controller", *args],
+    xds = [] if "--xds-listen" in args else ["--xds-listen", "127.0.0.1:18000",
+                                             "--xds-unauthenticated"]
+    return subprocess.run([sys.executable, "-m", "podway", "controller", *xds, *args],
                           capture_output=True, text=True, timeout=60, check=False,
                           env={**base, **(env or {})})
 
@@ -44,7 +47,8 @@ current-context: x
     ((), "not running inside a Kubernetes cluster"),
     (("--kubeconfig", "/nonexistent/kubeconfig"), "no such file"),
     (("--kubeconfig", "{unreachable}"), "cannot reach the Kubernetes API"),
-    (("--xds-listen", "0.0.0.0:18000"), "is not loopback"),
+    (("--xds-listen", "0.0.0.0:18000"), "--xds-client-ca"),
+    (("--xds-listen", "127.0.0.1:18000"), "--xds-unauthenticated"),
     (("--lb-address", "engine.example"), "--lb-address must be an IP address"),
     (("--namespace-selector", "a in (b"), "--namespace-selector"),
 ])

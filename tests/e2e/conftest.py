@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
+from podway.engine.adopt import read_identity, terminate_stale
+from podway.engine.state import StateDir
 
 from .harness import Stack, make_stack
 
@@ -20,3 +25,19 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         yield made
     finally:
         await made.stop()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short folder under /tmp for state folders: unix socket paths must fit 107 bytes,
+    which pytest's tmp_path often does not leave room for."""
+    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        # An Envoy outlives a killed Podway by design: end any a failed test left behind.
+        for folder in path.iterdir():
+            record = read_identity(StateDir(folder))
+            if record is not None:
+                terminate_stale(record)
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,7 +1,7 @@
 """A real stack for end-to-end tests: echo backends + standalone Podway + Envoy, loopback only.
 
 Every port is ephemeral, every task is cancelled and every Envoy is stopped in teardown, even
-when the test fails (Envoy also dies with the test process: PR_SET_PDEATHSIG).
+when the test fails (the state folder is ephemeral, so Envoy also dies with the test process).
 """
 
 from __future__ import annotations
@@ -12,16 +12,23 @@ import json
 import random
 import socket
 import ssl
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from podway.demo import read_response
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
-from podway.engine.process import Engine
+from podway.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.engine.state import open_state
 from podway.pipeline import State
 from podway.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
+from podway.xds.cache import Cache
+from podway.xds.protocol import Event
+from podway.xds.server import XdsServer
 
 # Listener ports for tests come from below the kernel's ephemeral range (32768-60999 by
 # default): a port picked there and released could be handed to an outgoing connection before
@@ -135,12 +142,16 @@ def backend_manifests(name: str, port: int) -> str:
     return service(name, 80, port) + "---\n" + endpoints(name, {"TCP": port})
 
 
-async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0) -> Stack:
+async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
+                     **options: Any) -> Stack:
+    """A stack (not started). Envoy keeps detailed stats: tests read per-pool counters.
+    ``options`` go to ``StandaloneOptions`` (a dashboard, metrics, …)."""
     http_port, https_port = free_port(), free_port()
+    options.setdefault("envoy_stats", EnvoyStats.DETAILED)
     standalone = Standalone(StandaloneOptions(
         manifests=root, drain_s=drain_s, delta=delta, status_file=root.parent / "status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
-                                   https_port=https_port)))
+                                   https_port=https_port), **options))
     return Stack(root, http_port, https_port, standalone)
 
 
@@ -204,3 +215,26 @@ ports: [{port_list}]
 endpoints:
 {eps}
 """
+
+
+@contextlib.asynccontextmanager
+async def private_engine(cache: Cache, *, node_id: str,
+                         on_event: Callable[[Event], None] | None = None
+                         ) -> AsyncIterator[Engine]:
+    """An xDS server on ``cache`` and one Envoy on it, connected the way the co-located engine
+    is (the private unix socket of an ephemeral state folder, so Secrets are sent); both
+    stopped after the block. Await ``engine.wait_ready()`` inside it as needed."""
+    server = XdsServer(cache, "", on_event=on_event)
+    with open_state(None) as state:
+        await server.start(local=state.xds_socket)
+        engine = Engine(EngineOptions(
+            envoy_path=find_envoy(), drain_s=0, state=state,
+            bootstrap=bootstrap(BootstrapOptions(node_id=node_id, xds=server.target))))
+        task = asyncio.create_task(engine.run(), name=f"engine-{node_id}")
+        try:
+            yield engine
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await server.stop(0)

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 from types import MappingProxyType
 
 import pytest
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.ir import IR, L4Route, Listener, Member, ObjectRef, Pool, PoolProtocol
 from podway.ir import ListenerProtocol as Protocol
 from podway.ir import PoolSettings as Settings
 from podway.ir import WeightedPool as Share
 from podway.xds.cache import Cache
-from podway.xds.server import XdsServer
 
-from .harness import echo_backend, free_port_both
+from .harness import echo_backend, free_port_both, private_engine
 
 pytestmark = pytest.mark.e2e
 
@@ -56,18 +52,13 @@ async def test_udp_listener_logs_no_work_in_progress_warning(
     cache = Cache()
     cache.set(Builder().build(IR(listeners=(listener,),
                                  pools=MappingProxyType({"pool/u": pool}))))
-    server = XdsServer(cache, "127.0.0.1:0")
-    await server.start()
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id="udp-log", xds=server.target))))
-    run = asyncio.create_task(engine.run())
     try:
-        await engine.wait_ready()
-        assert await _udp_round_trip(port)  # the listener took its config and serves
+        async with private_engine(cache, node_id="udp-log") as engine:
+            await engine.wait_ready()
+            assert await _udp_round_trip(port)  # the listener took its config and serves
+            assert engine.opts.state is not None
+            envoy_log = engine.opts.state.log.read_text(encoding="utf-8", errors="replace")
     finally:
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run
-        await server.stop(0)
         task.cancel()
+    assert [line for line in envoy_log.splitlines() if "work-in-progress" in line] == []
     assert [r.getMessage() for r in caplog.records if "work-in-progress" in r.getMessage()] == []

@@ -67,8 +67,10 @@ async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Pat
                 await task
 
 
-async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`podway run` serves the folder; SIGTERM stops it and its Envoy within the drain period."""
+async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path,
+                                                              short_dir: Path) -> None:
+    """`podway run` serves the folder; SIGTERM stops it and its Envoy within the drain period,
+    and removes its state folder."""
     root = tmp_path / "m"
     root.mkdir()
     backend, echo = await echo_backend("web")
@@ -77,7 +79,7 @@ async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
         "127.0.0.1", "--http-port", str(http_port), "--https-port", str(free_port()),
-        "--drain-s", "0.5", "--log-level", "warning",
+        "--drain-s", "0.5", "--log-level", "warning", "--state-dir", str(short_dir / "s"),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
     try:
         async def serving() -> bool:
@@ -91,6 +93,7 @@ async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
         code = await asyncio.wait_for(process.wait(), 15)
         assert code == 0
         assert all(not _alive(pid) for pid in children)
+        assert not (short_dir / "s").exists()  # nothing left behind
     finally:
         if process.returncode is None:
             process.kill()
@@ -116,7 +119,8 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("via", ["unix", "hostname"])
-async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, via: str) -> None:
+async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, short_dir: Path,
+                                                               via: str) -> None:
     """`podway run --no-engine` plus `podway engine --xds ...` serve, with the xDS address a unix
     socket or a host name (`localhost:PORT`, which Envoy must resolve itself)."""
     root = tmp_path / "m"
@@ -126,20 +130,22 @@ async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, v
     backend, echo = await echo_backend("web")
     (root / "web.yaml").write_text(backend_manifests("web", backend) + "---\n" + INGRESS)
     http_port = free_port()
+    opt_in: tuple[str, ...] = ()
     if via == "unix":
         listen = target = f"unix:{tmp_path / 'xds.sock'}"
     else:
         xds_port = free_port()
         listen, target = f"127.0.0.1:{xds_port}", f"localhost:{xds_port}"
+        opt_in = ("--xds-unauthenticated",)
     common = ("--log-level", "warning")
     controller = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--no-engine",
-        "--xds-address", listen, "--address", "127.0.0.1", "--http-port",
+        "--xds-address", listen, *opt_in, "--address", "127.0.0.1", "--http-port",
         str(http_port), "--https-port", str(free_port()), *common,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     engine = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "engine", "--xds", target,
-        "--node-id", "edge-1", "--drain-s", "0", *common,
+        "--node-id", "edge-1", "--drain-s", "0", "--state-dir", str(short_dir / "e"), *common,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         async def serving() -> bool:

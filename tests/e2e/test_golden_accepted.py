@@ -7,23 +7,19 @@ loopback port, real certificates for the placeholders — so nothing leaves the 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from pathlib import Path
 
 import pytest
 import trustme
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.ir.load import from_yaml
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.protocol import Ack, Event, Nack
-from podway.xds.server import XdsServer
 
-from .harness import free_port, free_port_both
+from .harness import free_port, free_port_both, private_engine
 
 pytestmark = pytest.mark.e2e
 GOLDEN = Path(__file__).parents[1] / "golden" / "xds"
@@ -74,17 +70,7 @@ async def test_envoy_accepts_the_golden_config(case: Path) -> None:
 
     cache = Cache()
     cache.set(resources)
-    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event)
-    await server.start()
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id=case.name, xds=server.target))))
-    task = asyncio.create_task(engine.run())
-    try:
+    async with private_engine(cache, node_id=case.name, on_event=on_event):
         await asyncio.wait_for(done.wait(), 20)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await server.stop(0)
     assert [n.message for n in nacks] == []
     assert expected <= acked

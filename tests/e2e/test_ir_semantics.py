@@ -17,8 +17,6 @@ import trustme
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine import admin
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.ir import (
     IR,
@@ -44,9 +42,8 @@ from podway.ir import (
 )
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds.cache import Cache
-from podway.xds.server import XdsServer
 
-from .harness import eventually, free_port, get
+from .harness import eventually, free_port, get, private_engine
 
 pytestmark = pytest.mark.e2e
 REF = ObjectRef("HTTPRoute", "default", "r")
@@ -63,12 +60,7 @@ async def serving(ir: IR) -> AsyncIterator[None]:
     """Serve ``ir`` with a real Envoy until the block ends."""
     cache = Cache()
     cache.set(Builder().build(ir))
-    server = XdsServer(cache, "127.0.0.1:0")
-    await server.start()
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id="ir", xds=server.target))))
-    task = asyncio.create_task(engine.run())
-    try:
+    async with private_engine(cache, node_id="ir") as engine:
         await engine.wait_ready(limit_s=20)
         address = await engine.wait_started()
 
@@ -78,11 +70,6 @@ async def serving(ir: IR) -> AsyncIterator[None]:
 
         await eventually(bound)
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await server.stop(0)
 
 
 @contextlib.asynccontextmanager

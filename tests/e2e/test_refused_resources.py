@@ -80,7 +80,7 @@ async def test_bad_assignment_does_not_block_other_services(mode: str) -> None:
     http = free_port()
     cache, builder = Cache(), Builder()
     cache.set(builder.build(_config(http, {"a": backends["a"], "b": backends["b"]})))
-    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event)
+    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
     await server.start()
     try:
         async with _engine(server, mode == "delta"):
@@ -124,7 +124,7 @@ async def test_listener_on_a_busy_port_comes_back_when_freed(mode: str) -> None:
 
     cache = Cache()
     cache.set(Builder().build(_config(http, {"a": port}, extra=(second,))))
-    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event)
+    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
     await server.start()
     try:
         async with _engine(server, mode == "delta"):

@@ -85,13 +85,17 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, s
                 await task
 
 
-async def test_podway_run_with_xds_tls_configures_its_own_engine(tmp_path: Path) -> None:
-    """`podway run --xds-cert/--xds-key` with the built-in engine serves the folder."""
+async def test_podway_run_with_xds_tls_configures_its_own_engine(tmp_path: Path,
+                                                                  short_dir: Path) -> None:
+    """`podway run --xds-cert/--xds-key/--xds-client-ca` with the built-in engine serves the
+    folder (the built-in engine uses its private unix socket, no client certificate)."""
     ca = trustme.CA()
     server_cert = ca.issue_cert("xds.podway.test")
     cert, key = tmp_path / "xds.crt", tmp_path / "xds.key"
     server_cert.cert_chain_pems[0].write_to_path(str(cert))
     server_cert.private_key_pem.write_to_path(str(key))
+    client_ca = tmp_path / "ca.crt"
+    ca.cert_pem.write_to_path(str(client_ca))
     root = tmp_path / "m"
     root.mkdir()
     lb_port = free_port()
@@ -101,6 +105,7 @@ async def test_podway_run_with_xds_tls_configures_its_own_engine(tmp_path: Path)
         sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
         "127.0.0.1", "--http-port", str(free_port()), "--https-port", str(free_port()),
         "--xds-address", "127.0.0.1:0", "--xds-cert", str(cert), "--xds-key", str(key),
+        "--xds-client-ca", str(client_ca), "--state-dir", str(short_dir / "s"),
         "--drain-s", "0", "--log-level", "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:

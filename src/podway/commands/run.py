@@ -11,10 +11,12 @@ import typer
 from podway.commands.common import (
     check_address,
     check_at_least,
+    check_loopback,
     check_port,
     run_until_signal,
     setup_logging,
 )
+from podway.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
 
 
@@ -35,8 +37,17 @@ def run(
         help="YAML status document (docs/run.md), rewritten on every change.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     xds_address: Annotated[str, typer.Option(
-        help="Where the xDS server listens: host:port or unix:/path. Not loopback → TLS needed.")]
-    = "127.0.0.1:0",
+        help="Also serve xDS here, for other engines: unix:/path, or host:port with "
+             "--xds-cert/--xds-key/--xds-client-ca.")] = "",
+    xds_unauthenticated: Annotated[bool, typer.Option(
+        "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port "
+                                      "(engines there get no TLS secrets).")] = False,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="The engine's private folder (sockets, pid record, log); default: per "
+             "--instance under $XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")]
+    = None,
+    instance: Annotated[str, typer.Option(
+        help="Name of this Podway instance (its default state folder).")] = "default",
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -51,7 +62,18 @@ def run(
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
     metrics_port: Annotated[int, typer.Option(
-        help="Prometheus metrics on 127.0.0.1:PORT (0: off).")] = 0,
+        help="Prometheus metrics (Podway's and Envoy's) on 127.0.0.1:PORT (0: off).")] = 0,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
+        "costly with many pools).")] = EnvoyStats.BOUNDED,
+    dashboard_port: Annotated[int, typer.Option(
+        help="Serve the live dashboard on this port (0: off).")] = 0,
+    dashboard_address: Annotated[str, typer.Option(
+        help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
+    = "127.0.0.1",
+    dashboard_allow_remote: Annotated[bool, typer.Option(
+        "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page "
+        "has no login: put it behind your own access control).")] = False,
     manifest_addresses: Annotated[bool, typer.Option(
         "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
         "(default: every listener binds --address).")] = False,
@@ -60,6 +82,8 @@ def run(
         "Ingress owns (default: serve them and warn both).")] = False,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
+    from podway.engine.state import instance_dir
+    from podway.netaddr import HostPort
     from podway.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
     from podway.xds.server import ServerTLS, check_bind
@@ -69,6 +93,9 @@ def run(
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
+    check_port("--dashboard-port", dashboard_port, zero_means="no dashboard")
+    check_loopback("--dashboard-address", dashboard_address,
+                   allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
     check_at_least("--concurrency", concurrency, 1)
     check_at_least("--drain-s", drain_s, 0)
     if (xds_cert is None) != (xds_key is None):
@@ -77,17 +104,18 @@ def run(
     if xds_cert is not None and xds_key is not None:
         tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
                         client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
-    check_bind(xds_address, tls)  # a clear error before anything starts
-    if metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, addr="127.0.0.1")
+    check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
+    if no_engine and not xds_address:
+        raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
     opts = StandaloneOptions(
         manifests=manifests,
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=mode, manifest_addresses=manifest_addresses,
                                    strict_host_ownership=strict_host_ownership),
-        xds_address=xds_address, xds_tls=tls, delta=not sotw, status_file=status_file,
+        xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
+        state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
-        concurrency=concurrency, drain_s=drain_s)
+        concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
+        metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
+        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None)
     asyncio.run(run_until_signal(Standalone(opts).run()))

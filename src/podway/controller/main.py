@@ -64,6 +64,8 @@ class ControllerOptions:
     namespace_selector: str = ""  # and only Namespaces with these labels; empty: all
     xds_address: str = "127.0.0.1:18000"
     xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False
+    """Allow clear-text xDS on a loopback host:port (those engines get no Secrets)."""
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 0  # 0: no health/metrics endpoint
     lb_address: str | None = None
@@ -110,7 +112,8 @@ class Controller:
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
-                                on_event=self._on_event)
+                                on_event=self._on_event,
+                                unauthenticated=opts.xds_unauthenticated)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
                                    lb_address=opts.lb_address,

@@ -1,7 +1,9 @@
-"""A minimal client for Envoy's admin interface (loopback only): readiness, stats, drain.
+"""A minimal client for Envoy's admin interface: readiness, stats, drain.
 
-A few plain HTTP/1.1 requests (``Connection: close``) are all Podway needs, so this avoids an HTTP
-client dependency.
+Podway's engines serve admin on a unix socket (mode 0600) in their private state folder, never
+on TCP: admin can dump every private key and stop the process. ``address`` is ``unix:/path``
+(or ``host:port`` for an Envoy someone else configured). A few plain HTTP/1.1 requests
+(``Connection: close``) are all Podway needs, so this avoids an HTTP client dependency.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from podway.netaddr import parse_host_port
 
 async def request(address: str, path: str, *, method: str = "GET", limit_s: float = 2.0
                   ) -> tuple[int, str]:
-    """``(status, body)`` of one admin request to ``host:port``."""
-    target = parse_host_port(address, what="admin address")
+    """``(status, body)`` of one admin request to ``unix:/path`` or ``host:port``."""
     async with asyncio.timeout(limit_s):
-        reader, writer = await asyncio.open_connection(target.host, target.port)
+        if address.startswith("unix:"):
+            reader, writer = await asyncio.open_unix_connection(address.removeprefix("unix:"))
+        else:
+            target = parse_host_port(address, what="admin address")
+            reader, writer = await asyncio.open_connection(target.host, target.port)
         try:
             writer.write(f"{method} {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n"
                          "Content-Length: 0\r\n\r\n".encode())

@@ -2,18 +2,29 @@
 
 The bootstrap holds no listeners or pools: all of that comes over ADS, so one bootstrap serves
 every configuration and Envoy never needs a restart to change what it serves. The admin interface
-binds loopback only (it can dump secrets and stop the process), on an ephemeral port that Envoy
-writes to ``admin_address_path``.
+listens on a unix socket with mode 0600 in the engine's private state folder (it can dump secrets
+and stop the process): never on TCP, where any local user could reach it.
+
+Envoy retries a lost xDS stream quickly (0.25 s doubling to 2 s): when Podway restarts, the
+engine it left running reconnects to the new one within a couple of seconds.
 
 TLS to the xDS server always verifies a name: ``xds_sni`` if given, else the host of ``xds`` (an
 IP literal is matched against the certificate's IP addresses and sent as no SNI). A unix socket
 has no host, so TLS over one needs ``xds_sni``.
+
+Stats are bounded by default (``EnvoyStats.BOUNDED``): Envoy instantiates only the stats whose
+number does not grow with the configuration's pools and routes — server, managers, xDS, the
+per-listener HTTP/TCP/UDP figures and the xDS cluster's own — through the bootstrap's
+``stats_matcher``. Per-cluster (per-pool) and per-virtual-host stats cost memory and time on
+every config update at scale (tens of stats per cluster, created with each cluster), so they
+come only with ``EnvoyStats.DETAILED`` (``--envoy-stats detailed``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from podway.errors import ConfigError
@@ -22,32 +33,51 @@ from podway.netaddr import parse_host_port
 XDS_CLUSTER = "podway-xds"
 
 
+class EnvoyStats(StrEnum):
+    """Which of Envoy's stats exist (see the module docstring)."""
+
+    BOUNDED = "bounded"  # a number of stats that does not grow with pools and routes
+    DETAILED = "detailed"  # every stat Envoy has, per cluster (pool) and virtual host too
+
+
+# Prefixes of the stats kept in BOUNDED mode: each is one fixed set, or one set per listener.
+BOUNDED_STAT_PREFIXES = (
+    "server.", "runtime.", "overload.", "control_plane.", "main_thread.", "workers.",
+    "cluster_manager.", "listener_manager.",
+    "http.", "listener.", "tcp.", "udp.", "http1.", "http2.", "http3.",
+    f"cluster.{XDS_CLUSTER}.",
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BootstrapOptions:
     node_id: str
     xds: str  # "host:port" or "unix:/path"
     delta: bool = True  # incremental xDS (only changed resources cross the wire)
     max_connections: int = 100_000  # all listeners together; beyond it Envoy refuses new ones
-    admin_port: int = 0  # 0: ephemeral, read back from the admin address file
+    admin_path: str = ""  # admin unix socket; the engine supervisor sets it to its state folder
     xds_ca_pem: str | None = None  # set: TLS to the xDS server, verified with this CA
     xds_sni: str = ""
     xds_client_cert_pem: str | None = None
     xds_client_key_pem: str | None = None
+    stats: EnvoyStats = EnvoyStats.BOUNDED
 
 
 def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     """The bootstrap as plain data (Envoy reads it as JSON)."""
     ads_source = {"ads": {}, "resource_api_version": "V3"}
-    return {
+    config: dict[str, Any] = {
         "node": {"id": opts.node_id, "cluster": "podway"},
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1",
-                                                 "port_value": opts.admin_port}}},
+        **({"admin": admin_config(opts.admin_path)} if opts.admin_path else {}),
         "dynamic_resources": {
             "ads_config": {
                 "api_type": "DELTA_GRPC" if opts.delta else "GRPC",
                 "transport_api_version": "V3",
                 "set_node_on_first_message_only": True,
-                "grpc_services": [{"envoy_grpc": {"cluster_name": XDS_CLUSTER}}],
+                "grpc_services": [{"envoy_grpc": {
+                    "cluster_name": XDS_CLUSTER,
+                    "retry_policy": {"retry_back_off": {"base_interval": "0.25s",
+                                                        "max_interval": "2s"}}}}],
             },
             "cds_config": ads_source,
             "lds_config": ads_source,
@@ -62,6 +92,15 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
             },
         }]},
     }
+    if opts.stats is EnvoyStats.BOUNDED:
+        config["stats_config"] = {"stats_matcher": {"inclusion_list": {"patterns": [
+            {"prefix": prefix} for prefix in BOUNDED_STAT_PREFIXES]}}}
+    return config
+
+
+def admin_config(path: str) -> dict[str, Any]:
+    """Admin on a unix socket only its owner (and root) may connect to."""
+    return {"address": {"pipe": {"path": path, "mode": 0o600}}}
 
 
 def is_ip(host: str) -> bool:

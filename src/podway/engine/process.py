@@ -1,16 +1,20 @@
-"""Run Envoy as a child process: start, log, restart with backoff, stop with a drain period.
+"""Run Envoy for Podway: start or adopt it, follow its log, restart it, stop it with a drain.
 
 Invariants:
 
 * One ``Engine.run()`` call owns one Envoy at a time; cancelling ``run`` is the only way to stop
-  it, and the ``finally`` path always drains, terminates and, if needed, kills the child.
+  it, and the ``finally`` path always drains, terminates and, if needed, kills it.
+* Envoy outlives a Podway crash: it runs in its own session (a terminal's Ctrl-C reaches Podway
+  only, which drains it) with no parent-death signal, its log is a file and its sockets live in
+  the state folder. A restarted Podway with the same state folder adopts it (``engine.adopt``)
+  and supervises it through a pidfd; nothing is restarted and no request fails.
+* With an *ephemeral* state folder (no ``state`` given: tests, embedding) nobody could adopt the
+  Envoy, so it gets SIGKILL when Podway dies instead of lingering.
 * If Envoy dies on its own it is started again after a jittered backoff that doubles
-  (0.2 s → 10 s, ``podway.backoff``) and resets once a run has lasted ``stable_after_s``; the new
-  Envoy fetches its whole config from xDS, so nothing is lost but the connections it held.
-* Envoy's stderr goes to our log line by line, with Envoy's level mapped to ours; a line longer
-  than the stream limit is logged truncated, never fatal (a config dump in an error is long).
+  (0.2 s → 10 s, ``podway.backoff``) and resets once a run has lasted ``stable_after_s``; the
+  new Envoy fetches its whole config from xDS, so nothing is lost but the connections it held.
 * Hot restart is disabled (no shared memory between Envoys), so any number of engines and tests
-  run side by side; on Linux the child also gets SIGKILL if Podway itself dies.
+  run side by side.
 """
 
 from __future__ import annotations
@@ -21,10 +25,8 @@ import ctypes
 import json
 import logging
 import os
-import re
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,16 +37,25 @@ from prometheus_client import Counter
 
 from podway.backoff import Backoff
 from podway.engine import admin
+from podway.engine.adopt import (
+    Identity,
+    config_hash,
+    open_pidfd,
+    read_identity,
+    start_time,
+    wait_pidfd,
+    write_identity,
+)
+from podway.engine.bootstrap import admin_config
+from podway.engine.logs import follow
+from podway.engine.state import StateDir, open_state
 from podway.errors import PodwayError
 
 log = logging.getLogger(__name__)
-envoy_log = logging.getLogger("podway.envoy")
 
 RESTARTS = Counter("podway_engine_restarts_total", "Times Envoy was started again after dying")
-
-_LEVEL = re.compile(r"^\[[^\]]*\]\[(\w+)\]")
-_LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
-           "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+ADOPTIONS = Counter("podway_engine_adoptions_total",
+                    "Times a running Envoy left by a previous Podway was adopted")
 
 
 def find_envoy(explicit: str | None = None) -> Path:
@@ -66,13 +77,41 @@ def find_envoy(explicit: str | None = None) -> Path:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineOptions:
     envoy_path: Path
-    bootstrap: dict[str, Any]
+    bootstrap: dict[str, Any]  # its admin section is set to the state folder's socket
+    state: StateDir | None = None  # None: an ephemeral folder; Envoy then dies with Podway
     log_level: str = "warning"  # Envoy's own log level
     concurrency: int = 1  # worker threads; 1 leaves cores for the backends on small machines
     drain_s: float = 2.0  # graceful drain on stop, seconds
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 10.0
     stable_after_s: float = 10.0
+    adopt_limit_s: float = 3.0  # how long a running Envoy's admin may take to answer
+
+
+class _Envoy:
+    """A running Envoy: our child (``process``), or one adopted from a previous Podway."""
+
+    def __init__(self, pid: int, pidfd: int, process: asyncio.subprocess.Process | None = None,
+                 log_offset: int | None = None) -> None:
+        self.pid, self.pidfd, self.process, self.log_offset = pid, pidfd, process, log_offset
+        self.exited = False
+
+    async def wait(self) -> int | None:
+        """Until it exits; its exit code if it is our child."""
+        if self.process is not None:
+            code: int | None = await self.process.wait()
+        else:
+            await wait_pidfd(self.pidfd)
+            code = None
+        self.exited = True
+        return code
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, sig)
+
+    def close(self) -> None:
+        os.close(self.pidfd)
 
 
 class Engine:
@@ -82,11 +121,12 @@ class Engine:
         self.opts = opts
         self.admin_address: str | None = None
         self.pid: int | None = None
-        self.starts = 0
+        self.starts = 0  # Envoys this engine started (an adopted one is not counted)
+        self.adopted = 0  # Envoys adopted from a previous Podway
         self._started = asyncio.Event()
 
     async def wait_started(self) -> str:
-        """The admin address of the running Envoy, once it is up."""
+        """The admin address (``unix:/path``) of the running Envoy, once it answers."""
         await self._started.wait()
         assert self.admin_address is not None
         return self.admin_address
@@ -101,14 +141,21 @@ class Engine:
                 await asyncio.sleep(0.05)
 
     async def run(self) -> None:
-        policy = Backoff(base=self.opts.backoff_initial_s, cap=self.opts.backoff_max_s)
-        failures = 0
-        with tempfile.TemporaryDirectory(prefix="podway-engine-") as tmp:
-            config = Path(tmp) / "bootstrap.json"
-            config.write_text(json.dumps(self.opts.bootstrap), encoding="utf-8")
+        with contextlib.ExitStack() as stack:
+            state = self.opts.state or stack.enter_context(open_state(None))
+            config = {**self.opts.bootstrap, "admin": admin_config(str(state.admin_socket))}
+            body = json.dumps(config, sort_keys=True).encode()
+            args = self._args(state)
+            digest = config_hash(bootstrap=body, args=args)
+            envoy = await self._adopt(state, digest)
+            policy = Backoff(base=self.opts.backoff_initial_s, cap=self.opts.backoff_max_s)
+            failures = 0
             while True:
                 began = time.monotonic()
-                code = await self._run_once(config, Path(tmp) / "admin-address")
+                if envoy is None:
+                    envoy = await self._spawn(state, body, args, digest)
+                code = await self._supervise(state, envoy)
+                envoy = None
                 lived = time.monotonic() - began
                 failures = 1 if lived >= self.opts.stable_after_s else failures + 1
                 backoff = policy.delay(failures)
@@ -117,10 +164,8 @@ class Engine:
                             code, lived, backoff)
                 await asyncio.sleep(backoff)
 
-    async def _run_once(self, config: Path, admin_file: Path) -> int:
-        _remove(admin_file)
-        args = [str(self.opts.envoy_path), "-c", str(config),
-                "--admin-address-path", str(admin_file),
+    def _args(self, state: StateDir) -> list[str]:
+        args = [str(self.opts.envoy_path), "-c", str(state.bootstrap),
                 "--disable-hot-restart", "--log-level", self.opts.log_level,
                 "--concurrency", str(self.opts.concurrency),
                 "--drain-time-s", str(max(1, round(self.opts.drain_s))),
@@ -131,111 +176,128 @@ class Engine:
             # and the UDP proxy's matcher is the only way to route UDP: that warning twice per
             # UDP listener at the default level says nothing a user can act on.
             args += ["--component-log-level", "misc:error"]
-        process = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent())
-        self.pid, self.starts = process.pid, self.starts + 1
+        return args
+
+    async def _adopt(self, state: StateDir, digest: str) -> _Envoy | None:
+        """The Envoy a previous Podway left running, if it can be adopted; a running one that
+        cannot (other configuration, admin silent) is drained and stopped."""
+        record = read_identity(state)
+        if record is None:
+            return None
+        pidfd = open_pidfd(record)
+        if pidfd is None:
+            log.info("the Envoy of a previous run (pid=%s) is gone; starting one", record.pid)
+            state.identity.unlink(missing_ok=True)
+            return None
+        envoy = _Envoy(record.pid, pidfd)
+        address = f"unix:{state.admin_socket}"
+        if record.config_hash == digest and await _answers(address, self.opts.adopt_limit_s):
+            log.warning("adopted the running Envoy pid=%s: it kept serving its last "
+                        "configuration", record.pid)
+            self.adopted += 1
+            ADOPTIONS.inc()
+            return envoy
+        why = ("its configuration differs" if record.config_hash != digest
+               else "its admin socket does not answer")
+        log.warning("the Envoy of a previous run (pid=%s) cannot be adopted: %s; stopping it "
+                    "and starting a new one", record.pid, why)
+        try:
+            await self._stop(state, envoy, address)
+        finally:
+            envoy.close()
+        return None
+
+    async def _spawn(self, state: StateDir, body: bytes, args: list[str], digest: str
+                     ) -> _Envoy:
+        state.admin_socket.unlink(missing_ok=True)  # "started" means the new one answers
+        tmp = state.bootstrap.with_name(".bootstrap.json.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(body)  # it may hold client keys for xDS
+        os.replace(tmp, state.bootstrap)
+        log_fd = os.open(state.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                         0o600)
+        try:
+            offset = os.fstat(log_fd).st_size
+            process = await asyncio.create_subprocess_exec(
+                *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=log_fd, start_new_session=True,
+                preexec_fn=_die_with_parent() if state.ephemeral else None)
+        finally:
+            os.close(log_fd)
+        pidfd = os.pidfd_open(process.pid)  # our unreaped child: the pid cannot be reused yet
+        write_identity(state, Identity(pid=process.pid, started=start_time(process.pid) or 0,
+                                       config_hash=digest))
+        self.starts += 1
         log.info("envoy started pid=%s", process.pid)
+        return _Envoy(process.pid, pidfd, process, log_offset=offset)
+
+    async def _supervise(self, state: StateDir, envoy: _Envoy) -> int | None:
+        """Follow its log and admin until it exits; on cancellation drain and stop it."""
+        self.pid = envoy.pid
+        address = f"unix:{state.admin_socket}"
+        stop_log = asyncio.Event()
         try:
             async with asyncio.TaskGroup() as group:
-                assert process.stderr is not None
-                logs = group.create_task(_pipe_log(process.stderr), name="envoy-log")
-                group.create_task(self._watch_admin(admin_file, process), name="envoy-admin")
-                code = await process.wait()
-                await logs  # stderr reaches EOF once Envoy has exited
+                group.create_task(follow(state.log, stop_log, offset=envoy.log_offset),
+                                  name="envoy-log")
+                group.create_task(self._watch_admin(address, envoy), name="envoy-admin")
+                code = await envoy.wait()
+                stop_log.set()  # the log task reads what is left, then ends
             return code
         finally:
             try:
-                if process.returncode is None:
-                    await self._stop(process)  # reads admin_address: the drain needs it
+                if not envoy.exited:
+                    await self._stop(state, envoy, address)
             finally:
+                envoy.close()
                 self._started.clear()
                 self.admin_address = None
 
-    async def _watch_admin(self, admin_file: Path, process: asyncio.subprocess.Process) -> None:
-        while process.returncode is None:
-            text = _read(admin_file)
-            if text:
-                self.admin_address = text
+    async def _watch_admin(self, address: str, envoy: _Envoy) -> None:
+        while not envoy.exited:
+            if await _answers(address, 1.0):
+                self.admin_address = address
                 self._started.set()
                 return
             await asyncio.sleep(0.02)
 
-    async def _stop(self, process: asyncio.subprocess.Process) -> None:
+    async def _stop(self, state: StateDir, envoy: _Envoy, address: str) -> None:
         """Drain, then SIGTERM, then SIGKILL; survives being cancelled again."""
-        address = self.admin_address
+        waiter = asyncio.ensure_future(envoy.wait())
         try:
-            if address and self.opts.drain_s > 0:
+            if self.opts.drain_s > 0:
                 with contextlib.suppress(OSError, TimeoutError):
                     await admin.drain_listeners(address)
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.opts.drain_s):
-                        await process.wait()
+                    await asyncio.wait_for(asyncio.shield(waiter), self.opts.drain_s)
         finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
+            if not waiter.done():
+                envoy.signal(signal.SIGTERM)
                 try:
-                    await asyncio.wait_for(asyncio.shield(process.wait()), 5.0)
+                    await asyncio.wait_for(asyncio.shield(waiter), 5.0)
                 except TimeoutError:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
-                    await process.wait()
+                    envoy.signal(signal.SIGKILL)
+                    await waiter
                 except asyncio.CancelledError:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
+                    envoy.signal(signal.SIGKILL)
                     raise
-            log.info("envoy stopped pid=%s", process.pid)
+            state.identity.unlink(missing_ok=True)
+            log.info("envoy stopped pid=%s", envoy.pid)
 
 
-def _read(path: Path) -> str:
+async def _answers(address: str, limit_s: float) -> bool:
+    """True when Envoy's admin answers at all (any status: it may not be LIVE yet)."""
     try:
-        return path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        return ""
-
-
-def _remove(path: Path) -> None:
-    path.unlink(missing_ok=True)
-
-
-_MAX_LOG_LINE = 8192  # bytes of one Envoy line that reach our log
-
-
-async def _pipe_log(stream: asyncio.StreamReader, *, max_line: int = _MAX_LOG_LINE) -> None:
-    """Log each line until EOF; of a long line (over the stream's limit or ``max_line``), only
-    its first ``max_line`` bytes."""
-    skipping = False  # inside an over-long line whose first part was already logged
-    while True:
-        try:
-            line = await stream.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:  # EOF; maybe a last line without newline
-            if exc.partial and not skipping:
-                _log_line(exc.partial, max_line)
-            return
-        except asyncio.LimitOverrunError as exc:
-            chunk = await stream.read(exc.consumed)
-            if not skipping:
-                _log_line(chunk, max_line, truncated=True)
-            skipping = True
-            continue
-        if skipping:
-            skipping = False  # the end of the over-long line
-            continue
-        _log_line(line, max_line)
-
-
-def _log_line(line: bytes, max_line: int, *, truncated: bool = False) -> None:
-    if len(line) > max_line:
-        line, truncated = line[:max_line], True
-    text = line.decode("utf-8", "replace").rstrip()
-    match = _LEVEL.match(text)
-    level = _LEVELS.get(match.group(1), logging.INFO) if match else logging.INFO
-    envoy_log.log(level, "%s%s", text, " …(truncated)" if truncated else "")
+        status, _ = await admin.request(address, "/ready", limit_s=limit_s)
+    except (OSError, TimeoutError):
+        return False
+    return status > 0
 
 
 def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux).
+    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux); for
+    an Envoy in an ephemeral state folder, which no later Podway could adopt.
 
     Everything is resolved here, in the parent: the child of a threaded process (gRPC runs
     threads) may only do async-signal-safe work between fork and exec, and dlopen is not (it

@@ -4,12 +4,18 @@ Each stream runs two things: a reader that turns Envoy's requests into responses
 that wakes on every cache change and sends what changed. Both write through one lock so
 responses never interleave. Any number of engines may connect; each gets its own stream state.
 
-Security: xDS carries every TLS private key Podway serves, so ``check_bind`` allows clear text
-only on loopback or a unix socket, and anywhere else requires TLS *and* client certificates
-(``client_ca_pem``): server-only TLS would still hand every key to anyone who can connect.
-With ``local=True`` the server also listens, in clear text, on a unix socket in a private
-(0700) temporary folder: that is how an engine on the same machine connects to a TLS server
-without client credentials.
+Security (see docs/security.md): xDS carries every TLS private key Podway serves.
+
+* A unix socket is private: its file is made mode 0600 before the server listens, so only its
+  owner and root can connect (the kernel checks on ``connect``); the co-located engine's socket
+  also sits in the private 0700 state folder (``start(local=...)``). Each new stream over a unix
+  socket first checks every connection's peer credentials (``SO_PEERCRED``, see
+  ``podway.xds.peers``) and shuts down any foreign one before anything is sent.
+* A TCP listener must authenticate engines with client certificates (``client_ca_pem``), and
+  ``check_bind`` refuses clear text anywhere but loopback. An unauthenticated loopback
+  listener needs an explicit opt-in (``unauthenticated=True``), and even then a stream that did
+  not come over a unix socket or present a verified client certificate is never sent Secrets:
+  it sees the cache through ``SecretFree``, so its TLS listeners do not come up.
 
 NACKs are logged with Envoy's error detail and the refused resources, and counted
 (``podway_xds_nacks_total``); the stream holds refused resources back and offers them again with
@@ -24,11 +30,11 @@ import asyncio
 import ipaddress
 import logging
 import os
-import shutil
-import tempfile
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -39,8 +45,10 @@ from prometheus_client import Counter, Gauge
 from podway.errors import ConfigError
 from podway.netaddr import format_host_port, parse_host_port
 from podway.xds import types
+from podway.xds.access import SecretFree
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
+from podway.xds.peers import close_foreign_peers
 from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.refusals import RefusalMemory
 from podway.xds.sotw import SotwStream
@@ -63,25 +71,50 @@ class ServerTLS:
     client_ca_pem: bytes | None = None
 
 
-def check_bind(address: str, tls: ServerTLS | None) -> None:
-    """Refuse to serve xDS off loopback/unix sockets without TLS and client certificates."""
-    if address.startswith("unix:"):
+def check_bind(address: str, tls: ServerTLS | None, *, unauthenticated: bool = False) -> None:
+    """Refuse an xDS listener that would hand private keys to whoever connects.
+
+    ``""`` (no listener) and unix sockets are fine; TCP needs TLS with client certificates,
+    except on loopback with the explicit ``unauthenticated`` opt-in (those engines then get no
+    Secrets).
+    """
+    if not address or address.startswith("unix:"):
         return
-    host = parse_host_port(address, what="xDS address").host
-    if host == "localhost":
+    if tls is not None and tls.client_ca_pem is not None:
         return
-    try:
-        if ipaddress.ip_address(host).is_loopback:
+    if _is_loopback(address):
+        if unauthenticated:
             return
-    except ValueError:
-        pass
+        raise ConfigError(
+            f"xDS on {address} would not authenticate engines, and any local user could "
+            "connect: use a unix socket (unix:/path), give --xds-cert/--xds-key and "
+            "--xds-client-ca, or opt in with --xds-unauthenticated (such engines are never "
+            "sent TLS keys)")
     if tls is None:
         raise ConfigError(f"xDS address {address} is not loopback: give a TLS server "
                           "certificate (--xds-cert/--xds-key) and --xds-client-ca")
-    if tls.client_ca_pem is None:
-        raise ConfigError(f"xDS address {address} is not loopback: give --xds-client-ca too; "
-                          "xDS carries TLS private keys, so engines must present client "
-                          "certificates")
+    raise ConfigError(f"xDS address {address} is not loopback: give --xds-client-ca too; "
+                      "xDS carries TLS private keys, so engines must present client "
+                      "certificates")
+
+
+def _is_loopback(address: str) -> bool:
+    host = parse_host_port(address, what="xDS address").host
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def authenticated(context: Any) -> bool:
+    """Whether a stream's engine is authenticated: it came over a unix socket (mode 0600:
+    same user or root) or presented a client certificate the server verified."""
+    if str(context.peer()).startswith("unix"):
+        return True
+    security = context.auth_context().get("transport_security_type")
+    return security == [b"ssl"] and context.peer_identities() is not None
 
 
 async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
@@ -128,16 +161,29 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.nacks: list[Nack] = []  # newest last; bounded
         self.streams = 0  # open ADS streams (engines connected now)
         self.refusals = RefusalMemory()  # per engine, across its reconnects
+        self.unix_paths: list[Path] = []  # unix sockets served: their peers are checked
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
-        await self._serve(SotwStream(self.cache, memory=self.refusals), requests, context,
-                          "sotw")
+        await self._serve(SotwStream(self._view(context), memory=self.refusals), requests,
+                          context, "sotw")
 
     async def DeltaAggregatedResources(
             self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
-        await self._serve(DeltaStream(self.cache, memory=self.refusals), requests, context,
-                          "delta")
+        await self._serve(DeltaStream(self._view(context), memory=self.refusals), requests,
+                          context, "delta")
+
+    def _view(self, context: Any) -> Cache:
+        """The cache as this stream may see it: without Secrets unless authenticated. A stream
+        over a unix socket first has every foreign peer's connection shut down (its own
+        included, if foreign: then nothing it is sent ever arrives)."""
+        if str(context.peer()).startswith("unix"):
+            close_foreign_peers(self.unix_paths)
+        if authenticated(context):
+            return self.cache
+        log.warning("xds engine at %s is not authenticated: it gets no TLS secrets",
+                    context.peer())
+        return SecretFree(self.cache)
 
     async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
                      context: Any, mode: str) -> None:
@@ -203,21 +249,26 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
 
 
 class XdsServer:
-    """Owns the gRPC server; ``start`` binds, ``stop`` closes streams with a grace period."""
+    """Owns the gRPC server; ``start`` binds, ``stop`` closes streams with a grace period.
+
+    ``address`` "" means no public listener: only the co-located engine's unix socket that
+    ``start(local=...)`` adds.
+    """
 
     def __init__(self, cache: Cache, address: str, *, tls: ServerTLS | None = None,
-                 on_event: Callable[[Event], None] | None = None, local: bool = False) -> None:
-        check_bind(address, tls)
+                 on_event: Callable[[Event], None] | None = None,
+                 unauthenticated: bool = False) -> None:
+        check_bind(address, tls, unauthenticated=unauthenticated)
         self.address = address
         self.tls = tls
-        self.local = local
         self.local_target: str | None = None  # "unix:/path" once started with ``local``
-        self._local_dir: str | None = None
         self.servicer = AdsServicer(cache, on_event=on_event)
         self._server: grpc.aio.Server | None = None
         self.port = 0
 
-    async def start(self) -> None:
+    async def start(self, *, local: Path | None = None) -> None:
+        """Bind and serve; ``local``: also a unix socket there (in a private folder) for the
+        engine on this machine, which needs no TLS or client certificate."""
         server = grpc.aio.server(options=[
             ("grpc.max_send_message_length", 256 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 30_000),
@@ -228,53 +279,52 @@ class XdsServer:
             ("grpc.http2.max_ping_strikes", 0),
         ])
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.servicer, server)
-        if self.tls is None:
+        if self.address.startswith("unix:"):
+            _bind_unix(server, Path(self.address.removeprefix("unix:")))
+            self.servicer.unix_paths.append(Path(self.address.removeprefix("unix:")))
+        elif self.address and self.tls is None:
             self.port = server.add_insecure_port(self.address)
-        else:
+        elif self.address and self.tls is not None:
             credentials = grpc.ssl_server_credentials(
                 [(self.tls.key_pem, self.tls.cert_pem)],
                 root_certificates=self.tls.client_ca_pem,
                 require_client_auth=self.tls.client_ca_pem is not None)
             self.port = server.add_secure_port(self.address, credentials)
-        try:
-            if self.local:
-                self._local_dir = _private_socket_dir()
-                self.local_target = f"unix:{self._local_dir}/xds.sock"
-                server.add_insecure_port(self.local_target)
-            await server.start()
-        except BaseException:
-            await self.stop(grace=0)  # remove the private folder; nothing else to undo
-            raise
+        if local is not None:
+            _bind_unix(server, local)
+            self.servicer.unix_paths.append(local)
+            self.local_target = f"unix:{local}"
+        await server.start()
         self._server = server
-        log.info("xds server listening address=%s port=%s", self.address, self.port)
+        log.info("xds server listening address=%s port=%s local=%s", self.address or "-",
+                 self.port, local or "-")
 
     async def stop(self, grace: float = 1.0) -> None:
-        try:
-            if self._server is not None:
-                await self._server.stop(grace)
-                self._server = None
-        finally:
-            if self._local_dir is not None:
-                shutil.rmtree(self._local_dir, ignore_errors=True)
-                self._local_dir = self.local_target = None
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
 
     @property
     def target(self) -> str:
         """Where an engine should connect: ``host:port`` or ``unix:/path``."""
+        if self.local_target is not None and not self.address:
+            return self.local_target
         if self.address.startswith("unix:"):
             return self.address
         return format_host_port(parse_host_port(self.address).host, self.port)
 
 
-# A unix socket path must fit sun_path (108 bytes with the NUL); keep a margin.
-_MAX_SOCKET_PATH = 100
-
-
-def _private_socket_dir() -> str:
-    """A fresh 0700 folder for the co-located engine's socket, in TMPDIR when the socket path
-    fits there, else in /tmp (a long TMPDIR made the bind fail)."""
-    folder = tempfile.mkdtemp(prefix="podway-xds-")
-    if len(f"{folder}/xds.sock") <= _MAX_SOCKET_PATH:
-        return folder
-    os.rmdir(folder)
-    return tempfile.mkdtemp(prefix="podway-xds-", dir="/tmp")
+def _bind_unix(server: grpc.aio.Server, path: Path) -> None:
+    """Bind a unix socket at ``path`` (replacing a dead server's socket file, refusing a live
+    one's) and make it 0600 before the server listens: nobody but its owner and root can ever
+    connect."""
+    if path.is_socket():
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except OSError:
+                path.unlink()  # nobody listens: what a killed server left
+            else:
+                raise ConfigError(f"another server is listening on the xDS socket {path}")
+    server.add_insecure_port(f"unix:{path}")  # binds now; accepts only after start()
+    os.chmod(path, 0o600)

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import _die_with_parent, _pipe_log, find_envoy
+from podway.engine.logs import pipe_log
+from podway.engine.process import _die_with_parent, find_envoy
 from podway.errors import ConfigError
 from podway.xds.server import ServerTLS, check_bind
 
@@ -28,10 +29,13 @@ def test_envoy_wheel_and_xds_protos_coexist_in_the_envoy_package() -> None:
         importlib.import_module(module)
 
 
-def test_bootstrap_admin_is_loopback_and_ads_points_at_the_server() -> None:
-    """Admin binds 127.0.0.1; ADS uses delta over the static xDS cluster; unix sockets work."""
-    config = bootstrap(BootstrapOptions(node_id="n1", xds="unix:/tmp/x.sock"))
-    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+def test_bootstrap_admin_is_a_private_unix_socket_and_ads_points_at_the_server() -> None:
+    """Admin is a unix socket with mode 0600 (never TCP); ADS uses delta over the static xDS
+    cluster; unix sockets work for xDS."""
+    config = bootstrap(BootstrapOptions(node_id="n1", xds="unix:/tmp/x.sock",
+                                        admin_path="/run/p/admin.sock"))
+    assert config["admin"] == {"address": {"pipe": {"path": "/run/p/admin.sock",
+                                                    "mode": 0o600}}}
     assert config["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
     endpoint = config["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]
     assert endpoint["lb_endpoints"][0]["endpoint"]["address"] == {"pipe": {"path": "/tmp/x.sock"}}
@@ -41,20 +45,21 @@ def test_bootstrap_admin_is_loopback_and_ads_points_at_the_server() -> None:
     assert "transport_socket" in tls["static_resources"]["clusters"][0]
 
 
-def test_xds_refuses_clear_text_off_loopback() -> None:
-    """Loopback and unix sockets are fine in clear text; anything else needs a certificate."""
-    for ok in ("127.0.0.1:0", "[::1]:18000", "localhost:1", "unix:/tmp/s"):
+def test_xds_tcp_without_client_certificates_needs_loopback_and_an_opt_in() -> None:
+    """Unix sockets and no listener are fine; clear-text or server-only-TLS TCP is refused
+    unless on loopback with the explicit opt-in; off loopback only mTLS is accepted."""
+    for ok in ("", "unix:/tmp/s"):
         check_bind(ok, None)
-    with pytest.raises(ConfigError):
-        check_bind("0.0.0.0:18000", None)
+    server_only = ServerTLS(cert_pem=b"c", key_pem=b"k")
+    for loopback in ("127.0.0.1:0", "[::1]:18000", "localhost:1"):
+        for tls in (None, server_only):
+            with pytest.raises(ConfigError, match="--xds-unauthenticated"):
+                check_bind(loopback, tls)
+            check_bind(loopback, tls, unauthenticated=True)
+    for tls in (None, server_only):
+        with pytest.raises(ConfigError, match="--xds-client-ca"):
+            check_bind("0.0.0.0:18000", tls, unauthenticated=True)
     check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k", client_ca_pem=b"ca"))
-
-
-def test_xds_off_loopback_requires_client_certificates() -> None:
-    """Server-only TLS off loopback is refused (anyone could fetch the private keys)."""
-    with pytest.raises(ConfigError, match="--xds-client-ca"):
-        check_bind("0.0.0.0:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))
-    check_bind("127.0.0.1:18000", ServerTLS(cert_pem=b"c", key_pem=b"k"))  # loopback: fine
 
 
 async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
@@ -64,7 +69,7 @@ async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
     stream.feed_data(b"[t][error] " + b"x" * 500 + b"\n[t][warning] next\nlast")
     stream.feed_eof()
     with caplog.at_level(logging.DEBUG, logger="podway.envoy"):
-        await asyncio.wait_for(_pipe_log(stream, max_line=100), 5)
+        await asyncio.wait_for(pipe_log(stream, max_line=100), 5)
     lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "podway.envoy"]
     assert len(lines) == 3
     assert lines[0][0] == logging.ERROR

@@ -19,7 +19,7 @@ from podway.xds.server import XdsServer
 
 async def test_pings_never_close_the_connection() -> None:
     """Eight pings in a row: eight answers, no GOAWAY."""
-    server = XdsServer(Cache(), "127.0.0.1:0")
+    server = XdsServer(Cache(), "127.0.0.1:0", unauthenticated=True)
     await server.start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
