@@ -253,7 +253,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         api = client.ApiClient(client.Configuration(host=url))
         controller = Controller(ControllerOptions(
             translate=TranslateOptions(address="127.0.0.1"), xds_address="127.0.0.1:0",
-            lb_address="127.0.0.1", write_events=False), api=api)
+            xds_unauthenticated=True, lb_address="127.0.0.1", write_events=False), api=api)
         acks = Acks()
         controller.event_hooks.append(acks)
         tasks.append(asyncio.create_task(controller.run()))

@@ -83,6 +83,7 @@ class Bed:
     def options(self, **overrides: Any) -> ControllerOptions:
         base: dict[str, Any] = {
             "translate": self.translate, "xds_address": "127.0.0.1:0",
+            "xds_unauthenticated": True,
             "lb_address": self.lb_address, "debounce_s": 0.01, "max_wait_s": 0.05,
             "backoff": FAST}
         return ControllerOptions(**{**base, **overrides})

@@ -17,8 +17,11 @@ from .bed import Bed, lb_service
 
 
 def podway(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``podway controller ARGS`` (xDS on loopback, clear text, unless ARGS say otherwise)."""
     base = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    return subprocess.run([sys.executable, "-m", "podway", "controller", *args],
+    xds = [] if "--xds-listen" in args else ["--xds-listen", "127.0.0.1:18000",
+                                             "--xds-unauthenticated"]
+    return subprocess.run([sys.executable, "-m", "podway", "controller", *xds, *args],
                           capture_output=True, text=True, timeout=60, check=False,
                           env={**base, **(env or {})})
 
@@ -44,7 +47,8 @@ current-context: x
     ((), "not running inside a Kubernetes cluster"),
     (("--kubeconfig", "/nonexistent/kubeconfig"), "no such file"),
     (("--kubeconfig", "{unreachable}"), "cannot reach the Kubernetes API"),
-    (("--xds-listen", "0.0.0.0:18000"), "is not loopback"),
+    (("--xds-listen", "0.0.0.0:18000"), "--xds-client-ca"),
+    (("--xds-listen", "127.0.0.1:18000"), "--xds-unauthenticated"),
     (("--lb-address", "engine.example"), "--lb-address must be an IP address"),
     (("--namespace-selector", "a in (b"), "--namespace-selector"),
 ])
@@ -76,7 +80,7 @@ async def test_health_readiness_and_metrics(bed: Bed) -> None:
     status, text = await fetch("/metrics")
     assert status == 200
     assert 'podway_controller_objects{kind="Service"}' in text
-    for name in ("podway_controller_translate_seconds", "podway_xds_pushes_total",
+    for name in ("podway_pipeline_stage_duration_seconds", "podway_xds_pushes_total",
                  "podway_controller_status_writes_total", "podway_controller_queue_depth",
                  "podway_controller_watch_relists"):
         assert name in text

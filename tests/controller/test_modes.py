@@ -72,3 +72,21 @@ async def test_pod_without_npl_annotation_is_pending_then_served(bed: Bed) -> No
     assert controller is not None
     assert controller.gate is not None
     assert dict(controller.gate.report.pending) == {}
+
+
+async def test_refused_npl_opt_in_is_retried_with_the_next_state(bed: Bed) -> None:
+    """The API refuses the opt-in PATCH once; the next state (an endpoint change) retries it."""
+    seed(bed)
+    bed.translate = options(BackendMode.NODEPORTLOCAL)
+    bed.emu.fail(500, method="PATCH", plural="services", times=1)
+    await bed.start()
+    await until(lambda: bed.emu.count("patch", "services", "default", "web") == 1)
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "198.18.5.1",
+                                                         "web-b": "198.18.5.2"}),
+                group="discovery.k8s.io")
+
+    def enabled() -> bool:
+        obj = bed.emu.get("services", "default", "web") or {}
+        return (obj["metadata"].get("annotations") or {}).get(npl.ENABLED_ANNOTATION) == "true"
+
+    await until(enabled)

@@ -87,6 +87,7 @@ async def test_restart_writes_nothing_when_status_is_current(bed: Bed) -> None:
     await bed.start()
     await until(lambda: status_patches(bed, "httproutes") == 2)
     await until(lambda: status_patches(bed, "gateways") == 1)
+    await until(lambda: sum(e.get("reason") == "Synced" for e in bed.emu.events) == 3)
     await bed.stop_controller()
     before = [p for p in bed.emu.patches if p.subresource == "status"]
     await bed.start()
@@ -119,3 +120,17 @@ async def test_service_and_ingress_get_load_balancer_ingress(bed: Bed) -> None:
     await until(lambda: ingress_ip("ingresses", "shop") == [{"ip": "198.18.0.100"}])
     assert status_patches(bed, "services", "lb") == 1
     assert status_patches(bed, "services", "web") == 0  # not a LoadBalancer: not ours
+
+
+async def test_failed_status_writes_are_retried_without_a_new_state(bed: Bed) -> None:
+    """PATCHes the API refuses (500) are retried after a backoff, with no change in the
+    cluster to trigger a new state; the status lands."""
+    seed_gateway(bed, routes=2)
+    bed.emu.fail(500, method="PATCH", plural="httproutes", times=2)
+    await bed.start()
+    state = await bed.until(lambda s: len(s.ir.listeners) == 1)
+    await until(lambda: all(route_status(bed, f"r{i}") for i in range(2)))
+    for name in ("r0", "r1"):  # refused once, then retried
+        assert bed.emu.count("patch", "httproutes", "default", name, "status") == 2
+    assert bed.pipeline.state is not None
+    assert bed.pipeline.state.generation == state.generation  # nothing new came

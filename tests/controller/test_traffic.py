@@ -10,8 +10,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+import trustme
 
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.translate import BackendMode
+from podway.xds import types
+from podway.xds.protocol import Ack, Event
+from podway.xds.server import ServerTLS
 from tests.e2e.harness import echo_backend, free_port, get
 
 from .bed import (
@@ -174,3 +180,44 @@ async def test_engine_refusal_lands_as_a_condition_and_an_event(bed: Bed) -> Non
                                 for e in bed.emu.events))
     finally:
         holder.close()
+
+
+async def test_many_engines_over_mutual_tls(bed: Bed) -> None:
+    """Two engines with client certificates get the whole config from one controller over
+    mutual TLS (both ACK the listener) and serve it."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    tls = ServerTLS(cert_pem=server.cert_chain_pems[0].bytes(),
+                    key_pem=server.private_key_pem.bytes(), client_ca_pem=ca.cert_pem.bytes())
+    pod_port, _ = await backends(bed)
+    lb_port = free_port()
+    bed.emu.put("services", lb_service("web", lb_port, pod_port))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, pod_port),
+                group="discovery.k8s.io")
+    acked: dict[str, asyncio.Event] = {}
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Ack) and event.type_url == types.LISTENER:
+            acked.setdefault(event.node, asyncio.Event()).set()
+
+    await bed.start(xds_tls=tls, xds_unauthenticated=False)
+    assert bed.controller is not None
+    assert bed.controller.server is not None
+    bed.controller.event_hooks.append(on_event)
+    await bed.until(lambda s: len(s.ir.listeners) == 1)
+    for node_id in ("edge-1", "edge-2"):
+        client_cert = ca.issue_cert(f"{node_id}.podway.test")
+        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+            BootstrapOptions(
+                node_id=node_id, xds=bed.controller.server.target,
+                xds_ca_pem=ca.cert_pem.bytes().decode(),
+                xds_client_cert_pem=client_cert.cert_chain_pems[0].bytes().decode(),
+                xds_client_key_pem=client_cert.private_key_pem.bytes().decode()))))
+        bed.tasks.append(asyncio.create_task(engine.run(), name=f"engine-{node_id}"))
+        await engine.wait_ready(limit_s=30)
+    async with asyncio.timeout(20):
+        for node_id in ("edge-1", "edge-2"):
+            await acked.setdefault(node_id, asyncio.Event()).wait()
+    assert bed.controller.server.servicer.streams == 2
+    status, body = await get(lb_port, "web.test")
+    assert (status, body.get("name")) == (200, "pod")

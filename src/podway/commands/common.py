@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from podway.errors import ConfigError
+from podway.ir import TLSOptions
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -45,6 +46,15 @@ def check_address(flag: str, address: str) -> None:
                           f"not {address!r}") from None
 
 
+def check_loopback(flag: str, address: str, *, allow_flag: str, allowed: bool) -> None:
+    """``address`` is an IP address, and a loopback one unless ``allowed`` (by ``allow_flag``):
+    for servers with no authentication of their own (the dashboard)."""
+    check_address(flag, address)
+    if not allowed and not ipaddress.ip_address(address).is_loopback:
+        raise ConfigError(f"{flag} {address} is not loopback: the page has no login and shows "
+                          f"the whole configuration; add {allow_flag} to serve it there anyway")
+
+
 def check_at_least(flag: str, value: float, minimum: float) -> None:
     if value < minimum:
         raise ConfigError(f"{flag} must be at least {minimum:g}, not {value:g}")
@@ -64,3 +74,15 @@ async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def tls_flags(min_version: str | None, max_version: str | None,
+              ciphers: str | None) -> TLSOptions:
+    """``--tls-min-version``, ``--tls-max-version`` and ``--tls-ciphers``, checked as the engine
+    would check them (a bad value would make it refuse every HTTPS listener)."""
+    from podway.translate.tls_options import TLSOptionError, from_flags
+
+    try:
+        return from_flags(min_version, max_version, ciphers)
+    except TLSOptionError as error:
+        raise ConfigError(str(error)) from None

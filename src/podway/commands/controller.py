@@ -37,8 +37,11 @@ def controller(
     namespace_selector: Annotated[str, typer.Option(
         help="Only namespaces whose labels match this selector (e.g. podway=on).")] = "",
     xds_listen: Annotated[str, typer.Option(
-        help="Where engines connect (host:port or unix:/path). Not loopback → TLS with client "
-             "certificates needed.")] = "127.0.0.1:18000",
+        help="Where engines connect (host:port or unix:/path). A TCP address needs TLS with "
+             "client certificates (--xds-cert/--xds-key/--xds-client-ca).")] = "0.0.0.0:18000",
+    xds_unauthenticated: Annotated[bool, typer.Option(
+        "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port; such "
+        "engines get no Secrets (no TLS listeners).")] = False,
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -80,7 +83,7 @@ def controller(
                             client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
         except OSError as exc:
             raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
-    check_bind(xds_listen, tls)
+    check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
     try:
         label_selector(namespace_selector)
     except SelectorError as exc:
@@ -90,6 +93,7 @@ def controller(
         namespace_selector=namespace_selector,
         translate=TranslateOptions(address=address, http_port=http_port,
                                    https_port=https_port, mode=backend_mode),
-        xds_address=xds_listen, xds_tls=tls, metrics_address=metrics_address,
+        xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
+        metrics_address=metrics_address,
         metrics_port=metrics_port, lb_address=lb_address)
     asyncio.run(run_until_signal(Controller(opts).run()))

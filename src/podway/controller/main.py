@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio import client
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from podway.backoff import Backoff
-from podway.controller import metrics
 from podway.controller.events import (
     Due,
     EventRecorder,
@@ -35,12 +34,15 @@ from podway.controller.events import (
     fronts,
     load_error_events,
 )
+from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
 from podway.kube.informer import RELIST
+from podway.metrics import exposition
+from podway.metrics.pipeline import PipelineMetrics
 from podway.model import Service, npl
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
@@ -64,6 +66,8 @@ class ControllerOptions:
     namespace_selector: str = ""  # and only Namespaces with these labels; empty: all
     xds_address: str = "127.0.0.1:18000"
     xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False
+    """Allow clear-text xDS on a loopback host:port (those engines get no Secrets)."""
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 0  # 0: no health/metrics endpoint
     lb_address: str | None = None
@@ -89,6 +93,8 @@ class Controller:
         self.status: StatusWriter | None = None
         self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
         self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
+        self.metrics = ControllerMetrics()
+        self.pipeline_metrics = PipelineMetrics()
         self._npl_requested: dict[Key, str] = {}
         self._npl_seen: tuple[object, ...] = ()
 
@@ -106,16 +112,18 @@ class Controller:
         opts = self.opts
         self.source = ControllerSource(api, KubeSourceSettings(
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
-            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff))
+            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
+            metrics=self.metrics)
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
-                                on_event=self._on_event)
+                                on_event=self._on_event,
+                                unauthenticated=opts.xds_unauthenticated)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
-                                   lb_address=opts.lb_address,
+                                   lb_address=opts.lb_address, metrics=self.metrics,
                                    concurrency=opts.status_concurrency)
-        events = EventRecorder(api)
+        events = EventRecorder(api, metrics=self.metrics)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
         runner = None
@@ -126,6 +134,7 @@ class Controller:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
+                group.create_task(self.status.retry_failed(), name="controller-status-retry")
         finally:
             if runner is not None:
                 await runner.cleanup()
@@ -166,20 +175,18 @@ class Controller:
                 await events.record(due)
 
     def _observe(self, state: State, previous_generation: int) -> None:
+        self.pipeline_metrics.observe(state, now=time.time())
         if state.generation == previous_generation:
             return  # an engine decision, not a new update
-        metrics.UPDATES.inc()
-        metrics.TRANSLATE_SECONDS.observe(state.timings.total_ms / 1000)
-        for kind, objects in state.update.snapshot.objects.items():
-            metrics.OBJECTS.labels(kind=kind).set(len(objects))
+        self.metrics.observe_snapshot(state.update.snapshot)
         if self.source is not None:
-            metrics.WATCH_RESTARTS.set(self.source.relists)
+            self.metrics.relists.set(self.source.relists)
 
     def _pending_events(self, before: dict[Key, tuple[str, ...]]) -> list[Due]:
         if self.gate is None:
             return []
         now = self.gate.report.pending
-        metrics.PENDING_MEMBERS.set(sum(len(p) for p in now.values()))
+        self.metrics.pending_members.set(sum(len(p) for p in now.values()))
         return [Due(ref=ObjectRef("Service", *key), type="Warning", reason="PendingMembers",
                     message=f"pods waiting for their NodePortLocal annotation: "
                             f"{', '.join(pods[:10])}{' …' if len(pods) > 10 else ''}")
@@ -211,17 +218,19 @@ class Controller:
                         key[1], key[0], body, _content_type="application/merge-patch+json")
                     log.info("%s NodePortLocal on Service %s/%s",
                              "enabled" if value else "disabled", *key)
-                except client.exceptions.ApiException as exc:
+                except Exception as exc:  # the API is away or refuses: next state retries
                     self._npl_requested.pop(key, None)
+                    self._npl_seen = ()
+                    reason = (api_error(exc) if isinstance(exc, client.exceptions.ApiException)
+                              else exc)
                     log.warning("Service %s/%s: NodePortLocal annotation not written: %s",
-                                *key, api_error(exc))
+                                *key, reason)
 
     # ---- health, readiness, metrics -----------------------------------------------------
     async def _serve_http(self) -> web.AppRunner:
-        app = web.Application()
-        app.router.add_get("/healthz", _healthy)
+        app = exposition.make_app(
+            registries=[self.pipeline_metrics.registry, self.metrics.registry])
         app.router.add_get("/readyz", self._ready)
-        app.router.add_get("/metrics", _metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.opts.metrics_address, self.opts.metrics_port).start()
@@ -231,20 +240,8 @@ class Controller:
 
     async def _ready(self, _: web.Request) -> web.Response:
         ready = self.pipeline is not None and self.pipeline.state is not None
-        return _text("ready" if ready else "waiting for the first snapshot",
-                     status=200 if ready else 503)
-
-
-async def _healthy(_: web.Request) -> web.Response:
-    return _text("ok")
-
-
-def _text(body: str, status: int = 200) -> web.Response:
-    return web.Response(text=body + "\n", status=status)
-
-
-async def _metrics(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(text="ready\n" if ready else "waiting for the first snapshot\n",
+                            status=200 if ready else 503)
 
 
 def parse_namespaces(value: str) -> tuple[str, ...]:

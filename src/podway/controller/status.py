@@ -12,7 +12,9 @@ included: a refused listener is ``Programmed=False``), Service and Ingress
 ``StatusWriter`` follows the pipeline's states (coalesced: a burst of states costs one pass) and
 PATCHes the ``status`` subresource (a JSON merge patch of ``{"status": …}``) only of objects
 whose status differs from what the API holds and from what it last wrote, with bounded
-concurrency. Nothing else is written: an unchanged state costs no request.
+concurrency. Nothing else is written: an unchanged state costs no request. A refused PATCH
+(an API error, or the API away) is logged and written again after a backoff (``retry_failed``)
+even when no new state comes; a status of a shape no controller writes counts as empty.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.controller import metrics
+from podway.backoff import Backoff
+from podway.controller.metrics import ControllerMetrics
 from podway.controller.source import GATEWAY_KINDS, KindInfo
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
@@ -39,6 +42,8 @@ from podway.translate import service as service_rules
 from podway.translate.status import ObjectStatus, to_api
 
 log = logging.getLogger(__name__)
+
+RETRY = Backoff(base=0.5, cap=30.0)  # rewrites after failed PATCHes
 
 Target = tuple[str, Key]  # (kind, (namespace, name))
 Status = dict[str, Any]
@@ -97,8 +102,15 @@ def _published(address: str | None, lb_address: str | None) -> str | None:
 def with_times(kind: str, want: Status, before: Status | None, now: str,
                controller_name: str) -> Status:
     """``want`` with ``lastTransitionTime`` on every condition (kept when the condition's status
-    did not change) and, for routes, other controllers' ``parents`` entries kept."""
-    before = before or {}
+    did not change) and, for routes, other controllers' ``parents`` entries kept. A ``before``
+    of a shape no controller writes (someone edited the status by hand) counts as empty."""
+    try:
+        return _with_times(want, before or {}, now, controller_name)
+    except (AttributeError, TypeError, KeyError):
+        return _with_times(want, {}, now, controller_name)
+
+
+def _with_times(want: Status, before: Status, now: str, controller_name: str) -> Status:
     out = dict(want)
     if "conditions" in want:
         out["conditions"] = _stamp(want["conditions"], before.get("conditions"), now)
@@ -164,7 +176,7 @@ class StatusWriter:
     def __init__(self, api: client.ApiClient, pipeline: Pipeline, *,
                  current: Callable[[str, Key], Status | None],
                  kind_info: Callable[[str], KindInfo | None], opts: TranslateOptions,
-                 lb_address: str | None, concurrency: int = 32,
+                 lb_address: str | None, metrics: ControllerMetrics, concurrency: int = 32,
                  clock: Callable[[], str] = now_rfc3339) -> None:
         self._api = api
         self._pipeline = pipeline
@@ -172,12 +184,15 @@ class StatusWriter:
         self._kind_info = kind_info
         self._opts = opts
         self._lb_address = lb_address
+        self._metrics = metrics
         self._limit = asyncio.Semaphore(concurrency)
         self._clock = clock
         self._written: dict[Target, Status] = {}  # stamped, as last written or found
         self._wanted: dict[Target, Status] = {}  # unstamped, as last written or found
         self._api_forms: dict[ObjectRef, tuple[ObjectStatus, Status]] = {}
         self._seen: tuple[Any, ...] = ()
+        self._lock = asyncio.Lock()
+        self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
 
@@ -185,8 +200,28 @@ class StatusWriter:
         async for state in self._pipeline.states():
             await self.write(state)
 
+    async def retry_failed(self) -> None:
+        """Until cancelled: after a pass with failed PATCHes, write the newest state again
+        (backoff from 0.5 s to 30 s), so a status is not left stale when no new state comes."""
+        attempt = 0
+        while True:
+            await self.failed.wait()
+            attempt += 1
+            await asyncio.sleep(RETRY.delay(attempt))
+            self.failed.clear()
+            state = self._pipeline.state
+            if state is not None:
+                self._seen = ()
+                await self.write(state)
+            if not self.failed.is_set():
+                attempt = 0
+
     async def write(self, state: State) -> int:
         """Write what changed for one state; the number of PATCHes sent."""
+        async with self._lock:  # the follower and the retrier never interleave passes
+            return await self._write(state)
+
+    async def _write(self, state: State) -> int:
         seen = (id(state.result.statuses), state.result.problems, state.rejections,
                 id(state.ir.listeners), state.update.snapshot.objects.get("Service"),
                 state.update.snapshot.objects.get("Ingress"))
@@ -231,16 +266,17 @@ class StatusWriter:
             try:
                 await patch_status(self._api, info, namespace, name, body)
             except NotFound:
-                metrics.STATUS_WRITES.labels(kind=kind, result="gone").inc()
+                self._metrics.status_writes.labels(kind=kind, result="gone").inc()
                 return
             except Exception as exc:
-                metrics.STATUS_WRITES.labels(kind=kind, result="error").inc()
+                self._metrics.status_writes.labels(kind=kind, result="error").inc()
                 log.warning("status of %s %s/%s not written: %s", kind, namespace, name, exc)
-                self._seen = ()  # try again with the next state
+                self._seen = ()  # try again with the next state, or after a backoff
+                self.failed.set()
                 return
         self._written[target] = status
         self._wanted[target] = wanted
-        metrics.STATUS_WRITES.labels(kind=kind, result="ok").inc()
+        self._metrics.status_writes.labels(kind=kind, result="ok").inc()
 
 
 async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, name: str,
@@ -264,4 +300,16 @@ async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, na
                 info.group, info.version, info.plural, name, body, **kwargs)
     except client.exceptions.ApiException as exc:
         raise api_error(exc) from None
-    resp.release()
+    try:
+        if resp.status >= 400:  # a raw response (_preload_content=False) does not raise
+            raise api_error(_Refused(resp.status, (await resp.text())[:200],
+                                     dict(getattr(resp, "headers", None) or {})))
+    finally:
+        resp.release()
+
+
+class _Refused:
+    """A refused PATCH in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        self.status, self.reason, self.headers = status, reason, headers

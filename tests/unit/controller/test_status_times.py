@@ -44,3 +44,14 @@ def test_route_parents_of_other_controllers_are_kept() -> None:
     assert out["parents"][1]["conditions"][0]["lastTransitionTime"] == "T0"
     assert same(out, {**out, "addresses": []})
     assert not same(out, want)
+
+
+def test_a_hand_written_status_of_any_shape_is_replaced_not_fatal() -> None:
+    """Garbage in the API's status (not lists of mappings) is treated as no status."""
+    want = {"conditions": [cond("Accepted", "True")],
+            "parents": [parent("edge", OURS, cond("Accepted", "True"))]}
+    for before in ({"conditions": "yes", "parents": [1, 2]}, {"conditions": [None]},
+                   {"listeners": {"a": 1}, "parents": {"x": 1}}):
+        out = with_times("HTTPRoute", want, before, "T1", OURS)
+        assert out["conditions"][0]["lastTransitionTime"] == "T1"
+        assert out["parents"][0]["conditions"][0]["lastTransitionTime"] == "T1"
