@@ -10,11 +10,13 @@ def register(app: typer.Typer) -> None:
     from podway.commands import (
         agent,
         config,
+        controller,
         demo,
         diagram,
         echo,
         engine,
         explain,
+        lab,
         run,
         status,
         validate,
@@ -30,3 +32,5 @@ def register(app: typer.Typer) -> None:
     diagram.register(app)
     status.register(app)
     config.register(app)
+    controller.register(app)
+    lab.register(app)

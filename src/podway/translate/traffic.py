@@ -387,9 +387,8 @@ class _Run:
                            health_check=chosen.health, outlier_detection=chosen.outlier,
                            persistence=persistence, upstream_tls=settings.upstream_tls,
                            connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
-        out = spec if new == settings else PoolSpec(
-            name=spec.name, service=spec.service, port=spec.port, settings=_checked(new),
-            origin=spec.origin, external_traffic_policy=spec.external_traffic_policy)
+        # ``replace`` keeps every other field of the spec (its backend mode among them).
+        out = spec if new == settings else replace(spec, settings=_checked(new))
         if not ordered:
             self.memo_next[id(spec)] = (spec, out)
         return out

@@ -55,3 +55,17 @@ async def test_kubectl_round_trip(tmp_path: Path) -> None:
         await kubectl(emu, "delete", "-n", "shop", "httproute", "r")
         assert emu.get("httproutes", "shop", "r") is None
         assert "httproutes" in await kubectl(emu, "api-resources", "-o", "name")
+
+
+async def test_kubectl_scale_sets_deployment_replicas() -> None:
+    """``kubectl scale`` goes through deployments/scale and changes only spec.replicas."""
+    async with KubeEmulator() as emu:
+        emu.put("deployments", {"metadata": {"name": "web", "namespace": "shop"},
+                                "spec": {"replicas": 1,
+                                         "selector": {"matchLabels": {"app": "web"}}}},
+                group="apps")
+        out = await kubectl(emu, "scale", "-n", "shop", "deployment/web", "--replicas", "3")
+        assert "scaled" in out
+        scaled = emu.get("deployments", "shop", "web", group="apps")
+        assert scaled is not None
+        assert scaled["spec"] == {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}}

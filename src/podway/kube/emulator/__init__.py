@@ -1,15 +1,18 @@
 """A wire-level Kubernetes API emulator: tests and the lab talk to it with real clients.
 
 It serves the kinds Podway reads and writes (core Pods, Services, Nodes, Namespaces, Secrets,
-ConfigMaps, Events; events.k8s.io Events; EndpointSlices; Leases; Ingress and IngressClass;
-CRDs, and through them every Gateway API kind) over HTTP with the real URL layout, discovery
-(``/api``, ``/apis``, resource lists), get/list/watch with resourceVersions, bookmarks for
-watches that allow them, ``410 Gone`` for versions older than the compacted history, label and
-field selectors, create/update/delete, merge, JSON and strategic merge patches, and the status
-subresource. kubernetes-asyncio's own code paths run unchanged against it, and so does kubectl
-(get, apply, label, delete, api-resources; no OpenAPI document is served, so ``kubectl apply``
-needs ``--validate=false``). Not modelled: finalizers (deletion is immediate), pagination
-(``limit`` is ignored, lists are whole), server-side apply, admission and schema validation.
+ConfigMaps, Events; events.k8s.io Events; apps Deployments; EndpointSlices; Leases; Ingress and
+IngressClass; CRDs, and through them every Gateway API kind) over HTTP with the real URL
+layout, discovery (``/api``, ``/apis``, resource lists), get/list/watch with
+resourceVersions, bookmarks for watches that allow them, ``410 Gone`` for versions older than
+the compacted history, label and field selectors, create/update/delete, merge, JSON and
+strategic merge patches, and the status subresource. kubernetes-asyncio's own code paths run
+unchanged against it, and so does kubectl (get, apply, label, delete, api-resources; no OpenAPI
+document is served, so ``kubectl apply`` needs ``--validate=false``). Not modelled: finalizers
+(deletion is immediate), pagination (``limit`` is ignored, lists are whole), server-side apply,
+schema validation, the ``scale`` subresource; admission is one optional hook
+(``set_admission``: the lab allocates nodePorts there). ``dump``/``load`` and ``set_on_commit``
+let the lab keep the store on disk across restarts.
 
 Tests drive it from the inside (``put``/``delete`` write as the cluster would, without the
 rules a client is held to), steer it (``compact``, ``break_watches``, ``send_bookmarks``,
@@ -31,16 +34,17 @@ functions, ``server`` HTTP) and runs in the lab without test-only dependencies.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from types import TracebackType
 
 from aiohttp import web
 
 from podway.kube.emulator.resources import ResourceType, gateway_api_crd
 from podway.kube.emulator.server import Api, Fault, Patch
-from podway.kube.emulator.store import ApiError, Obj, Store
+from podway.kube.emulator.store import Admit, ApiError, Obj, Store
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
-__all__ = ["GATEWAY_KINDS", "KubeEmulator", "Patch", "gateway_api_crd"]
+__all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "gateway_api_crd"]
 
 
 class KubeEmulator:
@@ -134,6 +138,24 @@ class KubeEmulator:
     def uninstall_crd(self, kind: str) -> None:
         plural = GATEWAY_KINDS[kind][0]
         self.delete("customresourcedefinitions", "", f"{plural}.gateway.networking.k8s.io")
+
+    # ---- hooks for the lab -------------------------------------------------------------
+    def set_admission(self, admit: Admit | None) -> None:
+        """Run ``admit(type, new, old)`` before every write (may edit ``new`` or raise
+        ``ApiError``): the lab allocates nodePorts and clusterIPs there."""
+        self._store.admit = admit
+
+    def set_on_commit(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback()`` after every write (the lab schedules a save)."""
+        self._store.on_commit = callback
+
+    def dump(self) -> Obj:
+        """The whole store as JSON-able data (see ``load``)."""
+        return self._store.dump()
+
+    def load(self, dumped: Obj) -> None:
+        """Restore a ``dump`` before serving; clients resuming older versions get 410."""
+        self._store.load(dumped)
 
     # ---- steering ---------------------------------------------------------------------
     def compact(self, *, expire_watches: bool = True) -> None:

@@ -56,6 +56,8 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("events", "Event", status=False, short=("ev",)),
     ResourceType(group="events.k8s.io", version="v1", plural="events", kind="Event",
                  namespaced=True, status=False, short_names=("ev",)),
+    ResourceType(group="apps", version="v1", plural="deployments", kind="Deployment",
+                 namespaced=True, short_names=("deploy",)),
     ResourceType(group="discovery.k8s.io", version="v1", plural="endpointslices",
                  kind="EndpointSlice", namespaced=True, status=False),
     ResourceType(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease",

@@ -10,6 +10,7 @@ versions, ``BOOKMARK`` events only for watches that allowed them.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
 }
 TRUE = ("true", "1", "True")
+SCALABLE = {("apps", "deployments")}  # kinds with a ``scale`` subresource (kubectl scale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +139,8 @@ class Api:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
-        if sub and not (sub == "status" and rtype.status):
+        if sub and not (sub == "status" and rtype.status) and \
+                not (sub == "scale" and rtype.group_resource in SCALABLE):
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
@@ -158,6 +161,8 @@ class Api:
     async def _verb(self, request: web.Request, target: Target) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
         ns = target.namespace or ""
+        if target.subresource == "scale":
+            return await self._scale(request, target)
         if request.method == "GET" and target.name is None:
             if request.query.get("watch") in TRUE:
                 return await self._watch(request, target)
@@ -222,6 +227,42 @@ class Api:
         result = self.store.replace(rtype, ns, target.name, updated,
                                     subresource=target.subresource)
         return self._json(result, rtype)
+
+    @staticmethod
+    def _scale_of(obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        labels = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+                "metadata": {k: meta[k] for k in ("name", "namespace", "uid",
+                                                  "resourceVersion") if k in meta},
+                "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
+                "status": {"replicas": int((obj.get("status") or {}).get("replicas", 0)),
+                           "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))}}
+
+    async def _scale(self, request: web.Request, target: Target) -> web.Response:
+        """``deployments/{name}/scale``: read or set ``spec.replicas`` (kubectl scale)."""
+        assert target.name is not None
+        rtype, ns = target.rtype, target.namespace or ""
+        obj = self.store.get(rtype, ns, target.name)
+        if request.method in ("PUT", "PATCH"):
+            body = await request.json()
+            if request.method == "PATCH":
+                patcher = PATCHERS.get(request.content_type)
+                if patcher is None:
+                    raise ApiError(415, "UnsupportedMediaType", "unknown patch type")
+                body = patcher(self._scale_of(obj), body)
+            try:
+                replicas = int(body["spec"]["replicas"])
+            except (KeyError, TypeError, ValueError):
+                raise ApiError(422, "Invalid", "spec.replicas: Required value") from None
+            if replicas < 0:
+                raise ApiError(422, "Invalid", "spec.replicas: must be >= 0")
+            updated = copy.deepcopy(obj)
+            updated.setdefault("spec", {})["replicas"] = replicas
+            obj = self.store.replace(rtype, ns, target.name, updated)
+        elif request.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+        return web.json_response(self._scale_of(obj))
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
@@ -329,6 +370,11 @@ class Api:
             if rtype.status:
                 resources.append({"name": f"{rtype.plural}/status", "singularName": "",
                                   "namespaced": rtype.namespaced, "kind": rtype.kind,
+                                  "verbs": ["get", "patch", "update"]})
+            if rtype.group_resource in SCALABLE:
+                resources.append({"name": f"{rtype.plural}/scale", "singularName": "",
+                                  "namespaced": rtype.namespaced, "kind": "Scale",
+                                  "group": "autoscaling", "version": "v1",
                                   "verbs": ["get", "patch", "update"]})
         gv = f"{group}/{version}" if group else version
         return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,

@@ -20,6 +20,7 @@ import asyncio
 import copy
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +28,10 @@ from typing import Any
 from podway.kube.emulator.resources import BUILTIN, ResourceType, from_crd
 
 Obj = dict[str, Any]
+# An admission hook: (type, new object, stored object or None) → may change the new object in
+# place or raise ``ApiError`` (the lab assigns nodePorts and clusterIPs there, as the API server
+# does). Runs before any write through the API or ``put``.
+Admit = Callable[["ResourceType", "Obj", "Obj | None"], None]
 GroupResource = tuple[str, str]  # (group, plural): objects are stored per group, any version
 CRDS: GroupResource = ("apiextensions.k8s.io", "customresourcedefinitions")
 
@@ -75,6 +80,8 @@ class Store:
         self.counts: Counter[tuple[str, str, str, str, str]] = Counter()
         self._uids = itertools.count(1)
         self._types: dict[tuple[str, str, str], ResourceType] = {}
+        self.admit: Admit | None = None
+        self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
         for rtype in BUILTIN:
             self._serve(rtype)
 
@@ -137,6 +144,8 @@ class Store:
         meta["generation"] = 1
         meta.setdefault("creationTimestamp", _now())
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+        if self.admit is not None:
+            self.admit(rtype, obj, None)
         return self._commit(rtype, key, "ADDED", obj)
 
     def replace(self, rtype: ResourceType, namespace: str, name: str, new: Obj, *,
@@ -169,6 +178,8 @@ class Store:
         meta["generation"] = generation + (_spec_part(new) != _spec_part(old))
         new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if self.admit is not None:
+            self.admit(rtype, new, old)
         if new == old:
             return old  # a no-op write does not bump the resourceVersion (like the server)
         return self._commit(rtype, (namespace if rtype.namespaced else "", name), "MODIFIED",
@@ -195,6 +206,8 @@ class Store:
         self._publish(Event(self.version, kind, rtype.group_resource, copy.deepcopy(obj)))
         if rtype.group_resource == CRDS:
             self._crd_changed(kind, obj)
+        if self.on_commit is not None:
+            self.on_commit()
         return obj
 
     def _publish(self, event: Event) -> None:
@@ -218,6 +231,30 @@ class Store:
                                   namespaced=True)
         for key in list(store):
             self._commit(rtype_like, key, "DELETED", copy.deepcopy(store[key]))
+
+    # ---- persistence (the lab's control plane survives its restart) --------------------
+    def dump(self) -> Obj:
+        """Every object with its resourceVersion and uid, CRDs first, and the version."""
+        order = sorted(self.objects, key=lambda gr: gr != CRDS)
+        return {"version": self.version,
+                "objects": [[gr[0], gr[1], copy.deepcopy(obj)] for gr in order
+                            for _, obj in sorted(self.objects[gr].items())]}
+
+    def load(self, dumped: Obj) -> None:
+        """Restore a ``dump`` into this (empty) store. Objects keep their versions and uids;
+        the history starts at the dumped version, so a client resuming from before it gets
+        ``410 Gone`` and re-lists, as after an etcd compaction."""
+        top = 0
+        for group, plural, obj in dumped["objects"]:
+            meta = obj["metadata"]
+            key = (str(meta.get("namespace", "")), str(meta["name"]))
+            self.objects.setdefault((group, plural), {})[key] = obj
+            top = max(top, int(str(meta.get("uid", "0")).split("-")[0], 16))
+            if (group, plural) == CRDS:
+                self._crd_changed("ADDED", obj)
+        self._uids = itertools.count(top + 1)
+        self.version = self.floor = int(dumped["version"])
+        self.history.clear()
 
     # ---- watch control ----------------------------------------------------------------
     def since(self, resource: GroupResource, version: int) -> list[Event]:

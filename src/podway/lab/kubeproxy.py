@@ -1,0 +1,87 @@
+"""NodePort Services as kube-proxy makes them work, as one nftables table per node.
+
+``ruleset`` is pure: Services and EndpointSlices in, the whole ``ip podway_lab_kube_proxy``
+table out (replaced in one ``nft -f`` transaction). For each NodePort/LoadBalancer Service port
+on this node:
+
+- ``externalTrafficPolicy: Cluster`` (default): DNAT to a random ready endpoint on *any* node
+  and mark the packet; marked packets are masqueraded on the way out, so the pod sees a node
+  address (kube-proxy's ``KUBE-MARK-MASQ``), and a reply to another node's pod returns the
+  way it came;
+- ``Local``: only this node's ready endpoints, no SNAT (the pod sees the client); a node with
+  none drops the traffic (kube-proxy does too), which is what a load balancer's health check
+  on ``NodeIP:nodePort`` notices;
+- no ready endpoint at all: drop.
+
+Random choice is ``numgen random``, per new connection (conntrack keeps a flow on its pod).
+ClusterIPs are not programmed (nothing in the lab uses them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Obj = dict[str, Any]
+TABLE = "podway_lab_kube_proxy"
+MASQ_MARK = "0x4000"
+
+
+def _ready_endpoints(service: Obj, slices: list[Obj], protocol: str,
+                     name: str | None, node: str | None) -> list[tuple[str, int]]:
+    ns, svc = service["metadata"].get("namespace", ""), service["metadata"]["name"]
+    out: list[tuple[str, int]] = []
+    for sl in slices:
+        labels = sl["metadata"].get("labels") or {}
+        if sl["metadata"].get("namespace", "") != ns or \
+                labels.get("kubernetes.io/service-name") != svc:
+            continue
+        port = next((p["port"] for p in sl.get("ports") or []
+                     if p.get("protocol", "TCP") == protocol
+                     and (p.get("name") == name if name else True)), None)
+        if port is None:
+            continue
+        for ep in sl.get("endpoints") or []:
+            if not (ep.get("conditions") or {}).get("ready"):
+                continue
+            if node is not None and ep.get("nodeName") != node:
+                continue
+            out.extend((addr, int(port)) for addr in ep.get("addresses") or [])
+    return sorted(set(out))
+
+
+def ruleset(node: str, services: list[Obj], slices: list[Obj]) -> str:
+    """The nft script that (re)installs this node's NodePort rules."""
+    rules: list[str] = []
+    for svc in sorted(services, key=lambda s: (s["metadata"].get("namespace", ""),
+                                               s["metadata"]["name"])):
+        spec = svc.get("spec") or {}
+        if spec.get("type") not in ("NodePort", "LoadBalancer"):
+            continue
+        local = spec.get("externalTrafficPolicy") == "Local"
+        for port in spec.get("ports") or []:
+            if not port.get("nodePort"):
+                continue
+            proto = str(port.get("protocol", "TCP")).lower()
+            if proto not in ("tcp", "udp"):
+                continue
+            targets = _ready_endpoints(svc, slices, proto.upper(), port.get("name"),
+                                       node if local else None)
+            match = f"{proto} dport {int(port['nodePort'])}"
+            if not targets:
+                rules.append(f"    {match} drop")
+                continue
+            choice = ", ".join(f"{i} : {ip} . {p}" for i, (ip, p) in enumerate(targets))
+            mark = "" if local else f"meta mark set {MASQ_MARK} "
+            rules.append(f"    {match} {mark}dnat ip to numgen random mod {len(targets)} "
+                         f"map {{ {choice} }}")
+    body = "\n".join(rules)
+    return (f"table ip {TABLE}\ndelete table ip {TABLE}\n"
+            f"table ip {TABLE} {{\n"
+            "  chain nodeports {\n" + body + "\n  }\n"
+            "  chain prerouting {\n    type nat hook prerouting priority -100; policy accept;\n"
+            "    fib daddr type local jump nodeports\n  }\n"
+            "  chain output {\n    type nat hook output priority -100; policy accept;\n"
+            "    ip daddr != 127.0.0.0/8 fib daddr type local jump nodeports\n  }\n"
+            "  chain postrouting {\n    type nat hook postrouting priority 100; "
+            "policy accept;\n"
+            f"    meta mark & {MASQ_MARK} == {MASQ_MARK} masquerade\n  }}\n}}\n")
