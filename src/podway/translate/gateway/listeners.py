@@ -21,6 +21,7 @@ from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Reason, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
+from podway.translate.vips import grant_of
 
 L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))
@@ -98,7 +99,7 @@ _PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
 
 def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
             opts: TranslateOptions) -> GatewayInfo:
-    address, issue = _address(gateway, opts)
+    address, issue = _address(gateway, snapshot, opts)
     info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
@@ -112,8 +113,23 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
     return info
 
 
-def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
-    """spec.addresses[0] when it is an IPAddress, else the default bind address."""
+def _address(gateway: Gateway, snapshot: Snapshot,
+             opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
+    """spec.addresses[0] when it is an IPAddress, else the default bind address; with an
+    address allocator, the first address it granted (none: not programmed)."""
+    grant = grant_of(gateway.ref, snapshot, opts)
+    if grant is not None:
+        if grant.pending:
+            return opts.address, AddressIssue(grant.message, usable=False,
+                                              reason=Reason.ADDRESS_NOT_ASSIGNED)
+        bound = grant.addresses[0]
+        if len(grant.addresses) > 1:
+            return bound, AddressIssue(
+                f"every address is reserved for it, only the first ({bound}) is bound yet",
+                usable=True)
+        if grant.reason is not None:
+            return bound, AddressIssue(grant.message, usable=True, reason=grant.reason)
+        return bound, None
     if not gateway.spec.addresses or not gateway.spec.addresses[0].value:
         return opts.address, None
     first = gateway.spec.addresses[0]

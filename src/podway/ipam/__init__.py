@@ -1,0 +1,39 @@
+"""Podway's VIP address management: pools from configuration, one allocation per LoadBalancer
+Service and Gateway, recovered from the objects' status (no store of its own).
+
+``Ipam`` is the allocator the translator takes (``TranslateOptions.vips``): a pure function of
+the snapshot, so every controller replica computes the same map and only the leader's status
+writes make it visible (``status.loadBalancer.ingress``, Gateway ``status.addresses``); after a
+restart those statuses are read back as what each object holds. See ``docs/vips.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from podway.ipam.allocate import allocate
+from podway.ipam.claims import Claim, claims_of
+from podway.ipam.pools import AddressRange, Pool, load_pools, parse_pools, parse_range
+from podway.model.snapshot import Snapshot
+from podway.translate.options import TranslateOptions
+from podway.translate.vips import VipGrant, VipMap
+
+__all__ = ["AddressRange", "Claim", "Ipam", "Pool", "VipGrant", "allocate", "claims_of",
+           "load_pools", "parse_pools", "parse_range"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ipam:
+    """The allocator over ``pools``. The translator asks once per object kind and snapshot; the
+    last answer is kept for the same snapshot object (snapshots are immutable)."""
+
+    pools: tuple[Pool, ...]
+    _last: list[tuple[Snapshot, TranslateOptions, VipMap]] = field(
+        default_factory=list, compare=False, hash=False, repr=False)
+
+    def allocate(self, snapshot: Snapshot, opts: TranslateOptions) -> VipMap:
+        if self._last and self._last[0][0] is snapshot and self._last[0][1] is opts:
+            return self._last[0][2]
+        result = allocate(claims_of(snapshot, opts), self.pools)
+        self._last[:] = [(snapshot, opts, result)]
+        return result
