@@ -7,7 +7,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
-    from podway.commands import agent, demo, echo, engine, run, validate
+    from podway.commands import agent, demo, echo, engine, run, validate, vip
 
     validate.register(app)
     run.register(app)
@@ -15,3 +15,4 @@ def register(app: typer.Typer) -> None:
     echo.register(app)
     engine.register(app)
     agent.register(app)
+    vip.register(app)
