@@ -7,6 +7,8 @@ rewritten from each state it publishes. Readers (tests, the demo, benchmarks) aw
 ``standalone.pipeline.wait_for(lambda s: s.generation >= n)``.
 
 The status file (``podway.status``) is rewritten atomically from every published state.
+Optional loopback-only servers, each a reader of the same states: ``/metrics`` (Podway's
+registries, then Envoy's own stats) and the dashboard (``podway.dashboard``).
 """
 
 from __future__ import annotations
@@ -14,20 +16,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from podway.engine.bootstrap import EnvoyStats
 from podway.engine.local import LocalEngineOptions, colocated_engine
 from podway.engine.process import Engine
 from podway.engine.state import open_state
 from podway.ir import IR
+from podway.netaddr import HostPort, format_host_port
 from podway.pipeline import Pipeline, Rejection
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
 from podway.translate import TranslateOptions
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +56,10 @@ class StandaloneOptions:
     concurrency: int = 1
     drain_s: float = 2.0
     node_id: str = "podway-standalone"
+    envoy_stats: EnvoyStats = EnvoyStats.BOUNDED  # DETAILED: per-pool stats too (costly)
+    metrics: HostPort | None = None  # /metrics and /healthz; None: not served
+    dashboard: HostPort | None = None  # the dashboard; None: not served
+    dashboard_refresh_s: float = 2.0  # how often a watched dashboard samples the engine
 
 
 class Standalone:
@@ -85,7 +97,8 @@ class Standalone:
                     engine = colocated_engine(state, LocalEngineOptions(
                         node_id=self.opts.node_id, delta=self.opts.delta,
                         envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
-                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s))
+                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s,
+                        stats=self.opts.envoy_stats))
                 if not self._engine_future().done():
                     self._engine_future().set_result(engine)
                 async with asyncio.TaskGroup() as group:
@@ -97,13 +110,64 @@ class Standalone:
                             name="standalone-status-file")
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
+                    if self.opts.metrics is not None:
+                        group.create_task(self._serve_metrics(self.opts.metrics, engine),
+                                          name="standalone-metrics")
+                    if self.opts.dashboard is not None:
+                        group.create_task(self._serve_dashboard(self.opts.dashboard, engine),
+                                          name="standalone-dashboard")
             finally:
                 await self.server.stop(grace=0.5)
+
+    async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
+        from podway.metrics import exposition
+        from podway.metrics.pipeline import PipelineMetrics
+
+        metrics = PipelineMetrics()
+        app = exposition.make_app(
+            registries=[metrics.registry],
+            engine_admin=(lambda: engine.admin_address) if engine is not None else None,
+            healthy=lambda: self.pipeline.state is not None)
+        await _serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
+
+    async def _serve_dashboard(self, where: HostPort, engine: Engine | None) -> None:
+        from podway.dashboard.app import DashboardOptions, make_app
+        from podway.dashboard.view import ViewOptions
+
+        app = make_app(self.pipeline, engine_admin=(
+            (lambda: engine.admin_address) if engine is not None else None),
+            options=DashboardOptions(view=ViewOptions(
+                mode=str(self.opts.translate.mode), refresh_s=self.opts.dashboard_refresh_s,
+                explain_args=("--manifests", str(self.opts.manifests)),
+                detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED)))
+        await _serve_until_cancelled(app, where, "dashboard")
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:
             hook(event)
         self.pipeline.on_event(event)
+
+
+async def _serve_until_cancelled(app: web.Application, where: HostPort, what: str,
+                                 also: Coroutine[Any, Any, None] | None = None) -> None:
+    """Serve ``app`` at ``where`` (and run ``also``) until cancelled; then stop serving."""
+    from podway.metrics.exposition import serve
+
+    try:
+        runner = await serve(app, host=where.host, port=where.port, what=what)
+    except BaseException:
+        if also is not None:
+            also.close()  # never started
+        raise
+    try:
+        log.info("%s on http://%s/", what, format_host_port(where.host, where.port))
+        if also is not None:
+            await also
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        if also is not None:
+            also.close()  # a no-op once it ran; closes it if cancelled before it started
+        await runner.cleanup()
 
 
 async def log_listeners(pipeline: Pipeline) -> None:

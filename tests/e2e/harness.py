@@ -15,11 +15,12 @@ import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from podway.demo import read_response
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.engine.state import open_state
 from podway.pipeline import State
@@ -141,12 +142,16 @@ def backend_manifests(name: str, port: int) -> str:
     return service(name, 80, port) + "---\n" + endpoints(name, {"TCP": port})
 
 
-async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0) -> Stack:
+async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
+                     **options: Any) -> Stack:
+    """A stack (not started). Envoy keeps detailed stats: tests read per-pool counters.
+    ``options`` go to ``StandaloneOptions`` (a dashboard, metrics, …)."""
     http_port, https_port = free_port(), free_port()
+    options.setdefault("envoy_stats", EnvoyStats.DETAILED)
     standalone = Standalone(StandaloneOptions(
         manifests=root, drain_s=drain_s, delta=delta, status_file=root.parent / "status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
-                                   https_port=https_port)))
+                                   https_port=https_port), **options))
     return Stack(root, http_port, https_port, standalone)
 
 

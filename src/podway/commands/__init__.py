@@ -7,7 +7,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Attach every sub-command to ``app``; imports stay lazy so ``podway --help`` is quick."""
-    from podway.commands import agent, demo, echo, engine, run, validate, vip
+    from podway.commands import agent, controller, demo, echo, engine, run, validate, vip
 
     validate.register(app)
     run.register(app)
@@ -15,4 +15,5 @@ def register(app: typer.Typer) -> None:
     echo.register(app)
     engine.register(app)
     agent.register(app)
+    controller.register(app)
     vip.register(app)

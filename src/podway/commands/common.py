@@ -45,6 +45,15 @@ def check_address(flag: str, address: str) -> None:
                           f"not {address!r}") from None
 
 
+def check_loopback(flag: str, address: str, *, allow_flag: str, allowed: bool) -> None:
+    """``address`` is an IP address, and a loopback one unless ``allowed`` (by ``allow_flag``):
+    for servers with no authentication of their own (the dashboard)."""
+    check_address(flag, address)
+    if not allowed and not ipaddress.ip_address(address).is_loopback:
+        raise ConfigError(f"{flag} {address} is not loopback: the page has no login and shows "
+                          f"the whole configuration; add {allow_flag} to serve it there anyway")
+
+
 def check_at_least(flag: str, value: float, minimum: float) -> None:
     if value < minimum:
         raise ConfigError(f"{flag} must be at least {minimum:g}, not {value:g}")

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from podway.commands.common import check_at_least, run_until_signal, setup_logging
+from podway.commands.common import check_at_least, check_port, run_until_signal, setup_logging
+from podway.engine.bootstrap import EnvoyStats
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +36,12 @@ def engine(
     drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
+    metrics_port: Annotated[int, typer.Option(
+        help="Prometheus metrics (the supervisor's and Envoy's) on 127.0.0.1:PORT (0: off).")]
+    = 0,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
+        "costly with many pools).")] = EnvoyStats.BOUNDED,
     state_dir: Annotated[Path | None, typer.Option(
         help="Private folder (admin socket, pid record, log); default: per --instance under "
              "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
@@ -53,18 +60,23 @@ def engine(
     setup_logging(log_level)
     check_at_least("--concurrency", concurrency, 1)
     check_at_least("--drain-s", drain_s, 0)
+    check_port("--metrics-port", metrics_port, zero_means="no metrics")
     config = bootstrap(BootstrapOptions(
         node_id=node_id or socket.gethostname(), xds=xds, delta=not sotw,
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
         xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-        xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None))
+        xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
+        stats=envoy_stats))
     folder = instance_dir(state_dir, instance)
 
     async def main() -> None:
+        from podway.metrics.exposition import serve_while
+
         with open_state(folder) as state:
             process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
                                            state=state, log_level=envoy_log_level,
                                            concurrency=concurrency, drain_s=drain_s))
-            await process.run()
+            await serve_while(process.run(), host="127.0.0.1", port=metrics_port,
+                              engine_admin=lambda: process.admin_address)
 
     asyncio.run(run_until_signal(main()))

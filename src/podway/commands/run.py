@@ -11,10 +11,12 @@ import typer
 from podway.commands.common import (
     check_address,
     check_at_least,
+    check_loopback,
     check_port,
     run_until_signal,
     setup_logging,
 )
+from podway.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
 
 
@@ -60,7 +62,18 @@ def run(
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
     metrics_port: Annotated[int, typer.Option(
-        help="Prometheus metrics on 127.0.0.1:PORT (0: off).")] = 0,
+        help="Prometheus metrics (Podway's and Envoy's) on 127.0.0.1:PORT (0: off).")] = 0,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
+        "costly with many pools).")] = EnvoyStats.BOUNDED,
+    dashboard_port: Annotated[int, typer.Option(
+        help="Serve the live dashboard on this port (0: off).")] = 0,
+    dashboard_address: Annotated[str, typer.Option(
+        help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
+    = "127.0.0.1",
+    dashboard_allow_remote: Annotated[bool, typer.Option(
+        "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page "
+        "has no login: put it behind your own access control).")] = False,
     manifest_addresses: Annotated[bool, typer.Option(
         "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
         "(default: every listener binds --address).")] = False,
@@ -70,6 +83,7 @@ def run(
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.engine.state import instance_dir
+    from podway.netaddr import HostPort
     from podway.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
     from podway.xds.server import ServerTLS, check_bind
@@ -79,6 +93,9 @@ def run(
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
+    check_port("--dashboard-port", dashboard_port, zero_means="no dashboard")
+    check_loopback("--dashboard-address", dashboard_address,
+                   allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
     check_at_least("--concurrency", concurrency, 1)
     check_at_least("--drain-s", drain_s, 0)
     if (xds_cert is None) != (xds_key is None):
@@ -90,10 +107,6 @@ def run(
     check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
     if no_engine and not xds_address:
         raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
-    if metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, addr="127.0.0.1")
     opts = StandaloneOptions(
         manifests=manifests,
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
@@ -102,5 +115,7 @@ def run(
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
-        concurrency=concurrency, drain_s=drain_s)
+        concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
+        metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
+        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None)
     asyncio.run(run_until_signal(Standalone(opts).run()))

@@ -11,18 +11,42 @@ engine it left running reconnects to the new one within a couple of seconds.
 TLS to the xDS server always verifies a name: ``xds_sni`` if given, else the host of ``xds`` (an
 IP literal is matched against the certificate's IP addresses and sent as no SNI). A unix socket
 has no host, so TLS over one needs ``xds_sni``.
+
+Stats are bounded by default (``EnvoyStats.BOUNDED``): Envoy instantiates only the stats whose
+number does not grow with the configuration's pools and routes — server, managers, xDS, the
+per-listener HTTP/TCP/UDP figures and the xDS cluster's own — through the bootstrap's
+``stats_matcher``. Per-cluster (per-pool) and per-virtual-host stats cost memory and time on
+every config update at scale (tens of stats per cluster, created with each cluster), so they
+come only with ``EnvoyStats.DETAILED`` (``--envoy-stats detailed``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from podway.errors import ConfigError
 from podway.netaddr import parse_host_port
 
 XDS_CLUSTER = "podway-xds"
+
+
+class EnvoyStats(StrEnum):
+    """Which of Envoy's stats exist (see the module docstring)."""
+
+    BOUNDED = "bounded"  # a number of stats that does not grow with pools and routes
+    DETAILED = "detailed"  # every stat Envoy has, per cluster (pool) and virtual host too
+
+
+# Prefixes of the stats kept in BOUNDED mode: each is one fixed set, or one set per listener.
+BOUNDED_STAT_PREFIXES = (
+    "server.", "runtime.", "overload.", "control_plane.", "main_thread.", "workers.",
+    "cluster_manager.", "listener_manager.",
+    "http.", "listener.", "tcp.", "udp.", "http1.", "http2.", "http3.",
+    f"cluster.{XDS_CLUSTER}.",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,12 +60,13 @@ class BootstrapOptions:
     xds_sni: str = ""
     xds_client_cert_pem: str | None = None
     xds_client_key_pem: str | None = None
+    stats: EnvoyStats = EnvoyStats.BOUNDED
 
 
 def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     """The bootstrap as plain data (Envoy reads it as JSON)."""
     ads_source = {"ads": {}, "resource_api_version": "V3"}
-    return {
+    config: dict[str, Any] = {
         "node": {"id": opts.node_id, "cluster": "podway"},
         **({"admin": admin_config(opts.admin_path)} if opts.admin_path else {}),
         "dynamic_resources": {
@@ -67,6 +92,10 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
             },
         }]},
     }
+    if opts.stats is EnvoyStats.BOUNDED:
+        config["stats_config"] = {"stats_matcher": {"inclusion_list": {"patterns": [
+            {"prefix": prefix} for prefix in BOUNDED_STAT_PREFIXES]}}}
+    return config
 
 
 def admin_config(path: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.engine.state import StateDir
 
@@ -25,6 +25,7 @@ class LocalEngineOptions:
     log_level: str = "warning"  # Envoy's own
     concurrency: int = 1
     drain_s: float = 2.0
+    stats: EnvoyStats = EnvoyStats.BOUNDED  # DETAILED: per-pool stats too (costly at scale)
 
 
 def colocated_engine(state: StateDir, opts: LocalEngineOptions) -> Engine:
@@ -32,6 +33,7 @@ def colocated_engine(state: StateDir, opts: LocalEngineOptions) -> Engine:
     return Engine(EngineOptions(
         envoy_path=find_envoy(opts.envoy_path),
         bootstrap=bootstrap(BootstrapOptions(node_id=opts.node_id,
-                                             xds=f"unix:{state.xds_socket}", delta=opts.delta)),
+                                             xds=f"unix:{state.xds_socket}", delta=opts.delta,
+                                             stats=opts.stats)),
         state=state, log_level=opts.log_level, concurrency=opts.concurrency,
         drain_s=opts.drain_s))

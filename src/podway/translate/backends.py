@@ -29,6 +29,7 @@ class PoolSpec:
     settings: PoolSettings
     origin: ObjectRef
     external_traffic_policy: str | None = None
+    mode: BackendMode | None = None  # the Service's backend mode (None: the default)
 
 
 _APP_PROTOCOLS = {
@@ -70,10 +71,33 @@ def find_port(service: Service, *, number: int | None = None, name: str | None =
     return chosen[0] if chosen else None
 
 
+MODE_ANNOTATION = "podway.io/backend-mode"
+
+
+def service_mode(service: Service, opts: TranslateOptions) -> BackendMode:
+    """The Service's backend mode: its ``podway.io/backend-mode`` annotation when that names a
+    mode, else the default (``opts.mode``). A value that names no mode is a problem reported by
+    the translator (``invalid_mode``), and the default applies."""
+    value = service.metadata.annotations.get(MODE_ANNOTATION)
+    try:
+        return BackendMode(value) if value is not None else opts.mode
+    except ValueError:
+        return opts.mode
+
+
+def invalid_mode(service: Service) -> str | None:
+    """Why the Service's backend-mode annotation is refused, if it is."""
+    value = service.metadata.annotations.get(MODE_ANNOTATION)
+    if value is None or value in {m.value for m in BackendMode}:
+        return None
+    return (f"annotation {MODE_ANNOTATION}: {value[:64]!r} is not a backend mode (one of "
+            f"{', '.join(m.value for m in BackendMode)}); the default applies")
+
+
 def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:
-    """Why ``port`` of ``service`` cannot be a backend in the configured mode, if it cannot."""
+    """Why ``port`` of ``service`` cannot be a backend in its mode, if it cannot."""
     ns, name = service.key
-    if opts.mode is not BackendMode.NODEPORT or port.node_port:
+    if service_mode(service, opts) is not BackendMode.NODEPORT or port.node_port:
         return None
     kind = service.spec.type
     if kind in ("NodePort", "LoadBalancer"):
@@ -85,8 +109,8 @@ def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) ->
 
 
 def mode_warning(service: Service, opts: TranslateOptions) -> str | None:
-    """What the configured mode expects of ``service`` that it lacks, if anything."""
-    if (opts.mode is BackendMode.NODEPORTLOCAL
+    """What the Service's mode expects of ``service`` that it lacks, if anything."""
+    if (service_mode(service, opts) is BackendMode.NODEPORTLOCAL
             and service.metadata.annotations.get(npl.ENABLED_ANNOTATION) != "true"):
         ns, name = service.key
         return (f"Service {ns}/{name} lacks the annotation {npl.ENABLED_ANNOTATION}: \"true\"; "

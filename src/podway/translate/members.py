@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from podway.ir import Member, MemberState
-from podway.model import EndpointSlice, Node, ObjectRef, Pod, Snapshot, npl
+from podway.model import EndpointSlice, Node, ObjectRef, Pod, Service, Snapshot, npl
 from podway.model.core import Endpoint
 from podway.model.snapshot import Key
 from podway.translate.addresses import address_problem
-from podway.translate.backends import PoolSpec, ServiceKey
+from podway.translate.backends import PoolSpec, ServiceKey, service_mode
 from podway.translate.options import BackendMode, TranslateOptions
 from podway.translate.problems import Problem, Reason
 
@@ -298,9 +298,32 @@ class NodePortLocalResolver:
         return ctx.endpoints.services_of_pod(key) if kind == Pod.KIND else ()
 
 
+class ModeResolver:
+    """Each pool resolved in its Service's mode (``PoolSpec.mode``, else ``opts.mode``).
+
+    Its kinds are every mode's, so a Pod or Node change re-resolves only the pools it can move
+    (a Node change: the pools in ``nodeport`` mode). A mode change is a Service change, which is
+    structural: the pool spec changes with it and its members are resolved again.
+    """
+
+    kinds = frozenset({EndpointSlice.KIND, Node.KIND, Pod.KIND})
+
+    def __init__(self, opts: TranslateOptions) -> None:
+        self._opts = opts
+        self._default = opts.mode
+        self._by_mode: dict[BackendMode, MemberResolver] = {
+            BackendMode.CLUSTERIP: ClusterIPResolver(), BackendMode.NODEPORT: NodePortResolver(),
+            BackendMode.NODEPORTLOCAL: NodePortLocalResolver()}
+
+    def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
+        return self._by_mode[spec.mode or self._default].members(spec, ctx)
+
+    def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
+        if kind == Node.KIND:
+            return [key for key, service in ctx.snapshot.kind(Service).items()
+                    if service_mode(service, self._opts) is BackendMode.NODEPORT]
+        return ctx.endpoints.services_of_pod(key) if kind == Pod.KIND else ()
+
+
 def resolver_for(opts: TranslateOptions) -> MemberResolver:
-    if opts.mode is BackendMode.NODEPORT:
-        return NodePortResolver()
-    if opts.mode is BackendMode.NODEPORTLOCAL:
-        return NodePortLocalResolver()
-    return ClusterIPResolver()
+    return ModeResolver(opts)

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     UNSUPPORTED_BACKEND = "UnsupportedBackend"
     UNSUPPORTED_PROTOCOL = "UnsupportedProtocol"
     NPL_NOT_ENABLED = "NodePortLocalNotEnabled"
+    INVALID_BACKEND_MODE = "InvalidBackendMode"  # podway.io/backend-mode names no mode
     # TLS material
     SECRET_NOT_FOUND = "SecretNotFound"
     INVALID_SECRET = "InvalidSecret"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from podway.ir import IR, Forward, Listener, Mirror, Pool, WeightedPool
@@ -21,7 +21,13 @@ from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
 from podway.translate import service as service_rules
-from podway.translate.backends import PoolSpec, ServiceKey, mode_warning
+from podway.translate.backends import (
+    PoolSpec,
+    ServiceKey,
+    invalid_mode,
+    mode_warning,
+    service_mode,
+)
 from podway.translate.gateway import translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
@@ -167,13 +173,20 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
-    for service_key in sorted({spec.service for spec in pools.values()}):
-        backing = snapshot.get(Service, *service_key)
-        warning = mode_warning(backing, opts) if backing is not None else None
-        if backing is not None and warning is not None:
-            problems.append(Problem(ref=backing.ref, reason=Reason.NPL_NOT_ENABLED,
-                                    message=warning, severity=Severity.WARNING,
-                                    field="metadata.annotations"))
+    services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
+    for name, spec in pools.items():  # the mode is per Service: its annotation, else the default
+        backing = services[spec.service]
+        if backing is not None:
+            pools[name] = replace(spec, mode=service_mode(backing, opts))
+    for service_key in sorted(services):
+        backing = services[service_key]
+        if backing is None:
+            continue
+        for reason, message in ((Reason.NPL_NOT_ENABLED, mode_warning(backing, opts)),
+                                (Reason.INVALID_BACKEND_MODE, invalid_mode(backing))):
+            if message is not None:
+                problems.append(Problem(ref=backing.ref, reason=reason, message=message,
+                                        severity=Severity.WARNING, field="metadata.annotations"))
     problems.sort(key=_problem_order)
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems), gw.statuses)
 

@@ -1,0 +1,303 @@
+"""Controller convergence against the API emulator, through a real Envoy.
+
+The emulator runs in a child process (so this process's RSS is the controller's), filled with
+N ClusterIP Services + EndpointSlices (all at one loopback echo), one GatewayClass, one Gateway
+(HTTP listener) and N HTTPRoutes (host ``r<i>.bench.test`` → Service ``svc-<i>``). Then:
+
+* first snapshot and status: controller start → first state; that state's status pass (every
+  route's Accepted/ResolvedRefs and the Gateway's attachedRoutes PATCHed, bounded concurrency);
+* EndpointSlice change at the API (a merge patch) → Envoy's EDS ACK, p50/p99 over ``--tries``;
+* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99;
+* controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
+
+Targets (issue 11): EDS ACK p99 ≤ 200 ms at 1,000 Services; new route p99 ≤ 100 ms at 1,000
+routes; status of 1,000 routes ≤ 2 s; RSS ≤ 150 MiB at 1,000 + 1,000. Every time is also printed
+as a ratio to the machine-speed reference (``bench/speedref.py``) measured in the same run.
+
+    .venv/bin/python bench/convergence.py [--sizes 1000] [--tries 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client
+
+sys.path.insert(0, str(Path(__file__).parent))
+import speedref
+
+from podway.controller.main import Controller, ControllerOptions
+from podway.echo import Identity
+from podway.echo.server import EchoOptions, serve
+from podway.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.pipeline import State
+from podway.translate import TranslateOptions
+from podway.xds import types
+from podway.xds.protocol import Ack, Event
+
+GW = "gateway.networking.k8s.io"
+NS = "bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# ---- the emulator child ----------------------------------------------------------------
+async def serve_emulator(count: int, echo_port: int, gateway_port: int) -> None:
+    from podway.kube.emulator import KubeEmulator
+
+    emu = KubeEmulator()
+    url = await emu.start()
+    emu.install_gateway_api()
+    emu.put("gatewayclasses", {"metadata": {"name": "podway"},
+                               "spec": {"controllerName": "podway.io/gateway-controller"}},
+            group=GW)
+    emu.put("gateways", {"metadata": {"name": "edge", "namespace": NS}, "spec": {
+        "gatewayClassName": "podway", "listeners": [
+            {"name": "http", "protocol": "HTTP", "port": gateway_port,
+             "allowedRoutes": {"namespaces": {"from": "All"}}}]}}, group=GW)
+    for i in range(count):
+        emu.put("services", {"metadata": {"name": f"svc-{i}", "namespace": NS}, "spec": {
+            "selector": {"app": f"a{i}"}, "ports": [{"name": "http", "port": 80,
+                                                     "targetPort": echo_port}]}})
+        emu.put("endpointslices", endpoint_slice(i, echo_port, "127.0.0.1"),
+                group="discovery.k8s.io")
+        emu.put("httproutes", route(i), group=GW)
+    print(url, flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
+    await emu.stop()
+
+
+def endpoint_slice(i: int, port: int, address: str) -> dict[str, Any]:
+    return {"metadata": {"name": f"svc-{i}-1", "namespace": NS,
+                         "labels": {"kubernetes.io/service-name": f"svc-{i}"}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": port}],
+            "endpoints": [{"addresses": [address], "conditions": {"ready": True}}]}
+
+
+def route(i: int, host: str | None = None) -> dict[str, Any]:
+    """Route ``r<i>`` (or one named after ``host``) to Service ``svc-<i>``."""
+    return {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute",
+            "metadata": {"name": f"r{i}" if host is None else host.split(".")[0],
+                         "namespace": NS},
+            "spec": {"parentRefs": [{"name": "edge"}],
+                     "hostnames": [host or f"r{i}.bench.test"],
+                     "rules": [{"backendRefs": [{"name": f"svc-{i}", "port": 80}]}]}}
+
+
+# ---- measuring -------------------------------------------------------------------------
+class Acks:
+    """The next ACK of one xDS type, as a future (the controller's event hook)."""
+
+    def __init__(self) -> None:
+        self.waiters: list[tuple[str, asyncio.Future[float]]] = []
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Ack):
+            now = time.perf_counter()
+            for type_url, future in list(self.waiters):
+                if type_url == event.type_url and not future.done():
+                    future.set_result(now)
+                    self.waiters.remove((type_url, future))
+
+    def next(self, type_url: str) -> asyncio.Future[float]:
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self.waiters.append((type_url, future))
+        return future
+
+
+async def status_of(port: int, host: str) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        line = await reader.readline()
+        return int(line.split()[1])
+    finally:
+        writer.close()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Figures:
+    def __init__(self, ref: speedref.Reference) -> None:
+        self.ref = ref
+
+    def time(self, label: str, *seconds: float) -> None:
+        ms = " / ".join(f"{s * 1000:.0f} ms" for s in seconds)
+        ratios = " / ".join(self.ref.ratio(s) for s in seconds)
+        print(f"  {label:<44} {ms:<22} ({ratios})", flush=True)
+
+
+async def start_emulator(count: int, echo_port: int, gateway_port: int
+                         ) -> asyncio.subprocess.Process:
+    """The filled emulator in a child process (its first stdout line is its URL)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve-emulator", str(count), str(echo_port),
+        str(gateway_port), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+
+
+async def first_state(controller: Controller, out: Figures, count: int) -> None:
+    """Start → first state, and the first status pass (timed around the writer's call)."""
+    began = time.perf_counter()
+    await controller.started.wait()
+    assert controller.pipeline is not None
+    assert controller.status is not None
+    writer = controller.status
+    first_pass: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    original = writer.write
+
+    async def timed_write(state: State) -> int:
+        t0 = time.perf_counter()
+        written = await original(state)
+        if written and not first_pass.done():
+            first_pass.set_result(time.perf_counter() - t0)
+        return written
+
+    writer.write = timed_write  # type: ignore[method-assign]
+    state = await controller.pipeline.wait_for(lambda s: True)
+    out.time("start → first state (list, parse, translate)", time.perf_counter() - began)
+    routes = sum(len(v.routes) for ls in state.ir.listeners for v in ls.virtual_hosts)
+    print(f"  first state: {len(state.ir.pools)} pools, {routes} routes", flush=True)
+    out.time(f"status of {count} routes + Gateway written", await first_pass)
+
+
+async def serving(port: int, host: str, limit_s: float) -> None:
+    """Until ``host`` answers 200 through the engine (each try is one request)."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            if await status_of(port, host) == 200:
+                return
+
+
+async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, tries: int,
+                           echo_port: int) -> None:
+    discovery: Any = client.DiscoveryV1Api(api)
+    eds = []
+    for i in range(tries):
+        done = acks.next(types.ENDPOINT)
+        t0 = time.perf_counter()
+        await discovery.patch_namespaced_endpoint_slice(
+            f"svc-{i}-1", NS, endpoint_slice(i, echo_port, f"127.0.0.{2 + i % 200}"),
+            _content_type="application/merge-patch+json")
+        eds.append(await asyncio.wait_for(done, 30) - t0)
+    out.time("EndpointSlice change → EDS ACK p50 / p99", pct(eds, 0.5), pct(eds, 0.99))
+
+
+async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
+                     tries: int, count: int, gateway_port: int) -> None:
+    """Create → first 200, and its parts: create → state with the route (watch, debounce,
+    translate, build, cache) and the translation time of that state."""
+    assert controller.pipeline is not None
+    pipeline = controller.pipeline
+    custom: Any = client.CustomObjectsApi(api)
+    new, to_state, translate = [], [], []
+    for i in range(tries):
+        host = f"new{i}.bench.test"
+        assert await status_of(gateway_port, host) == 404
+        t0 = time.perf_counter()
+        # A Service the endpoint test did not move (those now point at 127.0.0.2+).
+        await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
+                                                     route(count - 1 - i, host))
+        state = await pipeline.wait_for(functools.partial(_has_host, host=host))
+        to_state.append(time.perf_counter() - t0)
+        translate.append(state.timings.total_ms / 1000)
+        await serving(gateway_port, host, 60)
+        new.append(time.perf_counter() - t0)
+    out.time("new HTTPRoute → first 200 p50 / p99", pct(new, 0.5), pct(new, 0.99))
+    out.time("  of which API → state p50 / p99", pct(to_state, 0.5), pct(to_state, 0.99))
+    out.time("  of which translate+build+cache p50 / p99", pct(translate, 0.5),
+             pct(translate, 0.99))
+
+
+def _has_host(state: State, *, host: str) -> bool:
+    return any(v.hostname == host for ls in state.ir.listeners for v in ls.virtual_hosts)
+
+
+async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
+    out = Figures(ref)
+    print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
+    echo_port, gateway_port = free_port(), free_port()
+    tasks: list[asyncio.Task[None]] = [asyncio.create_task(
+        serve(EchoOptions(port=echo_port, identity=Identity(name="e"))))]
+    child = await start_emulator(count, echo_port, gateway_port)
+    baseline = rss_mib()
+    api: client.ApiClient | None = None
+    try:
+        assert child.stdout is not None
+        url = (await child.stdout.readline()).decode().strip()
+        api = client.ApiClient(client.Configuration(host=url))
+        controller = Controller(ControllerOptions(
+            translate=TranslateOptions(address="127.0.0.1"), xds_address="127.0.0.1:0",
+            xds_unauthenticated=True, lb_address="127.0.0.1", write_events=False), api=api)
+        acks = Acks()
+        controller.event_hooks.append(acks)
+        tasks.append(asyncio.create_task(controller.run()))
+        await first_state(controller, out, count)
+        assert controller.server is not None
+        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+            BootstrapOptions(node_id="bench", xds=controller.server.target, delta=True))))
+        tasks.append(asyncio.create_task(engine.run()))
+        await engine.wait_ready(limit_s=120)
+        await serving(gateway_port, "r0.bench.test", 120)
+        await endpoint_changes(api, acks, out, tries=tries, echo_port=echo_port)
+        await new_routes(controller, api, out, tries=tries, count=count, gateway_port=gateway_port)
+        print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
+              "started (interpreter, libraries); emulator and Envoy are other processes",
+              flush=True)
+    finally:
+        for task in reversed(tasks):  # the engine, then the controller, then the echo
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if api is not None:
+            await api.close()
+        if child.stdin is not None:
+            child.stdin.close()
+        await child.wait()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000")
+    parser.add_argument("--tries", type=int, default=20)
+    parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_emulator:
+        await serve_emulator(*args.serve_emulator)
+        return
+    logging.basicConfig(level=logging.WARNING)
+    ref = speedref.measure()
+    print(ref.describe(), flush=True)
+    for size in (int(s) for s in args.sizes.split(",")):
+        await bench_size(size, args.tries, ref)
+    print(ref.check_again(), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,99 @@
+"""``podway controller``: watch the Kubernetes API, serve xDS to engines, write status back.
+
+Only flags here; the wiring is ``podway.controller.main``. Every bad flag and an unreachable
+cluster is one line on stderr (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.commands.common import (
+    check_address,
+    check_port,
+    run_until_signal,
+    setup_logging,
+)
+from podway.translate import BackendMode
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(controller)
+
+
+def controller(
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="kubeconfig file (default: the in-cluster service account).")] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+    backend_mode: Annotated[BackendMode, typer.Option(
+        help="Default backend mode; a Service's podway.io/backend-mode annotation overrides "
+             "it.")] = BackendMode.NODEPORTLOCAL,
+    namespaces: Annotated[str, typer.Option(
+        help="Comma-separated namespaces to watch (default: all).")] = "",
+    namespace_selector: Annotated[str, typer.Option(
+        help="Only namespaces whose labels match this selector (e.g. podway=on).")] = "",
+    xds_listen: Annotated[str, typer.Option(
+        help="Where engines connect (host:port or unix:/path). A TCP address needs TLS with "
+             "client certificates (--xds-cert/--xds-key/--xds-client-ca).")] = "0.0.0.0:18000",
+    xds_unauthenticated: Annotated[bool, typer.Option(
+        "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port; such "
+        "engines get no Secrets (no TLS listeners).")] = False,
+    xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
+    xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
+    xds_client_ca: Annotated[Path | None, typer.Option(
+        help="CA of the engines' client certificates.")] = None,
+    address: Annotated[str, typer.Option(
+        help="Where listeners bind when an object names no VIP.")] = "0.0.0.0",
+    http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
+    https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
+    lb_address: Annotated[str | None, typer.Option(
+        help="Address published in Service/Ingress status.loadBalancer when listeners bind "
+             "the wildcard (the engines' address; no IPAM yet).")] = None,
+    metrics_port: Annotated[int, typer.Option(
+        help="/healthz, /readyz and /metrics on this port (0: off).")] = 0,
+    metrics_address: Annotated[str, typer.Option(help="Address of the metrics port.")]
+    = "0.0.0.0",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
+    from podway.controller.main import Controller, ControllerOptions, parse_namespaces
+    from podway.errors import ConfigError
+    from podway.kube.selectors import SelectorError, label_selector
+    from podway.translate import TranslateOptions
+    from podway.xds.server import ServerTLS, check_bind
+
+    setup_logging(log_level)
+    check_address("--address", address)
+    if lb_address is not None:
+        check_address("--lb-address", lb_address)
+    check_address("--metrics-address", metrics_address)
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    check_port("--metrics-port", metrics_port, zero_means="no health or metrics endpoint")
+    if (xds_cert is None) != (xds_key is None):
+        raise ConfigError("--xds-cert and --xds-key go together")
+    tls = None
+    if xds_cert is not None and xds_key is not None:
+        try:
+            tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
+                            client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
+    check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
+    try:
+        label_selector(namespace_selector)
+    except SelectorError as exc:
+        raise ConfigError(f"--namespace-selector: {exc}") from None
+    opts = ControllerOptions(
+        kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
+        namespace_selector=namespace_selector,
+        translate=TranslateOptions(address=address, http_port=http_port,
+                                   https_port=https_port, mode=backend_mode),
+        xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
+        metrics_address=metrics_address,
+        metrics_port=metrics_port, lb_address=lb_address)
+    asyncio.run(run_until_signal(Controller(opts).run()))

@@ -1,0 +1,199 @@
+"""Kubernetes Events on the user's objects: Normal ``Synced``, a Warning per problem reason.
+
+``changes`` is pure: it compares two status documents and says which events are due — a
+Warning for each problem (or engine refusal, or object that does not parse) that is new on its
+object, a Normal ``Synced`` when an object clients reach Podway through (a LoadBalancer
+Service, an Ingress, a Gateway, a route) becomes served cleanly. An unchanged document gives no
+event, so a resync or an endpoint change never repeats one.
+
+``EventRecorder`` writes them as core/v1 Events and de-duplicates like client-go's correlator:
+the same (object, type, reason, message) again counts up the existing Event (``count``,
+``lastTimestamp``) instead of creating one; and each object has a token bucket (``burst``
+events, one more every ``refill_s`` seconds), so a flapping object cannot flood the API.
+Failures to write an Event are logged, never raised: events are best effort.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from podway.controller import metrics
+from podway.ir import IR
+from podway.model.base import ObjectRef
+from podway.model.loader import LoadError
+from podway.status import StatusDocument
+from podway.translate import Severity
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "podway-controller"
+API_VERSIONS = {"Service": "v1", "Pod": "v1", "Secret": "v1", "Node": "v1",
+                "EndpointSlice": "discovery.k8s.io/v1", "Ingress": "networking.k8s.io/v1",
+                "IngressClass": "networking.k8s.io/v1"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Due:
+    """One event to record."""
+
+    ref: ObjectRef
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def _warnings(doc: StatusDocument | None) -> dict[ObjectRef, set[tuple[str, str]]]:
+    out: dict[ObjectRef, set[tuple[str, str]]] = {}
+    if doc is None:
+        return out
+    for ref, entry in doc.objects.items():
+        if not entry.owned:
+            continue
+        found = {(str(p.reason), p.message) for p in entry.problems
+                 if p.severity is not Severity.INFO}  # info: nothing wrong, no Warning
+        found |= {("EngineRejected", f"engine {r.node} refused {r.type_name} {r.resource}: "
+                                     f"{r.message}") for r in entry.rejections}
+        if found:
+            out[ref] = found
+    return out
+
+
+def fronts(ir: IR) -> frozenset[ObjectRef]:
+    """The objects clients reach Podway through: listener and route origins (LoadBalancer
+    Services, Ingresses, Gateways, routes) — not the backend Services, Secrets or Pods."""
+    out: set[ObjectRef] = set()
+    for listener in ir.listeners:
+        out.update(listener.origins)
+        out.update(r.origin for v in listener.virtual_hosts for r in v.routes)
+        out.update(r.origin for r in listener.l4_routes)
+    return frozenset(out)
+
+
+def _synced(doc: StatusDocument | None, front: frozenset[ObjectRef]) -> set[ObjectRef]:
+    if doc is None:
+        return set()
+    return {ref for ref in front if (e := doc.objects.get(ref)) is not None
+            and e.owned and e.accepted and not e.rejections
+            and all(p.severity is Severity.INFO for p in e.problems)}
+
+
+def changes(before: StatusDocument | None, after: StatusDocument, *,
+            fronts_before: frozenset[ObjectRef] = frozenset(),
+            fronts_after: frozenset[ObjectRef] = frozenset()) -> list[Due]:
+    """The events due between two documents (see the module docstring); ``fronts_*`` are the
+    objects that get a ``Synced`` event when served cleanly (``fronts`` of each IR)."""
+    old, new = _warnings(before), _warnings(after)
+    out = [Due(ref=ref, type="Warning", reason=reason, message=message)
+           for ref in sorted(new) for reason, message in sorted(new[ref] - old.get(ref, set()))]
+    out += [Due(ref=ref, type="Normal", reason="Synced", message="served by Podway")
+            for ref in sorted(_synced(after, fronts_after) - _synced(before, fronts_before))]
+    return out
+
+
+def load_error_events(before: Iterable[LoadError], after: Iterable[LoadError]) -> list[Due]:
+    """A Warning ``InvalidObject`` for each object that newly fails to parse."""
+    out = []
+    for error in sorted(set(after) - set(before), key=str):
+        parts = error.object.split("/")
+        if len(parts) == 3:
+            ref = ObjectRef(*parts)
+        elif len(parts) == 2:
+            ref = ObjectRef(parts[0], "", parts[1])
+        else:
+            continue
+        at = f" ({error.field})" if error.field else ""
+        out.append(Due(ref=ref, type="Warning", reason="InvalidObject",
+                       message=f"{error.message}{at}"))
+    return out
+
+
+class EventRecorder:
+    """Writes due events, de-duplicated and rate-limited per object."""
+
+    def __init__(self, api: client.ApiClient, *, namespace_of_cluster_objects: str = "default",
+                 burst: int = 25, refill_s: float = 300.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._core: Any = client.CoreV1Api(api)  # stubs: no ``_content_type``, typed bodies
+        self._cluster_ns = namespace_of_cluster_objects
+        self._burst = burst
+        self._refill_s = refill_s
+        self._clock = clock or (lambda: asyncio.get_running_loop().time())
+        self._buckets: dict[ObjectRef, tuple[float, float]] = {}  # tokens, at
+        self._sent: dict[tuple[ObjectRef, str, str, str], tuple[str, int]] = {}  # name, count
+        self.dropped = 0
+
+    def _allow(self, ref: ObjectRef) -> bool:
+        now = self._clock()
+        tokens, at = self._buckets.get(ref, (float(self._burst), now))
+        tokens = min(float(self._burst), tokens + (now - at) / self._refill_s)
+        if tokens < 1:
+            self._buckets[ref] = (tokens, now)
+            return False
+        self._buckets[ref] = (tokens - 1, now)
+        return True
+
+    async def record(self, due: Iterable[Due]) -> None:
+        await asyncio.gather(*(self._one(d) for d in due))
+
+    async def _one(self, due: Due) -> None:
+        if not self._allow(due.ref):
+            self.dropped += 1
+            return
+        key = (due.ref, due.type, due.reason, due.message)
+        namespace = due.ref.namespace or self._cluster_ns
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            if key in self._sent:  # this run wrote it: count up
+                name, count = self._sent[key]
+                self._sent[key] = (name, count + 1)
+                await self._core.patch_namespaced_event(
+                    name, namespace, {"count": count + 1, "lastTimestamp": stamp},
+                    _content_type="application/merge-patch+json")
+            else:
+                name = _event_name(due)
+                self._sent[key] = (name, 1)
+                try:
+                    await self._core.create_namespaced_event(namespace, _event_body(
+                        due, name=name, namespace=namespace, stamp=stamp))
+                except client.exceptions.ApiException as exc:
+                    if exc.status != 409:
+                        self._sent.pop(key, None)
+                        raise
+                    # Written before (a previous run of the controller): count it up.
+                    existing = await self._core.read_namespaced_event(name, namespace)
+                    count = (existing.count or 1) + 1
+                    await self._core.patch_namespaced_event(
+                        name, namespace, {"count": count, "lastTimestamp": stamp},
+                        _content_type="application/merge-patch+json")
+                    self._sent[key] = (name, count)
+            metrics.EVENTS.labels(type=due.type, reason=due.reason).inc()
+        except Exception as exc:  # best effort: an event never stops the controller
+            log.warning("event %s %s on %s not written: %s", due.type, due.reason, due.ref,
+                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _event_name(due: Due) -> str:
+    digest = hashlib.sha256(f"{due.type}/{due.reason}/{due.message}".encode()).hexdigest()[:10]
+    return f"{due.ref.name[:200]}.{digest}"
+
+
+def _event_body(due: Due, *, name: str, namespace: str, stamp: str) -> dict[str, Any]:
+    involved: dict[str, Any] = {"kind": due.ref.kind, "name": due.ref.name}
+    if due.ref.namespace:
+        involved["namespace"] = due.ref.namespace
+    api_version = API_VERSIONS.get(due.ref.kind, "gateway.networking.k8s.io/v1")
+    involved["apiVersion"] = api_version
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved, "type": due.type, "reason": due.reason,
+            "message": due.message[:1024], "count": 1, "firstTimestamp": stamp,
+            "lastTimestamp": stamp, "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT, "reportingInstance": COMPONENT}

@@ -1,0 +1,259 @@
+"""``podway controller``: the Kubernetes API → the same pipeline as standalone → xDS for engines.
+
+Wiring only: ``KubeSource`` (informers) → ``ModeGate`` (effective backend mode per Service) →
+``Pipeline`` (translate, build, cache) → ``XdsServer`` (any number of engines, TLS with client
+certificates off loopback). A follower task reads each published state and writes back: the
+NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
+(``StatusWriter``) and events (``EventRecorder``). Health (``/healthz``), readiness (``/readyz``:
+the first snapshot is applied and xDS is serving) and Prometheus metrics (``/metrics``) share one
+HTTP port.
+
+Invariants: engines keep their last config while the controller is away (Envoy holds it; a
+restarted controller serves the same resources with the same versions, so nothing is re-applied
+needlessly); the controller writes only what changed; one slow writer never delays xDS (writing
+runs beside the pipeline, coalesced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio import client
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from podway.backoff import Backoff
+from podway.controller import metrics
+from podway.controller.events import (
+    Due,
+    EventRecorder,
+    changes,
+    fronts,
+    load_error_events,
+)
+from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
+from podway.controller.source import ControllerSource
+from podway.controller.status import StatusWriter
+from podway.kube.client import check_reachable, connect
+from podway.kube.errors import api_error
+from podway.kube.informer import RELIST
+from podway.model import Service, npl
+from podway.model.base import ObjectRef
+from podway.model.loader import LoadError
+from podway.model.snapshot import Key
+from podway.pipeline import Pipeline, State
+from podway.sources.kube import KubeSourceSettings
+from podway.status import StatusDocument
+from podway.translate import TranslateOptions
+from podway.xds.protocol import Event
+from podway.xds.server import ServerTLS, XdsServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerOptions:
+    kubeconfig: str | None = None  # None: in-cluster
+    context: str | None = None
+    translate: TranslateOptions = field(default_factory=TranslateOptions)
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    namespace_selector: str = ""  # and only Namespaces with these labels; empty: all
+    xds_address: str = "127.0.0.1:18000"
+    xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False
+    """Allow clear-text xDS on a loopback host:port (those engines get no Secrets)."""
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 0  # 0: no health/metrics endpoint
+    lb_address: str | None = None
+    """Published in Service/Ingress ``status.loadBalancer`` when a listener binds the wildcard
+    (no IPAM yet): the engines' address."""
+    debounce_s: float = 0.02
+    max_wait_s: float = 0.2
+    backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
+    status_concurrency: int = 32
+    write_events: bool = True
+
+
+class Controller:
+    """One controller process (see the module docstring)."""
+
+    def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None) -> None:
+        self.opts = opts
+        self._api = api
+        self.source: ControllerSource | None = None
+        self.gate: ModeGate | None = None
+        self.pipeline: Pipeline | None = None
+        self.server: XdsServer | None = None
+        self.status: StatusWriter | None = None
+        self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
+        self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
+        self._npl_requested: dict[Key, str] = {}
+        self._npl_seen: tuple[object, ...] = ()
+
+    async def run(self) -> None:
+        """Serve until cancelled; a cluster that cannot be reached is one ``PodwayError``."""
+        if self._api is not None:
+            await self._serve(self._api)
+            return
+        api = await connect(kubeconfig=self.opts.kubeconfig, context=self.opts.context)
+        async with api:
+            await check_reachable(api)
+            await self._serve(api)
+
+    async def _serve(self, api: client.ApiClient) -> None:
+        opts = self.opts
+        self.source = ControllerSource(api, KubeSourceSettings(
+            namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
+            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff))
+        self.gate = ModeGate(self.source, opts.translate)
+        self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
+                                on_event=self._on_event,
+                                unauthenticated=opts.xds_unauthenticated)
+        self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
+                                   kind_info=self.source.kind_info, opts=opts.translate,
+                                   lb_address=opts.lb_address,
+                                   concurrency=opts.status_concurrency)
+        events = EventRecorder(api)
+        await self.server.start()
+        log.info("xDS for engines on %s", self.server.target)
+        runner = None
+        try:
+            if opts.metrics_port:
+                runner = await self._serve_http()
+            self.started.set()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.pipeline.run(), name="controller-pipeline")
+                group.create_task(self._follow(api, events), name="controller-writeback")
+                group.create_task(self.status.retry_failed(), name="controller-status-retry")
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+            await self.server.stop(grace=0.5)
+
+    def _on_event(self, event: Event) -> None:
+        for hook in self.event_hooks:
+            hook(event)
+        if self.pipeline is not None:
+            self.pipeline.on_event(event)
+
+    # ---- write-back --------------------------------------------------------------------
+    async def _follow(self, api: client.ApiClient, events: EventRecorder) -> None:
+        assert self.pipeline is not None
+        assert self.status is not None
+        doc: StatusDocument | None = None
+        front: frozenset[ObjectRef] = frozenset()
+        errors: tuple[LoadError, ...] = ()
+        pending: dict[Key, tuple[str, ...]] = {}
+        generation = 0
+        async for state in self.pipeline.states():
+            self._observe(state, generation)
+            generation = state.generation
+            await self._enable_npl(api, state)
+            await self.status.write(state)
+            due: list[Due] = []
+            if self.status.last_document is not None and self.status.last_document is not doc:
+                now_front = fronts(state.ir)
+                due += changes(doc, self.status.last_document, fronts_before=front,
+                               fronts_after=now_front)
+                doc, front = self.status.last_document, now_front
+            if state.update.errors != errors:
+                due += load_error_events(errors, state.update.errors)
+                errors = state.update.errors
+            due += self._pending_events(pending)
+            pending = dict(self.gate.report.pending) if self.gate else {}
+            if due and self.opts.write_events:
+                await events.record(due)
+
+    def _observe(self, state: State, previous_generation: int) -> None:
+        if state.generation == previous_generation:
+            return  # an engine decision, not a new update
+        metrics.UPDATES.inc()
+        metrics.TRANSLATE_SECONDS.observe(state.timings.total_ms / 1000)
+        for kind, objects in state.update.snapshot.objects.items():
+            metrics.OBJECTS.labels(kind=kind).set(len(objects))
+        if self.source is not None:
+            metrics.WATCH_RESTARTS.set(self.source.relists)
+
+    def _pending_events(self, before: dict[Key, tuple[str, ...]]) -> list[Due]:
+        if self.gate is None:
+            return []
+        now = self.gate.report.pending
+        metrics.PENDING_MEMBERS.set(sum(len(p) for p in now.values()))
+        return [Due(ref=ObjectRef("Service", *key), type="Warning", reason="PendingMembers",
+                    message=f"pods waiting for their NodePortLocal annotation: "
+                            f"{', '.join(pods[:10])}{' …' if len(pods) > 10 else ''}")
+                for key, pods in sorted(now.items()) if before.get(key) != pods]
+
+    async def _enable_npl(self, api: client.ApiClient, state: State) -> None:
+        """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each)."""
+        assert self.gate is not None
+        services = state.update.snapshot.kind(Service)
+        held = dict(self.gate.report.held)
+        last = self._npl_seen
+        if last and last[0] is services and last[1] is state.ir.listeners and last[2] == held:
+            return  # members moved; no Service and no structure did
+        self._npl_seen = (services, state.ir.listeners, held)
+        requested = {key: self.gate.requested(s) for key, s in services.items()}
+        plan = npl_plan(services.values(), served=served_services(state.ir),
+                        requested=requested)
+        core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
+        for keys, value in ((plan.enable, "true"), (plan.disable, None)):
+            for key in keys:
+                marker = f"{value}:{services[key].metadata.annotations.get(NPL_MANAGED)}"
+                if self._npl_requested.get(key) == marker:
+                    continue  # asked already; the watch will show it
+                self._npl_requested[key] = marker
+                body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
+                                                     NPL_MANAGED: value}}}
+                try:
+                    await core.patch_namespaced_service(
+                        key[1], key[0], body, _content_type="application/merge-patch+json")
+                    log.info("%s NodePortLocal on Service %s/%s",
+                             "enabled" if value else "disabled", *key)
+                except Exception as exc:  # the API is away or refuses: next state retries
+                    self._npl_requested.pop(key, None)
+                    self._npl_seen = ()
+                    reason = (api_error(exc) if isinstance(exc, client.exceptions.ApiException)
+                              else exc)
+                    log.warning("Service %s/%s: NodePortLocal annotation not written: %s",
+                                *key, reason)
+
+    # ---- health, readiness, metrics -----------------------------------------------------
+    async def _serve_http(self) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/healthz", _healthy)
+        app.router.add_get("/readyz", self._ready)
+        app.router.add_get("/metrics", _metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.opts.metrics_address, self.opts.metrics_port).start()
+        log.info("health, readiness and metrics on %s:%d", self.opts.metrics_address,
+                 self.opts.metrics_port)
+        return runner
+
+    async def _ready(self, _: web.Request) -> web.Response:
+        ready = self.pipeline is not None and self.pipeline.state is not None
+        return _text("ready" if ready else "waiting for the first snapshot",
+                     status=200 if ready else 503)
+
+
+async def _healthy(_: web.Request) -> web.Response:
+    return _text("ok")
+
+
+def _text(body: str, status: int = 200) -> web.Response:
+    return web.Response(text=body + "\n", status=status)
+
+
+async def _metrics(_: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def parse_namespaces(value: str) -> tuple[str, ...]:
+    """``a,b`` → ("a", "b"); empty → every namespace."""
+    return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))

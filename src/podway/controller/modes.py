@@ -1,0 +1,166 @@
+"""Backend modes per Service, switched live and make-before-break.
+
+A Service's *requested* mode is its ``podway.io/backend-mode`` annotation, else the default
+(``--backend-mode``). The mode the translator uses — the *effective* one — follows it at once,
+except when switching to ``nodeportlocal`` before the new members exist: until every ready pod
+behind the Service has its NodePortLocal entry for the Service's target ports, the Service keeps
+its previous effective mode, so traffic never meets an empty pool. The switch is then one EDS
+update (members swapped, listeners and routes untouched), which Envoy applies without dropping
+requests. A Service seen for the first time (no previous mode) takes the requested mode at once.
+
+``ModeGate`` wraps any ``Source`` and applies that rule to each update: Services whose effective
+mode differs from the requested one are handed to the translator with the annotation rewritten
+to the effective mode (a decision that needs the world enters the translator as input, never as
+I/O inside it). It also reports *pending members*: pods behind a Service in effective
+``nodeportlocal`` mode whose annotation is not there yet.
+
+``npl_plan`` is the pure decision behind the ``nodeportlocal.antrea.io/enabled`` annotation: the
+controller adds it (with the marker ``podway.io/npl-managed``) to every Service it serves in
+``nodeportlocal`` mode, and removes it only where its marker says it added it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from podway.ir import IR
+from podway.model import EndpointSlice, Pod, Service, Snapshot, npl
+from podway.model.snapshot import Key
+from podway.sources.base import Source, SourceUpdate
+from podway.translate import BackendMode, TranslateOptions
+from podway.translate.backends import MODE_ANNOTATION, service_mode
+from podway.translate.members import EndpointIndex
+
+NPL_MANAGED = "podway.io/npl-managed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModeReport:
+    """What the gate decided for the last update."""
+
+    held: Mapping[Key, tuple[BackendMode, BackendMode]]  # service → (effective, requested)
+    pending: Mapping[Key, tuple[str, ...]]  # service → pods without their NPL entry yet
+
+
+class ModeGate:
+    """A ``Source`` around a ``Source``: the effective backend mode per Service (see above)."""
+
+    def __init__(self, inner: Source, opts: TranslateOptions) -> None:
+        self._inner = inner
+        self._opts = opts
+        self._index = EndpointIndex()
+        self._effective: dict[Key, BackendMode] = {}
+        self.report = ModeReport(held=MappingProxyType({}), pending=MappingProxyType({}))
+
+    async def watch(self) -> AsyncIterator[SourceUpdate]:
+        async for update in self._inner.watch():
+            yield self.apply(update)
+
+    def requested(self, service: Service) -> BackendMode:
+        """The mode ``service`` asks for (a held Service's snapshot copy says its effective
+        mode; the report still knows what it asked for)."""
+        held = self.report.held.get(service.key)
+        return held[1] if held is not None else service_mode(service, self._opts)
+
+    def apply(self, update: SourceUpdate) -> SourceUpdate:
+        """The update with held Services rewritten to their effective mode."""
+        snapshot = update.snapshot
+        slices = snapshot.kind(EndpointSlice)
+        if update.changed is None:
+            self._index = EndpointIndex(slices.values())
+        else:
+            for kind, key in update.changed:
+                if kind == EndpointSlice.KIND:
+                    self._index.put(key, slices.get(key))
+        services = snapshot.kind(Service)
+        for gone in set(self._effective) - set(services):
+            del self._effective[gone]
+        held: dict[Key, tuple[BackendMode, BackendMode]] = {}
+        pending: dict[Key, tuple[str, ...]] = {}
+        before = dict(self._effective)
+        for key, service in services.items():
+            requested = service_mode(service, self._opts)
+            previous = self._effective.get(key)
+            waiting = (_pending_pods(service, snapshot, self._index)
+                       if requested is BackendMode.NODEPORTLOCAL else ())
+            if waiting and previous is not None and previous is not requested:
+                held[key] = (previous, requested)
+                continue
+            self._effective[key] = requested
+            if waiting:
+                pending[key] = waiting
+        rewrites = {key: _with_mode(services[key], effective)
+                    for key, (effective, _) in held.items()}
+        was_held = self.report.held
+        moved = [key for key in services if before.get(key) is not self._effective.get(key)
+                 or (key in held) != (key in was_held)]
+        self.report = ModeReport(held=MappingProxyType(held), pending=MappingProxyType(pending))
+        if not rewrites and update.changed is not None and not moved:
+            return update
+        changed = update.changed
+        if changed is not None:
+            extra = [(Service.KIND, key) for key in moved]
+            changed = tuple(dict.fromkeys((*changed, *extra)))
+        return SourceUpdate(snapshot=snapshot.replace(Service.KIND, rewrites) if rewrites
+                            else snapshot, errors=update.errors, stale_files=update.stale_files,
+                            changed=changed)
+
+
+def _with_mode(service: Service, mode: BackendMode) -> Service:
+    annotations = {**service.metadata.annotations, MODE_ANNOTATION: mode.value}
+    return service.model_copy(update={
+        "metadata": service.metadata.model_copy(update={"annotations": annotations})})
+
+
+def _pending_pods(service: Service, snapshot: Snapshot, index: EndpointIndex
+                  ) -> tuple[str, ...]:
+    """Ready pods behind ``service`` lacking an NPL entry for a port their slices serve."""
+    out: set[str] = set()
+    for item in index.slices(service.key).values():
+        ports = {(p.port, p.protocol.lower()) for p in item.ports if p.port is not None}
+        for endpoint in item.endpoints:
+            ref = endpoint.target_ref
+            if ref is None or (ref.kind or "Pod") != "Pod" or endpoint.conditions.ready is False:
+                continue
+            namespace = ref.namespace or service.metadata.namespace
+            pod = snapshot.get(Pod, namespace, ref.name)
+            entries = set() if pod is None else {
+                (e.pod_port, e.protocol)
+                for e in npl.decode(pod.metadata.annotations.get(npl.ANNOTATION))[0]}
+            if not ports <= entries:
+                out.add(ref.name)
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NplPlan:
+    """Services to annotate (enable NPL, mark as ours) and to clear (only ours)."""
+
+    enable: tuple[Key, ...] = ()
+    disable: tuple[Key, ...] = ()
+
+
+def served_services(ir: IR) -> frozenset[Key]:
+    """Services at least one pool of the IR is made from."""
+    return frozenset((p.origin.namespace, p.origin.name) for p in ir.pools.values()
+                     if p.origin is not None and p.origin.kind == "Service")
+
+
+def npl_plan(services: Iterable[Service], *, served: frozenset[Key],
+             requested: Mapping[Key, BackendMode]) -> NplPlan:
+    """Enable NPL on served Services whose requested mode is ``nodeportlocal`` and that lack it;
+    disable it on Services Podway marked that it no longer serves in that mode."""
+    enable, disable = [], []
+    for service in services:
+        key = service.key
+        annotations = service.metadata.annotations
+        wanted = key in served and requested.get(key) is BackendMode.NODEPORTLOCAL
+        enabled = annotations.get(npl.ENABLED_ANNOTATION) == "true"
+        ours = annotations.get(NPL_MANAGED) == "true"
+        if wanted and not enabled:
+            enable.append(key)
+        elif not wanted and ours:
+            disable.append(key)
+    return NplPlan(enable=tuple(sorted(enable)), disable=tuple(sorted(disable)))

@@ -1,0 +1,312 @@
+"""The status writer: the status document, written back to the objects through the API.
+
+``desired`` is pure: from the status document (``podway.status``) of one pipeline state it
+computes the ``status`` each object should carry — Gateway API conditions, listeners with
+``attachedRoutes`` and route parents exactly as the translator computed them (engine refusals
+included: a refused listener is ``Programmed=False``), Service and Ingress
+``status.loadBalancer.ingress`` (the VIP the listener binds, else ``--lb-address``).
+``with_times`` then stamps conditions: a condition whose status did not change keeps its
+``lastTransitionTime`` (Kubernetes' rule), a new or flipped one gets ``now``. On routes, the
+``parents`` entries of other controllers are kept as they are.
+
+``StatusWriter`` follows the pipeline's states (coalesced: a burst of states costs one pass) and
+PATCHes the ``status`` subresource (a JSON merge patch of ``{"status": …}``) only of objects
+whose status differs from what the API holds and from what it last wrote, with bounded
+concurrency. Nothing else is written: an unchanged state costs no request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from podway.backoff import Backoff
+from podway.controller import metrics
+from podway.controller.source import GATEWAY_KINDS, KindInfo
+from podway.kube.errors import NotFound, api_error
+from podway.model import Ingress, Service
+from podway.model.base import ObjectRef
+from podway.model.snapshot import Key
+from podway.pipeline import Pipeline, State
+from podway.status import StatusDocument, of_state
+from podway.translate import TranslateOptions
+from podway.translate import service as service_rules
+from podway.translate.status import ObjectStatus, to_api
+
+log = logging.getLogger(__name__)
+
+RETRY = Backoff(base=0.5, cap=30.0)  # rewrites after failed PATCHes
+
+Target = tuple[str, Key]  # (kind, (namespace, name))
+Status = dict[str, Any]
+
+
+def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
+            lb_address: str | None,
+            memo: dict[ObjectRef, tuple[ObjectStatus, Status]] | None = None
+            ) -> dict[Target, Status]:
+    """The status every object Podway writes should carry (no timestamps yet). ``memo`` keeps
+    each object's last API form, reused while its ``ObjectStatus`` is equal (the caller must
+    not mutate what it gets)."""
+    out: dict[Target, Status] = {}
+    memo = {} if memo is None else memo
+    for ref, entry in doc.objects.items():
+        if ref.kind in GATEWAY_KINDS and entry.status is not None:
+            known = memo.get(ref)
+            if known is None or known[0] != entry.status:
+                known = (entry.status, to_api(entry.status, kind=ref.kind))
+                memo[ref] = known
+            out[(ref.kind, (ref.namespace, ref.name))] = known[1]
+    bound: dict[tuple[str, str], str] = {}
+    for listener in state.ir.listeners:
+        for origin in listener.origins:
+            bound.setdefault((origin.kind, f"{origin.namespace}/{origin.name}"),
+                             listener.address)
+    snapshot = state.update.snapshot
+    for key, service in snapshot.kind(Service).items():
+        if not service_rules.is_ours(service, opts):
+            continue
+        address = bound.get(("Service", f"{key[0]}/{key[1]}"))
+        ip = _published(address, lb_address)
+        out[("Service", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
+    for key in snapshot.kind(Ingress):
+        found = doc.objects.get(ObjectRef("Ingress", *key))
+        if found is None or not found.owned:
+            continue
+        address = bound.get(("Ingress", f"{key[0]}/{key[1]}"))
+        ip = _published(address, lb_address) if found.accepted else None
+        out[("Ingress", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
+    return out
+
+
+def _published(address: str | None, lb_address: str | None) -> str | None:
+    """The address to publish: a specific bind address (a VIP), else ``--lb-address``."""
+    if address is None:
+        return None
+    try:
+        if not ipaddress.ip_address(address).is_unspecified:
+            return address
+    except ValueError:
+        return None
+    return lb_address
+
+
+def with_times(kind: str, want: Status, before: Status | None, now: str,
+               controller_name: str) -> Status:
+    """``want`` with ``lastTransitionTime`` on every condition (kept when the condition's status
+    did not change) and, for routes, other controllers' ``parents`` entries kept. A ``before``
+    of a shape no controller writes (someone edited the status by hand) counts as empty."""
+    try:
+        return _with_times(want, before or {}, now, controller_name)
+    except (AttributeError, TypeError, KeyError):
+        return _with_times(want, {}, now, controller_name)
+
+
+def _with_times(want: Status, before: Status, now: str, controller_name: str) -> Status:
+    out = dict(want)
+    if "conditions" in want:
+        out["conditions"] = _stamp(want["conditions"], before.get("conditions"), now)
+    if "listeners" in want:
+        old = {ls.get("name"): ls for ls in before.get("listeners") or []}
+        out["listeners"] = [{**ls, "conditions": _stamp(
+            ls["conditions"], (old.get(ls["name"]) or {}).get("conditions"), now)}
+            for ls in want["listeners"]]
+    for field, ref_key in (("parents", "parentRef"), ("ancestors", "ancestorRef")):
+        if field not in want and field not in before:
+            continue
+        old_entries = before.get(field) or []
+        old = {_freeze(p.get(ref_key)): p for p in old_entries
+               if p.get("controllerName") == controller_name}
+        mine = [{**p, "conditions": _stamp(p["conditions"], (old.get(_freeze(p[ref_key]))
+                                                             or {}).get("conditions"), now)}
+                for p in want.get(field) or []]
+        others = [p for p in old_entries if p.get("controllerName") != controller_name]
+        if mine or others or field in want:
+            out[field] = others + mine
+    return out
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _stamp(conditions: list[Status], before: list[Status] | None, now: str) -> list[Status]:
+    old = {c.get("type"): c for c in before or []}
+    out = []
+    for condition in conditions:
+        previous = old.get(condition["type"])
+        keep = previous is not None and previous.get("status") == condition["status"] \
+            and previous.get("lastTransitionTime")
+        out.append({**condition,
+                    "lastTransitionTime": previous["lastTransitionTime"] if keep and previous
+                    else now})
+    return out
+
+
+def same(a: Status | None, b: Status | None) -> bool:
+    """Equal as the API would store them (missing and empty are the same)."""
+    return bool(_clean(a or {}) == _clean(b or {}))
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v not in (None, [], {})}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StatusWriter:
+    """Follows a pipeline and PATCHes changed statuses (see the module docstring)."""
+
+    def __init__(self, api: client.ApiClient, pipeline: Pipeline, *,
+                 current: Callable[[str, Key], Status | None],
+                 kind_info: Callable[[str], KindInfo | None], opts: TranslateOptions,
+                 lb_address: str | None, concurrency: int = 32,
+                 clock: Callable[[], str] = now_rfc3339) -> None:
+        self._api = api
+        self._pipeline = pipeline
+        self._current = current
+        self._kind_info = kind_info
+        self._opts = opts
+        self._lb_address = lb_address
+        self._limit = asyncio.Semaphore(concurrency)
+        self._clock = clock
+        self._written: dict[Target, Status] = {}  # stamped, as last written or found
+        self._wanted: dict[Target, Status] = {}  # unstamped, as last written or found
+        self._api_forms: dict[ObjectRef, tuple[ObjectStatus, Status]] = {}
+        self._seen: tuple[Any, ...] = ()
+        self._lock = asyncio.Lock()
+        self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
+        self.passes = 0  # passes that wrote something (for tests and the benchmark)
+        self.last_document: StatusDocument | None = None
+
+    async def run(self) -> None:
+        async for state in self._pipeline.states():
+            await self.write(state)
+
+    async def retry_failed(self) -> None:
+        """Until cancelled: after a pass with failed PATCHes, write the newest state again
+        (backoff from 0.5 s to 30 s), so a status is not left stale when no new state comes."""
+        attempt = 0
+        while True:
+            await self.failed.wait()
+            attempt += 1
+            await asyncio.sleep(RETRY.delay(attempt))
+            self.failed.clear()
+            state = self._pipeline.state
+            if state is not None:
+                self._seen = ()
+                await self.write(state)
+            if not self.failed.is_set():
+                attempt = 0
+
+    async def write(self, state: State) -> int:
+        """Write what changed for one state; the number of PATCHes sent."""
+        async with self._lock:  # the follower and the retrier never interleave passes
+            return await self._write(state)
+
+    async def _write(self, state: State) -> int:
+        seen = (id(state.result.statuses), state.result.problems, state.rejections,
+                id(state.ir.listeners), state.update.snapshot.objects.get("Service"),
+                state.update.snapshot.objects.get("Ingress"))
+        if seen == self._seen:
+            return 0  # members moved, nothing a status shows
+        self._seen = seen
+        doc = of_state(state)
+        self.last_document = doc
+        want = desired(doc, state, opts=self._opts, lb_address=self._lb_address,
+                       memo=self._api_forms)
+        now = self._clock()
+        todo: list[tuple[Target, Status, Status]] = []
+        for target, status in want.items():
+            if self._wanted.get(target) is status or self._wanted.get(target) == status:
+                continue  # written (or found current) as it is now
+            before = self._written.get(target) or self._current(*target)
+            stamped = with_times(target[0], status, before, now, self._opts.gateway_controller)
+            if same(stamped, self._written.get(target)) or same(stamped,
+                                                                 self._current(*target)):
+                self._written[target] = stamped
+                self._wanted[target] = status
+                continue
+            todo.append((target, status, stamped))
+        for gone in set(self._written) - set(want):
+            del self._written[gone]
+        for gone in set(self._wanted) - set(want):
+            del self._wanted[gone]
+        for ref in [r for r in self._api_forms if (r.kind, (r.namespace, r.name)) not in want]:
+            del self._api_forms[ref]
+        if todo:
+            self.passes += 1
+            await asyncio.gather(*(self._patch(t, w, s) for t, w, s in todo))
+        return len(todo)
+
+    async def _patch(self, target: Target, wanted: Status, status: Status) -> None:
+        kind, (namespace, name) = target
+        info = self._kind_info(kind)
+        if info is None:
+            return
+        body = {"status": status}
+        async with self._limit:
+            try:
+                await patch_status(self._api, info, namespace, name, body)
+            except NotFound:
+                metrics.STATUS_WRITES.labels(kind=kind, result="gone").inc()
+                return
+            except Exception as exc:
+                metrics.STATUS_WRITES.labels(kind=kind, result="error").inc()
+                log.warning("status of %s %s/%s not written: %s", kind, namespace, name, exc)
+                self._seen = ()  # try again with the next state, or after a backoff
+                self.failed.set()
+                return
+        self._written[target] = status
+        self._wanted[target] = wanted
+        metrics.STATUS_WRITES.labels(kind=kind, result="ok").inc()
+
+
+async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, name: str,
+                       body: Mapping[str, Any]) -> None:
+    """A JSON merge patch of the status subresource of one object (typed API errors)."""
+    kwargs: dict[str, Any] = {"_content_type": "application/merge-patch+json",
+                              "_preload_content": False}
+    resp: Any
+    try:
+        if info.kind == "Service":
+            resp = await client.CoreV1Api(api).patch_namespaced_service_status(
+                name, namespace, body, **kwargs)
+        elif info.kind == "Ingress":
+            resp = await client.NetworkingV1Api(api).patch_namespaced_ingress_status(
+                name, namespace, body, **kwargs)
+        elif info.namespaced:
+            resp = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+                info.group, info.version, namespace, info.plural, name, body, **kwargs)
+        else:
+            resp = await client.CustomObjectsApi(api).patch_cluster_custom_object_status(
+                info.group, info.version, info.plural, name, body, **kwargs)
+    except client.exceptions.ApiException as exc:
+        raise api_error(exc) from None
+    try:
+        if resp.status >= 400:  # a raw response (_preload_content=False) does not raise
+            raise api_error(_Refused(resp.status, (await resp.text())[:200],
+                                     dict(getattr(resp, "headers", None) or {})))
+    finally:
+        resp.release()
+
+
+class _Refused:
+    """A refused PATCH in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str, headers: dict[str, str]) -> None:
+        self.status, self.reason, self.headers = status, reason, headers

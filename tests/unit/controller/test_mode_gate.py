@@ -1,0 +1,94 @@
+"""The mode gate: a switch to nodeportlocal waits for the pods' NPL entries (make before break);
+a Service seen first takes its mode at once and reports pending pods."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from podway.controller.modes import ModeGate, npl_plan
+from podway.model import EndpointSlice, K8sObject, Pod, Service, Snapshot
+from podway.sources.base import SourceUpdate
+from podway.translate import BackendMode, TranslateOptions
+from podway.translate.backends import MODE_ANNOTATION
+
+OPTS = TranslateOptions(address="198.18.0.1")  # default: clusterip
+KEY = ("ns", "web")
+
+
+def service(mode: str | None = None) -> Service:
+    annotations = {MODE_ANNOTATION: mode} if mode else {}
+    return Service.model_validate({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+
+
+def pod(npl: bool) -> Pod:
+    annotations = {"nodeportlocal.antrea.io": json.dumps([{
+        "podPort": 8080, "nodeIP": "198.18.0.11", "nodePort": 61000, "protocol": "tcp",
+        "ipFamily": "IPv4"}])} if npl else {}
+    return Pod.model_validate({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "p1", "namespace": "ns", "annotations": annotations}})
+
+
+SLICE: dict[str, Any] = {
+    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+    "metadata": {"name": "web-1", "namespace": "ns",
+                 "labels": {"kubernetes.io/service-name": "web"}},
+    "ports": [{"port": 8080}],
+    "endpoints": [{"addresses": ["198.18.5.1"], "targetRef": {"kind": "Pod", "name": "p1"}}]}
+
+
+def update(*objects: K8sObject, changed: tuple[tuple[str, Any], ...] | None = None
+           ) -> SourceUpdate:
+    snapshot = Snapshot.of_objects([EndpointSlice.model_validate(SLICE), *objects])
+    return SourceUpdate(snapshot=snapshot, errors=(), changed=changed)
+
+
+def mode_seen(result: SourceUpdate) -> str | None:
+    seen = result.snapshot.get(Service, *KEY)
+    assert seen is not None
+    return seen.metadata.annotations.get(MODE_ANNOTATION)
+
+
+def test_switch_to_npl_is_held_until_every_ready_pod_has_its_entry() -> None:
+    """Held: the translator sees the old mode and the report says so; released when the
+    annotation appears, with the Service named as changed."""
+    gate = ModeGate(source_never_used(), OPTS)
+    gate.apply(update(service(), pod(npl=False)))
+    held = gate.apply(update(service("nodeportlocal"), pod(npl=False),
+                             changed=(("Service", KEY),)))
+    assert mode_seen(held) == "clusterip"
+    assert dict(gate.report.held) == {KEY: (BackendMode.CLUSTERIP, BackendMode.NODEPORTLOCAL)}
+    assert gate.requested(held.snapshot.kind(Service)[KEY]) is BackendMode.NODEPORTLOCAL
+    released = gate.apply(update(service("nodeportlocal"), pod(npl=True),
+                                 changed=(("Pod", ("ns", "p1")),)))
+    assert mode_seen(released) == "nodeportlocal"
+    assert released.changed == (("Pod", ("ns", "p1")), ("Service", KEY))
+    assert dict(gate.report.held) == {}
+
+
+def test_first_sight_takes_the_mode_and_reports_pending_pods() -> None:
+    """No previous mode: nodeportlocal at once, the pod without an entry is pending."""
+    gate = ModeGate(source_never_used(), OPTS)
+    first = gate.apply(update(service("nodeportlocal"), pod(npl=False)))
+    assert mode_seen(first) == "nodeportlocal"
+    assert dict(gate.report.pending) == {KEY: ("p1",)}
+
+
+def test_npl_plan_enables_served_and_disables_only_its_own() -> None:
+    """Served in nodeportlocal mode → enable; not anymore → disable only where marked."""
+    ours = Service.model_validate({**service().model_dump(by_alias=True), "metadata": {
+        "name": "old", "namespace": "ns", "annotations": {
+            "nodeportlocal.antrea.io/enabled": "true", "podway.io/npl-managed": "true"}}})
+    users = Service.model_validate({**service().model_dump(by_alias=True), "metadata": {
+        "name": "user", "namespace": "ns", "annotations": {
+            "nodeportlocal.antrea.io/enabled": "true"}}})
+    plan = npl_plan([service(), ours, users], served=frozenset({KEY}),
+                    requested={KEY: BackendMode.NODEPORTLOCAL})
+    assert (plan.enable, plan.disable) == ((KEY,), (("ns", "old"),))
+
+
+def source_never_used() -> Any:
+    return object()
