@@ -63,24 +63,28 @@ def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
                 known = (entry.status, to_api(entry.status, kind=ref.kind))
                 memo[ref] = known
             out[(ref.kind, (ref.namespace, ref.name))] = known[1]
-    bound: dict[tuple[str, str], str] = {}
+    bound: dict[tuple[str, str], list[str]] = {}  # every address, in listener order
     for listener in state.ir.listeners:
         for origin in listener.origins:
-            bound.setdefault((origin.kind, f"{origin.namespace}/{origin.name}"),
-                             listener.address)
+            seen = bound.setdefault((origin.kind, f"{origin.namespace}/{origin.name}"), [])
+            if listener.address not in seen:
+                seen.append(listener.address)
     snapshot = state.update.snapshot
     for key, service in snapshot.kind(Service).items():
         if not service_rules.is_ours(service, opts):
             continue
-        address = bound.get(("Service", f"{key[0]}/{key[1]}"))
-        ip = _published(address, lb_address)
-        out[("Service", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
+        # Every VIP the Service binds (an IPAM grant may hold several): the published status
+        # is also how the allocation survives a restart (podway.ipam reads it back).
+        ips = dict.fromkeys(ip for address in bound.get(("Service", f"{key[0]}/{key[1]}"), [])
+                            if (ip := _published(address, lb_address)))
+        out[("Service", key)] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
     for key in snapshot.kind(Ingress):
         found = doc.objects.get(ObjectRef("Ingress", *key))
         if found is None or not found.owned:
             continue
-        address = bound.get(("Ingress", f"{key[0]}/{key[1]}"))
-        ip = _published(address, lb_address) if found.accepted else None
+        addresses = bound.get(("Ingress", f"{key[0]}/{key[1]}"))
+        ip = _published(addresses[0] if addresses else None, lb_address) if found.accepted \
+            else None
         out[("Ingress", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
     return out
 

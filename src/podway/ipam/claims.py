@@ -18,7 +18,9 @@ controller), so the IPAM never gives an address to an object Podway does not ser
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from podway.model import ObjectRef, Service
 from podway.model.base import K8sObject
@@ -56,14 +58,43 @@ class Claim:
         return (self.created, self.uid, self.ref)
 
 
-def claims_of(snapshot: Snapshot, opts: TranslateOptions) -> list[Claim]:
+HeldSource = Callable[[ObjectRef], "tuple[str, ...] | None"]
+
+
+def claims_of(snapshot: Snapshot, opts: TranslateOptions,
+              held: HeldSource | None = None) -> list[Claim]:
+    """Every claim of the snapshot. ``held`` says what an object holds when the snapshot's
+    objects carry no status (the controller strips it; it keeps the API's status aside);
+    None from it, or no ``held``: the object's own status."""
     claims = [_service_claim(s) for s in snapshot.kind(Service).values()
               if service_rules.is_ours(s, opts) is True]
     ours = {name for (_, name), cls in snapshot.kind(GatewayClass).items()
             if cls.spec.controller_name == opts.gateway_controller}
     claims += [_gateway_claim(g) for g in snapshot.kind(Gateway).values()
                if g.spec.gateway_class_name in ours]
-    return claims
+    if held is None:
+        return claims
+    out = []
+    for claim in claims:
+        found = held(claim.ref)
+        out.append(claim if found is None else replace(claim, held=found))
+    return out
+
+
+def held_in_status(kind: str, status: Mapping[str, Any] | None) -> tuple[str, ...] | None:
+    """The addresses a raw API ``status`` shows for a Service or Gateway (None: no status)."""
+    if not isinstance(status, Mapping):
+        return None
+    if kind == "Service":
+        lb = status.get("loadBalancer")
+        entries = lb.get("ingress") if isinstance(lb, Mapping) else None
+        key = "ip"
+    else:
+        entries, key = status.get("addresses"), "value"
+    if not isinstance(entries, list):
+        return ()
+    return tuple(e[key] for e in entries if isinstance(e, Mapping) and isinstance(e.get(key), str)
+                 and e.get("type", "IPAddress") == "IPAddress" and e[key])
 
 
 def _claim(obj: K8sObject, *, requested: tuple[str, ...], where: str, invalid: str | None,

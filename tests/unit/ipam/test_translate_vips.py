@@ -84,10 +84,24 @@ def test_gateway_gets_an_address_or_is_not_programmed() -> None:
     assert {ls.address for ls in result.ir.listeners} == {"198.18.5.1"}
     status = result.statuses[ObjectRef("Gateway", "shop", "gw")]
     assert status.addresses == (("IPAddress", "198.18.5.1"),)
+    fresh = TranslateOptions(address="0.0.0.0", vips=Ipam(POOLS))  # a new process
     full = translate(snapshot(GATEWAY, svc("a", "2026-01-01T00:00:01Z"),
-                              svc("b", "2026-01-01T00:00:02Z")), OPTS)
+                              svc("b", "2026-01-01T00:00:02Z")), fresh)
     assert not [ls for ls in full.ir.listeners if ls.name.startswith("gateway")]
     gw = full.statuses[ObjectRef("Gateway", "shop", "gw")]
     programmed = next(c for c in gw.conditions if c.type == "Programmed")
     assert programmed.status is False
     assert programmed.reason == Reason.ADDRESS_NOT_ASSIGNED
+
+
+def test_a_grant_whose_status_is_not_written_yet_is_kept() -> None:
+    """The same allocator keeps its earlier answer for an object whose status does not show it
+    yet: an older object appearing later takes the next address, not this one."""
+    opts = TranslateOptions(address="0.0.0.0", vips=Ipam(POOLS))
+    first = translate(snapshot(svc("young", "2026-01-01T00:00:05Z")), opts)
+    assert [ls.address for ls in first.ir.listeners] == ["198.18.5.1"]
+    later = translate(snapshot(svc("young", "2026-01-01T00:00:05Z"),
+                               svc("old", "2026-01-01T00:00:01Z")), opts)
+    bound = {ls.name: ls.address for ls in later.ir.listeners}
+    assert bound == {"service/shop/young/80/tcp": "198.18.5.1",
+                     "service/shop/old/80/tcp": "198.18.5.2"}
