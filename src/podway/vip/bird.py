@@ -10,7 +10,11 @@ A session carries the VIPs of its neighbour's family (an IPv6 VIP needs an IPv6 
 
 - ``router_config``: the upstream side as a lab (and a template for a network team): one
   session per engine host, ``merge paths`` so several hosts announcing a VIP become one ECMP
-  route in the kernel.
+  route in the kernel; it takes nothing wider than a /24 (/64) from an engine host.
+
+Announcing a whole pool (a CIDR) instead of each VIP keeps the speaker's configuration fixed
+while the IPAM hands addresses out: the engine hosts accept the pool locally (``ip route add
+local POOL dev lo``) and Envoy binds the allocated VIPs (``ip_nonlocal_bind``).
 
 Failure detection: BFD (``bfd: true``, 100 ms x 3 by default) notices a dead host in well under
 a second; without it the BGP hold time (default 3 s, keepalive 1 s) bounds it. Graceful stop
@@ -85,19 +89,21 @@ def check_settings(settings: BgpSettings) -> None:
 
 
 def host_routes(vips: Iterable[str]) -> tuple[list[str], list[str]]:
-    """The VIPs as sorted IPv4 /32 and IPv6 /128 routes; a non-address is a ``ConfigError``."""
-    v4: set[ipaddress.IPv4Address] = set()
-    v6: set[ipaddress.IPv6Address] = set()
+    """The VIPs as sorted IPv4 and IPv6 routes: an address is a host route (/32, /128); a CIDR
+    (a whole VIP pool, e.g. ``198.18.60.0/28``) is announced as it is. Anything else is a
+    ``ConfigError``."""
+    v4: set[ipaddress.IPv4Network] = set()
+    v6: set[ipaddress.IPv6Network] = set()
     for text in vips:
         try:
-            address = ipaddress.ip_address(text)
+            net = ipaddress.ip_network(text, strict=True)
         except ValueError:
-            raise ConfigError(f"VIP {text!r} is not an IP address") from None
-        if isinstance(address, ipaddress.IPv4Address):
-            v4.add(address)
+            raise ConfigError(f"VIP {text!r} is not an IP address or a CIDR") from None
+        if isinstance(net, ipaddress.IPv4Network):
+            v4.add(net)
         else:
-            v6.add(address)
-    return [f"{a}/32" for a in sorted(v4)], [f"{a}/128" for a in sorted(v6)]
+            v6.add(net)
+    return [str(n) for n in sorted(v4)], [str(n) for n in sorted(v6)]
 
 
 def _name(neighbor: Neighbor, index: int) -> str:
@@ -161,8 +167,8 @@ def router_config(settings: BgpSettings) -> str:
     lines += ["protocol kernel kernel4 {", "    ipv4 { export all; };", "    merge paths on;",
               "}", "", "protocol kernel kernel6 {", "    ipv6 { export all; };",
               "    merge paths on;", "}", ""]
-    host_only = ("filter { if (net.type = NET_IP4 && net.len = 32) || "
-                 "(net.type = NET_IP6 && net.len = 128) then accept; reject; }")
+    host_only = ("filter { if (net.type = NET_IP4 && net.len >= 24) || "
+                 "(net.type = NET_IP6 && net.len >= 64) then accept; reject; }")
     for i, neighbor in enumerate(settings.neighbors):
         lines += _session(neighbor, i, settings, export="none", imports=host_only)
         lines.append("")

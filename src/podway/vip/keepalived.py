@@ -67,11 +67,27 @@ def check_settings(s: VrrpSettings) -> None:
         raise ConfigError("the check command may not contain quotes or newlines")
 
 
+def _addresses(vips: Sequence[str]) -> list[str]:
+    """Each VIP; a CIDR (a small pool) stands for its addresses, since VRRP moves addresses,
+    not prefixes."""
+    out: list[str] = []
+    for text in vips:
+        try:
+            net = ipaddress.ip_network(text, strict=True)
+        except ValueError:
+            raise ConfigError(f"VIP {text!r} is not an IP address or a CIDR") from None
+        if net.num_addresses > 256:
+            raise ConfigError(f"VIP pool {text} has {net.num_addresses} addresses; VRRP moves "
+                              "each one: list at most 256")
+        out += [str(a) for a in net] if net.num_addresses > 1 else [str(net.network_address)]
+    return out
+
+
 def config(s: VrrpSettings, vips: Sequence[str]) -> str:
     """The host's ``keepalived.conf`` owning ``vips`` (IPv4 and IPv6 VIPs: one instance per
     family, as VRRP v3 requires)."""
     check_settings(s)
-    v4, v6 = host_routes(vips)
+    v4, v6 = host_routes(_addresses(vips))
     if not v4 and not v6:
         raise ConfigError("at least one VIP is needed (--vip)")
     lines = ["# Written by podway (podway vip keepalived-config). The engine hosts need",

@@ -52,6 +52,17 @@ def test_engine_config_announces_host_routes_to_each_neighbour(tmp_path: Path) -
     parses("bird", text, tmp_path)
 
 
+def test_a_pool_is_announced_as_one_prefix_and_expanded_for_vrrp(tmp_path: Path) -> None:
+    """BGP announces a pool CIDR as it is; VRRP owns each of its addresses."""
+    text = engine_config(ENGINE, ["198.18.60.0/30"])
+    assert "route 198.18.60.0/30 blackhole;" in text
+    parses("bird", text, tmp_path)
+    vrrp = keepalived.config(keepalived.VrrpSettings(interface="eth0", router_id=1),
+                             ["198.18.70.0/30"])
+    assert [line.split()[0] for line in vrrp.splitlines() if "dev eth0" in line] == [
+        f"198.18.70.{i}/32" for i in range(4)]
+
+
 def test_no_vips_withdraws_everything(tmp_path: Path) -> None:
     """The same sessions with no routes: a reconfigure withdraws without a session reset."""
     text = engine_config(ENGINE, [])
@@ -66,7 +77,7 @@ def test_router_config_merges_paths_for_ecmp(tmp_path: Path) -> None:
         Neighbor(address="198.18.51.2", asn=65001), Neighbor(address="198.18.52.2", asn=65002)))
     text = router_config(router)
     assert text.count("merge paths on;") == 2
-    assert "net.len = 32" in text
+    assert "net.len >= 24" in text
     assert "bfd" not in text
     parses("bird", text, tmp_path)
 
@@ -96,6 +107,9 @@ def test_keepalived_config_owns_the_vips(tmp_path: Path) -> None:
                                        keepalive=2, neighbors=ENGINE.neighbors), []),
      "keepalive at most a third"),
     (lambda: engine_config(ENGINE, ["198.18.0.300"]), "is not an IP address"),
+    (lambda: engine_config(ENGINE, ["198.18.0.1/24"]), "or a CIDR"),
+    (lambda: keepalived.config(keepalived.VrrpSettings(interface="eth0", router_id=1),
+                               ["198.18.0.0/16"]), "at most 256"),
     (lambda: parse_neighbor("198.18.0.1"), "give ADDRESS:AS"),
     (lambda: parse_neighbor("198.18.0.1:0"), "AS number"),
     (lambda: keepalived.config(keepalived.VrrpSettings(interface="eth0", router_id=0), ["1.2.3.4"]),
