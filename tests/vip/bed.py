@@ -192,6 +192,13 @@ class Bed:
             time.sleep(0.05)
         raise RuntimeError(f"podway echo in {eng} did not listen on {self.vip}:{PORT}")
 
+    def spawn(self, ns: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        """Run ``argv`` in namespace ``ns``; ``close`` ends it."""
+        return self._spawn(ns, argv)
+
+    def processes(self, ns: str) -> list[subprocess.Popen[bytes]]:
+        return list(self._procs.get(ns, []))
+
     def _spawn(self, ns: str, argv: list[str]) -> subprocess.Popen[bytes]:
         """Each process leads its own group, so its children (keepalived's VRRP process) are
         signalled with it."""

@@ -5,6 +5,9 @@ the instant of the switch."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -64,5 +67,38 @@ async def test_backup_binds_the_vip_before_it_holds_it() -> None:
         await bed.open()
         assert bed.vrrp_owner() == bed.engines[0]
         assert f"{bed.vip}:{PORT}" in sh("ss", "-ltnH", ns=bed.engines[1])
+    finally:
+        await bed.close()
+
+
+async def test_podway_vip_announce_follows_health_and_withdraws_before_exiting() -> None:
+    """`podway vip announce` (the command, BIRD under it) announces while the health URL
+    answers, withdraws when it stops answering, and on SIGTERM withdraws, waits, then exits."""
+    why = unavailable("bgp")
+    if why is not None:
+        pytest.skip(why)
+    bed = Bed("bgp")
+    try:
+        await bed.open()
+        eng = bed.engines[0]
+        await bed.speakers.pop(eng).stop()  # hand engine1 over to the command
+        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "engine1's route gone")
+        proc = bed.spawn(eng, [
+            sys.executable, "-m", "podway", "vip", "announce", "--router-id", "198.18.51.2",
+            "--local-as", "65001", "--neighbor", "198.18.51.1:65000", "--vip", f"{bed.vip}/32",
+            "--workdir", str(bed.dir / "announce"), "--withdraw-wait", "3",
+            "--health-url", f"http://{bed.vip}:{PORT}/healthz"])
+        await bed.wait_for(lambda: bed.next_hops() == 2, 20, "announced by the command")
+        echo = next(p for p in bed.processes(eng) if "echo" in p.args)  # type: ignore[operator]
+        os.killpg(echo.pid, signal.SIGKILL)  # Envoy's stand-in dies: unhealthy
+        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "withdrawn while unhealthy")
+        assert proc.poll() is None
+        bed.serve(eng, "eng1")  # healthy again
+        await bed.wait_for(lambda: bed.next_hops() == 2, 10, "announced again")
+        os.killpg(proc.pid, signal.SIGTERM)
+        await bed.wait_for(lambda: bed.next_hops() == 1, 5, "withdrawn on SIGTERM")
+        assert proc.poll() is None  # still waiting out --withdraw-wait: traffic left first
+        await bed.wait_for(lambda: proc.poll() is not None, 15, "the command exited")
+        assert proc.returncode == 0
     finally:
         await bed.close()
