@@ -137,6 +137,8 @@ async def send(probe: Probe, address: str = "127.0.0.1") -> Outcome:
         status, body = await read_response(reader)
     finally:
         writer.close()
+    if 300 <= status < 400:  # e.g. plain HTTP of a TLS host, sent to HTTPS
+        return Outcome(str(status), "Envoy (redirect)", _ms(began))
     return Outcome(str(status), _name(body), _ms(began))
 
 

@@ -80,7 +80,7 @@ async def test_health_readiness_and_metrics(bed: Bed) -> None:
     status, text = await fetch("/metrics")
     assert status == 200
     assert 'podway_controller_objects{kind="Service"}' in text
-    for name in ("podway_controller_translate_seconds", "podway_xds_pushes_total",
+    for name in ("podway_pipeline_stage_duration_seconds", "podway_xds_pushes_total",
                  "podway_controller_status_writes_total", "podway_controller_queue_depth",
                  "podway_controller_watch_relists"):
         assert name in text

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from podway.ir import TLSOptions
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.render.report import report_yaml
@@ -27,6 +28,9 @@ def options_of(text: str) -> TranslateOptions:
             spec = dict(doc.get("spec") or {})
             if "mode" in spec:
                 spec["mode"] = BackendMode(spec["mode"])
+            if "tls" in spec:
+                tls = dict(spec["tls"])
+                spec["tls"] = TLSOptions(**{**tls, "ciphers": tuple(tls.get("ciphers", ()))})
             return TranslateOptions(**spec)
     return TranslateOptions(address="198.18.0.10")
 

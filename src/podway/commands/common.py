@@ -15,6 +15,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from podway.errors import ConfigError
+from podway.ir import TLSOptions
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -73,3 +74,15 @@ async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def tls_flags(min_version: str | None, max_version: str | None,
+              ciphers: str | None) -> TLSOptions:
+    """``--tls-min-version``, ``--tls-max-version`` and ``--tls-ciphers``, checked as the engine
+    would check them (a bad value would make it refuse every HTTPS listener)."""
+    from podway.translate.tls_options import TLSOptionError, from_flags
+
+    try:
+        return from_flags(min_version, max_version, ciphers)
+    except TLSOptionError as error:
+        raise ConfigError(str(error)) from None

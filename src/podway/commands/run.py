@@ -15,6 +15,7 @@ from podway.commands.common import (
     check_port,
     run_until_signal,
     setup_logging,
+    tls_flags,
 )
 from podway.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
@@ -80,6 +81,14 @@ def run(
     strict_host_ownership: Annotated[bool, typer.Option(
         "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
         "Ingress owns (default: serve them and warn both).")] = False,
+    tls_min_version: Annotated[str | None, typer.Option(
+        help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, "
+        "1.2).")] = None,
+    tls_max_version: Annotated[str | None, typer.Option(
+        help="Highest TLS version HTTPS listeners accept (default: 1.3).")] = None,
+    tls_ciphers: Annotated[str | None, typer.Option(
+        help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
+    = None,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.engine.state import instance_dir
@@ -111,7 +120,8 @@ def run(
         manifests=manifests,
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=mode, manifest_addresses=manifest_addresses,
-                                   strict_host_ownership=strict_host_ownership),
+                                   strict_host_ownership=strict_host_ownership,
+                                   tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers)),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,

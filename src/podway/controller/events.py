@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.controller import metrics
+from podway.controller.metrics import ControllerMetrics
 from podway.ir import IR
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
@@ -120,7 +120,8 @@ class EventRecorder:
 
     def __init__(self, api: client.ApiClient, *, namespace_of_cluster_objects: str = "default",
                  burst: int = 25, refill_s: float = 300.0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 metrics: ControllerMetrics | None = None) -> None:
         self._core: Any = client.CoreV1Api(api)  # stubs: no ``_content_type``, typed bodies
         self._cluster_ns = namespace_of_cluster_objects
         self._burst = burst
@@ -129,6 +130,7 @@ class EventRecorder:
         self._buckets: dict[ObjectRef, tuple[float, float]] = {}  # tokens, at
         self._sent: dict[tuple[ObjectRef, str, str, str], tuple[str, int]] = {}  # name, count
         self.dropped = 0
+        self._metrics = metrics or ControllerMetrics()
 
     def _allow(self, ref: ObjectRef) -> bool:
         now = self._clock()
@@ -174,7 +176,7 @@ class EventRecorder:
                         name, namespace, {"count": count, "lastTimestamp": stamp},
                         _content_type="application/merge-patch+json")
                     self._sent[key] = (name, count)
-            metrics.EVENTS.labels(type=due.type, reason=due.reason).inc()
+            self._metrics.events.labels(type=due.type, reason=due.reason).inc()
         except Exception as exc:  # best effort: an event never stops the controller
             log.warning("event %s %s on %s not written: %s", due.type, due.reason, due.ref,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio import client
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from podway.backoff import Backoff
-from podway.controller import metrics
 from podway.controller.events import (
     Due,
     EventRecorder,
@@ -35,6 +34,7 @@ from podway.controller.events import (
     fronts,
     load_error_events,
 )
+from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
@@ -42,6 +42,8 @@ from podway.ipam import Ipam, Pool, held_in_status
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
 from podway.kube.informer import RELIST
+from podway.metrics import exposition
+from podway.metrics.pipeline import PipelineMetrics
 from podway.model import Service, npl
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
@@ -95,6 +97,8 @@ class Controller:
         self.status: StatusWriter | None = None
         self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
         self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
+        self.metrics = ControllerMetrics()
+        self.pipeline_metrics = PipelineMetrics()
         self._npl_requested: dict[Key, str] = {}
         self._npl_seen: tuple[object, ...] = ()
 
@@ -112,7 +116,8 @@ class Controller:
         opts = self.opts
         self.source = ControllerSource(api, KubeSourceSettings(
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
-            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff))
+            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
+            metrics=self.metrics)
         if opts.vip_pools:
             source = self.source
 
@@ -129,9 +134,9 @@ class Controller:
                                 unauthenticated=opts.xds_unauthenticated)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
-                                   lb_address=opts.lb_address,
+                                   lb_address=opts.lb_address, metrics=self.metrics,
                                    concurrency=opts.status_concurrency)
-        events = EventRecorder(api)
+        events = EventRecorder(api, metrics=self.metrics)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
         runner = None
@@ -183,20 +188,18 @@ class Controller:
                 await events.record(due)
 
     def _observe(self, state: State, previous_generation: int) -> None:
+        self.pipeline_metrics.observe(state, now=time.time())
         if state.generation == previous_generation:
             return  # an engine decision, not a new update
-        metrics.UPDATES.inc()
-        metrics.TRANSLATE_SECONDS.observe(state.timings.total_ms / 1000)
-        for kind, objects in state.update.snapshot.objects.items():
-            metrics.OBJECTS.labels(kind=kind).set(len(objects))
+        self.metrics.observe_snapshot(state.update.snapshot)
         if self.source is not None:
-            metrics.WATCH_RESTARTS.set(self.source.relists)
+            self.metrics.relists.set(self.source.relists)
 
     def _pending_events(self, before: dict[Key, tuple[str, ...]]) -> list[Due]:
         if self.gate is None:
             return []
         now = self.gate.report.pending
-        metrics.PENDING_MEMBERS.set(sum(len(p) for p in now.values()))
+        self.metrics.pending_members.set(sum(len(p) for p in now.values()))
         return [Due(ref=ObjectRef("Service", *key), type="Warning", reason="PendingMembers",
                     message=f"pods waiting for their NodePortLocal annotation: "
                             f"{', '.join(pods[:10])}{' …' if len(pods) > 10 else ''}")
@@ -238,10 +241,9 @@ class Controller:
 
     # ---- health, readiness, metrics -----------------------------------------------------
     async def _serve_http(self) -> web.AppRunner:
-        app = web.Application()
-        app.router.add_get("/healthz", _healthy)
+        app = exposition.make_app(
+            registries=[self.pipeline_metrics.registry, self.metrics.registry])
         app.router.add_get("/readyz", self._ready)
-        app.router.add_get("/metrics", _metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, self.opts.metrics_address, self.opts.metrics_port).start()
@@ -251,20 +253,8 @@ class Controller:
 
     async def _ready(self, _: web.Request) -> web.Response:
         ready = self.pipeline is not None and self.pipeline.state is not None
-        return _text("ready" if ready else "waiting for the first snapshot",
-                     status=200 if ready else 503)
-
-
-async def _healthy(_: web.Request) -> web.Response:
-    return _text("ok")
-
-
-def _text(body: str, status: int = 200) -> web.Response:
-    return web.Response(text=body + "\n", status=status)
-
-
-async def _metrics(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(text="ready\n" if ready else "waiting for the first snapshot\n",
+                            status=200 if ready else 503)
 
 
 def parse_namespaces(value: str) -> tuple[str, ...]:

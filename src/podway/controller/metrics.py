@@ -1,26 +1,42 @@
-"""The controller's Prometheus metrics (served on ``--metrics-port`` with health and readiness).
-
-xDS pushes and NACKs are counted by the xDS server itself (``podway_xds_pushes_total``,
-``podway_xds_nacks_total``); everything the controller adds is here.
+"""The controller's own Prometheus series, on a registry of their own (several controllers may
+share one process, as in tests). ``/metrics`` serves it next to the process-wide registry (the
+xDS server's series) and the pipeline's (``podway.metrics.pipeline``: generations, stage times,
+problems, IR objects); docs/observability.md lists every series.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.exposition import generate_latest
 
-OBJECTS = Gauge("podway_controller_objects", "Objects in the current snapshot", ["kind"])
-TRANSLATE_SECONDS = Histogram(
-    "podway_controller_translate_seconds", "Translate + build + cache time of one update",
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0))
-UPDATES = Counter("podway_controller_updates_total", "Source updates applied")
-STATUS_WRITES = Counter("podway_controller_status_writes_total",
-                        "Status PATCHes sent, by kind and result", ["kind", "result"])
-EVENTS = Counter("podway_controller_events_total", "Events written (created or counted up)",
-                 ["type", "reason"])
-QUEUE_DEPTH = Gauge("podway_controller_queue_depth",
-                    "Object changes waiting to be coalesced into the next update")
-WATCH_EVENTS = Counter("podway_controller_watch_events_total", "Watch events taken", ["kind"])
-WATCH_RESTARTS = Gauge("podway_controller_watch_relists",
-                       "Re-lists after the first (410 Gone, broken watches), all kinds")
-PENDING_MEMBERS = Gauge("podway_controller_pending_members",
-                        "Pods waiting for their NodePortLocal annotation")
+from podway.model import Snapshot
+
+
+class ControllerMetrics:
+    def __init__(self) -> None:
+        self.registry = reg = CollectorRegistry()
+        self.objects = Gauge("podway_controller_objects",
+                             "Objects in the current snapshot, by kind.", ["kind"], registry=reg)
+        self.status_writes = Counter("podway_controller_status_writes",
+                                     "Status PATCHes sent, by kind and result.",
+                                     ["kind", "result"], registry=reg)
+        self.events = Counter("podway_controller_events", "Events written (created or counted "
+                              "up).", ["type", "reason"], registry=reg)
+        self.queue_depth = Gauge("podway_controller_queue_depth",
+                                 "Object changes waiting to be coalesced into the next update.",
+                                 registry=reg)
+        self.watch_events = Counter("podway_controller_watch_events",
+                                    "Watch events taken, by kind.", ["kind"], registry=reg)
+        self.relists = Gauge("podway_controller_watch_relists",
+                             "Re-lists after the first (410 Gone, broken watches), all kinds.",
+                             registry=reg)
+        self.pending_members = Gauge("podway_controller_pending_members",
+                                     "Pods waiting for their NodePortLocal annotation.",
+                                     registry=reg)
+
+    def observe_snapshot(self, snapshot: Snapshot) -> None:
+        for kind, objects in snapshot.objects.items():
+            self.objects.labels(kind=kind).set(len(objects))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

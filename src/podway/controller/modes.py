@@ -65,22 +65,25 @@ class ModeGate:
         return held[1] if held is not None else service_mode(service, self._opts)
 
     def apply(self, update: SourceUpdate) -> SourceUpdate:
-        """The update with held Services rewritten to their effective mode."""
+        """The update with held Services rewritten to their effective mode.
+
+        Only the Services an update can concern are looked at again: those it changed, those
+        behind the EndpointSlices and Pods it changed, and those held or pending before; a
+        first update (``changed`` None) looks at every Service.
+        """
         snapshot = update.snapshot
-        slices = snapshot.kind(EndpointSlice)
-        if update.changed is None:
-            self._index = EndpointIndex(slices.values())
-        else:
-            for kind, key in update.changed:
-                if kind == EndpointSlice.KIND:
-                    self._index.put(key, slices.get(key))
         services = snapshot.kind(Service)
-        for gone in set(self._effective) - set(services):
-            del self._effective[gone]
-        held: dict[Key, tuple[BackendMode, BackendMode]] = {}
-        pending: dict[Key, tuple[str, ...]] = {}
-        before = dict(self._effective)
-        for key, service in services.items():
+        candidates = self._candidates(update)
+        held = dict(self.report.held)
+        pending = dict(self.report.pending)
+        before = {key: self._effective.get(key) for key in candidates}
+        for key in candidates:
+            held.pop(key, None)
+            pending.pop(key, None)
+            service = services.get(key)
+            if service is None:
+                self._effective.pop(key, None)
+                continue
             requested = service_mode(service, self._opts)
             previous = self._effective.get(key)
             waiting = (_pending_pods(service, snapshot, self._index)
@@ -94,18 +97,41 @@ class ModeGate:
         rewrites = {key: _with_mode(services[key], effective)
                     for key, (effective, _) in held.items()}
         was_held = self.report.held
-        moved = [key for key in services if before.get(key) is not self._effective.get(key)
-                 or (key in held) != (key in was_held)]
+        moved = [key for key in candidates if key in services and (
+            before[key] is not self._effective.get(key) or (key in held) != (key in was_held))]
         self.report = ModeReport(held=MappingProxyType(held), pending=MappingProxyType(pending))
         if not rewrites and update.changed is not None and not moved:
             return update
         changed = update.changed
         if changed is not None:
-            extra = [(Service.KIND, key) for key in moved]
+            extra = [(Service.KIND, key) for key in sorted(moved)]
             changed = tuple(dict.fromkeys((*changed, *extra)))
         return SourceUpdate(snapshot=snapshot.replace(Service.KIND, rewrites) if rewrites
                             else snapshot, errors=update.errors, stale_files=update.stale_files,
                             changed=changed)
+
+    def _candidates(self, update: SourceUpdate) -> set[Key]:
+        """Services whose effective mode or pending pods this update may move (see ``apply``);
+        keeps the endpoint index up to date on the way."""
+        snapshot = update.snapshot
+        slices = snapshot.kind(EndpointSlice)
+        if update.changed is None:
+            self._index = EndpointIndex(slices.values())
+            return set(snapshot.kind(Service)) | set(self._effective)
+        out = set(self.report.held) | set(self.report.pending)
+        for kind, key in update.changed:
+            if kind == Service.KIND:
+                out.add(key)
+            elif kind == EndpointSlice.KIND:
+                item = slices.get(key)
+                old = self._index.put(key, item)
+                if old is not None:
+                    out.add(old)
+                if item is not None and item.service_name:
+                    out.add((item.metadata.namespace, item.service_name))
+            elif kind == Pod.KIND:
+                out.update(self._index.services_of_pod(key))
+        return out
 
 
 def _with_mode(service: Service, mode: BackendMode) -> Service:

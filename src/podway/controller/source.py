@@ -23,7 +23,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.controller import metrics
+from podway.controller.metrics import ControllerMetrics
 from podway.kube import gateway_api
 from podway.kube.informer import Raw
 from podway.model.snapshot import Key
@@ -50,8 +50,9 @@ class KindInfo:
 class ControllerSource(KubeSource):
     """``KubeSource`` that keeps the API's status of the objects the controller writes."""
 
-    def __init__(self, api: client.ApiClient,
-                 settings: KubeSourceSettings) -> None:
+    def __init__(self, api: client.ApiClient, settings: KubeSourceSettings, *,
+                 metrics: ControllerMetrics) -> None:
+        self._metrics = metrics
         super().__init__(api, settings)
         self._statuses: dict[tuple[str, Key], dict[str, Any]] = {}
 
@@ -81,7 +82,7 @@ class ControllerSource(KubeSource):
         kind = spec.kind
 
         def handle(event: str, raw: Raw) -> None:
-            metrics.WATCH_EVENTS.labels(kind=kind).inc()
+            self._metrics.watch_events.labels(kind=kind).inc()
             if kind in STATUS_KINDS:
                 meta = raw.get("metadata") or {}
                 key = (str(meta.get("namespace", "")) if spec.namespaced else "",
@@ -92,5 +93,5 @@ class ControllerSource(KubeSource):
                 else:
                     statuses[(kind, key)] = status if isinstance(status, dict) else {}
             inner(event, raw)
-            metrics.QUEUE_DEPTH.set(len(self._pending))
+            self._metrics.queue_depth.set(len(self._pending))
         return handle

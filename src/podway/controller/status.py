@@ -12,7 +12,9 @@ included: a refused listener is ``Programmed=False``), Service and Ingress
 ``StatusWriter`` follows the pipeline's states (coalesced: a burst of states costs one pass) and
 PATCHes the ``status`` subresource (a JSON merge patch of ``{"status": …}``) only of objects
 whose status differs from what the API holds and from what it last wrote, with bounded
-concurrency. Nothing else is written: an unchanged state costs no request.
+concurrency. Nothing else is written: an unchanged state costs no request. A refused PATCH
+(an API error, or the API away) is logged and written again after a backoff (``retry_failed``)
+even when no new state comes; a status of a shape no controller writes counts as empty.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from podway.backoff import Backoff
-from podway.controller import metrics
+from podway.controller.metrics import ControllerMetrics
 from podway.controller.source import GATEWAY_KINDS, KindInfo
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
@@ -178,7 +180,7 @@ class StatusWriter:
     def __init__(self, api: client.ApiClient, pipeline: Pipeline, *,
                  current: Callable[[str, Key], Status | None],
                  kind_info: Callable[[str], KindInfo | None], opts: TranslateOptions,
-                 lb_address: str | None, concurrency: int = 32,
+                 lb_address: str | None, metrics: ControllerMetrics, concurrency: int = 32,
                  clock: Callable[[], str] = now_rfc3339) -> None:
         self._api = api
         self._pipeline = pipeline
@@ -186,6 +188,7 @@ class StatusWriter:
         self._kind_info = kind_info
         self._opts = opts
         self._lb_address = lb_address
+        self._metrics = metrics
         self._limit = asyncio.Semaphore(concurrency)
         self._clock = clock
         self._written: dict[Target, Status] = {}  # stamped, as last written or found
@@ -267,17 +270,17 @@ class StatusWriter:
             try:
                 await patch_status(self._api, info, namespace, name, body)
             except NotFound:
-                metrics.STATUS_WRITES.labels(kind=kind, result="gone").inc()
+                self._metrics.status_writes.labels(kind=kind, result="gone").inc()
                 return
             except Exception as exc:
-                metrics.STATUS_WRITES.labels(kind=kind, result="error").inc()
+                self._metrics.status_writes.labels(kind=kind, result="error").inc()
                 log.warning("status of %s %s/%s not written: %s", kind, namespace, name, exc)
                 self._seen = ()  # try again with the next state, or after a backoff
                 self.failed.set()
                 return
         self._written[target] = status
         self._wanted[target] = wanted
-        metrics.STATUS_WRITES.labels(kind=kind, result="ok").inc()
+        self._metrics.status_writes.labels(kind=kind, result="ok").inc()
 
 
 async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, name: str,

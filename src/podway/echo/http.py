@@ -19,7 +19,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from podway.echo import Identity
+from podway.echo import Identity, websocket
 
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _STATUS = re.compile(r"^/status/(\d{3})$")
@@ -59,6 +59,7 @@ class EchoHTTP(asyncio.Protocol):
         self.h2: h2.connection.H2Connection | None = None
         self.streams: dict[int, dict[str, str]] = {}
         self.waiting = False  # an HTTP/1.1 answer is delayed: read nothing more until it is sent
+        self.websocket = False  # upgraded: the buffer holds WebSocket frames
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -69,6 +70,10 @@ class EchoHTTP(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.h2 is not None:
             self._h2_data(data)
+            return
+        if self.websocket:
+            self.buffer += data
+            self._ws_frames()
             return
         self.buffer += data
         while self.h2 is None and self.transport is not None and not self.waiting:
@@ -125,6 +130,9 @@ class EchoHTTP(asyncio.Protocol):
         if headers.get("upgrade", "").lower() == "h2c" and "http2-settings" in headers:
             self._upgrade(method, path, headers)
             return False
+        if method == "GET" and websocket.wants_websocket(headers):
+            self._websocket(path, headers)
+            return False
         keep = (headers.get("connection", "").lower() != "close" if version == "HTTP/1.1"
                 else headers.get("connection", "").lower() == "keep-alive")
         status, body, ctype = answer(self.identity, method=method, path=path,
@@ -169,6 +177,37 @@ class EchoHTTP(asyncio.Protocol):
         rest, self.buffer = self.buffer, b""
         if rest:
             self._h2_data(rest)
+
+    # --- WebSocket ------------------------------------------------------------------------------
+    def _websocket(self, path: str, headers: dict[str, str]) -> None:
+        """Answer 101, send the identity JSON as the first message, then echo."""
+        assert self.transport is not None
+        self.transport.write(websocket.handshake(headers["sec-websocket-key"]))
+        self.websocket = True
+        _, body, _ = answer(self.identity, method="GET", path=path,
+                            host=headers.get("host", ""), headers=headers, client=self.client,
+                            protocol="websocket")
+        self.transport.write(websocket.encode(websocket.TEXT, body))
+        self._ws_frames()
+
+    def _ws_frames(self) -> None:
+        while self.transport is not None:
+            try:
+                frame, used = websocket.decode(self.buffer)
+            except websocket.ProtocolError as error:
+                self.transport.write(websocket.encode(websocket.CLOSE,
+                                                      error.code.to_bytes(2, "big")))
+                self._close()
+                return
+            if frame is None:
+                return
+            self.buffer = self.buffer[used:]
+            data, close = websocket.reply(frame)
+            if data:
+                self.transport.write(data)
+            if close:
+                self._close()
+                return
 
     # --- h2c ------------------------------------------------------------------------------------
     def _start_h2(self, settings: str | None) -> None:

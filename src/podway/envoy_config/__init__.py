@@ -115,12 +115,15 @@ class Builder:
 
 def _listener(item: Listener) -> tuple[Resource, ...]:
     """The listener and its secrets; nothing for a listener Envoy could not serve."""
-    if item.protocol is Protocol.HTTPS and not item.certificates:
+    if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
     built = [Resource.of(item.name, listener(item))]
-    built.extend(Resource.of(c.name, secret(c)) for c in item.certificates)
+    certificates = {c.name: c for c in item.certificates}
+    certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
+                        if r.certificate is not None and r.certificate.name not in certificates)
+    built.extend(Resource.of(c.name, secret(c)) for c in certificates.values())
     return tuple(built)
 
 

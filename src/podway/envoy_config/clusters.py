@@ -86,6 +86,9 @@ def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.Health
     return out
 
 
+_SAN = {"dns": common_pb2.SubjectAltNameMatcher.DNS, "uri": common_pb2.SubjectAltNameMatcher.URI}
+
+
 def _upstream_tls(tls: UpstreamTLS, *, alpn: tuple[str, ...]) -> base_pb2.TransportSocket:
     """TLS to the members, always verified: the given CA, else the engine host's trust store.
 
@@ -98,7 +101,7 @@ def _upstream_tls(tls: UpstreamTLS, *, alpn: tuple[str, ...]) -> base_pb2.Transp
         validation.trusted_ca.inline_string = tls.ca_pem
     else:
         validation.system_root_certs.SetInParent()
-    validation.match_typed_subject_alt_names.add(
-        san_type=common_pb2.SubjectAltNameMatcher.DNS).matcher.exact = tls.sni
+    for kind, value in tls.subject_alt_names or (("dns", tls.sni),):
+        validation.match_typed_subject_alt_names.add(san_type=_SAN[kind]).matcher.exact = value
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))

@@ -7,6 +7,11 @@
   With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
   hosts of the other chains answer 421; otherwise all chains share the listener's table.
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
+  An HTTPS listener's own L4 routes (an HTTPS and a TLS Gateway listener on one port, or Ingress
+  hosts with ``podway.io/tls-passthrough``) become passthrough chains beside the terminating
+  ones; an SNI name a certificate already serves stays terminating. An L4 route with a
+  ``certificate`` (TLSRoute on a ``Terminate`` listener) terminates TLS on its chain and
+  forwards the decrypted bytes (no ALPN offered: the bytes are not HTTP to the engine).
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
   the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
 * A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
@@ -19,6 +24,7 @@ from __future__ import annotations
 from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -27,13 +33,18 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2 as udp_route_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
-from envoy.extensions.transport_sockets.tls.v3 import secret_pb2, tls_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
 from podway.envoy_config.common import ads_source, pack, stat_prefix
 from podway.ir import L4Route, Listener, TLSCertificate
 from podway.ir import ListenerProtocol as Protocol
 
+_TLS_VERSIONS = {"1.0": common_pb2.TlsParameters.TLSv1_0,
+                 "1.1": common_pb2.TlsParameters.TLSv1_1,
+                 "1.2": common_pb2.TlsParameters.TLSv1_2,
+                 "1.3": common_pb2.TlsParameters.TLSv1_3}
+CORS_FILTER = "envoy.filters.http.cors"
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).
 NO_POOL = "podway/no-pool"
 
@@ -53,6 +64,10 @@ def listener(ir: Listener) -> listener_pb2.Listener:
     elif ir.protocol is Protocol.HTTPS:
         out.listener_filters.append(_tls_inspector())
         _https_chains(out, ir)
+        # Passthrough beside termination (HTTPS and TLS sharing a port): SNI names a
+        # certificate serves stay terminating; the engine picks one chain per name.
+        taken = {n for _, _, names in sni_tables(ir) for n in names}
+        _passthrough_chains(out, ir, taken)
     elif ir.protocol is Protocol.TLS:
         out.listener_filters.append(_tls_inspector())
         _passthrough_chains(out, ir)
@@ -89,6 +104,10 @@ def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
     manager.rds.config_source.CopyFrom(ads_source())
     manager.upgrade_configs.append(hcm.HttpConnectionManager.UpgradeConfig(
         upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)))
+    # CORS does nothing on a route without a CORS policy; present on every manager so a route
+    # gaining one never replaces the listener (and never drains its connections).
+    manager.http_filters.append(hcm.HttpFilter(
+        name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())))
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
     return lc.Filter(name="envoy.filters.network.http_connection_manager",
@@ -120,22 +139,34 @@ def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
         out.default_filter_chain.CopyFrom(chain)
 
 
-def _downstream_tls(cert: TLSCertificate) -> base_pb2.TransportSocket:
+def _downstream_tls(cert: TLSCertificate, *, alpn: tuple[str, ...] = ("h2", "http/1.1")
+                    ) -> base_pb2.TransportSocket:
     context = tls_pb2.DownstreamTlsContext()
     common = context.common_tls_context
-    common.alpn_protocols.extend(["h2", "http/1.1"])
+    common.alpn_protocols.extend(alpn)
     common.tls_certificate_sds_secret_configs.append(
         secret_pb2.SdsSecretConfig(name=cert.name, sds_config=ads_source()))
+    options = cert.options
+    if options.min_version or options.max_version or options.ciphers:
+        params = common.tls_params
+        if options.min_version:
+            params.tls_minimum_protocol_version = _TLS_VERSIONS[options.min_version]
+        if options.max_version:
+            params.tls_maximum_protocol_version = _TLS_VERSIONS[options.max_version]
+        params.cipher_suites.extend(options.ciphers)
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))
 
 
-def _passthrough_chains(out: listener_pb2.Listener, ir: Listener) -> None:
-    seen: set[str] = set()
+def _passthrough_chains(out: listener_pb2.Listener, ir: Listener,
+                        taken: set[str] | None = None) -> None:
+    seen: set[str] = set(taken or ())
     for route in ir.l4_routes:
         names = [h.lower() for h in route.hostnames if h.lower() not in seen]
         seen.update(names)
         chain = lc.FilterChain(name=route.name, filters=[_tcp_proxy(ir.name, route)])
+        if route.certificate is not None:  # TLS Terminate: decrypt, then forward the bytes
+            chain.transport_socket.CopyFrom(_downstream_tls(route.certificate, alpn=()))
         if names:
             chain.filter_chain_match.server_names.extend(names)
             out.filter_chains.append(chain)

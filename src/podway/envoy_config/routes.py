@@ -12,6 +12,9 @@ Invariants the IR relies on and how they map to Envoy:
   labels, so every route of such a host also requires ``:authority`` to match one label. A host
   with more labels falls through to the listener's catch-all (``*``) routes, which are appended to
   the wildcard host because Envoy never tries a second virtual host.
+* A ``WeightedPool``'s own header filters (Gateway API backendRef filters) go on its weighted
+  cluster entry, so they apply to the requests that share gets; such a route always uses
+  ``weighted_clusters``, even with one share.
 * A ``WeightedPool`` without a pool (an unresolvable backend) is answered with its ``status``.
   Envoy's weighted clusters cannot answer directly, so the share becomes a route of its own,
   selected by ``runtime_fraction`` ahead of the forwarding route (docs/design/invalid-backends.md).
@@ -25,14 +28,16 @@ from collections.abc import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
 from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
 from podway.envoy_config.common import duration, pack
-from podway.envoy_config.listeners import sni_tables
+from podway.envoy_config.listeners import CORS_FILTER, sni_tables
 from podway.ir import (
+    CORS,
     DirectResponse,
     Forward,
     HeaderModifier,
@@ -168,6 +173,27 @@ def _base(route: Route, match: rc.RouteMatch, *, suffix: str = "") -> rc.Route:
     for f in route.filters:
         if isinstance(f, HeaderModifier):
             _headers(out, f)
+        elif isinstance(f, CORS):
+            out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(_cors(f)))
+    return out
+
+
+def _cors(cors: CORS) -> cors_pb2.CorsPolicy:
+    out = cors_pb2.CorsPolicy(allow_methods=",".join(cors.allow_methods),
+                              allow_headers=",".join(cors.allow_headers),
+                              expose_headers=",".join(cors.expose_headers),
+                              max_age=str(cors.max_age_s))
+    out.allow_credentials.value = cors.allow_credentials
+    for origin in cors.allow_origins:
+        matcher = out.allow_origin_string_match.add()
+        if origin == "*":
+            matcher.safe_regex.regex = ".*"
+        elif "://*." in origin:  # any subdomain: one or more labels before the suffix
+            scheme, _, rest = origin.partition("://*.")
+            matcher.safe_regex.regex = f"{_re2_escape(scheme)}://[^/]+\\.{_re2_escape(rest)}"
+        else:
+            matcher.exact = origin
+            matcher.ignore_case = True
     return out
 
 
@@ -204,12 +230,15 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
                    pools: list[WeightedPool], persistence: PersistenceByPool) -> rc.Route:
     out = _base(route, match)
     ra = out.route
-    if len(pools) == 1:
+    if len(pools) == 1 and not pools[0].filters:
         ra.cluster = pools[0].pool or ""
     else:
         for share in pools:
-            ra.weighted_clusters.clusters.append(rc.WeightedCluster.ClusterWeight(
-                name=share.pool or "", weight=wrappers_pb2.UInt32Value(value=share.weight)))
+            weighted = rc.WeightedCluster.ClusterWeight(
+                name=share.pool or "", weight=wrappers_pb2.UInt32Value(value=share.weight))
+            for modifier in share.filters:  # backendRef filters: this share only
+                _edit_headers(weighted, modifier)
+            ra.weighted_clusters.clusters.append(weighted)
     # Gateway API timeouts: ``request`` bounds the whole exchange (route timeout; without it
     # the backend timeout, so Envoy's 15 s default never cuts a longer backend timeout short),
     # ``backendRequest`` each try towards a backend (per-try timeout, no retries added).
@@ -349,6 +378,12 @@ def _re2_literal_substitution(text: str) -> str:
 
 
 def _headers(out: rc.Route, modifier: HeaderModifier) -> None:
+    _edit_headers(out, modifier)
+
+
+def _edit_headers(out: rc.Route | rc.WeightedCluster.ClusterWeight,
+                  modifier: HeaderModifier) -> None:
+    """A route's or one weighted cluster's header edits (both have the same four fields)."""
     to_add = out.response_headers_to_add if modifier.response else out.request_headers_to_add
     to_remove = (out.response_headers_to_remove if modifier.response
                  else out.request_headers_to_remove)

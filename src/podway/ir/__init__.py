@@ -19,6 +19,7 @@ from podway.ir.listener import (
     Listener,
     ListenerProtocol,
     TLSCertificate,
+    TLSOptions,
     VirtualHost,
     WildcardMode,
 )
@@ -34,6 +35,7 @@ from podway.ir.pool import (
     UpstreamTLS,
 )
 from podway.ir.route import (
+    CORS,
     Action,
     DirectResponse,
     Filter,
@@ -61,6 +63,7 @@ class IR:
 
 
 __all__ = [
+    "CORS",
     "IR",
     "Action",
     "DirectResponse",
@@ -89,6 +92,7 @@ __all__ = [
     "RouteMatch",
     "StringMatchKind",
     "TLSCertificate",
+    "TLSOptions",
     "URLRewrite",
     "UpstreamTLS",
     "VirtualHost",

@@ -46,7 +46,8 @@ def to_data(value: Any) -> Any:
     return value
 
 
-_TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror"}
+_TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
+           "CORS"}
 
 
 def _action_kind(value: object) -> str | None:

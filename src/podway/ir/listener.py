@@ -26,6 +26,17 @@ class WildcardMode(StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TLSOptions:
+    """Handshake settings of the filter chain serving a certificate; None/(): the engine's
+    defaults (TLS 1.2 to 1.3, BoringSSL's cipher list). Versions are "1.0" … "1.3"; ``ciphers``
+    are TLS 1.2 suites in OpenSSL names (TLS 1.3 suites are not configurable in the engine)."""
+
+    min_version: str | None = None
+    max_version: str | None = None
+    ciphers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TLSCertificate:
     """A certificate served for ``hostnames`` (SNI); no hostnames: the listener's default."""
 
@@ -34,6 +45,7 @@ class TLSCertificate:
     cert_pem: str
     key_pem: str = field(repr=False)  # never logged, never dumped
     origin: ObjectRef | None = None
+    options: TLSOptions = TLSOptions()
 
     @property
     def fingerprint(self) -> str:
@@ -51,12 +63,15 @@ class VirtualHost:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class L4Route:
-    """TCP/UDP forwarding, or TLS passthrough selected by SNI ``hostnames``."""
+    """TCP/UDP forwarding, or TLS selected by SNI ``hostnames``: passed through untouched, or,
+    with ``certificate``, terminated by the engine and forwarded as plain bytes (TLSRoute on
+    a ``Terminate`` listener)."""
 
     name: str
     backends: tuple[WeightedPool, ...]
     hostnames: tuple[str, ...] = ()
     origin: ObjectRef
+    certificate: TLSCertificate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,7 +82,8 @@ class Listener:
     protocol: ListenerProtocol
     virtual_hosts: tuple[VirtualHost, ...] = ()  # HTTP, HTTPS
     certificates: tuple[TLSCertificate, ...] = ()  # HTTPS
-    l4_routes: tuple[L4Route, ...] = ()  # TCP, UDP, TLS
+    # TCP, UDP, TLS; on HTTPS: passthrough by SNI beside the terminating certificates
+    l4_routes: tuple[L4Route, ...] = ()
     origins: tuple[ObjectRef, ...] = ()
     # HTTPS: the Host must belong to the certificate the connection's SNI chose. A virtual host
     # whose most specific covering SNI name (certificate hostname) is another certificate's is

@@ -69,11 +69,15 @@ class Persistence:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UpstreamTLS:
-    """TLS from the engine to the members (re-encrypt)."""
+    """TLS from the engine to the members (re-encrypt), always verified.
+
+    ``subject_alt_names``: (``"dns"`` | ``"uri"``, value) of which the member's certificate must
+    carry one; empty: the ``sni`` name as a DNS SAN."""
 
     sni: str
     ca_pem: str = ""
     origin: ObjectRef | None = None
+    subject_alt_names: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -52,12 +52,26 @@ class RouteMatch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderModifier:
+    """Request or response header edits, applied in the order set → add → remove."""
+
+    response: bool = False
+    set: tuple[tuple[str, str], ...] = ()
+    add: tuple[tuple[str, str], ...] = ()
+    remove: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WeightedPool:
-    """One share of a forward; ``pool`` None means the share is answered with ``status``."""
+    """One share of a forward; ``pool`` None means the share is answered with ``status``.
+
+    ``filters``: header edits for requests sent to (and responses from) this share only
+    (Gateway API backendRef filters), after the route's own."""
 
     pool: str | None = None
     weight: int = 1
     status: int = 500  # answer for an unresolvable backend's share
+    filters: tuple[HeaderModifier, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,16 +101,6 @@ Action = Forward | Redirect | DirectResponse
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class HeaderModifier:
-    """Request or response header edits, applied in the order set → add → remove."""
-
-    response: bool = False
-    set: tuple[tuple[str, str], ...] = ()
-    add: tuple[tuple[str, str], ...] = ()
-    remove: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class URLRewrite:
     """Host and path rewrite before forwarding.
 
@@ -120,7 +124,23 @@ class Mirror:
     percent: float = 100.0
 
 
-Filter = HeaderModifier | URLRewrite | Mirror
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CORS:
+    """Cross-origin resource sharing: the engine answers preflights and adds the
+    ``Access-Control-*`` response headers for allowed origins.
+
+    ``allow_origins``: ``*`` (any), or ``scheme://host[:port]`` where the host may start with
+    ``*.`` (any subdomain)."""
+
+    allow_origins: tuple[str, ...]
+    allow_credentials: bool = False
+    allow_methods: tuple[str, ...] = ()
+    allow_headers: tuple[str, ...] = ()
+    expose_headers: tuple[str, ...] = ()
+    max_age_s: int = 5
+
+
+Filter = HeaderModifier | URLRewrite | Mirror | CORS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -72,6 +72,7 @@ class SecretObjectReference(K8sModel):
 class GatewayTLSConfig(K8sModel):
     mode: str = "Terminate"
     certificate_refs: tuple[SecretObjectReference, ...] = ()
+    options: dict[str, str] = Field(default_factory=dict)
 
 
 class RouteNamespaces(K8sModel):

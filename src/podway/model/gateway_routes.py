@@ -81,6 +81,17 @@ class URLRewriteFilter(K8sModel):
     path: PathModifier | None = None
 
 
+class CORSFilter(K8sModel):
+    """HTTPRoute ``CORS`` filter (experimental channel, Gateway API v1.2+)."""
+
+    allow_origins: tuple[str, ...] = ()
+    allow_credentials: bool = False
+    allow_methods: tuple[str, ...] = ()
+    allow_headers: tuple[str, ...] = ()
+    expose_headers: tuple[str, ...] = ()
+    max_age: Int = Field(default=5, ge=0)
+
+
 class LocalReference(K8sModel):
     group: str = ""
     kind: str = ""
@@ -95,6 +106,7 @@ class RouteFilter(K8sModel):
     request_redirect: RequestRedirectFilter | None = None
     url_rewrite: URLRewriteFilter | None = Field(default=None, alias="urlRewrite")
     extension_ref: LocalReference | None = None
+    cors: CORSFilter | None = None
 
 
 class HTTPPathMatch(K8sModel):

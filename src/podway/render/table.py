@@ -16,6 +16,7 @@ from podway.ir import (
     Route,
     RouteMatch,
 )
+from podway.ir import ListenerProtocol as Protocol
 from podway.ir.route import PathKind
 
 
@@ -38,7 +39,10 @@ def served_table(ir: IR) -> Table:
                 where = ""
         for l4 in listener.l4_routes:
             pools = [wp.pool or f"→ {wp.status}" for wp in l4.backends]
-            _row(table, where, ", ".join(l4.hostnames) or "*", "(any)", ", ".join(pools),
+            how = ("(TLS terminated)" if l4.certificate is not None
+                   else "(TLS passthrough)" if listener.protocol in (Protocol.TLS, Protocol.HTTPS)
+                   else "(any)")
+            _row(table, where, ", ".join(l4.hostnames) or "*", how, ", ".join(pools),
                           "\n".join(_members(ir, wp.pool) for wp in l4.backends))
             where = ""
     return table

@@ -17,7 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from podway.ir import Listener, ListenerProtocol, TLSCertificate, VirtualHost, WildcardMode
+from podway.ir import (
+    L4Route,
+    Listener,
+    ListenerProtocol,
+    PathKind,
+    Redirect,
+    Route,
+    TLSCertificate,
+    VirtualHost,
+    WildcardMode,
+)
 from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
@@ -26,10 +36,12 @@ from podway.translate.ingress_part import (
     LEGACY_CLASS_ANNOTATION,
     Claim,
     IngressPart,
+    PassthroughPart,
     SlotKey,
     TLSPart,
     build_part,
 )
+from podway.translate.ingress_tls import ACME_CHALLENGE, REDIRECT_STATUS
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, quote
 
@@ -91,6 +103,7 @@ class IngressTranslation:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     owners: dict[str, IngressPart] = field(default_factory=dict)  # host → oldest to name it
+    passthrough: dict[str, tuple[PassthroughPart, IngressPart]] = field(default_factory=dict)
     _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
 
     def add(self, ingress: Ingress) -> None:
@@ -102,6 +115,8 @@ class IngressTranslation:
             self._claim(part, claim)
         for tls in part.tls:
             self._add_tls(part, tls)
+        for passthrough in part.passthrough:
+            self._add_passthrough(part, passthrough)
         for spec in part.pools:
             self.pools.setdefault(spec.name, spec)
         self.problems.extend(part.problems)
@@ -165,10 +180,41 @@ class IngressTranslation:
             held = self.certificates.get(host)
             if held is None:
                 self.certificates[host] = cert
+            elif held.name == cert.name and held.options != cert.options:
+                self._problem(part, Reason.CERTIFICATE_CONFLICT,
+                              f"host {quote(host)} already uses {held.name} with other TLS "
+                              "options (podway.io/tls-*); the older Ingress's apply",
+                              tls.where, Severity.WARNING)
             elif held.name != cert.name:
                 self._problem(part, Reason.CERTIFICATE_CONFLICT,
                               f"host {quote(host)} already uses {held.name}", tls.where,
                               Severity.WARNING)
+
+    def _add_passthrough(self, part: IngressPart, item: PassthroughPart) -> None:
+        if not self._admitted(part, item.host, "TLS passthrough", item.where):
+            return
+        held = self.passthrough.get(item.host)
+        if held is None:
+            self.passthrough[item.host] = (item, part)
+        elif held[1] is not part:
+            self._problem(part, Reason.HOST_CONFLICT,
+                          f"host {quote(item.host)} is already passed through by older Ingress "
+                          f"{held[1].owner}", item.where)
+
+    def _passthrough_routes(self) -> tuple[L4Route, ...]:
+        """Passthrough routes in age order; a host with a certificate stays terminating (the
+        engine picks one filter chain per SNI name), and its passthrough Ingress is told."""
+        out: list[L4Route] = []
+        for host, (item, part) in self.passthrough.items():
+            holder = self.certificates.get(host)
+            if holder is not None:
+                self._problem(part, Reason.CERTIFICATE_CONFLICT,
+                              f"host {quote(host)} has certificate {holder.name} from another "
+                              "Ingress, which terminates its TLS; TLS passthrough is not used",
+                              item.where)
+                continue
+            out.append(item.route)
+        return tuple(out)
 
     def _problem(self, part: IngressPart, reason: Reason, message: str, where: str,
                  severity: Severity = Severity.ERROR) -> None:
@@ -176,27 +222,61 @@ class IngressTranslation:
                                      field=where, severity=severity))
 
     def listeners(self) -> list[Listener]:
-        """The HTTP listener (every host) and, when any certificate is usable, HTTPS."""
+        """The HTTP listener (every host) and, when any certificate is usable or a host is
+        passed through, HTTPS (terminating and passthrough chains chosen by SNI)."""
+        passthrough = self._passthrough_routes()
         if not self.hosts:
-            return []
+            return [self._https((), (), passthrough)] if passthrough else []
         vhosts: list[VirtualHost] = []
         for host in sorted(self.hosts, key=host_order):
             claims = sorted((c for c, _ in self.hosts[host].values()), key=lambda c: c.order)
             vhosts.append(VirtualHost(name=host, hostname=host, wildcard=WildcardMode.ONE_LABEL,
                                       routes=tuple(c.route for c in claims)))
         origins = tuple(sorted({r.origin for v in vhosts for r in v.routes}))
-        out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
-                        protocol=ListenerProtocol.HTTP, virtual_hosts=tuple(vhosts),
-                        origins=origins)]
         certs = self._certificates()
-        if certs:
-            secure = tuple(v for v in vhosts if self._has_certificate(v.hostname))
-            if secure:
-                out.append(Listener(
-                    name="ingress/https", address=self.opts.address, port=self.opts.https_port,
-                    protocol=ListenerProtocol.HTTPS, virtual_hosts=secure, certificates=certs,
-                    origins=tuple(sorted({r.origin for v in secure for r in v.routes}))))
+        secure = tuple(v for v in vhosts if self._has_certificate(v.hostname)) if certs else ()
+        plain = self._redirected(vhosts, {v.hostname for v in secure})
+        out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
+                        protocol=ListenerProtocol.HTTP, virtual_hosts=plain, origins=origins)]
+        if (certs and secure) or passthrough:
+            out.append(self._https(secure if certs else (), certs, passthrough))
         return out
+
+    def _https(self, secure: tuple[VirtualHost, ...], certs: tuple[TLSCertificate, ...],
+               passthrough: tuple[L4Route, ...]) -> Listener:
+        origins = {r.origin for v in secure for r in v.routes} | {r.origin for r in passthrough}
+        return Listener(name="ingress/https", address=self.opts.address,
+                        port=self.opts.https_port, protocol=ListenerProtocol.HTTPS,
+                        virtual_hosts=secure, certificates=certs, l4_routes=passthrough,
+                        origins=tuple(sorted(origins)))
+
+    def _redirected(self, vhosts: list[VirtualHost], secure: set[str]
+                    ) -> tuple[VirtualHost, ...]:
+        """The plain-HTTP virtual hosts: a route of a host served over HTTPS answers a
+        redirect to ``https://`` when its Ingress has a TLS entry covering the host and does
+        not opt out (``podway.io/ssl-redirect: "false"``); ACME HTTP-01 paths are never
+        redirected (a certificate authority validates them over plain HTTP)."""
+        by_ref = {part.source.ref: part for part in self.parts.values()}
+        port = None if self.opts.https_port == 443 else self.opts.https_port
+        redirect = Redirect(scheme="https", port=port, status_code=REDIRECT_STATUS)
+        out: list[VirtualHost] = []
+        for vhost in vhosts:
+            host = vhost.hostname
+            if host == "*" or host not in secure:
+                out.append(vhost)
+                continue
+            routes = []
+            for route in vhost.routes:
+                part = by_ref.get(route.origin)
+                if (part is not None and part.ssl_redirect and _tls_covers(part, host)
+                        and not _acme(route)):
+                    routes.append(Route(name=route.name, match=route.match, action=redirect,
+                                        origin=route.origin))
+                else:
+                    routes.append(route)
+            out.append(VirtualHost(name=vhost.name, hostname=host, wildcard=vhost.wildcard,
+                                   routes=tuple(routes)))
+        return tuple(out)
 
     def _has_certificate(self, host: str) -> bool:
         if self.default_certificate is not None:
@@ -209,12 +289,25 @@ class IngressTranslation:
         by_name: dict[str, TLSCertificate] = {}
         for host, cert in self.certificates.items():
             names.setdefault(cert.name, []).append(host)
-            by_name[cert.name] = cert
+            by_name.setdefault(cert.name, cert)  # the oldest Ingress's options
         out = [TLSCertificate(name=c.name, hostnames=tuple(sorted(names[n], key=host_order)),
-                              cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin)
+                              cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin,
+                              options=c.options)
                for n, c in sorted(by_name.items())]
         if self.default_certificate is not None:
             d = self.default_certificate
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
-                                      key_pem=d.key_pem, origin=d.origin))
+                                      key_pem=d.key_pem, origin=d.origin, options=d.options))
         return tuple(out)
+
+
+def _tls_covers(part: IngressPart, host: str) -> bool:
+    """Whether one of the Ingress's usable TLS entries covers ``host`` (no hosts: every host)."""
+    return any(not tls.hosts or any(covers(h, host) for h in tls.hosts) for tls in part.tls)
+
+
+def _acme(route: Route) -> bool:
+    """Whether the route serves ACME HTTP-01 challenges (or a path below them)."""
+    path = route.match.path
+    return path.kind is not PathKind.REGEX and (
+        path.value.rstrip("/") + "/").startswith(ACME_CHALLENGE + "/")

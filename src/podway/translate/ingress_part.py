@@ -8,29 +8,40 @@ Ingress changed costs the merge, not the rebuilding of every route (O(change) ob
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from podway.ir import (
     DirectResponse,
     Forward,
+    L4Route,
     PathKind,
     PathMatch,
     Route,
     RouteMatch,
     TLSCertificate,
+    TLSOptions,
+    UpstreamTLS,
     WeightedPool,
 )
 from podway.ir.route import Action
 from podway.model import Ingress, K8sObject, Secret, Service
-from podway.model.networking import IngressBackend
+from podway.model.core import ServicePort
+from podway.model.networking import IngressBackend, IngressRule
 from podway.model.snapshot import Snapshot
 from podway.translate.annotations import foreign_annotations
-from podway.translate.backends import PoolSpec, find_port, http_pool, mode_problem
+from podway.translate.backends import PoolSpec, find_port, http_pool, l4_pool, mode_problem
 from podway.translate.hosts import valid_hostname
+from podway.translate.ingress_tls import (
+    BACKEND_CA_SECRET,
+    IngressTLSSettings,
+)
+from podway.translate.ingress_tls import parse as parse_tls_settings
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
-from podway.translate.tls import certificate_from_secret
+from podway.translate.tls import ca_bundle, certificate_from_secret
+from podway.translate.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 
 T = TypeVar("T", bound=K8sObject)
 LEGACY_CLASS_ANNOTATION = "kubernetes.io/ingress.class"
@@ -56,14 +67,25 @@ class TLSPart:
 
 
 @dataclass(frozen=True, slots=True)
+class PassthroughPart:
+    """A host whose TLS connections go, undecrypted, to ``route``'s backend (by SNI)."""
+
+    host: str
+    route: L4Route
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
 class IngressPart:
     source: Ingress
     claims: tuple[Claim, ...]
     tls: tuple[TLSPart, ...]
+    passthrough: tuple[PassthroughPart, ...]
     pools: tuple[PoolSpec, ...]
     problems: tuple[Problem, ...]
     # Every lookup the part made: (kind, namespace, name, what was found).
     deps: tuple[tuple[type[K8sObject], str, str, K8sObject | None], ...]
+    ssl_redirect: bool = True  # podway.io/ssl-redirect: plain HTTP of its TLS hosts redirects
 
     @property
     def owner(self) -> str:
@@ -88,6 +110,9 @@ class _Builder:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     deps: dict[tuple[type[K8sObject], str, str], K8sObject | None] = field(default_factory=dict)
+    settings: IngressTLSSettings = field(default_factory=IngressTLSSettings)
+    passthrough: list[PassthroughPart] = field(default_factory=list)
+    tls_options: TLSOptions | None = None
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -97,12 +122,22 @@ class _Builder:
     def build(self) -> IngressPart:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
+        self.settings = parse_tls_settings(ingress.metadata.annotations)
         self.annotations()
+        for name, verdict in self.settings.problems:
+            self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
+                         f"metadata.annotations[{name}]")
+        if self.settings.passthrough and ingress.spec.default_backend is not None:
+            self.problem(Reason.UNSUPPORTED_FIELD, "a defaultBackend cannot be reached by SNI "
+                         "(TLS passthrough); it is not used", "spec.defaultBackend")
         if not ingress.spec.rules and ingress.spec.default_backend is None:
             self.problem(Reason.NO_RULES, "Ingress has neither rules nor a defaultBackend",
                          "spec", Severity.WARNING)
         rule_hosts: list[str] = []
         for i, rule in enumerate(ingress.spec.rules):
+            if self.settings.passthrough:
+                self.passthrough_rule(i, rule, base)
+                continue
             if rule.host and not valid_hostname(rule.host):
                 self.problem(Reason.INVALID_HOST,
                              f"host {quote(rule.host)} is not a DNS name "
@@ -126,7 +161,7 @@ class _Builder:
                               origin=ingress.ref)
                 order = (-len(value), 0 if kind is PathKind.EXACT else 1, value)
                 self.claims.append(Claim(host, (kind, value), order, route, where))
-        if ingress.spec.default_backend is not None:
+        if ingress.spec.default_backend is not None and not self.settings.passthrough:
             route = Route(name=f"{base}/default-backend", match=RouteMatch(),
                           action=self.action(ingress.spec.default_backend,
                                              "spec.defaultBackend"),
@@ -135,11 +170,18 @@ class _Builder:
             for host in dict.fromkeys([*rule_hosts, "*"]):
                 self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
                                          "spec.defaultBackend"))
-        for k, tls in enumerate(ingress.spec.tls):
+        if ingress.spec.tls and not self.settings.passthrough:
+            self.tls_options = self.handshake_options()
+        if self.settings.passthrough and ingress.spec.tls:
+            self.problem(Reason.UNSUPPORTED_FIELD, "TLS passthrough: the pods present their own "
+                         "certificates; spec.tls is not used", "spec.tls", Severity.WARNING)
+        for k, tls in enumerate(() if self.settings.passthrough else ingress.spec.tls):
             self.add_tls(k, tls.secret_name, tls.hosts)
         return IngressPart(source=ingress, claims=tuple(self.claims), tls=tuple(self.tls),
+                           passthrough=tuple(self.passthrough),
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
-                           deps=tuple((*k, v) for k, v in self.deps.items()))
+                           deps=tuple((*k, v) for k, v in self.deps.items()),
+                           ssl_redirect=self.settings.ssl_redirect)
 
     def annotations(self) -> None:
         """Settings meant for other controllers, and a class annotation that is overridden."""
@@ -155,7 +197,23 @@ class _Builder:
                          f"spec.ingressClassName ({quote(named)}) takes precedence",
                          f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
 
-    def action(self, backend: IngressBackend, where: str) -> Action:
+    def handshake_options(self) -> TLSOptions | None:
+        """``podway.io/tls-min-version``, ``-max-version`` and ``-ciphers`` over the flags'
+        options for this Ingress's certificates; None (and an error) when the engine would
+        refuse a value: its TLS entries are then not served rather than served weaker."""
+        annotations = self.ingress.metadata.annotations
+        try:
+            return from_listener_options(annotations, self.opts.tls)
+        except TLSOptionError as error:
+            name = next((k for k in OPTION_KEYS if k in annotations), OPTION_KEYS[0])
+            self.problem(Reason.INVALID_ANNOTATION, f"{error}; the TLS entries of this Ingress "
+                         "are not served (the engine would refuse the value)",
+                         f"metadata.annotations[{name}]")
+            return None
+
+    def service_port(self, backend: IngressBackend,
+                     where: str) -> tuple[Service, ServicePort] | None:
+        """The Service port a backend names, or None with a problem saying why not."""
         ns = self.ingress.metadata.namespace
         if backend.service is None:
             res = backend.resource
@@ -163,37 +221,107 @@ class _Builder:
             kind = f"{group}{res.kind if res else ''}"
             self.problem(Reason.UNSUPPORTED_BACKEND,
                          f"resource backends ({kind}) are not supported", f"{where}.resource")
-            return DirectResponse(status=503)
+            return None
         ref = backend.service
         service = self.lookup(Service, ns, ref.name)
         if service is None:
             self.problem(Reason.BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} not found",
                          f"{where}.service.name")
-            return DirectResponse(status=503)
+            return None
         if service.spec.type == "ExternalName":
             self.problem(Reason.UNSUPPORTED_BACKEND,
                          f"Service {ns}/{ref.name} is of type ExternalName",
                          f"{where}.service.name")
-            return DirectResponse(status=503)
+            return None
         port = find_port(service, number=ref.port.number, name=ref.port.name, protocol="TCP")
         if port is None:
             wanted = (f"port {ref.port.number}" if ref.port.number is not None
                       else f"port named {quote(ref.port.name or '')}")
             self.problem(Reason.BACKEND_NOT_FOUND,
                          f"Service {ns}/{ref.name} has no {wanted}", f"{where}.service.port")
-            return DirectResponse(status=503)
+            return None
         if port.protocol != "TCP":
             self.problem(Reason.UNSUPPORTED_PROTOCOL,
                          f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, not TCP",
                          f"{where}.service.port")
-            return DirectResponse(status=503)
+            return None
         unusable = mode_problem(service, port, self.opts)
         if unusable is not None:
             self.problem(Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
+            return None
+        return service, port
+
+    def action(self, backend: IngressBackend, where: str) -> Action:
+        found = self.service_port(backend, where)
+        if found is None:
             return DirectResponse(status=503)
-        spec = http_pool(service, port)
+        service, port = found
+        spec = self.with_backend_settings(http_pool(service, port), service, where)
+        if spec is None:
+            return DirectResponse(status=503)
         self.pools.setdefault(spec.name, spec)
         return Forward(backends=(WeightedPool(pool=spec.name),))
+
+    def passthrough_rule(self, i: int, rule: IngressRule, base: str) -> None:
+        """``podway.io/tls-passthrough``: the rule's host is routed by SNI to the backend of
+        its first path, whose pods terminate TLS themselves; paths cannot apply (the engine
+        never sees the HTTP request)."""
+        where = f"spec.rules[{i}]"
+        paths = rule.http.paths if rule.http else ()
+        if not rule.host or rule.host.startswith("*") or not valid_hostname(rule.host):
+            self.problem(Reason.INVALID_HOST, "TLS passthrough routes by SNI and needs an exact "
+                         "host; this rule is not served", f"{where}.host")
+            return
+        if not paths:
+            self.problem(Reason.NO_RULES, "TLS passthrough needs a path with a backend",
+                         f"{where}.http")
+            return
+        if len(paths) > 1:
+            self.problem(Reason.UNSUPPORTED_FIELD, f"TLS passthrough forwards every connection "
+                         f"for {quote(rule.host)} to the first path's backend; the other paths "
+                         "are not used (the engine never sees the request)", f"{where}.http.paths",
+                         Severity.WARNING)
+        found = self.service_port(paths[0].backend, f"{where}.http.paths[0].backend")
+        if found is None:
+            return
+        spec = l4_pool(*found)
+        self.pools.setdefault(spec.name, spec)
+        self.passthrough.append(PassthroughPart(
+            host=rule.host, where=where,
+            route=L4Route(name=f"{base}/rule/{i}/passthrough", hostnames=(rule.host,),
+                          backends=(WeightedPool(pool=spec.name),), origin=self.ingress.ref)))
+
+    def with_backend_settings(self, spec: PoolSpec, service: Service,
+                              where: str) -> PoolSpec | None:
+        """The pool as the backend annotations ask (protocol, TLS); None: fail closed.
+
+        A pool whose settings differ from the port's plain pool gets its own name — the
+        protocol, and for TLS a digest of SNI and CA — so an Ingress that re-encrypts never
+        changes the pool another Ingress or a route uses for the same Service port.
+        """
+        backend = self.settings.backend
+        settings = spec.settings
+        if backend.protocol is not None and backend.protocol is not settings.protocol:
+            settings = replace(settings, protocol=backend.protocol)
+            spec = replace(spec, name=f"{spec.name}/{backend.protocol.value}")
+        if backend.tls:
+            ns, name = service.key
+            ca_pem = ""
+            if backend.ca_secret is not None:
+                self.lookup(Secret, ns, backend.ca_secret)
+                found = ca_bundle(self.snapshot, ns, "", "Secret", backend.ca_secret)
+                if isinstance(found, Verdict):
+                    self.problem(found.reason, f"annotation {BACKEND_CA_SECRET}: "
+                                 f"{found.message}; the backend answers 503 rather than "
+                                 "skip verification", where)
+                    return None
+                ca_pem = found
+            sni = backend.sni or f"{name}.{ns}.svc"
+            digest = hashlib.sha256(f"{sni}\n{ca_pem}".encode()).hexdigest()[:8]
+            settings = replace(settings, upstream_tls=UpstreamTLS(sni=sni, ca_pem=ca_pem,
+                                                                  origin=self.ingress.ref))
+            spec = replace(spec, name=f"{spec.name}/tls-{digest}")
+        return replace(spec, settings=settings) if settings is not spec.settings else spec
 
     def add_tls(self, k: int, secret_name: str | None, hosts: tuple[str, ...]) -> None:
         where = f"spec.tls[{k}]"
@@ -223,7 +351,9 @@ class _Builder:
         if found.warning is not None:
             self.problem(found.warning.reason, found.warning.message, f"{where}.secretName",
                          Severity.WARNING)
-        self.tls.append(TLSPart(valid, found.certificate,
+        if self.tls_options is None:
+            return  # an unusable podway.io/tls-* annotation: fail closed (reported once)
+        self.tls.append(TLSPart(valid, replace(found.certificate, options=self.tls_options),
                                 f"{where}.hosts" if valid else f"{where}.secretName"))
 
     def problem(self, reason: Reason, message: str, where: str,

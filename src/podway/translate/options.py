@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from podway.translate.vips import VipAllocator
+
+from podway.ir import TLSOptions
 
 
 class BackendMode(StrEnum):
@@ -45,6 +47,10 @@ class TranslateOptions:
     Gateway ``spec.addresses``). Off: every listener binds ``address`` and an object asking for
     another gets an ``AddressNotAllowed`` warning. On where an address allocator (IPAM) or a
     trusted author writes them."""
+    tls: TLSOptions = field(default_factory=TLSOptions)
+    """Handshake settings (minimum/maximum TLS version, TLS 1.2 ciphers) of every HTTPS
+    listener; a Gateway listener's ``tls.options`` overrides them key by key
+    (``podway.translate.tls_options``). Default: the engine's (TLS 1.2-1.3)."""
     strict_host_ownership: bool = False
     """The oldest Ingress naming a host owns it. Off: Ingresses of other namespaces may still
     add paths or a certificate to it, and both sides are warned (``HostShared``). On: their

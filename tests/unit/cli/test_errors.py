@@ -95,3 +95,13 @@ def test_demo_with_a_backend_port_taken_is_one_line() -> None:
         line = one_error_line(podway("demo", "--once", "--http-port", "1", "--https-port", "2"))
     assert "18101" in line
     assert "another `podway demo`" in line
+
+
+@pytest.mark.parametrize("args", [
+    ["validate", "--tls-min-version", "1.4", QUICKSTART],
+    ["validate", "--tls-ciphers", "RC4-MD5", QUICKSTART],
+    ["run", "--manifests", QUICKSTART, "--tls-min-version", "1.3", "--tls-max-version", "1.2"]])
+def test_bad_tls_flags_are_one_line(args: list[str]) -> None:
+    """A TLS version or cipher the engine would refuse stops the command with one line."""
+    line = one_error_line(podway(*args))
+    assert "--tls-" in line

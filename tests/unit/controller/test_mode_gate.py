@@ -92,3 +92,24 @@ def test_npl_plan_enables_served_and_disables_only_its_own() -> None:
 
 def source_never_used() -> Any:
     return object()
+
+
+def test_looking_only_at_touched_services_decides_as_a_full_pass() -> None:
+    """Updates with changed keys give the same modes, holds and pending pods as the same
+    history seen with ``changed=None`` (every Service looked at)."""
+    other = Service.model_validate({**service().model_dump(by_alias=True), "metadata": {
+        "name": "other", "namespace": "ns"}})
+    steps: list[tuple[tuple[K8sObject, ...], tuple[tuple[str, Any], ...]]] = [
+        ((service(), other, pod(npl=False)), ()),
+        ((service("nodeportlocal"), other, pod(npl=False)), (("Service", KEY),)),
+        ((service("nodeportlocal"), other, pod(npl=True)), (("Pod", ("ns", "p1")),)),
+        ((service("nodeportlocal"), other, pod(npl=False)), (("Pod", ("ns", "p1")),)),
+        ((service("clusterip"), other, pod(npl=False)), (("Service", KEY),)),
+        ((other, pod(npl=False)), (("Service", KEY),)),
+    ]
+    touched, full = ModeGate(source_never_used(), OPTS), ModeGate(source_never_used(), OPTS)
+    for i, (objects, changed) in enumerate(steps):
+        a = touched.apply(update(*objects, changed=changed if i else None))
+        b = full.apply(update(*objects))
+        assert a.snapshot.objects.get("Service") == b.snapshot.objects.get("Service")
+        assert touched.report == full.report

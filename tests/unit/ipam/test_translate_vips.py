@@ -105,3 +105,14 @@ def test_a_grant_whose_status_is_not_written_yet_is_kept() -> None:
     bound = {ls.name: ls.address for ls in later.ir.listeners}
     assert bound == {"service/shop/young/80/tcp": "198.18.5.1",
                      "service/shop/old/80/tcp": "198.18.5.2"}
+
+
+def test_gateway_binds_every_granted_address() -> None:
+    """A Gateway asking for two pool addresses gets both, listens on both and lists both."""
+    two = GATEWAY.replace("  gatewayClassName: podway\n", "  gatewayClassName: podway\n"
+                          "  addresses: [{type: IPAddress, value: 198.18.5.2},"
+                          " {type: IPAddress, value: 198.18.5.1}]\n")
+    result = translate(snapshot(two), TranslateOptions(address="0.0.0.0", vips=Ipam(POOLS)))
+    assert sorted(ls.address for ls in result.ir.listeners) == ["198.18.5.1", "198.18.5.2"]
+    status = result.statuses[ObjectRef("Gateway", "shop", "gw")]
+    assert status.addresses == (("IPAddress", "198.18.5.2"), ("IPAddress", "198.18.5.1"))

@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 import podway.engine.process  # registers the supervisor's series on the process registry
 import podway.xds.server  # noqa: F401 - registers the xDS series on the process registry
 from podway.agent.metrics import Metrics
+from podway.controller.metrics import ControllerMetrics
 from podway.engine.bootstrap import BOUNDED_STAT_PREFIXES, BootstrapOptions, EnvoyStats, bootstrap
 from podway.metrics.exposition import make_app
 from podway.metrics.pipeline import PipelineMetrics
@@ -39,8 +40,10 @@ async def scrape() -> str:
 
 
 async def test_every_podway_metric_is_documented_with_its_type_and_nothing_else() -> None:
-    """The docs' tables list exactly the podway_ families run, engine and agent expose."""
-    exposed = families(await scrape()) | families(Metrics().render().decode())
+    """The docs' tables list exactly the podway_ families run, engine, agent and controller
+    expose."""
+    exposed = (families(await scrape()) | families(Metrics().render().decode())
+               | families(ControllerMetrics().render().decode()))
     exposed = {n: t for n, t in exposed.items()
                if n.startswith("podway_") and not n.endswith("_created")}
     docs = {n: t for n, t in documented().items() if n.startswith("podway_")}

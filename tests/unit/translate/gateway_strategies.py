@@ -59,7 +59,7 @@ def route_filter() -> st.SearchStrategy[Any]:
         st.fixed_dictionaries({"type": st.just("RequestRedirect"), "requestRedirect": maybe(
             st.fixed_dictionaries({}, optional={
                 "scheme": maybe(st.sampled_from(["http", "https", "ftp"])),
-                "statusCode": maybe(st.sampled_from([301, 302, 307])),
+                "statusCode": maybe(st.sampled_from([301, 302, 303, 305, 307, 308])),
                 "hostname": maybe(gw_hosts), "path": maybe(path)}))}),
         st.fixed_dictionaries({"type": st.just("URLRewrite"), "urlRewrite": maybe(
             st.fixed_dictionaries({}, optional={"hostname": maybe(gw_hosts),
@@ -69,7 +69,20 @@ def route_filter() -> st.SearchStrategy[Any]:
                 "percent": maybe(st.integers(0, 100)),
                 "fraction": maybe(st.fixed_dictionaries({
                     "numerator": st.integers(0, 5), "denominator": st.integers(1, 3)}))}))}),
+        st.fixed_dictionaries({"type": st.just("CORS"), "cors": maybe(
+            st.fixed_dictionaries({}, optional={
+                "allowOrigins": maybe(st.lists(st.sampled_from(
+                    ["*", "https://a.test", "https://*.b.test", "a.test/x", ""]), max_size=2)),
+                "allowCredentials": maybe(st.booleans()),
+                "allowMethods": maybe(st.lists(st.sampled_from(["GET", "P UT"]), max_size=2)),
+                "maxAge": maybe(st.integers(-1, 100))}))}),
         st.fixed_dictionaries({"type": maybe(st.sampled_from(["ExtensionRef", "CORS"]))}))
+
+
+def http_backend_ref() -> st.SearchStrategy[Any]:
+    """A backendRef of an HTTP rule, sometimes with filters of its own."""
+    return st.one_of(backend_ref(), backend_ref().flatmap(lambda ref: st.fixed_dictionaries(
+        {"filters": st.lists(route_filter(), max_size=2)}).map(lambda f: {**ref, **f})))
 
 
 def http_route(kind: str = "HTTPRoute") -> st.SearchStrategy[Any]:
@@ -93,7 +106,7 @@ def http_route(kind: str = "HTTPRoute") -> st.SearchStrategy[Any]:
     rule = st.fixed_dictionaries({}, optional={
         "matches": maybe(st.lists(match, max_size=2)),
         "filters": maybe(st.lists(route_filter(), max_size=2)),
-        "backendRefs": maybe(st.lists(backend_ref(), max_size=2)),
+        "backendRefs": maybe(st.lists(http_backend_ref(), max_size=2)),
         "timeouts": maybe(st.fixed_dictionaries({}, optional={
             "request": maybe(st.sampled_from(["1s", "0s", "10x"])),
             "backendRequest": maybe(st.sampled_from(["2s", "500ms"]))}))})
@@ -116,6 +129,10 @@ def l4_route() -> st.SearchStrategy[Any]:
 def gateway() -> st.SearchStrategy[Any]:
     tls = st.fixed_dictionaries({}, optional={
         "mode": maybe(st.sampled_from(["Terminate", "Passthrough"])),
+        "options": maybe(st.dictionaries(st.sampled_from(
+            ["podway.io/tls-min-version", "podway.io/tls-max-version", "podway.io/tls-ciphers",
+             "other/key"]), st.sampled_from(["1.3", "1.1", "TLSv1.2", "9", "AES128-SHA", ""]),
+            max_size=2)),
         "certificateRefs": maybe(st.lists(st.fixed_dictionaries(
             {"name": maybe(names)}, optional={"namespace": maybe(namespaces)}), max_size=2))})
     listener = st.fixed_dictionaries({

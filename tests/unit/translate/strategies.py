@@ -36,6 +36,12 @@ def meta() -> st.SearchStrategy[dict[str, Any]]:
                 {"ingressclass.kubernetes.io/is-default-class": st.sampled_from(["true", "no"])},
                 optional={"nginx.ingress.kubernetes.io/rewrite-target": st.just("/"),
                           "kubernetes.io/ingress.class": names,
+                          "podway.io/ssl-redirect": st.sampled_from(["true", "false", "x"]),
+                          "podway.io/tls-passthrough": st.sampled_from(["true", "false", "1"]),
+                          "podway.io/backend-protocol": st.sampled_from(
+                              ["HTTPS", "grpc", "H2C", "SPDY"]),
+                          "podway.io/backend-ca-secret": st.sampled_from(["ca", "a/b", ""]),
+                          "podway.io/backend-sni": st.sampled_from(["x.test", "*.x", ""]),
                           "nodeportlocal.antrea.io": st.sampled_from([
                               '[{"podPort":8080,"nodeIP":"198.18.20.1","nodePort":61000,'
                               '"protocol":"tcp"}]', '[{"podPort":8080,"nodeIP":"1.2.3.999",'

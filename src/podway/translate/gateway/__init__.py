@@ -12,7 +12,7 @@ status is computed. One ``GatewayResult`` comes back: listeners, pools, statuses
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from types import MappingProxyType
 
@@ -31,7 +31,12 @@ from podway.model.gateway_routes import (
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec, find_port
 from podway.translate.gateway import status as st
-from podway.translate.gateway.assemble import PortBuilder, PortKey, share_ports
+from podway.translate.gateway.assemble import (
+    PortBuilder,
+    PortKey,
+    merge_sni_shared,
+    share_ports,
+)
 from podway.translate.gateway.attach import attach, parent_key
 from podway.translate.gateway.backendtls import BackendTLS, index_policies
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
@@ -116,13 +121,23 @@ class GatewayTranslation:
         shadowed: set[str] = set()
         for builder in sorted(self._ports.values(), key=lambda b: (
                 age[b.info.gateway.key], b.port, b.protocol)):
-            refusal = ports.take(name=builder.name, address=builder.info.address,
+            address = builder.info.address
+            partner = None
+            if builder.protocol is ListenerProtocol.HTTPS:
+                partner = self._ports.get((address, builder.port, ListenerProtocol.TLS))
+            elif (builder.protocol is ListenerProtocol.TLS
+                  and (address, builder.port, ListenerProtocol.HTTPS) in self._ports):
+                continue  # served by the HTTPS listener of the same port (merge_sni_shared)
+            refusal = ports.take(name=builder.name, address=address,
                                  port=builder.port, protocol=builder.protocol)
             if refusal is not None:
-                for ls in builder.members:
+                for ls in (*builder.members, *(partner.members if partner else ())):
                     ls.unbound = refusal.message
                 continue
-            out.append(builder.build())
+            built = builder.build()
+            built = merge_sni_shared(built, partner.build()) if partner else built
+            out.append(built)
+            out.extend(self._other_addresses(builder.info, built, ports))
             for shadow in builder.shadowed:
                 lost, won = shadow.lost, shadow.won
                 if lost.route.name in shadowed:
@@ -134,6 +149,23 @@ class GatewayTranslation:
                     message=f"on {shadow.host}, {won.route.origin} (rule {won.rule}/match/"
                             f"{won.match_index}) has the same match and takes precedence; this "
                             "match gets no requests there"))
+        return out
+
+    def _other_addresses(self, info: GatewayInfo, built: Listener,
+                         ports: PortTable) -> list[Listener]:
+        """``built`` bound on each further address of its Gateway (``<name>@<address>``); an
+        address whose port is taken is dropped from the Gateway's addresses, with a warning."""
+        out: list[Listener] = []
+        for address in list(info.extra_addresses):
+            copy = replace(built, name=f"{built.name}@{address}", address=address)
+            refusal = ports.take_listener(copy)
+            if refusal is None:
+                out.append(copy)
+                continue
+            info.extra_addresses.remove(address)
+            self.problems.append(Problem(
+                ref=info.gateway.ref, reason=Reason.PORT_UNAVAILABLE, severity=Severity.WARNING,
+                field="spec.addresses", message=f"not served on {address}: {refusal.message}"))
         return out
 
     def _not_owned(self, gw: Gateway) -> None:
@@ -290,13 +322,17 @@ class GatewayTranslation:
             scheme = "https" if ls.protocol is ListenerProtocol.HTTPS else "http"
             builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port, scheme=scheme))
             return
+        terminate = ls.terminates and ls.protocol is ListenerProtocol.TLS and ls.certificates
         lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),
                               hostnames=hostnames, backends=compiled.backends,
-                              origin=compiled.route.ref)
+                              origin=compiled.route.ref,
+                              certificate=ls.certificates[0] if terminate else None)
         if lost:
             state.issues.append(Issue(Reason.HOSTNAME_CONFLICT,
-                                      f"SNI {listing(lost)} on listener {ls.name} already "
-                                      "routes to an older TLSRoute", "spec.hostnames",
+                                      f"{_sni_names(lost)} on listener {ls.name} already "
+                                      "routes to an older route",
+                                      "spec.hostnames" if isinstance(compiled.route, TLSRoute)
+                                      else "spec",
                                       warning=True))
 
     def statuses(self) -> dict[ObjectRef, ObjectStatus]:
@@ -361,6 +397,10 @@ class GatewayTranslation:
                                          field=i.field,
                                          severity=Severity.WARNING if i.warning
                                          else Severity.ERROR))
+
+
+def _sni_names(names: list[str]) -> str:
+    return "every SNI" if names == ["*"] else f"SNI {listing(names)}"
 
 
 def compiled_name(compiled: CompiledRoute | CompiledL4) -> str:

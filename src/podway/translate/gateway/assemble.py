@@ -87,7 +87,8 @@ class PortBuilder:
             bucket.extend(_Entry(placed, listener_id(owner)) for placed in routes)
 
     def add_l4(self, *, name: str, age: tuple[float, str], hostnames: tuple[str, ...],
-               backends: tuple[WeightedPool, ...], origin: ObjectRef) -> list[str]:
+               backends: tuple[WeightedPool, ...], origin: ObjectRef,
+               certificate: TLSCertificate | None = None) -> list[str]:
         """Add an L4 route; returns the SNI hostnames already taken by older routes."""
         lost: list[str] = []
         mine: list[str] = []
@@ -103,7 +104,8 @@ class PortBuilder:
         held = self.l4.get(name)
         names = held[2] if held else set()
         names.update(mine)
-        self.l4[name] = (age, L4Route(name=name, backends=backends, origin=origin), names)
+        self.l4[name] = (age, L4Route(name=name, backends=backends, origin=origin,
+                                      certificate=certificate), names)
         return lost
 
     def build(self) -> Listener:
@@ -117,7 +119,7 @@ class PortBuilder:
             hosts = () if "*" in names or self.protocol is not ListenerProtocol.TLS else tuple(
                 sorted(names, key=host_order))
             routes.append(L4Route(name=l4.name, backends=l4.backends, hostnames=hosts,
-                                  origin=l4.origin))
+                                  origin=l4.origin, certificate=l4.certificate))
         return Listener(name=self.name, address=self.info.address, port=self.port,
                         protocol=self.protocol, l4_routes=tuple(routes), origins=self.origins)
 
@@ -165,7 +167,8 @@ class PortBuilder:
                 named.setdefault(name, cert)
                 hosts.setdefault(name, []).extend(cert.hostnames)
         return tuple(TLSCertificate(name=n, hostnames=tuple(sorted(set(hosts[n]), key=host_order)),
-                                    cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin)
+                                    cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin,
+                                    options=c.options)
                      for n, c in sorted(named.items()))
 
 
@@ -198,8 +201,27 @@ def share_ports(infos: list[GatewayInfo]) -> dict[PortKey, PortBuilder]:
                 if why:
                     ls.unbound = why
                     continue
+            if ls.protocol is not held.protocol:
+                # HTTPS beside TLS in one Gateway (listeners._conflicts allowed it): a builder
+                # of its own, merged into the HTTPS listener by ``merge_sni_shared``.
+                key = (info.address, ls.spec.port, ls.protocol)
+                out.setdefault(key, PortBuilder(info=info, port=ls.spec.port,
+                                                protocol=ls.protocol)).members.append(ls)
+                continue
             held.members.append(ls)
     return out
+
+
+def merge_sni_shared(https: Listener, tls: Listener) -> Listener:
+    """One engine listener for an HTTPS and a TLS Gateway listener on the same port: the
+    terminating filter chains (certificates by SNI) and the passthrough ones (L4 routes by SNI).
+    An SNI name both claim stays with the terminating chain (the engine picks one chain per
+    name; ``envoy_config.listeners`` skips the duplicate)."""
+    return Listener(name=https.name, address=https.address, port=https.port,
+                    protocol=https.protocol, virtual_hosts=https.virtual_hosts,
+                    certificates=https.certificates, l4_routes=tls.l4_routes,
+                    origins=tuple(dict.fromkeys((*https.origins, *tls.origins))),
+                    sni_host_check=https.sni_host_check)
 
 
 def _refusal(held: PortBuilder, ls: GwListener) -> str:

@@ -15,7 +15,9 @@ can name the Gateways whose routes point at that Service whatever became of the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from podway.ir import UpstreamTLS
 from podway.model import ObjectRef
@@ -26,6 +28,7 @@ from podway.translate.hosts import valid_hostname
 from podway.translate.problems import Reason, Verdict, quote
 from podway.translate.tls import ca_bundle
 
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:[^\s]+$")  # scheme:rest, no whitespace
 POLICY_ACCEPTED = Verdict(True, Reason.ACCEPTED, "policy accepted")
 RESOLVED = Verdict(True, Reason.RESOLVED_REFS, "all references resolved")
 Target = tuple[str, str, str]  # (namespace, service, port name or "" for every port)
@@ -110,5 +113,34 @@ def _upstream(policy: BackendTLSPolicy, snapshot: Snapshot,
         outcome.accepted = Verdict(False, Reason.INVALID, "neither caCertificateRefs nor "
                                    "wellKnownCACertificates: System is set")
         return RefIssue(Reason.UNSUPPORTED_VALUE, f"{policy.ref} has no CA to verify with")
+    sans = _subject_alt_names(validation.subject_alt_names)
+    if isinstance(sans, str):
+        outcome.accepted = Verdict(False, Reason.INVALID, sans)
+        return RefIssue(Reason.UNSUPPORTED_VALUE, f"{policy.ref}: {sans}")
     # ca_pem "" means the engine's system trust store.
-    return UpstreamTLS(sni=validation.hostname, ca_pem="".join(pems), origin=policy.ref)
+    return UpstreamTLS(sni=validation.hostname, ca_pem="".join(pems), origin=policy.ref,
+                       subject_alt_names=sans)
+
+
+def _subject_alt_names(items: tuple[dict[str, Any], ...]
+                       ) -> tuple[tuple[str, str], ...] | str:
+    """``validation.subjectAltNames`` as (kind, value) pairs, or why one is unusable.
+
+    With SANs the member's certificate must carry one of them (``hostname`` is then the SNI
+    only), as the specification says; without, it must carry ``hostname``."""
+    out: list[tuple[str, str]] = []
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "Hostname":
+            value = str(item.get("hostname") or "")
+            if not valid_hostname(value) or value.startswith("*."):
+                return f"subjectAltNames[{i}].hostname {quote(value)} is not a DNS name"
+            out.append(("dns", value))
+        elif kind == "URI":
+            value = str(item.get("uri") or "")
+            if not _URI.match(value):
+                return f"subjectAltNames[{i}].uri {quote(value)} is not an absolute URI"
+            out.append(("uri", value))
+        else:
+            return f"subjectAltNames[{i}].type {quote(str(kind))} is not Hostname or URI"
+    return tuple(out)

@@ -11,12 +11,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from podway.ir import HeaderModifier, Redirect, URLRewrite
+from podway.ir import CORS, HeaderModifier, Redirect, URLRewrite
 from podway.model.gateway_routes import HeaderFilter, PathModifier, RouteFilter
 from podway.translate.hosts import valid_hostname
 from podway.translate.problems import Reason, quote
 
 WELL_KNOWN_PORTS = {"http": 80, "https": 443}
+#: Every redirect code the specification allows: 301 and 302 (core), 303, 307 and 308
+#: (extended, from v1.1); 307/308 keep the method and body of the request.
+REDIRECT_CODES = (301, 302, 303, 307, 308)
+# An allowOrigins entry: "*", or scheme://host[:port] with an optional leading "*." label.
+_ORIGIN = re.compile(r"^(?:\*|https?://(?:\*\.)?[a-z0-9]([-a-z0-9.]*[a-z0-9])?(?::[0-9]{1,5})?)$")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP method or header name
 _DURATION = re.compile(r"^(?:[0-9]{1,5}(?:h|ms|m|s)){1,4}$")
 _DURATION_PART = re.compile(r"([0-9]{1,5})(h|ms|m|s)")
 _UNIT_MS = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
@@ -102,9 +108,10 @@ def redirect(flt: RouteFilter, *, prefix_only: bool) -> RedirectSpec:
     if spec.scheme is not None and spec.scheme not in WELL_KNOWN_PORTS:
         raise FilterError(Reason.UNSUPPORTED_VALUE,
                           f"redirect scheme {quote(spec.scheme)} (http or https)")
-    if spec.status_code not in (301, 302):
+    if spec.status_code not in REDIRECT_CODES:
         raise FilterError(Reason.UNSUPPORTED_VALUE,
-                          f"redirect statusCode {spec.status_code} (301 or 302 only)")
+                          f"redirect statusCode {spec.status_code} (one of "
+                          f"{', '.join(map(str, REDIRECT_CODES))})")
     if spec.hostname is not None and not valid_hostname(spec.hostname):
         raise FilterError(Reason.UNSUPPORTED_VALUE, f"redirect hostname {quote(spec.hostname)}")
     path, prefix = _path(spec.path, prefix_only)
@@ -138,3 +145,31 @@ def duration_ms(text: str) -> int:
     if not _DURATION.match(text):
         raise ValueError(f"duration {quote(text)} is not like 1h2m3s4ms")
     return sum(int(n) * _UNIT_MS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def cors(flt: RouteFilter) -> CORS:
+    """The CORS filter (experimental): origins, methods and headers checked as the engine
+    needs them (one bad entry would otherwise make it refuse the whole route table)."""
+    spec = flt.cors
+    if spec is None:
+        raise FilterError(Reason.UNSUPPORTED_VALUE, "CORS filter has no cors")
+    origins = tuple(o.lower() for o in spec.allow_origins)
+    bad = next((o for o in origins if not _ORIGIN.match(o)), None)
+    if bad is not None:
+        raise FilterError(Reason.UNSUPPORTED_VALUE,
+                          f"CORS allowOrigins {quote(bad)} is not '*' or scheme://host[:port]")
+    if not origins:
+        raise FilterError(Reason.UNSUPPORTED_VALUE, "CORS filter allows no origin")
+    for what, items in (("allowMethods", spec.allow_methods),
+                        ("allowHeaders", spec.allow_headers),
+                        ("exposeHeaders", spec.expose_headers)):
+        wrong = next((i for i in items if not _TOKEN.match(i)), None)
+        if wrong is not None:
+            raise FilterError(Reason.UNSUPPORTED_VALUE, f"CORS {what} {quote(wrong)} is not a "
+                              "token")
+    if spec.allow_credentials and "*" in origins:
+        raise FilterError(Reason.UNSUPPORTED_VALUE, "CORS allowCredentials with allowOrigins "
+                          "'*' would let every site send credentialed requests")
+    return CORS(allow_origins=origins, allow_credentials=spec.allow_credentials,
+                allow_methods=spec.allow_methods, allow_headers=spec.allow_headers,
+                expose_headers=spec.expose_headers, max_age_s=spec.max_age)

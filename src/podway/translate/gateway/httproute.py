@@ -22,6 +22,7 @@ from podway.ir import (
     DirectResponse,
     Filter,
     Forward,
+    HeaderModifier,
     Mirror,
     PathKind,
     Route,
@@ -170,6 +171,8 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
         elif f.type == "URLRewrite" and isinstance(out.route, HTTPRoute):
             ir_filters.append(flt.rewrite(f, prefix_only=prefix_only))
             rewrites += 1
+        elif f.type == "CORS" and isinstance(out.route, HTTPRoute):
+            ir_filters.append(flt.cors(f))
         elif f.type == "RequestMirror" and f.request_mirror is not None:
             target = resolve(f.request_mirror.backend_ref)
             if isinstance(target, RefIssue):
@@ -237,14 +240,51 @@ def weighted_shares(backend_refs: Sequence[BackendRef], *, resolve: Resolve, whe
 
 def _forward(out: CompiledRoute, backend_refs: tuple[BackendRef, ...], *, resolve: Resolve,
              where: str, timeout_ms: int | None, backend_ms: int | None) -> Action:
-    for k, ref in enumerate(backend_refs):
-        if ref.filters:
-            out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
-                                    "backendRef filters are not supported and are ignored",
-                                    f"{where}.backendRefs[{k}].filters", warning=True))
-    shares = weighted_shares(backend_refs, resolve=resolve, where=where, pools=out.pools,
-                             ref_issues=out.ref_issues)
-    if not shares:
+    if not any(ref.filters for ref in backend_refs):
+        shares = weighted_shares(backend_refs, resolve=resolve, where=where, pools=out.pools,
+                                 ref_issues=out.ref_issues)
+        backends = tuple(WeightedPool(pool=pool, weight=w) for pool, w in shares.items())
+    else:
+        backends = _filtered_shares(out, backend_refs, resolve=resolve, where=where)
+    if not backends:
         return DirectResponse(status=500)
-    backends = tuple(WeightedPool(pool=pool, weight=w) for pool, w in shares.items())
     return Forward(backends=backends, timeout_ms=timeout_ms, backend_timeout_ms=backend_ms)
+
+
+def _filtered_shares(out: CompiledRoute, backend_refs: tuple[BackendRef, ...], *,
+                     resolve: Resolve, where: str) -> tuple[WeightedPool, ...]:
+    """Shares when some backendRef has filters: one per (pool, filters), weights added up.
+
+    Header modifiers apply to that share only; other filter types on a backendRef are not
+    served there (a warning; the route-level filter is the way to get them).
+    """
+    shares: dict[tuple[str | None, tuple[HeaderModifier, ...]], int] = {}
+    for k, ref in enumerate(backend_refs):
+        here = f"{where}.backendRefs[{k}]"
+        modifiers: list[HeaderModifier] = []
+        for j, spec in enumerate(ref.filters):
+            if spec.type not in ("RequestHeaderModifier", "ResponseHeaderModifier"):
+                out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
+                                        f"backendRef filter {quote(spec.type)} is not supported "
+                                        "(header modifiers only) and is ignored",
+                                        f"{here}.filters[{j}]", warning=True))
+                continue
+            response = spec.type == "ResponseHeaderModifier"
+            try:
+                modifiers.append(flt.header_modifier(
+                    spec.response_header_modifier if response else spec.request_header_modifier,
+                    response=response))
+            except flt.FilterError as error:
+                out.issues.append(Issue(error.reason, f"{error}; the filter is ignored",
+                                        f"{here}.filters[{j}]", warning=True))
+        target = resolve(ref)
+        if isinstance(target, RefIssue):
+            out.ref_issues.append((target, here))
+            key: tuple[str | None, tuple[HeaderModifier, ...]] = (None, ())
+        else:
+            out.pools.setdefault(target.name, target)
+            key = (target.name, tuple(modifiers))
+        if ref.weight:
+            shares[key] = shares.get(key, 0) + ref.weight
+    return tuple(WeightedPool(pool=pool, weight=w, filters=mods)
+                 for (pool, mods), w in shares.items())

@@ -1,10 +1,14 @@
 """TLSRoute, TCPRoute and UDPRoute → weighted L4 backends.
 
-These kinds have no matches: a rule is a set of weighted backendRefs. TLS listeners run in
-Passthrough mode: the engine reads SNI, picks the route by hostname and forwards the bytes
-without decrypting. A TCP or UDP listener forwards every connection (datagram) to one route:
-the oldest attached route wins and the others are told so in their status. An unresolvable
-backend keeps its weight with ``pool=None``: the engine refuses that share of connections.
+These kinds have no matches: a rule is a set of weighted backendRefs, and the backendRefs of
+every rule form one weighted set (the same pool in two rules adds its weights). TCP and TLS
+split connections by weight; Envoy's UDP proxy sends a listener's datagrams to one cluster, so a
+UDPRoute with several backends is served by the heaviest (warned in its status). TLS listeners
+in Passthrough mode: the engine reads SNI, picks the route by hostname and forwards the bytes
+without decrypting; in Terminate mode it decrypts first. A TCP or UDP listener forwards every
+connection (datagram) to one route: the oldest attached route wins and the others are told so in
+their status. An unresolvable backend keeps its weight with ``pool=None``: the engine refuses
+that share of connections.
 """
 
 from __future__ import annotations
@@ -43,12 +47,18 @@ def compile_l4(route: L4Kind, resolve: Resolve) -> CompiledL4:
                                 "route has no rules; nothing is forwarded",
                                 "spec.rules"))
         return out
-    if len(rules) > 1:
+    shares: dict[str | None, int] = {}
+    for i, rule in enumerate(rules):
+        # No matches in these kinds: every rule's backendRefs join one weighted set.
+        found = weighted_shares(rule.backend_refs, resolve=resolve, where=f"spec.rules[{i}]",
+                                pools=out.pools, ref_issues=out.ref_issues)
+        for pool, weight in found.items():
+            shares[pool] = shares.get(pool, 0) + weight
+    if isinstance(route, UDPRoute) and len([p for p in shares if p is not None]) > 1:
         out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
-                                f"only the first rule is used ({len(rules)} given)",
-                                "spec.rules", warning=True))
-    shares = weighted_shares(rules[0].backend_refs, resolve=resolve, where="spec.rules[0]",
-                             pools=out.pools, ref_issues=out.ref_issues)
+                                "the engine's UDP proxy routes a listener to one backend: only "
+                                "the heaviest backendRef gets datagrams", "spec.rules",
+                                warning=True))
     if not shares:
         shares[None] = 1  # nothing usable: every connection is refused
     out.backends = tuple(WeightedPool(pool=p, weight=w) for p, w in shares.items())

@@ -3,14 +3,15 @@
 One ``GwListener`` per ``spec.listeners[]`` entry holds its verdicts (Accepted, ResolvedRefs,
 Conflicted), its certificates and, later, its attached-route count. Conflicts are judged per
 port and transport (UDP never conflicts with TCP-carried protocols): differing protocols on one
-port are a ``ProtocolConflict`` and equal hostnames (no hostname counts as one) a
-``HostnameConflict``; every listener involved is marked, none is picked as the winner, and a
-conflicted listener is not programmed (the specification: its port is not configured).
+port are a ``ProtocolConflict`` — except HTTPS with TLS, which SNI tells apart — and equal
+hostnames (no hostname counts as one, across HTTPS and TLS too) a ``HostnameConflict``; every
+listener involved is marked, none is picked as the winner, and a conflicted listener is not
+programmed (the specification: its port is not configured).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podway.ir import ListenerProtocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
@@ -21,7 +22,8 @@ from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Reason, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
-from podway.translate.vips import grant_of
+from podway.translate.tls_options import TLSOptionError, from_listener_options
+from podway.translate.vips import VipGrant, grant_of
 
 L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))
@@ -32,6 +34,9 @@ KINDS_BY_PROTOCOL: dict[ListenerProtocol, tuple[tuple[str, str], ...]] = {
     ListenerProtocol.TCP: ((GROUP, "TCPRoute"),),
     ListenerProtocol.UDP: ((GROUP, "UDPRoute"),),
 }
+TLS_TERMINATE_KINDS = ((GROUP, "TLSRoute"), (GROUP, "TCPRoute"))
+#: Protocols that may share one port: the engine tells them apart by SNI (extended feature).
+SNI_SHARED = frozenset({ListenerProtocol.HTTPS, ListenerProtocol.TLS})
 ACCEPTED = Verdict(True, Reason.ACCEPTED, "listener accepted")
 RESOLVED = Verdict(True, Reason.RESOLVED_REFS, "all references resolved")
 
@@ -64,11 +69,20 @@ class GwListener:
         return self.spec.hostname
 
     @property
+    def terminates(self) -> bool:
+        """The engine terminates TLS: HTTPS, or TLS in ``Terminate`` mode (TLSRoutes then get
+        the decrypted bytes)."""
+        if self.protocol is ListenerProtocol.HTTPS:
+            return True
+        return (self.protocol is ListenerProtocol.TLS and self.spec.tls is not None
+                and self.spec.tls.mode == "Terminate")
+
+    @property
     def usable(self) -> bool:
         """Generates engine config: accepted, not conflicted, certificates where needed."""
         if not self.accepted.ok or self.conflicted is not None or self.protocol is None:
             return False
-        return self.protocol is not ListenerProtocol.HTTPS or bool(self.certificates)
+        return not self.terminates or bool(self.certificates)
 
     @property
     def programmed(self) -> bool:
@@ -87,9 +101,16 @@ class AddressIssue:
 @dataclass(slots=True)
 class GatewayInfo:
     gateway: Gateway
-    address: str
+    address: str  # the first address: names the engine listeners, decides port sharing
     address_issue: AddressIssue | None = None
     listeners: list[GwListener] = field(default_factory=list)
+    # Every further usable address of spec.addresses: each programmed listener is bound there
+    # too (a copy of the engine listener); one the port table refuses is dropped from here.
+    extra_addresses: list[str] = field(default_factory=list)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return (self.address, *self.extra_addresses)
 
 
 _PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
@@ -99,13 +120,24 @@ _PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
 
 def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
             opts: TranslateOptions) -> GatewayInfo:
-    address, issue = _address(gateway, snapshot, opts)
-    info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
+    grant = grant_of(gateway.ref, snapshot, opts)
+    if grant is not None:  # an address allocator decides: every address it granted
+        address, issue, extra = _granted(grant, opts)
+        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
+                           extra_addresses=extra)
+    else:
+        address, issue = _address(gateway, opts)
+        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
+        if issue is None or issue.usable:
+            extra, extra_issue = _extra_addresses(gateway, address, opts)
+            info.extra_addresses = extra
+            if extra_issue is not None and issue is None:
+                info.address_issue = extra_issue
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
-        if ls.accepted.ok and ls.protocol is ListenerProtocol.HTTPS:
-            _certificates(ls, snapshot, grants)
+        if ls.accepted.ok and ls.terminates:
+            _certificates(ls, snapshot, grants, opts)
         if issue is not None and not issue.usable:
             ls.blocked = issue.message
         info.listeners.append(ls)
@@ -113,23 +145,20 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
     return info
 
 
-def _address(gateway: Gateway, snapshot: Snapshot,
-             opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
-    """spec.addresses[0] when it is an IPAddress, else the default bind address; with an
-    address allocator, the first address it granted (none: not programmed)."""
-    grant = grant_of(gateway.ref, snapshot, opts)
-    if grant is not None:
-        if grant.pending:
-            return opts.address, AddressIssue(grant.message, usable=False,
-                                              reason=Reason.ADDRESS_NOT_ASSIGNED)
-        bound = grant.addresses[0]
-        if len(grant.addresses) > 1:
-            return bound, AddressIssue(
-                f"every address is reserved for it, only the first ({bound}) is bound yet",
-                usable=True)
-        if grant.reason is not None:
-            return bound, AddressIssue(grant.message, usable=True, reason=grant.reason)
-        return bound, None
+def _granted(grant: VipGrant, opts: TranslateOptions
+             ) -> tuple[str, AddressIssue | None, list[str]]:
+    """The allocator's addresses (first, issue, the others); none: not programmed."""
+    if grant.pending:
+        return opts.address, AddressIssue(grant.message, usable=False,
+                                          reason=Reason.ADDRESS_NOT_ASSIGNED), []
+    issue = None
+    if grant.reason is not None:
+        issue = AddressIssue(grant.message, usable=True, reason=grant.reason)
+    return grant.addresses[0], issue, list(grant.addresses[1:])
+
+
+def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
+    """spec.addresses[0] when it is an IPAddress, else the default bind address."""
     if not gateway.spec.addresses or not gateway.spec.addresses[0].value:
         return opts.address, None
     first = gateway.spec.addresses[0]
@@ -143,10 +172,29 @@ def _address(gateway: Gateway, snapshot: Snapshot,
             return opts.address, AddressIssue(message, usable=False)
         return choice.address, AddressIssue(message, usable=True,
                                             reason=Reason.ADDRESS_NOT_ALLOWED)
-    if len(gateway.spec.addresses) > 1:
-        return first.value, AddressIssue(f"only the first address ({first.value}) is bound",
-                                         usable=True)
     return first.value, None
+
+
+def _extra_addresses(gateway: Gateway, first: str,
+                     opts: TranslateOptions) -> tuple[list[str], AddressIssue | None]:
+    """spec.addresses[1:] that can be bound (IP addresses the options allow), in order, and
+    a warning naming those that cannot (the Gateway is still served on the others)."""
+    out: list[str] = []
+    refused: list[str] = []
+    for i, spec in enumerate(gateway.spec.addresses[1:], start=1):
+        if spec.type != "IPAddress" or not spec.value:
+            refused.append(f"spec.addresses[{i}]: type {quote(spec.type)} is not supported "
+                           "(IPAddress only)")
+            continue
+        choice = choose_address(spec.value, opts, f"spec.addresses[{i}]")
+        if choice.refusal is not None or choice.address is None:
+            refused.append(choice.refusal.message if choice.refusal else spec.value)
+            continue
+        if choice.address != first and choice.address not in out:
+            out.append(choice.address)
+    if not refused:
+        return out, None
+    return out, AddressIssue(listing(refused, limit=3), usable=True)
 
 
 def _validate(ls: GwListener) -> None:
@@ -170,11 +218,14 @@ def _validate(ls: GwListener) -> None:
     if ls.protocol is ListenerProtocol.HTTPS and (tls is None or tls.mode != "Terminate"):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "HTTPS needs tls.mode Terminate")
         return
-    if ls.protocol is ListenerProtocol.TLS and (tls is None or tls.mode != "Passthrough"):
+    if ls.protocol is ListenerProtocol.TLS and (tls is None
+                                                or tls.mode not in ("Passthrough", "Terminate")):
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
-                              "TLS listeners support tls.mode Passthrough only")
+                              "TLS listeners need tls.mode Passthrough or Terminate")
         return
     supported = KINDS_BY_PROTOCOL[ls.protocol]
+    if ls.protocol is ListenerProtocol.TLS and ls.terminates:
+        supported = TLS_TERMINATE_KINDS  # decrypted bytes may go to a TCPRoute as well
     wanted = spec.allowed_routes.kinds
     if not wanted:
         ls.kinds = supported
@@ -188,12 +239,21 @@ def _validate(ls: GwListener) -> None:
                               f"{spec.protocol} listener")
 
 
-def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -> None:
-    assert ls.spec.tls is not None  # checked by _validate for HTTPS
+def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
+                  opts: TranslateOptions) -> None:
+    assert ls.spec.tls is not None  # checked by _validate for HTTPS and TLS
+    try:
+        options = from_listener_options(ls.spec.tls.options, opts.tls)
+    except TLSOptionError as error:
+        # Fail closed: serving the engine's defaults could accept an older TLS version than
+        # the one asked for.
+        ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, str(error))
+        return
     ns = ls.gateway.metadata.namespace
     refs = ls.spec.tls.certificate_refs
     if not refs:
-        _unresolved(ls, Reason.INVALID_CERTIFICATE_REF, "HTTPS listener has no certificateRefs")
+        _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
+                    f"{ls.spec.protocol} listener terminating TLS has no certificateRefs")
         return
     hostnames = (ls.spec.hostname,) if ls.spec.hostname else ()
     for ref in refs:
@@ -216,7 +276,7 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants) -
             continue
         if found.warning is not None:
             ls.warnings.append(found.warning)
-        ls.certificates.append(found.certificate)
+        ls.certificates.append(replace(found.certificate, options=options))
 
 
 def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:
@@ -236,7 +296,8 @@ def _conflicts(listeners: list[GwListener]) -> None:
             groups.setdefault((ls.spec.port, _family(ls.protocol)), []).append(ls)
     for (port, _), group in groups.items():
         protocols = {ls.protocol for ls in group}
-        if len(protocols) > 1:
+        # HTTPS and TLS share a port: SNI picks a terminating or a passthrough filter chain.
+        if len(protocols) > 1 and not protocols <= SNI_SHARED:
             names = ", ".join(sorted(str(p) for p in protocols if p is not None))
             for ls in group:
                 ls.conflicted = Verdict(False, Reason.PROTOCOL_CONFLICT,

@@ -85,10 +85,11 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
         programmed = Verdict(False, reason, issue.message)
     elif programmed_count:
         programmed = Verdict(True, Reason.PROGRAMMED,
-                             f"listeners served on {info.address}: {programmed_count}")
+                             f"listeners served on {', '.join(info.addresses)}: "
+                             f"{programmed_count}")
     else:
         programmed = Verdict(False, Reason.INVALID, "no listener can be served")
-    addresses = (("IPAddress", info.address),) if programmed.ok else ()
+    addresses = tuple(("IPAddress", a) for a in info.addresses) if programmed.ok else ()
     return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted, gen),
                                     _cond(ConditionType.PROGRAMMED, programmed, gen)),
                         addresses=addresses, listeners=listeners)
