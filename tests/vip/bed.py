@@ -246,10 +246,7 @@ class Bed:
         for proc in self._procs.get(eng, []):
             _signal(proc, signal.SIGKILL)
         if eng in self.speakers:  # BIRD runs under the speaker; it cannot say goodbye either
-            speaker = self.speakers[eng]
-            with contextlib.suppress(ProcessLookupError):
-                if speaker._proc is not None:
-                    speaker._proc.kill()
+            self.speakers[eng].kill()
 
     async def graceful_stop(self, eng: str) -> float:
         """Withdraw, wait until the network stopped sending here, drain, stop; the seconds the

@@ -90,6 +90,12 @@ class BirdSpeaker:
         out = await self._birdc("show protocols", check=False)
         return sum(1 for line in out.splitlines() if " BGP " in line and "Established" in line)
 
+    def kill(self) -> None:
+        """SIGKILL BIRD: no Cease is sent (a dead host, for test beds)."""
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
     async def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is None or proc.returncode is not None:

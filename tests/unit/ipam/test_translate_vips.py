@@ -116,3 +116,18 @@ def test_gateway_binds_every_granted_address() -> None:
     assert sorted(ls.address for ls in result.ir.listeners) == ["198.18.5.1", "198.18.5.2"]
     status = result.statuses[ObjectRef("Gateway", "shop", "gw")]
     assert status.addresses == (("IPAddress", "198.18.5.2"), ("IPAddress", "198.18.5.1"))
+
+
+def test_held_in_status_reads_services_and_gateways_and_ignores_foreign_shapes() -> None:
+    """What a raw API status shows as held: Service ingress IPs, Gateway IPAddress values;
+    hostnames, other types and hand-edited shapes count as nothing; no status is None."""
+    from podway.ipam import held_in_status
+
+    assert held_in_status("Service", None) is None
+    assert held_in_status("Service", {"loadBalancer": {"ingress": [
+        {"ip": "198.18.5.1"}, {"hostname": "lb.example"}, {"ip": "198.18.5.2"}]}}) == (
+        "198.18.5.1", "198.18.5.2")
+    assert held_in_status("Service", {"loadBalancer": "oops"}) == ()
+    assert held_in_status("Gateway", {"addresses": [
+        {"type": "IPAddress", "value": "198.18.5.1"}, {"type": "Hostname", "value": "x"},
+        {"value": "198.18.5.3"}, "junk"]}) == ("198.18.5.1", "198.18.5.3")
