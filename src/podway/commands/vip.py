@@ -101,7 +101,8 @@ def announce(
     workdir: Annotated[Path, typer.Option(help="BIRD's config and control socket.")
                        ] = Path("/run/podway-bird"),
     health_url: Annotated[str, typer.Option(
-        help="Withdraw while this URL does not answer 200 (e.g. Envoy's /ready).")] = "",
+        help="Withdraw while this does not answer 200: an HTTP URL, or unix:PATH of the "
+             "engine's Envoy admin socket (its /ready).")] = "",
     withdraw_wait: Annotated[float, typer.Option(
         help="On stop: seconds between the withdrawal and exiting.")] = 2.0,
     bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
@@ -133,6 +134,12 @@ def announce(
 
 
 async def _healthy(url: str) -> bool:
+    """``url`` answers 200: an HTTP URL, or ``unix:/path`` to an engine's Envoy admin socket
+    (its ``/ready``: the configuration is applied)."""
+    if url.startswith("unix:"):
+        from podway.engine.admin import is_ready
+
+        return await is_ready(url)
     import aiohttp
 
     try:
@@ -144,8 +151,9 @@ async def _healthy(url: str) -> bool:
 
 
 @vip_app.command("check")
-def check_command(url: Annotated[str, typer.Option(help="Health URL that must answer 200.")]
-                  ) -> None:
-    """Exit 0 when URL answers 200, else 1 (for keepalived's track script)."""
+def check_command(url: Annotated[str, typer.Option(
+        help="HTTP URL, or unix:PATH of an engine's Envoy admin socket.")]) -> None:
+    """Exit 0 when URL answers 200 (unix:PATH: Envoy is ready), else 1 (for keepalived's
+    track script)."""
     ok = asyncio.run(_healthy(url))
     raise typer.Exit(0 if ok else 1)

@@ -180,3 +180,26 @@ async def test_health_follower_withdraws_after_fall_and_returns_after_rise() -> 
     with pytest.raises(asyncio.CancelledError):
         await task
     assert speaker.calls == [(), ("198.18.60.1",)]
+
+
+async def test_health_check_reads_the_engine_admin_socket(tmp_path: Path) -> None:
+    """`unix:PATH` asks Envoy's admin /ready over the engine's socket: 200 is healthy, 503
+    or no socket is not."""
+    from podway.commands.vip import _healthy
+
+    answer = {"status": b"200 OK"}
+
+    async def admin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        assert request.startswith(b"GET /ready ")
+        writer.write(b"HTTP/1.1 " + answer["status"] + b"\r\nContent-Length: 5\r\n\r\nLIVE\n")
+        await writer.drain()
+        writer.close()
+
+    sock = tmp_path / "admin.sock"
+    server = await asyncio.start_unix_server(admin, path=str(sock))
+    async with server:
+        assert await _healthy(f"unix:{sock}") is True
+        answer["status"] = b"503 Service Unavailable"
+        assert await _healthy(f"unix:{sock}") is False
+    assert await _healthy(f"unix:{tmp_path / 'missing.sock'}") is False
