@@ -53,7 +53,7 @@ async def test_graceful_stop_moves_traffic_first(bed: Bed) -> None:
     all within a moment of it."""
     outcome = await bed.measure(lambda: bed.graceful_stop(bed.engines[0]), workers=WORKERS)
     assert outcome.failed <= WORKERS, outcome
-    assert all(end - start < 0.4 for start, end in outcome.failures), outcome  # no timeouts
+    assert all(end - start < 0.45 for start, end in outcome.failures), outcome  # no timeouts
     assert outcome.served_by.get("eng2", 0) > 0
 
 
