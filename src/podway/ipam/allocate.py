@@ -44,6 +44,12 @@ class _Table:
         for a in addresses:
             self.holders.setdefault(a, []).append(claim)
 
+    def release(self, addresses: Iterable[IPAddress], claim: Claim) -> None:
+        for a in addresses:
+            self.holders[a].remove(claim)
+            if not self.holders[a]:
+                del self.holders[a]
+
 
 def allocate(claims: Iterable[Claim], pools: Sequence[Pool]) -> dict[ObjectRef, VipGrant]:
     table = _Table()
@@ -127,20 +133,45 @@ def _automatic(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant:
                             "metadata.annotations[podway.io/vip-pool]")
         group = f"engine group {claim.engine_group!r}" if claim.engine_group else "no engine group"
         return _pending(Reason.POOL_EXHAUSTED, f"no VIP pool serves {group} automatically")
-    if claim.share is not None:  # join an address of the same sharing key first
+    picked: list[IPAddress] = []
+    for family in claim.families or (None,):
+        address = _pick(claim, candidates, table, family)
+        if address is not None:
+            table.take([address], claim)
+            picked.append(address)
+        elif claim.all_families:
+            table.release(picked, claim)
+            return _pending(Reason.POOL_EXHAUSTED, f"no free IPv{family} address in VIP pool "
+                            f"{_pool_names(candidates)} (RequireDualStack needs both families)")
+    if picked:
+        return VipGrant(addresses=tuple(str(a) for a in picked))
+    wanted = "" if claim.families == () else \
+        " of family " + "/".join(f"IPv{f}" for f in claim.families)
+    return _pending(Reason.POOL_EXHAUSTED, f"VIP pool {_pool_names(candidates)} has no free "
+                    f"address{wanted}; the object stays pending until one is released")
+
+
+def _pick(claim: Claim, candidates: list[Pool], table: _Table,
+          family: int | None) -> IPAddress | None:
+    """A shared address of the claim's key (first), else the first free one, of ``family``."""
+    if claim.share is not None:
         for address, holders in sorted(table.holders.items(), key=lambda kv: _sort_key(kv[0])):
-            if (holders[0].share == claim.share and table.can_take(address, claim)
+            if (family in (None, address.version) and holders[0].share == claim.share
+                    and table.can_take(address, claim)
                     and any(address in p for p in candidates)):
-                table.take([address], claim)
-                return VipGrant(addresses=(str(address),))
+                return address
     for pool in candidates:
-        for address in pool.addresses():
-            if address not in table.holders:
-                table.take([address], claim)
-                return VipGrant(addresses=(str(address),))
-    names = ", ".join(p.name for p in candidates)
-    return _pending(Reason.POOL_EXHAUSTED, f"VIP pool {names} has no free address; the "
-                    "object stays pending until one is released")
+        for r in pool.ranges:
+            if family is not None and r.first.version != family:
+                continue
+            for address in r:
+                if address not in table.holders:
+                    return address
+    return None
+
+
+def _pool_names(pools: list[Pool]) -> str:
+    return ", ".join(p.name for p in pools)
 
 
 def _sort_key(address: IPAddress) -> tuple[int, int]:

@@ -50,6 +50,8 @@ class Claim:
     share: str | None = None
     ports: frozenset[PortKey] = frozenset()
     invalid: str | None = None  # a request that is not an address: the object stays pending
+    families: tuple[int, ...] = ()  # IP versions to allocate automatically, in order; (): any one
+    all_families: bool = False  # every family in ``families`` is required (RequireDualStack)
 
     @property
     def order(self) -> tuple[float, str, ObjectRef]:
@@ -98,14 +100,16 @@ def held_in_status(kind: str, status: Mapping[str, Any] | None) -> tuple[str, ..
 
 
 def _claim(obj: K8sObject, *, requested: tuple[str, ...], where: str, invalid: str | None,
-           held: tuple[str, ...], ports: frozenset[PortKey]) -> Claim:
+           held: tuple[str, ...], ports: frozenset[PortKey], families: tuple[int, ...] = (),
+           all_families: bool = False) -> Claim:
     meta = obj.metadata
     ts = meta.creation_timestamp
     notes = meta.annotations
     return Claim(ref=obj.ref, created=ts.timestamp() if ts is not None else float("inf"),
                  uid=meta.uid, requested=requested, requested_field=where, held=held,
                  pool=notes.get(POOL) or None, engine_group=notes.get(ENGINE_GROUP) or None,
-                 share=notes.get(SHARED) or None, ports=ports, invalid=invalid)
+                 share=notes.get(SHARED) or None, ports=ports, invalid=invalid,
+                 families=families, all_families=all_families)
 
 
 def _addresses(text: str) -> tuple[tuple[str, ...], str | None]:
@@ -130,8 +134,22 @@ def _service_claim(service: Service) -> Claim:
         where = "spec.loadBalancerIP"
     held = tuple(i.ip for i in service.status.load_balancer.ingress if i.ip)
     ports = frozenset((p.protocol, p.port) for p in service.spec.ports)
+    families, required = _families(service)
     return _claim(service, requested=requested, where=where, invalid=invalid, held=held,
-                  ports=ports)
+                  ports=ports, families=families, all_families=required)
+
+
+def _families(service: Service) -> tuple[tuple[int, ...], bool]:
+    """The VIP families a Service asks for: ``spec.ipFamilies`` (in order) with a dual-stack
+    policy gives both (RequireDualStack: both needed); one family or SingleStack gives the
+    first; nothing given: any one family."""
+    versions = tuple(dict.fromkeys(
+        int(f[-1]) for f in service.spec.ip_families if f in ("IPv4", "IPv6")))
+    policy = service.spec.ip_family_policy
+    if policy in ("PreferDualStack", "RequireDualStack"):
+        both = versions + tuple(v for v in (4, 6) if v not in versions)
+        return both, policy == "RequireDualStack"
+    return versions[:1], False
 
 
 def _gateway_claim(gateway: Gateway) -> Claim:

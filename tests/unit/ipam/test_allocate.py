@@ -134,10 +134,39 @@ def test_invalid_request_is_pending_with_invalid_address() -> None:
     assert grant.reason is Reason.INVALID_ADDRESS
 
 
+MIXED = parse_pools({"pools": [
+    {"name": "dual", "addresses": ["198.18.0.1-198.18.0.2", "2001:db8::1"]}]})
+
+
+def test_dual_stack_gets_one_address_per_family() -> None:
+    """PreferDualStack/RequireDualStack get an IPv4 and an IPv6 VIP, in spec.ipFamilies order;
+    SingleStack IPv6 gets IPv6 from a mixed pool."""
+    g = allocate([claim("dual", 1, families=(6, 4), all_families=True),
+                  claim("v4", 2, families=(4,))], MIXED)
+    assert addresses(g, "dual") == ("2001:db8::1", "198.18.0.1")
+    assert addresses(g, "v4") == ("198.18.0.2",)
+    g = allocate([claim("v6", 1, families=(6,))], MIXED)
+    assert addresses(g, "v6") == ("2001:db8::1",)
+
+
+def test_dual_stack_when_a_family_is_exhausted() -> None:
+    """The IPv6 address taken: PreferDualStack settles for IPv4, RequireDualStack waits (and
+    takes nothing meanwhile)."""
+    g = allocate([claim("first", 1, families=(6,)),
+                  claim("prefer", 2, families=(4, 6)),
+                  claim("require", 3, families=(4, 6), all_families=True),
+                  claim("later", 4)], MIXED)
+    assert addresses(g, "prefer") == ("198.18.0.1",)
+    required = g[ObjectRef("Service", "ns", "require")]
+    assert required.pending
+    assert required.reason is Reason.POOL_EXHAUSTED
+    assert addresses(g, "later") == ("198.18.0.2",)  # the pending one held nothing back
+
+
 # --- properties -------------------------------------------------------------------------------
 
 SMALL = parse_pools({"pools": [
-    {"name": "p", "addresses": ["198.18.0.1-198.18.0.4"]},
+    {"name": "p", "addresses": ["198.18.0.1-198.18.0.4", "2001:db8:1::1-2001:db8:1::2"]},
     {"name": "q", "addresses": ["2001:db8::1-2001:db8::2"], "engineGroup": "g"},
 ]})
 ADDRS = ["198.18.0.1", "198.18.0.2", "198.18.0.4", "198.18.0.9", "2001:db8::2"]
@@ -157,6 +186,8 @@ def claims(draw: st.DrawFn) -> list[Claim]:
             pool=draw(st.sampled_from([None, None, "p", "q", "x"])),
             engine_group=draw(st.sampled_from([None, None, "g"])),
             share=draw(st.sampled_from([None, "k", "j"])),
+            families=draw(st.sampled_from([(), (4,), (6,), (4, 6), (6, 4)])),
+            all_families=draw(st.booleans()),
             ports=frozenset(draw(st.lists(st.tuples(st.sampled_from(["TCP", "UDP"]),
                                                     st.integers(1, 3)), min_size=1,
                                           max_size=2)))))

@@ -131,3 +131,13 @@ def test_held_in_status_reads_services_and_gateways_and_ignores_foreign_shapes()
     assert held_in_status("Gateway", {"addresses": [
         {"type": "IPAddress", "value": "198.18.5.1"}, {"type": "Hostname", "value": "x"},
         {"value": "198.18.5.3"}, "junk"]}) == ("198.18.5.1", "198.18.5.3")
+
+
+def test_dual_stack_service_listens_on_both_families() -> None:
+    """spec.ipFamilyPolicy RequireDualStack: the Service binds an IPv4 and an IPv6 VIP."""
+    pools = parse_pools({"pools": [{"name": "d", "addresses": ["198.18.5.1", "2001:db8::5"]}]})
+    dual = svc("a", "2026-01-01T00:00:01Z").replace(
+        "type: LoadBalancer,", "type: LoadBalancer, ipFamilyPolicy: RequireDualStack, "
+        "ipFamilies: [IPv6, IPv4],")
+    result = translate(snapshot(dual), TranslateOptions(address="0.0.0.0", vips=Ipam(pools)))
+    assert [ls.address for ls in result.ir.listeners] == ["2001:db8::5", "198.18.5.1"]
