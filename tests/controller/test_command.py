@@ -84,3 +84,11 @@ async def test_health_readiness_and_metrics(bed: Bed) -> None:
                  "podway_controller_status_writes_total", "podway_controller_queue_depth",
                  "podway_controller_watch_relists"):
         assert name in text
+
+
+def test_bad_vip_pools_file_is_one_line(tmp_path: Path) -> None:
+    """--vip-pools: a missing file or a bad entry is one error line naming it."""
+    assert "cannot read" in one_error_line(podway("--vip-pools", str(tmp_path / "none.yaml")))
+    bad = tmp_path / "pools.yaml"
+    bad.write_text("pools: [{name: a, addresses: [198.18.0.0/33]}]\n")
+    assert "VIP pool 'a': '198.18.0.0/33'" in one_error_line(podway("--vip-pools", str(bad)))

@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
         run,
         status,
         validate,
+        vip,
     )
 
     validate.register(app)
@@ -34,3 +35,4 @@ def register(app: typer.Typer) -> None:
     config.register(app)
     controller.register(app)
     lab.register(app)
+    vip.register(app)

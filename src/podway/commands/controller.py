@@ -52,7 +52,10 @@ def controller(
     https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
     lb_address: Annotated[str | None, typer.Option(
         help="Address published in Service/Ingress status.loadBalancer when listeners bind "
-             "the wildcard (the engines' address; no IPAM yet).")] = None,
+             "the wildcard (the engines' address).")] = None,
+    vip_pools: Annotated[Path | None, typer.Option(
+        help="VIP pools (YAML/JSON, see docs/vips.md): LoadBalancer Services and Gateways get "
+             "their addresses from them (IPAM).")] = None,
     metrics_port: Annotated[int, typer.Option(
         help="/healthz, /readyz and /metrics on this port (0: off).")] = 0,
     metrics_address: Annotated[str, typer.Option(help="Address of the metrics port.")]
@@ -84,6 +87,9 @@ def controller(
         except OSError as exc:
             raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
     check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
+    from podway.ipam import Pool, load_pools
+
+    pools: tuple[Pool, ...] = load_pools(vip_pools) if vip_pools is not None else ()
     try:
         label_selector(namespace_selector)
     except SelectorError as exc:
@@ -95,5 +101,5 @@ def controller(
                                    https_port=https_port, mode=backend_mode),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address,
-        metrics_port=metrics_port, lb_address=lb_address)
+        metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools)
     asyncio.run(run_until_signal(Controller(opts).run()))

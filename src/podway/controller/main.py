@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +38,7 @@ from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
+from podway.ipam import Ipam, Pool, held_in_status
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
 from podway.kube.informer import RELIST
@@ -71,8 +72,11 @@ class ControllerOptions:
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 0  # 0: no health/metrics endpoint
     lb_address: str | None = None
-    """Published in Service/Ingress ``status.loadBalancer`` when a listener binds the wildcard
-    (no IPAM yet): the engines' address."""
+    """Published in Service/Ingress ``status.loadBalancer`` when a listener binds the wildcard:
+    the engines' address."""
+    vip_pools: tuple[Pool, ...] = ()
+    """VIP pools: with any, LoadBalancer Services and Gateways get their addresses from the IPAM
+    (``podway.ipam``), which reads what each object holds from the API's status."""
     debounce_s: float = 0.02
     max_wait_s: float = 0.2
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
@@ -114,6 +118,15 @@ class Controller:
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
             metrics=self.metrics)
+        if opts.vip_pools:
+            source = self.source
+
+            def held(ref: ObjectRef) -> tuple[str, ...] | None:
+                return held_in_status(ref.kind, source.current_status(
+                    ref.kind, (ref.namespace, ref.name)))
+
+            opts = replace(opts, translate=replace(opts.translate,
+                                                   vips=Ipam(opts.vip_pools, held=held)))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,

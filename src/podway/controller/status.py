@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +39,7 @@ from podway.pipeline import Pipeline, State
 from podway.status import StatusDocument, of_state
 from podway.translate import TranslateOptions
 from podway.translate import service as service_rules
+from podway.translate.problems import Problem, Reason
 from podway.translate.status import ObjectStatus, to_api
 
 log = logging.getLogger(__name__)
@@ -65,26 +66,56 @@ def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
                 known = (entry.status, to_api(entry.status, kind=ref.kind))
                 memo[ref] = known
             out[(ref.kind, (ref.namespace, ref.name))] = known[1]
-    bound: dict[tuple[str, str], str] = {}
+    bound: dict[tuple[str, str], list[str]] = {}  # every address, in listener order
     for listener in state.ir.listeners:
         for origin in listener.origins:
-            bound.setdefault((origin.kind, f"{origin.namespace}/{origin.name}"),
-                             listener.address)
+            seen = bound.setdefault((origin.kind, f"{origin.namespace}/{origin.name}"), [])
+            if listener.address not in seen:
+                seen.append(listener.address)
     snapshot = state.update.snapshot
     for key, service in snapshot.kind(Service).items():
         if not service_rules.is_ours(service, opts):
             continue
-        address = bound.get(("Service", f"{key[0]}/{key[1]}"))
-        ip = _published(address, lb_address)
-        out[("Service", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
+        # Every VIP the Service binds (an IPAM grant may hold several): the published status
+        # is also how the allocation survives a restart (podway.ipam reads it back).
+        ips = dict.fromkeys(ip for address in bound.get(("Service", f"{key[0]}/{key[1]}"), [])
+                            if (ip := _published(address, lb_address)))
+        status: Status = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
+        if opts.vips is not None:
+            found = doc.objects.get(ObjectRef("Service", *key))
+            status["conditions"] = [vip_condition(
+                list(ips), found.problems if found is not None else (),
+                service.metadata.generation)]
+        out[("Service", key)] = status
     for key in snapshot.kind(Ingress):
         found = doc.objects.get(ObjectRef("Ingress", *key))
         if found is None or not found.owned:
             continue
-        address = bound.get(("Ingress", f"{key[0]}/{key[1]}"))
-        ip = _published(address, lb_address) if found.accepted else None
+        addresses = bound.get(("Ingress", f"{key[0]}/{key[1]}"))
+        ip = _published(addresses[0] if addresses else None, lb_address) if found.accepted \
+            else None
         out[("Ingress", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
     return out
+
+
+VIP_CONDITION = "podway.io/VIPAllocated"
+# Problems of the VIP allocation (podway.ipam): they make the condition False.
+VIP_REASONS = frozenset({Reason.POOL_EXHAUSTED, Reason.ADDRESS_IN_USE, Reason.ADDRESS_NOT_IN_POOL,
+                         Reason.UNKNOWN_POOL, Reason.ADDRESS_NOT_ASSIGNED})
+
+
+def vip_condition(ips: list[str], problems: Iterable[Problem], generation: int) -> Status:
+    """The Service condition saying whether the IPAM gave it its VIPs (with ``--vip-pools``):
+    False with the allocation problem's reason and message while it is pending."""
+    pending = next((p for p in problems if p.reason in VIP_REASONS
+                    or (p.reason is Reason.INVALID_ADDRESS and p.field in (
+                        "spec.loadBalancerIP", "metadata.annotations[podway.io/vip]"))), None)
+    if pending is not None:
+        return {"type": VIP_CONDITION, "status": "False", "reason": str(pending.reason),
+                "message": pending.message, "observedGeneration": generation}
+    return {"type": VIP_CONDITION, "status": "True", "reason": "Allocated",
+            "message": f"VIPs: {', '.join(ips)}" if ips else "allocated",
+            "observedGeneration": generation}
 
 
 def _published(address: str | None, lb_address: str | None) -> str | None:

@@ -110,10 +110,17 @@ class GatewaySpec(K8sModel):
     addresses: tuple[GatewayAddress, ...] = ()
 
 
+class GatewayStatus(K8sModel):
+    """Only the addresses: what the IPAM granted, read back after a restart."""
+
+    addresses: tuple[GatewayAddress, ...] = ()
+
+
 class Gateway(K8sObject):
     KIND: ClassVar[str] = "Gateway"
     API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
     spec: GatewaySpec
+    status: GatewayStatus = Field(default_factory=GatewayStatus)
 
 
 class ReferenceGrantFrom(K8sModel):

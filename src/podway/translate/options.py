@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from podway.translate.vips import VipAllocator
 
 from podway.ir import TLSOptions
 
@@ -51,3 +55,7 @@ class TranslateOptions:
     """The oldest Ingress naming a host owns it. Off: Ingresses of other namespaces may still
     add paths or a certificate to it, and both sides are warned (``HostShared``). On: their
     rules and TLS entries for that host are refused (``HostConflict``)."""
+    vips: VipAllocator | None = None
+    """The VIP allocator (``podway.ipam.Ipam``). Set: LoadBalancer Services and Gateways bind
+    exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no
+    longer applies to them. None: the addresses come from the manifests as described above."""

@@ -53,6 +53,12 @@ class Reason(StrEnum):
     # Values the engine would refuse, settings Podway does not serve
     INVALID_ADDRESS = "InvalidAddress"
     ADDRESS_NOT_ALLOWED = "AddressNotAllowed"
+    # VIP allocation (podway.ipam): the object stays pending, the rest keeps serving
+    ADDRESS_NOT_ASSIGNED = "AddressNotAssigned"  # also the Gateway API reason
+    POOL_EXHAUSTED = "PoolExhausted"
+    ADDRESS_IN_USE = "AddressInUse"
+    ADDRESS_NOT_IN_POOL = "AddressNotInPool"
+    UNKNOWN_POOL = "UnknownPool"
     INVALID_ANNOTATION = "InvalidAnnotation"
     UNSUPPORTED_ANNOTATION = "UnsupportedAnnotation"
     UNSUPPORTED_FIELD = "UnsupportedField"

@@ -1,10 +1,12 @@
 """Service ``type: LoadBalancer`` → one L4 listener per port, on the Service's VIP.
 
 The VIP is ``status.loadBalancer.ingress[0].ip``, else ``spec.loadBalancerIP``; it is bound only
-when the options let manifests choose addresses (``podway.translate.addresses``). Settings that
-change who may connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are
-warned about, never dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes
-on the client's address (``podway.translate.traffic``).
+when the options let manifests choose addresses (``podway.translate.addresses``). With an address
+allocator (``TranslateOptions.vips``) the Service binds every address it was granted instead, one
+listener per address and port, and a pending Service binds nothing. Settings that change who may
+connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are warned about, never
+dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes on the client's
+address (``podway.translate.traffic``).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from dataclasses import dataclass, field
 
 from podway.ir import L4Route, Listener, ListenerProtocol, WeightedPool
 from podway.model import Service
+from podway.model.snapshot import Snapshot
 from podway.translate.addresses import AddressChoice, choose_address
 from podway.translate.backends import PoolSpec, l4_pool, mode_problem
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, quote
+from podway.translate.vips import VipGrant, grant_of
 
 
 def is_ours(service: Service, opts: TranslateOptions) -> bool | Problem:
@@ -43,9 +47,21 @@ def vip(service: Service, opts: TranslateOptions) -> tuple[AddressChoice, str]:
     return choose_address(service.spec.load_balancer_ip, opts, where), where
 
 
+def granted(service: Service, grant: VipGrant) -> tuple[tuple[str, ...], Problem | None]:
+    """The allocator's addresses for ``service`` and the problem to report (pending, or a
+    request it could not honour)."""
+    problem = None
+    if grant.reason is not None:
+        problem = Problem(ref=service.ref, reason=grant.reason, message=grant.message,
+                          field=grant.field or "status.loadBalancer",
+                          severity=Severity.ERROR if grant.pending else Severity.WARNING)
+    return grant.addresses, problem
+
+
 @dataclass(slots=True)
 class ServiceTranslation:
     opts: TranslateOptions
+    snapshot: Snapshot | None = None  # needed only with an address allocator
     listeners: list[Listener] = field(default_factory=list)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
@@ -53,13 +69,21 @@ class ServiceTranslation:
     def add(self, service: Service) -> None:
         ns, name = service.key
         self._unsupported(service)
-        choice, where = vip(service, self.opts)
-        if choice.refusal is not None:
-            self.problems.append(Problem(
-                ref=service.ref, reason=choice.refusal.reason, message=choice.refusal.message,
-                field=where, severity=Severity.ERROR if choice.address is None
-                else Severity.WARNING))
-        if choice.address is None:
+        grant = (grant_of(service.ref, self.snapshot, self.opts)
+                 if self.snapshot is not None else None)
+        if grant is not None:
+            addresses, problem = granted(service, grant)
+            if problem is not None:
+                self.problems.append(problem)
+        else:
+            choice, where = vip(service, self.opts)
+            if choice.refusal is not None:
+                self.problems.append(Problem(
+                    ref=service.ref, reason=choice.refusal.reason,
+                    message=choice.refusal.message, field=where,
+                    severity=Severity.ERROR if choice.address is None else Severity.WARNING))
+            addresses = (choice.address,) if choice.address is not None else ()
+        if not addresses:
             return
         for i, port in enumerate(service.spec.ports):
             if port.protocol not in ("TCP", "UDP"):
@@ -75,12 +99,17 @@ class ServiceTranslation:
             spec = l4_pool(service, port)
             self.pools.setdefault(spec.name, spec)
             proto = ListenerProtocol.UDP if port.protocol == "UDP" else ListenerProtocol.TCP
-            lname = f"service/{ns}/{name}/{port.port}/{port.protocol.lower()}"
-            self.listeners.append(Listener(
-                name=lname, address=choice.address, port=port.port, protocol=proto,
-                l4_routes=(L4Route(name=lname, backends=(WeightedPool(pool=spec.name),),
-                                   origin=service.ref),),
-                origins=(service.ref,)))
+            for n, address in enumerate(addresses):
+                # The first address keeps the historical name; further ones (a second family,
+                # several requested VIPs) are told apart by their address.
+                lname = f"service/{ns}/{name}/{port.port}/{port.protocol.lower()}"
+                if n:
+                    lname = f"{lname}/{address}"
+                self.listeners.append(Listener(
+                    name=lname, address=address, port=port.port, protocol=proto,
+                    l4_routes=(L4Route(name=lname, backends=(WeightedPool(pool=spec.name),),
+                                       origin=service.ref),),
+                    origins=(service.ref,)))
 
     def _unsupported(self, service: Service) -> None:
         spec = service.spec

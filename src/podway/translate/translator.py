@@ -156,7 +156,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
             ing.add(ingress)
     if memo is not None:
         memo.ingress = ing.parts
-    svc = ServiceTranslation(opts=opts)
+    svc = ServiceTranslation(opts=opts, snapshot=snapshot)
     for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
         ours = service_rules.is_ours(service, opts)
         if isinstance(ours, Problem):

@@ -23,6 +23,7 @@ from podway.translate.options import TranslateOptions
 from podway.translate.problems import Reason, Verdict, listing, quote
 from podway.translate.tls import certificate_from_secret
 from podway.translate.tls_options import TLSOptionError, from_listener_options
+from podway.translate.vips import VipGrant, grant_of
 
 L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))
@@ -119,13 +120,19 @@ _PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
 
 def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
             opts: TranslateOptions) -> GatewayInfo:
-    address, issue = _address(gateway, opts)
-    info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
-    if issue is None or issue.usable:
-        extra, extra_issue = _extra_addresses(gateway, address, opts)
-        info.extra_addresses = extra
-        if extra_issue is not None and issue is None:
-            info.address_issue = extra_issue
+    grant = grant_of(gateway.ref, snapshot, opts)
+    if grant is not None:  # an address allocator decides: every address it granted
+        address, issue, extra = _granted(grant, opts)
+        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
+                           extra_addresses=extra)
+    else:
+        address, issue = _address(gateway, opts)
+        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
+        if issue is None or issue.usable:
+            extra, extra_issue = _extra_addresses(gateway, address, opts)
+            info.extra_addresses = extra
+            if extra_issue is not None and issue is None:
+                info.address_issue = extra_issue
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
@@ -136,6 +143,18 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
         info.listeners.append(ls)
     _conflicts(info.listeners)
     return info
+
+
+def _granted(grant: VipGrant, opts: TranslateOptions
+             ) -> tuple[str, AddressIssue | None, list[str]]:
+    """The allocator's addresses (first, issue, the others); none: not programmed."""
+    if grant.pending:
+        return opts.address, AddressIssue(grant.message, usable=False,
+                                          reason=Reason.ADDRESS_NOT_ASSIGNED), []
+    issue = None
+    if grant.reason is not None:
+        issue = AddressIssue(grant.message, usable=True, reason=grant.reason)
+    return grant.addresses[0], issue, list(grant.addresses[1:])
 
 
 def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssue | None]:

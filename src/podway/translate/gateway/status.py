@@ -80,7 +80,9 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
         accepted = Verdict(True, Reason.ACCEPTED, "gateway accepted")
     programmed_count = sum(ls.programmed for ls in info.listeners)
     if issue is not None and not usable_address:
-        programmed = Verdict(False, Reason.ADDRESS_NOT_USABLE, issue.message)
+        reason = (Reason.ADDRESS_NOT_ASSIGNED if issue.reason is Reason.ADDRESS_NOT_ASSIGNED
+                  else Reason.ADDRESS_NOT_USABLE)
+        programmed = Verdict(False, reason, issue.message)
     elif programmed_count:
         programmed = Verdict(True, Reason.PROGRAMMED,
                              f"listeners served on {', '.join(info.addresses)}: "

@@ -1,0 +1,26 @@
+{{- define "podway.labels" -}}
+app.kubernetes.io/name: podway
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "podway.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{/* The prefixes a BGP engine host announces: reachability.bgp.announce, else every pool
+     address entry that is a CIDR. */}}
+{{- define "podway.announce" -}}
+{{- $out := list -}}
+{{- if .Values.reachability.bgp.announce -}}
+{{- $out = .Values.reachability.bgp.announce -}}
+{{- else -}}
+{{- range .Values.vipPools -}}
+{{- range .addresses -}}
+{{- if contains "/" . -}}{{- $out = append $out . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

@@ -1,0 +1,159 @@
+"""``podway vip``: VIP reachability with proven speakers (see ``docs/vips.md``).
+
+``bird-config`` and ``keepalived-config`` write the speakers' configuration for the VIPs an
+engine host serves; ``announce`` runs BIRD for one engine host, withdraws while the engine is
+unhealthy and, on SIGTERM, withdraws first and waits before exiting (stop it before Envoy:
+traffic leaves, then Envoy drains); ``check`` is a health probe for keepalived's track script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.commands.common import check_at_least, run_until_signal, setup_logging
+from podway.errors import ConfigError
+from podway.vip.bird import BgpSettings, check_settings, engine_config, parse_neighbor
+
+vip_app = typer.Typer(name="vip", help="VIP reachability: BGP (BIRD 2) or VRRP (keepalived).",
+                      no_args_is_help=True)
+
+VipOpt = Annotated[list[str], typer.Option("--vip", help="A VIP this host serves (repeat).")]
+Output = Annotated[Path | None, typer.Option(help="Write here (atomically) instead of stdout.")]
+RouterId = Annotated[str, typer.Option(help="BGP router id: this host's IPv4 address.")]
+LocalAs = Annotated[int, typer.Option(help="This host's AS number.")]
+NeighborOpt = Annotated[list[str], typer.Option(
+    "--neighbor", help="A BGP peer as ADDRESS:AS, e.g. 198.18.51.1:65000 (repeat).")]
+Bfd = Annotated[bool, typer.Option(help="BFD on every session (sub-second failure detection).")]
+BfdMs = Annotated[int, typer.Option(help="BFD interval in ms (down after 3 missed).")]
+Hold = Annotated[int, typer.Option(help="BGP hold time in seconds (min 3).")]
+Keepalive = Annotated[int, typer.Option(help="BGP keepalive in seconds.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(vip_app)
+
+
+def _bgp(router_id: str, local_as: int, neighbors: list[str], bfd: bool, bfd_interval_ms: int,
+         hold_time: int, keepalive: int) -> BgpSettings:
+    settings = BgpSettings(router_id=router_id, local_as=local_as,
+                           neighbors=tuple(parse_neighbor(n) for n in neighbors), bfd=bfd,
+                           bfd_interval_ms=bfd_interval_ms, hold_time=hold_time,
+                           keepalive=keepalive)
+    check_settings(settings)
+    return settings
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    tmp = output.with_name(output.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(output)
+    except OSError as err:
+        raise ConfigError(f"--output {output}: {err.strerror}") from None
+
+
+@vip_app.command("bird-config")
+def bird_config(
+    router_id: RouterId, local_as: LocalAs, neighbor: NeighborOpt, vip: VipOpt = [],  # noqa: B006
+    bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
+    keepalive: Keepalive = 1, output: Output = None,
+) -> None:
+    """BIRD 2 configuration announcing the VIPs to the neighbours (no --vip: withdraw all).
+    Apply with `birdc configure`."""
+    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive)
+    _emit(engine_config(settings, vip), output)
+
+
+@vip_app.command("keepalived-config")
+def keepalived_config(
+    interface: Annotated[str, typer.Option(help="Interface on the shared L2 segment.")],
+    router_id: Annotated[int, typer.Option(help="VRRP virtual router id (1-255), same on "
+                                                "every host of the group.")],
+    vip: VipOpt,
+    priority: Annotated[int, typer.Option(help="1-254; the highest alive host owns the VIPs.")
+                        ] = 100,
+    advert: Annotated[float, typer.Option(help="Advertisement interval in seconds.")] = 0.1,
+    peer: Annotated[list[str], typer.Option(
+        "--peer", help="Unicast peer address (repeat; default multicast).")] = [],  # noqa: B006
+    check: Annotated[str, typer.Option(help="Health command; failing takes this host out.")
+                     ] = "",
+    output: Output = None,
+) -> None:
+    """keepalived configuration owning the VIPs on INTERFACE (VRRP v3)."""
+    from podway.vip.keepalived import VrrpSettings, config
+
+    _emit(config(VrrpSettings(interface=interface, router_id=router_id, priority=priority,
+                              advert_s=advert, peers=tuple(peer), check=check), vip), output)
+
+
+@vip_app.command()
+def announce(
+    router_id: RouterId, local_as: LocalAs, neighbor: NeighborOpt, vip: VipOpt,
+    workdir: Annotated[Path, typer.Option(help="BIRD's config and control socket.")
+                       ] = Path("/run/podway-bird"),
+    health_url: Annotated[str, typer.Option(
+        help="Withdraw while this does not answer 200: an HTTP URL, or unix:PATH of the "
+             "engine's Envoy admin socket (its /ready).")] = "",
+    withdraw_wait: Annotated[float, typer.Option(
+        help="On stop: seconds between the withdrawal and exiting.")] = 2.0,
+    bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
+    keepalive: Keepalive = 1,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run BIRD announcing the VIPs; withdraw while unhealthy; on SIGTERM withdraw, wait, exit."""
+    from podway.vip.speaker import BirdSpeaker, follow_health
+
+    setup_logging(log_level)
+    check_at_least("--withdraw-wait", withdraw_wait, 0)
+    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive)
+    speaker = BirdSpeaker(settings, workdir=workdir)
+
+    async def main() -> None:
+        await speaker.start(vip if not health_url else [])
+        try:
+            if health_url:
+                await follow_health(speaker, vip, lambda: _healthy(health_url))
+            else:
+                await asyncio.Event().wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(speaker.announce([]))
+                await asyncio.shield(asyncio.sleep(withdraw_wait))
+            await speaker.stop()
+
+    asyncio.run(run_until_signal(main()))
+
+
+async def _healthy(url: str) -> bool:
+    """``url`` answers 200: an HTTP URL, or ``unix:/path`` to an engine's Envoy admin socket
+    (its ``/ready``: the configuration is applied)."""
+    if url.startswith("unix:"):
+        from podway.engine.admin import is_ready
+
+        return await is_ready(url)
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session, \
+                session.get(url) as response:
+            return response.status == 200
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return False
+
+
+@vip_app.command("check")
+def check_command(url: Annotated[str, typer.Option(
+        help="HTTP URL, or unix:PATH of an engine's Envoy admin socket.")]) -> None:
+    """Exit 0 when URL answers 200 (unix:PATH: Envoy is ready), else 1 (for keepalived's
+    track script)."""
+    ok = asyncio.run(_healthy(url))
+    raise typer.Exit(0 if ok else 1)

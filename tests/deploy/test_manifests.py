@@ -1,0 +1,120 @@
+"""Install manifests: the Helm chart lints and renders with Helm itself (every reachability
+choice), every object validates against the Kubernetes 1.33 schema, and deploy/kubernetes/
+podway.yaml is exactly the chart's default rendering (``--update-golden`` rewrites it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from podway.ipam import parse_pools
+from tests.deploy.helm import ROOT, helm_python, render
+
+K8S = "1.33.0"
+PLAIN = ROOT / "deploy" / "kubernetes" / "podway.yaml"
+HEADER = ("# Rendered from deploy/helm/podway with its default values (release podway, namespace\n"
+          "# podway-system). Do not edit: change the chart and run the deploy tests with\n"
+          "# --update-golden.\n")
+
+
+def validate(objects: list[Any]) -> None:
+    """Each object validates strictly against the Kubernetes schema; GatewayClass (a CRD the
+    schema set does not carry) is checked by hand."""
+    for obj in objects:
+        if obj["kind"] == "GatewayClass":
+            assert obj["apiVersion"] == "gateway.networking.k8s.io/v1"
+            assert obj["spec"]["controllerName"] == "podway.io/gateway-controller"
+            continue
+        kubernetes_validate.validate(obj, K8S, strict=True)
+
+
+def by_kind(objects: list[Any], kind: str, name: str) -> Any:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+def test_plain_manifests_validate() -> None:
+    """deploy/kubernetes/podway.yaml: every object is valid Kubernetes 1.33."""
+    objects = [d for d in yaml.safe_load_all(PLAIN.read_text()) if d]
+    assert {o["kind"] for o in objects} >= {"Deployment", "DaemonSet", "ClusterRole",
+                                            "IngressClass", "GatewayClass", "Service"}
+    validate(objects)
+
+
+def test_a_broken_manifest_is_refused() -> None:
+    """The schema check can fail: an unknown field in a Deployment is refused."""
+    objects = [d for d in yaml.safe_load_all(PLAIN.read_text()) if d]
+    deployment = dict(by_kind(objects, "Deployment", "podway-controller"))
+    deployment["spec"] = {**deployment["spec"], "replica": 2}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, K8S, strict=True)
+
+
+@pytest.fixture(scope="module")
+def helm() -> Any:
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
+                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
+    return python
+
+
+async def test_chart_defaults_lint_render_validate_and_match(helm: Any,
+                                                             update_golden: bool) -> None:
+    """Helm lints the chart without warnings, renders the defaults into valid objects: a
+    2-replica controller with the VIP pools, the agent DaemonSet (hostNetwork, NET_ADMIN), an
+    engine Deployment on edge nodes (hostNetwork); the plain manifest is that rendering."""
+    lint, objects = await render(helm, {})
+    assert lint["Errors"] is None
+    assert all(m["Severity"] < 2 for m in lint["Messages"]), lint  # info only
+    validate(objects)
+    controller = by_kind(objects, "Deployment", "podway-controller")
+    assert controller["spec"]["replicas"] == 2
+    args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--vip-pools=/etc/podway/pools/pools.yaml" in args
+    pools = by_kind(objects, "ConfigMap", "podway-vip-pools")["data"]["pools.yaml"]
+    assert parse_pools(yaml.safe_load(pools))[0].name == "default"  # the controller reads it
+    agent = by_kind(objects, "DaemonSet", "podway-agent")["spec"]["template"]["spec"]
+    assert agent["hostNetwork"] is True
+    assert "NET_ADMIN" in agent["containers"][0]["securityContext"]["capabilities"]["add"]
+    engine = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    assert engine["hostNetwork"] is True
+    assert engine["nodeSelector"] == {"podway.io/edge": "true"}
+    assert [c["name"] for c in engine["containers"]] == ["engine"]
+    text = HEADER + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objects)
+    if update_golden:
+        PLAIN.parent.mkdir(parents=True, exist_ok=True)
+        PLAIN.write_text(text)
+    assert PLAIN.read_text() == text, "deploy/kubernetes/podway.yaml is stale: --update-golden"
+
+
+async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
+    """reachability bgp: a BIRD sidecar announcing the pool prefix to the neighbours, the host
+    set up for AnyIP and non-local binds; vrrp: a keepalived sidecar owning the pool's
+    addresses; no agent when Antrea's NodePortLocal is used; all valid."""
+    pools = [{"name": "edge", "addresses": ["198.18.60.0/30"]}]
+    _, bgp = await render(helm, {"vipPools": pools, "reachability": {
+        "mode": "bgp", "bgp": {"neighbors": ["198.18.51.1:65000"], "localAS": 65010}}})
+    validate(bgp)
+    spec = by_kind(bgp, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    sidecar = next(c for c in spec["containers"] if c["name"] == "bgp")
+    assert sidecar["args"][:2] == ["vip", "announce"]
+    assert "--vip=198.18.60.0/30" in sidecar["args"]
+    assert "--neighbor=198.18.51.1:65000" in sidecar["args"]
+    assert "--local-as=65010" in sidecar["args"]
+    assert "--health-url=unix:/var/run/podway/admin.sock" in sidecar["args"]
+    assert {"name": "state", "mountPath": "/var/run/podway"} in sidecar["volumeMounts"]
+    setup = spec["initContainers"][0]["args"][0]
+    assert "ip_nonlocal_bind=1" in setup
+    assert "ip route replace local 198.18.60.0/30 dev lo" in setup
+    _, vrrp = await render(helm, {"vipPools": pools, "agent": {"enabled": False},
+                                  "reachability": {"mode": "vrrp"}})
+    validate(vrrp)
+    assert not [o for o in vrrp if o["kind"] == "DaemonSet"]
+    spec = by_kind(vrrp, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    keep = next(c for c in spec["containers"] if c["name"] == "vrrp")
+    assert "--vip=198.18.60.0/30" in keep["args"][0]
+    assert "exec keepalived" in keep["args"][0]
+    assert "vip check --url unix:/var/run/podway/admin.sock" in keep["args"][0]

@@ -1,0 +1,104 @@
+"""VIP reachability in network namespaces with the real speakers (BIRD 2 over BGP with BFD,
+keepalived over VRRP): clients reach the VIP through either engine, a dead engine costs at
+most a few requests and under 3 s, a graceful stop fails nothing but connections caught in
+the instant of the switch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.vip.bed import PORT, Bed, sh, unavailable
+
+pytestmark = pytest.mark.netns
+WORKERS = 4
+
+
+@pytest.fixture(params=["bgp", "vrrp"])
+async def bed(request: pytest.FixtureRequest) -> AsyncIterator[Bed]:
+    why = unavailable(request.param)
+    if why is not None:
+        pytest.skip(why)
+    made = Bed(request.param)
+    try:
+        await made.open()
+        yield made
+    finally:
+        await made.close()
+
+
+async def test_both_engines_serve_then_a_dead_one_is_routed_around(bed: Bed) -> None:
+    """BGP: ECMP spreads connections over both engines; VRRP: the master serves. When
+    engine1's host dies, requests fail for at most 3 s and the survivor serves the rest."""
+    steady = await bed.measure(lambda: None, before=0.5, after=1.0, workers=WORKERS)
+    assert steady.failed == 0
+    expected = {"eng1", "eng2"} if bed.kind == "bgp" else {"eng1"}
+    assert set(steady.served_by) == expected
+    outcome = await bed.measure(lambda: bed.kill(bed.engines[0]), workers=WORKERS)
+    assert outcome.recovery_s <= 3.0, outcome
+    assert outcome.served_by.get("eng2", 0) > 0
+    if bed.kind == "bgp":
+        await bed.wait_for(lambda: bed.next_hops() == 1, 5, "the dead next hop removed")
+    else:
+        await bed.wait_for(lambda: bed.holds_vip(bed.engines[1]), 5, "engine2 holding it")
+
+
+async def test_graceful_stop_moves_traffic_first(bed: Bed) -> None:
+    """Withdraw (BGP) or hand over (VRRP) first, then drain: no request times out; only
+    connections in flight at the instant of the switch may be reset (at most one per worker),
+    all within a moment of it."""
+    outcome = await bed.measure(lambda: bed.graceful_stop(bed.engines[0]), workers=WORKERS)
+    assert outcome.failed <= WORKERS, outcome
+    assert all(end - start < 0.45 for start, end in outcome.failures), outcome  # no timeouts
+    assert outcome.served_by.get("eng2", 0) > 0
+
+
+async def test_backup_binds_the_vip_before_it_holds_it() -> None:
+    """VRRP: with ip_nonlocal_bind the backup's server listens on the VIP it does not own."""
+    why = unavailable("vrrp")
+    if why is not None:
+        pytest.skip(why)
+    bed = Bed("vrrp")
+    try:
+        await bed.open()
+        assert bed.vrrp_owner() == bed.engines[0]
+        assert f"{bed.vip}:{PORT}" in sh("ss", "-ltnH", ns=bed.engines[1])
+    finally:
+        await bed.close()
+
+
+async def test_podway_vip_announce_follows_health_and_withdraws_before_exiting() -> None:
+    """`podway vip announce` (the command, BIRD under it) announces while the health URL
+    answers, withdraws when it stops answering, and on SIGTERM withdraws, waits, then exits."""
+    why = unavailable("bgp")
+    if why is not None:
+        pytest.skip(why)
+    bed = Bed("bgp")
+    try:
+        await bed.open()
+        eng = bed.engines[0]
+        await bed.speakers.pop(eng).stop()  # hand engine1 over to the command
+        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "engine1's route gone")
+        proc = bed.spawn(eng, [
+            sys.executable, "-m", "podway", "vip", "announce", "--router-id", "198.18.51.2",
+            "--local-as", "65001", "--neighbor", "198.18.51.1:65000", "--vip", f"{bed.vip}/32",
+            "--workdir", str(bed.dir / "announce"), "--withdraw-wait", "3",
+            "--health-url", f"http://{bed.vip}:{PORT}/healthz"])
+        await bed.wait_for(lambda: bed.next_hops() == 2, 20, "announced by the command")
+        echo = next(p for p in bed.processes(eng) if "echo" in p.args)  # type: ignore[operator]
+        os.killpg(echo.pid, signal.SIGKILL)  # Envoy's stand-in dies: unhealthy
+        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "withdrawn while unhealthy")
+        assert proc.poll() is None
+        bed.serve(eng, "eng1")  # healthy again
+        await bed.wait_for(lambda: bed.next_hops() == 2, 10, "announced again")
+        os.killpg(proc.pid, signal.SIGTERM)
+        await bed.wait_for(lambda: bed.next_hops() == 1, 5, "withdrawn on SIGTERM")
+        assert proc.poll() is None  # still waiting out --withdraw-wait: traffic left first
+        await bed.wait_for(lambda: proc.poll() is not None, 15, "the command exited")
+        assert proc.returncode == 0
+    finally:
+        await bed.close()
