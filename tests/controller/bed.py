@@ -124,11 +124,20 @@ class Bed:
         return engine
 
     async def close(self) -> None:
+        """Cancel everything started here; a task that does not end within 30 s is a bug
+        (shutdown must be prompt): its stack and every other task's are printed, then it fails."""
         for task in reversed(self.tasks):
             task.cancel()
-        for task in reversed(self.tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if not self.tasks:
+            return
+        _, pending = await asyncio.wait(self.tasks, timeout=30)
+        for task in self.tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: a failure already showed in the test itself
+        if pending:
+            for task in asyncio.all_tasks():
+                task.print_stack(limit=8)
+            raise AssertionError(f"tasks did not stop: {[t.get_name() for t in pending]}")
 
 
 def members(state: State, pool: str) -> list[str]:

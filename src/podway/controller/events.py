@@ -143,7 +143,16 @@ class EventRecorder:
         return True
 
     async def record(self, due: Iterable[Due]) -> None:
-        await asyncio.gather(*(self._one(d) for d in due))
+        """Write ``due``: different events concurrently, repeats of one event in order (so
+        the second counts up what the first created)."""
+        groups: dict[tuple[ObjectRef, str, str, str], list[Due]] = {}
+        for item in due:
+            groups.setdefault((item.ref, item.type, item.reason, item.message), []).append(item)
+        await asyncio.gather(*(self._in_order(group) for group in groups.values()))
+
+    async def _in_order(self, group: list[Due]) -> None:
+        for item in group:
+            await self._one(item)
 
     async def _one(self, due: Due) -> None:
         if not self._allow(due.ref):
