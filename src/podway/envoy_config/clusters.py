@@ -66,6 +66,11 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     out.eds_cluster_config.eds_config.CopyFrom(ads_source())
     out.connect_timeout.CopyFrom(duration(settings.connect_timeout_ms))
     out.common_lb_config.healthy_panic_threshold.SetInParent()  # present, value 0: no panic
+    # Apply health changes at once (Envoy's default merges them for 1 s after any host change):
+    # a member added by EDS only gets traffic once its first check passed, and with the default
+    # window that pass reached the workers up to a second late, while the members it replaced
+    # were already gone (docs/design/health-and-changes.md).
+    out.common_lb_config.update_merge_window.SetInParent()  # present, value 0: no merging
     policy = settings.lb_policy
     if settings.persistence is not None and policy not in HASHING:
         policy = LBPolicy.MAGLEV  # hash policies on routes only take effect with a hashing LB
