@@ -7,9 +7,11 @@ Health: an active check (``HealthCheck``) and passive outlier detection (``Outli
 both only ever take members *out*: a member the translator marks not ready stays out whatever
 its checks say, and one that leaves the load assignment leaves at once, even while it passes
 (``ignore_health_on_host_removal``). An unexpected HTTP status counts towards the unhealthy
-threshold like a timeout (Envoy's default takes the member out at the first one). HTTP checks
-of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard ``grpc.health.v1``
-protocol. Outlier detection counts 5xx answers, connect failures and resets
+threshold like a timeout (Envoy's default takes the member out at the first one). Health
+changes take effect at once (no ``update_merge_window``): a new member gets traffic right after
+its first good check, and a failed one loses it right away (docs/design/health-and-changes.md).
+HTTP checks of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard
+``grpc.health.v1`` protocol. Outlier detection counts 5xx answers, connect failures and resets
 alike (``split_external_local_origin_errors`` off) and ejects on consecutive errors only: the
 success-rate and failure-percentage detectors are disabled (they need volume to be meaningful and
 would eject members of a small pool on noise).
@@ -66,6 +68,11 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     out.eds_cluster_config.eds_config.CopyFrom(ads_source())
     out.connect_timeout.CopyFrom(duration(settings.connect_timeout_ms))
     out.common_lb_config.healthy_panic_threshold.SetInParent()  # present, value 0: no panic
+    # Apply health changes at once (Envoy's default merges them for 1 s after any host change):
+    # a member added by EDS only gets traffic once its first check passed, and with the default
+    # window that pass reached the workers up to a second late, while the members it replaced
+    # were already gone (docs/design/health-and-changes.md).
+    out.common_lb_config.update_merge_window.SetInParent()  # present, value 0: no merging
     policy = settings.lb_policy
     if settings.persistence is not None and policy not in HASHING:
         policy = LBPolicy.MAGLEV  # hash policies on routes only take effect with a hashing LB

@@ -11,6 +11,11 @@ Invariants:
 * Readers get immutable ``TypeSnapshot`` objects; ``changed()`` hands out an event that fires on
   the next update, so a stream never polls and a slow stream never builds a backlog (it just sees
   the newest snapshot when it wakes).
+* Make before break (``podway.xds.handover``): a load assignment that would replace every
+  serving member of an actively checked pool is served as an interim (the departing members at
+  priority 1) for a bounded hold, then the final one is set; a newer assignment for that pool
+  ends the hold at once. Holds need a running event loop (without one, the final is served).
+  Cost: only pools whose assignment changed are compared.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_pb2
+
 from podway.envoy_config import Resource, Resources
-from podway.xds import types
+from podway.xds import handover, types
 
 _EMPTY: Mapping[str, Resource] = MappingProxyType({})
 
@@ -43,6 +51,13 @@ class Change:
     removed: frozenset[str]
 
 
+@dataclass(slots=True)
+class _Hold:
+    final: Resource
+    interim: Resource
+    timer: asyncio.TimerHandle
+
+
 class Cache:
     def __init__(self) -> None:
         # A boot prefix keeps state-of-the-world versions unique across controller restarts.
@@ -53,6 +68,7 @@ class Cache:
         self._event = asyncio.Event()
         self._ready = False
         self._last: dict[str, tuple[str, Change]] = {}  # type → (version before, change)
+        self._holds: dict[str, _Hold] = {}  # pool → its interim assignment, until settled
 
     @property
     def ready(self) -> bool:
@@ -76,6 +92,74 @@ class Cache:
 
     def set(self, resources: Resources) -> dict[str, Change]:
         """Replace every type's resources; returns only the types that changed."""
+        return self._set(self._handover(resources))
+
+    @property
+    def holding(self) -> frozenset[str]:
+        """Pools served an interim assignment right now."""
+        return frozenset(self._holds)
+
+    def _handover(self, resources: Resources) -> Resources:
+        """``resources`` with an interim assignment for each pool whose serving members would
+        all be replaced (and the one still held for a pool whose final did not change)."""
+        new = resources.get(types.ENDPOINT, _EMPTY)
+        served = self._types[types.ENDPOINT].resources
+        for name in [n for n in self._holds if n not in new]:
+            self._holds.pop(name).timer.cancel()
+        replaced: dict[str, Resource] = {}
+        for name, resource in new.items():
+            before = served.get(name)
+            if before is None or before is resource:
+                continue
+            hold = self._holds.get(name)
+            if hold is not None and hold.final.digest == resource.digest:
+                replaced[name] = hold.interim
+                continue
+            if hold is not None:
+                hold.timer.cancel()
+                del self._holds[name]
+            if before.digest == resource.digest:
+                continue
+            interim = self._interim(name, before, resource, resources)
+            if interim is not None:
+                replaced[name] = interim
+        if not replaced:
+            return resources
+        out = dict(resources)
+        out[types.ENDPOINT] = MappingProxyType({**new, **replaced})
+        return out
+
+    def _interim(self, name: str, before: Resource, after: Resource,
+                 resources: Resources) -> Resource | None:
+        cluster = resources.get(types.CLUSTER, _EMPTY).get(name)
+        hold_s = handover.hold_s(cluster.message if cluster is not None and isinstance(
+            cluster.message, cluster_pb2.Cluster) else None)
+        if hold_s is None or not isinstance(before.message, endpoint_pb2.ClusterLoadAssignment) \
+                or not isinstance(after.message, endpoint_pb2.ClusterLoadAssignment):
+            return None
+        held = handover.departing(before.message, after.message)
+        if not held:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None  # no loop to end the hold on: serve the final assignment
+        interim = Resource.of(name, handover.interim(after.message, held))
+        timer = loop.call_later(hold_s, self._settle, name)
+        self._holds[name] = _Hold(final=after, interim=interim, timer=timer)
+        return interim
+
+    def _settle(self, name: str) -> None:
+        """The hold of ``name`` ended: serve its final assignment."""
+        hold = self._holds.pop(name, None)
+        if hold is None:
+            return
+        current = {t: self._types[t].resources for t in types.PUSH_ORDER}
+        current[types.ENDPOINT] = MappingProxyType(
+            {**current[types.ENDPOINT], name: hold.final})
+        self._set(current)
+
+    def _set(self, resources: Resources) -> dict[str, Change]:
         changes: dict[str, Change] = {}
         for type_url in types.PUSH_ORDER:
             new = resources.get(type_url, _EMPTY)

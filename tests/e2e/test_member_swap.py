@@ -1,0 +1,131 @@
+"""Every member of a pool replaced at once, under load, with the default active checks on:
+no request fails (docs/design/health-and-changes.md).
+
+Standalone mode, file edits: an HTTP pool (Ingress → Service) and a TCP pool (LoadBalancer
+Service) each get an EndpointSlice that names only new members, back and forth. The TCP case
+also swaps to a member that starts listening only after the change (its first check fails): the
+departing member carries the pool until the new one passes a check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from .harness import SHOP_INGRESS, Stack, echo_backend, endpoints, free_port, get, service
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class Load:
+    """Requests in a loop; who answered and every failure (event-driven waits only)."""
+
+    ask: Callable[[], Awaitable[str]]
+    answers: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    answered: asyncio.Condition = field(default_factory=asyncio.Condition)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        for _ in range(20000):  # bounded
+            if self.stop.is_set():
+                return
+            try:
+                name = await self.ask()
+            except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
+                self.failures.append(repr(exc))
+                name = ""
+            async with self.answered:
+                self.answers.append(name)
+                self.answered.notify_all()
+            await asyncio.sleep(0.002)
+
+    async def answered_by(self, name: str, times: int = 5, limit_s: float = 20) -> None:
+        async with asyncio.timeout(limit_s), self.answered:
+            await self.answered.wait_for(lambda: self.answers[-times:] == [name] * times)
+
+
+async def _http(port: int) -> str:
+    status, body = await get(port, "shop.test", "/")
+    if status != 200:
+        raise ValueError(f"status {status}")
+    return str(body.get("name"))
+
+
+async def _tcp(port: int) -> str:
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(b"whoami\n")
+            await writer.drain()
+            data = await reader.readline()
+        finally:
+            writer.close()
+    return str(json.loads(data)["name"])
+
+
+async def _swaps(stack: Stack, load: Load, write: Callable[[int], None],
+                 ports: dict[str, int], order: tuple[str, ...]) -> None:
+    task = asyncio.create_task(load.run(), name="load")
+    try:
+        await load.answered_by(order[0])
+        for name in order[1:]:
+            generation = stack.state.generation
+            write(ports[name])
+            await stack.applied(generation + 1)
+            await load.answered_by(name)
+    finally:
+        load.stop.set()
+        await task
+
+
+async def test_http_pool_swapped_wholesale_under_load_drops_nothing(stack: Stack) -> None:
+    ports = {name: await stack.start_echo(name) for name in ("old", "new")}
+
+    def write(port: int) -> None:
+        stack.write("web.yaml", service("web", 80, port) + "---\n"
+                    + endpoints("web", {"TCP": port}))
+
+    write(ports["old"])
+    stack.write("ingress.yaml", SHOP_INGRESS)
+    await stack.start()
+    load = Load(lambda: _http(stack.http_port))
+    await _swaps(stack, load, write, ports, ("old", "new", "old", "new"))
+    assert load.failures == []
+
+
+async def test_tcp_pool_swapped_wholesale_under_load_drops_nothing(stack: Stack) -> None:
+    ports = {name: await stack.start_echo(name, tcp=True) for name in ("old", "new")}
+    ports["late"] = free_port()  # listens only once the pool already names it
+    lb_port = free_port()
+
+    def write(port: int) -> None:
+        stack.write("l4.yaml", service("l4", lb_port, port, lb=True) + "---\n"
+                    + endpoints("l4", {"TCP": port}))
+
+    write(ports["old"])
+    await stack.start()
+    load = Load(lambda: _tcp(lb_port))
+    await _swaps(stack, load, write, ports, ("old", "new", "old"))
+    task = asyncio.create_task(load.run(), name="load")
+    load.stop.clear()
+    try:
+        generation = stack.state.generation
+        write(ports["late"])
+        await stack.applied(generation + 1)
+        answered = len(load.answers)
+        async with load.answered:  # the departing member still answers after the change
+            await load.answered.wait_for(lambda: len(load.answers) >= answered + 5)
+        assert load.answers[-5:] == ["old"] * 5
+        _, late = await echo_backend("late", tcp=True, port=ports["late"])
+        stack.tasks.append(late)
+        await load.answered_by("late")
+    finally:
+        load.stop.set()
+        await task
+    assert load.failures == []
