@@ -8,8 +8,10 @@ Invariants (property-tested in ``tests/unit/ipam``):
   (creationTimestamp, then uid, then name), so every replica — and the same replica after a
   restart — computes the same map from the same objects, and a conflict always goes to the
   oldest.
-- Addresses an object already holds (its status) or asks for are placed before any address is
-  handed out automatically, so a new object can never take a live VIP from an existing one.
+- Addresses an object already holds (its status) and still wants are kept first, then what
+  objects ask for is placed, then addresses are handed out automatically: a live VIP is never
+  taken from its holder (a request for it waits, pending), and an address a pending object asked
+  for is never handed out automatically, so it gets it once it is free.
 - An address whose owner is gone is free again at the next allocation (nothing is remembered
   but the objects themselves).
 
@@ -34,6 +36,16 @@ class _Table:
 
     def __init__(self) -> None:
         self.holders: dict[IPAddress, list[Claim]] = {}
+        # Addresses a pending object asked for: never handed out automatically, so the object
+        # gets them once they are free instead of finding them taken by a newer one.
+        self.reserved: set[IPAddress] = set()
+
+    def reserve(self, claim: Claim) -> None:
+        for text in claim.requested:
+            try:
+                self.reserved.add(ipaddress.ip_address(text))
+            except ValueError:
+                continue
 
     def can_take(self, address: IPAddress, claim: Claim) -> bool:
         holders = self.holders.get(address, [])
@@ -56,15 +68,25 @@ def allocate(claims: Iterable[Claim], pools: Sequence[Pool]) -> dict[ObjectRef, 
     grants: dict[ObjectRef, VipGrant] = {}
     order = sorted(claims, key=lambda c: c.order)
     waiting: list[Claim] = []
-    for claim in order:  # 1. what objects ask for or already hold
-        grant = _requested(claim, pools, table) if claim.requested or claim.invalid else None
-        if grant is None:
+    asking: list[Claim] = []
+    for claim in order:  # 1. what objects hold and still want: a live VIP is never taken away
+        grant: VipGrant | None = None
+        if claim.held and not claim.invalid and set(claim.requested) == set(claim.held):
+            grant = _requested(claim, pools, table)  # asked for and granted before: keep it
+            grant = grant if grant.addresses else None
+        elif not (claim.requested or claim.invalid):
             grant = _held(claim, pools, table)
-        if grant is None:
-            waiting.append(claim)
-        else:
+        if grant is not None:
             grants[claim.ref] = grant
-    for claim in waiting:  # 2. everything else, from the pools
+        elif claim.requested or claim.invalid:
+            asking.append(claim)
+        else:
+            waiting.append(claim)
+    for claim in asking:  # 2. what objects ask for (oldest first)
+        grants[claim.ref] = _requested(claim, pools, table)
+        if not grants[claim.ref].addresses:  # pending: keep its addresses for it
+            table.reserve(claim)
+    for claim in waiting:  # 3. everything else, from the pools
         grants[claim.ref] = _automatic(claim, pools, table)
     return grants
 
@@ -165,7 +187,7 @@ def _pick(claim: Claim, candidates: list[Pool], table: _Table,
             if family is not None and r.first.version != family:
                 continue
             for address in r:
-                if address not in table.holders:
+                if address not in table.holders and address not in table.reserved:
                     return address
     return None
 

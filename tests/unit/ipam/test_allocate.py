@@ -255,3 +255,36 @@ def test_release_keeps_the_others_and_frees_the_address(cs: list[Claim],
     if newcomer.requested:
         assert allocate([*rest, newcomer], SMALL)[newcomer.ref].addresses == newcomer.requested
 
+
+
+def _c(name: str, uid: str = "0", **kw: object) -> Claim:
+    return Claim(ref=ObjectRef("Service", "ns", name), created=1.0, uid=uid,
+                 ports=frozenset({("TCP", 1)}), **kw)  # type: ignore[arg-type]
+
+
+def test_a_pending_request_is_not_handed_out_and_a_held_vip_is_never_taken() -> None:
+    """o3 asks for .1 and .4 while .1 is held: it waits, and .4 is kept for it (not given to a
+    newer object); once .1 is free it gets both, and nobody else's VIP moves."""
+    cs = [_c("o3", uid="1", requested=("198.18.0.1", "198.18.0.4")),
+          _c("o4", held=("198.18.0.1",)), _c("o6", uid="1")]
+    first = allocate(cs, SMALL)
+    assert first[cs[0].ref].addresses == ()
+    assert "198.18.0.4" not in first[cs[2].ref].addresses
+    rest = [replace(c, held=first[c.ref].addresses) for c in cs if c.ref.name != "o4"]
+    after = allocate(rest, SMALL)
+    assert after[cs[0].ref].addresses == ("198.18.0.1", "198.18.0.4")
+    assert after[cs[2].ref].addresses == first[cs[2].ref].addresses
+
+
+def test_a_sharer_keeps_the_vip_it_asked_for_when_the_first_holder_goes() -> None:
+    """o6 shares .1 (same key, other port) with o2; an older o4 asking for .1 without the key
+    waits. When o2 is deleted, o6 keeps .1 and o4 still waits."""
+    o2 = _c("o2", held=("198.18.0.1",), share="k")
+    o4 = _c("o4", requested=("198.18.0.1",))
+    o6 = replace(_c("o6", requested=("198.18.0.1",), share="k"), ports=frozenset({("TCP", 2)}))
+    first = allocate([o2, o4, o6], SMALL)
+    assert first[o6.ref].addresses == ("198.18.0.1",)
+    assert first[o4.ref].addresses == ()
+    after = allocate([replace(o4, held=()), replace(o6, held=("198.18.0.1",))], SMALL)
+    assert after[o6.ref].addresses == ("198.18.0.1",)
+    assert after[o4.ref].addresses == ()
