@@ -266,7 +266,7 @@ def test_a_pending_request_is_not_handed_out_and_a_held_vip_is_never_taken() -> 
     """o3 asks for .1 and .4 while .1 is held: it waits, and .4 is kept for it (not given to a
     newer object); once .1 is free it gets both, and nobody else's VIP moves."""
     cs = [_c("o3", uid="1", requested=("198.18.0.1", "198.18.0.4")),
-          _c("o4", held=("198.18.0.1",)), _c("o6", uid="1")]
+          _c("o4", held=("198.18.0.1",)), _c("o6", uid="1"), _c("o0"), _c("o5")]
     first = allocate(cs, SMALL)
     assert first[cs[0].ref].addresses == ()
     assert "198.18.0.4" not in first[cs[2].ref].addresses
