@@ -275,8 +275,8 @@ async def get_json(socket: Path, path: str, params: list[tuple[str, str]] | None
             return data
     except (FileNotFoundError, ConnectionRefusedError):
         raise AdminUnavailable(f"cannot reach the admin socket {socket}: no Podway runs there "
-                               "(start `podway run`, or give --manifests DIR to read a folder)"
-                               ) from None
+                               "(start `podway run` or `podway controller --admin-socket "
+                               "PATH`, or give --manifests DIR to read a folder)") from None
     except (ClientError, OSError, TimeoutError, ValueError) as exc:
         raise AdminUnavailable(f"cannot reach the admin socket {socket}: "
                                f"{exc or type(exc).__name__}") from None
