@@ -12,7 +12,9 @@ left by a dead process is replaced. Endpoints:
   a private key never leaves the process);
 * ``GET /health`` — the engine's live member health per pool (Envoy admin ``/clusters``);
 * ``GET /explain?url=…&header=…&method=…&sni=…&source_ip=…`` — ``podway.explain`` over the
-  current state with live health; bad input answers 400 with ``{"error": "…"}``.
+  current state with live health; bad input answers 400 with ``{"error": "…"}``. Without a
+  known engine (``engine_admin`` None) the answer carries ``notes`` saying that members show
+  readiness only.
 
 Readers only: it takes ``pipeline.state`` (an immutable value) per request and never reaches into
 the pipeline. The client half (``get_json``) is what ``podway explain|status|config
@@ -49,6 +51,9 @@ from podway.xds import types
 log = logging.getLogger(__name__)
 
 SOCKET_NAME = "podway.sock"  # in an instance's private state folder
+NO_ENGINE_NOTE = ("no engine's admin is known to this Podway (a controller's engines are remote; "
+                  "`podway controller --engine-admin unix:PATH` names a co-located one): members "
+                  "show Kubernetes readiness only, not the engine's live health")
 
 
 class AdminUnavailable(PodwayError):
@@ -59,8 +64,9 @@ class AdminUnavailable(PodwayError):
 class AdminOptions:
     socket: Path
     mode: str = ""  # the backend mode, shown by explain
-    # The engine's admin address when known (its health feeds explain); None: no engine.
-    engine_admin: Callable[[], str | None] = lambda: None
+    # The engine's admin address (its health feeds explain); None: no engine is known to this
+    # process (a controller's engines are remote), and explain says so in a note.
+    engine_admin: Callable[[], str | None] | None = None
 
 
 class AdminServer:
@@ -142,10 +148,13 @@ class AdminServer:
         context = Context(problems=state.problems, mode=self.opts.mode, health=health,
                           refused={r.resource: r.message for r in state.rejections
                                    if r.resource})
-        return web.json_response(explain(state.ir, query, context).to_data())
+        data = explain(state.ir, query, context).to_data()
+        if self.opts.engine_admin is None:
+            data["notes"] = [NO_ENGINE_NOTE]
+        return web.json_response(data)
 
     async def _live_health(self) -> Health | None:
-        address = self.opts.engine_admin()
+        address = self.opts.engine_admin() if self.opts.engine_admin is not None else None
         if address is None:
             return None
         try:
@@ -266,8 +275,8 @@ async def get_json(socket: Path, path: str, params: list[tuple[str, str]] | None
             return data
     except (FileNotFoundError, ConnectionRefusedError):
         raise AdminUnavailable(f"cannot reach the admin socket {socket}: no Podway runs there "
-                               "(start `podway run`, or give --manifests DIR to read a folder)"
-                               ) from None
+                               "(start `podway run` or `podway controller --admin-socket "
+                               "PATH`, or give --manifests DIR to read a folder)") from None
     except (ClientError, OSError, TimeoutError, ValueError) as exc:
         raise AdminUnavailable(f"cannot reach the admin socket {socket}: "
                                f"{exc or type(exc).__name__}") from None

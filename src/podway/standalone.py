@@ -11,6 +11,7 @@ Optional loopback-only servers, each a reader of the same states: ``/metrics`` (
 registries, then Envoy's own stats) and the dashboard (``podway.dashboard``).
 The admin endpoint (``podway.admin_api``: state, config, live ``explain``) listens on
 ``podway.sock`` in the engine's private state folder, or on ``admin_socket`` when given.
+The admin endpoint and the dashboard are mounted by ``podway.surfaces``, as in the controller.
 """
 
 from __future__ import annotations
@@ -21,25 +22,22 @@ import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from podway.admin_api import SOCKET_NAME, AdminOptions, AdminServer
+from podway import surfaces
+from podway.admin_api import SOCKET_NAME
 from podway.engine.bootstrap import EnvoyStats
 from podway.engine.local import LocalEngineOptions, colocated_engine
 from podway.engine.process import Engine
 from podway.engine.state import open_state
 from podway.ir import IR
-from podway.netaddr import HostPort, format_host_port
+from podway.netaddr import HostPort
 from podway.pipeline import Pipeline, Rejection
-from podway.pipeline import State as PipelineState
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
 from podway.translate import TranslateOptions
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +118,11 @@ class Standalone:
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
-                    if self.opts.dashboard is not None:
-                        group.create_task(self._serve_dashboard(self.opts.dashboard, engine),
-                                          name="standalone-dashboard")
                     admin = self.opts.admin_socket or (
                         state.path / SOCKET_NAME if state is not None else None)
-                    if admin is not None:
-                        group.create_task(self._admin(admin, engine).run(),
-                                          name="standalone-admin")
+                    if admin is not None or self.opts.dashboard is not None:
+                        group.create_task(self._surfaces(admin, engine),
+                                          name="standalone-surfaces")
             finally:
                 await self.server.stop(grace=0.5)
 
@@ -140,66 +135,22 @@ class Standalone:
             registries=[metrics.registry],
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
             healthy=lambda: self.pipeline.state is not None)
-        await _serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
+        await surfaces.serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
 
-    async def _serve_dashboard(self, where: HostPort, engine: Engine | None) -> None:
-        from podway.dashboard.app import DashboardOptions, make_app
-        from podway.dashboard.view import ViewOptions
-
-        app = make_app(self.pipeline, explainer=self._explain_text, engine_admin=(
-            (lambda: engine.admin_address) if engine is not None else None),
-            options=DashboardOptions(view=ViewOptions(
-                mode=str(self.opts.translate.mode), refresh_s=self.opts.dashboard_refresh_s,
-                explain_args=("--manifests", str(self.opts.manifests)),
-                detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED)))
-        await _serve_until_cancelled(app, where, "dashboard")
-
-    def _explain_text(self, state: PipelineState, url: str) -> str:
-        """The dashboard's explain page: ``podway explain URL`` over this state, as text (the
-        engine's live health is left out here; the command shows it)."""
-        from podway.explain import Context, QueryError, explain, parse
-        from podway.explain.render import report_text
-
-        try:
-            query = parse(url)
-        except QueryError as exc:
-            return f"error: {exc}"
-        context = Context(problems=state.problems, mode=str(self.opts.translate.mode),
-                          refused={r.resource: r.message for r in state.rejections
-                                   if r.resource})
-        return report_text(explain(state.ir, query, context).to_data())
-
-    def _admin(self, socket: Path, engine: Engine | None) -> AdminServer:
-        return AdminServer(self.pipeline, AdminOptions(
-            socket=socket, mode=str(self.opts.translate.mode),
-            engine_admin=lambda: engine.admin_address if engine is not None else None))
+    def _surfaces(self, admin: Path | None, engine: Engine | None
+                  ) -> Coroutine[Any, Any, None]:
+        """The admin endpoint and the dashboard (``podway.surfaces``, as the controller's)."""
+        return surfaces.serve(self.pipeline, surfaces.SurfaceOptions(
+            mode=str(self.opts.translate.mode), admin_socket=admin,
+            dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
+            engine_admin=(lambda: engine.admin_address) if engine is not None else None,
+            explain_args=("--manifests", str(self.opts.manifests)),
+            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED))
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:
             hook(event)
         self.pipeline.on_event(event)
-
-
-async def _serve_until_cancelled(app: web.Application, where: HostPort, what: str,
-                                 also: Coroutine[Any, Any, None] | None = None) -> None:
-    """Serve ``app`` at ``where`` (and run ``also``) until cancelled; then stop serving."""
-    from podway.metrics.exposition import serve
-
-    try:
-        runner = await serve(app, host=where.host, port=where.port, what=what)
-    except BaseException:
-        if also is not None:
-            also.close()  # never started
-        raise
-    try:
-        log.info("%s on http://%s/", what, format_host_port(where.host, where.port))
-        if also is not None:
-            await also
-        await asyncio.Event().wait()  # until cancelled
-    finally:
-        if also is not None:
-            also.close()  # a no-op once it ran; closes it if cancelled before it started
-        await runner.cleanup()
 
 
 async def log_listeners(pipeline: Pipeline) -> None:

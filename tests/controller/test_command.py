@@ -51,6 +51,10 @@ current-context: x
     (("--xds-listen", "127.0.0.1:18000"), "--xds-unauthenticated"),
     (("--lb-address", "engine.example"), "--lb-address must be an IP address"),
     (("--namespace-selector", "a in (b"), "--namespace-selector"),
+    (("--engine-admin", "/tmp/admin.sock"), "--engine-admin '/tmp/admin.sock' is not unix:/path"),
+    (("--dashboard-port", "18090", "--dashboard-address", "0.0.0.0"),
+     "--dashboard-allow-remote"),
+    (("--admin-socket", "/" + "a" * 120 + "/podway.sock"), "longer than 107 bytes"),
 ])
 def test_no_cluster_or_bad_flags_are_one_line(tmp_path: Path, args: tuple[str, ...],
                                               expected: str) -> None:

@@ -14,6 +14,7 @@ import typer
 
 from podway.commands.common import (
     check_address,
+    check_loopback,
     check_port,
     run_until_signal,
     setup_logging,
@@ -60,12 +61,28 @@ def controller(
         help="/healthz, /readyz and /metrics on this port (0: off).")] = 0,
     metrics_address: Annotated[str, typer.Option(help="Address of the metrics port.")]
     = "0.0.0.0",
+    admin_socket: Annotated[Path | None, typer.Option(
+        help="Serve the admin endpoint (state, config, live explain; docs/explain.md) on this "
+        "unix socket; its folder must be yours alone (made 0700). Default: off.")] = None,
+    dashboard_port: Annotated[int, typer.Option(
+        help="Serve the live dashboard on this port (0: off).")] = 0,
+    dashboard_address: Annotated[str, typer.Option(
+        help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
+    = "127.0.0.1",
+    dashboard_allow_remote: Annotated[bool, typer.Option(
+        "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page "
+        "has no login: put it behind your own access control).")] = False,
+    engine_admin: Annotated[str | None, typer.Option(
+        help="A co-located engine's admin socket (unix:/path, e.g. its state folder's "
+        "admin.sock): its live member health feeds explain and the dashboard. Default: they "
+        "show Kubernetes readiness only.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
     from podway.controller.main import Controller, ControllerOptions, parse_namespaces
     from podway.errors import ConfigError
     from podway.kube.selectors import SelectorError, label_selector
+    from podway.netaddr import HostPort
     from podway.translate import TranslateOptions
     from podway.xds.server import ServerTLS, check_bind
 
@@ -77,6 +94,17 @@ def controller(
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
     check_port("--metrics-port", metrics_port, zero_means="no health or metrics endpoint")
+    check_port("--dashboard-port", dashboard_port, zero_means="no dashboard")
+    check_loopback("--dashboard-address", dashboard_address,
+                   allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
+    if engine_admin is not None and not (engine_admin.startswith("unix:/")
+                                         and len(engine_admin) > len("unix:/")):
+        raise ConfigError(f"--engine-admin {engine_admin!r} is not unix:/path (an engine's "
+                          "admin socket, e.g. admin.sock in its state folder)")
+    if admin_socket is not None:
+        from podway.admin_api import check_socket
+
+        check_socket(admin_socket)
     if (xds_cert is None) != (xds_key is None):
         raise ConfigError("--xds-cert and --xds-key go together")
     tls = None
@@ -101,5 +129,8 @@ def controller(
                                    https_port=https_port, mode=backend_mode),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address,
-        metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools)
+        metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
+        admin_socket=admin_socket,
+        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
+        engine_admin=engine_admin)
     asyncio.run(run_until_signal(Controller(opts).run()))

@@ -6,7 +6,10 @@ certificates off loopback). A follower task reads each published state and write
 NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
 (``StatusWriter``) and events (``EventRecorder``). Health (``/healthz``), readiness (``/readyz``:
 the first snapshot is applied and xDS is serving) and Prometheus metrics (``/metrics``) share one
-HTTP port.
+HTTP port. Opt-in, as in ``podway run`` and through the same code (``podway.surfaces``): the
+admin endpoint on a private unix socket (``podway explain|status|config --admin-socket``) and
+the web dashboard; the engines are remote, so both show Kubernetes readiness only unless
+``engine_admin`` names a co-located engine's admin socket.
 
 Invariants: engines keep their last config while the controller is away (Envoy holds it; a
 restarted controller serves the same resources with the same versions, so nothing is re-applied
@@ -21,11 +24,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio import client
 
+from podway import surfaces
 from podway.backoff import Backoff
 from podway.controller.events import (
     Due,
@@ -48,6 +53,7 @@ from podway.model import Service, npl
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
+from podway.netaddr import HostPort
 from podway.pipeline import Pipeline, State
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
@@ -82,6 +88,13 @@ class ControllerOptions:
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
     status_concurrency: int = 32
     write_events: bool = True
+    admin_socket: Path | None = None
+    """The admin endpoint (state, config, live explain: ``podway.admin_api``); None: off."""
+    dashboard: HostPort | None = None  # the web dashboard; None: off
+    dashboard_refresh_s: float = 2.0
+    engine_admin: str | None = None
+    """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
+    the dashboard. None: they show Kubernetes readiness only, and say so."""
 
 
 class Controller:
@@ -148,10 +161,24 @@ class Controller:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                if opts.admin_socket is not None or opts.dashboard is not None:
+                    group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
+                                      name="controller-surfaces")
         finally:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _surfaces(self) -> surfaces.SurfaceOptions:
+        """The admin endpoint and the dashboard, mounted as ``podway run`` mounts them."""
+        opts = self.opts
+        engine = opts.engine_admin
+        return surfaces.SurfaceOptions(
+            mode=str(opts.translate.mode), admin_socket=opts.admin_socket,
+            dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
+            engine_admin=(lambda: engine) if engine is not None else None,
+            explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
+            else ())
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:

@@ -46,6 +46,9 @@ class ViewOptions:
     explain_args: tuple[str, ...] = ()  # put before the URL: e.g. ("--manifests", "/srv/lb")
     refresh_s: float = 2.0
     detailed_stats: bool = False  # per-pool figures exist (Envoy was asked for them)
+    # An engine's admin is known (False: a controller without --engine-admin; members then
+    # show readiness only, and the page says so).
+    engine_known: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +99,8 @@ def build(state: State | None, *, options: ViewOptions, now: Sample | None = Non
 
 
 def _engine(now: Sample | None, options: ViewOptions) -> dict[str, Any]:
-    return {"seen": now is not None, "detailed_stats": options.detailed_stats}
+    return {"seen": now is not None, "known": options.engine_known,
+            "detailed_stats": options.detailed_stats}
 
 
 def _rejection(r: Rejection) -> dict[str, Any]:

@@ -44,6 +44,8 @@ def report(data: dict[str, Any]) -> RenderableType:
     for pool in data["pools"]:
         parts.append(_pool(pool))
     parts.append(_verdict(data["verdict"]))
+    for note in data.get("notes") or ():  # e.g. no engine known: readiness only
+        parts.append(Text(f"note: {note}", style="yellow"))
     return Group(*parts)
 
 

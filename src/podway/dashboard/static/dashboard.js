@@ -121,7 +121,11 @@ function render(doc) {
   document.getElementById("summary").textContent = doc.ready
     ? `generation ${doc.generation} · mode ${doc.mode || "?"} · refresh ${doc.refresh_s}s`
     : "starting";
-  document.getElementById("stats-note").textContent = !doc.engine.seen
+  document.getElementById("stats-note").textContent = !doc.engine.known
+    ? "No engine is known to this process (a controller's engines are remote; "
+      + "--engine-admin unix:PATH names a co-located one): members show Kubernetes "
+      + "readiness only, no live health and no traffic figures."
+    : !doc.engine.seen
     ? "No engine figures yet (no engine, or nobody watched long enough for two samples)."
     : doc.engine.detailed_stats ? ""
     : "Per-route figures need per-pool stats: start with --envoy-stats detailed. "
