@@ -20,8 +20,8 @@ import pytest
 from podway.demo import read_response
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
+from tests.certs import GOOD_CERT, GOOD_KEY, tls_secret
 
-from ..certs import GOOD_CERT, GOOD_KEY, tls_secret
 from .harness import Stack, endpoints, free_port, make_stack, service
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import check_address, check_port, run_until_signal, setup_logging
-from podway.errors import EnvironmentProblem
+from podway.errors import ConfigError, EnvironmentProblem
 
 
 def register(app: typer.Typer) -> None:
@@ -38,7 +38,7 @@ def echo(
     check_port("--port", port)
     check_address("--address", address)
     if proxy_protocol and not tcp:
-        raise typer.BadParameter("--proxy-protocol needs --tcp (HTTP echo reads X-Real-IP)")
+        raise ConfigError("--proxy-protocol needs --tcp (the HTTP echo reports X-Real-IP)")
     identity = Identity.from_env(name=name, pod=pod, namespace=namespace, node=node)
     opts = EchoOptions(address=address, port=port, tcp=tcp, udp=udp, identity=identity,
                        proxy_protocol=proxy_protocol)
