@@ -66,12 +66,25 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
         out.append(listener if hops == listener.xff_trusted_hops
                    else replace(listener, xff_trusted_hops=hops))
     services: dict[tuple[str, str], bool] = {}
+    http_only: dict[tuple[str, str], ObjectRef] = {}  # asked for PROXY, no TCP pool (yet)
     for name, spec in pools.items():
         if spec.service not in services:
             services[spec.service] = _proxy_protocol(snapshot.get(Service, *spec.service),
                                                      problems)
+            if services[spec.service]:
+                http_only[spec.service] = spec.origin
         if services[spec.service] and spec.settings.protocol is PoolProtocol.TCP:
             pools[name] = replace(spec, settings=replace(spec.settings, proxy_protocol=True))
+            http_only.pop(spec.service, None)
+        elif services[spec.service] and spec.settings.protocol is PoolProtocol.UDP:
+            http_only.pop(spec.service, None)  # a UDP port: nothing to say, as documented
+    for ref in sorted(http_only.values(), key=str):
+        problems.append(Problem(
+            ref=ref, reason=Reason.INVALID_ANNOTATION, severity=Severity.WARNING,
+            field=f"metadata.annotations[{PROXY_ANNOTATION}]",
+            message=f"annotation {PROXY_ANNOTATION} applies to TCP pools only (LoadBalancer "
+                    "ports, TCPRoute, TLSRoute); this Service is only served over HTTP, where "
+                    "the pods get the client in X-Real-IP and X-Forwarded-For"))
     return out, problems
 
 
