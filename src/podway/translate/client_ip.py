@@ -45,9 +45,13 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
     """Listeners with their trusted hops; ``pools`` is updated in place (PROXY protocol)."""
     problems: list[Problem] = []
     hops_of: dict[tuple[str, str], int] = {}
-    for gateway in snapshot.kind(Gateway).values():
-        value = gateway.metadata.annotations.get(XFF_ANNOTATION)
-        if value is None:
+    # Only the Gateways we serve: another implementation's Gateway is not ours to warn about.
+    served = {(o.namespace, o.name) for listener in listeners for o in listener.origins
+              if o.kind == "Gateway"}
+    for key in sorted(served):
+        gateway = snapshot.get(Gateway, *key)
+        value = gateway.metadata.annotations.get(XFF_ANNOTATION) if gateway else None
+        if gateway is None or value is None:
             continue
         hops = parse_hops(value)
         if hops is None:
