@@ -249,7 +249,8 @@ async def _send(query: Query) -> tuple[str, str | None]:
 
 @contextlib.asynccontextmanager
 async def _echoes(pools: list[Pool]) -> AsyncIterator[dict[str, int]]:
-    """One echo per pool, speaking the pool's protocol, named after it."""
+    """One echo per pool, speaking the pool's protocol (a PROXY v2 header first, when the pool
+    sends one), named after it."""
     ports: dict[str, int] = {}
     tasks = []
     try:
@@ -259,7 +260,8 @@ async def _echoes(pools: list[Pool]) -> AsyncIterator[dict[str, int]]:
             tcp = pool.settings.protocol is PoolProtocol.TCP
             port = free_port_both() if udp else free_port()
             tasks.append(asyncio.create_task(serve(EchoOptions(
-                port=port, identity=Identity(name=name), tcp=tcp, udp=udp), started=started)))
+                port=port, identity=Identity(name=name), tcp=tcp, udp=udp,
+                proxy_protocol=pool.settings.proxy_protocol), started=started)))
             await started.wait()
             ports[name] = port
         yield ports

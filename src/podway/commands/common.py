@@ -60,6 +60,20 @@ def check_at_least(flag: str, value: float, minimum: float) -> None:
         raise ConfigError(f"{flag} must be at least {minimum:g}, not {value:g}")
 
 
+def check_hops(flag: str, value: int) -> int:
+    """``--xff-trusted-hops``: a hop count the translator accepts (0..client_ip.MAX_HOPS)."""
+    from podway.translate.client_ip import MAX_HOPS
+
+    if not 0 <= value <= MAX_HOPS:
+        raise ConfigError(f"{flag} must be 0-{MAX_HOPS} (trusted proxies in front of the "
+                          f"engine), not {value}")
+    return value
+
+
+XFF_HELP = ("Proxies in front of the engine trusted to append to X-Forwarded-For (0: the "
+            "engine is the edge, a client-sent X-Forwarded-For never names the client).")
+
+
 async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` until it ends or SIGINT/SIGTERM arrives; a signal cancels it (clean stop)."""
     loop = asyncio.get_running_loop()

@@ -13,7 +13,9 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import (
+    XFF_HELP,
     check_address,
+    check_hops,
     check_loopback,
     check_port,
     run_until_signal,
@@ -76,6 +78,7 @@ def controller(
         help="A co-located engine's admin socket (unix:/path, e.g. its state folder's "
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "
         "show Kubernetes readiness only.")] = None,
+    xff_trusted_hops: Annotated[int, typer.Option(help=XFF_HELP)] = 0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
@@ -126,7 +129,9 @@ def controller(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
         translate=TranslateOptions(address=address, http_port=http_port,
-                                   https_port=https_port, mode=backend_mode),
+                                   https_port=https_port, mode=backend_mode,
+                                   xff_trusted_hops=check_hops("--xff-trusted-hops",
+                                                               xff_trusted_hops)),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address,
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import check_address, check_port, run_until_signal, setup_logging
-from podway.errors import EnvironmentProblem
+from podway.errors import ConfigError, EnvironmentProblem
 
 
 def register(app: typer.Typer) -> None:
@@ -21,6 +21,9 @@ def echo(
     address: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     tcp: Annotated[bool, typer.Option("--tcp", help="TCP echo instead of HTTP.")] = False,
     udp: Annotated[bool, typer.Option("--udp", help="UDP echo (with --tcp: both).")] = False,
+    proxy_protocol: Annotated[bool, typer.Option(
+        "--proxy-protocol", help="With --tcp: each connection starts with a PROXY protocol "
+        "v2 header, whose source whoami reports as the client.")] = False,
     name: Annotated[str, typer.Option(help="Name to answer with (default: pod or host).")] = "",
     pod: Annotated[str, typer.Option(help="Pod name (default: $POD_NAME).")] = "",
     namespace: Annotated[str, typer.Option(help="Namespace (default: $POD_NAMESPACE).")] = "",
@@ -34,8 +37,11 @@ def echo(
     setup_logging(log_level)
     check_port("--port", port)
     check_address("--address", address)
+    if proxy_protocol and not tcp:
+        raise ConfigError("--proxy-protocol needs --tcp (the HTTP echo reports X-Real-IP)")
     identity = Identity.from_env(name=name, pod=pod, namespace=namespace, node=node)
-    opts = EchoOptions(address=address, port=port, tcp=tcp, udp=udp, identity=identity)
+    opts = EchoOptions(address=address, port=port, tcp=tcp, udp=udp, identity=identity,
+                       proxy_protocol=proxy_protocol)
 
     async def main() -> None:
         try:

@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import (
+    XFF_HELP,
     check_address,
     check_at_least,
+    check_hops,
     check_loopback,
     check_port,
     run_until_signal,
@@ -81,6 +83,7 @@ def run(
     strict_host_ownership: Annotated[bool, typer.Option(
         "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
         "Ingress owns (default: serve them and warn both).")] = False,
+    xff_trusted_hops: Annotated[int, typer.Option(help=XFF_HELP)] = 0,
     tls_min_version: Annotated[str | None, typer.Option(
         help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, "
         "1.2).")] = None,
@@ -129,7 +132,9 @@ def run(
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=mode, manifest_addresses=manifest_addresses,
                                    strict_host_ownership=strict_host_ownership,
-                                   tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers)),
+                                   tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
+                                   xff_trusted_hops=check_hops("--xff-trusted-hops",
+                                                               xff_trusted_hops)),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from podway.commands.common import check_address, check_port, tls_flags
+from podway.commands.common import XFF_HELP, check_address, check_hops, check_port, tls_flags
 from podway.errors import ConfigError
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
@@ -49,6 +49,7 @@ def validate(
     strict_host_ownership: Annotated[bool, typer.Option(
         "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
         "Ingress owns (default: serve them and warn both).")] = False,
+    xff_trusted_hops: Annotated[int, typer.Option(help=XFF_HELP)] = 0,
     tls_min_version: Annotated[str | None, typer.Option(
         help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, "
         "1.2).")] = None,
@@ -68,7 +69,9 @@ def validate(
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                             mode=mode, manifest_addresses=manifest_addresses,
                             strict_host_ownership=strict_host_ownership,
-                            tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers))
+                            tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
+                            xff_trusted_hops=check_hops("--xff-trusted-hops",
+                                                        xff_trusted_hops))
     snapshot = Snapshot.of_objects(loaded.objects)
     result = translate(snapshot, opts)
     document = build(snapshot=snapshot, result=result, load_errors=loaded.errors,

@@ -22,6 +22,7 @@ class EchoOptions:
     udp: bool = False  # UDP echo (with ``tcp`` both; alone: UDP only)
     identity: Identity = field(default_factory=lambda: Identity(name="echo"))
     health: Health = field(default_factory=Health)  # what /healthz answers (shared, mutable)
+    proxy_protocol: bool = False  # TCP: each connection starts with a PROXY v2 header
 
 
 async def serve(opts: EchoOptions, *, started: asyncio.Event | None = None) -> None:
@@ -35,7 +36,8 @@ async def serve(opts: EchoOptions, *, started: asyncio.Event | None = None) -> N
                 lambda: EchoUDP(opts.identity), local_addr=(opts.address, opts.port))
         if opts.tcp:
             servers.append(await loop.create_server(
-                lambda: EchoTCP(opts.identity), opts.address, opts.port, reuse_address=True))
+                lambda: EchoTCP(opts.identity, proxy_protocol=opts.proxy_protocol),
+                opts.address, opts.port, reuse_address=True))
         elif not opts.udp:
             servers.append(await loop.create_server(
                 lambda: EchoHTTP(opts.identity, opts.health), opts.address, opts.port,

@@ -29,6 +29,11 @@ from __future__ import annotations
 
 from envoy.config.cluster.v3 import cluster_pb2, outlier_detection_pb2
 from envoy.config.core.v3 import base_pb2, health_check_pb2
+from envoy.config.core.v3 import proxy_protocol_pb2 as proxy_protocol_config_pb2
+from envoy.extensions.transport_sockets.proxy_protocol.v3 import (
+    upstream_proxy_protocol_pb2 as proxy_protocol_pb2,
+)
+from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo
 from envoy.type.v3 import http_pb2, range_pb2
@@ -100,7 +105,24 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     if settings.upstream_tls is not None:
         out.transport_socket.CopyFrom(_upstream_tls(settings.upstream_tls,
                                                     alpn=_ALPN.get(settings.protocol, ())))
+    if settings.proxy_protocol:
+        out.transport_socket.CopyFrom(_proxy_protocol(out.transport_socket))
     return out
+
+
+def _proxy_protocol(inner: base_pb2.TransportSocket) -> base_pb2.TransportSocket:
+    """A PROXY protocol v2 header (the client's address and port) before ``inner``'s bytes
+    (plain TCP when ``inner`` is unset). Connections of the health checks have no client: they
+    carry a ``LOCAL`` header."""
+    config = proxy_protocol_pb2.ProxyProtocolUpstreamTransport()
+    config.config.version = proxy_protocol_config_pb2.ProxyProtocolConfig.V2
+    if inner.name:
+        config.transport_socket.CopyFrom(inner)
+    else:
+        config.transport_socket.name = "envoy.transport_sockets.raw_buffer"
+        config.transport_socket.typed_config.CopyFrom(pack(raw_buffer_pb2.RawBuffer()))
+    return base_pb2.TransportSocket(name="envoy.transport_sockets.upstream_proxy_protocol",
+                                    typed_config=pack(config))
 
 
 def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.HealthCheck:

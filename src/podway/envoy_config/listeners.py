@@ -12,6 +12,8 @@
   ones; an SNI name a certificate already serves stays terminating. An L4 route with a
   ``certificate`` (TLSRoute on a ``Terminate`` listener) terminates TLS on its chain and
   forwards the decrypted bytes (no ALPN offered: the bytes are not HTTP to the engine).
+* Client address (HTTP, HTTPS): ``use_remote_address`` with ``xff_num_trusted_hops`` from the
+  listener; X-Real-IP is set in every route table (``routes``) from that address.
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
   the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
 * A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
@@ -96,7 +98,11 @@ def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
         stat_prefix=stat_prefix(ir.name),
         codec_type=hcm.HttpConnectionManager.AUTO,
         strip_any_host_port=True,
+        # The client address: the peer, or with N trusted hops the Nth address from the right
+        # of X-Forwarded-For; Envoy appends the peer to X-Forwarded-For and sets
+        # X-Forwarded-Proto from the connection unless the peer is a trusted hop.
         use_remote_address=wrappers_pb2.BoolValue(value=True),
+        xff_num_trusted_hops=ir.xff_trusted_hops,
         normalize_path=wrappers_pb2.BoolValue(value=True),
         merge_slashes=True,
     )

@@ -15,6 +15,7 @@ Invariants the IR relies on and how they map to Envoy:
 * A ``WeightedPool``'s own header filters (Gateway API backendRef filters) go on its weighted
   cluster entry, so they apply to the requests that share gets; such a route always uses
   ``weighted_clusters``, even with one share.
+* Every table sets ``X-Real-IP`` to the client address (``listeners``: trusted hops).
 * A ``WeightedPool`` without a pool (an unresolvable backend) is answered with its ``status``.
   Envoy's weighted clusters cannot answer directly, so the share becomes a route of its own,
   selected by ``runtime_fraction`` ahead of the forwarding route (docs/design/invalid-backends.md).
@@ -100,6 +101,13 @@ def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
     """
     config = route_pb2.RouteConfiguration(name=name or listener.name)
     config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
+    # The client address after X-Forwarded-For processing (the peer, or the address the
+    # listener's trusted hops name); the table's own headers apply last, so neither the client
+    # nor a route's header filter can set it.
+    config.request_headers_to_add.append(base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key="x-real-ip",
+                                    value="%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD))
     catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
     seen: set[str] = set()
     for vhost in listener.virtual_hosts:

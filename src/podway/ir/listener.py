@@ -92,3 +92,7 @@ class Listener:
     # answered 421 Misdirected Request on that connection (Gateway API listeners). False:
     # every SNI shares one route table (Ingress).
     sni_host_check: bool = False
+    # HTTP, HTTPS: how many proxies in front of the engine are trusted to have appended to
+    # X-Forwarded-For. 0: the engine is the edge, the client address is the connection's peer
+    # and a client-sent X-Forwarded-For decides nothing (it is only appended to).
+    xff_trusted_hops: int = 0

@@ -139,6 +139,9 @@ class PoolSettings:
     persistence: Persistence | None = None
     upstream_tls: UpstreamTLS | None = None
     connect_timeout_ms: int = 5000
+    # TCP pools only: each connection to a member starts with a PROXY protocol v2 header
+    # carrying the client's address and port (Service ``podway.io/proxy-protocol: v2``).
+    proxy_protocol: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -55,6 +55,11 @@ class TranslateOptions:
     """The oldest Ingress naming a host owns it. Off: Ingresses of other namespaces may still
     add paths or a certificate to it, and both sides are warned (``HostShared``). On: their
     rules and TLS entries for that host are refused (``HostConflict``)."""
+    xff_trusted_hops: int = 0
+    """Proxies in front of the engine trusted to append to X-Forwarded-For
+    (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
+    peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
+    (``podway.translate.client_ip``)."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.ipam.Ipam``). Set: LoadBalancer Services and Gateways bind
     exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no

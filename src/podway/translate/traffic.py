@@ -382,11 +382,11 @@ class _Run:
                           f"{persistence.kind.value}", "spec", Severity.WARNING)
             persistence = None
         settings = spec.settings
-        new = PoolSettings(protocol=settings.protocol,
-                           lb_policy=chosen.algorithm or settings.lb_policy,
-                           health_check=chosen.health, outlier_detection=chosen.outlier,
-                           persistence=persistence, upstream_tls=settings.upstream_tls,
-                           connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
+        # ``replace``: every setting this pass does not decide is kept as the pool had it.
+        new = replace(settings, lb_policy=chosen.algorithm or settings.lb_policy,
+                      health_check=chosen.health, outlier_detection=chosen.outlier,
+                      persistence=persistence,
+                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
         # ``replace`` keeps every other field of the spec (its backend mode among them).
         out = spec if new == settings else replace(spec, settings=_checked(new))
         if not ordered:

@@ -28,6 +28,7 @@ from podway.translate.backends import (
     mode_warning,
     service_mode,
 )
+from podway.translate.client_ip import apply_client_ip
 from podway.translate.gateway import translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
@@ -185,6 +186,9 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
     problems.extend(traffic.problems)
+    listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
+                                                    opts.xff_trusted_hops)
+    problems.extend(client_ip_problems)
     for service_key in sorted(services):
         backing = services[service_key]
         if backing is None:
