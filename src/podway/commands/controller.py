@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import (
-    XFF_HELP,
     check_address,
     check_hops,
     check_loopback,
@@ -21,6 +20,7 @@ from podway.commands.common import (
     run_until_signal,
     setup_logging,
 )
+from podway.commands.flags import XffTrustedHops
 from podway.translate import BackendMode
 
 
@@ -78,7 +78,7 @@ def controller(
         help="A co-located engine's admin socket (unix:/path, e.g. its state folder's "
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "
         "show Kubernetes readiness only.")] = None,
-    xff_trusted_hops: Annotated[int, typer.Option(help=XFF_HELP)] = 0,
+    xff_trusted_hops: XffTrustedHops = 0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""

@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from podway.commands.common import (
-    XFF_HELP,
     check_address,
     check_at_least,
     check_hops,
@@ -18,6 +17,14 @@ from podway.commands.common import (
     run_until_signal,
     setup_logging,
     tls_flags,
+)
+from podway.commands.flags import (
+    ManifestAddresses,
+    StrictHostOwnership,
+    TlsCiphers,
+    TlsMaxVersion,
+    TlsMinVersion,
+    XffTrustedHops,
 )
 from podway.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
@@ -77,21 +84,12 @@ def run(
     dashboard_allow_remote: Annotated[bool, typer.Option(
         "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page "
         "has no login: put it behind your own access control).")] = False,
-    manifest_addresses: Annotated[bool, typer.Option(
-        "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
-        "(default: every listener binds --address).")] = False,
-    strict_host_ownership: Annotated[bool, typer.Option(
-        "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
-        "Ingress owns (default: serve them and warn both).")] = False,
-    xff_trusted_hops: Annotated[int, typer.Option(help=XFF_HELP)] = 0,
-    tls_min_version: Annotated[str | None, typer.Option(
-        help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, "
-        "1.2).")] = None,
-    tls_max_version: Annotated[str | None, typer.Option(
-        help="Highest TLS version HTTPS listeners accept (default: 1.3).")] = None,
-    tls_ciphers: Annotated[str | None, typer.Option(
-        help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
-    = None,
+    manifest_addresses: ManifestAddresses = False,
+    strict_host_ownership: StrictHostOwnership = False,
+    xff_trusted_hops: XffTrustedHops = 0,
+    tls_min_version: TlsMinVersion = None,
+    tls_max_version: TlsMaxVersion = None,
+    tls_ciphers: TlsCiphers = None,
     admin_socket: Annotated[Path | None, typer.Option(
         help="The admin endpoint's unix socket (state, explain; docs/explain.md); default: "
         "podway.sock in the state folder. Its folder must be yours alone (made 0700).")]

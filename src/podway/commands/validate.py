@@ -14,7 +14,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from podway.commands.common import XFF_HELP, check_address, check_hops, check_port, tls_flags
+from podway.commands.common import check_address, check_hops, check_port, tls_flags
+from podway.commands.flags import (
+    ManifestAddresses,
+    StrictHostOwnership,
+    TlsCiphers,
+    TlsMaxVersion,
+    TlsMinVersion,
+    XffTrustedHops,
+)
 from podway.errors import ConfigError
 from podway.ir.dump import dump_yaml, to_yaml
 from podway.model import Snapshot
@@ -43,21 +51,12 @@ def validate(
     status_file: Annotated[Path | None, typer.Option(
         help="Write the status document (as `run --status-file`, see docs/run.md) here.")]
     = None,
-    manifest_addresses: Annotated[bool, typer.Option(
-        "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
-        "(default: every listener binds --address).")] = False,
-    strict_host_ownership: Annotated[bool, typer.Option(
-        "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
-        "Ingress owns (default: serve them and warn both).")] = False,
-    xff_trusted_hops: Annotated[int, typer.Option(help=XFF_HELP)] = 0,
-    tls_min_version: Annotated[str | None, typer.Option(
-        help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, "
-        "1.2).")] = None,
-    tls_max_version: Annotated[str | None, typer.Option(
-        help="Highest TLS version HTTPS listeners accept (default: 1.3).")] = None,
-    tls_ciphers: Annotated[str | None, typer.Option(
-        help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
-    = None,
+    manifest_addresses: ManifestAddresses = False,
+    strict_host_ownership: StrictHostOwnership = False,
+    xff_trusted_hops: XffTrustedHops = 0,
+    tls_min_version: TlsMinVersion = None,
+    tls_max_version: TlsMaxVersion = None,
+    tls_ciphers: TlsCiphers = None,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
     check_address("--address", address)
