@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 from .test_errors import QUICKSTART, one_error_line, podway
 
@@ -30,8 +31,9 @@ def test_envoy_stats_takes_only_its_two_values() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_a_dashboard_port_in_use_is_one_line() -> None:
-    """The dashboard cannot bind: one line naming it and the address, not a traceback."""
+def test_a_dashboard_port_in_use_is_one_line(tmp_path: Path) -> None:
+    """The dashboard cannot bind: one line naming it and the address, not a traceback (its own
+    state folder: another Podway on this machine holding the default one does not matter)."""
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
@@ -39,6 +41,6 @@ def test_a_dashboard_port_in_use_is_one_line() -> None:
         line = one_error_line(podway("run", "--manifests", QUICKSTART, "--log-level", "error",
                                      "--http-port", "18082",
                                      "--https-port", "18445", "--dashboard-port",
-                                     str(taken_port)))
+                                     str(taken_port), "--state-dir", str(tmp_path / "state")))
     assert line == (f"error: cannot serve the dashboard on 127.0.0.1:{taken_port}: "
                     "address already in use")
