@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import socket
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).parent))
 import speedref
+from xds_push import Acks, free_port, pct  # the same helpers, one copy
 
 from podway.controller.main import Controller, ControllerOptions
 from podway.echo import Identity
@@ -43,20 +43,11 @@ from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.pipeline import State
 from podway.translate import TranslateOptions
 from podway.xds import types
-from podway.xds.protocol import Ack, Event
 
 GW = "gateway.networking.k8s.io"
 NS = "bench"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-# ---- the emulator child ----------------------------------------------------------------
 async def serve_emulator(count: int, echo_port: int, gateway_port: int) -> None:
     from podway.kube.emulator import KubeEmulator
 
@@ -101,26 +92,6 @@ def route(i: int, host: str | None = None) -> dict[str, Any]:
 
 
 # ---- measuring -------------------------------------------------------------------------
-class Acks:
-    """The next ACK of one xDS type, as a future (the controller's event hook)."""
-
-    def __init__(self) -> None:
-        self.waiters: list[tuple[str, asyncio.Future[float]]] = []
-
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, Ack):
-            now = time.perf_counter()
-            for type_url, future in list(self.waiters):
-                if type_url == event.type_url and not future.done():
-                    future.set_result(now)
-                    self.waiters.remove((type_url, future))
-
-    def next(self, type_url: str) -> asyncio.Future[float]:
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self.waiters.append((type_url, future))
-        return future
-
-
 async def status_of(port: int, host: str) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -129,11 +100,6 @@ async def status_of(port: int, host: str) -> int:
         return int(line.split()[1])
     finally:
         writer.close()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def rss_mib() -> float:

@@ -20,7 +20,12 @@ from podway.commands.common import (
     run_until_signal,
     setup_logging,
 )
-from podway.commands.flags import XffTrustedHops
+from podway.commands.flags import (
+    DashboardAddress,
+    DashboardAllowRemote,
+    DashboardPort,
+    XffTrustedHops,
+)
 from podway.translate import BackendMode
 
 
@@ -66,14 +71,9 @@ def controller(
     admin_socket: Annotated[Path | None, typer.Option(
         help="Serve the admin endpoint (state, config, live explain; docs/explain.md) on this "
         "unix socket; its folder must be yours alone (made 0700). Default: off.")] = None,
-    dashboard_port: Annotated[int, typer.Option(
-        help="Serve the live dashboard on this port (0: off).")] = 0,
-    dashboard_address: Annotated[str, typer.Option(
-        help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
-    = "127.0.0.1",
-    dashboard_allow_remote: Annotated[bool, typer.Option(
-        "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page "
-        "has no login: put it behind your own access control).")] = False,
+    dashboard_port: DashboardPort = 0,
+    dashboard_address: DashboardAddress = "127.0.0.1",
+    dashboard_allow_remote: DashboardAllowRemote = False,
     engine_admin: Annotated[str | None, typer.Option(
         help="A co-located engine's admin socket (unix:/path, e.g. its state folder's "
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "

@@ -1,6 +1,6 @@
 """Flags several commands share, declared once: ``run``, ``validate`` and ``controller`` take the
-same translation settings, and their help must not drift apart (typer reads the metadata of each
-``Annotated`` alias)."""
+same translation settings, ``run`` and ``controller`` the same dashboard flags, and their help must
+not drift apart (typer reads the metadata of each ``Annotated`` alias)."""
 
 from typing import Annotated
 
@@ -21,3 +21,10 @@ TlsMaxVersion = Annotated[str | None, typer.Option(
     help="Highest TLS version HTTPS listeners accept (default: 1.3).")]
 TlsCiphers = Annotated[str | None, typer.Option(
     help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
+DashboardPort = Annotated[int, typer.Option(
+    help="Serve the live dashboard on this port (0: off).")]
+DashboardAddress = Annotated[str, typer.Option(
+    help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
+DashboardAllowRemote = Annotated[bool, typer.Option(
+    "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page has "
+    "no login: put it behind your own access control).")]

@@ -19,6 +19,9 @@ from podway.commands.common import (
     tls_flags,
 )
 from podway.commands.flags import (
+    DashboardAddress,
+    DashboardAllowRemote,
+    DashboardPort,
     ManifestAddresses,
     StrictHostOwnership,
     TlsCiphers,
@@ -76,14 +79,9 @@ def run(
     envoy_stats: Annotated[EnvoyStats, typer.Option(
         help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
         "costly with many pools).")] = EnvoyStats.BOUNDED,
-    dashboard_port: Annotated[int, typer.Option(
-        help="Serve the live dashboard on this port (0: off).")] = 0,
-    dashboard_address: Annotated[str, typer.Option(
-        help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
-    = "127.0.0.1",
-    dashboard_allow_remote: Annotated[bool, typer.Option(
-        "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page "
-        "has no login: put it behind your own access control).")] = False,
+    dashboard_port: DashboardPort = 0,
+    dashboard_address: DashboardAddress = "127.0.0.1",
+    dashboard_allow_remote: DashboardAllowRemote = False,
     manifest_addresses: ManifestAddresses = False,
     strict_host_ownership: StrictHostOwnership = False,
     xff_trusted_hops: XffTrustedHops = 0,
