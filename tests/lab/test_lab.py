@@ -112,12 +112,19 @@ spec:
 
 
 def udp_whoami(lab: RunningLab, host: str, port: int) -> dict[str, str]:
-    def ask() -> dict[str, str]:
+    """The echo's answer over UDP from the client. Rules for a Service just created (kube-proxy's
+    NodePort, the agent's map) land asynchronously, and a datagram sent before them is simply
+    dropped: ask again until one answers (bounded, explained on timeout)."""
+    def ask() -> dict[str, str] | None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.settimeout(2)
+            sock.settimeout(0.5)
             sock.sendto(b"whoami", (host, port))
-            return dict(json.loads(sock.recv(4096)))
-    return lab.client.submit(ask).result()
+            try:
+                return dict(json.loads(sock.recv(4096)))
+            except TimeoutError:
+                return None
+    return lab.wait(lambda: lab.client.submit(ask).result(),
+                    what=f"a UDP answer from {host}:{port}", within=30)
 
 
 def test_udp_ports_tcp_probe_node_selector_by_hostname(lab: RunningLab, tmp_path: Path) -> None:
