@@ -12,9 +12,9 @@ from builders import NODE, eventually, node_obj, pod_obj, service_obj, settled
 from fakes import FakeOpener, FakeRules, SlowRules
 from harness import StartAgent
 
-from podway.agent.metrics import make_app, serve
 from podway.agent.types import Rule
 from podway.kube.emulator import KubeEmulator
+from podway.metrics.exposition import make_app, serve
 
 ANN = "nodeportlocal.antrea.io"
 
@@ -213,7 +213,8 @@ async def test_metrics_and_health_endpoint(emu: KubeEmulator, start_agent: Start
     emu.put("pods", pod_obj("p1"))
     agent = await start_agent()
     await eventually(lambda: ann(emu, "p1"))
-    runner = await serve(make_app(agent.metrics, healthy=agent.restored.is_set),
+    runner = await serve(make_app(registries=(agent.metrics.registry,),
+                                  healthy=agent.restored.is_set),
                          host="127.0.0.1", port=0)
     try:
         port = runner.addresses[0][1]

@@ -37,10 +37,11 @@ class AgentOptions:
 async def run(options: AgentOptions) -> None:
     """Run the agent until cancelled."""
     from podway.agent.controller import Agent, AgentSettings
-    from podway.agent.metrics import Metrics, make_app, serve
+    from podway.agent.metrics import Metrics
     from podway.agent.ports import KernelSocketOpener
     from podway.agent.rules import make_rules
     from podway.kube.client import check_reachable, connect
+    from podway.metrics.exposition import make_app, serve
 
     api = await connect(kubeconfig=options.kubeconfig)
     async with api:
@@ -56,7 +57,8 @@ async def run(options: AgentOptions) -> None:
                                                  resync_seconds=options.resync))
             runner = None
             if options.metrics is not None:
-                runner = await serve(make_app(metrics, healthy=agent.restored.is_set),
+                runner = await serve(make_app(registries=(metrics.registry,),
+                                              healthy=agent.restored.is_set),
                                      host=options.metrics.host, port=options.metrics.port)
             try:
                 await agent.run()

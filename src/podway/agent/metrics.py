@@ -1,16 +1,14 @@
-"""Prometheus metrics and the health endpoint of the agent.
+"""Prometheus metrics of the agent.
 
 Each agent owns its registry (tests and the lab run several agents in one process). The HTTP
-server serves ``/metrics`` (Prometheus text) and ``/healthz`` (200 once the agent has restored
-its state from the annotations and its informers are running, else 503).
+surface is the shared one (``podway.metrics.exposition``): ``/metrics`` (Prometheus text) and
+``/healthz`` (200 once the agent has restored its state from the annotations and its informers
+are running, else 503).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 
@@ -32,25 +30,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def make_app(metrics: Metrics, *, healthy: Callable[[], bool]) -> web.Application:
-    async def metrics_view(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-    async def health_view(_: web.Request) -> web.Response:
-        ok = healthy()
-        return web.Response(text="ok\n" if ok else "starting\n", status=200 if ok else 503)
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_view)
-    app.router.add_get("/healthz", health_view)
-    return app
-
-
-async def serve(app: web.Application, *, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
