@@ -63,7 +63,7 @@ def unavailable(kind: str) -> str | None:
         return f"not installed: {', '.join(missing)} (Debian: bird2, keepalived, nftables)"
     try:
         find_envoy()
-    except Exception as err:  # noqa: BLE001 - any reason is a reason to skip
+    except Exception as err:  # any reason is a reason to skip
         return f"no Envoy: {err}"
     probe = f"pwvip-probe-{uuid.uuid4().hex[:6]}"
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, check=False)

@@ -1,11 +1,11 @@
 """Load for the VIP test beds, run inside the client namespace: WORKERS loops of HTTP requests to
-HOST:PORT, each printed as a JSON line {"t0", "t1", "ok", "who", "reused"} (monotonic clock,
-shared by every namespace) until stdin closes.
+HOST:PORT, each printed as a JSON line {"t0", "t1", "ok", "who", "reused"} (monotonic
+clock, shared by every namespace) until stdin closes.
 
-MODE ``close``: one request per connection (``Connection: close``). MODE ``keepalive``: HTTP/1.1 on one
-connection per loop for as long as the server keeps it; a ``Connection: close`` answer makes the
-loop open a new one for its next request (what browsers and HTTP libraries do). A failed request
-is never retried: it is counted."""
+MODE ``close``: one request per connection (``Connection: close``). MODE ``keepalive``: one
+connection per loop for as long as the server keeps it; a ``Connection: close`` answer makes
+the loop open a new one for its next request (what browsers and HTTP libraries do). A failed
+request is never retried: it is counted."""
 
 from __future__ import annotations
 

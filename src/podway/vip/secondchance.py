@@ -167,7 +167,8 @@ def link_steps(sc: SecondChance) -> list[Step]:
     ]
     pref, mark, table = str(sc.rule_pref), f"{sc.mark:#x}", str(sc.table)
     outer = str(sc.rule_pref - 1)
-    return steps + [
+    return [
+        *steps,
         _s("ip", "rule", "del", "pref", outer, may_fail=True),
         _s("ip", "rule", "del", "pref", pref, may_fail=True),
         # VXLAN routes its outer packet with the inner packet's mark: that one (sent by this
