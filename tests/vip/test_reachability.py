@@ -62,6 +62,7 @@ async def test_graceful_stop_fails_nothing(bed: Bed, keepalive: bool) -> None:
 
     outcome = await bed.measure(stop, workers=workers, keepalive=keepalive, after=1.0)
     assert outcome.failed == 0, (outcome, stops)
+    assert stops[0].left_open == 0, stops  # drained to the last connection, none cut
     assert outcome.served_by.get("eng1", 0) > 0
     assert outcome.served_by.get("eng2", 0) > 0
     if keepalive:
@@ -73,7 +74,8 @@ async def test_graceful_stop_fails_nothing(bed: Bed, keepalive: bool) -> None:
 
 async def test_without_second_chance_open_connections_are_reset() -> None:
     """The control: with the survivor's second chance disarmed, keep-alive connections open on
-    the stopping engine fail at the switch (the survivor resets what it does not know)."""
+    the stopping engine fail at the switch (the survivor resets what it does not know), and the
+    stopping engine is left holding them: its drain cannot finish."""
     why = unavailable("vrrp")
     if why is not None:
         pytest.skip(why)
@@ -81,9 +83,14 @@ async def test_without_second_chance_open_connections_are_reset() -> None:
     try:
         await bed.open()
         await bed.second_chance[bed.engines[1]].disarm()
-        outcome = await bed.measure(lambda: bed.graceful_stop(bed.engines[0]), workers=WORKERS,
-                                    keepalive=True, after=1.0)
+        stops: list[Stop] = []
+
+        async def stop() -> None:
+            stops.append(await bed.graceful_stop(bed.engines[0], drain_limit=1.0))
+
+        outcome = await bed.measure(stop, workers=WORKERS, keepalive=True, after=1.0)
         assert outcome.failed > 0, outcome
+        assert stops[0].left_open > 0, stops
     finally:
         await bed.close()
 

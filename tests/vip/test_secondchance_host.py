@@ -1,12 +1,19 @@
 """Second chance on a real kernel (a throwaway network namespace): install creates the tunnel,
 rules and ruleset; remove leaves the namespace exactly as it found it (rules, links, nftables,
-ip_forward), also when run by a fresh process after a crash, and twice."""
+ip_forward), also when run by a fresh process after a crash, and twice; the command follows the
+peer's health and cleans up on SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
 import subprocess
+import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -69,3 +76,45 @@ async def test_a_fresh_process_removes_what_a_crashed_one_installed(ns: str) -> 
     after = state(ns)
     # everything but ip_forward, whose earlier value only the installing process knew
     assert after[:3] == before[:3]
+
+
+async def test_command_follows_the_peer_and_removes_everything_on_sigterm(ns: str) -> None:
+    """`podway vip second-chance` installs, disarms while --peer-url does not answer, arms
+    again when it does, and on SIGTERM leaves the namespace as it found it."""
+    before = state(ns)
+    health = ["ip", "netns", "exec", ns, sys.executable, "-m", "podway", "echo", "--address",
+              "198.18.51.2", "--port", "9000", "--log-level", "warning"]
+    echo = subprocess.Popen(health, start_new_session=True)
+    command = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "podway", "vip", "second-chance",
+         "--local", "198.18.51.2", "--peer", "198.18.52.2", "--vip", "198.18.60.1",
+         "--port", "8080", "--peer-url", "http://198.18.51.2:9000/healthz"],
+        start_new_session=True)
+    try:
+        def armed() -> bool:  # (the kernel drops an empty table: then there is none)
+            return "table 5150" in sh("ip", "route", "show", "table", "all", ns=ns)
+
+        await wait_until(armed, "armed while the peer answers")
+        os.killpg(echo.pid, signal.SIGKILL)
+        echo.wait()
+        await wait_until(lambda: not armed(), "disarmed when the peer went silent")
+        assert command.poll() is None
+        echo = subprocess.Popen(health, start_new_session=True)
+        await wait_until(armed, "armed again")
+        os.killpg(command.pid, signal.SIGTERM)
+        assert command.wait(30) == 0
+        assert state(ns)[:3] == before[:3]
+        assert state(ns)[3] == before[3]  # ip_forward as it was
+    finally:
+        for proc in (command, echo):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+async def wait_until(check: Callable[[], bool], what: str, within: float = 60) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never: {what}")
+        await asyncio.sleep(0.05)

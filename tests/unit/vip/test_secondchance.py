@@ -148,3 +148,19 @@ async def test_peer_follower_disarms_after_fall_and_rearms_after_rise() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert host.calls == ["disarm", "arm"]
+
+
+def test_command_with_bad_flags_is_one_line() -> None:
+    """`podway vip second-chance` refuses bad settings with one line and status 2, touching
+    nothing."""
+    from typer.testing import CliRunner
+
+    from podway.cli import app
+    from podway.commands import register
+
+    register(app)
+    result = CliRunner().invoke(app, ["vip", "second-chance", "--local", "198.18.51.2",
+                                      "--peer", "198.18.52.2", "--vip", "2001:db8::7"])
+    assert result.exit_code == 2
+    assert "IPv6 is not supported" in result.output
+    assert "Traceback" not in result.output
