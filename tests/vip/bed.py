@@ -370,7 +370,10 @@ class Bed:
         address = self.admin(eng)
         await admin.drain_listeners(address)
         deadline = time.monotonic() + drain_limit
-        while (left := await self.open_connections(eng)) > 0 and time.monotonic() < deadline:
+        while True:
+            left = await self.open_connections(eng)
+            if left == 0 or time.monotonic() >= deadline:
+                break
             await asyncio.sleep(0.05)
         t2 = time.monotonic()
         for proc in self._procs.get(eng, []):

@@ -5,7 +5,6 @@ peer's health and cleans up on SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -78,7 +77,7 @@ async def test_a_fresh_process_removes_what_a_crashed_one_installed(ns: str) -> 
     assert after[:3] == before[:3]
 
 
-async def test_command_follows_the_peer_and_removes_everything_on_sigterm(ns: str) -> None:
+def test_command_follows_the_peer_and_removes_everything_on_sigterm(ns: str) -> None:
     """`podway vip second-chance` installs, disarms while --peer-url does not answer, arms
     again when it does, and on SIGTERM leaves the namespace as it found it."""
     before = state(ns)
@@ -94,13 +93,13 @@ async def test_command_follows_the_peer_and_removes_everything_on_sigterm(ns: st
         def armed() -> bool:  # (the kernel drops an empty table: then there is none)
             return "table 5150" in sh("ip", "route", "show", "table", "all", ns=ns)
 
-        await wait_until(armed, "armed while the peer answers")
+        wait_until(armed, "armed while the peer answers")
         os.killpg(echo.pid, signal.SIGKILL)
         echo.wait()
-        await wait_until(lambda: not armed(), "disarmed when the peer went silent")
+        wait_until(lambda: not armed(), "disarmed when the peer went silent")
         assert command.poll() is None
         echo = subprocess.Popen(health, start_new_session=True)
-        await wait_until(armed, "armed again")
+        wait_until(armed, "armed again")
         os.killpg(command.pid, signal.SIGTERM)
         assert command.wait(30) == 0
         assert state(ns)[:3] == before[:3]
@@ -112,9 +111,9 @@ async def test_command_follows_the_peer_and_removes_everything_on_sigterm(ns: st
             proc.wait()
 
 
-async def wait_until(check: Callable[[], bool], what: str, within: float = 60) -> None:
+def wait_until(check: Callable[[], bool], what: str, within: float = 60) -> None:
     deadline = time.monotonic() + within
     while not check():
         if time.monotonic() > deadline:
             raise TimeoutError(f"never: {what}")
-        await asyncio.sleep(0.05)
+        time.sleep(0.05)
