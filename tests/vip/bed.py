@@ -389,14 +389,14 @@ class Bed:
         return found.get("http.vip.downstream_cx_active", 0)
 
     async def measure(self, event: Callable[[], object], *, before: float = 1.5,
-                      after: float = 4.0, workers: int = 4, keepalive: bool = False
-                      ) -> Outcome:
-        """Run the client load (one connection per request, or keep-alive connections), fire
-        ``event`` after ``before`` seconds, keep going ``after`` seconds more after it
-        returned; what the client saw."""
+                      after: float = 4.0, workers: int = 4, keepalive: bool = False,
+                      request_timeout: float = 0.5) -> Outcome:
+        """Run the client load (one connection per request, or keep-alive connections; a
+        request failed after ``request_timeout`` seconds), fire ``event`` after ``before`` seconds,
+        keep going ``after`` seconds more after it returned; what the client saw."""
         load = await asyncio.create_subprocess_exec(
             "ip", "netns", "exec", self.client, sys.executable, LOAD, self.vip, str(PORT),
-            str(workers), "keepalive" if keepalive else "close",
+            str(workers), "keepalive" if keepalive else "close", str(request_timeout),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         lines: list[dict[str, object]] = []
 

@@ -1,6 +1,7 @@
-"""Load for the VIP test beds, run inside the client namespace: WORKERS loops of HTTP requests to
-HOST:PORT, each printed as a JSON line {"t0", "t1", "ok", "who", "reused"} (monotonic
-clock, shared by every namespace) until stdin closes.
+"""Load for the VIP test beds, run inside the client namespace (``load.py HOST PORT WORKERS
+[MODE [TIMEOUT]]``): WORKERS loops of HTTP requests to HOST:PORT, each printed as a JSON line
+{"t0", "t1", "ok", "who", "reused"} (monotonic clock, shared by every namespace) until stdin
+closes; a request fails after TIMEOUT seconds (default 0.5).
 
 MODE ``close``: one request per connection (``Connection: close``). MODE ``keepalive``: one
 connection per loop for as long as the server keeps it; a ``Connection: close`` answer makes
@@ -15,7 +16,7 @@ import sys
 import threading
 import time
 
-TIMEOUT = 0.5  # a request to a dead engine counts as failed after this long
+TIMEOUT = 0.5  # default: a request to a dead engine counts as failed after this long
 
 
 def _read_response(s: socket.socket, buf: bytes) -> tuple[bytes, bytes, bytes]:
@@ -50,8 +51,8 @@ def _who(head: bytes, body: bytes) -> str:
 
 
 class Worker:
-    def __init__(self, host: str, port: int, keepalive: bool) -> None:
-        self.host, self.port, self.keepalive = host, port, keepalive
+    def __init__(self, host: str, port: int, keepalive: bool, timeout: float) -> None:
+        self.host, self.port, self.keepalive, self.timeout = host, port, keepalive, timeout
         self.sock: socket.socket | None = None
 
     def _drop(self) -> None:
@@ -64,8 +65,9 @@ class Worker:
         reused = self.sock is not None
         try:
             if self.sock is None:
-                self.sock = socket.create_connection((self.host, self.port), timeout=TIMEOUT)
-                self.sock.settimeout(TIMEOUT)
+                self.sock = socket.create_connection((self.host, self.port),
+                                                     timeout=self.timeout)
+                self.sock.settimeout(self.timeout)
             close = b"" if self.keepalive else b"Connection: close\r\n"
             self.sock.sendall(b"GET / HTTP/1.1\r\nHost: vip\r\n" + close + b"\r\n")
             head, body, _ = _read_response(self.sock, b"")
@@ -81,11 +83,12 @@ class Worker:
 def main() -> None:
     host, port, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     keepalive = len(sys.argv) > 4 and sys.argv[4] == "keepalive"
+    timeout = float(sys.argv[5]) if len(sys.argv) > 5 else TIMEOUT
     stop = threading.Event()
     lock = threading.Lock()
 
     def loop() -> None:
-        worker = Worker(host, port, keepalive)
+        worker = Worker(host, port, keepalive, timeout)
         while not stop.is_set():
             t0 = time.monotonic()
             ok, who, reused = worker.one()
