@@ -1,11 +1,12 @@
 """Second chance on a real kernel (a throwaway network namespace): install creates the tunnel,
 rules and ruleset; remove leaves the namespace exactly as it found it (rules, links, nftables,
-ip_forward), also when run by a fresh process after a crash, and twice; the command follows the
-peer's health and cleans up on SIGTERM."""
+ip_forward), also when run by a fresh process after a crash, and twice; a device that is not its
+tunnel is never touched; the command follows the peer's health and cleans up on SIGTERM."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from podway.errors import EnvironmentProblem
 from podway.vip.secondchance import SecondChance, SecondChanceHost
 from tests.vip.bed import sh, unavailable
 
@@ -42,7 +44,9 @@ def ns() -> Iterator[str]:
 
 
 def state(ns: str) -> tuple[str, str, str, str]:
-    return (sh("ip", "rule", ns=ns), sh("ip", "-o", "link", ns=ns),
+    """Rules, links with their addresses and every routing table, nftables, ip_forward."""
+    return (sh("ip", "rule", ns=ns),
+            sh("ip", "-o", "addr", ns=ns) + sh("ip", "route", "show", "table", "all", ns=ns),
             sh("nft", "list", "ruleset", ns=ns), sh("sysctl", "-n", "net.ipv4.ip_forward", ns=ns))
 
 
@@ -69,12 +73,30 @@ async def test_install_then_remove_restores_the_namespace(ns: str) -> None:
 
 
 async def test_a_fresh_process_removes_what_a_crashed_one_installed(ns: str) -> None:
+    """A restarted process installs over a crashed one's leftovers and removes them, or removes
+    them outright (`--remove`)."""
     before = state(ns)
     await SecondChanceHost(SC, prefix=("ip", "netns", "exec", ns)).install()
+    again = SecondChanceHost(SC, prefix=("ip", "netns", "exec", ns))
+    await again.install()
+    assert again.armed
     await SecondChanceHost(SC, prefix=("ip", "netns", "exec", ns)).remove()
     after = state(ns)
     # everything but ip_forward, whose earlier value only the installing process knew
     assert after[:3] == before[:3]
+
+
+async def test_a_device_that_is_not_its_tunnel_is_refused_and_left_alone(ns: str) -> None:
+    """`--device eth0` (a mistake): one clear error, nothing installed, eth0 not deleted —
+    not by the refused install, not by a removal."""
+    before = state(ns)
+    host = SecondChanceHost(dataclasses.replace(SC, device="eth0"),
+                            prefix=("ip", "netns", "exec", ns))
+    with pytest.raises(EnvironmentProblem, match="device eth0 exists and is not its VXLAN"):
+        await host.install()
+    assert state(ns) == before
+    await host.remove()
+    assert "eth0" in sh("ip", "-o", "link", ns=ns)
 
 
 def test_command_follows_the_peer_and_removes_everything_on_sigterm(ns: str) -> None:

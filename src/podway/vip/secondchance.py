@@ -27,6 +27,7 @@ again or after a crash. IPv4 only (the VIPs and the peer).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import re
@@ -152,12 +153,13 @@ def _s(*argv: str, may_fail: bool = False) -> Step:
 
 
 def link_steps(sc: SecondChance) -> list[Step]:
-    """The tunnel and the policy rule; the local table's rule moves after it. Idempotent."""
+    """The tunnel (``SecondChanceHost`` first removes one of its own left by a crash, and
+    refuses to touch a device of that name that is not its tunnel) and the policy rules; the
+    local table's rule moves after them. The rule steps are idempotent."""
     check(sc)
     steps = [
         _s("ip", "link", "add", sc.device, "type", "vxlan", "id", str(sc.vni), "local",
-           sc.local, "remote", sc.peer, "dstport", str(sc.udp_port), "nolearning",
-           may_fail=True),
+           sc.local, "remote", sc.peer, "dstport", str(sc.udp_port), "nolearning"),
         _s("ip", "link", "set", sc.device, "address", tunnel_mac(sc.local), "up"),
         # The peer's packets arrive here with the client's source: the reverse-path filter
         # must be loose on the tunnel whatever conf/all says (the kernel takes the larger of
@@ -194,7 +196,8 @@ def disarm_steps(sc: SecondChance) -> list[Step]:
 
 
 def remove_steps(sc: SecondChance) -> list[Step]:
-    """Undo ``link_steps``, ``arm_steps`` and the ruleset; every step may find it gone."""
+    """Undo ``link_steps``, ``arm_steps`` and the ruleset; every step may find it gone. The
+    tunnel goes last (``SecondChanceHost`` deletes it only when it is its own)."""
     return [_s("nft", "delete", "table", "inet", TABLE, may_fail=True),
              *disarm_steps(sc),
              _s("ip", "rule", "del", "pref", str(sc.rule_pref), may_fail=True),
@@ -218,13 +221,19 @@ class SecondChanceHost:
 
     settings: SecondChance
     prefix: tuple[str, ...] = ()
-    _saved: dict[str, str] = field(default_factory=dict)
-    armed: bool = False
+    _saved: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    armed: bool = field(default=False, init=False)
 
     async def _run(self, step: Step, *, stdin: str | None = None) -> str:
-        proc = await asyncio.create_subprocess_exec(
-            *self.prefix, *step.argv, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.prefix, *step.argv, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        except FileNotFoundError:
+            if step.may_fail:
+                return ""
+            raise EnvironmentProblem(f"second chance needs {step.argv[0]} (iproute2, procps, "
+                                     "nftables)") from None
         out, _ = await proc.communicate(stdin.encode() if stdin is not None else None)
         text = out.decode(errors="replace").strip()
         if proc.returncode != 0 and not step.may_fail:
@@ -236,7 +245,13 @@ class SecondChanceHost:
         step fails."""
         sc = self.settings
         check(sc)
+        ours = await self._tunnel()
+        if ours is False:
+            raise EnvironmentProblem(f"second chance: device {sc.device} exists and is not its "
+                                     "VXLAN tunnel (choose another --device)")
         try:
+            if ours:  # left by a run that crashed
+                await self._run(_s("ip", "link", "del", sc.device))
             for name, value in SYSCTLS.items():
                 if name not in self._saved:
                     self._saved[name] = await self._run(_s("sysctl", "-n", name))
@@ -246,8 +261,17 @@ class SecondChanceHost:
             await self._run(_s("nft", "-f", "-"), stdin=ruleset(sc))
             await self.arm()
         except BaseException:
-            await asyncio.shield(self.remove())
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.remove())
             raise
+
+    async def _tunnel(self) -> bool | None:
+        """Whether ``device`` is this tunnel (None: no such device)."""
+        out = await self._run(_s("ip", "-d", "link", "show", "dev", self.settings.device,
+                                 may_fail=True))
+        if not re.match(rf"\d+: {re.escape(self.settings.device)}[:@]", out):
+            return None
+        return f"vxlan id {self.settings.vni} " in out
 
     async def arm(self) -> None:
         for step in arm_steps(self.settings):
@@ -260,7 +284,10 @@ class SecondChanceHost:
         self.armed = False
 
     async def remove(self) -> None:
-        for step in remove_steps(self.settings):
+        steps = remove_steps(self.settings)
+        if not await self._tunnel():
+            steps = [s for s in steps if s.argv[:3] != ("ip", "link", "del")]
+        for step in steps:
             await self._run(step)
         for name, value in self._saved.items():
             await self._run(_s("sysctl", "-qw", f"{name}={value}", may_fail=True))
