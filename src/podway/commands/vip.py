@@ -3,7 +3,9 @@
 ``bird-config`` and ``keepalived-config`` write the speakers' configuration for the VIPs an
 engine host serves; ``announce`` runs BIRD for one engine host, withdraws while the engine is
 unhealthy and, on SIGTERM, withdraws first and waits before exiting (stop it before Envoy:
-traffic leaves, then Envoy drains); ``check`` is a health probe for keepalived's track script.
+traffic leaves, then Envoy drains); ``second-chance`` hands the packets of flows this host does
+not know to its peer while it runs, so a peer that withdrew keeps its open connections while it
+drains (``podway.vip.secondchance``); ``check`` is a health probe for keepalived's track script.
 """
 
 from __future__ import annotations
@@ -148,6 +150,51 @@ async def _healthy(url: str) -> bool:
             return response.status == 200
     except (aiohttp.ClientError, TimeoutError, OSError):
         return False
+
+
+@vip_app.command("second-chance")
+def second_chance(
+    local: Annotated[str, typer.Option(help="This host's IPv4 address (the tunnel's source).")],
+    peer: Annotated[str, typer.Option(help="The peer engine host's IPv4 address.")],
+    vip: VipOpt,
+    port: Annotated[list[int], typer.Option(
+        "--port", help="A TCP port the VIPs serve (repeat; none: every port).")] = [],  # noqa: B006
+    peer_url: Annotated[str, typer.Option(
+        help="Hand flows over only while this HTTP URL on the peer host answers 200 (a dead "
+             "peer's flows then get a reset at once); empty: always.")] = "",
+    device: Annotated[str, typer.Option(help="The VXLAN device.")] = "pw-sc",
+    vni: Annotated[int, typer.Option(help="VXLAN network identifier.")] = 5150,
+    udp_port: Annotated[int, typer.Option(help="VXLAN UDP port between the hosts.")] = 4789,
+    mss: Annotated[int, typer.Option(
+        help="MSS the VIPs announce (fits VXLAN in a 1500-byte path); 0: no clamp.")] = 1410,
+    remove: Annotated[bool, typer.Option(
+        "--remove", help="Remove what an earlier run left (after a crash) and exit.")] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Hand packets of TCP flows this host does not know to the peer (VXLAN) until stopped;
+    install before the engine serves, remove on SIGTERM."""
+    from podway.vip.secondchance import SecondChance, SecondChanceHost, check, follow_peer
+
+    setup_logging(log_level)
+    settings = SecondChance(vips=tuple(vip), ports=tuple(port), local=local, peer=peer,
+                            device=device, vni=vni, udp_port=udp_port, mss=mss)
+    check(settings)
+    host = SecondChanceHost(settings)
+    if remove:
+        asyncio.run(host.remove())
+        return
+
+    async def main() -> None:
+        await host.install()
+        try:
+            if peer_url:
+                await follow_peer(host, lambda: _healthy(peer_url))
+            else:
+                await asyncio.Event().wait()
+        finally:
+            await asyncio.shield(host.remove())
+
+    asyncio.run(run_until_signal(main()))
 
 
 @vip_app.command("check")

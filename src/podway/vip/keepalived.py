@@ -12,6 +12,10 @@ generated file says so, ``docs/vips.md`` shows how. ``nopreempt`` keeps the VIPs
 when a recovered host comes back (one move per failure, not two). An optional check command
 (for example ``podway vip check --url http://127.0.0.1:19001/ready``) lowers the host out of
 the election while its Envoy is unhealthy.
+
+A graceful stop that fails nothing (``podway.vip.secondchance``) also needs the VIPs to stay
+local on a host that hands them over: on ``lo`` on every host, with ``arp_ignore=1`` and
+``arp_announce=2`` on the interface so only the VRRP owner answers ARP for them.
 """
 
 from __future__ import annotations
@@ -92,7 +96,8 @@ def config(s: VrrpSettings, vips: Sequence[str]) -> str:
         raise ConfigError("at least one VIP is needed (--vip)")
     lines = ["# Written by podway (podway vip keepalived-config). The engine hosts need",
              "# net.ipv4.ip_nonlocal_bind=1 (and net.ipv6.ip_nonlocal_bind=1) so Envoy can bind",
-             "# the VIPs before they move here.",
+             "# the VIPs before they move here. For graceful stops with second chance, keep the",
+             "# VIPs on lo too, with arp_ignore=1 and arp_announce=2 on this interface.",
              "global_defs {", f"    router_id {s.name}", "    vrrp_version 3",
              "    vrrp_garp_master_refresh 5", "    enable_script_security",
              "    script_user root", "}", ""]
