@@ -176,6 +176,41 @@ def test_engine_serves_l4_and_l7_on_the_vip(lab: RunningLab) -> None:
         assert f"{entry['nodeIP']}:{entry['nodePort']}" in pools
 
 
+TRANSPARENT = """apiVersion: v1
+kind: Service
+metadata:
+  name: lb-httpd-transparent
+  namespace: default
+  annotations: {podway.io/client-ip: transparent}
+spec:
+  type: LoadBalancer
+  selector: {app: httpd}
+  ports: [{name: http, port: 8081, targetPort: http, protocol: TCP}]
+"""
+
+
+def test_transparent_l4_pods_see_the_client_namespace_address(lab: RunningLab,
+                                                             tmp_path: Path) -> None:
+    """podway.io/client-ip: transparent: through the engine on the VIP, every pod reports the
+    client namespace's own address as its peer (the plain L4 Service: the engine's)."""
+    manifest = tmp_path / "transparent.yaml"
+    manifest.write_text(TRANSPARENT)
+    lab.cli("apply", "-f", str(manifest))
+    url = f"http://{VIP}:8081/"
+    try:
+        pods = {p["metadata"]["name"] for p in lab.pods()}
+        lab.wait(lambda: set(lab.spread(url, 8)) == pods, what="transparent VIP over 4 pods")
+        for _ in range(8):
+            reply = lab.ask(url)
+            assert reply.ok, reply.error
+            assert str(reply.echo()["client"]).startswith(f"{CLIENT_IP}:"), reply.echo()
+        plain = lab.ask(LB)
+        assert plain.ok, plain.error
+        assert not str(plain.echo()["client"]).startswith(f"{CLIENT_IP}:"), plain.echo()
+    finally:
+        lab.api.call("DELETE", "/api/v1/namespaces/default/services/lb-httpd-transparent")
+
+
 def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: object) -> None:
     """compare --json: NPL and clusterip keep the client address and balance evenly;
     nodeport Cluster SNATs, crosses nodes and sends to the pod-less node; Local loses it

@@ -16,6 +16,11 @@
   listener; X-Real-IP is set in every route table (``routes``) from that address.
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
   the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
+* Transparent (``Listener.transparent``, TCP and TLS): the original-source listener filter makes
+  the engine connect to the members from the client's address (``IP_TRANSPARENT``: the engine
+  needs ``CAP_NET_ADMIN``). Those upstream sockets carry ``ORIGINAL_SOURCE_MARK``, which the
+  engine host's rules copy to the connection and turn into ``REPLY_MARK`` on its replies, routed
+  to the local stack (``podway.engine.transparent``; the pods' replies must reach the engine host).
 * A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
   cluster that never exists: its share of connections is closed, as the Gateway API asks of
   invalid backends, instead of being moved onto the valid ones.
@@ -28,6 +33,7 @@ from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
@@ -49,6 +55,12 @@ _TLS_VERSIONS = {"1.0": common_pb2.TlsParameters.TLSv1_0,
 CORS_FILTER = "envoy.filters.http.cors"
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).
 NO_POOL = "podway/no-pool"
+#: Socket mark of the engine's transparent upstream connections (kube-proxy uses 0x4000 and
+#: 0x8000, Calico the upper 16 bits), and the mark their replies get on the engine host.
+ORIGINAL_SOURCE_MARK = 0x1000
+REPLY_MARK = 0x2000
+#: The policy-routing table that delivers marked replies to the engine's local sockets.
+REPLY_TABLE = 7100
 
 
 def listener(ir: Listener) -> listener_pb2.Listener:
@@ -76,6 +88,10 @@ def listener(ir: Listener) -> listener_pb2.Listener:
     else:  # TCP
         route = ir.l4_routes[0] if ir.l4_routes else None
         out.filter_chains.append(lc.FilterChain(filters=[_tcp_proxy(ir.name, route)]))
+    if ir.transparent and ir.protocol in (Protocol.TCP, Protocol.TLS):
+        out.listener_filters.insert(0, lc.ListenerFilter(
+            name="envoy.filters.listener.original_src",
+            typed_config=pack(original_src_pb2.OriginalSrc(mark=ORIGINAL_SOURCE_MARK))))
     return out
 
 
