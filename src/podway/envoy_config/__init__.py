@@ -3,7 +3,8 @@
 ``build(ir)`` returns every resource, keyed by type URL and name. ``Builder`` remembers what it
 built for each IR node *by identity*: the incremental translator hands back the very same
 ``Listener`` objects after an endpoint-only change and replaces only the changed ``Pool`` objects,
-so the next build re-serialises only those pools' load assignments. Each resource carries the
+so the next build re-serialises only those pools' load assignments (and the load assignment of
+a UDP listener's split cluster when one of its pools changed: ``podway.envoy_config.split``). Each resource carries the
 digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep versions of
 unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
 
@@ -28,6 +29,13 @@ from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
 from podway.envoy_config.routes import route_configurations
 from podway.envoy_config.secrets import secret
+from podway.envoy_config.split import (
+    split_members,
+    split_name,
+    split_pools,
+    split_route,
+    split_settings,
+)
 from podway.ir import IR, Listener, Persistence, Pool
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
@@ -66,6 +74,8 @@ class Builder:
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                            tuple[Listener, tuple[Resource, ...]]] = {}
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
+        # split cluster name → (listener, its pools, cluster, endpoints)
+        self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
 
     def build(self, ir: IR) -> Resources:
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
@@ -109,8 +119,33 @@ class Builder:
             pools[name] = entry
             out[types.CLUSTER][name] = entry[1]
             out[types.ENDPOINT][name] = entry[2]
+        splits = self._build_splits(ir, out)
         self._listeners, self._routes, self._pools = listeners, routes, pools
+        self._splits = splits
         return {t: MappingProxyType(v) for t, v in out.items()}
+
+    def _build_splits(self, ir: IR, out: dict[str, dict[str, Resource]]
+                      ) -> dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]]:
+        """The synthetic cluster of each UDP listener with weighted pools (``split``), rebuilt
+        only when the listener or one of its pools is a new object."""
+        splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
+        for item in ir.listeners:
+            route = split_route(item)
+            if route is None:
+                continue
+            name = split_name(item)
+            shares = split_pools(route, ir.pools)
+            used = tuple(pool for pool, _ in shares)
+            hit = self._splits.get(name)
+            if (hit is None or hit[0] is not item or len(hit[1]) != len(used)
+                    or any(a is not b for a, b in zip(hit[1], used, strict=True))):
+                hit = (item, used,
+                       Resource.of(name, cluster(name, split_settings(route, shares))),
+                       Resource.of(name, load_assignment(name, split_members(shares))))
+            splits[name] = hit
+            out[types.CLUSTER][name] = hit[2]
+            out[types.ENDPOINT][name] = hit[3]
+        return splits
 
 
 def _listener(item: Listener) -> tuple[Resource, ...]:

@@ -14,8 +14,9 @@
   forwards the decrypted bytes (no ALPN offered: the bytes are not HTTP to the engine).
 * Client address (HTTP, HTTPS): ``use_remote_address`` with ``xff_num_trusted_hops`` from the
   listener; X-Real-IP is set in every route table (``routes``) from that address.
-* TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
-  the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
+* TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the first
+  L4 route's pool, or, with several weighted pools, to their synthetic split cluster
+  (``podway.envoy_config.split``: Envoy's UDP proxy routes to one cluster).
 * Transparent (``Listener.transparent``, TCP and TLS): the original-source listener filter makes
   the engine connect to the members from the client's address (``IP_TRANSPARENT``: the engine
   needs ``CAP_NET_ADMIN``). Those upstream sockets carry ``ORIGINAL_SOURCE_MARK``, which the
@@ -45,6 +46,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tl
 from google.protobuf import wrappers_pb2
 
 from podway.envoy_config.common import ads_source, pack, stat_prefix
+from podway.envoy_config.split import split_name, split_route
 from podway.ir import L4Route, Listener, TLSCertificate
 from podway.ir import ListenerProtocol as Protocol
 
@@ -215,12 +217,12 @@ def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
 
 def _udp_proxy(ir: Listener) -> lc.ListenerFilter:
     route = ir.l4_routes[0] if ir.l4_routes else None
-    pools = [b for b in (route.backends if route else ()) if b.pool and b.weight > 0]
-    best = max(pools, key=lambda b: b.weight).pool if pools else NO_POOL
+    pools = [b.pool for b in (route.backends if route else ()) if b.pool and b.weight > 0]
+    target = split_name(ir) if split_route(ir) is not None else (pools[0] if pools else NO_POOL)
     proxy = udp_proxy_pb2.UdpProxyConfig(stat_prefix=stat_prefix(ir.name))
     action = proxy.matcher.on_no_match.action
     action.name = "route"
-    action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=best or NO_POOL)))
+    action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=target)))
     if route is not None and route.client_ip_affinity:
         proxy.hash_policies.add().source_ip = True
     return lc.ListenerFilter(name="envoy.filters.udp_listener.udp_proxy",
