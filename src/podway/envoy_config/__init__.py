@@ -4,9 +4,10 @@
 built for each IR node *by identity*: the incremental translator hands back the very same
 ``Listener`` objects after an endpoint-only change and replaces only the changed ``Pool`` objects,
 so the next build re-serialises only those pools' load assignments (and the load assignment of
-a UDP listener's split cluster when one of its pools changed: ``podway.envoy_config.split``). Each resource carries the
-digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep versions of
-unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
+a UDP listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
+Each resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses
+it to keep versions of unchanged resources, which is what keeps listeners, routes and clusters
+untouched in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
