@@ -108,6 +108,17 @@ spec:
   type: NodePort
   selector: {app: dns}
   ports: [{name: dns, port: 53, targetPort: dns, protocol: UDP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: dns-lb
+  namespace: default
+  annotations: {podway.io/client-ip: transparent}
+spec:
+  type: LoadBalancer
+  selector: {app: dns}
+  ports: [{name: dns, port: 53, targetPort: dns, protocol: UDP}]
 """
 
 
@@ -128,9 +139,10 @@ def udp_whoami(lab: RunningLab, host: str, port: int) -> dict[str, str]:
 
 
 def test_udp_ports_tcp_probe_node_selector_by_hostname(lab: RunningLab, tmp_path: Path) -> None:
-    """A UDP container port is served, mapped by the agent (udp) and by kube-proxy; the pod
-    lands on the node its nodeSelector names; a tcpSocket probe makes it Ready; deleting the
-    Deployment removes its pod (garbage collection)."""
+    """A UDP container port is served, mapped by the agent (udp) and by kube-proxy, and through
+    the engine on the VIP transparently (podway.io/client-ip: the pod sees the client's
+    address); the pod lands on the node its nodeSelector names; a tcpSocket probe makes it
+    Ready; deleting the Deployment removes its pod (garbage collection)."""
     manifest = tmp_path / "dns.yaml"
     manifest.write_text(UDP_APP)
     lab.cli("apply", "-f", str(manifest))
@@ -152,10 +164,13 @@ def test_udp_ports_tcp_probe_node_selector_by_hostname(lab: RunningLab, tmp_path
         node_port = nodeport_of(lab, "dns-np")
         answer = udp_whoami(lab, "198.18.0.11", node_port)  # another node: kube-proxy hop
         assert answer["pod"] == pod["metadata"]["name"]  # type: ignore[index]
+        answer = udp_whoami(lab, VIP, 53)  # through the engine, from the client's address
+        assert answer["pod"] == pod["metadata"]["name"]  # type: ignore[index]
+        assert answer["client"].startswith(f"{CLIENT_IP}:"), answer
     finally:
         kind = lab.api.kind("deployments")
         lab.api.call("DELETE", kind.path("default", "dns"))
-        for name in ("dns", "dns-np"):
+        for name in ("dns", "dns-np", "dns-lb"):
             lab.api.call("DELETE", f"/api/v1/namespaces/default/services/{name}")
         lab.wait(lambda: not any(p["metadata"]["name"].startswith("dns-")
                                    for p in lab.pods()), what="the UDP pod gone")

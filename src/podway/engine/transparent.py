@@ -18,16 +18,19 @@ def rules(table: str = TABLE) -> tuple[str, list[list[str]]]:
     """What an engine host needs for transparent listeners: an nftables ruleset (``nft -f``)
     and ``ip`` commands (policy routing).
 
-    A transparent upstream connection's packets carry ``ORIGINAL_SOURCE_MARK``: the connection
-    remembers it (conntrack mark), and its replies — addressed to the client, which is not a
-    local address — are marked ``REPLY_MARK`` on arrival and routed by ``REPLY_TABLE`` to the
-    local stack, where the engine's socket takes them. The engine's own packets keep their
-    mark, not ``REPLY_MARK``, so they are routed normally.
+    A transparent TCP connection's packets carry ``ORIGINAL_SOURCE_MARK`` (the original-source
+    filter sets it on the socket); the UDP proxy sets no mark, so a UDP packet the host sends
+    from an address that is not its own is recognised by that instead. Either way the
+    connection remembers the mark (conntrack mark), and its replies — addressed to the client,
+    which is not a local address — are marked ``REPLY_MARK`` on arrival and routed by
+    ``REPLY_TABLE`` to the local stack, where the engine's socket takes them. The engine's own
+    packets never carry ``REPLY_MARK``, so they are routed normally.
     """
     nft = (f"table ip {table} {{\n"
            "  chain output {\n"
            "    type route hook output priority mangle; policy accept;\n"
            f"    meta mark {ORIGINAL_SOURCE_MARK:#x} ct mark set {ORIGINAL_SOURCE_MARK:#x}\n"
+           f"    meta l4proto udp fib saddr type != local ct mark set {ORIGINAL_SOURCE_MARK:#x}\n"
            "  }\n"
            "  chain prerouting {\n"
            "    type filter hook prerouting priority mangle; policy accept;\n"

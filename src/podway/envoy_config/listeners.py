@@ -17,11 +17,11 @@
 * TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the first
   L4 route's pool, or, with several weighted pools, to their synthetic split cluster
   (``podway.envoy_config.split``: Envoy's UDP proxy routes to one cluster).
-* Transparent (``Listener.transparent``, TCP and TLS): the original-source listener filter makes
-  the engine connect to the members from the client's address (``IP_TRANSPARENT``: the engine
-  needs ``CAP_NET_ADMIN``). Those upstream sockets carry ``ORIGINAL_SOURCE_MARK``, which the
-  engine host's rules copy to the connection and turn into ``REPLY_MARK`` on its replies, routed
-  to the local stack (``podway.engine.transparent``; the pods' replies must reach the engine host).
+* Transparent (``Listener.transparent``): on TCP and TLS the original-source listener filter, on
+  UDP the proxy's ``use_original_src_ip``, make the engine connect to the members from the
+  client's address (``IP_TRANSPARENT``: the engine needs ``CAP_NET_ADMIN``; UDP keeps the address,
+  not the port). The engine host's rules (``podway.engine.transparent``) route the replies of
+  those connections to the engine's sockets; the pods' replies must reach the engine host.
 * A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
   cluster that never exists: its share of connections is closed, as the Gateway API asks of
   invalid backends, instead of being moved onto the valid ones.
@@ -225,6 +225,8 @@ def _udp_proxy(ir: Listener) -> lc.ListenerFilter:
     action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=target)))
     if route is not None and route.client_ip_affinity:
         proxy.hash_policies.add().source_ip = True
+    if ir.transparent:
+        proxy.use_original_src_ip = True
     return lc.ListenerFilter(name="envoy.filters.udp_listener.udp_proxy",
                              typed_config=pack(proxy))
 

@@ -12,12 +12,13 @@ Runs after the structure (listeners and pools) is final, and only sets fields:
   requests of many clients, so a header per connection cannot name the client (X-Forwarded-For
   and X-Real-IP do that for HTTP).
 
-* a TCP or TLS listener whose pools all belong to Services annotated
+* a TCP, TLS or UDP listener whose pools all belong to Services annotated
   ``podway.io/client-ip: transparent`` gets ``transparent``: the engine connects to the pods from
-  the client's own address. Listener-wide in the engine (Envoy's original-source filter), so a
-  listener that also forwards to a Service that did not opt in stays as it is, and the opted-in
-  Service is told why (``TransparentNotApplied`` warning) — as it is for its HTTP and UDP pools,
-  which are never transparent (HTTP: shared upstream connections; UDP: not built).
+  the client's own address. Listener-wide in the engine (Envoy's original-source filter, the UDP
+  proxy's ``use_original_src_ip``), so a listener that also forwards to a Service that did not
+  opt in stays as it is, and the opted-in Service is told why (``TransparentNotApplied``
+  warning) — as it is when it is served only over HTTP (the engine shares upstream connections
+  between clients there) or on an HTTPS listener's passthrough routes.
 * a Service with ``sessionAffinity: ClientIP`` and a ``timeoutSeconds`` other than Kubernetes'
   default gets an ``AffinityTimeoutNotApplied`` warning: its pools hash on the client address,
   which keeps a client on its member for as long as the member stays, with no idle expiry (no
@@ -42,7 +43,7 @@ from podway.translate.traffic_values import CLIENT_IP_DEFAULT_TIMEOUT_S
 XFF_ANNOTATION = "podway.io/xff-trusted-hops"
 PROXY_ANNOTATION = "podway.io/proxy-protocol"
 CLIENT_IP_ANNOTATION = "podway.io/client-ip"
-_L4_CHAINS = (ListenerProtocol.TCP, ListenerProtocol.TLS)  # listeners that can be transparent
+_L4 = (ListenerProtocol.TCP, ListenerProtocol.TLS, ListenerProtocol.UDP)  # can be transparent
 MAX_HOPS = 16  # more trusted proxies than this in front of one edge is a typo
 
 
@@ -117,7 +118,7 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
 def _apply_transparent(listeners: list[Listener], pools: dict[str, PoolSpec],
                        wanted: dict[tuple[str, str], ObjectRef], problems: list[Problem]
                        ) -> list[Listener]:
-    """``transparent`` on each TCP/TLS listener whose every pool's Service is in ``wanted``;
+    """``transparent`` on each TCP/TLS/UDP listener whose every pool's Service is in ``wanted``;
     one ``TransparentNotApplied`` warning per opted-in Service and cause otherwise."""
     why: dict[tuple[ObjectRef, str], None] = {}  # ordered set of (Service, message)
     out: list[Listener] = []
@@ -129,10 +130,9 @@ def _apply_transparent(listeners: list[Listener], pools: dict[str, PoolSpec],
             out.append(listener)
             continue
         others = sorted({s.service for s in used.values()} - mine)
-        if listener.protocol not in _L4_CHAINS:
-            kind = "UDP" if listener.protocol is ListenerProtocol.UDP else "HTTPS"
-            reason = (f"listener {listener.name} is {kind}: only TCP and TLS ports are served "
-                      "transparently")
+        if listener.protocol not in _L4:
+            reason = (f"listener {listener.name} is HTTPS: only TCP, TLS and UDP listeners are "
+                      "served transparently")
         elif others:
             reason = (f"listener {listener.name} also forwards to Service "
                       f"{others[0][0]}/{others[0][1]}, which did not opt in (the engine sets "

@@ -90,17 +90,18 @@ def test_a_route_to_transparent_services_only_is_transparent() -> None:
     assert reasons(result, "db") == []
 
 
-def test_udp_and_http_only_services_are_told_they_are_not_transparent() -> None:
-    """A UDP port is not served transparently, nor is a Service only served over HTTP."""
+def test_a_udp_port_is_transparent_and_an_http_only_service_is_told_it_is_not() -> None:
+    """A UDP LoadBalancer port is served transparently; a Service only served over HTTP (an
+    Ingress backend) gets a warning and the HTTP listener stays as it is."""
     ingress = ("apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, "
                "namespace: shop}\nspec:\n  ingressClassName: podway\n  defaultBackend: "
                "{service: {name: web, port: {number: 5432}}}\n")
     result = run(service("dns", annotation="transparent", protocol="UDP"),
                  service("web", annotation="transparent", type_="ClusterIP"), ingress)
-    assert not any(listener.transparent for listener in result.ir.listeners)
-    ((reason, message),) = reasons(result, "dns")
-    assert reason == "TransparentNotApplied"
-    assert "UDP" in message
+    by_protocol = {listener.protocol: listener for listener in result.ir.listeners}
+    assert by_protocol[ListenerProtocol.UDP].transparent
+    assert not by_protocol[ListenerProtocol.HTTP].transparent
+    assert reasons(result, "dns") == []
     ((reason, message),) = reasons(result, "web")
     assert reason == "TransparentNotApplied"
     assert "HTTP" in message
