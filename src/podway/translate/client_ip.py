@@ -154,7 +154,7 @@ def _apply_transparent(listeners: list[Listener], pools: dict[str, PoolSpec],
         problems.append(Problem(
             ref=ref, reason=Reason.TRANSPARENT_NOT_APPLIED, severity=Severity.WARNING,
             field=f"metadata.annotations[{CLIENT_IP_ANNOTATION}]",
-            message=f"{CLIENT_IP_ANNOTATION}: transparent is not applied there: {reason}"))
+            message=f"{CLIENT_IP_ANNOTATION}: transparent is not applied: {reason}"))
     return out
 
 
