@@ -1,4 +1,5 @@
-"""Client address settings: trusted X-Forwarded-For hops (L7) and PROXY protocol (L4).
+"""Client address settings: trusted X-Forwarded-For hops (L7), PROXY protocol and transparent
+listeners (L4), and what ClientIP affinity cannot honour.
 
 Runs after the structure (listeners and pools) is final, and only sets fields:
 
@@ -11,7 +12,6 @@ Runs after the structure (listeners and pools) is final, and only sets fields:
   ``proxy_protocol``. HTTP pools never do: the engine reuses one upstream connection for the
   requests of many clients, so a header per connection cannot name the client (X-Forwarded-For
   and X-Real-IP do that for HTTP).
-
 * a TCP, TLS or UDP listener whose pools all belong to Services annotated
   ``podway.io/client-ip: transparent`` gets ``transparent``: the engine connects to the pods from
   the client's own address. Listener-wide in the engine (Envoy's original-source filter, the UDP
