@@ -14,9 +14,10 @@
   forwards the decrypted bytes (no ALPN offered: the bytes are not HTTP to the engine).
 * Client address (HTTP, HTTPS): ``use_remote_address`` with ``xff_num_trusted_hops`` from the
   listener; X-Real-IP is set in every route table (``routes``) from that address.
-* TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the first
-  L4 route's pool, or, with several weighted pools, to their synthetic split cluster
-  (``podway.envoy_config.split``: Envoy's UDP proxy routes to one cluster).
+* TCP: tcp_proxy over the first L4 route's pools (weighted), or, with client-IP affinity over
+  alike pools, their split cluster. UDP: udp_proxy routed to the first L4 route's pool, or, with
+  several weighted pools, to their split cluster (``podway.envoy_config.split``: Envoy's UDP
+  proxy routes to one cluster).
 * Transparent (``Listener.transparent``): on TCP and TLS the original-source listener filter, on
   UDP the proxy's ``use_original_src_ip``, make the engine connect to the members from the
   client's address (``IP_TRANSPARENT``: the engine needs ``CAP_NET_ADMIN``; UDP keeps the address,
@@ -65,7 +66,9 @@ REPLY_MARK = 0x2000
 REPLY_TABLE = 7100
 
 
-def listener(ir: Listener) -> listener_pb2.Listener:
+def listener(ir: Listener, *, tcp_split: bool = False) -> listener_pb2.Listener:
+    """``tcp_split``: a TCP listener forwards to its route's split cluster (the builder decides:
+    ``split.split_route`` needs the pools)."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
     socket = out.address.socket_address
     socket.address = ir.address
@@ -89,7 +92,8 @@ def listener(ir: Listener) -> listener_pb2.Listener:
         _passthrough_chains(out, ir)
     else:  # TCP
         route = ir.l4_routes[0] if ir.l4_routes else None
-        out.filter_chains.append(lc.FilterChain(filters=[_tcp_proxy(ir.name, route)]))
+        out.filter_chains.append(lc.FilterChain(filters=[
+            _tcp_proxy(ir.name, route, cluster=split_name(ir) if tcp_split else None)]))
     if ir.transparent and ir.protocol in (Protocol.TCP, Protocol.TLS):
         out.listener_filters.insert(0, lc.ListenerFilter(
             name="envoy.filters.listener.original_src",
@@ -198,10 +202,12 @@ def _passthrough_chains(out: listener_pb2.Listener, ir: Listener,
             out.default_filter_chain.CopyFrom(chain)
 
 
-def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
+def _tcp_proxy(name: str, route: L4Route | None, *, cluster: str | None = None) -> lc.Filter:
     proxy = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix(name))
     shares = [b for b in (route.backends if route else ()) if b.weight > 0]
-    if len(shares) == 1:
+    if cluster is not None:
+        proxy.cluster = cluster
+    elif len(shares) == 1:
         proxy.cluster = shares[0].pool or NO_POOL
     elif shares:
         for share in shares:

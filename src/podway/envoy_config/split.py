@@ -1,8 +1,14 @@
-"""Weighted L4 backends served by one cluster: the UDP proxy's way to split by weight.
+"""Weighted L4 backends served by one cluster: the UDP proxy's way to split by weight, and
+client-IP affinity across a TCP split.
 
 Envoy's UDP proxy sends a listener's datagrams to one cluster, so the weighted backends of a
-UDP listener's route become one synthetic cluster, ``split/<listener>``, whose load assignment
-holds every backend's members with weights scaled so that each backend gets its share:
+UDP listener's route become one synthetic cluster, ``split/<listener>``. A TCP listener splits
+natively (``weighted_clusters``), but picks the backend anew for every connection, so a client
+with client-IP affinity would alternate between backends: when the route asks for affinity and
+every backend is usable and alike (equal pool settings: the same checks, transport and
+balancing), its backends become one split cluster too, which hashes the client to one member
+of one backend. The split's load assignment holds every backend's members with weights scaled
+so that each backend gets its share:
 
     member weight ~ backend weight * member weight / the backend's ready member weight
 
@@ -41,14 +47,28 @@ _EXACT_LIMIT = 1 << 31  # Envoy: the weights of a locality must sum below 2^32
 _ROUNDED_TOTAL = 1_000_000
 
 
-def split_route(listener: Listener) -> L4Route | None:
-    """The route whose weighted backends need one synthetic cluster: a UDP listener's first
-    route with two or more usable shares; else None (the backend's own cluster serves)."""
-    if listener.protocol is not ListenerProtocol.UDP or not listener.l4_routes:
+def split_route(listener: Listener, pools: Mapping[str, Pool] | None = None
+                ) -> L4Route | None:
+    """The route whose weighted backends are served as one synthetic cluster, else None.
+
+    UDP: the first route with two or more usable shares. TCP (only with ``pools``): the first
+    route with client-IP affinity and two or more shares, every one usable (a share without a
+    pool must stay refusable) and every pool with the same settings."""
+    if not listener.l4_routes:
         return None
     route = listener.l4_routes[0]
-    usable = {b.pool for b in route.backends if b.pool and b.weight > 0}
-    return route if len(usable) > 1 else None
+    shares = [b for b in route.backends if b.weight > 0]
+    usable = {b.pool for b in shares if b.pool}
+    if len(usable) < 2:
+        return None
+    if listener.protocol is ListenerProtocol.UDP:
+        return route
+    if (listener.protocol is not ListenerProtocol.TCP or pools is None
+            or not route.client_ip_affinity or len(usable) != len({b.pool for b in shares})
+            or not all(name in pools for name in usable)):
+        return None
+    settings = {pools[name].settings for name in usable}
+    return route if len(settings) == 1 else None
 
 
 def split_name(listener: Listener) -> str:

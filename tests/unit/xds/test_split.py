@@ -1,5 +1,6 @@
-"""The UDP split cluster: member weights normalised per backend, its settings, and a builder
-that rebuilds it only when its listener or one of its pools changed."""
+"""Split clusters (UDP weighted routes, TCP client-IP affinity over alike pools): member
+weights normalised per backend, their settings, when TCP uses one, and a builder that rebuilds
+them only when their listener or one of their pools changed."""
 
 from __future__ import annotations
 
@@ -8,17 +9,22 @@ from fractions import Fraction
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2, udp_proxy_pb2
 
 from podway.envoy_config import Builder
 from podway.envoy_config.split import split_members, split_pools
 from podway.ir import (
     IR,
+    HealthCheck,
+    HealthCheckKind,
     L4Route,
     Listener,
     ListenerProtocol,
     Member,
     MemberState,
+    Persistence,
+    PersistenceKind,
     Pool,
     PoolProtocol,
     PoolSettings,
@@ -149,3 +155,55 @@ def test_one_usable_pool_needs_no_split_and_affinity_hashes_the_split() -> None:
     assert isinstance(plain, cluster_pb2.Cluster)
     assert (plain.lb_policy, split.lb_policy) == (cluster_pb2.Cluster.ROUND_ROBIN,
                                                   cluster_pb2.Cluster.MAGLEV)
+
+
+def _tcp(*backends: WeightedPool, affinity: bool = True) -> Listener:
+    return Listener(name="tcp", address="198.18.0.1", port=5432, protocol=ListenerProtocol.TCP,
+                    l4_routes=(L4Route(name="r", origin=REF, backends=backends,
+                                       client_ip_affinity=affinity),))
+
+
+def _tcp_target(resources: object) -> tuple[str, list[str]]:
+    built = resources[types.LISTENER]["tcp"].message  # type: ignore[index]
+    proxy = tcp_proxy_pb2.TcpProxy()
+    assert built.filter_chains[0].filters[0].typed_config.Unpack(proxy)
+    return proxy.cluster, [c.name for c in proxy.weighted_clusters.clusters]
+
+
+def test_tcp_affinity_over_alike_pools_is_one_split_cluster() -> None:
+    """A TCP route with client-IP affinity over pools with equal settings forwards to one split
+    cluster (hashing a client to one member of one backend), which keeps the pools' checks;
+    without affinity, with pools that differ, or with an unusable share it splits natively."""
+    tcp = PoolSettings(protocol=PoolProtocol.TCP, health_check=HealthCheck(
+        kind=HealthCheckKind.TCP), persistence=Persistence(kind=PersistenceKind.SOURCE_IP))
+    a = pool("a", member("198.18.0.1"), settings=tcp)
+    b = pool("b", member("198.18.0.9"), settings=tcp)
+    both = (WeightedPool(pool="a"), WeightedPool(pool="b"))
+    built = Builder().build(_ir(_tcp(*both), a, b))
+    assert _tcp_target(built) == ("split/tcp", [])
+    split = built[types.CLUSTER]["split/tcp"].message
+    assert isinstance(split, cluster_pb2.Cluster)
+    assert split.lb_policy == cluster_pb2.Cluster.MAGLEV
+    assert split.health_checks[0].HasField("tcp_health_check")
+    native = ("", ["a", "b"])
+    assert _tcp_target(Builder().build(_ir(_tcp(*both, affinity=False), a, b))) == native
+    other = replace(b, settings=replace(tcp, connect_timeout_ms=1000))
+    assert _tcp_target(Builder().build(_ir(_tcp(*both), a, other))) == native
+    refused = (*both, WeightedPool(pool=None))
+    assert _tcp_target(Builder().build(_ir(_tcp(*refused), a, b)))[0] == ""
+
+
+def test_a_pool_settings_change_rebuilds_the_tcp_listener_it_splits() -> None:
+    """The listener object stays the same while a pool's settings change: the builder still
+    switches it from the split cluster to the native split (the decision is part of its memo)."""
+    tcp = PoolSettings(protocol=PoolProtocol.TCP,
+                       persistence=Persistence(kind=PersistenceKind.SOURCE_IP))
+    a = pool("a", member("198.18.0.1"), settings=tcp)
+    b = pool("b", member("198.18.0.9"), settings=tcp)
+    listener = _tcp(WeightedPool(pool="a"), WeightedPool(pool="b"))
+    builder = Builder()
+    assert _tcp_target(builder.build(_ir(listener, a, b)))[0] == "split/tcp"
+    changed = replace(b, settings=replace(tcp, connect_timeout_ms=1000))
+    after = builder.build(_ir(listener, a, changed))
+    assert _tcp_target(after) == ("", ["a", "b"])
+    assert "split/tcp" not in after[types.CLUSTER]

@@ -1,5 +1,6 @@
-"""UDPRoute weighted split through a real Envoy: one synthetic cluster carries every backend's
-members, weighted so each backend gets its share of datagram sessions (loopback only)."""
+"""Split clusters through a real Envoy: a UDPRoute's weighted backends as one synthetic cluster
+whose member weights give each backend its share of datagram sessions, and client-IP affinity
+holding across a TCPRoute's weighted backends (loopback only)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 
 from .gateway_helpers import CLASS, gateway, route
-from .harness import Stack, endpoints, free_port_both
+from .harness import Stack, endpoints, free_port, free_port_both
 
 pytestmark = pytest.mark.e2e
 
@@ -107,4 +108,54 @@ async def test_client_ip_affinity_holds_across_the_split(stack: Stack) -> None:
     address, so every session from one address lands on the same member of one backend."""
     async with udp_backends(stack, affinity=True) as port:
         seen = Counter([await whoami(port) for _ in range(40)])
+    assert len(seen) == 1, seen
+
+
+async def tcp_whoami(port: int) -> str:
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(b"whoami\n")
+            return str(json.loads(await reader.readline())["name"])
+        finally:
+            writer.close()
+
+
+async def test_tcp_client_ip_affinity_holds_across_a_weighted_split(stack: Stack) -> None:
+    """A TCPRoute splitting 1:1 between two Services with sessionAffinity ClientIP: every
+    connection from one address reaches the same member (the engine's native split would pick
+    the Service anew per connection: both would answer)."""
+    tasks: list[asyncio.Task[None]] = []
+    port = free_port_both()
+    try:
+        for name, address in (("left", "127.0.0.2"), ("right", "127.0.0.3")):
+            started = asyncio.Event()
+            tasks.append(asyncio.create_task(serve(
+                EchoOptions(address=address, port=port, tcp=True, identity=Identity(name=name)),
+                started=started), name=f"echo-{name}"))
+            await started.wait()
+            stack.write(f"svc-{name}.yaml", f"""apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  selector: {{app: {name}}}
+  sessionAffinity: ClientIP
+  ports: [{{name: p-tcp, port: 80, targetPort: {port}, protocol: TCP}}]
+---
+""" + endpoints(name, {"TCP": port}, (address,)))
+        listen = free_port()
+        stack.write("gw.yaml", CLASS + "---\n" + gateway(
+            f"  - {{name: tcp, protocol: TCP, port: {listen}}}\n"))
+        stack.write("route.yaml", route("db", """  parentRefs: [{name: gw, sectionName: tcp}]
+  rules:
+  - backendRefs: [{name: left, port: 80, weight: 1}, {name: right, port: 80, weight: 1}]
+""", kind="TCPRoute", version="v1alpha2"))
+        await stack.start()
+        seen = Counter([await tcp_whoami(listen) for _ in range(30)])
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     assert len(seen) == 1, seen
