@@ -108,6 +108,17 @@ spec:
   type: NodePort
   selector: {app: dns}
   ports: [{name: dns, port: 53, targetPort: dns, protocol: UDP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: dns-lb
+  namespace: default
+  annotations: {podway.io/client-ip: transparent}
+spec:
+  type: LoadBalancer
+  selector: {app: dns}
+  ports: [{name: dns, port: 53, targetPort: dns, protocol: UDP}]
 """
 
 
@@ -128,9 +139,10 @@ def udp_whoami(lab: RunningLab, host: str, port: int) -> dict[str, str]:
 
 
 def test_udp_ports_tcp_probe_node_selector_by_hostname(lab: RunningLab, tmp_path: Path) -> None:
-    """A UDP container port is served, mapped by the agent (udp) and by kube-proxy; the pod
-    lands on the node its nodeSelector names; a tcpSocket probe makes it Ready; deleting the
-    Deployment removes its pod (garbage collection)."""
+    """A UDP container port is served, mapped by the agent (udp) and by kube-proxy, and through
+    the engine on the VIP transparently (podway.io/client-ip: the pod sees the client's
+    address); the pod lands on the node its nodeSelector names; a tcpSocket probe makes it
+    Ready; deleting the Deployment removes its pod (garbage collection)."""
     manifest = tmp_path / "dns.yaml"
     manifest.write_text(UDP_APP)
     lab.cli("apply", "-f", str(manifest))
@@ -152,10 +164,13 @@ def test_udp_ports_tcp_probe_node_selector_by_hostname(lab: RunningLab, tmp_path
         node_port = nodeport_of(lab, "dns-np")
         answer = udp_whoami(lab, "198.18.0.11", node_port)  # another node: kube-proxy hop
         assert answer["pod"] == pod["metadata"]["name"]  # type: ignore[index]
+        answer = udp_whoami(lab, VIP, 53)  # through the engine, from the client's address
+        assert answer["pod"] == pod["metadata"]["name"]  # type: ignore[index]
+        assert answer["client"].startswith(f"{CLIENT_IP}:"), answer
     finally:
         kind = lab.api.kind("deployments")
         lab.api.call("DELETE", kind.path("default", "dns"))
-        for name in ("dns", "dns-np"):
+        for name in ("dns", "dns-np", "dns-lb"):
             lab.api.call("DELETE", f"/api/v1/namespaces/default/services/{name}")
         lab.wait(lambda: not any(p["metadata"]["name"].startswith("dns-")
                                    for p in lab.pods()), what="the UDP pod gone")
@@ -174,6 +189,41 @@ def test_engine_serves_l4_and_l7_on_the_vip(lab: RunningLab) -> None:
     for pod in lab.pods():
         (entry,) = lab.npl(pod)
         assert f"{entry['nodeIP']}:{entry['nodePort']}" in pools
+
+
+TRANSPARENT = """apiVersion: v1
+kind: Service
+metadata:
+  name: lb-httpd-transparent
+  namespace: default
+  annotations: {podway.io/client-ip: transparent}
+spec:
+  type: LoadBalancer
+  selector: {app: httpd}
+  ports: [{name: http, port: 8081, targetPort: http, protocol: TCP}]
+"""
+
+
+def test_transparent_l4_pods_see_the_client_namespace_address(lab: RunningLab,
+                                                             tmp_path: Path) -> None:
+    """podway.io/client-ip: transparent: through the engine on the VIP, every pod reports the
+    client namespace's own address as its peer (the plain L4 Service: the engine's)."""
+    manifest = tmp_path / "transparent.yaml"
+    manifest.write_text(TRANSPARENT)
+    lab.cli("apply", "-f", str(manifest))
+    url = f"http://{VIP}:8081/"
+    try:
+        pods = {p["metadata"]["name"] for p in lab.pods()}
+        lab.wait(lambda: set(lab.spread(url, 8)) == pods, what="transparent VIP over 4 pods")
+        for _ in range(8):
+            reply = lab.ask(url)
+            assert reply.ok, reply.error
+            assert str(reply.echo()["client"]).startswith(f"{CLIENT_IP}:"), reply.echo()
+        plain = lab.ask(LB)
+        assert plain.ok, plain.error
+        assert not str(plain.echo()["client"]).startswith(f"{CLIENT_IP}:"), plain.echo()
+    finally:
+        lab.api.call("DELETE", "/api/v1/namespaces/default/services/lb-httpd-transparent")
 
 
 def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: object) -> None:

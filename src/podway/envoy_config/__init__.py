@@ -3,9 +3,11 @@
 ``build(ir)`` returns every resource, keyed by type URL and name. ``Builder`` remembers what it
 built for each IR node *by identity*: the incremental translator hands back the very same
 ``Listener`` objects after an endpoint-only change and replaces only the changed ``Pool`` objects,
-so the next build re-serialises only those pools' load assignments. Each resource carries the
-digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep versions of
-unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
+so the next build re-serialises only those pools' load assignments (and the load assignment of
+an L4 listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
+Each resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses
+it to keep versions of unchanged resources, which is what keeps listeners, routes and clusters
+untouched in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
@@ -28,6 +30,13 @@ from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
 from podway.envoy_config.routes import route_configurations
 from podway.envoy_config.secrets import secret
+from podway.envoy_config.split import (
+    split_members,
+    split_name,
+    split_pools,
+    split_route,
+    split_settings,
+)
 from podway.ir import IR, Listener, Persistence, Pool
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
@@ -62,23 +71,30 @@ class Builder:
     """Builds resources, reusing the previous build's output for identical IR nodes."""
 
     def __init__(self) -> None:
-        self._listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
+        # id → (listener, served by a TCP split cluster, its resources)
+        self._listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                            tuple[Listener, tuple[Resource, ...]]] = {}
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
+        # split cluster name → (listener, its pools, cluster, endpoints)
+        self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
 
     def build(self, ir: IR) -> Resources:
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
         persistence = {name: pool.settings.persistence for name, pool in ir.pools.items()
                        if pool.settings.persistence is not None}
         signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
-        listeners: dict[int, tuple[Listener, tuple[Resource, ...]]] = {}
+        listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
         routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                      tuple[Listener, tuple[Resource, ...]]] = {}
         for item in ir.listeners:
+            # A TCP split depends on the pools' settings too, not only on the listener.
+            tcp_split = (item.protocol is Protocol.TCP
+                         and split_route(item, ir.pools) is not None)
             cached = self._listeners.get(id(item))
-            built = cached[1] if cached is not None and cached[0] is item else _listener(item)
-            listeners[id(item)] = (item, built)
+            built = (cached[2] if cached is not None and cached[0] is item
+                     and cached[1] == tcp_split else _listener(item, tcp_split=tcp_split))
+            listeners[id(item)] = (item, tcp_split, built)
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
             if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
@@ -109,17 +125,42 @@ class Builder:
             pools[name] = entry
             out[types.CLUSTER][name] = entry[1]
             out[types.ENDPOINT][name] = entry[2]
+        splits = self._build_splits(ir, out)
         self._listeners, self._routes, self._pools = listeners, routes, pools
+        self._splits = splits
         return {t: MappingProxyType(v) for t, v in out.items()}
 
+    def _build_splits(self, ir: IR, out: dict[str, dict[str, Resource]]
+                      ) -> dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]]:
+        """The synthetic cluster of each L4 listener that needs one (``split``), rebuilt only
+        when the listener or one of its pools is a new object."""
+        splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
+        for item in ir.listeners:
+            route = split_route(item, ir.pools)
+            if route is None:
+                continue
+            name = split_name(item)
+            shares = split_pools(route, ir.pools)
+            used = tuple(pool for pool, _ in shares)
+            hit = self._splits.get(name)
+            if (hit is None or hit[0] is not item or len(hit[1]) != len(used)
+                    or any(a is not b for a, b in zip(hit[1], used, strict=True))):
+                hit = (item, used,
+                       Resource.of(name, cluster(name, split_settings(route, shares))),
+                       Resource.of(name, load_assignment(name, split_members(shares))))
+            splits[name] = hit
+            out[types.CLUSTER][name] = hit[2]
+            out[types.ENDPOINT][name] = hit[3]
+        return splits
 
-def _listener(item: Listener) -> tuple[Resource, ...]:
+
+def _listener(item: Listener, *, tcp_split: bool = False) -> tuple[Resource, ...]:
     """The listener and its secrets; nothing for a listener Envoy could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
-    built = [Resource.of(item.name, listener(item))]
+    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split))]
     certificates = {c.name: c for c in item.certificates}
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
                         if r.certificate is not None and r.certificate.name not in certificates)

@@ -1,4 +1,5 @@
-"""Clusters (CDS): one per pool, built from the pool's *settings* only.
+"""Clusters (CDS): one per pool, built from the pool's *settings* only (plus one ``split/``
+cluster per UDP listener with weighted pools, built the same way: ``podway.envoy_config.split``).
 
 Members are not part of the cluster: it is an EDS cluster whose load assignment (named after the
 pool) arrives separately, so an endpoint change never replaces the cluster.

@@ -14,8 +14,15 @@
   forwards the decrypted bytes (no ALPN offered: the bytes are not HTTP to the engine).
 * Client address (HTTP, HTTPS): ``use_remote_address`` with ``xff_num_trusted_hops`` from the
   listener; X-Real-IP is set in every route table (``routes``) from that address.
-* TCP: tcp_proxy over the first L4 route's pools (weighted). UDP: udp_proxy routed to the pool of
-  the first L4 route with the highest weight (Envoy's UDP proxy has no weighted split).
+* TCP: tcp_proxy over the first L4 route's pools (weighted), or, with client-IP affinity over
+  alike pools, their split cluster. UDP: udp_proxy routed to the first L4 route's pool, or, with
+  several weighted pools, to their split cluster (``podway.envoy_config.split``: Envoy's UDP
+  proxy routes to one cluster).
+* Transparent (``Listener.transparent``): on TCP and TLS the original-source listener filter, on
+  UDP the proxy's ``use_original_src_ip``, make the engine connect to the members from the
+  client's address (``IP_TRANSPARENT``: the engine needs ``CAP_NET_ADMIN``; UDP keeps the address,
+  not the port). The engine host's rules (``podway.engine.transparent``) route the replies of
+  those connections to the engine's sockets; the pods' replies must reach the engine host.
 * A TCP share whose backend cannot be used keeps its weight and points at ``NO_POOL``, a
   cluster that never exists: its share of connections is closed, as the Gateway API asks of
   invalid backends, instead of being moved onto the valid ones.
@@ -28,6 +35,7 @@ from envoy.config.listener.v3 import listener_components_pb2 as lc
 from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.http.cors.v3 import cors_pb2
 from envoy.extensions.filters.http.router.v3 import router_pb2
+from envoy.extensions.filters.listener.original_src.v3 import original_src_pb2
 from envoy.extensions.filters.listener.tls_inspector.v3 import tls_inspector_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
@@ -39,6 +47,7 @@ from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tl
 from google.protobuf import wrappers_pb2
 
 from podway.envoy_config.common import ads_source, pack, stat_prefix
+from podway.envoy_config.split import split_name, split_route
 from podway.ir import L4Route, Listener, TLSCertificate
 from podway.ir import ListenerProtocol as Protocol
 
@@ -49,9 +58,17 @@ _TLS_VERSIONS = {"1.0": common_pb2.TlsParameters.TLSv1_0,
 CORS_FILTER = "envoy.filters.http.cors"
 #: Used when an L4 route has no usable pool: connections are closed (no such cluster).
 NO_POOL = "podway/no-pool"
+#: Socket mark of the engine's transparent upstream connections (kube-proxy uses 0x4000 and
+#: 0x8000, Calico the upper 16 bits), and the mark their replies get on the engine host.
+ORIGINAL_SOURCE_MARK = 0x1000
+REPLY_MARK = 0x2000
+#: The policy-routing table that delivers marked replies to the engine's local sockets.
+REPLY_TABLE = 7100
 
 
-def listener(ir: Listener) -> listener_pb2.Listener:
+def listener(ir: Listener, *, tcp_split: bool = False) -> listener_pb2.Listener:
+    """``tcp_split``: a TCP listener forwards to its route's split cluster (the builder decides:
+    ``split.split_route`` needs the pools)."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
     socket = out.address.socket_address
     socket.address = ir.address
@@ -75,7 +92,12 @@ def listener(ir: Listener) -> listener_pb2.Listener:
         _passthrough_chains(out, ir)
     else:  # TCP
         route = ir.l4_routes[0] if ir.l4_routes else None
-        out.filter_chains.append(lc.FilterChain(filters=[_tcp_proxy(ir.name, route)]))
+        out.filter_chains.append(lc.FilterChain(filters=[
+            _tcp_proxy(ir.name, route, cluster=split_name(ir) if tcp_split else None)]))
+    if ir.transparent and ir.protocol in (Protocol.TCP, Protocol.TLS):
+        out.listener_filters.insert(0, lc.ListenerFilter(
+            name="envoy.filters.listener.original_src",
+            typed_config=pack(original_src_pb2.OriginalSrc(mark=ORIGINAL_SOURCE_MARK))))
     return out
 
 
@@ -180,10 +202,12 @@ def _passthrough_chains(out: listener_pb2.Listener, ir: Listener,
             out.default_filter_chain.CopyFrom(chain)
 
 
-def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
+def _tcp_proxy(name: str, route: L4Route | None, *, cluster: str | None = None) -> lc.Filter:
     proxy = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix(name))
     shares = [b for b in (route.backends if route else ()) if b.weight > 0]
-    if len(shares) == 1:
+    if cluster is not None:
+        proxy.cluster = cluster
+    elif len(shares) == 1:
         proxy.cluster = shares[0].pool or NO_POOL
     elif shares:
         for share in shares:
@@ -199,14 +223,16 @@ def _tcp_proxy(name: str, route: L4Route | None) -> lc.Filter:
 
 def _udp_proxy(ir: Listener) -> lc.ListenerFilter:
     route = ir.l4_routes[0] if ir.l4_routes else None
-    pools = [b for b in (route.backends if route else ()) if b.pool and b.weight > 0]
-    best = max(pools, key=lambda b: b.weight).pool if pools else NO_POOL
+    pools = [b.pool for b in (route.backends if route else ()) if b.pool and b.weight > 0]
+    target = split_name(ir) if split_route(ir) is not None else (pools[0] if pools else NO_POOL)
     proxy = udp_proxy_pb2.UdpProxyConfig(stat_prefix=stat_prefix(ir.name))
     action = proxy.matcher.on_no_match.action
     action.name = "route"
-    action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=best or NO_POOL)))
+    action.typed_config.CopyFrom(pack(udp_route_pb2.Route(cluster=target)))
     if route is not None and route.client_ip_affinity:
         proxy.hash_policies.add().source_ip = True
+    if ir.transparent:
+        proxy.use_original_src_ip = True
     return lc.ListenerFilter(name="envoy.filters.udp_listener.udp_proxy",
                              typed_config=pack(proxy))
 

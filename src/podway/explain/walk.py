@@ -367,9 +367,8 @@ class _Walk:
                                listener.origins)
         self.step("route", Mark.OK, f"{route.name} (from {route.origin})")
         shares = [b for b in route.backends if b.weight > 0]
-        if self.q.scheme == "udp":  # the UDP proxy takes one pool: the heaviest
-            pools = [b for b in shares if b.pool]
-            shares = [max(pools, key=lambda b: b.weight)] if pools else []
+        if self.q.scheme == "udp":  # one split cluster: an unusable share goes to the others
+            shares = [b for b in shares if b.pool]
         if not shares:
             self.step("pool", Mark.FAIL, "no backend with a weight above 0")
             return self._reset("the connection is closed: the route has no usable backend",

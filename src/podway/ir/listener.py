@@ -96,3 +96,8 @@ class Listener:
     # X-Forwarded-For. 0: the engine is the edge, the client address is the connection's peer
     # and a client-sent X-Forwarded-For decides nothing (it is only appended to).
     xff_trusted_hops: int = 0
+    # TCP, TLS, UDP: the engine connects to the members *from the client's own address* (Envoy's
+    # original source), so a pod sees the client with no header. Only when every pool the
+    # listener forwards to opted in (Service ``podway.io/client-ip: transparent``); the pods'
+    # replies must be routed back through the engine (docs/reference.md, "Transparent L4").
+    transparent: bool = False

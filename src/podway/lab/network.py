@@ -1,6 +1,10 @@
 """Build and remove the lab's network with iproute2 (``ip -n NS …``): fabric, nodes, edge, client,
 and one namespace per pod.
 
+The edge carries the engine host's transparent-L4 rules (``podway.engine.transparent``): every
+node routes the client range through the edge, so the pods' replies to connections the engine
+opened from a client's address come back to it.
+
 Invariants: every namespace is named ``pwlab-<lab>-…`` (``plan.LabPlan.prefix``), so ``down``
 and the leftover check find all of them by prefix; nothing is configured in the root namespace
 (links are made inside the namespaces and die with them); every command that fails raises
@@ -15,6 +19,7 @@ import signal
 import subprocess
 from collections.abc import Callable
 
+from podway.engine import transparent
 from podway.errors import EnvironmentProblem
 from podway.lab.plan import (
     CLIENT_IP,
@@ -81,6 +86,12 @@ def build(plan: LabPlan, *, step: Callable[[str], None] = lambda _: None) -> Non
     sh("ip", "-n", plan.client, "link", "set", "eth0", "up")
     sh("ip", "-n", plan.client, "route", "add", "default", "via", EDGE_CLIENT_IP)
     forward(plan.edge)
+    # Transparent L4 (podway.io/client-ip: transparent): the nodes already route the client
+    # range back through the edge; these rules hand those replies to Envoy's sockets.
+    nft, commands = transparent.rules()
+    in_ns(plan.edge, "nft", "-f", "-", stdin=nft)
+    for argv in commands:
+        sh("ip", "-n", plan.edge, *argv)
     for node in plan.nodes:
         step(node.name)
         _node(plan, node)

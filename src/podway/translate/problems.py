@@ -62,6 +62,9 @@ class Reason(StrEnum):
     INVALID_ANNOTATION = "InvalidAnnotation"
     UNSUPPORTED_ANNOTATION = "UnsupportedAnnotation"
     UNSUPPORTED_FIELD = "UnsupportedField"
+    # Client address (podway.translate.client_ip): asked for, served differently
+    TRANSPARENT_NOT_APPLIED = "TransparentNotApplied"
+    AFFINITY_TIMEOUT_NOT_APPLIED = "AffinityTimeoutNotApplied"
     # Gateway API condition reasons (gateway.networking.k8s.io)
     ACCEPTED = "Accepted"
     PROGRAMMED = "Programmed"

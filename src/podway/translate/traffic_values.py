@@ -363,8 +363,8 @@ def session_persistence(spec: SessionPersistence, *, where: str, issues: Issues
 
 
 def client_ip_affinity(timeout_s: int | None) -> Persistence:
-    """Service ``sessionAffinity: ClientIP`` (its timeout is documented as not applying:
-    hashing keeps a client on its member for as long as the member stays)."""
+    """Service ``sessionAffinity: ClientIP``. Its timeout cannot apply: hashing keeps a client
+    on its member for as long as the member stays (``client_ip`` warns about a non-default one)."""
     del timeout_s
     return Persistence(kind=PersistenceKind.SOURCE_IP)
 

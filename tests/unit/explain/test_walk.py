@@ -246,14 +246,19 @@ def test_https_and_passthrough_sharing_a_port_go_by_sni() -> None:
     assert "terminates TLS with certificate mq-cert" in out.steps[1].text
 
 
-def test_tcp_by_address_and_udp_takes_the_heaviest_pool() -> None:
-    """An exact VIP beats a wildcard listener; UDP forwards to one pool, the heaviest."""
+def test_tcp_by_address_and_udp_split_by_weight() -> None:
+    """An exact VIP beats a wildcard listener; UDP splits by weight too (one split cluster),
+    and an unusable UDP share goes to the others (a datagram has nothing to refuse)."""
     route = L4Route(name="u", backends=(WeightedPool(pool="a", weight=1),
                                          WeightedPool(pool="b", weight=3)), origin=ROUTE)
     pools = (_pool(MemberState.READY, name="a"), _pool(MemberState.READY, name="b"))
     ir = _ir(_l4(Protocol.UDP, route, port=53), _l4(Protocol.TCP, route), pools=pools)
     udp = explain(ir, parse("udp://198.18.0.1:53"))
-    assert [(o.pool, o.percent) for o in udp.verdict.outcomes] == [("b", 100.0)]
+    assert [(o.pool, o.percent) for o in udp.verdict.outcomes] == [("a", 25.0), ("b", 75.0)]
+    lost = L4Route(name="u", backends=(*route.backends, WeightedPool(pool=None, weight=4)),
+                   origin=ROUTE)
+    udp = explain(_ir(_l4(Protocol.UDP, lost, port=53), pools=pools), parse("udp://198.18.0.1:53"))
+    assert [(o.pool, o.percent) for o in udp.verdict.outcomes] == [("a", 25.0), ("b", 75.0)]
     tcp = explain(ir, parse("tcp://198.18.0.1:5432"))
     assert [(o.pool, o.percent) for o in tcp.verdict.outcomes] == [("a", 25.0), ("b", 75.0)]
     assert explain(ir, parse("tcp://198.18.0.2:5432")).verdict.outcomes[0].kind is (

@@ -2,8 +2,8 @@
 
 These kinds have no matches: a rule is a set of weighted backendRefs, and the backendRefs of
 every rule form one weighted set (the same pool in two rules adds its weights). TCP and TLS
-split connections by weight; Envoy's UDP proxy sends a listener's datagrams to one cluster, so a
-UDPRoute with several backends is served by the heaviest (warned in its status). TLS listeners
+split connections by weight, UDP datagrams too (the engine serves the weighted pools of a UDP
+listener as one split cluster: ``podway.envoy_config.split``). TLS listeners
 in Passthrough mode: the engine reads SNI, picks the route by hostname and forwards the bytes
 without decrypting; in Terminate mode it decrypts first. A TCP or UDP listener forwards every
 connection (datagram) to one route: the oldest attached route wins and the others are told so in
@@ -54,11 +54,6 @@ def compile_l4(route: L4Kind, resolve: Resolve) -> CompiledL4:
                                 pools=out.pools, ref_issues=out.ref_issues)
         for pool, weight in found.items():
             shares[pool] = shares.get(pool, 0) + weight
-    if isinstance(route, UDPRoute) and len([p for p in shares if p is not None]) > 1:
-        out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
-                                "the engine's UDP proxy routes a listener to one backend: only "
-                                "the heaviest backendRef gets datagrams", "spec.rules",
-                                warning=True))
     if not shares:
         shares[None] = 1  # nothing usable: every connection is refused
     out.backends = tuple(WeightedPool(pool=p, weight=w) for p, w in shares.items())
