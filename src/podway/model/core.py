@@ -13,6 +13,9 @@ from podway.model.base import Int, K8sModel, K8sObject, NodePort, Port
 
 TransportProtocol = Literal["TCP", "UDP", "SCTP"]
 
+LB_READY = "podway.io/lb-ready"
+"""The readiness gate Podway sets: True once every engine reports the pod's members healthy."""
+
 
 class ServicePort(K8sModel):
     name: str = ""
@@ -129,9 +132,22 @@ class Container(K8sModel):
     ports: tuple[ContainerPort, ...] = ()
 
 
+class PodReadinessGate(K8sModel):
+    condition_type: str
+
+
 class PodSpec(K8sModel):
     node_name: str | None = None
     containers: tuple[Container, ...] = ()
+    readiness_gates: tuple[PodReadinessGate, ...] = ()
+
+
+class PodCondition(K8sModel):
+    type: str
+    status: str = "Unknown"
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
 
 
 class PodIP(K8sModel):
@@ -142,6 +158,7 @@ class PodStatus(K8sModel):
     phase: str | None = None
     pod_ip: str | None = Field(default=None, alias="podIP")
     pod_ips: tuple[PodIP, ...] = Field(default=(), alias="podIPs")
+    conditions: tuple[PodCondition, ...] = ()
 
 
 class Pod(K8sObject):
@@ -149,6 +166,13 @@ class Pod(K8sObject):
     API_VERSIONS: ClassVar[tuple[str, ...]] = ("v1",)
     spec: PodSpec = Field(default_factory=PodSpec)
     status: PodStatus = Field(default_factory=PodStatus)
+
+    def gated(self, condition_type: str) -> bool:
+        """Whether the pod waits for ``condition_type`` (a readiness gate) to be True."""
+        return any(g.condition_type == condition_type for g in self.spec.readiness_gates)
+
+    def condition(self, condition_type: str) -> PodCondition | None:
+        return next((c for c in self.status.conditions if c.type == condition_type), None)
 
 
 class NodeAddress(K8sModel):
