@@ -7,21 +7,23 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from podway.controller.main import Controller
+from podway.controller.readiness import ReadinessGate, pod_members
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.health_report import Reporter, ReportOptions
 from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.model.core import LB_READY
-from podway.xds.member_health import Health
+from podway.model.core import LB_READY, Pod
+from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
+from tests.e2e.harness import free_port
 
-from ..e2e.harness import free_port
 from .bed import Bed, endpoint_slice, lb_service, pod, until
 
 pytestmark = pytest.mark.e2e
@@ -79,7 +81,8 @@ async def backend(port: int) -> asyncio.Task[None]:
 
 async def engine(bed: Bed, node_id: str, *, report: bool = True) -> Engine:
     """A real Envoy on the controller's unix socket and, with ``report``, its reporter."""
-    assert bed.controller is not None and bed.controller.server is not None
+    assert bed.controller is not None
+    assert bed.controller.server is not None
     target = bed.controller.server.target
     made = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
         BootstrapOptions(node_id=node_id, xds=target, delta=True))))
@@ -92,14 +95,15 @@ async def engine(bed: Bed, node_id: str, *, report: bool = True) -> Engine:
 
 
 def start_reporter(bed: Bed, made: Engine, node_id: str) -> None:
-    assert bed.controller is not None and bed.controller.server is not None
+    assert bed.controller is not None
+    assert bed.controller.server is not None
     reporter = Reporter(ReportOptions(node_id=node_id, xds=bed.controller.server.target,
                                       interval_s=0.05), lambda: made.admin_address)
     bed.tasks.append(asyncio.create_task(reporter.run(), name=f"report-{node_id}"))
 
 
 @pytest.fixture
-async def served(bed: Bed, short_dir: Path) -> AsyncIterator[tuple[Bed, int]]:
+async def served(bed: Bed, short_dir: Path) -> tuple[Bed, int]:
     """The controller on a unix xDS socket; Service ``web`` with one gated pod (not ready) on a
     backend port nothing listens on yet."""
     port = free_port()
@@ -107,7 +111,7 @@ async def served(bed: Bed, short_dir: Path) -> AsyncIterator[tuple[Bed, int]]:
     bed.emu.put("pods", gated_pod("web-1", "127.0.0.1"))
     bed.emu.put("endpointslices", not_ready_slice(port))
     await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
-    yield bed, port
+    return bed, port
 
 
 async def test_gate_turns_true_once_the_engine_finds_the_pod_healthy(
@@ -123,12 +127,14 @@ async def test_gate_turns_true_once_the_engine_finds_the_pod_healthy(
     bed.tasks.append(task)
     await until(lambda: status_of(bed) == "True", limit_s=30)
     condition = gate(bed)
-    assert condition is not None and condition["reason"] == "Healthy"
+    assert condition is not None
+    assert condition["reason"] == "Healthy"
     assert condition["lastTransitionTime"]
     conditions = bed.emu.get("pods", "default", "web-1")["status"]["conditions"]  # type: ignore[index]
     assert {c["type"] for c in conditions} == {"Ready", LB_READY}
     writes = [p for p in bed.emu.patches if p.plural == "pods"]
-    assert writes and all(p.subresource == "status" and "strategic" in p.content_type
+    assert writes
+    assert all(p.subresource == "status" and "strategic" in p.content_type
                           for p in writes)
 
 
@@ -145,8 +151,10 @@ async def test_killed_backend_turns_false_and_restored_turns_true(
     await asyncio.gather(task, return_exceptions=True)
     await until(lambda: status_of(bed) == "False", limit_s=30)
     condition = gate(bed)
-    assert condition is not None and condition["reason"] == "Unhealthy"
-    assert "edge-1" in condition["message"] and "failed active health check" in \
+    assert condition is not None
+    assert condition["reason"] == "Unhealthy"
+    assert "edge-1" in condition["message"]
+    assert "failed active health check" in \
         condition["message"]
     bed.tasks.append(await backend(port))
     await until(lambda: status_of(bed) == "True", limit_s=30)
@@ -189,5 +197,39 @@ async def test_a_disconnected_engine_stops_counting(served: tuple[Bed, int]) -> 
     gone.cancel()
     await asyncio.gather(gone, return_exceptions=True)
     await until(lambda: status_of(bed) == "True", limit_s=30)
-    assert bed.controller is not None and bed.controller.server is not None
+    assert bed.controller is not None
+    assert bed.controller.server is not None
     assert set(bed.controller.server.servicer.engines) == {"edge-1"}
+
+
+async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
+    """A follower judges but writes nothing; once it leads it writes True (again after a
+    refused write), and judging again (before and after the watch shows the write) writes
+    nothing more."""
+    bed.emu.put("services", lb_service("web", free_port(), 8080, annotations=CHECKS))
+    bed.emu.put("pods", gated_pod("web-1", "127.0.0.1"))
+    bed.emu.put("endpointslices", not_ready_slice(8080))
+    bed.controller = Controller(bed.options(), api=bed.api, writes_allowed=lambda: False)
+    bed.tasks.append(asyncio.create_task(bed.controller.run(), name="controller"))
+    async with asyncio.timeout(20):
+        await bed.controller.started.wait()
+    state = await bed.until(lambda s: ("default", "web-1") in pod_members(s.ir.pools))
+    reports = MemberHealthReports()
+    reports.apply(object(), Message(node="e1", full=True, hosts={
+        host: HostState(Health.HEALTHY) for host in pod_members(state.ir.pools)[
+            ("default", "web-1")]}))
+    leader = [False]
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"},
+                              writes_allowed=lambda: leader[0])
+    assert await readiness.judge_all(state) == 0
+    leader[0] = True
+    bed.emu.fail(500, method="PATCH", plural="pods")  # the first write is refused ...
+    assert await readiness.judge_all(state) == 1
+    assert status_of(bed) is None
+    assert await readiness.judge_all(state) == 1  # ... so the next pass writes it again
+    assert status_of(bed) == "True"
+    assert await readiness.judge_all(state) == 0  # written; the watch has not shown it yet
+    shown = await bed.until(lambda s: s.update.snapshot.get(Pod, "default", "web-1")
+                            .condition(LB_READY) is not None)  # type: ignore[union-attr]
+    assert await readiness.judge_all(shown) == 0
+    assert readiness.writes == 1

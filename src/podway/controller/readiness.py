@@ -42,7 +42,7 @@ from typing import Any, Literal
 from kubernetes_asyncio import client
 
 from podway.ir import Pool
-from podway.kube.errors import NotFound, api_error
+from podway.kube.errors import ApiError, NotFound, api_error
 from podway.model.core import LB_READY, Pod, PodCondition
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
@@ -216,11 +216,8 @@ class ReadinessGate:
         body: dict[str, Any] = {"status": {"conditions": [wanted]}}
         async with self._limit:
             try:
-                await client.CoreV1Api(self._api).patch_namespaced_pod_status(
-                    name, namespace, body,
-                    _content_type="application/strategic-merge-patch+json")  # type: ignore[call-arg]
-            except client.exceptions.ApiException as exc:
-                error = api_error(exc)
+                await patch_pod_status(self._api, namespace, name, body)
+            except ApiError as error:
                 if not isinstance(error, NotFound):
                     log.warning("pod %s/%s: %s not written: %s", namespace, name, LB_READY,
                                 error)
@@ -239,3 +236,29 @@ class ReadinessGate:
 def _same(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
     """Equal but for the transition time (which ``now`` moves between passes)."""
     return all(a.get(k) == b.get(k) for k in ("status", "reason", "message"))
+
+
+async def patch_pod_status(api: client.ApiClient, namespace: str, name: str,
+                           body: Mapping[str, Any]) -> None:
+    """A strategic merge patch of one Pod's status subresource (typed API errors); the answer
+    (the whole Pod) is not parsed."""
+    core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
+    try:
+        resp = await core.patch_namespaced_pod_status(
+            name, namespace, body, _content_type="application/strategic-merge-patch+json",
+            _preload_content=False)
+    except client.exceptions.ApiException as exc:
+        raise api_error(exc) from None
+    try:
+        if resp.status >= 400:  # a raw response does not raise
+            raise api_error(_Refused(resp.status, (await resp.text())[:200]))
+    finally:
+        resp.release()
+
+
+class _Refused:
+    """A refused PATCH in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        self.status, self.reason = status, reason
+        self.headers: dict[str, str] = {}
