@@ -153,6 +153,7 @@ class ReadinessGate:
         self._now = now
         self._wake = asyncio.Event()
         self._members: tuple[object, dict[Key, tuple[HostKey, ...]]] = (None, {})
+        self._gated: tuple[object, tuple[tuple[Key, Pod], ...]] = (None, ())
         # pod → (the Pod object the write was judged on, what was written): the same write
         # is not sent again until the watch shows the Pod changed.
         self._written: dict[Key, tuple[Pod, dict[str, str]]] = {}
@@ -193,10 +194,10 @@ class ReadinessGate:
         members = self._members[1]
         engines = frozenset(self._engines())
         pods = state.update.snapshot.kind(Pod)
+        if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
+            self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
         todo: list[tuple[Key, Pod, dict[str, str]]] = []
-        for key, pod in pods.items():
-            if not pod.gated(LB_READY):
-                continue
+        for key, pod in self._gated[1]:
             verdict = judge(members.get(key, ()), engines, self._reports.view)
             wanted = condition(pod.condition(LB_READY), verdict, now=self._now())
             if wanted is None:
