@@ -23,6 +23,7 @@ from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.health_report import Reporter, ReportOptions
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.model.core import LB_READY, Pod
+from podway.pipeline import State
 from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
 from tests.e2e.harness import free_port
 
@@ -204,22 +205,33 @@ async def test_a_disconnected_engine_stops_counting(served: tuple[Bed, int]) -> 
     assert set(bed.controller.server.servicer.engines) == {"edge-1"}
 
 
-async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
-    """A follower judges but writes nothing; once it leads it writes True (again after a
-    refused write), and judging again (before and after the watch shows the write) writes
-    nothing more."""
+async def _follower(bed: Bed, endpoint_slice: dict[str, Any]) -> State:
+    """A controller that never writes the gate itself, serving the gated pod web-1 behind
+    ``endpoint_slice``; the first state with web-1 as a member."""
     bed.emu.put("services", lb_service("web", free_port(), 8080, annotations=CHECKS))
     bed.emu.put("pods", gated_pod("web-1", "127.0.0.1"))
-    bed.emu.put("endpointslices", not_ready_slice(8080))
+    bed.emu.put("endpointslices", endpoint_slice)
     bed.controller = Controller(bed.options(), api=bed.api, writes_allowed=lambda: False)
     bed.tasks.append(asyncio.create_task(bed.controller.run(), name="controller"))
     async with asyncio.timeout(20):
         await bed.controller.started.wait()
-    state = await bed.until(lambda s: ("default", "web-1") in pod_members(s.ir.pools))
+    return await bed.until(lambda s: ("default", "web-1") in pod_members(s.ir.pools))
+
+
+def _reports(state: State, health: HostState) -> MemberHealthReports:
+    """Engine e1 reports every member of web-1 with ``health``."""
     reports = MemberHealthReports()
-    reports.apply(object(), Message(node="e1", full=True, hosts={
-        host: HostState(Health.HEALTHY) for host in pod_members(state.ir.pools)[
-            ("default", "web-1")]}))
+    hosts = pod_members(state.ir.pools)[("default", "web-1")]
+    reports.apply(object(), Message(node="e1", full=True, hosts=dict.fromkeys(hosts, health)))
+    return reports
+
+
+async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
+    """A follower judges but writes nothing; once it leads it writes True (again after a
+    refused write), and judging again (before and after the watch shows the write) writes
+    nothing more."""
+    state = await _follower(bed, not_ready_slice(8080))
+    reports = _reports(state, HostState(Health.HEALTHY))
     leader = [False]
     readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"},
                               writes_allowed=lambda: leader[0])
@@ -259,3 +271,16 @@ async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_d
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_a_terminating_pod_is_left_alone(bed: Bed) -> None:
+    """An engine finds the member failing as the pod stops, but its endpoint is terminating:
+    no write (the pod is going away)."""
+    terminating = not_ready_slice(8080)
+    terminating["endpoints"][0]["conditions"] = {"ready": False, "serving": True,
+                                                 "terminating": True}
+    state = await _follower(bed, terminating)
+    reports = _reports(state, HostState(Health.UNHEALTHY, "failed active health check"))
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"})
+    assert await readiness.judge_all(state) == 0
+    assert status_of(bed) is None

@@ -20,6 +20,7 @@ connected over ADS now (node ids) and each engine's member health report
   so ``kubectl describe pod`` says what it waits for.
 
 Engines that disconnect stop counting at once: their ADS stream and their report go together.
+A terminating pod (an endpoint of it is terminating) is left alone: it is going away.
 
 ``ReadinessGate`` writes the verdicts: a strategic merge patch of the Pod's ``status`` subresource
 (``conditions`` merge by ``type``, so the kubelet's conditions stay), only when status, reason
@@ -43,7 +44,7 @@ from kubernetes_asyncio import client
 
 from podway.ir import Pool
 from podway.kube.errors import ApiError, NotFound, api_error
-from podway.model.core import LB_READY, Pod, PodCondition
+from podway.model.core import LB_READY, EndpointSlice, Pod, PodCondition
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
 from podway.xds.member_health import Health, HostKey, HostState, MemberHealthReports
@@ -76,6 +77,17 @@ def pod_members(pools: Mapping[str, Pool]) -> dict[Key, tuple[HostKey, ...]]:
             out.setdefault((origin.namespace, origin.name), []).append(
                 (name, f"{member.address}:{member.port}"))
     return {key: tuple(sorted(hosts)) for key, hosts in out.items()}
+
+
+def terminating_pods(slices: Mapping[Key, EndpointSlice]) -> frozenset[Key]:
+    """Pods with a terminating endpoint in some EndpointSlice: they are going away, their gate
+    is not written (a check failing as the pod stops would only cost a write). Read from the
+    slices, not the pools: a pool whose members all terminate serves them as ready."""
+    return frozenset(
+        (ref.namespace or key[0], ref.name)
+        for key, found in slices.items() for endpoint in found.endpoints
+        if endpoint.conditions.terminating and (ref := endpoint.target_ref) is not None
+        and ref.kind == "Pod")
 
 
 def judge(members: tuple[HostKey, ...], engines: Collection[str],
@@ -153,6 +165,7 @@ class ReadinessGate:
         self._now = now
         self._wake = asyncio.Event()
         self._members: tuple[object, dict[Key, tuple[HostKey, ...]]] = (None, {})
+        self._terminating: tuple[object, frozenset[Key]] = (None, frozenset())
         self._gated: tuple[object, tuple[tuple[Key, Pod], ...]] = (None, ())
         # pod → (the Pod object the write was judged on, what was written): the same write
         # is not sent again until the watch shows the Pod changed.
@@ -192,12 +205,18 @@ class ReadinessGate:
         if self._members[0] is not pools:
             self._members = (pools, pod_members(pools))
         members = self._members[1]
+        slices = state.update.snapshot.kind(EndpointSlice)
+        if self._terminating[0] is not slices:
+            self._terminating = (slices, terminating_pods(slices))
+        terminating = self._terminating[1]
         engines = frozenset(self._engines())
         pods = state.update.snapshot.kind(Pod)
         if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
             self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
         todo: list[tuple[Key, Pod, dict[str, str]]] = []
         for key, pod in self._gated[1]:
+            if key in terminating:
+                continue
             verdict = judge(members.get(key, ()), engines, self._reports.view)
             wanted = condition(pod.condition(LB_READY), verdict, now=self._now())
             if wanted is None:

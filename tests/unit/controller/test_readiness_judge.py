@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from podway.controller.readiness import Verdict, condition, judge, pod_members
+from podway.controller.readiness import (
+    Verdict,
+    condition,
+    judge,
+    pod_members,
+    terminating_pods,
+)
 from podway.ir import Member, Pool
 from podway.model.base import ObjectRef
-from podway.model.core import LB_READY, PodCondition
+from podway.model.core import LB_READY, EndpointSlice, PodCondition
 from podway.xds.member_health import Health, HostKey, HostState
 
 HOST = ("pool/default/web/80", "10.0.0.7:8080")
@@ -111,3 +117,16 @@ def test_unknown_never_takes_a_true_pod_out_but_explains_a_waiting_one() -> None
     fresh = condition(None, unknown, now="T1")
     assert fresh is not None
     assert (fresh["status"], fresh["reason"]) == ("False", "WaitingForEngines")
+
+
+def test_a_pod_with_a_terminating_endpoint_counts_as_terminating() -> None:
+    """Its gate is left alone (it is going away); ready and not-ready pods are judged."""
+    found = EndpointSlice.model_validate({
+        "metadata": {"name": "web-1", "namespace": "shop"},
+        "endpoints": [
+            {"addresses": ["10.0.0.7"], "conditions": {"terminating": True, "serving": True},
+             "targetRef": {"kind": "Pod", "name": "old"}},
+            {"addresses": ["10.0.0.8"], "conditions": {"ready": False},
+             "targetRef": {"kind": "Pod", "name": "new"}},
+            {"addresses": ["10.0.0.9"], "conditions": {"terminating": True}}]})
+    assert terminating_pods({("shop", "web-1"): found}) == frozenset({("shop", "old")})
