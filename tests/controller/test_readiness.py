@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from podway.controller.main import Controller
+from podway.controller.metrics import ControllerMetrics
 from podway.controller.readiness import ReadinessGate, pod_members
 from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
@@ -233,8 +234,9 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
     state = await _follower(bed, not_ready_slice(8080))
     reports = _reports(state, HostState(Health.HEALTHY))
     leader = [False]
+    metrics = ControllerMetrics()
     readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"},
-                              writes_allowed=lambda: leader[0])
+                              writes_allowed=lambda: leader[0], metrics=metrics)
     assert await readiness.judge_all(state) == 0
     leader[0] = True
     bed.emu.fail(500, method="PATCH", plural="pods")  # the first write is refused ...
@@ -247,6 +249,10 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
                             .condition(LB_READY) is not None)  # type: ignore[union-attr]
     assert await readiness.judge_all(shown) == 0
     assert readiness.writes == 1
+    text = metrics.render().decode()
+    assert 'podway_controller_gated_pods{verdict="Healthy"} 1.0' in text
+    assert 'podway_controller_status_writes_total{kind="Pod",result="ok"} 1.0' in text
+    assert 'podway_controller_status_writes_total{kind="Pod",result="error"} 1.0' in text
 
 
 async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_dir: Path

@@ -156,7 +156,8 @@ class Controller:
         self.server.handlers.append(self.health_reports.handler(self.server))
         self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
                                        self.server.servicer.engines.keys,
-                                       writes_allowed=self._writes_allowed)
+                                       writes_allowed=self._writes_allowed,
+                                       metrics=self.metrics)
         self.server.servicer.on_engines.append(self.readiness.wake)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,

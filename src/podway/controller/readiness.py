@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +43,7 @@ from typing import Any, Literal
 
 from kubernetes_asyncio import client
 
+from podway.controller.metrics import ControllerMetrics
 from podway.ir import Pool
 from podway.kube.errors import ApiError, NotFound, api_error
 from podway.model.core import LB_READY, EndpointSlice, Pod, PodCondition
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 View = Mapping[HostKey, HostState]
 _LISTED = 3  # members or engines named in one message, at most
 _RETRY_S = 1.0  # after a failed write
+VERDICTS = ("Healthy", "Unhealthy", "WaitingForEngines", "NoEngine", "NotServed", "Terminating")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,8 @@ class ReadinessGate:
     def __init__(self, api: client.ApiClient, pipeline: Pipeline,
                  reports: MemberHealthReports, engines: Callable[[], Collection[str]], *,
                  writes_allowed: Callable[[], bool] = lambda: True, resync_s: float = 10.0,
-                 concurrency: int = 16, now: Callable[[], str] = _now) -> None:
+                 concurrency: int = 16, now: Callable[[], str] = _now,
+                 metrics: ControllerMetrics | None = None) -> None:
         self._api = api
         self._pipeline = pipeline
         self._reports = reports
@@ -163,6 +167,7 @@ class ReadinessGate:
         self._resync_s = resync_s
         self._limit = asyncio.Semaphore(concurrency)
         self._now = now
+        self._metrics = metrics or ControllerMetrics()
         self._wake = asyncio.Event()
         self._members: tuple[object, dict[Key, tuple[HostKey, ...]]] = (None, {})
         self._terminating: tuple[object, frozenset[Key]] = (None, frozenset())
@@ -214,10 +219,13 @@ class ReadinessGate:
         if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
             self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
         todo: list[tuple[Key, Pod, dict[str, str]]] = []
+        verdicts: Counter[str] = Counter()
         for key, pod in self._gated[1]:
             if key in terminating:
+                verdicts["Terminating"] += 1
                 continue
             verdict = judge(members.get(key, ()), engines, self._reports.view)
+            verdicts[verdict.reason] += 1
             wanted = condition(pod.condition(LB_READY), verdict, now=self._now())
             if wanted is None:
                 continue
@@ -227,6 +235,8 @@ class ReadinessGate:
             todo.append((key, pod, wanted))
         for gone in [k for k in self._written if k not in pods]:
             del self._written[gone]
+        for reason in VERDICTS:
+            self._metrics.gated_pods.labels(verdict=reason).set(verdicts[reason])
         if todo:
             await asyncio.gather(*(self._patch(*item) for item in todo))
         return len(todo)
@@ -238,19 +248,27 @@ class ReadinessGate:
             try:
                 await patch_pod_status(self._api, namespace, name, body)
             except ApiError as error:
-                if not isinstance(error, NotFound):
-                    log.warning("pod %s/%s: %s not written: %s", namespace, name, LB_READY,
-                                error)
-                    self._failed = True
+                if isinstance(error, NotFound):
+                    self._count("gone")
+                    return
+                log.warning("pod %s/%s: %s not written: %s", namespace, name, LB_READY, error)
+                self._failed = True
+                self._count("error")
                 return
             except (OSError, TimeoutError) as exc:
                 log.warning("pod %s/%s: %s not written: %s", namespace, name, LB_READY, exc)
                 self._failed = True
+                self._count("error")
                 return
+        self._count("ok")
         self._written[key] = (pod, wanted)
         self.writes += 1
         log.info("pod %s/%s %s=%s reason=%s: %s", namespace, name, LB_READY, wanted["status"],
                  wanted["reason"], wanted["message"])
+
+
+    def _count(self, result: str) -> None:
+        self._metrics.status_writes.labels(kind="Pod", result=result).inc()
 
 
 def _same(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
