@@ -4,7 +4,6 @@ reconnects, disconnects), who may report, and the engine's reporter against a fa
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import tempfile
@@ -98,15 +97,33 @@ def test_classify_reads_what_envoy_measured(flags: dict[str, Any], health: Healt
     assert classify(flags).health is health
 
 
-def test_parse_takes_every_host_and_ignores_junk() -> None:
-    body = json.dumps({"cluster_statuses": [
-        {"name": "pool/default/web/80", "host_statuses": [
-            {"address": {"socket_address": {"address": "10.0.0.7", "port_value": 8080}},
-             "health_status": {"eds_health_status": "HEALTHY"}},
-            {"address": {"pipe": {"path": "/x"}}}, "junk"]},
-        {"name": "no-hosts"}, 7]})
-    assert dict(parse(body)) == {A: OK}
-    assert dict(parse("not json")) == {}
+ENVOY_TEXT = """\
+pool/default/web/80::observability_name::pool/default/web/80
+pool/default/web/80::default_priority::max_connections::1024
+pool/default/web/80::10.0.0.7:8080::cx_active::0
+pool/default/web/80::10.0.0.7:8080::health_flags::/failed_eds_health
+pool/default/web/80::10.0.0.7:8080::weight::1
+pool/default/web/80::10.0.0.8:8080::health_flags::/failed_active_hc/pending_active_hc
+pool/default/web/443::[fd00::7]:8443::health_flags::/failed_active_hc/active_hc_timeout
+pool/default/web/443::10.0.0.9:8443::health_flags::/failed_outlier_check
+podway-xds::/run/podway/xds.sock::health_flags::healthy
+junk::health_flags::healthy
+"""
+
+
+def test_parse_reads_only_the_health_flag_lines_of_envoy_s_text_answer() -> None:
+    """Every host's flags, as Envoy prints them: EDS failure ignored, a new host pending, an
+    IPv6 host named without brackets, a timeout said; other lines and junk are skipped."""
+    found = {k: (v.health, v.reason) for k, v in parse(ENVOY_TEXT).items()}
+    assert found[A] == (Health.HEALTHY, "")
+    assert found[B] == (Health.PENDING, "waiting for its first health check")
+    assert found[("pool/default/web/443", "fd00::7:8443")] == (
+        Health.UNHEALTHY, "failed active health check (timeout)")
+    assert found[("pool/default/web/443", "10.0.0.9:8443")] == (
+        Health.UNHEALTHY, "ejected by outlier detection")
+    assert ("junk", "") not in found
+    assert dict(parse("")) == {}
+    assert dict(parse("no flags here\n::health_flags::")) == {}
 
 
 # ---- over gRPC ------------------------------------------------------------------------
@@ -121,20 +138,16 @@ def short_dir() -> Iterator[Path]:
 
 
 class FakeAdmin:
-    """An Envoy admin answering ``/clusters?format=json`` with ``hosts`` (changeable)."""
+    """An Envoy admin answering ``/clusters`` (text, as Envoy) with ``hosts`` (changeable)."""
 
     def __init__(self) -> None:
-        self.hosts: dict[tuple[str, str], dict[str, Any]] = {}
+        self.hosts: dict[tuple[str, str], str] = {}  # (cluster, host) → health_flags
 
     async def clusters(self, _: web.Request) -> web.Response:
-        by_cluster: dict[str, list[Any]] = {}
-        for (cluster, address), flags in self.hosts.items():
-            host, port = address.rsplit(":", 1)
-            by_cluster.setdefault(cluster, []).append({
-                "address": {"socket_address": {"address": host, "port_value": int(port)}},
-                "health_status": flags})
-        return web.json_response({"cluster_statuses": [
-            {"name": n, "host_statuses": h} for n, h in by_cluster.items()]})
+        lines = [f"{c}::observability_name::{c}" for c in sorted({c for c, _ in self.hosts})]
+        lines += [f"{c}::{h}::health_flags::{flags}\n{c}::{h}::weight::1"
+                  for (c, h), flags in self.hosts.items()]
+        return web.Response(text="\n".join(lines) + "\n")
 
 
 @pytest.fixture
@@ -179,18 +192,17 @@ async def test_reporter_sends_the_whole_view_then_changes_and_its_end_drops_it(
     one added, one removed), and is gone when the reporter stops."""
     server, reports = served
     fake, address = admin
-    fake.hosts = {A: {"eds_health_status": "HEALTHY"}}
+    fake.hosts = {A: "healthy"}
     assert server.local_target is not None
     reporter = Reporter(ReportOptions(node_id="edge-1", xds=server.local_target,
                                       interval_s=0.02), lambda: address)
     task = asyncio.create_task(reporter.run())
     try:
         await until(lambda: dict(reports.view("edge-1") or {}) == {A: OK})
-        fake.hosts = {A: {"failed_active_health_check": True},
-                      B: {"pending_active_hc": True, "failed_active_health_check": True}}
+        fake.hosts = {A: "/failed_active_hc", B: "/failed_active_hc/pending_active_hc"}
         await until(lambda: {k: v.health for k, v in (reports.view("edge-1") or {}).items()}
                     == {A: Health.UNHEALTHY, B: Health.PENDING})
-        fake.hosts = {B: {}}
+        fake.hosts = {B: "/failed_eds_health"}
         await until(lambda: dict(reports.view("edge-1") or {}) == {B: OK})
         sent = reporter.sent
         assert sent == 3  # one full, two changes: polls without news send nothing
