@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import yaml
+
 from podway.model.core import LB_READY, Pod
 from podway.sources.kube_kinds import slim_pod
 
@@ -48,3 +50,27 @@ def test_slimming_does_not_touch_its_input() -> None:
     kept = copy.deepcopy(original)
     slim_pod(original)
     assert original == kept
+
+
+def test_the_pod_model_reads_only_podway_s_gate_and_condition_leniently() -> None:
+    """A manifest's other conditions and malformed gates (a bare YAML ``True``, an unquoted
+    timestamp, a number as reason) never make a pod invalid; Podway's own condition is read as
+    the API would write it."""
+    pod = Pod.model_validate(yaml.safe_load(f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: web-1, namespace: default}}
+spec:
+  readinessGates: [{{conditionType: {LB_READY}}}, {{conditionType: 7}}, junk]
+status:
+  conditions:
+  - {{type: Ready, status: True, lastTransitionTime: 2026-01-01T00:00:00Z, reason: 5}}
+  - {{type: {LB_READY}, status: False, lastTransitionTime: 2026-12-01T17:00:00Z}}
+"""))
+    assert pod.gated(LB_READY)
+    assert len(pod.spec.readiness_gates) == 1
+    condition = pod.condition(LB_READY)
+    assert condition is not None
+    assert (condition.status, condition.last_transition_time) == ("False",
+                                                                  "2026-12-01T17:00:00Z")
+    assert [c.type for c in pod.status.conditions] == [LB_READY]
