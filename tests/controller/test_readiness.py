@@ -274,9 +274,13 @@ async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_d
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 15) == 0
     finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        if process.returncode is None:  # SIGTERM first: it stops its Envoy (SIGKILL would not)
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
 
 
 async def test_a_terminating_pod_is_left_alone(bed: Bed) -> None:
