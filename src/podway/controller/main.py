@@ -4,7 +4,9 @@ Wiring only: ``KubeSource`` (informers) → ``ModeGate`` (effective backend mode
 ``Pipeline`` (translate, build, cache) → ``XdsServer`` (any number of engines, TLS with client
 certificates off loopback). A follower task reads each published state and writes back: the
 NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
-(``StatusWriter``) and events (``EventRecorder``). Health (``/healthz``), readiness (``/readyz``:
+(``StatusWriter``) and events (``EventRecorder``); the readiness gate (``ReadinessGate``) sets
+``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
+the xDS server (``podway.xds.member_health``). Health (``/healthz``), readiness (``/readyz``:
 the first snapshot is applied and xDS is serving) and Prometheus metrics (``/metrics``) share one
 HTTP port. Opt-in, as in ``podway run`` and through the same code (``podway.surfaces``): the
 admin endpoint on a private unix socket (``podway explain|status|config --admin-socket``) and
@@ -41,6 +43,7 @@ from podway.controller.events import (
 )
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
+from podway.controller.readiness import ReadinessGate
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
 from podway.ipam import Ipam, Pool, held_in_status
@@ -58,6 +61,7 @@ from podway.pipeline import Pipeline, State
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
 from podway.translate import TranslateOptions
+from podway.xds.member_health import MemberHealthReports
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
 
@@ -100,9 +104,13 @@ class ControllerOptions:
 class Controller:
     """One controller process (see the module docstring)."""
 
-    def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None) -> None:
+    def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None,
+                 writes_allowed: Callable[[], bool] = lambda: True) -> None:
         self.opts = opts
         self._api = api
+        self._writes_allowed = writes_allowed  # leadership: only a leader writes Pods
+        self.health_reports = MemberHealthReports()  # the engines' member health
+        self.readiness: ReadinessGate | None = None
         self.source: ControllerSource | None = None
         self.gate: ModeGate | None = None
         self.pipeline: Pipeline | None = None
@@ -145,6 +153,12 @@ class Controller:
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
                                 unauthenticated=opts.xds_unauthenticated)
+        self.server.handlers.append(self.health_reports.handler(self.server))
+        self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
+                                       self.server.servicer.engines.keys,
+                                       writes_allowed=self._writes_allowed,
+                                       metrics=self.metrics)
+        self.server.servicer.on_engines.append(self.readiness.wake)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
                                    lb_address=opts.lb_address, metrics=self.metrics,
@@ -161,6 +175,7 @@ class Controller:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                group.create_task(self.readiness.run(), name="controller-readiness")
                 if opts.admin_socket is not None or opts.dashboard is not None:
                     group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                                       name="controller-surfaces")

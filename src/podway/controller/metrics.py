@@ -33,6 +33,9 @@ class ControllerMetrics:
         self.pending_members = Gauge("podway_controller_pending_members",
                                      "Pods waiting for their NodePortLocal annotation.",
                                      registry=reg)
+        self.gated_pods = Gauge("podway_controller_gated_pods",
+                                "Pods with the readiness gate podway.io/lb-ready, by the "
+                                "verdict of the last pass.", ["verdict"], registry=reg)
 
     def observe_snapshot(self, snapshot: Snapshot) -> None:
         for kind, objects in snapshot.objects.items():
