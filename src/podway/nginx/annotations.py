@@ -510,7 +510,8 @@ class _Reader:
         if name in BackendProtocol.__members__:
             return BackendProtocol(name)
         if name == "FCGI":
-            self.bad("backend-protocol", "FastCGI backends are not served; put an HTTP server "
+            self.bad("backend-protocol", "FastCGI is not served (requests reach the pods as "
+                     "HTTP and fail); put an HTTP server "
                      "(php-fpm behind nginx, or similar) in the pod", Reason.UNSUPPORTED_ANNOTATION)
         else:
             self.bad("backend-protocol", f"{quote(value)} is not HTTP, HTTPS, GRPC or GRPCS; "

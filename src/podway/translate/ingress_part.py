@@ -292,6 +292,7 @@ class _Builder:
         if not auth.name:
             return None  # unreadable reference: reported by the reader, fail closed
         if auth.match_cn is not None:
+            key = f"metadata.annotations[{NGINX_PREFIX}auth-tls-match-cn]"
             self.problem(Reason.UNSUPPORTED_ANNOTATION, f"annotation {NGINX_PREFIX}"
                          "auth-tls-match-cn cannot be enforced (the engine checks subject "
                          "alternative names, not the CN); the TLS entries of this Ingress are "
