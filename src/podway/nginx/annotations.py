@@ -36,6 +36,7 @@ field                  keys (``nginx.ingress.kubernetes.io/`` omitted)
 ``auth_tls``           ``auth-tls-secret`` (``namespace/name``), ``auth-tls-verify-client``
                        (on), ``auth-tls-verify-depth`` (1), ``-pass-certificate-to-upstream``,
                        ``auth-tls-match-cn``, ``auth-tls-error-page``
+``ssl_passthrough``    ``ssl-passthrough`` (default false)
 =====================  =========================================================================
 
 ``unserved``: every other key under the prefix, sorted — ``advice(key)`` says what to do
@@ -126,6 +127,7 @@ SERVED: dict[str, tuple[str, ...]] = {
     "auth_tls": ("auth-tls-secret", "auth-tls-verify-client", "auth-tls-verify-depth",
                  "auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn",
                  "auth-tls-error-page"),
+    "ssl_passthrough": ("ssl-passthrough",),
 }
 SERVED_KEYS = frozenset(PREFIX + k for keys in SERVED.values() for k in keys)
 
@@ -149,7 +151,6 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("proxy-buffer", "Envoy streams; there are no proxy buffers to size"),
     ("proxy-request-buffering", "Envoy streams request bodies (proxy-body-size buffers them)"),
     ("client-body-buffer-size", "Envoy streams; there is no body buffer to size"),
-    ("ssl-passthrough", "set podway.io/tls-passthrough: \"true\" (routes by SNI)"),
     ("ssl-ciphers", "set podway.io/tls-ciphers"),
     ("ssl-prefer-server-ciphers", "Envoy's TLS stack chooses; set podway.io/tls-ciphers"),
     ("proxy-ssl-", "use backend-protocol: HTTPS with podway.io/backend-ca-secret / "
@@ -199,7 +200,7 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
         source_ranges=r.source_ranges(), cors=r.cors(), canary=r.canary(),
         app_root=r.app_root(), upstream_vhost=r.upstream_vhost(),
         x_forwarded_prefix=r.x_forwarded_prefix(), limits=r.limits(),
-        auth_tls=r.auth_tls(namespace),
+        auth_tls=r.auth_tls(namespace), ssl_passthrough=r.flag("ssl-passthrough", False),
         unserved=tuple(sorted(PREFIX + k for k in r.raw if PREFIX + k not in SERVED_KEYS)),
         issues=tuple(r.issues))
 

@@ -199,6 +199,7 @@ class NginxAnnotations:
     x_forwarded_prefix: str | None = None
     limits: Limits | None = None
     auth_tls: AuthTLS | None = None
+    ssl_passthrough: bool = False  # TLS to the pods by SNI, undecrypted (first path's backend)
     unserved: tuple[str, ...] = ()  # full keys under PREFIX that Podway does not act on
     issues: tuple[AnnotationIssue, ...] = ()
 
