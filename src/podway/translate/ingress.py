@@ -3,7 +3,9 @@
 Precedence follows Kubernetes, not manifest order: exact hosts before wildcards (``*.foo.com``
 covers exactly one label) before host-less rules; within a host the longest path wins and, on
 equal length, Exact beats Prefix. Prefixes match whole path elements and ignore a trailing slash.
-The same host+path in two Ingresses: the oldest wins, the other gets ``HostConflict``.
+The same host+path in two Ingresses: the oldest wins, the other gets ``HostConflict`` — unless
+the other is an ingress-nginx canary (``nginx.ingress.kubernetes.io/canary``), which joins the
+main route instead (``podway.translate.ingress_canary``; one canary per host+path).
 
 Host ownership: the oldest Ingress naming a host (in a rule or a TLS entry) owns it. An Ingress
 of another namespace that adds paths or a certificate to it is always reported, on both sides
