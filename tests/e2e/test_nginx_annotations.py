@@ -95,9 +95,12 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 
 async def test_rewrite_target_with_captures(stack: Stack) -> None:
     """rewrite-target /$2 on /api(/|$)(.*): the backend sees the rest of the path and the
-    query; the match is case-insensitive and anchored at the start only, as in nginx."""
+    query; the match is case-insensitive and anchored at the start only, as in nginx, and so
+    is another Ingress's prefix path on the same host."""
     port = await start(stack, ingress("api", {"rewrite-target": "/$2", "use-regex": "true"},
-                                      path("/api(/|$)(.*)", kind="ImplementationSpecific")))
+                                      path("/api(/|$)(.*)", kind="ImplementationSpecific"))
+                       + "---\n" + ingress("plain", {}, path("/plain"),
+                                            ts="2026-02-01T00:00:00Z"))
     for target, seen in (("/api/items/7?x=1", "/items/7?x=1"), ("/api", "/"),
                          ("/API/Items", "/Items")):
         status, _, body = await request(port, "shop.test", target)
@@ -105,6 +108,9 @@ async def test_rewrite_target_with_captures(stack: Stack) -> None:
     for target in ("/other", "/apiv2"):  # /api must be followed by / or the end
         status, _, _ = await request(port, "shop.test", target)
         assert (target, status) == (target, 404)
+    # Another Ingress's prefix path on the host is a regex too: /plain matches /PLAINly.
+    status, _, body = await request(port, "shop.test", "/PLAINly")
+    assert (status, body.get("path")) == (200, "/PLAINly")
 
 
 async def test_canary_by_header_cookie_and_weight(stack: Stack) -> None:

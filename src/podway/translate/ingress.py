@@ -5,7 +5,9 @@ covers exactly one label) before host-less rules; within a host the longest path
 equal length, Exact beats Prefix. Prefixes match whole path elements and ignore a trailing slash.
 The same host+path in two Ingresses: the oldest wins, the other gets ``HostConflict`` — unless
 the other is an ingress-nginx canary (``nginx.ingress.kubernetes.io/canary``), which joins the
-main route instead (``podway.translate.ingress_canary``; one canary per host+path).
+main route instead (``podway.translate.ingress_canary``; one canary per host+path). As in
+ingress-nginx, one Ingress asking for regex paths (``use-regex``/``rewrite-target``) makes the
+prefix paths of every Ingress of that host case-insensitive regexes anchored at the start.
 
 Host ownership: the oldest Ingress naming a host (in a rule or a TLS entry) owns it. An Ingress
 of another namespace that adds paths or a certificate to it is always reported, on both sides
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podway.ir import (
     L4Route,
     Listener,
     ListenerProtocol,
     PathKind,
+    PathMatch,
     Redirect,
     Route,
     TLSCertificate,
@@ -49,6 +52,7 @@ from podway.translate.ingress_part import (
 from podway.translate.ingress_tls import ACME_CHALLENGE, REDIRECT_STATUS
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, quote
+from podway.translate.regex import re2_problem
 
 
 def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> bool | Problem:
@@ -272,10 +276,15 @@ class IngressTranslation:
             self._unjoined_canaries()
             return [self._https((), (), passthrough)] if passthrough else []
         vhosts: list[VirtualHost] = []
+        regex_owners = {p.owner for p in self.parts.values() if p.regex_paths}
         for host in sorted(self.hosts, key=host_order):
-            claims = sorted((c for c, _ in self.hosts[host].values()), key=lambda c: c.order)
+            held = self.hosts[host].values()
+            claims = sorted((c for c, _ in held), key=lambda c: c.order)
+            routes = [r for c in claims for r in self._routes(c)]
+            if any(owner in regex_owners for _, owner in held):
+                routes = [_as_regex(r) for r in routes]
             vhosts.append(VirtualHost(name=host, hostname=host, wildcard=WildcardMode.ONE_LABEL,
-                                      routes=tuple(r for c in claims for r in self._routes(c))))
+                                      routes=tuple(routes)))
         self._unjoined_canaries()
         canaries = {self.canaries[k][1].source.ref for k in self._joined}
         origins = tuple(sorted({r.origin for v in vhosts for r in v.routes} | canaries))
@@ -357,6 +366,21 @@ class IngressTranslation:
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
                                       key_pem=d.key_pem, origin=d.origin, options=d.options))
         return tuple(out)
+
+
+def _as_regex(route: Route) -> Route:
+    """ingress-nginx makes every path of a host regex (case-insensitive, anchored at the start
+    only) once one Ingress of the host asks for regexes (``use-regex``/``rewrite-target``): a
+    prefix route of another Ingress there matches as nginx's ``~* ^path`` too (its trailing
+    slash dropped). A path RE2 cannot read, and ACME HTTP-01 paths, keep their prefix match."""
+    path = route.match.path
+    if path.kind is not PathKind.PREFIX or _acme(route):
+        return route
+    pattern = f"(?i)(?:{path.value}).*"
+    if re2_problem(pattern) is not None:
+        return route
+    match = replace(route.match, path=PathMatch(kind=PathKind.REGEX, value=pattern))
+    return replace(route, match=match)
 
 
 def _digest(options: TLSOptions) -> str:

@@ -97,6 +97,7 @@ class IngressPart:
     # nginx force-ssl-redirect: plain HTTP redirects even for hosts without a TLS entry
     force_ssl_redirect: bool = False
     canary: Canary | None = None  # nginx canary: its claims join the main Ingress's routes
+    regex_paths: bool = False  # nginx use-regex / rewrite-target: its hosts' paths are regexes
 
     @property
     def owner(self) -> str:
@@ -187,7 +188,9 @@ class _Builder:
                            ssl_redirect=self.settings.ssl_redirect,
                            force_ssl_redirect=(self.nginx.ssl is not None
                                                and self.nginx.ssl.force),
-                           canary=self.nginx.canary)
+                           canary=self.nginx.canary,
+                           regex_paths=(self.nginx.rewrite is not None
+                                        and self.nginx.rewrite.regex_paths))
 
     def read_nginx(self) -> None:
         """The ingress-nginx annotations: read once, reported, turned into filters; its
