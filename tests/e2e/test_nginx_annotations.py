@@ -249,3 +249,24 @@ stringData:
     for ca in (None, other_ca):
         with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
             await get(stack.https_port, "shop.test", "/", tls=context(ca))
+
+
+async def test_cors_preflight_and_headers(stack: Stack) -> None:
+    """enable-cors with an origin list: the engine answers an allowed origin's preflight and
+    adds the allow-origin header to its requests; another origin gets neither."""
+    port = await start(stack, ingress("cors", {"enable-cors": "true",
+                                               "cors-allow-origin": "https://app.test"},
+                                      path("/")))
+    preflight = {"Origin": "https://app.test", "Access-Control-Request-Method": "POST"}
+    status, headers, body = await request(port, "shop.test", "/", method="OPTIONS",
+                                          headers=preflight)
+    assert status == 200
+    assert not body  # answered by the engine, not the backend
+    assert headers.get("access-control-allow-origin") == "https://app.test"
+    assert "POST" in headers.get("access-control-allow-methods", "")
+    status, headers, _ = await request(port, "shop.test", "/",
+                                       headers={"Origin": "https://app.test"})
+    assert (status, headers.get("access-control-allow-origin")) == (200, "https://app.test")
+    status, headers, _ = await request(port, "shop.test", "/",
+                                       headers={"Origin": "https://evil.test"})
+    assert (status, headers.get("access-control-allow-origin")) == (200, None)
