@@ -118,3 +118,13 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     assert "--vip=198.18.60.0/30" in keep["args"][0]
     assert "exec keepalived" in keep["args"][0]
     assert "vip check --url unix:/var/run/podway/admin.sock" in keep["args"][0]
+
+
+async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
+    """controller.ingressClasses: one --ingress-class flag per class on the controller."""
+    _, objects = await render(helm, {"controller": {"ingressClasses": ["nginx", "legacy"]}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--ingress-class=")] == [
+        "--ingress-class=nginx", "--ingress-class=legacy"]
