@@ -163,7 +163,7 @@ class LeaseElector:
         settings.check()
         self.settings = settings
         self._api = api
-        self._metrics = metrics or ControllerMetrics()
+        self.metrics = metrics or ControllerMetrics()
         self._clock = clock
         self._rand = rand
         self._candidate = Candidate(settings.identity, duration_s=settings.lease_duration_s)
@@ -172,7 +172,7 @@ class LeaseElector:
         self._valid_until = 0.0  # monotonic; writes stop here unless renewed
         self._changed = asyncio.Event()  # replaced at each change of leadership
         self._last_problem = ""
-        self._metrics.leader.set(0)
+        self.metrics.leader.set(0)
 
     # ---- Leadership --------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -232,8 +232,8 @@ class LeaseElector:
                 self._term += 1
                 self._valid_until = started + s.renew_deadline_s
                 self._leading = True
-                self._metrics.leader.set(1)
-                self._metrics.leader_transitions.labels(change="acquired").inc()
+                self.metrics.leader.set(1)
+                self.metrics.leader_transitions.labels(change="acquired").inc()
                 log.info("became the leader (Lease %s/%s, term %d)", s.namespace, s.name,
                          self._term)
                 self._notify()
@@ -284,8 +284,8 @@ class LeaseElector:
     def _lost(self, why: str) -> None:
         self._leading = False
         self._valid_until = 0.0
-        self._metrics.leader.set(0)
-        self._metrics.leader_transitions.labels(change="lost").inc()
+        self.metrics.leader.set(0)
+        self.metrics.leader_transitions.labels(change="lost").inc()
         log.warning("stopped leading (Lease %s/%s, term %d): %s; writes stop, xDS goes on",
                     self.settings.namespace, self.settings.name, self._term, why)
         self._notify()
