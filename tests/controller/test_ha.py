@@ -20,6 +20,7 @@ from podway.controller.metrics import ControllerMetrics
 from podway.controller.status import StatusWriter
 from podway.kube.emulator import KubeEmulator
 from podway.pipeline import Pipeline
+from podway.translate import BackendMode
 
 from .bed import Bed, lb_service, options, until
 
@@ -33,11 +34,12 @@ class Fleet:
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     apis: list[client.ApiClient] = field(default_factory=list)
 
-    async def start(self, name: str, *, elect: bool = True, **timing: Any) -> Controller:
+    async def start(self, name: str, *, elect: bool = True,
+                    mode: BackendMode = BackendMode.CLUSTERIP, **timing: Any) -> Controller:
         api = client.ApiClient(client.Configuration(host=self.emu.url))
         api.user_agent = name  # the emulator counts writes per replica by it
         self.apis.append(api)
-        bed = Bed(emu=self.emu, api=api, translate=options())
+        bed = Bed(emu=self.emu, api=api, translate=options(mode))
         election = ElectionSettings(namespace="default", identity=name, **{
             "lease_duration_s": 10, "renew_deadline_s": 7.0, "retry_period_s": 0.2,
             **timing}) if elect else None
@@ -92,11 +94,12 @@ async def leader_of(fleet: Fleet) -> str:
 
 
 async def test_two_replicas_exactly_one_writes_both_serve(fleet: Fleet) -> None:
-    """Two replicas: the leader writes every status and event, the follower none (its events
-    are dropped by the fence) yet translates the same listeners for its own engines."""
+    """Two replicas in nodeportlocal mode: the leader writes every status, event and
+    NodePortLocal opt-in annotation, the follower none (its events are dropped by the fence)
+    yet translates the same listeners for its own engines."""
     fleet.emu.put("services", lb_service("web", 9001))
     for name in ("a", "b"):
-        await fleet.start(name)
+        await fleet.start(name, mode=BackendMode.NODEPORTLOCAL)
     leader = await leader_of(fleet)
     follower = "b" if leader == "a" else "a"
     await until(lambda: bool(lb_ip(fleet.emu, "web")))
@@ -109,7 +112,8 @@ async def test_two_replicas_exactly_one_writes_both_serve(fleet: Fleet) -> None:
     await until(lambda: (gauge(other, "podway_controller_fenced_writes_total",
                                writer="event") or 0) >= 2)  # its Synced events, dropped
     assert fleet.writes(follower) == []
-    assert {w.plural for w in fleet.writes(leader)} >= {"services", "events"}
+    assert {(w.plural, w.subresource) for w in fleet.writes(leader)} >= {
+        ("services", "status"), ("services", ""), ("events", "")}  # "": the NPL annotation
     assert gauge(fleet.replicas[leader], "podway_controller_leader") == 1
     assert gauge(other, "podway_controller_leader") == 0
     assert other.server is not None

@@ -59,7 +59,10 @@ class Replicas:
             await task
 
     def lease(self) -> dict[str, Any]:
-        found = self.emu.get(*LEASE, group=GROUP)
+        return self.lease_named(LEASE[2])
+
+    def lease_named(self, name: str) -> dict[str, Any]:
+        found = self.emu.get("leases", "default", name, group=GROUP)
         assert found is not None
         return dict(found["spec"])
 
@@ -198,3 +201,25 @@ async def test_a_lease_taken_behind_the_leaders_back_ends_its_term(replicas: Rep
     await until(lambda: not fence.valid() and a.holder == "intruder")
     await until(lambda: a.metrics.registry.get_sample_value("podway_controller_leader") == 0)
     assert replicas.lease()["holderIdentity"] == "intruder"
+
+
+async def test_the_emulator_keeps_lease_writes_consistent(replicas: Replicas) -> None:
+    """What the election relies on: a second create is 409 AlreadyExists, an update with a
+    stale resourceVersion is 409 Conflict, one with the current version succeeds."""
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "x", "namespace": "default"},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 5}}
+    async with client.ApiClient(client.Configuration(host=replicas.emu.url)) as api:
+        leases = client.CoordinationV1Api(api)
+        created = await leases.create_namespaced_lease("default", body)
+        with pytest.raises(client.exceptions.ApiException) as again:
+            await leases.create_namespaced_lease("default", body)
+        assert again.value.status == 409
+        current = await leases.read_namespaced_lease("x", "default")
+        current.spec.holder_identity = "b"
+        await leases.replace_namespaced_lease("x", "default", current)
+        created.spec.holder_identity = "c"  # its resourceVersion is the old one
+        with pytest.raises(client.exceptions.ApiException) as stale:
+            await leases.replace_namespaced_lease("x", "default", created)
+        assert stale.value.status == 409
+    assert replicas.lease_named("x")["holderIdentity"] == "b"
