@@ -9,11 +9,12 @@ the ``resourceVersion`` it read (optimistic concurrency: ``409`` loses the race)
 that stops cleanly hands the Lease back (empty holder, 1 s) so the next one takes over at once.
 
 The split-brain guard: a leader counts as leader only until ``renew_deadline_s`` after the
-start of its last successful renew, on its monotonic clock — checked at the moment of each
-write, not by the renew loop. A replica paused or cut off stops writing at that instant, and
-since ``renew_deadline_s < lease_duration_s`` and the others count the lease duration from
-when they *saw* that renew, it stops before anyone else may start. (CLOCK_MONOTONIC keeps
-running while a process is stopped: a ``SIGSTOP``-ed leader resumes as a follower.)
+start of its last successful renew, on its own clock — checked at the moment of each write, not
+by the renew loop. A replica paused or cut off stops writing at that instant, and since
+``renew_deadline_s < lease_duration_s`` and the others count the lease duration from when they
+*saw* that renew, it stops before anyone else may start. A leader that sees the Lease held by
+another stops at once. (The clock is ``CLOCK_BOOTTIME``: it runs on while the process is stopped
+or the machine suspended, so a ``SIGSTOP``-ed or frozen leader resumes as a follower.)
 
 The interface writers use is ``Leadership`` (a ``Protocol``; ``Unelected`` always leads, for
 ``--leader-elect=false`` and standalone use):
@@ -122,6 +123,18 @@ class ElectionSettings:
             raise ConfigError("the Lease needs a namespace, a name and an identity")
 
 
+def boot_clock() -> float:
+    """Seconds on a clock that runs on while the process is stopped and while the machine is
+    suspended (Linux ``CLOCK_BOOTTIME``; elsewhere the monotonic clock): a leader frozen with
+    its VM must find its deadline passed when it wakes."""
+    if _BOOTTIME is None:
+        return time.monotonic()
+    return time.clock_gettime(_BOOTTIME)
+
+
+_BOOTTIME: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+
+
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -158,7 +171,7 @@ class LeaseElector:
 
     def __init__(self, api: client.ApiClient, settings: ElectionSettings, *,
                  metrics: ControllerMetrics | None = None,
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = boot_clock,
                  rand: Callable[[], float] = random.random) -> None:
         settings.check()
         self.settings = settings
@@ -239,9 +252,10 @@ class LeaseElector:
                 self._notify()
             else:
                 self._valid_until = started + s.renew_deadline_s
+        elif self._leading and self.holder not in ("", s.identity):
+            self._lost(f"now held by {self.holder}")  # seen: stop now, not at the deadline
         elif self._leading and not self.is_leader():
-            self._lost(f"not renewed within {s.renew_deadline_s:g} s"
-                       if self.holder in ("", s.identity) else f"now held by {self.holder}")
+            self._lost(f"not renewed within {s.renew_deadline_s:g} s")
 
     def _pause(self) -> float:
         s = self.settings
