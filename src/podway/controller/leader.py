@@ -182,7 +182,7 @@ class LeaseElector:
         self._candidate = Candidate(settings.identity, duration_s=settings.lease_duration_s)
         self._term = 0  # terms this process has led, counting up from 1
         self._leading = False
-        self._valid_until = 0.0  # monotonic; writes stop here unless renewed
+        self._valid_until = 0.0  # on ``clock``: writes stop here unless renewed
         self._changed = asyncio.Event()  # replaced at each change of leadership
         self._last_problem = ""
         self.metrics.leader.set(0)
