@@ -18,6 +18,7 @@ from podway.controller.leader import ElectionSettings, Fence
 from podway.controller.main import Controller
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.status import StatusWriter
+from podway.ipam import Pool, parse_pools
 from podway.kube.emulator import KubeEmulator
 from podway.pipeline import Pipeline
 from podway.translate import BackendMode
@@ -35,7 +36,8 @@ class Fleet:
     apis: list[client.ApiClient] = field(default_factory=list)
 
     async def start(self, name: str, *, elect: bool = True,
-                    mode: BackendMode = BackendMode.CLUSTERIP, **timing: Any) -> Controller:
+                    mode: BackendMode = BackendMode.CLUSTERIP, vip_pools: tuple[Pool, ...] = (),
+                    **timing: Any) -> Controller:
         api = client.ApiClient(client.Configuration(host=self.emu.url))
         api.user_agent = name  # the emulator counts writes per replica by it
         self.apis.append(api)
@@ -43,7 +45,7 @@ class Fleet:
         election = ElectionSettings(namespace="default", identity=name, **{
             "lease_duration_s": 10, "renew_deadline_s": 7.0, "retry_period_s": 0.2,
             **timing}) if elect else None
-        controller = Controller(bed.options(election=election), api=api)
+        controller = Controller(bed.options(election=election, vip_pools=vip_pools), api=api)
         self.replicas[name] = controller
         self.tasks[name] = asyncio.create_task(controller.run(), name=f"controller-{name}")
         async with asyncio.timeout(20):
@@ -158,6 +160,31 @@ async def test_a_new_leader_writes_pending_status_with_no_new_change(fleet: Flee
     await until(lambda: bool(lb_ip(fleet.emu, "late")))
     assert [(w.name, w.subresource) for w in fleet.writes("b") if w.plural == "services"] == [
         ("late", "status")]
+
+
+async def test_a_new_leader_keeps_the_vip_allocations_and_writes_only_new_ones(
+        fleet: Fleet) -> None:
+    """With VIP pools: the follower binds the same VIPs the leader allocated (same xDS); after
+    the leader stops, the new one keeps every allocation (read back from status), gives a
+    Service created meanwhile the next free address, and PATCHes only that one."""
+    pools = parse_pools({"pools": [{"name": "p", "addresses": ["198.18.7.1-198.18.7.3"]}]})
+    for name in ("a", "b"):
+        fleet.emu.put("services", lb_service(name, 9000))
+    await fleet.start("one", vip_pools=pools)
+    await until(fleet.replicas["one"].leadership.is_leader)
+    two = await fleet.start("two", vip_pools=pools)
+    await until(lambda: lb_ip(fleet.emu, "a") == [{"ip": "198.18.7.1"}])
+    await until(lambda: lb_ip(fleet.emu, "b") == [{"ip": "198.18.7.2"}])
+    assert two.pipeline is not None
+    async with asyncio.timeout(15):
+        await two.pipeline.wait_for(lambda s: {ls.address for ls in s.ir.listeners}
+                                    == {"198.18.7.1", "198.18.7.2"})
+    await fleet.stop("one")
+    fleet.emu.put("services", lb_service("c", 9000))
+    await until(lambda: lb_ip(fleet.emu, "c") == [{"ip": "198.18.7.3"}])
+    assert lb_ip(fleet.emu, "a") == [{"ip": "198.18.7.1"}]
+    assert lb_ip(fleet.emu, "b") == [{"ip": "198.18.7.2"}]
+    assert {w.name for w in fleet.writes("two") if w.plural == "services"} == {"c"}
 
 
 async def test_leader_elect_false_always_writes_and_never_touches_a_lease(
