@@ -175,18 +175,23 @@ async def test_a_leader_cut_off_from_the_api_steps_down_and_comes_back(
         replicas: Replicas) -> None:
     """Every Lease request refused: the leader's gauge drops to 0 at the deadline and a "lost"
     transition is counted; once the API answers again it leads again (nobody took over)."""
-    a = replicas.start("a", lease_duration_s=3, renew_deadline_s=1.5, retry_period_s=0.2)
-    fence = await a.wait_leader()
+    a = replicas.start("a", lease_duration_s=4, renew_deadline_s=3.0, retry_period_s=0.2)
     value = a.metrics.registry.get_sample_value
+
+    def count(change: str) -> float:
+        return value("podway_controller_leader_transitions_total", {"change": change}) or 0.0
+
+    fence = await a.wait_leader()
+    lost, acquired = count("lost"), count("acquired")  # a loaded machine may have flapped
     replicas.emu.fail(503, plural="leases", times=10_000)
     await until(lambda: value("podway_controller_leader") == 0)
     assert not fence.valid()
-    assert value("podway_controller_leader_transitions_total", {"change": "lost"}) == 1
+    assert count("lost") == lost + 1
     replicas.emu.clear_faults()
     again = await a.wait_leader(after_term=fence.term)
     assert again.valid()
     assert value("podway_controller_leader") == 1
-    assert value("podway_controller_leader_transitions_total", {"change": "acquired"}) == 2
+    assert count("acquired") >= acquired + 1
 
 
 async def test_a_lease_taken_behind_the_leaders_back_ends_its_term(replicas: Replicas) -> None:
