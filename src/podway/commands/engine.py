@@ -22,8 +22,10 @@ def register(app: typer.Typer) -> None:
 
 
 def engine(
-    xds: Annotated[str, typer.Option(help="The controller's xDS address: host:port or "
-                                          "unix:/path.")],
+    xds: Annotated[list[str], typer.Option(
+        help="The controller's xDS address: host:port or unix:/path. Repeat it for several "
+             "controller replicas (or give one name that resolves to all, e.g. a headless "
+             "Service): a lost stream is retried on the next one.")],
     node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
     xds_ca: Annotated[Path | None, typer.Option(
         help="CA of the controller's certificate; set → TLS to the controller.")] = None,
@@ -71,7 +73,7 @@ def engine(
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
     check_at_least("--health-report-s", health_report_s, 0)
     config = bootstrap(BootstrapOptions(
-        node_id=node_id or socket.gethostname(), xds=xds, delta=not sotw,
+        node_id=node_id or socket.gethostname(), xds=tuple(xds), delta=not sotw,
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
         xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
@@ -79,7 +81,7 @@ def engine(
     folder = instance_dir(state_dir, instance)
 
     report = ReportOptions(
-        node_id=node_id or socket.gethostname(), xds=xds,
+        node_id=node_id or socket.gethostname(), xds=xds[0],
         ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
         client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         client_key_pem=xds_client_key.read_text() if xds_client_key else None,
