@@ -26,6 +26,9 @@ _EXTRA_KINDS = [("", "v1", "serviceaccounts", "ServiceAccount", True),
                 ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
                 ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
                  False),
+                ("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
+                ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
+                ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
                 ("apps", "v1", "deployments", "Deployment", True),
                 ("apps", "v1", "daemonsets", "DaemonSet", True)]
 

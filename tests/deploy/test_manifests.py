@@ -83,11 +83,77 @@ async def test_chart_defaults_lint_render_validate_and_match(helm: Any,
     assert engine["hostNetwork"] is True
     assert engine["nodeSelector"] == {"podway.io/edge": "true"}
     assert [c["name"] for c in engine["containers"]] == ["engine"]
+    ha_controller(objects)
     text = HEADER + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objects)
     if update_golden:
         PLAIN.parent.mkdir(parents=True, exist_ok=True)
         PLAIN.write_text(text)
     assert PLAIN.read_text() == text, "deploy/kubernetes/podway.yaml is stale: --update-golden"
+
+
+def controller_command(args: list[str]) -> dict[str, Any]:
+    """The rendered controller arguments as ``podway controller`` parses them (a flag the
+    command does not have, or a bad value type, fails here)."""
+    import typer
+
+    from podway.commands.controller import controller
+
+    alone = typer.Typer()
+    alone.command()(controller)
+    command: Any = typer.main.get_command(alone)  # one command: the command itself
+    assert args[0] == "controller"
+    return dict(command.make_context("controller", list(args[1:])).params)
+
+
+def ha_controller(objects: list[Any]) -> None:
+    """Two replicas electing a writer with a Lease: the flags parse, the Role allows exactly
+    the Lease verbs the election uses (create; get and update of its own Lease), the xDS
+    Service is headless (engines hold every replica), the admin socket sits in an emptyDir
+    sub-folder and the dashboard listens on the pod's loopback."""
+    deployment = by_kind(objects, "Deployment", "podway-controller")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    params = controller_command(container["args"])
+    assert params["leader_elect"] == "true"
+    assert params["renew_deadline_s"] < params["lease_duration_s"]
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.namespace"}}} in container["env"]
+    role = by_kind(objects, "Role", "podway-controller-leader-election")
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "resourceNames": [params["lease_name"]], "verbs": ["get", "update"]}]
+    binding = by_kind(objects, "RoleBinding", "podway-controller-leader-election")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    assert by_kind(objects, "Service", "podway-xds")["spec"]["clusterIP"] == "None"
+    assert by_kind(objects, "PodDisruptionBudget", "podway-controller")["spec"][
+        "maxUnavailable"] == 1
+    socket = params["admin_socket"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "admin")
+    assert str(socket).startswith(mount["mountPath"] + "/")
+    assert str(socket.parent) != mount["mountPath"]  # its own folder, made 0700 by Podway
+    assert {"name": "admin", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in \
+        pod["volumes"]
+    assert params["dashboard_port"] > 0
+    assert params["dashboard_address"] == "127.0.0.1"
+
+
+async def test_chart_without_leader_election(helm: Any) -> None:
+    """leaderElection.enabled false: --leader-elect=false and no Lease Role; admin and
+    dashboard off: neither flag nor volume."""
+    _, objects = await render(helm, {"controller": {
+        "replicas": 1, "leaderElection": {"enabled": False}, "admin": {"enabled": False},
+        "dashboard": {"enabled": False}}})
+    validate(objects)
+    container = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"][
+        "spec"]["containers"][0]
+    params = controller_command(container["args"])
+    assert params["leader_elect"] == "false"
+    assert params["admin_socket"] is None
+    assert params["dashboard_port"] == 0
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding",
+                                                     "PodDisruptionBudget")]
+    assert all(m["name"] != "admin" for m in container["volumeMounts"])
 
 
 async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
@@ -118,3 +184,13 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     assert "--vip=198.18.60.0/30" in keep["args"][0]
     assert "exec keepalived" in keep["args"][0]
     assert "vip check --url unix:/var/run/podway/admin.sock" in keep["args"][0]
+
+
+async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
+    """controller.ingressClasses: one --ingress-class flag per class on the controller."""
+    _, objects = await render(helm, {"controller": {"ingressClasses": ["nginx", "legacy"]}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--ingress-class=")] == [
+        "--ingress-class=nginx", "--ingress-class=legacy"]

@@ -14,6 +14,7 @@ import typer
 
 from podway.commands.common import (
     check_address,
+    check_classes,
     check_hops,
     check_loopback,
     check_port,
@@ -24,6 +25,7 @@ from podway.commands.flags import (
     DashboardAddress,
     DashboardAllowRemote,
     DashboardPort,
+    IngressClasses,
     XffTrustedHops,
 )
 from podway.translate import BackendMode
@@ -79,6 +81,23 @@ def controller(
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "
         "show Kubernetes readiness only.")] = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    ingress_class: IngressClasses = None,
+    leader_elect: Annotated[str, typer.Option(
+        help="Elect one writer among the replicas with a coordination.k8s.io Lease (true); "
+             "false: this replica always writes (run only one).")] = "true",
+    lease_name: Annotated[str, typer.Option(help="The Lease's name.")] = "podway-controller",
+    lease_namespace: Annotated[str, typer.Option(
+        help="The Lease's namespace (default: $POD_NAMESPACE, else the service account's, "
+             "else default).")] = "",
+    identity: Annotated[str, typer.Option(
+        help="This replica's name in the Lease (default: host name + a UUID).")] = "",
+    lease_duration_s: Annotated[int, typer.Option(
+        help="Seconds followers wait after the last renewal before taking the Lease (the "
+             "failover time when a leader dies).")] = 15,
+    renew_deadline_s: Annotated[float, typer.Option(
+        help="A leader that could not renew for this long stops writing at once.")] = 10.0,
+    retry_period_s: Annotated[float, typer.Option(
+        help="Seconds between renewals (and between a follower's tries, jittered).")] = 2.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
@@ -121,6 +140,20 @@ def controller(
     from podway.ipam import Pool, load_pools
 
     pools: tuple[Pool, ...] = load_pools(vip_pools) if vip_pools is not None else ()
+    from podway.controller.leader import (
+        ElectionSettings,
+        default_identity,
+        default_namespace,
+        parse_enabled,
+    )
+
+    election = None
+    if parse_enabled("--leader-elect", leader_elect):
+        election = ElectionSettings(
+            namespace=lease_namespace or default_namespace(), name=lease_name,
+            identity=identity or default_identity(), lease_duration_s=lease_duration_s,
+            renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
+        election.check()
     try:
         label_selector(namespace_selector)
     except SelectorError as exc:
@@ -130,6 +163,8 @@ def controller(
         namespace_selector=namespace_selector,
         translate=TranslateOptions(address=address, http_port=http_port,
                                    https_port=https_port, mode=backend_mode,
+                                   takeover_classes=check_classes("--ingress-class",
+                                                                  ingress_class),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops)),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
@@ -137,5 +172,5 @@ def controller(
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
         admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        engine_admin=engine_admin)
+        engine_admin=engine_admin, election=election)
     asyncio.run(run_until_signal(Controller(opts).run()))

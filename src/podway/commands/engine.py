@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from podway.commands.common import check_at_least, check_port, run_until_signal, setup_logging
 from podway.engine.bootstrap import EnvoyStats
+from podway.engine.health_report import ReportOptions
+
+if TYPE_CHECKING:
+    from podway.engine.process import Engine
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +22,10 @@ def register(app: typer.Typer) -> None:
 
 
 def engine(
-    xds: Annotated[str, typer.Option(help="The controller's xDS address: host:port or "
-                                          "unix:/path.")],
+    xds: Annotated[list[str], typer.Option(
+        help="The controller's xDS address: host:port or unix:/path. Repeat it for several "
+             "controller replicas (or give one name that resolves to all, e.g. a headless "
+             "Service): a lost stream is retried on the next one.")],
     node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
     xds_ca: Annotated[Path | None, typer.Option(
         help="CA of the controller's certificate; set → TLS to the controller.")] = None,
@@ -47,6 +53,10 @@ def engine(
              "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
     instance: Annotated[str, typer.Option(
         help="Name of this engine instance (its default state folder).")] = "engine",
+    health_report_s: Annotated[float, typer.Option(
+        help="Report member health to the controller (readiness gate podway.io/lb-ready) "
+             "every SECONDS when it changed; each look reads Envoy's whole /clusters (0: "
+             "off; gated pods then never turn ready while this engine is connected).")] = 2.0,
 ) -> None:
     """Launch and supervise Envoy, configured live by the controller at --xds.
 
@@ -61,13 +71,21 @@ def engine(
     check_at_least("--concurrency", concurrency, 1)
     check_at_least("--drain-s", drain_s, 0)
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
+    check_at_least("--health-report-s", health_report_s, 0)
     config = bootstrap(BootstrapOptions(
-        node_id=node_id or socket.gethostname(), xds=xds, delta=not sotw,
+        node_id=node_id or socket.gethostname(), xds=tuple(xds), delta=not sotw,
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
         xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
         stats=envoy_stats))
     folder = instance_dir(state_dir, instance)
+
+    report = ReportOptions(
+        node_id=node_id or socket.gethostname(), xds=xds[0],
+        ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
+        client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
+        client_key_pem=xds_client_key.read_text() if xds_client_key else None,
+        interval_s=health_report_s)
 
     async def main() -> None:
         from podway.metrics.exposition import serve_while
@@ -76,7 +94,21 @@ def engine(
             process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
                                            state=state, log_level=envoy_log_level,
                                            concurrency=concurrency, drain_s=drain_s))
-            await serve_while(process.run(), host="127.0.0.1", port=metrics_port,
-                              engine_admin=lambda: process.admin_address)
+            await serve_while(supervise(process, report), host="127.0.0.1",
+                              port=metrics_port, engine_admin=lambda: process.admin_address)
 
     asyncio.run(run_until_signal(main()))
+
+
+async def supervise(process: Engine, report: ReportOptions) -> None:
+    """Envoy, and beside it (``interval_s`` > 0) the member health reporter; the reporter's end
+    never stops Envoy, Envoy's end (cancellation) stops both."""
+    from podway.engine.health_report import Reporter
+
+    if report.interval_s <= 0:
+        await process.run()
+        return
+    async with asyncio.TaskGroup() as group:
+        group.create_task(Reporter(report, lambda: process.admin_address).run(),
+                          name="engine-health-report")
+        await process.run()

@@ -11,6 +11,12 @@ the same (object, type, reason, message) again counts up the existing Event (``c
 ``lastTimestamp``) instead of creating one; and each object has a token bucket (``burst``
 events, one more every ``refill_s`` seconds), so a flapping object cannot flood the API.
 Failures to write an Event are logged, never raised: events are best effort.
+
+Only the leader records (``podway.controller.leader``): ``record`` takes the current ``Fence``
+and every create or patch checks it right before it is sent; events due on a follower, or after
+the Lease was lost, are dropped (counted in ``podway_controller_fenced_writes_total``). Events
+due while no replica leads (a failover) are therefore not written — statuses are, by the next
+leader.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
 from podway.ir import IR
 from podway.model.base import ObjectRef
@@ -121,7 +128,8 @@ class EventRecorder:
     def __init__(self, api: client.ApiClient, *, namespace_of_cluster_objects: str = "default",
                  burst: int = 25, refill_s: float = 300.0,
                  clock: Callable[[], float] | None = None,
-                 metrics: ControllerMetrics | None = None) -> None:
+                 metrics: ControllerMetrics | None = None,
+                 leadership: Leadership = ALWAYS) -> None:
         self._core: Any = client.CoreV1Api(api)  # stubs: no ``_content_type``, typed bodies
         self._cluster_ns = namespace_of_cluster_objects
         self._burst = burst
@@ -131,6 +139,18 @@ class EventRecorder:
         self._sent: dict[tuple[ObjectRef, str, str, str], tuple[str, int]] = {}  # name, count
         self.dropped = 0
         self._metrics = metrics or ControllerMetrics()
+        self._leadership = leadership
+
+    def resync(self) -> None:
+        """Forget the counts this replica wrote (a new leader: another may have counted up
+        since); an event due again is then read back and counted up from the API's count."""
+        self._sent.clear()
+
+    def _permit(self, fence: Fence) -> bool:
+        if fence.valid():
+            return True
+        self._metrics.fenced_writes.labels(writer="event").inc()
+        return False
 
     def _allow(self, ref: ObjectRef) -> bool:
         now = self._clock()
@@ -145,16 +165,19 @@ class EventRecorder:
     async def record(self, due: Iterable[Due]) -> None:
         """Write ``due``: different events concurrently, repeats of one event in order (so
         the second counts up what the first created)."""
+        fence = self._leadership.fence()
         groups: dict[tuple[ObjectRef, str, str, str], list[Due]] = {}
         for item in due:
             groups.setdefault((item.ref, item.type, item.reason, item.message), []).append(item)
-        await asyncio.gather(*(self._in_order(group) for group in groups.values()))
+        await asyncio.gather(*(self._in_order(group, fence) for group in groups.values()))
 
-    async def _in_order(self, group: list[Due]) -> None:
+    async def _in_order(self, group: list[Due], fence: Fence) -> None:
         for item in group:
-            await self._one(item)
+            await self._one(item, fence)
 
-    async def _one(self, due: Due) -> None:
+    async def _one(self, due: Due, fence: Fence) -> None:
+        if not self._permit(fence):
+            return
         if not self._allow(due.ref):
             self.dropped += 1
             return
@@ -181,6 +204,9 @@ class EventRecorder:
                     # Written before (a previous run of the controller): count it up.
                     existing = await self._core.read_namespaced_event(name, namespace)
                     count = (existing.count or 1) + 1
+                    if not self._permit(fence):
+                        self._sent.pop(key, None)
+                        return
                     await self._core.patch_namespaced_event(
                         name, namespace, {"count": count, "lastTimestamp": stamp},
                         _content_type="application/merge-patch+json")

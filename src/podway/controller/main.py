@@ -4,12 +4,20 @@ Wiring only: ``KubeSource`` (informers) → ``ModeGate`` (effective backend mode
 ``Pipeline`` (translate, build, cache) → ``XdsServer`` (any number of engines, TLS with client
 certificates off loopback). A follower task reads each published state and writes back: the
 NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
-(``StatusWriter``) and events (``EventRecorder``). Health (``/healthz``), readiness (``/readyz``:
+(``StatusWriter``) and events (``EventRecorder``); the readiness gate (``ReadinessGate``) sets
+``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
+the xDS server (``podway.xds.member_health``). Health (``/healthz``), readiness (``/readyz``:
 the first snapshot is applied and xDS is serving) and Prometheus metrics (``/metrics``) share one
 HTTP port. Opt-in, as in ``podway run`` and through the same code (``podway.surfaces``): the
 admin endpoint on a private unix socket (``podway explain|status|config --admin-socket``) and
 the web dashboard; the engines are remote, so both show Kubernetes readiness only unless
 ``engine_admin`` names a co-located engine's admin socket.
+
+Any number of replicas may run: each translates and serves xDS; the one holding the Lease
+(``podway.controller.leader``, ``election``) writes — statuses (VIP allocations included),
+events and the NodePortLocal annotation, each write checked against the leader's fence. A new
+leader writes what is pending at once (the current state again, compared with what the API
+holds). Without ``election`` this replica always writes (``--leader-elect=false``).
 
 Invariants: engines keep their last config while the controller is away (Envoy holds it; a
 restarted controller serves the same resources with the same versions, so nothing is re-applied
@@ -20,9 +28,11 @@ runs beside the pipeline, coalesced).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,8 +49,10 @@ from podway.controller.events import (
     fronts,
     load_error_events,
 )
+from podway.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
+from podway.controller.readiness import ReadinessGate
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
 from podway.ipam import Ipam, Pool, held_in_status
@@ -54,10 +66,11 @@ from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.netaddr import HostPort
-from podway.pipeline import Pipeline, State
+from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
 from podway.translate import TranslateOptions
+from podway.xds.member_health import MemberHealthReports
 from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
 
@@ -95,19 +108,28 @@ class ControllerOptions:
     engine_admin: str | None = None
     """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
     the dashboard. None: they show Kubernetes readiness only, and say so."""
+    election: ElectionSettings | None = None
+    """Leader election over a Lease: only the leader writes. None: this replica always writes
+    (``--leader-elect=false``; run one replica only)."""
 
 
 class Controller:
     """One controller process (see the module docstring)."""
 
-    def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None) -> None:
+    def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None,
+                 writes_allowed: Callable[[], bool] = lambda: True) -> None:
         self.opts = opts
         self._api = api
+        self._writes_allowed = writes_allowed  # leadership: only a leader writes Pods
+        self.health_reports = MemberHealthReports()  # the engines' member health
+        self.readiness: ReadinessGate | None = None
         self.source: ControllerSource | None = None
         self.gate: ModeGate | None = None
         self.pipeline: Pipeline | None = None
         self.server: XdsServer | None = None
         self.status: StatusWriter | None = None
+        self.elector: LeaseElector | None = None
+        self.leadership: Leadership = ALWAYS
         self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
         self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
         self.metrics = ControllerMetrics()
@@ -121,6 +143,8 @@ class Controller:
             await self._serve(self._api)
             return
         api = await connect(kubeconfig=self.opts.kubeconfig, context=self.opts.context)
+        if self.opts.election is not None:  # the API's audit log tells the replicas apart
+            api.user_agent = f"podway-controller ({self.opts.election.identity})"
         async with api:
             await check_reachable(api)
             await self._serve(api)
@@ -140,16 +164,28 @@ class Controller:
 
             opts = replace(opts, translate=replace(opts.translate,
                                                    vips=Ipam(opts.vip_pools, held=held)))
+        if opts.election is not None:
+            self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
+            self.leadership = self.elector
+        else:
+            self.metrics.leader.set(1)
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
                                 unauthenticated=opts.xds_unauthenticated)
+        self.server.handlers.append(self.health_reports.handler(self.server))
+        self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
+                                       self.server.servicer.engines.keys,
+                                       writes_allowed=self._may_write_pods,
+                                       metrics=self.metrics)
+        self.server.servicer.on_engines.append(self.readiness.wake)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
                                    lb_address=opts.lb_address, metrics=self.metrics,
-                                   concurrency=opts.status_concurrency)
-        events = EventRecorder(api, metrics=self.metrics)
+                                   concurrency=opts.status_concurrency,
+                                   leadership=self.leadership)
+        events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
         runner = None
@@ -161,6 +197,9 @@ class Controller:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                group.create_task(self.readiness.run(), name="controller-readiness")
+                if self.elector is not None:
+                    group.create_task(self.elector.run(), name="controller-leader-election")
                 if opts.admin_socket is not None or opts.dashboard is not None:
                     group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                                       name="controller-surfaces")
@@ -168,6 +207,11 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _may_write_pods(self) -> bool:
+        """The readiness gate writes Pods only while this replica leads (and the caller's
+        own guard, tests, allows)."""
+        return self.leadership.is_leader() and self._writes_allowed()
 
     def _surfaces(self) -> surfaces.SurfaceOptions:
         """The admin endpoint and the dashboard, mounted as ``podway run`` mounts them."""
@@ -195,7 +239,13 @@ class Controller:
         errors: tuple[LoadError, ...] = ()
         pending: dict[Key, tuple[str, ...]] = {}
         generation = 0
-        async for state in self.pipeline.states():
+        async for state, leads in self._states():
+            if leads:  # a new term: compare with what the API holds, write what differs
+                await self.status.resync()
+                events.resync()
+                if self.readiness is not None:
+                    self.readiness.wake()  # gated pods are judged now, not at the next resync
+                self._npl_seen, self._npl_requested = (), {}
             self._observe(state, generation)
             generation = state.generation
             await self._enable_npl(api, state)
@@ -213,6 +263,33 @@ class Controller:
             pending = dict(self.gate.report.pending) if self.gate else {}
             if due and self.opts.write_events:
                 await events.record(due)
+
+    async def _states(self) -> AsyncIterator[tuple[State, bool]]:
+        """Each new state (coalesced), and the current one again when this replica starts a
+        term as the leader (then with True): a new leader writes what is pending at once."""
+        assert self.pipeline is not None
+        pipeline, seen, term = self.pipeline, 0, 0
+        while True:
+            fence = self.leadership.fence()
+            state = pipeline.state
+            leads = fence.valid() and fence.term > term
+            if state is not None and (state.version > seen or leads):
+                term = fence.term if leads else term
+                seen = state.version
+                yield state, leads
+                continue
+            newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
+            gained = asyncio.ensure_future(self.leadership.wait_leader(after_term=term))
+            try:
+                await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in (newer, gained):
+                    waiter.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, PipelineStopped):
+                        await waiter
+            if newer.done() and not newer.cancelled() and \
+                    isinstance(newer.exception(), PipelineStopped):
+                return  # the pipeline ended: so does the write-back
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())
@@ -235,6 +312,9 @@ class Controller:
     async def _enable_npl(self, api: client.ApiClient, state: State) -> None:
         """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each)."""
         assert self.gate is not None
+        fence = self.leadership.fence()
+        if not fence.valid():
+            return  # a follower: the leader annotates (planned afresh when this one leads)
         services = state.update.snapshot.kind(Service)
         held = dict(self.gate.report.held)
         last = self._npl_seen
@@ -250,6 +330,10 @@ class Controller:
                 marker = f"{value}:{services[key].metadata.annotations.get(NPL_MANAGED)}"
                 if self._npl_requested.get(key) == marker:
                     continue  # asked already; the watch will show it
+                if not fence.valid():  # the Lease was lost meanwhile: leave the rest
+                    self.metrics.fenced_writes.labels(writer="npl").inc()
+                    self._npl_seen = ()
+                    return
                 self._npl_requested[key] = marker
                 body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
                                                      NPL_MANAGED: value}}}
@@ -282,6 +366,10 @@ class Controller:
         ready = self.pipeline is not None and self.pipeline.state is not None
         return web.Response(text="ready\n" if ready else "waiting for the first snapshot\n",
                             status=200 if ready else 503)
+
+
+def _after(version: int, state: State) -> bool:
+    return state.version > version
 
 
 def parse_namespaces(value: str) -> tuple[str, ...]:

@@ -33,6 +33,18 @@ class ControllerMetrics:
         self.pending_members = Gauge("podway_controller_pending_members",
                                      "Pods waiting for their NodePortLocal annotation.",
                                      registry=reg)
+        self.gated_pods = Gauge("podway_controller_gated_pods",
+                                "Pods with the readiness gate podway.io/lb-ready, by the "
+                                "verdict of the last pass.", ["verdict"], registry=reg)
+        self.leader = Gauge("podway_controller_leader", "1 while this replica holds the "
+                            "Lease and may write (always 1 without leader election).",
+                            registry=reg)
+        self.leader_transitions = Counter("podway_controller_leader_transitions",
+                                          "Times this replica took or lost the Lease.",
+                                          ["change"], registry=reg)
+        self.fenced_writes = Counter("podway_controller_fenced_writes",
+                                     "Writes dropped because this replica was not (or no "
+                                     "longer) the leader, by writer.", ["writer"], registry=reg)
 
     def observe_snapshot(self, snapshot: Snapshot) -> None:
         for kind, objects in snapshot.objects.items():

@@ -15,6 +15,12 @@ whose status differs from what the API holds and from what it last wrote, with b
 concurrency. Nothing else is written: an unchanged state costs no request. A refused PATCH
 (an API error, or the API away) is logged and written again after a backoff (``retry_failed``)
 even when no new state comes; a status of a shape no controller writes counts as empty.
+
+Only the leader writes (``podway.controller.leader``): a pass takes the current ``Fence`` and
+each PATCH checks it right before it is sent, so a replica that lost the Lease (or is not the
+leader) sends nothing, even for a pass it had begun. A follower still builds the status document
+(events are computed from it). ``resync`` forgets what was written: a new leader's next pass
+compares every status with what the API holds and PATCHes only the differences.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from podway.backoff import Backoff
+from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.source import GATEWAY_KINDS, KindInfo
 from podway.kube.errors import NotFound, api_error
@@ -208,7 +215,8 @@ class StatusWriter:
                  current: Callable[[str, Key], Status | None],
                  kind_info: Callable[[str], KindInfo | None], opts: TranslateOptions,
                  lb_address: str | None, metrics: ControllerMetrics, concurrency: int = 32,
-                 clock: Callable[[], str] = now_rfc3339) -> None:
+                 clock: Callable[[], str] = now_rfc3339,
+                 leadership: Leadership = ALWAYS) -> None:
         self._api = api
         self._pipeline = pipeline
         self._current = current
@@ -218,6 +226,7 @@ class StatusWriter:
         self._metrics = metrics
         self._limit = asyncio.Semaphore(concurrency)
         self._clock = clock
+        self._leadership = leadership
         self._written: dict[Target, Status] = {}  # stamped, as last written or found
         self._wanted: dict[Target, Status] = {}  # unstamped, as last written or found
         self._api_forms: dict[ObjectRef, tuple[ObjectStatus, Status]] = {}
@@ -248,9 +257,17 @@ class StatusWriter:
                 attempt = 0
 
     async def write(self, state: State) -> int:
-        """Write what changed for one state; the number of PATCHes sent."""
+        """Write what changed for one state; the number of PATCHes due (0 on a follower)."""
         async with self._lock:  # the follower and the retrier never interleave passes
             return await self._write(state)
+
+    async def resync(self) -> None:
+        """Forget what was written and found: the next pass compares every status with what
+        the API holds (a new leader writes only what differs)."""
+        async with self._lock:
+            self._seen = ()
+            self._written.clear()
+            self._wanted.clear()
 
     async def _write(self, state: State) -> int:
         seen = (id(state.result.statuses), state.result.problems, state.rejections,
@@ -261,6 +278,9 @@ class StatusWriter:
         self._seen = seen
         doc = of_state(state)
         self.last_document = doc
+        fence = self._leadership.fence()
+        if not fence.valid():
+            return 0  # a follower: the leader writes (``resync`` when this one leads)
         want = desired(doc, state, opts=self._opts, lb_address=self._lb_address,
                        memo=self._api_forms)
         now = self._clock()
@@ -284,16 +304,20 @@ class StatusWriter:
             del self._api_forms[ref]
         if todo:
             self.passes += 1
-            await asyncio.gather(*(self._patch(t, w, s) for t, w, s in todo))
+            await asyncio.gather(*(self._patch(t, w, s, fence) for t, w, s in todo))
         return len(todo)
 
-    async def _patch(self, target: Target, wanted: Status, status: Status) -> None:
+    async def _patch(self, target: Target, wanted: Status, status: Status, fence: Fence
+                     ) -> None:
         kind, (namespace, name) = target
         info = self._kind_info(kind)
         if info is None:
             return
         body = {"status": status}
         async with self._limit:
+            if not fence.valid():  # the Lease was lost while this pass waited: drop it
+                self._metrics.fenced_writes.labels(writer="status").inc()
+                return
             try:
                 await patch_status(self._api, info, namespace, name, body)
             except NotFound:

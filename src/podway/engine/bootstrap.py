@@ -8,9 +8,15 @@ and stop the process): never on TCP, where any local user could reach it.
 Envoy retries a lost xDS stream quickly (0.25 s doubling to 2 s): when Podway restarts, the
 engine it left running reconnects to the new one within a couple of seconds.
 
+``xds`` may name several controller replicas (or one DNS name that resolves to several, e.g. a
+headless Service): they are the endpoints of one xDS cluster, and a lost stream is retried on
+the next one (round robin), so an engine whose controller dies reconnects to another replica.
+Unix sockets and host:port addresses are not mixed.
+
 TLS to the xDS server always verifies a name: ``xds_sni`` if given, else the host of ``xds`` (an
-IP literal is matched against the certificate's IP addresses and sent as no SNI). A unix socket
-has no host, so TLS over one needs ``xds_sni``.
+IP literal is matched against the certificate's IP addresses and sent as no SNI); with several
+hosts, any of them (IP addresses: no SNI; several different names need ``xds_sni``). A unix
+socket has no host, so TLS over one needs ``xds_sni``.
 
 Stats are bounded by default (``EnvoyStats.BOUNDED``): Envoy instantiates only the stats whose
 number does not grow with the configuration's pools and routes — server, managers, xDS, the
@@ -52,7 +58,7 @@ BOUNDED_STAT_PREFIXES = (
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BootstrapOptions:
     node_id: str
-    xds: str  # "host:port" or "unix:/path"
+    xds: str | tuple[str, ...]  # "host:port" or "unix:/path"; several: any controller replica
     delta: bool = True  # incremental xDS (only changed resources cross the wire)
     max_connections: int = 100_000  # all listeners together; beyond it Envoy refuses new ones
     admin_path: str = ""  # admin unix socket; the engine supervisor sets it to its state folder
@@ -111,22 +117,36 @@ def is_ip(host: str) -> bool:
     return True
 
 
+def xds_addresses(xds: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The xDS addresses, de-duplicated in order; a mix of unix sockets and host:port, or
+    none at all, is one ``ConfigError``."""
+    found = tuple(dict.fromkeys((xds,) if isinstance(xds, str) else xds))
+    if not found:
+        raise ConfigError("--xds: give the controller's address (host:port or unix:/path)")
+    if len({a.startswith("unix:") for a in found}) > 1:
+        raise ConfigError("--xds: unix sockets and host:port addresses cannot be mixed")
+    return found
+
+
 def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
     kind = "STATIC"
     extra: dict[str, Any] = {}
-    host = ""
-    if opts.xds.startswith("unix:"):
-        address: dict[str, Any] = {"pipe": {"path": opts.xds.removeprefix("unix:")}}
-    else:
-        target = parse_host_port(opts.xds, what="xDS address")
-        host = target.host
-        address = {"socket_address": {"address": host, "port_value": target.port}}
-        if not is_ip(host):
-            # A STATIC cluster takes IP literals only ("malformed IP address"); a name is
-            # resolved, and re-resolved, by Envoy. IPv4 first: "localhost" must reach a server on
-            # 127.0.0.1 even where the name also resolves to ::1.
-            kind = "STRICT_DNS"
-            extra = {"dns_lookup_family": "V4_PREFERRED"}
+    hosts: list[str] = []
+    endpoints: list[dict[str, Any]] = []
+    for xds in xds_addresses(opts.xds):
+        if xds.startswith("unix:"):
+            address: dict[str, Any] = {"pipe": {"path": xds.removeprefix("unix:")}}
+        else:
+            target = parse_host_port(xds, what="xDS address")
+            hosts.append(target.host)
+            address = {"socket_address": {"address": target.host, "port_value": target.port}}
+            if not is_ip(target.host):
+                # A STATIC cluster takes IP literals only ("malformed IP address"); a name is
+                # resolved, and re-resolved, by Envoy. IPv4 first: "localhost" must reach a
+                # server on 127.0.0.1 even where the name also resolves to ::1.
+                kind = "STRICT_DNS"
+                extra = {"dns_lookup_family": "V4_PREFERRED"}
+        endpoints.append({"endpoint": {"address": address}})
     cluster: dict[str, Any] = {
         "name": XDS_CLUSTER,
         "type": kind,
@@ -142,19 +162,24 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
         },
         "load_assignment": {
             "cluster_name": XDS_CLUSTER,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": address}}]}],
+            "endpoints": [{"lb_endpoints": endpoints}],
         },
     }
     if opts.xds_ca_pem is not None:
-        name = opts.xds_sni or host  # Envoy checks a name only when told to: always tell it
-        if not name:
+        # Envoy checks a name only when told to: always tell it.
+        names = [opts.xds_sni] if opts.xds_sni else list(dict.fromkeys(hosts))
+        if not names:
             raise ConfigError("TLS to an xDS unix socket needs a server name to verify "
                               "(--xds-sni)")
-        san_type = "IP_ADDRESS" if is_ip(name) else "DNS"
+        dns = [n for n in names if not is_ip(n)]
+        if len(dns) > 1:
+            raise ConfigError("several --xds host names: give --xds-sni, the name on every "
+                              "controller's certificate (one SNI is sent to all of them)")
         validation: dict[str, Any] = {
             "trusted_ca": {"inline_string": opts.xds_ca_pem},
-            "match_typed_subject_alt_names": [{"san_type": san_type,
-                                               "matcher": {"exact": name}}]}
+            "match_typed_subject_alt_names": [
+                {"san_type": "IP_ADDRESS" if is_ip(n) else "DNS", "matcher": {"exact": n}}
+                for n in names]}
         common: dict[str, Any] = {"validation_context": validation}
         if opts.xds_client_cert_pem and opts.xds_client_key_pem:
             common["tls_certificates"] = [{
@@ -165,7 +190,7 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
             "typed_config": {
                 "@type": "type.googleapis.com/"
                          "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                "sni": "" if san_type == "IP_ADDRESS" else name,  # SNI is never an IP
+                "sni": dns[0] if dns else "",  # SNI is never an IP
                 "common_tls_context": {**common, "alpn_protocols": ["h2"]},
             },
         }

@@ -94,7 +94,9 @@ class Daemon:
                 say("controller and engine")
                 await self.supervisor.start("controller", [
                     sys.executable, "-m", "podway", "controller", "--kubeconfig", kubeconfig,
-                    "--xds-listen", f"unix:{self.state.xds_socket}", "--address", VIP])
+                    "--xds-listen", f"unix:{self.state.xds_socket}", "--address", VIP,
+                    # One replica, restarted by the supervisor: no Lease to wait out.
+                    "--leader-elect=false"])
                 await self.supervisor.start("engine", [
                     "ip", "netns", "exec", self.plan.edge, sys.executable, "-m", "podway",
                     "engine", "--xds", f"unix:{self.state.xds_socket}", "--node-id",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import UTC, datetime
 from typing import ClassVar, Literal
 
 from pydantic import Field, StrictBool, field_validator
@@ -12,6 +13,9 @@ from pydantic import Field, StrictBool, field_validator
 from podway.model.base import Int, K8sModel, K8sObject, NodePort, Port
 
 TransportProtocol = Literal["TCP", "UDP", "SCTP"]
+
+LB_READY = "podway.io/lb-ready"
+"""The readiness gate Podway sets: True once every engine reports the pod's members healthy."""
 
 
 class ServicePort(K8sModel):
@@ -129,9 +133,45 @@ class Container(K8sModel):
     ports: tuple[ContainerPort, ...] = ()
 
 
+class PodReadinessGate(K8sModel):
+    condition_type: str
+
+
 class PodSpec(K8sModel):
     node_name: str | None = None
     containers: tuple[Container, ...] = ()
+    readiness_gates: tuple[PodReadinessGate, ...] = ()
+
+    @field_validator("readiness_gates", mode="before")
+    @classmethod
+    def _readable_gates(cls, value: object) -> tuple[object, ...]:
+        """Gates Podway can read; a malformed one is another controller's business and never
+        makes the pod invalid."""
+        if not isinstance(value, list | tuple):
+            return ()
+        return tuple(g for g in value
+                     if isinstance(g, dict) and isinstance(g.get("conditionType"), str))
+
+
+class PodCondition(K8sModel):
+    """Podway's own pod condition (``LB_READY``); values read as the API writes them (strings),
+    whatever YAML made of them in a manifest (a bare ``True``, an unquoted timestamp)."""
+
+    type: str
+    status: str = "Unknown"
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = None
+
+    @field_validator("status", "reason", "message", "last_transition_time", mode="before")
+    @classmethod
+    def _as_text(cls, value: object) -> object:
+        if isinstance(value, datetime):
+            return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value.tzinfo \
+                else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if isinstance(value, bool):
+            return "True" if value else "False"
+        return value if value is None or isinstance(value, str) else str(value)
 
 
 class PodIP(K8sModel):
@@ -142,6 +182,15 @@ class PodStatus(K8sModel):
     phase: str | None = None
     pod_ip: str | None = Field(default=None, alias="podIP")
     pod_ips: tuple[PodIP, ...] = Field(default=(), alias="podIPs")
+    conditions: tuple[PodCondition, ...] = ()  # Podway's own only (``LB_READY``)
+
+    @field_validator("conditions", mode="before")
+    @classmethod
+    def _ours(cls, value: object) -> tuple[object, ...]:
+        """Only Podway's condition is read: the others may have any shape a manifest gives."""
+        if not isinstance(value, list | tuple):
+            return ()
+        return tuple(c for c in value if isinstance(c, dict) and c.get("type") == LB_READY)
 
 
 class Pod(K8sObject):
@@ -149,6 +198,13 @@ class Pod(K8sObject):
     API_VERSIONS: ClassVar[tuple[str, ...]] = ("v1",)
     spec: PodSpec = Field(default_factory=PodSpec)
     status: PodStatus = Field(default_factory=PodStatus)
+
+    def gated(self, condition_type: str) -> bool:
+        """Whether the pod waits for ``condition_type`` (a readiness gate) to be True."""
+        return any(g.condition_type == condition_type for g in self.spec.readiness_gates)
+
+    def condition(self, condition_type: str) -> PodCondition | None:
+        return next((c for c in self.status.conditions if c.type == condition_type), None)
 
 
 class NodeAddress(K8sModel):

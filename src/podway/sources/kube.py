@@ -10,9 +10,10 @@ Invariants:
   (Gateway API kinds whose CRD exists at start included), with ``changed=None``.
 * Later updates carry exactly the (kind, key) pairs whose typed object changed. Objects are
   compared by value after dropping what the translator never reads (resourceVersion,
-  managedFields, for Pods everything but labels, node, IPs, phase, container ports and the
-  NodePortLocal annotation), and an unchanged object keeps its identity in the snapshot: a
-  Pod status flap that changes nothing Podway reads produces no update at all.
+  managedFields, for Pods everything but labels, node, IPs, phase, container ports, the
+  NodePortLocal annotation and Podway's readiness gate with its condition), and an unchanged
+  object keeps its identity in the snapshot: a Pod status flap that changes nothing Podway
+  reads produces no update at all.
 * Coalescing: an update goes out once changes have been quiet for ``debounce_s``, or
   ``max_wait_s`` after the first pending change, whichever is first, so constant churn cannot
   starve the pipeline and a burst costs one translation.

@@ -21,7 +21,16 @@ from podway.kube import gateway_api
 from podway.kube.informer import lean
 from podway.model import npl
 from podway.model.base import K8sObject
-from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Secret, Service
+from podway.model.core import (
+    LB_READY,
+    ConfigMap,
+    EndpointSlice,
+    Namespace,
+    Node,
+    Pod,
+    Secret,
+    Service,
+)
 from podway.model.networking import Ingress, IngressClass
 from podway.model.registry import KINDS
 
@@ -33,11 +42,19 @@ KEEP_POD_ANNOTATIONS = (npl.ANNOTATION,)
 
 def slim_pod(raw: Raw) -> Raw:
     """A Pod reduced to what the backend modes read: labels, node, IPs, phase, container ports
-    (named targetPorts) and the NodePortLocal annotation."""
+    (named targetPorts) and the NodePortLocal annotation; and, for a pod with Podway's readiness
+    gate only, that gate and its condition (``podway.controller.readiness``). Other pods'
+    condition changes stay invisible: they cause no update."""
     meta = raw.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
+    gated = any(isinstance(g, dict) and g.get("conditionType") == LB_READY
+                for g in spec.get("readinessGates") or [])
+    gate = {"readinessGates": [{"conditionType": LB_READY}]} if gated else {}
+    condition = {"conditions": [c for c in status.get("conditions") or []
+                                if isinstance(c, dict) and c.get("type") == LB_READY]
+                 } if gated else {}
     return {
         "apiVersion": raw.get("apiVersion", "v1"), "kind": raw.get("kind", "Pod"),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
@@ -46,8 +63,10 @@ def slim_pod(raw: Raw) -> Raw:
                            if k in KEEP_POD_ANNOTATIONS}},
         "spec": {"nodeName": spec.get("nodeName"),
                  "containers": [{"name": c.get("name", ""), "ports": c.get("ports") or []}
-                                for c in spec.get("containers") or [] if isinstance(c, dict)]},
-        "status": {k: status[k] for k in ("phase", "podIP", "podIPs") if k in status},
+                                for c in spec.get("containers") or [] if isinstance(c, dict)]}
+        | gate,
+        "status": {k: status[k] for k in ("phase", "podIP", "podIPs") if k in status}
+        | condition,
     }
 
 

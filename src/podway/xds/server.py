@@ -3,6 +3,8 @@
 Each stream runs two things: a reader that turns Envoy's requests into responses, and a pusher
 that wakes on every cache change and sends what changed. Both write through one lock so
 responses never interleave. Any number of engines may connect; each gets its own stream state.
+``engines`` counts the open streams of each node id (the engines serving now); ``handlers`` adds
+services beside ADS on the same sockets and TLS.
 
 Security (see docs/security.md): xDS carries every TLS private key Podway serves.
 
@@ -165,6 +167,8 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         # per SotW engine, what it holds; in the private state folder across Podway restarts
         self.held = HeldClusters()
         self.unix_paths: list[Path] = []  # unix sockets served: their peers are checked
+        self.engines: dict[str, int] = {}  # node id → its open ADS streams
+        self.on_engines: list[Callable[[], None]] = []  # called when ``engines`` changes
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
@@ -201,10 +205,14 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     await context.write(response)
 
         nudged = asyncio.Event()
+        counted: list[str] = []  # the node, once known: counted in ``engines``
 
         async def read() -> None:
             async for request in requests:
                 responses, events = stream.on_request(request)
+                if stream.node and not counted:
+                    counted.append(stream.node)
+                    self._count(stream.node, 1)
                 for event in events:
                     self._report(event)
                     if isinstance(event, Nack):
@@ -231,8 +239,17 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         finally:
             STREAMS.dec()
             self.streams -= 1
+            for node in counted:
+                self._count(node, -1)
             log.info("xds stream closed node=%s mode=%s reason=%s", stream.node or "?", mode,
                      reason)
+
+    def _count(self, node: str, delta: int) -> None:
+        self.engines[node] = self.engines.get(node, 0) + delta
+        if self.engines[node] <= 0:
+            del self.engines[node]
+        for listener in self.on_engines:
+            listener()
 
     def _report(self, event: Event) -> None:
         if isinstance(event, Nack):
@@ -268,6 +285,9 @@ class XdsServer:
         self.servicer = AdsServicer(cache, on_event=on_event)
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        # More services on the same server, socket and TLS (``podway.xds.member_health``);
+        # added before ``start``.
+        self.handlers: list[grpc.GenericRpcHandler] = []
 
     async def start(self, *, local: Path | None = None) -> None:
         """Bind and serve; ``local``: also a unix socket there (in a private folder) for the
@@ -282,6 +302,8 @@ class XdsServer:
             ("grpc.http2.max_ping_strikes", 0),
         ])
         ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(self.servicer, server)
+        if self.handlers:
+            server.add_generic_rpc_handlers(tuple(self.handlers))
         if self.address.startswith("unix:"):
             _bind_unix(server, Path(self.address.removeprefix("unix:")))
             self.servicer.unix_paths.append(Path(self.address.removeprefix("unix:")))

@@ -56,9 +56,11 @@ def test_port_flags_outside_1_to_65535_are_refused(command: str, flag: str, valu
     ["run", "--manifests", QUICKSTART, "--address", "localhost:80"],
     ["validate", "--address", "not-an-ip", QUICKSTART],
     ["demo", "--address", "198.18.0.1"],
-    ["run", "--manifests", QUICKSTART, "--concurrency", "0"]])
+    ["run", "--manifests", QUICKSTART, "--concurrency", "0"],
+    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--health-report-s", "-1"]])
 def test_other_bad_flags_are_one_line(args: list[str]) -> None:
-    """Addresses that are not IPs (or not loopback for the demo), zero workers: one line."""
+    """Addresses that are not IPs (or not loopback for the demo), zero workers, a negative
+    report interval: one line."""
     one_error_line(podway(*args))
 
 

@@ -78,7 +78,7 @@ async def test_an_over_long_envoy_log_line_is_truncated_not_fatal(
     assert lines[1:] == [(logging.WARNING, "[t][warning] next"), (logging.INFO, "last")]
 
 
-def _xds_tls(xds: str, sni: str = "") -> dict[str, object]:
+def _xds_tls(xds: str | tuple[str, ...], sni: str = "") -> dict[str, object]:
     config = bootstrap(BootstrapOptions(node_id="n", xds=xds, xds_ca_pem="CA", xds_sni=sni))
     context: dict[str, object] = config["static_resources"]["clusters"][0][
         "transport_socket"]["typed_config"]
@@ -128,3 +128,29 @@ def test_child_of_a_parent_already_gone_exits_instead_of_running(
     done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=preexec,
                           capture_output=True, text=True, check=False, timeout=30)
     assert (done.returncode, done.stdout) == (1, "")
+
+
+def test_several_xds_addresses_are_one_cluster_of_replicas() -> None:
+    """Several --xds: one endpoint per controller replica (IPs: STATIC; a name among them:
+    STRICT_DNS); TLS accepts any of their IP SANs, several names need --xds-sni; unix and TCP
+    do not mix."""
+    config = bootstrap(BootstrapOptions(node_id="n", xds=("10.0.0.1:18000", "10.0.0.2:18000",
+                                                          "10.0.0.1:18000")))
+    cluster = config["static_resources"]["clusters"][0]
+    assert cluster["type"] == "STATIC"
+    found = [e["endpoint"]["address"]["socket_address"]
+             for e in cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+    assert found == [{"address": "10.0.0.1", "port_value": 18000},
+                     {"address": "10.0.0.2", "port_value": 18000}]
+    named = bootstrap(BootstrapOptions(node_id="n", xds=("10.0.0.1:1", "xds.example:1")))
+    assert named["static_resources"]["clusters"][0]["type"] == "STRICT_DNS"
+    both = _xds_tls(("10.0.0.1:18000", "10.0.0.2:18000"))
+    assert both["sni"] == ""
+    assert [m["matcher"]["exact"] for m in both["common_tls_context"][  # type: ignore[index]
+        "validation_context"]["match_typed_subject_alt_names"]] == ["10.0.0.1", "10.0.0.2"]
+    with pytest.raises(ConfigError, match="--xds-sni"):
+        _xds_tls(("a.example:1", "b.example:1"))
+    assert _xds_tls(("a.example:1", "b.example:1"), sni="x.test")[
+        "sni"] == "x.test"
+    with pytest.raises(ConfigError, match="cannot be mixed"):
+        bootstrap(BootstrapOptions(node_id="n", xds=("unix:/tmp/x.sock", "10.0.0.1:1")))

@@ -17,7 +17,10 @@ let the lab keep the store on disk across restarts.
 Tests drive it from the inside (``put``/``delete`` write as the cluster would, without the
 rules a client is held to), steer it (``compact``, ``break_watches``, ``send_bookmarks``,
 ``fail`` with an optional Retry-After, ``install_crd``) and read what clients did
-(``count``, ``patches``, ``requests``, ``events``).
+(``count``, ``patches``, ``requests``, ``writes`` with each client's User-Agent, ``events``).
+Leases are plain objects with the rules a leader election relies on: create of an existing
+name is ``409 AlreadyExists``, an update carrying a stale ``metadata.resourceVersion`` is
+``409 Conflict``.
 
 Why not kmock's ``KubernetesEmulator`` (kmock 0.8, evaluated): it is a well-made in-memory
 object store with a request DSL, but it serves ``resourceVersion: "..."`` on lists, streams
@@ -40,11 +43,12 @@ from types import TracebackType
 from aiohttp import web
 
 from podway.kube.emulator.resources import ResourceType, gateway_api_crd
-from podway.kube.emulator.server import Api, Fault, Patch
+from podway.kube.emulator.server import Api, Fault, Patch, Write
 from podway.kube.emulator.store import Admit, ApiError, Obj, Store
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
-__all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "gateway_api_crd"]
+__all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "Write",
+           "gateway_api_crd"]
 
 
 class KubeEmulator:
@@ -189,6 +193,10 @@ class KubeEmulator:
         """Answer the next ``times`` matching requests with ``status`` (and Retry-After)."""
         self._api.faults.append(Fault(status, method, plural, times, retry_after))
 
+    def clear_faults(self) -> None:
+        """Answer normally again (the injected failures not yet used are dropped)."""
+        self._api.faults.clear()
+
     # ---- what clients did -------------------------------------------------------------
     def count(self, verb: str, plural: str, namespace: str = "", name: str = "",
               subresource: str = "") -> int:
@@ -203,6 +211,11 @@ class KubeEmulator:
     @property
     def patches(self) -> list[Patch]:
         return self._api.patches
+
+    @property
+    def writes(self) -> list[Write]:
+        """Every write request so far, in order, with the client's User-Agent."""
+        return self._api.writes
 
     @property
     def requests(self) -> list[str]:

@@ -54,6 +54,19 @@ class Patch:
     body: Any
 
 
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write request (create, update, patch, delete) and the client's User-Agent: tests
+    tell controller replicas apart by it."""
+
+    agent: str
+    verb: str
+    plural: str
+    namespace: str
+    name: str
+    subresource: str
+
+
 @dataclass(slots=True)
 class Fault:
     """An injected failure: the next ``times`` matching requests get ``status``."""
@@ -77,6 +90,7 @@ class Api:
         self.store = store
         self.requests: list[str] = []
         self.patches: list[Patch] = []
+        self.writes: list[Write] = []
         self.faults: list[Fault] = []
         self.bookmark_interval: float | None = None  # periodic bookmarks; None: on demand only
 
@@ -151,6 +165,10 @@ class Api:
             verb = "watch"
         self.store.counts[(verb, target.rtype.plural, target.namespace or "",
                            target.name or "", target.subresource)] += 1
+        if verb in ("create", "update", "patch", "delete"):
+            self.writes.append(Write(request.headers.get("User-Agent", ""), verb,
+                                     target.rtype.plural, target.namespace or "",
+                                     target.name or "", target.subresource))
         for fault in self.faults:
             if fault.times > 0 and fault.method in (None, request.method) \
                     and fault.plural in (None, target.rtype.plural):

@@ -1,0 +1,302 @@
+"""The readiness gate: a Pod that lists ``podway.io/lb-ready`` in ``spec.readinessGates`` is
+Ready only once every engine serving it has found it healthy.
+
+Inputs: the pipeline's states (which pools have which pod as a member, at which address; the
+gated Pods and their current condition, ``podway.sources.kube_kinds.slim_pod``), the engines
+connected over ADS now (node ids) and each engine's member health report
+(``podway.xds.member_health``, sent by ``podway.engine.health_report``).
+
+``judge`` (pure) decides per pod:
+
+* **True** (``Healthy``): every connected engine reported every one of the pod's members (each
+  pool and port it serves) as healthy — in its pool and passing its active checks.
+* **False** (``Unhealthy``): some engine reports a member failing its active check or ejected by
+  outlier detection.
+* **unknown** (``WaitingForEngines``, ``NoEngine``, ``NotServed``): an engine has not reported
+  (a connected engine that never reported blocks True), its Envoy does not have the member yet,
+  or has not checked it yet; no engine is connected; or no pool has the pod as a member. An
+  unknown verdict never turns True into False — a newly connected engine, or a controller
+  restart, must not take serving pods out — but a pod not yet True gets False with the reason,
+  so ``kubectl describe pod`` says what it waits for.
+
+Engines that disconnect stop counting at once: their ADS stream and their report go together.
+A terminating pod (an endpoint of it is terminating) is left alone: it is going away.
+
+``ReadinessGate`` writes the verdicts: a strategic merge patch of the Pod's ``status`` subresource
+(``conditions`` merge by ``type``, so the kubelet's conditions stay), only when status, reason
+or message differ from what the Pod carries, ``lastTransitionTime`` moving only when the status
+flips. It re-judges on every pipeline state, report change and engine (dis)connection
+(coalesced), and every ``resync_s`` (failed writes, leadership gained). Only a leader writes:
+``writes_allowed`` is asked before every pass (``podway.controller.leader``'s ``is_leader``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from kubernetes_asyncio import client
+
+from podway.controller.metrics import ControllerMetrics
+from podway.ir import Pool
+from podway.kube.errors import ApiError, NotFound, api_error
+from podway.model.core import LB_READY, EndpointSlice, Pod, PodCondition
+from podway.model.snapshot import Key
+from podway.pipeline import Pipeline, State
+from podway.xds.member_health import Health, HostKey, HostState, MemberHealthReports
+
+log = logging.getLogger(__name__)
+
+View = Mapping[HostKey, HostState]
+_LISTED = 3  # members or engines named in one message, at most
+_RETRY_S = 1.0  # after a failed write
+VERDICTS = ("Healthy", "Unhealthy", "WaitingForEngines", "NoEngine", "NotServed", "Terminating")
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``status`` None: unknown (see the module docstring)."""
+
+    status: Literal["True", "False"] | None
+    reason: str
+    message: str
+
+
+def pod_members(pools: Mapping[str, Pool]) -> dict[Key, tuple[HostKey, ...]]:
+    """Each pod → the (pool, "address:port") it is a member of (left-out zero weights aside:
+    the engine never gets them)."""
+    out: dict[Key, list[HostKey]] = {}
+    for name, pool in pools.items():
+        for member in pool.members:
+            origin = member.origin
+            if origin is None or origin.kind != "Pod" or member.weight <= 0:
+                continue
+            out.setdefault((origin.namespace, origin.name), []).append(
+                (name, f"{member.address}:{member.port}"))
+    return {key: tuple(sorted(hosts)) for key, hosts in out.items()}
+
+
+def terminating_pods(slices: Mapping[Key, EndpointSlice]) -> frozenset[Key]:
+    """Pods with a terminating endpoint in some EndpointSlice: they are going away, their gate
+    is not written (a check failing as the pod stops would only cost a write). Read from the
+    slices, not the pools: a pool whose members all terminate serves them as ready."""
+    return frozenset(
+        (ref.namespace or key[0], ref.name)
+        for key, found in slices.items() for endpoint in found.endpoints
+        if endpoint.conditions.terminating and (ref := endpoint.target_ref) is not None
+        and ref.kind == "Pod")
+
+
+def judge(members: tuple[HostKey, ...], engines: Collection[str],
+          views: Callable[[str], View | None]) -> Verdict:
+    """The verdict for one pod from its members, the connected engines and their reports."""
+    if not members:
+        return Verdict(None, "NotServed", "no pool of Podway has this pod as a member")
+    if not engines:
+        return Verdict(None, "NoEngine", "no engine is connected to the controller")
+    failing: list[str] = []
+    waiting: list[str] = []
+    for engine in sorted(engines):
+        view = views(engine)
+        if view is None:
+            waiting.append(f"engine {engine} has not reported member health")
+            continue
+        for host in members:
+            state = view.get(host)
+            where = f"{host[0]} {host[1]}"
+            if state is None:
+                waiting.append(f"engine {engine} does not have {where} yet")
+            elif state.health is Health.UNHEALTHY:
+                failing.append(f"engine {engine}: {where} {state.reason}".rstrip())
+            elif state.health is Health.PENDING:
+                waiting.append(f"engine {engine}: {where} {state.reason}".rstrip())
+    if failing:
+        return Verdict("False", "Unhealthy", _join(failing))
+    if waiting:
+        return Verdict(None, "WaitingForEngines", _join(waiting))
+    where = _join([f"{pool} {address}" for pool, address in members])
+    return Verdict("True", "Healthy", f"healthy in {len(engines)} engine(s): {where}")
+
+
+def _join(items: list[str]) -> str:
+    more = len(items) - _LISTED
+    return "; ".join(items[:_LISTED]) + (f"; and {more} more" if more > 0 else "")
+
+
+def condition(current: PodCondition | None, verdict: Verdict, *, now: str
+              ) -> dict[str, str] | None:
+    """The condition to write, or None when the pod already says it (or an unknown verdict
+    meets a True condition, which stays)."""
+    status = verdict.status
+    if status is None:
+        if current is not None and current.status == "True":
+            return None
+        status = "False"
+    if current is not None and (current.status, current.reason or "", current.message or "") \
+            == (status, verdict.reason, verdict.message):
+        return None
+    since = (current.last_transition_time if current is not None
+             and current.status == status and current.last_transition_time else now)
+    return {"type": LB_READY, "status": status, "reason": verdict.reason,
+            "message": verdict.message, "lastTransitionTime": since}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ReadinessGate:
+    """Keeps ``podway.io/lb-ready`` of gated Pods true to the engines (module docstring)."""
+
+    def __init__(self, api: client.ApiClient, pipeline: Pipeline,
+                 reports: MemberHealthReports, engines: Callable[[], Collection[str]], *,
+                 writes_allowed: Callable[[], bool] = lambda: True, resync_s: float = 10.0,
+                 concurrency: int = 16, now: Callable[[], str] = _now,
+                 metrics: ControllerMetrics | None = None) -> None:
+        self._api = api
+        self._pipeline = pipeline
+        self._reports = reports
+        self._engines = engines
+        self._writes_allowed = writes_allowed
+        self._resync_s = resync_s
+        self._limit = asyncio.Semaphore(concurrency)
+        self._now = now
+        self._metrics = metrics or ControllerMetrics()
+        self._wake = asyncio.Event()
+        self._members: tuple[object, dict[Key, tuple[HostKey, ...]]] = (None, {})
+        self._terminating: tuple[object, frozenset[Key]] = (None, frozenset())
+        self._gated: tuple[object, tuple[tuple[Key, Pod], ...]] = (None, ())
+        # pod → (the Pod object the write was judged on, what was written): the same write
+        # is not sent again until the watch shows the Pod changed.
+        self._written: dict[Key, tuple[Pod, dict[str, str]]] = {}
+        self.writes = 0  # conditions written (tests, metrics)
+        self._failed = False  # a write failed: judge again soon, not only at the resync
+        reports.subscribe(self.wake)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow(), name="readiness-states")
+            while True:
+                wait_s = min(self._resync_s, _RETRY_S) if self._failed else self._resync_s
+                # Not ``wait_for``: on 3.11 it can swallow a cancellation that meets a wake-up.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait_s):
+                        await self._wake.wait()
+                self._failed = False
+                self._wake.clear()
+                state = self._pipeline.state
+                if state is not None:
+                    await self.judge_all(state)
+
+    async def _follow(self) -> None:
+        async for _ in self._pipeline.states():
+            self.wake()
+
+    async def judge_all(self, state: State) -> int:
+        """Judge every gated pod of ``state`` and write what changed; the number written."""
+        if not self._writes_allowed():
+            self._written.clear()  # a follower's memory is stale once it leads
+            return 0
+        pools = state.ir.pools
+        if self._members[0] is not pools:
+            self._members = (pools, pod_members(pools))
+        members = self._members[1]
+        slices = state.update.snapshot.kind(EndpointSlice)
+        if self._terminating[0] is not slices:
+            self._terminating = (slices, terminating_pods(slices))
+        terminating = self._terminating[1]
+        engines = frozenset(self._engines())
+        pods = state.update.snapshot.kind(Pod)
+        if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
+            self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
+        todo: list[tuple[Key, Pod, dict[str, str]]] = []
+        verdicts: Counter[str] = Counter()
+        for key, pod in self._gated[1]:
+            if key in terminating:
+                verdicts["Terminating"] += 1
+                continue
+            verdict = judge(members.get(key, ()), engines, self._reports.view)
+            verdicts[verdict.reason] += 1
+            wanted = condition(pod.condition(LB_READY), verdict, now=self._now())
+            if wanted is None:
+                continue
+            written = self._written.get(key)
+            if written is not None and written[0] is pod and _same(written[1], wanted):
+                continue  # written already; the watch has not shown it yet
+            todo.append((key, pod, wanted))
+        for gone in [k for k in self._written if k not in pods]:
+            del self._written[gone]
+        for reason in VERDICTS:
+            self._metrics.gated_pods.labels(verdict=reason).set(verdicts[reason])
+        if todo:
+            await asyncio.gather(*(self._patch(*item) for item in todo))
+        return len(todo)
+
+    async def _patch(self, key: Key, pod: Pod, wanted: dict[str, str]) -> None:
+        namespace, name = key
+        body: dict[str, Any] = {"status": {"conditions": [wanted]}}
+        async with self._limit:
+            try:
+                await patch_pod_status(self._api, namespace, name, body)
+            except ApiError as error:
+                if isinstance(error, NotFound):
+                    self._count("gone")
+                    return
+                log.warning("pod %s/%s: %s not written: %s", namespace, name, LB_READY, error)
+                self._failed = True
+                self._count("error")
+                return
+            except (OSError, TimeoutError) as exc:
+                log.warning("pod %s/%s: %s not written: %s", namespace, name, LB_READY, exc)
+                self._failed = True
+                self._count("error")
+                return
+        self._count("ok")
+        self._written[key] = (pod, wanted)
+        self.writes += 1
+        log.info("pod %s/%s %s=%s reason=%s: %s", namespace, name, LB_READY, wanted["status"],
+                 wanted["reason"], wanted["message"])
+
+
+    def _count(self, result: str) -> None:
+        self._metrics.status_writes.labels(kind="Pod", result=result).inc()
+
+
+def _same(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+    """Equal but for the transition time (which ``now`` moves between passes)."""
+    return all(a.get(k) == b.get(k) for k in ("status", "reason", "message"))
+
+
+async def patch_pod_status(api: client.ApiClient, namespace: str, name: str,
+                           body: Mapping[str, Any]) -> None:
+    """A strategic merge patch of one Pod's status subresource (typed API errors); the answer
+    (the whole Pod) is not parsed."""
+    core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
+    try:
+        resp = await core.patch_namespaced_pod_status(
+            name, namespace, body, _content_type="application/strategic-merge-patch+json",
+            _preload_content=False)
+    except client.exceptions.ApiException as exc:
+        raise api_error(exc) from None
+    try:
+        if resp.status >= 400:  # a raw response does not raise
+            raise api_error(_Refused(resp.status, (await resp.text())[:200]))
+    finally:
+        resp.release()
+
+
+class _Refused:
+    """A refused PATCH in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        self.status, self.reason = status, reason
+        self.headers: dict[str, str] = {}
