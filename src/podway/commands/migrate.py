@@ -125,3 +125,66 @@ def _log_probes(path: Path, *, log_host: str, sample: int, seed: int) -> tuple[P
     if not parsed.probes:
         raise ConfigError(f"--requests {path}: no usable request lines")
     return pick(parsed.probes, sample, seed=seed)
+
+
+@migrate_app.command("to-gateway")
+def to_gateway(
+    source: Annotated[str, typer.Argument(
+        help="Manifest file or folder with the Ingresses (and their Services), or - for "
+        "stdin.")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the YAML here instead of stdout.")] = None,
+    gateway_name: Annotated[str, typer.Option(help="Name of the Gateway.")] = "ingress-nginx",
+    gateway_namespace: Annotated[str, typer.Option(
+        help="Namespace of the Gateway (default: the Ingresses' if they share one, else "
+        "default).")] = "",
+    gateway_class: Annotated[str, typer.Option(
+        help="GatewayClass to create and use (controller podway.io/gateway-controller).")]
+    = "podway",
+    http_port: Annotated[int, typer.Option(help="Port of the Gateway's HTTP listener.")] = 80,
+    https_port: Annotated[int, typer.Option(help="Port of its HTTPS listeners.")] = 443,
+) -> None:
+    """Convert Ingresses (with nginx annotations) into a Gateway and HTTPRoutes; report each
+    annotation that could not be carried over (on stderr)."""
+    import sys
+
+    from podway.commands.common import check_port
+    from podway.migrate.to_gateway import ConvertOptions, convert, dump
+    from podway.model import Ingress
+    from podway.model.base import DNS_SUBDOMAIN
+    from podway.model.loader import load_text
+
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    if http_port == https_port:
+        raise ConfigError("--http-port and --https-port must differ")
+    import re
+
+    for flag, value in (("--gateway-name", gateway_name), ("--gateway-class", gateway_class),
+                        ("--gateway-namespace", gateway_namespace or "default")):
+        if not re.match(DNS_SUBDOMAIN, value):
+            raise ConfigError(f"{flag} {value!r} is not a Kubernetes name")
+    if source == "-":
+        loaded = load_text(sys.stdin.read(), source="<stdin>")
+        objects = list(loaded.objects)
+        for error in loaded.errors:
+            typer.echo(f"warning: {error}", err=True)
+    else:
+        objects = _load(Path(source))
+    if not any(isinstance(o, Ingress) for o in objects):
+        raise ConfigError(f"no Ingress in {'stdin' if source == '-' else source}")
+    result = convert(objects, ConvertOptions(
+        gateway_name=gateway_name, gateway_namespace=gateway_namespace,
+        gateway_class=gateway_class, http_port=http_port, https_port=https_port))
+    text = dump(result.objects)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"--output {output}: {error.strerror or error}") from None
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"{len(result.objects)} objects; {len(result.notes)} things not carried over"
+               + (" (listed above)" if result.notes else ""), err=True)
