@@ -242,7 +242,9 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
             lines += [f"  {listen[1]};", f"  ssl_certificate {cert};",
                       f"  ssl_certificate_key {key};"]
             if config.hsts:
-                lines.append(f'  add_header Strict-Transport-Security "{HSTS}" always;')
+                # on HTTPS answers only, as ingress-nginx's Lua header() (an empty value adds
+                # no header: the HTTP redirect carries none)
+                lines.append("  add_header Strict-Transport-Security $podway_hsts always;")
         app_root = next((loc.notes.app_root for loc in locations if loc.notes.app_root), None)
         if app_root:
             lines += ["  if ($uri = /) {", f"    return 302 $scheme://$http_host{app_root};",
@@ -275,6 +277,7 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
         f"uwsgi_temp_path {folder}/uwsgi;", f"scgi_temp_path {folder}/scgi;",
         "proxy_http_version 1.1;", "server_names_hash_bucket_size 128;",
         'map $request_uri $podway_no_trailing_slash { "~^(?<p>.*)/$" $p; default $request_uri; }',
+        f'map $scheme $podway_hsts {{ https "{HSTS}"; default ""; }}',
         *maps, *upstreams,
         "server {", f"  {listen[0]} default_server;", f"  {listen[1]} default_server;",
         f"  ssl_certificate {cert};", f"  ssl_certificate_key {key};",

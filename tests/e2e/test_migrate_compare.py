@@ -103,3 +103,24 @@ async def test_a_backend_that_differs_is_reported_where_it_serves(tmp_path: Path
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def test_a_header_only_the_old_side_adds_is_reported_on_https(tmp_path: Path) -> None:
+    """ingress-nginx's default HSTS header (on HTTPS answers only) is a difference Podway's
+    Ingress listeners show: reported per HTTPS request as that header, nothing else."""
+    tasks: list = []  # type: ignore[type-arg]
+    try:
+        ports = await start_backends(("web", "api"), tasks)
+        text = BASIC + backends(ports)
+        async with bed(tmp_path, text, hsts=True) as b:
+            report = await b.compare(probes_of(text))
+        results = [r for route in report.routes for r in route.results]
+        for result in results:
+            expected = [("header strict-transport-security",
+                         "max-age=31536000; includeSubDomains", "")] if (
+                result.probe.scheme == "https") else []
+            assert [(d.field, d.old, d.new) for d in result.diffs] == expected, explain(report)
+        assert any(r.probe.scheme == "https" for r in results)
+    finally:
+        for task in tasks:
+            task.cancel()
