@@ -57,7 +57,8 @@ def compare(
     ignore_header: Annotated[list[str] | None, typer.Option(
         help="Response header not to compare (repeat).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each answer.")] = 10.0,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight per side.")] = 8,
+    concurrency: Annotated[int, typer.Option(
+        help="Requests in flight at once (both sides together).")] = 8,
 ) -> None:
     """Replay a request set against the old and the new entry point; print what differs."""
     from podway.migrate import probes as probe_set

@@ -275,6 +275,8 @@ def _json_line(line: str, where: str) -> Probe:
             isinstance(k, str) and _TOKEN.match(k) and isinstance(v, str) and _clean(v)
             for k, v in headers.items()):
         raise ValueError('"headers" must map header names to single-line strings')
+    if any(k.lower() == "host" for k in headers):
+        raise ValueError('give the host as "host", not as a header')
     _check_request(host, path)
     return Probe(route=f"{where} {method.upper()} {host}{path}", method=method.upper(),
                  scheme=scheme, host=host, path=path,

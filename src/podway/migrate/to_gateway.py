@@ -221,7 +221,13 @@ class _Converter:
         rule: dict[str, Any] = {"matches": [match]}
         filters: list[dict[str, Any]] = []
         if notes.redirect is not None:
-            filters.append(_url_redirect(notes.redirect.url, notes.redirect.code))
+            redirect = _url_redirect(notes.redirect.url, notes.redirect.code)
+            if redirect is None:
+                key = "permanent-redirect" if notes.redirect.permanent else "temporal-redirect"
+                self.note(host.ingress, PREFIX + key, f"{notes.redirect.url!r} is not a URL a "
+                          "redirect can name; the path is left out")
+                return
+            filters.append(redirect)
         else:
             rewrite: dict[str, Any] = {}
             if notes.upstream_vhost:
@@ -500,16 +506,21 @@ def _redirect_filter(*, scheme: str | None = None, path: str | None = None,
     return {"type": "RequestRedirect", "requestRedirect": redirect}
 
 
-def _url_redirect(url: str, code: int) -> dict[str, Any]:
-    """``return CODE URL``: a redirect to exactly that URL (nginx appends nothing)."""
-    parts = urlsplit(url)
+def _url_redirect(url: str, code: int) -> dict[str, Any] | None:
+    """``return CODE URL``: a redirect to exactly that URL (nginx appends nothing); None when
+    ``url`` does not parse."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
     redirect: dict[str, Any] = {}
     if parts.scheme in ("http", "https"):
         redirect["scheme"] = parts.scheme
     if parts.hostname:
         redirect["hostname"] = parts.hostname
-    if parts.port:
-        redirect["port"] = parts.port
+    if port:
+        redirect["port"] = port
     redirect["path"] = {"type": "ReplaceFullPath", "replaceFullPath": parts.path or "/"}
     redirect["statusCode"] = code if code in (301, 302, 303, 307, 308) else 302
     return {"type": "RequestRedirect", "requestRedirect": redirect}
