@@ -47,6 +47,7 @@ DEFAULT_METHODS = ("GET", "POST")
 NGINX = "nginx.ingress.kubernetes.io/"
 _REGEX_META = re.compile(r"[\\^$.|?*+()\[\]{}]")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,7 +128,8 @@ def from_objects(objects: Sequence[K8sObject], *, methods: Sequence[str] = DEFAU
             out.extend(_ingress_probes(obj, tls_hosts, methods))
         elif isinstance(obj, HTTPRoute):
             out.extend(_httproute_probes(obj, https_hosts, methods))
-    return unique(out)
+    # a host or path no request line can carry as written (Podway reports those objects)
+    return unique(p for p in out if _PRINTABLE.match(p.host) and _PRINTABLE.match(p.path))
 
 
 def _ingress_tls_hosts(objects: Sequence[K8sObject]) -> set[str]:
@@ -310,10 +312,12 @@ def _clean(value: str) -> bool:
 
 
 def _check_request(host: str, path: str) -> None:
-    if not _clean(host) or " " in host or "/" in host:
+    """What a request line can carry as it is: printable ASCII, no spaces (a log holds the
+    target percent-encoded already; anything else would be re-encoded into another request)."""
+    if not _PRINTABLE.match(host) or "/" in host:
         raise ValueError(f"host {host[:80]!r} is not a host name")
-    if not _clean(path) or " " in path:
-        raise ValueError("the path holds spaces or control characters")
+    if not _PRINTABLE.match(path):
+        raise ValueError("the path holds spaces, control or non-ASCII characters")
 
 
 def sample(probes: Sequence[Probe], count: int, *, seed: int = 0) -> tuple[Probe, ...]:

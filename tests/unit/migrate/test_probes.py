@@ -161,11 +161,12 @@ def test_json_lines_and_their_errors() -> None:
              json.dumps({"path": "/nohost"}),
              json.dumps({"host": "a.test", "path": "/z", "headers": {"bad": "a\r\nb"}}),
              json.dumps({"host": "a.test", "path": "/z", "headers": {"Host": "b.test"}}),
+             json.dumps({"host": "a.test", "path": "/caf\u00e9"}),
              "{not json", "garbage", "", "# comment"]
     parsed = parse_log("\n".join(lines), source="f")
     assert [(p.method, p.scheme, p.path, p.headers) for p in parsed.probes] == [
         ("POST", "https", "/x", (("x-canary", "always"),)), ("GET", "http", "/y", ())]
-    assert [s.split(":")[1] for s in parsed.skipped] == ["3", "4", "5", "6", "7"]
+    assert [s.split(":")[1] for s in parsed.skipped] == ["3", "4", "5", "6", "7", "8"]
 
 
 def test_repeated_log_requests_are_replayed_once() -> None:
