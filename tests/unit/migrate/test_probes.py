@@ -187,3 +187,10 @@ def test_sample_is_repeatable_keeps_order_and_size() -> None:
 @given(st.text(max_size=300))
 def test_parse_log_never_raises(text: str) -> None:
     parse_log(text, default_host="h.test")
+
+
+def test_rule_paths_no_request_line_can_carry_give_no_probe() -> None:
+    text = INGRESSES.replace("/exact", "/caf\u00e9")
+    paths = {p.path for p in from_objects(_objects(text))}
+    assert "/api" in paths
+    assert not any("caf" in p for p in paths)
