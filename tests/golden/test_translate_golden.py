@@ -26,6 +26,8 @@ def options_of(text: str) -> TranslateOptions:
     for doc in yaml.safe_load_all(text):
         if isinstance(doc, dict) and doc.get("kind") == "TranslateOptions":
             spec = dict(doc.get("spec") or {})
+            if "takeover_classes" in spec:
+                spec["takeover_classes"] = tuple(spec["takeover_classes"])
             if "mode" in spec:
                 spec["mode"] = BackendMode(spec["mode"])
             if "tls" in spec:

@@ -70,6 +70,18 @@ def check_hops(flag: str, value: int) -> int:
     return value
 
 
+def check_classes(flag: str, values: list[str] | None) -> tuple[str, ...]:
+    """``--ingress-class``: IngressClass names (DNS subdomains), each once."""
+    import re
+
+    out = tuple(dict.fromkeys(v.strip() for v in values or ()))
+    for value in out:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
+            raise ConfigError(f"{flag} {value!r} is not an IngressClass name (lower-case "
+                              "letters, digits, '-' and '.')")
+    return out
+
+
 XFF_HELP = ("Proxies in front of the engine trusted to append to X-Forwarded-For (0: the "
             "engine is the edge, a client-sent X-Forwarded-For never names the client).")
 

@@ -14,6 +14,7 @@ import typer
 
 from podway.commands.common import (
     check_address,
+    check_classes,
     check_hops,
     check_loopback,
     check_port,
@@ -24,6 +25,7 @@ from podway.commands.flags import (
     DashboardAddress,
     DashboardAllowRemote,
     DashboardPort,
+    IngressClasses,
     XffTrustedHops,
 )
 from podway.translate import BackendMode
@@ -79,6 +81,7 @@ def controller(
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "
         "show Kubernetes readiness only.")] = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    ingress_class: IngressClasses = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
@@ -130,6 +133,8 @@ def controller(
         namespace_selector=namespace_selector,
         translate=TranslateOptions(address=address, http_port=http_port,
                                    https_port=https_port, mode=backend_mode,
+                                   takeover_classes=check_classes("--ingress-class",
+                                                                  ingress_class),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops)),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,

@@ -28,3 +28,7 @@ DashboardAddress = Annotated[str, typer.Option(
 DashboardAllowRemote = Annotated[bool, typer.Option(
     "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page has "
     "no login: put it behind your own access control).")]
+IngressClasses = Annotated[list[str] | None, typer.Option(
+    "--ingress-class", help="Also serve Ingresses of this class (repeatable), whichever "
+    "controller its IngressClass names, e.g. nginx: take over ingress-nginx's Ingresses and "
+    "serve their nginx.ingress.kubernetes.io annotations (docs/migrate-from-ingress-nginx.md).")]

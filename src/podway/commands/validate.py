@@ -14,8 +14,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from podway.commands.common import check_address, check_hops, check_port, tls_flags
+from podway.commands.common import check_address, check_classes, check_hops, check_port, tls_flags
 from podway.commands.flags import (
+    IngressClasses,
     ManifestAddresses,
     StrictHostOwnership,
     TlsCiphers,
@@ -53,6 +54,7 @@ def validate(
     = None,
     manifest_addresses: ManifestAddresses = False,
     strict_host_ownership: StrictHostOwnership = False,
+    ingress_class: IngressClasses = None,
     xff_trusted_hops: XffTrustedHops = 0,
     tls_min_version: TlsMinVersion = None,
     tls_max_version: TlsMaxVersion = None,
@@ -68,6 +70,7 @@ def validate(
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                             mode=mode, manifest_addresses=manifest_addresses,
                             strict_host_ownership=strict_host_ownership,
+                            takeover_classes=check_classes("--ingress-class", ingress_class),
                             tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
                             xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                         xff_trusted_hops))

@@ -38,6 +38,7 @@ from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
+from podway.envoy_config.access import manager_filters
 from podway.envoy_config.common import ads_source, pack, stat_prefix
 from podway.ir import L4Route, Listener, TLSCertificate
 from podway.ir import ListenerProtocol as Protocol
@@ -114,6 +115,7 @@ def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
     # gaining one never replaces the listener (and never drains its connections).
     manager.http_filters.append(hcm.HttpFilter(
         name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())))
+    manager.http_filters.extend(manager_filters())  # rate limits, client access, body limits
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
     return lc.Filter(name="envoy.filters.network.http_connection_manager",
@@ -160,6 +162,12 @@ def _downstream_tls(cert: TLSCertificate, *, alpn: tuple[str, ...] = ("h2", "htt
         if options.max_version:
             params.tls_maximum_protocol_version = _TLS_VERSIONS[options.max_version]
         params.cipher_suites.extend(options.ciphers)
+    if options.client_ca_pem:
+        validation = common.validation_context
+        validation.trusted_ca.inline_string = options.client_ca_pem
+        if options.client_verify_depth is not None:
+            validation.max_verify_depth.value = options.client_verify_depth
+        context.require_client_certificate.value = options.client_required
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))
 

@@ -35,6 +35,7 @@ from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
+from podway.envoy_config.access import access_filters
 from podway.envoy_config.common import duration, pack
 from podway.envoy_config.listeners import CORS_FILTER, sni_tables
 from podway.ir import (
@@ -186,6 +187,8 @@ def _base(route: Route, match: rc.RouteMatch, *, suffix: str = "") -> rc.Route:
             _headers(out, f)
         elif isinstance(f, CORS):
             out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(_cors(f)))
+    for name, config in access_filters(route.filters):
+        out.typed_per_filter_config[name].CopyFrom(config)
     return out
 
 
@@ -369,6 +372,7 @@ def _redirect(out: rc.RedirectAction, action: Redirect, match: RouteMatch) -> No
     elif action.prefix is not None:
         out.prefix_rewrite = action.prefix
     out.response_code = _REDIRECT_CODES.get(action.status_code, rc.RedirectAction.FOUND)
+    out.strip_query = action.strip_query
 
 
 def _rewrite(ra: rc.RouteAction, rewrite: URLRewrite, match: RouteMatch) -> None:
@@ -381,6 +385,9 @@ def _rewrite(ra: rc.RouteAction, rewrite: URLRewrite, match: RouteMatch) -> None
         pattern, substitution = replace_prefix_regex(match.path.value, rewrite.prefix)
         ra.regex_rewrite.pattern.regex = pattern
         ra.regex_rewrite.substitution = substitution
+    elif rewrite.pattern is not None:
+        ra.regex_rewrite.pattern.regex = rewrite.pattern
+        ra.regex_rewrite.substitution = rewrite.substitution
 
 
 def replace_prefix_regex(prefix: str, replacement: str) -> tuple[str, str]:

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 from podway.explain.model import MemberView
-from podway.ir import CORS, HeaderModifier, Mirror, Pool, URLRewrite, VirtualHost, WildcardMode
+from podway.ir import (
+    CORS,
+    BodyLimit,
+    ClientAccess,
+    Filter,
+    HeaderModifier,
+    Pool,
+    RateLimit,
+    URLRewrite,
+    VirtualHost,
+    WildcardMode,
+)
 
 
 def backend_mode(pool: Pool, mode: str) -> str:
@@ -24,7 +35,7 @@ def host_kind(vhost: VirtualHost, host: str) -> str:
     return f"exact host {vhost.hostname}"
 
 
-def filter_text(f: HeaderModifier | URLRewrite | Mirror | CORS) -> str:
+def filter_text(f: Filter) -> str:
     if isinstance(f, HeaderModifier):
         side = "response" if f.response else "request"
         edits = ([f"set {k}: {v}" for k, v in f.set] + [f"add {k}: {v}" for k, v in f.add]
@@ -38,10 +49,22 @@ def filter_text(f: HeaderModifier | URLRewrite | Mirror | CORS) -> str:
             edits.append(f"path → {f.path}")
         if f.prefix is not None:
             edits.append(f"matched prefix → {f.prefix or '/'}")
+        if f.pattern is not None:
+            edits.append(f"path matching {f.pattern} → {f.substitution}")
         return f"rewrite: {', '.join(edits) or 'no change'}"
     if isinstance(f, CORS):
         return (f"CORS: origins {', '.join(f.allow_origins) or 'none'} (preflights answered by "
                 "the engine)")
+    if isinstance(f, ClientAccess):
+        allow = ", ".join(f.allow) or "any address"
+        deny = f" except {', '.join(f.deny)}" if f.deny else ""
+        return f"clients allowed: {allow}{deny} (others get 403)"
+    if isinstance(f, RateLimit):
+        who = "per client address" if f.per_client else "for all clients"
+        return (f"rate limit {who}: {f.requests} per {f.interval_ms} ms, bursts of {f.burst} "
+                f"(then {f.status})")
+    if isinstance(f, BodyLimit):
+        return f"request bodies up to {f.max_bytes} bytes (larger: 413)"
     return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
 
 

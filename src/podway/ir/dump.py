@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from podway.ir import IR
-from podway.ir.listener import TLSCertificate
+from podway.ir.listener import TLSCertificate, TLSOptions
 from podway.ir.route import WeightedPool
 from podway.model.base import ObjectRef
 
@@ -29,6 +29,8 @@ def to_data(value: Any) -> Any:
         out = _fields(value, skip={"key_pem", "cert_pem"})
         out["fingerprint"] = value.fingerprint
         return out
+    if isinstance(value, TLSOptions):
+        return _fields(value, skip={"client_ca_pem"})  # ``client_ca`` names it
     if isinstance(value, WeightedPool) and value.pool is None:
         # A share answered with a status: the status is the whole meaning, never elide it.
         share: dict[str, Any] = {"status": value.status}
@@ -47,7 +49,7 @@ def to_data(value: Any) -> Any:
 
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
-           "CORS"}
+           "CORS", "ClientAccess", "RateLimit", "BodyLimit"}
 
 
 def _action_kind(value: object) -> str | None:

@@ -34,6 +34,14 @@ class TLSOptions:
     min_version: str | None = None
     max_version: str | None = None
     ciphers: tuple[str, ...] = ()
+    # Client certificates (ingress-nginx auth-tls-*): with ``client_ca_pem`` the engine asks
+    # for one and verifies it against these CAs (chains of at most ``client_verify_depth``
+    # intermediates); a client without one is refused when ``client_required``, and one with
+    # an unverifiable certificate always. ``client_ca`` names their source in dumps.
+    client_ca_pem: str = field(default="", repr=False)
+    client_ca: str = ""
+    client_required: bool = True
+    client_verify_depth: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

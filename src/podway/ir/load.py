@@ -25,7 +25,7 @@ from podway.model.base import ObjectRef
 _TAGGED: dict[str, type[Any]] = {
     name: getattr(ir_mod, name)
     for name in ("Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite",
-                 "Mirror", "CORS")
+                 "Mirror", "CORS", "ClientAccess", "RateLimit", "BodyLimit")
 }
 
 

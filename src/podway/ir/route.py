@@ -116,6 +116,7 @@ class Redirect:
     path: str | None = None  # full replacement
     prefix: str | None = None  # replaces the matched PREFIX path; see URLRewrite.prefix
     status_code: int = 302
+    strip_query: bool = False  # drop the request's query string (a fixed target URL)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +144,11 @@ class URLRewrite:
     hostname: str | None = None
     path: str | None = None  # full replacement
     prefix: str | None = None  # replaces the matched prefix (see above)
+    # A regex rewrite (ingress-nginx rewrite-target): when ``pattern`` (RE2, matched against
+    # the whole path without the query) matches, the path becomes ``substitution`` with
+    # ``\1``-``\9`` replaced by its groups. Never together with ``path`` or ``prefix``.
+    pattern: str | None = None
+    substitution: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,7 +173,37 @@ class CORS:
     max_age_s: int = 5
 
 
-Filter = HeaderModifier | URLRewrite | Mirror | CORS
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientAccess:
+    """Which client addresses the route serves (the address after trusted X-Forwarded-For
+    hops): ``allow`` CIDRs (empty: any) minus ``deny`` CIDRs; everyone else gets 403."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimit:
+    """A token bucket per engine and, with ``per_client``, per client address: ``burst``
+    tokens at most, ``requests`` added every ``interval_ms``; a request finding none is
+    answered ``status``."""
+
+    requests: int
+    interval_ms: int = 1000
+    burst: int
+    per_client: bool = True
+    status: int = 429
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BodyLimit:
+    """Requests with a body over ``max_bytes`` are answered 413; the engine reads a body
+    whole before forwarding it (as nginx does by default)."""
+
+    max_bytes: int
+
+
+Filter = HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,7 @@ from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec
+from podway.translate.ingress_canary import canary_routes
 from podway.translate.ingress_part import (
     LEGACY_CLASS_ANNOTATION,
     Claim,
@@ -55,12 +56,15 @@ def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> boo
     where = ("spec.ingressClassName" if ingress.spec.ingress_class_name
              else f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]")
     if name is None:
-        if any(c.spec.controller == opts.ingress_controller and c.is_default
+        if any(c.is_default and (c.spec.controller == opts.ingress_controller
+                                 or c.metadata.name in opts.takeover_classes)
                for c in classes.values()):
             return True
         return _not_owned(ingress, "spec.ingressClassName",
                           "no ingressClassName and no default IngressClass of "
                           f"{opts.ingress_controller}; set spec.ingressClassName to take it")
+    if name in opts.takeover_classes:
+        return True  # --ingress-class: taken over, whichever controller its class names
     if not classes:
         if name == opts.ingress_class:
             return True
@@ -104,7 +108,10 @@ class IngressTranslation:
     problems: list[Problem] = field(default_factory=list)
     owners: dict[str, IngressPart] = field(default_factory=dict)  # host → oldest to name it
     passthrough: dict[str, tuple[PassthroughPart, IngressPart]] = field(default_factory=dict)
+    # nginx canary Ingresses: (host, slot) → the canary's claim; joined to the main route
+    canaries: dict[tuple[str, SlotKey], tuple[Claim, IngressPart]] = field(default_factory=dict)
     _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
+    _joined: set[tuple[str, SlotKey]] = field(default_factory=set)  # canaries with a main
 
     def add(self, ingress: Ingress) -> None:
         part = self.memo.get(ingress.key)
@@ -112,7 +119,10 @@ class IngressTranslation:
             part = build_part(ingress, self.snapshot, self.opts)
         self.parts[ingress.key] = part
         for claim in part.claims:
-            self._claim(part, claim)
+            if part.canary is not None:
+                self._claim_canary(part, claim)
+            else:
+                self._claim(part, claim)
         for tls in part.tls:
             self._add_tls(part, tls)
         for passthrough in part.passthrough:
@@ -163,6 +173,34 @@ class IngressTranslation:
             self._problem(part, Reason.HOST_CONFLICT,
                           f"host {quote(claim.host)} {what} is already served by older Ingress "
                           f"{owner}", claim.where)
+
+    def _claim_canary(self, part: IngressPart, claim: Claim) -> None:
+        """A canary takes no slot: it joins the main route of the same host and path."""
+        if not self._admitted(part, claim.host, "canary paths", claim.where):
+            return
+        held = self.canaries.setdefault((claim.host, claim.key), (claim, part))
+        if held[1] is not part:
+            self._problem(part, Reason.HOST_CONFLICT,
+                          f"host {quote(claim.host)} path already has canary Ingress "
+                          f"{held[1].owner}; one canary per host and path is served",
+                          claim.where)
+
+    def _routes(self, claim: Claim) -> list[Route]:
+        """The main route of a slot, preceded by its canary's routes (ingress-nginx order:
+        header, then cookie, then weight)."""
+        held = self.canaries.get((claim.host, claim.key))
+        if held is None:
+            return [claim.route]
+        self._joined.add((claim.host, claim.key))
+        return canary_routes(claim.route, held[0].route.action, held[1])
+
+    def _unjoined_canaries(self) -> None:
+        for (host, key), (claim, part) in self.canaries.items():
+            if (host, key) not in self._joined:
+                self._problem(part, Reason.CANARY_WITHOUT_MAIN,
+                              f"no main Ingress serves host {quote(host)} {_slot_words(key)}; "
+                              "this canary is not served (as in ingress-nginx)", claim.where,
+                              Severity.WARNING)
 
     def _add_tls(self, part: IngressPart, tls: TLSPart) -> None:
         cert = tls.cert
@@ -226,13 +264,16 @@ class IngressTranslation:
         passed through, HTTPS (terminating and passthrough chains chosen by SNI)."""
         passthrough = self._passthrough_routes()
         if not self.hosts:
+            self._unjoined_canaries()
             return [self._https((), (), passthrough)] if passthrough else []
         vhosts: list[VirtualHost] = []
         for host in sorted(self.hosts, key=host_order):
             claims = sorted((c for c, _ in self.hosts[host].values()), key=lambda c: c.order)
             vhosts.append(VirtualHost(name=host, hostname=host, wildcard=WildcardMode.ONE_LABEL,
-                                      routes=tuple(c.route for c in claims)))
-        origins = tuple(sorted({r.origin for v in vhosts for r in v.routes}))
+                                      routes=tuple(r for c in claims for r in self._routes(c))))
+        self._unjoined_canaries()
+        canaries = {self.canaries[k][1].source.ref for k in self._joined}
+        origins = tuple(sorted({r.origin for v in vhosts for r in v.routes} | canaries))
         certs = self._certificates()
         secure = tuple(v for v in vhosts if self._has_certificate(v.hostname)) if certs else ()
         plain = self._redirected(vhosts, {v.hostname for v in secure})
@@ -254,22 +295,28 @@ class IngressTranslation:
                     ) -> tuple[VirtualHost, ...]:
         """The plain-HTTP virtual hosts: a route of a host served over HTTPS answers a
         redirect to ``https://`` when its Ingress has a TLS entry covering the host and does
-        not opt out (``podway.io/ssl-redirect: "false"``); ACME HTTP-01 paths are never
-        redirected (a certificate authority validates them over plain HTTP)."""
+        not opt out (``podway.io/ssl-redirect`` or nginx ``ssl-redirect: "false"``), and
+        every route of an Ingress with nginx ``force-ssl-redirect`` does (HTTPS may end in
+        front of Podway); ACME HTTP-01 paths are never redirected (a certificate authority
+        validates them over plain HTTP)."""
         by_ref = {part.source.ref: part for part in self.parts.values()}
         port = None if self.opts.https_port == 443 else self.opts.https_port
         redirect = Redirect(scheme="https", port=port, status_code=REDIRECT_STATUS)
         out: list[VirtualHost] = []
         for vhost in vhosts:
             host = vhost.hostname
-            if host == "*" or host not in secure:
+            served = host != "*" and host in secure
+            if not served and not any(by_ref[r.origin].force_ssl_redirect for r in vhost.routes
+                                      if r.origin in by_ref):
                 out.append(vhost)
                 continue
             routes = []
             for route in vhost.routes:
                 part = by_ref.get(route.origin)
-                if (part is not None and part.ssl_redirect and _tls_covers(part, host)
-                        and not _acme(route)):
+                if part is None or _acme(route):
+                    routes.append(route)
+                elif part.force_ssl_redirect or (served and part.ssl_redirect
+                                                 and _tls_covers(part, host)):
                     routes.append(Route(name=route.name, match=route.match, action=redirect,
                                         origin=route.origin))
                 else:
@@ -311,3 +358,7 @@ def _acme(route: Route) -> bool:
     path = route.match.path
     return path.kind is not PathKind.REGEX and (
         path.value.rstrip("/") + "/").startswith(ACME_CHALLENGE + "/")
+
+
+def _slot_words(key: SlotKey) -> str:
+    return "defaultBackend" if key == ("default",) else f"path {quote(str(key[1]))} ({key[0]})"

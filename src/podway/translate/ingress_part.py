@@ -25,21 +25,28 @@ from podway.ir import (
     UpstreamTLS,
     WeightedPool,
 )
-from podway.ir.route import Action
+from podway.ir.route import Action, Filter
 from podway.model import Ingress, K8sObject, Secret, Service
 from podway.model.core import ServicePort
-from podway.model.networking import IngressBackend, IngressRule
+from podway.model.networking import HTTPIngressPath, IngressBackend, IngressRule
 from podway.model.snapshot import Snapshot
+from podway.nginx import serve as nginx
+from podway.nginx.annotations import PREFIX as NGINX_PREFIX
+from podway.nginx.annotations import Canary, NginxAnnotations, VerifyClient
+from podway.nginx.annotations import read as read_nginx
 from podway.translate.annotations import foreign_annotations
 from podway.translate.backends import PoolSpec, find_port, http_pool, l4_pool, mode_problem
 from podway.translate.hosts import valid_hostname
 from podway.translate.ingress_tls import (
     BACKEND_CA_SECRET,
+    BACKEND_PROTOCOL,
+    SSL_REDIRECT,
     IngressTLSSettings,
 )
 from podway.translate.ingress_tls import parse as parse_tls_settings
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
+from podway.translate.regex import re2_problem
 from podway.translate.tls import ca_bundle, certificate_from_secret
 from podway.translate.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 
@@ -86,6 +93,9 @@ class IngressPart:
     # Every lookup the part made: (kind, namespace, name, what was found).
     deps: tuple[tuple[type[K8sObject], str, str, K8sObject | None], ...]
     ssl_redirect: bool = True  # podway.io/ssl-redirect: plain HTTP of its TLS hosts redirects
+    # nginx force-ssl-redirect: plain HTTP redirects even for hosts without a TLS entry
+    force_ssl_redirect: bool = False
+    canary: Canary | None = None  # nginx canary: its claims join the main Ingress's routes
 
     @property
     def owner(self) -> str:
@@ -113,6 +123,8 @@ class _Builder:
     settings: IngressTLSSettings = field(default_factory=IngressTLSSettings)
     passthrough: list[PassthroughPart] = field(default_factory=list)
     tls_options: TLSOptions | None = None
+    nginx: NginxAnnotations = field(default_factory=NginxAnnotations)
+    filters: tuple[Filter, ...] = ()  # every route's (nginx annotations)
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -122,8 +134,8 @@ class _Builder:
     def build(self) -> IngressPart:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
-        self.settings = parse_tls_settings(ingress.metadata.annotations)
-        self.annotations()
+        self.read_nginx()
+        answer = nginx.redirect(self.nginx)
         for name, verdict in self.settings.problems:
             self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
                          f"metadata.annotations[{name}]")
@@ -147,24 +159,14 @@ class _Builder:
             host = rule.host or "*"
             rule_hosts.append(host)
             for j, path in enumerate(rule.http.paths if rule.http else ()):
-                where = f"spec.rules[{i}].http.paths[{j}]"
-                if not path.path.startswith("/"):
-                    self.problem(Reason.INVALID_PATH,
-                                 f"path {quote(path.path)} must start with '/'",
-                                 f"{where}.path")
-                    continue
-                kind = PathKind.EXACT if path.path_type == "Exact" else PathKind.PREFIX
-                value = path.path if kind is PathKind.EXACT else (path.path.rstrip("/") or "/")
-                route = Route(name=f"{base}/rule/{i}/path/{j}",
-                              match=RouteMatch(path=PathMatch(kind=kind, value=value)),
-                              action=self.action(path.backend, f"{where}.backend"),
-                              origin=ingress.ref)
-                order = (-len(value), 0 if kind is PathKind.EXACT else 1, value)
-                self.claims.append(Claim(host, (kind, value), order, route, where))
+                self.path_claim(host, f"{base}/rule/{i}/path/{j}", path,
+                                f"spec.rules[{i}].http.paths[{j}]", answer)
+        self.app_root(base, rule_hosts)
         if ingress.spec.default_backend is not None and not self.settings.passthrough:
             route = Route(name=f"{base}/default-backend", match=RouteMatch(),
-                          action=self.action(ingress.spec.default_backend,
-                                             "spec.defaultBackend"),
+                          action=answer or self.action(ingress.spec.default_backend,
+                                                       "spec.defaultBackend"),
+                          filters=(*self.filters, *nginx.host_rewrite(self.nginx)),
                           origin=ingress.ref)
             # Lowest precedence in every host of this Ingress, and for hosts nobody names.
             for host in dict.fromkeys([*rule_hosts, "*"]):
@@ -181,12 +183,79 @@ class _Builder:
                            passthrough=tuple(self.passthrough),
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()),
-                           ssl_redirect=self.settings.ssl_redirect)
+                           ssl_redirect=self.settings.ssl_redirect,
+                           force_ssl_redirect=(self.nginx.ssl is not None
+                                               and self.nginx.ssl.force),
+                           canary=self.nginx.canary)
+
+    def read_nginx(self) -> None:
+        """The ingress-nginx annotations: read once, reported, turned into filters; its
+        ssl-redirect and backend-protocol stand in for Podway's own when those are unset."""
+        annotations = self.ingress.metadata.annotations
+        self.nginx = read_nginx(annotations, namespace=self.ingress.metadata.namespace)
+        self.settings = parse_tls_settings(_with_nginx(annotations, self.nginx))
+        self.annotations()
+        for note in nginx.notes(self.nginx):
+            self.problem(Reason(note.reason.value), f"annotation {note.key}: {note.message}",
+                         f"metadata.annotations[{note.key}]",
+                         Severity.ERROR if note.error else Severity.WARNING)
+        self.filters = nginx.route_filters(self.nginx)
+        canary = self.nginx.canary
+        pattern = canary.header_pattern if canary is not None else None
+        why = re2_problem(f".*(?:{pattern}).*") if pattern is not None else None
+        if canary is not None and why is not None:
+            key = f"{NGINX_PREFIX}canary-by-header-pattern"
+            self.problem(Reason.INVALID_ANNOTATION, f"annotation {key}: {why}; not used",
+                         f"metadata.annotations[{key}]")
+            self.nginx = replace(self.nginx, canary=replace(canary, header_pattern=None))
+
+    def path_claim(self, host: str, name: str, path: HTTPIngressPath, where: str,
+                   answer: Action | None) -> None:
+        """One rule path → a claim on ``host`` (or a problem)."""
+        if not path.path.startswith("/"):
+            self.problem(Reason.INVALID_PATH, f"path {quote(path.path)} must start with '/'",
+                         f"{where}.path")
+            return
+        kind = PathKind.EXACT if path.path_type == "Exact" else PathKind.PREFIX
+        value = path.path if kind is PathKind.EXACT else (path.path.rstrip("/") or "/")
+        match = PathMatch(kind=kind, value=value)
+        exact = kind is PathKind.EXACT
+        regex = nginx.path_match(self.nginx, exact=exact, path=path.path)
+        rewrite = nginx.rewrite(self.nginx, exact=exact, path=path.path)
+        patterns = (regex.value if regex else None, rewrite.pattern if rewrite else None)
+        why = next((w for w in (re2_problem(p) for p in patterns if p is not None)
+                    if w is not None), None)
+        if why is not None:
+            self.problem(Reason.INVALID_PATH, f"path {quote(path.path)} is a regular expression "
+                         f"here (nginx use-regex/rewrite-target) and {why}", f"{where}.path")
+            return
+        if regex is not None:
+            match, value = regex, path.path
+        route = Route(name=name, match=RouteMatch(path=match),
+                      action=answer or self.action(path.backend, f"{where}.backend"),
+                      filters=(*self.filters, *([rewrite] if rewrite else [])),
+                      origin=self.ingress.ref)
+        order = (-len(value), 0 if exact else 1, value)
+        self.claims.append(Claim(host, (match.kind, value), order, route, where))
+
+    def app_root(self, base: str, hosts: list[str]) -> None:
+        """nginx ``app-root``: ``/`` of each host of the Ingress redirects to it."""
+        root = nginx.app_root(self.nginx)
+        if root is None:
+            return
+        route = Route(name=f"{base}/app-root", action=root, filters=self.filters,
+                      match=RouteMatch(path=PathMatch(kind=PathKind.EXACT, value="/")),
+                      origin=self.ingress.ref)
+        where = f"metadata.annotations[{NGINX_PREFIX}app-root]"
+        for host in dict.fromkeys(hosts):
+            self.claims.append(Claim(host, (PathKind.EXACT, "/"), (-1, 0, "/"), route, where))
 
     def annotations(self) -> None:
         """Settings meant for other controllers, and a class annotation that is overridden."""
         annotations = self.ingress.metadata.annotations
         for name, message in foreign_annotations(annotations):
+            if name.startswith(NGINX_PREFIX):
+                continue  # served, or reported with advice (podway.nginx.serve.notes)
             self.problem(Reason.UNSUPPORTED_ANNOTATION, message,
                          f"metadata.annotations[{name}]", Severity.WARNING)
         legacy = annotations.get(LEGACY_CLASS_ANNOTATION)
@@ -203,13 +272,42 @@ class _Builder:
         refuse a value: its TLS entries are then not served rather than served weaker."""
         annotations = self.ingress.metadata.annotations
         try:
-            return from_listener_options(annotations, self.opts.tls)
+            options = from_listener_options(annotations, self.opts.tls)
         except TLSOptionError as error:
             name = next((k for k in OPTION_KEYS if k in annotations), OPTION_KEYS[0])
             self.problem(Reason.INVALID_ANNOTATION, f"{error}; the TLS entries of this Ingress "
                          "are not served (the engine would refuse the value)",
                          f"metadata.annotations[{name}]")
             return None
+        return self.client_certificates(options)
+
+    def client_certificates(self, options: TLSOptions) -> TLSOptions | None:
+        """nginx ``auth-tls-*``: the CA that verifies client certificates on this Ingress's
+        TLS hosts. None (with an error) when it cannot be enforced as asked: those hosts are
+        then not served over HTTPS rather than served without client certificates."""
+        auth = self.nginx.auth_tls
+        if auth is None or auth.verify in (VerifyClient.OFF, VerifyClient.OPTIONAL_NO_CA):
+            return options
+        key = f"metadata.annotations[{NGINX_PREFIX}auth-tls-secret]"
+        if not auth.name:
+            return None  # unreadable reference: reported by the reader, fail closed
+        if auth.match_cn is not None:
+            self.problem(Reason.UNSUPPORTED_ANNOTATION, f"annotation {NGINX_PREFIX}"
+                         "auth-tls-match-cn cannot be enforced (the engine checks subject "
+                         "alternative names, not the CN); the TLS entries of this Ingress are "
+                         "not served until it is removed", key)
+            return None
+        self.lookup(Secret, auth.namespace, auth.name)
+        found = ca_bundle(self.snapshot, auth.namespace, "", "Secret", auth.name)
+        if isinstance(found, Verdict):
+            self.problem(found.reason, f"annotation {NGINX_PREFIX}auth-tls-secret: "
+                         f"{found.message}; the TLS entries of this Ingress are not served "
+                         "(clients could not be verified)", key)
+            return None
+        return replace(options, client_ca_pem=found,
+                       client_ca=f"secret/{auth.namespace}/{auth.name}",
+                       client_required=auth.verify is VerifyClient.ON,
+                       client_verify_depth=auth.depth)
 
     def service_port(self, backend: IngressBackend,
                      where: str) -> tuple[Service, ServicePort] | None:
@@ -360,3 +458,14 @@ class _Builder:
                 severity: Severity = Severity.ERROR) -> None:
         self.problems.append(Problem(ref=self.ingress.ref, reason=reason, message=message,
                                      field=where, severity=severity))
+
+
+def _with_nginx(annotations: dict[str, str], found: NginxAnnotations) -> dict[str, str]:
+    """The annotations with nginx's ssl-redirect and backend-protocol standing in for Podway's
+    own when those are not set (``podway.io/`` wins when both are)."""
+    extra: dict[str, str] = {}
+    if found.ssl is not None and SSL_REDIRECT not in annotations:
+        extra[SSL_REDIRECT] = str(found.ssl.redirect).lower()
+    if found.backend_protocol is not None and BACKEND_PROTOCOL not in annotations:
+        extra[BACKEND_PROTOCOL] = found.backend_protocol.value
+    return {**annotations, **extra} if extra else annotations

@@ -38,6 +38,11 @@ class TranslateOptions:
     """IngressClass ``spec.controller`` that makes a class ours."""
     ingress_class: str = "podway"
     """Class name that is ours when the snapshot holds no IngressClass objects."""
+    takeover_classes: tuple[str, ...] = ()
+    """Ingress class names Podway serves whatever controller their IngressClass names
+    (``--ingress-class nginx``: take over ingress-nginx's Ingresses, serving their
+    ``nginx.ingress.kubernetes.io/*`` annotations). An Ingress without a class is taken when
+    the default IngressClass has one of these names."""
     gateway_controller: str = "podway.io/gateway-controller"
     """GatewayClass ``spec.controllerName`` that makes a class (and its Gateways) ours."""
     load_balancer_class: str = "podway.io/lb"

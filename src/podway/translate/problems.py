@@ -50,6 +50,7 @@ class Reason(StrEnum):
     NO_RULES = "NoRules"
     PORT_CONFLICT = "PortConflict"
     SHADOWED = "Shadowed"
+    CANARY_WITHOUT_MAIN = "CanaryWithoutMain"  # nginx canary Ingress: no main Ingress to join
     # Values the engine would refuse, settings Podway does not serve
     INVALID_ADDRESS = "InvalidAddress"
     ADDRESS_NOT_ALLOWED = "AddressNotAllowed"

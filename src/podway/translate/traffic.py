@@ -53,6 +53,8 @@ from podway.model.policy import (
     TrafficPolicySpec,
 )
 from podway.model.snapshot import Snapshot
+from podway.nginx.annotations import PREFIX as NGINX_PREFIX
+from podway.nginx.serve import traffic_spec as nginx_traffic
 from podway.translate import traffic_values as tv
 from podway.translate.backends import PoolSpec
 from podway.translate.problems import Problem, Reason, Severity, Verdict, quote
@@ -269,11 +271,14 @@ class _Run:
         key = id(obj)
         if key in self._annotations:
             return self._annotations[key]
-        if not any(k.startswith(tv.ANNOTATION_PREFIX) for k in obj.metadata.annotations):
+        if not any(k.startswith((tv.ANNOTATION_PREFIX, NGINX_PREFIX))
+                   for k in obj.metadata.annotations):
             self._annotations[key] = None
             return None
         issues = tv.Issues()
         spec = tv.annotation_spec(obj.metadata.annotations, issues)
+        if isinstance(obj, Ingress):  # ingress-nginx timeouts and affinity; podway.io/ wins
+            spec = nginx_traffic(obj, spec)
         source = None
         if spec is not None:
             bad = tv.validate(spec)
