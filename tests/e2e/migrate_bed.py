@@ -68,12 +68,14 @@ async def start_backends(names: Sequence[str], tasks: list[asyncio.Task[None]]
 
 
 async def podway_stack(root: Path, *, ingress_class: str = NGINX_CLASS) -> Stack:
-    """Standalone Podway on ``root`` taking over Ingresses of ``ingress_class``, started."""
+    """Standalone Podway on ``root`` taking over Ingresses of ``ingress_class`` (as
+    ``--ingress-class nginx``: their nginx annotations served), started."""
     http_port, https_port = free_port(), free_port()
     standalone = Standalone(StandaloneOptions(
         manifests=root, drain_s=0, status_file=root.parent / f"{root.name}-status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
-                                   https_port=https_port, ingress_class=ingress_class)))
+                                   https_port=https_port,
+                                   takeover_classes=(ingress_class,))))
     stack = Stack(root, http_port, https_port, standalone)
     await stack.start()
     return stack

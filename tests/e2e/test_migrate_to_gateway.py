@@ -131,3 +131,24 @@ async def test_converted_annotations_answer_as_ingress_nginx(tmp_path: Path) -> 
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def test_podway_serves_the_annotated_ingresses_as_ingress_nginx(tmp_path: Path) -> None:
+    """The same annotated Ingresses, taken over by Podway (``--ingress-class nginx``), answer
+    as nginx does and as their conversion does."""
+    tasks: list = []  # type: ignore[type-arg]
+    try:
+        ports = await start_backends(("web", "api"), tasks)
+        text = ANNOTATED + backends(ports)
+        gw_http, gw_https = free_port(), free_port()
+        both = text + "\n---\n" + converted(text, gw_http, gw_https)
+        async with bed(tmp_path, text, both) as b:
+            probes = probes_of(text)
+            report = await b.compare(probes)  # nginx vs Podway's Ingress listeners
+            assert not report.differs, explain(report)
+            report = await b.compare(probes, old=b.new, new=entry("new", gw_http, gw_https))
+            assert not report.differs, explain(report)
+            assert report.unanswered == 0, explain(report)
+    finally:
+        for task in tasks:
+            task.cancel()
