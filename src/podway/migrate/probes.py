@@ -30,7 +30,7 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from podway.model import Ingress
@@ -106,11 +106,77 @@ def path_samples(path: str, kind: str, *, regex: bool = False) -> tuple[str, ...
         match = _REGEX_META.search(path)
         literal = path[:match.start()] if match else path
         literal = literal if literal.startswith("/") else "/" + literal
-        return tuple(dict.fromkeys((literal, _below(literal))))
+        built = (regex_sample(path, more=False), regex_sample(path, more=True))
+        return tuple(dict.fromkeys((literal, _below(literal),
+                                    *(b for b in built if b and b.startswith("/")))))
     bare = path.rstrip("/") or "/"
     if bare == "/":
         return ("/", _below("/"))
     return (bare, bare + "/", _below(bare))
+
+
+def regex_sample(pattern: str, *, more: bool) -> str | None:
+    """A path ``pattern`` matches from its start (case-insensitively, as ingress-nginx's
+    ``~*`` locations do), built from its parse tree: the first branch and the first member of
+    each set, each repeat at its minimum (``more``: at least once). None when it cannot tell
+    (back-references, negated sets) or the result does not match after all."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        text = _emit(_parser.parse(pattern), more)
+        if re.match(pattern, text, re.IGNORECASE) is None:
+            return None
+    except (re.error, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            RecursionError, OverflowError):
+        return None
+    return text
+
+
+_CATEGORY = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_NOT_DIGIT": "a",
+             "CATEGORY_NOT_SPACE": "a", "CATEGORY_NOT_WORD": "-", "CATEGORY_SPACE": " "}
+_MAX_SAMPLE = 200
+
+
+def _emit(items: Iterable[tuple[Any, Any]], more: bool) -> str:
+    out: list[str] = []
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(arg))
+        elif name == "NOT_LITERAL":
+            out.append("b" if chr(arg) == "a" else "a")
+        elif name == "ANY":
+            out.append("a")
+        elif name == "IN":
+            out.append(_first_of(arg))
+        elif name == "CATEGORY":
+            out.append(_CATEGORY[str(arg)])
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, _, sub = arg
+            out.append(_emit(sub, more) * max(low, 1 if more else 0))
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
+            out.append(_emit(arg[-1], more))
+        elif name == "BRANCH":
+            out.append(_emit(arg[1][0], more))
+        elif name in ("AT", "ASSERT", "ASSERT_NOT"):
+            continue
+        else:  # back-references and the like: no sample
+            raise ValueError(name)
+        if sum(map(len, out)) > _MAX_SAMPLE:
+            raise ValueError("sample too long")
+    return "".join(out)
+
+
+def _first_of(items: Sequence[tuple[Any, Any]]) -> str:
+    op, arg = items[0]
+    name = str(op)
+    if name == "LITERAL":
+        return chr(arg)
+    if name == "RANGE":
+        return chr(arg[0])
+    if name == "CATEGORY":
+        return _CATEGORY[str(arg)]
+    raise ValueError(name)  # a negated set: no sample
 
 
 def _below(path: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from podway.migrate.probes import (
     from_objects,
     parse_log,
     path_samples,
+    regex_sample,
     sample,
 )
 from podway.model.loader import load_text
@@ -127,7 +129,24 @@ def test_path_samples_cover_the_edges_of_each_kind() -> None:
     assert path_samples("/a/", "Prefix") == ("/a", "/a/", "/a/compare")
     assert path_samples("/", "Prefix") == ("/", "/compare")
     assert path_samples("/a", "Exact") == ("/a",)
-    assert path_samples("/x/(.*)", "Prefix", regex=True) == ("/x/", "/x/compare")
+    assert path_samples("/x/(.*)", "Prefix", regex=True) == ("/x/", "/x/compare", "/x/a")
+
+
+@pytest.mark.parametrize(("pattern", "built"), [
+    ("/api(/|$)(.*)", {"/api/", "/api/a"}),  # the rewrite-target idiom: first branch
+    ("/items/[0-9]+", {"/items/0"}),  # a set: its first member, at least once
+    ("/v[12]/(users|groups)/?", {"/v1/users", "/v1/users/"}),
+    ("/[^/]+/edit", {"/a/edit"}),
+])
+def test_regex_paths_are_probed_with_paths_they_match(pattern: str, built: set[str]) -> None:
+    """The literal start alone would miss /items/[0-9]+ entirely."""
+    samples = path_samples(pattern, "ImplementationSpecific", regex=True)
+    assert built <= set(samples)
+    assert all(s.startswith("/") for s in samples)
+
+
+def test_regex_without_a_sample_falls_back_to_its_literal_start() -> None:
+    assert path_samples(r"/(\d+)/\1", "Prefix", regex=True) == ("/", "/compare")
 
 
 COMBINED = ('203.0.113.7 - - [01/Dec/2026:10:00:00 +0000] "GET /api/items?page=2 HTTP/1.1" 200 '
@@ -187,6 +206,16 @@ def test_sample_is_repeatable_keeps_order_and_size() -> None:
 @given(st.text(max_size=300))
 def test_parse_log_never_raises(text: str) -> None:
     parse_log(text, default_host="h.test")
+
+
+@given(st.text(max_size=60))
+def test_regex_samples_never_raise_and_always_match(pattern: str) -> None:
+    import re
+
+    for more in (False, True):
+        sample_path = regex_sample(pattern, more=more)
+        if sample_path is not None:
+            assert re.match(pattern, sample_path, re.IGNORECASE)
 
 
 def test_rule_paths_no_request_line_can_carry_give_no_probe() -> None:
