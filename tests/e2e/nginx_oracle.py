@@ -51,7 +51,6 @@ class Location:
     kind: str  # Exact, Prefix, ImplementationSpecific
     upstream: str  # "" : no endpoints (503)
     notes: NginxAnnotations
-    tls: bool  # the Ingress has a TLS entry covering the host
     canary: tuple[Canary, str] | None = None  # the canary's policy and upstream
 
 
@@ -102,11 +101,6 @@ def _upstream(ns: str, backend: IngressBackend | None, objects: Sequence[K8sObje
     return name
 
 
-def _covers(tls_hosts: Sequence[str], host: str) -> bool:
-    return any(h == host or (h.startswith("*.") and host.split(".", 1)[-1] == h[2:])
-               for h in tls_hosts)
-
-
 def _locations(objects: Sequence[K8sObject], config: Config) -> dict[str, list[Location]]:
     ingresses = sorted(_kind(objects, Ingress), key=lambda i: (
         i.metadata.creation_timestamp is not None, i.metadata.creation_timestamp,
@@ -115,7 +109,6 @@ def _locations(objects: Sequence[K8sObject], config: Config) -> dict[str, list[L
     canaries: dict[tuple[str, str], tuple[Canary, str]] = {}
     for ing in ingresses:
         notes = read(ing.metadata.annotations, namespace=ing.metadata.namespace)
-        tls_hosts = [h for t in ing.spec.tls for h in t.hosts]
         for rule in ing.spec.rules:
             host = rule.host or "_"
             for p in rule.http.paths if rule.http else ():
@@ -124,11 +117,10 @@ def _locations(objects: Sequence[K8sObject], config: Config) -> dict[str, list[L
                     canaries[(host, p.path)] = (notes.canary, up)
                     continue
                 servers.setdefault(host, []).append(Location(
-                    host=host, path=p.path, kind=p.path_type, upstream=up, notes=notes,
-                    tls=_covers(tls_hosts, host)))
+                    host=host, path=p.path, kind=p.path_type, upstream=up, notes=notes))
     for host, locations in servers.items():
         servers[host] = [Location(host=loc.host, path=loc.path, kind=loc.kind,
-                                  upstream=loc.upstream, notes=loc.notes, tls=loc.tls,
+                                  upstream=loc.upstream, notes=loc.notes,
                                   canary=canaries.get((host, loc.path)))
                          for loc in locations]
     return servers
@@ -138,8 +130,8 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _location_body(loc: Location, index: int, regex: bool, https_server: bool,
-                   maps: list[str]) -> list[str]:
+def _location_body(loc: Location, index: int, https_server: bool, maps: list[str]
+                   ) -> list[str]:
     n = loc.notes
     out: list[str] = []
     if n.redirect is not None:
@@ -257,7 +249,7 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
                 if match in seen:
                     continue
                 seen.add(match)
-                body = _location_body(loc, index, regex, https, maps)
+                body = _location_body(loc, index, https, maps)
                 lines.append(f"  location {match} {{")
                 lines += [f"    {b}" for b in body]
                 lines.append("  }")

@@ -6,7 +6,8 @@ of the route it exercises, which is how the diff is grouped. Probes come from tw
 - **Routes** (``from_objects``): every host x path x method of every Ingress (any class: the
   old controller's Ingresses are the point) and HTTPRoute. A Prefix path ``/api`` gives
   ``/api``, ``/api/`` and ``/api/compare``; an Exact path itself; a regular-expression path
-  (``use-regex``/``rewrite-target``) its literal start and that start plus ``/compare``. Each
+  (``use-regex``/``rewrite-target``) its literal start, that start plus ``/compare`` and
+  paths built from the pattern to match it (``regex_sample``). Each
   host also gets ``/podway-compare-no-route`` (what answers when no rule matches). Hosts with a
   TLS entry are probed over HTTPS as well as HTTP (the HTTP side shows the ssl-redirect).
   A wildcard host ``*.example.com`` is probed as ``compare.example.com``; a rule without host
