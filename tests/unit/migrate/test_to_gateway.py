@@ -14,9 +14,10 @@ KEYS = ("rewrite-target", "use-regex", "ssl-redirect", "force-ssl-redirect",
         "permanent-redirect", "temporal-redirect", "temporal-redirect-code", "app-root",
         "upstream-vhost", "x-forwarded-prefix", "enable-cors", "cors-allow-origin", "canary",
         "canary-by-header", "canary-by-header-value", "canary-by-cookie", "canary-weight",
-        "configuration-snippet", "proxy-read-timeout")
+        "configuration-snippet", "proxy-read-timeout", "limit-rps")
 VALUES = st.sampled_from(["true", "false", "/", "/$2", "/x/$1", "10", "https://a.test/b",
-                          "X-Canary", "gold", "", "??", "http://[bad", "/app"])
+                          "X-Canary", "gold", "", "??", "http://[bad", "/app",
+                          "\u00b2"])  # a digit int() refuses
 PATHS = st.sampled_from(["/", "/api", "/api/", "/api(/|$)(.*)", "/(a|b)/(.*)", "/x/[0-9]+",
                          "/v1", "/api/status"])
 HOSTS = st.sampled_from([None, "a.test", "*.b.test", "c.test"])
