@@ -22,7 +22,8 @@ from the EndpointSlices. What it reproduces:
 - HSTS on HTTPS answers (``hsts``, ingress-nginx's default ``max-age=31536000;
   includeSubDomains``) when asked for.
 
-It runs as one foreground process (``master_process off``) in a private folder, on loopback.
+It runs as one foreground process (``master_process off``) in a private folder, on loopback,
+and dies with the test process.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podway.engine.process import _die_with_parent
 from podway.model import EndpointSlice, Ingress, Secret, Service
 from podway.model.base import K8sObject
 from podway.model.networking import IngressBackend
@@ -291,7 +293,8 @@ async def nginx(objects: Sequence[K8sObject], config: Config) -> AsyncIterator[s
     assert check.returncode == 0, err.decode() + "\n" + text
     proc = await asyncio.create_subprocess_exec(
         binary, "-p", str(config.folder), "-c", str(conf),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        preexec_fn=_die_with_parent())  # a test process killed hard takes nginx with it
     try:
         await _wait_listening(config.http_port, proc)
         yield text
