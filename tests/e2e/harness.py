@@ -143,7 +143,8 @@ def backend_manifests(name: str, port: int) -> str:
 
 
 async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
-                     xff_trusted_hops: int = 0, **options: Any) -> Stack:
+                     xff_trusted_hops: int = 0, takeover_classes: tuple[str, ...] = (),
+                     **options: Any) -> Stack:
     """A stack (not started). Envoy keeps detailed stats: tests read per-pool counters.
     ``options`` go to ``StandaloneOptions`` (a dashboard, metrics, …)."""
     http_port, https_port = free_port(), free_port()
@@ -151,7 +152,8 @@ async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
     standalone = Standalone(StandaloneOptions(
         manifests=root, drain_s=drain_s, delta=delta, status_file=root.parent / "status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
-                                   https_port=https_port, xff_trusted_hops=xff_trusted_hops),
+                                   https_port=https_port, xff_trusted_hops=xff_trusted_hops,
+                                   takeover_classes=takeover_classes),
         **options))
     return Stack(root, http_port, https_port, standalone)
 

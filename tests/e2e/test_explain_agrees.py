@@ -105,7 +105,7 @@ def _hosts(listener: Listener) -> Iterator[str]:
 def _queries(listener: Listener) -> Iterator[Query]:
     scheme = "https" if listener.protocol is Protocol.HTTPS else "http"
     for host in dict.fromkeys(_hosts(listener)):
-        base = Query(scheme=scheme, port=listener.port, host=host,
+        base = Query(scheme=scheme, port=listener.port, host=host, source_ip="127.0.0.1",
                      sni=host if scheme == "https" else None)
         yield replace(base, path="/")
         yield replace(base, path="/zz-nothing-here")

@@ -12,7 +12,9 @@ Envoy configuration ``podway.envoy_config`` builds, step for step:
 * virtual host: ``ir.evaluate.select_virtual_host`` (exact, longest wildcard, ``*``); with
   ``sni_host_check`` a host owned by another certificate's SNI answers 421;
 * routes: first match in the order the translator gave (``ir.evaluate.mismatch`` names the
-  first differing condition of each route that does not match);
+  first differing condition of each route that does not match); a route's client allowlist
+  answers 403 to a ``--source-ip`` outside it, and a chain that requires a client certificate
+  fails the handshake (explain walks a client without one);
 * forward: shares by weight, a share without pool answers its status; a pool missing from the
   IR or refused by the engine answers 503, and so does a pool with no member that takes new
   requests (``ready``, and live: healthy for the engine; panic mode is off).
@@ -52,6 +54,7 @@ from podway.explain.words import (
 )
 from podway.ir import (
     IR,
+    ClientAccess,
     DirectResponse,
     Forward,
     L4Route,
@@ -100,6 +103,8 @@ class _Walk:
         self.candidates: tuple[Candidate, ...] = ()
         self.route: Route | None = None
         self.filters: tuple[str, ...] = ()
+        self.chain = ""  # HTTPS: the certificate whose filter chain took the connection
+        self.client_ca = ""  # … and the CA of the client certificate it requires, if any
         self.pools: list[PoolView] = []
         self.member_notes: dict[str, str] = {}  # pool -> why no member takes requests
 
@@ -153,6 +158,12 @@ class _Walk:
             if names is None:
                 return self._reset(f"the TLS handshake fails: listener {listener.name} has no "
                                    "certificate", listener.origins)
+            if self.client_ca:
+                text = (f"the TLS handshake fails: certificate {self.chain} asks for a client "
+                        f"certificate signed by {self.client_ca}, and explain walks a client "
+                        "without one")
+                self.step("tls", Mark.FAIL, text)
+                return self._reset(text, listener.origins)
             return self._http(listener, names)
         if listener.protocol is Protocol.HTTP:
             return self._http(listener, None)
@@ -171,6 +182,37 @@ class _Walk:
                              *((r.name, r.hostnames) for r in listener.l4_routes)])
         chosen = by_sni(chains, self.q.sni)
         return chosen is not None and any(r.name == chosen[0] for r in listener.l4_routes)
+
+    def _client_certificates(self, listener: Listener, name: str | None) -> None:
+        """Note the chain's certificate and whether it requires a client certificate (nginx
+        ``auth-tls-*``); without an SNI match the default chain's (no hostnames, else the
+        first) applies."""
+        found = next((c for c in listener.certificates if c.name == name), None)
+        if found is None:
+            found = next((c for c in listener.certificates if not c.hostnames),
+                         listener.certificates[0] if listener.certificates else None)
+        if found is not None:
+            self.chain = found.name
+            required = found.options.client_ca_pem and found.options.client_required
+            self.client_ca = (found.options.client_ca or "a configured CA") if required else ""
+
+    def _client_access(self, access: ClientAccess, route: Route) -> Verdict | None:
+        """A route's client allowlist/denylist: 403 for a client outside it (when the query
+        names the client's address), else a note on what decides."""
+        allowed = ", ".join(access.allow) or "any address"
+        denied = f" except {', '.join(access.deny)}" if access.deny else ""
+        if self.q.source_ip is None:
+            self.step("filter", Mark.INFO, f"only clients in {allowed}{denied} are served "
+                      "(others get 403); give --source-ip to check one")
+            return None
+        ip = ipaddress.ip_address(self.q.source_ip)
+        inside = (not access.allow or any(ip in ipaddress.ip_network(c) for c in access.allow))
+        if inside and not any(ip in ipaddress.ip_network(c) for c in access.deny):
+            return None
+        text = (f"client {self.q.source_ip} is not among the clients {route.name} serves "
+                f"({allowed}{denied})")
+        self.step("filter", Mark.FAIL, text)
+        return self._direct(403, f"403 because {text} (from {route.origin})", (route.origin,))
 
     def _transport(self) -> str:
         return "UDP" if self.q.scheme == "udp" else "TCP"
@@ -218,6 +260,7 @@ class _Walk:
         the listener has no certificate at all."""
         chains = sni_chains((c.name, c.hostnames) for c in listener.certificates)
         chosen = by_sni(chains, self.q.sni)
+        self._client_certificates(listener, chosen[0] if chosen is not None else None)
         if chosen is not None:
             name, names, matched = chosen
             self.step("tls", Mark.OK, f"terminates TLS with certificate {name}: SNI "
@@ -309,6 +352,10 @@ class _Walk:
         self.filters = tuple(filter_text(f) for f in chosen.filters)
         for text in self.filters:
             self.step("filter", Mark.INFO, text)
+        for f in chosen.filters:
+            refused = self._client_access(f, chosen) if isinstance(f, ClientAccess) else None
+            if refused is not None:
+                return refused
         return self._action(chosen)
 
     def _action(self, route: Route) -> Verdict:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import re2
+
 from podway.ir import (
     CORS,
     BodyLimit,
@@ -122,15 +124,24 @@ def rewrite(n: NginxAnnotations, *, exact: bool, path: str) -> URLRewrite | None
     if target is None:
         return URLRewrite(hostname=n.upstream_vhost)
     pattern = f"(?i)^{re2_escape(path)}$" if exact else f"(?i)^(?:{path}).*$"
+    groups = _groups(pattern)
     substitution = "".join("\\\\" if c == "\\" else c for c in target)
-    for digit in "123456789":
-        substitution = substitution.replace(f"${digit}", f"\\{digit}")
+    for digit in range(1, 10):  # a group the path does not have is empty, as in nginx
+        substitution = substitution.replace(f"${digit}", f"\\{digit}" if digit <= groups else "")
     return URLRewrite(hostname=n.upstream_vhost, pattern=pattern, substitution=substitution)
 
 
 def host_rewrite(n: NginxAnnotations) -> tuple[URLRewrite, ...]:
     """``upstream-vhost`` alone (the defaultBackend has no path to rewrite)."""
     return (URLRewrite(hostname=n.upstream_vhost),) if n.upstream_vhost is not None else ()
+
+
+def _groups(pattern: str) -> int:
+    """Capture groups of an RE2 pattern (0 when it does not compile: the caller reports it)."""
+    try:
+        return int(re2.compile(pattern).groups)
+    except re2.error:
+        return 0
 
 
 def redirect(n: NginxAnnotations) -> Redirect | None:

@@ -14,6 +14,7 @@ with ``TranslateOptions.strict_host_ownership`` those rules and TLS entries are 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from podway.ir import (
     Redirect,
     Route,
     TLSCertificate,
+    TLSOptions,
     VirtualHost,
     WildcardMode,
 )
@@ -181,8 +183,9 @@ class IngressTranslation:
         held = self.canaries.setdefault((claim.host, claim.key), (claim, part))
         if held[1] is not part:
             self._problem(part, Reason.HOST_CONFLICT,
-                          f"host {quote(claim.host)} path already has canary Ingress "
-                          f"{held[1].owner}; one canary per host and path is served",
+                          f"host {quote(claim.host)} {_slot_words(claim.key)} already has "
+                          f"canary Ingress {held[1].owner}; one canary per host and path is "
+                          "served",
                           claim.where)
 
     def _routes(self, claim: Claim) -> list[Route]:
@@ -334,10 +337,16 @@ class IngressTranslation:
         """One entry per certificate, with every SNI name it serves, sorted by name."""
         names: dict[str, list[str]] = {}
         by_name: dict[str, TLSCertificate] = {}
+        first: dict[str, TLSOptions] = {}  # secret → the options of its oldest use
         for host, cert in self.certificates.items():
-            names.setdefault(cert.name, []).append(host)
-            by_name.setdefault(cert.name, cert)  # the oldest Ingress's options
-        out = [TLSCertificate(name=c.name, hostnames=tuple(sorted(names[n], key=host_order)),
+            # One filter chain per certificate *and* handshake options: hosts whose Ingresses
+            # ask for other options (TLS versions, client certificates) get a chain of their
+            # own instead of silently taking another Ingress's.
+            base = first.setdefault(cert.name, cert.options)
+            name = cert.name if cert.options == base else f"{cert.name}/{_digest(cert.options)}"
+            names.setdefault(name, []).append(host)
+            by_name.setdefault(name, cert)
+        out = [TLSCertificate(name=n, hostnames=tuple(sorted(names[n], key=host_order)),
                               cert_pem=c.cert_pem, key_pem=c.key_pem, origin=c.origin,
                               options=c.options)
                for n, c in sorted(by_name.items())]
@@ -346,6 +355,10 @@ class IngressTranslation:
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
                                       key_pem=d.key_pem, origin=d.origin, options=d.options))
         return tuple(out)
+
+
+def _digest(options: TLSOptions) -> str:
+    return hashlib.sha256(repr((options, options.client_ca_pem)).encode()).hexdigest()[:8]
 
 
 def _tls_covers(part: IngressPart, host: str) -> bool:

@@ -41,6 +41,7 @@ from podway.translate.ingress_tls import (
     BACKEND_CA_SECRET,
     BACKEND_PROTOCOL,
     SSL_REDIRECT,
+    TLS_PASSTHROUGH,
     IngressTLSSettings,
 )
 from podway.translate.ingress_tls import parse as parse_tls_settings
@@ -292,6 +293,7 @@ class _Builder:
         if not auth.name:
             return None  # unreadable reference: reported by the reader, fail closed
         if auth.match_cn is not None:
+            key = f"metadata.annotations[{NGINX_PREFIX}auth-tls-match-cn]"
             self.problem(Reason.UNSUPPORTED_ANNOTATION, f"annotation {NGINX_PREFIX}"
                          "auth-tls-match-cn cannot be enforced (the engine checks subject "
                          "alternative names, not the CN); the TLS entries of this Ingress are "
@@ -461,11 +463,13 @@ class _Builder:
 
 
 def _with_nginx(annotations: dict[str, str], found: NginxAnnotations) -> dict[str, str]:
-    """The annotations with nginx's ssl-redirect and backend-protocol standing in for Podway's
-    own when those are not set (``podway.io/`` wins when both are)."""
+    """The annotations with nginx's ssl-redirect, backend-protocol and ssl-passthrough standing
+    in for Podway's own when those are not set (``podway.io/`` wins when both are)."""
     extra: dict[str, str] = {}
     if found.ssl is not None and SSL_REDIRECT not in annotations:
         extra[SSL_REDIRECT] = str(found.ssl.redirect).lower()
     if found.backend_protocol is not None and BACKEND_PROTOCOL not in annotations:
         extra[BACKEND_PROTOCOL] = found.backend_protocol.value
+    if found.ssl_passthrough and TLS_PASSTHROUGH not in annotations:
+        extra[TLS_PASSTHROUGH] = "true"
     return {**annotations, **extra} if extra else annotations

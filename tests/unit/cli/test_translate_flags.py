@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from podway.cli import app
 from podway.commands import register
+from tests.unit.cli.test_errors import QUICKSTART, one_error_line, podway
 
 register(app)
 runner = CliRunner()
@@ -32,3 +34,50 @@ def test_manifest_addresses_flag_lets_a_vip_bind(tmp_path: Path) -> None:
     assert allowed.exit_code == 0, allowed.output
     assert "address: 198.18.0.53" in allowed.output
     assert "AddressNotAllowed" not in allowed.output
+
+
+NGINX_INGRESS = """
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: nginx}
+spec: {controller: k8s.io/ingress-nginx}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: old
+  namespace: shop
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+    nginx.ingress.kubernetes.io/configuration-snippet: "more_set_headers 'X-A: b';"
+spec:
+  ingressClassName: nginx
+  rules:
+  - host: shop.test
+    http:
+      paths:
+      - {path: "/api(/|$)(.*)", pathType: ImplementationSpecific,
+         backend: {service: {name: web, port: {number: 80}}}}
+"""
+
+
+def test_ingress_class_flag_takes_a_class_over(tmp_path: Path) -> None:
+    """Without --ingress-class nginx the Ingress is listed as not Podway's; with it, its
+    rewrite is served and its unserved annotation is a warning naming the key."""
+    (tmp_path / "i.yaml").write_text(NGINX_INGRESS)
+    plain = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    assert plain.exit_code == 0, plain.output
+    assert "Ingress/shop/old" in plain.output
+    assert "k8s.io/ingress-nginx" in plain.output  # why it is not Podway's
+    taken = runner.invoke(app, ["validate", "--ir", "--ingress-class", "nginx", str(tmp_path)],
+                          env={"COLUMNS": "200"})
+    assert "pattern: (?i)^(?:/api(/|$)(.*)).*$" in taken.output
+    assert "UnsupportedAnnotation" in taken.output
+    assert "configuration-snippet" in taken.output
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--manifests"]])
+def test_bad_ingress_class_flag_is_one_line(command: list[str]) -> None:
+    """A class name Kubernetes would refuse is one clear line (exit status 2), not a trace."""
+    line = one_error_line(podway(*command, QUICKSTART, "--ingress-class", "Not A Name"))
+    assert "--ingress-class 'Not A Name' is not an IngressClass name" in line

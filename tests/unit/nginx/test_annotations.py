@@ -173,6 +173,12 @@ def test_auth_tls_secret_and_fail_closed() -> None:
     assert bad.auth_tls.name == ""
 
 
+def test_ssl_passthrough_is_read() -> None:
+    """ssl-passthrough is a flag, false unless set."""
+    assert read(nginx(ssl_passthrough="true"), namespace="a").ssl_passthrough
+    assert not read(nginx(ssl_passthrough="false"), namespace="a").ssl_passthrough
+
+
 def test_unserved_keys_are_listed_with_advice() -> None:
     """Every key under the prefix that no family reads is listed, sorted."""
     found = read(nginx(configuration_snippet="more_set_headers x;", server_snippet="",

@@ -36,7 +36,34 @@ def meta() -> st.SearchStrategy[dict[str, Any]]:
             "labels": maybe(st.fixed_dictionaries({"kubernetes.io/service-name": names})),
             "annotations": maybe(st.fixed_dictionaries(
                 {"ingressclass.kubernetes.io/is-default-class": st.sampled_from(["true", "no"])},
-                optional={"nginx.ingress.kubernetes.io/rewrite-target": st.just("/"),
+                optional={"nginx.ingress.kubernetes.io/rewrite-target": st.sampled_from(
+                              ["/", "/$1", "/$0", "", "/a b"]),
+                          "nginx.ingress.kubernetes.io/use-regex": st.sampled_from(
+                              ["true", "x"]),
+                          "nginx.ingress.kubernetes.io/canary": st.sampled_from(["true", "1"]),
+                          "nginx.ingress.kubernetes.io/canary-weight": st.sampled_from(
+                              ["0", "50", "100", "101", "x"]),
+                          "nginx.ingress.kubernetes.io/canary-by-header": st.sampled_from(
+                              ["X-Canary", "a b"]),
+                          "nginx.ingress.kubernetes.io/canary-by-header-pattern": st.sampled_from(
+                              ["v[0-9]", "(?!x)", "("]),
+                          "nginx.ingress.kubernetes.io/whitelist-source-range": st.sampled_from(
+                              ["198.18.0.0/15", "x", " , ", "::1"]),
+                          "nginx.ingress.kubernetes.io/limit-rps": st.sampled_from(
+                              ["5", "0", "x"]),
+                          "nginx.ingress.kubernetes.io/auth-tls-secret": st.sampled_from(
+                              ["ns/ca", "ca", "A B", "/"]),
+                          "nginx.ingress.kubernetes.io/permanent-redirect": st.sampled_from(
+                              ["https://x.test/a?b", "/p", "ftp:x", ""]),
+                          "nginx.ingress.kubernetes.io/app-root": st.sampled_from(
+                              ["/app", "/", "x"]),
+                          "nginx.ingress.kubernetes.io/proxy-body-size": st.sampled_from(
+                              ["0", "8m", "9g", "x"]),
+                          "nginx.ingress.kubernetes.io/enable-cors": st.sampled_from(
+                              ["true", "false"]),
+                          "nginx.ingress.kubernetes.io/force-ssl-redirect": st.sampled_from(
+                              ["true", "no"]),
+                          "nginx.ingress.kubernetes.io/server-snippet": st.just("x"),
                           "kubernetes.io/ingress.class": names,
                           "podway.io/ssl-redirect": st.sampled_from(["true", "false", "x"]),
                           "podway.io/tls-passthrough": st.sampled_from(["true", "false", "1"]),
