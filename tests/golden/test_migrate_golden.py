@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from podway.migrate.to_gateway import ConvertOptions, convert, dump
-from podway.model import Snapshot
+from podway.model import Ingress, Snapshot
 from podway.model.loader import load_text
 from podway.translate import Severity, TranslateOptions, translate
 from tests.certs import tls_secret
@@ -34,7 +34,7 @@ def world(objects: tuple[dict[str, Any], ...]) -> str:
     secrets: set[tuple[str, str]] = set()
     gateway_ns = next(o["metadata"]["namespace"] for o in objects if o["kind"] == "Gateway")
     for obj in objects:
-        if obj["kind"] == "HTTPRoute":
+        if obj["kind"] in ("HTTPRoute", "TLSRoute"):
             for rule in obj["spec"]["rules"]:
                 for ref in rule.get("backendRefs", []):
                     ports.setdefault((obj["metadata"]["namespace"], ref["name"]), set()).add(
@@ -83,6 +83,24 @@ def test_to_gateway_output_is_served_without_errors(case: Path) -> None:
     routes = [o for o in result.objects if o["kind"] == "HTTPRoute"]
     assert len(translation.ir.listeners) >= 1
     assert routes
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.name.removesuffix(".in.yaml"))
+def test_to_gateway_drops_no_ingress_in_silence(case: Path) -> None:
+    """Every Ingress gives a route named after it, joins another's as a canary, or is named in
+    a note (an ssl-passthrough Ingress once vanished with neither)."""
+    text = case.read_text()
+    ingresses = [o for o in load_text(text).objects if isinstance(o, Ingress)]
+    result = convert(ingresses, options_of(text))
+    routes = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in result.objects
+              if o["kind"] in ("HTTPRoute", "TLSRoute")}
+    noted = {n.ingress for n in result.notes}
+    for ing in ingresses:
+        ns, name = ing.metadata.namespace, ing.metadata.name
+        canary = ing.metadata.annotations.get("nginx.ingress.kubernetes.io/canary") == "true"
+        named = any(r_ns == ns and (r == name or r.startswith(name + "-"))
+                    for r_ns, r in routes)
+        assert named or canary or f"{ns}/{name}" in noted, f"{ns}/{name} vanished"
 
 
 def test_there_are_golden_cases() -> None:

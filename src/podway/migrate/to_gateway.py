@@ -27,13 +27,16 @@ every namespace):
   path; the code); ``app-root`` → an ``Exact /`` rule redirecting (302) there; ``upstream-vhost``
   → ``URLRewrite.hostname``; ``x-forwarded-prefix`` → a ``RequestHeaderModifier``;
   ``enable-cors`` → the ``CORS`` filter.
+- ``ssl-passthrough``: a ``TLS`` listener in ``Passthrough`` mode per rule host and a TLSRoute
+  to the first path's backend (SNI routing, the pods' own certificates).
 - A canary Ingress joins the route of the Ingress it shadows: header rules (``always``/``never``
   or the header value), cookie rules (a ``Cookie`` header regex), and its weight split on the
   main rule's backends. Header beats cookie beats weight, as in ingress-nginx.
 
 Everything else under ``nginx.ingress.kubernetes.io/`` (timeouts, body size, affinity, source
 ranges, rate limits, client certificates, backend protocol, snippets...) is a ``Note`` naming the
-key and what to do instead: nothing is dropped in silence.
+key and what to do instead: nothing is dropped in silence — also a family the annotation reader
+learns later, before this module learns to convert it (``_report``'s guard).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -52,6 +55,7 @@ from podway.nginx.annotations import PREFIX, Canary, NginxAnnotations, advice, r
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 REFERENCE_GRANT_API = "gateway.networking.k8s.io/v1beta1"
+TLS_ROUTE_API = "gateway.networking.k8s.io/v1alpha2"
 PODWAY_CONTROLLER = "podway.io/gateway-controller"
 _IDIOM = re.compile(r"^(?P<prefix>/[^\\^$.|?*+()\[\]{}]*?)/?\(/\|\$\)\(\.\*\)$")
 _IDIOM_TARGET = re.compile(r"^(?P<target>/[^$]*)\$2$")  # T/$2 (T may be empty)
@@ -130,6 +134,8 @@ class _Converter:
     grants: dict[str, set[str]] = field(default_factory=dict)  # secret namespace → names
     hosts: list[_Host] = field(default_factory=list)
     catch_all: bool = False  # the oldest Ingress with a defaultBackend took the catch-all
+    passthrough: list[dict[str, Any]] = field(default_factory=list)  # TLS listeners
+    tls_routes: list[dict[str, Any]] = field(default_factory=list)
 
     def note(self, ingress: Ingress, key: str, message: str) -> None:
         self.notes.append(Note(ingress=_ref(ingress), key=key, message=message))
@@ -155,6 +161,33 @@ class _Converter:
                 if host:
                     listener["hostname"] = host
                 self.listeners[host] = listener
+
+    def add_passthrough(self, ingress: Ingress) -> None:
+        """``ssl-passthrough``: each exact rule host → a TLS listener in Passthrough mode and a
+        TLSRoute to its first path's backend (SNI routing, undecrypted; no HTTP routes)."""
+        for rule in ingress.spec.rules:
+            paths = rule.http.paths if rule.http else ()
+            if not rule.host or rule.host.startswith("*.") or not paths:
+                self.note(ingress, PREFIX + "ssl-passthrough", f"rule host {rule.host or '*'}: "
+                          "passthrough needs an exact host and a path; left out")
+                continue
+            ref = self.backend_ref(ingress, paths[0].backend)
+            if ref is None:
+                continue
+            name = _listener_name(rule.host).replace("https-", "tls-", 1)
+            self.passthrough.append({
+                "name": name, "port": self.opts.https_port, "protocol": "TLS",
+                "hostname": rule.host, "tls": {"mode": "Passthrough"},
+                "allowedRoutes": {"namespaces": {"from": "All"}}})
+            parent: dict[str, Any] = {"name": self.opts.gateway_name, "sectionName": name}
+            if ingress.metadata.namespace != self.namespace:
+                parent["namespace"] = self.namespace
+            self.tls_routes.append({
+                "apiVersion": TLS_ROUTE_API, "kind": "TLSRoute",
+                "metadata": {"name": f"{ingress.metadata.name}-{name}",
+                             "namespace": ingress.metadata.namespace},
+                "spec": {"parentRefs": [parent], "hostnames": [rule.host],
+                         "rules": [{"backendRefs": [ref]}]}})
 
     # --- routes -------------------------------------------------------------------------------
     def add_ingress(self, ingress: Ingress, notes: NginxAnnotations) -> None:
@@ -408,7 +441,7 @@ class _Converter:
     def gateway(self) -> list[dict[str, Any]]:
         listeners = [{"name": "http", "port": self.opts.http_port, "protocol": "HTTP",
                       "allowedRoutes": {"namespaces": {"from": "All"}}},
-                     *self.listeners.values()]
+                     *self.listeners.values(), *self.passthrough]
         out: list[dict[str, Any]] = [
             {"apiVersion": GATEWAY_API, "kind": "GatewayClass",
              "metadata": {"name": self.opts.gateway_class},
@@ -441,21 +474,36 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
     for ingress in ingresses:
         notes = read_notes[ingress.metadata.uid or _ref(ingress)]
         _report(conv, ingress, notes)
-        if notes.canary is None:
+        if notes.ssl_passthrough:
+            conv.add_passthrough(ingress)
+        elif notes.canary is None:
             conv.add_tls(ingress)
     for ingress in ingresses:
         notes = read_notes[ingress.metadata.uid or _ref(ingress)]
-        if notes.canary is None:
+        if notes.canary is None and not notes.ssl_passthrough:
             conv.add_ingress(ingress, notes)
     for ingress in ingresses:
         notes = read_notes[ingress.metadata.uid or _ref(ingress)]
-        if notes.canary is not None:
+        if notes.canary is not None and not notes.ssl_passthrough:
             conv.add_canary(ingress, notes.canary, notes)
-    result = conv.gateway() + conv.routes() if ingresses else []
+    result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
 
 
+# Families the conversion carries (the rest are _NOT_CARRIED, or caught by _report's guard).
+_CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
+                      "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough"})
+
+
 def _report(conv: _Converter, ingress: Ingress, notes: NginxAnnotations) -> None:
+    default = NginxAnnotations()
+    for each in fields(NginxAnnotations):
+        name = each.name
+        if name in _CARRIED or name in _NOT_CARRIED or name in ("unserved", "issues"):
+            continue
+        if getattr(notes, name) != getattr(default, name):  # a family added to the reader later
+            conv.note(ingress, f"{PREFIX}({name.replace('_', '-')})",
+                      "not carried over: to-gateway does not convert this yet")
     for issue in notes.issues:
         conv.note(ingress, issue.key, issue.message)
     for key in notes.unserved:

@@ -3,6 +3,7 @@ objects Podway reads (Hypothesis over paths, hosts and annotation values)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,3 +61,23 @@ def test_convert_never_raises_and_its_output_loads(objects: list[Ingress]) -> No
     assert {o.KIND for o in loaded.objects} <= {"GatewayClass", "Gateway", "ReferenceGrant",
                                                 "HTTPRoute"}
     assert sum(o.KIND == "Gateway" for o in loaded.objects) == 1
+
+
+def test_a_family_to_gateway_does_not_know_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader may learn a family before to-gateway converts it: that is a note, never a
+    silent drop (as ssl-passthrough once was)."""
+    from podway.migrate import to_gateway
+
+    obj, _ = parse_object({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "a", "namespace": "x",
+                     "annotations": {"nginx.ingress.kubernetes.io/app-root": "/app"}},
+        "spec": {"rules": [{"host": "a.test", "http": {"paths": [{
+            "path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    assert isinstance(obj, Ingress)
+    assert convert([obj]).notes == ()
+    monkeypatch.setattr(to_gateway, "_CARRIED", to_gateway._CARRIED - {"app_root"})
+    (note,) = convert([obj]).notes
+    assert note.key == "nginx.ingress.kubernetes.io/(app-root)"
+    assert "not carried over" in note.message
