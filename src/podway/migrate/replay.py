@@ -18,7 +18,9 @@ correct entry points on different addresses compare equal:
 - ``location``: the redirect target, with the entry point's own port left out (an old side on
   ``:8443`` and a new one on ``:9443`` redirect "to themselves" alike) and an empty path read
   as ``/`` (the same URL);
-- ``headers``: response headers except those every proxy sets its own way (``IGNORED``).
+- ``headers``: response headers except those every proxy sets its own way (``IGNORED``);
+  a ``Set-Cookie`` keeps its name and attributes, not its value or ``Expires``
+  (``cookie_shape``).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def read_answer(*, status: int, headers: Sequence[tuple[str, str]], body: bytes,
         k = key.lower()
         if k in skip or k.startswith(IGNORED_PREFIXES):
             continue
-        kept.setdefault(k, []).append(value)
+        kept.setdefault(k, []).append(cookie_shape(value) if k == "set-cookie" else value)
     location = next((v for k, v in headers if k.lower() == "location"), "")
     echo = _echo(body)
     backend = ""
@@ -160,6 +162,16 @@ def read_answer(*, status: int, headers: Sequence[tuple[str, str]], body: bytes,
                   location=normalise_location(location, entry),
                   headers=tuple(sorted((k, ", ".join(v)) for k, v in kept.items())),
                   upstream_headers=upstream)
+
+
+def cookie_shape(value: str) -> str:
+    """A ``Set-Cookie`` without what differs by design between two proxies that agree: the
+    value (an affinity cookie names a backend its own way) and ``Expires`` (a date). Name and
+    attributes stay: a cookie missing, renamed or scoped to another path is a difference."""
+    name, _, rest = value.partition(";")
+    attrs = sorted(a.strip().lower() for a in rest.split(";")
+                   if a.strip() and not a.strip().lower().startswith("expires="))
+    return "; ".join([f"{name.split('=', 1)[0].strip()}=…", *attrs])
 
 
 def _echo(body: bytes) -> dict[str, Any] | None:

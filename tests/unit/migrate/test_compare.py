@@ -16,6 +16,7 @@ from podway.migrate.replay import (
     Answer,
     EntryPoint,
     ReplayOptions,
+    cookie_shape,
     normalise_location,
     read_answer,
 )
@@ -64,8 +65,16 @@ def test_read_answer_takes_the_echo_identity_and_ignores_proxy_headers() -> None
     assert answer == Answer(status=200, backend="web-1", upstream_path="/v2/x",
                             upstream_host="up.test",
                             headers=(("access-control-allow-origin", "*"),
-                                     ("set-cookie", "a=1, b=2")),
+                                     ("set-cookie", "a=…, b=…")),
                             upstream_headers=(("x-forwarded-prefix", "/v2"),))
+
+
+def test_affinity_cookies_compare_by_name_and_attributes_not_value() -> None:
+    nginx = "INGRESSCOOKIE=1a2b3c; Expires=Tue, 01 Dec 2026 10:00:00 GMT; Path=/; HttpOnly"
+    envoy = "INGRESSCOOKIE=\"9f8e\"; HttpOnly; Path=/"
+    assert cookie_shape(nginx) == cookie_shape(envoy) == "INGRESSCOOKIE=…; httponly; path=/"
+    assert cookie_shape("other=1; Path=/") != cookie_shape(envoy)
+    assert cookie_shape("INGRESSCOOKIE=1; Path=/api; HttpOnly") != cookie_shape(envoy)
 
 
 def test_read_answer_prefers_a_named_backend_header() -> None:
