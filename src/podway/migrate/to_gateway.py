@@ -43,25 +43,34 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlsplit
 
+from podway.migrate.gateway_api import (
+    GATEWAY_API,
+    PODWAY_CONTROLLER,
+    REFERENCE_GRANT_API,
+    TLS_ROUTE_API,
+    cors_filter,
+    covers,
+    dump,
+    listener_name,
+    redirect_filter,
+    url_redirect,
+    wildcard_of,
+)
 from podway.model import Ingress, Service
 from podway.model.base import K8sObject
 from podway.model.networking import HTTPIngressPath, IngressBackend
 from podway.nginx.annotations import PREFIX, Canary, NginxAnnotations, advice, read
 
-GATEWAY_API = "gateway.networking.k8s.io/v1"
-REFERENCE_GRANT_API = "gateway.networking.k8s.io/v1beta1"
-TLS_ROUTE_API = "gateway.networking.k8s.io/v1alpha2"
-PODWAY_CONTROLLER = "podway.io/gateway-controller"
+__all__ = ["Conversion", "ConvertOptions", "Note", "convert", "dump"]
+
 _IDIOM = re.compile(r"^(?P<prefix>/[^\\^$.|?*+()\[\]{}]*?)/?\(/\|\$\)\(\.\*\)$")
 _IDIOM_TARGET = re.compile(r"^(?P<target>/[^$]*)\$2$")  # T/$2 (T may be empty)
 _CAPTURE = re.compile(r"\$(\d)")
 _META = re.compile(r"[\\^$.|?*+()\[\]{}]")
-_SLUG = re.compile(r"[^a-z0-9]+")
 
 # Families the conversion carries; the rest of a family that is set becomes a Note.
 _NOT_CARRIED: dict[str, tuple[str, str]] = {
@@ -155,7 +164,7 @@ class _Converter:
                     self.grants.setdefault(ingress.metadata.namespace, set()).add(
                         tls.secret_name)
                 listener: dict[str, Any] = {
-                    "name": _listener_name(host), "port": self.opts.https_port,
+                    "name": listener_name(host), "port": self.opts.https_port,
                     "protocol": "HTTPS", "tls": {"mode": "Terminate", "certificateRefs": [ref]},
                     "allowedRoutes": {"namespaces": {"from": "All"}}}
                 if host:
@@ -174,7 +183,7 @@ class _Converter:
             ref = self.backend_ref(ingress, paths[0].backend)
             if ref is None:
                 continue
-            name = _listener_name(rule.host).replace("https-", "tls-", 1)
+            name = listener_name(rule.host).replace("https-", "tls-", 1)
             self.passthrough.append({
                 "name": name, "port": self.opts.https_port, "protocol": "TLS",
                 "hostname": rule.host, "tls": {"mode": "Passthrough"},
@@ -200,7 +209,7 @@ class _Converter:
                               rewrite_full=None, rewrite_prefix=None)
             if notes.app_root:
                 host.rules.insert(0, {"matches": [{"path": {"type": "Exact", "value": "/"}}],
-                                      "filters": [_redirect_filter(path=notes.app_root,
+                                      "filters": [redirect_filter(path=notes.app_root,
                                                                    code=302)]})
                 host.by_path = {k: v + 1 for k, v in host.by_path.items()}
                 host.by_source = {k: v + 1 for k, v in host.by_source.items()}
@@ -254,7 +263,7 @@ class _Converter:
         rule: dict[str, Any] = {"matches": [match]}
         filters: list[dict[str, Any]] = []
         if notes.redirect is not None:
-            redirect = _url_redirect(notes.redirect.url, notes.redirect.code)
+            redirect = url_redirect(notes.redirect.url, notes.redirect.code)
             if redirect is None:
                 key = "permanent-redirect" if notes.redirect.permanent else "temporal-redirect"
                 self.note(host.ingress, PREFIX + key, f"{notes.redirect.url!r} is not a URL a "
@@ -276,16 +285,7 @@ class _Converter:
                 filters.append({"type": "RequestHeaderModifier", "requestHeaderModifier": {
                     "set": [{"name": "X-Forwarded-Prefix", "value": notes.x_forwarded_prefix}]}})
             if notes.cors is not None:
-                c = notes.cors
-                cors: dict[str, Any] = {"allowOrigins": list(c.allow_origins),
-                                        "allowMethods": list(c.allow_methods),
-                                        "allowHeaders": list(c.allow_headers),
-                                        "maxAge": c.max_age_s}
-                if c.expose_headers:
-                    cors["exposeHeaders"] = list(c.expose_headers)
-                if c.allow_credentials and "*" not in c.allow_origins:
-                    cors["allowCredentials"] = True
-                filters.append({"type": "CORS", "cors": cors})
+                filters.append(cors_filter(notes.cors))
         if filters:
             rule["filters"] = filters
         if notes.redirect is None:
@@ -400,12 +400,12 @@ class _Converter:
         if host.ingress.metadata.namespace != self.namespace:
             gw["namespace"] = self.namespace
         ssl = host.notes.ssl
-        listener = next((self.listeners[h] for h in (host.host, _wildcard_of(host.host), "")
+        listener = next((self.listeners[h] for h in (host.host, wildcard_of(host.host), "")
                          if h is not None and h in self.listeners), None)
         tls = listener is not None
         # As Podway serves Ingresses: the 308 is for the routes of an Ingress whose own TLS
         # entry covers the host (or that forces it); every route of the host is on HTTPS.
-        own = any(_covers(h, host.host) for t in host.ingress.spec.tls for h in t.hosts or ("",))
+        own = any(covers(h, host.host) for t in host.ingress.spec.tls for h in t.hosts or ("",))
         redirect = (own and (ssl is None or ssl.redirect) and tls) or (
             ssl is not None and ssl.force)
         parents: list[dict[str, Any]] = []
@@ -432,7 +432,7 @@ class _Converter:
             rspec: dict[str, Any] = {"parentRefs": [{**gw, "sectionName": "http"}]}
             if host.host:
                 rspec["hostnames"] = [host.host]
-            rspec["rules"] = [{"filters": [_redirect_filter(scheme="https", port=port,
+            rspec["rules"] = [{"filters": [redirect_filter(scheme="https", port=port,
                                                             code=308)]}]
             out.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute",
                         "metadata": {**meta, "name": f"{name}-to-https"}, "spec": rspec})
@@ -524,63 +524,3 @@ def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:
 
 def _ref(ingress: Ingress) -> str:
     return f"{ingress.metadata.namespace}/{ingress.metadata.name}"
-
-
-def _wildcard_of(host: str) -> str | None:
-    return f"*.{host.split('.', 1)[1]}" if "." in host else None
-
-
-def _covers(pattern: str, host: str) -> bool:
-    return pattern in ("", host) or (pattern.startswith("*.") and _wildcard_of(host) == pattern)
-
-
-def _listener_name(host: str) -> str:
-    if not host:
-        return "https"
-    slug = _SLUG.sub("-", host.lower().replace("*", "wildcard")).strip("-")
-    return f"https-{slug}"[:63].rstrip("-")
-
-
-def _redirect_filter(*, scheme: str | None = None, path: str | None = None,
-                     port: int | None = None, code: int) -> dict[str, Any]:
-    redirect: dict[str, Any] = {}
-    if scheme:
-        redirect["scheme"] = scheme
-    if port:
-        redirect["port"] = port
-    if path:
-        redirect["path"] = {"type": "ReplaceFullPath", "replaceFullPath": path}
-    redirect["statusCode"] = code
-    return {"type": "RequestRedirect", "requestRedirect": redirect}
-
-
-def _url_redirect(url: str, code: int) -> dict[str, Any] | None:
-    """``return CODE URL``: a redirect to exactly that URL (nginx appends nothing); None when
-    ``url`` does not parse."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    redirect: dict[str, Any] = {}
-    if parts.scheme in ("http", "https"):
-        redirect["scheme"] = parts.scheme
-    if parts.hostname:
-        redirect["hostname"] = parts.hostname
-    if port:
-        redirect["port"] = port
-    redirect["path"] = {"type": "ReplaceFullPath", "replaceFullPath": parts.path or "/"}
-    redirect["statusCode"] = code if code in (301, 302, 303, 307, 308) else 302
-    return {"type": "RequestRedirect", "requestRedirect": redirect}
-
-
-def dump(objects: Iterable[dict[str, Any]]) -> str:
-    """Multi-document YAML in the given order (keys as built, not sorted)."""
-    import yaml
-
-    class _Plain(yaml.SafeDumper):
-        def ignore_aliases(self, data: Any) -> bool:
-            return True  # a manifest reads better without &anchors, and tools expect none
-
-    return "---\n".join(yaml.dump(o, Dumper=_Plain, sort_keys=False, default_flow_style=False)
-                        for o in objects)
