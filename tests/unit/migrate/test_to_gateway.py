@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podway.migrate.probes import from_objects
 from podway.migrate.to_gateway import convert, dump
 from podway.model import Ingress
 from podway.model.loader import load_text, parse_object
@@ -55,6 +56,8 @@ def ingresses(draw: st.DrawFn) -> Ingress:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(ingresses(), min_size=1, max_size=4))
 def test_convert_never_raises_and_its_output_loads(objects: list[Ingress]) -> None:
+    """Also: compare's request generation never raises on the same Ingresses."""
+    assert all(p.path.startswith("/") for p in from_objects(objects))
     result = convert(objects)
     loaded = load_text(dump(result.objects))
     assert loaded.errors == []
