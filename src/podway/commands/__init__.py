@@ -17,6 +17,7 @@ def register(app: typer.Typer) -> None:
         engine,
         explain,
         lab,
+        migrate,
         run,
         status,
         validate,
@@ -36,3 +37,4 @@ def register(app: typer.Typer) -> None:
     controller.register(app)
     lab.register(app)
     vip.register(app)
+    migrate.register(app)

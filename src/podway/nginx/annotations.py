@@ -251,7 +251,7 @@ class _Reader:
         value = self.text(key)
         if value is None:
             return None
-        if value.isdigit() and low <= int(value) <= high:
+        if value.isascii() and value.isdigit() and low <= int(value) <= high:
             return int(value)
         self.bad(key, f"{quote(value)} is not a whole number from {low} to {high}; not used")
         return None
