@@ -169,6 +169,9 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.unix_paths: list[Path] = []  # unix sockets served: their peers are checked
         self.engines: dict[str, int] = {}  # node id → its open ADS streams
         self.on_engines: list[Callable[[], None]] = []  # called when ``engines`` changes
+        # Set by ``XdsServer.stop``: every stream ends on its own (status OK) instead of being
+        # cancelled by gRPC when the grace period is over (gRPC logs that as an error).
+        self.closing = asyncio.Event()
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
@@ -228,8 +231,13 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                                  wake_at=stream.next_retry_at, clock=stream.clock,
                                  nudged=nudged),
                     name=f"xds-push-{mode}")
-                await reader  # the stream ends when Envoy closes it
-                pusher.cancel()
+                closing = group.create_task(self.closing.wait(), name=f"xds-closing-{mode}")
+                # The stream ends when Envoy closes it, or when the server stops.
+                await asyncio.wait((reader, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not reader.done():
+                    reason = "server stopping"
+                for task in (pusher, reader, closing):
+                    task.cancel()
         except asyncio.CancelledError:
             reason = "connection lost or server stopping"
             raise
@@ -292,6 +300,7 @@ class XdsServer:
     async def start(self, *, local: Path | None = None) -> None:
         """Bind and serve; ``local``: also a unix socket there (in a private folder) for the
         engine on this machine, which needs no TLS or client certificate."""
+        self.servicer.closing.clear()
         server = grpc.aio.server(options=[
             ("grpc.max_send_message_length", 256 * 1024 * 1024),
             ("grpc.keepalive_time_ms", 30_000),
@@ -326,6 +335,8 @@ class XdsServer:
                  self.port, local or "-")
 
     async def stop(self, grace: float = 1.0) -> None:
+        """End every ADS stream, then stop the server (other services get ``grace``)."""
+        self.servicer.closing.set()
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
