@@ -149,6 +149,7 @@ class Controller:
                                    kind_info=self.source.kind_info, opts=opts.translate,
                                    lb_address=opts.lb_address, metrics=self.metrics,
                                    concurrency=opts.status_concurrency)
+        self.source.same_as = self.status.last_written
         events = EventRecorder(api, metrics=self.metrics)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
