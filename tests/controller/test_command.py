@@ -55,6 +55,7 @@ current-context: x
     (("--dashboard-port", "18090", "--dashboard-address", "0.0.0.0"),
      "--dashboard-allow-remote"),
     (("--admin-socket", "/" + "a" * 120 + "/podway.sock"), "longer than 107 bytes"),
+    (("--config", "/nonexistent/podway.yaml"), "--config /nonexistent/podway.yaml: cannot read"),
 ])
 def test_no_cluster_or_bad_flags_are_one_line(tmp_path: Path, args: tuple[str, ...],
                                               expected: str) -> None:

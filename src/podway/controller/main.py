@@ -32,6 +32,7 @@ from kubernetes_asyncio import client
 
 from podway import surfaces
 from podway.backoff import Backoff
+from podway.controller.config import LiveConfig, follow_config, load_config
 from podway.controller.events import (
     Due,
     EventRecorder,
@@ -95,6 +96,10 @@ class ControllerOptions:
     engine_admin: str | None = None
     """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
     the dashboard. None: they show Kubernetes readiness only, and say so."""
+    config: Path | None = None
+    """Live settings (``podway.controller.config``): its ``backendMode`` replaces
+    ``translate.mode`` at start and whenever the file changes. None: no file."""
+    config_poll_s: float = 1.0
 
 
 class Controller:
@@ -127,6 +132,9 @@ class Controller:
 
     async def _serve(self, api: client.ApiClient) -> None:
         opts = self.opts
+        live = load_config(opts.config) if opts.config is not None else LiveConfig()
+        if live.backend_mode is not None:
+            opts = replace(opts, translate=replace(opts.translate, mode=live.backend_mode))
         self.source = ControllerSource(api, KubeSourceSettings(
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
@@ -162,6 +170,9 @@ class Controller:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                if opts.config is not None:
+                    group.create_task(self._follow_config(opts.config, live),
+                                      name="controller-config")
                 if opts.admin_socket is not None or opts.dashboard is not None:
                     group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                                       name="controller-surfaces")
@@ -169,6 +180,16 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    async def _follow_config(self, path: Path, first: LiveConfig) -> None:
+        """Apply each new default backend mode of the ``--config`` file (unset: the flag's)."""
+        assert self.gate is not None
+        async for live in follow_config(path, first, poll_s=self.opts.config_poll_s):
+            mode = live.backend_mode or self.opts.translate.mode
+            if mode is not self.gate.default:
+                log.info("default backend mode %s → %s (--config %s)", self.gate.default,
+                         mode, path)
+                self.gate.set_default(mode)
 
     def _surfaces(self) -> surfaces.SurfaceOptions:
         """The admin endpoint and the dashboard, mounted as ``podway run`` mounts them."""
