@@ -40,6 +40,7 @@ from podway.controller.events import (
     fronts,
     load_error_events,
 )
+from podway.controller.groups import EngineGroups
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
 from podway.controller.source import ControllerSource
@@ -112,6 +113,7 @@ class Controller:
         self.gate: ModeGate | None = None
         self.pipeline: Pipeline | None = None
         self.server: XdsServer | None = None
+        self.groups: EngineGroups | None = None
         self.status: StatusWriter | None = None
         self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
         self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
@@ -150,9 +152,11 @@ class Controller:
                                                    vips=Ipam(opts.vip_pools, held=held)))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        self.groups = EngineGroups(self.pipeline)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
-                                unauthenticated=opts.xds_unauthenticated)
+                                unauthenticated=opts.xds_unauthenticated,
+                                groups=self.groups.cache_for)
         self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
                                    kind_info=self.source.kind_info, opts=opts.translate,
                                    lb_address=opts.lb_address, metrics=self.metrics,
@@ -170,6 +174,7 @@ class Controller:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                group.create_task(self.groups.follow(), name="controller-engine-groups")
                 if opts.config is not None:
                     group.create_task(self._follow_config(opts.config, live),
                                       name="controller-config")
