@@ -281,8 +281,13 @@ class Controller:
                 body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
                                                      NPL_MANAGED: value}}}
                 try:
-                    await core.patch_namespaced_service(
-                        key[1], key[0], body, _content_type="application/merge-patch+json")
+                    resp = await core.patch_namespaced_service(
+                        key[1], key[0], body, _content_type="application/merge-patch+json",
+                        _preload_content=False)  # raw: no client model built from the answer
+                    status = resp.status
+                    resp.release()
+                    if status >= 400:
+                        raise client.exceptions.ApiException(status=status, reason="refused")
                     log.info("%s NodePortLocal on Service %s/%s",
                              "enabled" if value else "disabled", *key)
                 except Exception as exc:  # the API is away or refuses: next state retries
