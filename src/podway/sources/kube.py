@@ -52,6 +52,7 @@ from podway.model.loader import LoadError, parse_object
 from podway.model.snapshot import Key, Snapshot
 from podway.sources.base import SourceUpdate
 from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
+from podway.sources.sharing import FieldsSetPool
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ class KubeSource:
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._selector = label_selector(settings.namespace_selector)
         self._announced_missing: set[str] = set()
+        self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -210,6 +212,8 @@ class KubeSource:
             meta.pop("resourceVersion", None)  # moves on every write; nothing reads it
             raw["apiVersion"], raw["kind"] = api_version, spec.kind
             obj, error = parse_object(raw, source=SOURCE, document=-1)
+            if obj is not None:
+                self._fields_sets.share(obj)
             if error is not None:
                 log.warning("object left out: %s", error)
             self._stage(ident, obj, error)
