@@ -3,8 +3,10 @@ service-engine groups), or all of it.
 
 An engine names its group in its xDS node metadata (``podway.io/engine-group``, set by
 ``podway engine --engine-group``); an engine without one gets everything. A LoadBalancer
-Service or a Gateway chooses its group with the annotation ``podway.io/engine-group``; every
-other object, and those without the annotation, belong to the group ``default``.
+Service or a Gateway chooses its group with the annotation ``podway.io/engine-group`` (a
+Gateway also with that label in ``spec.infrastructure.labels``); every other object, and those
+that choose none, belong to the group ``default``. The same choice picks the object's VIP
+pools (``podway.ipam``).
 
 ``subset(ir, group, groups_of)`` is pure: the listeners with at least one origin in the group
 (a listener made from objects of several groups — an Ingress port shared with nothing else is
@@ -28,7 +30,7 @@ from types import MappingProxyType
 from podway.envoy_config import Builder
 from podway.ir import IR, Forward, Listener, Mirror
 from podway.model import Service
-from podway.model.base import ObjectRef
+from podway.model.base import ENGINE_GROUP, ObjectRef
 from podway.model.gateway import Gateway
 from podway.model.snapshot import Snapshot
 from podway.pipeline import Pipeline, State
@@ -36,20 +38,20 @@ from podway.xds.cache import Cache
 
 log = logging.getLogger(__name__)
 
-GROUP_ANNOTATION = "podway.io/engine-group"
-GROUP_METADATA = GROUP_ANNOTATION  # the key in an engine's xDS node metadata
+GROUP_METADATA = ENGINE_GROUP  # the key in an engine's xDS node metadata
 DEFAULT_GROUP = "default"
 
 GroupOf = Callable[[ObjectRef], str]
 
 
 def group_of(snapshot: Snapshot) -> GroupOf:
-    """The group each object belongs to: a Service's or Gateway's annotation, else default."""
+    """The group each object belongs to: a Service's or Gateway's choice
+    (``K8sObject.engine_group``: the annotation; a Gateway's infrastructure label too), else
+    default."""
     def lookup(ref: ObjectRef) -> str:
         model = {Service.KIND: Service, Gateway.KIND: Gateway}.get(ref.kind)
         obj = snapshot.get(model, ref.namespace, ref.name) if model is not None else None
-        value = obj.metadata.annotations.get(GROUP_ANNOTATION, "") if obj is not None else ""
-        return value.strip() or DEFAULT_GROUP
+        return (obj.engine_group() if obj is not None else None) or DEFAULT_GROUP
     return lookup
 
 

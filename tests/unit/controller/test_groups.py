@@ -5,7 +5,9 @@ group (an Ingress, an unannotated Service) is the default group's."""
 from __future__ import annotations
 
 from podway.controller.groups import DEFAULT_GROUP, group_of, subset
+from podway.ipam.claims import claims_of
 from podway.model import Snapshot
+from podway.model.gateway import Gateway
 from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
 
@@ -78,3 +80,27 @@ def test_each_group_gets_its_listeners_and_the_pools_they_use() -> None:
     assert b_listeners.isdisjoint(d_listeners)
     assert a_listeners | b_listeners | d_listeners == {item.name for item in ir.listeners}
     assert names(subset(ir, "nobody", groups)) == (set(), set())
+
+
+def test_gateway_infrastructure_label_chooses_the_group_for_engines_and_vip_pools() -> None:
+    """A Gateway without the annotation but with ``spec.infrastructure.labels`` naming a
+    group is that group's, for its engines and for the IPAM's pool choice alike; the
+    annotation wins over the label."""
+    text = MANIFESTS.replace(
+        "metadata: {name: edge, namespace: shop, annotations: {podway.io/engine-group: edge-b}}\n"
+        "spec:\n  gatewayClassName: podway\n",
+        "metadata: {name: edge, namespace: shop}\nspec:\n  gatewayClassName: podway\n"
+        "  infrastructure: {labels: {podway.io/engine-group: edge-c}}\n")
+    snapshot = Snapshot.of_objects(load_text(text).objects)
+    gateway = snapshot.get(Gateway, "shop", "edge")
+    assert gateway is not None
+    assert gateway.engine_group() == "edge-c"
+    ir = translate(snapshot, TranslateOptions(address="198.18.0.1", http_port=8081)).ir
+    listeners, pools = names(subset(ir, "edge-c", group_of(snapshot)))
+    assert pools == {"pool/shop/web/8001"}
+    assert listeners
+    claim = next(c for c in claims_of(snapshot, TranslateOptions()) if c.ref.kind == "Gateway")
+    assert claim.engine_group == "edge-c"
+    both = gateway.model_copy(update={"metadata": gateway.metadata.model_copy(update={
+        "annotations": {"podway.io/engine-group": "edge-b"}})})
+    assert both.engine_group() == "edge-b"
