@@ -18,7 +18,8 @@ certificates.
 nothing) per group an engine asked for, made on the first request of such an engine and then
 refreshed from every pipeline state by its own task (``follow``): a slow status writer never
 delays a group's push. Groups nobody asked for cost nothing; with no group in use the
-controller builds nothing twice. The main cache (every resource) stays the pipeline's.
+controller builds nothing twice. A group's cache stays while the controller runs (its engines
+reconnect to the same versions). The main cache (every resource) stays the pipeline's.
 """
 
 from __future__ import annotations
