@@ -10,11 +10,17 @@ N ClusterIP Services + EndpointSlices (all at one loopback echo), one GatewayCla
 * new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99;
 * controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
 
+``--rss`` measures memory the way it is deployed instead: the real ``podway controller``
+command in its own process (CLI, every import it makes), against the same filled emulator,
+until every route's status is written; then its VmRSS and peak (VmHWM) from ``/proc``. No
+Envoy, no benchmark code in that process: the figure is the controller's alone.
+
 Targets (issue 11): EDS ACK p99 ≤ 200 ms at 1,000 Services; new route p99 ≤ 100 ms at 1,000
 routes; status of 1,000 routes ≤ 2 s; RSS ≤ 150 MiB at 1,000 + 1,000. Every time is also printed
 as a ratio to the machine-speed reference (``bench/speedref.py``) measured in the same run.
 
     .venv/bin/python bench/convergence.py [--sizes 1000] [--tries 20]
+    .venv/bin/python bench/convergence.py --rss [--sizes 1000,10000]
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -102,9 +110,9 @@ async def status_of(port: int, host: str) -> int:
         writer.close()
 
 
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+def rss_mib(pid: int | str = "self", field: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -247,10 +255,60 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         await child.wait()
 
 
+async def controller_rss(count: int) -> None:
+    """The real command's memory at ``count`` Services + routes (see the module docstring)."""
+    echo_port, gateway_port, metrics_port = free_port(), free_port(), free_port()
+    child = await start_emulator(count, echo_port, gateway_port)
+    controller: asyncio.subprocess.Process | None = None
+    folder = Path(tempfile.mkdtemp(prefix="podway-rss-"))
+    try:
+        assert child.stdout is not None
+        url = (await child.stdout.readline()).decode().strip()
+        kubeconfig = folder / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: e, cluster: {{server: '{url}'}}}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+            "contexts: [{name: e, context: {cluster: e, user: u}}]\ncurrent-context: e\n")
+        began = time.perf_counter()
+        controller = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "podway", "controller", "--kubeconfig", str(kubeconfig),
+            "--xds-listen", f"127.0.0.1:{free_port()}", "--xds-unauthenticated",
+            "--backend-mode", "clusterip",  # the bench Services are served in this mode
+            "--address", "127.0.0.1", "--lb-address", "127.0.0.1", "--log-level", "warning",
+            "--metrics-port", str(metrics_port), "--metrics-address", "127.0.0.1")
+        async with client.ApiClient(client.Configuration(host=url)) as api:
+            custom: Any = client.CustomObjectsApi(api)
+            last = f"r{count - 1}"
+            async with asyncio.timeout(600):
+                while True:  # until the last route's status is written (1 s polls)
+                    obj = await custom.get_namespaced_custom_object(GW, "v1", NS, "httproutes",
+                                                                    last)
+                    if (obj.get("status") or {}).get("parents"):
+                        break
+                    await asyncio.sleep(1)
+        settled = time.perf_counter() - began
+        await asyncio.sleep(5)  # the last status writes and their watch events
+        pid = controller.pid
+        print(f"  {count} + {count}: controller RSS {rss_mib(pid):.0f} MiB, peak "
+              f"{rss_mib(pid, 'VmHWM'):.0f} MiB (start → every status written: {settled:.1f} s)",
+              flush=True)
+    finally:
+        if controller is not None and controller.returncode is None:
+            controller.terminate()
+            await controller.wait()
+        if child.stdin is not None:
+            child.stdin.close()
+        await child.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000")
     parser.add_argument("--tries", type=int, default=20)
+    parser.add_argument("--rss", action="store_true",
+                        help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -258,6 +316,11 @@ async def main() -> None:
         await serve_emulator(*args.serve_emulator)
         return
     logging.basicConfig(level=logging.WARNING)
+    if args.rss:
+        print("== podway controller (its own process): RSS once every status is written")
+        for size in (int(s) for s in args.sizes.split(",")):
+            await controller_rss(size)
+        return
     ref = speedref.measure()
     print(ref.describe(), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):

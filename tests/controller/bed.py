@@ -113,11 +113,13 @@ class Bed:
         async with asyncio.timeout(limit_s):
             return await self.pipeline.wait_for(predicate)
 
-    async def engine(self, node_id: str = "engine-1") -> Engine:
+    async def engine(self, node_id: str = "engine-1", *, group: str = "",
+                     delta: bool = True) -> Engine:
         assert self.controller is not None
         assert self.controller.server is not None
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-            BootstrapOptions(node_id=node_id, xds=self.controller.server.target, delta=True))))
+            BootstrapOptions(node_id=node_id, xds=self.controller.server.target, delta=delta,
+                             engine_group=group))))
         self.engines.append(engine)
         self.tasks.append(asyncio.create_task(engine.run(), name=f"engine-{node_id}"))
         await engine.wait_ready(limit_s=30)

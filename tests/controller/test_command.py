@@ -57,6 +57,7 @@ current-context: x
     (("--admin-socket", "/" + "a" * 120 + "/podway.sock"), "longer than 107 bytes"),
     (("--leader-elect=maybe",), "--leader-elect must be true or false"),
     (("--renew-deadline-s", "20"), "--renew-deadline-s must be shorter than --lease-duration-s"),
+    (("--config", "/nonexistent/podway.yaml"), "--config /nonexistent/podway.yaml: cannot read"),
 ])
 def test_no_cluster_or_bad_flags_are_one_line(tmp_path: Path, args: tuple[str, ...],
                                               expected: str) -> None:

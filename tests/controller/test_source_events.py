@@ -91,3 +91,32 @@ async def test_recorder_counts_repeats_and_rate_limits_per_object(bed: Bed) -> N
     now[0] = 60.0  # one token back
     await recorder.record([other])
     assert sorted(e["count"] for e in bed.emu.events) == [2, 2]
+
+
+async def test_recorder_bounds_writes_in_flight_and_counts_up_across_restarts(bed: Bed) -> None:
+    """A thousand-object first state must not open a request per event at once: at most
+    ``concurrency`` writes are in flight, and all are written. An Event a previous run wrote
+    (409 on create) is counted up, not duplicated."""
+    recorder = EventRecorder(bed.api, concurrency=2)
+    in_flight, most = 0, 0
+    create = recorder._core.create_namespaced_event
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            return await create(*args, **kwargs)
+        finally:
+            in_flight -= 1
+
+    recorder._core.create_namespaced_event = counting
+    dues = [Due(ref=ObjectRef("Service", "default", f"web-{i}"), type="Normal",
+                reason="Synced", message="served") for i in range(10)]
+    await recorder.record(dues)
+    assert most == 2
+    assert len(bed.emu.events) == 10
+    again = EventRecorder(bed.api)  # a restarted controller
+    await again.record(dues[:1])
+    assert len(bed.emu.events) == 10
+    assert sorted(e.get("count", 1) for e in bed.emu.events)[-1] == 2

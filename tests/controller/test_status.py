@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .bed import (
     GW,
@@ -134,3 +137,50 @@ async def test_failed_status_writes_are_retried_without_a_new_state(bed: Bed) ->
         assert bed.emu.count("patch", "httproutes", "default", name, "status") == 2
     assert bed.pipeline.state is not None
     assert bed.pipeline.state.generation == state.generation  # nothing new came
+
+
+TRAFFIC_POLICY_CRD = (Path(__file__).resolve().parents[2] / "deploy" / "helm" / "podway"
+                      / "crds" / "trafficpolicies.podway.io.yaml")
+
+
+def traffic_policy(name: str, target: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "podway.io/v1alpha1", "kind": "TrafficPolicy",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": target}], **spec}}
+
+
+def policy_accepted(bed: Bed, name: str) -> dict[str, Any] | None:
+    obj = bed.emu.get("trafficpolicies", "default", name, group="podway.io")
+    ancestors = ((obj or {}).get("status") or {}).get("ancestors") or []
+    if not ancestors:
+        return None
+    return next((c for c in ancestors[0]["conditions"] if c["type"] == "Accepted"), None)
+
+
+async def test_traffic_policy_from_the_api_applies_and_gets_accepted_status(bed: Bed) -> None:
+    """A TrafficPolicy (CRD as shipped in deploy/) reaches the translator: its timeout lands
+    on the Service's pool and it gets Accepted=True in status.ancestors, written once; a bad
+    value turns it Accepted=False (Invalid) naming the field; the CRD installed after start
+    is picked up."""
+    bed.emu.put("services", lb_service("web", 8081))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "198.18.5.1"}),
+                group="discovery.k8s.io")
+    await bed.start()
+    bed.emu.put("customresourcedefinitions", yaml.safe_load(TRAFFIC_POLICY_CRD.read_text()))
+    bed.emu.put("trafficpolicies", traffic_policy("web", "web", timeouts={"connect": "3s"}),
+                group="podway.io")
+    state = await bed.until(lambda s: any(
+        p.settings.connect_timeout_ms == 3000 for p in s.ir.pools.values()))
+    assert state.ir.pools
+    await until(lambda: policy_accepted(bed, "web") is not None)
+    accepted = policy_accepted(bed, "web")
+    assert accepted is not None
+    assert (accepted["status"], accepted["reason"]) == ("True", "Accepted")
+    assert status_patches(bed, "trafficpolicies", "web") == 1
+    edit(bed, "trafficpolicies", traffic_policy("web", "web", timeouts={"connect": "soon"}),
+         group="podway.io")
+    await until(lambda: (policy_accepted(bed, "web") or {}).get("status") == "False")
+    refused = policy_accepted(bed, "web")
+    assert refused is not None
+    assert refused["reason"] == "Invalid"
+    assert "connect" in refused["message"]

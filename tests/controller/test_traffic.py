@@ -8,6 +8,7 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import trustme
@@ -126,6 +127,50 @@ async def test_live_mode_switch_under_load_drops_nothing(bed: Bed) -> None:
         await running.answered_by("pod")
         await running.more()
     assert running.failures == []
+
+
+async def test_default_mode_switch_from_the_config_file_under_load_drops_nothing(
+        bed: Bed, tmp_path: Path) -> None:
+    """The --config file's backendMode changes the default live: a Service without the
+    annotation moves clusterip → nodeportlocal (held until its pod's NPL entry exists) →
+    clusterip (the file's key removed: the flag's default again), under load through Envoy,
+    without restart: zero failed requests. An annotated Service keeps its mode throughout."""
+    pod_port, npl_port = await backends(bed)
+    lb_port, pinned_port = free_port(), free_port()
+    pool = f"pool/default/web/{lb_port}{POOL_SUFFIX}"
+    pinned_pool = f"pool/default/pinned/{pinned_port}{POOL_SUFFIX}"
+    config = tmp_path / "podway.yaml"
+    config.write_text("# no backendMode: the flag's default (clusterip)\n")
+    bed.emu.put("services", lb_service("web", lb_port, pod_port))
+    bed.emu.put("services", lb_service("pinned", pinned_port, pod_port, annotations={
+        "podway.io/backend-mode": "clusterip"}))
+    for name in ("web", "pinned"):
+        bed.emu.put("endpointslices", endpoint_slice(name, {"web-a": "127.0.0.1"}, pod_port),
+                    group="discovery.k8s.io")
+    bed.emu.put("pods", pod("web-a", "127.0.0.1"))
+    await bed.start(config=config, config_poll_s=0.02)
+    await bed.until(lambda s: members(s, pool) == [f"127.0.0.1:{pod_port}"])
+    await bed.engine()
+    assert bed.controller is not None
+    gate = bed.controller.gate
+    assert gate is not None
+    async with load(lb_port) as running:
+        await running.answered_by("pod")
+        config.write_text("backendMode: nodeportlocal\n")
+        await bed.until(lambda s: bool(gate.report.held))  # no NPL entry yet: held
+        await running.more()
+        assert running.answers[-1] == "pod"
+        bed.emu.put("pods", pod("web-a", "127.0.0.1", npl=[(pod_port, "127.0.0.1", npl_port)]))
+        state = await bed.until(lambda s: members(s, pool) == [f"127.0.0.1:{npl_port}"])
+        assert members(state, pinned_pool) == [f"127.0.0.1:{pod_port}"]
+        await running.answered_by("npl")
+        config.write_text("backendMode: [not, a, mode]\n")  # bad: kept as it was
+        await running.more()
+        config.write_text("{}\n")
+        await running.answered_by("pod")
+        await running.more()
+    assert running.failures == []
+    assert gate.default is BackendMode.CLUSTERIP
 
 
 async def test_controller_restart_under_load_drops_nothing(bed: Bed) -> None:

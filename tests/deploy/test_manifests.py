@@ -194,3 +194,19 @@ async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
     args = spec["containers"][0]["args"]
     assert [a for a in args if a.startswith("--ingress-class=")] == [
         "--ingress-class=nginx", "--ingress-class=legacy"]
+
+
+async def test_chart_engine_group_can_serve_only_its_objects(helm: Any) -> None:
+    """By default an engine group's engines serve everything (no --engine-group); with
+    onlyItsObjects they pass --engine-group=<name>, and the rendering stays valid."""
+    _, default = await render(helm, {})
+    args = by_kind(default, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--engine-group")]
+    group = {"name": "edge", "replicas": 2, "nodeSelector": {"podway.io/edge": "true"},
+             "tlsSecret": "podway-engine-tls", "concurrency": 2, "onlyItsObjects": True}
+    _, only = await render(helm, {"engineGroups": [group]})
+    validate(only)
+    args = by_kind(only, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert "--engine-group=edge" in args

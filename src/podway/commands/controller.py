@@ -42,6 +42,9 @@ def controller(
     backend_mode: Annotated[BackendMode, typer.Option(
         help="Default backend mode; a Service's podway.io/backend-mode annotation overrides "
              "it.")] = BackendMode.NODEPORTLOCAL,
+    config: Annotated[Path | None, typer.Option(
+        help="Live settings file (YAML; backendMode), re-read while running: a new "
+        "backendMode applies without restart (docs/controller.md).")] = None,
     namespaces: Annotated[str, typer.Option(
         help="Comma-separated namespaces to watch (default: all).")] = "",
     namespace_selector: Annotated[str, typer.Option(
@@ -139,6 +142,11 @@ def controller(
     check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
     from podway.ipam import Pool, load_pools
 
+    if config is not None:
+        from podway.controller.config import load_config
+
+        load_config(config)  # a missing or bad file is one line now, not after connecting
+
     pools: tuple[Pool, ...] = load_pools(vip_pools) if vip_pools is not None else ()
     from podway.controller.leader import (
         ElectionSettings,
@@ -172,5 +180,5 @@ def controller(
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
         admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        engine_admin=engine_admin, election=election)
+        engine_admin=engine_admin, election=election, config=config)
     asyncio.run(run_until_signal(Controller(opts).run()))

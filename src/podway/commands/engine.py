@@ -27,6 +27,10 @@ def engine(
              "controller replicas (or give one name that resolves to all, e.g. a headless "
              "Service): a lost stream is retried on the next one.")],
     node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
+    engine_group: Annotated[str, typer.Option(
+        help="Serve only this engine group's Services and Gateways (their "
+        "podway.io/engine-group annotation; unannotated ones are group 'default'). Default: "
+        "everything.")] = "",
     xds_ca: Annotated[Path | None, typer.Option(
         help="CA of the controller's certificate; set → TLS to the controller.")] = None,
     xds_sni: Annotated[str, typer.Option(
@@ -77,7 +81,7 @@ def engine(
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
         xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-        stats=envoy_stats))
+        stats=envoy_stats, engine_group=engine_group.strip()))
     folder = instance_dir(state_dir, instance)
 
     report = ReportOptions(

@@ -10,7 +10,10 @@ event, so a resync or an endpoint change never repeats one.
 the same (object, type, reason, message) again counts up the existing Event (``count``,
 ``lastTimestamp``) instead of creating one; and each object has a token bucket (``burst``
 events, one more every ``refill_s`` seconds), so a flapping object cannot flood the API.
-Failures to write an Event are logged, never raised: events are best effort.
+Failures to write an Event are logged, never raised: events are best effort. At most
+``concurrency`` writes are in flight (the first state of a large cluster makes one ``Synced``
+per object: a thousand at once held a thousand requests' buffers), and answers are read raw,
+not turned into client model objects nobody reads.
 
 Only the leader records (``podway.controller.leader``): ``record`` takes the current ``Fence``
 and every create or patch checks it right before it is sent; events due on a follower, or after
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +37,7 @@ from kubernetes_asyncio import client
 from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
 from podway.ir import IR
+from podway.kube.errors import Conflict, api_error
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.status import StatusDocument
@@ -128,7 +132,7 @@ class EventRecorder:
     def __init__(self, api: client.ApiClient, *, namespace_of_cluster_objects: str = "default",
                  burst: int = 25, refill_s: float = 300.0,
                  clock: Callable[[], float] | None = None,
-                 metrics: ControllerMetrics | None = None,
+                 metrics: ControllerMetrics | None = None, concurrency: int = 16,
                  leadership: Leadership = ALWAYS) -> None:
         self._core: Any = client.CoreV1Api(api)  # stubs: no ``_content_type``, typed bodies
         self._cluster_ns = namespace_of_cluster_objects
@@ -139,6 +143,7 @@ class EventRecorder:
         self._sent: dict[tuple[ObjectRef, str, str, str], tuple[str, int]] = {}  # name, count
         self.dropped = 0
         self._metrics = metrics or ControllerMetrics()
+        self._limit = asyncio.Semaphore(concurrency)
         self._leadership = leadership
 
     def resync(self) -> None:
@@ -173,7 +178,8 @@ class EventRecorder:
 
     async def _in_order(self, group: list[Due], fence: Fence) -> None:
         for item in group:
-            await self._one(item, fence)
+            async with self._limit:
+                await self._one(item, fence)
 
     async def _one(self, due: Due, fence: Fence) -> None:
         if not self._permit(fence):
@@ -188,33 +194,57 @@ class EventRecorder:
             if key in self._sent:  # this run wrote it: count up
                 name, count = self._sent[key]
                 self._sent[key] = (name, count + 1)
-                await self._core.patch_namespaced_event(
+                await _raw(self._core.patch_namespaced_event(
                     name, namespace, {"count": count + 1, "lastTimestamp": stamp},
-                    _content_type="application/merge-patch+json")
+                    _content_type="application/merge-patch+json", _preload_content=False))
             else:
                 name = _event_name(due)
                 self._sent[key] = (name, 1)
                 try:
-                    await self._core.create_namespaced_event(namespace, _event_body(
-                        due, name=name, namespace=namespace, stamp=stamp))
-                except client.exceptions.ApiException as exc:
-                    if exc.status != 409:
-                        self._sent.pop(key, None)
-                        raise
+                    await _raw(self._core.create_namespaced_event(namespace, _event_body(
+                        due, name=name, namespace=namespace, stamp=stamp),
+                        _preload_content=False))
+                except Conflict:
                     # Written before (a previous run of the controller): count it up.
-                    existing = await self._core.read_namespaced_event(name, namespace)
-                    count = (existing.count or 1) + 1
+                    existing = await _raw(self._core.read_namespaced_event(
+                        name, namespace, _preload_content=False))
+                    count = int(existing.get("count") or 1) + 1
                     if not self._permit(fence):
                         self._sent.pop(key, None)
                         return
-                    await self._core.patch_namespaced_event(
+                    await _raw(self._core.patch_namespaced_event(
                         name, namespace, {"count": count, "lastTimestamp": stamp},
-                        _content_type="application/merge-patch+json")
+                        _content_type="application/merge-patch+json", _preload_content=False))
                     self._sent[key] = (name, count)
+                except Exception:
+                    self._sent.pop(key, None)
+                    raise
             self._metrics.events.labels(type=due.type, reason=due.reason).inc()
         except Exception as exc:  # best effort: an event never stops the controller
             log.warning("event %s %s on %s not written: %s", due.type, due.reason, due.ref,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+async def _raw(call: Awaitable[Any]) -> dict[str, Any]:
+    """The JSON body of a raw (``_preload_content=False``) call; typed errors by status."""
+    try:
+        resp = await call
+    except client.exceptions.ApiException as exc:
+        raise api_error(exc) from None
+    try:
+        if resp.status >= 400:
+            raise api_error(_Refused(resp.status, (await resp.text())[:200]))
+        body = await resp.json(content_type=None)
+        return body if isinstance(body, dict) else {}
+    finally:
+        resp.release()
+
+
+class _Refused:
+    """A refused call in the shape ``api_error`` reads."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        self.status, self.reason = status, reason
 
 
 def _event_name(due: Due) -> str:

@@ -42,6 +42,7 @@ from kubernetes_asyncio import client
 
 from podway import surfaces
 from podway.backoff import Backoff
+from podway.controller.config import LiveConfig, follow_config, load_config
 from podway.controller.events import (
     Due,
     EventRecorder,
@@ -49,6 +50,7 @@ from podway.controller.events import (
     fronts,
     load_error_events,
 )
+from podway.controller.groups import EngineGroups
 from podway.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
@@ -111,6 +113,10 @@ class ControllerOptions:
     election: ElectionSettings | None = None
     """Leader election over a Lease: only the leader writes. None: this replica always writes
     (``--leader-elect=false``; run one replica only)."""
+    config: Path | None = None
+    """Live settings (``podway.controller.config``): its ``backendMode`` replaces
+    ``translate.mode`` at start and whenever the file changes. None: no file."""
+    config_poll_s: float = 1.0
 
 
 class Controller:
@@ -127,6 +133,7 @@ class Controller:
         self.gate: ModeGate | None = None
         self.pipeline: Pipeline | None = None
         self.server: XdsServer | None = None
+        self.groups: EngineGroups | None = None
         self.status: StatusWriter | None = None
         self.elector: LeaseElector | None = None
         self.leadership: Leadership = ALWAYS
@@ -151,6 +158,9 @@ class Controller:
 
     async def _serve(self, api: client.ApiClient) -> None:
         opts = self.opts
+        live = load_config(opts.config) if opts.config is not None else LiveConfig()
+        if live.backend_mode is not None:
+            opts = replace(opts, translate=replace(opts.translate, mode=live.backend_mode))
         self.source = ControllerSource(api, KubeSourceSettings(
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
@@ -171,9 +181,11 @@ class Controller:
             self.metrics.leader.set(1)
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        self.groups = EngineGroups(self.pipeline)
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
-                                unauthenticated=opts.xds_unauthenticated)
+                                unauthenticated=opts.xds_unauthenticated,
+                                groups=self.groups.cache_for)
         self.server.handlers.append(self.health_reports.handler(self.server))
         self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
                                        self.server.servicer.engines.keys,
@@ -185,6 +197,7 @@ class Controller:
                                    lb_address=opts.lb_address, metrics=self.metrics,
                                    concurrency=opts.status_concurrency,
                                    leadership=self.leadership)
+        self.source.same_as = self.status.last_written
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
@@ -200,6 +213,10 @@ class Controller:
                 group.create_task(self.readiness.run(), name="controller-readiness")
                 if self.elector is not None:
                     group.create_task(self.elector.run(), name="controller-leader-election")
+                group.create_task(self.groups.follow(), name="controller-engine-groups")
+                if opts.config is not None:
+                    group.create_task(self._follow_config(opts.config, live),
+                                      name="controller-config")
                 if opts.admin_socket is not None or opts.dashboard is not None:
                     group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                                       name="controller-surfaces")
@@ -212,6 +229,16 @@ class Controller:
         """The readiness gate writes Pods only while this replica leads (and the caller's
         own guard, tests, allows)."""
         return self.leadership.is_leader() and self._writes_allowed()
+
+    async def _follow_config(self, path: Path, first: LiveConfig) -> None:
+        """Apply each new default backend mode of the ``--config`` file (unset: the flag's)."""
+        assert self.gate is not None
+        async for live in follow_config(path, first, poll_s=self.opts.config_poll_s):
+            mode = live.backend_mode or self.opts.translate.mode
+            if mode is not self.gate.default:
+                log.info("default backend mode %s → %s (--config %s)", self.gate.default,
+                         mode, path)
+                self.gate.set_default(mode)
 
     def _surfaces(self) -> surfaces.SurfaceOptions:
         """The admin endpoint and the dashboard, mounted as ``podway run`` mounts them."""
@@ -338,8 +365,13 @@ class Controller:
                 body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
                                                      NPL_MANAGED: value}}}
                 try:
-                    await core.patch_namespaced_service(
-                        key[1], key[0], body, _content_type="application/merge-patch+json")
+                    resp = await core.patch_namespaced_service(
+                        key[1], key[0], body, _content_type="application/merge-patch+json",
+                        _preload_content=False)  # raw: no client model built from the answer
+                    status = resp.status
+                    resp.release()
+                    if status >= 400:
+                        raise client.exceptions.ApiException(status=status, reason="refused")
                     log.info("%s NodePortLocal on Service %s/%s",
                              "enabled" if value else "disabled", *key)
                 except Exception as exc:  # the API is away or refuses: next state retries

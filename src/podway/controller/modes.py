@@ -1,18 +1,24 @@
 """Backend modes per Service, switched live and make-before-break.
 
 A Service's *requested* mode is its ``podway.io/backend-mode`` annotation, else the default
-(``--backend-mode``). The mode the translator uses — the *effective* one — follows it at once,
-except when switching to ``nodeportlocal`` before the new members exist: until every ready pod
-behind the Service has its NodePortLocal entry for the Service's target ports, the Service keeps
-its previous effective mode, so traffic never meets an empty pool. The switch is then one EDS
-update (members swapped, listeners and routes untouched), which Envoy applies without dropping
-requests. A Service seen for the first time (no previous mode) takes the requested mode at once.
+(``--backend-mode``, replaced live by ``set_default``: the ``--config`` file's ``backendMode``).
+The mode the translator uses — the *effective* one — follows it at once, except when switching
+to ``nodeportlocal`` before the new members exist: until every ready pod behind the Service has
+its NodePortLocal entry for the Service's target ports, the Service keeps its previous effective
+mode, so traffic never meets an empty pool. The switch is then one EDS update (members swapped,
+listeners and routes untouched), which Envoy applies without dropping requests. A Service seen
+for the first time (no previous mode) takes the requested mode at once.
 
 ``ModeGate`` wraps any ``Source`` and applies that rule to each update: Services whose effective
-mode differs from the requested one are handed to the translator with the annotation rewritten
-to the effective mode (a decision that needs the world enters the translator as input, never as
-I/O inside it). It also reports *pending members*: pods behind a Service in effective
-``nodeportlocal`` mode whose annotation is not there yet.
+mode differs from the mode the translator would read (their annotation, else the translator's
+own default, fixed at start) are handed to it with the annotation set to the effective mode (a
+decision that needs the world enters the translator as input, never as I/O inside it). So a new
+default needs no new translator: the gate re-applies the last update, every Service without an
+annotation is a candidate, and the switch is the same make-before-break per-Service EDS change
+as an annotation edit. Rewritten copies are kept per Service (reused while the source's object
+and the mode stay), so an update costs O(Services it concerns). It also reports *pending
+members*: pods behind a Service in effective ``nodeportlocal`` mode whose annotation is not
+there yet.
 
 ``npl_plan`` is the pure decision behind the ``nodeportlocal.antrea.io/enabled`` annotation: the
 controller adds it (with the marker ``podway.io/npl-managed``) to every Service it serves in
@@ -21,9 +27,12 @@ controller adds it (with the marker ``podway.io/npl-managed``) to every Service 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
 from podway.ir import IR
 from podway.model import EndpointSlice, Pod, Service, Snapshot, npl
@@ -49,66 +58,128 @@ class ModeGate:
 
     def __init__(self, inner: Source, opts: TranslateOptions) -> None:
         self._inner = inner
-        self._opts = opts
+        self._translated = opts  # what the translator reads: its default never changes
+        self._opts = opts  # the live default (``set_default``)
         self._index = EndpointIndex()
         self._effective: dict[Key, BackendMode] = {}
+        # service → (the source's object, the mode written into the copy, the copy)
+        self._rewrites: dict[Key, tuple[Service, BackendMode, Service]] = {}
+        self._last: SourceUpdate | None = None
+        self._everything = False  # the next apply looks at every Service
+        self._kick = asyncio.Event()
         self.report = ModeReport(held=MappingProxyType({}), pending=MappingProxyType({}))
 
+    @property
+    def default(self) -> BackendMode:
+        """The default mode now (a Service without the annotation requests it)."""
+        return self._opts.mode
+
+    def set_default(self, mode: BackendMode) -> None:
+        """Make ``mode`` the default from now on: ``watch`` re-applies the last update at once
+        (make-before-break per Service, exactly like an annotation edit)."""
+        if mode is self._opts.mode:
+            return
+        self._opts = replace(self._opts, mode=mode)
+        self._everything = True
+        self._kick.set()
+
     async def watch(self) -> AsyncIterator[SourceUpdate]:
-        async for update in self._inner.watch():
-            yield self.apply(update)
+        updates = aiter(self._inner.watch())
+        following: asyncio.Future[SourceUpdate] = asyncio.ensure_future(anext(updates))
+        try:
+            while True:
+                kicked: asyncio.Future[Any] = asyncio.ensure_future(self._kick.wait())
+                waiting: set[asyncio.Future[Any]] = {following, kicked}
+                try:
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    kicked.cancel()
+                if following.done():
+                    try:
+                        update = following.result()
+                    except StopAsyncIteration:
+                        return
+                    following = asyncio.ensure_future(anext(updates))
+                    self._kick.clear()  # this update looks at everything due anyway
+                    self._last = update
+                    yield self.apply(update)
+                elif self._kick.is_set():
+                    self._kick.clear()
+                    if self._last is not None:
+                        last = self._last
+                        yield self.apply(SourceUpdate(snapshot=last.snapshot, errors=last.errors,
+                                                      stale_files=last.stale_files, changed=()))
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await following
+            with contextlib.suppress(RuntimeError):  # already closed by the cancellation
+                await updates.aclose()  # type: ignore[attr-defined]
 
     def requested(self, service: Service) -> BackendMode:
-        """The mode ``service`` asks for (a held Service's snapshot copy says its effective
-        mode; the report still knows what it asked for)."""
-        held = self.report.held.get(service.key)
-        return held[1] if held is not None else service_mode(service, self._opts)
+        """The mode ``service`` asks for (the gate's snapshot may hold a rewritten copy: the
+        source's object says what it asked for)."""
+        rewrite = self._rewrites.get(service.key)
+        original = rewrite[0] if rewrite is not None and rewrite[2] is service else service
+        return service_mode(original, self._opts)
 
     def apply(self, update: SourceUpdate) -> SourceUpdate:
-        """The update with held Services rewritten to their effective mode.
+        """The update with Services rewritten to their effective mode where the translator
+        would read another.
 
         Only the Services an update can concern are looked at again: those it changed, those
         behind the EndpointSlices and Pods it changed, and those held or pending before; a
-        first update (``changed`` None) looks at every Service.
+        first update (``changed`` None) or a new default looks at every Service.
         """
         snapshot = update.snapshot
         services = snapshot.kind(Service)
         candidates = self._candidates(update)
         held = dict(self.report.held)
         pending = dict(self.report.pending)
-        before = {key: self._effective.get(key) for key in candidates}
+        before = {key: _mode_of(self._rewrites.get(key)) for key in candidates}
         for key in candidates:
             held.pop(key, None)
             pending.pop(key, None)
             service = services.get(key)
             if service is None:
                 self._effective.pop(key, None)
+                self._rewrites.pop(key, None)
                 continue
             requested = service_mode(service, self._opts)
             previous = self._effective.get(key)
             waiting = (_pending_pods(service, snapshot, self._index)
                        if requested is BackendMode.NODEPORTLOCAL else ())
+            effective = requested
             if waiting and previous is not None and previous is not requested:
                 held[key] = (previous, requested)
-                continue
-            self._effective[key] = requested
-            if waiting:
-                pending[key] = waiting
-        rewrites = {key: _with_mode(services[key], effective)
-                    for key, (effective, _) in held.items()}
-        was_held = self.report.held
-        moved = [key for key in candidates if key in services and (
-            before[key] is not self._effective.get(key) or (key in held) != (key in was_held))]
+                effective = previous
+            else:
+                self._effective[key] = requested
+                if waiting:
+                    pending[key] = waiting
+            self._rewrite(key, service, effective)
+        moved = [key for key in candidates
+                 if key in services and before[key] is not _mode_of(self._rewrites.get(key))]
         self.report = ModeReport(held=MappingProxyType(held), pending=MappingProxyType(pending))
-        if not rewrites and update.changed is not None and not moved:
+        if not self._rewrites and update.changed is not None and not moved:
             return update
         changed = update.changed
         if changed is not None:
             extra = [(Service.KIND, key) for key in sorted(moved)]
             changed = tuple(dict.fromkeys((*changed, *extra)))
-        return SourceUpdate(snapshot=snapshot.replace(Service.KIND, rewrites) if rewrites
+        copies = {key: copy for key, (_, _, copy) in self._rewrites.items()}
+        return SourceUpdate(snapshot=snapshot.replace(Service.KIND, copies) if copies
                             else snapshot, errors=update.errors, stale_files=update.stale_files,
                             changed=changed)
+
+    def _rewrite(self, key: Key, service: Service, effective: BackendMode) -> None:
+        """Keep (or drop) the copy of ``service`` that tells the translator ``effective``."""
+        if effective is service_mode(service, self._translated):
+            self._rewrites.pop(key, None)
+            return
+        known = self._rewrites.get(key)
+        if known is None or known[0] is not service or known[1] is not effective:
+            self._rewrites[key] = (service, effective, _with_mode(service, effective))
 
     def _candidates(self, update: SourceUpdate) -> set[Key]:
         """Services whose effective mode or pending pods this update may move (see ``apply``);
@@ -117,6 +188,8 @@ class ModeGate:
         slices = snapshot.kind(EndpointSlice)
         if update.changed is None:
             self._index = EndpointIndex(slices.values())
+        if update.changed is None or self._everything:
+            self._everything = False
             return set(snapshot.kind(Service)) | set(self._effective)
         out = set(self.report.held) | set(self.report.pending)
         for kind, key in update.changed:
@@ -132,6 +205,10 @@ class ModeGate:
             elif kind == Pod.KIND:
                 out.update(self._index.services_of_pod(key))
         return out
+
+
+def _mode_of(rewrite: tuple[Service, BackendMode, Service] | None) -> BackendMode | None:
+    return None if rewrite is None else rewrite[1]
 
 
 def _with_mode(service: Service, mode: BackendMode) -> Service:

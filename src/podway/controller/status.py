@@ -37,7 +37,7 @@ from kubernetes_asyncio import client
 from podway.backoff import Backoff
 from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
-from podway.controller.source import GATEWAY_KINDS, KindInfo
+from podway.controller.source import CRD_STATUS_KINDS, KindInfo
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
 from podway.model.base import ObjectRef
@@ -67,7 +67,7 @@ def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
     out: dict[Target, Status] = {}
     memo = {} if memo is None else memo
     for ref, entry in doc.objects.items():
-        if ref.kind in GATEWAY_KINDS and entry.status is not None:
+        if ref.kind in CRD_STATUS_KINDS and entry.status is not None:
             known = memo.get(ref)
             if known is None or known[0] != entry.status:
                 known = (entry.status, to_api(entry.status, kind=ref.kind))
@@ -235,6 +235,10 @@ class StatusWriter:
         self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
+
+    def last_written(self, kind: str, key: Key) -> Status | None:
+        """The status last written to (or found current on) an object, as sent."""
+        return self._written.get((kind, key))
 
     async def run(self) -> None:
         async for state in self._pipeline.states():

@@ -67,13 +67,17 @@ class BootstrapOptions:
     xds_client_cert_pem: str | None = None
     xds_client_key_pem: str | None = None
     stats: EnvoyStats = EnvoyStats.BOUNDED
+    # The engine group it serves (node metadata ``podway.io/engine-group``); "": everything.
+    engine_group: str = ""
 
 
 def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     """The bootstrap as plain data (Envoy reads it as JSON)."""
     ads_source = {"ads": {}, "resource_api_version": "V3"}
     config: dict[str, Any] = {
-        "node": {"id": opts.node_id, "cluster": "podway"},
+        "node": {"id": opts.node_id, "cluster": "podway",
+                 **({"metadata": {"podway.io/engine-group": opts.engine_group}}
+                    if opts.engine_group else {})},
         **({"admin": admin_config(opts.admin_path)} if opts.admin_path else {}),
         "dynamic_resources": {
             "ads_config": {

@@ -8,7 +8,8 @@ Read here and nowhere else:
 - what the object holds: ``status.loadBalancer.ingress[].ip`` (Services) and
   ``status.addresses`` (Gateways) — the leader wrote them, so they are how allocations survive
   restarts;
-- the pool (``podway.io/vip-pool``), the engine group (``podway.io/engine-group``) and the
+- the pool (``podway.io/vip-pool``), the engine group (``K8sObject.engine_group``: the
+  ``podway.io/engine-group`` annotation, or a Gateway's ``spec.infrastructure`` label) and the
   sharing key (``podway.io/allow-shared-vip``) annotations, and the ports the object serves.
 
 Ownership follows the translator's own rules (``spec.loadBalancerClass``, the GatewayClass
@@ -31,7 +32,6 @@ from podway.translate.options import TranslateOptions
 
 VIP = "podway.io/vip"
 POOL = "podway.io/vip-pool"
-ENGINE_GROUP = "podway.io/engine-group"
 SHARED = "podway.io/allow-shared-vip"
 
 PortKey = tuple[str, int]  # (protocol, port): what two sharers of one VIP must not both use
@@ -107,7 +107,7 @@ def _claim(obj: K8sObject, *, requested: tuple[str, ...], where: str, invalid: s
     notes = meta.annotations
     return Claim(ref=obj.ref, created=ts.timestamp() if ts is not None else float("inf"),
                  uid=meta.uid, requested=requested, requested_field=where, held=held,
-                 pool=notes.get(POOL) or None, engine_group=notes.get(ENGINE_GROUP) or None,
+                 pool=notes.get(POOL) or None, engine_group=obj.engine_group(),
                  share=notes.get(SHARED) or None, ports=ports, invalid=invalid,
                  families=families, all_families=all_families)
 

@@ -18,12 +18,12 @@ cheap and synchronous (enqueue keys, update a cache).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.backoff import Backoff
@@ -159,35 +159,54 @@ class Informer:
         return str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     async def _watch(self, version: str) -> str:
-        stream = watch.Watch(return_type="object")
+        """One watch from ``version`` until the server ends it; returns the last version seen.
+
+        The stream is read here, line by line, rather than through kubernetes-asyncio's
+        ``Watch``: that helper builds a throwaway ``ApiClient`` (its own session and a TLS
+        context with the default CA bundle, ~0.75 MiB) for every watch and decodes each event
+        twice, which cost the controller ~15 MiB for its ~20 open watches."""
+        resp = await self._lister(**self._params, watch=True, resource_version=version,
+                                  timeout_seconds=self._timeout, allow_watch_bookmarks=True,
+                                  _preload_content=False,
+                                  # a dead connection must not hang us forever
+                                  _request_timeout=aiohttp.ClientTimeout(
+                                      connect=10, sock_read=self._timeout + 30))
         try:
-            async for event in stream.stream(self._lister, **self._params,
-                                             resource_version=version,
-                                             timeout_seconds=self._timeout,
-                                             allow_watch_bookmarks=True,
-                                             # a dead connection must not hang us forever
-                                             _request_timeout=aiohttp.ClientTimeout(
-                                                 connect=10, sock_read=self._timeout + 30)):
-                kind = str(event["type"])
-                raw: Raw = event["raw_object"]
-                version = str((raw.get("metadata") or {}).get("resourceVersion", version))
-                self._progress = True
-                if kind == "BOOKMARK":
-                    self.bookmarks += 1
-                    continue
-                key = raw_key(raw)
-                if kind == "DELETED":
-                    self._known.pop(key, None)
-                else:
-                    self._known[key] = version
-                self._handler(kind, self._transform(raw))
+            if resp.status != 200:
+                raise api_error(_Failed(resp.status, await resp.text(),
+                                        dict(getattr(resp, "headers", None) or {})))
+            while line := await resp.content.readline():
+                version = self._event(json.loads(line), version)
         finally:
-            await stream.close()
+            resp.release()
+        return version
+
+    def _event(self, event: Raw, version: str) -> str:
+        """Hand one watch event to the handler; returns the resume version after it."""
+        kind = str(event.get("type", ""))
+        raw = event.get("object")
+        if not isinstance(raw, dict):
+            raise ApiError(f"malformed watch event (no object): {kind or '?'}")
+        if kind == "ERROR":  # a Status: 410 Gone (compacted) or another failure
+            raise api_error(_Failed(int(raw.get("code") or 0),
+                                    f"{raw.get('reason', '')}: {raw.get('message', '')}", {}))
+        version = str((raw.get("metadata") or {}).get("resourceVersion", version))
+        self._progress = True
+        if kind == "BOOKMARK":
+            self.bookmarks += 1
+            return version
+        key = raw_key(raw)
+        if kind == "DELETED":
+            self._known.pop(key, None)
+        else:
+            self._known[key] = version
+        self._handler(kind, self._transform(raw))
         return version
 
 
 class _Failed:
-    """A failed list response in the shape ``api_error`` reads."""
+    """A failed response (list, watch) or a watch ERROR event, in the shape ``api_error``
+    reads."""
 
     def __init__(self, status: int, reason: str, headers: dict[str, str]) -> None:
         self.status, self.reason, self.headers = status, reason, headers

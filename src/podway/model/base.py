@@ -73,6 +73,9 @@ class ObjectRef:
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
+ENGINE_GROUP = "podway.io/engine-group"
+
+
 class K8sObject(K8sModel):
     """A top-level object: apiVersion/kind/metadata. Subclasses set ``KIND`` and ``API_GROUPS``."""
 
@@ -98,6 +101,11 @@ class K8sObject(K8sModel):
     @property
     def key(self) -> tuple[str, str]:
         return (self.metadata.namespace if self.NAMESPACED else "", self.metadata.name)
+
+    def engine_group(self) -> str | None:
+        """The engine group the object chose (annotation ``podway.io/engine-group``; None: none):
+        which engines serve it (docs/controller.md) and which VIP pools it draws from."""
+        return self.metadata.annotations.get(ENGINE_GROUP, "").strip() or None
 
     def age_key(self) -> tuple[float, str]:
         """Sort key for "the oldest wins": creationTimestamp, then "{namespace}/{name}".

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from podway.model.base import K8sModel, K8sObject, Port, SectionName
+from podway.model.base import ENGINE_GROUP, K8sModel, K8sObject, Port, SectionName
 
 GROUP = "gateway.networking.k8s.io"
 CONTROLLER_NAME = "podway.io/gateway-controller"
@@ -104,10 +104,18 @@ class GatewayAddress(K8sModel):
     value: str = ""  # empty: "assign me one" (the bind address, until IPAM exists)
 
 
+class GatewayInfrastructure(K8sModel):
+    """``spec.infrastructure``: labels for what implements the Gateway (Podway reads its
+    ``podway.io/engine-group`` label)."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class GatewaySpec(K8sModel):
     gateway_class_name: str = Field(min_length=1)
     listeners: tuple[GatewayListener, ...] = Field(min_length=1)
     addresses: tuple[GatewayAddress, ...] = ()
+    infrastructure: GatewayInfrastructure | None = None
 
 
 class GatewayStatus(K8sModel):
@@ -121,6 +129,13 @@ class Gateway(K8sObject):
     API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
     spec: GatewaySpec
     status: GatewayStatus = Field(default_factory=GatewayStatus)
+
+    def engine_group(self) -> str | None:
+        """The annotation, else the label of ``spec.infrastructure`` (Gateway API's place for
+        what implements the Gateway)."""
+        infrastructure = self.spec.infrastructure
+        label = infrastructure.labels.get(ENGINE_GROUP, "").strip() if infrastructure else ""
+        return super().engine_group() or label or None
 
 
 class ReferenceGrantFrom(K8sModel):

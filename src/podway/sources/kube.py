@@ -20,9 +20,13 @@ Invariants:
 * A bad object (fails the typed model) is left out of the snapshot and reported in
   ``errors`` (a ``LoadError`` naming the object and field); it never stops the source or
   disturbs other objects. It leaves ``errors`` when fixed or deleted.
-* Gateway API kinds are watched while their CRD exists, at its most stable served version;
-  a kind whose CRD is missing is logged once and picked up when the CRD is created; deleting
-  the CRD removes its objects from the snapshot.
+* Kinds defined by a CRD (every Gateway API kind, Podway's TrafficPolicy) are watched while
+  their CRD exists, at its most stable served version; a kind whose CRD is missing is logged
+  once and picked up when the CRD is created; deleting the CRD removes its objects from the
+  snapshot.
+* One public hook for a consumer that needs more than the snapshot (the controller keeps the
+  API's ``status`` of the objects it writes): ``on_raw(kind, event, raw)`` sees every event
+  of a watched kind before it is trimmed and parsed, and may take fields out of ``raw``.
 * Namespace filter (like AKO's): ``namespaces`` and/or a Namespace label selector; objects of
   other namespaces are dropped on arrival (never stored). When a Namespace starts or stops
   matching, every namespaced informer re-lists reporting all objects, so the snapshot gains
@@ -48,11 +52,13 @@ from podway.model.base import K8sObject
 from podway.model.loader import LoadError, parse_object
 from podway.model.snapshot import Key, Snapshot
 from podway.sources.base import SourceUpdate
-from podway.sources.kube_kinds import BUILTIN, GATEWAY, KindSpec, slim_crd
+from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
+from podway.sources.sharing import FieldsSetPool
 
 log = logging.getLogger(__name__)
 
 Ident = tuple[str, Key]  # (kind, (namespace, name))
+RawTap = Callable[[str, str, Raw], None]  # (kind, event, raw object)
 SOURCE = "kubernetes"  # LoadError.file for objects from the API
 
 
@@ -68,8 +74,10 @@ class KubeSourceSettings:
 
 class KubeSource:
     def __init__(self, api: client.ApiClient,
-                 settings: KubeSourceSettings = KubeSourceSettings()) -> None:
+                 settings: KubeSourceSettings = KubeSourceSettings(), *,
+                 on_raw: RawTap | None = None) -> None:
         self.settings = settings
+        self._on_raw = on_raw
         self._core: Any = client.CoreV1Api(api)  # Any: raw responses (_preload_content)
         self._custom: Any = client.CustomObjectsApi(api)
         self._snapshot = Snapshot()
@@ -79,10 +87,11 @@ class KubeSource:
         self._changed = asyncio.Event()
         self._informers: dict[str, Informer] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._gateway_versions: dict[str, str] = {}  # kind -> version watched
+        self._crd_versions: dict[str, str] = {}  # kind -> version watched (CRD kinds)
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._selector = label_selector(settings.namespace_selector)
         self._announced_missing: set[str] = set()
+        self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -97,8 +106,8 @@ class KubeSource:
                 if spec.kind != "Namespace":
                     self._start(spec)
             await self._all_ready()
-            for spec in GATEWAY:
-                if spec.kind not in self._gateway_versions:
+            for spec in CRDS:
+                if spec.kind not in self._crd_versions:
                     self._announce_missing(spec)
             first = self._flush(first=True)
             assert first is not None
@@ -115,6 +124,18 @@ class KubeSource:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def watched_version(self, kind: str) -> str | None:
+        """The API version ``kind`` is watched at now (None: not watched, e.g. no CRD)."""
+        spec = spec_of(kind)
+        if spec is None:
+            return None
+        return self._crd_versions.get(kind) if spec.crd else spec.version
+
+    @property
+    def queued(self) -> int:
+        """Object changes staged for the next coalesced update."""
+        return len(self._pending)
 
     @property
     def relists(self) -> int:
@@ -179,6 +200,8 @@ class KubeSource:
         api_version = spec.api_version(version)
 
         def handle(event: str, raw: Raw) -> None:
+            if self._on_raw is not None:
+                self._on_raw(spec.kind, event, raw)
             meta = raw.get("metadata") or {}
             namespace = str(meta.get("namespace", "")) if spec.namespaced else ""
             ident = (spec.kind, (namespace, str(meta.get("name", ""))))
@@ -190,6 +213,8 @@ class KubeSource:
             meta.pop("resourceVersion", None)  # moves on every write; nothing reads it
             raw["apiVersion"], raw["kind"] = api_version, spec.kind
             obj, error = parse_object(raw, source=SOURCE, document=-1)
+            if obj is not None:
+                self._fields_sets.share(obj)
             if error is not None:
                 log.warning("object left out: %s", error)
             self._stage(ident, obj, error)
@@ -210,16 +235,13 @@ class KubeSource:
 
     def _relist_namespaced(self) -> None:
         for name, informer in list(self._informers.items()):
-            spec = self._spec(name)
+            spec = spec_of(name)
             if spec is not None and spec.namespaced and name in self._tasks:
                 informer.report_all_on_next_list()
                 self._tasks.pop(name).cancel()
                 self._run(name, informer)
 
     # ---- informers --------------------------------------------------------------------
-    def _spec(self, kind: str) -> KindSpec | None:
-        return next((s for s in (*BUILTIN, *GATEWAY) if s.kind == kind), None)
-
     def _lister(self, spec: KindSpec, version: str) -> tuple[Callable[..., Any], dict[str, Any]]:
         params: dict[str, Any] = {}
         if spec.field_selector:
@@ -262,7 +284,7 @@ class KubeSource:
             task.cancel()
         self._informers.pop(kind, None)
 
-    # ---- Gateway API CRDs -------------------------------------------------------------
+    # ---- CRD-defined kinds (Gateway API, TrafficPolicy) --------------------------------
     def _start_crds(self) -> None:
         informer = Informer(
             name="CustomResourceDefinition", params={}, handler=self._crd_event,
@@ -275,26 +297,26 @@ class KubeSource:
 
     def _crd_event(self, event: str, raw: Raw) -> None:
         name = str((raw.get("metadata") or {}).get("name", ""))
-        spec = next((s for s in GATEWAY if gateway_api.crd_name(s.kind) == name), None)
+        spec = next((s for s in CRDS if s.crd_name == name), None)
         if spec is None:
             return
         served = [] if event == "DELETED" else [
             str(v["name"]) for v in (raw.get("spec") or {}).get("versions", []) if v.get("served")]
         version = gateway_api.preferred(served)
-        if version == self._gateway_versions.get(spec.kind):
+        if version == self._crd_versions.get(spec.kind):
             return
-        if spec.kind in self._gateway_versions:
+        if spec.kind in self._crd_versions:
             self._stop(spec.kind)
-            self._gateway_versions.pop(spec.kind)
+            self._crd_versions.pop(spec.kind)
             for key in self._known_keys(spec.kind):
                 self._stage((spec.kind, key), None, None)
         if version is None:
-            log.warning("Gateway API %s CRD removed: its objects are dropped", spec.kind)
+            log.warning("%s CRD removed: its objects are dropped", spec.kind)
             self._announced_missing.discard(spec.kind)
             return
         if spec.kind in self._announced_missing:
-            log.info("Gateway API %s CRD installed (%s): watching it now", spec.kind, version)
-        self._gateway_versions[spec.kind] = version
+            log.info("%s CRD installed (%s): watching it now", spec.kind, version)
+        self._crd_versions[spec.kind] = version
         self._start(spec, version)
 
     def _known_keys(self, kind: str) -> set[Key]:
@@ -306,8 +328,8 @@ class KubeSource:
     def _announce_missing(self, spec: KindSpec) -> None:
         if spec.kind not in self._announced_missing:
             self._announced_missing.add(spec.kind)
-            log.info("Gateway API %s is not installed (no CRD %s): it will be watched once "
-                     "the CRD is created", spec.kind, gateway_api.crd_name(spec.kind))
+            log.info("%s is not installed (no CRD %s): it will be watched once the CRD is "
+                     "created", spec.kind, spec.crd_name)
 
 
 def _snake(kind: str) -> str:

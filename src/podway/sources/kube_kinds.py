@@ -1,8 +1,10 @@
 """What the Kubernetes source watches, per kind: where it lives in the API, how to list it,
 and how to trim it before it is parsed (memory is spent only on what the translator reads).
 
-Built-in kinds are always watched. Gateway API kinds are watched only while their CRD exists,
-at the most stable version the CRD serves (``podway.kube.gateway_api``).
+Built-in kinds are always watched. Kinds that come with a CRD (``CRDS``: every Gateway API kind
+Podway reads, and Podway's own ``TrafficPolicy``, whose CRD ships in
+``deploy/helm/podway/crds/``) are watched only while their CRD exists, at the most stable
+version the CRD serves (``podway.kube.gateway_api.preferred``).
 
 Secrets: only ``type: kubernetes.io/tls`` ones, selected by the server (field selector), not
 "only the referenced ones": references are known only after translation, and a source that
@@ -32,6 +34,7 @@ from podway.model.core import (
     Service,
 )
 from podway.model.networking import Ingress, IngressClass
+from podway.model.policy import PODWAY_GROUP, TrafficPolicy
 from podway.model.registry import KINDS
 
 Raw = dict[str, Any]
@@ -94,6 +97,11 @@ class KindSpec:
     def kind(self) -> str:
         return self.model.KIND
 
+    @property
+    def crd_name(self) -> str:
+        """The name of the CRD that defines the kind (``crd`` kinds)."""
+        return f"{self.plural}.{self.group}"
+
     def api_version(self, version: str | None = None) -> str:
         version = version or self.version
         return f"{self.group}/{version}" if self.group else version
@@ -119,6 +127,18 @@ GATEWAY: tuple[KindSpec, ...] = tuple(
     KindSpec(model=KINDS[kind], group=gateway_api.GROUP, plural=plural, namespaced=namespaced,
              version=versions[0], crd=True)
     for kind, (plural, namespaced, versions) in gateway_api.KINDS.items())
+
+PODWAY: tuple[KindSpec, ...] = (
+    KindSpec(model=TrafficPolicy, group=PODWAY_GROUP, plural="trafficpolicies",
+             namespaced=True, version="v1alpha1", crd=True),
+)
+
+CRDS: tuple[KindSpec, ...] = GATEWAY + PODWAY  # watched while their CRD exists
+
+
+def spec_of(kind: str) -> KindSpec | None:
+    """The watch spec of ``kind`` (None: not a kind the source watches)."""
+    return next((s for s in (*BUILTIN, *CRDS) if s.kind == kind), None)
 
 
 def slim_crd(raw: Raw) -> Raw:

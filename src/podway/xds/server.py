@@ -19,6 +19,11 @@ Security (see docs/security.md): xDS carries every TLS private key Podway serves
   not come over a unix socket or present a verified client certificate is never sent Secrets:
   it sees the cache through ``SecretFree``, so its TLS listeners do not come up.
 
+Engine groups: with ``groups`` set, a stream whose engine names a group in its node metadata
+(``GROUP_METADATA``) is served that group's cache (``groups(name)``) instead of the whole one;
+the node comes with the first request (Envoy sends it once), so the cache is chosen then. The
+server does not know what a group contains: whoever passes ``groups`` fills those caches.
+
 NACKs are logged with Envoy's error detail and the refused resources, and counted
 (``podway_xds_nacks_total``); the stream holds refused resources back and offers them again with
 backoff (``podway.xds.refusals``), waking for it through ``push_changes``' ``wake_at``. A closed
@@ -59,6 +64,8 @@ from podway.xds.sotw import SotwStream
 log = logging.getLogger(__name__)
 
 _MIN_RETRY_WAIT_S = 0.5
+GROUP_METADATA = "podway.io/engine-group"  # the engine's group, in its xDS node metadata
+GroupCaches = Callable[[str], Cache]
 
 NACKS = Counter("podway_xds_nacks_total", "xDS responses rejected by an engine", ["type"])
 PUSHES = Counter("podway_xds_pushes_total", "xDS responses sent", ["type", "mode"])
@@ -158,9 +165,11 @@ async def _first_of(*events: asyncio.Event | None, limit_s: float | None) -> Non
 
 
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
-    def __init__(self, cache: Cache, *, on_event: Callable[[Event], None] | None = None) -> None:
+    def __init__(self, cache: Cache, *, on_event: Callable[[Event], None] | None = None,
+                 groups: GroupCaches | None = None) -> None:
         self.cache = cache
         self.on_event = on_event
+        self.groups = groups
         self.nacks: list[Nack] = []  # newest last; bounded
         self.streams = 0  # open ADS streams (engines connected now)
         self.refusals = RefusalMemory()  # per engine, across its reconnects
@@ -175,25 +184,42 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
-        await self._serve(SotwStream(self._view(context), memory=self.refusals,
-                                     held=self.held), requests, context, "sotw")
+        view, requests = await self._view(context, requests)
+        if view is not None:
+            await self._serve(SotwStream(view, memory=self.refusals, held=self.held),
+                              requests, context, "sotw")
 
     async def DeltaAggregatedResources(
             self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
-        await self._serve(DeltaStream(self._view(context), memory=self.refusals), requests,
-                          context, "delta")
+        view, requests = await self._view(context, requests)
+        if view is not None:
+            await self._serve(DeltaStream(view, memory=self.refusals), requests, context,
+                              "delta")
 
-    def _view(self, context: Any) -> Cache:
-        """The cache as this stream may see it: without Secrets unless authenticated. A stream
-        over a unix socket first has every foreign peer's connection shut down (its own
-        included, if foreign: then nothing it is sent ever arrives)."""
+    async def _view(self, context: Any, requests: AsyncIterator[Any]
+                    ) -> tuple[Cache | None, AsyncIterator[Any]]:
+        """The cache as this stream may see it: its engine group's (``groups``) or the whole
+        one, without Secrets unless authenticated; and the requests, its first one included
+        (None: the stream closed before any). A stream over a unix socket first has every
+        foreign peer's connection shut down (its own included, if foreign: then nothing it is
+        sent ever arrives)."""
         if str(context.peer()).startswith("unix"):
             close_foreign_peers(self.unix_paths)
+        cache = self.cache
+        if self.groups is not None:
+            first = await anext(requests, None)
+            if first is None:
+                return None, requests
+            requests = _chain(first, requests)
+            group = _group_of(first.node)
+            if group:
+                log.info("xds engine %s is in engine group %s", first.node.id or "?", group)
+                cache = self.groups(group)
         if authenticated(context):
-            return self.cache
+            return cache, requests
         log.warning("xds engine at %s is not authenticated: it gets no TLS secrets",
                     context.peer())
-        return SecretFree(self.cache)
+        return SecretFree(cache), requests
 
     async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
                      context: Any, mode: str) -> None:
@@ -227,7 +253,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(read(), name=f"xds-read-{mode}")
                 pusher = group.create_task(
-                    push_changes(self.cache, stream.on_change, send,
+                    push_changes(stream.cache, stream.on_change, send,
                                  wake_at=stream.next_retry_at, clock=stream.clock,
                                  nudged=nudged),
                     name=f"xds-push-{mode}")
@@ -276,6 +302,18 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             self.on_event(event)
 
 
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    async for item in rest:
+        yield item
+
+
+def _group_of(node: Any) -> str:
+    """The engine group a node names in its metadata ("" when none)."""
+    value = node.metadata.fields.get(GROUP_METADATA) if node.HasField("metadata") else None
+    return value.string_value.strip() if value is not None else ""
+
+
 class XdsServer:
     """Owns the gRPC server; ``start`` binds, ``stop`` closes streams with a grace period.
 
@@ -285,12 +323,12 @@ class XdsServer:
 
     def __init__(self, cache: Cache, address: str, *, tls: ServerTLS | None = None,
                  on_event: Callable[[Event], None] | None = None,
-                 unauthenticated: bool = False) -> None:
+                 unauthenticated: bool = False, groups: GroupCaches | None = None) -> None:
         check_bind(address, tls, unauthenticated=unauthenticated)
         self.address = address
         self.tls = tls
         self.local_target: str | None = None  # "unix:/path" once started with ``local``
-        self.servicer = AdsServicer(cache, on_event=on_event)
+        self.servicer = AdsServicer(cache, on_event=on_event, groups=groups)
         self._server: grpc.aio.Server | None = None
         self.port = 0
         # More services on the same server, socket and TLS (``podway.xds.member_health``);

@@ -3,7 +3,9 @@ a Service seen first takes its mode at once and reports pending pods."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from podway.controller.modes import ModeGate, npl_plan
@@ -113,3 +115,58 @@ def test_looking_only_at_touched_services_decides_as_a_full_pass() -> None:
         b = full.apply(update(*objects))
         assert a.snapshot.objects.get("Service") == b.snapshot.objects.get("Service")
         assert touched.report == full.report
+
+
+def test_new_default_moves_unannotated_services_make_before_break() -> None:
+    """A new default reaches Services without the annotation (the translator's own default is
+    fixed: the gate hands it a copy saying the new mode); an annotated Service keeps its mode;
+    a switch to nodeportlocal waits for the pods' entries like an annotation edit; back to
+    the translator's default drops the copies."""
+    pinned = Service.model_validate({**service("clusterip").model_dump(by_alias=True),
+                                     "metadata": {"name": "pinned", "namespace": "ns",
+                                                  "annotations": {MODE_ANNOTATION: "clusterip"}}})
+    gate = ModeGate(source_never_used(), OPTS)
+    base = gate.apply(update(service(), pinned, pod(npl=False)))
+    assert mode_seen(base) is None
+    gate.set_default(BackendMode.NODEPORT)
+    moved = gate.apply(update(service(), pinned, pod(npl=False), changed=()))
+    assert mode_seen(moved) == "nodeport"
+    assert moved.changed == (("Service", KEY),)
+    assert gate.requested(moved.snapshot.kind(Service)[KEY]) is BackendMode.NODEPORT
+    gate.set_default(BackendMode.NODEPORTLOCAL)
+    held = gate.apply(update(service(), pinned, pod(npl=False), changed=()))
+    assert mode_seen(held) == "nodeport"
+    assert dict(gate.report.held) == {KEY: (BackendMode.NODEPORT, BackendMode.NODEPORTLOCAL)}
+    released = gate.apply(update(service(), pinned, pod(npl=True),
+                                 changed=(("Pod", ("ns", "p1")),)))
+    assert mode_seen(released) == "nodeportlocal"
+    gate.set_default(BackendMode.CLUSTERIP)
+    back = gate.apply(update(service(), pinned, pod(npl=True), changed=()))
+    assert mode_seen(back) is None
+    assert back.changed == (("Service", KEY),)
+    assert back.snapshot.get(Service, "ns", "pinned") is pinned  # never copied
+
+
+async def test_set_default_re_applies_the_last_update_at_once() -> None:
+    """``watch`` yields a re-applied update when the default changes, without a source
+    update; the source's own updates keep flowing."""
+    source_updates: asyncio.Queue[SourceUpdate] = asyncio.Queue()
+
+    class Source:
+        async def watch(self) -> AsyncIterator[SourceUpdate]:
+            while True:
+                yield await source_updates.get()
+
+    gate = ModeGate(Source(), OPTS)
+    updates = gate.watch()
+    await source_updates.put(update(service(), pod(npl=False)))
+    first = await asyncio.wait_for(anext(updates), 5)
+    assert mode_seen(first) is None
+    gate.set_default(BackendMode.NODEPORT)
+    again = await asyncio.wait_for(anext(updates), 5)
+    assert mode_seen(again) == "nodeport"
+    assert again.changed == (("Service", KEY),)
+    await source_updates.put(update(service(), pod(npl=False), changed=(("Pod", ("ns", "p1")),)))
+    later = await asyncio.wait_for(anext(updates), 5)
+    assert mode_seen(later) == "nodeport"
+    await updates.aclose()  # type: ignore[attr-defined]

@@ -29,6 +29,16 @@ def test_envoy_wheel_and_xds_protos_coexist_in_the_envoy_package() -> None:
         importlib.import_module(module)
 
 
+def test_bootstrap_names_the_engine_group_in_node_metadata_only_when_given() -> None:
+    """--engine-group becomes node metadata podway.io/engine-group (what the xDS server reads);
+    without it the node carries no metadata (the engine gets everything)."""
+    plain = bootstrap(BootstrapOptions(node_id="n1", xds="unix:/tmp/x.sock"))
+    assert "metadata" not in plain["node"]
+    grouped = bootstrap(BootstrapOptions(node_id="n1", xds="unix:/tmp/x.sock",
+                                         engine_group="edge-a"))
+    assert grouped["node"]["metadata"] == {"podway.io/engine-group": "edge-a"}
+
+
 def test_bootstrap_admin_is_a_private_unix_socket_and_ads_points_at_the_server() -> None:
     """Admin is a unix socket with mode 0600 (never TCP); ADS uses delta over the static xDS
     cluster; unix sockets work for xDS."""

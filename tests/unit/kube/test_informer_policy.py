@@ -134,3 +134,25 @@ async def test_list_refused_with_retry_after_waits_at_least_that_long() -> None:
         return FakeResponse(body={"items": [], "metadata": {"resourceVersion": "5"}})
     delays = await run_informer(failing, stop_after=1, lists=lists)
     assert delays[:2] == [7.0, 0.4]  # the next failure continues the doubling
+
+
+async def test_gone_inside_the_stream_relists_at_once() -> None:
+    """An ERROR event carrying 410 (history compacted mid-watch) re-lists without waiting;
+    a malformed line or another ERROR code is a failure that backs off."""
+    gone = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                                   "reason": "Expired"}}).encode() + b"\n"
+    lists: list[int] = []
+
+    def counting(n: int) -> FakeResponse:
+        lists.append(n)
+        return FakeResponse(body={"items": [], "metadata": {"resourceVersion": "5"}})
+
+    delays = await run_informer(lambda n: FakeResponse(lines=[gone]), stop_after=3,
+                                lists=counting)
+    assert delays == []
+    assert len(lists) == 4  # the first list and one per 410
+    refused = json.dumps({"type": "ERROR", "object": {"code": 500}}).encode() + b"\n"
+    assert await run_informer(lambda n: FakeResponse(lines=[refused]), stop_after=2) == [
+        0.2, 0.4]
+    assert await run_informer(lambda n: FakeResponse(lines=[b'{"type": "ADDED"}\n']),
+                              stop_after=2) == [0.2, 0.4]

@@ -103,3 +103,35 @@ async def test_bookmark_moves_the_resume_point(emu: KubeEmulator) -> None:
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_watch_builds_no_api_client_of_its_own(emu: KubeEmulator,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watches go through the caller's client: none makes its own ``ApiClient`` (each one is a
+    session and a TLS context with the CA bundle, ~0.75 MiB: the controller has ~20 watches)."""
+    emu.put("services", svc("a"))
+    cache = Cache()
+    async with client.ApiClient(client.Configuration(host=emu.url)) as api:
+        made: list[object] = []
+        original = client.ApiClient.__init__
+
+        def counting(self: client.ApiClient, *args: Any, **kwargs: Any) -> None:
+            made.append(self)
+            original(self, *args, **kwargs)
+
+        monkeypatch.setattr(client.ApiClient, "__init__", counting)
+        informer = Informer(name="services", params={}, handler=cache,
+                            lister=client.CoreV1Api(api).list_service_for_all_namespaces,
+                            backoff=Backoff(base=0.01, jitter=0))
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.ready.wait(), 10)
+            await until(lambda: emu.watching("services") == 1)
+            emu.put("services", svc("b"))
+            await until(lambda: "b" in cache.objects)
+            emu.break_watches("services")
+            await until(lambda: emu.watching("services") == 1)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        assert made == []

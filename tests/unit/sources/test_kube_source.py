@@ -6,9 +6,11 @@ import asyncio
 import base64
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from podway.backoff import Backoff
@@ -267,3 +269,56 @@ async def test_namespace_filter_list_and_selector(emu: KubeEmulator) -> None:
         last = await until_update(
             next_update, lambda u: ("shop", "web") not in u.snapshot.objects["Service"])
     assert set(last.snapshot.objects["Service"]) == {("blog", "web")}
+
+
+TRAFFIC_POLICY_CRD = (Path(__file__).resolve().parents[3] / "deploy" / "helm" / "podway" / "crds"
+                      / "trafficpolicies.podway.io.yaml")
+
+
+async def test_traffic_policy_is_watched_once_its_crd_from_deploy_is_installed(
+        emu: KubeEmulator, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the CRD the source starts (logged once); the CRD as shipped in deploy/ brings
+    TrafficPolicy objects in, typed."""
+    caplog.set_level("INFO", logger="podway.sources.kube")
+    emu.put("services", service())
+    async with running(emu) as (source, next_update):
+        first = await next_update()
+        assert "TrafficPolicy" not in kinds(first)
+        assert source.watched_version("TrafficPolicy") is None
+        assert sum("TrafficPolicy is not installed" in r.message for r in caplog.records) == 1
+        emu.put("customresourcedefinitions", yaml.safe_load(TRAFFIC_POLICY_CRD.read_text()))
+        emu.put("trafficpolicies", {"metadata": meta("tp"), "spec": {
+            "targetRefs": [{"group": "", "kind": "Service", "name": "web"}],
+            "timeouts": {"request": "5s"}}}, group="podway.io")
+        update = await until_update(next_update, lambda u: "TrafficPolicy" in kinds(u))
+        assert source.watched_version("TrafficPolicy") == "v1alpha1"
+    policy = update.snapshot.objects["TrafficPolicy"][("shop", "tp")]
+    assert policy.spec.timeouts.request == "5s"  # type: ignore[attr-defined]
+
+
+async def test_on_raw_sees_every_event_before_parsing_and_may_take_fields(
+        emu: KubeEmulator) -> None:
+    """The public hook gets (kind, event, raw) for lists, watch events and deletions; what it
+    takes out of ``raw`` is not parsed (the controller keeps Service status this way)."""
+    emu.put("services", service("a"))
+    seen: list[tuple[str, str, str]] = []
+
+    def tap(kind: str, event: str, raw: dict[str, Any]) -> None:
+        if kind == "Service":
+            seen.append((kind, event, raw["metadata"]["name"]))
+            raw.get("spec", {}).pop("ports", None)
+
+    async with client.ApiClient(client.Configuration(host=emu.url)) as api:
+        source = KubeSource(api, FAST, on_raw=tap)
+        updates = source.watch()
+        try:
+            first = await asyncio.wait_for(anext(updates), 10)
+            emu.put("services", service("b"))
+            emu.delete("services", "shop", "a")
+            while ("Service", "DELETED", "a") not in seen:
+                await asyncio.wait_for(anext(updates), 10)
+        finally:
+            await updates.aclose()
+    assert seen == [("Service", "ADDED", "a"), ("Service", "ADDED", "b"),
+                    ("Service", "DELETED", "a")]
+    assert first.snapshot.objects["Service"][("shop", "a")].spec.ports == ()
