@@ -20,13 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from envoy.config.route.v3 import route_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
 from podway.envoy_config.clusters import cluster
 from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
-from podway.envoy_config.routes import route_configurations
+from podway.envoy_config.routes import TableEncoder
 from podway.envoy_config.secrets import secret
 from podway.ir import IR, Listener, Persistence, Pool
 from podway.ir import ListenerProtocol as Protocol
@@ -35,19 +36,41 @@ from podway.xds import types
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """One built resource: its message, the packed ``Any`` sent to Envoy, and a content digest."""
+    """One built resource: the packed ``Any`` sent to Envoy, a content digest, and its message
+    (built, or parsed from the bytes on first use when it was encoded in parts)."""
 
     name: str
-    message: Message = field(repr=False)  # may hold a private key: never in reprs or logs
     packed: any_pb2.Any = field(repr=False)
     digest: str
+    # May hold a private key: never in reprs or logs. None: parse ``packed`` when asked.
+    built: Message | None = field(default=None, repr=False, compare=False)
+    kind: type[Message] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def message(self) -> Message:
+        if self.built is None:
+            assert self.kind is not None
+            object.__setattr__(self, "built", self.kind.FromString(self.packed.value))
+        assert self.built is not None
+        return self.built
 
     @classmethod
     def of(cls, name: str, message: Message) -> Resource:
         data = message.SerializeToString(deterministic=True)
-        packed = any_pb2.Any(
-            type_url="type.googleapis.com/" + message.DESCRIPTOR.full_name, value=data)
-        return cls(name, message, packed, hashlib.blake2b(data, digest_size=12).hexdigest())
+        return cls._packed(name, type(message), data, message)
+
+    @classmethod
+    def of_bytes(cls, name: str, kind: type[Message], data: bytes) -> Resource:
+        """A resource already encoded (deterministically) as ``kind``."""
+        return cls._packed(name, kind, data, None)
+
+    @classmethod
+    def _packed(cls, name: str, kind: type[Message], data: bytes,
+                message: Message | None) -> Resource:
+        packed = any_pb2.Any(type_url="type.googleapis.com/" + kind.DESCRIPTOR.full_name,
+                             value=data)
+        return cls(name, packed, hashlib.blake2b(data, digest_size=12).hexdigest(),
+                   message, kind)
 
 
 Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
@@ -66,6 +89,7 @@ class Builder:
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                            tuple[Listener, tuple[Resource, ...]]] = {}
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
+        self._tables = TableEncoder()  # route tables: one encoding per unchanged virtual host
 
     def build(self, ir: IR) -> Resources:
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
@@ -86,9 +110,10 @@ class Builder:
                 hit = self._routes.get(key)
                 if hit is not None and hit[0] is item:
                     tables = hit[1]
+                    self._tables.keep(item)
                 else:
-                    tables = tuple(Resource.of(config.name, config) for config in
-                                   route_configurations(
+                    tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
+                                   for name, data in self._tables.tables(
                                        item, persistence=MappingProxyType(persistence)))
                 routes[key] = (item, tables)
                 for route in tables:
@@ -109,6 +134,7 @@ class Builder:
             pools[name] = entry
             out[types.CLUSTER][name] = entry[1]
             out[types.ENDPOINT][name] = entry[2]
+        self._tables.done()
         self._listeners, self._routes, self._pools = listeners, routes, pools
         return {t: MappingProxyType(v) for t, v in out.items()}
 

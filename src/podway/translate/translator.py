@@ -29,7 +29,7 @@ from podway.translate.backends import (
     service_mode,
 )
 from podway.translate.client_ip import apply_client_ip
-from podway.translate.gateway import translate_gateways
+from podway.translate.gateway import GatewayMemo, translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
@@ -142,6 +142,9 @@ class StructureMemo:
 
     ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
     traffic: TrafficMemo = field(default_factory=dict)
+    gateway: GatewayMemo = field(default_factory=GatewayMemo)
+    # pool name → (spec in, its Service's mode, spec out): the same spec keeps its identity
+    modes: dict[str, tuple[PoolSpec, object, PoolSpec]] = field(default_factory=dict)
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -168,7 +171,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     # their listeners' status), then Services.
     ports = PortTable()
     listeners = _bind(ing.listeners(), ports, problems)
-    gw = translate_gateways(snapshot, opts, ports)
+    gw = translate_gateways(snapshot, opts, ports, memo.gateway if memo is not None else None)
     listeners.extend(gw.listeners)
     listeners.extend(_bind(svc.listeners, ports, problems))
     problems.extend(ing.problems)
@@ -178,10 +181,21 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
+    modes = memo.modes if memo is not None else {}
+    modes_next: dict[str, tuple[PoolSpec, object, PoolSpec]] = {}
     for name, spec in pools.items():  # the mode is per Service: its annotation, else the default
         backing = services[spec.service]
         if backing is not None:
-            pools[name] = replace(spec, mode=service_mode(backing, opts))
+            mode = service_mode(backing, opts)
+            kept = modes.get(name)
+            # The same spec in the same mode is the same spec out: later stages (and the
+            # pools' members) compare by identity.
+            out = (kept[2] if kept is not None and kept[0] is spec and kept[1] == mode
+                   else replace(spec, mode=mode))
+            modes_next[name] = (spec, mode, out)
+            pools[name] = out
+    if memo is not None:
+        memo.modes = modes_next
     traffic = apply_traffic(snapshot, listeners, pools,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
@@ -323,8 +337,9 @@ class IncrementalTranslator:
         self._pools_by_service = {}
         for name, spec in self._structure.pools.items():
             old = previous.get(name)
+            was = old_specs.get(name)
             if (old is not None and moved is not None and spec.service not in moved
-                    and old_specs.get(name) == spec):
+                    and (was is spec or was == spec)):
                 pool, problems = old, previous_problems.get(name, ())
             else:
                 pool, problems = resolve_pool(spec, ctx, resolver)
