@@ -145,6 +145,8 @@ class StructureMemo:
     gateway: GatewayMemo = field(default_factory=GatewayMemo)
     # pool name → (spec in, its Service's mode, spec out): the same spec keeps its identity
     modes: dict[str, tuple[PoolSpec, object, PoolSpec]] = field(default_factory=dict)
+    services_by_age: tuple[object, list[Service]] = (None, [])
+    warnings: dict[Key, tuple[Service, tuple[Problem, ...]]] = field(default_factory=dict)
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -161,7 +163,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     if memo is not None:
         memo.ingress = ing.parts
     svc = ServiceTranslation(opts=opts, snapshot=snapshot)
-    for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
+    for service in _by_age(snapshot, memo):
         ours = service_rules.is_ours(service, opts)
         if isinstance(ours, Problem):
             problems.append(ours)
@@ -181,21 +183,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
-    modes = memo.modes if memo is not None else {}
-    modes_next: dict[str, tuple[PoolSpec, object, PoolSpec]] = {}
-    for name, spec in pools.items():  # the mode is per Service: its annotation, else the default
-        backing = services[spec.service]
-        if backing is not None:
-            mode = service_mode(backing, opts)
-            kept = modes.get(name)
-            # The same spec in the same mode is the same spec out: later stages (and the
-            # pools' members) compare by identity.
-            out = (kept[2] if kept is not None and kept[0] is spec and kept[1] == mode
-                   else replace(spec, mode=mode))
-            modes_next[name] = (spec, mode, out)
-            pools[name] = out
-    if memo is not None:
-        memo.modes = modes_next
+    _set_modes(pools, services, opts, memo)
     traffic = apply_traffic(snapshot, listeners, pools,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
@@ -203,19 +191,62 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
                                                     opts.xff_trusted_hops)
     problems.extend(client_ip_problems)
+    warnings = memo.warnings if memo is not None else {}
+    warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}
     for service_key in sorted(services):
         backing = services[service_key]
         if backing is None:
             continue
-        for reason, message in ((Reason.NPL_NOT_ENABLED, mode_warning(backing, opts)),
-                                (Reason.INVALID_BACKEND_MODE, invalid_mode(backing))):
-            if message is not None:
-                problems.append(Problem(ref=backing.ref, reason=reason, message=message,
-                                        severity=Severity.WARNING, field="metadata.annotations"))
+        kept = warnings.get(service_key)
+        if kept is None or kept[0] is not backing:
+            kept = (backing, _mode_warnings(backing, opts))
+        warnings_next[service_key] = kept
+        problems.extend(kept[1])
+    if memo is not None:
+        memo.warnings = warnings_next
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))
+
+
+def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None],
+               opts: TranslateOptions, memo: StructureMemo | None) -> None:
+    """Each pool's backend mode: its Service's annotation, else the default. The same spec in
+    the same mode stays the same object (later stages and the members compare by identity)."""
+    modes = memo.modes if memo is not None else {}
+    modes_next: dict[str, tuple[PoolSpec, object, PoolSpec]] = {}
+    for name, spec in pools.items():
+        backing = services[spec.service]
+        if backing is not None:
+            mode = service_mode(backing, opts)
+            kept = modes.get(name)
+            out = (kept[2] if kept is not None and kept[0] is spec and kept[1] == mode
+                   else replace(spec, mode=mode))
+            modes_next[name] = (spec, mode, out)
+            pools[name] = out
+    if memo is not None:
+        memo.modes = modes_next
+
+
+def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
+    """Every Service, oldest first (the previous order while no Service changed)."""
+    services = snapshot.kind(Service)
+    if memo is not None and memo.services_by_age[0] is services:
+        return memo.services_by_age[1]
+    ordered = sorted(services.values(), key=Service.age_key)
+    if memo is not None:
+        memo.services_by_age = (services, ordered)
+    return ordered
+
+
+def _mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
+    """NodePortLocal not enabled, or an invalid backend-mode annotation, on a used Service."""
+    return tuple(Problem(ref=backing.ref, reason=reason, message=message,
+                         severity=Severity.WARNING, field="metadata.annotations")
+                 for reason, message in ((Reason.NPL_NOT_ENABLED, mode_warning(backing, opts)),
+                                         (Reason.INVALID_BACKEND_MODE, invalid_mode(backing)))
+                 if message is not None)
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:

@@ -116,6 +116,7 @@ class GatewayTranslation:
         default_factory=dict)
     _next: GatewayMemo = field(default_factory=GatewayMemo)
     _same_epoch: bool = False
+    _all_resolved: bool = False
     _resolvers: dict[tuple[str, str], Resolve] = field(default_factory=dict)
 
     def build(self, ports: PortTable) -> list[Listener]:
@@ -186,9 +187,13 @@ class GatewayTranslation:
         if memo is None:
             return
         dependencies = (self.snapshot.kind(ReferenceGrant), self._tls.targets)
+        services = self.snapshot.kind(Service)
         if memo.dependencies is not None and memo.dependencies == dependencies:
             self._carried = memo.resolved
+            # Not one Service changed either: every resolution made last run still holds.
+            self._all_resolved = memo.services is services
         self._next.dependencies = dependencies
+        self._next.services = services
         epoch = (tuple(info_signature(i) for i in self._infos.values()),
                  self.snapshot.kind(Namespace))
         self._same_epoch = memo.epoch is not None and memo.epoch == epoch \
@@ -203,6 +208,7 @@ class GatewayTranslation:
             return
         memo, nxt = self.memo, self._next
         memo.dependencies, memo.resolved = nxt.dependencies, self._used
+        memo.services = nxt.services
         memo.compiled, memo.attached = nxt.compiled, nxt.attached
         memo.epoch, memo.infos, memo.vhosts = nxt.epoch, nxt.infos, nxt.vhosts
         memo.replays = nxt.replays
@@ -297,8 +303,10 @@ class GatewayTranslation:
         replays = self._replays()
         if replays is not None:
             kept = replays.get((kind, ns, route.metadata.name))
-            if kept is not None and kept.route is route and all(
-                    resolve(ref) is result for ref, result in kept.compiled.deps):
+            if kept is not None and kept.route is route and (
+                    self._all_resolved or all(resolve(ref) is result
+                                              for ref, result in kept.compiled.deps)):
+                self._used.update(kept.resolved)
                 self._replay(kept)
                 return
         attached = self._attach(route)
@@ -332,7 +340,10 @@ class GatewayTranslation:
                 route=route, ref=route.ref, attached=attached,
                 compiled=self._next.compiled[(kind, ns, route.metadata.name)], state=state,
                 problems=tuple(self.problems[problems_before:]), counted=tuple(record.counted),
-                adds=tuple(record.adds), pools=tuple(record.pools))
+                adds=tuple(record.adds), pools=tuple(record.pools),
+                resolved=tuple((k, self._used[k]) for k in (
+                    (kind, ns, ref.group, ref.kind, ref.namespace, ref.name, ref.port)
+                    for ref, _ in self._next.compiled[(kind, ns, route.metadata.name)].deps)))
 
     def _replays(self) -> dict[tuple[str, str, str], Replay] | None:
         """The previous run's placements, when they can be replayed: same Gateways and
@@ -516,13 +527,12 @@ class GatewayTranslation:
                 signature = route_state_signature(state.generation, state.outcomes,
                                                   state.ref_issues, state.issues,
                                                   state.all_rules_dropped)
-                if hit is None or hit.signature != signature:
-                    hit = StatusPart(state, signature, st.route_status(state))
-                else:
-                    hit = StatusPart(state, signature, hit.status)
+                status = (hit.status if hit is not None and hit.signature == signature
+                          else st.route_status(state))
+                hit = StatusPart(state, signature, status, self._route_problems(ref, state))
             made[ref] = hit
             out[ref] = hit.status
-            self._route_problems(ref, state)
+            self.problems.extend(hit.problems)
         if self.memo is not None:
             self.memo.statuses = made
         for ref, outcome in self._tls.outcomes.items():
@@ -559,23 +569,23 @@ class GatewayTranslation:
                                          field=f"{where}.tls.certificateRefs")
                                  for w in ls.warnings)
 
-    def _route_problems(self, ref: ObjectRef, state: st.RouteState) -> None:
+    @staticmethod
+    def _route_problems(ref: ObjectRef, state: st.RouteState) -> tuple[Problem, ...]:
+        out: list[Problem] = []
         for outcome in state.outcomes:
             if not outcome.accepted.ok:
                 parent = outcome.ref
                 where = f"Gateway {parent.namespace}/{parent.name}" + (
                     f" listener {parent.section_name}" if parent.section_name else "")
-                self.problems.append(Problem(ref=ref, reason=outcome.accepted.reason,
-                                             message=f"{where}: {outcome.accepted.message}",
-                                             field="spec.parentRefs"))
+                out.append(Problem(ref=ref, reason=outcome.accepted.reason,
+                                   message=f"{where}: {outcome.accepted.message}",
+                                   field="spec.parentRefs"))
         for issue, where in state.ref_issues:
-            self.problems.append(Problem(ref=ref, reason=issue.reason, message=issue.message,
-                                         field=where))
+            out.append(Problem(ref=ref, reason=issue.reason, message=issue.message, field=where))
         for i in state.issues:
-            self.problems.append(Problem(ref=ref, reason=i.reason, message=i.message,
-                                         field=i.field,
-                                         severity=Severity.WARNING if i.warning
-                                         else Severity.ERROR))
+            out.append(Problem(ref=ref, reason=i.reason, message=i.message, field=i.field,
+                               severity=Severity.WARNING if i.warning else Severity.ERROR))
+        return tuple(out)
 
 
 def _sni_names(names: list[str]) -> str:

@@ -35,7 +35,7 @@ from podway.translate.gateway.listeners import GatewayInfo, GwListener
 from podway.translate.gateway.memo import VhostPart
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     placed: PlacedRoute
     owner: str  # the Gateway listener (ns/gateway/listener)
@@ -52,6 +52,10 @@ class Shadow:
     lost: PlacedRoute
     won: PlacedRoute
     host: str
+
+
+def _entry_key(entry: _Entry) -> tuple[object, ...]:
+    return entry.placed.key
 
 
 def listener_id(ls: GwListener) -> str:
@@ -144,7 +148,7 @@ class PortBuilder:
                            key=lambda hn: host_order(hn[0]))
         ordered = sorted(set(self.hosts) | {h for h, _ in listeners}, key=host_order)
         wildcards = [h for h in ordered if (h == "*" or h.startswith("*.")) and h in self.hosts]
-        sorted_entries = {h: sorted(entries, key=lambda e: e.placed.key)
+        sorted_entries = {h: entries if len(entries) < 2 else sorted(entries, key=_entry_key)
                           for h, entries in self.hosts.items()}
         out = []
         for host in ordered:
@@ -158,11 +162,10 @@ class PortBuilder:
     def _vhost(self, host: str, owner: str | None, sources: tuple[str, ...],
                sorted_entries: dict[str, list[_Entry]]) -> VirtualHost:
         """One virtual host; the previous run's while it is made of the same placed routes."""
-        placed = tuple(e.placed for source in sources for e in sorted_entries.get(source, ()))
-        signature = (owner, sources,
-                     tuple(len(sorted_entries.get(source, ())) for source in sources),
-                     tuple(map(id, placed)),
-                     tuple(e.owner for source in sources for e in sorted_entries.get(source, ())))
+        # The entries themselves: equal entries (the very same ones, when the route was
+        # replayed) make an equal virtual host.
+        signature = (owner, sources, *(tuple(sorted_entries.get(source, ()))
+                                       for source in sources))
         key = (self.name, host)
         kept = self.memo.get(key) if self.memo is not None else None
         if kept is not None and kept.signature == signature:
@@ -170,7 +173,7 @@ class PortBuilder:
         else:
             before = len(self.shadowed)
             vhost = self._new_vhost(host, owner, sources, sorted_entries)
-            kept = VhostPart(signature, placed, vhost, tuple(self.shadowed[before:]))
+            kept = VhostPart(signature, vhost, tuple(self.shadowed[before:]))
         if self.memo_next is not None:
             self.memo_next[key] = kept
         return kept.vhost

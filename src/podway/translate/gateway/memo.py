@@ -15,9 +15,12 @@ they are the same objects (the sources keep an unchanged object's identity in th
   route object; valid while the route is the same object and the *epoch* is unchanged: the
   Gateways' prepared listeners (by value) and the Namespaces (their labels select routes). An
   unchanged epoch also reuses the previous ``GatewayInfo`` objects, which the outcomes point at.
-* *virtual hosts*: one per (IR listener, hostname), kept with the identity of every placed
-  route it was made from, in order, and the Gateway listener that owns the hostname.
-* *route statuses*: kept with everything ``route_status`` reads.
+* *virtual hosts*: one per (IR listener, hostname), kept with the entries (placed route, Gateway
+  listener) it was made from, in order, and the Gateway listener that owns the hostname.
+* *placements*: what placing an HTTPRoute or GRPCRoute did (listeners counted, virtual-host
+  entries added, pools), replayed while the route, its resolutions and the epoch are the same.
+* *route statuses* (and the problems they give rise to): kept with everything
+  ``route_status`` reads.
 
 Invariant: a translation with a memo returns what the same translation without one returns
 (``tests/unit/translate/test_incremental_routes.py`` checks it over random change sequences).
@@ -36,7 +39,7 @@ from podway.model.core import Service
 from podway.model.gateway_routes import AnyRoute, BackendObjectReference
 from podway.translate.backends import PoolSpec
 from podway.translate.gateway.attach import ParentOutcome
-from podway.translate.gateway.httproute import CompiledRoute, Issue, PlacedRoute
+from podway.translate.gateway.httproute import CompiledRoute, Issue
 from podway.translate.gateway.l4routes import CompiledL4
 from podway.translate.gateway.listeners import GatewayInfo
 from podway.translate.gateway.refs import RefIssue
@@ -64,8 +67,7 @@ class AttachedPart:
 
 @dataclass(frozen=True, slots=True)
 class VhostPart:
-    signature: tuple[object, ...]
-    placed: tuple[PlacedRoute, ...]  # keeps the routes the signature names by id alive
+    signature: tuple[object, ...]  # (owner, sources, the entries of each source)
     vhost: VirtualHost
     shadows: tuple[Any, ...]  # assemble.Shadow records found while building it
 
@@ -75,6 +77,7 @@ class StatusPart:
     state: object  # the RouteState it was made from (a replayed route keeps its state)
     signature: tuple[object, ...]
     status: ObjectStatus
+    problems: tuple[Any, ...]  # the route's problems that status gives rise to
 
 
 @dataclass(slots=True)
@@ -103,11 +106,13 @@ class Replay:
     counted: tuple[Any, ...]
     adds: tuple[tuple[tuple[str, int, Any], str, tuple[Any, ...]], ...]
     pools: tuple[PoolSpec, ...]
+    resolved: tuple[tuple[ResolveKey, tuple[Service | None, Resolution]], ...] = ()
 
 
 @dataclass(slots=True)
 class GatewayMemo:
     dependencies: tuple[object, ...] | None = None  # (grants map, BackendTLS targets)
+    services: object = None  # the snapshot's Service map the resolutions were made with
     resolved: dict[ResolveKey, tuple[Service | None, Resolution]] = field(default_factory=dict)
     compiled: dict[RouteKey, CompiledPart] = field(default_factory=dict)
     epoch: tuple[object, ...] | None = None
