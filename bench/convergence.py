@@ -7,14 +7,16 @@ N ClusterIP Services + EndpointSlices (all at one loopback echo), one GatewayCla
 * first snapshot and status: controller start → first state; that state's status pass (every
   route's Accepted/ResolvedRefs and the Gateway's attachedRoutes PATCHed, bounded concurrency);
 * EndpointSlice change at the API (a merge patch) → Envoy's EDS ACK, p50/p99 over ``--tries``;
-* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99;
+* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99, and its
+  stages (watch, coalescing, translate, build, cache, push + Envoy apply, ACK → 200);
 * controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
 
 Targets (issue 11): EDS ACK p99 ≤ 200 ms at 1,000 Services; new route p99 ≤ 100 ms at 1,000
-routes; status of 1,000 routes ≤ 2 s; RSS ≤ 150 MiB at 1,000 + 1,000. Every time is also printed
-as a ratio to the machine-speed reference (``bench/speedref.py``) measured in the same run.
+routes, ≤ 150 ms at 10,000; status of 1,000 routes ≤ 2 s; RSS ≤ 150 MiB at 1,000 + 1,000.
+Every time is also printed as a ratio to the machine-speed reference (``bench/speedref.py``)
+measured in the same run.
 
-    .venv/bin/python bench/convergence.py [--sizes 1000] [--tries 20]
+    .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 20]
 """
 
 from __future__ import annotations
@@ -174,30 +176,74 @@ async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, t
     out.time("EndpointSlice change → EDS ACK p50 / p99", pct(eds, 0.5), pct(eds, 0.99))
 
 
-async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
-                     tries: int, count: int, gateway_port: int) -> None:
-    """Create → first 200, and its parts: create → state with the route (watch, debounce,
-    translate, build, cache) and the translation time of that state."""
+async def new_routes(controller: Controller, api: client.ApiClient, acks: Acks, out: Figures,
+                     *, tries: int, count: int, gateway_port: int) -> None:
+    """Create → first 200, split into its stages: the API write and the watch event reaching
+    the source; coalescing (debounce) until translation starts; translate; build (the changed
+    virtual host encoded, the table joined); cache; push + Envoy applying the route table (the
+    state's publication → Envoy's RDS ACK); ACK → first 200 (the workers take the new table;
+    one probe request per try, sequentially)."""
     assert controller.pipeline is not None
-    pipeline = controller.pipeline
+    assert controller.source is not None
+    pipeline, source = controller.pipeline, controller.source
+    staged: dict[str, float] = {}
+    stage = source._stage  # a bench-only probe: when the watch event arrived
+
+    def timed_stage(ident: Any, obj: Any, error: Any) -> None:
+        kind, (_, name) = ident
+        if kind == "HTTPRoute":
+            staged.setdefault(name, time.perf_counter())
+        stage(ident, obj, error)
+
+    source._stage = timed_stage  # type: ignore[method-assign]
+    applied_at: dict[int, tuple[float, float]] = {}  # state version → (began, published)
+    apply = pipeline.apply
+
+    def timed_apply(update: Any) -> State:
+        began = time.perf_counter()
+        state = apply(update)
+        applied_at[state.version] = (began, time.perf_counter())
+        return state
+
+    pipeline.apply = timed_apply  # type: ignore[method-assign]
     custom: Any = client.CustomObjectsApi(api)
-    new, to_state, translate = [], [], []
+    parts: dict[str, list[float]] = {k: [] for k in (
+        "total", "watch", "coalesce", "translate", "build", "cache", "apply", "serve")}
     for i in range(tries):
         host = f"new{i}.bench.test"
         assert await status_of(gateway_port, host) == 404
+        applied = acks.next(types.ROUTE)
         t0 = time.perf_counter()
         # A Service the endpoint test did not move (those now point at 127.0.0.2+).
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
         state = await pipeline.wait_for(functools.partial(_has_host, host=host))
-        to_state.append(time.perf_counter() - t0)
-        translate.append(state.timings.total_ms / 1000)
+        t_state = time.perf_counter()
+        t_ack = await asyncio.wait_for(applied, 60)
         await serving(gateway_port, host, 60)
-        new.append(time.perf_counter() - t0)
-    out.time("new HTTPRoute → first 200 p50 / p99", pct(new, 0.5), pct(new, 0.99))
-    out.time("  of which API → state p50 / p99", pct(to_state, 0.5), pct(to_state, 0.99))
-    out.time("  of which translate+build+cache p50 / p99", pct(translate, 0.5),
-             pct(translate, 0.99))
+        t_200 = time.perf_counter()
+        timings = state.timings
+        began, published = applied_at.get(state.version, (t_state, t_state))
+        t_staged = staged.get(host.split(".", maxsplit=1)[0], began)
+        for name, value in (("total", t_200 - t0), ("watch", t_staged - t0),
+                            ("coalesce", began - t_staged),
+                            ("translate", timings.translate_ms / 1000),
+                            ("build", timings.build_ms / 1000),
+                            ("cache", timings.cache_ms / 1000), ("apply", t_ack - published),
+                            ("serve", max(0.0, t_200 - t_ack))):
+            parts[name].append(value)
+    out.time("new HTTPRoute → first 200 p50 / p99", *_p(parts["total"]))
+    out.time("  API write + watch event p50 / p99", *_p(parts["watch"]))
+    out.time("  coalescing (debounce) p50 / p99", *_p(parts["coalesce"]))
+    out.time("  translate p50 / p99", *_p(parts["translate"]))
+    out.time("  build (encode) p50 / p99", *_p(parts["build"]))
+    out.time("  cache set p50 / p99", *_p(parts["cache"]))
+    out.time("  push + Envoy applies (RDS ACK) p50 / p99", *_p(parts["apply"]))
+    out.time("  RDS ACK → first 200 p50 / p99", *_p(parts["serve"]))
+
+
+def _p(values: list[float]) -> tuple[float, float]:
+    return pct(values, 0.5), pct(values, 0.99)
 
 
 def _has_host(state: State, *, host: str) -> bool:
@@ -231,7 +277,8 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         await engine.wait_ready(limit_s=120)
         await serving(gateway_port, "r0.bench.test", 120)
         await endpoint_changes(api, acks, out, tries=tries, echo_port=echo_port)
-        await new_routes(controller, api, out, tries=tries, count=count, gateway_port=gateway_port)
+        await new_routes(controller, api, acks, out, tries=tries, count=count,
+                         gateway_port=gateway_port)
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
               "started (interpreter, libraries); emulator and Envoy are other processes",
               flush=True)
@@ -249,7 +296,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000")
+    parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--tries", type=int, default=20)
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
                         help=argparse.SUPPRESS)
