@@ -3,9 +3,12 @@
 ``build(ir)`` returns every resource, keyed by type URL and name. ``Builder`` remembers what it
 built for each IR node *by identity*: the incremental translator hands back the very same
 ``Listener`` objects after an endpoint-only change and replaces only the changed ``Pool`` objects,
-so the next build re-serialises only those pools' load assignments. Each resource carries the
-digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep versions of
-unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
+so the next build re-serialises only those pools' load assignments. A listener whose virtual
+hosts changed gets its route tables joined from per-virtual-host encodings
+(``routes.TableEncoder``), so only the changed virtual hosts are encoded again. Each resource
+carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep
+versions of unchanged resources, which is what keeps listeners, routes and clusters untouched
+in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve

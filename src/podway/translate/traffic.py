@@ -452,7 +452,8 @@ class _Run:
     def listener(self, item: Listener, pools: Mapping[str, PoolSpec]) -> Listener:
         changed = False
         vhosts = []
-        for vhost in item.virtual_hosts:
+        # No source of route settings at all: every route stays as it is (``_route``).
+        for vhost in item.virtual_hosts if (self.route_sources or self.by_target) else ():
             routes = tuple(self._route(r, item, pools) for r in vhost.routes)
             if any(a is not b for a, b in zip(routes, vhost.routes, strict=True)):
                 vhost = replace(vhost, routes=routes)  # noqa: PLW2901
@@ -467,7 +468,8 @@ class _Run:
             l4.append(route)
         if not changed:
             return item
-        return replace(item, virtual_hosts=tuple(vhosts), l4_routes=tuple(l4))
+        return replace(item, virtual_hosts=tuple(vhosts) if vhosts else item.virtual_hosts,
+                       l4_routes=tuple(l4))
 
     def _route(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
         action = route.action

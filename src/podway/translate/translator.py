@@ -6,6 +6,12 @@ spec and those kinds. ``translate`` runs both; ``IncrementalTranslator`` re-runs
 when a structural kind changed and otherwise re-resolves just the pools the change touches,
 reusing every listener and route object as is, so the xDS layer sees identity-equal nodes and
 pushes only endpoints.
+
+A structural re-run keeps per-object parts in ``StructureMemo`` (Ingress parts, Gateway API
+route parts and virtual hosts: ``gateway.memo``, pool traffic settings, modes, Service
+warnings), each reused while the objects it was made from are the same; so one changed route
+re-translates that route, and every unchanged virtual host comes out as the same object.
+Invariant (tested by property): the result equals a translation from scratch.
 """
 
 from __future__ import annotations
@@ -143,8 +149,8 @@ class StructureMemo:
     ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
     traffic: TrafficMemo = field(default_factory=dict)
     gateway: GatewayMemo = field(default_factory=GatewayMemo)
-    # pool name → (spec in, its Service's mode, spec out): the same spec keeps its identity
-    modes: dict[str, tuple[PoolSpec, object, PoolSpec]] = field(default_factory=dict)
+    # pool name → (spec in, its Service, spec out): the same spec keeps its identity
+    modes: dict[str, tuple[PoolSpec, Service, PoolSpec]] = field(default_factory=dict)
     services_by_age: tuple[object, list[Service]] = (None, [])
     warnings: dict[Key, tuple[Service, tuple[Problem, ...]]] = field(default_factory=dict)
 
@@ -215,16 +221,15 @@ def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None
     """Each pool's backend mode: its Service's annotation, else the default. The same spec in
     the same mode stays the same object (later stages and the members compare by identity)."""
     modes = memo.modes if memo is not None else {}
-    modes_next: dict[str, tuple[PoolSpec, object, PoolSpec]] = {}
+    modes_next: dict[str, tuple[PoolSpec, Service, PoolSpec]] = {}
     for name, spec in pools.items():
         backing = services[spec.service]
         if backing is not None:
-            mode = service_mode(backing, opts)
             kept = modes.get(name)
-            out = (kept[2] if kept is not None and kept[0] is spec and kept[1] == mode
-                   else replace(spec, mode=mode))
-            modes_next[name] = (spec, mode, out)
-            pools[name] = out
+            if kept is None or kept[0] is not spec or kept[1] is not backing:
+                kept = (spec, backing, replace(spec, mode=service_mode(backing, opts)))
+            modes_next[name] = kept
+            pools[name] = kept[2]
     if memo is not None:
         memo.modes = modes_next
 
