@@ -275,7 +275,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
             BootstrapOptions(node_id="bench", xds=controller.server.target, delta=True))))
         tasks.append(asyncio.create_task(engine.run()))
         await engine.wait_ready(limit_s=120)
-        await serving(gateway_port, "r0.bench.test", 120)
+        await serving(gateway_port, "r0.bench.test", 600)  # 10,000 clusters on a busy machine
         await endpoint_changes(api, acks, out, tries=tries, echo_port=echo_port)
         await new_routes(controller, api, acks, out, tries=tries, count=count,
                          gateway_port=gateway_port)
