@@ -78,7 +78,8 @@ routes = st.fixed_dictionaries({
         "creationTimestamp": st.sampled_from(["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]),
         "generation": st.integers(1, 3)}),
     "spec": st.fixed_dictionaries({
-        "parentRefs": st.lists(st.fixed_dictionaries({"name": st.just("gw")}, optional={
+        "parentRefs": st.lists(st.fixed_dictionaries({"name": st.sampled_from(
+            ["gw", "gw", "gw2"])}, optional={
             "namespace": st.just("default"),
             "sectionName": st.sampled_from(["http", "a", "alt"])}), min_size=1, max_size=2)},
         optional={"hostnames": st.lists(HOSTS, max_size=2),
@@ -88,6 +89,11 @@ services = st.fixed_dictionaries({
     "metadata": st.fixed_dictionaries({"name": SERVICES, "namespace": NAMESPACES}),
     "spec": st.fixed_dictionaries({"ports": st.sampled_from([
         [{"port": 80}], [{"port": 80, "appProtocol": "h2c"}], [{"port": 81}]])})})
+# Another implementation's Gateway: not translated, but a route naming it finds it exists.
+foreign = st.just({"apiVersion": f"{GROUP}/v1", "kind": "Gateway",
+                   "metadata": {"name": "gw2", "namespace": "default"},
+                   "spec": {"gatewayClassName": "other", "listeners": [
+                       {"name": "http", "protocol": "HTTP", "port": 80}]}})
 grants = st.just({"apiVersion": f"{GROUP}/v1beta1", "kind": "ReferenceGrant",
                   "metadata": {"name": "g", "namespace": "shop"},
                   "spec": {"from": [{"group": GROUP, "kind": "HTTPRoute",
@@ -96,7 +102,8 @@ grants = st.just({"apiVersion": f"{GROUP}/v1beta1", "kind": "ReferenceGrant",
 world = st.lists(st.one_of(routes, routes, services, services, gateways), max_size=12)
 
 # One step: put an object (new or replacing one of the same kind and name) or delete one.
-_put = st.one_of(routes, routes, routes, services, gateways, grants, http_route(), l4_route(),
+_put = st.one_of(routes, routes, routes, services, gateways, grants, foreign, http_route(),
+                 l4_route(),
                  gateway(), service(), policy_and_grant()).map(lambda d: ("put", d))
 _delete = st.integers(0, 1_000).map(lambda i: ("delete", i))
 _touch = st.integers(0, 1_000).map(lambda i: ("touch", i))  # the same content, a new object

@@ -194,8 +194,10 @@ class GatewayTranslation:
             self._all_resolved = memo.services is services
         self._next.dependencies = dependencies
         self._next.services = services
+        # Which Gateways exist at all matters too: a route naming one that does not gets a
+        # warning (``_missing_parents``), whichever class it belongs to.
         epoch = (tuple(info_signature(i) for i in self._infos.values()),
-                 self.snapshot.kind(Namespace))
+                 self.snapshot.kind(Namespace), self.snapshot.kind(Gateway).keys())
         self._same_epoch = memo.epoch is not None and memo.epoch == epoch \
             and memo.infos.keys() == self._infos.keys()
         if self._same_epoch:

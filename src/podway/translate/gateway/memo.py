@@ -13,7 +13,8 @@ they are the same objects (the sources keep an unchanged object's identity in th
   refs resolves to the very same result.
 * *attachments*: a route's parentRef outcomes (before placement adjusts them), kept with the
   route object; valid while the route is the same object and the *epoch* is unchanged: the
-  Gateways' prepared listeners (by value) and the Namespaces (their labels select routes). An
+  Gateways' prepared listeners (by value), the Namespaces (their labels select routes) and
+  which Gateways exist at all (a route naming a missing one is warned). An
   unchanged epoch also reuses the previous ``GatewayInfo`` objects, which the outcomes point at.
 * *virtual hosts*: one per (IR listener, hostname), kept with the entries (placed route, Gateway
   listener) it was made from, in order, and the Gateway listener that owns the hostname.
