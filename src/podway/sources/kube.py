@@ -112,7 +112,8 @@ class KubeSource:
             while True:
                 await self._burst()
                 update = self._flush(first=False)
-                if update is not None:
+                if update is not None:  # a burst of no-ops (our own status writes) is quiet
+                    self._last_update = asyncio.get_running_loop().time()
                     yield update
         finally:
             tasks = list(self._tasks.values())
@@ -138,10 +139,7 @@ class KubeSource:
         window = self.settings.debounce_s
         if began - self._last_update >= window:
             window = min(window, LEADING_S)
-        try:
-            await self._settle(deadline, window)
-        finally:
-            self._last_update = loop.time()
+        await self._settle(deadline, window)
 
     async def _settle(self, deadline: float, window: float) -> None:
         loop = asyncio.get_running_loop()

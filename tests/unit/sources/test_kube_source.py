@@ -244,6 +244,29 @@ async def test_lone_change_after_quiet_does_not_wait_for_the_debounce(
         assert loop.time() - began < settings.debounce_s
 
 
+async def test_a_burst_of_no_ops_does_not_end_the_quiet_spell(emu: KubeEmulator) -> None:
+    """A write that changes nothing Podway reads (a Pod annotation; the controller's own status
+    writes) makes no update, so it does not count as activity: a change just after it still
+    goes out at once instead of waiting for the debounce."""
+    settings = KubeSourceSettings(debounce_s=2.0, max_wait_s=60.0)
+    emu.put("pods", pod())
+    async with running(emu, settings) as (_, next_update):
+        await next_update()
+        # A consumer waiting all along, as the pipeline is: the no-op burst runs on its own.
+        waiting = asyncio.ensure_future(next_update())
+        await asyncio.sleep(settings.debounce_s)  # the quiet spell
+        flapped = pod()
+        flapped["metadata"]["annotations"]["other.io/big"] = "y"  # nothing Podway reads
+        emu.put("pods", flapped)
+        await asyncio.sleep(0.3)  # its burst is over
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        emu.put("services", service("lone"))
+        update = await waiting
+        assert update.changed == (("Service", ("shop", "lone")),)
+        assert loop.time() - began < settings.debounce_s
+
+
 async def test_constant_churn_does_not_starve_updates(emu: KubeEmulator) -> None:
     """Changes every 50 ms with a 1 s debounce: max_wait still lets updates out mid-churn."""
     settings = KubeSourceSettings(debounce_s=1.0, max_wait_s=0.2)
