@@ -14,6 +14,7 @@ from podway.sources.base import Source, SourceUpdate
 from podway.translate import TranslateOptions
 from podway.xds import types
 from podway.xds.protocol import Ack, Nack
+from podway.xds.server import push_changes
 
 WEB = """
 apiVersion: v1
@@ -28,6 +29,7 @@ ports: [{port: 80}]
 endpoints: [{addresses: [127.0.0.1], conditions: {ready: true}}]
 """
 LISTENER = "service/shop/web/8080/tcp"
+MOVED = "service/shop/web/8081/tcp"  # the listener once the Service moves to port 8081
 
 
 def update(text: str) -> SourceUpdate:
@@ -199,3 +201,72 @@ async def test_a_failed_source_wakes_waiters_instead_of_leaving_them_waiting() -
     assert pipe.state is not None
     assert pipe.state.generation == 1
     assert [state.generation async for state in pipe.states()] == [1]  # then it ends
+
+
+async def test_engines_get_the_push_before_readers_get_the_state() -> None:
+    """Engines first: an xDS pusher (the server's own loop) sends the new config before any
+    reader of states wakes for it, so a reader's work (status, events) never delays a push."""
+    pipe, source = pipeline()
+    order: list[str] = []
+
+    async def send(responses: list[object]) -> None:
+        if responses:
+            order.append("push")
+
+    async def reader() -> None:
+        await pipe.wait_for(lambda s: s.generation >= 1)
+        order.append("state")
+
+    pusher = asyncio.create_task(push_changes(pipe.cache, lambda: ["changed"], send))
+    waiting = asyncio.create_task(reader())
+    task = asyncio.create_task(pipe.run())
+    try:
+        source.queue.put_nowait(update(WEB))
+        await asyncio.wait_for(waiting, 10)
+        assert order == ["push", "state"]
+    finally:
+        for running in (task, pusher):
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+
+
+async def test_an_engine_answer_during_the_push_keeps_versions_growing() -> None:
+    """An engine refusing a new config while its state waits for publication (the refusal
+    publishes the previous state again, with a new version): the new state then published
+    carries the refusal and a version above every state published before it."""
+    pipe, source = pipeline()
+    published: list[State] = []
+    refused = False
+
+    async def send(responses: list[object]) -> None:
+        nonlocal refused
+        if responses and pipe.state is not None and not refused:  # the second config
+            refused = True
+            pipe.on_event(nack((MOVED,)))
+
+    async def reader() -> None:
+        async for state in pipe.states():
+            published.append(state)
+            if state.generation >= 2:
+                return
+
+    pusher = asyncio.create_task(push_changes(pipe.cache, lambda: ["changed"], send))
+    waiting = asyncio.create_task(reader())
+    task = asyncio.create_task(pipe.run())
+    try:
+        source.queue.put_nowait(update(WEB))
+        await asyncio.wait_for(pipe.wait_for(lambda s: s.generation >= 1), 10)
+        source.queue.put_nowait(update(WEB.replace("port: 8080", "port: 8081")))
+        await asyncio.wait_for(waiting, 10)
+        assert refused
+        final = published[-1]
+        assert final.generation == 2
+        assert [r.resource for r in final.rejections] == [MOVED]
+        versions = [s.version for s in published]
+        assert versions == sorted(set(versions))
+    finally:
+        for running in (task, pusher):
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running

@@ -5,8 +5,10 @@ built for each IR node *by identity*: the incremental translator hands back the 
 ``Listener`` objects after an endpoint-only change and replaces only the changed ``Pool`` objects,
 so the next build re-serialises only those pools' load assignments (and the load assignment of
 an L4 listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
-Each resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses
-it to keep versions of unchanged resources, which is what keeps listeners, routes and clusters
+A listener whose virtual hosts changed gets its route tables joined from per-virtual-host
+encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. Each
+resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to
+keep versions of unchanged resources, which is what keeps listeners, routes and clusters
 untouched in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
@@ -22,13 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from envoy.config.route.v3 import route_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
 from podway.envoy_config.clusters import cluster
 from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
-from podway.envoy_config.routes import route_configurations
+from podway.envoy_config.routes import TableEncoder
 from podway.envoy_config.secrets import secret
 from podway.envoy_config.split import (
     split_members,
@@ -44,19 +47,41 @@ from podway.xds import types
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """One built resource: its message, the packed ``Any`` sent to Envoy, and a content digest."""
+    """One built resource: the packed ``Any`` sent to Envoy, a content digest, and its message
+    (built, or parsed from the bytes on first use when it was encoded in parts)."""
 
     name: str
-    message: Message = field(repr=False)  # may hold a private key: never in reprs or logs
     packed: any_pb2.Any = field(repr=False)
     digest: str
+    # May hold a private key: never in reprs or logs. None: parse ``packed`` when asked.
+    built: Message | None = field(default=None, repr=False, compare=False)
+    kind: type[Message] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def message(self) -> Message:
+        if self.built is None:
+            assert self.kind is not None
+            object.__setattr__(self, "built", self.kind.FromString(self.packed.value))
+        assert self.built is not None
+        return self.built
 
     @classmethod
     def of(cls, name: str, message: Message) -> Resource:
         data = message.SerializeToString(deterministic=True)
-        packed = any_pb2.Any(
-            type_url="type.googleapis.com/" + message.DESCRIPTOR.full_name, value=data)
-        return cls(name, message, packed, hashlib.blake2b(data, digest_size=12).hexdigest())
+        return cls._packed(name, type(message), data, message)
+
+    @classmethod
+    def of_bytes(cls, name: str, kind: type[Message], data: bytes) -> Resource:
+        """A resource already encoded (deterministically) as ``kind``."""
+        return cls._packed(name, kind, data, None)
+
+    @classmethod
+    def _packed(cls, name: str, kind: type[Message], data: bytes,
+                message: Message | None) -> Resource:
+        packed = any_pb2.Any(type_url="type.googleapis.com/" + kind.DESCRIPTOR.full_name,
+                             value=data)
+        return cls(name, packed, hashlib.blake2b(data, digest_size=12).hexdigest(),
+                   message, kind)
 
 
 Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
@@ -78,6 +103,7 @@ class Builder:
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
+        self._tables = TableEncoder()  # route tables: one encoding per unchanged virtual host
 
     def build(self, ir: IR) -> Resources:
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
@@ -102,9 +128,10 @@ class Builder:
                 hit = self._routes.get(key)
                 if hit is not None and hit[0] is item:
                     tables = hit[1]
+                    self._tables.keep(item)
                 else:
-                    tables = tuple(Resource.of(config.name, config) for config in
-                                   route_configurations(
+                    tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
+                                   for name, data in self._tables.tables(
                                        item, persistence=MappingProxyType(persistence)))
                 routes[key] = (item, tables)
                 for route in tables:
@@ -126,6 +153,7 @@ class Builder:
             out[types.CLUSTER][name] = entry[1]
             out[types.ENDPOINT][name] = entry[2]
         splits = self._build_splits(ir, out)
+        self._tables.done()
         self._listeners, self._routes, self._pools = listeners, routes, pools
         self._splits = splits
         return {t: MappingProxyType(v) for t, v in out.items()}

@@ -24,7 +24,7 @@ Invariants the IR relies on and how they map to Envoy:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -74,33 +74,31 @@ _REDIRECT_CODES = {
 PersistenceByPool = Mapping[str, Persistence]
 
 
-def route_configurations(listener: Listener, *, persistence: PersistenceByPool
-                         ) -> list[route_pb2.RouteConfiguration]:
-    """Every route table of one HTTP(S) listener: one, or with ``sni_host_check`` one per SNI
-    filter chain (``listeners.sni_tables``) plus the default chain's (named after the
-    listener)."""
+Sni = tuple[tuple[str, ...], tuple[str, ...]]  # (this chain's SNI names, every SNI name)
+
+
+def _tables(listener: Listener) -> list[tuple[str, Sni | None]]:
+    """(name, SNI context) of every route table of one HTTP(S) listener: one, or with
+    ``sni_host_check`` one per SNI filter chain (``listeners.sni_tables``) plus the default
+    chain's (named after the listener)."""
     if not (listener.protocol is Protocol.HTTPS and listener.sni_host_check):
-        return [route_configuration(listener, persistence=persistence)]
+        return [(listener.name, None)]
     tables = sni_tables(listener)
     every = tuple(n for _, _, names in tables for n in names)
-    out = [route_configuration(listener, persistence=persistence, sni=((), every))]
-    out.extend(route_configuration(listener, persistence=persistence, name=table,
-                                   sni=(names, every)) for _, table, names in tables)
-    return out
+    return [(listener.name, ((), every)),
+            *((table, (names, every)) for _, table, names in tables)]
 
 
-def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
-                        name: str | None = None,
-                        sni: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-                        ) -> route_pb2.RouteConfiguration:
-    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies.
+def route_configurations(listener: Listener, *, persistence: PersistenceByPool
+                         ) -> list[route_pb2.RouteConfiguration]:
+    """Every route table of one HTTP(S) listener (see ``_tables``)."""
+    return [route_configuration(listener, persistence=persistence, name=name, sni=sni)
+            for name, sni in _tables(listener)]
 
-    ``sni`` = (the SNI names of the filter chain this table serves, () for the default chain;
-    every SNI name of the listener): a virtual host whose most specific covering SNI name is
-    not the chain's own answers 421 Misdirected Request — the connection was opened for
-    another listener's certificate (Gateway API: SNI and Host must match the same listener).
-    """
-    config = route_pb2.RouteConfiguration(name=name or listener.name)
+
+def _table_head(name: str) -> route_pb2.RouteConfiguration:
+    """A route table without its virtual hosts."""
+    config = route_pb2.RouteConfiguration(name=name)
     config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
     # The client address after X-Forwarded-For processing (the peer, or the address the
     # listener's trusted hops name); the table's own headers apply last, so neither the client
@@ -109,18 +107,131 @@ def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
         header=base_pb2.HeaderValue(key="x-real-ip",
                                     value="%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
         append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD))
-    catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
+    return config
+
+
+def _served(listener: Listener, sni: Sni | None
+            ) -> Iterator[tuple[VirtualHost, bool]]:
+    """Each virtual host the table serves, in order, and whether it answers 421 (its most
+    specific covering SNI name is another chain's); duplicate domains are left out (Envoy
+    rejects them; the first, of higher precedence, wins)."""
     seen: set[str] = set()
     for vhost in listener.virtual_hosts:
         domain = vhost.hostname.lower()
         if domain in seen:
-            continue  # Envoy rejects duplicate domains; the first (higher precedence) wins
-        seen.add(domain)
-        if sni is not None and _sni_owner(domain, sni[1]) not in (sni[0] or (None,)):
-            config.virtual_hosts.append(_misdirected(vhost))
             continue
-        config.virtual_hosts.append(_virtual_host(vhost, catch_all, persistence))
+        seen.add(domain)
+        misdirected = sni is not None and _sni_owner(domain, sni[1]) not in (sni[0] or (None,))
+        yield vhost, misdirected
+
+
+def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
+                        name: str | None = None, sni: Sni | None = None
+                        ) -> route_pb2.RouteConfiguration:
+    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies.
+
+    ``sni`` = (the SNI names of the filter chain this table serves, () for the default chain;
+    every SNI name of the listener): a virtual host whose most specific covering SNI name is
+    not the chain's own answers 421 Misdirected Request — the connection was opened for
+    another listener's certificate (Gateway API: SNI and Host must match the same listener).
+    """
+    config = _table_head(name or listener.name)
+    catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
+    for vhost, misdirected in _served(listener, sni):
+        config.virtual_hosts.append(_misdirected(vhost) if misdirected
+                                    else _virtual_host(vhost, catch_all, persistence))
     return config
+
+
+#: Tag of RouteConfiguration.virtual_hosts (field 2, length-delimited). The table's other
+#: fields are 1 (name) and above 2, so its deterministic encoding is
+#: name + (tag, length, virtual host)* + the rest: each part can be encoded once and reused.
+_VHOSTS_TAG = b"\x12"
+assert route_pb2.RouteConfiguration.DESCRIPTOR.fields_by_name["virtual_hosts"].number == 2
+assert all(f.number != 2 for f in route_pb2.RouteConfiguration.DESCRIPTOR.fields
+           if f.name != "virtual_hosts")
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_VhostKey = tuple[int, bool, int]  # (id(vhost), answers 421, id(catch-all) it folds in or 0)
+_Part = tuple[VirtualHost, VirtualHost | None, bytes]  # (vhost, catch-all folded in, encoding)
+
+
+class TableEncoder:
+    """Route tables as bytes, re-encoding only the virtual hosts that changed.
+
+    A virtual host's encoding depends on its IR node (by identity: the translator hands back
+    the very same ``VirtualHost`` while nothing it holds changed), on whether it answers 421 in
+    this table, on the catch-all host a one-label wildcard folds in, and on the pools' hash
+    policies (``persistence``; when they change every encoding is dropped). A table is then
+    the concatenation of its parts, byte-equal to ``route_configuration(...).
+    SerializeToString(deterministic=True)`` (tested), so a change of one route costs one
+    virtual host's encoding plus a join, not the whole table. Encodings are kept per listener
+    and forgotten with it (``done``).
+    """
+
+    def __init__(self) -> None:
+        self._persistence: PersistenceByPool | None = None
+        self._parts: dict[str, dict[_VhostKey, _Part]] = {}  # listener name → its parts
+        self._next: dict[str, dict[_VhostKey, _Part]] = {}
+        self._heads: dict[str, tuple[bytes, bytes]] = {}
+
+    def tables(self, listener: Listener, *, persistence: PersistenceByPool
+               ) -> list[tuple[str, bytes]]:
+        """(name, encoded RouteConfiguration) of each table of ``listener``."""
+        if persistence != self._persistence:
+            self._parts, self._persistence = {}, persistence
+        catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
+        before = self._parts.get(listener.name, {})
+        now = self._next.setdefault(listener.name, {})
+        out = []
+        for name, sni in _tables(listener):
+            head, tail = self._head(name)
+            parts = [head]
+            for vhost, misdirected in _served(listener, sni):
+                folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
+                         and catch_all is not None)
+                key = (id(vhost), misdirected, id(catch_all) if folds else 0)
+                hit = now.get(key) or before.get(key)
+                if hit is None or hit[0] is not vhost or (folds and hit[1] is not catch_all):
+                    built = (_misdirected(vhost) if misdirected
+                             else _virtual_host(vhost, catch_all, persistence))
+                    data = built.SerializeToString(deterministic=True)
+                    hit = (vhost, catch_all if folds else None,
+                           _VHOSTS_TAG + _varint(len(data)) + data)
+                now[key] = hit
+                parts.append(hit[2])
+            parts.append(tail)
+            out.append((name, b"".join(parts)))
+        return out
+
+    def keep(self, listener: Listener) -> None:
+        """``listener``'s tables were reused as they were: keep their encodings."""
+        if listener.name not in self._next:
+            self._next[listener.name] = self._parts.get(listener.name, {})
+
+    def done(self) -> None:
+        """End of one build: forget the encodings of listeners this build did not have."""
+        self._parts, self._next = self._next, {}
+
+    def _head(self, name: str) -> tuple[bytes, bytes]:
+        found = self._heads.get(name)
+        if found is None:
+            head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+            whole = _table_head(name).SerializeToString(deterministic=True)
+            assert whole.startswith(head)
+            if len(self._heads) > 4096:  # names of listeners long gone
+                self._heads.clear()
+            found = self._heads[name] = (head, whole[len(head):])
+        return found
 
 
 def _sni_owner(host: str, names: tuple[str, ...]) -> str | None:

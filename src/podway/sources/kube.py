@@ -16,7 +16,10 @@ Invariants:
   reads produces no update at all.
 * Coalescing: an update goes out once changes have been quiet for ``debounce_s``, or
   ``max_wait_s`` after the first pending change, whichever is first, so constant churn cannot
-  starve the pipeline and a burst costs one translation.
+  starve the pipeline and a burst costs one translation. Leading edge: the first change after
+  ``debounce_s`` without an update waits only ``LEADING_S`` for the events that came with it
+  (one API write is often several watch events), so a lone change is not held back by the
+  debounce; changes during churn coalesce as above.
 * A bad object (fails the typed model) is left out of the snapshot and reported in
   ``errors`` (a ``LoadError`` naming the object and field); it never stops the source or
   disturbs other objects. It leaves ``errors`` when fixed or deleted.
@@ -59,6 +62,9 @@ log = logging.getLogger(__name__)
 
 Ident = tuple[str, Key]  # (kind, (namespace, name))
 RawTap = Callable[[str, str, Raw], None]  # (kind, event, raw object)
+
+#: How long the first change after a quiet spell waits for events that came with it.
+LEADING_S = 0.002
 SOURCE = "kubernetes"  # LoadError.file for objects from the API
 
 
@@ -92,6 +98,7 @@ class KubeSource:
         self._selector = label_selector(settings.namespace_selector)
         self._announced_missing: set[str] = set()
         self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
+        self._last_update = float("-inf")  # loop time the last update went out
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -111,11 +118,13 @@ class KubeSource:
                     self._announce_missing(spec)
             first = self._flush(first=True)
             assert first is not None
+            self._last_update = asyncio.get_running_loop().time()
             yield first
             while True:
                 await self._burst()
                 update = self._flush(first=False)
-                if update is not None:
+                if update is not None:  # a burst of no-ops (our own status writes) is quiet
+                    self._last_update = asyncio.get_running_loop().time()
                     yield update
         finally:
             tasks = list(self._tasks.values())
@@ -144,13 +153,22 @@ class KubeSource:
 
     # ---- coalescing -------------------------------------------------------------------
     async def _burst(self) -> None:
-        """Return once a burst of changes ended (debounce) or ran too long (max wait)."""
+        """Return once a burst of changes ended (debounce) or ran too long (max wait); at
+        once (``LEADING_S``) for the first change after a quiet spell."""
         await self._changed.wait()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.max_wait_s
+        began = loop.time()
+        deadline = began + self.settings.max_wait_s
+        window = self.settings.debounce_s
+        if began - self._last_update >= window:
+            window = min(window, LEADING_S)
+        await self._settle(deadline, window)
+
+    async def _settle(self, deadline: float, window: float) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             self._changed.clear()
-            quiet = min(self.settings.debounce_s, deadline - loop.time())
+            quiet = min(window, deadline - loop.time())
             if quiet <= 0:
                 return
             try:

@@ -98,14 +98,28 @@ class TrafficResult:
     statuses: Mapping[ObjectRef, ObjectStatus]
 
 
-Memo = dict[int, tuple[PoolSpec, PoolSpec]]  # id(spec in) → (spec in, spec out)
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One pool's result and what it was made from: no TrafficPolicy or BackendLBPolicy in
+    the snapshot, no route with rule-level persistence among its users, no ``podway.io/``
+    annotation source (so it reported no problem)."""
+
+    spec: PoolSpec
+    service: Service | None
+    users: tuple[ObjectRef, ...]
+    ingresses: tuple[Ingress | None, ...]  # the Ingress users' objects (their annotations)
+    out: PoolSpec
+
+
+Memo = dict[int, _Kept]  # by id(spec in)
 
 
 def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
                   pools: Mapping[str, PoolSpec], memo: Memo | None = None) -> TrafficResult:
     """Settings for every pool and forwarding route. ``memo`` (kept between runs by the
-    incremental translator) maps pool specs that had no source but the defaults to their
-    result, so a re-run after an unrelated change costs a lookup per such pool."""
+    incremental translator) keeps each pool's result with what it was made from (its spec,
+    Service and users, while no policy object exists), so a re-run after an unrelated change
+    costs a few comparisons per pool."""
     run = _Run(snapshot, memo=memo if memo is not None else {})
     run.index_policies()
     listener_list = list(listeners)
@@ -352,12 +366,37 @@ class _Run:
 
     # --- pools ----------------------------------------------------------------------------------
     def pool(self, spec: PoolSpec) -> PoolSpec:
+        if self.by_target or self.lb_policies:
+            return self._pool(spec)
+        service = self._service(spec)
+        users = tuple(self.routes_of_pool.get(spec.name, ()))
+        if any(u in self.persistent_routes for u in users):
+            return self._pool(spec)
+        ingresses = tuple(self._ingresses.get((u.namespace, u.name)) for u in users
+                          if u.kind == "Ingress")
+        hit = self.memo.get(id(spec))
+        if (hit is not None and hit.spec is spec and hit.service is service
+                and hit.users == users and len(hit.ingresses) == len(ingresses)
+                and all(a is b for a, b in zip(hit.ingresses, ingresses, strict=True))):
+            self.memo_next[id(spec)] = hit
+            return hit.out
+        before = len(self.problems)
+        out = self._pool(spec)
+        # Kept only when nothing but the Service's own fields and the defaults applied: then
+        # the pool reported no problem and set nothing a later pool or route depends on.
+        plain = len(self.problems) == before and not any(
+            isinstance(source, _Policy) for source in self._pool_sources(spec))
+        if plain:
+            self.memo_next[id(spec)] = _Kept(spec, service, users, ingresses, out)
+        return out
+
+    def _service(self, spec: PoolSpec) -> Service | None:
+        if spec.service not in self._services:
+            self._services[spec.service] = self.snapshot.kind(Service).get(spec.service)
+        return self._services[spec.service]
+
+    def _pool(self, spec: PoolSpec) -> PoolSpec:
         ordered = self._pool_sources(spec)
-        if not ordered:
-            hit = self.memo.get(id(spec))
-            if hit is not None and hit[0] is spec:
-                self.memo_next[id(spec)] = hit
-                return hit[1]
         ns, name = spec.service
         protocol = spec.settings.protocol
         chosen = _Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
@@ -393,10 +432,7 @@ class _Run:
                       persistence=persistence,
                       connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
         # ``replace`` keeps every other field of the spec (its backend mode among them).
-        out = spec if new == settings else replace(spec, settings=_checked(new))
-        if not ordered:
-            self.memo_next[id(spec)] = (spec, out)
-        return out
+        return spec if new == settings else replace(spec, settings=_checked(new))
 
     def _rule_persistence(self, route: ObjectRef, pool: str) -> Persistence | None:
         if route not in self.persistent_routes:
@@ -421,7 +457,8 @@ class _Run:
     def listener(self, item: Listener, pools: Mapping[str, PoolSpec]) -> Listener:
         changed = False
         vhosts = []
-        for vhost in item.virtual_hosts:
+        # No source of route settings at all: every route stays as it is (``_route``).
+        for vhost in item.virtual_hosts if (self.route_sources or self.by_target) else ():
             routes = tuple(self._route(r, item, pools) for r in vhost.routes)
             if any(a is not b for a, b in zip(routes, vhost.routes, strict=True)):
                 vhost = replace(vhost, routes=routes)  # noqa: PLW2901
@@ -436,7 +473,8 @@ class _Run:
             l4.append(route)
         if not changed:
             return item
-        return replace(item, virtual_hosts=tuple(vhosts), l4_routes=tuple(l4))
+        return replace(item, virtual_hosts=tuple(vhosts) if vhosts else item.virtual_hosts,
+                       l4_routes=tuple(l4))
 
     def _route(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
         action = route.action

@@ -6,6 +6,12 @@ spec and those kinds. ``translate`` runs both; ``IncrementalTranslator`` re-runs
 when a structural kind changed and otherwise re-resolves just the pools the change touches,
 reusing every listener and route object as is, so the xDS layer sees identity-equal nodes and
 pushes only endpoints.
+
+A structural re-run keeps per-object parts in ``StructureMemo`` (Ingress parts, Gateway API
+route parts and virtual hosts: ``gateway.memo``, pool traffic settings, modes, Service
+warnings), each reused while the objects it was made from are the same; so one changed route
+re-translates that route, and every unchanged virtual host comes out as the same object.
+Invariant (tested by property): the result equals a translation from scratch.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from podway.translate.backends import (
     service_mode,
 )
 from podway.translate.client_ip import apply_client_ip
-from podway.translate.gateway import translate_gateways
+from podway.translate.gateway import GatewayMemo, translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
@@ -142,6 +148,11 @@ class StructureMemo:
 
     ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
     traffic: TrafficMemo = field(default_factory=dict)
+    gateway: GatewayMemo = field(default_factory=GatewayMemo)
+    # pool name → (spec in, its Service, spec out): the same spec keeps its identity
+    modes: dict[str, tuple[PoolSpec, Service, PoolSpec]] = field(default_factory=dict)
+    services_by_age: tuple[object, list[Service]] = (None, [])
+    warnings: dict[Key, tuple[Service, tuple[Problem, ...]]] = field(default_factory=dict)
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -158,7 +169,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     if memo is not None:
         memo.ingress = ing.parts
     svc = ServiceTranslation(opts=opts, snapshot=snapshot)
-    for service in sorted(snapshot.kind(Service).values(), key=Service.age_key):
+    for service in _by_age(snapshot, memo):
         ours = service_rules.is_ours(service, opts)
         if isinstance(ours, Problem):
             problems.append(ours)
@@ -168,7 +179,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     # their listeners' status), then Services.
     ports = PortTable()
     listeners = _bind(ing.listeners(), ports, problems)
-    gw = translate_gateways(snapshot, opts, ports)
+    gw = translate_gateways(snapshot, opts, ports, memo.gateway if memo is not None else None)
     listeners.extend(gw.listeners)
     listeners.extend(_bind(svc.listeners, ports, problems))
     problems.extend(ing.problems)
@@ -178,10 +189,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
-    for name, spec in pools.items():  # the mode is per Service: its annotation, else the default
-        backing = services[spec.service]
-        if backing is not None:
-            pools[name] = replace(spec, mode=service_mode(backing, opts))
+    _set_modes(pools, services, opts, memo)
     traffic = apply_traffic(snapshot, listeners, pools,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
@@ -189,19 +197,61 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
                                                     opts.xff_trusted_hops)
     problems.extend(client_ip_problems)
+    warnings = memo.warnings if memo is not None else {}
+    warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}
     for service_key in sorted(services):
         backing = services[service_key]
         if backing is None:
             continue
-        for reason, message in ((Reason.NPL_NOT_ENABLED, mode_warning(backing, opts)),
-                                (Reason.INVALID_BACKEND_MODE, invalid_mode(backing))):
-            if message is not None:
-                problems.append(Problem(ref=backing.ref, reason=reason, message=message,
-                                        severity=Severity.WARNING, field="metadata.annotations"))
+        kept = warnings.get(service_key)
+        if kept is None or kept[0] is not backing:
+            kept = (backing, _mode_warnings(backing, opts))
+        warnings_next[service_key] = kept
+        problems.extend(kept[1])
+    if memo is not None:
+        memo.warnings = warnings_next
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))
+
+
+def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None],
+               opts: TranslateOptions, memo: StructureMemo | None) -> None:
+    """Each pool's backend mode: its Service's annotation, else the default. The same spec in
+    the same mode stays the same object (later stages and the members compare by identity)."""
+    modes = memo.modes if memo is not None else {}
+    modes_next: dict[str, tuple[PoolSpec, Service, PoolSpec]] = {}
+    for name, spec in pools.items():
+        backing = services[spec.service]
+        if backing is not None:
+            kept = modes.get(name)
+            if kept is None or kept[0] is not spec or kept[1] is not backing:
+                kept = (spec, backing, replace(spec, mode=service_mode(backing, opts)))
+            modes_next[name] = kept
+            pools[name] = kept[2]
+    if memo is not None:
+        memo.modes = modes_next
+
+
+def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
+    """Every Service, oldest first (the previous order while no Service changed)."""
+    services = snapshot.kind(Service)
+    if memo is not None and memo.services_by_age[0] is services:
+        return memo.services_by_age[1]
+    ordered = sorted(services.values(), key=Service.age_key)
+    if memo is not None:
+        memo.services_by_age = (services, ordered)
+    return ordered
+
+
+def _mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
+    """NodePortLocal not enabled, or an invalid backend-mode annotation, on a used Service."""
+    return tuple(Problem(ref=backing.ref, reason=reason, message=message,
+                         severity=Severity.WARNING, field="metadata.annotations")
+                 for reason, message in ((Reason.NPL_NOT_ENABLED, mode_warning(backing, opts)),
+                                         (Reason.INVALID_BACKEND_MODE, invalid_mode(backing)))
+                 if message is not None)
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
@@ -323,8 +373,9 @@ class IncrementalTranslator:
         self._pools_by_service = {}
         for name, spec in self._structure.pools.items():
             old = previous.get(name)
+            was = old_specs.get(name)
             if (old is not None and moved is not None and spec.service not in moved
-                    and old_specs.get(name) == spec):
+                    and (was is spec or was == spec)):
                 pool, problems = old, previous_problems.get(name, ())
             else:
                 pool, problems = resolve_pool(spec, ctx, resolver)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import MappingProxyType
+from typing import Any
 
 from podway.ir import Listener, ListenerProtocol
 from podway.model import ObjectRef
@@ -42,6 +43,19 @@ from podway.translate.gateway.backendtls import BackendTLS, index_policies
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
 from podway.translate.gateway.l4routes import CompiledL4, compile_l4
 from podway.translate.gateway.listeners import GatewayInfo, GwListener, prepare
+from podway.translate.gateway.memo import (
+    AttachedPart,
+    CompiledPart,
+    GatewayMemo,
+    Placement,
+    Replay,
+    ResolveKey,
+    StatusPart,
+    adopt,
+    copy_outcomes,
+    info_signature,
+    route_state_signature,
+)
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
 from podway.translate.hosts import valid_hostname
 from podway.translate.options import TranslateOptions
@@ -65,13 +79,14 @@ class GatewayResult:
 
 
 def translate_gateways(snapshot: Snapshot, opts: TranslateOptions,
-                       ports: PortTable) -> GatewayResult:
+                       ports: PortTable, memo: GatewayMemo | None = None) -> GatewayResult:
     """Gateways, routes and policies of our classes → listeners, pools, statuses, problems.
 
     ``ports`` holds what was bound before (the Ingress listeners); the Gateways' ports are
-    added to it, oldest Gateway first.
+    added to it, oldest Gateway first. ``memo`` (kept between runs by the incremental
+    translator) makes a re-run cost O(change): see ``memo``.
     """
-    run = GatewayTranslation(snapshot=snapshot, opts=opts)
+    run = GatewayTranslation(snapshot=snapshot, opts=opts, memo=memo)
     listeners = run.build(ports)
     statuses = run.statuses()
     return GatewayResult(listeners=tuple(listeners), pools=MappingProxyType(run.pools),
@@ -94,6 +109,15 @@ class GatewayTranslation:
     _tls: BackendTLS = field(default_factory=BackendTLS)
     _resolved: dict[tuple[object, ...], PoolSpec | RefIssue] = field(default_factory=dict)
     _grants: ReferenceGrants | None = None
+    memo: GatewayMemo | None = None
+    _carried: dict[ResolveKey, tuple[Service | None, PoolSpec | RefIssue]] = field(
+        default_factory=dict)  # the previous run's resolutions, when still applicable
+    _used: dict[ResolveKey, tuple[Service | None, PoolSpec | RefIssue]] = field(
+        default_factory=dict)
+    _next: GatewayMemo = field(default_factory=GatewayMemo)
+    _same_epoch: bool = False
+    _all_resolved: bool = False
+    _resolvers: dict[tuple[str, str], Resolve] = field(default_factory=dict)
 
     def build(self, ports: PortTable) -> list[Listener]:
         snap = self.snapshot
@@ -109,9 +133,14 @@ class GatewayTranslation:
                 continue
             info = prepare(gw, snapshot=snap, grants=grants, opts=self.opts)
             self._infos[gw.key] = info
+        self._start_memo()
         if not self._infos:
+            self._finish_memo()
             return []
         self._ports = share_ports(list(self._infos.values()))
+        for port_builder in self._ports.values():
+            port_builder.memo = self.memo.vhosts if self.memo is not None else None
+            port_builder.memo_next = self._next.vhosts
         routes: list[AnyRoute] = [r for cls in ROUTE_KINDS for r in snap.kind(cls).values()]
         routes.sort(key=lambda r: r.age_key())
         for route in routes:
@@ -149,7 +178,42 @@ class GatewayTranslation:
                     message=f"on {shadow.host}, {won.route.origin} (rule {won.rule}/match/"
                             f"{won.match_index}) has the same match and takes precedence; this "
                             "match gets no requests there"))
+        self._finish_memo()
         return out
+
+    def _start_memo(self) -> None:
+        """Carry over what the previous run made from inputs that are still the same."""
+        memo = self.memo
+        if memo is None:
+            return
+        dependencies = (self.snapshot.kind(ReferenceGrant), self._tls.targets)
+        services = self.snapshot.kind(Service)
+        if memo.dependencies is not None and memo.dependencies == dependencies:
+            self._carried = memo.resolved
+            # Not one Service changed either: every resolution made last run still holds.
+            self._all_resolved = memo.services is services
+        self._next.dependencies = dependencies
+        self._next.services = services
+        # Which Gateways exist at all matters too: a route naming one that does not gets a
+        # warning (``_missing_parents``), whichever class it belongs to.
+        epoch = (tuple(info_signature(i) for i in self._infos.values()),
+                 self.snapshot.kind(Namespace), self.snapshot.kind(Gateway).keys())
+        self._same_epoch = memo.epoch is not None and memo.epoch == epoch \
+            and memo.infos.keys() == self._infos.keys()
+        if self._same_epoch:
+            self._infos = adopt(memo.infos, self._infos)
+        self._next.epoch = epoch
+        self._next.infos = self._infos
+
+    def _finish_memo(self) -> None:
+        if self.memo is None:
+            return
+        memo, nxt = self.memo, self._next
+        memo.dependencies, memo.resolved = nxt.dependencies, self._used
+        memo.services = nxt.services
+        memo.compiled, memo.attached = nxt.compiled, nxt.attached
+        memo.epoch, memo.infos, memo.vhosts = nxt.epoch, nxt.infos, nxt.vhosts
+        memo.replays = nxt.replays
 
     def _other_addresses(self, info: GatewayInfo, built: Listener,
                          ports: PortTable) -> list[Listener]:
@@ -184,9 +248,14 @@ class GatewayTranslation:
         labels.setdefault(NAME_LABEL, namespace)
         return labels
 
-    def _route(self, route: AnyRoute, grants: ReferenceGrants) -> None:
-        kind = route.KIND
-        ns = route.metadata.namespace
+    def _attach(self, route: AnyRoute) -> AttachedPart:
+        """The route's valid hostnames, hostname issues and parentRef outcomes (pristine)."""
+        key = (route.KIND, *route.key)
+        kept = self.memo.attached.get(key) if (
+            self.memo is not None and self._same_epoch) else None
+        if kept is not None and kept.route is route:
+            self._next.attached[key] = kept
+            return kept
         issues: list[Issue] = []
         hostnames: tuple[str, ...] = ()
         if isinstance(route, HTTPRoute | GRPCRoute | TLSRoute):
@@ -194,18 +263,65 @@ class GatewayTranslation:
             issues.extend(Issue(Reason.UNSUPPORTED_VALUE, f"hostname {quote(h)} is not a DNS name",
                                 f"spec.hostnames[{i}]")
                           for i, h in enumerate(route.spec.hostnames) if not valid_hostname(h))
-        outcomes = attach(kind=kind, namespace=ns, parent_refs=route.spec.parent_refs,
-                          hostnames=hostnames, gateways=self._infos, labels=self._labels)
-        if not outcomes:
-            return
-        self._missing_parents(route)
+        outcomes = attach(kind=route.KIND, namespace=route.metadata.namespace,
+                          parent_refs=route.spec.parent_refs, hostnames=hostnames,
+                          gateways=self._infos, labels=self._labels)
+        part = AttachedPart(route=route, hostnames=hostnames, issues=tuple(issues),
+                            outcomes=tuple(outcomes))
+        if self.memo is not None:
+            self._next.attached[key] = part
+        return part
+
+    def _compile(self, route: AnyRoute, resolve: Resolve) -> CompiledRoute | CompiledL4:
+        """The route compiled, or the previous run's compilation while the route is the same
+        object and every backendRef it resolved resolves to the very same result."""
+        if self.memo is None:
+            if isinstance(route, HTTPRoute | GRPCRoute):
+                return compile_route(route, resolve)
+            return compile_l4(route, resolve)
+        key = (route.KIND, *route.key)
+        kept = self.memo.compiled.get(key)
+        if kept is not None and kept.route is route and all(
+                resolve(ref) is result for ref, result in kept.deps):
+            self._next.compiled[key] = kept
+            return kept.compiled
+        deps: list[tuple[BackendObjectReference, PoolSpec | RefIssue]] = []
+
+        def recording(ref: BackendObjectReference) -> PoolSpec | RefIssue:
+            result = resolve(ref)
+            deps.append((ref, result))
+            return result
+
+        compiled: CompiledRoute | CompiledL4 = (
+            compile_route(route, recording) if isinstance(route, HTTPRoute | GRPCRoute)
+            else compile_l4(route, recording))
+        self._next.compiled[key] = CompiledPart(route, tuple(deps), compiled)
+        return compiled
+
+    def _route(self, route: AnyRoute, grants: ReferenceGrants) -> None:
+        kind = route.KIND
+        ns = route.metadata.namespace
         resolve = self._resolver(kind, ns, grants)
-        compiled: CompiledRoute | CompiledL4
-        if isinstance(route, HTTPRoute | GRPCRoute):
-            compiled = compile_route(route, resolve)
+        replays = self._replays()
+        if replays is not None:
+            kept = replays.get((kind, ns, route.metadata.name))
+            if kept is not None and kept.route is route and (
+                    self._all_resolved or all(resolve(ref) is result
+                                              for ref, result in kept.compiled.deps)):
+                self._used.update(kept.resolved)
+                self._replay(kept)
+                return
+        attached = self._attach(route)
+        if not attached.outcomes:
+            return
+        outcomes = copy_outcomes(attached.outcomes)
+        hostnames, issues = attached.hostnames, list(attached.issues)
+        problems_before = len(self.problems)
+        self._missing_parents(route)
+        compiled = self._compile(route, resolve)
+        if isinstance(compiled, CompiledRoute):
             dropped_all = 0 < compiled.rules_total == compiled.rules_dropped
         else:
-            compiled = compile_l4(route, resolve)
             dropped_all = not route.spec.rules
         state = st.RouteState(generation=route.metadata.generation, outcomes=outcomes,
                               ref_issues=compiled.ref_issues, issues=[*issues, *compiled.issues],
@@ -217,22 +333,72 @@ class GatewayTranslation:
             for outcome in outcomes:
                 outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "no valid hostname")
                 outcome.attachments.clear()
+        record = (Placement() if self.memo is not None and isinstance(compiled, CompiledRoute)
+                  else None)
         if not dropped_all:
-            self._place(compiled, state)
+            self._place(compiled, state, record)
+        if record is not None:
+            self._next.replays[(kind, ns, route.metadata.name)] = Replay(
+                route=route, ref=route.ref, attached=attached,
+                compiled=self._next.compiled[(kind, ns, route.metadata.name)], state=state,
+                problems=tuple(self.problems[problems_before:]), counted=tuple(record.counted),
+                adds=tuple(record.adds), pools=tuple(record.pools),
+                resolved=tuple((k, self._used[k]) for k in (
+                    (kind, ns, ref.group, ref.kind, ref.namespace, ref.name, ref.port)
+                    for ref, _ in self._next.compiled[(kind, ns, route.metadata.name)].deps)))
+
+    def _replays(self) -> dict[tuple[str, str, str], Replay] | None:
+        """The previous run's placements, when they can be replayed: same Gateways and
+        Namespaces (so the same listener objects), no BackendTLSPolicy claims (whose status
+        placement also updates)."""
+        if self.memo is None or not self._same_epoch or self._tls.claims:
+            return None
+        return self.memo.replays
+
+    def _replay(self, kept: Replay) -> None:
+        """What ``_route`` did for this route last time, done again (see ``Replay``)."""
+        key = (kept.route.KIND, *kept.route.key)
+        nxt = self._next
+        nxt.replays[key] = kept
+        nxt.attached[key] = kept.attached
+        nxt.compiled[key] = kept.compiled
+        self.problems.extend(kept.problems)
+        self._routes[kept.ref] = kept.state
+        for ls in kept.counted:
+            ls.attached += 1
+        ports = self._ports
+        for port, host, entries in kept.adds:
+            ports[port].hosts.setdefault(host, []).extend(entries)
+        pools = self.pools
+        for spec in kept.pools:
+            pools.setdefault(spec.name, spec)
 
     def _resolver(self, kind: str, ns: str, grants: ReferenceGrants) -> Resolve:
         """backendRef resolution for one route kind and namespace, memoised per translation
         (the same Service is typically named by many rules and routes)."""
+        found = self._resolvers.get((kind, ns))
+        if found is None:
+            found = self._resolvers[(kind, ns)] = self._new_resolver(kind, ns, grants)
+        return found
+
+    def _new_resolver(self, kind: str, ns: str, grants: ReferenceGrants) -> Resolve:
         uncached = partial(resolve_backend, referrer=Referrer(GROUP, kind, ns),
                            flavour=_FLAVOUR[kind], snapshot=self.snapshot, grants=grants,
                            upstream_tls=self._tls.targets)
         cache = self._resolved
+        carried, used, services = self._carried, self._used, self.snapshot.kind(Service)
 
         def resolve(ref: BackendObjectReference) -> PoolSpec | RefIssue:
             key = (kind, ns, ref.group, ref.kind, ref.namespace, ref.name, ref.port)
             hit = cache.get(key)
             if hit is None:
-                hit = cache[key] = uncached(ref)
+                service = services.get((ref.namespace or ns, ref.name))
+                kept = carried.get(key)
+                # The same Service object (and grants, TLS targets: _start_memo) resolves
+                # the same way: hand back the very same spec.
+                hit = cache[key] = (kept[1] if kept is not None and kept[0] is service
+                                    else uncached(ref))
+                used[key] = (service, hit)
             return hit
 
         return resolve
@@ -248,7 +414,8 @@ class GatewayTranslation:
                     ref=route.ref, reason=Reason.NO_MATCHING_PARENT, severity=Severity.WARNING,
                     message=f"Gateway {gw_ns}/{gw_name} not found", field=f"spec.parentRefs[{k}]"))
 
-    def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
+    def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState,
+               record: Placement | None = None) -> None:
         """Count the route on each listener it attaches to and hand it to the builders.
 
         ``attachedRoutes`` counts routes with ``Accepted=True`` on the listener, whatever the
@@ -280,13 +447,21 @@ class GatewayTranslation:
                 if (gw_key, ls.name) not in counted:
                     counted.add((gw_key, ls.name))
                     ls.attached += 1
-                builder = self._ports.get((outcome.info.address, ls.spec.port, ls.protocol)) if (
-                    ls.usable and not ls.unbound and ls.protocol is not None) else None
+                    if record is not None:
+                        record.counted.append(ls)
+                if not ls.usable or ls.unbound or ls.protocol is None:
+                    continue
+                port = (outcome.info.address, ls.spec.port, ls.protocol)
+                builder = self._ports.get(port)
                 if builder is None:
                     continue
-                self._contribute(builder, ls, att.hostnames, compiled, state)
+                added = self._contribute(builder, ls, att.hostnames, compiled, state)
+                if record is not None:
+                    record.adds.extend((port, host, entries) for host, entries in added)
             for spec in compiled.pools.values():
                 self.pools.setdefault(spec.name, spec)
+                if record is not None:
+                    record.pools.append(spec)
             if self._tls.claims and isinstance(compiled, CompiledRoute):
                 for policy in self._policies_used(compiled.route):
                     self._tls.outcomes[policy].used_by.add(outcome.info.gateway.ref)
@@ -317,11 +492,13 @@ class GatewayTranslation:
         return found
 
     def _contribute(self, builder: PortBuilder, ls: GwListener, hostnames: tuple[str, ...],
-                    compiled: CompiledRoute | CompiledL4, state: st.RouteState) -> None:
+                    compiled: CompiledRoute | CompiledL4, state: st.RouteState
+                    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """Hand the route to the port's builder; the virtual-host entries it added, by host."""
         if isinstance(compiled, CompiledRoute):
             scheme = "https" if ls.protocol is ListenerProtocol.HTTPS else "http"
-            builder.add_http(ls, hostnames, compiled.routes(port=ls.spec.port, scheme=scheme))
-            return
+            return builder.add_http(ls, hostnames,
+                                    compiled.routes(port=ls.spec.port, scheme=scheme))
         terminate = ls.terminates and ls.protocol is ListenerProtocol.TLS and ls.certificates
         lost = builder.add_l4(name=compiled.name, age=compiled.route.age_key(),
                               hostnames=hostnames, backends=compiled.backends,
@@ -334,6 +511,7 @@ class GatewayTranslation:
                                       "spec.hostnames" if isinstance(compiled.route, TLSRoute)
                                       else "spec",
                                       warning=True))
+        return []
 
     def statuses(self) -> dict[ObjectRef, ObjectStatus]:
         """Every status, and the matching problems appended to ``problems``."""
@@ -343,9 +521,22 @@ class GatewayTranslation:
         for info in self._infos.values():
             out[info.gateway.ref] = st.gateway_status(info)
             self._gateway_problems(info)
+        kept = self.memo.statuses if self.memo is not None else {}
+        made: dict[ObjectRef, StatusPart] = {}
         for ref, state in self._routes.items():
-            out[ref] = st.route_status(state)
-            self._route_problems(ref, state)
+            hit = kept.get(ref)
+            if hit is None or hit.state is not state:  # a replayed route keeps its state
+                signature = route_state_signature(state.generation, state.outcomes,
+                                                  state.ref_issues, state.issues,
+                                                  state.all_rules_dropped)
+                status = (hit.status if hit is not None and hit.signature == signature
+                          else st.route_status(state))
+                hit = StatusPart(state, signature, status, self._route_problems(ref, state))
+            made[ref] = hit
+            out[ref] = hit.status
+            self.problems.extend(hit.problems)
+        if self.memo is not None:
+            self.memo.statuses = made
         for ref, outcome in self._tls.outcomes.items():
             status = st.policy_status(outcome)
             if status.parents:
@@ -380,23 +571,23 @@ class GatewayTranslation:
                                          field=f"{where}.tls.certificateRefs")
                                  for w in ls.warnings)
 
-    def _route_problems(self, ref: ObjectRef, state: st.RouteState) -> None:
+    @staticmethod
+    def _route_problems(ref: ObjectRef, state: st.RouteState) -> tuple[Problem, ...]:
+        out: list[Problem] = []
         for outcome in state.outcomes:
             if not outcome.accepted.ok:
                 parent = outcome.ref
                 where = f"Gateway {parent.namespace}/{parent.name}" + (
                     f" listener {parent.section_name}" if parent.section_name else "")
-                self.problems.append(Problem(ref=ref, reason=outcome.accepted.reason,
-                                             message=f"{where}: {outcome.accepted.message}",
-                                             field="spec.parentRefs"))
+                out.append(Problem(ref=ref, reason=outcome.accepted.reason,
+                                   message=f"{where}: {outcome.accepted.message}",
+                                   field="spec.parentRefs"))
         for issue, where in state.ref_issues:
-            self.problems.append(Problem(ref=ref, reason=issue.reason, message=issue.message,
-                                         field=where))
+            out.append(Problem(ref=ref, reason=issue.reason, message=issue.message, field=where))
         for i in state.issues:
-            self.problems.append(Problem(ref=ref, reason=i.reason, message=i.message,
-                                         field=i.field,
-                                         severity=Severity.WARNING if i.warning
-                                         else Severity.ERROR))
+            out.append(Problem(ref=ref, reason=i.reason, message=i.message, field=i.field,
+                               severity=Severity.WARNING if i.warning else Severity.ERROR))
+        return tuple(out)
 
 
 def _sni_names(names: list[str]) -> str:
@@ -407,4 +598,5 @@ def compiled_name(compiled: CompiledRoute | CompiledL4) -> str:
     return str(compiled.route.ref)
 
 
-__all__ = ["GatewayResult", "GatewayTranslation", "parent_key", "translate_gateways"]
+__all__ = ["GatewayMemo", "GatewayResult", "GatewayTranslation", "parent_key",
+           "translate_gateways"]

@@ -15,6 +15,7 @@ specific listener whose hostname matches it, and only by routes attached to that
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from podway.ir import (
     L4Route,
@@ -31,9 +32,10 @@ from podway.ir.hosts import covers, host_order
 from podway.model import ObjectRef
 from podway.translate.gateway.httproute import PlacedRoute
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
+from podway.translate.gateway.memo import VhostPart
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     placed: PlacedRoute
     owner: str  # the Gateway listener (ns/gateway/listener)
@@ -50,6 +52,10 @@ class Shadow:
     lost: PlacedRoute
     won: PlacedRoute
     host: str
+
+
+def _entry_key(entry: _Entry) -> tuple[object, ...]:
+    return entry.placed.key
 
 
 def listener_id(ls: GwListener) -> str:
@@ -69,6 +75,9 @@ class PortBuilder:
     l4: dict[str, tuple[tuple[float, str], L4Route, set[str]]] = field(default_factory=dict)
     claimed: dict[str, str] = field(default_factory=dict)  # SNI hostname → route name
     shadowed: list[Shadow] = field(default_factory=list)
+    # Virtual hosts of the previous run and of this one (``memo.GatewayMemo.vhosts``).
+    memo: dict[tuple[str, str], Any] | None = None
+    memo_next: dict[tuple[str, str], Any] | None = None
 
     @property
     def name(self) -> str:
@@ -81,10 +90,13 @@ class PortBuilder:
         return tuple(dict.fromkeys(ls.gateway.ref for ls in self.members))
 
     def add_http(self, owner: GwListener, hostnames: tuple[str, ...],
-                 routes: list[PlacedRoute]) -> None:
+                 routes: list[PlacedRoute]) -> list[tuple[str, tuple[Any, ...]]]:
+        """Add a route's matches to each of its hostnames; returns what was added, by host."""
+        owner_id = listener_id(owner)
+        entries = tuple(_Entry(placed, owner_id) for placed in routes)
         for host in hostnames:
-            bucket = self.hosts.setdefault(host, [])
-            bucket.extend(_Entry(placed, listener_id(owner)) for placed in routes)
+            self.hosts.setdefault(host, []).extend(entries)
+        return [(host, entries) for host in hostnames]
 
     def add_l4(self, *, name: str, age: tuple[float, str], hostnames: tuple[str, ...],
                backends: tuple[WeightedPool, ...], origin: ObjectRef,
@@ -136,27 +148,51 @@ class PortBuilder:
                            key=lambda hn: host_order(hn[0]))
         ordered = sorted(set(self.hosts) | {h for h, _ in listeners}, key=host_order)
         wildcards = [h for h in ordered if (h == "*" or h.startswith("*.")) and h in self.hosts]
-        sorted_entries = {h: sorted(entries, key=lambda e: e.placed.key)
+        sorted_entries = {h: entries if len(entries) < 2 else sorted(entries, key=_entry_key)
                           for h, entries in self.hosts.items()}
         out = []
         for host in ordered:
             owner = next((name for pattern, name in listeners
                           if covers(pattern, host, WildcardMode.SUFFIX)), None)
-            routes: dict[str, Route] = {}
-            first: dict[RouteMatch, PlacedRoute] = {}
-            for source in (host, *(w for w in wildcards
-                                   if w != host and covers(w, host, WildcardMode.SUFFIX))):
-                for e in sorted_entries.get(source, ()):
-                    if e.owner != owner or e.route.name in routes:
-                        continue
-                    routes[e.route.name] = e.route
-                    if source == host:
-                        winner = first.setdefault(e.route.match, e.placed)
-                        if winner is not e.placed and winner.route.origin != e.route.origin:
-                            self.shadowed.append(Shadow(e.placed, winner, host))
-            out.append(VirtualHost(name=f"{self.name}/{host}", hostname=host,
-                                   wildcard=WildcardMode.SUFFIX, routes=tuple(routes.values())))
+            sources = (host, *(w for w in wildcards
+                               if w != host and covers(w, host, WildcardMode.SUFFIX)))
+            out.append(self._vhost(host, owner, sources, sorted_entries))
         return tuple(out)
+
+    def _vhost(self, host: str, owner: str | None, sources: tuple[str, ...],
+               sorted_entries: dict[str, list[_Entry]]) -> VirtualHost:
+        """One virtual host; the previous run's while it is made of the same placed routes."""
+        # The entries themselves: equal entries (the very same ones, when the route was
+        # replayed) make an equal virtual host.
+        signature = (owner, sources, *(tuple(sorted_entries.get(source, ()))
+                                       for source in sources))
+        key = (self.name, host)
+        kept = self.memo.get(key) if self.memo is not None else None
+        if kept is not None and kept.signature == signature:
+            self.shadowed.extend(kept.shadows)
+        else:
+            before = len(self.shadowed)
+            vhost = self._new_vhost(host, owner, sources, sorted_entries)
+            kept = VhostPart(signature, vhost, tuple(self.shadowed[before:]))
+        if self.memo_next is not None:
+            self.memo_next[key] = kept
+        return kept.vhost
+
+    def _new_vhost(self, host: str, owner: str | None, sources: tuple[str, ...],
+                   sorted_entries: dict[str, list[_Entry]]) -> VirtualHost:
+        routes: dict[str, Route] = {}
+        first: dict[RouteMatch, PlacedRoute] = {}
+        for source in sources:
+            for e in sorted_entries.get(source, ()):
+                if e.owner != owner or e.route.name in routes:
+                    continue
+                routes[e.route.name] = e.route
+                if source == host:
+                    winner = first.setdefault(e.route.match, e.placed)
+                    if winner is not e.placed and winner.route.origin != e.route.origin:
+                        self.shadowed.append(Shadow(e.placed, winner, host))
+        return VirtualHost(name=f"{self.name}/{host}", hostname=host,
+                           wildcard=WildcardMode.SUFFIX, routes=tuple(routes.values()))
 
     def _certificates(self) -> tuple[TLSCertificate, ...]:
         named: dict[str, TLSCertificate] = {}
