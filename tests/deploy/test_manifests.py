@@ -210,3 +210,43 @@ async def test_chart_engine_group_can_serve_only_its_objects(helm: Any) -> None:
     args = by_kind(only, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"][
         "containers"][0]["args"]
     assert "--engine-group=edge" in args
+
+
+async def test_chart_runs_second_chance_for_a_pair(helm: Any) -> None:
+    """Off by default; with secondChance.pair each engine pod gets a native sidecar (an init
+    container that keeps running, so it starts before the engine and stops after it) passing
+    the pair, this node's address and the VIP pool to flags the real command has."""
+    _, default = await render(helm, {})
+    spec = by_kind(default, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    assert not [c for c in spec.get("initContainers", []) if c["name"] == "second-chance"]
+    group = {"name": "edge", "replicas": 2, "nodeSelector": {"podway.io/edge": "true"},
+             "tlsSecret": "podway-engine-tls", "concurrency": 2,
+             "secondChance": {"pair": ["198.18.51.2", "198.18.52.2"], "ports": [80, 443]}}
+    _, paired = await render(helm, {"engineGroups": [group]})
+    validate(paired)
+    spec = by_kind(paired, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    sidecar, = (c for c in spec["initContainers"] if c["name"] == "second-chance")
+    assert sidecar["restartPolicy"] == "Always"
+    args = sidecar["args"]
+    assert args[:2] == ["vip", "second-chance"]
+    assert [a for a in args if a.startswith("--pair=")] == [
+        "--pair=198.18.51.2", "--pair=198.18.52.2"]
+    assert "NET_ADMIN" in sidecar["securityContext"]["capabilities"]["add"]
+    params = second_chance_command(args)  # the flags exist and their values parse
+    assert params["local"] == "$(HOST_IP)"  # Kubernetes puts the node's address in
+    assert params["pair"] == ["198.18.51.2", "198.18.52.2"]
+    assert params["vip"] == ["198.18.100.0/28"]
+    assert params["port"] == [80, 443]
+
+
+def second_chance_command(args: list[str]) -> dict[str, Any]:
+    """The rendered sidecar arguments as ``podway vip second-chance`` parses them."""
+    import typer
+
+    from podway.commands.vip import second_chance
+
+    alone = typer.Typer()
+    alone.command()(second_chance)
+    command: Any = typer.main.get_command(alone)
+    assert args[:2] == ["vip", "second-chance"]
+    return dict(command.make_context("second-chance", list(args[2:])).params)

@@ -155,8 +155,12 @@ async def _healthy(url: str) -> bool:
 @vip_app.command("second-chance")
 def second_chance(
     local: Annotated[str, typer.Option(help="This host's IPv4 address (the tunnel's source).")],
-    peer: Annotated[str, typer.Option(help="The peer engine host's IPv4 address.")],
     vip: VipOpt,
+    peer: Annotated[str, typer.Option(
+        help="The peer engine host's IPv4 address (or give the pair with --pair).")] = "",
+    pair: Annotated[list[str], typer.Option(
+        "--pair", help="Both hosts of the pair (twice): the peer is the one that is not "
+             "--local (one setting for both hosts, e.g. a Helm chart).")] = [],  # noqa: B006
     port: Annotated[list[int], typer.Option(
         "--port", help="A TCP port the VIPs serve (repeat; none: every port).")] = [],  # noqa: B006
     peer_url: Annotated[str, typer.Option(
@@ -173,9 +177,16 @@ def second_chance(
 ) -> None:
     """Hand packets of TCP flows this host does not know to the peer (VXLAN) until stopped;
     install before the engine serves, remove on SIGTERM."""
-    from podway.vip.secondchance import SecondChance, SecondChanceHost, check, follow_peer
+    from podway.vip.secondchance import (
+        SecondChance,
+        SecondChanceHost,
+        check,
+        follow_peer,
+        peer_of,
+    )
 
     setup_logging(log_level)
+    peer = peer_of(local, peer, pair)
     settings = SecondChance(vips=tuple(vip), ports=tuple(port), local=local, peer=peer,
                             device=device, vni=vni, udp_port=udp_port, mss=mss)
     check(settings)

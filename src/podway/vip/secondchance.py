@@ -68,6 +68,24 @@ class SecondChance:
     VXLAN fits a 1500-byte path; 0: no clamp (jumbo frames between the hosts)."""
 
 
+def peer_of(local: str, peer: str, pair: Sequence[str]) -> str:
+    """The peer from ``--peer``, or from ``--pair`` (both hosts: the one that is not ``local``);
+    exactly one of the two ways, or a one-line ``ConfigError``."""
+    if pair and peer:
+        raise ConfigError("second chance: give --peer or --pair, not both")
+    if not pair:
+        if not peer:
+            raise ConfigError("second chance: the peer is missing (--peer, or --pair twice)")
+        return peer
+    if len(pair) != 2 or pair[0] == pair[1]:
+        raise ConfigError(f"second chance: --pair names two different hosts, not "
+                          f"{', '.join(pair)}")
+    if local not in pair:
+        raise ConfigError(f"second chance: --local {local} is not one of the pair "
+                          f"{pair[0]}, {pair[1]}")
+    return pair[1] if pair[0] == local else pair[0]
+
+
 def check(sc: SecondChance) -> None:
     """One-line ``ConfigError`` for settings that cannot work."""
     for what, text in (("local", sc.local), ("peer", sc.peer)):

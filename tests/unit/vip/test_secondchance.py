@@ -21,6 +21,7 @@ from podway.vip.secondchance import (
     disarm_steps,
     follow_peer,
     link_steps,
+    peer_of,
     remove_steps,
     ruleset,
     tunnel_mac,
@@ -163,3 +164,27 @@ def test_command_with_bad_flags_is_one_line() -> None:
                                       "--peer", "198.18.52.2", "--vip", "2001:db8::7"])
     assert isinstance(result.exception, ConfigError)
     assert "IPv6 is not supported" in str(result.exception)
+
+
+@pytest.mark.parametrize(("local", "peer", "pair", "expected"), [
+    ("198.18.51.2", "198.18.52.2", [], "198.18.52.2"),
+    ("198.18.51.2", "", ["198.18.51.2", "198.18.52.2"], "198.18.52.2"),
+    ("198.18.52.2", "", ["198.18.51.2", "198.18.52.2"], "198.18.51.2"),
+])
+def test_the_peer_comes_from_peer_or_from_the_pair(local: str, peer: str, pair: list[str],
+                                                   expected: str) -> None:
+    """--pair lets both hosts share one setting: each takes the address that is not its own."""
+    assert peer_of(local, peer, pair) == expected
+
+
+@pytest.mark.parametrize(("local", "peer", "pair", "says"), [
+    ("198.18.51.2", "", [], "the peer is missing"),
+    ("198.18.51.2", "198.18.52.2", ["198.18.51.2", "198.18.52.2"], "not both"),
+    ("198.18.51.2", "", ["198.18.51.2"], "names two different hosts"),
+    ("198.18.51.2", "", ["198.18.51.2", "198.18.51.2"], "names two different hosts"),
+    ("198.18.53.2", "", ["198.18.51.2", "198.18.52.2"], "is not one of the pair"),
+])
+def test_a_pair_that_cannot_work_is_one_line(local: str, peer: str, pair: list[str],
+                                             says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        peer_of(local, peer, pair)
