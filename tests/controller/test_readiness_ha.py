@@ -62,6 +62,13 @@ class Pair:
         return replica.server.target
 
 
+def engines(replica: Controller) -> dict[str, float | None]:
+    """``podway_controller_engines`` of one replica, by ``via``."""
+    return {via: replica.metrics.registry.get_sample_value("podway_controller_engines",
+                                                           {"via": via})
+            for via in ("both", "xds_only", "reports_only")}
+
+
 @pytest.fixture
 async def pair(bed: Bed) -> AsyncIterator[Pair]:
     """Replica ``a`` leads (it started alone), ``b`` follows; Service ``web`` has one gated pod
@@ -87,7 +94,7 @@ async def test_the_leader_flips_the_gate_from_an_engine_on_the_follower_s_xds(pa
     """edge-1's Envoy is configured by the follower only; its reporter reports to both. The
     leader counts it (a report stream, no xDS) and writes True once it finds the pod healthy,
     False (naming edge-1) when the backend dies, True when it is back; the follower writes
-    nothing."""
+    nothing. Each replica's ``podway_controller_engines`` says how it hears edge-1."""
     bed, leader, follower = pair.bed, pair.leader, pair.follower
     assert leader is not None
     assert follower is not None
@@ -106,6 +113,9 @@ async def test_the_leader_flips_the_gate_from_an_engine_on_the_follower_s_xds(pa
     assert "edge-1" not in leader.server.servicer.engines  # its xDS is the follower's
     assert "edge-1" in follower.server.servicer.engines
     assert follower.leadership.is_leader() is False
+
+    await until(lambda: engines(leader) == {"both": 0, "xds_only": 0, "reports_only": 1})
+    await until(lambda: engines(follower) == {"both": 1, "xds_only": 0, "reports_only": 0})
 
     task = await backend(pair.port)
     await until(lambda: status_of(bed) == "True", limit_s=30)

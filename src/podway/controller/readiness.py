@@ -218,6 +218,11 @@ class ReadinessGate:
 
     async def judge_all(self, state: State) -> int:
         """Judge every gated pod of ``state`` and write what changed; the number written."""
+        connected, reporting = frozenset(self._connected()), self._reports.nodes
+        for via, count in (("both", len(connected & reporting)),
+                           ("xds_only", len(connected - reporting)),
+                           ("reports_only", len(reporting - connected))):
+            self._metrics.engines.labels(via=via).set(count)
         if not self._writes_allowed():
             self._written.clear()  # a follower's memory is stale once it leads
             return 0
@@ -229,7 +234,7 @@ class ReadinessGate:
         if self._terminating[0] is not slices:
             self._terminating = (slices, terminating_pods(slices))
         terminating = self._terminating[1]
-        engines = counted_engines(self._connected(), self._reports.nodes)
+        engines = counted_engines(connected, reporting)
         pods = state.update.snapshot.kind(Pod)
         if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
             self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
