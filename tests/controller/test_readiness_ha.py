@@ -1,6 +1,7 @@
 """The readiness gate with two controller replicas (one Lease, the API emulator): an engine whose
 Envoy holds its xDS stream to the follower reports to both replicas, and the leader flips the
-pod's gate from that engine's reports; ``podway engine`` given both replicas reports to both.
+pod's gate from that engine's reports; ``podway engine`` given both replicas reports to both;
+a new leader judges at once from the reports it already holds.
 Real Envoy and a real backend on loopback; every engine, reporter, controller and backend is
 stopped in teardown (``Bed.close``), also on failure."""
 
@@ -161,3 +162,36 @@ async def test_podway_engine_reports_to_every_replica_it_is_given(pair: Pair) ->
             except TimeoutError:
                 process.kill()
                 await process.wait()
+
+
+async def test_a_new_leader_already_holds_the_engines_reports(pair: Pair) -> None:
+    """edge-1's xDS goes to the leader, its reports to both replicas; the pod is True. The
+    leader stops (handing the Lease back): the follower leads, edge-1's Envoy keeps its
+    configuration without xDS, and when the backend dies the new leader writes False from
+    the reports it held all along."""
+    bed, old, new = pair.bed, pair.leader, pair.follower
+    assert old is not None
+    assert new is not None
+    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+        BootstrapOptions(node_id="edge-1", xds=pair.target(old), delta=True))))
+    bed.engines.append(engine)
+    bed.tasks.append(asyncio.create_task(engine.run(), name="engine-edge-1"))
+    reporter = Reporter(ReportOptions(
+        node_id="edge-1", xds=(pair.target(old), pair.target(new)), interval_s=0.05,
+        backoff=Backoff(base=0.05, cap=0.5)), lambda: engine.admin_address)
+    bed.tasks.append(asyncio.create_task(reporter.run(), name="report-edge-1"))
+    task = await backend(pair.port)
+    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await until(lambda: new.health_reports.view("edge-1") is not None, limit_s=30)
+
+    leading = next(t for t in bed.tasks if t.get_name() == "controller-a")
+    leading.cancel()
+    await asyncio.gather(leading, return_exceptions=True)
+    await until(new.leadership.is_leader, limit_s=30)
+    assert new.server is not None
+    assert "edge-1" not in new.server.servicer.engines  # its Envoy's only xDS went away
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await until(lambda: status_of(bed) == "False", limit_s=30)
+    assert "engine edge-1" in str((gate(bed) or {}).get("message"))
+    assert [w.agent for w in bed.emu.writes if w.plural == "pods"][-1] == "b"
