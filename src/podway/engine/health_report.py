@@ -25,6 +25,7 @@ Invariants:
   has its stream closed; a new one gets a stream that starts with the full view.
 * A stream to a replica that stops answering (paused, partitioned) is found dead by gRPC
   keepalive pings (every 30 s, 5 s to answer; the xDS server allows them) and opened again.
+  A stream that cannot send fast enough skips to the newest view: no backlog builds up.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class ReportOptions:
     client_key_pem: str | None = None
     interval_s: float = 2.0  # between two reads of Envoy's admin; each costs one /clusters dump
     resolve_s: float = 5.0  # between two lookups of the DNS names (Envoy's own DNS refresh)
+    keepalive_s: float = 30.0  # ping a replica this often (as Envoy pings its xDS server) ...
+    keepalive_timeout_s: float = 5.0  # ... and give the stream up when a ping is not answered
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
 
 
@@ -226,10 +229,13 @@ class Reporter:
     def _channel(self, target: Target) -> grpc.aio.Channel:
         opts = self.opts
         options: list[tuple[str, Any]] = [
-            # A replica that stops answering (paused, cut off) ends the stream: 30 s as the
-            # engine's Envoy pings its xDS server; the server allows pings that often.
-            # Between two changes nothing else is sent, so pings need no data in between.
-            ("grpc.keepalive_time_ms", 30_000), ("grpc.keepalive_timeout_ms", 5_000),
+            # A replica that stops answering (paused, cut off) ends the stream; the xDS server
+            # allows pings every 30 s, as Envoy sends them. Between two changes nothing else
+            # is sent, so pings need no data in between.
+            ("grpc.keepalive_time_ms", round(opts.keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", round(opts.keepalive_timeout_s * 1000)),
+            # gRPC >= 1.6x times a ping out after this one (60 s by default), not the above.
+            ("grpc.http2.ping_timeout_ms", round(opts.keepalive_timeout_s * 1000)),
             ("grpc.http2.max_pings_without_data", 0)]
         if opts.ca_pem is None:
             return grpc.aio.insecure_channel(target.dial, options=options)

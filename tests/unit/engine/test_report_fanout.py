@@ -21,7 +21,7 @@ from aiohttp import web
 from podway.backoff import Backoff
 from podway.engine.health_report import Reporter, ReportOptions
 from podway.xds.cache import Cache
-from podway.xds.member_health import Health, HostState, MemberHealthReports
+from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
 from podway.xds.server import ServerTLS, XdsServer
 
 A = ("pool/default/web/80", "10.0.0.7:8080")
@@ -115,7 +115,7 @@ def health(reports: MemberHealthReports, node: str = "edge-1") -> dict[object, H
 
 
 async def test_a_replica_that_is_down_or_hangs_does_not_delay_the_live_one(
-        replicas: Replicas, admin: tuple[Admin, str], short_dir: Path) -> None:
+        admin: tuple[Admin, str], replicas: Replicas, short_dir: Path) -> None:
     """--xds names a dead socket, a socket that accepts and never answers, and a live replica:
     the live one gets the full view and each change while the others fail; the dead one,
     once it comes up, is retried and gets the full view too."""
@@ -158,7 +158,7 @@ def _client(ca: trustme.CA, address: str, *, sni: str = "") -> ReportOptions:
 
 
 async def test_a_dns_name_reaches_every_replica_it_resolves_to_and_follows_the_answer(
-        replicas: Replicas, admin: tuple[Admin, str]) -> None:
+        admin: tuple[Admin, str], replicas: Replicas) -> None:
     """One name resolving to two replicas (127.0.0.1 and 127.0.0.2, mutual TLS, certificates
     for the name only): both hear the engine; a replica dropped from the answer loses the
     stream (the engine stops counting there); back in the answer, it gets the full view."""
@@ -184,7 +184,7 @@ async def test_a_dns_name_reaches_every_replica_it_resolves_to_and_follows_the_a
 
 
 async def test_the_tls_name_checked_is_the_dns_name_or_sni_never_the_ip(
-        replicas: Replicas, admin: tuple[Admin, str],
+        admin: tuple[Admin, str], replicas: Replicas,
         caplog: pytest.LogCaptureFixture) -> None:
     """A replica whose certificate is for another name is not reported to (the handshake
     fails, one warning); with --xds-sni naming its certificate it is."""
@@ -205,3 +205,74 @@ async def test_the_tls_name_checked_is_the_dns_name_or_sni_never_the_ip(
     replicas.report(Reporter(_client(ca, f"{NAME}:{server.port}", sni="other.podway.test"),
                              lambda: admin_address, resolver=resolver))
     await until(lambda: health(reports) == {A: Health.HEALTHY})
+
+
+class Freezer:
+    """A unix-socket relay to a replica whose open connections can be frozen: bytes stop
+    flowing both ways but the connections stay open, as with a paused or cut-off replica.
+    Connections made after ``freeze`` flow."""
+
+    def __init__(self, upstream: Path) -> None:
+        self.upstream = upstream
+        self.open: list[list[bool]] = []  # per connection: [frozen]
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.writers: list[asyncio.StreamWriter] = []
+
+    def freeze(self) -> None:
+        for flag in self.open:
+            flag[0] = True
+
+    async def accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_unix_connection(str(self.upstream))
+        self.writers += [writer, up_writer]
+        flag = [False]
+        self.open.append(flag)
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pump(source, sink, flag), name="freezer-pump")
+            self.tasks.add(task)
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                    frozen: list[bool]) -> None:
+        while data := await source.read(65536):
+            if frozen[0]:
+                await asyncio.Event().wait()  # hold the connection, pass nothing
+            sink.write(data)
+            await sink.drain()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for writer in self.writers:
+            writer.close()
+
+
+async def test_a_replica_that_stops_answering_is_found_by_keepalive_and_reopened(
+        admin: tuple[Admin, str], replicas: Replicas, short_dir: Path) -> None:
+    """The replica's connection goes silent without closing: keepalive pings go unanswered,
+    the reporter gives the stream up and opens a new one, which starts with the full view
+    (the replica hears a second stream's full report)."""
+    _, admin_address = admin
+    _, live = await replicas.start(f"unix:{short_dir / 'live.sock'}")
+    fulls: list[int] = []
+    apply = live.apply
+
+    def counting(stream: object, message: Message) -> None:
+        fulls.extend([1] if message.full else [])
+        apply(stream, message)
+
+    live.apply = counting  # type: ignore[method-assign]
+    freezer = Freezer(short_dir / "live.sock")
+    relay = await asyncio.start_unix_server(freezer.accept, str(short_dir / "relay.sock"))
+    try:
+        replicas.report(Reporter(ReportOptions(
+            node_id="edge-1", xds=f"unix:{short_dir / 'relay.sock'}", interval_s=0.02,
+            backoff=FAST, keepalive_s=0.3, keepalive_timeout_s=0.3), lambda: admin_address))
+        await until(lambda: len(fulls) == 1)
+        freezer.freeze()
+        await until(lambda: len(fulls) == 2)
+        assert len(freezer.open) == 2
+    finally:
+        relay.close()
+        await freezer.close()
+        await relay.wait_closed()
