@@ -25,7 +25,8 @@ def engine(
     xds: Annotated[list[str], typer.Option(
         help="The controller's xDS address: host:port or unix:/path. Repeat it for several "
              "controller replicas (or give one name that resolves to all, e.g. a headless "
-             "Service): a lost stream is retried on the next one.")],
+             "Service): Envoy's xDS stream goes to one, a lost stream is retried on the next; "
+             "member health reports go to all of them.")],
     node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
     engine_group: Annotated[str, typer.Option(
         help="Serve only this engine group's Services and Gateways (their "
@@ -58,9 +59,10 @@ def engine(
     instance: Annotated[str, typer.Option(
         help="Name of this engine instance (its default state folder).")] = "engine",
     health_report_s: Annotated[float, typer.Option(
-        help="Report member health to the controller (readiness gate podway.io/lb-ready) "
-             "every SECONDS when it changed; each look reads Envoy's whole /clusters (0: "
-             "off; gated pods then never turn ready while this engine is connected).")] = 2.0,
+        help="Report member health (readiness gate podway.io/lb-ready) to every controller "
+             "replica --xds names (each address a name resolves to) every SECONDS when it "
+             "changed; each look reads Envoy's whole /clusters (0: off; gated pods then never "
+             "turn ready while this engine is connected to the leader).")] = 2.0,
 ) -> None:
     """Launch and supervise Envoy, configured live by the controller at --xds.
 
@@ -85,7 +87,7 @@ def engine(
     folder = instance_dir(state_dir, instance)
 
     report = ReportOptions(
-        node_id=node_id or socket.gethostname(), xds=xds[0],
+        node_id=node_id or socket.gethostname(), xds=tuple(xds),  # every replica hears it
         ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
         client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         client_key_pem=xds_client_key.read_text() if xds_client_key else None,

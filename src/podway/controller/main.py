@@ -6,12 +6,14 @@ certificates off loopback). A follower task reads each published state and write
 NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
 (``StatusWriter``) and events (``EventRecorder``); the readiness gate (``ReadinessGate``) sets
 ``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
-the xDS server (``podway.xds.member_health``). Health (``/healthz``), readiness (``/readyz``:
-the first snapshot is applied and xDS is serving) and Prometheus metrics (``/metrics``) share one
-HTTP port. Opt-in, as in ``podway run`` and through the same code (``podway.surfaces``): the
-admin endpoint on a private unix socket (``podway explain|status|config --admin-socket``) and
-the web dashboard; the engines are remote, so both show Kubernetes readiness only unless
-``engine_admin`` names a co-located engine's admin socket.
+the xDS server (``podway.xds.member_health``): engines report to every replica, so the leader
+counts each engine reporting to it and each engine on its own xDS, wherever the others' xDS
+streams go (``podway.controller.readiness.counted_engines``). Health (``/healthz``),
+readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Prometheus metrics
+(``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
+(``podway.surfaces``): the admin endpoint on a private unix socket (``podway
+explain|status|config --admin-socket``) and the web dashboard; the engines are remote, so both
+show Kubernetes readiness only unless ``engine_admin`` names a co-located engine's admin socket.
 
 Any number of replicas may run: each translates and serves xDS; the one holding the Lease
 (``podway.controller.leader``, ``election``) writes — statuses (VIP allocations included),
@@ -187,6 +189,7 @@ class Controller:
                                 unauthenticated=opts.xds_unauthenticated,
                                 groups=self.groups.cache_for)
         self.server.handlers.append(self.health_reports.handler(self.server))
+        # Counted: these engines (on this replica's ADS) and every engine reporting here.
         self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
                                        self.server.servicer.engines.keys,
                                        writes_allowed=self._may_write_pods,

@@ -36,6 +36,11 @@ class ControllerMetrics:
         self.gated_pods = Gauge("podway_controller_gated_pods",
                                 "Pods with the readiness gate podway.io/lb-ready, by the "
                                 "verdict of the last pass.", ["verdict"], registry=reg)
+        self.engines = Gauge("podway_controller_engines",
+                             "Engines this replica hears, by how: on its xDS and reporting "
+                             "(both), on its xDS only (they block the readiness gate until they "
+                             "report), reporting only (their xDS goes to another replica).",
+                             ["via"], registry=reg)
         self.leader = Gauge("podway_controller_leader", "1 while this replica holds the "
                             "Lease and may write (always 1 without leader election).",
                             registry=reg)

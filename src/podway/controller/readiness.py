@@ -3,23 +3,31 @@ Ready only once every engine serving it has found it healthy.
 
 Inputs: the pipeline's states (which pools have which pod as a member, at which address; the
 gated Pods and their current condition, ``podway.sources.kube_kinds.slim_pod``), the engines
-connected over ADS now (node ids) and each engine's member health report
-(``podway.xds.member_health``, sent by ``podway.engine.health_report``).
+connected over ADS to this replica now (node ids) and each engine's member health report
+(``podway.xds.member_health``, sent by ``podway.engine.health_report`` to every replica).
+
+The engines a pod waits for (``counted_engines``) are what this replica can know: those with a
+report stream open to it, wherever their xDS goes (an engine on a follower's xDS that reports
+to the leader counts), and those connected to it over ADS (one that does not report blocks
+True). An engine that reaches neither this replica's xDS nor its reports is unknown here and
+cannot block: with several replicas, the leader cannot wait for an engine that talks only to
+a follower (``docs/design/readiness-gate.md``, "Several controller replicas").
 
 ``judge`` (pure) decides per pod:
 
-* **True** (``Healthy``): every connected engine reported every one of the pod's members (each
+* **True** (``Healthy``): every counted engine reported every one of the pod's members (each
   pool and port it serves) as healthy — in its pool and passing its active checks.
 * **False** (``Unhealthy``): some engine reports a member failing its active check or ejected by
   outlier detection.
 * **unknown** (``WaitingForEngines``, ``NoEngine``, ``NotServed``): an engine has not reported
-  (a connected engine that never reported blocks True), its Envoy does not have the member yet,
-  or has not checked it yet; no engine is connected; or no pool has the pod as a member. An
+  (an engine connected over ADS that never reported blocks True), its Envoy does not have the
+  member yet, or has not checked it yet; no engine is counted; or no pool has the pod as a
+  member. An
   unknown verdict never turns True into False — a newly connected engine, or a controller
   restart, must not take serving pods out — but a pod not yet True gets False with the reason,
   so ``kubectl describe pod`` says what it waits for.
 
-Engines that disconnect stop counting at once: their ADS stream and their report go together.
+An engine stops counting once it has neither stream open to this replica.
 A terminating pod (an endpoint of it is terminating) is left alone: it is going away.
 
 ``ReadinessGate`` writes the verdicts: a strategic merge patch of the Pod's ``status`` subresource
@@ -36,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -93,13 +101,20 @@ def terminating_pods(slices: Mapping[Key, EndpointSlice]) -> frozenset[Key]:
         and ref.kind == "Pod")
 
 
+def counted_engines(connected: Iterable[str], reporting: Iterable[str]) -> frozenset[str]:
+    """The engines a pod waits for here: connected over ADS to this replica (a silent one
+    blocks True) or reporting to it (its xDS may go to another replica)."""
+    return frozenset(connected) | frozenset(reporting)
+
+
 def judge(members: tuple[HostKey, ...], engines: Collection[str],
           views: Callable[[str], View | None]) -> Verdict:
     """The verdict for one pod from its members, the connected engines and their reports."""
     if not members:
         return Verdict(None, "NotServed", "no pool of Podway has this pod as a member")
     if not engines:
-        return Verdict(None, "NoEngine", "no engine is connected to the controller")
+        return Verdict(None, "NoEngine",
+                       "no engine is connected or reporting to the writing controller")
     failing: list[str] = []
     waiting: list[str] = []
     for engine in sorted(engines):
@@ -155,14 +170,14 @@ class ReadinessGate:
     """Keeps ``podway.io/lb-ready`` of gated Pods true to the engines (module docstring)."""
 
     def __init__(self, api: client.ApiClient, pipeline: Pipeline,
-                 reports: MemberHealthReports, engines: Callable[[], Collection[str]], *,
+                 reports: MemberHealthReports, connected: Callable[[], Collection[str]], *,
                  writes_allowed: Callable[[], bool] = lambda: True, resync_s: float = 10.0,
                  concurrency: int = 16, now: Callable[[], str] = _now,
                  metrics: ControllerMetrics | None = None) -> None:
         self._api = api
         self._pipeline = pipeline
         self._reports = reports
-        self._engines = engines
+        self._connected = connected  # node ids with an ADS stream to this replica
         self._writes_allowed = writes_allowed
         self._resync_s = resync_s
         self._limit = asyncio.Semaphore(concurrency)
@@ -203,6 +218,11 @@ class ReadinessGate:
 
     async def judge_all(self, state: State) -> int:
         """Judge every gated pod of ``state`` and write what changed; the number written."""
+        connected, reporting = frozenset(self._connected()), self._reports.nodes
+        for via, count in (("both", len(connected & reporting)),
+                           ("xds_only", len(connected - reporting)),
+                           ("reports_only", len(reporting - connected))):
+            self._metrics.engines.labels(via=via).set(count)
         if not self._writes_allowed():
             self._written.clear()  # a follower's memory is stale once it leads
             return 0
@@ -214,7 +234,7 @@ class ReadinessGate:
         if self._terminating[0] is not slices:
             self._terminating = (slices, terminating_pods(slices))
         terminating = self._terminating[1]
-        engines = frozenset(self._engines())
+        engines = counted_engines(connected, reporting)
         pods = state.update.snapshot.kind(Pod)
         if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
             self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
