@@ -1,0 +1,89 @@
+"""Load kubernetes-asyncio's generated client lazily: an API class or model is imported when
+first used, not all ~850 modules at the first ``from kubernetes_asyncio import client``.
+
+kubernetes-asyncio's ``client/__init__.py`` imports every API class and every model, and its
+``ApiClient`` imports the whole ``models`` package; Podway uses a handful of API classes and
+reads most answers raw (``_preload_content=False``). Importing it all costs about 17 MiB of
+resident memory in every process that talks to the API (controller, agent), a tenth of the
+controller's budget at 1,000 routes (``bench/convergence.py --rss``).
+
+``install()`` puts two module objects in ``sys.modules`` before the package is first imported:
+``kubernetes_asyncio.client`` and ``kubernetes_asyncio.client.models``, each a package (same
+``__path__``, so submodules import as usual) whose names resolve on first access, from the
+``from ... import Name`` lines of the real ``__init__.py`` (read as text, never executed). Names
+are the same objects the eager import gives, so ``isinstance``, the deserializer's
+``getattr(models, "V1Pod")`` and ``from kubernetes_asyncio.client import CoreV1Api`` behave as
+before.
+
+Invariants: ``install`` changes nothing when the client was already imported (eagerly: then
+that import stands) or when kubernetes-asyncio is not installed; it is idempotent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+_PACKAGE = "kubernetes_asyncio.client"
+_IMPORT = re.compile(r"^from (kubernetes_asyncio\.client[\w.]*) import (\w+)\s*$", re.M)
+
+
+class LazyPackage(types.ModuleType):
+    """A package whose public names are imported from their own module on first access."""
+
+    def __init__(self, name: str, folder: Path, names: dict[str, str]) -> None:
+        super().__init__(name)
+        self.__path__ = [str(folder)]
+        self.__file__ = str(folder / "__init__.py")
+        self.__package__ = name
+        self._lazy_names = names  # public name → the module that defines it
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        where = self._lazy_names.get(attr)
+        try:
+            module = importlib.import_module(where or f"{self.__name__}.{attr}")
+        except ImportError:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}") from None
+        value = module if where is None else getattr(module, attr)
+        setattr(self, attr, value)  # later lookups skip __getattr__
+        return value
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._lazy_names))
+
+
+def names_of(init: Path) -> dict[str, str]:
+    """The ``from kubernetes_asyncio.client... import Name`` lines of a package ``__init__``."""
+    return {name: module for module, name in _IMPORT.findall(init.read_text())}
+
+
+def install() -> bool:
+    """Make the generated client lazy (see the module docstring); True when it now is."""
+    if isinstance(sys.modules.get(_PACKAGE), LazyPackage):
+        return True
+    if _PACKAGE in sys.modules:
+        return False  # imported eagerly already
+    spec = importlib.util.find_spec("kubernetes_asyncio")
+    if spec is None or spec.origin is None:
+        return False
+    folder = Path(spec.origin).parent / "client"
+    try:
+        client_names = names_of(folder / "__init__.py")
+        model_names = names_of(folder / "models" / "__init__.py")
+    except OSError:
+        return False
+    if not client_names or not model_names:
+        return False  # a layout this module does not know: leave the import as it is
+    models = LazyPackage(f"{_PACKAGE}.models", folder / "models", model_names)
+    client = LazyPackage(_PACKAGE, folder, client_names)
+    setattr(client, "models", models)  # noqa: B010 (a module attribute, set as import would)
+    sys.modules[f"{_PACKAGE}.models"] = models
+    sys.modules[_PACKAGE] = client
+    return True
