@@ -235,7 +235,7 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
     reports = _reports(state, HostState(Health.HEALTHY))
     leader = [False]
     metrics = ControllerMetrics()
-    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"},
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1": ""},
                               writes_allowed=lambda: leader[0], metrics=metrics)
     assert await readiness.judge_all(state) == 0
     leader[0] = True
@@ -291,6 +291,6 @@ async def test_a_terminating_pod_is_left_alone(bed: Bed) -> None:
                                                  "terminating": True}
     state = await _follower(bed, terminating)
     reports = _reports(state, HostState(Health.UNHEALTHY, "failed active health check"))
-    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"})
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1": ""})
     assert await readiness.judge_all(state) == 0
     assert status_of(bed) is None
