@@ -287,7 +287,8 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
 async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_dir: Path
                                                 ) -> None:
     """The `podway engine` command runs the reporter beside its Envoy: the pod turns True with
-    nothing else reporting; SIGTERM stops the engine cleanly."""
+    nothing else reporting; its reports name its --engine-group (web's group, default);
+    SIGTERM stops the engine cleanly."""
     bed, port = served
     bed.tasks.append(await backend(port))
     assert bed.controller is not None
@@ -295,11 +296,14 @@ async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_d
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "engine", "--xds", bed.controller.server.target,
         "--node-id", "edge-cli", "--drain-s", "0", "--health-report-s", "0.1",
-        "--state-dir", str(short_dir / "e"), "--log-level", "warning",
+        "--engine-group", "default", "--state-dir", str(short_dir / "e"), "--log-level",
+        "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         await until(lambda: status_of(bed) == "True", limit_s=40)
         assert "1 engine(s)" in str((gate(bed) or {}).get("message"))
+        assert bed.controller is not None
+        assert bed.controller.health_reports.groups == {"edge-cli": "default"}
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 15) == 0
     finally:
