@@ -23,6 +23,7 @@ from podway.echo.server import EchoOptions, serve
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.health_report import Reporter, ReportOptions
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.model.base import ENGINE_GROUP
 from podway.model.core import LB_READY, Pod
 from podway.pipeline import State
 from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
@@ -83,26 +84,28 @@ async def backend(port: int) -> asyncio.Task[None]:
     return task
 
 
-async def engine(bed: Bed, node_id: str, *, report: bool = True) -> Engine:
-    """A real Envoy on the controller's unix socket and, with ``report``, its reporter."""
+async def engine(bed: Bed, node_id: str, *, report: bool = True, group: str = "") -> Engine:
+    """A real Envoy on the controller's unix socket (of engine group ``group``, "": none)
+    and, with ``report``, its reporter."""
     assert bed.controller is not None
     assert bed.controller.server is not None
     target = bed.controller.server.target
     made = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id=node_id, xds=target, delta=True))))
+        BootstrapOptions(node_id=node_id, xds=target, delta=True, engine_group=group))))
     bed.engines.append(made)
     bed.tasks.append(asyncio.create_task(made.run(), name=f"engine-{node_id}"))
     if report:
-        start_reporter(bed, made, node_id)
+        start_reporter(bed, made, node_id, group=group)
     await made.wait_ready(limit_s=30)
     return made
 
 
-def start_reporter(bed: Bed, made: Engine, node_id: str) -> None:
+def start_reporter(bed: Bed, made: Engine, node_id: str, *, group: str = "") -> None:
     assert bed.controller is not None
     assert bed.controller.server is not None
     reporter = Reporter(ReportOptions(node_id=node_id, xds=bed.controller.server.target,
-                                      interval_s=0.05), lambda: made.admin_address)
+                                      interval_s=0.05, engine_group=group),
+                        lambda: made.admin_address)
     bed.tasks.append(asyncio.create_task(reporter.run(), name=f"report-{node_id}"))
 
 
@@ -206,6 +209,32 @@ async def test_a_disconnected_engine_stops_counting(served: tuple[Bed, int]) -> 
     assert set(bed.controller.server.servicer.engines) == {"edge-1"}
 
 
+async def test_an_engine_of_another_group_does_not_block_the_gate(
+        bed: Bed, short_dir: Path) -> None:
+    """Service web is in engine group a. edge-b (group b) is connected and reports before the
+    pod is healthy, but is never sent web's pool: the pod turns True on edge-a's report, and
+    edge-b's view never has web's member. Each engine counts with the group xDS serves it."""
+    port = free_port()
+    bed.emu.put("services", lb_service("web", free_port(), port,
+                                       annotations={**CHECKS, ENGINE_GROUP: "a"}))
+    bed.emu.put("pods", gated_pod("web-1", "127.0.0.1"))
+    bed.emu.put("endpointslices", not_ready_slice(port))
+    await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+    await engine(bed, "edge-b", group="b")
+    await engine(bed, "edge-a", group="a")
+    assert bed.controller is not None
+    assert bed.controller.server is not None
+    assert bed.controller.server.servicer.engine_groups == {"edge-a": "a", "edge-b": "b"}
+    reports = bed.controller.health_reports
+    await until(lambda: reports.nodes == {"edge-a", "edge-b"}, limit_s=30)
+    assert dict(reports.groups) == {"edge-a": "a", "edge-b": "b"}
+    bed.tasks.append(await backend(port))
+    await until(lambda: status_of(bed) == "True", limit_s=30)
+    assert "healthy in 1 engine(s)" in str((gate(bed) or {}).get("message"))
+    assert not any(pool.startswith("pool/default/web/")
+                   for pool, _ in reports.view("edge-b") or {})
+
+
 async def _follower(bed: Bed, endpoint_slice: dict[str, Any]) -> State:
     """A controller that never writes the gate itself, serving the gated pod web-1 behind
     ``endpoint_slice``; the first state with web-1 as a member."""
@@ -235,7 +264,7 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
     reports = _reports(state, HostState(Health.HEALTHY))
     leader = [False]
     metrics = ControllerMetrics()
-    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"},
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1": ""},
                               writes_allowed=lambda: leader[0], metrics=metrics)
     assert await readiness.judge_all(state) == 0
     leader[0] = True
@@ -258,7 +287,8 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
 async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_dir: Path
                                                 ) -> None:
     """The `podway engine` command runs the reporter beside its Envoy: the pod turns True with
-    nothing else reporting; SIGTERM stops the engine cleanly."""
+    nothing else reporting; its reports name its --engine-group (web's group, default);
+    SIGTERM stops the engine cleanly."""
     bed, port = served
     bed.tasks.append(await backend(port))
     assert bed.controller is not None
@@ -266,11 +296,14 @@ async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_d
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "engine", "--xds", bed.controller.server.target,
         "--node-id", "edge-cli", "--drain-s", "0", "--health-report-s", "0.1",
-        "--state-dir", str(short_dir / "e"), "--log-level", "warning",
+        "--engine-group", "default", "--state-dir", str(short_dir / "e"), "--log-level",
+        "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         await until(lambda: status_of(bed) == "True", limit_s=40)
         assert "1 engine(s)" in str((gate(bed) or {}).get("message"))
+        assert bed.controller is not None
+        assert bed.controller.health_reports.groups == {"edge-cli": "default"}
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 15) == 0
     finally:
@@ -291,6 +324,6 @@ async def test_a_terminating_pod_is_left_alone(bed: Bed) -> None:
                                                  "terminating": True}
     state = await _follower(bed, terminating)
     reports = _reports(state, HostState(Health.UNHEALTHY, "failed active health check"))
-    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1"})
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1": ""})
     assert await readiness.judge_all(state) == 0
     assert status_of(bed) is None

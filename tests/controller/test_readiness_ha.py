@@ -1,7 +1,8 @@
 """The readiness gate with two controller replicas (one Lease, the API emulator): an engine whose
 Envoy holds its xDS stream to the follower reports to both replicas, and the leader flips the
-pod's gate from that engine's reports; ``podway engine`` given both replicas reports to both;
-a new leader judges at once from the reports it already holds.
+pod's gate from that engine's reports (counting an engine of another engine group, known to the
+leader only from its reports, for none of the pod's pools); ``podway engine`` given both
+replicas reports to both; a new leader judges at once from the reports it already holds.
 Real Envoy and a real backend on loopback; every engine, reporter, controller and backend is
 stopped in teardown (``Bed.close``), also on failure."""
 
@@ -133,6 +134,40 @@ async def test_the_leader_flips_the_gate_from_an_engine_on_the_follower_s_xds(pa
     pods = [w for w in bed.emu.writes if w.plural == "pods"]
     assert len(pods) >= 3
     assert {w.agent for w in pods} == {"a"}
+
+
+def on_follower(pair: Pair, node_id: str, *, group: str = "") -> Engine:
+    """An engine (of ``group``) whose Envoy's xDS is the follower's, reporting to both."""
+    bed = pair.bed
+    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+        BootstrapOptions(node_id=node_id, xds=pair.target(pair.follower), delta=True,
+                         engine_group=group))))
+    bed.engines.append(engine)
+    bed.tasks.append(asyncio.create_task(engine.run(), name=f"engine-{node_id}"))
+    reporter = Reporter(ReportOptions(
+        node_id=node_id, xds=(pair.target(pair.follower), pair.target(pair.leader)),
+        interval_s=0.05, backoff=Backoff(base=0.05, cap=0.5), engine_group=group),
+        lambda: engine.admin_address)
+    bed.tasks.append(asyncio.create_task(reporter.run(), name=f"report-{node_id}"))
+    return engine
+
+
+async def test_the_leader_counts_a_reporting_engine_only_for_its_group_s_pools(
+        pair: Pair) -> None:
+    """Both engines' xDS is the follower's: the leader knows their groups only from their
+    reports. edge-b (group b) is never sent web's pool (group default), so it does not block:
+    the pod turns True on edge-1 (no group) alone."""
+    bed, leader = pair.bed, pair.leader
+    assert leader is not None
+    assert leader.server is not None
+    for made in (on_follower(pair, "edge-1"), on_follower(pair, "edge-b", group="b")):
+        await made.wait_ready(limit_s=30)
+    await until(lambda: leader.health_reports.nodes == {"edge-1", "edge-b"}, limit_s=30)
+    assert dict(leader.health_reports.groups) == {"edge-1": "", "edge-b": "b"}
+    assert not leader.server.servicer.engines  # neither engine's xDS is the leader's
+    bed.tasks.append(await backend(pair.port))
+    await until(lambda: status_of(bed) == "True", limit_s=30)
+    assert "healthy in 1 engine(s)" in str((gate(bed) or {}).get("message"))
 
 
 async def test_podway_engine_reports_to_every_replica_it_is_given(pair: Pair) -> None:

@@ -88,6 +88,7 @@ def engine(
 
     report = ReportOptions(
         node_id=node_id or socket.gethostname(), xds=tuple(xds),  # every replica hears it
+        engine_group=engine_group.strip(),  # counted only for its group's pools
         ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
         client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
         client_key_pem=xds_client_key.read_text() if xds_client_key else None,

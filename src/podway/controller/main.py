@@ -189,9 +189,11 @@ class Controller:
                                 unauthenticated=opts.xds_unauthenticated,
                                 groups=self.groups.cache_for)
         self.server.handlers.append(self.health_reports.handler(self.server))
-        # Counted: these engines (on this replica's ADS) and every engine reporting here.
+        servicer = self.server.servicer
+        # Counted: these engines (on this replica's ADS, with the group each is served) and
+        # every engine reporting here (with the group its report names).
         self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
-                                       self.server.servicer.engines.keys,
+                                       lambda: servicer.engine_groups,
                                        writes_allowed=self._may_write_pods,
                                        metrics=self.metrics)
         self.server.servicer.on_engines.append(self.readiness.wake)

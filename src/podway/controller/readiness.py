@@ -13,16 +13,24 @@ True). An engine that reaches neither this replica's xDS nor its reports is unkn
 cannot block: with several replicas, the leader cannot wait for an engine that talks only to
 a follower (``docs/design/readiness-gate.md``, "Several controller replicas").
 
+Engine groups (``podway.controller.groups``): a counted engine counts for a member (pool,
+address) only if it is sent that pool. An engine without a group is sent every pool; one of
+group G only the pools of ``subset(ir, G, group_of(snapshot))``. Its group is what this
+replica's xDS serves it (``AdsServicer.engine_groups``) or, for an engine that only reports
+here, what its report names (``MemberHealthReports.groups``); xDS wins when both are known.
+A member that no counted engine is sent leaves the pod unknown (as no engine at all does).
+
 ``judge`` (pure) decides per pod:
 
 * **True** (``Healthy``): every counted engine reported every one of the pod's members (each
-  pool and port it serves) as healthy — in its pool and passing its active checks.
+  pool and port it serves) that it is sent as healthy — in its pool and passing its active
+  checks.
 * **False** (``Unhealthy``): some engine reports a member failing its active check or ejected by
   outlier detection.
 * **unknown** (``WaitingForEngines``, ``NoEngine``, ``NotServed``): an engine has not reported
   (an engine connected over ADS that never reported blocks True), its Envoy does not have the
-  member yet, or has not checked it yet; no engine is counted; or no pool has the pod as a
-  member. An
+  member yet, or has not checked it yet; no engine is counted (or none is sent the pod's
+  pools, or some of them); or no pool has the pod as a member. An
   unknown verdict never turns True into False — a newly connected engine, or a controller
   restart, must not take serving pods out — but a pod not yet True gets False with the reason,
   so ``kubectl describe pod`` says what it waits for.
@@ -51,6 +59,7 @@ from typing import Any, Literal
 
 from kubernetes_asyncio import client
 
+from podway.controller.groups import group_of, subset
 from podway.controller.metrics import ControllerMetrics
 from podway.ir import Pool
 from podway.kube.errors import ApiError, NotFound, api_error
@@ -107,22 +116,47 @@ def counted_engines(connected: Iterable[str], reporting: Iterable[str]) -> froze
     return frozenset(connected) | frozenset(reporting)
 
 
+Serves = Callable[[str, str], bool]  # (engine, pool) → that engine is sent that pool
+
+
+def _everything(engine: str, pool: str) -> bool:
+    return True
+
+
+def serving(groups: Mapping[str, str], pools_of: Callable[[str], Collection[str]]) -> Serves:
+    """Which engine is sent which pool: an engine without a group (not in ``groups``, or "")
+    every pool, one of group G the pools ``pools_of(G)`` names."""
+    def serves(engine: str, pool: str) -> bool:
+        group = groups.get(engine, "")
+        return not group or pool in pools_of(group)
+    return serves
+
+
 def judge(members: tuple[HostKey, ...], engines: Collection[str],
-          views: Callable[[str], View | None]) -> Verdict:
-    """The verdict for one pod from its members, the connected engines and their reports."""
+          views: Callable[[str], View | None], serves: Serves = _everything) -> Verdict:
+    """The verdict for one pod from its members, the counted engines and their reports; each
+    engine is asked only about the members whose pool it is sent (``serves``)."""
     if not members:
         return Verdict(None, "NotServed", "no pool of Podway has this pod as a member")
     if not engines:
         return Verdict(None, "NoEngine",
                        "no engine is connected or reporting to the writing controller")
+    asked = {engine: tuple(h for h in members if serves(engine, h[0]))
+             for engine in sorted(engines)}
+    asked = {engine: hosts for engine, hosts in asked.items() if hosts}
+    if not asked:
+        return Verdict(None, "NoEngine", "no engine connected or reporting to the writing "
+                       "controller is sent this pod's pools (engine groups)")
     failing: list[str] = []
-    waiting: list[str] = []
-    for engine in sorted(engines):
+    waiting = [f"no engine connected or reporting here is sent {pool} (engine groups)"
+               for pool in sorted({h[0] for h in members} - {
+                   h[0] for hosts in asked.values() for h in hosts})]
+    for engine, hosts in asked.items():
         view = views(engine)
         if view is None:
             waiting.append(f"engine {engine} has not reported member health")
             continue
-        for host in members:
+        for host in hosts:
             state = view.get(host)
             where = f"{host[0]} {host[1]}"
             if state is None:
@@ -136,7 +170,7 @@ def judge(members: tuple[HostKey, ...], engines: Collection[str],
     if waiting:
         return Verdict(None, "WaitingForEngines", _join(waiting))
     where = _join([f"{pool} {address}" for pool, address in members])
-    return Verdict("True", "Healthy", f"healthy in {len(engines)} engine(s): {where}")
+    return Verdict("True", "Healthy", f"healthy in {len(asked)} engine(s): {where}")
 
 
 def _join(items: list[str]) -> str:
@@ -170,14 +204,16 @@ class ReadinessGate:
     """Keeps ``podway.io/lb-ready`` of gated Pods true to the engines (module docstring)."""
 
     def __init__(self, api: client.ApiClient, pipeline: Pipeline,
-                 reports: MemberHealthReports, connected: Callable[[], Collection[str]], *,
+                 reports: MemberHealthReports, connected: Callable[[], Mapping[str, str]], *,
                  writes_allowed: Callable[[], bool] = lambda: True, resync_s: float = 10.0,
                  concurrency: int = 16, now: Callable[[], str] = _now,
                  metrics: ControllerMetrics | None = None) -> None:
         self._api = api
         self._pipeline = pipeline
         self._reports = reports
-        self._connected = connected  # node ids with an ADS stream to this replica
+        # node ids with an ADS stream to this replica → the engine group each is served
+        # ("": every pool)
+        self._connected = connected
         self._writes_allowed = writes_allowed
         self._resync_s = resync_s
         self._limit = asyncio.Semaphore(concurrency)
@@ -187,6 +223,8 @@ class ReadinessGate:
         self._members: tuple[object, dict[Key, tuple[HostKey, ...]]] = (None, {})
         self._terminating: tuple[object, frozenset[Key]] = (None, frozenset())
         self._gated: tuple[object, tuple[tuple[Key, Pod], ...]] = (None, ())
+        # the (IR, snapshot) the pools of each engine group were found in; group → its pools
+        self._group_pools: tuple[object, object, dict[str, frozenset[str]]] = (None, None, {})
         # pod → (the Pod object the write was judged on, what was written): the same write
         # is not sent again until the watch shows the Pod changed.
         self._written: dict[Key, tuple[Pod, dict[str, str]]] = {}
@@ -218,7 +256,8 @@ class ReadinessGate:
 
     async def judge_all(self, state: State) -> int:
         """Judge every gated pod of ``state`` and write what changed; the number written."""
-        connected, reporting = frozenset(self._connected()), self._reports.nodes
+        on_xds = dict(self._connected())
+        connected, reporting = frozenset(on_xds), self._reports.nodes
         for via, count in (("both", len(connected & reporting)),
                            ("xds_only", len(connected - reporting)),
                            ("reports_only", len(reporting - connected))):
@@ -235,6 +274,7 @@ class ReadinessGate:
             self._terminating = (slices, terminating_pods(slices))
         terminating = self._terminating[1]
         engines = counted_engines(connected, reporting)
+        serves = serving({**self._reports.groups, **on_xds}, self._pools_of(state))
         pods = state.update.snapshot.kind(Pod)
         if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
             self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
@@ -244,7 +284,7 @@ class ReadinessGate:
             if key in terminating:
                 verdicts["Terminating"] += 1
                 continue
-            verdict = judge(members.get(key, ()), engines, self._reports.view)
+            verdict = judge(members.get(key, ()), engines, self._reports.view, serves)
             verdicts[verdict.reason] += 1
             wanted = condition(pod.condition(LB_READY), verdict, now=self._now())
             if wanted is None:
@@ -260,6 +300,20 @@ class ReadinessGate:
         if todo:
             await asyncio.gather(*(self._patch(*item) for item in todo))
         return len(todo)
+
+    def _pools_of(self, state: State) -> Callable[[str], frozenset[str]]:
+        """Group → the pools its engines are sent in ``state`` (found once per IR and
+        snapshot, for the groups asked about)."""
+        ir, snapshot = state.ir, state.update.snapshot
+        if self._group_pools[0] is not ir or self._group_pools[1] is not snapshot:
+            self._group_pools = (ir, snapshot, {})
+        found = self._group_pools[2]
+
+        def pools_of(group: str) -> frozenset[str]:
+            if group not in found:
+                found[group] = frozenset(subset(ir, group, group_of(snapshot)).pools)
+            return found[group]
+        return pools_of
 
     async def _patch(self, key: Key, pod: Pod, wanted: dict[str, str]) -> None:
         namespace, name = key

@@ -11,8 +11,10 @@ replica: reporting to all of them is how the leader hears this engine wherever i
 
 Invariants:
 
-* A stream starts with the whole view (``full``), so a controller that restarted, or a stream
-  that broke, never combines news with a view it did not see; later messages carry changes only.
+* A stream starts with the whole view (``full``, naming the engine's group, if any: the
+  controller counts the engine only for the pools its group is sent), so a controller that
+  restarted, or a stream that broke, never combines news with a view it did not see; later
+  messages carry changes only.
   Nothing is sent before Envoy's admin first answers: "never reported" stays distinguishable
   from "reported no hosts".
 * The Kubernetes readiness Envoy was told (EDS health status) is ignored: the gate itself moves
@@ -56,6 +58,7 @@ class ReportOptions:
     """Where and how often to report; TLS settings as the engine's xDS connection."""
 
     node_id: str
+    engine_group: str = ""  # --engine-group: named in each stream's first (full) message
     xds: str | tuple[str, ...]  # the --xds addresses ("host:port" or "unix:/path"): every
     # replica they name (and every address a name resolves to) gets the reports
     ca_pem: str | None = None  # set: TLS, verifying the controller's certificate
@@ -211,7 +214,8 @@ class Reporter:
                 seen, view = self._version, self._view
             assert view is not None  # a version above 0 has a view
             if sent is None:
-                message = Message(node=self.opts.node_id, full=True, hosts=view)
+                message = Message(node=self.opts.node_id, full=True, hosts=view,
+                                  group=self.opts.engine_group)
             else:
                 changed, removed = diff(sent, view)
                 if not changed and not removed:

@@ -9,12 +9,15 @@ keeps the latest view of each engine here and the readiness gate
 Wire: one client-streaming method, ``/podway.engine.v1.MemberHealth/Report``, served with a
 generic handler (no generated code). Each message is compact JSON::
 
-    {"v": 1, "node": "edge-1", "full": true,
+    {"v": 1, "node": "edge-1", "full": true, "group": "shop",
      "hosts": [["pool/default/web/80", "10.0.0.7:8080", "healthy", ""], ...],
      "removed": [["pool/default/web/80", "10.0.0.9:8080"], ...]}
 
 The first message of a stream is ``full`` (the whole view: it replaces what an earlier stream
-of that node said); later ones carry only changed and removed hosts. The answer, sent when the
+of that node said); later ones carry only changed and removed hosts. ``group`` (optional, in the
+full message only) is the engine group the engine runs with (``podway engine --engine-group``):
+the controller then counts it only for that group's pools. A report without it (an older
+engine, or an engine without a group) is an engine without a group. The answer, sent when the
 engine ends the stream, is ``{}``.
 
 Invariants:
@@ -77,6 +80,7 @@ class Message:
     full: bool
     hosts: Mapping[HostKey, HostState]
     removed: tuple[HostKey, ...] = ()
+    group: str = ""  # the engine's group ("": none); sent and read in full messages only
 
 
 class ReportError(PodwayError):
@@ -84,12 +88,13 @@ class ReportError(PodwayError):
 
 
 def encode(message: Message) -> bytes:
-    return json.dumps({
-        "v": VERSION, "node": message.node, "full": message.full,
-        "hosts": [[c, a, s.health.value, s.reason] for (c, a), s in sorted(
-            message.hosts.items())],
-        "removed": [list(key) for key in message.removed]},
-        separators=(",", ":")).encode()
+    raw: dict[str, Any] = {"v": VERSION, "node": message.node, "full": message.full}
+    if message.full and message.group:  # absent otherwise: what older controllers read
+        raw["group"] = message.group
+    raw["hosts"] = [[c, a, s.health.value, s.reason] for (c, a), s in sorted(
+        message.hosts.items())]
+    raw["removed"] = [list(key) for key in message.removed]
+    return json.dumps(raw, separators=(",", ":")).encode()
 
 
 def decode(data: bytes) -> Message:
@@ -103,6 +108,9 @@ def decode(data: bytes) -> Message:
     node, full = raw.get("node"), raw.get("full")
     if not isinstance(node, str) or not node or not isinstance(full, bool):
         raise ReportError("a report needs a node name and 'full'")
+    group = raw.get("group", "")
+    if not isinstance(group, str):
+        raise ReportError("'group' must be a string")
     hosts: dict[HostKey, HostState] = {}
     for entry in _list(raw, "hosts"):
         if not (isinstance(entry, list) and len(entry) == 4
@@ -118,7 +126,8 @@ def decode(data: bytes) -> Message:
                 and all(isinstance(x, str) for x in entry)):
             raise ReportError(f"bad removed entry {str(entry)[:80]}")
         removed.append((entry[0], entry[1]))
-    return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed))
+    return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
+                   group=group.strip() if full else "")
 
 
 def _list(raw: dict[str, Any], key: str) -> list[Any]:
@@ -141,6 +150,7 @@ class MemberHealthReports:
 
     def __init__(self) -> None:
         self._views: dict[str, dict[HostKey, HostState]] = {}
+        self._groups: dict[str, str] = {}  # node → its group as its newest full report says
         self._owner: dict[str, object] = {}  # node → the stream whose view is current
         self._listeners: list[Callable[[], None]] = []
 
@@ -155,11 +165,17 @@ class MemberHealthReports:
     def nodes(self) -> frozenset[str]:
         return frozenset(self._views)
 
+    @property
+    def groups(self) -> Mapping[str, str]:
+        """Each reporting node → the engine group its report names ("": none)."""
+        return MappingProxyType(self._groups)
+
     def apply(self, stream: object, message: Message) -> None:
         """Apply one message of ``stream`` (any object naming the stream)."""
         if message.full:
             self._owner[message.node] = stream
             self._views[message.node] = dict(message.hosts)
+            self._groups[message.node] = message.group
         elif self._owner.get(message.node) is stream:
             view = self._views[message.node]
             view.update(message.hosts)
@@ -175,6 +191,7 @@ class MemberHealthReports:
         for node in gone:
             del self._owner[node]
             del self._views[node]
+            del self._groups[node]
         if gone:
             self._notify()
 
@@ -210,8 +227,8 @@ class MemberHealthReports:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 if first:
                     node, first = message.node, False
-                    log.info("member health reports from node=%s (%d hosts)", node,
-                             len(message.hosts))
+                    log.info("member health reports from node=%s group=%s (%d hosts)", node,
+                             message.group or "-", len(message.hosts))
                 self.apply(stream, message)
         finally:
             self.close(stream)

@@ -23,6 +23,8 @@ Engine groups: with ``groups`` set, a stream whose engine names a group in its n
 (``GROUP_METADATA``) is served that group's cache (``groups(name)``) instead of the whole one;
 the node comes with the first request (Envoy sends it once), so the cache is chosen then. The
 server does not know what a group contains: whoever passes ``groups`` fills those caches.
+``engine_groups`` says, for each engine with an open stream, the group it is served ("": the
+whole cache; always "" without ``groups``), so the readiness gate counts it only for its pools.
 
 NACKs are logged with Envoy's error detail and the refused resources, and counted
 (``podway_xds_nacks_total``); the stream holds refused resources back and offers them again with
@@ -177,6 +179,8 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.held = HeldClusters()
         self.unix_paths: list[Path] = []  # unix sockets served: their peers are checked
         self.engines: dict[str, int] = {}  # node id → its open ADS streams
+        # node id → the group its newest stream is served ("": everything); keys as ``engines``
+        self.engine_groups: dict[str, str] = {}
         self.on_engines: list[Callable[[], None]] = []  # called when ``engines`` changes
         # Set by ``XdsServer.stop``: every stream ends on its own (status OK) instead of being
         # cancelled by gRPC when the grace period is over (gRPC logs that as an error).
@@ -184,45 +188,46 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
 
     async def StreamAggregatedResources(
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
-        view, requests = await self._view(context, requests)
+        view, requests, group = await self._view(context, requests)
         if view is not None:
             await self._serve(SotwStream(view, memory=self.refusals, held=self.held),
-                              requests, context, "sotw")
+                              requests, context, "sotw", group)
 
     async def DeltaAggregatedResources(
             self, requests: AsyncIterator[d.DeltaDiscoveryRequest], context: Any) -> None:
-        view, requests = await self._view(context, requests)
+        view, requests, group = await self._view(context, requests)
         if view is not None:
             await self._serve(DeltaStream(view, memory=self.refusals), requests, context,
-                              "delta")
+                              "delta", group)
 
     async def _view(self, context: Any, requests: AsyncIterator[Any]
-                    ) -> tuple[Cache | None, AsyncIterator[Any]]:
+                    ) -> tuple[Cache | None, AsyncIterator[Any], str]:
         """The cache as this stream may see it: its engine group's (``groups``) or the whole
-        one, without Secrets unless authenticated; and the requests, its first one included
-        (None: the stream closed before any). A stream over a unix socket first has every
-        foreign peer's connection shut down (its own included, if foreign: then nothing it is
-        sent ever arrives)."""
+        one, without Secrets unless authenticated; the requests, its first one included
+        (None: the stream closed before any); and the group served ("": the whole cache). A
+        stream over a unix socket first has every foreign peer's connection shut down (its own
+        included, if foreign: then nothing it is sent ever arrives)."""
         if str(context.peer()).startswith("unix"):
             close_foreign_peers(self.unix_paths)
         cache = self.cache
+        group = ""
         if self.groups is not None:
             first = await anext(requests, None)
             if first is None:
-                return None, requests
+                return None, requests, ""
             requests = _chain(first, requests)
             group = _group_of(first.node)
             if group:
                 log.info("xds engine %s is in engine group %s", first.node.id or "?", group)
                 cache = self.groups(group)
         if authenticated(context):
-            return cache, requests
+            return cache, requests, group
         log.warning("xds engine at %s is not authenticated: it gets no TLS secrets",
                     context.peer())
-        return SecretFree(cache), requests
+        return SecretFree(cache), requests, group
 
     async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
-                     context: Any, mode: str) -> None:
+                     context: Any, mode: str, engine_group: str = "") -> None:
         lock = asyncio.Lock()
         STREAMS.inc()
         self.streams += 1
@@ -241,7 +246,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                 responses, events = stream.on_request(request)
                 if stream.node and not counted:
                     counted.append(stream.node)
-                    self._count(stream.node, 1)
+                    self._count(stream.node, 1, engine_group)
                 for event in events:
                     self._report(event)
                     if isinstance(event, Nack):
@@ -278,10 +283,13 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             log.info("xds stream closed node=%s mode=%s reason=%s", stream.node or "?", mode,
                      reason)
 
-    def _count(self, node: str, delta: int) -> None:
+    def _count(self, node: str, delta: int, group: str = "") -> None:
         self.engines[node] = self.engines.get(node, 0) + delta
+        if delta > 0:
+            self.engine_groups[node] = group
         if self.engines[node] <= 0:
             del self.engines[node]
+            self.engine_groups.pop(node, None)
         for listener in self.on_engines:
             listener()
 

@@ -46,11 +46,39 @@ def test_messages_round_trip_compactly() -> None:
         "edge-1", False, {A: OK, B: SICK}, (A,))
 
 
+def test_a_full_report_names_the_engine_group_and_older_reports_mean_none() -> None:
+    """The group travels in a full message (trimmed); a report without it (an older engine, or
+    no group) is group ""; the bytes of a report without a group are what older controllers
+    read; a change message carries no group."""
+    full = decode(encode(Message(node="e", full=True, hosts={A: OK}, group="shop")))
+    assert full.group == "shop"
+    assert b'"group"' not in encode(Message(node="e", full=True, hosts={A: OK}))
+    assert b'"group"' not in encode(Message(node="e", full=False, hosts={}, group="shop"))
+    older = b'{"v":1,"node":"e","full":true,"hosts":[],"removed":[]}'
+    assert decode(older).group == ""
+    assert decode(b'{"v":1,"node":"e","full":true,"group":" shop "}').group == "shop"
+
+
+def test_the_group_of_a_node_follows_its_newest_full_report() -> None:
+    """``groups``: each reporting node's group; a reconnect may change it; the stream's end
+    drops it with the view."""
+    reports = MemberHealthReports()
+    old, new = object(), object()
+    reports.apply(old, Message(node="e", full=True, hosts={}, group="a"))
+    reports.apply(object(), Message(node="f", full=True, hosts={}))
+    assert dict(reports.groups) == {"e": "a", "f": ""}
+    reports.apply(new, Message(node="e", full=True, hosts={}, group="b"))
+    assert reports.groups["e"] == "b"
+    reports.close(new)
+    assert dict(reports.groups) == {"f": ""}
+
+
 @pytest.mark.parametrize("data", [b"{", b"[]", b'{"v":2,"node":"n","full":true}',
                                   b'{"v":1,"full":true}', b'{"v":1,"node":"n","full":true,'
                                   b'"hosts":[["c","a","weird",""]]}',
                                   b'{"v":1,"node":"n","full":true,"hosts":{}}',
-                                  b'{"v":1,"node":"n","full":true,"removed":[["c"]]}'])
+                                  b'{"v":1,"node":"n","full":true,"removed":[["c"]]}',
+                                  b'{"v":1,"node":"n","full":true,"group":7}'])
 def test_a_bad_report_is_one_report_error(data: bytes) -> None:
     """Junk, another version, a missing node, an unknown health, wrong shapes: ReportError."""
     with pytest.raises(ReportError) as info:
@@ -189,16 +217,18 @@ async def until(check: Any) -> None:
 async def test_reporter_sends_the_whole_view_then_changes_and_its_end_drops_it(
         served: tuple[XdsServer, MemberHealthReports], admin: tuple[FakeAdmin, str]) -> None:
     """Over the unix socket: the controller's view follows the fake Envoy's (a host failing,
-    one added, one removed), and is gone when the reporter stops."""
+    one added, one removed), the engine group comes with it, and both are gone when the
+    reporter stops."""
     server, reports = served
     fake, address = admin
     fake.hosts = {A: "healthy"}
     assert server.local_target is not None
     reporter = Reporter(ReportOptions(node_id="edge-1", xds=server.local_target,
-                                      interval_s=0.02), lambda: address)
+                                      interval_s=0.02, engine_group="shop"), lambda: address)
     task = asyncio.create_task(reporter.run())
     try:
         await until(lambda: dict(reports.view("edge-1") or {}) == {A: OK})
+        assert reports.groups["edge-1"] == "shop"  # from the stream's first (full) message
         fake.hosts = {A: "/failed_active_hc", B: "/failed_active_hc/pending_active_hc"}
         await until(lambda: {k: v.health for k, v in (reports.view("edge-1") or {}).items()}
                     == {A: Health.UNHEALTHY, B: Health.PENDING})
