@@ -135,6 +135,8 @@ async def send(probe: Probe, address: str = "127.0.0.1") -> Outcome:
         writer.write(f"GET {probe.path} HTTP/1.1\r\nHost: {probe.host}\r\n"
                      "Connection: close\r\n\r\n".encode())
         status, body = await read_response(reader)
+    except (ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        return Outcome("not HTTP", "-", _ms(began))  # something else answers on that port
     finally:
         writer.close()
     if 300 <= status < 400:  # e.g. plain HTTP of a TLS host, sent to HTTPS
@@ -146,7 +148,10 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     """Status and body of one HTTP/1.1 response (Content-Length or read to close)."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
+    parts = lines[0].split(" ")
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ValueError(f"not an HTTP response: {lines[0][:40]!r}")
+    status = int(parts[1])
     length = next((int(v) for k, _, v in (line.partition(":") for line in lines[1:])
                    if k.strip().lower() == "content-length"), None)
     body = await (reader.readexactly(length) if length is not None else reader.read())

@@ -37,7 +37,11 @@ async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path, address:
     documented = table_rows((ROOT / "docs/quickstart.md").read_text())
     assert len(documented) >= 8
     # The example's fixed ports may be taken by a running demo: move every one to a free port.
-    ports = {p: free_port() for p in (18101, 18102, 18103, 18000)}
+    chosen: set[int] = set()
+    while len(chosen) < 6:  # four backends and two listeners, all different
+        chosen.add(free_port())
+    picked = sorted(chosen)
+    ports = dict(zip((18101, 18102, 18103, 18000), picked[:4], strict=True))
     manifests = tmp_path / "quickstart"
     shutil.copytree(ROOT / "examples/quickstart", manifests)
     for path in manifests.glob("*.yaml"):
@@ -47,7 +51,7 @@ async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path, address:
         path.write_text(text)
     console = Console(record=True, width=120)
     results = await run_demo(DemoOptions(manifests=manifests, address=address,
-                                         http_port=free_port(), https_port=free_port(),
+                                         http_port=picked[4], https_port=picked[5],
                                          once=True), console)
     back = {str(new): str(old) for old, new in ports.items()}
     printed = [(re.sub(r"\d+", lambda m: back.get(m.group(), m.group()), probe.label),
