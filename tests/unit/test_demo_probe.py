@@ -4,9 +4,24 @@ table ("not HTTP"), never a traceback (an echo backend once sat on a listener's 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
-from podway.demo import Probe, send
+from podway.demo import Outcome, Probe, send
 from podway.ir import ListenerProtocol as Protocol
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def probe_against(handler: Handler) -> Outcome:
+    """The HTTP probe's outcome against a loopback server answering with ``handler``."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        return await send(Probe(label="http://a.test/", protocol=Protocol.HTTP, port=port,
+                                host="a.test", path="/"))
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def test_a_port_that_echoes_instead_of_answering_http_is_not_http() -> None:
@@ -15,14 +30,7 @@ async def test_a_port_that_echoes_instead_of_answering_http_is_not_http() -> Non
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(echo, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        outcome = await send(Probe(label="http://a.test/", protocol=Protocol.HTTP, port=port,
-                                   host="a.test", path="/"))
-    finally:
-        server.close()
-        await server.wait_closed()
+    outcome = await probe_against(echo)
     assert (outcome.status, outcome.backend) == ("not HTTP", "-")
 
 
@@ -33,12 +41,4 @@ async def test_a_real_http_answer_is_read() -> None:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        outcome = await send(Probe(label="http://a.test/", protocol=Protocol.HTTP, port=port,
-                                   host="a.test", path="/"))
-    finally:
-        server.close()
-        await server.wait_closed()
-    assert outcome.status == "404"
+    assert (await probe_against(answer)).status == "404"
