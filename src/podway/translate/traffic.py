@@ -494,7 +494,7 @@ class _Run:
                 held = self.by_target.get(("Service", ns, name, section))
                 if held is not None:
                     sources.append(held)
-            service = self.snapshot.get(Service, ns, name)
+            service = self._service(first)
             own = self._annotation_source(service) if service is not None else None
             if own is not None:
                 sources.append(own)
