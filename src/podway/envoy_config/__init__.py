@@ -40,7 +40,7 @@ from podway.envoy_config.split import (
     split_route,
     split_settings,
 )
-from podway.ir import IR, Listener, Persistence, Pool
+from podway.ir import IR, L4Route, Listener, Persistence, Pool
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
 
@@ -113,10 +113,13 @@ class Builder:
         listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
         routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                      tuple[Listener, tuple[Resource, ...]]] = {}
+        split: list[tuple[Listener, L4Route]] = []  # listeners served by a split cluster
         for item in ir.listeners:
+            split_by = split_route(item, ir.pools)
+            if split_by is not None:
+                split.append((item, split_by))
             # A TCP split depends on the pools' settings too, not only on the listener.
-            tcp_split = (item.protocol is Protocol.TCP
-                         and split_route(item, ir.pools) is not None)
+            tcp_split = item.protocol is Protocol.TCP and split_by is not None
             cached = self._listeners.get(id(item))
             built = (cached[2] if cached is not None and cached[0] is item
                      and cached[1] == tcp_split else _listener(item, tcp_split=tcp_split))
@@ -152,21 +155,20 @@ class Builder:
             pools[name] = entry
             out[types.CLUSTER][name] = entry[1]
             out[types.ENDPOINT][name] = entry[2]
-        splits = self._build_splits(ir, out)
+        splits = self._build_splits(ir, split, out)
         self._tables.done()
         self._listeners, self._routes, self._pools = listeners, routes, pools
         self._splits = splits
         return {t: MappingProxyType(v) for t, v in out.items()}
 
-    def _build_splits(self, ir: IR, out: dict[str, dict[str, Resource]]
+    def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
+                      out: dict[str, dict[str, Resource]]
                       ) -> dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]]:
-        """The synthetic cluster of each L4 listener that needs one (``split``), rebuilt only
-        when the listener or one of its pools is a new object."""
+        """The synthetic cluster of each L4 listener that needs one (``split``: the listener
+        and its ``split_route``), rebuilt only when the listener or one of its pools is a new
+        object."""
         splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
-        for item in ir.listeners:
-            route = split_route(item, ir.pools)
-            if route is None:
-                continue
+        for item, route in split:
             name = split_name(item)
             shares = split_pools(route, ir.pools)
             used = tuple(pool for pool, _ in shares)

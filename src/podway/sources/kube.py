@@ -184,6 +184,8 @@ class KubeSource:
                 continue
             if obj is not None and current is not None and obj == current:
                 continue  # same content: keep the old object's identity, report nothing
+            if obj is not None:
+                self._fields_sets.share(obj)  # only objects the snapshot keeps (sharing)
             by_kind.setdefault(kind, {})[key] = obj
         self._pending.clear()
         for kind, changes in by_kind.items():
@@ -231,8 +233,6 @@ class KubeSource:
             meta.pop("resourceVersion", None)  # moves on every write; nothing reads it
             raw["apiVersion"], raw["kind"] = api_version, spec.kind
             obj, error = parse_object(raw, source=SOURCE, document=-1)
-            if obj is not None:
-                self._fields_sets.share(obj)
             if error is not None:
                 log.warning("object left out: %s", error)
             self._stage(ident, obj, error)

@@ -312,9 +312,7 @@ class _Run:
         """Every source of pool settings, most specific first (see the module docstring)."""
         ns, name = spec.service
         out: list[_Policy | Persistence] = []
-        if spec.service not in self._services:
-            self._services[spec.service] = self.snapshot.kind(Service).get(spec.service)
-        service = self._services[spec.service]
+        service = self._service(spec)
         if service is not None and service.spec.session_affinity == "ClientIP":
             config = service.spec.session_affinity_config
             timeout = config.client_ip.timeout_seconds if config and config.client_ip else None
@@ -381,11 +379,12 @@ class _Run:
             self.memo_next[id(spec)] = hit
             return hit.out
         before = len(self.problems)
-        out = self._pool(spec)
+        ordered = self._pool_sources(spec)
+        out = self._pool(spec, ordered)
         # Kept only when nothing but the Service's own fields and the defaults applied: then
         # the pool reported no problem and set nothing a later pool or route depends on.
         plain = len(self.problems) == before and not any(
-            isinstance(source, _Policy) for source in self._pool_sources(spec))
+            isinstance(source, _Policy) for source in ordered)
         if plain:
             self.memo_next[id(spec)] = _Kept(spec, service, users, ingresses, out)
         return out
@@ -395,8 +394,10 @@ class _Run:
             self._services[spec.service] = self.snapshot.kind(Service).get(spec.service)
         return self._services[spec.service]
 
-    def _pool(self, spec: PoolSpec) -> PoolSpec:
-        ordered = self._pool_sources(spec)
+    def _pool(self, spec: PoolSpec,
+              ordered: list[_Policy | Persistence] | None = None) -> PoolSpec:
+        if ordered is None:
+            ordered = self._pool_sources(spec)
         ns, name = spec.service
         protocol = spec.settings.protocol
         chosen = _Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
@@ -493,7 +494,7 @@ class _Run:
                 held = self.by_target.get(("Service", ns, name, section))
                 if held is not None:
                     sources.append(held)
-            service = self.snapshot.get(Service, ns, name)
+            service = self._service(first)
             own = self._annotation_source(service) if service is not None else None
             if own is not None:
                 sources.append(own)

@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from podway.backoff import Backoff
 from podway.kube.emulator import GATEWAY_KINDS, KubeEmulator
+from podway.model.base import K8sObject
 from podway.sources.base import SourceUpdate
 from podway.sources.kube import KubeSource, KubeSourceSettings
 
@@ -365,3 +366,32 @@ async def test_on_raw_sees_every_event_before_parsing_and_may_take_fields(
     assert seen == [("Service", "ADDED", "a"), ("Service", "ADDED", "b"),
                     ("Service", "DELETED", "a")]
     assert first.snapshot.objects["Service"][("shop", "a")].spec.ports == ()
+
+
+async def test_kept_objects_share_fields_sets_and_no_op_events_are_not_walked(
+        emu: KubeEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Objects of one shape in the snapshot point at one pooled fields set
+    (``sources.sharing``); an event that changes nothing Podway reads is dropped at the flush
+    without being walked for sharing, and a changed object is walked once."""
+    emu.put("services", service("a"))
+    emu.put("services", service("b"))
+    emu.put("pods", pod())
+    async with running(emu) as (source, next_update):
+        first = await next_update()
+        services = first.snapshot.objects["Service"]
+        a, b = services[("shop", "a")], services[("shop", "b")]
+        assert a.metadata.__pydantic_fields_set__ is b.metadata.__pydantic_fields_set__
+        pool = source._fields_sets
+        walked: list[object] = []
+        share = pool.share
+
+        def spy(model: Any) -> None:
+            walked.append(model)
+            share(model)
+        monkeypatch.setattr(pool, "share", spy)
+        emu.put("pods", pod(conditions=[{"type": "Ready", "status": "False"}]))  # not read
+        emu.put("services", service("a", port=81))
+        update = await next_update()
+    assert update.changed == (("Service", ("shop", "a")),)
+    assert [m for m in walked if isinstance(m, K8sObject)] == [
+        update.snapshot.objects["Service"][("shop", "a")]]

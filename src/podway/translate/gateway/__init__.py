@@ -107,11 +107,12 @@ class GatewayTranslation:
     _routes: dict[ObjectRef, st.RouteState] = field(default_factory=dict)
     _l4_owner: dict[tuple[Key, str], str] = field(default_factory=dict)
     _tls: BackendTLS = field(default_factory=BackendTLS)
-    _resolved: dict[tuple[object, ...], PoolSpec | RefIssue] = field(default_factory=dict)
     _grants: ReferenceGrants | None = None
     memo: GatewayMemo | None = None
     _carried: dict[ResolveKey, tuple[Service | None, PoolSpec | RefIssue]] = field(
         default_factory=dict)  # the previous run's resolutions, when still applicable
+    # This run's resolutions, each with the Service it read: the per-run cache, and what the
+    # memo keeps for the next run.
     _used: dict[ResolveKey, tuple[Service | None, PoolSpec | RefIssue]] = field(
         default_factory=dict)
     _next: GatewayMemo = field(default_factory=GatewayMemo)
@@ -385,21 +386,19 @@ class GatewayTranslation:
         uncached = partial(resolve_backend, referrer=Referrer(GROUP, kind, ns),
                            flavour=_FLAVOUR[kind], snapshot=self.snapshot, grants=grants,
                            upstream_tls=self._tls.targets)
-        cache = self._resolved
         carried, used, services = self._carried, self._used, self.snapshot.kind(Service)
 
         def resolve(ref: BackendObjectReference) -> PoolSpec | RefIssue:
             key = (kind, ns, ref.group, ref.kind, ref.namespace, ref.name, ref.port)
-            hit = cache.get(key)
-            if hit is None:
+            found = used.get(key)
+            if found is None:
                 service = services.get((ref.namespace or ns, ref.name))
                 kept = carried.get(key)
                 # The same Service object (and grants, TLS targets: _start_memo) resolves
                 # the same way: hand back the very same spec.
-                hit = cache[key] = (kept[1] if kept is not None and kept[0] is service
-                                    else uncached(ref))
-                used[key] = (service, hit)
-            return hit
+                found = used[key] = (service, kept[1] if kept is not None and kept[0] is service
+                                     else uncached(ref))
+            return found[1]
 
         return resolve
 
