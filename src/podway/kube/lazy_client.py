@@ -10,7 +10,8 @@ controller's budget at 1,000 routes (``bench/convergence.py --rss``).
 ``install()`` puts two module objects in ``sys.modules`` before the package is first imported:
 ``kubernetes_asyncio.client`` and ``kubernetes_asyncio.client.models``, each a package (same
 ``__path__``, so submodules import as usual) whose names resolve on first access, from the
-``from ... import Name`` lines of the real ``__init__.py`` (read as text, never executed). Names
+``from ... import Name`` lines of the real ``__init__.py`` (read as text, never executed, and
+only once a name is first asked for: ``import podway`` reads no file). Names
 are the same objects the eager import gives, so ``isinstance``, the deserializer's
 ``getattr(models, "V1Pod")`` and ``from kubernetes_asyncio.client import CoreV1Api`` behave as
 before.
@@ -21,6 +22,7 @@ that import stands) or when kubernetes-asyncio is not installed; it is idempoten
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import re
@@ -34,17 +36,24 @@ _IMPORT = re.compile(r"^from (kubernetes_asyncio\.client[\w.]*) import (\w+)\s*$
 
 
 class LazyPackage(types.ModuleType):
-    """A package whose public names are imported from their own module on first access."""
+    """A package whose public names are imported from their own module on first access; which
+    module defines which name is read from ``init`` (the real ``__init__.py``) on first need,
+    so ``install`` costs no file read at start-up."""
 
-    def __init__(self, name: str, folder: Path, names: dict[str, str]) -> None:
+    def __init__(self, name: str, folder: Path, init: Path | None = None) -> None:
         super().__init__(name)
         self.__path__ = [str(folder)]
         self.__file__ = str(folder / "__init__.py")
         self.__package__ = name
-        self._lazy_names = names  # public name → the module that defines it
+        self._lazy_init = init
+
+    @functools.cached_property
+    def _lazy_names(self) -> dict[str, str]:
+        """Public name → the module that defines it."""
+        return names_of(self._lazy_init) if self._lazy_init is not None else {}
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
+        if attr.startswith(("__", "_lazy")):
             raise AttributeError(attr)
         where = self._lazy_names.get(attr)
         try:
@@ -74,15 +83,11 @@ def install() -> bool:
     if spec is None or spec.origin is None:
         return False
     folder = Path(spec.origin).parent / "client"
-    try:
-        client_names = names_of(folder / "__init__.py")
-        model_names = names_of(folder / "models" / "__init__.py")
-    except OSError:
-        return False
-    if not client_names or not model_names:
+    inits = (folder / "__init__.py", folder / "models" / "__init__.py")
+    if not all(init.is_file() for init in inits):
         return False  # a layout this module does not know: leave the import as it is
-    models = LazyPackage(f"{_PACKAGE}.models", folder / "models", model_names)
-    client = LazyPackage(_PACKAGE, folder, client_names)
+    models = LazyPackage(f"{_PACKAGE}.models", folder / "models", inits[1])
+    client = LazyPackage(_PACKAGE, folder, inits[0])
     setattr(client, "models", models)  # noqa: B010 (a module attribute, set as import would)
     sys.modules[f"{_PACKAGE}.models"] = models
     sys.modules[_PACKAGE] = client

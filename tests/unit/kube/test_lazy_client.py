@@ -65,6 +65,6 @@ def test_names_come_from_the_real_init_lines(tmp_path: Path) -> None:
                     "from kubernetes_asyncio.client.models.v1_pod import V1Pod\n")
     assert names_of(init) == {"CoreV1Api": "kubernetes_asyncio.client.api.core_v1_api",
                               "V1Pod": "kubernetes_asyncio.client.models.v1_pod"}
-    lazy = LazyPackage("x", tmp_path, {})
+    lazy = LazyPackage("x", tmp_path)
     with pytest.raises(AttributeError, match="nothing_here"):
         lazy.nothing_here  # noqa: B018
