@@ -52,7 +52,8 @@ async def test_a_failing_reporter_is_started_again_and_envoy_runs_on(
                                              reporter=reporter))
         async with asyncio.timeout(10):
             await third.wait()
-        assert not task.done() and engine.cancelled == 0
+        assert not task.done()
+        assert engine.cancelled == 0
         engine.stop.set()
         async with asyncio.timeout(10):
             await task
