@@ -125,10 +125,11 @@ def parse(body: str) -> View:
 
 
 async def read_view(address: str, *, limit_s: float = 5.0) -> View | None:
-    """The engine's view now; None when its admin does not answer well."""
+    """The engine's view now; None when its admin does not answer well (also an answer that
+    does not parse, as an Envoy stopping mid-answer may give)."""
     try:
         status, body = await admin.request(address, "/clusters", limit_s=limit_s)
-    except (OSError, TimeoutError):
+    except (OSError, TimeoutError, ValueError):
         return None
     if status != 200:
         return None

@@ -1,15 +1,18 @@
-"""``podway engine``'s supervision: the member health reporter failing never stops Envoy."""
+"""``podway engine``'s supervision: the member health reporter failing never stops Envoy, and a
+junk admin answer is no view rather than a failure."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from podway.backoff import Backoff
 from podway.commands.engine import supervise
-from podway.engine.health_report import ReportOptions
+from podway.engine.health_report import ReportOptions, read_view
 
 
 class FakeEngine:
@@ -61,3 +64,21 @@ async def test_a_failing_reporter_is_started_again_and_envoy_runs_on(
     assert len(lines) == 2
     assert all("(ValueError: bad chunk size)" in line and "\n" not in line for line in lines)
     assert len(runs) == 3
+
+
+async def test_a_junk_admin_answer_is_no_view() -> None:
+    """A chunked answer whose chunk size is not hex: None (keep the last view), no exception."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the whole request first: no reset
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nx\r\n")
+        await writer.drain()
+        writer.close()
+
+    with tempfile.TemporaryDirectory(prefix="pw-", dir="/tmp") as folder:
+        path = Path(folder) / "admin.sock"
+        server = await asyncio.start_unix_server(answer, path=str(path))
+        try:
+            assert await read_view(f"unix:{path}") is None
+        finally:
+            server.close()
+            await server.wait_closed()
