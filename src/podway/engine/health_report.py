@@ -125,11 +125,10 @@ def parse(body: str) -> View:
 
 
 async def read_view(address: str, *, limit_s: float = 5.0) -> View | None:
-    """The engine's view now; None when its admin does not answer well (also an answer that
-    does not parse, as an Envoy stopping mid-answer may give)."""
+    """The engine's view now; None when its admin does not answer well."""
     try:
         status, body = await admin.request(address, "/clusters", limit_s=limit_s)
-    except (OSError, TimeoutError, ValueError):
+    except (OSError, TimeoutError):
         return None
     if status != 200:
         return None

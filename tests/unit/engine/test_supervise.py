@@ -67,7 +67,8 @@ async def test_a_failing_reporter_is_started_again_and_envoy_runs_on(
 
 
 async def test_a_junk_admin_answer_is_no_view() -> None:
-    """A chunked answer whose chunk size is not hex: None (keep the last view), no exception."""
+    """A chunked answer whose chunk size is not hex: None (keep the last view), no exception
+    (``admin.request`` raises it as the ConnectionError every admin caller catches)."""
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")  # the whole request first: no reset
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nx\r\n")
