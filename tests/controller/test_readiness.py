@@ -284,6 +284,22 @@ async def test_only_a_leader_writes_and_only_what_changed(bed: Bed) -> None:
     assert 'podway_controller_status_writes_total{kind="Pod",result="error"} 1.0' in text
 
 
+async def test_a_write_judged_before_leadership_was_lost_is_dropped(bed: Bed) -> None:
+    """Leadership checked for the pass but gone by the time of the write: nothing is sent and
+    the dropped write is counted."""
+    state = await _follower(bed, not_ready_slice(8080))
+    reports = _reports(state, HostState(Health.HEALTHY))
+    answers = iter([True])  # the pass may write; every later ask: no longer the leader
+    metrics = ControllerMetrics()
+    readiness = ReadinessGate(bed.api, bed.pipeline, reports, lambda: {"e1": ""},
+                              writes_allowed=lambda: next(answers, False), metrics=metrics)
+    await readiness.judge_all(state)
+    assert status_of(bed) is None
+    assert readiness.writes == 0
+    assert 'podway_controller_fenced_writes_total{writer="readiness"} 1.0' in (
+        metrics.render().decode())
+
+
 async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_dir: Path
                                                 ) -> None:
     """The `podway engine` command runs the reporter beside its Envoy: the pod turns True with

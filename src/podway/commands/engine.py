@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from podway.backoff import Backoff
 from podway.commands.common import check_at_least, check_port, run_until_signal, setup_logging
 from podway.engine.bootstrap import EnvoyStats
 from podway.engine.health_report import ReportOptions
 
 if TYPE_CHECKING:
     from podway.engine.process import Engine
+
+log = logging.getLogger(__name__)
 
 
 def register(app: typer.Typer) -> None:
@@ -107,15 +112,37 @@ def engine(
     asyncio.run(run_until_signal(main()))
 
 
-async def supervise(process: Engine, report: ReportOptions) -> None:
-    """Envoy, and beside it (``interval_s`` > 0) the member health reporter; the reporter's end
-    never stops Envoy, Envoy's end (cancellation) stops both."""
+async def supervise(process: Engine, report: ReportOptions, *,
+                    reporter: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Envoy, and beside it (``interval_s`` > 0) the member health reporter (``reporter``:
+    tests). The reporter failing never stops Envoy: it is logged in one line and started again
+    with ``report.backoff``; Envoy's end (or cancellation) stops both."""
     from podway.engine.health_report import Reporter
 
     if report.interval_s <= 0:
         await process.run()
         return
-    async with asyncio.TaskGroup() as group:
-        group.create_task(Reporter(report, lambda: process.admin_address).run(),
-                          name="engine-health-report")
+    run_reporter = reporter or (lambda: Reporter(report, lambda: process.admin_address).run())
+    reporting = asyncio.create_task(_keep_reporting(run_reporter, report.backoff),
+                                    name="engine-health-report")
+    try:
         await process.run()
+    finally:
+        reporting.cancel()
+        await asyncio.gather(reporting, return_exceptions=True)
+
+
+async def _keep_reporting(run: Callable[[], Awaitable[None]], backoff: Backoff) -> None:
+    failures = 0
+    while True:
+        try:
+            await run()
+            failures = 0
+        except Exception as exc:  # a reporter bug or a junk admin answer: Envoy serves on
+            failures += 1
+            while isinstance(exc, ExceptionGroup):  # from the reporter's TaskGroup
+                exc = exc.exceptions[0]
+            log.error("member health reporter stopped (%s: %s); Envoy serves on, the reporter "
+                      "starts again", type(exc).__name__, str(exc).splitlines()[0] if str(exc)
+                      else "")
+        await asyncio.sleep(backoff.delay(max(failures, 1)))

@@ -78,6 +78,8 @@ def load_config(path: Path) -> LiveConfig:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config {path}: not text (UTF-8)") from None
     return parse_config(text, path=path)
 
 

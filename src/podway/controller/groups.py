@@ -20,6 +20,10 @@ refreshed from every pipeline state by its own task (``follow``): a slow status 
 delays a group's push. Groups nobody asked for cost nothing; with no group in use the
 controller builds nothing twice. A group's cache stays while the controller runs (its engines
 reconnect to the same versions). The main cache (every resource) stays the pipeline's.
+Since any engine may name any group (and each group's cache is rebuilt on every state), at most
+``MAX_GROUPS`` groups get a cache and a name is at most ``MAX_GROUP_NAME`` characters (a label
+value's limit); ``cache_for`` refuses others with ``GroupRefused`` (the xDS server ends that
+stream with one line).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 from podway.envoy_config import Builder
+from podway.errors import PodwayError
 from podway.ir import IR, Forward, Listener, Mirror
 from podway.model import Service
 from podway.model.base import ENGINE_GROUP, ObjectRef
@@ -41,6 +46,12 @@ log = logging.getLogger(__name__)
 
 GROUP_METADATA = ENGINE_GROUP  # the key in an engine's xDS node metadata
 DEFAULT_GROUP = "default"
+MAX_GROUPS = 64  # groups with their own cache
+MAX_GROUP_NAME = 63  # characters, as a Kubernetes label value
+
+
+class GroupRefused(PodwayError):
+    """An engine group that gets no cache: its name is too long, or too many groups exist."""
 
 GroupOf = Callable[[ObjectRef], str]
 
@@ -89,10 +100,16 @@ class EngineGroups:
         return MappingProxyType({name: cache for name, (cache, _) in self._caches.items()})
 
     def cache_for(self, group: str) -> Cache:
-        """The cache of ``group`` (made now, filled from the current state, if new)."""
+        """The cache of ``group`` (made now, filled from the current state, if new);
+        ``GroupRefused`` past the bounds (module docstring)."""
         known = self._caches.get(group)
         if known is not None:
             return known[0]
+        if len(group) > MAX_GROUP_NAME:
+            raise GroupRefused(f"engine group name longer than {MAX_GROUP_NAME} characters")
+        if len(self._caches) >= MAX_GROUPS:
+            raise GroupRefused(f"engine group {group!r} refused: {MAX_GROUPS} groups are "
+                               "served already")
         cache, builder = Cache(), Builder()
         self._caches[group] = (cache, builder)
         log.info("engine group %s: first engine; serving its part of the configuration", group)

@@ -43,7 +43,9 @@ A terminating pod (an endpoint of it is terminating) is left alone: it is going 
 or message differ from what the Pod carries, ``lastTransitionTime`` moving only when the status
 flips. It re-judges on every pipeline state, report change and engine (dis)connection
 (coalesced), and every ``resync_s`` (failed writes, leadership gained). Only a leader writes:
-``writes_allowed`` is asked before every pass (``podway.controller.leader``'s ``is_leader``).
+``writes_allowed`` is asked before every pass and again right before each write
+(``podway.controller.leader``'s ``is_leader``): a write judged before the Lease was lost is
+dropped (``podway_controller_fenced_writes_total{writer="readiness"}``), not sent.
 """
 
 from __future__ import annotations
@@ -319,6 +321,9 @@ class ReadinessGate:
         namespace, name = key
         body: dict[str, Any] = {"status": {"conditions": [wanted]}}
         async with self._limit:
+            if not self._writes_allowed():  # leadership lost while this pass waited: drop it
+                self._metrics.fenced_writes.labels(writer="readiness").inc()
+                return
             try:
                 await patch_pod_status(self._api, namespace, name, body)
             except ApiError as error:

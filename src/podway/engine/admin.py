@@ -16,7 +16,8 @@ from podway.netaddr import parse_host_port
 
 async def request(address: str, path: str, *, method: str = "GET", limit_s: float = 2.0
                   ) -> tuple[int, str]:
-    """``(status, body)`` of one admin request to ``unix:/path`` or ``host:port``."""
+    """``(status, body)`` of one admin request to ``unix:/path`` or ``host:port``; an answer
+    that cannot be read raises ``ConnectionError`` (an ``OSError``, as a refused connection)."""
     async with asyncio.timeout(limit_s):
         if address.startswith("unix:"):
             reader, writer = await asyncio.open_unix_connection(address.removeprefix("unix:"))
@@ -32,9 +33,12 @@ async def request(address: str, path: str, *, method: str = "GET", limit_s: floa
             writer.close()
     head, _, body = data.partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0].split()
-    status = int(status_line[1]) if len(status_line) > 1 else 0
-    if b"transfer-encoding: chunked" in head.lower():
-        body = _dechunk(body)
+    try:  # an answer cut off or garbled (Envoy stopping mid-answer): what callers catch
+        status = int(status_line[1]) if len(status_line) > 1 else 0
+        if b"transfer-encoding: chunked" in head.lower():
+            body = _dechunk(body)
+    except ValueError as exc:
+        raise ConnectionError(f"Envoy admin at {address}: malformed answer ({exc})") from None
     return status, body.decode("utf-8", "replace")
 
 

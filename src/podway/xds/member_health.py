@@ -30,6 +30,11 @@ Invariants:
   dropped (the engine stops counting); an older stream of the same node that ends later changes
   nothing. A stream whose first message is not ``full`` or a message that does not parse ends
   the stream (INVALID_ARGUMENT) and drops its view.
+* Bounded input: a message is at most gRPC's default 4 MiB; every text field at most
+  ``MAX_TEXT`` characters (reasons, which reach Pod conditions, are cut to ``MAX_REASON``); one
+  node's view at most ``MAX_HOSTS`` hosts, whether sent whole or grown by changes. A report
+  past a bound ends its stream (INVALID_ARGUMENT) and drops its view, like one that does not
+  parse.
 * Listeners (``subscribe``) are called synchronously after every applied change; they only
   schedule work (the readiness gate sets an event).
 """
@@ -58,6 +63,9 @@ SERVICE = "podway.engine.v1.MemberHealth"
 METHOD = "Report"
 PATH = f"/{SERVICE}/{METHOD}"
 VERSION = 1
+MAX_TEXT = 1024  # characters in a node, group, pool or address
+MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions and logs)
+MAX_HOSTS = 200_000  # hosts in one node's view
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
 
@@ -111,13 +119,16 @@ def decode(data: bytes) -> Message:
     group = raw.get("group", "")
     if not isinstance(group, str):
         raise ReportError("'group' must be a string")
+    if len(node) > MAX_TEXT or len(group) > MAX_TEXT:
+        raise ReportError(f"a node or group name longer than {MAX_TEXT} characters")
     hosts: dict[HostKey, HostState] = {}
     for entry in _list(raw, "hosts"):
         if not (isinstance(entry, list) and len(entry) == 4
-                and all(isinstance(x, str) for x in entry)):
+                and all(isinstance(x, str) for x in entry)
+                and len(entry[0]) <= MAX_TEXT and len(entry[1]) <= MAX_TEXT):
             raise ReportError(f"bad host entry {str(entry)[:80]}")
         try:
-            hosts[(entry[0], entry[1])] = HostState(Health(entry[2]), entry[3])
+            hosts[(entry[0], entry[1])] = HostState(Health(entry[2]), entry[3][:MAX_REASON])
         except ValueError:
             raise ReportError(f"unknown health {entry[2][:40]!r}") from None
     removed = []
@@ -126,6 +137,8 @@ def decode(data: bytes) -> Message:
                 and all(isinstance(x, str) for x in entry)):
             raise ReportError(f"bad removed entry {str(entry)[:80]}")
         removed.append((entry[0], entry[1]))
+    if len(hosts) > MAX_HOSTS or len(removed) > MAX_HOSTS:
+        raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
     return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
                    group=group.strip() if full else "")
 
@@ -171,7 +184,9 @@ class MemberHealthReports:
         return MappingProxyType(self._groups)
 
     def apply(self, stream: object, message: Message) -> None:
-        """Apply one message of ``stream`` (any object naming the stream)."""
+        """Apply one message of ``stream`` (any object naming the stream); ``ReportError`` when
+        it would grow the node's view past ``MAX_HOSTS`` (the stream must then end: ``close``
+        drops the view)."""
         if message.full:
             self._owner[message.node] = stream
             self._views[message.node] = dict(message.hosts)
@@ -181,6 +196,8 @@ class MemberHealthReports:
             view.update(message.hosts)
             for key in message.removed:
                 view.pop(key, None)
+            if len(view) > MAX_HOSTS:
+                raise ReportError(f"more than {MAX_HOSTS} hosts in the view of {message.node}")
         else:
             return  # a stale stream of a node that reconnected: its news are old
         self._notify()
@@ -221,15 +238,15 @@ class MemberHealthReports:
                     message = decode(data)
                     if first and not message.full:
                         raise ReportError("the first report of a stream must be full")
+                    if first:
+                        node, first = message.node, False
+                        log.info("member health reports from node=%s group=%s (%d hosts)",
+                                 node, message.group or "-", len(message.hosts))
+                    self.apply(stream, message)
                 except ReportError as exc:
                     log.warning("member health report from %s (node %s) refused: %s",
                                 peer, node, exc)
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                if first:
-                    node, first = message.node, False
-                    log.info("member health reports from node=%s group=%s (%d hosts)", node,
-                             message.group or "-", len(message.hosts))
-                self.apply(stream, message)
         finally:
             self.close(stream)
             log.info("member health reports ended node=%s", node)

@@ -20,7 +20,8 @@ Security (see docs/security.md): xDS carries every TLS private key Podway serves
   it sees the cache through ``SecretFree``, so its TLS listeners do not come up.
 
 Engine groups: with ``groups`` set, a stream whose engine names a group in its node metadata
-(``GROUP_METADATA``) is served that group's cache (``groups(name)``) instead of the whole one;
+(``GROUP_METADATA``) is served that group's cache (``groups(name)``) instead of the whole one
+(a ``PodwayError`` from ``groups`` ends the stream with RESOURCE_EXHAUSTED and one line);
 the node comes with the first request (Envoy sends it once), so the cache is chosen then. The
 server does not know what a group contains: whoever passes ``groups`` fills those caches.
 ``engine_groups`` says, for each engine with an open stream, the group it is served ("": the
@@ -51,7 +52,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.discovery.v3 import discovery_pb2 as d
 from prometheus_client import Counter, Gauge
 
-from podway.errors import ConfigError
+from podway.errors import ConfigError, PodwayError
 from podway.netaddr import format_host_port, parse_host_port
 from podway.xds import types
 from podway.xds.access import SecretFree
@@ -218,8 +219,12 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             requests = _chain(first, requests)
             group = _group_of(first.node)
             if group:
+                try:
+                    cache = self.groups(group)
+                except PodwayError as exc:  # unbounded names or counts from the network
+                    log.warning("xds engine at %s refused: %s", context.peer(), exc)
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
                 log.info("xds engine %s is in engine group %s", first.node.id or "?", group)
-                cache = self.groups(group)
         if authenticated(context):
             return cache, requests, group
         log.warning("xds engine at %s is not authenticated: it gets no TLS secrets",

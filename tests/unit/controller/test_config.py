@@ -41,6 +41,13 @@ def test_bad_files_are_one_line(text: str, expected: str) -> None:
     assert "\n" not in str(caught.value)
 
 
+def test_a_binary_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"\xff\xfe\x00junk")
+    with pytest.raises(ConfigError, match="not text"):
+        load_config(path)
+
+
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read it"):
         load_config(tmp_path / "absent.yaml")

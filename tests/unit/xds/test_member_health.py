@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from podway.engine.health_report import Reporter, ReportOptions, classify, parse
+from podway.xds import member_health
 from podway.xds.cache import Cache
 from podway.xds.member_health import (
     PATH,
@@ -78,12 +79,34 @@ def test_the_group_of_a_node_follows_its_newest_full_report() -> None:
                                   b'"hosts":[["c","a","weird",""]]}',
                                   b'{"v":1,"node":"n","full":true,"hosts":{}}',
                                   b'{"v":1,"node":"n","full":true,"removed":[["c"]]}',
-                                  b'{"v":1,"node":"n","full":true,"group":7}'])
+                                  b'{"v":1,"node":"n","full":true,"group":7}',
+                                  b'{"v":1,"node":"%s","full":true}' % (b"n" * 1025),
+                                  b'{"v":1,"node":"n","full":true,"hosts":[["%s","a",'
+                                  b'"healthy",""]]}' % (b"c" * 1025)])
 def test_a_bad_report_is_one_report_error(data: bytes) -> None:
-    """Junk, another version, a missing node, an unknown health, wrong shapes: ReportError."""
+    """Junk, another version, a missing node, an unknown health, wrong shapes, names past
+    ``MAX_TEXT``: ReportError."""
     with pytest.raises(ReportError) as info:
         decode(data)
     assert "\n" not in str(info.value)
+
+
+def test_a_long_reason_is_cut_and_a_view_cannot_outgrow_its_bound(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reasons (shown in Pod conditions) are cut to ``MAX_REASON``; a report of too many hosts,
+    or changes growing a view past ``MAX_HOSTS``, is a ReportError (the stream then ends and its
+    view goes)."""
+    long = encode(Message(node="e", full=True, hosts={A: HostState(Health.UNHEALTHY, "x" * 5000)}))
+    assert len(decode(long).hosts[A].reason) == member_health.MAX_REASON
+    monkeypatch.setattr(member_health, "MAX_HOSTS", 1)
+    with pytest.raises(ReportError):
+        decode(encode(Message(node="e", full=True, hosts={A: OK, B: OK})))
+    reports, stream = MemberHealthReports(), object()
+    reports.apply(stream, Message(node="e", full=True, hosts={A: OK}))
+    with pytest.raises(ReportError):
+        reports.apply(stream, Message(node="e", full=False, hosts={B: OK}))
+    reports.close(stream)
+    assert reports.view("e") is None
 
 
 def test_diff_names_changed_and_removed_hosts() -> None:
@@ -308,5 +331,19 @@ async def test_a_stream_must_begin_with_a_full_report(
         grpc.StatusCode.INVALID_ARGUMENT
     full = encode(Message(node="edge-1", full=True, hosts={A: OK}))
     assert await _report_raw(server.local_target, full, b"junk") is \
+        grpc.StatusCode.INVALID_ARGUMENT
+    assert reports.nodes == frozenset()
+
+
+async def test_changes_that_outgrow_the_view_bound_end_the_stream(
+        served: tuple[XdsServer, MemberHealthReports], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine whose changes keep adding hosts past ``MAX_HOSTS``: INVALID_ARGUMENT and its
+    view is dropped (memory stays bounded)."""
+    server, reports = served
+    assert server.local_target is not None
+    monkeypatch.setattr(member_health, "MAX_HOSTS", 1)
+    full = encode(Message(node="edge-1", full=True, hosts={A: OK}))
+    more = encode(Message(node="edge-1", full=False, hosts={B: OK}))
+    assert await _report_raw(server.local_target, full, more) is \
         grpc.StatusCode.INVALID_ARGUMENT
     assert reports.nodes == frozenset()
