@@ -38,6 +38,8 @@ from podway.model import Ingress
 from podway.model.base import K8sObject
 from podway.model.gateway import Gateway
 from podway.model.gateway_routes import HTTPRoute, HTTPRouteMatch
+from podway.nginx.annotations import Canary
+from podway.nginx.annotations import read as read_nginx
 
 Scheme = Literal["http", "https"]
 NO_ROUTE_PATH = "/podway-compare-no-route"
@@ -45,10 +47,10 @@ PROBE_SUFFIX = "compare"
 WILDCARD_LABEL = "compare"
 DEFAULT_HOST = "compare.invalid"
 DEFAULT_METHODS = ("GET", "POST")
-NGINX = "nginx.ingress.kubernetes.io/"
 _REGEX_META = re.compile(r"[\\^$.|?*+()\[\]{}]")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e]{1,1024}$")  # what a probe can send as written
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,10 +222,9 @@ def _schemes(host: str | None, tls_hosts: set[str]) -> tuple[Scheme, ...]:
 
 def _ingress_probes(ingress: Ingress, tls_hosts: set[str], methods: Sequence[str]
                     ) -> Iterable[Probe]:
-    notes = ingress.metadata.annotations
-    regex = any(notes.get(NGINX + key, "").lower() == "true" for key in ("use-regex",)) or (
-        NGINX + "rewrite-target" in notes)
-    variants = _canary_headers(notes)
+    nginx = read_nginx(ingress.metadata.annotations, namespace=ingress.metadata.namespace)
+    regex = nginx.rewrite is not None and nginx.rewrite.regex_paths
+    variants = _canary_headers(nginx.canary)
     name = f"Ingress {ingress.metadata.namespace}/{ingress.metadata.name}"
     for rule in ingress.spec.rules:
         host = probe_host(rule.host)
@@ -245,20 +246,23 @@ def _ingress_probes(ingress: Ingress, tls_hosts: set[str], methods: Sequence[str
                         path=NO_ROUTE_PATH)
 
 
-def _canary_headers(notes: dict[str, str]) -> tuple[tuple[tuple[str, str], ...], ...]:
-    """Header sets to send to a canary Ingress's paths: none, plus what selects and refuses it."""
-    if notes.get(NGINX + "canary", "").lower() != "true":
+def _canary_headers(canary: Canary | None) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Header sets to send to a canary Ingress's paths: none, plus what selects and refuses it
+    (as the nginx annotation reader reads the canary: the same flags, names and precedence)."""
+    if canary is None:
         return ((),)
     out: list[tuple[tuple[str, str], ...]] = [()]
-    header = notes.get(NGINX + "canary-by-header", "")
-    if _TOKEN.match(header):
-        value = notes.get(NGINX + "canary-by-header-value", "")
-        values = (value, "never") if value and "\r" not in value and "\n" not in value else (
-            "always", "never")
-        out.extend(((header, v),) for v in values)
-    cookie = notes.get(NGINX + "canary-by-cookie", "")
-    if _TOKEN.match(cookie):
-        out.extend((("cookie", f"{cookie}={v}"),) for v in ("always", "never"))
+    if canary.by_header is not None:
+        if canary.header_value is not None:
+            chosen: str | None = canary.header_value
+        elif canary.header_pattern is not None:
+            chosen = regex_sample(canary.header_pattern, more=True)
+        else:
+            chosen = "always"
+        values = (chosen, "never") if chosen and _HEADER_VALUE.match(chosen) else ("never",)
+        out.extend(((canary.by_header, v),) for v in values)
+    if canary.by_cookie is not None:
+        out.extend((("cookie", f"{canary.by_cookie}={v}"),) for v in ("always", "never"))
     return tuple(out)
 
 

@@ -98,6 +98,39 @@ def test_canary_ingress_probes_carry_what_selects_and_refuses_it() -> None:
                        (("cookie", "beta=always"),), (("cookie", "beta=never"),)}
 
 
+def _ingress(annotations: str, path: str = "/") -> str:
+    return f"""apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: one
+  namespace: shop
+  annotations: {{{annotations}}}
+spec:
+  rules:
+  - host: one.test
+    http:
+      paths:
+      - {{path: "{path}", pathType: ImplementationSpecific,
+         backend: {{service: {{name: app, port: {{number: 80}}}}}}}}
+"""
+
+
+def test_annotations_are_read_as_ingress_nginx_reads_them() -> None:
+    # "1" is true to ingress-nginx (and to Podway's reader): the paths are regexes
+    probes = from_objects(_objects(_ingress('nginx.ingress.kubernetes.io/use-regex: "1"',
+                                            "/v[0-9]+/items")), methods=("GET",))
+    assert "/v0/items" in {p.path for p in probes}
+    # a canary value selects the canary; with a pattern, a value the pattern matches does
+    for notes, chosen in (("canary-by-header-value: blue", "blue"),
+                          ("canary-by-header-pattern: '^gre+n$'", "gren")):
+        text = _ingress("nginx.ingress.kubernetes.io/canary: \"1\", "
+                        "nginx.ingress.kubernetes.io/canary-by-header: X-Try, "
+                        f"nginx.ingress.kubernetes.io/{notes}")
+        probes = from_objects(_objects(text), methods=("GET",))
+        assert {p.headers for p in probes if p.path == "/"} == {
+            (), (("X-Try", chosen),), (("X-Try", "never"),)}
+
+
 def test_each_probe_is_labelled_with_its_route_and_methods_multiply() -> None:
     probes = from_objects(_objects(INGRESSES), methods=("GET", "POST"))
     exact = [p for p in probes if p.path == "/exact" and p.scheme == "http"]
