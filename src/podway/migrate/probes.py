@@ -75,10 +75,12 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class LogParse:
-    """Probes read from an access log, and one message per line that could not be used."""
+    """Probes read from an access log, and why lines could not be used: the first
+    ``MAX_SKIPPED`` messages, and how many lines were skipped in all."""
 
     probes: tuple[Probe, ...]
     skipped: tuple[str, ...] = field(default=())
+    skipped_count: int = 0
 
 
 def unique(probes: Iterable[Probe]) -> tuple[Probe, ...]:
@@ -305,11 +307,18 @@ _COMBINED = re.compile(r'^\S+ \S+ \S+ \[[^\]]*\] "(?P<method>[A-Z]+) (?P<target>
                        r'(?: HTTP/[0-9.]+)?" \d{3} ')
 
 
-def parse_log(text: str, *, default_host: str = "", source: str = "log") -> LogParse:
-    """Probes from access-log ``text`` (combined or JSON lines, mixed freely), in line order."""
-    probes: list[Probe] = []
+MAX_SKIPPED = 100  # messages kept: a log of millions of bad lines must not fill the memory
+
+
+def parse_log(lines: str | Iterable[str], *, default_host: str = "", source: str = "log"
+              ) -> LogParse:
+    """Probes from an access log (its text, or its lines as an open file yields them;
+    combined or JSON lines, mixed freely), in line order. Lines are read one at a time and
+    repeats dropped as they come, so a large log is never held whole."""
+    probes: dict[tuple[str, str, str, str, tuple[tuple[str, str], ...]], Probe] = {}
     skipped: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
+    count = 0
+    for number, raw in enumerate(lines.splitlines() if isinstance(lines, str) else lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -318,10 +327,12 @@ def parse_log(text: str, *, default_host: str = "", source: str = "log") -> LogP
             probe = _json_line(line, where) if line.startswith("{") else _combined_line(
                 line, where, default_host)
         except ValueError as error:
-            skipped.append(f"{where}: {error}")
+            count += 1
+            if len(skipped) < MAX_SKIPPED:
+                skipped.append(f"{where}: {error}")
             continue
-        probes.append(probe)
-    return LogParse(probes=unique(probes), skipped=tuple(skipped))
+        probes.setdefault(probe.key, probe)
+    return LogParse(probes=tuple(probes.values()), skipped=tuple(skipped), skipped_count=count)
 
 
 def _json_line(line: str, where: str) -> Probe:

@@ -221,6 +221,20 @@ def test_json_lines_and_their_errors() -> None:
     assert [s.split(":")[1] for s in parsed.skipped] == ["3", "4", "5", "6", "7", "8"]
 
 
+def test_a_log_is_read_line_by_line_and_keeps_few_skip_messages() -> None:
+    import io
+
+    from podway.migrate.probes import MAX_SKIPPED
+
+    bad = "garbage\n" * (MAX_SKIPPED + 50)
+    parsed = parse_log(io.StringIO(COMBINED + bad + COMBINED), default_host="shop.test")
+    assert parsed == parse_log(COMBINED + bad + COMBINED, default_host="shop.test")
+    assert len(parsed.probes) == 1
+    assert len(parsed.skipped) == MAX_SKIPPED
+    assert parsed.skipped_count == MAX_SKIPPED + 50
+    assert parsed.skipped[0].startswith("log:2:")
+
+
 def test_repeated_log_requests_are_replayed_once() -> None:
     parsed = parse_log(COMBINED * 3, default_host="shop.test")
     assert len(parsed.probes) == 1
