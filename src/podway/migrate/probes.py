@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from podway.migrate.gateway_api import covers
 from podway.model import Ingress
 from podway.model.base import K8sObject
 from podway.model.gateway import Gateway
@@ -213,9 +214,7 @@ def _ingress_tls_hosts(objects: Sequence[K8sObject]) -> set[str]:
 
 
 def _covered(host: str, names: set[str]) -> bool:
-    if "" in names or host.lower() in names:
-        return True
-    return "." in host and f"*.{host.split('.', 1)[1]}".lower() in names
+    return any(covers(name, host.lower()) for name in names)
 
 
 def _schemes(host: str | None, tls_hosts: set[str]) -> tuple[Scheme, ...]:
