@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from podway.migrate.gateway_api import covers
+from podway.ir import WildcardMode
+from podway.ir.hosts import covers
 from podway.model import Ingress
 from podway.model.base import K8sObject
 from podway.model.gateway import Gateway
@@ -213,12 +214,12 @@ def _ingress_tls_hosts(objects: Sequence[K8sObject]) -> set[str]:
     return hosts
 
 
-def _covered(host: str, names: set[str]) -> bool:
-    return any(covers(name, host.lower()) for name in names)
-
-
-def _schemes(host: str | None, tls_hosts: set[str]) -> tuple[Scheme, ...]:
-    return ("http", "https") if _covered(host or "", tls_hosts) else ("http",)
+def _schemes(host: str | None, tls_hosts: set[str],
+             mode: WildcardMode = WildcardMode.ONE_LABEL) -> tuple[Scheme, ...]:
+    """HTTP, and HTTPS when a TLS host covers ``host`` ("": every host) — an Ingress wildcard
+    one label deep, a Gateway listener's at any depth (``mode``)."""
+    covered = any(not name or covers(name, (host or "").lower(), mode) for name in tls_hosts)
+    return ("http", "https") if covered else ("http",)
 
 
 def _ingress_probes(ingress: Ingress, tls_hosts: set[str], methods: Sequence[str]
@@ -283,7 +284,7 @@ def _httproute_probes(route: HTTPRoute, https_hosts: set[str], methods: Sequence
     hosts = route.spec.hostnames or ("",)
     for hostname in hosts:
         host = probe_host(hostname)
-        schemes = _schemes(hostname, https_hosts)
+        schemes = _schemes(hostname, https_hosts, WildcardMode.SUFFIX)
         for index, rule in enumerate(route.spec.rules):
             for match in rule.matches or (HTTPRouteMatch(),):
                 label = (f"{name} {hostname or '*'} rule {index} {match.path.type} "

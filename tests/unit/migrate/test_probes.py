@@ -158,6 +158,31 @@ spec:
     assert all(p.method == "PUT" for p in probes if p.path.startswith("/v1"))
 
 
+def test_a_gateway_wildcard_listener_covers_hosts_at_any_depth() -> None:
+    objects = """apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  gatewayClassName: podway
+  listeners:
+  - {name: https, protocol: HTTPS, port: 443, hostname: "*.example.test",
+     tls: {certificateRefs: [{name: cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.b.example.test, other.test]
+  rules:
+  - backendRefs: [{name: api, port: 80}]
+"""
+    probes = from_objects(_objects(objects))
+    schemes = {(p.host, p.scheme) for p in probes}
+    assert ("a.b.example.test", "https") in schemes  # Gateway API: any number of labels
+    assert ("other.test", "https") not in schemes
+
+
 def test_path_samples_cover_the_edges_of_each_kind() -> None:
     assert path_samples("/a/", "Prefix") == ("/a", "/a/", "/a/compare")
     assert path_samples("/", "Prefix") == ("/", "/compare")
