@@ -115,14 +115,14 @@ def _log_probes(path: Path, *, log_host: str, sample: int, seed: int) -> tuple[P
     from podway.migrate.probes import sample as pick
 
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open(encoding="utf-8", errors="replace") as lines:  # line by line: logs are big
+            parsed = parse_log(lines, default_host=log_host, source=str(path))
     except OSError as error:
         raise ConfigError(f"--requests {path}: {error.strerror or error}") from None
-    parsed = parse_log(text, default_host=log_host, source=str(path))
     if parsed.skipped:
-        more = f" (and {len(parsed.skipped) - 1} more)" if len(parsed.skipped) > 1 else ""
-        typer.echo(f"warning: {len(parsed.skipped)} lines not used: {parsed.skipped[0]}{more}",
-                   err=True)
+        count = parsed.skipped_count
+        more = f" (and {count - 1} more)" if count > 1 else ""
+        typer.echo(f"warning: {count} lines not used: {parsed.skipped[0]}{more}", err=True)
     if not parsed.probes:
         raise ConfigError(f"--requests {path}: no usable request lines")
     return pick(parsed.probes, sample, seed=seed)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from podway.ir.hosts import covers as host_covers
 from podway.nginx.annotations import Cors
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
@@ -27,8 +28,9 @@ def wildcard_of(host: str) -> str | None:
 
 
 def covers(pattern: str, host: str) -> bool:
-    """Whether a TLS entry host (``""``: every host) covers ``host``."""
-    return pattern in ("", host) or (pattern.startswith("*.") and wildcard_of(host) == pattern)
+    """Whether a TLS entry host (``""``: every host) covers ``host`` (Ingress wildcards: one
+    label, by the rule every layer shares)."""
+    return not pattern or host_covers(pattern, host)
 
 
 def listener_name(host: str) -> str:

@@ -34,10 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from podway.ir import WildcardMode
+from podway.ir.hosts import covers
 from podway.model import Ingress
 from podway.model.base import K8sObject
 from podway.model.gateway import Gateway
 from podway.model.gateway_routes import HTTPRoute, HTTPRouteMatch
+from podway.nginx.annotations import Canary
+from podway.nginx.annotations import read as read_nginx
 
 Scheme = Literal["http", "https"]
 NO_ROUTE_PATH = "/podway-compare-no-route"
@@ -45,10 +49,10 @@ PROBE_SUFFIX = "compare"
 WILDCARD_LABEL = "compare"
 DEFAULT_HOST = "compare.invalid"
 DEFAULT_METHODS = ("GET", "POST")
-NGINX = "nginx.ingress.kubernetes.io/"
 _REGEX_META = re.compile(r"[\\^$.|?*+()\[\]{}]")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _PRINTABLE = re.compile(r"^[\x21-\x7e]+$")
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e]{1,1024}$")  # what a probe can send as written
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,10 +77,12 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class LogParse:
-    """Probes read from an access log, and one message per line that could not be used."""
+    """Probes read from an access log, and why lines could not be used: the first
+    ``MAX_SKIPPED`` messages, and how many lines were skipped in all."""
 
     probes: tuple[Probe, ...]
     skipped: tuple[str, ...] = field(default=())
+    skipped_count: int = 0
 
 
 def unique(probes: Iterable[Probe]) -> tuple[Probe, ...]:
@@ -208,22 +214,19 @@ def _ingress_tls_hosts(objects: Sequence[K8sObject]) -> set[str]:
     return hosts
 
 
-def _covered(host: str, names: set[str]) -> bool:
-    if "" in names or host.lower() in names:
-        return True
-    return "." in host and f"*.{host.split('.', 1)[1]}".lower() in names
-
-
-def _schemes(host: str | None, tls_hosts: set[str]) -> tuple[Scheme, ...]:
-    return ("http", "https") if _covered(host or "", tls_hosts) else ("http",)
+def _schemes(host: str | None, tls_hosts: set[str],
+             mode: WildcardMode = WildcardMode.ONE_LABEL) -> tuple[Scheme, ...]:
+    """HTTP, and HTTPS when a TLS host covers ``host`` ("": every host) — an Ingress wildcard
+    one label deep, a Gateway listener's at any depth (``mode``)."""
+    covered = any(not name or covers(name, (host or "").lower(), mode) for name in tls_hosts)
+    return ("http", "https") if covered else ("http",)
 
 
 def _ingress_probes(ingress: Ingress, tls_hosts: set[str], methods: Sequence[str]
                     ) -> Iterable[Probe]:
-    notes = ingress.metadata.annotations
-    regex = any(notes.get(NGINX + key, "").lower() == "true" for key in ("use-regex",)) or (
-        NGINX + "rewrite-target" in notes)
-    variants = _canary_headers(notes)
+    nginx = read_nginx(ingress.metadata.annotations, namespace=ingress.metadata.namespace)
+    regex = nginx.rewrite is not None and nginx.rewrite.regex_paths
+    variants = _canary_headers(nginx.canary)
     name = f"Ingress {ingress.metadata.namespace}/{ingress.metadata.name}"
     for rule in ingress.spec.rules:
         host = probe_host(rule.host)
@@ -245,20 +248,23 @@ def _ingress_probes(ingress: Ingress, tls_hosts: set[str], methods: Sequence[str
                         path=NO_ROUTE_PATH)
 
 
-def _canary_headers(notes: dict[str, str]) -> tuple[tuple[tuple[str, str], ...], ...]:
-    """Header sets to send to a canary Ingress's paths: none, plus what selects and refuses it."""
-    if notes.get(NGINX + "canary", "").lower() != "true":
+def _canary_headers(canary: Canary | None) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Header sets to send to a canary Ingress's paths: none, plus what selects and refuses it
+    (as the nginx annotation reader reads the canary: the same flags, names and precedence)."""
+    if canary is None:
         return ((),)
     out: list[tuple[tuple[str, str], ...]] = [()]
-    header = notes.get(NGINX + "canary-by-header", "")
-    if _TOKEN.match(header):
-        value = notes.get(NGINX + "canary-by-header-value", "")
-        values = (value, "never") if value and "\r" not in value and "\n" not in value else (
-            "always", "never")
-        out.extend(((header, v),) for v in values)
-    cookie = notes.get(NGINX + "canary-by-cookie", "")
-    if _TOKEN.match(cookie):
-        out.extend((("cookie", f"{cookie}={v}"),) for v in ("always", "never"))
+    if canary.by_header is not None:
+        if canary.header_value is not None:
+            chosen: str | None = canary.header_value
+        elif canary.header_pattern is not None:
+            chosen = regex_sample(canary.header_pattern, more=True)
+        else:
+            chosen = "always"
+        values = (chosen, "never") if chosen and _HEADER_VALUE.match(chosen) else ("never",)
+        out.extend(((canary.by_header, v),) for v in values)
+    if canary.by_cookie is not None:
+        out.extend((("cookie", f"{canary.by_cookie}={v}"),) for v in ("always", "never"))
     return tuple(out)
 
 
@@ -278,7 +284,7 @@ def _httproute_probes(route: HTTPRoute, https_hosts: set[str], methods: Sequence
     hosts = route.spec.hostnames or ("",)
     for hostname in hosts:
         host = probe_host(hostname)
-        schemes = _schemes(hostname, https_hosts)
+        schemes = _schemes(hostname, https_hosts, WildcardMode.SUFFIX)
         for index, rule in enumerate(route.spec.rules):
             for match in rule.matches or (HTTPRouteMatch(),):
                 label = (f"{name} {hostname or '*'} rule {index} {match.path.type} "
@@ -301,11 +307,18 @@ _COMBINED = re.compile(r'^\S+ \S+ \S+ \[[^\]]*\] "(?P<method>[A-Z]+) (?P<target>
                        r'(?: HTTP/[0-9.]+)?" \d{3} ')
 
 
-def parse_log(text: str, *, default_host: str = "", source: str = "log") -> LogParse:
-    """Probes from access-log ``text`` (combined or JSON lines, mixed freely), in line order."""
-    probes: list[Probe] = []
+MAX_SKIPPED = 100  # messages kept: a log of millions of bad lines must not fill the memory
+
+
+def parse_log(lines: str | Iterable[str], *, default_host: str = "", source: str = "log"
+              ) -> LogParse:
+    """Probes from an access log (its text, or its lines as an open file yields them;
+    combined or JSON lines, mixed freely), in line order. Lines are read one at a time and
+    repeats dropped as they come, so a large log is never held whole."""
+    probes: dict[tuple[str, str, str, str, tuple[tuple[str, str], ...]], Probe] = {}
     skipped: list[str] = []
-    for number, raw in enumerate(text.splitlines(), 1):
+    count = 0
+    for number, raw in enumerate(lines.splitlines() if isinstance(lines, str) else lines, 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -314,10 +327,12 @@ def parse_log(text: str, *, default_host: str = "", source: str = "log") -> LogP
             probe = _json_line(line, where) if line.startswith("{") else _combined_line(
                 line, where, default_host)
         except ValueError as error:
-            skipped.append(f"{where}: {error}")
+            count += 1
+            if len(skipped) < MAX_SKIPPED:
+                skipped.append(f"{where}: {error}")
             continue
-        probes.append(probe)
-    return LogParse(probes=unique(probes), skipped=tuple(skipped))
+        probes.setdefault(probe.key, probe)
+    return LogParse(probes=tuple(probes.values()), skipped=tuple(skipped), skipped_count=count)
 
 
 def _json_line(line: str, where: str) -> Probe:

@@ -1,8 +1,8 @@
 """ingress-nginx compatibility: its ``nginx.ingress.kubernetes.io/*`` annotations as typed values.
 
 ``podway.nginx.annotations`` reads them (no I/O, no Kubernetes client); the Ingress translation
-serves them and ``podway migrate to-gateway`` converts them. Neither decides by an annotation's
-text: both use the values ``read`` returns.
+serves them, ``podway migrate to-gateway`` converts them and ``podway migrate compare`` probes
+them. None decides by an annotation's text: all use the values ``read`` returns.
 """
 
 from podway.nginx.annotations import (

@@ -54,6 +54,7 @@ import ipaddress
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from podway.nginx.values import (
     PREFIX,
@@ -220,6 +221,17 @@ _CAPTURE = re.compile(r"\$(\d)")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
+def _url_parses(url: str) -> bool:
+    """Whether a redirect URL's authority reads (a port from 1 to 65535, a host when one is
+    named): what the servers of the value (``podway.nginx.serve``, ``migrate``) split it by."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    return port != 0 and (bool(parts.hostname) or not parts.netloc)
+
+
 @dataclass(slots=True)
 class _Reader:
     raw: dict[str, str]  # key without PREFIX → value
@@ -296,7 +308,7 @@ class _Reader:
             if url is None:
                 continue
             if not url.startswith(("http://", "https://", "/")) or any(
-                    c.isspace() for c in url) or len(url) > 2048:
+                    c.isspace() for c in url) or len(url) > 2048 or not _url_parses(url):
                 self.bad(f"{kind}-redirect", f"{quote(url)} is not an absolute URL or path; "
                          "requests are forwarded instead")
                 continue

@@ -186,7 +186,7 @@ class IngressTranslation:
         """A canary takes no slot: it joins the main route of the same host and path."""
         if not self._admitted(part, claim.host, "canary paths", claim.where):
             return
-        held = self.canaries.setdefault((claim.host, claim.key), (claim, part))
+        held = self.canaries.setdefault((claim.host, _canary_slot(claim.key)), (claim, part))
         if held[1] is not part:
             self._problem(part, Reason.HOST_CONFLICT,
                           f"host {quote(claim.host)} {_slot_words(claim.key)} already has "
@@ -197,10 +197,11 @@ class IngressTranslation:
     def _routes(self, claim: Claim) -> list[Route]:
         """The main route of a slot, preceded by its canary's routes (ingress-nginx order:
         header, then cookie, then weight)."""
-        held = self.canaries.get((claim.host, claim.key))
+        slot = (claim.host, _canary_slot(claim.key))
+        held = self.canaries.get(slot)
         if held is None:
             return [claim.route]
-        self._joined.add((claim.host, claim.key))
+        self._joined.add(slot)
         return canary_routes(claim.route, held[0].route.action, held[1])
 
     def _unjoined_canaries(self) -> None:
@@ -397,6 +398,15 @@ def _acme(route: Route) -> bool:
     path = route.match.path
     return path.kind is not PathKind.REGEX and (
         path.value.rstrip("/") + "/").startswith(ACME_CHALLENGE + "/")
+
+
+def _canary_slot(key: SlotKey) -> SlotKey:
+    """The slot a canary joins: ingress-nginx pairs a canary with the main Ingress by path,
+    whether or not ``use-regex``/``rewrite-target`` on one of them made that path a regex here
+    (a regex slot is keyed by the path as written, a prefix slot without its trailing slash)."""
+    if len(key) == 2 and key[0] is PathKind.REGEX:
+        return (PathKind.PREFIX, str(key[1]).rstrip("/") or "/")
+    return key
 
 
 def _slot_words(key: SlotKey) -> str:

@@ -98,6 +98,39 @@ def test_canary_ingress_probes_carry_what_selects_and_refuses_it() -> None:
                        (("cookie", "beta=always"),), (("cookie", "beta=never"),)}
 
 
+def _ingress(annotations: str, path: str = "/") -> str:
+    return f"""apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: one
+  namespace: shop
+  annotations: {{{annotations}}}
+spec:
+  rules:
+  - host: one.test
+    http:
+      paths:
+      - {{path: "{path}", pathType: ImplementationSpecific,
+         backend: {{service: {{name: app, port: {{number: 80}}}}}}}}
+"""
+
+
+def test_annotations_are_read_as_ingress_nginx_reads_them() -> None:
+    # "1" is true to ingress-nginx (and to Podway's reader): the paths are regexes
+    probes = from_objects(_objects(_ingress('nginx.ingress.kubernetes.io/use-regex: "1"',
+                                            "/v[0-9]+/items")), methods=("GET",))
+    assert "/v0/items" in {p.path for p in probes}
+    # a canary value selects the canary; with a pattern, a value the pattern matches does
+    for notes, chosen in (("canary-by-header-value: blue", "blue"),
+                          ("canary-by-header-pattern: '^gre+n$'", "gren")):
+        text = _ingress("nginx.ingress.kubernetes.io/canary: \"1\", "
+                        "nginx.ingress.kubernetes.io/canary-by-header: X-Try, "
+                        f"nginx.ingress.kubernetes.io/{notes}")
+        probes = from_objects(_objects(text), methods=("GET",))
+        assert {p.headers for p in probes if p.path == "/"} == {
+            (), (("X-Try", chosen),), (("X-Try", "never"),)}
+
+
 def test_each_probe_is_labelled_with_its_route_and_methods_multiply() -> None:
     probes = from_objects(_objects(INGRESSES), methods=("GET", "POST"))
     exact = [p for p in probes if p.path == "/exact" and p.scheme == "http"]
@@ -123,6 +156,31 @@ spec:
     assert Probe(route="HTTPRoute shop/r api.test rule 0 PathPrefix /v1", method="PUT",
                  host="api.test", path="/v1/compare", headers=(("x-tier", "gold"),)) in probes
     assert all(p.method == "PUT" for p in probes if p.path.startswith("/v1"))
+
+
+def test_a_gateway_wildcard_listener_covers_hosts_at_any_depth() -> None:
+    objects = """apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  gatewayClassName: podway
+  listeners:
+  - {name: https, protocol: HTTPS, port: 443, hostname: "*.example.test",
+     tls: {certificateRefs: [{name: cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.b.example.test, other.test]
+  rules:
+  - backendRefs: [{name: api, port: 80}]
+"""
+    probes = from_objects(_objects(objects))
+    schemes = {(p.host, p.scheme) for p in probes}
+    assert ("a.b.example.test", "https") in schemes  # Gateway API: any number of labels
+    assert ("other.test", "https") not in schemes
 
 
 def test_path_samples_cover_the_edges_of_each_kind() -> None:
@@ -186,6 +244,20 @@ def test_json_lines_and_their_errors() -> None:
     assert [(p.method, p.scheme, p.path, p.headers) for p in parsed.probes] == [
         ("POST", "https", "/x", (("x-canary", "always"),)), ("GET", "http", "/y", ())]
     assert [s.split(":")[1] for s in parsed.skipped] == ["3", "4", "5", "6", "7", "8"]
+
+
+def test_a_log_is_read_line_by_line_and_keeps_few_skip_messages() -> None:
+    import io
+
+    from podway.migrate.probes import MAX_SKIPPED
+
+    bad = "garbage\n" * (MAX_SKIPPED + 50)
+    parsed = parse_log(io.StringIO(COMBINED + bad + COMBINED), default_host="shop.test")
+    assert parsed == parse_log(COMBINED + bad + COMBINED, default_host="shop.test")
+    assert len(parsed.probes) == 1
+    assert len(parsed.skipped) == MAX_SKIPPED
+    assert parsed.skipped_count == MAX_SKIPPED + 50
+    assert parsed.skipped[0].startswith("log:2:")
 
 
 def test_repeated_log_requests_are_replayed_once() -> None:

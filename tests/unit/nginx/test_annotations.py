@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from podway.nginx import serve
 from podway.nginx.annotations import (
     PREFIX,
     SERVED,
@@ -54,6 +56,23 @@ def test_bad_rewrite_target_is_one_issue() -> None:
         found = read(nginx(rewrite_target=bad), namespace="a")
         assert found.rewrite is None
         assert keys(found) == ["rewrite-target"]
+
+
+@pytest.mark.parametrize("url", ["http://a:99999/", "http://a:x/", "https://[::1/x",
+                                 "http://a:0/", "//a:70000/p", "http://:80/"])
+def test_a_redirect_url_whose_authority_does_not_read_is_refused(url: str) -> None:
+    """An InvalidAnnotation, and no redirect: serving it raised in the translation."""
+    found = read(nginx(permanent_redirect=url), namespace="a")
+    assert found.redirect is None
+    assert [i.reason for i in found.issues] == [Reason.INVALID_ANNOTATION]
+
+
+def test_redirect_urls_that_read_are_served() -> None:
+    for url, port in (("http://a:8080/x", 8080), ("//a/p", None), ("/p?q=1", None)):
+        found = read(nginx(permanent_redirect=url), namespace="a")
+        answer = serve.redirect(found)
+        assert answer is not None, url
+        assert answer.port == port, url
 
 
 def test_redirects_default_codes_and_precedence() -> None:
