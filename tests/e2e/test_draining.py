@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -111,9 +112,31 @@ async def _slow(port: int) -> tuple[int, str]:
     return status, name
 
 
-async def _serving(stack: Stack, a: HoldingBackend, b: HoldingBackend
-                   ) -> list[asyncio.Task[tuple[int, str]]]:
-    """Both members serve; then ``SLOW`` slow requests are in flight, some held by ``a``."""
+Slow = list[asyncio.Task[tuple[int, str]]]
+
+
+@contextlib.asynccontextmanager
+async def _pods() -> AsyncIterator[tuple[HoldingBackend, HoldingBackend, Slow]]:
+    """Pods a and b and the list of slow requests ``_serving`` fills; afterwards (also after a
+    failure, and for requests started before it) every request ends and both servers close."""
+    a, b = HoldingBackend("a"), HoldingBackend("b")
+    slow: Slow = []
+    try:
+        yield a, b, slow
+    finally:
+        a.release.set()
+        b.release.set()
+        for task in slow:
+            task.cancel()
+        await asyncio.gather(*slow, return_exceptions=True)
+        for backend in (a, b):
+            if backend.server is not None:
+                backend.server.close()
+
+
+async def _serving(stack: Stack, a: HoldingBackend, b: HoldingBackend, slow: Slow) -> None:
+    """Both members serve; then ``SLOW`` slow requests are in flight (in ``slow``, so they are
+    ended even when waiting for them fails), some held by ``a``."""
     for backend in (a, b):
         await backend.start()
     stack.write("web.yaml", _manifests(a, b, a_state="ready"))
@@ -123,15 +146,18 @@ async def _serving(stack: Stack, a: HoldingBackend, b: HoldingBackend
         while seen != {"a", "b"}:
             _, body = await get(stack.http_port, "shop.test")
             seen.add(str(body.get("name")))
-    slow = [asyncio.create_task(_slow(stack.http_port)) for _ in range(SLOW)]
+    slow.extend(asyncio.create_task(_slow(stack.http_port)) for _ in range(SLOW))
     async with asyncio.timeout(20):
         while a.held + b.held < SLOW:  # each arrival wakes this
             for backend in (a, b):
                 backend.arrived.clear()
-            await asyncio.wait([asyncio.ensure_future(x.arrived.wait()) for x in (a, b)],
-                               return_when=asyncio.FIRST_COMPLETED)
+            waits = [asyncio.ensure_future(x.arrived.wait()) for x in (a, b)]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
     assert a.held >= 1, "round robin gave the terminating pod no slow request"
-    return slow
 
 
 async def _engine_sees(stack: Stack, port: int, eds: str | None) -> None:
@@ -159,7 +185,7 @@ async def _fast_from(stack: Stack, count: int) -> list[tuple[int, str]]:
     return out
 
 
-async def _finish(slow: list[asyncio.Task[tuple[int, str]]], a: HoldingBackend,
+async def _finish(slow: Slow, a: HoldingBackend,
                   b: HoldingBackend) -> list[tuple[int, str]]:
     """The grace period ends: the pods answer what they hold; every slow request's result."""
     held_by_a = a.held
@@ -175,10 +201,8 @@ async def test_terminating_then_removed_pod_finishes_in_flight_and_gets_nothing_
         stack: Stack) -> None:
     """Slow requests held by pod a when it turns terminating, and still held when it leaves the
     slice, complete with 200 from a; every new request after each change goes to b."""
-    a, b = HoldingBackend("a"), HoldingBackend("b")
-    slow: list[asyncio.Task[tuple[int, str]]] = []
-    try:
-        slow = await _serving(stack, a, b)
+    async with _pods() as (a, b, slow):
+        await _serving(stack, a, b, slow)
         generation = stack.state.generation
         stack.write("web.yaml", _manifests(a, b, a_state="terminating"))
         await stack.applied(generation + 1)
@@ -194,25 +218,14 @@ async def test_terminating_then_removed_pod_finishes_in_flight_and_gets_nothing_
         assert a.held >= 1  # its in-flight requests are still open: nothing reset them
         results = await _finish(slow, a, b)
         assert {status for status, _ in results} == {200}
-    finally:
-        a.release.set()
-        b.release.set()
-        for task in slow:
-            task.cancel()
-        await asyncio.gather(*slow, return_exceptions=True)
-        for backend in (a, b):
-            if backend.server is not None:
-                backend.server.close()
 
 
 async def test_sigterm_and_terminating_mark_together_drop_nothing(stack: Stack) -> None:
     """Pod a stops accepting (SIGTERM) as its endpoint turns terminating: new requests before
     and after the engine hears of it all answer 200 (from b), and a's held requests, still open
     when its endpoint is removed, complete with 200."""
-    a, b = HoldingBackend("a"), HoldingBackend("b")
-    slow: list[asyncio.Task[tuple[int, str]]] = []
-    try:
-        slow = await _serving(stack, a, b)
+    async with _pods() as (a, b, slow):
+        await _serving(stack, a, b, slow)
         generation = stack.state.generation
         a.stop_accepting()  # SIGTERM ...
         stack.write("web.yaml", _manifests(a, b, a_state="terminating"))  # ... and the mark
@@ -227,12 +240,3 @@ async def test_sigterm_and_terminating_mark_together_drop_nothing(stack: Stack) 
         assert a.held >= 1
         results = await _finish(slow, a, b)
         assert {status for status, _ in results} == {200}
-    finally:
-        a.release.set()
-        b.release.set()
-        for task in slow:
-            task.cancel()
-        await asyncio.gather(*slow, return_exceptions=True)
-        for backend in (a, b):
-            if backend.server is not None:
-                backend.server.close()

@@ -433,14 +433,18 @@ class Bed:
     # --- cleanup -------------------------------------------------------------------------------
 
     async def close(self) -> None:
-        for speaker in self.speakers.values():
-            with contextlib.suppress(Exception):
-                await speaker.stop()
-        self._reap()
-        for host in self.second_chance.values():  # the namespaces go next; this checks that
-            with contextlib.suppress(Exception):  # removal works on a live host too
-                await host.remove()
-        self._delete_namespaces()
+        """Everything goes; the namespaces also when a step before fails or is cancelled
+        (a test's timeout, Ctrl-C), which ``suppress(Exception)`` alone would not cover."""
+        try:
+            for speaker in self.speakers.values():
+                with contextlib.suppress(Exception):
+                    await speaker.stop()
+            self._reap()
+            for host in self.second_chance.values():  # the namespaces go next; this checks
+                with contextlib.suppress(Exception):  # that removal works on a live host too
+                    await host.remove()
+        finally:
+            self._delete_namespaces()
 
     def _reap(self) -> None:
         procs = [p for ps in self._procs.values() for p in ps]

@@ -72,6 +72,19 @@ async def test_install_then_remove_restores_the_namespace(ns: str) -> None:
     assert state(ns) == before
 
 
+async def test_a_rule_of_someone_else_at_the_same_preference_is_left_alone(ns: str) -> None:
+    """Install and remove delete only their own policy rules, not one another tool put at
+    preference 90 (or 89)."""
+    sh("ip", "rule", "add", "pref", "90", "fwmark", "0x1", "lookup", "77", ns=ns)
+    sh("ip", "rule", "add", "pref", "89", "lookup", "78", ns=ns)
+    before = state(ns)
+    host = SecondChanceHost(SC, prefix=("ip", "netns", "exec", ns))
+    await host.install()
+    assert "90:\tfrom all fwmark 0x1 lookup 77" in sh("ip", "rule", ns=ns)
+    await host.remove()
+    assert state(ns) == before
+
+
 async def test_a_fresh_process_removes_what_a_crashed_one_installed(ns: str) -> None:
     """A restarted process installs over a crashed one's leftovers and removes them, or removes
     them outright (`--remove`)."""

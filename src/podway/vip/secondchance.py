@@ -185,19 +185,23 @@ def link_steps(sc: SecondChance) -> list[Step]:
         _s("sysctl", "-qw", f"net.ipv4.conf.{sc.device}.rp_filter=2"),
         _s("ip", "addr", "replace", f"{sc.local}/32", "dev", sc.device, "noprefixroute"),
     ]
-    pref, mark, table = str(sc.rule_pref), f"{sc.mark:#x}", str(sc.table)
-    outer = str(sc.rule_pref - 1)
     return [
         *steps,
-        _s("ip", "rule", "del", "pref", outer, may_fail=True),
-        _s("ip", "rule", "del", "pref", pref, may_fail=True),
-        # VXLAN routes its outer packet with the inner packet's mark: that one (sent by this
-        # host, "iif lo") takes the main table, or it would be routed into its own tunnel.
-        _s("ip", "rule", "add", "pref", outer, "fwmark", mark, "iif", "lo", "lookup", "main"),
-        _s("ip", "rule", "add", "pref", pref, "fwmark", mark, "lookup", table),
+        *(_s("ip", "rule", "del", *rule, may_fail=True) for rule in _rules(sc)),
+        *(_s("ip", "rule", "add", *rule) for rule in _rules(sc)),
         _s("ip", "rule", "add", "pref", str(sc.local_pref), "lookup", "local", may_fail=True),
         _s("ip", "rule", "del", "pref", "0", "lookup", "local", may_fail=True),
     ]
+
+
+def _rules(sc: SecondChance) -> tuple[tuple[str, ...], ...]:
+    """The policy rules, exactly: deleting them names every selector, so a rule someone else
+    put at the same preference is never taken for ours."""
+    mark = f"{sc.mark:#x}"
+    # VXLAN routes its outer packet with the inner packet's mark: that one (sent by this host,
+    # "iif lo") takes the main table, or it would be routed into its own tunnel.
+    return (("pref", str(sc.rule_pref - 1), "fwmark", mark, "iif", "lo", "lookup", "main"),
+            ("pref", str(sc.rule_pref), "fwmark", mark, "lookup", str(sc.table)))
 
 
 def arm_steps(sc: SecondChance) -> list[Step]:
@@ -218,8 +222,7 @@ def remove_steps(sc: SecondChance) -> list[Step]:
     tunnel goes last (``SecondChanceHost`` deletes it only when it is its own)."""
     return [_s("nft", "delete", "table", "inet", TABLE, may_fail=True),
              *disarm_steps(sc),
-             _s("ip", "rule", "del", "pref", str(sc.rule_pref), may_fail=True),
-             _s("ip", "rule", "del", "pref", str(sc.rule_pref - 1), may_fail=True),
+             *(_s("ip", "rule", "del", *rule, may_fail=True) for rule in _rules(sc)),
              # the local table's rule back at 0 before the moved one goes: never without it
              _s("ip", "rule", "add", "pref", "0", "lookup", "local", may_fail=True),
              _s("ip", "rule", "del", "pref", str(sc.local_pref), "lookup", "local",

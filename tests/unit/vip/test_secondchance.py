@@ -80,8 +80,9 @@ def test_removal_undoes_everything_and_never_leaves_the_host_without_its_local_t
     assert all(step.may_fail for step in steps)
     assert "nft delete table inet podway_second_chance" in argv
     assert "ip route flush table 5150" in argv
-    assert "ip rule del pref 90" in argv
-    assert "ip rule del pref 89" in argv
+    # exactly our rules: another rule at the same preference stays
+    assert "ip rule del pref 90 fwmark 0x5c0 lookup 5150" in argv
+    assert "ip rule del pref 89 fwmark 0x5c0 iif lo lookup main" in argv
     assert argv.index("ip rule add pref 0 lookup local") < argv.index(
         "ip rule del pref 100 lookup local")
     assert argv[-1] == "ip link del pw-sc"
