@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 import speedref
 
-from podway.controller.events import changes, fronts
+from podway.controller.events import changes
 from podway.controller.leader import Fence
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.source import KindInfo
@@ -133,7 +133,7 @@ async def one_size(count: int, tries: int, ref: speedref.Reference,
     await writer.write(state)
     first = time.perf_counter() - t0
     print(f"  first state: {writer.patched} PATCHes due, pass {ms(first, ref)}", flush=True)
-    doc, front = writer.last_document, fronts(state.ir)
+    doc = writer.last_document
     passes, diffs, observed = [], [], []
     profiler = cProfile.Profile() if profile else None
     for n in range(tries):
@@ -145,15 +145,14 @@ async def one_size(count: int, tries: int, ref: speedref.Reference,
         t0 = time.perf_counter()
         await writer.write(state)
         t1 = time.perf_counter()
-        now_front = fronts(state.ir)
         assert writer.last_document is not None
-        due = changes(doc, writer.last_document, fronts_before=front, fronts_after=now_front)
+        due = changes(doc, writer.last_document)
         t2 = time.perf_counter()
         metrics.observe(state, now=0.0)
         t3 = time.perf_counter()
         if profiler:
             profiler.disable()
-        doc, front = writer.last_document, now_front
+        doc = writer.last_document
         passes.append(t1 - t0)
         diffs.append(t2 - t1)
         observed.append(t3 - t2)

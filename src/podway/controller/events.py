@@ -3,8 +3,10 @@
 ``changes`` is pure: it compares two status documents and says which events are due — a
 Warning for each problem (or engine refusal, or object that does not parse) that is new on its
 object, a Normal ``Synced`` when an object clients reach Podway through (a LoadBalancer
-Service, an Ingress, a Gateway, a route) becomes served cleanly. An unchanged document gives no
-event, so a resync or an endpoint change never repeats one.
+Service, an Ingress, a Gateway, a route: the entry's ``front``) becomes served cleanly. An
+unchanged document gives no event, so a resync or an endpoint change never repeats one. It
+compares only the entries the newer document says changed (``StatusDocument.changed_since``:
+one new route costs one entry's comparison, not the cluster's).
 
 ``EventRecorder`` writes them as core/v1 Events and de-duplicates like client-go's correlator:
 the same (object, type, reason, message) again counts up the existing Event (``count``,
@@ -36,11 +38,10 @@ from kubernetes_asyncio import client
 
 from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
-from podway.ir import IR
 from podway.kube.errors import Conflict, api_error
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
-from podway.status import StatusDocument
+from podway.status import ObjectEntry, StatusDocument
 from podway.translate import Severity
 
 log = logging.getLogger(__name__)
@@ -61,52 +62,41 @@ class Due:
     message: str
 
 
-def _warnings(doc: StatusDocument | None) -> dict[ObjectRef, set[tuple[str, str]]]:
-    out: dict[ObjectRef, set[tuple[str, str]]] = {}
-    if doc is None:
-        return out
-    for ref, entry in doc.objects.items():
-        if not entry.owned:
-            continue
-        found = {(str(p.reason), p.message) for p in entry.problems
-                 if p.severity is not Severity.INFO}  # info: nothing wrong, no Warning
-        found |= {("EngineRejected", f"engine {r.node} refused {r.type_name} {r.resource}: "
-                                     f"{r.message}") for r in entry.rejections}
-        if found:
-            out[ref] = found
-    return out
-
-
-def fronts(ir: IR) -> frozenset[ObjectRef]:
-    """The objects clients reach Podway through: listener and route origins (LoadBalancer
-    Services, Ingresses, Gateways, routes) — not the backend Services, Secrets or Pods."""
-    out: set[ObjectRef] = set()
-    for listener in ir.listeners:
-        out.update(listener.origins)
-        out.update(r.origin for v in listener.virtual_hosts for r in v.routes)
-        out.update(r.origin for r in listener.l4_routes)
-    return frozenset(out)
-
-
-def _synced(doc: StatusDocument | None, front: frozenset[ObjectRef]) -> set[ObjectRef]:
-    if doc is None:
+def _warnings(entry: ObjectEntry | None) -> set[tuple[str, str]]:
+    """(reason, message) of each Warning an entry calls for."""
+    if entry is None or not entry.owned:
         return set()
-    return {ref for ref in front if (e := doc.objects.get(ref)) is not None
-            and e.owned and e.accepted and not e.rejections
-            and all(p.severity is Severity.INFO for p in e.problems)}
+    found = {(str(p.reason), p.message) for p in entry.problems
+             if p.severity is not Severity.INFO}  # info: nothing wrong, no Warning
+    found |= {("EngineRejected", f"engine {r.node} refused {r.type_name} {r.resource}: "
+                                 f"{r.message}") for r in entry.rejections}
+    return found
 
 
-def changes(before: StatusDocument | None, after: StatusDocument, *,
-            fronts_before: frozenset[ObjectRef] = frozenset(),
-            fronts_after: frozenset[ObjectRef] = frozenset()) -> list[Due]:
-    """The events due between two documents (see the module docstring); ``fronts_*`` are the
-    objects that get a ``Synced`` event when served cleanly (``fronts`` of each IR)."""
-    old, new = _warnings(before), _warnings(after)
-    out = [Due(ref=ref, type="Warning", reason=reason, message=message)
-           for ref in sorted(new) for reason, message in sorted(new[ref] - old.get(ref, set()))]
-    out += [Due(ref=ref, type="Normal", reason="Synced", message="served by Podway")
-            for ref in sorted(_synced(after, fronts_after) - _synced(before, fronts_before))]
-    return out
+def _synced(entry: ObjectEntry | None) -> bool:
+    """A front (clients reach Podway through it) served cleanly."""
+    return entry is not None and entry.front and entry.owned and entry.accepted \
+        and not entry.rejections and all(p.severity is Severity.INFO for p in entry.problems)
+
+
+def changes(before: StatusDocument | None, after: StatusDocument) -> list[Due]:
+    """The events due between two documents (see the module docstring): only the entries
+    ``after`` says changed since ``before`` are compared (every entry when it cannot say)."""
+    refs = after.changed_since(before)
+    if refs is None:
+        refs = frozenset(after.objects.keys() | (before.objects.keys() if before else ()))
+    warnings: list[Due] = []
+    synced: list[Due] = []
+    for ref in sorted(refs):
+        old = before.objects.get(ref) if before is not None else None
+        new = after.objects.get(ref)
+        if old is new:
+            continue
+        warnings += [Due(ref=ref, type="Warning", reason=reason, message=message)
+                     for reason, message in sorted(_warnings(new) - _warnings(old))]
+        if _synced(new) and not _synced(old):
+            synced.append(Due(ref=ref, type="Normal", reason="Synced", message="served by Podway"))
+    return warnings + synced
 
 
 def load_error_events(before: Iterable[LoadError], after: Iterable[LoadError]) -> list[Due]:

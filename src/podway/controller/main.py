@@ -45,17 +45,11 @@ from kubernetes_asyncio import client
 from podway import surfaces
 from podway.backoff import Backoff
 from podway.controller.config import LiveConfig, follow_config, load_config
-from podway.controller.events import (
-    Due,
-    EventRecorder,
-    changes,
-    fronts,
-    load_error_events,
-)
+from podway.controller.events import Due, EventRecorder, changes, load_error_events
 from podway.controller.groups import EngineGroups
 from podway.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.controller.metrics import ControllerMetrics
-from podway.controller.modes import NPL_MANAGED, ModeGate, npl_plan, served_services
+from podway.controller.modes import NPL_MANAGED, ModeGate, NplPlanner
 from podway.controller.readiness import ReadinessGate
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
@@ -144,6 +138,7 @@ class Controller:
         self.metrics = ControllerMetrics()
         self.pipeline_metrics = PipelineMetrics()
         self._npl_requested: dict[Key, str] = {}
+        self._npl_planner = NplPlanner()
         self._npl_seen: tuple[object, ...] = ()
 
     async def run(self) -> None:
@@ -267,7 +262,6 @@ class Controller:
         assert self.pipeline is not None
         assert self.status is not None
         doc: StatusDocument | None = None
-        front: frozenset[ObjectRef] = frozenset()
         errors: tuple[LoadError, ...] = ()
         pending: dict[Key, tuple[str, ...]] = {}
         generation = 0
@@ -284,10 +278,8 @@ class Controller:
             await self.status.write(state)
             due: list[Due] = []
             if self.status.last_document is not None and self.status.last_document is not doc:
-                now_front = fronts(state.ir)
-                due += changes(doc, self.status.last_document, fronts_before=front,
-                               fronts_after=now_front)
-                doc, front = self.status.last_document, now_front
+                due += changes(doc, self.status.last_document)
+                doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
                 errors = state.update.errors
@@ -353,9 +345,8 @@ class Controller:
         if last and last[0] is services and last[1] is state.ir.listeners and last[2] == held:
             return  # members moved; no Service and no structure did
         self._npl_seen = (services, state.ir.listeners, held)
-        requested = {key: self.gate.requested(s) for key, s in services.items()}
-        plan = npl_plan(services.values(), served=served_services(state.ir),
-                        requested=requested)
+        plan = self._npl_planner.plan(services, state.ir.pools, requested=self.gate.requested,
+                                      default=self.gate.default, held=held)
         core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
         for keys, value in ((plan.enable, "true"), (plan.disable, None)):
             for key in keys:

@@ -22,22 +22,27 @@ there yet.
 
 ``npl_plan`` is the pure decision behind the ``nodeportlocal.antrea.io/enabled`` annotation: the
 controller adds it (with the marker ``podway.io/npl-managed``) to every Service it serves in
-``nodeportlocal`` mode, and removes it only where its marker says it added it.
+``nodeportlocal`` mode, and removes it only where its marker says it added it. ``NplPlanner``
+gives the same plan state after state, judging again only the Services whose object (by
+identity), served-ness (a pool made from it, by pool identity) or hold changed — every one when
+the default mode changes — so a new route does not cost a pass over every Service.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from podway.ir import IR
+from podway.ir import IR, Pool
 from podway.model import EndpointSlice, Pod, Service, Snapshot, npl
 from podway.model.snapshot import Key
 from podway.sources.base import Source, SourceUpdate
+from podway.status.document import replaced_keys
 from podway.translate import BackendMode, TranslateOptions
 from podway.translate.backends import MODE_ANNOTATION, service_mode
 from podway.translate.members import EndpointIndex
@@ -257,13 +262,70 @@ def npl_plan(services: Iterable[Service], *, served: frozenset[Key],
     disable it on Services Podway marked that it no longer serves in that mode."""
     enable, disable = [], []
     for service in services:
-        key = service.key
-        annotations = service.metadata.annotations
-        wanted = key in served and requested.get(key) is BackendMode.NODEPORTLOCAL
-        enabled = annotations.get(npl.ENABLED_ANNOTATION) == "true"
-        ours = annotations.get(NPL_MANAGED) == "true"
-        if wanted and not enabled:
-            enable.append(key)
-        elif not wanted and ours:
-            disable.append(key)
+        verdict = _npl_verdict(service, service.key in served, requested.get(service.key))
+        if verdict is True:
+            enable.append(service.key)
+        elif verdict is False:
+            disable.append(service.key)
     return NplPlan(enable=tuple(sorted(enable)), disable=tuple(sorted(disable)))
+
+
+def _npl_verdict(service: Service, served: bool, requested: BackendMode | None) -> bool | None:
+    """True: enable NPL on it; False: clear it (ours); None: leave it."""
+    annotations = service.metadata.annotations
+    wanted = served and requested is BackendMode.NODEPORTLOCAL
+    if wanted and annotations.get(npl.ENABLED_ANNOTATION) != "true":
+        return True
+    if not wanted and annotations.get(NPL_MANAGED) == "true":
+        return False
+    return None
+
+
+class NplPlanner:
+    """``npl_plan`` from one state to the next, judging only what changed (module docstring)."""
+
+    def __init__(self) -> None:
+        self._services: Mapping[Key, Service] = {}
+        self._pools: Mapping[str, Pool] = {}
+        self._served: Counter[Key] = Counter()  # pools made from each Service
+        self._default: BackendMode | None = None
+        self._held: Mapping[Key, object] = {}
+        self._verdicts: dict[Key, bool] = {}
+        self._plan = NplPlan()
+
+    def plan(self, services: Mapping[Key, Service], pools: Mapping[str, Pool], *,
+             requested: Callable[[Service], BackendMode], default: BackendMode,
+             held: Mapping[Key, object]) -> NplPlan:
+        """The plan ``npl_plan`` gives for these Services and pools (``requested``: each
+        Service's requested mode, which follows ``default`` and the ``held`` Services)."""
+        keys = set(replaced_keys(self._services, services))
+        for name in replaced_keys(self._pools, pools):
+            for pool, step in ((self._pools.get(name), -1), (pools.get(name), 1)):
+                origin = pool.origin if pool is not None else None
+                if origin is not None and origin.kind == "Service":
+                    key = (origin.namespace, origin.name)
+                    self._served[key] += step
+                    if self._served[key] <= 0:
+                        del self._served[key]
+                    keys.add(key)
+        keys.update(k for k in held.keys() | self._held.keys()
+                    if held.get(k) != self._held.get(k))
+        if default is not self._default:
+            keys = set(services) | set(self._verdicts)
+        changed = False
+        for key in keys:
+            service = services.get(key)
+            verdict = None if service is None else _npl_verdict(
+                service, self._served[key] > 0, requested(service))
+            if verdict is None:
+                changed |= self._verdicts.pop(key, None) is not None
+            elif self._verdicts.get(key) is not verdict:
+                self._verdicts[key] = verdict
+                changed = True
+        if changed:
+            self._plan = NplPlan(
+                enable=tuple(sorted(k for k, v in self._verdicts.items() if v)),
+                disable=tuple(sorted(k for k, v in self._verdicts.items() if not v)))
+        self._services, self._pools, self._default = services, pools, default
+        self._held = dict(held)
+        return self._plan

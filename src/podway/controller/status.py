@@ -38,16 +38,18 @@ from podway.backoff import Backoff
 from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.source import CRD_STATUS_KINDS, KindInfo
+from podway.ir import IR
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
 from podway.model.base import ObjectRef
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
-from podway.status import StatusDocument, of_state
+from podway.status import StatusDocument
+from podway.status.document import DocumentBuilder
 from podway.translate import TranslateOptions
 from podway.translate import service as service_rules
 from podway.translate.problems import Problem, Reason
-from podway.translate.status import ObjectStatus, to_api
+from podway.translate.status import to_api
 
 log = logging.getLogger(__name__)
 
@@ -58,51 +60,147 @@ Status = dict[str, Any]
 
 
 def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
-            lb_address: str | None,
-            memo: dict[ObjectRef, tuple[ObjectStatus, Status]] | None = None
-            ) -> dict[Target, Status]:
-    """The status every object Podway writes should carry (no timestamps yet). ``memo`` keeps
-    each object's last API form, reused while its ``ObjectStatus`` is equal (the caller must
-    not mutate what it gets)."""
+            lb_address: str | None) -> dict[Target, Status]:
+    """The status every object Podway writes should carry (no timestamps yet), from scratch."""
     out: dict[Target, Status] = {}
-    memo = {} if memo is None else memo
     for ref, entry in doc.objects.items():
         if ref.kind in CRD_STATUS_KINDS and entry.status is not None:
-            known = memo.get(ref)
-            if known is None or known[0] != entry.status:
-                known = (entry.status, to_api(entry.status, kind=ref.kind))
-                memo[ref] = known
-            out[(ref.kind, (ref.namespace, ref.name))] = known[1]
-    bound: dict[tuple[str, str], list[str]] = {}  # every address, in listener order
-    for listener in state.ir.listeners:
-        for origin in listener.origins:
-            seen = bound.setdefault((origin.kind, f"{origin.namespace}/{origin.name}"), [])
-            if listener.address not in seen:
-                seen.append(listener.address)
+            out[(ref.kind, (ref.namespace, ref.name))] = to_api(entry.status, kind=ref.kind)
+    bound = bound_addresses(state.ir)
     snapshot = state.update.snapshot
     for key, service in snapshot.kind(Service).items():
-        if not service_rules.is_ours(service, opts):
-            continue
-        # Every VIP the Service binds (an IPAM grant may hold several): the published status
-        # is also how the allocation survives a restart (podway.ipam reads it back).
-        ips = dict.fromkeys(ip for address in bound.get(("Service", f"{key[0]}/{key[1]}"), [])
-                            if (ip := _published(address, lb_address)))
-        status: Status = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
-        if opts.vips is not None:
-            found = doc.objects.get(ObjectRef("Service", *key))
-            status["conditions"] = [vip_condition(
-                list(ips), found.problems if found is not None else (),
-                service.metadata.generation)]
-        out[("Service", key)] = status
+        status = _service_status(key, service, bound, doc, opts=opts, lb_address=lb_address)
+        if status is not None:
+            out[("Service", key)] = status
     for key in snapshot.kind(Ingress):
-        found = doc.objects.get(ObjectRef("Ingress", *key))
-        if found is None or not found.owned:
-            continue
-        addresses = bound.get(("Ingress", f"{key[0]}/{key[1]}"))
-        ip = _published(addresses[0] if addresses else None, lb_address) if found.accepted \
-            else None
-        out[("Ingress", key)] = {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
+        status = _ingress_status(key, bound, doc, lb_address)
+        if status is not None:
+            out[("Ingress", key)] = status
     return out
+
+
+class Desired:
+    """``desired`` kept from one state to the next: only the targets whose inputs changed are
+    recomputed — the objects the status document says changed, the Services and Ingresses
+    added, replaced or removed (by identity), and those whose bound addresses moved."""
+
+    def __init__(self, *, opts: TranslateOptions, lb_address: str | None) -> None:
+        self._opts = opts
+        self._lb_address = lb_address
+        self._doc: StatusDocument | None = None
+        self._want: dict[Target, Status] = {}
+        self._services: Mapping[Key, Service] = {}
+        self._ingresses: Mapping[Key, Ingress] = {}
+        self._listeners: object = None
+        self._bound: dict[Target, list[str]] = {}
+
+    @property
+    def want(self) -> Mapping[Target, Status]:
+        """Every target's desired status as of the last ``update`` (do not mutate)."""
+        return self._want
+
+    def update(self, doc: StatusDocument, state: State) -> set[Target]:
+        """Bring ``want`` to ``doc`` and ``state``; the targets whose status may differ."""
+        delta = doc.changed_since(self._doc)
+        snapshot = state.update.snapshot
+        services, ingresses = snapshot.kind(Service), snapshot.kind(Ingress)
+        if delta is None:  # another lineage (the first document): from scratch
+            before = self._want
+            self._want = desired(doc, state, opts=self._opts, lb_address=self._lb_address)
+            self._doc, self._services, self._ingresses = doc, services, ingresses
+            self._listeners, self._bound = state.ir.listeners, bound_addresses(state.ir)
+            return set(before) | set(self._want)
+        touched: set[Target] = set()
+        for ref in delta:
+            target = (ref.kind, (ref.namespace, ref.name))
+            if ref.kind in CRD_STATUS_KINDS:
+                entry = doc.objects.get(ref)
+                if entry is not None and entry.status is not None:
+                    self._want[target] = to_api(entry.status, kind=ref.kind)
+                elif self._want.pop(target, None) is None:
+                    continue
+            elif ref.kind not in ("Service", "Ingress"):
+                continue  # no status of its own to write
+            touched.add(target)
+        touched |= _replaced("Service", self._services, services)
+        touched |= _replaced("Ingress", self._ingresses, ingresses)
+        if state.ir.listeners is not self._listeners:
+            bound = bound_addresses(state.ir)
+            touched |= {t for t in bound.keys() | self._bound.keys()
+                        if bound.get(t) != self._bound.get(t)}
+            self._listeners, self._bound = state.ir.listeners, bound
+        out: set[Target] = set()
+        for target in touched:
+            kind, key = target
+            status: Status | None
+            if kind == "Service":
+                service = services.get(key)
+                status = None if service is None else _service_status(
+                    key, service, self._bound, doc, opts=self._opts,
+                    lb_address=self._lb_address)
+            elif kind == "Ingress":
+                status = _ingress_status(key, self._bound, doc, self._lb_address) \
+                    if key in ingresses else None
+            else:
+                out.add(target)  # set above
+                continue
+            if status is None:
+                if self._want.pop(target, None) is not None:
+                    out.add(target)
+            elif status != self._want.get(target):
+                self._want[target] = status
+                out.add(target)
+        self._doc, self._services, self._ingresses = doc, services, ingresses
+        return out
+
+
+def _replaced(kind: str, old: Mapping[Key, Any], new: Mapping[Key, Any]) -> set[Target]:
+    """Targets of ``kind`` added, replaced (by identity) or removed between two maps."""
+    if old is new:
+        return set()
+    out = {(kind, key) for key, obj in new.items() if old.get(key) is not obj}
+    out.update((kind, key) for key in old.keys() - new.keys())
+    return out
+
+
+def bound_addresses(ir: IR) -> dict[Target, list[str]]:
+    """Every address each object's listeners bind, in listener order."""
+    bound: dict[Target, list[str]] = {}
+    for listener in ir.listeners:
+        for origin in listener.origins:
+            seen = bound.setdefault((origin.kind, (origin.namespace, origin.name)), [])
+            if listener.address not in seen:
+                seen.append(listener.address)
+    return bound
+
+
+def _service_status(key: Key, service: Service, bound: Mapping[Target, list[str]],
+                    doc: StatusDocument, *, opts: TranslateOptions, lb_address: str | None
+                    ) -> Status | None:
+    if not service_rules.is_ours(service, opts):
+        return None
+    # Every VIP the Service binds (an IPAM grant may hold several): the published status
+    # is also how the allocation survives a restart (podway.ipam reads it back).
+    ips = dict.fromkeys(ip for address in bound.get(("Service", key), [])
+                        if (ip := _published(address, lb_address)))
+    status: Status = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
+    if opts.vips is not None:
+        found = doc.objects.get(ObjectRef("Service", *key))
+        status["conditions"] = [vip_condition(
+            list(ips), found.problems if found is not None else (),
+            service.metadata.generation)]
+    return status
+
+
+def _ingress_status(key: Key, bound: Mapping[Target, list[str]], doc: StatusDocument,
+                    lb_address: str | None) -> Status | None:
+    found = doc.objects.get(ObjectRef("Ingress", *key))
+    if found is None or not found.owned:
+        return None
+    addresses = bound.get(("Ingress", key))
+    ip = _published(addresses[0] if addresses else None, lb_address) if found.accepted \
+        else None
+    return {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
 
 
 VIP_CONDITION = "podway.io/VIPAllocated"
@@ -229,7 +327,11 @@ class StatusWriter:
         self._leadership = leadership
         self._written: dict[Target, Status] = {}  # stamped, as last written or found
         self._wanted: dict[Target, Status] = {}  # unstamped, as last written or found
-        self._api_forms: dict[ObjectRef, tuple[ObjectStatus, Status]] = {}
+        self._documents = DocumentBuilder()
+        self._desired = Desired(opts=opts, lb_address=lb_address)
+        # Targets whose desired status changed since a leader's pass looked at them, or
+        # whose PATCH failed: the only ones a pass compares (``resync``: all of them).
+        self._pending: set[Target] = set()
         self._seen: tuple[Any, ...] = ()
         self._lock = asyncio.Lock()
         self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
@@ -272,24 +374,33 @@ class StatusWriter:
             self._seen = ()
             self._written.clear()
             self._wanted.clear()
+            self._pending.update(self._desired.want)
 
     async def _write(self, state: State) -> int:
-        seen = (id(state.result.statuses), state.result.problems, state.rejections,
-                id(state.ir.listeners), state.update.snapshot.objects.get("Service"),
+        # Pools are left out: which pools exist (and their Services) changes only with the
+        # listeners or the statuses; a pool alone changes when its members move.
+        seen = (state.result.statuses, state.result.problems, state.rejections,
+                state.ir.listeners, state.update.snapshot.objects.get("Service"),
                 state.update.snapshot.objects.get("Ingress"))
-        if seen == self._seen:
+        if _same_inputs(seen, self._seen):
             return 0  # members moved, nothing a status shows
         self._seen = seen
-        doc = of_state(state)
+        doc = self._documents.of_state(state)
         self.last_document = doc
+        self._pending |= self._desired.update(doc, state)
         fence = self._leadership.fence()
         if not fence.valid():
             return 0  # a follower: the leader writes (``resync`` when this one leads)
-        want = desired(doc, state, opts=self._opts, lb_address=self._lb_address,
-                       memo=self._api_forms)
+        want = self._desired.want
         now = self._clock()
         todo: list[tuple[Target, Status, Status]] = []
-        for target, status in want.items():
+        pending, self._pending = self._pending, set()
+        for target in pending:
+            status = want.get(target)
+            if status is None:  # no longer ours to write
+                self._written.pop(target, None)
+                self._wanted.pop(target, None)
+                continue
             if self._wanted.get(target) is status or self._wanted.get(target) == status:
                 continue  # written (or found current) as it is now
             before = self._written.get(target) or self._current(*target)
@@ -300,12 +411,6 @@ class StatusWriter:
                 self._wanted[target] = status
                 continue
             todo.append((target, status, stamped))
-        for gone in set(self._written) - set(want):
-            del self._written[gone]
-        for gone in set(self._wanted) - set(want):
-            del self._wanted[gone]
-        for ref in [r for r in self._api_forms if (r.kind, (r.namespace, r.name)) not in want]:
-            del self._api_forms[ref]
         if todo:
             self.passes += 1
             await asyncio.gather(*(self._patch(t, w, s, fence) for t, w, s in todo))
@@ -330,12 +435,20 @@ class StatusWriter:
             except Exception as exc:
                 self._metrics.status_writes.labels(kind=kind, result="error").inc()
                 log.warning("status of %s %s/%s not written: %s", kind, namespace, name, exc)
-                self._seen = ()  # try again with the next state, or after a backoff
+                self._pending.add(target)  # again with the next state, or after a backoff
+                self._seen = ()
                 self.failed.set()
                 return
         self._written[target] = status
         self._wanted[target] = wanted
         self._metrics.status_writes.labels(kind=kind, result="ok").inc()
+
+
+def _same_inputs(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same objects (by identity, not ``id``: the id of a freed object can be reused),
+    problems and rejections (tuples) equal."""
+    return len(a) == len(b) and all(x is y or (isinstance(x, tuple) and x == y)
+                                     for x, y in zip(a, b, strict=True))
 
 
 async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, name: str,

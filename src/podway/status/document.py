@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from podway.ir import IR
 from podway.ir.listener import Listener, VirtualHost
@@ -199,10 +199,12 @@ class DocumentBuilder:
 
     def __init__(self) -> None:
         self._doc: StatusDocument | None = None
+        self._objects: dict[ObjectRef, ObjectEntry] = {}  # the last document's, never shared
         self._kinds: dict[str, Mapping[Key, Any]] = {}
         self._problems: tuple[Problem, ...] = ()
         self._by_object: dict[ObjectRef, tuple[Problem, ...]] = {}
         self._statuses: Mapping[ObjectRef, ObjectStatus] = {}
+        self._status_ids: set[int] = set()  # ids of the values of ``_statuses``
         self._ir: IR | None = None
         self._listeners: dict[tuple[str, int], _ListenerParts] = {}
         self._pools: Mapping[str, Pool] = {}
@@ -216,16 +218,28 @@ class DocumentBuilder:
         return self.build(snapshot=update.snapshot, result=state.result,
                           load_errors=update.errors, load_warnings=update.warnings,
                           stale_files=update.stale_files, rejections=state.rejections,
-                          generation=state.generation)
+                          generation=state.generation, changed=update.changed)
 
     def build(self, *, snapshot: Snapshot, result: Result,
               load_errors: Iterable[LoadError] = (), load_warnings: Iterable[LoadError] = (),
               stale_files: Iterable[str] = (), rejections: Iterable[Rejection] = (),
-              generation: int | None = None) -> StatusDocument:
-        """The document of these inputs (equal to ``build``'s), derived from the last one."""
+              generation: int | None = None,
+              changed: Iterable[tuple[str, Key]] | None = None) -> StatusDocument:
+        """The document of these inputs (equal to ``build``'s), derived from the last one.
+
+        ``changed``: the (kind, key) pairs that changed since the snapshot of the generation
+        before (``SourceUpdate.changed``); it spares the snapshot diff when ``generation``
+        follows the last document's, and is ignored otherwise.
+        """
         rejections = tuple(rejections)
         dirty: set[ObjectRef] = set()
-        self._snapshot_changes(snapshot, dirty)
+        last = self._doc.generation if self._doc is not None else None
+        if changed is not None and generation is not None and last is not None \
+                and generation == last + 1:
+            dirty.update(ObjectRef(kind, *key) for kind, key in changed)
+            self._kinds = dict(snapshot.objects)
+        else:
+            self._snapshot_changes(snapshot, dirty)
         self._problem_changes(result.problems, dirty)
         self._status_changes(result.statuses, dirty)
         ir_changed = self._ir_changes(result.ir, dirty)
@@ -236,8 +250,8 @@ class DocumentBuilder:
             dirty.update(refused)
             self._refused, self._rejections = refused, rejections
         before = self._doc
-        objects = dict(before.objects) if before is not None else {}
-        changed = set()
+        objects = self._objects.copy()  # a dict's copy: no key is hashed again
+        redone: set[ObjectRef] = set()
         in_snapshot = snapshot.objects
         for ref in dirty:
             problems = self._by_object.get(ref, ())
@@ -245,7 +259,7 @@ class DocumentBuilder:
             if not problems and status is None and (ref.namespace, ref.name) not in \
                     in_snapshot.get(ref.kind, _NONE):
                 if objects.pop(ref, None) is not None:
-                    changed.add(ref)
+                    redone.add(ref)
                 continue
             entry = _entry(ref, snapshot, result.ir, problems=problems, status=status,
                            mine=tuple(self._refused.get(ref, ())),
@@ -253,13 +267,13 @@ class DocumentBuilder:
             old = objects.get(ref)
             if old is None or old != entry:
                 objects[ref] = entry
-                changed.add(ref)
+                redone.add(ref)
         doc = StatusDocument(
             objects=MappingProxyType(objects), load_errors=tuple(load_errors),
             load_warnings=tuple(load_warnings), stale_files=tuple(stale_files),
             rejections=rejections, generation=generation, serial=next(_SERIALS),
-            basis=before.serial if before is not None else 0, changed=frozenset(changed))
-        self._doc = doc
+            basis=before.serial if before is not None else 0, changed=frozenset(redone))
+        self._doc, self._objects = doc, objects
         return doc
 
     def _snapshot_changes(self, snapshot: Snapshot, dirty: set[ObjectRef]) -> None:
@@ -272,9 +286,7 @@ class DocumentBuilder:
             if old is None:
                 dirty.update(ObjectRef(kind, *key) for key in objects)
                 continue
-            dirty.update(ObjectRef(kind, *key) for key, obj in objects.items()
-                         if old.get(key) is not obj)
-            dirty.update(ObjectRef(kind, *key) for key in old.keys() - objects.keys())
+            dirty.update(ObjectRef(kind, *key) for key in replaced_keys(old, objects))
         for kind in self._kinds.keys() - kinds.keys():
             dirty.update(ObjectRef(kind, *key) for key in self._kinds[kind])
         self._kinds = dict(kinds)
@@ -293,12 +305,23 @@ class DocumentBuilder:
 
     def _status_changes(self, statuses: Mapping[ObjectRef, ObjectStatus],
                         dirty: set[ObjectRef]) -> None:
+        """Objects whose status object was added, replaced or removed. By the ids of the status
+        objects (the translator keeps an unchanged one, for the object it was made for): no
+        ref is hashed unless something changed. A status object shared by several objects
+        makes this compare by ref instead."""
         old = self._statuses
         if statuses is old:
             return
-        dirty.update(ref for ref, status in statuses.items() if old.get(ref) is not status)
-        dirty.update(old.keys() - statuses.keys())
-        self._statuses = statuses
+        new_ids, old_ids = set(map(id, statuses.values())), self._status_ids
+        if len(new_ids) != len(statuses) or len(old_ids) != len(old):
+            dirty.update(ref for ref, status in statuses.items() if old.get(ref) is not status)
+            dirty.update(old.keys() - statuses.keys())
+        else:
+            if added := new_ids - old_ids:
+                dirty.update(ref for ref, status in statuses.items() if id(status) in added)
+            if gone := old_ids - new_ids:
+                dirty.update(ref for ref, status in old.items() if id(status) in gone)
+        self._statuses, self._status_ids = statuses, new_ids
 
     def _ir_changes(self, ir: IR, dirty: set[ObjectRef]) -> bool:
         """Update the served/front counts from the IR parts that changed (by identity); the
@@ -333,18 +356,12 @@ class DocumentBuilder:
             self._listeners = parts
         if self._ir is None or ir.pools is not self._ir.pools:
             old = self._pools
-            for name, pool in ir.pools.items():
-                was = old.get(name)
-                if was is pool:
-                    continue
+            for name in replaced_keys(old, ir.pools):
+                was, pool = old.get(name), ir.pools.get(name)
                 if was is not None and was.origin is not None:
                     count((was.origin,), served, -1)
-                if pool.origin is not None:
+                if pool is not None and pool.origin is not None:
                     count((pool.origin,), served, 1)
-            for name in old.keys() - ir.pools.keys():
-                origin = old[name].origin
-                if origin is not None:
-                    count((origin,), served, -1)
             self._pools = ir.pools
         self._ir = ir
         dirty.update(touched)
@@ -384,6 +401,22 @@ class DocumentBuilder:
 
 
 _NONE: Mapping[Key, Any] = MappingProxyType({})
+_K = TypeVar("_K")
+
+
+def replaced_keys(old: Mapping[_K, Any], new: Mapping[_K, Any]) -> list[_K]:
+    """Keys whose value was added, replaced or removed, by the values' ids — for maps where
+    each value sits under a key of its own (a snapshot kind by key, pools by name): the same
+    value means the same key. C-speed set work unless something changed."""
+    if old is new:
+        return []
+    new_ids, old_ids = set(map(id, new.values())), set(map(id, old.values()))
+    out: list[_K] = []
+    if added := new_ids - old_ids:
+        out += [key for key, value in new.items() if id(value) in added]
+    if gone := old_ids - new_ids:
+        out += [key for key, value in old.items() if id(value) in gone]
+    return out
 
 
 def _head(listener: Listener) -> tuple[_Refs, _Refs]:

@@ -8,11 +8,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from podway.controller.modes import ModeGate, npl_plan
+from podway.controller.modes import ModeGate, NplPlanner, npl_plan
+from podway.ir import Pool
 from podway.model import EndpointSlice, K8sObject, Pod, Service, Snapshot
+from podway.model.base import ObjectRef
 from podway.sources.base import SourceUpdate
 from podway.translate import BackendMode, TranslateOptions
-from podway.translate.backends import MODE_ANNOTATION
+from podway.translate.backends import MODE_ANNOTATION, service_mode
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default: clusterip
 KEY = ("ns", "web")
@@ -170,3 +172,54 @@ async def test_set_default_re_applies_the_last_update_at_once() -> None:
     later = await asyncio.wait_for(anext(updates), 5)
     assert mode_seen(later) == "nodeport"
     await updates.aclose()  # type: ignore[attr-defined]
+
+
+def test_npl_planner_plans_as_npl_plan_state_after_state() -> None:
+    """The planner judges again only what changed, yet every plan equals ``npl_plan`` from
+    scratch: a Service edited, a pool made from a Service appearing and going, the default
+    mode switched (which changes the request of every Service without the annotation)."""
+    def svc(name: str, mode: str | None = None, **annotations: str) -> Service:
+        return Service.model_validate({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "ns",
+                         "annotations": {**({MODE_ANNOTATION: mode} if mode else {}),
+                                         **annotations}},
+            "spec": {"ports": [{"port": 80}]}})
+
+    made = {n: Pool(name=f"pool/ns/{n}/80", origin=ObjectRef("Service", "ns", n))
+            for n in "abcd"}  # the same objects from state to state, as the translator keeps
+
+    def pools(*names: str) -> dict[str, Pool]:
+        return {made[n].name: made[n] for n in names}
+
+    ours = {"nodeportlocal.antrea.io/enabled": "true", "podway.io/npl-managed": "true"}
+    steps: list[tuple[dict[str, Service], dict[str, Pool], BackendMode]] = []
+    services = {"a": svc("a", "nodeportlocal"), "b": svc("b"), "c": svc("c", **ours),
+                "d": svc("d")}
+    steps.append((dict(services), pools("a", "d"), BackendMode.CLUSTERIP))
+    services["b"] = svc("b", "nodeportlocal")  # edited: asks for NPL, not served yet
+    steps.append((dict(services), pools("a", "d"), BackendMode.CLUSTERIP))
+    steps.append((dict(services), pools("a", "b", "d"), BackendMode.CLUSTERIP))  # b served
+    steps.append((dict(services), pools("a", "b", "d"), BackendMode.NODEPORTLOCAL))  # default
+    services["a"] = svc("a", "nodeportlocal", **ours)  # the watch shows the annotation
+    del services["b"]
+    steps.append((dict(services), pools("a", "c", "d"), BackendMode.NODEPORTLOCAL))
+    planner = NplPlanner()
+    plans = []
+    for services_now, pools_now, default in steps:
+        opts = TranslateOptions(address="198.18.0.1", mode=default)
+        by_key = {s.key: s for s in services_now.values()}
+        want = npl_plan(by_key.values(), served=frozenset(
+            (p.origin.namespace, p.origin.name) for p in pools_now.values()
+            if p.origin is not None),
+            requested={k: service_mode(s, opts) for k, s in by_key.items()})
+        got = planner.plan(by_key, pools_now, requested=lambda s, o=opts: service_mode(s, o),
+                           default=default, held={})
+        assert got == want
+        plans.append(got)
+    assert plans[0].enable == (("ns", "a"),)
+    assert plans[0].disable == (("ns", "c"),)
+    assert plans[1].enable == (("ns", "a"),)
+    assert plans[2].enable == (("ns", "a"), ("ns", "b"))
+    assert plans[3].enable == (("ns", "a"), ("ns", "b"), ("ns", "d"))
+    assert (plans[4].enable, plans[4].disable) == ((("ns", "d"),), ())
