@@ -42,7 +42,7 @@ from podway.ir import IR, Pool
 from podway.model import EndpointSlice, Pod, Service, Snapshot, npl
 from podway.model.snapshot import Key
 from podway.sources.base import Source, SourceUpdate
-from podway.status.document import replaced_keys
+from podway.status.document import MapDiff
 from podway.translate import BackendMode, TranslateOptions
 from podway.translate.backends import MODE_ANNOTATION, service_mode
 from podway.translate.members import EndpointIndex
@@ -285,8 +285,9 @@ class NplPlanner:
     """``npl_plan`` from one state to the next, judging only what changed (module docstring)."""
 
     def __init__(self) -> None:
-        self._services: Mapping[Key, Service] = {}
-        self._pools: Mapping[str, Pool] = {}
+        self._services: MapDiff[Key] = MapDiff()
+        self._pools: Mapping[str, Pool] = MappingProxyType({})
+        self._pool_diff: MapDiff[str] = MapDiff()
         self._served: Counter[Key] = Counter()  # pools made from each Service
         self._default: BackendMode | None = None
         self._held: Mapping[Key, object] = {}
@@ -298,8 +299,8 @@ class NplPlanner:
              held: Mapping[Key, object]) -> NplPlan:
         """The plan ``npl_plan`` gives for these Services and pools (``requested``: each
         Service's requested mode, which follows ``default`` and the ``held`` Services)."""
-        keys = set(replaced_keys(self._services, services))
-        for name in replaced_keys(self._pools, pools):
+        keys = set(self._services.update(services))
+        for name in self._pool_diff.update(pools):
             for pool, step in ((self._pools.get(name), -1), (pools.get(name), 1)):
                 origin = pool.origin if pool is not None else None
                 if origin is not None and origin.kind == "Service":
@@ -326,6 +327,6 @@ class NplPlanner:
             self._plan = NplPlan(
                 enable=tuple(sorted(k for k, v in self._verdicts.items() if v)),
                 disable=tuple(sorted(k for k, v in self._verdicts.items() if not v)))
-        self._services, self._pools, self._default = services, pools, default
+        self._pools, self._default = pools, default
         self._held = dict(held)
         return self._plan

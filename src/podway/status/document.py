@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from podway.ir import IR
 from podway.ir.listener import Listener, VirtualHost
@@ -200,14 +200,14 @@ class DocumentBuilder:
     def __init__(self) -> None:
         self._doc: StatusDocument | None = None
         self._objects: dict[ObjectRef, ObjectEntry] = {}  # the last document's, never shared
-        self._kinds: dict[str, Mapping[Key, Any]] = {}
+        self._kinds: dict[str, MapDiff[Key]] = {}
         self._problems: tuple[Problem, ...] = ()
         self._by_object: dict[ObjectRef, tuple[Problem, ...]] = {}
-        self._statuses: Mapping[ObjectRef, ObjectStatus] = {}
-        self._status_ids: set[int] = set()  # ids of the values of ``_statuses``
+        self._statuses: MapDiff[ObjectRef] = MapDiff()
         self._ir: IR | None = None
         self._listeners: dict[tuple[str, int], _ListenerParts] = {}
-        self._pools: Mapping[str, Pool] = {}
+        self._pools: Mapping[str, Pool] = MappingProxyType({})
+        self._pool_diff: MapDiff[str] = MapDiff()
         self._served: Counter[ObjectRef] = Counter()
         self._front: Counter[ObjectRef] = Counter()
         self._rejections: tuple[Rejection, ...] = ()
@@ -237,7 +237,10 @@ class DocumentBuilder:
         if changed is not None and generation is not None and last is not None \
                 and generation == last + 1:
             dirty.update(ObjectRef(kind, *key) for kind, key in changed)
-            self._kinds = dict(snapshot.objects)
+            for kind, per_kind in snapshot.objects.items():
+                self._kinds.setdefault(kind, MapDiff()).rebase(per_kind)
+            for kind in self._kinds.keys() - snapshot.objects.keys():
+                del self._kinds[kind]
         else:
             self._snapshot_changes(snapshot, dirty)
         self._problem_changes(result.problems, dirty)
@@ -280,16 +283,10 @@ class DocumentBuilder:
         """Objects added, replaced (by identity) or removed, kind by kind."""
         kinds = snapshot.objects
         for kind, objects in kinds.items():
-            old = self._kinds.get(kind)
-            if old is objects:
-                continue
-            if old is None:
-                dirty.update(ObjectRef(kind, *key) for key in objects)
-                continue
-            dirty.update(ObjectRef(kind, *key) for key in replaced_keys(old, objects))
+            diff = self._kinds.setdefault(kind, MapDiff())
+            dirty.update(ObjectRef(kind, *key) for key in diff.update(objects))
         for kind in self._kinds.keys() - kinds.keys():
-            dirty.update(ObjectRef(kind, *key) for key in self._kinds[kind])
-        self._kinds = dict(kinds)
+            dirty.update(ObjectRef(kind, *key) for key in self._kinds.pop(kind).update({}))
 
     def _problem_changes(self, problems: tuple[Problem, ...], dirty: set[ObjectRef]) -> None:
         if problems is self._problems:
@@ -305,23 +302,8 @@ class DocumentBuilder:
 
     def _status_changes(self, statuses: Mapping[ObjectRef, ObjectStatus],
                         dirty: set[ObjectRef]) -> None:
-        """Objects whose status object was added, replaced or removed. By the ids of the status
-        objects (the translator keeps an unchanged one, for the object it was made for): no
-        ref is hashed unless something changed. A status object shared by several objects
-        makes this compare by ref instead."""
-        old = self._statuses
-        if statuses is old:
-            return
-        new_ids, old_ids = set(map(id, statuses.values())), self._status_ids
-        if len(new_ids) != len(statuses) or len(old_ids) != len(old):
-            dirty.update(ref for ref, status in statuses.items() if old.get(ref) is not status)
-            dirty.update(old.keys() - statuses.keys())
-        else:
-            if added := new_ids - old_ids:
-                dirty.update(ref for ref, status in statuses.items() if id(status) in added)
-            if gone := old_ids - new_ids:
-                dirty.update(ref for ref, status in old.items() if id(status) in gone)
-        self._statuses, self._status_ids = statuses, new_ids
+        """Objects whose status object was added, replaced or removed (``MapDiff``)."""
+        dirty.update(self._statuses.update(statuses))
 
     def _ir_changes(self, ir: IR, dirty: set[ObjectRef]) -> bool:
         """Update the served/front counts from the IR parts that changed (by identity); the
@@ -356,7 +338,7 @@ class DocumentBuilder:
             self._listeners = parts
         if self._ir is None or ir.pools is not self._ir.pools:
             old = self._pools
-            for name in replaced_keys(old, ir.pools):
+            for name in self._pool_diff.update(ir.pools):
                 was, pool = old.get(name), ir.pools.get(name)
                 if was is not None and was.origin is not None:
                     count((was.origin,), served, -1)
@@ -404,19 +386,42 @@ _NONE: Mapping[Key, Any] = MappingProxyType({})
 _K = TypeVar("_K")
 
 
-def replaced_keys(old: Mapping[_K, Any], new: Mapping[_K, Any]) -> list[_K]:
-    """Keys whose value was added, replaced or removed, by the values' ids — for maps where
-    each value sits under a key of its own (a snapshot kind by key, pools by name): the same
-    value means the same key. C-speed set work unless something changed."""
-    if old is new:
-        return []
-    new_ids, old_ids = set(map(id, new.values())), set(map(id, old.values()))
-    out: list[_K] = []
-    if added := new_ids - old_ids:
-        out += [key for key, value in new.items() if id(value) in added]
-    if gone := old_ids - new_ids:
-        out += [key for key, value in old.items() if id(value) in gone]
-    return out
+class MapDiff(Generic[_K]):
+    """Successive versions of one map: which keys' values were added, replaced (by identity)
+    or removed since the last version. An index of the values' ids is built at C speed and
+    compared as sets, so a map of 10,000 costs no key hashing and no Python loop over it.
+    Exact where each value sits under a key of its own (a snapshot kind by key, pools by
+    name, statuses by object: the translator keeps a status for the object it was made
+    for); a value found under several keys makes it compare key by key instead."""
+
+    def __init__(self) -> None:
+        self._map: Mapping[_K, Any] = MappingProxyType({})
+        self._index: dict[int, _K] | None = {}  # None: not built yet
+
+    def rebase(self, new: Mapping[_K, Any]) -> None:
+        """Make ``new`` the last version without diffing (the caller knows what changed)."""
+        if new is not self._map:
+            self._map, self._index = new, None
+
+    def update(self, new: Mapping[_K, Any]) -> list[_K]:
+        """The keys that differ from the last version; ``new`` becomes the last version."""
+        old = self._map
+        if new is old:
+            return []
+        old_index = self._index if self._index is not None else _id_index(old)
+        index = _id_index(new)
+        if len(index) != len(new) or len(old_index) != len(old):
+            out = [key for key, value in new.items() if old.get(key) is not value]
+            out += old.keys() - new.keys()
+        else:
+            out = [index[i] for i in index.keys() - old_index.keys()]
+            out += [old_index[i] for i in old_index.keys() - index.keys()]
+        self._map, self._index = new, index
+        return out
+
+
+def _id_index(values: Mapping[_K, Any]) -> dict[int, _K]:
+    return dict(zip(map(id, values.values()), values.keys(), strict=True))
 
 
 def _head(listener: Listener) -> tuple[_Refs, _Refs]:

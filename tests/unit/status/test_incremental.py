@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from podway.model import K8sObject, Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import parse_object
+from podway.model.snapshot import Key
 from podway.pipeline import Rejection
 from podway.status import StatusDocument, build
 from podway.status.document import DocumentBuilder
@@ -92,6 +93,12 @@ def _refused(result: Result, rejections: tuple[Rejection, ...], arg: tuple[int, 
     return tuple(sorted({*rejections, new}, key=lambda r: (r.type_url, r.resource)))
 
 
+def _changed(before: Snapshot, after: Snapshot) -> list[tuple[str, Key]]:
+    return [(kind, key) for kind in before.objects.keys() | after.objects.keys()
+            for key in before.objects.get(kind, {}).keys() | after.objects.get(kind, {}).keys()
+            if before.objects.get(kind, {}).get(key) is not after.objects.get(kind, {}).get(key)]
+
+
 def _differing(before: StatusDocument, after: StatusDocument) -> set[ObjectRef]:
     return {ref for ref in before.objects.keys() | after.objects.keys()
             if before.objects.get(ref) != after.objects.get(ref)}
@@ -110,7 +117,9 @@ def test_incremental_document_equals_from_scratch(start: list[Any],
     before = builder.build(snapshot=snapshot, result=result)
     assert before == build(snapshot=snapshot, result=result)
     for generation, step in enumerate(sequence, start=1):
-        snapshot = _apply(snapshot, step)
+        previous, snapshot = snapshot, _apply(snapshot, step)
+        # Every other step says what changed, as a source does (``SourceUpdate.changed``).
+        hint = _changed(previous, snapshot) if generation % 2 else None
         result = translator.update(snapshot)
         if step[0] == "fresh":
             result = translate(snapshot, OPTS)
@@ -119,7 +128,7 @@ def test_incremental_document_equals_from_scratch(start: list[Any],
         elif step[0] == "clear":
             rejections = ()
         got = builder.build(snapshot=snapshot, result=result, rejections=rejections,
-                            generation=generation)
+                            generation=generation, changed=hint)
         want = build(snapshot=snapshot, result=result, rejections=rejections,
                      generation=generation)
         assert got == want
