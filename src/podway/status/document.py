@@ -190,7 +190,7 @@ class _ListenerParts:
 
     listener: Listener  # holds the parts, so their ids stay theirs
     head: tuple[_Refs, _Refs]  # (served, front) of origins, L4 routes and certificates
-    hosts: frozenset[int]  # ids of its virtual hosts
+    hosts: dict[int, VirtualHost]  # its virtual hosts by id
 
 
 class DocumentBuilder:
@@ -331,7 +331,7 @@ class DocumentBuilder:
             for gone in self._listeners.values():  # listeners no longer there
                 count(gone.head[0], served, -1)
                 count(gone.head[1], front, -1)
-                for host in gone.listener.virtual_hosts:
+                for host in gone.hosts.values():
                     routes = [r.origin for r in host.routes]
                     count(routes, served, -1)
                     count(routes, front, -1)
@@ -356,19 +356,16 @@ class DocumentBuilder:
         if old is not None and old.listener is listener:
             return old
         head = _head(listener)
-        hosts = frozenset(map(id, listener.virtual_hosts))
-        added: tuple[VirtualHost, ...]
-        removed: tuple[VirtualHost, ...]
+        hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts, strict=True))
+        added: list[VirtualHost]
+        removed: list[VirtualHost]
         if old is None:
-            added, removed = listener.virtual_hosts, ()
+            added, removed = list(hosts.values()), []
             old_head: tuple[_Refs, _Refs] = ((), ())
         else:
             old_head = old.head
-            new_ids, old_ids = hosts - old.hosts, old.hosts - hosts
-            added = tuple(h for h in listener.virtual_hosts if id(h) in new_ids) \
-                if new_ids else ()
-            removed = tuple(h for h in old.listener.virtual_hosts if id(h) in old_ids) \
-                if old_ids else ()
+            added = [hosts[i] for i in hosts.keys() - old.hosts.keys()]
+            removed = [old.hosts[i] for i in old.hosts.keys() - hosts.keys()]
         if head != old_head:
             count(old_head[0], served, -1)
             count(old_head[1], front, -1)
