@@ -68,6 +68,7 @@ from podway.kube.errors import ApiError, NotFound, api_error
 from podway.model.core import LB_READY, EndpointSlice, Pod, PodCondition
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
+from podway.status.document import MapDiff
 from podway.xds.member_health import Health, HostKey, HostState, MemberHealthReports
 
 log = logging.getLogger(__name__)
@@ -92,13 +93,51 @@ def pod_members(pools: Mapping[str, Pool]) -> dict[Key, tuple[HostKey, ...]]:
     the engine never gets them)."""
     out: dict[Key, list[HostKey]] = {}
     for name, pool in pools.items():
-        for member in pool.members:
-            origin = member.origin
-            if origin is None or origin.kind != "Pod" or member.weight <= 0:
-                continue
-            out.setdefault((origin.namespace, origin.name), []).append(
-                (name, f"{member.address}:{member.port}"))
+        for key, host in _pod_hosts(name, pool):
+            out.setdefault(key, []).append(host)
     return {key: tuple(sorted(hosts)) for key, hosts in out.items()}
+
+
+class PodMembers:
+    """``pod_members`` from one state to the next: only the pools replaced (by identity:
+    ``MapDiff``) are read again, so a new route or one moved endpoint costs its pools, not
+    every pool."""
+
+    def __init__(self) -> None:
+        self._diff: MapDiff[str] = MapDiff()
+        self._pools: dict[str, Pool] = {}
+        self._hosts: dict[Key, Counter[HostKey]] = {}
+        self.members: dict[Key, tuple[HostKey, ...]] = {}  # what ``pod_members`` gives
+
+    def update(self, pools: Mapping[str, Pool]) -> Mapping[Key, tuple[HostKey, ...]]:
+        touched: set[Key] = set()
+        for name in self._diff.update(pools):
+            for pool, step in ((self._pools.pop(name, None), -1), (pools.get(name), 1)):
+                if pool is None:
+                    continue
+                for key, host in _pod_hosts(name, pool):
+                    hosts = self._hosts.setdefault(key, Counter())
+                    hosts[host] += step
+                    touched.add(key)
+                if step > 0:
+                    self._pools[name] = pool
+        for key in touched:
+            hosts = self._hosts[key]
+            found = tuple(sorted(hosts.elements()))
+            if found:
+                self.members[key] = found
+            else:
+                del self._hosts[key]
+                self.members.pop(key, None)
+        return self.members
+
+
+def _pod_hosts(name: str, pool: Pool) -> Iterable[tuple[Key, HostKey]]:
+    for member in pool.members:
+        origin = member.origin
+        if origin is None or origin.kind != "Pod" or member.weight <= 0:
+            continue
+        yield (origin.namespace, origin.name), (name, f"{member.address}:{member.port}")
 
 
 def terminating_pods(slices: Mapping[Key, EndpointSlice]) -> frozenset[Key]:
@@ -222,7 +261,7 @@ class ReadinessGate:
         self._now = now
         self._metrics = metrics or ControllerMetrics()
         self._wake = asyncio.Event()
-        self._members: tuple[object, dict[Key, tuple[HostKey, ...]]] = (None, {})
+        self._members = PodMembers()
         self._terminating: tuple[object, frozenset[Key]] = (None, frozenset())
         self._gated: tuple[object, tuple[tuple[Key, Pod], ...]] = (None, ())
         # the (IR, snapshot) the pools of each engine group were found in; group → its pools
@@ -267,10 +306,7 @@ class ReadinessGate:
         if not self._writes_allowed():
             self._written.clear()  # a follower's memory is stale once it leads
             return 0
-        pools = state.ir.pools
-        if self._members[0] is not pools:
-            self._members = (pools, pod_members(pools))
-        members = self._members[1]
+        members = self._members.update(state.ir.pools)
         slices = state.update.snapshot.kind(EndpointSlice)
         if self._terminating[0] is not slices:
             self._terminating = (slices, terminating_pods(slices))
