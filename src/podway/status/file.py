@@ -17,7 +17,7 @@ from pathlib import Path
 
 from podway.ir.dump import dump_yaml
 from podway.pipeline import Pipeline
-from podway.status.document import StatusDocument, of_state
+from podway.status.document import DocumentBuilder, StatusDocument
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +39,12 @@ class StatusFile:
         return error
 
     async def follow(self, pipeline: Pipeline) -> None:
-        """Rewrite the file for each state the pipeline publishes, until cancelled."""
+        """Rewrite the file for each state the pipeline publishes (coalesced: a slow write
+        skips to the newest state), until cancelled. The document is built incrementally;
+        the YAML is still the whole document."""
+        documents = DocumentBuilder()
         async for state in pipeline.states():
-            self.write(of_state(state))
+            self.write(documents.of_state(state))
 
 
 def write_atomic(path: Path, text: str) -> str | None:
