@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from podway import __version__
 from podway.ir import IR, Listener, MemberState, Pool, VirtualHost
 from podway.pipeline import State
-from podway.status.document import MapDiff
+from podway.status.document import MapDiff, id_changes
 from podway.translate import Problem, Severity
 
 _STAGES = ("translate", "build", "cache")
@@ -140,7 +140,7 @@ def _counted(listener: Listener, before: _Counted | None) -> _Counted:
             or len(before.hosts) != len(before.listener.virtual_hosts):  # shared: count all
         routes = sum(len(h.routes) for h in listener.virtual_hosts)
     else:
-        added, removed = hosts.keys() - before.hosts.keys(), before.hosts.keys() - hosts.keys()
+        added, removed = id_changes(before.hosts, hosts)
         routes = before.routes + sum(len(hosts[i].routes) for i in added) \
             - sum(len(before.hosts[i].routes) for i in removed)
     return _Counted(listener=listener, hosts=hosts, routes=routes)

@@ -364,8 +364,9 @@ class DocumentBuilder:
             old_head: tuple[_Refs, _Refs] = ((), ())
         else:
             old_head = old.head
-            added = [hosts[i] for i in hosts.keys() - old.hosts.keys()]
-            removed = [old.hosts[i] for i in old.hosts.keys() - hosts.keys()]
+            new_ids, old_ids = id_changes(old.hosts, hosts)
+            added = [hosts[i] for i in new_ids]
+            removed = [old.hosts[i] for i in old_ids]
         if head != old_head:
             count(old_head[0], served, -1)
             count(old_head[1], front, -1)
@@ -389,7 +390,8 @@ class MapDiff(Generic[_K]):
     compared as sets, so a map of 10,000 costs no key hashing and no Python loop over it.
     Exact where each value sits under a key of its own (a snapshot kind by key, pools by
     name, statuses by object: the translator keeps a status for the object it was made
-    for); a value found under several keys makes it compare key by key instead."""
+    for); a value found under several keys makes it compare key by key instead. A map given
+    must never change afterwards (a state's maps are frozen): its index is kept by identity."""
 
     def __init__(self) -> None:
         self._map: Mapping[_K, Any] = MappingProxyType({})
@@ -411,14 +413,36 @@ class MapDiff(Generic[_K]):
             out = [key for key, value in new.items() if old.get(key) is not value]
             out += old.keys() - new.keys()
         else:
-            out = [index[i] for i in index.keys() - old_index.keys()]
-            out += [old_index[i] for i in old_index.keys() - index.keys()]
+            new_ids, old_ids = id_changes(old_index, index)
+            out = [index[i] for i in new_ids] + [old_index[i] for i in old_ids]
         self._map, self._index = new, index
         return out
 
 
+def id_changes(old: Mapping[int, Any], new: Mapping[int, Any]) -> tuple[list[int], list[int]]:
+    """(ids only in ``new``, ids only in ``old``) of two id indexes, at C speed; equal key
+    sets (the usual case for most maps) cost one comparison."""
+    if len(old) == len(new) and old.keys() == new.keys():
+        return [], []
+    return list(new.keys() - old.keys()), list(old.keys() - new.keys())
+
+
 def _id_index(values: Mapping[_K, Any]) -> dict[int, _K]:
-    return dict(zip(map(id, values.values()), values.keys(), strict=True))
+    """id of each value → its key. Several readers diff the same maps each state (the IR's
+    pools: the status document, the metrics, the readiness gate, the NPL plan), so the last
+    few indexes are kept, with their maps (a kept map's ids cannot be reused)."""
+    known = _INDEXES.get(id(values))
+    if known is not None and known[0] is values:
+        return known[1]
+    index = dict(zip(map(id, values.values()), values.keys(), strict=True))
+    _INDEXES[id(values)] = (values, index)
+    while len(_INDEXES) > _KEPT_INDEXES:
+        del _INDEXES[next(iter(_INDEXES))]
+    return index
+
+
+_KEPT_INDEXES = 16
+_INDEXES: dict[int, tuple[Mapping[Any, Any], dict[int, Any]]] = {}
 
 
 def _head(listener: Listener) -> tuple[_Refs, _Refs]:
