@@ -168,7 +168,7 @@ async def one_size(count: int, tries: int, ref: speedref.Reference,
     due_n = await writer.write(state)
     print(f"  members move: status pass {ms(time.perf_counter() - t0, ref)}, {due_n} due")
     if profiler:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
 
 
 def pct(values: list[float], p: int) -> float:
