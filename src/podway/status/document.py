@@ -441,7 +441,7 @@ def _id_index(values: Mapping[_K, Any]) -> dict[int, _K]:
     return index
 
 
-_KEPT_INDEXES = 16
+_KEPT_INDEXES = 8  # a state's maps that readers diff: pools, statuses, Services, a kind or two
 _INDEXES: dict[int, tuple[Mapping[Any, Any], dict[int, Any]]] = {}
 
 
