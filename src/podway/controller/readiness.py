@@ -42,10 +42,12 @@ A terminating pod (an endpoint of it is terminating) is left alone: it is going 
 (``conditions`` merge by ``type``, so the kubelet's conditions stay), only when status, reason
 or message differ from what the Pod carries, ``lastTransitionTime`` moving only when the status
 flips. It re-judges on every pipeline state, report change and engine (dis)connection
-(coalesced), and every ``resync_s`` (failed writes, leadership gained). Only a leader writes:
-``writes_allowed`` is asked before every pass and again right before each write
-(``podway.controller.leader``'s ``is_leader``): a write judged before the Lease was lost is
-dropped (``podway_controller_fenced_writes_total{writer="readiness"}``), not sent.
+(coalesced), and every ``resync_s`` (failed writes, leadership gained). What a state tells it —
+each pod's members, the gated pods, the terminating ones — is kept from state to state and read
+again only for the pools, Pods and EndpointSlices replaced (``PodMembers``, ``GatedPods``).
+Only a leader writes: ``writes_allowed`` is asked before every pass and again right before
+each write (``podway.controller.leader``'s ``is_leader``): a write judged before the Lease was
+lost is dropped (``podway_controller_fenced_writes_total{writer="readiness"}``), not sent.
 """
 
 from __future__ import annotations
@@ -138,6 +140,37 @@ def _pod_hosts(name: str, pool: Pool) -> Iterable[tuple[Key, HostKey]]:
         if origin is None or origin.kind != "Pod" or member.weight <= 0:
             continue
         yield (origin.namespace, origin.name), (name, f"{member.address}:{member.port}")
+
+
+class GatedPods:
+    """The Pods that list the gate, and the pods with a terminating endpoint, from one state
+    to the next: only the Pods and EndpointSlices replaced (``MapDiff``) are read again."""
+
+    def __init__(self) -> None:
+        self._pods: MapDiff[Key] = MapDiff()
+        self._slices: MapDiff[Key] = MapDiff()
+        self._slice_pods: dict[Key, frozenset[Key]] = {}  # slice → its terminating pods
+        self._terminating: Counter[Key] = Counter()
+        self.gated: dict[Key, Pod] = {}
+
+    def update(self, pods: Mapping[Key, Pod], slices: Mapping[Key, EndpointSlice]
+               ) -> tuple[Mapping[Key, Pod], Collection[Key]]:
+        """(gated Pods by key, pods going away): what ``terminating_pods`` and a scan of every
+        Pod for ``LB_READY`` give."""
+        for key in self._pods.update(pods):
+            pod = pods.get(key)
+            if pod is not None and pod.gated(LB_READY):
+                self.gated[key] = pod
+            else:
+                self.gated.pop(key, None)
+        for key in self._slices.update(slices):
+            self._terminating.subtract(self._slice_pods.pop(key, ()))
+            found = slices.get(key)
+            if found is not None and (now := terminating_pods({key: found})):
+                self._slice_pods[key] = now
+                self._terminating.update(now)
+        self._terminating = +self._terminating  # drop the zeros
+        return self.gated, self._terminating.keys()
 
 
 def terminating_pods(slices: Mapping[Key, EndpointSlice]) -> frozenset[Key]:
@@ -262,8 +295,7 @@ class ReadinessGate:
         self._metrics = metrics or ControllerMetrics()
         self._wake = asyncio.Event()
         self._members = PodMembers()
-        self._terminating: tuple[object, frozenset[Key]] = (None, frozenset())
-        self._gated: tuple[object, tuple[tuple[Key, Pod], ...]] = (None, ())
+        self._gated = GatedPods()
         # the (IR, snapshot) the pools of each engine group were found in; group → its pools
         self._group_pools: tuple[object, object, dict[str, frozenset[str]]] = (None, None, {})
         # pod → (the Pod object the write was judged on, what was written): the same write
@@ -308,17 +340,13 @@ class ReadinessGate:
             return 0
         members = self._members.update(state.ir.pools)
         slices = state.update.snapshot.kind(EndpointSlice)
-        if self._terminating[0] is not slices:
-            self._terminating = (slices, terminating_pods(slices))
-        terminating = self._terminating[1]
+        gated, terminating = self._gated.update(state.update.snapshot.kind(Pod), slices)
         engines = counted_engines(connected, reporting)
         serves = serving({**self._reports.groups, **on_xds}, self._pools_of(state))
         pods = state.update.snapshot.kind(Pod)
-        if self._gated[0] is not pods:  # most states move no pod: no scan of every pod
-            self._gated = (pods, tuple((k, p) for k, p in pods.items() if p.gated(LB_READY)))
         todo: list[tuple[Key, Pod, dict[str, str]]] = []
         verdicts: Counter[str] = Counter()
-        for key, pod in self._gated[1]:
+        for key, pod in gated.items():
             if key in terminating:
                 verdicts["Terminating"] += 1
                 continue
