@@ -6,8 +6,8 @@ state, the readers the controller runs after every state (``podway.controller.ma
 
 * the status writer's pass (status document, desired statuses, compare; PATCHes counted by a
   stub, no API): the first state (every status due), then one new HTTPRoute (p50/p99);
-* the event writer's diff of two documents (``events.changes`` with ``fronts``), and the
-  pipeline metrics' ``observe``, for the same one-route change;
+* the event writer's diff of two documents (``events.changes``), and the pipeline metrics'
+  ``observe``, for the same one-route change;
 * an EndpointSlice change (members move: nothing is due).
 
 No wall-clock target is asserted; the figures go to docs/performance.md. Every time is also
@@ -24,7 +24,7 @@ import cProfile
 import pstats
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,7 @@ def kind_info(kind: str) -> KindInfo:
 
 
 class _NoSource:
-    async def watch(self) -> Iterator[SourceUpdate]:  # never run: updates are applied
+    def watch(self) -> AsyncIterator[SourceUpdate]:  # never run: updates are applied
         raise NotImplementedError
 
 

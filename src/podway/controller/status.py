@@ -12,7 +12,11 @@ included: a refused listener is ``Programmed=False``), Service and Ingress
 ``StatusWriter`` follows the pipeline's states (coalesced: a burst of states costs one pass) and
 PATCHes the ``status`` subresource (a JSON merge patch of ``{"status": …}``) only of objects
 whose status differs from what the API holds and from what it last wrote, with bounded
-concurrency. Nothing else is written: an unchanged state costs no request. A refused PATCH
+concurrency. A pass costs the change, not the cluster (docs/design/state-readers.md): the
+status document is built incrementally (``DocumentBuilder``), ``Desired`` recomputes only the
+targets whose entry, Service/Ingress object or bound addresses changed (equal to ``desired``
+from scratch, tested), and only those targets — plus any whose PATCH failed — are compared.
+Nothing else is written: an unchanged state costs no request. A refused PATCH
 (an API error, or the API away) is logged and written again after a backoff (``retry_failed``)
 even when no new state comes; a status of a shape no controller writes counts as empty.
 
