@@ -1,30 +1,42 @@
 """Envoy's share of a route change: one added virtual host, cache set → ACK → first 200.
 
-Drives a real Envoy (``find_envoy()``) through Podway's own cache and ADS server, with N
-virtual hosts shaped like ``bench/convergence.py``'s (HTTPRoute ``r<i>.bench.test`` → Service
-``svc-<i>``, one rule, one backend; translated and built by Podway) plus the listener's
-catch-all, N clusters and load assignments at one loopback echo. The clusters of the hosts
+Drives real Envoys (``find_envoy()``) through Podway's own cache and ADS server, with N virtual
+hosts shaped like ``bench/convergence.py``'s (HTTPRoute ``r<i>.bench.test`` → Service ``svc-<i>``,
+one rule, one backend; translated and built by Podway) plus the listener's catch-all, and N
+clusters and load assignments at one loopback echo (a child process). The clusters of the hosts
 added later exist from the start, so a try changes routes only: what is timed is Podway pushing
-the route update and Envoy applying it, nothing of the translation. Per variant (a fresh Envoy
-each), p50/p99 over ``--tries`` added hosts:
+the route update and Envoy applying it, nothing of the translation. Pools' active health checks
+are left out but in ``rds-delta-hc``: at 10,000 pools they are 2,000 probes a second per Envoy
+(5 s interval), run on Envoy's main thread, the one that applies xDS too.
 
-* ``rds-delta`` / ``rds-sotw``: today — the whole table (N+1 virtual hosts) in one RDS resource,
-  incremental or state-of-the-world ADS.
-* ``rds-same``: the very same table bytes sent again under a new version (delta). Envoy decodes,
+Every variant has an Envoy of its own, all running at once; the tries take turns (the order
+rotates), so a busy spell of the shared machine lands on every variant alike. Compare variants
+within one run, not across runs. Per variant, p50/p99 over ``--tries`` added hosts of: cache set
+→ response written to the gRPC stream (Podway's part), written → ACK (transport, Envoy decoding,
+validating, hashing and applying), ACK → first 200 (the worker picking the new table up), and
+cache set → 200.
+
+* ``rds-delta`` / ``rds-sotw``: today — the whole table (N+1 virtual hosts) in one RDS
+  resource, incremental or state-of-the-world ADS.
+* ``rds-same``: the very same table bytes sent again under a new version. Envoy decodes,
   validates and hashes it, finds the hash unchanged and stops before building a route config:
-  this is the decode + validate + hash part of Envoy's time; ``rds-delta`` minus it is the
-  ConfigImpl build (every virtual host's routes, matchers, retry policies) and its hand-over.
-* ``rds-slim``: today's table with each virtual host's per-host retry policy and each route's
-  websocket upgrade entry dropped (what the encoding shrinks to without them), to see how much
-  of Envoy's time grows with the bytes of a virtual host.
-* ``vhds``: the table carries only the catch-all and ``vhds`` (config source: ADS, which
-  Envoy allows for VHDS only when the ADS stream is delta); every other virtual host is an
-  ``envoy.config.route.v3.VirtualHost`` resource (``<table>/<hostname>``), pushed without
-  being asked for. One added host is one small resource. The server side of VHDS is a bench
-  shim here (``VhdsStream``): Podway does not serve VHDS.
+  this is the decode + validate + hash part; ``rds-delta`` minus it is building the new
+  ConfigImpl (every virtual host's routes, matchers, retry policies) and handing it over.
+* ``rds-no-retry`` / ``rds-no-predicate`` / ``rds-no-upgrade`` / ``rds-slim``: today's table
+  without each host's retry policy, without only its retry host predicate (``previous_hosts``,
+  a typed extension config), without each route's websocket upgrade entry, without both retry
+  policy and upgrade entry; ``rds-slim-same`` re-sends the slim table's bytes. These change
+  what Podway serves (they are not proposals): they show what each part costs Envoy.
+* ``rds-delta-hc``: ``rds-delta`` with the pools' active health checks, as Podway serves them.
+* ``vhds``: the table carries only the catch-all and ``vhds`` (config source: ADS, which Envoy
+  allows for VHDS only when the ADS stream is delta); every other virtual host is an
+  ``envoy.config.route.v3.VirtualHost`` resource (``<table>/<hostname>``: Envoy subscribes to
+  the table's name and matches by namespace), pushed without being asked for, so one added
+  host is one small resource. Podway does not serve VHDS: the server side is a bench shim
+  (``VhdsStream``, and ``types.PUSH_ORDER`` extended for the run).
 
-    PYTHONPATH=src .venv/bin/python bench/envoy_route_apply.py [--sizes 1000,10000] [--tries 20]
-        [--variants rds-delta,rds-sotw,rds-same,rds-slim,vhds]
+    PYTHONPATH=src .venv/bin/python bench/envoy_route_apply.py [--sizes 1000,10000]
+        [--tries 20] [--variants rds-delta,vhds,...]
 """
 
 from __future__ import annotations
@@ -35,12 +47,13 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.config.route.v3 import route_pb2
@@ -49,8 +62,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import speedref
 from xds_push import free_port, pct
 
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Resource, Resources, build
@@ -75,18 +86,21 @@ class Variant:
     delta: bool = True
     same: bool = False  # re-send the unchanged table's bytes under a new version
     vhds: bool = False
+    health_checks: bool = False  # keep the pools' active health checks
 
 
 #: What each virtual host keeps of today's encoding.
 #: (A retry host predicate named without its typed config is refused by Envoy 1.40: "Didn't
 #: find a registered implementation for 'envoy.retry_host_predicates.previous_hosts' with type
 #: URL: ''", so the Any cannot be dropped.)
-SHAPES = ("today", "no-retry", "no-upgrade", "slim")
+SHAPES = ("today", "no-retry", "no-predicate", "no-upgrade", "slim")
 VARIANTS = {v.name: v for v in (
     Variant("rds-delta"), Variant("rds-sotw", delta=False), Variant("rds-same", same=True),
-    Variant("rds-no-retry", shape="no-retry"), Variant("rds-no-upgrade", shape="no-upgrade"),
+    Variant("rds-no-retry", shape="no-retry"),
+    Variant("rds-no-predicate", shape="no-predicate"),
+    Variant("rds-no-upgrade", shape="no-upgrade"),
     Variant("rds-slim", shape="slim"), Variant("rds-slim-same", shape="slim", same=True),
-    Variant("vhds", vhds=True))}
+    Variant("vhds", vhds=True), Variant("rds-delta-hc", health_checks=True))}
 
 
 # ---- the configuration: Podway's translation of the convergence bench's objects ----------
@@ -131,7 +145,10 @@ class Config:
         built = build(translate(snapshot(count + tries, echo_port, gateway_port),
                                 TranslateOptions(address="127.0.0.1")).ir)
         self.count = count
-        self.base = built
+        self.base = dict(built)
+        self.checked = built[types.CLUSTER]
+        self.unchecked = MappingProxyType({
+            name: _unchecked(resource) for name, resource in self.checked.items()})
         [(self.table_name, table)] = built[types.ROUTE].items()
         config = table.message
         assert isinstance(config, route_pb2.RouteConfiguration)
@@ -183,6 +200,7 @@ class Config:
     def resources(self, hosts: int, variant: Variant, *, version: int = 0) -> Resources:
         out: dict[str, Any] = {t: self.base.get(t, MappingProxyType({}))
                                for t in types.PUSH_ORDER}
+        out[types.CLUSTER] = self.checked if variant.health_checks else self.unchecked
         if variant.vhds:
             out[types.ROUTE] = MappingProxyType({self.table_name: self.table(0, vhds=True)})
             out[VHOST] = MappingProxyType(self.vhosts(hosts))
@@ -198,12 +216,22 @@ class Config:
         return str(self.hosts[i].domains[0])
 
 
+def _unchecked(resource: Resource) -> Resource:
+    cluster = cluster_pb2.Cluster()
+    cluster.CopyFrom(resource.message)
+    cluster.ClearField("health_checks")
+    return Resource.of(resource.name, cluster)
+
+
 def _shaped(vhost: rc.VirtualHost, shape: str) -> rc.VirtualHost:
     """``vhost`` without what ``shape`` drops (see ``SHAPES``)."""
     out = rc.VirtualHost()
     out.CopyFrom(vhost)
     if shape in ("no-retry", "slim"):
         out.ClearField("retry_policy")
+    if shape == "no-predicate":  # retries kept, without "another member than last time"
+        out.retry_policy.ClearField("retry_host_predicate")
+        out.retry_policy.ClearField("host_selection_retry_max_attempts")
     if shape in ("no-upgrade", "slim"):
         for route in out.routes:
             if route.HasField("route"):
@@ -276,10 +304,12 @@ class Acks:
     def __init__(self) -> None:
         self.waiters: list[tuple[str, asyncio.Future[float]]] = []
         self.nacks: list[Nack] = []
+        self.refused = asyncio.Event()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Nack):
             self.nacks.append(event)
+            self.refused.set()
             print(f"  NACK {event.type_url.rsplit('.', 1)[-1]}: {event.message[:300]}",
                   flush=True)
         if isinstance(event, Ack):
@@ -330,12 +360,8 @@ class Bed:
 
     def __init__(self, config: Config, variant: Variant) -> None:
         self.config, self.variant = config, variant
-        self.port = free_port()
-        [(name, listener)] = config.base[types.LISTENER].items()
-        moved = listener_pb2.Listener()
-        moved.CopyFrom(listener.message)
-        moved.address.socket_address.port_value = self.port
-        self.listeners = MappingProxyType({name: Resource.of(name, moved)})
+        self.port = 0
+        self.listeners: Mapping[str, Resource] = MappingProxyType({})
         self.cache = Cache()
         self.acks = Acks()
         self.server = XdsServer(self.cache, "127.0.0.1:0", unauthenticated=True,
@@ -355,16 +381,30 @@ class Bed:
         return out
 
     async def start(self) -> None:
-        self.cache.set(self.resources(self.config.count))
         await self.server.start()
+        # Its own listener port, taken only now (a port picked earlier may have gone to
+        # another variant's xDS server meanwhile).
+        self.port = free_port()
+        [(name, listener)] = self.config.base[types.LISTENER].items()
+        moved = listener_pb2.Listener()
+        moved.CopyFrom(listener.message)
+        moved.address.socket_address.port_value = self.port
+        self.listeners = MappingProxyType({name: Resource.of(name, moved)})
+        self.cache.set(self.resources(self.config.count))
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
             BootstrapOptions(node_id=f"bench-{self.variant.name}", xds=self.server.target,
                              delta=self.variant.delta))))
         self.task = asyncio.create_task(engine.run())
         began = time.perf_counter()
-        await engine.wait_ready(limit_s=600)
-        await until_status(self.port, self.config.host(0), 200, 600)
-        self.first = time.perf_counter() - began
+        ready = asyncio.ensure_future(until_status(self.port, self.config.host(0), 200, 600))
+        refused = asyncio.ensure_future(self.acks.refused.wait())
+        await asyncio.wait((ready, refused), return_when=asyncio.FIRST_COMPLETED)
+        refused.cancel()
+        if not ready.done():
+            ready.cancel()
+            raise RuntimeError(f"{self.variant.name}: Envoy refused the initial configuration: "
+                               f"{self.acks.nacks[0].message}")
+        self.first = ready.result() - began
 
     async def one(self, k: int) -> None:
         """Add the k-th host (1-based) and time it."""
@@ -433,8 +473,12 @@ async def main_async(sizes: list[int], tries: int, variants: list[Variant]) -> N
     ref = speedref.measure()
     print(ref.describe(), flush=True)
     echo_port = free_port()
-    echo = asyncio.create_task(serve(EchoOptions(port=echo_port,
-                                                 identity=Identity(name="e"))))
+    # The backend in a process of its own: with health checks, every cluster of every Envoy
+    # probes it (10,000 clusters: 2,000 probes a second per Envoy), which must not slow this
+    # process's xDS server or its timing.
+    echo = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "echo", "--port", str(echo_port), "--name", "e",
+        "--log-level", "warning")
     push_order = types.PUSH_ORDER
     # The VHDS shim: caches and streams also carry virtual hosts (an empty type for the rest).
     types.PUSH_ORDER = (*push_order, VHOST)  # type: ignore[misc,assignment]
@@ -443,9 +487,8 @@ async def main_async(sizes: list[int], tries: int, variants: list[Variant]) -> N
             await bench_size(count, tries, variants, echo_port, ref)
     finally:
         types.PUSH_ORDER = push_order  # type: ignore[misc]
-        echo.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await echo
+        echo.terminate()
+        await echo.wait()
 
 
 def main() -> None:
