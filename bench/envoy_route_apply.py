@@ -64,6 +64,7 @@ from xds_push import free_port, pct
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.engine.state import StateDir
 from podway.envoy_config import Resource, Resources, build
 from podway.model import Snapshot
 from podway.model.loader import parse_object
@@ -87,6 +88,7 @@ class Variant:
     same: bool = False  # re-send the unchanged table's bytes under a new version
     vhds: bool = False
     health_checks: bool = False  # keep the pools' active health checks
+    envoy_args: tuple[str, ...] = ()  # more command-line flags for Envoy
 
 
 #: What each virtual host keeps of today's encoding.
@@ -100,7 +102,8 @@ VARIANTS = {v.name: v for v in (
     Variant("rds-no-predicate", shape="no-predicate"),
     Variant("rds-no-upgrade", shape="no-upgrade"),
     Variant("rds-slim", shape="slim"), Variant("rds-slim-same", shape="slim", same=True),
-    Variant("vhds", vhds=True), Variant("rds-delta-hc", health_checks=True))}
+    Variant("vhds", vhds=True), Variant("rds-delta-hc", health_checks=True),
+    Variant("rds-ignore-unknown", envoy_args=("--ignore-unknown-dynamic-fields",)))}
 
 
 # ---- the configuration: Podway's translation of the convergence bench's objects ----------
@@ -355,6 +358,17 @@ def ms(values: list[float]) -> str:
     return f"p50 {pct(values, .5) * 1e3:6.1f}  p99 {pct(values, .99) * 1e3:6.1f} ms"
 
 
+class _Engine(Engine):
+    """Podway's engine supervisor, with more command-line flags for Envoy."""
+
+    def __init__(self, extra: tuple[str, ...], opts: EngineOptions) -> None:
+        super().__init__(opts)
+        self.extra = extra
+
+    def _args(self, state: StateDir) -> list[str]:
+        return [*super()._args(state), *self.extra]
+
+
 class Bed:
     """One variant: its own cache, ADS server, Envoy and listener port, and its figures."""
 
@@ -391,9 +405,10 @@ class Bed:
         moved.address.socket_address.port_value = self.port
         self.listeners = MappingProxyType({name: Resource.of(name, moved)})
         self.cache.set(self.resources(self.config.count))
-        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-            BootstrapOptions(node_id=f"bench-{self.variant.name}", xds=self.server.target,
-                             delta=self.variant.delta))))
+        engine = _Engine(self.variant.envoy_args, EngineOptions(
+            envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(BootstrapOptions(
+                node_id=f"bench-{self.variant.name}", xds=self.server.target,
+                delta=self.variant.delta))))
         self.task = asyncio.create_task(engine.run())
         began = time.perf_counter()
         ready = asyncio.ensure_future(until_status(self.port, self.config.host(0), 200, 600))
