@@ -28,6 +28,9 @@ cache set → 200.
   policy and upgrade entry; ``rds-slim-same`` re-sends the slim table's bytes. These change
   what Podway serves (they are not proposals): they show what each part costs Envoy.
 * ``rds-delta-hc``: ``rds-delta`` with the pools' active health checks, as Podway serves them.
+* ``rds-unknown-walk``: ``rds-delta`` with Envoy started without
+  ``--ignore-unknown-dynamic-fields`` (as before Podway passed it): Envoy then walks every
+  update once more, field by field, to warn about unknown or deprecated fields.
 * ``vhds``: the table carries only the catch-all and ``vhds`` (config source: ADS, which Envoy
   allows for VHDS only when the ADS stream is delta); every other virtual host is an
   ``envoy.config.route.v3.VirtualHost`` resource (``<table>/<hostname>``: Envoy subscribes to
@@ -88,7 +91,7 @@ class Variant:
     same: bool = False  # re-send the unchanged table's bytes under a new version
     vhds: bool = False
     health_checks: bool = False  # keep the pools' active health checks
-    envoy_args: tuple[str, ...] = ()  # more command-line flags for Envoy
+    without_args: tuple[str, ...] = ()  # flags of Podway's Envoy command line left out
 
 
 #: What each virtual host keeps of today's encoding.
@@ -103,7 +106,7 @@ VARIANTS = {v.name: v for v in (
     Variant("rds-no-upgrade", shape="no-upgrade"),
     Variant("rds-slim", shape="slim"), Variant("rds-slim-same", shape="slim", same=True),
     Variant("vhds", vhds=True), Variant("rds-delta-hc", health_checks=True),
-    Variant("rds-ignore-unknown", envoy_args=("--ignore-unknown-dynamic-fields",)))}
+    Variant("rds-unknown-walk", without_args=("--ignore-unknown-dynamic-fields",)))}
 
 
 # ---- the configuration: Podway's translation of the convergence bench's objects ----------
@@ -359,14 +362,14 @@ def ms(values: list[float]) -> str:
 
 
 class _Engine(Engine):
-    """Podway's engine supervisor, with more command-line flags for Envoy."""
+    """Podway's engine supervisor, with some of Envoy's command-line flags left out."""
 
-    def __init__(self, extra: tuple[str, ...], opts: EngineOptions) -> None:
+    def __init__(self, without: tuple[str, ...], opts: EngineOptions) -> None:
         super().__init__(opts)
-        self.extra = extra
+        self.without = without
 
     def _args(self, state: StateDir) -> list[str]:
-        return [*super()._args(state), *self.extra]
+        return [a for a in super()._args(state) if a not in self.without]
 
 
 class Bed:
@@ -405,7 +408,7 @@ class Bed:
         moved.address.socket_address.port_value = self.port
         self.listeners = MappingProxyType({name: Resource.of(name, moved)})
         self.cache.set(self.resources(self.config.count))
-        engine = _Engine(self.variant.envoy_args, EngineOptions(
+        engine = _Engine(self.variant.without_args, EngineOptions(
             envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(BootstrapOptions(
                 node_id=f"bench-{self.variant.name}", xds=self.server.target,
                 delta=self.variant.delta))))
