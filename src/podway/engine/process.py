@@ -174,7 +174,7 @@ class Engine:
                 # Every xDS update is otherwise walked once more, field by field, only to warn
                 # about fields this Envoy does not know (or deprecated ones): about a quarter of
                 # Envoy's time applying a 10,000-host route table (bench/envoy_route_apply.py,
-                # rds-ignore-unknown). Podway builds its resources from Envoy's own protos;
+                # rds-unknown-walk). Podway builds its resources from Envoy's own protos;
                 # what is accepted or refused does not change (PGV validation still runs).
                 "--ignore-unknown-dynamic-fields"]
         if self.opts.log_level not in ("trace", "debug"):
