@@ -37,6 +37,8 @@ from podway.xds.protocol import (
     Ack,
     Event,
     Nack,
+    SettledMemo,
+    copy_any,
     new_nonce,
     refused_for_long,
 )
@@ -82,12 +84,14 @@ class DeltaStream:
         self.cache = cache
         self.node = ""
         self._types: dict[str, _DeltaType] = {}
+        self._settled = SettledMemo()
 
     def on_request(self, request: d.DeltaDiscoveryRequest
                    ) -> tuple[list[d.DeltaDiscoveryResponse], list[Event]]:
         if request.node.id:
             self.node = request.node.id
         type_url = request.type_url
+        self._settled.touch(type_url)
         events: list[Event] = []
         state = self._types.get(type_url)
         subscribe = set(request.resource_names_subscribe)
@@ -150,6 +154,7 @@ class DeltaStream:
                 continue  # a reconnecting Envoy keeps its config until the first snapshot
             first, asked = state.first, state.asked
             state.first, state.asked = False, set()
+            self._settled.touch(type_url)
             out.extend(self._respond(type_url, state, force=first, asked=asked,
                                      defer=self._defer(type_url)))
         return out
@@ -192,6 +197,14 @@ class DeltaStream:
         return type_url in (types.CLUSTER, types.ENDPOINT) and not self._routes_current()
 
     def _clusters_settled(self) -> bool:
+        """Every cluster Envoy has is answered and has its load assignment (or it was refused);
+        the last answer is kept while its inputs are unchanged (``SettledMemo``)."""
+        eds = self._types.get(types.ENDPOINT)
+        return self._settled.answer(
+            (self.cache.get(types.CLUSTER).version, self.cache.get(types.ENDPOINT).version),
+            eds.refusals.changes if eds is not None else -1, self._look_at_clusters)
+
+    def _look_at_clusters(self) -> bool:
         cds = self._types.get(types.CLUSTER)
         if cds is None or cds.rejected:
             return True
@@ -330,8 +343,8 @@ class DeltaStream:
              name: str, resource: Resource) -> None:
         if state.known.get(name) is not None:
             self._invalidate(type_url, name)
-        response.resources.append(d.Resource(name=name, version=resource.digest,
-                                             resource=resource.packed))
+        copy_any(response.resources.add(name=name, version=resource.digest).resource,
+                 resource.packed)
         state.known[name] = resource.digest
 
     @staticmethod

@@ -31,13 +31,19 @@ Rules both follow (from the xDS protocol):
   (docs/design/xds-ordering.md)
 * A push costs O(change): a stream compares only the names the cache reports changed since the
   version it last looked at (``Cache.names_changed``), falling back to a full comparison when it
-  is more than one version behind.
+  is more than one version behind. Whether clusters are settled is a look at every cluster, so
+  a stream keeps its last answer (``SettledMemo``) until a cluster or endpoint request comes,
+  it responds with clusters or endpoints, their cache versions move, or the endpoint refusals
+  change: a route-only change does not look at 10,000 clusters again.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from google.protobuf import any_pb2
 
 from podway.xds import types
 
@@ -48,6 +54,9 @@ _nonces = itertools.count(1)
 DEPENDENT = {types.CLUSTER: types.ENDPOINT, types.LISTENER: types.ROUTE}
 # Listeners and routes wait for clusters to be settled (see the module docstring).
 HELD_FOR_CLUSTERS = (types.LISTENER, types.ROUTE)
+
+#: The types whose stream state and cache contents decide whether clusters are settled.
+SETTLE_INPUTS = frozenset({types.CLUSTER, types.ENDPOINT})
 
 #: How long cluster removals wait for a NACKed listener or route table to be fixed. Envoy keeps
 #: routing with its last accepted tables, which may still name the removed clusters; but a table
@@ -98,3 +107,39 @@ Event = Ack | Nack
 
 def new_nonce() -> str:
     return str(next(_nonces))
+
+
+def copy_any(target: any_pb2.Any, source: any_pb2.Any) -> None:
+    """``target`` becomes ``source`` (a resource going into a response) field by field:
+    upb's ``append``/``CopyFrom`` of a message costs several times more for a large one
+    (a 3.5 MB route table: ~6 ms against ~1.5 ms with serialising, bench/envoy_route_apply.py
+    measures the push)."""
+    target.type_url = source.type_url
+    target.value = source.value
+
+
+class SettledMemo:
+    """A stream's last "clusters settled" answer and what it was computed from.
+
+    The stream calls ``touch`` before anything that may change its cluster or endpoint state
+    (a request of those types, a response of those types); the answer is reused while that has
+    not happened and the cache versions of both types and the endpoint refusals are unchanged.
+    """
+
+    __slots__ = ("_answer", "_epoch", "_key")
+
+    def __init__(self) -> None:
+        self._epoch = 0
+        self._key: tuple[object, ...] | None = None
+        self._answer = False
+
+    def touch(self, type_url: str) -> None:
+        if type_url in SETTLE_INPUTS:
+            self._epoch += 1
+
+    def answer(self, versions: tuple[str, str], refusals: int,
+               compute: Callable[[], bool]) -> bool:
+        key = (self._epoch, versions, refusals)
+        if key != self._key:
+            self._answer, self._key = compute(), key
+        return self._answer

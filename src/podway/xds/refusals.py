@@ -57,6 +57,9 @@ class Refusals:
 
     def __init__(self) -> None:
         self._by_name: dict[str, Refusal] = {}
+        # Bumped whenever the set of refused names changes: part of the streams' memo key for
+        # "clusters settled" (a stream shares its engine's Refusals with its reconnects).
+        self.changes = 0
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
@@ -77,6 +80,8 @@ class Refusals:
         since = old.since if old is not None and old.digest == digest else now
         refusal = Refusal(digest, since, attempts, now + _wait(attempts), message)
         self._by_name[name] = refusal
+        if old is None:
+            self.changes += 1
         return refusal
 
     def offer(self, name: str, *, now: float) -> None:
@@ -88,7 +93,8 @@ class Refusals:
 
     def clear(self, name: str) -> None:
         """Accepted or gone: nothing to hold any more."""
-        self._by_name.pop(name, None)
+        if self._by_name.pop(name, None) is not None:
+            self.changes += 1
 
     def held(self, name: str, digest: str, now: float) -> bool:
         """Refused with exactly this content, and not yet due to be offered again."""

@@ -36,6 +36,8 @@ from podway.xds.protocol import (
     Ack,
     Event,
     Nack,
+    SettledMemo,
+    copy_any,
     new_nonce,
     refused_for_long,
 )
@@ -78,12 +80,14 @@ class SotwStream:
         self.cache = cache
         self.node = ""
         self._types: dict[str, _SotwType] = {}
+        self._settled = SettledMemo()
 
     def on_request(self, request: d.DiscoveryRequest
                    ) -> tuple[list[d.DiscoveryResponse], list[Event]]:
         if request.node.id:
             self.node = request.node.id
         type_url = request.type_url
+        self._settled.touch(type_url)
         events: list[Event] = []
         state = self._types.get(type_url)
         if state is not None and request.response_nonce != state.nonce:
@@ -142,6 +146,7 @@ class SotwStream:
             if not self.cache.ready:
                 continue  # a reconnecting Envoy keeps its config until the first snapshot
             force, state.pending = state.pending, False
+            self._settled.touch(type_url)
             out.extend(self._respond(type_url, state, force=force))
         return out
 
@@ -203,6 +208,14 @@ class SotwStream:
                     resources=refused, attempt=attempt)
 
     def _clusters_settled(self) -> bool:
+        """Every cluster sent is answered and has its load assignment (or it was refused);
+        the last answer is kept while its inputs are unchanged (``SettledMemo``)."""
+        eds = self._types.get(types.ENDPOINT)
+        return self._settled.answer(
+            (self.cache.get(types.CLUSTER).version, self.cache.get(types.ENDPOINT).version),
+            eds.refusals.changes if eds is not None else -1, self._look_at_clusters)
+
+    def _look_at_clusters(self) -> bool:
         cds = self._types.get(types.CLUSTER)
         if cds is None or cds.rejected:
             return True
@@ -267,7 +280,7 @@ class SotwStream:
                                             and state.sent.get(name) == resource.digest):
                         continue
                     stand_ins.add(name)
-                response.resources.append(resource.packed)
+                copy_any(response.resources.add(), resource.packed)
                 state.sent[name] = resource.digest
                 last.append((name, resource.digest))
             state.seen = version
@@ -299,7 +312,7 @@ class SotwStream:
             for name in sorted(group & state.names):
                 resource = snapshot.resources.get(name)
                 if resource is not None:
-                    response.resources.append(resource.packed)
+                    copy_any(response.resources.add(), resource.packed)
                     state.sent[name] = resource.digest
                     state.last = (*state.last, (name, resource.digest))
             if response.resources:
