@@ -34,8 +34,10 @@ async def test_policy_applied_after_the_first_state_and_undone_at_stop(bed: Bed)
     bed.emu.put("services", cluster_service("web"))
     controller = await bed.start(gc=GcPolicy(young_threshold=23_456, quiet_s=0.01))
     await asyncio.wait_for(controller.gc_first_settle.wait(), 20)
-    assert controller.pipeline is not None and controller.pipeline.state is not None
-    assert controller.gc_settled is not None and controller.gc_settled.frozen > 0
+    assert controller.pipeline is not None
+    assert controller.pipeline.state is not None
+    assert controller.gc_settled is not None
+    assert controller.gc_settled.frozen > 0
     assert gc.get_freeze_count() > 0  # (frozen objects freed since leave the count)
     assert gc.get_threshold()[0] == 23_456
     await bed.stop_controller()
