@@ -33,6 +33,7 @@ import contextlib
 import functools
 import gc
 import http.client
+import json
 import logging
 import re
 import shutil
@@ -179,26 +180,27 @@ def probe(port: int) -> None:
     """The ``--probe`` child: for each host name read from stdin, ask ``127.0.0.1:port`` for
     ``/`` with that Host until it answers 200 (1 ms apart, on one kept-alive connection: Envoy
     picks the route table per request), then print ``perf_counter()`` of that answer
-    (CLOCK_MONOTONIC: the same clock in every process). An outside client: no GIL or event loop
-    shared with the controller."""
+    (CLOCK_MONOTONIC: the same clock in every process) and what came before it (status code or
+    error → count). An outside client: no GIL or event loop shared with the controller."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     for line in sys.stdin:
         host = line.strip()
-        if not host:
-            print(time.perf_counter(), flush=True)  # a clock check
-            continue
-        while True:
+        seen: dict[str, int] = {}
+        while host:
             try:
                 conn.request("GET", "/", headers={"Host": host})
                 answer = conn.getresponse()
                 answer.read()
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 conn.close()  # closed by Envoy: the next request opens a new one
+                code = type(exc).__name__
             else:
                 if answer.status == 200:
-                    print(time.perf_counter(), flush=True)
                     break
+                code = str(answer.status)
+            seen[code] = seen.get(code, 0) + 1
             time.sleep(0.001)
+        print(time.perf_counter(), json.dumps(seen), flush=True)  # no host: a clock check
 
 
 class Prober:
@@ -214,21 +216,23 @@ class Prober:
             stdout=asyncio.subprocess.PIPE)
         prober = cls(process)
         before = time.perf_counter()
-        theirs = await prober._ask("")
+        theirs, _ = await prober._ask("")
         if not before <= theirs <= time.perf_counter():
             raise RuntimeError("the prober's clock is not this process's: times would lie")
         return prober
 
-    async def first_200(self, host: str, limit_s: float) -> float:
-        """``perf_counter()`` when ``host`` first answered 200 to the prober."""
+    async def first_200(self, host: str, limit_s: float) -> tuple[float, dict[str, int]]:
+        """``perf_counter()`` when ``host`` first answered 200 to the prober, and the answers
+        before it (code → count)."""
         return await asyncio.wait_for(self._ask(host), limit_s)
 
-    async def _ask(self, host: str) -> float:
+    async def _ask(self, host: str) -> tuple[float, dict[str, int]]:
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.process.stdin.write(f"{host}\n".encode())
         await self.process.stdin.drain()
-        return float(await self.process.stdout.readline())
+        when, seen = (await self.process.stdout.readline()).decode().split(" ", 1)
+        return float(when), json.loads(seen)
 
     async def stop(self) -> None:
         if self.process.stdin is not None:
@@ -313,6 +317,7 @@ class Tries:
     parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in (
         "total", "watch", "coalesce", "translate", "build", "cache", "apply", "serve",
         "ack")})
+    answers: list[dict[str, int]] = field(default_factory=list)  # before each first 200
 
     def add(self, **values: float) -> None:
         for name, value in values.items():
@@ -375,7 +380,8 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
         state = await pipeline.wait_for(functools.partial(_has_host, host=host))
-        t_200 = await served
+        t_200, answers = await served
+        tried.answers.append(answers)
         await asyncio.wait_for(acked.wait(), 60)  # read by this loop: maybe after the 200
         timings = state.timings
         began, cached, cached_wall = applied_at[state.generation]
@@ -402,6 +408,11 @@ async def report_new_routes(out: Figures, tried: Tries, *, tries: int, envoy_adm
     out.time("  push + Envoy applies (cache set → its RDS update_time)", *_p(parts["apply"]))
     out.time("  Envoy applied → first 200 (outside client)", *_p(parts["serve"]))
     out.time("  (aside) Envoy applied → its ACK read here", *_p(parts["ack"]))
+    slowest = max(range(len(parts["total"])), key=parts["total"].__getitem__)
+    other = {code: n for a in tried.answers for code, n in a.items() if code != "404"}
+    print(f"  answers before the first 200: slowest try (#{slowest}) "
+          f"{tried.answers[slowest]}; other than 404 in all tries: {other or 'none'}",
+          flush=True)
     await asyncio.sleep(5.5)  # Envoy flushes histograms every 5 s
     print(f"  Envoy's own route table apply time (update_duration) p50 / p99 / max: "
           f"{await rds_apply_quantiles(envoy_admin)}", flush=True)

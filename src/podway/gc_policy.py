@@ -1,36 +1,44 @@
 """The cyclic garbage collector's policy for Podway's long-running processes.
 
 Why: CPython's cyclic collector holds the GIL, and with it the event loop, for as long as a
-collection takes, and a full (generation-2) collection visits every tracked object. After the
-first state at 1,000 routes the controller holds ~270,000 of them; a full collection took
-90-120 ms, fired by allocation counts at no particular moment, and on the slowest 8 of 100 new
-routes it fell between the cache set and Envoy's ACK of the new route table (bench/convergence,
-``docs/performance.md``, "Route changes"): those 8 were the whole p99. The translator already
-pauses the collector while it runs (``podway.translate.translator.gc_paused``), which only moved
-the deferred collection to right after it, i.e. into the push.
+collection takes, and it starts one whenever allocations cross a threshold, at no particular
+moment. Measured in bench/convergence.py (``docs/performance.md``, "Route changes"):
 
-What ``keep_settled`` does, for as long as it runs:
+* at 1,000 routes the controller holds ~270,000 tracked objects; a full collection took
+  90-430 ms, 8 of them per 100 route changes, plus ~1,000 young ones (0.6-1.1 s in all); on the
+  slowest 8 of 100 new routes a full one fell between the cache set and the push;
+* at 10,000 routes (~1.6 million objects) full collections took up to 2.4 s, and the young
+  collection owed for the translation's allocations (the translator pauses the collector while
+  it runs, ``podway.translate.translator.gc_paused``) fired in the build, right before the push:
+  up to 0.5 s there;
+* all the while the controller made ~14 objects of cyclic garbage per change: the collector
+  found almost nothing to free. Reference counting frees everything else at once.
 
-* Young collections every ``young_threshold`` net new container objects instead of CPython's
-  700: one change's translation allocates far more than 700, nearly all freed by reference
-  counting before any collection could matter, so the default only rescans survivors.
-* Once the first state is published and the pipeline has been quiet for ``quiet_s``: one full
-  collection, then ``gc.freeze()``: everything alive then moves to the permanent generation,
-  which no collection visits. Later collections see only objects made since.
-* Every ``refreeze_s``, again when quiet: ``gc.unfreeze()``, a full collection, a freeze. This is
-  the one full pause the policy keeps, at a quiet moment, once per period.
+So, for as long as ``keep_settled`` runs: no automatic collection at all. Instead *settles*
+(a collection, then ``gc.freeze()``: what is alive moves to the permanent generation, which
+later collections skip), each at a quiet moment (no new state for ``quiet_s``):
 
-Invariants: reference counting is untouched, so acyclic garbage (nearly all of it) is freed at
-once, frozen or not; cyclic garbage among frozen objects waits at most ``refreeze_s`` (then the
-unfreeze hands it to a full collection), so nothing leaks for longer. When the task ends
-(cancelled, or the pipeline stopped) the previous thresholds come back and the heap is unfrozen:
-the policy lasts exactly as long as the process serves with it.
+* the first once the first state is published (startup's garbage, then the settled heap);
+* then every ``settle_every_s``, or sooner once more than ``growth`` times the frozen heap (at
+  least ``min_growth``) objects were made since the last one (``gc.get_count()``): a settle
+  scans only what is not frozen, i.e. what was made since the last one;
+* every ``unfreeze_every``-th settle unfreezes first: a full collection, the one long pause the
+  policy keeps, so cyclic garbage among frozen objects (alive when frozen, dead since) is
+  reclaimed too.
+
+Invariants: reference counting is untouched; cyclic garbage waits about ``settle_every_s``
+at most (made since the last settle), or ``unfreeze_every`` times that (frozen before it died);
+growth between settles is bounded as above; no collection starts inside a change's translate,
+build or push (a settle needs a quiet pipeline; a change that arrives during one waits for it:
+~0.1 s at 1,000 routes, ~1 s for a full one at 10,000). When the task ends (cancelled, or the
+pipeline stopped) the collector is enabled again if it was and the heap unfrozen: the policy
+lasts exactly as long as the process serves with it. The status writer's CPU share cannot be lowered
+instead (``nice``/affinity act on processes or threads; it is a coroutine of this one).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gc
 import logging
@@ -48,26 +56,31 @@ log = logging.getLogger(__name__)
 class GcPolicy:
     """Settings of ``keep_settled`` (see the module docstring for the trade-offs)."""
 
-    young_threshold: int = 50_000
-    """Net new container objects between young collections (CPython: 700). Cyclic garbage
-    waits for at most this many allocations (a few MB)."""
     quiet_s: float = 1.0
-    """A settle waits until no new state came for this long (a change is not delayed by it)."""
+    """A settle waits until no new state came for this long (so it never delays a change)."""
     settle_within_s: float = 30.0
-    """…but no longer than this after it is due (a pipeline that is never quiet)."""
-    refreeze_s: float = 600.0
-    """Seconds between full collections (unfreeze, collect, freeze again)."""
+    """…but no longer than this once it is due (a pipeline that is never quiet)."""
+    settle_every_s: float = 600.0
+    """Seconds between settles when the heap does not grow."""
+    growth: float = 1.0
+    """Settle sooner once this many times the frozen heap was made since the last settle."""
+    min_growth: int = 200_000
+    """…and at least this many objects (a small heap is not settled after every change)."""
+    unfreeze_every: int = 6
+    """Every n-th settle also looks at the frozen objects (a full collection)."""
 
     def check(self) -> None:
-        if self.young_threshold < 1 or min(self.quiet_s, self.settle_within_s) < 0 \
-                or self.refreeze_s <= 0:
+        if min(self.quiet_s, self.settle_within_s, self.growth, self.min_growth) < 0 \
+                or self.settle_every_s <= 0 or self.unfreeze_every < 1:
             raise PodwayError(f"invalid garbage collector policy: {self}")
 
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """One settle: objects frozen, garbage objects collected, how long the pause was."""
+    """One settle: whether frozen objects were looked at too (full), objects frozen after it,
+    garbage objects it collected, and how long the pause was."""
 
+    full: bool
     frozen: int
     collected: int
     seconds: float
@@ -87,14 +100,14 @@ class StateFeed(Protocol):
     async def wait_for(self, predicate: Callable[[Any], bool]) -> object: ...
 
 
-def settle(*, unfreeze: bool) -> Settled:
-    """One full collection (of the frozen objects too when ``unfreeze``), then freeze."""
+def settle(*, full: bool) -> Settled:
+    """Collect what is not frozen (everything when ``full``), then freeze what is alive."""
     began = time.perf_counter()
-    if unfreeze:
+    if full:
         gc.unfreeze()
     collected = gc.collect()
     gc.freeze()
-    return Settled(frozen=gc.get_freeze_count(), collected=collected,
+    return Settled(full=full, frozen=gc.get_freeze_count(), collected=collected,
                    seconds=time.perf_counter() - began)
 
 
@@ -105,26 +118,36 @@ async def keep_settled(pipeline: StateFeed, policy: GcPolicy, *,
     from podway.pipeline import PipelineStopped  # the pipeline imports the translator: late
 
     policy.check()
-    previous = gc.get_threshold()
-    gc.set_threshold(policy.young_threshold, previous[1], previous[2])
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        await pipeline.wait_for(lambda _: True)
-        unfreeze = False
+        await pipeline.wait_for(_any)
+        settles = 0
         while True:
             await _quiet(pipeline, quiet_s=policy.quiet_s, within_s=policy.settle_within_s)
-            done = settle(unfreeze=unfreeze)
-            log.info("gc: %d objects frozen, %d collected, %.0f ms", done.frozen,
-                     done.collected, done.seconds * 1000)
+            done = settle(full=settles > 0 and settles % policy.unfreeze_every == 0)
+            settles += 1
+            log.info("gc: %d objects frozen, %d collected, %.0f ms%s", done.frozen,
+                     done.collected, done.seconds * 1000, " (full)" if done.full else "")
             on_settled(done)
-            unfreeze = True
-            with contextlib.suppress(TimeoutError):  # the period, unless the pipeline stops
-                async with asyncio.timeout(policy.refreeze_s):
-                    await pipeline.wait_for(_never)
+            await _due(pipeline, policy, frozen=done.frozen)
     except PipelineStopped:
         return
     finally:
-        gc.set_threshold(*previous)
+        if enabled:
+            gc.enable()
         gc.unfreeze()
+
+
+async def _due(pipeline: StateFeed, policy: GcPolicy, *, frozen: int) -> None:
+    """Until the next settle is due: ``settle_every_s`` from now, or (looked at with each new
+    state) once the objects made since the last settle exceed the growth allowed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + policy.settle_every_s
+    limit = max(policy.min_growth, int(frozen * policy.growth))
+    while gc.get_count()[0] <= limit and (left := deadline - loop.time()) > 0:
+        if not await _newer_within(pipeline, left):
+            return
 
 
 async def _quiet(pipeline: StateFeed, *, quiet_s: float, within_s: float) -> None:
@@ -132,18 +155,25 @@ async def _quiet(pipeline: StateFeed, *, quiet_s: float, within_s: float) -> Non
     loop = asyncio.get_running_loop()
     give_up = loop.time() + within_s
     while (left := give_up - loop.time()) > 0:
-        state = pipeline.state
-        seen = state.version if state is not None else 0
-        try:
-            async with asyncio.timeout(min(quiet_s, left)):
-                await pipeline.wait_for(functools.partial(_newer, seen))
-        except TimeoutError:
+        if not await _newer_within(pipeline, min(quiet_s, left)):
             return
+
+
+async def _newer_within(pipeline: StateFeed, limit_s: float) -> bool:
+    """Whether a state newer than the current one is published within ``limit_s``."""
+    state = pipeline.state
+    seen = state.version if state is not None else 0
+    try:
+        async with asyncio.timeout(limit_s):
+            await pipeline.wait_for(functools.partial(_newer, seen))
+    except TimeoutError:
+        return False
+    return True
+
+
+def _any(_: object) -> bool:
+    return True
 
 
 def _newer(version: int, state: _Versioned) -> bool:
     return state.version > version
-
-
-def _never(_: object) -> bool:
-    return False

@@ -19,29 +19,29 @@ from .bed import Bed, cluster_service
 
 @pytest.fixture(autouse=True)
 def collector() -> Iterator[None]:
-    thresholds = gc.get_threshold()
+    enabled = gc.isenabled()
     try:
         yield
     finally:
         gc.unfreeze()
-        gc.set_threshold(*thresholds)
+        if enabled:
+            gc.enable()
 
 
 async def test_policy_applied_after_the_first_state_and_undone_at_stop(bed: Bed) -> None:
-    """With ``gc``: thresholds set, the heap frozen once the first state is in; stopped: the
-    process's collector is as it was."""
-    before = gc.get_threshold()
+    """With ``gc``: no automatic collection, the heap frozen once the first state is in;
+    stopped: the process's collector is as it was."""
     bed.emu.put("services", cluster_service("web"))
-    controller = await bed.start(gc=GcPolicy(young_threshold=23_456, quiet_s=0.01))
+    controller = await bed.start(gc=GcPolicy(quiet_s=0.01))
     await asyncio.wait_for(controller.gc_first_settle.wait(), 20)
     assert controller.pipeline is not None
     assert controller.pipeline.state is not None
     assert controller.gc_settled is not None
     assert controller.gc_settled.frozen > 0
     assert gc.get_freeze_count() > 0  # (frozen objects freed since leave the count)
-    assert gc.get_threshold()[0] == 23_456
+    assert not gc.isenabled()
     await bed.stop_controller()
-    assert gc.get_threshold() == before
+    assert gc.isenabled()
     assert gc.get_freeze_count() == 0
 
 

@@ -1,5 +1,6 @@
-"""The garbage collector policy: settled (collected, frozen) only once a first state exists,
-frozen cyclic garbage reclaimed at the next refreeze, and everything undone when it ends."""
+"""The garbage collector policy: no automatic collection; settles (collect, freeze) once a first
+state exists, then by period or growth; frozen cyclic garbage reclaimed by the full settles;
+everything undone when it ends."""
 
 from __future__ import annotations
 
@@ -56,12 +57,13 @@ class Cycle:
 @pytest.fixture(autouse=True)
 def collector() -> Iterator[None]:
     """This test process's collector as it was, whatever the test did."""
-    thresholds = gc.get_threshold()
+    enabled = gc.isenabled()
     try:
         yield
     finally:
         gc.unfreeze()
-        gc.set_threshold(*thresholds)
+        if enabled:
+            gc.enable()
 
 
 def test_settle_collects_then_freezes() -> None:
@@ -69,18 +71,18 @@ def test_settle_collects_then_freezes() -> None:
     dead = Cycle()
     gone = weakref.ref(dead)
     del dead
-    done = settle(unfreeze=False)
+    done = settle(full=False)
     assert gone() is None
     assert done.collected >= 1
     assert done.frozen == gc.get_freeze_count() > 0
 
 
-async def test_settles_after_the_first_state_and_refreezes() -> None:
-    """Thresholds at once; the first settle only once a state exists; cyclic garbage that was
-    alive at a freeze survives collections (frozen) until the next settle reclaims it."""
+async def test_no_collection_until_the_first_state_then_settles_and_full_ones() -> None:
+    """Automatic collections off; the first settle once a state exists; a cycle alive at a
+    freeze and dead since survives ordinary settles, and the full one reclaims it."""
     feed = Feed()
     settles: asyncio.Queue[tuple[Settled, Version | None]] = asyncio.Queue()
-    policy = GcPolicy(young_threshold=12_345, quiet_s=0.01, refreeze_s=0.2)
+    policy = GcPolicy(quiet_s=0.01, settle_every_s=0.05, unfreeze_every=2)
     task = asyncio.create_task(keep_settled(
         feed, policy, on_settled=lambda s: settles.put_nowait((s, feed.state))))
     try:
@@ -88,15 +90,37 @@ async def test_settles_after_the_first_state_and_refreezes() -> None:
         gone = weakref.ref(kept)
         feed.publish(1)
         first, at = await asyncio.wait_for(settles.get(), 10)
-        assert gc.get_threshold()[0] == 12_345
+        assert not gc.isenabled()
         assert at == Version(1)
+        assert not first.full
         assert first.frozen > 0
-        del kept  # garbage now, but frozen: no collection looks at it
+        del kept  # garbage now, but frozen: no collection but a full one looks at it
         gc.collect()
+        second, _ = await asyncio.wait_for(settles.get(), 10)
+        assert not second.full
         assert gone() is not None
-        second, _ = await asyncio.wait_for(settles.get(), 10)  # the refreeze
+        third, _ = await asyncio.wait_for(settles.get(), 10)
+        assert third.full
         assert gone() is None
-        assert second.collected >= 1
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_growth_brings_the_next_settle_forward() -> None:
+    """More objects made than the growth allows: settled at the next state, not a period on."""
+    feed = Feed()
+    settles: asyncio.Queue[Settled] = asyncio.Queue()
+    policy = GcPolicy(quiet_s=0.01, settle_every_s=3600, growth=0.0, min_growth=10_000)
+    task = asyncio.create_task(keep_settled(feed, policy, on_settled=settles.put_nowait))
+    try:
+        feed.publish(1)
+        await asyncio.wait_for(settles.get(), 10)
+        made = [[] for _ in range(20_000)]  # tracked objects, all alive
+        feed.publish(2)
+        second = await asyncio.wait_for(settles.get(), 10)
+        assert second.frozen >= len(made)
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -105,8 +129,7 @@ async def test_settles_after_the_first_state_and_refreezes() -> None:
 
 @pytest.mark.parametrize("ending", ["cancelled", "pipeline stopped"])
 async def test_policy_is_undone_when_it_ends(ending: str) -> None:
-    """Cancelled or its pipeline stopped: the previous thresholds are back, nothing frozen."""
-    before = gc.get_threshold()
+    """Cancelled or its pipeline stopped: the collector is on again, nothing frozen."""
     feed = Feed()
     settled = asyncio.Event()
     task = asyncio.create_task(keep_settled(feed, GcPolicy(quiet_s=0.01),
@@ -114,6 +137,7 @@ async def test_policy_is_undone_when_it_ends(ending: str) -> None:
     feed.publish(1)
     await asyncio.wait_for(settled.wait(), 10)
     assert gc.get_freeze_count() > 0
+    assert not gc.isenabled()
     if ending == "cancelled":
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -121,5 +145,5 @@ async def test_policy_is_undone_when_it_ends(ending: str) -> None:
     else:
         feed.stop()
         await asyncio.wait_for(task, 10)
-    assert gc.get_threshold() == before
+    assert gc.isenabled()
     assert gc.get_freeze_count() == 0

@@ -21,6 +21,10 @@ events and the NodePortLocal annotation, each write checked against the leader's
 leader writes what is pending at once (the current state again, compared with what the API
 holds). Without ``election`` this replica always writes (``--leader-elect=false``).
 
+With ``gc`` set (``podway controller`` sets it) the process's garbage collector follows
+``podway.gc_policy`` while it serves: the heap is frozen once the first state is in, so no full
+collection of it pauses the event loop between a cache set and the push.
+
 Invariants: engines keep their last config while the controller is away (Envoy holds it; a
 restarted controller serves the same resources with the same versions, so nothing is re-applied
 needlessly); the controller writes only what changed; one slow writer never delays xDS (writing
