@@ -180,17 +180,21 @@ def probe(port: int) -> None:
     """The ``--probe`` child: for each host name read from stdin, ask ``127.0.0.1:port`` for
     ``/`` with that Host until it answers 200 (1 ms apart, on one kept-alive connection: Envoy
     picks the route table per request), then print ``perf_counter()`` of that answer
-    (CLOCK_MONOTONIC: the same clock in every process) and what came before it (status code or
-    error → count). An outside client: no GIL or event loop shared with the controller."""
+    (CLOCK_MONOTONIC: the same clock in every process), what came before it (status code or
+    error → count) and the longest wait for one answer. An outside client: no GIL or event
+    loop shared with the controller."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     for line in sys.stdin:
         host = line.strip()
         seen: dict[str, int] = {}
+        longest = 0.0  # the longest wait for one answer: the prober or Envoy starved
         while host:
+            asked = time.perf_counter()
             try:
                 conn.request("GET", "/", headers={"Host": host})
                 answer = conn.getresponse()
                 answer.read()
+                longest = max(longest, time.perf_counter() - asked)
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()  # closed by Envoy: the next request opens a new one
                 code = type(exc).__name__
@@ -200,6 +204,8 @@ def probe(port: int) -> None:
                 code = str(answer.status)
             seen[code] = seen.get(code, 0) + 1
             time.sleep(0.001)
+        if host:
+            seen["longest wait ms"] = round(longest * 1000)
         print(time.perf_counter(), json.dumps(seen), flush=True)  # no host: a clock check
 
 
@@ -409,7 +415,11 @@ async def report_new_routes(out: Figures, tried: Tries, *, tries: int, envoy_adm
     out.time("  Envoy applied → first 200 (outside client)", *_p(parts["serve"]))
     out.time("  (aside) Envoy applied → its ACK read here", *_p(parts["ack"]))
     slowest = max(range(len(parts["total"])), key=parts["total"].__getitem__)
-    other = {code: n for a in tried.answers for code, n in a.items() if code != "404"}
+    other: dict[str, int] = {}
+    for answers in tried.answers:
+        for code, n in answers.items():
+            if code not in ("404", "longest wait ms"):
+                other[code] = other.get(code, 0) + n
     print(f"  answers before the first 200: slowest try (#{slowest}) "
           f"{tried.answers[slowest]}; other than 404 in all tries: {other or 'none'}",
           flush=True)
