@@ -438,12 +438,19 @@ def _p(values: list[float]) -> tuple[float, float, float]:
     return pct(values, 0.5), pct(values, 0.99), max(values)
 
 
+def _stop_if_failed(main: asyncio.Task[Any] | None, task: asyncio.Task[None]) -> None:
+    """The controller failed: say why and stop the run (nothing it waits for would come)."""
+    if not task.cancelled() and task.exception() is not None and main is not None:
+        print(f"controller failed: {task.exception()!r}", file=sys.stderr, flush=True)
+        main.cancel()
+
+
 def _has_host(state: State, *, host: str) -> bool:
     return any(v.hostname == host for ls in state.ir.listeners for v in ls.virtual_hosts)
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
-                     gc_policy: GcPolicy | None) -> None:
+                     gc_policy: GcPolicy | None, status_after_push_s: float) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
@@ -461,10 +468,12 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
         api = client.ApiClient(client.Configuration(host=url))
         controller = Controller(ControllerOptions(
             translate=TranslateOptions(address="127.0.0.1"), xds_address="127.0.0.1:0",
-            xds_unauthenticated=True, lb_address="127.0.0.1", gc=gc_policy), api=api)
+            xds_unauthenticated=True, lb_address="127.0.0.1", gc=gc_policy,
+            status_after_push_s=status_after_push_s), api=api)
         acks = Acks()
         controller.event_hooks.append(acks)
         tasks.append(asyncio.create_task(controller.run()))
+        tasks[-1].add_done_callback(functools.partial(_stop_if_failed, asyncio.current_task()))
         await first_state(controller, out, count)
         assert controller.server is not None
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
@@ -557,6 +566,9 @@ async def main() -> None:
     parser.add_argument("--no-gc-policy", action="store_true",
                         help="leave the controller's garbage collector as CPython sets it (the "
                              "command applies podway.gc_policy): for before/after figures")
+    parser.add_argument("--status-at-once", action="store_true",
+                        help="the status pass right after each push, not after the engine's "
+                             "answer (ControllerOptions.status_after_push_s=0): before/after")
     parser.add_argument("--rss", action="store_true",
                         help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
@@ -579,7 +591,9 @@ async def main() -> None:
     print(ref.describe(), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
         await bench_size(size, args.tries, ref,
-                         gc_policy=None if args.no_gc_policy else GcPolicy())
+                         gc_policy=None if args.no_gc_policy else GcPolicy(),
+                         status_after_push_s=0 if args.status_at_once
+                         else ControllerOptions().status_after_push_s)
     print(ref.check_again(), flush=True)
 
 
