@@ -450,7 +450,7 @@ def _has_host(state: State, *, host: str) -> bool:
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
-                     gc_policy: GcPolicy | None, status_after_push_s: float) -> None:
+                     gc_policy: GcPolicy | None) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
@@ -468,8 +468,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
         api = client.ApiClient(client.Configuration(host=url))
         controller = Controller(ControllerOptions(
             translate=TranslateOptions(address="127.0.0.1"), xds_address="127.0.0.1:0",
-            xds_unauthenticated=True, lb_address="127.0.0.1", gc=gc_policy,
-            status_after_push_s=status_after_push_s), api=api)
+            xds_unauthenticated=True, lb_address="127.0.0.1", gc=gc_policy), api=api)
         acks = Acks()
         controller.event_hooks.append(acks)
         tasks.append(asyncio.create_task(controller.run()))
@@ -566,9 +565,6 @@ async def main() -> None:
     parser.add_argument("--no-gc-policy", action="store_true",
                         help="leave the controller's garbage collector as CPython sets it (the "
                              "command applies podway.gc_policy): for before/after figures")
-    parser.add_argument("--status-at-once", action="store_true",
-                        help="the status pass right after each push, not after the engine's "
-                             "answer (ControllerOptions.status_after_push_s=0): before/after")
     parser.add_argument("--rss", action="store_true",
                         help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
@@ -591,9 +587,7 @@ async def main() -> None:
     print(ref.describe(), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
         await bench_size(size, args.tries, ref,
-                         gc_policy=None if args.no_gc_policy else GcPolicy(),
-                         status_after_push_s=0 if args.status_at_once
-                         else ControllerOptions().status_after_push_s)
+                         gc_policy=None if args.no_gc_policy else GcPolicy())
     print(ref.check_again(), flush=True)
 
 

@@ -80,7 +80,7 @@ from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
 from podway.translate import TranslateOptions
 from podway.xds.member_health import MemberHealthReports
-from podway.xds.protocol import Ack, Event, Nack
+from podway.xds.protocol import Event
 from podway.xds.server import ServerTLS, XdsServer
 
 log = logging.getLogger(__name__)
@@ -124,12 +124,6 @@ class ControllerOptions:
     """Live settings (``podway.controller.config``): its ``backendMode`` replaces
     ``translate.mode`` at start and whenever the file changes. None: no file."""
     config_poll_s: float = 1.0
-    status_after_push_s: float = 0.5
-    """After a state that changed what engines hold, the write-back (NodePortLocal annotation,
-    statuses, events) waits for an engine's answer (ACK or NACK) to the last type pushed, at
-    most this long: where engines share the controller's cores, its O(objects) status pass
-    then does not compete with Envoy applying the push (bench/convergence,
-    docs/performance.md). Without engines connected it does not wait. 0: write at once."""
     gc: GcPolicy | None = None
     """The garbage collector's policy for this process while it serves (``podway.gc_policy``:
     the full collections that paused the event loop mid-push, frozen away after the first
@@ -163,10 +157,6 @@ class Controller:
         self._npl_seen: tuple[object, ...] = ()
         self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
         self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
-        # Engines' answers per xDS type: the newest answered version, and how many answers.
-        self._answered: dict[str, str] = {}
-        self._answers: dict[str, int] = {}
-        self._answer = asyncio.Event()  # replaced by a fresh one at each answer
 
     async def run(self) -> None:
         """Serve until cancelled; a cluster that cannot be reached is one ``PodwayError``."""
@@ -295,29 +285,6 @@ class Controller:
             hook(event)
         if self.pipeline is not None:
             self.pipeline.on_event(event)
-        if isinstance(event, Ack | Nack):
-            self._answered[event.type_url] = event.version
-            self._answers[event.type_url] = self._answers.get(event.type_url, 0) + 1
-            answer, self._answer = self._answer, asyncio.Event()
-            answer.set()
-
-    async def _engines_first(self, state: State, previous_generation: int) -> None:
-        """Until an engine answered the push of ``state`` (see ``status_after_push_s``): its
-        last changed type answered at the cache's version of it, or any answer to that type
-        after this starts waiting (an engine group's cache has versions of its own)."""
-        limit = self.opts.status_after_push_s
-        if (limit <= 0 or state.generation == previous_generation or not state.changed_types
-                or self.server is None or not self.server.servicer.streams
-                or self.pipeline is None):
-            return
-        type_url = state.changed_types[-1]
-        version = self.pipeline.cache.get(type_url).version
-        answers = self._answers.get(type_url, 0)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(limit):
-                while self._answered.get(type_url) != version and \
-                        self._answers.get(type_url, 0) == answers:
-                    await self._answer.wait()
 
     # ---- write-back --------------------------------------------------------------------
     async def _follow(self, api: client.ApiClient, events: EventRecorder) -> None:
@@ -336,7 +303,6 @@ class Controller:
                     self.readiness.wake()  # gated pods are judged now, not at the next resync
                 self._npl_seen, self._npl_requested = (), {}
             self._observe(state, generation)
-            await self._engines_first(state, generation)
             generation = state.generation
             await self._enable_npl(api, state)
             await self.status.write(state)
