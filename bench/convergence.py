@@ -1,14 +1,21 @@
 """Controller convergence against the API emulator, through a real Envoy.
 
 The emulator runs in a child process (so this process's RSS is the controller's), filled with
-N ClusterIP Services + EndpointSlices (all at one loopback echo), one GatewayClass, one Gateway
-(HTTP listener) and N HTTPRoutes (host ``r<i>.bench.test`` → Service ``svc-<i>``). Then:
+N ClusterIP Services + EndpointSlices (all at one loopback echo backend, ``podway echo`` in its
+own process), one GatewayClass, one Gateway (HTTP listener) and N HTTPRoutes (host
+``r<i>.bench.test`` → Service ``svc-<i>``). The controller runs here as ``podway controller``
+runs it (events written, the GC policy of ``podway.gc_policy`` unless ``--no-gc-policy``). Then:
 
 * first snapshot and status: controller start → first state; that state's status pass (every
   route's Accepted/ResolvedRefs and the Gateway's attachedRoutes PATCHed, bounded concurrency);
-* EndpointSlice change at the API (a merge patch) → Envoy's EDS ACK, p50/p99 over ``--tries``;
-* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99, and its
-  stages (watch, coalescing, translate, build, cache, push + Envoy apply, ACK → 200);
+* EndpointSlice change at the API (a merge patch) → Envoy's EDS ACK, p50/p99/max over
+  ``--tries``;
+* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99/max, and its
+  stages (watch, coalescing, translate, build, cache, push + Envoy applies until Envoy's own
+  ``update_time`` of the route table, Envoy applied → first 200; aside, the controller reading
+  the ACK), Envoy's own apply time (``update_duration``) and the controller's GC pauses. The
+  first 200 is seen by a prober child process (``--probe``: a kept-alive connection, a request
+  every millisecond), an outside client that shares no GIL or event loop with the controller;
 * controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
 
 ``--rss`` measures memory the way it is deployed instead: the real ``podway controller``
@@ -19,9 +26,9 @@ Envoy, no benchmark code in that process: the figure is the controller's alone.
 Targets (issue 11): EDS ACK p99 ≤ 200 ms at 1,000 Services; new route p99 ≤ 100 ms at 1,000
 routes, ≤ 150 ms at 10,000; status of 1,000 routes ≤ 2 s; RSS ≤ 150 MiB at 1,000 + 1,000.
 Every time is also printed as a ratio to the machine-speed reference (``bench/speedref.py``)
-measured in the same run.
+measured in the same run. 100 tries take ~35 s at 1,000 routes, a few minutes at 10,000.
 
-    .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 20]
+    .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 100] [--no-gc-policy]
     .venv/bin/python bench/convergence.py --rss [--sizes 1000,10000]
 """
 
