@@ -18,7 +18,8 @@ So, for as long as ``keep_settled`` runs: no automatic collection at all. Instea
 (a collection, then ``gc.freeze()``: what is alive moves to the permanent generation, which
 later collections skip), each at a quiet moment (no new state for ``quiet_s``):
 
-* the first once the first state is published (startup's garbage, then the settled heap);
+* the first once the first state is published (startup's garbage, then the settled heap), or
+  ``settle_every_s`` after the start if none comes (the API away: retries make garbage too);
 * then every ``settle_every_s``, or sooner once more than ``growth`` times the frozen heap (at
   least ``min_growth``) objects were made since the last one (``gc.get_count()``): a settle
   scans only what is not frozen, i.e. what was made since the last one;
@@ -121,7 +122,7 @@ async def keep_settled(pipeline: StateFeed, policy: GcPolicy, *,
     enabled = gc.isenabled()
     gc.disable()
     try:
-        await pipeline.wait_for(_any)
+        await _due(pipeline, policy, frozen=0, first=True)
         settles = 0
         while True:
             await _quiet(pipeline, quiet_s=policy.quiet_s, within_s=policy.settle_within_s)
@@ -139,13 +140,20 @@ async def keep_settled(pipeline: StateFeed, policy: GcPolicy, *,
         gc.unfreeze()
 
 
-async def _due(pipeline: StateFeed, policy: GcPolicy, *, frozen: int) -> None:
+async def _due(pipeline: StateFeed, policy: GcPolicy, *, frozen: int,
+               first: bool = False) -> None:
     """Until the next settle is due: ``settle_every_s`` from now, or (looked at with each new
-    state) once the objects made since the last settle exceed the growth allowed."""
+    state) once the objects made since the last settle exceed the growth allowed; with
+    ``first``, the first state instead of growth (startup allocates a whole heap)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + policy.settle_every_s
     limit = max(policy.min_growth, int(frozen * policy.growth))
-    while gc.get_count()[0] <= limit and (left := deadline - loop.time()) > 0:
+    while (left := deadline - loop.time()) > 0:
+        if first:
+            if pipeline.state is not None:
+                return
+        elif gc.get_count()[0] > limit:
+            return
         if not await _newer_within(pipeline, left):
             return
 
@@ -168,10 +176,6 @@ async def _newer_within(pipeline: StateFeed, limit_s: float) -> bool:
             await pipeline.wait_for(functools.partial(_newer, seen))
     except TimeoutError:
         return False
-    return True
-
-
-def _any(_: object) -> bool:
     return True
 
 

@@ -147,3 +147,20 @@ async def test_policy_is_undone_when_it_ends(ending: str) -> None:
         await asyncio.wait_for(task, 10)
     assert gc.isenabled()
     assert gc.get_freeze_count() == 0
+
+
+async def test_settles_by_period_while_no_state_comes() -> None:
+    """No first state (the API away): settled anyway once a period has passed."""
+    feed = Feed()
+    settles: asyncio.Queue[tuple[Settled, Version | None]] = asyncio.Queue()
+    task = asyncio.create_task(keep_settled(
+        feed, GcPolicy(quiet_s=0.01, settle_every_s=0.05),
+        on_settled=lambda s: settles.put_nowait((s, feed.state))))
+    try:
+        settled, at = await asyncio.wait_for(settles.get(), 10)
+        assert at is None
+        assert settled.frozen > 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
