@@ -1,14 +1,21 @@
 """Controller convergence against the API emulator, through a real Envoy.
 
 The emulator runs in a child process (so this process's RSS is the controller's), filled with
-N ClusterIP Services + EndpointSlices (all at one loopback echo), one GatewayClass, one Gateway
-(HTTP listener) and N HTTPRoutes (host ``r<i>.bench.test`` → Service ``svc-<i>``). Then:
+N ClusterIP Services + EndpointSlices (all at one loopback echo backend, ``podway echo`` in its
+own process), one GatewayClass, one Gateway (HTTP listener) and N HTTPRoutes (host
+``r<i>.bench.test`` → Service ``svc-<i>``). The controller runs here as ``podway controller``
+runs it (events written, the GC policy of ``podway.gc_policy`` unless ``--no-gc-policy``). Then:
 
 * first snapshot and status: controller start → first state; that state's status pass (every
   route's Accepted/ResolvedRefs and the Gateway's attachedRoutes PATCHed, bounded concurrency);
-* EndpointSlice change at the API (a merge patch) → Envoy's EDS ACK, p50/p99 over ``--tries``;
-* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99, and its
-  stages (watch, coalescing, translate, build, cache, push + Envoy apply, ACK → 200);
+* EndpointSlice change at the API (a merge patch) → Envoy's EDS ACK, p50/p99/max over
+  ``--tries``;
+* new HTTPRoute created at the API → first 200 through Envoy (it was 404), p50/p99/max, and its
+  stages (watch, coalescing, translate, build, cache, push + Envoy applies until Envoy's own
+  ``update_time`` of the route table, Envoy applied → first 200; aside, the controller reading
+  the ACK), Envoy's own apply time (``update_duration``) and the controller's GC pauses. The
+  first 200 is seen by a prober child process (``--probe``: a kept-alive connection, a request
+  every millisecond), an outside client that shares no GIL or event loop with the controller;
 * controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
 
 ``--rss`` measures memory the way it is deployed instead: the real ``podway controller``
@@ -19,9 +26,9 @@ Envoy, no benchmark code in that process: the figure is the controller's alone.
 Targets (issue 11): EDS ACK p99 ≤ 200 ms at 1,000 Services; new route p99 ≤ 100 ms at 1,000
 routes, ≤ 150 ms at 10,000; status of 1,000 routes ≤ 2 s; RSS ≤ 150 MiB at 1,000 + 1,000.
 Every time is also printed as a ratio to the machine-speed reference (``bench/speedref.py``)
-measured in the same run.
+measured in the same run. 100 tries take ~35 s at 1,000 routes, a few minutes at 10,000.
 
-    .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 20]
+    .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 100] [--no-gc-policy]
     .venv/bin/python bench/convergence.py --rss [--sizes 1000,10000]
 """
 
@@ -31,12 +38,16 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
+import http.client
+import json
 import logging
+import re
 import shutil
-import socket
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +58,14 @@ import speedref
 from xds_push import Acks, free_port, pct  # the same helpers, one copy
 
 from podway.controller.main import Controller, ControllerOptions
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
+from podway.engine import admin
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.gc_policy import GcPolicy
 from podway.pipeline import State
 from podway.translate import TranslateOptions
 from podway.xds import types
+from podway.xds.protocol import Ack
 
 GW = "gateway.networking.k8s.io"
 NS = "bench"
@@ -171,20 +183,130 @@ async def serving(port: int, host: str, limit_s: float) -> None:
                 return
 
 
-def first_200(port: int, host: str, limit_s: float) -> float:
-    """``perf_counter()`` when ``host`` first answers 200, polled from a thread with blocking
-    sockets: an outside client's view, not delayed by the controller's busy event loop (which
-    this process shares)."""
-    request = f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
-    deadline = time.perf_counter() + limit_s
-    while time.perf_counter() < deadline:
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-            conn.sendall(request)
-            line = conn.recv(64)
-        if line.split()[1:2] == [b"200"]:
-            return time.perf_counter()
-        time.sleep(0.001)
-    raise TimeoutError(f"{host} not served within {limit_s} s")
+def probe(port: int) -> None:
+    """The ``--probe`` child: for each host name read from stdin, ask ``127.0.0.1:port`` for
+    ``/`` with that Host until it answers 200 (1 ms apart, on one kept-alive connection: Envoy
+    picks the route table per request), then print ``perf_counter()`` of that answer
+    (CLOCK_MONOTONIC: the same clock in every process), what came before it (status code or
+    error → count) and the longest wait for one answer. An outside client: no GIL or event
+    loop shared with the controller."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    for line in sys.stdin:
+        host = line.strip()
+        seen: dict[str, int] = {}
+        longest = 0.0  # the longest wait for one answer: the prober or Envoy starved
+        while host:
+            asked = time.perf_counter()
+            try:
+                conn.request("GET", "/", headers={"Host": host})
+                answer = conn.getresponse()
+                answer.read()
+                longest = max(longest, time.perf_counter() - asked)
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()  # closed by Envoy: the next request opens a new one
+                code = type(exc).__name__
+            else:
+                if answer.status == 200:
+                    break
+                code = str(answer.status)
+            seen[code] = seen.get(code, 0) + 1
+            time.sleep(0.001)
+        if host:
+            seen["longest wait ms"] = round(longest * 1000)
+        print(time.perf_counter(), json.dumps(seen), flush=True)  # no host: a clock check
+
+
+class Prober:
+    """The ``--probe`` child process (see ``probe``)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, port: int) -> Prober:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--probe", str(port), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE)
+        prober = cls(process)
+        before = time.perf_counter()
+        theirs, _ = await prober._ask("")
+        if not before <= theirs <= time.perf_counter():
+            raise RuntimeError("the prober's clock is not this process's: times would lie")
+        return prober
+
+    async def first_200(self, host: str, limit_s: float) -> tuple[float, dict[str, int]]:
+        """``perf_counter()`` when ``host`` first answered 200 to the prober, and the answers
+        before it (code → count)."""
+        return await asyncio.wait_for(self._ask(host), limit_s)
+
+    async def _ask(self, host: str) -> tuple[float, dict[str, int]]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(f"{host}\n".encode())
+        await self.process.stdin.drain()
+        when, seen = (await self.process.stdout.readline()).decode().split(" ", 1)
+        return float(when), json.loads(seen)
+
+    async def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 5)
+        except TimeoutError:  # still polling a host that never came
+            self.process.kill()
+            await self.process.wait()
+
+
+async def start_echo(port: int) -> asyncio.subprocess.Process:
+    """The backend: ``podway echo`` in its own process (a backend is not in the controller's
+    process, nor on its event loop), once it accepts connections."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "echo", "--port", str(port), "--name", "e",
+        "--log-level", "warning")
+    async with asyncio.timeout(60):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            return process
+
+
+class GcPauses:
+    """This process's (the controller's) garbage collections: ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, float, int]] = []  # (start, seconds, generation)
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._began = now
+        else:
+            self.pauses.append((self._began, now - self._began, info["generation"]))
+
+    def within(self, start: float, end: float) -> list[tuple[float, float, int]]:
+        return [p for p in self.pauses if start <= p[0] < end]
+
+
+async def rds_update_ms(address: str) -> int:
+    """Envoy's ``…rds.<table>.update_time`` (wall-clock ms at which it finished applying its
+    newest route table; one listener, one table here)."""
+    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_time$")
+    return max(int(v) for v in re.findall(r"update_time: (\d+)", body))
+
+
+async def rds_apply_quantiles(address: str) -> str:
+    """Envoy's own ``update_duration`` histogram of the route table (its apply time, every
+    update so far; flushed every 5 s)."""
+    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_duration$")
+    found = dict(re.findall(r"P([\d.]+)\([^,]*,([^)]*)\)", body))
+    if not found:
+        return "no values"
+    return " / ".join(f"{float(found.get(q, 'nan')):.0f}" for q in ("50", "99", "100")) + " ms"
 
 
 async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, tries: int,
@@ -198,16 +320,33 @@ async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, t
             f"svc-{i}-1", NS, endpoint_slice(i, echo_port, f"127.0.0.{2 + i % 200}"),
             _content_type="application/merge-patch+json")
         eds.append(await asyncio.wait_for(done, 30) - t0)
-    out.time("EndpointSlice change → EDS ACK p50 / p99", pct(eds, 0.5), pct(eds, 0.99))
+    out.time(f"EndpointSlice change → EDS ACK ({tries} tries) p50 / p99 / max", *_p(eds))
 
 
-async def new_routes(controller: Controller, api: client.ApiClient, acks: Acks, out: Figures,
-                     *, tries: int, count: int, gateway_port: int) -> None:
+@dataclass
+class Tries:
+    """Per-try seconds of each stage of "new HTTPRoute → first 200"."""
+
+    parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in (
+        "total", "watch", "coalesce", "translate", "build", "cache", "apply", "serve",
+        "ack")})
+    answers: list[dict[str, int]] = field(default_factory=list)  # before each first 200
+
+    def add(self, **values: float) -> None:
+        for name, value in values.items():
+            self.parts[name].append(value)
+
+
+async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
+                     tries: int, count: int, gateway_port: int, prober: Prober,
+                     envoy_admin: str, pauses: GcPauses) -> None:
     """Create → first 200, split into its stages: the API write and the watch event reaching
     the source; coalescing (debounce) until translation starts; translate; build (the changed
     virtual host encoded, the table joined); cache; push + Envoy applying the route table (cache
-    set → Envoy's RDS ACK as this process reads it); ACK → first 200 (a client thread polling
-    every millisecond; see ``first_200``)."""
+    set → Envoy's own ``update_time`` of it, 1 ms steps); Envoy applied → the first 200 an
+    outside client (``--probe`` process) sees. Beside the sum: Envoy applied → its ACK read by
+    the controller (its event loop may be busy with the status pass then; nothing waits on
+    that read), and the controller's GC pauses inside the tries."""
     assert controller.pipeline is not None
     assert controller.source is not None
     pipeline, source = controller.pipeline, controller.source
@@ -221,79 +360,126 @@ async def new_routes(controller: Controller, api: client.ApiClient, acks: Acks, 
         stage(ident, obj, error)
 
     source._stage = timed_stage  # type: ignore[method-assign]
-    applied_at: dict[int, tuple[float, float]] = {}  # generation → (began, cache set)
+    applied_at: dict[int, tuple[float, float, float]] = {}  # generation → began, cached, wall
     apply = pipeline._apply  # a bench-only probe: translation start, cache set
 
     def timed_apply(update: Any) -> State:
         began = time.perf_counter()
         state = apply(update)
-        applied_at[state.generation] = (began, time.perf_counter())
+        applied_at[state.generation] = (began, time.perf_counter(), time.time())
         return state
 
     pipeline._apply = timed_apply  # type: ignore[method-assign]
+    acks: list[float] = []
+    acked = asyncio.Event()
+
+    def on_ack(event: Any) -> None:
+        if isinstance(event, Ack) and event.type_url == types.ROUTE:
+            acks.append(time.perf_counter())
+            acked.set()
+
+    controller.event_hooks.append(on_ack)
     custom: Any = client.CustomObjectsApi(api)
-    parts: dict[str, list[float]] = {k: [] for k in (
-        "total", "watch", "coalesce", "translate", "build", "cache", "apply", "serve")}
+    tried = Tries()
+    began_all = time.perf_counter()
     for i in range(tries):
         host = f"new{i}.bench.test"
         assert await status_of(gateway_port, host) == 404
-        applied = acks.next(types.ROUTE)
-        served = asyncio.ensure_future(asyncio.to_thread(first_200, gateway_port, host, 60))
+        served = asyncio.ensure_future(prober.first_200(host, 60))
+        del acks[:]
+        acked.clear()
         t0 = time.perf_counter()
         # A Service the endpoint test did not move (those now point at 127.0.0.2+).
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
         state = await pipeline.wait_for(functools.partial(_has_host, host=host))
-        t_state = time.perf_counter()
-        t_ack = await asyncio.wait_for(applied, 60)
-        t_200 = await served
+        t_200, answers = await served
+        tried.answers.append(answers)
+        await asyncio.wait_for(acked.wait(), 60)  # read by this loop: maybe after the 200
         timings = state.timings
-        began, cached = applied_at.get(state.generation, (t_state, t_state))
+        began, cached, cached_wall = applied_at[state.generation]
         t_staged = staged.get(host.split(".", maxsplit=1)[0], began)
-        for name, value in (("total", t_200 - t0), ("watch", t_staged - t0),
-                            ("coalesce", began - t_staged),
-                            ("translate", timings.translate_ms / 1000),
-                            ("build", timings.build_ms / 1000),
-                            ("cache", timings.cache_ms / 1000), ("apply", t_ack - cached),
-                            ("serve", max(0.0, t_200 - t_ack))):
-            parts[name].append(value)
-    out.time("new HTTPRoute → first 200 p50 / p99", *_p(parts["total"]))
-    out.time("  API write + watch event p50 / p99", *_p(parts["watch"]))
-    out.time("  coalescing (debounce) p50 / p99", *_p(parts["coalesce"]))
-    out.time("  translate p50 / p99", *_p(parts["translate"]))
-    out.time("  build (encode) p50 / p99", *_p(parts["build"]))
-    out.time("  cache set p50 / p99", *_p(parts["cache"]))
-    out.time("  push + Envoy applies (cache set → RDS ACK) p50 / p99", *_p(parts["apply"]))
-    out.time("  RDS ACK → first 200 p50 / p99", *_p(parts["serve"]))
+        applied = max(0.0, (await rds_update_ms(envoy_admin)) / 1000 - cached_wall)
+        tried.add(total=t_200 - t0, watch=t_staged - t0, coalesce=began - t_staged,
+                  translate=timings.translate_ms / 1000, build=timings.build_ms / 1000,
+                  cache=timings.cache_ms / 1000, apply=applied,
+                  serve=max(0.0, t_200 - cached - applied),
+                  ack=max(0.0, acks[0] - cached - applied))
+    await report_new_routes(out, tried, tries=tries, envoy_admin=envoy_admin,
+                            pauses=pauses.within(began_all, time.perf_counter()))
 
 
-def _p(values: list[float]) -> tuple[float, float]:
-    return pct(values, 0.5), pct(values, 0.99)
+async def report_new_routes(out: Figures, tried: Tries, *, tries: int, envoy_admin: str,
+                            pauses: list[tuple[float, float, int]]) -> None:
+    parts = tried.parts
+    out.time(f"new HTTPRoute → first 200 ({tries} tries) p50 / p99 / max", *_p(parts["total"]))
+    out.time("  API write + watch event", *_p(parts["watch"]))
+    out.time("  coalescing (debounce)", *_p(parts["coalesce"]))
+    out.time("  translate", *_p(parts["translate"]))
+    out.time("  build (encode)", *_p(parts["build"]))
+    out.time("  cache set", *_p(parts["cache"]))
+    out.time("  push + Envoy applies (cache set → its RDS update_time)", *_p(parts["apply"]))
+    out.time("  Envoy applied → first 200 (outside client)", *_p(parts["serve"]))
+    out.time("  (aside) Envoy applied → its ACK read here", *_p(parts["ack"]))
+    slowest = max(range(len(parts["total"])), key=parts["total"].__getitem__)
+    other: dict[str, int] = {}
+    for answers in tried.answers:
+        for code, n in answers.items():
+            if code not in ("404", "longest wait ms"):
+                other[code] = other.get(code, 0) + n
+    print(f"  answers before the first 200: slowest try (#{slowest}) "
+          f"{tried.answers[slowest]}; other than 404 in all tries: {other or 'none'}",
+          flush=True)
+    await asyncio.sleep(5.5)  # Envoy flushes histograms every 5 s
+    print(f"  Envoy's own route table apply time (update_duration) p50 / p99 / max: "
+          f"{await rds_apply_quantiles(envoy_admin)}", flush=True)
+    full = [p[1] for p in pauses if p[2] == 2]
+    young = [p[1] for p in pauses if p[2] < 2]
+    print(f"  controller GC during the tries: {len(full)} full collections (longest "
+          f"{max(full, default=0) * 1000:.0f} ms), {len(young)} young (longest "
+          f"{max(young, default=0) * 1000:.0f} ms, {sum(young) * 1000:.0f} ms in all)",
+          flush=True)
+
+
+def _p(values: list[float]) -> tuple[float, float, float]:
+    return pct(values, 0.5), pct(values, 0.99), max(values)
+
+
+def _stop_if_failed(main: asyncio.Task[Any] | None, task: asyncio.Task[None]) -> None:
+    """The controller failed: say why and stop the run (nothing it waits for would come)."""
+    if not task.cancelled() and task.exception() is not None and main is not None:
+        print(f"controller failed: {task.exception()!r}", file=sys.stderr, flush=True)
+        main.cancel()
 
 
 def _has_host(state: State, *, host: str) -> bool:
     return any(v.hostname == host for ls in state.ir.listeners for v in ls.virtual_hosts)
 
 
-async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
+async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
+                     gc_policy: GcPolicy | None) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
-    tasks: list[asyncio.Task[None]] = [asyncio.create_task(
-        serve(EchoOptions(port=echo_port, identity=Identity(name="e"))))]
+    echo = await start_echo(echo_port)
     child = await start_emulator(count, echo_port, gateway_port)
+    prober = await Prober.start(gateway_port)
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
     baseline = rss_mib()
     api: client.ApiClient | None = None
+    tasks: list[asyncio.Task[None]] = []
     try:
         assert child.stdout is not None
         url = (await child.stdout.readline()).decode().strip()
         api = client.ApiClient(client.Configuration(host=url))
         controller = Controller(ControllerOptions(
             translate=TranslateOptions(address="127.0.0.1"), xds_address="127.0.0.1:0",
-            xds_unauthenticated=True, lb_address="127.0.0.1", write_events=False), api=api)
+            xds_unauthenticated=True, lb_address="127.0.0.1", gc=gc_policy), api=api)
         acks = Acks()
         controller.event_hooks.append(acks)
         tasks.append(asyncio.create_task(controller.run()))
+        tasks[-1].add_done_callback(functools.partial(_stop_if_failed, asyncio.current_task()))
         await first_state(controller, out, count)
         assert controller.server is not None
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
@@ -302,21 +488,33 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference) -> None:
         await engine.wait_ready(limit_s=120)
         await serving(gateway_port, "r0.bench.test", 600)  # 10,000 clusters on a busy machine
         await endpoint_changes(api, acks, out, tries=tries, echo_port=echo_port)
-        await new_routes(controller, api, acks, out, tries=tries, count=count,
-                         gateway_port=gateway_port)
+        if gc_policy is not None:
+            # The first settle: once the first state and its status pass are done.
+            await asyncio.wait_for(controller.gc_first_settle.wait(), 120)
+            settled = controller.gc_settled
+            assert settled is not None
+            print(f"  GC policy: {settled.frozen} objects frozen after the first state "
+                  f"(that settle's pause: {settled.seconds * 1000:.0f} ms)", flush=True)
+        await new_routes(controller, api, out, tries=tries, count=count,
+                         gateway_port=gateway_port, prober=prober,
+                         envoy_admin=await engine.wait_started(), pauses=pauses)
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
-              "started (interpreter, libraries); emulator and Envoy are other processes",
-              flush=True)
+              "started (interpreter, libraries); emulator, echo, prober and Envoy are other "
+              "processes", flush=True)
     finally:
-        for task in reversed(tasks):  # the engine, then the controller, then the echo
+        gc.callbacks.remove(pauses)
+        for task in reversed(tasks):  # the engine, then the controller
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if api is not None:
             await api.close()
+        await prober.stop()
         if child.stdin is not None:
             child.stdin.close()
         await child.wait()
+        echo.terminate()
+        await echo.wait()
 
 
 async def controller_rss(count: int) -> None:
@@ -370,14 +568,21 @@ async def controller_rss(count: int) -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000")
-    parser.add_argument("--tries", type=int, default=20)
+    parser.add_argument("--tries", type=int, default=100)
+    parser.add_argument("--no-gc-policy", action="store_true",
+                        help="leave the controller's garbage collector as CPython sets it (the "
+                             "command applies podway.gc_policy): for before/after figures")
     parser.add_argument("--rss", action="store_true",
                         help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--probe", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_emulator:
         await serve_emulator(*args.serve_emulator)
+        return
+    if args.probe:
+        probe(args.probe)
         return
     logging.basicConfig(level=logging.WARNING)
     if args.rss:
@@ -388,7 +593,8 @@ async def main() -> None:
     ref = speedref.measure()
     print(ref.describe(), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
-        await bench_size(size, args.tries, ref)
+        await bench_size(size, args.tries, ref,
+                         gc_policy=None if args.no_gc_policy else GcPolicy())
     print(ref.check_again(), flush=True)
 
 

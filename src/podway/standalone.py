@@ -12,6 +12,8 @@ registries, then Envoy's own stats) and the dashboard (``podway.dashboard``).
 The admin endpoint (``podway.admin_api``: state, config, live ``explain``) listens on
 ``podway.sock`` in the engine's private state folder, or on ``admin_socket`` when given.
 The admin endpoint and the dashboard are mounted by ``podway.surfaces``, as in the controller.
+With ``gc`` set (``podway run`` sets it) the process's garbage collector follows
+``podway.gc_policy`` while it serves, as the controller's does.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from podway.engine.bootstrap import EnvoyStats
 from podway.engine.local import LocalEngineOptions, colocated_engine
 from podway.engine.process import Engine
 from podway.engine.state import open_state
+from podway.gc_policy import GcPolicy, keep_settled
 from podway.ir import IR
 from podway.netaddr import HostPort
 from podway.pipeline import Pipeline, Rejection
@@ -65,6 +68,9 @@ class StandaloneOptions:
     # The admin endpoint's unix socket; None: ``podway.sock`` in the state folder (no engine,
     # no state folder: no admin endpoint).
     admin_socket: Path | None = None
+    # The garbage collector's policy while serving (``podway.gc_policy``); None: left alone
+    # (embedded, tests); ``podway run`` sets ``GcPolicy()``.
+    gc: GcPolicy | None = None
 
 
 class Standalone:
@@ -109,6 +115,9 @@ class Standalone:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self.pipeline.run(), name="standalone-pipeline")
                     group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
+                    if self.opts.gc is not None:
+                        group.create_task(keep_settled(self.pipeline, self.opts.gc),
+                                          name="standalone-gc")
                     if self.opts.status_file is not None:
                         group.create_task(
                             StatusFile(self.opts.status_file).follow(self.pipeline),

@@ -106,6 +106,7 @@ def controller(
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
     from podway.controller.main import Controller, ControllerOptions, parse_namespaces
     from podway.errors import ConfigError
+    from podway.gc_policy import GcPolicy
     from podway.kube.selectors import SelectorError, label_selector
     from podway.netaddr import HostPort
     from podway.translate import TranslateOptions
@@ -180,5 +181,5 @@ def controller(
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
         admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        engine_admin=engine_admin, election=election, config=config)
+        engine_admin=engine_admin, election=election, config=config, gc=GcPolicy())
     asyncio.run(run_until_signal(Controller(opts).run()))

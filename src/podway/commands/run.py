@@ -98,6 +98,7 @@ def run(
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.engine.state import instance_dir
+    from podway.gc_policy import GcPolicy
     from podway.netaddr import HostPort
     from podway.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
@@ -141,5 +142,5 @@ def run(
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        admin_socket=admin_socket)
+        admin_socket=admin_socket, gc=GcPolicy())
     asyncio.run(run_until_signal(Standalone(opts).run()))

@@ -21,6 +21,10 @@ events and the NodePortLocal annotation, each write checked against the leader's
 leader writes what is pending at once (the current state again, compared with what the API
 holds). Without ``election`` this replica always writes (``--leader-elect=false``).
 
+With ``gc`` set (``podway controller`` sets it) the process's garbage collector follows
+``podway.gc_policy`` while it serves: the heap is frozen once the first state is in, so no full
+collection of it pauses the event loop between a cache set and the push.
+
 Invariants: engines keep their last config while the controller is away (Envoy holds it; a
 restarted controller serves the same resources with the same versions, so nothing is re-applied
 needlessly); the controller writes only what changed; one slow writer never delays xDS (writing
@@ -53,6 +57,7 @@ from podway.controller.modes import NPL_MANAGED, ModeGate, NplPlanner
 from podway.controller.readiness import ReadinessGate
 from podway.controller.source import ControllerSource
 from podway.controller.status import StatusWriter
+from podway.gc_policy import GcPolicy, Settled, keep_settled
 from podway.ipam import Ipam, Pool, held_in_status
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
@@ -113,6 +118,11 @@ class ControllerOptions:
     """Live settings (``podway.controller.config``): its ``backendMode`` replaces
     ``translate.mode`` at start and whenever the file changes. None: no file."""
     config_poll_s: float = 1.0
+    gc: GcPolicy | None = None
+    """The garbage collector's policy for this process while it serves (``podway.gc_policy``:
+    the full collections that paused the event loop mid-push, frozen away after the first
+    state). None: the collector is left as it is (a controller embedded in another program or
+    in tests); ``podway controller`` sets ``GcPolicy()``."""
 
 
 class Controller:
@@ -140,6 +150,8 @@ class Controller:
         self._npl_requested: dict[Key, str] = {}
         self._npl_planner = NplPlanner()
         self._npl_seen: tuple[object, ...] = ()
+        self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
+        self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
 
     async def run(self) -> None:
         """Serve until cancelled; a cluster that cannot be reached is one ``PodwayError``."""
@@ -211,19 +223,31 @@ class Controller:
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.readiness.run(), name="controller-readiness")
-                if self.elector is not None:
-                    group.create_task(self.elector.run(), name="controller-leader-election")
                 group.create_task(self.groups.follow(), name="controller-engine-groups")
-                if opts.config is not None:
-                    group.create_task(self._follow_config(opts.config, live),
-                                      name="controller-config")
-                if opts.admin_socket is not None or opts.dashboard is not None:
-                    group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
-                                      name="controller-surfaces")
+                self._optional_tasks(group, opts, live)
         finally:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
+                        live: LiveConfig) -> None:
+        """The tasks only some settings ask for: election, live config, surfaces, GC policy."""
+        assert self.pipeline is not None
+        if self.elector is not None:
+            group.create_task(self.elector.run(), name="controller-leader-election")
+        if opts.config is not None:
+            group.create_task(self._follow_config(opts.config, live), name="controller-config")
+        if opts.admin_socket is not None or opts.dashboard is not None:
+            group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
+                              name="controller-surfaces")
+        if opts.gc is not None:
+            group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
+                              name="controller-gc")
+
+    def _settled(self, settled: Settled) -> None:
+        self.gc_settled = settled
+        self.gc_first_settle.set()
 
     def _may_write_pods(self) -> bool:
         """The readiness gate writes Pods only while this replica leads (and the caller's
