@@ -17,6 +17,7 @@ Invariant (tested by property): the result equals a translation from scratch.
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -35,7 +36,9 @@ from podway.translate.backends import (
     service_mode,
 )
 from podway.translate.client_ip import apply_client_ip
+from podway.translate.delta import Live, patch_structure, pool_refs, problem_order
 from podway.translate.gateway import GatewayMemo, translate_gateways
+from podway.translate.gateway.delta import PATCHED_KINDS
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
@@ -138,8 +141,7 @@ def _merge(structure: tuple[Problem, ...],
     return tuple(sorted([*structure, *extra], key=_problem_order))
 
 
-def _problem_order(p: Problem) -> tuple[object, ...]:
-    return (p.ref, p.field, p.reason, p.message)
+_problem_order = problem_order
 
 
 @dataclass(slots=True)
@@ -153,6 +155,7 @@ class StructureMemo:
     modes: dict[str, tuple[PoolSpec, Service, PoolSpec]] = field(default_factory=dict)
     services_by_age: tuple[object, list[Service]] = (None, [])
     warnings: dict[Key, tuple[Service, tuple[Problem, ...]]] = field(default_factory=dict)
+    live: Live | None = None  # the last run, to be patched by ``delta.patch_structure``
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -205,13 +208,21 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
             continue
         kept = warnings.get(service_key)
         if kept is None or kept[0] is not backing:
-            kept = (backing, _mode_warnings(backing, opts))
+            kept = (backing, mode_warnings(backing, opts))
         warnings_next[service_key] = kept
         problems.extend(kept[1])
     if memo is not None:
         memo.warnings = warnings_next
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
+    if memo is not None:
+        memo.live = None
+        if traffic.patchable and memo.gateway.live is not None:
+            memo.live = Live(
+                listeners=list(listeners), at={ls.name: i for i, ls in enumerate(listeners)},
+                others={**ing.pools, **svc.pools}, pools=dict(pools), refs=pool_refs(listeners),
+                services=Counter(spec.service for spec in pools.values()),
+                problems=list(problems), statuses=dict(statuses))
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))
 
@@ -245,7 +256,7 @@ def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
     return ordered
 
 
-def _mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
+def mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
     """NodePortLocal not enabled, or an invalid backend-mode annotation, on a used Service."""
     return tuple(Problem(ref=backing.ref, reason=reason, message=message,
                          severity=Severity.WARNING, field="metadata.annotations")
@@ -313,6 +324,10 @@ class IncrementalTranslator:
         moved = self._apply_endpoint_changes(snapshot, changes, resolver)
         if any(kind not in resolver.kinds for kind, _ in changes):
             with gc_paused():
+                if all(kind in PATCHED_KINDS for kind, _ in changes):
+                    patched = self._patch(snapshot, changes)
+                    if patched is not None:
+                        return patched
                 return self._restructure(snapshot, moved=moved)
         touched = (list(self._pools) if moved is None else
                    [name for svc in moved for name in self._pools_by_service.get(svc, ())])
@@ -357,6 +372,30 @@ class IncrementalTranslator:
             elif services is not None:
                 services.update(hit)
         return services
+
+    def _patch(self, snapshot: Snapshot, changes: list[tuple[str, Key]]) -> Result | None:
+        """Only routes changed: the last structure patched (``delta``) and only the pools that
+        came resolved; None when the structure cannot be patched."""
+        patched = patch_structure(snapshot, self.opts, self._memo, changes)
+        if patched is None:
+            return None
+        assert self._structure is not None
+        old, self._structure = self._structure.pools, patched.structure
+        structure = patched.structure
+        resolver = resolver_for(self.opts)
+        ctx = MemberContext(snapshot, self._index)
+        for name in patched.pools_removed:
+            del self._pools[name]
+            self._pool_problems.pop(name, None)
+            names = self._pools_by_service.get(old[name].service, [])
+            if name in names:
+                names.remove(name)
+        for name in patched.pools_added:
+            spec = structure.pools[name]
+            self._pools[name], self._pool_problems[name] = resolve_pool(spec, ctx, resolver)
+            self._pools_by_service.setdefault(spec.service, []).append(name)
+        self._result = self._current()
+        return self._result
 
     def _restructure(self, snapshot: Snapshot, *, moved: set[ServiceKey] | None) -> Result:
         """Re-run structure; reuse pools whose spec is equal and whose Service did not move.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,7 +22,9 @@ from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot
 from podway.model.loader import parse_object
 from podway.render.report import report_yaml
+from podway.model.gateway_routes import GRPCRoute, HTTPRoute
 from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from podway.translate import translator
 from podway.xds import types
 
 from .gateway_strategies import OUR_CLASS, gateway, http_route, l4_route, policy_and_grant
@@ -208,3 +211,100 @@ def _route(i: int, *, name: str | None = None, host: str | None = None) -> dict[
             "metadata": {"name": name or f"r{i}", "namespace": "default"},
             "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host or f"r{i}.example.com"],
                      "rules": [{"backendRefs": [{"name": f"s{i}", "port": 80}]}]}}
+
+
+# Route-only changes on exact hostnames: the structure is patched (``translate.delta``), not
+# re-run, so these sequences exercise the patch rather than its refusals.
+EXACT_HOSTS = st.sampled_from(["a.example.com", "b.example.com", "c.test", "x.a.example.com"])
+exact_routes = routes.map(lambda d: {**d, "spec": {**d["spec"], "hostnames": [
+    h for h in d["spec"].get("hostnames", []) if not h.startswith("*")]}})
+patched_world = st.lists(st.one_of(exact_routes, services), max_size=14)
+route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete, _touch),
+                       min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(patched_world, st.sampled_from([0, 1, 2]), route_steps)
+def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: int,
+                                                  sequence: list[Any]) -> None:
+    """Route-only changes (the patched path) give what translating from scratch gives."""
+    gw = [_listener("http", 80, None, "All"), _listener("a", 80, "a.example.com", "All"),
+          _listener("alt", 8080, None, "Same")][:listeners + 1]
+    docs = [OUR_CLASS, {"apiVersion": f"{GROUP}/v1", "kind": "Gateway",
+                        "metadata": {"name": "gw", "namespace": "default"},
+                        "spec": {"gatewayClassName": "podway", "listeners": gw}}, *start]
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    builder = Builder()
+    inc.update(snapshot)
+    for step in sequence:
+        if step[0] != "put" and not snapshot.kind(HTTPRoute) and not snapshot.kind(GRPCRoute):
+            continue
+        if step[0] != "put":  # delete or touch a route, never another kind
+            every = sorted((o.KIND, o.key) for o in snapshot.all()
+                           if o.KIND in ("HTTPRoute", "GRPCRoute"))
+            kind, key = every[step[1] % len(every)]
+            current = snapshot.objects[kind][key]
+            snapshot = snapshot.replace(kind, {key: None if step[0] == "delete"
+                                               else current.model_copy()})
+            changed: tuple[str, Any] | None = (kind, key)
+        else:
+            snapshot, changed = _apply(snapshot, step)
+        got = inc.update(snapshot, [changed] if changed is not None else [])
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert report_yaml(got) == report_yaml(want)
+        assert dict(got.statuses) == dict(want.statuses)
+        assert _digests(builder.build(got.ir)) == _digests(build(want.ir))
+
+
+def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding, changing and deleting HTTPRoutes on exact hostnames patches the last structure:
+    the whole structure phase does not run again, and the result equals a fresh translation
+    (pools come and go with their routes, the Gateway counts its attached routes)."""
+    docs: list[dict[str, Any]] = [OUR_CLASS, {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "podway",
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
+    for i in range(6):
+        docs.append({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": f"s{i}", "namespace": "default"},
+                     "spec": {"ports": [{"port": 80}]}})
+    docs.extend(_route(i) for i in range(4))
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    inc.update(snapshot)
+
+    def whole_run(*_: object) -> None:
+        raise AssertionError("the structure phase ran whole")
+
+    for doc in (_route(4, name="extra", host="extra.example.com"),  # a new pool
+                _route(5, name="r1", host="r1.example.com"),  # r1 moves to another Service
+                _twin()):  # a second route on one host
+        new = _parsed(doc)
+        assert new is not None
+        snapshot = snapshot.replace(new.KIND, {new.key: new})
+        with monkeypatch.context() as patched:
+            patched.setattr(translator, "translate_structure", whole_run)
+            got = inc.update(snapshot, [(new.KIND, new.key)])
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert report_yaml(got) == report_yaml(want)
+        assert dict(got.statuses) == dict(want.statuses)
+    for name in ("r2", "extra"):  # deleted: the last user of s4 goes with "extra"
+        snapshot = snapshot.replace("HTTPRoute", {("default", name): None})
+        with monkeypatch.context() as patched:
+            patched.setattr(translator, "translate_structure", whole_run)
+            got = inc.update(snapshot, [("HTTPRoute", ("default", name))])
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert report_yaml(got) == report_yaml(want)
+    assert "pool/default/s4/80" not in got.ir.pools
+
+
+def _twin() -> dict[str, Any]:
+    """Another route on ``r0.example.com`` (its own path: an equal match would be shadowed)."""
+    doc = _route(3, name="twin", host="r0.example.com")
+    doc["spec"]["rules"][0]["matches"] = [{"path": {"type": "PathPrefix", "value": "/twin"}}]
+    return doc
