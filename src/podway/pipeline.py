@@ -160,9 +160,9 @@ class Pipeline:
         t0 = time.perf_counter()
         result = self._translator.update(update.snapshot, update.changed)
         t1 = time.perf_counter()
-        resources = self._builder.build(result.ir)
+        resources = self._builder.build(result.ir, result.change)
         t2 = time.perf_counter()
-        changes = self.cache.set(resources)
+        changes = self.cache.set(resources, hint=self._builder.hint)
         t3 = time.perf_counter()
         self._drop_gone()
         previous = self._state

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -94,6 +94,7 @@ class Patched:
     structure: Structure
     pools_added: tuple[str, ...]
     pools_removed: tuple[str, ...]
+    vhosts: Mapping[str, tuple[tuple[VirtualHost | None, VirtualHost | None], ...]]
 
 
 def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo,
@@ -115,7 +116,7 @@ def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureM
         memo.gateway.live = None
         return None
     refs = Counter[str]()
-    for old, new in patch.vhosts:
+    for old, new in (pair for pairs in patch.vhosts.values() for pair in pairs):
         refs.subtract(_refs((old,) if old is not None else ()))
         refs.update(_refs((new,) if new is not None else ()))
     added: list[str] = []
@@ -163,7 +164,8 @@ def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureM
     structure = Structure(tuple(live.listeners), MappingProxyType(dict(live.pools)),
                           tuple(live.problems), MappingProxyType(dict(live.statuses)))
     memo.live = live
-    return Patched(structure, tuple(added), tuple(removed))
+    return Patched(structure, tuple(added), tuple(removed),
+                   {name: tuple(pairs) for name, pairs in patch.vhosts.items()})
 
 
 def _plain_service(service: Service | None) -> bool:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, Listener, Mirror, Pool, WeightedPool
+from podway.ir import IR, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
@@ -66,6 +66,8 @@ class Result:
     problems: tuple[Problem, ...] = ()
     statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
     """Status of each object the translator owns (Gateway API kinds), by object."""
+    change: IRChange | None = field(default=None, compare=False, repr=False)
+    """How ``ir`` differs from the previous result's (incremental translation), if known."""
 
     def problems_by_object(self) -> dict[ObjectRef, list[Problem]]:
         out: dict[ObjectRef, list[Problem]] = {}
@@ -315,7 +317,8 @@ class IncrementalTranslator:
                changed: Iterable[tuple[str, Key]] | None = None) -> Result:
         """Translate ``snapshot``; ``changed`` (kind, key) pairs, if given, spare the diff."""
         old, self._snapshot = self._snapshot, snapshot
-        if old is None or self._structure is None or self._result is None:
+        old_result = self._result
+        if old is None or self._structure is None or old_result is None:
             with gc_paused():
                 self._index = EndpointIndex(snapshot.kind(EndpointSlice).values())
                 return self._restructure(snapshot, moved=None)
@@ -332,23 +335,27 @@ class IncrementalTranslator:
         touched = (list(self._pools) if moved is None else
                    [name for svc in moved for name in self._pools_by_service.get(svc, ())])
         ctx = MemberContext(snapshot, self._index)
-        replaced = False
+        replaced: list[str] = []
+        dirty = False
         for name in touched:
             pool, problems = resolve_pool(self._structure.pools[name], ctx, resolver)
             if pool != self._pools[name] or problems != self._pool_problems.get(name, ()):
+                if pool != self._pools[name]:
+                    replaced.append(name)
                 self._pools[name] = pool
                 self._pool_problems[name] = problems
-                replaced = True
-        if replaced:
-            self._result = self._current()
+                dirty = True
+        if not dirty:
+            return old_result
+        self._result = self._current(IRChange(base=old_result.ir, pools=frozenset(replaced)))
         return self._result
 
-    def _current(self) -> Result:
+    def _current(self, change: IRChange | None = None) -> Result:
         assert self._structure is not None
         return Result(IR(listeners=self._structure.listeners,
                          pools=MappingProxyType(dict(self._pools))),
                       _merge(self._structure.problems, self._pool_problems),
-                      self._structure.statuses)
+                      self._structure.statuses, change)
 
     def _apply_endpoint_changes(self, snapshot: Snapshot, changes: list[tuple[str, Key]],
                                 resolver: MemberResolver) -> set[ServiceKey] | None:
@@ -394,7 +401,10 @@ class IncrementalTranslator:
             spec = structure.pools[name]
             self._pools[name], self._pool_problems[name] = resolve_pool(spec, ctx, resolver)
             self._pools_by_service.setdefault(spec.service, []).append(name)
-        self._result = self._current()
+        assert self._result is not None
+        self._result = self._current(IRChange(
+            base=self._result.ir, pools=frozenset((*patched.pools_added, *patched.pools_removed)),
+            vhosts=MappingProxyType(dict(patched.vhosts))))
         return self._result
 
     def _restructure(self, snapshot: Snapshot, *, moved: set[ServiceKey] | None) -> Result:

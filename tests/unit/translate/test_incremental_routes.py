@@ -20,12 +20,12 @@ from podway.envoy_config import Builder, build
 from podway.envoy_config.routes import route_configurations
 from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot
+from podway.model.gateway_routes import GRPCRoute, HTTPRoute
 from podway.model.loader import parse_object
 from podway.render.report import report_yaml
-from podway.model.gateway_routes import GRPCRoute, HTTPRoute
-from podway.translate import IncrementalTranslator, TranslateOptions, translate
-from podway.translate import translator
+from podway.translate import IncrementalTranslator, TranslateOptions, translate, translator
 from podway.xds import types
+from podway.xds.cache import Cache, Change
 
 from .gateway_strategies import OUR_CLASS, gateway, http_route, l4_route, policy_and_grant
 from .strategies import service
@@ -146,7 +146,10 @@ def test_incremental_equals_from_scratch(start: list[Any], sequence: list[Any]) 
     snapshot = Snapshot.of_objects(objects.values())
     inc = IncrementalTranslator(OPTS)
     builder = Builder()
-    inc.update(snapshot)
+    hinted, plain = Cache(), Cache()  # the builder's hint given, and not
+    first = builder.build(inc.update(snapshot).ir)
+    hinted.set(first, hint=builder.hint)
+    plain.set(first)
     for step in sequence:
         snapshot, changed = _apply(snapshot, step)
         got = inc.update(snapshot, [changed] if changed is not None else [])
@@ -154,9 +157,16 @@ def test_incremental_equals_from_scratch(start: list[Any], sequence: list[Any]) 
         assert got.ir == want.ir
         assert report_yaml(got) == report_yaml(want)
         assert dict(got.statuses) == dict(want.statuses)
-        built = builder.build(got.ir)
+        built = builder.build(got.ir, got.change)
         assert _digests(built) == _digests(build(want.ir))
         assert _tables(built) == _whole_tables(want.ir)
+        assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
+        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
+                   for t in types.PUSH_ORDER)
+
+
+def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    return {t: (c.updated, c.removed) for t, c in changes.items()}
 
 
 def _tables(resources: Any) -> dict[str, bytes]:
@@ -236,7 +246,10 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
     inc = IncrementalTranslator(OPTS)
     builder = Builder()
-    inc.update(snapshot)
+    hinted, plain = Cache(), Cache()  # the builder's hint given, and not
+    first = builder.build(inc.update(snapshot).ir)
+    hinted.set(first, hint=builder.hint)
+    plain.set(first)
     for step in sequence:
         if step[0] != "put" and not snapshot.kind(HTTPRoute) and not snapshot.kind(GRPCRoute):
             continue
@@ -255,7 +268,16 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
         assert got.ir == want.ir
         assert report_yaml(got) == report_yaml(want)
         assert dict(got.statuses) == dict(want.statuses)
-        assert _digests(builder.build(got.ir)) == _digests(build(want.ir))
+        built = builder.build(got.ir, got.change)
+        assert _digests(built) == _digests(build(want.ir))
+        assert _tables(built) == _whole_tables(want.ir)
+        assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
+        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
+                   for t in types.PUSH_ORDER)
+
+
+def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    return {t: (c.updated, c.removed) for t, c in changes.items()}
 
 
 def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -308,3 +330,34 @@ def _twin() -> dict[str, Any]:
     doc = _route(3, name="twin", host="r0.example.com")
     doc["spec"]["rules"][0]["matches"] = [{"path": {"type": "PathPrefix", "value": "/twin"}}]
     return doc
+
+
+def test_a_hostname_named_by_a_route_without_rules_keeps_its_virtual_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A route with no rules still names its hostname (the virtual host stays, serving the
+    catch-all routes): deleting the other route on that hostname, patched, keeps it too."""
+    docs: list[dict[str, Any]] = [OUR_CLASS, {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "podway",
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s0", "namespace": "default"},
+         "spec": {"ports": [{"port": 80}]}},
+        _route(0, name="every", host="*"), _route(0, name="real", host="h.example.com"),
+        {**_route(0, name="empty", host="h.example.com"), "spec": {
+            "parentRefs": [{"name": "gw"}], "hostnames": ["h.example.com"], "rules": []}}]
+    docs[3]["spec"].pop("hostnames")  # "every" serves any hostname
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    inc.update(snapshot)
+    snapshot = snapshot.replace("HTTPRoute", {("default", "real"): None})
+    with monkeypatch.context() as patched:
+        patched.setattr(translator, "translate_structure", _no_whole_run)
+        got = inc.update(snapshot, [("HTTPRoute", ("default", "real"))])
+    want = translate(snapshot, OPTS)
+    assert "h.example.com" in {v.hostname for ls in want.ir.listeners for v in ls.virtual_hosts}
+    assert got.ir == want.ir
+
+
+def _no_whole_run(*_: object) -> None:
+    raise AssertionError("the structure phase ran whole")

@@ -228,7 +228,9 @@ class GatewayTranslation:
                 and not self.snapshot.kind(BackendTLSPolicy)
                 and not any(i.extra_addresses for i in self._infos.values())):
             memo.live = Live(ports=self._ports, pools=dict(self.pools),
-                             uses=Counter(s.name for r in nxt.replays.values() for s in r.pools))
+                             uses=Counter(s.name for r in nxt.replays.values() for s in r.pools),
+                             hosts=Counter((port, host) for r in nxt.replays.values()
+                                           for port, host, _ in r.adds))
 
     def _other_addresses(self, info: GatewayInfo, built: Listener,
                          ports: PortTable) -> list[Listener]:

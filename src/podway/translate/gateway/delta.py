@@ -54,7 +54,8 @@ class Patch:
     routes' pool specs afterwards."""
 
     listeners: dict[str, Listener] = field(default_factory=dict)
-    vhosts: list[tuple[VirtualHost | None, VirtualHost | None]] = field(default_factory=list)
+    vhosts: dict[str, list[tuple[VirtualHost | None, VirtualHost | None]]] = field(
+        default_factory=dict)  # by listener name
     problems_removed: list[Problem] = field(default_factory=list)
     problems_added: list[Problem] = field(default_factory=list)
     statuses: dict[ObjectRef, ObjectStatus | None] = field(default_factory=dict)  # None: gone
@@ -80,7 +81,7 @@ def patch_routes(memo: GatewayMemo, snapshot: Snapshot, opts: TranslateOptions,
         if not builder.can_refresh(hosts):
             return None
         shadows = len(builder.shadowed)
-        out.vhosts.extend(builder.refresh(hosts))
+        out.vhosts[builder.name] = builder.refresh(hosts)
         if len(builder.shadowed) != shadows:
             return None
         out.listeners[builder.name] = builder.listener()
@@ -124,10 +125,10 @@ class _Patcher:
             for port, host, entries in old.adds:
                 hosts = live.ports[port].hosts
                 gone = {id(e) for e in entries}
-                left = [e for e in hosts.get(host, ()) if id(e) not in gone]
-                if left:
-                    hosts[host] = left
-                else:
+                hosts[host] = [e for e in hosts.get(host, ()) if id(e) not in gone]
+                live.hosts[(port, host)] -= 1
+                if live.hosts[(port, host)] <= 0:
+                    del live.hosts[(port, host)]
                     hosts.pop(host, None)
                 self.changed.setdefault(port, set()).add(host)
             for spec in old.pools:
@@ -156,6 +157,7 @@ class _Patcher:
         memo.attached[key] = placed.attached
         memo.compiled[key] = placed.compiled
         for port, host, _ in placed.adds:
+            live.hosts[(port, host)] += 1
             self.changed.setdefault(port, set()).add(host)
         for spec in placed.pools:
             held = live.pools.setdefault(spec.name, spec)

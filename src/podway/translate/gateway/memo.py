@@ -122,6 +122,9 @@ class Live:
     ports: dict[Any, Any]  # PortKey → assemble.PortBuilder
     pools: dict[str, PoolSpec]
     uses: Counter[str]
+    # (port key, hostname) → placements naming it: a hostname stays in its builder while
+    # one does, even when it brought no entries (a route whose every rule was dropped)
+    hosts: Counter[tuple[Any, str]]
 
 
 @dataclass(slots=True)
