@@ -6,10 +6,12 @@ built for each IR node *by identity*: the incremental translator hands back the 
 so the next build re-serialises only those pools' load assignments (and the load assignment of
 an L4 listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
 A listener whose virtual hosts changed gets its route tables joined from per-virtual-host
-encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. Each
-resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to
-keep versions of unchanged resources, which is what keeps listeners, routes and clusters
-untouched in Envoy.
+encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. The
+translator's ``IRChange`` (when its base is the IR built last) narrows a build to the named
+pools and virtual hosts, and ``Builder.hint`` passes that on to the cache. Each resource
+carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep
+versions of unchanged resources, which is what keeps listeners, routes and clusters untouched
+in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve

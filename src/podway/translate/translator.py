@@ -10,7 +10,10 @@ pushes only endpoints.
 A structural re-run keeps per-object parts in ``StructureMemo`` (Ingress parts, Gateway API
 route parts and virtual hosts: ``gateway.memo``, pool traffic settings, modes, Service
 warnings), each reused while the objects it was made from are the same; so one changed route
-re-translates that route, and every unchanged virtual host comes out as the same object.
+re-translates that route, and every unchanged virtual host comes out as the same object. When
+only HTTPRoutes/GRPCRoutes changed, the last structure is patched instead (``delta``): O(change),
+no visit of the other routes. Each incremental result carries an ``IRChange`` (how its IR
+differs from the previous one) for the builder.
 Invariant (tested by property): the result equals a translation from scratch.
 """
 

@@ -8,6 +8,8 @@ Invariants:
 * A type's version changes only when one of its resources is added, changed or removed; a type
   whose version did not change is never pushed. An endpoint-only change therefore moves only the
   endpoint type.
+* ``set`` with a hint (``envoy_config.Builder.hint``) compares only the names it gives, when the
+  mapping it names is the one held; that is the builder's promise, not checked.
 * Readers get immutable ``TypeSnapshot`` objects; ``changed()`` hands out an event that fires on
   the next update, so a stream never polls and a slow stream never builds a backlog (it just sees
   the newest snapshot when it wakes).
