@@ -202,8 +202,9 @@ class Cache:
             # Builders hand over fresh read-only mappings, so no copy is needed.
             kept = new if isinstance(new, MappingProxyType) else MappingProxyType(dict(new))
             if not updated and not removed and old.version:
-                if hinted:  # equal content: hold the new mapping, the next hint names it
-                    self._types[type_url] = TypeSnapshot(old.version, kept)
+                # Equal content: hold the new mapping (same version), so the builder's next
+                # hint, which names it as its base, applies again (after an interim, too).
+                self._types[type_url] = TypeSnapshot(old.version, kept)
                 continue
             version = f"{self._boot}-{next(self._counter)}"
             self._types[type_url] = TypeSnapshot(version, kept)

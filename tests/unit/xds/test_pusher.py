@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from types import MappingProxyType
 from typing import Any
 
 from podway.envoy_config import Builder
@@ -91,3 +92,17 @@ def test_a_hint_limits_what_the_cache_compares() -> None:
     assert set(changes) == {types.ENDPOINT}
     assert changes[types.ENDPOINT].updated == {"p"}
     assert set(after({types.ENDPOINT: ({}, frozenset())})) == {types.ENDPOINT}
+
+
+def test_the_cache_takes_an_equal_mapping_so_the_next_hint_applies() -> None:
+    """A set that changes nothing still leaves the cache holding the new (equal) mapping: the
+    builder's next hint names that mapping as its base (after the cache served another one,
+    e.g. an interim assignment), and the cache trusts it again."""
+    first = Builder().build(ir((http_listener(vhost("a", route("r", "/", "p"))),), pool("p", 1)))
+    cache = Cache()
+    cache.set(first)
+    equal = MappingProxyType(dict(first[types.ENDPOINT]))  # what a builder hands over
+    assert cache.set({**first, types.ENDPOINT: equal}) == {}
+    other = Builder().build(ir((), pool("p", 2)))[types.ENDPOINT]["p"]
+    moved = {**first, types.ENDPOINT: {**equal, "p": other}}
+    assert cache.set(moved, hint={types.ENDPOINT: (equal, frozenset())}) == {}
