@@ -33,14 +33,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from podway.ir import Forward, Listener, Mirror, VirtualHost
-from podway.model import ObjectRef, Service
-from podway.model.gateway_routes import HTTPRoute
+from podway.model import Ingress, ObjectRef, Service
+from podway.model.gateway_routes import HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.backends import PoolSpec, ServiceKey, service_mode
 from podway.translate.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
-from podway.translate.gateway.delta import patch_routes
+from podway.translate.gateway.delta import PATCHED_KINDS, patch_routes
 from podway.translate.options import TranslateOptions
 from podway.translate.problems import Problem
+from podway.translate.service import is_ours as service_is_ours
 from podway.translate.status import ObjectStatus
 from podway.translate.traffic import lone_pool, sets_traffic
 
@@ -97,10 +98,11 @@ class Patched:
     vhosts: Mapping[str, tuple[tuple[VirtualHost | None, VirtualHost | None], ...]]
 
 
-def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo,
-                    changes: list[tuple[str, Key]]) -> Patched | None:
-    """The structure after ``changes`` (routes of ``PATCHED_KINDS`` only), patched; None when
-    it cannot be (``memo.live`` is then dropped: the caller runs whole)."""
+def patch_structure(snapshot: Snapshot, before: Snapshot, opts: TranslateOptions,
+                    memo: StructureMemo, changes: list[tuple[str, Key]]) -> Patched | None:
+    """The structure after ``changes`` (routes of ``PATCHED_KINDS`` and Services only: see
+    ``PATCHABLE``) from ``before``, patched; None when it cannot be (``memo.live`` is then
+    dropped: the caller runs whole)."""
     live = memo.live
     memo.live = None  # restored below only when the patch is complete
     if live is None or memo.gateway.live is None:
@@ -110,8 +112,12 @@ def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureM
         if route is not None and any(rule.session_persistence is not None
                                      for rule in route.spec.rules):
             return None
+    services = {key for kind, key in changes if kind == Service.KIND}
+    if services and not _services_patchable(snapshot, before, opts, services):
+        return None
     patch = patch_routes(memo.gateway, snapshot, opts,
-                         dict.fromkeys((kind, *key) for kind, key in changes))
+                         dict.fromkeys((kind, *key) for kind, key in changes
+                                       if kind != Service.KIND), services)
     if patch is None:
         memo.gateway.live = None
         return None
@@ -119,30 +125,15 @@ def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureM
     for old, new in (pair for pairs in patch.vhosts.values() for pair in pairs):
         refs.subtract(_refs((old,) if old is not None else ()))
         refs.update(_refs((new,) if new is not None else ()))
-    added: list[str] = []
-    removed: list[str] = []
     problems_out = list(patch.problems_removed)
     problems_in = list(patch.problems_added)
-    for name, delta in refs.items():
-        if delta == 0:
-            continue
-        before = live.refs[name]
-        after = live.refs[name] = before + delta
-        if after <= 0:
-            del live.refs[name]
-        if before <= 0 < after:
-            spec = memo.gateway.live.pools.get(name) or live.others.get(name)
-            if spec is None:
-                continue  # a name no spec was made for: not a pool (as in a whole run)
-            made = _add_pool(snapshot, opts, memo, live, spec, problems=problems_in)
-            if made is None:
-                return None
-            live.pools[name] = made
-            added.append(name)
-        elif after <= 0 < before and name in live.pools:
-            if not _drop_pool(snapshot, memo, live, live.pools.pop(name), problems_out):
-                return None
-            removed.append(name)
+    moved = _move_pools(snapshot, opts, memo, live, refs=refs, services=services,
+                        problems_in=problems_in, problems_out=problems_out)
+    if moved is None:
+        return None
+    added, removed = moved
+    if any(name not in live.at for name in patch.listeners):
+        return None  # a Gateway listener the last run did not serve
     for item in patch.listeners.values():
         at = live.at[item.name]
         hops = live.listeners[at].xff_trusted_hops  # the Gateways did not change
@@ -166,6 +157,66 @@ def patch_structure(snapshot: Snapshot, opts: TranslateOptions, memo: StructureM
     memo.live = live
     return Patched(structure, tuple(added), tuple(removed),
                    {name: tuple(pairs) for name, pairs in patch.vhosts.items()})
+
+
+def _move_pools(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, live: Live,
+                *, refs: Counter[str], services: set[Key], problems_in: list[Problem],
+                problems_out: list[Problem]) -> tuple[list[str], list[str]] | None:
+    """Apply the pool reference deltas ``refs``: pools that came (made as a whole run makes
+    them) and went; the pools of changed ``services`` are made again. (added, removed) names,
+    or None when a pool cannot be patched."""
+    added: list[str] = []
+    removed: list[str] = []
+    assert memo.gateway.live is not None
+    # Pools of a changed Service are made again (their spec, mode, settings and the Service's
+    # warnings follow the new object): every one out first, then back in.
+    coming: list[str] = []
+    going: list[str] = []
+    redo = [name for name, spec in live.pools.items() if spec.service in services] \
+        if services else []
+    for name, delta in refs.items():
+        if delta == 0:
+            continue
+        was = live.refs[name]
+        now = live.refs[name] = was + delta
+        if now <= 0:
+            del live.refs[name]
+        if was <= 0 < now:
+            coming.append(name)
+        elif now <= 0 < was and name in live.pools:
+            going.append(name)
+    gone, came = set(going), set(coming)
+    again = [name for name in redo if name not in gone and name not in came]
+    for name in [*going, *again]:
+        if not _drop_pool(snapshot, memo, live, live.pools.pop(name), problems_out):
+            return None
+    for name in [*coming, *again]:
+        spec = memo.gateway.live.pools.get(name) or live.others.get(name)
+        if spec is None:
+            continue  # a name no spec was made for: not a pool (as in a whole run)
+        made = _add_pool(snapshot, opts, memo, live, spec, problems=problems_in)
+        if made is None:
+            return None
+        live.pools[name] = made
+        added.append(name)
+    removed.extend(name for name in [*going, *again] if name not in live.pools)
+    return added, removed
+
+
+def _services_patchable(snapshot: Snapshot, before: Snapshot, opts: TranslateOptions,
+                        keys: set[Key]) -> bool:
+    """Whether changed Services reach only the Gateway API routes naming them: no Ingress
+    (its parts read Services) and no L4 route (not replayed) exists, and neither the old nor
+    the new object is served itself (LoadBalancer), sets traffic or client-address settings."""
+    if snapshot.kind(Ingress) or any(snapshot.kind(cls) for cls in (TLSRoute, TCPRoute, UDPRoute)):
+        return False
+    for key in keys:
+        for service in (before.get(Service, *key), snapshot.get(Service, *key)):
+            if service is not None and (service_is_ours(service, opts) is not False
+                                        or not _plain_service(service)
+                                        or sets_traffic(service)):
+                return False
+    return True
 
 
 def _plain_service(service: Service | None) -> bool:
@@ -238,4 +289,7 @@ def _insert(problems: list[Problem], problem: Problem) -> bool:
     return True
 
 
-__all__ = ["Live", "Patched", "patch_structure", "pool_refs", "problem_order"]
+#: Kinds whose changes ``patch_structure`` takes (the routes, and the Services they name).
+PATCHABLE = PATCHED_KINDS | {Service.KIND}
+
+__all__ = ["PATCHABLE", "Live", "Patched", "patch_structure", "pool_refs", "problem_order"]

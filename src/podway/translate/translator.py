@@ -39,9 +39,8 @@ from podway.translate.backends import (
     service_mode,
 )
 from podway.translate.client_ip import apply_client_ip
-from podway.translate.delta import Live, patch_structure, pool_refs, problem_order
+from podway.translate.delta import PATCHABLE, Live, patch_structure, pool_refs, problem_order
 from podway.translate.gateway import GatewayMemo, translate_gateways
-from podway.translate.gateway.delta import PATCHED_KINDS
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
 from podway.translate.members import (
@@ -330,8 +329,8 @@ class IncrementalTranslator:
         moved = self._apply_endpoint_changes(snapshot, changes, resolver)
         if any(kind not in resolver.kinds for kind, _ in changes):
             with gc_paused():
-                if all(kind in PATCHED_KINDS for kind, _ in changes):
-                    patched = self._patch(snapshot, changes)
+                if all(kind in PATCHABLE for kind, _ in changes):
+                    patched = self._patch(snapshot, old, changes)
                     if patched is not None:
                         return patched
                 return self._restructure(snapshot, moved=moved)
@@ -345,7 +344,7 @@ class IncrementalTranslator:
             if pool != self._pools[name] or problems != self._pool_problems.get(name, ()):
                 if pool != self._pools[name]:
                     replaced.append(name)
-                self._pools[name] = pool
+                    self._pools[name] = pool  # else the very same object stays (IRChange)
                 self._pool_problems[name] = problems
                 dirty = True
         if not dirty:
@@ -383,10 +382,11 @@ class IncrementalTranslator:
                 services.update(hit)
         return services
 
-    def _patch(self, snapshot: Snapshot, changes: list[tuple[str, Key]]) -> Result | None:
-        """Only routes changed: the last structure patched (``delta``) and only the pools that
-        came resolved; None when the structure cannot be patched."""
-        patched = patch_structure(snapshot, self.opts, self._memo, changes)
+    def _patch(self, snapshot: Snapshot, before: Snapshot,
+               changes: list[tuple[str, Key]]) -> Result | None:
+        """Only routes (and Services) changed: the last structure patched (``delta``) and only
+        the pools that came (or were made again) resolved; None when it cannot be patched."""
+        patched = patch_structure(snapshot, before, self.opts, self._memo, changes)
         if patched is None:
             return None
         assert self._structure is not None
@@ -403,7 +403,9 @@ class IncrementalTranslator:
         for name in patched.pools_added:
             spec = structure.pools[name]
             self._pools[name], self._pool_problems[name] = resolve_pool(spec, ctx, resolver)
-            self._pools_by_service.setdefault(spec.service, []).append(name)
+            names = self._pools_by_service.setdefault(spec.service, [])
+            if name not in names:
+                names.append(name)
         assert self._result is not None
         self._result = self._current(IRChange(
             base=self._result.ir, pools=frozenset((*patched.pools_added, *patched.pools_removed)),

@@ -20,7 +20,6 @@ from podway.envoy_config import Builder, build
 from podway.envoy_config.routes import route_configurations
 from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot
-from podway.model.gateway_routes import GRPCRoute, HTTPRoute
 from podway.model.loader import parse_object
 from podway.render.report import report_yaml
 from podway.translate import IncrementalTranslator, TranslateOptions, translate, translator
@@ -223,13 +222,18 @@ def _route(i: int, *, name: str | None = None, host: str | None = None) -> dict[
                      "rules": [{"backendRefs": [{"name": f"s{i}", "port": 80}]}]}}
 
 
-# Route-only changes on exact hostnames: the structure is patched (``translate.delta``), not
-# re-run, so these sequences exercise the patch rather than its refusals.
+# Route and Service changes on exact hostnames: the structure is patched (``translate.delta``),
+# not re-run, so these sequences exercise the patch rather than its refusals. Services vary in
+# ports, appProtocol and backend-mode annotation (the pools they back are made again).
 EXACT_HOSTS = st.sampled_from(["a.example.com", "b.example.com", "c.test", "x.a.example.com"])
 exact_routes = routes.map(lambda d: {**d, "spec": {**d["spec"], "hostnames": [
     h for h in d["spec"].get("hostnames", []) if not h.startswith("*")]}})
 patched_world = st.lists(st.one_of(exact_routes, services), max_size=14)
-route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete, _touch),
+moded = services.map(lambda d: {**d, "metadata": {**d["metadata"], "annotations": {
+    "podway.io/backend-mode": "clusterip"}}})
+route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete, _touch,
+                                 services.map(lambda d: ("put", d)),
+                                 moded.map(lambda d: ("put", d))),
                        min_size=1, max_size=12)
 
 
@@ -237,7 +241,8 @@ route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete
 @given(patched_world, st.sampled_from([0, 1, 2]), route_steps)
 def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: int,
                                                   sequence: list[Any]) -> None:
-    """Route-only changes (the patched path) give what translating from scratch gives."""
+    """Route and Service changes (the patched path) give what translating from scratch
+    gives."""
     gw = [_listener("http", 80, None, "All"), _listener("a", 80, "a.example.com", "All"),
           _listener("alt", 8080, None, "Same")][:listeners + 1]
     docs = [OUR_CLASS, {"apiVersion": f"{GROUP}/v1", "kind": "Gateway",
@@ -251,11 +256,11 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
     hinted.set(first, hint=builder.hint)
     plain.set(first)
     for step in sequence:
-        if step[0] != "put" and not snapshot.kind(HTTPRoute) and not snapshot.kind(GRPCRoute):
+        every = sorted((o.KIND, o.key) for o in snapshot.all()
+                       if o.KIND in ("HTTPRoute", "GRPCRoute", "Service"))
+        if step[0] != "put" and not every:
             continue
-        if step[0] != "put":  # delete or touch a route, never another kind
-            every = sorted((o.KIND, o.key) for o in snapshot.all()
-                           if o.KIND in ("HTTPRoute", "GRPCRoute"))
+        if step[0] != "put":  # delete or touch a route or Service, never another kind
             kind, key = every[step[1] % len(every)]
             current = snapshot.objects[kind][key]
             snapshot = snapshot.replace(kind, {key: None if step[0] == "delete"

@@ -57,6 +57,7 @@ from podway.translate.gateway.memo import (
     copy_outcomes,
     info_signature,
     route_state_signature,
+    services_of,
 )
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
 from podway.translate.hosts import valid_hostname
@@ -230,7 +231,11 @@ class GatewayTranslation:
             memo.live = Live(ports=self._ports, pools=dict(self.pools),
                              uses=Counter(s.name for r in nxt.replays.values() for s in r.pools),
                              hosts=Counter((port, host) for r in nxt.replays.values()
-                                           for port, host, _ in r.adds))
+                                           for port, host, _ in r.adds),
+                             by_service={})
+            for key, replay in nxt.replays.items():
+                for service in services_of(replay):
+                    memo.live.by_service.setdefault(service, set()).add(key)
 
     def _other_addresses(self, info: GatewayInfo, built: Listener,
                          ports: PortTable) -> list[Listener]:

@@ -38,6 +38,7 @@ from podway.translate.gateway.memo import (
     RouteKey,
     StatusPart,
     route_state_signature,
+    services_of,
 )
 from podway.translate.gateway.refs import ReferenceGrants
 from podway.translate.options import TranslateOptions
@@ -62,15 +63,21 @@ class Patch:
 
 
 def patch_routes(memo: GatewayMemo, snapshot: Snapshot, opts: TranslateOptions,
-                 keys: Iterable[RouteKey]) -> Patch | None:
+                 keys: Iterable[RouteKey], services: Iterable[tuple[str, str]] = ()
+                 ) -> Patch | None:
     """Patch the last run for the changed routes ``keys`` ((kind, namespace, name), kinds of
-    ``PATCHED_KINDS`` only); None when this cannot be done (see the module docstring)."""
+    ``PATCHED_KINDS`` only) and the routes naming a changed Service of ``services``; None when
+    this cannot be done (see the module docstring)."""
     live = memo.live
     if live is None:
         return None
+    redo = dict.fromkeys(keys)
+    for service in services:
+        redo.update(dict.fromkeys(sorted(live.by_service.get(service, ()))))
     patcher = _Patcher(memo, live, GatewayTranslation(snapshot=snapshot, opts=opts, memo=memo))
-    for key in keys:
+    for key in redo:  # every contribution out first: specs of one pool name must agree
         patcher.take_out(key)
+    for key in redo:
         route = _route(snapshot, key)
         if route is not None and not patcher.put_in(key, route):
             return None
@@ -120,6 +127,10 @@ class _Patcher:
         memo.attached.pop(key, None)
         memo.compiled.pop(key, None)
         if old is not None:
+            for service in services_of(old):
+                users = live.by_service.get(service)
+                if users is not None:
+                    users.discard(key)
             for ls in old.counted:
                 ls.attached -= 1
             for port, host, entries in old.adds:
@@ -154,6 +165,8 @@ class _Patcher:
             # route this patch understands).
             return route.ref not in run._routes
         memo.replays[key] = placed
+        for service in services_of(placed):
+            live.by_service.setdefault(service, set()).add(key)
         memo.attached[key] = placed.attached
         memo.compiled[key] = placed.compiled
         for port, host, _ in placed.adds:

@@ -125,6 +125,8 @@ class Live:
     # (port key, hostname) → placements naming it: a hostname stays in its builder while
     # one does, even when it brought no entries (a route whose every rule was dropped)
     hosts: Counter[tuple[Any, str]]
+    # Service (namespace, name) → the placed routes that resolved a backendRef to it
+    by_service: dict[tuple[str, str], set[RouteKey]]
 
 
 @dataclass(slots=True)
@@ -140,6 +142,12 @@ class GatewayMemo:
     vhosts: dict[tuple[str, str], VhostPart] = field(default_factory=dict)
     statuses: dict[ObjectRef, StatusPart] = field(default_factory=dict)
     live: Live | None = None  # None: the last run cannot be patched, the next one runs whole
+
+
+def services_of(replay: Replay) -> set[tuple[str, str]]:
+    """The Services (namespace, name) a placed route's backendRefs named, found or not."""
+    return {(str(key[4] or key[1]), str(key[5])) for key, _ in replay.resolved
+            if key[2] == "" and key[3] == "Service"}
 
 
 def copy_outcomes(outcomes: tuple[ParentOutcome, ...]) -> list[ParentOutcome]:
@@ -179,6 +187,18 @@ def route_state_signature(generation: int, outcomes: list[ParentOutcome],
             tuple(issues), all_rules_dropped)
 
 
-__all__ = ["AttachedPart", "CompiledPart", "GatewayMemo", "Live", "Placement", "Replay",
-           "StatusPart", "VhostPart", "adopt",
-           "copy_outcomes", "info_signature", "route_state_signature"]
+__all__ = [
+    "AttachedPart",
+    "CompiledPart",
+    "GatewayMemo",
+    "Live",
+    "Placement",
+    "Replay",
+    "StatusPart",
+    "VhostPart",
+    "adopt",
+    "copy_outcomes",
+    "info_signature",
+    "route_state_signature",
+    "services_of",
+]
