@@ -406,6 +406,8 @@ class IncrementalTranslator:
             names = self._pools_by_service.setdefault(spec.service, [])
             if name not in names:
                 names.append(name)
+        if patched.pools_added:  # the structure's (name) order, as a whole run keeps it
+            self._pools = {name: self._pools[name] for name in structure.pools}
         assert self._result is not None
         self._result = self._current(IRChange(
             base=self._result.ir, pools=frozenset((*patched.pools_added, *patched.pools_removed)),
