@@ -329,8 +329,11 @@ class IncrementalTranslator:
         moved = self._apply_endpoint_changes(snapshot, changes, resolver)
         if any(kind not in resolver.kinds for kind, _ in changes):
             with gc_paused():
-                if all(kind in PATCHABLE for kind, _ in changes):
-                    patched = self._patch(snapshot, old, changes)
+                if moved is not None and all(kind in PATCHABLE or kind in resolver.kinds
+                                             for kind, _ in changes):
+                    patched = self._patch(snapshot, old, [
+                        (kind, key) for kind, key in changes if kind not in resolver.kinds],
+                        moved)
                     if patched is not None:
                         return patched
                 return self._restructure(snapshot, moved=moved)
@@ -382,10 +385,11 @@ class IncrementalTranslator:
                 services.update(hit)
         return services
 
-    def _patch(self, snapshot: Snapshot, before: Snapshot,
-               changes: list[tuple[str, Key]]) -> Result | None:
-        """Only routes (and Services) changed: the last structure patched (``delta``) and only
-        the pools that came (or were made again) resolved; None when it cannot be patched."""
+    def _patch(self, snapshot: Snapshot, before: Snapshot, changes: list[tuple[str, Key]],
+               moved: set[ServiceKey]) -> Result | None:
+        """Only routes and Services changed (besides endpoint kinds, whose Services ``moved``):
+        the last structure patched (``delta``); the pools that came or were made again
+        resolved, and those of ``moved`` Services again. None when it cannot be patched."""
         patched = patch_structure(snapshot, before, self.opts, self._memo, changes)
         if patched is None:
             return None
@@ -408,9 +412,17 @@ class IncrementalTranslator:
                 names.append(name)
         if patched.pools_added:  # the structure's (name) order, as a whole run keeps it
             self._pools = {name: self._pools[name] for name in structure.pools}
+        replaced = {*patched.pools_added, *patched.pools_removed}
+        for name in (n for svc in moved for n in self._pools_by_service.get(svc, ())):
+            if name in patched.pools_added:
+                continue  # resolved just now
+            pool, self._pool_problems[name] = resolve_pool(structure.pools[name], ctx, resolver)
+            if pool != self._pools[name]:
+                self._pools[name] = pool
+                replaced.add(name)
         assert self._result is not None
         self._result = self._current(IRChange(
-            base=self._result.ir, pools=frozenset((*patched.pools_added, *patched.pools_removed)),
+            base=self._result.ir, pools=frozenset(replaced),
             vhosts=MappingProxyType(dict(patched.vhosts))))
         return self._result
 

@@ -232,9 +232,23 @@ exact_routes = routes.map(lambda d: {**d, "spec": {**d["spec"], "hostnames": [
 patched_world = st.lists(st.one_of(exact_routes, services), max_size=14)
 moded = services.map(lambda d: {**d, "metadata": {**d["metadata"], "annotations": {
     "podway.io/backend-mode": "clusterip"}}})
+slices = st.fixed_dictionaries({
+    "apiVersion": st.just("discovery.k8s.io/v1"), "kind": st.just("EndpointSlice"),
+    "metadata": st.fixed_dictionaries({"name": st.sampled_from(["e0", "e1"]),
+                                       "namespace": NAMESPACES,
+                                       "labels": st.fixed_dictionaries({
+                                           "kubernetes.io/service-name": SERVICES})}),
+    "addressType": st.just("IPv4"), "ports": st.just([{"port": 8080}]),
+    "endpoints": st.lists(st.fixed_dictionaries({
+        "addresses": st.sampled_from([["198.18.0.10"], ["198.18.0.11"]]),
+        "conditions": st.fixed_dictionaries({"ready": st.booleans()})}), max_size=2)})
 route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete, _touch,
                                  services.map(lambda d: ("put", d)),
-                                 moded.map(lambda d: ("put", d))),
+                                 moded.map(lambda d: ("put", d)),
+                                 slices.map(lambda d: ("put", d)),
+                                 # a Service or route with a slice, in one update
+                                 st.tuples(st.one_of(services, exact_routes), slices).map(
+                                     lambda pair: ("pair", pair))),
                        min_size=1, max_size=12)
 
 
@@ -242,8 +256,8 @@ route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete
 @given(patched_world, st.sampled_from([0, 1, 2]), route_steps)
 def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: int,
                                                   sequence: list[Any]) -> None:
-    """Route and Service changes (the patched path) give what translating from scratch
-    gives."""
+    """Route, Service and EndpointSlice changes (the patched path) give what translating
+    from scratch gives."""
     gw = [_listener("http", 80, None, "All"), _listener("a", 80, "a.example.com", "All"),
           _listener("alt", 8080, None, "Same")][:listeners + 1]
     docs = [OUR_CLASS, {"apiVersion": f"{GROUP}/v1", "kind": "Gateway",
@@ -258,18 +272,24 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
     plain.set(first)
     for step in sequence:
         every = sorted((o.KIND, o.key) for o in snapshot.all()
-                       if o.KIND in ("HTTPRoute", "GRPCRoute", "Service"))
-        if step[0] != "put" and not every:
+                       if o.KIND in ("HTTPRoute", "GRPCRoute", "Service", "EndpointSlice"))
+        if step[0] not in ("put", "pair") and not every:
             continue
-        if step[0] != "put":  # delete or touch a route or Service, never another kind
+        changes: list[tuple[str, Any]] = []
+        if step[0] == "pair":
+            for doc in step[1]:
+                snapshot, changed = _apply(snapshot, ("put", doc))
+                changes.extend([changed] if changed is not None else [])
+        elif step[0] != "put":  # delete or touch one of those kinds, never another
             kind, key = every[step[1] % len(every)]
             current = snapshot.objects[kind][key]
             snapshot = snapshot.replace(kind, {key: None if step[0] == "delete"
                                                else current.model_copy()})
-            changed: tuple[str, Any] | None = (kind, key)
+            changes.append((kind, key))
         else:
             snapshot, changed = _apply(snapshot, step)
-        got = inc.update(snapshot, [changed] if changed is not None else [])
+            changes.extend([changed] if changed is not None else [])
+        got = inc.update(snapshot, changes)
         want = translate(snapshot, OPTS)
         assert got.ir == want.ir
         assert list(got.ir.pools) == list(want.ir.pools)  # the same order, too
