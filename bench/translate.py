@@ -8,10 +8,15 @@ endpoint update must not grow with the cluster.
 Then Gateway API: N HTTPRoutes x 3 rules on one Gateway, translated with every route's and
 listener's status in the same pass. Target: 1,000 routes ≤ 100 ms.
 
+Then one route change in the world of ``bench/convergence.py`` (N Services + HTTPRoutes on one
+listener): translate, build and cache set as the pipeline does them, p50/p99. Target (issue 11):
+≤ 20 ms p50 at 10,000 routes, flat in N.
+
 Every time is also printed as a ratio to the machine-speed reference measured first
 (``bench/speedref.py``), so runs on different days compare.
 
     python bench/translate.py [--sizes 1000,10000] [--runs 5] [--gateway-routes 1000]
+                              [--route-changes 1000,10000] [--tries 20]
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ from typing import Any
 
 from speedref import Reference, measure
 
+from podway.envoy_config import Builder
 from podway.model import EndpointSlice, Ingress, K8sObject, Service, Snapshot
 from podway.model.loader import parse_object
+from podway.model.snapshot import Key
 from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
 from podway.translate.gateway import GatewayTranslation
 from podway.translate.ports import PortTable
+from podway.xds.cache import Cache
 
 PATHS_PER_HOST = 10
 OPTS = TranslateOptions(address="198.18.0.1")
@@ -193,18 +201,116 @@ def bench_gateway(routes: int, runs: int, ref: Reference) -> None:
     print(f"    of which statuses  median {ms(statistics.median(status_times), ref)}")
 
 
+def convergence_cluster(routes: int) -> tuple[list[K8sObject], Snapshot]:
+    """The world of ``bench/convergence.py``: one Gateway (HTTP listener), N Services with one
+    EndpointSlice each and N HTTPRoutes (host ``r<i>.bench.test`` → ``svc-<i>``)."""
+    raw: list[dict[str, Any]] = [
+        {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "podway"},
+         "spec": {"controllerName": "podway.io/gateway-controller"}},
+        {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": "bench"},
+         "spec": {"gatewayClassName": "podway", "listeners": [
+             {"name": "http", "protocol": "HTTP", "port": 8080,
+              "allowedRoutes": {"namespaces": {"from": "All"}}}]}}]
+    for i in range(routes):
+        raw.append(_service(i))
+        raw.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {
+            "name": f"svc-{i}-1", "namespace": "bench",
+            "labels": {"kubernetes.io/service-name": f"svc-{i}"}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": 9000}],
+            "endpoints": [{"addresses": [ip(i)], "conditions": {"ready": True}}]})
+        raw.append(_http_route(i, f"r{i}.bench.test"))
+    objects = [_object(item) for item in raw]
+    return objects, Snapshot.of_objects(objects)
+
+
+def _service(i: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": f"svc-{i}", "namespace": "bench"},
+            "spec": {"selector": {"app": f"a{i}"},
+                     "ports": [{"name": "http", "port": 80, "targetPort": 9000}]}}
+
+
+def _http_route(i: int, host: str) -> dict[str, Any]:
+    return {"apiVersion": GW, "kind": "HTTPRoute",
+            "metadata": {"name": host.split(".", maxsplit=1)[0], "namespace": "bench"},
+            "spec": {"parentRefs": [{"name": "edge"}], "hostnames": [host],
+                     "rules": [{"backendRefs": [{"name": f"svc-{i}", "port": 80}]}]}}
+
+
+def _object(item: dict[str, Any]) -> K8sObject:
+    obj, error = parse_object(item)
+    assert obj is not None, error
+    return obj
+
+
+def bench_route_changes(routes: int, tries: int, ref: Reference) -> None:
+    """One HTTPRoute added (to an existing Service; to a new Service: a new pool) and deleted,
+    one Service added,
+    through the pipeline's own steps: ``IncrementalTranslator.update``, ``Builder.build`` with
+    the result's ``IRChange``, ``Cache.set`` with the builder's hint. The target (issue 11,
+    10,000 routes): translate + build + cache ≤ 20 ms p50, flat in the number of routes."""
+    _, snapshot = convergence_cluster(routes)
+    inc, builder, cache = IncrementalTranslator(OPTS), Builder(), Cache()
+    cache.set(builder.build(inc.update(snapshot).ir))
+    stages: dict[str, dict[str, list[float]]] = {}
+
+    def step(label: str, changes: dict[str, dict[Key, K8sObject | None]]) -> None:
+        nonlocal snapshot
+        keys = []
+        for kind, objs in changes.items():
+            snapshot = snapshot.replace(kind, objs)
+            keys.extend((kind, key) for key in objs)
+        t0 = time.perf_counter()
+        result = inc.update(snapshot, keys)
+        t1 = time.perf_counter()
+        resources = builder.build(result.ir, result.change)
+        t2 = time.perf_counter()
+        cache.set(resources, hint=builder.hint)
+        t3 = time.perf_counter()
+        got = stages.setdefault(label, {"translate": [], "build": [], "cache": [], "total": []})
+        for name, seconds in (("translate", t1 - t0), ("build", t2 - t1), ("cache", t3 - t2),
+                              ("total", t3 - t0)):
+            got[name].append(seconds)
+
+    for n in range(tries):
+        host = f"new{n}.bench.test"
+        added = _object(_http_route(routes - 1 - n, host))
+        step("new route, existing Service", {"HTTPRoute": {added.key: added}})
+        step("route deleted", {"HTTPRoute": {added.key: None}})
+        service = _object(_service(routes + n))
+        step("new Service (no route yet)", {"Service": {service.key: service}})
+        fresh = _object(_http_route(routes + n, f"fresh{n}.bench.test"))
+        step("new route, new Service (pool)", {"HTTPRoute": {fresh.key: fresh}})
+    print(f"{routes:>6} HTTPRoutes on one Gateway listener: one route changed, {tries} tries")
+    for label, got in stages.items():
+        print(f"    {label:<30} " + "  ".join(
+            f"{name} {_p(got[name], 0.5)}/{_p(got[name], 0.99)}"
+            for name in ("translate", "build", "cache")) +
+            f"  total p50 {ms(statistics.median(got['total']), ref)}")
+
+
+def _p(values: list[float], q: float) -> str:
+    ordered = sorted(values)
+    return f"{ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--gateway-routes", default="1000")
+    parser.add_argument("--route-changes", default="1000,10000",
+                        help="sizes for the one-route-changed bench (empty: skip)")
+    parser.add_argument("--tries", type=int, default=20)
     args = parser.parse_args()
     ref = measure()
     print(ref.describe())
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in (int(s) for s in args.sizes.split(",") if s):
         bench(size, args.runs, ref)
     for size in (int(s) for s in args.gateway_routes.split(",") if s):
         bench_gateway(size, args.runs, ref)
+    for size in (int(s) for s in args.route_changes.split(",") if s):
+        bench_route_changes(size, args.tries, ref)
     print(ref.check_again())
 
 

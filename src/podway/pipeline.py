@@ -23,12 +23,16 @@ Invariants:
 * No I/O here besides the cache; the pipeline does not know which source runs or who reads.
 * Engines first: ``run`` sets the cache, lets the xDS pushers take the loop for a few turns,
   then publishes the state; so readers' work never delays a push.
+* After the first state ``run`` freezes the heap (``gc.freeze``): the cluster's objects are
+  never rescanned by the cyclic collector (cycles among them are never collected; acyclic
+  objects are freed as usual).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -144,6 +148,12 @@ class Pipeline:
             for _ in range(ENGINE_TURNS):
                 await asyncio.sleep(0)
             state = self._publish(self._as_of_now(state))
+            if state.generation == 1:
+                # The first state holds the whole cluster for the life of the process: out of
+                # the collector's sight, a full collection no longer rescans it (~1.8 s at
+                # 10,000 routes, which landed in the middle of a route change's build or
+                # push). Reference counting still frees what later updates replace.
+                gc.freeze()
             log.info("applied update in %.1f ms: %s", state.timings.total_ms,
                      ", ".join(t.rsplit(".", 1)[-1] for t in state.changed_types) or "no change")
             if state.problems != reported:  # log problems when they change, not every update
@@ -160,9 +170,9 @@ class Pipeline:
         t0 = time.perf_counter()
         result = self._translator.update(update.snapshot, update.changed)
         t1 = time.perf_counter()
-        resources = self._builder.build(result.ir)
+        resources = self._builder.build(result.ir, result.change)
         t2 = time.perf_counter()
-        changes = self.cache.set(resources)
+        changes = self.cache.set(resources, hint=self._builder.hint)
         t3 = time.perf_counter()
         self._drop_gone()
         previous = self._state

@@ -6,10 +6,12 @@ built for each IR node *by identity*: the incremental translator hands back the 
 so the next build re-serialises only those pools' load assignments (and the load assignment of
 an L4 listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
 A listener whose virtual hosts changed gets its route tables joined from per-virtual-host
-encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. Each
-resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to
-keep versions of unchanged resources, which is what keeps listeners, routes and clusters
-untouched in Envoy.
+encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. The
+translator's ``IRChange`` (when its base is the IR built last) narrows a build to the named
+pools and virtual hosts, and ``Builder.hint`` passes that on to the cache. Each resource
+carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep
+versions of unchanged resources, which is what keeps listeners, routes and clusters untouched
+in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
@@ -40,7 +42,7 @@ from podway.envoy_config.split import (
     split_route,
     split_settings,
 )
-from podway.ir import IR, L4Route, Listener, Persistence, Pool
+from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
 
@@ -93,7 +95,14 @@ def build(ir: IR) -> Resources:
 
 
 class Builder:
-    """Builds resources, reusing the previous build's output for identical IR nodes."""
+    """Builds resources, reusing the previous build's output for identical IR nodes.
+
+    Given the translator's ``IRChange`` relative to the IR it built last, a build visits only
+    the named pools and the named virtual hosts of each listener (``TableEncoder`` edits the
+    table); without it every pool and virtual host is looked up. ``hint`` then tells the
+    cache which names of the cluster and endpoint types may differ from the previous build's
+    mappings (``xds.cache.Cache.set``).
+    """
 
     def __init__(self) -> None:
         # id → (listener, served by a TCP split cluster, its resources)
@@ -104,11 +113,20 @@ class Builder:
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
         self._tables = TableEncoder()  # route tables: one encoding per unchanged virtual host
+        self._ir: IR | None = None  # the last build's IR, output and pool persistence
+        self._out: dict[str, Mapping[str, Resource]] = {}
+        self._persistence: dict[str, Persistence] = {}
+        self._clusters: dict[str, Resource] = {}  # the last build's, as plain dicts
+        self._endpoints: dict[str, Resource] = {}
+        self.hint: dict[str, tuple[Mapping[str, Resource], frozenset[str]]] = {}
+        """Type URL → (the previous build's mapping of that type, the only names that may
+        differ from it); set by each ``build``, empty when everything may differ."""
 
-    def build(self, ir: IR) -> Resources:
+    def build(self, ir: IR, change: IRChange | None = None) -> Resources:
+        patch = change if change is not None and change.base is self._ir and self._out else None
+        base = {item.name: item for item in patch.base.listeners} if patch is not None else {}
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
-        persistence = {name: pool.settings.persistence for name, pool in ir.pools.items()
-                       if pool.settings.persistence is not None}
+        persistence = self._persistence_of(ir, patch)
         signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
         listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
         routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
@@ -133,33 +151,100 @@ class Builder:
                     tables = hit[1]
                     self._tables.keep(item)
                 else:
+                    changed = patch.vhosts.get(item.name) if patch is not None else None
                     tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
                                    for name, data in self._tables.tables(
-                                       item, persistence=MappingProxyType(persistence)))
+                                       item, persistence=MappingProxyType(persistence),
+                                       changed=changed, previous=base.get(item.name)))
                 routes[key] = (item, tables)
                 for route in tables:
                     out[types.ROUTE][route.name] = route
-        pools: dict[str, tuple[Pool, Resource, Resource]] = {}
-        for name, pool in ir.pools.items():
-            entry = self._pools.get(name)
-            if entry is None or entry[0] is not pool:
-                # Only pools that are new objects cost more than a lookup; settings and members
-                # are compared separately so a member change never rebuilds the cluster.
-                cluster_resource = (
-                    entry[1] if entry is not None and entry[0].settings == pool.settings
-                    else Resource.of(name, cluster(name, pool.settings)))
-                endpoint_resource = (
-                    entry[2] if entry is not None and entry[0].members == pool.members
-                    else Resource.of(name, load_assignment(name, pool.members)))
-                entry = (pool, cluster_resource, endpoint_resource)
-            pools[name] = entry
-            out[types.CLUSTER][name] = entry[1]
-            out[types.ENDPOINT][name] = entry[2]
+        if patch is not None:
+            names = self._patch_pools(ir, patch.pools, out)
+        else:
+            self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
         self._tables.done()
-        self._listeners, self._routes, self._pools = listeners, routes, pools
+        result: dict[str, Mapping[str, Resource]] = {
+            t: MappingProxyType(v) for t, v in out.items()}
+        self.hint = {}
+        if patch is not None:
+            names |= self._splits.keys() | splits.keys()
+            self.hint = {t: (self._out[t], frozenset(names))
+                         for t in (types.CLUSTER, types.ENDPOINT)}
+            if not names:  # the very same mappings: the cache sees at once that nothing moved
+                result[types.CLUSTER] = self._out[types.CLUSTER]
+                result[types.ENDPOINT] = self._out[types.ENDPOINT]
+        self._listeners, self._routes = listeners, routes
         self._splits = splits
-        return {t: MappingProxyType(v) for t, v in out.items()}
+        self._ir, self._out, self._persistence = ir, dict(result), persistence
+        self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
+        return result
+
+    def _persistence_of(self, ir: IR, patch: IRChange | None) -> dict[str, Persistence]:
+        """Each pool's hash policy (routes of every table carry them)."""
+        if patch is None:
+            return {name: pool.settings.persistence for name, pool in ir.pools.items()
+                    if pool.settings.persistence is not None}
+        persistence = self._persistence
+        if any(persistence.get(name) != (ir.pools[name].settings.persistence if name in ir.pools
+                                         else None) for name in patch.pools):
+            persistence = dict(persistence)
+            for name in patch.pools:
+                pool = ir.pools.get(name)
+                if pool is not None and pool.settings.persistence is not None:
+                    persistence[name] = pool.settings.persistence
+                else:
+                    persistence.pop(name, None)
+        return persistence
+
+    def _pool(self, name: str, pool: Pool) -> tuple[Pool, Resource, Resource]:
+        entry = self._pools.get(name)
+        if entry is None or entry[0] is not pool:
+            # Only pools that are new objects cost more than a lookup; settings and members
+            # are compared separately so a member change never rebuilds the cluster.
+            cluster_resource = (
+                entry[1] if entry is not None and entry[0].settings == pool.settings
+                else Resource.of(name, cluster(name, pool.settings)))
+            endpoint_resource = (
+                entry[2] if entry is not None and entry[0].members == pool.members
+                else Resource.of(name, load_assignment(name, pool.members)))
+            entry = (pool, cluster_resource, endpoint_resource)
+        return entry
+
+    def _all_pools(self, ir: IR, out: dict[str, dict[str, Resource]]) -> None:
+        pools: dict[str, tuple[Pool, Resource, Resource]] = {}
+        for name, pool in ir.pools.items():
+            entry = pools[name] = self._pool(name, pool)
+            out[types.CLUSTER][name] = entry[1]
+            out[types.ENDPOINT][name] = entry[2]
+        self._pools = pools
+
+    def _patch_pools(self, ir: IR, names: frozenset[str],
+                     out: dict[str, dict[str, Resource]]) -> set[str]:
+        """The previous build's clusters and endpoints with only ``names`` redone (the split
+        clusters are redone by ``_build_splits``); the names that may differ."""
+        if not names and not self._splits:
+            out[types.CLUSTER], out[types.ENDPOINT] = self._clusters, self._endpoints
+            return set()
+        clusters, endpoints = self._clusters.copy(), self._endpoints.copy()
+        for name in self._splits:
+            if name not in self._pools:
+                clusters.pop(name, None)
+                endpoints.pop(name, None)
+        clusters.update(out[types.CLUSTER])  # listeners bring none today; keep any they do
+        endpoints.update(out[types.ENDPOINT])
+        for name in names:
+            pool = ir.pools.get(name)
+            if pool is None:
+                self._pools.pop(name, None)
+                clusters.pop(name, None)
+                endpoints.pop(name, None)
+                continue
+            entry = self._pools[name] = self._pool(name, pool)
+            clusters[name], endpoints[name] = entry[1], entry[2]
+        out[types.CLUSTER], out[types.ENDPOINT] = clusters, endpoints
+        return set(names)
 
     def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
                       out: dict[str, dict[str, Resource]]

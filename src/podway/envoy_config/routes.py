@@ -24,7 +24,8 @@ Invariants the IR relies on and how they map to Envoy:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -161,6 +162,10 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def _order_of(vhost: VirtualHost) -> tuple[int, int, str]:
+    return host_order(vhost.hostname)
+
+
 _VhostKey = tuple[int, bool, int]  # (id(vhost), answers 421, id(catch-all) it folds in or 0)
 _Part = tuple[VirtualHost, VirtualHost | None, bytes]  # (vhost, catch-all folded in, encoding)
 
@@ -183,20 +188,38 @@ class TableEncoder:
         self._parts: dict[str, dict[_VhostKey, _Part]] = {}  # listener name → its parts
         self._next: dict[str, dict[_VhostKey, _Part]] = {}
         self._heads: dict[str, tuple[bytes, bytes]] = {}
+        # listener name → (listener, one encoding per virtual host, in order) of a listener
+        # with one table, no SNI context and lowercase, distinct hostnames: what ``patch`` edits
+        self._aligned: dict[str, tuple[Listener, list[bytes]]] = {}
 
-    def tables(self, listener: Listener, *, persistence: PersistenceByPool
-               ) -> list[tuple[str, bytes]]:
-        """(name, encoded RouteConfiguration) of each table of ``listener``."""
+    def tables(self, listener: Listener, *, persistence: PersistenceByPool,
+               changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None = None,
+               previous: Listener | None = None) -> list[tuple[str, bytes]]:
+        """(name, encoded RouteConfiguration) of each table of ``listener``.
+
+        ``changed`` (with ``previous``, the listener of the last call for this name): the
+        virtual hosts that differ from ``previous``'s as (old, new) pairs, every other one the
+        same object in the same ``host_order`` (``podway.ir.IRChange``). The table is then
+        edited, not walked: the changed parts encoded, the rest reused by position.
+        """
         if persistence != self._persistence:
             self._parts, self._persistence = {}, persistence
+            self._aligned = {}
+        if changed is not None and previous is not None:
+            patched = self._patch(listener, changed, previous, persistence)
+            if patched is not None:
+                return patched
         catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
         before = self._parts.get(listener.name, {})
         now = self._next.setdefault(listener.name, {})
         out = []
-        for name, sni in _tables(listener):
+        tables = _tables(listener)
+        for name, sni in tables:
             head, tail = self._head(name)
             parts = [head]
+            lowercase = True
             for vhost, misdirected in _served(listener, sni):
+                lowercase = lowercase and vhost.hostname == vhost.hostname.lower()
                 folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
                          and catch_all is not None)
                 key = (id(vhost), misdirected, id(catch_all) if folds else 0)
@@ -211,7 +234,65 @@ class TableEncoder:
                 parts.append(hit[2])
             parts.append(tail)
             out.append((name, b"".join(parts)))
+            self._aligned.pop(listener.name, None)
+            if (len(tables) == 1 and sni is None and lowercase
+                    and len(parts) == len(listener.virtual_hosts) + 2):
+                self._aligned[listener.name] = (listener, parts[1:-1])
         return out
+
+    def _patch(self, listener: Listener,
+               changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]],
+               previous: Listener, persistence: PersistenceByPool
+               ) -> list[tuple[str, bytes]] | None:
+        """The table of ``listener`` edited from ``previous``'s; None when it cannot be."""
+        held = self._aligned.get(listener.name)
+        if held is None or held[0] is not previous or _tables(listener) != [(listener.name, None)]:
+            return None
+        old_all, new_all = previous.virtual_hosts, listener.virtual_hosts
+        catch_all = new_all[-1] if new_all and new_all[-1].hostname == "*" else None
+        if catch_all is not (old_all[-1] if old_all and old_all[-1].hostname == "*" else None):
+            return None
+        edits: list[tuple[int, VirtualHost | None, VirtualHost | None]] = []
+        grown = 0
+        for old, new in changed:  # checked first: the parts are edited in place after
+            either = new if new is not None else old
+            host = either.hostname if either is not None else "*"
+            if host == "*" or host != host.lower() or (
+                    old is not None and new is not None and old.hostname != new.hostname):
+                return None
+            key = host_order(host)
+            at = bisect_left(old_all, key, key=_order_of)
+            if (old is not None) != (at < len(old_all) and old_all[at] is old):
+                return None
+            if old is None and at < len(old_all) and old_all[at].hostname == host:
+                return None
+            if new is not None:
+                found = bisect_left(new_all, key, key=_order_of)
+                if found == len(new_all) or new_all[found] is not new:
+                    return None
+            edits.append((at, old, new))
+            grown += (new is not None) - (old is not None)
+        if len(new_all) != len(old_all) + grown or len({at for at, _, _ in edits}) != len(edits):
+            return None
+        parts = held[1]
+        # The per-key parts go on too (a later walk of the table finds the new ones).
+        keyed = self._next.setdefault(listener.name, self._parts.get(listener.name, {}))
+        for at, old, new in sorted(edits, key=lambda e: e[0], reverse=True):
+            if new is None:
+                del parts[at]
+                continue
+            data = _virtual_host(new, catch_all, persistence).SerializeToString(deterministic=True)
+            part = _VHOSTS_TAG + _varint(len(data)) + data
+            folds = new.wildcard is WildcardMode.ONE_LABEL and catch_all is not None
+            keyed[(id(new), False, id(catch_all) if folds else 0)] = (
+                new, catch_all if folds else None, part)
+            if old is not None:
+                parts[at] = part
+            else:
+                parts.insert(at, part)
+        self._aligned[listener.name] = (listener, parts)
+        head, tail = self._head(listener.name)
+        return [(listener.name, b"".join((head, *parts, tail)))]
 
     def keep(self, listener: Listener) -> None:
         """``listener``'s tables were reused as they were: keep their encodings."""
@@ -221,6 +302,8 @@ class TableEncoder:
     def done(self) -> None:
         """End of one build: forget the encodings of listeners this build did not have."""
         self._parts, self._next = self._next, {}
+        for name in [n for n in self._aligned if n not in self._parts]:
+            del self._aligned[name]
 
     def _head(self, name: str) -> tuple[bytes, bytes]:
         found = self._heads.get(name)

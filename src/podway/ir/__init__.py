@@ -71,6 +71,25 @@ class IR:
     pools: Mapping[str, Pool] = field(default_factory=lambda: MappingProxyType({}))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IRChange:
+    """How an IR differs from the one made before it: a hint that lets a consumer (the
+    builder) work in O(change). Never needed for correctness: without it, or when ``base`` is
+    not the IR the consumer saw last, everything is compared.
+
+    ``pools``: every pool name added, removed or replaced (any other pool is the very same
+    ``Pool`` object as in ``base``). ``vhosts``: per listener name, its virtual hosts that
+    changed as (old, new) pairs (None where absent); a listener named here is otherwise made
+    of the same virtual-host objects, in ``host_order``, as in ``base``. Listeners not named
+    may still be new objects (compare them by identity: there are few).
+    """
+
+    base: IR
+    pools: frozenset[str] = frozenset()
+    vhosts: Mapping[str, tuple[tuple[VirtualHost | None, VirtualHost | None], ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+
 __all__ = [
     "CORS",
     "HASHING",
@@ -85,6 +104,7 @@ __all__ = [
     "HeaderModifier",
     "HealthCheck",
     "HealthCheckKind",
+    "IRChange",
     "L4Route",
     "LBPolicy",
     "Listener",

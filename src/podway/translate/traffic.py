@@ -96,6 +96,9 @@ class TrafficResult:
     pools: Mapping[str, PoolSpec]
     problems: tuple[Problem, ...]
     statuses: Mapping[ObjectRef, ObjectStatus]
+    # No policy object, no route with rule-level persistence, no annotation source used: a
+    # pool's settings then come from its Service alone (``lone_pool``), routes are left as is.
+    patchable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +132,32 @@ def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
         memo.clear()
         memo.update(run.memo_next)
     new_listeners = tuple(run.listener(item, new_pools) for item in listener_list)
-    return TrafficResult(new_listeners, new_pools, tuple(run.problems), run.statuses())
+    patchable = not (bool(snapshot.kind(TrafficPolicy)) or bool(snapshot.kind(BackendLBPolicy))
+                     or run.persistent_routes or run.route_sources)
+    return TrafficResult(new_listeners, new_pools, tuple(run.problems), run.statuses(),
+                         patchable)
+
+
+def sets_traffic(obj: Service | Ingress) -> bool:
+    """Whether ``obj``'s annotations are a source of traffic settings (or of problems)."""
+    return _Run(Snapshot())._annotation_source(obj) is not None
+
+
+def lone_pool(snapshot: Snapshot, spec: PoolSpec, memo: Memo) -> PoolSpec | None:
+    """The settings of a pool whose users set nothing (Gateway API routes without rule-level
+    persistence, while no policy object exists: ``TrafficResult.patchable``), as
+    ``apply_traffic`` would give them: its Service's own fields and the defaults. None when
+    its Service carries ``podway.io/`` or ingress-nginx annotations (they can report problems
+    and reach routes) or the pool would report a problem."""
+    run = _Run(snapshot, memo=memo)
+    service = run._service(spec)
+    if service is not None and run._annotation_source(service) is not None:
+        return None
+    out = run.pool(spec)
+    if run.problems:
+        return None
+    memo.update(run.memo_next)
+    return out
 
 
 @dataclass(slots=True)
@@ -636,4 +664,4 @@ def _checked(settings: PoolSettings) -> PoolSettings:
     return settings
 
 
-__all__ = ["Memo", "TrafficResult", "apply_traffic"]
+__all__ = ["Memo", "TrafficResult", "apply_traffic", "lone_pool", "sets_traffic"]

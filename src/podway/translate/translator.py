@@ -10,19 +10,23 @@ pushes only endpoints.
 A structural re-run keeps per-object parts in ``StructureMemo`` (Ingress parts, Gateway API
 route parts and virtual hosts: ``gateway.memo``, pool traffic settings, modes, Service
 warnings), each reused while the objects it was made from are the same; so one changed route
-re-translates that route, and every unchanged virtual host comes out as the same object.
+re-translates that route, and every unchanged virtual host comes out as the same object. When
+only HTTPRoutes/GRPCRoutes changed, the last structure is patched instead (``delta``): O(change),
+no visit of the other routes. Each incremental result carries an ``IRChange`` (how its IR
+differs from the previous one) for the builder.
 Invariant (tested by property): the result equals a translation from scratch.
 """
 
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, Listener, Mirror, Pool, WeightedPool
+from podway.ir import IR, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import ingress as ingress_rules
@@ -35,6 +39,7 @@ from podway.translate.backends import (
     service_mode,
 )
 from podway.translate.client_ip import apply_client_ip
+from podway.translate.delta import PATCHABLE, Live, patch_structure, pool_refs, problem_order
 from podway.translate.gateway import GatewayMemo, translate_gateways
 from podway.translate.ingress import IngressTranslation
 from podway.translate.ingress_part import IngressPart
@@ -63,6 +68,8 @@ class Result:
     problems: tuple[Problem, ...] = ()
     statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
     """Status of each object the translator owns (Gateway API kinds), by object."""
+    change: IRChange | None = field(default=None, compare=False, repr=False)
+    """How ``ir`` differs from the previous result's (incremental translation), if known."""
 
     def problems_by_object(self) -> dict[ObjectRef, list[Problem]]:
         out: dict[ObjectRef, list[Problem]] = {}
@@ -138,8 +145,7 @@ def _merge(structure: tuple[Problem, ...],
     return tuple(sorted([*structure, *extra], key=_problem_order))
 
 
-def _problem_order(p: Problem) -> tuple[object, ...]:
-    return (p.ref, p.field, p.reason, p.message)
+_problem_order = problem_order
 
 
 @dataclass(slots=True)
@@ -153,6 +159,7 @@ class StructureMemo:
     modes: dict[str, tuple[PoolSpec, Service, PoolSpec]] = field(default_factory=dict)
     services_by_age: tuple[object, list[Service]] = (None, [])
     warnings: dict[Key, tuple[Service, tuple[Problem, ...]]] = field(default_factory=dict)
+    live: Live | None = None  # the last run, to be patched by ``delta.patch_structure``
 
 
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
@@ -205,13 +212,21 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
             continue
         kept = warnings.get(service_key)
         if kept is None or kept[0] is not backing:
-            kept = (backing, _mode_warnings(backing, opts))
+            kept = (backing, mode_warnings(backing, opts))
         warnings_next[service_key] = kept
         problems.extend(kept[1])
     if memo is not None:
         memo.warnings = warnings_next
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
+    if memo is not None:
+        memo.live = None
+        if traffic.patchable and memo.gateway.live is not None:
+            memo.live = Live(
+                listeners=list(listeners), at={ls.name: i for i, ls in enumerate(listeners)},
+                others={**ing.pools, **svc.pools}, pools=dict(pools), refs=pool_refs(listeners),
+                services=Counter(spec.service for spec in pools.values()),
+                problems=list(problems), statuses=dict(statuses))
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))
 
@@ -245,7 +260,7 @@ def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
     return ordered
 
 
-def _mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
+def mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
     """NodePortLocal not enabled, or an invalid backend-mode annotation, on a used Service."""
     return tuple(Problem(ref=backing.ref, reason=reason, message=message,
                          severity=Severity.WARNING, field="metadata.annotations")
@@ -304,7 +319,8 @@ class IncrementalTranslator:
                changed: Iterable[tuple[str, Key]] | None = None) -> Result:
         """Translate ``snapshot``; ``changed`` (kind, key) pairs, if given, spare the diff."""
         old, self._snapshot = self._snapshot, snapshot
-        if old is None or self._structure is None or self._result is None:
+        old_result = self._result
+        if old is None or self._structure is None or old_result is None:
             with gc_paused():
                 self._index = EndpointIndex(snapshot.kind(EndpointSlice).values())
                 return self._restructure(snapshot, moved=None)
@@ -313,27 +329,38 @@ class IncrementalTranslator:
         moved = self._apply_endpoint_changes(snapshot, changes, resolver)
         if any(kind not in resolver.kinds for kind, _ in changes):
             with gc_paused():
+                if moved is not None and all(kind in PATCHABLE or kind in resolver.kinds
+                                             for kind, _ in changes):
+                    patched = self._patch(snapshot, old, [
+                        (kind, key) for kind, key in changes if kind not in resolver.kinds],
+                        moved)
+                    if patched is not None:
+                        return patched
                 return self._restructure(snapshot, moved=moved)
         touched = (list(self._pools) if moved is None else
                    [name for svc in moved for name in self._pools_by_service.get(svc, ())])
         ctx = MemberContext(snapshot, self._index)
-        replaced = False
+        replaced: list[str] = []
+        dirty = False
         for name in touched:
             pool, problems = resolve_pool(self._structure.pools[name], ctx, resolver)
             if pool != self._pools[name] or problems != self._pool_problems.get(name, ()):
-                self._pools[name] = pool
+                if pool != self._pools[name]:
+                    replaced.append(name)
+                    self._pools[name] = pool  # else the very same object stays (IRChange)
                 self._pool_problems[name] = problems
-                replaced = True
-        if replaced:
-            self._result = self._current()
+                dirty = True
+        if not dirty:
+            return old_result
+        self._result = self._current(IRChange(base=old_result.ir, pools=frozenset(replaced)))
         return self._result
 
-    def _current(self) -> Result:
+    def _current(self, change: IRChange | None = None) -> Result:
         assert self._structure is not None
         return Result(IR(listeners=self._structure.listeners,
                          pools=MappingProxyType(dict(self._pools))),
                       _merge(self._structure.problems, self._pool_problems),
-                      self._structure.statuses)
+                      self._structure.statuses, change)
 
     def _apply_endpoint_changes(self, snapshot: Snapshot, changes: list[tuple[str, Key]],
                                 resolver: MemberResolver) -> set[ServiceKey] | None:
@@ -357,6 +384,47 @@ class IncrementalTranslator:
             elif services is not None:
                 services.update(hit)
         return services
+
+    def _patch(self, snapshot: Snapshot, before: Snapshot, changes: list[tuple[str, Key]],
+               moved: set[ServiceKey]) -> Result | None:
+        """Only routes and Services changed (besides endpoint kinds, whose Services ``moved``):
+        the last structure patched (``delta``); the pools that came or were made again
+        resolved, and those of ``moved`` Services again. None when it cannot be patched."""
+        patched = patch_structure(snapshot, before, self.opts, self._memo, changes)
+        if patched is None:
+            return None
+        assert self._structure is not None
+        old, self._structure = self._structure.pools, patched.structure
+        structure = patched.structure
+        resolver = resolver_for(self.opts)
+        ctx = MemberContext(snapshot, self._index)
+        for name in patched.pools_removed:
+            del self._pools[name]
+            self._pool_problems.pop(name, None)
+            names = self._pools_by_service.get(old[name].service, [])
+            if name in names:
+                names.remove(name)
+        for name in patched.pools_added:
+            spec = structure.pools[name]
+            self._pools[name], self._pool_problems[name] = resolve_pool(spec, ctx, resolver)
+            names = self._pools_by_service.setdefault(spec.service, [])
+            if name not in names:
+                names.append(name)
+        if patched.pools_added:  # the structure's (name) order, as a whole run keeps it
+            self._pools = {name: self._pools[name] for name in structure.pools}
+        replaced = {*patched.pools_added, *patched.pools_removed}
+        for name in (n for svc in moved for n in self._pools_by_service.get(svc, ())):
+            if name in patched.pools_added:
+                continue  # resolved just now
+            pool, self._pool_problems[name] = resolve_pool(structure.pools[name], ctx, resolver)
+            if pool != self._pools[name]:
+                self._pools[name] = pool
+                replaced.add(name)
+        assert self._result is not None
+        self._result = self._current(IRChange(
+            base=self._result.ir, pools=frozenset(replaced),
+            vhosts=MappingProxyType(dict(patched.vhosts))))
+        return self._result
 
     def _restructure(self, snapshot: Snapshot, *, moved: set[ServiceKey] | None) -> Result:
         """Re-run structure; reuse pools whose spec is equal and whose Service did not move.

@@ -11,7 +11,7 @@ import asyncio
 
 from podway.envoy_config import Resources
 from podway.xds import types
-from podway.xds.cache import Cache, Change, TypeSnapshot
+from podway.xds.cache import Cache, Change, Hint, TypeSnapshot
 
 _NO_SECRETS = TypeSnapshot(version="withheld")
 
@@ -37,5 +37,5 @@ class SecretFree(Cache):
     def changed(self) -> asyncio.Event:
         return self._inner.changed()
 
-    def set(self, resources: Resources) -> dict[str, Change]:
+    def set(self, resources: Resources, *, hint: Hint | None = None) -> dict[str, Change]:
         raise TypeError("SecretFree is a read-only view")

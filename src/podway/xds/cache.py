@@ -8,6 +8,8 @@ Invariants:
 * A type's version changes only when one of its resources is added, changed or removed; a type
   whose version did not change is never pushed. An endpoint-only change therefore moves only the
   endpoint type.
+* ``set`` with a hint (``envoy_config.Builder.hint``) compares only the names it gives, when the
+  mapping it names is the one held; that is the builder's promise, not checked.
 * Readers get immutable ``TypeSnapshot`` objects; ``changed()`` hands out an event that fires on
   the next update, so a stream never polls and a slow stream never builds a backlog (it just sees
   the newest snapshot when it wakes).
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -34,6 +36,9 @@ from podway.envoy_config import Resource, Resources
 from podway.xds import handover, types
 
 _EMPTY: Mapping[str, Resource] = MappingProxyType({})
+
+#: Per type URL: (the mapping resources were derived from, the only names that may differ).
+Hint = Mapping[str, tuple[Mapping[str, Resource], frozenset[str]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +95,19 @@ class Cache:
         """An event set at the next ``set`` that changes anything."""
         return self._event
 
-    def set(self, resources: Resources) -> dict[str, Change]:
-        """Replace every type's resources; returns only the types that changed."""
+    def set(self, resources: Resources, *, hint: Hint | None = None) -> dict[str, Change]:
+        """Replace every type's resources; returns only the types that changed.
+
+        ``hint`` (``envoy_config.Builder.hint``): per type, the mapping the resources were made
+        from and the only names that may differ from it. When that mapping is the one this
+        cache holds, only those names are compared (O(change)); otherwise every one is."""
+        if hint:
+            held = set(self._holds)
+            handed = self._handover(resources, hint)
+            names = hint.get(types.ENDPOINT)
+            if names is not None:  # pools held or released by the handover differ too
+                hint = {**hint, types.ENDPOINT: (names[0], names[1] | held | set(self._holds))}
+            return self._set(handed, hint)
         return self._set(self._handover(resources))
 
     @property
@@ -99,7 +115,7 @@ class Cache:
         """Pools served an interim assignment right now."""
         return frozenset(self._holds)
 
-    def _handover(self, resources: Resources) -> Resources:
+    def _handover(self, resources: Resources, hint: Hint | None = None) -> Resources:
         """``resources`` with an interim assignment for each pool whose serving members would
         all be replaced (and the one still held for a pool whose final did not change)."""
         new = resources.get(types.ENDPOINT, _EMPTY)
@@ -107,7 +123,11 @@ class Cache:
         for name in [n for n in self._holds if n not in new]:
             self._holds.pop(name).timer.cancel()
         replaced: dict[str, Resource] = {}
-        for name, resource in new.items():
+        known = hint.get(types.ENDPOINT) if hint else None
+        names: Iterable[str] = (new if known is None or known[0] is not served
+                                else [n for n in {*known[1], *self._holds} if n in new])
+        for name in names:
+            resource = new[name]
             before = served.get(name)
             if before is None or before is resource:
                 continue
@@ -159,22 +179,34 @@ class Cache:
             {**current[types.ENDPOINT], name: hold.final})
         self._set(current)
 
-    def _set(self, resources: Resources) -> dict[str, Change]:
+    def _set(self, resources: Resources, hint: Hint | None = None) -> dict[str, Change]:
         changes: dict[str, Change] = {}
         for type_url in types.PUSH_ORDER:
             new = resources.get(type_url, _EMPTY)
             old = self._types[type_url]
             if new is old.resources and old.version:
                 continue
-            updated = frozenset(n for n, r in new.items()
-                                if (prev := old.resources.get(n)) is not r
-                                and (prev is None or prev.digest != r.digest))
-            removed = frozenset(n for n in old.resources if n not in new)
-            if not updated and not removed and old.version:
-                continue
-            version = f"{self._boot}-{next(self._counter)}"
+            known = hint.get(type_url) if hint else None
+            hinted = known is not None and known[0] is old.resources and bool(old.version)
+            if known is not None and hinted:
+                updated = frozenset(n for n in known[1] if n in new
+                                    and (prev := old.resources.get(n)) is not new[n]
+                                    and (prev is None or prev.digest != new[n].digest))
+                removed = frozenset(n for n in known[1]
+                                    if n not in new and n in old.resources)
+            else:
+                updated = frozenset(n for n, r in new.items()
+                                    if (prev := old.resources.get(n)) is not r
+                                    and (prev is None or prev.digest != r.digest))
+                removed = frozenset(n for n in old.resources if n not in new)
             # Builders hand over fresh read-only mappings, so no copy is needed.
             kept = new if isinstance(new, MappingProxyType) else MappingProxyType(dict(new))
+            if not updated and not removed and old.version:
+                # Equal content: hold the new mapping (same version), so the builder's next
+                # hint, which names it as its base, applies again (after an interim, too).
+                self._types[type_url] = TypeSnapshot(old.version, kept)
+                continue
+            version = f"{self._boot}-{next(self._counter)}"
             self._types[type_url] = TypeSnapshot(version, kept)
             changes[type_url] = Change(version, updated, removed)
             self._last[type_url] = (old.version, changes[type_url])

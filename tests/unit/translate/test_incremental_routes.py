@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +22,9 @@ from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot
 from podway.model.loader import parse_object
 from podway.render.report import report_yaml
-from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from podway.translate import IncrementalTranslator, TranslateOptions, translate, translator
 from podway.xds import types
+from podway.xds.cache import Cache, Change
 
 from .gateway_strategies import OUR_CLASS, gateway, http_route, l4_route, policy_and_grant
 from .strategies import service
@@ -143,17 +145,28 @@ def test_incremental_equals_from_scratch(start: list[Any], sequence: list[Any]) 
     snapshot = Snapshot.of_objects(objects.values())
     inc = IncrementalTranslator(OPTS)
     builder = Builder()
-    inc.update(snapshot)
+    hinted, plain = Cache(), Cache()  # the builder's hint given, and not
+    first = builder.build(inc.update(snapshot).ir)
+    hinted.set(first, hint=builder.hint)
+    plain.set(first)
     for step in sequence:
         snapshot, changed = _apply(snapshot, step)
         got = inc.update(snapshot, [changed] if changed is not None else [])
         want = translate(snapshot, OPTS)
         assert got.ir == want.ir
+        assert list(got.ir.pools) == list(want.ir.pools)  # the same order, too
         assert report_yaml(got) == report_yaml(want)
         assert dict(got.statuses) == dict(want.statuses)
-        built = builder.build(got.ir)
+        built = builder.build(got.ir, got.change)
         assert _digests(built) == _digests(build(want.ir))
         assert _tables(built) == _whole_tables(want.ir)
+        assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
+        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
+                   for t in types.PUSH_ORDER)
+
+
+def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    return {t: (c.updated, c.removed) for t, c in changes.items()}
 
 
 def _tables(resources: Any) -> dict[str, bytes]:
@@ -208,3 +221,174 @@ def _route(i: int, *, name: str | None = None, host: str | None = None) -> dict[
             "metadata": {"name": name or f"r{i}", "namespace": "default"},
             "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host or f"r{i}.example.com"],
                      "rules": [{"backendRefs": [{"name": f"s{i}", "port": 80}]}]}}
+
+
+# Route and Service changes on exact hostnames: the structure is patched (``translate.delta``),
+# not re-run, so these sequences exercise the patch rather than its refusals. Services vary in
+# ports, appProtocol and backend-mode annotation (the pools they back are made again).
+EXACT_HOSTS = st.sampled_from(["a.example.com", "b.example.com", "c.test", "x.a.example.com"])
+exact_routes = routes.map(lambda d: {**d, "spec": {**d["spec"], "hostnames": [
+    h for h in d["spec"].get("hostnames", []) if not h.startswith("*")]}})
+patched_world = st.lists(st.one_of(exact_routes, services), max_size=14)
+moded = services.map(lambda d: {**d, "metadata": {**d["metadata"], "annotations": {
+    "podway.io/backend-mode": "clusterip"}}})
+slices = st.fixed_dictionaries({
+    "apiVersion": st.just("discovery.k8s.io/v1"), "kind": st.just("EndpointSlice"),
+    "metadata": st.fixed_dictionaries({"name": st.sampled_from(["e0", "e1"]),
+                                       "namespace": NAMESPACES,
+                                       "labels": st.fixed_dictionaries({
+                                           "kubernetes.io/service-name": SERVICES})}),
+    "addressType": st.just("IPv4"), "ports": st.just([{"port": 8080}]),
+    "endpoints": st.lists(st.fixed_dictionaries({
+        "addresses": st.sampled_from([["198.18.0.10"], ["198.18.0.11"]]),
+        "conditions": st.fixed_dictionaries({"ready": st.booleans()})}), max_size=2)})
+route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete, _touch,
+                                 services.map(lambda d: ("put", d)),
+                                 moded.map(lambda d: ("put", d)),
+                                 slices.map(lambda d: ("put", d)),
+                                 # a Service or route with a slice, in one update
+                                 st.tuples(st.one_of(services, exact_routes), slices).map(
+                                     lambda pair: ("pair", pair))),
+                       min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(patched_world, st.sampled_from([0, 1, 2]), route_steps)
+def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: int,
+                                                  sequence: list[Any]) -> None:
+    """Route, Service and EndpointSlice changes (the patched path) give what translating
+    from scratch gives."""
+    gw = [_listener("http", 80, None, "All"), _listener("a", 80, "a.example.com", "All"),
+          _listener("alt", 8080, None, "Same")][:listeners + 1]
+    docs = [OUR_CLASS, {"apiVersion": f"{GROUP}/v1", "kind": "Gateway",
+                        "metadata": {"name": "gw", "namespace": "default"},
+                        "spec": {"gatewayClassName": "podway", "listeners": gw}}, *start]
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    builder = Builder()
+    hinted, plain = Cache(), Cache()  # the builder's hint given, and not
+    first = builder.build(inc.update(snapshot).ir)
+    hinted.set(first, hint=builder.hint)
+    plain.set(first)
+    for step in sequence:
+        every = sorted((o.KIND, o.key) for o in snapshot.all()
+                       if o.KIND in ("HTTPRoute", "GRPCRoute", "Service", "EndpointSlice"))
+        if step[0] not in ("put", "pair") and not every:
+            continue
+        changes: list[tuple[str, Any]] = []
+        if step[0] == "pair":
+            for doc in step[1]:
+                snapshot, changed = _apply(snapshot, ("put", doc))
+                changes.extend([changed] if changed is not None else [])
+        elif step[0] != "put":  # delete or touch one of those kinds, never another
+            kind, key = every[step[1] % len(every)]
+            current = snapshot.objects[kind][key]
+            snapshot = snapshot.replace(kind, {key: None if step[0] == "delete"
+                                               else current.model_copy()})
+            changes.append((kind, key))
+        else:
+            snapshot, changed = _apply(snapshot, step)
+            changes.extend([changed] if changed is not None else [])
+        got = inc.update(snapshot, changes)
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert list(got.ir.pools) == list(want.ir.pools)  # the same order, too
+        assert report_yaml(got) == report_yaml(want)
+        assert dict(got.statuses) == dict(want.statuses)
+        built = builder.build(got.ir, got.change)
+        assert _digests(built) == _digests(build(want.ir))
+        assert _tables(built) == _whole_tables(want.ir)
+        assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
+        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
+                   for t in types.PUSH_ORDER)
+
+
+def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    return {t: (c.updated, c.removed) for t, c in changes.items()}
+
+
+def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding, changing and deleting HTTPRoutes on exact hostnames patches the last structure:
+    the whole structure phase does not run again, and the result equals a fresh translation
+    (pools come and go with their routes, the Gateway counts its attached routes)."""
+    docs: list[dict[str, Any]] = [OUR_CLASS, {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "podway",
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
+    for i in range(6):
+        docs.append({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": f"s{i}", "namespace": "default"},
+                     "spec": {"ports": [{"port": 80}]}})
+    docs.append({"apiVersion": "v1", "kind": "Service",
+                 "metadata": {"name": "a0", "namespace": "default"},
+                 "spec": {"ports": [{"port": 80}]}})
+    docs.extend(_route(i) for i in range(4))
+    early = _route(0, name="early", host="early.example.com")  # its pool sorts first
+    early["spec"]["rules"][0]["backendRefs"][0]["name"] = "a0"
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    inc.update(snapshot)
+    whole_run = _no_whole_run
+    for doc in (_route(4, name="extra", host="extra.example.com"),  # a new pool
+                _route(5, name="r1", host="r1.example.com"),  # r1 moves to another Service
+                early,  # a new pool named before every other
+                _twin()):  # a second route on one host
+        new = _parsed(doc)
+        assert new is not None
+        snapshot = snapshot.replace(new.KIND, {new.key: new})
+        with monkeypatch.context() as patched:
+            patched.setattr(translator, "translate_structure", whole_run)
+            got = inc.update(snapshot, [(new.KIND, new.key)])
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert list(got.ir.pools) == list(want.ir.pools)
+        assert report_yaml(got) == report_yaml(want)
+        assert dict(got.statuses) == dict(want.statuses)
+    for name in ("r2", "extra"):  # deleted: the last user of s4 goes with "extra"
+        snapshot = snapshot.replace("HTTPRoute", {("default", name): None})
+        with monkeypatch.context() as patched:
+            patched.setattr(translator, "translate_structure", whole_run)
+            got = inc.update(snapshot, [("HTTPRoute", ("default", name))])
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert report_yaml(got) == report_yaml(want)
+    assert "pool/default/s4/80" not in got.ir.pools
+
+
+def _twin() -> dict[str, Any]:
+    """Another route on ``r0.example.com`` (its own path: an equal match would be shadowed)."""
+    doc = _route(3, name="twin", host="r0.example.com")
+    doc["spec"]["rules"][0]["matches"] = [{"path": {"type": "PathPrefix", "value": "/twin"}}]
+    return doc
+
+
+def test_a_hostname_named_by_a_route_without_rules_keeps_its_virtual_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A route with no rules still names its hostname (the virtual host stays, serving the
+    catch-all routes): deleting the other route on that hostname, patched, keeps it too."""
+    docs: list[dict[str, Any]] = [OUR_CLASS, {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "podway",
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s0", "namespace": "default"},
+         "spec": {"ports": [{"port": 80}]}},
+        _route(0, name="every", host="*"), _route(0, name="real", host="h.example.com"),
+        {**_route(0, name="empty", host="h.example.com"), "spec": {
+            "parentRefs": [{"name": "gw"}], "hostnames": ["h.example.com"], "rules": []}}]
+    docs[3]["spec"].pop("hostnames")  # "every" serves any hostname
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    inc.update(snapshot)
+    snapshot = snapshot.replace("HTTPRoute", {("default", "real"): None})
+    with monkeypatch.context() as patched:
+        patched.setattr(translator, "translate_structure", _no_whole_run)
+        got = inc.update(snapshot, [("HTTPRoute", ("default", "real"))])
+    want = translate(snapshot, OPTS)
+    assert "h.example.com" in {v.hostname for ls in want.ir.listeners for v in ls.virtual_hosts}
+    assert got.ir == want.ir
+
+
+def _no_whole_run(*_: object) -> None:
+    raise AssertionError("the structure phase ran whole")

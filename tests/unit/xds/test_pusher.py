@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from types import MappingProxyType
+from typing import Any
 
 from podway.envoy_config import Builder
 from podway.xds import types
-from podway.xds.cache import Cache
+from podway.xds.cache import Cache, Change
 from podway.xds.server import push_changes
 
 from .helpers import http_listener, ir, pool, route, vhost
@@ -68,3 +70,39 @@ async def test_a_due_retry_wakes_the_pusher_without_a_change() -> None:
         pusher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await pusher
+
+
+def test_a_hint_limits_what_the_cache_compares() -> None:
+    """Given the builder's hint (the mapping it derived from, the names that may differ), the
+    cache compares only those names: a resource changed under another name goes unseen (the
+    hint is trusted), one named is seen; a hint about a mapping the cache does not hold is
+    ignored."""
+    first = Builder().build(ir((http_listener(vhost("a", route("r", "/", "p"))),), pool("p", 1)))
+    base = first[types.ENDPOINT]
+    other = Builder().build(ir((), pool("p", 2)))[types.ENDPOINT]["p"]
+    moved = {**first, types.ENDPOINT: {**base, "p": other}}
+
+    def after(hint: dict[str, tuple[Any, frozenset[str]]]) -> dict[str, Change]:
+        cache = Cache()
+        cache.set(first)
+        return cache.set(moved, hint=hint)
+
+    assert after({types.ENDPOINT: (base, frozenset())}) == {}
+    changes = after({types.ENDPOINT: (base, frozenset({"p"}))})
+    assert set(changes) == {types.ENDPOINT}
+    assert changes[types.ENDPOINT].updated == {"p"}
+    assert set(after({types.ENDPOINT: ({}, frozenset())})) == {types.ENDPOINT}
+
+
+def test_the_cache_takes_an_equal_mapping_so_the_next_hint_applies() -> None:
+    """A set that changes nothing still leaves the cache holding the new (equal) mapping: the
+    builder's next hint names that mapping as its base (after the cache served another one,
+    e.g. an interim assignment), and the cache trusts it again."""
+    first = Builder().build(ir((http_listener(vhost("a", route("r", "/", "p"))),), pool("p", 1)))
+    cache = Cache()
+    cache.set(first)
+    equal = MappingProxyType(dict(first[types.ENDPOINT]))  # what a builder hands over
+    assert cache.set({**first, types.ENDPOINT: equal}) == {}
+    other = Builder().build(ir((), pool("p", 2)))[types.ENDPOINT]["p"]
+    moved = {**first, types.ENDPOINT: {**equal, "p": other}}
+    assert cache.set(moved, hint={types.ENDPOINT: (equal, frozenset())}) == {}

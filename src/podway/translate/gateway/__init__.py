@@ -11,6 +11,7 @@ status is computed. One ``GatewayResult`` comes back: listeners, pools, statuses
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -47,6 +48,7 @@ from podway.translate.gateway.memo import (
     AttachedPart,
     CompiledPart,
     GatewayMemo,
+    Live,
     Placement,
     Replay,
     ResolveKey,
@@ -55,6 +57,7 @@ from podway.translate.gateway.memo import (
     copy_outcomes,
     info_signature,
     route_state_signature,
+    services_of,
 )
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
 from podway.translate.hosts import valid_hostname
@@ -119,6 +122,9 @@ class GatewayTranslation:
     _same_epoch: bool = False
     _all_resolved: bool = False
     _resolvers: dict[tuple[str, str], Resolve] = field(default_factory=dict)
+    # Whether the next run may patch this one (``delta``): every port bound, no SNI-shared
+    # port, no further Gateway addresses, no BackendTLSPolicy.
+    _patchable: bool = True
 
     def build(self, ports: PortTable) -> list[Listener]:
         snap = self.snapshot
@@ -163,9 +169,12 @@ class GatewayTranslation:
             if refusal is not None:
                 for ls in (*builder.members, *(partner.members if partner else ())):
                     ls.unbound = refusal.message
+                self._patchable = False
                 continue
             built = builder.build()
-            built = merge_sni_shared(built, partner.build()) if partner else built
+            if partner:
+                built = merge_sni_shared(built, partner.build())
+                self._patchable = False
             out.append(built)
             out.extend(self._other_addresses(builder.info, built, ports))
             for shadow in builder.shadowed:
@@ -215,6 +224,18 @@ class GatewayTranslation:
         memo.compiled, memo.attached = nxt.compiled, nxt.attached
         memo.epoch, memo.infos, memo.vhosts = nxt.epoch, nxt.infos, nxt.vhosts
         memo.replays = nxt.replays
+        memo.live = None
+        if (self._patchable and self._infos and not self._tls.targets and not self._tls.claims
+                and not self.snapshot.kind(BackendTLSPolicy)
+                and not any(i.extra_addresses for i in self._infos.values())):
+            memo.live = Live(ports=self._ports, pools=dict(self.pools),
+                             uses=Counter(s.name for r in nxt.replays.values() for s in r.pools),
+                             hosts=Counter((port, host) for r in nxt.replays.values()
+                                           for port, host, _ in r.adds),
+                             by_service={})
+            for key, replay in nxt.replays.items():
+                for service in services_of(replay):
+                    memo.live.by_service.setdefault(service, set()).add(key)
 
     def _other_addresses(self, info: GatewayInfo, built: Listener,
                          ports: PortTable) -> list[Listener]:

@@ -14,6 +14,7 @@ specific listener whose hostname matches it, and only by routes attached to that
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,14 @@ class PortBuilder:
     # Virtual hosts of the previous run and of this one (``memo.GatewayMemo.vhosts``).
     memo: dict[tuple[str, str], Any] | None = None
     memo_next: dict[tuple[str, str], Any] | None = None
+    # The last ``build``'s virtual hosts in host order (hosts, their order keys, the IR
+    # nodes), the Gateway listeners' (hostname, id) most specific first and the wildcard
+    # hostnames with routes: what ``refresh`` patches.
+    _order: list[str] = field(default_factory=list)
+    _keys: list[tuple[int, int, str]] = field(default_factory=list)
+    _built: list[VirtualHost] = field(default_factory=list)
+    _owners: list[tuple[str, str]] = field(default_factory=list)
+    _wildcards: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -152,12 +161,69 @@ class PortBuilder:
                           for h, entries in self.hosts.items()}
         out = []
         for host in ordered:
-            owner = next((name for pattern, name in listeners
-                          if covers(pattern, host, WildcardMode.SUFFIX)), None)
-            sources = (host, *(w for w in wildcards
-                               if w != host and covers(w, host, WildcardMode.SUFFIX)))
+            owner, sources = self._sources(host, listeners, wildcards)
             out.append(self._vhost(host, owner, sources, sorted_entries))
+        self._order, self._keys, self._built = ordered, [host_order(h) for h in ordered], out
+        self._owners, self._wildcards = listeners, wildcards
         return tuple(out)
+
+    @staticmethod
+    def _sources(host: str, listeners: list[tuple[str, str]], wildcards: list[str]
+                 ) -> tuple[str | None, tuple[str, ...]]:
+        """The Gateway listener owning ``host`` and the hostnames whose routes it serves."""
+        owner = next((name for pattern, name in listeners
+                      if covers(pattern, host, WildcardMode.SUFFIX)), None)
+        return owner, (host, *(w for w in wildcards
+                                if w != host and covers(w, host, WildcardMode.SUFFIX)))
+
+    def can_refresh(self, hosts: set[str]) -> bool:
+        """Whether ``refresh`` can patch these hostnames: exact names only (a wildcard's
+        routes reach every host it covers) whose last virtual hosts shadowed nothing."""
+        for host in hosts:
+            if host == "*" or host.startswith("*."):
+                return False
+            kept = self.memo_next.get((self.name, host)) if self.memo_next is not None else None
+            if kept is not None and kept.shadows:
+                return False
+        return True
+
+    def refresh(self, hosts: set[str]) -> list[tuple[VirtualHost | None, VirtualHost | None]]:
+        """Rebuild the virtual hosts of exact hostnames whose entries changed since the last
+        ``build`` (``can_refresh`` said yes); the (old, new) node of each, None where there is
+        none. ``listener`` then gives the IR listener. Equal to what ``build`` makes from
+        the same entries: every other virtual host depends on other hostnames' entries and on
+        the wildcards' (unchanged), and exact hostnames are placed in the same total order."""
+        listener_hosts = {h for h, _ in self._owners}
+        out: list[tuple[VirtualHost | None, VirtualHost | None]] = []
+        for host in sorted(hosts):
+            key = host_order(host)
+            at = bisect_left(self._keys, key)
+            exists = at < len(self._order) and self._order[at] == host
+            old = self._built[at] if exists else None
+            new = None
+            if host in self.hosts or host in listener_hosts:
+                owner, sources = self._sources(host, self._owners, self._wildcards)
+                entries = {s: sorted(self.hosts.get(s, ()), key=_entry_key) for s in sources}
+                new = self._vhost(host, owner, sources, entries)
+                if exists:
+                    self._built[at] = new
+                else:
+                    self._order.insert(at, host)
+                    self._keys.insert(at, key)
+                    self._built.insert(at, new)
+            elif exists:
+                del self._order[at], self._keys[at], self._built[at]
+                if self.memo_next is not None:
+                    self.memo_next.pop((self.name, host), None)
+            out.append((old, new))
+        return out
+
+    def listener(self) -> Listener:
+        """The HTTP/HTTPS IR listener of the current virtual hosts (after ``refresh``)."""
+        return Listener(name=self.name, address=self.info.address, port=self.port,
+                        protocol=self.protocol, virtual_hosts=tuple(self._built),
+                        certificates=self._certificates(), origins=self.origins,
+                        sni_host_check=self.protocol is ListenerProtocol.HTTPS)
 
     def _vhost(self, host: str, owner: str | None, sources: tuple[str, ...],
                sorted_entries: dict[str, list[_Entry]]) -> VirtualHost:

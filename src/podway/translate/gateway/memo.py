@@ -22,6 +22,8 @@ they are the same objects (the sources keep an unchanged object's identity in th
   entries added, pools), replayed while the route, its resolutions and the epoch are the same.
 * *route statuses* (and the problems they give rise to): kept with everything
   ``route_status`` reads.
+* *live state* (``Live``): the port builders and pools of the last run, which a run that only
+  changes HTTPRoutes/GRPCRoutes patches instead of visiting every route (``gateway.delta``).
 
 Invariant: a translation with a memo returns what the same translation without one returns
 (``tests/unit/translate/test_incremental_routes.py`` checks it over random change sequences).
@@ -30,6 +32,7 @@ Each run replaces the memo's maps with the parts it used, so a deleted route's p
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +114,22 @@ class Replay:
 
 
 @dataclass(slots=True)
+class Live:
+    """The last run's working state, kept so the next run can patch it (``gateway.delta``):
+    the port builders with their virtual-host entries and last virtual hosts, the pools the
+    routes contributed (the oldest route's spec per name) and how many placements use each."""
+
+    ports: dict[Any, Any]  # PortKey → assemble.PortBuilder
+    pools: dict[str, PoolSpec]
+    uses: Counter[str]
+    # (port key, hostname) → placements naming it: a hostname stays in its builder while
+    # one does, even when it brought no entries (a route whose every rule was dropped)
+    hosts: Counter[tuple[Any, str]]
+    # Service (namespace, name) → the placed routes that resolved a backendRef to it
+    by_service: dict[tuple[str, str], set[RouteKey]]
+
+
+@dataclass(slots=True)
 class GatewayMemo:
     dependencies: tuple[object, ...] | None = None  # (grants map, BackendTLS targets)
     services: object = None  # the snapshot's Service map the resolutions were made with
@@ -122,6 +141,13 @@ class GatewayMemo:
     replays: dict[RouteKey, Replay] = field(default_factory=dict)
     vhosts: dict[tuple[str, str], VhostPart] = field(default_factory=dict)
     statuses: dict[ObjectRef, StatusPart] = field(default_factory=dict)
+    live: Live | None = None  # None: the last run cannot be patched, the next one runs whole
+
+
+def services_of(replay: Replay) -> set[tuple[str, str]]:
+    """The Services (namespace, name) a placed route's backendRefs named, found or not."""
+    return {(str(key[4] or key[1]), str(key[5])) for key, _ in replay.resolved
+            if key[2] == "" and key[3] == "Service"}
 
 
 def copy_outcomes(outcomes: tuple[ParentOutcome, ...]) -> list[ParentOutcome]:
@@ -161,6 +187,18 @@ def route_state_signature(generation: int, outcomes: list[ParentOutcome],
             tuple(issues), all_rules_dropped)
 
 
-__all__ = ["AttachedPart", "CompiledPart", "GatewayMemo", "Placement", "Replay", "StatusPart",
-           "VhostPart", "adopt",
-           "copy_outcomes", "info_signature", "route_state_signature"]
+__all__ = [
+    "AttachedPart",
+    "CompiledPart",
+    "GatewayMemo",
+    "Live",
+    "Placement",
+    "Replay",
+    "StatusPart",
+    "VhostPart",
+    "adopt",
+    "copy_outcomes",
+    "info_signature",
+    "route_state_signature",
+    "services_of",
+]
