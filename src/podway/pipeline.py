@@ -23,16 +23,14 @@ Invariants:
 * No I/O here besides the cache; the pipeline does not know which source runs or who reads.
 * Engines first: ``run`` sets the cache, lets the xDS pushers take the loop for a few turns,
   then publishes the state; so readers' work never delays a push.
-* After the first state ``run`` freezes the heap (``gc.freeze``): the cluster's objects are
-  never rescanned by the cyclic collector (cycles among them are never collected; acyclic
-  objects are freed as usual).
+* The garbage collector is not the pipeline's business: ``podway.gc_policy`` (applied by the
+  commands that serve) keeps collections out of a change's translate, build and push.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -148,12 +146,6 @@ class Pipeline:
             for _ in range(ENGINE_TURNS):
                 await asyncio.sleep(0)
             state = self._publish(self._as_of_now(state))
-            if state.generation == 1:
-                # The first state holds the whole cluster for the life of the process: out of
-                # the collector's sight, a full collection no longer rescans it (~1.8 s at
-                # 10,000 routes, which landed in the middle of a route change's build or
-                # push). Reference counting still frees what later updates replace.
-                gc.freeze()
             log.info("applied update in %.1f ms: %s", state.timings.total_ms,
                      ", ".join(t.rsplit(".", 1)[-1] for t in state.changed_types) or "no change")
             if state.problems != reported:  # log problems when they change, not every update
