@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import AsyncIterator
 
 import pytest
@@ -271,22 +270,3 @@ async def test_an_engine_answer_during_the_push_keeps_versions_growing() -> None
             running.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await running
-
-
-async def test_the_first_state_freezes_the_heap() -> None:
-    """After the first state the objects alive then are out of the cyclic collector's sight
-    (a full collection at 10,000 routes took seconds, in the middle of route changes)."""
-    gc.unfreeze()
-    pipe, source = pipeline()
-    task = asyncio.create_task(pipe.run())
-    try:
-        assert gc.get_freeze_count() == 0
-        source.queue.put_nowait(update(WEB))
-        state = await asyncio.wait_for(pipe.wait_for(lambda s: s.generation >= 1), 10)
-        assert gc.get_freeze_count() > 0
-        assert state.generation == 1
-    finally:
-        gc.unfreeze()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
