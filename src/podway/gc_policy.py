@@ -31,7 +31,7 @@ Invariants: reference counting is untouched; cyclic garbage waits about ``settle
 at most (made since the last settle), or ``unfreeze_every`` times that (frozen before it died);
 growth between settles is bounded as above; no collection starts inside a change's translate,
 build or push unless the pipeline was never quiet for ``settle_within_s`` (a change that
-arrives during a settle waits for it: 0.1-0.3 s at 1,000 routes, ~1 s at 10,000). When the
+arrives during a settle waits for it: 0.1-0.3 s at 1,000 routes, 1-2.4 s at 10,000). When the
 task ends (cancelled, or the pipeline stopped) the collector is enabled again if it was and the
 heap unfrozen: the policy lasts exactly as long as the process serves with it. (The status
 writer's CPU share cannot be lowered instead: ``nice`` and affinity act on processes or
