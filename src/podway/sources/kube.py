@@ -19,7 +19,9 @@ Invariants:
   starve the pipeline and a burst costs one translation. Leading edge: the first change after
   ``debounce_s`` without an update waits only ``LEADING_S`` for the events that came with it
   (one API write is often several watch events), so a lone change is not held back by the
-  debounce; changes during churn coalesce as above.
+  debounce; changes during churn coalesce as above. An event that changes nothing Podway
+  reads (the controller's own status writes after every state) is dropped on arrival: it is
+  not activity, so it neither opens nor prolongs a burst.
 * A bad object (fails the typed model) is left out of the snapshot and reported in
   ``errors`` (a ``LoadError`` naming the object and field); it never stops the source or
   disturbs other objects. It leaves ``errors`` when fixed or deleted.
@@ -200,13 +202,26 @@ class KubeSource:
 
     # ---- staging changes (handlers: synchronous and cheap) -----------------------------
     def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:
-        self._pending[ident] = obj
         old = self._errors.pop(ident, None)
         if error is not None:
             self._errors[ident] = error
         if old != error:
             self._errors_dirty = True
+        elif ident not in self._pending and self._unchanged(ident, obj):
+            # A no-op (our own status write, a field Podway never reads): neither a change nor
+            # activity. Staged, it would open or prolong a burst, and a real change arriving
+            # in that burst would wait out the whole debounce instead of the leading edge.
+            return
+        self._pending[ident] = obj
         self._changed.set()
+
+    def _unchanged(self, ident: Ident, obj: K8sObject | None) -> bool:
+        """``obj`` is what the snapshot already holds for ``ident`` (as ``_flush`` judges)."""
+        kind, key = ident
+        current = self._snapshot.objects.get(kind, {}).get(key)
+        if obj is None or current is None:
+            return obj is None and current is None
+        return obj == current
 
     def _admitted(self, namespace: str) -> bool:
         if self.settings.namespaces and namespace not in self.settings.namespaces:

@@ -270,6 +270,33 @@ async def test_a_burst_of_no_ops_does_not_end_the_quiet_spell(emu: KubeEmulator)
         assert loop.time() - began < settings.debounce_s
 
 
+async def test_a_change_during_a_burst_of_no_ops_goes_out_at_once(emu: KubeEmulator) -> None:
+    """No-ops arriving soon after an update (the controller's own status writes follow every
+    state) do not hold a burst open: a change after the quiet spell goes out at the leading
+    edge even while such writes keep coming, not a debounce later."""
+    settings = KubeSourceSettings(debounce_s=1.0, max_wait_s=60.0)
+    emu.put("pods", pod())
+    async with running(emu, settings) as (_, next_update):
+        await next_update()
+        emu.put("services", service("first"))
+        assert (await next_update()).changed == (("Service", ("shop", "first")),)
+        waiting = asyncio.ensure_future(next_update())
+        loop = asyncio.get_running_loop()
+        quiet_from = loop.time()
+        flaps = 0
+        while loop.time() - quiet_from < settings.debounce_s * 1.2:  # no-ops, 0.2 s apart
+            flapped = pod()
+            flapped["metadata"]["annotations"]["other.io/flap"] = str(flaps)
+            emu.put("pods", flapped)
+            flaps += 1
+            await asyncio.sleep(0.2)
+        began = loop.time()
+        emu.put("services", service("lone"))
+        update = await waiting
+        assert update.changed == (("Service", ("shop", "lone")),)
+        assert loop.time() - began < settings.debounce_s / 2
+
+
 async def test_constant_churn_does_not_starve_updates(emu: KubeEmulator) -> None:
     """Changes every 50 ms with a 1 s debounce: max_wait still lets updates out mid-churn."""
     settings = KubeSourceSettings(debounce_s=1.0, max_wait_s=0.2)
