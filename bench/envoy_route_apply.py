@@ -56,7 +56,10 @@ from typing import Any
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
-from envoy.config.route.v3 import route_pb2
+from envoy.config.route.v3 import route_pb2, scoped_route_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import speedref
@@ -65,6 +68,7 @@ from xds_push import free_port, pct
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Resource, Resources, build
+from podway.envoy_config.common import ads_source, pack
 from podway.model import Snapshot
 from podway.model.loader import parse_object
 from podway.translate import TranslateOptions, translate
@@ -77,6 +81,7 @@ from podway.xds.server import AdsServicer, XdsServer
 GW = "gateway.networking.k8s.io/v1"
 NS = "bench"
 VHOST = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
+SCOPE = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,7 @@ class Variant:
     delta: bool = True
     same: bool = False  # re-send the unchanged table's bytes under a new version
     vhds: bool = False
+    srds: bool = False  # one scope (and route table) per hostname
     health_checks: bool = False  # keep the pools' active health checks
 
 
@@ -100,7 +106,8 @@ VARIANTS = {v.name: v for v in (
     Variant("rds-no-predicate", shape="no-predicate"),
     Variant("rds-no-upgrade", shape="no-upgrade"),
     Variant("rds-slim", shape="slim"), Variant("rds-slim-same", shape="slim", same=True),
-    Variant("vhds", vhds=True), Variant("rds-delta-hc", health_checks=True))}
+    Variant("vhds", vhds=True), Variant("srds", srds=True),
+    Variant("srds-sotw", srds=True, delta=False), Variant("rds-delta-hc", health_checks=True))}
 
 
 # ---- the configuration: Podway's translation of the convergence bench's objects ----------
@@ -197,10 +204,34 @@ class Config:
             out[named.name] = Resource.of(named.name, named)
         return out
 
+    def scopes(self, hosts: int) -> tuple[dict[str, Resource], dict[str, Resource]]:
+        """One scope per hostname (key: the hostname) and its own route table holding only
+        that host's virtual host (``<table>/<hostname>``); no catch-all (SRDS has no
+        fallback scope: a host without a scope gets Envoy's own 404)."""
+        scopes, tables = {}, {}
+        for i in range(hosts):
+            host = self.host(i)
+            name = f"{self.table_name}/{host}"
+            scope = scoped_route_pb2.ScopedRouteConfiguration(
+                name=name, route_configuration_name=name)
+            scope.key.fragments.add(string_key=host)
+            scopes[name] = Resource.of(name, scope)
+            table = route_pb2.RouteConfiguration()
+            table.CopyFrom(self.head)
+            table.name = name
+            table.virtual_hosts.add().CopyFrom(self.hosts[i])
+            tables[name] = Resource.of(name, table)
+        return scopes, tables
+
     def resources(self, hosts: int, variant: Variant, *, version: int = 0) -> Resources:
         out: dict[str, Any] = {t: self.base.get(t, MappingProxyType({}))
                                for t in types.PUSH_ORDER}
         out[types.CLUSTER] = self.checked if variant.health_checks else self.unchecked
+        if variant.srds:
+            scopes, tables = self.scopes(hosts)
+            out[SCOPE] = MappingProxyType(scopes)
+            out[types.ROUTE] = MappingProxyType(tables)
+            return out
         if variant.vhds:
             out[types.ROUTE] = MappingProxyType({self.table_name: self.table(0, vhds=True)})
             out[VHOST] = MappingProxyType(self.vhosts(hosts))
@@ -214,6 +245,30 @@ class Config:
 
     def host(self, i: int) -> str:
         return str(self.hosts[i].domains[0])
+
+
+def scoped_listener(listener: listener_pb2.Listener, name: str) -> None:
+    """Each HTTP connection manager of ``listener`` takes its route table from scopes (SRDS
+    over ADS) keyed by the request's host without port instead of from one RDS table."""
+    chains = [*listener.filter_chains]
+    if listener.HasField("default_filter_chain"):
+        chains.append(listener.default_filter_chain)
+    for chain in chains:
+        for item in chain.filters:
+            if item.name != "envoy.filters.network.http_connection_manager":
+                continue
+            manager = hcm.HttpConnectionManager()
+            item.typed_config.Unpack(manager)
+            manager.ClearField("rds")
+            scoped = manager.scoped_routes
+            scoped.name = name
+            extractor = scoped.scope_key_builder.fragments.add().header_value_extractor
+            extractor.name = ":authority"
+            extractor.element_separator = ":"
+            extractor.index = 0
+            scoped.rds_config_source.CopyFrom(ads_source())
+            scoped.scoped_rds.scoped_rds_config_source.CopyFrom(ads_source())
+            item.typed_config.CopyFrom(pack(manager))
 
 
 def _unchecked(resource: Resource) -> Resource:
@@ -251,11 +306,12 @@ def _varint(n: int) -> bytes:
 # ---- the server: Podway's, timing its writes; VHDS through a shim ----------------------
 class VhdsStream(DeltaStream):
     """A delta stream that also serves VirtualHost resources: Envoy subscribes to the
-    table's name (namespace matching); every virtual host of the cache is sent to it."""
+    table's name (namespace matching); every virtual host of the cache is sent to it. Scopes
+    (SRDS) are a wildcard subscription too."""
 
     def on_request(self, request: Any) -> Any:
-        if request.type_url == VHOST and VHOST not in self._types:
-            self._types[VHOST] = _DeltaType(wildcard=True)
+        if request.type_url in (VHOST, SCOPE) and request.type_url not in self._types:
+            self._types[request.type_url] = _DeltaType(wildcard=True)
         return super().on_request(request)
 
 
@@ -276,16 +332,16 @@ class _TimedContext:
 
 class BenchServicer(AdsServicer):
     """Podway's ADS servicer; ``written`` has, per type, when its last response was
-    written to the gRPC stream; ``vhds`` serves delta streams through ``VhdsStream``."""
+    written to the gRPC stream; ``shim`` serves delta streams through ``VhdsStream``."""
 
-    def __init__(self, cache: Cache, *, on_event: Any, vhds: bool) -> None:
+    def __init__(self, cache: Cache, *, on_event: Any, shim: bool) -> None:
         super().__init__(cache, on_event=on_event)
-        self.vhds = vhds
+        self.shim = shim
         self.written: dict[str, float] = {}
 
     async def DeltaAggregatedResources(self, requests: AsyncIterator[Any],
                                        context: Any) -> None:
-        if not self.vhds:
+        if not self.shim:
             return await super().DeltaAggregatedResources(requests, context)
         view, requests, group = await self._view(context, requests)
         if view is not None:
@@ -302,7 +358,7 @@ class BenchServicer(AdsServicer):
 # ---- measuring ------------------------------------------------------------------------
 class Acks:
     def __init__(self) -> None:
-        self.waiters: list[tuple[str, asyncio.Future[float]]] = []
+        self.waiters: list[tuple[str, str, asyncio.Future[float]]] = []
         self.nacks: list[Nack] = []
         self.refused = asyncio.Event()
 
@@ -314,14 +370,17 @@ class Acks:
                   flush=True)
         if isinstance(event, Ack):
             now = time.perf_counter()
-            for type_url, future in list(self.waiters):
-                if type_url == event.type_url and not future.done():
+            for waiter in list(self.waiters):
+                type_url, name, future = waiter
+                if (type_url == event.type_url and (not name or name in event.resources)
+                        and not future.done()):
                     future.set_result(now)
-                    self.waiters.remove((type_url, future))
+                    self.waiters.remove(waiter)
 
-    def next(self, type_url: str) -> asyncio.Future[float]:
+    def next(self, type_url: str, name: str = "") -> asyncio.Future[float]:
+        """The next ACK of ``type_url`` (that carried ``name``, if given)."""
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self.waiters.append((type_url, future))
+        self.waiters.append((type_url, name, future))
         return future
 
 
@@ -366,7 +425,8 @@ class Bed:
         self.acks = Acks()
         self.server = XdsServer(self.cache, "127.0.0.1:0", unauthenticated=True,
                                 on_event=self.acks)
-        self.servicer = BenchServicer(self.cache, on_event=self.acks, vhds=variant.vhds)
+        self.servicer = BenchServicer(self.cache, on_event=self.acks,
+                                      shim=variant.vhds or variant.srds)
         self.server.servicer = self.servicer
         self.task: asyncio.Task[None] | None = None
         self.first = 0.0
@@ -389,11 +449,14 @@ class Bed:
         moved = listener_pb2.Listener()
         moved.CopyFrom(listener.message)
         moved.address.socket_address.port_value = self.port
+        if self.variant.srds:
+            scoped_listener(moved, self.config.table_name)
         self.listeners = MappingProxyType({name: Resource.of(name, moved)})
         self.cache.set(self.resources(self.config.count))
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
             BootstrapOptions(node_id=f"bench-{self.variant.name}", xds=self.server.target,
                              delta=self.variant.delta))))
+        self.engine = engine
         self.task = asyncio.create_task(engine.run())
         began = time.perf_counter()
         ready = asyncio.ensure_future(until_status(self.port, self.config.host(0), 200, 600))
@@ -405,18 +468,34 @@ class Bed:
             raise RuntimeError(f"{self.variant.name}: Envoy refused the initial configuration: "
                                f"{self.acks.nacks[0].message}")
         self.first = ready.result() - began
+        host = self.config.host(0)
+        self.probes = {what: await status_of(self.port, name) for what, name in (
+            ("host:port", f"{host}:8080"), ("HOST", host.upper()),
+            ("unknown", "nowhere.bench.test"))}
+
+    def rss_mib(self) -> float:
+        """The Envoy's resident memory, MiB (0 when unknown)."""
+        with contextlib.suppress(OSError, TypeError):
+            for line in Path(f"/proc/{self.engine.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
 
     async def one(self, k: int) -> None:
         """Add the k-th host (1-based) and time it."""
         host = self.config.host(self.config.count + k - 1)
         assert await status_of(self.port, host) == 404
         resources = self.resources(self.config.count + k, version=k)
-        ack = self.acks.next(self.target)
+        # srds: the new scope goes out first; Envoy then asks for its table: the ACK timed
+        # is the table's, "written" is the scope's.
+        ack = self.acks.next(self.target, f"{self.config.table_name}/{host}"
+                             if self.variant.srds else "")
+        first = SCOPE if self.variant.srds else self.target
         t0 = time.perf_counter()
         self.cache.set(resources)
         t_ack = await asyncio.wait_for(ack, 120)
-        self.written.append(self.servicer.written[self.target] - t0)
-        self.acked.append(t_ack - self.servicer.written[self.target])
+        self.written.append(self.servicer.written[first] - t0)
+        self.acked.append(t_ack - self.servicer.written[first])
         if not self.variant.same:
             self.served.append(await until_status(self.port, host, 200, 120) - t_ack)
 
@@ -425,7 +504,9 @@ class Bed:
         if self.acks.nacks:
             print(f"  {name}: {len(self.acks.nacks)} NACKs, figures left out", flush=True)
             return
-        table = self.resources(self.config.count)[types.ROUTE][self.config.table_name]
+        tables = self.resources(self.config.count)[types.ROUTE]
+        table = tables.get(self.config.table_name) or tables[
+            f"{self.config.table_name}/{self.config.host(0)}"]
         total = [w + a + s for w, a, s in zip(self.written, self.acked, self.served,
                                                strict=True)] if self.served else []
         print(f"  {name:<14} table {len(table.packed.value) / 1e6:5.2f} MB | written "
@@ -452,8 +533,12 @@ async def bench_size(count: int, tries: int, variants: list[Variant], echo_port:
     try:
         for bed in beds:  # one at a time: 10,000 clusters each
             await bed.start()
-        print("  first 200 after start: " + ", ".join(
-            f"{b.variant.name} {b.first:.1f} s" for b in beds), flush=True)
+        print("  first 200 after start, Envoy RSS: " + ", ".join(
+            f"{b.variant.name} {b.first:.1f} s {b.rss_mib():.0f} MiB" for b in beds),
+            flush=True)
+        print("  status of host:port / upper-case host / unknown host: " + ", ".join(
+            f"{b.variant.name} " + "/".join(str(s) for s in b.probes.values()) for b in beds),
+            flush=True)
         for k in range(1, tries + 1):
             turn = beds[k % len(beds):] + beds[:k % len(beds)]
             for bed in turn:
@@ -479,14 +564,20 @@ async def main_async(sizes: list[int], tries: int, variants: list[Variant]) -> N
     echo = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "podway", "echo", "--port", str(echo_port), "--name", "e",
         "--log-level", "warning")
-    push_order = types.PUSH_ORDER
-    # The VHDS shim: caches and streams also carry virtual hosts (an empty type for the rest).
-    types.PUSH_ORDER = (*push_order, VHOST)  # type: ignore[misc,assignment]
+    push_order, wildcard = types.PUSH_ORDER, types.WILDCARD_TYPES
+    # The VHDS and SRDS shims: caches and streams also carry virtual hosts and scopes (empty
+    # types for the rest); scopes go after listeners and before the route tables they name,
+    # and Envoy subscribes to them as a wildcard.
+    at = push_order.index(types.ROUTE)
+    types.PUSH_ORDER = (*push_order[:at], SCOPE, *push_order[at:],  # type: ignore[misc]
+                        VHOST)
+    types.WILDCARD_TYPES = wildcard | {SCOPE}  # type: ignore[misc]
     try:
         for count in sizes:
             await bench_size(count, tries, variants, echo_port, ref)
     finally:
         types.PUSH_ORDER = push_order  # type: ignore[misc]
+        types.WILDCARD_TYPES = wildcard  # type: ignore[misc]
         echo.terminate()
         await echo.wait()
 
