@@ -6,7 +6,9 @@ built for each IR node *by identity*: the incremental translator hands back the 
 so the next build re-serialises only those pools' load assignments (and the load assignment of
 an L4 listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
 A listener whose virtual hosts changed gets its route tables joined from per-virtual-host
-encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. Each
+encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again; a
+large exact-hostname listener is also served as scopes, one table per host, each kept while its
+virtual host encodes the same (``podway.envoy_config.scoped``). Each
 resource carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to
 keep versions of unchanged resources, which is what keeps listeners, routes and clusters
 untouched in Envoy.
@@ -28,10 +30,12 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from podway.envoy_config import scoped
 from podway.envoy_config.clusters import cluster
 from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
 from podway.envoy_config.routes import TableEncoder
+from podway.envoy_config.scoped import SCOPED_MIN_HOSTS
 from podway.envoy_config.secrets import secret
 from podway.envoy_config.split import (
     split_members,
@@ -40,7 +44,7 @@ from podway.envoy_config.split import (
     split_route,
     split_settings,
 )
-from podway.ir import IR, L4Route, Listener, Persistence, Pool
+from podway.ir import IR, L4Route, Listener, Persistence, Pool, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
 
@@ -87,19 +91,26 @@ class Resource:
 Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
 
 
-def build(ir: IR) -> Resources:
+def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> Resources:
     """Every Envoy resource for ``ir`` (no memo)."""
-    return Builder().build(ir)
+    return Builder(scoped_min_hosts=scoped_min_hosts).build(ir)
 
 
 class Builder:
     """Builds resources, reusing the previous build's output for identical IR nodes."""
 
-    def __init__(self) -> None:
-        # id → (listener, served by a TCP split cluster, its resources)
-        self._listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
+    def __init__(self, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> None:
+        self.scoped_min_hosts = scoped_min_hosts  # see ``podway.envoy_config.scoped``
+        # id → (listener, served by a TCP split cluster, served as scopes, its resources)
+        self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
+        # (id, persistence) → (listener, served as scopes, its tables, its scopes)
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                           tuple[Listener, tuple[Resource, ...]]] = {}
+                           tuple[Listener, bool, tuple[Resource, ...],
+                                 tuple[Resource, ...]]] = {}
+        # scope name → (virtual host entry, its one-host table; the scope)
+        self._scoped: dict[str, tuple[bytes, Resource, Resource]] = {}
+        # id → (listener, its hosts if it can be served as scopes)
+        self._eligible: dict[int, tuple[Listener, list[VirtualHost] | None]] = {}
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
@@ -110,35 +121,47 @@ class Builder:
         persistence = {name: pool.settings.persistence for name, pool in ir.pools.items()
                        if pool.settings.persistence is not None}
         signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
-        listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
+        listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
         routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                     tuple[Listener, tuple[Resource, ...]]] = {}
+                     tuple[Listener, bool, tuple[Resource, ...], tuple[Resource, ...]]] = {}
         split: list[tuple[Listener, L4Route]] = []  # listeners served by a split cluster
+        chosen = self._pick_scoped(ir)
+        scoped_next: dict[str, tuple[bytes, Resource, Resource]] = {}
         for item in ir.listeners:
             split_by = split_route(item, ir.pools)
             if split_by is not None:
                 split.append((item, split_by))
             # A TCP split depends on the pools' settings too, not only on the listener.
             tcp_split = item.protocol is Protocol.TCP and split_by is not None
+            as_scopes = item is chosen
             cached = self._listeners.get(id(item))
-            built = (cached[2] if cached is not None and cached[0] is item
-                     and cached[1] == tcp_split else _listener(item, tcp_split=tcp_split))
-            listeners[id(item)] = (item, tcp_split, built)
+            built = (cached[3] if cached is not None and cached[0] is item
+                     and cached[1] == tcp_split and cached[2] == as_scopes
+                     else _listener(item, tcp_split=tcp_split, scoped=as_scopes))
+            listeners[id(item)] = (item, tcp_split, as_scopes, built)
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
             if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
                 key = (id(item), signature)
                 hit = self._routes.get(key)
-                if hit is not None and hit[0] is item:
-                    tables = hit[1]
+                if hit is not None and hit[0] is item and hit[1] == as_scopes:
+                    tables, scopes = hit[2], hit[3]
                     self._tables.keep(item)
+                    for resource in scopes:
+                        scoped_next[resource.name] = self._scoped[resource.name]
                 else:
                     tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
                                    for name, data in self._tables.tables(
                                        item, persistence=MappingProxyType(persistence)))
-                routes[key] = (item, tables)
+                    scopes = ()
+                    if as_scopes:
+                        more, scopes = self._scope_tables(item, scoped_next)
+                        tables += more
+                routes[key] = (item, as_scopes, tables, scopes)
                 for route in tables:
                     out[types.ROUTE][route.name] = route
+                for resource in scopes:
+                    out[types.SCOPE][resource.name] = resource
         pools: dict[str, tuple[Pool, Resource, Resource]] = {}
         for name, pool in ir.pools.items():
             entry = self._pools.get(name)
@@ -158,8 +181,44 @@ class Builder:
         splits = self._build_splits(ir, split, out)
         self._tables.done()
         self._listeners, self._routes, self._pools = listeners, routes, pools
-        self._splits = splits
+        self._splits, self._scoped = splits, scoped_next
         return {t: MappingProxyType(v) for t, v in out.items()}
+
+    def _pick_scoped(self, ir: IR) -> Listener | None:
+        """The listener served as scopes (``scoped.pick``), eligibility kept by identity."""
+        eligible: dict[int, tuple[Listener, list[VirtualHost] | None]] = {}
+
+        def hosts_of(item: Listener) -> list[VirtualHost] | None:
+            hit = self._eligible.get(id(item))
+            if hit is None or hit[0] is not item:
+                hit = (item, scoped.hosts_of(item))
+            eligible[id(item)] = hit
+            return hit[1]
+
+        chosen = scoped.pick(ir.listeners, self.scoped_min_hosts, hosts_of=hosts_of)
+        self._eligible = eligible
+        return chosen
+
+    def _scope_tables(self, item: Listener, scoped_next: dict[str, tuple[bytes, Resource,
+                                                                         Resource]]
+                      ) -> tuple[tuple[Resource, ...], tuple[Resource, ...]]:
+        """The one-host tables and the scopes of ``item`` (its tables just encoded); a host
+        whose virtual host encodes the same keeps its resources (the same objects)."""
+        tables: list[Resource] = []
+        scopes: list[Resource] = []
+        hosts = self._eligible[id(item)][1] or []
+        for hostname, entry in self._tables.host_tables(item, hosts):
+            name = scoped.table_name(item.name, hostname)
+            hit = self._scoped.get(name)
+            if hit is None or hit[0] != entry:
+                table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
+                                          self._tables.table_bytes(name, entry))
+                hit = (entry, table, hit[2] if hit is not None
+                       else Resource.of(name, scoped.scope(item.name, hostname)))
+            scoped_next[name] = hit
+            tables.append(hit[1])
+            scopes.append(hit[2])
+        return tuple(tables), tuple(scopes)
 
     def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
                       out: dict[str, dict[str, Resource]]
@@ -184,13 +243,14 @@ class Builder:
         return splits
 
 
-def _listener(item: Listener, *, tcp_split: bool = False) -> tuple[Resource, ...]:
+def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
+              ) -> tuple[Resource, ...]:
     """The listener and its secrets; nothing for a listener Envoy could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
-    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split))]
+    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split, scoped=scoped))]
     certificates = {c.name: c for c in item.certificates}
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
                         if r.certificate is not None and r.certificate.name not in certificates)

@@ -183,6 +183,7 @@ class TableEncoder:
         self._parts: dict[str, dict[_VhostKey, _Part]] = {}  # listener name → its parts
         self._next: dict[str, dict[_VhostKey, _Part]] = {}
         self._heads: dict[str, tuple[bytes, bytes]] = {}
+        self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
 
     def tables(self, listener: Listener, *, persistence: PersistenceByPool
                ) -> list[tuple[str, bytes]]:
@@ -212,6 +213,26 @@ class TableEncoder:
             parts.append(tail)
             out.append((name, b"".join(parts)))
         return out
+
+    def host_tables(self, listener: Listener, hosts: Iterable[VirtualHost]
+                    ) -> Iterator[tuple[str, bytes]]:
+        """(hostname, the virtual host's encoding as a table entry) of each of ``hosts``, as
+        ``tables`` (just called for ``listener``) encoded them; for scoped route tables, each
+        ``table_bytes(name, entry)``."""
+        now = self._next[listener.name]
+        for vhost in hosts:
+            yield vhost.hostname, now[(id(vhost), False, 0)][2]
+
+    def table_bytes(self, name: str, entry: bytes) -> bytes:
+        """A route table ``name`` holding the one virtual host ``entry`` (from
+        ``host_tables``), byte-equal to encoding ``_table_head(name)`` with it."""
+        data = name.encode()
+        return b"\x0a" + _varint(len(data)) + data + entry + self._tail()
+
+    def _tail(self) -> bytes:
+        if self._rest is None:
+            self._rest = self._head("")[1]
+        return self._rest
 
     def keep(self, listener: Listener) -> None:
         """``listener``'s tables were reused as they were: keep their encodings."""

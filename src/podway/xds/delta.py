@@ -12,6 +12,11 @@ answers every delta response. A refused endpoint assignment counts as settled: E
 nothing better until it changes or is due again, and holding every route push behind it would
 freeze the stream.
 
+Scopes (``podway.envoy_config.scoped``): all of them are sent again after a listener served as
+scopes, because Envoy's new connection manager learns only what is pushed after it; and while no
+listener is served as scopes, none is removed (a scoped listener Envoy still holds, warming its
+one-table successor or draining, keeps serving with them). Envoy ignores route table removals.
+
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
 burst, clusters first. So the first listener and route requests wait for clusters to be settled
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy_config import Resource
+from podway.envoy_config.scoped import has_scopes
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.protocol import (
@@ -194,6 +200,10 @@ class DeltaStream:
                     resources=refused, attempt=attempt)
 
     def _defer(self, type_url: str) -> bool:
+        if type_url == types.SCOPE:
+            # No listener is served as scopes now: a scoped one Envoy still holds (warming
+            # its successor, draining) keeps them; they go when scopes are served again.
+            return not self.cache.get(types.SCOPE).resources
         return type_url in (types.CLUSTER, types.ENDPOINT) and not self._routes_current()
 
     def _clusters_settled(self) -> bool:
@@ -343,6 +353,8 @@ class DeltaStream:
              name: str, resource: Resource) -> None:
         if state.known.get(name) is not None:
             self._invalidate(type_url, name)
+        if type_url == types.LISTENER:
+            self._rescope(resource)
         copy_any(response.resources.add(name=name, version=resource.digest).resource,
                  resource.packed)
         state.known[name] = resource.digest
@@ -359,6 +371,18 @@ class DeltaStream:
             version, tuple((r.name, r.version) for r in response.resources),
             tuple(response.removed_resources), stand_ins)
         return [response]
+
+    def _rescope(self, resource: Resource) -> None:
+        """A listener served as scopes is sent: every scope is sent again after it. Envoy
+        gives a new scoped connection manager a scope subscription of its own, which learns
+        only what is pushed after it (it asks nothing: the type is subscribed already)."""
+        scopes = self._types.get(types.SCOPE)
+        if scopes is None or not has_scopes(resource.message):
+            return
+        served = self.cache.get(types.SCOPE).resources
+        scopes.dirty.update(served, scopes.known)
+        for name in served:
+            scopes.known.pop(name, None)
 
     def _invalidate(self, type_url: str, name: str) -> None:
         dependent = self._types.get(DEPENDENT.get(type_url, ""))
