@@ -165,6 +165,14 @@ _VhostKey = tuple[int, bool, int]  # (id(vhost), answers 421, id(catch-all) it f
 _Part = tuple[VirtualHost, VirtualHost | None, bytes]  # (vhost, catch-all folded in, encoding)
 
 
+def _key(vhost: VirtualHost, misdirected: bool, catch_all: VirtualHost | None
+         ) -> tuple[bool, _VhostKey]:
+    """Whether ``vhost`` may fold the catch-all in, and its encoding's key."""
+    folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
+             and catch_all is not None)
+    return folds, (id(vhost), misdirected, id(catch_all) if folds else 0)
+
+
 class TableEncoder:
     """Route tables as bytes, re-encoding only the virtual hosts that changed.
 
@@ -198,9 +206,7 @@ class TableEncoder:
             head, tail = self._head(name)
             parts = [head]
             for vhost, misdirected in _served(listener, sni):
-                folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
-                         and catch_all is not None)
-                key = (id(vhost), misdirected, id(catch_all) if folds else 0)
+                folds, key = _key(vhost, misdirected, catch_all)
                 hit = now.get(key) or before.get(key)
                 if hit is None or hit[0] is not vhost or (folds and hit[1] is not catch_all):
                     built = (_misdirected(vhost) if misdirected
@@ -220,8 +226,9 @@ class TableEncoder:
         ``tables`` (just called for ``listener``) encoded them; for scoped route tables, each
         ``table_bytes(name, entry)``."""
         now = self._next[listener.name]
+        catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
         for vhost in hosts:
-            yield vhost.hostname, now[(id(vhost), False, 0)][2]
+            yield vhost.hostname, now[_key(vhost, False, catch_all)[1]][2]
 
     def table_bytes(self, name: str, entry: bytes) -> bytes:
         """A route table ``name`` holding the one virtual host ``entry`` (from
