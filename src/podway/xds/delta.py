@@ -12,10 +12,12 @@ answers every delta response. A refused endpoint assignment counts as settled: E
 nothing better until it changes or is due again, and holding every route push behind it would
 freeze the stream.
 
-Scopes (``podway.envoy_config.scoped``): all of them are sent again after a listener served as
-scopes, because Envoy's new connection manager learns only what is pushed after it; and while no
-listener is served as scopes, none is removed (a scoped listener Envoy still holds, warming its
-one-table successor or draining, keeps serving with them). Envoy ignores route table removals.
+Scopes (``podway.envoy_config.scoped``): a scope's table follows it at once, before Envoy asks
+(a round trip less; Envoy's interest is registered while it handles the scope); all of them are
+sent again after a listener served as scopes, because Envoy's new connection manager learns only
+what is pushed after it; and while no listener is served as scopes, none is removed (a scoped
+listener Envoy still holds, warming its one-table successor or draining, keeps serving with
+them). Envoy ignores route table removals.
 
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
@@ -193,6 +195,11 @@ class DeltaStream:
         elif rest:
             state.groups.extend(split(rest))
         state.dirty.update(refused)  # a placeholder may stand in for them
+        if type_url == types.SCOPE:  # their tables, pushed ahead, went nowhere: again later
+            routes = self._types.get(types.ROUTE)
+            for name in sent if routes is not None else ():
+                routes.known.pop(name, None)
+                routes.accepted.pop(name, None)
         # Removals (and stand-ins) wait for the next change (never a blind loop).
         state.retry.update(answered.removed)
         state.retry.update(answered.stand_ins)
@@ -266,6 +273,8 @@ class DeltaStream:
         if changed is None:  # compare everything
             candidates = set(resources.keys() if state.wildcard else state.names)
             candidates.update(state.known)
+            if type_url == types.ROUTE and (scopes := self._types.get(types.SCOPE)):
+                candidates.update(scopes.known)  # scopes' tables: see ``_scoped_table``
         else:  # only what changed since we last looked
             candidates = set(changed) | state.dirty | state.held
         if changed is None or snapshot.version != state.seen:
@@ -341,9 +350,17 @@ class DeltaStream:
         self._add(type_url, state, response, name, stand_in)
         return True
 
-    @staticmethod
-    def _wanted(state: _DeltaType, name: str) -> bool:
-        return state.wildcard or name in state.names
+    def _wanted(self, state: _DeltaType, name: str) -> bool:
+        return state.wildcard or name in state.names or (
+            state is self._types.get(types.ROUTE) and self._scoped_table(name))
+
+    def _scoped_table(self, name: str) -> bool:
+        """``name`` is the table of a scope sent on this stream: pushed right behind its
+        scope, without waiting for Envoy to ask (a round trip through a controller busy
+        with the change's status work). Envoy takes it: handling the scope registered its
+        interest in the table before the next response is read."""
+        scopes = self._types.get(types.SCOPE)
+        return scopes is not None and name in scopes.known
 
     @staticmethod
     def _response(type_url: str, version: str) -> d.DeltaDiscoveryResponse:

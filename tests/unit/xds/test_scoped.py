@@ -172,7 +172,7 @@ def _ack_all(stream: DeltaStream, out: list[d.DeltaDiscoveryResponse]) -> None:
         stream.on_request(_req(response.type_url, nonce=response.nonce))
 
 
-def test_delta_scopes_are_a_wildcard_and_one_added_host_is_one_scope() -> None:
+def test_delta_scopes_are_a_wildcard_and_an_added_host_is_its_scope_and_table() -> None:
     cache, builder = Cache(), Builder(scoped_min_hosts=3)
     cache.set(builder.build(_config(*THREE)))
     stream = DeltaStream(cache)
@@ -183,14 +183,30 @@ def test_delta_scopes_are_a_wildcard_and_one_added_host_is_one_scope() -> None:
     out, _ = stream.on_request(_req(types.SCOPE))
     assert [len(r.resources) for r in out if r.type_url == types.SCOPE] == [3]
     _ack_all(stream, out)
+    tables = tuple(sorted(n for n in cache.get(types.ROUTE).resources if "/host/" in n))
+    out, _ = stream.on_request(_req(types.ROUTE, tables))
+    assert [sorted(x.name for x in r.resources) for r in out] == [list(tables)]
+    _ack_all(stream, out)
     cache.set(builder.build(_config(*THREE, *_hosts("d.com"))))
     out = stream.on_change()
+    # The scope, and its table right behind it: Envoy need not ask first.
     assert [(r.type_url, [x.name for x in r.resources]) for r in out] == [
-        (types.SCOPE, ["listener/http/host/d.com"])]  # the table once Envoy asks for it
+        (types.SCOPE, ["listener/http/host/d.com"]), (types.ROUTE, ["listener/http/host/d.com"])]
+    # Envoy asks for the table while handling the scope: it is not sent twice.
+    more, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/d.com",)))
+    assert more == []
     _ack_all(stream, out)
-    out, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/d.com",)))
-    assert [(r.type_url, [x.name for x in r.resources]) for r in out] == [
-        (types.ROUTE, ["listener/http/host/d.com"])]
+    # A refused scope: its table went nowhere, so it is sent again when Envoy asks for it.
+    cache.set(builder.build(_config(*THREE, *_hosts("d.com", "e.com"))))
+    out = stream.on_change()
+    assert [r.type_url for r in out] == [types.SCOPE, types.ROUTE]
+    nack = _req(types.SCOPE, nonce=out[0].nonce)
+    nack.error_detail.message = "refused"
+    stream.on_request(nack)
+    stream.on_request(_req(types.ROUTE, nonce=out[1].nonce))
+    later, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/e.com",)))
+    assert [(r.type_url, [x.name for x in r.resources]) for r in later] == [
+        (types.ROUTE, ["listener/http/host/e.com"])]
 
 
 def test_delta_scopes_stay_while_none_is_served_and_all_follow_a_scoped_listener() -> None:
