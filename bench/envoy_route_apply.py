@@ -27,7 +27,8 @@ cache set → 200.
   a typed extension config), without each route's websocket upgrade entry, without both retry
   policy and upgrade entry; ``rds-slim-same`` re-sends the slim table's bytes. These change
   what Podway serves (they are not proposals): they show what each part costs Envoy.
-* ``rds-delta-hc``: ``rds-delta`` with the pools' active health checks, as Podway serves them.
+* ``rds-delta-hc`` / ``srds-hc``: ``rds-delta`` / ``srds`` with the pools' active health
+  checks, as Podway serves them.
 * ``vhds``: the table carries only the catch-all and ``vhds`` (config source: ADS, which Envoy
   allows for VHDS only when the ADS stream is delta); every other virtual host is an
   ``envoy.config.route.v3.VirtualHost`` resource (``<table>/<hostname>``: Envoy subscribes to
@@ -119,7 +120,8 @@ VARIANTS = {v.name: v for v in (
     Variant("rds-no-upgrade", shape="no-upgrade"),
     Variant("rds-slim", shape="slim"), Variant("rds-slim-same", shape="slim", same=True),
     Variant("vhds", vhds=True), Variant("srds", srds=True),
-    Variant("srds-sotw", srds=True, delta=False), Variant("rds-delta-hc", health_checks=True))}
+    Variant("srds-sotw", srds=True, delta=False),
+    Variant("srds-hc", srds=True, health_checks=True), Variant("rds-delta-hc", health_checks=True))}
 
 
 # ---- the configuration: Podway's translation of the convergence bench's objects ----------
