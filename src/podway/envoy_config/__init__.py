@@ -107,10 +107,11 @@ class Builder:
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
                            tuple[Listener, bool, tuple[Resource, ...],
                                  tuple[Resource, ...]]] = {}
-        # scope name → (virtual host entry, its one-host table; the scope)
-        self._scoped: dict[str, tuple[bytes, Resource, Resource]] = {}
-        # id → (listener, its hosts if it can be served as scopes)
-        self._eligible: dict[int, tuple[Listener, list[VirtualHost] | None]] = {}
+        # id(virtual host) → (it, its table entry, its one-host table, its scope)
+        self._scoped: dict[int, _ScopedHost] = {}
+        # id → (listener, its host count if it can be served as scopes)
+        self._counted: dict[int, tuple[Listener, int | None]] = {}
+        self._scoped_of = ""  # the listener ``_scoped`` is of
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
@@ -126,7 +127,7 @@ class Builder:
                      tuple[Listener, bool, tuple[Resource, ...], tuple[Resource, ...]]] = {}
         split: list[tuple[Listener, L4Route]] = []  # listeners served by a split cluster
         chosen = self._pick_scoped(ir)
-        scoped_next: dict[str, tuple[bytes, Resource, Resource]] = {}
+        scoped_next: dict[int, _ScopedHost] = {}
         for item in ir.listeners:
             split_by = split_route(item, ir.pools)
             if split_by is not None:
@@ -147,8 +148,8 @@ class Builder:
                 if hit is not None and hit[0] is item and hit[1] == as_scopes:
                     tables, scopes = hit[2], hit[3]
                     self._tables.keep(item)
-                    for resource in scopes:
-                        scoped_next[resource.name] = self._scoped[resource.name]
+                    if as_scopes:
+                        scoped_next.update(self._scoped)  # one scoped listener: all of them
                 else:
                     tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
                                    for name, data in self._tables.tables(
@@ -185,39 +186,42 @@ class Builder:
         return {t: MappingProxyType(v) for t, v in out.items()}
 
     def _pick_scoped(self, ir: IR) -> Listener | None:
-        """The listener served as scopes (``scoped.pick``), eligibility kept by identity."""
-        eligible: dict[int, tuple[Listener, list[VirtualHost] | None]] = {}
+        """The listener served as scopes (``scoped.pick``), host counts kept by identity."""
+        counted: dict[int, tuple[Listener, int | None]] = {}
 
-        def hosts_of(item: Listener) -> list[VirtualHost] | None:
-            hit = self._eligible.get(id(item))
+        def host_count(item: Listener) -> int | None:
+            hit = self._counted.get(id(item))
             if hit is None or hit[0] is not item:
-                hit = (item, scoped.hosts_of(item))
-            eligible[id(item)] = hit
+                hit = (item, scoped.host_count(item))
+            counted[id(item)] = hit
             return hit[1]
 
-        chosen = scoped.pick(ir.listeners, self.scoped_min_hosts, hosts_of=hosts_of)
-        self._eligible = eligible
+        chosen = scoped.pick(ir.listeners, self.scoped_min_hosts, host_count=host_count)
+        self._counted = counted
         return chosen
 
-    def _scope_tables(self, item: Listener, scoped_next: dict[str, tuple[bytes, Resource,
-                                                                         Resource]]
+    def _scope_tables(self, item: Listener, scoped_next: dict[int, _ScopedHost]
                       ) -> tuple[tuple[Resource, ...], tuple[Resource, ...]]:
-        """The one-host tables and the scopes of ``item`` (its tables just encoded); a host
-        whose virtual host encodes the same keeps its resources (the same objects)."""
+        """The one-host tables and the scopes of ``item``, from the entries its table was
+        just joined from; a host whose entry is the same object keeps its resources."""
+        if item.name != self._scoped_of:  # (names are the listener's)
+            self._scoped, self._scoped_of = {}, item.name
         tables: list[Resource] = []
         scopes: list[Resource] = []
-        hosts = self._eligible[id(item)][1] or []
-        for hostname, entry in self._tables.host_tables(item, hosts):
-            name = scoped.table_name(item.name, hostname)
-            hit = self._scoped.get(name)
-            if hit is None or hit[0] != entry:
+        for vhost, entry in self._tables.entries:
+            if vhost.hostname == "*":
+                continue  # (a catch-all serving nothing: no scope; a key matching none 404s)
+            hit = self._scoped.get(id(vhost))
+            if hit is None or hit[0] is not vhost or hit[1] is not entry:
+                name = scoped.table_name(item.name, vhost.hostname)
                 table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
                                           self._tables.table_bytes(name, entry))
-                hit = (entry, table, hit[2] if hit is not None
-                       else Resource.of(name, scoped.scope(item.name, hostname)))
-            scoped_next[name] = hit
-            tables.append(hit[1])
-            scopes.append(hit[2])
+                scope = (hit[3] if hit is not None and hit[3].name == name
+                         else Resource.of(name, scoped.scope(item.name, vhost.hostname)))
+                hit = (vhost, entry, table, scope)
+            scoped_next[id(vhost)] = hit
+            tables.append(hit[2])
+            scopes.append(hit[3])
         return tuple(tables), tuple(scopes)
 
     def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
@@ -241,6 +245,9 @@ class Builder:
             out[types.CLUSTER][name] = hit[2]
             out[types.ENDPOINT][name] = hit[3]
         return splits
+
+
+_ScopedHost = tuple[VirtualHost, bytes, Resource, Resource]  # vhost, entry, table, scope
 
 
 def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False

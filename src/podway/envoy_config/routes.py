@@ -192,6 +192,9 @@ class TableEncoder:
         self._next: dict[str, dict[_VhostKey, _Part]] = {}
         self._heads: dict[str, tuple[bytes, bytes]] = {}
         self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
+        # The last ``tables`` call's (virtual host, its encoding as a table entry), in the
+        # listener's own table (not an SNI chain's): the parts scoped tables are made of.
+        self.entries: list[tuple[VirtualHost, bytes]] = []
 
     def tables(self, listener: Listener, *, persistence: PersistenceByPool
                ) -> list[tuple[str, bytes]]:
@@ -202,9 +205,11 @@ class TableEncoder:
         before = self._parts.get(listener.name, {})
         now = self._next.setdefault(listener.name, {})
         out = []
+        self.entries = []
         for name, sni in _tables(listener):
             head, tail = self._head(name)
             parts = [head]
+            entries = self.entries if sni is None else []
             for vhost, misdirected in _served(listener, sni):
                 folds, key = _key(vhost, misdirected, catch_all)
                 hit = now.get(key) or before.get(key)
@@ -216,23 +221,14 @@ class TableEncoder:
                            _VHOSTS_TAG + _varint(len(data)) + data)
                 now[key] = hit
                 parts.append(hit[2])
+                entries.append((vhost, hit[2]))
             parts.append(tail)
             out.append((name, b"".join(parts)))
         return out
 
-    def host_tables(self, listener: Listener, hosts: Iterable[VirtualHost]
-                    ) -> Iterator[tuple[str, bytes]]:
-        """(hostname, the virtual host's encoding as a table entry) of each of ``hosts``, as
-        ``tables`` (just called for ``listener``) encoded them; for scoped route tables, each
-        ``table_bytes(name, entry)``."""
-        now = self._next[listener.name]
-        catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
-        for vhost in hosts:
-            yield vhost.hostname, now[_key(vhost, False, catch_all)[1]][2]
-
     def table_bytes(self, name: str, entry: bytes) -> bytes:
-        """A route table ``name`` holding the one virtual host ``entry`` (from
-        ``host_tables``), byte-equal to encoding ``_table_head(name)`` with it."""
+        """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),
+        byte-equal to encoding ``_table_head(name)`` with it: a scope's table."""
         data = name.encode()
         return b"\x0a" + _varint(len(data)) + data + entry + self._tail()
 

@@ -41,7 +41,7 @@ from google.protobuf import wrappers_pb2
 from google.protobuf.message import Message
 
 from podway.envoy_config.common import ads_source, pack
-from podway.ir import Listener, VirtualHost
+from podway.ir import Listener
 from podway.ir import ListenerProtocol as Protocol
 
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
@@ -59,38 +59,29 @@ end
 """
 
 
-def hosts_of(listener: Listener) -> list[VirtualHost] | None:
-    """The exact-hostname virtual hosts of ``listener`` if it can be served as scopes (HTTP,
-    exact hostnames only, a catch-all only if it serves nothing), else None."""
+def host_count(listener: Listener) -> int | None:
+    """How many exact hostnames ``listener`` serves if it can be served as scopes (HTTP, exact
+    hostnames only, a catch-all only if it serves nothing), else None."""
     if listener.protocol is not Protocol.HTTP:
         return None
-    out: list[VirtualHost] = []
-    seen: set[str] = set()
-    for vhost in listener.virtual_hosts:
-        if vhost.hostname == "*":
-            if vhost.routes:
-                return None
-            continue
-        if vhost.hostname.startswith("*"):
-            return None
-        host = vhost.hostname.lower()
-        if host not in seen:  # a duplicate is left out, as in the table (the first wins)
-            seen.add(host)
-            out.append(vhost)
-    return out
+    names = [v.hostname for v in listener.virtual_hosts]
+    if any(n.startswith("*") and n != "*" for n in names) or any(
+            v.hostname == "*" and v.routes for v in listener.virtual_hosts):
+        return None
+    # (a duplicate is left out, as in the table: the first wins)
+    return len({n.lower() for n in names if n != "*"})
 
 
 def pick(listeners: Iterable[Listener], min_hosts: int = SCOPED_MIN_HOSTS, *,
-         hosts_of: Callable[[Listener], list[VirtualHost] | None] = hosts_of
-         ) -> Listener | None:
+         host_count: Callable[[Listener], int | None] = host_count) -> Listener | None:
     """The listener served as scopes: the eligible one with the most hosts (at least
-    ``min_hosts``; the first on a tie), or None. (``hosts_of``: a memo may stand in.)"""
+    ``min_hosts``; the first on a tie), or None. (``host_count``: a memo may stand in.)"""
     best: Listener | None = None
     most = min_hosts - 1
     for listener in listeners:
-        hosts = hosts_of(listener)
-        if hosts is not None and len(hosts) > most:
-            best, most = listener, len(hosts)
+        count = host_count(listener)
+        if count is not None and count > most:
+            best, most = listener, count
     return best
 
 

@@ -133,7 +133,7 @@ def test_an_unchanged_host_keeps_its_resources_across_builds() -> None:
                                     THREE[2], *_hosts("d.com")))
     b = "listener/http/host/b.com"
     assert changed[types.ROUTE][b].digest != after[types.ROUTE][b].digest
-    assert changed[types.SCOPE][b] is after[types.SCOPE][b]
+    assert changed[types.SCOPE][b].digest == after[types.SCOPE][b].digest  # unchanged
 
 
 def test_state_of_the_world_streams_see_the_one_table_form() -> None:
