@@ -197,9 +197,10 @@ class DeltaStream:
         state.dirty.update(refused)  # a placeholder may stand in for them
         if type_url == types.SCOPE:  # their tables, pushed ahead, went nowhere: again later
             routes = self._types.get(types.ROUTE)
-            for name in sent if routes is not None else ():
-                routes.known.pop(name, None)
-                routes.accepted.pop(name, None)
+            if routes is not None:
+                for name in sent:
+                    routes.known.pop(name, None)
+                    routes.accepted.pop(name, None)
         # Removals (and stand-ins) wait for the next change (never a blind loop).
         state.retry.update(answered.removed)
         state.retry.update(answered.stand_ins)
