@@ -13,7 +13,8 @@ nothing better until it changes or is due again, and holding every route push be
 freeze the stream.
 
 Scopes (``podway.envoy_config.scoped``): a scope's table follows it at once, before Envoy asks
-(a round trip less; Envoy's interest is registered while it handles the scope); all of them are
+(a round trip less; Envoy's interest is registered while it handles the scope; sent once more
+when Envoy asks, so delivery never depends on that); all of them are
 sent again after a listener served as scopes, because Envoy's new connection manager learns only
 what is pushed after it; and while no listener is served as scopes, none is removed (a scoped
 listener Envoy still holds, warming its one-table successor or draining, keeps serving with
@@ -80,6 +81,7 @@ class _DeltaType:
     held: set[str] = field(default_factory=set)  # removals deferred until routes are current
     first: bool = True  # the stream's first response of this type is owed (sent even empty)
     asked: set[str] = field(default_factory=set)  # newly subscribed names not answered yet
+    ahead: set[str] = field(default_factory=set)  # sent before Envoy subscribed (scope tables)
 
 
 class DeltaStream:
@@ -137,6 +139,9 @@ class DeltaStream:
             state.wildcard = False
         new_names = subscribe - {"*"} - state.names
         state.names |= subscribe - {"*"}
+        for name in new_names & state.ahead:  # sent again once: Envoy may have had no use
+            state.ahead.discard(name)         # for it then (see ``_scoped_table``)
+            state.known.pop(name, None)
         for name in request.resource_names_unsubscribe:
             state.names.discard(name)
             state.known.pop(name, None)
@@ -299,6 +304,7 @@ class DeltaStream:
                     response.removed_resources.append(name)
                     del state.known[name]
                     state.held.discard(name)
+                    state.ahead.discard(name)
                 elif name in asked:
                     response.removed_resources.append(name)  # "does not exist"
                 continue
@@ -359,7 +365,9 @@ class DeltaStream:
         """``name`` is the table of a scope sent on this stream: pushed right behind its
         scope, without waiting for Envoy to ask (a round trip through a controller busy
         with the change's status work). Envoy takes it: handling the scope registered its
-        interest in the table before the next response is read."""
+        interest in the table before the next response is read. When Envoy's request for
+        it comes, it is sent once more (small; Envoy finds it unchanged): delivery does not
+        hang on that detail of Envoy."""
         scopes = self._types.get(types.SCOPE)
         return scopes is not None and name in scopes.known
 
@@ -373,6 +381,8 @@ class DeltaStream:
             self._invalidate(type_url, name)
         if type_url == types.LISTENER:
             self._rescope(resource)
+        elif not state.wildcard and name not in state.names:
+            state.ahead.add(name)  # a scope's table, before Envoy asked for it
         copy_any(response.resources.add(name=name, version=resource.digest).resource,
                  resource.packed)
         state.known[name] = resource.digest
