@@ -301,10 +301,7 @@ class DeltaStream:
                     if defer:  # removals wait until no route points at the removed cluster
                         state.held.add(name)
                         continue
-                    response.removed_resources.append(name)
-                    del state.known[name]
-                    state.held.discard(name)
-                    state.ahead.discard(name)
+                    _remove(state, response, name)
                 elif name in asked:
                     response.removed_resources.append(name)  # "does not exist"
                 continue
@@ -417,3 +414,11 @@ class DeltaStream:
         if dependent is not None:
             dependent.known.pop(name, None)
             dependent.dirty.add(name)
+
+
+def _remove(state: _DeltaType, response: d.DeltaDiscoveryResponse, name: str) -> None:
+    """``name`` goes in ``response``'s removals and out of what Envoy is known to have."""
+    response.removed_resources.append(name)
+    del state.known[name]
+    state.held.discard(name)
+    state.ahead.discard(name)
