@@ -33,6 +33,7 @@ from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine import admin
 from podway.envoy_config import Builder
+from podway.envoy_config.scoped import SCOPED_MIN_HOSTS, pick
 from podway.explain import Context, OutcomeKind, Query, explain
 from podway.explain.tls import by_sni, sni_chains
 from podway.ir import (
@@ -99,6 +100,8 @@ def _hosts(listener: Listener) -> Iterator[str]:
             yield "a.b" + v.hostname[1:]
         else:
             yield v.hostname
+            if listener.protocol is Protocol.HTTP:  # (HTTPS: the SNI would be upper case too)
+                yield v.hostname.upper()  # host names match case-insensitively
     yield "no-such-host.invalid"
 
 
@@ -274,11 +277,11 @@ async def _echoes(pools: list[Pool]) -> AsyncIterator[dict[str, int]]:
 
 
 @contextlib.asynccontextmanager
-async def _envoy(ir: IR, node: str) -> AsyncIterator[str]:
+async def _envoy(ir: IR, node: str, *, scoped: bool = False) -> AsyncIterator[str]:
     """A real Envoy serving ``ir`` (listeners bound, members listed); yields its admin
-    address."""
+    address. ``scoped``: an exact-hostname HTTP listener is served as scopes at any size."""
     cache = Cache()
-    cache.set(Builder().build(ir))
+    cache.set(Builder(scoped_min_hosts=1 if scoped else SCOPED_MIN_HOSTS).build(ir))
     async with private_engine(cache, node_id=node) as engine:
         await engine.wait_ready(limit_s=30)
         address = await engine.wait_started()
@@ -295,20 +298,23 @@ async def _envoy(ir: IR, node: str) -> AsyncIterator[str]:
         yield address
 
 
-@pytest.mark.parametrize("populate", [False, True], ids=["as-is", "populated"])
+@pytest.mark.parametrize("form", ["as-is", "populated", "scoped"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name.removesuffix(".in.yaml") for c in CASES])
-async def test_explain_verdicts_match_what_envoy_does(case: Path, populate: bool) -> None:
+async def test_explain_verdicts_match_what_envoy_does(case: Path, form: str) -> None:
     """Every generated request: Envoy's status class (and the echo that answered) is one of the
     outcomes explain gave for it; once as the case is, once with every empty pool given a
-    member."""
+    member, and once so with an exact-hostname HTTP listener served as scopes (one table per
+    host, ``podway.envoy_config.scoped``), the form large listeners get."""
     ir, context = _translate(case)
-    if populate:
+    if form != "as-is":
         ir = _populated(ir)
     if not ir.listeners:
         pytest.skip("no listener in this case")
+    if form == "scoped" and pick(ir.listeners, 1) is None:
+        pytest.skip("no listener of this case can be served as scopes")
     async with _echoes([p for p in ir.pools.values() if p.members]) as ports:
         local = _localize(ir, ports)
-        async with _envoy(local, case.name) as address:
+        async with _envoy(local, case.name, scoped=form == "scoped") as address:
             _, body = await admin.request(address, "/clusters?format=json")
             context = replace(context, health=parse_clusters(json.loads(body)))
             disagreements = []

@@ -6,7 +6,9 @@ built for each IR node *by identity*: the incremental translator hands back the 
 so the next build re-serialises only those pools' load assignments (and the load assignment of
 an L4 listener's split cluster when one of its pools changed: ``podway.envoy_config.split``).
 A listener whose virtual hosts changed gets its route tables joined from per-virtual-host
-encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again. The
+encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again; a
+large exact-hostname listener is also served as scopes, one table per host, each kept while its
+virtual host encodes the same (``podway.envoy_config.scoped``). The
 translator's ``IRChange`` (when its base is the IR built last) narrows a build to the named
 pools and virtual hosts, and ``Builder.hint`` passes that on to the cache. Each resource
 carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep
@@ -22,7 +24,7 @@ type URLs of ``podway.xds.types`` only; ``podway.xds`` (cache, server) consumes 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -30,10 +32,12 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from podway.envoy_config import scoped
 from podway.envoy_config.clusters import cluster
 from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
 from podway.envoy_config.routes import TableEncoder
+from podway.envoy_config.scoped import SCOPED_MIN_HOSTS
 from podway.envoy_config.secrets import secret
 from podway.envoy_config.split import (
     split_members,
@@ -42,7 +46,7 @@ from podway.envoy_config.split import (
     split_route,
     split_settings,
 )
-from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool
+from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 from podway.xds import types
 
@@ -89,9 +93,9 @@ class Resource:
 Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
 
 
-def build(ir: IR) -> Resources:
+def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> Resources:
     """Every Envoy resource for ``ir`` (no memo)."""
-    return Builder().build(ir)
+    return Builder(scoped_min_hosts=scoped_min_hosts).build(ir)
 
 
 class Builder:
@@ -104,11 +108,19 @@ class Builder:
     mappings (``xds.cache.Cache.set``).
     """
 
-    def __init__(self) -> None:
-        # id → (listener, served by a TCP split cluster, its resources)
-        self._listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
+    def __init__(self, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> None:
+        self.scoped_min_hosts = scoped_min_hosts  # see ``podway.envoy_config.scoped``
+        # id → (listener, served by a TCP split cluster, served as scopes, its resources)
+        self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
+        # (id, persistence) → (listener, served as scopes, its tables, its scopes)
         self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                           tuple[Listener, tuple[Resource, ...]]] = {}
+                           tuple[Listener, bool, tuple[Resource, ...],
+                                 tuple[Resource, ...]]] = {}
+        # id(virtual host) → (it, its table entry, its one-host table, its scope)
+        self._scoped: dict[int, _ScopedHost] = {}
+        # id → (listener, its host count if it can be served as scopes)
+        self._counted: dict[int, tuple[Listener, int | None]] = {}
+        self._scoped_of = ""  # the listener ``_scoped`` is of
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
@@ -128,37 +140,44 @@ class Builder:
         out: dict[str, dict[str, Resource]] = {t: {} for t in types.PUSH_ORDER}
         persistence = self._persistence_of(ir, patch)
         signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
-        listeners: dict[int, tuple[Listener, bool, tuple[Resource, ...]]] = {}
+        listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
         routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                     tuple[Listener, tuple[Resource, ...]]] = {}
+                     tuple[Listener, bool, tuple[Resource, ...], tuple[Resource, ...]]] = {}
         split: list[tuple[Listener, L4Route]] = []  # listeners served by a split cluster
+        chosen = self._pick_scoped(ir)
+        scoped_next: dict[int, _ScopedHost] = {}
         for item in ir.listeners:
             split_by = split_route(item, ir.pools)
             if split_by is not None:
                 split.append((item, split_by))
             # A TCP split depends on the pools' settings too, not only on the listener.
             tcp_split = item.protocol is Protocol.TCP and split_by is not None
+            as_scopes = item is chosen
             cached = self._listeners.get(id(item))
-            built = (cached[2] if cached is not None and cached[0] is item
-                     and cached[1] == tcp_split else _listener(item, tcp_split=tcp_split))
-            listeners[id(item)] = (item, tcp_split, built)
+            built = (cached[3] if cached is not None and cached[0] is item
+                     and cached[1] == tcp_split and cached[2] == as_scopes
+                     else _listener(item, tcp_split=tcp_split, scoped=as_scopes))
+            listeners[id(item)] = (item, tcp_split, as_scopes, built)
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
             if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
                 key = (id(item), signature)
                 hit = self._routes.get(key)
-                if hit is not None and hit[0] is item:
-                    tables = hit[1]
+                if hit is not None and hit[0] is item and hit[1] == as_scopes:
+                    tables, scopes = hit[2], hit[3]
                     self._tables.keep(item)
+                    if as_scopes:
+                        scoped_next.update(self._scoped)  # one scoped listener: all of them
                 else:
-                    changed = patch.vhosts.get(item.name) if patch is not None else None
-                    tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
-                                   for name, data in self._tables.tables(
-                                       item, persistence=MappingProxyType(persistence),
-                                       changed=changed, previous=base.get(item.name)))
-                routes[key] = (item, tables)
+                    tables, scopes = self._route_tables(
+                        item, as_scopes, persistence, scoped_next,
+                        changed=patch.vhosts.get(item.name) if patch is not None else None,
+                        previous=base.get(item.name))
+                routes[key] = (item, as_scopes, tables, scopes)
                 for route in tables:
                     out[types.ROUTE][route.name] = route
+                for resource in scopes:
+                    out[types.SCOPE][resource.name] = resource
         if patch is not None:
             names = self._patch_pools(ir, patch.pools, out)
         else:
@@ -176,10 +195,26 @@ class Builder:
                 result[types.CLUSTER] = self._out[types.CLUSTER]
                 result[types.ENDPOINT] = self._out[types.ENDPOINT]
         self._listeners, self._routes = listeners, routes
-        self._splits = splits
+        self._splits, self._scoped = splits, scoped_next
         self._ir, self._out, self._persistence = ir, dict(result), persistence
         self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
         return result
+
+    def _route_tables(self, item: Listener, as_scopes: bool,
+                      persistence: dict[str, Persistence], scoped_next: dict[int, _ScopedHost],
+                      *, changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None,
+                      previous: Listener | None
+                      ) -> tuple[tuple[Resource, ...], tuple[Resource, ...]]:
+        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how),
+        and its scopes with their one-host tables when it is served as scopes."""
+        tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
+                       for name, data in self._tables.tables(
+                           item, persistence=MappingProxyType(persistence),
+                           changed=changed, previous=previous))
+        if not as_scopes:
+            return tables, ()
+        more, scopes = self._scope_tables(item, scoped_next)
+        return tables + more, scopes
 
     def _persistence_of(self, ir: IR, patch: IRChange | None) -> dict[str, Persistence]:
         """Each pool's hash policy (routes of every table carry them)."""
@@ -246,6 +281,45 @@ class Builder:
         out[types.CLUSTER], out[types.ENDPOINT] = clusters, endpoints
         return set(names)
 
+    def _pick_scoped(self, ir: IR) -> Listener | None:
+        """The listener served as scopes (``scoped.pick``), host counts kept by identity."""
+        counted: dict[int, tuple[Listener, int | None]] = {}
+
+        def host_count(item: Listener) -> int | None:
+            hit = self._counted.get(id(item))
+            if hit is None or hit[0] is not item:
+                hit = (item, scoped.host_count(item))
+            counted[id(item)] = hit
+            return hit[1]
+
+        chosen = scoped.pick(ir.listeners, self.scoped_min_hosts, host_count=host_count)
+        self._counted = counted
+        return chosen
+
+    def _scope_tables(self, item: Listener, scoped_next: dict[int, _ScopedHost]
+                      ) -> tuple[tuple[Resource, ...], tuple[Resource, ...]]:
+        """The one-host tables and the scopes of ``item``, from the entries its table was
+        just joined from; a host whose entry is the same object keeps its resources."""
+        if item.name != self._scoped_of:  # (names are the listener's)
+            self._scoped, self._scoped_of = {}, item.name
+        tables: list[Resource] = []
+        scopes: list[Resource] = []
+        for vhost, entry in self._tables.entries:
+            if vhost.hostname == "*":
+                continue  # (a catch-all serving nothing: no scope; a key matching none 404s)
+            hit = self._scoped.get(id(vhost))
+            if hit is None or hit[0] is not vhost or hit[1] is not entry:
+                name = scoped.table_name(item.name, vhost.hostname)
+                table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
+                                          self._tables.table_bytes(name, entry))
+                scope = (hit[3] if hit is not None and hit[3].name == name
+                         else Resource.of(name, scoped.scope(item.name, vhost.hostname)))
+                hit = (vhost, entry, table, scope)
+            scoped_next[id(vhost)] = hit
+            tables.append(hit[2])
+            scopes.append(hit[3])
+        return tuple(tables), tuple(scopes)
+
     def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
                       out: dict[str, dict[str, Resource]]
                       ) -> dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]]:
@@ -269,13 +343,17 @@ class Builder:
         return splits
 
 
-def _listener(item: Listener, *, tcp_split: bool = False) -> tuple[Resource, ...]:
+_ScopedHost = tuple[VirtualHost, bytes, Resource, Resource]  # vhost, entry, table, scope
+
+
+def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
+              ) -> tuple[Resource, ...]:
     """The listener and its secrets; nothing for a listener Envoy could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
-    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split))]
+    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split, scoped=scoped))]
     certificates = {c.name: c for c in item.certificates}
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
                         if r.certificate is not None and r.certificate.name not in certificates)

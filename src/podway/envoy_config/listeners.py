@@ -2,6 +2,8 @@
 
 * HTTP and HTTPS listeners run the HTTP connection manager with routes from RDS (named after the
   listener), so a route change never replaces the listener and never drains its connections.
+  A large exact-hostname HTTP listener takes them from scopes instead, one small table per host
+  (``podway.envoy_config.scoped``).
 * HTTPS: one filter chain per certificate, chosen by SNI (``server_names``); the certificate
   without hostnames (or else the first) is the default chain. Keys come over SDS, never inline.
   With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
@@ -48,6 +50,7 @@ from google.protobuf import wrappers_pb2
 
 from podway.envoy_config.access import manager_filters
 from podway.envoy_config.common import ads_source, pack, stat_prefix
+from podway.envoy_config.scoped import use_scopes
 from podway.envoy_config.split import split_name, split_route
 from podway.ir import L4Route, Listener, TLSCertificate
 from podway.ir import ListenerProtocol as Protocol
@@ -67,9 +70,11 @@ REPLY_MARK = 0x2000
 REPLY_TABLE = 7100
 
 
-def listener(ir: Listener, *, tcp_split: bool = False) -> listener_pb2.Listener:
+def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False
+             ) -> listener_pb2.Listener:
     """``tcp_split``: a TCP listener forwards to its route's split cluster (the builder decides:
-    ``split.split_route`` needs the pools)."""
+    ``split.split_route`` needs the pools). ``scoped``: an HTTP listener takes its routes from
+    scopes, one table per host (``podway.envoy_config.scoped``; the builder decides)."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
     socket = out.address.socket_address
     socket.address = ir.address
@@ -80,7 +85,7 @@ def listener(ir: Listener, *, tcp_split: bool = False) -> listener_pb2.Listener:
         out.listener_filters.append(_udp_proxy(ir))
         return out
     if ir.protocol is Protocol.HTTP:
-        out.filter_chains.append(lc.FilterChain(filters=[_http_manager(ir)]))
+        out.filter_chains.append(lc.FilterChain(filters=[_http_manager(ir, scoped=scoped)]))
     elif ir.protocol is Protocol.HTTPS:
         out.listener_filters.append(_tls_inspector())
         _https_chains(out, ir)
@@ -116,7 +121,8 @@ def sni_tables(ir: Listener) -> list[tuple[TLSCertificate, str, tuple[str, ...]]
     return out
 
 
-def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
+def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = False
+                  ) -> lc.Filter:
     manager = hcm.HttpConnectionManager(
         stat_prefix=stat_prefix(ir.name),
         codec_type=hcm.HttpConnectionManager.AUTO,
@@ -140,6 +146,8 @@ def _http_manager(ir: Listener, table: str | None = None) -> lc.Filter:
     manager.http_filters.extend(manager_filters())  # rate limits, client access, body limits
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
+    if scoped:
+        use_scopes(manager)
     return lc.Filter(name="envoy.filters.network.http_connection_manager",
                      typed_config=pack(manager))
 

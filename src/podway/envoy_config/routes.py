@@ -170,6 +170,14 @@ _VhostKey = tuple[int, bool, int]  # (id(vhost), answers 421, id(catch-all) it f
 _Part = tuple[VirtualHost, VirtualHost | None, bytes]  # (vhost, catch-all folded in, encoding)
 
 
+def _key(vhost: VirtualHost, misdirected: bool, catch_all: VirtualHost | None
+         ) -> tuple[bool, _VhostKey]:
+    """Whether ``vhost`` may fold the catch-all in, and its encoding's key."""
+    folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
+             and catch_all is not None)
+    return folds, (id(vhost), misdirected, id(catch_all) if folds else 0)
+
+
 class TableEncoder:
     """Route tables as bytes, re-encoding only the virtual hosts that changed.
 
@@ -191,6 +199,10 @@ class TableEncoder:
         # listener name → (listener, one encoding per virtual host, in order) of a listener
         # with one table, no SNI context and lowercase, distinct hostnames: what ``patch`` edits
         self._aligned: dict[str, tuple[Listener, list[bytes]]] = {}
+        self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
+        # The last ``tables`` call's (virtual host, its encoding as a table entry), in the
+        # listener's own table (not an SNI chain's): the parts scoped tables are made of.
+        self.entries: list[tuple[VirtualHost, bytes]] = []
 
     def tables(self, listener: Listener, *, persistence: PersistenceByPool,
                changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None = None,
@@ -213,16 +225,16 @@ class TableEncoder:
         before = self._parts.get(listener.name, {})
         now = self._next.setdefault(listener.name, {})
         out = []
+        self.entries = []
         tables = _tables(listener)
         for name, sni in tables:
             head, tail = self._head(name)
             parts = [head]
+            entries = self.entries if sni is None else []
             lowercase = True
             for vhost, misdirected in _served(listener, sni):
                 lowercase = lowercase and vhost.hostname == vhost.hostname.lower()
-                folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
-                         and catch_all is not None)
-                key = (id(vhost), misdirected, id(catch_all) if folds else 0)
+                folds, key = _key(vhost, misdirected, catch_all)
                 hit = now.get(key) or before.get(key)
                 if hit is None or hit[0] is not vhost or (folds and hit[1] is not catch_all):
                     built = (_misdirected(vhost) if misdirected
@@ -232,6 +244,7 @@ class TableEncoder:
                            _VHOSTS_TAG + _varint(len(data)) + data)
                 now[key] = hit
                 parts.append(hit[2])
+                entries.append((vhost, hit[2]))
             parts.append(tail)
             out.append((name, b"".join(parts)))
             self._aligned.pop(listener.name, None)
@@ -291,8 +304,20 @@ class TableEncoder:
             else:
                 parts.insert(at, part)
         self._aligned[listener.name] = (listener, parts)
+        self.entries = list(zip(new_all, parts, strict=True))
         head, tail = self._head(listener.name)
         return [(listener.name, b"".join((head, *parts, tail)))]
+
+    def table_bytes(self, name: str, entry: bytes) -> bytes:
+        """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),
+        byte-equal to encoding ``_table_head(name)`` with it: a scope's table."""
+        data = name.encode()
+        return b"\x0a" + _varint(len(data)) + data + entry + self._tail()
+
+    def _tail(self) -> bytes:
+        if self._rest is None:
+            self._rest = self._head("")[1]
+        return self._rest
 
     def keep(self, listener: Listener) -> None:
         """``listener``'s tables were reused as they were: keep their encodings."""

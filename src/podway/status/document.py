@@ -522,6 +522,11 @@ def origins_of(ir: IR, type_url: str, name: str) -> tuple[ObjectRef, ...]:
                 type_url == types.ROUTE and (name == listener.name
                                              or name.startswith(listener.name + "/sni/"))):
             found.extend(listener.origins)
+        elif type_url in (types.ROUTE, types.SCOPE) and name.startswith(
+                listener.name + "/host/"):  # a scope and its table: its host's routes
+            host = name[len(listener.name) + len("/host/"):]
+            found.extend(r.origin for v in listener.virtual_hosts
+                         if v.hostname.lower() == host for r in v.routes)
         elif type_url == types.SECRET:
             for cert in listener.certificates:
                 if cert.name == name:
@@ -534,9 +539,11 @@ def origins_of(ir: IR, type_url: str, name: str) -> tuple[ObjectRef, ...]:
 def _not_programmed(status: ObjectStatus, gateway: Gateway | None, ir: IR,
                     refused: tuple[Rejection, ...]) -> ObjectStatus:
     """A Gateway's status with ``Programmed=False`` where an engine refused its listeners."""
-    names = {r.resource for r in refused if r.type_url in (types.LISTENER, types.ROUTE)}
+    names = {r.resource for r in refused
+             if r.type_url in (types.LISTENER, types.ROUTE, types.SCOPE)}
     ports = {ls.port for ls in ir.listeners
-             if ls.name in names or any(n.startswith(ls.name + "/sni/") for n in names)}
+             if ls.name in names or any(n.startswith((ls.name + "/sni/", ls.name + "/host/"))
+                                        for n in names)}
     sections = {ls.name for ls in gateway.spec.listeners if ls.port in ports} if gateway else set()
     message = "; ".join(f"engine {r.node} refused {r.type_name} {r.resource}: {r.message}"
                         for r in refused)

@@ -12,6 +12,14 @@ answers every delta response. A refused endpoint assignment counts as settled: E
 nothing better until it changes or is due again, and holding every route push behind it would
 freeze the stream.
 
+Scopes (``podway.envoy_config.scoped``): a scope's table follows it at once, before Envoy asks
+(a round trip less; Envoy's interest is registered while it handles the scope; sent once more
+when Envoy asks, so delivery never depends on that); all of them are
+sent again after a listener served as scopes, because Envoy's new connection manager learns only
+what is pushed after it; and while no listener is served as scopes, none is removed (a scoped
+listener Envoy still holds, warming its one-table successor or draining, keeps serving with
+them). Envoy ignores route table removals.
+
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
 burst, clusters first. So the first listener and route requests wait for clusters to be settled
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy_config import Resource
+from podway.envoy_config.scoped import has_scopes
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.protocol import (
@@ -72,6 +81,7 @@ class _DeltaType:
     held: set[str] = field(default_factory=set)  # removals deferred until routes are current
     first: bool = True  # the stream's first response of this type is owed (sent even empty)
     asked: set[str] = field(default_factory=set)  # newly subscribed names not answered yet
+    ahead: set[str] = field(default_factory=set)  # sent before Envoy subscribed (scope tables)
 
 
 class DeltaStream:
@@ -129,6 +139,9 @@ class DeltaStream:
             state.wildcard = False
         new_names = subscribe - {"*"} - state.names
         state.names |= subscribe - {"*"}
+        for name in new_names & state.ahead:  # sent again once: Envoy may have had no use
+            state.ahead.discard(name)         # for it then (see ``_scoped_table``)
+            state.known.pop(name, None)
         for name in request.resource_names_unsubscribe:
             state.names.discard(name)
             state.known.pop(name, None)
@@ -187,6 +200,12 @@ class DeltaStream:
         elif rest:
             state.groups.extend(split(rest))
         state.dirty.update(refused)  # a placeholder may stand in for them
+        if type_url == types.SCOPE:  # their tables, pushed ahead, went nowhere: again later
+            routes = self._types.get(types.ROUTE)
+            if routes is not None:
+                for name in sent:
+                    routes.known.pop(name, None)
+                    routes.accepted.pop(name, None)
         # Removals (and stand-ins) wait for the next change (never a blind loop).
         state.retry.update(answered.removed)
         state.retry.update(answered.stand_ins)
@@ -194,6 +213,10 @@ class DeltaStream:
                     resources=refused, attempt=attempt)
 
     def _defer(self, type_url: str) -> bool:
+        if type_url == types.SCOPE:
+            # No listener is served as scopes now: a scoped one Envoy still holds (warming
+            # its successor, draining) keeps them; they go when scopes are served again.
+            return not self.cache.get(types.SCOPE).resources
         return type_url in (types.CLUSTER, types.ENDPOINT) and not self._routes_current()
 
     def _clusters_settled(self) -> bool:
@@ -256,6 +279,8 @@ class DeltaStream:
         if changed is None:  # compare everything
             candidates = set(resources.keys() if state.wildcard else state.names)
             candidates.update(state.known)
+            if type_url == types.ROUTE and (scopes := self._types.get(types.SCOPE)):
+                candidates.update(scopes.known)  # scopes' tables: see ``_scoped_table``
         else:  # only what changed since we last looked
             candidates = set(changed) | state.dirty | state.held
         if changed is None or snapshot.version != state.seen:
@@ -276,9 +301,7 @@ class DeltaStream:
                     if defer:  # removals wait until no route points at the removed cluster
                         state.held.add(name)
                         continue
-                    response.removed_resources.append(name)
-                    del state.known[name]
-                    state.held.discard(name)
+                    _remove(state, response, name)
                 elif name in asked:
                     response.removed_resources.append(name)  # "does not exist"
                 continue
@@ -331,9 +354,19 @@ class DeltaStream:
         self._add(type_url, state, response, name, stand_in)
         return True
 
-    @staticmethod
-    def _wanted(state: _DeltaType, name: str) -> bool:
-        return state.wildcard or name in state.names
+    def _wanted(self, state: _DeltaType, name: str) -> bool:
+        return state.wildcard or name in state.names or (
+            state is self._types.get(types.ROUTE) and self._scoped_table(name))
+
+    def _scoped_table(self, name: str) -> bool:
+        """``name`` is the table of a scope sent on this stream: pushed right behind its
+        scope, without waiting for Envoy to ask (a round trip through a controller busy
+        with the change's status work). Envoy takes it: handling the scope registered its
+        interest in the table before the next response is read. When Envoy's request for
+        it comes, it is sent once more (small; Envoy finds it unchanged): delivery does not
+        hang on that detail of Envoy."""
+        scopes = self._types.get(types.SCOPE)
+        return scopes is not None and name in scopes.known
 
     @staticmethod
     def _response(type_url: str, version: str) -> d.DeltaDiscoveryResponse:
@@ -343,6 +376,10 @@ class DeltaStream:
              name: str, resource: Resource) -> None:
         if state.known.get(name) is not None:
             self._invalidate(type_url, name)
+        if type_url == types.LISTENER:
+            self._rescope(resource)
+        elif not state.wildcard and name not in state.names:
+            state.ahead.add(name)  # a scope's table, before Envoy asked for it
         copy_any(response.resources.add(name=name, version=resource.digest).resource,
                  resource.packed)
         state.known[name] = resource.digest
@@ -360,8 +397,28 @@ class DeltaStream:
             tuple(response.removed_resources), stand_ins)
         return [response]
 
+    def _rescope(self, resource: Resource) -> None:
+        """A listener served as scopes is sent: every scope is sent again after it. Envoy
+        gives a new scoped connection manager a scope subscription of its own, which learns
+        only what is pushed after it (it asks nothing: the type is subscribed already)."""
+        scopes = self._types.get(types.SCOPE)
+        if scopes is None or not has_scopes(resource.message):
+            return
+        served = self.cache.get(types.SCOPE).resources
+        scopes.dirty.update(served, scopes.known)
+        for name in served:
+            scopes.known.pop(name, None)
+
     def _invalidate(self, type_url: str, name: str) -> None:
         dependent = self._types.get(DEPENDENT.get(type_url, ""))
         if dependent is not None:
             dependent.known.pop(name, None)
             dependent.dirty.add(name)
+
+
+def _remove(state: _DeltaType, response: d.DeltaDiscoveryResponse, name: str) -> None:
+    """``name`` goes in ``response``'s removals and out of what Envoy is known to have."""
+    response.removed_resources.append(name)
+    del state.known[name]
+    state.held.discard(name)
+    state.ahead.discard(name)

@@ -31,8 +31,10 @@ def to_json(resources: Resources, type_url: str) -> str:
 
 
 def files(resources: Resources) -> dict[str, str]:
-    """``{"listeners.json": ..., "routes.json": ...}``: one file per xDS type."""
-    return {f"{types.SHORT_NAMES[t]}.json": to_json(resources, t) for t in types.PUSH_ORDER}
+    """``{"listeners.json": ..., "routes.json": ...}``: one file per xDS type; scopes only
+    when there are any (a scoped route table is for large listeners only)."""
+    return {f"{types.SHORT_NAMES[t]}.json": to_json(resources, t) for t in types.PUSH_ORDER
+            if t != types.SCOPE or resources.get(t)}
 
 
 def _redact(value: Any) -> Any:

@@ -55,7 +55,7 @@ from prometheus_client import Counter, Gauge
 from podway.errors import ConfigError, PodwayError
 from podway.netaddr import format_host_port, parse_host_port
 from podway.xds import types
-from podway.xds.access import SecretFree
+from podway.xds.access import SecretFree, TableForm
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
 from podway.xds.held import HeldClusters
@@ -191,7 +191,9 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             self, requests: AsyncIterator[d.DiscoveryRequest], context: Any) -> None:
         view, requests, group = await self._view(context, requests)
         if view is not None:
-            await self._serve(SotwStream(view, memory=self.refusals, held=self.held),
+            # Scoped route tables are for delta streams: SotW gets the one-table form.
+            await self._serve(SotwStream(TableForm(view), memory=self.refusals,
+                                         held=self.held),
                               requests, context, "sotw", group)
 
     async def DeltaAggregatedResources(

@@ -11,7 +11,7 @@ from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import load_text
 from podway.pipeline import Rejection
-from podway.status import NOT_OWNED, StatusDocument, build
+from podway.status import NOT_OWNED, StatusDocument, build, origins_of
 from podway.status.file import StatusFile
 from podway.translate import Problem, Result, Severity, TranslateOptions, translate
 from podway.translate.status import ObjectStatus, to_api
@@ -161,3 +161,15 @@ def test_status_file_recovers_when_writable_again(tmp_path: Path,
         assert writer.write(document(SERVICE)) is None
     assert "Service/shop/lb" in path.read_text()
     assert "written again" in caplog.records[-1].getMessage()
+
+
+def test_refused_scope_or_one_host_table_lands_on_that_hosts_routes() -> None:
+    """A scoped listener's scope or one-host table (``<listener>/host/<host>``) refused: the
+    objects of that host's routes, not every object on the listener."""
+    snapshot = Snapshot.of_objects(load_text(INGRESS % "web").objects)
+    ir = translate(snapshot, OPTS).ir
+    (listener,) = [ls for ls in ir.listeners if ls.virtual_hosts]
+    name = f"{listener.name}/host/shop.test"
+    for type_url in (types.ROUTE, types.SCOPE):
+        assert origins_of(ir, type_url, name) == (ObjectRef("Ingress", "shop", "shop"),)
+    assert origins_of(ir, types.SCOPE, f"{listener.name}/host/other.test") == ()
