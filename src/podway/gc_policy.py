@@ -144,8 +144,9 @@ async def keep_settled(pipeline: StateFeed, policy: GcPolicy, *,
 async def _due(pipeline: StateFeed, policy: GcPolicy, *, frozen: int,
                first: bool = False) -> None:
     """Until the next settle is due: ``settle_every_s`` from now, or (looked at with each new
-    state) once the objects made since the last settle exceed the growth allowed; with
-    ``first``, the first state instead of growth (startup allocates a whole heap)."""
+    state, and every ``GROWTH_CHECK_S`` when none comes: a heap also grows between states) once
+    the objects made since the last settle exceed the growth allowed; with ``first``, the first
+    state instead of growth (startup allocates a whole heap)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + policy.settle_every_s
     limit = max(policy.min_growth, int(frozen * policy.growth))
@@ -155,8 +156,10 @@ async def _due(pipeline: StateFeed, policy: GcPolicy, *, frozen: int,
                 return
         elif gc.get_count()[0] > limit:
             return
-        if not await _newer_within(pipeline, left):
-            return
+        await _newer_within(pipeline, min(left, GROWTH_CHECK_S))
+
+
+GROWTH_CHECK_S = 1.0  # how often ``_due`` looks at the growth while no state comes
 
 
 async def _quiet(pipeline: StateFeed, *, quiet_s: float, within_s: float) -> None:
