@@ -16,9 +16,9 @@ from podway.envoy_config import Builder
 from podway.envoy_config.split import split_members, split_pools
 from podway.ir import (
     IR,
-    IRChange,
     HealthCheck,
     HealthCheckKind,
+    IRChange,
     L4Route,
     Listener,
     ListenerProtocol,
