@@ -131,6 +131,13 @@ class _Patcher:
                 users = live.by_service.get(service)
                 if users is not None:
                     users.discard(key)
+                    if not users:  # else one empty set per Service ever named
+                        del live.by_service[service]
+            for resolved, _ in old.resolved:
+                live.resolving[resolved] -= 1
+                if live.resolving[resolved] <= 0:  # its last user: forget it (as a whole run)
+                    del live.resolving[resolved]
+                    memo.resolved.pop(resolved, None)
             for ls in old.counted:
                 ls.attached -= 1
             for port, host, entries in old.adds:
@@ -165,6 +172,7 @@ class _Patcher:
             # route this patch understands).
             return route.ref not in run._routes
         memo.replays[key] = placed
+        live.resolving.update(k for k, _ in placed.resolved)
         for service in services_of(placed):
             live.by_service.setdefault(service, set()).add(key)
         memo.attached[key] = placed.attached
