@@ -179,7 +179,7 @@ class Builder:
                 for resource in scopes:
                     out[types.SCOPE][resource.name] = resource
         if patch is not None:
-            names = self._patch_pools(ir, patch.pools, out)
+            names = self._patch_pools(ir, patch.pools, out, splits=bool(split))
         else:
             self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
@@ -256,10 +256,12 @@ class Builder:
         self._pools = pools
 
     def _patch_pools(self, ir: IR, names: frozenset[str],
-                     out: dict[str, dict[str, Resource]]) -> set[str]:
+                     out: dict[str, dict[str, Resource]], *, splits: bool) -> set[str]:
         """The previous build's clusters and endpoints with only ``names`` redone (the split
-        clusters are redone by ``_build_splits``); the names that may differ."""
-        if not names and not self._splits:
+        clusters are redone by ``_build_splits``); the names that may differ. The previous
+        mappings are handed over as they are only when no split cluster (of this build or
+        the last) will be written into them: they are published."""
+        if not names and not self._splits and not splits:
             out[types.CLUSTER], out[types.ENDPOINT] = self._clusters, self._endpoints
             return set()
         clusters, endpoints = self._clusters.copy(), self._endpoints.copy()

@@ -291,6 +291,9 @@ class TableEncoder:
         # The per-key parts go on too (a later walk of the table finds the new ones).
         keyed = self._next.setdefault(listener.name, self._parts.get(listener.name, {}))
         for at, old, new in sorted(edits, key=lambda e: e[0], reverse=True):
+            if old is not None:  # its encoding goes with it (else one more per change)
+                gone = old.wildcard is WildcardMode.ONE_LABEL and catch_all is not None
+                keyed.pop((id(old), False, id(catch_all) if gone else 0), None)
             if new is None:
                 del parts[at]
                 continue

@@ -260,6 +260,13 @@ def _drop_pool(snapshot: Snapshot, memo: StructureMemo, live: Live, spec: PoolSp
     backing = snapshot.get(Service, *spec.service)
     if not _plain_service(backing) or (backing is not None and sets_traffic(backing)):
         return False
+    # Its memo entries go with it (a whole run keeps only the pools it made): its mode, and
+    # the traffic settings made from the spec that mode gave.
+    moded = memo.modes.pop(spec.name, None)
+    if moded is not None:
+        held = memo.traffic.get(id(moded[2]))
+        if held is not None and held.spec is moded[2]:
+            del memo.traffic[id(moded[2])]
     live.services[spec.service] -= 1
     if live.services[spec.service] <= 0:
         del live.services[spec.service]

@@ -404,6 +404,8 @@ class IncrementalTranslator:
             names = self._pools_by_service.get(old[name].service, [])
             if name in names:
                 names.remove(name)
+                if not names:  # else one empty list per Service ever used
+                    del self._pools_by_service[old[name].service]
         for name in patched.pools_added:
             spec = structure.pools[name]
             self._pools[name], self._pool_problems[name] = resolve_pool(spec, ctx, resolver)

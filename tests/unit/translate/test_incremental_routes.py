@@ -392,3 +392,53 @@ def test_a_hostname_named_by_a_route_without_rules_keeps_its_virtual_host(
 
 def _no_whole_run(*_: object) -> None:
     raise AssertionError("the structure phase ran whole")
+
+
+def _held(inc: IncrementalTranslator) -> dict[str, int]:
+    """How many entries the translator's memo maps hold (what a patch must also forget)."""
+    memo = inc._memo
+    live = memo.gateway.live
+    assert live is not None
+    return {"modes": len(memo.modes), "traffic": len(memo.traffic),
+            "warnings": len(memo.warnings), "resolved": len(memo.gateway.resolved),
+            "by_service": len(live.by_service), "pools_by_service": len(inc._pools_by_service),
+            "replays": len(memo.gateway.replays), "vhosts": len(memo.gateway.vhosts)}
+
+
+def test_patched_route_and_service_churn_leaves_the_memo_as_it_found_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new Service and a route to it, then both deleted, a hundred times over (patched):
+    the memo holds what it held before (the Services' modes and traffic settings, the
+    routes' resolutions, the Service indexes), not one more entry per change."""
+    docs: list[dict[str, Any]] = [OUR_CLASS, {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "podway",
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
+    for i in range(3):
+        docs.append({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": f"s{i}", "namespace": "default"},
+                     "spec": {"ports": [{"port": 80}]}})
+        docs.append(_route(i))
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
+    inc = IncrementalTranslator(OPTS)
+    inc.update(snapshot)
+    before = _held(inc)
+    monkeypatch.setattr(translator, "translate_structure", _no_whole_run)
+    for i in range(10, 110):
+        service = _parsed({"apiVersion": "v1", "kind": "Service",
+                           "metadata": {"name": f"s{i}", "namespace": "default"},
+                           "spec": {"ports": [{"port": 80}]}})
+        route = _parsed(_route(i))
+        assert service is not None
+        assert route is not None
+        snapshot = snapshot.replace("Service", {service.key: service})
+        snapshot = snapshot.replace("HTTPRoute", {route.key: route})
+        got = inc.update(snapshot, [("Service", service.key), ("HTTPRoute", route.key)])
+        assert f"pool/default/s{i}/80" in got.ir.pools
+        snapshot = snapshot.replace("HTTPRoute", {route.key: None})
+        snapshot = snapshot.replace("Service", {service.key: None})
+        got = inc.update(snapshot, [("HTTPRoute", route.key), ("Service", service.key)])
+    assert _held(inc) == before
+    monkeypatch.undo()
+    assert got.ir == translate(snapshot, OPTS).ir

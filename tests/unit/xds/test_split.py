@@ -18,6 +18,7 @@ from podway.ir import (
     IR,
     HealthCheck,
     HealthCheckKind,
+    IRChange,
     L4Route,
     Listener,
     ListenerProtocol,
@@ -207,3 +208,21 @@ def test_a_pool_settings_change_rebuilds_the_tcp_listener_it_splits() -> None:
     after = builder.build(_ir(listener, a, changed))
     assert _tcp_target(after) == ("", ["a", "b"])
     assert "split/tcp" not in after[types.CLUSTER]
+
+
+def test_a_split_that_comes_with_a_change_leaves_the_last_build_as_it_was() -> None:
+    """An ``IRChange`` that names no pool (the listener is a new object, as its contract
+    allows) but brings a split cluster: the previous build's cluster and endpoint mappings,
+    which the cache still holds, stay as they were, and the result equals a whole build."""
+    a, b = pool("a", member("198.18.0.1")), pool("b", member("198.18.0.9"))
+    builder = Builder()
+    before = _ir(_udp(WeightedPool(pool="a")), a, b)
+    first = builder.build(before)
+    clusters, endpoints = dict(first[types.CLUSTER]), dict(first[types.ENDPOINT])
+    after = _ir(_udp(WeightedPool(pool="a", weight=3), WeightedPool(pool="b", weight=1)), a, b)
+    second = builder.build(after, IRChange(base=before))
+    assert dict(first[types.CLUSTER]) == clusters
+    assert dict(first[types.ENDPOINT]) == endpoints
+    whole = Builder().build(after)
+    assert {t: {n: r.digest for n, r in second[t].items()} for t in whole} == {
+        t: {n: r.digest for n, r in whole[t].items()} for t in whole}

@@ -232,7 +232,9 @@ class GatewayTranslation:
                              uses=Counter(s.name for r in nxt.replays.values() for s in r.pools),
                              hosts=Counter((port, host) for r in nxt.replays.values()
                                            for port, host, _ in r.adds),
-                             by_service={})
+                             by_service={},
+                             resolving=Counter(k for r in nxt.replays.values()
+                                               for k, _ in r.resolved))
             for key, replay in nxt.replays.items():
                 for service in services_of(replay):
                     memo.live.by_service.setdefault(service, set()).add(key)

@@ -35,6 +35,7 @@ from podway.translate.gateway.assemble import PortKey
 from podway.translate.gateway.memo import (
     GatewayMemo,
     Live,
+    ResolveKey,
     RouteKey,
     StatusPart,
     route_state_signature,
@@ -82,6 +83,11 @@ def patch_routes(memo: GatewayMemo, snapshot: Snapshot, opts: TranslateOptions,
         if route is not None and not patcher.put_in(key, route):
             return None
     memo.resolved.update(patcher.run._used)
+    # Resolutions no placement records any more are forgotten, as a whole run forgets them
+    # (only now: a changed route put back in carried its unchanged ones over).
+    for resolved in patcher.unused:
+        if resolved not in live.resolving:
+            memo.resolved.pop(resolved, None)
     out = patcher.out
     for port, hosts in patcher.changed.items():
         builder = live.ports[port]
@@ -111,6 +117,7 @@ class _Patcher:
     run: GatewayTranslation
     out: Patch = field(default_factory=Patch)
     changed: dict[PortKey, set[str]] = field(default_factory=dict)  # hosts whose entries changed
+    unused: list[ResolveKey] = field(default_factory=list)  # resolutions whose last user went
 
     def __post_init__(self) -> None:
         run, memo = self.run, self.memo
@@ -131,6 +138,13 @@ class _Patcher:
                 users = live.by_service.get(service)
                 if users is not None:
                     users.discard(key)
+                    if not users:  # else one empty set per Service ever named
+                        del live.by_service[service]
+            for resolved, _ in old.resolved:
+                live.resolving[resolved] -= 1
+                if live.resolving[resolved] <= 0:
+                    del live.resolving[resolved]
+                    self.unused.append(resolved)
             for ls in old.counted:
                 ls.attached -= 1
             for port, host, entries in old.adds:
@@ -165,6 +179,7 @@ class _Patcher:
             # route this patch understands).
             return route.ref not in run._routes
         memo.replays[key] = placed
+        live.resolving.update(k for k, _ in placed.resolved)
         for service in services_of(placed):
             live.by_service.setdefault(service, set()).add(key)
         memo.attached[key] = placed.attached

@@ -127,6 +127,9 @@ class Live:
     hosts: Counter[tuple[Any, str]]
     # Service (namespace, name) → the placed routes that resolved a backendRef to it
     by_service: dict[tuple[str, str], set[RouteKey]]
+    # resolution → placements whose replay recorded it: a patch forgets a resolution (in
+    # ``GatewayMemo.resolved``) with its last placement, so the memo does not grow per change
+    resolving: Counter[ResolveKey] = field(default_factory=Counter)
 
 
 @dataclass(slots=True)
