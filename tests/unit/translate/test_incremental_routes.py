@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from podway.envoy_config import Builder, build
@@ -253,11 +253,12 @@ route_steps = st.lists(st.one_of(exact_routes.map(lambda d: ("put", d)), _delete
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(patched_world, st.sampled_from([0, 1, 2]), route_steps)
+@given(patched_world, st.sampled_from([0, 1, 2]), route_steps, st.sampled_from([256, 1]))
 def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: int,
-                                                  sequence: list[Any]) -> None:
+                                                  sequence: list[Any], scoped_min: int) -> None:
     """Route, Service and EndpointSlice changes (the patched path) give what translating
-    from scratch gives."""
+    from scratch gives; also with an exact-hostname listener served as scopes (a threshold of
+    one host: the edited table hands the scoped builder its virtual hosts)."""
     gw = [_listener("http", 80, None, "All"), _listener("a", 80, "a.example.com", "All"),
           _listener("alt", 8080, None, "Same")][:listeners + 1]
     docs = [OUR_CLASS, {"apiVersion": f"{GROUP}/v1", "kind": "Gateway",
@@ -265,7 +266,7 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
                         "spec": {"gatewayClassName": "podway", "listeners": gw}}, *start]
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
     inc = IncrementalTranslator(OPTS)
-    builder = Builder()
+    builder = Builder(scoped_min_hosts=scoped_min)
     hinted, plain = Cache(), Cache()  # the builder's hint given, and not
     first = builder.build(inc.update(snapshot).ir)
     hinted.set(first, hint=builder.hint)
@@ -296,8 +297,10 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
         assert report_yaml(got) == report_yaml(want)
         assert dict(got.statuses) == dict(want.statuses)
         built = builder.build(got.ir, got.change)
-        assert _digests(built) == _digests(build(want.ir))
-        assert _tables(built) == _whole_tables(want.ir)
+        assert _digests(built) == _digests(build(want.ir, scoped_min_hosts=scoped_min))
+        whole = _whole_tables(want.ir)
+        assert {n: b for n, b in _tables(built).items() if n in whole} == whole
+        event(f"served as scopes: {bool(built[types.SCOPE])}, patched: {got.change is not None}")
         assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
         assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
                    for t in types.PUSH_ORDER)
