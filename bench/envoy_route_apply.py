@@ -81,6 +81,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 sys.path.insert(0, str(Path(__file__).parent))
 import speedref
+from translate import convergence_cluster
 from xds_push import free_port, pct
 
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
@@ -88,8 +89,8 @@ from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.engine.state import StateDir
 from podway.envoy_config import Resource, Resources, build, scoped
 from podway.envoy_config.common import pack
+from podway.envoy_config.routes import varint
 from podway.model import Snapshot
-from podway.model.loader import parse_object
 from podway.translate import TranslateOptions, translate
 from podway.xds import types
 from podway.xds.cache import Cache
@@ -97,8 +98,6 @@ from podway.xds.delta import DeltaStream, _DeltaType
 from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.server import AdsServicer, XdsServer
 
-GW = "gateway.networking.k8s.io/v1"
-NS = "bench"
 VHOST = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
 SCOPE = types.SCOPE
 
@@ -133,35 +132,9 @@ VARIANTS = {v.name: v for v in (
 
 # ---- the configuration: Podway's translation of the convergence bench's objects ----------
 def snapshot(count: int, echo_port: int, gateway_port: int) -> Snapshot:
-    raw: list[dict[str, Any]] = [
-        {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "podway"},
-         "spec": {"controllerName": "podway.io/gateway-controller"}},
-        {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": NS},
-         "spec": {"gatewayClassName": "podway", "listeners": [
-             {"name": "http", "protocol": "HTTP", "port": gateway_port,
-              "allowedRoutes": {"namespaces": {"from": "All"}}}]}}]
-    for i in range(count):
-        raw.append({"apiVersion": "v1", "kind": "Service",
-                    "metadata": {"name": f"svc-{i}", "namespace": NS},
-                    "spec": {"selector": {"app": f"a{i}"}, "ports": [
-                        {"name": "http", "port": 80, "targetPort": echo_port}]}})
-        raw.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                    "metadata": {"name": f"svc-{i}-1", "namespace": NS,
-                                 "labels": {"kubernetes.io/service-name": f"svc-{i}"}},
-                    "addressType": "IPv4", "ports": [{"name": "http", "port": echo_port}],
-                    "endpoints": [{"addresses": ["127.0.0.1"],
-                                   "conditions": {"ready": True}}]})
-        raw.append({"apiVersion": GW, "kind": "HTTPRoute",
-                    "metadata": {"name": f"r{i}", "namespace": NS},
-                    "spec": {"parentRefs": [{"name": "edge"}],
-                             "hostnames": [f"r{i}.bench.test"],
-                             "rules": [{"backendRefs": [{"name": f"svc-{i}", "port": 80}]}]}})
-    objects = []
-    for item in raw:
-        obj, error = parse_object(item)
-        assert obj is not None, error
-        objects.append(obj)
-    return Snapshot.of_objects(objects)
+    """The convergence bench's world (``bench/translate.py``), every endpoint the one echo."""
+    return convergence_cluster(count, gateway_port=gateway_port, target_port=echo_port,
+                               address="127.0.0.1")[1]
 
 
 class Config:
@@ -198,7 +171,7 @@ class Config:
         if found is None:
             vhost = _shaped(self.hosts[i] if i >= 0 else self.catch_all, shape)
             data = vhost.SerializeToString(deterministic=True)
-            found = self._encoded[key] = b"\x12" + _varint(len(data)) + data
+            found = self._encoded[key] = b"\x12" + varint(len(data)) + data
         return found
 
     def table(self, hosts: int, *, shape: str = "today", vhds: bool = False) -> Resource:
@@ -308,15 +281,6 @@ def _shaped(vhost: rc.VirtualHost, shape: str) -> rc.VirtualHost:
             if route.HasField("route"):
                 route.route.ClearField("upgrade_configs")
     return out
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 # ---- the server: Podway's, timing its writes; VHDS through a shim ----------------------

@@ -201,33 +201,35 @@ def bench_gateway(routes: int, runs: int, ref: Reference) -> None:
     print(f"    of which statuses  median {ms(statistics.median(status_times), ref)}")
 
 
-def convergence_cluster(routes: int) -> tuple[list[K8sObject], Snapshot]:
-    """The world of ``bench/convergence.py``: one Gateway (HTTP listener), N Services with one
-    EndpointSlice each and N HTTPRoutes (host ``r<i>.bench.test`` → ``svc-<i>``)."""
+def convergence_cluster(routes: int, *, gateway_port: int = 8080, target_port: int = 9000,
+                        address: str | None = None) -> tuple[list[K8sObject], Snapshot]:
+    """The world of ``bench/convergence.py``: one Gateway (HTTP listener on ``gateway_port``),
+    N Services with one EndpointSlice each (``address``, else one address per Service, at
+    ``target_port``) and N HTTPRoutes (host ``r<i>.bench.test`` → ``svc-<i>``)."""
     raw: list[dict[str, Any]] = [
         {"apiVersion": GW, "kind": "GatewayClass", "metadata": {"name": "podway"},
          "spec": {"controllerName": "podway.io/gateway-controller"}},
         {"apiVersion": GW, "kind": "Gateway", "metadata": {"name": "edge", "namespace": "bench"},
          "spec": {"gatewayClassName": "podway", "listeners": [
-             {"name": "http", "protocol": "HTTP", "port": 8080,
+             {"name": "http", "protocol": "HTTP", "port": gateway_port,
               "allowedRoutes": {"namespaces": {"from": "All"}}}]}}]
     for i in range(routes):
-        raw.append(_service(i))
+        raw.append(_service(i, target_port))
         raw.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {
             "name": f"svc-{i}-1", "namespace": "bench",
             "labels": {"kubernetes.io/service-name": f"svc-{i}"}},
-            "addressType": "IPv4", "ports": [{"name": "http", "port": 9000}],
-            "endpoints": [{"addresses": [ip(i)], "conditions": {"ready": True}}]})
+            "addressType": "IPv4", "ports": [{"name": "http", "port": target_port}],
+            "endpoints": [{"addresses": [address or ip(i)], "conditions": {"ready": True}}]})
         raw.append(_http_route(i, f"r{i}.bench.test"))
     objects = [_object(item) for item in raw]
     return objects, Snapshot.of_objects(objects)
 
 
-def _service(i: int) -> dict[str, Any]:
+def _service(i: int, target_port: int = 9000) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": f"svc-{i}", "namespace": "bench"},
             "spec": {"selector": {"app": f"a{i}"},
-                     "ports": [{"name": "http", "port": 80, "targetPort": 9000}]}}
+                     "ports": [{"name": "http", "port": 80, "targetPort": target_port}]}}
 
 
 def _http_route(i: int, host: str) -> dict[str, Any]:

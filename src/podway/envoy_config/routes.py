@@ -153,7 +153,8 @@ assert all(f.number != 2 for f in route_pb2.RouteConfiguration.DESCRIPTOR.fields
            if f.name != "virtual_hosts")
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf base-128 varint (a length prefix of a joined encoding)."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -241,7 +242,7 @@ class TableEncoder:
                              else _virtual_host(vhost, catch_all, persistence))
                     data = built.SerializeToString(deterministic=True)
                     hit = (vhost, catch_all if folds else None,
-                           _VHOSTS_TAG + _varint(len(data)) + data)
+                           _VHOSTS_TAG + varint(len(data)) + data)
                 now[key] = hit
                 parts.append(hit[2])
                 entries.append((vhost, hit[2]))
@@ -298,7 +299,7 @@ class TableEncoder:
                 del parts[at]
                 continue
             data = _virtual_host(new, catch_all, persistence).SerializeToString(deterministic=True)
-            part = _VHOSTS_TAG + _varint(len(data)) + data
+            part = _VHOSTS_TAG + varint(len(data)) + data
             folds = new.wildcard is WildcardMode.ONE_LABEL and catch_all is not None
             keyed[(id(new), False, id(catch_all) if folds else 0)] = (
                 new, catch_all if folds else None, part)
@@ -315,7 +316,7 @@ class TableEncoder:
         """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),
         byte-equal to encoding ``_table_head(name)`` with it: a scope's table."""
         data = name.encode()
-        return b"\x0a" + _varint(len(data)) + data + entry + self._tail()
+        return b"\x0a" + varint(len(data)) + data + entry + self._tail()
 
     def _tail(self) -> bytes:
         if self._rest is None:

@@ -222,10 +222,8 @@ class DeltaStream:
     def _clusters_settled(self) -> bool:
         """Every cluster Envoy has is answered and has its load assignment (or it was refused);
         the last answer is kept while its inputs are unchanged (``SettledMemo``)."""
-        eds = self._types.get(types.ENDPOINT)
-        return self._settled.answer(
-            (self.cache.get(types.CLUSTER).version, self.cache.get(types.ENDPOINT).version),
-            eds.refusals.changes if eds is not None else -1, self._look_at_clusters)
+        return self._settled.settled(self.cache, self._types.get(types.ENDPOINT),
+                                     self._look_at_clusters)
 
     def _look_at_clusters(self) -> bool:
         cds = self._types.get(types.CLUSTER)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from google.protobuf import any_pb2
 
@@ -118,6 +119,29 @@ def copy_any(target: any_pb2.Any, source: any_pb2.Any) -> None:
     target.value = source.value
 
 
+class _Versioned(Protocol):
+    @property
+    def version(self) -> str: ...
+
+
+class VersionedCache(Protocol):
+    """What ``SettledMemo.settled`` reads of the cache: each type's version."""
+
+    def get(self, type_url: str) -> _Versioned: ...
+
+
+class _Counted(Protocol):
+    @property
+    def changes(self) -> int: ...
+
+
+class HasRefusals(Protocol):
+    """A stream's per-type state: its refusals (``podway.xds.refusals.Refusals``)."""
+
+    @property
+    def refusals(self) -> _Counted: ...
+
+
 class SettledMemo:
     """A stream's last "clusters settled" answer and what it was computed from.
 
@@ -143,3 +167,11 @@ class SettledMemo:
         if key != self._key:
             self._answer, self._key = compute(), key
         return self._answer
+
+    def settled(self, cache: VersionedCache, endpoints: HasRefusals | None,
+                compute: Callable[[], bool]) -> bool:
+        """``answer`` keyed on ``cache``'s cluster and endpoint versions and the refusals of
+        the stream's endpoint state (``endpoints``; None before any was sent)."""
+        return self.answer(
+            (cache.get(types.CLUSTER).version, cache.get(types.ENDPOINT).version),
+            endpoints.refusals.changes if endpoints is not None else -1, compute)

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 
 from podway.envoy_config import Builder, build
 from podway.envoy_config.routes import route_configurations
+from podway.envoy_config.scoped import SCOPED_MIN_HOSTS
 from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot
 from podway.model.loader import parse_object
 from podway.render.report import report_yaml
-from podway.translate import IncrementalTranslator, TranslateOptions, translate, translator
+from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate, translator
 from podway.xds import types
 from podway.xds.cache import Cache, Change
 
@@ -133,6 +134,39 @@ def _digests(resources: Any) -> dict[str, dict[str, str]]:
     return {t: {n: r.digest for n, r in by_name.items()} for t, by_name in resources.items()}
 
 
+class _Run:
+    """An incremental translator and builder, with a cache given the builder's hint and one
+    not, checked against translating and building from scratch at each ``step``."""
+
+    def __init__(self, snapshot: Snapshot, scoped_min: int = SCOPED_MIN_HOSTS) -> None:
+        self.scoped_min = scoped_min
+        self.inc = IncrementalTranslator(OPTS)
+        self.builder = Builder(scoped_min_hosts=scoped_min)
+        self.hinted, self.plain = Cache(), Cache()
+        first = self.builder.build(self.inc.update(snapshot).ir)
+        self.hinted.set(first, hint=self.builder.hint)
+        self.plain.set(first)
+
+    def step(self, snapshot: Snapshot, changes: list[tuple[str, Any]]) -> tuple[Any, Result]:
+        """Apply ``changes``; the incremental results equal the from-scratch ones (IR, pool
+        order, problems, statuses, resource digests, whole tables, what each cache saw)."""
+        got = self.inc.update(snapshot, changes)
+        want = translate(snapshot, OPTS)
+        assert got.ir == want.ir
+        assert list(got.ir.pools) == list(want.ir.pools)  # the same order, too
+        assert report_yaml(got) == report_yaml(want)
+        assert dict(got.statuses) == dict(want.statuses)
+        built = self.builder.build(got.ir, got.change)
+        assert _digests(built) == _digests(build(want.ir, scoped_min_hosts=self.scoped_min))
+        whole = _whole_tables(want.ir)  # (the one-host tables of scopes come besides)
+        assert {n: b for n, b in _tables(built).items() if n in whole} == whole
+        hinted, plain = self.hinted, self.plain
+        assert _changed(hinted.set(built, hint=self.builder.hint)) == _changed(plain.set(built))
+        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
+                   for t in types.PUSH_ORDER)
+        return built, got
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world, steps)
 def test_incremental_equals_from_scratch(start: list[Any], sequence: list[Any]) -> None:
@@ -143,26 +177,10 @@ def test_incremental_equals_from_scratch(start: list[Any], sequence: list[Any]) 
         if obj is not None:
             objects[(obj.KIND, obj.key)] = obj
     snapshot = Snapshot.of_objects(objects.values())
-    inc = IncrementalTranslator(OPTS)
-    builder = Builder()
-    hinted, plain = Cache(), Cache()  # the builder's hint given, and not
-    first = builder.build(inc.update(snapshot).ir)
-    hinted.set(first, hint=builder.hint)
-    plain.set(first)
+    run = _Run(snapshot)
     for step in sequence:
         snapshot, changed = _apply(snapshot, step)
-        got = inc.update(snapshot, [changed] if changed is not None else [])
-        want = translate(snapshot, OPTS)
-        assert got.ir == want.ir
-        assert list(got.ir.pools) == list(want.ir.pools)  # the same order, too
-        assert report_yaml(got) == report_yaml(want)
-        assert dict(got.statuses) == dict(want.statuses)
-        built = builder.build(got.ir, got.change)
-        assert _digests(built) == _digests(build(want.ir))
-        assert _tables(built) == _whole_tables(want.ir)
-        assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
-        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
-                   for t in types.PUSH_ORDER)
+        run.step(snapshot, [changed] if changed is not None else [])
 
 
 def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
@@ -265,12 +283,7 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
                         "metadata": {"name": "gw", "namespace": "default"},
                         "spec": {"gatewayClassName": "podway", "listeners": gw}}, *start]
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
-    inc = IncrementalTranslator(OPTS)
-    builder = Builder(scoped_min_hosts=scoped_min)
-    hinted, plain = Cache(), Cache()  # the builder's hint given, and not
-    first = builder.build(inc.update(snapshot).ir)
-    hinted.set(first, hint=builder.hint)
-    plain.set(first)
+    run = _Run(snapshot, scoped_min)
     for step in sequence:
         every = sorted((o.KIND, o.key) for o in snapshot.all()
                        if o.KIND in ("HTTPRoute", "GRPCRoute", "Service", "EndpointSlice"))
@@ -290,24 +303,9 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
         else:
             snapshot, changed = _apply(snapshot, step)
             changes.extend([changed] if changed is not None else [])
-        got = inc.update(snapshot, changes)
-        want = translate(snapshot, OPTS)
-        assert got.ir == want.ir
-        assert list(got.ir.pools) == list(want.ir.pools)  # the same order, too
-        assert report_yaml(got) == report_yaml(want)
-        assert dict(got.statuses) == dict(want.statuses)
-        built = builder.build(got.ir, got.change)
-        assert _digests(built) == _digests(build(want.ir, scoped_min_hosts=scoped_min))
-        whole = _whole_tables(want.ir)
-        assert {n: b for n, b in _tables(built).items() if n in whole} == whole
-        event(f"served as scopes: {bool(built[types.SCOPE])}, patched: {got.change is not None}")
-        assert _changed(hinted.set(built, hint=builder.hint)) == _changed(plain.set(built))
-        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
-                   for t in types.PUSH_ORDER)
-
-
-def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
-    return {t: (c.updated, c.removed) for t, c in changes.items()}
+        built, got = run.step(snapshot, changes)
+        event(f"served as scopes: {bool(built[types.SCOPE])}, "
+              f"patched: {got.change is not None}")
 
 
 def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) -> None:
