@@ -1,6 +1,10 @@
-"""Shared test options: ``--update-golden`` rewrites golden files instead of comparing."""
+"""Shared test options (``--update-golden`` rewrites golden files instead of comparing) and
+the garbage collector restored after every test."""
 
 from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,3 +17,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(autouse=True)
+def collector() -> Iterator[None]:
+    """The collector as it was before each test, whatever the test did (the GC policy
+    disables it and freezes the heap while a controller or ``run`` serves)."""
+    enabled = gc.isenabled()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()

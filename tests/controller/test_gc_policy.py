@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,6 @@ from podway.controller import main
 from podway.gc_policy import GcPolicy
 
 from .bed import Bed, cluster_service
-
-
-@pytest.fixture(autouse=True)
-def collector() -> Iterator[None]:
-    enabled = gc.isenabled()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 async def test_policy_applied_after_the_first_state_and_undone_at_stop(bed: Bed) -> None:

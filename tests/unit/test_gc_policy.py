@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,18 +52,6 @@ class Feed:
 class Cycle:
     def __init__(self) -> None:
         self.me = self
-
-
-@pytest.fixture(autouse=True)
-def collector() -> Iterator[None]:
-    """This test process's collector as it was, whatever the test did."""
-    enabled = gc.isenabled()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        if enabled:
-            gc.enable()
 
 
 def test_settle_collects_then_freezes() -> None:
