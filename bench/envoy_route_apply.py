@@ -235,8 +235,8 @@ class Config:
             return out
         table = self.table(self.count if variant.same else hosts, shape=variant.shape)
         if variant.same and version:  # the same bytes under a new version: sent again
-            table = Resource(name=table.name, packed=table.packed,
-                             digest=f"{table.digest}-{version}", kind=table.kind)
+            table = Resource(name=table.name, digest=f"{table.digest}-{version}",
+                             kind=table.kind, held=table.packed)
         out[types.ROUTE] = MappingProxyType({self.table_name: table})
         return out
 

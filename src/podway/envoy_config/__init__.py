@@ -24,7 +24,7 @@ type URLs of ``podway.xds.types`` only; ``podway.xds`` (cache, server) consumes 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -37,7 +37,7 @@ from podway.envoy_config.clusters import cluster
 from podway.envoy_config.endpoints import load_assignment
 from podway.envoy_config.listeners import listener
 from podway.envoy_config.routes import TableEncoder
-from podway.envoy_config.scoped import SCOPED_MIN_HOSTS
+from podway.envoy_config.scoped import SCOPED_MIN_HOSTS, HostCount
 from podway.envoy_config.secrets import secret
 from podway.envoy_config.split import (
     split_members,
@@ -54,14 +54,27 @@ from podway.xds import types
 @dataclass(frozen=True, slots=True)
 class Resource:
     """One built resource: the packed ``Any`` sent to Envoy, a content digest, and its message
-    (built, or parsed from the bytes on first use when it was encoded in parts)."""
+    (built, or parsed from the bytes on first use when it was encoded in parts). A deferred
+    resource (``deferred``) is encoded on first use of ``packed``; its digest is known before."""
 
     name: str
-    packed: any_pb2.Any = field(repr=False)
     digest: str
     # May hold a private key: never in reprs or logs. None: parse ``packed`` when asked.
     built: Message | None = field(default=None, repr=False, compare=False)
     kind: type[Message] | None = field(default=None, repr=False, compare=False)
+    # The packed ``Any``; None until ``make`` (which encodes it) is first called.
+    held: any_pb2.Any | None = field(default=None, repr=False, compare=False)
+    make: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def packed(self) -> any_pb2.Any:
+        if self.held is None:
+            assert self.make is not None
+            assert self.kind is not None
+            object.__setattr__(self, "held", _any(self.kind, self.make()))
+            object.__setattr__(self, "make", None)
+        assert self.held is not None
+        return self.held
 
     @property
     def message(self) -> Message:
@@ -82,12 +95,21 @@ class Resource:
         return cls._packed(name, kind, data, None)
 
     @classmethod
+    def deferred(cls, name: str, kind: type[Message], make: Callable[[], bytes],
+                 digest: str) -> Resource:
+        """A resource encoded as ``kind`` by ``make`` when first sent or read; ``digest``
+        must change whenever what ``make`` returns does (and be stable across processes)."""
+        return cls(name, digest, None, kind, None, make)
+
+    @classmethod
     def _packed(cls, name: str, kind: type[Message], data: bytes,
                 message: Message | None) -> Resource:
-        packed = any_pb2.Any(type_url="type.googleapis.com/" + kind.DESCRIPTOR.full_name,
-                             value=data)
-        return cls(name, packed, hashlib.blake2b(data, digest_size=12).hexdigest(),
-                   message, kind)
+        return cls(name, hashlib.blake2b(data, digest_size=12).hexdigest(), message, kind,
+                   _any(kind, data))
+
+
+def _any(kind: type[Message], data: bytes) -> any_pb2.Any:
+    return any_pb2.Any(type_url="type.googleapis.com/" + kind.DESCRIPTOR.full_name, value=data)
 
 
 Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
@@ -112,15 +134,18 @@ class Builder:
         self.scoped_min_hosts = scoped_min_hosts  # see ``podway.envoy_config.scoped``
         # id → (listener, served by a TCP split cluster, served as scopes, its resources)
         self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
-        # (id, persistence) → (listener, served as scopes, its tables, its scopes)
-        self._routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                           tuple[Listener, bool, tuple[Resource, ...],
-                                 tuple[Resource, ...]]] = {}
-        # id(virtual host) → (it, its table entry, its one-host table, its scope)
+        # (id, persistence) → (listener, served as scopes, its own tables)
+        self._routes: dict[tuple[int, _Signature], tuple[Listener, bool, tuple[Resource, ...]]] = {}
+        # The listener served as scopes, as the fields below describe it (None: they describe
+        # none): per virtual host (by id) its entry, one-host table and scope; those tables
+        # and scopes by name. Edited in place by a patch, never published (``build`` copies).
+        self._scoped_at: Listener | None = None
         self._scoped: dict[int, _ScopedHost] = {}
-        # id → (listener, its host count if it can be served as scopes)
-        self._counted: dict[int, tuple[Listener, int | None]] = {}
-        self._scoped_of = ""  # the listener ``_scoped`` is of
+        self._host_tables: dict[str, Resource] = {}
+        self._host_scopes: dict[str, Resource] = {}
+        # id → (listener, its host count if it is HTTP: ``scoped.HostCount``)
+        self._counted: dict[int, tuple[Listener, HostCount | None]] = {}
+        self._own_tables: frozenset[str] = frozenset()  # the last build's tables not of scopes
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
@@ -141,11 +166,12 @@ class Builder:
         persistence = self._persistence_of(ir, patch)
         signature = tuple(sorted(persistence.items(), key=lambda kv: kv[0]))
         listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
-        routes: dict[tuple[int, tuple[tuple[str, Persistence], ...]],
-                     tuple[Listener, bool, tuple[Resource, ...], tuple[Resource, ...]]] = {}
+        routes: dict[tuple[int, _Signature], tuple[Listener, bool, tuple[Resource, ...]]] = {}
         split: list[tuple[Listener, L4Route]] = []  # listeners served by a split cluster
-        chosen = self._pick_scoped(ir)
-        scoped_next: dict[int, _ScopedHost] = {}
+        chosen = self._pick_scoped(ir, patch, base)
+        # The names of one-host tables and scopes that may differ from the last build's
+        # (None: any may).
+        edited = self._scopes_of(chosen)
         for item in ir.listeners:
             split_by = split_route(item, ir.pools)
             if split_by is not None:
@@ -163,58 +189,89 @@ class Builder:
             if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
                 key = (id(item), signature)
                 hit = self._routes.get(key)
-                if hit is not None and hit[0] is item and hit[1] == as_scopes:
-                    tables, scopes = hit[2], hit[3]
+                if (hit is not None and hit[0] is item and hit[1] == as_scopes
+                        and (not as_scopes or self._scoped_at is item)):
+                    tables = hit[2]
                     self._tables.keep(item)
-                    if as_scopes:
-                        scoped_next.update(self._scoped)  # one scoped listener: all of them
                 else:
-                    tables, scopes = self._route_tables(
-                        item, as_scopes, persistence, scoped_next,
+                    previous = base.get(item.name)
+                    tables = self._route_tables(
+                        item, as_scopes, persistence,
                         changed=patch.vhosts.get(item.name) if patch is not None else None,
-                        previous=base.get(item.name))
-                routes[key] = (item, as_scopes, tables, scopes)
+                        previous=previous)
+                    if as_scopes:
+                        touched = self._scope_tables(item, previous)
+                        edited = None if edited is None or touched is None else edited | touched
+                routes[key] = (item, as_scopes, tables)
                 for route in tables:
                     out[types.ROUTE][route.name] = route
-                for resource in scopes:
-                    out[types.SCOPE][resource.name] = resource
         if patch is not None:
             names = self._patch_pools(ir, patch.pools, out, splits=bool(split))
         else:
             self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
         self._tables.done()
+        own = self._add_scopes(out)
         result: dict[str, Mapping[str, Resource]] = {
             t: MappingProxyType(v) for t, v in out.items()}
         self.hint = {}
         if patch is not None:
-            names |= self._splits.keys() | splits.keys()
-            self.hint = {t: (self._out[t], frozenset(names))
-                         for t in (types.CLUSTER, types.ENDPOINT)}
-            if not names:  # the very same mappings: the cache sees at once that nothing moved
-                result[types.CLUSTER] = self._out[types.CLUSTER]
-                result[types.ENDPOINT] = self._out[types.ENDPOINT]
-        self._listeners, self._routes = listeners, routes
-        self._splits, self._scoped = splits, scoped_next
+            self._hint(result, names | self._splits.keys() | splits.keys(),
+                       None if edited is None else edited | own | self._own_tables, edited)
+        self._listeners, self._routes, self._own_tables = listeners, routes, own
+        self._splits = splits
         self._ir, self._out, self._persistence = ir, dict(result), persistence
         self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
         return result
 
+    def _scopes_of(self, chosen: Listener | None) -> set[str] | None:
+        """Forget the scopes when another listener (or none) is served as scopes now: None
+        (every one-host table and scope may differ), else the empty set (none yet)."""
+        if self._scoped_at is not None and (chosen is None
+                                            or chosen.name != self._scoped_at.name):
+            self._scoped_at = None
+        if self._scoped_at is None and (self._host_tables or self._scoped):
+            self._scoped, self._host_tables, self._host_scopes = {}, {}, {}
+            return None
+        return set()
+
+    def _add_scopes(self, out: dict[str, dict[str, Resource]]) -> frozenset[str]:
+        """Add the one-host tables and scopes to ``out`` (copies: the builder's own are
+        edited in place by the next build); the names of the other tables."""
+        own = frozenset(out[types.ROUTE])
+        if self._host_tables:
+            out[types.ROUTE] = {**out[types.ROUTE], **self._host_tables}
+            out[types.SCOPE] = dict(self._host_scopes)
+        return own
+
+    def _hint(self, result: dict[str, Mapping[str, Resource]], pools: set[str],
+              tables: set[str] | None, scopes: set[str] | None) -> None:
+        """``hint`` for a patched build: the names of each type that may differ (None: any),
+        and the previous build's very mapping where none does (the cache sees at once that
+        nothing moved)."""
+        self.hint = {t: (self._out[t], frozenset(pools)) for t in (types.CLUSTER, types.ENDPOINT)}
+        if not pools:
+            result[types.CLUSTER] = self._out[types.CLUSTER]
+            result[types.ENDPOINT] = self._out[types.ENDPOINT]
+        if tables is not None and scopes is not None:
+            self.hint[types.ROUTE] = (self._out[types.ROUTE], frozenset(tables))
+            self.hint[types.SCOPE] = (self._out[types.SCOPE], frozenset(scopes))
+            if not scopes:
+                result[types.SCOPE] = self._out[types.SCOPE]
+
     def _route_tables(self, item: Listener, as_scopes: bool,
-                      persistence: dict[str, Persistence], scoped_next: dict[int, _ScopedHost],
-                      *, changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None,
-                      previous: Listener | None
-                      ) -> tuple[tuple[Resource, ...], tuple[Resource, ...]]:
-        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how),
-        and its scopes with their one-host tables when it is served as scopes."""
-        tables = tuple(Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
-                       for name, data in self._tables.tables(
-                           item, persistence=MappingProxyType(persistence),
-                           changed=changed, previous=previous))
-        if not as_scopes:
-            return tables, ()
-        more, scopes = self._scope_tables(item, scoped_next)
-        return tables + more, scopes
+                      persistence: dict[str, Persistence], *,
+                      changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None,
+                      previous: Listener | None) -> tuple[Resource, ...]:
+        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how);
+        its one table deferred when it is served as scopes (only SotW streams read it)."""
+        return tuple(
+            Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
+            if isinstance(data, bytes)
+            else Resource.deferred(name, route_pb2.RouteConfiguration, data, data.digest)
+            for name, data in self._tables.tables(
+                item, persistence=MappingProxyType(persistence), changed=changed,
+                previous=previous, deferred=as_scopes))
 
     def _persistence_of(self, ir: IR, patch: IRChange | None) -> dict[str, Persistence]:
         """Each pool's hash policy (routes of every table carry them)."""
@@ -283,44 +340,83 @@ class Builder:
         out[types.CLUSTER], out[types.ENDPOINT] = clusters, endpoints
         return set(names)
 
-    def _pick_scoped(self, ir: IR) -> Listener | None:
-        """The listener served as scopes (``scoped.pick``), host counts kept by identity."""
-        counted: dict[int, tuple[Listener, int | None]] = {}
-
-        def host_count(item: Listener) -> int | None:
+    def _pick_scoped(self, ir: IR, patch: IRChange | None, base: Mapping[str, Listener]
+                     ) -> Listener | None:
+        """The listener served as scopes (``scoped.pick``), host counts kept by identity and,
+        for a listener the patch names, edited from its previous count."""
+        counted: dict[int, tuple[Listener, HostCount | None]] = {}
+        for item in ir.listeners:
             hit = self._counted.get(id(item))
             if hit is None or hit[0] is not item:
-                hit = (item, scoped.host_count(item))
+                count: HostCount | None = None
+                pairs = patch.vhosts.get(item.name) if patch is not None else None
+                before = base.get(item.name)
+                if pairs is not None and before is not None and before is not item \
+                        and item.protocol is Protocol.HTTP:
+                    # Taken out of the memo first: edited in place, it is no longer before's.
+                    held = self._counted.pop(id(before), None)
+                    if held is not None and held[0] is before and held[1] is not None:
+                        count = held[1]
+                        count.edit(pairs)
+                hit = (item, count if count is not None else HostCount.of(item))
             counted[id(item)] = hit
-            return hit[1]
-
-        chosen = scoped.pick(ir.listeners, self.scoped_min_hosts, host_count=host_count)
         self._counted = counted
-        return chosen
 
-    def _scope_tables(self, item: Listener, scoped_next: dict[int, _ScopedHost]
-                      ) -> tuple[tuple[Resource, ...], tuple[Resource, ...]]:
-        """The one-host tables and the scopes of ``item``, from the entries its table was
-        just joined from; a host whose entry is the same object keeps its resources."""
-        if item.name != self._scoped_of:  # (names are the listener's)
-            self._scoped, self._scoped_of = {}, item.name
-        tables: list[Resource] = []
-        scopes: list[Resource] = []
+        def host_count(item: Listener) -> int | None:
+            count = counted[id(item)][1]
+            return count.count if count is not None else None
+
+        return scoped.pick(ir.listeners, self.scoped_min_hosts, host_count=host_count)
+
+    def _scope_tables(self, item: Listener, previous: Listener | None) -> set[str] | None:
+        """Bring the one-host tables and scopes up to ``item``'s table as just encoded: by its
+        edits when the table was edited from ``previous``'s and the scopes are ``previous``'s
+        (the names touched), else from all its entries, a host whose entry is the same
+        object keeping its resources (None: every name may differ)."""
+        edits, at = self._tables.edits, self._scoped_at
+        self._scoped_at = None  # (until the fields below are whole again)
+        if edits is not None and at is not None and at is previous:
+            touched: set[str] = set()
+            for old, new, entry in edits:
+                hit = self._scoped.pop(id(old), None) if old is not None else None
+                if old is not None:
+                    name = scoped.table_name(item.name, old.hostname)
+                    self._host_tables.pop(name, None)
+                    self._host_scopes.pop(name, None)
+                    touched.add(name)
+                if new is not None and entry is not None and new.hostname != "*":
+                    made = self._scoped_host(item, new, entry, hit)
+                    self._scoped[id(new)] = made
+                    self._host_tables[made[2].name], self._host_scopes[made[3].name] = (
+                        made[2], made[3])
+                    touched.add(made[2].name)
+            self._scoped_at = item
+            return touched
+        scoped_next: dict[int, _ScopedHost] = {}
+        tables: dict[str, Resource] = {}
+        scopes: dict[str, Resource] = {}
         for vhost, entry in self._tables.entries:
             if vhost.hostname == "*":
                 continue  # (a catch-all serving nothing: no scope; a key matching none 404s)
             hit = self._scoped.get(id(vhost))
             if hit is None or hit[0] is not vhost or hit[1] is not entry:
-                name = scoped.table_name(item.name, vhost.hostname)
-                table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
-                                          self._tables.table_bytes(name, entry))
-                scope = (hit[3] if hit is not None and hit[3].name == name
-                         else Resource.of(name, scoped.scope(item.name, vhost.hostname)))
-                hit = (vhost, entry, table, scope)
+                hit = self._scoped_host(item, vhost, entry, hit)
             scoped_next[id(vhost)] = hit
-            tables.append(hit[2])
-            scopes.append(hit[3])
-        return tuple(tables), tuple(scopes)
+            tables[hit[2].name], scopes[hit[3].name] = hit[2], hit[3]
+        self._scoped, self._host_tables, self._host_scopes = scoped_next, tables, scopes
+        self._scoped_at = item
+        return None
+
+    def _scoped_host(self, item: Listener, vhost: VirtualHost, entry: bytes,
+                     before: _ScopedHost | None) -> _ScopedHost:
+        """The one-host table and scope of ``vhost`` (its scope kept from ``before`` when
+        named the same: a scope holds only its name and key)."""
+        name = scoped.table_name(item.name, vhost.hostname)
+        table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
+                                  self._tables.table_bytes(name, entry))
+        scope = (before[3] if before is not None and before[3].name == name
+                 else Resource.of(name, scoped.scope(item.name, vhost.hostname)))
+        return (vhost, entry, table, scope)
 
     def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
                       out: dict[str, dict[str, Resource]]
@@ -346,6 +442,7 @@ class Builder:
 
 
 _ScopedHost = tuple[VirtualHost, bytes, Resource, Resource]  # vhost, entry, table, scope
+_Signature = tuple[tuple[str, Persistence], ...]  # the pools' hash policies, by name
 
 
 def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False

@@ -23,9 +23,11 @@ Invariants the IR relies on and how they map to Envoy:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from envoy.config.core.v3 import base_pb2
 from envoy.config.route.v3 import route_components_pb2 as rc
@@ -169,6 +171,33 @@ def _order_of(vhost: VirtualHost) -> tuple[int, int, str]:
 
 _VhostKey = tuple[int, bool, int]  # (id(vhost), answers 421, id(catch-all) it folds in or 0)
 _Part = tuple[VirtualHost, VirtualHost | None, bytes]  # (vhost, catch-all folded in, encoding)
+#: One edit of a table (``TableEncoder.edits``): the virtual host before, after, and the
+#: encoding of the one after (as a table entry); None where absent.
+Edit = tuple[VirtualHost | None, VirtualHost | None, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A table not joined yet (``TableEncoder.tables`` with ``deferred``): its parts, and a
+    digest of them that does not need the join (per-part digests, hashed in order). Calling
+    it joins the parts: the table's encoding."""
+
+    parts: tuple[bytes, ...]
+    digest: str
+
+    def __call__(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _part_digest(part: bytes) -> bytes:
+    return hashlib.blake2b(part, digest_size=12).digest()
+
+
+def _joined_digest(name: str, sums: Iterable[bytes]) -> str:
+    """The digest of a ``Joined`` table ``name`` whose virtual-host parts have digests
+    ``sums`` (its head and tail follow from the name)."""
+    return hashlib.blake2b(b"".join((b"joined\0", name.encode(), b"\0", *sums)),
+                           digest_size=12).hexdigest()
 
 
 def _key(vhost: VirtualHost, misdirected: bool, catch_all: VirtualHost | None
@@ -197,41 +226,56 @@ class TableEncoder:
         self._parts: dict[str, dict[_VhostKey, _Part]] = {}  # listener name → its parts
         self._next: dict[str, dict[_VhostKey, _Part]] = {}
         self._heads: dict[str, tuple[bytes, bytes]] = {}
-        # listener name → (listener, one encoding per virtual host, in order) of a listener
-        # with one table, no SNI context and lowercase, distinct hostnames: what ``patch`` edits
-        self._aligned: dict[str, tuple[Listener, list[bytes]]] = {}
+        # listener name → (listener, one encoding per virtual host, in order, and their
+        # digests when its table was deferred) of a listener with one table, no SNI context
+        # and lowercase, distinct hostnames: what ``patch`` edits
+        self._aligned: dict[str, tuple[Listener, list[bytes], list[bytes] | None]] = {}
         self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
-        # The last ``tables`` call's (virtual host, its encoding as a table entry), in the
-        # listener's own table (not an SNI chain's): the parts scoped tables are made of.
-        self.entries: list[tuple[VirtualHost, bytes]] = []
+        self._entries: tuple[Sequence[VirtualHost], Sequence[bytes]] = ((), ())
+        self.edits: list[Edit] | None = None
+        """The last ``tables`` call's edits of the listener's table (last position first), if
+        it edited the table; None if it walked every virtual host."""
+
+    @property
+    def entries(self) -> list[tuple[VirtualHost, bytes]]:
+        """The last ``tables`` call's (virtual host, its encoding as a table entry), in the
+        listener's own table (not an SNI chain's): the parts scoped tables are made of. Valid
+        until the next ``tables`` call."""
+        return list(zip(*self._entries, strict=True))
 
     def tables(self, listener: Listener, *, persistence: PersistenceByPool,
                changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None = None,
-               previous: Listener | None = None) -> list[tuple[str, bytes]]:
+               previous: Listener | None = None, deferred: bool = False
+               ) -> list[tuple[str, bytes | Joined]]:
         """(name, encoded RouteConfiguration) of each table of ``listener``.
 
         ``changed`` (with ``previous``, the listener of the last call for this name): the
         virtual hosts that differ from ``previous``'s as (old, new) pairs, every other one the
         same object in the same ``host_order`` (``podway.ir.IRChange``). The table is then
         edited, not walked: the changed parts encoded, the rest reused by position.
+
+        ``deferred``: the listener's own table comes as ``Joined`` (not joined; its digest
+        from the parts' digests, kept across edits): a listener served as scopes, whose one
+        table only state-of-the-world streams read (``podway.envoy_config.scoped``).
         """
         if persistence != self._persistence:
             self._parts, self._persistence = {}, persistence
             self._aligned = {}
         if changed is not None and previous is not None:
-            patched = self._patch(listener, changed, previous, persistence)
+            patched = self._patch(listener, changed, previous, persistence, deferred)
             if patched is not None:
                 return patched
+        self.edits = None
         catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
         before = self._parts.get(listener.name, {})
         now = self._next.setdefault(listener.name, {})
-        out = []
-        self.entries = []
+        out: list[tuple[str, bytes | Joined]] = []
+        self._entries = ((), ())
         tables = _tables(listener)
         for name, sni in tables:
             head, tail = self._head(name)
             parts = [head]
-            entries = self.entries if sni is None else []
+            served: list[VirtualHost] = []
             lowercase = True
             for vhost, misdirected in _served(listener, sni):
                 lowercase = lowercase and vhost.hostname == vhost.hostname.lower()
@@ -245,19 +289,24 @@ class TableEncoder:
                            _VHOSTS_TAG + varint(len(data)) + data)
                 now[key] = hit
                 parts.append(hit[2])
-                entries.append((vhost, hit[2]))
+                served.append(vhost)
             parts.append(tail)
-            out.append((name, b"".join(parts)))
+            own = parts[1:-1]
+            if sni is None:
+                self._entries = (served, own)
+            sums = [_part_digest(p) for p in own] if deferred and sni is None else None
+            out.append((name, Joined(tuple(parts), _joined_digest(name, sums))
+                        if sums is not None else b"".join(parts)))
             self._aligned.pop(listener.name, None)
             if (len(tables) == 1 and sni is None and lowercase
                     and len(parts) == len(listener.virtual_hosts) + 2):
-                self._aligned[listener.name] = (listener, parts[1:-1])
+                self._aligned[listener.name] = (listener, own, sums)
         return out
 
     def _patch(self, listener: Listener,
                changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]],
-               previous: Listener, persistence: PersistenceByPool
-               ) -> list[tuple[str, bytes]] | None:
+               previous: Listener, persistence: PersistenceByPool, deferred: bool
+               ) -> list[tuple[str, bytes | Joined]] | None:
         """The table of ``listener`` edited from ``previous``'s; None when it cannot be."""
         held = self._aligned.get(listener.name)
         if held is None or held[0] is not previous or _tables(listener) != [(listener.name, None)]:
@@ -289,14 +338,36 @@ class TableEncoder:
         if len(new_all) != len(old_all) + grown or len({at for at, _, _ in edits}) != len(edits):
             return None
         parts = held[1]
+        sums = held[2] if deferred else None  # (kept only while the table is deferred)
+        done = self._edit(listener.name, parts, sums, edits, catch_all=catch_all,
+                          persistence=persistence)
+        if deferred and sums is None:  # (deferred now, not when it was walked)
+            sums = [_part_digest(p) for p in parts]
+        self._aligned[listener.name] = (listener, parts, sums)
+        self._entries = (new_all, parts)
+        self.edits = done
+        head, tail = self._head(listener.name)
+        if sums is not None:
+            return [(listener.name, Joined((head, *parts, tail),
+                                           _joined_digest(listener.name, sums)))]
+        return [(listener.name, b"".join((head, *parts, tail)))]
+
+    def _edit(self, name: str, parts: list[bytes], sums: list[bytes] | None,
+              edits: list[tuple[int, VirtualHost | None, VirtualHost | None]], *,
+              catch_all: VirtualHost | None, persistence: PersistenceByPool) -> list[Edit]:
+        """Apply ``edits`` (position, old, new) to ``parts`` and their digests ``sums``."""
         # The per-key parts go on too (a later walk of the table finds the new ones).
-        keyed = self._next.setdefault(listener.name, self._parts.get(listener.name, {}))
+        keyed = self._next.setdefault(name, self._parts.get(name, {}))
+        done: list[Edit] = []
         for at, old, new in sorted(edits, key=lambda e: e[0], reverse=True):
             if old is not None:  # its encoding goes with it (else one more per change)
                 gone = old.wildcard is WildcardMode.ONE_LABEL and catch_all is not None
                 keyed.pop((id(old), False, id(catch_all) if gone else 0), None)
             if new is None:
                 del parts[at]
+                if sums is not None:
+                    del sums[at]
+                done.append((old, None, None))
                 continue
             data = _virtual_host(new, catch_all, persistence).SerializeToString(deterministic=True)
             part = _VHOSTS_TAG + varint(len(data)) + data
@@ -307,10 +378,13 @@ class TableEncoder:
                 parts[at] = part
             else:
                 parts.insert(at, part)
-        self._aligned[listener.name] = (listener, parts)
-        self.entries = list(zip(new_all, parts, strict=True))
-        head, tail = self._head(listener.name)
-        return [(listener.name, b"".join((head, *parts, tail)))]
+            if sums is not None:
+                if old is not None:
+                    sums[at] = _part_digest(part)
+                else:
+                    sums.insert(at, _part_digest(part))
+            done.append((old, new, part))
+        return done
 
     def table_bytes(self, name: str, entry: bytes) -> bytes:
         """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),

@@ -29,7 +29,9 @@ Invariants:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import scoped_route_pb2
@@ -41,7 +43,7 @@ from google.protobuf import wrappers_pb2
 from google.protobuf.message import Message
 
 from podway.envoy_config.common import ads_source, pack
-from podway.ir import Listener
+from podway.ir import Listener, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
@@ -59,17 +61,58 @@ end
 """
 
 
+@dataclass(slots=True)
+class HostCount:
+    """``host_count`` of one HTTP listener, kept up to date by its virtual hosts' edits, so
+    a change of one host costs one host, not a walk of them all."""
+
+    names: Counter[str] = field(default_factory=Counter)  # lower-case exact name → how many
+    wildcards: int = 0  # hostnames ``*.…``
+    busy: int = 0  # catch-alls (``*``) that serve routes
+
+    @classmethod
+    def of(cls, listener: Listener) -> HostCount | None:
+        """The count of ``listener``; None if it is not HTTP (never served as scopes)."""
+        if listener.protocol is not Protocol.HTTP:
+            return None
+        count = cls()
+        count.edit([(None, v) for v in listener.virtual_hosts])
+        return count
+
+    def edit(self, pairs: Iterable[tuple[VirtualHost | None, VirtualHost | None]]) -> None:
+        """Each (old, new) virtual host: old leaves the count, new enters it."""
+        for old, new in pairs:
+            if old is not None:
+                self._add(old, -1)
+            if new is not None:
+                self._add(new, 1)
+
+    def _add(self, vhost: VirtualHost, by: int) -> None:
+        name = vhost.hostname
+        if name == "*":
+            self.busy += by if vhost.routes else 0
+        elif name.startswith("*"):
+            self.wildcards += by
+        else:
+            key = name.lower()
+            left = self.names[key] + by
+            if left:
+                self.names[key] = left
+            else:
+                del self.names[key]
+
+    @property
+    def count(self) -> int | None:
+        """As ``host_count``."""
+        return None if self.wildcards or self.busy else len(self.names)
+
+
 def host_count(listener: Listener) -> int | None:
     """How many exact hostnames ``listener`` serves if it can be served as scopes (HTTP, exact
-    hostnames only, a catch-all only if it serves nothing), else None."""
-    if listener.protocol is not Protocol.HTTP:
-        return None
-    names = [v.hostname for v in listener.virtual_hosts]
-    if any(n.startswith("*") and n != "*" for n in names) or any(
-            v.hostname == "*" and v.routes for v in listener.virtual_hosts):
-        return None
-    # (a duplicate is left out, as in the table: the first wins)
-    return len({n.lower() for n in names if n != "*"})
+    hostnames only, a catch-all only if it serves nothing), else None. (A duplicate counts
+    once, as in the table: the first wins.)"""
+    count = HostCount.of(listener)
+    return count.count if count is not None else None
 
 
 def pick(listeners: Iterable[Listener], min_hosts: int = SCOPED_MIN_HOSTS, *,
