@@ -150,3 +150,21 @@ def test_a_host_count_edited_equals_one_counted_afresh(
         hosts = [h for h in hosts if h is not old] + ([new] if new is not None else [])
         count.edit([(old, new)])
         assert count.count == scoped.host_count(http_listener(*hosts))
+
+
+def test_an_endpoint_change_hands_over_the_routes_and_scopes_as_they_were() -> None:
+    """A change of one pool's members leaves a scoped listener's tables and scopes as they
+    were: the builder hands over the previous mappings themselves (the cache sees at once
+    that they did not move; no copy of every host's names)."""
+    hosts, pools = _scoped_world(20)
+    ir = IR(listeners=(http_listener(*hosts),), pools=pools)
+    builder = Builder(scoped_min_hosts=8)
+    first = builder.build(ir)
+    moved = IR(listeners=ir.listeners, pools=MappingProxyType({"p": pool("p", 8082)}))
+    built = builder.build(moved, IRChange(base=ir, pools=frozenset({"p"})))
+    assert built[ROUTE] is first[ROUTE]
+    assert built[SCOPE] is first[SCOPE]
+    assert built["type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"][
+        "p"].digest != first["type.googleapis.com/envoy.config.endpoint.v3."
+                             "ClusterLoadAssignment"]["p"].digest
+    assert _digests(built) == _digests(Builder(scoped_min_hosts=8).build(moved))
