@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -36,6 +37,8 @@ from podway.envoy_config import Resource, Resources
 from podway.xds import handover, types
 
 _EMPTY: Mapping[str, Resource] = MappingProxyType({})
+#: How many changes of a type ``names_changed`` can go back (older: compare everything).
+HISTORY = 16
 
 #: Per type URL: (the mapping resources were derived from, the only names that may differ).
 Hint = Mapping[str, tuple[Mapping[str, Resource], frozenset[str]]]
@@ -72,7 +75,8 @@ class Cache:
             t: TypeSnapshot(version="") for t in types.PUSH_ORDER}
         self._event = asyncio.Event()
         self._ready = False
-        self._last: dict[str, tuple[str, Change]] = {}  # type → (version before, change)
+        # type → its last changes, oldest first: (version before, the change)
+        self._last: dict[str, deque[tuple[str, Change]]] = {}
         self._holds: dict[str, _Hold] = {}  # pool → its interim assignment, until settled
 
     @property
@@ -84,12 +88,17 @@ class Cache:
         return self._types.get(type_url, TypeSnapshot(version=""))
 
     def names_changed(self, type_url: str, since: str) -> frozenset[str] | None:
-        """Names updated or removed since version ``since`` if that was the previous version
-        (one step back), else None: the caller must compare everything."""
-        last = self._last.get(type_url)
-        if last is None or last[0] != since:
-            return None
-        return last[1].updated | last[1].removed
+        """Names updated or removed since version ``since`` if that is one of the last
+        ``HISTORY`` versions of the type (a stream a few changes behind still compares only
+        what moved), else None: the caller must compare everything."""
+        steps = self._last.get(type_url, ())
+        names: set[str] = set()
+        for before, change in reversed(steps):
+            names |= change.updated
+            names |= change.removed
+            if before == since:
+                return frozenset(names)
+        return None
 
     def changed(self) -> asyncio.Event:
         """An event set at the next ``set`` that changes anything."""
@@ -209,7 +218,8 @@ class Cache:
             version = f"{self._boot}-{next(self._counter)}"
             self._types[type_url] = TypeSnapshot(version, kept)
             changes[type_url] = Change(version, updated, removed)
-            self._last[type_url] = (old.version, changes[type_url])
+            self._last.setdefault(type_url, deque(maxlen=HISTORY)).append(
+                (old.version, changes[type_url]))
         self._ready = True
         if changes:
             event, self._event = self._event, asyncio.Event()

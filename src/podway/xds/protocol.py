@@ -30,11 +30,12 @@ Rules both follow (from the xDS protocol):
   world: the cluster set recorded under the version it names, ``podway.xds.held``).
   (docs/design/xds-ordering.md)
 * A push costs O(change): a stream compares only the names the cache reports changed since the
-  version it last looked at (``Cache.names_changed``), falling back to a full comparison when it
-  is more than one version behind. Whether clusters are settled is a look at every cluster, so
-  a stream keeps its last answer (``SettledMemo``) until a cluster or endpoint request comes,
-  it responds with clusters or endpoints, their cache versions move, or the endpoint refusals
-  change: a route-only change does not look at 10,000 clusters again.
+  version it last looked at (``Cache.names_changed``, up to ``cache.HISTORY`` changes back),
+  falling back to a full comparison when it is further behind. Whether clusters are settled is
+  a look at every cluster, so a stream keeps its last answer (``SettledMemo``) until a cluster
+  or endpoint request comes, it responds with clusters or endpoints, their cache versions
+  move, or the endpoint refusals change: a route-only change does not look at 10,000 clusters
+  again.
 """
 
 from __future__ import annotations

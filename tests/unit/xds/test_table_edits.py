@@ -14,7 +14,7 @@ from podway.envoy_config import Builder, scoped
 from podway.envoy_config.routes import TableEncoder, route_configuration
 from podway.envoy_config.scoped import HostCount
 from podway.ir import IR, IRChange, Pool, VirtualHost
-from podway.xds.cache import Cache
+from podway.xds.cache import HISTORY, Cache
 
 from .helpers import http_listener, pool, route, vhost
 
@@ -168,3 +168,29 @@ def test_an_endpoint_change_hands_over_the_routes_and_scopes_as_they_were() -> N
         "p"].digest != first["type.googleapis.com/envoy.config.endpoint.v3."
                              "ClusterLoadAssignment"]["p"].digest
     assert _digests(built) == _digests(Builder(scoped_min_hosts=8).build(moved))
+
+
+def test_a_stream_a_few_changes_behind_still_gets_only_what_moved() -> None:
+    """``Cache.names_changed`` from a version up to ``HISTORY`` changes back is the union of
+    the names those changes moved; from further back (or an unknown version) it is None (the
+    stream compares everything)."""
+    hosts, pools = _scoped_world(30)
+    ir = IR(listeners=(http_listener(*hosts),), pools=pools)
+    builder, cache = Builder(scoped_min_hosts=8), Cache()
+    cache.set(builder.build(ir), hint=builder.hint)
+    versions = [cache.get(ROUTE).version]
+    touched: list[str] = []
+    for n in range(HISTORY + 2):
+        old = hosts[n]
+        hosts[n] = vhost(old.hostname, route(f"again-{n}", "/", "p"))
+        after = IR(listeners=(http_listener(*hosts),), pools=pools)
+        cache.set(builder.build(after, IRChange(base=ir, vhosts=MappingProxyType(
+            {"listener/http": ((old, hosts[n]),)}))), hint=builder.hint)
+        ir = after
+        versions.append(cache.get(ROUTE).version)
+        touched.append(scoped.table_name("listener/http", old.hostname))
+    for back in range(1, HISTORY + 1):
+        assert cache.names_changed(ROUTE, versions[-1 - back]) == {
+            "listener/http", *touched[-back:]}
+    assert cache.names_changed(ROUTE, versions[-2 - HISTORY]) is None
+    assert cache.names_changed(ROUTE, "no such version") is None
