@@ -10,10 +10,11 @@ encodings (``routes.TableEncoder``), so only the changed virtual hosts are encod
 large exact-hostname listener is also served as scopes, one table per host, each kept while its
 virtual host encodes the same (``podway.envoy_config.scoped``). The
 translator's ``IRChange`` (when its base is the IR built last) narrows a build to the named
-pools and virtual hosts, and ``Builder.hint`` passes that on to the cache. Each resource
-carries the digest of its serialised bytes; the cache (``podway.xds.cache``) uses it to keep
-versions of unchanged resources, which is what keeps listeners, routes and clusters untouched
-in Envoy.
+pools and virtual hosts (and the scoped listener's host count, one-host tables and scopes to
+the hosts it names), and ``Builder.hint`` passes that on to the cache. Each resource carries a
+digest of its content (of its serialised bytes; for the deferred one table of a scoped
+listener, of its parts' digests); the cache (``podway.xds.cache``) uses it to keep versions of
+unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
 
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
