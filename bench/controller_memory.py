@@ -157,6 +157,13 @@ def report(marks: dict[str, float], trace: bool) -> str:
            f"{vm('VmRSS'):.1f} MiB ({len(sys.modules)} modules); peak {vm('VmHWM'):.1f} MiB"]
     out += malloc_figures()
     gc.unfreeze()  # the frozen generation is not in gc.get_objects()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector would free: kept in gc.garbage
+    gc.collect()
+    gc.set_debug(0)
+    garbage = sum(sys.getsizeof(o) for o in gc.garbage)
+    out.append(f"  garbage waiting for the collector (cycles): {len(gc.garbage):,} objects, "
+               f"{garbage / 2**20:.1f} MiB; freed now")
+    gc.garbage.clear()
     controllers = instances({"Controller"}).get("Controller", [])
     if len(controllers) != 1:
         return "\n".join([*out, f"  expected one Controller, found {len(controllers)}"])
@@ -226,7 +233,7 @@ def child(dump: str, trace: bool, argv: list[str]) -> None:
     from podway.cli import main
     from podway.commands import register
 
-    register(typer.Typer())  # every sub-command's imports, as ``main`` makes them
+    register(typer.Typer(), argv)  # the sub-command's imports, as ``main`` makes them
     marks["imports"] = vm("VmRSS")
     marks["imports_modules"] = len(sys.modules)
 
