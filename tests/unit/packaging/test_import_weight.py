@@ -1,7 +1,7 @@
 """``podway controller`` loads no module it does not use while serving a cluster without TLS:
 each costs resident memory in every replica (issue 11: ≤ 150 MiB at 1,000 routes; the split is
 in docs/performance.md, "Controller memory"). The X.509 library loads at the first certificate
-to check; kubernetes-asyncio's unused sub-packages (and what they import) and the other
+to check, RE2 at the first regular expression; kubernetes-asyncio's unused sub-packages (and what they import) and the other
 sub-commands' modules (rich's console and tables among them) never."""
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from podway.commands import COMMANDS, register
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
-#: Loaded only when used: the X.509 library (TLS Secrets), kubernetes-asyncio's dynamic client
+#: Loaded only when used: the X.509 library (TLS Secrets), RE2 (regular expressions in routes
+#: or annotations), kubernetes-asyncio's dynamic client
 #: with kubernetes-validate and jsonschema (present in dev installs), pydoc (its watch), rich
 #: (the other commands' output) and the other commands' modules.
-DEFERRED = ("cryptography", "kubernetes_validate", "jsonschema", "pydoc", "rich",
+DEFERRED = ("cryptography", "re2", "kubernetes_validate", "jsonschema", "pydoc", "rich",
             "kubernetes_asyncio.dynamic.client", "kubernetes_asyncio.watch.watch",
             *(f"podway.commands.{name}" for name in COMMANDS if name != "controller"))
 
@@ -73,3 +74,13 @@ def test_a_tls_secret_still_gets_its_pair_checked() -> None:
                "print(tls._check_pair(b'x', b'y').error);"
                "print(tls._valid_bundle('x'), 'cryptography' in sys.modules)") == [
         "False", "tls.crt holds no valid PEM certificate", "False True"]
+
+
+def test_a_regex_still_gets_checked_and_matched() -> None:
+    """Deferred, not gone: RE2 loads at the first pattern, checks it and matches with it."""
+    assert run("import sys; from podway.translate.regex import re2_problem;"
+               "from podway.ir.evaluate import _fullmatch;"
+               "print('re2' in sys.modules);"
+               "print(re2_problem('(?=x)') is not None, re2_problem('a+') is None);"
+               "print(_fullmatch('a+b', 'aab'), _fullmatch('(', 'x'))") == [
+        "False", "True True", "True False"]
