@@ -1,8 +1,9 @@
-"""``podway controller`` loads no module it does not use while serving a cluster without TLS:
-each costs resident memory in every replica (issue 11: ≤ 150 MiB at 1,000 routes; the split is
-in docs/performance.md, "Controller memory"). The X.509 library loads at the first certificate
-to check, RE2 at the first regular expression; kubernetes-asyncio's unused sub-packages (and what they import) and the other
-sub-commands' modules (rich's console and tables among them) never."""
+"""``podway controller`` loads no module it does not use while serving a cluster without TLS
+or regular expressions: each costs resident memory in every replica (issue 11: ≤ 150 MiB at
+1,000 routes; the split is in docs/performance.md, "Controller memory"). The X.509 library
+loads at the first certificate to check, RE2 at the first regular expression;
+kubernetes-asyncio's unused sub-packages (and what they import) and the other sub-commands'
+modules (rich's console and tables among them) never."""
 
 from __future__ import annotations
 
