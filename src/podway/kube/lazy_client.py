@@ -18,8 +18,10 @@ before.
 
 The package's own ``__init__`` also imports four sub-packages Podway never uses (``dynamic``,
 ``stream``, ``utils``, ``watch``), and with them ``pydoc`` and, where it is installed,
-``kubernetes-validate`` with ``jsonschema`` (~3 MiB in the controller, ~50 modules). Each is put
-in ``sys.modules`` as a ``DeferredPackage``: its submodules import as usual, and its real
+``kubernetes-validate`` with ``jsonschema`` (~3 MiB in the controller, ~50 modules); and the
+``client.api`` package's ``__init__`` imports every one of the ~65 API classes' modules when
+the first one is imported (~10 MiB; Podway uses five). Each of these is put in
+``sys.modules`` as a ``DeferredPackage``: its submodules import as usual, and its real
 ``__init__`` runs, in that very module object, at the first name asked of it.
 
 Invariants: ``install`` changes nothing when the client was already imported (eagerly: then
@@ -39,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGE = "kubernetes_asyncio.client"
-#: Sub-packages the package's ``__init__`` imports and Podway never uses: deferred.
-UNUSED = ("dynamic", "stream", "utils", "watch")
+#: Packages whose ``__init__`` imports what Podway never uses: deferred (dotted, under
+#: ``kubernetes_asyncio``).
+UNUSED = ("dynamic", "stream", "utils", "watch", "client.api")
 _IMPORT = re.compile(r"^from (kubernetes_asyncio\.client[\w.]*) import (\w+)\s*$", re.M)
 
 
@@ -128,8 +131,9 @@ def install() -> bool:
     sys.modules[f"{_PACKAGE}.models"] = models
     sys.modules[_PACKAGE] = client
     for name in UNUSED:
+        within = folder.parent.joinpath(*name.split(".")[:-1])  # the folder holding it
         sub = importlib.machinery.PathFinder.find_spec(f"kubernetes_asyncio.{name}",
-                                                       [str(folder.parent)])
+                                                       [str(within)])
         if sub is not None and sub.loader is not None and sub.submodule_search_locations:
             sys.modules[sub.name] = DeferredPackage(sub)
     return True

@@ -111,3 +111,23 @@ def test_a_deferred_package_says_which_name_it_lacks() -> None:
             print(exc)
     """)
     assert out == "module 'kubernetes_asyncio.watch' has no attribute 'no_such_name'"
+
+
+def test_an_api_class_loads_its_own_module_not_every_api() -> None:
+    """The ``client.api`` package's ``__init__`` imports all ~65 API modules; asked for a few
+    API classes, only their modules load, and the package still gives any name on demand."""
+    out = run("""
+        import sys
+        import podway
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client import CoreV1Api
+        apis = (CoreV1Api, client.CustomObjectsApi, client.CoordinationV1Api)
+        loaded = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]
+        assert sorted(loaded) == ["kubernetes_asyncio.client.api.coordination_v1_api",
+                                  "kubernetes_asyncio.client.api.core_v1_api",
+                                  "kubernetes_asyncio.client.api.custom_objects_api"], loaded
+        from kubernetes_asyncio.client.api import CoreV1Api as Same, StorageV1Api
+        assert Same is CoreV1Api and client.StorageV1Api is StorageV1Api
+        print(len([m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]))
+    """)
+    assert int(out) > 50  # asked for a name of the package itself: its real __init__ ran
