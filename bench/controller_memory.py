@@ -92,6 +92,20 @@ def walk(roots: Iterable[object], seen: set[int],
     return count, size, by_type
 
 
+def attributes(obj: object, seen: set[int]) -> list[tuple[str, int]]:
+    """Bytes reachable from each attribute of ``obj`` (beyond ``seen``, which is left as it
+    is), biggest first; attributes share objects, so these overlap and need not add up."""
+    names = list(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        names += [n for n in getattr(cls, "__slots__", ()) if n not in names]
+    sizes = []
+    for name in names:
+        value = getattr(obj, name, None)
+        if value is not None and not isinstance(value, _SKIP):
+            sizes.append((name.lstrip("_"), walk([value], set(seen))[1]))
+    return sorted(sizes, key=lambda kv: -kv[1])
+
+
 def instances(cls_names: set[str]) -> dict[str, list[object]]:
     found: dict[str, list[object]] = {}
     for obj in gc.get_objects():
@@ -151,10 +165,15 @@ def malloc_figures() -> list[str]:
     return lines
 
 
+marks_modules: set[str] = set()  # loaded by the command's imports (the child's mark)
+
+
 def report(marks: dict[str, float], trace: bool) -> str:
     out = [f"  VmRSS: bare interpreter {marks['bare']:.1f} MiB, after the command's imports "
            f"{marks['imports']:.1f} MiB ({marks['imports_modules']:.0f} modules), now "
            f"{vm('VmRSS'):.1f} MiB ({len(sys.modules)} modules); peak {vm('VmHWM'):.1f} MiB"]
+    later = sorted(m for m in sys.modules if m not in marks_modules)
+    out.append(f"  modules first loaded while serving: {', '.join(later) or 'none'}")
     out += malloc_figures()
     gc.unfreeze()  # the frozen generation is not in gc.get_objects()
     gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector would free: kept in gc.garbage
@@ -173,10 +192,14 @@ def report(marks: dict[str, float], trace: bool) -> str:
     total = 0
     for label, roots in layers(controllers[0]):
         sites: Counter[str] | None = Counter() if trace else None
+        parts = attributes(roots[0], seen) if len(roots) == 1 else []
         count, size, by_type = walk(roots, seen, sites)
         total += size
         top = ", ".join(f"{t} {b / 2**20:.1f}" for t, b in by_type.most_common(5))
         out.append(f"    {size / 2**20:6.1f} MiB {count:9,} objects  {label}  [{top}]")
+        if parts:
+            out.append("        of which: " + ", ".join(
+                f"{name} {b / 2**20:.2f}" for name, b in parts[:6]))
         if sites:
             out.append("        allocated at: " + ", ".join(
                 f"{w} {b / 2**20:.2f}" for w, b in sites.most_common(6)))
@@ -236,6 +259,7 @@ def child(dump: str, trace: bool, argv: list[str]) -> None:
     register(typer.Typer(), argv)  # the sub-command's imports, as ``main`` makes them
     marks["imports"] = vm("VmRSS")
     marks["imports_modules"] = len(sys.modules)
+    marks_modules.update(sys.modules)
 
     def on_signal(*_: object) -> None:
         Path(dump).write_text(report(marks, trace) + "\n")
