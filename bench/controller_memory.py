@@ -169,7 +169,8 @@ marks_modules: set[str] = set()  # loaded by the command's imports (the child's 
 
 
 def report(marks: dict[str, float], trace: bool) -> str:
-    out = [f"  VmRSS: bare interpreter {marks['bare']:.1f} MiB, after the command's imports "
+    out = [f"  VmRSS: before the command's imports (interpreter, asyncio: the tool's own) "
+           f"{marks['bare']:.1f} MiB, after the command's imports "
            f"{marks['imports']:.1f} MiB ({marks['imports_modules']:.0f} modules), now "
            f"{vm('VmRSS'):.1f} MiB ({len(sys.modules)} modules); peak {vm('VmHWM'):.1f} MiB"]
     later = sorted(m for m in sys.modules if m not in marks_modules)
