@@ -9,6 +9,7 @@ the traceback. Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 
 import typer
@@ -32,7 +33,7 @@ def version() -> None:
 def main() -> None:
     from podway.commands import register
 
-    register(app)
+    register(app, sys.argv[1:])  # only the sub-command that runs is imported
     try:
         app()
     except (Exception, ExceptionGroup) as exc:

@@ -6,11 +6,11 @@ semantics without a data plane, and ``podway explain`` can walk a request with i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl
-
-import re2
 
 from podway.ir.hosts import covers, host_order
 from podway.ir.listener import Listener, VirtualHost
@@ -110,13 +110,21 @@ def _string_matches(kind: StringMatchKind, pattern: str, value: str) -> bool:
     return _fullmatch(pattern, value)
 
 
-_RE2 = re2.Options()
-_RE2.log_errors = False
+@functools.cache
+def _options() -> Any:
+    """RE2, imported at the first regex to match (a process serving none never loads it)."""
+    import re2
+
+    out = re2.Options()
+    out.log_errors = False
+    return out
 
 
 def _fullmatch(pattern: str, value: str) -> bool:
     """RE2 semantics, as the engine matches (an invalid pattern matches nothing)."""
+    import re2
+
     try:
-        return re2.compile(pattern, _RE2).fullmatch(value) is not None
+        return re2.compile(pattern, _options()).fullmatch(value) is not None
     except re2.error:
         return False

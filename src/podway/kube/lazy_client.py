@@ -16,6 +16,14 @@ are the same objects the eager import gives, so ``isinstance``, the deserializer
 ``getattr(models, "V1Pod")`` and ``from kubernetes_asyncio.client import CoreV1Api`` behave as
 before.
 
+The package's own ``__init__`` also imports four sub-packages Podway never uses (``dynamic``,
+``stream``, ``utils``, ``watch``), and with them ``pydoc`` and, where it is installed,
+``kubernetes-validate`` with ``jsonschema`` (~3 MiB in the controller, ~50 modules); and the
+``client.api`` package's ``__init__`` imports every one of the ~65 API classes' modules when
+the first one is imported (~10 MiB; Podway uses five). Each of these is put in
+``sys.modules`` as a ``DeferredPackage``: its submodules import as usual, and its real
+``__init__`` runs, in that very module object, at the first name asked of it.
+
 Invariants: ``install`` changes nothing when the client was already imported (eagerly: then
 that import stands) or when kubernetes-asyncio is not installed; it is idempotent.
 """
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import re
 import sys
@@ -32,6 +41,9 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGE = "kubernetes_asyncio.client"
+#: Packages whose ``__init__`` imports what Podway never uses: deferred (dotted, under
+#: ``kubernetes_asyncio``).
+UNUSED = ("dynamic", "stream", "utils", "watch", "client.api")
 _IMPORT = re.compile(r"^from (kubernetes_asyncio\.client[\w.]*) import (\w+)\s*$", re.M)
 
 
@@ -68,6 +80,33 @@ class LazyPackage(types.ModuleType):
         return sorted(set(super().__dir__()) | set(self._lazy_names))
 
 
+class DeferredPackage(types.ModuleType):
+    """A package whose real ``__init__`` runs at the first public name (or ``__all__``) asked
+    of it, in this module object; until then only its submodules can be imported."""
+
+    def __init__(self, spec: importlib.machinery.ModuleSpec) -> None:
+        super().__init__(spec.name)
+        self.__spec__ = spec
+        self.__path__ = list(spec.submodule_search_locations or ())
+        self.__file__ = spec.origin
+        self.__package__ = spec.name
+        self.__loader__ = spec.loader
+
+    def __getattr__(self, attr: str) -> Any:
+        if (attr.startswith("__") and attr != "__all__") or "_deferred_ran" in self.__dict__:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}")
+        self.__dict__["_deferred_ran"] = True
+        spec = self.__spec__
+        assert spec is not None  # set by __init__
+        assert spec.loader is not None  # checked by install
+        spec.loader.exec_module(self)  # the real __init__, as the import would have run it
+        try:
+            return self.__dict__[attr]
+        except KeyError:
+            raise AttributeError(
+                f"module {self.__name__!r} has no attribute {attr!r}") from None
+
+
 def names_of(init: Path) -> dict[str, str]:
     """The ``from kubernetes_asyncio.client... import Name`` lines of a package ``__init__``."""
     return {name: module for module, name in _IMPORT.findall(init.read_text())}
@@ -91,4 +130,10 @@ def install() -> bool:
     setattr(client, "models", models)  # noqa: B010 (a module attribute, set as import would)
     sys.modules[f"{_PACKAGE}.models"] = models
     sys.modules[_PACKAGE] = client
+    for name in UNUSED:
+        within = folder.parent.joinpath(*name.split(".")[:-1])  # the folder holding it
+        sub = importlib.machinery.PathFinder.find_spec(f"kubernetes_asyncio.{name}",
+                                                       [str(within)])
+        if sub is not None and sub.loader is not None and sub.submodule_search_locations:
+            sys.modules[sub.name] = DeferredPackage(sub)
     return True

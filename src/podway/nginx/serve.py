@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import re2
-
 from podway.ir import (
     CORS,
     BodyLimit,
@@ -138,6 +136,8 @@ def host_rewrite(n: NginxAnnotations) -> tuple[URLRewrite, ...]:
 
 def _groups(pattern: str) -> int:
     """Capture groups of an RE2 pattern (0 when it does not compile: the caller reports it)."""
+    import re2  # at the first rewrite: most clusters have none (podway.translate.regex)
+
     try:
         return int(re2.compile(pattern).groups)
     except re2.error:

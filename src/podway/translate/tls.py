@@ -13,6 +13,10 @@ Parsing costs milliseconds per pair, so results are cached by content: an unchan
 never parsed twice (``_check_pair``). The validity period is compared with the clock at each
 translation, outside the cache; the clock is the one environment input of the translator, and
 it only ever adds a warning.
+
+The X.509 library is imported at the first pair or bundle to check, not with the translator: it
+costs ~8 MiB of resident memory, which a controller serving no TLS never needs
+(``bench/controller_memory.py``).
 """
 
 from __future__ import annotations
@@ -20,11 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-
-from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from podway.ir import TLSCertificate
 from podway.model import Secret
@@ -34,7 +33,6 @@ from podway.translate.problems import Reason, Verdict, quote
 
 MIN_RSA_BITS = 2048
 EC_CURVES = ("secp256r1", "secp384r1", "secp521r1")
-_SPKI = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +100,12 @@ def _validity(where: str, check: PairCheck, now: datetime | None) -> Verdict | N
 @lru_cache(maxsize=4096)
 def _check_pair(cert: bytes, key: bytes) -> PairCheck:
     """Parse a certificate chain and its private key and check they belong together."""
+    from cryptography import x509  # lazily: see the module docstring
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     try:
         chain = x509.load_pem_x509_certificates(cert)
     except ValueError:
@@ -124,10 +128,10 @@ def _check_pair(cert: bytes, key: bytes) -> PairCheck:
     else:
         return PairCheck(error="tls.key is neither RSA nor ECDSA; the engine serves those two")
     try:
-        leaf_key = leaf.public_key().public_bytes(*_SPKI)
+        leaf_key = leaf.public_key().public_bytes(*spki)
     except (ValueError, UnsupportedAlgorithm):
         return PairCheck(error="the certificate's public key cannot be read")
-    if leaf_key != private.public_key().public_bytes(*_SPKI):
+    if leaf_key != private.public_key().public_bytes(*spki):
         return PairCheck(error="tls.key does not belong to the certificate in tls.crt "
                                "(mismatched pair)")
     return PairCheck(not_before=leaf.not_valid_before_utc, not_after=leaf.not_valid_after_utc)
@@ -157,6 +161,8 @@ def ca_bundle(snapshot: Snapshot, namespace: str, group: str, kind: str,
 
 @lru_cache(maxsize=1024)
 def _valid_bundle(text: str) -> bool:
+    from cryptography import x509  # lazily: see the module docstring
+
     try:
         return bool(x509.load_pem_x509_certificates(text.encode()))
     except ValueError:

@@ -68,3 +68,66 @@ def test_names_come_from_the_real_init_lines(tmp_path: Path) -> None:
     lazy = LazyPackage("x", tmp_path)
     with pytest.raises(AttributeError, match="nothing_here"):
         lazy.nothing_here  # noqa: B018
+
+
+def test_the_sub_packages_podway_never_uses_load_only_when_asked() -> None:
+    """``kubernetes_asyncio``'s ``__init__`` imports dynamic, stream, utils and watch (and with
+    them pydoc, kubernetes-validate and jsonschema): after ``import podway`` none of their
+    modules loads until a name is asked of them; then each is the real package."""
+    out = run("""
+        import sys
+        import podway
+        import kubernetes_asyncio
+        from kubernetes_asyncio import client
+        assert client.ApiClient is not None
+        loaded = sorted(m for m in sys.modules if m.startswith(
+            ("pydoc", "kubernetes_validate", "jsonschema", "kubernetes_asyncio.dynamic.",
+             "kubernetes_asyncio.watch.", "kubernetes_asyncio.stream.",
+             "kubernetes_asyncio.utils.")))
+        assert loaded == [], loaded
+        from kubernetes_asyncio.watch import Watch
+        from kubernetes_asyncio.watch.watch import Watch as Same
+        from kubernetes_asyncio import dynamic
+        from kubernetes_asyncio.dynamic.client import DynamicClient
+        from kubernetes_asyncio.utils import create_from_yaml
+        from kubernetes_asyncio.stream import WsApiClient
+        star = {}
+        exec("from kubernetes_asyncio.dynamic import *", star)
+        assert Watch is Same and dynamic.DynamicClient is DynamicClient
+        assert star["DynamicClient"] is DynamicClient
+        assert callable(create_from_yaml) and WsApiClient.__name__ == "WsApiClient"
+        print(kubernetes_asyncio.watch.Watch is Watch)
+    """)
+    assert out == "True"
+
+
+def test_a_deferred_package_says_which_name_it_lacks() -> None:
+    out = run("""
+        import podway
+        from kubernetes_asyncio import watch
+        try:
+            watch.no_such_name
+        except AttributeError as exc:
+            print(exc)
+    """)
+    assert out == "module 'kubernetes_asyncio.watch' has no attribute 'no_such_name'"
+
+
+def test_an_api_class_loads_its_own_module_not_every_api() -> None:
+    """The ``client.api`` package's ``__init__`` imports all ~65 API modules; asked for a few
+    API classes, only their modules load, and the package still gives any name on demand."""
+    out = run("""
+        import sys
+        import podway
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client import CoreV1Api
+        apis = (CoreV1Api, client.CustomObjectsApi, client.CoordinationV1Api)
+        loaded = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]
+        assert sorted(loaded) == ["kubernetes_asyncio.client.api.coordination_v1_api",
+                                  "kubernetes_asyncio.client.api.core_v1_api",
+                                  "kubernetes_asyncio.client.api.custom_objects_api"], loaded
+        from kubernetes_asyncio.client.api import CoreV1Api as Same, StorageV1Api
+        assert Same is CoreV1Api and client.StorageV1Api is StorageV1Api
+        print(len([m for m in sys.modules if m.startswith("kubernetes_asyncio.client.api.")]))
+    """)
+    assert int(out) > 50  # asked for a name of the package itself: its real __init__ ran
