@@ -47,6 +47,7 @@ from podway.ir import (
     Pool,
     PoolProtocol,
     StringMatchKind,
+    VirtualHost,
 )
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import Snapshot
@@ -99,31 +100,35 @@ def _names(name: str) -> list[str]:
     return [name, name.upper(), name + "."]
 
 
-def _hosts(listener: Listener) -> Iterator[str]:
+def _hosts(listener: Listener) -> Iterator[tuple[str, VirtualHost | None]]:
+    """(host, the virtual host it stands for, when it is only another spelling of a name
+    already sent: its requests go to that virtual host's routes only)."""
     for v in listener.virtual_hosts:
         if v.hostname == "*":
-            yield "anything.invalid"
-        elif v.hostname.startswith("*."):
-            yield from _names("a" + v.hostname[1:])
-            yield "a.b" + v.hostname[1:]
-        else:
-            yield from _names(v.hostname)
-    yield "no-such-host.invalid"
+            yield "anything.invalid", None
+            continue
+        name = "a" + v.hostname[1:] if v.hostname.startswith("*.") else v.hostname
+        yield name, None
+        if name != v.hostname:
+            yield "a.b" + v.hostname[1:], None
+        for other in _names(name)[1:]:
+            yield other, v
+    yield "no-such-host.invalid", None
 
 
 def _queries(listener: Listener) -> Iterator[Query]:
     """Per host: a request with that Host and (HTTPS) the same SNI, as Python's ssl sends it;
     with a trailing dot also the SNI without it, as curl and browsers send it."""
     scheme = "https" if listener.protocol is Protocol.HTTPS else "http"
-    hosts = [(h, h) for h in dict.fromkeys(_hosts(listener))]
+    hosts = [(h, h, v) for h, v in dict(_hosts(listener)).items()]
     if scheme == "https":
-        hosts += [(h, h[:-1]) for h, _ in hosts if h.endswith(".")]
-    for host, sni in hosts:
+        hosts += [(h, h[:-1], v) for h, _, v in hosts if h.endswith(".")]
+    for host, sni, only in hosts:
         base = Query(scheme=scheme, port=listener.port, host=host, source_ip="127.0.0.1",
                      sni=sni if scheme == "https" else None)
         yield replace(base, path="/")
         yield replace(base, path="/zz-nothing-here")
-        for vhost in listener.virtual_hosts:
+        for vhost in listener.virtual_hosts if only is None else (only,):
             for route in vhost.routes:
                 m = route.match
                 if m.path.kind is PathKind.REGEX or any(
