@@ -158,7 +158,10 @@ def _l4_queries(listener: Listener) -> Iterator[Query]:
 
 
 def _sni_forms(name: str) -> list[str]:
-    return _names(("a" + name[1:]) if name.startswith("*.") else name)
+    """An SNI name's spellings (``_names``); a wildcard's with one label, and with two."""
+    if not name.startswith("*."):
+        return _names(name)
+    return [*_names("a" + name[1:]), "a.b" + name[1:]]
 
 
 def _passthrough_queries(listener: Listener) -> Iterator[Query]:
