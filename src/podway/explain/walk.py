@@ -288,7 +288,8 @@ class _Walk:
     # -- HTTP ---------------------------------------------------------------------------------
 
     def _http(self, listener: Listener, sni_names: tuple[str, ...] | None) -> Verdict:
-        sent = self.q.host or self.q.address or ""
+        address = self.q.address or ""
+        sent = self.q.host or (f"[{address}]" if ":" in address else address)  # a client's Host
         vhost = select_virtual_host(listener, sent)
         host = request_host(sent)  # as the engine matched it (the texts below)
         hosts = [v.hostname for v in listener.virtual_hosts]

@@ -41,7 +41,7 @@ def host_order(host: str) -> tuple[int, int, str]:
 
 
 def host_name(name: str) -> str:
-    """A DNS name as the engine compares it: lower case, one trailing dot dropped."""
+    """A host name as the engine compares a Host: lower case, one trailing dot dropped."""
     name = name.lower()
     return name[:-1] if name.endswith(".") else name
 

@@ -244,6 +244,13 @@ def test_a_host_loses_one_trailing_dot_only() -> None:
     assert out.verdict.outcomes[0].status == 404
 
 
+def test_an_ip_url_is_matched_by_the_host_a_client_sends_for_it() -> None:
+    """``http://[fc00::1]/`` sends ``Host: [fc00::1]``: the report names that, not a mangled
+    address."""
+    out = explain(_ir(_http(SHOP)), parse("http://[fc00::1]/api"))
+    assert "covers Host '[fc00::1]'" in out.steps[1].text
+
+
 def _l4(protocol: Protocol, *routes: L4Route, port: int = 5432) -> Listener:
     return Listener(name=f"l{port}", address="198.18.0.1", port=port, protocol=protocol,
                     l4_routes=routes, origins=(GW,))
