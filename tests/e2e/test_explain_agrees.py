@@ -10,7 +10,8 @@ gives it. Requests come from the IR itself: per virtual host a concrete host (wi
 and two labels), per route a request built from its match, plus a path and a host nothing
 serves. L4 listeners get a connection each (TLS passthrough: per SNI name, an unknown name and
 none), and the TCP/UDP echo's ``whoami`` says which pool took it; a closed connection (or no UDP
-answer) is "reset".
+answer) is "reset". Each Host and SNI name is also sent in capitals and with a trailing dot,
+as clients do (``_names``); explain is given them as sent, as a hand-built ``Query``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from podway.ir import (
     Pool,
     PoolProtocol,
     StringMatchKind,
+    VirtualHost,
 )
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import Snapshot
@@ -92,28 +94,41 @@ def _localize(ir: IR, echo_ports: dict[str, int]) -> IR:
     return IR(listeners=listeners, pools=MappingProxyType(pools))
 
 
-def _hosts(listener: Listener) -> Iterator[str]:
+def _names(name: str) -> list[str]:
+    """A host or SNI name as clients may send it: as it is, in capitals (names match in any
+    case) and with a trailing dot (the absolute form; Host: dropped, SNI: kept by the engine)."""
+    return [name, name.upper(), name + "."]
+
+
+def _hosts(listener: Listener) -> Iterator[tuple[str, VirtualHost | None]]:
+    """(host, the virtual host it stands for, when it is only another spelling of a name
+    already sent: its requests go to that virtual host's routes only)."""
     for v in listener.virtual_hosts:
         if v.hostname == "*":
-            yield "anything.invalid"
-        elif v.hostname.startswith("*."):
-            yield "a" + v.hostname[1:]
-            yield "a.b" + v.hostname[1:]
-        else:
-            yield v.hostname
-            if listener.protocol is Protocol.HTTP:  # (HTTPS: the SNI would be upper case too)
-                yield v.hostname.upper()  # host names match case-insensitively
-    yield "no-such-host.invalid"
+            yield "anything.invalid", None
+            continue
+        name = "a" + v.hostname[1:] if v.hostname.startswith("*.") else v.hostname
+        yield name, None
+        if name != v.hostname:
+            yield "a.b" + v.hostname[1:], None
+        for other in _names(name)[1:]:
+            yield other, v
+    yield "no-such-host.invalid", None
 
 
 def _queries(listener: Listener) -> Iterator[Query]:
+    """Per host: a request with that Host and (HTTPS) the same SNI, as Python's ssl sends it;
+    with a trailing dot also the SNI without it, as curl and browsers send it."""
     scheme = "https" if listener.protocol is Protocol.HTTPS else "http"
-    for host in dict.fromkeys(_hosts(listener)):
+    hosts = [(h, h, v) for h, v in dict(_hosts(listener)).items()]
+    if scheme == "https":
+        hosts += [(h, h[:-1], v) for h, _, v in hosts if h.endswith(".")]
+    for host, sni, only in hosts:
         base = Query(scheme=scheme, port=listener.port, host=host, source_ip="127.0.0.1",
-                     sni=host if scheme == "https" else None)
+                     sni=sni if scheme == "https" else None)
         yield replace(base, path="/")
         yield replace(base, path="/zz-nothing-here")
-        for vhost in listener.virtual_hosts:
+        for vhost in listener.virtual_hosts if only is None else (only,):
             for route in vhost.routes:
                 m = route.match
                 if m.path.kind is PathKind.REGEX or any(
@@ -137,14 +152,23 @@ def _l4_queries(listener: Listener) -> Iterator[Query]:
         return
     names = [h for r in listener.l4_routes for h in r.hostnames]
     for name in dict.fromkeys([*names, "no-such-host.invalid"]):
-        yield replace(base, sni=("a" + name[1:]) if name.startswith("*.") else name)
+        for sni in _sni_forms(name):
+            yield replace(base, sni=sni)
     yield base  # no SNI at all
+
+
+def _sni_forms(name: str) -> list[str]:
+    """An SNI name's spellings (``_names``); a wildcard's with one label, and with two."""
+    if not name.startswith("*."):
+        return _names(name)
+    return [*_names("a" + name[1:]), "a.b" + name[1:]]
 
 
 def _passthrough_queries(listener: Listener) -> Iterator[Query]:
     base = Query(scheme="tls", port=listener.port, address="127.0.0.1")
     for name in dict.fromkeys(h for r in listener.l4_routes for h in r.hostnames):
-        yield replace(base, sni=("a" + name[1:]) if name.startswith("*.") else name)
+        for sni in _sni_forms(name):
+            yield replace(base, sni=sni)
 
 
 def _client_hello(sni: str | None) -> bytes:
@@ -348,8 +372,9 @@ async def test_explain_verdicts_match_what_envoy_does(case: Path, form: str) -> 
                     seen = ("served", name) if name is not None else (seen_class, None)
                     checked += 1
                     if seen not in allowed:
-                        disagreements.append(f"{query.method} {query.target} "
-                                             f"{dict(query.headers)}: Envoy {seen}, explain "
+                        disagreements.append(f"{query.method} {query.target} SNI "
+                                             f"{query.sni} {dict(query.headers)}: Envoy "
+                                             f"{seen}, explain "
                                              f"{sorted(allowed, key=str)}: {verdict.summary}")
     assert checked > 0
     assert disagreements == []

@@ -4,8 +4,13 @@
   listener), so a route change never replaces the listener and never drains its connections.
   A large exact-hostname HTTP listener takes them from scopes instead, one small table per host
   (``podway.envoy_config.scoped``).
+* Host matching (``podway.ir.hosts.request_host``): the manager drops the Host's port and one
+  trailing dot (``shop.test.`` is the absolute form of ``shop.test``; nginx drops it too) before
+  choosing a virtual host, whose domains Envoy compares in any case.
 * HTTPS: one filter chain per certificate, chosen by SNI (``server_names``); the certificate
   without hostnames (or else the first) is the default chain. Keys come over SDS, never inline.
+  SNI matches in any case (Envoy lower-cases the client's name and ``server_names``); an SNI
+  with a trailing dot (RFC 6066 forbids it) matches no name and takes the default chain.
   With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
   hosts of the other chains answer 421; otherwise all chains share the listener's table.
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
@@ -127,6 +132,7 @@ def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = Fals
         stat_prefix=stat_prefix(ir.name),
         codec_type=hcm.HttpConnectionManager.AUTO,
         strip_any_host_port=True,
+        strip_trailing_host_dot=True,
         # The client address: the peer, or with N trusted hops the Nth address from the right
         # of X-Forwarded-For; Envoy appends the peer to X-Forwarded-For and sets
         # X-Forwarded-Proto from the connection unless the peer is a trusted hop.

@@ -33,7 +33,7 @@ from podway.ir import (
 )
 from podway.ir import ListenerProtocol as Protocol
 from podway.ir.evaluate import describe_match
-from podway.ir.hosts import covers
+from podway.ir.hosts import covers, host_name
 
 FORMATS = ("mermaid", "dot")
 
@@ -109,8 +109,11 @@ def graph(ir: IR, *, host: str | None = None, mode: str = "",
 
 
 def _serves(hostname: str, host: str | None, wildcard: WildcardMode) -> bool:
-    return host is None or hostname == host.lower() or (
-        hostname != "*" and covers(hostname, host.lower(), wildcard))
+    """``host`` as a user names it: any case, a trailing dot dropped (``host_name``)."""
+    if host is None:
+        return True
+    name = host_name(host)
+    return hostname == name or (hostname != "*" and covers(hostname, name, wildcard))
 
 
 def _listener_label(listener: Listener) -> str:

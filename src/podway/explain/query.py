@@ -1,9 +1,14 @@
 """What ``podway explain`` is asked about: one request (or one L4 connection), parsed and checked.
 
 ``parse`` turns a URL and the command's flags into a ``Query`` or raises ``QueryError`` with
-one line a user can act on. The Host is lower-cased and loses its port, as the engine matches
-it (``strip_any_host_port``); the path is normalised as the engine does before matching
-(``normalize_path`` + ``merge_slashes``), and the query string is kept for query matches.
+one line a user can act on. The Host is lower-cased and loses its port, and keeps a trailing
+dot: the walk matches it as the engine does (``podway.ir.hosts.request_host``: port and one
+trailing dot dropped, any case), so a ``Query`` built by hand is explained the same way. The
+path is normalised as the engine does before matching (``normalize_path`` +
+``merge_slashes``), and the query string is kept for query matches. The SNI defaults to the
+URL's host without a trailing dot, as curl and browsers send it; ``--sni`` is lower-cased and
+keeps a trailing dot (``podway.explain.tls`` matches it as the engine does: such a name matches
+no chain).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from podway.errors import ConfigError
+from podway.ir.hosts import host_name, without_port
 
 SCHEMES = ("http", "https", "tls", "tcp", "udp")
 _DEFAULT_PORTS = {"http": 80, "https": 443, "tls": 443}
@@ -28,6 +34,7 @@ class Query:
     scheme: str  # http, https, tls (passthrough), tcp, udp
     port: int
     host: str = ""  # Host header (HTTP) without port, lower case; "" when the URL gave an IP
+    # (a trailing dot stays: the walk drops one, as the engine does)
     address: str | None = None  # the destination IP, when the URL names one
     path: str = "/"  # normalised, query string included
     method: str = "GET"
@@ -64,14 +71,14 @@ def parse(url: str, *, headers: list[str] | tuple[str, ...] = (), method: str = 
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise QueryError(f"{url!r}: the scheme must be one of {', '.join(SCHEMES)}")
-    host = (parts.hostname or "").lower().rstrip(".")
-    if not host:
+    host = (parts.hostname or "").lower()
+    if not host_name(host):
         raise QueryError(f"{url!r} names no host")
     if port is None:
         if scheme not in _DEFAULT_PORTS:
             raise QueryError(f"{url!r}: {scheme}:// needs a port, e.g. {scheme}://{host}:5432")
         port = _DEFAULT_PORTS[scheme]
-    address = _ip(host)
+    address = _ip(host_name(host))
     pairs: list[tuple[str, str]] = []
     host_header = None if address else host
     for item in headers:
@@ -80,17 +87,15 @@ def parse(url: str, *, headers: list[str] | tuple[str, ...] = (), method: str = 
         if not sep or not name or any(c.isspace() for c in name):
             raise QueryError(f"--header {item!r} must look like 'Name: value'")
         if name == "host":
-            host_header = value.strip().lower().rstrip(".")
+            host_header = without_port(value.strip()).lower()
         else:
             pairs.append((name, value.strip()))
-    if host_header and ":" in host_header and not host_header.startswith("["):
-        host_header = host_header.rsplit(":", 1)[0]  # the engine strips any port
     if source_ip is not None and _ip(source_ip) is None:
         raise QueryError(f"--source-ip must be an IP address, not {source_ip!r}")
     if not method or not method.isalpha():
         raise QueryError(f"--method must be a word such as GET or POST, not {method!r}")
     if sni is None and scheme in ("https", "tls") and address is None:
-        sni = host  # what a client sends by default
+        sni = host_name(host)  # what curl and browsers send
     path = parts.path or "/"
     path = normalize_path(path) + (f"?{parts.query}" if parts.query else "")
     return Query(scheme=scheme, port=port, host=host_header or "", address=address,

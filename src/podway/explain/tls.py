@@ -4,6 +4,11 @@ Mirrors ``podway.envoy_config.listeners``: an SNI name belongs to the first cert
 passthrough route) that names it — Envoy refuses a name in two chains — and a client's SNI
 reaches the chain with the most specific covering name (exact, then the longest wildcard, at
 any depth). Pure.
+
+SNI is compared as Envoy does (``engine_sni``): in lower case (Envoy lower-cases the client's
+name and the chains' ``server_names``; DNS names are case-insensitive, RFC 6066), and otherwise
+as sent: a trailing dot, which RFC 6066 forbids in SNI, stays, so such a name matches no chain
+(curl and browsers drop it; OpenSSL-based clients such as Python send it).
 """
 
 from __future__ import annotations
@@ -28,11 +33,18 @@ def sni_chains(items: Iterable[tuple[str, tuple[str, ...]]]
     return out
 
 
+def engine_sni(sni: str) -> str:
+    """A client's SNI as the engine matches it against ``server_names``."""
+    return sni.lower()
+
+
 def by_sni(chains: list[tuple[str, tuple[str, ...]]], sni: str | None
            ) -> tuple[str, tuple[str, ...], str] | None:
-    """(chain name, its SNI names, the name that matched): the most specific match."""
+    """(chain name, its SNI names, the name that matched): the most specific match for
+    ``sni`` as the client sent it."""
     if not sni:
         return None
+    sni = engine_sni(sni)
     found = [(host_order(n), i, n) for i, (_, names) in enumerate(chains) for n in names
              if covers(n, sni, WildcardMode.SUFFIX)]
     if not found:

@@ -7,9 +7,11 @@ Envoy configuration ``podway.envoy_config`` builds, step for step:
 * listener: the one bound to the destination port and address (an exact address before a
   wildcard ``0.0.0.0``/``::``); TCP-based and UDP listeners are separate;
 * TLS: the filter chain whose SNI names cover the client's SNI most specifically (exact, then the
-  longest wildcard, any depth), else the default chain (the certificate without hostnames, else
-  the first); passthrough chooses an L4 route the same way;
-* virtual host: ``ir.evaluate.select_virtual_host`` (exact, longest wildcard, ``*``); with
+  longest wildcard, any depth; in any case, a trailing dot matching nothing:
+  ``podway.explain.tls``), else the default chain (the certificate without hostnames, else the
+  first); passthrough chooses an L4 route the same way;
+* virtual host: ``ir.evaluate.select_virtual_host`` (exact, longest wildcard, ``*``; the Host
+  without port and one trailing dot, in any case: ``ir.hosts.request_host``); with
   ``sni_host_check`` a host owned by another certificate's SNI answers 421;
 * routes: first match in the order the translator gave (``ir.evaluate.mismatch`` names the
   first differing condition of each route that does not match); a route's client allowlist
@@ -69,7 +71,7 @@ from podway.ir import (
 )
 from podway.ir import ListenerProtocol as Protocol
 from podway.ir.evaluate import Request, describe_match, mismatch, select_virtual_host
-from podway.ir.hosts import covers, host_order
+from podway.ir.hosts import covers, host_order, request_host
 from podway.model.base import ObjectRef
 from podway.translate.problems import Problem, Severity
 
@@ -286,12 +288,14 @@ class _Walk:
     # -- HTTP ---------------------------------------------------------------------------------
 
     def _http(self, listener: Listener, sni_names: tuple[str, ...] | None) -> Verdict:
-        host = self.q.host or self.q.address or ""
-        vhost = select_virtual_host(listener, host)
+        address = self.q.address or ""
+        sent = self.q.host or (f"[{address}]" if ":" in address else address)  # a client's Host
+        vhost = select_virtual_host(listener, sent)
+        host = request_host(sent)  # as the engine matched it (the texts below)
         hosts = [v.hostname for v in listener.virtual_hosts]
         if vhost is None:
             elsewhere = [ls.name for ls in self.ir.listeners if ls is not listener
-                         and ls.virtual_hosts and select_virtual_host(ls, host) is not None]
+                         and ls.virtual_hosts and select_virtual_host(ls, sent) is not None]
             hint = f"; that host is served on {', '.join(elsewhere)}" if elsewhere else ""
             self.step("virtual_host", Mark.FAIL, f"no virtual host of {listener.name} covers "
                       f"Host {host!r} (hosts: {listing(hosts)}){hint}")

@@ -79,7 +79,12 @@ def state_counts(members: tuple[MemberView, ...]) -> str:
 
 
 def no_sni(sni: str | None) -> str:
-    return f"SNI {sni} matches no certificate name" if sni else "the client sent no SNI"
+    if not sni:
+        return "the client sent no SNI"
+    if sni.endswith("."):  # RFC 6066 forbids it; the engine compares the name as sent
+        return (f"SNI {sni} matches no certificate name (the engine keeps an SNI's trailing "
+                "dot, which clients must not send)")
+    return f"SNI {sni} matches no certificate name"
 
 
 def listing(items: list[str], limit: int = 6) -> str:

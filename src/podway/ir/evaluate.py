@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from podway.ir.hosts import covers, host_order
+from podway.ir.hosts import covers, host_order, request_host
 from podway.ir.listener import Listener, VirtualHost
 from podway.ir.route import PathKind, PathMatch, Route, RouteMatch, StringMatchKind
 
@@ -26,8 +26,9 @@ class Request:
 
 
 def select_virtual_host(listener: Listener, host: str) -> VirtualHost | None:
-    """Exact host, else the longest matching wildcard, else the catch-all ``*``."""
-    host = host.split(":", 1)[0].lower()
+    """Exact host, else the longest matching wildcard, else the catch-all ``*``; ``host`` as the
+    client sent it (``request_host`` brings it to the engine's form)."""
+    host = request_host(host)
     covering = [v for v in listener.virtual_hosts if covers(v.hostname, host, v.wildcard)]
     return min(covering, key=lambda v: host_order(v.hostname)) if covering else None
 

@@ -6,6 +6,11 @@ covers exactly one label, a Gateway API one any number; neither covers the bare 
 ``foo.com``. Precedence among names is ``host_order``: exact names, then wildcards longest
 first, then ``*``. Keeping both here means the engine is configured, and the evaluator answers,
 by the same rule the translator ordered routes with.
+
+Names in the IR are lower case (the translator accepts no other); a request's Host is brought to
+that form by ``request_host`` exactly as the engine does before it picks a virtual host: port
+dropped, one trailing dot dropped (``strip_trailing_host_dot``: ``shop.test.`` is the absolute
+form of ``shop.test``), lower case (DNS names are case-insensitive).
 """
 
 from __future__ import annotations
@@ -33,3 +38,21 @@ def host_order(host: str) -> tuple[int, int, str]:
     if host.startswith("*."):
         return (1, -len(host), host)
     return (0, 0, host)
+
+
+def host_name(name: str) -> str:
+    """A host name as the engine compares a Host: lower case, one trailing dot dropped."""
+    name = name.lower()
+    return name[:-1] if name.endswith(".") else name
+
+
+def without_port(host: str) -> str:
+    """A Host without its port: a number after the last ``:`` (not inside ``[…]``) dropped."""
+    head, sep, port = host.rpartition(":")
+    return head if sep and port.isascii() and port.isdigit() else host
+
+
+def request_host(host: str) -> str:
+    """A request's Host (or ``:authority``) as the engine matches it against virtual hosts.
+    Not idempotent (``a..`` loses one dot per call): apply it once, to what the client sent."""
+    return host_name(without_port(host))

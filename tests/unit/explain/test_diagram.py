@@ -64,13 +64,16 @@ def test_tls_termination_and_passthrough_are_marked() -> None:
 
 
 def test_host_keeps_only_what_serves_it() -> None:
-    """--host: only virtual hosts covering the name (and their listeners) remain."""
+    """--host: only virtual hosts covering the name (and their listeners) remain, whatever its
+    case and a trailing dot."""
     every = {label for label in _labels(_mermaid("ingress-hosts")).values()
              if label.startswith("host ")}
     one = {label for label in _labels(_mermaid("ingress-hosts", host="a.example.com")).values()
            if label.startswith("host ")}
     assert len(every) > 2
     assert one == {"host a.example.com", "host *.example.com"}  # exact, and the wildcard
+    assert _mermaid("ingress-hosts", host="A.Example.com.") == _mermaid(
+        "ingress-hosts", host="a.example.com")  # any case, a trailing dot: the same name
     quick = _mermaid("service-lb", host="a.example.com")
     assert " TCP" not in quick  # TCP/UDP routes know no host
 

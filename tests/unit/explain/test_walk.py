@@ -7,7 +7,7 @@ from types import MappingProxyType
 
 import pytest
 
-from podway.explain import Context, Mark, OutcomeKind, QueryError, explain, parse
+from podway.explain import Context, Mark, OutcomeKind, Query, QueryError, explain, parse
 from podway.ir import (
     IR,
     DirectResponse,
@@ -24,6 +24,7 @@ from podway.ir import (
     Route,
     RouteMatch,
     TLSCertificate,
+    TLSOptions,
     VirtualHost,
     WeightedPool,
     WildcardMode,
@@ -210,12 +211,54 @@ def test_a_host_of_another_certificate_is_421_with_sni_host_check() -> None:
     assert explain(_ir(_https(False)), q).verdict.outcomes[0].kind is OutcomeKind.SERVED
 
 
+def test_sni_and_host_match_in_any_case_as_the_engine_matches_them() -> None:
+    """A capitalised SNI reaches the certificate naming it (Envoy lower-cases SNI), not the
+    default chain that asks for a client certificate; a Host with capitals and a trailing dot
+    reaches its virtual host (the engine drops one dot). Queries built by hand, as sent."""
+    mtls = replace(_cert("mtls", "mtls.shop.test"),
+                   options=TLSOptions(client_ca_pem="CA", client_ca="ca"))
+    listener = replace(_https(False), certificates=(mtls, _cert("exact", "api.shop.test")))
+    q = Query(scheme="https", port=443, host="API.Shop.Test.", sni="API.SHOP.TEST")
+    out = explain(_ir(listener), q)
+    assert "certificate exact: SNI API.SHOP.TEST matches api.shop.test" in out.steps[1].text
+    assert out.virtual_host == "api"
+    assert out.verdict.outcomes[0].kind is OutcomeKind.SERVED
+    assert explain(_ir(listener), parse("https://API.shop.test./")).virtual_host == "api"
+
+
+def test_an_sni_with_a_trailing_dot_matches_no_name_and_says_why() -> None:
+    """RFC 6066 forbids the dot and Envoy keeps it: the default chain (here the first
+    certificate); explain's default SNI for a dotted URL host drops it, as curl does."""
+    out = explain(_ir(_https(False)), parse("https://api.shop.test./", sni="api.shop.test."))
+    assert "certificate wild, the listener's first" in out.steps[1].text
+    assert "keeps an SNI's trailing dot" in out.steps[1].text
+    q = parse("https://Api.Shop.Test./")
+    assert (q.host, q.sni) == ("api.shop.test.", "api.shop.test")
+    assert "certificate exact" in explain(_ir(_https(False)), q).steps[1].text
+
+
+def test_a_host_loses_one_trailing_dot_only() -> None:
+    """``shop.test..`` is ``shop.test.`` to the engine: no such host (explain used to drop
+    every dot)."""
+    out = explain(_ir(_http(SHOP)), parse("http://shop.test../api"))
+    assert out.verdict.outcomes[0].status == 404
+
+
+def test_an_ip_url_is_matched_by_the_host_a_client_sends_for_it() -> None:
+    """``http://[fc00::1]/`` sends ``Host: [fc00::1]``: the report names that, not a mangled
+    address."""
+    out = explain(_ir(_http(SHOP)), parse("http://[fc00::1]/api"))
+    assert "covers Host '[fc00::1]'" in out.steps[1].text
+
+
 def _l4(protocol: Protocol, *routes: L4Route, port: int = 5432) -> Listener:
     return Listener(name=f"l{port}", address="198.18.0.1", port=port, protocol=protocol,
                     l4_routes=routes, origins=(GW,))
 
 
 def test_passthrough_routes_by_sni_and_closes_what_no_route_takes() -> None:
+    """An SNI a route names, in any case, is passed through; another name, or the route's name
+    with a trailing dot, is closed."""
     db = L4Route(name="db", hostnames=("db.test",), backends=(WeightedPool(pool="web"),),
                  origin=ROUTE)
     ir = _ir(_l4(Protocol.TLS, db, port=443))
@@ -225,6 +268,10 @@ def test_passthrough_routes_by_sni_and_closes_what_no_route_takes() -> None:
     assert "passthrough" in out.steps[1].text
     closed = explain(ir, parse("https://other.test/"))
     assert closed.verdict.outcomes[0].kind is OutcomeKind.RESET
+    sent = Query(scheme="tls", port=443, address="198.18.0.1", sni="DB.Test")
+    assert explain(ir, sent).verdict.outcomes[0].kind is OutcomeKind.SERVED
+    dotted = explain(ir, replace(sent, sni="db.test."))
+    assert dotted.verdict.outcomes[0].kind is OutcomeKind.RESET
 
 
 def test_https_and_passthrough_sharing_a_port_go_by_sni() -> None:
@@ -236,6 +283,8 @@ def test_https_and_passthrough_sharing_a_port_go_by_sni() -> None:
     shared = replace(_https(False), l4_routes=(db,))
     out = explain(_ir(shared), parse("https://db.shop.test/"))
     assert "passthrough" in out.steps[1].text
+    sent = Query(scheme="tls", port=443, address="198.18.0.1", sni="DB.SHOP.TEST")
+    assert "passthrough" in explain(_ir(shared), sent).steps[1].text
     assert out.verdict.outcomes[0].kind is OutcomeKind.SERVED
     out = explain(_ir(shared), parse("https://api.shop.test/"))
     assert "certificate exact" in out.steps[1].text
