@@ -64,9 +64,11 @@ host_op = st.tuples(st.just("host"), st.sampled_from(LISTENERS), st.sampled_from
 pool_op = st.tuples(st.just("pool"), st.sampled_from(["p0", "p1"]),
                     st.sampled_from(["persist0", "persist1", "persist2", "members"]), st.none())
 touch_op = st.tuples(st.just("touch"), st.sampled_from(LISTENERS), st.none(), st.none())
-step = st.tuples(st.lists(st.one_of(host_op, host_op, host_op, pool_op, touch_op),
+#: Back to an earlier IR's very objects (listeners and virtual hosts reused), as a patch.
+revert_op = st.tuples(st.just("revert"), st.integers(0, 20), st.none(), st.none())
+step = st.tuples(st.lists(st.one_of(host_op, host_op, host_op, pool_op, touch_op, revert_op),
                           min_size=1, max_size=3),
-                 st.sampled_from(["patch", "patch", "patch", "whole"]))
+                 st.sampled_from(["patch", "patch", "patch", "whole", "stale"]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,11 +89,29 @@ def test_scoped_patched_builds_equal_whole_builds(
     plain.set(first)
     seen: list[tuple[dict[str, str], dict[str, dict[str, str]]]] = [
         ({t: hinted.get(t).version for t in types.PUSH_ORDER}, _digests(first))]
+    history: list[tuple[dict[str, dict[str, Any]], dict[str, Listener], dict[str, Pool], IR]] = []
     for ops, how in steps:
+        history.append(({n: dict(h) for n, h in world.hosts.items()}, dict(world.objects),
+                        dict(world.pools), ir))
+        if ops[0][0] == "revert":  # alone in its step: the earlier IR as it was
+            hosts, objects, pools_then, then = history[ops[0][1] % len(history)]
+            change = IRChange(base=ir, pools=frozenset(
+                n for n in world.pools if world.pools[n] is not pools_then[n]),
+                vhosts=MappingProxyType({n: p for n in LISTENERS if (p := tuple(
+                    (world.hosts[n].get(h), hosts[n].get(h))
+                    for h in {*world.hosts[n], *hosts[n]}
+                    if world.hosts[n].get(h) is not hosts[n].get(h)))}))
+            world.hosts = {n: dict(h) for n, h in hosts.items()}
+            world.objects, world.pools = dict(objects), dict(pools_then)
+            ir = _check(builder, then, change, how, scoped_min=scoped_min, hinted=hinted,
+                        plain=plain, seen=seen)
+            continue
         pairs: dict[str, dict[str, tuple[Any, Any]]] = {n: {} for n in LISTENERS}
         pools: set[str] = set()
         touched: set[str] = set()
         for kind, a, b, c in ops:
+            if kind == "revert":
+                continue
             if kind == "host":
                 old = world.hosts[a].get(b)
                 new = world.make_host(b, c) if c is not None else None
@@ -123,28 +143,39 @@ def test_scoped_patched_builds_equal_whole_builds(
                 world.objects[name] = world.listener(name)
         after = world.ir()
         change = IRChange(base=ir, pools=frozenset(pools), vhosts=MappingProxyType(vhosts))
-        built = builder.build(after, change if how == "patch" else None)
-        whole = Builder(scoped_min_hosts=scoped_min).build(after)
-        assert _digests(built) == _digests(whole)
-        assert _bytes(built) == _bytes(whole)
-        got = hinted.set(built, hint=builder.hint)
-        want = plain.set(built)
-        assert {t: (c.updated, c.removed) for t, c in got.items()} == {
-            t: (c.updated, c.removed) for t, c in want.items()}
-        assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
-                   for t in types.PUSH_ORDER)
-        now = _digests(built)
-        for versions, then in seen:
-            for t in types.PUSH_ORDER:
-                if versions[t] == hinted.get(t).version:
-                    continue
-                since = hinted.names_changed(t, versions[t])
-                if since is None:
-                    continue
-                moved = {n for n in {*then[t], *now[t]}
-                         if then[t].get(n) != now[t].get(n)}
-                assert moved <= since, (t, moved - since)
-        seen.append(({t: hinted.get(t).version for t in types.PUSH_ORDER}, now))
-        event(f"scopes: {bool(built[types.SCOPE])} {how}, "
-              f"edited: {builder._tables.edits is not None}")
-        ir = after
+        ir = _check(builder, after, change, how, scoped_min=scoped_min, hinted=hinted,
+                    plain=plain, seen=seen)
+
+
+def _check(builder: Builder, after: IR, change: IRChange, how: str, *, scoped_min: int,
+           hinted: Cache, plain: Cache,
+           seen: list[tuple[dict[str, str], dict[str, dict[str, str]]]]) -> IR:
+    """Build ``after`` (patched, whole, or with a change on a stale base) and check it."""
+    if how == "stale":  # a change whose base is not the IR the builder saw last
+        change = IRChange(base=IR(listeners=(), pools=MappingProxyType({})),
+                          pools=change.pools, vhosts=change.vhosts)
+    built = builder.build(after, change if how in ("patch", "stale") else None)
+    whole = Builder(scoped_min_hosts=scoped_min).build(after)
+    assert _digests(built) == _digests(whole)
+    assert _bytes(built) == _bytes(whole)
+    got = hinted.set(built, hint=builder.hint)
+    want = plain.set(built)
+    assert {t: (c.updated, c.removed) for t, c in got.items()} == {
+        t: (c.updated, c.removed) for t, c in want.items()}
+    assert all(_digests({t: hinted.get(t).resources}) == _digests({t: plain.get(t).resources})
+               for t in types.PUSH_ORDER)
+    now = _digests(built)
+    for versions, then in seen:
+        for t in types.PUSH_ORDER:
+            if versions[t] == hinted.get(t).version:
+                continue
+            since = hinted.names_changed(t, versions[t])
+            if since is None:
+                continue
+            moved = {n for n in {*then[t], *now[t]}
+                     if then[t].get(n) != now[t].get(n)}
+            assert moved <= since, (t, moved - since)
+    seen.append(({t: hinted.get(t).version for t in types.PUSH_ORDER}, now))
+    event(f"scopes: {bool(built[types.SCOPE])} {how}, "
+          f"edited: {builder._tables.edits is not None}")
+    return after
