@@ -62,19 +62,21 @@ class Resource:
     # May hold a private key: never in reprs or logs. None: parse ``packed`` when asked.
     built: Message | None = field(default=None, repr=False, compare=False)
     kind: type[Message] | None = field(default=None, repr=False, compare=False)
-    # The packed ``Any``; None until ``make`` (which encodes it) is first called.
+    # The packed ``Any``; None until ``make`` (which encodes it) is first called. ``make``
+    # is kept: a reader that saw ``held`` unset while another thread set it still calls it
+    # (the same bytes again), never a cleared one.
     held: any_pb2.Any | None = field(default=None, repr=False, compare=False)
     make: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def packed(self) -> any_pb2.Any:
-        if self.held is None:
+        held = self.held  # (read once: another thread may set it meanwhile)
+        if held is None:
             assert self.make is not None
             assert self.kind is not None
-            object.__setattr__(self, "held", _any(self.kind, self.make()))
-            object.__setattr__(self, "make", None)
-        assert self.held is not None
-        return self.held
+            held = _any(self.kind, self.make())
+            object.__setattr__(self, "held", held)
+        return held
 
     @property
     def message(self) -> Message:
