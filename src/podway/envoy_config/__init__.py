@@ -198,7 +198,7 @@ class Builder:
                 else:
                     previous = base.get(item.name)
                     tables = self._route_tables(
-                        item, as_scopes, persistence,
+                        item, persistence,
                         changed=patch.vhosts.get(item.name) if patch is not None else None,
                         previous=previous)
                     if as_scopes:
@@ -270,19 +270,21 @@ class Builder:
             if not scopes:
                 result[types.SCOPE] = self._out[types.SCOPE]
 
-    def _route_tables(self, item: Listener, as_scopes: bool,
-                      persistence: dict[str, Persistence], *,
+    def _route_tables(self, item: Listener, persistence: dict[str, Persistence], *,
                       changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None,
                       previous: Listener | None) -> tuple[Resource, ...]:
-        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how);
-        its one table deferred when it is served as scopes (only SotW streams read it)."""
+        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how).
+        The table named after the listener is deferred (joined when first read; only
+        state-of-the-world streams read it while the listener is served as scopes), also
+        when it is not served as scopes: its digest, from its parts, then stays the same for
+        the same bytes when the listener's role changes (the cache sees no change)."""
         return tuple(
             Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
             if isinstance(data, bytes)
             else Resource.deferred(name, route_pb2.RouteConfiguration, data, data.digest)
             for name, data in self._tables.tables(
                 item, persistence=MappingProxyType(persistence), changed=changed,
-                previous=previous, deferred=as_scopes))
+                previous=previous, deferred=True))
 
     def _persistence_of(self, ir: IR, patch: IRChange | None) -> dict[str, Persistence]:
         """Each pool's hash policy (routes of every table carry them)."""
