@@ -63,19 +63,21 @@ class Resource:
     # May hold a private key: never in reprs or logs. None: parse ``packed`` when asked.
     built: Message | None = field(default=None, repr=False, compare=False)
     kind: type[Message] | None = field(default=None, repr=False, compare=False)
-    # The packed ``Any``; None until ``make`` (which encodes it) is first called.
+    # The packed ``Any``; None until ``make`` (which encodes it) is first called. ``make``
+    # is kept: a reader that saw ``held`` unset while another thread set it still calls it
+    # (the same bytes again), never a cleared one.
     held: any_pb2.Any | None = field(default=None, repr=False, compare=False)
     make: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
 
     @property
     def packed(self) -> any_pb2.Any:
-        if self.held is None:
+        held = self.held  # (read once: another thread may set it meanwhile)
+        if held is None:
             assert self.make is not None
             assert self.kind is not None
-            object.__setattr__(self, "held", _any(self.kind, self.make()))
-            object.__setattr__(self, "make", None)
-        assert self.held is not None
-        return self.held
+            held = _any(self.kind, self.make())
+            object.__setattr__(self, "held", held)
+        return held
 
     @property
     def message(self) -> Message:
@@ -199,7 +201,7 @@ class Builder:
                 else:
                     previous = base.get(item.name)
                     tables = self._route_tables(
-                        item, as_scopes, persistence,
+                        item, persistence,
                         changed=patch.vhosts.get(item.name) if patch is not None else None,
                         previous=previous)
                     if as_scopes:
@@ -271,19 +273,21 @@ class Builder:
             if not scopes:
                 result[types.SCOPE] = self._out[types.SCOPE]
 
-    def _route_tables(self, item: Listener, as_scopes: bool,
-                      persistence: dict[str, Persistence], *,
+    def _route_tables(self, item: Listener, persistence: dict[str, Persistence], *,
                       changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None,
                       previous: Listener | None) -> tuple[Resource, ...]:
-        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how);
-        its one table deferred when it is served as scopes (only SotW streams read it)."""
+        """The route tables of ``item`` (edited from ``previous``'s when ``changed`` says how).
+        The table named after the listener is deferred (joined when first read; only
+        state-of-the-world streams read it while the listener is served as scopes), also
+        when it is not served as scopes: its digest, from its parts, then stays the same for
+        the same bytes when the listener's role changes (the cache sees no change)."""
         return tuple(
             Resource.of_bytes(name, route_pb2.RouteConfiguration, data)
             if isinstance(data, bytes)
             else Resource.deferred(name, route_pb2.RouteConfiguration, data, data.digest)
             for name, data in self._tables.tables(
                 item, persistence=MappingProxyType(persistence), changed=changed,
-                previous=previous, deferred=as_scopes))
+                previous=previous, deferred=True))
 
     def _persistence_of(self, ir: IR, patch: IRChange | None) -> dict[str, Persistence]:
         """Each pool's hash policy (routes of every table carry them)."""
