@@ -12,7 +12,7 @@ virtual host encodes the same (``podway.envoy_config.scoped``). The
 translator's ``IRChange`` (when its base is the IR built last) narrows a build to the named
 pools and virtual hosts (and the scoped listener's host count, one-host tables and scopes to
 the hosts it names), and ``Builder.hint`` passes that on to the cache. Each resource carries a
-digest of its content (of its serialised bytes; for the deferred one table of a scoped
+digest of its content (of its serialised bytes; for the deferred table named after a
 listener, of its parts' digests); the cache (``podway.xds.cache``) uses it to keep versions of
 unchanged resources, which is what keeps listeners, routes and clusters untouched in Envoy.
 

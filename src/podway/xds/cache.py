@@ -2,7 +2,8 @@
 
 Invariants:
 
-* A resource's version is the digest of its bytes, so an unchanged resource keeps its version
+* A resource's version is the digest of its content (``envoy_config.Resource``: of its bytes,
+  or of a route table's parts), so an unchanged resource keeps its version
   across any number of updates (and across controller restarts, which matters for delta xDS:
   a reconnecting Envoy's ``initial_resource_versions`` still match).
 * A type's version changes only when one of its resources is added, changed or removed; a type
