@@ -419,6 +419,30 @@ class MapDiff(Generic[_K]):
         return out
 
 
+class KindChanges:
+    """The keys of some snapshot kinds added, replaced (by identity) or removed from one
+    snapshot to the next a reader sees: the source's change list (``SourceUpdate.changed``)
+    when the snapshot's generation directly follows the last one seen, else a ``MapDiff`` per
+    kind (C speed). Either way no Python loop runs over a kind's whole map."""
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self._diffs: dict[str, MapDiff[Key]] = {kind: MapDiff() for kind in kinds}
+        self._generation: int | None = None
+
+    def update(self, snapshot: Snapshot, *, generation: int | None,
+               changed: Iterable[tuple[str, Key]] | None) -> set[tuple[str, Key]]:
+        """(kind, key) of the watched kinds that differ from the last snapshot seen."""
+        kinds = snapshot.objects
+        last, self._generation = self._generation, generation
+        if changed is not None and generation is not None and last is not None \
+                and generation == last + 1:
+            for kind, diff in self._diffs.items():
+                diff.rebase(kinds.get(kind, _NONE))
+            return {(kind, key) for kind, key in changed if kind in self._diffs}
+        return {(kind, key) for kind, diff in self._diffs.items()
+                for key in diff.update(kinds.get(kind, _NONE))}
+
+
 def id_changes(old: Mapping[int, Any], new: Mapping[int, Any]) -> tuple[list[int], list[int]]:
     """(ids only in ``new``, ids only in ``old``) of two id indexes, at C speed; equal key
     sets (the usual case for most maps) cost one comparison."""
