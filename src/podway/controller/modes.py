@@ -296,11 +296,13 @@ class NplPlanner:
 
     def plan(self, services: Mapping[Key, Service], pools: Mapping[str, Pool], *,
              requested: Callable[[Service], BackendMode], default: BackendMode,
-             held: Mapping[Key, object]) -> NplPlan:
+             held: Mapping[Key, object],
+             known: tuple[Mapping[str, Pool], Iterable[str]] | None = None) -> NplPlan:
         """The plan ``npl_plan`` gives for these Services and pools (``requested``: each
-        Service's requested mode, which follows ``default`` and the ``held`` Services)."""
+        Service's requested mode, which follows ``default`` and the ``held`` Services;
+        ``known``: the translator's word on the pools replaced, see ``MapDiff.update``)."""
         keys = set(self._services.update(services))
-        for name in self._pool_diff.update(pools):
+        for name in self._pool_diff.update(pools, known=known):
             for pool, step in ((self._pools.get(name), -1), (pools.get(name), 1)):
                 origin = pool.origin if pool is not None else None
                 if origin is not None and origin.kind == "Service":

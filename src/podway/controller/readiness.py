@@ -76,7 +76,7 @@ from podway.kube.errors import ApiError, NotFound, api_error
 from podway.model.core import LB_READY, EndpointSlice, Pod, PodCondition
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
-from podway.status.document import MapDiff
+from podway.status.document import MapDiff, pool_hint
 from podway.xds.member_health import Health, HostKey, HostState, MemberHealthReports
 
 log = logging.getLogger(__name__)
@@ -136,10 +136,14 @@ class PodMembers:
         return {key for name in pools if (pool := self._pools.get(name)) is not None
                 for key, _ in _pod_hosts(name, pool)}
 
-    def update(self, pools: Mapping[str, Pool]) -> Mapping[Key, tuple[HostKey, ...]]:
+    def update(self, pools: Mapping[str, Pool], *,
+               known: tuple[Mapping[str, Pool], Iterable[str]] | None = None
+               ) -> Mapping[Key, tuple[HostKey, ...]]:
+        """Follow ``pools`` (``known``: the translator's word on the pools replaced, see
+        ``MapDiff.update``)."""
         touched: set[Key] = set()
         self.changed = set()
-        for name in self._diff.update(pools):
+        for name in self._diff.update(pools, known=known):
             for pool, step in ((self._pools.pop(name, None), -1), (pools.get(name), 1)):
                 if pool is None:
                     continue
@@ -411,7 +415,7 @@ class ReadinessGate:
         plan. Any other pod's verdict and condition are what they were (equal to judging
         every pod: tested by property). ``on_xds``: the engines on this replica's xDS → the
         group each is served."""
-        members = self._members.update(state.ir.pools)
+        members = self._members.update(state.ir.pools, known=pool_hint(state.result))
         gated, terminating = self._gated.update(state.update.snapshot.kind(Pod),
                                                 state.update.snapshot.kind(EndpointSlice))
         engines = counted_engines(on_xds, self._reports.nodes)
