@@ -74,9 +74,9 @@ from podway.controller.metrics import ControllerMetrics
 from podway.ir import Pool
 from podway.kube.errors import ApiError, NotFound, api_error
 from podway.model.core import LB_READY, EndpointSlice, Pod, PodCondition
-from podway.model.snapshot import Key
+from podway.model.snapshot import Key, Snapshot
 from podway.pipeline import Pipeline, State
-from podway.status.document import MapDiff, pool_hint
+from podway.status.document import KindChanges, MapDiff, pool_hint
 from podway.xds.member_health import Health, HostKey, HostState, MemberHealthReports
 
 log = logging.getLogger(__name__)
@@ -179,8 +179,7 @@ class GatedPods:
     to the next: only the Pods and EndpointSlices replaced (``MapDiff``) are read again."""
 
     def __init__(self) -> None:
-        self._pods: MapDiff[Key] = MapDiff()
-        self._slices: MapDiff[Key] = MapDiff()
+        self._kinds = KindChanges((Pod.KIND, EndpointSlice.KIND))
         self._slice_pods: dict[Key, frozenset[Key]] = {}  # slice → its terminating pods
         self._terminating: Counter[Key] = Counter()
         self.gated: dict[Key, Pod] = {}
@@ -188,18 +187,24 @@ class GatedPods:
         # stopped terminating
         self.changed: set[Key] = set()
 
-    def update(self, pods: Mapping[Key, Pod], slices: Mapping[Key, EndpointSlice]
+    def update(self, pods: Mapping[Key, Pod], slices: Mapping[Key, EndpointSlice], *,
+               generation: int | None = None,
+               changed: Iterable[tuple[str, Key]] | None = None
                ) -> tuple[Mapping[Key, Pod], Collection[Key]]:
         """(gated Pods by key, pods going away): what ``terminating_pods`` and a scan of every
-        Pod for ``LB_READY`` give."""
-        self.changed = changed = set(self._pods.update(pods))
-        for key in changed:
+        Pod for ``LB_READY`` give. ``generation`` and ``changed``: the source's change list
+        (``KindChanges``), taken when the generation follows the last one seen."""
+        moved = self._kinds.update(Snapshot({Pod.KIND: pods, EndpointSlice.KIND: slices}),
+                                   generation=generation, changed=changed)
+        self.changed = {key for kind, key in moved if kind == Pod.KIND}
+        changed_slices = [key for kind, key in moved if kind == EndpointSlice.KIND]
+        for key in list(self.changed):
             pod = pods.get(key)
             if pod is not None and pod.gated(LB_READY):
                 self.gated[key] = pod
             else:
                 self.gated.pop(key, None)
-        for key in self._slices.update(slices):
+        for key in changed_slices:
             went = self._slice_pods.pop(key, frozenset())
             self._terminating.subtract(went)
             found = slices.get(key)
@@ -208,7 +213,7 @@ class GatedPods:
                 self._slice_pods[key] = now
                 self._terminating.update(now)
             for pod_key in went ^ now:  # counted in or out: it may have begun or stopped
-                changed.add(pod_key)
+                self.changed.add(pod_key)
                 if self._terminating[pod_key] <= 0:
                     del self._terminating[pod_key]
         return self.gated, self._terminating.keys()
@@ -416,8 +421,10 @@ class ReadinessGate:
         every pod: tested by property). ``on_xds``: the engines on this replica's xDS → the
         group each is served."""
         members = self._members.update(state.ir.pools, known=pool_hint(state.result))
-        gated, terminating = self._gated.update(state.update.snapshot.kind(Pod),
-                                                state.update.snapshot.kind(EndpointSlice))
+        snapshot = state.update.snapshot
+        gated, terminating = self._gated.update(
+            snapshot.kind(Pod), snapshot.kind(EndpointSlice), generation=state.generation,
+            changed=state.update.changed)
         engines = counted_engines(on_xds, self._reports.nodes)
         groups = {**self._reports.groups, **on_xds}
         pools_of = self._pools_of(state)

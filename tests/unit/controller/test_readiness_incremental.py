@@ -130,6 +130,7 @@ def test_the_gate_writes_as_if_it_judged_every_pod(steps: list[tuple[str, str, A
                          now=lambda: NOW, metrics=metrics)
     written: dict[Key, tuple[Pod, dict[str, str]]] = {}  # what the gate was told it wrote
     for generation, (action, name, arg) in enumerate([("start", "", None), *steps], start=1):
+        before = {"Pod": pods, "EndpointSlice": slices}
         pools, pods, slices = dict(pools), dict(pods), dict(slices)  # new maps, same objects
         if action == "pool":
             pools[name] = _pool(name, arg)
@@ -164,8 +165,13 @@ def test_the_gate_writes_as_if_it_judged_every_pod(steps: list[tuple[str, str, A
         ir = IR(listeners=tuple(listeners[p] for p in POOLS if p in listeners),
                 pools=MappingProxyType(pools))
         snapshot = Snapshot({"Pod": pods, "EndpointSlice": slices})
+        # Every other step says what changed, as a source does (``SourceUpdate.changed``).
+        hint = tuple((kind, key) for kind, objects in snapshot.objects.items()
+                     for key in objects.keys() | before[kind].keys()
+                     if objects.get(key) is not before[kind].get(key)) \
+            if generation % 2 else None
         state = State(version=generation, generation=generation,
-                      update=SourceUpdate(snapshot, ()), result=Result(ir=ir))
+                      update=SourceUpdate(snapshot, (), changed=hint), result=Result(ir=ir))
         got = gate.plan(state, dict(on_xds))
         want, verdicts = _from_scratch(state, on_xds, reports, written)
         assert {key: wanted for key, _, wanted in got} == want
