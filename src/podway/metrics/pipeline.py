@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from podway import __version__
 from podway.ir import IR, IRChange, Listener, MemberState, Pool, VirtualHost
 from podway.pipeline import State
-from podway.status.document import MapDiff, host_changes, pool_hint
+from podway.status.document import MapDiff, host_changes, pool_hint, problem_changes
 from podway.translate import Problem, Result, Severity
 
 _STAGES = ("translate", "build", "cache")
@@ -64,6 +64,7 @@ class PipelineMetrics:
         self.members = Gauge("podway_pool_members", "Pool members by state.", ["state"],
                              registry=reg)
         self._problems: tuple[Problem, ...] | None = None
+        self._severities: Tally[Severity] = Tally()  # of ``_problems``
         self._ir: IR | None = None
         self._listeners: dict[tuple[str, int], _Counted] = {}  # by (name, occurrence)
         self._pools = MapDiff[str]()
@@ -82,11 +83,16 @@ class PipelineMetrics:
                 self.stage_seconds.labels(stage=stage).observe(ms / 1000)
         self.generation.set(state.generation)
         if state.problems is not self._problems:
+            found = problem_changes(self._problems or (), state.problems) \
+                if self._problems is not None else None
+            if found is None:  # every problem counted
+                self._severities = Tally(p.severity for p in state.problems)
+            else:  # by the problems that came and went
+                self._severities.update(p.severity for p in found[1])
+                self._severities.subtract(p.severity for p in found[2])
             self._problems = state.problems
-            severities = Tally(str(p.severity) for p in state.problems)
             for severity in Severity:
-                self.problems.labels(severity=str(severity)).set(
-                    severities.get(str(severity), 0))
+                self.problems.labels(severity=str(severity)).set(self._severities[severity])
         self.rejections.set(len(state.rejections))
         if state.ir is not self._ir:
             change = state.result.change

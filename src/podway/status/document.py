@@ -289,7 +289,28 @@ class DocumentBuilder:
             dirty.update(ObjectRef(kind, *key) for key in self._kinds.pop(kind).update({}))
 
     def _problem_changes(self, problems: tuple[Problem, ...], dirty: set[ObjectRef]) -> None:
+        """Regroup the problems of the objects whose problems came or went (``problem_ids``:
+        by identity, at C speed); every object's when that cannot be told."""
         if problems is self._problems:
+            return
+        found = problem_changes(self._problems, problems)
+        if found is not None:
+            position, added, removed = found
+            refs: dict[ObjectRef, list[Problem]] = {}
+            for problem in (*added, *removed):
+                refs.setdefault(problem.ref, [])
+            for problem in added:
+                refs[problem.ref].append(problem)
+            for ref, came in refs.items():
+                mine = came + [p for p in self._by_object.get(ref, ()) if id(p) in position]
+                now = tuple(sorted(mine, key=lambda p: position[id(p)]))
+                if now != self._by_object.get(ref, ()):
+                    dirty.add(ref)
+                if now:
+                    self._by_object[ref] = now
+                else:
+                    self._by_object.pop(ref, None)
+            self._problems = problems
             return
         grouped: dict[ObjectRef, list[Problem]] = {}
         for problem in problems:
@@ -453,6 +474,26 @@ class KindChanges:
             return {(kind, key) for kind, key in changed if kind in self._diffs}
         return {(kind, key) for kind, diff in self._diffs.items()
                 for key in diff.update(kinds.get(kind, _NONE))}
+
+
+def problem_changes(old: tuple[Problem, ...], new: tuple[Problem, ...]
+                    ) -> tuple[dict[int, int], list[Problem], list[Problem]] | None:
+    """(position of each problem of ``new`` by id, problems only in ``new``, problems only in
+    ``old``), by identity and at C speed (the translator keeps unchanged problems as the same
+    objects); None when that does not tell the change — a problem listed twice, or the kept
+    ones in another order — and the caller must look at every problem."""
+    ids = list(map(id, new))
+    position = dict(zip(ids, range(1, len(ids) + 1), strict=True))
+    if len(position) != len(new):
+        return None
+    old_index = dict(zip(map(id, old), old, strict=True))
+    if len(old_index) != len(old):
+        return None
+    kept = list(filter(None, map(position.get, old_index)))  # positions from 1: never 0
+    if kept != sorted(kept):
+        return None
+    added, removed = id_changes(old_index, position)
+    return position, [new[position[i] - 1] for i in added], [old_index[i] for i in removed]
 
 
 def pool_hint(result: Result) -> tuple[Mapping[str, Pool], Iterable[str]] | None:
