@@ -8,7 +8,12 @@ state, the readers the controller runs after every state (``podway.controller.ma
   stub, no API): the first state (every status due), then one new HTTPRoute (p50/p99);
 * the event writer's diff of two documents (``events.changes``), and the pipeline metrics'
   ``observe``, for the same one-route change;
-* an EndpointSlice change (members move: nothing is due).
+* an EndpointSlice change (members move: nothing is due);
+* one Service replaced (an annotation edited): the status writer's pass;
+* the readiness gate (``ReadinessGate.plan``, no API) over N gated pods, one per pool, one
+  engine reporting them all healthy: a pass that judges every gated pod (what each pass did
+  before it followed the change, and still does when the engines change) against one report
+  change (one member turns unhealthy) and one Pod replaced (the watch shows a write).
 
 No wall-clock target is asserted; the figures go to docs/performance.md. Every time is also
 printed as a ratio to the machine-speed reference (``bench/speedref.py``).
@@ -26,6 +31,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -34,14 +40,20 @@ import speedref
 from podway.controller.events import changes
 from podway.controller.leader import Fence
 from podway.controller.metrics import ControllerMetrics
+from podway.controller.readiness import ReadinessGate
 from podway.controller.source import KindInfo
 from podway.controller.status import Status, StatusWriter, Target
+from podway.ir import IR, Member, Pool
 from podway.metrics.pipeline import PipelineMetrics
 from podway.model import K8sObject, Snapshot
+from podway.model.base import ObjectRef
+from podway.model.core import LB_READY, Pod
 from podway.model.loader import parse_object
-from podway.pipeline import Pipeline
+from podway.model.snapshot import Key
+from podway.pipeline import Pipeline, State
 from podway.sources.base import SourceUpdate
-from podway.translate import TranslateOptions
+from podway.translate import Result, TranslateOptions
+from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
 
 GW = "gateway.networking.k8s.io"
 NS = "bench"
@@ -167,8 +179,82 @@ async def one_size(count: int, tries: int, ref: speedref.Reference,
     t0 = time.perf_counter()
     due_n = await writer.write(state)
     print(f"  members move: status pass {ms(time.perf_counter() - t0, ref)}, {due_n} due")
+    await services_replaced(snapshot, pipeline, writer, tries, ref)
+    if hasattr(ReadinessGate, "plan"):  # absent before the gate followed the change
+        readiness(count, tries, ref)
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+
+
+async def services_replaced(snapshot: Snapshot, pipeline: Pipeline, writer: _Writer,
+                            tries: int, ref: speedref.Reference) -> None:
+    """One Service replaced per state (an annotation edited): the status writer's pass."""
+    replaced = []
+    for n in range(tries):
+        edited = service(n)
+        edited["metadata"]["annotations"] = {"bench.podway.io/edit": str(n)}
+        snapshot, update = put(snapshot, edited)
+        state = pipeline.apply(update)
+        t0 = time.perf_counter()
+        await writer.write(state)
+        replaced.append(time.perf_counter() - t0)
+    print(f"  {'one Service replaced: status pass':<34} p50 {ms(pct(replaced, 50), ref)}  "
+          f"p99 {ms(pct(replaced, 99), ref)}")
+
+
+def readiness(count: int, tries: int, ref: speedref.Reference) -> None:
+    """The readiness gate's pass: every gated pod judged, against one change (module doc)."""
+    pods: dict[Key, Pod] = {}
+    pools: dict[str, Pool] = {}
+    for i in range(count):
+        pods[(NS, f"pod-{i}")] = Pod.model_validate({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"pod-{i}", "namespace": NS},
+            "spec": {"readinessGates": [{"conditionType": LB_READY}]}})
+        name = f"pool/{NS}/svc-{i}/80"
+        pools[name] = Pool(name=name, members=(Member(
+            address=f"198.18.{i // 250}.{i % 250 + 1}", port=8080,
+            origin=ObjectRef("Pod", NS, f"pod-{i}")),))
+    hosts = {(name, f"{m.address}:{m.port}"): HostState(Health.HEALTHY)
+             for name, pool in pools.items() for m in pool.members}
+    reports, stream = MemberHealthReports(), object()
+    reports.apply(stream, Message(node="edge-1", full=True, hosts=hosts))
+    gate = ReadinessGate(None, None, reports, dict,  # type: ignore[arg-type]
+                         metrics=ControllerMetrics())
+
+    ir = IR(pools=MappingProxyType(pools))  # members do not move here
+
+    def state_of(generation: int, changed: tuple[tuple[str, Key], ...] | None) -> State:
+        return State(version=generation, generation=generation,
+                     update=SourceUpdate(Snapshot({"Pod": dict(pods)}), (), changed=changed),
+                     result=Result(ir=ir))
+
+    state = state_of(1, None)
+    t0 = time.perf_counter()
+    due = len(gate.plan(state, {}))
+    print(f"  readiness, first pass: {due} writes due, {ms(time.perf_counter() - t0, ref)}")
+    every, report, pod = [], [], []
+    keys = list(hosts)
+    for n in range(tries):
+        gate.judge_everyone()  # what every pass did before it followed the change
+        t0 = time.perf_counter()
+        gate.plan(state, {})
+        every.append(time.perf_counter() - t0)
+        sick = HostState(Health.UNHEALTHY if n % 2 == 0 else Health.HEALTHY, "bench")
+        reports.apply(stream, Message(node="edge-1", full=False, hosts={keys[n]: sick}))
+        t0 = time.perf_counter()
+        due = len(gate.plan(state, {}))
+        report.append(time.perf_counter() - t0)
+        assert due == 1, due
+        key = (NS, f"pod-{count - 1 - n}")
+        pods[key] = pods[key].model_copy()
+        state = state_of(n + 2, (("Pod", key),))  # as the source says it
+        t0 = time.perf_counter()
+        gate.plan(state, {})
+        pod.append(time.perf_counter() - t0)
+    for label, values in (("readiness: judge every gated pod", every),
+                          ("readiness: one report change", report),
+                          ("readiness: one Pod replaced", pod)):
+        print(f"  {label:<34} p50 {ms(pct(values, 50), ref)}  p99 {ms(pct(values, 99), ref)}")
 
 
 def pct(values: list[float], p: int) -> float:

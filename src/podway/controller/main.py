@@ -72,6 +72,7 @@ from podway.netaddr import HostPort
 from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
+from podway.status.document import pool_hint
 from podway.translate import TranslateOptions
 from podway.xds.member_health import MemberHealthReports
 from podway.xds.protocol import Event
@@ -370,7 +371,8 @@ class Controller:
             return  # members moved; no Service and no structure did
         self._npl_seen = (services, state.ir.listeners, held)
         plan = self._npl_planner.plan(services, state.ir.pools, requested=self.gate.requested,
-                                      default=self.gate.default, held=held)
+                                      default=self.gate.default, held=held,
+                                      known=pool_hint(state.result))
         core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
         for keys, value in ((plan.enable, "true"), (plan.disable, None)):
             for key in keys:

@@ -16,7 +16,10 @@ decision that needs the world enters the translator as input, never as I/O insid
 default needs no new translator: the gate re-applies the last update, every Service without an
 annotation is a candidate, and the switch is the same make-before-break per-Service EDS change
 as an annotation edit. Rewritten copies are kept per Service (reused while the source's object
-and the mode stay), so an update costs O(Services it concerns). It also reports *pending
+and the mode stay), so an update costs O(Services it concerns); the Services it hands on are the
+very map it handed on last when no Service and no copy moved (readers skip it by identity), else
+that map copied at C speed with only the moved ones put again — never a Python pass over every
+Service, also while every Service carries a copy (after a new default). It also reports *pending
 members*: pods behind a Service in effective ``nodeportlocal`` mode whose annotation is not
 there yet.
 
@@ -71,6 +74,10 @@ class ModeGate:
         self._rewrites: dict[Key, tuple[Service, BackendMode, Service]] = {}
         self._last: SourceUpdate | None = None
         self._everything = False  # the next apply looks at every Service
+        # (the source's Services, the map handed on with the copies in): kept while neither
+        # changes, so an update that moves no Service hands on the very same map
+        self._handed: tuple[Mapping[Key, Service], Mapping[Key, Service]] | None = None
+        self._recopied: set[Key] = set()  # Services whose copy came, changed or went
         self._kick = asyncio.Event()
         self.report = ModeReport(held=MappingProxyType({}), pending=MappingProxyType({}))
 
@@ -148,7 +155,8 @@ class ModeGate:
             service = services.get(key)
             if service is None:
                 self._effective.pop(key, None)
-                self._rewrites.pop(key, None)
+                if self._rewrites.pop(key, None) is not None:
+                    self._recopied.add(key)
                 continue
             requested = service_mode(service, self._opts)
             previous = self._effective.get(key)
@@ -166,25 +174,60 @@ class ModeGate:
         moved = [key for key in candidates
                  if key in services and before[key] is not _mode_of(self._rewrites.get(key))]
         self.report = ModeReport(held=MappingProxyType(held), pending=MappingProxyType(pending))
-        if not self._rewrites and update.changed is not None and not moved:
-            return update
+        recopied, self._recopied = self._recopied, set()
+        if not self._rewrites:
+            self._handed = None
+            if update.changed is not None and not moved:
+                return update
         changed = update.changed
         if changed is not None:
             extra = [(Service.KIND, key) for key in sorted(moved)]
             changed = tuple(dict.fromkeys((*changed, *extra)))
-        copies = {key: copy for key, (_, _, copy) in self._rewrites.items()}
-        return SourceUpdate(snapshot=snapshot.replace(Service.KIND, copies) if copies
-                            else snapshot, errors=update.errors, stale_files=update.stale_files,
-                            changed=changed)
+        if self._rewrites:
+            snapshot = Snapshot({**snapshot.objects, Service.KIND: self._hand_on(
+                services, update.changed, recopied)})
+        return SourceUpdate(snapshot=snapshot, errors=update.errors,
+                            stale_files=update.stale_files, changed=changed)
+
+    def _hand_on(self, services: Mapping[Key, Service],
+                 changed: Iterable[tuple[str, Key]] | None, recopied: set[Key]
+                 ) -> Mapping[Key, Service]:
+        """The Services with the copies in: the last map handed on again when neither the
+        source's Services nor a copy changed, else that map with only the Services changed
+        put again (one copy of the map, at C speed); a first or unknown update: all of it."""
+        handed = self._handed
+        if handed is not None and changed is not None:
+            base, before = handed
+            keys = set(recopied)
+            if services is not base:
+                keys.update(key for kind, key in changed if kind == Service.KIND)
+            if not keys:
+                self._handed = (services, before)
+                return before
+            out = dict(before)
+            for key in keys:
+                rewrite = self._rewrites.get(key)
+                found = rewrite[2] if rewrite is not None else services.get(key)
+                if found is None:
+                    out.pop(key, None)
+                else:
+                    out[key] = found
+        else:
+            out = {**services, **{key: copy for key, (_, _, copy) in self._rewrites.items()}}
+        merged = MappingProxyType(out)
+        self._handed = (services, merged)
+        return merged
 
     def _rewrite(self, key: Key, service: Service, effective: BackendMode) -> None:
         """Keep (or drop) the copy of ``service`` that tells the translator ``effective``."""
         if effective is service_mode(service, self._translated):
-            self._rewrites.pop(key, None)
+            if self._rewrites.pop(key, None) is not None:
+                self._recopied.add(key)
             return
         known = self._rewrites.get(key)
         if known is None or known[0] is not service or known[1] is not effective:
             self._rewrites[key] = (service, effective, _with_mode(service, effective))
+            self._recopied.add(key)
 
     def _candidates(self, update: SourceUpdate) -> set[Key]:
         """Services whose effective mode or pending pods this update may move (see ``apply``);
@@ -296,11 +339,13 @@ class NplPlanner:
 
     def plan(self, services: Mapping[Key, Service], pools: Mapping[str, Pool], *,
              requested: Callable[[Service], BackendMode], default: BackendMode,
-             held: Mapping[Key, object]) -> NplPlan:
+             held: Mapping[Key, object],
+             known: tuple[Mapping[str, Pool], Iterable[str]] | None = None) -> NplPlan:
         """The plan ``npl_plan`` gives for these Services and pools (``requested``: each
-        Service's requested mode, which follows ``default`` and the ``held`` Services)."""
+        Service's requested mode, which follows ``default`` and the ``held`` Services;
+        ``known``: the translator's word on the pools replaced, see ``MapDiff.update``)."""
         keys = set(self._services.update(services))
-        for name in self._pool_diff.update(pools):
+        for name in self._pool_diff.update(pools, known=known):
             for pool, step in ((self._pools.get(name), -1), (pools.get(name), 1)):
                 origin = pool.origin if pool is not None else None
                 if origin is not None and origin.kind == "Service":

@@ -42,14 +42,14 @@ from podway.backoff import Backoff
 from podway.controller.leader import ALWAYS, Fence, Leadership
 from podway.controller.metrics import ControllerMetrics
 from podway.controller.source import CRD_STATUS_KINDS, KindInfo
-from podway.ir import IR
+from podway.ir import IR, Listener
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
 from podway.model.base import ObjectRef
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
 from podway.status import StatusDocument
-from podway.status.document import DocumentBuilder
+from podway.status.document import DocumentBuilder, KindChanges, id_changes
 from podway.translate import TranslateOptions
 from podway.translate import service as service_rules
 from podway.translate.problems import Problem, Reason
@@ -93,10 +93,8 @@ class Desired:
         self._lb_address = lb_address
         self._doc: StatusDocument | None = None
         self._want: dict[Target, Status] = {}
-        self._services: Mapping[Key, Service] = {}
-        self._ingresses: Mapping[Key, Ingress] = {}
-        self._listeners: object = None
-        self._bound: dict[Target, list[str]] = {}
+        self._kinds = KindChanges(("Service", "Ingress"))
+        self._bound = BoundAddresses()
 
     @property
     def want(self) -> Mapping[Target, Status]:
@@ -108,11 +106,13 @@ class Desired:
         delta = doc.changed_since(self._doc)
         snapshot = state.update.snapshot
         services, ingresses = snapshot.kind(Service), snapshot.kind(Ingress)
+        replaced = self._kinds.update(snapshot, generation=state.generation,
+                                      changed=state.update.changed)
+        moved = self._bound.update(state.ir.listeners)
         if delta is None:  # another lineage (the first document): from scratch
             before = self._want
             self._want = desired(doc, state, opts=self._opts, lb_address=self._lb_address)
-            self._doc, self._services, self._ingresses = doc, services, ingresses
-            self._listeners, self._bound = state.ir.listeners, bound_addresses(state.ir)
+            self._doc = doc
             return set(before) | set(self._want)
         touched: set[Target] = set()
         for ref in delta:
@@ -126,13 +126,9 @@ class Desired:
             elif ref.kind not in ("Service", "Ingress"):
                 continue  # no status of its own to write
             touched.add(target)
-        touched |= _replaced("Service", self._services, services)
-        touched |= _replaced("Ingress", self._ingresses, ingresses)
-        if state.ir.listeners is not self._listeners:
-            bound = bound_addresses(state.ir)
-            touched |= {t for t in bound.keys() | self._bound.keys()
-                        if bound.get(t) != self._bound.get(t)}
-            self._listeners, self._bound = state.ir.listeners, bound
+        touched |= replaced
+        touched |= moved
+        bound = self._bound.bound
         out: set[Target] = set()
         for target in touched:
             kind, key = target
@@ -140,10 +136,10 @@ class Desired:
             if kind == "Service":
                 service = services.get(key)
                 status = None if service is None else _service_status(
-                    key, service, self._bound, doc, opts=self._opts,
+                    key, service, bound, doc, opts=self._opts,
                     lb_address=self._lb_address)
             elif kind == "Ingress":
-                status = _ingress_status(key, self._bound, doc, self._lb_address) \
+                status = _ingress_status(key, bound, doc, self._lb_address) \
                     if key in ingresses else None
             else:
                 out.add(target)  # set above
@@ -154,17 +150,65 @@ class Desired:
             elif status != self._want.get(target):
                 self._want[target] = status
                 out.add(target)
-        self._doc, self._services, self._ingresses = doc, services, ingresses
+        self._doc = doc
         return out
 
 
-def _replaced(kind: str, old: Mapping[Key, Any], new: Mapping[Key, Any]) -> set[Target]:
-    """Targets of ``kind`` added, replaced (by identity) or removed between two maps."""
-    if old is new:
-        return set()
-    out = {(kind, key) for key, obj in new.items() if old.get(key) is not obj}
-    out.update((kind, key) for key in old.keys() - new.keys())
-    return out
+class BoundAddresses:
+    """``bound_addresses`` from one listener tuple to the next: only the targets of the
+    listeners added or removed (by identity, an id index at C speed) are worked out again, and
+    those that bind several addresses (their order is the listeners' order, which may move):
+    one route change — its listener replaced among thousands — costs that listener."""
+
+    def __init__(self) -> None:
+        self._listeners: tuple[Listener, ...] = ()
+        self._ids: dict[int, Listener] = {}
+        self._of: dict[Target, dict[int, Listener]] = {}  # target → its listeners, by id
+        self._several: set[Target] = set()  # targets bound to more than one address
+        self.bound: dict[Target, list[str]] = {}  # what ``bound_addresses`` gives
+
+    def update(self, listeners: tuple[Listener, ...]) -> set[Target]:
+        """Follow ``listeners``; the targets whose bound addresses changed."""
+        if listeners is self._listeners:
+            return set()
+        ids = dict(zip(map(id, listeners), listeners, strict=True))
+        added, removed = id_changes(self._ids, ids)
+        touched = set(self._several)
+        for i, step in [(i, -1) for i in removed] + [(i, 1) for i in added]:
+            listener = (self._ids if step < 0 else ids)[i]
+            for origin in listener.origins:
+                target = (origin.kind, (origin.namespace, origin.name))
+                mine = self._of.setdefault(target, {})
+                if step < 0:
+                    mine.pop(i, None)
+                else:
+                    mine[i] = listener
+                touched.add(target)
+        self._listeners, self._ids = listeners, ids
+        position: dict[int, int] | None = None
+        moved: set[Target] = set()
+        for target in touched:
+            mine = self._of[target]
+            addresses = list(dict.fromkeys(listener.address for listener in mine.values()))
+            if len(addresses) > 1:  # in the order of the listeners (the first one counts)
+                if position is None:
+                    position = dict(zip(map(id, reversed(listeners)),
+                                        range(len(listeners) - 1, -1, -1), strict=True))
+                found = position
+                addresses = list(dict.fromkeys(
+                    mine[i].address for i in sorted(mine, key=lambda i: found[i])))
+                self._several.add(target)
+            else:
+                self._several.discard(target)
+            if not mine:
+                del self._of[target]
+            if addresses != self.bound.get(target, []):
+                moved.add(target)
+                if addresses:
+                    self.bound[target] = addresses
+                else:
+                    del self.bound[target]
+        return moved
 
 
 def bound_addresses(ir: IR) -> dict[Target, list[str]]:

@@ -6,24 +6,25 @@ never a user object's name: the series count does not grow with the configuratio
 ``observe`` costs O(change), not O(configuration): the gauges are running totals, adjusted by
 what differs from the last state observed — problems recounted only when the tuple is another
 one, virtual hosts and routes per listener by the ids of its virtual hosts, members per pool by
-the pools replaced (``podway.status.document.MapDiff``). The totals always equal a count of the
-whole state (tested).
+the pools replaced (``podway.status.document.MapDiff``), or as the translator's ``IRChange`` says
+when it is relative to the IR observed last (then no map of the IR is diffed). The totals always
+equal a count of the whole state (tested).
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from podway import __version__
-from podway.ir import IR, Listener, MemberState, Pool, VirtualHost
+from podway.ir import IR, IRChange, Listener, MemberState, Pool, VirtualHost
 from podway.pipeline import State
-from podway.status.document import MapDiff, id_changes
-from podway.translate import Problem, Severity
+from podway.status.document import MapDiff, host_changes, pool_hint, problem_changes
+from podway.translate import Problem, Result, Severity
 
 _STAGES = ("translate", "build", "cache")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -63,6 +64,7 @@ class PipelineMetrics:
         self.members = Gauge("podway_pool_members", "Pool members by state.", ["state"],
                              registry=reg)
         self._problems: tuple[Problem, ...] | None = None
+        self._severities: Tally[Severity] = Tally()  # of ``_problems``
         self._ir: IR | None = None
         self._listeners: dict[tuple[str, int], _Counted] = {}  # by (name, occurrence)
         self._pools = MapDiff[str]()
@@ -81,26 +83,36 @@ class PipelineMetrics:
                 self.stage_seconds.labels(stage=stage).observe(ms / 1000)
         self.generation.set(state.generation)
         if state.problems is not self._problems:
+            found = problem_changes(self._problems or (), state.problems) \
+                if self._problems is not None else None
+            if found is None:  # every problem counted
+                self._severities = Tally(p.severity for p in state.problems)
+            else:  # by the problems that came and went
+                self._severities.update(p.severity for p in found[1])
+                self._severities.subtract(p.severity for p in found[2])
             self._problems = state.problems
-            severities = Tally(str(p.severity) for p in state.problems)
             for severity in Severity:
-                self.problems.labels(severity=str(severity)).set(
-                    severities.get(str(severity), 0))
+                self.problems.labels(severity=str(severity)).set(self._severities[severity])
         self.rejections.set(len(state.rejections))
         if state.ir is not self._ir:
+            change = state.result.change
+            self._count(state.result, change if change is not None
+                        and change.base is self._ir else None)
             self._ir = state.ir
-            self._count(state.ir)
 
-    def _count(self, ir: IR) -> None:
-        """Adjust the IR totals by the listeners' virtual hosts and the pools that changed."""
+    def _count(self, result: Result, change: IRChange | None) -> None:
+        """Adjust the IR totals by the listeners' virtual hosts and the pools that changed
+        (as the translator's ``change`` says, when it is relative to the IR seen last)."""
+        ir = result.ir
         listeners: dict[tuple[str, int], _Counted] = {}
         seen: Tally[str] = Tally()
         for listener in ir.listeners:
             key = (listener.name, seen[listener.name])
             seen[listener.name] += 1
-            listeners[key] = _counted(listener, self._listeners.pop(key, None))
+            listeners[key] = _counted(listener, self._listeners.pop(key, None),
+                                      change.vhosts.get(listener.name) if change else None)
         self._listeners = listeners
-        for name in self._pools.update(ir.pools):
+        for name in self._pools.update(ir.pools, known=pool_hint(result)):
             was, now = self._pool_map.pop(name, None), ir.pools.get(name)
             if was is not None:
                 self._members.subtract(m.state for m in was.members)
@@ -131,16 +143,20 @@ class _Counted:
     routes: int  # HTTP routes of its virtual hosts
 
 
-def _counted(listener: Listener, before: _Counted | None) -> _Counted:
-    """``listener``'s route count, from ``before``'s by the virtual hosts added and removed."""
+def _counted(listener: Listener, before: _Counted | None,
+             pairs: Iterable[tuple[VirtualHost | None, VirtualHost | None]] | None) -> _Counted:
+    """``listener``'s route count, from ``before``'s by the virtual hosts added and removed
+    (``pairs``: the translator's word on them, see ``host_changes``)."""
     if before is not None and before.listener is listener:
         return before
-    hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts, strict=True))
-    if before is None or len(hosts) != len(listener.virtual_hosts) \
-            or len(before.hosts) != len(before.listener.virtual_hosts):  # shared: count all
-        routes = sum(len(h.routes) for h in listener.virtual_hosts)
-    else:
-        added, removed = id_changes(before.hosts, hosts)
-        routes = before.routes + sum(len(hosts[i].routes) for i in added) \
-            - sum(len(before.hosts[i].routes) for i in removed)
+    if before is None or len(before.hosts) != len(before.listener.virtual_hosts):
+        hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts, strict=True))
+        return _Counted(listener=listener, hosts=hosts,
+                        routes=sum(len(h.routes) for h in listener.virtual_hosts))
+    hosts, added, removed = host_changes(before.hosts, listener, pairs)
+    if len(hosts) != len(listener.virtual_hosts):  # shared: count all
+        return _Counted(listener=listener, hosts=hosts,
+                        routes=sum(len(h.routes) for h in listener.virtual_hosts))
+    routes = before.routes + sum(len(h.routes) for h in added) \
+        - sum(len(h.routes) for h in removed)
     return _Counted(listener=listener, hosts=hosts, routes=routes)

@@ -245,7 +245,7 @@ class DocumentBuilder:
             self._snapshot_changes(snapshot, dirty)
         self._problem_changes(result.problems, dirty)
         self._status_changes(result.statuses, dirty)
-        ir_changed = self._ir_changes(result.ir, dirty)
+        ir_changed = self._ir_changes(result, dirty)
         if rejections != self._rejections or (ir_changed and rejections):
             # Few, and mapped through the IR: recomputed whole, their objects redone.
             refused = refused_objects(result.ir, rejections)
@@ -289,7 +289,28 @@ class DocumentBuilder:
             dirty.update(ObjectRef(kind, *key) for key in self._kinds.pop(kind).update({}))
 
     def _problem_changes(self, problems: tuple[Problem, ...], dirty: set[ObjectRef]) -> None:
+        """Regroup the problems of the objects whose problems came or went (``problem_ids``:
+        by identity, at C speed); every object's when that cannot be told."""
         if problems is self._problems:
+            return
+        found = problem_changes(self._problems, problems)
+        if found is not None:
+            position, added, removed = found
+            refs: dict[ObjectRef, list[Problem]] = {}
+            for problem in (*added, *removed):
+                refs.setdefault(problem.ref, [])
+            for problem in added:
+                refs[problem.ref].append(problem)
+            for ref, came in refs.items():
+                mine = came + [p for p in self._by_object.get(ref, ()) if id(p) in position]
+                now = tuple(sorted(mine, key=lambda p: position[id(p)]))
+                if now != self._by_object.get(ref, ()):
+                    dirty.add(ref)
+                if now:
+                    self._by_object[ref] = now
+                else:
+                    self._by_object.pop(ref, None)
+            self._problems = problems
             return
         grouped: dict[ObjectRef, list[Problem]] = {}
         for problem in problems:
@@ -305,11 +326,15 @@ class DocumentBuilder:
         """Objects whose status object was added, replaced or removed (``MapDiff``)."""
         dirty.update(self._statuses.update(statuses))
 
-    def _ir_changes(self, ir: IR, dirty: set[ObjectRef]) -> bool:
-        """Update the served/front counts from the IR parts that changed (by identity); the
+    def _ir_changes(self, result: Result, dirty: set[ObjectRef]) -> bool:
+        """Update the served/front counts from the IR parts that changed (by identity, or as
+        the translator's ``IRChange`` says when it is relative to the IR seen last); the
         objects whose counts moved are dirty. False when the IR is the one seen last."""
+        ir = result.ir
         if ir is self._ir:
             return False
+        change = result.change if result.change is not None \
+            and result.change.base is self._ir else None
         served, front = self._served, self._front
         touched: list[ObjectRef] = []
 
@@ -326,8 +351,9 @@ class DocumentBuilder:
             for listener in ir.listeners:
                 key = (listener.name, seen[listener.name])
                 seen[listener.name] += 1
-                parts[key] = self._listener_parts(listener, self._listeners.pop(key, None),
-                                                  count, served, front)
+                parts[key] = self._listener_parts(
+                    listener, self._listeners.pop(key, None), count, served, front,
+                    pairs=change.vhosts.get(listener.name) if change is not None else None)
             for gone in self._listeners.values():  # listeners no longer there
                 count(gone.head[0], served, -1)
                 count(gone.head[1], front, -1)
@@ -338,7 +364,7 @@ class DocumentBuilder:
             self._listeners = parts
         if self._ir is None or ir.pools is not self._ir.pools:
             old = self._pools
-            for name in self._pool_diff.update(ir.pools):
+            for name in self._pool_diff.update(ir.pools, known=pool_hint(result)):
                 was, pool = old.get(name), ir.pools.get(name)
                 if was is not None and was.origin is not None:
                     count((was.origin,), served, -1)
@@ -351,22 +377,22 @@ class DocumentBuilder:
 
     @staticmethod
     def _listener_parts(listener: Listener, old: _ListenerParts | None,
-                        count: Any, served: Counter[ObjectRef],
-                        front: Counter[ObjectRef]) -> _ListenerParts:
+                        count: Any, served: Counter[ObjectRef], front: Counter[ObjectRef], *,
+                        pairs: Iterable[tuple[VirtualHost | None, VirtualHost | None]] | None
+                        ) -> _ListenerParts:
         if old is not None and old.listener is listener:
             return old
         head = _head(listener)
-        hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts, strict=True))
         added: list[VirtualHost]
         removed: list[VirtualHost]
         if old is None:
+            hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts,
+                             strict=True))
             added, removed = list(hosts.values()), []
             old_head: tuple[_Refs, _Refs] = ((), ())
         else:
             old_head = old.head
-            new_ids, old_ids = id_changes(old.hosts, hosts)
-            added = [hosts[i] for i in new_ids]
-            removed = [old.hosts[i] for i in old_ids]
+            hosts, added, removed = host_changes(old.hosts, listener, pairs)
         if head != old_head:
             count(old_head[0], served, -1)
             count(old_head[1], front, -1)
@@ -402,11 +428,18 @@ class MapDiff(Generic[_K]):
         if new is not self._map:
             self._map, self._index = new, None
 
-    def update(self, new: Mapping[_K, Any]) -> list[_K]:
-        """The keys that differ from the last version; ``new`` becomes the last version."""
+    def update(self, new: Mapping[_K, Any], *,
+               known: tuple[Mapping[_K, Any], Iterable[_K]] | None = None) -> list[_K]:
+        """The keys that differ from the last version; ``new`` becomes the last version.
+        ``known``: (base, keys), the producer's word that ``new`` differs from ``base`` only
+        under ``keys`` (``IRChange.pools``: ``pool_hint``); taken, with no diff at all, when
+        ``base`` is the last version."""
         old = self._map
         if new is old:
             return []
+        if known is not None and known[0] is old:
+            self.rebase(new)
+            return list(known[1])
         old_index = self._index if self._index is not None else _id_index(old)
         index = _id_index(new)
         if len(index) != len(new) or len(old_index) != len(old):
@@ -417,6 +450,84 @@ class MapDiff(Generic[_K]):
             out = [index[i] for i in new_ids] + [old_index[i] for i in old_ids]
         self._map, self._index = new, index
         return out
+
+
+class KindChanges:
+    """The keys of some snapshot kinds added, replaced (by identity) or removed from one
+    snapshot to the next a reader sees: the source's change list (``SourceUpdate.changed``)
+    when the snapshot's generation directly follows the last one seen, else a ``MapDiff`` per
+    kind (C speed). Either way no Python loop runs over a kind's whole map."""
+
+    def __init__(self, kinds: Iterable[str]) -> None:
+        self._diffs: dict[str, MapDiff[Key]] = {kind: MapDiff() for kind in kinds}
+        self._generation: int | None = None
+
+    def update(self, snapshot: Snapshot, *, generation: int | None,
+               changed: Iterable[tuple[str, Key]] | None) -> set[tuple[str, Key]]:
+        """(kind, key) of the watched kinds that differ from the last snapshot seen."""
+        kinds = snapshot.objects
+        last, self._generation = self._generation, generation
+        if changed is not None and generation is not None and last is not None \
+                and generation == last + 1:
+            for kind, diff in self._diffs.items():
+                diff.rebase(kinds.get(kind, _NONE))
+            return {(kind, key) for kind, key in changed if kind in self._diffs}
+        return {(kind, key) for kind, diff in self._diffs.items()
+                for key in diff.update(kinds.get(kind, _NONE))}
+
+
+def problem_changes(old: tuple[Problem, ...], new: tuple[Problem, ...]
+                    ) -> tuple[dict[int, int], list[Problem], list[Problem]] | None:
+    """(position of each problem of ``new`` by id, problems only in ``new``, problems only in
+    ``old``), by identity and at C speed (the translator keeps unchanged problems as the same
+    objects); None when that does not tell the change — a problem listed twice, or the kept
+    ones in another order — and the caller must look at every problem."""
+    ids = list(map(id, new))
+    position = dict(zip(ids, range(1, len(ids) + 1), strict=True))
+    if len(position) != len(new):
+        return None
+    old_index = dict(zip(map(id, old), old, strict=True))
+    if len(old_index) != len(old):
+        return None
+    kept = list(filter(None, map(position.get, old_index)))  # positions from 1: never 0
+    if kept != sorted(kept):
+        return None
+    added, removed = id_changes(old_index, position)
+    return position, [new[position[i] - 1] for i in added], [old_index[i] for i in removed]
+
+
+def pool_hint(result: Result) -> tuple[Mapping[str, Pool], Iterable[str]] | None:
+    """``MapDiff.update``'s ``known`` for the pools of ``result.ir``: the translator's word
+    (``IRChange``) on which pools differ from the IR before, if it gave one."""
+    change = result.change
+    return None if change is None else (change.base.pools, change.pools)
+
+
+def host_changes(before: dict[int, VirtualHost], listener: Listener,
+                 pairs: Iterable[tuple[VirtualHost | None, VirtualHost | None]] | None
+                 ) -> tuple[dict[int, VirtualHost], list[VirtualHost], list[VirtualHost]]:
+    """(``listener``'s virtual hosts by id, those added, those removed) since ``before`` (the
+    previous listener's, by id; given up by the caller: it may be reused). ``pairs``: the
+    translator's (old, new) virtual hosts of this listener (``IRChange.vhosts``), taken when
+    they account for the difference — O(change) — else an id diff (C speed)."""
+    if pairs is not None:
+        pairs = tuple(pairs)
+        removed = [old for old, _ in pairs if old is not None]
+        added = [new for _, new in pairs if new is not None]
+        if all(id(v) in before and before[id(v)] is v for v in removed) \
+                and len(before) - len(removed) + len(added) == len(listener.virtual_hosts) \
+                and not any(id(v) in before for v in added):
+            for v in removed:
+                del before[id(v)]
+            before.update(zip(map(id, added), added, strict=True))
+            if len(before) == len(listener.virtual_hosts):
+                return before, added, removed
+            for v in added:  # not what the hint said (a host listed twice): undo, diff
+                before.pop(id(v), None)
+            before.update(zip(map(id, removed), removed, strict=True))
+    hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts, strict=True))
+    new_ids, old_ids = id_changes(before, hosts)
+    return hosts, [hosts[i] for i in new_ids], [before[i] for i in old_ids]
 
 
 def id_changes(old: Mapping[int, Any], new: Mapping[int, Any]) -> tuple[list[int], list[int]]:

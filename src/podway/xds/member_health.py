@@ -36,7 +36,9 @@ Invariants:
   past a bound ends its stream (INVALID_ARGUMENT) and drops its view, like one that does not
   parse.
 * Listeners (``subscribe``) are called synchronously after every applied change; they only
-  schedule work (the readiness gate sets an event).
+  schedule work (the readiness gate sets an event). Change listeners (``on_change``) are told,
+  before those, what changed: the hosts of one node whose state moved, or None for the whole
+  node (its view appeared or went), so a reader can re-judge only the pods of those hosts.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions a
 MAX_HOSTS = 200_000  # hosts in one node's view
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
+# (node, its hosts that changed; None: its whole view appeared or went)
+Changed = Callable[[str, frozenset[HostKey] | None], None]
 
 
 class Health(StrEnum):
@@ -166,9 +170,16 @@ class MemberHealthReports:
         self._groups: dict[str, str] = {}  # node → its group as its newest full report says
         self._owner: dict[str, object] = {}  # node → the stream whose view is current
         self._listeners: list[Callable[[], None]] = []
+        self._changes: list[Changed] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
+
+    def on_change(self, listener: Changed) -> None:
+        """Call ``listener(node, hosts)`` with what each applied message or closed stream
+        changed: the hosts (added, changed or removed) of ``node``, or None when the node's
+        whole view appeared or went."""
+        self._changes.append(listener)
 
     def view(self, node: str) -> Mapping[HostKey, HostState] | None:
         found = self._views.get(node)
@@ -187,7 +198,14 @@ class MemberHealthReports:
         """Apply one message of ``stream`` (any object naming the stream); ``ReportError`` when
         it would grow the node's view past ``MAX_HOSTS`` (the stream must then end: ``close``
         drops the view)."""
+        hosts: frozenset[HostKey] | None
         if message.full:
+            before = self._views.get(message.node)
+            if before is None or self._groups.get(message.node) != message.group:
+                hosts = None
+            else:
+                changed, removed = diff(before, message.hosts)
+                hosts = frozenset(changed.keys() | set(removed))
             self._owner[message.node] = stream
             self._views[message.node] = dict(message.hosts)
             self._groups[message.node] = message.group
@@ -196,10 +214,13 @@ class MemberHealthReports:
             view.update(message.hosts)
             for key in message.removed:
                 view.pop(key, None)
+            hosts = frozenset(message.hosts.keys() | set(message.removed))
             if len(view) > MAX_HOSTS:
+                self._changed(message.node, hosts)
                 raise ReportError(f"more than {MAX_HOSTS} hosts in the view of {message.node}")
         else:
             return  # a stale stream of a node that reconnected: its news are old
+        self._changed(message.node, hosts)
         self._notify()
 
     def close(self, stream: object) -> None:
@@ -209,8 +230,13 @@ class MemberHealthReports:
             del self._owner[node]
             del self._views[node]
             del self._groups[node]
+            self._changed(node, None)
         if gone:
             self._notify()
+
+    def _changed(self, node: str, hosts: frozenset[HostKey] | None) -> None:
+        for listener in self._changes:
+            listener(node, hosts)
 
     def _notify(self) -> None:
         for listener in self._listeners:

@@ -223,3 +223,57 @@ def test_npl_planner_plans_as_npl_plan_state_after_state() -> None:
     assert plans[2].enable == (("ns", "a"), ("ns", "b"))
     assert plans[3].enable == (("ns", "a"), ("ns", "b"), ("ns", "d"))
     assert (plans[4].enable, plans[4].disable) == ((("ns", "d"),), ())
+
+
+def test_services_handed_on_follow_the_change_and_stay_the_same_map_otherwise() -> None:
+    """With copies in (a new default reaches every unannotated Service), the Services handed
+    on equal those of a gate that looks at everything, after Services edited, added and
+    deleted; an update that moves no Service (a Pod changed) hands on the very same map, so
+    readers that skip unchanged maps by identity still do."""
+    def named(name: str, mode: str | None = None) -> Service:
+        """``mode``: "MODE" or "MODE:PORT" (the annotation, and another port than 80)."""
+        mode, _, port = (mode or "").partition(":")
+        annotations = {MODE_ANNOTATION: mode} if mode else {}
+        return Service.model_validate({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": int(port or 80)}]}})
+
+    services = {("ns", f"s{i}"): named(f"s{i}") for i in range(5)}
+    touched, full = ModeGate(source_never_used(), OPTS), ModeGate(source_never_used(), OPTS)
+    pods = {("ns", "p1"): pod(npl=False)}
+    steps: list[tuple[str, str, str | None]] = [
+        ("default", "", "nodeport"), ("pod", "", None), ("edit", "s1", "clusterip"),
+        ("edit", "s3", "clusterip:81"), ("edit", "s3", "clusterip:82"),  # no copy moves
+        ("pod", "", None), ("add", "s7", None), ("delete", "s2", None),
+        ("edit", "s1", None), ("default", "", "nodeportlocal"),  # only copies move
+        ("pod", "", None), ("default", "", "clusterip"), ("default", "", "nodeport"),
+        ("pod", "", None)]
+    before = None
+    for i, (action, name, arg) in enumerate([("first", "", None), *steps]):
+        changed: tuple[tuple[str, Any], ...] = ()
+        services, pods = dict(services), dict(pods)
+        if action == "default":
+            touched.set_default(BackendMode(arg))
+            full.set_default(BackendMode(arg))
+        elif action == "pod":
+            pods[("ns", "p1")] = pod(npl=i % 2 == 0)
+            changed = (("Pod", ("ns", "p1")),)
+        elif action in ("edit", "add"):
+            services[("ns", name)] = named(name, arg)
+            changed = (("Service", ("ns", name)),)
+        elif action == "delete":
+            del services[("ns", name)]
+            changed = (("Service", ("ns", name)),)
+        snapshot = Snapshot({"Service": services, "Pod": pods})
+        a = touched.apply(SourceUpdate(snapshot, (), changed=changed if i else None))
+        b = full.apply(SourceUpdate(snapshot, ()))
+        assert dict(a.snapshot.kind(Service)) == dict(b.snapshot.kind(Service))
+        if action == "pod" and before is not None:
+            assert a.snapshot.kind(Service) is before
+        before = a.snapshot.kind(Service)
+    assert mode_seen_of(before, "s0") == "nodeport"
+
+
+def mode_seen_of(services: Any, name: str) -> str | None:
+    return services[("ns", name)].metadata.annotations.get(MODE_ANNOTATION)

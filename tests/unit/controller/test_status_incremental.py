@@ -17,13 +17,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podway.controller.events import changes
-from podway.controller.status import Desired, desired
+from podway.controller.status import BoundAddresses, Desired, bound_addresses, desired
+from podway.ir import IR, Listener, ListenerProtocol
 from podway.model import Snapshot
+from podway.model.base import ObjectRef
 from podway.pipeline import Rejection, State
 from podway.sources.base import SourceUpdate
 from podway.status.document import DocumentBuilder
 from podway.translate import IncrementalTranslator, TranslateOptions, translate
-from tests.unit.status.test_incremental import BASE, _apply, _parsed, _refused, steps
+from tests.unit.status.test_incremental import (
+    BASE,
+    _apply,
+    _changed,
+    _parsed,
+    _refused,
+    steps,
+)
 from tests.unit.translate.gateway_strategies import gateway, http_route
 from tests.unit.translate.strategies import ingress, service
 
@@ -43,7 +52,9 @@ def test_desired_and_events_follow_the_change_as_from_scratch(
     previous: dict[Any, Any] = {}
     before = None
     for generation, step in enumerate([("first", None), *sequence], start=1):
-        snapshot = _apply(snapshot, step)
+        previous_snapshot, snapshot = snapshot, _apply(snapshot, step)
+        # Every other step says what changed, as a source does (``SourceUpdate.changed``).
+        hint = tuple(_changed(previous_snapshot, snapshot)) if generation % 2 else None
         result = translator.update(snapshot)
         if step[0] == "fresh":
             result = translate(snapshot, OPTS)
@@ -52,7 +63,8 @@ def test_desired_and_events_follow_the_change_as_from_scratch(
         elif step[0] == "clear":
             rejections = ()
         state = State(version=generation, generation=generation,
-                      update=SourceUpdate(snapshot, ()), result=result, rejections=rejections)
+                      update=SourceUpdate(snapshot, (), changed=hint), result=result,
+                      rejections=rejections)
         doc = documents.of_state(state)
         touched = wanted.update(doc, state)
         want = desired(doc, state, opts=OPTS, lb_address=LB)
@@ -101,3 +113,45 @@ def test_desired_follows_objects_whose_entries_stay_the_same() -> None:
     assert lb in seen[0]
     assert ingress in seen[1]
     assert lb not in seen[2]
+
+
+_ORIGINS = [ObjectRef("Service", "ns", "a"), ObjectRef("Service", "ns", "b"),
+            ObjectRef("Ingress", "ns", "c"), ObjectRef("Gateway", "ns", "d")]
+_listener = st.builds(
+    lambda name, address, port, origins: Listener(
+        name=name, address=address, port=port, protocol=ListenerProtocol.TCP,
+        origins=tuple(origins)),
+    st.sampled_from(["l1", "l2", "l3"]), st.sampled_from(["0.0.0.0", "198.18.0.1",
+                                                          "198.18.0.2"]),
+    st.sampled_from([80, 443]), st.lists(st.sampled_from(_ORIGINS), max_size=2, unique=True))
+# a step: a listener put at a position (a new object), one removed, or two swapped
+_listener_step = st.one_of(
+    st.tuples(st.just("put"), st.integers(0, 5), _listener),
+    st.tuples(st.just("remove"), st.integers(0, 5), st.none()),
+    st.tuples(st.just("swap"), st.integers(0, 5), st.none()))
+
+
+@given(st.lists(_listener_step, max_size=16))
+def test_bound_addresses_follow_the_listeners_replaced(
+        sequence: list[tuple[str, int, Listener | None]]) -> None:
+    """Over listeners added, removed, replaced and reordered (the others kept as the same
+    objects, one sometimes listed twice), ``BoundAddresses`` equals ``bound_addresses`` from
+    scratch, in listener order, and names every target whose addresses changed."""
+    listeners: list[Listener] = []
+    tracked = BoundAddresses()
+    before: dict[Any, list[str]] = {}
+    for action, at, listener in sequence:
+        if action == "put" and listener is not None:
+            listeners.insert(at % (len(listeners) + 1), listener)
+        elif listeners and action == "remove":
+            listeners.pop(at % len(listeners))
+        elif listeners and action == "swap":
+            i = at % len(listeners)
+            listeners[0], listeners[i] = listeners[i], listeners[0]
+            if at == 5:
+                listeners.append(listeners[0])  # the same object twice
+        moved = tracked.update(tuple(listeners))
+        want = bound_addresses(IR(listeners=tuple(listeners)))
+        assert tracked.bound == want
+        assert moved == {t for t in want.keys() | before.keys() if want.get(t) != before.get(t)}
+        before = want

@@ -22,7 +22,15 @@ from podway.model.snapshot import Key
 from podway.pipeline import Rejection
 from podway.status import StatusDocument, build
 from podway.status.document import DocumentBuilder
-from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
+from podway.translate import (
+    IncrementalTranslator,
+    Problem,
+    Reason,
+    Result,
+    Severity,
+    TranslateOptions,
+    translate,
+)
 from podway.xds import types
 from tests.unit.translate.gateway_strategies import OUR_CLASS, gateway, http_route, l4_route
 from tests.unit.translate.strategies import endpoint_slice, ingress, service
@@ -198,3 +206,28 @@ def _route(name: str, service: str) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [f"{name}.example.com"],
                      "rules": [{"backendRefs": [{"name": service, "port": 80}]}]}}
+
+
+def test_problems_that_come_and_go_alone_redo_their_entries() -> None:
+    """Problems added, removed, reordered and listed twice while the objects, statuses and IR
+    stay (the translator keeps unchanged problems as the same objects): every document equals
+    ``build`` from scratch, and names the entries whose problems moved."""
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, [*BASE, _route("r", "web")])
+                                   if o is not None)
+    result = IncrementalTranslator(OPTS).update(snapshot)
+    web = ObjectRef("Service", "default", "web")
+    route = ObjectRef("HTTPRoute", "default", "r")
+    a = Problem(ref=web, reason=Reason.INVALID_ADDRESS, message="a", severity=Severity.WARNING)
+    b = Problem(ref=route, reason=Reason.INVALID_ADDRESS, message="b")
+    c = Problem(ref=web, reason=Reason.INVALID_ADDRESS, message="c")
+    builder = DocumentBuilder()
+    before = builder.build(snapshot=snapshot, result=result)
+    base = result.problems
+    for extra, moved in [((a,), {web}), ((a, b), {route}), ((b, a, c), {web}),
+                         ((a, c), {route}), ((c, a), {web}), ((a, a, c), {web}), ((c,), {web}),
+                         ((), {web})]:
+        changed = Result(ir=result.ir, problems=(*base, *extra), statuses=result.statuses)
+        got = builder.build(snapshot=snapshot, result=changed)
+        assert got == build(snapshot=snapshot, result=changed)
+        assert got.changed_since(before) == frozenset(moved)
+        before = got

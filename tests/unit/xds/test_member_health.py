@@ -136,6 +136,24 @@ def test_views_follow_the_newest_stream_of_each_node() -> None:
     assert len(heard) == 5
 
 
+def test_change_listeners_hear_which_hosts_moved() -> None:
+    """A change listener hears the hosts of each message that moved (a whole view replacing
+    another: the hosts that differ), and None when a node's view appears or goes; a stale
+    stream's news are not heard."""
+    reports = MemberHealthReports()
+    heard: list[tuple[str, frozenset[tuple[str, str]] | None]] = []
+    reports.on_change(lambda node, hosts: heard.append((node, hosts)))
+    old, new = object(), object()
+    reports.apply(old, Message(node="e", full=True, hosts={A: OK}))
+    reports.apply(old, Message(node="e", full=False, hosts={B: SICK}))
+    reports.apply(new, Message(node="e", full=True, hosts={A: OK, B: OK}))
+    reports.apply(old, Message(node="e", full=False, hosts={A: SICK}))  # stale: not heard
+    reports.apply(new, Message(node="e", full=False, hosts={}, removed=(A,)))
+    reports.close(new)
+    assert heard == [("e", None), ("e", frozenset({B})), ("e", frozenset({B})),
+                     ("e", frozenset({A})), ("e", None)]
+
+
 @pytest.mark.parametrize(("flags", "health"), [
     ({"eds_health_status": "UNHEALTHY"}, Health.HEALTHY),  # Kubernetes readiness: ignored
     ({"failed_active_health_check": True, "pending_active_hc": True}, Health.PENDING),
