@@ -25,6 +25,7 @@ from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.engine.state import open_state
 from podway.pipeline import State
 from podway.standalone import Standalone, StandaloneOptions
+from podway.tasks import cancel_and_wait
 from podway.translate import TranslateOptions
 from podway.xds.cache import Cache
 from podway.xds.protocol import Event
@@ -105,11 +106,7 @@ class Stack:
             return await self.standalone.pipeline.wait_for(lambda s: s.generation >= generation)
 
     async def stop(self) -> None:
-        for task in reversed(self.tasks):
-            task.cancel()
-        for task in reversed(self.tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*reversed(self.tasks))  # a test's own cancel is not swallowed
 
 
 async def echo_backend(name: str, *, tcp: bool = False, udp: bool = False,
