@@ -5,7 +5,6 @@ is stopped in teardown, also when the test fails."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,11 +96,8 @@ class Bed:
         return self.controller
 
     async def stop_controller(self) -> None:
-        task = self.tasks.pop(self.tasks.index(
-            next(t for t in self.tasks if t.get_name() == "controller")))
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(self.tasks.pop(self.tasks.index(
+            next(t for t in self.tasks if t.get_name() == "controller"))))
 
     @property
     def pipeline(self) -> Pipeline:
@@ -141,6 +137,21 @@ class Bed:
                 task.print_stack(limit=8)
             raise AssertionError(f"tasks did not stop: {[t.get_name() for t in pending]}")
 
+
+async def stop_task(task: asyncio.Task[None], *, limit_s: float = 30) -> None:
+    """Cancel ``task`` and wait until it ends. One that has not ended ``limit_s`` after its
+    cancel is a bug (shutdown must be prompt): every task's stack is printed, then it fails.
+    A cancel of the caller (the test timing out) is raised, never taken for the task's, so a
+    hung stop cannot let the test run on; the task's own failure is raised."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=limit_s)
+    if not task.done():
+        for other in asyncio.all_tasks():
+            other.print_stack(limit=12)
+        raise AssertionError(f"task {task.get_name()} did not end within {limit_s:.0f} s "
+                             "of its cancel (every task's stack is printed above)")
+    if not task.cancelled():
+        task.result()
 
 def members(state: State, pool: str) -> list[str]:
     found = state.ir.pools.get(pool)

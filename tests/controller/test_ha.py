@@ -6,7 +6,7 @@ Lease was lost sends nothing more."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +23,7 @@ from podway.kube.emulator import KubeEmulator
 from podway.pipeline import Pipeline
 from podway.translate import BackendMode
 
-from .bed import Bed, lb_service, options, until
+from .bed import Bed, lb_service, options, stop_task, until
 
 Obj = dict[str, Any]
 
@@ -53,10 +53,7 @@ class Fleet:
         return controller
 
     async def stop(self, name: str) -> None:
-        task = self.tasks.pop(name)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(self.tasks.pop(name))
 
     def writes(self, agent: str, *, leases: bool = False) -> list[Any]:
         return [w for w in self.emu.writes if w.agent == agent
@@ -223,7 +220,8 @@ class Flaky:
         self.checks = 1_000
 
 
-async def test_writes_of_a_pass_begun_before_the_loss_are_dropped(bed: Bed) -> None:
+async def test_writes_of_a_pass_begun_before_the_loss_are_dropped(
+        bed: Bed, caplog: pytest.LogCaptureFixture) -> None:
     """Three statuses due, one PATCH at a time; the Lease is lost after the first: the other
     two are not sent (counted as fenced). In a new term, after ``resync``, the writer sends
     just the two that the API lacks."""
@@ -253,12 +251,22 @@ async def test_writes_of_a_pass_begun_before_the_loss_are_dropped(bed: Bed) -> N
                           current=current, kind_info=controller.source.kind_info,
                           opts=bed.translate, lb_address="198.18.0.100", metrics=metrics,
                           concurrency=1, leadership=leadership)
+    caplog.set_level(logging.WARNING, logger="podway.controller.status")
+
+    def refused() -> str:
+        """Why a PATCH failed, if one did: the error count and the writer's warnings."""
+        count = metrics.registry.get_sample_value("podway_controller_status_writes_total",
+                                                  {"kind": "Service", "result": "error"})
+        return f"{count or 0:.0f} failed: " + "; ".join(
+            r.getMessage() for r in caplog.records if r.name == "podway.controller.status")
+
     before = len(bed.emu.writes)
     assert await writer.write(state) == 3
-    assert len(bed.emu.writes) == before + 1
+    sent = [(w.verb, w.subresource) for w in bed.emu.writes[before:]]
+    assert sent == [("patch", "status")], f"sent {sent}; {refused()}"
     assert metrics.registry.get_sample_value("podway_controller_fenced_writes_total",
                                              {"writer": "status"}) == 2
     leadership.regain()
     await writer.resync()
-    assert await writer.write(state) == 2  # the first one is current at the API
-    assert all(lb_ip(bed.emu, n) for n in "abc")
+    assert await writer.write(state) == 2, refused()  # the first one is current at the API
+    assert all(lb_ip(bed.emu, n) for n in "abc"), refused()

@@ -27,7 +27,7 @@ from podway.model.base import ENGINE_GROUP
 from podway.model.core import LB_READY, Pod
 from podway.pipeline import State
 from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
-from tests.e2e.harness import free_port
+from tests.e2e.harness import free_port, started_or_failed
 
 from .bed import Bed, endpoint_slice, lb_service, pod, until
 
@@ -80,7 +80,7 @@ async def backend(port: int) -> asyncio.Task[None]:
     started = asyncio.Event()
     task = asyncio.create_task(serve(EchoOptions(port=port, identity=Identity(name="web-1")),
                                      started=started), name="echo-web-1")
-    await started.wait()
+    await started_or_failed(task, started)
     return task
 
 

@@ -25,6 +25,7 @@ from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.engine.state import open_state
 from podway.pipeline import State
 from podway.standalone import Standalone, StandaloneOptions
+from podway.tasks import cancel_and_wait
 from podway.translate import TranslateOptions
 from podway.xds.cache import Cache
 from podway.xds.protocol import Event
@@ -105,11 +106,7 @@ class Stack:
             return await self.standalone.pipeline.wait_for(lambda s: s.generation >= generation)
 
     async def stop(self) -> None:
-        for task in reversed(self.tasks):
-            task.cancel()
-        for task in reversed(self.tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*reversed(self.tasks))  # a test's own cancel is not swallowed
 
 
 async def echo_backend(name: str, *, tcp: bool = False, udp: bool = False,
@@ -119,8 +116,25 @@ async def echo_backend(name: str, *, tcp: bool = False, udp: bool = False,
     started = asyncio.Event()
     opts = EchoOptions(port=port, tcp=tcp, udp=udp, identity=Identity(name=name))
     task = asyncio.create_task(serve(opts, started=started), name=f"echo-{name}")
-    await started.wait()
+    await started_or_failed(task, started)
     return port, task
+
+
+async def started_or_failed(task: asyncio.Task[Any], started: asyncio.Event, *,
+                            limit_s: float = 30) -> None:
+    """Until ``task`` says it ``started``. A task that ends first (its port taken by another
+    process, say) fails here with its own error instead of leaving the wait hanging."""
+    waiting = asyncio.ensure_future(started.wait())
+    try:
+        await asyncio.wait({task, waiting}, timeout=limit_s,
+                           return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if not started.is_set():
+        if task.done():
+            task.result()  # its error, as it happened
+            raise AssertionError(f"{task.get_name()} ended without starting")
+        raise AssertionError(f"{task.get_name()} did not start within {limit_s:.0f} s")
 
 
 # One Ingress host, shop.test → Service web port 80, shared by the engine and member tests.

@@ -50,17 +50,22 @@ class Load:
 
 
 async def start_podway(root: Path, state: Path, http_port: int, https_port: int,
-                       status: Path | None = None, *, sotw: bool = False
+                       status: Path | None = None, *, sotw: bool = False,
+                       log: Path | None = None, log_level: str = "warning"
                        ) -> asyncio.subprocess.Process:
     """`podway run` on ``root`` with state folder ``state``; ``status``: its status file
-    (written once the first snapshot is in the cache); ``sotw``: state-of-the-world xDS."""
+    (written once the first snapshot is in the cache); ``sotw``: state-of-the-world xDS;
+    ``log``: a file its log (and Envoy's) is appended to, so a failure can show it."""
     extra = (("--status-file", str(status)) if status is not None else ()) + (
         ("--sotw",) if sotw else ())
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
-        "127.0.0.1", "--http-port", str(http_port), "--https-port", str(https_port),
-        "--drain-s", "0.5", "--log-level", "warning", "--state-dir", str(state), *extra,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    with contextlib.ExitStack() as files:
+        err = files.enter_context(log.open("ab")) if log is not None \
+            else asyncio.subprocess.DEVNULL
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "podway", "run", "--manifests", str(root), "--address",
+            "127.0.0.1", "--http-port", str(http_port), "--https-port", str(https_port),
+            "--drain-s", "0.5", "--log-level", log_level, "--state-dir", str(state), *extra,
+            stdout=asyncio.subprocess.DEVNULL, stderr=err)
 
 
 async def serving(port: int, host: str) -> bool:
@@ -118,7 +123,8 @@ async def stop(process: asyncio.subprocess.Process, limit_s: float = 15) -> int:
     if process.returncode is None:
         process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), limit_s)
+            async with asyncio.timeout(limit_s):
+                await process.wait()
         except TimeoutError:
             await kill9(process)
     assert process.returncode is not None

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from podway.tasks import cancel_and_wait
+
 from .harness import SHOP_INGRESS, backend_manifests, echo_backend, free_port
 from .survive import (
     Load,
@@ -65,7 +67,9 @@ async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
     load = Load(http_port, "shop.test")
     stop_load = asyncio.Event()
     status = tmp_path / "status.yaml"
-    podway = await start_podway(root, state, http_port, free_port(), status, sotw=sotw)
+    log = tmp_path / "podway.log"  # every Podway's, info level: shown when the test fails
+    podway = await start_podway(root, state, http_port, free_port(), status, sotw=sotw,
+                                log=log, log_level="info")
     processes = [podway]
     pid = None
     began = time.monotonic()
@@ -86,7 +90,8 @@ async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
             _write(root, "ingress.yaml", _ingress(target))  # made while Podway is down
             status.unlink(missing_ok=True)
             marks.append(("restart", time.monotonic()))
-            podway = await start_podway(root, state, http_port, free_port(), status, sotw=sotw)
+            podway = await start_podway(root, state, http_port, free_port(), status, sotw=sotw,
+                                        log=log, log_level="info")
             processes.append(podway)
             await until(lambda t=target: load.answered_by == t, 30)
             marks.append((target, time.monotonic()))
@@ -101,22 +106,22 @@ async def test_kill_9_of_podway_fails_no_request_and_a_restart_adopts_envoy(
         await tasks[-1]
         assert load.ok > 0
         assert load.failures == [], (
-            [(round(t - began, 3), what) for t, what in load.failures],
-            [(what, round(t - began, 3)) for what, t in marks])
+            f"failed requests {[(round(t - began, 3), what) for t, what in load.failures]}")
         assert await stop(podway) == 0
         assert not alive(pid)
         assert not state.exists()
+    except (AssertionError, TimeoutError) as exc:  # what was done when, and what Podway said
+        exc.add_note(f"steps {[(what, round(t - began, 3)) for what, t in marks]}; "
+                     f"{load.ok} requests answered, answered last by {load.answered_by!r}")
+        exc.add_note(f"podway's log ({log}), last lines:\n{_tail(log)}")
+        raise
     finally:
         stop_load.set()
         for process in processes:
             if process.returncode is None:
                 await kill9(process)
         kill_envoy(state, pid)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*tasks)
 
 
 async def test_envoy_killed_under_an_adopting_podway_is_started_again(
@@ -150,9 +155,14 @@ async def test_envoy_killed_under_an_adopting_podway_is_started_again(
                 await kill9(process)
         for pid in pids:
             kill_envoy(state, pid)
-        echo.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await echo
+        await cancel_and_wait(echo)
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(unreadable: {exc})"
 
 
 async def _not(check: Coroutine[Any, Any, bool]) -> bool:

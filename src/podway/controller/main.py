@@ -34,7 +34,6 @@ runs beside the pipeline, coalesced).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -73,6 +72,7 @@ from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
 from podway.status.document import pool_hint
+from podway.tasks import cancel_and_wait
 from podway.translate import TranslateOptions
 from podway.xds.member_health import MemberHealthReports
 from podway.xds.protocol import Event
@@ -290,7 +290,7 @@ class Controller:
         errors: tuple[LoadError, ...] = ()
         pending: dict[Key, tuple[str, ...]] = {}
         generation = 0
-        async for state, leads in self._states():
+        async for state, leads in leader_states(self.pipeline, self.leadership):
             if leads:  # a new term: compare with what the API holds, write what differs
                 await self.status.resync()
                 events.resync()
@@ -312,33 +312,6 @@ class Controller:
             pending = dict(self.gate.report.pending) if self.gate else {}
             if due and self.opts.write_events:
                 await events.record(due)
-
-    async def _states(self) -> AsyncIterator[tuple[State, bool]]:
-        """Each new state (coalesced), and the current one again when this replica starts a
-        term as the leader (then with True): a new leader writes what is pending at once."""
-        assert self.pipeline is not None
-        pipeline, seen, term = self.pipeline, 0, 0
-        while True:
-            fence = self.leadership.fence()
-            state = pipeline.state
-            leads = fence.valid() and fence.term > term
-            if state is not None and (state.version > seen or leads):
-                term = fence.term if leads else term
-                seen = state.version
-                yield state, leads
-                continue
-            newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
-            gained = asyncio.ensure_future(self.leadership.wait_leader(after_term=term))
-            try:
-                await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in (newer, gained):
-                    waiter.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, PipelineStopped):
-                        await waiter
-            if newer.done() and not newer.cancelled() and \
-                    isinstance(newer.exception(), PipelineStopped):
-                return  # the pipeline ended: so does the write-back
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())
@@ -420,6 +393,31 @@ class Controller:
         ready = self.pipeline is not None and self.pipeline.state is not None
         return web.Response(text="ready\n" if ready else "waiting for the first snapshot\n",
                             status=200 if ready else 503)
+
+
+async def leader_states(pipeline: Pipeline, leadership: Leadership
+                        ) -> AsyncIterator[tuple[State, bool]]:
+    """Each new state (coalesced), and the current one again when this replica starts a
+    term as the leader (then with True): a new leader writes what is pending at once."""
+    seen, term = 0, 0
+    while True:
+        fence = leadership.fence()
+        state = pipeline.state
+        leads = fence.valid() and fence.term > term
+        if state is not None and (state.version > seen or leads):
+            term = fence.term if leads else term
+            seen = state.version
+            yield state, leads
+            continue
+        newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
+        gained = asyncio.ensure_future(leadership.wait_leader(after_term=term))
+        try:
+            await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # a cancel of this follower arriving meanwhile is raised, not taken for theirs
+            await cancel_and_wait(newer, gained)
+        if newer.done() and not newer.cancelled() and \
+                isinstance(newer.exception(), PipelineStopped):
+            return  # the pipeline ended: so does the write-back
 
 
 def _after(version: int, state: State) -> bool:

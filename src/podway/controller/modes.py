@@ -46,6 +46,7 @@ from podway.model import EndpointSlice, Pod, Service, Snapshot, npl
 from podway.model.snapshot import Key
 from podway.sources.base import Source, SourceUpdate
 from podway.status.document import MapDiff
+from podway.tasks import cancel_and_wait
 from podway.translate import BackendMode, TranslateOptions
 from podway.translate.backends import MODE_ANNOTATION, service_mode
 from podway.translate.members import EndpointIndex
@@ -122,9 +123,7 @@ class ModeGate:
                         yield self.apply(SourceUpdate(snapshot=last.snapshot, errors=last.errors,
                                                       stale_files=last.stale_files, changed=()))
         finally:
-            following.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await following
+            await cancel_and_wait(following)
             with contextlib.suppress(RuntimeError):  # already closed by the cancellation
                 await updates.aclose()  # type: ignore[attr-defined]
 

@@ -37,6 +37,7 @@ from aiohttp import web
 
 from podway.dashboard import engine_view, view
 from podway.pipeline import Rejection, State
+from podway.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +189,7 @@ def make_app(provider: StateProvider, *, options: DashboardOptions | None = None
             yield
         finally:
             hub.close()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     async def on_shutdown(_: web.Application) -> None:
         hub.close()  # open streams end now, not after the server's shutdown timeout

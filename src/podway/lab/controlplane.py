@@ -12,7 +12,6 @@ resuming an older watch get ``410 Gone`` and re-list, as after an etcd compactio
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import json
 import logging
@@ -24,6 +23,7 @@ from typing import Any
 from podway.kube.emulator import ApiError, KubeEmulator
 from podway.kube.emulator.resources import ResourceType
 from podway.lab.plan import CLUSTER_IP_CIDR, NODE_PORT_RANGE
+from podway.tasks import cancel_and_wait
 
 log = logging.getLogger("podway.lab.controlplane")
 Obj = dict[str, Any]
@@ -123,9 +123,7 @@ class ControlPlane:
 
     async def stop(self) -> None:
         if self._saver is not None:
-            self._saver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._saver
+            await cancel_and_wait(self._saver)
             self._saver = None
         await self.emu.stop()  # first: no write may land after the last save
         self.save()

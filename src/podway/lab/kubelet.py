@@ -29,6 +29,7 @@ from podway.lab import network
 from podway.lab.cluster import key, meta, terminated
 from podway.lab.plan import LabPlan, NodePlan
 from podway.lab.processes import Supervisor
+from podway.tasks import cancel_and_wait
 
 log = logging.getLogger("podway.lab.kubelet")
 Obj = dict[str, Any]
@@ -179,14 +180,13 @@ class Kubelet:
                 self.changed()
             run.wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(run.wake.wait(), period if probe else 3600)
+                async with asyncio.timeout(period if probe else 3600):
+                    await run.wake.wait()
 
     async def _remove(self, run: PodRun) -> None:
         self.runs.pop(run.uid, None)
         if run.prober is not None:
-            run.prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await run.prober
+            await cancel_and_wait(run.prober)
         await self.supervisor.stop(run.what, grace=2.0)
         await asyncio.to_thread(network.remove_ns, run.netns)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from podway.lab.state import LabState
+from podway.tasks import cancel_and_wait
 
 log = logging.getLogger("podway.lab.processes")
 
@@ -85,14 +86,13 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
             try:
-                await asyncio.wait_for(proc.wait(), grace)
+                async with asyncio.timeout(grace):
+                    await proc.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
         if item.task is not None:
-            item.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await item.task
+            await cancel_and_wait(item.task)
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

@@ -54,6 +54,7 @@ from podway.sources.manifests import (
     manifest_files,
     read_manifest,
 )
+from podway.tasks import cancel_and_wait
 
 __all__ = ["FileSource", "SourceError", "load_paths", "manifest_files", "normalise_root",
            "read_manifest", "wait_stable"]
@@ -205,9 +206,7 @@ class FileSource:
             self._stop(live)
             if getter is not None:
                 getter.cancel()
-            for task in watchers:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await cancel_and_wait(*watchers)
             live.executor.shutdown(wait=False, cancel_futures=True)
 
     _root_id: tuple[int, int] | None = None

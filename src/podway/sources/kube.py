@@ -41,7 +41,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from podway.model.snapshot import Key, Snapshot
 from podway.sources.base import SourceUpdate
 from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
 from podway.sources.sharing import FieldsSetPool
+from podway.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +129,7 @@ class KubeSource:
                     self._last_update = asyncio.get_running_loop().time()
                     yield update
         finally:
-            tasks = list(self._tasks.values())
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(*self._tasks.values())
 
     def watched_version(self, kind: str) -> str | None:
         """The API version ``kind`` is watched at now (None: not watched, e.g. no CRD)."""
@@ -173,8 +168,9 @@ class KubeSource:
             quiet = min(window, deadline - loop.time())
             if quiet <= 0:
                 return
-            try:
-                await asyncio.wait_for(self._changed.wait(), quiet)
+            try:  # not wait_for: on 3.11 it loses a cancel that meets a change (podway.tasks)
+                async with asyncio.timeout(quiet):
+                    await self._changed.wait()
             except TimeoutError:
                 return
 

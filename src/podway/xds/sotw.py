@@ -14,8 +14,9 @@ A reconnecting Envoy (a restarted Podway) still routes with what it holds. Its f
 come as a burst, clusters first; the first listener and route answers wait for clusters to be
 settled like any later push, and a cluster removal waits for listeners and route tables it has
 not subscribed to yet (when the cache has any). A cluster set left out of a response is removed,
-so the stream starts from the set Envoy last acknowledged, recalled by the version Envoy names
-(``podway.xds.held``), and keeps the clusters gone from the cache until the routes have moved.
+so the stream starts from the set Envoy last accepted, recalled by the version Envoy names
+(``podway.xds.held``: every set is on record before it is sent), and keeps the clusters gone
+from the cache until the routes have moved.
 """
 
 from __future__ import annotations
@@ -256,6 +257,8 @@ class SotwStream:
         stand_ins: set[str] = set()
         if state.wildcard:
             version = self._whole_set(type_url, state, response, stand_ins, now)
+            if type_url == types.CLUSTER:  # on record before Envoy can apply it (held.py)
+                self.held.sent(self.node, version, state.sent, state.packed)
         else:
             changed = (None if force or not state.seen
                        else self.cache.names_changed(type_url, state.seen))

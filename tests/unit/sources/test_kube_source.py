@@ -422,3 +422,18 @@ async def test_kept_objects_share_fields_sets_and_no_op_events_are_not_walked(
     assert update.changed == (("Service", ("shop", "a")),)
     assert [m for m in walked if isinstance(m, K8sObject)] == [
         update.snapshot.objects["Service"][("shop", "a")]]
+
+
+async def test_a_cancel_that_meets_a_change_ends_the_burst_wait() -> None:
+    """The source is cancelled in the very loop turn a change arrives while it waits out a
+    burst: the cancel ends it (``asyncio.wait_for`` on 3.11 returned the change instead and
+    the source went on, so whoever stopped it waited for the next update)."""
+    async with client.ApiClient(client.Configuration(host="http://127.0.0.1:9")) as api:
+        source = KubeSource(api, FAST)
+        loop = asyncio.get_running_loop()
+        task = asyncio.create_task(source._settle(loop.time() + 10, 1.0))
+        await asyncio.sleep(0)  # it is in its wait
+        source._changed.set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -11,7 +11,7 @@ from podway.envoy_config import Builder
 from podway.xds import types
 from podway.xds.cache import Cache
 from podway.xds.delta import DeltaStream
-from podway.xds.held import HeldClusters
+from podway.xds.held import KEPT, HeldClusters
 from podway.xds.protocol import HOLD_AFTER_NACK_S
 from podway.xds.sotw import SotwStream
 
@@ -315,6 +315,55 @@ def test_sotw_reconnect_keeps_the_clusters_envoy_holds_until_routes_move(
         done += stream.on_request(_node_req(type_url, names, pending[type_url].nonce))[0]
     (final,) = [r for r in done if r.type_url == types.CLUSTER]
     assert [cluster_pb2.Cluster.FromString(r.value).name for r in final.resources] == ["green"]
+
+
+def test_sotw_reconnect_knows_a_set_whose_acknowledgement_was_never_read(
+        tmp_path: Path) -> None:
+    """Podway dies after Envoy applied a cluster set but before Podway read Envoy's ACK
+    (kill -9 on a loaded machine): Envoy names a version no ACK reached. The set was on record
+    before it was sent, so the new Podway's first set keeps the cluster Envoy routes to."""
+    builder = Builder()
+    old_cache = Cache()
+    old_cache.set(builder.build(_config("green")))
+    old = SotwStream(old_cache, held=HeldClusters(tmp_path))
+    (cds,), _ = old.on_request(_node_req(types.CLUSTER))  # sent; its ACK is never read
+    cache = Cache()
+    cache.set(builder.build(_config("blue")))
+    stream = SotwStream(cache, held=HeldClusters(tmp_path))  # the restarted Podway
+    out, _ = stream.on_request(_node_req(types.CLUSTER, version=cds.version_info))
+    (first,) = [r for r in out if r.type_url == types.CLUSTER]
+    assert sorted(cluster_pb2.Cluster.FromString(r.value).name
+                  for r in first.resources) == ["blue", "green"]
+
+
+def test_sotw_record_keeps_the_acknowledged_set_and_those_sent_since(tmp_path: Path) -> None:
+    """Sets sent before the acknowledged one are dropped; the acknowledged one and later ones
+    stay (at most ``KEPT``); a record of the earlier one-set form is still read."""
+    cache = Cache()
+    cache.set(Builder().build(_config("blue")))
+    packed = {"blue": cache.get(types.CLUSTER).resources["blue"].packed}
+    held = HeldClusters(tmp_path)
+    for version in ("v1", "v2", "v3"):
+        held.sent("envoy-1", version, {"blue": version}, packed)
+    held.remember("envoy-1", "v2", {"blue": "v2"}, packed)
+    again = HeldClusters(tmp_path)
+    assert [again.recall("envoy-1", v) is not None for v in ("v1", "v2", "v3")] == [
+        False, True, True]
+    for n in range(4, 4 + KEPT):
+        held.sent("envoy-1", f"v{n}", {"blue": str(n)}, packed)
+    again = HeldClusters(tmp_path)
+    kept = [v for v in (f"v{n}" for n in range(1, 4 + KEPT)) if again.recall("envoy-1", v)]
+    assert len(kept) == KEPT
+    assert kept[0] == "v2"  # the acknowledged set is never the one dropped
+    held.discard_files()
+    old_form = d.DiscoveryResponse(version_info="v9", type_url="envoy-1")
+    old_form.resources.append(packed["blue"])
+    held.remember("envoy-1", "v9", {"blue": "d"}, packed)  # for the file name
+    (path,) = tmp_path.iterdir()
+    path.write_bytes(old_form.SerializeToString())
+    recalled = HeldClusters(tmp_path).recall("envoy-1", "v9")
+    assert recalled is not None
+    assert list(recalled.clusters) == ["blue"]
 
 
 def test_sotw_record_of_another_version_is_not_used(tmp_path: Path) -> None:

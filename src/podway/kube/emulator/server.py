@@ -322,8 +322,9 @@ class Api:
         while (left := deadline - loop.time()) > 0:
             wait = left if self.bookmark_interval is None else min(left,
                                                                     self.bookmark_interval)
-            try:
-                event = await asyncio.wait_for(watcher.queue.get(), wait)
+            try:  # not wait_for: on 3.11 it loses a cancel that meets an event (podway.tasks)
+                async with asyncio.timeout(wait):
+                    event = await watcher.queue.get()
             except TimeoutError:
                 if self.bookmark_interval is not None and bookmarks and loop.time() < deadline:
                     event = Event(self.store.version, "BOOKMARK", watcher.resource, {})
