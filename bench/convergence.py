@@ -18,6 +18,15 @@ runs it (events written, the GC policy of ``podway.gc_policy`` unless ``--no-gc-
   every millisecond), an outside client that shares no GIL or event loop with the controller;
 * controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
 
+Every pool is actively checked (Podway's default), all at the one echo process. Before the new
+routes the bench waits until the members of the pools they will use passed their checks and
+prints every member's health flags (the pools whose slices the EndpointSlice test moved to
+127.0.0.2+ fail theirs: nothing listens there). A try that saw anything but 404 before its 200
+prints what answered (status, ``server`` and ``x-envoy-*`` headers, the body's first line: Envoy's
+local replies say why, e.g. "no healthy upstream"; count, first and last relative to Envoy's
+``update_time``) and Envoy's ``/clusters`` lines of the route's pool (health flags, connection
+and request counters).
+
 ``--rss`` measures memory the way it is deployed instead: the real ``podway controller``
 command in its own process (CLI, every import it makes), against the same filled emulator,
 until every route's status is written; then its VmRSS and peak (VmHWM) from ``/proc``. No
@@ -50,6 +59,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
@@ -62,6 +72,7 @@ from podway.engine import admin
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.gc_policy import GcPolicy
+from podway.ir import Forward
 from podway.pipeline import State
 from podway.translate import TranslateOptions
 from podway.xds import types
@@ -188,32 +199,57 @@ def probe(port: int) -> None:
     ``/`` with that Host until it answers 200 (1 ms apart, on one kept-alive connection: Envoy
     picks the route table per request), then print ``perf_counter()`` of that answer
     (CLOCK_MONOTONIC: the same clock in every process), what came before it (status code or
-    error → count) and the longest wait for one answer. An outside client: no GIL or event
+    error → count) and the longest wait for one answer, and why: per kind of answer other than
+    404 (status, the ``server`` and ``x-envoy-*`` headers and the body's first line: Envoy's
+    local replies say "no healthy upstream", "upstream connect error …"; or the error), how
+    many, and the ``perf_counter()`` of the first and last. An outside client: no GIL or event
     loop shared with the controller."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     for line in sys.stdin:
         host = line.strip()
         seen: dict[str, int] = {}
+        why: dict[str, list[float]] = {}  # kind → [count, first, last]
         longest = 0.0  # the longest wait for one answer: the prober or Envoy starved
         while host:
             asked = time.perf_counter()
             try:
                 conn.request("GET", "/", headers={"Host": host})
                 answer = conn.getresponse()
-                answer.read()
+                body = answer.read()
                 longest = max(longest, time.perf_counter() - asked)
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()  # closed by Envoy: the next request opens a new one
                 code = type(exc).__name__
+                kind = f"{code}: {exc}"
             else:
                 if answer.status == 200:
                     break
                 code = str(answer.status)
+                kind = answer_kind(answer, body)
             seen[code] = seen.get(code, 0) + 1
+            if code != "404":
+                now = time.perf_counter()
+                count, first, _ = why.get(kind, (0, now, now))
+                why[kind] = [count + 1, first, now]
             time.sleep(0.001)
         if host:
             seen["longest wait ms"] = round(longest * 1000)
-        print(time.perf_counter(), json.dumps(seen), flush=True)  # no host: a clock check
+        # no host: a clock check
+        print(time.perf_counter(), json.dumps({"seen": seen, "why": why}), flush=True)
+
+
+def answer_kind(answer: http.client.HTTPResponse, body: bytes) -> str:
+    """One line saying who answered and what: status, the ``server`` header, the names of
+    ``x-envoy-*`` headers (an answer from upstream carries ``x-envoy-upstream-service-time``,
+    Envoy's own local reply does not), the body's first line (at most 80 characters)."""
+    headers = [f"server: {v}" if k.lower() == "server" else k.lower()
+               for k, v in answer.getheaders()
+               if k.lower() == "server" or k.lower().startswith("x-envoy-")]
+    first = body.decode("utf-8", "replace").split("\n", 1)[0][:80]
+    return " | ".join([str(answer.status), *sorted(headers), repr(first)])
+
+
+Why = dict[str, tuple[int, float, float]]  # kind of answer → count, first and last seen
 
 
 class Prober:
@@ -229,23 +265,25 @@ class Prober:
             stdout=asyncio.subprocess.PIPE)
         prober = cls(process)
         before = time.perf_counter()
-        theirs, _ = await prober._ask("")
+        theirs, _, _ = await prober._ask("")
         if not before <= theirs <= time.perf_counter():
             raise RuntimeError("the prober's clock is not this process's: times would lie")
         return prober
 
-    async def first_200(self, host: str, limit_s: float) -> tuple[float, dict[str, int]]:
-        """``perf_counter()`` when ``host`` first answered 200 to the prober, and the answers
-        before it (code → count)."""
+    async def first_200(self, host: str, limit_s: float) -> tuple[float, dict[str, int], Why]:
+        """``perf_counter()`` when ``host`` first answered 200 to the prober, the answers
+        before it (code → count) and why those other than 404 came (see ``probe``)."""
         return await asyncio.wait_for(self._ask(host), limit_s)
 
-    async def _ask(self, host: str) -> tuple[float, dict[str, int]]:
+    async def _ask(self, host: str) -> tuple[float, dict[str, int], Why]:
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.process.stdin.write(f"{host}\n".encode())
         await self.process.stdin.drain()
-        when, seen = (await self.process.stdout.readline()).decode().split(" ", 1)
-        return float(when), json.loads(seen)
+        when, found = (await self.process.stdout.readline()).decode().split(" ", 1)
+        answers = json.loads(found)
+        return float(when), answers["seen"], {k: (int(n), first, last) for k, (n, first, last)
+                                               in answers["why"].items()}
 
     async def stop(self) -> None:
         if self.process.stdin is not None:
@@ -307,6 +345,82 @@ async def rds_apply_quantiles(address: str) -> str:
     if not found:
         return "no values"
     return " / ".join(f"{float(found.get(q, 'nan')):.0f}" for q in ("50", "99", "100")) + " ms"
+
+
+_MEMBER_FIGURES = {"health_flags", "cx_total", "cx_active", "cx_connect_fail", "rq_total",
+                   "rq_success", "rq_error", "rq_timeout", "rq_active", "rq_pending_active"}
+
+
+async def explain_answers(address: str, i: int, host: str, pools: list[str], why: Why, *,
+                          applied_at: float) -> None:
+    """Print what answered try ``i`` before its 200 (kind, count, first and last relative to
+    Envoy's ``update_time`` of the route table) and, read from Envoy's admin right after the
+    200, its view of each pool of the route: the member lines of ``/clusters`` (health flags,
+    connection and request counters, nonzero ones; Podway's bootstrap keeps no per-pool
+    stats)."""
+    print(f"  try #{i} ({host} → {', '.join(pools)}) answered before its 200:", flush=True)
+    for kind, (n, first, last) in why.items():
+        print(f"    {n} x {kind}, {(first - applied_at) * 1000:+.0f} … "
+              f"{(last - applied_at) * 1000:+.0f} ms from Envoy's update_time", flush=True)
+    for pool in pools:
+        name = re.escape(pool)
+        try:
+            _, members = await admin.request(
+                address, "/clusters?filter=" + quote(f"^{name}$", safe=""), limit_s=60)
+        except (OSError, TimeoutError) as exc:
+            print(f"    Envoy admin did not answer: {exc!r}", flush=True)
+            continue
+        lines = []
+        for line in members.splitlines():
+            parts = line.removeprefix(f"{pool}::").split("::")
+            if len(parts) == 3 and parts[1] in _MEMBER_FIGURES and parts[2] != "0":
+                lines.append("::".join(parts))
+        print(f"    /clusters {pool}: {'; '.join(lines) or 'no member'}", flush=True)
+
+
+async def member_health(address: str, pools: list[str] | None = None) -> dict[str, int]:
+    """Envoy's health flags of the members of ``pools`` (default: every pool), read from
+    ``/clusters`` (Podway's bootstrap keeps no per-pool stats) → how many members have them:
+    ``healthy``, or why not (e.g. ``/failed_active_hc/active_hc_timeout``)."""
+    path = "/clusters"
+    if pools is not None:
+        path += "?filter=" + quote(f"^({'|'.join(re.escape(p) for p in pools)})$", safe="")
+    _, body = await admin.request(address, path, limit_s=120)
+    flags: dict[str, int] = {}
+    for line in body.splitlines():
+        name, _, rest = line.partition("::")
+        if name != "podway-xds" and "::health_flags::" in rest:
+            flag = rest.rsplit("::", 1)[1]
+            flags[flag] = flags.get(flag, 0) + 1
+    return flags
+
+
+async def members_healthy(address: str, pools: list[str], limit_s: float) -> str:
+    """Until every member of ``pools`` passed its check (``limit_s`` at most); how long that
+    took and what is left. The backend, one echo process, answers the checks of every pool,
+    and those of all pools start at once with the engine; real members are many processes."""
+    began = time.perf_counter()
+    while True:
+        flags = await member_health(address, pools)
+        failing = sum(n for flag, n in flags.items() if flag != "healthy")
+        waited = time.perf_counter() - began
+        if not failing or waited > limit_s:
+            return (f"{flags.get('healthy', 0)} of {sum(flags.values())} healthy after "
+                    f"{waited:.0f} s" + (f"; {flags}" if failing else ""))
+        await asyncio.sleep(1)
+
+
+async def tries_pools_healthy(controller: Controller, address: str, *, count: int,
+                              tries: int) -> None:
+    """Until the members of the pools the new routes will use passed their checks (a member
+    failing its check gets no traffic, whatever the route); print that, and every pool's."""
+    assert controller.pipeline is not None
+    state = controller.pipeline.state
+    assert state is not None
+    used = [p for i in range(tries) for p in _pools_of(state, f"r{count - 1 - i}.bench.test")]
+    print(f"  members of the pools the new routes use: "
+          f"{await members_healthy(address, used, 300)}; all pool members (Envoy's health "
+          f"flags): {await member_health(address)}", flush=True)
 
 
 async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, tries: int,
@@ -393,7 +507,7 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
         state = await pipeline.wait_for(functools.partial(_has_host, host=host))
-        t_200, answers = await served
+        t_200, answers, why = await served
         tried.answers.append(answers)
         await asyncio.wait_for(acked.wait(), 60)  # read by this loop: maybe after the 200
         timings = state.timings
@@ -405,6 +519,9 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
                   cache=timings.cache_ms / 1000, apply=applied,
                   serve=max(0.0, t_200 - cached - applied),
                   ack=max(0.0, acks[0] - cached - applied))
+        if why:  # anything but 404 before the 200: say what answered, and Envoy's view
+            await explain_answers(envoy_admin, i, host, _pools_of(state, host), why,
+                                  applied_at=cached + applied)
     await report_new_routes(out, tried, tries=tries, envoy_admin=envoy_admin,
                             pauses=pauses.within(began_all, time.perf_counter()))
 
@@ -430,6 +547,8 @@ async def report_new_routes(out: Figures, tried: Tries, *, tries: int, envoy_adm
     print(f"  answers before the first 200: slowest try (#{slowest}) "
           f"{tried.answers[slowest]}; other than 404 in all tries: {other or 'none'}",
           flush=True)
+    print(f"  pool members after the tries (Envoy's health flags): "
+          f"{await member_health(envoy_admin)}", flush=True)
     await asyncio.sleep(5.5)  # Envoy flushes histograms every 5 s
     print(f"  Envoy's own route table apply time (update_duration) p50 / p99 / max: "
           f"{await rds_apply_quantiles(envoy_admin)}", flush=True)
@@ -450,6 +569,12 @@ def _stop_if_failed(main: asyncio.Task[Any] | None, task: asyncio.Task[None]) ->
     if not task.cancelled() and task.exception() is not None and main is not None:
         print(f"controller failed: {task.exception()!r}", file=sys.stderr, flush=True)
         main.cancel()
+
+
+def _pools_of(state: State, host: str) -> list[str]:
+    return [b.pool for ls in state.ir.listeners for v in ls.virtual_hosts if v.hostname == host
+            for r in v.routes if isinstance(r.action, Forward) for b in r.action.backends
+            if b.pool is not None]
 
 
 def _has_host(state: State, *, host: str) -> bool:
@@ -495,6 +620,8 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
             assert settled is not None
             print(f"  GC policy: {settled.frozen} objects frozen after the first state "
                   f"(that settle's pause: {settled.seconds * 1000:.0f} ms)", flush=True)
+        await tries_pools_healthy(controller, await engine.wait_started(), count=count,
+                                  tries=tries)
         await new_routes(controller, api, out, tries=tries, count=count,
                          gateway_port=gateway_port, prober=prober,
                          envoy_admin=await engine.wait_started(), pauses=pauses)
