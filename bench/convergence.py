@@ -333,14 +333,16 @@ class GcPauses:
 async def rds_update_ms(address: str) -> int:
     """Envoy's ``…rds.<table>.update_time`` (wall-clock ms at which it finished applying its
     newest route table; one listener, one table here)."""
-    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_time$")
+    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_time$",
+                                  limit_s=30)
     return max(int(v) for v in re.findall(r"update_time: (\d+)", body))
 
 
 async def rds_apply_quantiles(address: str) -> str:
     """Envoy's own ``update_duration`` histogram of the route table (its apply time, every
     update so far; flushed every 5 s)."""
-    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_duration$")
+    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_duration$",
+                                  limit_s=30)
     found = dict(re.findall(r"P([\d.]+)\([^,]*,([^)]*)\)", body))
     if not found:
         return "no values"
@@ -351,17 +353,74 @@ _MEMBER_FIGURES = {"health_flags", "cx_total", "cx_active", "cx_connect_fail", "
                    "rq_success", "rq_error", "rq_timeout", "rq_active", "rq_pending_active"}
 
 
+class MemberWatch:
+    """``--watch-members``: Envoy's health flags of a try's pool members, read every 100 ms
+    while the try runs (``/clusters`` for those pools only), each change with its time. Runs on
+    the controller's event loop: for finding out, not for figures."""
+
+    def __init__(self, task: asyncio.Task[None], seen: list[tuple[float, str]]) -> None:
+        self.task, self.seen = task, seen
+
+    @classmethod
+    def start(cls, address: str, state: State | None, host: str) -> MemberWatch:
+        """Watch the members of the pools ``host`` routes to in ``state``."""
+        assert state is not None
+        pools = _pools_of(state, host)
+        seen: list[tuple[float, str]] = []
+
+        async def watch() -> None:
+            while True:
+                try:
+                    flags = " ".join(f"{f}:{n}" for f, n in sorted(
+                        (await member_health(address, pools)).items()))
+                except (OSError, TimeoutError) as exc:
+                    flags = f"(admin: {exc!r})"
+                if not seen or seen[-1][1] != flags:
+                    seen.append((time.perf_counter(), flags))
+                await asyncio.sleep(0.1)
+
+        return cls(asyncio.create_task(watch()), seen)
+
+    async def stop(self) -> list[tuple[float, str]]:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        return self.seen
+
+
+async def first_200(served: asyncio.Future[tuple[float, dict[str, int], Why]],
+                    watcher: MemberWatch | None, *, address: str, i: int, host: str,
+                    pools: list[str], created: float
+                    ) -> tuple[float, dict[str, int], Why, list[tuple[float, str]] | None]:
+    """The prober's answer for try ``i`` and the member flags watched meanwhile; with no 200
+    in time, what Envoy says of the route's pools (times from the route's creation), then the
+    ``TimeoutError``."""
+    try:
+        t_200, answers, why = await served
+    except TimeoutError:
+        flags = await watcher.stop() if watcher is not None else None
+        await explain_answers(address, i, host, pools, {}, applied_at=created, flags=flags,
+                              since="the route's creation")
+        raise
+    return t_200, answers, why, await watcher.stop() if watcher is not None else None
+
+
 async def explain_answers(address: str, i: int, host: str, pools: list[str], why: Why, *,
-                          applied_at: float) -> None:
+                          applied_at: float, flags: list[tuple[float, str]] | None = None,
+                          since: str = "Envoy's update_time") -> None:
     """Print what answered try ``i`` before its 200 (kind, count, first and last relative to
     Envoy's ``update_time`` of the route table) and, read from Envoy's admin right after the
     200, its view of each pool of the route: the member lines of ``/clusters`` (health flags,
     connection and request counters, nonzero ones; Podway's bootstrap keeps no per-pool
     stats)."""
-    print(f"  try #{i} ({host} → {', '.join(pools)}) answered before its 200:", flush=True)
+    print(f"  try #{i} ({host} → {', '.join(pools)}) answered before its 200 "
+          f"(times from {since}):", flush=True)
     for kind, (n, first, last) in why.items():
         print(f"    {n} x {kind}, {(first - applied_at) * 1000:+.0f} … "
-              f"{(last - applied_at) * 1000:+.0f} ms from Envoy's update_time", flush=True)
+              f"{(last - applied_at) * 1000:+.0f} ms", flush=True)
+    if flags is not None:
+        print("    members during the try (--watch-members): " + ", ".join(
+            f"{(t - applied_at) * 1000:+.0f} ms {f}" for t, f in flags), flush=True)
     for pool in pools:
         name = re.escape(pool)
         try:
@@ -453,7 +512,7 @@ class Tries:
 
 async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
                      tries: int, count: int, gateway_port: int, prober: Prober,
-                     envoy_admin: str, pauses: GcPauses) -> None:
+                     envoy_admin: str, pauses: GcPauses, watch_members: bool = False) -> None:
     """Create → first 200, split into its stages: the API write and the watch event reaching
     the source; coalescing (debounce) until translation starts; translate; build (the changed
     virtual host encoded, the table joined); cache; push + Envoy applying the route table (cache
@@ -500,6 +559,8 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         host = f"new{i}.bench.test"
         assert await status_of(gateway_port, host) == 404
         served = asyncio.ensure_future(prober.first_200(host, 60))
+        watcher = (MemberWatch.start(envoy_admin, pipeline.state, f"r{count - 1 - i}.bench.test")
+                   if watch_members else None)  # the pools of that route are the try's
         del acks[:]
         acked.clear()
         t0 = time.perf_counter()
@@ -507,7 +568,9 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
         state = await pipeline.wait_for(functools.partial(_has_host, host=host))
-        t_200, answers, why = await served
+        t_200, answers, why, flags = await first_200(
+            served, watcher, address=envoy_admin, i=i, host=host, pools=_pools_of(state, host),
+            created=t0)
         tried.answers.append(answers)
         await asyncio.wait_for(acked.wait(), 60)  # read by this loop: maybe after the 200
         timings = state.timings
@@ -521,7 +584,7 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
                   ack=max(0.0, acks[0] - cached - applied))
         if why:  # anything but 404 before the 200: say what answered, and Envoy's view
             await explain_answers(envoy_admin, i, host, _pools_of(state, host), why,
-                                  applied_at=cached + applied)
+                                  applied_at=cached + applied, flags=flags)
     await report_new_routes(out, tried, tries=tries, envoy_admin=envoy_admin,
                             pauses=pauses.within(began_all, time.perf_counter()))
 
@@ -582,7 +645,7 @@ def _has_host(state: State, *, host: str) -> bool:
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
-                     gc_policy: GcPolicy | None) -> None:
+                     gc_policy: GcPolicy | None, watch_members: bool = False) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
@@ -624,7 +687,8 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
                                   tries=tries)
         await new_routes(controller, api, out, tries=tries, count=count,
                          gateway_port=gateway_port, prober=prober,
-                         envoy_admin=await engine.wait_started(), pauses=pauses)
+                         envoy_admin=await engine.wait_started(), pauses=pauses,
+                         watch_members=watch_members)
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
               "started (interpreter, libraries); emulator, echo, prober and Envoy are other "
               "processes", flush=True)
@@ -699,6 +763,10 @@ async def main() -> None:
     parser.add_argument("--no-gc-policy", action="store_true",
                         help="leave the controller's garbage collector as CPython sets it (the "
                              "command applies podway.gc_policy): for before/after figures")
+    parser.add_argument("--watch-members", action="store_true",
+                        help="read the health flags of each try's pool members every 100 ms "
+                             "and print their changes with a try that saw other than 404 "
+                             "(on the controller's loop: to find out why, not for figures)")
     parser.add_argument("--rss", action="store_true",
                         help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
@@ -720,7 +788,7 @@ async def main() -> None:
     ref = speedref.measure()
     print(ref.describe(), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
-        await bench_size(size, args.tries, ref,
+        await bench_size(size, args.tries, ref, watch_members=args.watch_members,
                          gc_policy=None if args.no_gc_policy else GcPolicy())
     print(ref.check_again(), flush=True)
 

@@ -11,6 +11,8 @@ its checks say, and one that leaves the load assignment leaves at once, even whi
 threshold like a timeout (Envoy's default takes the member out at the first one). Health
 changes take effect at once (no ``update_merge_window``): a new member gets traffic right after
 its first good check, and a failed one loses it right away (docs/design/health-and-changes.md).
+Checks are spread out: each wait between two is lengthened by a random 0-20 % (never the first
+check), so pools created together do not check their members in the same millisecond forever.
 HTTP checks of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard
 ``grpc.health.v1`` protocol. Outlier detection counts 5xx answers, connect failures and resets
 alike (``split_external_local_origin_errors`` off) and ejects on consecutive errors only: the
