@@ -25,7 +25,8 @@ prints every member's health flags (the pools whose slices the EndpointSlice tes
 prints what answered (status, ``server`` and ``x-envoy-*`` headers, the body's first line: Envoy's
 local replies say why, e.g. "no healthy upstream"; count, first and last relative to Envoy's
 ``update_time``) and Envoy's ``/clusters`` lines of the route's pool (health flags, connection
-and request counters).
+and request counters); ``--watch-members`` also reads those members' flags every 100 ms during
+each try and prints their changes with it.
 
 ``--rss`` measures memory the way it is deployed instead: the real ``podway controller``
 command in its own process (CLI, every import it makes), against the same filled emulator,
@@ -38,6 +39,7 @@ Every time is also printed as a ratio to the machine-speed reference (``bench/sp
 measured in the same run. 100 tries take ~35 s at 1,000 routes, a few minutes at 10,000.
 
     .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 100] [--no-gc-policy]
+                                          [--watch-members]
     .venv/bin/python bench/convergence.py --rss [--sizes 1000,10000]
 """
 
@@ -409,7 +411,8 @@ async def explain_answers(address: str, i: int, host: str, pools: list[str], why
                           applied_at: float, flags: list[tuple[float, str]] | None = None,
                           since: str = "Envoy's update_time") -> None:
     """Print what answered try ``i`` before its 200 (kind, count, first and last relative to
-    Envoy's ``update_time`` of the route table) and, read from Envoy's admin right after the
+    ``applied_at``: Envoy's ``update_time`` of the route table, or ``since``), the member flags
+    watched during the try (``--watch-members``) and, read from Envoy's admin right after the
     200, its view of each pool of the route: the member lines of ``/clusters`` (health flags,
     connection and request counters, nonzero ones; Podway's bootstrap keeps no per-pool
     stats)."""
