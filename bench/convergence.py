@@ -18,6 +18,16 @@ runs it (events written, the GC policy of ``podway.gc_policy`` unless ``--no-gc-
   every millisecond), an outside client that shares no GIL or event loop with the controller;
 * controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
 
+Every pool is actively checked (Podway's default), all at the one echo process. Before the new
+routes the bench waits until the members of the pools they will use passed their checks and
+prints every member's health flags (the pools whose slices the EndpointSlice test moved to
+127.0.0.2+ fail theirs: nothing listens there). A try that saw anything but 404 before its 200
+prints what answered (status, ``server`` and ``x-envoy-*`` headers, the body's first line: Envoy's
+local replies say why, e.g. "no healthy upstream"; count, first and last relative to Envoy's
+``update_time``) and Envoy's ``/clusters`` lines of the route's pool (health flags, connection
+and request counters); ``--watch-members`` also reads those members' flags every 100 ms during
+each try and prints their changes with it.
+
 ``--rss`` measures memory the way it is deployed instead: the real ``podway controller``
 command in its own process (CLI, every import it makes), against the same filled emulator,
 until every route's status is written; then its VmRSS and peak (VmHWM) from ``/proc``. No
@@ -29,6 +39,7 @@ Every time is also printed as a ratio to the machine-speed reference (``bench/sp
 measured in the same run. 100 tries take ~35 s at 1,000 routes, a few minutes at 10,000.
 
     .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 100] [--no-gc-policy]
+                                          [--watch-members]
     .venv/bin/python bench/convergence.py --rss [--sizes 1000,10000]
 """
 
@@ -50,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
@@ -62,6 +74,7 @@ from podway.engine import admin
 from podway.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.gc_policy import GcPolicy
+from podway.ir import Forward
 from podway.pipeline import State
 from podway.translate import TranslateOptions
 from podway.xds import types
@@ -188,32 +201,57 @@ def probe(port: int) -> None:
     ``/`` with that Host until it answers 200 (1 ms apart, on one kept-alive connection: Envoy
     picks the route table per request), then print ``perf_counter()`` of that answer
     (CLOCK_MONOTONIC: the same clock in every process), what came before it (status code or
-    error → count) and the longest wait for one answer. An outside client: no GIL or event
+    error → count) and the longest wait for one answer, and why: per kind of answer other than
+    404 (status, the ``server`` and ``x-envoy-*`` headers and the body's first line: Envoy's
+    local replies say "no healthy upstream", "upstream connect error …"; or the error), how
+    many, and the ``perf_counter()`` of the first and last. An outside client: no GIL or event
     loop shared with the controller."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     for line in sys.stdin:
         host = line.strip()
         seen: dict[str, int] = {}
+        why: dict[str, list[float]] = {}  # kind → [count, first, last]
         longest = 0.0  # the longest wait for one answer: the prober or Envoy starved
         while host:
             asked = time.perf_counter()
             try:
                 conn.request("GET", "/", headers={"Host": host})
                 answer = conn.getresponse()
-                answer.read()
+                body = answer.read()
                 longest = max(longest, time.perf_counter() - asked)
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()  # closed by Envoy: the next request opens a new one
                 code = type(exc).__name__
+                kind = f"{code}: {exc}"
             else:
                 if answer.status == 200:
                     break
                 code = str(answer.status)
+                kind = answer_kind(answer, body)
             seen[code] = seen.get(code, 0) + 1
+            if code != "404":
+                now = time.perf_counter()
+                count, first, _ = why.get(kind, (0, now, now))
+                why[kind] = [count + 1, first, now]
             time.sleep(0.001)
         if host:
             seen["longest wait ms"] = round(longest * 1000)
-        print(time.perf_counter(), json.dumps(seen), flush=True)  # no host: a clock check
+        # no host: a clock check
+        print(time.perf_counter(), json.dumps({"seen": seen, "why": why}), flush=True)
+
+
+def answer_kind(answer: http.client.HTTPResponse, body: bytes) -> str:
+    """One line saying who answered and what: status, the ``server`` header, the names of
+    ``x-envoy-*`` headers (an answer from upstream carries ``x-envoy-upstream-service-time``,
+    Envoy's own local reply does not), the body's first line (at most 80 characters)."""
+    headers = [f"server: {v}" if k.lower() == "server" else k.lower()
+               for k, v in answer.getheaders()
+               if k.lower() == "server" or k.lower().startswith("x-envoy-")]
+    first = body.decode("utf-8", "replace").split("\n", 1)[0][:80]
+    return " | ".join([str(answer.status), *sorted(headers), repr(first)])
+
+
+Why = dict[str, tuple[int, float, float]]  # kind of answer → count, first and last seen
 
 
 class Prober:
@@ -229,23 +267,25 @@ class Prober:
             stdout=asyncio.subprocess.PIPE)
         prober = cls(process)
         before = time.perf_counter()
-        theirs, _ = await prober._ask("")
+        theirs, _, _ = await prober._ask("")
         if not before <= theirs <= time.perf_counter():
             raise RuntimeError("the prober's clock is not this process's: times would lie")
         return prober
 
-    async def first_200(self, host: str, limit_s: float) -> tuple[float, dict[str, int]]:
-        """``perf_counter()`` when ``host`` first answered 200 to the prober, and the answers
-        before it (code → count)."""
+    async def first_200(self, host: str, limit_s: float) -> tuple[float, dict[str, int], Why]:
+        """``perf_counter()`` when ``host`` first answered 200 to the prober, the answers
+        before it (code → count) and why those other than 404 came (see ``probe``)."""
         return await asyncio.wait_for(self._ask(host), limit_s)
 
-    async def _ask(self, host: str) -> tuple[float, dict[str, int]]:
+    async def _ask(self, host: str) -> tuple[float, dict[str, int], Why]:
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.process.stdin.write(f"{host}\n".encode())
         await self.process.stdin.drain()
-        when, seen = (await self.process.stdout.readline()).decode().split(" ", 1)
-        return float(when), json.loads(seen)
+        when, found = (await self.process.stdout.readline()).decode().split(" ", 1)
+        answers = json.loads(found)
+        return float(when), answers["seen"], {k: (int(n), first, last) for k, (n, first, last)
+                                               in answers["why"].items()}
 
     async def stop(self) -> None:
         if self.process.stdin is not None:
@@ -295,18 +335,154 @@ class GcPauses:
 async def rds_update_ms(address: str) -> int:
     """Envoy's ``…rds.<table>.update_time`` (wall-clock ms at which it finished applying its
     newest route table; one listener, one table here)."""
-    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_time$")
+    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_time$",
+                                  limit_s=30)
     return max(int(v) for v in re.findall(r"update_time: (\d+)", body))
 
 
 async def rds_apply_quantiles(address: str) -> str:
     """Envoy's own ``update_duration`` histogram of the route table (its apply time, every
     update so far; flushed every 5 s)."""
-    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_duration$")
+    _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_duration$",
+                                  limit_s=30)
     found = dict(re.findall(r"P([\d.]+)\([^,]*,([^)]*)\)", body))
     if not found:
         return "no values"
     return " / ".join(f"{float(found.get(q, 'nan')):.0f}" for q in ("50", "99", "100")) + " ms"
+
+
+_MEMBER_FIGURES = {"health_flags", "cx_total", "cx_active", "cx_connect_fail", "rq_total",
+                   "rq_success", "rq_error", "rq_timeout", "rq_active", "rq_pending_active"}
+
+
+class MemberWatch:
+    """``--watch-members``: Envoy's health flags of a try's pool members, read every 100 ms
+    while the try runs (``/clusters`` for those pools only), each change with its time. Runs on
+    the controller's event loop: for finding out, not for figures."""
+
+    def __init__(self, task: asyncio.Task[None], seen: list[tuple[float, str]]) -> None:
+        self.task, self.seen = task, seen
+
+    @classmethod
+    def start(cls, address: str, state: State | None, host: str) -> MemberWatch:
+        """Watch the members of the pools ``host`` routes to in ``state``."""
+        assert state is not None
+        pools = _pools_of(state, host)
+        seen: list[tuple[float, str]] = []
+
+        async def watch() -> None:
+            while True:
+                try:
+                    flags = " ".join(f"{f}:{n}" for f, n in sorted(
+                        (await member_health(address, pools)).items()))
+                except (OSError, TimeoutError) as exc:
+                    flags = f"(admin: {exc!r})"
+                if not seen or seen[-1][1] != flags:
+                    seen.append((time.perf_counter(), flags))
+                await asyncio.sleep(0.1)
+
+        return cls(asyncio.create_task(watch()), seen)
+
+    async def stop(self) -> list[tuple[float, str]]:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        return self.seen
+
+
+async def first_200(served: asyncio.Future[tuple[float, dict[str, int], Why]],
+                    watcher: MemberWatch | None, *, address: str, i: int, host: str,
+                    pools: list[str], created: float
+                    ) -> tuple[float, dict[str, int], Why, list[tuple[float, str]] | None]:
+    """The prober's answer for try ``i`` and the member flags watched meanwhile; with no 200
+    in time, what Envoy says of the route's pools (times from the route's creation), then the
+    ``TimeoutError``."""
+    try:
+        t_200, answers, why = await served
+    except TimeoutError:
+        flags = await watcher.stop() if watcher is not None else None
+        await explain_answers(address, i, host, pools, {}, applied_at=created, flags=flags,
+                              since="the route's creation")
+        raise
+    return t_200, answers, why, await watcher.stop() if watcher is not None else None
+
+
+async def explain_answers(address: str, i: int, host: str, pools: list[str], why: Why, *,
+                          applied_at: float, flags: list[tuple[float, str]] | None = None,
+                          since: str = "Envoy's update_time") -> None:
+    """Print what answered try ``i`` before its 200 (kind, count, first and last relative to
+    ``applied_at``: Envoy's ``update_time`` of the route table, or ``since``), the member flags
+    watched during the try (``--watch-members``) and, read from Envoy's admin right after the
+    200, its view of each pool of the route: the member lines of ``/clusters`` (health flags,
+    connection and request counters, nonzero ones; Podway's bootstrap keeps no per-pool
+    stats)."""
+    print(f"  try #{i} ({host} → {', '.join(pools)}) answered before its 200 "
+          f"(times from {since}):", flush=True)
+    for kind, (n, first, last) in why.items():
+        print(f"    {n} x {kind}, {(first - applied_at) * 1000:+.0f} … "
+              f"{(last - applied_at) * 1000:+.0f} ms", flush=True)
+    if flags is not None:
+        print("    members during the try (--watch-members): " + ", ".join(
+            f"{(t - applied_at) * 1000:+.0f} ms {f}" for t, f in flags), flush=True)
+    for pool in pools:
+        name = re.escape(pool)
+        try:
+            _, members = await admin.request(
+                address, "/clusters?filter=" + quote(f"^{name}$", safe=""), limit_s=60)
+        except (OSError, TimeoutError) as exc:
+            print(f"    Envoy admin did not answer: {exc!r}", flush=True)
+            continue
+        lines = []
+        for line in members.splitlines():
+            parts = line.removeprefix(f"{pool}::").split("::")
+            if len(parts) == 3 and parts[1] in _MEMBER_FIGURES and parts[2] != "0":
+                lines.append("::".join(parts))
+        print(f"    /clusters {pool}: {'; '.join(lines) or 'no member'}", flush=True)
+
+
+async def member_health(address: str, pools: list[str] | None = None) -> dict[str, int]:
+    """Envoy's health flags of the members of ``pools`` (default: every pool), read from
+    ``/clusters`` (Podway's bootstrap keeps no per-pool stats) → how many members have them:
+    ``healthy``, or why not (e.g. ``/failed_active_hc/active_hc_timeout``)."""
+    path = "/clusters"
+    if pools is not None:
+        path += "?filter=" + quote(f"^({'|'.join(re.escape(p) for p in pools)})$", safe="")
+    _, body = await admin.request(address, path, limit_s=120)
+    flags: dict[str, int] = {}
+    for line in body.splitlines():
+        name, _, rest = line.partition("::")
+        if name != "podway-xds" and "::health_flags::" in rest:
+            flag = rest.rsplit("::", 1)[1]
+            flags[flag] = flags.get(flag, 0) + 1
+    return flags
+
+
+async def members_healthy(address: str, pools: list[str], limit_s: float) -> str:
+    """Until every member of ``pools`` passed its check (``limit_s`` at most); how long that
+    took and what is left. The backend, one echo process, answers the checks of every pool,
+    and those of all pools start at once with the engine; real members are many processes."""
+    began = time.perf_counter()
+    while True:
+        flags = await member_health(address, pools)
+        failing = sum(n for flag, n in flags.items() if flag != "healthy")
+        waited = time.perf_counter() - began
+        if not failing or waited > limit_s:
+            return (f"{flags.get('healthy', 0)} of {sum(flags.values())} healthy after "
+                    f"{waited:.0f} s" + (f"; {flags}" if failing else ""))
+        await asyncio.sleep(1)
+
+
+async def tries_pools_healthy(controller: Controller, address: str, *, count: int,
+                              tries: int) -> None:
+    """Until the members of the pools the new routes will use passed their checks (a member
+    failing its check gets no traffic, whatever the route); print that, and every pool's."""
+    assert controller.pipeline is not None
+    state = controller.pipeline.state
+    assert state is not None
+    used = [p for i in range(tries) for p in _pools_of(state, f"r{count - 1 - i}.bench.test")]
+    print(f"  members of the pools the new routes use: "
+          f"{await members_healthy(address, used, 300)}; all pool members (Envoy's health "
+          f"flags): {await member_health(address)}", flush=True)
 
 
 async def endpoint_changes(api: client.ApiClient, acks: Acks, out: Figures, *, tries: int,
@@ -339,7 +515,7 @@ class Tries:
 
 async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
                      tries: int, count: int, gateway_port: int, prober: Prober,
-                     envoy_admin: str, pauses: GcPauses) -> None:
+                     envoy_admin: str, pauses: GcPauses, watch_members: bool = False) -> None:
     """Create → first 200, split into its stages: the API write and the watch event reaching
     the source; coalescing (debounce) until translation starts; translate; build (the changed
     virtual host encoded, the table joined); cache; push + Envoy applying the route table (cache
@@ -386,6 +562,8 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         host = f"new{i}.bench.test"
         assert await status_of(gateway_port, host) == 404
         served = asyncio.ensure_future(prober.first_200(host, 60))
+        watcher = (MemberWatch.start(envoy_admin, pipeline.state, f"r{count - 1 - i}.bench.test")
+                   if watch_members else None)  # the pools of that route are the try's
         del acks[:]
         acked.clear()
         t0 = time.perf_counter()
@@ -393,7 +571,9 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         await custom.create_namespaced_custom_object(GW, "v1", NS, "httproutes",
                                                      route(count - 1 - i, host))
         state = await pipeline.wait_for(functools.partial(_has_host, host=host))
-        t_200, answers = await served
+        t_200, answers, why, flags = await first_200(
+            served, watcher, address=envoy_admin, i=i, host=host, pools=_pools_of(state, host),
+            created=t0)
         tried.answers.append(answers)
         await asyncio.wait_for(acked.wait(), 60)  # read by this loop: maybe after the 200
         timings = state.timings
@@ -405,6 +585,9 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
                   cache=timings.cache_ms / 1000, apply=applied,
                   serve=max(0.0, t_200 - cached - applied),
                   ack=max(0.0, acks[0] - cached - applied))
+        if why:  # anything but 404 before the 200: say what answered, and Envoy's view
+            await explain_answers(envoy_admin, i, host, _pools_of(state, host), why,
+                                  applied_at=cached + applied, flags=flags)
     await report_new_routes(out, tried, tries=tries, envoy_admin=envoy_admin,
                             pauses=pauses.within(began_all, time.perf_counter()))
 
@@ -430,6 +613,8 @@ async def report_new_routes(out: Figures, tried: Tries, *, tries: int, envoy_adm
     print(f"  answers before the first 200: slowest try (#{slowest}) "
           f"{tried.answers[slowest]}; other than 404 in all tries: {other or 'none'}",
           flush=True)
+    print(f"  pool members after the tries (Envoy's health flags): "
+          f"{await member_health(envoy_admin)}", flush=True)
     await asyncio.sleep(5.5)  # Envoy flushes histograms every 5 s
     print(f"  Envoy's own route table apply time (update_duration) p50 / p99 / max: "
           f"{await rds_apply_quantiles(envoy_admin)}", flush=True)
@@ -452,12 +637,18 @@ def _stop_if_failed(main: asyncio.Task[Any] | None, task: asyncio.Task[None]) ->
         main.cancel()
 
 
+def _pools_of(state: State, host: str) -> list[str]:
+    return [b.pool for ls in state.ir.listeners for v in ls.virtual_hosts if v.hostname == host
+            for r in v.routes if isinstance(r.action, Forward) for b in r.action.backends
+            if b.pool is not None]
+
+
 def _has_host(state: State, *, host: str) -> bool:
     return any(v.hostname == host for ls in state.ir.listeners for v in ls.virtual_hosts)
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
-                     gc_policy: GcPolicy | None) -> None:
+                     gc_policy: GcPolicy | None, watch_members: bool = False) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
@@ -495,9 +686,12 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
             assert settled is not None
             print(f"  GC policy: {settled.frozen} objects frozen after the first state "
                   f"(that settle's pause: {settled.seconds * 1000:.0f} ms)", flush=True)
+        await tries_pools_healthy(controller, await engine.wait_started(), count=count,
+                                  tries=tries)
         await new_routes(controller, api, out, tries=tries, count=count,
                          gateway_port=gateway_port, prober=prober,
-                         envoy_admin=await engine.wait_started(), pauses=pauses)
+                         envoy_admin=await engine.wait_started(), pauses=pauses,
+                         watch_members=watch_members)
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
               "started (interpreter, libraries); emulator, echo, prober and Envoy are other "
               "processes", flush=True)
@@ -572,6 +766,10 @@ async def main() -> None:
     parser.add_argument("--no-gc-policy", action="store_true",
                         help="leave the controller's garbage collector as CPython sets it (the "
                              "command applies podway.gc_policy): for before/after figures")
+    parser.add_argument("--watch-members", action="store_true",
+                        help="read the health flags of each try's pool members every 100 ms "
+                             "and print their changes with a try that saw other than 404 "
+                             "(on the controller's loop: to find out why, not for figures)")
     parser.add_argument("--rss", action="store_true",
                         help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
@@ -593,7 +791,7 @@ async def main() -> None:
     ref = speedref.measure()
     print(ref.describe(), flush=True)
     for size in (int(s) for s in args.sizes.split(",")):
-        await bench_size(size, args.tries, ref,
+        await bench_size(size, args.tries, ref, watch_members=args.watch_members,
                          gc_policy=None if args.no_gc_policy else GcPolicy())
     print(ref.check_again(), flush=True)
 

@@ -11,6 +11,8 @@ its checks say, and one that leaves the load assignment leaves at once, even whi
 threshold like a timeout (Envoy's default takes the member out at the first one). Health
 changes take effect at once (no ``update_merge_window``): a new member gets traffic right after
 its first good check, and a failed one loses it right away (docs/design/health-and-changes.md).
+Checks are spread out: each wait between two is lengthened by a random 0-20 % (never the first
+check), so pools created together do not check their members in the same millisecond forever.
 HTTP checks of HTTP/2 and gRPC pools speak HTTP/2; gRPC checks use the standard
 ``grpc.health.v1`` protocol. Outlier detection counts 5xx answers, connect failures and resets
 alike (``split_external_local_origin_errors`` off) and ejects on consecutive errors only: the
@@ -60,6 +62,11 @@ _LB = {
     LBPolicy.MAGLEV: cluster_pb2.Cluster.MAGLEV,
 }
 RETRY_BUDGET_PERCENT = 20.0
+# Each wait between two checks of a member is lengthened by a random 0 to this share of it
+# (Envoy's ``interval_jitter_percent``): without it the checks of pools created together (every
+# pool at an engine's start) keep firing in the same millisecond forever, and a member shared by
+# many pools gets them all at once (docs/design/health-and-changes.md, "Checks spread out").
+CHECK_JITTER_PERCENT = 20
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _H2 = (PoolProtocol.HTTP2, PoolProtocol.GRPC)
 # ALPN offered to TLS members: servers that pick the protocol by ALPN (most gRPC servers refuse
@@ -139,6 +146,9 @@ def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.Health
     # unhealthy_threshold x the shorter interval instead of a full interval per check.
     out.unhealthy_interval.CopyFrom(duration(min(check.interval_ms, 1000)))
     out.no_traffic_interval.CopyFrom(duration(check.interval_ms))
+    # Never the first check (``initial_jitter`` stays 0): a cluster is warm only once every
+    # member had it, so a jittered first check would delay every new pool.
+    out.interval_jitter_percent = CHECK_JITTER_PERCENT
     if check.kind is HealthCheckKind.HTTP:
         out.http_health_check.path = check.http_path
         if check.method != "GET":

@@ -69,11 +69,12 @@ def interim(new: endpoint_pb2.ClusterLoadAssignment, held: list[ec.LbEndpoint]
 
 def hold_s(cluster: cluster_pb2.Cluster | None) -> float | None:
     """How long departing members stay: two checks of a new member (the immediate first one
-    and, should it fail, one retry after ``unhealthy_interval``), each with its timeout; None
-    for a cluster without active checks."""
+    and, should it fail, one retry after ``unhealthy_interval`` and at most its jitter), each
+    with its timeout; None for a cluster without active checks."""
     if cluster is None or not cluster.health_checks:
         return None
     check = cluster.health_checks[0]
     retry = check.unhealthy_interval if check.HasField("unhealthy_interval") else check.interval
-    one = check.timeout.ToMilliseconds() + retry.ToMilliseconds()
+    jittered = retry.ToMilliseconds() * (100 + check.interval_jitter_percent) / 100
+    one = check.timeout.ToMilliseconds() + jittered
     return min(2.0 * float(one) / 1000, HOLD_CAP_S)

@@ -6,7 +6,7 @@ from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import http_pb2
 
-from podway.envoy_config.clusters import cluster
+from podway.envoy_config.clusters import CHECK_JITTER_PERCENT, cluster
 from podway.ir import (
     HealthCheck,
     HealthCheckKind,
@@ -72,6 +72,18 @@ def test_unexpected_check_statuses_count_towards_the_threshold() -> None:
     retriable = [(r.start, r.end) for r in http.retriable_statuses]
     assert expected == [(200, 300), (404, 405)]
     assert retriable == [(100, 200), (300, 404), (405, 600)]
+
+
+def test_checks_are_spread_out_but_the_first_is_at_once() -> None:
+    """Every wait between checks gets a random share (pools created together would otherwise
+    check their members in the same millisecond forever: 10,000 pools at one backend timed out
+    and failed them all, bench/convergence.py); the first check is never delayed, since a
+    cluster is warm only once each member had it."""
+    for kind in HealthCheckKind:
+        built = cluster("p", PoolSettings(health_check=HealthCheck(kind=kind))).health_checks[0]
+        assert built.interval_jitter_percent == CHECK_JITTER_PERCENT > 0
+        assert not built.HasField("initial_jitter")
+        assert not built.HasField("interval_jitter")
 
 
 def test_checked_pools_let_withdrawn_members_go_at_once() -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from types import MappingProxyType
 
+import pytest
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy_config import Resource, Resources
-from podway.envoy_config.clusters import cluster
+from podway.envoy_config.clusters import CHECK_JITTER_PERCENT, cluster
 from podway.envoy_config.endpoints import load_assignment
 from podway.ir import HealthCheck, HealthCheckKind, Member, MemberState, PoolSettings
 from podway.xds import handover, types
@@ -54,8 +55,11 @@ def test_departing_only_when_every_serving_member_goes() -> None:
 
 
 def test_hold_follows_the_check_timing_and_needs_a_check() -> None:
+    """Two checks, each its timeout plus the retry interval at its longest (the jitter added)."""
     assert handover.hold_s(cluster("p", PoolSettings(health_check=None))) is None
-    assert handover.hold_s(cluster("p", PoolSettings(health_check=FAST))) == 2 * (0.01 + 0.1)
+    retry_s = 0.1 * (100 + CHECK_JITTER_PERCENT) / 100
+    assert handover.hold_s(cluster("p", PoolSettings(health_check=FAST))) == pytest.approx(
+        2 * (0.01 + retry_s))
     slow = HealthCheck(kind=HealthCheckKind.TCP, interval_ms=3_600_000, timeout_ms=600_000)
     assert handover.hold_s(cluster("p", PoolSettings(health_check=slow))) == handover.HOLD_CAP_S
 
