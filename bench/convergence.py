@@ -16,7 +16,10 @@ runs it (events written, the GC policy of ``podway.gc_policy`` unless ``--no-gc-
   the ACK), Envoy's own apply time (``update_duration``) and the controller's GC pauses. The
   first 200 is seen by a prober child process (``--probe``: a kept-alive connection, a request
   every millisecond), an outside client that shares no GIL or event loop with the controller;
-* controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process).
+* controller RSS after all that (``/proc/self/status`` VmRSS; Envoy is another process);
+* with ``--stalls MS``: what held the controller's event loop for MS ms or more during the
+  new-route tries, where (sampled stacks), and which of those fell inside a try's watch or
+  coalescing stage (``bench/loopstalls.py``).
 
 Every pool is actively checked (Podway's default), all at the one echo process. Before the new
 routes the bench waits until the members of the pools they will use passed their checks and
@@ -39,7 +42,7 @@ Every time is also printed as a ratio to the machine-speed reference (``bench/sp
 measured in the same run. 100 tries take ~35 s at 1,000 routes, a few minutes at 10,000.
 
     .venv/bin/python bench/convergence.py [--sizes 1000,10000] [--tries 100] [--no-gc-policy]
-                                          [--watch-members]
+                                          [--watch-members] [--stalls 5]
     .venv/bin/python bench/convergence.py --rss [--sizes 1000,10000]
 """
 
@@ -67,6 +70,7 @@ from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).parent))
 import speedref
+from loopstalls import StallWatch
 from xds_push import Acks, free_port, pct  # the same helpers, one copy
 
 from podway.controller.main import Controller, ControllerOptions
@@ -507,15 +511,22 @@ class Tries:
         "total", "watch", "coalesce", "translate", "build", "cache", "apply", "serve",
         "ack")})
     answers: list[dict[str, int]] = field(default_factory=list)  # before each first 200
+    windows: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # --stalls
 
     def add(self, **values: float) -> None:
         for name, value in values.items():
             self.parts[name].append(value)
 
+    def window(self, **spans: tuple[float, float]) -> None:
+        """When stages of one try began and ended (``perf_counter``)."""
+        for name, span in spans.items():
+            self.windows.setdefault(name, []).append(span)
+
 
 async def new_routes(controller: Controller, api: client.ApiClient, out: Figures, *,
                      tries: int, count: int, gateway_port: int, prober: Prober,
-                     envoy_admin: str, pauses: GcPauses, watch_members: bool = False) -> None:
+                     envoy_admin: str, pauses: GcPauses, watch_members: bool = False,
+                     stalls: StallWatch | None = None) -> None:
     """Create → first 200, split into its stages: the API write and the watch event reaching
     the source; coalescing (debounce) until translation starts; translate; build (the changed
     virtual host encoded, the table joined); cache; push + Envoy applying the route table (cache
@@ -546,15 +557,7 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         return state
 
     pipeline._apply = timed_apply  # type: ignore[method-assign]
-    acks: list[float] = []
-    acked = asyncio.Event()
-
-    def on_ack(event: Any) -> None:
-        if isinstance(event, Ack) and event.type_url == types.ROUTE:
-            acks.append(time.perf_counter())
-            acked.set()
-
-    controller.event_hooks.append(on_ack)
+    acks, acked = _route_acks(controller)
     custom: Any = client.CustomObjectsApi(api)
     tried = Tries()
     began_all = time.perf_counter()
@@ -588,8 +591,26 @@ async def new_routes(controller: Controller, api: client.ApiClient, out: Figures
         if why:  # anything but 404 before the 200: say what answered, and Envoy's view
             await explain_answers(envoy_admin, i, host, _pools_of(state, host), why,
                                   applied_at=cached + applied, flags=flags)
+        tried.window(watch=(t0, t_staged), coalescing=(t_staged, began))
+    ended = time.perf_counter()
     await report_new_routes(out, tried, tries=tries, envoy_admin=envoy_admin,
-                            pauses=pauses.within(began_all, time.perf_counter()))
+                            pauses=pauses.within(began_all, ended))
+    if stalls is not None:
+        stalls.report(began_all, ended, waits=tried.windows)
+
+
+def _route_acks(controller: Controller) -> tuple[list[float], asyncio.Event]:
+    """When the controller reads each route ACK (perf_counter), and an event set at each."""
+    acks: list[float] = []
+    acked = asyncio.Event()
+
+    def on_ack(event: Any) -> None:
+        if isinstance(event, Ack) and event.type_url == types.ROUTE:
+            acks.append(time.perf_counter())
+            acked.set()
+
+    controller.event_hooks.append(on_ack)
+    return acks, acked
 
 
 async def report_new_routes(out: Figures, tried: Tries, *, tries: int, envoy_admin: str,
@@ -648,7 +669,8 @@ def _has_host(state: State, *, host: str) -> bool:
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
-                     gc_policy: GcPolicy | None, watch_members: bool = False) -> None:
+                     gc_policy: GcPolicy | None, watch_members: bool = False,
+                     stalls: StallWatch | None = None) -> None:
     out = Figures(ref)
     print(f"== {count} Services + EndpointSlices, {count} HTTPRoutes", flush=True)
     echo_port, gateway_port = free_port(), free_port()
@@ -691,7 +713,7 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
         await new_routes(controller, api, out, tries=tries, count=count,
                          gateway_port=gateway_port, prober=prober,
                          envoy_admin=await engine.wait_started(), pauses=pauses,
-                         watch_members=watch_members)
+                         watch_members=watch_members, stalls=stalls)
         print(f"  controller RSS: {rss_mib():.0f} MiB, of which {baseline:.0f} MiB before it "
               "started (interpreter, libraries); emulator, echo, prober and Envoy are other "
               "processes", flush=True)
@@ -770,6 +792,9 @@ async def main() -> None:
                         help="read the health flags of each try's pool members every 100 ms "
                              "and print their changes with a try that saw other than 404 "
                              "(on the controller's loop: to find out why, not for figures)")
+    parser.add_argument("--stalls", type=float, metavar="MS",
+                        help="also print what held the controller's event loop for MS ms or "
+                             "more during the new-route tries, and where (bench/loopstalls.py)")
     parser.add_argument("--rss", action="store_true",
                         help="only the real command's memory (its own process, no Envoy)")
     parser.add_argument("--serve-emulator", nargs=3, type=int, metavar=("N", "ECHO", "PORT"),
@@ -790,9 +815,16 @@ async def main() -> None:
         return
     ref = speedref.measure()
     print(ref.describe(), flush=True)
-    for size in (int(s) for s in args.sizes.split(",")):
-        await bench_size(size, args.tries, ref, watch_members=args.watch_members,
-                         gc_policy=None if args.no_gc_policy else GcPolicy())
+    stalls = StallWatch(threshold_s=args.stalls / 1000) if args.stalls else None
+    if stalls is not None:
+        stalls.start()
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            await bench_size(size, args.tries, ref, watch_members=args.watch_members,
+                             stalls=stalls, gc_policy=None if args.no_gc_policy else GcPolicy())
+    finally:
+        if stalls is not None:
+            stalls.stop()
     print(ref.check_again(), flush=True)
 
 
