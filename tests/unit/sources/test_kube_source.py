@@ -247,6 +247,29 @@ async def test_lone_change_after_quiet_does_not_wait_for_the_debounce(
         assert loop.time() - began < settings.debounce_s
 
 
+async def test_lone_change_soon_after_an_update_waits_only_the_rest_of_the_debounce(
+        emu: KubeEmulator) -> None:
+    """A lone change that arrives within the debounce of the last update goes out once the
+    debounce since that update has passed (at most one leading edge per debounce), not a whole
+    debounce after it arrived."""
+    settings = KubeSourceSettings(debounce_s=2.0, max_wait_s=60.0)
+    async with running(emu, settings) as (_, next_update):
+        await next_update()
+        await asyncio.sleep(settings.debounce_s)  # the quiet spell
+        loop = asyncio.get_running_loop()
+        emu.put("services", service("first"))
+        assert (await next_update()).changed == (("Service", ("shop", "first")),)
+        first_out = loop.time()
+        waiting = asyncio.ensure_future(next_update())
+        await asyncio.sleep(settings.debounce_s / 2)
+        began = loop.time()
+        emu.put("services", service("lone"))
+        update = await waiting
+        assert update.changed == (("Service", ("shop", "lone")),)
+        assert loop.time() - first_out >= settings.debounce_s  # still one per debounce
+        assert loop.time() - began < settings.debounce_s * 0.8  # not a debounce after it
+
+
 async def test_a_burst_of_no_ops_does_not_end_the_quiet_spell(emu: KubeEmulator) -> None:
     """A write that changes nothing Podway reads (a Pod annotation; the controller's own status
     writes) makes no update, so it does not count as activity: a change just after it still
