@@ -340,7 +340,7 @@ async def rds_update_ms(address: str) -> int:
     """Envoy's ``…rds.<table>.update_time`` (wall-clock ms at which it finished applying its
     newest route table; one listener, one table here)."""
     _, body = await admin.request(address, "/stats?filter=rds\\..*\\.update_time$",
-                                  limit_s=30)
+                                  limit_s=30)  # 120,000 stats at 10,000 pools, loaded
     return max(int(v) for v in re.findall(r"update_time: (\d+)", body))
 
 

@@ -119,6 +119,7 @@ class StallWatch:
                 print(f"      {n}/{total} samples: {' > '.join(stack)}", flush=True)
         for stage, windows in (waits or {}).items():
             hit: dict[str, list[float]] = collections.defaultdict(list)
+            inside: collections.Counter[tuple[str, ...]] = collections.Counter()
             tries = 0
             for a, b in windows:
                 overlapping = [s for s in stalls  # by 1 ms or more: not a shared edge
@@ -126,10 +127,14 @@ class StallWatch:
                 tries += bool(overlapping)
                 for s in overlapping:
                     hit[s.what].append(min(b, s.began + s.seconds) - max(a, s.began))
+                    inside.update(stack[-depth:] for stack in s.stacks)
             print(f"    stalls inside '{stage}' of a try: {tries} of {len(windows)} tries"
                   + "".join(f"; {what} x{len(o)} ({sum(o) * 1000:.0f} ms)"
                             for what, o in sorted(hit.items(), key=lambda h: -sum(h[1]))[:4]),
                   flush=True)
+            total = sum(inside.values())
+            for stack, n in inside.most_common(3):
+                print(f"      {n}/{total} samples: {' > '.join(stack)}", flush=True)
 
 
 def describe(handle: asyncio.Handle) -> str:
@@ -153,7 +158,8 @@ def _stack(frame: FrameType) -> tuple[str, ...]:
         path = f.f_code.co_filename
         if any(s in path for s in _SKIP):
             continue
-        where = path.rsplit("/src/", 1)[-1].rsplit("site-packages/", 1)[-1]
+        where = path.rsplit("/src/", 1)[-1].rsplit("site-packages/", 1)[-1].rsplit("/", 1)[-1] \
+            if "/podway/" not in path else "podway/" + path.rsplit("/podway/", 1)[-1]
         out.append(f"{where}:{f.f_code.co_name}:{f.f_lineno}")
     out.reverse()
     return tuple(out)
