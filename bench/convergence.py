@@ -139,7 +139,9 @@ async def status_of(port: int, host: str) -> int:
         line = await reader.readline()
         return int(line.split()[1])
     finally:
-        writer.close()
+        writer.close()  # and closed now: not inside the next try's API write (--stalls)
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 def rss_mib(pid: int | str = "self", field: str = "VmRSS") -> float:
@@ -665,7 +667,10 @@ def _pools_of(state: State, host: str) -> list[str]:
 
 
 def _has_host(state: State, *, host: str) -> bool:
-    return any(v.hostname == host for ls in state.ir.listeners for v in ls.virtual_hosts)
+    """The state translated the route of ``host`` (one lookup: a walk of every virtual host,
+    at each state published, held the controller's loop ~10 ms at 10,000 on a loaded machine;
+    the 200 shows the host is served)."""
+    return (NS, host.split(".", 1)[0]) in state.update.snapshot.objects.get("HTTPRoute", {})
 
 
 async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
