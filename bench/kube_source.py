@@ -4,11 +4,13 @@ Fills the emulator with N Services, N EndpointSlices, N Pods and N HTTPRoutes, t
 the time from start to the first complete snapshot (list of every kind, parse, merge); the
 latency from one API write to the update carrying it (p50/p99 over ``--changes`` writes, one
 at a time, debounce 0: the watch path plus parsing and the snapshot patch); and the memory the
-source retains for that cluster (tracemalloc, a separate run). Each time also prints as a
-ratio to a fixed pure-Python workload measured in the same run, so figures compare across
-machines and days.
+source retains for that cluster (tracemalloc, a separate run); and, with the controller's
+coalescing (debounce 20 ms, max wait 200 ms), the latency of a lone change written ``--after-ms``
+after the previous update went out (the leading edge: it should wait only for the rest of the
+debounce since that update, not a whole debounce). Each time also prints as a ratio to a fixed
+pure-Python workload measured in the same run, so figures compare across machines and days.
 
-    .venv/bin/python bench/kube_source.py [--objects 1000] [--changes 200]
+    .venv/bin/python bench/kube_source.py [--objects 1000] [--changes 200] [--after-ms 10]
 """
 
 from __future__ import annotations
@@ -110,10 +112,34 @@ async def run(count: int, changes: int, *, measure_memory: bool) -> dict[str, An
     return out
 
 
+async def lone_after(count: int, changes: int, after_ms: float) -> list[float]:
+    """Write → update (ms) of one change ``after_ms`` after the previous update, with the
+    controller's coalescing settings."""
+    async with KubeEmulator() as emu:
+        fill(emu, count)
+        settings = KubeSourceSettings(debounce_s=0.02, max_wait_s=0.2)
+        async with client.ApiClient(client.Configuration(host=emu.url)) as api:
+            updates = KubeSource(api, settings).watch()
+            await anext(updates)
+            latencies = []
+            for i in range(changes):
+                await asyncio.sleep(after_ms / 1000)
+                began = time.perf_counter()
+                emu.put("services", {"metadata": {"name": "app0", "namespace": "ns0"},
+                                     "spec": {"selector": {"app": "app0"},
+                                              "ports": [{"port": 80, "targetPort": 9000 + i}]}})
+                await anext(updates)
+                latencies.append((time.perf_counter() - began) * 1000)
+            await updates.aclose()
+    return latencies
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=1000, help="objects of each kind")
     parser.add_argument("--changes", type=int, default=200)
+    parser.add_argument("--after-ms", type=float, default=10.0,
+                        help="the lone change's distance from the previous update")
     args = parser.parse_args()
     ref = reference_ms()
     timing = asyncio.run(run(args.objects, args.changes, measure_memory=False))
@@ -128,6 +154,9 @@ def main() -> None:
           f"({timing['p99_ms'] / ref:.3f}x) over {args.changes} writes")
     print(f"memory retained by the source: {memory['retained_mib']:.1f} MiB "
           f"({memory['retained_mib'] * 1024 / (4 * n):.2f} KiB per object)")
+    lone = asyncio.run(lone_after(min(n, 100), min(args.changes, 50), args.after_ms))
+    print(f"lone change {args.after_ms:.0f} ms after an update (debounce 20 ms) -> update: "
+          f"p50 {pct(lone, 0.5):.1f} ms, p99 {pct(lone, 0.99):.1f} ms over {len(lone)} writes")
 
 
 if __name__ == "__main__":
