@@ -40,6 +40,7 @@ property: every document it builds equals ``build`` from scratch of the same inp
 from __future__ import annotations
 
 import itertools
+import operator
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -440,6 +441,10 @@ class MapDiff(Generic[_K]):
         if known is not None and known[0] is old:
             self.rebase(new)
             return list(known[1])
+        aligned = _aligned_changes(old, new)
+        if aligned is not None:
+            self.rebase(new)
+            return aligned
         old_index = self._index if self._index is not None else _id_index(old)
         index = _id_index(new)
         if len(index) != len(new) or len(old_index) != len(old):
@@ -447,7 +452,9 @@ class MapDiff(Generic[_K]):
             out += old.keys() - new.keys()
         else:
             new_ids, old_ids = id_changes(old_index, index)
-            out = [index[i] for i in new_ids] + [old_index[i] for i in old_ids]
+            # A replaced value's key is both new and gone by id: named once (a reader that
+            # counts per key, like the NPL planner's served pools, would count it twice).
+            out = list(dict.fromkeys([index[i] for i in new_ids] + [old_index[i] for i in old_ids]))
         self._map, self._index = new, index
         return out
 
@@ -528,6 +535,21 @@ def host_changes(before: dict[int, VirtualHost], listener: Listener,
     hosts = dict(zip(map(id, listener.virtual_hosts), listener.virtual_hosts, strict=True))
     new_ids, old_ids = id_changes(before, hosts)
     return hosts, [hosts[i] for i in new_ids], [before[i] for i in old_ids]
+
+
+def _aligned_changes(old: Mapping[_K, Any], new: Mapping[_K, Any]) -> list[_K] | None:
+    """The keys whose values differ by identity, when ``new`` holds ``old``'s key objects in
+    the same order, bar keys added after them or removed from the end (a map copied and
+    edited in place, as the translator's statuses): compared pairwise at C speed, nothing
+    hashed or indexed. None when the keys are not so aligned."""
+    n = min(len(old), len(new))
+    if not all(map(operator.is_, itertools.islice(old, n), itertools.islice(new, n))):
+        return None
+    out = list(itertools.compress(itertools.islice(new, n), map(
+        operator.is_not, itertools.islice(old.values(), n), itertools.islice(new.values(), n))))
+    out += itertools.islice(new, n, None)
+    out += itertools.islice(old, n, None)
+    return out
 
 
 def id_changes(old: Mapping[int, Any], new: Mapping[int, Any]) -> tuple[list[int], list[int]]:
