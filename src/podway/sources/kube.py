@@ -167,8 +167,9 @@ class KubeSource:
             # bench/convergence's next route, 10-20 ms after the previous update, waited
             # 20 ms on an idle controller); another change meanwhile makes it a burst.
             self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), opens - began)
+            try:  # not wait_for: on 3.11 it can swallow a cancellation that meets a wake-up
+                async with asyncio.timeout(opens - began):
+                    await self._changed.wait()
             except TimeoutError:  # still alone: the leading edge, now
                 if opens - began >= LEADING_S:
                     return  # what came with it had its LEADING_S already
