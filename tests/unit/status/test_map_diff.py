@@ -59,14 +59,14 @@ def test_aligned_path_takes_in_place_edits_and_appends_only() -> None:
     assert _aligned_changes(old, {k: old[k] for k in "bacd"}) is None
 
 
-def test_follow_trusts_the_producers_keys_only_from_the_version_seen_last() -> None:
+def test_known_keys_are_trusted_only_from_the_version_seen_last() -> None:
     diff: MapDiff[str] = MapDiff()
     first = {"a": object(), "b": object()}
     diff.update(first)
     second = {**first, "b": object()}
-    assert diff.follow(second, base=first, keys=["b"]) == ["b"]
+    assert diff.update(second, known=(first, ["b"])) == ["b"]
     third = {**second, "a": object()}
     fourth = {**third, "c": object()}
     # the producer's base (third) was never seen: a real diff from second
-    assert sorted(diff.follow(fourth, base=third, keys=["c"])) == ["a", "c"]
-    assert diff.follow(fourth, base=fourth, keys=["x"]) == []
+    assert sorted(diff.update(fourth, known=(third, ["c"]))) == ["a", "c"]
+    assert diff.update(fourth, known=(fourth, ["x"])) == []
