@@ -274,7 +274,7 @@ def child(dump: str, trace: bool, argv: list[str]) -> None:
 # ---- the parent --------------------------------------------------------------------------
 async def measure(count: int, trace: bool) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from convergence import start_emulator
+    from convergence import start_emulator, write_kubeconfig
     from kubernetes_asyncio import client
     from xds_push import free_port
 
@@ -284,12 +284,7 @@ async def measure(count: int, trace: bool) -> None:
     try:
         assert child_emu.stdout is not None
         url = (await child_emu.stdout.readline()).decode().strip()
-        kubeconfig = folder / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: e, cluster: {{server: '{url}'}}}}]\n"
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: e, context: {cluster: e, user: u}}]\ncurrent-context: e\n")
+        kubeconfig = write_kubeconfig(folder, url)
         dump = folder / "report"
         argv = ["controller", "--kubeconfig", str(kubeconfig),
                 "--xds-listen", f"127.0.0.1:{free_port()}", "--xds-unauthenticated",

@@ -738,6 +738,17 @@ async def bench_size(count: int, tries: int, ref: speedref.Reference, *,
         await echo.wait()
 
 
+def write_kubeconfig(folder: Path, url: str) -> Path:
+    """A kubeconfig in ``folder`` for the emulator at ``url`` (any token)."""
+    kubeconfig = folder / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: e, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: e, context: {cluster: e, user: u}}]\ncurrent-context: e\n")
+    return kubeconfig
+
+
 async def controller_rss(count: int) -> None:
     """The real command's memory at ``count`` Services + routes (see the module docstring)."""
     echo_port, gateway_port, metrics_port = free_port(), free_port(), free_port()
@@ -747,12 +758,7 @@ async def controller_rss(count: int) -> None:
     try:
         assert child.stdout is not None
         url = (await child.stdout.readline()).decode().strip()
-        kubeconfig = folder / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters: [{{name: e, cluster: {{server: '{url}'}}}}]\n"
-            "users: [{name: u, user: {token: t}}]\n"
-            "contexts: [{name: e, context: {cluster: e, user: u}}]\ncurrent-context: e\n")
+        kubeconfig = write_kubeconfig(folder, url)
         began = time.perf_counter()
         controller = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "podway", "controller", "--kubeconfig", str(kubeconfig),

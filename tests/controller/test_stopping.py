@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from podway.controller.leader import Fence
+from podway.controller.leader import Fence, Unelected
 from podway.controller.main import leader_states
 from podway.model import Snapshot
 from podway.model.loader import load_text
@@ -28,7 +28,7 @@ def update(port: int) -> SourceUpdate:
     return SourceUpdate(Snapshot.of_objects(load_text(WEB % port).objects), ())
 
 
-class NeverAgain:
+class NeverAgain(Unelected):
     """The leader in term 1 for good; while the follower waits for a later term it says so
     (``waiting``), and when that wait is cancelled it cancels ``victim`` at that very moment:
     the controller's ``TaskGroup`` cancelling the follower while it reaps its waiters."""
@@ -36,12 +36,6 @@ class NeverAgain:
     def __init__(self) -> None:
         self.victim: asyncio.Task[None] | None = None
         self.waiting = asyncio.Event()
-
-    def is_leader(self) -> bool:
-        return True
-
-    def fence(self) -> Fence:
-        return Fence(1, lambda _: True)
 
     async def wait_leader(self, *, after_term: int = 0) -> Fence:
         if after_term < 1:

@@ -40,6 +40,8 @@ from podway.sources.base import SourceUpdate
 from podway.translate import Result
 from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
 
+from .test_readiness_members import terminating_slice
+
 PODS = ["a", "b", "c", "d"]
 POOLS = ["p1", "p2", "p3"]
 ENGINES = ["e1", "e2", "e3"]
@@ -58,16 +60,6 @@ def _pod(name: str, gated: bool, shown: dict[str, str] | None) -> Pod:
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"},
         "spec": {"readinessGates": [{"conditionType": LB_READY}] if gated else []},
         "status": status})
-
-
-def _slice(name: str, terminating: list[str]) -> EndpointSlice:
-    return EndpointSlice.model_validate({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "ns",
-                     "labels": {"kubernetes.io/service-name": "web"}},
-        "addressType": "IPv4", "endpoints": [
-            {"addresses": [f"198.18.1.{i + 1}"], "conditions": {"terminating": True},
-             "targetRef": {"kind": "Pod", "name": pod}} for i, pod in enumerate(terminating)]})
 
 
 def _pool(name: str, pods: list[str]) -> Pool:
@@ -143,7 +135,7 @@ def test_the_gate_writes_as_if_it_judged_every_pod(steps: list[tuple[str, str, A
             pods[("ns", name)] = _pod(name, pod is not None and pod.gated(LB_READY),
                                       written[("ns", name)][1])
         elif action == "slice":
-            slices[("ns", name)] = _slice(name, arg)
+            slices[("ns", name)] = terminating_slice(name, arg, subnet=1)
         elif action == "full":
             streams[name] = object()
             reports.apply(streams[name], Message(node=name, full=True, hosts=arg))

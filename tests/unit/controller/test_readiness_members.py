@@ -45,13 +45,15 @@ def _pod(name: str, gated: bool) -> Pod:
         "spec": {"readinessGates": [{"conditionType": LB_READY}] if gated else []}})
 
 
-def _slice(name: str, terminating: list[str]) -> EndpointSlice:
+def terminating_slice(name: str, terminating: list[str], *, subnet: int = 0) -> EndpointSlice:
+    """Service ``web``'s slice ``name`` with a terminating endpoint per Pod of
+    ``terminating`` (addresses 198.18.<subnet>.1 on)."""
     return EndpointSlice.model_validate({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": "ns",
                      "labels": {"kubernetes.io/service-name": "web"}},
         "addressType": "IPv4", "endpoints": [
-            {"addresses": [f"198.18.0.{i + 1}"], "conditions": {"terminating": True},
+            {"addresses": [f"198.18.{subnet}.{i + 1}"], "conditions": {"terminating": True},
              "targetRef": {"kind": "Pod", "name": pod}} for i, pod in enumerate(terminating)]})
 
 
@@ -75,7 +77,7 @@ def test_gated_and_terminating_pods_follow_what_was_replaced(
         if action == "pod":
             pods[("ns", name)] = _pod(name, bool(arg))
         elif action == "slice":
-            slices[("ns", name)] = _slice(name, list(arg))  # type: ignore[call-overload]
+            slices[("ns", name)] = terminating_slice(name, list(arg))  # type: ignore[call-overload]
         else:
             pods.pop(("ns", name), None)
             slices.pop(("ns", name), None)

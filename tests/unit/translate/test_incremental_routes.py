@@ -171,16 +171,23 @@ class _Run:
 @given(world, steps)
 def test_incremental_equals_from_scratch(start: list[Any], sequence: list[Any]) -> None:
     """After each change, incremental translate + memoised build == translate + build."""
+    run_sequence(start, sequence)
+
+
+def run_sequence(start: list[Any], sequence: list[Any],
+                 scoped_min: int = SCOPED_MIN_HOSTS) -> None:
+    """``start``'s objects, then each step of ``sequence``, checked by ``_Run.step``."""
     objects = {}
     for doc in [OUR_CLASS, *start]:
         obj = _parsed(doc)
         if obj is not None:
             objects[(obj.KIND, obj.key)] = obj
     snapshot = Snapshot.of_objects(objects.values())
-    run = _Run(snapshot)
+    run = _Run(snapshot, scoped_min)
     for step in sequence:
         snapshot, changed = _apply(snapshot, step)
-        run.step(snapshot, [changed] if changed is not None else [])
+        built, got = run.step(snapshot, [changed] if changed is not None else [])
+        event(f"scopes: {bool(built[types.SCOPE])}, patched: {got.change is not None}")
 
 
 def _changed(changes: dict[str, Change]) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
