@@ -37,14 +37,24 @@ from podway.xds.server import XdsServer
 _TEST_PORTS = range(20000, 32000)
 
 
+_GIVEN: set[int] = set()  # ports handed out by this process (until most of the range was)
+
+
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port free now, and not handed out before by this process: two ports asked for before
+    either is bound (an IR's listeners, say) never collide."""
+    if len(_GIVEN) > len(_TEST_PORTS) * 3 // 4:
+        _GIVEN.clear()
     for _ in range(200):
         port = random.choice(_TEST_PORTS)
+        if port in _GIVEN:
+            continue
         with socket.socket(socket.AF_INET, kind) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _GIVEN.add(port)
             return port
     raise RuntimeError("no free test port below the ephemeral range")
 
