@@ -32,7 +32,14 @@ from podway.translate import (
     translate,
 )
 from podway.xds import types
-from tests.unit.translate.gateway_strategies import OUR_CLASS, gateway, http_route, l4_route
+from tests.unit.translate.gateway_strategies import (
+    OUR_CLASS,
+    gateway,
+    http_route,
+    l4_route,
+    one_listener_world,
+    route_to,
+)
 from tests.unit.translate.strategies import endpoint_slice, ingress, service
 
 OPTS = TranslateOptions(address="198.18.0.1")
@@ -151,19 +158,11 @@ def test_incremental_document_equals_from_scratch(start: list[Any],
 def test_one_new_route_changes_one_entry_and_reuses_the_others() -> None:
     """A new HTTPRoute among others: the document says that route changed (and the Gateway,
     whose attachedRoutes grew); every other entry is the same object as before."""
-    docs: list[dict[str, Any]] = [OUR_CLASS, {
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "gw", "namespace": "default"},
-        "spec": {"gatewayClassName": "podway",
-                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
-    for i in range(6):
-        docs += [{"apiVersion": "v1", "kind": "Service",
-                  "metadata": {"name": f"s{i}", "namespace": "default"},
-                  "spec": {"ports": [{"port": 80}]}}, _route(f"r{i}", f"s{i}")]
+    docs = one_listener_world(6)
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
     translator, builder = IncrementalTranslator(OPTS), DocumentBuilder()
     first = builder.build(snapshot=snapshot, result=translator.update(snapshot))
-    new = _parsed(_route("extra", "s0"))
+    new = _parsed(route_to("extra", "s0"))
     assert new is not None
     snapshot = snapshot.replace(new.KIND, {new.key: new})
     second = builder.build(snapshot=snapshot,
@@ -183,7 +182,7 @@ def test_entries_that_change_with_other_objects_and_refusals_are_redone() -> Non
     web = ObjectRef("Service", "default", "web")
     first = builder.build(snapshot=snapshot, result=translator.update(snapshot))
     assert not first.objects[web].accepted
-    for doc in [*BASE[:2], _route("r", "web")]:
+    for doc in [*BASE[:2], route_to("r", "web")]:
         obj = _parsed(doc)
         assert obj is not None
         snapshot = snapshot.replace(obj.KIND, {obj.key: obj})
@@ -201,18 +200,11 @@ def test_entries_that_change_with_other_objects_and_refusals_are_redone() -> Non
         assert got.objects[web].accepted is not bool(rejections)
 
 
-def _route(name: str, service: str) -> dict[str, Any]:
-    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [f"{name}.example.com"],
-                     "rules": [{"backendRefs": [{"name": service, "port": 80}]}]}}
-
-
 def test_problems_that_come_and_go_alone_redo_their_entries() -> None:
     """Problems added, removed, reordered and listed twice while the objects, statuses and IR
     stay (the translator keeps unchanged problems as the same objects): every document equals
     ``build`` from scratch, and names the entries whose problems moved."""
-    snapshot = Snapshot.of_objects(o for o in map(_parsed, [*BASE, _route("r", "web")])
+    snapshot = Snapshot.of_objects(o for o in map(_parsed, [*BASE, route_to("r", "web")])
                                    if o is not None)
     result = IncrementalTranslator(OPTS).update(snapshot)
     web = ObjectRef("Service", "default", "web")

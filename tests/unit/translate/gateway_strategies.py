@@ -186,6 +186,32 @@ def policy_and_grant() -> st.SearchStrategy[Any]:
 OUR_CLASS = {"apiVersion": f"{GROUP}/v1", "kind": "GatewayClass", "metadata": {"name": "podway"},
              "spec": {"controllerName": "podway.io/gateway-controller"}}
 
+
+
+def route_to(name: str, service: str, host: str | None = None) -> dict[str, Any]:
+    """HTTPRoute ``name`` on Gateway ``gw`` for ``host`` (default ``<name>.example.com``),
+    every request to Service ``service`` port 80."""
+    return {"apiVersion": f"{GROUP}/v1", "kind": "HTTPRoute",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host or f"{name}.example.com"],
+                     "rules": [{"backendRefs": [{"name": service, "port": 80}]}]}}
+
+
+def one_listener_world(count: int) -> list[dict[str, Any]]:
+    """Our class, Gateway ``gw`` with one HTTP listener on port 80, and ``count`` Services
+    ``s<i>`` (port 80), each with its route ``r<i>`` (``route_to``)."""
+    docs: list[dict[str, Any]] = [OUR_CLASS, {
+        "apiVersion": f"{GROUP}/v1", "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {"gatewayClassName": "podway",
+                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
+    for i in range(count):
+        docs += [{"apiVersion": "v1", "kind": "Service",
+                  "metadata": {"name": f"s{i}", "namespace": "default"},
+                  "spec": {"ports": [{"port": 80}]}}, route_to(f"r{i}", f"s{i}")]
+    return docs
+
+
 gateway_manifests = st.tuples(gateway(), st.lists(st.one_of(
     gateway(), http_route(), http_route("GRPCRoute"), l4_route(), policy_and_grant(), service(),
     other()), min_size=1, max_size=12)).map(lambda t: [OUR_CLASS, t[0], *t[1]])

@@ -27,7 +27,15 @@ from podway.translate import IncrementalTranslator, Result, TranslateOptions, tr
 from podway.xds import types
 from podway.xds.cache import Cache, Change
 
-from .gateway_strategies import OUR_CLASS, gateway, http_route, l4_route, policy_and_grant
+from .gateway_strategies import (
+    OUR_CLASS,
+    gateway,
+    http_route,
+    l4_route,
+    one_listener_world,
+    policy_and_grant,
+    route_to,
+)
 from .strategies import service
 
 OPTS = TranslateOptions(address="198.18.0.1")
@@ -213,16 +221,7 @@ def _whole_tables(ir: IR) -> dict[str, bytes]:
 def test_a_route_change_reuses_every_other_virtual_host() -> None:
     """Adding one HTTPRoute leaves every other virtual host the very same object (so the
     builder re-encodes only the new one) and every other route's status the same object."""
-    docs: list[dict[str, Any]] = [OUR_CLASS, {
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "gw", "namespace": "default"},
-        "spec": {"gatewayClassName": "podway",
-                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
-    for i in range(5):
-        docs.append({"apiVersion": "v1", "kind": "Service",
-                     "metadata": {"name": f"s{i}", "namespace": "default"},
-                     "spec": {"ports": [{"port": 80}]}})
-        docs.append(_route(i))
+    docs = one_listener_world(5)
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
     inc = IncrementalTranslator(OPTS)
     before = inc.update(snapshot)
@@ -242,10 +241,7 @@ def test_a_route_change_reuses_every_other_virtual_host() -> None:
 
 
 def _route(i: int, *, name: str | None = None, host: str | None = None) -> dict[str, Any]:
-    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": {"name": name or f"r{i}", "namespace": "default"},
-            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host or f"r{i}.example.com"],
-                     "rules": [{"backendRefs": [{"name": f"s{i}", "port": 80}]}]}}
+    return route_to(name or f"r{i}", f"s{i}", host or f"r{i}.example.com")
 
 
 # Route and Service changes on exact hostnames: the structure is patched (``translate.delta``),
@@ -319,11 +315,7 @@ def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) ->
     """Adding, changing and deleting HTTPRoutes on exact hostnames patches the last structure:
     the whole structure phase does not run again, and the result equals a fresh translation
     (pools come and go with their routes, the Gateway counts its attached routes)."""
-    docs: list[dict[str, Any]] = [OUR_CLASS, {
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "gw", "namespace": "default"},
-        "spec": {"gatewayClassName": "podway",
-                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
+    docs = one_listener_world(0)
     for i in range(6):
         docs.append({"apiVersion": "v1", "kind": "Service",
                      "metadata": {"name": f"s{i}", "namespace": "default"},
@@ -418,16 +410,7 @@ def test_patched_route_and_service_churn_leaves_the_memo_as_it_found_it(
     """A new Service and a route to it, then both deleted, a hundred times over (patched):
     the memo holds what it held before (the Services' modes and traffic settings, the
     routes' resolutions, the Service indexes), not one more entry per change."""
-    docs: list[dict[str, Any]] = [OUR_CLASS, {
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "gw", "namespace": "default"},
-        "spec": {"gatewayClassName": "podway",
-                 "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}]
-    for i in range(3):
-        docs.append({"apiVersion": "v1", "kind": "Service",
-                     "metadata": {"name": f"s{i}", "namespace": "default"},
-                     "spec": {"ports": [{"port": 80}]}})
-        docs.append(_route(i))
+    docs = one_listener_world(3)
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
     inc = IncrementalTranslator(OPTS)
     inc.update(snapshot)
