@@ -22,7 +22,7 @@ from podway.echo import Identity
 from podway.echo.server import EchoOptions, serve
 from podway.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
 from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.engine.state import open_state
+from podway.engine.state import StateDir, open_state
 from podway.pipeline import State
 from podway.standalone import Standalone, StandaloneOptions
 from podway.tasks import cancel_and_wait
@@ -254,14 +254,22 @@ async def private_engine(cache: Cache, *, node_id: str,
     server = XdsServer(cache, "", on_event=on_event)
     with open_state(None) as state:
         await server.start(local=state.xds_socket)
-        engine = Engine(EngineOptions(
-            envoy_path=find_envoy(), drain_s=0, state=state,
-            bootstrap=bootstrap(BootstrapOptions(node_id=node_id, xds=server.target))))
-        task = asyncio.create_task(engine.run(), name=f"engine-{node_id}")
         try:
-            yield engine
+            async with engine_on(server, node_id=node_id, state=state) as engine:
+                yield engine
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             await server.stop(0)
+
+
+@contextlib.asynccontextmanager
+async def engine_on(server: XdsServer, *, node_id: str, delta: bool = False,
+                    state: StateDir | None = None) -> AsyncIterator[Engine]:
+    """One Envoy on ``server`` (delta or state-of-the-world xDS), stopped after the block."""
+    engine = Engine(EngineOptions(
+        envoy_path=find_envoy(), drain_s=0, state=state, bootstrap=bootstrap(
+            BootstrapOptions(node_id=node_id, xds=server.target, delta=delta))))
+    task = asyncio.create_task(engine.run(), name=f"engine-{node_id}")
+    try:
+        yield engine
+    finally:
+        await cancel_and_wait(task)

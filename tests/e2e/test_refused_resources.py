@@ -8,15 +8,11 @@ timeout). A listener whose port is busy at start comes back once the port is fre
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-from collections.abc import AsyncIterator
 from types import MappingProxyType
 
 import pytest
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.ir import IR, Listener, Member, Pool
 from podway.ir import ListenerProtocol as Protocol
@@ -25,7 +21,7 @@ from podway.xds.protocol import Event, Nack
 from podway.xds.server import XdsServer
 from tests.unit.xds.helpers import route, vhost
 
-from .harness import echo_backend, eventually, free_port, get
+from .harness import echo_backend, engine_on, eventually, free_port, get
 
 pytestmark = pytest.mark.e2e
 MODES = ["delta", "sotw"]
@@ -41,19 +37,6 @@ def _config(http: int, members: dict[str, int], *, extra: tuple[Listener, ...] =
              for n, p in members.items()}
     pools["pool/bad"] = Pool(name="pool/bad", members=(Member(address="999.1.1.1", port=80),))
     return IR(listeners=(listener, *extra), pools=MappingProxyType(pools))
-
-
-@contextlib.asynccontextmanager
-async def _engine(server: XdsServer, delta: bool) -> AsyncIterator[Engine]:
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id="refusals", xds=server.target, delta=delta))))
-    task = asyncio.create_task(engine.run())
-    try:
-        yield engine
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _serves(port: int, host: str, name: str) -> bool:
@@ -83,13 +66,13 @@ async def test_bad_assignment_does_not_block_other_services(mode: str) -> None:
     server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
     await server.start()
     try:
-        async with _engine(server, mode == "delta"):
+        async with engine_on(server, node_id="refusals", delta=mode == "delta"):
             await eventually(lambda: _serves(http, "a.test", "a"), 20)
             await asyncio.wait_for(named.wait(), 10)  # the refusal names the bad assignment
             # An endpoint change of a good Service: applies although pool/bad is still bad.
             cache.set(builder.build(_config(http, {"a": backends["a2"], "b": backends["b"]})))
             await eventually(lambda: _serves(http, "a.test", "a2"), 10)
-        async with _engine(server, mode == "delta") as engine:
+        async with engine_on(server, node_id="refusals", delta=mode == "delta") as engine:
             # A fresh Envoy is LIVE well before its 15 s initial fetch timeout (which held every
             # listener while the refused assignment was awaited), and serves at once.
             await engine.wait_ready(limit_s=10)
@@ -127,7 +110,7 @@ async def test_listener_on_a_busy_port_comes_back_when_freed(mode: str) -> None:
     server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
     await server.start()
     try:
-        async with _engine(server, mode == "delta"):
+        async with engine_on(server, node_id="refusals", delta=mode == "delta"):
             await asyncio.wait_for(refused.wait(), 20)
             await eventually(lambda: _serves(http, "a.test", "a"), 10)
             busy.close()

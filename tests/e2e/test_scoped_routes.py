@@ -10,14 +10,10 @@ configuration (``podway.xds.access.TableForm``), with the same answers.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from types import MappingProxyType
 
 import pytest
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy_config import Builder
 from podway.ir import IR, Listener, Member, Pool, WildcardMode
 from podway.ir import ListenerProtocol as Protocol
@@ -27,7 +23,7 @@ from podway.xds.protocol import Ack, Event, Nack
 from podway.xds.server import XdsServer
 from tests.unit.xds.helpers import route, vhost
 
-from .harness import echo_backend, eventually, free_port, get
+from .harness import echo_backend, engine_on, eventually, free_port, get
 
 pytestmark = pytest.mark.e2e
 MODES = ["delta", "sotw"]
@@ -46,19 +42,6 @@ def _config(http: int, ports: dict[str, int], hosts: dict[str, str], *,
                                                                   port=p),))
              for n, p in ports.items()}
     return IR(listeners=(listener,), pools=MappingProxyType(pools))
-
-
-@contextlib.asynccontextmanager
-async def _engine(server: XdsServer, delta: bool) -> AsyncIterator[Engine]:
-    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-        BootstrapOptions(node_id="scoped", xds=server.target, delta=delta))))
-    task = asyncio.create_task(engine.run())
-    try:
-        yield engine
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _status(port: int, host: str, want: int, name: str | None = None) -> bool:
@@ -90,7 +73,7 @@ async def test_scoped_tables_serve_and_switch_form_without_failures(mode: str) -
     server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
     await server.start()
     try:
-        async with _engine(server, mode == "delta"):
+        async with engine_on(server, node_id="scoped", delta=mode == "delta"):
             await eventually(lambda: _status(http, "h0.test", 200, "a"), 20)
             assert await _status(http, "h1.test", 200, "b")
             assert await _status(http, "H1.Test", 200, "b")  # case-insensitive
