@@ -36,7 +36,6 @@ import ctypes
 import gc
 import io
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -274,7 +273,7 @@ def child(dump: str, trace: bool, argv: list[str]) -> None:
 # ---- the parent --------------------------------------------------------------------------
 async def measure(count: int, trace: bool) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from convergence import start_emulator, write_kubeconfig
+    from convergence import start_emulator, stop_run, write_kubeconfig
     from kubernetes_asyncio import client
     from xds_push import free_port
 
@@ -314,13 +313,7 @@ async def measure(count: int, trace: bool) -> None:
               f"{settled:.1f} s; VmRSS before the report {rss:.1f} MiB")
         print(dump.read_text(), end="", flush=True)
     finally:
-        if proc is not None and proc.returncode is None:
-            proc.terminate()
-            await proc.wait()
-        if child_emu.stdin is not None:
-            child_emu.stdin.close()
-        await child_emu.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+        await stop_run(proc, child_emu, folder)
 
 
 def main() -> None:

@@ -783,13 +783,20 @@ async def controller_rss(count: int) -> None:
               f"{rss_mib(pid, 'VmHWM'):.0f} MiB (start → every status written: {settled:.1f} s)",
               flush=True)
     finally:
-        if controller is not None and controller.returncode is None:
-            controller.terminate()
-            await controller.wait()
-        if child.stdin is not None:
-            child.stdin.close()
-        await child.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+        await stop_run(controller, child, folder)
+
+
+async def stop_run(controller: asyncio.subprocess.Process | None,
+                   emulator: asyncio.subprocess.Process, folder: Path) -> None:
+    """Stop a ``podway controller`` child (if it still runs) and the emulator child (it stops
+    when its stdin closes); remove the run's folder."""
+    if controller is not None and controller.returncode is None:
+        controller.terminate()
+        await controller.wait()
+    if emulator.stdin is not None:
+        emulator.stdin.close()
+    await emulator.wait()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 async def main() -> None:

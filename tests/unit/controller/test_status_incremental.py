@@ -24,13 +24,13 @@ from podway.model.base import ObjectRef
 from podway.pipeline import Rejection, State
 from podway.sources.base import SourceUpdate
 from podway.status.document import DocumentBuilder
-from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from podway.translate import IncrementalTranslator, TranslateOptions
 from tests.unit.status.test_incremental import (
     BASE,
     _apply,
     _changed,
     _parsed,
-    _refused,
+    step_result,
     steps,
 )
 from tests.unit.translate.gateway_strategies import gateway, http_route
@@ -55,13 +55,7 @@ def test_desired_and_events_follow_the_change_as_from_scratch(
         previous_snapshot, snapshot = snapshot, _apply(snapshot, step)
         # Every other step says what changed, as a source does (``SourceUpdate.changed``).
         hint = tuple(_changed(previous_snapshot, snapshot)) if generation % 2 else None
-        result = translator.update(snapshot)
-        if step[0] == "fresh":
-            result = translate(snapshot, OPTS)
-        elif step[0] == "refuse":
-            rejections = _refused(result, rejections, step[1])
-        elif step[0] == "clear":
-            rejections = ()
+        result, rejections = step_result(translator, snapshot, step, rejections)
         state = State(version=generation, generation=generation,
                       update=SourceUpdate(snapshot, (), changed=hint), result=result,
                       rejections=rejections)

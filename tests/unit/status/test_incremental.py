@@ -135,13 +135,7 @@ def test_incremental_document_equals_from_scratch(start: list[Any],
         previous, snapshot = snapshot, _apply(snapshot, step)
         # Every other step says what changed, as a source does (``SourceUpdate.changed``).
         hint = _changed(previous, snapshot) if generation % 2 else None
-        result = translator.update(snapshot)
-        if step[0] == "fresh":
-            result = translate(snapshot, OPTS)
-        elif step[0] == "refuse":
-            rejections = _refused(result, rejections, step[1])
-        elif step[0] == "clear":
-            rejections = ()
+        result, rejections = step_result(translator, snapshot, step, rejections)
         got = builder.build(snapshot=snapshot, result=result, rejections=rejections,
                             generation=generation, changed=hint)
         want = build(snapshot=snapshot, result=result, rejections=rejections,
@@ -153,6 +147,21 @@ def test_incremental_document_equals_from_scratch(start: list[Any],
                    if ref not in got.changed)  # unchanged entries are kept, not rebuilt
         assert want.changed_since(got) is None  # another lineage: unknown, compare all
         before = got
+
+
+def step_result(translator: IncrementalTranslator, snapshot: Snapshot, step: tuple[str, Any],
+                rejections: tuple[Rejection, ...]
+                ) -> tuple[Result, tuple[Rejection, ...]]:
+    """``snapshot`` translated after ``step`` (incrementally, or from scratch for "fresh"),
+    and the rejections then ("refuse" adds some of the result's, "clear" drops them all)."""
+    result = translator.update(snapshot)
+    if step[0] == "fresh":
+        result = translate(snapshot, OPTS)
+    elif step[0] == "refuse":
+        rejections = _refused(result, rejections, step[1])
+    elif step[0] == "clear":
+        rejections = ()
+    return result, rejections
 
 
 def test_one_new_route_changes_one_entry_and_reuses_the_others() -> None:
