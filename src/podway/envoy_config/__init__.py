@@ -287,7 +287,7 @@ class Builder:
             else Resource.deferred(name, route_pb2.RouteConfiguration, data, data.digest)
             for name, data in self._tables.tables(
                 item, persistence=MappingProxyType(persistence), changed=changed,
-                previous=previous, deferred=True))
+                previous=previous))
 
     def _persistence_of(self, ir: IR, patch: IRChange | None) -> dict[str, Persistence]:
         """Each pool's hash policy (routes of every table carry them)."""

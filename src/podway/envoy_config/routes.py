@@ -178,7 +178,7 @@ Edit = tuple[VirtualHost | None, VirtualHost | None, bytes | None]
 
 @dataclass(frozen=True, slots=True)
 class Joined:
-    """A table not joined yet (``TableEncoder.tables`` with ``deferred``): its parts, and a
+    """A table not joined yet (a listener's own table, ``TableEncoder.tables``): its parts, and a
     digest of them that does not need the join (per-part digests, hashed in order). Calling
     it joins the parts: the table's encoding."""
 
@@ -227,9 +227,9 @@ class TableEncoder:
         self._next: dict[str, dict[_VhostKey, _Part]] = {}
         self._heads: dict[str, tuple[bytes, bytes]] = {}
         # listener name → (listener, one encoding per virtual host, in order, and their
-        # digests when its table was deferred) of a listener with one table, no SNI context
+        # digests) of a listener with one table, no SNI context
         # and lowercase, distinct hostnames: what ``patch`` edits
-        self._aligned: dict[str, tuple[Listener, list[bytes], list[bytes] | None]] = {}
+        self._aligned: dict[str, tuple[Listener, list[bytes], list[bytes]]] = {}
         self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
         self._entries: tuple[Sequence[VirtualHost], Sequence[bytes]] = ((), ())
         self.edits: list[Edit] | None = None
@@ -245,7 +245,7 @@ class TableEncoder:
 
     def tables(self, listener: Listener, *, persistence: PersistenceByPool,
                changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None = None,
-               previous: Listener | None = None, deferred: bool = False
+               previous: Listener | None = None
                ) -> list[tuple[str, bytes | Joined]]:
         """(name, encoded RouteConfiguration) of each table of ``listener``.
 
@@ -254,15 +254,16 @@ class TableEncoder:
         same object in the same ``host_order`` (``podway.ir.IRChange``). The table is then
         edited, not walked: the changed parts encoded, the rest reused by position.
 
-        ``deferred``: the listener's own table comes as ``Joined`` (not joined; its digest
-        from the parts' digests, kept across edits): a listener served as scopes, whose one
-        table only state-of-the-world streams read (``podway.envoy_config.scoped``).
+        The listener's own table (not an SNI chain's) comes as ``Joined``: not joined (the
+        stream that sends it joins it; for a listener served as scopes only state-of-the-world
+        streams read it, ``podway.envoy_config.scoped``), its digest from the parts' digests,
+        kept across edits, so it is the same whichever form the listener is served in.
         """
         if persistence != self._persistence:
             self._parts, self._persistence = {}, persistence
             self._aligned = {}
         if changed is not None and previous is not None:
-            patched = self._patch(listener, changed, previous, persistence, deferred)
+            patched = self._patch(listener, changed, previous, persistence)
             if patched is not None:
                 return patched
         self.edits = None
@@ -294,18 +295,18 @@ class TableEncoder:
             own = parts[1:-1]
             if sni is None:
                 self._entries = (served, own)
-            sums = [_part_digest(p) for p in own] if deferred and sni is None else None
+            sums = [_part_digest(p) for p in own] if sni is None else None
             out.append((name, Joined(tuple(parts), _joined_digest(name, sums))
                         if sums is not None else b"".join(parts)))
             self._aligned.pop(listener.name, None)
-            if (len(tables) == 1 and sni is None and lowercase
+            if (len(tables) == 1 and sums is not None and lowercase
                     and len(parts) == len(listener.virtual_hosts) + 2):
                 self._aligned[listener.name] = (listener, own, sums)
         return out
 
     def _patch(self, listener: Listener,
                changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]],
-               previous: Listener, persistence: PersistenceByPool, deferred: bool
+               previous: Listener, persistence: PersistenceByPool
                ) -> list[tuple[str, bytes | Joined]] | None:
         """The table of ``listener`` edited from ``previous``'s; None when it cannot be."""
         held = self._aligned.get(listener.name)
@@ -338,21 +339,16 @@ class TableEncoder:
         if len(new_all) != len(old_all) + grown or len({at for at, _, _ in edits}) != len(edits):
             return None
         parts = held[1]
-        sums = held[2] if deferred else None  # (kept only while the table is deferred)
+        sums = held[2]
         done = self._edit(listener.name, parts, sums, edits, catch_all=catch_all,
                           persistence=persistence)
-        if deferred and sums is None:  # (deferred now, not when it was walked)
-            sums = [_part_digest(p) for p in parts]
         self._aligned[listener.name] = (listener, parts, sums)
         self._entries = (new_all, parts)
         self.edits = done
         head, tail = self._head(listener.name)
-        if sums is not None:
-            return [(listener.name, Joined((head, *parts, tail),
-                                           _joined_digest(listener.name, sums)))]
-        return [(listener.name, b"".join((head, *parts, tail)))]
+        return [(listener.name, Joined((head, *parts, tail), _joined_digest(listener.name, sums)))]
 
-    def _edit(self, name: str, parts: list[bytes], sums: list[bytes] | None,
+    def _edit(self, name: str, parts: list[bytes], sums: list[bytes],
               edits: list[tuple[int, VirtualHost | None, VirtualHost | None]], *,
               catch_all: VirtualHost | None, persistence: PersistenceByPool) -> list[Edit]:
         """Apply ``edits`` (position, old, new) to ``parts`` and their digests ``sums``."""
@@ -365,8 +361,7 @@ class TableEncoder:
                 keyed.pop((id(old), False, id(catch_all) if gone else 0), None)
             if new is None:
                 del parts[at]
-                if sums is not None:
-                    del sums[at]
+                del sums[at]
                 done.append((old, None, None))
                 continue
             data = _virtual_host(new, catch_all, persistence).SerializeToString(deterministic=True)
@@ -375,14 +370,10 @@ class TableEncoder:
             keyed[(id(new), False, id(catch_all) if folds else 0)] = (
                 new, catch_all if folds else None, part)
             if old is not None:
-                parts[at] = part
+                parts[at], sums[at] = part, _part_digest(part)
             else:
                 parts.insert(at, part)
-            if sums is not None:
-                if old is not None:
-                    sums[at] = _part_digest(part)
-                else:
-                    sums.insert(at, _part_digest(part))
+                sums.insert(at, _part_digest(part))
             done.append((old, new, part))
         return done
 
