@@ -24,8 +24,8 @@ import uuid
 
 from speedref import Reference, measure
 
-from podway.agent.rules import make_rules
-from podway.agent.types import Rule
+from podway.programs.agent.rules import make_rules
+from podway.programs.agent.types import Rule
 
 
 def mappings(count: int, *, first_port: int = 20000) -> list[Rule]:

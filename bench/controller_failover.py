@@ -33,12 +33,12 @@ from typing import Any
 import yaml
 from xds_push import free_port  # the same helper, one copy
 
-from podway.demo import read_response
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.kube.emulator import KubeEmulator
+from podway.programs.demo import read_response
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 
 RETRY_S = 0.3
 

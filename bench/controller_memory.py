@@ -6,7 +6,7 @@ in a child process that is the command itself plus a small hook (below). Once ev
 status is written the parent signals the child, and the child prints:
 
 * VmRSS at three points: the bare interpreter, after the command's imports (the CLI with every
-  sub-command registered, ``podway.controller.main``), and now; plus the peak (VmHWM);
+  sub-command registered, ``podway.programs.controller.main``), and now; plus the peak (VmHWM);
 * how much of ``now`` Python's allocators hold (pymalloc arenas, and glibc's heap in use vs
   kept), so fragmentation shows as the difference;
 * the objects reachable from each layer, counted once each, in this order (a layer's figure is
@@ -252,9 +252,9 @@ def child(dump: str, trace: bool, argv: list[str]) -> None:
     marks = {"bare": vm("VmRSS")}
     import typer
 
-    import podway.controller.main  # noqa: F401  (what the command imports before any object)
-    from podway.cli import main
-    from podway.commands import register
+    import podway.programs.controller.main  # noqa: F401  (what the command imports before any object)
+    from podway.cli.app import main
+    from podway.cli.commands import register
 
     register(typer.Typer(), argv)  # the sub-command's imports, as ``main`` makes them
     marks["imports"] = vm("VmRSS")

@@ -4,7 +4,8 @@ The emulator runs in a child process (so this process's RSS is the controller's)
 N ClusterIP Services + EndpointSlices (all at one loopback echo backend, ``podway echo`` in its
 own process), one GatewayClass, one Gateway (HTTP listener) and N HTTPRoutes (host
 ``r<i>.bench.test`` → Service ``svc-<i>``). The controller runs here as ``podway controller``
-runs it (events written, the GC policy of ``podway.gc_policy`` unless ``--no-gc-policy``). Then:
+runs it (events written, the GC policy of ``podway.programs.gc_policy`` unless ``--no-gc-policy``).
+Then:
 
 * first snapshot and status: controller start → first state; that state's status pass (every
   route's Accepted/ResolvedRefs and the Gateway's attachedRoutes PATCHed, bounded concurrency);
@@ -73,16 +74,16 @@ import speedref
 from loopstalls import StallWatch
 from xds_push import Acks, free_port, pct  # the same helpers, one copy
 
-from podway.controller.main import Controller, ControllerOptions
-from podway.engine import admin
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.gc_policy import GcPolicy
+from podway.envoy.engine import admin
+from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.xds import types
+from podway.envoy.xds.protocol import Ack
 from podway.ir import Forward
 from podway.pipeline import State
+from podway.programs.controller.main import Controller, ControllerOptions
+from podway.programs.gc_policy import GcPolicy
 from podway.translate import TranslateOptions
-from podway.xds import types
-from podway.xds.protocol import Ack
 
 GW = "gateway.networking.k8s.io"
 NS = "bench"
@@ -805,7 +806,7 @@ async def main() -> None:
     parser.add_argument("--tries", type=int, default=100)
     parser.add_argument("--no-gc-policy", action="store_true",
                         help="leave the controller's garbage collector as CPython sets it (the "
-                             "command applies podway.gc_policy): for before/after figures")
+                             "command applies podway.programs.gc_policy): for before/after figures")
     parser.add_argument("--watch-members", action="store_true",
                         help="read the health flags of each try's pool members every 100 ms "
                              "and print their changes with a try that saw other than 404 "

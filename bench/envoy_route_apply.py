@@ -42,7 +42,7 @@ cache set → 200.
   from the request's ``:authority`` (HTTP/1.1 ``Host`` too) up to the first ``:``; each
   hostname is one ``ScopedRouteConfiguration`` (key: the hostname) naming a route table of its
   own with that one virtual host; no catch-all (a host without a scope gets Envoy's own 404).
-  Listener, scope and table as Podway builds them (``podway.envoy_config.scoped``), served by
+  Listener, scope and table as Podway builds them (``podway.envoy.config.scoped``), served by
   Podway's delta stream. (SotW engines get the one table from Podway: scopes over SotW, every
   response carrying all of them, measured 736 / 981 ms p50 / p99 at 10,000.) One added
   host is one small scope and its small table right behind it: "written" is the scope's
@@ -84,19 +84,19 @@ import speedref
 from translate import convergence_cluster
 from xds_push import free_port, pct
 
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.engine.state import StateDir
-from podway.envoy_config import Resource, Resources, build, scoped
-from podway.envoy_config.common import pack
-from podway.envoy_config.routes import varint
+from podway.envoy.config import Resource, Resources, build, scoped
+from podway.envoy.config.common import pack
+from podway.envoy.config.routes import varint
+from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.engine.state import StateDir
+from podway.envoy.xds import types
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.delta import DeltaStream, _DeltaType
+from podway.envoy.xds.protocol import Ack, Event, Nack
+from podway.envoy.xds.server import AdsServicer, XdsServer
 from podway.model import Snapshot
 from podway.translate import TranslateOptions, translate
-from podway.xds import types
-from podway.xds.cache import Cache
-from podway.xds.delta import DeltaStream, _DeltaType
-from podway.xds.protocol import Ack, Event, Nack
-from podway.xds.server import AdsServicer, XdsServer
 
 VHOST = "type.googleapis.com/envoy.config.route.v3.VirtualHost"
 SCOPE = types.SCOPE
@@ -246,7 +246,7 @@ class Config:
 
 def scoped_listener(listener: listener_pb2.Listener) -> None:
     """Each HTTP connection manager of ``listener`` takes its route table from scopes, as
-    Podway's builder makes it (``podway.envoy_config.scoped.use_scopes``)."""
+    Podway's builder makes it (``podway.envoy.config.scoped.use_scopes``)."""
     chains = [*listener.filter_chains]
     if listener.HasField("default_filter_chain"):
         chains.append(listener.default_filter_chain)
@@ -578,7 +578,7 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
     logging.basicConfig(level=logging.WARNING)
-    logging.getLogger("podway.xds.server").setLevel(logging.ERROR)  # "not authenticated"
+    logging.getLogger("podway.envoy.xds.server").setLevel(logging.ERROR)  # "not authenticated"
     asyncio.run(main_async([int(s) for s in args.sizes.split(",")], args.tries,
                            [VARIANTS[n] for n in names]))
 

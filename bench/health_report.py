@@ -1,6 +1,6 @@
 """Benchmark of one look of the engine's member health reporter, and of the controller's judging.
 
-The reporter (``podway.engine.health_report``) reads Envoy's whole ``/clusters``
+The reporter (``podway.envoy.engine.health_report``) reads Envoy's whole ``/clusters``
 every ``--health-report-s`` and sends what changed; the readiness gate judges every gated pod
 on each change. This measures, for a synthetic ``/clusters`` answer shaped like Envoy's (every
 line a real Envoy prints per pool and host) of P pools x M members: its size, ``parse``, ``diff``
@@ -21,9 +21,9 @@ from typing import Any
 
 from speedref import Reference, measure
 
-from podway.controller.readiness import judge
-from podway.engine.health_report import parse
-from podway.xds.member_health import Health, HostState, Message, diff, encode
+from podway.engines.member_health import Health, HostState, Message, diff, encode
+from podway.envoy.engine.health_report import parse
+from podway.programs.controller.readiness import judge
 
 _HOST_STATS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error",
                "rq_pending_active", "rq_success", "rq_timeout", "rq_total")

@@ -29,12 +29,12 @@ from pathlib import Path
 from speedref import measure
 from xds_push import Acks, Figures, free_port, manifests
 
-from podway.dashboard import engine_view, view
-from podway.engine import admin
-from podway.engine.bootstrap import EnvoyStats
-from podway.standalone import Standalone, StandaloneOptions
+from podway.envoy.engine import admin
+from podway.envoy.engine.bootstrap import EnvoyStats
+from podway.envoy.xds import types
+from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.readers.dashboard import engine_view, view
 from podway.translate import TranslateOptions
-from podway.xds import types
 
 
 async def bench(pools: int, stats: EnvoyStats, out: Figures) -> None:

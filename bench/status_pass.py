@@ -2,7 +2,7 @@
 
 Builds the convergence benchmark's cluster in memory (one Gateway, N HTTPRoutes, N Services +
 EndpointSlices), applies it through a ``Pipeline`` (no source, no engines), then times, per
-state, the readers the controller runs after every state (``podway.controller.main``):
+state, the readers the controller runs after every state (``podway.programs.controller.main``):
 
 * the status writer's pass (status document, desired statuses, compare; PATCHes counted by a
   stub, no API): the first state (every status due), then one new HTTPRoute (p50/p99);
@@ -37,23 +37,23 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 import speedref
 
-from podway.controller.events import changes
-from podway.controller.leader import Fence
-from podway.controller.metrics import ControllerMetrics
-from podway.controller.readiness import ReadinessGate
-from podway.controller.source import KindInfo
-from podway.controller.status import Status, StatusWriter, Target
+from podway.engines.member_health import Health, HostState, MemberHealthReports, Message
 from podway.ir import IR, Member, Pool
-from podway.metrics.pipeline import PipelineMetrics
 from podway.model import K8sObject, Snapshot
 from podway.model.base import ObjectRef
 from podway.model.core import LB_READY, Pod
 from podway.model.loader import parse_object
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
+from podway.programs.controller.events import changes
+from podway.programs.controller.leader import Fence
+from podway.programs.controller.metrics import ControllerMetrics
+from podway.programs.controller.readiness import ReadinessGate
+from podway.programs.controller.source import KindInfo
+from podway.programs.controller.status import Status, StatusWriter, Target
+from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.base import SourceUpdate
 from podway.translate import Result, TranslateOptions
-from podway.xds.member_health import Health, HostState, MemberHealthReports, Message
 
 GW = "gateway.networking.k8s.io"
 NS = "bench"

@@ -37,10 +37,10 @@ from pathlib import Path
 # bench/xds.py would shadow the "xds" protobuf package Envoy's modules import.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
 
-from podway.demo import read_response  # noqa: E402 - after the sys.path fix above
-from podway.echo import Identity  # noqa: E402 - after the sys.path fix above
-from podway.echo.server import EchoOptions, serve  # noqa: E402 - after the sys.path fix above
-from podway.engine import admin  # noqa: E402 - after the sys.path fix above
+from podway.envoy.engine import admin  # noqa: E402 - after the sys.path fix above
+from podway.programs.demo import read_response  # noqa: E402 - after the sys.path fix above
+from podway.tools.echo import Identity  # noqa: E402 - after the sys.path fix above
+from podway.tools.echo.server import EchoOptions, serve  # noqa: E402 - after the sys.path fix above
 
 INGRESS = """apiVersion: networking.k8s.io/v1
 kind: Ingress

@@ -30,14 +30,14 @@ from typing import Any
 
 from speedref import Reference, measure
 
-from podway.envoy_config import Builder
+from podway.envoy.config import Builder
+from podway.envoy.xds.cache import Cache
 from podway.model import EndpointSlice, Ingress, K8sObject, Service, Snapshot
 from podway.model.loader import parse_object
 from podway.model.snapshot import Key
 from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
+from podway.translate.core.ports import PortTable
 from podway.translate.gateway import GatewayTranslation
-from podway.translate.ports import PortTable
-from podway.xds.cache import Cache
 
 PATHS_PER_HOST = 10
 OPTS = TranslateOptions(address="198.18.0.1")

@@ -2,8 +2,8 @@
 
 For BGP (two engine hosts announcing one VIP to a router running BIRD 2, ECMP, BFD 100 ms x 3)
 and VRRP (two engine hosts on one L2 segment running keepalived, adverts every 0.1 s), each
-engine a real Envoy on the VIP with second chance installed (``podway.vip.secondchance``), with
-a client sending ``--workers`` concurrent loops of HTTP requests to the VIP (timeout 0.5 s) —
+engine a real Envoy on the VIP with second chance installed (``podway.programs.vip.secondchance``),
+with a client sending ``--workers`` concurrent loops of HTTP requests to the VIP (timeout 0.5 s) —
 one connection per request, then keep-alive connections (twice the loops, so that ECMP puts some
 on each engine) — for each of ``--rounds`` rounds:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the test beds live in tests/
 
-from tests.vip.bed import Bed, Outcome, Stop, unavailable
+from tests.integration.vip.bed import Bed, Outcome, Stop, unavailable
 
 
 async def one_round(kind: str, event: str, workers: int, keepalive: bool

@@ -35,15 +35,15 @@ from types import MappingProxyType
 
 from speedref import Reference, measure, static_envoy
 
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.envoy_config import Builder, build
+from podway.envoy.config import Builder, build
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.xds import types
+from podway.envoy.xds.protocol import Ack, Event
 from podway.ir import IR, Member
-from podway.standalone import Standalone, StandaloneOptions
+from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
-from podway.xds import types
-from podway.xds.protocol import Ack, Event
 
 PATHS_PER_HOST = 10
 

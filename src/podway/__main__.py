@@ -1,3 +1,3 @@
-from podway.cli import main
+from podway.cli.app import main
 
 main()

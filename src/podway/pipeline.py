@@ -23,7 +23,8 @@ Invariants:
 * No I/O here besides the cache; the pipeline does not know which source runs or who reads.
 * Engines first: ``run`` sets the cache, lets the xDS pushers take the loop for a few turns,
   then publishes the state; so readers' work never delays a push.
-* The garbage collector is not the pipeline's business: ``podway.gc_policy`` (applied by the
+* The garbage collector is not the pipeline's business: ``podway.programs.gc_policy`` (applied by
+the
   commands that serve) keeps collections out of a change's translate, build and push.
 """
 
@@ -36,14 +37,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
-from podway.envoy_config import Builder
-from podway.errors import PodwayError
+from podway.base.errors import PodwayError
+from podway.envoy.config import Builder
+from podway.envoy.xds import types
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.ir import IR
 from podway.sources.base import Source, SourceUpdate
 from podway.translate import IncrementalTranslator, Problem, Result, TranslateOptions
-from podway.xds import types
-from podway.xds.cache import Cache
-from podway.xds.protocol import Ack, Event, Nack
 
 log = logging.getLogger(__name__)
 

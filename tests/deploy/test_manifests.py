@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from podway.ipam import parse_pools
+from podway.programs.ipam import parse_pools
 from tests.deploy.helm import ROOT, helm_python, render
 
 K8S = "1.33.0"
@@ -96,7 +96,7 @@ def controller_command(args: list[str]) -> dict[str, Any]:
     command does not have, or a bad value type, fails here)."""
     import typer
 
-    from podway.commands.controller import controller
+    from podway.cli.commands.controller import controller
 
     alone = typer.Typer()
     alone.command()(controller)
@@ -244,7 +244,7 @@ def second_chance_command(args: list[str]) -> dict[str, Any]:
     """The rendered sidecar arguments as ``podway vip second-chance`` parses them."""
     import typer
 
-    from podway.commands.vip import second_chance
+    from podway.cli.commands.vip import second_chance
 
     alone = typer.Typer()
     alone.command()(second_chance)

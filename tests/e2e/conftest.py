@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from podway.engine.adopt import read_identity, terminate_stale
-from podway.engine.state import StateDir
+from podway.envoy.engine.adopt import read_identity, terminate_stale
+from podway.envoy.engine.state import StateDir
 
 from .harness import Stack, make_stack
 

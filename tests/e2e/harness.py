@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podway.demo import read_response
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
-from podway.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.engine.state import StateDir, open_state
+from podway.base.tasks import cancel_and_wait
+from podway.envoy.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.engine.state import StateDir, open_state
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.protocol import Event
+from podway.envoy.xds.server import XdsServer
 from podway.pipeline import State
-from podway.standalone import Standalone, StandaloneOptions
-from podway.tasks import cancel_and_wait
+from podway.programs.demo import read_response
+from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
-from podway.xds.cache import Cache
-from podway.xds.protocol import Event
-from podway.xds.server import XdsServer
 
 # Listener ports for tests come from below the kernel's ephemeral range (32768-60999 by
 # default): a port picked there and released could be handed to an outgoing connection before

@@ -1,6 +1,6 @@
 """A migration bed: the same manifests served by a real nginx configured as ingress-nginx would
 be (``nginx_oracle``) and by Podway (standalone + real Envoy), echo backends behind both, and
-``podway.migrate.compare`` between them. Loopback only; everything stops after the block."""
+``podway.tools.migrate.compare`` between them. Loopback only; everything stops after the block."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from podway.migrate.compare import Report, run
-from podway.migrate.probes import Probe, from_objects
-from podway.migrate.replay import Address, EntryPoint, ReplayOptions
 from podway.model.base import K8sObject
 from podway.model.loader import load_text
-from podway.standalone import Standalone, StandaloneOptions
+from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.tools.migrate.compare import Report, run
+from podway.tools.migrate.probes import Probe, from_objects
+from podway.tools.migrate.replay import Address, EntryPoint, ReplayOptions
 from podway.translate import TranslateOptions
 from tests.e2e.harness import Stack, echo_backend, free_port
 from tests.e2e.nginx_oracle import Config, nginx

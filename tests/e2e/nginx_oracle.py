@@ -36,11 +36,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podway.engine.process import _die_with_parent
+from podway.envoy.engine.process import _die_with_parent
 from podway.model import EndpointSlice, Ingress, Secret, Service
 from podway.model.base import K8sObject
 from podway.model.networking import IngressBackend
-from podway.nginx.annotations import Canary, NginxAnnotations, SSLRedirect, read
+from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, SSLRedirect, read
 from tests.certs import GOOD_CERT, GOOD_KEY
 
 HSTS = "max-age=31536000; includeSubDomains"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podway.engine import admin
+from podway.envoy.engine import admin
 
 from .harness import get
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from podway.admin_api import AdminUnavailable, check_socket, get_json
-from podway.cli import app
-from podway.commands import register
-from podway.errors import ConfigError
-from podway.standalone import Standalone, StandaloneOptions
+from podway.base.errors import ConfigError
+from podway.cli.app import app
+from podway.cli.commands import register
+from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.readers.admin_api import AdminUnavailable, check_socket, get_json
 from podway.translate import TranslateOptions
 
 from .harness import SHOP_INGRESS, backend_manifests, echo_backend, eventually, free_port

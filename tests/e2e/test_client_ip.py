@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from podway.demo import read_response
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
+from podway.programs.demo import read_response
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 from tests.certs import GOOD_CERT, GOOD_KEY, tls_secret
 
 from .harness import Stack, endpoints, free_port, make_stack, service

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from podway.netaddr import HostPort
+from podway.base.netaddr import HostPort
 
 from .browser import Browser, find_chromium
 from .harness import (

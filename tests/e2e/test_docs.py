@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from podway.demo import DemoOptions, run_demo
 from podway.model import EndpointSlice
+from podway.programs.demo import DemoOptions, run_demo
 from podway.sources.files import load_paths
 
 from .harness import free_port

@@ -20,8 +20,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podway.demo import read_response
-from podway.engine import admin
+from podway.envoy.engine import admin
+from podway.programs.demo import read_response
 
 from .harness import SHOP_INGRESS, Stack, free_port, get, service
 

@@ -9,12 +9,12 @@ from types import MappingProxyType
 
 import pytest
 
-from podway.envoy_config import Builder
+from podway.envoy.config import Builder
+from podway.envoy.xds.cache import Cache
 from podway.ir import IR, L4Route, Listener, Member, ObjectRef, Pool, PoolProtocol
 from podway.ir import ListenerProtocol as Protocol
 from podway.ir import PoolSettings as Settings
 from podway.ir import WeightedPool as Share
-from podway.xds.cache import Cache
 
 from .harness import echo_backend, free_port_both, private_engine
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from podway.engine import admin
-from podway.engine.bootstrap import BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.standalone import Standalone, StandaloneOptions
+from podway.envoy.engine import admin
+from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
 from .harness import (

@@ -29,15 +29,10 @@ from urllib.parse import urlencode
 
 import pytest
 
-from podway.admin_api import parse_clusters
-from podway.demo import read_response
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
-from podway.engine import admin
-from podway.envoy_config import Builder
-from podway.envoy_config.scoped import SCOPED_MIN_HOSTS, pick
-from podway.explain import Context, OutcomeKind, Query, explain
-from podway.explain.tls import by_sni, sni_chains
+from podway.envoy.config import Builder
+from podway.envoy.config.scoped import SCOPED_MIN_HOSTS, pick
+from podway.envoy.engine import admin
+from podway.envoy.xds.cache import Cache
 from podway.ir import (
     IR,
     Listener,
@@ -52,8 +47,13 @@ from podway.ir import (
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import Snapshot
 from podway.model.loader import load_text
+from podway.programs.demo import read_response
+from podway.readers.admin_api import parse_clusters
+from podway.readers.explain import Context, OutcomeKind, Query, explain
+from podway.readers.explain.tls import by_sni, sni_chains
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import translate
-from podway.xds.cache import Cache
 from tests.golden.test_translate_golden import options_of
 
 from .harness import eventually, free_port, free_port_both, private_engine
@@ -340,7 +340,7 @@ async def test_explain_verdicts_match_what_envoy_does(case: Path, form: str) -> 
     """Every generated request: Envoy's status class (and the echo that answered) is one of the
     outcomes explain gave for it; once as the case is, once with every empty pool given a
     member, and once so with an exact-hostname HTTP listener served as scopes (one table per
-    host, ``podway.envoy_config.scoped``), the form large listeners get."""
+    host, ``podway.envoy.config.scoped``), the form large listeners get."""
     ir, context = _translate(case)
     if form != "as-is":
         ir = _populated(ir)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import trustme
 
-from podway.envoy_config import Builder
+from podway.envoy.config import Builder
+from podway.envoy.xds import types
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.ir.load import from_yaml
-from podway.xds import types
-from podway.xds.cache import Cache
-from podway.xds.protocol import Ack, Event, Nack
 
 from .harness import free_port, free_port_both, private_engine
 

@@ -15,10 +15,9 @@ from types import MappingProxyType
 import pytest
 import trustme
 
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
-from podway.engine import admin
-from podway.envoy_config import Builder
+from podway.envoy.config import Builder
+from podway.envoy.engine import admin
+from podway.envoy.xds.cache import Cache
 from podway.ir import (
     IR,
     DirectResponse,
@@ -42,7 +41,8 @@ from podway.ir import (
     WildcardMode,
 )
 from podway.ir import ListenerProtocol as Protocol
-from podway.xds.cache import Cache
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 
 from .harness import eventually, free_port, get, private_engine
 

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 
 from .gateway_helpers import CLASS, gateway, route
 from .harness import Stack, endpoints, free_port, free_port_both

@@ -10,7 +10,7 @@ import socket
 import pytest
 import yaml
 
-from podway.engine import admin
+from podway.envoy.engine import admin
 
 from .harness import Stack, endpoints, eventually, free_port, get, service
 

@@ -7,8 +7,8 @@ import contextlib
 
 import pytest
 
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 
 from .harness import SHOP_INGRESS, Stack, get, service
 

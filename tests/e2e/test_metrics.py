@@ -9,9 +9,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from podway.agent.metrics import Metrics
-from podway.engine.bootstrap import EnvoyStats
-from podway.netaddr import HostPort
+from podway.base.netaddr import HostPort
+from podway.envoy.engine.bootstrap import EnvoyStats
+from podway.programs.agent.metrics import Metrics
 from tests.metrics_names import grafana_metrics, series_names
 
 from .harness import SHOP_INGRESS, backend_manifests, eventually, free_port, get, make_stack

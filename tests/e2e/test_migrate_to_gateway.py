@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from podway.migrate.to_gateway import ConvertOptions, convert, dump
 from podway.model import Ingress
+from podway.tools.migrate.to_gateway import ConvertOptions, convert, dump
 from tests.e2e.harness import free_port
 from tests.e2e.migrate_bed import bed, entry, explain, objects_of, probes_of, start_backends
 from tests.e2e.test_migrate_compare import BASIC, backends, ingress

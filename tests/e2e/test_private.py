@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from podway.engine import admin
-from podway.standalone import Standalone, StandaloneOptions
+from podway.envoy.engine import admin
+from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
 from .harness import free_port

@@ -13,13 +13,13 @@ from types import MappingProxyType
 
 import pytest
 
-from podway.envoy_config import Builder
+from podway.envoy.config import Builder
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.protocol import Event, Nack
+from podway.envoy.xds.server import XdsServer
 from podway.ir import IR, Listener, Member, Pool
 from podway.ir import ListenerProtocol as Protocol
-from podway.xds.cache import Cache
-from podway.xds.protocol import Event, Nack
-from podway.xds.server import XdsServer
-from tests.unit.xds.helpers import route, vhost
+from tests.unit.envoy.xds.helpers import route, vhost
 
 from .harness import echo_backend, engine_on, eventually, free_port, get
 

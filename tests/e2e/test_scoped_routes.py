@@ -4,7 +4,7 @@ removed live, host matching case-insensitive and port-blind, and the switch to t
 
 The threshold is lowered (``Builder(scoped_min_hosts=3)``) so a few hosts are served as scopes.
 Delta engines get the scopes; state-of-the-world engines the one-table form of the same
-configuration (``podway.xds.access.TableForm``), with the same answers.
+configuration (``podway.envoy.xds.access.TableForm``), with the same answers.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from types import MappingProxyType
 
 import pytest
 
-from podway.envoy_config import Builder
+from podway.envoy.config import Builder
+from podway.envoy.xds import types
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.protocol import Ack, Event, Nack
+from podway.envoy.xds.server import XdsServer
 from podway.ir import IR, Listener, Member, Pool, WildcardMode
 from podway.ir import ListenerProtocol as Protocol
-from podway.xds import types
-from podway.xds.cache import Cache
-from podway.xds.protocol import Ack, Event, Nack
-from podway.xds.server import XdsServer
-from tests.unit.xds.helpers import route, vhost
+from tests.unit.envoy.xds.helpers import route, vhost
 
 from .harness import echo_backend, engine_on, eventually, free_port, get
 

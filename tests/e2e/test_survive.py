@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from podway.tasks import cancel_and_wait
+from podway.base.tasks import cancel_and_wait
 
 from .harness import SHOP_INGRESS, backend_manifests, echo_backend, free_port
 from .survive import (

@@ -19,7 +19,7 @@ import grpc
 import pytest
 import trustme
 
-from podway.echo import websocket as ws
+from podway.tools.echo import websocket as ws
 
 from .gateway_helpers import (
     CLASS,

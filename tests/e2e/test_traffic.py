@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from podway.echo import Health, Identity
-from podway.echo.server import EchoOptions, serve
-from podway.engine import admin
+from podway.envoy.engine import admin
+from podway.tools.echo import Health, Identity
+from podway.tools.echo.server import EchoOptions, serve
 
 from .harness import SHOP_INGRESS, Stack, eventually, free_port, get, service
 

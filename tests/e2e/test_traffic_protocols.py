@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from podway.echo import Identity
-from podway.echo.server import EchoOptions, serve
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 
 from .harness import SHOP_INGRESS, Stack, eventually, free_port
 from .test_traffic import host_flags, names, slice_of

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import trustme
 
-from podway.engine import admin
-from podway.engine.bootstrap import XDS_CLUSTER, BootstrapOptions, bootstrap
-from podway.engine.process import Engine, EngineOptions, find_envoy
-from podway.standalone import Standalone, StandaloneOptions
+from podway.envoy.engine import admin
+from podway.envoy.engine.bootstrap import XDS_CLUSTER, BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.xds.server import ServerTLS
+from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
-from podway.xds.server import ServerTLS
 
 from .harness import endpoints, eventually, free_port, service
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from podway.migrate.to_gateway import ConvertOptions, convert, dump
 from podway.model import Ingress, Snapshot
 from podway.model.loader import load_text
+from podway.tools.migrate.to_gateway import ConvertOptions, convert, dump
 from podway.translate import Severity, TranslateOptions, translate
 from tests.certs import tls_secret
 

@@ -16,7 +16,7 @@ import yaml
 from podway.ir import TLSOptions
 from podway.model import Snapshot
 from podway.model.loader import load_text
-from podway.render.report import report_yaml
+from podway.readers.render.report import report_yaml
 from podway.translate import BackendMode, TranslateOptions, translate
 
 CASES = sorted((Path(__file__).parent / "translate").glob("*.in.yaml"))

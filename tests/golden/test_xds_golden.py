@@ -1,4 +1,4 @@
-"""Golden files for ``podway.envoy_config``: IR in, one JSON file per xDS type out.
+"""Golden files for ``podway.envoy.config``: IR in, one JSON file per xDS type out.
 
 Two suites:
 
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from podway.envoy_config import build
+from podway.envoy.config import build
+from podway.envoy.xds.dump import files
 from podway.ir.load import from_yaml
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import translate
-from podway.xds.dump import files
 
 from .test_translate_golden import CASES as TRANSLATE_CASES
 from .test_translate_golden import options_of

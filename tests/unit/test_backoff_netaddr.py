@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from podway.backoff import Backoff
-from podway.errors import ConfigError
-from podway.netaddr import HostPort, format_host_port, parse_host_port
+from podway.base.backoff import Backoff
+from podway.base.errors import ConfigError
+from podway.base.netaddr import HostPort, format_host_port, parse_host_port
 
 
 def test_backoff_doubles_up_to_cap_without_jitter() -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from podway.demo import Outcome, Probe, send
 from podway.ir import ListenerProtocol as Protocol
+from podway.programs.demo import Outcome, Probe, send
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from podway.gc_policy import GcPolicy, Settled, keep_settled, settle
 from podway.pipeline import PipelineStopped
+from podway.programs.gc_policy import GcPolicy, Settled, keep_settled, settle
 
 
 @dataclass(frozen=True)

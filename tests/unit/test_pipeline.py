@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from podway.envoy.xds import types
+from podway.envoy.xds.protocol import Ack, Nack
+from podway.envoy.xds.server import push_changes
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.pipeline import Pipeline, PipelineStopped, State, refused_names
 from podway.sources.base import Source, SourceUpdate
 from podway.translate import TranslateOptions
-from podway.xds import types
-from podway.xds.protocol import Ack, Nack
-from podway.xds.server import push_changes
 
 WEB = """
 apiVersion: v1

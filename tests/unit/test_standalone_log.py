@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from podway.ir import IR, Listener
 from podway.ir import ListenerProtocol as Protocol
-from podway.standalone import listener_changes
+from podway.programs.standalone import listener_changes
 
 
 def listener(name: str, address: str, port: int) -> Listener:

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from podway.tasks import cancel_and_wait
+from podway.base.tasks import cancel_and_wait
 
 
 async def slow_to_stop(stopping: asyncio.Event, release: asyncio.Event) -> None:

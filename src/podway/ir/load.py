@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from podway import ir as ir_mod
-from podway.errors import ConfigError
+from podway.base.errors import ConfigError
 from podway.ir import IR, Pool
 from podway.model.base import ObjectRef
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from podway.errors import ConfigError, EnvironmentProblem, PodwayError
+from podway.base.errors import ConfigError, EnvironmentProblem, PodwayError
 
 
 class KubeError(PodwayError):

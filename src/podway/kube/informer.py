@@ -3,7 +3,7 @@
 The protocol is the API server's: list (remember its resourceVersion), watch from that version
 with bookmarks allowed and a server-side timeout, resume each new watch from the last version
 seen (events and bookmarks both move it). ``410 Gone`` (history compacted) re-lists at once;
-any other failure re-lists after a backoff (``podway.backoff``: exponential, jittered, at
+any other failure re-lists after a backoff (``podway.base.backoff``: exponential, jittered, at
 least the server's Retry-After) that only resets once a watch proved healthy (delivered
 something or stayed up a while), so a watch that always fails cannot make us re-list in a loop.
 
@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from podway.backoff import Backoff
+from podway.base.backoff import Backoff
 from podway.kube.errors import ApiError, Gone, api_error
 
 log = logging.getLogger("podway.kube.informer")

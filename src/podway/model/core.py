@@ -55,7 +55,7 @@ class ServiceSpec(K8sModel):
     session_affinity: str | None = None
     session_affinity_config: SessionAffinityConfig | None = None
     load_balancer_source_ranges: tuple[str, ...] = ()
-    ip_families: tuple[str, ...] = ()  # "IPv4", "IPv6"; the VIP families too (podway.ipam)
+    ip_families: tuple[str, ...] = ()  # "IPv4", "IPv6"; the VIP families too (podway.programs.ipam)
     ip_family_policy: str | None = None  # SingleStack, PreferDualStack, RequireDualStack
 
 

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from podway.errors import PodwayError
+from podway.base.errors import PodwayError
+from podway.base.tasks import cancel_and_wait
 from podway.model.loader import DEFAULT_LIMITS, MANIFEST_SUFFIXES, LoadError, LoadLimits
 from podway.sources.base import SourceUpdate
 from podway.sources.manifests import (
@@ -54,7 +55,6 @@ from podway.sources.manifests import (
     manifest_files,
     read_manifest,
 )
-from podway.tasks import cancel_and_wait
 
 __all__ = ["FileSource", "SourceError", "load_paths", "manifest_files", "normalise_root",
            "read_manifest", "wait_stable"]

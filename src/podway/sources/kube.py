@@ -50,7 +50,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.backoff import Backoff
+from podway.base.backoff import Backoff
+from podway.base.tasks import cancel_and_wait
 from podway.kube import gateway_api
 from podway.kube.informer import RELIST, Informer, Raw
 from podway.kube.selectors import label_selector
@@ -60,7 +61,6 @@ from podway.model.snapshot import Key, Snapshot
 from podway.sources.base import SourceUpdate
 from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
 from podway.sources.sharing import FieldsSetPool
-from podway.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class KubeSource:
             quiet = min(window, deadline - loop.time())
             if quiet <= 0:
                 return
-            try:  # not wait_for: on 3.11 it loses a cancel that meets a change (podway.tasks)
+            try:  # not wait_for: on 3.11 it loses a cancel that meets a change (podway.base.tasks)
                 async with asyncio.timeout(quiet):
                     await self._changed.wait()
             except TimeoutError:

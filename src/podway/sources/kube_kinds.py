@@ -46,7 +46,7 @@ KEEP_POD_ANNOTATIONS = (npl.ANNOTATION,)
 def slim_pod(raw: Raw) -> Raw:
     """A Pod reduced to what the backend modes read: labels, node, IPs, phase, container ports
     (named targetPorts) and the NodePortLocal annotation; and, for a pod with Podway's readiness
-    gate only, that gate and its condition (``podway.controller.readiness``). Other pods'
+    gate only, that gate and its condition (``podway.programs.controller.readiness``). Other pods'
     condition changes stay invisible: they cause no update."""
     meta = raw.get("metadata") or {}
     annotations = meta.get("annotations") or {}

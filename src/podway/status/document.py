@@ -48,6 +48,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
+from podway.envoy.xds import types
 from podway.ir import IR
 from podway.ir.listener import Listener, VirtualHost
 from podway.ir.pool import Pool
@@ -58,8 +59,7 @@ from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Rejection, State
 from podway.translate import Problem, Result, Severity
-from podway.translate.status import Condition, ObjectStatus, to_api
-from podway.xds import types
+from podway.translate.core.status import Condition, ObjectStatus, to_api
 
 NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
 # Kinds whose ``accepted`` is read from their Gateway API status.

@@ -1,7 +1,7 @@
 """Snapshot → IR + problems. Pure: no I/O, no clients, never raises on loaded objects."""
 
-from podway.translate.options import BackendMode, TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.core.options import BackendMode, TranslateOptions
+from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.translator import IncrementalTranslator, Result, translate
 
 __all__ = [

@@ -35,14 +35,14 @@ from podway.ir import Forward, Listener, Mirror, VirtualHost
 from podway.model import Ingress, ObjectRef, Service
 from podway.model.gateway_routes import HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.snapshot import Key, Snapshot
-from podway.translate.backends import PoolSpec, ServiceKey, service_mode
-from podway.translate.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.problems import Problem
+from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.delta import PATCHED_KINDS, patch_routes
-from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem
+from podway.translate.pools.backends import PoolSpec, ServiceKey, service_mode
+from podway.translate.pools.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
+from podway.translate.pools.traffic import lone_pool, sets_traffic
 from podway.translate.service import is_ours as service_is_ours
-from podway.translate.status import ObjectStatus
-from podway.translate.traffic import lone_pool, sets_traffic
 
 if TYPE_CHECKING:
     from podway.translate.translator import Structure, StructureMemo

@@ -1,12 +1,12 @@
 """Service ``type: LoadBalancer`` → one L4 listener per port, on the Service's VIP.
 
 The VIP is ``status.loadBalancer.ingress[0].ip``, else ``spec.loadBalancerIP``; it is bound only
-when the options let manifests choose addresses (``podway.translate.addresses``). With an address
-allocator (``TranslateOptions.vips``) the Service binds every address it was granted instead, one
-listener per address and port, and a pending Service binds nothing. Settings that change who may
-connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are warned about, never
-dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes on the client's
-address (``podway.translate.traffic``).
+when the options let manifests choose addresses (``podway.translate.core.addresses``). With an
+address allocator (``TranslateOptions.vips``) the Service binds every address it was granted
+instead, one listener per address and port, and a pending Service binds nothing. Settings that
+change who may connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are warned
+about, never dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes on the
+client's address (``podway.translate.pools.traffic``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from podway.ir import L4Route, Listener, ListenerProtocol, WeightedPool
 from podway.model import Service
 from podway.model.snapshot import Snapshot
-from podway.translate.addresses import AddressChoice, choose_address
-from podway.translate.backends import PoolSpec, l4_pool, mode_problem
-from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem, Reason, Severity, quote
-from podway.translate.vips import VipGrant, grant_of
+from podway.translate.core.addresses import AddressChoice, choose_address
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.problems import Problem, Reason, Severity, quote
+from podway.translate.core.vips import VipGrant, grant_of
+from podway.translate.pools.backends import PoolSpec, l4_pool, mode_problem
 
 
 def is_ours(service: Service, opts: TranslateOptions) -> bool | Problem:

@@ -29,33 +29,33 @@ from types import MappingProxyType
 from podway.ir import IR, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
-from podway.translate import ingress as ingress_rules
 from podway.translate import service as service_rules
-from podway.translate.backends import (
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.ports import PortTable
+from podway.translate.core.problems import Problem, Reason, Severity
+from podway.translate.core.status import ObjectStatus
+from podway.translate.delta import PATCHABLE, Live, patch_structure, pool_refs, problem_order
+from podway.translate.gateway import GatewayMemo, translate_gateways
+from podway.translate.ingress import listeners as ingress_rules
+from podway.translate.ingress.listeners import IngressTranslation
+from podway.translate.ingress.part import IngressPart
+from podway.translate.pools.backends import (
     PoolSpec,
     ServiceKey,
     invalid_mode,
     mode_warning,
     service_mode,
 )
-from podway.translate.client_ip import apply_client_ip
-from podway.translate.delta import PATCHABLE, Live, patch_structure, pool_refs, problem_order
-from podway.translate.gateway import GatewayMemo, translate_gateways
-from podway.translate.ingress import IngressTranslation
-from podway.translate.ingress_part import IngressPart
-from podway.translate.members import (
+from podway.translate.pools.client_ip import apply_client_ip
+from podway.translate.pools.members import (
     EndpointIndex,
     MemberContext,
     MemberResolver,
     resolver_for,
 )
-from podway.translate.options import TranslateOptions
-from podway.translate.ports import PortTable
-from podway.translate.problems import Problem, Reason, Severity
+from podway.translate.pools.traffic import Memo as TrafficMemo
+from podway.translate.pools.traffic import apply_traffic
 from podway.translate.service import ServiceTranslation
-from podway.translate.status import ObjectStatus
-from podway.translate.traffic import Memo as TrafficMemo
-from podway.translate.traffic import apply_traffic
 
 
 def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from podway.admin_api import check_socket
-from podway.cli import app
-from podway.commands import register
-from podway.errors import ConfigError
+from podway.base.errors import ConfigError
+from podway.cli.app import app
+from podway.cli.commands import register
+from podway.readers.admin_api import check_socket
 
 register(app)
 runner = CliRunner()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from podway.cli import app
-from podway.commands import register
+from podway.cli.app import app
+from podway.cli.commands import register
 
 register(app)
 ROOT = Path(__file__).parents[3]

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from podway import standalone
-from podway.gc_policy import GcPolicy
+from podway.programs import standalone
+from podway.programs.gc_policy import GcPolicy
 
 
 def test_run_serves_with_the_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The options ``podway run`` builds carry ``GcPolicy()``."""
-    from podway.commands.run import run
+    from podway.cli.commands.run import run
 
     seen: list[standalone.StandaloneOptions] = []
 

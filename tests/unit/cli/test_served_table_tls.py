@@ -8,7 +8,7 @@ from rich.console import Console
 
 from podway.model import Snapshot
 from podway.model.loader import load_text
-from podway.render.table import served_table
+from podway.readers.render.table import served_table
 from podway.translate import TranslateOptions, translate
 
 CASE = Path(__file__).parents[2] / "golden/translate/gateway-tls-shared-port.in.yaml"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from podway.cli import app
-from podway.commands import register
+from podway.cli.app import app
+from podway.cli.commands import register
 from podway.model import Snapshot
 from podway.translate import TranslateOptions
 
@@ -112,7 +112,7 @@ def test_objects_podway_does_not_take_are_listed_not_errors(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """An object the translator says is not Podway's (NotOwned) is listed with the reason, and
     is neither an error nor a failed exit status."""
-    import podway.commands.validate as command
+    import podway.cli.commands.validate as command
     from podway.model import ObjectRef
     from podway.status import NOT_OWNED
     from podway.translate import Problem, Result, Severity, translate

@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from podway.cli import app
-from podway.commands import register
+from podway.cli.app import app
+from podway.cli.commands import register
 
 register(app)
 runner = CliRunner()

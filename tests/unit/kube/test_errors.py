@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from podway.errors import ConfigError, PodwayError
+from podway.base.errors import ConfigError, PodwayError
 from podway.kube.errors import (
     ApiError,
     Conflict,

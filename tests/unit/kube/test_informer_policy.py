@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from podway.backoff import Backoff
+from podway.base.backoff import Backoff
 from podway.kube.informer import Informer
 
 POLICY = Backoff(base=0.2, cap=30.0, jitter=0)

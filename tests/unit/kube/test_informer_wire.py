@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from podway.backoff import Backoff
+from podway.base.backoff import Backoff
 from podway.kube.emulator import KubeEmulator
 from podway.kube.informer import Informer
 

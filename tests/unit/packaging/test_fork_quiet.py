@@ -1,7 +1,7 @@
 """Starting Envoy (fork + exec) from a process that uses gRPC prints nothing: gRPC's fork
 handlers are off before any module can import grpc, because ``podway/__init__.py`` (the
-package's first code) turns them off. Set in ``podway.xds`` instead, a module importing grpc
-before ``podway.xds`` (the engine's health reporter) left them on, and the demo printed "Other
+package's first code) turns them off. Set in ``podway.envoy.xds`` instead, a module importing grpc
+before ``podway.envoy.xds`` (the engine's health reporter) left them on, and the demo printed "Other
 threads are currently calling into gRPC, skipping fork() handlers"."""
 
 from __future__ import annotations

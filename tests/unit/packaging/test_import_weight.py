@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from podway.commands import COMMANDS, register
+from podway.cli.commands import COMMANDS, register
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -23,19 +23,19 @@ SRC = Path(__file__).resolve().parents[3] / "src"
 #: (the other commands' output) and the other commands' modules.
 DEFERRED = ("cryptography", "re2", "kubernetes_validate", "jsonschema", "pydoc", "rich",
             "kubernetes_asyncio.dynamic.client", "kubernetes_asyncio.watch.watch",
-            *(f"podway.commands.{name}" for name in COMMANDS if name != "controller"))
+            *(f"podway.cli.commands.{name}" for name in COMMANDS if name != "controller"))
 
 # The command as a user starts it (an unreadable kubeconfig ends it before any connection),
 # then the modules it serves with.
 CONTROLLER = """
 import sys
 sys.argv = ["podway", "controller", "--kubeconfig", "/nonexistent/kubeconfig"]
-from podway.cli import main
+from podway.cli.app import main
 try:
     main()
 except SystemExit as exc:
     assert exc.code == 2, exc.code
-import podway.controller.main
+import podway.programs.controller.main
 print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] in {deferred} or m in {deferred})))
 """
 
@@ -70,7 +70,7 @@ def test_only_the_sub_command_that_runs_is_registered() -> None:
 
 def test_a_tls_secret_still_gets_its_pair_checked() -> None:
     """Deferred, not gone: the first pair to check loads the library and checks it."""
-    assert run("import sys; from podway.translate import tls;"
+    assert run("import sys; from podway.translate.core import tls;"
                "print('cryptography' in sys.modules);"
                "print(tls._check_pair(b'x', b'y').error);"
                "print(tls._valid_bundle('x'), 'cryptography' in sys.modules)") == [
@@ -79,7 +79,7 @@ def test_a_tls_secret_still_gets_its_pair_checked() -> None:
 
 def test_a_regex_still_gets_checked_and_matched() -> None:
     """Deferred, not gone: RE2 loads at the first pattern, checks it and matches with it."""
-    assert run("import sys; from podway.translate.regex import re2_problem;"
+    assert run("import sys; from podway.translate.core.regex import re2_problem;"
                "from podway.ir.evaluate import _fullmatch;"
                "print('re2' in sys.modules);"
                "print(re2_problem('(?=x)') is not None, re2_problem('a+') is None);"

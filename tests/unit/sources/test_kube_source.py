@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from podway.backoff import Backoff
+from podway.base.backoff import Backoff
 from podway.kube.emulator import GATEWAY_KINDS, KubeEmulator
 from podway.model.base import K8sObject
 from podway.sources.base import SourceUpdate

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from podway.envoy.xds import types
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import load_text
@@ -14,8 +15,7 @@ from podway.pipeline import Rejection
 from podway.status import NOT_OWNED, StatusDocument, build, origins_of
 from podway.status.file import StatusFile
 from podway.translate import Problem, Result, Severity, TranslateOptions, translate
-from podway.translate.status import ObjectStatus, to_api
-from podway.xds import types
+from podway.translate.core.status import ObjectStatus, to_api
 
 GOLDEN = Path(__file__).parents[2] / "golden/translate"
 OPTS = TranslateOptions(address="198.18.0.10")

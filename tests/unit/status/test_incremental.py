@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from podway.envoy.xds import types
 from podway.model import K8sObject, Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import parse_object
@@ -31,7 +32,6 @@ from podway.translate import (
     TranslateOptions,
     translate,
 )
-from podway.xds import types
 from tests.unit.translate.gateway_strategies import (
     OUR_CLASS,
     gateway,

@@ -17,20 +17,20 @@ from typing import Any
 
 import pytest
 
-from podway.controller.modes import NplPlanner, npl_plan, served_services
-from podway.controller.readiness import PodMembers, pod_members
-from podway.metrics import pipeline as metrics_pipeline
-from podway.metrics.pipeline import PipelineMetrics
 from podway.model import Service, Snapshot
 from podway.model.snapshot import Key
 from podway.pipeline import State
+from podway.programs.controller.modes import NplPlanner, npl_plan, served_services
+from podway.programs.controller.readiness import PodMembers, pod_members
+from podway.readers.metrics import pipeline as metrics_pipeline
+from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.base import SourceUpdate
 from podway.status import build
 from podway.status import document as status_document
 from podway.status.document import DocumentBuilder, pool_hint
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions
-from podway.translate.backends import service_mode
-from tests.unit.metrics.test_pipeline_incremental import gauges, whole
+from podway.translate.pools.backends import service_mode
+from tests.unit.readers.metrics.test_pipeline_incremental import gauges, whole
 from tests.unit.status.test_incremental import _parsed
 from tests.unit.translate.gateway_strategies import OUR_CLASS
 

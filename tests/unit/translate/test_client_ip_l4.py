@@ -7,7 +7,7 @@ from podway.ir import ListenerProtocol
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import Result, TranslateOptions, translate
-from podway.translate.problems import Severity
+from podway.translate.core.problems import Severity
 
 GATEWAY = """apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from podway.model import Snapshot
 from podway.model.loader import parse_object
-from podway.render.report import report_yaml
+from podway.readers.render.report import report_yaml
 from podway.translate import translate
 
 from .gateway_strategies import gateway_manifests

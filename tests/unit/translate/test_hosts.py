@@ -7,7 +7,7 @@ import pytest
 
 from podway.ir import WildcardMode
 from podway.ir.hosts import covers, host_order, request_host
-from podway.translate.hosts import valid_hostname
+from podway.translate.core.hosts import valid_hostname
 
 
 @pytest.mark.parametrize(("host", "ok"), [

@@ -16,16 +16,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from podway.envoy_config import Builder, build
-from podway.envoy_config.routes import route_configurations
-from podway.envoy_config.scoped import SCOPED_MIN_HOSTS
+from podway.envoy.config import Builder, build
+from podway.envoy.config.routes import route_configurations
+from podway.envoy.config.scoped import SCOPED_MIN_HOSTS
+from podway.envoy.xds import types
+from podway.envoy.xds.cache import Cache, Change
 from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot
 from podway.model.loader import parse_object
-from podway.render.report import report_yaml
+from podway.readers.render.report import report_yaml
 from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate, translator
-from podway.xds import types
-from podway.xds.cache import Cache, Change
 
 from .gateway_strategies import (
     OUR_CLASS,

@@ -10,7 +10,7 @@ from podway.ir.evaluate import Request, select_route
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
-from podway.translate.problems import Reason
+from podway.translate.core.problems import Reason
 
 INGRESS = """apiVersion: networking.k8s.io/v1
 kind: Ingress

@@ -13,8 +13,8 @@ from podway.ir.dump import to_yaml
 from podway.model import Snapshot
 from podway.model.loader import load_text, parse_object
 from podway.translate import BackendMode, TranslateOptions, translate
-from podway.translate.addresses import address_problem
-from podway.translate.tls import _check_pair
+from podway.translate.core.addresses import address_problem
+from podway.translate.core.tls import _check_pair
 
 from .strategies import manifests
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from podway.translate.regex import re2_problem
+from podway.translate.core.regex import re2_problem
 
 
 @pytest.mark.parametrize("pattern", ["/foo/.*", "^/v[0-9]+/items$", "(?i)abc", "[[:alpha:]]+"])

@@ -6,7 +6,7 @@ from typing import Any
 
 from podway.model import EndpointSlice, K8sObject, Node, Pod, Service, Snapshot
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
-from podway.translate.backends import MODE_ANNOTATION
+from podway.translate.pools.backends import MODE_ANNOTATION
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default mode: clusterip
 POOL = "pool/ns/web/80/tcp"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from podway.ir import TLSOptions
-from podway.translate.tls_options import (
+from podway.translate.core.tls_options import (
     TLSOptionError,
     check_ciphers,
     from_flags,

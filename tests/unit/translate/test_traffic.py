@@ -6,7 +6,7 @@ from podway.ir import Forward, HealthCheckKind, PersistenceKind
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
-from podway.translate.status import to_api
+from podway.translate.core.status import to_api
 
 SERVICE = """apiVersion: v1
 kind: Service

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from podway.model import EndpointSlice, Snapshot
 from podway.model.loader import load_text
 from podway.translate import IncrementalTranslator, Reason, Severity, TranslateOptions, translate
-from podway.translate.addresses import address_problem
-from podway.translate.problems import quote
-from podway.translate.tls import _check_pair, certificate_from_secret
+from podway.translate.core.addresses import address_problem
+from podway.translate.core.problems import quote
+from podway.translate.core.tls import _check_pair, certificate_from_secret
 from tests.certs import EXPIRED_CERT, EXPIRED_KEY, GOOD_CERT, GOOD_KEY, MISMATCHED_KEY, tls_secret
 
 OPTS = TranslateOptions(address="198.18.0.10")

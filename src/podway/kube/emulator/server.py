@@ -322,7 +322,7 @@ class Api:
         while (left := deadline - loop.time()) > 0:
             wait = left if self.bookmark_interval is None else min(left,
                                                                     self.bookmark_interval)
-            try:  # not wait_for: on 3.11 it loses a cancel that meets an event (podway.tasks)
+            try:  # not wait_for: on 3.11 it loses a cancel that meets an event (podway.base.tasks)
                 async with asyncio.timeout(wait):
                     event = await watcher.queue.get()
             except TimeoutError:

@@ -31,7 +31,11 @@ from podway.model.gateway_routes import (
     TLSRoute,
 )
 from podway.model.snapshot import Key, Snapshot
-from podway.translate.backends import PoolSpec, find_port
+from podway.translate.core.hosts import valid_hostname
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.ports import PortTable
+from podway.translate.core.problems import Problem, Reason, Severity, Verdict, listing, quote
+from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway import status as st
 from podway.translate.gateway.assemble import (
     PortBuilder,
@@ -60,11 +64,7 @@ from podway.translate.gateway.memo import (
     services_of,
 )
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
-from podway.translate.hosts import valid_hostname
-from podway.translate.options import TranslateOptions
-from podway.translate.ports import PortTable
-from podway.translate.problems import Problem, Reason, Severity, Verdict, listing, quote
-from podway.translate.status import ObjectStatus
+from podway.translate.pools.backends import PoolSpec, find_port
 
 _FLAVOUR = {"HTTPRoute": "http", "GRPCRoute": "grpc", "TLSRoute": "tls", "TCPRoute": "tcp",
             "UDPRoute": "udp"}

@@ -19,9 +19,9 @@ from podway.ir.hosts import covers
 from podway.model.gateway import GROUP, Gateway
 from podway.model.gateway_routes import ParentReference
 from podway.model.snapshot import Key
+from podway.translate.core.problems import Reason, Verdict, quote
+from podway.translate.core.status import ParentRef
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
-from podway.translate.problems import Reason, Verdict, quote
-from podway.translate.status import ParentRef
 
 NamespaceLabels = Callable[[str], dict[str, str]]
 

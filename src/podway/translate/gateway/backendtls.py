@@ -23,10 +23,10 @@ from podway.ir import UpstreamTLS
 from podway.model import ObjectRef
 from podway.model.gateway import BackendTLSPolicy
 from podway.model.snapshot import Snapshot
+from podway.translate.core.hosts import valid_hostname
+from podway.translate.core.problems import Reason, Verdict, quote
+from podway.translate.core.tls import ca_bundle
 from podway.translate.gateway.refs import RefIssue
-from podway.translate.hosts import valid_hostname
-from podway.translate.problems import Reason, Verdict, quote
-from podway.translate.tls import ca_bundle
 
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:[^\s]+$")  # scheme:rest, no whitespace
 POLICY_ACCEPTED = Verdict(True, Reason.ACCEPTED, "policy accepted")

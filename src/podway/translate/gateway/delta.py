@@ -29,6 +29,9 @@ from podway.model import ObjectRef
 from podway.model.gateway import ReferenceGrant
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute
 from podway.model.snapshot import Snapshot
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.problems import Problem
+from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway import GatewayTranslation
 from podway.translate.gateway import status as st
 from podway.translate.gateway.assemble import PortKey
@@ -42,9 +45,6 @@ from podway.translate.gateway.memo import (
     services_of,
 )
 from podway.translate.gateway.refs import ReferenceGrants
-from podway.translate.options import TranslateOptions
-from podway.translate.problems import Problem
-from podway.translate.status import ObjectStatus
 
 PATCHED_KINDS = frozenset({HTTPRoute.KIND, GRPCRoute.KIND})
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from podway.ir import CORS, HeaderModifier, Redirect, URLRewrite
 from podway.model.gateway_routes import HeaderFilter, PathModifier, RouteFilter
-from podway.translate.hosts import valid_hostname
-from podway.translate.problems import Reason, quote
+from podway.translate.core.hosts import valid_hostname
+from podway.translate.core.problems import Reason, quote
 
 WELL_KNOWN_PORTS = {"http": 80, "https": 443}
 #: Every redirect code the specification allows: 301 and 302 (core), 303, 307 and 308

@@ -44,12 +44,12 @@ from podway.model.gateway_routes import (
     RouteFilter,
 )
 from podway.model.policy import RetrySpec
-from podway.translate import traffic_values as tv
-from podway.translate.backends import PoolSpec
+from podway.translate.core.problems import Reason, quote
 from podway.translate.gateway import filters as flt
 from podway.translate.gateway.matches import PATH_RANK, grpc_key, grpc_match, http_match
 from podway.translate.gateway.refs import RefIssue
-from podway.translate.problems import Reason, quote
+from podway.translate.pools import traffic_values as tv
+from podway.translate.pools.backends import PoolSpec
 
 Resolve = Callable[[BackendObjectReference], PoolSpec | RefIssue]
 

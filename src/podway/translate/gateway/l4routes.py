@@ -3,7 +3,7 @@
 These kinds have no matches: a rule is a set of weighted backendRefs, and the backendRefs of
 every rule form one weighted set (the same pool in two rules adds its weights). TCP and TLS
 split connections by weight, UDP datagrams too (the engine serves the weighted pools of a UDP
-listener as one split cluster: ``podway.envoy_config.split``). TLS listeners
+listener as one split cluster: ``podway.envoy.config.split``). TLS listeners
 in Passthrough mode: the engine reads SNI, picks the route by hostname and forwards the bytes
 without decrypting; in Terminate mode it decrypts first. A TCP or UDP listener forwards every
 connection (datagram) to one route: the oldest attached route wins and the others are told so in
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 from podway.ir import WeightedPool
 from podway.model.gateway_routes import TCPRoute, TLSRoute, UDPRoute
-from podway.translate.backends import PoolSpec
+from podway.translate.core.problems import Reason
 from podway.translate.gateway.httproute import Issue, Resolve, weighted_shares
 from podway.translate.gateway.refs import RefIssue
-from podway.translate.problems import Reason
+from podway.translate.pools.backends import PoolSpec
 
 L4Kind = TLSRoute | TCPRoute | UDPRoute
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field, replace
 from podway.ir import ListenerProtocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
-from podway.translate.addresses import choose_address
+from podway.translate.core.addresses import choose_address
+from podway.translate.core.hosts import valid_hostname
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.problems import Reason, Verdict, listing, quote
+from podway.translate.core.tls import certificate_from_secret
+from podway.translate.core.tls_options import TLSOptionError, from_listener_options
+from podway.translate.core.vips import VipGrant, grant_of
 from podway.translate.gateway.refs import ReferenceGrants
-from podway.translate.hosts import valid_hostname
-from podway.translate.options import TranslateOptions
-from podway.translate.problems import Reason, Verdict, listing, quote
-from podway.translate.tls import certificate_from_secret
-from podway.translate.tls_options import TLSOptionError, from_listener_options
-from podway.translate.vips import VipGrant, grant_of
 
 L4_PROTOCOLS = (ListenerProtocol.TCP, ListenerProtocol.UDP)
 HTTP_KINDS = ((GROUP, "HTTPRoute"), (GROUP, "GRPCRoute"))

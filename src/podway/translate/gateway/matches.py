@@ -12,8 +12,8 @@ import re
 
 from podway.ir import HeaderMatch, PathKind, PathMatch, QueryMatch, RouteMatch, StringMatchKind
 from podway.model.gateway_routes import GRPCRouteMatch, HTTPHeaderMatch, HTTPRouteMatch
-from podway.translate.problems import quote
-from podway.translate.regex import re2_problem
+from podway.translate.core.problems import quote
+from podway.translate.core.regex import re2_problem
 
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE",
                      "PATCH"})

@@ -41,13 +41,13 @@ from podway.ir import VirtualHost
 from podway.model import ObjectRef
 from podway.model.core import Service
 from podway.model.gateway_routes import AnyRoute, BackendObjectReference
-from podway.translate.backends import PoolSpec
+from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.attach import ParentOutcome
 from podway.translate.gateway.httproute import CompiledRoute, Issue
 from podway.translate.gateway.l4routes import CompiledL4
 from podway.translate.gateway.listeners import GatewayInfo
 from podway.translate.gateway.refs import RefIssue
-from podway.translate.status import ObjectStatus
+from podway.translate.pools.backends import PoolSpec
 
 Resolution = PoolSpec | RefIssue
 RouteKey = tuple[str, str, str]  # (kind, namespace, name)

@@ -16,8 +16,8 @@ from podway.model import Service
 from podway.model.gateway import ReferenceGrant
 from podway.model.gateway_routes import BackendObjectReference
 from podway.model.snapshot import Snapshot
-from podway.translate.backends import PoolSpec, find_port, http_pool, l4_pool
-from podway.translate.problems import Reason, quote
+from podway.translate.core.problems import Reason, quote
+from podway.translate.pools.backends import PoolSpec, find_port, http_pool, l4_pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,13 +12,19 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from podway.model.gateway import CONTROLLER_NAME, BackendTLSPolicy, Gateway, GatewayClass
+from podway.translate.core.problems import Reason, Verdict
+from podway.translate.core.status import (
+    Condition,
+    ListenerStatus,
+    ObjectStatus,
+    ParentRef,
+    ParentStatus,
+)
 from podway.translate.gateway.attach import ParentOutcome
 from podway.translate.gateway.backendtls import PolicyOutcome
 from podway.translate.gateway.httproute import Issue
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
 from podway.translate.gateway.refs import RefIssue
-from podway.translate.problems import Reason, Verdict
-from podway.translate.status import Condition, ListenerStatus, ObjectStatus, ParentRef, ParentStatus
 
 
 class ConditionType(StrEnum):

@@ -1,0 +1,1 @@
+"""Leaf helpers every layer may use: the error root, address parsing, backoff, named tasks."""

@@ -1,0 +1,1 @@
+"""The command line: the typer app (``app``) and one module per sub-command (``commands``)."""

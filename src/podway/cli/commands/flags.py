@@ -1,0 +1,34 @@
+"""Flags several commands share, declared once: ``run``, ``validate`` and ``controller`` take the
+same translation settings, ``run`` and ``controller`` the same dashboard flags, and their help must
+not drift apart (typer reads the metadata of each ``Annotated`` alias)."""
+
+from typing import Annotated
+
+import typer
+
+from podway.cli.commands.common import XFF_HELP
+
+ManifestAddresses = Annotated[bool, typer.Option(
+    "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
+    "(default: every listener binds --address).")]
+StrictHostOwnership = Annotated[bool, typer.Option(
+    "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
+    "Ingress owns (default: serve them and warn both).")]
+XffTrustedHops = Annotated[int, typer.Option(help=XFF_HELP)]
+TlsMinVersion = Annotated[str | None, typer.Option(
+    help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, 1.2).")]
+TlsMaxVersion = Annotated[str | None, typer.Option(
+    help="Highest TLS version HTTPS listeners accept (default: 1.3).")]
+TlsCiphers = Annotated[str | None, typer.Option(
+    help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
+DashboardPort = Annotated[int, typer.Option(
+    help="Serve the live dashboard on this port (0: off).")]
+DashboardAddress = Annotated[str, typer.Option(
+    help="Where the dashboard binds; loopback unless --dashboard-allow-remote.")]
+DashboardAllowRemote = Annotated[bool, typer.Option(
+    "--dashboard-allow-remote", help="Allow a non-loopback --dashboard-address (the page has "
+    "no login: put it behind your own access control).")]
+IngressClasses = Annotated[list[str] | None, typer.Option(
+    "--ingress-class", help="Also serve Ingresses of this class (repeatable), whichever "
+    "controller its IngressClass names, e.g. nginx: take over ingress-nginx's Ingresses and "
+    "serve their nginx.ingress.kubernetes.io annotations (docs/migrate-from-ingress-nginx.md).")]

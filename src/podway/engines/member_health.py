@@ -1,0 +1,288 @@
+"""Member health from engines to the controller: a small gRPC service beside ADS.
+
+Each engine (``podway.envoy.engine.health_report``) reads its Envoy's view of every member and
+streams it to the controller that configures it, over the same gRPC server, socket and TLS as xDS
+(``XdsServer.handlers``), so no new port, certificate or trust decision exists. The controller
+keeps the latest view of each engine here and the readiness gate
+(``podway.programs.controller.readiness``) reads it.
+
+Wire: one client-streaming method, ``/podway.engine.v1.MemberHealth/Report``, served with a
+generic handler (no generated code). Each message is compact JSON::
+
+    {"v": 1, "node": "edge-1", "full": true, "group": "shop",
+     "hosts": [["pool/default/web/80", "10.0.0.7:8080", "healthy", ""], ...],
+     "removed": [["pool/default/web/80", "10.0.0.9:8080"], ...]}
+
+The first message of a stream is ``full`` (the whole view: it replaces what an earlier stream
+of that node said); later ones carry only changed and removed hosts. ``group`` (optional, in the
+full message only) is the engine group the engine runs with (``podway engine --engine-group``):
+the controller then counts it only for that group's pools. A report without it (an older
+engine, or an engine without a group) is an engine without a group. The answer, sent when the
+engine ends the stream, is ``{}``.
+
+Invariants:
+
+* Only authenticated engines are heard (a unix-socket peer, which is first checked like an ADS
+  peer, or a verified client certificate): a report decides whether Pods turn Ready, so an
+  unauthenticated loopback client (``--xds-unauthenticated``) is refused with
+  PERMISSION_DENIED and one log line.
+* A node's view lives exactly as long as its newest stream: when that stream ends the view is
+  dropped (the engine stops counting); an older stream of the same node that ends later changes
+  nothing. A stream whose first message is not ``full`` or a message that does not parse ends
+  the stream (INVALID_ARGUMENT) and drops its view.
+* Bounded input: a message is at most gRPC's default 4 MiB; every text field at most
+  ``MAX_TEXT`` characters (reasons, which reach Pod conditions, are cut to ``MAX_REASON``); one
+  node's view at most ``MAX_HOSTS`` hosts, whether sent whole or grown by changes. A report
+  past a bound ends its stream (INVALID_ARGUMENT) and drops its view, like one that does not
+  parse.
+* Listeners (``subscribe``) are called synchronously after every applied change; they only
+  schedule work (the readiness gate sets an event). Change listeners (``on_change``) are told,
+  before those, what changed: the hosts of one node whose state moved, or None for the whole
+  node (its view appeared or went), so a reader can re-judge only the pods of those hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from podway.base.errors import PodwayError
+from podway.engines.peers import close_foreign_peers
+
+if TYPE_CHECKING:
+    from podway.envoy.xds.server import XdsServer
+
+log = logging.getLogger(__name__)
+
+SERVICE = "podway.engine.v1.MemberHealth"
+METHOD = "Report"
+PATH = f"/{SERVICE}/{METHOD}"
+VERSION = 1
+MAX_TEXT = 1024  # characters in a node, group, pool or address
+MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions and logs)
+MAX_HOSTS = 200_000  # hosts in one node's view
+
+HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
+# (node, its hosts that changed; None: its whole view appeared or went)
+Changed = Callable[[str, frozenset[HostKey] | None], None]
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"  # in the engine's pool and passing its checks (if it has any)
+    PENDING = "pending"  # in the pool, not checked yet: neither healthy nor unhealthy
+    UNHEALTHY = "unhealthy"  # failed its active check or ejected by outlier detection
+
+
+@dataclass(frozen=True, slots=True)
+class HostState:
+    health: Health
+    reason: str = ""  # why not healthy, in words ("failed active health check")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    node: str
+    full: bool
+    hosts: Mapping[HostKey, HostState]
+    removed: tuple[HostKey, ...] = ()
+    group: str = ""  # the engine's group ("": none); sent and read in full messages only
+
+
+class ReportError(PodwayError):
+    """A report that cannot be read."""
+
+
+def encode(message: Message) -> bytes:
+    raw: dict[str, Any] = {"v": VERSION, "node": message.node, "full": message.full}
+    if message.full and message.group:  # absent otherwise: what older controllers read
+        raw["group"] = message.group
+    raw["hosts"] = [[c, a, s.health.value, s.reason] for (c, a), s in sorted(
+        message.hosts.items())]
+    raw["removed"] = [list(key) for key in message.removed]
+    return json.dumps(raw, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> Message:
+    """One message; ``ReportError`` with one line when it is not a report of this version."""
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise ReportError(f"not JSON: {exc}") from None
+    if not isinstance(raw, dict) or raw.get("v") != VERSION:
+        raise ReportError(f"not a version {VERSION} member health report")
+    node, full = raw.get("node"), raw.get("full")
+    if not isinstance(node, str) or not node or not isinstance(full, bool):
+        raise ReportError("a report needs a node name and 'full'")
+    group = raw.get("group", "")
+    if not isinstance(group, str):
+        raise ReportError("'group' must be a string")
+    if len(node) > MAX_TEXT or len(group) > MAX_TEXT:
+        raise ReportError(f"a node or group name longer than {MAX_TEXT} characters")
+    hosts: dict[HostKey, HostState] = {}
+    for entry in _list(raw, "hosts"):
+        if not (isinstance(entry, list) and len(entry) == 4
+                and all(isinstance(x, str) for x in entry)
+                and len(entry[0]) <= MAX_TEXT and len(entry[1]) <= MAX_TEXT):
+            raise ReportError(f"bad host entry {str(entry)[:80]}")
+        try:
+            hosts[(entry[0], entry[1])] = HostState(Health(entry[2]), entry[3][:MAX_REASON])
+        except ValueError:
+            raise ReportError(f"unknown health {entry[2][:40]!r}") from None
+    removed = []
+    for entry in _list(raw, "removed"):
+        if not (isinstance(entry, list) and len(entry) == 2
+                and all(isinstance(x, str) for x in entry)):
+            raise ReportError(f"bad removed entry {str(entry)[:80]}")
+        removed.append((entry[0], entry[1]))
+    if len(hosts) > MAX_HOSTS or len(removed) > MAX_HOSTS:
+        raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
+    return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
+                   group=group.strip() if full else "")
+
+
+def _list(raw: dict[str, Any], key: str) -> list[Any]:
+    value = raw.get(key, [])
+    if not isinstance(value, list):
+        raise ReportError(f"'{key}' must be a list")
+    return value
+
+
+def diff(before: Mapping[HostKey, HostState], after: Mapping[HostKey, HostState]
+         ) -> tuple[dict[HostKey, HostState], tuple[HostKey, ...]]:
+    """What changed from ``before`` to ``after``: (new or changed hosts, removed hosts)."""
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    return changed, tuple(sorted(k for k in before if k not in after))
+
+
+class MemberHealthReports:
+    """The controller's copy of each connected engine's member health (see the module
+    docstring); ``view(node)`` is None for a node that has no report stream open."""
+
+    def __init__(self) -> None:
+        self._views: dict[str, dict[HostKey, HostState]] = {}
+        self._groups: dict[str, str] = {}  # node → its group as its newest full report says
+        self._owner: dict[str, object] = {}  # node → the stream whose view is current
+        self._listeners: list[Callable[[], None]] = []
+        self._changes: list[Changed] = []
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def on_change(self, listener: Changed) -> None:
+        """Call ``listener(node, hosts)`` with what each applied message or closed stream
+        changed: the hosts (added, changed or removed) of ``node``, or None when the node's
+        whole view appeared or went."""
+        self._changes.append(listener)
+
+    def view(self, node: str) -> Mapping[HostKey, HostState] | None:
+        found = self._views.get(node)
+        return None if found is None else MappingProxyType(found)
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(self._views)
+
+    @property
+    def groups(self) -> Mapping[str, str]:
+        """Each reporting node → the engine group its report names ("": none)."""
+        return MappingProxyType(self._groups)
+
+    def apply(self, stream: object, message: Message) -> None:
+        """Apply one message of ``stream`` (any object naming the stream); ``ReportError`` when
+        it would grow the node's view past ``MAX_HOSTS`` (the stream must then end: ``close``
+        drops the view)."""
+        hosts: frozenset[HostKey] | None
+        if message.full:
+            before = self._views.get(message.node)
+            if before is None or self._groups.get(message.node) != message.group:
+                hosts = None
+            else:
+                changed, removed = diff(before, message.hosts)
+                hosts = frozenset(changed.keys() | set(removed))
+            self._owner[message.node] = stream
+            self._views[message.node] = dict(message.hosts)
+            self._groups[message.node] = message.group
+        elif self._owner.get(message.node) is stream:
+            view = self._views[message.node]
+            view.update(message.hosts)
+            for key in message.removed:
+                view.pop(key, None)
+            hosts = frozenset(message.hosts.keys() | set(message.removed))
+            if len(view) > MAX_HOSTS:
+                self._changed(message.node, hosts)
+                raise ReportError(f"more than {MAX_HOSTS} hosts in the view of {message.node}")
+        else:
+            return  # a stale stream of a node that reconnected: its news are old
+        self._changed(message.node, hosts)
+        self._notify()
+
+    def close(self, stream: object) -> None:
+        """``stream`` ended: the views it owns are dropped."""
+        gone = [node for node, owner in self._owner.items() if owner is stream]
+        for node in gone:
+            del self._owner[node]
+            del self._views[node]
+            del self._groups[node]
+            self._changed(node, None)
+        if gone:
+            self._notify()
+
+    def _changed(self, node: str, hosts: frozenset[HostKey] | None) -> None:
+        for listener in self._changes:
+            listener(node, hosts)
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+    async def serve(self, requests: AsyncIterator[bytes], context: Any,
+                    *, unix_paths: Iterable[Any] = ()) -> bytes:
+        """One engine's report stream (the gRPC method's body)."""
+        from podway.envoy.xds.server import authenticated  # server imports nothing of this module
+
+        peer = str(context.peer())
+        if peer.startswith("unix"):
+            close_foreign_peers(list(unix_paths))
+        if not authenticated(context):
+            log.warning("member health report from %s refused: the engine is not "
+                        "authenticated (unix socket or client certificate needed)", peer)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                "member health reports need an authenticated engine")
+        stream = object()
+        node = "?"
+        try:
+            first = True
+            async for data in requests:
+                try:
+                    message = decode(data)
+                    if first and not message.full:
+                        raise ReportError("the first report of a stream must be full")
+                    if first:
+                        node, first = message.node, False
+                        log.info("member health reports from node=%s group=%s (%d hosts)",
+                                 node, message.group or "-", len(message.hosts))
+                    self.apply(stream, message)
+                except ReportError as exc:
+                    log.warning("member health report from %s (node %s) refused: %s",
+                                peer, node, exc)
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            self.close(stream)
+            log.info("member health reports ended node=%s", node)
+        return b"{}"
+
+    def handler(self, server: XdsServer) -> grpc.GenericRpcHandler:
+        """The generic handler serving ``Report`` on ``server`` (its unix peers checked)."""
+
+        async def report(requests: AsyncIterator[bytes], context: Any) -> bytes:
+            return await self.serve(requests, context, unix_paths=server.servicer.unix_paths)
+
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            METHOD: grpc.stream_unary_rpc_method_handler(report)})

@@ -1,0 +1,128 @@
+"""Per-route client access, rate limits and body limits: HTTP filters every manager carries,
+configured (and so switched on) per route.
+
+* ``ClientAccess`` → RBAC (``envoy.filters.http.rbac``): allow the ``allow`` CIDRs (any when
+  empty) unless in ``deny``, matched on the client address after trusted X-Forwarded-For hops
+  (``remote_ip``); anyone else gets 403.
+* ``RateLimit`` → local rate limit (``envoy.filters.http.local_ratelimit``): with
+  ``per_client``, one token bucket per client address (a dynamic descriptor keyed on
+  ``remote_address``, at most ``MAX_CLIENT_BUCKETS`` held, least recently used dropped);
+  otherwise one bucket for the route. Each engine counts on its own.
+* ``BodyLimit`` → buffer (``envoy.filters.http.buffer``): bodies over the limit get 413.
+
+The manager-level filters do nothing on a route without configuration (RBAC without rules,
+rate limit without a bucket, buffer disabled), and are present on every manager in nginx's
+phase order — CORS preflights first, then rate limits, then access, then the body — so a route
+gaining a setting never replaces its listener (which would drain its connections).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from ipaddress import ip_network
+
+from envoy.config.core.v3 import address_pb2
+from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.extensions.filters.http.buffer.v3 import buffer_pb2
+from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
+from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm,
+)
+from envoy.type.v3 import token_bucket_pb2
+from google.protobuf import any_pb2, wrappers_pb2
+
+from podway.envoy.config.common import duration, pack
+from podway.ir import BodyLimit, ClientAccess, Filter, RateLimit
+
+RBAC_FILTER = "envoy.filters.http.rbac"
+RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
+BUFFER_FILTER = "envoy.filters.http.buffer"
+MAX_CLIENT_BUCKETS = 10_000  # per route and engine: memory stays bounded under many clients
+_CLIENT_KEY = "remote_address"
+
+
+def manager_filters() -> list[hcm.HttpFilter]:
+    """The idle filters every HTTP connection manager carries (after CORS, before the router)."""
+    return [
+        hcm.HttpFilter(name=RATE_LIMIT_FILTER, typed_config=pack(
+            local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit"))),
+        hcm.HttpFilter(name=RBAC_FILTER, typed_config=pack(rbac_pb2.RBAC())),
+        hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
+            buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
+    ]
+
+
+def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
+    """(filter name, per-route config) for a route's access, rate and body limits."""
+    out: list[tuple[str, any_pb2.Any]] = []
+    for f in filters:
+        if isinstance(f, ClientAccess):
+            out.append((RBAC_FILTER, pack(rbac_pb2.RBACPerRoute(rbac=_rbac(f)))))
+        elif isinstance(f, RateLimit):
+            out.append((RATE_LIMIT_FILTER, pack(_rate_limit(f))))
+        elif isinstance(f, BodyLimit):
+            per_route = buffer_pb2.BufferPerRoute(
+                buffer=buffer_pb2.Buffer(max_request_bytes=_wrap(f.max_bytes)))
+            out.append((BUFFER_FILTER, pack(rc.FilterConfig(config=pack(per_route)))))
+    return out
+
+
+def _wrap(value: int) -> wrappers_pb2.UInt32Value:
+    return wrappers_pb2.UInt32Value(value=value)
+
+
+def _cidr(text: str) -> address_pb2.CidrRange:
+    net = ip_network(text, strict=False)
+    return address_pb2.CidrRange(address_prefix=str(net.network_address),
+                                 prefix_len=_wrap(net.prefixlen))
+
+
+def _ranges(cidrs: tuple[str, ...]) -> rbac_config.Principal:
+    return rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=[
+        rbac_config.Principal(remote_ip=_cidr(c)) for c in cidrs]))
+
+
+def _rbac(access: ClientAccess) -> rbac_pb2.RBAC:
+    """ALLOW rules: (in ``allow``, or anyone when empty) and not in ``deny``."""
+    parts: list[rbac_config.Principal] = []
+    parts.append(_ranges(access.allow) if access.allow else rbac_config.Principal(any=True))
+    if access.deny:
+        parts.append(rbac_config.Principal(not_id=_ranges(access.deny)))
+    policy = rbac_config.Policy(
+        permissions=[rbac_config.Permission(any=True)],
+        principals=[rbac_config.Principal(and_ids=rbac_config.Principal.Set(ids=parts))])
+    rules = rbac_config.RBAC(action=rbac_config.RBAC.ALLOW, policies={"client-access": policy})
+    return rbac_pb2.RBAC(rules=rules)
+
+
+def _bucket(limit: RateLimit) -> token_bucket_pb2.TokenBucket:
+    return token_bucket_pb2.TokenBucket(
+        max_tokens=limit.burst, tokens_per_fill=_wrap(limit.requests),
+        fill_interval=duration(limit.interval_ms))
+
+
+def _rate_limit(limit: RateLimit) -> local_rate_limit_pb2.LocalRateLimit:
+    out = local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit")
+    out.status.code = limit.status  # HTTP status codes are the enum values
+    for fraction in (out.filter_enabled, out.filter_enforced):
+        fraction.runtime_key = "podway_rate_limit"
+        fraction.default_value.numerator = 100
+    if limit.per_client:
+        # Every request gets a bucket of its own client address; the route-wide bucket is
+        # large enough never to refuse anything on its own.
+        out.token_bucket.CopyFrom(token_bucket_pb2.TokenBucket(
+            max_tokens=1_000_000_000, tokens_per_fill=_wrap(1_000_000_000),
+            fill_interval=duration(1000)))
+        descriptor = ratelimit_pb2.LocalRateLimitDescriptor(
+            entries=[ratelimit_pb2.RateLimitDescriptor.Entry(key=_CLIENT_KEY)],
+            token_bucket=_bucket(limit))
+        out.descriptors.append(descriptor)
+        out.max_dynamic_descriptors.value = MAX_CLIENT_BUCKETS
+        action = rc.RateLimit.Action(remote_address=rc.RateLimit.Action.RemoteAddress())
+        out.rate_limits.append(rc.RateLimit(actions=[action]))
+    else:
+        out.token_bucket.CopyFrom(_bucket(limit))
+    return out

@@ -1,0 +1,748 @@
+"""Route configurations (RDS): one per HTTP(S) listener, named after the listener; an HTTPS
+listener with ``sni_host_check`` also has one per SNI filter chain (``<listener>/sni/<cert>``)
+in which the hosts of the other chains answer 421.
+
+Invariants the IR relies on and how they map to Envoy:
+
+* Virtual hosts arrive in precedence order and routes within one are first-match already; Envoy
+  keeps both orders, so we never sort here.
+* ``PathKind.PREFIX`` is element-wise: ``path_separated_prefix`` (``/foo`` matches ``/foo`` and
+  ``/foo/bar``, never ``/foobar``); ``/`` stays a plain ``prefix``.
+* ``WildcardMode.ONE_LABEL`` (Ingress ``*.foo.com``): Envoy's wildcard domain covers any number of
+  labels, so every route of such a host also requires ``:authority`` to match one label. A host
+  with more labels falls through to the listener's catch-all (``*``) routes, which are appended to
+  the wildcard host because Envoy never tries a second virtual host.
+* A ``WeightedPool``'s own header filters (Gateway API backendRef filters) go on its weighted
+  cluster entry, so they apply to the requests that share gets; such a route always uses
+  ``weighted_clusters``, even with one share.
+* Every table sets ``X-Real-IP`` to the client address (``listeners``: trusted hops).
+* A ``WeightedPool`` without a pool (an unresolvable backend) is answered with its ``status``.
+  Envoy's weighted clusters cannot answer directly, so the share becomes a route of its own,
+  selected by ``runtime_fraction`` ahead of the forwarding route (docs/design/invalid-backends.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from envoy.config.core.v3 import base_pb2
+from envoy.config.route.v3 import route_components_pb2 as rc
+from envoy.config.route.v3 import route_pb2
+from envoy.extensions.filters.http.cors.v3 import cors_pb2
+from envoy.extensions.retry.host.previous_hosts.v3 import previous_hosts_pb2
+from envoy.type.matcher.v3 import regex_pb2, string_pb2
+from envoy.type.v3 import percent_pb2
+from google.protobuf import duration_pb2, wrappers_pb2
+
+from podway.envoy.config.access import access_filters
+from podway.envoy.config.common import duration, pack
+from podway.envoy.config.listeners import CORS_FILTER, sni_tables
+from podway.ir import (
+    CORS,
+    DirectResponse,
+    Forward,
+    HeaderModifier,
+    Listener,
+    Mirror,
+    PathKind,
+    Persistence,
+    PersistenceKind,
+    Redirect,
+    RetryOn,
+    RetryPolicy,
+    Route,
+    RouteMatch,
+    StringMatchKind,
+    URLRewrite,
+    VirtualHost,
+    WeightedPool,
+    WildcardMode,
+)
+from podway.ir import ListenerProtocol as Protocol
+from podway.ir.hosts import covers, host_order
+
+_MILLION = 1_000_000
+_REDIRECT_CODES = {
+    301: rc.RedirectAction.MOVED_PERMANENTLY,
+    302: rc.RedirectAction.FOUND,
+    303: rc.RedirectAction.SEE_OTHER,
+    307: rc.RedirectAction.TEMPORARY_REDIRECT,
+    308: rc.RedirectAction.PERMANENT_REDIRECT,
+}
+
+PersistenceByPool = Mapping[str, Persistence]
+
+
+Sni = tuple[tuple[str, ...], tuple[str, ...]]  # (this chain's SNI names, every SNI name)
+
+
+def _tables(listener: Listener) -> list[tuple[str, Sni | None]]:
+    """(name, SNI context) of every route table of one HTTP(S) listener: one, or with
+    ``sni_host_check`` one per SNI filter chain (``listeners.sni_tables``) plus the default
+    chain's (named after the listener)."""
+    if not (listener.protocol is Protocol.HTTPS and listener.sni_host_check):
+        return [(listener.name, None)]
+    tables = sni_tables(listener)
+    every = tuple(n for _, _, names in tables for n in names)
+    return [(listener.name, ((), every)),
+            *((table, (names, every)) for _, table, names in tables)]
+
+
+def route_configurations(listener: Listener, *, persistence: PersistenceByPool
+                         ) -> list[route_pb2.RouteConfiguration]:
+    """Every route table of one HTTP(S) listener (see ``_tables``)."""
+    return [route_configuration(listener, persistence=persistence, name=name, sni=sni)
+            for name, sni in _tables(listener)]
+
+
+def _table_head(name: str) -> route_pb2.RouteConfiguration:
+    """A route table without its virtual hosts."""
+    config = route_pb2.RouteConfiguration(name=name)
+    config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
+    # The client address after X-Forwarded-For processing (the peer, or the address the
+    # listener's trusted hops name); the table's own headers apply last, so neither the client
+    # nor a route's header filter can set it.
+    config.request_headers_to_add.append(base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key="x-real-ip",
+                                    value="%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD))
+    return config
+
+
+def _served(listener: Listener, sni: Sni | None
+            ) -> Iterator[tuple[VirtualHost, bool]]:
+    """Each virtual host the table serves, in order, and whether it answers 421 (its most
+    specific covering SNI name is another chain's); duplicate domains are left out (Envoy
+    rejects them; the first, of higher precedence, wins)."""
+    seen: set[str] = set()
+    for vhost in listener.virtual_hosts:
+        domain = vhost.hostname.lower()
+        if domain in seen:
+            continue
+        seen.add(domain)
+        misdirected = sni is not None and _sni_owner(domain, sni[1]) not in (sni[0] or (None,))
+        yield vhost, misdirected
+
+
+def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
+                        name: str | None = None, sni: Sni | None = None
+                        ) -> route_pb2.RouteConfiguration:
+    """The route table of one HTTP(S) listener; ``persistence`` gives pools' hash policies.
+
+    ``sni`` = (the SNI names of the filter chain this table serves, () for the default chain;
+    every SNI name of the listener): a virtual host whose most specific covering SNI name is
+    not the chain's own answers 421 Misdirected Request — the connection was opened for
+    another listener's certificate (Gateway API: SNI and Host must match the same listener).
+    """
+    config = _table_head(name or listener.name)
+    catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
+    for vhost, misdirected in _served(listener, sni):
+        config.virtual_hosts.append(_misdirected(vhost) if misdirected
+                                    else _virtual_host(vhost, catch_all, persistence))
+    return config
+
+
+#: Tag of RouteConfiguration.virtual_hosts (field 2, length-delimited). The table's other
+#: fields are 1 (name) and above 2, so its deterministic encoding is
+#: name + (tag, length, virtual host)* + the rest: each part can be encoded once and reused.
+_VHOSTS_TAG = b"\x12"
+assert route_pb2.RouteConfiguration.DESCRIPTOR.fields_by_name["virtual_hosts"].number == 2
+assert all(f.number != 2 for f in route_pb2.RouteConfiguration.DESCRIPTOR.fields
+           if f.name != "virtual_hosts")
+
+
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf base-128 varint (a length prefix of a joined encoding)."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _order_of(vhost: VirtualHost) -> tuple[int, int, str]:
+    return host_order(vhost.hostname)
+
+
+_VhostKey = tuple[int, bool, int]  # (id(vhost), answers 421, id(catch-all) it folds in or 0)
+_Part = tuple[VirtualHost, VirtualHost | None, bytes]  # (vhost, catch-all folded in, encoding)
+#: One edit of a table (``TableEncoder.edits``): the virtual host before, after, and the
+#: encoding of the one after (as a table entry); None where absent.
+Edit = tuple[VirtualHost | None, VirtualHost | None, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    """A table not joined yet (a listener's own table, ``TableEncoder.tables``): its parts, and a
+    digest of them that does not need the join (per-part digests, hashed in order). Calling
+    it joins the parts: the table's encoding."""
+
+    parts: tuple[bytes, ...]
+    digest: str
+
+    def __call__(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _part_digest(part: bytes) -> bytes:
+    return hashlib.blake2b(part, digest_size=12).digest()
+
+
+def _joined_digest(name: str, sums: Iterable[bytes]) -> str:
+    """The digest of a ``Joined`` table ``name`` whose virtual-host parts have digests
+    ``sums`` (its head and tail follow from the name)."""
+    return hashlib.blake2b(b"".join((b"joined\0", name.encode(), b"\0", *sums)),
+                           digest_size=12).hexdigest()
+
+
+def _key(vhost: VirtualHost, misdirected: bool, catch_all: VirtualHost | None
+         ) -> tuple[bool, _VhostKey]:
+    """Whether ``vhost`` may fold the catch-all in, and its encoding's key."""
+    folds = (not misdirected and vhost.wildcard is WildcardMode.ONE_LABEL
+             and catch_all is not None)
+    return folds, (id(vhost), misdirected, id(catch_all) if folds else 0)
+
+
+class TableEncoder:
+    """Route tables as bytes, re-encoding only the virtual hosts that changed.
+
+    A virtual host's encoding depends on its IR node (by identity: the translator hands back
+    the very same ``VirtualHost`` while nothing it holds changed), on whether it answers 421 in
+    this table, on the catch-all host a one-label wildcard folds in, and on the pools' hash
+    policies (``persistence``; when they change every encoding is dropped). A table is then
+    the concatenation of its parts, byte-equal to ``route_configuration(...).
+    SerializeToString(deterministic=True)`` (tested), so a change of one route costs one
+    virtual host's encoding plus a join, not the whole table. Encodings are kept per listener
+    and forgotten with it (``done``).
+    """
+
+    def __init__(self) -> None:
+        self._persistence: PersistenceByPool | None = None
+        self._parts: dict[str, dict[_VhostKey, _Part]] = {}  # listener name → its parts
+        self._next: dict[str, dict[_VhostKey, _Part]] = {}
+        self._heads: dict[str, tuple[bytes, bytes]] = {}
+        # listener name → (listener, one encoding per virtual host, in order, and their
+        # digests) of a listener with one table, no SNI context
+        # and lowercase, distinct hostnames: what ``patch`` edits
+        self._aligned: dict[str, tuple[Listener, list[bytes], list[bytes]]] = {}
+        self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
+        self._entries: tuple[Sequence[VirtualHost], Sequence[bytes]] = ((), ())
+        self.edits: list[Edit] | None = None
+        """The last ``tables`` call's edits of the listener's table (last position first), if
+        it edited the table; None if it walked every virtual host."""
+
+    @property
+    def entries(self) -> list[tuple[VirtualHost, bytes]]:
+        """The last ``tables`` call's (virtual host, its encoding as a table entry), in the
+        listener's own table (not an SNI chain's): the parts scoped tables are made of. Valid
+        until the next ``tables`` call."""
+        return list(zip(*self._entries, strict=True))
+
+    def tables(self, listener: Listener, *, persistence: PersistenceByPool,
+               changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]] | None = None,
+               previous: Listener | None = None
+               ) -> list[tuple[str, bytes | Joined]]:
+        """(name, encoded RouteConfiguration) of each table of ``listener``.
+
+        ``changed`` (with ``previous``, the listener of the last call for this name): the
+        virtual hosts that differ from ``previous``'s as (old, new) pairs, every other one the
+        same object in the same ``host_order`` (``podway.ir.IRChange``). The table is then
+        edited, not walked: the changed parts encoded, the rest reused by position.
+
+        The listener's own table (not an SNI chain's) comes as ``Joined``: not joined (the
+        stream that sends it joins it; for a listener served as scopes only state-of-the-world
+        streams read it, ``podway.envoy.config.scoped``), its digest from the parts' digests,
+        kept across edits, so it is the same whichever form the listener is served in.
+        """
+        if persistence != self._persistence:
+            self._parts, self._persistence = {}, persistence
+            self._aligned = {}
+        if changed is not None and previous is not None:
+            patched = self._patch(listener, changed, previous, persistence)
+            if patched is not None:
+                return patched
+        self.edits = None
+        catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
+        before = self._parts.get(listener.name, {})
+        now = self._next.setdefault(listener.name, {})
+        out: list[tuple[str, bytes | Joined]] = []
+        self._entries = ((), ())
+        tables = _tables(listener)
+        for name, sni in tables:
+            head, tail = self._head(name)
+            parts = [head]
+            served: list[VirtualHost] = []
+            lowercase = True
+            for vhost, misdirected in _served(listener, sni):
+                lowercase = lowercase and vhost.hostname == vhost.hostname.lower()
+                folds, key = _key(vhost, misdirected, catch_all)
+                hit = now.get(key) or before.get(key)
+                if hit is None or hit[0] is not vhost or (folds and hit[1] is not catch_all):
+                    built = (_misdirected(vhost) if misdirected
+                             else _virtual_host(vhost, catch_all, persistence))
+                    data = built.SerializeToString(deterministic=True)
+                    hit = (vhost, catch_all if folds else None,
+                           _VHOSTS_TAG + varint(len(data)) + data)
+                now[key] = hit
+                parts.append(hit[2])
+                served.append(vhost)
+            parts.append(tail)
+            own = parts[1:-1]
+            if sni is None:
+                self._entries = (served, own)
+            sums = [_part_digest(p) for p in own] if sni is None else None
+            out.append((name, Joined(tuple(parts), _joined_digest(name, sums))
+                        if sums is not None else b"".join(parts)))
+            self._aligned.pop(listener.name, None)
+            if (len(tables) == 1 and sums is not None and lowercase
+                    and len(parts) == len(listener.virtual_hosts) + 2):
+                self._aligned[listener.name] = (listener, own, sums)
+        return out
+
+    def _patch(self, listener: Listener,
+               changed: Sequence[tuple[VirtualHost | None, VirtualHost | None]],
+               previous: Listener, persistence: PersistenceByPool
+               ) -> list[tuple[str, bytes | Joined]] | None:
+        """The table of ``listener`` edited from ``previous``'s; None when it cannot be."""
+        held = self._aligned.get(listener.name)
+        if held is None or held[0] is not previous or _tables(listener) != [(listener.name, None)]:
+            return None
+        old_all, new_all = previous.virtual_hosts, listener.virtual_hosts
+        catch_all = new_all[-1] if new_all and new_all[-1].hostname == "*" else None
+        if catch_all is not (old_all[-1] if old_all and old_all[-1].hostname == "*" else None):
+            return None
+        edits: list[tuple[int, VirtualHost | None, VirtualHost | None]] = []
+        grown = 0
+        for old, new in changed:  # checked first: the parts are edited in place after
+            either = new if new is not None else old
+            host = either.hostname if either is not None else "*"
+            if host == "*" or host != host.lower() or (
+                    old is not None and new is not None and old.hostname != new.hostname):
+                return None
+            key = host_order(host)
+            at = bisect_left(old_all, key, key=_order_of)
+            if (old is not None) != (at < len(old_all) and old_all[at] is old):
+                return None
+            if old is None and at < len(old_all) and old_all[at].hostname == host:
+                return None
+            if new is not None:
+                found = bisect_left(new_all, key, key=_order_of)
+                if found == len(new_all) or new_all[found] is not new:
+                    return None
+            edits.append((at, old, new))
+            grown += (new is not None) - (old is not None)
+        if len(new_all) != len(old_all) + grown or len({at for at, _, _ in edits}) != len(edits):
+            return None
+        parts = held[1]
+        sums = held[2]
+        done = self._edit(listener.name, parts, sums, edits, catch_all=catch_all,
+                          persistence=persistence)
+        self._aligned[listener.name] = (listener, parts, sums)
+        self._entries = (new_all, parts)
+        self.edits = done
+        head, tail = self._head(listener.name)
+        return [(listener.name, Joined((head, *parts, tail), _joined_digest(listener.name, sums)))]
+
+    def _edit(self, name: str, parts: list[bytes], sums: list[bytes],
+              edits: list[tuple[int, VirtualHost | None, VirtualHost | None]], *,
+              catch_all: VirtualHost | None, persistence: PersistenceByPool) -> list[Edit]:
+        """Apply ``edits`` (position, old, new) to ``parts`` and their digests ``sums``."""
+        # The per-key parts go on too (a later walk of the table finds the new ones).
+        keyed = self._next.setdefault(name, self._parts.get(name, {}))
+        done: list[Edit] = []
+        for at, old, new in sorted(edits, key=lambda e: e[0], reverse=True):
+            if old is not None:  # its encoding goes with it (else one more per change)
+                gone = old.wildcard is WildcardMode.ONE_LABEL and catch_all is not None
+                keyed.pop((id(old), False, id(catch_all) if gone else 0), None)
+            if new is None:
+                del parts[at]
+                del sums[at]
+                done.append((old, None, None))
+                continue
+            data = _virtual_host(new, catch_all, persistence).SerializeToString(deterministic=True)
+            part = _VHOSTS_TAG + varint(len(data)) + data
+            folds = new.wildcard is WildcardMode.ONE_LABEL and catch_all is not None
+            keyed[(id(new), False, id(catch_all) if folds else 0)] = (
+                new, catch_all if folds else None, part)
+            if old is not None:
+                parts[at], sums[at] = part, _part_digest(part)
+            else:
+                parts.insert(at, part)
+                sums.insert(at, _part_digest(part))
+            done.append((old, new, part))
+        return done
+
+    def table_bytes(self, name: str, entry: bytes) -> bytes:
+        """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),
+        byte-equal to encoding ``_table_head(name)`` with it: a scope's table."""
+        data = name.encode()
+        return b"\x0a" + varint(len(data)) + data + entry + self._tail()
+
+    def _tail(self) -> bytes:
+        if self._rest is None:
+            self._rest = self._head("")[1]
+        return self._rest
+
+    def keep(self, listener: Listener) -> None:
+        """``listener``'s tables were reused as they were: keep their encodings."""
+        if listener.name not in self._next:
+            self._next[listener.name] = self._parts.get(listener.name, {})
+
+    def done(self) -> None:
+        """End of one build: forget the encodings of listeners this build did not have."""
+        self._parts, self._next = self._next, {}
+        for name in [n for n in self._aligned if n not in self._parts]:
+            del self._aligned[name]
+
+    def _head(self, name: str) -> tuple[bytes, bytes]:
+        found = self._heads.get(name)
+        if found is None:
+            head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
+            whole = _table_head(name).SerializeToString(deterministic=True)
+            assert whole.startswith(head)
+            if len(self._heads) > 4096:  # names of listeners long gone
+                self._heads.clear()
+            found = self._heads[name] = (head, whole[len(head):])
+        return found
+
+
+def _sni_owner(host: str, names: tuple[str, ...]) -> str | None:
+    """The most specific SNI name covering ``host`` (Gateway wildcards: any depth), or None."""
+    covering = [n for n in names if covers(n, host, WildcardMode.SUFFIX)]
+    return min(covering, key=host_order) if covering else None
+
+
+def _misdirected(vhost: VirtualHost) -> rc.VirtualHost:
+    out = rc.VirtualHost(name=f"{vhost.name}/misdirected", domains=[vhost.hostname.lower()])
+    route = rc.Route(name=f"{vhost.name}/misdirected")
+    route.match.prefix = "/"
+    route.direct_response.status = 421
+    out.routes.append(route)
+    return out
+
+
+def _virtual_host(vhost: VirtualHost, catch_all: VirtualHost | None,
+                  persistence: PersistenceByPool) -> rc.VirtualHost:
+    out = rc.VirtualHost(name=vhost.name, domains=[vhost.hostname.lower()])
+    _retry_connect_failures(out.retry_policy)  # once per host, not per route: smaller tables
+    one_label = (vhost.wildcard is WildcardMode.ONE_LABEL and vhost.hostname.startswith("*.")
+                 and vhost.hostname != "*")
+    authority = _one_label_authority(vhost.hostname) if one_label else None
+    for route in vhost.routes:
+        out.routes.extend(_routes(route, persistence, authority=authority))
+    if one_label and catch_all is not None:
+        for route in catch_all.routes:
+            out.routes.extend(_routes(route, persistence, authority=None))
+    return out
+
+
+def _one_label_authority(hostname: str) -> rc.HeaderMatcher:
+    suffix = re.escape(hostname[1:].lower())
+    return rc.HeaderMatcher(
+        name=":authority",
+        string_match=string_pb2.StringMatcher(
+            safe_regex=regex_pb2.RegexMatcher(regex=f"(?i)^[^.:]+{suffix}\\.?(:[0-9]+)?$")))
+
+
+def _routes(route: Route, persistence: PersistenceByPool, *,
+            authority: rc.HeaderMatcher | None) -> list[rc.Route]:
+    """One IR route → Envoy routes (more than one only for shares answered with a status)."""
+    match = _match(route.match, authority)
+    action = route.action
+    if isinstance(action, DirectResponse):
+        out = _base(route, match)
+        out.direct_response.status = action.status
+        if action.body:
+            out.direct_response.body.inline_string = action.body
+        return [out]
+    if isinstance(action, Redirect):
+        out = _base(route, match)
+        _redirect(out.redirect, action, route.match)
+        return [out]
+    return _forward(route, action, match, persistence)
+
+
+def _base(route: Route, match: rc.RouteMatch, *, suffix: str = "") -> rc.Route:
+    out = rc.Route(name=route.name + suffix)
+    out.match.CopyFrom(match)
+    for f in route.filters:
+        if isinstance(f, HeaderModifier):
+            _headers(out, f)
+        elif isinstance(f, CORS):
+            out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(_cors(f)))
+    for name, config in access_filters(route.filters):
+        out.typed_per_filter_config[name].CopyFrom(config)
+    return out
+
+
+def _cors(cors: CORS) -> cors_pb2.CorsPolicy:
+    out = cors_pb2.CorsPolicy(allow_methods=",".join(cors.allow_methods),
+                              allow_headers=",".join(cors.allow_headers),
+                              expose_headers=",".join(cors.expose_headers),
+                              max_age=str(cors.max_age_s))
+    out.allow_credentials.value = cors.allow_credentials
+    for origin in cors.allow_origins:
+        matcher = out.allow_origin_string_match.add()
+        if origin == "*":
+            matcher.safe_regex.regex = ".*"
+        elif "://*." in origin:  # any subdomain: one or more labels before the suffix
+            scheme, _, rest = origin.partition("://*.")
+            matcher.safe_regex.regex = f"{_re2_escape(scheme)}://[^/]+\\.{_re2_escape(rest)}"
+        else:
+            matcher.exact = origin
+            matcher.ignore_case = True
+    return out
+
+
+def _forward(route: Route, action: Forward, match: rc.RouteMatch,
+             persistence: PersistenceByPool) -> list[rc.Route]:
+    shares = [b for b in action.backends if b.weight > 0]
+    total = sum(b.weight for b in shares)
+    pools = [b for b in shares if b.pool is not None]
+    statuses = [b for b in shares if b.pool is None]
+    out: list[rc.Route] = []
+    if not shares:  # no backend with weight: Gateway API answers 500
+        only = _base(route, match)
+        only.direct_response.status = 500
+        return [only]
+    cumulative = 0
+    for i, share in enumerate(statuses):
+        cumulative += share.weight
+        status = _base(route, match, suffix=f"/status/{i}")
+        status.direct_response.status = share.status
+        last = i == len(statuses) - 1 and not pools
+        if not last:
+            # Envoy draws one random value per request and tests every route's fraction against
+            # it, so thresholds are cumulative: share i owns [sum(<i), sum(<=i)) of the range.
+            fraction = status.match.runtime_fraction
+            fraction.default_value.numerator = cumulative * _MILLION // total
+            fraction.default_value.denominator = percent_pb2.FractionalPercent.MILLION
+        out.append(status)
+    if pools:
+        out.append(_forward_route(route, action, match, pools, persistence))
+    return out
+
+
+def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
+                   pools: list[WeightedPool], persistence: PersistenceByPool) -> rc.Route:
+    out = _base(route, match)
+    ra = out.route
+    if len(pools) == 1 and not pools[0].filters:
+        ra.cluster = pools[0].pool or ""
+    else:
+        for share in pools:
+            weighted = rc.WeightedCluster.ClusterWeight(
+                name=share.pool or "", weight=wrappers_pb2.UInt32Value(value=share.weight))
+            for modifier in share.filters:  # backendRef filters: this share only
+                _edit_headers(weighted, modifier)
+            ra.weighted_clusters.clusters.append(weighted)
+    # Gateway API timeouts: ``request`` bounds the whole exchange (route timeout; without it
+    # the backend timeout, so Envoy's 15 s default never cuts a longer backend timeout short),
+    # ``backendRequest`` each try towards a backend (per-try timeout, no retries added).
+    timeout = action.timeout_ms if action.timeout_ms is not None else action.backend_timeout_ms
+    if timeout is not None:
+        ra.timeout.CopyFrom(duration(timeout))
+    if action.backend_timeout_ms or action.retry is not None:
+        # A route's own policy replaces its virtual host's entirely: repeat the retries.
+        _retry_connect_failures(ra.retry_policy)
+        if action.retry is not None:
+            _retry(ra.retry_policy, action.retry)
+        if action.backend_timeout_ms:  # 0: no per-try timeout (the route timeout applies)
+            ra.retry_policy.per_try_timeout.CopyFrom(duration(action.backend_timeout_ms))
+    if action.idle_timeout_ms is not None:
+        ra.idle_timeout.CopyFrom(duration(action.idle_timeout_ms))
+    ra.upgrade_configs.append(rc.RouteAction.UpgradeConfig(upgrade_type="websocket"))
+    for name in _unique(p.pool for p in pools if p.pool):
+        policy = persistence.get(name)
+        if policy is not None:
+            ra.hash_policy.append(_hash_policy(policy))
+    for f in route.filters:
+        if isinstance(f, URLRewrite):
+            _rewrite(ra, f, route.match)
+        elif isinstance(f, Mirror):
+            mirror = rc.RouteAction.RequestMirrorPolicy(cluster=f.pool)
+            mirror.runtime_fraction.default_value.numerator = round(f.percent * _MILLION / 100)
+            mirror.runtime_fraction.default_value.denominator = (
+                percent_pb2.FractionalPercent.MILLION)
+            ra.request_mirror_policies.append(mirror)
+    return out
+
+
+#: Failures where the request never reached the member: retrying them is safe for every method
+#: (nothing was processed), and it hides a member that stopped accepting connections before its
+#: endpoint was withdrawn (a pod shutting down). Set once per virtual host, and on a route that
+#: needs its own policy (a per-try timeout). ``RETRY_BUDGET_PERCENT`` on each cluster bounds the
+#: extra load when many members fail at once.
+RETRY_ON = "reset-before-request,connect-failure,refused-stream"
+RETRIES = 2
+
+
+def _retry_connect_failures(policy: rc.RetryPolicy) -> None:
+    """Retry on another member what never reached a member."""
+    policy.retry_on = RETRY_ON
+    policy.num_retries.value = RETRIES
+    policy.retry_host_predicate.add(
+        name="envoy.retry_host_predicates.previous_hosts",
+        typed_config=pack(previous_hosts_pb2.PreviousHostsPredicate()))
+    policy.host_selection_retry_max_attempts = 3
+
+
+_IDEMPOTENT = "^(GET|HEAD|OPTIONS|PUT|DELETE|TRACE)$"
+_RETRY_ON = {RetryOn.SERVER_ERROR: "5xx", RetryOn.GATEWAY_ERROR: "gateway-error",
+             RetryOn.RESET: "reset", RetryOn.STATUS_CODES: "retriable-status-codes"}
+
+
+def _retry(policy: rc.RetryPolicy, retry: RetryPolicy) -> None:
+    """A route's retry policy on top of the connect-failure retries (``RETRY_ON``)."""
+    extra = [_RETRY_ON[on] for on in retry.retry_on]
+    policy.retry_on = ",".join(dict.fromkeys([*RETRY_ON.split(","), *extra]))
+    policy.num_retries.value = retry.attempts
+    policy.retriable_status_codes.extend(retry.status_codes)
+    if retry.per_try_timeout_ms:
+        policy.per_try_timeout.CopyFrom(duration(retry.per_try_timeout_ms))
+    if retry.backoff_ms:
+        policy.retry_back_off.base_interval.CopyFrom(duration(retry.backoff_ms))
+    if retry.idempotent_only:
+        policy.retriable_request_headers.append(rc.HeaderMatcher(
+            name=":method", string_match=string_pb2.StringMatcher(
+                safe_regex=regex_pb2.RegexMatcher(regex=_IDEMPOTENT))))
+
+
+def _match(match: RouteMatch, authority: rc.HeaderMatcher | None) -> rc.RouteMatch:
+    out = rc.RouteMatch()
+    path = match.path
+    if path.kind is PathKind.EXACT:
+        out.path = path.value
+    elif path.kind is PathKind.REGEX:
+        out.safe_regex.regex = path.value
+    elif path.value.rstrip("/") == "":
+        out.prefix = "/"
+    else:
+        out.path_separated_prefix = path.value.rstrip("/")
+    if authority is not None:
+        out.headers.append(authority)
+    if match.method:
+        out.headers.append(rc.HeaderMatcher(
+            name=":method", string_match=string_pb2.StringMatcher(exact=match.method)))
+    for header in match.headers:
+        out.headers.append(rc.HeaderMatcher(
+            name=header.name.lower(), string_match=_string(header.kind, header.value)))
+    for query in match.query:
+        out.query_parameters.append(rc.QueryParameterMatcher(
+            name=query.name, string_match=_string(query.kind, query.value)))
+    return out
+
+
+def _string(kind: StringMatchKind, value: str) -> string_pb2.StringMatcher:
+    if kind is StringMatchKind.REGEX:
+        return string_pb2.StringMatcher(safe_regex=regex_pb2.RegexMatcher(regex=value))
+    return string_pb2.StringMatcher(exact=value)
+
+
+def _redirect(out: rc.RedirectAction, action: Redirect, match: RouteMatch) -> None:
+    if action.scheme:
+        out.scheme_redirect = action.scheme
+    if action.hostname:
+        out.host_redirect = action.hostname
+    if action.port:
+        out.port_redirect = action.port
+    if action.path is not None:
+        out.path_redirect = action.path
+    elif action.prefix is not None and match.path.kind is PathKind.PREFIX:
+        pattern, substitution = replace_prefix_regex(match.path.value, action.prefix)
+        out.regex_rewrite.pattern.regex = pattern
+        out.regex_rewrite.substitution = substitution
+    elif action.prefix is not None:
+        out.prefix_rewrite = action.prefix
+    out.response_code = _REDIRECT_CODES.get(action.status_code, rc.RedirectAction.FOUND)
+    out.strip_query = action.strip_query
+
+
+def _rewrite(ra: rc.RouteAction, rewrite: URLRewrite, match: RouteMatch) -> None:
+    if rewrite.hostname:
+        ra.host_rewrite_literal = rewrite.hostname
+    if rewrite.path is not None:
+        ra.regex_rewrite.pattern.regex = "^.*$"
+        ra.regex_rewrite.substitution = _re2_literal_substitution(rewrite.path)
+    elif rewrite.prefix is not None and match.path.kind is PathKind.PREFIX:
+        pattern, substitution = replace_prefix_regex(match.path.value, rewrite.prefix)
+        ra.regex_rewrite.pattern.regex = pattern
+        ra.regex_rewrite.substitution = substitution
+    elif rewrite.pattern is not None:
+        ra.regex_rewrite.pattern.regex = rewrite.pattern
+        ra.regex_rewrite.substitution = rewrite.substitution
+
+
+def replace_prefix_regex(prefix: str, replacement: str) -> tuple[str, str]:
+    """RE2 pattern and substitution replacing the element-wise ``prefix`` a path matched.
+
+    Envoy's ``prefix_rewrite`` replaces characters, so ``/foo`` → ``/xyz/`` would turn
+    ``/foo/bar`` into ``/xyz//bar``. Gateway API's ReplacePrefixMatch works on path elements:
+    trailing slashes of the prefix and the replacement do not count, an empty replacement (or
+    ``/``) removes the prefix and leaves the rest starting with ``/`` (``/foo`` → ``/``), and a
+    non-empty one replaces it (``/foo/bar`` → ``/xyz/bar``, ``/foo`` → ``/xyz``). The pattern
+    sees the path without its query string, which Envoy keeps.
+    """
+    p = _re2_escape(prefix.rstrip("/"))
+    r = replacement.rstrip("/")
+    if not r:
+        return f"^{p}/*(.*)$", "/\\1"
+    # An optional group that did not take part substitutes as "" in RE2 (and Python).
+    return f"^{p}(/.*)?$", _re2_literal_substitution(r) + "\\1"
+
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _re2_escape(text: str) -> str:
+    """Escape RE2 metacharacters only (Python's ``re.escape`` also escapes characters such as
+    space, which RE2 does not accept escaped)."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in text)
+
+
+def _re2_literal_substitution(text: str) -> str:
+    return text.replace("\\", "\\\\")
+
+
+def _headers(out: rc.Route, modifier: HeaderModifier) -> None:
+    _edit_headers(out, modifier)
+
+
+def _edit_headers(out: rc.Route | rc.WeightedCluster.ClusterWeight,
+                  modifier: HeaderModifier) -> None:
+    """A route's or one weighted cluster's header edits (both have the same four fields)."""
+    to_add = out.response_headers_to_add if modifier.response else out.request_headers_to_add
+    to_remove = (out.response_headers_to_remove if modifier.response
+                 else out.request_headers_to_remove)
+    for name, value in modifier.set:
+        to_add.append(base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=name, value=value),
+            append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD))
+    for name, value in modifier.add:
+        to_add.append(base_pb2.HeaderValueOption(
+            header=base_pb2.HeaderValue(key=name, value=value),
+            append_action=base_pb2.HeaderValueOption.APPEND_IF_EXISTS_OR_ADD))
+    to_remove.extend(modifier.remove)
+
+
+def _hash_policy(policy: Persistence) -> rc.RouteAction.HashPolicy:
+    out = rc.RouteAction.HashPolicy()
+    if policy.kind is PersistenceKind.COOKIE:
+        # A ttl (0: a session cookie) makes Envoy set the cookie when the client has none.
+        out.cookie.name = policy.name or "podway-session"
+        out.cookie.ttl.CopyFrom(duration_pb2.Duration(seconds=policy.ttl_s))
+        out.cookie.path = "/"
+    elif policy.kind is PersistenceKind.HEADER:
+        out.header.header_name = policy.name
+    else:
+        out.connection_properties.source_ip = True
+    return out
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))

@@ -1,0 +1,201 @@
+"""Envoy's bootstrap: who it is, where its admin listens, and where to fetch everything else.
+
+The bootstrap holds no listeners or pools: all of that comes over ADS, so one bootstrap serves
+every configuration and Envoy never needs a restart to change what it serves. The admin interface
+listens on a unix socket with mode 0600 in the engine's private state folder (it can dump secrets
+and stop the process): never on TCP, where any local user could reach it.
+
+Envoy retries a lost xDS stream quickly (0.25 s doubling to 2 s): when Podway restarts, the
+engine it left running reconnects to the new one within a couple of seconds.
+
+``xds`` may name several controller replicas (or one DNS name that resolves to several, e.g. a
+headless Service): they are the endpoints of one xDS cluster, and a lost stream is retried on
+the next one (round robin), so an engine whose controller dies reconnects to another replica.
+Unix sockets and host:port addresses are not mixed.
+
+TLS to the xDS server always verifies a name: ``xds_sni`` if given, else the host of ``xds`` (an
+IP literal is matched against the certificate's IP addresses and sent as no SNI); with several
+hosts, any of them (IP addresses: no SNI; several different names need ``xds_sni``). A unix
+socket has no host, so TLS over one needs ``xds_sni``.
+
+Stats are bounded by default (``EnvoyStats.BOUNDED``): Envoy instantiates only the stats whose
+number does not grow with the configuration's pools and routes — server, managers, xDS, the
+per-listener HTTP/TCP/UDP figures and the xDS cluster's own — through the bootstrap's
+``stats_matcher``. Per-cluster (per-pool) and per-virtual-host stats cost memory and time on
+every config update at scale (tens of stats per cluster, created with each cluster), so they
+come only with ``EnvoyStats.DETAILED`` (``--envoy-stats detailed``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from podway.base.errors import ConfigError
+from podway.base.netaddr import parse_host_port
+
+XDS_CLUSTER = "podway-xds"
+
+
+class EnvoyStats(StrEnum):
+    """Which of Envoy's stats exist (see the module docstring)."""
+
+    BOUNDED = "bounded"  # a number of stats that does not grow with pools and routes
+    DETAILED = "detailed"  # every stat Envoy has, per cluster (pool) and virtual host too
+
+
+# Prefixes of the stats kept in BOUNDED mode: each is one fixed set, or one set per listener.
+BOUNDED_STAT_PREFIXES = (
+    "server.", "runtime.", "overload.", "control_plane.", "main_thread.", "workers.",
+    "cluster_manager.", "listener_manager.",
+    "http.", "listener.", "tcp.", "udp.", "http1.", "http2.", "http3.",
+    f"cluster.{XDS_CLUSTER}.",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BootstrapOptions:
+    node_id: str
+    xds: str | tuple[str, ...]  # "host:port" or "unix:/path"; several: any controller replica
+    delta: bool = True  # incremental xDS (only changed resources cross the wire)
+    max_connections: int = 100_000  # all listeners together; beyond it Envoy refuses new ones
+    admin_path: str = ""  # admin unix socket; the engine supervisor sets it to its state folder
+    xds_ca_pem: str | None = None  # set: TLS to the xDS server, verified with this CA
+    xds_sni: str = ""
+    xds_client_cert_pem: str | None = None
+    xds_client_key_pem: str | None = None
+    stats: EnvoyStats = EnvoyStats.BOUNDED
+    # The engine group it serves (node metadata ``podway.io/engine-group``); "": everything.
+    engine_group: str = ""
+
+
+def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
+    """The bootstrap as plain data (Envoy reads it as JSON)."""
+    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    config: dict[str, Any] = {
+        "node": {"id": opts.node_id, "cluster": "podway",
+                 **({"metadata": {"podway.io/engine-group": opts.engine_group}}
+                    if opts.engine_group else {})},
+        **({"admin": admin_config(opts.admin_path)} if opts.admin_path else {}),
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "DELTA_GRPC" if opts.delta else "GRPC",
+                "transport_api_version": "V3",
+                "set_node_on_first_message_only": True,
+                "grpc_services": [{"envoy_grpc": {
+                    "cluster_name": XDS_CLUSTER,
+                    "retry_policy": {"retry_back_off": {"base_interval": "0.25s",
+                                                        "max_interval": "2s"}}}}],
+            },
+            "cds_config": ads_source,
+            "lds_config": ads_source,
+        },
+        "static_resources": {"clusters": [_xds_cluster(opts)]},
+        "overload_manager": {"resource_monitors": [{
+            "name": "envoy.resource_monitors.global_downstream_max_connections",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                         "downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": opts.max_connections,
+            },
+        }]},
+    }
+    if opts.stats is EnvoyStats.BOUNDED:
+        config["stats_config"] = {"stats_matcher": {"inclusion_list": {"patterns": [
+            {"prefix": prefix} for prefix in BOUNDED_STAT_PREFIXES]}}}
+    return config
+
+
+def admin_config(path: str) -> dict[str, Any]:
+    """Admin on a unix socket only its owner (and root) may connect to."""
+    return {"address": {"pipe": {"path": path, "mode": 0o600}}}
+
+
+def is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def xds_addresses(xds: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The xDS addresses, de-duplicated in order; a mix of unix sockets and host:port, or
+    none at all, is one ``ConfigError``."""
+    found = tuple(dict.fromkeys((xds,) if isinstance(xds, str) else xds))
+    if not found:
+        raise ConfigError("--xds: give the controller's address (host:port or unix:/path)")
+    if len({a.startswith("unix:") for a in found}) > 1:
+        raise ConfigError("--xds: unix sockets and host:port addresses cannot be mixed")
+    return found
+
+
+def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
+    kind = "STATIC"
+    extra: dict[str, Any] = {}
+    hosts: list[str] = []
+    endpoints: list[dict[str, Any]] = []
+    for xds in xds_addresses(opts.xds):
+        if xds.startswith("unix:"):
+            address: dict[str, Any] = {"pipe": {"path": xds.removeprefix("unix:")}}
+        else:
+            target = parse_host_port(xds, what="xDS address")
+            hosts.append(target.host)
+            address = {"socket_address": {"address": target.host, "port_value": target.port}}
+            if not is_ip(target.host):
+                # A STATIC cluster takes IP literals only ("malformed IP address"); a name is
+                # resolved, and re-resolved, by Envoy. IPv4 first: "localhost" must reach a
+                # server on 127.0.0.1 even where the name also resolves to ::1.
+                kind = "STRICT_DNS"
+                extra = {"dns_lookup_family": "V4_PREFERRED"}
+        endpoints.append({"endpoint": {"address": address}})
+    cluster: dict[str, Any] = {
+        "name": XDS_CLUSTER,
+        "type": kind,
+        **extra,
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/"
+                         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {
+                    "connection_keepalive": {"interval": "30s", "timeout": "5s"}}},
+            },
+        },
+        "load_assignment": {
+            "cluster_name": XDS_CLUSTER,
+            "endpoints": [{"lb_endpoints": endpoints}],
+        },
+    }
+    if opts.xds_ca_pem is not None:
+        # Envoy checks a name only when told to: always tell it.
+        names = [opts.xds_sni] if opts.xds_sni else list(dict.fromkeys(hosts))
+        if not names:
+            raise ConfigError("TLS to an xDS unix socket needs a server name to verify "
+                              "(--xds-sni)")
+        dns = [n for n in names if not is_ip(n)]
+        if len(dns) > 1:
+            raise ConfigError("several --xds host names: give --xds-sni, the name on every "
+                              "controller's certificate (one SNI is sent to all of them)")
+        validation: dict[str, Any] = {
+            "trusted_ca": {"inline_string": opts.xds_ca_pem},
+            "match_typed_subject_alt_names": [
+                {"san_type": "IP_ADDRESS" if is_ip(n) else "DNS", "matcher": {"exact": n}}
+                for n in names]}
+        common: dict[str, Any] = {"validation_context": validation}
+        if opts.xds_client_cert_pem and opts.xds_client_key_pem:
+            common["tls_certificates"] = [{
+                "certificate_chain": {"inline_string": opts.xds_client_cert_pem},
+                "private_key": {"inline_string": opts.xds_client_key_pem}}]
+        cluster["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/"
+                         "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "sni": dns[0] if dns else "",  # SNI is never an IP
+                "common_tls_context": {**common, "alpn_protocols": ["h2"]},
+            },
+        }
+    return cluster

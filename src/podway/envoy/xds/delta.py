@@ -1,0 +1,422 @@
+"""Incremental (delta) ADS: only added, changed and removed resources cross the wire.
+
+The rules shared with state of the world (stale nonces, NACKs, make before break) are described
+in ``podway.envoy.xds.protocol``.
+
+After a NACK Envoy keeps, per resource, the version it last accepted; so does this stream
+(``accepted``), and ``known`` goes back to it. That keeps removals flowing (a rejected update of
+a resource later deleted is still removed) and the readiness checks honest. The refused resources
+are found and held back, the others of the refused response are offered again at once
+(``podway.envoy.xds.refusals``); responses of one type may be in flight together, because Envoy
+answers every delta response. A refused endpoint assignment counts as settled: Envoy will get
+nothing better until it changes or is due again, and holding every route push behind it would
+freeze the stream.
+
+Scopes (``podway.envoy.config.scoped``): a scope's table follows it at once, before Envoy asks
+(a round trip less; Envoy's interest is registered while it handles the scope; sent once more
+when Envoy asks, so delivery never depends on that); all of them are
+sent again after a listener served as scopes, because Envoy's new connection manager learns only
+what is pushed after it; and while no listener is served as scopes, none is removed (a scoped
+listener Envoy still holds, warming its one-table successor or draining, keeps serving with
+them). Envoy ignores route table removals.
+
+A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
+is in each type's first request (``initial_resource_versions``); its first requests come as a
+burst, clusters first. So the first listener and route requests wait for clusters to be settled
+like any later push, and a cluster removal waits for listeners and route tables Envoy has not
+subscribed to yet (when the cache has any), because those it holds may still name the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from envoy.service.discovery.v3 import discovery_pb2 as d
+
+from podway.envoy.config import Resource
+from podway.envoy.config.scoped import has_scopes
+from podway.envoy.xds import types
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.protocol import (
+    DEPENDENT,
+    HELD_FOR_CLUSTERS,
+    HOLD_AFTER_NACK_S,
+    Ack,
+    Event,
+    Nack,
+    SettledMemo,
+    copy_any,
+    new_nonce,
+    refused_for_long,
+)
+from podway.envoy.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """One response Envoy has not answered yet."""
+
+    version: str  # system version
+    resources: tuple[tuple[str, str], ...]  # (name, digest) sent
+    removed: tuple[str, ...]
+    stand_ins: frozenset[str] = frozenset()  # names sent as placeholders
+
+
+@dataclass(slots=True)
+class _DeltaType:
+    wildcard: bool
+    names: set[str] = field(default_factory=set)
+    known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
+    accepted: dict[str, str] = field(default_factory=dict)  # name → version Envoy ACKed
+    nonces: dict[str, _Sent] = field(default_factory=dict)  # responses not answered yet
+    retry: set[str] = field(default_factory=set)  # NACKed removals: sent with the next change
+    refusals: Refusals = field(default_factory=Refusals)
+    groups: list[frozenset[str]] = field(default_factory=list)  # isolating: one response each
+    rejected: bool = False  # the newest answer was a NACK
+    rejected_at: float = 0.0  # clock() when that NACK came
+    seen: str = ""  # cache version last compared against
+    dirty: set[str] = field(default_factory=set)  # names to look at again regardless
+    held: set[str] = field(default_factory=set)  # removals deferred until routes are current
+    first: bool = True  # the stream's first response of this type is owed (sent even empty)
+    asked: set[str] = field(default_factory=set)  # newly subscribed names not answered yet
+    ahead: set[str] = field(default_factory=set)  # sent before Envoy subscribed (scope tables)
+
+
+class DeltaStream:
+    """One incremental (delta) ADS stream (one Envoy)."""
+
+    def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
+                 memory: RefusalMemory | None = None) -> None:
+        self.clock = clock
+        self.memory = memory or RefusalMemory()
+        self.cache = cache
+        self.node = ""
+        self._types: dict[str, _DeltaType] = {}
+        self._settled = SettledMemo()
+
+    def on_request(self, request: d.DeltaDiscoveryRequest
+                   ) -> tuple[list[d.DeltaDiscoveryResponse], list[Event]]:
+        if request.node.id:
+            self.node = request.node.id
+        type_url = request.type_url
+        self._settled.touch(type_url)
+        events: list[Event] = []
+        state = self._types.get(type_url)
+        subscribe = set(request.resource_names_subscribe)
+        if state is None:
+            wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
+            refusals = self.memory.of(self.node, type_url)
+            state = self._types[type_url] = _DeltaType(wildcard=wildcard, refusals=refusals)
+            state.known.update(request.initial_resource_versions)
+            state.accepted.update(request.initial_resource_versions)
+        if request.response_nonce:
+            answered = state.nonces.pop(request.response_nonce, None)
+            if answered is not None:
+                rejected = request.HasField("error_detail")
+                if rejected and not state.rejected:
+                    state.rejected_at = self.clock()  # refused since (a retry refused again too)
+                state.rejected = rejected
+                if rejected:
+                    events.append(self._rejected(type_url, state, answered,
+                                                 request.response_nonce,
+                                                 request.error_detail.message))
+                else:
+                    state.accepted.update(answered.resources)
+                    for name in answered.removed:
+                        state.accepted.pop(name, None)
+                    real = tuple(n for n, _ in answered.resources
+                                 if n not in answered.stand_ins)
+                    for name in (*real, *answered.removed):
+                        state.refusals.clear(name)
+                    events.append(Ack(self.node, type_url, answered.version,
+                                      request.response_nonce,
+                                      resources=tuple(sorted((*real, *answered.removed)))))
+        if "*" in subscribe:
+            state.wildcard = True
+        if "*" in request.resource_names_unsubscribe:
+            state.wildcard = False
+        new_names = subscribe - {"*"} - state.names
+        state.names |= subscribe - {"*"}
+        for name in new_names & state.ahead:  # sent again once: Envoy may have had no use
+            state.ahead.discard(name)         # for it then (see ``_scoped_table``)
+            state.known.pop(name, None)
+        for name in request.resource_names_unsubscribe:
+            state.names.discard(name)
+            state.known.pop(name, None)
+            state.accepted.pop(name, None)
+        state.asked |= new_names  # answered by on_change, in push order and with its holds
+        return self.on_change(), events
+
+    def on_change(self) -> list[d.DeltaDiscoveryResponse]:
+        """Everything that should be sent now (held-back types go out once unblocked)."""
+        out: list[d.DeltaDiscoveryResponse] = []
+        for type_url in types.PUSH_ORDER:
+            state = self._types.get(type_url)
+            if state is None:
+                continue
+            idle = (self.cache.get(type_url).version == state.seen and not state.dirty
+                    and not state.held and not state.groups and not state.first
+                    and not state.asked and not state.refusals.due(self.clock()))
+            if idle:
+                continue  # nothing new for this type: skip the (possibly large) comparison
+            if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
+                continue  # also a first request: a reconnecting Envoy routes with what it has
+            if not self.cache.ready:
+                continue  # a reconnecting Envoy keeps its config until the first snapshot
+            first, asked = state.first, state.asked
+            state.first, state.asked = False, set()
+            self._settled.touch(type_url)
+            out.extend(self._respond(type_url, state, force=first, asked=asked,
+                                     defer=self._defer(type_url)))
+        return out
+
+    def next_retry_at(self) -> float | None:
+        """clock() value at which a refused resource is due to be offered again, if any."""
+        return min((t for state in self._types.values()
+                    if (t := state.refusals.next_retry_at()) is not None), default=None)
+
+    def _rejected(self, type_url: str, state: _DeltaType, answered: _Sent, nonce: str,
+                  message: str) -> Nack:
+        """Envoy refused a response: find the refused resources, hold them back, and offer
+        the others again at once (isolating them in halves when Envoy did not say which)."""
+        now = self.clock()
+        # Envoy kept its previous versions: so do we.
+        for name in (*(n for n, _ in answered.resources), *answered.removed):
+            if name in state.accepted:
+                state.known[name] = state.accepted[name]
+            else:
+                state.known.pop(name, None)
+        sent = {n: dg for n, dg in answered.resources if n not in answered.stand_ins}
+        refused = refused_of(message, sent)
+        attempt = 1
+        for name in refused:
+            refusal = state.refusals.refuse(name, sent[name], now=now, message=message)
+            attempt = max(attempt, refusal.attempts)
+        rest = [n for n in sent if n not in refused]
+        if refused and rest:
+            state.groups.append(frozenset(rest))
+        elif rest:
+            state.groups.extend(split(rest))
+        state.dirty.update(refused)  # a placeholder may stand in for them
+        if type_url == types.SCOPE:  # their tables, pushed ahead, went nowhere: again later
+            routes = self._types.get(types.ROUTE)
+            if routes is not None:
+                for name in sent:
+                    routes.known.pop(name, None)
+                    routes.accepted.pop(name, None)
+        # Removals (and stand-ins) wait for the next change (never a blind loop).
+        state.retry.update(answered.removed)
+        state.retry.update(answered.stand_ins)
+        return Nack(self.node, type_url, answered.version, nonce, message,
+                    resources=refused, attempt=attempt)
+
+    def _defer(self, type_url: str) -> bool:
+        if type_url == types.SCOPE:
+            # No listener is served as scopes now: a scoped one Envoy still holds (warming
+            # its successor, draining) keeps them; they go when scopes are served again.
+            return not self.cache.get(types.SCOPE).resources
+        return type_url in (types.CLUSTER, types.ENDPOINT) and not self._routes_current()
+
+    def _clusters_settled(self) -> bool:
+        """Every cluster Envoy has is answered and has its load assignment (or it was refused);
+        the last answer is kept while its inputs are unchanged (``SettledMemo``)."""
+        return self._settled.settled(self.cache, self._types.get(types.ENDPOINT),
+                                     self._look_at_clusters)
+
+    def _look_at_clusters(self) -> bool:
+        cds = self._types.get(types.CLUSTER)
+        if cds is None or cds.rejected:
+            return True
+        if cds.nonces:
+            return False
+        eds = self._types.get(types.ENDPOINT)
+        assignments = self.cache.get(types.ENDPOINT).resources
+        for name in cds.known:
+            resource = assignments.get(name)
+            if resource is None:
+                continue
+            if eds is None or name not in eds.names:
+                return False
+            if (eds.known.get(name) != resource.digest and name not in eds.retry
+                    and name not in eds.refusals):
+                return False  # sent and not yet answered; a refused one is settled
+        return True
+
+    def _routes_current(self) -> bool:
+        for type_url in HELD_FOR_CLUSTERS:
+            state = self._types.get(type_url)
+            if state is None:
+                if self.cache.get(type_url).resources:
+                    return False  # not subscribed yet: a reconnecting Envoy may hold old ones
+                continue
+            if state.nonces:
+                return False
+            if refused_for_long(rejected=state.rejected, rejected_at=state.rejected_at,
+                                now=self.clock()):
+                continue  # refused for long: stop holding removals for it
+            resources = self.cache.get(type_url).resources
+            scope = resources.keys() if state.wildcard else state.names
+            now = self.clock()
+            if any(n in resources and state.known.get(n) != resources[n].digest
+                   and not state.refusals.held_long(n, now, HOLD_AFTER_NACK_S) for n in scope):
+                return False
+            if any(n not in resources for n in state.known):
+                return False
+        return True
+
+    def _respond(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
+                 defer: bool) -> list[d.DeltaDiscoveryResponse]:
+        now = self.clock()
+        snapshot = self.cache.get(type_url)
+        resources = snapshot.resources
+        changed = (None if force or not state.seen else frozenset()
+                   if snapshot.version == state.seen
+                   else self.cache.names_changed(type_url, state.seen))
+        if changed is None:  # compare everything
+            candidates = set(resources.keys() if state.wildcard else state.names)
+            candidates.update(state.known)
+            if type_url == types.ROUTE and (scopes := self._types.get(types.SCOPE)):
+                candidates.update(scopes.known)  # scopes' tables: see ``_scoped_table``
+        else:  # only what changed since we last looked
+            candidates = set(changed) | state.dirty | state.held
+        if changed is None or snapshot.version != state.seen:
+            candidates |= state.retry
+            state.retry.clear()
+        candidates |= asked
+        candidates.update(state.refusals.due(now))
+        out, grouped, left = self._group_responses(type_url, state)
+        candidates |= left
+        response = self._response(type_url, snapshot.version)
+        stand_ins: set[str] = set()
+        alone: list[str] = []
+        for name in sorted(candidates - grouped):
+            resource = resources.get(name)
+            if resource is None:
+                state.refusals.clear(name)
+                if name in state.known:
+                    if defer:  # removals wait until no route points at the removed cluster
+                        state.held.add(name)
+                        continue
+                    _remove(state, response, name)
+                elif name in asked:
+                    response.removed_resources.append(name)  # "does not exist"
+                continue
+            if not self._wanted(state, name) or state.known.get(name) == resource.digest:
+                continue
+            if name in state.refusals:
+                if not state.refusals.held(name, resource.digest, now):
+                    alone.append(name)  # changed, or due again: offered on its own
+                    state.refusals.offer(name, now=now)
+                elif self._stand_in(type_url, state, response, name):
+                    stand_ins.add(name)
+                continue
+            self._add(type_url, state, response, name, resource)
+        state.seen = snapshot.version
+        state.dirty.clear()
+        out.extend(self._sent(state, response, snapshot.version, force=force,
+                              stand_ins=frozenset(stand_ins)))
+        for name in alone:
+            response = self._response(type_url, snapshot.version)
+            self._add(type_url, state, response, name, resources[name])
+            out.extend(self._sent(state, response, snapshot.version, force=False))
+        return out
+
+    def _group_responses(self, type_url: str, state: _DeltaType
+                         ) -> tuple[list[d.DeltaDiscoveryResponse], set[str], set[str]]:
+        """Isolating refused resources: each pending group goes out as its own response.
+        Returns the responses, the names they carry, and the names left to the usual path
+        (gone or unsubscribed meanwhile)."""
+        snapshot = self.cache.get(type_url)
+        out: list[d.DeltaDiscoveryResponse] = []
+        grouped: set[str] = set()
+        groups, state.groups = state.groups, []
+        for group in groups:
+            response = self._response(type_url, snapshot.version)
+            for name in sorted(group):
+                resource = snapshot.resources.get(name)
+                if resource is not None and self._wanted(state, name):
+                    grouped.add(name)
+                    self._add(type_url, state, response, name, resource)
+            out.extend(self._sent(state, response, snapshot.version, force=False))
+        return out, grouped, {n for g in groups for n in g} - grouped
+
+    def _stand_in(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+                  name: str) -> bool:
+        """A held refused resource: Envoy keeps its accepted version; with none, a placeholder
+        goes out (once) so what waits for the resource warms. True if one was added."""
+        stand_in = None if name in state.accepted else placeholder(type_url, name)
+        if stand_in is None or state.known.get(name) == stand_in.digest:
+            return False
+        self._add(type_url, state, response, name, stand_in)
+        return True
+
+    def _wanted(self, state: _DeltaType, name: str) -> bool:
+        return state.wildcard or name in state.names or (
+            state is self._types.get(types.ROUTE) and self._scoped_table(name))
+
+    def _scoped_table(self, name: str) -> bool:
+        """``name`` is the table of a scope sent on this stream: pushed right behind its
+        scope, without waiting for Envoy to ask (a round trip through a controller busy
+        with the change's status work). Envoy takes it: handling the scope registered its
+        interest in the table before the next response is read. When Envoy's request for
+        it comes, it is sent once more (small; Envoy finds it unchanged): delivery does not
+        hang on that detail of Envoy."""
+        scopes = self._types.get(types.SCOPE)
+        return scopes is not None and name in scopes.known
+
+    @staticmethod
+    def _response(type_url: str, version: str) -> d.DeltaDiscoveryResponse:
+        return d.DeltaDiscoveryResponse(type_url=type_url, system_version_info=version)
+
+    def _add(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+             name: str, resource: Resource) -> None:
+        if state.known.get(name) is not None:
+            self._invalidate(type_url, name)
+        if type_url == types.LISTENER:
+            self._rescope(resource)
+        elif not state.wildcard and name not in state.names:
+            state.ahead.add(name)  # a scope's table, before Envoy asked for it
+        copy_any(response.resources.add(name=name, version=resource.digest).resource,
+                 resource.packed)
+        state.known[name] = resource.digest
+
+    @staticmethod
+    def _sent(state: _DeltaType, response: d.DeltaDiscoveryResponse, version: str, *,
+              force: bool, stand_ins: frozenset[str] = frozenset()
+              ) -> list[d.DeltaDiscoveryResponse]:
+        """Give a built response its nonce and remember it; nothing when it is empty."""
+        if not response.resources and not response.removed_resources and not force:
+            return []
+        response.nonce = new_nonce()
+        state.nonces[response.nonce] = _Sent(
+            version, tuple((r.name, r.version) for r in response.resources),
+            tuple(response.removed_resources), stand_ins)
+        return [response]
+
+    def _rescope(self, resource: Resource) -> None:
+        """A listener served as scopes is sent: every scope is sent again after it. Envoy
+        gives a new scoped connection manager a scope subscription of its own, which learns
+        only what is pushed after it (it asks nothing: the type is subscribed already)."""
+        scopes = self._types.get(types.SCOPE)
+        if scopes is None or not has_scopes(resource.message):
+            return
+        served = self.cache.get(types.SCOPE).resources
+        scopes.dirty.update(served, scopes.known)
+        for name in served:
+            scopes.known.pop(name, None)
+
+    def _invalidate(self, type_url: str, name: str) -> None:
+        dependent = self._types.get(DEPENDENT.get(type_url, ""))
+        if dependent is not None:
+            dependent.known.pop(name, None)
+            dependent.dirty.add(name)
+
+
+def _remove(state: _DeltaType, response: d.DeltaDiscoveryResponse, name: str) -> None:
+    """``name`` goes in ``response``'s removals and out of what Envoy is known to have."""
+    response.removed_resources.append(name)
+    del state.known[name]
+    state.held.discard(name)
+    state.ahead.discard(name)

@@ -1,0 +1,123 @@
+"""iptables fallback: nat chain ``PODWAY-NPL``, jumped to from PREROUTING and OUTPUT for
+local destinations, one DNAT rule per mapping (linear per packet: prefer nftables at scale).
+
+Everything goes through ``iptables-restore --noflush`` in batches, never one ``iptables`` call
+per rule. Declaring ``:PODWAY-NPL`` in a payload creates the chain or flushes it, so a full sync
+is atomic for our chain and leaves every other rule of the nat table alone. Rule lines are
+written exactly as ``iptables-save`` prints them, so reading back is a set comparison.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from podway.programs.agent.rules.base import KernelRules
+from podway.programs.agent.types import Rule
+
+CHAIN = "PODWAY-NPL"
+# OUTPUT skips 127.0.0.0/8: a loopback-sourced packet DNATed to a pod is dropped (it would hang).
+JUMPS = (f"-A PREROUTING -m addrtype --dst-type LOCAL -j {CHAIN}",
+         f"-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j {CHAIN}")
+# Any jump into our chain from the two hooks, ours or not exactly ours (older versions, copies).
+_JUMP = re.compile(rf"^-A (?:PREROUTING|OUTPUT) .*-j {CHAIN}$")
+_RULE = re.compile(rf"^-A {CHAIN} -p (tcp|udp) -m (?:tcp|udp) --dport (\d+) "
+                   r"-j DNAT --to-destination ([0-9.]+):(\d+)$")
+
+
+def rule_line(rule: Rule, op: str = "-A") -> str:
+    return (f"{op} {CHAIN} -p {rule.protocol} -m {rule.protocol} --dport {rule.node_port} "
+            f"-j DNAT --to-destination {rule.pod_ip}:{rule.pod_port}")
+
+
+def _unhook(jump: str, times: int) -> list[str]:
+    # ``-D`` with a rule spec deletes one matching copy: repeat it once per copy.
+    return [jump.replace("-A ", "-D ", 1)] * times
+
+
+def full_payload(rules: Iterable[Rule], *, present_jumps: Iterable[str] = ()) -> str:
+    """Flush-and-fill our chain; leave exactly one copy of each of our jumps.
+
+    ``present_jumps`` lists every jump line into our chain, once per copy (two agents that
+    overlapped leave duplicates); extra copies and jumps that are not ours exactly are deleted.
+    """
+    have = Counter(present_jumps)
+    lines = ["*nat", f":{CHAIN} - [0:0]"]
+    for jump, count in sorted(have.items()):
+        lines += _unhook(jump, count - (1 if jump in JUMPS else 0))
+    lines += [jump for jump in JUMPS if jump not in have]
+    lines += [rule_line(rule) for rule in sorted(rules)]
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def delta_payload(*, add: Sequence[Rule], remove: Sequence[Rule]) -> str:
+    lines = ["*nat"]
+    lines += [rule_line(rule, "-D") for rule in sorted(remove)]
+    lines += [rule_line(rule) for rule in sorted(add)]
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def cleanup_payload(*, present_jumps: Iterable[str], chain_exists: bool) -> str:
+    """Delete every copy of every jump into our chain, then the chain."""
+    lines = ["*nat"]
+    for jump in present_jumps:
+        lines += _unhook(jump, 1)
+    if chain_exists:
+        lines += [f":{CHAIN} - [0:0]", f"-X {CHAIN}"]
+    if len(lines) == 1:
+        return ""
+    lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def parse_save(text: str) -> tuple[set[Rule], list[str], bool]:
+    """From ``iptables-save -t nat``: our rules, every jump line into our chain (once per copy,
+    in order), whether our chain exists."""
+    rules: set[Rule] = set()
+    jumps: list[str] = []
+    exists = False
+    for line in text.splitlines():
+        if line.startswith(f":{CHAIN} "):
+            exists = True
+        elif _JUMP.match(line):
+            jumps.append(line)
+        elif match := _RULE.match(line):
+            proto, node_port, ip, port = match.groups()
+            rules.add(Rule(protocol="tcp" if proto == "tcp" else "udp",
+                           node_port=int(node_port), pod_ip=ip, pod_port=int(port)))
+    return rules, jumps, exists
+
+
+class IptablesRules(KernelRules):
+    name = "iptables"
+
+    async def _save(self) -> tuple[set[Rule], list[str], bool]:
+        return parse_save(await self.runner.run("iptables-save", "-t", "nat"))
+
+    async def _restore(self, payload: str) -> None:
+        if payload:
+            await self.runner.run("iptables-restore", "--noflush", stdin=payload)
+
+    async def _sync_locked(self) -> None:
+        _, jumps, _ = await self._save()
+        await self._restore(full_payload(self.desired.values(), present_jumps=jumps))
+
+    async def _apply_locked(self, *, add: Sequence[Rule], remove: Sequence[Rule]) -> None:
+        await self._restore(delta_payload(add=add, remove=remove))
+
+    async def _cleanup_locked(self) -> bool:
+        _, jumps, exists = await self._save()
+        payload = cleanup_payload(present_jumps=jumps, chain_exists=exists)
+        if not payload:
+            return False  # no chain and no jump: nothing was installed
+        await self._restore(payload)
+        return True
+
+    async def _read(self) -> set[Rule] | None:
+        rules, jumps, exists = await self._save()
+        if not exists or Counter(jumps) != Counter(JUMPS):  # a missing or an extra copy
+            return None
+        return rules

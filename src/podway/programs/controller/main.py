@@ -1,0 +1,429 @@
+"""``podway controller``: the Kubernetes API → the same pipeline as standalone → xDS for engines.
+
+Wiring only: ``KubeSource`` (informers) → ``ModeGate`` (effective backend mode per Service) →
+``Pipeline`` (translate, build, cache) → ``XdsServer`` (any number of engines, TLS with client
+certificates off loopback). A follower task reads each published state and writes back: the
+NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
+(``StatusWriter``) and events (``EventRecorder``); the readiness gate (``ReadinessGate``) sets
+``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
+the xDS server (``podway.engines.member_health``): engines report to every replica, so the leader
+counts each engine reporting to it and each engine on its own xDS, wherever the others' xDS
+streams go (``podway.programs.controller.readiness.counted_engines``). Health (``/healthz``),
+readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Prometheus metrics
+(``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
+(``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
+explain|status|config --admin-socket``) and the web dashboard; the engines are remote, so both
+show Kubernetes readiness only unless ``engine_admin`` names a co-located engine's admin socket.
+
+Any number of replicas may run: each translates and serves xDS; the one holding the Lease
+(``podway.programs.controller.leader``, ``election``) writes — statuses (VIP allocations included),
+events and the NodePortLocal annotation, each write checked against the leader's fence. A new
+leader writes what is pending at once (the current state again, compared with what the API
+holds). Without ``election`` this replica always writes (``--leader-elect=false``).
+
+With ``gc`` set (``podway controller`` sets it) the process's garbage collector follows
+``podway.programs.gc_policy`` while it serves: the heap is frozen once the first state is in, so no
+full collection of it pauses the event loop between a cache set and the push.
+
+Invariants: engines keep their last config while the controller is away (Envoy holds it; a
+restarted controller serves the same resources with the same versions, so nothing is re-applied
+needlessly); the controller writes only what changed; one slow writer never delays xDS (writing
+runs beside the pipeline, coalesced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from podway.base.backoff import Backoff
+from podway.base.netaddr import HostPort
+from podway.base.tasks import cancel_and_wait
+from podway.engines.member_health import MemberHealthReports
+from podway.envoy.xds.protocol import Event
+from podway.envoy.xds.server import ServerTLS, XdsServer
+from podway.kube.client import check_reachable, connect
+from podway.kube.errors import api_error
+from podway.kube.informer import RELIST
+from podway.model import Service, npl
+from podway.model.base import ObjectRef
+from podway.model.loader import LoadError
+from podway.model.snapshot import Key
+from podway.pipeline import Pipeline, PipelineStopped, State
+from podway.programs.controller.config import LiveConfig, follow_config, load_config
+from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
+from podway.programs.controller.groups import EngineGroups
+from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
+from podway.programs.controller.metrics import ControllerMetrics
+from podway.programs.controller.modes import NPL_MANAGED, ModeGate, NplPlanner
+from podway.programs.controller.readiness import ReadinessGate
+from podway.programs.controller.source import ControllerSource
+from podway.programs.controller.status import StatusWriter
+from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
+from podway.programs.ipam import Ipam, Pool, held_in_status
+from podway.readers import surfaces
+from podway.readers.metrics import exposition
+from podway.readers.metrics.pipeline import PipelineMetrics
+from podway.sources.kube import KubeSourceSettings
+from podway.status import StatusDocument
+from podway.status.document import pool_hint
+from podway.translate import TranslateOptions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControllerOptions:
+    kubeconfig: str | None = None  # None: in-cluster
+    context: str | None = None
+    translate: TranslateOptions = field(default_factory=TranslateOptions)
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    namespace_selector: str = ""  # and only Namespaces with these labels; empty: all
+    xds_address: str = "127.0.0.1:18000"
+    xds_tls: ServerTLS | None = None
+    xds_unauthenticated: bool = False
+    """Allow clear-text xDS on a loopback host:port (those engines get no Secrets)."""
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 0  # 0: no health/metrics endpoint
+    lb_address: str | None = None
+    """Published in Service/Ingress ``status.loadBalancer`` when a listener binds the wildcard:
+    the engines' address."""
+    vip_pools: tuple[Pool, ...] = ()
+    """VIP pools: with any, LoadBalancer Services and Gateways get their addresses from the IPAM
+    (``podway.programs.ipam``), which reads what each object holds from the API's status."""
+    debounce_s: float = 0.02
+    max_wait_s: float = 0.2
+    backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
+    status_concurrency: int = 32
+    write_events: bool = True
+    admin_socket: Path | None = None
+    """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
+    dashboard: HostPort | None = None  # the web dashboard; None: off
+    dashboard_refresh_s: float = 2.0
+    engine_admin: str | None = None
+    """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
+    the dashboard. None: they show Kubernetes readiness only, and say so."""
+    election: ElectionSettings | None = None
+    """Leader election over a Lease: only the leader writes. None: this replica always writes
+    (``--leader-elect=false``; run one replica only)."""
+    config: Path | None = None
+    """Live settings (``podway.programs.controller.config``): its ``backendMode`` replaces
+    ``translate.mode`` at start and whenever the file changes. None: no file."""
+    config_poll_s: float = 1.0
+    gc: GcPolicy | None = None
+    """The garbage collector's policy for this process while it serves
+    (``podway.programs.gc_policy``: the full collections that paused the event loop mid-push,
+    frozen away after the first state). None: the collector is left as it is (a controller embedded
+    in another program or in tests); ``podway controller`` sets ``GcPolicy()``."""
+
+
+class Controller:
+    """One controller process (see the module docstring)."""
+
+    def __init__(self, opts: ControllerOptions, *, api: client.ApiClient | None = None,
+                 writes_allowed: Callable[[], bool] = lambda: True) -> None:
+        self.opts = opts
+        self._api = api
+        self._writes_allowed = writes_allowed  # leadership: only a leader writes Pods
+        self.health_reports = MemberHealthReports()  # the engines' member health
+        self.readiness: ReadinessGate | None = None
+        self.source: ControllerSource | None = None
+        self.gate: ModeGate | None = None
+        self.pipeline: Pipeline | None = None
+        self.server: XdsServer | None = None
+        self.groups: EngineGroups | None = None
+        self.status: StatusWriter | None = None
+        self.elector: LeaseElector | None = None
+        self.leadership: Leadership = ALWAYS
+        self.started = asyncio.Event()  # pipeline and xDS server exist (not yet populated)
+        self.event_hooks: list[Callable[[Event], None]] = []  # engines' ACKs/NACKs (benchmarks)
+        self.metrics = ControllerMetrics()
+        self.pipeline_metrics = PipelineMetrics()
+        self._npl_requested: dict[Key, str] = {}
+        self._npl_planner = NplPlanner()
+        self._npl_seen: tuple[object, ...] = ()
+        self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
+        self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
+
+    async def run(self) -> None:
+        """Serve until cancelled; a cluster that cannot be reached is one ``PodwayError``."""
+        if self._api is not None:
+            await self._serve(self._api)
+            return
+        api = await connect(kubeconfig=self.opts.kubeconfig, context=self.opts.context)
+        if self.opts.election is not None:  # the API's audit log tells the replicas apart
+            api.user_agent = f"podway-controller ({self.opts.election.identity})"
+        async with api:
+            await check_reachable(api)
+            await self._serve(api)
+
+    async def _serve(self, api: client.ApiClient) -> None:
+        opts = self.opts
+        live = load_config(opts.config) if opts.config is not None else LiveConfig()
+        if live.backend_mode is not None:
+            opts = replace(opts, translate=replace(opts.translate, mode=live.backend_mode))
+        self.source = ControllerSource(api, KubeSourceSettings(
+            namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
+            debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
+            metrics=self.metrics)
+        if opts.vip_pools:
+            source = self.source
+
+            def held(ref: ObjectRef) -> tuple[str, ...] | None:
+                return held_in_status(ref.kind, source.current_status(
+                    ref.kind, (ref.namespace, ref.name)))
+
+            opts = replace(opts, translate=replace(opts.translate,
+                                                   vips=Ipam(opts.vip_pools, held=held)))
+        if opts.election is not None:
+            self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
+            self.leadership = self.elector
+        else:
+            self.metrics.leader.set(1)
+        self.gate = ModeGate(self.source, opts.translate)
+        self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        self.groups = EngineGroups(self.pipeline)
+        self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
+                                on_event=self._on_event,
+                                unauthenticated=opts.xds_unauthenticated,
+                                groups=self.groups.cache_for)
+        self.server.handlers.append(self.health_reports.handler(self.server))
+        servicer = self.server.servicer
+        # Counted: these engines (on this replica's ADS, with the group each is served) and
+        # every engine reporting here (with the group its report names).
+        self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
+                                       lambda: servicer.engine_groups,
+                                       writes_allowed=self._may_write_pods,
+                                       metrics=self.metrics)
+        self.server.servicer.on_engines.append(self.readiness.wake)
+        self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
+                                   kind_info=self.source.kind_info, opts=opts.translate,
+                                   lb_address=opts.lb_address, metrics=self.metrics,
+                                   concurrency=opts.status_concurrency,
+                                   leadership=self.leadership)
+        self.source.same_as = self.status.last_written
+        events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
+        await self.server.start()
+        log.info("xDS for engines on %s", self.server.target)
+        runner = None
+        try:
+            if opts.metrics_port:
+                runner = await self._serve_http()
+            self.started.set()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.pipeline.run(), name="controller-pipeline")
+                group.create_task(self._follow(api, events), name="controller-writeback")
+                group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                group.create_task(self.readiness.run(), name="controller-readiness")
+                group.create_task(self.groups.follow(), name="controller-engine-groups")
+                self._optional_tasks(group, opts, live)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+            await self.server.stop(grace=0.5)
+
+    def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
+                        live: LiveConfig) -> None:
+        """The tasks only some settings ask for: election, live config, surfaces, GC policy."""
+        assert self.pipeline is not None
+        if self.elector is not None:
+            group.create_task(self.elector.run(), name="controller-leader-election")
+        if opts.config is not None:
+            group.create_task(self._follow_config(opts.config, live), name="controller-config")
+        if opts.admin_socket is not None or opts.dashboard is not None:
+            group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
+                              name="controller-surfaces")
+        if opts.gc is not None:
+            group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
+                              name="controller-gc")
+
+    def _settled(self, settled: Settled) -> None:
+        self.gc_settled = settled
+        self.gc_first_settle.set()
+
+    def _may_write_pods(self) -> bool:
+        """The readiness gate writes Pods only while this replica leads (and the caller's
+        own guard, tests, allows)."""
+        return self.leadership.is_leader() and self._writes_allowed()
+
+    async def _follow_config(self, path: Path, first: LiveConfig) -> None:
+        """Apply each new default backend mode of the ``--config`` file (unset: the flag's)."""
+        assert self.gate is not None
+        async for live in follow_config(path, first, poll_s=self.opts.config_poll_s):
+            mode = live.backend_mode or self.opts.translate.mode
+            if mode is not self.gate.default:
+                log.info("default backend mode %s → %s (--config %s)", self.gate.default,
+                         mode, path)
+                self.gate.set_default(mode)
+
+    def _surfaces(self) -> surfaces.SurfaceOptions:
+        """The admin endpoint and the dashboard, mounted as ``podway run`` mounts them."""
+        opts = self.opts
+        engine = opts.engine_admin
+        return surfaces.SurfaceOptions(
+            mode=str(opts.translate.mode), admin_socket=opts.admin_socket,
+            dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
+            engine_admin=(lambda: engine) if engine is not None else None,
+            explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
+            else ())
+
+    def _on_event(self, event: Event) -> None:
+        for hook in self.event_hooks:
+            hook(event)
+        if self.pipeline is not None:
+            self.pipeline.on_event(event)
+
+    # ---- write-back --------------------------------------------------------------------
+    async def _follow(self, api: client.ApiClient, events: EventRecorder) -> None:
+        assert self.pipeline is not None
+        assert self.status is not None
+        doc: StatusDocument | None = None
+        errors: tuple[LoadError, ...] = ()
+        pending: dict[Key, tuple[str, ...]] = {}
+        generation = 0
+        async for state, leads in leader_states(self.pipeline, self.leadership):
+            if leads:  # a new term: compare with what the API holds, write what differs
+                await self.status.resync()
+                events.resync()
+                if self.readiness is not None:
+                    self.readiness.wake()  # gated pods are judged now, not at the next resync
+                self._npl_seen, self._npl_requested = (), {}
+            self._observe(state, generation)
+            generation = state.generation
+            await self._enable_npl(api, state)
+            await self.status.write(state)
+            due: list[Due] = []
+            if self.status.last_document is not None and self.status.last_document is not doc:
+                due += changes(doc, self.status.last_document)
+                doc = self.status.last_document
+            if state.update.errors != errors:
+                due += load_error_events(errors, state.update.errors)
+                errors = state.update.errors
+            due += self._pending_events(pending)
+            pending = dict(self.gate.report.pending) if self.gate else {}
+            if due and self.opts.write_events:
+                await events.record(due)
+
+    def _observe(self, state: State, previous_generation: int) -> None:
+        self.pipeline_metrics.observe(state, now=time.time())
+        if state.generation == previous_generation:
+            return  # an engine decision, not a new update
+        self.metrics.observe_snapshot(state.update.snapshot)
+        if self.source is not None:
+            self.metrics.relists.set(self.source.relists)
+
+    def _pending_events(self, before: dict[Key, tuple[str, ...]]) -> list[Due]:
+        if self.gate is None:
+            return []
+        now = self.gate.report.pending
+        self.metrics.pending_members.set(sum(len(p) for p in now.values()))
+        return [Due(ref=ObjectRef("Service", *key), type="Warning", reason="PendingMembers",
+                    message=f"pods waiting for their NodePortLocal annotation: "
+                            f"{', '.join(pods[:10])}{' …' if len(pods) > 10 else ''}")
+                for key, pods in sorted(now.items()) if before.get(key) != pods]
+
+    async def _enable_npl(self, api: client.ApiClient, state: State) -> None:
+        """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each)."""
+        assert self.gate is not None
+        fence = self.leadership.fence()
+        if not fence.valid():
+            return  # a follower: the leader annotates (planned afresh when this one leads)
+        services = state.update.snapshot.kind(Service)
+        held = dict(self.gate.report.held)
+        last = self._npl_seen
+        if last and last[0] is services and last[1] is state.ir.listeners and last[2] == held:
+            return  # members moved; no Service and no structure did
+        self._npl_seen = (services, state.ir.listeners, held)
+        plan = self._npl_planner.plan(services, state.ir.pools, requested=self.gate.requested,
+                                      default=self.gate.default, held=held,
+                                      known=pool_hint(state.result))
+        core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
+        for keys, value in ((plan.enable, "true"), (plan.disable, None)):
+            for key in keys:
+                marker = f"{value}:{services[key].metadata.annotations.get(NPL_MANAGED)}"
+                if self._npl_requested.get(key) == marker:
+                    continue  # asked already; the watch will show it
+                if not fence.valid():  # the Lease was lost meanwhile: leave the rest
+                    self.metrics.fenced_writes.labels(writer="npl").inc()
+                    self._npl_seen = ()
+                    return
+                self._npl_requested[key] = marker
+                body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
+                                                     NPL_MANAGED: value}}}
+                try:
+                    resp = await core.patch_namespaced_service(
+                        key[1], key[0], body, _content_type="application/merge-patch+json",
+                        _preload_content=False)  # raw: no client model built from the answer
+                    status = resp.status
+                    resp.release()
+                    if status >= 400:
+                        raise client.exceptions.ApiException(status=status, reason="refused")
+                    log.info("%s NodePortLocal on Service %s/%s",
+                             "enabled" if value else "disabled", *key)
+                except Exception as exc:  # the API is away or refuses: next state retries
+                    self._npl_requested.pop(key, None)
+                    self._npl_seen = ()
+                    reason = (api_error(exc) if isinstance(exc, client.exceptions.ApiException)
+                              else exc)
+                    log.warning("Service %s/%s: NodePortLocal annotation not written: %s",
+                                *key, reason)
+
+    # ---- health, readiness, metrics -----------------------------------------------------
+    async def _serve_http(self) -> web.AppRunner:
+        app = exposition.make_app(
+            registries=[self.pipeline_metrics.registry, self.metrics.registry])
+        app.router.add_get("/readyz", self._ready)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.opts.metrics_address, self.opts.metrics_port).start()
+        log.info("health, readiness and metrics on %s:%d", self.opts.metrics_address,
+                 self.opts.metrics_port)
+        return runner
+
+    async def _ready(self, _: web.Request) -> web.Response:
+        ready = self.pipeline is not None and self.pipeline.state is not None
+        return web.Response(text="ready\n" if ready else "waiting for the first snapshot\n",
+                            status=200 if ready else 503)
+
+
+async def leader_states(pipeline: Pipeline, leadership: Leadership
+                        ) -> AsyncIterator[tuple[State, bool]]:
+    """Each new state (coalesced), and the current one again when this replica starts a
+    term as the leader (then with True): a new leader writes what is pending at once."""
+    seen, term = 0, 0
+    while True:
+        fence = leadership.fence()
+        state = pipeline.state
+        leads = fence.valid() and fence.term > term
+        if state is not None and (state.version > seen or leads):
+            term = fence.term if leads else term
+            seen = state.version
+            yield state, leads
+            continue
+        newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
+        gained = asyncio.ensure_future(leadership.wait_leader(after_term=term))
+        try:
+            await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # a cancel of this follower arriving meanwhile is raised, not taken for theirs
+            await cancel_and_wait(newer, gained)
+        if newer.done() and not newer.cancelled() and \
+                isinstance(newer.exception(), PipelineStopped):
+            return  # the pipeline ended: so does the write-back
+
+
+def _after(version: int, state: State) -> bool:
+    return state.version > version
+
+
+def parse_namespaces(value: str) -> tuple[str, ...]:
+    """``a,b`` → ("a", "b"); empty → every namespace."""
+    return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))

@@ -1,0 +1,50 @@
+"""Podway's VIP address management: pools from configuration, one allocation per LoadBalancer
+Service and Gateway, recovered from the objects' status (no store of its own).
+
+``Ipam`` is the allocator the translator takes (``TranslateOptions.vips``): a pure function of
+the snapshot, so every controller replica computes the same map and only the leader's status
+writes make it visible (``status.loadBalancer.ingress``, Gateway ``status.addresses``); after a
+restart those statuses are read back as what each object holds. See ``docs/vips.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from podway.model.snapshot import Snapshot
+from podway.programs.ipam.allocate import allocate
+from podway.programs.ipam.claims import Claim, HeldSource, claims_of, held_in_status
+from podway.programs.ipam.pools import AddressRange, Pool, load_pools, parse_pools, parse_range
+from podway.translate.core.options import TranslateOptions
+from podway.translate.core.vips import VipGrant, VipMap
+
+__all__ = ["AddressRange", "Claim", "HeldSource", "Ipam", "Pool", "VipGrant", "allocate",
+           "claims_of", "held_in_status", "load_pools", "parse_pools", "parse_range"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ipam:
+    """The allocator over ``pools``. The translator asks once per object kind and snapshot; the
+    last answer is kept for the same snapshot object (snapshots are immutable).
+
+    What an object holds comes from ``held`` (the controller: the API's status, kept aside by
+    its source), else from the object's status; when neither shows anything yet (the status
+    write has not landed), from this allocator's previous answer, so a release elsewhere never
+    moves an address whose status is still on its way.
+    """
+
+    pools: tuple[Pool, ...]
+    held: HeldSource | None = field(default=None, compare=False, hash=False)
+    _last: list[tuple[Snapshot, TranslateOptions, VipMap]] = field(
+        default_factory=list, compare=False, hash=False, repr=False)
+
+    def allocate(self, snapshot: Snapshot, opts: TranslateOptions) -> VipMap:
+        if self._last and self._last[0][0] is snapshot and self._last[0][1] is opts:
+            return self._last[0][2]
+        previous = self._last[0][2] if self._last else {}
+        claims = [c if c.held or c.ref not in previous else
+                  replace(c, held=previous[c.ref].addresses)
+                  for c in claims_of(snapshot, opts, self.held)]
+        result = allocate(claims, self.pools)
+        self._last[:] = [(snapshot, opts, result)]
+        return result

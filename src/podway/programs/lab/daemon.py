@@ -1,0 +1,245 @@
+"""The lab daemon: one process that holds the lab's moving parts and supervises the rest.
+
+In-process: the control plane (API emulator on 127.0.0.1, saved to disk) and the cluster's
+controllers — Deployment controller, scheduler, kubelet with readiness probes, EndpointSlice
+controller, kube-proxy's NodePort rules — run as one level-triggered loop: every write to the
+store wakes it, it recomputes everything from the store and writes only differences (a write
+that changes nothing is not a write, so the loop settles). Supervised child processes (recorded
+in the state folder): one ``podway agent`` per node (``--netns`` of the node), the pods, and
+``podway controller`` + ``podway engine`` (the engine inside the edge namespace; xDS over a unix
+socket in the state folder).
+
+Signals: SIGTERM/SIGINT stop everything in order (controller, engine, agents, pods, then the
+store is saved); SIGHUP restarts the control plane from disk (a new emulator, same port).
+Started by ``podway lab up`` as ``python -m podway.programs.lab.daemon STATE_DIR``; it prints
+progress lines and ``ready`` (or ``error: …``) on stdout, then detaches stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from podway.programs.lab import cluster, kubeproxy, network
+from podway.programs.lab.controlplane import ControlPlane
+from podway.programs.lab.kubelet import Kubelet
+from podway.programs.lab.plan import NPL_RANGE, VIP, LabPlan, NodePlan
+from podway.programs.lab.processes import Supervisor
+from podway.programs.lab.state import LabState
+
+log = logging.getLogger("podway.programs.lab.daemon")
+Obj = dict[str, Any]
+SEED_LABEL = "lab.podway.io/seed"  # the first three nodes: the seeds' three workers
+
+
+def node_object(node: NodePlan) -> Obj:
+    labels = {"kubernetes.io/hostname": node.name, "kubernetes.io/os": "linux",
+              "node-role.kubernetes.io/worker": ""}
+    if node.index <= 3:
+        labels[SEED_LABEL] = "true"
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node.name, "labels": labels},
+            "spec": {"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr]},
+            "status": {"addresses": [{"type": "InternalIP", "address": node.ip},
+                                     {"type": "Hostname", "address": node.name}],
+                       "conditions": [{"type": "Ready", "status": "True",
+                                       "reason": "KubeletReady"}]}}
+
+
+def controller_available() -> bool:
+    return importlib.util.find_spec("podway.programs.controller.main") is not None
+
+
+class Daemon:
+    def __init__(self, state: LabState) -> None:
+        self.state = state
+        self.plan: LabPlan
+        self.plan, port = state.load()
+        self.wake = asyncio.Event()
+        self.cp = ControlPlane(port=port, store=state.store, changed=self.wake.set)
+        self.supervisor = Supervisor(state)
+        self.kubelet = Kubelet(plan=self.plan, supervisor=self.supervisor,
+                               emu=lambda: self.cp.emu, changed=self.wake.set)
+        self._rules: dict[str, str] = {}
+
+    async def run(self, say: Any) -> None:
+        try:
+            say("control plane")
+            await self.cp.start()
+            emu = self.cp.emu
+            for ns in ("default", "kube-system"):
+                if emu.get("namespaces", "", ns) is None:
+                    emu.put("namespaces", {"metadata": {"name": ns}})
+            for node in self.plan.nodes:
+                if emu.get("nodes", "", node.name) is None:
+                    emu.put("nodes", node_object(node))
+            await self._reconcile()
+            kubeconfig = str(self.state.kubeconfig)
+            for node in self.plan.nodes:
+                say(f"agent on {node.name}")
+                await self.supervisor.start(f"agent-{node.name}", [
+                    sys.executable, "-m", "podway", "agent", "--node-name", node.name,
+                    "--kubeconfig", kubeconfig, "--netns", node.netns, "--port-range",
+                    NPL_RANGE, "--metrics-address", "", "--resync", "10"])
+            if controller_available():
+                say("controller and engine")
+                await self.supervisor.start("controller", [
+                    sys.executable, "-m", "podway", "controller", "--kubeconfig", kubeconfig,
+                    "--xds-listen", f"unix:{self.state.xds_socket}", "--address", VIP,
+                    # One replica, restarted by the supervisor: no Lease to wait out.
+                    "--leader-elect=false"])
+                await self.supervisor.start("engine", [
+                    "ip", "netns", "exec", self.plan.edge, sys.executable, "-m", "podway",
+                    "engine", "--xds", f"unix:{self.state.xds_socket}", "--node-id",
+                    f"lab-{self.plan.name}-edge", "--state-dir", str(self.state.engine_dir)])
+            say("ready")
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
+                self._restart_api()))
+            while True:
+                await self.wake.wait()
+                self.wake.clear()
+                try:
+                    await self._reconcile()
+                except Exception:  # one bad pass must not stop the lab: log, retry on next
+                    log.exception("reconcile failed")
+                    await asyncio.sleep(1)
+                    self.wake.set()
+        finally:
+            await self._stop()
+
+    async def _restart_api(self) -> None:
+        await self.cp.restart()
+        # ``podway lab restart-api`` waits for this count to move.
+        marker = self.state.api_restarts
+        count = int(marker.read_text()) if marker.exists() else 0
+        marker.write_text(str(count + 1))
+
+    def _terminate(self, ns: str, name: str) -> None:
+        """Mark a pod terminating; it is deleted when its grace period is over."""
+        pod = self.cp.emu.get("pods", ns, name)
+        if pod is None or cluster.terminating(pod):
+            return
+        grace = int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        pod["metadata"]["deletionTimestamp"] = datetime.fromtimestamp(
+            time.time() + grace, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        pod["metadata"]["deletionGracePeriodSeconds"] = grace
+        self.cp.emu.put("pods", pod)
+        asyncio.get_running_loop().call_later(grace + 1, self.wake.set)
+
+    async def _stop(self) -> None:
+        for what in ("controller", "engine"):
+            await self.supervisor.stop(what, grace=5.0)
+        await asyncio.gather(*(self.supervisor.stop(f"agent-{n.name}")
+                               for n in self.plan.nodes))
+        await self.kubelet.close()
+        await self.supervisor.stop_all()
+        await self.cp.stop()
+
+    async def _reconcile(self) -> None:
+        emu = self.cp.emu
+        pods = emu.objects("pods")
+        for deploy in emu.objects("deployments"):
+            create, leaving = cluster.deployment_pods(deploy, pods)
+            for pod in create:
+                emu.put("pods", pod)
+            for ns, name in leaving:
+                self._terminate(ns, name)
+        owners = {cluster.meta(d).get("uid") for d in emu.objects("deployments")}
+        for pod in emu.objects("pods"):  # garbage collection: pods of deleted Deployments
+            refs = cluster.meta(pod).get("ownerReferences") or []
+            if any(r.get("kind") == "Deployment" and r.get("uid") not in owners for r in refs):
+                self._terminate(*cluster.key(pod))
+        now = time.time()
+        for pod in emu.objects("pods"):  # terminating pods whose grace period is over
+            when = cluster.meta(pod).get("deletionTimestamp")
+            if when and _epoch(when) <= now:
+                emu.delete("pods", *cluster.key(pod))
+        pods = emu.objects("pods")
+        nodes = emu.objects("nodes")
+        for pod in pods:
+            if not (pod.get("spec") or {}).get("nodeName") and not cluster.terminated(pod):
+                chosen = cluster.schedule(pod, nodes, pods)
+                if chosen is not None:
+                    pod["spec"]["nodeName"] = chosen
+                    emu.put("pods", pod)
+        await self.kubelet.sync(emu.objects("pods"))
+        pods = emu.objects("pods")
+        for deploy in emu.objects("deployments"):
+            status = cluster.deployment_status(deploy, pods)
+            if deploy.get("status") != status:
+                emu.put("deployments", {**deploy, "status": status})
+        services = emu.objects("services")
+        wanted: set[tuple[str, str]] = set()
+        for svc in services:
+            sl = cluster.endpoint_slice(svc, pods)
+            if sl is None:
+                continue
+            wanted.add(cluster.key(sl))
+            current = emu.get("endpointslices", *cluster.key(sl))
+            if current is None or any(current.get(k) != sl.get(k)
+                                      for k in ("ports", "endpoints")):
+                emu.put("endpointslices", sl)
+        for sl in emu.objects("endpointslices"):
+            labels = sl["metadata"].get("labels") or {}
+            if labels.get(cluster.MANAGED_BY) == cluster.LAB_SLICES and \
+                    cluster.key(sl) not in wanted:
+                emu.delete("endpointslices", *cluster.key(sl))
+        slices = emu.objects("endpointslices")
+        for node in self.plan.nodes:
+            script = kubeproxy.ruleset(node.name, services, slices)
+            if self._rules.get(node.name) != script:
+                await asyncio.to_thread(network.in_ns, node.netns, "nft", "-f", "-",
+                                        stdin=script)
+                self._rules[node.name] = script
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def main() -> None:
+    state = LabState(Path(sys.argv[1]))
+    logging.basicConfig(level=logging.INFO, filename=str(state.logs / "daemon.log"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    state.daemon_pid.write_text(str(os.getpid()))
+    detached = False
+
+    def say(line: str) -> None:
+        nonlocal detached
+        if detached:
+            return
+        print(line, flush=True)
+        if line == "ready" or line.startswith("error:"):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+            detached = True
+
+    async def body() -> None:
+        from podway.cli.commands.common import run_until_signal
+
+        await run_until_signal(Daemon(state).run(say))
+
+    try:
+        asyncio.run(body())
+    except Exception as exc:
+        log.exception("lab daemon failed")
+        say(f"error: {exc}")
+        raise SystemExit(1) from None
+    finally:
+        with contextlib.suppress(OSError):
+            state.daemon_pid.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""The lab's kubelet for every node: a scheduled Pod becomes a network namespace on its node's
+bridge with an address from the node's CIDR, running ``podway.programs.lab.pod`` (echo on every
+declared container port) with the pod's identity; readiness probes decide the ``Ready`` condition.
+
+Invariants: a pod keeps its namespace and IP for its whole life (a restart of its process, after
+it dies, keeps both, counts ``restartCount`` and clears Ready until the probe passes again);
+probes run from the pod's node (its namespace, one thread per node), as the kubelet does:
+``httpGet`` passes on 200-399, ``tcpSocket`` on a connection, no probe on the process being up.
+Status is written only when it changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.client
+import logging
+import socket
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from podway.base.tasks import cancel_and_wait
+from podway.kube.emulator import KubeEmulator
+from podway.programs.agent.netns import single_thread
+from podway.programs.lab import network
+from podway.programs.lab.cluster import key, meta, terminated
+from podway.programs.lab.plan import LabPlan, NodePlan
+from podway.programs.lab.processes import Supervisor
+
+log = logging.getLogger("podway.programs.lab.kubelet")
+Obj = dict[str, Any]
+PROBE_TIMEOUT_S = 1.0
+
+
+def container_ports(pod: Obj) -> list[tuple[int, str]]:
+    found = {(int(p["containerPort"]), str(p.get("protocol", "TCP")).upper())
+             for c in (pod.get("spec") or {}).get("containers") or []
+             for p in c.get("ports") or [] if p.get("containerPort")}
+    return sorted(found)
+
+
+def readiness_probe(pod: Obj) -> Obj | None:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("readinessProbe"):
+            return dict(container["readinessProbe"])
+    return None
+
+
+def probe_once(ip: str, probe: Obj, ports: list[tuple[int, str]]) -> bool:
+    """One readiness check from the node (blocking; runs in the node's thread)."""
+    def port_of(value: Any) -> int:
+        if isinstance(value, int) or str(value).isdigit():
+            return int(value)
+        raise ValueError(f"named probe port {value!r} is not supported")
+    try:
+        if "httpGet" in probe:
+            get = probe["httpGet"]
+            conn = http.client.HTTPConnection(ip, port_of(get.get("port")),
+                                              timeout=PROBE_TIMEOUT_S)
+            try:
+                conn.request("GET", str(get.get("path", "/")))
+                return 200 <= conn.getresponse().status < 400
+            finally:
+                conn.close()
+        if "tcpSocket" in probe:
+            with socket.create_connection((ip, port_of(probe["tcpSocket"].get("port"))),
+                                          timeout=PROBE_TIMEOUT_S):
+                return True
+    except (OSError, ValueError, http.client.HTTPException):
+        return False
+    return True  # exec probes are not run in the lab: they count as passing
+
+
+@dataclass
+class PodRun:
+    uid: str
+    namespace: str
+    name: str
+    node: NodePlan
+    slot: int
+    netns: str
+    ip: str
+    ports: list[tuple[int, str]]
+    probe: Obj | None
+    started_at: str
+    up: bool = False  # the process listens
+    ready: bool = False
+    restarts: int = 0
+    prober: asyncio.Task[None] | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def what(self) -> str:
+        return f"pod-{self.namespace}-{self.name}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kubelet:
+    def __init__(self, *, plan: LabPlan, supervisor: Supervisor,
+                 emu: Callable[[], KubeEmulator], changed: Callable[[], None]) -> None:
+        self.plan, self.supervisor, self.emu, self.changed = plan, supervisor, emu, changed
+        self.runs: dict[str, PodRun] = {}
+        self._threads: dict[str, ThreadPoolExecutor] = {}
+
+    def _thread(self, node: NodePlan) -> ThreadPoolExecutor:
+        if node.name not in self._threads:
+            self._threads[node.name] = single_thread(netns=node.netns, name="lab-probe")
+        return self._threads[node.name]
+
+    async def sync(self, pods: list[Obj]) -> None:
+        """Make the running pods match the scheduled ones, then publish their status."""
+        wanted = {str(meta(p)["uid"]): p for p in pods
+                  if (p.get("spec") or {}).get("nodeName") and not terminated(p)}
+        for uid in [u for u in self.runs if u not in wanted]:
+            await self._remove(self.runs[uid])
+        for uid, pod in wanted.items():
+            if uid not in self.runs:
+                node_name = pod["spec"]["nodeName"]
+                try:
+                    node = self.plan.node(node_name)
+                except KeyError:
+                    continue  # scheduled onto a node the lab does not have
+                await self._add(uid, pod, node)
+        for uid, pod in wanted.items():
+            run = self.runs.get(uid)
+            if run is not None:
+                self._publish(run, pod)
+
+    async def _add(self, uid: str, pod: Obj, node: NodePlan) -> None:
+        used = {r.slot for r in self.runs.values() if r.node.name == node.name}
+        slot = next(s for s in range(len(used) + 1) if s not in used)
+        ns, name = key(pod)
+        netns = self.plan.pod_netns(node, slot)
+        ip = await asyncio.to_thread(network.add_pod, self.plan, node, slot, netns)
+        run = PodRun(uid=uid, namespace=ns, name=name, node=node, slot=slot, netns=netns, ip=ip,
+                     ports=container_ports(pod), probe=readiness_probe(pod),
+                     started_at=_now())
+        self.runs[uid] = run
+        argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "podway.programs.lab.pod",
+                "--pod", name, "--namespace", ns, "--node", node.name,
+                *(f"{port}/{proto}" for port, proto in run.ports)]
+
+        def line(text: str) -> None:
+            if text == "ready" and not run.up:
+                run.up = True
+                run.wake.set()
+                self.changed()
+
+        def exited(code: int) -> None:
+            if run.up:
+                run.restarts += 1
+            run.up = run.ready = False
+            self.changed()
+
+        await self.supervisor.start(run.what, argv, on_line=line, on_exit=exited)
+        run.prober = asyncio.create_task(self._probe(run), name=f"lab-probe-{run.what}")
+
+    async def _probe(self, run: PodRun) -> None:
+        probe = run.probe
+        initial = float((probe or {}).get("initialDelaySeconds", 0))
+        period = float((probe or {}).get("periodSeconds", 10))
+        loop = asyncio.get_running_loop()
+        if initial:
+            await asyncio.sleep(initial)
+        while True:
+            if not run.up:
+                run.wake.clear()
+                await run.wake.wait()
+            ok = run.up and (probe is None or await loop.run_in_executor(
+                self._thread(run.node), probe_once, run.ip, probe, run.ports))
+            if ok != run.ready:
+                run.ready = ok
+                self.changed()
+            run.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(period if probe else 3600):
+                    await run.wake.wait()
+
+    async def _remove(self, run: PodRun) -> None:
+        self.runs.pop(run.uid, None)
+        if run.prober is not None:
+            await cancel_and_wait(run.prober)
+        await self.supervisor.stop(run.what, grace=2.0)
+        await asyncio.to_thread(network.remove_ns, run.netns)
+
+    def _publish(self, run: PodRun, listed: Obj) -> None:
+        # Read the pod again: awaits since the list may have let an agent annotate it.
+        pod = self.emu().get("pods", run.namespace, run.name)
+        if pod is None or str(meta(pod).get("uid")) != run.uid or listed is None:
+            return
+        old = pod.get("status") or {}
+        ready = "True" if run.ready else "False"
+
+        def cond(kind: str, status: str) -> Obj:
+            before: Obj = next((c for c in old.get("conditions") or []
+                                if c.get("type") == kind), {})
+            since = before.get("lastTransitionTime") if before.get("status") == status \
+                else _now()
+            return {"type": kind, "status": status, "lastTransitionTime": since}
+
+        containers = (pod.get("spec") or {}).get("containers") or [{"name": "main"}]
+        status = {
+            "phase": "Running", "hostIP": run.node.ip, "hostIPs": [{"ip": run.node.ip}],
+            "podIP": run.ip, "podIPs": [{"ip": run.ip}], "startTime": run.started_at,
+            "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"),
+                           cond("ContainersReady", ready), cond("Ready", ready)],
+            "containerStatuses": [{
+                "name": c.get("name", "main"), "image": c.get("image", "podway-echo"),
+                "ready": run.ready, "restartCount": run.restarts, "started": run.up,
+                "state": {"running": {"startedAt": run.started_at}} if run.up
+                else {"waiting": {"reason": "ContainerCreating"}}} for c in containers]}
+        if status != old:
+            self.emu().put("pods", {**pod, "status": status})
+
+    async def close(self) -> None:
+        for run in list(self.runs.values()):
+            await self._remove(run)
+        for pool in self._threads.values():
+            pool.shutdown(wait=False)

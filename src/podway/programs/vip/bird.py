@@ -1,0 +1,175 @@
+"""BIRD 2 configuration for an engine host that announces its VIPs over BGP.
+
+Pure text builders (the tests assert the exact text and run it in a real ``bird``):
+
+- ``engine_config``: the engine host's speaker. Each VIP is a host route (/32, /128) of a
+  ``static`` protocol, exported to every neighbour and never to the host's kernel table (the
+  addresses live on the host, ``lo``); eBGP sets the engine's own address as next hop. With no
+  VIPs the same file withdraws everything — how a graceful stop starts.
+A session carries the VIPs of its neighbour's family (an IPv6 VIP needs an IPv6 neighbour).
+
+- ``router_config``: the upstream side as a lab (and a template for a network team): one
+  session per engine host, ``merge paths`` so several hosts announcing a VIP become one ECMP
+  route in the kernel; it takes nothing wider than a /24 (/64) from an engine host.
+
+Announcing a whole pool (a CIDR) instead of each VIP keeps the speaker's configuration fixed
+while the IPAM hands addresses out: the engine hosts accept the pool locally (``ip route add
+local POOL dev lo``) and Envoy binds the allocated VIPs (``ip_nonlocal_bind``).
+
+Failure detection: BFD (``bfd: true``, 100 ms x 3 by default) notices a dead host in well under
+a second; without it the BGP hold time (default 3 s, keepalive 1 s) bounds it. Graceful stop
+never waits for either: the engine withdraws (a reconfigure), waits until the route is gone,
+then drains.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from podway.base.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Neighbor:
+    address: str
+    asn: int
+    name: str = ""  # BIRD protocol name; default from the address
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BgpSettings:
+    router_id: str
+    """An IPv4 address unique among the speakers (usually the host's address)."""
+    local_as: int
+    neighbors: tuple[Neighbor, ...]
+    bfd: bool = True
+    """Bidirectional Forwarding Detection on every session: sub-second failure detection."""
+    bfd_interval_ms: int = 100
+    """BFD transmit/receive interval; a session is down after 3 missed packets."""
+    hold_time: int = 3
+    """BGP hold time in seconds (3 is BGP's minimum); the bound when BFD is off."""
+    keepalive: int = 1
+    """BGP keepalive in seconds (at most a third of the hold time)."""
+
+
+def parse_neighbor(text: str) -> Neighbor:
+    """``ADDRESS:AS`` (IPv6: ``[ADDRESS]:AS``), e.g. ``198.18.51.1:65000``."""
+    host, sep, asn = text.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        number = int(asn)
+    except ValueError:
+        raise ConfigError(f"--neighbor {text!r}: give ADDRESS:AS, e.g. 198.18.51.1:65000"
+                          ) from None
+    if not sep or not 1 <= number <= 4294967295:
+        raise ConfigError(f"--neighbor {text!r}: the AS number must be 1..4294967295")
+    return Neighbor(address=host, asn=number)
+
+
+def check_settings(settings: BgpSettings) -> None:
+    """One-line ``ConfigError`` for settings BIRD would refuse or that defeat the design."""
+    try:
+        if ipaddress.ip_address(settings.router_id).version != 4:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"router id {settings.router_id!r} must be an IPv4 address") from None
+    if not 1 <= settings.local_as <= 4294967295:
+        raise ConfigError(f"local AS {settings.local_as} must be 1..4294967295")
+    if not settings.neighbors:
+        raise ConfigError("at least one BGP neighbour is needed (--neighbor ADDRESS:AS)")
+    if settings.hold_time < 3 or settings.keepalive < 1 or \
+            settings.keepalive * 3 > settings.hold_time:
+        raise ConfigError(f"hold time {settings.hold_time}s / keepalive {settings.keepalive}s: "
+                          "hold time at least 3 s and keepalive at most a third of it")
+    if not 10 <= settings.bfd_interval_ms <= 10000:
+        raise ConfigError(f"BFD interval {settings.bfd_interval_ms} ms must be 10..10000")
+
+
+def host_routes(vips: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The VIPs as sorted IPv4 and IPv6 routes: an address is a host route (/32, /128); a CIDR
+    (a whole VIP pool, e.g. ``198.18.60.0/28``) is announced as it is. Anything else is a
+    ``ConfigError``."""
+    v4: set[ipaddress.IPv4Network] = set()
+    v6: set[ipaddress.IPv6Network] = set()
+    for text in vips:
+        try:
+            net = ipaddress.ip_network(text, strict=True)
+        except ValueError:
+            raise ConfigError(f"VIP {text!r} is not an IP address or a CIDR") from None
+        if isinstance(net, ipaddress.IPv4Network):
+            v4.add(net)
+        else:
+            v6.add(net)
+    return [str(n) for n in sorted(v4)], [str(n) for n in sorted(v6)]
+
+
+def _name(neighbor: Neighbor, index: int) -> str:
+    return neighbor.name or f"peer{index}"
+
+
+def _session(neighbor: Neighbor, index: int, settings: BgpSettings, *, export: str,
+             imports: str) -> list[str]:
+    family = "ipv4" if ipaddress.ip_address(neighbor.address).version == 4 else "ipv6"
+    lines = [f"protocol bgp {_name(neighbor, index)} {{",
+             f"    local as {settings.local_as};",
+             f"    neighbor {neighbor.address} as {neighbor.asn};",
+             f"    hold time {settings.hold_time};",
+             f"    keepalive time {settings.keepalive};",
+             "    connect retry time 1;",
+             "    error wait time 1, 5;"]
+    if settings.bfd:
+        lines.append("    bfd on;")
+    lines += [f"    {family} {{", f"        import {imports};", f"        export {export};",
+              "    };", "}"]
+    return lines
+
+
+def _bfd(settings: BgpSettings) -> list[str]:
+    if not settings.bfd:
+        return []
+    ms = settings.bfd_interval_ms
+    return ["protocol bfd {", '    interface "*" {', f"        min rx interval {ms} ms;",
+            f"        min tx interval {ms} ms;", "        multiplier 3;", "    };", "}", ""]
+
+
+def engine_config(settings: BgpSettings, vips: Sequence[str]) -> str:
+    """The engine host's ``bird.conf``: announce ``vips`` (none: withdraw all) to every
+    neighbour."""
+    check_settings(settings)
+    v4, v6 = host_routes(vips)
+    lines = ["# Written by podway (podway vip bird-config): the VIPs this engine host serves.",
+             f"router id {settings.router_id};", "",
+             "protocol device { scan time 10; }", ""]
+    lines += _bfd(settings)
+    lines += ["protocol static vips4 {", "    ipv4;"]
+    lines += [f"    route {r} blackhole;" for r in v4]
+    lines += ["}", "", "protocol static vips6 {", "    ipv6;"]
+    lines += [f"    route {r} blackhole;" for r in v6]
+    lines += ["}", ""]
+    export = 'filter { if proto = "vips4" || proto = "vips6" then accept; reject; }'
+    for i, neighbor in enumerate(settings.neighbors):
+        lines += _session(neighbor, i, settings, export=export, imports="none")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def router_config(settings: BgpSettings) -> str:
+    """An upstream router that learns VIPs from ``settings.neighbors`` (the engine hosts) and
+    installs them in its kernel table, merged into ECMP routes."""
+    check_settings(settings)
+    lines = ["# Upstream router (lab / template): VIPs from engine hosts, ECMP in the kernel.",
+             f"router id {settings.router_id};", "",
+             "protocol device { scan time 10; }", ""]
+    lines += _bfd(settings)
+    lines += ["protocol kernel kernel4 {", "    ipv4 { export all; };", "    merge paths on;",
+              "}", "", "protocol kernel kernel6 {", "    ipv6 { export all; };",
+              "    merge paths on;", "}", ""]
+    host_only = ("filter { if (net.type = NET_IP4 && net.len >= 24) || "
+                 "(net.type = NET_IP6 && net.len >= 64) then accept; reject; }")
+    for i, neighbor in enumerate(settings.neighbors):
+        lines += _session(neighbor, i, settings, export="none", imports=host_only)
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,130 @@
+"""Run BIRD for one engine host: announce its VIPs, withdraw them while Envoy is unhealthy, and
+on a stop withdraw first, wait, then let the caller drain.
+
+The protocol stays BIRD's; this is only its supervisor: the configuration is rewritten
+(``podway.programs.vip.bird.engine_config``) and applied with ``birdc configure``, which changes
+announcements without resetting BGP sessions. BIRD runs in the foreground as a child
+(``bird -f``) with its control socket and files in ``workdir``; ``prefix`` runs it elsewhere
+(the tests use ``ip netns exec NS``). Stopping terminates BIRD, whose BGP Cease tells the
+routers at once.
+
+Invariants: ``announce`` returns only after BIRD accepted the new configuration; ``stop`` leaves
+no process behind, also when cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from podway.base.errors import EnvironmentProblem
+from podway.programs.vip.bird import BgpSettings, engine_config
+
+log = logging.getLogger(__name__)
+
+
+class BirdSpeaker:
+    def __init__(self, settings: BgpSettings, *, workdir: Path,
+                 prefix: Sequence[str] = ()) -> None:
+        self.settings = settings
+        self.workdir = workdir
+        self.prefix = tuple(prefix)
+        self.config = workdir / "bird.conf"
+        self.socket = workdir / "bird.ctl"
+        self._proc: asyncio.subprocess.Process | None = None
+        self.vips: tuple[str, ...] = ()
+
+    async def start(self, vips: Sequence[str]) -> None:
+        bird = shutil.which("bird")
+        if bird is None:
+            raise EnvironmentProblem("bird (BIRD 2) is not installed: apt-get install bird2")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._write(vips)
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.prefix, bird, "-f", "-c", str(self.config), "-s", str(self.socket),
+            "-P", str(self.workdir / "bird.pid"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        for _ in range(200):  # the control socket appears once the configuration is read
+            if self.socket.exists() and await self._birdc("show status", check=False):
+                return
+            if self._proc.returncode is not None:
+                break
+            await asyncio.sleep(0.025)
+        err = b""
+        if self._proc.returncode is not None and self._proc.stderr is not None:
+            err = await self._proc.stderr.read()
+        await self.stop()
+        raise EnvironmentProblem(f"bird did not start: {err.decode(errors='replace').strip()}")
+
+    def _write(self, vips: Sequence[str]) -> None:
+        text = engine_config(self.settings, vips)
+        tmp = self.config.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.config)
+        self.vips = tuple(vips)
+
+    async def _birdc(self, command: str, *, check: bool = True) -> str:
+        birdc = shutil.which("birdc") or "birdc"
+        proc = await asyncio.create_subprocess_exec(
+            *self.prefix, birdc, "-s", str(self.socket), *command.split(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        text = out.decode(errors="replace")
+        if check and proc.returncode != 0:
+            raise EnvironmentProblem(f"birdc {command}: {text.strip()}")
+        return text if proc.returncode == 0 else ""
+
+    async def announce(self, vips: Sequence[str]) -> None:
+        """Announce exactly ``vips`` (empty: withdraw all); returns once BIRD runs it."""
+        self._write(vips)
+        out = await self._birdc("configure")
+        if "Reconfigured" not in out and "Reconfiguration in progress" not in out:
+            raise EnvironmentProblem(f"bird refused the configuration: {out.strip()}")
+
+    async def established(self) -> int:
+        """How many BGP sessions are up."""
+        out = await self._birdc("show protocols", check=False)
+        return sum(1 for line in out.splitlines() if " BGP " in line and "Established" in line)
+
+    def kill(self) -> None:
+        """SIGKILL BIRD: no Cease is sent (a dead host, for test beds)."""
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
+    async def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            await asyncio.shield(asyncio.wait_for(proc.wait(), 5))
+        except (TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise
+
+
+async def follow_health(speaker: BirdSpeaker, vips: Sequence[str],
+                        healthy: Callable[[], Awaitable[bool]], *, interval: float = 0.2,
+                        fall: int = 2, rise: int = 2) -> None:
+    """Announce ``vips`` while ``healthy()`` holds, withdraw after ``fall`` failed checks in a
+    row, announce again after ``rise`` good ones. Runs until cancelled."""
+    announced = bool(speaker.vips)
+    streak = 0
+    while True:
+        ok = await healthy()
+        streak = streak + 1 if ok != announced else 0
+        if streak >= (rise if not announced else fall):
+            announced = ok
+            streak = 0
+            log.warning("engine %s: %s VIPs", "healthy" if ok else "unhealthy",
+                        "announcing" if ok else "withdrawing")
+            await speaker.announce(vips if ok else ())
+        await asyncio.sleep(interval)

@@ -1,0 +1,98 @@
+"""Words for ``explain``: how hosts, filters, members and modes read in a report. Pure."""
+
+from __future__ import annotations
+
+from podway.ir import (
+    CORS,
+    BodyLimit,
+    ClientAccess,
+    Filter,
+    HeaderModifier,
+    Pool,
+    RateLimit,
+    URLRewrite,
+    VirtualHost,
+    WildcardMode,
+)
+from podway.readers.explain.model import MemberView
+
+
+def backend_mode(pool: Pool, mode: str) -> str:
+    """How the pool's members reach pods, in words (``nodeport`` when members are nodes)."""
+    if any(m.origin is not None and m.origin.kind == "Node" for m in pool.members):
+        return "nodeport (node, then kube-proxy: one more hop)"
+    return {"clusterip": "clusterip (pod IP)",
+            "nodeportlocal": "nodeportlocal (node IP, DNAT to the pod)",
+            "nodeport": "nodeport (node, then kube-proxy: one more hop)"}.get(mode, mode or "")
+
+
+def host_kind(vhost: VirtualHost, host: str) -> str:
+    if vhost.hostname == "*":
+        return f"the catch-all (*): no exact or wildcard host covers {host!r}"
+    if vhost.hostname.startswith("*."):
+        reach = "any number of labels" if vhost.wildcard is WildcardMode.SUFFIX else "one label"
+        return f"wildcard {vhost.hostname} ({reach}) covers {host!r}"
+    return f"exact host {vhost.hostname}"
+
+
+def filter_text(f: Filter) -> str:
+    if isinstance(f, HeaderModifier):
+        side = "response" if f.response else "request"
+        edits = ([f"set {k}: {v}" for k, v in f.set] + [f"add {k}: {v}" for k, v in f.add]
+                 + [f"remove {k}" for k in f.remove])
+        return f"{side} headers: {'; '.join(edits) or 'no change'}"
+    if isinstance(f, URLRewrite):
+        edits = []
+        if f.hostname is not None:
+            edits.append(f"host → {f.hostname}")
+        if f.path is not None:
+            edits.append(f"path → {f.path}")
+        if f.prefix is not None:
+            edits.append(f"matched prefix → {f.prefix or '/'}")
+        if f.pattern is not None:
+            edits.append(f"path matching {f.pattern} → {f.substitution}")
+        return f"rewrite: {', '.join(edits) or 'no change'}"
+    if isinstance(f, CORS):
+        return (f"CORS: origins {', '.join(f.allow_origins) or 'none'} (preflights answered by "
+                "the engine)")
+    if isinstance(f, ClientAccess):
+        allow = ", ".join(f.allow) or "any address"
+        deny = f" except {', '.join(f.deny)}" if f.deny else ""
+        return f"clients allowed: {allow}{deny} (others get 403)"
+    if isinstance(f, RateLimit):
+        who = "per client address" if f.per_client else "for all clients"
+        return (f"rate limit {who}: {f.requests} per {f.interval_ms} ms, bursts of {f.burst} "
+                f"(then {f.status})")
+    if isinstance(f, BodyLimit):
+        return f"request bodies up to {f.max_bytes} bytes (larger: 413)"
+    return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
+
+
+def state_counts(members: tuple[MemberView, ...]) -> str:
+    if not members:
+        return "it has no members: no endpoints, or none could be resolved"
+    counts: dict[str, int] = {}
+    for m in members:
+        key = {"not_ready": "not ready", "draining": "draining"}.get(m.state, m.why)
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in counts.items())
+
+
+def no_sni(sni: str | None) -> str:
+    if not sni:
+        return "the client sent no SNI"
+    if sni.endswith("."):  # RFC 6066 forbids it; the engine compares the name as sent
+        return (f"SNI {sni} matches no certificate name (the engine keeps an SNI's trailing "
+                "dot, which clients must not send)")
+    return f"SNI {sni} matches no certificate name"
+
+
+def listing(items: list[str], limit: int = 6) -> str:
+    if not items:
+        return "none"
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
+
+
+def hostport(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"

@@ -1,0 +1,120 @@
+"""The operator's surfaces of a running pipeline: the admin endpoint and the dashboard.
+
+``podway run`` (``podway.programs.standalone``) and ``podway controller``
+(``podway.programs.controller.main``) mount the same two readers of their ``Pipeline`` through
+``serve``: the admin endpoint (``podway.readers.admin_api``: state, config, live ``explain``, on a
+private unix socket) and the web dashboard (``podway.readers.dashboard``, on a TCP port). Both only
+read published states.
+
+Invariants: a surface whose option is None is not served; ``engine_admin`` None means no engine's
+admin is known (a controller's engines are remote): explain and the dashboard then show
+Kubernetes readiness only and say that the engine's live health is not known, never guess it.
+``serve`` runs until cancelled and stops every server it started, also when one fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from podway.base.netaddr import HostPort, format_host_port
+from podway.pipeline import Pipeline
+from podway.pipeline import State as PipelineState
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+AdminAddress = Callable[[], str | None]  # the engine's admin address now; None: not running
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SurfaceOptions:
+    mode: str = ""  # the backend mode, shown by explain and the dashboard
+    admin_socket: Path | None = None  # the admin endpoint's unix socket; None: not served
+    dashboard: HostPort | None = None  # the dashboard; None: not served
+    dashboard_refresh_s: float = 2.0  # how often a watched dashboard samples the engine
+    # The engine's admin address (its live health and stats); None: no engine known.
+    engine_admin: AdminAddress | None = None
+    # Put before the URL in the dashboard's ``podway explain`` hints (e.g. --manifests DIR).
+    explain_args: tuple[str, ...] = ()
+    detailed_stats: bool = False  # the engine keeps per-pool stats
+
+
+async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
+    """Serve the admin endpoint and the dashboard that ``opts`` ask for, until cancelled."""
+    async with asyncio.TaskGroup() as group:
+        if opts.admin_socket is not None:
+            group.create_task(_admin(pipeline, opts, opts.admin_socket), name="admin-endpoint")
+        if opts.dashboard is not None:
+            group.create_task(_dashboard(pipeline, opts, opts.dashboard), name="dashboard")
+
+
+async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None:
+    from podway.readers.admin_api import AdminOptions, AdminServer
+
+    await AdminServer(pipeline, AdminOptions(
+        socket=socket, mode=opts.mode, engine_admin=opts.engine_admin)).run()
+
+
+async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:
+    from podway.readers.dashboard.app import DashboardOptions, make_app
+    from podway.readers.dashboard.view import ViewOptions
+
+    def explainer(state: PipelineState, url: str) -> str:
+        return explain_text(state, url, mode=opts.mode,
+                            engine_known=opts.engine_admin is not None)
+
+    app = make_app(pipeline, explainer=explainer, engine_admin=opts.engine_admin,
+                   options=DashboardOptions(view=ViewOptions(
+                       mode=opts.mode, refresh_s=opts.dashboard_refresh_s,
+                       explain_args=opts.explain_args, detailed_stats=opts.detailed_stats,
+                       engine_known=opts.engine_admin is not None)))
+    await serve_until_cancelled(app, where, "dashboard")
+
+
+def explain_text(state: PipelineState, url: str, *, mode: str, engine_known: bool) -> str:
+    """The dashboard's explain page: ``podway explain URL`` over this state, as text (the
+    engine's live health is left out here; the command shows it when an engine is known)."""
+    from podway.readers.explain import Context, QueryError, explain, parse
+    from podway.readers.explain.render import report_text
+
+    try:
+        query = parse(url)
+    except QueryError as exc:
+        return f"error: {exc}"
+    context = Context(problems=state.problems, mode=mode,
+                      refused={r.resource: r.message for r in state.rejections if r.resource})
+    from podway.readers.admin_api import NO_ENGINE_NOTE
+
+    data = explain(state.ir, query, context).to_data()
+    if not engine_known:
+        data["notes"] = [NO_ENGINE_NOTE]
+    return report_text(data)
+
+
+async def serve_until_cancelled(app: web.Application, where: HostPort, what: str,
+                                also: Coroutine[Any, Any, None] | None = None) -> None:
+    """Serve ``app`` at ``where`` (and run ``also``) until cancelled; then stop serving."""
+    from podway.readers.metrics.exposition import serve as serve_http
+
+    try:
+        runner = await serve_http(app, host=where.host, port=where.port, what=what)
+    except BaseException:
+        if also is not None:
+            also.close()  # never started
+        raise
+    try:
+        log.info("%s on http://%s/", what, format_host_port(where.host, where.port))
+        if also is not None:
+            await also
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        if also is not None:
+            also.close()  # a no-op once it ran; closes it if cancelled before it started
+        await runner.cleanup()

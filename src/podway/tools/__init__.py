@@ -1,0 +1,1 @@
+"""Tools beside the load balancer: the echo workload and the migration helpers."""

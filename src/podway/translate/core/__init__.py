@@ -1,0 +1,2 @@
+"""What every translation shares: problems, options, hosts, ports, addresses, regexes, TLS,
+status."""

@@ -1,0 +1,71 @@
+"""Settings of one translation: where listeners bind, which objects are ours, backend mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from podway.translate.core.vips import VipAllocator
+
+from podway.ir import TLSOptions
+
+
+class BackendMode(StrEnum):
+    """How a Service's pods become pool members (see ARCHITECTURE.md, "The three backend modes").
+
+    Only ``clusterip`` resolves members today; the seam in ``podway.translate.pools.backends``
+    takes the other two without touching route translation.
+    """
+
+    CLUSTERIP = "clusterip"  # PodIP:targetPort from EndpointSlices
+    NODEPORT = "nodeport"  # every NodeIP:nodePort (the extra-hop baseline)
+    NODEPORTLOCAL = "nodeportlocal"  # NodeIP:nplPort from the pods' NPL annotation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TranslateOptions:
+    address: str = "0.0.0.0"
+    """Bind address for Ingress listeners and for Services that have no VIP."""
+    http_port: int = 80
+    """Port of the shared HTTP listener that serves every Ingress."""
+    https_port: int = 443
+    """Port of the shared HTTPS listener (SNI picks the certificate)."""
+    mode: BackendMode = BackendMode.CLUSTERIP
+    """Backend mode for pool members."""
+    ingress_controller: str = "podway.io/ingress-controller"
+    """IngressClass ``spec.controller`` that makes a class ours."""
+    ingress_class: str = "podway"
+    """Class name that is ours when the snapshot holds no IngressClass objects."""
+    takeover_classes: tuple[str, ...] = ()
+    """Ingress class names Podway serves whatever controller their IngressClass names
+    (``--ingress-class nginx``: take over ingress-nginx's Ingresses, serving their
+    ``nginx.ingress.kubernetes.io/*`` annotations). An Ingress without a class is taken when
+    the default IngressClass has one of these names."""
+    gateway_controller: str = "podway.io/gateway-controller"
+    """GatewayClass ``spec.controllerName`` that makes a class (and its Gateways) ours."""
+    load_balancer_class: str = "podway.io/lb"
+    """``spec.loadBalancerClass`` of Services that are ours (unset is ours too)."""
+    manifest_addresses: bool = False
+    """Let manifests choose bind addresses (Service ``status.loadBalancer``/``loadBalancerIP``,
+    Gateway ``spec.addresses``). Off: every listener binds ``address`` and an object asking for
+    another gets an ``AddressNotAllowed`` warning. On where an address allocator (IPAM) or a
+    trusted author writes them."""
+    tls: TLSOptions = field(default_factory=TLSOptions)
+    """Handshake settings (minimum/maximum TLS version, TLS 1.2 ciphers) of every HTTPS
+    listener; a Gateway listener's ``tls.options`` overrides them key by key
+    (``podway.translate.core.tls_options``). Default: the engine's (TLS 1.2-1.3)."""
+    strict_host_ownership: bool = False
+    """The oldest Ingress naming a host owns it. Off: Ingresses of other namespaces may still
+    add paths or a certificate to it, and both sides are warned (``HostShared``). On: their
+    rules and TLS entries for that host are refused (``HostConflict``)."""
+    xff_trusted_hops: int = 0
+    """Proxies in front of the engine trusted to append to X-Forwarded-For
+    (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
+    peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
+    (``podway.translate.pools.client_ip``)."""
+    vips: VipAllocator | None = None
+    """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
+    bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no
+    longer applies to them. None: the addresses come from the manifests as described above."""

@@ -1,0 +1,1 @@
+"""Pools: backends, members per backend mode, client-address settings and traffic settings."""

@@ -1,0 +1,667 @@
+"""Health, balancing, persistence, timeouts and retries: every source, one precedence, one IR.
+
+Runs after the structure phase has built listeners and pool specs (``translate_structure``): it
+knows which routes use which pools, so a setting attached to a route or a Gateway reaches the pools
+they forward to. Pool-level sections (``healthCheck``, ``outlierDetection``, ``loadBalancer``,
+``persistence``, ``timeouts.connect``) land in ``PoolSettings``; route-level ones
+(``timeouts.request``/``idle``, ``retry``) in each ``Forward``.
+
+Precedence, per section — the first source that sets it wins (docs/reference.md):
+
+1. the Service: ``sessionAffinity: ClientIP``, its ``podway.io/`` annotations, a BackendLBPolicy,
+   a TrafficPolicy naming the Service port, a TrafficPolicy naming the Service;
+2. the routes forwarding to the pool, oldest first: their own fields (HTTPRoute rule
+   ``sessionPersistence``, ``timeouts``, ``retry``; Ingress annotations), then a TrafficPolicy
+   naming the route;
+3. the Gateways those routes are served on: a TrafficPolicy naming the Gateway;
+4. the defaults: a health check that proves the pool's protocol, and outlier detection.
+
+Route-level sections are looked up route first (own fields, route policy), then Gateway, then the
+Service of the route's first pool. An object's own fields beat a policy attached to it, standard
+fields beat ``podway.io/`` annotations. A policy with a bad value is not applied at all
+(``Accepted=False``, reason ``Invalid``); a bad annotation drops only its section. Two
+TrafficPolicies naming the same target: the older wins, the other is ``Conflicted``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from podway.ir import (
+    HASHING,
+    Forward,
+    HealthCheck,
+    L4Route,
+    LBPolicy,
+    Listener,
+    OutlierDetection,
+    Persistence,
+    PersistenceKind,
+    PoolProtocol,
+    PoolSettings,
+    Route,
+)
+from podway.model import Ingress, ObjectRef, Service
+from podway.model.gateway import CONTROLLER_NAME, GROUP, Gateway
+from podway.model.gateway_routes import GRPCRoute, HTTPRoute
+from podway.model.policy import (
+    BackendLBPolicy,
+    PolicyTargetReference,
+    TrafficPolicy,
+    TrafficPolicySpec,
+)
+from podway.model.snapshot import Snapshot
+from podway.translate.core.problems import Problem, Reason, Severity, Verdict, quote
+from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
+from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
+from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
+from podway.translate.pools import traffic_values as tv
+from podway.translate.pools.backends import PoolSpec
+
+_ROUTE_KINDS = {("gateway.networking.k8s.io", "HTTPRoute"): HTTPRoute,
+                ("gateway.networking.k8s.io", "GRPCRoute"): GRPCRoute,
+                ("networking.k8s.io", "Ingress"): Ingress}
+_RULE = re.compile(r"/rule/(\d+)/")
+TargetKey = tuple[str, str, str, str]  # (kind, namespace, name, section)
+
+
+@dataclass(slots=True)
+class _Policy:
+    """One policy (or one object's annotations) as a source of sections."""
+
+    spec: TrafficPolicySpec
+    origin: ObjectRef
+    annotations: bool = False  # issues are about annotations (InvalidAnnotation)
+
+
+@dataclass(slots=True)
+class _Target:
+    ref: PolicyTargetReference
+    verdict: Verdict
+
+
+@dataclass(slots=True)
+class _PolicyState:
+    ref: ObjectRef
+    generation: int
+    targets: list[_Target] = field(default_factory=list)
+    invalid: Verdict | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficResult:
+    listeners: tuple[Listener, ...]
+    pools: Mapping[str, PoolSpec]
+    problems: tuple[Problem, ...]
+    statuses: Mapping[ObjectRef, ObjectStatus]
+    # No policy object, no route with rule-level persistence, no annotation source used: a
+    # pool's settings then come from its Service alone (``lone_pool``), routes are left as is.
+    patchable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One pool's result and what it was made from: no TrafficPolicy or BackendLBPolicy in
+    the snapshot, no route with rule-level persistence among its users, no ``podway.io/``
+    annotation source (so it reported no problem)."""
+
+    spec: PoolSpec
+    service: Service | None
+    users: tuple[ObjectRef, ...]
+    ingresses: tuple[Ingress | None, ...]  # the Ingress users' objects (their annotations)
+    out: PoolSpec
+
+
+Memo = dict[int, _Kept]  # by id(spec in)
+
+
+def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
+                  pools: Mapping[str, PoolSpec], memo: Memo | None = None) -> TrafficResult:
+    """Settings for every pool and forwarding route. ``memo`` (kept between runs by the
+    incremental translator) keeps each pool's result with what it was made from (its spec,
+    Service and users, while no policy object exists), so a re-run after an unrelated change
+    costs a few comparisons per pool."""
+    run = _Run(snapshot, memo=memo if memo is not None else {})
+    run.index_policies()
+    listener_list = list(listeners)
+    run.index_usage(listener_list)
+    new_pools = {name: run.pool(spec) for name, spec in pools.items()}
+    if memo is not None:
+        memo.clear()
+        memo.update(run.memo_next)
+    new_listeners = tuple(run.listener(item, new_pools) for item in listener_list)
+    patchable = not (bool(snapshot.kind(TrafficPolicy)) or bool(snapshot.kind(BackendLBPolicy))
+                     or run.persistent_routes or run.route_sources)
+    return TrafficResult(new_listeners, new_pools, tuple(run.problems), run.statuses(),
+                         patchable)
+
+
+def sets_traffic(obj: Service | Ingress) -> bool:
+    """Whether ``obj``'s annotations are a source of traffic settings (or of problems)."""
+    return _Run(Snapshot())._annotation_source(obj) is not None
+
+
+def lone_pool(snapshot: Snapshot, spec: PoolSpec, memo: Memo) -> PoolSpec | None:
+    """The settings of a pool whose users set nothing (Gateway API routes without rule-level
+    persistence, while no policy object exists: ``TrafficResult.patchable``), as
+    ``apply_traffic`` would give them: its Service's own fields and the defaults. None when
+    its Service carries ``podway.io/`` or ingress-nginx annotations (they can report problems
+    and reach routes) or the pool would report a problem."""
+    run = _Run(snapshot, memo=memo)
+    service = run._service(spec)
+    if service is not None and run._annotation_source(service) is not None:
+        return None
+    out = run.pool(spec)
+    if run.problems:
+        return None
+    memo.update(run.memo_next)
+    return out
+
+
+@dataclass(slots=True)
+class _Run:
+    snapshot: Snapshot
+    memo: Memo = field(default_factory=dict)
+    memo_next: Memo = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    by_target: dict[TargetKey, _Policy] = field(default_factory=dict)
+    states: dict[ObjectRef, _PolicyState] = field(default_factory=dict)
+    lb_policies: dict[tuple[str, str], tuple[BackendLBPolicy, Persistence]] = field(
+        default_factory=dict)
+    routes_of_pool: dict[str, list[ObjectRef]] = field(default_factory=dict)
+    gateways_of_route: dict[ObjectRef, list[ObjectRef]] = field(default_factory=dict)
+    rule_pools: dict[tuple[ObjectRef, int], set[str]] = field(default_factory=dict)
+    _annotations: dict[int, _Policy | None] = field(default_factory=dict)  # by id(object)
+    persistent_routes: set[ObjectRef] = field(default_factory=set)  # rule sessionPersistence
+    _services: dict[tuple[str, str], Service | None] = field(default_factory=dict)
+    _by_route: dict[ObjectRef, tuple[_Policy, ...]] = field(default_factory=dict)
+    _ingresses: Mapping[tuple[str, str], Ingress] = field(default_factory=dict)
+    route_sources: bool = False  # any source of route settings at all (else routes stay)
+
+    def __post_init__(self) -> None:
+        self._ingresses = self.snapshot.kind(Ingress)
+    _reported: set[Problem] = field(default_factory=set)
+
+    # --- indexing ---------------------------------------------------------------------------
+    def index_policies(self) -> None:
+        for policy in sorted(self.snapshot.kind(TrafficPolicy).values(),
+                             key=TrafficPolicy.age_key):
+            state = _PolicyState(policy.ref, policy.metadata.generation)
+            self.states[policy.ref] = state
+            issues = tv.validate(policy.spec)
+            if issues:
+                first = issues[0]
+                state.invalid = Verdict(False, Reason.INVALID, f"{first.message} ({first.field})")
+                for issue in issues:
+                    self._problem(policy.ref, issue.reason, issue.message, f"spec.{issue.field}")
+            if not policy.spec.target_refs:
+                self._problem(policy.ref, Reason.INVALID, "no targetRefs: the policy applies to "
+                              "nothing", "spec.targetRefs", Severity.WARNING)
+            for i, target in enumerate(policy.spec.target_refs):
+                verdict = state.invalid or self._claim(target, policy.metadata.namespace,
+                                                       _Policy(policy.spec, policy.ref))
+                state.targets.append(_Target(target, verdict))
+                if not verdict.ok and verdict is not state.invalid:
+                    self._problem(policy.ref, verdict.reason, verdict.message,
+                                  f"spec.targetRefs[{i}]")
+        for lbp in sorted(self.snapshot.kind(BackendLBPolicy).values(),
+                          key=BackendLBPolicy.age_key):
+            self._lb_policy(lbp)
+
+    def _claim(self, target: PolicyTargetReference, ns: str, source: _Policy) -> Verdict:
+        kind = (target.group, target.kind)
+        if kind == ("", "Service"):
+            found = self.snapshot.get(Service, ns, target.name) is not None
+        elif kind in _ROUTE_KINDS:
+            found = self.snapshot.get(_ROUTE_KINDS[kind], ns, target.name) is not None
+        elif kind == (GROUP, "Gateway"):
+            found = self.snapshot.get(Gateway, ns, target.name) is not None
+        else:
+            return Verdict(False, Reason.INVALID, f"targetRef kind {quote(target.kind)} "
+                           "(group " + quote(target.group) + ") is not a Service, HTTPRoute, "
+                           "GRPCRoute, Ingress or Gateway")
+        if target.section_name is not None and kind != ("", "Service"):
+            return Verdict(False, Reason.INVALID, "sectionName is only supported for Service "
+                           "targets (a port name)")
+        if not found:
+            return Verdict(False, Reason.TARGET_NOT_FOUND,
+                           f"{target.kind} {ns}/{target.name} not found")
+        key = (target.kind, ns, target.name, target.section_name or "")
+        held = self.by_target.get(key)
+        if held is not None:
+            return Verdict(False, Reason.CONFLICTED, f"{target.kind} {ns}/{target.name} is "
+                           f"already targeted by {held.origin}, which takes precedence (older, "
+                           "or as old and first by name)")
+        self.by_target[key] = source
+        return Verdict(True, Reason.ACCEPTED, "policy accepted")
+
+    def _lb_policy(self, lbp: BackendLBPolicy) -> None:
+        ns = lbp.metadata.namespace
+        state = _PolicyState(lbp.ref, lbp.metadata.generation)
+        self.states[lbp.ref] = state
+        value: Persistence | None = None
+        if lbp.spec.session_persistence is not None:
+            issues = tv.Issues()
+            value = tv.session_persistence(lbp.spec.session_persistence,
+                                           where="spec.sessionPersistence", issues=issues)
+            for issue in issues.found:
+                self._problem(lbp.ref, issue.reason, issue.message, issue.field)
+            if issues.found:
+                first = issues.found[0]
+                state.invalid = Verdict(False, Reason.INVALID, first.message)
+        for i, target in enumerate(lbp.spec.target_refs):
+            if state.invalid is not None:
+                verdict = state.invalid
+            elif (target.group, target.kind) != ("", "Service"):
+                verdict = Verdict(False, Reason.INVALID, f"targetRef kind {quote(target.kind)} "
+                                  "is not supported (Service)")
+            elif self.snapshot.get(Service, ns, target.name) is None:
+                verdict = Verdict(False, Reason.TARGET_NOT_FOUND,
+                                  f"Service {ns}/{target.name} not found")
+            elif (ns, target.name) in self.lb_policies:
+                held = self.lb_policies[(ns, target.name)][0].ref
+                verdict = Verdict(False, Reason.CONFLICTED, f"Service {ns}/{target.name} is "
+                                  f"already targeted by {held}, which takes precedence")
+            else:
+                verdict = Verdict(True, Reason.ACCEPTED, "policy accepted")
+                if value is not None:
+                    self.lb_policies[(ns, target.name)] = (lbp, value)
+            state.targets.append(_Target(target, verdict))
+            if not verdict.ok and verdict is not state.invalid:
+                self._problem(lbp.ref, verdict.reason, verdict.message, f"spec.targetRefs[{i}]")
+
+    def index_usage(self, listeners: list[Listener]) -> None:
+        """Which routes use each pool (oldest route object first), and on which Gateways."""
+        self.persistent_routes = {
+            route.ref for route in self.snapshot.kind(HTTPRoute).values()
+            if any(rule.session_persistence is not None for rule in route.spec.rules)}
+        ages: dict[ObjectRef, tuple[float, str]] = {}
+        for item in listeners:
+            gateways = [o for o in item.origins if o.kind == "Gateway"]
+            for route, pools in _route_pools(item):
+                for gw in gateways:
+                    self.gateways_of_route.setdefault(route.origin, [])
+                    if gw not in self.gateways_of_route[route.origin]:
+                        self.gateways_of_route[route.origin].append(gw)
+                for pool in pools:
+                    users = self.routes_of_pool.setdefault(pool, [])
+                    if route.origin not in users:
+                        users.append(route.origin)
+                if route.origin in self.persistent_routes and isinstance(route, Route):
+                    match = _RULE.search(route.name)
+                    if match is not None:
+                        self.rule_pools.setdefault((route.origin, int(match.group(1))),
+                                                   set()).update(pools)
+        for users in self.routes_of_pool.values():
+            if len(users) > 1:  # most pools serve one route object: no lookup, no sort
+                for ref in users:
+                    if ref not in ages:
+                        ages[ref] = self._age(ref)
+                users.sort(key=ages.__getitem__)
+
+    def _age(self, ref: ObjectRef) -> tuple[float, str]:
+        cls = {"HTTPRoute": HTTPRoute, "GRPCRoute": GRPCRoute, "Ingress": Ingress}.get(ref.kind)
+        found = self.snapshot.get(cls, ref.namespace, ref.name) if cls is not None else None
+        return found.age_key() if found is not None else (float("inf"), str(ref))
+
+    # --- sources ------------------------------------------------------------------------------
+    def _annotation_source(self, obj: Service | Ingress) -> _Policy | None:
+        # By identity: the snapshot holds every object for the whole run. Most objects carry
+        # no podway.io/ annotation; they cost one scan of their annotation keys.
+        key = id(obj)
+        if key in self._annotations:
+            return self._annotations[key]
+        if not any(k.startswith((tv.ANNOTATION_PREFIX, NGINX_PREFIX))
+                   for k in obj.metadata.annotations):
+            self._annotations[key] = None
+            return None
+        issues = tv.Issues()
+        spec = tv.annotation_spec(obj.metadata.annotations, issues)
+        if isinstance(obj, Ingress):  # ingress-nginx timeouts and affinity; podway.io/ wins
+            spec = nginx_traffic(obj, spec)
+        source = None
+        if spec is not None:
+            bad = tv.validate(spec)
+            spec = tv.without_bad_sections(spec, [*bad, *(
+                tv.Issue(i.reason, i.message, tv.section_of_annotation(i.field))
+                for i in issues.found)])
+            for issue in [*issues.found, *bad]:
+                self._problem(obj.ref, Reason.INVALID_ANNOTATION, issue.message,
+                              tv.annotation_field(issue.field))
+            source = _Policy(spec, obj.ref, annotations=True)
+        self._annotations[key] = source
+        if source is not None:
+            self.route_sources = True
+        return source
+
+    def _pool_sources(self, spec: PoolSpec) -> list[_Policy | Persistence]:
+        """Every source of pool settings, most specific first (see the module docstring)."""
+        ns, name = spec.service
+        out: list[_Policy | Persistence] = []
+        service = self._service(spec)
+        if service is not None and service.spec.session_affinity == "ClientIP":
+            config = service.spec.session_affinity_config
+            timeout = config.client_ip.timeout_seconds if config and config.client_ip else None
+            out.append(tv.client_ip_affinity(timeout))
+        annotations = self._annotation_source(service) if service is not None else None
+        if annotations is not None:
+            out.append(annotations)
+        lbp = self.lb_policies.get((ns, name)) if self.lb_policies else None
+        if lbp is not None:
+            out.append(lbp[1])
+        policies = bool(self.by_target)
+        if policies:
+            for section in dict.fromkeys((spec.port.name, "")):
+                held = self.by_target.get(("Service", ns, name, section))
+                if held is not None and held not in out:
+                    out.append(held)
+        routes = self.routes_of_pool.get(spec.name, ())
+        for route in routes:
+            if self.persistent_routes:
+                rule_value = self._rule_persistence(route, spec.name)
+                if rule_value is not None:
+                    out.append(rule_value)
+            out.extend(self._route_sources(route))
+        if policies:
+            for route in routes:
+                for gw in self.gateways_of_route.get(route, ()):
+                    held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
+                    if held is not None and held not in out:
+                        out.append(held)
+        return out
+
+    def _route_sources(self, route: ObjectRef) -> tuple[_Policy, ...]:
+        found = self._by_route.get(route)
+        if found is None:
+            found = self._by_route[route] = self._route_sources_of(route)
+        return found
+
+    def _route_sources_of(self, route: ObjectRef) -> tuple[_Policy, ...]:
+        out: list[_Policy] = []
+        if route.kind == "Ingress":
+            ingress = self._ingresses.get((route.namespace, route.name))
+            own = self._annotation_source(ingress) if ingress is not None else None
+            if own is not None:
+                out.append(own)
+        held = self.by_target.get((route.kind, route.namespace, route.name, ""))
+        if held is not None:
+            out.append(held)
+        return tuple(out)
+
+    # --- pools ----------------------------------------------------------------------------------
+    def pool(self, spec: PoolSpec) -> PoolSpec:
+        if self.by_target or self.lb_policies:
+            return self._pool(spec)
+        service = self._service(spec)
+        users = tuple(self.routes_of_pool.get(spec.name, ()))
+        if any(u in self.persistent_routes for u in users):
+            return self._pool(spec)
+        ingresses = tuple(self._ingresses.get((u.namespace, u.name)) for u in users
+                          if u.kind == "Ingress")
+        hit = self.memo.get(id(spec))
+        if (hit is not None and hit.spec is spec and hit.service is service
+                and hit.users == users and len(hit.ingresses) == len(ingresses)
+                and all(a is b for a, b in zip(hit.ingresses, ingresses, strict=True))):
+            self.memo_next[id(spec)] = hit
+            return hit.out
+        before = len(self.problems)
+        ordered = self._pool_sources(spec)
+        out = self._pool(spec, ordered)
+        # Kept only when nothing but the Service's own fields and the defaults applied: then
+        # the pool reported no problem and set nothing a later pool or route depends on.
+        plain = len(self.problems) == before and not any(
+            isinstance(source, _Policy) for source in ordered)
+        if plain:
+            self.memo_next[id(spec)] = _Kept(spec, service, users, ingresses, out)
+        return out
+
+    def _service(self, spec: PoolSpec) -> Service | None:
+        if spec.service not in self._services:
+            self._services[spec.service] = self.snapshot.kind(Service).get(spec.service)
+        return self._services[spec.service]
+
+    def _pool(self, spec: PoolSpec,
+              ordered: list[_Policy | Persistence] | None = None) -> PoolSpec:
+        if ordered is None:
+            ordered = self._pool_sources(spec)
+        ns, name = spec.service
+        protocol = spec.settings.protocol
+        chosen = _Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
+        for rank, source in enumerate(ordered, start=1):
+            chosen.rank = rank
+            if isinstance(source, Persistence):
+                chosen.take_persistence(source)
+                continue
+            issues = tv.Issues()
+            chosen.apply(source.spec, issues)
+            for issue in issues.found:
+                self._problem(source.origin, issue.reason,
+                              f"not applied to pool {spec.name}: {issue.message}",
+                              f"spec.{issue.field}", Severity.WARNING)
+        if chosen.algorithm_overrules_persistence():
+            assert chosen.algorithm is not None
+            self._problem(spec.origin, Reason.CONFLICTED, f"pool {spec.name}: persistence "
+                          f"asked for by a route or Gateway is not applied: the Service chose "
+                          f"{chosen.algorithm.value}, which does not hash", "metadata",
+                          Severity.WARNING)
+            chosen.persistence = None
+        persistence = chosen.persistence or chosen.hash_key
+        if protocol in (PoolProtocol.TCP, PoolProtocol.UDP) and persistence is not None and \
+                persistence.kind is not PersistenceKind.SOURCE_IP:
+            self._problem(spec.origin, Reason.UNSUPPORTED_VALUE, f"pool {spec.name} carries "
+                          f"{protocol.value.upper()}: only client-IP persistence applies, not "
+                          f"{persistence.kind.value}", "spec", Severity.WARNING)
+            persistence = None
+        settings = spec.settings
+        # ``replace``: every setting this pass does not decide is kept as the pool had it.
+        new = replace(settings, lb_policy=chosen.algorithm or settings.lb_policy,
+                      health_check=chosen.health, outlier_detection=chosen.outlier,
+                      persistence=persistence,
+                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
+        # ``replace`` keeps every other field of the spec (its backend mode among them).
+        return spec if new == settings else replace(spec, settings=_checked(new))
+
+    def _rule_persistence(self, route: ObjectRef, pool: str) -> Persistence | None:
+        if route not in self.persistent_routes:
+            return None
+        obj = self.snapshot.get(HTTPRoute, route.namespace, route.name)
+        if obj is None:
+            return None
+        for i, rule in enumerate(obj.spec.rules):
+            if rule.session_persistence is None or pool not in self.rule_pools.get(
+                    (route, i), ()):
+                continue
+            issues = tv.Issues()
+            where = f"spec.rules[{i}].sessionPersistence"
+            value = tv.session_persistence(rule.session_persistence, where=where, issues=issues)
+            for issue in issues.found:
+                self._problem(route, issue.reason, issue.message, issue.field, Severity.WARNING)
+            if value is not None:
+                return value
+        return None
+
+    # --- routes ---------------------------------------------------------------------------------
+    def listener(self, item: Listener, pools: Mapping[str, PoolSpec]) -> Listener:
+        changed = False
+        vhosts = []
+        # No source of route settings at all: every route stays as it is (``_route``).
+        for vhost in item.virtual_hosts if (self.route_sources or self.by_target) else ():
+            routes = tuple(self._route(r, item, pools) for r in vhost.routes)
+            if any(a is not b for a, b in zip(routes, vhost.routes, strict=True)):
+                vhost = replace(vhost, routes=routes)  # noqa: PLW2901
+                changed = True
+            vhosts.append(vhost)
+        l4 = []
+        for route in item.l4_routes:
+            affinity = _client_ip(route, pools)
+            if affinity != route.client_ip_affinity:
+                route = replace(route, client_ip_affinity=affinity)  # noqa: PLW2901
+                changed = True
+            l4.append(route)
+        if not changed:
+            return item
+        return replace(item, virtual_hosts=tuple(vhosts) if vhosts else item.virtual_hosts,
+                       l4_routes=tuple(l4))
+
+    def _route(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
+        action = route.action
+        if not isinstance(action, Forward) or not (self.route_sources or self.by_target):
+            return route
+        sources = list(self._route_sources(route.origin))
+        for gw in (o for o in item.origins if o.kind == "Gateway"):
+            held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
+            if held is not None:
+                sources.append(held)
+        first = next((pools[b.pool] for b in action.backends if b.pool and b.pool in pools),
+                     None)
+        if first is not None:
+            ns, name = first.service
+            for section in dict.fromkeys((first.port.name, "")):
+                held = self.by_target.get(("Service", ns, name, section))
+                if held is not None:
+                    sources.append(held)
+            service = self._service(first)
+            own = self._annotation_source(service) if service is not None else None
+            if own is not None:
+                sources.append(own)
+        timeout, idle, retry = action.timeout_ms, action.idle_timeout_ms, action.retry
+        for source in sources:
+            s = source.spec
+            issues = tv.Issues()
+            if s.timeouts is not None:
+                _, values = tv.timeouts(s.timeouts, where="spec", issues=issues)
+                if timeout is None and values.request_ms is not None:
+                    timeout = values.request_ms
+                if idle is None and values.idle_ms is not None:
+                    idle = values.idle_ms
+            if s.retry is not None and retry is None:
+                retry = tv.retry(s.retry, where="spec", issues=issues)
+        if (timeout, idle, retry) == (action.timeout_ms, action.idle_timeout_ms, action.retry):
+            return route
+        return replace(route, action=replace(action, timeout_ms=timeout, idle_timeout_ms=idle,
+                                             retry=retry))
+
+    # --- status ---------------------------------------------------------------------------------
+    def statuses(self) -> dict[ObjectRef, ObjectStatus]:
+        out: dict[ObjectRef, ObjectStatus] = {}
+        for ref, state in self.states.items():
+            ancestors = []
+            for target in state.targets:
+                v = target.verdict
+                cond = Condition(type="Accepted", status=v.ok, reason=str(v.reason),
+                                 message=v.message, observed_generation=state.generation)
+                ancestors.append(ParentStatus(
+                    parent_ref=ParentRef(group=target.ref.group, kind=target.ref.kind,
+                                         namespace=ref.namespace, name=target.ref.name,
+                                         section_name=target.ref.section_name),
+                    controller_name=CONTROLLER_NAME, conditions=(cond,)))
+            out[ref] = ObjectStatus(parents=tuple(ancestors))
+        return out
+
+    def _problem(self, ref: ObjectRef, reason: Reason, message: str, where: str,
+                 severity: Severity = Severity.ERROR) -> None:
+        problem = Problem(ref=ref, reason=reason, message=message, field=where,
+                          severity=severity)
+        if problem not in self._reported:
+            self._reported.add(problem)
+            self.problems.append(problem)
+
+
+@dataclass(slots=True)
+class _Chosen:
+    """Pool-level sections picked so far; each is taken from the first source that sets it."""
+
+    protocol: PoolProtocol
+    host: str
+    health: HealthCheck | None = None
+    outlier: OutlierDetection | None = None
+    persistence: Persistence | None = None
+    algorithm: LBPolicy | None = None
+    hash_key: Persistence | None = None
+    connect: int | None = None
+    done: set[str] = field(default_factory=set)
+    rank: int = 0  # of the source being applied: lower wins
+    persistence_rank: int = -1
+    algorithm_rank: int = -1
+
+    def __post_init__(self) -> None:
+        self.health = tv.default_health_check(self.protocol, self.host)
+        self.outlier = tv.default_outlier_detection(self.protocol)
+
+    def take_persistence(self, value: Persistence) -> None:
+        if "persistence" not in self.done:
+            self.done.add("persistence")
+            self.persistence = value
+            self.persistence_rank = self.rank
+
+    def algorithm_overrules_persistence(self) -> bool:
+        """A non-hashing algorithm chosen by a more specific source than the persistence:
+        the algorithm stands (persistence would need a hashing one)."""
+        return (self.persistence is not None and self.algorithm is not None
+                and self.algorithm not in HASHING
+                and 0 <= self.algorithm_rank < self.persistence_rank)
+
+    def _first(self, section: str, present: bool) -> bool:
+        if not present or section in self.done:
+            return False
+        self.done.add(section)
+        return True
+
+    def apply(self, s: TrafficPolicySpec, issues: tv.Issues) -> None:
+        if s.health_check is not None and "health" not in self.done:
+            if not s.health_check.enabled:
+                self.health = None
+                self.done.add("health")
+            else:
+                check = tv.health_check(s.health_check, protocol=self.protocol, host=self.host,
+                                        where="healthCheck", issues=issues)
+                if check is not None:  # else: not for this pool; a later source or the default
+                    self.health = check
+                    self.done.add("health")
+        if s.outlier_detection is not None and self._first("outlier", True):
+            self.outlier = (tv.outlier_detection(s.outlier_detection, where="outlierDetection",
+                                                 issues=issues)
+                            if s.outlier_detection.enabled else None)
+        if s.load_balancer is not None and self._first("lb", True):
+            lb = tv.load_balancer(s.load_balancer, where="loadBalancer", issues=issues)
+            if lb is not None:
+                self.algorithm, self.hash_key = lb
+                self.algorithm_rank = self.rank
+        if s.persistence is not None and "persistence" not in self.done:
+            value = tv.persistence(s.persistence, where="persistence", issues=issues)
+            if value is not None:
+                self.take_persistence(value)
+        if s.timeouts is not None and self._first("connect", bool(s.timeouts.connect)):
+            self.connect, _ = tv.timeouts(s.timeouts, where="timeouts", issues=issues)
+
+
+def _route_pools(item: Listener) -> Iterable[tuple[Route | L4Route, list[str]]]:
+    for vhost in item.virtual_hosts:
+        for route in vhost.routes:
+            if isinstance(route.action, Forward):
+                yield route, [b.pool for b in route.action.backends if b.pool]
+    for l4 in item.l4_routes:
+        yield l4, [b.pool for b in l4.backends if b.pool]
+
+
+def _client_ip(route: L4Route, pools: Mapping[str, PoolSpec]) -> bool:
+    specs = [pools[b.pool] for b in route.backends if b.pool and b.pool in pools]
+    return bool(specs) and all(
+        s.settings.persistence is not None
+        and s.settings.persistence.kind is PersistenceKind.SOURCE_IP for s in specs)
+
+
+def _checked(settings: PoolSettings) -> PoolSettings:
+    """Keep the invariant of ``podway.ir.pool``: persistence hashes; hashing has a key."""
+    if settings.persistence is not None and settings.lb_policy not in (LBPolicy.RING_HASH,
+                                                                       LBPolicy.MAGLEV):
+        return replace(settings, lb_policy=LBPolicy.MAGLEV)  # see podway.ir.pool
+    if settings.persistence is None and settings.lb_policy in (LBPolicy.RING_HASH,
+                                                               LBPolicy.MAGLEV):
+        return replace(settings, persistence=Persistence(kind=PersistenceKind.SOURCE_IP))
+    return settings
+
+
+__all__ = ["Memo", "TrafficResult", "apply_traffic", "lone_pool", "sets_traffic"]

@@ -1,0 +1,186 @@
+"""Status written back through the status subresource: right content, once per change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .bed import (
+    GW,
+    Bed,
+    cluster_service,
+    edit,
+    endpoint_slice,
+    gateway,
+    gateway_class,
+    http_route,
+    lb_service,
+    until,
+)
+
+
+def seed_gateway(bed: Bed, routes: int = 3) -> None:
+    bed.emu.install_gateway_api()
+    bed.emu.put("gatewayclasses", gateway_class(), group=GW)
+    bed.emu.put("gateways", gateway(), group=GW)
+    bed.emu.put("services", cluster_service("web"))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "198.18.5.1"}),
+                group="discovery.k8s.io")
+    for i in range(routes):
+        bed.emu.put("httproutes", http_route(f"r{i}", f"r{i}.test"), group=GW)
+
+
+def route_status(bed: Bed, name: str) -> dict[str, Any]:
+    obj = bed.emu.get("httproutes", "default", name, group=GW)
+    assert obj is not None
+    return dict(obj.get("status") or {})
+
+
+def status_patches(bed: Bed, plural: str, name: str | None = None) -> int:
+    return sum(1 for p in bed.emu.patches
+               if p.plural == plural and p.subresource == "status"
+               and (name is None or p.name == name))
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    parent = status["parents"][0]
+    return next(c for c in parent["conditions"] if c["type"] == type_)
+
+
+async def test_gateway_api_status_is_written_once_per_change(bed: Bed) -> None:
+    """Routes get Accepted/ResolvedRefs and the Gateway attachedRoutes, one PATCH each; an
+    endpoint change writes nothing; a broken backend rewrites only that route, keeping the
+    unchanged condition's lastTransitionTime."""
+    seed_gateway(bed)
+    await bed.start()
+    await until(lambda: all(route_status(bed, f"r{i}") for i in range(3)))
+    await until(lambda: bool(bed.emu.get("gateways", "default", "edge", group=GW)
+                             .get("status")))  # type: ignore[union-attr]
+    gw = bed.emu.get("gateways", "default", "edge", group=GW)
+    assert gw is not None
+    assert gw["status"]["listeners"][0]["attachedRoutes"] == 3
+    first = route_status(bed, "r0")
+    assert condition(first, "Accepted")["status"] == "True"
+    assert condition(first, "ResolvedRefs")["status"] == "True"
+    assert all(status_patches(bed, "httproutes", f"r{i}") == 1 for i in range(3))
+    assert status_patches(bed, "gateways") == 1
+
+    # Members move: statuses do not, so nothing is written.
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-b": "198.18.5.2"}),
+                group="discovery.k8s.io")
+    await bed.until(lambda s: [m.address for m in s.ir.pools["pool/default/web/80"].members]
+                    == ["198.18.5.2"])
+    # A real change to one route: only that one is patched again.
+    edit(bed, "httproutes", http_route("r1", "r1.test", backend="missing"), group=GW)
+    await until(lambda: condition(route_status(bed, "r1"), "ResolvedRefs")["status"] == "False")
+    after = route_status(bed, "r1")
+    assert condition(after, "Accepted")["lastTransitionTime"] == \
+        condition(first, "Accepted")["lastTransitionTime"]
+    assert status_patches(bed, "httproutes", "r1") == 2
+    assert status_patches(bed, "httproutes", "r0") == 1
+    assert status_patches(bed, "httproutes", "r2") == 1
+
+
+async def test_restart_writes_nothing_when_status_is_current(bed: Bed) -> None:
+    """A restarted controller reads the statuses the API holds and PATCHes none of them (its
+    events count up the existing ones instead of adding new Events)."""
+    seed_gateway(bed, routes=2)
+    await bed.start()
+    await until(lambda: status_patches(bed, "httproutes") == 2)
+    await until(lambda: status_patches(bed, "gateways") == 1)
+    await until(lambda: sum(e.get("reason") == "Synced" for e in bed.emu.events) == 3)
+    await bed.stop_controller()
+    before = [p for p in bed.emu.patches if p.subresource == "status"]
+    await bed.start()
+    await bed.until(lambda s: len(s.ir.listeners) == 1)
+    # The follower writes statuses, then events: a re-announced (counted-up) Synced event
+    # means the status pass of the restarted controller is over.
+    await until(lambda: any(e.get("count", 1) >= 2 for e in bed.emu.events))
+    assert [p for p in bed.emu.patches if p.subresource == "status"] == before
+
+
+async def test_service_and_ingress_get_load_balancer_ingress(bed: Bed) -> None:
+    """A LoadBalancer Service and an owned Ingress get status.loadBalancer.ingress: the
+    --lb-address when the listener binds the wildcard."""
+    bed.translate = bed.translate.__class__(address="0.0.0.0", http_port=18080)
+    bed.emu.put("services", lb_service("lb", 9000))
+    bed.emu.put("services", cluster_service("web"))
+    bed.emu.put("ingresses", {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "shop", "namespace": "default"},
+        "spec": {"ingressClassName": "podway", "rules": [{"host": "shop.test", "http": {
+            "paths": [{"path": "/", "pathType": "Prefix", "backend": {
+                "service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    await bed.start()
+
+    def ingress_ip(plural: str, name: str) -> Any:
+        obj = bed.emu.get(plural, "default", name)
+        return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+    await until(lambda: ingress_ip("services", "lb") == [{"ip": "198.18.0.100"}])
+    await until(lambda: ingress_ip("ingresses", "shop") == [{"ip": "198.18.0.100"}])
+    assert status_patches(bed, "services", "lb") == 1
+    assert status_patches(bed, "services", "web") == 0  # not a LoadBalancer: not ours
+
+
+async def test_failed_status_writes_are_retried_without_a_new_state(bed: Bed) -> None:
+    """PATCHes the API refuses (500) are retried after a backoff, with no change in the
+    cluster to trigger a new state; the status lands."""
+    seed_gateway(bed, routes=2)
+    bed.emu.fail(500, method="PATCH", plural="httproutes", times=2)
+    await bed.start()
+    state = await bed.until(lambda s: len(s.ir.listeners) == 1)
+    await until(lambda: all(route_status(bed, f"r{i}") for i in range(2)))
+    for name in ("r0", "r1"):  # refused once, then retried
+        assert bed.emu.count("patch", "httproutes", "default", name, "status") == 2
+    assert bed.pipeline.state is not None
+    assert bed.pipeline.state.generation == state.generation  # nothing new came
+
+
+TRAFFIC_POLICY_CRD = (Path(__file__).resolve().parents[3] / "deploy" / "helm" / "podway"
+                      / "crds" / "trafficpolicies.podway.io.yaml")
+
+
+def traffic_policy(name: str, target: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "podway.io/v1alpha1", "kind": "TrafficPolicy",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": target}], **spec}}
+
+
+def policy_accepted(bed: Bed, name: str) -> dict[str, Any] | None:
+    obj = bed.emu.get("trafficpolicies", "default", name, group="podway.io")
+    ancestors = ((obj or {}).get("status") or {}).get("ancestors") or []
+    if not ancestors:
+        return None
+    return next((c for c in ancestors[0]["conditions"] if c["type"] == "Accepted"), None)
+
+
+async def test_traffic_policy_from_the_api_applies_and_gets_accepted_status(bed: Bed) -> None:
+    """A TrafficPolicy (CRD as shipped in deploy/) reaches the translator: its timeout lands
+    on the Service's pool and it gets Accepted=True in status.ancestors, written once; a bad
+    value turns it Accepted=False (Invalid) naming the field; the CRD installed after start
+    is picked up."""
+    bed.emu.put("services", lb_service("web", 8081))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "198.18.5.1"}),
+                group="discovery.k8s.io")
+    await bed.start()
+    bed.emu.put("customresourcedefinitions", yaml.safe_load(TRAFFIC_POLICY_CRD.read_text()))
+    bed.emu.put("trafficpolicies", traffic_policy("web", "web", timeouts={"connect": "3s"}),
+                group="podway.io")
+    state = await bed.until(lambda s: any(
+        p.settings.connect_timeout_ms == 3000 for p in s.ir.pools.values()))
+    assert state.ir.pools
+    await until(lambda: policy_accepted(bed, "web") is not None)
+    accepted = policy_accepted(bed, "web")
+    assert accepted is not None
+    assert (accepted["status"], accepted["reason"]) == ("True", "Accepted")
+    assert status_patches(bed, "trafficpolicies", "web") == 1
+    edit(bed, "trafficpolicies", traffic_policy("web", "web", timeouts={"connect": "soon"}),
+         group="podway.io")
+    await until(lambda: (policy_accepted(bed, "web") or {}).get("status") == "False")
+    refused = policy_accepted(bed, "web")
+    assert refused is not None
+    assert refused["reason"] == "Invalid"
+    assert "connect" in refused["message"]

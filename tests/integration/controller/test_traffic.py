@@ -1,0 +1,268 @@
+"""Through a real Envoy fed by the controller: a live mode switch and a controller restart
+under load lose no request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trustme
+
+from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.xds import types
+from podway.envoy.xds.protocol import Ack, Event
+from podway.envoy.xds.server import ServerTLS
+from podway.translate import BackendMode
+from tests.e2e.harness import echo_backend, free_port, get
+
+from .bed import (
+    GW,
+    Bed,
+    edit,
+    endpoint_slice,
+    gateway,
+    gateway_class,
+    lb_service,
+    members,
+    options,
+    pod,
+    until,
+)
+
+pytestmark = pytest.mark.e2e
+POOL_SUFFIX = "/tcp"
+
+
+@dataclass
+class Load:
+    """Requests in a loop through the engine; who answered and every failure."""
+
+    port: int
+    answers: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    progress: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        for _ in range(20000):  # bounded
+            try:
+                status, body = await get(self.port, "web.test")
+            except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                self.failures.append(repr(exc))
+            else:
+                if status != 200:
+                    self.failures.append(str(status))
+                self.answers.append(str(body.get("name")))
+            self.progress.set()
+            await asyncio.sleep(0.002)
+
+    async def answered_by(self, name: str, limit_s: float = 15) -> None:
+        """Wait until the latest answer comes from ``name`` (event-driven: each answer)."""
+        async with asyncio.timeout(limit_s):
+            while not (self.answers and self.answers[-1] == name):
+                self.progress.clear()
+                await self.progress.wait()
+
+    async def more(self, count: int = 20) -> None:
+        target = len(self.answers) + count
+        async with asyncio.timeout(15):
+            while len(self.answers) < target:
+                self.progress.clear()
+                await self.progress.wait()
+
+
+@contextlib.asynccontextmanager
+async def load(port: int) -> AsyncIterator[Load]:
+    running = Load(port)
+    task = asyncio.create_task(running.run(), name="load")
+    try:
+        await running.more(5)
+        yield running
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def backends(bed: Bed) -> tuple[int, int]:
+    """A "pod" echo (clusterip member) and an "npl" echo (its NodePortLocal port)."""
+    pod_port, pod_task = await echo_backend("pod")
+    npl_port, npl_task = await echo_backend("npl")
+    bed.tasks += [pod_task, npl_task]
+    return pod_port, npl_port
+
+
+async def test_live_mode_switch_under_load_drops_nothing(bed: Bed) -> None:
+    """clusterip → nodeportlocal (held until the pod's NPL annotation exists) → clusterip,
+    by editing the Service annotation, under load through Envoy: zero failed requests."""
+    pod_port, npl_port = await backends(bed)
+    lb_port = free_port()
+    pool = f"pool/default/web/{lb_port}{POOL_SUFFIX}"
+    bed.emu.put("services", lb_service("web", lb_port, pod_port))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, pod_port),
+                group="discovery.k8s.io")
+    bed.emu.put("pods", pod("web-a", "127.0.0.1"))
+    await bed.start()
+    await bed.until(lambda s: members(s, pool) == [f"127.0.0.1:{pod_port}"])
+    await bed.engine()
+    async with load(lb_port) as running:
+        await running.answered_by("pod")
+        edit(bed, "services", lb_service("web", lb_port, pod_port, annotations={
+            "podway.io/backend-mode": "nodeportlocal"}))
+        # No NPL annotation yet: the Service stays in clusterip mode (held), traffic flows.
+        await bed.until(lambda s: bool(bed.controller and bed.controller.gate
+                                       and bed.controller.gate.report.held))
+        await running.more()
+        assert running.answers[-1] == "pod"
+        bed.emu.put("pods", pod("web-a", "127.0.0.1", npl=[(pod_port, "127.0.0.1", npl_port)]))
+        await bed.until(lambda s: members(s, pool) == [f"127.0.0.1:{npl_port}"])
+        await running.answered_by("npl")
+        edit(bed, "services", lb_service("web", lb_port, pod_port, annotations={
+            "podway.io/backend-mode": "clusterip"}))
+        await running.answered_by("pod")
+        await running.more()
+    assert running.failures == []
+
+
+async def test_default_mode_switch_from_the_config_file_under_load_drops_nothing(
+        bed: Bed, tmp_path: Path) -> None:
+    """The --config file's backendMode changes the default live: a Service without the
+    annotation moves clusterip → nodeportlocal (held until its pod's NPL entry exists) →
+    clusterip (the file's key removed: the flag's default again), under load through Envoy,
+    without restart: zero failed requests. An annotated Service keeps its mode throughout."""
+    pod_port, npl_port = await backends(bed)
+    lb_port, pinned_port = free_port(), free_port()
+    pool = f"pool/default/web/{lb_port}{POOL_SUFFIX}"
+    pinned_pool = f"pool/default/pinned/{pinned_port}{POOL_SUFFIX}"
+    config = tmp_path / "podway.yaml"
+    config.write_text("# no backendMode: the flag's default (clusterip)\n")
+    bed.emu.put("services", lb_service("web", lb_port, pod_port))
+    bed.emu.put("services", lb_service("pinned", pinned_port, pod_port, annotations={
+        "podway.io/backend-mode": "clusterip"}))
+    for name in ("web", "pinned"):
+        bed.emu.put("endpointslices", endpoint_slice(name, {"web-a": "127.0.0.1"}, pod_port),
+                    group="discovery.k8s.io")
+    bed.emu.put("pods", pod("web-a", "127.0.0.1"))
+    await bed.start(config=config, config_poll_s=0.02)
+    await bed.until(lambda s: members(s, pool) == [f"127.0.0.1:{pod_port}"])
+    await bed.engine()
+    assert bed.controller is not None
+    gate = bed.controller.gate
+    assert gate is not None
+    async with load(lb_port) as running:
+        await running.answered_by("pod")
+        config.write_text("backendMode: nodeportlocal\n")
+        await bed.until(lambda s: bool(gate.report.held))  # no NPL entry yet: held
+        await running.more()
+        assert running.answers[-1] == "pod"
+        bed.emu.put("pods", pod("web-a", "127.0.0.1", npl=[(pod_port, "127.0.0.1", npl_port)]))
+        state = await bed.until(lambda s: members(s, pool) == [f"127.0.0.1:{npl_port}"])
+        assert members(state, pinned_pool) == [f"127.0.0.1:{pod_port}"]
+        await running.answered_by("npl")
+        config.write_text("backendMode: [not, a, mode]\n")  # bad: kept as it was
+        await running.more()
+        config.write_text("{}\n")
+        await running.answered_by("pod")
+        await running.more()
+    assert running.failures == []
+    assert gate.default is BackendMode.CLUSTERIP
+
+
+async def test_controller_restart_under_load_drops_nothing(bed: Bed) -> None:
+    """The engine keeps its config while the controller is down; the restarted controller
+    serves the same config and a change made meanwhile arrives."""
+    pod_port, npl_port = await backends(bed)
+    lb_port = free_port()
+    bed.translate = options(BackendMode.NODEPORTLOCAL)
+    bed.emu.put("services", lb_service("web", lb_port, pod_port))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, pod_port),
+                group="discovery.k8s.io")
+    bed.emu.put("pods", pod("web-a", "127.0.0.1", npl=[(pod_port, "127.0.0.1", npl_port)]))
+    xds = f"127.0.0.1:{free_port()}"
+    await bed.start(xds_address=xds)
+    await bed.until(lambda s: len(s.ir.listeners) == 1)
+    await bed.engine()
+    async with load(lb_port) as running:
+        await running.answered_by("npl")
+        await bed.stop_controller()
+        await running.more(30)  # served while no controller runs
+        bed.emu.put("pods", pod("web-a", "127.0.0.1", npl=[(pod_port, "127.0.0.1", pod_port)]))
+        await bed.start(xds_address=xds)
+        await running.answered_by("pod", limit_s=30)  # reconnected and updated
+        await running.more()
+    assert running.failures == []
+
+
+async def test_engine_refusal_lands_as_a_condition_and_an_event(bed: Bed) -> None:
+    """A Gateway listener Envoy cannot bind (NACK) becomes Programmed=False on the Gateway's
+    status and an EngineRejected Warning event; the rest keeps serving."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", free_port()))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    try:
+        bed.emu.install_gateway_api()
+        bed.emu.put("gatewayclasses", gateway_class(), group=GW)
+        bed.emu.put("gateways", gateway(port=taken), group=GW)
+        await bed.start()
+        await bed.until(lambda s: len(s.ir.listeners) == 1)
+        await bed.engine()
+        await bed.until(lambda s: bool(s.rejections))
+
+        def programmed() -> str | None:
+            obj = bed.emu.get("gateways", "default", "edge", group=GW) or {}
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            return next((c["status"] for c in conditions if c["type"] == "Programmed"), None)
+
+        await until(lambda: programmed() == "False")
+        await until(lambda: any(e.get("reason") == "EngineRejected"
+                                and e["involvedObject"]["name"] == "edge"
+                                for e in bed.emu.events))
+    finally:
+        holder.close()
+
+
+async def test_many_engines_over_mutual_tls(bed: Bed) -> None:
+    """Two engines with client certificates get the whole config from one controller over
+    mutual TLS (both ACK the listener) and serve it."""
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    tls = ServerTLS(cert_pem=server.cert_chain_pems[0].bytes(),
+                    key_pem=server.private_key_pem.bytes(), client_ca_pem=ca.cert_pem.bytes())
+    pod_port, _ = await backends(bed)
+    lb_port = free_port()
+    bed.emu.put("services", lb_service("web", lb_port, pod_port))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, pod_port),
+                group="discovery.k8s.io")
+    acked: dict[str, asyncio.Event] = {}
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Ack) and event.type_url == types.LISTENER:
+            acked.setdefault(event.node, asyncio.Event()).set()
+
+    await bed.start(xds_tls=tls, xds_unauthenticated=False)
+    assert bed.controller is not None
+    assert bed.controller.server is not None
+    bed.controller.event_hooks.append(on_event)
+    await bed.until(lambda s: len(s.ir.listeners) == 1)
+    for node_id in ("edge-1", "edge-2"):
+        client_cert = ca.issue_cert(f"{node_id}.podway.test")
+        engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+            BootstrapOptions(
+                node_id=node_id, xds=bed.controller.server.target,
+                xds_ca_pem=ca.cert_pem.bytes().decode(),
+                xds_client_cert_pem=client_cert.cert_chain_pems[0].bytes().decode(),
+                xds_client_key_pem=client_cert.private_key_pem.bytes().decode()))))
+        bed.tasks.append(asyncio.create_task(engine.run(), name=f"engine-{node_id}"))
+        await engine.wait_ready(limit_s=30)
+    async with asyncio.timeout(20):
+        for node_id in ("edge-1", "edge-2"):
+            await acked.setdefault(node_id, asyncio.Event()).wait()
+    assert bed.controller.server.servicer.streams == 2
+    status, body = await get(lb_port, "web.test")
+    assert (status, body.get("name")) == (200, "pod")

@@ -1,0 +1,60 @@
+"""The controller with VIP pools (IPAM): Services get addresses in status and a
+podway.io/VIPAllocated condition, the one that finds the pool exhausted gets a Warning event and
+a False condition and waits, a deleted owner's address goes to it, and a
+restarted controller keeps every allocation (read back from status) without writing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podway.programs.ipam import parse_pools
+
+from .bed import Bed, lb_service, until
+
+POOLS = parse_pools({"pools": [{"name": "p", "addresses": ["198.18.7.1-198.18.7.2"]}]})
+
+
+def ingress(bed: Bed, name: str) -> Any:
+    obj = bed.emu.get("services", "default", name)
+    return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+
+def vip_condition(bed: Bed, name: str) -> Any:
+    obj = bed.emu.get("services", "default", name)
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "podway.io/VIPAllocated"), {})
+
+
+async def test_allocations_pending_release_and_restart(bed: Bed) -> None:
+    """a and b (older) get the two addresses, c waits with PoolExhausted; deleting a gives c
+    a's address; a restarted controller rewrites nothing."""
+    bed.lb_address = None
+    for name in ("a", "b", "c"):
+        bed.emu.put("services", lb_service(name, 9000))
+    await bed.start(vip_pools=POOLS)
+    await until(lambda: ingress(bed, "a") == [{"ip": "198.18.7.1"}])
+    await until(lambda: ingress(bed, "b") == [{"ip": "198.18.7.2"}])
+    await until(lambda: any(e.get("reason") == "PoolExhausted" and e.get("type") == "Warning"
+                            and e["involvedObject"]["name"] == "c" for e in bed.emu.events))
+    assert not ingress(bed, "c")
+    await until(lambda: vip_condition(bed, "c").get("reason") == "PoolExhausted")
+    assert vip_condition(bed, "c")["status"] == "False"
+    assert vip_condition(bed, "a")["status"] == "True"
+    listeners = {ls.address for ls in bed.pipeline.state.ir.listeners}  # type: ignore[union-attr]
+    assert listeners == {"198.18.7.1", "198.18.7.2"}
+
+    bed.emu.delete("services", "default", "a")
+    await bed.until(lambda s: {ls.name for ls in s.ir.listeners}
+                    == {"service/default/b/9000/tcp", "service/default/c/9000/tcp"})
+    await until(lambda: ingress(bed, "c") == [{"ip": "198.18.7.1"}])
+    await until(lambda: vip_condition(bed, "c").get("status") == "True")
+    assert ingress(bed, "b") == [{"ip": "198.18.7.2"}]
+
+    await bed.stop_controller()
+    before = [p for p in bed.emu.patches if p.subresource == "status"]
+    await bed.start(vip_pools=POOLS)
+    await bed.until(lambda s: {ls.address for ls in s.ir.listeners}
+                    == {"198.18.7.1", "198.18.7.2"})
+    assert ingress(bed, "b") == [{"ip": "198.18.7.2"}]
+    assert ingress(bed, "c") == [{"ip": "198.18.7.1"}]
+    assert [p for p in bed.emu.patches if p.subresource == "status"] == before

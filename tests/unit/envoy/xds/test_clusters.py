@@ -1,0 +1,116 @@
+"""Clusters built from pool settings: the health and protocol knobs Envoy must be given."""
+
+from __future__ import annotations
+
+from envoy.config.cluster.v3 import cluster_pb2
+from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
+from envoy.type.v3 import http_pb2
+
+from podway.envoy.config.clusters import CHECK_JITTER_PERCENT, cluster
+from podway.ir import (
+    HealthCheck,
+    HealthCheckKind,
+    LBPolicy,
+    OutlierDetection,
+    Persistence,
+    PersistenceKind,
+    PoolProtocol,
+    PoolSettings,
+    UpstreamTLS,
+)
+
+
+def test_every_cluster_disables_panic_mode() -> None:
+    """Each cluster sets a 0 % panic threshold, so unhealthy members never get traffic."""
+    for protocol in PoolProtocol:
+        built = cluster("p", PoolSettings(protocol=protocol))
+        assert built.common_lb_config.HasField("healthy_panic_threshold")
+        assert built.common_lb_config.healthy_panic_threshold.value == 0
+
+
+def test_every_cluster_applies_health_changes_at_once() -> None:
+    """No update merge window: a new member's first passed check reaches the workers at once
+    (Envoy's default 1 s window left a pool whose members were all replaced without a healthy
+    member for that second; tests/controller/test_traffic.py::*under_load* measure it)."""
+    for protocol in PoolProtocol:
+        built = cluster("p", PoolSettings(protocol=protocol))
+        assert built.common_lb_config.HasField("update_merge_window")
+        assert built.common_lb_config.update_merge_window.ToMilliseconds() == 0
+
+
+def _tls_context(protocol: PoolProtocol) -> tls_pb2.UpstreamTlsContext:
+    built = cluster("p", PoolSettings(protocol=protocol, upstream_tls=UpstreamTLS(sni="m.test")))
+    context = tls_pb2.UpstreamTlsContext()
+    assert built.transport_socket.typed_config.Unpack(context)
+    return context
+
+
+def test_upstream_tls_offers_the_pool_protocol_by_alpn() -> None:
+    """TLS to members offers h2 for HTTP/2 and gRPC pools, http/1.1 for HTTP/1, none for TCP."""
+    alpn = {p: list(_tls_context(p).common_tls_context.alpn_protocols)
+            for p in (PoolProtocol.HTTP2, PoolProtocol.GRPC, PoolProtocol.HTTP1,
+                      PoolProtocol.TCP)}
+    assert alpn == {PoolProtocol.HTTP2: ["h2"], PoolProtocol.GRPC: ["h2"],
+                    PoolProtocol.HTTP1: ["http/1.1"], PoolProtocol.TCP: []}
+
+
+def test_http_health_checks_speak_the_pool_http_version() -> None:
+    """HTTP checks of HTTP/2 and gRPC pools use the HTTP/2 codec; HTTP/1 pools keep HTTP/1.1."""
+    check = HealthCheck(kind=HealthCheckKind.HTTP, http_path="/healthz")
+    codec = {p: cluster("p", PoolSettings(protocol=p, health_check=check)).health_checks[0]
+             .http_health_check.codec_client_type
+             for p in (PoolProtocol.HTTP2, PoolProtocol.GRPC, PoolProtocol.HTTP1)}
+    assert codec == {PoolProtocol.HTTP2: http_pb2.HTTP2, PoolProtocol.GRPC: http_pb2.HTTP2,
+                     PoolProtocol.HTTP1: http_pb2.HTTP1}
+
+
+def test_unexpected_check_statuses_count_towards_the_threshold() -> None:
+    """Every status outside the expected ranges is "retriable" (counted, not an instant fail)."""
+    check = HealthCheck(kind=HealthCheckKind.HTTP, expected=((200, 299), (404, 404)))
+    http = cluster("p", PoolSettings(health_check=check)).health_checks[0].http_health_check
+    expected = [(r.start, r.end) for r in http.expected_statuses]
+    retriable = [(r.start, r.end) for r in http.retriable_statuses]
+    assert expected == [(200, 300), (404, 405)]
+    assert retriable == [(100, 200), (300, 404), (405, 600)]
+
+
+def test_checks_are_spread_out_but_the_first_is_at_once() -> None:
+    """Every wait between checks gets a random share (pools created together would otherwise
+    check their members in the same millisecond forever: 10,000 pools at one backend timed out
+    and failed them all, bench/convergence.py); the first check is never delayed, since a
+    cluster is warm only once each member had it."""
+    for kind in HealthCheckKind:
+        built = cluster("p", PoolSettings(health_check=HealthCheck(kind=kind))).health_checks[0]
+        assert built.interval_jitter_percent == CHECK_JITTER_PERCENT > 0
+        assert not built.HasField("initial_jitter")
+        assert not built.HasField("interval_jitter")
+
+
+def test_checked_pools_let_withdrawn_members_go_at_once() -> None:
+    """With an active check, a member gone from the assignment is not kept while it passes."""
+    checked = cluster("p", PoolSettings(health_check=HealthCheck(kind=HealthCheckKind.TCP)))
+    assert checked.ignore_health_on_host_removal
+    assert not cluster("p", PoolSettings()).ignore_health_on_host_removal
+
+
+def test_persistence_hashes_with_maglev_unless_ring_hash_was_chosen() -> None:
+    """A pool with persistence never balances round robin (its route hash would be ignored)."""
+    key = Persistence(kind=PersistenceKind.COOKIE)
+    plain = cluster("p", PoolSettings(persistence=key))
+    ring = cluster("p", PoolSettings(persistence=key, lb_policy=LBPolicy.RING_HASH))
+    assert plain.lb_policy == cluster_pb2.Cluster.MAGLEV
+    assert ring.lb_policy == cluster_pb2.Cluster.RING_HASH
+
+
+def test_outlier_detection_ejects_on_consecutive_errors_only() -> None:
+    """Consecutive 5xx (connect failures included) are enforced; the volume-based detectors
+    are off."""
+    od = cluster("p", PoolSettings(outlier_detection=OutlierDetection(
+        consecutive_errors=3, base_ejection_ms=10_000))).outlier_detection
+    assert (od.consecutive_5xx.value, od.enforcing_consecutive_5xx.value) == (3, 100)
+    assert od.enforcing_success_rate.value == 0
+    assert od.enforcing_failure_percentage.value == 0
+    assert od.base_ejection_time.seconds == 10
+    udp = cluster("p", PoolSettings(protocol=PoolProtocol.UDP,
+                                    outlier_detection=OutlierDetection(consecutive_errors=3)))
+    assert not udp.HasField("outlier_detection")

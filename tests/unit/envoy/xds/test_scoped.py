@@ -1,0 +1,237 @@
+"""Scoped route tables (``podway.envoy.config.scoped``): which listener is served as scopes,
+what is built, the one-table form state-of-the-world streams get, and the delta stream rules
+(every scope again after a scoped listener; no removal while none is served)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from envoy.config.listener.v3 import listener_pb2
+from envoy.config.route.v3 import route_pb2, scoped_route_pb2
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm,
+)
+from envoy.service.discovery.v3 import discovery_pb2 as d
+
+from podway.envoy.config import Builder, Resources, build
+from podway.envoy.config.routes import route_configuration
+from podway.envoy.config.scoped import LOWER_HOST_FILTER, pick, rds_form, table_name
+from podway.envoy.xds import types
+from podway.envoy.xds.access import TableForm
+from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.delta import DeltaStream
+from podway.ir import IR, Listener, ListenerProtocol, VirtualHost, WildcardMode
+
+from .helpers import http_listener, ir, pool, route, vhost
+
+
+def _hosts(*names: str) -> tuple[VirtualHost, ...]:
+    return tuple(vhost(n, route(f"r-{n}", "/", "blue")) for n in names)
+
+
+def _config(*hosts: VirtualHost, listener: Listener | None = None) -> IR:
+    return ir((listener or http_listener(*hosts),), pool("blue", 9000))
+
+
+def _manager(resources: Resources, name: str = "listener/http") -> hcm.HttpConnectionManager:
+    message = resources[types.LISTENER][name].message
+    assert isinstance(message, listener_pb2.Listener)
+    manager = hcm.HttpConnectionManager()
+    message.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    return manager
+
+
+THREE = _hosts("a.com", "B.com", "c.com")
+
+
+def test_a_listener_with_enough_exact_hosts_is_served_as_scopes() -> None:
+    built = build(_config(*THREE), scoped_min_hosts=3)
+    manager = _manager(built)
+    assert manager.WhichOneof("route_specifier") == "scoped_routes"
+    assert manager.scoped_routes.name == "listener/http"
+    extractor = manager.scoped_routes.scope_key_builder.fragments[0].header_value_extractor
+    assert (extractor.name, extractor.element_separator, extractor.index) == (
+        ":authority", ":", 0)
+    assert manager.http_filters[0].name == LOWER_HOST_FILTER
+    scopes = built[types.SCOPE]
+    assert sorted(scopes) == [table_name("listener/http", h) for h in ("a.com", "b.com",
+                                                                        "c.com")]
+    scope = scopes["listener/http/host/b.com"].message
+    assert isinstance(scope, scoped_route_pb2.ScopedRouteConfiguration)
+    assert scope.route_configuration_name == "listener/http/host/b.com"
+    assert [f.string_key for f in scope.key.fragments] == ["b.com"]  # keys are lower case
+    table = built[types.ROUTE]["listener/http/host/b.com"].message
+    assert isinstance(table, route_pb2.RouteConfiguration)
+    assert [list(v.domains) for v in table.virtual_hosts] == [["b.com"]]
+    # The one table is built too (state-of-the-world streams are served it).
+    assert "listener/http" in built[types.ROUTE]
+
+
+def test_a_one_host_table_is_the_table_head_with_that_host() -> None:
+    listener = http_listener(*THREE)
+    built = build(_config(listener=listener), scoped_min_hosts=3)
+    whole = route_configuration(listener, persistence={})
+    for vhost_message in whole.virtual_hosts:
+        host = vhost_message.domains[0]
+        expected = route_pb2.RouteConfiguration()
+        expected.CopyFrom(whole)
+        expected.name = table_name("listener/http", host)
+        del expected.virtual_hosts[:]
+        expected.virtual_hosts.append(vhost_message)
+        resource = built[types.ROUTE][expected.name]
+        assert resource.packed.value == expected.SerializeToString(deterministic=True)
+
+
+def test_what_scopes_cannot_match_keeps_the_one_table() -> None:
+    small = build(_config(*THREE))  # below the threshold (256)
+    assert _manager(small).WhichOneof("route_specifier") == "rds"
+    assert not small[types.SCOPE]
+    wildcard = vhost("*.d.com", route("r-d", "/", "blue"), wildcard=WildcardMode.SUFFIX)
+    catch_all_with_routes = vhost("*", route("r-any", "/", "blue"))
+    for extra in (wildcard, catch_all_with_routes):
+        built = build(_config(*THREE, extra), scoped_min_hosts=3)
+        assert _manager(built).WhichOneof("route_specifier") == "rds"
+        assert not built[types.SCOPE]
+    empty_catch_all = vhost("*")  # serves nothing: Envoy's own 404 either way
+    built = build(_config(*THREE, empty_catch_all), scoped_min_hosts=3)
+    assert _manager(built).WhichOneof("route_specifier") == "scoped_routes"
+    https = replace(http_listener(*THREE), protocol=ListenerProtocol.HTTPS)
+    assert pick([https], 3) is None  # SNI tables and 421s stay RDS
+
+
+def test_only_the_listener_with_most_hosts_is_served_as_scopes() -> None:
+    first = http_listener(*THREE)
+    second = replace(http_listener(*_hosts("a.com", "b.com", "c.com", "d.com"), port=8081),
+                     name="listener/second")
+    built = Builder(scoped_min_hosts=3).build(ir((first, second), pool("blue", 9000)))
+    assert _manager(built).WhichOneof("route_specifier") == "rds"
+    assert _manager(built, "listener/second").WhichOneof("route_specifier") == "scoped_routes"
+    assert all(n.startswith("listener/second/") for n in built[types.SCOPE])
+
+
+def test_the_one_table_form_equals_the_listener_built_without_scopes() -> None:
+    scoped = build(_config(*THREE), scoped_min_hosts=3)[types.LISTENER]["listener/http"]
+    plain = build(_config(*THREE))[types.LISTENER]["listener/http"]
+    assert scoped.digest != plain.digest
+    assert isinstance(scoped.message, listener_pb2.Listener)
+    converted = rds_form(scoped.message)
+    assert converted is not None
+    assert converted.SerializeToString(deterministic=True) == plain.packed.value
+    assert isinstance(plain.message, listener_pb2.Listener)
+    assert rds_form(plain.message) is None
+
+
+def test_an_unchanged_host_keeps_its_resources_across_builds() -> None:
+    builder = Builder(scoped_min_hosts=3)
+    before = builder.build(_config(*THREE))
+    after = builder.build(_config(*THREE, *_hosts("d.com")))  # new listener object
+    for name in before[types.SCOPE]:
+        assert after[types.SCOPE][name] is before[types.SCOPE][name]
+        assert after[types.ROUTE][name] is before[types.ROUTE][name]
+    assert "listener/http/host/d.com" in after[types.SCOPE]
+    changed = builder.build(_config(THREE[0], vhost("B.com", route("r-b", "/x", "blue")),
+                                    THREE[2], *_hosts("d.com")))
+    b = "listener/http/host/b.com"
+    assert changed[types.ROUTE][b].digest != after[types.ROUTE][b].digest
+    assert changed[types.SCOPE][b].digest == after[types.SCOPE][b].digest  # unchanged
+
+
+def test_state_of_the_world_streams_see_the_one_table_form() -> None:
+    cache = Cache()
+    cache.set(build(_config(*THREE), scoped_min_hosts=3))
+    view = TableForm(cache)
+    plain = build(_config(*THREE))
+    assert view.get(types.LISTENER).resources["listener/http"].digest == (
+        plain[types.LISTENER]["listener/http"].digest)
+    assert view.get(types.LISTENER) is view.get(types.LISTENER)  # converted once per version
+    assert not view.get(types.SCOPE).resources
+    assert view.names_changed(types.SCOPE, "") == frozenset()
+    assert view.get(types.ROUTE) is cache.get(types.ROUTE)
+
+
+def _req(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = ""
+         ) -> d.DeltaDiscoveryRequest:
+    return d.DeltaDiscoveryRequest(type_url=type_url, resource_names_subscribe=subscribe,
+                                   response_nonce=nonce)
+
+
+def _connected(cache: Cache) -> DeltaStream:
+    """A delta stream that has received and acknowledged the whole first config."""
+    stream = DeltaStream(cache)
+    tables = tuple(n for n in cache.get(types.ROUTE).resources if "/host/" in n)
+    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
+                            (types.LISTENER, ()), (types.SCOPE, ()), (types.ROUTE, tables)):
+        out, _ = stream.on_request(_req(type_url, names))
+        for response in out:
+            stream.on_request(_req(response.type_url, nonce=response.nonce))
+    return stream
+
+
+def _ack_all(stream: DeltaStream, out: list[d.DeltaDiscoveryResponse]) -> None:
+    for response in out:
+        stream.on_request(_req(response.type_url, nonce=response.nonce))
+
+
+def test_delta_scopes_are_a_wildcard_and_an_added_host_is_its_scope_and_table() -> None:
+    cache, builder = Cache(), Builder(scoped_min_hosts=3)
+    cache.set(builder.build(_config(*THREE)))
+    stream = DeltaStream(cache)
+    for type_url in (types.CLUSTER, types.ENDPOINT, types.LISTENER):
+        out, _ = stream.on_request(_req(type_url, ("blue",) if type_url == types.ENDPOINT
+                                        else ()))
+        _ack_all(stream, out)
+    out, _ = stream.on_request(_req(types.SCOPE))
+    assert [len(r.resources) for r in out if r.type_url == types.SCOPE] == [3]
+    _ack_all(stream, out)
+    tables = tuple(sorted(n for n in cache.get(types.ROUTE).resources if "/host/" in n))
+    out, _ = stream.on_request(_req(types.ROUTE, tables))
+    assert [sorted(x.name for x in r.resources) for r in out] == [list(tables)]
+    _ack_all(stream, out)
+    cache.set(builder.build(_config(*THREE, *_hosts("d.com"))))
+    out = stream.on_change()
+    # The scope, and its table right behind it: Envoy need not ask first.
+    assert [(r.type_url, [x.name for x in r.resources]) for r in out] == [
+        (types.SCOPE, ["listener/http/host/d.com"]), (types.ROUTE, ["listener/http/host/d.com"])]
+    # Envoy asks for the table while handling the scope: sent once more (a safety net), and
+    # only once.
+    more, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/d.com",)))
+    assert [(r.type_url, [x.name for x in r.resources]) for r in more] == [
+        (types.ROUTE, ["listener/http/host/d.com"])]
+    _ack_all(stream, out + more)
+    assert stream.on_request(_req(types.ROUTE, ("listener/http/host/d.com",)))[0] == []
+    # A refused scope: its table went nowhere, so it is sent again when Envoy asks for it.
+    cache.set(builder.build(_config(*THREE, *_hosts("d.com", "e.com"))))
+    out = stream.on_change()
+    assert [r.type_url for r in out] == [types.SCOPE, types.ROUTE]
+    nack = _req(types.SCOPE, nonce=out[0].nonce)
+    nack.error_detail.message = "refused"
+    stream.on_request(nack)
+    stream.on_request(_req(types.ROUTE, nonce=out[1].nonce))
+    later, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/e.com",)))
+    assert [(r.type_url, [x.name for x in r.resources]) for r in later] == [
+        (types.ROUTE, ["listener/http/host/e.com"])]
+
+
+def test_delta_scopes_stay_while_none_is_served_and_all_follow_a_scoped_listener() -> None:
+    cache, builder = Cache(), Builder(scoped_min_hosts=3)
+    cache.set(builder.build(_config(*THREE)))
+    stream = _connected(cache)
+    wildcard = vhost("*.d.com", route("r-d", "/", "blue"), wildcard=WildcardMode.SUFFIX)
+    cache.set(builder.build(_config(*THREE, wildcard)))  # the one-table form
+    out = stream.on_change()
+    # No scope removed (Envoy ignores the removal of the one-host tables).
+    assert [r.type_url for r in out] == [types.LISTENER, types.ROUTE]
+    _ack_all(stream, out)
+    out, _ = stream.on_request(_req(types.ROUTE, ("listener/http",)))
+    _ack_all(stream, out)
+    cache.set(builder.build(_config(THREE[0], THREE[1])))  # c.com gone: below 3, one table
+    _ack_all(stream, stream.on_change())
+    cache.set(builder.build(_config(*THREE[:2], *_hosts("d.com"))))  # scopes again
+    out = stream.on_change()
+    assert [r.type_url for r in out][:2] == [types.LISTENER, types.SCOPE]
+    (scopes,) = [r for r in out if r.type_url == types.SCOPE]
+    # Every scope again (the new connection manager's subscription has none), and the one
+    # gone meanwhile removed.
+    assert sorted(r.name for r in scopes.resources) == [
+        "listener/http/host/a.com", "listener/http/host/b.com", "listener/http/host/d.com"]
+    assert list(scopes.removed_resources) == ["listener/http/host/c.com"]

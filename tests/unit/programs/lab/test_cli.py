@@ -1,0 +1,35 @@
+"""``podway lab`` refuses clearly: one line, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    code = ("import os, sys; os.geteuid = lambda: 1000; from podway.cli.app import main; "
+            "sys.argv = ['podway', *sys.argv[1:]]; main()")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          check=False, timeout=60)
+
+
+@pytest.mark.parametrize("command", ["up", "down", "curl"])
+def test_commands_that_touch_the_kernel_need_root(command: str) -> None:
+    """Without root: one line saying so and how, exit status 2."""
+    args = [command, "http://198.19.1.1/"] if command == "curl" else [command]
+    done = run("lab", *args)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: podway lab {command} needs root (it creates network namespaces and kernel "
+        "rules): run it with sudo"]
+
+
+def test_reading_a_lab_that_is_not_up_says_how_to_start_one(tmp_path: Path) -> None:
+    """``get`` with no lab: one line naming ``podway lab up``."""
+    done = run("lab", "get", "pods", "--state-dir", str(tmp_path / "none"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("error: no lab 'lab' is up (start one with "
+                                   "`podway lab up`)")

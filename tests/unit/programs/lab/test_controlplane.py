@@ -1,0 +1,87 @@
+"""The lab's control plane: the API server's allocations and a store that survives restart."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from podway.kube.emulator import ApiError
+from podway.programs.lab.controlplane import ControlPlane, admit_service
+from podway.programs.lab.plan import make_plan
+
+Obj = dict[str, Any]
+
+
+def svc(name: str, kind: str = "NodePort", **port: Any) -> Obj:
+    return {"metadata": {"name": name, "namespace": "default"},
+            "spec": {"type": kind, "ports": [{"port": 80, **port}]}}
+
+
+def test_node_ports_are_allocated_unique_and_kept_on_update() -> None:
+    """A NodePort Service gets a free nodePort and a clusterIP; an update without them keeps
+    both; a taken or out-of-range port is refused like the API server does."""
+    first = svc("a")
+    admit_service(first, None, [])
+    assert first["spec"]["ports"][0]["nodePort"] == 30000
+    assert first["spec"]["clusterIP"].startswith("198.19.")
+    second = svc("b")
+    admit_service(second, None, [first])
+    assert second["spec"]["ports"][0]["nodePort"] == 30001
+    update = svc("a")
+    admit_service(update, first, [first, second])
+    assert update["spec"]["ports"][0]["nodePort"] == 30000
+    assert update["spec"]["clusterIP"] == first["spec"]["clusterIP"]
+    with pytest.raises(ApiError, match="already allocated"):
+        admit_service(svc("c", nodePort=30001), None, [first, second])
+    with pytest.raises(ApiError, match="valid range"):
+        admit_service(svc("c", nodePort=80), None, [])
+    plain = svc("d", "ClusterIP", nodePort=30005)
+    admit_service(plain, None, [])
+    assert "nodePort" not in plain["spec"]["ports"][0]
+
+
+async def test_store_survives_a_restart_and_old_watches_get_410(tmp_path: Path) -> None:
+    """After a restart from disk the objects (with their versions) are served on the same port;
+    a watch from a version before the restart is told 410 Gone (re-list)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cp = ControlPlane(port=port, store=tmp_path / "store.json")
+    await cp.start()
+    try:
+        base = f"http://127.0.0.1:{port}/api/v1/namespaces/default/services"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(base, json=svc("web")) as resp:
+                created = await resp.json()
+            old_version = int(created["metadata"]["resourceVersion"]) - 1
+            await cp.restart()
+            async with http.get(f"{base}/web") as resp:
+                again = await resp.json()
+            assert again["metadata"]["uid"] == created["metadata"]["uid"]
+            assert again["spec"]["ports"][0]["nodePort"] == 30000
+            async with http.get(f"{base}?watch=1&resourceVersion={old_version}"
+                                "&timeoutSeconds=2") as resp:
+                line = await resp.content.readline()
+            assert b'"code": 410' in line
+    finally:
+        await cp.stop()
+
+
+def test_plan_uses_only_benchmarking_addresses() -> None:
+    """Every address and CIDR of a big lab is inside 198.18.0.0/15."""
+    from podway.programs.lab import plan as p
+
+    bench = ipaddress.ip_network("198.18.0.0/15")
+    lab = make_plan("x", 200)
+    addresses = [p.EDGE_FABRIC_IP, p.EDGE_CLIENT_IP, p.CLIENT_IP, p.VIP,
+                 *(n.ip for n in lab.nodes), *(n.gateway for n in lab.nodes)]
+    assert all(ipaddress.ip_address(a) in bench for a in addresses)
+    cidrs = [p.CLUSTER_IP_CIDR, p.FABRIC_CIDR, *(n.pod_cidr for n in lab.nodes)]
+    assert all(ipaddress.ip_network(c).subnet_of(bench) for c in cidrs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="--nodes"):
+        make_plan("x", 0)

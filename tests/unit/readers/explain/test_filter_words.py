@@ -1,0 +1,82 @@
+"""``explain`` names every filter a route can carry, and follows the ingress-nginx ones (client
+allowlists, required client certificates) as the engine does."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from podway.ir import (
+    IR,
+    BodyLimit,
+    ClientAccess,
+    Forward,
+    Listener,
+    Member,
+    ObjectRef,
+    Pool,
+    RateLimit,
+    Route,
+    RouteMatch,
+    TLSCertificate,
+    TLSOptions,
+    URLRewrite,
+    VirtualHost,
+    WeightedPool,
+)
+from podway.ir import ListenerProtocol as Protocol
+from podway.readers.explain import OutcomeKind, explain, parse
+from podway.readers.explain.words import filter_text
+
+
+def test_access_rate_and_body_limits_read_as_words() -> None:
+    """Client access, rate limits, body limits and regex rewrites each say what they do."""
+    assert filter_text(ClientAccess(allow=("198.18.0.0/15",), deny=("198.18.1.0/24",))) == (
+        "clients allowed: 198.18.0.0/15 except 198.18.1.0/24 (others get 403)")
+    assert filter_text(ClientAccess()) == "clients allowed: any address (others get 403)"
+    assert filter_text(RateLimit(requests=5, burst=25, status=503)) == (
+        "rate limit per client address: 5 per 1000 ms, bursts of 25 (then 503)")
+    assert filter_text(BodyLimit(max_bytes=1024)) == (
+        "request bodies up to 1024 bytes (larger: 413)")
+    assert filter_text(URLRewrite(pattern="^/a(.*)$", substitution="/\\1")) == (
+        "rewrite: path matching ^/a(.*)$ → /\\1")
+
+
+def _shop(route: Route, protocol: Protocol = Protocol.HTTP, **kw: object) -> IR:
+    vhost = VirtualHost(name="shop", hostname="shop.test", routes=(route,))
+    listener = Listener(name="l", address="0.0.0.0", port=443 if protocol is Protocol.HTTPS
+                        else 80, protocol=protocol, virtual_hosts=(vhost,),
+                        **kw)  # type: ignore[arg-type]
+    pool = Pool(name="web", members=(Member(address="10.0.0.1", port=80),))
+    return IR(listeners=(listener,), pools=MappingProxyType({"web": pool}))
+
+
+ING = ObjectRef("Ingress", "shop", "web")
+ROUTE = Route(name="r", origin=ING, match=RouteMatch(), action=Forward(
+    backends=(WeightedPool(pool="web"),)),
+    filters=(ClientAccess(allow=("198.18.0.0/15",), deny=("198.18.9.0/24",)),))
+
+
+def test_client_access_answers_403_to_a_client_outside_it() -> None:
+    """A --source-ip outside the allowlist, or in the denylist, gets 403; inside is served;
+    without one the walk says what decides and follows the route."""
+    for source, kind in (("198.18.1.1", OutcomeKind.SERVED), ("198.18.9.9", OutcomeKind.DIRECT),
+                         ("192.0.2.1", OutcomeKind.DIRECT), (None, OutcomeKind.SERVED)):
+        found = explain(_shop(ROUTE), parse("http://shop.test/", source_ip=source))
+        assert [o.kind for o in found.verdict.outcomes] == [kind], source
+        if kind is OutcomeKind.DIRECT:
+            assert found.verdict.outcomes[0].status == 403
+
+
+def test_a_required_client_certificate_fails_the_handshake() -> None:
+    """A chain that requires client certificates resets a client without one; optional does
+    not."""
+    plain = replace(ROUTE, filters=())
+    for required, kind in ((True, OutcomeKind.RESET), (False, OutcomeKind.SERVED)):
+        cert = TLSCertificate(name="secret/shop/tls", hostnames=("shop.test",), cert_pem="C",
+                              key_pem="K", options=TLSOptions(client_ca_pem="CA",
+                                                              client_ca="secret/shop/ca",
+                                                              client_required=required))
+        found = explain(_shop(plain, Protocol.HTTPS, certificates=(cert,)),
+                        parse("https://shop.test/"))
+        assert [o.kind for o in found.verdict.outcomes] == [kind], required
