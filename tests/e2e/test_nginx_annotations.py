@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from podway.envoy.xds.types import LISTENER
+
 from .harness import Stack, endpoints, get, make_stack, service
 
 pytestmark = pytest.mark.e2e
@@ -270,3 +272,54 @@ async def test_cors_preflight_and_headers(stack: Stack) -> None:
     status, headers, _ = await request(port, "shop.test", "/",
                                        headers={"Origin": "https://evil.test"})
     assert (status, headers.get("access-control-allow-origin")) == (200, None)
+
+
+async def test_features_apply_only_on_the_routes_that_ask_for_them(stack: Stack) -> None:
+    """The optional filters are switched off on the listener and on per route: on one host,
+    the route with CORS, an allowlist and a rate limit gets all three, the plain route beside it
+    none of them (no CORS header, any client, no limit)."""
+    guarded = ingress("guarded", {"enable-cors": "true", "cors-allow-origin": "https://app.test",
+                                  "whitelist-source-range": "127.0.0.1/32", "limit-rpm": "1",
+                                  "limit-burst-multiplier": "2"}, path("/guarded"))
+    plain = ingress("plain", {}, path("/plain"), ts="2026-01-01T00:00:01Z")
+    port = await start(stack, guarded + "---\n" + plain)
+    origin = {"Origin": "https://app.test"}
+    status, headers, _ = await request(port, "shop.test", "/guarded", headers=origin)
+    assert (status, headers.get("access-control-allow-origin")) == (200, "https://app.test")
+    assert (await request(port, "shop.test", "/guarded", source="127.0.0.9"))[0] == 403
+    statuses = [(await request(port, "shop.test", "/guarded"))[0] for _ in range(2)]
+    assert statuses == [200, 503]  # the bucket of 2 was spent by the first and this one
+    for source in ("127.0.0.1", "127.0.0.9", "127.0.0.1", "127.0.0.1", "127.0.0.1"):
+        status, headers, body = await request(port, "shop.test", "/plain", headers=origin,
+                                              source=source)
+        assert (status, body.get("name")) == (200, "web")
+        assert "access-control-allow-origin" not in headers
+
+
+async def test_access_rules_hold_on_a_scoped_listener_whatever_the_host_case(
+        stack: Stack) -> None:
+    """A listener with enough exact hosts is served as scopes (one table per host), whose
+    scope key is the lower-case Host: a request naming its host in upper case is still
+    refused by the route's allowlist (filters are chosen from the first route Envoy finds)."""
+    from podway.envoy.config import build
+    from podway.envoy.config.scoped import SCOPED_MIN_HOSTS, has_scopes
+
+    rules = "".join(f"""  - host: h{i}.test
+    http:
+      paths:
+{path("/")}""" for i in range(SCOPED_MIN_HOSTS))
+    many = f"""apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: many, namespace: default, creationTimestamp: "2026-01-01T00:00:01Z"}}
+spec:
+  ingressClassName: nginx
+  rules:
+{rules}"""
+    office = ingress("office", {"whitelist-source-range": "127.0.0.1/32"}, path("/"))
+    port = await start(stack, office + "---\n" + many)
+    built = build(stack.state.ir)  # the listener really is served as scopes
+    assert any(has_scopes(r.message) for r in built[LISTENER].values())
+    for host in ("shop.test", "SHOP.test", "Shop.Test"):
+        assert (await request(port, host, "/", source="127.0.0.9"))[0] == 403, host
+        assert (await request(port, host, "/", source="127.0.0.1"))[0] == 200, host
+    assert (await request(port, "H1.test", "/", source="127.0.0.9"))[0] == 200

@@ -231,7 +231,7 @@ async def test_member_killed_under_load_is_ejected_after_its_consecutive_errors(
         assert await victim_errors(stack) == at_ejection
         # Every failed request is one of the killed member's errors (the healthy ones fail
         # nothing): those already sent to it (not retried by default) and connect failures whose
-        # retry the retry budget refused; the others were retried on a healthy member.
+        # retry the pool's retry cap refused; the others were retried on a healthy member.
         assert failed <= errors, (results, at_ejection)
         assert results["b1"], results
         assert results["b2"], results

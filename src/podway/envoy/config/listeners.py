@@ -145,10 +145,12 @@ def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = Fals
     manager.rds.config_source.CopyFrom(ads_source())
     manager.upgrade_configs.append(hcm.HttpConnectionManager.UpgradeConfig(
         upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)))
-    # CORS does nothing on a route without a CORS policy; present on every manager so a route
-    # gaining one never replaces the listener (and never drains its connections).
+    # Every optional filter is switched off here and on by the routes that configure it (a
+    # per-route config of a disabled filter enables it): a request of any other route pays
+    # nothing for it. Present on every manager so a route gaining one never replaces the
+    # listener (and never drains its connections). ``access``: the same for the others.
     manager.http_filters.append(hcm.HttpFilter(
-        name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())))
+        name=CORS_FILTER, disabled=True, typed_config=pack(cors_pb2.Cors())))
     manager.http_filters.extend(manager_filters())  # rate limits, client access, body limits
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))

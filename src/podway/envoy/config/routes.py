@@ -576,7 +576,7 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
 #: Failures where the request never reached the member: retrying them is safe for every method
 #: (nothing was processed), and it hides a member that stopped accepting connections before its
 #: endpoint was withdrawn (a pod shutting down). Set once per virtual host, and on a route that
-#: needs its own policy (a per-try timeout). ``RETRY_BUDGET_PERCENT`` on each cluster bounds the
+#: needs its own policy (a per-try timeout). ``clusters.MAX_RETRIES`` on each cluster bounds the
 #: extra load when many members fail at once.
 RETRY_ON = "reset-before-request,connect-failure,refused-stream"
 RETRIES = 2
