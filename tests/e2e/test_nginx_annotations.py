@@ -323,3 +323,13 @@ spec:
         assert (await request(port, host, "/", source="127.0.0.9"))[0] == 403, host
         assert (await request(port, host, "/", source="127.0.0.1"))[0] == 200, host
     assert (await request(port, "H1.test", "/", source="127.0.0.9"))[0] == 200
+
+
+async def test_taken_over_ingress_listeners_set_real_ip(stack: Stack) -> None:
+    """ingress-nginx always sets X-Real-IP, so the Ingress listeners of a stack taking its class
+    over do (without ``--x-real-ip``), replacing a client's own value."""
+    port = await start(stack, ingress("web", {}, path("/")))
+    _, _, body = await request(port, "shop.test", "/", headers={"X-Real-IP": "198.18.0.66"})
+    headers = body.get("headers")
+    assert isinstance(headers, dict)
+    assert headers.get("x-real-ip") == "127.0.0.1"

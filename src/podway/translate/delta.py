@@ -137,9 +137,10 @@ def patch_structure(snapshot: Snapshot, before: Snapshot, opts: TranslateOptions
         return None  # a Gateway listener the last run did not serve
     for item in patch.listeners.values():
         at = live.at[item.name]
-        hops = live.listeners[at].xff_trusted_hops  # the Gateways did not change
-        live.listeners[at] = item if item.xff_trusted_hops == hops else replace(
-            item, xff_trusted_hops=hops)
+        was = live.listeners[at]  # the Gateways did not change: nor did these settings
+        live.listeners[at] = item if (item.xff_trusted_hops, item.real_ip) == (
+            was.xff_trusted_hops, was.real_ip) else replace(
+            item, xff_trusted_hops=was.xff_trusted_hops, real_ip=was.real_ip)
     for problem in problems_out:
         if not _remove(live.problems, problem):
             return None

@@ -201,8 +201,9 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
     problems.extend(traffic.problems)
-    listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
-                                                    opts.xff_trusted_hops)
+    listeners, client_ip_problems = apply_client_ip(
+        snapshot, listeners, pools, opts.xff_trusted_hops, real_ip=opts.real_ip_header,
+        nginx_ingress=bool(opts.takeover_classes))
     problems.extend(client_ip_problems)
     warnings = memo.warnings if memo is not None else {}
     warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}

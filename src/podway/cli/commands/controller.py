@@ -26,6 +26,7 @@ from podway.cli.commands.flags import (
     DashboardAllowRemote,
     DashboardPort,
     IngressClasses,
+    RealIpHeader,
     XffTrustedHops,
 )
 from podway.translate import BackendMode
@@ -84,6 +85,7 @@ def controller(
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "
         "show Kubernetes readiness only.")] = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    x_real_ip: RealIpHeader = False,
     ingress_class: IngressClasses = None,
     leader_elect: Annotated[str, typer.Option(
         help="Elect one writer among the replicas with a coordination.k8s.io Lease (true); "
@@ -174,6 +176,7 @@ def controller(
                                    https_port=https_port, mode=backend_mode,
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
+                                   real_ip_header=x_real_ip,
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops)),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,

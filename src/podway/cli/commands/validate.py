@@ -25,6 +25,7 @@ from podway.cli.commands.common import (
 from podway.cli.commands.flags import (
     IngressClasses,
     ManifestAddresses,
+    RealIpHeader,
     StrictHostOwnership,
     TlsCiphers,
     TlsMaxVersion,
@@ -62,6 +63,7 @@ def validate(
     strict_host_ownership: StrictHostOwnership = False,
     ingress_class: IngressClasses = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    x_real_ip: RealIpHeader = False,
     tls_min_version: TlsMinVersion = None,
     tls_max_version: TlsMaxVersion = None,
     tls_ciphers: TlsCiphers = None,
@@ -78,6 +80,7 @@ def validate(
                             strict_host_ownership=strict_host_ownership,
                             takeover_classes=check_classes("--ingress-class", ingress_class),
                             tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
+                            real_ip_header=x_real_ip,
                             xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                         xff_trusted_hops))
     snapshot = Snapshot.of_objects(loaded.objects)

@@ -65,6 +65,11 @@ class TranslateOptions:
     (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
     peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
     (``podway.translate.pools.client_ip``)."""
+    real_ip_header: bool = False
+    """Set X-Real-IP to the client address on every HTTP/HTTPS listener (``--x-real-ip``).
+    Off: only on the Ingress listeners when an Ingress class is taken over from ingress-nginx
+    (``takeover_classes``; ingress-nginx always sets it), since it costs every request a
+    per-request formatter (docs/performance.md)."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
     bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no

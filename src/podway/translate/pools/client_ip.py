@@ -8,6 +8,10 @@ Runs after the structure (listeners and pools) is final, and only sets fields:
   listener, the Gateway's ``podway.io/xff-trusted-hops`` annotation (the oldest Gateway's, when
   several share the port). The Ingress listeners are shared by every Ingress, so no Ingress can
   change them: only the flag applies there.
+* an HTTP/HTTPS listener gets ``real_ip`` (the engine sets X-Real-IP) with ``--x-real-ip``
+  (``TranslateOptions.real_ip_header``), or, without it, when it serves an Ingress and an
+  Ingress class is taken over from ingress-nginx (``takeover_classes``), which always sets it.
+  Off otherwise: the header is a per-request formatter every request would pay for.
 * every TCP pool of a Service annotated ``podway.io/proxy-protocol: v2`` gets
   ``proxy_protocol``. HTTP pools never do: the engine reuses one upstream connection for the
   requests of many clients, so a header per connection cannot name the client (X-Forwarded-For
@@ -56,7 +60,8 @@ def parse_hops(value: str) -> int | None:
 
 
 def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
-                    pools: dict[str, PoolSpec], default_hops: int
+                    pools: dict[str, PoolSpec], default_hops: int, *,
+                    real_ip: bool = False, nginx_ingress: bool = False
                     ) -> tuple[list[Listener], list[Problem]]:
     """Listeners with their trusted hops; ``pools`` is updated in place (PROXY protocol)."""
     problems: list[Problem] = []
@@ -83,8 +88,10 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
             continue
         hops = next((hops_of[(o.namespace, o.name)] for o in listener.origins
                      if o.kind == "Gateway" and (o.namespace, o.name) in hops_of), default_hops)
-        out.append(listener if hops == listener.xff_trusted_hops
-                   else replace(listener, xff_trusted_hops=hops))
+        header = real_ip or (nginx_ingress and any(o.kind == "Ingress"
+                                                   for o in listener.origins))
+        out.append(listener if (hops, header) == (listener.xff_trusted_hops, listener.real_ip)
+                   else replace(listener, xff_trusted_hops=hops, real_ip=header))
     services: dict[tuple[str, str], bool] = {}
     http_only: dict[tuple[str, str], ObjectRef] = {}  # asked for PROXY, no TCP pool (yet)
     transparent: dict[tuple[str, str], ObjectRef] = {}  # asked for the client's own address
