@@ -75,7 +75,7 @@ from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
-from podway.status.document import pool_hint
+from podway.status.diff import pool_hint
 from podway.translate import TranslateOptions
 
 log = logging.getLogger(__name__)

@@ -69,6 +69,7 @@ from typing import Any, Literal
 
 from kubernetes_asyncio import client
 
+from podway.base.mapdiff import MapDiff
 from podway.engines.member_health import Health, HostKey, HostState, MemberHealthReports
 from podway.ir import Pool
 from podway.kube.errors import ApiError, NotFound, api_error
@@ -77,7 +78,7 @@ from podway.model.snapshot import Key, Snapshot
 from podway.pipeline import Pipeline, State
 from podway.programs.controller.groups import group_of, subset
 from podway.programs.controller.metrics import ControllerMetrics
-from podway.status.document import KindChanges, MapDiff, pool_hint
+from podway.status.diff import KindChanges, pool_hint
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from podway.base.backoff import Backoff
+from podway.base.mapdiff import id_changes
 from podway.ir import IR, Listener
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
@@ -49,7 +50,8 @@ from podway.programs.controller.leader import ALWAYS, Fence, Leadership
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.source import CRD_STATUS_KINDS, KindInfo
 from podway.status import StatusDocument
-from podway.status.document import DocumentBuilder, KindChanges, id_changes
+from podway.status.diff import KindChanges
+from podway.status.incremental import DocumentBuilder
 from podway.translate import TranslateOptions
 from podway.translate import service as service_rules
 from podway.translate.core.problems import Problem, Reason
