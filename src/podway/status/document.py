@@ -40,7 +40,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.ir import IR
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
