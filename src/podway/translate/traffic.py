@@ -53,8 +53,8 @@ from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec
-from podway.translate.pools.pool_sections import Chosen
-from podway.translate.pools.traffic_policies import PolicyIndex, SectionSource
+from podway.translate.traffic_policies import PolicyIndex, SectionSource
+from podway.translate.traffic_sections import Chosen
 
 _RULE = re.compile(r"/rule/(\d+)/")
 

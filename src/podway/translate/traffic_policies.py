@@ -3,7 +3,7 @@ targets, with one winner per target (the older policy; as old: first by name), a
 ``Accepted`` status of every policy and target.
 
 ``traffic._Run`` extends ``PolicyIndex`` with the resolution of pool and route settings; the
-precedence rules are in ``podway.translate.pools.traffic``.
+precedence rules are in ``podway.translate.traffic``.
 """
 
 
