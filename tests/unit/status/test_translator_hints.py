@@ -21,7 +21,7 @@ from podway.model import Service, Snapshot
 from podway.model.snapshot import Key
 from podway.pipeline import State
 from podway.programs.controller.modes import NplPlanner, npl_plan, served_services
-from podway.programs.controller.readiness import PodMembers, pod_members
+from podway.programs.controller.readiness_members import PodMembers, pod_members
 from podway.readers.metrics import pipeline as metrics_pipeline
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.base import SourceUpdate
