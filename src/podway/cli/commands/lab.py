@@ -48,10 +48,28 @@ def _state(name: str, state_dir: Path | None) -> Any:
     return LabState.of(name, state_dir)
 
 
+def which(name: str, state_dir: Path | None) -> str:
+    """The flags that name this lab again in a hint (``--name X``, ``--state-dir D``), so every
+    command a hint suggests reaches the same lab; empty for the default lab."""
+    import shlex
+
+    flags = ([] if name == "lab" else ["--name", name]) + (
+        [] if state_dir is None else ["--state-dir", str(state_dir)])
+    return "".join(" " + shlex.quote(f) for f in flags)
+
+
+def next_steps(name: str, state_dir: Path | None, kubeconfig: Path) -> list[str]:
+    """What to run once the lab is up (every command names this lab)."""
+    lab = which(name, state_dir)
+    return [f"kubectl --kubeconfig {kubeconfig} get nodes",
+            f"podway lab apply{lab} -f examples/seed-httpd/ && podway lab status{lab}"]
+
+
 def _running(name: str, state_dir: Path | None) -> tuple[Any, Any, int]:
     state = _state(name, state_dir)
     if not state.info.exists():
-        raise EnvironmentProblem(f"no lab {name!r} is up (start one with `podway lab up`)")
+        raise EnvironmentProblem(f"no lab {name!r} is up (start one with "
+                                 f"`podway lab up{which(name, state_dir)}`)")
     plan, port = state.load()
     return state, plan, port
 
@@ -77,7 +95,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         found = ", ".join([*([str(state.root)] if state.exists() else []), *leftovers[:3]])
         raise EnvironmentProblem(f"leftovers of an earlier lab {name!r} ({found}"
                                  f"{', …' if len(leftovers) > 3 else ''}): run `podway lab down"
-                                 f"{'' if name == 'lab' else ' --name ' + name}` first")
+                                 f"{which(name, state_dir)}` first")
     console = Console(stderr=True, log_path=False)
     import socket
 
@@ -119,8 +137,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
 
     console.print(f"[bold green]lab {name!r} is up[/]: {nodes} nodes, VIP {VIP}, client "
                   f"{CLIENT_IP}")
-    console.print(f"  kubectl --kubeconfig {state.kubeconfig} get nodes")
-    console.print("  podway lab apply -f examples/seed-httpd/ && podway lab status")
+    for line in next_steps(name, state_dir, state.kubeconfig):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _down(name: str, state_dir: Path | None, *, say: Any) -> int:
@@ -285,8 +303,9 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     state, _, _ = _running(name, state_dir)
     pid = state.daemon()
     if pid is None:
-        raise EnvironmentProblem("the lab daemon is not running (run `podway lab down`, then "
-                                 "`podway lab up`)")
+        lab = which(name, state_dir)
+        raise EnvironmentProblem(f"the lab daemon is not running (run `podway lab down{lab}`, "
+                                 f"then `podway lab up{lab}`)")
     def count() -> str:
         return state.api_restarts.read_text() if state.api_restarts.exists() else "0"
 
