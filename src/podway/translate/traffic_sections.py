@@ -17,6 +17,7 @@ from podway.ir import (
 )
 from podway.model.policy import TrafficPolicySpec
 from podway.translate.pools import traffic_values as tv
+from podway.translate.pools.traffic_defaults import default_health_check, default_outlier_detection
 
 
 @dataclass(slots=True)
@@ -37,8 +38,8 @@ class Chosen:
     algorithm_rank: int = -1
 
     def __post_init__(self) -> None:
-        self.health = tv.default_health_check(self.protocol, self.host)
-        self.outlier = tv.default_outlier_detection(self.protocol)
+        self.health = default_health_check(self.protocol, self.host)
+        self.outlier = default_outlier_detection(self.protocol)
 
     def take_persistence(self, value: Persistence) -> None:
         if "persistence" not in self.done:

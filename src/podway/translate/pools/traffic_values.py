@@ -38,6 +38,7 @@ from podway.model.policy import (
     TrafficPolicySpec,
 )
 from podway.translate.core.problems import Reason, quote
+from podway.translate.pools.traffic_defaults import DEFAULT_OUTLIER_DETECTION, default_health_check
 
 ANNOTATION_PREFIX = "podway.io/"
 DEFAULT_COOKIE = "podway-session"
@@ -104,39 +105,6 @@ def _bounded(value: int | None, low: int, high: int, where: str, issues: Issues)
         issues.add(where, f"{value} is not between {low} and {high}")
         return None
     return value
-
-
-# --- defaults ---------------------------------------------------------------------------------
-
-def default_health_check(protocol: PoolProtocol, host: str) -> HealthCheck | None:
-    """The check every pool gets unless told otherwise: one that proves the pool's protocol.
-
-    TCP pools: a connect. HTTP pools: ``GET /`` in the pool's HTTP version (HTTP/2 for h2c),
-    healthy on any status below 500 — an answer at all proves the server speaks the protocol,
-    whatever its routes. gRPC pools: an HTTP/2 ``POST`` of a gRPC call (the standard health
-    method, no message), healthy on HTTP 200: every gRPC server answers a call with 200 and a
-    grpc-status, even one without the health service, while many (grpcio, C-core) reset a plain
-    ``GET /`` — which would take every member out. UDP: none (no generic UDP check exists).
-    """
-    if protocol is PoolProtocol.UDP:
-        return None
-    if protocol is PoolProtocol.TCP:
-        return HealthCheck(kind=HealthCheckKind.TCP)
-    if protocol is PoolProtocol.GRPC:
-        return HealthCheck(kind=HealthCheckKind.HTTP, http_path=GRPC_HEALTH_PATH, host=host,
-                           method="POST", headers=GRPC_CALL_HEADERS, expected=((200, 200),))
-    return HealthCheck(kind=HealthCheckKind.HTTP, http_path="/", host=host, expected=((200, 499),))
-
-
-GRPC_HEALTH_PATH = "/grpc.health.v1.Health/Check"
-GRPC_CALL_HEADERS = (("content-type", "application/grpc"), ("te", "trailers"))
-
-
-DEFAULT_OUTLIER_DETECTION = OutlierDetection(consecutive_errors=5)
-
-
-def default_outlier_detection(protocol: PoolProtocol) -> OutlierDetection | None:
-    return None if protocol is PoolProtocol.UDP else DEFAULT_OUTLIER_DETECTION
 
 
 # --- sections -----------------------------------------------------------------------------------
