@@ -53,6 +53,7 @@ from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec
+from podway.translate.pools.traffic_validate import validate, without_bad_sections
 from podway.translate.traffic_policies import PolicyIndex, SectionSource
 from podway.translate.traffic_sections import Chosen
 
@@ -197,8 +198,8 @@ class _Run(PolicyIndex):
             spec = nginx_traffic(obj, spec)
         source = None
         if spec is not None:
-            bad = tv.validate(spec)
-            spec = tv.without_bad_sections(spec, [*bad, *(
+            bad = validate(spec)
+            spec = without_bad_sections(spec, [*bad, *(
                 tv.Issue(i.reason, i.message, tv.section_of_annotation(i.field))
                 for i in issues.found)])
             for issue in [*issues.found, *bad]:

@@ -25,6 +25,7 @@ from podway.model.snapshot import Snapshot
 from podway.translate.core.problems import Problem, Reason, Severity, Verdict, quote
 from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
 from podway.translate.pools import traffic_values as tv
+from podway.translate.pools.traffic_validate import validate
 
 _ROUTE_KINDS = {("gateway.networking.k8s.io", "HTTPRoute"): HTTPRoute,
                 ("gateway.networking.k8s.io", "GRPCRoute"): GRPCRoute,
@@ -73,7 +74,7 @@ class PolicyIndex:
                              key=TrafficPolicy.age_key):
             state = PolicyState(policy.ref, policy.metadata.generation)
             self.states[policy.ref] = state
-            issues = tv.validate(policy.spec)
+            issues = validate(policy.spec)
             if issues:
                 first = issues[0]
                 state.invalid = Verdict(False, Reason.INVALID, f"{first.message} ({first.field})")

@@ -116,22 +116,8 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     before = len(issues.found)
     if protocol is PoolProtocol.UDP:
         return None
-    if spec.type is not None:
-        kind = _CHECK_NAMES.get(_key(spec.type))
-        if kind is None:
-            issues.add(f"{where}.type", f"health check type {quote(spec.type)} is not one of "
-                       "TCP, HTTP, GRPC")
-            return None
-    elif spec.path is not None:
-        kind = HealthCheckKind.HTTP
-    elif spec.grpc_service is not None:
-        kind = HealthCheckKind.GRPC
-    else:
-        default = default_health_check(protocol, host)
-        kind = default.kind if default is not None else HealthCheckKind.TCP
-    if kind is not HealthCheckKind.TCP and protocol is PoolProtocol.TCP:
-        issues.add(f"{where}.type", f"a {kind.value.upper()} check needs an HTTP backend; this "
-                   "pool carries TCP (the check would always fail)")
+    kind = _check_kind(spec, protocol=protocol, host=host, where=where, issues=issues)
+    if kind is None:
         return None
     host = host if kind is not HealthCheckKind.TCP else ""
     base = HealthCheck(kind=kind, host=host)
@@ -172,6 +158,30 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
                    f"interval ({out.interval_ms} ms)")
         return None
     return out
+
+
+def _check_kind(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, where: str,
+                issues: Issues) -> HealthCheckKind | None:
+    """The check's type: as given, else HTTP for a path, gRPC for a service, else the pool's
+    default; None (and an issue) when unknown or when the pool cannot carry it."""
+    if spec.type is not None:
+        kind = _CHECK_NAMES.get(_key(spec.type))
+        if kind is None:
+            issues.add(f"{where}.type", f"health check type {quote(spec.type)} is not one of "
+                       "TCP, HTTP, GRPC")
+            return None
+    elif spec.path is not None:
+        kind = HealthCheckKind.HTTP
+    elif spec.grpc_service is not None:
+        kind = HealthCheckKind.GRPC
+    else:
+        default = default_health_check(protocol, host)
+        kind = default.kind if default is not None else HealthCheckKind.TCP
+    if kind is not HealthCheckKind.TCP and protocol is PoolProtocol.TCP:
+        issues.add(f"{where}.type", f"a {kind.value.upper()} check needs an HTTP backend; this "
+                   "pool carries TCP (the check would always fail)")
+        return None
+    return kind
 
 
 def _statuses(values: tuple[str | int, ...], where: str, issues: Issues
@@ -431,41 +441,6 @@ def _hash_on(text: str | None, where: str, issues: Issues) -> PersistenceSpec | 
                    Reason.INVALID_ANNOTATION)
         return None
     return PersistenceSpec(type=mapped, name=name.strip() or None)
-
-
-# --- whole specs ----------------------------------------------------------------------------
-
-_PROBE = PoolProtocol.HTTP1
-
-
-def validate(spec: TrafficPolicySpec) -> list[Issue]:
-    """Every bad value of a policy, judged as for an HTTP pool (protocol-specific mismatches,
-    such as an HTTP check on a TCP pool, are reported where the policy meets such a pool)."""
-    issues = Issues()
-    if spec.health_check is not None and spec.health_check.enabled:
-        health_check(spec.health_check, protocol=_PROBE, host="probe", where="healthCheck",
-                     issues=issues)
-    if spec.outlier_detection is not None and spec.outlier_detection.enabled:
-        outlier_detection(spec.outlier_detection, where="outlierDetection", issues=issues)
-    if spec.load_balancer is not None:
-        load_balancer(spec.load_balancer, where="loadBalancer", issues=issues)
-    if spec.persistence is not None:
-        persistence(spec.persistence, where="persistence", issues=issues)
-    if spec.timeouts is not None:
-        timeouts(spec.timeouts, where="timeouts", issues=issues)
-    if spec.retry is not None:
-        retry(spec.retry, where="retry", issues=issues)
-    return issues.found
-
-
-_SECTIONS = {"healthCheck": "health_check", "outlierDetection": "outlier_detection",
-             "loadBalancer": "load_balancer", "persistence": "persistence",
-             "timeouts": "timeouts", "retry": "retry"}
-
-
-def without_bad_sections(spec: TrafficPolicySpec, bad: list[Issue]) -> TrafficPolicySpec:
-    drop = {_SECTIONS[i.field.split(".")[0]] for i in bad if i.field.split(".")[0] in _SECTIONS}
-    return spec.model_copy(update=dict.fromkeys(drop)) if drop else spec
 
 
 ANNOTATION_OF_FIELD = {
