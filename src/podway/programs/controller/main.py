@@ -175,15 +175,7 @@ class Controller:
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
             metrics=self.metrics)
-        if opts.vip_pools:
-            source = self.source
-
-            def held(ref: ObjectRef) -> tuple[str, ...] | None:
-                return held_in_status(ref.kind, source.current_status(
-                    ref.kind, (ref.namespace, ref.name)))
-
-            opts = replace(opts, translate=replace(opts.translate,
-                                                   vips=Ipam(opts.vip_pools, held=held)))
+        opts = self._with_vips(opts)
         if opts.election is not None:
             self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
             self.leadership = self.elector
@@ -230,6 +222,21 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
+        """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
+        holds stays that object's."""
+        if not opts.vip_pools:
+            return opts
+        source = self.source
+        assert source is not None
+
+        def held(ref: ObjectRef) -> tuple[str, ...] | None:
+            return held_in_status(ref.kind, source.current_status(
+                ref.kind, (ref.namespace, ref.name)))
+
+        return replace(opts, translate=replace(opts.translate,
+                                               vips=Ipam(opts.vip_pools, held=held)))
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
                         live: LiveConfig) -> None:
