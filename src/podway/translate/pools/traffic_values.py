@@ -13,7 +13,7 @@ holds; from there on an annotation and a policy are indistinguishable.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from podway.ir import (
@@ -401,17 +401,7 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
                   "health-check-statuses", "health-check-interval", "health-check-timeout",
                   "healthy-threshold", "unhealthy-threshold")
     if any(k in ours for k in check_keys):
-        kind_text = ours.get("health-check")
-        enabled = (kind_text or "").lower() not in ("none", "off", "false")
-        statuses = tuple(s.strip() for s in ours.get("health-check-statuses", "").split(",")
-                         if s.strip())
-        sections["health_check"] = HealthCheckSpec(
-            enabled=enabled, type=kind_text if enabled else None,
-            path=ours.get("health-check-path"), host=ours.get("health-check-host"),
-            expected_statuses=statuses, interval=ours.get("health-check-interval"),
-            timeout=ours.get("health-check-timeout"),
-            healthy_threshold=number("healthy-threshold"),
-            unhealthy_threshold=number("unhealthy-threshold"))
+        sections["health_check"] = _health_check_spec(ours, number)
     if "outlier-detection" in ours:
         text = ours["outlier-detection"].lower()
         if text in ("off", "none", "false"):
@@ -427,6 +417,23 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
         on = tuple(s.strip() for s in ours.get("retry-on", "").split(",") if s.strip())
         sections["retry"] = RetrySpec(attempts=number("retries"), retry_on=on)
     return TrafficPolicySpec(**sections) if sections else None
+
+
+def _health_check_spec(ours: Mapping[str, str], number: Callable[[str], int | None]
+                       ) -> HealthCheckSpec:
+    """The ``healthCheck`` section the ``health-check*`` annotations (``ours``, by name without
+    the prefix) stand for; ``number`` reads a whole-number annotation."""
+    kind_text = ours.get("health-check")
+    enabled = (kind_text or "").lower() not in ("none", "off", "false")
+    statuses = tuple(s.strip() for s in ours.get("health-check-statuses", "").split(",")
+                     if s.strip())
+    return HealthCheckSpec(
+        enabled=enabled, type=kind_text if enabled else None,
+        path=ours.get("health-check-path"), host=ours.get("health-check-host"),
+        expected_statuses=statuses, interval=ours.get("health-check-interval"),
+        timeout=ours.get("health-check-timeout"),
+        healthy_threshold=number("healthy-threshold"),
+        unhealthy_threshold=number("unhealthy-threshold"))
 
 
 def _hash_on(text: str | None, where: str, issues: Issues) -> PersistenceSpec | None:
