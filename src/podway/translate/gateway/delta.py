@@ -197,7 +197,7 @@ class _Patcher:
         signature = route_state_signature(state.generation, state.outcomes, state.ref_issues,
                                           state.issues, state.all_rules_dropped)
         status = st.route_status(state)
-        made = StatusPart(state, signature, status, run._route_problems(route.ref, state))
+        made = StatusPart(state, signature, status, st.route_problems(route.ref, state))
         memo.statuses[route.ref] = made
         self.out.statuses[route.ref] = status
         self.out.problems_added.extend(made.problems)

@@ -199,7 +199,7 @@ class MemoTranslation(GatewayTranslation):
                                                   state.all_rules_dropped)
                 status = (hit.status if hit is not None and hit.signature == signature
                           else st.route_status(state))
-                hit = StatusPart(state, signature, status, self._route_problems(ref, state))
+                hit = StatusPart(state, signature, status, st.route_problems(ref, state))
             made[ref] = hit
         self.memo.statuses = made
         return made

@@ -414,7 +414,7 @@ class GatewayTranslation:
             out[cls.ref] = st.gateway_class_status(cls)
         for info in self._infos.values():
             out[info.gateway.ref] = st.gateway_status(info)
-            problems.extend(self._gateway_problems(info))
+            problems.extend(st.gateway_problems(info))
         for ref, part in self._route_statuses().items():
             out[ref] = part.status
             problems.extend(part.problems)
@@ -436,52 +436,7 @@ class GatewayTranslation:
         signature = route_state_signature(state.generation, state.outcomes, state.ref_issues,
                                           state.issues, state.all_rules_dropped)
         return StatusPart(state, signature, st.route_status(state),
-                          self._route_problems(ref, state))
-
-    @staticmethod
-    def _gateway_problems(info: GatewayInfo) -> list[Problem]:
-        out: list[Problem] = []
-        ref = info.gateway.ref
-        issue = info.address_issue
-        if issue is not None:
-            out.append(Problem(
-                ref=ref, reason=issue.reason, message=issue.message,
-                field="spec.addresses",
-                severity=Severity.WARNING if issue.usable else Severity.ERROR))
-        for ls in info.listeners:
-            where = f"spec.listeners[{ls.index}]"
-            found = [v for v in (ls.accepted, ls.resolved) if not v.ok]
-            if ls.conflicted:
-                found.append(ls.conflicted)
-            if ls.unbound:
-                found.append(Verdict(False, Reason.PORT_UNAVAILABLE, ls.unbound))
-            for verdict in found:
-                out.append(Problem(ref=ref, reason=verdict.reason,
-                                   message=f"listener {ls.name}: {verdict.message}",
-                                   field=where))
-            out.extend(Problem(ref=ref, reason=w.reason, severity=Severity.WARNING,
-                               message=f"listener {ls.name}: {w.message}",
-                               field=f"{where}.tls.certificateRefs")
-                       for w in ls.warnings)
-        return out
-
-    @staticmethod
-    def _route_problems(ref: ObjectRef, state: st.RouteState) -> tuple[Problem, ...]:
-        out: list[Problem] = []
-        for outcome in state.outcomes:
-            if not outcome.accepted.ok:
-                parent = outcome.ref
-                where = f"Gateway {parent.namespace}/{parent.name}" + (
-                    f" listener {parent.section_name}" if parent.section_name else "")
-                out.append(Problem(ref=ref, reason=outcome.accepted.reason,
-                                   message=f"{where}: {outcome.accepted.message}",
-                                   field="spec.parentRefs"))
-        for issue, where in state.ref_issues:
-            out.append(Problem(ref=ref, reason=issue.reason, message=issue.message, field=where))
-        for i in state.issues:
-            out.append(Problem(ref=ref, reason=i.reason, message=i.message, field=i.field,
-                               severity=Severity.WARNING if i.warning else Severity.ERROR))
-        return tuple(out)
+                          st.route_problems(ref, state))
 
 
 def _sni_names(names: list[str]) -> str:
