@@ -15,14 +15,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.model import K8sObject, Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import parse_object
 from podway.model.snapshot import Key
 from podway.pipeline import Rejection
 from podway.status import StatusDocument, build
-from podway.status.document import DocumentBuilder
+from podway.status.incremental import DocumentBuilder
 from podway.translate import (
     IncrementalTranslator,
     Problem,

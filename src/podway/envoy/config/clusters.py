@@ -95,10 +95,11 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     if policy is LBPolicy.RING_HASH:
         # A bigger ring than Envoy's minimum (1024) spreads keys evenly over a few members.
         out.ring_hash_lb_config.minimum_ring_size.value = 4096
-    # Routes retry requests that never reached a member (routes.RETRY_ON); a fixed cap on the
-    # retries in flight keeps a failing pool from being hit twice as hard. A plain threshold,
-    # not a retry budget (a share of the requests in flight): the budget cost every request of
-    # the pool 6-9 % of the engine's CPU (docs/performance.md, "What each default costs").
+    # Routes retry requests that never reached a member (route_entries.RETRY_ON); a fixed cap
+    # on the retries in flight keeps a failing pool from being hit twice as hard. A plain
+    # threshold, not a retry budget (a share of the requests in flight): the budget cost every
+    # request of the pool 6-9 % of the engine's CPU (docs/performance.md, "What each default
+    # costs").
     out.circuit_breakers.thresholds.add().max_retries.value = MAX_RETRIES
     if settings.protocol in _H2:
         options = hpo.HttpProtocolOptions()

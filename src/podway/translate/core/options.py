@@ -70,6 +70,11 @@ class TranslateOptions:
     Off: only on the Ingress listeners when an Ingress class is taken over from ingress-nginx
     (``takeover_classes``; ingress-nginx always sets it), since it costs every request a
     per-request formatter (docs/performance.md)."""
+    npl_enabled_by_controller: bool = False
+    """The controller adds ``nodeportlocal.antrea.io/enabled: "true"`` itself to every Service it
+    uses in ``nodeportlocal`` mode (``podway controller``): a Service still without it is that
+    controller's next step, not the user's problem, so it gets no ``NodePortLocalNotEnabled``
+    warning (the controller reports a write that fails). Off (standalone): nobody adds it."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
     bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no

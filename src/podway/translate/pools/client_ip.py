@@ -81,17 +81,8 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
                                      "applies"))
         else:
             hops_of[gateway.key] = hops
-    out: list[Listener] = []
-    for listener in listeners:
-        if listener.protocol not in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
-            out.append(listener)
-            continue
-        hops = next((hops_of[(o.namespace, o.name)] for o in listener.origins
-                     if o.kind == "Gateway" and (o.namespace, o.name) in hops_of), default_hops)
-        header = real_ip or (nginx_ingress and any(o.kind == "Ingress"
-                                                   for o in listener.origins))
-        out.append(listener if (hops, header) == (listener.xff_trusted_hops, listener.real_ip)
-                   else replace(listener, xff_trusted_hops=hops, real_ip=header))
+    out = [_l7_settings(listener, hops_of, default_hops, real_ip=real_ip,
+                        nginx_ingress=nginx_ingress) for listener in listeners]
     services: dict[tuple[str, str], bool] = {}
     http_only: dict[tuple[str, str], ObjectRef] = {}  # asked for PROXY, no TCP pool (yet)
     transparent: dict[tuple[str, str], ObjectRef] = {}  # asked for the client's own address
@@ -120,6 +111,20 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
     if transparent:
         out = _apply_transparent(out, pools, transparent, problems)
     return out, problems
+
+
+def _l7_settings(listener: Listener, hops_of: dict[tuple[str, str], int], default_hops: int,
+                 *, real_ip: bool, nginx_ingress: bool) -> Listener:
+    """An HTTP/HTTPS listener with its trusted hops (its Gateway's, else the flag's) and
+    whether it sets X-Real-IP (asked for, or an Ingress listener of a taken-over class)."""
+    if listener.protocol not in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
+        return listener
+    hops = next((hops_of[(o.namespace, o.name)] for o in listener.origins
+                 if o.kind == "Gateway" and (o.namespace, o.name) in hops_of), default_hops)
+    header = real_ip or (nginx_ingress and any(o.kind == "Ingress" for o in listener.origins))
+    if (hops, header) == (listener.xff_trusted_hops, listener.real_ip):
+        return listener
+    return replace(listener, xff_trusted_hops=hops, real_ip=header)
 
 
 def _apply_transparent(listeners: list[Listener], pools: dict[str, PoolSpec],
