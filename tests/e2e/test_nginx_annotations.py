@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from podway.envoy.xds.types import LISTENER
+from podway.envoy.types import LISTENER
 
 from .harness import Stack, endpoints, get, make_stack, service
 
