@@ -12,10 +12,13 @@ import ipaddress
 import logging
 import signal
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podway.base.errors import ConfigError
 from podway.ir import TLSOptions
+
+if TYPE_CHECKING:
+    from podway.translate import BackendMode
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -112,3 +115,18 @@ def tls_flags(min_version: str | None, max_version: str | None,
         return from_flags(min_version, max_version, ciphers)
     except TLSOptionError as error:
         raise ConfigError(str(error)) from None
+
+
+def backend_mode_flag(backend_mode: BackendMode | None, mode: BackendMode | None, *,
+                      default: BackendMode) -> BackendMode:
+    """``--backend-mode``, or its old name ``--mode`` (hidden, warns once on stderr), else the
+    command's default. Both given with different values is refused: which one was meant?"""
+    import typer
+
+    if mode is not None:
+        typer.echo("warning: --mode is deprecated; use --backend-mode", err=True)
+        if backend_mode is not None and backend_mode != mode:
+            raise ConfigError(f"--mode {mode} and --backend-mode {backend_mode} disagree: "
+                              "give --backend-mode only")
+        backend_mode = mode
+    return default if backend_mode is None else backend_mode
