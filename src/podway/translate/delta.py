@@ -35,12 +35,12 @@ from podway.ir import Forward, Listener, Mirror, VirtualHost
 from podway.model import Ingress, ObjectRef, Service
 from podway.model.gateway_routes import HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.snapshot import Key, Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem
 from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.delta import PATCHED_KINDS, patch_routes
 from podway.translate.pools.backends import PoolSpec, ServiceKey, service_mode
-from podway.translate.pools.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
 from podway.translate.pools.traffic import lone_pool, sets_traffic
 from podway.translate.service import is_ours as service_is_ours
 
@@ -225,7 +225,7 @@ def _plain_service(service: Service | None) -> bool:
     if service is None:
         return True
     annotations = service.metadata.annotations
-    return (PROXY_ANNOTATION not in annotations and CLIENT_IP_ANNOTATION not in annotations
+    return (ann.PROXY_PROTOCOL.name not in annotations and ann.CLIENT_IP.name not in annotations
             and service.spec.session_affinity != "ClientIP")
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from podway.model import EndpointSlice, K8sObject, Node, Pod, Service, Snapshot
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
-from podway.translate.pools.backends import MODE_ANNOTATION
+from podway.translate.annotations import BACKEND_MODE
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default mode: clusterip
 POOL = "pool/ns/web/80/tcp"
@@ -51,11 +51,11 @@ def test_annotation_overrides_the_default_mode_per_service() -> None:
     """Each mode's members come from the annotation; without it the default applies."""
     base = objects()
     assert members(Snapshot.of_objects([service(), *base])) == ["198.18.5.1:8080"]
-    npl = {MODE_ANNOTATION: "nodeportlocal", "nodeportlocal.antrea.io/enabled": "true"}
+    npl = {BACKEND_MODE.name: "nodeportlocal", "nodeportlocal.antrea.io/enabled": "true"}
     assert members(Snapshot.of_objects([service(npl), *base])) == ["198.18.0.11:61000"]
-    nodeport = {MODE_ANNOTATION: "nodeport"}
+    nodeport = {BACKEND_MODE.name: "nodeport"}
     assert members(Snapshot.of_objects([service(nodeport), *base])) == ["198.18.0.11:30080"]
-    back = {MODE_ANNOTATION: "clusterip"}
+    back = {BACKEND_MODE.name: "clusterip"}
     default_npl = TranslateOptions(address="198.18.0.1", mode=BackendMode.NODEPORTLOCAL)
     assert members(Snapshot.of_objects([service(back), *base]), default_npl) == [
         "198.18.5.1:8080"]
@@ -63,7 +63,7 @@ def test_annotation_overrides_the_default_mode_per_service() -> None:
 
 def test_invalid_annotation_is_a_warning_and_the_default_applies() -> None:
     """A value that names no mode is reported on the Service; members follow the default."""
-    snapshot = Snapshot.of_objects([service({MODE_ANNOTATION: "fast"}), *objects()])
+    snapshot = Snapshot.of_objects([service({BACKEND_MODE.name: "fast"}), *objects()])
     result = translate(snapshot, OPTS)
     assert [p.reason for p in result.problems] == ["InvalidBackendMode"]
     assert members(snapshot) == ["198.18.5.1:8080"]
@@ -75,7 +75,7 @@ def test_incremental_mode_switch_re_resolves_the_pool() -> None:
     inc = IncrementalTranslator(OPTS)
     snapshot = Snapshot.of_objects([service(), service(name="other", port=81), *objects()])
     first = inc.update(snapshot)
-    edited = service({MODE_ANNOTATION: "nodeport"})
+    edited = service({BACKEND_MODE.name: "nodeport"})
     snapshot = snapshot.replace(Service.KIND, {edited.key: edited})
     result = inc.update(snapshot, changed=[(Service.KIND, edited.key)])
     assert result == translate(snapshot, OPTS)

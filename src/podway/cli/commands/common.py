@@ -64,8 +64,8 @@ def check_at_least(flag: str, value: float, minimum: float) -> None:
 
 
 def check_hops(flag: str, value: int) -> int:
-    """``--xff-trusted-hops``: a hop count the translator accepts (0..client_ip.MAX_HOPS)."""
-    from podway.translate.pools.client_ip import MAX_HOPS
+    """``--xff-trusted-hops``: a hop count the translator accepts (0..annotations.MAX_HOPS)."""
+    from podway.translate.annotations import MAX_HOPS
 
     if not 0 <= value <= MAX_HOPS:
         raise ConfigError(f"{flag} must be 0-{MAX_HOPS} (trusted proxies in front of the "

@@ -48,10 +48,9 @@ from podway.model.snapshot import Key
 from podway.sources.base import Source, SourceUpdate
 from podway.status.document import MapDiff
 from podway.translate import BackendMode, TranslateOptions
-from podway.translate.pools.backends import MODE_ANNOTATION, service_mode
+from podway.translate import annotations as ann
+from podway.translate.pools.backends import service_mode
 from podway.translate.pools.members import EndpointIndex
-
-NPL_MANAGED = "podway.io/npl-managed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -259,7 +258,7 @@ def _mode_of(rewrite: tuple[Service, BackendMode, Service] | None) -> BackendMod
 
 
 def _with_mode(service: Service, mode: BackendMode) -> Service:
-    annotations = {**service.metadata.annotations, MODE_ANNOTATION: mode.value}
+    annotations = {**service.metadata.annotations, ann.BACKEND_MODE.name: mode.value}
     return service.model_copy(update={
         "metadata": service.metadata.model_copy(update={"annotations": annotations})})
 
@@ -318,7 +317,7 @@ def _npl_verdict(service: Service, served: bool, requested: BackendMode | None) 
     wanted = served and requested is BackendMode.NODEPORTLOCAL
     if wanted and annotations.get(npl.ENABLED_ANNOTATION) != "true":
         return True
-    if not wanted and annotations.get(NPL_MANAGED) == "true":
+    if not wanted and annotations.get(ann.NPL_MANAGED.name) == "true":
         return False
     return None
 

@@ -51,6 +51,7 @@ from podway.programs.controller.source import CRD_STATUS_KINDS, KindInfo
 from podway.status import StatusDocument
 from podway.status.document import DocumentBuilder, KindChanges, id_changes
 from podway.translate import TranslateOptions
+from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.problems import Problem, Reason
 from podway.translate.core.status import to_api
@@ -262,7 +263,7 @@ def vip_condition(ips: list[str], problems: Iterable[Problem], generation: int) 
     False with the allocation problem's reason and message while it is pending."""
     pending = next((p for p in problems if p.reason in VIP_REASONS
                     or (p.reason is Reason.INVALID_ADDRESS and p.field in (
-                        "spec.loadBalancerIP", "metadata.annotations[podway.io/vip]"))), None)
+                        "spec.loadBalancerIP", ann.VIP.field))), None)
     if pending is not None:
         return {"type": VIP_CONDITION, "status": "False", "reason": str(pending.reason),
                 "message": pending.message, "observedGeneration": generation}

@@ -11,6 +11,7 @@ from podway.model.npl import ANNOTATION
 from podway.programs.lab.api import LabApi
 from podway.programs.lab.cluster import pod_ready
 from podway.programs.lab.state import LabState, alive
+from podway.translate import annotations as ann
 
 Obj = dict[str, Any]
 
@@ -55,7 +56,7 @@ def status_tables(api: LabApi, state: LabState) -> list[Table]:
         vips = ", ".join(i.get("ip", "") for i in (svc.get("status") or {})
                          .get("loadBalancer", {}).get("ingress") or [])
         annotations = meta.get("annotations") or {}
-        mode = annotations.get("podway.io/backend-mode", "")
+        mode = annotations.get(ann.BACKEND_MODE.name, "")
         if annotations.get("nodeportlocal.antrea.io/enabled") == "true":
             mode = mode or "nodeportlocal"
         services.add_row(f"{meta.get('namespace')}/{meta['name']}", spec.get("type", ""),

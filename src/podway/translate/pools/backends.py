@@ -14,6 +14,7 @@ from podway.ir import PoolProtocol, PoolSettings
 from podway.model import ObjectRef, Service, npl
 from podway.model.core import ServicePort
 from podway.model.snapshot import Key
+from podway.translate import annotations as ann
 from podway.translate.core.options import BackendMode, TranslateOptions
 
 ServiceKey = Key  # (namespace, name) of a Service
@@ -71,14 +72,13 @@ def find_port(service: Service, *, number: int | None = None, name: str | None =
     return chosen[0] if chosen else None
 
 
-MODE_ANNOTATION = "podway.io/backend-mode"
 
 
 def service_mode(service: Service, opts: TranslateOptions) -> BackendMode:
     """The Service's backend mode: its ``podway.io/backend-mode`` annotation when that names a
     mode, else the default (``opts.mode``). A value that names no mode is a problem reported by
     the translator (``invalid_mode``), and the default applies."""
-    value = service.metadata.annotations.get(MODE_ANNOTATION)
+    value = service.metadata.annotations.get(ann.BACKEND_MODE.name)
     try:
         return BackendMode(value) if value is not None else opts.mode
     except ValueError:
@@ -87,10 +87,10 @@ def service_mode(service: Service, opts: TranslateOptions) -> BackendMode:
 
 def invalid_mode(service: Service) -> str | None:
     """Why the Service's backend-mode annotation is refused, if it is."""
-    value = service.metadata.annotations.get(MODE_ANNOTATION)
+    value = service.metadata.annotations.get(ann.BACKEND_MODE.name)
     if value is None or value in {m.value for m in BackendMode}:
         return None
-    return (f"annotation {MODE_ANNOTATION}: {value[:64]!r} is not a backend mode (one of "
+    return (f"annotation {ann.BACKEND_MODE.name}: {value[:64]!r} is not a backend mode (one of "
             f"{', '.join(m.value for m in BackendMode)}); the default applies")
 
 

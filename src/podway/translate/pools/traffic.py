@@ -53,6 +53,7 @@ from podway.model.policy import (
     TrafficPolicySpec,
 )
 from podway.model.snapshot import Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.problems import Problem, Reason, Severity, Verdict, quote
 from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
@@ -313,7 +314,7 @@ class _Run:
         key = id(obj)
         if key in self._annotations:
             return self._annotations[key]
-        if not any(k.startswith((tv.ANNOTATION_PREFIX, NGINX_PREFIX))
+        if not any(k.startswith((ann.PREFIX, NGINX_PREFIX))
                    for k in obj.metadata.annotations):
             self._annotations[key] = None
             return None

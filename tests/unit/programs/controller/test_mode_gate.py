@@ -14,14 +14,15 @@ from podway.model.base import ObjectRef
 from podway.programs.controller.modes import ModeGate, NplPlanner, npl_plan
 from podway.sources.base import SourceUpdate
 from podway.translate import BackendMode, TranslateOptions
-from podway.translate.pools.backends import MODE_ANNOTATION, service_mode
+from podway.translate.annotations import BACKEND_MODE
+from podway.translate.pools.backends import service_mode
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default: clusterip
 KEY = ("ns", "web")
 
 
 def service(mode: str | None = None) -> Service:
-    annotations = {MODE_ANNOTATION: mode} if mode else {}
+    annotations = {BACKEND_MODE.name: mode} if mode else {}
     return Service.model_validate({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
@@ -53,7 +54,7 @@ def update(*objects: K8sObject, changed: tuple[tuple[str, Any], ...] | None = No
 def mode_seen(result: SourceUpdate) -> str | None:
     seen = result.snapshot.get(Service, *KEY)
     assert seen is not None
-    return seen.metadata.annotations.get(MODE_ANNOTATION)
+    return seen.metadata.annotations.get(BACKEND_MODE.name)
 
 
 def test_switch_to_npl_is_held_until_every_ready_pod_has_its_entry() -> None:
@@ -126,7 +127,7 @@ def test_new_default_moves_unannotated_services_make_before_break() -> None:
     the translator's default drops the copies."""
     pinned = Service.model_validate({**service("clusterip").model_dump(by_alias=True),
                                      "metadata": {"name": "pinned", "namespace": "ns",
-                                                  "annotations": {MODE_ANNOTATION: "clusterip"}}})
+                                                  "annotations": {BACKEND_MODE.name: "clusterip"}}})
     gate = ModeGate(source_never_used(), OPTS)
     base = gate.apply(update(service(), pinned, pod(npl=False)))
     assert mode_seen(base) is None
@@ -182,7 +183,7 @@ def test_npl_planner_plans_as_npl_plan_state_after_state() -> None:
         return Service.model_validate({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": "ns",
-                         "annotations": {**({MODE_ANNOTATION: mode} if mode else {}),
+                         "annotations": {**({BACKEND_MODE.name: mode} if mode else {}),
                                          **annotations}},
             "spec": {"ports": [{"port": 80}]}})
 
@@ -233,7 +234,7 @@ def test_services_handed_on_follow_the_change_and_stay_the_same_map_otherwise() 
     def named(name: str, mode: str | None = None) -> Service:
         """``mode``: "MODE" or "MODE:PORT" (the annotation, and another port than 80)."""
         mode, _, port = (mode or "").partition(":")
-        annotations = {MODE_ANNOTATION: mode} if mode else {}
+        annotations = {BACKEND_MODE.name: mode} if mode else {}
         return Service.model_validate({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
@@ -276,4 +277,4 @@ def test_services_handed_on_follow_the_change_and_stay_the_same_map_otherwise() 
 
 
 def mode_seen_of(services: Any, name: str) -> str | None:
-    return services[("ns", name)].metadata.annotations.get(MODE_ANNOTATION)
+    return services[("ns", name)].metadata.annotations.get(BACKEND_MODE.name)
