@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import (
     backend_mode_flag,
     check_address,
@@ -19,7 +20,6 @@ from podway.cli.commands.common import (
     check_hops,
     check_loopback,
     check_port,
-    run_until_signal,
     setup_logging,
 )
 from podway.cli.commands.flags import (
