@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 
 from podway.ir import Forward, Listener, Mirror, VirtualHost
 from podway.model import Ingress, ObjectRef, Service
-from podway.model.gateway_routes import HTTPRoute, TCPRoute, TLSRoute, UDPRoute
+from podway.model.gateway_routes import HTTPRoute
+from podway.model.kinds import ROUTE_MODELS
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import annotations as ann
 from podway.translate.core.options import TranslateOptions
@@ -209,7 +210,8 @@ def _services_patchable(snapshot: Snapshot, before: Snapshot, opts: TranslateOpt
     """Whether changed Services reach only the Gateway API routes naming them: no Ingress
     (its parts read Services) and no L4 route (not replayed) exists, and neither the old nor
     the new object is served itself (LoadBalancer), sets traffic or client-address settings."""
-    if snapshot.kind(Ingress) or any(snapshot.kind(cls) for cls in (TLSRoute, TCPRoute, UDPRoute)):
+    if snapshot.kind(Ingress) or any(snapshot.kind(cls) for cls in ROUTE_MODELS
+                                     if cls.KIND not in PATCHED_KINDS):
         return False
     for key in keys:
         for service in (before.get(Service, *key), snapshot.get(Service, *key)):

@@ -25,18 +25,15 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.kube import gateway_api
 from podway.kube.informer import Raw
+from podway.model.kinds import STATUS_KINDS
 from podway.model.snapshot import Key
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.sources.kube import KubeSource, KubeSourceSettings
-from podway.sources.kube_kinds import PODWAY, spec_of
+from podway.sources.kube_kinds import spec_of
 
 log = logging.getLogger(__name__)
 
-# Kinds defined by a CRD whose status Podway writes.
-CRD_STATUS_KINDS = frozenset({*gateway_api.KINDS, *(s.kind for s in PODWAY)})
-STATUS_KINDS = frozenset({"Service", "Ingress", *CRD_STATUS_KINDS})
 Status = dict[str, Any]
 
 

@@ -43,11 +43,12 @@ from podway.ir import IR, Listener
 from podway.kube.errors import NotFound, api_error
 from podway.model import Ingress, Service
 from podway.model.base import ObjectRef
+from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
 from podway.programs.controller.leader import ALWAYS, Fence, Leadership
 from podway.programs.controller.metrics import ControllerMetrics
-from podway.programs.controller.source import CRD_STATUS_KINDS, KindInfo
+from podway.programs.controller.source import KindInfo
 from podway.status import StatusDocument
 from podway.status.document import DocumentBuilder, KindChanges, id_changes
 from podway.translate import TranslateOptions

@@ -16,20 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from podway.ir import Listener, ListenerProtocol
 from podway.model import ObjectRef
 from podway.model.core import Namespace, Service
 from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
 from podway.model.gateway_routes import (
-    ROUTE_KINDS,
     AnyRoute,
     BackendObjectReference,
     GRPCRoute,
     HTTPRoute,
     TLSRoute,
 )
+from podway.model.kinds import ROUTE_MODELS
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.options import TranslateOptions
@@ -148,7 +148,7 @@ class GatewayTranslation:
         for port_builder in self._ports.values():
             port_builder.memo = self.memo.vhosts if self.memo is not None else None
             port_builder.memo_next = self._next.vhosts
-        routes: list[AnyRoute] = [r for cls in ROUTE_KINDS for r in snap.kind(cls).values()]
+        routes = [cast("AnyRoute", r) for cls in ROUTE_MODELS for r in snap.kind(cls).values()]
         routes.sort(key=lambda r: r.age_key())
         for route in routes:
             self._route(route, grants)
