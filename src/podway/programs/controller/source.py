@@ -7,7 +7,8 @@ public surface (the ``on_raw`` hook, ``watched_version``, ``queued``):
 * the ``status`` the API holds for each such object is kept aside (``current_status``) and
   taken out of the object before it is parsed. A status write (ours) then parses to an equal
   object and is no change at all — no translation loop — and Service status is never an input
-  of the translator (VIP allocations will enter as inputs, ARCHITECTURE.md), so publishing
+  of the translator (VIP allocations enter as an input, ``TranslateOptions.vips``; see
+  docs/pipeline.md), so publishing
   ``--lb-address`` in a Service's status never moves its listener. A status equal to the one
   the writer last wrote is kept as that very object (``same_as``): one copy, not two.
 * ``kind_info`` says where a kind lives in the API right now (group, served version, plural),
