@@ -242,7 +242,8 @@ def _add_pool(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, l
     if backing is not None:
         kept = memo.modes.get(spec.name)
         if kept is None or kept[0] is not spec or kept[1] is not backing:
-            kept = (spec, backing, replace(spec, mode=service_mode(backing, opts)))
+            kept = (spec, backing, replace(spec, mode=service_mode(backing, opts,
+                                                                   snapshot.backend_modes)))
         memo.modes[spec.name] = kept
         spec = kept[2]
     made = lone_pool(snapshot, spec, memo.traffic)
@@ -250,7 +251,7 @@ def _add_pool(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, l
         return None
     live.services[spec.service] += 1
     if live.services[spec.service] == 1 and backing is not None:
-        warnings = mode_warnings(backing, opts)
+        warnings = mode_warnings(backing, opts, snapshot.backend_modes)
         memo.warnings[spec.service] = (backing, warnings)
         problems.extend(warnings)
     return made

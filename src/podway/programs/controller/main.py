@@ -64,7 +64,7 @@ from podway.programs.controller.events import Due, EventRecorder, changes, load_
 from podway.programs.controller.groups import EngineGroups
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
-from podway.programs.controller.modes import ModeGate, NplPlanner
+from podway.programs.controller.modes import NplPlanner
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
@@ -74,6 +74,7 @@ from podway.readers import surfaces
 from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
+from podway.sources.mode_gate import ModeGate
 from podway.status import StatusDocument
 from podway.status.document import pool_hint
 from podway.translate import TranslateOptions

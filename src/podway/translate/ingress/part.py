@@ -343,7 +343,7 @@ class _Builder:
                          f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, not TCP",
                          f"{where}.service.port")
             return None
-        unusable = mode_problem(service, port, self.opts)
+        unusable = mode_problem(service, port, self.opts, self.snapshot.backend_modes)
         if unusable is not None:
             self.problem(Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
             return None
