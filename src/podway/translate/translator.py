@@ -204,19 +204,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
                                                     opts.xff_trusted_hops)
     problems.extend(client_ip_problems)
-    warnings = memo.warnings if memo is not None else {}
-    warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}
-    for service_key in sorted(services):
-        backing = services[service_key]
-        if backing is None:
-            continue
-        kept = warnings.get(service_key)
-        if kept is None or kept[0] is not backing:
-            kept = (backing, mode_warnings(backing, opts, snapshot.backend_modes))
-        warnings_next[service_key] = kept
-        problems.extend(kept[1])
-    if memo is not None:
-        memo.warnings = warnings_next
+    problems.extend(_mode_warnings(services, opts, memo, snapshot.backend_modes))
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
     if memo is not None:
@@ -229,6 +217,27 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                 problems=list(problems), statuses=dict(statuses))
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))
+
+
+def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOptions,
+                   memo: StructureMemo | None, decided: Mapping[Key, str]) -> list[Problem]:
+    """The backend-mode warnings of the Services the pools use, by Service key; each kept
+    from the last run while its Service is the same object."""
+    problems: list[Problem] = []
+    warnings = memo.warnings if memo is not None else {}
+    warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}
+    for service_key in sorted(services):
+        backing = services[service_key]
+        if backing is None:
+            continue
+        kept = warnings.get(service_key)
+        if kept is None or kept[0] is not backing:
+            kept = (backing, mode_warnings(backing, opts, decided))
+        warnings_next[service_key] = kept
+        problems.extend(kept[1])
+    if memo is not None:
+        memo.warnings = warnings_next
+    return problems
 
 
 def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None],

@@ -19,10 +19,12 @@ ROWS = pytest.mark.parametrize("kind", TABLE, ids=lambda k: k.name)
 # Collections that name several kinds because each kind's translation differs, not because they
 # list the kinds Podway reads: (module, the kinds named) → why.
 PER_KIND_TRANSLATION = {
-    ("translate/gateway/__init__.py", frozenset(k.name for k in TABLE if k.role is Role.ROUTE)):
+    ("translate/gateway/translation.py", frozenset(k.name for k in TABLE if k.role is Role.ROUTE)):
         "_FLAVOUR: how each route kind is translated (checked complete below)",
-    ("translate/traffic.py", frozenset({"HTTPRoute", "GRPCRoute", "Ingress"})):
+    ("translate/traffic_policies.py", frozenset({"HTTPRoute", "GRPCRoute", "Ingress"})):
         "the kinds a TrafficPolicy may target (its translation)",
+    ("translate/traffic.py", frozenset({"HTTPRoute", "GRPCRoute", "Ingress"})):
+        "the kinds that carry route-level traffic settings (their translation)",
 }
 
 
@@ -82,7 +84,7 @@ def test_the_status_writer_knows_every_kind_with_status(kind: Kind) -> None:
 def test_the_translator_collects_every_route_kind_and_has_its_translation() -> None:
     """Every route row is collected by the Gateway translation and has a translation of its
     own (a flavour); the route rows are what the incremental path treats as routes."""
-    from podway.translate import gateway
+    from podway.translate.gateway import translation as gateway
     from podway.translate.core.status import POLICY_KINDS
 
     routes = {k.name for k in TABLE if k.role is Role.ROUTE}

@@ -18,15 +18,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from podway.base.mapdiff import MapDiff
 from podway.ir import IR, Pool
 from podway.model import Service, npl
 from podway.model.snapshot import Key
-from podway.sources.mode_gate import ModeGate, ModeReport
-from podway.status.document import MapDiff
 from podway.translate import BackendMode
 from podway.translate import annotations as ann
-
-__all__ = ["ModeGate", "ModeReport", "NplPlan", "NplPlanner", "npl_plan", "served_services"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
