@@ -73,7 +73,8 @@ def test_every_kind_is_watched_by_the_kube_source(kind: Kind) -> None:
 def test_the_status_writer_knows_every_kind_with_status(kind: Kind) -> None:
     """The controller keeps the API's status of, and writes status to, exactly the rows with
     ``status``; the status document reads acceptance from those defined by a CRD."""
-    from podway.programs.controller import source, status
+    from podway.programs.controller import source
+    from podway.programs.controller import status_desired as status
     from podway.status import document
 
     assert (kind.name in source.STATUS_KINDS) == kind.status
@@ -84,8 +85,8 @@ def test_the_status_writer_knows_every_kind_with_status(kind: Kind) -> None:
 def test_the_translator_collects_every_route_kind_and_has_its_translation() -> None:
     """Every route row is collected by the Gateway translation and has a translation of its
     own (a flavour); the route rows are what the incremental path treats as routes."""
-    from podway.translate.gateway import translation as gateway
     from podway.translate.core.status import POLICY_KINDS
+    from podway.translate.gateway import translation as gateway
 
     routes = {k.name for k in TABLE if k.role is Role.ROUTE}
     assert {m.KIND for m in gateway.ROUTE_MODELS} == routes
