@@ -162,13 +162,6 @@ def options(mode: BackendMode = BackendMode.CLUSTERIP, **kw: Any) -> TranslateOp
     return TranslateOptions(address="127.0.0.1", mode=mode, **kw)
 
 
-async def until(check: Callable[[], bool], limit_s: float = 15) -> None:
-    """Wait until ``check()`` holds for what the API holds (10 ms polls of the emulator)."""
-    async with asyncio.timeout(limit_s):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
 
 
 GW = "gateway.networking.k8s.io"
