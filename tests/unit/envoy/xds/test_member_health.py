@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -197,14 +195,6 @@ def test_parse_reads_only_the_health_flag_lines_of_envoy_s_text_answer() -> None
 
 
 # ---- over gRPC ------------------------------------------------------------------------
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 class FakeAdmin:
