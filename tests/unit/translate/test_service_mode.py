@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from podway.model import EndpointSlice, K8sObject, Node, Pod, Service, Snapshot
+from podway.model import K8sObject, Node, Service, Snapshot
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
 from podway.translate.annotations import BACKEND_MODE
+from tests.builders import endpoint_slice, node, pod, typed
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default mode: clusterip
 POOL = "pool/ns/web/80/tcp"
@@ -21,25 +20,10 @@ def service(annotations: dict[str, str] | None = None, name: str = "web",
 
 
 def objects() -> list[K8sObject]:
-    raw: list[dict[str, Any]] = [
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": "web-1", "namespace": "ns",
-                      "labels": {"kubernetes.io/service-name": "web"}},
-         "ports": [{"port": 8080}],
-         "endpoints": [{"addresses": ["198.18.5.1"], "nodeName": "n1",
-                        "targetRef": {"kind": "Pod", "name": "p1"}}]},
-        {"apiVersion": "v1", "kind": "Pod",
-         "metadata": {"name": "p1", "namespace": "ns", "annotations": {
-             "nodeportlocal.antrea.io": '[{"podPort":8080,"nodeIP":"198.18.0.11",'
-                                        '"nodePort":61000,"protocol":"tcp","ipFamily":"IPv4"}]'}},
-         "spec": {"nodeName": "n1"}},
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
-         "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.11"}],
-                    "conditions": [{"type": "Ready", "status": "True"}]}},
-    ]
-    kinds: dict[str, type[K8sObject]] = {"EndpointSlice": EndpointSlice, "Pod": Pod,
-                                         "Node": Node}
-    return [kinds[r["kind"]].model_validate(r) for r in raw]
+    """Pod p1 behind Service ns/web on node n1, with a NodePortLocal entry for its port."""
+    return [typed(endpoint_slice("web", {"p1": "198.18.5.1"}, namespace="ns", port_name="")),
+            typed(pod("p1", "198.18.5.1", npl=[(8080, "198.18.0.11", 61000)], namespace="ns")),
+            typed(node("n1", "198.18.0.11"))]
 
 
 def members(snapshot: Snapshot, opts: TranslateOptions = OPTS) -> list[str]:
