@@ -1,6 +1,7 @@
 """Engines cannot pose as each other (issue 23.10): over mutual TLS, an ADS stream or a member
 health report is served only for the node id (CN or DNS name) and engine group (an O value
-``podway.io/engine-group=<group>``) its client certificate names; anything else ends with PERMISSION_DENIED before a byte of configuration."""
+``podway.io/engine-group=<group>``) its client certificate names; anything else ends with
+PERMISSION_DENIED before a byte of configuration."""
 
 from __future__ import annotations
 
@@ -92,8 +93,7 @@ async def secrets(channel: grpc.aio.Channel, node_id: str, group: str = "",
         if response is grpc.aio.EOF:
             return await call.code()
         if then is not None:
-            code = await call.code()
-            return code
+            return await call.code()
         call.cancel()
     return [r.name for r in response.resources]
 
