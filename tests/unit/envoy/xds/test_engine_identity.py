@@ -20,7 +20,7 @@ from google.protobuf import struct_pb2
 
 from podway.engines import member_health
 from podway.engines.identity import GROUP_PREFIX, EngineIdentity, from_pem
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.server import GROUP_METADATA, ServerTLS, XdsServer
 
