@@ -36,7 +36,9 @@ def agent(
         help="nodeIP written in annotations; default: Node InternalIP, else ExternalIP.")] = None,
     resync: Annotated[float, typer.Option(help="Seconds between drift repairs.")] = 30.0,
     metrics_address: Annotated[str, typer.Option(
-        help="host:port of /metrics and /healthz; empty to disable.")] = "0.0.0.0:9464",
+        help="host:port of /metrics and /healthz (loopback by default: the agent runs with "
+             "host networking; give the node's address to be scraped); empty to disable."),
+    ] = "127.0.0.1:9464",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     netns: Annotated[str | None, typer.Option(
         help="Act in this network namespace (lab and tests).", hidden=True)] = None,
