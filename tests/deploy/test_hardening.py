@@ -1,0 +1,158 @@
+"""Deployment hardening (issue 23.13), on the plain manifest (the chart's default rendering):
+the agent's metrics on the node's address, seccomp RuntimeDefault on agent and engine, no
+xtables lock under nftables (the chart's iptables choice keeps it), and the admission policy
+that lets the agent patch only the NodePortLocal annotation of pods on its own node — its CEL
+evaluated here against the requests the agent makes and those a stolen agent token would."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+
+from tests.deploy.helm import helm_python, render
+from tests.deploy.test_manifests import PLAIN, by_kind, validate
+
+NPL = "nodeportlocal.antrea.io"
+AGENT = "system:serviceaccount:podway-system:podway-agent"
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[Any]:
+    return [d for d in yaml.safe_load_all(PLAIN.read_text()) if d]
+
+
+def pod_spec(objects: list[Any], kind: str, name: str) -> Any:
+    return by_kind(objects, kind, name)["spec"]["template"]["spec"]
+
+
+def test_agent_metrics_bind_the_nodes_address(objects: list[Any]) -> None:
+    """Host networking: the metrics listen on status.hostIP, never every interface."""
+    agent = pod_spec(objects, "DaemonSet", "podway-agent")["containers"][0]
+    address = next(a for a in agent["args"] if a.startswith("--metrics-address="))
+    assert address.startswith("--metrics-address=$(NODE_IP):")
+    assert {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} \
+        in agent["env"]
+
+
+def test_agent_and_engine_run_with_the_runtime_seccomp_profile(objects: list[Any]) -> None:
+    for kind, name in (("DaemonSet", "podway-agent"), ("Deployment", "podway-engine-edge"),
+                       ("Deployment", "podway-controller")):
+        spec = pod_spec(objects, kind, name)
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+
+
+def test_no_xtables_lock_under_nftables(objects: list[Any]) -> None:
+    spec = pod_spec(objects, "DaemonSet", "podway-agent")
+    assert "--rules=nftables" in spec["containers"][0]["args"]
+    assert "volumes" not in spec
+    assert "volumeMounts" not in spec["containers"][0]
+
+
+async def test_the_iptables_choice_keeps_the_xtables_lock() -> None:
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (see tests/deploy/helm.py)")
+    _, objects = await render(python, {"agent": {"rules": "iptables"}})
+    validate(objects)
+    spec = pod_spec(objects, "DaemonSet", "podway-agent")
+    assert spec["volumes"][0]["hostPath"]["path"] == "/run/xtables.lock"
+    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/run/xtables.lock"
+    _, without = await render(python, {"agent": {"admissionPolicy": False}})
+    assert not [o for o in without if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+class Policy:
+    """The ValidatingAdmissionPolicy of the plain manifest, evaluated as the API server would:
+    match conditions, then variables, then every validation."""
+
+    def __init__(self, objects: list[Any]) -> None:
+        self.spec = by_kind(objects, "ValidatingAdmissionPolicy", "podway-agent-pods")["spec"]
+        binding = by_kind(objects, "ValidatingAdmissionPolicyBinding", "podway-agent-pods")
+        assert binding["spec"]["policyName"] == "podway-agent-pods"
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert self.spec["failurePolicy"] == "Fail"
+        self.env = celpy.Environment()
+
+    def _eval(self, expression: str, activation: dict[str, Any]) -> Any:
+        return self.env.program(self.env.compile(expression)).evaluate(activation)
+
+    def denied(self, *, user: str, node: str | None, old: Any, new: Any) -> list[str]:
+        """The messages of the validations that fail (empty: allowed; a request the policy
+        does not match is allowed too)."""
+        extra = {"authentication.kubernetes.io/node-name": [node]} if node else {}
+        request = {"userInfo": {"username": user, "extra": extra}}
+        activation: dict[str, Any] = {
+            "request": celpy.json_to_cel(request), "object": celpy.json_to_cel(new),
+            "oldObject": celpy.json_to_cel(old)}
+        if not all(bool(self._eval(c["expression"], activation))
+                   for c in self.spec["matchConditions"]):
+            return []
+        variables: dict[str, Any] = {}
+        for variable in self.spec["variables"]:
+            variables[variable["name"]] = self._eval(
+                variable["expression"], {**activation, "variables": _Variables(variables)})
+        activation["variables"] = _Variables(variables)
+        return [v["message"] for v in self.spec["validations"]
+                if not bool(self._eval(v["expression"], activation))]
+
+
+class _Variables(celpy.celtypes.MapType):
+    """``variables.<name>`` for the expressions (a CEL map of the values so far)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        super().__init__({celpy.celtypes.StringType(k): v for k, v in values.items()})
+
+
+def pod(node: str = "n1", annotations: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "web-0", "namespace": "shop",
+                            "labels": labels or {"app": "web"}}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": {"nodeName": node, "containers": [{"name": "c"}]}}
+
+
+MAPPING = '[{"podPort":8080,"nodeIP":"198.18.0.1","nodePort":61000,"protocol":"tcp"}]'
+
+
+def test_the_agent_may_write_the_npl_annotation_of_its_own_nodes_pods(objects: list[Any]
+                                                                       ) -> None:
+    policy = Policy(objects)
+    before = pod(annotations={"a": "1"})
+    after = pod(annotations={"a": "1", NPL: MAPPING})
+    assert policy.denied(user=AGENT, node="n1", old=before, new=after) == []
+    assert policy.denied(user=AGENT, node="n1", old=after, new=before) == []  # removed
+    # The same patch adding another annotation beside it is not the agent's to make.
+    assert policy.denied(user=AGENT, node="n1", old=pod(), new=after) != []
+
+
+@pytest.mark.parametrize(("what", "node", "change"), [
+    ("another node's pod", "n2", lambda p: p["metadata"].setdefault("annotations", {})
+     .update({NPL: MAPPING})),
+    ("no node in the token", None, lambda p: p["metadata"].setdefault("annotations", {})
+     .update({NPL: MAPPING})),
+    ("another annotation", "n1", lambda p: p["metadata"].setdefault("annotations", {})
+     .update({"podway.io/backend-mode": "clusterip"})),
+    ("a label", "n1", lambda p: p["metadata"]["labels"].update({"app": "other"})),
+    ("the spec", "n1", lambda p: p["spec"].update({"nodeName": "n2"})),
+    ("a finalizer", "n1", lambda p: p["metadata"].update({"finalizers": ["x"]})),
+])
+def test_anything_else_the_agent_asks_is_denied(objects: list[Any], what: str,
+                                                node: str | None, change: Any) -> None:
+    policy = Policy(objects)
+    before = pod(annotations={"a": "1"})
+    after = copy.deepcopy(before)
+    change(after)
+    assert policy.denied(user=AGENT, node=node, old=before, new=after), what
+
+
+def test_other_users_are_not_matched(objects: list[Any]) -> None:
+    """The policy narrows the agent only: a user's edit of any pod is not its business."""
+    policy = Policy(objects)
+    after = pod(labels={"app": "other"})
+    assert policy.denied(user="system:serviceaccount:shop:deployer", node=None, old=pod(),
+                         new=after) == []
