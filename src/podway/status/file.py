@@ -2,10 +2,10 @@
 
 Invariants: a reader never sees a half-written file (write a temporary file beside it, then
 rename); the file is the owner's only (mode 0600: it lists every object, host and address
-served, docs/security.md). A file that cannot be written (missing folder, a directory in its place, a read-only
-filesystem) never stops serving: ``StatusFile.write`` reports the failure — logged once per
-distinct cause, and again when writing works again — and returns it, so one-shot commands can
-turn it into an exit status.
+served, docs/security.md). A file that cannot be written (missing folder, a directory in its
+place, a read-only filesystem) never stops serving: ``StatusFile.write`` reports the failure —
+logged once per distinct cause, and again when writing works again — and returns it, so
+one-shot commands can turn it into an exit status.
 """
 
 from __future__ import annotations
