@@ -17,6 +17,7 @@ from tests.deploy.helm import helm_python, render
 from tests.deploy.test_manifests import PLAIN, by_kind, validate
 
 NPL = "nodeportlocal.antrea.io"
+SIGNATURE = "podway.io/npl-signature"
 AGENT = "system:serviceaccount:podway-system:podway-agent"
 
 
@@ -48,8 +49,20 @@ def test_agent_and_engine_run_with_the_runtime_seccomp_profile(objects: list[Any
 def test_no_xtables_lock_under_nftables(objects: list[Any]) -> None:
     spec = pod_spec(objects, "DaemonSet", "podway-agent")
     assert "--rules=nftables" in spec["containers"][0]["args"]
-    assert "volumes" not in spec
-    assert "volumeMounts" not in spec["containers"][0]
+    assert [v["name"] for v in spec["volumes"]] == ["npl-key"]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["npl-key"]
+
+
+def test_agents_sign_and_the_controller_checks_npl_mappings(objects: list[Any]) -> None:
+    """Both read the key from one Secret; the controller knows the agents' port range."""
+    agent = pod_spec(objects, "DaemonSet", "podway-agent")
+    controller = pod_spec(objects, "Deployment", "podway-controller")
+    for spec in (agent, controller):
+        assert "--npl-key=/etc/podway/npl/key" in spec["containers"][0]["args"]
+        volume = next(v for v in spec["volumes"] if v["name"] == "npl-key")
+        assert volume["secret"]["secretName"] == "podway-npl-key"
+    assert "--npl-port-range=61000-62000" in controller["containers"][0]["args"]
+    assert "--port-range=61000-62000" in agent["containers"][0]["args"]
 
 
 async def test_the_iptables_choice_keeps_the_xtables_lock() -> None:
@@ -59,10 +72,16 @@ async def test_the_iptables_choice_keeps_the_xtables_lock() -> None:
     _, objects = await render(python, {"agent": {"rules": "iptables"}})
     validate(objects)
     spec = pod_spec(objects, "DaemonSet", "podway-agent")
-    assert spec["volumes"][0]["hostPath"]["path"] == "/run/xtables.lock"
-    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/run/xtables.lock"
+    lock = next(v for v in spec["volumes"] if v["name"] == "xtables-lock")
+    assert lock["hostPath"]["path"] == "/run/xtables.lock"
+    assert {"name": "xtables-lock", "mountPath": "/run/xtables.lock"} in \
+        spec["containers"][0]["volumeMounts"]
     _, without = await render(python, {"agent": {"admissionPolicy": False}})
     assert not [o for o in without if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    _, antrea = await render(python, {"agent": {"enabled": False}})
+    args = pod_spec(antrea, "Deployment", "podway-controller")["containers"][0]["args"]
+    assert "--npl-unsigned" in args
+    assert not [a for a in args if a.startswith("--npl-key")]
 
 
 class Policy:
@@ -123,7 +142,7 @@ def test_the_agent_may_write_the_npl_annotation_of_its_own_nodes_pods(objects: l
                                                                        ) -> None:
     policy = Policy(objects)
     before = pod(annotations={"a": "1"})
-    after = pod(annotations={"a": "1", NPL: MAPPING})
+    after = pod(annotations={"a": "1", NPL: MAPPING, SIGNATURE: "v1:x"})
     assert policy.denied(user=AGENT, node="n1", old=before, new=after) == []
     assert policy.denied(user=AGENT, node="n1", old=after, new=before) == []  # removed
     # The same patch adding another annotation beside it is not the agent's to make.
