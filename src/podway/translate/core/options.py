@@ -83,6 +83,11 @@ class TranslateOptions:
     """The key the agents sign their annotations with (``NplTrust.SIGNED``); never shown."""
     npl_port_range: tuple[int, int] = (61000, 62000)
     """The agents' node port range (inclusive): a mapping outside it is not believed."""
+    npl_enabled_by_controller: bool = False
+    """The controller adds ``nodeportlocal.antrea.io/enabled: "true"`` itself to every Service it
+    uses in ``nodeportlocal`` mode (``podway controller``): a Service still without it is that
+    controller's next step, not the user's problem, so it gets no ``NodePortLocalNotEnabled``
+    warning (the controller reports a write that fails). Off (standalone): nobody adds it."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
     bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no
