@@ -175,3 +175,38 @@ def test_other_users_are_not_matched(objects: list[Any]) -> None:
     after = pod(labels={"app": "other"})
     assert policy.denied(user="system:serviceaccount:shop:deployer", node=None, old=pod(),
                          new=after) == []
+
+
+async def test_engines_can_get_a_certificate_each_from_cert_manager() -> None:
+    """engineCertificates.source cert-manager-csi: each engine pod mounts its own certificate
+    naming the pod (its node id) and, for a group serving only its objects, that group — what
+    the controller checks (podway.engines.identity)."""
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (see tests/deploy/helm.py)")
+    values = {"engineCertificates": {"source": "cert-manager-csi",
+                                     "issuer": {"name": "podway-engines"}},
+              "engineGroups": [{"name": "edge", "replicas": 2, "tlsSecret": "unused",
+                                "nodeSelector": {"podway.io/edge": "true"}, "concurrency": 2,
+                                "onlyItsObjects": True}]}
+    lint, objects = await render(python, values)
+    assert lint["Errors"] is None
+    validate(objects)
+    spec = pod_spec(objects, "Deployment", "podway-engine-edge")
+    engine = spec["containers"][0]
+    assert "--node-id=$(POD_NAME)" in engine["args"]
+    assert "--engine-group=edge" in engine["args"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} \
+        in engine["env"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "xds-tls")
+    assert "secret" not in volume
+    attributes = volume["csi"]["volumeAttributes"]
+    assert volume["csi"]["driver"] == "csi.cert-manager.io"
+    assert attributes["csi.cert-manager.io/issuer-name"] == "podway-engines"
+    assert attributes["csi.cert-manager.io/common-name"] == "${POD_NAME}"
+    assert attributes["csi.cert-manager.io/dns-names"] == "${POD_NAME}"
+    assert attributes["csi.cert-manager.io/organizations"] == "podway.io/engine-group=edge"
+    # The default: each group's Secret, the node's name as node id.
+    _, default = await render(python, {})
+    args = pod_spec(default, "Deployment", "podway-engine-edge")["containers"][0]["args"]
+    assert "--node-id=$(NODE_NAME)" in args
