@@ -469,8 +469,8 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
             # Fail closed: a route without the restriction would serve the app to everyone.
             conv.note(ingress, restricting[0], "this Ingress is not converted: it restricts "
                       f"access ({', '.join(restricting)}) in a way the converted routes "
-                      "cannot carry, so they would serve it open; protect the backend (or add "
-                      "a policy) and convert it again")
+                      "cannot carry, so they would serve it open; keep the Ingress (Podway "
+                      "serves what it can, refuses the rest) or protect the backend itself")
             continue
         converted.append((ingress, notes))
         if notes.ssl_passthrough:
