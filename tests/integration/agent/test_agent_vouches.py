@@ -8,9 +8,10 @@ import asyncio
 import json
 from typing import Any
 
-from builders import NODE, eventually, node_obj, pod_obj, service_obj, settled
 from harness import StartAgent
+from tests.waiting import eventually
 
+from builders import NODE, node_obj, pod_obj, service_obj, settled
 from podway.kube.emulator import KubeEmulator
 from podway.model import Pod, npl
 from podway.translate import NplTrust, TranslateOptions

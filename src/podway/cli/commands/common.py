@@ -19,6 +19,8 @@ from podway.ir import TLSOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from podway.translate import BackendMode
+
 LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -96,8 +98,8 @@ def check_at_least(flag: str, value: float, minimum: float) -> None:
 
 
 def check_hops(flag: str, value: int) -> int:
-    """``--xff-trusted-hops``: a hop count the translator accepts (0..client_ip.MAX_HOPS)."""
-    from podway.translate.pools.client_ip import MAX_HOPS
+    """``--xff-trusted-hops``: a hop count the translator accepts (0..annotations.MAX_HOPS)."""
+    from podway.translate.annotations import MAX_HOPS
 
     if not 0 <= value <= MAX_HOPS:
         raise ConfigError(f"{flag} must be 0-{MAX_HOPS} (trusted proxies in front of the "
@@ -147,3 +149,18 @@ def read_npl_key(path: Path, flag: str = "--npl-key") -> bytes:
         raise ConfigError(f"{flag} {path}: a key of at least {NPL_KEY_MIN_BYTES} bytes is "
                           "needed (e.g. head -c 32 /dev/urandom | base64)")
     return key
+
+
+def backend_mode_flag(backend_mode: BackendMode | None, mode: BackendMode | None, *,
+                      default: BackendMode) -> BackendMode:
+    """``--backend-mode``, or its old name ``--mode`` (hidden, warns once on stderr), else the
+    command's default. Both given with different values is refused: which one was meant?"""
+    import typer
+
+    if mode is not None:
+        typer.echo("warning: --mode is deprecated; use --backend-mode", err=True)
+        if backend_mode is not None and backend_mode != mode:
+            raise ConfigError(f"--mode {mode} and --backend-mode {backend_mode} disagree: "
+                              "give --backend-mode only")
+        backend_mode = mode
+    return default if backend_mode is None else backend_mode
