@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from builders import NODE
 from fakes import FakeOpener, FakeRules
 from kubernetes_asyncio import client
 
+from builders import NODE
 from podway.base.backoff import Backoff
 from podway.programs.agent.controller import Agent, AgentSettings
 from podway.programs.agent.ports import PortRange, SocketOpener
