@@ -1,0 +1,349 @@
+"""HTTP and HTTPS listeners as HAProxy frontends (see ``podway.haproxy.render`` for the plan).
+
+Request variables: ``txn.host`` (the Host as virtual hosts are matched), ``txn.path``
+(normalised path), ``txn.vh`` (the virtual host's key), ``txn.r`` (the chosen route's key),
+``txn.be`` (the backend), ``txn.w`` (a weighted split's draw).
+"""
+
+from __future__ import annotations
+
+from podway.haproxy.backends import backend_name
+from podway.haproxy.frontend import Frontend, bind_address, origin_of
+from podway.haproxy.names import (
+    Unquotable,
+    logformat_literal,
+    regex_literal,
+    route_key,
+    vhost_key,
+    word,
+)
+from podway.haproxy.report import Unsupported
+from podway.haproxy.tls import crt_list
+from podway.ir import (
+    CORS,
+    BodyLimit,
+    ClientAccess,
+    DirectResponse,
+    Forward,
+    HeaderModifier,
+    Listener,
+    ListenerProtocol,
+    Mirror,
+    PathKind,
+    PathMatch,
+    RateLimit,
+    Redirect,
+    Route,
+    StringMatchKind,
+    URLRewrite,
+    VirtualHost,
+    WeightedPool,
+    WildcardMode,
+)
+from podway.ir.hosts import host_order
+
+
+class _Closed(Exception):
+    """The route needs something HAProxy cannot do safely: it is answered 500."""
+
+
+def path_regex(path: PathMatch) -> str | None:
+    """An anchored PCRE for the path match (None: any path). Prefixes are element-wise."""
+    if path.kind is PathKind.EXACT:
+        return f"^{regex_literal(path.value)}$"
+    if path.kind is PathKind.PREFIX:
+        prefix = path.value.rstrip("/")
+        return None if not prefix else f"^{regex_literal(prefix)}(/|$)"
+    return f"^(?:{path.value})$"
+
+
+def host_regex(vhost: VirtualHost) -> str:
+    if vhost.hostname == "*":
+        return "^"
+    suffix = regex_literal(vhost.hostname[1:])  # "[.]foo[.]com"
+    label = "[^.]+" if vhost.wildcard is WildcardMode.ONE_LABEL else ".+"
+    return f"^{label}{suffix}$"
+
+
+def _path_only(route: Route) -> bool:
+    m = route.match
+    return not (m.headers or m.query or m.method)
+
+
+def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: PLR0915 (one pass over the listener, in config order)
+    hosts_map, wild_map = f"maps/{fe}.hosts.map", f"maps/{fe}.wild.map"
+    paths_map, routes_map = f"maps/{fe}.paths.map", f"maps/{fe}.routes.map"
+    report: list[Unsupported] = []
+    origin = origin_of(listener)
+    https = listener.protocol is ListenerProtocol.HTTPS
+    lines = [f"frontend {fe}", "  mode http"]
+    files: list[tuple[str, str]] = []
+    if https and not listener.certificates:
+        # No certificate to present: every handshake is refused, as a listener with no
+        # certificate refuses it.
+        report.append(Unsupported(subject=listener.name, origin=origin,
+                                  feature="an HTTPS listener without a certificate"))
+        lines += [f"  bind {bind_address(listener)}", "  tcp-request connection reject"]
+    elif https:
+        crt = crt_list(listener, fe, folder)
+        files += crt.files
+        report += crt.unsupported
+        lines.append(f"  bind {bind_address(listener)} ssl crt-list {crt.path}"
+                     " alpn h2,http/1.1")
+    else:
+        lines.append(f"  bind {bind_address(listener)}")
+    if listener.l4_routes:
+        report.append(Unsupported(subject=listener.name, origin=origin,
+                                  feature="TLS passthrough beside terminated HTTPS on one port"))
+    if listener.xff_trusted_hops:
+        report.append(Unsupported(subject=listener.name, origin=origin,
+                                  feature="trusted X-Forwarded-For hops (the peer is the client)"))
+    if listener.sni_host_check:
+        report.append(Unsupported(subject=listener.name, origin=origin,
+                                  feature="421 for a Host outside the connection's certificate"))
+    lines += [
+        "  option forwardfor",
+        f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
+        "  http-request normalize-uri path-strip-dotdot",
+        "  http-request normalize-uri path-merge-slashes",
+        "  http-request set-var(txn.host) req.hdr(host),lower,regsub(':[0-9]+$',''),"
+        "regsub('[.]$','')",
+        "  http-request set-var(txn.path) path",
+        f"  http-request set-var(txn.vh) var(txn.host),map_str({folder}/{hosts_map})",
+        f"  http-request set-var(txn.vh) var(txn.host),map_reg({folder}/{wild_map})"
+        " unless { var(txn.vh) -m found }",
+        f"  http-request set-var(txn.vh) str(-),map_reg({folder}/{wild_map})"
+        " unless { var(txn.vh) -m found }",
+        "  http-request set-var(txn.k) var(txn.vh),concat(@,txn.path)",
+        f"  http-request set-var(txn.r) var(txn.k),map_reg({folder}/{paths_map})",
+    ]
+    exact_rows: list[tuple[str, str]] = []
+    wild_rows: list[tuple[str, str]] = []
+    path_rows: list[tuple[str, str]] = []
+    route_rows: list[tuple[str, str]] = []
+    choose: list[str] = []
+    actions: list[str] = []
+    for vhost in sorted(listener.virtual_hosts, key=lambda v: host_order(v.hostname)):
+        vh = vhost_key(vhost.name)
+        if vhost.hostname == "*" or vhost.hostname.startswith("*."):
+            wild_rows.append((host_regex(vhost), vh))
+        else:
+            exact_rows.append((vhost.hostname, vh))
+        in_map = all(_path_only(r) for r in vhost.routes)
+        for route in vhost.routes:
+            r = route_key(route.name)
+            try:
+                cond = _conditions(route)
+            except Unquotable:
+                report.append(Unsupported(subject=route.name, origin=route.origin,
+                                          feature="a match value that cannot be quoted"))
+                continue
+            if in_map:
+                regex = path_regex(route.match.path) or ""
+                path_rows.append((f"^{vh}@{regex[1:]}" if regex else f"^{vh}@", r))
+            else:
+                choose.append(f"  http-request set-var(txn.r) str({r})"
+                              f" if !{{ var(txn.r) -m found }} {{ var(txn.vh) -m str {vh} }}{cond}")
+            try:
+                simple = _simple_backend(route)
+                if simple is not None:
+                    route_rows.append((r, simple))
+                else:
+                    actions += _actions(route, r, listener)
+            except (_Closed, Unquotable) as why:
+                feature = str(why) if isinstance(why, _Closed) else "a value that cannot be quoted"
+                report.append(Unsupported(subject=route.name, feature=feature,
+                                          origin=route.origin))
+                actions.append(f"  http-request return status 500 if {{ var(txn.r) -m str {r} }}")
+            report += _reported(route, listener)
+    lines += choose
+    lines += [
+        "  http-request deny deny_status 404 unless { var(txn.r) -m found }",
+        f"  http-request set-var(txn.be) var(txn.r),map_str({folder}/{routes_map})",
+        *actions,
+        "  use_backend %[var(txn.be)] if { var(txn.be) -m found }",
+    ]
+    return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(report),
+                    maps=((hosts_map, tuple(exact_rows)), (wild_map, tuple(wild_rows)),
+                          (paths_map, tuple(path_rows)), (routes_map, tuple(route_rows))))
+
+
+def _conditions(route: Route) -> str:
+    m = route.match
+    out = ""
+    regex = path_regex(m.path)
+    if regex is not None:
+        out += f" {{ var(txn.path) -m reg {word(regex)} }}"
+    for h in m.headers:
+        if h.kind is StringMatchKind.EXACT:
+            out += f" {{ req.fhdr({word(h.name)}) -m str {word(h.value)} }}"
+        else:
+            out += f" {{ req.fhdr({word(h.name)}) -m reg {word(f'^(?:{h.value})$')} }}"
+    for q in m.query:
+        if q.kind is StringMatchKind.EXACT:
+            out += f" {{ url_param({word(q.name)}) -m str {word(q.value)} }}"
+        else:
+            out += f" {{ url_param({word(q.name)}) -m reg {word(f'^(?:{q.value})$')} }}"
+    if m.method:
+        out += f" {{ method {word(m.method)} }}"
+    return out
+
+
+def _simple_backend(route: Route) -> str | None:
+    """The backend of a plain forward (one pool, no filters, no timeouts): a map row."""
+    a = route.action
+    if route.filters or not isinstance(a, Forward) or a.retry is not None:
+        return None
+    if a.timeout_ms is not None or a.backend_timeout_ms is not None \
+            or a.idle_timeout_ms is not None:
+        return None
+    shares = [b for b in a.backends if b.weight > 0]
+    if len(shares) != 1 or shares[0].pool is None or shares[0].filters:
+        return None
+    return backend_name(shares[0].pool)
+
+
+def _reported(route: Route, listener: Listener) -> list[Unsupported]:
+    """Features served differently (not fail-closed), reported."""
+    out: list[str] = []
+    for f in route.filters:
+        if isinstance(f, Mirror):
+            out.append("request mirroring (requests are not mirrored)")
+        elif isinstance(f, CORS):
+            out.append("CORS (no Access-Control headers, no preflight answers)")
+    a = route.action
+    if isinstance(a, Forward):
+        if a.retry is not None:
+            out.append("retry policies (only connection failures are retried)")
+        if any(t for t in (a.timeout_ms, a.backend_timeout_ms, a.idle_timeout_ms)):
+            out.append("route timeouts (served as the server inactivity timeout)")
+    return [Unsupported(subject=route.name, feature=f, origin=route.origin) for f in out]
+
+
+def _actions(route: Route, r: str, listener: Listener) -> list[str]:
+    when = f"{{ var(txn.r) -m str {r} }}"
+    out: list[str] = []
+    for f in route.filters:
+        if isinstance(f, ClientAccess):
+            if listener.xff_trusted_hops:
+                raise _Closed("client address rules behind trusted X-Forwarded-For hops")
+            if f.allow:
+                out.append(f"  http-request deny deny_status 403 if {when}"
+                           f" !{{ src {' '.join(word(c) for c in f.allow)} }}")
+            if f.deny:
+                out.append(f"  http-request deny deny_status 403 if {when}"
+                           f" {{ src {' '.join(word(c) for c in f.deny)} }}")
+        elif isinstance(f, RateLimit):
+            raise _Closed("rate limits")
+        elif isinstance(f, BodyLimit):
+            raise _Closed("request body limits")
+    a = route.action
+    if isinstance(a, Redirect):
+        return out + _redirect(a, route, when, listener)
+    if isinstance(a, DirectResponse):
+        body = f" content-type text/plain string {word(a.body)}" if a.body else ""
+        return [*out, f"  http-request return status {a.status}{body} if {when}"]
+    for f in route.filters:
+        if isinstance(f, HeaderModifier):
+            out += _headers(f, when)
+        elif isinstance(f, URLRewrite):
+            out += _rewrite(f, route, when)
+    t = [v for v in (a.timeout_ms, a.backend_timeout_ms, a.idle_timeout_ms) if v]
+    if t:
+        # The backend applies it (set-timeout needs a backend; see podway.haproxy.backends).
+        out.append(f"  http-request set-var(txn.to) int({min(t)}) if {when}")
+    return out + _shares(a.backends, when)
+
+
+def _shares(backends: tuple[WeightedPool, ...], when: str) -> list[str]:
+    shares = [b for b in backends if b.weight > 0]
+    if not shares:
+        return [f"  http-request return status 500 if {when}"]
+    total = sum(b.weight for b in shares)
+    out = []
+    if len(shares) > 1:
+        out.append(f"  http-request set-var(txn.w) rand({total}) if {when}")
+    low = 0
+    for b in shares:
+        cond = when if len(shares) == 1 else \
+            f"{when} {{ var(txn.w) -m int {low}:{low + b.weight - 1} }}"
+        low += b.weight
+        for f in b.filters:
+            out += _headers(f, cond)
+        if b.pool is None:
+            out.append(f"  http-request return status {b.status} if {cond}")
+        else:
+            out.append(f"  http-request set-var(txn.be) str({backend_name(b.pool)}) if {cond}")
+    return out
+
+
+def _value(v: str) -> str:
+    return word(logformat_literal(v))
+
+
+def _headers(f: HeaderModifier, when: str) -> list[str]:
+    side = "http-response" if f.response else "http-request"
+    out = [f"  {side} set-header {word(n)} {_value(v)} if {when}" for n, v in f.set]
+    out += [f"  {side} add-header {word(n)} {_value(v)} if {when}" for n, v in f.add]
+    out += [f"  {side} del-header {word(n)} if {when}" for n in f.remove]
+    return out
+
+
+def _rewrite(f: URLRewrite, route: Route, when: str) -> list[str]:
+    out = []
+    if f.hostname:
+        out.append(f"  http-request set-header host {_value(f.hostname)} if {when}")
+    if f.path is not None:
+        out.append(f"  http-request set-path {_value(f.path)} if {when}")
+    elif f.prefix is not None and route.match.path.kind is PathKind.PREFIX:
+        pattern, subst = _prefix_rewrite(route.match.path.value, f.prefix)
+        out.append(f"  http-request replace-path {word(pattern)} {word(subst)} if {when}")
+    elif f.pattern is not None:
+        out.append(f"  http-request replace-path {word(f.pattern)}"
+                   f" {word(logformat_literal(f.substitution))} if {when}")
+    return out
+
+
+def _prefix_rewrite(prefix: str, replacement: str) -> tuple[str, str]:
+    """Gateway API's ReplacePrefixMatch, element-wise (as ``URLRewrite.prefix`` says)."""
+    p = regex_literal(prefix.rstrip("/"))
+    r = replacement.rstrip("/")
+    if not r:
+        return f"^{p}/*(.*)$", "/\\1"
+    return f"^{p}(/.*)?$", logformat_literal(r) + "\\1"
+
+
+def _redirect(a: Redirect, route: Route, when: str, listener: Listener) -> list[str]:
+    own = "https" if listener.protocol is ListenerProtocol.HTTPS else "http"
+    scheme = a.scheme or own
+    well_known = {"http": 80, "https": 443}
+    port = a.port or (well_known.get(scheme) if a.scheme else listener.port)
+    port_part = "" if port is None or port == well_known.get(scheme) else f":{port}"
+    host = logformat_literal(a.hostname) if a.hostname else "%[var(txn.host)]"
+    if a.path is not None:
+        path = logformat_literal(a.path)
+    elif a.prefix is not None and route.match.path.kind is PathKind.PREFIX:
+        pattern, subst = _prefix_rewrite(route.match.path.value, a.prefix)
+        # The rewritten path is computed into a variable first (regsub cannot take this
+        # pattern inside a log-format expression).
+        path = "%[var(txn.rp)]"
+        pre = [f"  http-request set-var(txn.rp) path if {when}",
+               f"  http-request replace-path {word(pattern)} {word(subst)} if {when}",
+               f"  http-request set-var(txn.rp2) path if {when}",
+               f"  http-request set-path %[var(txn.rp)] if {when}"]
+        path = "%[var(txn.rp2)]"
+        loc = f"{scheme}://{host}{port_part}{path}"
+        return pre + _redirect_rules(loc, a, when)
+    else:
+        path = "%[path]"
+    loc = f"{scheme}://{host}{port_part}{path}"
+    return _redirect_rules(loc, a, when)
+
+
+def _redirect_rules(loc: str, a: Redirect, when: str) -> list[str]:
+    code = a.status_code if a.status_code in (301, 302, 303, 307, 308) else 302
+    if a.strip_query:
+        return [f"  http-request redirect location {word(loc)} code {code} if {when}"]
+    return [f"  http-request redirect location {word(loc + '?%[query]')} code {code}"
+            f" if {when} {{ query -m found }}",
+            f"  http-request redirect location {word(loc)} code {code} if {when}"]
