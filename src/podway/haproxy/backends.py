@@ -56,8 +56,9 @@ def backend_name(pool: str) -> str:
     return proxy_name("be", pool)
 
 
-def render_backend(pool: Pool, previous: tuple[slotting.MemberKey | None, ...] | None,
-                   *, folder: str) -> Backend:  # noqa: PLR0915 (one backend section, in order)
+def render_backend(  # noqa: PLR0915 (one backend section, written in order)
+        pool: Pool, previous: tuple[slotting.MemberKey | None, ...] | None, *, folder: str,
+) -> Backend:
     s = pool.settings
     name = backend_name(pool.name)
     report: list[str] = []
