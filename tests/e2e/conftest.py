@@ -27,6 +27,18 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         await made.stop()
 
 
+@pytest.fixture(params=["envoy", "haproxy"])
+async def engine_stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """A stack on each engine in turn: the same routing tests hold for Envoy and HAProxy."""
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, engine_kind=request.param)
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     """A short folder under /tmp for state folders: unix socket paths must fit 107 bytes,

@@ -18,6 +18,7 @@ from podway.haproxy.names import (
     word,
 )
 from podway.haproxy.report import Unsupported
+from podway.haproxy.sni import sni_rules
 from podway.haproxy.tls import crt_list
 from podway.ir import (
     CORS,
@@ -98,9 +99,6 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
     if listener.xff_trusted_hops:
         report.append(Unsupported(subject=listener.name, origin=origin,
                                   feature="trusted X-Forwarded-For hops (the peer is the client)"))
-    if listener.sni_host_check:
-        report.append(Unsupported(subject=listener.name, origin=origin,
-                                  feature="421 for a Host outside the connection's certificate"))
     lines += [
         "  option forwardfor",
         f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
@@ -117,6 +115,10 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
         "  http-request set-var(txn.k) var(txn.vh),concat(@,txn.path)",
         f"  http-request set-var(txn.r) var(txn.k),map_reg({folder}/{paths_map})",
     ]
+    sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    if https and listener.sni_host_check and listener.certificates:
+        sni_lines, sni_maps = sni_rules(listener, fe, folder)
+        lines += sni_lines
     exact_rows: list[tuple[str, str]] = []
     wild_rows: list[tuple[str, str]] = []
     path_rows: list[tuple[str, str]] = []
@@ -165,7 +167,8 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
     ]
     return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(report),
                     maps=((hosts_map, tuple(exact_rows)), (wild_map, tuple(wild_rows)),
-                          (paths_map, tuple(path_rows)), (routes_map, tuple(route_rows))))
+                          (paths_map, tuple(path_rows)), (routes_map, tuple(route_rows)),
+                          *sni_maps))
 
 
 def _conditions(route: Route) -> str:
