@@ -1,0 +1,174 @@
+"""The HAProxy engine end to end: real haproxy on loopback, members and routes edited under load.
+
+The routing semantics themselves (hosts, paths, headers, splits, rewrites, redirects, SNI) run on
+both engines in ``test_routing.py`` and ``test_gateway_http.py`` (the ``engine_stack`` fixture).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from .harness import SHOP_INGRESS, Stack, endpoints, get, make_stack, service
+
+pytestmark = pytest.mark.e2e
+
+POOL = "pool/default/web/80"
+
+
+@pytest.fixture
+async def hstack(tmp_path: Path) -> AsyncIterator[Stack]:
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, engine_kind="haproxy")
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
+def _slice(i: int, port: int) -> str:
+    return endpoints("web", {"TCP": port}, slice_name=f"web-{i}")
+
+
+async def _members(stack: Stack, ports: set[int]) -> None:
+    """Until HAProxy serves exactly these members of the web pool."""
+    async with asyncio.timeout(10):
+        while True:
+            state = stack.standalone.pipeline.state
+            pool = state.ir.pools.get(POOL) if state else None
+            if state and pool and {m.port for m in pool.members} == ports:
+                await stack.served(state.generation)
+                return
+            await asyncio.sleep(0.02)
+
+
+class Load:
+    """Clients sending requests back to back (a new connection each) until stopped."""
+
+    def __init__(self, port: int, host: str, clients: int = 4) -> None:
+        self.port, self.host = port, host
+        self.ok = 0
+        self.failed: list[str] = []
+        self.seen: set[object] = set()
+        self._tasks = [asyncio.create_task(self._client(), name=f"load-{i}")
+                       for i in range(clients)]
+
+    async def _client(self) -> None:
+        while True:
+            try:
+                status, body = await get(self.port, self.host, "/")
+            except (OSError, TimeoutError, ValueError) as e:
+                self.failed.append(repr(e))
+                continue
+            if status == 200:
+                self.ok += 1
+                self.seen.add(body.get("name"))
+            else:
+                self.failed.append(str(status))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: Stack) -> None:
+    """Members come and go through the runtime API (no reload) while requests flow: none fails
+    and every member in turn answers."""
+    ports = {name: await hstack.start_echo(name) for name in ("web-a", "web-b", "web-c")}
+    hstack.write("svc.yaml", service("web", 80, ports["web-a"]))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    hstack.write("slice-web-a.yaml", _slice(0, ports["web-a"]))
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    reloads = engine.counters.reloads
+    load = Load(hstack.http_port, "shop.test")
+    steps = [("web-b", True), ("web-a", False), ("web-c", True), ("web-b", False),
+             ("web-a", True), ("web-c", False)] * 2
+    try:
+        for i, (name, add) in enumerate(steps):
+            if add:
+                hstack.write(f"slice-{name}.yaml", _slice(i + 1, ports[name]))
+            else:
+                (hstack.root / f"slice-{name}.yaml").unlink()
+            await _members(hstack, {ports[n] for n in ports
+                                    if (hstack.root / f"slice-{n}.yaml").exists()})
+            await asyncio.sleep(0.2)
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.ok > 50
+    assert load.seen == {"web-a", "web-b", "web-c"}
+    assert engine.counters.reloads == reloads  # every change went through the runtime API
+    assert engine.counters.server_edits >= 6
+
+
+async def test_structural_changes_reload_seamlessly_under_load(hstack: Stack) -> None:
+    """A backend that comes and goes needs a reload; requests to the other host never fail."""
+    web = await hstack.start_echo("web")
+    api = await hstack.start_echo("api")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("api.yaml", service("api", 80, api) + "---\n" + endpoints("api", {"TCP": api}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    reloads = engine.counters.reloads
+    extra = SHOP_INGRESS.replace("metadata: {name: web,", "metadata: {name: extra,") \
+        .replace("shop.test", "api.test").replace("{name: web, port", "{name: api, port")
+    load = Load(hstack.http_port, "shop.test")
+    try:
+        for _ in range(5):
+            hstack.write("extra.yaml", extra)
+            await _until(hstack, lambda ir: "pool/default/api/80" in ir.pools)
+            assert (await get(hstack.http_port, "api.test", "/"))[1].get("name") == "api"
+            (hstack.root / "extra.yaml").unlink()
+            await _until(hstack, lambda ir: "pool/default/api/80" not in ir.pools)
+            assert (await get(hstack.http_port, "api.test", "/"))[0] == 404
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.ok > 20
+    assert engine.counters.reloads >= reloads + 10
+
+
+async def _until(stack: Stack, holds: object) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            state = stack.standalone.pipeline.state
+            if state is not None and holds(state.ir):  # type: ignore[operator]
+                await stack.served(state.generation)
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_tcp_listener_and_private_runtime_socket(hstack: Stack) -> None:
+    """A LoadBalancer Service's TCP port is served; the runtime sockets are the owner's only."""
+    from .harness import free_port
+
+    backend = await hstack.start_echo("l4", tcp=True)
+    lb_port = free_port()
+    hstack.write("l4.yaml", service("l4", lb_port, backend, lb=True)
+                 + "---\n" + endpoints("l4", {"TCP": backend}))
+    await hstack.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
+    try:
+        writer.write(b"hello over tcp\n")
+        assert await asyncio.wait_for(reader.readline(), 5) == b"hello over tcp\n"
+    finally:
+        writer.close()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    for sock in (engine.runtime_socket, engine.master_socket):
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(engine.folder).st_mode) == 0o700
