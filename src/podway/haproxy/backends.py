@@ -121,15 +121,16 @@ def render_backend(  # noqa: PLR0915 (one backend section, written in order)
     tls = s.upstream_tls
     if tls is not None:
         sans = tls.subject_alt_names or (("dns", tls.sni),)
-        if not tls.ca_pem:
-            closed.append("upstream TLS verified against the system's CAs")
-        elif len(sans) != 1 or sans[0][0] != "dns":
+        if len(sans) != 1 or sans[0][0] != "dns":
             closed.append("upstream TLS with several or URI subject alternative names")
         else:
-            ca = f"ca-{digest(tls.ca_pem)}.pem"
-            files.append((ca, tls.ca_pem))
+            ca_file = "@system-ca"  # no CA of its own: the system's trust store
+            if tls.ca_pem:
+                ca = f"ca-{digest(tls.ca_pem)}.pem"
+                files.append((ca, tls.ca_pem))
+                ca_file = f"{folder}/{ca}"
             try:
-                options += (f" ssl verify required ca-file {word(folder + '/' + ca)}"
+                options += (f" ssl verify required ca-file {word(ca_file)}"
                             f" sni str({word(tls.sni)}) verifyhost {word(sans[0][1])}")
             except Unquotable:
                 closed.append("this upstream TLS name")

@@ -1,0 +1,148 @@
+"""The HAProxy renderer: path semantics, slots, what changes need a reload, what is reported."""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+
+from podway.haproxy import slots
+from podway.haproxy.backends import status_regex
+from podway.haproxy.http import path_regex
+from podway.haproxy.names import word
+from podway.haproxy.render import RenderOptions, render
+from podway.ir import (
+    IR,
+    Forward,
+    HeaderMatch,
+    Listener,
+    ListenerProtocol,
+    Member,
+    MemberState,
+    Mirror,
+    ObjectRef,
+    PathKind,
+    PathMatch,
+    Pool,
+    RateLimit,
+    Route,
+    RouteMatch,
+    VirtualHost,
+    WeightedPool,
+)
+
+ORIGIN = ObjectRef(kind="Ingress", namespace="default", name="web")
+OPTS = RenderOptions(folder="/s", runtime_socket="/s/runtime.sock")
+
+
+def _route(name: str, path: str = "/", *, kind: PathKind = PathKind.PREFIX,
+           headers: tuple[HeaderMatch, ...] = (), filters: tuple[object, ...] = ()) -> Route:
+    return Route(name=name, match=RouteMatch(path=PathMatch(kind=kind, value=path),
+                                             headers=headers),
+                 action=Forward(backends=(WeightedPool(pool="pool/default/web/80"),)),
+                 filters=filters, origin=ORIGIN)  # type: ignore[arg-type]
+
+
+def _ir(*routes: Route, members: tuple[Member, ...] = (Member(address="10.0.0.1", port=80),)
+        ) -> IR:
+    vhost = VirtualHost(name="vh/shop.test", hostname="shop.test", routes=routes)
+    listener = Listener(name="ingress/http", address="127.0.0.1", port=8080,
+                        protocol=ListenerProtocol.HTTP, virtual_hosts=(vhost,), origins=(ORIGIN,))
+    pool = Pool(name="pool/default/web/80", members=members)
+    return IR(listeners=(listener,), pools=MappingProxyType({pool.name: pool}))
+
+
+def test_prefixes_match_whole_path_segments() -> None:
+    """/v1 matches /v1 and /v1/x, never /v10; a trailing slash in the prefix does not count."""
+    for value in ("/v1", "/v1/"):
+        regex = path_regex(PathMatch(kind=PathKind.PREFIX, value=value))
+        assert regex is not None
+        assert [bool(re.search(regex, p)) for p in ("/v1", "/v1/x", "/v10", "/v")] == \
+            [True, True, False, False]
+    exact = path_regex(PathMatch(kind=PathKind.EXACT, value="/a.b"))
+    assert exact is not None
+    assert [bool(re.search(exact, p)) for p in ("/a.b", "/axb", "/a.b/")] == [True, False, False]
+    assert path_regex(PathMatch(kind=PathKind.PREFIX, value="/")) is None
+
+
+def test_status_regex_matches_exactly_the_ranges() -> None:
+    """Health check statuses: whole hundreds compress, the rest are listed."""
+    regex = status_regex(((200, 399), (404, 405)))
+    ok = {c for c in range(100, 600) if re.fullmatch(regex, str(c))}
+    assert ok == set(range(200, 400)) | {404, 405}
+
+
+def test_members_keep_their_slot_and_fill_free_ones() -> None:
+    """A member that stays keeps its slot; a new one takes the first free slot."""
+    a, b, c = (Member(address="10.0.0.1", port=p) for p in (1, 2, 3))
+    first = slots.assign((a, b), None)
+    assert first == (("10.0.0.1", 1), ("10.0.0.1", 2), None, None)
+    second = slots.assign((b, c), first)
+    assert second == (("10.0.0.1", 3), ("10.0.0.1", 2), None, None)
+    grown = slots.assign(tuple(Member(address="10.0.0.1", port=p) for p in range(1, 6)), second)
+    assert len(grown) == 8
+
+
+def test_member_commands_take_a_slot_out_before_moving_it() -> None:
+    """A slot that changes address goes to maintenance first, then gets address and state."""
+    old = slots.slot_states((Member(address="10.0.0.1", port=1),), (("10.0.0.1", 1), None))
+    new = slots.slot_states((Member(address="10.0.0.2", port=2, weight=3),
+                             Member(address="10.0.0.3", port=3, state=MemberState.DRAINING)),
+                            (("10.0.0.2", 2), ("10.0.0.3", 3)))
+    assert slots.commands("be", old, new) == [
+        "set server be/s1 state maint",
+        "set server be/s1 addr 10.0.0.2 port 2",
+        "set server be/s1 weight 3",
+        "set server be/s1 state ready",
+        "set server be/s2 addr 10.0.0.3 port 3",
+        "set server be/s2 weight 0",  # draining: no new requests
+        "set server be/s2 state ready",
+    ]
+
+
+def test_only_members_changed_keeps_the_skeleton() -> None:
+    """A member change leaves the skeleton (no reload); the servers differ."""
+    one = render(_ir(_route("r/0")), OPTS)
+    two = render(_ir(_route("r/0"), members=(Member(address="10.0.0.9", port=81),)),
+                 OPTS.__class__(folder="/s", runtime_socket="/s/runtime.sock", slots=one.slots))
+    assert one.skeleton == two.skeleton
+    assert one.servers != two.servers
+
+
+def test_a_plain_route_is_a_map_row_a_header_route_a_rule() -> None:
+    """Adding a path-only route changes maps only; a header match changes the config."""
+    base = render(_ir(_route("r/0")), OPTS)
+    plain = render(_ir(_route("r/1", "/api"), _route("r/0")), OPTS)
+    assert plain.skeleton == base.skeleton
+    assert plain.maps != base.maps
+    header = render(_ir(_route("r/1", "/api", headers=(HeaderMatch(name="x-v", value="2"),)),
+                        _route("r/0")), OPTS)
+    assert header.skeleton != base.skeleton
+    assert "{ req.fhdr(x-v) -m str 2 }" in header.config
+
+
+def test_path_rows_keep_ir_order() -> None:
+    """The path map lists routes in IR order: HAProxy takes the first matching row."""
+    out = render(_ir(_route("r/exact", "/api/health", kind=PathKind.EXACT),
+                     _route("r/api", "/api"), _route("r/all")), OPTS)
+    rows = next(rows for name, rows in out.maps.items() if name.endswith(".paths.map"))
+    assert [re.sub(r"^\^v[0-9a-f]+@", "", k) for k, _ in rows] == \
+        ["/api/health$", "/api(/|$)", ""]
+
+
+def test_unenforceable_limits_fail_closed_and_are_reported() -> None:
+    """A rate limit HAProxy does not enforce answers 500; a mirror is served unmirrored, both
+    reported on the route's object."""
+    limited = _route("r/limited", filters=(RateLimit(requests=1, burst=1),))
+    mirrored = _route("r/mirrored", "/m", filters=(Mirror(pool="pool/default/web/80"),))
+    out = render(_ir(mirrored, limited), OPTS)
+    assert {(u.subject, u.origin) for u in out.unsupported} == {
+        ("r/limited", ORIGIN), ("r/mirrored", ORIGIN)}
+    assert any("return status 500" in line and "rate" not in line
+               for line in out.config.splitlines())
+
+
+def test_words_are_quoted_literally() -> None:
+    """Config words with spaces or `$` are single-quoted (no expansion); plain ones bare."""
+    assert word("abc") == "abc"
+    assert word("a b") == "'a b'"
+    assert word("^x$") == "'^x$'"
