@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from podway.haproxy.process import HAPROXY
-
-from ..golden.test_haproxy_golden import rendered_case
-from ..golden.test_translate_golden import CASES
+from tests.golden.test_haproxy_golden import rendered_case
+from tests.golden.test_translate_golden import CASES
 
 pytestmark = pytest.mark.e2e
 
