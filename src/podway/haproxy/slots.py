@@ -61,7 +61,7 @@ class SlotState:
     address: str = "0.0.0.0"
     port: int = 0
     weight: int = 1
-    state: str = "maint"  # ready | maint (HAProxy's runtime words; draining is weight 0)
+    state: str = "maint"  # ready | maint (an empty slot); HAProxy's runtime words
 
 
 def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...]
@@ -73,11 +73,14 @@ def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...]
         if m is None:
             out.append(SlotState())
             continue
-        # Draining is weight 0 (no new connections, in-flight ones finish): the same in the
-        # configuration and at runtime, so a reload and a runtime edit agree.
-        weight = 0 if m.state is MemberState.DRAINING else min(m.weight, MAX_WEIGHT)
-        state = "maint" if m.state is MemberState.NOT_READY else "ready"
-        out.append(SlotState(address=m.address, port=m.port, weight=weight, state=state))
+        # Draining and not-ready members get weight 0: no new connections, in-flight ones
+        # finish, and health checks keep running (a member in maintenance is not checked, so
+        # a pod held back by the readiness gate could never be found healthy). The same in the
+        # configuration and at runtime, so a reload and a runtime edit agree. A member enabled
+        # at runtime takes traffic at once (HAProxy 2.6 counts it up until a check fails; it
+        # has no "down until the first check" that does not wait a whole check interval).
+        weight = min(m.weight, MAX_WEIGHT) if m.state is MemberState.READY else 0
+        out.append(SlotState(address=m.address, port=m.port, weight=weight, state="ready"))
     return tuple(out)
 
 

@@ -99,6 +99,14 @@ def test_member_commands_take_a_slot_out_before_moving_it() -> None:
     ]
 
 
+def test_not_ready_members_stay_checked_but_get_no_traffic() -> None:
+    """A not-ready member (held back by the readiness gate) keeps its checks: weight 0, not
+    maintenance (HAProxy does not check a server in maintenance)."""
+    member = Member(address="10.0.0.1", port=1, state=MemberState.NOT_READY)
+    (state,) = slots.slot_states((member,), (("10.0.0.1", 1),))
+    assert (state.weight, state.state) == (0, "ready")
+
+
 def test_only_members_changed_keeps_the_skeleton() -> None:
     """A member change leaves the skeleton (no reload); the servers differ."""
     one = render(_ir(_route("r/0")), OPTS)
