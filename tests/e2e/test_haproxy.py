@@ -172,3 +172,44 @@ async def test_tcp_listener_and_private_runtime_socket(hstack: Stack) -> None:
     for sock in (engine.runtime_socket, engine.master_socket):
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(engine.folder).st_mode) == 0o700
+
+
+async def test_member_health_is_reported_in_the_engine_neutral_form(hstack: Stack) -> None:
+    """A live member is healthy, a dead one unhealthy with the Envoy engine's reason, keyed by
+    (pool, address:port), and the view encodes as a member health report."""
+    from podway.engines.member_health import Health, Message, decode, encode
+
+    from .harness import free_port
+
+    live = await hstack.start_echo("web")
+    dead = free_port()  # nothing listens there
+    hstack.write("svc.yaml", f"""apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    podway.io/health-check: tcp
+    podway.io/health-check-interval: 100ms
+    podway.io/unhealthy-threshold: "1"
+spec:
+  selector: {{app: web}}
+  ports: [{{name: p-tcp, port: 80, targetPort: {live}, protocol: TCP}}]
+""")
+    hstack.write("live.yaml", _slice(1, live))
+    hstack.write("dead.yaml", _slice(2, dead))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    want = {(POOL, f"127.0.0.1:{live}"): Health.HEALTHY,
+            (POOL, f"127.0.0.1:{dead}"): Health.UNHEALTHY}
+    async with asyncio.timeout(10):
+        while True:
+            view = await engine.health()
+            if view is not None and {k: s.health for k, s in view.items()} == want:
+                break
+            await asyncio.sleep(0.1)
+    assert view[(POOL, f"127.0.0.1:{dead}")].reason == "failed active health check"
+    message = decode(encode(Message(node="edge-1", full=True, hosts=view)))
+    assert message.hosts == view

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from podway.base.backoff import Backoff
 from podway.base.errors import PodwayError
-from podway.haproxy import runtime
+from podway.haproxy import health, runtime
 from podway.haproxy import slots as slotting
+from podway.haproxy.health import View
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.haproxy.report import Unsupported
 from podway.ir import IR
@@ -110,6 +111,18 @@ class HAProxyEngine:
             self._rendered = after
             await self._reload()
             return "reload"
+
+    async def health(self) -> View | None:
+        """Every member's health as HAProxy sees it now (``podway.haproxy.health``); None
+        while HAProxy does not answer."""
+        rendered = self._rendered
+        if rendered is None:
+            return None
+        try:
+            text = await runtime.command(self.runtime_socket, "show stat", limit_s=5.0)
+        except (OSError, TimeoutError):
+            return None
+        return health.view(rendered, health.parse_stat(text))
 
     async def run(self) -> None:
         """Keep HAProxy running until cancelled; then stop it."""
