@@ -172,6 +172,9 @@ async def test_tcp_listener_and_private_runtime_socket(hstack: Stack) -> None:
     for sock in (engine.runtime_socket, engine.master_socket):
         assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(engine.folder).st_mode) == 0o700
+    assert engine.config_path.exists()
+    await hstack.stop()
+    assert not engine.folder.exists()  # config, keys, maps and sockets gone after a clean stop
 
 
 async def test_member_health_is_reported_in_the_engine_neutral_form(hstack: Stack) -> None:

@@ -12,6 +12,7 @@
   A runtime command HAProxy refuses falls back to a reload, so the running state is always the
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
 * A master that dies is started again after a doubling backoff (``podway.base.backoff``).
+* A clean stop ends HAProxy (SIGTERM to the master) and removes the folder (it holds keys).
 * Not done yet: adopting a running HAProxy after a Podway restart (the Envoy engine does).
 """
 
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +148,8 @@ class HAProxyEngine:
                         await self._start()
         finally:
             await self._stop()
+            # The folder holds private keys: a clean stop leaves nothing behind.
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     # -- files and process ---------------------------------------------------------------------
 
