@@ -152,8 +152,20 @@ async def _until(stack: Stack, holds: object) -> None:
             await asyncio.sleep(0.02)
 
 
-async def test_tcp_listener_and_private_runtime_socket(hstack: Stack) -> None:
-    """A LoadBalancer Service's TCP port is served; the runtime sockets are the owner's only."""
+async def test_tcp_listener_and_private_runtime_socket(tmp_path: Path, short_dir: Path) -> None:
+    """A LoadBalancer Service's TCP port is served; the runtime sockets are the owner's only;
+    a clean stop leaves nothing in a lasting state folder."""
+
+    root = tmp_path / "manifests"
+    root.mkdir()
+    hstack = await make_stack(root, engine_kind="haproxy", state_dir=short_dir / "st")
+    try:
+        await _tcp_and_sockets(hstack)
+    finally:
+        await hstack.stop()
+
+
+async def _tcp_and_sockets(hstack: Stack) -> None:
     from .harness import free_port
 
     backend = await hstack.start_echo("l4", tcp=True)
