@@ -64,6 +64,7 @@ async def test_ingress_rules_reach_the_right_backend(engine_stack: Stack) -> Non
         ("a.wild.test", "/", 200, "api"),
         (f"a.wild.test:{port}", "/", 200, "api"),  # a port in Host does not matter
         ("SHOP.test", "/api", 200, "api"),  # host names are case-insensitive
+        (f"shop.test.:{port}", "/api", 200, "api"),  # the absolute form, with a port
         ("other.test", "/", 200, "web"),
         ("nobody.test", "/", 404, None),
         ("a.b.wild.test", "/", 404, None),  # *.wild.test covers exactly one label

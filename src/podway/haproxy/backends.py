@@ -58,7 +58,10 @@ def backend_name(pool: str) -> str:
 
 def render_backend(  # noqa: PLR0915 (one backend section, written in order)
         pool: Pool, previous: tuple[slotting.MemberKey | None, ...] | None, *, folder: str,
+        timed: bool = False,
 ) -> Backend:
+    """``timed``: some route forwarding here sets a timeout (the rule costs on every request,
+    so it is only there when used)."""
     s = pool.settings
     name = backend_name(pool.name)
     report: list[str] = []
@@ -68,7 +71,7 @@ def render_backend(  # noqa: PLR0915 (one backend section, written in order)
     if s.protocol is PoolProtocol.UDP:
         closed.append("UDP pools")
     lines.append(f"  timeout connect {s.connect_timeout_ms}ms")
-    if http:  # a route's timeout (podway.haproxy.http), in milliseconds
+    if http and timed:  # a route's timeout (podway.haproxy.http), only where a route sets one
         lines.append("  http-request set-timeout server var(txn.to) if { var(txn.to) -m found }")
     cookie = False
     p = s.persistence

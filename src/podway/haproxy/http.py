@@ -104,8 +104,14 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
         f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
         "  http-request normalize-uri path-strip-dotdot",
         "  http-request normalize-uri path-merge-slashes",
-        "  http-request set-var(txn.host) req.hdr(host),lower,regsub(':[0-9]+$',''),"
-        "regsub('[.]$','')",
+        # The Host as virtual hosts are matched: lower case, port and one trailing dot dropped
+        # (a cheap field() unless it is an IPv6 literal; the dot only when there is one).
+        "  http-request set-var(txn.host) req.hdr(host),lower,field(1,:)"
+        " unless { req.hdr(host) -m beg [ }",
+        "  http-request set-var(txn.host) req.hdr(host),lower,regsub(':[0-9]+$','')"
+        " if { req.hdr(host) -m beg [ }",
+        "  http-request set-var(txn.host) var(txn.host),regsub('[.]$','')"
+        " if { var(txn.host) -m end . }",
         "  http-request set-var(txn.path) path",
         f"  http-request set-var(txn.vh) var(txn.host),map_str({folder}/{hosts_map})",
         f"  http-request set-var(txn.vh) var(txn.host),map_reg({folder}/{wild_map})"

@@ -28,7 +28,7 @@ from podway.haproxy.http import render_http
 from podway.haproxy.l4 import render_l4
 from podway.haproxy.names import proxy_name
 from podway.haproxy.report import Unsupported
-from podway.ir import IR, ListenerProtocol
+from podway.ir import IR, Forward, ListenerProtocol
 
 MAPS = "maps"  # subfolder of the config folder holding map files
 CERTS = "certs"
@@ -80,9 +80,11 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         maps.update(fe.maps)
         unsupported.extend(fe.unsupported)
     used = sorted(set(ir.pools))
+    timed = _timed_pools(ir)
     backends: dict[str, Backend] = {}
     for name in used:
-        be = render_backend(ir.pools[name], opts.slots.get(name), folder=opts.folder)
+        be = render_backend(ir.pools[name], opts.slots.get(name), folder=opts.folder,
+                            timed=name in timed)
         backends[name] = be
         sections.append([*be.lines, *be.server_lines(concrete=True)])
         skeleton.append([*be.lines, *be.server_lines(concrete=False)])
@@ -100,6 +102,19 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         servers=MappingProxyType({b.name: b.states for b in backends.values()}),
         slots=MappingProxyType({n: b.slots for n, b in backends.items()}),
         unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))))
+
+
+def _timed_pools(ir: IR) -> set[str]:
+    """Pools some HTTP route forwards to with a timeout of its own."""
+    out: set[str] = set()
+    for listener in ir.listeners:
+        for vhost in listener.virtual_hosts:
+            for route in vhost.routes:
+                a = route.action
+                if isinstance(a, Forward) and any(
+                        (a.timeout_ms, a.backend_timeout_ms, a.idle_timeout_ms)):
+                    out.update(b.pool for b in a.backends if b.pool)
+    return out
 
 
 def _head(opts: RenderOptions) -> list[str]:
