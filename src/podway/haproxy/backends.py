@@ -20,6 +20,7 @@ from podway.ir import (
     PersistenceKind,
     Pool,
     PoolProtocol,
+    PoolSettings,
 )
 
 
@@ -56,7 +57,7 @@ def backend_name(pool: str) -> str:
     return proxy_name("be", pool)
 
 
-def render_backend(  # noqa: PLR0915 (one backend section, written in order)
+def render_backend(
         pool: Pool, previous: tuple[slotting.MemberKey | None, ...] | None, *, folder: str,
         timed: bool = False,
 ) -> Backend:
@@ -73,34 +74,9 @@ def render_backend(  # noqa: PLR0915 (one backend section, written in order)
     lines.append(f"  timeout connect {s.connect_timeout_ms}ms")
     if http and timed:  # a route's timeout (podway.haproxy.http), only where a route sets one
         lines.append("  http-request set-timeout server var(txn.to) if { var(txn.to) -m found }")
-    cookie = False
-    p = s.persistence
-    if p is not None and p.kind is PersistenceKind.COOKIE and http:
-        lines.append("  balance roundrobin")
-        age = f" maxlife {p.ttl_s}s" if p.ttl_s else ""
-        try:
-            lines.append(f"  cookie {word(p.name or 'podway')} insert indirect nocache"
-                         f" httponly{age}")
-        except Unquotable:
-            closed.append("this persistence cookie name")
-        cookie = True
-    elif p is not None and p.kind is PersistenceKind.HEADER and http:
-        try:
-            lines += [f"  balance hdr({word(p.name)})", "  hash-type consistent"]
-        except Unquotable:
-            closed.append("this persistence header name")
-    elif p is not None and p.kind is PersistenceKind.SOURCE_IP:
-        lines += ["  balance source", "  hash-type consistent"]
-    elif p is not None:
-        closed.append(f"persistence by {p.kind} on a TCP pool")
-    elif s.lb_policy in HASHING:
-        lines += ["  balance source", "  hash-type consistent"]
-    else:
-        lines.append("  balance " + {LBPolicy.ROUND_ROBIN: "roundrobin",
-                                     LBPolicy.LEAST_REQUEST: "leastconn",
-                                     LBPolicy.RANDOM: "random"}[s.lb_policy])
+    balance, cookie = _balance(s, http, closed)
+    lines += balance
     options = ""
-    files: list[tuple[str, str]] = []
     check = s.health_check
     if check is not None:
         check_lines, check_opts, problem = _health_check(check, s.protocol, pool.name)
@@ -121,24 +97,8 @@ def render_backend(  # noqa: PLR0915 (one backend section, written in order)
         options += " proto h2"
     if s.proxy_protocol:
         options += " send-proxy-v2"
-    tls = s.upstream_tls
-    if tls is not None:
-        sans = tls.subject_alt_names or (("dns", tls.sni),)
-        if len(sans) != 1 or sans[0][0] != "dns":
-            closed.append("upstream TLS with several or URI subject alternative names")
-        else:
-            ca_file = "@system-ca"  # no CA of its own: the system's trust store
-            if tls.ca_pem:
-                ca = f"ca-{digest(tls.ca_pem)}.pem"
-                files.append((ca, tls.ca_pem))
-                ca_file = f"{folder}/{ca}"
-            try:
-                options += (f" ssl verify required ca-file {word(ca_file)}"
-                            f" sni str({word(tls.sni)}) verifyhost {word(sans[0][1])}")
-            except Unquotable:
-                closed.append("this upstream TLS name")
-            if http and s.protocol is PoolProtocol.HTTP1:
-                options += " alpn http/1.1"
+    tls_options, files = _upstream_tls(s, http, folder, closed)
+    options += tls_options
     if s.protocol is not PoolProtocol.UDP and (check is not None):
         options = " check" + options
     assignment = slotting.assign(pool.members, previous)
@@ -151,6 +111,60 @@ def render_backend(  # noqa: PLR0915 (one backend section, written in order)
                         for f in (*closed, *report))
     return Backend(name=name, lines=tuple(lines), server_options=options, slots=assignment,
                    states=states, files=tuple(files), unsupported=unsupported, cookie=cookie)
+
+
+def _balance(s: PoolSettings, http: bool, closed: list[str]) -> tuple[list[str], bool]:
+    """The balancing lines and whether servers carry a persistence cookie."""
+    p = s.persistence
+    if p is not None and p.kind is PersistenceKind.COOKIE and http:
+        age = f" maxlife {p.ttl_s}s" if p.ttl_s else ""
+        try:
+            return ["  balance roundrobin", f"  cookie {word(p.name or 'podway')} insert"
+                    f" indirect nocache httponly{age}"], True
+        except Unquotable:
+            closed.append("this persistence cookie name")
+            return ["  balance roundrobin"], True
+    if p is not None and p.kind is PersistenceKind.HEADER and http:
+        try:
+            return [f"  balance hdr({word(p.name)})", "  hash-type consistent"], False
+        except Unquotable:
+            closed.append("this persistence header name")
+            return [], False
+    if p is not None and p.kind is not PersistenceKind.SOURCE_IP:
+        closed.append(f"persistence by {p.kind} on a TCP pool")
+        return [], False
+    if p is not None or s.lb_policy in HASHING:
+        return ["  balance source", "  hash-type consistent"], False
+    return ["  balance " + {LBPolicy.ROUND_ROBIN: "roundrobin",
+                            LBPolicy.LEAST_REQUEST: "leastconn",
+                            LBPolicy.RANDOM: "random"}[s.lb_policy]], False
+
+
+def _upstream_tls(s: PoolSettings, http: bool, folder: str, closed: list[str]
+                  ) -> tuple[str, list[tuple[str, str]]]:
+    """Server options and files for TLS to the members (re-encrypt), always verified."""
+    tls = s.upstream_tls
+    if tls is None:
+        return "", []
+    sans = tls.subject_alt_names or (("dns", tls.sni),)
+    if len(sans) != 1 or sans[0][0] != "dns":
+        closed.append("upstream TLS with several or URI subject alternative names")
+        return "", []
+    files: list[tuple[str, str]] = []
+    ca_file = "@system-ca"  # no CA of its own: the system's trust store
+    if tls.ca_pem:
+        ca = f"ca-{digest(tls.ca_pem)}.pem"
+        files.append((ca, tls.ca_pem))
+        ca_file = f"{folder}/{ca}"
+    try:
+        options = (f" ssl verify required ca-file {word(ca_file)}"
+                   f" sni str({word(tls.sni)}) verifyhost {word(sans[0][1])}")
+    except Unquotable:
+        closed.append("this upstream TLS name")
+        return "", files
+    if http and s.protocol is PoolProtocol.HTTP1:
+        options += " alpn http/1.1"
+    return options, files
 
 
 def _health_check(check: HealthCheck, protocol: PoolProtocol, pool: str

@@ -7,6 +7,8 @@ Request variables: ``txn.host`` (the Host as virtual hosts are matched), ``txn.p
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from podway.haproxy.backends import backend_name
 from podway.haproxy.frontend import Frontend, bind_address, origin_of
 from podway.haproxy.names import (
@@ -71,21 +73,58 @@ def _path_only(route: Route) -> bool:
     return not (m.headers or m.query or m.method)
 
 
-def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: PLR0915 (one pass over the listener, in config order)
-    hosts_map, wild_map = f"maps/{fe}.hosts.map", f"maps/{fe}.wild.map"
-    paths_map, routes_map = f"maps/{fe}.paths.map", f"maps/{fe}.routes.map"
-    report: list[Unsupported] = []
+@dataclass(slots=True)
+class _Tables:
+    """What the routes of one listener add up to: map rows, choosing rules, action rules."""
+
+    exact: list[tuple[str, str]] = field(default_factory=list)
+    wild: list[tuple[str, str]] = field(default_factory=list)
+    paths: list[tuple[str, str]] = field(default_factory=list)
+    routes: list[tuple[str, str]] = field(default_factory=list)
+    choose: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    report: list[Unsupported] = field(default_factory=list)
+
+
+def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
+    maps = {kind: f"maps/{fe}.{kind}.map" for kind in ("hosts", "wild", "paths", "routes")}
+    t = _Tables()
+    lines, files = _bind(listener, fe, folder, t.report)
+    lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()})
+    sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    if listener.protocol is ListenerProtocol.HTTPS and listener.sni_host_check \
+            and listener.certificates:
+        sni_lines, sni_maps = sni_rules(listener, fe, folder)
+        lines += sni_lines
+    for vhost in sorted(listener.virtual_hosts, key=lambda v: host_order(v.hostname)):
+        _virtual_host(vhost, listener, t)
+    lines += t.choose
+    lines += [
+        # No route: 404 with an empty body, as Envoy answers it.
+        "  http-request return status 404 unless { var(txn.r) -m found }",
+        f"  http-request set-var(txn.be) var(txn.r),map_str({folder}/{maps['routes']})",
+        *t.actions,
+        "  use_backend %[var(txn.be)] if { var(txn.be) -m found }",
+    ]
+    return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(t.report),
+                    maps=((maps["hosts"], tuple(t.exact)), (maps["wild"], tuple(t.wild)),
+                          (maps["paths"], tuple(t.paths)), (maps["routes"], tuple(t.routes)),
+                          *sni_maps))
+
+
+def _bind(listener: Listener, fe: str, folder: str, report: list[Unsupported]
+          ) -> tuple[list[str], list[tuple[str, str]]]:
+    """The section's head and bind line (with its crt-list files), and listener-wide reports."""
     origin = origin_of(listener)
-    https = listener.protocol is ListenerProtocol.HTTPS
     lines = [f"frontend {fe}", "  mode http"]
     files: list[tuple[str, str]] = []
-    if https and not listener.certificates:
+    if listener.protocol is ListenerProtocol.HTTPS and not listener.certificates:
         # No certificate to present: every handshake is refused, as a listener with no
         # certificate refuses it.
         report.append(Unsupported(subject=listener.name, origin=origin,
                                   feature="an HTTPS listener without a certificate"))
         lines += [f"  bind {bind_address(listener)}", "  tcp-request connection reject"]
-    elif https:
+    elif listener.protocol is ListenerProtocol.HTTPS:
         crt = crt_list(listener, fe, folder)
         files += crt.files
         report += crt.unsupported
@@ -99,7 +138,13 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
     if listener.xff_trusted_hops:
         report.append(Unsupported(subject=listener.name, origin=origin,
                                   feature="trusted X-Forwarded-For hops (the peer is the client)"))
-    lines += [
+    return lines, files
+
+
+def _prelude(listener: Listener, maps: dict[str, str]) -> list[str]:
+    """Every request: client headers, normalised path and Host, virtual host, path-map route."""
+    https = listener.protocol is ListenerProtocol.HTTPS
+    return [
         "  option forwardfor",
         f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
         "  http-request normalize-uri path-strip-dotdot",
@@ -113,69 +158,50 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:  # noqa: 
         "  http-request set-var(txn.host) var(txn.host),regsub('[.]$','')"
         " if { var(txn.host) -m end . }",
         "  http-request set-var(txn.path) path",
-        f"  http-request set-var(txn.vh) var(txn.host),map_str({folder}/{hosts_map})",
-        f"  http-request set-var(txn.vh) var(txn.host),map_reg({folder}/{wild_map})"
+        f"  http-request set-var(txn.vh) var(txn.host),map_str({maps['hosts']})",
+        f"  http-request set-var(txn.vh) var(txn.host),map_reg({maps['wild']})"
         " unless { var(txn.vh) -m found }",
-        f"  http-request set-var(txn.vh) str(-),map_reg({folder}/{wild_map})"
+        f"  http-request set-var(txn.vh) str(-),map_reg({maps['wild']})"
         " unless { var(txn.vh) -m found }",
         "  http-request set-var(txn.k) var(txn.vh),concat(@,txn.path)",
-        f"  http-request set-var(txn.r) var(txn.k),map_reg({folder}/{paths_map})",
+        f"  http-request set-var(txn.r) var(txn.k),map_reg({maps['paths']})",
     ]
-    sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
-    if https and listener.sni_host_check and listener.certificates:
-        sni_lines, sni_maps = sni_rules(listener, fe, folder)
-        lines += sni_lines
-    exact_rows: list[tuple[str, str]] = []
-    wild_rows: list[tuple[str, str]] = []
-    path_rows: list[tuple[str, str]] = []
-    route_rows: list[tuple[str, str]] = []
-    choose: list[str] = []
-    actions: list[str] = []
-    for vhost in sorted(listener.virtual_hosts, key=lambda v: host_order(v.hostname)):
-        vh = vhost_key(vhost.name)
-        if vhost.hostname == "*" or vhost.hostname.startswith("*."):
-            wild_rows.append((host_regex(vhost), vh))
+
+
+def _virtual_host(vhost: VirtualHost, listener: Listener, t: _Tables) -> None:
+    """One virtual host's rows and rules, its routes in IR order."""
+    vh = vhost_key(vhost.name)
+    if vhost.hostname == "*" or vhost.hostname.startswith("*."):
+        t.wild.append((host_regex(vhost), vh))
+    else:
+        t.exact.append((vhost.hostname, vh))
+    in_map = all(_path_only(r) for r in vhost.routes)
+    for route in vhost.routes:
+        r = route_key(route.name)
+        try:
+            cond = _conditions(route)
+        except Unquotable:
+            t.report.append(Unsupported(subject=route.name, origin=route.origin,
+                                        feature="a match value that cannot be quoted"))
+            continue
+        if in_map:
+            regex = path_regex(route.match.path) or ""
+            t.paths.append((f"^{vh}@{regex[1:]}" if regex else f"^{vh}@", r))
         else:
-            exact_rows.append((vhost.hostname, vh))
-        in_map = all(_path_only(r) for r in vhost.routes)
-        for route in vhost.routes:
-            r = route_key(route.name)
-            try:
-                cond = _conditions(route)
-            except Unquotable:
-                report.append(Unsupported(subject=route.name, origin=route.origin,
-                                          feature="a match value that cannot be quoted"))
-                continue
-            if in_map:
-                regex = path_regex(route.match.path) or ""
-                path_rows.append((f"^{vh}@{regex[1:]}" if regex else f"^{vh}@", r))
+            t.choose.append(f"  http-request set-var(txn.r) str({r})"
+                            f" if !{{ var(txn.r) -m found }} {{ var(txn.vh) -m str {vh} }}{cond}")
+        try:
+            simple = _simple_backend(route)
+            if simple is not None:
+                t.routes.append((r, simple))
             else:
-                choose.append(f"  http-request set-var(txn.r) str({r})"
-                              f" if !{{ var(txn.r) -m found }} {{ var(txn.vh) -m str {vh} }}{cond}")
-            try:
-                simple = _simple_backend(route)
-                if simple is not None:
-                    route_rows.append((r, simple))
-                else:
-                    actions += _actions(route, r, listener)
-            except (_Closed, Unquotable) as why:
-                feature = str(why) if isinstance(why, _Closed) else "a value that cannot be quoted"
-                report.append(Unsupported(subject=route.name, feature=feature,
-                                          origin=route.origin))
-                actions.append(f"  http-request return status 500 if {{ var(txn.r) -m str {r} }}")
-            report += _reported(route, listener)
-    lines += choose
-    lines += [
-        # No route: 404 with an empty body, as Envoy answers it.
-        "  http-request return status 404 unless { var(txn.r) -m found }",
-        f"  http-request set-var(txn.be) var(txn.r),map_str({folder}/{routes_map})",
-        *actions,
-        "  use_backend %[var(txn.be)] if { var(txn.be) -m found }",
-    ]
-    return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(report),
-                    maps=((hosts_map, tuple(exact_rows)), (wild_map, tuple(wild_rows)),
-                          (paths_map, tuple(path_rows)), (routes_map, tuple(route_rows)),
-                          *sni_maps))
+                t.actions += _actions(route, r, listener)
+        except (_Closed, Unquotable) as why:
+            feature = str(why) if isinstance(why, _Closed) else "a value that cannot be quoted"
+            t.report.append(Unsupported(subject=route.name, feature=feature,
+                                        origin=route.origin))
+            t.actions.append(f"  http-request return status 500 if {{ var(txn.r) -m str {r} }}")
+        t.report += _reported(route, listener)
 
 
 def _conditions(route: Route) -> str:
