@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -228,3 +229,50 @@ spec:
     assert view[(POOL, f"127.0.0.1:{dead}")].reason == "failed active health check"
     message = decode(encode(Message(node="edge-1", full=True, hosts=view)))
     assert message.hosts == view
+
+
+async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
+        short_dir: Path) -> None:
+    """A Podway that died leaves its HAProxy serving; the next one on the same folder starts
+    its own, then stops the old one gracefully: no request fails, the old master exits."""
+    from podway.haproxy.process import HAProxyEngine, HAProxyOptions
+    from podway.model import Snapshot
+    from podway.model.loader import load_text
+    from podway.translate import TranslateOptions, translate
+
+    from .harness import echo_backend, free_port
+
+    port, echo = await echo_backend("web")
+    http = free_port()
+    text = service("web", 80, port) + "---\n" + endpoints("web", {"TCP": port}) + "---\n" \
+        + SHOP_INGRESS
+    ir = translate(Snapshot.of_objects(load_text(text, source="t").objects),
+                   TranslateOptions(address="127.0.0.1", http_port=http,
+                                    https_port=free_port())).ir
+    folder = short_dir / "hx"
+    first = HAProxyEngine(HAProxyOptions(folder=folder))
+    assert await first.apply(ir) == "start"
+    left = int(first.pid_file.read_text().split()[0])
+    load = Load(http, "shop.test")
+    second = HAProxyEngine(HAProxyOptions(folder=folder))  # `first` is abandoned, as by a crash
+    running = asyncio.create_task(second.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert await second.apply(ir) == "start"
+        async with asyncio.timeout(10):
+            while Path(f"/proc/{left}").exists():
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+    finally:
+        await load.stop()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo
+        if Path(f"/proc/{left}").exists():  # the test failed: end what it started
+            os.kill(left, signal.SIGTERM)
+    assert second.counters.took_over == 1
+    assert load.failed == []
+    assert load.ok > 10

@@ -13,7 +13,11 @@
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
 * A master that dies is started again after a doubling backoff (``podway.base.backoff``).
 * A clean stop ends HAProxy (SIGTERM to the master) and removes the folder (it holds keys).
-* Not done yet: adopting a running HAProxy after a Podway restart (the Envoy engine does).
+* HAProxy outlives a Podway crash (its own session, files in the folder). A Podway started
+  again on the same folder starts its own HAProxy, and once that one answers, gracefully stops
+  the one left behind (SIGUSR1: it stops accepting and finishes its connections); both listen
+  meanwhile (SO_REUSEPORT), so no connection is refused. Not adopted as the Envoy engine's is:
+  the new HAProxy starts from the new rendering.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class Counters:
     reloads: int = 0
     server_edits: int = 0  # runtime set-server commands
     map_swaps: int = 0
+    took_over: int = 0  # HAProxys left running by an earlier Podway, stopped once ours served
     unsupported: tuple[Unsupported, ...] = field(default=())
 
 
@@ -76,6 +81,7 @@ class HAProxyEngine:
         self.runtime_socket = opts.folder / "runtime.sock"
         self.master_socket = opts.folder / "master.sock"
         self.config_path = opts.folder / "haproxy.cfg"
+        self.pid_file = opts.folder / "master.pid"
 
     @property
     def rendered(self) -> Rendered | None:
@@ -177,19 +183,44 @@ class HAProxyEngine:
         del rendered
 
     async def _start(self) -> None:
+        left = self._left_behind()
+        before = await runtime.worker_pid(self.runtime_socket) if left else None
         log_file = os.open(self.folder / "haproxy.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                            0o600)
         try:
             self._process = await asyncio.create_subprocess_exec(
                 self.opts.binary, "-W", "-S", f"{self.master_socket},mode,600",
-                "-f", str(self.config_path), stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_file, stderr=log_file, start_new_session=True)
+                "-p", str(self.pid_file), "-f", str(self.config_path),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True)
         finally:
             os.close(log_file)
         self.counters.starts += 1
-        if await self._worker_up(None) is None:
+        if await self._worker_up(before) is None:
             raise HAProxyError(f"haproxy did not start; see {self.folder / 'haproxy.log'}")
+        if left is not None:
+            # Ours serves now (both listened on the ports meanwhile: HAProxy binds them with
+            # SO_REUSEPORT); the one left behind stops accepting and finishes its connections.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(left, signal.SIGUSR1)
+            self.counters.took_over += 1
+            log.info("haproxy: took over from the HAProxy (master pid %d) an earlier Podway "
+                     "left running in %s", left, self.folder)
         self._started.set()
+
+    def _left_behind(self) -> int | None:
+        """The master pid of a HAProxy an earlier Podway left running on this folder (it
+        crashed, or was killed), or None. Only a live haproxy with this folder's config."""
+        if self._process is not None:
+            return None
+        try:
+            pid = int(self.pid_file.read_text(encoding="utf-8").split()[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            return None
+        if str(self.config_path).encode() in cmdline and any(b"haproxy" in a for a in cmdline):
+            return pid
+        return None
 
     async def _reload(self) -> None:
         old = await runtime.worker_pid(self.runtime_socket)
