@@ -260,7 +260,7 @@ async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
         await asyncio.sleep(0.3)
         assert await second.apply(ir) == "start"
         async with asyncio.timeout(10):
-            while Path(f"/proc/{left}").exists():
+            while Path(f"/proc/{left}").exists():  # noqa: ASYNC110 (another process)
                 await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)
     finally:
