@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import ssl
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -53,8 +54,9 @@ async def _members(stack: Stack, ports: set[int]) -> None:
 class Load:
     """Clients sending requests back to back (a new connection each) until stopped."""
 
-    def __init__(self, port: int, host: str, clients: int = 4) -> None:
-        self.port, self.host = port, host
+    def __init__(self, port: int, host: str, clients: int = 4,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.port, self.host, self.tls = port, host, tls
         self.ok = 0
         self.failed: list[str] = []
         self.seen: set[object] = set()
@@ -64,7 +66,7 @@ class Load:
     async def _client(self) -> None:
         while True:
             try:
-                status, body = await get(self.port, self.host, "/")
+                status, body = await get(self.port, self.host, "/", tls=self.tls)
             except (OSError, TimeoutError, ValueError) as e:
                 self.failed.append(repr(e))
                 continue
@@ -276,3 +278,55 @@ async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
     assert second.counters.took_over == 1
     assert load.failed == []
     assert load.ok > 10
+
+
+async def test_certificate_rotation_under_https_load(hstack: Stack) -> None:
+    """A renewed certificate is served after each rotation (a seamless reload); HTTPS
+    requests meanwhile never fail."""
+    import trustme
+
+    from tests.certs import tls_secret
+
+    ca = trustme.CA()
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+
+    def secret() -> str:
+        cert = ca.issue_cert("shop.test")
+        return tls_secret("shop-tls", "default", cert.cert_chain_pems[0].bytes().decode(),
+                          cert.private_key_pem.bytes().decode())
+
+    hstack.write("secret.yaml", secret())
+    hstack.write("ingress.yaml", SHOP_INGRESS.replace(
+        "  rules:", "  tls:\n  - {hosts: [shop.test], secretName: shop-tls}\n  rules:"))
+    await hstack.start()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+
+    async def serial() -> int:
+        _, writer = await asyncio.open_connection("127.0.0.1", hstack.https_port, ssl=context,
+                                                  server_hostname="shop.test")
+        try:
+            return int(writer.get_extra_info("peercert")["serialNumber"], 16)
+        finally:
+            writer.close()
+
+    seen = {await serial()}
+    reloads = engine.counters.reloads
+    load = Load(hstack.https_port, "shop.test", tls=context)
+    try:
+        for _ in range(4):
+            hstack.write("secret.yaml", secret())
+            async with asyncio.timeout(10):
+                while (now := await serial()) in seen:  # noqa: ASYNC110 (HAProxy's answer)
+                    await asyncio.sleep(0.05)
+            seen.add(now)
+            await asyncio.sleep(0.2)
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.ok > 10
+    assert len(seen) == 5
+    assert engine.counters.reloads >= reloads + 4
