@@ -330,3 +330,26 @@ async def test_certificate_rotation_under_https_load(hstack: Stack) -> None:
     assert load.ok > 10
     assert len(seen) == 5
     assert engine.counters.reloads >= reloads + 4
+
+
+async def test_what_haproxy_cannot_serve_is_a_condition_in_the_status(hstack: Stack) -> None:
+    """A UDP port (HAProxy has no UDP) shows as an UnsupportedValue error on its Service in
+    the status file, once HAProxy serves that generation; the TCP port beside it is served."""
+    import yaml
+
+    from .harness import free_port_both
+
+    backend = await hstack.start_echo("l4", tcp=True, udp=True)
+    lb_port = free_port_both()
+    hstack.write("l4.yaml", service("l4", lb_port, backend, lb=True, protocols=("TCP", "UDP"))
+                 + "---\n" + endpoints("l4", {"TCP": backend, "UDP": backend}))
+    await hstack.start()
+    data = yaml.safe_load((hstack.root.parent / "status.yaml").read_text())
+    problems = data["objects"]["Service/default/l4"]["problems"]
+    assert any("UnsupportedValue" in str(p) and "UDP" in str(p) for p in problems), problems
+    reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
+    try:
+        writer.write(b"tcp still works\n")
+        assert await asyncio.wait_for(reader.readline(), 5) == b"tcp still works\n"
+    finally:
+        writer.close()

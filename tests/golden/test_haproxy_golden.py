@@ -36,7 +36,8 @@ def golden_files(out: Rendered) -> dict[str, str]:
     for name in sorted(out.files):
         body = "(certificate and key: not shown)\n" if name.endswith(".pem") else out.files[name]
         listing.append(f"## {name}\n{body}")
-    reports = "".join(f"{u.origin or '-'}: {u.message}\n" for u in out.unsupported)
+    reports = "".join(f"{u.origin or '-'}: {u.message}{' [not served]' if u.closed else ''}\n"
+                      for u in out.unsupported)
     return {"haproxy.cfg": out.config, "files.txt": "".join(listing),
             "unsupported.txt": reports or "(none)\n"}
 

@@ -107,8 +107,8 @@ def render_backend(
         report.append(f"member weights above {slotting.MAX_WEIGHT} (capped)")
     if closed:
         states = tuple(slotting.SlotState() for _ in states)
-    unsupported = tuple(Unsupported(subject=pool.name, feature=f, origin=pool.origin)
-                        for f in (*closed, *report))
+    unsupported = tuple(Unsupported(subject=pool.name, feature=f, origin=pool.origin,
+                                    closed=f in closed) for f in (*closed, *report))
     return Backend(name=name, lines=tuple(lines), server_options=options, slots=assignment,
                    states=states, files=tuple(files), unsupported=unsupported, cookie=cookie)
 

@@ -121,7 +121,7 @@ def _bind(listener: Listener, fe: str, folder: str, report: list[Unsupported]
     if listener.protocol is ListenerProtocol.HTTPS and not listener.certificates:
         # No certificate to present: every handshake is refused, as a listener with no
         # certificate refuses it.
-        report.append(Unsupported(subject=listener.name, origin=origin,
+        report.append(Unsupported(subject=listener.name, origin=origin, closed=True,
                                   feature="an HTTPS listener without a certificate"))
         lines += [f"  bind {bind_address(listener)}", "  tcp-request connection reject"]
     elif listener.protocol is ListenerProtocol.HTTPS:
@@ -133,7 +133,7 @@ def _bind(listener: Listener, fe: str, folder: str, report: list[Unsupported]
     else:
         lines.append(f"  bind {bind_address(listener)}")
     if listener.l4_routes:
-        report.append(Unsupported(subject=listener.name, origin=origin,
+        report.append(Unsupported(subject=listener.name, origin=origin, closed=True,
                                   feature="TLS passthrough beside terminated HTTPS on one port"))
     if listener.xff_trusted_hops:
         report.append(Unsupported(subject=listener.name, origin=origin,
@@ -181,7 +181,7 @@ def _virtual_host(vhost: VirtualHost, listener: Listener, t: _Tables) -> None:
         try:
             cond = _conditions(route)
         except Unquotable:
-            t.report.append(Unsupported(subject=route.name, origin=route.origin,
+            t.report.append(Unsupported(subject=route.name, origin=route.origin, closed=True,
                                         feature="a match value that cannot be quoted"))
             continue
         if in_map:
@@ -199,7 +199,7 @@ def _virtual_host(vhost: VirtualHost, listener: Listener, t: _Tables) -> None:
         except (_Closed, Unquotable) as why:
             feature = str(why) if isinstance(why, _Closed) else "a value that cannot be quoted"
             t.report.append(Unsupported(subject=route.name, feature=feature,
-                                        origin=route.origin))
+                                        origin=route.origin, closed=True))
             t.actions.append(f"  http-request return status 500 if {{ var(txn.r) -m str {r} }}")
         t.report += _reported(route, listener)
 

@@ -33,7 +33,7 @@ def render_l4(listener: Listener, fe: str, folder: str) -> Frontend:
         return Frontend(lines=tuple(lines), unsupported=tuple(report))
     terminating = [r for r in routes if r.certificate is not None]
     if terminating and len(terminating) != len(routes):
-        report.append(Unsupported(subject=listener.name, origin=origin,
+        report.append(Unsupported(subject=listener.name, origin=origin, closed=True,
                                   feature="TLS passthrough and termination on one listener"))
         lines.append(f"  bind {bind_address(listener)}")
         return Frontend(lines=(*lines, "  tcp-request connection reject"),

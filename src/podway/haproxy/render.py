@@ -71,6 +71,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
             fe = render_l4(listener, fe_name, opts.folder)
         else:
             unsupported.append(Unsupported(subject=listener.name, feature="UDP listeners",
+                                           closed=True,
                                            origin=listener.origins[0] if listener.origins
                                            else None))
             continue

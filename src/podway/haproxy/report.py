@@ -20,6 +20,9 @@ class Unsupported:
     subject: str  # the IR name (route, pool, listener) that needs the feature
     feature: str  # what HAProxy cannot do as asked, e.g. "request mirroring"
     origin: ObjectRef | None = None
+    # True: not served at all (answered 500/503, refused); False: served without the feature
+    # or with a named approximation.
+    closed: bool = False
 
     @property
     def message(self) -> str:

@@ -130,7 +130,7 @@ class Standalone:
                     if self.opts.gc is not None:
                         group.create_task(keep_settled(self.pipeline, self.opts.gc),
                                           name="standalone-gc")
-                    if self.opts.status_file is not None:
+                    if self.opts.status_file is not None and self.haproxy is None:
                         group.create_task(
                             StatusFile(self.opts.status_file).follow(self.pipeline),
                             name="standalone-status-file")
@@ -138,8 +138,11 @@ class Standalone:
                         group.create_task(engine.run(), name="standalone-engine")
                     if self.haproxy is not None:
                         group.create_task(self.haproxy.run(), name="standalone-haproxy")
+                        # It writes the status file too: with what HAProxy cannot serve.
+                        status = (StatusFile(self.opts.status_file)
+                                  if self.opts.status_file is not None else None)
                         group.create_task(follow_haproxy(self.pipeline, self.haproxy,
-                                                         self._haproxy_applied),
+                                                         self._haproxy_applied, status),
                                           name="standalone-haproxy-follow")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
