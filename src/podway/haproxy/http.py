@@ -70,7 +70,37 @@ def host_regex(vhost: VirtualHost) -> str:
 
 def _path_only(route: Route) -> bool:
     m = route.match
-    return not (m.headers or m.query or m.method)
+    return not (m.headers or m.query or m.method) and m.path.kind is not PathKind.REGEX \
+        and not any(c.isspace() for c in m.path.value)
+
+
+def tree_safe(routes: tuple[Route, ...]) -> bool:
+    """Does "exact key first, then the longest prefix" pick what first-match in IR order
+    picks, for every path? Yes unless a prefix comes before a route with a longer path under
+    it (or an exact route with its own path): the translator never orders routes so (Ingress:
+    longest first, Exact first on a tie; Gateway API: exact, then longest prefix), and such a
+    virtual host is served by ordered rules instead."""
+    for i, a in enumerate(routes):
+        if a.match.path.kind is not PathKind.PREFIX:
+            continue
+        p = a.match.path.value.rstrip("/")
+        for b in routes[i + 1:]:
+            q = b.match.path.value
+            q = q if b.match.path.kind is PathKind.EXACT else q.rstrip("/")
+            covered = not p or q == p or q.startswith(p + "/")
+            if covered and (len(q) > len(p) or (q == p and b.match.path.kind is PathKind.EXACT)):
+                return False
+    return True
+
+
+def path_keys(route: Route) -> tuple[str, str | None]:
+    """(exact-map key, prefix-map key) of a path-only route: its own path, and for a prefix
+    the path with a final ``/`` (``/foo`` → ``/foo/``: whole segments only)."""
+    path = route.match.path
+    if path.kind is PathKind.EXACT:
+        return path.value, None
+    own = path.value.rstrip("/")
+    return own or "/", own + "/"
 
 
 @dataclass(slots=True)
@@ -79,7 +109,8 @@ class _Tables:
 
     exact: list[tuple[str, str]] = field(default_factory=list)
     wild: list[tuple[str, str]] = field(default_factory=list)
-    paths: list[tuple[str, str]] = field(default_factory=list)
+    exact_paths: list[tuple[str, str]] = field(default_factory=list)
+    prefix_paths: list[tuple[str, str]] = field(default_factory=list)
     routes: list[tuple[str, str]] = field(default_factory=list)
     choose: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
@@ -87,7 +118,8 @@ class _Tables:
 
 
 def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
-    maps = {kind: f"maps/{fe}.{kind}.map" for kind in ("hosts", "wild", "paths", "routes")}
+    maps = {kind: f"maps/{fe}.{kind}.map"
+            for kind in ("hosts", "wild", "exact", "prefix", "routes")}
     t = _Tables()
     lines, files = _bind(listener, fe, folder, t.report)
     lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()})
@@ -108,7 +140,9 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
     ]
     return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(t.report),
                     maps=((maps["hosts"], tuple(t.exact)), (maps["wild"], tuple(t.wild)),
-                          (maps["paths"], tuple(t.paths)), (maps["routes"], tuple(t.routes)),
+                          (maps["exact"], tuple(_first(t.exact_paths))),
+                          (maps["prefix"], tuple(_first(t.prefix_paths))),
+                          (maps["routes"], tuple(t.routes)),
                           *sni_maps))
 
 
@@ -164,7 +198,11 @@ def _prelude(listener: Listener, maps: dict[str, str]) -> list[str]:
         f"  http-request set-var(txn.vh) str(-),map_reg({maps['wild']})"
         " unless { var(txn.vh) -m found }",
         "  http-request set-var(txn.k) var(txn.vh),concat(@,txn.path)",
-        f"  http-request set-var(txn.r) var(txn.k),map_reg({maps['paths']})",
+        # Plain routes: the exact path (a route's own path), else the longest prefix (a tree
+        # lookup: O(log n) in the routes of every virtual host of the listener).
+        f"  http-request set-var(txn.r) var(txn.k),map_str({maps['exact']})",
+        f"  http-request set-var(txn.r) var(txn.k),map_beg({maps['prefix']})"
+        " unless { var(txn.r) -m found }",
     ]
 
 
@@ -175,7 +213,7 @@ def _virtual_host(vhost: VirtualHost, listener: Listener, t: _Tables) -> None:
         t.wild.append((host_regex(vhost), vh))
     else:
         t.exact.append((vhost.hostname, vh))
-    in_map = all(_path_only(r) for r in vhost.routes)
+    in_map = all(_path_only(r) for r in vhost.routes) and tree_safe(vhost.routes)
     for route in vhost.routes:
         r = route_key(route.name)
         try:
@@ -185,8 +223,10 @@ def _virtual_host(vhost: VirtualHost, listener: Listener, t: _Tables) -> None:
                                         feature="a match value that cannot be quoted"))
             continue
         if in_map:
-            regex = path_regex(route.match.path) or ""
-            t.paths.append((f"^{vh}@{regex[1:]}" if regex else f"^{vh}@", r))
+            exact, prefix = path_keys(route)
+            t.exact_paths.append((f"{vh}@{exact}", r))
+            if prefix is not None:
+                t.prefix_paths.append((f"{vh}@{prefix}", r))
         else:
             t.choose.append(f"  http-request set-var(txn.r) str({r})"
                             f" if !{{ var(txn.r) -m found }} {{ var(txn.vh) -m str {vh} }}{cond}")
@@ -202,6 +242,17 @@ def _virtual_host(vhost: VirtualHost, listener: Listener, t: _Tables) -> None:
                                         origin=route.origin, closed=True))
             t.actions.append(f"  http-request return status 500 if {{ var(txn.r) -m str {r} }}")
         t.report += _reported(route, listener)
+
+
+def _first(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each key once, its first row kept (the earlier route in IR order wins)."""
+    seen: set[str] = set()
+    out = []
+    for key, value in rows:
+        if key not in seen:
+            seen.add(key)
+            out.append((key, value))
+    return out
 
 
 def _conditions(route: Route) -> str:

@@ -4,9 +4,12 @@ One frontend per listener. HTTP(S): the request's Host (port and one trailing do
 case, as ``podway.ir.hosts.request_host``) picks a virtual host through ``map_str`` (exact
 names) then ``map_reg`` (wildcards, most specific first), then the ``*`` host. Within the
 virtual host the routes are tried in IR order (the translator already ordered them by the
-owning API's precedence), first match wins: a virtual host whose routes match on the path only
-lives in a ``map_reg`` (file order is match order; editable at runtime with ``prepare map`` /
-``commit map``), one with header, query or method matches as ordered ``http-request`` rules.
+owning API's precedence), first match wins: a virtual host whose routes match on exact and
+prefix paths only lives in two maps, a route's own path (``map_str``) then the longest prefix
+(``map_beg``, a tree), which pick what first-match picks for the orders Ingress and the Gateway
+API give (``http.tree_safe`` checks it); maps are edited at runtime with ``prepare map`` /
+``commit map``. Any other virtual host (header, query, method or regex matches) is ordered
+``http-request`` rules.
 A forward to one pool with no filters is a row of the route → backend map (``map_str``), so
 adding such a route is a map edit; anything else (splits, redirects, rewrites, header edits) is
 rules keyed by the route's id. No route: 404. A pool with no usable member: 503.

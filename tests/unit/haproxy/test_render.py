@@ -7,9 +7,9 @@ from types import MappingProxyType
 
 from podway.haproxy import slots
 from podway.haproxy.backends import status_regex
-from podway.haproxy.http import path_regex
-from podway.haproxy.names import word
-from podway.haproxy.render import RenderOptions, render
+from podway.haproxy.http import path_regex, tree_safe
+from podway.haproxy.names import route_key, word
+from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.ir import (
     IR,
     Forward,
@@ -128,13 +128,44 @@ def test_a_plain_route_is_a_map_row_a_header_route_a_rule() -> None:
     assert "{ req.fhdr(x-v) -m str 2 }" in header.config
 
 
-def test_path_rows_keep_ir_order() -> None:
-    """The path map lists routes in IR order: HAProxy takes the first matching row."""
-    out = render(_ir(_route("r/exact", "/api/health", kind=PathKind.EXACT),
-                     _route("r/api", "/api"), _route("r/all")), OPTS)
-    rows = next(rows for name, rows in out.maps.items() if name.endswith(".paths.map"))
-    assert [re.sub(r"^\^v[0-9a-f]+@", "", k) for k, _ in rows] == \
-        ["/api/health$", "/api(/|$)", ""]
+def _first_match(routes: tuple[Route, ...], path: str) -> str | None:
+    for route in routes:
+        regex = path_regex(route.match.path)
+        if regex is None or re.search(regex, path):
+            return route.name
+    return None
+
+
+def _tree(rendered: Rendered, path: str) -> str | None:
+    """The route HAProxy's two lookups pick: exact key, else the longest prefix key."""
+    rows = {name.rsplit(".", 2)[-2]: dict(rows) for name, rows in rendered.maps.items()}
+    exact = {k.split("@", 1)[1]: v for k, v in rows["exact"].items()}
+    prefix = {k.split("@", 1)[1]: v for k, v in rows["prefix"].items()}
+    key = exact.get(path) or next((prefix[p] for p in sorted(prefix, key=len, reverse=True)
+                                   if path.startswith(p)), None)
+    names = {route_key(n): n for n in ("r/exact", "r/api", "r/api-v1", "r/all", "r/apix")}
+    return names.get(key) if key else None
+
+
+def test_path_maps_pick_what_first_match_picks() -> None:
+    """Exact, then longest prefix (tree lookups) gives the IR's first match on every path."""
+    routes = (_route("r/exact", "/api/health", kind=PathKind.EXACT),
+              _route("r/api-v1", "/api/v1/"), _route("r/apix", "/apix"),
+              _route("r/api", "/api"), _route("r/all"))
+    out = render(_ir(*routes), OPTS)
+    for path in ("/", "/api", "/api/", "/api/health", "/api/health/x", "/api/v1", "/api/v1/x",
+                 "/api/v10", "/apix", "/apix/y", "/apixy", "/other"):
+        assert (path, _tree(out, path)) == (path, _first_match(routes, path))
+
+
+def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:
+    """A prefix before a longer path under it (first match would never reach the latter) is
+    served by ordered rules, not by the tree."""
+    assert tree_safe((_route("r/api", "/api/v1"), _route("r/all")))
+    assert not tree_safe((_route("r/all"), _route("r/api", "/api")))
+    assert not tree_safe((_route("r/api", "/api"), _route("r/x", "/api", kind=PathKind.EXACT)))
+    out = render(_ir(_route("r/all"), _route("r/api", "/api")), OPTS)
+    assert f"str({route_key('r/all')}) if" in out.config
 
 
 def test_unenforceable_limits_fail_closed_and_are_reported() -> None:
