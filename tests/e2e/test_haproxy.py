@@ -353,3 +353,22 @@ async def test_what_haproxy_cannot_serve_is_a_condition_in_the_status(hstack: St
         assert await asyncio.wait_for(reader.readline(), 5) == b"tcp still works\n"
     finally:
         writer.close()
+
+
+async def test_client_address_headers_are_the_peers(hstack: Stack) -> None:
+    """X-Real-IP is the peer whatever the client or a route sends; X-Forwarded-For gets the
+    peer appended; X-Forwarded-Proto says http."""
+    from .gateway_helpers import request
+
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    status, _, body = await request(hstack.http_port, "shop.test", headers={
+        "X-Real-IP": "6.6.6.6", "X-Forwarded-For": "6.6.6.6", "X-Forwarded-Proto": "https"})
+    headers = body["headers"]
+    assert isinstance(headers, dict)
+    assert status == 200
+    assert headers["x-real-ip"] == "127.0.0.1"
+    assert headers["x-forwarded-proto"] == "http"
+    assert str(headers["x-forwarded-for"]).replace(" ", "").endswith("6.6.6.6,127.0.0.1")

@@ -136,6 +136,9 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         "  http-request return status 404 unless { var(txn.r) -m found }",
         f"  http-request set-var(txn.be) var(txn.r),map_str({folder}/{maps['routes']})",
         *t.actions,
+        # The client address, last: neither the client nor a route's header filter sets it
+        # (as Envoy's route tables do; trusted hops are not served, see _bind).
+        "  http-request set-header x-real-ip %[src]",
         "  use_backend %[var(txn.be)] if { var(txn.be) -m found }",
     ]
     return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(t.report),
