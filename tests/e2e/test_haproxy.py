@@ -372,3 +372,31 @@ async def test_client_address_headers_are_the_peers(hstack: Stack) -> None:
     assert headers["x-real-ip"] == "127.0.0.1"
     assert headers["x-forwarded-proto"] == "http"
     assert str(headers["x-forwarded-for"]).replace(" ", "").endswith("6.6.6.6,127.0.0.1")
+
+
+async def test_a_plain_route_is_added_by_a_map_swap_without_reload(hstack: Stack) -> None:
+    """A new host and path to an existing pool change maps only: swapped at runtime (no
+    reload), served at once, and requests to the other host meanwhile never fail."""
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    reloads = engine.counters.reloads
+    load = Load(hstack.http_port, "shop.test")
+    try:
+        for i in range(5):
+            hstack.write("more.yaml", SHOP_INGRESS.replace("metadata: {name: web,",
+                                                           "metadata: {name: more,")
+                         .replace("shop.test", f"more-{i}.test")
+                         .replace("path: /,", "path: /only,"))
+            await _until(hstack, lambda ir, i=i: any(
+                v.hostname == f"more-{i}.test" for ls in ir.listeners for v in ls.virtual_hosts))
+            assert (await get(hstack.http_port, f"more-{i}.test", "/only/x"))[0] == 200
+            assert (await get(hstack.http_port, f"more-{i}.test", "/"))[0] == 404
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert engine.counters.reloads == reloads
+    assert engine.counters.map_swaps >= 5
