@@ -53,6 +53,12 @@ def crt_list(listener: Listener, fe: str, folder: str,
             if o.client_verify_depth is not None:
                 report.append(Unsupported(subject=cert.name, origin=cert.origin,
                                           feature="a client certificate chain depth limit"))
+        if any(h.startswith("*.") for h in cert.hostnames):
+            # HAProxy's crt-list wildcard covers one label; Envoy's server names any number.
+            report.append(Unsupported(subject=cert.name, origin=cert.origin,
+                                      feature="a wildcard SNI name for names of several labels "
+                                      "(HAProxy's covers one: a.b.<domain> gets the default "
+                                      "certificate)"))
         bracket = f" [{' '.join(opts)}]" if opts else ""
         names = "".join(f" {h}" for h in cert.hostnames)
         rows.append(f"{folder}/{pem}{bracket}{names}")
