@@ -7,6 +7,7 @@ pool's rules would not have picked (an unverified upstream, an unchecked member)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from podway.haproxy import slots as slotting
@@ -117,13 +118,7 @@ def _balance(s: PoolSettings, http: bool, closed: list[str]) -> tuple[list[str],
     """The balancing lines and whether servers carry a persistence cookie."""
     p = s.persistence
     if p is not None and p.kind is PersistenceKind.COOKIE and http:
-        age = f" maxlife {p.ttl_s}s" if p.ttl_s else ""
-        try:
-            return ["  balance roundrobin", f"  cookie {word(p.name or 'podway')} insert"
-                    f" indirect nocache httponly{age}"], True
-        except Unquotable:
-            closed.append("this persistence cookie name")
-            return ["  balance roundrobin"], True
+        return _cookie(p.name or "podway", p.ttl_s, closed), False
     if p is not None and p.kind is PersistenceKind.HEADER and http:
         try:
             return [f"  balance hdr({word(p.name)})", "  hash-type consistent"], False
@@ -138,6 +133,25 @@ def _balance(s: PoolSettings, http: bool, closed: list[str]) -> tuple[list[str],
     return ["  balance " + {LBPolicy.ROUND_ROBIN: "roundrobin",
                             LBPolicy.LEAST_REQUEST: "leastconn",
                             LBPolicy.RANDOM: "random"}[s.lb_policy]], False
+
+
+def _cookie(name: str, ttl_s: int, closed: list[str]) -> list[str]:
+    """Cookie persistence as a consistent hash of the cookie's value (as Envoy's cookie hash
+    policy): a request without the cookie gets a fresh random value, hashed alike, and the
+    answer sets it (``Max-Age`` from the ttl, none: a session cookie)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        closed.append("this persistence cookie name")
+        return []
+    age = f"; Max-Age={ttl_s}" if ttl_s else ""
+    return [
+        f"  http-request set-var(txn.ck) req.cook({name})",
+        "  http-request set-var(txn.ckn) bool(1) unless { var(txn.ck) -m found }",
+        "  http-request set-var(txn.ck) uuid if { var(txn.ckn) -m found }",
+        "  balance hash var(txn.ck)",
+        "  hash-type consistent",
+        f"  http-response add-header set-cookie '{name}=%[var(txn.ck)]; Path=/{age}; HttpOnly'"
+        " if { var(txn.ckn) -m found }",
+    ]
 
 
 def _upstream_tls(s: PoolSettings, http: bool, folder: str, closed: list[str]

@@ -72,16 +72,26 @@ def render_l4(listener: Listener, fe: str, folder: str) -> Frontend:
 
 
 def _split(route: L4Route, when: str) -> list[str]:
-    shares: list[WeightedPool] = [b for b in route.backends if b.weight > 0 and b.pool]
+    """The route's shares: a share whose backend cannot be used keeps its weight and its
+    connections are refused (as the Gateway API asks), never moved onto the others. With
+    client-IP affinity the draw is a hash of the client address, so a client stays on its
+    share."""
+    shares: list[WeightedPool] = [b for b in route.backends if b.weight > 0]
     if not shares:
         return [f"  tcp-request content reject if TRUE{when}"]
     if len(shares) == 1:
-        return [f"  use_backend {backend_name(shares[0].pool or '')} if TRUE{when}"]
+        if shares[0].pool is None:
+            return [f"  tcp-request content reject if TRUE{when}"]
+        return [f"  use_backend {backend_name(shares[0].pool)} if TRUE{when}"]
     total = sum(b.weight for b in shares)
-    out = [f"  tcp-request content set-var(sess.w) rand({total}) if TRUE{when}"]
+    draw = f"src,crc32(1),mod({total})" if route.client_ip_affinity else f"rand({total})"
+    out = [f"  tcp-request content set-var(sess.w) {draw} if TRUE{when}"]
     low = 0
     for b in shares:
-        out.append(f"  use_backend {backend_name(b.pool or '')} if TRUE{when}"
-                   f" {{ var(sess.w) -m int {low}:{low + b.weight - 1} }}")
+        share = f"{when} {{ var(sess.w) -m int {low}:{low + b.weight - 1} }}"
         low += b.weight
+        if b.pool is None:
+            out.append(f"  tcp-request content reject if TRUE{share}")
+        else:
+            out.append(f"  use_backend {backend_name(b.pool)} if TRUE{share}")
     return out
