@@ -400,3 +400,37 @@ async def test_a_plain_route_is_added_by_a_map_swap_without_reload(hstack: Stack
     assert load.failed == []
     assert engine.counters.reloads == reloads
     assert engine.counters.map_swaps >= 5
+
+
+async def test_tls_passthrough_by_sni(hstack: Stack) -> None:
+    """TLSRoutes pick the backend by SNI without decrypting: the certificate the client sees
+    is each backend's own."""
+    import trustme
+
+    from .gateway_helpers import CLASS, gateway, route, tls_backend
+    from .harness import free_port
+
+    ca = trustme.CA()
+    for name in ("alpha", "beta"):
+        await tls_backend(hstack, ca, f"{name}.tls.test")
+    tls_port = free_port()
+    hstack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: tls, protocol: TLS, port: {tls_port}, tls: {{mode: Passthrough}}}}\n"))
+    hstack.write("routes.yaml", "---\n".join(route(name, f"""  parentRefs: [{{name: gw}}]
+  hostnames: [{name}.tls.test]
+  rules: [{{backendRefs: [{{name: {name}, port: 443}}]}}]
+""", kind="TLSRoute", version="v1alpha2") for name in ("alpha", "beta")))
+    await hstack.start()
+    for host in ("alpha.tls.test", "beta.tls.test"):
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", tls_port, ssl=context,
+                                                           server_hostname=host)
+            try:
+                writer.write(b"hello\n")
+                assert await reader.readline() == f"{host}\n".encode()
+                peer = writer.get_extra_info("peercert")
+                assert any(v == host for _, v in peer["subjectAltName"])
+            finally:
+                writer.close()

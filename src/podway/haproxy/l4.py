@@ -47,8 +47,10 @@ def render_l4(listener: Listener, fe: str, folder: str) -> Frontend:
         sni = "ssl_fc_sni"
     else:
         lines.append(f"  bind {bind_address(listener)}")
+        # Wait for the ClientHello (a rule whose sample may still change waits, up to the
+        # inspect delay); "accept" would end the rules before the SNI is looked at.
         lines += ["  tcp-request inspect-delay 5s",
-                  "  tcp-request content accept if { req_ssl_hello_type 1 }"]
+                  "  tcp-request content reject unless { req_ssl_hello_type 1 }"]
         sni = "req_ssl_sni"
     lines.append(f"  tcp-request content set-var(sess.sni) {sni},lower")
     chosen: list[tuple[tuple[int, int, str], L4Route, str]] = []
