@@ -97,22 +97,22 @@ async def trusting(tmp_path: Path) -> AsyncIterator[Stack]:
         await made.stop()
 
 
-async def test_a_spoofed_forwarded_for_does_not_become_the_client(stack: Stack) -> None:
-    await started(stack)
-    seen = await ask(stack.http_port, SPOOFED)
+async def test_a_spoofed_forwarded_for_does_not_become_the_client(engine_stack: Stack) -> None:
+    await started(engine_stack)
+    seen = await ask(engine_stack.http_port, SPOOFED)
     assert seen["x-real-ip"] == "127.0.0.1"  # the peer, not the header the client sent
     # The client's header is kept (appended to), never trusted: Envoy appends the peer (for a
     # loopback peer, like this one, the engine host's own address: Envoy's rule).
     assert entries(seen["x-forwarded-for"])[:-1] == ["198.18.0.66"]
     assert seen["x-forwarded-proto"] == "http"  # the connection's scheme, not the client's
-    plain = await ask(stack.http_port, {})
+    plain = await ask(engine_stack.http_port, {})
     assert plain["x-real-ip"] == "127.0.0.1"
     assert len(entries(plain["x-forwarded-for"])) == 1
 
 
-async def test_forwarded_proto_is_https_on_tls_connections(stack: Stack) -> None:
-    await started(stack)
-    seen = await ask(stack.https_port, {"X-Forwarded-Proto": "http"}, tls=True)
+async def test_forwarded_proto_is_https_on_tls_connections(engine_stack: Stack) -> None:
+    await started(engine_stack)
+    seen = await ask(engine_stack.https_port, {"X-Forwarded-Proto": "http"}, tls=True)
     assert seen["x-forwarded-proto"] == "https"
     assert seen["x-real-ip"] == "127.0.0.1"
 
@@ -132,10 +132,10 @@ async def test_one_trusted_hop_takes_the_address_the_proxy_appended(trusting: St
     assert alone["x-forwarded-proto"] == "http"
 
 
-async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(stack: Stack) -> None:
+async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(engine_stack: Stack) -> None:
     backend = free_port()
     up = asyncio.Event()
-    stack.tasks.append(asyncio.create_task(serve(EchoOptions(
+    engine_stack.tasks.append(asyncio.create_task(serve(EchoOptions(
         port=backend, tcp=True, proxy_protocol=True, identity=Identity(name="pp")), started=up)))
     await up.wait()
     lb_port = free_port()
@@ -143,8 +143,8 @@ async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(stack: Stack)
         "metadata: {name: pp, namespace: default}",
         "metadata: {name: pp, namespace: default, "
         "annotations: {podway.io/proxy-protocol: v2}}")
-    stack.write("pp.yaml", annotated + "---\n" + endpoints("pp", {"TCP": backend}))
-    await stack.start()
+    engine_stack.write("pp.yaml", annotated + "---\n" + endpoints("pp", {"TCP": backend}))
+    await engine_stack.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
     try:
         ours = writer.get_extra_info("sockname")

@@ -176,8 +176,8 @@ def _upstream_tls(s: PoolSettings, http: bool, folder: str, closed: list[str]
     except Unquotable:
         closed.append("this upstream TLS name")
         return "", files
-    if http and s.protocol is PoolProtocol.HTTP1:
-        options += " alpn http/1.1"
+    if http:  # the protocol the pool speaks, negotiated as the member expects
+        options += " alpn http/1.1" if s.protocol is PoolProtocol.HTTP1 else " alpn h2"
     return options, files
 
 

@@ -38,15 +38,19 @@ def capacity_for(count: int, previous: int = 0) -> int:
 
 def assign(members: tuple[Member, ...], previous: tuple[MemberKey | None, ...] | None
            ) -> tuple[MemberKey | None, ...]:
-    """Each member in a slot: members already placed keep their slot, new ones take the
-    first free slots in order. The capacity grows only when they do not fit."""
+    """Each member in a slot: members already placed keep their slot, new ones take free
+    slots in order. The capacity grows only when they do not fit."""
     prev = previous or ()
     size = capacity_for(len(members), len(prev))
-    slots: list[MemberKey | None] = list(prev) + [None] * (size - len(prev))
+    before: list[MemberKey | None] = list(prev) + [None] * (size - len(prev))
     wanted = {key(m) for m in members}
-    slots = [k if k in wanted else None for k in slots]
+    slots = [k if k in wanted else None for k in before]
     placed = {k for k in slots if k is not None}
-    free = (i for i, k in enumerate(slots) if k is None)
+    # Slots that were empty first: a slot freed by this very change is reused only when no
+    # other is left, so a member swapped for another is a new server coming up beside the
+    # old one going down, never one server changing address under traffic.
+    free = iter([i for i, k in enumerate(before) if k is None]
+                + [i for i, k in enumerate(before) if k is not None and k not in wanted])
     for m in members:
         if key(m) not in placed:
             slots[next(free)] = key(m)
@@ -93,21 +97,26 @@ def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState
     """Runtime API commands turning ``before`` into ``after`` (same capacity). A slot that gets
     another address is put in maintenance first, so no request reaches a half-changed server."""
     assert len(before) == len(after)
-    out: list[str] = []
+    up: list[str] = []
+    down: list[str] = []  # after every slot that comes up: the pool is never left empty
     for i, (old, new) in enumerate(zip(before, after, strict=True)):
         if old == new:
             continue
         server = f"{backend}/{slot_name(i)}"
+        if new.state == "maint":  # emptied: taken out, its address left as it was
+            if old.state != "maint":
+                down.append(f"set server {server} state maint")
+            continue
         moved = (old.address, old.port) != (new.address, new.port)
         if moved and old.state != "maint":
-            out.append(f"set server {server} state maint")
-        if moved and new.state != "maint":
-            out.append(f"set server {server} addr {new.address} port {new.port}")
-        if old.weight != new.weight and new.state != "maint":
-            out.append(f"set server {server} weight {new.weight}")
-        if new.state != old.state or (moved and new.state != "maint"):
-            out.append(f"set server {server} state {new.state}")
-    return out
+            up.append(f"set server {server} state maint")
+        if moved:
+            up.append(f"set server {server} addr {new.address} port {new.port}")
+        if old.weight != new.weight:
+            up.append(f"set server {server} weight {new.weight}")
+        if new.state != old.state or moved:
+            up.append(f"set server {server} state {new.state}")
+    return up + down
 
 
 Slots = Mapping[str, tuple[MemberKey | None, ...]]  # pool name → its slots

@@ -72,14 +72,29 @@ def test_status_regex_matches_exactly_the_ranges() -> None:
 
 
 def test_members_keep_their_slot_and_fill_free_ones() -> None:
-    """A member that stays keeps its slot; a new one takes the first free slot."""
-    a, b, c = (Member(address="10.0.0.1", port=p) for p in (1, 2, 3))
+    """A member that stays keeps its slot; a new one takes a slot that was empty, not the one
+    a leaving member just freed (that is reused only when nothing else is left)."""
+    a, b, c, d, e = (Member(address="10.0.0.1", port=p) for p in (1, 2, 3, 4, 5))
     first = slots.assign((a, b), None)
     assert first == (("10.0.0.1", 1), ("10.0.0.1", 2), None, None)
     second = slots.assign((b, c), first)
-    assert second == (("10.0.0.1", 3), ("10.0.0.1", 2), None, None)
+    assert second == (None, ("10.0.0.1", 2), ("10.0.0.1", 3), None)
+    third = slots.assign((b, c, d, e), second)
+    assert third == (("10.0.0.1", 4), ("10.0.0.1", 2), ("10.0.0.1", 3), ("10.0.0.1", 5))
     grown = slots.assign(tuple(Member(address="10.0.0.1", port=p) for p in range(1, 6)), second)
     assert len(grown) == 8
+
+
+def test_a_swap_brings_the_new_server_up_before_the_old_goes_down() -> None:
+    """One member replaced by another: the new slot is enabled first, then the old one is
+    put in maintenance, so the pool is never empty in between."""
+    old_member, new_member = Member(address="10.0.0.1", port=1), Member(address="10.0.0.2", port=2)
+    before_slots = slots.assign((old_member,), None)
+    after_slots = slots.assign((new_member,), before_slots)
+    got = slots.commands("be", slots.slot_states((old_member,), before_slots),
+                         slots.slot_states((new_member,), after_slots))
+    assert got == ["set server be/s2 addr 10.0.0.2 port 2", "set server be/s2 state ready",
+                   "set server be/s1 state maint"]
 
 
 def test_member_commands_take_a_slot_out_before_moving_it() -> None:
