@@ -404,30 +404,36 @@ def _prefix_rewrite(prefix: str, replacement: str) -> tuple[str, str]:
 
 
 def _redirect(a: Redirect, route: Route, when: str, listener: Listener) -> list[str]:
+    """The Location as Envoy builds it: the port named, else none when the scheme changes,
+    else the port the request's Host carried (none: none)."""
     own = "https" if listener.protocol is ListenerProtocol.HTTPS else "http"
     scheme = a.scheme or own
     well_known = {"http": 80, "https": 443}
-    port = a.port or (well_known.get(scheme) if a.scheme else listener.port)
-    port_part = "" if port is None or port == well_known.get(scheme) else f":{port}"
+    pre: list[str] = []
+    if a.port:
+        port_part = "" if a.port == well_known.get(scheme) else f":{a.port}"
+    elif a.scheme:
+        port_part = ""
+    else:
+        port_part = "%[var(txn.hp)]"
+        pre += [f"  http-request set-var(txn.hp) req.hdr(host),regsub('^[^:]*','') if {when}"
+                " !{ req.hdr(host) -m beg [ }",
+                f"  http-request set-var(txn.hp) req.hdr(host),regsub('^[[][^]]*[]]','')"
+                f" if {when} {{ req.hdr(host) -m beg [ }}"]
     host = logformat_literal(a.hostname) if a.hostname else "%[var(txn.host)]"
+    path = "%[path]"
     if a.path is not None:
         path = logformat_literal(a.path)
     elif a.prefix is not None and route.match.path.kind is PathKind.PREFIX:
         pattern, subst = _prefix_rewrite(route.match.path.value, a.prefix)
-        # The rewritten path is computed into a variable first (regsub cannot take this
-        # pattern inside a log-format expression).
-        path = "%[var(txn.rp)]"
-        pre = [f"  http-request set-var(txn.rp) path if {when}",
-               f"  http-request replace-path {word(pattern)} {word(subst)} if {when}",
-               f"  http-request set-var(txn.rp2) path if {when}",
-               f"  http-request set-path %[var(txn.rp)] if {when}"]
+        # The rewritten path is computed with replace-path (regsub cannot take this pattern
+        # inside a log-format expression), kept, and the request's path put back.
+        pre += [f"  http-request set-var(txn.rp) path if {when}",
+                f"  http-request replace-path {word(pattern)} {word(subst)} if {when}",
+                f"  http-request set-var(txn.rp2) path if {when}",
+                f"  http-request set-path %[var(txn.rp)] if {when}"]
         path = "%[var(txn.rp2)]"
-        loc = f"{scheme}://{host}{port_part}{path}"
-        return pre + _redirect_rules(loc, a, when)
-    else:
-        path = "%[path]"
-    loc = f"{scheme}://{host}{port_part}{path}"
-    return _redirect_rules(loc, a, when)
+    return pre + _redirect_rules(f"{scheme}://{host}{port_part}{path}", a, when)
 
 
 def _redirect_rules(loc: str, a: Redirect, when: str) -> list[str]:
