@@ -93,12 +93,30 @@ class Stack:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(self.root / name)  # atomic, like a careful editor
 
+    @property
+    def haproxy(self) -> bool:
+        return self.standalone.opts.engine_kind == "haproxy"
+
     async def start(self) -> None:
         self.tasks.append(asyncio.create_task(self.standalone.run(), name="standalone"))
         async with asyncio.timeout(30):
             await self.applied(1)
+            if self.haproxy:
+                while self.standalone.haproxy is None:  # noqa: ASYNC110 (set by run(), once)
+                    await asyncio.sleep(0.02)
+                await self.standalone.haproxy.wait_ready()
+                await self.served(1)
+                return
             engine = await self.engine()
             await engine.wait_ready()
+
+    async def served(self, generation: int, limit_s: float = 10.0) -> None:
+        """With the HAProxy engine: until it serves ``generation`` (Envoy: ``applied``)."""
+        await self.applied(generation, limit_s)
+        if self.haproxy:
+            async with asyncio.timeout(limit_s):
+                while self.standalone.haproxy_generation < generation:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)  # (a plain counter the standalone bumps)
 
     async def engine(self) -> Engine:
         engine = await self.standalone.engine()

@@ -98,22 +98,22 @@ async def trusting(tmp_path: Path) -> AsyncIterator[Stack]:
         await made.stop()
 
 
-@pytest.fixture
-async def asking(tmp_path: Path) -> AsyncIterator[Stack]:
-    """A stack at the edge that sets X-Real-IP (``--x-real-ip``)."""
+@pytest.fixture(params=["envoy", "haproxy"])
+async def asking(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """A stack at the edge that sets X-Real-IP (``--x-real-ip``), on each engine in turn."""
     root = tmp_path / "manifests"
     root.mkdir()
-    made = await make_stack(root, real_ip_header=True)
+    made = await make_stack(root, real_ip_header=True, engine_kind=request.param)
     try:
         yield made
     finally:
         await made.stop()
 
 
-async def test_without_the_flag_no_real_ip_reaches_the_pods(stack: Stack) -> None:
+async def test_without_the_flag_no_real_ip_reaches_the_pods(engine_stack: Stack) -> None:
     """X-Real-IP costs every request a formatter, so it is off unless asked; a client's own
     X-Real-IP is dropped then (a pod trusting it would otherwise believe a forged one)."""
-    await started(stack)
+    stack = await started(engine_stack)
     seen = await ask(stack.http_port, SPOOFED)
     assert "x-real-ip" not in seen
     assert entries(seen["x-forwarded-for"])[:-1] == ["198.18.0.66"]  # kept, appended to
@@ -155,10 +155,10 @@ async def test_one_trusted_hop_takes_the_address_the_proxy_appended(trusting: St
     assert alone["x-forwarded-proto"] == "http"
 
 
-async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(stack: Stack) -> None:
+async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(engine_stack: Stack) -> None:
     backend = free_port()
     up = asyncio.Event()
-    stack.tasks.append(asyncio.create_task(serve(EchoOptions(
+    engine_stack.tasks.append(asyncio.create_task(serve(EchoOptions(
         port=backend, tcp=True, proxy_protocol=True, identity=Identity(name="pp")), started=up)))
     await up.wait()
     lb_port = free_port()
@@ -166,8 +166,8 @@ async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(stack: Stack)
         "metadata: {name: pp, namespace: default}",
         "metadata: {name: pp, namespace: default, "
         "annotations: {podway.io/proxy-protocol: v2}}")
-    stack.write("pp.yaml", annotated + "---\n" + endpoints("pp", {"TCP": backend}))
-    await stack.start()
+    engine_stack.write("pp.yaml", annotated + "---\n" + endpoints("pp", {"TCP": backend}))
+    await engine_stack.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
     try:
         ours = writer.get_extra_info("sockname")

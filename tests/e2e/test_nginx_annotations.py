@@ -95,11 +95,23 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         await made.stop()
 
 
-async def test_rewrite_target_with_captures(stack: Stack) -> None:
+@pytest.fixture(params=["envoy", "haproxy"])
+async def engine_stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """The same, on each engine in turn (the annotations both engines serve)."""
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, takeover_classes=("nginx",), engine_kind=request.param)
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
+async def test_rewrite_target_with_captures(engine_stack: Stack) -> None:
     """rewrite-target /$2 on /api(/|$)(.*): the backend sees the rest of the path and the
     query; the match is case-insensitive and anchored at the start only, as in nginx, and so
     is another Ingress's prefix path on the same host."""
-    port = await start(stack, ingress("api", {"rewrite-target": "/$2", "use-regex": "true"},
+    port = await start(engine_stack, ingress("api", {"rewrite-target": "/$2", "use-regex": "true"},
                                       path("/api(/|$)(.*)", kind="ImplementationSpecific"))
                        + "---\n" + ingress("plain", {}, path("/plain"),
                                             ts="2026-02-01T00:00:00Z"))
@@ -115,14 +127,14 @@ async def test_rewrite_target_with_captures(stack: Stack) -> None:
     assert (status, body.get("path")) == (200, "/PLAINly")
 
 
-async def test_canary_by_header_cookie_and_weight(stack: Stack) -> None:
+async def test_canary_by_header_cookie_and_weight(engine_stack: Stack) -> None:
     """A canary Ingress on the main one's host and path: header always/never, cookie always,
     then a weight split — no HostConflict, both backends serve."""
     manifests = (ingress("main", {}, path("/")) + "---\n"
                  + ingress("canary", {"canary": "true", "canary-by-header": "X-Canary",
                                       "canary-by-cookie": "beta", "canary-weight": "30"},
                            path("/", "web-v2"), ts="2026-02-01T00:00:00Z"))
-    port = await start(stack, manifests, ("web", "web-v2"))
+    port = await start(engine_stack, manifests, ("web", "web-v2"))
     cases = [({"X-Canary": "always"}, "web-v2"), ({"X-Canary": "never", "Cookie": "beta=always"},
                                                   "web"),
              ({"Cookie": "a=1; beta=always"}, "web-v2"), ({"Cookie": "beta=never"}, "web")]
@@ -138,25 +150,25 @@ async def test_canary_by_header_cookie_and_weight(stack: Stack) -> None:
     assert set(seen) == {"web", "web-v2"}  # 30 % canary: both in 100 tries (p of not ~1e-15)
 
 
-async def test_canary_by_header_value(stack: Stack) -> None:
+async def test_canary_by_header_value(engine_stack: Stack) -> None:
     """canary-by-header-value: only that value goes to the canary; others to the main."""
     manifests = (ingress("main", {}, path("/")) + "---\n"
                  + ingress("canary", {"canary": "true", "canary-by-header": "X-Version",
                                       "canary-by-header-value": "v2"},
                            path("/", "web-v2"), ts="2026-02-01T00:00:00Z"))
-    port = await start(stack, manifests, ("web", "web-v2"))
+    port = await start(engine_stack, manifests, ("web", "web-v2"))
     for value, backend in (("v2", "web-v2"), ("v1", "web"), ("always", "web")):
         _, _, body = await request(port, "shop.test", "/", headers={"X-Version": value})
         assert (value, body.get("name")) == (value, backend)
 
 
-async def test_redirects_and_app_root(stack: Stack) -> None:
+async def test_redirects_and_app_root(engine_stack: Stack) -> None:
     """permanent-redirect answers every path with its URL (query dropped); app-root sends /
     to the application root with 302 and leaves other paths alone."""
     manifests = (ingress("moved", {"permanent-redirect": "https://new.test/shop"}, path("/"),
                          host="old.test") + "---\n"
                  + ingress("app", {"app-root": "/app"}, path("/")))
-    port = await start(stack, manifests)
+    port = await start(engine_stack, manifests)
     status, headers, _ = await request(port, "old.test", "/anything?q=1")
     assert (status, headers.get("location")) == (301, "https://new.test/shop")
     status, headers, _ = await request(port, "shop.test", "/")
@@ -166,12 +178,12 @@ async def test_redirects_and_app_root(stack: Stack) -> None:
     assert (status, body.get("path")) == (200, "/app/x")
 
 
-async def test_source_allowlist_and_denylist(stack: Stack) -> None:
+async def test_source_allowlist_and_denylist(engine_stack: Stack) -> None:
     """whitelist-source-range admits only its clients; denylist-source-range takes some out
     again; everyone else gets 403 (clients are loopback addresses)."""
     manifests = ingress("office", {"whitelist-source-range": "127.0.0.0/30",
                                    "denylist-source-range": "127.0.0.2"}, path("/"))
-    port = await start(stack, manifests)
+    port = await start(engine_stack, manifests)
     for source, status in (("127.0.0.1", 200), ("127.0.0.2", 403), ("127.0.0.3", 200),
                            ("127.0.0.9", 403)):
         got, _, _ = await request(port, "shop.test", "/", source=source)
@@ -198,9 +210,9 @@ async def test_body_size_limit(stack: Stack) -> None:
     assert (status, body.get("name")) == (200, "web")
 
 
-async def test_upstream_vhost_and_forwarded_prefix(stack: Stack) -> None:
+async def test_upstream_vhost_and_forwarded_prefix(engine_stack: Stack) -> None:
     """upstream-vhost sets the Host the backend sees; x-forwarded-prefix adds its header."""
-    port = await start(stack, ingress("vhost", {"upstream-vhost": "internal.test",
+    port = await start(engine_stack, ingress("vhost", {"upstream-vhost": "internal.test",
                                                 "x-forwarded-prefix": "/shop"}, path("/")))
     status, _, body = await request(port, "shop.test", "/")
     headers = body.get("headers")
@@ -213,12 +225,12 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.strip().splitlines())
 
 
-async def test_client_certificates(stack: Stack) -> None:
+async def test_client_certificates(engine_stack: Stack) -> None:
     """auth-tls-secret: a client with a certificate of the CA is served over HTTPS, one
     without a certificate or with another CA's is refused in the handshake."""
     server_ca, client_ca, other_ca = trustme.CA(), trustme.CA(), trustme.CA()
     cert = server_ca.issue_cert("shop.test")
-    stack.write("secrets.yaml", f"""apiVersion: v1
+    engine_stack.write("secrets.yaml", f"""apiVersion: v1
 kind: Secret
 metadata: {{name: shop-tls, namespace: default}}
 type: kubernetes.io/tls
@@ -237,7 +249,7 @@ stringData:
 """)
     manifests = ingress("mtls", {"auth-tls-secret": "default/client-ca"}, path("/")).replace(
         "  rules:\n", "  tls: [{hosts: [shop.test], secretName: shop-tls}]\n  rules:\n")
-    await start(stack, manifests)
+    await start(engine_stack, manifests)
 
     def context(ca: trustme.CA | None) -> ssl.SSLContext:
         out = ssl.create_default_context()
@@ -246,11 +258,11 @@ stringData:
             ca.issue_cert("client@shop.test").configure_cert(out)
         return out
 
-    status, body = await get(stack.https_port, "shop.test", "/", tls=context(client_ca))
+    status, body = await get(engine_stack.https_port, "shop.test", "/", tls=context(client_ca))
     assert (status, body.get("name")) == (200, "web")
     for ca in (None, other_ca):
         with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
-            await get(stack.https_port, "shop.test", "/", tls=context(ca))
+            await get(engine_stack.https_port, "shop.test", "/", tls=context(ca))
 
 
 async def test_cors_preflight_and_headers(stack: Stack) -> None:

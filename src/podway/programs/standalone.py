@@ -33,9 +33,11 @@ from podway.envoy.engine.process import Engine
 from podway.envoy.engine.state import open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
+from podway.haproxy.process import HAProxyEngine, HAProxyOptions
 from podway.ir import IR
 from podway.pipeline import Pipeline, Rejection
 from podway.programs.gc_policy import GcPolicy, keep_settled
+from podway.programs.haproxy_follow import follow as follow_haproxy
 from podway.readers import surfaces
 from podway.readers.admin_api import SOCKET_NAME
 from podway.sources.files import FileSource
@@ -71,6 +73,10 @@ class StandaloneOptions:
     # The garbage collector's policy while serving (``podway.programs.gc_policy``); None: left alone
     # (embedded, tests); ``podway run`` sets ``GcPolicy()``.
     gc: GcPolicy | None = None
+    # "envoy" (xDS to a supervised Envoy) or "haproxy" (podway.haproxy: haproxy.cfg + maps +
+    # runtime API, in the state folder's ``haproxy/``).
+    engine_kind: str = "envoy"
+    haproxy_path: str = "/usr/sbin/haproxy"
 
 
 class Standalone:
@@ -86,6 +92,8 @@ class Standalone:
                                 unauthenticated=opts.xds_unauthenticated)
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
         self._engine: asyncio.Future[Engine | None] | None = None
+        self.haproxy: HAProxyEngine | None = None  # with engine_kind "haproxy", once running
+        self.haproxy_generation = 0  # the newest generation HAProxy serves (readers poll it)
 
     async def engine(self) -> Engine | None:
         """The supervised engine once it exists (None with ``engine=False``)."""
@@ -104,7 +112,11 @@ class Standalone:
             await self.server.start(local=state.xds_socket if state else None)
             engine = None
             try:
-                if state is not None:
+                if state is not None and self.opts.engine_kind == "haproxy":
+                    self.haproxy = HAProxyEngine(HAProxyOptions(
+                        folder=state.path / "haproxy", binary=self.opts.haproxy_path,
+                        threads=self.opts.concurrency))
+                elif state is not None:
                     engine = colocated_engine(state, LocalEngineOptions(
                         node_id=self.opts.node_id, delta=self.opts.delta,
                         envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
@@ -118,12 +130,20 @@ class Standalone:
                     if self.opts.gc is not None:
                         group.create_task(keep_settled(self.pipeline, self.opts.gc),
                                           name="standalone-gc")
-                    if self.opts.status_file is not None:
+                    if self.opts.status_file is not None and self.haproxy is None:
                         group.create_task(
                             StatusFile(self.opts.status_file).follow(self.pipeline),
                             name="standalone-status-file")
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
+                    if self.haproxy is not None:
+                        group.create_task(self.haproxy.run(), name="standalone-haproxy")
+                        # It writes the status file too: with what HAProxy cannot serve.
+                        status = (StatusFile(self.opts.status_file)
+                                  if self.opts.status_file is not None else None)
+                        group.create_task(follow_haproxy(self.pipeline, self.haproxy,
+                                                         self._haproxy_applied, status),
+                                          name="standalone-haproxy-follow")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
@@ -156,6 +176,9 @@ class Standalone:
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
             explain_args=("--manifests", str(self.opts.manifests)),
             detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED))
+
+    def _haproxy_applied(self, generation: int) -> None:
+        self.haproxy_generation = generation
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:

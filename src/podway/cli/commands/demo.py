@@ -34,8 +34,11 @@ def demo(
         "… --instance NAME` reach it while it serves.")] = "demo",
     state_dir: Annotated[Path | None, typer.Option(
         help="The demo's state folder instead of the instance's (as `podway run`).")] = None,
+    engine: Annotated[str, typer.Option(
+        help="The data plane: envoy or haproxy (docs/engines.md).")] = "envoy",
 ) -> None:
-    """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
+    """Start echo backends, serve the quickstart through Envoy (or HAProxy), show who answers
+    each request."""
     import shlex
 
     from podway.envoy.engine.state import instance_dir
@@ -48,12 +51,14 @@ def demo(
                           f"not {address}")
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
+    if engine not in ("envoy", "haproxy"):
+        raise ConfigError(f"--engine must be envoy or haproxy, not {engine}")
     folder = instance_dir(state_dir, instance)
     reach = (f"--state-dir {shlex.quote(str(folder))}" if state_dir is not None
              else "" if instance == "default" else f"--instance {shlex.quote(instance)}")
     opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
                        https_port=https_port, once=once, envoy_path=envoy_path,
-                       state_dir=folder, reach=reach)
+                       state_dir=folder, reach=reach, engine=engine)
     console = stdout_console()
     results: list[object] = []
 

@@ -96,6 +96,11 @@ def run(
     tls_min_version: TlsMinVersion = None,
     tls_max_version: TlsMaxVersion = None,
     tls_ciphers: TlsCiphers = None,
+    engine: Annotated[str, typer.Option(
+        help="The data plane: envoy (xDS) or haproxy (haproxy.cfg + maps + runtime API; "
+        "docs/engines.md says what each serves).")] = "envoy",
+    haproxy_path: Annotated[str, typer.Option(help="HAProxy binary (--engine haproxy).")]
+    = "/usr/sbin/haproxy",
     admin_socket: Annotated[Path | None, typer.Option(
         help="The admin endpoint's unix socket (state, explain; docs/explain.md); default: "
         "podway.sock in the state folder. Its folder must be yours alone (made 0700).")]
@@ -119,6 +124,10 @@ def run(
                    allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
     check_at_least("--concurrency", concurrency, 1)
     check_at_least("--drain-s", drain_s, 0)
+    if engine not in ("envoy", "haproxy"):
+        raise typer.BadParameter(f"--engine must be envoy or haproxy, not {engine!r}")
+    if engine == "haproxy" and no_engine:
+        raise typer.BadParameter("--engine haproxy runs the engine here: drop --no-engine")
     if (xds_cert is None) != (xds_key is None):
         raise typer.BadParameter("--xds-cert and --xds-key go together")
     tls = None
@@ -150,5 +159,5 @@ def run(
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        admin_socket=admin_socket, gc=GcPolicy())
+        admin_socket=admin_socket, gc=GcPolicy(), engine_kind=engine, haproxy_path=haproxy_path)
     asyncio.run(run_until_signal(Standalone(opts).run()))
