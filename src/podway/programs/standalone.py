@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from podway.envoy.engine.state import open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
 from podway.ir import IR
+from podway.kernel.engine import KernelEngine
 from podway.pipeline import Pipeline, Rejection
 from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.readers import surfaces
@@ -56,6 +57,10 @@ class StandaloneOptions:
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
+    # "envoy": one supervised Envoy serves everything; "kernel": the kernel engine
+    # (``podway.kernel``) serves the TCP/UDP listeners it can, by nftables DNAT, and nothing
+    # else is served (each listener left out is logged with the reason).
+    engine_kind: str = "envoy"
     envoy_path: str | None = None
     envoy_log_level: str = "warning"
     concurrency: int = 1
@@ -86,6 +91,7 @@ class Standalone:
                                 unauthenticated=opts.xds_unauthenticated)
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
         self._engine: asyncio.Future[Engine | None] | None = None
+        self.kernel: KernelEngine | None = None  # with engine_kind "kernel", once it runs
 
     async def engine(self) -> Engine | None:
         """The supervised engine once it exists (None with ``engine=False``)."""
@@ -104,7 +110,7 @@ class Standalone:
             await self.server.start(local=state.xds_socket if state else None)
             engine = None
             try:
-                if state is not None:
+                if state is not None and self.opts.engine_kind == "envoy":
                     engine = colocated_engine(state, LocalEngineOptions(
                         node_id=self.opts.node_id, delta=self.opts.delta,
                         envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
@@ -124,6 +130,8 @@ class Standalone:
                             name="standalone-status-file")
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
+                    if self.opts.engine and self.opts.engine_kind == "kernel":
+                        group.create_task(self._kernel(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
@@ -134,6 +142,18 @@ class Standalone:
                                           name="standalone-surfaces")
             finally:
                 await self.server.stop(grace=0.5)
+
+    async def _kernel(self) -> None:
+        """The kernel engine, following the pipeline's IR; its table stays when it stops."""
+        from podway.programs.kernel import writer
+
+        out = writer()
+        self.kernel = KernelEngine(out.write)
+        log.info("kernel engine: writing nftables through %s", out.kind)
+        try:
+            await self.kernel.run(ir_states(self.pipeline))
+        finally:
+            out.close()
 
     async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
         from podway.readers.metrics import exposition
@@ -175,6 +195,12 @@ async def log_listeners(pipeline: Pipeline) -> None:
             log.info("engine %s no longer refuses %s %s", gone.node, gone.type_name,
                      gone.resource or "(unnamed)")
         before, refused = state.ir, state.rejections
+
+
+async def ir_states(pipeline: Pipeline) -> AsyncIterator[IR]:
+    """The IR of each state the pipeline publishes."""
+    async for state in pipeline.states():
+        yield state.ir
 
 
 def listener_changes(before: IR | None, after: IR) -> list[str]:

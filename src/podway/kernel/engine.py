@@ -1,0 +1,109 @@
+"""The kernel engine: IR states in, one nftables transaction per change out, checks beside.
+
+``KernelEngine.run(irs)`` follows a stream of IRs (the pipeline's states). After each IR, and
+after each member health move the ``Checker`` reports, it plans the services
+(``podway.kernel.plan``), renders the whole table (``podway.kernel.ruleset.full``) and, when
+the text differs from what it last installed, writes it in one transaction through ``write``
+(libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake). Changes that
+arrive while a write runs are coalesced into the next one: the kernel always gets the newest
+state, never a backlog.
+
+Invariants:
+
+* Reads only the IR (``podway.ir``): never Kubernetes objects or the translator.
+* The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
+  restarted Podway takes over without a gap (its first write replaces the table atomically);
+  ``podway kernel cleanup`` removes it.
+* A failed write is logged in one line and tried again (``retry_s``) with the newest state;
+  the table keeps what it had, whole (a transaction either applies or not at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+
+from podway.base.errors import PodwayError
+from podway.engines.member_health import HostKey, HostState
+from podway.ir import IR
+from podway.kernel import ruleset
+from podway.kernel.health import Checker
+from podway.kernel.plan import Service, Skipped, plan
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[str], Awaitable[None]]
+
+
+class KernelEngine:
+    def __init__(self, write: Write, *, table: str = ruleset.TABLE,
+                 checker: Callable[[Callable[[], None]], Checker] = Checker,
+                 retry_s: float = 1.0) -> None:
+        self.write = write
+        self.table = table
+        self.retry_s = retry_s
+        self.checker = checker(self._changed)
+        self.ir = IR()
+        self.services: tuple[Service, ...] = ()
+        self.skipped: tuple[Skipped, ...] = ()
+        self.installed: str | None = None  # the ruleset text the kernel has now
+        self.writes = 0  # transactions applied
+        self._dirty = asyncio.Event()
+        self._applied = asyncio.Condition()
+        self._said: tuple[Skipped, ...] = ()
+
+    def view(self) -> Mapping[HostKey, HostState]:
+        """Member health in the controller's wire form (``podway.engines.member_health``)."""
+        return self.checker.view(self.ir)
+
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    async def run(self, irs: AsyncIterator[IR]) -> None:
+        """Serve each IR ``irs`` yields until cancelled (the table stays: module docstring)."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._apply_loop(), name="kernel-apply")
+                async for ir in irs:
+                    self.ir = ir
+                    self.checker.follow(ir)
+                    self._dirty.set()
+        finally:
+            await self.checker.close()
+
+    async def wait_installed(self, predicate: Callable[[KernelEngine], bool]) -> None:
+        """Until ``predicate(self)`` holds after a write (tests, benchmarks)."""
+        async with self._applied:
+            await self._applied.wait_for(lambda: predicate(self))
+
+    def render(self) -> str:
+        """Plan the current IR with the current health and render the table's text."""
+        self.services, self.skipped = plan(self.ir, self.checker.usable)
+        if self.skipped != self._said:
+            for skip in set(self.skipped) - set(self._said):
+                log.warning("kernel engine: not serving %s: %s", skip.name, skip.reason)
+            self._said = self.skipped
+        return ruleset.full(self.services, self.table)
+
+    async def _apply_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            text = self.render()
+            if text == self.installed:
+                continue
+            try:
+                await self.write(text)
+            except PodwayError as exc:
+                log.error("kernel engine: the ruleset was not applied (%s); trying again in "
+                          "%.1fs", str(exc).splitlines()[0] if str(exc) else exc, self.retry_s)
+                await asyncio.sleep(self.retry_s)
+                self._dirty.set()
+                continue
+            self.installed = text
+            self.writes += 1
+            log.info("kernel engine: %d services, %d members installed", len(self.services),
+                     sum(len(s.backends) for s in self.services))
+            async with self._applied:
+                self._applied.notify_all()

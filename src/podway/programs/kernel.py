@@ -1,0 +1,95 @@
+"""The kernel engine's I/O on the host: its nftables writer, cleanup, dump and counters.
+
+``podway.kernel`` stays pure of these choices (it gets a ``write`` function); here they are
+made with the NodePortLocal agent's own parts: libnftables in-process when installed (one
+long-lived context, no process per change), ``nft -f -`` otherwise, ``nft`` for reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from podway.kernel import ruleset
+from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
+
+
+@dataclass(slots=True)
+class Writer:
+    """Writes rulesets; ``close`` frees the libnftables context (if one was made)."""
+
+    write: Callable[[str], Awaitable[None]]
+    close: Callable[[], None]
+    kind: str  # "libnftables" | "nft"
+
+
+def writer(*, netns: str | None = None, lib: bool = True) -> Writer:
+    """libnftables when installed and ``lib``, else ``nft -f -`` (in ``netns`` if given)."""
+    from podway.programs.agent.rules import libnft
+
+    if lib and libnft.available():
+        context = libnft.LibNftables(netns=netns)
+        return Writer(write=context.run, close=context.close, kind="libnftables")
+    runner = CommandRunner(netns=netns)
+
+    async def write(payload: str) -> None:
+        await runner.run("nft", "-f", "-", stdin=payload)
+
+    return Writer(write=write, close=lambda: None, kind="nft")
+
+
+async def dump(*, netns: str | None = None, table: str = ruleset.TABLE) -> str | None:
+    """The installed table as ``nft list`` prints it; None when there is none."""
+    try:
+        return await CommandRunner(netns=netns).run("nft", "list", "table", "ip", table)
+    except CommandMissing:
+        raise
+    except RulesError:
+        return None
+
+
+async def cleanup(*, netns: str | None = None, table: str = ruleset.TABLE) -> bool:
+    """Remove the kernel engine's table; True when there was one."""
+    if await dump(netns=netns, table=table) is None:
+        return False
+    await CommandRunner(netns=netns).run("nft", "-f", "-", stdin=ruleset.cleanup(table))
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class MemberCounter:
+    protocol: str
+    address: str
+    port: int
+    packets: int
+    bytes: int
+
+
+async def counters(*, netns: str | None = None, table: str = ruleset.TABLE
+                   ) -> tuple[MemberCounter, ...]:
+    """Per-member packets and bytes forwarded (both directions) since the table was made."""
+    try:
+        text = await CommandRunner(netns=netns).run("nft", "-j", "list", "counters", "table",
+                                                    "ip", table)
+    except CommandMissing:
+        raise
+    except RulesError:
+        return ()
+    return parse_counters(text)
+
+
+def parse_counters(text: str) -> tuple[MemberCounter, ...]:
+    """``nft -j list counters`` → the member counters (named ``ruleset.counter_name``)."""
+    out = []
+    for item in json.loads(text).get("nftables", []):
+        found = item.get("counter")
+        if not isinstance(found, dict) or not str(found.get("name", "")).startswith("m_"):
+            continue
+        proto, *octets, port = str(found["name"])[2:].split("_")
+        if len(octets) != 4:
+            continue
+        out.append(MemberCounter(protocol=proto, address=".".join(octets), port=int(port),
+                                 packets=int(found.get("packets", 0)),
+                                 bytes=int(found.get("bytes", 0))))
+    return tuple(sorted(out, key=lambda c: (c.protocol, c.address, c.port)))
