@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ async def tcp_connect(address: str, port: int, timeout_s: float) -> str:
     except TimeoutError:
         return "timeout"
     except OSError as exc:
-        return exc.strerror or type(exc).__name__
+        return os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()

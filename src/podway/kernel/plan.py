@@ -54,10 +54,12 @@ class Service:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Skipped:
-    """A listener the kernel engine does not serve, and why (one line)."""
+    """A listener the kernel engine does not serve, and why (one line); with ``served``, a
+    listener it serves without some of its members (IPv6 members of an IPv4 listener)."""
 
     name: str
     reason: str
+    served: bool = False
 
 
 def unsupported(listener: Listener, pools: Iterable[Pool | None]) -> str | None:
@@ -104,6 +106,13 @@ def plan(ir: IR, usable: Usable) -> tuple[tuple[Service, ...], tuple[Skipped, ..
             pool = ir.pools.get(share.pool) if share.pool else None
             if pool is not None and share.weight > 0:
                 shares.append((share.weight, pool))
+        v6 = sorted({m.address for _, p in shares for m in p.members if ":" in m.address})
+        if v6:
+            more = ", ..." if len(v6) > 3 else ""
+            skipped.append(Skipped(
+                name=listener.name, served=True,
+                reason=f"IPv6 members left out ({', '.join(v6[:3])}{more}): the kernel engine "
+                       "DNATs IPv4 to IPv4 only"))
         services.append(Service(
             name=listener.name, address=listener.address, port=listener.port,
             protocol=_L4[listener.protocol], affinity=route.client_ip_affinity,
@@ -116,7 +125,8 @@ def members_for_new_flows(pool: Pool, usable: Usable) -> list[Member]:
     """The members of ``pool`` that take new flows: ready ones ``usable`` accepts; when none
     is, every ready one (panic, as Envoy: better some traffic to unchecked members than none).
     Draining and not-ready members never do (established flows finish through conntrack)."""
-    ready = [m for m in pool.members if m.state is MemberState.READY and m.weight > 0]
+    ready = [m for m in pool.members
+             if m.state is MemberState.READY and m.weight > 0 and ":" not in m.address]
     healthy = [m for m in ready if usable(pool.name, m)]
     return healthy or ready
 

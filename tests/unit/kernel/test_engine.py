@@ -1,0 +1,132 @@
+"""``podway.kernel.engine``: one transaction per change, newest state wins, failures retried."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from podway.base.errors import PodwayError
+from podway.ir import (
+    IR,
+    L4Route,
+    Listener,
+    ListenerProtocol,
+    Member,
+    ObjectRef,
+    Pool,
+    PoolProtocol,
+    PoolSettings,
+    WeightedPool,
+)
+from podway.kernel.engine import KernelEngine
+from podway.kernel.health import Checker
+
+ORIGIN = ObjectRef(kind="Service", namespace="shop", name="web")
+
+
+def ir_of(*addresses: str) -> IR:
+    pool = Pool(name="p", settings=PoolSettings(protocol=PoolProtocol.TCP),
+                members=tuple(Member(address=a, port=8080) for a in addresses))
+    listener = Listener(name="service/shop/web/80/tcp", address="198.18.0.10", port=80,
+                        protocol=ListenerProtocol.TCP, l4_routes=(L4Route(
+                            name="r", backends=(WeightedPool(pool="p"),), origin=ORIGIN),))
+    return IR(listeners=(listener,), pools={"p": pool})
+
+
+async def feed(queue: asyncio.Queue[IR]) -> AsyncIterator[IR]:
+    while True:
+        yield await queue.get()
+
+
+async def test_each_change_is_one_whole_table_transaction() -> None:
+    written: list[str] = []
+
+    async def write(text: str) -> None:
+        written.append(text)
+
+    engine = KernelEngine(write)
+    queue: asyncio.Queue[IR] = asyncio.Queue()
+    task = asyncio.create_task(engine.run(feed(queue)))
+    try:
+        queue.put_nowait(ir_of("198.18.1.2"))
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: e.writes == 1)
+        queue.put_nowait(ir_of("198.18.1.2"))  # equal: nothing to write
+        queue.put_nowait(ir_of("198.18.1.2", "198.18.2.2"))
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: "198.18.2.2" in (e.installed or ""))
+        assert len(written) == 2
+        assert all(t.startswith("table ip podway_l4 {}\ndelete table ip podway_l4\n")
+                   for t in written)
+        assert "numgen random mod 2" in written[1]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_failed_write_is_retried_with_the_newest_state() -> None:
+    attempts: list[str] = []
+
+    async def write(text: str) -> None:
+        attempts.append(text)
+        if len(attempts) == 1:
+            raise PodwayError("nft: Operation not permitted")
+
+    engine = KernelEngine(write, retry_s=0.01)
+    queue: asyncio.Queue[IR] = asyncio.Queue()
+    task = asyncio.create_task(engine.run(feed(queue)))
+    try:
+        queue.put_nowait(ir_of("198.18.1.2"))
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: e.writes == 1)
+        assert len(attempts) == 2
+        assert engine.installed == attempts[1]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_health_change_rewrites_the_table() -> None:
+    """The checker's news (a member turning unhealthy) reaches the kernel without a new IR."""
+    healthy = {"198.18.1.2": True, "198.18.2.2": True}
+
+    class Fake(Checker):
+        def usable(self, pool: str, member: Member) -> bool:
+            return healthy[member.address]
+
+    async def write(text: str) -> None:
+        pass
+
+    engine = KernelEngine(write, checker=Fake)
+    queue: asyncio.Queue[IR] = asyncio.Queue()
+    task = asyncio.create_task(engine.run(feed(queue)))
+    try:
+        queue.put_nowait(ir_of("198.18.1.2", "198.18.2.2"))
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: e.writes == 1)
+        healthy["198.18.2.2"] = False
+        engine.checker.on_change()
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: e.writes == 2)
+        assert "198.18.2.2" not in (engine.installed or "")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def test_counters_are_read_from_nft_json() -> None:
+    from podway.programs.kernel import MemberCounter, parse_counters
+
+    text = ('{"nftables": [{"metainfo": {}}, {"counter": {"name": "m_tcp_198_18_1_2_8080", '
+            '"packets": 10, "bytes": 628}}, {"counter": {"name": "other", "packets": 1}}]}')
+    assert parse_counters(text) == (MemberCounter("tcp", "198.18.1.2", 8080, 10, 628),)
+
+
+@pytest.mark.parametrize("bad", ["", "[]"])
+def test_counters_of_junk_fail_loudly(bad: str) -> None:
+    from podway.programs.kernel import parse_counters
+
+    with pytest.raises((ValueError, AttributeError)):
+        parse_counters(bad)
