@@ -7,12 +7,8 @@ listener that silently never appears.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
-import signal
-from collections.abc import Coroutine
-from typing import Any
 
 from podway.base.errors import ConfigError
 from podway.ir import TLSOptions
@@ -84,22 +80,6 @@ def check_classes(flag: str, values: list[str] | None) -> tuple[str, ...]:
 
 XFF_HELP = ("Proxies in front of the engine trusted to append to X-Forwarded-For (0: the "
             "engine is the edge, a client-sent X-Forwarded-For never names the client).")
-
-
-async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` until it ends or SIGINT/SIGTERM arrives; a signal cancels it (clean stop)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(main)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 def tls_flags(min_version: str | None, max_version: str | None,
