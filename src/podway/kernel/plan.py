@@ -1,10 +1,11 @@
 """Which IR listeners the kernel engine serves, and how: IR in, ``Service`` values out (pure).
 
 The kernel engine is L4 DNAT and nothing else: a TCP or UDP listener on an IPv4 address (or
-``0.0.0.0``: every local address) whose every pool is plain TCP/UDP. What it cannot do — TLS,
-HTTP, PROXY protocol, TLS to the members, IPv6 — is never approximated: such a listener is left
-out with a ``Skipped`` saying why, so the caller can report it (another engine serves it, or
-nobody does, but never a kernel-served imitation of it).
+``0.0.0.0``: every local address) whose every pool is plain TCP/UDP
+(``podway.ir.engines.kernel_unsupported``). What it cannot do — TLS, HTTP, PROXY protocol, TLS
+to the members, IPv6 — is never approximated: such a listener is left out with a ``Skipped``
+saying why, so the caller can report it (another engine serves it, or nobody does, but never a
+kernel-served imitation of it).
 
 A listener's shares are flattened into one weighted list of members: a member's share is its
 pool's share of the route times its own share of its pool, kept as exact integers (reduced by
@@ -15,12 +16,12 @@ when other pools remain: the IR said so many flows go there, and with Envoy they
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from podway.ir import IR, Listener, ListenerProtocol, Member, MemberState, Pool, PoolProtocol
+from podway.ir import IR, EngineKind, ListenerProtocol, Member, MemberState, Pool
+from podway.ir.engines import kernel_unsupported
 
 # (pool name, member) → may it take new flows now (its health as the checker sees it)
 Usable = Callable[[str, Member], bool]
@@ -62,41 +63,21 @@ class Skipped:
     served: bool = False
 
 
-def unsupported(listener: Listener, pools: Iterable[Pool | None]) -> str | None:
-    """Why the kernel engine cannot serve ``listener`` (None: it can)."""
-    if listener.protocol not in _L4:
-        return f"protocol {listener.protocol} needs a proxy (the kernel engine does TCP and UDP)"
-    try:
-        if ipaddress.ip_address(listener.address).version != 4:
-            return "IPv6 addresses are not served by the kernel engine yet"
-    except ValueError:
-        return f"address {listener.address!r} is not an IP address"
-    if not listener.l4_routes:
-        return "no route"
-    if len(listener.l4_routes) > 1:
-        return "more than one route on one port (chosen by SNI) needs a proxy"
-    route = listener.l4_routes[0]
-    if route.certificate is not None or route.hostnames:
-        return "TLS needs a proxy"
-    for pool in pools:
-        if pool is None:
-            continue
-        if pool.settings.proxy_protocol:
-            return f"PROXY protocol ({pool.name}) needs a proxy"
-        if pool.settings.upstream_tls is not None:
-            return f"TLS to the members ({pool.name}) needs a proxy"
-        if pool.settings.protocol not in (PoolProtocol.TCP, PoolProtocol.UDP):
-            return f"pool protocol {pool.settings.protocol} ({pool.name}) needs a proxy"
-    return None
+def plan(ir: IR, usable: Usable, *, every_l4: bool = True
+         ) -> tuple[tuple[Service, ...], tuple[Skipped, ...]]:
+    """The services to install for ``ir`` (sorted by name) and the listeners left out.
 
-
-def plan(ir: IR, usable: Usable) -> tuple[tuple[Service, ...], tuple[Skipped, ...]]:
-    """The services to install for ``ir`` (sorted by name) and the listeners left out."""
+    ``every_l4``: serve every TCP/UDP listener the kernel can (the kernel is this host's
+    engine); else only the listeners the translator gave the kernel (``Listener.engine``:
+    Services annotated ``podway.io/engine: kernel``), beside an Envoy serving the rest."""
     services: list[Service] = []
     skipped: list[Skipped] = []
     for listener in ir.listeners:
+        if not every_l4 and listener.engine is not EngineKind.KERNEL:
+            continue
         names = [b.pool for r in listener.l4_routes for b in r.backends if b.pool]
-        why = unsupported(listener, (ir.pools.get(n) for n in names))
+        why = kernel_unsupported(listener, ((n, ir.pools[n].settings) for n in names
+                                            if n in ir.pools))
         if why is not None:
             skipped.append(Skipped(name=listener.name, reason=why))
             continue

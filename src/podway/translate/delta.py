@@ -41,6 +41,7 @@ from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.delta import PATCHED_KINDS, patch_routes
 from podway.translate.pools.backends import PoolSpec, ServiceKey, service_mode
 from podway.translate.pools.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
+from podway.translate.pools.engine_choice import ENGINE_ANNOTATION
 from podway.translate.service import is_ours as service_is_ours
 from podway.translate.traffic import lone_pool, sets_traffic
 
@@ -226,6 +227,7 @@ def _plain_service(service: Service | None) -> bool:
         return True
     annotations = service.metadata.annotations
     return (PROXY_ANNOTATION not in annotations and CLIENT_IP_ANNOTATION not in annotations
+            and ENGINE_ANNOTATION not in annotations
             and service.spec.session_affinity != "ClientIP")
 
 
