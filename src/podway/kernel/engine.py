@@ -14,8 +14,9 @@ Invariants:
 * The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
   restarted Podway takes over without a gap (its first write replaces the table atomically);
   ``podway kernel cleanup`` removes it.
-* A failed write is logged in one line and tried again (``retry_s``) with the newest state;
-  the table keeps what it had, whole (a transaction either applies or not at all).
+* A failed write is logged in one line (once while it keeps failing the same way) and tried
+  again with the newest state (``retry_s``, doubling to 30 s); the table keeps what it had,
+  whole (a transaction either applies or not at all).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ Write = Callable[[str], Awaitable[None]]
 
 
 class KernelEngine:
-    def __init__(self, write: Write, *, table: str = ruleset.TABLE,
+    def __init__(self, write: Write, *, table: str = ruleset.TABLE, every_l4: bool = True,
                  checker: Callable[[Callable[[], None]], Checker] = Checker,
                  retry_s: float = 1.0) -> None:
         self.write = write
         self.table = table
+        self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
         self.retry_s = retry_s
         self.checker = checker(self._changed)
         self.ir = IR()
@@ -79,7 +81,7 @@ class KernelEngine:
 
     def render(self) -> str:
         """Plan the current IR with the current health and render the table's text."""
-        self.services, self.skipped = plan(self.ir, self.checker.usable)
+        self.services, self.skipped = plan(self.ir, self.checker.usable, every_l4=self.every_l4)
         if self.skipped != self._said:
             for skip in set(self.skipped) - set(self._said):
                 log.warning("kernel engine: not serving %s: %s", skip.name, skip.reason)
@@ -87,6 +89,7 @@ class KernelEngine:
         return ruleset.full(self.services, self.table)
 
     async def _apply_loop(self) -> None:
+        failed, failures = "", 0  # the last write error, and how many in a row
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -96,11 +99,15 @@ class KernelEngine:
             try:
                 await self.write(text)
             except PodwayError as exc:
-                log.error("kernel engine: the ruleset was not applied (%s); trying again in "
-                          "%.1fs", str(exc).splitlines()[0] if str(exc) else exc, self.retry_s)
-                await asyncio.sleep(self.retry_s)
+                error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                # The same failure again (no root, no nftables) says nothing new.
+                log.log(logging.ERROR if error != failed else logging.DEBUG,
+                        "kernel engine: the ruleset was not applied (%s); trying again", error)
+                failed, failures = error, failures + 1
+                await asyncio.sleep(min(self.retry_s * 2 ** (failures - 1), 30.0))
                 self._dirty.set()
                 continue
+            failed, failures = "", 0
             self.installed = text
             self.writes += 1
             log.info("kernel engine: %d services, %d members installed", len(self.services),

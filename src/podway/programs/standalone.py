@@ -33,7 +33,7 @@ from podway.envoy.engine.process import Engine
 from podway.envoy.engine.state import open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
-from podway.ir import IR
+from podway.ir import IR, EngineKind
 from podway.kernel.engine import KernelEngine
 from podway.pipeline import Pipeline, Rejection
 from podway.programs.gc_policy import GcPolicy, keep_settled
@@ -131,7 +131,9 @@ class Standalone:
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
                     if self.opts.engine and self.opts.engine_kind == "kernel":
-                        group.create_task(self._kernel(), name="standalone-kernel")
+                        group.create_task(self._kernel(every_l4=True), name="standalone-kernel")
+                    elif self.opts.engine:
+                        group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
@@ -143,12 +145,21 @@ class Standalone:
             finally:
                 await self.server.stop(grace=0.5)
 
-    async def _kernel(self) -> None:
+    async def _kernel_when_asked(self) -> None:
+        """Beside Envoy: the kernel engine, from the first IR in which a Service asks for it
+        (``podway.io/engine: kernel``), serving only those listeners (Envoy keeps its own
+        listener on the port, idle: the kernel DNATs the port's packets before they reach it,
+        and takes new connections back to it when the Service switches back)."""
+        await self.pipeline.wait_for(lambda s: any(
+            ls.engine is EngineKind.KERNEL for ls in s.ir.listeners))
+        await self._kernel(every_l4=False)
+
+    async def _kernel(self, *, every_l4: bool) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
         from podway.programs.kernel import writer
 
         out = writer()
-        self.kernel = KernelEngine(out.write)
+        self.kernel = KernelEngine(out.write, every_l4=every_l4)
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             await self.kernel.run(ir_states(self.pipeline))

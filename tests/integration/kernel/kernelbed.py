@@ -127,9 +127,9 @@ class Bed:
         tmp.write_text(text)
         tmp.rename(self.manifests / filename)
 
-    def start_engine(self) -> None:
+    def start_engine(self, kind: str = "kernel") -> None:
         self._engine = subprocess.Popen(
-            ["ip", "netns", "exec", self.engine, PODWAY, "run", "--engine", "kernel",
+            ["ip", "netns", "exec", self.engine, PODWAY, "run", "--engine", kind,
              "--manifests", str(self.manifests), "--address", VIP,
              "--state-dir", str(self.root / "state"), "--log-level", "info"],
             stdout=self.engine_log.open("wb"), stderr=subprocess.STDOUT)

@@ -127,6 +127,38 @@ def test_no_connection_fails_while_members_change(bed: Bed) -> None:
     assert set(result["names"]) == {"b1", "b2"}, result
 
 
+def test_a_service_switches_between_envoy_and_the_kernel_without_a_failed_connection(
+        bed: Bed) -> None:
+    """Beside Envoy (``podway run``), a Service annotated podway.io/engine: kernel is DNATed
+    by the kernel engine; switching the annotation off and on under a stream of new
+    connections fails none (Envoy's listener waits behind the DNAT, conntrack keeps flows)."""
+    kernel = service(annotations={"podway.io/engine": "kernel"})
+    slices = endpoints("web", ["b1", "b2"])
+    bed.write("web.yaml", kernel + "---\n" + slices)
+    bed.start_engine("envoy")
+    serving(bed, "b1", "b2")
+    loop = subprocess.Popen(["ip", "netns", "exec", bed.client, sys.executable, CLIENT, "loop",
+                             VIP, "80", "9"], stdout=subprocess.PIPE, text=True)
+    seen_envoy = seen_kernel = False
+    try:
+        for turn in range(6):
+            bed.write("web.yaml", (kernel if turn % 2 else service()) + "---\n" + slices)
+            time.sleep(1.2)
+            in_table = BACKENDS["b1"][1] in bed.table()
+            seen_kernel |= in_table
+            seen_envoy |= not in_table
+        out, _ = loop.communicate(timeout=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    assert seen_envoy
+    assert seen_kernel
+    result = json.loads(out)
+    assert result["failed"] == 0, result
+    assert result["ok"] > 100, result
+
+
 def test_the_table_outlives_the_engine_and_cleanup_removes_it(bed: Bed) -> None:
     """Stopping the engine keeps traffic flowing (its table stays); ``podway kernel cleanup``
     removes everything, and ``podway kernel dump``/``counters`` read it before."""
