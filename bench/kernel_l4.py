@@ -18,6 +18,13 @@ on the machine — compare modes, not absolute values), and the engine process's
 connection (Envoy; the kernel engine's process only runs health checks, its DNAT is softirq
 time, counted in the machine's figure).
 
+PAWS-refused SYNs: the kernel engine SNATs to the lb's own address, the one Envoy's
+connections to the same backends came from. A backend keeps the TIME_WAIT of each connection it
+closed (60 s) with that connection's TCP timestamp; a SNATed SYN on the same 4-tuple carries the
+client's timestamp, which may be older, and is refused (PAWS): the client retries after 1 s.
+So a ``kernel new`` right after an ``envoy`` round shows collapsed connections per second
+(docs/kernel.md, "SNAT and TIME_WAIT"); rounds where kernel runs first show its real figure.
+
     sudo .venv/bin/python bench/kernel_l4.py [--rounds 3] [--seconds 5]
 """
 
@@ -72,6 +79,15 @@ endpoints:
 def sh(*args: str, ns: str | None = None) -> str:
     argv = ["ip", "netns", "exec", ns, *args] if ns else list(args)
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def paws_rejects(bed: Bed) -> int:
+    """SYNs the backends refused for an older timestamp on a TIME_WAIT tuple (see main)."""
+    total = 0
+    for ns in bed.backends.values():
+        out = sh("nstat", "-az", "TcpExtPAWSTimewait", ns=ns)
+        total += sum(int(line.split()[1]) for line in out.splitlines() if "PAWS" in line)
+    return total
 
 
 def busy_jiffies() -> int:
@@ -233,6 +249,7 @@ def main() -> int:
                         for kind, close in (("long", False), ("new", True)):
                             pids = children(pid) if pid else []
                             cpu0 = sum(proc_cpu_s(p) for p in pids)
+                            paws0 = paws_rejects(bed)
                             busy0, t0 = busy_jiffies(), time.monotonic()
                             rps, p50, errors = wrk(bed, urls, seconds=args.seconds,
                                                       connections=args.connections,
@@ -241,13 +258,15 @@ def main() -> int:
                             busy = (busy_jiffies() - busy0) / os.sysconf("SC_CLK_TCK")
                             engine_cpu = sum(proc_cpu_s(p) for p in pids) - cpu0
                             total = rps * wall
+                            paws = paws_rejects(bed) - paws0
                             results.setdefault((mode, kind), []).append(
                                 (rps, p50, busy / total * 1e6, engine_cpu / total * 1e6,
                                  errors))
                             print(f"round {round_ + 1} {mode:6} {kind:4} {rps:9.0f}/s "
                                   f"p50 {p50:.3f} ms  machine {busy / total * 1e6:6.1f} us/"
                                   f"{'conn' if close else 'req'}  engine process "
-                                  f"{engine_cpu / total * 1e6:6.1f} us  errors {errors}",
+                                  f"{engine_cpu / total * 1e6:6.1f} us  errors {errors}  "
+                                  f"PAWS-refused SYNs {paws}",
                                   flush=True)
         finally:
             bed.close()
