@@ -27,7 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from podway.base.errors import PodwayError
 from podway.engines.member_health import HostKey, HostState
-from podway.ir import IR
+from podway.ir import IR, EngineKind
+from podway.ir.engines import kernel_unsupported
 from podway.kernel import ruleset
 from podway.kernel.health import Checker
 from podway.kernel.plan import Service, Skipped, plan
@@ -39,11 +40,13 @@ Write = Callable[[str], Awaitable[None]]
 
 class KernelEngine:
     def __init__(self, write: Write, *, table: str = ruleset.TABLE, every_l4: bool = True,
+                 alone: bool = False,
                  checker: Callable[[Callable[[], None]], Checker] = Checker,
                  retry_s: float = 1.0) -> None:
         self.write = write
         self.table = table
         self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
+        self.alone = alone  # no other engine here: say which listeners nobody serves
         self.retry_s = retry_s
         self.checker = checker(self._changed)
         self.ir = IR()
@@ -82,6 +85,8 @@ class KernelEngine:
     def render(self) -> str:
         """Plan the current IR with the current health and render the table's text."""
         self.services, self.skipped = plan(self.ir, self.checker.usable, every_l4=self.every_l4)
+        if self.alone and not self.every_l4:
+            self.skipped += unserved(self.ir)
         if self.skipped != self._said:
             for skip in set(self.skipped) - set(self._said):
                 log.warning("kernel engine: not serving %s: %s", skip.name, skip.reason)
@@ -114,3 +119,17 @@ class KernelEngine:
                      sum(len(s.backends) for s in self.services))
             async with self._applied:
                 self._applied.notify_all()
+
+
+def unserved(ir: IR) -> tuple[Skipped, ...]:
+    """The listeners the IR gives another engine, each with why the kernel does not take it."""
+    out = []
+    for listener in ir.listeners:
+        if listener.engine is EngineKind.KERNEL:
+            continue
+        names = [b.pool for r in listener.l4_routes for b in r.backends if b.pool]
+        why = kernel_unsupported(listener, ((n, ir.pools[n].settings) for n in names
+                                            if n in ir.pools))
+        out.append(Skipped(name=listener.name, reason=why or "its Service chose the Envoy "
+                           "engine (podway.io/engine: envoy), which is not running here"))
+    return tuple(out)

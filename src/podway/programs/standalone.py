@@ -57,9 +57,10 @@ class StandaloneOptions:
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
-    # "envoy": one supervised Envoy serves everything; "kernel": the kernel engine
-    # (``podway.kernel``) serves the TCP/UDP listeners it can, by nftables DNAT, and nothing
-    # else is served (each listener left out is logged with the reason).
+    # "envoy": one supervised Envoy serves everything but the listeners the IR gives the kernel
+    # (``Listener.engine``), which the kernel engine serves beside it; "kernel": only the kernel
+    # engine runs (with ``translate.l4_engine`` KERNEL it gets every L4 listener it can serve;
+    # nothing else is served, and the engine logs each listener it leaves out).
     engine_kind: str = "envoy"
     envoy_path: str | None = None
     envoy_log_level: str = "warning"
@@ -131,7 +132,7 @@ class Standalone:
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
                     if self.opts.engine and self.opts.engine_kind == "kernel":
-                        group.create_task(self._kernel(every_l4=True), name="standalone-kernel")
+                        group.create_task(self._kernel(), name="standalone-kernel")
                     elif self.opts.engine:
                         group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
@@ -152,14 +153,15 @@ class Standalone:
         and takes new connections back to it when the Service switches back)."""
         await self.pipeline.wait_for(lambda s: any(
             ls.engine is EngineKind.KERNEL for ls in s.ir.listeners))
-        await self._kernel(every_l4=False)
+        await self._kernel()
 
-    async def _kernel(self, *, every_l4: bool) -> None:
+    async def _kernel(self) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
         from podway.programs.kernel import writer
 
         out = writer()
-        self.kernel = KernelEngine(out.write, every_l4=every_l4)
+        self.kernel = KernelEngine(out.write, every_l4=False,
+                                   alone=self.opts.engine_kind == "kernel")
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             await self.kernel.run(ir_states(self.pipeline))

@@ -170,7 +170,7 @@ def _client_ip_and_engine(snapshot: Snapshot, listeners: list[Listener],
     depends on PROXY protocol, set by the first); their problems are added to ``problems``."""
     listeners, found = apply_client_ip(snapshot, listeners, pools, opts.xff_trusted_hops)
     problems.extend(found)
-    listeners, found = apply_engine(snapshot, listeners, pools)
+    listeners, found = apply_engine(snapshot, listeners, pools, opts.l4_engine)
     problems.extend(found)
     return listeners
 

@@ -104,6 +104,7 @@ def run(
     from podway.base.netaddr import HostPort
     from podway.envoy.engine.state import instance_dir
     from podway.envoy.xds.server import ServerTLS, check_bind
+    from podway.ir import EngineKind
     from podway.programs.gc_policy import GcPolicy
     from podway.programs.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
@@ -142,7 +143,8 @@ def run(
                                    takeover_classes=check_classes("--ingress-class", ingress_class),
                                    tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
-                                                               xff_trusted_hops)),
+                                                               xff_trusted_hops),
+                                   l4_engine=EngineKind(engine)),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         engine=not no_engine, engine_kind=engine, envoy_path=envoy_path,

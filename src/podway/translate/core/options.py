@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from podway.translate.core.vips import VipAllocator
 
-from podway.ir import TLSOptions
+from podway.ir import EngineKind, TLSOptions
 
 
 class BackendMode(StrEnum):
@@ -65,6 +65,10 @@ class TranslateOptions:
     (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
     peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
     (``podway.translate.pools.client_ip``)."""
+    l4_engine: EngineKind = EngineKind.ENVOY
+    """The engine of a TCP/UDP listener whose Services name none (``podway.io/engine``):
+    ``podway run --engine kernel`` makes it ``KERNEL`` (the kernel engine serves every L4
+    listener it can; ``podway.translate.pools.engine_choice``)."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
     bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no

@@ -9,8 +9,10 @@ and only sets ``Listener.engine``:
 * otherwise it stays with Envoy, and each Service that asked for the kernel is told why in one
   ``UnsupportedValue`` warning naming the feature (TLS, PROXY protocol, HTTP, a listener shared
   with a Service that did not ask): never silently different serving;
-* ``envoy`` (or no annotation) is the default; any other value is an ``InvalidAnnotation``
-  warning and the default applies.
+* no annotation: the default engine (``TranslateOptions.l4_engine``: Envoy, or the kernel
+  with ``podway run --engine kernel``, then without warnings for what it cannot serve: the
+  Service asked for nothing); ``envoy`` opts out of a kernel default; any other value is an
+  ``InvalidAnnotation`` warning and the default applies.
 """
 
 from __future__ import annotations
@@ -28,15 +30,23 @@ ENGINE_ANNOTATION = "podway.io/engine"
 _FIELD = f"metadata.annotations[{ENGINE_ANNOTATION}]"
 
 
-def apply_engine(snapshot: Snapshot, listeners: list[Listener], pools: dict[str, PoolSpec]
+def apply_engine(snapshot: Snapshot, listeners: list[Listener], pools: dict[str, PoolSpec],
+                 default: EngineKind = EngineKind.ENVOY
                  ) -> tuple[list[Listener], list[Problem]]:
-    """Listeners with the engine their Services chose (module docstring)."""
+    """Listeners with the engine their Services chose, ``default`` for those that name none
+    (module docstring)."""
     problems: list[Problem] = []
     wanted: dict[tuple[str, str], ObjectRef] = {}  # Services that asked for the kernel
+    implied: set[tuple[str, str]] = set()  # ... by naming no engine, with the kernel default
     for key in sorted({spec.service for spec in pools.values()}):
         service = snapshot.get(Service, *key)
-        if service is not None and _asks_kernel(service, problems):
+        if service is None:
+            continue
+        asked = _asks(service, problems)
+        if asked == EngineKind.KERNEL or (asked is None and default == EngineKind.KERNEL):
             wanted[key] = service.ref
+            if asked is None:
+                implied.add(key)
     if not wanted:
         return listeners, problems
     why: dict[tuple[ObjectRef, str], None] = {}  # ordered set of (Service, reason)
@@ -61,7 +71,7 @@ def apply_engine(snapshot: Snapshot, listeners: list[Listener], pools: dict[str,
         if reason is None:
             out.append(replace(listener, engine=EngineKind.KERNEL))
             continue
-        for key in sorted(mine):
+        for key in sorted(mine - implied):  # only a Service that named the kernel is told
             why[(wanted[key], f"listener {listener.name}: {reason}")] = None
         out.append(listener)
     for ref, reason in why:
@@ -71,16 +81,16 @@ def apply_engine(snapshot: Snapshot, listeners: list[Listener], pools: dict[str,
     return out, problems
 
 
-def _asks_kernel(service: Service, problems: list[Problem]) -> bool:
+def _asks(service: Service, problems: list[Problem]) -> EngineKind | None:
+    """The engine ``service`` names (None: none, or a value that is not one)."""
     value = service.metadata.annotations.get(ENGINE_ANNOTATION)
-    if value is None:
-        return False
+    if value is None or not value.strip():
+        return None
     text = value.strip().lower()
-    if text == EngineKind.KERNEL:
-        return True
-    if text not in ("", EngineKind.ENVOY):
-        problems.append(Problem(
-            ref=service.ref, reason=Reason.INVALID_ANNOTATION, severity=Severity.WARNING,
-            field=_FIELD, message=f"annotation {ENGINE_ANNOTATION}: {value[:64]!r} is not "
-                                  "\"kernel\" or \"envoy\"; Envoy serves it"))
-    return False
+    if text in (EngineKind.KERNEL, EngineKind.ENVOY):
+        return EngineKind(text)
+    problems.append(Problem(
+        ref=service.ref, reason=Reason.INVALID_ANNOTATION, severity=Severity.WARNING,
+        field=_FIELD, message=f"annotation {ENGINE_ANNOTATION}: {value[:64]!r} is not "
+                              "\"kernel\" or \"envoy\"; the default engine serves it"))
+    return None
