@@ -79,6 +79,26 @@ async def counters(*, netns: str | None = None, table: str = ruleset.TABLE
     return parse_counters(text)
 
 
+async def metrics_text(*, netns: str | None = None, table: str = ruleset.TABLE) -> bytes:
+    """The member counters in Prometheus' text format (empty when nothing is installed)."""
+    return exposition(await counters(netns=netns, table=table))
+
+
+def exposition(found: tuple[MemberCounter, ...]) -> bytes:
+    """Member counters → Prometheus text: packets and bytes per member, both directions."""
+    if not found:
+        return b""
+    lines = []
+    for name, what in (("packets", "Packets"), ("bytes", "Bytes")):
+        metric = f"podway_kernel_member_{name}_total"
+        lines += [f"# HELP {metric} {what} the kernel engine forwarded to and from a member "
+                  "(both directions), since the last change of its table (each replaces it).",
+                  f"# TYPE {metric} counter"]
+        lines += [f'{metric}{{protocol="{c.protocol}",member="{c.address}:{c.port}"}} '
+                  f"{c.packets if name == 'packets' else c.bytes}" for c in found]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def parse_counters(text: str) -> tuple[MemberCounter, ...]:
     """``nft -j list counters`` → the member counters (named ``ruleset.counter_name``)."""
     out = []

@@ -176,8 +176,14 @@ class Standalone:
         app = exposition.make_app(
             registries=[metrics.registry],
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
-            healthy=lambda: self.pipeline.state is not None)
+            healthy=lambda: self.pipeline.state is not None, extra=self._kernel_metrics)
         await surfaces.serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
+
+    async def _kernel_metrics(self) -> bytes:
+        """The kernel engine's per-member counters (nothing while it does not run)."""
+        from podway.programs.kernel import metrics_text
+
+        return await metrics_text() if self.kernel is not None else b""
 
     def _surfaces(self, admin: Path | None, engine: Engine | None
                   ) -> Coroutine[Any, Any, None]:
@@ -188,7 +194,8 @@ class Standalone:
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
             explain_args=("--manifests", str(self.opts.manifests)),
-            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED))
+            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
+            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None))
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:

@@ -130,3 +130,14 @@ def test_counters_of_junk_fail_loudly(bad: str) -> None:
 
     with pytest.raises((ValueError, AttributeError)):
         parse_counters(bad)
+
+
+def test_member_counters_become_prometheus_counters() -> None:
+    from podway.programs.kernel import MemberCounter, exposition
+
+    text = exposition((MemberCounter("tcp", "198.18.1.2", 8080, 10, 628),)).decode()
+    assert 'podway_kernel_member_packets_total{protocol="tcp",member="198.18.1.2:8080"} 10' \
+        in text
+    assert 'podway_kernel_member_bytes_total{protocol="tcp",member="198.18.1.2:8080"} 628' in text
+    assert "# TYPE podway_kernel_member_bytes_total counter" in text
+    assert exposition(()) == b""

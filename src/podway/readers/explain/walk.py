@@ -30,12 +30,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podway.ir import (
     IR,
     ClientAccess,
     DirectResponse,
+    EngineKind,
     Forward,
     L4Route,
     Listener,
@@ -424,7 +425,18 @@ class _Walk:
             self.step("pool", Mark.FAIL, "no backend with a weight above 0")
             return self._reset("the connection is closed: the route has no usable backend",
                                (route.origin,))
-        return self._shares(shares, (route.origin,), http=False)
+        if listener.engine is not EngineKind.KERNEL:
+            return self._shares(shares, (route.origin,), http=False)
+        how = ("by a hash of the client's address (sessionAffinity ClientIP)"
+               if route.client_ip_affinity else "at random, by weight")
+        source = ("the client's own address" if listener.transparent
+                  else "the engine host's address (SNAT)")
+        self.step("engine", Mark.INFO, f"the kernel engine serves this port: nftables DNATs "
+                  f"each new {self._transport()} flow to one member {how}; the member sees "
+                  f"{source}; no proxy touches the bytes")
+        verdict = self._shares(shares, (route.origin,), http=False)
+        return replace(verdict, summary=verdict.summary.replace(
+            "served by ", "DNAT by the kernel engine to a member of "))
 
     # -- pools and members --------------------------------------------------------------------
 
