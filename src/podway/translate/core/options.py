@@ -69,6 +69,11 @@ class TranslateOptions:
     """The engine of a TCP/UDP listener whose Services name none (``podway.io/engine``):
     ``podway run --engine kernel`` makes it ``KERNEL`` (the kernel engine serves every L4
     listener it can; ``podway.translate.pools.engine_choice``)."""
+    npl_enabled_by_controller: bool = False
+    """The controller adds ``nodeportlocal.antrea.io/enabled: "true"`` itself to every Service it
+    uses in ``nodeportlocal`` mode (``podway controller``): a Service still without it is that
+    controller's next step, not the user's problem, so it gets no ``NodePortLocalNotEnabled``
+    warning (the controller reports a write that fails). Off (standalone): nobody adds it."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
     bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no
