@@ -232,6 +232,8 @@ def main() -> int:
     if os.geteuid() != 0 or not shutil.which("wrk") or not shutil.which("nginx"):
         print("needs root, wrk and nginx", file=sys.stderr)
         return 2
+    # SIGTERM (timeout, kill) ends the run through the finally blocks: namespaces and nginx go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     ref: Reference = measure()
     print(ref.describe())
     print("The machine is shared with other work: compare the modes of this run only.")
@@ -244,8 +246,10 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for mode in modes[round_ % 3:] + modes[:round_ % 3]:  # rotate the order
                     with bed.engine(mode) as pid:
+                        # Two wrk processes in every mode (the same client CPU): to b1 and b2
+                        # directly, or both to the VIP.
                         urls = [f"http://{far}:8080/" for _, far in BACKENDS.values()] \
-                            if mode == "direct" else [f"http://{VIP}/"]
+                            if mode == "direct" else [f"http://{VIP}/"] * 2
                         for kind, close in (("long", False), ("new", True)):
                             pids = children(pid) if pid else []
                             cpu0 = sum(proc_cpu_s(p) for p in pids)
