@@ -10,6 +10,8 @@ state, never a backlog.
 
 Invariants:
 
+* After a write, UDP flows to a member no longer chosen (failed, removed) are deleted from
+  conntrack (``forget``; ``plan.stale_udp`` says why), so the next datagram takes the new rules.
 * Reads only the IR (``podway.ir``): never Kubernetes objects or the translator.
 * The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
   restarted Podway takes over without a gap (its first write replaces the table atomically);
@@ -31,22 +33,24 @@ from podway.ir import IR, EngineKind
 from podway.ir.engines import kernel_unsupported
 from podway.kernel import ruleset
 from podway.kernel.health import Checker
-from podway.kernel.plan import Service, Skipped, plan
+from podway.kernel.plan import Service, Skipped, StaleFlows, plan, stale_udp
 
 log = logging.getLogger(__name__)
 
 Write = Callable[[str], Awaitable[None]]
+Forget = Callable[[tuple[StaleFlows, ...]], Awaitable[None]]  # delete those conntrack entries
 
 
 class KernelEngine:
     def __init__(self, write: Write, *, table: str = ruleset.TABLE, every_l4: bool = True,
-                 alone: bool = False,
+                 alone: bool = False, forget: Forget | None = None,
                  checker: Callable[[Callable[[], None]], Checker] = Checker,
                  retry_s: float = 1.0) -> None:
         self.write = write
         self.table = table
         self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
         self.alone = alone  # no other engine here: say which listeners nobody serves
+        self.forget = forget  # after a write: drop UDP flows to members no longer chosen
         self.retry_s = retry_s
         self.checker = checker(self._changed)
         self.ir = IR()
@@ -98,6 +102,7 @@ class KernelEngine:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            before = self.services
             text = self.render()
             if text == self.installed:
                 continue
@@ -113,6 +118,12 @@ class KernelEngine:
                 self._dirty.set()
                 continue
             failed, failures = "", 0
+            stale = stale_udp(before, self.services)
+            if stale and self.forget is not None:
+                try:
+                    await self.forget(stale)
+                except PodwayError as exc:  # best effort: such flows then age out on their own
+                    log.warning("kernel engine: stale UDP flows not deleted (%s)", exc)
             self.installed = text
             self.writes += 1
             log.info("kernel engine: %d services, %d members installed", len(self.services),

@@ -142,3 +142,27 @@ def _scale(weights: dict[tuple[str, int], int], slots: int) -> dict[tuple[str, i
     for k in sorted(exact, key=lambda k: (math.floor(exact[k]) - exact[k], k))[:max(left, 0)]:
         out[k] += 1
     return out
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StaleFlows:
+    """UDP flows conntrack keeps sending to a member no longer chosen for new flows."""
+
+    address: str  # the service's VIP ("0.0.0.0": any local address)
+    port: int
+    member: str
+    member_port: int
+
+
+def stale_udp(before: tuple[Service, ...], after: tuple[Service, ...]) -> tuple[StaleFlows, ...]:
+    """The UDP (service, member) pairs in ``before`` and not in ``after``.
+
+    DNAT is chosen on a flow's first packet; a UDP client that keeps one source port (DNS,
+    QUIC, media) refreshes its conntrack entry forever, so without deleting those entries it
+    would keep talking to a member that failed or left. TCP is left alone: a new connection
+    meets the new rules, and established ones finish (draining)."""
+    def pairs(services: tuple[Service, ...]) -> set[StaleFlows]:
+        return {StaleFlows(s.address, s.port, b.address, b.port)
+                for s in services if s.protocol == "udp" for b in s.backends}
+
+    return tuple(sorted(pairs(before) - pairs(after)))

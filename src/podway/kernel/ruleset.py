@@ -8,8 +8,7 @@
         dnat ip to numgen random mod N map @b<i>         or  jhash ip saddr mod N (ClientIP)
       map b<i>   { numgen slot interval : member ip . port }   weights are slot ranges
       chain prerouting / output   nat hooks: one vmap lookup per new flow
-      chain postrouting           masquerade what carries SNAT_MARK (to the host's address,
-                                  source ports SNAT_PORTS)
+      chain postrouting           masquerade what carries SNAT_MARK (to the host's address)
       chain count                 forward hook: per-member packet/byte counters (both ways)
 
 A NAT chain sees only the first packet of a flow; conntrack carries every later packet with the
@@ -32,12 +31,10 @@ from podway.kernel.plan import Backend, Service
 TABLE = "podway_l4"
 SNAT_MARK = 0x00400000  # a packet bit no other Podway part uses (Envoy 0x1000/0x2000, lab 0x4000)
 HASH_SEED = 0x50570000  # fixed, so a restart keeps every ClientIP client on its member
-# SNAT source ports: below Linux's default ephemeral range (ip_local_port_range 32768-60999), so
-# a SNATed flow never takes the 4-tuple of one of the host's own connections (an Envoy beside
-# the kernel engine, health checks). A member keeps the TIME_WAIT of a connection it closed with
-# that connection's TCP timestamps, and refuses (PAWS) a SYN on the same tuple whose timestamp
-# is older: the client would wait 1 s (docs/kernel.md, "SNAT and TIME_WAIT").
-SNAT_PORTS = "1024-32767"
+# SNAT keeps the client's source port when it can (plain masquerade). Measured: forcing a port
+# range (even one apart from the host's own ephemeral ports) remaps every flow, and the members
+# then refuse ~4 % of SYNs by PAWS against their TIME_WAIT tuples (1 s stalls; 4,400 instead
+# of 18,000 new connections/s in bench/kernel_l4.py; docs/kernel.md, "SNAT and TIME_WAIT").
 
 
 def counter_name(protocol: str, backend: Backend) -> str:
@@ -122,8 +119,7 @@ def full(services: Iterable[Service], table: str = TABLE) -> str:
         "  }",
         "  chain postrouting {",
         "    type nat hook postrouting priority srcnat; policy accept;",
-        f"    meta mark & {SNAT_MARK:#010x} == {SNAT_MARK:#010x} meta l4proto {{ tcp, udp }} "
-        f"masquerade to :{SNAT_PORTS}",
+        f"    meta mark & {SNAT_MARK:#010x} == {SNAT_MARK:#010x} masquerade",
         "  }",
         "  chain count {",
         "    type filter hook forward priority filter; policy accept;",

@@ -8,11 +8,16 @@ long-lived context, no process per change), ``nft -f -`` otherwise, ``nft`` for 
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from podway.kernel import ruleset
+from podway.kernel.plan import StaleFlows
 from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -55,6 +60,35 @@ async def cleanup(*, netns: str | None = None, table: str = ruleset.TABLE) -> bo
         return False
     await CommandRunner(netns=netns).run("nft", "-f", "-", stdin=ruleset.cleanup(table))
     return True
+
+
+def forgetter(*, netns: str | None = None) -> Callable[[tuple[StaleFlows, ...]], Awaitable[None]]:
+    """Deletes the conntrack entries of stale UDP flows with the ``conntrack`` tool (when it is
+    installed; without it they time out on their own, after a warning)."""
+    runner = CommandRunner(netns=netns)
+    warned = [False]
+
+    async def forget(stale: tuple[StaleFlows, ...]) -> None:
+        if shutil.which("conntrack") is None:
+            if not warned[0]:
+                warned[0] = True
+                log.warning("kernel engine: conntrack is not installed: UDP flows to a member "
+                            "that failed or left keep going there until they time out")
+            return
+        for flows in stale:
+            try:
+                await runner.run(*delete_args(flows))
+            except RulesError as exc:
+                if "0 flow entries" not in str(exc):  # exit 1 when nothing matched
+                    raise
+    return forget
+
+
+def delete_args(flows: StaleFlows) -> tuple[str, ...]:
+    """``conntrack`` arguments deleting the UDP flows DNATed from the VIP to one member."""
+    vip = () if flows.address == "0.0.0.0" else ("--orig-dst", flows.address)
+    return ("conntrack", "-D", "-p", "udp", *vip, "--orig-port-dst", str(flows.port),
+            "--reply-src", flows.member, "--reply-port-src", str(flows.member_port))
 
 
 @dataclass(frozen=True, slots=True)

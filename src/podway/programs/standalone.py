@@ -157,10 +157,10 @@ class Standalone:
 
     async def _kernel(self) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
-        from podway.programs.kernel import writer
+        from podway.programs.kernel import forgetter, writer
 
         out = writer()
-        self.kernel = KernelEngine(out.write, every_l4=False,
+        self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
                                    alone=self.opts.engine_kind == "kernel")
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:

@@ -1,6 +1,7 @@
 """Client side of the kernel engine tests, run inside the client namespace (stdlib only).
 
-    ask  PROTO HOST PORT           one ``whoami``: the echo's JSON (nothing when unanswered)
+    ask  PROTO HOST PORT [SPORT]   one ``whoami``: the echo's JSON (nothing when unanswered);
+                                   SPORT fixes the client's source port (UDP: one flow)
     many PROTO HOST PORT COUNT     COUNT new connections (UDP: new source ports), one line each:
                                    the echo's JSON, or {"error": ...}
     loop HOST PORT SECONDS         new TCP connections back to back for SECONDS, each with one
@@ -17,9 +18,11 @@ import time
 TIMEOUT_S = 2.0
 
 
-def whoami(proto: str, host: str, port: int) -> dict[str, str]:
+def whoami(proto: str, host: str, port: int, sport: int = 0) -> dict[str, str]:
     if proto == "udp":
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("0.0.0.0", sport))
             s.settimeout(TIMEOUT_S)
             s.sendto(b"whoami", (host, port))
             data, _ = s.recvfrom(65535)
@@ -39,7 +42,8 @@ def main(argv: list[str]) -> int:
     mode = argv[0]
     if mode == "ask":
         try:
-            print(json.dumps(whoami(argv[1], argv[2], int(argv[3]))))
+            sport = int(argv[4]) if len(argv) > 4 else 0
+            print(json.dumps(whoami(argv[1], argv[2], int(argv[3]), sport)))
         except (OSError, ValueError):
             return 1
         return 0

@@ -4,6 +4,7 @@ namespace, two backend namespaces running ``podway echo`` (kernelbed.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -101,6 +102,25 @@ def test_a_failed_member_leaves_new_flows_within_one_interval_and_a_second(bed: 
     assert [s.get("name") for s in seen] == ["b2"] * 20, seen
     bed.echo("b1")
     serving(bed, "b1", "b2")
+
+
+def test_a_udp_flow_leaves_a_member_that_left(bed: Bed) -> None:
+    """A UDP client keeping one source port follows the member list: when its member leaves,
+    its next datagram reaches the other one (conntrack entries of the old member are deleted)."""
+    if shutil.which("conntrack") is None:
+        pytest.skip("conntrack is not installed")
+    bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", ["b1", "b2"], udp=True))
+    bed.start_engine()
+    serving(bed, "b1", "b2")
+    first = bed.run_client("ask", "udp", VIP, "53", "40053")
+    assert first, "no answer"
+    name = json.loads(first)["name"]
+    other = "b2" if name == "b1" else "b1"
+    assert json.loads(bed.run_client("ask", "udp", VIP, "53", "40053"))["name"] == name
+    bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", [other], udp=True))
+    serving(bed, other)
+    bed.wait(lambda: json.loads(bed.run_client("ask", "udp", VIP, "53", "40053") or "{}").get(
+        "name") == other, f"the flow to move to {other}", limit_s=5)
 
 
 def test_no_connection_fails_while_members_change(bed: Bed) -> None:

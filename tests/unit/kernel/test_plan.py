@@ -119,3 +119,19 @@ def test_huge_weights_are_scaled_to_the_slot_limit() -> None:
     weights = {b.address: b.weight for b in out}
     assert weights["198.18.2.2"] == 1
     assert abs(weights["198.18.1.2"] - 2 * weights["198.18.3.2"]) <= 2
+
+
+def test_udp_members_no_longer_chosen_are_stale_tcp_never() -> None:
+    """A UDP member that left (or failed) is reported for its conntrack entries to go; TCP
+    members are not (their established connections finish)."""
+    from podway.kernel.plan import Service, StaleFlows, stale_udp
+
+    def svc(protocol: str, *members: str) -> Service:
+        return Service(name=f"s/{protocol}", address="198.18.0.10", port=53, protocol=protocol,
+                       affinity=False, transparent=False, pools=("p",),
+                       backends=tuple(Backend(m, 5353) for m in members))
+
+    before = (svc("udp", "198.18.1.2", "198.18.2.2"), svc("tcp", "198.18.1.2", "198.18.2.2"))
+    after = (svc("udp", "198.18.2.2"), svc("tcp", "198.18.2.2"))
+    assert stale_udp(before, after) == (StaleFlows("198.18.0.10", 53, "198.18.1.2", 5353),)
+    assert stale_udp(after, before) == ()
