@@ -67,6 +67,7 @@ from podway.readers.explain.words import (
     filter_text,
     host_kind,
     hostport,
+    kernel_dnat,
     listing,
     no_sni,
     protocol_mismatch,
@@ -423,13 +424,7 @@ class _Walk:
                                (route.origin,))
         if listener.engine is not EngineKind.KERNEL:
             return self._shares(shares, (route.origin,), http=False)
-        how = ("by a hash of the client's address (sessionAffinity ClientIP)"
-               if route.client_ip_affinity else "at random, by weight")
-        source = ("the client's own address" if listener.transparent
-                  else "the engine host's address (SNAT)")
-        self.step("engine", Mark.INFO, f"the kernel engine serves this port: nftables DNATs "
-                  f"each new {self._transport()} flow to one member {how}; the member sees "
-                  f"{source}; no proxy touches the bytes")
+        self.step("engine", Mark.INFO, kernel_dnat(listener, route, self._transport()))
         verdict = self._shares(shares, (route.origin,), http=False)
         return replace(verdict, summary=verdict.summary.replace(
             "served by ", "DNAT by the kernel engine to a member of "))

@@ -23,11 +23,12 @@ from podway.ir import EngineKind, Forward, Listener
 from podway.ir.engines import kernel_unsupported
 from podway.model import ObjectRef, Service
 from podway.model.snapshot import Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.pools.backends import PoolSpec
 
-ENGINE_ANNOTATION = "podway.io/engine"
-_FIELD = f"metadata.annotations[{ENGINE_ANNOTATION}]"
+ENGINE_ANNOTATION = ann.ENGINE.name
+_FIELD = ann.ENGINE.field
 
 
 def apply_engine(snapshot: Snapshot, listeners: list[Listener], pools: dict[str, PoolSpec],
