@@ -7,11 +7,13 @@ long-lived context, no process per change), ``nft -f -`` otherwise, ``nft`` for 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from podway.kernel import ruleset
 from podway.kernel.plan import StaleFlows
@@ -89,6 +91,45 @@ def delete_args(flows: StaleFlows) -> tuple[str, ...]:
     vip = () if flows.address == "0.0.0.0" else ("--orig-dst", flows.address)
     return ("conntrack", "-D", "-p", "udp", *vip, "--orig-port-dst", str(flows.port),
             "--reply-src", flows.member, "--reply-port-src", str(flows.member_port))
+
+
+CONNTRACK = Path("/proc/sys/net/netfilter")
+WARN_AT, CALM_AT = 0.9, 0.8  # share of nf_conntrack_max: warn above the first, again once
+# the table went back below the second (one line per episode, not one per look)
+
+
+def conntrack_fill(folder: Path = CONNTRACK) -> tuple[int, int] | None:
+    """(entries, limit) of this network namespace's conntrack table; None when unknown."""
+    try:
+        return (int((folder / "nf_conntrack_count").read_text()),
+                int((folder / "nf_conntrack_max").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def fill_news(fill: tuple[int, int] | None, warned: bool) -> tuple[str | None, bool]:
+    """What to say about the conntrack table now (None: nothing) and whether a warning stands.
+    When it is full, new flows are dropped (every SNATed or DNATed flow needs an entry)."""
+    if fill is None or fill[1] <= 0:
+        return None, warned
+    share = fill[0] / fill[1]
+    if share >= WARN_AT and not warned:
+        return (f"the conntrack table is {share:.0%} full ({fill[0]} of nf_conntrack_max "
+                f"{fill[1]}): when it is full, new flows are dropped; raise "
+                "net.netfilter.nf_conntrack_max (docs/kernel.md)"), True
+    if share < CALM_AT and warned:
+        return f"the conntrack table is back to {share:.0%} full", False
+    return None, warned
+
+
+async def watch_conntrack(*, every_s: float = 10.0, folder: Path = CONNTRACK) -> None:
+    """Log ``fill_news`` every ``every_s`` until cancelled."""
+    warned = False
+    while True:
+        said, warned = fill_news(conntrack_fill(folder), warned)
+        if said is not None:
+            (log.warning if warned else log.info)("kernel engine: %s", said)
+        await asyncio.sleep(every_s)
 
 
 @dataclass(frozen=True, slots=True)

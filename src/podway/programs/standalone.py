@@ -157,14 +157,16 @@ class Standalone:
 
     async def _kernel(self) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
-        from podway.programs.kernel import forgetter, writer
+        from podway.programs.kernel import forgetter, watch_conntrack, writer
 
         out = writer()
         self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
                                    alone=self.opts.engine_kind == "kernel")
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
-            await self.kernel.run(ir_states(self.pipeline))
+            async with asyncio.TaskGroup() as group:
+                group.create_task(watch_conntrack(), name="kernel-conntrack-fill")
+                group.create_task(self.kernel.run(ir_states(self.pipeline)), name="kernel-engine")
         finally:
             out.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,20 @@ def test_member_counters_become_prometheus_counters() -> None:
     assert 'podway_kernel_member_bytes_total{protocol="tcp",member="198.18.1.2:8080"} 628' in text
     assert "# TYPE podway_kernel_member_bytes_total counter" in text
     assert exposition(()) == b""
+
+
+def test_conntrack_fill_warns_once_per_episode(tmp_path: Path) -> None:
+    """Above 90 % of nf_conntrack_max: one warning; below 80 %: one all-clear; nothing between."""
+    from podway.programs.kernel import conntrack_fill, fill_news
+
+    (tmp_path / "nf_conntrack_count").write_text("950\n")
+    (tmp_path / "nf_conntrack_max").write_text("1000\n")
+    said, warned = fill_news(conntrack_fill(tmp_path), False)
+    assert said is not None
+    assert "95% full" in said
+    assert warned
+    assert fill_news((850, 1000), warned) == (None, True)  # between: still warned, quiet
+    said, warned = fill_news((790, 1000), warned)
+    assert said == "the conntrack table is back to 79% full"
+    assert not warned
+    assert fill_news(conntrack_fill(tmp_path / "missing"), False) == (None, False)
