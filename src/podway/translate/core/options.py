@@ -12,6 +12,17 @@ if TYPE_CHECKING:
 from podway.ir import EngineKind, TLSOptions
 
 
+class NplTrust(StrEnum):
+    """Which ``nodeportlocal.antrea.io`` pod annotations become pool members (issue 23.9:
+    whoever may patch a pod may rewrite its annotation and steer its Service's traffic)."""
+
+    FILES = "files"  # every parsable one: the manifests are the operator's own (standalone)
+    NODE = "node"  # nodeIP is the pod's node (status.hostIP) and the port in the agents'
+    # range: for Antrea's own agent, which vouches for nothing (a tenant can still point its
+    # Service at another port of its own node)
+    SIGNED = "signed"  # as NODE, and signed by Podway's agent (``npl.SIGNATURE_ANNOTATION``)
+
+
 class BackendMode(StrEnum):
     """How a Service's pods become pool members (../shared/ARCHITECTURE.md, "The three backend
     modes"; docs/translation.md, "Backend modes").
@@ -70,6 +81,13 @@ class TranslateOptions:
     """The engine of a TCP/UDP listener whose Services name none (``podway.io/engine``):
     ``podway run --engine kernel`` makes it ``KERNEL`` (the kernel engine serves every L4
     listener it can; ``podway.translate.pools.engine_choice``)."""
+    npl_trust: NplTrust = NplTrust.FILES
+    """Which NodePortLocal annotations are believed (``NplTrust``); the controller uses
+    ``signed`` with ``npl_key``, or ``node`` for Antrea's agent (``--npl-unsigned``)."""
+    npl_key: bytes | None = field(default=None, repr=False)
+    """The key the agents sign their annotations with (``NplTrust.SIGNED``); never shown."""
+    npl_port_range: tuple[int, int] = (61000, 62000)
+    """The agents' node port range (inclusive): a mapping outside it is not believed."""
     npl_enabled_by_controller: bool = False
     """The controller adds ``nodeportlocal.antrea.io/enabled: "true"`` itself to every Service it
     uses in ``nodeportlocal`` mode (``podway controller``): a Service still without it is that
