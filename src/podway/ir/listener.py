@@ -18,6 +18,13 @@ class ListenerProtocol(StrEnum):
     TLS = "TLS"  # TLS passthrough: routed by SNI, bytes forwarded untouched
 
 
+class EngineKind(StrEnum):
+    """Which engine serves a listener (``Listener.engine``)."""
+
+    ENVOY = "envoy"  # the proxy: everything
+    KERNEL = "kernel"  # nftables DNAT on the engine host: plain TCP/UDP only (podway.kernel)
+
+
 class WildcardMode(StrEnum):
     """How a ``*.`` hostname matches: Ingress covers one label, Gateway API any number."""
 
@@ -114,3 +121,7 @@ class Listener:
     # listener forwards to opted in (Service ``podway.io/client-ip: transparent``); the pods'
     # replies must be routed back through the engine (docs/reference.md, "Transparent L4").
     transparent: bool = False
+    # The engine that serves it: KERNEL only when every Service behind it asked for it
+    # (``podway.io/engine: kernel``) and it needs nothing a proxy does
+    # (``podway.ir.engines.kernel_unsupported``).
+    engine: EngineKind = EngineKind.ENVOY

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,8 @@ from podway.envoy.engine.state import open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
 from podway.haproxy.process import HAProxyEngine, HAProxyOptions
-from podway.ir import IR
+from podway.ir import IR, EngineKind
+from podway.kernel.engine import KernelEngine
 from podway.pipeline import Pipeline, Rejection
 from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.programs.haproxy_follow import follow as follow_haproxy
@@ -58,6 +59,12 @@ class StandaloneOptions:
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
+    # "envoy": one supervised Envoy serves everything but the listeners the IR gives the kernel
+    # (``Listener.engine``), which the kernel engine serves beside it; "kernel": only the kernel
+    # engine runs (with ``translate.l4_engine`` KERNEL it gets every L4 listener it can serve;
+    # nothing else is served, and the engine logs each listener it leaves out); "haproxy":
+    # podway.haproxy (haproxy.cfg + maps + runtime API, in the state folder's ``haproxy/``).
+    engine_kind: str = "envoy"
     envoy_path: str | None = None
     envoy_log_level: str = "warning"
     concurrency: int = 1
@@ -73,9 +80,6 @@ class StandaloneOptions:
     # The garbage collector's policy while serving (``podway.programs.gc_policy``); None: left alone
     # (embedded, tests); ``podway run`` sets ``GcPolicy()``.
     gc: GcPolicy | None = None
-    # "envoy" (xDS to a supervised Envoy) or "haproxy" (podway.haproxy: haproxy.cfg + maps +
-    # runtime API, in the state folder's ``haproxy/``).
-    engine_kind: str = "envoy"
     haproxy_path: str = "/usr/sbin/haproxy"
 
 
@@ -94,6 +98,7 @@ class Standalone:
         self._engine: asyncio.Future[Engine | None] | None = None
         self.haproxy: HAProxyEngine | None = None  # with engine_kind "haproxy", once running
         self.haproxy_generation = 0  # the newest generation HAProxy serves (readers poll it)
+        self.kernel: KernelEngine | None = None  # with engine_kind "kernel", once it runs
 
     async def engine(self) -> Engine | None:
         """The supervised engine once it exists (None with ``engine=False``)."""
@@ -116,7 +121,7 @@ class Standalone:
                     self.haproxy = HAProxyEngine(HAProxyOptions(
                         folder=state.path / "haproxy", binary=self.opts.haproxy_path,
                         threads=self.opts.concurrency))
-                elif state is not None:
+                elif state is not None and self.opts.engine_kind == "envoy":
                     engine = colocated_engine(state, LocalEngineOptions(
                         node_id=self.opts.node_id, delta=self.opts.delta,
                         envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
@@ -144,6 +149,11 @@ class Standalone:
                         group.create_task(follow_haproxy(self.pipeline, self.haproxy,
                                                          self._haproxy_applied, status),
                                           name="standalone-haproxy-follow")
+                    if self.opts.engine and self.opts.engine_kind == "kernel":
+                        group.create_task(self._kernel(), name="standalone-kernel")
+                    elif self.opts.engine and self.opts.engine_kind == "envoy":
+                        # Beside Envoy only: it keeps an idle listener on a kernel-served port.
+                        group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
@@ -155,6 +165,30 @@ class Standalone:
             finally:
                 await self.server.stop(grace=0.5)
 
+    async def _kernel_when_asked(self) -> None:
+        """Beside Envoy: the kernel engine, from the first IR in which a Service asks for it
+        (``podway.io/engine: kernel``), serving only those listeners (Envoy keeps its own
+        listener on the port, idle: the kernel DNATs the port's packets before they reach it,
+        and takes new connections back to it when the Service switches back)."""
+        await self.pipeline.wait_for(lambda s: any(
+            ls.engine is EngineKind.KERNEL for ls in s.ir.listeners))
+        await self._kernel()
+
+    async def _kernel(self) -> None:
+        """The kernel engine, following the pipeline's IR; its table stays when it stops."""
+        from podway.programs.kernel import forgetter, watch_conntrack, writer
+
+        out = writer()
+        self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
+                                   alone=self.opts.engine_kind == "kernel")
+        log.info("kernel engine: writing nftables through %s", out.kind)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(watch_conntrack(), name="kernel-conntrack-fill")
+                group.create_task(self.kernel.run(ir_states(self.pipeline)), name="kernel-engine")
+        finally:
+            out.close()
+
     async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
         from podway.readers.metrics import exposition
         from podway.readers.metrics.pipeline import PipelineMetrics
@@ -163,8 +197,14 @@ class Standalone:
         app = exposition.make_app(
             registries=[metrics.registry],
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
-            healthy=lambda: self.pipeline.state is not None)
+            healthy=lambda: self.pipeline.state is not None, extra=self._kernel_metrics)
         await surfaces.serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
+
+    async def _kernel_metrics(self) -> bytes:
+        """The kernel engine's per-member counters (nothing while it does not run)."""
+        from podway.programs.kernel import metrics_text
+
+        return await metrics_text() if self.kernel is not None else b""
 
     def _surfaces(self, admin: Path | None, engine: Engine | None
                   ) -> Coroutine[Any, Any, None]:
@@ -175,7 +215,8 @@ class Standalone:
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
             explain_args=("--manifests", str(self.opts.manifests)),
-            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED))
+            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
+            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None))
 
     def _haproxy_applied(self, generation: int) -> None:
         self.haproxy_generation = generation
@@ -198,6 +239,12 @@ async def log_listeners(pipeline: Pipeline) -> None:
             log.info("engine %s no longer refuses %s %s", gone.node, gone.type_name,
                      gone.resource or "(unnamed)")
         before, refused = state.ir, state.rejections
+
+
+async def ir_states(pipeline: Pipeline) -> AsyncIterator[IR]:
+    """The IR of each state the pipeline publishes."""
+    async for state in pipeline.states():
+        yield state.ir
 
 
 def listener_changes(before: IR | None, after: IR) -> list[str]:

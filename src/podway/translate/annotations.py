@@ -207,6 +207,10 @@ PROXY_PROTOCOL = _add("proxy-protocol", kinds=_SERVICE, parse=one_of("v2", "none
 CLIENT_IP = _add("client-ip", kinds=_SERVICE, parse=one_of("transparent", "none"),
                  default="none", doc=_CLIENT_DOC)
 
+# The engine of an L4 listener (translate/pools/engine_choice.py)
+ENGINE = _add("engine", kinds=_SERVICE, parse=one_of("kernel", "envoy"),
+              default="envoy", doc="engine")
+
 # Backend modes (translate/pools/backends.py, programs/controller/modes.py)
 BACKEND_MODE = _add("backend-mode", kinds=_SERVICE, parse=backend_mode,
                     default="--backend-mode", doc="backend-modes")

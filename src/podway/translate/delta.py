@@ -238,6 +238,7 @@ def _plain_service(service: Service | None) -> bool:
         return True
     annotations = service.metadata.annotations
     return (ann.PROXY_PROTOCOL.name not in annotations and ann.CLIENT_IP.name not in annotations
+            and ann.ENGINE.name not in annotations
             and service.spec.session_affinity != "ClientIP")
 
 
