@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +185,57 @@ async def test_traffic_policy_from_the_api_applies_and_gets_accepted_status(bed:
     assert refused is not None
     assert refused["reason"] == "Invalid"
     assert "connect" in refused["message"]
+
+
+async def test_a_foreign_status_write_is_repaired_at_once(bed: Bed) -> None:
+    """Someone else patches a Service's status.loadBalancer to a wrong address: the watch
+    event alone (no new state, no restart, long before the periodic sweep) makes the leader
+    write the right one again; a field the API adds (ipMode) is not a change."""
+    bed.translate = bed.translate.__class__(address="0.0.0.0", http_port=18080)
+    bed.emu.put("services", lb_service("lb", 9000))
+    await bed.start(status_resync_s=3600)
+
+    def ingress_ip() -> Any:
+        obj = bed.emu.get("services", "default", "lb")
+        return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+    await until(lambda: ingress_ip() == [{"ip": "198.18.0.100"}])
+    generation = bed.pipeline.state.generation if bed.pipeline.state else -1
+    obj = bed.emu.get("services", "default", "lb")
+    assert obj is not None
+    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+    bed.emu.put("services", obj)
+    assert ingress_ip() == [{"ip": "203.0.113.9"}]
+    await until(lambda: ingress_ip() == [{"ip": "198.18.0.100"}], limit_s=5)
+    assert status_patches(bed, "services", "lb") == 2
+    assert bed.pipeline.state is not None
+    assert bed.pipeline.state.generation == generation  # repaired without a new state
+
+    # The API filling in a default is not someone else's write: nothing is patched.
+    obj = bed.emu.get("services", "default", "lb")
+    assert obj is not None
+    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "198.18.0.100", "ipMode": "VIP"}]}}
+    bed.emu.put("services", obj)
+    await asyncio.sleep(1.5)
+    assert status_patches(bed, "services", "lb") == 2
+
+
+async def test_the_periodic_sweep_repairs_what_the_watch_missed(bed: Bed) -> None:
+    """A status changed without a watch event the writer heard (here: the writer is told
+    nothing) is found by the periodic comparison and written again."""
+    bed.translate = bed.translate.__class__(address="0.0.0.0", http_port=18080)
+    bed.emu.put("services", lb_service("lb", 9000))
+    controller = await bed.start(status_resync_s=0.5)
+    assert controller.source is not None
+
+    def ingress_ip() -> Any:
+        obj = bed.emu.get("services", "default", "lb")
+        return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+    await until(lambda: ingress_ip() == [{"ip": "198.18.0.100"}])
+    controller.source.on_status = lambda kind, key, status: None  # the watch "misses" it
+    obj = bed.emu.get("services", "default", "lb")
+    assert obj is not None
+    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+    bed.emu.put("services", obj)
+    await until(lambda: ingress_ip() == [{"ip": "198.18.0.100"}], limit_s=5)

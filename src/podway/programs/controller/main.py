@@ -104,6 +104,9 @@ class ControllerOptions:
     max_wait_s: float = 0.2
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
     status_concurrency: int = 32
+    status_resync_s: float = 60.0
+    """How often every status Podway wrote is compared with what the API holds (a foreign write
+    the watch missed is repaired then; one seen on the watch is repaired at once)."""
     write_events: bool = True
     admin_socket: Path | None = None
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
@@ -211,6 +214,7 @@ class Controller:
                                    concurrency=opts.status_concurrency,
                                    leadership=self.leadership)
         self.source.same_as = self.status.last_written
+        self.source.on_status = self.status.observed
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
@@ -223,6 +227,8 @@ class Controller:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                group.create_task(self.status.repair(every_s=opts.status_resync_s),
+                                  name="controller-status-repair")
                 group.create_task(self.readiness.run(), name="controller-readiness")
                 group.create_task(self.groups.follow(), name="controller-engine-groups")
                 self._optional_tasks(group, opts, live)

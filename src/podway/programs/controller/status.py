@@ -30,6 +30,7 @@ compares every status with what the API holds and PATCHes only the differences.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -342,6 +343,23 @@ def same(a: Status | None, b: Status | None) -> bool:
     return bool(_clean(a or {}) == _clean(b or {}))
 
 
+def covers(current: Status | None, written: Status) -> bool:
+    """``current`` (what the API holds) still says everything ``written`` said: the same
+    values, lists of the same length; fields the API added (defaults such as a load-balancer
+    ingress's ``ipMode``) do not count as a change."""
+    return _covers(_clean(current or {}), _clean(written))
+
+
+def _covers(have: Any, want: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and _covers(have[k], v)
+                                              for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(
+            _covers(h, w) for h, w in zip(have, want, strict=True))
+    return bool(have == want)
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items() if v not in (None, [], {})}
@@ -383,8 +401,61 @@ class StatusWriter:
         self._seen: tuple[Any, ...] = ()
         self._lock = asyncio.Lock()
         self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
+        self.drift = asyncio.Event()  # someone else changed a status: ``repair`` rewrites it
+        self._drifted: set[Target] = set()
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
+
+    def observed(self, kind: str, key: Key, status: Status) -> None:
+        """The API now holds ``status`` for an object (a watch event). One that differs from
+        what this writer last wrote there was written by someone else (a user, a stale
+        replica, another controller): forget it was written, so the next pass (``repair``)
+        compares and rewrites it. O(1): only that object is looked at."""
+        target = (kind, key)
+        written = self._written.get(target)
+        if written is None or written is status or covers(status, written):
+            return
+        self._drifted.add(target)
+        self.drift.set()
+
+    async def repair(self, *, every_s: float = 60.0, min_gap_s: float = 1.0) -> None:
+        """Until cancelled: rewrite statuses someone else changed — at once after a watch event
+        said so (at most once per ``min_gap_s``, so two writers that disagree do not spin), and
+        every ``every_s`` after comparing each written status with what the API holds (a
+        change the watch did not deliver)."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time() + every_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_sweep - loop.time())):
+                    await self.drift.wait()
+            if loop.time() >= next_sweep:
+                next_sweep = loop.time() + every_s
+                for target, written in list(self._written.items()):
+                    current = self._current(*target)
+                    if current is not written and not covers(current, written):
+                        self._drifted.add(target)
+            self.drift.clear()
+            await self._repair()
+            await asyncio.sleep(min_gap_s)
+
+    async def _repair(self) -> None:
+        state = self._pipeline.state
+        if not self._drifted or state is None:
+            return
+        async with self._lock:
+            drifted, self._drifted = self._drifted, set()
+            for target in drifted:
+                self._written.pop(target, None)
+                self._wanted.pop(target, None)
+            if not self._leadership.fence().valid():
+                return  # a follower repairs nothing (a new leader compares everything)
+            log.info("status of %d object(s) changed by someone else: writing it again",
+                     len(drifted))
+            self._metrics.status_repairs.inc(len(drifted))
+            self._pending |= drifted
+            self._seen = ()
+            await self._write(state)
 
     def last_written(self, kind: str, key: Key) -> Status | None:
         """The status last written to (or found current on) an object, as sent."""
