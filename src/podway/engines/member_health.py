@@ -19,11 +19,11 @@ of that node said); later ones carry only changed and removed hosts. A report la
 sent in parts (``encode_parts``): every part but the last says ``"more": true``, only the first
 may be ``full``, and the controller applies the parts together when the last arrives, so it
 never judges with half a view. (A controller that does not know ``more`` applies the first part
-as the full view and the others as changes: the same view once the last part is in.) ``group`` (optional, in the
-full message only) is the engine group the engine runs with (``podway engine --engine-group``):
-the controller then counts it only for that group's pools. A report without it (an older
-engine, or an engine without a group) is an engine without a group. The answer, sent when the
-engine ends the stream, is ``{}``.
+as the full view and the others as changes: the same view once the last part is in.)
+``group`` (optional, in the full message only) is the engine group the engine runs with
+(``podway engine --engine-group``): the controller then counts it only for that group's
+pools. A report without it (an older engine, or an engine without a group) is an engine
+without a group. The answer, sent when the engine ends the stream, is ``{}``.
 
 Invariants:
 
@@ -109,13 +109,14 @@ class ReportError(PodwayError):
 
 def encode(message: Message) -> bytes:
     """One message, whatever its size (``encode_parts`` keeps each under the bound)."""
-    return _encode(message.node, message.full, message.group, message.more,
-                   [json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
+    return _encode(message.node, full=message.full, group=message.group, more=message.more,
+                   hosts=[json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
                     for (c, a), s in sorted(message.hosts.items())],
-                   [json.dumps(list(key), separators=(",", ":")) for key in message.removed])
+                   removed=[json.dumps(list(key), separators=(",", ":"))
+                            for key in message.removed])
 
 
-def _encode(node: str, full: bool, group: str, more: bool, hosts: list[str],
+def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
             removed: list[str]) -> bytes:
     head: dict[str, Any] = {"v": VERSION, "node": node, "full": full}
     if full and group:  # absent otherwise: what older controllers read
@@ -134,7 +135,8 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
     hosts = [json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
              for (c, a), s in sorted(message.hosts.items())]
     removed = [json.dumps(list(key), separators=(",", ":")) for key in message.removed]
-    room = limit - len(_encode(message.node, message.full, message.group, True, [], []))
+    room = limit - len(_encode(message.node, full=message.full, group=message.group, more=True,
+                               hosts=[], removed=[]))
     parts: list[tuple[list[str], list[str]]] = [([], [])]
     used = 0
     for which, entries in ((0, hosts), (1, removed)):
@@ -145,8 +147,9 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
             parts[-1][which].append(entry)
             used += len(entry) + 1
     last = len(parts) - 1
-    return [_encode(message.node, message.full and i == 0, message.group if i == 0 else "",
-                    i < last, h, r) for i, (h, r) in enumerate(parts)]
+    return [_encode(message.node, full=message.full and i == 0,
+                    group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r)
+            for i, (h, r) in enumerate(parts)]
 
 
 def join(first: Message, then: Message) -> Message:
