@@ -90,9 +90,11 @@ async def test_run_never_logs_serving_for_a_listener_it_could_not_bind(
     try:
         with caplog.at_level(logging.INFO, logger="podway.programs.standalone"):
             async with asyncio.timeout(30):
-                while not (any(f"serving HTTPS on 127.0.0.1:{https_port}" in r.message
-                               for r in caplog.records)
-                           and any("not serving" in r.message for r in caplog.records)):
+                while True:
+                    if any(f"serving HTTPS on 127.0.0.1:{https_port}" in r.message
+                           for r in caplog.records) and any(
+                               "not serving" in r.message for r in caplog.records):
+                        break
                     await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)
         lines = [r.message for r in caplog.records]
