@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from podway.envoy.engine.state import open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
 from podway.ir import IR, Listener
-from podway.pipeline import Pipeline, Rejection
+from podway.pipeline import Pipeline, Rejection, State
 from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.readers import surfaces
 from podway.readers.admin_api import SOCKET_NAME
@@ -193,9 +194,13 @@ async def log_listeners(pipeline: Pipeline,
         seen = state.version
         try:
             async with asyncio.timeout(poll_s if lines.waiting(state.ir) else None):
-                state = await pipeline.wait_for(lambda s, seen=seen: s.version > seen)
+                state = await pipeline.wait_for(functools.partial(_newer, seen))
         except TimeoutError:
             continue  # look at the engine's sockets again
+
+
+def _newer(version: int, state: State) -> bool:
+    return state.version > version
 
 
 class ListenerLog:
