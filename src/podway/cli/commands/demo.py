@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem, PodwayError
-from podway.cli.commands.common import check_address, check_port, run_until_signal, setup_logging
+from podway.base.tasks import run_until_signal
+from podway.cli.commands.common import check_address, check_port, setup_logging, stdout_console
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +31,6 @@ def demo(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
 ) -> None:
     """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
-    from rich.console import Console
 
     from podway.programs.demo import DemoOptions, run_demo
 
@@ -43,7 +43,7 @@ def demo(
     check_port("--https-port", https_port)
     opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
                        https_port=https_port, once=once, envoy_path=envoy_path)
-    console = Console()
+    console = stdout_console()
     results: list[object] = []
 
     async def main() -> None:

@@ -167,7 +167,9 @@ def explain(
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        Console().print(report(data))
+        from podway.cli.commands.common import stdout_console
+
+        stdout_console().print(report(data))
     classes = {o["status_class"] for o in data["verdict"]["outcomes"]}
     if not classes <= {"2xx", "3xx"}:
         raise typer.Exit(1)

@@ -219,17 +219,23 @@ def get(kind: Annotated[str, typer.Argument(help="pods, services, deploy, ingres
 
 
 @lab_app.command()
-def status(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+def status(name: NameOpt = "lab", state_dir: StateOpt = None,
+           output: Annotated[str | None, typer.Option(
+               "-o", "--output", help="json: the same sections as JSON.")] = None) -> None:
     """Nodes, pods with IPs and NodePortLocal mappings, Services with VIPs, lab processes."""
-    from rich.console import Console
-
+    from podway.cli.commands.common import check_output, stdout_console
     from podway.programs.lab.api import LabApi
-    from podway.programs.lab.report import status_tables
+    from podway.programs.lab.report import status_sections, table_of
 
+    as_json = check_output("-o", output) == "json"
     state, _plan, port = _running(name, state_dir)
-    console = Console()
-    for table in status_tables(LabApi(port), state):
-        console.print(table)
+    sections = status_sections(LabApi(port), state)
+    if as_json:
+        typer.echo(json.dumps(sections, indent=2))
+        return
+    console = stdout_console()
+    for title, rows in sections.items():
+        console.print(table_of(title, rows))
 
 
 @lab_app.command()
@@ -299,19 +305,24 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
 def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 200,
             service: Annotated[str, typer.Option(help="NAMESPACE/NAME of the Service.")]
             = "default/lb-httpd",
-            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON (as -o json).")]
+            = False,
+            output: Annotated[str | None, typer.Option(
+                "-o", "--output", help="json: print JSON instead of the table.")] = None,
             plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
             name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     """Send N requests through each backend mode, side by side, and compare balance, client
     address, second hops, latency and traffic to nodes without a pod."""
     from rich.console import Console
 
+    from podway.cli.commands.common import check_output, stdout_console
     from podway.programs.agent.netns import single_thread
     from podway.programs.lab.api import LabApi
     from podway.programs.lab.compare import Comparison
     from podway.programs.lab.compare import plot as draw
     from podway.programs.lab.report import compare_table
 
+    as_json = as_json or check_output("-o", output) == "json"
     _need_root("compare")
     _, plan, port = _running(name, state_dir)
     if requests < 1:
@@ -329,4 +340,4 @@ def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
-        Console().print(compare_table(report))
+        stdout_console().print(compare_table(report))
