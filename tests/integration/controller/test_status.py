@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,8 @@ async def test_a_foreign_status_write_is_repaired_at_once(bed: Bed) -> None:
     # The API filling in a default is not someone else's write: nothing is patched.
     obj = bed.emu.get("services", "default", "lb")
     assert obj is not None
-    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "198.18.0.100", "ipMode": "VIP"}]}}
+    assert obj["status"]["loadBalancer"]["ingress"] == [{"ip": "198.18.0.100"}]
+    obj["status"]["loadBalancer"]["ingress"][0]["ipMode"] = "VIP"
     bed.emu.put("services", obj)
     await asyncio.sleep(1.5)
     assert status_patches(bed, "services", "lb") == 2
@@ -239,3 +241,39 @@ async def test_the_periodic_sweep_repairs_what_the_watch_missed(bed: Bed) -> Non
     obj["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
     bed.emu.put("services", obj)
     await until(lambda: ingress_ip() == [{"ip": "198.18.0.100"}], limit_s=5)
+
+
+async def test_a_service_whose_listener_the_engine_refuses_is_not_programmed(
+        bed: Bed) -> None:
+    """A LoadBalancer Service on a port another program holds: the engine refuses the
+    listener, the Service gets podway.io/Programmed=False with Envoy's message and advertises
+    no address; moved to a free port it is Programmed=True with its address."""
+    from tests.e2e.harness import free_port
+
+    taken, free = free_port(), free_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", taken))
+    holder.listen()
+    bed.translate = bed.translate.__class__(address="127.0.0.1")
+    bed.emu.put("services", lb_service("lb", taken))
+    try:
+        await bed.start()
+        await bed.engine()
+
+        def status() -> dict[str, Any]:
+            obj = bed.emu.get("services", "default", "lb")
+            return dict((obj or {}).get("status") or {})
+
+        def programmed() -> dict[str, Any]:
+            return next((c for c in status().get("conditions") or []
+                         if c["type"] == "podway.io/Programmed"), {})
+
+        await until(lambda: programmed().get("status") == "False", limit_s=20)
+        assert programmed()["reason"] == "EngineRefused"
+        assert "already in use" in programmed()["message"].lower()
+        assert status()["loadBalancer"].get("ingress", []) == []
+        edit(bed, "services", lb_service("lb", free))
+        await until(lambda: programmed().get("status") == "True", limit_s=20)
+        assert status()["loadBalancer"]["ingress"] == [{"ip": "127.0.0.1"}]
+    finally:
+        holder.close()
