@@ -8,6 +8,8 @@ import asyncio
 import logging
 import re
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,38 @@ async def test_run_never_logs_serving_for_a_listener_it_could_not_bind(
         await asyncio.gather(task, return_exceptions=True)
         server.close()
         await server.wait_closed()
+
+
+async def test_a_second_run_on_the_same_ports_is_refused_with_one_line(
+        tmp_path: Path) -> None:
+    """Two `podway run` on one address and port: the second exits with status 2 and one line
+    naming the port (before: both Envoys listened with SO_REUSEPORT and requests were split
+    between two configurations); the first keeps serving alone."""
+    manifests, (http_port, https_port) = quickstart_on_free_ports(tmp_path)
+    args = [sys.executable, "-m", "podway", "run", "--manifests", str(manifests),
+            "--address", "127.0.0.1", "--http-port", str(http_port),
+            "--https-port", str(https_port)]
+    first = await asyncio.create_subprocess_exec(
+        *args, "--instance", "first", stderr=asyncio.subprocess.PIPE)
+    try:
+        assert first.stderr is not None
+        async with asyncio.timeout(60):
+            while f"serving HTTP on 127.0.0.1:{http_port}" not in (
+                    await first.stderr.readline()).decode():
+                pass
+        second = await asyncio.create_subprocess_exec(
+            *args, "--instance", "second", stderr=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(60):
+            _, err = await second.communicate()
+        errors = [line for line in err.decode().splitlines() if line.startswith("error:")]
+        assert second.returncode == 2, err.decode()
+        assert len(errors) == 1, err.decode()
+        assert "already in use" in errors[0]
+        assert f"127.0.0.1:{http_port}" in errors[0] or f"127.0.0.1:{https_port}" in errors[0]
+        assert "Traceback" not in err.decode()
+        assert first.returncode is None  # the first one serves on
+    finally:
+        if first.returncode is None:
+            first.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await first.wait()

@@ -23,13 +23,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from podway.base.errors import EnvironmentProblem
-from podway.envoy.engine import admin
-from podway.envoy.engine.process import Engine
 from podway.ir import IR, PathKind
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import EndpointSlice, Service, Snapshot
-from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.programs.standalone import Standalone, StandaloneOptions, listening
 from podway.sources.files import load_paths
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
@@ -225,39 +222,6 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
                           f"https://{host}:{opts.https_port} — edit {opts.manifests} live; "
                           "Ctrl-C stops")
     return results
-
-
-async def listening(standalone: Standalone, engine: Engine, *, limit_s: float = 10.0) -> None:
-    """Until Envoy listens on every listener of the current state; ``EnvironmentProblem`` (one
-    line, exit status 2) when it refused one — most often its port is taken by another program,
-    whose answers must never be shown as ours."""
-    async with asyncio.timeout(limit_s):
-        while True:
-            state = standalone.pipeline.state
-            refused = [r for r in (state.rejections if state else ())
-                       if r.type_name == "Listener"]
-            if refused:
-                where = {ls.name: f"{ls.address}:{ls.port}" for ls in state.ir.listeners} \
-                    if state else {}
-                first = refused[0]
-                raise EnvironmentProblem(
-                    f"port {where.get(first.resource, first.resource)} cannot be served: "
-                    f"{_why(first.message)} — is another program (or `podway demo`) using it? "
-                    "Stop it, or pass other ports (--http-port, --https-port)")
-            address = engine.admin_address
-            if state is not None and address is not None:
-                with contextlib.suppress(OSError, TimeoutError):
-                    bound = await admin.listeners(address)
-                    if all(bound.get(ls.name) == (ls.address, ls.port)
-                           for ls in state.ir.listeners):
-                        return
-            await asyncio.sleep(0.05)
-
-
-def _why(message: str) -> str:
-    """Envoy's refusal, short: "address already in use" when that is what it says."""
-    return "the address is already in use" if "already in use" in message.lower() \
-        else message[:200]
 
 
 async def _retry(probe: Probe, address: str) -> Outcome:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podway.base.errors import EnvironmentProblem
 from podway.base.netaddr import HostPort
 from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import EnvoyStats
@@ -70,6 +71,10 @@ class StandaloneOptions:
     # The admin endpoint's unix socket; None: ``podway.sock`` in the state folder (no engine,
     # no state folder: no admin endpoint).
     admin_socket: Path | None = None
+    # True (``podway run``): a listener port of the first configuration that is already in use
+    # (another Podway instance, another program) stops the start with one line (exit 2);
+    # False: the listener is refused and reported, the rest serves (embedded, tests).
+    exclusive_ports: bool = False
     # The garbage collector's policy while serving (``podway.programs.gc_policy``); None: left alone
     # (embedded, tests); ``podway run`` sets ``GcPolicy()``.
     gc: GcPolicy | None = None
@@ -128,6 +133,9 @@ class Standalone:
                             name="standalone-status-file")
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
+                        if self.opts.exclusive_ports:
+                            group.create_task(self._claim_ports(engine),
+                                              name="standalone-ports")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
@@ -138,6 +146,13 @@ class Standalone:
                                           name="standalone-surfaces")
             finally:
                 await self.server.stop(grace=0.5)
+
+    async def _claim_ports(self, engine: Engine) -> None:
+        """At start: every listener bound, or ``EnvironmentProblem`` for one whose port is in
+        use — two instances never share an address and port (see ``listening``)."""
+        await self.pipeline.wait_for(lambda s: s.generation >= 1)
+        await engine.wait_ready()
+        await listening(self, engine, refused_only_in_use=True)
 
     async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
         from podway.readers.metrics import exposition
@@ -197,6 +212,41 @@ async def log_listeners(pipeline: Pipeline,
                 state = await pipeline.wait_for(functools.partial(_newer, seen))
         except TimeoutError:
             continue  # look at the engine's sockets again
+
+
+async def listening(standalone: Standalone, engine: Engine, *, limit_s: float = 30.0,
+                    refused_only_in_use: bool = False) -> None:
+    """Until the engine listens on every listener of the current state. ``EnvironmentProblem``
+    (one line, exit status 2) when it refused one — most often its port is taken by another
+    Podway instance or program, whose answers must never pass for ours
+    (``refused_only_in_use``: only for that; other refusals are left to the status)."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            state = standalone.pipeline.state
+            refused = [r for r in (state.rejections if state else ())
+                       if r.type_name == "Listener" and (
+                           not refused_only_in_use or _IN_USE in r.message.lower())]
+            if state is not None and refused:
+                where = {ls.name: f"{_host(ls.address)}:{ls.port}" for ls in state.ir.listeners}
+                first = refused[0]
+                why = "the address is already in use" if _IN_USE in first.message.lower() \
+                    else first.message[:200]
+                raise EnvironmentProblem(
+                    f"port {where.get(first.resource, first.resource)} cannot be served: {why}"
+                    " — is another `podway run`/`podway demo` or another program using it? "
+                    "One instance owns an address and port: stop the other, or change the "
+                    "port (--http-port, --https-port, the manifests)")
+            address = engine.admin_address
+            if state is not None and address is not None:
+                with contextlib.suppress(OSError, TimeoutError):
+                    bound = await admin.listeners(address)
+                    if all(bound.get(ls.name) == (ls.address, ls.port)
+                           for ls in state.ir.listeners):
+                        return
+            await asyncio.sleep(0.05)
+
+
+_IN_USE = "already in use"
 
 
 def _newer(version: int, state: State) -> bool:

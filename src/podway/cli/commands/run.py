@@ -138,6 +138,7 @@ def run(
                                                                xff_trusted_hops)),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
+        exclusive_ports=True,
         engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
