@@ -146,3 +146,27 @@ async def test_a_second_run_on_the_same_ports_is_refused_with_one_line(
             first.send_signal(signal.SIGTERM)
         async with asyncio.timeout(30):
             await first.wait()
+
+
+async def test_podway_demo_exits_2_with_one_line_when_its_port_is_taken(
+        tmp_path: Path) -> None:
+    """The command itself: `podway demo --once` with its HTTP port held by another server
+    prints one error line naming the port and exits with status 2, no table."""
+    manifests, (http_port, https_port) = quickstart_on_free_ports(tmp_path)
+    server = await foreign_server(http_port)
+    try:
+        demo = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "podway", "demo", "--once", "--manifests", str(manifests),
+            "--http-port", str(http_port), "--https-port", str(https_port),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        async with asyncio.timeout(60):
+            out, err = await demo.communicate()
+    finally:
+        server.close()
+        await server.wait_closed()
+    errors = [line for line in err.decode().splitlines() if line.startswith("error:")]
+    assert demo.returncode == 2, (out.decode(), err.decode())
+    assert len(errors) == 1, err.decode()
+    assert f"127.0.0.1:{http_port}" in errors[0]
+    assert "foreign" not in out.decode()
+    assert "answered by" not in out.decode()
