@@ -124,6 +124,7 @@ async def test_a_second_run_on_the_same_ports_is_refused_with_one_line(
             "--https-port", str(https_port)]
     first = await asyncio.create_subprocess_exec(
         *args, "--instance", "first", stderr=asyncio.subprocess.PIPE)
+    second: asyncio.subprocess.Process | None = None
     try:
         assert first.stderr is not None
         async with asyncio.timeout(60):
@@ -142,10 +143,10 @@ async def test_a_second_run_on_the_same_ports_is_refused_with_one_line(
         assert "Traceback" not in err.decode()
         assert first.returncode is None  # the first one serves on
     finally:
-        if first.returncode is None:
-            first.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            await first.wait()
+        for proc in (p for p in (second, first) if p is not None and p.returncode is None):
+            proc.send_signal(signal.SIGTERM)  # also a second one that wrongly kept running
+            async with asyncio.timeout(30):
+                await proc.wait()
 
 
 async def test_podway_demo_exits_2_with_one_line_when_its_port_is_taken(
