@@ -209,3 +209,26 @@ def test_validate_json_and_an_unknown_output_is_one_error_line(tmp_path: Path) -
                                       "-o", "xml"])
     assert isinstance(result.exception, ConfigError)  # `podway` prints it as one line, exit 2
     assert str(result.exception) == "-o must be json, not 'xml'"
+
+
+def test_status_says_which_instance_answers_and_lists_the_running_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a shared host the default instance may be someone else's: the command says whose
+    answer it prints, and a name that does not run lists the instances that do."""
+    base = tmp_path / "runtime"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    (base / "podway" / "demo").mkdir(parents=True)
+    (base / "podway" / "demo" / "podway.sock").touch()
+    runner = CliRunner()
+    result = runner.invoke(app, ["status", "--instance", "nope"])
+    assert isinstance(result.exception, ConfigError)
+    assert str(result.exception) == (
+        f"cannot reach the admin socket {base}/podway/nope/podway.sock: instance 'nope' "
+        f"({base}/podway/nope) is not running; running here: --instance demo")
+    folder = tmp_path / "state"
+    folder.mkdir()
+    with admin_socket(folder) as socket:
+        result = runner.invoke(app, ["status", "--state-dir", str(socket.parent), "-o", "json"])
+        assert result.exit_code == 0, result.output
+        assert f"asking the instance in {folder}" in result.stderr
+        assert json.loads(result.stdout)["state"]["generation"] == 7

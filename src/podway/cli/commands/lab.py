@@ -15,11 +15,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 lab_app = typer.Typer(name="lab", help="A multi-node cluster on this machine (root).",
                       no_args_is_help=True)
@@ -48,10 +52,28 @@ def _state(name: str, state_dir: Path | None) -> Any:
     return LabState.of(name, state_dir)
 
 
+def which(name: str, state_dir: Path | None) -> str:
+    """The flags that name this lab again in a hint (``--name X``, ``--state-dir D``), so every
+    command a hint suggests reaches the same lab; empty for the default lab."""
+    import shlex
+
+    flags = ([] if name == "lab" else ["--name", name]) + (
+        [] if state_dir is None else ["--state-dir", str(state_dir)])
+    return "".join(" " + shlex.quote(f) for f in flags)
+
+
+def next_steps(name: str, state_dir: Path | None, kubeconfig: Path) -> list[str]:
+    """What to run once the lab is up (every command names this lab)."""
+    lab = which(name, state_dir)
+    return [f"kubectl --kubeconfig {kubeconfig} get nodes",
+            f"podway lab apply{lab} -f examples/seed-httpd/ && podway lab status{lab}"]
+
+
 def _running(name: str, state_dir: Path | None) -> tuple[Any, Any, int]:
     state = _state(name, state_dir)
     if not state.info.exists():
-        raise EnvironmentProblem(f"no lab {name!r} is up (start one with `podway lab up`)")
+        raise EnvironmentProblem(f"no lab {name!r} is up (start one with "
+                                 f"`podway lab up{which(name, state_dir)}`)")
     plan, port = state.load()
     return state, plan, port
 
@@ -77,7 +99,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         found = ", ".join([*([str(state.root)] if state.exists() else []), *leftovers[:3]])
         raise EnvironmentProblem(f"leftovers of an earlier lab {name!r} ({found}"
                                  f"{', …' if len(leftovers) > 3 else ''}): run `podway lab down"
-                                 f"{'' if name == 'lab' else ' --name ' + name}` first")
+                                 f"{which(name, state_dir)}` first")
     console = Console(stderr=True, log_path=False)
     import socket
 
@@ -92,26 +114,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                 console.log(f"network: {what}")
 
             network.build(plan, step=step)
-            status.update("starting the lab daemon")
-            log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
-            proc = subprocess.Popen([sys.executable, "-m", "podway.programs.lab.daemon",
-                                     str(state.root)],
-                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, text=True)
-            log.close()
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                line = raw.strip()
-                if line == "ready":
-                    break
-                if line.startswith("error:"):
-                    raise EnvironmentProblem(f"the lab daemon failed: {line[6:].strip()}")
-                status.update(line)
-                console.log(line)
-            else:
-                raise EnvironmentProblem("the lab daemon exited while starting (see "
-                                         f"{state.logs}/daemon.log)")
-            proc.stdout.close()
+            _start_daemon(state, status=status, console=console)
     except BaseException:
         _down(name, state_dir, say=lambda _: None)
         raise
@@ -119,8 +122,33 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
 
     console.print(f"[bold green]lab {name!r} is up[/]: {nodes} nodes, VIP {VIP}, client "
                   f"{CLIENT_IP}")
-    console.print(f"  kubectl --kubeconfig {state.kubeconfig} get nodes")
-    console.print("  podway lab apply -f examples/seed-httpd/ && podway lab status")
+    for line in next_steps(name, state_dir, state.kubeconfig):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _start_daemon(state: Any, *, status: Status, console: Console) -> None:
+    """Start the lab daemon (detached: it outlives this command) and follow its progress
+    lines until it says ``ready``; an ``error:`` line or an early exit is an EnvironmentProblem."""
+    status.update("starting the lab daemon")
+    log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
+    proc = subprocess.Popen([sys.executable, "-m", "podway.programs.lab.daemon",
+                             str(state.root)],
+                            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                            start_new_session=True, text=True)
+    log.close()
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.strip()
+        if line == "ready":
+            break
+        if line.startswith("error:"):
+            raise EnvironmentProblem(f"the lab daemon failed: {line[6:].strip()}")
+        status.update(line)
+        console.log(line)
+    else:
+        raise EnvironmentProblem("the lab daemon exited while starting (see "
+                                 f"{state.logs}/daemon.log)")
+    proc.stdout.close()
 
 
 def _down(name: str, state_dir: Path | None, *, say: Any) -> int:
@@ -285,8 +313,9 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     state, _, _ = _running(name, state_dir)
     pid = state.daemon()
     if pid is None:
-        raise EnvironmentProblem("the lab daemon is not running (run `podway lab down`, then "
-                                 "`podway lab up`)")
+        lab = which(name, state_dir)
+        raise EnvironmentProblem(f"the lab daemon is not running (run `podway lab down{lab}`, "
+                                 f"then `podway lab up{lab}`)")
     def count() -> str:
         return state.api_restarts.read_text() if state.api_restarts.exists() else "0"
 

@@ -193,22 +193,10 @@ class Builder:
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
             if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
-                key = (id(item), signature)
-                hit = self._routes.get(key)
-                if (hit is not None and hit[0] is item and hit[1] == as_scopes
-                        and (not as_scopes or self._scoped_at is item)):
-                    tables = hit[2]
-                    self._tables.keep(item)
-                else:
-                    previous = base.get(item.name)
-                    tables = self._route_tables(
-                        item, persistence,
-                        changed=patch.vhosts.get(item.name) if patch is not None else None,
-                        previous=previous)
-                    if as_scopes:
-                        touched = self._scope_tables(item, previous)
-                        edited = None if edited is None or touched is None else edited | touched
-                routes[key] = (item, as_scopes, tables)
+                tables, edited = self._tables_of(item, as_scopes=as_scopes, signature=signature,
+                                                 persistence=persistence, patch=patch,
+                                                 previous=base.get(item.name), edited=edited)
+                routes[(id(item), signature)] = (item, as_scopes, tables)
                 for route in tables:
                     out[types.ROUTE][route.name] = route
         if patch is not None:
@@ -232,6 +220,27 @@ class Builder:
         self._ir, self._out, self._persistence = ir, dict(result), persistence
         self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
         return result
+
+    def _tables_of(self, item: Listener, *, as_scopes: bool, signature: _Signature,
+                   persistence: dict[str, Persistence], patch: IRChange | None,
+                   previous: Listener | None, edited: set[str] | None
+                   ) -> tuple[tuple[Resource, ...], set[str] | None]:
+        """The route tables of one HTTP(S) listener: the last build's while the listener, the
+        pools' hash policies and the way it is served (scopes or not) are the same; and
+        ``edited`` with the one-host tables and scopes this listener touched."""
+        hit = self._routes.get((id(item), signature))
+        if (hit is not None and hit[0] is item and hit[1] == as_scopes
+                and (not as_scopes or self._scoped_at is item)):
+            self._tables.keep(item)
+            return hit[2], edited
+        tables = self._route_tables(
+            item, persistence,
+            changed=patch.vhosts.get(item.name) if patch is not None else None,
+            previous=previous)
+        if as_scopes:
+            touched = self._scope_tables(item, previous)
+            edited = None if edited is None or touched is None else edited | touched
+        return tables, edited
 
     def _scopes_of(self, chosen: Listener | None) -> set[str] | None:
         """Forget the scopes when another listener (or none) is served as scopes now: None

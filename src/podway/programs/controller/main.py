@@ -8,7 +8,7 @@ NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
 ``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
 the xDS server (``podway.engines.member_health``): engines report to every replica, so the leader
 counts each engine reporting to it and each engine on its own xDS, wherever the others' xDS
-streams go (``podway.programs.controller.readiness.counted_engines``). Health (``/healthz``),
+streams go (``podway.programs.controller.readiness_judge.counted_engines``). Health (``/healthz``),
 readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Prometheus metrics
 (``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
 (``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
@@ -65,6 +65,7 @@ from podway.programs.controller.groups import EngineGroups
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NPL_MANAGED, ModeGate, NplPlanner
+from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
@@ -75,7 +76,7 @@ from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
-from podway.status.document import pool_hint
+from podway.status.diff import pool_hint
 from podway.translate import TranslateOptions
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,9 @@ class ControllerOptions:
     """How often every status Podway wrote is compared with what the API holds (a foreign write
     the watch missed is repaired then; one seen on the watch is repaired at once)."""
     write_events: bool = True
+    pending_warning_s: float = 5.0
+    """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
+    step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
     admin_socket: Path | None = None
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
     dashboard: HostPort | None = None  # the web dashboard; None: off
@@ -178,20 +182,14 @@ class Controller:
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
             metrics=self.metrics)
-        if opts.vip_pools:
-            source = self.source
-
-            def held(ref: ObjectRef) -> tuple[str, ...] | None:
-                return held_in_status(ref.kind, source.current_status(
-                    ref.kind, (ref.namespace, ref.name)))
-
-            opts = replace(opts, translate=replace(opts.translate,
-                                                   vips=Ipam(opts.vip_pools, held=held)))
+        opts = self._with_vips(opts)
         if opts.election is not None:
             self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
             self.leadership = self.elector
         else:
             self.metrics.leader.set(1)
+        # This controller writes the NodePortLocal opt-in itself (``_enable_npl``).
+        opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.groups = EngineGroups(self.pipeline)
@@ -208,13 +206,7 @@ class Controller:
                                        writes_allowed=self._may_write_pods,
                                        metrics=self.metrics)
         self.server.servicer.on_engines.append(self.readiness.wake)
-        self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
-                                   kind_info=self.source.kind_info, opts=opts.translate,
-                                   lb_address=opts.lb_address, metrics=self.metrics,
-                                   concurrency=opts.status_concurrency,
-                                   leadership=self.leadership)
-        self.source.same_as = self.status.last_written
-        self.source.on_status = self.status.observed
+        self.status = self._status_writer(api, opts)
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
@@ -226,6 +218,8 @@ class Controller:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
+                group.create_task(self._pending_warnings(events),
+                                  name="controller-pending-warnings")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.status.repair(every_s=opts.status_resync_s),
                                   name="controller-status-repair")
@@ -236,6 +230,34 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _status_writer(self, api: client.ApiClient, opts: ControllerOptions) -> StatusWriter:
+        """The status writer, told by the source what the API holds (ours read back as that
+        very object; anyone else's write to be repaired)."""
+        assert self.source is not None
+        assert self.pipeline is not None
+        writer = StatusWriter(api, self.pipeline, current=self.source.current_status,
+                              kind_info=self.source.kind_info, opts=opts.translate,
+                              lb_address=opts.lb_address, metrics=self.metrics,
+                              concurrency=opts.status_concurrency, leadership=self.leadership)
+        self.source.same_as = writer.last_written
+        self.source.on_status = writer.observed
+        return writer
+
+    def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
+        """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
+        holds stays that object's."""
+        if not opts.vip_pools:
+            return opts
+        source = self.source
+        assert source is not None
+
+        def held(ref: ObjectRef) -> tuple[str, ...] | None:
+            return held_in_status(ref.kind, source.current_status(
+                ref.kind, (ref.namespace, ref.name)))
+
+        return replace(opts, translate=replace(opts.translate,
+                                               vips=Ipam(opts.vip_pools, held=held)))
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
                         live: LiveConfig) -> None:
@@ -294,7 +316,6 @@ class Controller:
         assert self.status is not None
         doc: StatusDocument | None = None
         errors: tuple[LoadError, ...] = ()
-        pending: dict[Key, tuple[str, ...]] = {}
         generation = 0
         async for state, leads in leader_states(self.pipeline, self.leadership):
             if leads:  # a new term: compare with what the API holds, write what differs
@@ -305,17 +326,17 @@ class Controller:
                 self._npl_seen, self._npl_requested = (), {}
             self._observe(state, generation)
             generation = state.generation
-            await self._enable_npl(api, state)
+            due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
-            due: list[Due] = []
             if self.status.last_document is not None and self.status.last_document is not doc:
                 due += changes(doc, self.status.last_document)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
                 errors = state.update.errors
-            due += self._pending_events(pending)
-            pending = dict(self.gate.report.pending) if self.gate else {}
+            if self.gate is not None:
+                self.metrics.pending_members.set(
+                    sum(len(p) for p in self.gate.report.pending.values()))
             if due and self.opts.write_events:
                 await events.record(due)
 
@@ -327,32 +348,37 @@ class Controller:
         if self.source is not None:
             self.metrics.relists.set(self.source.relists)
 
-    def _pending_events(self, before: dict[Key, tuple[str, ...]]) -> list[Due]:
-        if self.gate is None:
-            return []
-        now = self.gate.report.pending
-        self.metrics.pending_members.set(sum(len(p) for p in now.values()))
-        return [Due(ref=ObjectRef("Service", *key), type="Warning", reason="PendingMembers",
-                    message=f"pods waiting for their NodePortLocal annotation: "
-                            f"{', '.join(pods[:10])}{' …' if len(pods) > 10 else ''}")
-                for key, pods in sorted(now.items()) if before.get(key) != pods]
+    async def _pending_warnings(self, events: EventRecorder) -> None:
+        """Every second: a Warning for pods that have waited ``pending_warning_s`` for their
+        NodePortLocal annotation, a Normal when they no longer wait (``pending``)."""
+        tracker = PendingWarnings(grace_s=self.opts.pending_warning_s)
+        while True:
+            await asyncio.sleep(min(1.0, self.opts.pending_warning_s / 2))
+            if self.gate is None:
+                continue
+            due = tracker.due(self.gate.report.pending, now=time.monotonic())
+            if due and self.opts.write_events:
+                await events.record(due)
 
-    async def _enable_npl(self, api: client.ApiClient, state: State) -> None:
-        """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each)."""
+    async def _enable_npl(self, api: client.ApiClient, state: State) -> list[Due]:
+        """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each); a
+        Warning ``NodePortLocalNotEnabled`` on each Service whose annotation could not be
+        written (the translator does not warn about a missing one: adding it is this step)."""
         assert self.gate is not None
         fence = self.leadership.fence()
         if not fence.valid():
-            return  # a follower: the leader annotates (planned afresh when this one leads)
+            return []  # a follower: the leader annotates (planned afresh when this one leads)
         services = state.update.snapshot.kind(Service)
         held = dict(self.gate.report.held)
         last = self._npl_seen
         if last and last[0] is services and last[1] is state.ir.listeners and last[2] == held:
-            return  # members moved; no Service and no structure did
+            return []  # members moved; no Service and no structure did
         self._npl_seen = (services, state.ir.listeners, held)
         plan = self._npl_planner.plan(services, state.ir.pools, requested=self.gate.requested,
                                       default=self.gate.default, held=held,
                                       known=pool_hint(state.result))
         core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
+        failed: list[Due] = []
         for keys, value in ((plan.enable, "true"), (plan.disable, None)):
             for key in keys:
                 marker = f"{value}:{services[key].metadata.annotations.get(NPL_MANAGED)}"
@@ -361,7 +387,7 @@ class Controller:
                 if not fence.valid():  # the Lease was lost meanwhile: leave the rest
                     self.metrics.fenced_writes.labels(writer="npl").inc()
                     self._npl_seen = ()
-                    return
+                    return failed
                 self._npl_requested[key] = marker
                 body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
                                                      NPL_MANAGED: value}}}
@@ -382,6 +408,14 @@ class Controller:
                               else exc)
                     log.warning("Service %s/%s: NodePortLocal annotation not written: %s",
                                 *key, reason)
+                    if value:
+                        failed.append(Due(
+                            ref=ObjectRef("Service", *key), type="Warning",
+                            reason="NodePortLocalNotEnabled",
+                            message=f"could not add {npl.ENABLED_ANNOTATION}: \"true\" "
+                                    f"({reason}); no NodePortLocal agent maps its pods until "
+                                    "it is there (retried with the next change)"))
+        return failed
 
     # ---- health, readiness, metrics -----------------------------------------------------
     async def _serve_http(self) -> web.AppRunner:

@@ -174,5 +174,12 @@ def compare_table(report: Obj) -> Table:
                       str(mode["sent_to_node_without_pod"]), str(mode["failed"]))
     delta = report.get("npl_minus_clusterip_p50_us")
     if delta is not None:
-        table.caption = f"NodePortLocal p50 minus ClusterIP p50: {delta} µs per new connection"
+        band = report.get("npl_minus_clusterip_p50_ci95_us")
+        noise = ""
+        if band:
+            verdict = ("within noise" if band[0] <= 0 <= band[1]
+                       else "beyond noise")
+            noise = f" (95 % interval {band[0]} to {band[1]} µs: {verdict})"
+        table.caption = (f"NodePortLocal p50 minus ClusterIP p50: {delta} µs per new "
+                         f"connection{noise}")
     return table
