@@ -36,14 +36,15 @@ def test_serving_is_never_said_before_the_engine_listens_nor_for_a_refused_port(
     lines = ListenerLog()
     assert lines.step(ir, {}, None) == []
     assert lines.step(ir, {}, {}) == []
-    assert lines.waiting(ir)
+    assert lines.waiting(ir, {})
     refused = {"a": "cannot bind '127.0.0.1:18080': Address already in use"}
+    assert not lines.waiting(ir, refused)  # nothing to poll the engine for
     assert lines.step(ir, refused, {}) == [
         (WARNING, "not serving HTTP on 127.0.0.1:18080 (a): the engine refused it: "
          "cannot bind '127.0.0.1:18080': Address already in use")]
     assert lines.step(ir, refused, {}) == []  # said once
     assert lines.step(ir, {}, bound(ir)) == [(INFO, "serving HTTP on 127.0.0.1:18080 (a)")]
-    assert not lines.waiting(ir)
+    assert not lines.waiting(ir, {})
 
 
 def test_changes_name_added_moved_and_removed_listeners_only() -> None:

@@ -197,9 +197,10 @@ async def log_listeners(pipeline: Pipeline,
     refused: tuple[Rejection, ...] = ()
     state = await pipeline.wait_for(lambda s: True)
     while True:
-        live = await bound() if bound is not None and lines.waiting(state.ir) else None
         rejected = {r.resource: r.message for r in state.rejections
                     if r.type_name == "Listener"}
+        live = await bound() if bound is not None and lines.waiting(state.ir, rejected) \
+            else None
         for level, line in lines.step(state.ir, rejected, live):
             log.log(level, "%s", line)
         for gone in set(refused) - set(state.rejections):
@@ -208,7 +209,7 @@ async def log_listeners(pipeline: Pipeline,
         refused = state.rejections
         seen = state.version
         try:
-            async with asyncio.timeout(poll_s if lines.waiting(state.ir) else None):
+            async with asyncio.timeout(poll_s if lines.waiting(state.ir, rejected) else None):
                 state = await pipeline.wait_for(functools.partial(_newer, seen))
         except TimeoutError:
             continue  # look at the engine's sockets again
@@ -264,9 +265,11 @@ class ListenerLog:
         self._refused: dict[str, str] = {}  # listener → the refusal said
         self._started = False
 
-    def waiting(self, ir: IR) -> bool:
-        """Some listener is configured but not yet said to serve (nor refused as it is)."""
-        return any(self._said.get(ls.name) != _where(ls) for ls in ir.listeners)
+    def waiting(self, ir: IR, rejected: Mapping[str, str]) -> bool:
+        """Some listener is configured, not yet said to serve and not refused (a refused one
+        waits for a new state, not for the engine's sockets: nobody polls for it)."""
+        return any(self._said.get(ls.name) != _where(ls) and ls.name not in rejected
+                   for ls in ir.listeners)
 
     def step(self, ir: IR, rejected: Mapping[str, str], bound: Bound | None
              ) -> list[tuple[int, str]]:
