@@ -1,5 +1,6 @@
 """Shared test options (``--update-golden`` rewrites golden files instead of comparing), the
-garbage collector restored after every test, and a private instance base for every test.
+garbage collector restored after every test, the one short temporary folder (``short_dir``),
+and a private instance base for every test.
 
 The instance base (``podway.envoy.engine.state.default_base``: ``$XDG_RUNTIME_DIR/podway``)
 is where ``run`` and ``engine`` put their state folders and where ``explain``, ``status`` and
@@ -13,6 +14,7 @@ import gc
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +52,15 @@ def instance_base(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A fresh folder with a short path under /tmp (mode 0700), removed after the test: unix
+    socket paths must fit 107 bytes, which pytest's ``tmp_path`` often does not leave room for.
+    Use ``tmp_path`` where no socket lives."""
+    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
