@@ -55,7 +55,7 @@ async def test_a_bad_rotation_keeps_https_with_the_last_good_pair(stack: Stack) 
     stack.write("ingress.yaml", INGRESS)
     stack.write("secret.yaml", tls_secret("cert", "default", GOOD_CERT, GOOD_KEY))
     await stack.start()
-    await eventually(lambda: _is(stack.https_port, der(GOOD_CERT)), 10)
+    await eventually(lambda: _is(stack.https_port, der(GOOD_CERT)), within=10)
     generation = stack.state.generation
     stack.write("secret.yaml", tls_secret("cert", "default", GOOD_CERT, MISMATCHED_KEY))
     state = await stack.applied(generation + 1)
@@ -63,7 +63,7 @@ async def test_a_bad_rotation_keeps_https_with_the_last_good_pair(stack: Stack) 
     await asyncio.sleep(0.5)  # what the engine was pushed, if anything, has landed
     assert await served_certificate(stack.https_port) == der(GOOD_CERT)
     stack.write("secret.yaml", tls_secret("cert", "default", OTHER_CERT, OTHER_KEY))
-    await eventually(lambda: _is(stack.https_port, der(OTHER_CERT)), 10)
+    await eventually(lambda: _is(stack.https_port, der(OTHER_CERT)), within=10)
 
 
 async def _is(port: int, want: bytes) -> bool:
