@@ -309,3 +309,29 @@ async def test_a_body_limit_too_large_to_buffer_streams_and_still_holds(stack: S
     assert await _raw(port, chunked, _chunked(b"x" * (10 << 20))) == 413
     assert await _raw(port, "GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n") \
         == 200
+
+
+async def test_unserved_auth_fails_closed(stack: Stack) -> None:
+    """An Ingress asking for basic auth, external auth or satisfy (none served yet) never
+    answers 200 without credentials: every path is 403 and the backend sees nothing, while an
+    Ingress without them on another host still serves."""
+    web = await stack.start_echo("web")
+    stack.write("web.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    closed = {"basic.test": {"auth-type": "basic", "auth-secret": "htpasswd"},
+              "external.test": {"auth-url": "http://auth.default.svc/check",
+                                "auth-signin": "https://auth.test/start"},
+              "snippet.test": {"configuration-snippet": "deny all;"}}
+    manifests = [ingress(host.split(".")[0], values, path("/"), host=host)
+                 for host, values in closed.items()]
+    manifests.append(ingress("open", {}, path("/"), host="open.test"))
+    stack.write("ingress.yaml", "---\n".join(manifests))
+    await stack.start()
+    for host in closed:
+        for target in ("/", "/admin", "/x?y=1"):
+            status, _, body = await request(stack.http_port, host, target)
+            assert (host, target, status, body) == (host, target, 403, {})
+        status, _, _ = await request(stack.http_port, host, "/",
+                                     headers={"Authorization": "Basic dXNlcjpwYXNz"})
+        assert (host, status) == (host, 403)
+    status, _, body = await request(stack.http_port, "open.test", "/x")
+    assert (status, body.get("path")) == (200, "/x")
