@@ -24,9 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
-
 _MAX_SHOWN = 5
 GROUP_PREFIX = "podway.io/engine-group="  # an O value naming an engine group
 
@@ -53,6 +50,11 @@ class EngineIdentity:
 
 def from_pem(pem: bytes) -> EngineIdentity:
     """The identity a PEM certificate names (the first certificate of a chain)."""
+    # Loaded at the first certificate, not with the module: a controller whose engines use
+    # the unix socket never needs X.509 (tests/unit/packaging/test_import_weight.py).
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     cert = x509.load_pem_x509_certificate(pem)
     names = {str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)}
     try:
