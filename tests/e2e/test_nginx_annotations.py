@@ -347,6 +347,45 @@ async def test_taken_over_ingress_listeners_set_real_ip(stack: Stack) -> None:
     assert headers.get("x-real-ip") == "127.0.0.1"
 
 
+async def _raw(port: int, head: str, body: bytes = b"", *, limit_s: float = 20) -> int:
+    """Send a request head and body as given; the response status (0: the connection was
+    closed without one)."""
+    async with asyncio.timeout(limit_s):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(head.encode())
+            for at in range(0, len(body), 1 << 20):
+                writer.write(body[at:at + (1 << 20)])
+                await writer.drain()
+            line = await reader.readline()
+        finally:
+            writer.close()
+    return int(line.split()[1]) if line else 0
+
+
+def _chunked(data: bytes, size: int = 1 << 16) -> bytes:
+    parts = [f"{len(data[i:i + size]):x}\r\n".encode() + data[i:i + size] + b"\r\n"
+             for i in range(0, len(data), size)]
+    return b"".join(parts) + b"0\r\n\r\n"
+
+
+async def test_a_body_limit_too_large_to_buffer_streams_and_still_holds(stack: Stack) -> None:
+    """proxy-body-size 20m (over what an engine buffers): a declared 1 GiB body is 413 at once,
+    without sending it; a declared 12 MiB body streams to the backend (before: buffered whole,
+    up to the limit, in memory); a chunked body is held at most 8 MiB: 2 MiB passes, 10 MiB
+    is 413."""
+    port = await start(stack, ingress("upload", {"proxy-body-size": "20m"}, path("/")))
+    head = "POST / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n"
+    assert await _raw(port, head + f"Content-Length: {1 << 30}\r\n\r\n", limit_s=5) == 413
+    assert await _raw(port, head + f"Content-Length: {12 << 20}\r\n\r\n",
+                      b"x" * (12 << 20)) == 200
+    chunked = head + "Transfer-Encoding: chunked\r\n\r\n"
+    assert await _raw(port, chunked, _chunked(b"x" * (2 << 20))) == 200
+    assert await _raw(port, chunked, _chunked(b"x" * (10 << 20))) == 413
+    assert await _raw(port, "GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n") \
+        == 200
+
+
 async def test_unserved_auth_fails_closed(stack: Stack) -> None:
     """An Ingress asking for basic auth, external auth or satisfy (none served yet) never
     answers 200 without credentials: every path is 403 and the backend sees nothing, while an

@@ -26,7 +26,7 @@ from rich.table import Table
 from podway.ir import IR, PathKind
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import EndpointSlice, Service, Snapshot
-from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.programs.standalone import Standalone, StandaloneOptions, listening
 from podway.sources.files import load_paths
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
@@ -241,6 +241,7 @@ async def _engine_ready(standalone: Standalone, generation: int) -> None:
         engine = await standalone.engine()
         assert engine is not None
         await engine.wait_ready()
+        await listening(standalone, engine)  # every listener bound, or one line and exit 2
         return
     async with asyncio.timeout(30):
         while standalone.haproxy is None or standalone.haproxy_generation < generation:  # noqa: ASYNC110 (plain fields the standalone sets)

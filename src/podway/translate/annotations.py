@@ -236,6 +236,7 @@ ALLOW_SHARED_VIP = _add("allow-shared-vip", kinds=_ADDRESSED, parse=text, defaul
 OTHER_KEYS: dict[str, str] = {
     PREFIX + "lb-ready": "readiness gate condition type on Pods",
     PREFIX + "VIPAllocated": "condition type on Services",
+    PREFIX + "Programmed": "condition type on Services (the engines took its listeners)",
     PREFIX + "gateway-controller": "GatewayClass controllerName",
     PREFIX + "ingress-controller": "IngressClass controller",
     PREFIX + "lb": "Service loadBalancerClass",

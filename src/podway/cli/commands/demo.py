@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from podway.base.errors import ConfigError, EnvironmentProblem
+from podway.base.errors import ConfigError, EnvironmentProblem, PodwayError
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import check_address, check_port, setup_logging, stdout_console
 
@@ -67,6 +67,8 @@ def demo(
 
     try:
         asyncio.run(run_until_signal(main()))
+    except* PodwayError as group:  # a listener's port is taken (Envoy refused it)
+        raise group.exceptions[0] from None
     except* OSError as group:  # a backend port is taken, most often by another demo
         raise EnvironmentProblem(
             f"{group.exceptions[0]} — is another `podway demo` running? Stop it, or pass other "

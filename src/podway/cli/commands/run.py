@@ -161,6 +161,7 @@ def run(
                                    else EngineKind.ENVOY),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
+        exclusive_ports=True,
         engine=not no_engine, engine_kind=engine, envoy_path=envoy_path,
         envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,

@@ -81,6 +81,11 @@ def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False
     ``split.split_route`` needs the pools). ``scoped``: an HTTP listener takes its routes from
     scopes, one table per host (``podway.envoy.config.scoped``; the builder decides)."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
+    # One owner per address and port on a host: without SO_REUSEPORT a second Envoy (another
+    # Podway instance) cannot bind what this one serves — it refuses the listener instead of
+    # splitting the traffic between two configurations. Envoy's own listener updates and hot
+    # restart hand the bound socket over rather than binding again, so they are unaffected.
+    out.enable_reuse_port.value = False
     socket = out.address.socket_address
     socket.address = ir.address
     socket.port_value = ir.port
