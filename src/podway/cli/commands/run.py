@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -37,6 +37,9 @@ from podway.cli.commands.flags import (
 )
 from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
+
+if TYPE_CHECKING:
+    from podway.envoy.xds.server import ServerTLS
 
 
 def register(app: typer.Typer) -> None:
@@ -111,7 +114,7 @@ def run(
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
     from podway.base.netaddr import HostPort
     from podway.envoy.engine.state import instance_dir
-    from podway.envoy.xds.server import ServerTLS, check_bind
+    from podway.envoy.xds.server import check_bind
     from podway.ir import EngineKind
     from podway.programs.gc_policy import GcPolicy
     from podway.programs.standalone import Standalone, StandaloneOptions
@@ -132,12 +135,7 @@ def run(
                                  param_hint="--engine")
     if engine != "envoy" and no_engine:
         raise typer.BadParameter(f"--engine {engine} runs the engine here: drop --no-engine")
-    if (xds_cert is None) != (xds_key is None):
-        raise typer.BadParameter("--xds-cert and --xds-key go together")
-    tls = None
-    if xds_cert is not None and xds_key is not None:
-        tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
-                        client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
+    tls = _xds_tls(xds_cert, xds_key, xds_client_ca)
     check_bind(xds_address, tls, unauthenticated=xds_unauthenticated)  # before anything starts
     if no_engine and not xds_address:
         raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
@@ -169,3 +167,15 @@ def run(
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         admin_socket=admin_socket, gc=GcPolicy(), haproxy_path=haproxy_path)
     asyncio.run(run_until_signal(Standalone(opts).run()))
+
+
+def _xds_tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> ServerTLS | None:
+    """The xDS server's TLS from ``--xds-cert``/``--xds-key``/``--xds-client-ca``, or None."""
+    from podway.envoy.xds.server import ServerTLS
+
+    if (cert is None) != (key is None):
+        raise typer.BadParameter("--xds-cert and --xds-key go together")
+    if cert is None or key is None:
+        return None
+    return ServerTLS(cert_pem=cert.read_bytes(), key_pem=key.read_bytes(),
+                     client_ca_pem=client_ca.read_bytes() if client_ca else None)

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from podway.translate.ingress.nginx.annotations import PREFIX, NginxAnnotations, advice
+from podway.translate.ingress.nginx.annotations import (
+    PREFIX,
+    NginxAnnotations,
+    VerifyClient,
+    advice,
+)
 
 # Families the conversion carries; the rest of a family that is set becomes a Note.
 NOT_CARRIED: dict[str, tuple[str, str]] = {
@@ -56,4 +61,17 @@ def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
         out.append((PREFIX + "use-regex", "ingress-nginx matched these paths as "
                     "case-insensitive regular expressions; they become case-sensitive "
                     "(RegularExpression when they hold regex syntax, else PathPrefix)"))
+    return out
+
+
+def restrictions(notes: NginxAnnotations) -> list[str]:
+    """The keys of an Ingress that restrict who may reach it and that the converted routes do
+    not carry: Podway's unserved ones (``closed``), and source ranges and client certificates,
+    which Podway serves on Ingresses but to-gateway does not convert."""
+    out = list(notes.closed)
+    if notes.source_ranges is not None:
+        out.append(PREFIX + "whitelist-source-range")
+    if notes.auth_tls is not None and notes.auth_tls.verify in (VerifyClient.ON,
+                                                                 VerifyClient.OPTIONAL):
+        out.append(PREFIX + "auth-tls-secret")
     return out

@@ -63,12 +63,11 @@ from podway.tools.migrate.gateway_api import (
     url_redirect,
     wildcard_of,
 )
-from podway.tools.migrate.not_carried import not_carried
+from podway.tools.migrate.not_carried import not_carried, restrictions
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     Canary,
     NginxAnnotations,
-    VerifyClient,
     read,
 )
 
@@ -485,19 +484,6 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
             conv.add_canary(ingress, notes.canary, notes)
     result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
-
-
-def restrictions(notes: NginxAnnotations) -> list[str]:
-    """The keys of an Ingress that restrict who may reach it and that the converted routes do
-    not carry: Podway's unserved ones (``closed``), and source ranges and client certificates,
-    which Podway serves on Ingresses but to-gateway does not convert."""
-    out = list(notes.closed)
-    if notes.source_ranges is not None:
-        out.append(PREFIX + "whitelist-source-range")
-    if notes.auth_tls is not None and notes.auth_tls.verify in (VerifyClient.ON,
-                                                                 VerifyClient.OPTIONAL):
-        out.append(PREFIX + "auth-tls-secret")
-    return out
 
 
 def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:

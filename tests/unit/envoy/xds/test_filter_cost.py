@@ -18,6 +18,9 @@ from .helpers import http_listener, route, vhost
 
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
             "envoy.filters.http.rbac", "envoy.filters.http.buffer"}
+# The streaming body limit (a body limit too large to buffer): disabled on the manager like the
+# others, switched on only by the routes with such a limit (none in this listener).
+STREAMING_LIMIT = "envoy.filters.http.lua"
 
 
 def _manager(item: Listener, *, scoped: bool = False) -> hcm.HttpConnectionManager:
@@ -38,8 +41,8 @@ def test_optional_filters_are_switched_off_on_the_manager() -> None:
     """Every filter but the router is present and ``disabled``: a request pays for none of them
     unless its route switches it on."""
     filters = {f.name: f.disabled for f in _manager(_listener()).http_filters}
-    assert set(filters) == OPTIONAL | {ROUTER_FILTER}
-    assert {name for name, off in filters.items() if off} == OPTIONAL
+    assert set(filters) == OPTIONAL | {STREAMING_LIMIT, ROUTER_FILTER}
+    assert {name for name, off in filters.items() if off} == OPTIONAL | {STREAMING_LIMIT}
 
 
 def test_only_the_routes_that_use_a_feature_switch_its_filter_on() -> None:

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from podway.translate import annotations as ann
+from podway.translate.ingress.nginx.access import restricts_access
 from podway.translate.ingress.nginx.keys import KeyReader
 from podway.translate.ingress.nginx.values import (
     PREFIX,
@@ -212,28 +213,6 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
                             if PREFIX + k not in SERVED_KEYS and restricts_access(k, v))),
         issues=tuple(r.issues))
 
-
-# Unserved keys that restrict access whatever their value (without PREFIX; "-" ends a prefix).
-_RESTRICTING = ("auth-", "satisfy")
-# Unserved switches that restrict access when true.
-_RESTRICTING_FLAGS = ("enable-modsecurity", "enable-owasp-core-rules")
-_SNIPPETS = ("configuration-snippet", "server-snippet", "location-snippet", "stream-snippet")
-# An nginx directive that decides access, at the start of a statement of a snippet.
-_ACCESS_DIRECTIVE = re.compile(
-    r"(?:^|[;{}\s])(allow|deny|auth_basic|auth_request|auth_jwt|satisfy|"
-    r"ssl_verify_client|access_by_lua\w*)\s")
-
-
-def restricts_access(key: str, value: str) -> bool:
-    """Whether an unserved key (without PREFIX) restricts who may reach the Ingress: serving
-    the Ingress without it would serve open what its owner closed."""
-    short = key.removeprefix(PREFIX)
-    if short in _SNIPPETS:
-        return _ACCESS_DIRECTIVE.search(value) is not None
-    if short in _RESTRICTING_FLAGS:
-        return value.strip().lower() not in ("0", "f", "false")  # ingress-nginx's false
-    return any(short == name or (name.endswith("-") and short.startswith(name))
-               for name in _RESTRICTING)
 
 _SIZE = re.compile(r"^(\d{1,15})([kKmMgG]?)$")
 _SIZE_UNIT = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}

@@ -1,0 +1,35 @@
+"""Which unserved ingress-nginx annotations restrict who may reach an Ingress (fail closed).
+
+An Ingress asking ingress-nginx for authentication, an allow-list, a WAF or an access rule in a
+snippet must not be served open by a controller that does not serve that annotation: its
+routes answer 403 instead (``podway.translate.ingress.nginx.annotations.read`` lists such keys
+as ``closed``). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+
+from podway.translate.ingress.nginx.values import PREFIX
+
+# Unserved keys that restrict access whatever their value (without PREFIX; "-" ends a prefix).
+_RESTRICTING = ("auth-", "satisfy")
+# Unserved switches that restrict access when true.
+_RESTRICTING_FLAGS = ("enable-modsecurity", "enable-owasp-core-rules")
+_SNIPPETS = ("configuration-snippet", "server-snippet", "location-snippet", "stream-snippet")
+# An nginx directive that decides access, at the start of a statement of a snippet.
+_ACCESS_DIRECTIVE = re.compile(
+    r"(?:^|[;{}\s])(allow|deny|auth_basic|auth_request|auth_jwt|satisfy|"
+    r"ssl_verify_client|access_by_lua\w*)\s")
+
+
+def restricts_access(key: str, value: str) -> bool:
+    """Whether an unserved key (without PREFIX) restricts who may reach the Ingress: serving
+    the Ingress without it would serve open what its owner closed."""
+    short = key.removeprefix(PREFIX)
+    if short in _SNIPPETS:
+        return _ACCESS_DIRECTIVE.search(value) is not None
+    if short in _RESTRICTING_FLAGS:
+        return value.strip().lower() not in ("0", "f", "false")  # ingress-nginx's false
+    return any(short == name or (name.endswith("-") and short.startswith(name))
+               for name in _RESTRICTING)
