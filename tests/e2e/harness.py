@@ -30,6 +30,7 @@ from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
+from podway.translate.core.options import BackendMode
 
 # Listener ports for tests come from below the kernel's ephemeral range (32768-60999 by
 # default): a port picked there and released could be handed to an outgoing connection before
@@ -168,7 +169,7 @@ def backend_manifests(name: str, port: int) -> str:
 
 async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
                      xff_trusted_hops: int = 0, takeover_classes: tuple[str, ...] = (),
-                     **options: Any) -> Stack:
+                     mode: BackendMode = BackendMode.CLUSTERIP, **options: Any) -> Stack:
     """A stack (not started). Envoy keeps detailed stats: tests read per-pool counters.
     ``options`` go to ``StandaloneOptions`` (a dashboard, metrics, …)."""
     http_port, https_port = free_port(), free_port()
@@ -177,7 +178,7 @@ async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
         manifests=root, drain_s=drain_s, delta=delta, status_file=root.parent / "status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
                                    https_port=https_port, xff_trusted_hops=xff_trusted_hops,
-                                   takeover_classes=takeover_classes),
+                                   takeover_classes=takeover_classes, mode=mode),
         **options))
     return Stack(root, http_port, https_port, standalone)
 

@@ -49,6 +49,11 @@ class Member:
     port: int
     weight: int = 1
     state: MemberState = MemberState.READY
+    # DRAINING only: the endpoint still serves (Kubernetes ``serving`` while ``terminating``).
+    # Such a member is the pool's fallback: an engine sends it new requests only while no READY
+    # member is healthy in its own view, e.g. in a rollout before the new pods passed their first
+    # check (a READY member is not yet a *proven* one: docs/translation.md, "Rollouts").
+    serving: bool = False
     origin: ObjectRef | None = None  # the pod (or node, in nodeport mode) behind the address
     node: str | None = None
     zone: str | None = None
