@@ -69,6 +69,7 @@ RETRY_BUDGET_PERCENT = 20.0
 CHECK_JITTER_PERCENT = 20
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _H2 = (PoolProtocol.HTTP2, PoolProtocol.GRPC)
+_HTTP = (PoolProtocol.HTTP1, *_H2)
 # ALPN offered to TLS members: servers that pick the protocol by ALPN (most gRPC servers refuse
 # a TLS connection without "h2") must be told which one Envoy will speak.
 _ALPN = {PoolProtocol.HTTP1: ("http/1.1",), PoolProtocol.HTTP2: ("h2",),
@@ -98,9 +99,16 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     budget = out.circuit_breakers.thresholds.add().retry_budget
     budget.budget_percent.value = RETRY_BUDGET_PERCENT
     budget.min_retry_concurrency.value = 3
-    if settings.protocol in _H2:
+    lifetime = settings.connection_lifetime_ms if settings.protocol in _HTTP else None
+    if settings.protocol in _H2 or lifetime:
         options = hpo.HttpProtocolOptions()
-        options.explicit_http_config.http2_protocol_options.SetInParent()
+        if settings.protocol in _H2:
+            options.explicit_http_config.http2_protocol_options.SetInParent()
+        else:
+            options.explicit_http_config.http_protocol_options.SetInParent()
+        if lifetime:
+            options.common_http_protocol_options.max_connection_duration.CopyFrom(
+                duration(lifetime))
         out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(pack(options))
     if settings.health_check is not None and settings.protocol is not PoolProtocol.UDP:
         out.health_checks.append(_health_check(settings.health_check,
