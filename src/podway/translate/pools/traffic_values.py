@@ -109,22 +109,30 @@ def _bounded(value: int | None, low: int, high: int, where: str, issues: Issues)
 # --- defaults ---------------------------------------------------------------------------------
 
 def default_health_check(protocol: PoolProtocol, host: str) -> HealthCheck | None:
-    """The check every pool gets unless told otherwise: one that proves the pool's protocol.
+    """The check every pool gets unless told otherwise: one that never fails a server that
+    serves the pool's protocol correctly, and fails one that does not speak it at all.
 
-    TCP pools: a connect. HTTP pools: ``GET /`` in the pool's HTTP version (HTTP/2 for h2c),
-    healthy on any status below 500 — an answer at all proves the server speaks the protocol,
-    whatever its routes. gRPC pools: an HTTP/2 ``POST`` of a gRPC call (the standard health
-    method, no message), healthy on HTTP 200: every gRPC server answers a call with 200 and a
-    grpc-status, even one without the health service, while many (grpcio, C-core) reset a plain
-    ``GET /`` — which would take every member out. UDP: none (no generic UDP check exists).
+    TCP pools: a connect. HTTP/1 pools: ``GET /``, healthy on any status below 500 — an answer at
+    all proves the server speaks HTTP, whatever its routes (a 404 or 401 on ``/`` is normal).
+    gRPC pools (a GRPCRoute, or ``appProtocol: grpc``): an HTTP/2 ``POST`` of a gRPC call (the
+    standard health method, no message), healthy on HTTP 200: every gRPC server answers a call
+    with 200 and a grpc-status, even one without the health service, while many (grpcio, C-core,
+    Go's) reset or refuse a plain ``GET /`` — which would take every member out. h2c pools
+    (``appProtocol: kubernetes.io/h2c``): the same gRPC-shaped ``POST`` over HTTP/2, healthy on
+    any status below 500: an h2c pool often carries gRPC reached through an HTTPRoute or an
+    Ingress (a gRPC server answers 200), and a plain h2c web server answers it with some status
+    (404, 405); a server that does not speak HTTP/2 fails the connection. UDP: none (no generic
+    UDP check exists). docs/translation.md, "Health checks", says why each.
     """
     if protocol is PoolProtocol.UDP:
         return None
     if protocol is PoolProtocol.TCP:
         return HealthCheck(kind=HealthCheckKind.TCP)
-    if protocol is PoolProtocol.GRPC:
+    if protocol in (PoolProtocol.GRPC, PoolProtocol.HTTP2):
         return HealthCheck(kind=HealthCheckKind.HTTP, http_path=GRPC_HEALTH_PATH, host=host,
-                           method="POST", headers=GRPC_CALL_HEADERS, expected=((200, 200),))
+                           method="POST", headers=GRPC_CALL_HEADERS,
+                           expected=((200, 200),) if protocol is PoolProtocol.GRPC
+                           else ((200, 499),))
     return HealthCheck(kind=HealthCheckKind.HTTP, http_path="/", host=host, expected=((200, 499),))
 
 
@@ -148,6 +156,7 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     before = len(issues.found)
     if protocol is PoolProtocol.UDP:
         return None
+    default = default_health_check(protocol, host)
     if spec.type is not None:
         kind = _CHECK_NAMES.get(_key(spec.type))
         if kind is None:
@@ -159,14 +168,17 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     elif spec.grpc_service is not None:
         kind = HealthCheckKind.GRPC
     else:
-        default = default_health_check(protocol, host)
         kind = default.kind if default is not None else HealthCheckKind.TCP
     if kind is not HealthCheckKind.TCP and protocol is PoolProtocol.TCP:
         issues.add(f"{where}.type", f"a {kind.value.upper()} check needs an HTTP backend; this "
                    "pool carries TCP (the check would always fail)")
         return None
     host = host if kind is not HealthCheckKind.TCP else ""
-    base = HealthCheck(kind=kind, host=host)
+    # A section that only tunes timing (no type, path or service) keeps the default probe: on
+    # an h2c or gRPC pool a bare ``GET /`` would take every grpcio member out.
+    untyped = spec.type is None and spec.path is None and spec.grpc_service is None
+    base = (default if untyped and default is not None and default.kind is kind
+            else HealthCheck(kind=kind, host=host))
     interval = duration_ms(spec.interval, f"{where}.interval", issues) if spec.interval else None
     timeout = duration_ms(spec.timeout, f"{where}.timeout", issues) if spec.timeout else None
     interval = _bounded(interval, 100, 3_600_000, f"{where}.interval", issues)
@@ -194,7 +206,7 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     if len(issues.found) > before:
         return None
     out = HealthCheck(kind=kind, host=check_host, http_path=path, expected=expected,
-                      grpc_service=grpc_service,
+                      grpc_service=grpc_service, method=base.method, headers=base.headers,
                       interval_ms=interval or base.interval_ms,
                       timeout_ms=timeout or base.timeout_ms,
                       healthy_threshold=healthy or base.healthy_threshold,
