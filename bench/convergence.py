@@ -74,10 +74,10 @@ import speedref
 from loopstalls import StallWatch
 from xds_push import Acks, free_port, pct  # the same helpers, one copy
 
+from podway.envoy import types
 from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
-from podway.envoy.xds import types
 from podway.envoy.xds.protocol import Ack
 from podway.ir import Forward
 from podway.pipeline import State

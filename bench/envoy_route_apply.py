@@ -84,13 +84,13 @@ import speedref
 from translate import convergence_cluster
 from xds_push import free_port, pct
 
+from podway.envoy import types
 from podway.envoy.config import Resource, Resources, build, scoped
 from podway.envoy.config.common import pack
 from podway.envoy.config.routes import varint
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy.engine.state import StateDir
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream, _DeltaType
 from podway.envoy.xds.protocol import Ack, Event, Nack

@@ -29,9 +29,9 @@ from pathlib import Path
 from speedref import measure
 from xds_push import Acks, Figures, free_port, manifests
 
+from podway.envoy import types
 from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import EnvoyStats
-from podway.envoy.xds import types
 from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.readers.dashboard import engine_view, view
 from podway.translate import TranslateOptions

@@ -35,9 +35,9 @@ from types import MappingProxyType
 
 from speedref import Reference, measure, static_envoy
 
+from podway.envoy import types
 from podway.envoy.config import Builder, build
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
-from podway.envoy.xds import types
 from podway.envoy.xds.protocol import Ack, Event
 from podway.ir import IR, Member
 from podway.programs.standalone import Standalone, StandaloneOptions

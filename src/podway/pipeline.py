@@ -38,8 +38,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from podway.base.errors import PodwayError
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.ir import IR

@@ -112,7 +112,7 @@ async def test_the_default_socket_is_in_the_state_folder_and_found_by_it(tmp_pat
         # The command, as a user runs it (a thread: CliRunner runs its own event loop).
         result = await asyncio.to_thread(CliRunner().invoke, app, [
             "explain", f"http://shop.test:{http}/nope", "--state-dir", str(socket.parent)],
-            env={"COLUMNS": "200"})
+            env={"COLUMNS": "80"})
         assert result.exit_code == 0, result.output
         assert "served by pool/default/web/80" in result.output
     assert not socket.exists()
@@ -133,7 +133,7 @@ async def test_status_config_and_diagram_commands_read_the_socket(tmp_path: Path
         await eventually(listed, limit_s=20)
         run = CliRunner().invoke
         result = await asyncio.to_thread(run, app, ["status", "--admin-socket", str(socket)],
-                                         terminal_width=250)
+                                         terminal_width=80)
         assert result.exit_code == 0, result.output
         assert "ingress/http" in result.output
         assert "healthy" in result.output

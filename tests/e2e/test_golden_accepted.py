@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.ir.load import from_yaml

@@ -14,8 +14,8 @@ from types import MappingProxyType
 
 import pytest
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.envoy.xds.server import XdsServer

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.envoy.xds.protocol import Ack, Nack
 from podway.envoy.xds.server import push_changes
 from podway.model import Snapshot

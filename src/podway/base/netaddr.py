@@ -8,6 +8,7 @@ Neutral on purpose: ``translate``, ``xds``, ``engine`` and ``kube`` all import i
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from podway.base.errors import ConfigError
@@ -44,3 +45,12 @@ def parse_host_port(text: str, *, default_host: str | None = None,
 def format_host_port(host: str, port: int) -> str:
     """``host:port``, with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_ip(host: str) -> bool:
+    """Whether ``host`` is an IP address literal (not a name)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

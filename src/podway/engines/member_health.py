@@ -49,15 +49,12 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from podway.base.errors import PodwayError
-from podway.engines.peers import close_foreign_peers
-
-if TYPE_CHECKING:
-    from podway.envoy.xds.server import XdsServer
+from podway.engines.peers import UnixPeers, authenticated, close_foreign_peers
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +242,6 @@ class MemberHealthReports:
     async def serve(self, requests: AsyncIterator[bytes], context: Any,
                     *, unix_paths: Iterable[Any] = ()) -> bytes:
         """One engine's report stream (the gRPC method's body)."""
-        from podway.envoy.xds.server import authenticated  # server imports nothing of this module
-
         peer = str(context.peer())
         if peer.startswith("unix"):
             close_foreign_peers(list(unix_paths))
@@ -278,11 +273,11 @@ class MemberHealthReports:
             log.info("member health reports ended node=%s", node)
         return b"{}"
 
-    def handler(self, server: XdsServer) -> grpc.GenericRpcHandler:
+    def handler(self, server: UnixPeers) -> grpc.GenericRpcHandler:
         """The generic handler serving ``Report`` on ``server`` (its unix peers checked)."""
 
         async def report(requests: AsyncIterator[bytes], context: Any) -> bytes:
-            return await self.serve(requests, context, unix_paths=server.servicer.unix_paths)
+            return await self.serve(requests, context, unix_paths=server.unix_paths)
 
         return grpc.method_handlers_generic_handler(SERVICE, {
             METHOD: grpc.stream_unary_rpc_method_handler(report)})

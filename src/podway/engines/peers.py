@@ -17,11 +17,29 @@ import socket
 import struct
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 _CONNECTED = "03"  # SS_CONNECTED in /proc/net/unix
+
+
+class UnixPeers(Protocol):
+    """A gRPC server whose unix sockets' peers are checked (``podway.envoy.xds.server.XdsServer``):
+    another service on the same server checks its peers against the same paths."""
+
+    @property
+    def unix_paths(self) -> list[Path]: ...
+
+
+def authenticated(context: Any) -> bool:
+    """Whether a stream's engine is authenticated: it came over a unix socket (mode 0600:
+    same user or root) or presented a client certificate the server verified."""
+    if str(context.peer()).startswith("unix"):
+        return True
+    security = context.auth_context().get("transport_security_type")
+    return security == [b"ssl"] and context.peer_identities() is not None
 
 
 def allowed_uid(uid: int) -> bool:

@@ -35,8 +35,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from podway.base.netaddr import format_host_port, parse_host_port
-from podway.envoy.engine.bootstrap import is_ip
+from podway.base.netaddr import format_host_port, is_ip, parse_host_port
 
 log = logging.getLogger(__name__)
 

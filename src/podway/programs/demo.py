@@ -41,6 +41,12 @@ class DemoOptions:
     https_port: int = 18443
     once: bool = False
     envoy_path: str | None = None
+    # The instance's state folder (``podway demo --instance``): where `podway status` and
+    # `podway explain` find the running demo; None: a throw-away folder (tests, embedding).
+    state_dir: Path | None = None
+    # The flags that name this demo to those commands (``--instance demo``; "" for the default
+    # instance), shown once it serves.
+    reach: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,6 +200,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
     plan = backends(snapshot)
     standalone = Standalone(StandaloneOptions(
         manifests=opts.manifests, envoy_path=opts.envoy_path, drain_s=0.5,
+        state_dir=opts.state_dir,
         translate=TranslateOptions(address=opts.address, http_port=opts.http_port,
                                    https_port=opts.https_port)))
     async with asyncio.TaskGroup() as group:
@@ -220,6 +227,11 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
             console.print(f"serving: http://{host}:{opts.http_port} "
                           f"https://{host}:{opts.https_port} — edit {opts.manifests} live; "
                           "Ctrl-C stops")
+            if opts.state_dir is not None:
+                flags = f" {opts.reach}" if opts.reach else ""
+                console.print(f"ask it: podway status{flags}; podway explain "
+                              f"http://{host}:{opts.http_port}/{flags}",
+                              markup=False, highlight=False, soft_wrap=True)
     return results
 
 

@@ -40,9 +40,9 @@ from aiohttp import ClientError, ClientSession, UnixConnector, web
 from google.protobuf.json_format import MessageToDict
 
 from podway.base.errors import ConfigError, PodwayError
+from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.engine import admin
-from podway.envoy.xds import types
 from podway.ir.dump import to_data
 from podway.pipeline import Pipeline, State
 from podway.readers.explain import Context, Health, QueryError, explain, parse

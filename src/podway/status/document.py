@@ -48,7 +48,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.ir import IR
 from podway.ir.listener import Listener, VirtualHost
 from podway.ir.pool import Pool

@@ -41,8 +41,8 @@ from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.delta import PATCHED_KINDS, patch_routes
 from podway.translate.pools.backends import PoolSpec, ServiceKey, in_mode
 from podway.translate.pools.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
-from podway.translate.pools.traffic import lone_pool, sets_traffic
 from podway.translate.service import is_ours as service_is_ours
+from podway.translate.traffic import lone_pool, sets_traffic
 
 if TYPE_CHECKING:
     from podway.translate.translator import Structure, StructureMemo

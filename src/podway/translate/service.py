@@ -6,7 +6,7 @@ address allocator (``TranslateOptions.vips``) the Service binds every address it
 instead, one listener per address and port, and a pending Service binds nothing. Settings that
 change who may connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are warned
 about, never dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes on the
-client's address (``podway.translate.pools.traffic``).
+client's address (``podway.translate.traffic``).
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ from podway.translate.pools.members import (
     MemberResolver,
     resolver_for,
 )
-from podway.translate.pools.traffic import Memo as TrafficMemo
-from podway.translate.pools.traffic import apply_traffic
 from podway.translate.service import ServiceTranslation
+from podway.translate.traffic import Memo as TrafficMemo
+from podway.translate.traffic import apply_traffic
 
 
 def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
+from podway.envoy import types
 from podway.envoy.engine import admin
 from podway.envoy.engine.process import Engine
-from podway.envoy.xds import types
 from podway.envoy.xds.protocol import Ack, Event
 from tests.e2e.harness import echo_backend, eventually, free_port, get
 

@@ -62,7 +62,7 @@ async def start(bed: Bed, tmp_path: Path, **overrides: Any) -> tuple[Path, int]:
 
 
 def explain_json(*args: str) -> dict[str, Any]:
-    result = CliRunner().invoke(app, ["explain", "--json", *args], env={"COLUMNS": "200"})
+    result = CliRunner().invoke(app, ["explain", "--json", *args], env={"COLUMNS": "80"})
     assert result.exit_code in (0, 1), result.output
     data: dict[str, Any] = json.loads(result.stdout)
     return data
@@ -87,7 +87,7 @@ async def test_explain_over_the_controllers_socket_agrees_with_the_manifests(
     assert len(kinds) >= 3, kinds  # served, an invalid backend, no listener/host: not one case
     # The text report says it too.
     result = await asyncio.to_thread(CliRunner().invoke, app, [
-        "explain", URLS[0], "--admin-socket", str(socket)], env={"COLUMNS": "400"})
+        "explain", URLS[0], "--admin-socket", str(socket)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "readiness only" in " ".join(result.output.split())
 

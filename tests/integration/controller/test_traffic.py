@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import trustme
 
+from podway.envoy import types
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
-from podway.envoy.xds import types
 from podway.envoy.xds.protocol import Ack, Event
 from podway.envoy.xds.server import ServerTLS
 from podway.translate import BackendMode

@@ -1,4 +1,5 @@
-"""Network-namespace test beds for VIP reachability, shared by tests/vip and bench/vip_failover.
+"""Network-namespace test beds for VIP reachability, shared by tests/integration/vip and
+bench/vip_failover.
 
 BGP bed::
 

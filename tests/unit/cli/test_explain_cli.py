@@ -28,7 +28,7 @@ def _folder(tmp_path: Path, case: str) -> Path:
 
 def test_a_served_request_exits_0_and_names_the_pool(tmp_path: Path) -> None:
     result = runner.invoke(app, ["explain", "http://foo.example.com/", "--manifests",
-                                 str(_folder(tmp_path, "ingress-hosts"))], terminal_width=200)
+                                 str(_folder(tmp_path, "ingress-hosts"))], terminal_width=80)
     assert result.exit_code == 0, result.output
     assert "verdict: served by pool/" in result.output
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from podway.cli.app import app
-from podway.cli.commands import register
+from podway.cli.commands import common, register
 
 register(app)
 ROOT = Path(__file__).parents[3]
@@ -32,10 +32,13 @@ def _examples(page: str) -> list[tuple[list[str], list[str]]]:
 
 
 def _run(args: list[str], width: int) -> str:
+    """``podway explain`` as printed on a terminal of ``width`` columns (the pages show that)."""
     cwd = os.getcwd()
     os.chdir(ROOT)  # the pages name folders relative to the repository
     try:
-        result = CliRunner().invoke(app, args, env={"COLUMNS": str(width)})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(common, "stdout_is_terminal", lambda: True)
+            result = CliRunner().invoke(app, args, env={"COLUMNS": str(width)})
     finally:
         os.chdir(cwd)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output

@@ -26,11 +26,11 @@ def test_manifest_addresses_flag_lets_a_vip_bind(tmp_path: Path) -> None:
     """Without the flag the VIP is refused with a warning; with it, the listener binds it."""
     (tmp_path / "s.yaml").write_text(SERVICE)
     plain = runner.invoke(app, ["validate", "--ir", "--address", "198.18.0.1", str(tmp_path)],
-                          env={"COLUMNS": "200"})
+                          env={"COLUMNS": "80"})
     assert "AddressNotAllowed" in plain.output
     assert "address: 198.18.0.53" not in plain.output
     allowed = runner.invoke(app, ["validate", "--ir", "--address", "198.18.0.1",
-                                  "--manifest-addresses", str(tmp_path)], env={"COLUMNS": "200"})
+                                  "--manifest-addresses", str(tmp_path)], env={"COLUMNS": "80"})
     assert allowed.exit_code == 0, allowed.output
     assert "address: 198.18.0.53" in allowed.output
     assert "AddressNotAllowed" not in allowed.output
@@ -65,12 +65,12 @@ def test_ingress_class_flag_takes_a_class_over(tmp_path: Path) -> None:
     """Without --ingress-class nginx the Ingress is listed as not Podway's; with it, its
     rewrite is served and its unserved annotation is a warning naming the key."""
     (tmp_path / "i.yaml").write_text(NGINX_INGRESS)
-    plain = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    plain = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "80"})
     assert plain.exit_code == 0, plain.output
     assert "Ingress/shop/old" in plain.output
     assert "k8s.io/ingress-nginx" in plain.output  # why it is not Podway's
     taken = runner.invoke(app, ["validate", "--ir", "--ingress-class", "nginx", str(tmp_path)],
-                          env={"COLUMNS": "200"})
+                          env={"COLUMNS": "80"})
     assert "pattern: (?i)^(?:/api(/|$)(.*)).*$" in taken.output
     assert "UnsupportedAnnotation" in taken.output
     assert "configuration-snippet" in taken.output

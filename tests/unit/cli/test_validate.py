@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from podway.cli.app import app
-from podway.cli.commands import register
+from podway.cli.commands import common, register
 from podway.model import Snapshot
 from podway.translate import TranslateOptions
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).parents[3]
 def test_quickstart_is_valid_and_shows_what_is_served() -> None:
     """The embedded example validates cleanly and lists its hosts and pools."""
     result = runner.invoke(app, ["validate", str(ROOT / "examples/quickstart")],
-                           env={"COLUMNS": "200"})
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "shop.example.com" in result.output
     assert "pool/demo/api/8080" in result.output
@@ -38,7 +38,7 @@ spec:
   ingressClassName: podway
   defaultBackend: {service: {name: nowhere, port: {number: 80}}}
 """)
-    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "80"})
     assert result.exit_code == 1
     assert "Ingress/ns/i BackendNotFound: Service ns/nowhere not found" in result.output
     assert "spec.defaultBackend.service.name" in result.output
@@ -47,7 +47,7 @@ spec:
 def test_load_error_makes_exit_status_1(tmp_path: Path) -> None:
     """Broken YAML is reported with its file and the exit status is 1."""
     (tmp_path / "bad.yaml").write_text("kind: [\n")
-    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "80"})
     assert result.exit_code == 1
     assert "bad.yaml" in result.output
     assert "invalid YAML" in result.output
@@ -78,7 +78,7 @@ spec:
       - {path: "/x[/b]", pathType: Prefix, backend: {service: {name: gone, port: {number: 80}}}}
       - {path: "/v[a-z]", pathType: Exact, backend: {service: {name: gone, port: {number: 80}}}}
 """)
-    table = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "200"})
+    table = runner.invoke(app, ["validate", str(tmp_path)], env={"COLUMNS": "80"})
     assert table.exit_code == 1, table.output
     assert "/x[/b]" in table.output
     assert "= /v[a-z]" in table.output
@@ -90,15 +90,16 @@ spec:
 def test_status_table_is_styled_not_raw_markup() -> None:
     """Status cells render their style; markup never leaks into the text."""
     result = runner.invoke(app, ["validate", str(ROOT / "examples/gateway")],
-                           env={"COLUMNS": "200"})
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "ok" in result.output
     assert "[green]" not in result.output
     assert "[red]" not in result.output
 
 
-def test_table_never_wraps_addresses_at_80_columns() -> None:
+def test_table_never_wraps_addresses_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Listener and member addresses stay whole (copyable) in an 80-column terminal."""
+    monkeypatch.setattr(common, "stdout_is_terminal", lambda: True)
     result = runner.invoke(app, ["validate", str(ROOT / "examples/quickstart")],
                            env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -126,7 +127,7 @@ def test_objects_podway_does_not_take_are_listed_not_errors(
 
     monkeypatch.setattr(command, "translate", with_not_owned)
     result = runner.invoke(app, ["validate", str(ROOT / "examples/quickstart")],
-                           env={"COLUMNS": "200"})
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "Not Podway's" in result.output
     assert "Ingress/demo/theirs" in result.output

@@ -20,7 +20,7 @@ def test_status_file_holds_api_shaped_status(tmp_path: Path) -> None:
     out = tmp_path / "status.yaml"
     result = runner.invoke(app, ["validate", "--status-file", str(out),
                                  str(CASES / "gateway-basic-http.in.yaml")],
-                           env={"COLUMNS": "200"})
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     objects = yaml.safe_load(out.read_text())["objects"]
     with_status = [ref for ref, entry in objects.items() if "status" in entry]
@@ -40,7 +40,7 @@ def test_status_file_holds_api_shaped_status(tmp_path: Path) -> None:
 def test_status_table_shows_failed_conditions() -> None:
     """The status table names each failed condition with its reason; exit status is 1."""
     result = runner.invoke(app, ["validate", str(CASES / "gateway-allowed-routes.in.yaml")],
-                           env={"COLUMNS": "250"})
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 1
     assert "Accepted=False(NoMatchingParent)" in result.output
     assert "ResolvedRefs=False(InvalidRouteKinds)" in result.output
@@ -50,7 +50,7 @@ def test_gateway_example_is_valid() -> None:
     """examples/gateway validates cleanly: its route is attached and every condition is ok."""
     root = Path(__file__).parents[3]
     result = runner.invoke(app, ["validate", str(root / "examples/gateway")],
-                           env={"COLUMNS": "200"})
+                           env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "listener http (1 routes)" in result.output
     assert "0 errors, 0 warnings" in result.output

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import load_text

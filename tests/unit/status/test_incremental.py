@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.model import K8sObject, Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import parse_object

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from podway.envoy import types
 from podway.envoy.config import Builder, build
 from podway.envoy.config.routes import route_configurations
 from podway.envoy.config.scoped import SCOPED_MIN_HOSTS
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache, Change
 from podway.ir import IR, ListenerProtocol
 from podway.model import K8sObject, Snapshot

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from podway.cli.commands.common import run_until_signal, setup_logging
+from podway.base.tasks import run_until_signal
+from podway.cli.commands.common import setup_logging
 from podway.programs.agent.ports import DEFAULT_RANGE
 
 agent_app = typer.Typer(

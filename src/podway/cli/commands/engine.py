@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from podway.base.backoff import Backoff
-from podway.cli.commands.common import check_at_least, check_port, run_until_signal, setup_logging
+from podway.base.tasks import run_until_signal
+from podway.cli.commands.common import check_at_least, check_port, setup_logging
 from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.envoy.engine.health_report import ReportOptions
 

@@ -108,10 +108,24 @@ def live_socket(*, manifests: Path | None, admin_socket: Path | None, instance: 
         return None
     if admin_socket is not None:
         return admin_socket
-    from podway.envoy.engine.state import instance_dir
+    from podway.envoy.engine.state import default_base, instance_dir
     from podway.readers.admin_api import SOCKET_NAME
 
-    return instance_dir(state_dir, instance) / SOCKET_NAME
+    socket = instance_dir(state_dir, instance) / SOCKET_NAME
+    named = f"the instance in {socket.parent}" if state_dir is not None else (
+        f"instance {instance!r} ({socket.parent})")
+    if not socket.exists():
+        others = sorted(f"--state-dir {p.parent}" if p.parent.name.startswith(".")
+                        else f"--instance {p.parent.name}"
+                        for p in default_base().glob(f"*/{SOCKET_NAME}")
+                        if p.parent != socket.parent)
+        running = (f"; running here: {', '.join(others)}" if others else "; none runs here (start `podway run` or `podway demo`, or "
+                   "give --manifests DIR to read a folder)")
+        raise ConfigError(f"cannot reach the admin socket {socket}: {named} is not "
+                          f"running{running}")
+    # On a shared host the default instance may be someone else's: say whose answer this is.
+    typer.echo(f"asking {named}", err=True)
+    return socket
 
 
 def explain(
@@ -167,7 +181,9 @@ def explain(
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
-        Console().print(report(data))
+        from podway.cli.commands.common import stdout_console
+
+        stdout_console().print(report(data))
     classes = {o["status_class"] for o in data["verdict"]["outcomes"]}
     if not classes <= {"2xx", "3xx"}:
         raise typer.Exit(1)

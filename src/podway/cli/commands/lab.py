@@ -48,10 +48,28 @@ def _state(name: str, state_dir: Path | None) -> Any:
     return LabState.of(name, state_dir)
 
 
+def which(name: str, state_dir: Path | None) -> str:
+    """The flags that name this lab again in a hint (``--name X``, ``--state-dir D``), so every
+    command a hint suggests reaches the same lab; empty for the default lab."""
+    import shlex
+
+    flags = ([] if name == "lab" else ["--name", name]) + (
+        [] if state_dir is None else ["--state-dir", str(state_dir)])
+    return "".join(" " + shlex.quote(f) for f in flags)
+
+
+def next_steps(name: str, state_dir: Path | None, kubeconfig: Path) -> list[str]:
+    """What to run once the lab is up (every command names this lab)."""
+    lab = which(name, state_dir)
+    return [f"kubectl --kubeconfig {kubeconfig} get nodes",
+            f"podway lab apply{lab} -f examples/seed-httpd/ && podway lab status{lab}"]
+
+
 def _running(name: str, state_dir: Path | None) -> tuple[Any, Any, int]:
     state = _state(name, state_dir)
     if not state.info.exists():
-        raise EnvironmentProblem(f"no lab {name!r} is up (start one with `podway lab up`)")
+        raise EnvironmentProblem(f"no lab {name!r} is up (start one with "
+                                 f"`podway lab up{which(name, state_dir)}`)")
     plan, port = state.load()
     return state, plan, port
 
@@ -77,7 +95,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         found = ", ".join([*([str(state.root)] if state.exists() else []), *leftovers[:3]])
         raise EnvironmentProblem(f"leftovers of an earlier lab {name!r} ({found}"
                                  f"{', …' if len(leftovers) > 3 else ''}): run `podway lab down"
-                                 f"{'' if name == 'lab' else ' --name ' + name}` first")
+                                 f"{which(name, state_dir)}` first")
     console = Console(stderr=True, log_path=False)
     import socket
 
@@ -119,8 +137,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
 
     console.print(f"[bold green]lab {name!r} is up[/]: {nodes} nodes, VIP {VIP}, client "
                   f"{CLIENT_IP}")
-    console.print(f"  kubectl --kubeconfig {state.kubeconfig} get nodes")
-    console.print("  podway lab apply -f examples/seed-httpd/ && podway lab status")
+    for line in next_steps(name, state_dir, state.kubeconfig):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _down(name: str, state_dir: Path | None, *, say: Any) -> int:
@@ -219,17 +237,23 @@ def get(kind: Annotated[str, typer.Argument(help="pods, services, deploy, ingres
 
 
 @lab_app.command()
-def status(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+def status(name: NameOpt = "lab", state_dir: StateOpt = None,
+           output: Annotated[str | None, typer.Option(
+               "-o", "--output", help="json: the same sections as JSON.")] = None) -> None:
     """Nodes, pods with IPs and NodePortLocal mappings, Services with VIPs, lab processes."""
-    from rich.console import Console
-
+    from podway.cli.commands.common import check_output, stdout_console
     from podway.programs.lab.api import LabApi
-    from podway.programs.lab.report import status_tables
+    from podway.programs.lab.report import status_sections, table_of
 
+    as_json = check_output("-o", output) == "json"
     state, _plan, port = _running(name, state_dir)
-    console = Console()
-    for table in status_tables(LabApi(port), state):
-        console.print(table)
+    sections = status_sections(LabApi(port), state)
+    if as_json:
+        typer.echo(json.dumps(sections, indent=2))
+        return
+    console = stdout_console()
+    for title, rows in sections.items():
+        console.print(table_of(title, rows))
 
 
 @lab_app.command()
@@ -279,8 +303,9 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     state, _, _ = _running(name, state_dir)
     pid = state.daemon()
     if pid is None:
-        raise EnvironmentProblem("the lab daemon is not running (run `podway lab down`, then "
-                                 "`podway lab up`)")
+        lab = which(name, state_dir)
+        raise EnvironmentProblem(f"the lab daemon is not running (run `podway lab down{lab}`, "
+                                 f"then `podway lab up{lab}`)")
     def count() -> str:
         return state.api_restarts.read_text() if state.api_restarts.exists() else "0"
 
@@ -299,19 +324,24 @@ def restart_api(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
 def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 200,
             service: Annotated[str, typer.Option(help="NAMESPACE/NAME of the Service.")]
             = "default/lb-httpd",
-            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON (as -o json).")]
+            = False,
+            output: Annotated[str | None, typer.Option(
+                "-o", "--output", help="json: print JSON instead of the table.")] = None,
             plot: Annotated[Path | None, typer.Option(help="Write a PNG chart here.")] = None,
             name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     """Send N requests through each backend mode, side by side, and compare balance, client
     address, second hops, latency and traffic to nodes without a pod."""
     from rich.console import Console
 
+    from podway.cli.commands.common import check_output, stdout_console
     from podway.programs.agent.netns import single_thread
     from podway.programs.lab.api import LabApi
     from podway.programs.lab.compare import Comparison
     from podway.programs.lab.compare import plot as draw
     from podway.programs.lab.report import compare_table
 
+    as_json = as_json or check_output("-o", output) == "json"
     _need_root("compare")
     _, plan, port = _running(name, state_dir)
     if requests < 1:
@@ -329,4 +359,4 @@ def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
-        Console().print(compare_table(report))
+        stdout_console().print(compare_table(report))

@@ -19,6 +19,7 @@ from podway.base.errors import ConfigError
 if TYPE_CHECKING:
     from podway.model.base import K8sObject
     from podway.tools.migrate.probes import Probe
+    from podway.tools.migrate.replay import EntryPoint
 
 migrate_app = typer.Typer(name="migrate", no_args_is_help=True,
                           help="Move from ingress-nginx: compare two entry points, convert "
@@ -76,13 +77,9 @@ def compare(
         probes.extend(probe_set.from_objects(_load(from_manifests), methods=methods))
     if requests is not None:
         probes.extend(_log_probes(requests, log_host=log_host, sample=sample, seed=seed))
-    kept = [p for p in probe_set.unique(probes)
-            if all(side.address(p.scheme) is not None for side in sides)]
-    for scheme in ("http", "https"):
-        dropped = sum(p.scheme == scheme for p in probes) - sum(p.scheme == scheme for p in kept)
-        if dropped:
-            typer.echo(f"warning: {dropped} {scheme} requests skipped: give both --old and "
-                       f"--new a {scheme}:// entry point", err=True)
+    kept, warnings = replayable(probes, sides)
+    for line in warnings:
+        typer.echo(f"warning: {line}", err=True)
     if not kept:
         raise ConfigError("no requests to replay")
     opts = ReplayOptions(
@@ -97,6 +94,24 @@ def compare(
             typer.echo(line)
     if report.differs:
         raise typer.Exit(1)
+
+
+def replayable(probes: list[Probe], sides: tuple[EntryPoint, EntryPoint]
+               ) -> tuple[list[Probe], list[str]]:
+    """The probes to send (each request once, only schemes both sides serve) and a warning per
+    scheme left out for want of an entry point. A repeated request is sent once and is no
+    reason to warn: it was not skipped."""
+    from podway.tools.migrate import probes as probe_set
+
+    once = probe_set.unique(probes)
+    kept = [p for p in once if all(side.address(p.scheme) is not None for side in sides)]
+    warnings = []
+    for scheme in ("http", "https"):
+        dropped = sum(p.scheme == scheme for p in once) - sum(p.scheme == scheme for p in kept)
+        if dropped:
+            warnings.append(f"{dropped} {scheme} requests skipped: give both --old and --new "
+                            f"a {scheme}:// entry point")
+    return kept, warnings
 
 
 def _load(path: Path) -> list[K8sObject]:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import (
     check_address,
     check_at_least,
@@ -15,7 +16,6 @@ from podway.cli.commands.common import (
     check_hops,
     check_loopback,
     check_port,
-    run_until_signal,
     setup_logging,
     tls_flags,
 )

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,7 +25,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from podway.cli.commands.common import check_at_least
+from podway.cli.commands.common import check_at_least, check_output, stdout_console
 from podway.cli.commands.explain import InstanceOption, SocketOption, StateDirOption, live_socket
 
 
@@ -38,43 +41,75 @@ def status(
     = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.")]
     = 2.0,
+    output: Annotated[str | None, typer.Option(
+        "-o", "--output", help="json: the instance's state and health as JSON (one document "
+        "per refresh with --watch) instead of tables.")] = None,
 ) -> None:
     """Tables of listeners, hosts, routes, pools, members, health and the last NACKs."""
     check_at_least("--interval", interval, 0.2)
+    as_json = check_output("-o", output) == "json"
     socket = live_socket(manifests=None, admin_socket=admin_socket, instance=instance,
                          state_dir=state_dir)
     assert socket is not None
-    console = Console()
-    if not watch:
-        with console.status("asking the running instance…"):
-            view = asyncio.run(_fetch(socket))
-        console.print(view)
-        return
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch
-        asyncio.run(_watch(socket, console, interval))
+    console = stdout_console()
+    try:
+        if not watch:
+            if as_json or not console.is_terminal:
+                view = asyncio.run(_fetch(socket, as_json=as_json))
+            else:
+                with console.status("asking the running instance…"):
+                    view = asyncio.run(_fetch(socket, as_json=as_json))
+            _emit(console, view)
+            return
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the watch
+            asyncio.run(_watch(socket, console, interval, as_json=as_json))
+    except BrokenPipeError:  # `podway status --watch | head`: the reader had enough
+        # Nothing more can go to a closed pipe, not even the flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-async def _fetch(socket: Path) -> RenderableType:
+async def _fetch(socket: Path, *, as_json: bool = False) -> RenderableType | str:
     from podway.readers.admin_api import get_json
 
     state = await get_json(socket, "/state")
     health = await get_json(socket, "/health")
+    if as_json:
+        return json.dumps({"state": state, "health": health}, sort_keys=True)
     return tables(state, health["pools"] if health.get("known") else None)
 
 
-async def _watch(socket: Path, console: Console, interval: float) -> None:
+def _emit(console: Console, view: RenderableType | str) -> None:
+    """One answer on standard output, flushed at once (a pipe must see each refresh)."""
+    if isinstance(view, str):
+        sys.stdout.write(view + "\n")
+    else:
+        console.print(view)
+    sys.stdout.flush()
+
+
+async def _watch(socket: Path, console: Console, interval: float, *, as_json: bool) -> None:
+    """Refresh in place on a terminal; piped (or with ``-o json``) print each refresh in turn,
+    so ``| head``, ``| grep`` and a log file see them as they come."""
     from podway.readers.admin_api import AdminUnavailable
 
-    with Live(Text("asking the running instance…"), console=console,
-              auto_refresh=False) as live:
+    live = console.is_terminal and not as_json
+    with (Live(Text("asking the running instance…"), console=console, auto_refresh=False)
+          if live else contextlib.nullcontext()) as screen:
         while True:
             try:
-                view: RenderableType = await _fetch(socket)
+                view: RenderableType | str = await _fetch(socket, as_json=as_json)
             except AdminUnavailable as exc:  # a restart: keep watching
-                view = Text(f"{exc} (retrying)", style="red")
-            stamp = Text(time.strftime("%H:%M:%S") + f" — every {interval:g} s, Ctrl-C to stop",
-                         style="dim")
-            live.update(Group(stamp, view), refresh=True)
+                view = (json.dumps({"error": f"{exc} (retrying)"}) if as_json
+                        else Text(f"{exc} (retrying)", style="red"))
+            if isinstance(screen, Live):
+                stamp = Text(time.strftime("%H:%M:%S")
+                             + f" — every {interval:g} s, Ctrl-C to stop", style="dim")
+                assert not isinstance(view, str)
+                screen.update(Group(stamp, view), refresh=True)
+            elif isinstance(view, str):
+                _emit(console, view)
+            else:
+                _emit(console, Group(Text(time.strftime("%H:%M:%S")), view))
             await asyncio.sleep(interval)
 
 

@@ -7,6 +7,7 @@ Podway does not take (another class, …) are listed with the reason; they are n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +20,9 @@ from podway.cli.commands.common import (
     check_address,
     check_classes,
     check_hops,
+    check_output,
     check_port,
+    stdout_console,
     tls_flags,
 )
 from podway.cli.commands.flags import (
@@ -31,7 +34,7 @@ from podway.cli.commands.flags import (
     TlsMinVersion,
     XffTrustedHops,
 )
-from podway.ir.dump import dump_yaml, to_yaml
+from podway.ir.dump import dump_yaml, to_data, to_yaml
 from podway.model import Snapshot
 from podway.readers.render.statuses import not_owned_table, status_table
 from podway.readers.render.table import served_table
@@ -65,12 +68,16 @@ def validate(
     tls_min_version: TlsMinVersion = None,
     tls_max_version: TlsMaxVersion = None,
     tls_ciphers: TlsCiphers = None,
+    output: Annotated[str | None, typer.Option(
+        "-o", "--output", help="json: the IR and the status document as one JSON document "
+        "instead of the tables.")] = None,
 ) -> None:
     """Load manifests, translate them and report every problem; show what would be served."""
+    as_json = check_output("-o", output) == "json"
     check_address("--address", address)
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
-    out = Console()
+    out = stdout_console()
     err = Console(stderr=True)
     loaded = load_paths(paths)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
@@ -95,7 +102,11 @@ def validate(
         text = escape(f"{problem.ref} {problem.reason}: {problem.message}{at}")
         err.print(f"[{color}]{problem.severity}[/{color}] {text}", highlight=False,
                   soft_wrap=True)
-    if ir:
+    if as_json:
+        typer.echo(json.dumps({"ir": to_data(result.ir),
+                               "status": document.to_data(updated=None)},
+                              indent=2, sort_keys=True, default=str))
+    elif ir:
         out.print(to_yaml(result.ir), end="", markup=False, highlight=False, soft_wrap=True)
     else:
         out.print(served_table(result.ir))

@@ -20,7 +20,8 @@ from typing import Annotated
 import typer
 
 from podway.base.errors import ConfigError
-from podway.cli.commands.common import check_at_least, run_until_signal, setup_logging
+from podway.base.tasks import run_until_signal
+from podway.cli.commands.common import check_at_least, setup_logging
 from podway.programs.vip.bird import BgpSettings, check_settings, engine_config, parse_neighbor
 
 vip_app = typer.Typer(name="vip", help="VIP reachability: BGP (BIRD 2) or VRRP (keepalived).",

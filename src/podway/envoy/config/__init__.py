@@ -19,7 +19,7 @@ unchanged resources, which is what keeps listeners, routes and clusters untouche
 The package is named for what it makes (Envoy configuration), not ``xds.build``: a folder
 ``build`` inside a package named like the ``xds`` protobuf package made tools that resolve
 imports from the tree (and ignore ``build`` folders) lose it. It depends on ``podway.ir`` and the
-type URLs of ``podway.envoy.xds.types`` only; ``podway.envoy.xds`` (cache, server) consumes its
+type URLs of ``podway.envoy.types`` only; ``podway.envoy.xds`` (cache, server) consumes its
 output.
 """
 
@@ -34,6 +34,7 @@ from envoy.config.route.v3 import route_pb2
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
+from podway.envoy import types
 from podway.envoy.config import scoped
 from podway.envoy.config.clusters import cluster
 from podway.envoy.config.endpoints import load_assignment
@@ -48,7 +49,6 @@ from podway.envoy.config.split import (
     split_route,
     split_settings,
 )
-from podway.envoy.xds import types
 from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 

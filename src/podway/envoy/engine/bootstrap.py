@@ -28,13 +28,12 @@ come only with ``EnvoyStats.DETAILED`` (``--envoy-stats detailed``).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from podway.base.errors import ConfigError
-from podway.base.netaddr import parse_host_port
+from podway.base.netaddr import is_ip, parse_host_port
 
 XDS_CLUSTER = "podway-xds"
 
@@ -113,12 +112,6 @@ def admin_config(path: str) -> dict[str, Any]:
     return {"address": {"pipe": {"path": path, "mode": 0o600}}}
 
 
-def is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def xds_addresses(xds: str | tuple[str, ...]) -> tuple[str, ...]:

@@ -15,9 +15,9 @@ from types import MappingProxyType
 
 from envoy.config.listener.v3 import listener_pb2
 
+from podway.envoy import types
 from podway.envoy.config import Resource, Resources
 from podway.envoy.config.scoped import rds_form
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache, Change, Hint, TypeSnapshot
 
 _NO_SECRETS = TypeSnapshot(version="withheld")

@@ -34,8 +34,9 @@ from types import MappingProxyType
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
+from podway.envoy import types
 from podway.envoy.config import Resource, Resources
-from podway.envoy.xds import handover, types
+from podway.envoy.xds import handover
 
 _EMPTY: Mapping[str, Resource] = MappingProxyType({})
 #: How many changes of a type ``names_changed`` can go back (older: compare everything).

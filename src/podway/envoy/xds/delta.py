@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.config.scoped import has_scopes
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import (
     DEPENDENT,

@@ -10,8 +10,8 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from podway.envoy import types
 from podway.envoy.config import Resources
-from podway.envoy.xds import types
 
 REDACTED = "<redacted>"
 

@@ -47,7 +47,7 @@ from typing import Protocol
 
 from google.protobuf import any_pb2
 
-from podway.envoy.xds import types
+from podway.envoy import types
 
 _nonces = itertools.count(1)
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.config.route.v3 import route_pb2
 
+from podway.envoy import types
 from podway.envoy.config import Resource
-from podway.envoy.xds import types
 
 #: First wait before a refused resource with unchanged content is offered again; it doubles
 #: with each refusal up to ``BACKOFF_MAX_S``.

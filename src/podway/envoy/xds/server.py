@@ -54,8 +54,8 @@ from prometheus_client import Counter, Gauge
 
 from podway.base.errors import ConfigError, PodwayError
 from podway.base.netaddr import format_host_port, parse_host_port
-from podway.engines.peers import close_foreign_peers
-from podway.envoy.xds import types
+from podway.engines.peers import authenticated, close_foreign_peers
+from podway.envoy import types
 from podway.envoy.xds.access import SecretFree, TableForm
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
@@ -119,15 +119,6 @@ def _is_loopback(address: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def authenticated(context: Any) -> bool:
-    """Whether a stream's engine is authenticated: it came over a unix socket (mode 0600:
-    same user or root) or presented a client certificate the server verified."""
-    if str(context.peer()).startswith("unix"):
-        return True
-    security = context.auth_context().get("transport_security_type")
-    return security == [b"ssl"] and context.peer_identities() is not None
 
 
 async def push_changes(cache: Cache, on_change: Callable[[], list[Any]],
@@ -349,6 +340,11 @@ class XdsServer:
         # More services on the same server, socket and TLS (``podway.engines.member_health``);
         # added before ``start``.
         self.handlers: list[grpc.GenericRpcHandler] = []
+
+    @property
+    def unix_paths(self) -> list[Path]:
+        """The unix sockets served (``podway.engines.peers.UnixPeers``); their peers are checked."""
+        return self.servicer.unix_paths
 
     async def start(self, *, local: Path | None = None) -> None:
         """Bind and serve; ``local``: also a unix socket there (in a private folder) for the

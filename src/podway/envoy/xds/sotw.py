@@ -28,7 +28,7 @@ from typing import Any
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
-from podway.envoy.xds import types
+from podway.envoy import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.held import HeldClusters
 from podway.envoy.xds.protocol import (

@@ -73,7 +73,8 @@ async def run(options: AgentOptions) -> None:
 async def cleanup(*, kinds: list[str], netns: str | None,
                   say: Callable[[str, bool], None]) -> bool:
     """Remove the agent's kernel rules of each backend; ``say(line, is_error)`` reports each
-    backend truthfully (removed / nothing installed / not installed / the failure).
+    backend truthfully (removed / nothing installed / not installed / the failure, a refusal
+    to show the rules included: without root nobody can tell whether they are there).
     True when every backend succeeded."""
     from podway.programs.agent.rules import RulesError, make_rules
 

@@ -6,7 +6,7 @@ A ``LeaseRecord`` is the ``spec`` of a ``coordination.k8s.io/v1`` Lease: ``holde
 clock, which record (if any) to write; ``podway.programs.controller.leader`` does the reading and
 writing.
 
-Invariants (tested in ``tests/unit/controller/test_lease.py``):
+Invariants (tested in ``tests/unit/programs/controller/test_lease.py``):
 
 - A lease someone else holds is taken only once this process has seen the *same* record for its
   ``leaseDurationSeconds``, counted on this process's monotonic clock from when it first saw

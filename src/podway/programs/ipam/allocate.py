@@ -1,6 +1,6 @@
 """The allocation itself: claims and pools in, one grant per claim out. Pure and deterministic.
 
-Invariants (property-tested in ``tests/unit/ipam``):
+Invariants (property-tested in ``tests/unit/programs/ipam``):
 
 - No address is held by two owners, except sharers: every holder of a shared address carries
   the same ``podway.io/allow-shared-vip`` key and their (protocol, port) sets are disjoint.

@@ -226,7 +226,7 @@ def main() -> None:
             detached = True
 
     async def body() -> None:
-        from podway.cli.commands.common import run_until_signal
+        from podway.base.tasks import run_until_signal
 
         await run_until_signal(Daemon(state).run(say))
 

@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--node", required=True)
     parser.add_argument("ports", nargs="*")
     args = parser.parse_args()
-    from podway.cli.commands.common import run_until_signal
+    from podway.base.tasks import run_until_signal
 
     identity = Identity(name=args.pod, pod=args.pod, namespace=args.namespace, node=args.node)
     try:

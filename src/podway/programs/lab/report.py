@@ -27,60 +27,98 @@ def npl_text(pod: Obj) -> str:
                      f"{e.get('nodePort')}" for e in entries if isinstance(e, dict))
 
 
+Rows = list[dict[str, str]]  # one section of ``podway lab status``: column → cell, per row
+
+
+#: The columns of each section, also when it has no rows.
+COLUMNS = {
+    "Nodes": ("node", "InternalIP", "pod CIDR"),
+    "Pods": ("pod", "node", "IP", "ready", "restarts", "NodePortLocal"),
+    "Services": ("service", "type", "clusterIP", "ports", "VIP (status)", "mode"),
+    "Ingresses": ("ingress", "class", "hosts", "VIP (status)"),
+    "Engine: virtual services": ("listener", "address"),
+    "Engine: pools": ("pool", "member", "health", "requests"),
+    "Lab processes": ("process", "pid", "running"),
+}
+
+
 def status_tables(api: LabApi, state: LabState) -> list[Table]:
-    nodes = Table(title="Nodes")
-    for col in ("node", "InternalIP", "pod CIDR"):
-        nodes.add_column(col)
-    for node in api.list(api.kind("nodes")):
-        ip = next((a["address"] for a in node.get("status", {}).get("addresses", [])
-                   if a.get("type") == "InternalIP"), "")
-        nodes.add_row(node["metadata"]["name"], ip, node.get("spec", {}).get("podCIDR", ""))
-    pods = Table(title="Pods")
-    for col in ("pod", "node", "IP", "ready", "restarts", "NodePortLocal"):
-        pods.add_column(col)
-    for pod in api.list(api.kind("pods")):
-        st = pod.get("status") or {}
-        restarts = sum(c.get("restartCount", 0) for c in st.get("containerStatuses") or [])
-        pods.add_row(f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}",
-                     pod.get("spec", {}).get("nodeName", ""), st.get("podIP", ""),
-                     "yes" if pod_ready(pod) else "no", str(restarts), npl_text(pod))
-    services = Table(title="Services")
-    for col in ("service", "type", "clusterIP", "ports", "VIP (status)", "mode"):
-        services.add_column(col)
-    for svc in api.list(api.kind("services")):
-        spec, meta = svc.get("spec") or {}, svc["metadata"]
-        ports = ", ".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}"
-                          + (f" node:{p['nodePort']}" if p.get("nodePort") else "")
-                          for p in spec.get("ports") or [])
-        vips = ", ".join(i.get("ip", "") for i in (svc.get("status") or {})
-                         .get("loadBalancer", {}).get("ingress") or [])
-        annotations = meta.get("annotations") or {}
-        mode = annotations.get("podway.io/backend-mode", "")
-        if annotations.get("nodeportlocal.antrea.io/enabled") == "true":
-            mode = mode or "nodeportlocal"
-        services.add_row(f"{meta.get('namespace')}/{meta['name']}", spec.get("type", ""),
-                         spec.get("clusterIP", ""), ports, vips, mode)
-    ingresses = Table(title="Ingresses")
-    for col in ("ingress", "class", "hosts", "VIP (status)"):
-        ingresses.add_column(col)
-    for ing in api.list(api.kind("ingresses")):
-        spec = ing.get("spec") or {}
-        hosts = ", ".join(r.get("host", "*") for r in spec.get("rules") or [])
-        vips = ", ".join(i.get("ip", "") for i in (ing.get("status") or {})
-                         .get("loadBalancer", {}).get("ingress") or [])
-        ingresses.add_row(f"{ing['metadata'].get('namespace')}/{ing['metadata']['name']}",
-                          spec.get("ingressClassName", ""), hosts, vips)
-    procs = Table(title="Lab processes")
-    for col in ("process", "pid", "running"):
-        procs.add_column(col)
+    """``podway lab status`` as tables: one per section of ``status_sections``."""
+    return [table_of(title, rows) for title, rows in status_sections(api, state).items()]
+
+
+def table_of(title: str, rows: Rows) -> Table:
+    table = Table(title=title)
+    for column in COLUMNS[title]:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row.values())
+    return table
+
+
+def status_sections(api: LabApi, state: LabState) -> dict[str, Rows]:
+    """Nodes, pods with IPs and NodePortLocal mappings, Services and Ingresses with their VIPs,
+    Envoy's view (when it runs) and the lab's processes: the data of ``podway lab status``
+    (``-o json`` prints it as it is)."""
+    sections: dict[str, Rows] = {
+        "Nodes": [_node_row(node) for node in api.list(api.kind("nodes"))],
+        "Pods": [_pod_row(pod) for pod in api.list(api.kind("pods"))],
+        "Services": [_service_row(svc) for svc in api.list(api.kind("services"))],
+        "Ingresses": [_ingress_row(ing) for ing in api.list(api.kind("ingresses"))],
+        **engine_sections(state),
+    }
     daemon = state.daemon()
-    procs.add_row("daemon", str(daemon or ""), "yes" if daemon else "no")
-    for what, pid in sorted(state.recorded().items()):
-        procs.add_row(what, str(pid), "yes" if alive(pid) else "no")
-    return [nodes, pods, services, ingresses, *engine_tables(state), procs]
+    procs = [{"process": "daemon", "pid": str(daemon or ""), "running": "yes" if daemon else "no"}]
+    procs += [{"process": what, "pid": str(pid), "running": "yes" if alive(pid) else "no"}
+              for what, pid in sorted(state.recorded().items())]
+    sections["Lab processes"] = procs
+    return sections
 
 
-def engine_tables(state: LabState) -> list[Table]:
+def _node_row(node: Obj) -> dict[str, str]:
+    ip = next((a["address"] for a in node.get("status", {}).get("addresses", [])
+               if a.get("type") == "InternalIP"), "")
+    return {"node": node["metadata"]["name"], "InternalIP": ip,
+            "pod CIDR": node.get("spec", {}).get("podCIDR", "")}
+
+
+def _pod_row(pod: Obj) -> dict[str, str]:
+    st = pod.get("status") or {}
+    restarts = sum(c.get("restartCount", 0) for c in st.get("containerStatuses") or [])
+    return {"pod": f"{pod['metadata'].get('namespace')}/{pod['metadata']['name']}",
+            "node": pod.get("spec", {}).get("nodeName", ""), "IP": st.get("podIP", ""),
+            "ready": "yes" if pod_ready(pod) else "no", "restarts": str(restarts),
+            "NodePortLocal": npl_text(pod)}
+
+
+def _vips(obj: Obj) -> str:
+    return ", ".join(i.get("ip", "") for i in (obj.get("status") or {})
+                     .get("loadBalancer", {}).get("ingress") or [])
+
+
+def _service_row(svc: Obj) -> dict[str, str]:
+    spec, meta = svc.get("spec") or {}, svc["metadata"]
+    ports = ", ".join(f"{p.get('port')}/{p.get('protocol', 'TCP')}"
+                      + (f" node:{p['nodePort']}" if p.get("nodePort") else "")
+                      for p in spec.get("ports") or [])
+    annotations = meta.get("annotations") or {}
+    mode = annotations.get("podway.io/backend-mode", "")
+    if annotations.get("nodeportlocal.antrea.io/enabled") == "true":
+        mode = mode or "nodeportlocal"
+    return {"service": f"{meta.get('namespace')}/{meta['name']}", "type": spec.get("type", ""),
+            "clusterIP": spec.get("clusterIP", ""), "ports": ports, "VIP (status)": _vips(svc),
+            "mode": mode}
+
+
+def _ingress_row(ing: Obj) -> dict[str, str]:
+    spec = ing.get("spec") or {}
+    return {"ingress": f"{ing['metadata'].get('namespace')}/{ing['metadata']['name']}",
+            "class": spec.get("ingressClassName", ""),
+            "hosts": ", ".join(r.get("host", "*") for r in spec.get("rules") or []),
+            "VIP (status)": _vips(ing)}
+
+
+def engine_sections(state: LabState) -> dict[str, Rows]:
     """Envoy's view, from its admin socket: listeners (virtual services) and pool members
     with their health. Empty when the engine is not running."""
     import asyncio
@@ -89,24 +127,20 @@ def engine_tables(state: LabState) -> list[Table]:
 
     admin = state.engine_dir / "admin.sock"
     if not admin.exists():
-        return []
+        return {}
     try:
         _, listeners = asyncio.run(request(f"unix:{admin}", "/listeners?format=json"))
         _, clusters = asyncio.run(request(f"unix:{admin}", "/clusters?format=json"))
         listening = json.loads(listeners).get("listener_statuses") or []
         pools = json.loads(clusters).get("cluster_statuses") or []
     except (OSError, TimeoutError, ValueError):
-        return []
-    services = Table(title="Engine: virtual services")
-    for col in ("listener", "address"):
-        services.add_column(col)
+        return {}
+    services: Rows = []
     for item in listening:
         where = (item.get("local_address") or {}).get("socket_address") or {}
-        services.add_row(item.get("name", ""),
-                         f"{where.get('address', '')}:{where.get('port_value', '')}")
-    members = Table(title="Engine: pools")
-    for col in ("pool", "member", "health", "requests"):
-        members.add_column(col)
+        services.append({"listener": item.get("name", ""),
+                         "address": f"{where.get('address', '')}:{where.get('port_value', '')}"})
+    members: Rows = []
     for pool in pools:
         if not str(pool.get("name", "")).startswith("pool/"):
             continue
@@ -115,10 +149,12 @@ def engine_tables(state: LabState) -> list[Table]:
             health = host.get("health_status") or {}
             flags = [k for k, v in health.items() if v is True]
             stats = {s.get("name"): s.get("value", "0") for s in host.get("stats") or []}
-            members.add_row(pool["name"], f"{where.get('address')}:{where.get('port_value')}",
-                            ", ".join(flags) or str(health.get("eds_health_status", "")),
-                            str(stats.get("rq_total") or stats.get("cx_total") or 0))
-    return [services, members]
+            members.append({
+                "pool": pool["name"],
+                "member": f"{where.get('address')}:{where.get('port_value')}",
+                "health": ", ".join(flags) or str(health.get("eds_health_status", "")),
+                "requests": str(stats.get("rq_total") or stats.get("cx_total") or 0)})
+    return {"Engine: virtual services": services, "Engine: pools": members}
 
 
 def compare_table(report: Obj) -> Table:
@@ -138,5 +174,12 @@ def compare_table(report: Obj) -> Table:
                       str(mode["sent_to_node_without_pod"]), str(mode["failed"]))
     delta = report.get("npl_minus_clusterip_p50_us")
     if delta is not None:
-        table.caption = f"NodePortLocal p50 minus ClusterIP p50: {delta} µs per new connection"
+        band = report.get("npl_minus_clusterip_p50_ci95_us")
+        noise = ""
+        if band:
+            verdict = ("within noise" if band[0] <= 0 <= band[1]
+                       else "beyond noise")
+            noise = f" (95 % interval {band[0]} to {band[1]} µs: {verdict})"
+        table.caption = (f"NodePortLocal p50 minus ClusterIP p50: {delta} µs per new "
+                         f"connection{noise}")
     return table

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
 from podway.envoy.xds.sotw import SotwStream

@@ -31,7 +31,8 @@ def test_every_cluster_disables_panic_mode() -> None:
 def test_every_cluster_applies_health_changes_at_once() -> None:
     """No update merge window: a new member's first passed check reaches the workers at once
     (Envoy's default 1 s window left a pool whose members were all replaced without a healthy
-    member for that second; tests/controller/test_traffic.py::*under_load* measure it)."""
+    member for that second; tests/integration/controller/test_traffic.py::*under_load* measure
+    it)."""
     for protocol in PoolProtocol:
         built = cluster("p", PoolSettings(protocol=protocol))
         assert built.common_lb_config.HasField("update_merge_window")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.ir import IR, IRChange, Listener
 from podway.ir import ListenerProtocol as Protocol

@@ -10,10 +10,11 @@ import pytest
 from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
+from podway.envoy import types
 from podway.envoy.config import Resource, Resources
 from podway.envoy.config.clusters import CHECK_JITTER_PERCENT, cluster
 from podway.envoy.config.endpoints import load_assignment
-from podway.envoy.xds import handover, types
+from podway.envoy.xds import handover
 from podway.envoy.xds.cache import Cache
 from podway.ir import HealthCheck, HealthCheckKind, Member, MemberState, PoolSettings
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
 from podway.envoy.xds.held import KEPT, HeldClusters

@@ -8,8 +8,8 @@ from types import MappingProxyType
 from envoy.service.discovery.v3 import discovery_pb2 as d
 from google.rpc import status_pb2
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
 from podway.envoy.xds.protocol import Ack, Nack

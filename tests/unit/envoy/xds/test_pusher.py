@@ -7,8 +7,8 @@ import contextlib
 from types import MappingProxyType
 from typing import Any
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache, Change
 from podway.envoy.xds.server import push_changes
 

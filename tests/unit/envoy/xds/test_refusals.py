@@ -9,8 +9,8 @@ from types import MappingProxyType
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
 from podway.envoy.xds.protocol import Ack, Nack

@@ -13,10 +13,10 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 )
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy import types
 from podway.envoy.config import Builder, Resources, build
 from podway.envoy.config.routes import route_configuration
 from podway.envoy.config.scoped import LOWER_HOST_FILTER, pick, rds_form, table_name
-from podway.envoy.xds import types
 from podway.envoy.xds.access import TableForm
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream

@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from podway.envoy import types
 from podway.envoy.config import Builder
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.ir import IR, IRChange, Listener, Persistence, PersistenceKind, Pool, PoolSettings
 from podway.ir import ListenerProtocol as Protocol

@@ -18,8 +18,8 @@ from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
+from podway.envoy import types
 from podway.envoy.config import Resource
-from podway.envoy.xds import types
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.server import XdsServer
 

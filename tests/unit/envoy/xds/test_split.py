@@ -12,9 +12,9 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.extensions.filters.network.tcp_proxy.v3 import tcp_proxy_pb2
 from envoy.extensions.filters.udp.udp_proxy.v3 import route_pb2, udp_proxy_pb2
 
+from podway.envoy import types
 from podway.envoy.config import Builder
 from podway.envoy.config.split import split_members, split_pools
-from podway.envoy.xds import types
 from podway.ir import (
     IR,
     HealthCheck,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from podway.programs.agent.rules import iptables, nftables
-from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
+from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesDenied, RulesError
 from podway.programs.agent.rules.conntrack import Conntrack
 from podway.programs.agent.types import Rule
 
@@ -298,3 +298,22 @@ async def test_missing_executable_is_a_rules_error(tmp_path: Path,
     rules = nftables.NftablesRules(runner=CommandRunner())
     with pytest.raises(RulesError, match="not installed"):
         await rules.repair(lambda: [A])  # reading back must not pass for "no table"
+
+
+@pytest.mark.parametrize(("backend", "error"), [
+    (nftables.NftablesRules,
+     "netlink: Error: cache initialization failed: Operation not permitted"),
+    (iptables.IptablesRules, "iptables-save v1.8.9 (nf_tables): Could not fetch rule set "
+                             "generation id: Permission denied (you must be root)"),
+])
+async def test_cleanup_without_privilege_says_so_instead_of_nothing_installed(
+        backend: type[nftables.NftablesRules | iptables.IptablesRules], error: str) -> None:
+    """A non-root `podway agent cleanup`: the kernel refused to list the rules, which is not
+    "nothing installed" (the table may be there): a RulesDenied error, so the command exits 1."""
+    runner = FakeRunner()
+    runner.fail, runner.error = 1, error
+    with pytest.raises(RulesDenied, match="permission denied"):
+        await backend(runner=runner).cleanup()
+    runner.fail, runner.error = 1, "Error: No such file or directory; did you mean table 'x'?"
+    if backend is nftables.NftablesRules:
+        assert await backend(runner=runner).cleanup() is False  # a missing table: nothing there

@@ -32,4 +32,21 @@ def test_reading_a_lab_that_is_not_up_says_how_to_start_one(tmp_path: Path) -> N
     done = run("lab", "get", "pods", "--state-dir", str(tmp_path / "none"))
     assert done.returncode == 2
     assert done.stderr.strip() == ("error: no lab 'lab' is up (start one with "
-                                   "`podway lab up`)")
+                                   f"`podway lab up --state-dir {tmp_path / 'none'}`)")
+
+
+def test_hints_name_the_lab_they_are_about(tmp_path: Path) -> None:
+    """A lab with --name/--state-dir: every command a hint suggests names it again (a bare
+    `podway lab status` would ask the default lab and fail)."""
+    from podway.cli.commands.lab import next_steps
+
+    done = run("lab", "get", "pods", "--name", "x", "--state-dir", str(tmp_path / "none"))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: no lab 'x' is up (start one with `podway lab up --name x --state-dir "
+        f"{tmp_path / 'none'}`)")
+    steps = next_steps("x", None, tmp_path / "kubeconfig")
+    assert steps[1] == ("podway lab apply --name x -f examples/seed-httpd/ && "
+                        "podway lab status --name x")
+    assert next_steps("lab", None, tmp_path / "k")[1] == (
+        "podway lab apply -f examples/seed-httpd/ && podway lab status")

@@ -161,3 +161,21 @@ def test_compare_with_an_unreadable_log_is_one_line(tmp_path: Path) -> None:
                                  "--new", "http://127.0.0.1:2", "--requests",
                                  str(tmp_path / "missing.log")))
     assert "missing.log" in line
+
+
+def test_a_repeated_request_is_sent_once_without_a_misleading_warning() -> None:
+    """Two http sides and a request listed twice: it is replayed once and nobody is told to
+    give an http:// entry point (both have one); a missing https side is still named."""
+    from podway.cli.commands.migrate import replayable
+    from podway.tools.migrate.probes import parse_log
+    from podway.tools.migrate.replay import EntryPoint
+
+    log = "\n".join(['{"method": "GET", "host": "a.test", "path": "/x", "scheme": "http"}'] * 2
+                    + ['{"method": "GET", "host": "a.test", "path": "/y", "scheme": "https"}'])
+    probes = list(parse_log(log).probes) * 2  # the same request from manifests and a log
+    sides = (EntryPoint.parse("old", ["http://127.0.0.1:1"]),
+             EntryPoint.parse("new", ["http://127.0.0.1:2"]))
+    kept, warnings = replayable(probes, sides)
+    assert [p.path for p in kept] == ["/x"]
+    assert warnings == ["1 https requests skipped: give both --old and --new a https:// "
+                        "entry point"]

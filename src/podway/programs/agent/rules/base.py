@@ -35,6 +35,23 @@ class CommandMissing(RulesError):
     """A tool the backend needs is not installed (say ``nft`` next to libnftables)."""
 
 
+class RulesDenied(RulesError):
+    """The kernel refused to show or change its rules: no root (CAP_NET_ADMIN). Never read as
+    "nothing installed": the rules may well be there."""
+
+
+#: What nft and iptables say when the caller may not read the ruleset.
+_DENIED = ("Operation not permitted", "Permission denied", "you must be root")
+
+
+def refused(error: RulesError, what: str) -> RulesError:
+    """``error`` as ``RulesDenied`` when the kernel refused for lack of privilege, else as is."""
+    if isinstance(error, RulesDenied) or not any(m in str(error) for m in _DENIED):
+        return error
+    return RulesDenied(f"cannot read {what}: permission denied (run as root, or with "
+                       "CAP_NET_ADMIN)")
+
+
 class Rules(Protocol):
     """What the controller needs from a kernel backend."""
 

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from podway.programs.agent.rules.base import KernelRules
+from podway.programs.agent.rules.base import KernelRules, RulesError, refused
 from podway.programs.agent.types import Rule
 
 CHAIN = "PODWAY-NPL"
@@ -95,7 +95,10 @@ class IptablesRules(KernelRules):
     name = "iptables"
 
     async def _save(self) -> tuple[set[Rule], list[str], bool]:
-        return parse_save(await self.runner.run("iptables-save", "-t", "nat"))
+        try:
+            return parse_save(await self.runner.run("iptables-save", "-t", "nat"))
+        except RulesError as exc:
+            raise refused(exc, "the iptables nat table") from None
 
     async def _restore(self, payload: str) -> None:
         if payload:

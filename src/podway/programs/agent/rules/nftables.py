@@ -18,7 +18,14 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from podway.programs.agent.rules.base import CommandMissing, CommandRunner, KernelRules, RulesError
+from podway.programs.agent.rules.base import (
+    CommandMissing,
+    CommandRunner,
+    KernelRules,
+    RulesDenied,
+    RulesError,
+    refused,
+)
 from podway.programs.agent.rules.conntrack import Conntrack
 from podway.programs.agent.rules.libnft import LibNftables
 from podway.programs.agent.types import L4, PROTOCOLS, Rule
@@ -129,7 +136,9 @@ class NftablesRules(KernelRules):
             await self.runner.run("nft", "list", "table", "ip", TABLE)
         except CommandMissing:
             raise
-        except RulesError:
+        except RulesError as exc:
+            if isinstance(refused(exc, "the nftables ruleset"), RulesDenied):
+                raise refused(exc, "the nftables ruleset") from None
             return False  # no table: nothing was installed
         await self._write(cleanup_payload())
         return True
@@ -144,6 +153,8 @@ class NftablesRules(KernelRules):
             text = await self.runner.run("nft", "-j", "list", "table", "ip", TABLE)
         except CommandMissing:
             raise  # not "no table": repairing could not help, say why instead
-        except RulesError:
+        except RulesError as exc:
+            if isinstance(refused(exc, "the nftables ruleset"), RulesDenied):
+                raise refused(exc, "the nftables ruleset") from None
             return None  # no table at all
         return parse_listing(text)
