@@ -23,7 +23,7 @@ from speedref import Reference, measure
 
 from podway.engines.member_health import Health, HostState, Message, diff, encode
 from podway.envoy.engine.health_report import parse
-from podway.programs.controller.readiness import judge
+from podway.programs.controller.readiness_judge import judge
 
 _HOST_STATS = ("cx_active", "cx_connect_fail", "cx_total", "rq_active", "rq_error",
                "rq_pending_active", "rq_success", "rq_timeout", "rq_total")

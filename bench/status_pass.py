@@ -50,7 +50,9 @@ from podway.programs.controller.leader import Fence
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.source import KindInfo
-from podway.programs.controller.status import Status, StatusWriter, Target
+from podway.programs.controller.status import StatusWriter
+from podway.programs.controller.status_desired import Target
+from podway.programs.controller.status_times import Status
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.base import SourceUpdate
 from podway.translate import Result, TranslateOptions

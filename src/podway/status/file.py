@@ -17,7 +17,8 @@ from pathlib import Path
 
 from podway.ir.dump import dump_yaml
 from podway.pipeline import Pipeline
-from podway.status.document import DocumentBuilder, StatusDocument
+from podway.status.document import StatusDocument
+from podway.status.incremental import DocumentBuilder
 
 log = logging.getLogger(__name__)
 

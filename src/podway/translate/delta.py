@@ -38,7 +38,7 @@ from podway.model.snapshot import Key, Snapshot
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem
 from podway.translate.core.status import ObjectStatus
-from podway.translate.gateway.delta import PATCHED_KINDS, patch_routes
+from podway.translate.gateway.delta import PATCHED_KINDS, Patch, patch_routes
 from podway.translate.pools.backends import PoolSpec, ServiceKey, in_mode
 from podway.translate.pools.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
 from podway.translate.service import is_ours as service_is_ours
@@ -133,24 +133,8 @@ def patch_structure(snapshot: Snapshot, before: Snapshot, opts: TranslateOptions
     added, removed = moved
     if added:  # by name, as a whole run orders them (Timsort: one pass for a few new names)
         live.pools = dict(sorted(live.pools.items()))
-    if any(name not in live.at for name in patch.listeners):
-        return None  # a Gateway listener the last run did not serve
-    for item in patch.listeners.values():
-        at = live.at[item.name]
-        hops = live.listeners[at].xff_trusted_hops  # the Gateways did not change
-        live.listeners[at] = item if item.xff_trusted_hops == hops else replace(
-            item, xff_trusted_hops=hops)
-    for problem in problems_out:
-        if not _remove(live.problems, problem):
-            return None
-    for problem in problems_in:
-        if not _insert(live.problems, problem):
-            return None
-    for ref, status in patch.statuses.items():
-        if status is None:
-            live.statuses.pop(ref, None)
-        else:
-            live.statuses[ref] = status
+    if not _apply(live, patch, problems_in=problems_in, problems_out=problems_out):
+        return None
     from podway.translate.translator import Structure  # an import cycle
 
     structure = Structure(tuple(live.listeners), MappingProxyType(dict(live.pools)),
@@ -158,6 +142,31 @@ def patch_structure(snapshot: Snapshot, before: Snapshot, opts: TranslateOptions
     memo.live = live
     return Patched(structure, tuple(added), tuple(removed),
                    {name: tuple(pairs) for name, pairs in patch.vhosts.items()})
+
+
+def _apply(live: Live, patch: Patch, *, problems_in: list[Problem],
+           problems_out: list[Problem]) -> bool:
+    """The patch's listeners, problems and statuses into ``live``; False when a listener or a
+    problem is not where the last run left it (the caller then runs whole)."""
+    if any(name not in live.at for name in patch.listeners):
+        return False  # a Gateway listener the last run did not serve
+    for item in patch.listeners.values():
+        at = live.at[item.name]
+        hops = live.listeners[at].xff_trusted_hops  # the Gateways did not change
+        live.listeners[at] = item if item.xff_trusted_hops == hops else replace(
+            item, xff_trusted_hops=hops)
+    for problem in problems_out:
+        if not _remove(live.problems, problem):
+            return False
+    for problem in problems_in:
+        if not _insert(live.problems, problem):
+            return False
+    for ref, status in patch.statuses.items():
+        if status is None:
+            live.statuses.pop(ref, None)
+        else:
+            live.statuses[ref] = status
+    return True
 
 
 def _move_pools(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, live: Live,

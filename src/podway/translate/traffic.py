@@ -30,13 +30,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from podway.ir import (
-    HASHING,
     Forward,
-    HealthCheck,
     L4Route,
     LBPolicy,
     Listener,
-    OutlierDetection,
     Persistence,
     PersistenceKind,
     PoolProtocol,
@@ -44,50 +41,23 @@ from podway.ir import (
     Route,
 )
 from podway.model import Ingress, ObjectRef, Service
-from podway.model.gateway import CONTROLLER_NAME, GROUP, Gateway
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute
 from podway.model.policy import (
     BackendLBPolicy,
-    PolicyTargetReference,
     TrafficPolicy,
-    TrafficPolicySpec,
 )
 from podway.model.snapshot import Snapshot
-from podway.translate.core.problems import Problem, Reason, Severity, Verdict, quote
-from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
+from podway.translate.core.problems import Problem, Reason, Severity
+from podway.translate.core.status import ObjectStatus
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec
+from podway.translate.pools.traffic_validate import validate, without_bad_sections
+from podway.translate.traffic_policies import PolicyIndex, SectionSource
+from podway.translate.traffic_sections import Chosen
 
-_ROUTE_KINDS = {("gateway.networking.k8s.io", "HTTPRoute"): HTTPRoute,
-                ("gateway.networking.k8s.io", "GRPCRoute"): GRPCRoute,
-                ("networking.k8s.io", "Ingress"): Ingress}
 _RULE = re.compile(r"/rule/(\d+)/")
-TargetKey = tuple[str, str, str, str]  # (kind, namespace, name, section)
-
-
-@dataclass(slots=True)
-class _Policy:
-    """One policy (or one object's annotations) as a source of sections."""
-
-    spec: TrafficPolicySpec
-    origin: ObjectRef
-    annotations: bool = False  # issues are about annotations (InvalidAnnotation)
-
-
-@dataclass(slots=True)
-class _Target:
-    ref: PolicyTargetReference
-    verdict: Verdict
-
-
-@dataclass(slots=True)
-class _PolicyState:
-    ref: ObjectRef
-    generation: int
-    targets: list[_Target] = field(default_factory=list)
-    invalid: Verdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,116 +131,21 @@ def lone_pool(snapshot: Snapshot, spec: PoolSpec, memo: Memo) -> PoolSpec | None
 
 
 @dataclass(slots=True)
-class _Run:
-    snapshot: Snapshot
+class _Run(PolicyIndex):
     memo: Memo = field(default_factory=dict)
     memo_next: Memo = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)
-    by_target: dict[TargetKey, _Policy] = field(default_factory=dict)
-    states: dict[ObjectRef, _PolicyState] = field(default_factory=dict)
-    lb_policies: dict[tuple[str, str], tuple[BackendLBPolicy, Persistence]] = field(
-        default_factory=dict)
     routes_of_pool: dict[str, list[ObjectRef]] = field(default_factory=dict)
     gateways_of_route: dict[ObjectRef, list[ObjectRef]] = field(default_factory=dict)
     rule_pools: dict[tuple[ObjectRef, int], set[str]] = field(default_factory=dict)
-    _annotations: dict[int, _Policy | None] = field(default_factory=dict)  # by id(object)
+    _annotations: dict[int, SectionSource | None] = field(default_factory=dict)  # by id(object)
     persistent_routes: set[ObjectRef] = field(default_factory=set)  # rule sessionPersistence
     _services: dict[tuple[str, str], Service | None] = field(default_factory=dict)
-    _by_route: dict[ObjectRef, tuple[_Policy, ...]] = field(default_factory=dict)
+    _by_route: dict[ObjectRef, tuple[SectionSource, ...]] = field(default_factory=dict)
     _ingresses: Mapping[tuple[str, str], Ingress] = field(default_factory=dict)
     route_sources: bool = False  # any source of route settings at all (else routes stay)
 
     def __post_init__(self) -> None:
         self._ingresses = self.snapshot.kind(Ingress)
-    _reported: set[Problem] = field(default_factory=set)
-
-    # --- indexing ---------------------------------------------------------------------------
-    def index_policies(self) -> None:
-        for policy in sorted(self.snapshot.kind(TrafficPolicy).values(),
-                             key=TrafficPolicy.age_key):
-            state = _PolicyState(policy.ref, policy.metadata.generation)
-            self.states[policy.ref] = state
-            issues = tv.validate(policy.spec)
-            if issues:
-                first = issues[0]
-                state.invalid = Verdict(False, Reason.INVALID, f"{first.message} ({first.field})")
-                for issue in issues:
-                    self._problem(policy.ref, issue.reason, issue.message, f"spec.{issue.field}")
-            if not policy.spec.target_refs:
-                self._problem(policy.ref, Reason.INVALID, "no targetRefs: the policy applies to "
-                              "nothing", "spec.targetRefs", Severity.WARNING)
-            for i, target in enumerate(policy.spec.target_refs):
-                verdict = state.invalid or self._claim(target, policy.metadata.namespace,
-                                                       _Policy(policy.spec, policy.ref))
-                state.targets.append(_Target(target, verdict))
-                if not verdict.ok and verdict is not state.invalid:
-                    self._problem(policy.ref, verdict.reason, verdict.message,
-                                  f"spec.targetRefs[{i}]")
-        for lbp in sorted(self.snapshot.kind(BackendLBPolicy).values(),
-                          key=BackendLBPolicy.age_key):
-            self._lb_policy(lbp)
-
-    def _claim(self, target: PolicyTargetReference, ns: str, source: _Policy) -> Verdict:
-        kind = (target.group, target.kind)
-        if kind == ("", "Service"):
-            found = self.snapshot.get(Service, ns, target.name) is not None
-        elif kind in _ROUTE_KINDS:
-            found = self.snapshot.get(_ROUTE_KINDS[kind], ns, target.name) is not None
-        elif kind == (GROUP, "Gateway"):
-            found = self.snapshot.get(Gateway, ns, target.name) is not None
-        else:
-            return Verdict(False, Reason.INVALID, f"targetRef kind {quote(target.kind)} "
-                           "(group " + quote(target.group) + ") is not a Service, HTTPRoute, "
-                           "GRPCRoute, Ingress or Gateway")
-        if target.section_name is not None and kind != ("", "Service"):
-            return Verdict(False, Reason.INVALID, "sectionName is only supported for Service "
-                           "targets (a port name)")
-        if not found:
-            return Verdict(False, Reason.TARGET_NOT_FOUND,
-                           f"{target.kind} {ns}/{target.name} not found")
-        key = (target.kind, ns, target.name, target.section_name or "")
-        held = self.by_target.get(key)
-        if held is not None:
-            return Verdict(False, Reason.CONFLICTED, f"{target.kind} {ns}/{target.name} is "
-                           f"already targeted by {held.origin}, which takes precedence (older, "
-                           "or as old and first by name)")
-        self.by_target[key] = source
-        return Verdict(True, Reason.ACCEPTED, "policy accepted")
-
-    def _lb_policy(self, lbp: BackendLBPolicy) -> None:
-        ns = lbp.metadata.namespace
-        state = _PolicyState(lbp.ref, lbp.metadata.generation)
-        self.states[lbp.ref] = state
-        value: Persistence | None = None
-        if lbp.spec.session_persistence is not None:
-            issues = tv.Issues()
-            value = tv.session_persistence(lbp.spec.session_persistence,
-                                           where="spec.sessionPersistence", issues=issues)
-            for issue in issues.found:
-                self._problem(lbp.ref, issue.reason, issue.message, issue.field)
-            if issues.found:
-                first = issues.found[0]
-                state.invalid = Verdict(False, Reason.INVALID, first.message)
-        for i, target in enumerate(lbp.spec.target_refs):
-            if state.invalid is not None:
-                verdict = state.invalid
-            elif (target.group, target.kind) != ("", "Service"):
-                verdict = Verdict(False, Reason.INVALID, f"targetRef kind {quote(target.kind)} "
-                                  "is not supported (Service)")
-            elif self.snapshot.get(Service, ns, target.name) is None:
-                verdict = Verdict(False, Reason.TARGET_NOT_FOUND,
-                                  f"Service {ns}/{target.name} not found")
-            elif (ns, target.name) in self.lb_policies:
-                held = self.lb_policies[(ns, target.name)][0].ref
-                verdict = Verdict(False, Reason.CONFLICTED, f"Service {ns}/{target.name} is "
-                                  f"already targeted by {held}, which takes precedence")
-            else:
-                verdict = Verdict(True, Reason.ACCEPTED, "policy accepted")
-                if value is not None:
-                    self.lb_policies[(ns, target.name)] = (lbp, value)
-            state.targets.append(_Target(target, verdict))
-            if not verdict.ok and verdict is not state.invalid:
-                self._problem(lbp.ref, verdict.reason, verdict.message, f"spec.targetRefs[{i}]")
 
     def index_usage(self, listeners: list[Listener]) -> None:
         """Which routes use each pool (oldest route object first), and on which Gateways."""
@@ -307,7 +182,7 @@ class _Run:
         return found.age_key() if found is not None else (float("inf"), str(ref))
 
     # --- sources ------------------------------------------------------------------------------
-    def _annotation_source(self, obj: Service | Ingress) -> _Policy | None:
+    def _annotation_source(self, obj: Service | Ingress) -> SectionSource | None:
         # By identity: the snapshot holds every object for the whole run. Most objects carry
         # no podway.io/ annotation; they cost one scan of their annotation keys.
         key = id(obj)
@@ -323,23 +198,23 @@ class _Run:
             spec = nginx_traffic(obj, spec)
         source = None
         if spec is not None:
-            bad = tv.validate(spec)
-            spec = tv.without_bad_sections(spec, [*bad, *(
+            bad = validate(spec)
+            spec = without_bad_sections(spec, [*bad, *(
                 tv.Issue(i.reason, i.message, tv.section_of_annotation(i.field))
                 for i in issues.found)])
             for issue in [*issues.found, *bad]:
                 self._problem(obj.ref, Reason.INVALID_ANNOTATION, issue.message,
                               tv.annotation_field(issue.field))
-            source = _Policy(spec, obj.ref, annotations=True)
+            source = SectionSource(spec, obj.ref, annotations=True)
         self._annotations[key] = source
         if source is not None:
             self.route_sources = True
         return source
 
-    def _pool_sources(self, spec: PoolSpec) -> list[_Policy | Persistence]:
+    def _pool_sources(self, spec: PoolSpec) -> list[SectionSource | Persistence]:
         """Every source of pool settings, most specific first (see the module docstring)."""
         ns, name = spec.service
-        out: list[_Policy | Persistence] = []
+        out: list[SectionSource | Persistence] = []
         service = self._service(spec)
         if service is not None and service.spec.session_affinity == "ClientIP":
             config = service.spec.session_affinity_config
@@ -372,14 +247,14 @@ class _Run:
                         out.append(held)
         return out
 
-    def _route_sources(self, route: ObjectRef) -> tuple[_Policy, ...]:
+    def _route_sources(self, route: ObjectRef) -> tuple[SectionSource, ...]:
         found = self._by_route.get(route)
         if found is None:
             found = self._by_route[route] = self._route_sources_of(route)
         return found
 
-    def _route_sources_of(self, route: ObjectRef) -> tuple[_Policy, ...]:
-        out: list[_Policy] = []
+    def _route_sources_of(self, route: ObjectRef) -> tuple[SectionSource, ...]:
+        out: list[SectionSource] = []
         if route.kind == "Ingress":
             ingress = self._ingresses.get((route.namespace, route.name))
             own = self._annotation_source(ingress) if ingress is not None else None
@@ -412,7 +287,7 @@ class _Run:
         # Kept only when nothing but the Service's own fields and the defaults applied: then
         # the pool reported no problem and set nothing a later pool or route depends on.
         plain = len(self.problems) == before and not any(
-            isinstance(source, _Policy) for source in ordered)
+            isinstance(source, SectionSource) for source in ordered)
         if plain:
             self.memo_next[id(spec)] = _Kept(spec, service, users, ingresses, out)
         return out
@@ -423,12 +298,12 @@ class _Run:
         return self._services[spec.service]
 
     def _pool(self, spec: PoolSpec,
-              ordered: list[_Policy | Persistence] | None = None) -> PoolSpec:
+              ordered: list[SectionSource | Persistence] | None = None) -> PoolSpec:
         if ordered is None:
             ordered = self._pool_sources(spec)
         ns, name = spec.service
         protocol = spec.settings.protocol
-        chosen = _Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
+        chosen = Chosen(protocol=protocol, host=f"{name}.{ns}.svc")
         for rank, source in enumerate(ordered, start=1):
             chosen.rank = rank
             if isinstance(source, Persistence):
@@ -542,99 +417,6 @@ class _Run:
             return route
         return replace(route, action=replace(action, timeout_ms=timeout, idle_timeout_ms=idle,
                                              retry=retry))
-
-    # --- status ---------------------------------------------------------------------------------
-    def statuses(self) -> dict[ObjectRef, ObjectStatus]:
-        out: dict[ObjectRef, ObjectStatus] = {}
-        for ref, state in self.states.items():
-            ancestors = []
-            for target in state.targets:
-                v = target.verdict
-                cond = Condition(type="Accepted", status=v.ok, reason=str(v.reason),
-                                 message=v.message, observed_generation=state.generation)
-                ancestors.append(ParentStatus(
-                    parent_ref=ParentRef(group=target.ref.group, kind=target.ref.kind,
-                                         namespace=ref.namespace, name=target.ref.name,
-                                         section_name=target.ref.section_name),
-                    controller_name=CONTROLLER_NAME, conditions=(cond,)))
-            out[ref] = ObjectStatus(parents=tuple(ancestors))
-        return out
-
-    def _problem(self, ref: ObjectRef, reason: Reason, message: str, where: str,
-                 severity: Severity = Severity.ERROR) -> None:
-        problem = Problem(ref=ref, reason=reason, message=message, field=where,
-                          severity=severity)
-        if problem not in self._reported:
-            self._reported.add(problem)
-            self.problems.append(problem)
-
-
-@dataclass(slots=True)
-class _Chosen:
-    """Pool-level sections picked so far; each is taken from the first source that sets it."""
-
-    protocol: PoolProtocol
-    host: str
-    health: HealthCheck | None = None
-    outlier: OutlierDetection | None = None
-    persistence: Persistence | None = None
-    algorithm: LBPolicy | None = None
-    hash_key: Persistence | None = None
-    connect: int | None = None
-    done: set[str] = field(default_factory=set)
-    rank: int = 0  # of the source being applied: lower wins
-    persistence_rank: int = -1
-    algorithm_rank: int = -1
-
-    def __post_init__(self) -> None:
-        self.health = tv.default_health_check(self.protocol, self.host)
-        self.outlier = tv.default_outlier_detection(self.protocol)
-
-    def take_persistence(self, value: Persistence) -> None:
-        if "persistence" not in self.done:
-            self.done.add("persistence")
-            self.persistence = value
-            self.persistence_rank = self.rank
-
-    def algorithm_overrules_persistence(self) -> bool:
-        """A non-hashing algorithm chosen by a more specific source than the persistence:
-        the algorithm stands (persistence would need a hashing one)."""
-        return (self.persistence is not None and self.algorithm is not None
-                and self.algorithm not in HASHING
-                and 0 <= self.algorithm_rank < self.persistence_rank)
-
-    def _first(self, section: str, present: bool) -> bool:
-        if not present or section in self.done:
-            return False
-        self.done.add(section)
-        return True
-
-    def apply(self, s: TrafficPolicySpec, issues: tv.Issues) -> None:
-        if s.health_check is not None and "health" not in self.done:
-            if not s.health_check.enabled:
-                self.health = None
-                self.done.add("health")
-            else:
-                check = tv.health_check(s.health_check, protocol=self.protocol, host=self.host,
-                                        where="healthCheck", issues=issues)
-                if check is not None:  # else: not for this pool; a later source or the default
-                    self.health = check
-                    self.done.add("health")
-        if s.outlier_detection is not None and self._first("outlier", True):
-            self.outlier = (tv.outlier_detection(s.outlier_detection, where="outlierDetection",
-                                                 issues=issues)
-                            if s.outlier_detection.enabled else None)
-        if s.load_balancer is not None and self._first("lb", True):
-            lb = tv.load_balancer(s.load_balancer, where="loadBalancer", issues=issues)
-            if lb is not None:
-                self.algorithm, self.hash_key = lb
-                self.algorithm_rank = self.rank
-        if s.persistence is not None and "persistence" not in self.done:
-            value = tv.persistence(s.persistence, where="persistence", issues=issues)
-            if value is not None:
-                self.take_persistence(value)
-        if s.timeouts is not None and self._first("connect", bool(s.timeouts.connect)):
-            self.connect, _ = tv.timeouts(s.timeouts, where="timeouts", issues=issues)
 
 
 def _route_pools(item: Listener) -> Iterable[tuple[Route | L4Route, list[str]]]:

@@ -204,6 +204,26 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
                                                     opts.xff_trusted_hops)
     problems.extend(client_ip_problems)
+    problems.extend(_mode_warnings(services, opts, memo))
+    problems.sort(key=_problem_order)
+    statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
+    if memo is not None:
+        memo.live = None
+        if traffic.patchable and memo.gateway.live is not None:
+            memo.live = Live(
+                listeners=list(listeners), at={ls.name: i for i, ls in enumerate(listeners)},
+                others={**ing.pools, **svc.pools}, pools=dict(pools), refs=pool_refs(listeners),
+                services=Counter(spec.service for spec in pools.values()),
+                problems=list(problems), statuses=dict(statuses))
+    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
+                     MappingProxyType(statuses))
+
+
+def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOptions,
+                   memo: StructureMemo | None) -> list[Problem]:
+    """The backend-mode warnings of the Services the pools use, by Service key; each kept
+    from the last run while its Service is the same object."""
+    problems: list[Problem] = []
     warnings = memo.warnings if memo is not None else {}
     warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}
     for service_key in sorted(services):
@@ -217,18 +237,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
         problems.extend(kept[1])
     if memo is not None:
         memo.warnings = warnings_next
-    problems.sort(key=_problem_order)
-    statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
-    if memo is not None:
-        memo.live = None
-        if traffic.patchable and memo.gateway.live is not None:
-            memo.live = Live(
-                listeners=list(listeners), at={ls.name: i for i, ls in enumerate(listeners)},
-                others={**ing.pools, **svc.pools}, pools=dict(pools), refs=pool_refs(listeners),
-                services=Counter(spec.service for spec in pools.values()),
-                problems=list(problems), statuses=dict(statuses))
-    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
-                     MappingProxyType(statuses))
+    return problems
 
 
 def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None],

@@ -50,6 +50,8 @@ async def test_npl_opt_in_is_added_and_removed_only_where_podway_added_it(bed: B
 
     await until(lambda: annotations("web").get(npl.ENABLED_ANNOTATION) == "true")
     assert annotations("web").get("podway.io/npl-managed") == "true"
+    # Adding the opt-in was the controller's own next step: nobody was warned it was missing.
+    assert not [e for e in bed.emu.events if e.get("reason") == "NodePortLocalNotEnabled"]
     bed.emu.put("services", lb_service("web", 80, annotations={
         **annotations("web"), "podway.io/backend-mode": "clusterip"}))
     await until(lambda: npl.ENABLED_ANNOTATION not in annotations("web"))
@@ -58,16 +60,17 @@ async def test_npl_opt_in_is_added_and_removed_only_where_podway_added_it(bed: B
 
 
 async def test_pod_without_npl_annotation_is_pending_then_served(bed: Bed) -> None:
-    """A pod whose NPL annotation comes later than the pod is reported pending (a Warning
-    event on the Service), then served once the annotation appears."""
+    """A pod whose NPL annotation is late past the grace is reported pending (a Warning event
+    on the Service), then served once the annotation appears, and a Normal says it is over."""
     seed(bed, with_npl=False)
     bed.translate = options(BackendMode.NODEPORTLOCAL)
-    await bed.start()
+    await bed.start(pending_warning_s=0.3)
     state = await bed.until(lambda s: POOL in s.ir.pools)
     assert members(state, POOL) == []
     await until(lambda: any(e.get("reason") == "PendingMembers" for e in bed.emu.events))
     bed.emu.put("pods", pod("web-a", "198.18.5.1", npl=[(8080, "198.18.0.11", 61000)]))
     await bed.until(lambda s: members(s, POOL) == ["198.18.0.11:61000"])
+    await until(lambda: any(e.get("reason") == "MembersReady" for e in bed.emu.events))
     controller = bed.controller
     assert controller is not None
     assert controller.gate is not None

@@ -24,7 +24,8 @@ from podway.model.core import LB_READY, Pod
 from podway.pipeline import State
 from podway.programs.controller.main import Controller
 from podway.programs.controller.metrics import ControllerMetrics
-from podway.programs.controller.readiness import ReadinessGate, pod_members
+from podway.programs.controller.readiness import ReadinessGate
+from podway.programs.controller.readiness_members import pod_members
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
 from tests.e2e.harness import free_port, started_or_failed

@@ -22,7 +22,7 @@ from podway.model.loader import parse_object
 from podway.model.snapshot import Key
 from podway.pipeline import Rejection
 from podway.status import StatusDocument, build
-from podway.status.document import DocumentBuilder
+from podway.status.incremental import DocumentBuilder
 from podway.translate import (
     IncrementalTranslator,
     Problem,

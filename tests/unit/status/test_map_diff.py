@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from podway.status.document import MapDiff, _aligned_changes
+from podway.base.mapdiff import MapDiff, _aligned_changes
 
 KEYS = st.integers(0, 30)
 edit = st.one_of(

@@ -21,13 +21,14 @@ from podway.model import Service, Snapshot
 from podway.model.snapshot import Key
 from podway.pipeline import State
 from podway.programs.controller.modes import NplPlanner, npl_plan, served_services
-from podway.programs.controller.readiness import PodMembers, pod_members
+from podway.programs.controller.readiness_members import PodMembers, pod_members
 from podway.readers.metrics import pipeline as metrics_pipeline
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.base import SourceUpdate
 from podway.status import build
-from podway.status import document as status_document
-from podway.status.document import DocumentBuilder, pool_hint
+from podway.status import incremental as status_incremental
+from podway.status.diff import pool_hint
+from podway.status.incremental import DocumentBuilder
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions
 from podway.translate.pools.backends import service_mode
 from tests.unit.readers.metrics.test_pipeline_incremental import gauges, whole
@@ -81,7 +82,7 @@ def _step(rng: random.Random, n: int) -> dict[str, Any] | tuple[str, str]:
 def test_readers_taking_the_translator_s_word_equal_from_scratch(
         seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     taken: Counter[str] = Counter()
-    original = status_document.host_changes
+    original = status_incremental.host_changes
 
     def spy(before: Any, listener: Any, pairs: Any) -> Any:
         pairs = tuple(pairs) if pairs is not None else None
@@ -91,7 +92,7 @@ def test_readers_taking_the_translator_s_word_equal_from_scratch(
             taken["removed"] += bool(removed)
         return hosts, added, removed
 
-    monkeypatch.setattr(status_document, "host_changes", spy)
+    monkeypatch.setattr(status_incremental, "host_changes", spy)
     monkeypatch.setattr(metrics_pipeline, "host_changes", spy)
     docs = [OUR_CLASS, GATEWAY, *(_service(i) for i in range(SERVICES)),
             *(_slice(i, 1) for i in range(SERVICES))]

@@ -91,3 +91,13 @@ def test_incremental_mode_switch_re_resolves_the_pool() -> None:
     assert [m.address for m in after.ir.pools[POOL].members] == ["198.18.0.12"]
     assert after.ir.listeners is result.ir.listeners  # members only: no restructure
     assert after.ir.pools["pool/ns/other/81/tcp"] is result.ir.pools["pool/ns/other/81/tcp"]
+
+
+def test_a_missing_npl_opt_in_is_a_warning_only_where_nobody_adds_it() -> None:
+    """Standalone: a nodeportlocal Service without the opt-in annotation is warned about (its
+    pool stays empty). Under the controller, which adds that annotation itself in its next step,
+    the same Service gets no warning: a newcomer's first events show only what is wrong."""
+    snapshot = Snapshot.of_objects([service({MODE_ANNOTATION: "nodeportlocal"}), *objects()])
+    assert [p.reason for p in translate(snapshot, OPTS).problems] == ["NodePortLocalNotEnabled"]
+    controller = TranslateOptions(address="198.18.0.1", npl_enabled_by_controller=True)
+    assert translate(snapshot, controller).problems == ()

@@ -8,12 +8,8 @@ from podway.model.loader import load_text
 from podway.model.policy import HealthCheckSpec
 from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
 from podway.translate.core.status import to_api
-from podway.translate.pools.traffic_values import (
-    GRPC_HEALTH_PATH,
-    Issues,
-    default_health_check,
-    health_check,
-)
+from podway.translate.pools.traffic_defaults import GRPC_HEALTH_PATH, default_health_check
+from podway.translate.pools.traffic_values import Issues, health_check
 
 SERVICE = """apiVersion: v1
 kind: Service

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -29,6 +29,10 @@ from podway.cli.commands.flags import (
     XffTrustedHops,
 )
 from podway.translate import BackendMode
+
+if TYPE_CHECKING:
+    from podway.envoy.xds.server import ServerTLS
+    from podway.programs.controller.leader import ElectionSettings
 
 
 def register(app: typer.Typer) -> None:
@@ -106,7 +110,7 @@ def controller(
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
     from podway.base.errors import ConfigError
     from podway.base.netaddr import HostPort
-    from podway.envoy.xds.server import ServerTLS, check_bind
+    from podway.envoy.xds.server import check_bind
     from podway.kube.selectors import SelectorError, label_selector
     from podway.programs.controller.main import Controller, ControllerOptions, parse_namespaces
     from podway.programs.gc_policy import GcPolicy
@@ -123,23 +127,8 @@ def controller(
     check_port("--dashboard-port", dashboard_port, zero_means="no dashboard")
     check_loopback("--dashboard-address", dashboard_address,
                    allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
-    if engine_admin is not None and not (engine_admin.startswith("unix:/")
-                                         and len(engine_admin) > len("unix:/")):
-        raise ConfigError(f"--engine-admin {engine_admin!r} is not unix:/path (an engine's "
-                          "admin socket, e.g. admin.sock in its state folder)")
-    if admin_socket is not None:
-        from podway.readers.admin_api import check_socket
-
-        check_socket(admin_socket)
-    if (xds_cert is None) != (xds_key is None):
-        raise ConfigError("--xds-cert and --xds-key go together")
-    tls = None
-    if xds_cert is not None and xds_key is not None:
-        try:
-            tls = ServerTLS(cert_pem=xds_cert.read_bytes(), key_pem=xds_key.read_bytes(),
-                            client_ca_pem=xds_client_ca.read_bytes() if xds_client_ca else None)
-        except OSError as exc:
-            raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
+    _check_admin_sockets(engine_admin, admin_socket)
+    tls = _server_tls(xds_cert, xds_key, xds_client_ca)
     check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
     from podway.programs.ipam import Pool, load_pools
 
@@ -149,20 +138,9 @@ def controller(
         load_config(config)  # a missing or bad file is one line now, not after connecting
 
     pools: tuple[Pool, ...] = load_pools(vip_pools) if vip_pools is not None else ()
-    from podway.programs.controller.leader import (
-        ElectionSettings,
-        default_identity,
-        default_namespace,
-        parse_enabled,
-    )
-
-    election = None
-    if parse_enabled("--leader-elect", leader_elect):
-        election = ElectionSettings(
-            namespace=lease_namespace or default_namespace(), name=lease_name,
-            identity=identity or default_identity(), lease_duration_s=lease_duration_s,
-            renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
-        election.check()
+    election = _election(leader_elect, namespace=lease_namespace, name=lease_name,
+                         identity=identity, lease_duration_s=lease_duration_s,
+                         renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
     try:
         label_selector(namespace_selector)
     except SelectorError as exc:
@@ -183,3 +161,56 @@ def controller(
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy())
     asyncio.run(run_until_signal(Controller(opts).run()))
+
+
+def _check_admin_sockets(engine_admin: str | None, admin_socket: Path | None) -> None:
+    """``--engine-admin`` names a unix socket; ``--admin-socket`` can be made."""
+    from podway.base.errors import ConfigError
+
+    if engine_admin is not None and not (engine_admin.startswith("unix:/")
+                                         and len(engine_admin) > len("unix:/")):
+        raise ConfigError(f"--engine-admin {engine_admin!r} is not unix:/path (an engine's "
+                          "admin socket, e.g. admin.sock in its state folder)")
+    if admin_socket is not None:
+        from podway.readers.admin_api import check_socket
+
+        check_socket(admin_socket)
+
+
+def _server_tls(cert: Path | None, key: Path | None, client_ca: Path | None
+                ) -> ServerTLS | None:
+    """The xDS server's TLS from ``--xds-cert``/``--xds-key`` (and ``--xds-client-ca``), or
+    None for plain gRPC."""
+    from podway.base.errors import ConfigError
+    from podway.envoy.xds.server import ServerTLS
+
+    if (cert is None) != (key is None):
+        raise ConfigError("--xds-cert and --xds-key go together")
+    if cert is None or key is None:
+        return None
+    try:
+        return ServerTLS(cert_pem=cert.read_bytes(), key_pem=key.read_bytes(),
+                         client_ca_pem=client_ca.read_bytes() if client_ca else None)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
+
+
+def _election(leader_elect: str, *, namespace: str, name: str, identity: str,
+              lease_duration_s: int, renew_deadline_s: float, retry_period_s: float
+              ) -> ElectionSettings | None:
+    """The Lease election ``--leader-elect`` asks for (checked), or None."""
+    from podway.programs.controller.leader import (
+        ElectionSettings,
+        default_identity,
+        default_namespace,
+        parse_enabled,
+    )
+
+    if not parse_enabled("--leader-elect", leader_elect):
+        return None
+    election = ElectionSettings(
+        namespace=namespace or default_namespace(), name=name,
+        identity=identity or default_identity(), lease_duration_s=lease_duration_s,
+        renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
+    election.check()
+    return election

@@ -119,8 +119,9 @@ def live_socket(*, manifests: Path | None, admin_socket: Path | None, instance: 
                         else f"--instance {p.parent.name}"
                         for p in default_base().glob(f"*/{SOCKET_NAME}")
                         if p.parent != socket.parent)
-        running = (f"; running here: {', '.join(others)}" if others else "; none runs here (start `podway run` or `podway demo`, or "
-                   "give --manifests DIR to read a folder)")
+        running = (f"; running here: {', '.join(others)}" if others
+                   else "; none runs here (start `podway run` or `podway demo`, or give "
+                   "--manifests DIR to read a folder)")
         raise ConfigError(f"cannot reach the admin socket {socket}: {named} is not "
                           f"running{running}")
     # On a shared host the default instance may be someone else's: say whose answer this is.

@@ -15,11 +15,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 lab_app = typer.Typer(name="lab", help="A multi-node cluster on this machine (root).",
                       no_args_is_help=True)
@@ -110,26 +114,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                 console.log(f"network: {what}")
 
             network.build(plan, step=step)
-            status.update("starting the lab daemon")
-            log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
-            proc = subprocess.Popen([sys.executable, "-m", "podway.programs.lab.daemon",
-                                     str(state.root)],
-                                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, text=True)
-            log.close()
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                line = raw.strip()
-                if line == "ready":
-                    break
-                if line.startswith("error:"):
-                    raise EnvironmentProblem(f"the lab daemon failed: {line[6:].strip()}")
-                status.update(line)
-                console.log(line)
-            else:
-                raise EnvironmentProblem("the lab daemon exited while starting (see "
-                                         f"{state.logs}/daemon.log)")
-            proc.stdout.close()
+            _start_daemon(state, status=status, console=console)
     except BaseException:
         _down(name, state_dir, say=lambda _: None)
         raise
@@ -139,6 +124,31 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                   f"{CLIENT_IP}")
     for line in next_steps(name, state_dir, state.kubeconfig):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _start_daemon(state: Any, *, status: Status, console: Console) -> None:
+    """Start the lab daemon (detached: it outlives this command) and follow its progress
+    lines until it says ``ready``; an ``error:`` line or an early exit is an EnvironmentProblem."""
+    status.update("starting the lab daemon")
+    log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
+    proc = subprocess.Popen([sys.executable, "-m", "podway.programs.lab.daemon",
+                             str(state.root)],
+                            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                            start_new_session=True, text=True)
+    log.close()
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        line = raw.strip()
+        if line == "ready":
+            break
+        if line.startswith("error:"):
+            raise EnvironmentProblem(f"the lab daemon failed: {line[6:].strip()}")
+        status.update(line)
+        console.log(line)
+    else:
+        raise EnvironmentProblem("the lab daemon exited while starting (see "
+                                 f"{state.logs}/daemon.log)")
+    proc.stdout.close()
 
 
 def _down(name: str, state_dir: Path | None, *, say: Any) -> int:

@@ -25,20 +25,17 @@ output.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from envoy.config.route.v3 import route_pb2
-from google.protobuf import any_pb2
-from google.protobuf.message import Message
 
 from podway.envoy import types
 from podway.envoy.config import scoped
 from podway.envoy.config.clusters import cluster
 from podway.envoy.config.endpoints import load_assignment
 from podway.envoy.config.listeners import listener
+from podway.envoy.config.resource import Resource, Resources
 from podway.envoy.config.routes import TableEncoder
 from podway.envoy.config.scoped import SCOPED_MIN_HOSTS, HostCount
 from podway.envoy.config.secrets import secret
@@ -51,74 +48,6 @@ from podway.envoy.config.split import (
 )
 from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One built resource: the packed ``Any`` sent to Envoy, a content digest, and its message
-    (parsed from the bytes on first use, then kept). A deferred resource (``deferred``) is
-    encoded on first use of ``packed``; its digest is known before."""
-
-    name: str
-    digest: str
-    # May hold a private key: never in reprs or logs. None: parse ``packed`` when asked.
-    built: Message | None = field(default=None, repr=False, compare=False)
-    kind: type[Message] | None = field(default=None, repr=False, compare=False)
-    # The packed ``Any``; None until ``make`` (which encodes it) is first called. ``make``
-    # is kept: a reader that saw ``held`` unset while another thread set it still calls it
-    # (the same bytes again), never a cleared one.
-    held: any_pb2.Any | None = field(default=None, repr=False, compare=False)
-    make: Callable[[], bytes] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def packed(self) -> any_pb2.Any:
-        held = self.held  # (read once: another thread may set it meanwhile)
-        if held is None:
-            assert self.make is not None
-            assert self.kind is not None
-            held = _any(self.kind, self.make())
-            object.__setattr__(self, "held", held)
-        return held
-
-    @property
-    def message(self) -> Message:
-        if self.built is None:
-            assert self.kind is not None
-            object.__setattr__(self, "built", self.kind.FromString(self.packed.value))
-        assert self.built is not None
-        return self.built
-
-    @classmethod
-    def of(cls, name: str, message: Message) -> Resource:
-        """``message`` encoded; the message itself is not kept (``message`` parses the bytes
-        again when asked: few are read, and keeping every one doubled the builder's memory,
-        ~58 MiB at 10,000 pools)."""
-        data = message.SerializeToString(deterministic=True)
-        return cls._packed(name, type(message), data)
-
-    @classmethod
-    def of_bytes(cls, name: str, kind: type[Message], data: bytes) -> Resource:
-        """A resource already encoded (deterministically) as ``kind``."""
-        return cls._packed(name, kind, data)
-
-    @classmethod
-    def deferred(cls, name: str, kind: type[Message], make: Callable[[], bytes],
-                 digest: str) -> Resource:
-        """A resource encoded as ``kind`` by ``make`` when first sent or read; ``digest``
-        must change whenever what ``make`` returns does (and be stable across processes)."""
-        return cls(name, digest, None, kind, None, make)
-
-    @classmethod
-    def _packed(cls, name: str, kind: type[Message], data: bytes) -> Resource:
-        return cls(name, hashlib.blake2b(data, digest_size=12).hexdigest(), None, kind,
-                   _any(kind, data))
-
-
-def _any(kind: type[Message], data: bytes) -> any_pb2.Any:
-    return any_pb2.Any(type_url="type.googleapis.com/" + kind.DESCRIPTOR.full_name, value=data)
-
-
-Resources = Mapping[str, Mapping[str, Resource]]  # type URL → name → resource
 
 
 def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> Resources:
@@ -193,22 +122,10 @@ class Builder:
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
             if item.protocol in (Protocol.HTTP, Protocol.HTTPS) and built:
-                key = (id(item), signature)
-                hit = self._routes.get(key)
-                if (hit is not None and hit[0] is item and hit[1] == as_scopes
-                        and (not as_scopes or self._scoped_at is item)):
-                    tables = hit[2]
-                    self._tables.keep(item)
-                else:
-                    previous = base.get(item.name)
-                    tables = self._route_tables(
-                        item, persistence,
-                        changed=patch.vhosts.get(item.name) if patch is not None else None,
-                        previous=previous)
-                    if as_scopes:
-                        touched = self._scope_tables(item, previous)
-                        edited = None if edited is None or touched is None else edited | touched
-                routes[key] = (item, as_scopes, tables)
+                tables, edited = self._tables_of(item, as_scopes=as_scopes, signature=signature,
+                                                 persistence=persistence, patch=patch,
+                                                 previous=base.get(item.name), edited=edited)
+                routes[(id(item), signature)] = (item, as_scopes, tables)
                 for route in tables:
                     out[types.ROUTE][route.name] = route
         if patch is not None:
@@ -232,6 +149,27 @@ class Builder:
         self._ir, self._out, self._persistence = ir, dict(result), persistence
         self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
         return result
+
+    def _tables_of(self, item: Listener, *, as_scopes: bool, signature: _Signature,
+                   persistence: dict[str, Persistence], patch: IRChange | None,
+                   previous: Listener | None, edited: set[str] | None
+                   ) -> tuple[tuple[Resource, ...], set[str] | None]:
+        """The route tables of one HTTP(S) listener: the last build's while the listener, the
+        pools' hash policies and the way it is served (scopes or not) are the same; and
+        ``edited`` with the one-host tables and scopes this listener touched."""
+        hit = self._routes.get((id(item), signature))
+        if (hit is not None and hit[0] is item and hit[1] == as_scopes
+                and (not as_scopes or self._scoped_at is item)):
+            self._tables.keep(item)
+            return hit[2], edited
+        tables = self._route_tables(
+            item, persistence,
+            changed=patch.vhosts.get(item.name) if patch is not None else None,
+            previous=previous)
+        if as_scopes:
+            touched = self._scope_tables(item, previous)
+            edited = None if edited is None or touched is None else edited | touched
+        return tables, edited
 
     def _scopes_of(self, chosen: Listener | None) -> set[str] | None:
         """Forget the scopes when another listener (or none) is served as scopes now: None

@@ -94,7 +94,7 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     if policy is LBPolicy.RING_HASH:
         # A bigger ring than Envoy's minimum (1024) spreads keys evenly over a few members.
         out.ring_hash_lb_config.minimum_ring_size.value = 4096
-    # Routes retry requests that never reached a member (routes.RETRY_ON); the budget caps
+    # Routes retry requests that never reached a member (route_entries.RETRY_ON); the budget caps
     # retries at a share of the requests in flight, so a failing pool is not hit twice as hard.
     budget = out.circuit_breakers.thresholds.add().retry_budget
     budget.budget_percent.value = RETRY_BUDGET_PERCENT

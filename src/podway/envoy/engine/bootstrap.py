@@ -163,32 +163,38 @@ def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:
         },
     }
     if opts.xds_ca_pem is not None:
-        # Envoy checks a name only when told to: always tell it.
-        names = [opts.xds_sni] if opts.xds_sni else list(dict.fromkeys(hosts))
-        if not names:
-            raise ConfigError("TLS to an xDS unix socket needs a server name to verify "
-                              "(--xds-sni)")
-        dns = [n for n in names if not is_ip(n)]
-        if len(dns) > 1:
-            raise ConfigError("several --xds host names: give --xds-sni, the name on every "
-                              "controller's certificate (one SNI is sent to all of them)")
-        validation: dict[str, Any] = {
-            "trusted_ca": {"inline_string": opts.xds_ca_pem},
-            "match_typed_subject_alt_names": [
-                {"san_type": "IP_ADDRESS" if is_ip(n) else "DNS", "matcher": {"exact": n}}
-                for n in names]}
-        common: dict[str, Any] = {"validation_context": validation}
-        if opts.xds_client_cert_pem and opts.xds_client_key_pem:
-            common["tls_certificates"] = [{
-                "certificate_chain": {"inline_string": opts.xds_client_cert_pem},
-                "private_key": {"inline_string": opts.xds_client_key_pem}}]
-        cluster["transport_socket"] = {
-            "name": "envoy.transport_sockets.tls",
-            "typed_config": {
-                "@type": "type.googleapis.com/"
-                         "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-                "sni": dns[0] if dns else "",  # SNI is never an IP
-                "common_tls_context": {**common, "alpn_protocols": ["h2"]},
-            },
-        }
+        cluster["transport_socket"] = _xds_tls(opts, opts.xds_ca_pem, hosts)
     return cluster
+
+
+def _xds_tls(opts: BootstrapOptions, ca_pem: str, hosts: list[str]) -> dict[str, Any]:
+    """The xDS cluster's TLS transport socket: the controller's certificate checked against
+    ``ca_pem`` and the names it must carry (``--xds-sni``, else the hosts of ``--xds``)."""
+    # Envoy checks a name only when told to: always tell it.
+    names = [opts.xds_sni] if opts.xds_sni else list(dict.fromkeys(hosts))
+    if not names:
+        raise ConfigError("TLS to an xDS unix socket needs a server name to verify "
+                          "(--xds-sni)")
+    dns = [n for n in names if not is_ip(n)]
+    if len(dns) > 1:
+        raise ConfigError("several --xds host names: give --xds-sni, the name on every "
+                          "controller's certificate (one SNI is sent to all of them)")
+    validation: dict[str, Any] = {
+        "trusted_ca": {"inline_string": ca_pem},
+        "match_typed_subject_alt_names": [
+            {"san_type": "IP_ADDRESS" if is_ip(n) else "DNS", "matcher": {"exact": n}}
+            for n in names]}
+    common: dict[str, Any] = {"validation_context": validation}
+    if opts.xds_client_cert_pem and opts.xds_client_key_pem:
+        common["tls_certificates"] = [{
+            "certificate_chain": {"inline_string": opts.xds_client_cert_pem},
+            "private_key": {"inline_string": opts.xds_client_key_pem}}]
+    return {
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/"
+                     "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "sni": dns[0] if dns else "",  # SNI is never an IP
+            "common_tls_context": {**common, "alpn_protocols": ["h2"]},
+        },
+    }

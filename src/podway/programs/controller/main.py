@@ -8,7 +8,7 @@ NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
 ``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
 the xDS server (``podway.engines.member_health``): engines report to every replica, so the leader
 counts each engine reporting to it and each engine on its own xDS, wherever the others' xDS
-streams go (``podway.programs.controller.readiness.counted_engines``). Health (``/healthz``),
+streams go (``podway.programs.controller.readiness_judge.counted_engines``). Health (``/healthz``),
 readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Prometheus metrics
 (``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
 (``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
@@ -66,6 +66,7 @@ from podway.programs.controller.groups import EngineGroups
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NPL_MANAGED, ModeGate, NplPlanner
+from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
@@ -76,7 +77,7 @@ from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
 from podway.status import StatusDocument
-from podway.status.document import pool_hint
+from podway.status.diff import pool_hint
 from podway.translate import TranslateOptions
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,9 @@ class ControllerOptions:
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
     status_concurrency: int = 32
     write_events: bool = True
+    pending_warning_s: float = 5.0
+    """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
+    step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
     admin_socket: Path | None = None
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
     dashboard: HostPort | None = None  # the web dashboard; None: off
@@ -177,20 +181,14 @@ class Controller:
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
             metrics=self.metrics)
-        if opts.vip_pools:
-            source = self.source
-
-            def held(ref: ObjectRef) -> tuple[str, ...] | None:
-                return held_in_status(ref.kind, source.current_status(
-                    ref.kind, (ref.namespace, ref.name)))
-
-            opts = replace(opts, translate=replace(opts.translate,
-                                                   vips=Ipam(opts.vip_pools, held=held)))
+        opts = self._with_vips(opts)
         if opts.election is not None:
             self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
             self.leadership = self.elector
         else:
             self.metrics.leader.set(1)
+        # This controller writes the NodePortLocal opt-in itself (``_enable_npl``).
+        opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
         self.groups = EngineGroups(self.pipeline)
@@ -224,6 +222,8 @@ class Controller:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.pipeline.run(), name="controller-pipeline")
                 group.create_task(self._follow(api, events), name="controller-writeback")
+                group.create_task(self._pending_warnings(events),
+                                  name="controller-pending-warnings")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.readiness.run(), name="controller-readiness")
                 group.create_task(self.groups.follow(), name="controller-engine-groups")
@@ -232,6 +232,21 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
+        """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
+        holds stays that object's."""
+        if not opts.vip_pools:
+            return opts
+        source = self.source
+        assert source is not None
+
+        def held(ref: ObjectRef) -> tuple[str, ...] | None:
+            return held_in_status(ref.kind, source.current_status(
+                ref.kind, (ref.namespace, ref.name)))
+
+        return replace(opts, translate=replace(opts.translate,
+                                               vips=Ipam(opts.vip_pools, held=held)))
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
                         live: LiveConfig) -> None:
@@ -290,7 +305,6 @@ class Controller:
         assert self.status is not None
         doc: StatusDocument | None = None
         errors: tuple[LoadError, ...] = ()
-        pending: dict[Key, tuple[str, ...]] = {}
         generation = 0
         async for state, leads in leader_states(self.pipeline, self.leadership):
             if leads:  # a new term: compare with what the API holds, write what differs
@@ -302,18 +316,18 @@ class Controller:
                 self._refused = {}  # say it again in this term
             self._observe(state, generation)
             generation = state.generation
-            await self._enable_npl(api, state)
+            due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
-            due: list[Due] = []
             if self.status.last_document is not None and self.status.last_document is not doc:
                 due += changes(doc, self.status.last_document)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
                 errors = state.update.errors
-            due += self._pending_events(pending)
+            if self.gate is not None:
+                self.metrics.pending_members.set(
+                    sum(len(p) for p in self.gate.report.pending.values()))
             due += self._refused_events(state)
-            pending = dict(self.gate.report.pending) if self.gate else {}
             if due and self.opts.write_events:
                 await events.record(due)
 
@@ -325,15 +339,17 @@ class Controller:
         if self.source is not None:
             self.metrics.relists.set(self.source.relists)
 
-    def _pending_events(self, before: dict[Key, tuple[str, ...]]) -> list[Due]:
-        if self.gate is None:
-            return []
-        now = self.gate.report.pending
-        self.metrics.pending_members.set(sum(len(p) for p in now.values()))
-        return [Due(ref=ObjectRef("Service", *key), type="Warning", reason="PendingMembers",
-                    message=f"pods waiting for their NodePortLocal annotation: "
-                            f"{', '.join(pods[:10])}{' …' if len(pods) > 10 else ''}")
-                for key, pods in sorted(now.items()) if before.get(key) != pods]
+    async def _pending_warnings(self, events: EventRecorder) -> None:
+        """Every second: a Warning for pods that have waited ``pending_warning_s`` for their
+        NodePortLocal annotation, a Normal when they no longer wait (``pending``)."""
+        tracker = PendingWarnings(grace_s=self.opts.pending_warning_s)
+        while True:
+            await asyncio.sleep(min(1.0, self.opts.pending_warning_s / 2))
+            if self.gate is None:
+                continue
+            due = tracker.due(self.gate.report.pending, now=time.monotonic())
+            if due and self.opts.write_events:
+                await events.record(due)
 
     def _refused_events(self, state: State) -> list[Due]:
         """Kinds the API refuses to list (a narrower ClusterRole, a CRD API missing): logged,
@@ -361,22 +377,25 @@ class Controller:
                 for cls in state.update.snapshot.kind(GatewayClass).values()
                 if cls.spec.controller_name == mine]
 
-    async def _enable_npl(self, api: client.ApiClient, state: State) -> None:
-        """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each)."""
+    async def _enable_npl(self, api: client.ApiClient, state: State) -> list[Due]:
+        """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each); a
+        Warning ``NodePortLocalNotEnabled`` on each Service whose annotation could not be
+        written (the translator does not warn about a missing one: adding it is this step)."""
         assert self.gate is not None
         fence = self.leadership.fence()
         if not fence.valid():
-            return  # a follower: the leader annotates (planned afresh when this one leads)
+            return []  # a follower: the leader annotates (planned afresh when this one leads)
         services = state.update.snapshot.kind(Service)
         held = dict(self.gate.report.held)
         last = self._npl_seen
         if last and last[0] is services and last[1] is state.ir.listeners and last[2] == held:
-            return  # members moved; no Service and no structure did
+            return []  # members moved; no Service and no structure did
         self._npl_seen = (services, state.ir.listeners, held)
         plan = self._npl_planner.plan(services, state.ir.pools, requested=self.gate.requested,
                                       default=self.gate.default, held=held,
                                       known=pool_hint(state.result))
         core: Any = client.CoreV1Api(api)  # the stubs do not model ``_content_type``
+        failed: list[Due] = []
         for keys, value in ((plan.enable, "true"), (plan.disable, None)):
             for key in keys:
                 marker = f"{value}:{services[key].metadata.annotations.get(NPL_MANAGED)}"
@@ -385,7 +404,7 @@ class Controller:
                 if not fence.valid():  # the Lease was lost meanwhile: leave the rest
                     self.metrics.fenced_writes.labels(writer="npl").inc()
                     self._npl_seen = ()
-                    return
+                    return failed
                 self._npl_requested[key] = marker
                 body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
                                                      NPL_MANAGED: value}}}
@@ -406,6 +425,14 @@ class Controller:
                               else exc)
                     log.warning("Service %s/%s: NodePortLocal annotation not written: %s",
                                 *key, reason)
+                    if value:
+                        failed.append(Due(
+                            ref=ObjectRef("Service", *key), type="Warning",
+                            reason="NodePortLocalNotEnabled",
+                            message=f"could not add {npl.ENABLED_ANNOTATION}: \"true\" "
+                                    f"({reason}); no NodePortLocal agent maps its pods until "
+                                    "it is there (retried with the next change)"))
+        return failed
 
     # ---- health, readiness, metrics -----------------------------------------------------
     async def _serve_http(self) -> web.AppRunner:

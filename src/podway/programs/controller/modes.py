@@ -41,12 +41,12 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from podway.base.mapdiff import MapDiff
 from podway.base.tasks import cancel_and_wait
 from podway.ir import IR, Pool
 from podway.model import EndpointSlice, Pod, Service, Snapshot, npl
 from podway.model.snapshot import Key
 from podway.sources.base import Source, SourceUpdate
-from podway.status.document import MapDiff
 from podway.translate import BackendMode, TranslateOptions
 from podway.translate.pools.backends import MODE_ANNOTATION, service_mode
 from podway.translate.pools.members import EndpointIndex

@@ -18,8 +18,9 @@ from podway.readers.explain.model import (
     Step,
     Verdict,
 )
+from podway.readers.explain.pools import Health
 from podway.readers.explain.query import Query, QueryError, parse
-from podway.readers.explain.walk import Context, Health, explain
+from podway.readers.explain.walk import Context, explain
 
 __all__ = [
     "Candidate",

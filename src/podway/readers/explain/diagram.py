@@ -32,7 +32,7 @@ from podway.ir import (
 from podway.ir import ListenerProtocol as Protocol
 from podway.ir.evaluate import describe_match
 from podway.ir.hosts import covers, host_name
-from podway.readers.explain.walk import Health
+from podway.readers.explain.pools import Health
 from podway.readers.explain.words import backend_mode
 
 FORMATS = ("mermaid", "dot")

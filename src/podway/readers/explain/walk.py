@@ -39,8 +39,6 @@ from podway.ir import (
     Forward,
     L4Route,
     Listener,
-    MemberState,
-    Pool,
     Redirect,
     Route,
     VirtualHost,
@@ -55,28 +53,26 @@ from podway.readers.explain.model import (
     Candidate,
     Explanation,
     Mark,
-    MemberView,
     Outcome,
     OutcomeKind,
     PoolView,
     Step,
     Verdict,
 )
+from podway.readers.explain.pools import Health, persistence_note, pool_view, summary, unique
 from podway.readers.explain.query import Query
 from podway.readers.explain.tls import by_sni, sni_chains, sni_owner
 from podway.readers.explain.words import (
-    backend_mode,
     filter_text,
     host_kind,
     hostport,
     listing,
     no_sni,
+    protocol_mismatch,
     state_counts,
 )
 from podway.translate.core.problems import Problem, Severity
 
-# pool name -> "address:port" -> the engine's health flags ("healthy", "/failed_active_hc", …)
-Health = Mapping[str, Mapping[str, str]]
 _WILDCARD_ADDRESSES = ("0.0.0.0", "::")
 _SEVERITY_ORDER = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
@@ -149,7 +145,7 @@ class _Walk:
                       f"{self.ctx.refused[listener.name]}")
             return self._reset(f"connection refused: the engine refused listener "
                                f"{listener.name}", listener.origins)
-        wrong = _protocol_mismatch(self.q.scheme, listener.protocol)
+        wrong = protocol_mismatch(self.q.scheme, listener.protocol)
         if wrong:
             self.step("listener", Mark.FAIL, wrong)
             return self._reset(f"the connection fails: {wrong}", listener.origins)
@@ -344,7 +340,7 @@ class _Walk:
                                  match=describe_match(route.match), matched=why is None,
                                  chosen=picked, why=reason))
         self.candidates = tuple(out)
-        origins = _unique(r.origin for r in vhost.routes)
+        origins = unique(r.origin for r in vhost.routes)
         if chosen is None:
             text = (f"none of the {len(out)} routes of {vhost.name} matches "
                     f"{self.q.method} {self.q.path}" if out else f"{vhost.name} has no route")
@@ -447,8 +443,8 @@ class _Walk:
                     outcomes.append(Outcome(kind=OutcomeKind.NO_POOL, percent=percent))
                 continue
             outcomes.append(self._pool(share.pool, percent, http, fixes))
-        return Verdict(summary=_summary(outcomes, self.route, http, self.member_notes),
-                       fix=tuple(_unique(fixes)),
+        return Verdict(summary=summary(outcomes, self.route, http, self.member_notes),
+                       fix=tuple(unique(fixes)),
                        outcomes=tuple(outcomes))
 
     def _pool(self, name: str, percent: float, http: bool, fixes: list[ObjectRef]) -> Outcome:
@@ -460,7 +456,7 @@ class _Walk:
             self.step("pool", Mark.FAIL, f"{name} ({percent:.0f} %): {why}")
             self.pools.append(PoolView(name=name, percent=percent, exists=pool is not None))
             return Outcome(kind=OutcomeKind.NO_POOL, status=status, pool=name, percent=percent)
-        view = self._pool_view(pool, percent)
+        view = pool_view(pool, percent, engine_health=self.ctx.health, mode=self.ctx.mode)
         self.pools.append(view)
         if pool.origin is not None:
             fixes.append(pool.origin)
@@ -473,106 +469,20 @@ class _Walk:
                            percent=percent)
         self.step("pool", Mark.OK, f"{name} ({percent:.0f} %, {view.mode}, "
                   f"{pool.settings.lb_policy}): {view.receiving} of {len(view.members)} "
-                  "members take new requests" + self._persistence(pool))
+                  "members take new requests" + persistence_note(pool, self.q.source_ip))
         return Outcome(kind=OutcomeKind.SERVED, pool=name, percent=percent)
-
-    def _persistence(self, pool: Pool) -> str:
-        p = pool.settings.persistence
-        if p is None:
-            return ""
-        if p.kind == "source_ip":
-            client = f" ({self.q.source_ip})" if self.q.source_ip else ""
-            return f"; sticky by source address{client}"
-        return f"; sticky by {p.kind} {p.name}"
-
-    def _pool_view(self, pool: Pool, percent: float) -> PoolView:
-        live = self.ctx.health.get(pool.name, {}) if self.ctx.health is not None else None
-        members = []
-        # A draining member that still serves is the fallback: it takes new requests only
-        # while no ready member passes the engine's checks (podway.envoy.config.endpoints).
-        proven = any(m.state is MemberState.READY and (
-            live is None or live.get(hostport(m.address, m.port)) == "healthy")
-            for m in pool.members)
-        for m in pool.members:
-            health = live.get(hostport(m.address, m.port)) if live is not None else None
-            receives = m.state is MemberState.READY
-            why = {MemberState.NOT_READY: "not ready (endpoint condition)",
-                   MemberState.DRAINING: "terminating: finishes what it has, takes nothing new",
-                   }.get(m.state, "ready")
-            if m.state is MemberState.DRAINING and m.serving:
-                receives = not proven
-                why = ("terminating, still serving: the fallback, taking new requests while no "
-                       "ready member passes the engine's checks" if receives else
-                       "terminating, still serving: the fallback while no ready member passes "
-                       "the engine's checks; one does, so it takes nothing new")
-            if receives and health is not None and health != "healthy":
-                receives, why = False, f"failing the engine's checks ({health.strip('/')})"
-            elif receives and live is not None and health is None:
-                why = "ready (the engine does not list it yet)"
-            members.append(MemberView(address=m.address, port=m.port, state=str(m.state),
-                                      receives=receives, why=why, weight=m.weight,
-                                      node=m.node, origin=m.origin, health=health))
-        return PoolView(name=pool.name, percent=percent, exists=True,
-                        mode=backend_mode(pool, self.ctx.mode),
-                        protocol=str(pool.settings.protocol),
-                        lb_policy=str(pool.settings.lb_policy), origin=pool.origin,
-                        members=tuple(members))
 
     # -- verdict helpers ----------------------------------------------------------------------
 
     def _direct(self, status: int, summary: str, fix: Iterable[ObjectRef]) -> Verdict:
-        return Verdict(summary=summary, fix=tuple(_unique(fix)),
+        return Verdict(summary=summary, fix=tuple(unique(fix)),
                        outcomes=(Outcome(kind=OutcomeKind.DIRECT, status=status),))
 
     def _reset(self, summary: str, fix: Iterable[ObjectRef] = ()) -> Verdict:
         if not any(s.mark is Mark.FAIL for s in self.steps):
             self.step("listener", Mark.FAIL, summary)
-        return Verdict(summary=summary, fix=tuple(_unique(fix)),
+        return Verdict(summary=summary, fix=tuple(unique(fix)),
                        outcomes=(Outcome(kind=OutcomeKind.RESET),))
-
-
-
-
-def _summary(outcomes: list[Outcome], route: Route | None, http: bool,
-             notes: Mapping[str, str]) -> str:
-    where = f" (route {route.name}, from {route.origin})" if route else ""
-    parts = []
-    for o in outcomes:
-        share = f"{o.percent:.0f} %: " if len(outcomes) > 1 else ""
-        if o.kind is OutcomeKind.SERVED:
-            parts.append(f"{share}served by {o.pool}")
-        elif o.kind is OutcomeKind.NO_MEMBER:
-            what = "503" if http else "closed"
-            note = f" ({notes[o.pool]})" if o.pool is not None and o.pool in notes else ""
-            parts.append(f"{share}{what} because pool {o.pool} has no member that takes new "
-                         f"requests{note}")
-        elif o.kind is OutcomeKind.NO_POOL:
-            what = "503" if http else "closed"
-            parts.append(f"{share}{what} because pool {o.pool or '(none)'} is not served")
-        else:
-            parts.append(f"{share}{o.status} because a backend reference is invalid (see the "
-                         "problems below)")
-    return "; ".join(parts) + where
-
-
-def _protocol_mismatch(scheme: str, protocol: Protocol) -> str:
-    fits = {"http": (Protocol.HTTP,), "https": (Protocol.HTTPS, Protocol.TLS),
-            "tls": (Protocol.TLS, Protocol.HTTPS), "tcp": (Protocol.TCP, Protocol.TLS),
-            "udp": (Protocol.UDP,)}[scheme]
-    if protocol in fits:
-        return ""
-    hint = {Protocol.HTTP: "http://", Protocol.HTTPS: "https://", Protocol.TLS: "https:// or "
-            "tls://", Protocol.TCP: "tcp://", Protocol.UDP: "udp://"}[protocol]
-    return f"the listener on that port speaks {protocol}, not {scheme}: use {hint}"
-
-
-
-
-
-
-
-
-
 
 
 def _same_ip(a: str, b: str) -> bool:
@@ -580,11 +490,3 @@ def _same_ip(a: str, b: str) -> bool:
         return ipaddress.ip_address(a) == ipaddress.ip_address(b)
     except ValueError:
         return a == b
-
-
-def _unique(refs: Iterable[ObjectRef]) -> list[ObjectRef]:
-    out: list[ObjectRef] = []
-    for r in refs:
-        if r not in out:
-            out.append(r)
-    return out

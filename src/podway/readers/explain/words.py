@@ -14,6 +14,7 @@ from podway.ir import (
     VirtualHost,
     WildcardMode,
 )
+from podway.ir import ListenerProtocol as Protocol
 from podway.readers.explain.model import MemberView
 
 
@@ -96,3 +97,15 @@ def listing(items: list[str], limit: int = 6) -> str:
 
 def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def protocol_mismatch(scheme: str, protocol: Protocol) -> str:
+    """Why a ``scheme`` request does not fit a listener of ``protocol``; empty when it does."""
+    fits = {"http": (Protocol.HTTP,), "https": (Protocol.HTTPS, Protocol.TLS),
+            "tls": (Protocol.TLS, Protocol.HTTPS), "tcp": (Protocol.TCP, Protocol.TLS),
+            "udp": (Protocol.UDP,)}[scheme]
+    if protocol in fits:
+        return ""
+    hint = {Protocol.HTTP: "http://", Protocol.HTTPS: "https://", Protocol.TLS: "https:// or "
+            "tls://", Protocol.TCP: "tcp://", Protocol.UDP: "udp://"}[protocol]
+    return f"the listener on that port speaks {protocol}, not {scheme}: use {hint}"

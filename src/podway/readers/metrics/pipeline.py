@@ -6,7 +6,7 @@ never a user object's name: the series count does not grow with the configuratio
 ``observe`` costs O(change), not O(configuration): the gauges are running totals, adjusted by
 what differs from the last state observed — problems recounted only when the tuple is another
 one, virtual hosts and routes per listener by the ids of its virtual hosts, members per pool by
-the pools replaced (``podway.status.document.MapDiff``), or as the translator's ``IRChange`` says
+the pools replaced (``podway.base.mapdiff.MapDiff``), or as the translator's ``IRChange`` says
 when it is relative to the IR observed last (then no map of the IR is diffed). The totals always
 equal a count of the whole state (tested).
 """
@@ -21,9 +21,10 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from podway import __version__
+from podway.base.mapdiff import MapDiff
 from podway.ir import IR, IRChange, Listener, MemberState, Pool, VirtualHost
 from podway.pipeline import State
-from podway.status.document import MapDiff, host_changes, pool_hint, problem_changes
+from podway.status.diff import host_changes, pool_hint, problem_changes
 from podway.translate import Problem, Result, Severity
 
 _STAGES = ("translate", "build", "cache")

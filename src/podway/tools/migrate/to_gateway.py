@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 from podway.model import Ingress, Service
@@ -63,11 +63,11 @@ from podway.tools.migrate.gateway_api import (
     url_redirect,
     wildcard_of,
 )
+from podway.tools.migrate.not_carried import not_carried
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     Canary,
     NginxAnnotations,
-    advice,
     read,
 )
 
@@ -77,25 +77,6 @@ _IDIOM = re.compile(r"^(?P<prefix>/[^\\^$.|?*+()\[\]{}]*?)/?\(/\|\$\)\(\.\*\)$")
 _IDIOM_TARGET = re.compile(r"^(?P<target>/[^$]*)\$2$")  # T/$2 (T may be empty)
 _CAPTURE = re.compile(r"\$(\d)")
 _META = re.compile(r"[\\^$.|?*+()\[\]{}]")
-
-# Families the conversion carries; the rest of a family that is set becomes a Note.
-_NOT_CARRIED: dict[str, tuple[str, str]] = {
-    "body_size": ("proxy-body-size", "Gateway API has no body limit; keep the Ingress (Podway "
-                  "serves it) or limit in the backend"),
-    "timeouts": ("proxy-*-timeout", "nginx's are idle gaps between reads/writes; Gateway API "
-                 "timeouts bound the whole request: set HTTPRoute timeouts if that is meant"),
-    "backend_protocol": ("backend-protocol", "set appProtocol on the Service port "
-                         "(kubernetes.io/h2c, grpc) or add a BackendTLSPolicy for HTTPS"),
-    "affinity": ("affinity", "use the rule's sessionPersistence (experimental) or keep the "
-                 "Ingress"),
-    "source_ranges": ("*-source-range", "Gateway API has no client allowlist; keep the Ingress "
-                      "(Podway serves it) or filter in front"),
-    "limits": ("limit-*", "Gateway API has no rate limits; keep the Ingress (Podway serves "
-               "them)"),
-    "auth_tls": ("auth-tls-*", "client certificates are a Gateway listener setting "
-                 "(frontendValidation); keep the Ingress (Podway serves it)"),
-}
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConvertOptions:
@@ -479,7 +460,8 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
                   for i in ingresses}
     for ingress in ingresses:
         notes = read_notes[ingress.metadata.uid or _ref(ingress)]
-        _report(conv, ingress, notes)
+        for key, message in not_carried(notes):
+            conv.note(ingress, key, message)
         if notes.ssl_passthrough:
             conv.add_passthrough(ingress)
         elif notes.canary is None:
@@ -494,33 +476,6 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
             conv.add_canary(ingress, notes.canary, notes)
     result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
-
-
-# Families the conversion carries (the rest are _NOT_CARRIED, or caught by _report's guard).
-_CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
-                      "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough"})
-
-
-def _report(conv: _Converter, ingress: Ingress, notes: NginxAnnotations) -> None:
-    default = NginxAnnotations()
-    for each in fields(NginxAnnotations):
-        name = each.name
-        if name in _CARRIED or name in _NOT_CARRIED or name in ("unserved", "issues"):
-            continue
-        if getattr(notes, name) != getattr(default, name):  # a family added to the reader later
-            conv.note(ingress, f"{PREFIX}({name.replace('_', '-')})",
-                      "not carried over: to-gateway does not convert this yet")
-    for issue in notes.issues:
-        conv.note(ingress, issue.key, issue.message)
-    for key in notes.unserved:
-        conv.note(ingress, key, f"not carried over: {advice(key)}")
-    for family, (key, why) in _NOT_CARRIED.items():
-        if getattr(notes, family) is not None:
-            conv.note(ingress, PREFIX + key, f"not carried over: {why}")
-    if notes.rewrite is not None and notes.rewrite.regex_paths and notes.rewrite.target is None:
-        conv.note(ingress, PREFIX + "use-regex", "ingress-nginx matched these paths as "
-                  "case-insensitive regular expressions; they become case-sensitive "
-                  "(RegularExpression when they hold regex syntax, else PathPrefix)")
 
 
 def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:

@@ -65,6 +65,11 @@ class TranslateOptions:
     (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
     peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
     (``podway.translate.pools.client_ip``)."""
+    npl_enabled_by_controller: bool = False
+    """The controller adds ``nodeportlocal.antrea.io/enabled: "true"`` itself to every Service it
+    uses in ``nodeportlocal`` mode (``podway controller``): a Service still without it is that
+    controller's next step, not the user's problem, so it gets no ``NodePortLocalNotEnabled``
+    warning (the controller reports a write that fails). Off (standalone): nobody adds it."""
     vips: VipAllocator | None = None
     """The VIP allocator (``podway.programs.ipam.Ipam``). Set: LoadBalancer Services and Gateways
     bind exactly the addresses it grants (pending ones bind nothing) and ``manifest_addresses`` no

@@ -1,6 +1,6 @@
 """A Gateway API run that changes only some HTTPRoutes/GRPCRoutes, done as a patch: O(change).
 
-A whole run (``GatewayTranslation``) visits every route, even when it replays most of them from
+A whole run (``MemoTranslation``) visits every route, even when it replays most of them from
 the memo. When nothing but a few HTTPRoutes or GRPCRoutes changed since the last run, and that
 run left its working state (``memo.Live``: the port builders with their virtual-host entries),
 ``patch_routes`` instead takes each changed route's recorded contribution (``memo.Replay``:
@@ -32,7 +32,6 @@ from podway.model.snapshot import Snapshot
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem
 from podway.translate.core.status import ObjectStatus
-from podway.translate.gateway import GatewayTranslation
 from podway.translate.gateway import status as st
 from podway.translate.gateway.assemble import PortKey
 from podway.translate.gateway.memo import (
@@ -44,6 +43,7 @@ from podway.translate.gateway.memo import (
     route_state_signature,
     services_of,
 )
+from podway.translate.gateway.memoized import MemoTranslation
 from podway.translate.gateway.refs import ReferenceGrants
 
 PATCHED_KINDS = frozenset({HTTPRoute.KIND, GRPCRoute.KIND})
@@ -75,7 +75,7 @@ def patch_routes(memo: GatewayMemo, snapshot: Snapshot, opts: TranslateOptions,
     redo = dict.fromkeys(keys)
     for service in services:
         redo.update(dict.fromkeys(sorted(live.by_service.get(service, ()))))
-    patcher = _Patcher(memo, live, GatewayTranslation(snapshot=snapshot, opts=opts, memo=memo))
+    patcher = _Patcher(memo, live, MemoTranslation(snapshot=snapshot, opts=opts, memo=memo))
     for key in redo:  # every contribution out first: specs of one pool name must agree
         patcher.take_out(key)
     for key in redo:
@@ -114,7 +114,7 @@ def _route(snapshot: Snapshot, key: RouteKey) -> HTTPRoute | GRPCRoute | None:
 class _Patcher:
     memo: GatewayMemo
     live: Live
-    run: GatewayTranslation
+    run: MemoTranslation
     out: Patch = field(default_factory=Patch)
     changed: dict[PortKey, set[str]] = field(default_factory=dict)  # hosts whose entries changed
     unused: list[ResolveKey] = field(default_factory=list)  # resolutions whose last user went
@@ -197,7 +197,7 @@ class _Patcher:
         signature = route_state_signature(state.generation, state.outcomes, state.ref_issues,
                                           state.issues, state.all_rules_dropped)
         status = st.route_status(state)
-        made = StatusPart(state, signature, status, run._route_problems(route.ref, state))
+        made = StatusPart(state, signature, status, st.route_problems(route.ref, state))
         memo.statuses[route.ref] = made
         self.out.statuses[route.ref] = status
         self.out.problems_added.extend(made.problems)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from podway.model import ObjectRef
 from podway.model.gateway import CONTROLLER_NAME, BackendTLSPolicy, Gateway, GatewayClass
-from podway.translate.core.problems import Reason, Verdict
+from podway.translate.core.problems import Problem, Reason, Severity, Verdict
 from podway.translate.core.status import (
     Condition,
     ListenerStatus,
@@ -147,3 +148,51 @@ def policy_status(outcome: PolicyOutcome) -> ObjectStatus:
                                  controller_name=CONTROLLER_NAME, conditions=conds)
                     for ref in sorted(outcome.used_by))
     return ObjectStatus(parents=parents)
+
+
+def gateway_problems(info: GatewayInfo) -> list[Problem]:
+    """The problems a Gateway's status gives rise to: its addresses, each listener's."""
+    out: list[Problem] = []
+    ref = info.gateway.ref
+    issue = info.address_issue
+    if issue is not None:
+        out.append(Problem(
+            ref=ref, reason=issue.reason, message=issue.message,
+            field="spec.addresses",
+            severity=Severity.WARNING if issue.usable else Severity.ERROR))
+    for ls in info.listeners:
+        where = f"spec.listeners[{ls.index}]"
+        found = [v for v in (ls.accepted, ls.resolved) if not v.ok]
+        if ls.conflicted:
+            found.append(ls.conflicted)
+        if ls.unbound:
+            found.append(Verdict(False, Reason.PORT_UNAVAILABLE, ls.unbound))
+        for verdict in found:
+            out.append(Problem(ref=ref, reason=verdict.reason,
+                               message=f"listener {ls.name}: {verdict.message}",
+                               field=where))
+        out.extend(Problem(ref=ref, reason=w.reason, severity=Severity.WARNING,
+                           message=f"listener {ls.name}: {w.message}",
+                           field=f"{where}.tls.certificateRefs")
+                   for w in ls.warnings)
+    return out
+
+
+def route_problems(ref: ObjectRef, state: RouteState) -> tuple[Problem, ...]:
+    """The problems a route's status gives rise to: each parent that did not accept it, each
+    bad reference, each issue."""
+    out: list[Problem] = []
+    for outcome in state.outcomes:
+        if not outcome.accepted.ok:
+            parent = outcome.ref
+            where = f"Gateway {parent.namespace}/{parent.name}" + (
+                f" listener {parent.section_name}" if parent.section_name else "")
+            out.append(Problem(ref=ref, reason=outcome.accepted.reason,
+                               message=f"{where}: {outcome.accepted.message}",
+                               field="spec.parentRefs"))
+    for issue, where in state.ref_issues:
+        out.append(Problem(ref=ref, reason=issue.reason, message=issue.message, field=where))
+    for i in state.issues:
+        out.append(Problem(ref=ref, reason=i.reason, message=i.message, field=i.field,
+                           severity=Severity.WARNING if i.warning else Severity.ERROR))
+    return tuple(out)

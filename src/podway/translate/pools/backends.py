@@ -127,6 +127,7 @@ def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) ->
 def mode_warning(service: Service, opts: TranslateOptions) -> str | None:
     """What the Service's mode expects of ``service`` that it lacks, if anything."""
     if (service_mode(service, opts) is BackendMode.NODEPORTLOCAL
+            and not opts.npl_enabled_by_controller
             and service.metadata.annotations.get(npl.ENABLED_ANNOTATION) != "true"):
         ns, name = service.key
         return (f"Service {ns}/{name} lacks the annotation {npl.ENABLED_ANNOTATION}: \"true\"; "

@@ -13,7 +13,7 @@ holds; from there on an annotation and a policy are indistinguishable.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from podway.ir import (
@@ -38,6 +38,7 @@ from podway.model.policy import (
     TrafficPolicySpec,
 )
 from podway.translate.core.problems import Reason, quote
+from podway.translate.pools.traffic_defaults import DEFAULT_OUTLIER_DETECTION, default_health_check
 
 ANNOTATION_PREFIX = "podway.io/"
 DEFAULT_COOKIE = "podway-session"
@@ -106,47 +107,6 @@ def _bounded(value: int | None, low: int, high: int, where: str, issues: Issues)
     return value
 
 
-# --- defaults ---------------------------------------------------------------------------------
-
-def default_health_check(protocol: PoolProtocol, host: str) -> HealthCheck | None:
-    """The check every pool gets unless told otherwise: one that never fails a server that
-    serves the pool's protocol correctly, and fails one that does not speak it at all.
-
-    TCP pools: a connect. HTTP/1 pools: ``GET /``, healthy on any status below 500 — an answer at
-    all proves the server speaks HTTP, whatever its routes (a 404 or 401 on ``/`` is normal).
-    gRPC pools (a GRPCRoute, or ``appProtocol: grpc``): an HTTP/2 ``POST`` of a gRPC call (the
-    standard health method, no message), healthy on HTTP 200: every gRPC server answers a call
-    with 200 and a grpc-status, even one without the health service, while many (grpcio, C-core,
-    Go's) reset or refuse a plain ``GET /`` — which would take every member out. h2c pools
-    (``appProtocol: kubernetes.io/h2c``): the same gRPC-shaped ``POST`` over HTTP/2, healthy on
-    any status below 500: an h2c pool often carries gRPC reached through an HTTPRoute or an
-    Ingress (a gRPC server answers 200), and a plain h2c web server answers it with some status
-    (404, 405); a server that does not speak HTTP/2 fails the connection. UDP: none (no generic
-    UDP check exists). docs/translation.md, "Health checks", says why each.
-    """
-    if protocol is PoolProtocol.UDP:
-        return None
-    if protocol is PoolProtocol.TCP:
-        return HealthCheck(kind=HealthCheckKind.TCP)
-    if protocol in (PoolProtocol.GRPC, PoolProtocol.HTTP2):
-        return HealthCheck(kind=HealthCheckKind.HTTP, http_path=GRPC_HEALTH_PATH, host=host,
-                           method="POST", headers=GRPC_CALL_HEADERS,
-                           expected=((200, 200),) if protocol is PoolProtocol.GRPC
-                           else ((200, 499),))
-    return HealthCheck(kind=HealthCheckKind.HTTP, http_path="/", host=host, expected=((200, 499),))
-
-
-GRPC_HEALTH_PATH = "/grpc.health.v1.Health/Check"
-GRPC_CALL_HEADERS = (("content-type", "application/grpc"), ("te", "trailers"))
-
-
-DEFAULT_OUTLIER_DETECTION = OutlierDetection(consecutive_errors=5)
-
-
-def default_outlier_detection(protocol: PoolProtocol) -> OutlierDetection | None:
-    return None if protocol is PoolProtocol.UDP else DEFAULT_OUTLIER_DETECTION
-
-
 # --- sections -----------------------------------------------------------------------------------
 
 def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, where: str,
@@ -156,26 +116,13 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     before = len(issues.found)
     if protocol is PoolProtocol.UDP:
         return None
-    default = default_health_check(protocol, host)
-    if spec.type is not None:
-        kind = _CHECK_NAMES.get(_key(spec.type))
-        if kind is None:
-            issues.add(f"{where}.type", f"health check type {quote(spec.type)} is not one of "
-                       "TCP, HTTP, GRPC")
-            return None
-    elif spec.path is not None:
-        kind = HealthCheckKind.HTTP
-    elif spec.grpc_service is not None:
-        kind = HealthCheckKind.GRPC
-    else:
-        kind = default.kind if default is not None else HealthCheckKind.TCP
-    if kind is not HealthCheckKind.TCP and protocol is PoolProtocol.TCP:
-        issues.add(f"{where}.type", f"a {kind.value.upper()} check needs an HTTP backend; this "
-                   "pool carries TCP (the check would always fail)")
+    kind = _check_kind(spec, protocol=protocol, host=host, where=where, issues=issues)
+    if kind is None:
         return None
     host = host if kind is not HealthCheckKind.TCP else ""
     # A section that only tunes timing (no type, path or service) keeps the default probe: on
     # an h2c or gRPC pool a bare ``GET /`` would take every grpcio member out.
+    default = default_health_check(protocol, host)
     untyped = spec.type is None and spec.path is None and spec.grpc_service is None
     base = (default if untyped and default is not None and default.kind is kind
             else HealthCheck(kind=kind, host=host))
@@ -216,6 +163,30 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
                    f"interval ({out.interval_ms} ms)")
         return None
     return out
+
+
+def _check_kind(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, where: str,
+                issues: Issues) -> HealthCheckKind | None:
+    """The check's type: as given, else HTTP for a path, gRPC for a service, else the pool's
+    default; None (and an issue) when unknown or when the pool cannot carry it."""
+    if spec.type is not None:
+        kind = _CHECK_NAMES.get(_key(spec.type))
+        if kind is None:
+            issues.add(f"{where}.type", f"health check type {quote(spec.type)} is not one of "
+                       "TCP, HTTP, GRPC")
+            return None
+    elif spec.path is not None:
+        kind = HealthCheckKind.HTTP
+    elif spec.grpc_service is not None:
+        kind = HealthCheckKind.GRPC
+    else:
+        default = default_health_check(protocol, host)
+        kind = default.kind if default is not None else HealthCheckKind.TCP
+    if kind is not HealthCheckKind.TCP and protocol is PoolProtocol.TCP:
+        issues.add(f"{where}.type", f"a {kind.value.upper()} check needs an HTTP backend; this "
+                   "pool carries TCP (the check would always fail)")
+        return None
+    return kind
 
 
 def _statuses(values: tuple[str | int, ...], where: str, issues: Issues
@@ -435,17 +406,7 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
                   "health-check-statuses", "health-check-interval", "health-check-timeout",
                   "healthy-threshold", "unhealthy-threshold")
     if any(k in ours for k in check_keys):
-        kind_text = ours.get("health-check")
-        enabled = (kind_text or "").lower() not in ("none", "off", "false")
-        statuses = tuple(s.strip() for s in ours.get("health-check-statuses", "").split(",")
-                         if s.strip())
-        sections["health_check"] = HealthCheckSpec(
-            enabled=enabled, type=kind_text if enabled else None,
-            path=ours.get("health-check-path"), host=ours.get("health-check-host"),
-            expected_statuses=statuses, interval=ours.get("health-check-interval"),
-            timeout=ours.get("health-check-timeout"),
-            healthy_threshold=number("healthy-threshold"),
-            unhealthy_threshold=number("unhealthy-threshold"))
+        sections["health_check"] = _health_check_spec(ours, number)
     if "outlier-detection" in ours:
         text = ours["outlier-detection"].lower()
         if text in ("off", "none", "false"):
@@ -463,6 +424,23 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
     return TrafficPolicySpec(**sections) if sections else None
 
 
+def _health_check_spec(ours: Mapping[str, str], number: Callable[[str], int | None]
+                       ) -> HealthCheckSpec:
+    """The ``healthCheck`` section the ``health-check*`` annotations (``ours``, by name without
+    the prefix) stand for; ``number`` reads a whole-number annotation."""
+    kind_text = ours.get("health-check")
+    enabled = (kind_text or "").lower() not in ("none", "off", "false")
+    statuses = tuple(s.strip() for s in ours.get("health-check-statuses", "").split(",")
+                     if s.strip())
+    return HealthCheckSpec(
+        enabled=enabled, type=kind_text if enabled else None,
+        path=ours.get("health-check-path"), host=ours.get("health-check-host"),
+        expected_statuses=statuses, interval=ours.get("health-check-interval"),
+        timeout=ours.get("health-check-timeout"),
+        healthy_threshold=number("healthy-threshold"),
+        unhealthy_threshold=number("unhealthy-threshold"))
+
+
 def _hash_on(text: str | None, where: str, issues: Issues) -> PersistenceSpec | None:
     """``source-ip``, ``header:NAME`` or ``cookie:NAME``."""
     if text is None:
@@ -475,41 +453,6 @@ def _hash_on(text: str | None, where: str, issues: Issues) -> PersistenceSpec | 
                    Reason.INVALID_ANNOTATION)
         return None
     return PersistenceSpec(type=mapped, name=name.strip() or None)
-
-
-# --- whole specs ----------------------------------------------------------------------------
-
-_PROBE = PoolProtocol.HTTP1
-
-
-def validate(spec: TrafficPolicySpec) -> list[Issue]:
-    """Every bad value of a policy, judged as for an HTTP pool (protocol-specific mismatches,
-    such as an HTTP check on a TCP pool, are reported where the policy meets such a pool)."""
-    issues = Issues()
-    if spec.health_check is not None and spec.health_check.enabled:
-        health_check(spec.health_check, protocol=_PROBE, host="probe", where="healthCheck",
-                     issues=issues)
-    if spec.outlier_detection is not None and spec.outlier_detection.enabled:
-        outlier_detection(spec.outlier_detection, where="outlierDetection", issues=issues)
-    if spec.load_balancer is not None:
-        load_balancer(spec.load_balancer, where="loadBalancer", issues=issues)
-    if spec.persistence is not None:
-        persistence(spec.persistence, where="persistence", issues=issues)
-    if spec.timeouts is not None:
-        timeouts(spec.timeouts, where="timeouts", issues=issues)
-    if spec.retry is not None:
-        retry(spec.retry, where="retry", issues=issues)
-    return issues.found
-
-
-_SECTIONS = {"healthCheck": "health_check", "outlierDetection": "outlier_detection",
-             "loadBalancer": "load_balancer", "persistence": "persistence",
-             "timeouts": "timeouts", "retry": "retry"}
-
-
-def without_bad_sections(spec: TrafficPolicySpec, bad: list[Issue]) -> TrafficPolicySpec:
-    drop = {_SECTIONS[i.field.split(".")[0]] for i in bad if i.field.split(".")[0] in _SECTIONS}
-    return spec.model_copy(update=dict.fromkeys(drop)) if drop else spec
 
 
 ANNOTATION_OF_FIELD = {

@@ -13,7 +13,8 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 
 from podway.envoy.config.clusters import RETRY_BUDGET_PERCENT, cluster
 from podway.envoy.config.listeners import listener as listener_resource
-from podway.envoy.config.routes import RETRY_ON, route_configuration, route_configurations
+from podway.envoy.config.route_entries import RETRY_ON
+from podway.envoy.config.routes import route_configuration, route_configurations
 from podway.ir import (
     Forward,
     Listener,

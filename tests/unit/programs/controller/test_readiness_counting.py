@@ -5,7 +5,7 @@ sent."""
 from __future__ import annotations
 
 from podway.engines.member_health import Health, HostState, MemberHealthReports, Message
-from podway.programs.controller.readiness import counted_engines, judge, serving
+from podway.programs.controller.readiness_judge import counted_engines, judge, serving
 
 HOST = ("pool/default/web/80", "10.0.0.7:8080")
 SHOP = ("pool/shop/cart/80", "10.0.0.7:9090")  # the same pod in a pool of group "b"

@@ -27,16 +27,15 @@ from podway.model.snapshot import Key
 from podway.pipeline import State
 from podway.programs.controller.groups import group_of, subset
 from podway.programs.controller.metrics import ControllerMetrics
-from podway.programs.controller.readiness import (
+from podway.programs.controller.readiness import ReadinessGate
+from podway.programs.controller.readiness_judge import (
     VERDICTS,
-    ReadinessGate,
     condition,
     counted_engines,
     judge,
-    pod_members,
     serving,
-    terminating_pods,
 )
+from podway.programs.controller.readiness_members import pod_members, terminating_pods
 from podway.sources.base import SourceUpdate
 from podway.translate import Result
 

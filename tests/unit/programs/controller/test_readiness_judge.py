@@ -9,13 +9,8 @@ from podway.engines.member_health import Health, HostKey, HostState
 from podway.ir import Member, Pool
 from podway.model.base import ObjectRef
 from podway.model.core import LB_READY, EndpointSlice, PodCondition
-from podway.programs.controller.readiness import (
-    Verdict,
-    condition,
-    judge,
-    pod_members,
-    terminating_pods,
-)
+from podway.programs.controller.readiness_judge import Verdict, condition, judge
+from podway.programs.controller.readiness_members import pod_members, terminating_pods
 
 HOST = ("pool/default/web/80", "10.0.0.7:8080")
 OTHER = ("pool/default/web/443", "10.0.0.7:8443")

@@ -12,7 +12,7 @@ from podway.ir import Member, Pool
 from podway.model.base import ObjectRef
 from podway.model.core import LB_READY, EndpointSlice, Pod
 from podway.model.snapshot import Key
-from podway.programs.controller.readiness import (
+from podway.programs.controller.readiness_members import (
     GatedPods,
     PodMembers,
     pod_members,

@@ -21,9 +21,14 @@ from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.pipeline import Rejection, State
 from podway.programs.controller.events import changes
-from podway.programs.controller.status import BoundAddresses, Desired, bound_addresses, desired
+from podway.programs.controller.status_desired import (
+    BoundAddresses,
+    Desired,
+    bound_addresses,
+    desired,
+)
 from podway.sources.base import SourceUpdate
-from podway.status.document import DocumentBuilder
+from podway.status.incremental import DocumentBuilder
 from podway.translate import IncrementalTranslator, TranslateOptions
 from tests.unit.status.test_incremental import (
     BASE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podway.programs.controller.status import same, with_times
+from podway.programs.controller.status_times import same, with_times
 
 OURS = "podway.io/gateway-controller"
 

@@ -69,7 +69,7 @@ def test_convert_never_raises_and_its_output_loads(objects: list[Ingress]) -> No
 def test_a_family_to_gateway_does_not_know_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     """The reader may learn a family before to-gateway converts it: that is a note, never a
     silent drop (as ssl-passthrough once was)."""
-    from podway.tools.migrate import to_gateway
+    from podway.tools.migrate import not_carried
 
     obj, _ = parse_object({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
@@ -80,7 +80,7 @@ def test_a_family_to_gateway_does_not_know_is_a_note(monkeypatch: pytest.MonkeyP
             "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}})
     assert isinstance(obj, Ingress)
     assert convert([obj]).notes == ()
-    monkeypatch.setattr(to_gateway, "_CARRIED", to_gateway._CARRIED - {"app_root"})
+    monkeypatch.setattr(not_carried, "CARRIED", not_carried.CARRIED - {"app_root"})
     (note,) = convert([obj]).notes
     assert note.key == "nginx.ingress.kubernetes.io/(app-root)"
     assert "not carried over" in note.message

@@ -50,12 +50,12 @@ FCGI``). A served key whose value is fine gives no issue.
 
 from __future__ import annotations
 
-import ipaddress
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from podway.translate.ingress.nginx.keys import KeyReader
 from podway.translate.ingress.nginx.values import (
     PREFIX,
     Affinity,
@@ -206,12 +206,8 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
         issues=tuple(r.issues))
 
 
-_TRUE = ("1", "t", "true")
-_FALSE = ("0", "f", "false")
 _SIZE = re.compile(r"^(\d{1,15})([kKmMgG]?)$")
 _SIZE_UNIT = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
-_TIME = re.compile(r"^(\d{1,9})(ms|s|m|h)?$")
-_TIME_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]{1,256}$")  # header and cookie names
 _PATH = re.compile(r"^/[\x21-\x7e]{0,1023}$")
 _HOST = re.compile(r"^[A-Za-z0-9.-]{1,253}(:\d{1,5})?$")
@@ -234,52 +230,8 @@ def _url_parses(url: str) -> bool:
 
 
 @dataclass(slots=True)
-class _Reader:
-    raw: dict[str, str]  # key without PREFIX → value
-    issues: list[AnnotationIssue] = field(default_factory=list)
-
-    def bad(self, key: str, message: str, reason: Reason = Reason.INVALID_ANNOTATION) -> None:
-        self.issues.append(AnnotationIssue(key=PREFIX + key, reason=reason, message=message))
-
-    def has(self, *keys: str) -> bool:
-        return any(k in self.raw for k in keys)
-
-    def text(self, key: str) -> str | None:
-        value = self.raw.get(key)
-        return None if value is None else value.strip()
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.text(key)
-        if value is None:
-            return default
-        if value.lower() in _TRUE:
-            return True
-        if value.lower() in _FALSE:
-            return False
-        self.bad(key, f"{quote(value)} is not true or false; {str(default).lower()} (the "
-                      "default) applies")
-        return default
-
-    def integer(self, key: str, *, low: int, high: int) -> int | None:
-        value = self.text(key)
-        if value is None:
-            return None
-        if value.isascii() and value.isdigit() and low <= int(value) <= high:
-            return int(value)
-        self.bad(key, f"{quote(value)} is not a whole number from {low} to {high}; not used")
-        return None
-
-    def listed(self, key: str, ok: Callable[[str], bool], what: str) -> tuple[str, ...] | None:
-        """A comma-separated list; None (and an issue) when an item is not ``what``."""
-        value = self.text(key)
-        if value is None:
-            return None
-        items = tuple(dict.fromkeys(i.strip() for i in value.split(",") if i.strip()))
-        wrong = [i for i in items if not ok(i)]
-        if wrong:
-            self.bad(key, f"{quote(wrong[0])} is not {what}; not used")
-            return None
-        return items
+class _Reader(KeyReader):
+    """The families: each reads its keys with ``KeyReader``'s value readers."""
 
     def rewrite(self) -> Rewrite | None:
         if not self.has("rewrite-target", "use-regex"):
@@ -336,20 +288,6 @@ class _Reader:
             return None
         return BodySize(limit_bytes=size)
 
-    def duration(self, key: str) -> int | None:
-        value = self.text(key)
-        if value is None:
-            return None
-        found = _TIME.match(value)
-        if found is None or int(found.group(1)) == 0:
-            self.bad(key, f"{quote(value)} is not a positive number of seconds; not used")
-            return None
-        ms = int(found.group(1)) * _TIME_MS[found.group(2)]
-        if ms > 86_400_000:
-            self.bad(key, f"{quote(value)} is over a day; not used")
-            return None
-        return ms
-
     def timeouts(self) -> Timeouts | None:
         keys = SERVED["timeouts"]
         if not self.has(*keys):
@@ -404,22 +342,6 @@ class _Reader:
                      "applies")
         return Affinity(cookie_name=name, max_age_s=age, path=path,
                         persistent=mode == "persistent")
-
-    def cidrs(self, key: str) -> tuple[tuple[str, ...], bool]:
-        """(normalised CIDRs, whether every entry was read)."""
-        value = self.text(key)
-        if value is None:
-            return (), True
-        out: list[str] = []
-        for item in (i.strip() for i in value.split(",")):
-            if not item:
-                continue
-            try:
-                out.append(str(ipaddress.ip_network(item, strict=False)))
-            except ValueError:
-                self.bad(key, f"{quote(item)} is not an address or CIDR")
-                return tuple(dict.fromkeys(out)), False
-        return tuple(dict.fromkeys(out)), True
 
     def source_ranges(self) -> SourceRanges | None:
         if not self.has(*SERVED["source_ranges"]):

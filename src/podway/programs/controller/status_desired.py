@@ -1,0 +1,249 @@
+"""The status each object should carry (pure): from the status document (``podway.status``) of
+one pipeline state, Gateway API conditions, listeners with ``attachedRoutes`` and route parents
+exactly as the translator computed them (engine refusals included), Service and Ingress
+``status.loadBalancer.ingress`` (the VIP the listener binds, else ``--lb-address``) and the VIP
+allocation condition. ``Desired`` keeps it from state to state and recomputes only the objects
+whose inputs changed; every result equals ``desired`` from scratch.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+
+from podway.base.mapdiff import id_changes
+from podway.ir import IR, Listener
+from podway.model import Ingress, Service
+from podway.model.base import ObjectRef
+from podway.model.snapshot import Key
+from podway.pipeline import State
+from podway.programs.controller.source import CRD_STATUS_KINDS
+from podway.programs.controller.status_times import Status
+from podway.status import StatusDocument
+from podway.status.diff import KindChanges
+from podway.translate import TranslateOptions
+from podway.translate import service as service_rules
+from podway.translate.core.problems import Problem, Reason
+from podway.translate.core.status import to_api
+
+Target = tuple[str, Key]  # (kind, (namespace, name))
+
+
+def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
+            lb_address: str | None) -> dict[Target, Status]:
+    """The status every object Podway writes should carry (no timestamps yet), from scratch."""
+    out: dict[Target, Status] = {}
+    for ref, entry in doc.objects.items():
+        if ref.kind in CRD_STATUS_KINDS and entry.status is not None:
+            out[(ref.kind, (ref.namespace, ref.name))] = to_api(entry.status, kind=ref.kind)
+    bound = bound_addresses(state.ir)
+    snapshot = state.update.snapshot
+    for key, service in snapshot.kind(Service).items():
+        status = _service_status(key, service, bound, doc, opts=opts, lb_address=lb_address)
+        if status is not None:
+            out[("Service", key)] = status
+    for key in snapshot.kind(Ingress):
+        status = _ingress_status(key, bound, doc, lb_address)
+        if status is not None:
+            out[("Ingress", key)] = status
+    return out
+
+
+class Desired:
+    """``desired`` kept from one state to the next: only the targets whose inputs changed are
+    recomputed — the objects the status document says changed, the Services and Ingresses
+    added, replaced or removed (by identity), and those whose bound addresses moved."""
+
+    def __init__(self, *, opts: TranslateOptions, lb_address: str | None) -> None:
+        self._opts = opts
+        self._lb_address = lb_address
+        self._doc: StatusDocument | None = None
+        self._want: dict[Target, Status] = {}
+        self._kinds = KindChanges(("Service", "Ingress"))
+        self._bound = BoundAddresses()
+
+    @property
+    def want(self) -> Mapping[Target, Status]:
+        """Every target's desired status as of the last ``update`` (do not mutate)."""
+        return self._want
+
+    def update(self, doc: StatusDocument, state: State) -> set[Target]:
+        """Bring ``want`` to ``doc`` and ``state``; the targets whose status may differ."""
+        delta = doc.changed_since(self._doc)
+        snapshot = state.update.snapshot
+        services, ingresses = snapshot.kind(Service), snapshot.kind(Ingress)
+        replaced = self._kinds.update(snapshot, generation=state.generation,
+                                      changed=state.update.changed)
+        moved = self._bound.update(state.ir.listeners)
+        if delta is None:  # another lineage (the first document): from scratch
+            before = self._want
+            self._want = desired(doc, state, opts=self._opts, lb_address=self._lb_address)
+            self._doc = doc
+            return set(before) | set(self._want)
+        touched: set[Target] = set()
+        for ref in delta:
+            target = (ref.kind, (ref.namespace, ref.name))
+            if ref.kind in CRD_STATUS_KINDS:
+                entry = doc.objects.get(ref)
+                if entry is not None and entry.status is not None:
+                    self._want[target] = to_api(entry.status, kind=ref.kind)
+                elif self._want.pop(target, None) is None:
+                    continue
+            elif ref.kind not in ("Service", "Ingress"):
+                continue  # no status of its own to write
+            touched.add(target)
+        touched |= replaced
+        touched |= moved
+        bound = self._bound.bound
+        out: set[Target] = set()
+        for target in touched:
+            kind, key = target
+            status: Status | None
+            if kind == "Service":
+                service = services.get(key)
+                status = None if service is None else _service_status(
+                    key, service, bound, doc, opts=self._opts,
+                    lb_address=self._lb_address)
+            elif kind == "Ingress":
+                status = _ingress_status(key, bound, doc, self._lb_address) \
+                    if key in ingresses else None
+            else:
+                out.add(target)  # set above
+                continue
+            if status is None:
+                if self._want.pop(target, None) is not None:
+                    out.add(target)
+            elif status != self._want.get(target):
+                self._want[target] = status
+                out.add(target)
+        self._doc = doc
+        return out
+
+
+class BoundAddresses:
+    """``bound_addresses`` from one listener tuple to the next: only the targets of the
+    listeners added or removed (by identity, an id index at C speed) are worked out again, and
+    those that bind several addresses (their order is the listeners' order, which may move):
+    one route change — its listener replaced among thousands — costs that listener."""
+
+    def __init__(self) -> None:
+        self._listeners: tuple[Listener, ...] = ()
+        self._ids: dict[int, Listener] = {}
+        self._of: dict[Target, dict[int, Listener]] = {}  # target → its listeners, by id
+        self._several: set[Target] = set()  # targets bound to more than one address
+        self.bound: dict[Target, list[str]] = {}  # what ``bound_addresses`` gives
+
+    def update(self, listeners: tuple[Listener, ...]) -> set[Target]:
+        """Follow ``listeners``; the targets whose bound addresses changed."""
+        if listeners is self._listeners:
+            return set()
+        ids = dict(zip(map(id, listeners), listeners, strict=True))
+        added, removed = id_changes(self._ids, ids)
+        touched = set(self._several)
+        for i, step in [(i, -1) for i in removed] + [(i, 1) for i in added]:
+            listener = (self._ids if step < 0 else ids)[i]
+            for origin in listener.origins:
+                target = (origin.kind, (origin.namespace, origin.name))
+                mine = self._of.setdefault(target, {})
+                if step < 0:
+                    mine.pop(i, None)
+                else:
+                    mine[i] = listener
+                touched.add(target)
+        self._listeners, self._ids = listeners, ids
+        position: dict[int, int] | None = None
+        moved: set[Target] = set()
+        for target in touched:
+            mine = self._of[target]
+            addresses = list(dict.fromkeys(listener.address for listener in mine.values()))
+            if len(addresses) > 1:  # in the order of the listeners (the first one counts)
+                if position is None:
+                    position = dict(zip(map(id, reversed(listeners)),
+                                        range(len(listeners) - 1, -1, -1), strict=True))
+                found = position
+                addresses = list(dict.fromkeys(
+                    mine[i].address for i in sorted(mine, key=lambda i: found[i])))
+                self._several.add(target)
+            else:
+                self._several.discard(target)
+            if not mine:
+                del self._of[target]
+            if addresses != self.bound.get(target, []):
+                moved.add(target)
+                if addresses:
+                    self.bound[target] = addresses
+                else:
+                    del self.bound[target]
+        return moved
+
+
+def bound_addresses(ir: IR) -> dict[Target, list[str]]:
+    """Every address each object's listeners bind, in listener order."""
+    bound: dict[Target, list[str]] = {}
+    for listener in ir.listeners:
+        for origin in listener.origins:
+            seen = bound.setdefault((origin.kind, (origin.namespace, origin.name)), [])
+            if listener.address not in seen:
+                seen.append(listener.address)
+    return bound
+
+
+def _service_status(key: Key, service: Service, bound: Mapping[Target, list[str]],
+                    doc: StatusDocument, *, opts: TranslateOptions, lb_address: str | None
+                    ) -> Status | None:
+    if not service_rules.is_ours(service, opts):
+        return None
+    # Every VIP the Service binds (an IPAM grant may hold several): the published status
+    # is also how the allocation survives a restart (podway.programs.ipam reads it back).
+    ips = dict.fromkeys(ip for address in bound.get(("Service", key), [])
+                        if (ip := _published(address, lb_address)))
+    status: Status = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
+    if opts.vips is not None:
+        found = doc.objects.get(ObjectRef("Service", *key))
+        status["conditions"] = [vip_condition(
+            list(ips), found.problems if found is not None else (),
+            service.metadata.generation)]
+    return status
+
+
+def _ingress_status(key: Key, bound: Mapping[Target, list[str]], doc: StatusDocument,
+                    lb_address: str | None) -> Status | None:
+    found = doc.objects.get(ObjectRef("Ingress", *key))
+    if found is None or not found.owned:
+        return None
+    addresses = bound.get(("Ingress", key))
+    ip = _published(addresses[0] if addresses else None, lb_address) if found.accepted \
+        else None
+    return {"loadBalancer": {"ingress": [{"ip": ip}] if ip else []}}
+
+
+VIP_CONDITION = "podway.io/VIPAllocated"
+# Problems of the VIP allocation (podway.programs.ipam): they make the condition False.
+VIP_REASONS = frozenset({Reason.POOL_EXHAUSTED, Reason.ADDRESS_IN_USE, Reason.ADDRESS_NOT_IN_POOL,
+                         Reason.UNKNOWN_POOL, Reason.ADDRESS_NOT_ASSIGNED})
+
+
+def vip_condition(ips: list[str], problems: Iterable[Problem], generation: int) -> Status:
+    """The Service condition saying whether the IPAM gave it its VIPs (with ``--vip-pools``):
+    False with the allocation problem's reason and message while it is pending."""
+    pending = next((p for p in problems if p.reason in VIP_REASONS
+                    or (p.reason is Reason.INVALID_ADDRESS and p.field in (
+                        "spec.loadBalancerIP", "metadata.annotations[podway.io/vip]"))), None)
+    if pending is not None:
+        return {"type": VIP_CONDITION, "status": "False", "reason": str(pending.reason),
+                "message": pending.message, "observedGeneration": generation}
+    return {"type": VIP_CONDITION, "status": "True", "reason": "Allocated",
+            "message": f"VIPs: {', '.join(ips)}" if ips else "allocated",
+            "observedGeneration": generation}
+
+
+def _published(address: str | None, lb_address: str | None) -> str | None:
+    """The address to publish: a specific bind address (a VIP), else ``--lb-address``."""
+    if address is None:
+        return None
+    try:
+        if not ipaddress.ip_address(address).is_unspecified:
+            return address
+    except ValueError:
+        return None
+    return lb_address

@@ -1,0 +1,59 @@
+"""What ``to_gateway`` does not carry over from an Ingress's ingress-nginx annotations, and why:
+the families Gateway API cannot express (``NOT_CARRIED``), the annotations Podway does not serve,
+the reader's issues, and any family the reader knows that the conversion does not yet
+(``CARRIED`` is the list of those it does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from podway.translate.ingress.nginx.annotations import PREFIX, NginxAnnotations, advice
+
+# Families the conversion carries; the rest of a family that is set becomes a Note.
+NOT_CARRIED: dict[str, tuple[str, str]] = {
+    "body_size": ("proxy-body-size", "Gateway API has no body limit; keep the Ingress (Podway "
+                  "serves it) or limit in the backend"),
+    "timeouts": ("proxy-*-timeout", "nginx's are idle gaps between reads/writes; Gateway API "
+                 "timeouts bound the whole request: set HTTPRoute timeouts if that is meant"),
+    "backend_protocol": ("backend-protocol", "set appProtocol on the Service port "
+                         "(kubernetes.io/h2c, grpc) or add a BackendTLSPolicy for HTTPS"),
+    "affinity": ("affinity", "use the rule's sessionPersistence (experimental) or keep the "
+                 "Ingress"),
+    "source_ranges": ("*-source-range", "Gateway API has no client allowlist; keep the Ingress "
+                      "(Podway serves it) or filter in front"),
+    "limits": ("limit-*", "Gateway API has no rate limits; keep the Ingress (Podway serves "
+               "them)"),
+    "auth_tls": ("auth-tls-*", "client certificates are a Gateway listener setting "
+                 "(frontendValidation); keep the Ingress (Podway serves it)"),
+}
+
+
+# Families the conversion carries (the rest are NOT_CARRIED, or caught by the guard below).
+CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
+                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough"})
+
+
+def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
+    """(annotation key, why) for each setting of one Ingress that the conversion leaves out."""
+    out: list[tuple[str, str]] = []
+    default = NginxAnnotations()
+    for each in fields(NginxAnnotations):
+        name = each.name
+        if name in CARRIED or name in NOT_CARRIED or name in ("unserved", "issues"):
+            continue
+        if getattr(notes, name) != getattr(default, name):  # a family added to the reader later
+            out.append((f"{PREFIX}({name.replace('_', '-')})",
+                        "not carried over: to-gateway does not convert this yet"))
+    for issue in notes.issues:
+        out.append((issue.key, issue.message))
+    for key in notes.unserved:
+        out.append((key, f"not carried over: {advice(key)}"))
+    for family, (key, why) in NOT_CARRIED.items():
+        if getattr(notes, family) is not None:
+            out.append((PREFIX + key, f"not carried over: {why}"))
+    if notes.rewrite is not None and notes.rewrite.regex_paths and notes.rewrite.target is None:
+        out.append((PREFIX + "use-regex", "ingress-nginx matched these paths as "
+                    "case-insensitive regular expressions; they become case-sensitive "
+                    "(RegularExpression when they hold regex syntax, else PathPrefix)"))
+    return out

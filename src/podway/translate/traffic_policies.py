@@ -1,0 +1,183 @@
+"""Policy attachment for the traffic phase: which object each TrafficPolicy and BackendLBPolicy
+targets, with one winner per target (the older policy; as old: first by name), and the
+``Accepted`` status of every policy and target.
+
+``traffic._Run`` extends ``PolicyIndex`` with the resolution of pool and route settings; the
+precedence rules are in ``podway.translate.traffic``.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from podway.ir import Persistence
+from podway.model import Ingress, ObjectRef, Service
+from podway.model.gateway import CONTROLLER_NAME, GROUP, Gateway
+from podway.model.gateway_routes import GRPCRoute, HTTPRoute
+from podway.model.policy import (
+    BackendLBPolicy,
+    PolicyTargetReference,
+    TrafficPolicy,
+    TrafficPolicySpec,
+)
+from podway.model.snapshot import Snapshot
+from podway.translate.core.problems import Problem, Reason, Severity, Verdict, quote
+from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
+from podway.translate.pools import traffic_values as tv
+from podway.translate.pools.traffic_validate import validate
+
+_ROUTE_KINDS = {("gateway.networking.k8s.io", "HTTPRoute"): HTTPRoute,
+                ("gateway.networking.k8s.io", "GRPCRoute"): GRPCRoute,
+                ("networking.k8s.io", "Ingress"): Ingress}
+TargetKey = tuple[str, str, str, str]  # (kind, namespace, name, section)
+
+
+@dataclass(slots=True)
+class SectionSource:
+    """One policy (or one object's annotations) as a source of sections."""
+
+    spec: TrafficPolicySpec
+    origin: ObjectRef
+    annotations: bool = False  # issues are about annotations (InvalidAnnotation)
+
+
+@dataclass(slots=True)
+class PolicyTarget:
+    ref: PolicyTargetReference
+    verdict: Verdict
+
+
+@dataclass(slots=True)
+class PolicyState:
+    ref: ObjectRef
+    generation: int
+    targets: list[PolicyTarget] = field(default_factory=list)
+    invalid: Verdict | None = None
+
+
+@dataclass(slots=True)
+class PolicyIndex:
+    """The policies of one snapshot, indexed by target, and the problems they report."""
+
+    snapshot: Snapshot
+    problems: list[Problem] = field(default_factory=list)
+    by_target: dict[TargetKey, SectionSource] = field(default_factory=dict)
+    states: dict[ObjectRef, PolicyState] = field(default_factory=dict)
+    lb_policies: dict[tuple[str, str], tuple[BackendLBPolicy, Persistence]] = field(
+        default_factory=dict)
+    _reported: set[Problem] = field(default_factory=set)
+
+    # --- indexing ---------------------------------------------------------------------------
+    def index_policies(self) -> None:
+        for policy in sorted(self.snapshot.kind(TrafficPolicy).values(),
+                             key=TrafficPolicy.age_key):
+            state = PolicyState(policy.ref, policy.metadata.generation)
+            self.states[policy.ref] = state
+            issues = validate(policy.spec)
+            if issues:
+                first = issues[0]
+                state.invalid = Verdict(False, Reason.INVALID, f"{first.message} ({first.field})")
+                for issue in issues:
+                    self._problem(policy.ref, issue.reason, issue.message, f"spec.{issue.field}")
+            if not policy.spec.target_refs:
+                self._problem(policy.ref, Reason.INVALID, "no targetRefs: the policy applies to "
+                              "nothing", "spec.targetRefs", Severity.WARNING)
+            for i, target in enumerate(policy.spec.target_refs):
+                verdict = state.invalid or self._claim(target, policy.metadata.namespace,
+                                                       SectionSource(policy.spec, policy.ref))
+                state.targets.append(PolicyTarget(target, verdict))
+                if not verdict.ok and verdict is not state.invalid:
+                    self._problem(policy.ref, verdict.reason, verdict.message,
+                                  f"spec.targetRefs[{i}]")
+        for lbp in sorted(self.snapshot.kind(BackendLBPolicy).values(),
+                          key=BackendLBPolicy.age_key):
+            self._lb_policy(lbp)
+
+    def _claim(self, target: PolicyTargetReference, ns: str, source: SectionSource) -> Verdict:
+        kind = (target.group, target.kind)
+        if kind == ("", "Service"):
+            found = self.snapshot.get(Service, ns, target.name) is not None
+        elif kind in _ROUTE_KINDS:
+            found = self.snapshot.get(_ROUTE_KINDS[kind], ns, target.name) is not None
+        elif kind == (GROUP, "Gateway"):
+            found = self.snapshot.get(Gateway, ns, target.name) is not None
+        else:
+            return Verdict(False, Reason.INVALID, f"targetRef kind {quote(target.kind)} "
+                           "(group " + quote(target.group) + ") is not a Service, HTTPRoute, "
+                           "GRPCRoute, Ingress or Gateway")
+        if target.section_name is not None and kind != ("", "Service"):
+            return Verdict(False, Reason.INVALID, "sectionName is only supported for Service "
+                           "targets (a port name)")
+        if not found:
+            return Verdict(False, Reason.TARGET_NOT_FOUND,
+                           f"{target.kind} {ns}/{target.name} not found")
+        key = (target.kind, ns, target.name, target.section_name or "")
+        held = self.by_target.get(key)
+        if held is not None:
+            return Verdict(False, Reason.CONFLICTED, f"{target.kind} {ns}/{target.name} is "
+                           f"already targeted by {held.origin}, which takes precedence (older, "
+                           "or as old and first by name)")
+        self.by_target[key] = source
+        return Verdict(True, Reason.ACCEPTED, "policy accepted")
+
+    def _lb_policy(self, lbp: BackendLBPolicy) -> None:
+        ns = lbp.metadata.namespace
+        state = PolicyState(lbp.ref, lbp.metadata.generation)
+        self.states[lbp.ref] = state
+        value: Persistence | None = None
+        if lbp.spec.session_persistence is not None:
+            issues = tv.Issues()
+            value = tv.session_persistence(lbp.spec.session_persistence,
+                                           where="spec.sessionPersistence", issues=issues)
+            for issue in issues.found:
+                self._problem(lbp.ref, issue.reason, issue.message, issue.field)
+            if issues.found:
+                first = issues.found[0]
+                state.invalid = Verdict(False, Reason.INVALID, first.message)
+        for i, target in enumerate(lbp.spec.target_refs):
+            if state.invalid is not None:
+                verdict = state.invalid
+            elif (target.group, target.kind) != ("", "Service"):
+                verdict = Verdict(False, Reason.INVALID, f"targetRef kind {quote(target.kind)} "
+                                  "is not supported (Service)")
+            elif self.snapshot.get(Service, ns, target.name) is None:
+                verdict = Verdict(False, Reason.TARGET_NOT_FOUND,
+                                  f"Service {ns}/{target.name} not found")
+            elif (ns, target.name) in self.lb_policies:
+                held = self.lb_policies[(ns, target.name)][0].ref
+                verdict = Verdict(False, Reason.CONFLICTED, f"Service {ns}/{target.name} is "
+                                  f"already targeted by {held}, which takes precedence")
+            else:
+                verdict = Verdict(True, Reason.ACCEPTED, "policy accepted")
+                if value is not None:
+                    self.lb_policies[(ns, target.name)] = (lbp, value)
+            state.targets.append(PolicyTarget(target, verdict))
+            if not verdict.ok and verdict is not state.invalid:
+                self._problem(lbp.ref, verdict.reason, verdict.message, f"spec.targetRefs[{i}]")
+
+    # --- status ---------------------------------------------------------------------------------
+    def statuses(self) -> dict[ObjectRef, ObjectStatus]:
+        out: dict[ObjectRef, ObjectStatus] = {}
+        for ref, state in self.states.items():
+            ancestors = []
+            for target in state.targets:
+                v = target.verdict
+                cond = Condition(type="Accepted", status=v.ok, reason=str(v.reason),
+                                 message=v.message, observed_generation=state.generation)
+                ancestors.append(ParentStatus(
+                    parent_ref=ParentRef(group=target.ref.group, kind=target.ref.kind,
+                                         namespace=ref.namespace, name=target.ref.name,
+                                         section_name=target.ref.section_name),
+                    controller_name=CONTROLLER_NAME, conditions=(cond,)))
+            out[ref] = ObjectStatus(parents=tuple(ancestors))
+        return out
+
+    def _problem(self, ref: ObjectRef, reason: Reason, message: str, where: str,
+                 severity: Severity = Severity.ERROR) -> None:
+        problem = Problem(ref=ref, reason=reason, message=message, field=where,
+                          severity=severity)
+        if problem not in self._reported:
+            self._reported.add(problem)
+            self.problems.append(problem)
+
