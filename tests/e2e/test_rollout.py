@@ -243,3 +243,43 @@ async def test_replacing_every_pod_under_load_loses_nothing(tmp_path: object, mo
     for load in loads:
         assert load.failures == [], load.failures[:5]
         assert set(load.answers[-10:]) <= new
+
+
+async def test_a_pod_that_stops_before_its_endpoint_leaves_costs_no_l4_connection(
+        tmp_path: object) -> None:
+    """A pod whose process exits while its endpoint is still listed ready (SIGTERM without a
+    preStop hook): new L4 connections that the engine sends it are tried again on another
+    member, so none fails, before and while its checks take it out."""
+    root = tmp_path / "manifests"  # type: ignore[operator]
+    root.mkdir()
+    stack = await make_stack(root, mode=BackendMode.CLUSTERIP, envoy_stats=EnvoyStats.BOUNDED)
+    cluster = Cluster(stack, BackendMode.CLUSTERIP)
+    try:
+        for _ in range(2):
+            pod = cluster.add()
+            await cluster.start(pod)
+            pod.ready = True
+        await cluster.publish()
+        await stack.start()
+        for _ in range(400):  # both members checked and serving: a few seconds at most
+            with contextlib.suppress(OSError, TimeoutError, ValueError, KeyError,
+                                     asyncio.IncompleteReadError):
+                if {await _tcp(cluster.lb_port) for _ in range(6)} == {"pod-2", "pod-3"}:
+                    break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the two pods never both answered")
+        await cluster.stop(cluster.pods[0])  # gone, its endpoint still ready
+        answers = Load(lambda: _tcp(cluster.lb_port))
+        for _ in range(30):
+            try:
+                answers.answers.append(await answers.ask())
+            except (OSError, TimeoutError, ValueError, KeyError,
+                    asyncio.IncompleteReadError) as exc:
+                answers.failures.append(repr(exc))
+        assert answers.failures == []
+        assert set(answers.answers) == {"pod-3"}
+    finally:
+        for pod in cluster.pods:
+            await cluster.stop(pod)
+        await stack.stop()
