@@ -1,10 +1,14 @@
-"""Shared test options (``--update-golden`` rewrites golden files instead of comparing) and
-the garbage collector restored after every test."""
+"""Shared test options (``--update-golden`` rewrites golden files instead of comparing), the
+garbage collector restored after every test, and the one short temporary folder (``short_dir``).
+"""
 
 from __future__ import annotations
 
 import gc
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +34,15 @@ def collector() -> Iterator[None]:
         gc.unfreeze()
         if enabled:
             gc.enable()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A fresh folder with a short path under /tmp (mode 0700), removed after the test: unix
+    socket paths must fit 107 bytes, which pytest's ``tmp_path`` often does not leave room for.
+    Use ``tmp_path`` where no socket lives."""
+    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

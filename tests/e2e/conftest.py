@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -28,16 +26,13 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short folder under /tmp for state folders: unix socket paths must fit 107 bytes,
-    which pytest's tmp_path often does not leave room for."""
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
+def short_dir(short_dir: Path) -> Iterator[Path]:
+    """The shared short folder (tests/conftest.py) for state folders; after the test, an Envoy
+    a failed test left behind in it is ended (it outlives a killed Podway by design)."""
     try:
-        yield path
+        yield short_dir
     finally:
-        # An Envoy outlives a killed Podway by design: end any a failed test left behind.
-        for folder in path.iterdir():
+        for folder in short_dir.iterdir():
             record = read_identity(StateDir(folder))
             if record is not None:
                 terminate_stale(record)
-        shutil.rmtree(path, ignore_errors=True)

@@ -8,13 +8,11 @@ import ssl
 
 import trustme
 
+from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
+
 from .harness import Stack, endpoints, service
 
-CLASS = """apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: podway}
-spec: {controllerName: podway.io/gateway-controller}
-"""
+CLASS = OUR_CLASS_YAML
 
 
 async def backend(stack: Stack, name: str, namespace: str = "default", **kw: bool) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import socket
@@ -31,6 +32,7 @@ from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
 from podway.translate.core.options import BackendMode
+from tests.waiting import eventually as poll
 
 # Listener ports for tests come from below the kernel's ephemeral range (32768-60999 by
 # default): a port picked there and released could be handed to an outgoing connection before
@@ -202,14 +204,10 @@ async def get(port: int, host: str, path: str = "/", *, tls: ssl.SSLContext | No
     return status, data if isinstance(data, dict) else {}
 
 
-async def eventually(check: object, limit_s: float = 5.0) -> None:
-    """Retry an async predicate until it holds (for things that settle, like a restart)."""
-    async with asyncio.timeout(limit_s):
-        while True:
-            with contextlib.suppress(OSError, AssertionError, TimeoutError, ValueError):
-                if await check():  # type: ignore[operator]
-                    return
-            await asyncio.sleep(0.05)
+# What a check against something still settling (a restart, a new listener) may meet before it
+# holds: the shared ``eventually`` retries those here.
+SETTLING = (OSError, AssertionError, TimeoutError, ValueError)
+eventually = functools.partial(poll, every=0.05, ignoring=SETTLING)
 
 
 def service(name: str, port: int, target: int, *, lb: bool = False, protocols: tuple[str, ...]

@@ -55,7 +55,7 @@ async def running(tmp_path: Path, *, in_state_dir: bool = False
             async def listening() -> bool:
                 return socket.exists()
 
-            await eventually(listening, limit_s=10)
+            await eventually(listening, within=10)
         yield socket, http, standalone
     finally:
         for t in (task, echo):
@@ -130,7 +130,7 @@ async def test_status_config_and_diagram_commands_read_the_socket(tmp_path: Path
             health = await get_json(socket, "/health")
             return bool(health["known"] and health["pools"].get("pool/default/web/80"))
 
-        await eventually(listed, limit_s=20)
+        await eventually(listed, within=20)
         run = CliRunner().invoke
         result = await asyncio.to_thread(run, app, ["status", "--admin-socket", str(socket)],
                                          terminal_width=80)

@@ -172,7 +172,7 @@ async def test_state_and_events_serve_the_same_document(
             return (pool["traffic"] or {}).get("total", 0) >= 3 and (
                 listener["traffic"] or {}).get("total", 0) >= 3
 
-        await eventually(counted, limit_s=20)
+        await eventually(counted, within=20)
         for asset in ("dashboard.js", "dashboard.css"):
             async with session.get(f"{base}/static/{asset}") as response:
                 assert response.status == 200

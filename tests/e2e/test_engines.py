@@ -86,7 +86,7 @@ async def test_podway_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path,
             status, body = await get(http_port, "shop.test", "/")
             return status == 200 and body.get("name") == "web"
 
-        await eventually(serving, limit_s=30)
+        await eventually(serving, within=30)
         children = _children(process.pid)
         assert children  # Envoy runs under podway
         process.send_signal(signal.SIGTERM)
@@ -152,7 +152,7 @@ async def test_podway_engine_cli_serves_a_no_engine_controller(tmp_path: Path, s
             status, body = await get(http_port, "shop.test", "/")
             return status == 200 and body.get("name") == "web"
 
-        await eventually(serving, limit_s=30)
+        await eventually(serving, within=30)
         for process in (engine, controller):
             process.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(process.wait(), 15) == 0
@@ -200,7 +200,7 @@ async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path
             status, body = await get(http_port, "shop.test", "/")
             return status == 200 and body.get("name") == name
 
-        await eventually(lambda: answered_by("blue"), limit_s=10)
+        await eventually(lambda: answered_by("blue"), within=10)
         first_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await first_task
@@ -208,7 +208,7 @@ async def test_engine_keeps_serving_while_the_controller_restarts(tmp_path: Path
         (root / "ingress.yaml").write_text(INGRESS.replace("name: web, port", "name: green, port"))
         second = controller()
         tasks.append(asyncio.create_task(second.run()))
-        await eventually(lambda: answered_by("green"), limit_s=20)
+        await eventually(lambda: answered_by("green"), within=20)
         assert engine.starts == 1  # no Envoy restart was needed
     finally:
         for task in tasks:

@@ -319,7 +319,7 @@ async def _envoy(ir: IR, node: str, *, scoped: bool = False) -> AsyncIterator[st
             hosts = parse_clusters(json.loads(body))
             return all(len(hosts.get(n, {})) == len(p.members) for n, p in ir.pools.items())
 
-        await eventually(settled, limit_s=20)
+        await eventually(settled, within=20)
         yield address
 
 

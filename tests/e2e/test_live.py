@@ -133,7 +133,7 @@ async def test_killed_envoy_is_restarted_and_serves_again(stack: Stack) -> None:
         status, body = await get(stack.http_port, "shop.test", "/")
         return engine.pid != old and status == 200 and body.get("name") == "blue"
 
-    await eventually(serving_again, limit_s=10.0)
+    await eventually(serving_again, within=10.0)
     assert engine.starts == 2
 
 
@@ -164,7 +164,7 @@ async def test_nacked_config_keeps_the_old_one_serving(stack: Stack) -> None:
                     and entry["engine_rejections"][0]["resource"] == listener
                     and status["objects"]["Ingress/default/web"]["accepted"] is True)
 
-        await eventually(service_not_accepted, limit_s=5.0)
+        await eventually(service_not_accepted, within=5.0)
         status, body = await get(stack.http_port, "shop.test", "/")
         assert (status, body.get("name")) == (200, "blue")
         (stack.root / "lb.yaml").unlink()

@@ -39,7 +39,7 @@ async def scrape(tmp_path: Path, stats: EnvoyStats) -> str:
             return "podway_engine_stats_up 1.0" in text and re.search(
                 r"^envoy_http_downstream_rq_total\{[^}]*\} [1-9]", text, re.MULTILINE) is not None
 
-        await eventually(scraped, limit_s=20)
+        await eventually(scraped, within=20)
         return text
     finally:
         await stack.stop()

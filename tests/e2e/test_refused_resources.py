@@ -67,11 +67,11 @@ async def test_bad_assignment_does_not_block_other_services(mode: str) -> None:
     await server.start()
     try:
         async with engine_on(server, node_id="refusals", delta=mode == "delta"):
-            await eventually(lambda: _serves(http, "a.test", "a"), 20)
+            await eventually(lambda: _serves(http, "a.test", "a"), within=20)
             await asyncio.wait_for(named.wait(), 10)  # the refusal names the bad assignment
             # An endpoint change of a good Service: applies although pool/bad is still bad.
             cache.set(builder.build(_config(http, {"a": backends["a2"], "b": backends["b"]})))
-            await eventually(lambda: _serves(http, "a.test", "a2"), 10)
+            await eventually(lambda: _serves(http, "a.test", "a2"), within=10)
         async with engine_on(server, node_id="refusals", delta=mode == "delta") as engine:
             # A fresh Envoy is LIVE well before its 15 s initial fetch timeout (which held every
             # listener while the refused assignment was awaited), and serves at once.
@@ -112,9 +112,9 @@ async def test_listener_on_a_busy_port_comes_back_when_freed(mode: str) -> None:
     try:
         async with engine_on(server, node_id="refusals", delta=mode == "delta"):
             await asyncio.wait_for(refused.wait(), 20)
-            await eventually(lambda: _serves(http, "a.test", "a"), 10)
+            await eventually(lambda: _serves(http, "a.test", "a"), within=10)
             busy.close()
-            await eventually(lambda: _serves(busy_port, "a.test", "a"), 20)
+            await eventually(lambda: _serves(busy_port, "a.test", "a"), within=20)
     finally:
         busy.close()
         await server.stop(0)

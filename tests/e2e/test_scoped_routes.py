@@ -74,7 +74,7 @@ async def test_scoped_tables_serve_and_switch_form_without_failures(mode: str) -
     await server.start()
     try:
         async with engine_on(server, node_id="scoped", delta=mode == "delta"):
-            await eventually(lambda: _status(http, "h0.test", 200, "a"), 20)
+            await eventually(lambda: _status(http, "h0.test", 200, "a"), within=20)
             assert await _status(http, "h1.test", 200, "b")
             assert await _status(http, "H1.Test", 200, "b")  # case-insensitive
             assert await _status(http, "h2.test:8080", 200, "a")  # the port is not the key
@@ -83,10 +83,10 @@ async def test_scoped_tables_serve_and_switch_form_without_failures(mode: str) -
 
             hosts["h3.test"] = "b"  # a host added live
             cache.set(builder.build(_config(http, ports, hosts)))
-            await eventually(lambda: _status(http, "h3.test", 200, "b"), 10)
+            await eventually(lambda: _status(http, "h3.test", 200, "b"), within=10)
             del hosts["h1.test"]  # and one removed
             cache.set(builder.build(_config(http, ports, hosts)))
-            await eventually(lambda: _status(http, "h1.test", 404), 10)
+            await eventually(lambda: _status(http, "h1.test", 404), within=10)
 
             # The form switches (a wildcard host needs the one table) and back, under load.
             failures: list[str] = []
@@ -106,11 +106,11 @@ async def test_scoped_tables_serve_and_switch_form_without_failures(mode: str) -
             try:
                 cache.set(builder.build(_config(http, ports, hosts, wildcard=True)))
                 assert not cache.get(types.SCOPE).resources
-                await eventually(lambda: _status(http, "x.y.wild.test", 200, "b"), 10)
+                await eventually(lambda: _status(http, "x.y.wild.test", 200, "b"), within=10)
                 cache.set(builder.build(_config(http, ports, hosts)))
                 assert len(cache.get(types.SCOPE).resources) == 3
-                await eventually(lambda: _status(http, "x.y.wild.test", 404), 10)
-                await eventually(lambda: _status(http, "H3.TEST", 200, "b"), 10)
+                await eventually(lambda: _status(http, "x.y.wild.test", 404), within=10)
+                await eventually(lambda: _status(http, "H3.TEST", 200, "b"), within=10)
             finally:
                 stop.set()
                 await loader

@@ -257,7 +257,7 @@ async def test_rotated_certificate_serves_new_handshakes_and_keeps_open_ones(
         async def rotated() -> bool:
             return (await handshake(stack.https_port, context, "rot.test"))[0] == new
 
-        await eventually(rotated, limit_s=15)
+        await eventually(rotated, within=15)
         async with asyncio.timeout(5):
             assert await ask() == 200  # the connection from before the rotation still serves
     finally:

@@ -148,16 +148,16 @@ async def test_unhealthy_member_is_removed_after_its_threshold_and_restored(
     healthyThreshold: 1
   outlierDetection: {enabled: false}
 """)
-    await eventually(lambda: _all_answer(stack), limit_s=15)
+    await eventually(lambda: _all_answer(stack), within=15)
     sick = backends.health["127.0.0.2"]
     sick.healthy = False
-    await eventually(lambda: _flagged(stack, "127.0.0.2", "failed_active_hc"), limit_s=20)
+    await eventually(lambda: _flagged(stack, "127.0.0.2", "failed_active_hc"), within=20)
     assert 2 <= sick.failed <= 3, f"taken out after {sick.failed} failed checks"
     served = await names(stack.http_port, 30)
     assert served == {"b1": 15, "b3": 15}, served
     checks_before = sick.checks
     sick.healthy = True
-    await eventually(lambda: _all_answer(stack), limit_s=20)
+    await eventually(lambda: _all_answer(stack), within=20)
     passed = sick.checks - checks_before
     # healthyThreshold 1; Envoy may apply the transition one check later on a loaded machine.
     assert 1 <= passed <= 3, f"back after {passed} passing checks"
@@ -185,11 +185,11 @@ async def test_member_killed_under_load_is_ejected_after_its_consecutive_errors(
         sys.executable, "-m", "podway", "echo", "--address", "127.0.0.3", "--port",
         str(victim_port), "--name", "b3", "--log-level", "error")
     try:
-        await eventually(lambda: _listening("127.0.0.3", victim_port), limit_s=20)
+        await eventually(lambda: _listening("127.0.0.3", victim_port), within=20)
         await serve_web(stack, backends.port, """  healthCheck: {enabled: false}
   outlierDetection: {consecutiveErrors: 3, baseEjectionTime: 5m, interval: 1s}
 """)
-        await eventually(lambda: _all_answer(stack), limit_s=15)
+        await eventually(lambda: _all_answer(stack), within=15)
         results: collections.Counter[str] = collections.Counter()
         stop, enough = asyncio.Event(), asyncio.Event()
         target = [sys.maxsize]
@@ -211,7 +211,7 @@ async def test_member_killed_under_load_is_ejected_after_its_consecutive_errors(
             await proc.wait()
             address = await (await stack.engine()).wait_started()
             prefix = f"cluster.{POOL}."
-            await eventually(lambda: _ejected(address, prefix), limit_s=20)
+            await eventually(lambda: _ejected(address, prefix), within=20)
             at_ejection = await victim_errors(stack)
             target[0] = sum(results.values()) + 100
             async with asyncio.timeout(30):
@@ -273,7 +273,7 @@ async def test_distribution_per_algorithm_is_even_within_bounds(
     """300 sequential requests over 3 members: round robin gives exactly 100 each; least
     request and random stay within 5 standard deviations of 100 (binomial, p = 1/3)."""
     await serve_web(stack, backends.port, f"  loadBalancer: {{type: {algorithm}}}\n")
-    await eventually(lambda: _all_answer(stack), limit_s=15)
+    await eventually(lambda: _all_answer(stack), within=15)
     served = await names(stack.http_port, 300)
     assert set(served) == {"b1", "b2", "b3"}, served
     if algorithm == "RoundRobin":
@@ -291,7 +291,7 @@ async def test_consistent_hashing_on_a_header_is_even_and_sticky(
     type: {algorithm}
     hashOn: {{type: Header, name: x-user}}
 """)
-    await eventually(lambda: _all_answer_hashed(stack), limit_s=15)
+    await eventually(lambda: _all_answer_hashed(stack), within=15)
     first = {}
     for user in range(150):
         _, _, body = await request(stack.http_port, headers={"x-user": f"u{user}"})
@@ -319,7 +319,7 @@ async def test_cookie_persistence_holds_across_100_requests_and_a_member_change(
     when another member is removed (at least 90 %: Maglev moves almost only the keys of the
     member that left)."""
     await serve_web(stack, backends.port, "  persistence: {type: Cookie, ttl: 1h}\n")
-    await eventually(lambda: _get_ok(stack), limit_s=15)
+    await eventually(lambda: _get_ok(stack), within=15)
     status, headers, body = await request(stack.http_port)
     assert status == 200
     cookie = headers.get("set-cookie", "")
@@ -339,7 +339,7 @@ async def test_cookie_persistence_holds_across_100_requests_and_a_member_change(
                 + slice_of(backends.port, ADDRESSES[1:]) + "---\n" + SHOP_INGRESS + "---\n"
                 + policy("  persistence: {type: Cookie, ttl: 1h}\n"))
     await stack.applied(generation + 1)
-    await eventually(lambda: _gone(stack, gone), limit_s=10)
+    await eventually(lambda: _gone(stack, gone), within=10)
     kept = moved = 0
     for i, name in before.items():
         _, _, answer = await request(stack.http_port, headers={"cookie": f"podway-session=s{i}"})
@@ -365,7 +365,7 @@ async def test_client_ip_persistence_from_service_session_affinity(
     svc = service("web", 80, backends.port).replace(
         "  type: ClusterIP\n", "  type: ClusterIP\n  sessionAffinity: ClientIP\n")
     await serve_web(stack, backends.port, "  outlierDetection: {enabled: true}\n", svc=svc)
-    await eventually(lambda: _get_ok(stack), limit_s=15)
+    await eventually(lambda: _get_ok(stack), within=15)
     landed = {}
     for i in range(6):
         source = f"127.0.0.{20 + i}"
@@ -392,7 +392,7 @@ async def test_client_ip_persistence_of_a_load_balancer_service(stack: Stack) ->
             "  type: LoadBalancer\n", "  type: LoadBalancer\n  sessionAffinity: ClientIP\n")
         stack.write("web.yaml", svc + "---\n" + slice_of(port))
         await stack.start()
-        await eventually(lambda: _whoami(lb_port, "127.0.0.20"), limit_s=15)
+        await eventually(lambda: _whoami(lb_port, "127.0.0.20"), within=15)
         landed = {}
         for i in range(6):
             source = f"127.0.0.{20 + i}"

@@ -79,7 +79,7 @@ spec:
         await stack.start()
         await eventually(lambda: _flags_are(stack, {"127.0.0.1": "healthy",
                                                      "127.0.0.2": "/failed_active_hc"}),
-                         limit_s=20)
+                         within=20)
 
 
 async def test_default_check_of_an_http2_pool_speaks_http2(stack: Stack) -> None:
@@ -98,7 +98,7 @@ async def test_default_check_of_an_http2_pool_speaks_http2(stack: Stack) -> None
         await stack.start()
         await eventually(lambda: _flags_are(stack, {"127.0.0.1": "healthy",
                                                      "127.0.0.2": "/failed_active_hc"}),
-                         limit_s=20)
+                         within=20)
         assert await names(stack.http_port, 20) == {"h2c": 20}
     finally:
         old.close()

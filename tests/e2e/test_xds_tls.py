@@ -69,7 +69,7 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, s
                            if k.endswith(("fail_verify_san", "fail_verify_error",
                                           "connection_error")))
 
-            await eventually(refused, limit_s=20)
+            await eventually(refused, within=20)
             assert controller.server.servicer.streams == 0
             return
         await engine.wait_ready(limit_s=20)
@@ -118,7 +118,7 @@ async def test_podway_run_with_xds_tls_configures_its_own_engine(tmp_path: Path,
             finally:
                 writer.close()
 
-        await eventually(listening, limit_s=30)
+        await eventually(listening, within=30)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import re
 
-GROUP = "gateway.networking.k8s.io"
+from podway.model.gateway import GROUP
+from podway.model.kinds import CRDS
 
-# kind -> (plural, namespaced, versions upstream serves; the first is the storage version)
+__all__ = ["GROUP", "KINDS", "crd_name", "preferred", "version_rank"]
+
+# kind -> (plural, namespaced, versions upstream serves; the first is the storage version): the
+# Gateway API rows of the kinds table (podway.model.kinds).
 KINDS: dict[str, tuple[str, bool, tuple[str, ...]]] = {
-    "GatewayClass": ("gatewayclasses", False, ("v1", "v1beta1")),
-    "Gateway": ("gateways", True, ("v1", "v1beta1")),
-    "HTTPRoute": ("httproutes", True, ("v1", "v1beta1")),
-    "GRPCRoute": ("grpcroutes", True, ("v1",)),
-    "ReferenceGrant": ("referencegrants", True, ("v1beta1",)),
-    "TLSRoute": ("tlsroutes", True, ("v1alpha2",)),
-    "TCPRoute": ("tcproutes", True, ("v1alpha2",)),
-    "UDPRoute": ("udproutes", True, ("v1alpha2",)),
-    "BackendTLSPolicy": ("backendtlspolicies", True, ("v1alpha3",)),
-    "BackendLBPolicy": ("backendlbpolicies", True, ("v1alpha2",)),
-}
+    k.name: (k.plural, k.namespaced, k.versions) for k in CRDS if k.group == GROUP}
 
 _VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 

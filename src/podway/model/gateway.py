@@ -101,7 +101,7 @@ class GatewayListener(K8sModel):
 
 class GatewayAddress(K8sModel):
     type: str = "IPAddress"
-    value: str = ""  # empty: "assign me one" (the bind address, until IPAM exists)
+    value: str = ""  # empty: "assign me one" (the IPAM's, with --vip-pools; else the bind address)
 
 
 class GatewayInfrastructure(K8sModel):

@@ -233,4 +233,3 @@ class UDPRoute(K8sObject):
 
 
 AnyRoute = HTTPRoute | GRPCRoute | TLSRoute | TCPRoute | UDPRoute
-ROUTE_KINDS: tuple[type[AnyRoute], ...] = (HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute)

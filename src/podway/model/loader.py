@@ -30,7 +30,7 @@ import yaml
 from pydantic import ValidationError
 
 from podway.model.base import K8sObject
-from podway.model.registry import KINDS, api_group
+from podway.model.kinds import KINDS, api_group
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,19 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kind
 T = TypeVar("T", bound=K8sObject)
 
 _EMPTY: Mapping[Key, K8sObject] = MappingProxyType({})
+NO_MODES: Mapping[Key, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     objects: Mapping[str, Mapping[Key, K8sObject]] = field(default_factory=dict)
+    backend_modes: Mapping[Key, str] = field(default_factory=lambda: NO_MODES)
+    """Service → the backend mode the translator must use for it, decided outside the translator
+    (the controller's mode gate, ``podway.sources.mode_gate``: make-before-break to
+    ``nodeportlocal``, a new default). It wins over the Service's ``podway.io/backend-mode``
+    annotation, which stays as the user wrote it. A source that changes a Service's entry hands
+    that Service on as changed, as a new object, like any edit (the translator's memos go by
+    object identity). Empty: every Service's own annotation, else the default, applies."""
 
     @classmethod
     def of_objects(cls, objects: Iterable[K8sObject]) -> Snapshot:
@@ -48,7 +56,7 @@ class Snapshot:
                 updated[key] = obj
         objects = dict(self.objects)
         objects[kind] = updated
-        return Snapshot(objects)
+        return Snapshot(objects, self.backend_modes)
 
     def all(self) -> Iterable[K8sObject]:
         for per_kind in self.objects.values():

@@ -1,10 +1,11 @@
 """What the Kubernetes source watches, per kind: where it lives in the API, how to list it,
 and how to trim it before it is parsed (memory is spent only on what the translator reads).
 
-Built-in kinds are always watched. Kinds that come with a CRD (``CRDS``: every Gateway API kind
-Podway reads, and Podway's own ``TrafficPolicy``, whose CRD ships in
-``deploy/helm/podway/crds/``) are watched only while their CRD exists, at the most stable
-version the CRD serves (``podway.kube.gateway_api.preferred``).
+Every kind of the kinds table (``podway.model.kinds``) is watched: built-in kinds always, kinds
+that come with a CRD (``CRDS``: every Gateway API kind Podway reads, and Podway's own
+``TrafficPolicy``, whose CRD ships in ``deploy/helm/podway/crds/``) only while their CRD exists,
+at the most stable version the CRD serves (``podway.kube.gateway_api.preferred``). This module
+adds only how a kind is selected or trimmed.
 
 Secrets: only ``type: kubernetes.io/tls`` ones, selected by the server (field selector), not
 "only the referenced ones": references are known only after translation, and a source that
@@ -19,23 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from podway.kube import gateway_api
 from podway.kube.informer import lean
 from podway.model import npl
 from podway.model.base import K8sObject
-from podway.model.core import (
-    LB_READY,
-    ConfigMap,
-    EndpointSlice,
-    Namespace,
-    Node,
-    Pod,
-    Secret,
-    Service,
-)
-from podway.model.networking import Ingress, IngressClass
-from podway.model.policy import PODWAY_GROUP, TrafficPolicy
-from podway.model.registry import KINDS
+from podway.model.core import LB_READY, ConfigMap, Pod, Secret
+from podway.model.kinds import BY_NAME, TABLE, Kind
 
 Raw = dict[str, Any]
 Transform = Callable[[Raw], Raw]
@@ -107,33 +96,22 @@ class KindSpec:
         return f"{self.group}/{version}" if self.group else version
 
 
-BUILTIN: tuple[KindSpec, ...] = (
-    KindSpec(model=Service, group="", plural="services", namespaced=True),
-    KindSpec(model=EndpointSlice, group="discovery.k8s.io", plural="endpointslices",
-             namespaced=True),
-    KindSpec(model=Pod, group="", plural="pods", namespaced=True, transform=slim_pod),
-    KindSpec(model=Node, group="", plural="nodes", namespaced=False),
-    KindSpec(model=Secret, group="", plural="secrets", namespaced=True,
-             field_selector=f"type={Secret.TLS_TYPE}"),
-    KindSpec(model=ConfigMap, group="", plural="configmaps", namespaced=True,
-             transform=slim_configmap),
-    KindSpec(model=Namespace, group="", plural="namespaces", namespaced=False),
-    KindSpec(model=Ingress, group="networking.k8s.io", plural="ingresses", namespaced=True),
-    KindSpec(model=IngressClass, group="networking.k8s.io", plural="ingressclasses",
-             namespaced=False),
-)
+# How the source selects or trims a kind before parsing it (others: ``lean``, no selector).
+_SELECTORS: dict[type[K8sObject], str] = {Secret: f"type={Secret.TLS_TYPE}"}
+_TRANSFORMS: dict[type[K8sObject], Transform] = {Pod: slim_pod, ConfigMap: slim_configmap}
 
-GATEWAY: tuple[KindSpec, ...] = tuple(
-    KindSpec(model=KINDS[kind], group=gateway_api.GROUP, plural=plural, namespaced=namespaced,
-             version=versions[0], crd=True)
-    for kind, (plural, namespaced, versions) in gateway_api.KINDS.items())
 
-PODWAY: tuple[KindSpec, ...] = (
-    KindSpec(model=TrafficPolicy, group=PODWAY_GROUP, plural="trafficpolicies",
-             namespaced=True, version="v1alpha1", crd=True),
-)
+def _spec(kind: Kind) -> KindSpec:
+    """The watch of one row of the kinds table."""
+    return KindSpec(model=kind.model, group=kind.group, plural=kind.plural,
+                    namespaced=kind.namespaced, version=kind.versions[0],
+                    field_selector=_SELECTORS.get(kind.model, ""),
+                    transform=_TRANSFORMS.get(kind.model, lean), crd=kind.crd)
 
-CRDS: tuple[KindSpec, ...] = GATEWAY + PODWAY  # watched while their CRD exists
+
+BUILTIN: tuple[KindSpec, ...] = tuple(_spec(k) for k in TABLE if not k.crd)  # always watched
+CRDS: tuple[KindSpec, ...] = tuple(_spec(k) for k in TABLE if k.crd)  # while their CRD exists
+PODWAY: tuple[KindSpec, ...] = tuple(s for s in CRDS if BY_NAME[s.kind].ships_crd)
 
 
 def spec_of(kind: str) -> KindSpec | None:

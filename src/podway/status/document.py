@@ -45,6 +45,7 @@ from podway.ir import IR
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.model.gateway import Gateway
+from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Rejection, State
@@ -53,10 +54,6 @@ from podway.translate.core.status import Condition, ObjectStatus, to_api
 
 _NONE: Mapping[Key, Any] = MappingProxyType({})
 NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
-# Kinds whose ``accepted`` is read from their Gateway API status.
-_API_KINDS = frozenset({"GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute", "TLSRoute",
-                        "TCPRoute", "UDPRoute", "BackendTLSPolicy", "BackendLBPolicy",
-                        "TrafficPolicy"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,7 +172,7 @@ def object_entry(ref: ObjectRef, snapshot: Snapshot, ir: IR, *, problems: tuple[
 
 def _accepted(ref: ObjectRef, problems: tuple[Problem, ...], status: ObjectStatus | None,
               refused: tuple[Rejection, ...], served: bool) -> bool:
-    if ref.kind in _API_KINDS and status is not None:
+    if ref.kind in CRD_STATUS_KINDS and status is not None:
         verdict = _api_accepted(status)
         if verdict is not None:
             return verdict

@@ -33,14 +33,15 @@ from typing import TYPE_CHECKING
 
 from podway.ir import Forward, Listener, Mirror, VirtualHost
 from podway.model import Ingress, ObjectRef, Service
-from podway.model.gateway_routes import HTTPRoute, TCPRoute, TLSRoute, UDPRoute
+from podway.model.gateway_routes import HTTPRoute
+from podway.model.kinds import ROUTE_MODELS
 from podway.model.snapshot import Key, Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem
 from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.delta import PATCHED_KINDS, Patch, patch_routes
 from podway.translate.pools.backends import PoolSpec, ServiceKey, in_mode
-from podway.translate.pools.client_ip import CLIENT_IP_ANNOTATION, PROXY_ANNOTATION
 from podway.translate.service import is_ours as service_is_ours
 from podway.translate.traffic import lone_pool, sets_traffic
 
@@ -218,7 +219,8 @@ def _services_patchable(snapshot: Snapshot, before: Snapshot, opts: TranslateOpt
     """Whether changed Services reach only the Gateway API routes naming them: no Ingress
     (its parts read Services) and no L4 route (not replayed) exists, and neither the old nor
     the new object is served itself (LoadBalancer), sets traffic or client-address settings."""
-    if snapshot.kind(Ingress) or any(snapshot.kind(cls) for cls in (TLSRoute, TCPRoute, UDPRoute)):
+    if snapshot.kind(Ingress) or any(snapshot.kind(cls) for cls in ROUTE_MODELS
+                                     if cls.KIND not in PATCHED_KINDS):
         return False
     for key in keys:
         for service in (before.get(Service, *key), snapshot.get(Service, *key)):
@@ -234,7 +236,7 @@ def _plain_service(service: Service | None) -> bool:
     if service is None:
         return True
     annotations = service.metadata.annotations
-    return (PROXY_ANNOTATION not in annotations and CLIENT_IP_ANNOTATION not in annotations
+    return (ann.PROXY_PROTOCOL.name not in annotations and ann.CLIENT_IP.name not in annotations
             and service.spec.session_affinity != "ClientIP")
 
 
@@ -249,7 +251,7 @@ def _add_pool(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, l
     if backing is not None:
         kept = memo.modes.get(spec.name)
         if kept is None or kept[0] is not spec or kept[1] is not backing:
-            kept = (spec, backing, in_mode(spec, backing, opts))
+            kept = (spec, backing, in_mode(spec, backing, opts, snapshot.backend_modes))
         memo.modes[spec.name] = kept
         spec = kept[2]
     made = lone_pool(snapshot, spec, memo.traffic)
@@ -257,7 +259,7 @@ def _add_pool(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, l
         return None
     live.services[spec.service] += 1
     if live.services[spec.service] == 1 and backing is not None:
-        warnings = mode_warnings(backing, opts)
+        warnings = mode_warnings(backing, opts, snapshot.backend_modes)
         memo.warnings[spec.service] = (backing, warnings)
         problems.extend(warnings)
     return made

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from podway.ir import L4Route, Listener, ListenerProtocol, WeightedPool
 from podway.model import Service
-from podway.model.snapshot import Snapshot
+from podway.model.snapshot import NO_MODES, Snapshot
 from podway.translate.core.addresses import AddressChoice, choose_address
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem, Reason, Severity, quote
@@ -92,7 +92,8 @@ class ServiceTranslation:
                     message=f"port {port.port}/{port.protocol} is not served (TCP and UDP only)",
                     field=f"spec.ports[{i}].protocol"))
                 continue
-            unusable = mode_problem(service, port, self.opts)
+            unusable = mode_problem(service, port, self.opts, self.snapshot.backend_modes
+                                    if self.snapshot is not None else NO_MODES)
             if unusable is not None:
                 self.problems.append(Problem(ref=service.ref, reason=Reason.BACKEND_NOT_FOUND,
                                              message=unusable, field=f"spec.ports[{i}].nodePort"))

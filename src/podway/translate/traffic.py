@@ -47,6 +47,7 @@ from podway.model.policy import (
     TrafficPolicy,
 )
 from podway.model.snapshot import Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.core.status import ObjectStatus
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
@@ -188,7 +189,7 @@ class _Run(PolicyIndex):
         key = id(obj)
         if key in self._annotations:
             return self._annotations[key]
-        if not any(k.startswith((tv.ANNOTATION_PREFIX, NGINX_PREFIX))
+        if not any(k.startswith((ann.PREFIX, NGINX_PREFIX))
                    for k in obj.metadata.annotations):
             self._annotations[key] = None
             return None

@@ -196,7 +196,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
-    _set_modes(pools, services, opts, memo)
+    _set_modes(pools, services, opts, memo, snapshot.backend_modes)
     traffic = apply_traffic(snapshot, listeners, pools,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
@@ -204,7 +204,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
                                                     opts.xff_trusted_hops)
     problems.extend(client_ip_problems)
-    problems.extend(_mode_warnings(services, opts, memo))
+    problems.extend(_mode_warnings(services, opts, memo, snapshot.backend_modes))
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
     if memo is not None:
@@ -220,7 +220,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
 
 
 def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOptions,
-                   memo: StructureMemo | None) -> list[Problem]:
+                   memo: StructureMemo | None, decided: Mapping[Key, str]) -> list[Problem]:
     """The backend-mode warnings of the Services the pools use, by Service key; each kept
     from the last run while its Service is the same object."""
     problems: list[Problem] = []
@@ -232,7 +232,7 @@ def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOption
             continue
         kept = warnings.get(service_key)
         if kept is None or kept[0] is not backing:
-            kept = (backing, mode_warnings(backing, opts))
+            kept = (backing, mode_warnings(backing, opts, decided))
         warnings_next[service_key] = kept
         problems.extend(kept[1])
     if memo is not None:
@@ -241,9 +241,12 @@ def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOption
 
 
 def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None],
-               opts: TranslateOptions, memo: StructureMemo | None) -> None:
-    """Each pool's backend mode: its Service's annotation, else the default. The same spec in
-    the same mode stays the same object (later stages and the members compare by identity)."""
+               opts: TranslateOptions, memo: StructureMemo | None,
+               decided: Mapping[Key, str]) -> None:
+    """Each pool's backend mode: its Service's entry in ``decided`` (``Snapshot.backend_modes``),
+    else its annotation, else the default. The same spec in the same mode stays the same object
+    (later stages and the members compare by identity; a Service whose entry in ``decided``
+    changed is a new object, see ``Snapshot.backend_modes``)."""
     modes = memo.modes if memo is not None else {}
     modes_next: dict[str, tuple[PoolSpec, Service, PoolSpec]] = {}
     for name, spec in pools.items():
@@ -251,7 +254,7 @@ def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None
         if backing is not None:
             kept = modes.get(name)
             if kept is None or kept[0] is not spec or kept[1] is not backing:
-                kept = (spec, backing, in_mode(spec, backing, opts))
+                kept = (spec, backing, in_mode(spec, backing, opts, decided))
             modes_next[name] = kept
             pools[name] = kept[2]
     if memo is not None:
@@ -269,11 +272,13 @@ def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
     return ordered
 
 
-def mode_warnings(backing: Service, opts: TranslateOptions) -> tuple[Problem, ...]:
+def mode_warnings(backing: Service, opts: TranslateOptions,
+                  decided: Mapping[Key, str]) -> tuple[Problem, ...]:
     """NodePortLocal not enabled, or an invalid backend-mode annotation, on a used Service."""
     return tuple(Problem(ref=backing.ref, reason=reason, message=message,
                          severity=Severity.WARNING, field="metadata.annotations")
-                 for reason, message in ((Reason.NPL_NOT_ENABLED, mode_warning(backing, opts)),
+                 for reason, message in ((Reason.NPL_NOT_ENABLED,
+                                          mode_warning(backing, opts, decided)),
                                          (Reason.INVALID_BACKEND_MODE, invalid_mode(backing)))
                  if message is not None)
 

@@ -1,10 +1,10 @@
-"""Object builders and a polling helper shared by the agent tests."""
+"""Object builders and the agent's settle wait shared by the agent tests."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from tests.waiting import eventually
 
 if TYPE_CHECKING:
     from podway.programs.agent.controller import Agent
@@ -43,16 +43,6 @@ def pod_obj(name: str, *, ip: str | None = "198.18.1.2", ns: str = "default",
             "status": status}
 
 
-async def eventually(check: Callable[[], object], within: float = 5.0) -> None:
-    """Wait until ``check()`` is truthy (polls; fails the test with the last value)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    value = check()
-    while not value:
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met in {within}s: {value!r}")
-        await asyncio.sleep(0.01)
-        value = check()
 
 
 async def settled(agent: Agent, within: float = 5.0) -> None:
@@ -61,4 +51,4 @@ async def settled(agent: Agent, within: float = 5.0) -> None:
     Only meaningful once the events the test caused have reached the agent (objects put before
     the agent started are in its first list, so they have).
     """
-    await eventually(agent.queue.idle, within)
+    await eventually(agent.queue.idle, within=within)

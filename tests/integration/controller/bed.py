@@ -5,7 +5,6 @@ is stopped in teardown, also when the test fails."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,53 +19,10 @@ from podway.pipeline import Pipeline, State
 from podway.programs.controller.main import Controller, ControllerOptions
 from podway.translate import BackendMode, TranslateOptions
 
+# The shared builders; the controller tests import them from the bed too.
+from tests.builders import Obj, endpoint_slice, lb_service, node, pod  # noqa: F401
+
 FAST = Backoff(base=0.01, cap=0.2, jitter=0)
-Obj = dict[str, Any]
-
-
-def lb_service(name: str, port: int, target: int = 8080, *, annotations: dict[str, str] | None
-               = None, namespace: str = "default", node_port: int | None = None) -> Obj:
-    spec_port: Obj = {"name": "http", "port": port, "targetPort": target, "protocol": "TCP"}
-    if node_port is not None:
-        spec_port["nodePort"] = node_port
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace,
-                         "annotations": annotations or {}},
-            "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [spec_port]}}
-
-
-def endpoint_slice(service: str, pods: dict[str, str], port: int = 8080, *,
-                   namespace: str = "default", node: str = "n1") -> Obj:
-    """One slice for ``service``: pod name → pod IP, all ready on ``node``."""
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": f"{service}-1", "namespace": namespace,
-                         "labels": {"kubernetes.io/service-name": service}},
-            "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}, "nodeName": node,
-                           "targetRef": {"kind": "Pod", "name": pod, "namespace": namespace}}
-                          for pod, ip in pods.items()]}
-
-
-def pod(name: str, ip: str, *, npl: list[tuple[int, str, int]] | None = None,
-        namespace: str = "default", node: str = "n1", app: str = "web") -> Obj:
-    """A running pod; ``npl`` entries are (podPort, nodeIP, nodePort)."""
-    annotations = {}
-    if npl is not None:
-        annotations["nodeportlocal.antrea.io"] = json.dumps([
-            {"podPort": p, "nodeIP": a, "nodePort": n, "protocol": "tcp", "ipFamily": "IPv4"}
-            for p, a, n in npl])
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": {"app": app},
-                         "annotations": annotations},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "ports": [
-                {"containerPort": 8080}]}]},
-            "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}}
-
-
-def node(name: str, ip: str) -> Obj:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {"addresses": [{"type": "InternalIP", "address": ip}],
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
 
 
 @dataclass
@@ -162,13 +118,6 @@ def options(mode: BackendMode = BackendMode.CLUSTERIP, **kw: Any) -> TranslateOp
     return TranslateOptions(address="127.0.0.1", mode=mode, **kw)
 
 
-async def until(check: Callable[[], bool], limit_s: float = 15) -> None:
-    """Wait until ``check()`` holds for what the API holds (10 ms polls of the emulator)."""
-    async with asyncio.timeout(limit_s):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
 
 
 GW = "gateway.networking.k8s.io"

@@ -80,6 +80,6 @@ async def test_each_engine_serves_only_its_group(bed: Bed) -> None:
         status, body = await get(ports["c"], "c.test")
         return (status, body.get("name")) == (200, "c")
 
-    await eventually(answers_c, 15)
+    await eventually(answers_c, within=15)
     listeners_a, clusters_a = await served(engine_a)
     assert not of(listeners_a, "c") | of(clusters_a, "c")

@@ -22,8 +22,9 @@ from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.status import StatusWriter
 from podway.programs.ipam import Pool, parse_pools
 from podway.translate import BackendMode
+from tests.waiting import eventually
 
-from .bed import Bed, lb_service, options, stop_task, until
+from .bed import Bed, lb_service, options, stop_task
 
 Obj = dict[str, Any]
 
@@ -101,14 +102,14 @@ async def test_two_replicas_exactly_one_writes_both_serve(fleet: Fleet) -> None:
         await fleet.start(name, mode=BackendMode.NODEPORTLOCAL)
     leader = await leader_of(fleet)
     follower = "b" if leader == "a" else "a"
-    await until(lambda: bool(lb_ip(fleet.emu, "web")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "web")))
     fleet.emu.put("services", lb_service("api", 9002))
-    await until(lambda: bool(lb_ip(fleet.emu, "api")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "api")))
     other = fleet.replicas[follower]
     assert other.pipeline is not None
     async with asyncio.timeout(15):
         await other.pipeline.wait_for(lambda s: len(s.ir.listeners) == 2)
-    await until(lambda: (gauge(other, "podway_controller_fenced_writes_total",
+    await eventually(lambda: (gauge(other, "podway_controller_fenced_writes_total",
                                writer="event") or 0) >= 2)  # its Synced events, dropped
     assert fleet.writes(follower) == []
     assert {(w.plural, w.subresource) for w in fleet.writes(leader)} >= {
@@ -124,12 +125,12 @@ async def test_a_new_leader_writes_what_is_pending_and_only_that(fleet: Fleet) -
     from the new leader, which PATCHes nothing the old one had already written."""
     fleet.emu.put("services", lb_service("web", 9001))
     await fleet.start("a")
-    await until(fleet.replicas["a"].leadership.is_leader)
+    await eventually(fleet.replicas["a"].leadership.is_leader)
     await fleet.start("b")
-    await until(lambda: bool(lb_ip(fleet.emu, "web")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "web")))
     await fleet.stop("a")
     fleet.emu.put("services", lb_service("late", 9002))
-    await until(lambda: bool(lb_ip(fleet.emu, "late")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "late")))
     status = [(w.name, w.subresource) for w in fleet.writes("b") if w.plural == "services"]
     assert status == [("late", "status")]
     lease = fleet.emu.get("leases", "default", "podway-controller",
@@ -143,18 +144,18 @@ async def test_a_new_leader_writes_pending_status_with_no_new_change(fleet: Flee
     the cluster changes afterwards, yet the new leader writes it as soon as it leads."""
     fleet.emu.put("services", lb_service("web", 9001))
     await fleet.start("a")
-    await until(fleet.replicas["a"].leadership.is_leader)
+    await eventually(fleet.replicas["a"].leadership.is_leader)
     b = await fleet.start("b")
-    await until(lambda: bool(lb_ip(fleet.emu, "web")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "web")))
     fleet.emu.fail(500, method="PATCH", plural="services", times=10_000)
     fleet.emu.put("services", lb_service("late", 9002))
-    await until(lambda: fleet.emu.count("patch", "services", "default", "late", "status") > 0)
+    await eventually(lambda: fleet.emu.count("patch", "services", "default", "late", "status") > 0)
     assert b.pipeline is not None
     async with asyncio.timeout(15):
         await b.pipeline.wait_for(lambda s: len(s.ir.listeners) == 2)
     await fleet.stop("a")
     fleet.emu.clear_faults()
-    await until(lambda: bool(lb_ip(fleet.emu, "late")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "late")))
     assert [(w.name, w.subresource) for w in fleet.writes("b") if w.plural == "services"] == [
         ("late", "status")]
 
@@ -168,17 +169,17 @@ async def test_a_new_leader_keeps_the_vip_allocations_and_writes_only_new_ones(
     for name in ("a", "b"):
         fleet.emu.put("services", lb_service(name, 9000))
     await fleet.start("one", vip_pools=pools)
-    await until(fleet.replicas["one"].leadership.is_leader)
+    await eventually(fleet.replicas["one"].leadership.is_leader)
     two = await fleet.start("two", vip_pools=pools)
-    await until(lambda: lb_ip(fleet.emu, "a") == [{"ip": "198.18.7.1"}])
-    await until(lambda: lb_ip(fleet.emu, "b") == [{"ip": "198.18.7.2"}])
+    await eventually(lambda: lb_ip(fleet.emu, "a") == [{"ip": "198.18.7.1"}])
+    await eventually(lambda: lb_ip(fleet.emu, "b") == [{"ip": "198.18.7.2"}])
     assert two.pipeline is not None
     async with asyncio.timeout(15):
         await two.pipeline.wait_for(lambda s: {ls.address for ls in s.ir.listeners}
                                     == {"198.18.7.1", "198.18.7.2"})
     await fleet.stop("one")
     fleet.emu.put("services", lb_service("c", 9000))
-    await until(lambda: lb_ip(fleet.emu, "c") == [{"ip": "198.18.7.3"}])
+    await eventually(lambda: lb_ip(fleet.emu, "c") == [{"ip": "198.18.7.3"}])
     assert lb_ip(fleet.emu, "a") == [{"ip": "198.18.7.1"}]
     assert lb_ip(fleet.emu, "b") == [{"ip": "198.18.7.2"}]
     assert {w.name for w in fleet.writes("two") if w.plural == "services"} == {"c"}
@@ -189,7 +190,7 @@ async def test_leader_elect_false_always_writes_and_never_touches_a_lease(
     """--leader-elect=false: the replica writes at once, its gauge says 1, no Lease request."""
     fleet.emu.put("services", lb_service("web", 9001))
     solo = await fleet.start("solo", elect=False)
-    await until(lambda: bool(lb_ip(fleet.emu, "web")))
+    await eventually(lambda: bool(lb_ip(fleet.emu, "web")))
     assert gauge(solo, "podway_controller_leader") == 1
     assert not [r for r in fleet.emu.requests if "/leases" in r]
 
@@ -232,7 +233,7 @@ async def test_writes_of_a_pass_begun_before_the_loss_are_dropped(
     controller = bed.controller
     assert controller is not None
     assert controller.source is not None
-    await until(lambda: all(lb_ip(bed.emu, n) for n in "abc"))
+    await eventually(lambda: all(lb_ip(bed.emu, n) for n in "abc"))
     await bed.stop_controller()
     for name in "abc":  # the API forgets what the first controller wrote
         obj = bed.emu.get("services", "default", name)

@@ -26,8 +26,9 @@ from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.kube.emulator import KubeEmulator
 from tests.e2e.harness import echo_backend, free_port
+from tests.waiting import eventually
 
-from .bed import endpoint_slice, lb_service, pod, until
+from .bed import endpoint_slice, lb_service, pod
 from .test_traffic import load
 
 pytestmark = pytest.mark.e2e
@@ -178,8 +179,8 @@ async def test_sigkill_the_leader_under_load_fails_no_request(fleet: Fleet) -> N
     seed(fleet, "web", lb_port, first_port)
     a = fleet.start("ctl-a")
     await ready(a)
-    await until(lambda: fleet.lease().get("holderIdentity") == "ctl-a", limit_s=30)
-    await until(lambda: bool(lb_ip(fleet, "web")), limit_s=30)
+    await eventually(lambda: fleet.lease().get("holderIdentity") == "ctl-a", within=30)
+    await eventually(lambda: bool(lb_ip(fleet, "web")), within=30)
     b = fleet.start("ctl-b")
     engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
         BootstrapOptions(node_id="edge-1", xds=(a.xds, b.xds)))))
@@ -204,12 +205,12 @@ async def test_sigkill_the_leader_under_load_fails_no_request(fleet: Fleet) -> N
                 last_of_a = spec
             return spec.get("holderIdentity") == "ctl-b"
 
-        await until(took_over, limit_s=LEASE_S * 5)
+        await eventually(took_over, within=LEASE_S * 5)
         took = time.monotonic() - killed
         fleet.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"},
                                                        second_port), group="discovery.k8s.io")
         await running.answered_by("pod2", limit_s=30)  # the engine follows replica b now
-        await until(lambda: bool(lb_ip(fleet, "late")), limit_s=30)
+        await eventually(lambda: bool(lb_ip(fleet, "late")), within=30)
         await running.more(30)
     assert running.failures == []
     spec = fleet.lease()
@@ -230,10 +231,10 @@ async def test_a_paused_leader_loses_the_lease_and_never_writes_after_it_resumes
     seed(fleet, "web", free_port(), free_port())
     a = fleet.start("ctl-a")
     await ready(a)
-    await until(lambda: fleet.lease().get("holderIdentity") == "ctl-a", limit_s=30)
+    await eventually(lambda: fleet.lease().get("holderIdentity") == "ctl-a", within=30)
     b = fleet.start("ctl-b")
     await ready(b)
-    await until(lambda: bool(lb_ip(fleet, "web")), limit_s=30)
+    await eventually(lambda: bool(lb_ip(fleet, "web")), within=30)
     assert await metric(a, "podway_controller_leader") == 1
     assert await metric(b, "podway_controller_leader") == 0
     fenced = "podway_controller_fenced_writes_total{writer=\"event\"}"
@@ -241,9 +242,9 @@ async def test_a_paused_leader_loses_the_lease_and_never_writes_after_it_resumes
     before, lost_before = await metric(a, fenced) or 0.0, await metric(a, lost) or 0.0
     a.proc.send_signal(signal.SIGSTOP)
     try:
-        await until(lambda: fleet.lease().get("holderIdentity") == "ctl-b", limit_s=LEASE_S * 5)
+        await eventually(lambda: fleet.lease().get("holderIdentity") == "ctl-b", within=LEASE_S * 5)
         fleet.emu.put("services", lb_service("late", free_port()))
-        await until(lambda: bool(lb_ip(fleet, "late")), limit_s=30)
+        await eventually(lambda: bool(lb_ip(fleet, "late")), within=30)
         resumed = len(fleet.emu.writes)
     finally:
         a.proc.send_signal(signal.SIGCONT)

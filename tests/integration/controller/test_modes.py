@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from podway.model import npl
 from podway.translate import BackendMode
+from tests.waiting import eventually
 
-from .bed import Bed, endpoint_slice, lb_service, members, node, options, pod, until
+from .bed import Bed, endpoint_slice, lb_service, members, node, options, pod
 
 POOL = "pool/default/web/80/tcp"
 
@@ -48,13 +49,13 @@ async def test_npl_opt_in_is_added_and_removed_only_where_podway_added_it(bed: B
         assert obj is not None
         return dict(obj["metadata"].get("annotations") or {})
 
-    await until(lambda: annotations("web").get(npl.ENABLED_ANNOTATION) == "true")
+    await eventually(lambda: annotations("web").get(npl.ENABLED_ANNOTATION) == "true")
     assert annotations("web").get("podway.io/npl-managed") == "true"
     # Adding the opt-in was the controller's own next step: nobody was warned it was missing.
     assert not [e for e in bed.emu.events if e.get("reason") == "NodePortLocalNotEnabled"]
     bed.emu.put("services", lb_service("web", 80, annotations={
         **annotations("web"), "podway.io/backend-mode": "clusterip"}))
-    await until(lambda: npl.ENABLED_ANNOTATION not in annotations("web"))
+    await eventually(lambda: npl.ENABLED_ANNOTATION not in annotations("web"))
     assert "podway.io/npl-managed" not in annotations("web")
     assert annotations("mine").get(npl.ENABLED_ANNOTATION) == "true"
 
@@ -67,10 +68,10 @@ async def test_pod_without_npl_annotation_is_pending_then_served(bed: Bed) -> No
     await bed.start(pending_warning_s=0.3)
     state = await bed.until(lambda s: POOL in s.ir.pools)
     assert members(state, POOL) == []
-    await until(lambda: any(e.get("reason") == "PendingMembers" for e in bed.emu.events))
+    await eventually(lambda: any(e.get("reason") == "PendingMembers" for e in bed.emu.events))
     bed.emu.put("pods", pod("web-a", "198.18.5.1", npl=[(8080, "198.18.0.11", 61000)]))
     await bed.until(lambda s: members(s, POOL) == ["198.18.0.11:61000"])
-    await until(lambda: any(e.get("reason") == "MembersReady" for e in bed.emu.events))
+    await eventually(lambda: any(e.get("reason") == "MembersReady" for e in bed.emu.events))
     controller = bed.controller
     assert controller is not None
     assert controller.gate is not None
@@ -83,7 +84,7 @@ async def test_refused_npl_opt_in_is_retried_with_the_next_state(bed: Bed) -> No
     bed.translate = options(BackendMode.NODEPORTLOCAL)
     bed.emu.fail(500, method="PATCH", plural="services", times=1)
     await bed.start()
-    await until(lambda: bed.emu.count("patch", "services", "default", "web") == 1)
+    await eventually(lambda: bed.emu.count("patch", "services", "default", "web") == 1)
     bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "198.18.5.1",
                                                          "web-b": "198.18.5.2"}),
                 group="discovery.k8s.io")
@@ -92,4 +93,4 @@ async def test_refused_npl_opt_in_is_retried_with_the_next_state(bed: Bed) -> No
         obj = bed.emu.get("services", "default", "web") or {}
         return (obj["metadata"].get("annotations") or {}).get(npl.ENABLED_ANNOTATION) == "true"
 
-    await until(enabled)
+    await eventually(enabled)

@@ -29,8 +29,9 @@ from podway.programs.controller.readiness_members import pod_members
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
 from tests.e2e.harness import free_port, started_or_failed
+from tests.waiting import eventually
 
-from .bed import Bed, endpoint_slice, lb_service, pod, until
+from .bed import Bed, endpoint_slice, lb_service, pod
 
 pytestmark = pytest.mark.e2e
 
@@ -129,11 +130,11 @@ async def test_gate_turns_true_once_the_engine_finds_the_pod_healthy(
     is a strategic merge patch of pods/status that leaves the kubelet's conditions."""
     bed, port = served
     await engine(bed, "edge-1")
-    await until(lambda: status_of(bed) == "False", limit_s=30)
+    await eventually(lambda: status_of(bed) == "False", within=30)
     assert gate(bed)["reason"] in ("WaitingForEngines", "Unhealthy")  # type: ignore[index]
     task = await backend(port)
     bed.tasks.append(task)
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     condition = gate(bed)
     assert condition is not None
     assert condition["reason"] == "Healthy"
@@ -153,11 +154,11 @@ async def test_killed_backend_turns_false_and_restored_turns_true(
     bed, port = served
     task = await backend(port)
     await engine(bed, "edge-1")
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     first = gate(bed)["lastTransitionTime"]  # type: ignore[index]
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await until(lambda: status_of(bed) == "False", limit_s=30)
+    await eventually(lambda: status_of(bed) == "False", within=30)
     condition = gate(bed)
     assert condition is not None
     assert condition["reason"] == "Unhealthy"
@@ -165,7 +166,7 @@ async def test_killed_backend_turns_false_and_restored_turns_true(
     assert "failed active health check" in \
         condition["message"]
     bed.tasks.append(await backend(port))
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     assert gate(bed)["lastTransitionTime"] >= first  # type: ignore[index]
 
 
@@ -184,12 +185,12 @@ async def test_an_engine_that_never_reported_blocks_true(served: tuple[Bed, int]
         view = reports.view("edge-1")
         return bool(view) and all(s.health is Health.HEALTHY for s in view.values())
 
-    await until(edge1_healthy, limit_s=30)
-    await until(lambda: "edge-2 has not reported" in str((gate(bed) or {}).get("message")),
-                limit_s=30)
+    await eventually(edge1_healthy, within=30)
+    await eventually(lambda: "edge-2 has not reported" in str((gate(bed) or {}).get("message")),
+                within=30)
     assert status_of(bed) == "False"
     start_reporter(bed, silent, "edge-2")
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
 
 
 async def test_a_disconnected_engine_stops_counting(served: tuple[Bed, int]) -> None:
@@ -199,12 +200,12 @@ async def test_a_disconnected_engine_stops_counting(served: tuple[Bed, int]) -> 
     await engine(bed, "edge-1")
     await engine(bed, "edge-2", report=False)
     bed.tasks.append(await backend(port))
-    await until(lambda: "edge-2 has not reported" in str((gate(bed) or {}).get("message")),
-                limit_s=30)
+    await eventually(lambda: "edge-2 has not reported" in str((gate(bed) or {}).get("message")),
+                within=30)
     gone = next(t for t in bed.tasks if t.get_name() == "engine-edge-2")
     gone.cancel()
     await asyncio.gather(gone, return_exceptions=True)
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     assert bed.controller is not None
     assert bed.controller.server is not None
     assert set(bed.controller.server.servicer.engines) == {"edge-1"}
@@ -227,10 +228,10 @@ async def test_an_engine_of_another_group_does_not_block_the_gate(
     assert bed.controller.server is not None
     assert bed.controller.server.servicer.engine_groups == {"edge-a": "a", "edge-b": "b"}
     reports = bed.controller.health_reports
-    await until(lambda: reports.nodes == {"edge-a", "edge-b"}, limit_s=30)
+    await eventually(lambda: reports.nodes == {"edge-a", "edge-b"}, within=30)
     assert dict(reports.groups) == {"edge-a": "a", "edge-b": "b"}
     bed.tasks.append(await backend(port))
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     assert "healthy in 1 engine(s)" in str((gate(bed) or {}).get("message"))
     assert not any(pool.startswith("pool/default/web/")
                    for pool, _ in reports.view("edge-b") or {})
@@ -317,7 +318,7 @@ async def test_podway_engine_reports_on_its_own(served: tuple[Bed, int], short_d
         "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
-        await until(lambda: status_of(bed) == "True", limit_s=40)
+        await eventually(lambda: status_of(bed) == "True", within=40)
         assert "1 engine(s)" in str((gate(bed) or {}).get("message"))
         assert bed.controller is not None
         assert bed.controller.health_reports.groups == {"edge-cli": "default"}

@@ -27,8 +27,9 @@ from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.programs.controller.leader import ElectionSettings
 from podway.programs.controller.main import Controller
 from tests.e2e.harness import free_port
+from tests.waiting import eventually
 
-from .bed import Bed, lb_service, until
+from .bed import Bed, lb_service
 from .test_readiness import CHECKS, backend, gate, gated_pod, not_ready_slice, status_of
 
 pytestmark = pytest.mark.e2e
@@ -82,7 +83,7 @@ async def pair(bed: Bed) -> AsyncIterator[Pair]:
         bed.emu.put("pods", gated_pod("web-1", "127.0.0.1"))
         bed.emu.put("endpointslices", not_ready_slice(made.port))
         made.leader = await made.replica("a")
-        await until(made.leader.leadership.is_leader, limit_s=20)
+        await eventually(made.leader.leadership.is_leader, within=20)
         made.follower = await made.replica("b")
         yield made
     finally:
@@ -109,28 +110,28 @@ async def test_the_leader_flips_the_gate_from_an_engine_on_the_follower_s_xds(pa
         backoff=Backoff(base=0.05, cap=0.5)), lambda: engine.admin_address)
     bed.tasks.append(asyncio.create_task(reporter.run(), name="report-edge-1"))
     await engine.wait_ready(limit_s=30)
-    await until(lambda: leader.health_reports.view("edge-1") is not None, limit_s=30)
+    await eventually(lambda: leader.health_reports.view("edge-1") is not None, within=30)
     assert leader.server is not None
     assert follower.server is not None
     assert "edge-1" not in leader.server.servicer.engines  # its xDS is the follower's
     assert "edge-1" in follower.server.servicer.engines
     assert follower.leadership.is_leader() is False
 
-    await until(lambda: engines(leader) == {"both": 0, "xds_only": 0, "reports_only": 1})
-    await until(lambda: engines(follower) == {"both": 1, "xds_only": 0, "reports_only": 0})
+    await eventually(lambda: engines(leader) == {"both": 0, "xds_only": 0, "reports_only": 1})
+    await eventually(lambda: engines(follower) == {"both": 1, "xds_only": 0, "reports_only": 0})
 
     task = await backend(pair.port)
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     assert "1 engine(s)" in str((gate(bed) or {}).get("message"))
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await until(lambda: status_of(bed) == "False", limit_s=30)
+    await eventually(lambda: status_of(bed) == "False", within=30)
     condition = gate(bed)
     assert condition is not None
     assert condition["reason"] == "Unhealthy"
     assert "engine edge-1" in condition["message"]
     bed.tasks.append(await backend(pair.port))
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     pods = [w for w in bed.emu.writes if w.plural == "pods"]
     assert len(pods) >= 3
     assert {w.agent for w in pods} == {"a"}
@@ -162,11 +163,11 @@ async def test_the_leader_counts_a_reporting_engine_only_for_its_group_s_pools(
     assert leader.server is not None
     for made in (on_follower(pair, "edge-1"), on_follower(pair, "edge-b", group="b")):
         await made.wait_ready(limit_s=30)
-    await until(lambda: leader.health_reports.nodes == {"edge-1", "edge-b"}, limit_s=30)
+    await eventually(lambda: leader.health_reports.nodes == {"edge-1", "edge-b"}, within=30)
     assert dict(leader.health_reports.groups) == {"edge-1": "", "edge-b": "b"}
     assert not leader.server.servicer.engines  # neither engine's xDS is the leader's
     bed.tasks.append(await backend(pair.port))
-    await until(lambda: status_of(bed) == "True", limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
     assert "healthy in 1 engine(s)" in str((gate(bed) or {}).get("message"))
 
 
@@ -185,8 +186,8 @@ async def test_podway_engine_reports_to_every_replica_it_is_given(pair: Pair) ->
         "--log-level", "warning",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
-        await until(lambda: status_of(bed) == "True", limit_s=40)
-        await until(lambda: follower.health_reports.view("edge-cli") is not None, limit_s=30)
+        await eventually(lambda: status_of(bed) == "True", within=40)
+        await eventually(lambda: follower.health_reports.view("edge-cli") is not None, within=30)
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 15) == 0
     finally:
@@ -216,17 +217,17 @@ async def test_a_new_leader_already_holds_the_engines_reports(pair: Pair) -> Non
         backoff=Backoff(base=0.05, cap=0.5)), lambda: engine.admin_address)
     bed.tasks.append(asyncio.create_task(reporter.run(), name="report-edge-1"))
     task = await backend(pair.port)
-    await until(lambda: status_of(bed) == "True", limit_s=30)
-    await until(lambda: new.health_reports.view("edge-1") is not None, limit_s=30)
+    await eventually(lambda: status_of(bed) == "True", within=30)
+    await eventually(lambda: new.health_reports.view("edge-1") is not None, within=30)
 
     leading = next(t for t in bed.tasks if t.get_name() == "controller-a")
     leading.cancel()
     await asyncio.gather(leading, return_exceptions=True)
-    await until(new.leadership.is_leader, limit_s=30)
+    await eventually(new.leadership.is_leader, within=30)
     assert new.server is not None
     assert "edge-1" not in new.server.servicer.engines  # its Envoy's only xDS went away
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await until(lambda: status_of(bed) == "False", limit_s=30)
+    await eventually(lambda: status_of(bed) == "False", within=30)
     assert "engine edge-1" in str((gate(bed) or {}).get("message"))
     assert [w.agent for w in bed.emu.writes if w.plural == "pods"][-1] == "b"

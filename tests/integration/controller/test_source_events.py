@@ -7,6 +7,7 @@ from typing import Any
 
 from podway.model.base import ObjectRef
 from podway.programs.controller.events import Due, EventRecorder
+from tests.waiting import eventually
 
 from .bed import (
     GW,
@@ -18,7 +19,6 @@ from .bed import (
     http_route,
     lb_service,
     members,
-    until,
 )
 
 
@@ -56,9 +56,9 @@ async def test_bad_object_gets_an_event_and_does_not_disturb_others(bed: Bed) ->
         "podway.io/backend-mode": "fast"}))
     await bed.start()
     await bed.until(lambda s: {ls.port for ls in s.ir.listeners} == {9001, 9003})
-    await until(lambda: len(events(bed, "InvalidObject")) == 1)
-    await until(lambda: len(events(bed, "InvalidBackendMode")) == 1)
-    await until(lambda: any(e["involvedObject"]["name"] == "good"
+    await eventually(lambda: len(events(bed, "InvalidObject")) == 1)
+    await eventually(lambda: len(events(bed, "InvalidBackendMode")) == 1)
+    await eventually(lambda: any(e["involvedObject"]["name"] == "good"
                             for e in events(bed, "Synced")))
     invalid = events(bed, "InvalidObject")[0]
     assert invalid["involvedObject"] == {"kind": "Service", "namespace": "default",
@@ -68,7 +68,7 @@ async def test_bad_object_gets_an_event_and_does_not_disturb_others(bed: Bed) ->
     bed.emu.compact()  # every watch ends with 410: a full re-list
     bed.emu.put("services", lb_service("other", 9004))
     await bed.until(lambda s: 9004 in {ls.port for ls in s.ir.listeners})
-    await until(lambda: any(e["involvedObject"]["name"] == "other"
+    await eventually(lambda: any(e["involvedObject"]["name"] == "other"
                             for e in events(bed, "Synced")))
     assert len(bed.emu.events) == total + 1  # only "other" Synced
     assert not any(e["involvedObject"]["name"] == "backend" for e in bed.emu.events)

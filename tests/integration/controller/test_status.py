@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from tests.waiting import eventually
+
 from .bed import (
     GW,
     Bed,
@@ -17,7 +19,6 @@ from .bed import (
     gateway_class,
     http_route,
     lb_service,
-    until,
 )
 
 
@@ -55,8 +56,8 @@ async def test_gateway_api_status_is_written_once_per_change(bed: Bed) -> None:
     unchanged condition's lastTransitionTime."""
     seed_gateway(bed)
     await bed.start()
-    await until(lambda: all(route_status(bed, f"r{i}") for i in range(3)))
-    await until(lambda: bool(bed.emu.get("gateways", "default", "edge", group=GW)
+    await eventually(lambda: all(route_status(bed, f"r{i}") for i in range(3)))
+    await eventually(lambda: bool(bed.emu.get("gateways", "default", "edge", group=GW)
                              .get("status")))  # type: ignore[union-attr]
     gw = bed.emu.get("gateways", "default", "edge", group=GW)
     assert gw is not None
@@ -74,7 +75,8 @@ async def test_gateway_api_status_is_written_once_per_change(bed: Bed) -> None:
                     == ["198.18.5.2"])
     # A real change to one route: only that one is patched again.
     edit(bed, "httproutes", http_route("r1", "r1.test", backend="missing"), group=GW)
-    await until(lambda: condition(route_status(bed, "r1"), "ResolvedRefs")["status"] == "False")
+    await eventually(
+        lambda: condition(route_status(bed, "r1"), "ResolvedRefs")["status"] == "False")
     after = route_status(bed, "r1")
     assert condition(after, "Accepted")["lastTransitionTime"] == \
         condition(first, "Accepted")["lastTransitionTime"]
@@ -88,16 +90,16 @@ async def test_restart_writes_nothing_when_status_is_current(bed: Bed) -> None:
     events count up the existing ones instead of adding new Events)."""
     seed_gateway(bed, routes=2)
     await bed.start()
-    await until(lambda: status_patches(bed, "httproutes") == 2)
-    await until(lambda: status_patches(bed, "gateways") == 1)
-    await until(lambda: sum(e.get("reason") == "Synced" for e in bed.emu.events) == 3)
+    await eventually(lambda: status_patches(bed, "httproutes") == 2)
+    await eventually(lambda: status_patches(bed, "gateways") == 1)
+    await eventually(lambda: sum(e.get("reason") == "Synced" for e in bed.emu.events) == 3)
     await bed.stop_controller()
     before = [p for p in bed.emu.patches if p.subresource == "status"]
     await bed.start()
     await bed.until(lambda s: len(s.ir.listeners) == 1)
     # The follower writes statuses, then events: a re-announced (counted-up) Synced event
     # means the status pass of the restarted controller is over.
-    await until(lambda: any(e.get("count", 1) >= 2 for e in bed.emu.events))
+    await eventually(lambda: any(e.get("count", 1) >= 2 for e in bed.emu.events))
     assert [p for p in bed.emu.patches if p.subresource == "status"] == before
 
 
@@ -119,8 +121,8 @@ async def test_service_and_ingress_get_load_balancer_ingress(bed: Bed) -> None:
         obj = bed.emu.get(plural, "default", name)
         return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
 
-    await until(lambda: ingress_ip("services", "lb") == [{"ip": "198.18.0.100"}])
-    await until(lambda: ingress_ip("ingresses", "shop") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: ingress_ip("services", "lb") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: ingress_ip("ingresses", "shop") == [{"ip": "198.18.0.100"}])
     assert status_patches(bed, "services", "lb") == 1
     assert status_patches(bed, "services", "web") == 0  # not a LoadBalancer: not ours
 
@@ -132,7 +134,7 @@ async def test_failed_status_writes_are_retried_without_a_new_state(bed: Bed) ->
     bed.emu.fail(500, method="PATCH", plural="httproutes", times=2)
     await bed.start()
     state = await bed.until(lambda s: len(s.ir.listeners) == 1)
-    await until(lambda: all(route_status(bed, f"r{i}") for i in range(2)))
+    await eventually(lambda: all(route_status(bed, f"r{i}") for i in range(2)))
     for name in ("r0", "r1"):  # refused once, then retried
         assert bed.emu.count("patch", "httproutes", "default", name, "status") == 2
     assert bed.pipeline.state is not None
@@ -172,14 +174,14 @@ async def test_traffic_policy_from_the_api_applies_and_gets_accepted_status(bed:
     state = await bed.until(lambda s: any(
         p.settings.connect_timeout_ms == 3000 for p in s.ir.pools.values()))
     assert state.ir.pools
-    await until(lambda: policy_accepted(bed, "web") is not None)
+    await eventually(lambda: policy_accepted(bed, "web") is not None)
     accepted = policy_accepted(bed, "web")
     assert accepted is not None
     assert (accepted["status"], accepted["reason"]) == ("True", "Accepted")
     assert status_patches(bed, "trafficpolicies", "web") == 1
     edit(bed, "trafficpolicies", traffic_policy("web", "web", timeouts={"connect": "soon"}),
          group="podway.io")
-    await until(lambda: (policy_accepted(bed, "web") or {}).get("status") == "False")
+    await eventually(lambda: (policy_accepted(bed, "web") or {}).get("status") == "False")
     refused = policy_accepted(bed, "web")
     assert refused is not None
     assert refused["reason"] == "Invalid"

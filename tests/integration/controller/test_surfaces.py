@@ -80,7 +80,7 @@ async def test_explain_over_the_controllers_socket_agrees_with_the_manifests(
         # Threads: CliRunner's command runs its own event loop.
         live = await asyncio.to_thread(explain_json, url, "--admin-socket", str(socket))
         offline = await asyncio.to_thread(explain_json, url, "--manifests", str(folder),
-                                          "--mode", "clusterip", "--address", "127.0.0.1")
+                                          "--backend-mode", "clusterip", "--address", "127.0.0.1")
         assert live["verdict"] == offline["verdict"], url
         assert live["notes"] == [NO_ENGINE_NOTE]  # no engine known: readiness only, said so
         kinds |= {o["kind"] for o in live["verdict"]["outcomes"]}

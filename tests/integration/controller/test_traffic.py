@@ -20,6 +20,7 @@ from podway.envoy.xds.protocol import Ack, Event
 from podway.envoy.xds.server import ServerTLS
 from podway.translate import BackendMode
 from tests.e2e.harness import echo_backend, free_port, get
+from tests.waiting import eventually
 
 from .bed import (
     GW,
@@ -32,7 +33,6 @@ from .bed import (
     members,
     options,
     pod,
-    until,
 )
 
 pytestmark = pytest.mark.e2e
@@ -219,8 +219,8 @@ async def test_engine_refusal_lands_as_a_condition_and_an_event(bed: Bed) -> Non
             conditions = (obj.get("status") or {}).get("conditions") or []
             return next((c["status"] for c in conditions if c["type"] == "Programmed"), None)
 
-        await until(lambda: programmed() == "False")
-        await until(lambda: any(e.get("reason") == "EngineRejected"
+        await eventually(lambda: programmed() == "False")
+        await eventually(lambda: any(e.get("reason") == "EngineRejected"
                                 and e["involvedObject"]["name"] == "edge"
                                 for e in bed.emu.events))
     finally:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from podway.programs.ipam import parse_pools
+from tests.waiting import eventually
 
-from .bed import Bed, lb_service, until
+from .bed import Bed, lb_service
 
 POOLS = parse_pools({"pools": [{"name": "p", "addresses": ["198.18.7.1-198.18.7.2"]}]})
 
@@ -32,12 +33,12 @@ async def test_allocations_pending_release_and_restart(bed: Bed) -> None:
     for name in ("a", "b", "c"):
         bed.emu.put("services", lb_service(name, 9000))
     await bed.start(vip_pools=POOLS)
-    await until(lambda: ingress(bed, "a") == [{"ip": "198.18.7.1"}])
-    await until(lambda: ingress(bed, "b") == [{"ip": "198.18.7.2"}])
-    await until(lambda: any(e.get("reason") == "PoolExhausted" and e.get("type") == "Warning"
+    await eventually(lambda: ingress(bed, "a") == [{"ip": "198.18.7.1"}])
+    await eventually(lambda: ingress(bed, "b") == [{"ip": "198.18.7.2"}])
+    await eventually(lambda: any(e.get("reason") == "PoolExhausted" and e.get("type") == "Warning"
                             and e["involvedObject"]["name"] == "c" for e in bed.emu.events))
     assert not ingress(bed, "c")
-    await until(lambda: vip_condition(bed, "c").get("reason") == "PoolExhausted")
+    await eventually(lambda: vip_condition(bed, "c").get("reason") == "PoolExhausted")
     assert vip_condition(bed, "c")["status"] == "False"
     assert vip_condition(bed, "a")["status"] == "True"
     listeners = {ls.address for ls in bed.pipeline.state.ir.listeners}  # type: ignore[union-attr]
@@ -46,8 +47,8 @@ async def test_allocations_pending_release_and_restart(bed: Bed) -> None:
     bed.emu.delete("services", "default", "a")
     await bed.until(lambda s: {ls.name for ls in s.ir.listeners}
                     == {"service/default/b/9000/tcp", "service/default/c/9000/tcp"})
-    await until(lambda: ingress(bed, "c") == [{"ip": "198.18.7.1"}])
-    await until(lambda: vip_condition(bed, "c").get("status") == "True")
+    await eventually(lambda: ingress(bed, "c") == [{"ip": "198.18.7.1"}])
+    await eventually(lambda: vip_condition(bed, "c").get("status") == "True")
     assert ingress(bed, "b") == [{"ip": "198.18.7.2"}]
 
     await bed.stop_controller()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -12,6 +12,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.kube.emulator import KubeEmulator
+from tests.waiting import eventually
 
 GW = "gateway.networking.k8s.io"
 MERGE = "application/merge-patch+json"  # custom objects default to JSON patch: name it
@@ -35,13 +36,6 @@ def svc(name: str, **labels: str) -> dict[str, Any]:
             "spec": {"ports": [{"port": 80}]}}
 
 
-async def until(check: Callable[[], bool]) -> None:
-    """Wait (event-driven enough for a test: 10 ms polls, 10 s cap) until ``check()``."""
-    async with asyncio.timeout(10):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
 
 
 async def events(stream: watch.Watch, func: Any, n: int, **kw: Any) -> list[dict[str, Any]]:
@@ -108,8 +102,8 @@ async def test_bookmarks_only_when_allowed_and_selectors_filter(
     task = asyncio.ensure_future(events(stream, core.list_namespaced_service, 2,
                                         namespace="default", resource_version=version,
                                         allow_watch_bookmarks=True, label_selector="app=web"))
-    await until(lambda: emu.count("watch", "services", "default") == 1)
-    await until(lambda: emu.watching("services") == 1)
+    await eventually(lambda: emu.count("watch", "services", "default") == 1)
+    await eventually(lambda: emu.watching("services") == 1)
     emu.put("services", svc("other", app="db"))
     emu.put("services", svc("web", app="web"))
     emu.send_bookmarks("services")  # queued behind the events: arrives after them

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,15 +12,7 @@ from kubernetes_asyncio import client
 from podway.base.backoff import Backoff
 from podway.kube.emulator import KubeEmulator
 from podway.kube.informer import Informer
-
-
-async def until(check: Callable[[], bool]) -> None:
-    """Wait until ``check()`` (10 ms polls, 10 s cap)."""
-    async with asyncio.timeout(10):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -62,17 +54,17 @@ async def test_breaks_compaction_and_relist_lose_nothing(emu: KubeEmulator) -> N
         try:
             await asyncio.wait_for(informer.ready.wait(), 10)
             assert "managedFields" not in cache.objects["a"]["metadata"]  # lean by default
-            await until(lambda: emu.watching("services") == 1)
+            await eventually(lambda: emu.watching("services") == 1)
             emu.break_watches("services")
             emu.put("services", svc("c"))  # while the watch is down
-            await until(lambda: "c" in cache.objects)
-            await until(lambda: emu.watching("services") == 1)
+            await eventually(lambda: "c" in cache.objects)
+            await eventually(lambda: emu.watching("services") == 1)
             cache.log.clear()
             emu.delete("services", "default", "a", notify=False)  # nobody hears of it
             emu.put("services", svc("b", port=81))
             emu.compact()
-            await until(lambda: "a" not in cache.objects)
-            await until(lambda: cache.objects["b"]["spec"]["ports"][0]["port"] == 81)
+            await eventually(lambda: "a" not in cache.objects)
+            await eventually(lambda: cache.objects["b"]["spec"]["ports"][0]["port"] == 81)
             assert ("MODIFIED", "c") not in cache.log  # unchanged: not re-reported
             assert informer.relists >= 1
         finally:
@@ -92,13 +84,13 @@ async def test_bookmark_moves_the_resume_point(emu: KubeEmulator) -> None:
         task = asyncio.create_task(informer.run())
         try:
             await asyncio.wait_for(informer.ready.wait(), 10)
-            await until(lambda: emu.watching("services") == 1)
+            await eventually(lambda: emu.watching("services") == 1)
             emu.put("nodes", {"metadata": {"name": "n1"}})  # moves the global version only
             emu.send_bookmarks("services")
             bookmarked = emu.version
-            await until(lambda: informer.bookmarks > 0)
+            await eventually(lambda: informer.bookmarks > 0)
             emu.break_watches("services")
-            await until(lambda: any(f"resourceVersion={bookmarked}" in r and "watch=" in r
+            await eventually(lambda: any(f"resourceVersion={bookmarked}" in r and "watch=" in r
                                     for r in emu.requests))
         finally:
             task.cancel()
@@ -126,11 +118,11 @@ async def test_a_watch_builds_no_api_client_of_its_own(emu: KubeEmulator,
         task = asyncio.create_task(informer.run())
         try:
             await asyncio.wait_for(informer.ready.wait(), 10)
-            await until(lambda: emu.watching("services") == 1)
+            await eventually(lambda: emu.watching("services") == 1)
             emu.put("services", svc("b"))
-            await until(lambda: "b" in cache.objects)
+            await eventually(lambda: "b" in cache.objects)
             emu.break_watches("services")
-            await until(lambda: emu.watching("services") == 1)
+            await eventually(lambda: emu.watching("services") == 1)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

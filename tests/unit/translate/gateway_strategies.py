@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from hypothesis import strategies as st
 
 from .strategies import hosts, junk, names, namespaces, other, paths, service
@@ -185,6 +186,7 @@ def policy_and_grant() -> st.SearchStrategy[Any]:
 
 OUR_CLASS = {"apiVersion": f"{GROUP}/v1", "kind": "GatewayClass", "metadata": {"name": "podway"},
              "spec": {"controllerName": "podway.io/gateway-controller"}}
+OUR_CLASS_YAML = yaml.safe_dump(OUR_CLASS, sort_keys=False)  # for tests written as manifests
 
 
 

@@ -8,12 +8,9 @@ from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import Result, TranslateOptions, translate
 from podway.translate.core.problems import Severity
+from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
-GATEWAY = """apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: podway}
-spec: {controllerName: podway.io/gateway-controller}
----
+GATEWAY = OUR_CLASS_YAML + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: shop}

@@ -16,13 +16,9 @@ from podway.translate.gateway.filters import RedirectSpec, duration_ms
 from podway.translate.gateway.httproute import compile_route
 from podway.translate.gateway.matches import grpc_match
 from podway.translate.gateway.refs import ReferenceGrants, RefIssue
+from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
-CLASS_AND_GATEWAY = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: podway}
-spec: {controllerName: podway.io/gateway-controller}
----
+CLASS_AND_GATEWAY = OUR_CLASS_YAML + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw}

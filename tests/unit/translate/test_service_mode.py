@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from podway.model import EndpointSlice, K8sObject, Node, Pod, Service, Snapshot
+from podway.model import K8sObject, Node, Service, Snapshot
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
-from podway.translate.pools.backends import MODE_ANNOTATION
+from podway.translate.annotations import BACKEND_MODE
+from tests.builders import endpoint_slice, node, pod, typed
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default mode: clusterip
 POOL = "pool/ns/web/80/tcp"
@@ -21,25 +20,10 @@ def service(annotations: dict[str, str] | None = None, name: str = "web",
 
 
 def objects() -> list[K8sObject]:
-    raw: list[dict[str, Any]] = [
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": "web-1", "namespace": "ns",
-                      "labels": {"kubernetes.io/service-name": "web"}},
-         "ports": [{"port": 8080}],
-         "endpoints": [{"addresses": ["198.18.5.1"], "nodeName": "n1",
-                        "targetRef": {"kind": "Pod", "name": "p1"}}]},
-        {"apiVersion": "v1", "kind": "Pod",
-         "metadata": {"name": "p1", "namespace": "ns", "annotations": {
-             "nodeportlocal.antrea.io": '[{"podPort":8080,"nodeIP":"198.18.0.11",'
-                                        '"nodePort":61000,"protocol":"tcp","ipFamily":"IPv4"}]'}},
-         "spec": {"nodeName": "n1"}},
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
-         "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.11"}],
-                    "conditions": [{"type": "Ready", "status": "True"}]}},
-    ]
-    kinds: dict[str, type[K8sObject]] = {"EndpointSlice": EndpointSlice, "Pod": Pod,
-                                         "Node": Node}
-    return [kinds[r["kind"]].model_validate(r) for r in raw]
+    """Pod p1 behind Service ns/web on node n1, with a NodePortLocal entry for its port."""
+    return [typed(endpoint_slice("web", {"p1": "198.18.5.1"}, namespace="ns", port_name="")),
+            typed(pod("p1", "198.18.5.1", npl=[(8080, "198.18.0.11", 61000)], namespace="ns")),
+            typed(node("n1", "198.18.0.11"))]
 
 
 def members(snapshot: Snapshot, opts: TranslateOptions = OPTS) -> list[str]:
@@ -51,11 +35,11 @@ def test_annotation_overrides_the_default_mode_per_service() -> None:
     """Each mode's members come from the annotation; without it the default applies."""
     base = objects()
     assert members(Snapshot.of_objects([service(), *base])) == ["198.18.5.1:8080"]
-    npl = {MODE_ANNOTATION: "nodeportlocal", "nodeportlocal.antrea.io/enabled": "true"}
+    npl = {BACKEND_MODE.name: "nodeportlocal", "nodeportlocal.antrea.io/enabled": "true"}
     assert members(Snapshot.of_objects([service(npl), *base])) == ["198.18.0.11:61000"]
-    nodeport = {MODE_ANNOTATION: "nodeport"}
+    nodeport = {BACKEND_MODE.name: "nodeport"}
     assert members(Snapshot.of_objects([service(nodeport), *base])) == ["198.18.0.11:30080"]
-    back = {MODE_ANNOTATION: "clusterip"}
+    back = {BACKEND_MODE.name: "clusterip"}
     default_npl = TranslateOptions(address="198.18.0.1", mode=BackendMode.NODEPORTLOCAL)
     assert members(Snapshot.of_objects([service(back), *base]), default_npl) == [
         "198.18.5.1:8080"]
@@ -63,7 +47,7 @@ def test_annotation_overrides_the_default_mode_per_service() -> None:
 
 def test_invalid_annotation_is_a_warning_and_the_default_applies() -> None:
     """A value that names no mode is reported on the Service; members follow the default."""
-    snapshot = Snapshot.of_objects([service({MODE_ANNOTATION: "fast"}), *objects()])
+    snapshot = Snapshot.of_objects([service({BACKEND_MODE.name: "fast"}), *objects()])
     result = translate(snapshot, OPTS)
     assert [p.reason for p in result.problems] == ["InvalidBackendMode"]
     assert members(snapshot) == ["198.18.5.1:8080"]
@@ -75,7 +59,7 @@ def test_incremental_mode_switch_re_resolves_the_pool() -> None:
     inc = IncrementalTranslator(OPTS)
     snapshot = Snapshot.of_objects([service(), service(name="other", port=81), *objects()])
     first = inc.update(snapshot)
-    edited = service({MODE_ANNOTATION: "nodeport"})
+    edited = service({BACKEND_MODE.name: "nodeport"})
     snapshot = snapshot.replace(Service.KIND, {edited.key: edited})
     result = inc.update(snapshot, changed=[(Service.KIND, edited.key)])
     assert result == translate(snapshot, OPTS)
@@ -97,7 +81,7 @@ def test_a_missing_npl_opt_in_is_a_warning_only_where_nobody_adds_it() -> None:
     """Standalone: a nodeportlocal Service without the opt-in annotation is warned about (its
     pool stays empty). Under the controller, which adds that annotation itself in its next step,
     the same Service gets no warning: a newcomer's first events show only what is wrong."""
-    snapshot = Snapshot.of_objects([service({MODE_ANNOTATION: "nodeportlocal"}), *objects()])
+    snapshot = Snapshot.of_objects([service({BACKEND_MODE.name: "nodeportlocal"}), *objects()])
     assert [p.reason for p in translate(snapshot, OPTS).problems] == ["NodePortLocalNotEnabled"]
     controller = TranslateOptions(address="198.18.0.1", npl_enabled_by_controller=True)
     assert translate(snapshot, controller).problems == ()

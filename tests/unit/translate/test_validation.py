@@ -16,6 +16,7 @@ from podway.translate.core.addresses import address_problem
 from podway.translate.core.problems import quote
 from podway.translate.core.tls import _check_pair, certificate_from_secret
 from tests.certs import EXPIRED_CERT, EXPIRED_KEY, GOOD_CERT, GOOD_KEY, MISMATCHED_KEY, tls_secret
+from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
 OPTS = TranslateOptions(address="198.18.0.10")
 
@@ -220,12 +221,7 @@ def test_strict_host_ownership_refuses_other_namespaces() -> None:
     assert Reason.HOST_SHARED not in {p.reason for p in strict.problems}
 
 
-ROUTE = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: podway}
-spec: {controllerName: podway.io/gateway-controller}
----
+ROUTE = OUR_CLASS_YAML + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: shop}

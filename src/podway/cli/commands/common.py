@@ -18,6 +18,8 @@ from podway.ir import TLSOptions
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from podway.translate import BackendMode
+
 LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -95,8 +97,8 @@ def check_at_least(flag: str, value: float, minimum: float) -> None:
 
 
 def check_hops(flag: str, value: int) -> int:
-    """``--xff-trusted-hops``: a hop count the translator accepts (0..client_ip.MAX_HOPS)."""
-    from podway.translate.pools.client_ip import MAX_HOPS
+    """``--xff-trusted-hops``: a hop count the translator accepts (0..annotations.MAX_HOPS)."""
+    from podway.translate.annotations import MAX_HOPS
 
     if not 0 <= value <= MAX_HOPS:
         raise ConfigError(f"{flag} must be 0-{MAX_HOPS} (trusted proxies in front of the "
@@ -130,3 +132,18 @@ def tls_flags(min_version: str | None, max_version: str | None,
         return from_flags(min_version, max_version, ciphers)
     except TLSOptionError as error:
         raise ConfigError(str(error)) from None
+
+
+def backend_mode_flag(backend_mode: BackendMode | None, mode: BackendMode | None, *,
+                      default: BackendMode) -> BackendMode:
+    """``--backend-mode``, or its old name ``--mode`` (hidden, warns once on stderr), else the
+    command's default. Both given with different values is refused: which one was meant?"""
+    import typer
+
+    if mode is not None:
+        typer.echo("warning: --mode is deprecated; use --backend-mode", err=True)
+        if backend_mode is not None and backend_mode != mode:
+            raise ConfigError(f"--mode {mode} and --backend-mode {backend_mode} disagree: "
+                              "give --backend-mode only")
+        backend_mode = mode
+    return default if backend_mode is None else backend_mode

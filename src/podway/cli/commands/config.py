@@ -13,15 +13,16 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from podway.cli.commands.common import backend_mode_flag
 from podway.cli.commands.explain import (
     InstanceOption,
     ManifestsOption,
-    ModeOption,
     SocketOption,
     StateDirOption,
     live_socket,
     load_manifests,
 )
+from podway.cli.commands.flags import BackendModeFlag, OldModeFlag
 from podway.translate import BackendMode
 
 config_app = typer.Typer(help="Show the configuration Podway serves.", no_args_is_help=True)
@@ -37,7 +38,8 @@ def dump(
     admin_socket: SocketOption = None,
     instance: InstanceOption = "default",
     state_dir: StateDirOption = None,
-    mode: ModeOption = BackendMode.CLUSTERIP,
+    backend_mode: BackendModeFlag = None,
+    mode: OldModeFlag = None,
     only: Annotated[str | None, typer.Option(help="Only 'ir' or only 'xds'.")] = None,
 ) -> None:
     """Print the IR and every xDS resource (listeners, routes, clusters, endpoints, secrets)."""
@@ -51,7 +53,8 @@ def dump(
     err = Console(stderr=True)
     with err.status("building the configuration…"):
         if manifests is not None:
-            data = local_dump(load_manifests(manifests, mode=mode).ir)
+            data = local_dump(load_manifests(manifests, mode=backend_mode_flag(
+            backend_mode, mode, default=BackendMode.CLUSTERIP)).ir)
         else:
             from podway.readers.admin_api import get_json
 

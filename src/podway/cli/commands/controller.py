@@ -14,6 +14,7 @@ import typer
 
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import (
+    backend_mode_flag,
     check_address,
     check_classes,
     check_hops,
@@ -22,10 +23,12 @@ from podway.cli.commands.common import (
     setup_logging,
 )
 from podway.cli.commands.flags import (
+    BackendModeFlag,
     DashboardAddress,
     DashboardAllowRemote,
     DashboardPort,
     IngressClasses,
+    OldModeFlag,
     XffTrustedHops,
 )
 from podway.translate import BackendMode
@@ -43,9 +46,8 @@ def controller(
     kubeconfig: Annotated[str | None, typer.Option(
         help="kubeconfig file (default: the in-cluster service account).")] = None,
     context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
-    backend_mode: Annotated[BackendMode, typer.Option(
-        help="Default backend mode; a Service's podway.io/backend-mode annotation overrides "
-             "it.")] = BackendMode.NODEPORTLOCAL,
+    backend_mode: BackendModeFlag = None,
+    mode: OldModeFlag = None,
     config: Annotated[Path | None, typer.Option(
         help="Live settings file (YAML; backendMode), re-read while running: a new "
         "backendMode applies without restart (docs/controller.md).")] = None,
@@ -149,7 +151,9 @@ def controller(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
         translate=TranslateOptions(address=address, http_port=http_port,
-                                   https_port=https_port, mode=backend_mode,
+                                   https_port=https_port,
+                                   mode=backend_mode_flag(backend_mode, mode,
+                                                          default=BackendMode.NODEPORTLOCAL),
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",

@@ -18,16 +18,17 @@ from typing import Annotated
 import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem
+from podway.cli.commands.common import backend_mode_flag
 from podway.cli.commands.explain import (
     InstanceOption,
     ManifestsOption,
-    ModeOption,
     SocketOption,
     StateDirOption,
     fetch_live,
     live_socket,
     load_manifests,
 )
+from podway.cli.commands.flags import BackendModeFlag, OldModeFlag
 from podway.translate import BackendMode
 
 
@@ -52,7 +53,8 @@ def diagram(
     admin_socket: SocketOption = None,
     instance: InstanceOption = "default",
     state_dir: StateDirOption = None,
-    mode: ModeOption = BackendMode.CLUSTERIP,
+    backend_mode: BackendModeFlag = None,
+    mode: OldModeFlag = None,
 ) -> None:
     """Draw client → listener → hosts → routes → pools → members → nodes/pods."""
     from podway.readers.explain.diagram import dot, graph, mermaid
@@ -62,8 +64,9 @@ def diagram(
     if output_format is Format.PNG and output is None and sys.stdout.isatty():
         raise ConfigError("--format png writes binary data: give --output FILE.png")
     if manifests is not None:
-        loaded = load_manifests(manifests, mode=mode)
-        g = graph(loaded.ir, host=host, mode=str(mode))
+        chosen = backend_mode_flag(backend_mode, mode, default=BackendMode.CLUSTERIP)
+        loaded = load_manifests(manifests, mode=chosen)
+        g = graph(loaded.ir, host=host, mode=str(chosen))
     else:
         assert socket is not None
         live = asyncio.run(fetch_live(socket))

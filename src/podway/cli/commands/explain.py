@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from podway.base.errors import ConfigError
+from podway.cli.commands.common import backend_mode_flag
+from podway.cli.commands.flags import BackendModeFlag, OldModeFlag
 from podway.ir import IR
 from podway.translate import BackendMode, Problem
 
@@ -32,8 +34,6 @@ InstanceOption = Annotated[str, typer.Option(
     help="The running instance to ask (as `podway run --instance`).")]
 StateDirOption = Annotated[Path | None, typer.Option(
     help="The running instance's state folder (as `podway run --state-dir`).")]
-ModeOption = Annotated[BackendMode, typer.Option(
-    help="With --manifests: how Service pods become pool members.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -143,7 +143,8 @@ def explain(
     admin_socket: SocketOption = None,
     instance: InstanceOption = "default",
     state_dir: StateDirOption = None,
-    mode: ModeOption = BackendMode.CLUSTERIP,
+    backend_mode: BackendModeFlag = None,
+    mode: OldModeFlag = None,
     address: Annotated[str, typer.Option(
         help="With --manifests: where listeners bind when an object names no VIP.")]
     = "0.0.0.0",
@@ -164,12 +165,13 @@ def explain(
     query = parse(url, headers=headers, method=method, sni=sni, source_ip=source_ip)
     data: dict[str, Any]
     if manifests is not None:
-        loaded = load_manifests(manifests, mode=mode, address=address, http_port=http_port,
+        chosen = backend_mode_flag(backend_mode, mode, default=BackendMode.CLUSTERIP)
+        loaded = load_manifests(manifests, mode=chosen, address=address, http_port=http_port,
                                 https_port=https_port)
         err = Console(stderr=True)
         for error in loaded.load_errors:
             err.print(f"[red]error[/red] {escape(error)}", highlight=False, soft_wrap=True)
-        data = walk(loaded.ir, query, Context(problems=loaded.problems, mode=str(mode))
+        data = walk(loaded.ir, query, Context(problems=loaded.problems, mode=str(chosen))
                     ).to_data()
     else:
         assert socket is not None

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from podway.cli.commands.common import XFF_HELP
+from podway.translate import BackendMode
 
 ManifestAddresses = Annotated[bool, typer.Option(
     "--manifest-addresses", help="Bind the VIPs and Gateway addresses manifests name "
@@ -14,6 +15,17 @@ ManifestAddresses = Annotated[bool, typer.Option(
 StrictHostOwnership = Annotated[bool, typer.Option(
     "--strict-host-ownership", help="Refuse rules for a host another namespace's older "
     "Ingress owns (default: serve them and warn both).")]
+# One name for the backend mode in every command (``--backend-mode``); its default differs by
+# command (``run``, ``validate``, ``explain``, ``diagram``, ``config dump``: clusterip, as there is
+# no agent to allocate NodePortLocal ports; ``controller``: nodeportlocal), so each command
+# passes it to ``backend_mode_flag``. ``--mode`` is the old name, hidden, and warns.
+BackendModeFlag = Annotated[BackendMode | None, typer.Option(
+    "--backend-mode", help="How Service pods become pool members: nodeport, clusterip or "
+    "nodeportlocal; a Service's podway.io/backend-mode annotation overrides it "
+    "(docs/reference.md#backend-modes). Default: clusterip (nodeportlocal for `controller`).",
+    show_default=False)]
+OldModeFlag = Annotated[BackendMode | None, typer.Option(
+    "--mode", hidden=True, help="Deprecated name of --backend-mode.")]
 XffTrustedHops = Annotated[int, typer.Option(help=XFF_HELP)]
 TlsMinVersion = Annotated[str | None, typer.Option(
     help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, 1.2).")]

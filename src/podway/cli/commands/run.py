@@ -10,6 +10,7 @@ import typer
 
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import (
+    backend_mode_flag,
     check_address,
     check_at_least,
     check_classes,
@@ -20,11 +21,13 @@ from podway.cli.commands.common import (
     tls_flags,
 )
 from podway.cli.commands.flags import (
+    BackendModeFlag,
     DashboardAddress,
     DashboardAllowRemote,
     DashboardPort,
     IngressClasses,
     ManifestAddresses,
+    OldModeFlag,
     StrictHostOwnership,
     TlsCiphers,
     TlsMaxVersion,
@@ -46,8 +49,8 @@ def run(
     = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
     https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
-    mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
-    = BackendMode.CLUSTERIP,
+    backend_mode: BackendModeFlag = None,
+    mode: OldModeFlag = None,
     status_file: Annotated[Path | None, typer.Option(
         help="YAML status document (docs/run.md), rewritten on every change.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -130,7 +133,9 @@ def run(
     opts = StandaloneOptions(
         manifests=manifests,
         translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                                   mode=mode, manifest_addresses=manifest_addresses,
+                                   mode=backend_mode_flag(backend_mode, mode,
+                                                          default=BackendMode.CLUSTERIP),
+                                   manifest_addresses=manifest_addresses,
                                    strict_host_ownership=strict_host_ownership,
                                    takeover_classes=check_classes("--ingress-class", ingress_class),
                                    tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),

@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from podway.base.errors import ConfigError
 from podway.cli.commands.common import (
+    backend_mode_flag,
     check_address,
     check_classes,
     check_hops,
@@ -26,8 +27,10 @@ from podway.cli.commands.common import (
     tls_flags,
 )
 from podway.cli.commands.flags import (
+    BackendModeFlag,
     IngressClasses,
     ManifestAddresses,
+    OldModeFlag,
     StrictHostOwnership,
     TlsCiphers,
     TlsMaxVersion,
@@ -56,8 +59,8 @@ def validate(
     = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
     https_port: Annotated[int, typer.Option(help="Port of the Ingress HTTPS listener.")] = 443,
-    mode: Annotated[BackendMode, typer.Option(help="How Service pods become pool members.")]
-    = BackendMode.CLUSTERIP,
+    backend_mode: BackendModeFlag = None,
+    mode: OldModeFlag = None,
     status_file: Annotated[Path | None, typer.Option(
         help="Write the status document (as `run --status-file`, see docs/run.md) here.")]
     = None,
@@ -81,7 +84,9 @@ def validate(
     err = Console(stderr=True)
     loaded = load_paths(paths)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                            mode=mode, manifest_addresses=manifest_addresses,
+                            mode=backend_mode_flag(backend_mode, mode,
+                                                   default=BackendMode.CLUSTERIP),
+                            manifest_addresses=manifest_addresses,
                             strict_host_ownership=strict_host_ownership,
                             takeover_classes=check_classes("--ingress-class", ingress_class),
                             tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),

@@ -34,6 +34,7 @@ from typing import Any
 
 from podway.base.errors import ConfigError
 from podway.base.netaddr import is_ip, parse_host_port
+from podway.model.base import ENGINE_GROUP
 
 XDS_CLUSTER = "podway-xds"
 
@@ -75,7 +76,7 @@ def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     ads_source = {"ads": {}, "resource_api_version": "V3"}
     config: dict[str, Any] = {
         "node": {"id": opts.node_id, "cluster": "podway",
-                 **({"metadata": {"podway.io/engine-group": opts.engine_group}}
+                 **({"metadata": {ENGINE_GROUP: opts.engine_group}}
                     if opts.engine_group else {})},
         **({"admin": admin_config(opts.admin_path)} if opts.admin_path else {}),
         "dynamic_resources": {

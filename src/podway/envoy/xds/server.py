@@ -63,11 +63,12 @@ from podway.envoy.xds.held import HeldClusters
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.envoy.xds.refusals import RefusalMemory
 from podway.envoy.xds.sotw import SotwStream
+from podway.model.base import ENGINE_GROUP
 
 log = logging.getLogger(__name__)
 
 _MIN_RETRY_WAIT_S = 0.5
-GROUP_METADATA = "podway.io/engine-group"  # the engine's group, in its xDS node metadata
+GROUP_METADATA = ENGINE_GROUP  # the engine's group, in its xDS node metadata (as the annotation)
 GroupCaches = Callable[[str], Cache]
 
 NACKS = Counter("podway_xds_nacks_total", "xDS responses rejected by an engine", ["type"])

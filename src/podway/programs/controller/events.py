@@ -38,6 +38,7 @@ from kubernetes_asyncio import client
 
 from podway.kube.errors import Conflict, api_error
 from podway.model.base import ObjectRef
+from podway.model.kinds import BY_NAME
 from podway.model.loader import LoadError
 from podway.programs.controller.leader import ALWAYS, Fence, Leadership
 from podway.programs.controller.metrics import ControllerMetrics
@@ -47,9 +48,6 @@ from podway.translate import Severity
 log = logging.getLogger(__name__)
 
 COMPONENT = "podway-controller"
-API_VERSIONS = {"Service": "v1", "Pod": "v1", "Secret": "v1", "Node": "v1",
-                "EndpointSlice": "discovery.k8s.io/v1", "Ingress": "networking.k8s.io/v1",
-                "IngressClass": "networking.k8s.io/v1"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,8 +244,9 @@ def _event_body(due: Due, *, name: str, namespace: str, stamp: str) -> dict[str,
     involved: dict[str, Any] = {"kind": due.ref.kind, "name": due.ref.name}
     if due.ref.namespace:
         involved["namespace"] = due.ref.namespace
-    api_version = API_VERSIONS.get(due.ref.kind, "gateway.networking.k8s.io/v1")
-    involved["apiVersion"] = api_version
+    kind = BY_NAME.get(due.ref.kind)  # the table's version (a TLSRoute's is v1alpha2)
+    if kind is not None:
+        involved["apiVersion"] = kind.api_version()
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved, "type": due.type, "reason": due.reason,

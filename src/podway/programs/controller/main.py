@@ -65,7 +65,7 @@ from podway.programs.controller.events import Due, EventRecorder, changes, load_
 from podway.programs.controller.groups import EngineGroups
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
-from podway.programs.controller.modes import NPL_MANAGED, ModeGate, NplPlanner
+from podway.programs.controller.modes import NplPlanner
 from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.source import ControllerSource
@@ -76,9 +76,11 @@ from podway.readers import surfaces
 from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
+from podway.sources.mode_gate import ModeGate
 from podway.status import StatusDocument
 from podway.status.diff import pool_hint
 from podway.translate import TranslateOptions
+from podway.translate import annotations as ann
 
 log = logging.getLogger(__name__)
 
@@ -398,7 +400,7 @@ class Controller:
         failed: list[Due] = []
         for keys, value in ((plan.enable, "true"), (plan.disable, None)):
             for key in keys:
-                marker = f"{value}:{services[key].metadata.annotations.get(NPL_MANAGED)}"
+                marker = f"{value}:{services[key].metadata.annotations.get(ann.NPL_MANAGED.name)}"
                 if self._npl_requested.get(key) == marker:
                     continue  # asked already; the watch will show it
                 if not fence.valid():  # the Lease was lost meanwhile: leave the rest
@@ -407,7 +409,7 @@ class Controller:
                     return failed
                 self._npl_requested[key] = marker
                 body = {"metadata": {"annotations": {npl.ENABLED_ANNOTATION: value,
-                                                     NPL_MANAGED: value}}}
+                                                     ann.NPL_MANAGED.name: value}}}
                 try:
                     resp = await core.patch_namespaced_service(
                         key[1], key[0], body, _content_type="application/merge-patch+json",

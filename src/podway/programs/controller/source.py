@@ -7,7 +7,8 @@ public surface (the ``on_raw`` hook, ``watched_version``, ``queued``):
 * the ``status`` the API holds for each such object is kept aside (``current_status``) and
   taken out of the object before it is parsed. A status write (ours) then parses to an equal
   object and is no change at all — no translation loop — and Service status is never an input
-  of the translator (VIP allocations will enter as inputs, ARCHITECTURE.md), so publishing
+  of the translator (VIP allocations enter as an input, ``TranslateOptions.vips``; see
+  docs/pipeline.md), so publishing
   ``--lb-address`` in a Service's status never moves its listener. A status equal to the one
   the writer last wrote is kept as that very object (``same_as``): one copy, not two.
 * ``kind_info`` says where a kind lives in the API right now (group, served version, plural),
@@ -25,18 +26,15 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.kube import gateway_api
 from podway.kube.informer import Raw
+from podway.model.kinds import STATUS_KINDS
 from podway.model.snapshot import Key
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.sources.kube import KubeSource, KubeSourceSettings
-from podway.sources.kube_kinds import PODWAY, spec_of
+from podway.sources.kube_kinds import spec_of
 
 log = logging.getLogger(__name__)
 
-# Kinds defined by a CRD whose status Podway writes.
-CRD_STATUS_KINDS = frozenset({*gateway_api.KINDS, *(s.kind for s in PODWAY)})
-STATUS_KINDS = frozenset({"Service", "Ingress", *CRD_STATUS_KINDS})
 Status = dict[str, Any]
 
 

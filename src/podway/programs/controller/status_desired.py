@@ -15,13 +15,14 @@ from podway.base.mapdiff import id_changes
 from podway.ir import IR, Listener
 from podway.model import Ingress, Service
 from podway.model.base import ObjectRef
+from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.snapshot import Key
 from podway.pipeline import State
-from podway.programs.controller.source import CRD_STATUS_KINDS
 from podway.programs.controller.status_times import Status
 from podway.status import StatusDocument
 from podway.status.diff import KindChanges
 from podway.translate import TranslateOptions
+from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.problems import Problem, Reason
 from podway.translate.core.status import to_api
@@ -228,7 +229,7 @@ def vip_condition(ips: list[str], problems: Iterable[Problem], generation: int) 
     False with the allocation problem's reason and message while it is pending."""
     pending = next((p for p in problems if p.reason in VIP_REASONS
                     or (p.reason is Reason.INVALID_ADDRESS and p.field in (
-                        "spec.loadBalancerIP", "metadata.annotations[podway.io/vip]"))), None)
+                        "spec.loadBalancerIP", ann.VIP.field))), None)
     if pending is not None:
         return {"type": VIP_CONDITION, "status": "False", "reason": str(pending.reason),
                 "message": pending.message, "observedGeneration": generation}

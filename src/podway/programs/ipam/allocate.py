@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from podway.model import ObjectRef
 from podway.programs.ipam.claims import Claim
 from podway.programs.ipam.pools import IPAddress, Pool
+from podway.translate import annotations as ann
 from podway.translate.core.problems import Reason
 from podway.translate.core.vips import VipGrant
 
@@ -112,11 +113,11 @@ def _requested(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant:
         if claim.pool is not None and pool.name != claim.pool:
             return _pending(Reason.ADDRESS_NOT_IN_POOL,
                             f"{a} is in pool {pool.name!r}, not in {claim.pool!r} named by the "
-                            "podway.io/vip-pool annotation", where)
+                            f"{ann.VIP_POOL.name} annotation", where)
         if not table.can_take(a, claim):
             return _pending(Reason.ADDRESS_IN_USE, f"{a} is already allocated to "
                             f"{_names(table.holders[a])}; it is not shared with this object "
-                            "(same podway.io/allow-shared-vip key and disjoint ports needed)",
+                            f"(same {ann.ALLOW_SHARED_VIP.name} key and disjoint ports needed)",
                             where)
     table.take(addresses, claim)
     return VipGrant(addresses=tuple(str(a) for a in addresses))
@@ -152,7 +153,7 @@ def _automatic(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant:
     if not candidates:
         if claim.pool is not None:
             return _pending(Reason.UNKNOWN_POOL, f"no VIP pool is named {claim.pool!r}",
-                            "metadata.annotations[podway.io/vip-pool]")
+                            ann.VIP_POOL.field)
         group = f"engine group {claim.engine_group!r}" if claim.engine_group else "no engine group"
         return _pending(Reason.POOL_EXHAUSTED, f"no VIP pool serves {group} automatically")
     picked: list[IPAddress] = []

@@ -27,12 +27,9 @@ from podway.model import ObjectRef, Service
 from podway.model.base import K8sObject
 from podway.model.gateway import Gateway, GatewayClass
 from podway.model.snapshot import Snapshot
+from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.options import TranslateOptions
-
-VIP = "podway.io/vip"
-POOL = "podway.io/vip-pool"
-SHARED = "podway.io/allow-shared-vip"
 
 PortKey = tuple[str, int]  # (protocol, port): what two sharers of one VIP must not both use
 
@@ -107,8 +104,8 @@ def _claim(obj: K8sObject, *, requested: tuple[str, ...], where: str, invalid: s
     notes = meta.annotations
     return Claim(ref=obj.ref, created=ts.timestamp() if ts is not None else float("inf"),
                  uid=meta.uid, requested=requested, requested_field=where, held=held,
-                 pool=notes.get(POOL) or None, engine_group=obj.engine_group(),
-                 share=notes.get(SHARED) or None, ports=ports, invalid=invalid,
+                 pool=notes.get(ann.VIP_POOL.name) or None, engine_group=obj.engine_group(),
+                 share=notes.get(ann.ALLOW_SHARED_VIP.name) or None, ports=ports, invalid=invalid,
                  families=families, all_families=all_families)
 
 
@@ -125,10 +122,10 @@ def _addresses(text: str) -> tuple[tuple[str, ...], str | None]:
 def _service_claim(service: Service) -> Claim:
     requested: tuple[str, ...] = ()
     where, invalid = "", None
-    note = service.metadata.annotations.get(VIP)
+    note = service.metadata.annotations.get(ann.VIP.name)
     if note:
         requested, invalid = _addresses(note)
-        where = f"metadata.annotations[{VIP}]"
+        where = ann.VIP.field
     elif service.spec.load_balancer_ip:
         requested, invalid = _addresses(service.spec.load_balancer_ip)
         where = "spec.loadBalancerIP"
@@ -155,10 +152,10 @@ def _families(service: Service) -> tuple[tuple[int, ...], bool]:
 def _gateway_claim(gateway: Gateway) -> Claim:
     requested: tuple[str, ...] = ()
     where, invalid = "", None
-    note = gateway.metadata.annotations.get(VIP)
+    note = gateway.metadata.annotations.get(ann.VIP.name)
     if note:
         requested, invalid = _addresses(note)
-        where = f"metadata.annotations[{VIP}]"
+        where = ann.VIP.field
     else:
         values = [a.value for a in gateway.spec.addresses if a.type == "IPAddress" and a.value]
         if values:

@@ -11,6 +11,7 @@ from podway.model.npl import ANNOTATION
 from podway.programs.lab.api import LabApi
 from podway.programs.lab.cluster import pod_ready
 from podway.programs.lab.state import LabState, alive
+from podway.translate import annotations as ann
 
 Obj = dict[str, Any]
 
@@ -102,7 +103,7 @@ def _service_row(svc: Obj) -> dict[str, str]:
                       + (f" node:{p['nodePort']}" if p.get("nodePort") else "")
                       for p in spec.get("ports") or [])
     annotations = meta.get("annotations") or {}
-    mode = annotations.get("podway.io/backend-mode", "")
+    mode = annotations.get(ann.BACKEND_MODE.name, "")
     if annotations.get("nodeportlocal.antrea.io/enabled") == "true":
         mode = mode or "nodeportlocal"
     return {"service": f"{meta.get('namespace')}/{meta['name']}", "type": spec.get("type", ""),

@@ -13,10 +13,11 @@ from podway.ir import TLSOptions
 
 
 class BackendMode(StrEnum):
-    """How a Service's pods become pool members (see ARCHITECTURE.md, "The three backend modes").
+    """How a Service's pods become pool members (../shared/ARCHITECTURE.md, "The three backend
+    modes"; docs/translation.md, "Backend modes").
 
-    Only ``clusterip`` resolves members today; the seam in ``podway.translate.pools.backends``
-    takes the other two without touching route translation.
+    All three resolve members (``podway.translate.pools.members``); a mode changes a pool's
+    members only, never route translation.
     """
 
     CLUSTERIP = "clusterip"  # PodIP:targetPort from EndpointSlices

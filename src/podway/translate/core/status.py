@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-POLICY_KINDS = frozenset({"BackendTLSPolicy", "BackendLBPolicy", "TrafficPolicy"})
+from podway.model.kinds import POLICY_KINDS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,13 +18,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from podway.ir import TLSOptions
+from podway.translate import annotations as ann
 from podway.translate.core.problems import quote
 
 VERSIONS = ("1.0", "1.1", "1.2", "1.3")
-MIN_VERSION = "podway.io/tls-min-version"
-MAX_VERSION = "podway.io/tls-max-version"
-CIPHERS = "podway.io/tls-ciphers"
-OPTION_KEYS = (MIN_VERSION, MAX_VERSION, CIPHERS)
+OPTION_KEYS = (ann.TLS_MIN_VERSION.name, ann.TLS_MAX_VERSION.name, ann.TLS_CIPHERS.name)
 #: TLS 1.2 (and older) cipher suites the engine's BoringSSL knows, in OpenSSL names.
 KNOWN_CIPHERS = frozenset({
     "ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256",
@@ -88,12 +86,13 @@ def from_listener_options(options: Mapping[str, str], base: TLSOptions) -> TLSOp
     """``base`` overridden by a Gateway listener's ``tls.options``; TLSOptionError on a bad
     value (other keys are left to ``unknown_keys``)."""
     out = base
-    if MIN_VERSION in options:
-        out = replace(out, min_version=check_version(options[MIN_VERSION], MIN_VERSION))
-    if MAX_VERSION in options:
-        out = replace(out, max_version=check_version(options[MAX_VERSION], MAX_VERSION))
-    if CIPHERS in options:
-        out = replace(out, ciphers=check_ciphers(options[CIPHERS], CIPHERS))
+    low, high, ciphers = OPTION_KEYS
+    if low in options:
+        out = replace(out, min_version=check_version(options[low], low))
+    if high in options:
+        out = replace(out, max_version=check_version(options[high], high))
+    if ciphers in options:
+        out = replace(out, ciphers=check_ciphers(options[ciphers], ciphers))
     return check_range(out, "tls.options")
 
 

@@ -15,20 +15,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from podway.ir import Listener, ListenerProtocol
 from podway.model import ObjectRef
 from podway.model.core import Namespace, Service
 from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
 from podway.model.gateway_routes import (
-    ROUTE_KINDS,
     AnyRoute,
     BackendObjectReference,
     GRPCRoute,
     HTTPRoute,
     TLSRoute,
 )
+from podway.model.kinds import ROUTE_MODELS
 from podway.model.snapshot import Key, Snapshot
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.options import TranslateOptions
@@ -98,8 +98,8 @@ class GatewayTranslation:
             return []
         self._ports = share_ports(list(self._infos.values()))
         self._ports_shared()
-        routes: list[AnyRoute] = [r for cls in ROUTE_KINDS
-                                  for r in self.snapshot.kind(cls).values()]
+        routes = [cast("AnyRoute", r) for cls in ROUTE_MODELS
+                  for r in self.snapshot.kind(cls).values()]
         routes.sort(key=lambda r: r.age_key())
         for route in routes:
             self._route(route, grants)

@@ -30,6 +30,7 @@ from podway.model import Ingress, K8sObject, Secret, Service
 from podway.model.core import ServicePort
 from podway.model.networking import HTTPIngressPath, IngressBackend, IngressRule
 from podway.model.snapshot import Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem, Reason, Severity, Verdict, listing, quote
@@ -41,13 +42,7 @@ from podway.translate.ingress.nginx import serve as nginx
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, VerifyClient
 from podway.translate.ingress.nginx.annotations import read as read_nginx
-from podway.translate.ingress.tls import (
-    BACKEND_CA_SECRET,
-    BACKEND_PROTOCOL,
-    SSL_REDIRECT,
-    TLS_PASSTHROUGH,
-    IngressTLSSettings,
-)
+from podway.translate.ingress.tls import IngressTLSSettings
 from podway.translate.ingress.tls import parse as parse_tls_settings
 from podway.translate.pools.backends import PoolSpec, find_port, http_pool, l4_pool, mode_problem
 
@@ -348,7 +343,7 @@ class _Builder:
                          f"Service {ns}/{ref.name} port {port.port} is {port.protocol}, not TCP",
                          f"{where}.service.port")
             return None
-        unusable = mode_problem(service, port, self.opts)
+        unusable = mode_problem(service, port, self.opts, self.snapshot.backend_modes)
         if unusable is not None:
             self.problem(Reason.BACKEND_NOT_FOUND, unusable, f"{where}.service.port")
             return None
@@ -414,7 +409,7 @@ class _Builder:
                 self.lookup(Secret, ns, backend.ca_secret)
                 found = ca_bundle(self.snapshot, ns, "", "Secret", backend.ca_secret)
                 if isinstance(found, Verdict):
-                    self.problem(found.reason, f"annotation {BACKEND_CA_SECRET}: "
+                    self.problem(found.reason, f"annotation {ann.BACKEND_CA_SECRET.name}: "
                                  f"{found.message}; the backend answers 503 rather than "
                                  "skip verification", where)
                     return None
@@ -469,10 +464,10 @@ def _with_nginx(annotations: dict[str, str], found: NginxAnnotations) -> dict[st
     """The annotations with nginx's ssl-redirect, backend-protocol and ssl-passthrough standing
     in for Podway's own when those are not set (``podway.io/`` wins when both are)."""
     extra: dict[str, str] = {}
-    if found.ssl is not None and SSL_REDIRECT not in annotations:
-        extra[SSL_REDIRECT] = str(found.ssl.redirect).lower()
-    if found.backend_protocol is not None and BACKEND_PROTOCOL not in annotations:
-        extra[BACKEND_PROTOCOL] = found.backend_protocol.value
-    if found.ssl_passthrough and TLS_PASSTHROUGH not in annotations:
-        extra[TLS_PASSTHROUGH] = "true"
+    if found.ssl is not None and ann.SSL_REDIRECT.name not in annotations:
+        extra[ann.SSL_REDIRECT.name] = str(found.ssl.redirect).lower()
+    if found.backend_protocol is not None and ann.BACKEND_PROTOCOL.name not in annotations:
+        extra[ann.BACKEND_PROTOCOL.name] = found.backend_protocol.value
+    if found.ssl_passthrough and ann.TLS_PASSTHROUGH.name not in annotations:
+        extra[ann.TLS_PASSTHROUGH.name] = "true"
     return {**annotations, **extra} if extra else annotations

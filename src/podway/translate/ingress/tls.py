@@ -33,14 +33,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from podway.ir import PoolProtocol
+from podway.translate.annotations import (
+    BACKEND_CA_SECRET,
+    BACKEND_PROTOCOL,
+    BACKEND_SNI,
+    SSL_REDIRECT,
+    TLS_PASSTHROUGH,
+)
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.problems import Reason, Verdict, quote
 
-SSL_REDIRECT = "podway.io/ssl-redirect"
-TLS_PASSTHROUGH = "podway.io/tls-passthrough"
-BACKEND_PROTOCOL = "podway.io/backend-protocol"
-BACKEND_CA_SECRET = "podway.io/backend-ca-secret"
-BACKEND_SNI = "podway.io/backend-sni"
 ACME_CHALLENGE = "/.well-known/acme-challenge"
 REDIRECT_STATUS = 308  # keeps the method and body (a POST stays a POST), unlike 301/302
 
@@ -89,37 +91,37 @@ def parse(annotations: Mapping[str, str]) -> IngressTLSSettings:
                   f"{str(default).lower()} (the default) applies")
         return default
 
-    redirect = flag(SSL_REDIRECT, True)
-    passthrough = flag(TLS_PASSTHROUGH, False)
+    redirect = flag(SSL_REDIRECT.name, True)
+    passthrough = flag(TLS_PASSTHROUGH.name, False)
     protocol: PoolProtocol | None = None
     tls = False
-    raw = annotations.get(BACKEND_PROTOCOL)
+    raw = annotations.get(BACKEND_PROTOCOL.name)
     if raw is not None:
         found = _BACKEND_PROTOCOLS.get(raw.strip().upper())
         if found is None:
-            bad(BACKEND_PROTOCOL, f"{quote(raw)} is not one of "
+            bad(BACKEND_PROTOCOL.name, f"{quote(raw)} is not one of "
                                   f"{', '.join(_BACKEND_PROTOCOLS)}; the port's appProtocol "
                                   "decides")
         else:
             protocol, tls = found
     ca: str | None = None
-    raw = annotations.get(BACKEND_CA_SECRET)
+    raw = annotations.get(BACKEND_CA_SECRET.name)
     if raw is not None:
         ca = raw.strip()
         if not valid_hostname(ca) or "*" in ca:
             # Named but unusable: the backend fails closed (no fallback to the system store).
-            bad(BACKEND_CA_SECRET, f"{quote(raw)} is not a Secret name (of this namespace); "
-                                   "the backend answers 503")
+            bad(BACKEND_CA_SECRET.name, f"{quote(raw)} is not a Secret name (of this "
+                                        "namespace); the backend answers 503")
         if not tls:
-            bad(BACKEND_CA_SECRET, f"needs {BACKEND_PROTOCOL}: HTTPS or GRPCS; not used")
+            bad(BACKEND_CA_SECRET.name, f"needs {BACKEND_PROTOCOL.name}: HTTPS or GRPCS; not used")
             ca = None
     sni: str | None = None
-    raw = annotations.get(BACKEND_SNI)
+    raw = annotations.get(BACKEND_SNI.name)
     if raw is not None:
         if not valid_hostname(raw.strip()) or raw.strip().startswith("*"):
-            bad(BACKEND_SNI, f"{quote(raw)} is not a DNS name; the Service's name is sent")
+            bad(BACKEND_SNI.name, f"{quote(raw)} is not a DNS name; the Service's name is sent")
         elif not tls:
-            bad(BACKEND_SNI, f"needs {BACKEND_PROTOCOL}: HTTPS or GRPCS; not used")
+            bad(BACKEND_SNI.name, f"needs {BACKEND_PROTOCOL.name}: HTTPS or GRPCS; not used")
         else:
             sni = raw.strip().lower()
     return IngressTLSSettings(ssl_redirect=redirect, passthrough=passthrough,

@@ -8,12 +8,14 @@ nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from podway.ir import PoolProtocol, PoolSettings
 from podway.model import ObjectRef, Service, npl
 from podway.model.core import ServicePort
-from podway.model.snapshot import Key
+from podway.model.snapshot import NO_MODES, Key
+from podway.translate import annotations as ann
 from podway.translate.core.options import BackendMode, TranslateOptions
 
 ServiceKey = Key  # (namespace, name) of a Service
@@ -71,14 +73,18 @@ def find_port(service: Service, *, number: int | None = None, name: str | None =
     return chosen[0] if chosen else None
 
 
-MODE_ANNOTATION = "podway.io/backend-mode"
 
 
-def service_mode(service: Service, opts: TranslateOptions) -> BackendMode:
-    """The Service's backend mode: its ``podway.io/backend-mode`` annotation when that names a
+def service_mode(service: Service, opts: TranslateOptions,
+                 modes: Mapping[Key, str] = NO_MODES) -> BackendMode:
+    """The Service's backend mode: its entry in ``modes`` (``Snapshot.backend_modes``: decided
+    outside the translator), else its ``podway.io/backend-mode`` annotation when that names a
     mode, else the default (``opts.mode``). A value that names no mode is a problem reported by
     the translator (``invalid_mode``), and the default applies."""
-    value = service.metadata.annotations.get(MODE_ANNOTATION)
+    decided = modes.get(service.key) if modes else None
+    if decided is not None:
+        return BackendMode(decided)
+    value = service.metadata.annotations.get(ann.BACKEND_MODE.name)
     try:
         return BackendMode(value) if value is not None else opts.mode
     except ValueError:
@@ -90,11 +96,12 @@ NODEPORT_CONNECTION_LIFETIME_MS = 1000
 _HTTP = (PoolProtocol.HTTP1, PoolProtocol.HTTP2, PoolProtocol.GRPC)
 
 
-def in_mode(spec: PoolSpec, service: Service, opts: TranslateOptions) -> PoolSpec:
-    """``spec`` in its Service's mode. HTTP pools in ``nodeport`` mode get a bounded connection
-    life: kube-proxy pins each connection to one pod, so a pooled one would follow a
-    terminating pod until it dies, taking the requests in flight with it."""
-    mode = service_mode(service, opts)
+def in_mode(spec: PoolSpec, service: Service, opts: TranslateOptions,
+            modes: Mapping[Key, str] = NO_MODES) -> PoolSpec:
+    """``spec`` in its Service's mode (``service_mode``). HTTP pools in ``nodeport`` mode get a
+    bounded connection life: kube-proxy pins each connection to one pod, so a pooled one would
+    follow a terminating pod until it dies, taking the requests in flight with it."""
+    mode = service_mode(service, opts, modes)
     settings = spec.settings
     if mode is BackendMode.NODEPORT and settings.protocol in _HTTP:
         settings = replace(settings, connection_lifetime_ms=NODEPORT_CONNECTION_LIFETIME_MS)
@@ -103,17 +110,18 @@ def in_mode(spec: PoolSpec, service: Service, opts: TranslateOptions) -> PoolSpe
 
 def invalid_mode(service: Service) -> str | None:
     """Why the Service's backend-mode annotation is refused, if it is."""
-    value = service.metadata.annotations.get(MODE_ANNOTATION)
+    value = service.metadata.annotations.get(ann.BACKEND_MODE.name)
     if value is None or value in {m.value for m in BackendMode}:
         return None
-    return (f"annotation {MODE_ANNOTATION}: {value[:64]!r} is not a backend mode (one of "
+    return (f"annotation {ann.BACKEND_MODE.name}: {value[:64]!r} is not a backend mode (one of "
             f"{', '.join(m.value for m in BackendMode)}); the default applies")
 
 
-def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) -> str | None:
+def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions,
+                 modes: Mapping[Key, str] = NO_MODES) -> str | None:
     """Why ``port`` of ``service`` cannot be a backend in its mode, if it cannot."""
     ns, name = service.key
-    if service_mode(service, opts) is not BackendMode.NODEPORT or port.node_port:
+    if service_mode(service, opts, modes) is not BackendMode.NODEPORT or port.node_port:
         return None
     kind = service.spec.type
     if kind in ("NodePort", "LoadBalancer"):
@@ -124,9 +132,10 @@ def mode_problem(service: Service, port: ServicePort, opts: TranslateOptions) ->
             "needs type NodePort or LoadBalancer")
 
 
-def mode_warning(service: Service, opts: TranslateOptions) -> str | None:
+def mode_warning(service: Service, opts: TranslateOptions,
+                 modes: Mapping[Key, str] = NO_MODES) -> str | None:
     """What the Service's mode expects of ``service`` that it lacks, if anything."""
-    if (service_mode(service, opts) is BackendMode.NODEPORTLOCAL
+    if (service_mode(service, opts, modes) is BackendMode.NODEPORTLOCAL
             and not opts.npl_enabled_by_controller
             and service.metadata.annotations.get(npl.ENABLED_ANNOTATION) != "true"):
         ns, name = service.key

@@ -36,23 +36,20 @@ from podway.ir import Listener, ListenerProtocol, PoolProtocol
 from podway.model import ObjectRef, Service
 from podway.model.gateway import Gateway
 from podway.model.snapshot import Snapshot
+from podway.translate import annotations as ann
 from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.pools.backends import PoolSpec
 from podway.translate.pools.traffic_values import CLIENT_IP_DEFAULT_TIMEOUT_S
 
-XFF_ANNOTATION = "podway.io/xff-trusted-hops"
-PROXY_ANNOTATION = "podway.io/proxy-protocol"
-CLIENT_IP_ANNOTATION = "podway.io/client-ip"
 _L4 = (ListenerProtocol.TCP, ListenerProtocol.TLS, ListenerProtocol.UDP)  # can be transparent
-MAX_HOPS = 16  # more trusted proxies than this in front of one edge is a typo
 
 
 def parse_hops(value: str) -> int | None:
-    """``value`` as a hop count (0..MAX_HOPS), or None when it is not one."""
-    text = value.strip()
-    if not text.isdigit() or int(text) > MAX_HOPS:
+    """``value`` as a hop count (0..``annotations.MAX_HOPS``), or None when it is not one."""
+    try:
+        return ann.hops(value)
+    except ValueError:
         return None
-    return int(text)
 
 
 def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
@@ -66,13 +63,13 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
               if o.kind == "Gateway"}
     for key in sorted(served):
         gateway = snapshot.get(Gateway, *key)
-        value = gateway.metadata.annotations.get(XFF_ANNOTATION) if gateway else None
+        value = gateway.metadata.annotations.get(ann.XFF_TRUSTED_HOPS.name) if gateway else None
         if gateway is None or value is None:
             continue
         hops = parse_hops(value)
         if hops is None:
-            problems.append(_invalid(gateway.ref, XFF_ANNOTATION, value,
-                                     f"a number of hops, 0-{MAX_HOPS}; --xff-trusted-hops "
+            problems.append(_invalid(gateway.ref, ann.XFF_TRUSTED_HOPS.name, value,
+                                     f"a number of hops, 0-{ann.MAX_HOPS}; --xff-trusted-hops "
                                      "applies"))
         else:
             hops_of[gateway.key] = hops
@@ -106,8 +103,8 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
     for ref in sorted(http_only.values(), key=str):
         problems.append(Problem(
             ref=ref, reason=Reason.INVALID_ANNOTATION, severity=Severity.WARNING,
-            field=f"metadata.annotations[{PROXY_ANNOTATION}]",
-            message=f"annotation {PROXY_ANNOTATION} applies to TCP pools only (LoadBalancer "
+            field=f"metadata.annotations[{ann.PROXY_PROTOCOL.name}]",
+            message=f"annotation {ann.PROXY_PROTOCOL.name} applies to TCP pools only (LoadBalancer "
                     "ports, TCPRoute, TLSRoute); this Service is only served over HTTP, where "
                     "the pods get the client in X-Real-IP and X-Forwarded-For"))
     if transparent:
@@ -153,20 +150,20 @@ def _apply_transparent(listeners: list[Listener], pools: dict[str, PoolSpec],
     for ref, reason in why:
         problems.append(Problem(
             ref=ref, reason=Reason.TRANSPARENT_NOT_APPLIED, severity=Severity.WARNING,
-            field=f"metadata.annotations[{CLIENT_IP_ANNOTATION}]",
-            message=f"{CLIENT_IP_ANNOTATION}: transparent is not applied: {reason}"))
+            field=f"metadata.annotations[{ann.CLIENT_IP.name}]",
+            message=f"{ann.CLIENT_IP.name}: transparent is not applied: {reason}"))
     return out
 
 
 def _transparent(service: Service, problems: list[Problem]) -> bool:
-    value = service.metadata.annotations.get(CLIENT_IP_ANNOTATION)
+    value = service.metadata.annotations.get(ann.CLIENT_IP.name)
     if value is None:
         return False
     text = value.strip().lower()
     if text == "transparent":
         return True
     if text not in ("", "none"):
-        problems.append(_invalid(service.ref, CLIENT_IP_ANNOTATION, value,
+        problems.append(_invalid(service.ref, ann.CLIENT_IP.name, value,
                                  "\"transparent\" (or \"none\"); the pods see the engine's "
                                  "address"))
     return False
@@ -188,13 +185,13 @@ def _affinity_timeout(service: Service, problems: list[Problem]) -> None:
 
 
 def _proxy_protocol(service: Service | None, problems: list[Problem]) -> bool:
-    value = service.metadata.annotations.get(PROXY_ANNOTATION) if service else None
+    value = service.metadata.annotations.get(ann.PROXY_PROTOCOL.name) if service else None
     if value is None or service is None:
         return False
     if value.strip().lower() == "v2":
         return True
     if value.strip().lower() not in ("", "none", "off"):
-        problems.append(_invalid(service.ref, PROXY_ANNOTATION, value,
+        problems.append(_invalid(service.ref, ann.PROXY_PROTOCOL.name, value,
                                  "\"v2\" (or \"none\"); no PROXY header is sent"))
     return False
 

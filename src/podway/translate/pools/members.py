@@ -327,7 +327,8 @@ class ModeResolver:
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
         if kind == Node.KIND:
             return [key for key, service in ctx.snapshot.kind(Service).items()
-                    if service_mode(service, self._opts) is BackendMode.NODEPORT]
+                    if service_mode(service, self._opts, ctx.snapshot.backend_modes)
+                    is BackendMode.NODEPORT]
         return ctx.endpoints.services_of_pod(key) if kind == Pod.KIND else ()
 
 

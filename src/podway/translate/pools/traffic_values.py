@@ -37,10 +37,10 @@ from podway.model.policy import (
     TimeoutsSpec,
     TrafficPolicySpec,
 )
+from podway.translate import annotations as ann
 from podway.translate.core.problems import Reason, quote
 from podway.translate.pools.traffic_defaults import DEFAULT_OUTLIER_DETECTION, default_health_check
 
-ANNOTATION_PREFIX = "podway.io/"
 DEFAULT_COOKIE = "podway-session"
 CLIENT_IP_DEFAULT_TIMEOUT_S = 10_800  # Kubernetes' sessionAffinityConfig default (3 hours)
 
@@ -354,12 +354,7 @@ def client_ip_affinity(timeout_s: int | None) -> Persistence:
 
 # --- annotations --------------------------------------------------------------------------------
 
-ANNOTATIONS = (
-    "lb-algorithm", "hash-on", "affinity", "affinity-cookie", "affinity-ttl", "health-check",
-    "health-check-path", "health-check-host", "health-check-statuses", "health-check-interval",
-    "health-check-timeout", "healthy-threshold", "unhealthy-threshold", "outlier-detection",
-    "connect-timeout", "request-timeout", "idle-timeout", "retries", "retry-on",
-)
+ANNOTATIONS = frozenset(a.short for a in ann.TRAFFIC)  # the names after podway.io/
 _AFFINITY = {"cookie": "Cookie", "client-ip": "SourceIP", "source-ip": "SourceIP"}
 
 
@@ -370,13 +365,13 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
     """
     # Only the annotations of this module: other podway.io/ annotations (TLS, protocols, the
     # readiness gate) belong to other features, which judge their own values.
-    ours = {k[len(ANNOTATION_PREFIX):]: v.strip() for k, v in annotations.items()
-            if k.startswith(ANNOTATION_PREFIX) and k[len(ANNOTATION_PREFIX):] in ANNOTATIONS}
+    ours = {k[len(ann.PREFIX):]: v.strip() for k, v in annotations.items()
+            if k.startswith(ann.PREFIX) and k[len(ann.PREFIX):] in ANNOTATIONS}
     if not ours:
         return None
 
     def where(name: str) -> str:
-        return f"metadata.annotations[{ANNOTATION_PREFIX}{name}]"
+        return f"metadata.annotations[{ann.PREFIX}{name}]"
 
     def number(name: str) -> int | None:
         text = ours.get(name)
@@ -471,7 +466,7 @@ ANNOTATION_OF_FIELD = {
 
 def section_of_annotation(where: str) -> str:
     """``metadata.annotations[podway.io/retries]`` → ``retry`` (the section it feeds)."""
-    name = where.removeprefix(f"metadata.annotations[{ANNOTATION_PREFIX}").rstrip("]")
+    name = where.removeprefix(f"metadata.annotations[{ann.PREFIX}").rstrip("]")
     return next((k.split(".")[0] for k, v in ANNOTATION_OF_FIELD.items() if v == name), "")
 
 
@@ -481,4 +476,4 @@ def annotation_field(where: str) -> str:
         return where
     bare = re.sub(r"\[\d+\]$", "", where)
     name = ANNOTATION_OF_FIELD.get(bare) or ANNOTATION_OF_FIELD.get(".".join(bare.split(".")[:2]))
-    return f"metadata.annotations[{ANNOTATION_PREFIX}{name}]" if name else "metadata.annotations"
+    return f"metadata.annotations[{ann.PREFIX}{name}]" if name else "metadata.annotations"

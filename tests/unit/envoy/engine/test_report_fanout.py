@@ -11,7 +11,7 @@ import logging
 import shutil
 import socket
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +23,7 @@ from podway.engines.member_health import Health, HostState, MemberHealthReports,
 from podway.envoy.engine.health_report import Reporter, ReportOptions
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.server import ServerTLS, XdsServer
+from tests.waiting import eventually
 
 A = ("pool/default/web/80", "10.0.0.7:8080")
 OK = HostState(Health.HEALTHY)
@@ -100,13 +101,6 @@ async def replicas() -> AsyncIterator[Replicas]:
         await made.close()
 
 
-async def until(check: Callable[[], bool], limit_s: float = 15) -> None:
-    """Wait (10 ms polls) until ``check()`` holds."""
-    async with asyncio.timeout(limit_s):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
 
 
 def health(reports: MemberHealthReports, node: str = "edge-1") -> dict[object, Health] | None:
@@ -131,14 +125,14 @@ async def test_a_replica_that_is_down_or_hangs_does_not_delay_the_live_one(
                                    f"unix:{short_dir / 'live.sock'}"),
             interval_s=0.02, backoff=FAST), lambda: admin_address)
         replicas.report(reporter)
-        await until(lambda: health(live) == {A: Health.HEALTHY})
+        await eventually(lambda: health(live) == {A: Health.HEALTHY})
         fake.flags = {A: "/failed_active_hc"}
-        await until(lambda: health(live) == {A: Health.UNHEALTHY})
+        await eventually(lambda: health(live) == {A: Health.UNHEALTHY})
         assert len(reporter.streams) == 3
         _, revived = await replicas.start(f"unix:{dead}")
-        await until(lambda: health(revived) == {A: Health.UNHEALTHY})
+        await eventually(lambda: health(revived) == {A: Health.UNHEALTHY})
         fake.flags = {A: "healthy"}
-        await until(lambda: health(live) == health(revived) == {A: Health.HEALTHY})
+        await eventually(lambda: health(live) == health(revived) == {A: Health.HEALTHY})
     finally:
         hung.close()
 
@@ -175,12 +169,12 @@ async def test_a_dns_name_reaches_every_replica_it_resolves_to_and_follows_the_a
     reporter = Reporter(_client(ca, f"{NAME}:{first.port}"), lambda: admin_address,
                         resolver=resolver)
     replicas.report(reporter)
-    await until(lambda: health(one) == health(two) == {A: Health.HEALTHY})
+    await eventually(lambda: health(one) == health(two) == {A: Health.HEALTHY})
     answer.remove("127.0.0.2")
-    await until(lambda: two.view("edge-1") is None)
+    await eventually(lambda: two.view("edge-1") is None)
     assert health(one) == {A: Health.HEALTHY}
     answer.append("127.0.0.2")
-    await until(lambda: health(two) == {A: Health.HEALTHY})
+    await eventually(lambda: health(two) == {A: Health.HEALTHY})
 
 
 async def test_the_tls_name_checked_is_the_dns_name_or_sni_never_the_ip(
@@ -198,13 +192,13 @@ async def test_the_tls_name_checked_is_the_dns_name_or_sni_never_the_ip(
     with caplog.at_level(logging.WARNING):
         replicas.report(Reporter(_client(ca, f"{NAME}:{server.port}"), lambda: admin_address,
                                  resolver=resolver))
-        await until(lambda: any("failed: UNAVAILABLE" in r.getMessage()
+        await eventually(lambda: any("failed: UNAVAILABLE" in r.getMessage()
                                 and "ipv4:127.0.0.1" in r.getMessage()
                                 for r in caplog.records))
     assert reports.nodes == frozenset()
     replicas.report(Reporter(_client(ca, f"{NAME}:{server.port}", sni="other.podway.test"),
                              lambda: admin_address, resolver=resolver))
-    await until(lambda: health(reports) == {A: Health.HEALTHY})
+    await eventually(lambda: health(reports) == {A: Health.HEALTHY})
 
 
 class Freezer:
@@ -268,9 +262,9 @@ async def test_a_replica_that_stops_answering_is_found_by_keepalive_and_reopened
         replicas.report(Reporter(ReportOptions(
             node_id="edge-1", xds=f"unix:{short_dir / 'relay.sock'}", interval_s=0.02,
             backoff=FAST, keepalive_s=0.3, keepalive_timeout_s=0.3), lambda: admin_address))
-        await until(lambda: len(fulls) == 1)
+        await eventually(lambda: len(fulls) == 1)
         freezer.freeze()
-        await until(lambda: len(fulls) == 2)
+        await eventually(lambda: len(fulls) == 2)
         assert len(freezer.open) == 2
     finally:
         relay.close()

@@ -4,13 +4,10 @@ dead Podway left an ephemeral one; the identity record never matches a recycled 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +22,6 @@ from podway.envoy.engine.adopt import (
     write_identity,
 )
 from podway.envoy.engine.state import instance_dir, open_state
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_the_folder_is_private_locked_and_emptied_on_stop(short_dir: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -66,7 +65,7 @@ async def test_a_failing_reporter_is_started_again_and_envoy_runs_on(
     assert len(runs) == 3
 
 
-async def test_a_junk_admin_answer_is_no_view() -> None:
+async def test_a_junk_admin_answer_is_no_view(short_dir: Path) -> None:
     """A chunked answer whose chunk size is not hex: None (keep the last view), no exception
     (``admin.request`` raises it as the ConnectionError every admin caller catches)."""
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -75,11 +74,10 @@ async def test_a_junk_admin_answer_is_no_view() -> None:
         await writer.drain()
         writer.close()
 
-    with tempfile.TemporaryDirectory(prefix="pw-", dir="/tmp") as folder:
-        path = Path(folder) / "admin.sock"
-        server = await asyncio.start_unix_server(answer, path=str(path))
-        try:
-            assert await read_view(f"unix:{path}") is None
-        finally:
-            server.close()
-            await server.wait_closed()
+    path = short_dir / "admin.sock"
+    server = await asyncio.start_unix_server(answer, path=str(path))
+    try:
+        assert await read_view(f"unix:{path}") is None
+    finally:
+        server.close()
+        await server.wait_closed()

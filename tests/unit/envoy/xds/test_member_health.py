@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from podway.engines.member_health import (
 from podway.envoy.engine.health_report import Reporter, ReportOptions, classify, parse
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.server import XdsServer
+from tests.waiting import eventually
 
 A = ("pool/default/web/80", "10.0.0.7:8080")
 B = ("pool/default/web/80", "10.0.0.8:8080")
@@ -197,14 +196,6 @@ def test_parse_reads_only_the_health_flag_lines_of_envoy_s_text_answer() -> None
 
 # ---- over gRPC ------------------------------------------------------------------------
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
 
 class FakeAdmin:
     """An Envoy admin answering ``/clusters`` (text, as Envoy) with ``hosts`` (changeable)."""
@@ -246,13 +237,6 @@ async def served(short_dir: Path) -> AsyncIterator[tuple[XdsServer, MemberHealth
         await server.stop(grace=0)
 
 
-async def until(check: Any) -> None:
-    """Wait (10 ms polls, 10 s cap) until ``check()``."""
-    async with asyncio.timeout(10):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.01)
 
 
 async def test_reporter_sends_the_whole_view_then_changes_and_its_end_drops_it(
@@ -268,19 +252,19 @@ async def test_reporter_sends_the_whole_view_then_changes_and_its_end_drops_it(
                                       interval_s=0.02, engine_group="shop"), lambda: address)
     task = asyncio.create_task(reporter.run())
     try:
-        await until(lambda: dict(reports.view("edge-1") or {}) == {A: OK})
+        await eventually(lambda: dict(reports.view("edge-1") or {}) == {A: OK})
         assert reports.groups["edge-1"] == "shop"  # from the stream's first (full) message
         fake.hosts = {A: "/failed_active_hc", B: "/failed_active_hc/pending_active_hc"}
-        await until(lambda: {k: v.health for k, v in (reports.view("edge-1") or {}).items()}
+        await eventually(lambda: {k: v.health for k, v in (reports.view("edge-1") or {}).items()}
                     == {A: Health.UNHEALTHY, B: Health.PENDING})
         fake.hosts = {B: "/failed_eds_health"}
-        await until(lambda: dict(reports.view("edge-1") or {}) == {B: OK})
+        await eventually(lambda: dict(reports.view("edge-1") or {}) == {B: OK})
         sent = reporter.sent
         assert sent == 3  # one full, two changes: polls without news send nothing
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    await until(lambda: reports.view("edge-1") is None)
+    await eventually(lambda: reports.view("edge-1") is None)
 
 
 async def test_nothing_is_reported_before_envoy_admin_answers(
@@ -300,11 +284,11 @@ async def test_nothing_is_reported_before_envoy_admin_answers(
                                       interval_s=0.02), admin_address)
     task = asyncio.create_task(reporter.run())
     try:
-        await until(lambda: len(asked) >= 5)  # five polls found no admin
+        await eventually(lambda: len(asked) >= 5)  # five polls found no admin
         assert reports.view("edge-1") is None
         assert reporter.sent == 0
         ready.append(address)
-        await until(lambda: reports.view("edge-1") is not None)
+        await eventually(lambda: reports.view("edge-1") is not None)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

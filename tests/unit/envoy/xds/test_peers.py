@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -29,13 +26,11 @@ HOLD = ("import socket, sys\n"
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    os.chmod(path, 0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def short_dir(short_dir: Path) -> Path:
+    """The shared short folder (tests/conftest.py), readable by others as a state folder's
+    parent usually is."""
+    os.chmod(short_dir, 0o755)
+    return short_dir
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as nobody")

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import socket
 import stat
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -22,15 +20,6 @@ from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.server import XdsServer
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _cache_with_a_key() -> Cache:

@@ -10,6 +10,7 @@ from podway.model.loader import load_text
 from podway.programs.controller.groups import DEFAULT_GROUP, group_of, subset
 from podway.programs.ipam.claims import claims_of
 from podway.translate import TranslateOptions, translate
+from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
 MANIFESTS = """
 apiVersion: v1
@@ -22,11 +23,7 @@ kind: Service
 metadata: {name: api, namespace: shop}
 spec: {type: LoadBalancer, selector: {app: api}, ports: [{name: http, port: 8002}]}
 ---
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: podway}
-spec: {controllerName: podway.io/gateway-controller}
----
+""" + OUR_CLASS_YAML + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: edge, namespace: shop, annotations: {podway.io/engine-group: edge-b}}

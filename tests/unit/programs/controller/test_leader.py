@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from podway.kube.emulator import KubeEmulator
 from podway.programs.controller.leader import ElectionSettings, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
+from tests.waiting import eventually
 
 LEASE = ("leases", "default", "podway-controller")
 GROUP = "coordination.k8s.io"
@@ -94,13 +95,6 @@ async def leader_among(electors: list[LeaseElector]) -> LeaseElector:
     return waits[next(iter(done))]
 
 
-async def until(check: Callable[[], bool], limit_s: float = 20) -> None:
-    """Poll a condition on what the emulator holds (20 ms steps)."""
-    async with asyncio.timeout(limit_s):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.02)
 
 
 async def test_one_leader_among_candidates_started_together(replicas: Replicas) -> None:
@@ -108,7 +102,7 @@ async def test_one_leader_among_candidates_started_together(replicas: Replicas) 
     create is 409), all agree on the holder, the record is client-go's."""
     electors = [replicas.start(name) for name in ("a", "b", "c")]
     leader = await leader_among(electors)
-    await until(lambda: all(e.holder == leader.settings.identity for e in electors))
+    await eventually(lambda: all(e.holder == leader.settings.identity for e in electors))
     assert [e.is_leader() for e in electors].count(True) == 1
     spec = replicas.lease()
     assert spec["holderIdentity"] == leader.settings.identity
@@ -128,10 +122,10 @@ async def test_the_leader_renews_and_followers_wait(replicas: Replicas) -> None:
     await a.wait_leader()
     b = replicas.start("b")
     first = replicas.lease()["renewTime"]
-    await until(lambda: replicas.lease()["renewTime"] > first)
-    await until(lambda: b.holder == "a")
+    await eventually(lambda: replicas.lease()["renewTime"] > first)
+    await eventually(lambda: b.holder == "a")
     renewals = sum(w.agent == "a" and w.verb == "update" for w in replicas.emu.writes)
-    await until(lambda: sum(w.agent == "a" and w.verb == "update"
+    await eventually(lambda: sum(w.agent == "a" and w.verb == "update"
                             for w in replicas.emu.writes) >= renewals + 3)
     assert not b.is_leader()
     assert not [w for w in replicas.emu.writes if w.agent == "b"]
@@ -143,7 +137,7 @@ async def test_a_leader_that_stops_hands_the_lease_back(replicas: Replicas) -> N
     a = replicas.start("a", lease_duration_s=60, renew_deadline_s=40.0)
     await a.wait_leader()
     b = replicas.start("b", lease_duration_s=60, renew_deadline_s=40.0)
-    await until(lambda: b.holder == "a")
+    await eventually(lambda: b.holder == "a")
     await replicas.stop(a)
     assert not a.is_leader()
     async with asyncio.timeout(20):
@@ -184,7 +178,7 @@ async def test_a_leader_cut_off_from_the_api_steps_down_and_comes_back(
     fence = await a.wait_leader()
     lost, acquired = count("lost"), count("acquired")  # a loaded machine may have flapped
     replicas.emu.fail(503, plural="leases", times=10_000)
-    await until(lambda: value("podway_controller_leader") == 0)
+    await eventually(lambda: value("podway_controller_leader") == 0)
     assert not fence.valid()
     assert count("lost") == lost + 1
     replicas.emu.clear_faults()
@@ -204,8 +198,8 @@ async def test_a_lease_taken_behind_the_leaders_back_ends_its_term(replicas: Rep
     assert found is not None
     found["spec"] = {**found["spec"], "holderIdentity": "intruder"}
     replicas.emu.put("leases", found, group=GROUP)
-    await until(lambda: not fence.valid() and a.holder == "intruder", limit_s=10)
-    await until(lambda: a.metrics.registry.get_sample_value("podway_controller_leader") == 0)
+    await eventually(lambda: not fence.valid() and a.holder == "intruder", within=10)
+    await eventually(lambda: a.metrics.registry.get_sample_value("podway_controller_leader") == 0)
     assert replicas.lease()["holderIdentity"] == "intruder"
 
 

@@ -11,17 +11,19 @@ from typing import Any
 from podway.ir import Pool
 from podway.model import EndpointSlice, K8sObject, Pod, Service, Snapshot
 from podway.model.base import ObjectRef
-from podway.programs.controller.modes import ModeGate, NplPlanner, npl_plan
+from podway.programs.controller.modes import NplPlanner, npl_plan
 from podway.sources.base import SourceUpdate
+from podway.sources.mode_gate import ModeGate
 from podway.translate import BackendMode, TranslateOptions
-from podway.translate.pools.backends import MODE_ANNOTATION, service_mode
+from podway.translate.annotations import BACKEND_MODE
+from podway.translate.pools.backends import service_mode
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default: clusterip
 KEY = ("ns", "web")
 
 
 def service(mode: str | None = None) -> Service:
-    annotations = {MODE_ANNOTATION: mode} if mode else {}
+    annotations = {BACKEND_MODE.name: mode} if mode else {}
     return Service.model_validate({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
@@ -51,9 +53,9 @@ def update(*objects: K8sObject, changed: tuple[tuple[str, Any], ...] | None = No
 
 
 def mode_seen(result: SourceUpdate) -> str | None:
-    seen = result.snapshot.get(Service, *KEY)
-    assert seen is not None
-    return seen.metadata.annotations.get(MODE_ANNOTATION)
+    """The mode the translator is told beyond its own default: the gate's decision
+    (``Snapshot.backend_modes``), else the Service's annotation (None: neither)."""
+    return mode_seen_of(result.snapshot, "web")
 
 
 def test_switch_to_npl_is_held_until_every_ready_pod_has_its_entry() -> None:
@@ -126,7 +128,7 @@ def test_new_default_moves_unannotated_services_make_before_break() -> None:
     the translator's default drops the copies."""
     pinned = Service.model_validate({**service("clusterip").model_dump(by_alias=True),
                                      "metadata": {"name": "pinned", "namespace": "ns",
-                                                  "annotations": {MODE_ANNOTATION: "clusterip"}}})
+                                                  "annotations": {BACKEND_MODE.name: "clusterip"}}})
     gate = ModeGate(source_never_used(), OPTS)
     base = gate.apply(update(service(), pinned, pod(npl=False)))
     assert mode_seen(base) is None
@@ -182,7 +184,7 @@ def test_npl_planner_plans_as_npl_plan_state_after_state() -> None:
         return Service.model_validate({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": "ns",
-                         "annotations": {**({MODE_ANNOTATION: mode} if mode else {}),
+                         "annotations": {**({BACKEND_MODE.name: mode} if mode else {}),
                                          **annotations}},
             "spec": {"ports": [{"port": 80}]}})
 
@@ -233,7 +235,7 @@ def test_services_handed_on_follow_the_change_and_stay_the_same_map_otherwise() 
     def named(name: str, mode: str | None = None) -> Service:
         """``mode``: "MODE" or "MODE:PORT" (the annotation, and another port than 80)."""
         mode, _, port = (mode or "").partition(":")
-        annotations = {MODE_ANNOTATION: mode} if mode else {}
+        annotations = {BACKEND_MODE.name: mode} if mode else {}
         return Service.model_validate({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
@@ -269,11 +271,56 @@ def test_services_handed_on_follow_the_change_and_stay_the_same_map_otherwise() 
         a = touched.apply(SourceUpdate(snapshot, (), changed=changed if i else None))
         b = full.apply(SourceUpdate(snapshot, ()))
         assert dict(a.snapshot.kind(Service)) == dict(b.snapshot.kind(Service))
+        assert dict(a.snapshot.backend_modes) == dict(b.snapshot.backend_modes)
         if action == "pod" and before is not None:
-            assert a.snapshot.kind(Service) is before
-        before = a.snapshot.kind(Service)
+            assert a.snapshot.kind(Service) is before.kind(Service)
+            assert a.snapshot.backend_modes is before.backend_modes
+        before = a.snapshot
+    assert before is not None
     assert mode_seen_of(before, "s0") == "nodeport"
 
 
-def mode_seen_of(services: Any, name: str) -> str | None:
-    return services[("ns", name)].metadata.annotations.get(MODE_ANNOTATION)
+def mode_seen_of(snapshot: Snapshot, name: str) -> str | None:
+    decided = snapshot.backend_modes.get(("ns", name))
+    seen = snapshot.get(Service, "ns", name)
+    assert seen is not None
+    return decided if decided is not None else seen.metadata.annotations.get(BACKEND_MODE.name)
+
+
+def test_the_users_annotation_is_never_rewritten_and_the_mode_reaches_the_translator() -> None:
+    """Held back, released and moved by a new default, the Service the translator gets carries
+    the user's annotations as written; the effective mode reaches it as ``backend_modes``, and
+    the incremental translator's members follow it as a whole translation's do."""
+    from podway.translate import IncrementalTranslator, translate
+
+    def annotated(mode: str | None) -> Service:
+        svc = service(mode)
+        notes = {**svc.metadata.annotations, "nodeportlocal.antrea.io/enabled": "true"}
+        return svc.model_copy(update={"metadata": svc.metadata.model_copy(
+            update={"annotations": notes})})
+
+    def members(snapshot: Snapshot, translator: IncrementalTranslator,
+                changed: tuple[tuple[str, Any], ...] | None) -> set[tuple[str, int]]:
+        result = translator.update(snapshot, changed)
+        assert result.ir == translate(snapshot, OPTS).ir  # incremental = whole
+        return {(m.address, m.port) for p in result.ir.pools.values() for m in p.members}
+
+    gate, translator = ModeGate(source_never_used(), OPTS), IncrementalTranslator(OPTS)
+    pod_ip, npl_port = {("198.18.5.1", 8080)}, {("198.18.0.11", 61000)}
+    steps: list[tuple[Service, Pod, BackendMode | None, set[tuple[str, int]]]] = [
+        (annotated(None), pod(npl=False), None, pod_ip),
+        (annotated("nodeportlocal"), pod(npl=False), None, pod_ip),  # held: no NPL entry yet
+        (annotated("nodeportlocal"), pod(npl=True), None, npl_port),  # released
+        (annotated(None), pod(npl=True), None, pod_ip),  # back to the default
+        (annotated(None), pod(npl=True), BackendMode.NODEPORTLOCAL, npl_port),  # new default
+    ]
+    for i, (svc, the_pod, default, expected) in enumerate(steps):
+        if default is not None:
+            gate.set_default(default)
+        changed = (("Service", KEY), ("Pod", ("ns", "p1"))) if i else None
+        out = gate.apply(update(svc, the_pod, changed=changed))
+        handed = out.snapshot.get(Service, *KEY)
+        assert handed is not None
+        assert dict(handed.metadata.annotations) == dict(svc.metadata.annotations), i
+        assert members(out.snapshot, translator, out.changed) == expected, i
+    assert dict(out.snapshot.backend_modes) == {KEY: "nodeportlocal"}  # the new default

@@ -7,6 +7,7 @@ from podway.model import ObjectRef, Snapshot
 from podway.model.loader import load_text
 from podway.programs.ipam import Ipam, parse_pools
 from podway.translate import Reason, TranslateOptions, translate
+from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
 POOLS = parse_pools({"pools": [{"name": "p", "addresses": ["198.18.5.1-198.18.5.2"]}]})
 OPTS = TranslateOptions(address="0.0.0.0", vips=Ipam(POOLS))
@@ -22,12 +23,7 @@ spec: {{type: LoadBalancer, ports: [{{port: 80}}]}}
 """
 
 
-GATEWAY = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: podway}
-spec: {controllerName: podway.io/gateway-controller}
----
+GATEWAY = OUR_CLASS_YAML + """---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: shop, uid: u-gw, creationTimestamp: "2026-01-01T00:00:09Z"}

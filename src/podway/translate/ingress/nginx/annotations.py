@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from podway.translate import annotations as ann
 from podway.translate.ingress.nginx.keys import KeyReader
 from podway.translate.ingress.nginx.values import (
     PREFIX,
@@ -152,18 +153,18 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("proxy-buffer", "Envoy streams; there are no proxy buffers to size"),
     ("proxy-request-buffering", "Envoy streams request bodies (proxy-body-size buffers them)"),
     ("client-body-buffer-size", "Envoy streams; there is no body buffer to size"),
-    ("ssl-ciphers", "set podway.io/tls-ciphers"),
-    ("ssl-prefer-server-ciphers", "Envoy's TLS stack chooses; set podway.io/tls-ciphers"),
-    ("proxy-ssl-", "use backend-protocol: HTTPS with podway.io/backend-ca-secret / "
-     "podway.io/backend-sni"),
+    ("ssl-ciphers", f"set {ann.TLS_CIPHERS.name}"),
+    ("ssl-prefer-server-ciphers", f"Envoy's TLS stack chooses; set {ann.TLS_CIPHERS.name}"),
+    ("proxy-ssl-", f"use backend-protocol: HTTPS with {ann.BACKEND_CA_SECRET.name} / "
+     f"{ann.BACKEND_SNI.name}"),
     ("custom-http-errors", "error pages are the backend's; not built"),
     ("default-backend", "add a defaultBackend to the Ingress"),
     ("enable-access-log", "access logs are the engine's (podway run --access-log)"),
     ("mirror-", "use an HTTPRoute RequestMirror filter"),
-    ("load-balance", "set podway.io/lb-policy on the Service"),
-    ("upstream-hash-by", "set podway.io/lb-policy: ring_hash with podway.io/hash-on"),
-    ("service-upstream", "choose the backend mode with podway.io/backend-mode on the Service"),
-    ("proxy-next-upstream", "set podway.io/retry-on / podway.io/retries"),
+    ("load-balance", f"set {ann.LB_ALGORITHM.name} on the Service"),
+    ("upstream-hash-by", f"set {ann.LB_ALGORITHM.name}: ring-hash with {ann.HASH_ON.name}"),
+    ("service-upstream", f"choose the backend mode with {ann.BACKEND_MODE.name} on the Service"),
+    ("proxy-next-upstream", f"set {ann.RETRY_ON.name} / {ann.RETRIES.name}"),
     ("limit-rate", "bandwidth limits are not built"),
     ("limit-rate-after", "bandwidth limits are not built"),
     ("denylist-", "only denylist-source-range is served"),
