@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import eventually
+
 from .bed import (
     GW,
     Bed,
@@ -20,7 +22,6 @@ from .bed import (
     http_route,
     lb_service,
     members,
-    until,
 )
 
 FOREVER = 10**9
@@ -60,11 +61,11 @@ async def test_crd_list_refused_still_writes_service_and_ingress_status(bed: Bed
     bed.emu.fail(status, plural="customresourcedefinitions", times=FOREVER)
     _workload(bed)
     await bed.start()
-    await until(lambda: _lb_ingress(bed, "services", "lb") == [{"ip": "198.18.0.100"}])
-    await until(lambda: _lb_ingress(bed, "ingresses", "shop") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: _lb_ingress(bed, "services", "lb") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: _lb_ingress(bed, "ingresses", "shop") == [{"ip": "198.18.0.100"}])
     state = await bed.until(lambda s: members(s, "pool/default/web/80") == ["198.18.5.1:8080"])
     assert {ls.port for ls in state.ir.listeners} >= {9000}
-    await until(lambda: _refused_metric(bed) == {"CustomResourceDefinition": 1.0})
+    await eventually(lambda: _refused_metric(bed) == {"CustomResourceDefinition": 1.0})
 
 
 async def test_crd_list_forbidden_finds_gateway_kinds_by_listing_them(bed: Bed) -> None:
@@ -81,8 +82,8 @@ async def test_crd_list_forbidden_finds_gateway_kinds_by_listing_them(bed: Bed) 
                             and any(ls.port == 8080 for ls in s.ir.listeners))
     assert any(vh.hostname == "r0.test" for ls in state.ir.listeners if ls.port == 8080
                for vh in ls.virtual_hosts)
-    await until(lambda: _lb_ingress(bed, "services", "lb") == [{"ip": "198.18.0.100"}])
-    await until(lambda: any(e.get("reason") == "KindsRefused"
+    await eventually(lambda: _lb_ingress(bed, "services", "lb") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: any(e.get("reason") == "KindsRefused"
                             and e["involvedObject"]["kind"] == "GatewayClass"
                             and "CustomResourceDefinition" in e["message"]
                             for e in bed.emu.events))
@@ -99,12 +100,12 @@ async def test_a_forbidden_route_kind_blocks_nothing_and_is_picked_up_once_allow
     bed.emu.put("gateways", gateway(), group=GW)
     bed.emu.put("httproutes", http_route("r0", "r0.test"), group=GW)
     await bed.start()
-    await until(lambda: _lb_ingress(bed, "services", "lb") == [{"ip": "198.18.0.100"}])
-    await until(lambda: _lb_ingress(bed, "ingresses", "shop") == [{"ip": "198.18.0.100"}])
-    await until(lambda: any(e.get("reason") == "KindsRefused" and "HTTPRoute" in e["message"]
+    await eventually(lambda: _lb_ingress(bed, "services", "lb") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: _lb_ingress(bed, "ingresses", "shop") == [{"ip": "198.18.0.100"}])
+    await eventually(lambda: any(e.get("reason") == "KindsRefused" and "HTTPRoute" in e["message"]
                             for e in bed.emu.events))
     assert _refused_metric(bed) == {"HTTPRoute": 1.0}
     bed.emu.clear_faults()
     await bed.until(lambda s: any(vh.hostname == "r0.test" for ls in s.ir.listeners
                                   if ls.port == 8080 for vh in ls.virtual_hosts), limit_s=20)
-    await until(lambda: _refused_metric(bed) == {})
+    await eventually(lambda: _refused_metric(bed) == {})
