@@ -30,7 +30,11 @@ _EXTRA_KINDS = [("", "v1", "serviceaccounts", "ServiceAccount", True),
                 ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
                 ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
                 ("apps", "v1", "deployments", "Deployment", True),
-                ("apps", "v1", "daemonsets", "DaemonSet", True)]
+                ("apps", "v1", "daemonsets", "DaemonSet", True),
+                ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+                 "ValidatingAdmissionPolicy", False),
+                ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+                 "ValidatingAdmissionPolicyBinding", False)]
 
 
 def helm_python() -> Path | None:

@@ -270,3 +270,29 @@ async def test_cors_preflight_and_headers(stack: Stack) -> None:
     status, headers, _ = await request(port, "shop.test", "/",
                                        headers={"Origin": "https://evil.test"})
     assert (status, headers.get("access-control-allow-origin")) == (200, None)
+
+
+async def test_unserved_auth_fails_closed(stack: Stack) -> None:
+    """An Ingress asking for basic auth, external auth or satisfy (none served yet) never
+    answers 200 without credentials: every path is 403 and the backend sees nothing, while an
+    Ingress without them on another host still serves."""
+    web = await stack.start_echo("web")
+    stack.write("web.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    closed = {"basic.test": {"auth-type": "basic", "auth-secret": "htpasswd"},
+              "external.test": {"auth-url": "http://auth.default.svc/check",
+                                "auth-signin": "https://auth.test/start"},
+              "snippet.test": {"configuration-snippet": "deny all;"}}
+    manifests = [ingress(host.split(".")[0], values, path("/"), host=host)
+                 for host, values in closed.items()]
+    manifests.append(ingress("open", {}, path("/"), host="open.test"))
+    stack.write("ingress.yaml", "---\n".join(manifests))
+    await stack.start()
+    for host in closed:
+        for target in ("/", "/admin", "/x?y=1"):
+            status, _, body = await request(stack.http_port, host, target)
+            assert (host, target, status, body) == (host, target, 403, {})
+        status, _, _ = await request(stack.http_port, host, "/",
+                                     headers={"Authorization": "Basic dXNlcjpwYXNz"})
+        assert (host, status) == (host, 403)
+    status, _, body = await request(stack.http_port, "open.test", "/x")
+    assert (status, body.get("path")) == (200, "/x")

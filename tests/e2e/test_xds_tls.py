@@ -35,7 +35,7 @@ async def test_engine_fetches_config_over_mutual_tls(tmp_path: Path, sni: str, s
     server; a server whose name is not the expected one gets no engine."""
     ca = trustme.CA()
     server_cert = ca.issue_cert(san)
-    client_cert = ca.issue_cert("engine.podway.test")
+    client_cert = ca.issue_cert("tls-engine")  # names the node id (podway.engines.identity)
     root = tmp_path / "m"
     root.mkdir()
     lb_port = free_port()

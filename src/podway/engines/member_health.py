@@ -25,7 +25,9 @@ Invariants:
 * Only authenticated engines are heard (a unix-socket peer, which is first checked like an ADS
   peer, or a verified client certificate): a report decides whether Pods turn Ready, so an
   unauthenticated loopback client (``--xds-unauthenticated``) is refused with
-  PERMISSION_DENIED and one log line.
+  PERMISSION_DENIED and one log line. With a client certificate, every report's node id (and
+  a full report's group) must be one the certificate names (``podway.engines.identity``), or
+  the stream ends the same way: no engine speaks for another.
 * A node's view lives exactly as long as its newest stream: when that stream ends the view is
   dropped (the engine stops counting); an older stream of the same node that ends later changes
   nothing. A stream whose first message is not ``full`` or a message that does not parse ends
@@ -54,6 +56,7 @@ from typing import Any
 import grpc
 
 from podway.base.errors import PodwayError
+from podway.engines.identity import of_stream
 from podway.engines.peers import UnixPeers, authenticated, close_foreign_peers
 
 log = logging.getLogger(__name__)
@@ -250,6 +253,7 @@ class MemberHealthReports:
                         "authenticated (unix socket or client certificate needed)", peer)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED,
                                 "member health reports need an authenticated engine")
+        identity = of_stream(context)
         stream = object()
         node = "?"
         try:
@@ -259,6 +263,13 @@ class MemberHealthReports:
                     message = decode(data)
                     if first and not message.full:
                         raise ReportError("the first report of a stream must be full")
+                    # Every report, not only the first: one stream may speak for one node.
+                    why = identity.refusal(  # a change message carries no group
+                        node=message.node, group=message.group if message.full else None) \
+                        if identity is not None else None
+                    if why is not None:
+                        log.warning("member health report from %s refused: %s", peer, why)
+                        await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
                     if first:
                         node, first = message.node, False
                         log.info("member health reports from node=%s group=%s (%d hosts)",

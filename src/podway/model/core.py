@@ -182,6 +182,7 @@ class PodStatus(K8sModel):
     phase: str | None = None
     pod_ip: str | None = Field(default=None, alias="podIP")
     pod_ips: tuple[PodIP, ...] = Field(default=(), alias="podIPs")
+    host_ip: str | None = Field(default=None, alias="hostIP")  # its node's, set by the kubelet
     conditions: tuple[PodCondition, ...] = ()  # Podway's own only (``LB_READY``)
 
     @field_validator("conditions", mode="before")

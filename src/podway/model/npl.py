@@ -12,6 +12,9 @@ comes back as an error message, and the agent replaces it.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import ipaddress
 import json
 from collections.abc import Iterable
@@ -20,6 +23,11 @@ from typing import Literal, TypedDict
 
 ANNOTATION = "nodeportlocal.antrea.io"
 ENABLED_ANNOTATION = "nodeportlocal.antrea.io/enabled"
+# Podway's agent vouches for its mapping (issue 23.9): an HMAC, with the key the agents and
+# the controller share, of the pod's uid and the exact annotation value. Whoever can patch a
+# pod can rewrite ``ANNOTATION``; without the key nobody can make this match the rewrite.
+SIGNATURE_ANNOTATION = "podway.io/npl-signature"
+_SIGNATURE_VERSION = "v1"
 
 L4 = Literal["tcp", "udp"]
 IPFamily = Literal["IPv4", "IPv6"]
@@ -115,3 +123,19 @@ def needs_write(current: str | None, wanted: Iterable[NplEntry]) -> bool:
     if current is not None and not wanted_set:
         return True
     return entries != wanted_set
+
+
+def signature(key: bytes, *, uid: str, value: str) -> str:
+    """What Podway's agent writes in ``SIGNATURE_ANNOTATION`` for a pod (``uid``) whose
+    ``ANNOTATION`` is ``value``: binding the mapping to that pod, so another pod's signed
+    annotation copied over is not vouched for either."""
+    mac = hmac.new(key, f"{_SIGNATURE_VERSION}\n{uid}\n{value}".encode(), hashlib.sha256)
+    return f"{_SIGNATURE_VERSION}:{base64.urlsafe_b64encode(mac.digest()).decode().rstrip('=')}"
+
+
+def vouched(key: bytes, *, uid: str, value: str | None, signed: str | None) -> bool:
+    """Whether ``signed`` is the agent's signature of ``value`` on pod ``uid``."""
+    if value is None or signed is None or not uid:
+        return False
+    return hmac.compare_digest(signature(key, uid=uid, value=value).encode(),
+                               signed.encode(errors="replace"))

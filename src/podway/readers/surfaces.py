@@ -74,7 +74,8 @@ async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) 
                    options=DashboardOptions(view=ViewOptions(
                        mode=opts.mode, refresh_s=opts.dashboard_refresh_s,
                        explain_args=opts.explain_args, detailed_stats=opts.detailed_stats,
-                       engine_known=opts.engine_admin is not None)))
+                       engine_known=opts.engine_admin is not None),
+                       hosts=(where.host,)))
     await serve_until_cancelled(app, where, "dashboard")
 
 

@@ -29,7 +29,7 @@ from podway.model.kinds import BY_NAME, TABLE, Kind
 Raw = dict[str, Any]
 Transform = Callable[[Raw], Raw]
 
-KEEP_POD_ANNOTATIONS = (npl.ANNOTATION,)
+KEEP_POD_ANNOTATIONS = (npl.ANNOTATION, npl.SIGNATURE_ANNOTATION)
 
 
 def slim_pod(raw: Raw) -> Raw:
@@ -57,7 +57,7 @@ def slim_pod(raw: Raw) -> Raw:
                  "containers": [{"name": c.get("name", ""), "ports": c.get("ports") or []}
                                 for c in spec.get("containers") or [] if isinstance(c, dict)]}
         | gate,
-        "status": {k: status[k] for k in ("phase", "podIP", "podIPs") if k in status}
+        "status": {k: status[k] for k in ("phase", "podIP", "podIPs", "hostIP") if k in status}
         | condition,
     }
 

@@ -1,10 +1,11 @@
 """The status file: the status document as YAML, replaced atomically.
 
 Invariants: a reader never sees a half-written file (write a temporary file beside it, then
-rename). A file that cannot be written (missing folder, a directory in its place, a read-only
-filesystem) never stops serving: ``StatusFile.write`` reports the failure — logged once per
-distinct cause, and again when writing works again — and returns it, so one-shot commands can
-turn it into an exit status.
+rename); the file is the owner's only (mode 0600: it lists every object, host and address
+served, docs/security.md). A file that cannot be written (missing folder, a directory in its
+place, a read-only filesystem) never stops serving: ``StatusFile.write`` reports the failure —
+logged once per distinct cause, and again when writing works again — and returns it, so
+one-shot commands can turn it into an exit status.
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ def write_atomic(path: Path, text: str) -> str | None:
     try:
         if path.is_dir():
             return f"cannot write status file {path}: it is a directory"
-        tmp.write_text(text, encoding="utf-8")
+        # Owner-only (0600) whatever the umask, made fresh: never through a link someone put
+        # at the temporary name, never keeping an older file's wider mode.
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

@@ -11,8 +11,10 @@ A parser takes the annotation's text and returns its value, or raises ``ValueErr
 message that says what was expected. Whether a bad value is an error or a warning, and what
 applies instead, is for the feature that reads it (its docstring and the reference say).
 
-One name, ``podway.io/engine-group``, is declared in ``podway.model.base``: the model reads it
-(``K8sObject.engine_group``) and sits below this layer. It is registered here like the others.
+Two names are declared in the model, which reads them and sits below this layer:
+``podway.io/engine-group`` in ``podway.model.base`` (``K8sObject.engine_group``) and
+``podway.io/npl-signature`` in ``podway.model.npl`` (the agent's vouching for a NodePortLocal
+mapping). They are registered here like the others.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from podway.model.base import ENGINE_GROUP as _ENGINE_GROUP_KEY
+from podway.model.npl import SIGNATURE_ANNOTATION as _NPL_SIGNATURE_KEY
 from podway.translate.core.options import BackendMode
 
 PREFIX = "podway.io/"
@@ -209,6 +212,9 @@ BACKEND_MODE = _add("backend-mode", kinds=_SERVICE, parse=backend_mode,
                     default="--backend-mode", doc="backend-modes")
 NPL_MANAGED = _add("npl-managed", kinds=_SERVICE, parse=boolean, default="unset",
                    doc="backend-modes", written_by="controller")
+# Declared in podway.model.npl (the mapping's codec checks it), registered here like the others.
+NPL_SIGNATURE = _add(_NPL_SIGNATURE_KEY.removeprefix(PREFIX), kinds=("Pod",), parse=text,
+                     default="unset", doc="backend-modes", written_by="agent")
 
 # VIP addresses (programs/ipam/claims.py), engine groups (programs/controller/groups.py)
 _VIP_DOC = "vip-addresses-with-podway-controller---vip-pools"

@@ -4,9 +4,11 @@ The VIP is ``status.loadBalancer.ingress[0].ip``, else ``spec.loadBalancerIP``; 
 when the options let manifests choose addresses (``podway.translate.core.addresses``). With an
 address allocator (``TranslateOptions.vips``) the Service binds every address it was granted
 instead, one listener per address and port, and a pending Service binds nothing. Settings that
-change who may connect and that Podway does not serve yet (``loadBalancerSourceRanges``) are warned
-about, never dropped in silence. ``sessionAffinity: ClientIP`` is served: the pool hashes on the
-client's address (``podway.translate.traffic``).
+restrict who may connect and that Podway does not serve yet (``loadBalancerSourceRanges``, or
+the older ``service.beta.kubernetes.io/load-balancer-source-ranges`` annotation) fail closed:
+the Service is not served, with an error naming the field, never served to every client.
+``sessionAffinity: ClientIP`` is served: the pool hashes on the client's address
+(``podway.translate.traffic``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def granted(service: Service, grant: VipGrant) -> tuple[tuple[str, ...], Problem
     return grant.addresses, problem
 
 
+SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+
 @dataclass(slots=True)
 class ServiceTranslation:
     opts: TranslateOptions
@@ -68,7 +73,8 @@ class ServiceTranslation:
 
     def add(self, service: Service) -> None:
         ns, name = service.key
-        self._unsupported(service)
+        if self._refused(service):
+            return
         grant = (grant_of(service.ref, self.snapshot, self.opts)
                  if self.snapshot is not None else None)
         if grant is not None:
@@ -112,12 +118,17 @@ class ServiceTranslation:
                                        origin=service.ref),),
                     origins=(service.ref,)))
 
-    def _unsupported(self, service: Service) -> None:
-        spec = service.spec
-        if spec.load_balancer_source_ranges:
-            self._warn(service, "spec.loadBalancerSourceRanges", "loadBalancerSourceRanges is "
-                       "not enforced yet: every client can connect")
-
-    def _warn(self, service: Service, where: str, message: str) -> None:
-        self.problems.append(Problem(ref=service.ref, reason=Reason.UNSUPPORTED_FIELD,
-                                     message=message, field=where, severity=Severity.WARNING))
+    def _refused(self, service: Service) -> bool:
+        """A source-range restriction Podway does not enforce yet: the Service is not served
+        (an error), never served to every client (fail closed)."""
+        ranges = service.spec.load_balancer_source_ranges
+        legacy = service.metadata.annotations.get(SOURCE_RANGES_ANNOTATION, "").strip()
+        if not ranges and not legacy:
+            return False
+        where = ("spec.loadBalancerSourceRanges" if ranges
+                 else f"metadata.annotations[{SOURCE_RANGES_ANNOTATION}]")
+        self.problems.append(Problem(
+            ref=service.ref, reason=Reason.UNSUPPORTED_FIELD, field=where,
+            message="client source ranges are not enforced yet, so the Service is not served "
+                    "(never open to every client) until they are removed"))
+        return True

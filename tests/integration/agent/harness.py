@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from builders import NODE
 from fakes import FakeOpener, FakeRules
 from kubernetes_asyncio import client
 
+from builders import NODE
 from podway.base.backoff import Backoff
 from podway.programs.agent.controller import Agent, AgentSettings
 from podway.programs.agent.ports import PortRange, SocketOpener
@@ -25,10 +25,10 @@ class StartAgent:
 
     async def __call__(self, *, rules: Rules | None = None, opener: SocketOpener | None = None,
                        port_range: str = "61000-61009", resync: float = 30.0,
-                       node_ip: str | None = None) -> Agent:
+                       node_ip: str | None = None, npl_key: bytes | None = None) -> Agent:
         settings = AgentSettings(node_name=NODE, port_range=PortRange.parse(port_range),
                                  node_ip=node_ip, resync_seconds=resync, watch_timeout=2,
-                                 backoff=Backoff(base=0.02))
+                                 backoff=Backoff(base=0.02), npl_key=npl_key)
         agent = Agent(api=self.api, rules=rules or FakeRules(), opener=opener or FakeOpener(),
                       settings=settings)
         task = asyncio.create_task(agent.run(), name="test-agent")

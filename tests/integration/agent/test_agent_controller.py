@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
-from builders import NODE, node_obj, pod_obj, service_obj, settled
 from fakes import FakeOpener, FakeRules, SlowRules
 from harness import StartAgent
 from tests.waiting import eventually
 
+from builders import NODE, node_obj, pod_obj, service_obj, settled
 from podway.kube.emulator import KubeEmulator
 from podway.programs.agent.types import Rule
 from podway.readers.metrics.exposition import make_app, serve

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from builders import node_obj, pod_obj, service_obj, settled
 from harness import StartAgent
 from netlab import CLIENT_IP, NODE_IP, POD_IPS, Lab, netns_unavailable, sh
 from tests.waiting import eventually
 
+from builders import node_obj, pod_obj, service_obj, settled
 from podway.kube.emulator import KubeEmulator
 from podway.programs.agent.ports import KernelSocketOpener
 from podway.programs.agent.rules import KernelRules, make_rules

@@ -186,3 +186,34 @@ async def test_traffic_policy_from_the_api_applies_and_gets_accepted_status(bed:
     assert refused is not None
     assert refused["reason"] == "Invalid"
     assert "connect" in refused["message"]
+
+
+async def test_an_ingress_asking_for_unserved_auth_is_refused_with_an_error_event(
+        bed: Bed) -> None:
+    """Controller mode: an nginx-class Ingress with auth-url gets a Warning event naming the
+    key, and its route answers 403 instead of forwarding (fail closed)."""
+    from podway.ir import DirectResponse
+    from podway.ir.evaluate import Request, select_route
+
+    bed.translate = bed.translate.__class__(address="127.0.0.1", http_port=18080,
+                                            takeover_classes=("nginx",))
+    bed.emu.put("services", cluster_service("web"))
+    bed.emu.put("ingresses", {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "shop", "namespace": "default", "annotations": {
+            "nginx.ingress.kubernetes.io/auth-url": "http://auth.default.svc/check"}},
+        "spec": {"ingressClassName": "nginx", "rules": [{"host": "shop.test", "http": {
+            "paths": [{"path": "/", "pathType": "Prefix", "backend": {
+                "service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    await bed.start()
+
+    def refused(state: Any) -> bool:
+        listener = next((x for x in state.ir.listeners if x.name == "ingress/http"), None)
+        route = listener and select_route(listener, Request(host="shop.test", path="/"))
+        return bool(route) and route.action == DirectResponse(status=403)
+
+    await bed.until(refused)
+    await eventually(lambda: any(
+        e.get("reason") == "UnsupportedAnnotation" and e.get("type") == "Warning"
+        and "auth-url" in e.get("message", "") and "403" in e.get("message", "")
+        for e in bed.emu.events))

@@ -251,7 +251,7 @@ async def test_many_engines_over_mutual_tls(bed: Bed) -> None:
     bed.controller.event_hooks.append(on_event)
     await bed.until(lambda s: len(s.ir.listeners) == 1)
     for node_id in ("edge-1", "edge-2"):
-        client_cert = ca.issue_cert(f"{node_id}.podway.test")
+        client_cert = ca.issue_cert(node_id)  # the node id it may claim
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
             BootstrapOptions(
                 node_id=node_id, xds=bed.controller.server.target,

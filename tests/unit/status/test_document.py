@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -173,3 +175,22 @@ def test_refused_scope_or_one_host_table_lands_on_that_hosts_routes() -> None:
     for type_url in (types.ROUTE, types.SCOPE):
         assert origins_of(ir, type_url, name) == (ObjectRef("Ingress", "shop", "shop"),)
     assert origins_of(ir, types.SCOPE, f"{listener.name}/host/other.test") == ()
+
+
+def test_status_file_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:
+    """Mode 0600 under a permissive umask, also replacing a world-readable file, and a link
+    planted at the temporary name is replaced, not written through."""
+    path = tmp_path / "status.yaml"
+    path.write_text("old")
+    path.chmod(0o644)
+    target = tmp_path / "elsewhere"
+    target.write_text("untouched")
+    (tmp_path / ".status.yaml.tmp").symlink_to(target)
+    old = os.umask(0)
+    try:
+        assert StatusFile(path).write(document(SERVICE)) is None
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert "Service/shop/lb" in path.read_text()
+    assert target.read_text() == "untouched"

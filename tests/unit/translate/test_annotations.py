@@ -15,8 +15,9 @@ ROOT = Path(__file__).parents[3]
 REFERENCE = ROOT / "docs/reference.md"
 SRC = ROOT / "src/podway"
 KEY = re.compile(r"(?<![\w./])podway\.io/[A-Za-z0-9][A-Za-z0-9-]*")
-# The one declaration outside the registry: the model reads it and is below translate.
-DECLARED_BELOW = {("model/base.py", ann.ENGINE_GROUP.name)}
+# The declarations outside the registry: the model reads them and is below translate.
+DECLARED_BELOW = {("model/base.py", ann.ENGINE_GROUP.name),
+                  ("model/npl.py", ann.NPL_SIGNATURE.name)}
 
 
 def slug(heading: str) -> str:

@@ -5,12 +5,13 @@ every kernel rule it made (both backends, whichever exist). Flags only: the proc
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from podway.base.tasks import run_until_signal
-from podway.cli.commands.common import setup_logging
+from podway.cli.commands.common import read_npl_key, setup_logging
 from podway.programs.agent.ports import DEFAULT_RANGE
 
 agent_app = typer.Typer(
@@ -36,7 +37,12 @@ def agent(
         help="nodeIP written in annotations; default: Node InternalIP, else ExternalIP.")] = None,
     resync: Annotated[float, typer.Option(help="Seconds between drift repairs.")] = 30.0,
     metrics_address: Annotated[str, typer.Option(
-        help="host:port of /metrics and /healthz; empty to disable.")] = "0.0.0.0:9464",
+        help="host:port of /metrics and /healthz (loopback by default: the agent runs with "
+             "host networking; give the node's address to be scraped); empty to disable."),
+    ] = "127.0.0.1:9464",
+    npl_key: Annotated[Path | None, typer.Option(
+        help="File with the key shared with the controller (its --npl-key): every annotation "
+             "is signed, so the controller believes only this agent's mappings.")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     netns: Annotated[str | None, typer.Option(
         help="Act in this network namespace (lab and tests).", hidden=True)] = None,
@@ -62,12 +68,13 @@ def agent(
                                    what="--metrics-address") if metrics_address else None)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--metrics-address") from exc
+    key = read_npl_key(npl_key) if npl_key is not None else None
     setup_logging(log_level)
     # SIGINT and SIGTERM both end the agent through cancellation (its finally blocks run);
     # kernel rules stay, so traffic keeps flowing across a restart.
     asyncio.run(run_until_signal(run(AgentOptions(
         node_name=node_name, port_range=parsed, rules_kind=rules, kubeconfig=kubeconfig,
-        node_ip=node_ip, resync=resync, metrics=metrics, netns=netns))))
+        node_ip=node_ip, resync=resync, metrics=metrics, netns=netns, npl_key=key))))
 
 
 @agent_app.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from podway.base.errors import ConfigError
@@ -132,6 +133,22 @@ def tls_flags(min_version: str | None, max_version: str | None,
         return from_flags(min_version, max_version, ciphers)
     except TLSOptionError as error:
         raise ConfigError(str(error)) from None
+
+
+NPL_KEY_MIN_BYTES = 16
+
+
+def read_npl_key(path: Path, flag: str = "--npl-key") -> bytes:
+    """The NodePortLocal signing key in ``path`` (surrounding whitespace dropped); a missing,
+    unreadable or too short file is a ``ConfigError`` naming ``flag``."""
+    try:
+        key = path.read_bytes().strip()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: {exc.strerror or exc}") from None
+    if len(key) < NPL_KEY_MIN_BYTES:
+        raise ConfigError(f"{flag} {path}: a key of at least {NPL_KEY_MIN_BYTES} bytes is "
+                          "needed (e.g. head -c 32 /dev/urandom | base64)")
+    return key
 
 
 def backend_mode_flag(backend_mode: BackendMode | None, mode: BackendMode | None, *,

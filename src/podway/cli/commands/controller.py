@@ -7,8 +7,9 @@ unreachable cluster is one line on stderr (exit status 2), never a traceback.
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +21,7 @@ from podway.cli.commands.common import (
     check_hops,
     check_loopback,
     check_port,
+    read_npl_key,
     setup_logging,
 )
 from podway.cli.commands.flags import (
@@ -107,6 +109,16 @@ def controller(
         help="A leader that could not renew for this long stops writing at once.")] = 10.0,
     retry_period_s: Annotated[float, typer.Option(
         help="Seconds between renewals (and between a follower's tries, jittered).")] = 2.0,
+    npl_key: Annotated[Path | None, typer.Option(
+        help="File with the key the agents sign NodePortLocal annotations with (their "
+             "--npl-key): only signed mappings become members (docs/security.md).")] = None,
+    npl_unsigned: Annotated[bool, typer.Option(
+        "--npl-unsigned", help="Believe unsigned NodePortLocal annotations (Antrea's own "
+        "agent) when nodeIP is the pod's node and the port in --npl-port-range: a tenant "
+        "that may patch its pods can then point them at another port of their node.")] = False,
+    npl_port_range: Annotated[str, typer.Option(
+        help="The agents' node port range (their --port-range): a mapping outside it is not "
+             "believed.")] = "61000-62000",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Translate the cluster's Services, Ingresses and Gateway API routes for Envoy engines."""
@@ -147,6 +159,7 @@ def controller(
         label_selector(namespace_selector)
     except SelectorError as exc:
         raise ConfigError(f"--namespace-selector: {exc}") from None
+    npl = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range)
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
@@ -157,7 +170,8 @@ def controller(
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
-                                                               xff_trusted_hops)),
+                                                               xff_trusted_hops),
+                                   **npl),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address,
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
@@ -165,6 +179,31 @@ def controller(
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy())
     asyncio.run(run_until_signal(Controller(opts).run()))
+
+
+def npl_settings(path: Path | None, *, unsigned: bool, port_range: str) -> dict[str, Any]:
+    """``TranslateOptions`` fields for the NodePortLocal flags: signed mappings with
+    ``--npl-key``, else node checks only (and a warning, unless ``--npl-unsigned`` says that
+    is meant: Antrea's agent signs nothing)."""
+    from podway.base.errors import ConfigError
+    from podway.programs.agent.ports import PortRange, PortRangeError
+    from podway.translate import NplTrust
+
+    if path is not None and unsigned:
+        raise ConfigError("--npl-key and --npl-unsigned exclude each other")
+    try:
+        parsed = PortRange.parse(port_range)
+    except PortRangeError as exc:
+        raise ConfigError(f"--npl-port-range: {exc}") from None
+    key = read_npl_key(path) if path is not None else None
+    if key is None and not unsigned:
+        logging.getLogger("podway.controller").warning(
+            "NodePortLocal annotations are not signed (no --npl-key): a mapping is believed "
+            "when its nodeIP is the pod's node and its port in %s, so a tenant that may patch "
+            "its pods can point them at another port of their node; give the agents and the "
+            "controller --npl-key (or --npl-unsigned for Antrea's agent)", port_range)
+    return {"npl_trust": NplTrust.SIGNED if key else NplTrust.NODE, "npl_key": key,
+            "npl_port_range": (parsed.start, parsed.end)}
 
 
 def _check_admin_sockets(engine_admin: str | None, admin_socket: Path | None) -> None:

@@ -27,6 +27,10 @@ server does not know what a group contains: whoever passes ``groups`` fills thos
 ``engine_groups`` says, for each engine with an open stream, the group it is served ("": the
 whole cache; always "" without ``groups``), so the readiness gate counts it only for its pools.
 
+Identity (``podway.engines.identity``): a stream authenticated by a client certificate is served
+only when the certificate names the node id and engine group its first request claims;
+otherwise it ends with PERMISSION_DENIED and one log line, before anything is sent.
+
 NACKs are logged with Envoy's error detail and the refused resources, and counted
 (``podway_xds_nacks_total``); the stream holds refused resources back and offers them again with
 backoff (``podway.envoy.xds.refusals``), waking for it through ``push_changes``' ``wake_at``. A
@@ -54,6 +58,7 @@ from prometheus_client import Counter, Gauge
 
 from podway.base.errors import ConfigError, PodwayError
 from podway.base.netaddr import format_host_port, parse_host_port
+from podway.engines.identity import EngineIdentity, of_stream
 from podway.engines.peers import authenticated, close_foreign_peers
 from podway.envoy import types
 from podway.envoy.xds.access import SecretFree, TableForm
@@ -206,13 +211,18 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             close_foreign_peers(self.unix_paths)
         cache = self.cache
         group = ""
-        if self.groups is not None:
+        identity = of_stream(context)
+        if self.groups is not None or identity is not None:
             first = await anext(requests, None)
             if first is None:
                 return None, requests, ""
+            # Without groups served, every engine gets the whole cache whatever it names.
+            group = _group_of(first.node) if self.groups is not None else ""
+            if identity is not None:
+                await _check_claim(identity, first.node.id, group, context)
+                requests = _bound(requests, identity, context, group)
             requests = _chain(first, requests)
-            group = _group_of(first.node)
-            if group:
+            if group and self.groups is not None:
                 try:
                     cache = self.groups(group)
                 except PodwayError as exc:  # unbounded names or counts from the network
@@ -307,6 +317,25 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                       types.SHORT_NAMES.get(event.type_url, event.type_url), event.version)
         if self.on_event is not None:
             self.on_event(event)
+
+
+async def _check_claim(identity: EngineIdentity, node: str, group: str, context: Any) -> None:
+    """End the stream (PERMISSION_DENIED, one log line) when it claims a node id, or is served
+    an engine group ("": the whole cache), that its client certificate does not name."""
+    why = identity.refusal(node=node, group=group)
+    if why is not None:
+        log.warning("xds engine at %s refused: %s", context.peer(), why)
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
+
+async def _bound(requests: AsyncIterator[Any], identity: EngineIdentity, context: Any,
+                 group: str) -> AsyncIterator[Any]:
+    """The requests, each that names a node checked against the certificate (Envoy names it
+    in the first only; a later one may not switch to another node's name)."""
+    async for request in requests:
+        if request.HasField("node"):
+            await _check_claim(identity, request.node.id, group, context)
+        yield request
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:

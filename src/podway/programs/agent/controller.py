@@ -16,7 +16,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
@@ -47,6 +47,9 @@ class AgentSettings:
     workers: int = 4  # concurrent pod reconciles
     watch_timeout: int = 300  # server-side watch timeout (s); the watch resumes after it
     backoff: Backoff = RETRY  # per-pod retry delays after a failed reconcile
+    # The key the agents and the controller share (``--npl-key``): each annotation is signed
+    # (``npl.SIGNATURE_ANNOTATION``) so the controller believes only the agent's. None: unsigned.
+    npl_key: bytes | None = field(default=None, repr=False)
 
 
 class Agent:
@@ -246,13 +249,26 @@ class Agent:
         entries = reconcile.annotation_entries(entries=self.table.entries(key), wanted=wanted,
                                                node_address=address, pod_ip=pod_ip)
         current = pod.metadata.annotations.get(annotation.ANNOTATION)
-        if not annotation.needs_write(current, entries):
+        key_ = self.settings.npl_key
+        signed = pod.metadata.annotations.get(annotation.SIGNATURE_ANNOTATION)
+        # Signing: a mapping someone else rewrote (or signed) is not vouched for: write ours.
+        unvouched = key_ is not None and (
+            (current is not None and not annotation.vouched(
+                key_, uid=pod.metadata.uid, value=current, signed=signed))
+            or (current is None and signed is not None))
+        if not annotation.needs_write(current, entries) and not unvouched:
             return
         _, error = annotation.decode(current)
         if error is not None:
             log.warning("pod=%s event=invalid-annotation error=%r action=replace", key, error)
+        elif unvouched and not annotation.needs_write(current, entries):
+            log.warning("pod=%s event=unsigned-annotation action=sign", key)
         value = annotation.encode(entries)
-        body = {"metadata": {"annotations": {annotation.ANNOTATION: value}}}
+        written: dict[str, str | None] = {annotation.ANNOTATION: value}
+        if key_ is not None:
+            written[annotation.SIGNATURE_ANNOTATION] = None if value is None else (
+                annotation.signature(key_, uid=pod.metadata.uid, value=value))
+        body = {"metadata": {"annotations": written}}
         resp = await self.core.patch_namespaced_pod(
             pod.metadata.name, pod.metadata.namespace, body,
             _content_type="application/merge-patch+json", _preload_content=False)

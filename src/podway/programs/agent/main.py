@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from podway.base.netaddr import HostPort
 from podway.programs.agent.ports import PortRange
@@ -32,6 +32,7 @@ class AgentOptions:
     resync: float = 30.0  # seconds between drift repairs
     metrics: HostPort | None = None  # /metrics and /healthz; None: not served
     netns: str | None = None  # act inside this network namespace (lab, tests)
+    npl_key: bytes | None = field(default=None, repr=False)  # signs annotations (--npl-key)
 
 
 async def run(options: AgentOptions) -> None:
@@ -54,7 +55,8 @@ async def run(options: AgentOptions) -> None:
                           settings=AgentSettings(node_name=options.node_name,
                                                  port_range=options.port_range,
                                                  node_ip=options.node_ip,
-                                                 resync_seconds=options.resync))
+                                                 resync_seconds=options.resync,
+                                                 npl_key=options.npl_key))
             runner = None
             if options.metrics is not None:
                 runner = await serve(make_app(registries=(metrics.registry,),

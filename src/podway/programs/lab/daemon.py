@@ -89,12 +89,15 @@ class Daemon:
                 await self.supervisor.start(f"agent-{node.name}", [
                     sys.executable, "-m", "podway", "agent", "--node-name", node.name,
                     "--kubeconfig", kubeconfig, "--netns", node.netns, "--port-range",
-                    NPL_RANGE, "--metrics-address", "", "--resync", "10"])
+                    NPL_RANGE, "--metrics-address", "", "--resync", "10",
+                    "--npl-key", str(self.state.npl_key)])
             if controller_available():
                 say("controller and engine")
                 await self.supervisor.start("controller", [
                     sys.executable, "-m", "podway", "controller", "--kubeconfig", kubeconfig,
                     "--xds-listen", f"unix:{self.state.xds_socket}", "--address", VIP,
+                    # Only the agents' signed NodePortLocal mappings (docs/security.md).
+                    "--npl-key", str(self.state.npl_key), "--npl-port-range", NPL_RANGE,
                     # One replica, restarted by the supervisor: no Lease to wait out.
                     "--leader-elect=false"])
                 await self.supervisor.start("engine", [

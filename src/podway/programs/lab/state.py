@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,17 @@ class LabState:
     @property
     def engine_dir(self) -> Path:
         return self.root / "engine"
+
+    @property
+    def npl_key(self) -> Path:
+        """The key the lab's agents sign NodePortLocal annotations with and its controller
+        checks (``--npl-key``); made 0600 on first use."""
+        path = self.root / "npl.key"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32))
+        return path
 
     def create(self, plan: LabPlan, api_port: int) -> None:
         self.root.mkdir(parents=True, mode=0o700)

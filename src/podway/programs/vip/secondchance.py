@@ -5,6 +5,8 @@ working while that peer drains — GitHub GLB's and Katran's idea, built from ke
 - nftables (``table inet podway_second_chance``) marks a packet for a VIP port that is not a
   connection's first SYN and that conntrack does not know (``ct state new,invalid``): a
   mid-flow packet of a connection this host never accepted;
+- only the peer's tunnel packets are taken: UDP ``udp_port`` to this host from anyone else is
+  dropped (chain ``tunnel``, before conntrack), as the kernel's VXLAN takes any source;
 - policy routing sends marked packets through table ``table`` (rule preference ``rule_pref``,
   before the ``local`` table, which moves from preference 0 to ``local_pref`` — as Cilium
   does) into a point-to-point VXLAN tunnel to the peer (the peer's tunnel MAC is derived from
@@ -149,6 +151,14 @@ def ruleset(sc: SecondChance) -> str:
              f'        iifname "{sc.device}" return']
     lines += [f"        ip daddr @vips{ports} tcp flags & (syn | ack) != syn "
               f"ct state new,invalid meta mark set {sc.mark:#x} counter",
+              "    }",
+              # The kernel takes VXLAN from any source: only the peer may hand packets in
+              # (anyone else could inject packets to the VIPs past the reverse-path filter).
+              # Before conntrack (raw), so a forged packet leaves no state either.
+              "    chain tunnel {",
+              "        type filter hook prerouting priority raw; policy accept;",
+              f"        udp dport {sc.udp_port} fib daddr type local ip saddr != {sc.peer} "
+              "counter drop",
               "    }"]
     if sc.mss:
         lines += ["    chain postrouting {",

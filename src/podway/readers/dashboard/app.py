@@ -16,22 +16,29 @@ Invariants:
   engine traffic and no document built; the next viewer gets one built for them.
 * A stream gets the newest document, never a backlog; identical documents are not re-sent.
 * Shutting the app down ends every open stream at once (no handler waits for a timeout).
+* Only requests for this server are answered (DNS rebinding): the ``Host`` header must be a
+  loopback name (``localhost``, ``*.localhost``), an IP literal, or one of
+  ``DashboardOptions.hosts`` (the address it binds); anything else is 421 with no document. A
+  request that changes something (any method but GET/HEAD/OPTIONS) must also come from this
+  origin: an ``Origin`` naming another host, or ``Sec-Fetch-Site: cross-site``, is 403.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from importlib import resources
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -60,6 +67,9 @@ class DashboardOptions:
     view: view.ViewOptions = field(default_factory=view.ViewOptions)
     scrape_limit_s: float = 2.0  # one admin request's limit
     nack_history: int = 50  # refusals remembered after they clear
+    # Host names (besides loopback names and IP literals) the page may be asked for: the
+    # address the dashboard binds, and names an operator reaches it by.
+    hosts: tuple[str, ...] = ()
 
 
 class Hub:
@@ -180,7 +190,7 @@ def make_app(provider: StateProvider, *, options: DashboardOptions | None = None
     opts = options or DashboardOptions()
     hub = Hub(provider, options=opts, engine_admin=engine_admin)
     views = _Views(hub, opts, explainer)
-    app = web.Application()
+    app = web.Application(middlewares=[_only_this_server(opts.hosts)])
 
     async def hub_context(_: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(hub.run(), name="dashboard-hub")
@@ -260,6 +270,59 @@ class _Views:
             report = self.explainer(current, url)
         return web.Response(text=_explain_page(url, report, self.options),
                             content_type="text/html", charset="utf-8")
+
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def host_allowed(host: str, names: tuple[str, ...]) -> bool:
+    """Whether a ``Host`` header (``name[:port]``, ``[v6]:port``) names this server: a loopback
+    name, an IP literal (a rebinding page's origin is a DNS name, never the literal) or one
+    of ``names``."""
+    name = _host_name(host)
+    if name is None:
+        return False
+    if name in ("localhost", "localhost.") or name.endswith((".localhost", ".localhost.")):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name in {n.strip("[]").lower().rstrip(".") for n in names}
+    return True
+
+
+def _host_name(host: str) -> str | None:
+    """The name of a Host header without port, lower case; None when it does not read."""
+    try:
+        parts = urlsplit(f"//{host.strip()}")
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError:
+        return None
+    name = parts.hostname
+    if not name or parts.username is not None or parts.path:
+        return None
+    return name.lower()
+
+
+def _only_this_server(names: tuple[str, ...]) -> Any:
+    @web.middleware
+    async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        host = request.headers.get("Host", "")
+        if not host_allowed(host, names):
+            log.warning("dashboard: refused a request for host %r (DNS rebinding?); allowed: "
+                        "loopback names, IP literals, %s", host[:100], ", ".join(names) or "-")
+            raise web.HTTPMisdirectedRequest(text="this dashboard is not served under that "
+                                                  "host name\n")
+        if request.method not in _SAFE_METHODS:
+            origin = request.headers.get("Origin")
+            cross = request.headers.get("Sec-Fetch-Site") == "cross-site"
+            if cross or (origin is not None
+                         and urlsplit(origin).netloc.lower() != host.strip().lower()):
+                raise web.HTTPForbidden(text="cross-origin request refused\n")
+        return await handler(request)
+
+    return guard
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -40,7 +40,7 @@ def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
     default = NginxAnnotations()
     for each in fields(NginxAnnotations):
         name = each.name
-        if name in CARRIED or name in NOT_CARRIED or name in ("unserved", "issues"):
+        if name in CARRIED or name in NOT_CARRIED or name in ("unserved", "closed", "issues"):
             continue
         if getattr(notes, name) != getattr(default, name):  # a family added to the reader later
             out.append((f"{PREFIX}({name.replace('_', '-')})",

@@ -68,6 +68,7 @@ from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     Canary,
     NginxAnnotations,
+    VerifyClient,
     read,
 )
 
@@ -458,24 +459,45 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
     read_notes = {i.metadata.uid or _ref(i): read(i.metadata.annotations,
                                                   namespace=i.metadata.namespace)
                   for i in ingresses}
+    converted: list[tuple[Ingress, NginxAnnotations]] = []
     for ingress in ingresses:
         notes = read_notes[ingress.metadata.uid or _ref(ingress)]
         for key, message in not_carried(notes):
             conv.note(ingress, key, message)
+        restricting = restrictions(notes)
+        if restricting:
+            # Fail closed: a route without the restriction would serve the app to everyone.
+            conv.note(ingress, restricting[0], "this Ingress is not converted: it restricts "
+                      f"access ({', '.join(restricting)}) in a way the converted routes "
+                      "cannot carry, so they would serve it open; keep the Ingress (Podway "
+                      "serves what it can, refuses the rest) or protect the backend itself")
+            continue
+        converted.append((ingress, notes))
         if notes.ssl_passthrough:
             conv.add_passthrough(ingress)
         elif notes.canary is None:
             conv.add_tls(ingress)
-    for ingress in ingresses:
-        notes = read_notes[ingress.metadata.uid or _ref(ingress)]
+    for ingress, notes in converted:
         if notes.canary is None and not notes.ssl_passthrough:
             conv.add_ingress(ingress, notes)
-    for ingress in ingresses:
-        notes = read_notes[ingress.metadata.uid or _ref(ingress)]
+    for ingress, notes in converted:
         if notes.canary is not None and not notes.ssl_passthrough:
             conv.add_canary(ingress, notes.canary, notes)
     result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
+
+
+def restrictions(notes: NginxAnnotations) -> list[str]:
+    """The keys of an Ingress that restrict who may reach it and that the converted routes do
+    not carry: Podway's unserved ones (``closed``), and source ranges and client certificates,
+    which Podway serves on Ingresses but to-gateway does not convert."""
+    out = list(notes.closed)
+    if notes.source_ranges is not None:
+        out.append(PREFIX + "whitelist-source-range")
+    if notes.auth_tls is not None and notes.auth_tls.verify in (VerifyClient.ON,
+                                                                 VerifyClient.OPTIONAL):
+        out.append(PREFIX + "auth-tls-secret")
+    return out
 
 
 def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:

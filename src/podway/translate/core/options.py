@@ -12,6 +12,17 @@ if TYPE_CHECKING:
 from podway.ir import TLSOptions
 
 
+class NplTrust(StrEnum):
+    """Which ``nodeportlocal.antrea.io`` pod annotations become pool members (issue 23.9:
+    whoever may patch a pod may rewrite its annotation and steer its Service's traffic)."""
+
+    FILES = "files"  # every parsable one: the manifests are the operator's own (standalone)
+    NODE = "node"  # nodeIP is the pod's node (status.hostIP) and the port in the agents'
+    # range: for Antrea's own agent, which vouches for nothing (a tenant can still point its
+    # Service at another port of its own node)
+    SIGNED = "signed"  # as NODE, and signed by Podway's agent (``npl.SIGNATURE_ANNOTATION``)
+
+
 class BackendMode(StrEnum):
     """How a Service's pods become pool members (../shared/ARCHITECTURE.md, "The three backend
     modes"; docs/translation.md, "Backend modes").
@@ -66,6 +77,13 @@ class TranslateOptions:
     (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
     peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
     (``podway.translate.pools.client_ip``)."""
+    npl_trust: NplTrust = NplTrust.FILES
+    """Which NodePortLocal annotations are believed (``NplTrust``); the controller uses
+    ``signed`` with ``npl_key``, or ``node`` for Antrea's agent (``--npl-unsigned``)."""
+    npl_key: bytes | None = field(default=None, repr=False)
+    """The key the agents sign their annotations with (``NplTrust.SIGNED``); never shown."""
+    npl_port_range: tuple[int, int] = (61000, 62000)
+    """The agents' node port range (inclusive): a mapping outside it is not believed."""
     npl_enabled_by_controller: bool = False
     """The controller adds ``nodeportlocal.antrea.io/enabled: "true"`` itself to every Service it
     uses in ``nodeportlocal`` mode (``podway controller``): a Service still without it is that

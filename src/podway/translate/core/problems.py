@@ -61,6 +61,8 @@ class Reason(StrEnum):
     ADDRESS_NOT_IN_POOL = "AddressNotInPool"
     UNKNOWN_POOL = "UnknownPool"
     INVALID_ANNOTATION = "InvalidAnnotation"
+    # A NodePortLocal mapping its node's agent does not vouch for (issue 23.9): not served
+    UNTRUSTED_MAPPING = "UntrustedNodePortLocalMapping"
     UNSUPPORTED_ANNOTATION = "UnsupportedAnnotation"
     UNSUPPORTED_FIELD = "UnsupportedField"
     # Client address (podway.translate.pools.client_ip): asked for, served differently

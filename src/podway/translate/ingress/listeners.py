@@ -199,7 +199,7 @@ class IngressTranslation:
         header, then cookie, then weight)."""
         slot = (claim.host, _canary_slot(claim.key))
         held = self.canaries.get(slot)
-        if held is None:
+        if held is None or claim.refused:
             return [claim.route]
         self._joined.add(slot)
         return canary_routes(claim.route, held[0].route.action, held[1])

@@ -60,6 +60,9 @@ class Claim:
     order: tuple[int, int, str]
     route: Route
     where: str
+    # The Ingress refuses every request (an unserved access restriction): no canary joins it,
+    # so nothing reaches a backend past the restriction it asked for.
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +135,7 @@ class _Builder:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
         self.read_nginx()
-        answer = nginx.redirect(self.nginx)
+        answer = nginx.refusal(self.nginx) or nginx.redirect(self.nginx)
         for name, verdict in self.settings.problems:
             self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
                          f"metadata.annotations[{name}]")
@@ -145,7 +148,8 @@ class _Builder:
         rule_hosts: list[str] = []
         for i, rule in enumerate(ingress.spec.rules):
             if self.settings.passthrough:
-                self.passthrough_rule(i, rule, base)
+                if not self.nginx.closed:  # refused: TLS passthrough cannot answer 403
+                    self.passthrough_rule(i, rule, base)
                 continue
             if rule.host and not valid_hostname(rule.host):
                 self.problem(Reason.INVALID_HOST,
@@ -168,7 +172,7 @@ class _Builder:
             # Lowest precedence in every host of this Ingress, and for hosts nobody names.
             for host in dict.fromkeys([*rule_hosts, "*"]):
                 self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
-                                         "spec.defaultBackend"))
+                                         "spec.defaultBackend", bool(self.nginx.closed)))
         if ingress.spec.tls and not self.settings.passthrough:
             self.tls_options = self.handshake_options()
         if self.settings.passthrough and ingress.spec.tls:
@@ -235,12 +239,13 @@ class _Builder:
                       filters=(*self.filters, *([rewrite] if rewrite else [])),
                       origin=self.ingress.ref)
         order = (-len(value), 0 if exact else 1, value)
-        self.claims.append(Claim(host, (match.kind, value), order, route, where))
+        self.claims.append(Claim(host, (match.kind, value), order, route, where,
+                                 bool(self.nginx.closed)))
 
     def app_root(self, base: str, hosts: list[str]) -> None:
         """nginx ``app-root``: ``/`` of each host of the Ingress redirects to it."""
         root = nginx.app_root(self.nginx)
-        if root is None:
+        if root is None or self.nginx.closed:
             return
         route = Route(name=f"{base}/app-root", action=root, filters=self.filters,
                       match=RouteMatch(path=PathMatch(kind=PathKind.EXACT, value="/")),

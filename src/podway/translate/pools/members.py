@@ -18,7 +18,7 @@ from podway.model import EndpointSlice, Node, ObjectRef, Pod, Service, Snapshot,
 from podway.model.core import Endpoint
 from podway.model.snapshot import Key
 from podway.translate.core.addresses import address_problem
-from podway.translate.core.options import BackendMode, TranslateOptions
+from podway.translate.core.options import BackendMode, NplTrust, TranslateOptions
 from podway.translate.core.problems import Problem, Reason
 from podway.translate.pools.backends import PoolSpec, ServiceKey, service_mode
 
@@ -269,6 +269,9 @@ class NodePortLocalResolver:
 
     kinds = frozenset({EndpointSlice.KIND, Pod.KIND})
 
+    def __init__(self, opts: TranslateOptions | None = None) -> None:
+        self._opts = opts or TranslateOptions()
+
     def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
         found = _Found()
         protocol = spec.port.protocol.lower()
@@ -293,6 +296,12 @@ class NodePortLocalResolver:
                 found.bad(pod.ref, Reason.INVALID_ADDRESS,
                           f"nodeIP {wrong}; the pod is left out of its pools", where)
                 continue
+            untrusted = npl_untrusted(pod, entry, self._opts)
+            if untrusted is not None:
+                found.bad(pod.ref, Reason.UNTRUSTED_MAPPING,
+                          f"{untrusted}; the pod is left out of its pools until its node's "
+                          "agent writes the mapping again", where)
+                continue
             out.append((Member(address=entry.node_ip, port=entry.node_port,
                                state=endpoint_state(b.endpoint), origin=b.origin,
                                node=b.endpoint.node_name or pod.spec.node_name,
@@ -302,6 +311,33 @@ class NodePortLocalResolver:
 
     def affected(self, kind: str, key: Key, ctx: MemberContext) -> Iterable[ServiceKey] | None:
         return ctx.endpoints.services_of_pod(key) if kind == Pod.KIND else ()
+
+
+def npl_untrusted(pod: Pod, entry: npl.NplEntry, opts: TranslateOptions) -> str | None:
+    """Why a pod's NodePortLocal mapping is not believed (None: it is). Whoever may patch
+    the pod may have written it (issue 23.9), so beyond ``NplTrust.FILES`` it must point at
+    the pod's own node (``status.hostIP``) inside the agents' port range, and with
+    ``NplTrust.SIGNED`` carry the agent's signature of the whole annotation on this pod."""
+    trust = opts.npl_trust
+    if trust is NplTrust.FILES:
+        return None
+    if pod.status.host_ip is None:
+        return "the pod has no status.hostIP yet: its mapping cannot be checked"
+    if entry.node_ip != pod.status.host_ip:
+        return (f"nodeIP {entry.node_ip} is not the pod's node ({pod.status.host_ip}): not a "
+                "mapping its node's agent made")
+    low, high = opts.npl_port_range
+    if not low <= entry.node_port <= high:
+        return (f"nodePort {entry.node_port} is outside the agents' range {low}-{high}: not a "
+                "mapping an agent made")
+    if trust is NplTrust.SIGNED:
+        annotations = pod.metadata.annotations
+        if opts.npl_key is None or not npl.vouched(
+                opts.npl_key, uid=pod.metadata.uid, value=annotations.get(npl.ANNOTATION),
+                signed=annotations.get(npl.SIGNATURE_ANNOTATION)):
+            return (f"the annotation is not signed by Podway's agent ({npl.SIGNATURE_ANNOTATION} "
+                    "missing or not matching): it was written or changed by someone else")
+    return None
 
 
 class ModeResolver:
@@ -319,7 +355,7 @@ class ModeResolver:
         self._default = opts.mode
         self._by_mode: dict[BackendMode, MemberResolver] = {
             BackendMode.CLUSTERIP: ClusterIPResolver(), BackendMode.NODEPORT: NodePortResolver(),
-            BackendMode.NODEPORTLOCAL: NodePortLocalResolver()}
+            BackendMode.NODEPORTLOCAL: NodePortLocalResolver(opts)}
 
     def members(self, spec: PoolSpec, ctx: MemberContext) -> PoolMembers:
         return self._by_mode[spec.mode or self._default].members(spec, ctx)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from envoy.config.core.v3 import base_pb2
 from envoy.extensions.transport_sockets.tls.v3 import secret_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.discovery.v3 import discovery_pb2 as d
@@ -131,7 +132,8 @@ async def test_an_engine_with_a_verified_client_certificate_gets_secrets() -> No
                 options=[("grpc.ssl_target_name_override", "xds.podway.test")]) as channel:
             call = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources()
             await call.write(d.DeltaDiscoveryRequest(
-                type_url=types.SECRET, resource_names_subscribe=["tls/default/shop"]))
+                node=base_pb2.Node(id="engine"), type_url=types.SECRET,
+                resource_names_subscribe=["tls/default/shop"]))
             async with asyncio.timeout(5):
                 response = await call.read()
             call.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import socket
 import subprocess
@@ -104,3 +105,12 @@ def test_unknown_netns_is_one_line() -> None:
 
     with pytest.raises(ConfigError, match="--netns podway-no-such-ns: no such network namespace"):
         single_thread(netns="podway-no-such-ns", name="t")
+
+
+def test_metrics_listen_on_loopback_by_default() -> None:
+    """With host networking, 0.0.0.0 would open the agent's metrics to every network the node
+    is on: the default is loopback (the chart passes the node's address)."""
+    from podway.cli.commands.agent import agent
+
+    default = inspect.signature(agent).parameters["metrics_address"].default
+    assert default == "127.0.0.1:9464"

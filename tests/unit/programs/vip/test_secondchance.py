@@ -45,7 +45,11 @@ def test_ruleset_marks_unknown_mid_flow_packets_of_the_vips_only(tmp_path: Path)
     assert text.startswith("table inet podway_second_chance {}\n"
                            "delete table inet podway_second_chance\n")  # one transaction
     assert "maxseg" not in ruleset(dataclasses.replace(SC, mss=0))
-    assert "dport" not in ruleset(dataclasses.replace(SC, ports=()))  # every port
+    assert "tcp dport" not in ruleset(dataclasses.replace(SC, ports=()))  # every port
+    # The tunnel takes the peer's packets only, before conntrack (issue 23.11).
+    assert ("type filter hook prerouting priority raw; policy accept;\n"
+            "        udp dport 4789 fib daddr type local ip saddr != 198.18.52.2 counter drop"
+            ) in text
     if os.geteuid() == 0 and shutil.which("nft"):
         conf = tmp_path / "sc.nft"
         conf.write_text(text)

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 
 import aiohttp
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from podway.pipeline import State
@@ -178,3 +179,47 @@ async def test_a_refusal_stays_in_recent_nacks_after_it_clears() -> None:
         assert (recent["node"], recent["message"]) == ("edge", "cannot bind")
     finally:
         follower.cancel()
+
+
+async def test_only_requests_for_this_server_are_answered() -> None:
+    """DNS rebinding: a page served under another name gets 421 and no document; loopback
+    names, IP literals and the configured names get the document."""
+    app = make_app(Provider(), options=DashboardOptions(view=ViewOptions(refresh_s=3600),
+                                                        hosts=("dash.example",)))
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        for host in ("evil.example", "evil.example:8080", "localhost.evil.example",
+                     "127.0.0.1.evil.example", "", "a b", "x@127.0.0.1"):
+            response = await client.get("/api/state", headers={"Host": host})
+            assert response.status == 421, host
+            assert b"generation" not in await response.read()
+        for host in ("localhost", "LOCALHOST:8080", "app.localhost", "127.0.0.1:9",
+                     "[::1]:8080", "198.18.0.1", "dash.example", "dash.example:80"):
+            response = await client.get("/api/state", headers={"Host": host})
+            assert response.status == 200, host
+    finally:
+        await client.close()
+
+
+async def test_a_cross_origin_post_is_refused() -> None:
+    """A request that is not a read must come from the page's own origin."""
+    app = make_app(Provider(), options=DashboardOptions(view=ViewOptions(refresh_s=3600)))
+    app.router.add_post("/api/poke", _ok)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        host = {"Host": "127.0.0.1:8080"}
+        for extra in ({"Origin": "http://evil.example"}, {"Origin": "http://127.0.0.1:9"},
+                      {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}):
+            response = await client.post("/api/poke", headers={**host, **extra})
+            assert response.status == 403, extra
+        for extra in ({"Origin": "http://127.0.0.1:8080"}, {}):
+            response = await client.post("/api/poke", headers={**host, **extra})
+            assert response.status == 200, extra
+    finally:
+        await client.close()
+
+
+async def _ok(_: object) -> web.Response:
+    return web.Response(text="ok")

@@ -84,3 +84,60 @@ def test_a_family_to_gateway_does_not_know_is_a_note(monkeypatch: pytest.MonkeyP
     (note,) = convert([obj]).notes
     assert note.key == "nginx.ingress.kubernetes.io/(app-root)"
     assert "not carried over" in note.message
+
+
+def test_an_ingress_with_an_unserved_access_restriction_is_not_converted_open() -> None:
+    """auth-url cannot be carried: the Ingress gets no route (a note says why), never an open
+    one; its open neighbour is converted, and no spurious "(closed)" family note appears."""
+    text = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: private
+  namespace: shop
+  annotations: {nginx.ingress.kubernetes.io/auth-url: "http://auth.shop.svc/check"}
+spec:
+  rules:
+  - host: private.test
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: public, namespace: shop}
+spec:
+  rules:
+  - host: public.test
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+"""
+    loaded = load_text(text)
+    result = convert(loaded.objects)
+    hosts = [h for o in result.objects if o["kind"] == "HTTPRoute"
+             for h in o["spec"].get("hostnames", [])]
+    assert hosts == ["public.test"]
+    messages = [n.message for n in result.notes]
+    assert any("not converted" in m and "auth-url" in m for m in messages), messages
+    assert not [n for n in result.notes if "(closed)" in n.key]
+
+
+
+@pytest.mark.parametrize("annotations", [
+    {"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"},
+    {"nginx.ingress.kubernetes.io/auth-tls-secret": "shop/ca"},
+    {"nginx.ingress.kubernetes.io/satisfy": "any"},
+])
+def test_restrictions_served_on_ingresses_but_not_converted_are_not_dropped(
+        annotations: dict[str, str]) -> None:
+    """Source ranges and client certificates (served by Podway on the Ingress, not carried
+    by to-gateway) would be dropped by the conversion: the Ingress is not converted either."""
+    raw = {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+           "metadata": {"name": "p", "namespace": "shop", "annotations": annotations},
+           "spec": {"rules": [{"host": "p.test", "http": {"paths": [
+               {"path": "/", "pathType": "Prefix",
+                "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}
+    obj, error = parse_object(raw)
+    assert error is None
+    assert obj is not None
+    result = convert([obj])
+    assert not [o for o in result.objects if o["kind"] == "HTTPRoute"]
+    assert any("not converted" in n.message for n in result.notes)

@@ -40,12 +40,15 @@ field                  keys (``nginx.ingress.kubernetes.io/`` omitted)
 =====================  =========================================================================
 
 ``unserved``: every other key under the prefix, sorted — ``advice(key)`` says what to do
-instead. ``issues``: ``INVALID_ANNOTATION`` when a value cannot be used (the family falls back to
-ingress-nginx's default for that key, or is None when nothing usable is left — never to
-something less safe: a bad source range drops the whole allowlist family *and* says so, and the
-server must then refuse rather than allow; see ``SourceRanges.complete``), and
-``UNSUPPORTED_ANNOTATION`` for a value Podway reads but cannot serve (``backend-protocol:
-FCGI``). A served key whose value is fine gives no issue.
+instead. ``closed``: the unserved keys that restrict access (``auth-*`` other than the served
+``auth-tls-*``, ``satisfy``, ``enable-modsecurity``/``enable-owasp-core-rules`` unless false,
+a snippet with an access directive): the Ingress must then refuse every request (fail closed),
+never be served open. ``issues``: ``INVALID_ANNOTATION`` when a value cannot be used (the
+family falls back to ingress-nginx's default for that key, or is None when nothing usable is
+left — never to something less safe: a bad source range drops the whole allowlist family
+*and* says so, and the server must then refuse rather than allow; see
+``SourceRanges.complete``), and ``UNSUPPORTED_ANNOTATION`` for a value Podway reads but cannot
+serve (``backend-protocol: FCGI``). A served key whose value is fine gives no issue.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ __all__ = [
     "VerifyClient",
     "advice",
     "read",
+    "restricts_access",
 ]
 
 _EMPTY = NginxAnnotations()
@@ -204,8 +208,32 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
         x_forwarded_prefix=r.x_forwarded_prefix(), limits=r.limits(),
         auth_tls=r.auth_tls(namespace), ssl_passthrough=r.flag("ssl-passthrough", False),
         unserved=tuple(sorted(PREFIX + k for k in r.raw if PREFIX + k not in SERVED_KEYS)),
+        closed=tuple(sorted(PREFIX + k for k, v in r.raw.items()
+                            if PREFIX + k not in SERVED_KEYS and restricts_access(k, v))),
         issues=tuple(r.issues))
 
+
+# Unserved keys that restrict access whatever their value (without PREFIX; "-" ends a prefix).
+_RESTRICTING = ("auth-", "satisfy")
+# Unserved switches that restrict access when true.
+_RESTRICTING_FLAGS = ("enable-modsecurity", "enable-owasp-core-rules")
+_SNIPPETS = ("configuration-snippet", "server-snippet", "location-snippet", "stream-snippet")
+# An nginx directive that decides access, at the start of a statement of a snippet.
+_ACCESS_DIRECTIVE = re.compile(
+    r"(?:^|[;{}\s])(allow|deny|auth_basic|auth_request|auth_jwt|satisfy|"
+    r"ssl_verify_client|access_by_lua\w*)\s")
+
+
+def restricts_access(key: str, value: str) -> bool:
+    """Whether an unserved key (without PREFIX) restricts who may reach the Ingress: serving
+    the Ingress without it would serve open what its owner closed."""
+    short = key.removeprefix(PREFIX)
+    if short in _SNIPPETS:
+        return _ACCESS_DIRECTIVE.search(value) is not None
+    if short in _RESTRICTING_FLAGS:
+        return value.strip().lower() not in ("0", "f", "false")  # ingress-nginx's false
+    return any(short == name or (name.endswith("-") and short.startswith(name))
+               for name in _RESTRICTING)
 
 _SIZE = re.compile(r"^(\d{1,15})([kKmMgG]?)$")
 _SIZE_UNIT = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}

@@ -25,6 +25,7 @@ from podway.ir import (
     CORS,
     BodyLimit,
     ClientAccess,
+    DirectResponse,
     Filter,
     HeaderModifier,
     PathKind,
@@ -65,6 +66,10 @@ def notes(n: NginxAnnotations) -> list[Note]:
     out = [Note(key=i.key, reason=i.reason, message=i.message,
                 error=i.reason is Reason.INVALID_ANNOTATION) for i in n.issues]
     out.extend(Note(key=k, reason=Reason.UNSUPPORTED_ANNOTATION,
+                    message=f"restricts access and is not served by Podway, so every request "
+                            f"of this Ingress is refused (403) until it is removed: {advice(k)}",
+                    error=True) if k in n.closed else
+               Note(key=k, reason=Reason.UNSUPPORTED_ANNOTATION,
                     message=f"ingress-nginx setting not served by Podway: {advice(k)}")
                for k in n.unserved)
     if n.limits is not None:
@@ -142,6 +147,15 @@ def _groups(pattern: str) -> int:
         return int(re2.compile(pattern).groups)
     except re2.error:
         return 0
+
+
+CLOSED_STATUS = 403  # what every request of an Ingress that must fail closed is answered
+
+
+def refusal(n: NginxAnnotations) -> DirectResponse | None:
+    """The answer of every route of an Ingress asking for an access restriction Podway does not
+    serve (``NginxAnnotations.closed``): refused, never forwarded open."""
+    return DirectResponse(status=CLOSED_STATUS) if n.closed else None
 
 
 def redirect(n: NginxAnnotations) -> Redirect | None:

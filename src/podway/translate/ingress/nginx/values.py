@@ -201,6 +201,10 @@ class NginxAnnotations:
     auth_tls: AuthTLS | None = None
     ssl_passthrough: bool = False  # TLS to the pods by SNI, undecrypted (first path's backend)
     unserved: tuple[str, ...] = ()  # full keys under PREFIX that Podway does not act on
+    # Of ``unserved``: the keys that restrict who may reach the Ingress (authentication, a WAF,
+    # access directives in a snippet). A server must refuse every request of the Ingress while
+    # any is set (fail closed), never serve it open.
+    closed: tuple[str, ...] = ()
     issues: tuple[AnnotationIssue, ...] = ()
 
     @property

@@ -1,0 +1,105 @@
+"""Which NodePortLocal annotations become members (issue 23.9): beyond the operator's own
+manifests, a mapping must point at the pod's node (status.hostIP) inside the agents' port range,
+and with ``NplTrust.SIGNED`` carry the agent's signature of that annotation on that pod."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from podway.model import EndpointSlice, K8sObject, Pod, Service, Snapshot, npl
+from podway.translate import BackendMode, NplTrust, Reason, TranslateOptions, translate
+
+KEY = b"s" * 32
+HOST = "198.18.0.7"
+
+
+def service() -> Service:
+    return Service.model_validate({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "ns"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
+                 "ports": [{"port": 80, "targetPort": 8080}]}})
+
+
+def endpoints() -> EndpointSlice:
+    return EndpointSlice.model_validate({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-1", "namespace": "ns",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "ports": [{"port": 8080}],
+        "endpoints": [{"addresses": ["198.18.1.1"], "nodeName": "n1",
+                       "targetRef": {"kind": "Pod", "name": "web-0", "namespace": "ns"}}]})
+
+
+def pod(entry: dict[str, Any], *, uid: str = "uid-1", host_ip: str | None = HOST,
+        signed_by: tuple[bytes, str] | None = None, signature: str | None = None) -> Pod:
+    """web-0 with ``entry`` as its annotation; ``signed_by`` (key, uid): signed as the agent
+    of that key would sign it for the pod of that uid."""
+    value = json.dumps([entry])
+    annotations = {npl.ANNOTATION: value}
+    if signed_by is not None:
+        annotations[npl.SIGNATURE_ANNOTATION] = npl.signature(signed_by[0], uid=signed_by[1],
+                                                              value=value)
+    if signature is not None:
+        annotations[npl.SIGNATURE_ANNOTATION] = signature
+    status: dict[str, Any] = {"phase": "Running", "podIP": "198.18.1.1"}
+    if host_ip is not None:
+        status["hostIP"] = host_ip
+    return Pod.model_validate({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "ns", "uid": uid, "labels": {"app": "web"},
+                     "annotations": annotations},
+        "spec": {"nodeName": "n1"}, "status": status})
+
+
+def entry(node_ip: str = HOST, node_port: int = 61005) -> dict[str, Any]:
+    return {"podPort": 8080, "nodeIP": node_ip, "nodePort": node_port, "protocol": "tcp"}
+
+
+def served(objects: list[K8sObject], trust: NplTrust) -> tuple[list[str], list[str]]:
+    opts = TranslateOptions(mode=BackendMode.NODEPORTLOCAL, npl_trust=trust, npl_key=KEY)
+    result = translate(Snapshot.of_objects([service(), endpoints(), *objects]), opts)
+    pool = result.ir.pools["pool/ns/web/80/tcp"]
+    why = [p.message for p in result.problems if p.reason is Reason.UNTRUSTED_MAPPING]
+    return [f"{m.address}:{m.port}" for m in pool.members], why
+
+
+def test_the_agents_signed_mapping_is_served() -> None:
+    assert served([pod(entry(), signed_by=(KEY, "uid-1"))], NplTrust.SIGNED) == (
+        [f"{HOST}:61005"], [])
+
+
+@pytest.mark.parametrize(("what", "forged", "words"), [
+    ("unsigned", pod(entry()), "not signed"),
+    ("signed with another key", pod(entry(), signed_by=(b"x" * 32, "uid-1")), "not signed"),
+    ("another pod's signature", pod(entry(), signed_by=(KEY, "uid-2")), "not signed"),
+    ("a made-up signature", pod(entry(), signature="v1:AAAA"), "not signed"),
+    ("the pod's IP", pod(entry("198.18.1.1", 8080), signed_by=(KEY, "uid-1")),
+     "not the pod's node"),
+    ("any address", pod(entry("203.0.113.9", 443), signed_by=(KEY, "uid-1")),
+     "not the pod's node"),
+    ("outside the range", pod(entry(node_port=22), signed_by=(KEY, "uid-1")),
+     "outside the agents' range"),
+    ("no hostIP yet", pod(entry(), host_ip=None, signed_by=(KEY, "uid-1")), "no status.hostIP"),
+])
+def test_a_mapping_the_agent_does_not_vouch_for_steers_nothing(what: str, forged: Pod,
+                                                               words: str) -> None:
+    members, why = served([forged], NplTrust.SIGNED)
+    assert members == [], what
+    assert len(why) == 1, why
+    assert words in why[0], why
+
+
+def test_without_signatures_the_node_and_range_are_still_checked() -> None:
+    """``--npl-unsigned`` (Antrea's agent): node and range decide; a signature is not asked."""
+    assert served([pod(entry())], NplTrust.NODE)[0] == [f"{HOST}:61005"]
+    assert served([pod(entry("203.0.113.9", 61005))], NplTrust.NODE)[0] == []
+    assert served([pod(entry(node_port=70))], NplTrust.NODE)[0] == []
+
+
+def test_the_operators_own_manifests_are_believed() -> None:
+    """Standalone (files): the manifests are the operator's, as before."""
+    assert served([pod(entry("203.0.113.9", 443), host_ip=None)], NplTrust.FILES)[0] == [
+        "203.0.113.9:443"]
