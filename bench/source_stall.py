@@ -11,6 +11,10 @@ raised for these runs; the time the defaults take to refuse them is printed too.
 Then parse speed: ``load_text`` of the 20,000-object text with libyaml (CSafeLoader, what
 Podway uses) and with the pure-Python loader.
 
+The cyclic collector is off (``--gc`` turns it on), as in ``podway run`` and the controller,
+which settle the heap at quiet moments instead (``podway.programs.gc_policy``): with it on,
+dropping 50,000 objects took seconds of collections inside the source's merge.
+
 Every figure is also printed as a ratio to a fixed pure-Python workload timed in the same run
 (``bench/speedref.py`` when present, else one of this script's own), because machine speed here
 varies about 2x from day to day.
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import random
 import statistics
 import tempfile
@@ -78,6 +83,13 @@ def big_text(objects: int, pad: int) -> str:
                         for i in range(objects))
 
 
+def _split(text: str, files: int) -> list[str]:
+    """``text``'s documents in ``files`` consecutive parts."""
+    docs = text.split("---\n")
+    size = -(-len(docs) // files)
+    return ["---\n".join(docs[i:i + size]) for i in range(0, len(docs), size)]
+
+
 def rss_mb() -> tuple[float, float]:
     """(current, peak) resident memory of this process, MB (Linux)."""
     fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines()
@@ -97,8 +109,11 @@ def port(update: SourceUpdate, name: str) -> int | None:
     return None if svc is None else svc.spec.ports[0].port
 
 
-async def stall(text: str, runs: int, limits: LoadLimits) -> dict[str, float]:
-    """Worst and median stall of a small edit behind ``text``; big file's time; loop lag."""
+async def stall(text: str, runs: int, limits: LoadLimits, files: int = 1
+                ) -> dict[str, float]:
+    """Worst and median stall of a small edit behind ``text`` (split into ``files`` files);
+    the big files' time; loop lag."""
+    parts = _split(text, files)
     stalls: list[float] = []
     bigs: list[float] = []
     worst_lag = 0.0
@@ -125,20 +140,23 @@ async def stall(text: str, runs: int, limits: LoadLimits) -> dict[str, float]:
                 if port(update, name) == value:
                     return at
 
+        last = f"big-{text.count('name: big-') - 1}"  # in the last file: all are in by then
         tasks = [asyncio.create_task(pump()), asyncio.create_task(ticker())]
         try:
             await until("small", 1)
             for run in range(runs):
                 began = time.perf_counter()
-                write_atomically(root / "big.yaml", text)
-                await asyncio.sleep(0.1)  # the big file's event is in, its parse under way
+                for i, part in enumerate(parts):
+                    write_atomically(root / f"big-{i}.yaml", part)
+                await asyncio.sleep(0.1)  # the big files' events are in, their parse under way
                 edited = time.perf_counter()
                 write_atomically(root / "small.yaml",
                                  SVC.format(name="small", pad="", port=100 + run))
                 stalls.append(await until("small", 100 + run) - edited)
-                bigs.append(await until("big-0", 80) - began)
-                (root / "big.yaml").unlink()
-                await until("big-0", None)
+                bigs.append(await until(last, 80) - began)
+                for i in range(len(parts)):
+                    (root / f"big-{i}.yaml").unlink()
+                await until(last, None)
         finally:
             for task in tasks:
                 task.cancel()
@@ -171,10 +189,12 @@ async def memory(text: str) -> tuple[float, float, float]:
             await updates.aclose()
 
 
-def refusal_ms(text: str) -> float:
+def refusal_ms(text: str) -> float | None:
+    """How long the default limits take to refuse ``text``; None when they admit it."""
     began = time.perf_counter()
     result = load_text(text, source="big.yaml")
-    assert result.errors
+    if not result.errors:
+        return None
     assert not result.objects
     return (time.perf_counter() - began) * 1000
 
@@ -194,7 +214,15 @@ def parse_ms(text: str, loader: type[yaml.SafeLoader]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--scenarios", default="",
+                        help="only the scenarios whose label contains this text")
+    parser.add_argument("--gc", action="store_true",
+                        help="leave the cyclic collector on (podway run and the controller "
+                             "turn it off and settle at quiet moments: programs/gc_policy.py)")
     args = parser.parse_args()
+    if not args.gc:
+        gc.disable()  # as the programs do while they serve
+    print(f"cyclic garbage collector: {'on' if args.gc else 'off, as in podway run'}")
     ref, what = reference()
     print(f"machine-speed reference: {ref:.1f} ms ({what}; figures below also as x reference)")
 
@@ -205,17 +233,26 @@ def main() -> None:
     before, loaded, after = asyncio.run(memory(text))
     print(f"resident memory, 20,000-object file: {before:.0f} MB before, {loaded:.0f} MB "
           f"loaded, {after:.0f} MB after the file is removed")
-    scenarios = {"20 MB file (2,000 objects of 10 KB)": big_text(2_000, 10_000),
-                 "20,000-object file": big_text(20_000, 0)}
-    for label, text in scenarios.items():
+    scenarios = {"20 MB file (2,000 objects of 10 KB)": (big_text(2_000, 10_000), 1),
+                 "20,000-object file": (big_text(20_000, 0), 1),
+                 "20,000 objects in 4 files": (big_text(20_000, 0), 4),
+                 "50,000-object file": (big_text(50_000, 0), 1),
+                 "50,000 objects in 4 files": (big_text(50_000, 0), 4)}
+    for label, (text, files) in scenarios.items():
+        if args.scenarios not in label:
+            continue
         print(f"{label}: {len(text) / 1e6:.1f} MB")
-        figures = asyncio.run(stall(text, args.runs, RAISED))
+        figures = asyncio.run(stall(text, args.runs, RAISED, files))
         show("small edit behind it, worst", figures["stall_worst"])
         show("small edit behind it, median", figures["stall_median"])
         show("the big file itself, median", figures["big_median"])
         show("event-loop lag, worst", figures["loop_lag_worst"])
-        show("refused by the default limits in", refusal_ms(text))
-    text = scenarios["20,000-object file"]
+        refused = refusal_ms(text) if files == 1 else None
+        if refused is not None:
+            show("refused by the default limits in", refused)
+        elif files == 1:
+            print("  admitted by the default limits")
+    text = scenarios["20,000-object file"][0]
     show("load_text 20,000 objects, libyaml", parse_ms(text, loader_module._Loader))
     show("load_text 20,000 objects, pure Python", parse_ms(text, yaml.SafeLoader))
 

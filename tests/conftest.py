@@ -1,6 +1,12 @@
 """Shared test options (``--update-golden`` rewrites golden files instead of comparing), the
-garbage collector restored after every test, and the one short temporary folder (``short_dir``).
-"""
+garbage collector restored after every test, the one short temporary folder (``short_dir``),
+and a private instance base for every test.
+
+The instance base (``podway.envoy.engine.state.default_base``: ``$XDG_RUNTIME_DIR/podway``)
+is where ``run`` and ``engine`` put their state folders and where ``explain``, ``status`` and
+``config dump`` look for a running instance when given no source. A test must never see the
+host's: another process's live ``default`` instance there once answered a unit test's
+``explain``. Each test gets a fresh short folder (unix socket paths must stay short)."""
 
 from __future__ import annotations
 
@@ -34,6 +40,18 @@ def collector() -> Iterator[None]:
         gc.unfreeze()
         if enabled:
             gc.enable()
+
+
+@pytest.fixture(autouse=True)
+def instance_base(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``$XDG_RUNTIME_DIR`` (the instance base's root) set to a folder of this test's own, for
+    the test and every process it starts; removed afterwards."""
+    folder = tempfile.mkdtemp(prefix="pw-", dir="/tmp")  # 0700, short: sockets fit sun_path
+    monkeypatch.setenv("XDG_RUNTIME_DIR", folder)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.ir import IR
 from podway.sources.base import Source, SourceUpdate
+from podway.sources.last_good import LastGoodSecrets
 from podway.translate import IncrementalTranslator, Problem, Result, TranslateOptions
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,7 @@ class Pipeline:
         self.cache = cache if cache is not None else Cache()
         self._translator = IncrementalTranslator(translate)
         self._builder = Builder()
+        self._secrets = LastGoodSecrets()
         self._state: State | None = None
         self._published = asyncio.Event()  # replaced by a fresh one at each publish
         self._rejections: dict[tuple[str, str, str], Rejection] = {}
@@ -161,6 +163,7 @@ class Pipeline:
     def _apply(self, update: SourceUpdate) -> State:
         """Translate, build and cache one update: its state, not yet published."""
         t0 = time.perf_counter()
+        update = self._secrets.guard(update)  # a bad rotation keeps the last good pair
         result = self._translator.update(update.snapshot, update.changed)
         t1 = time.perf_counter()
         resources = self._builder.build(result.ir, result.change)

@@ -25,6 +25,18 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         await made.stop()
 
 
+@pytest.fixture(params=["envoy", "haproxy"])
+async def engine_stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """A stack on each engine in turn: the same routing tests hold for Envoy and HAProxy."""
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, engine_kind=request.param)
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
 @pytest.fixture
 def short_dir(short_dir: Path) -> Iterator[Path]:
     """The shared short folder (tests/conftest.py) for state folders; after the test, an Envoy

@@ -94,12 +94,30 @@ class Stack:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(self.root / name)  # atomic, like a careful editor
 
+    @property
+    def haproxy(self) -> bool:
+        return self.standalone.opts.engine_kind == "haproxy"
+
     async def start(self) -> None:
         self.tasks.append(asyncio.create_task(self.standalone.run(), name="standalone"))
         async with asyncio.timeout(30):
             await self.applied(1)
+            if self.haproxy:
+                while self.standalone.haproxy is None:  # noqa: ASYNC110 (set by run(), once)
+                    await asyncio.sleep(0.02)
+                await self.standalone.haproxy.wait_ready()
+                await self.served(1)
+                return
             engine = await self.engine()
             await engine.wait_ready()
+
+    async def served(self, generation: int, limit_s: float = 10.0) -> None:
+        """With the HAProxy engine: until it serves ``generation`` (Envoy: ``applied``)."""
+        await self.applied(generation, limit_s)
+        if self.haproxy:
+            async with asyncio.timeout(limit_s):
+                while self.standalone.haproxy_generation < generation:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)  # (a plain counter the standalone bumps)
 
     async def engine(self) -> Engine:
         engine = await self.standalone.engine()
@@ -171,7 +189,8 @@ def backend_manifests(name: str, port: int) -> str:
 
 async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
                      xff_trusted_hops: int = 0, takeover_classes: tuple[str, ...] = (),
-                     mode: BackendMode = BackendMode.CLUSTERIP, **options: Any) -> Stack:
+                     real_ip_header: bool = False, mode: BackendMode = BackendMode.CLUSTERIP,
+                     **options: Any) -> Stack:
     """A stack (not started). Envoy keeps detailed stats: tests read per-pool counters.
     ``options`` go to ``StandaloneOptions`` (a dashboard, metrics, …)."""
     http_port, https_port = free_port(), free_port()
@@ -180,7 +199,8 @@ async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
         manifests=root, drain_s=drain_s, delta=delta, status_file=root.parent / "status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
                                    https_port=https_port, xff_trusted_hops=xff_trusted_hops,
-                                   takeover_classes=takeover_classes, mode=mode),
+                                   takeover_classes=takeover_classes,
+                                   real_ip_header=real_ip_header, mode=mode),
         **options))
     return Stack(root, http_port, https_port, standalone)
 

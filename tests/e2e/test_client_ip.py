@@ -1,7 +1,8 @@
 """The client's address reaches the backends, through a real Envoy, and cannot be spoofed.
 
-L7: X-Real-IP is the connection's peer at 0 trusted hops (a client-sent X-Forwarded-For or
-X-Real-IP decides nothing), the address the trusted proxy appended with 1 hop; X-Forwarded-Proto
+L7: X-Real-IP (``--x-real-ip``) is the connection's peer at 0 trusted hops (a client-sent
+X-Forwarded-For or X-Real-IP decides nothing), the address the trusted proxy appended with 1 hop;
+without the flag no X-Real-IP reaches the pods, not even the client's own. X-Forwarded-Proto
 is the connection's scheme unless a trusted proxy sent it. L4: a Service annotated
 ``podway.io/proxy-protocol: v2`` gets a PROXY v2 header on each connection, naming the client's
 address and port, which the echo backend reports.
@@ -87,18 +88,40 @@ async def started(stack: Stack) -> Stack:
 
 @pytest.fixture
 async def trusting(tmp_path: Path) -> AsyncIterator[Stack]:
-    """A stack behind one trusted proxy (``--xff-trusted-hops 1``)."""
+    """A stack behind one trusted proxy (``--xff-trusted-hops 1 --x-real-ip``)."""
     root = tmp_path / "manifests"
     root.mkdir()
-    made = await make_stack(root, xff_trusted_hops=1)
+    made = await make_stack(root, xff_trusted_hops=1, real_ip_header=True)
     try:
         yield made
     finally:
         await made.stop()
 
 
-async def test_a_spoofed_forwarded_for_does_not_become_the_client(stack: Stack) -> None:
-    await started(stack)
+@pytest.fixture(params=["envoy", "haproxy"])
+async def asking(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """A stack at the edge that sets X-Real-IP (``--x-real-ip``), on each engine in turn."""
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, real_ip_header=True, engine_kind=request.param)
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
+async def test_without_the_flag_no_real_ip_reaches_the_pods(engine_stack: Stack) -> None:
+    """X-Real-IP costs every request a formatter, so it is off unless asked; a client's own
+    X-Real-IP is dropped then (a pod trusting it would otherwise believe a forged one)."""
+    stack = await started(engine_stack)
+    seen = await ask(stack.http_port, SPOOFED)
+    assert "x-real-ip" not in seen
+    assert entries(seen["x-forwarded-for"])[:-1] == ["198.18.0.66"]  # kept, appended to
+    assert "x-real-ip" not in await ask(stack.https_port, {}, tls=True)
+
+
+async def test_a_spoofed_forwarded_for_does_not_become_the_client(asking: Stack) -> None:
+    stack = await started(asking)
     seen = await ask(stack.http_port, SPOOFED)
     assert seen["x-real-ip"] == "127.0.0.1"  # the peer, not the header the client sent
     # The client's header is kept (appended to), never trusted: Envoy appends the peer (for a
@@ -110,8 +133,8 @@ async def test_a_spoofed_forwarded_for_does_not_become_the_client(stack: Stack) 
     assert len(entries(plain["x-forwarded-for"])) == 1
 
 
-async def test_forwarded_proto_is_https_on_tls_connections(stack: Stack) -> None:
-    await started(stack)
+async def test_forwarded_proto_is_https_on_tls_connections(asking: Stack) -> None:
+    stack = await started(asking)
     seen = await ask(stack.https_port, {"X-Forwarded-Proto": "http"}, tls=True)
     assert seen["x-forwarded-proto"] == "https"
     assert seen["x-real-ip"] == "127.0.0.1"
@@ -132,10 +155,10 @@ async def test_one_trusted_hop_takes_the_address_the_proxy_appended(trusting: St
     assert alone["x-forwarded-proto"] == "http"
 
 
-async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(stack: Stack) -> None:
+async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(engine_stack: Stack) -> None:
     backend = free_port()
     up = asyncio.Event()
-    stack.tasks.append(asyncio.create_task(serve(EchoOptions(
+    engine_stack.tasks.append(asyncio.create_task(serve(EchoOptions(
         port=backend, tcp=True, proxy_protocol=True, identity=Identity(name="pp")), started=up)))
     await up.wait()
     lb_port = free_port()
@@ -143,8 +166,8 @@ async def test_proxy_protocol_v2_names_the_client_to_a_tcp_backend(stack: Stack)
         "metadata: {name: pp, namespace: default}",
         "metadata: {name: pp, namespace: default, "
         "annotations: {podway.io/proxy-protocol: v2}}")
-    stack.write("pp.yaml", annotated + "---\n" + endpoints("pp", {"TCP": backend}))
-    await stack.start()
+    engine_stack.write("pp.yaml", annotated + "---\n" + endpoints("pp", {"TCP": backend}))
+    await engine_stack.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
     try:
         ours = writer.get_extra_info("sockname")

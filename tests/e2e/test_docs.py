@@ -30,10 +30,13 @@ def table_rows(text: str) -> list[tuple[str, str, str]]:
     return rows
 
 
-@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2"])
-async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path, address: str) -> None:
+@pytest.mark.parametrize(("address", "engine"), [("127.0.0.1", "envoy"), ("127.0.0.2", "envoy"),
+                                               ("127.0.0.1", "haproxy")])
+async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path, address: str,
+                                                        engine: str) -> None:
     """Every row of docs/quickstart.md's table, in order, is a row `podway demo --once` prints,
-    also with `--address` on another loopback address (listeners bind it, probes go there)."""
+    also with `--address` on another loopback address (listeners bind it, probes go there),
+    and with the HAProxy engine (`--engine haproxy`)."""
     documented = table_rows((ROOT / "docs/quickstart.md").read_text())
     assert len(documented) >= 8
     # The example's fixed ports may be taken by a running demo: move every one to a free port.
@@ -52,7 +55,7 @@ async def test_quickstart_table_is_what_the_demo_prints(tmp_path: Path, address:
     console = Console(record=True, width=120)
     results = await run_demo(DemoOptions(manifests=manifests, address=address,
                                          http_port=picked[4], https_port=picked[5],
-                                         once=True), console)
+                                         once=True, engine=engine), console)
     back = {str(new): str(old) for old, new in ports.items()}
     printed = [(re.sub(r"\d+", lambda m: back.get(m.group(), m.group()), probe.label),
                 outcome.status, outcome.backend) for probe, outcome in results]

@@ -35,7 +35,9 @@ INGRESS = SHOP_INGRESS
 
 
 async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Path) -> None:
-    """Two `podway engine`-style Envoys on one unix-socket xDS server both get the config."""
+    """Two `podway engine`-style Envoys on one unix-socket xDS server both get the config; on
+    one host only the first may listen on its port (one owner per address:port): the second
+    refuses the listener, and the rejection names it."""
     root = tmp_path / "m"
     root.mkdir()
     (root / "web.yaml").write_text(backend_manifests("web", 1) + "---\n" + INGRESS)
@@ -53,12 +55,18 @@ async def test_two_engines_share_one_controller_over_a_unix_socket(tmp_path: Pat
                                                  xds=controller.server.target))))
             for i in range(2)]
         tasks += [asyncio.create_task(e.run()) for e in engines]
+        active = []
         for engine in engines:
             await engine.wait_ready(limit_s=20)
             stats = await admin.stats(await engine.wait_started(), "listener_manager")
-            assert stats["listener_manager.total_listeners_active"] >= 1
+            active.append(stats["listener_manager.total_listeners_active"])
+        assert active[0] >= 1
+        assert active[1] == 0
+        state = await asyncio.wait_for(controller.pipeline.wait_for(
+            lambda s: any(r.node == "engine-1" for r in s.rejections)), 10)
+        assert all("already in use" in r.message for r in state.rejections), state.rejections
         status, _ = await get(http_port, "shop.test", "/")
-        assert status == 503  # served (the member port 1 refuses): both engines share the port
+        assert status == 503  # served by engine-0 (the member port 1 refuses)
     finally:
         for task in tasks:
             task.cancel()

@@ -23,21 +23,21 @@ from .harness import Stack, free_port
 pytestmark = pytest.mark.e2e
 
 
-async def test_http_matching_precedence_hostnames_and_filters(stack: Stack) -> None:
+async def test_http_matching_precedence_hostnames_and_filters(engine_stack: Stack) -> None:
     """HTTPRoute semantics end to end: the request reaches the backend the spec says."""
     for name in ("exact", "prefix", "longer", "method", "headers", "query", "wild", "other",
                  "fallback"):
-        await backend(stack, name)
-    await backend(stack, "shared", namespace="granted")
-    await backend(stack, "shared", namespace="closed")
+        await backend(engine_stack, name)
+    await backend(engine_stack, "shared", namespace="granted")
+    await backend(engine_stack, "shared", namespace="closed")
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(f"""
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(f"""
   - {{name: wild, protocol: HTTP, port: {port}, hostname: "*.example.com",
      allowedRoutes: {{namespaces: {{from: All}}}}}}
   - {{name: foo, protocol: HTTP, port: {port}, hostname: foo.example.com}}
   - {{name: any, protocol: HTTP, port: {port}}}
 """))
-    stack.write("routes.yaml", "---\n".join([
+    engine_stack.write("routes.yaml", "---\n".join([
         route("main", """  parentRefs: [{name: gw, sectionName: wild}]
   hostnames: [app.example.com]
   rules:
@@ -105,7 +105,7 @@ spec:
   from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]
   to: [{group: "", kind: Service}]
 """]))
-    await stack.start()
+    await engine_stack.start()
     cases = [
         ("app.example.com", "/v1", "GET", {}, 200, "default/exact"),
         ("app.example.com", "/v1/x", "GET", {}, 200, "default/prefix"),
@@ -154,14 +154,14 @@ spec:
             302, f"http://new.example.com:{port}/fresh/a")
 
 
-async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> None:
+async def test_weights_split_traffic_within_statistical_bounds(engine_stack: Stack) -> None:
     """3:1 weights give about 75% / 25%; a weight-0 backend gets nothing; a bad share gets 500."""
     for name in ("heavy", "light", "never"):
-        await backend(stack, name)
+        await backend(engine_stack, name)
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
-    stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
+    engine_stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
   rules:
   - matches: [{path: {value: /split}}]
     backendRefs:
@@ -171,7 +171,7 @@ async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> 
   - matches: [{path: {value: /half}}]
     backendRefs: [{name: heavy, port: 80}, {name: missing, port: 80}]
 """))
-    await stack.start()
+    await engine_stack.start()
     n = 200
     seen: Counter[object] = Counter()
     for _ in range(n):
@@ -189,7 +189,7 @@ async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> 
     assert statuses[200] + statuses[500] == n, statuses
 
     # Standalone mode writes the Gateway API statuses to the status file.
-    objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+    objects = yaml.safe_load((engine_stack.root.parent / "status.yaml").read_text())["objects"]
     listener = objects["Gateway/default/gw"]["status"]["listeners"][0]
     assert listener["attachedRoutes"] == 1
     assert {c["type"]: c["status"] for c in listener["conditions"]}["Programmed"] == "True"
@@ -199,11 +199,11 @@ async def test_weights_split_traffic_within_statistical_bounds(stack: Stack) -> 
                           "ResolvedRefs": ("False", "BackendNotFound")}
 
 
-async def test_https_listeners_pick_certificates_by_sni(stack: Stack) -> None:
+async def test_https_listeners_pick_certificates_by_sni(engine_stack: Stack) -> None:
     """HTTPS listeners sharing a port terminate TLS with their own certificate (by SNI), and a
     request whose Host belongs to the other listener than its SNI gets 421."""
-    await backend(stack, "shop")
-    await backend(stack, "blog")
+    await backend(engine_stack, "shop")
+    await backend(engine_stack, "blog")
     ca = trustme.CA()
     secrets = []
     for name in ("shop", "blog"):
@@ -220,19 +220,19 @@ stringData:
   tls.key: |
 {indent(key)}
 """)
-    stack.write("secrets.yaml", "---\n".join(secrets))
+    engine_stack.write("secrets.yaml", "---\n".join(secrets))
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway("".join(f"""
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway("".join(f"""
   - name: {name}
     protocol: HTTPS
     port: {port}
     hostname: {name}.example.com
     tls: {{certificateRefs: [{{name: {name}-tls}}]}}""" for name in ("shop", "blog")) + "\n"))
-    stack.write("route.yaml", "---\n".join(route(name, f"""
+    engine_stack.write("route.yaml", "---\n".join(route(name, f"""
   parentRefs: [{{name: gw, sectionName: {name}}}]
   rules: [{{backendRefs: [{{name: {name}, port: 80}}]}}]
 """) for name in ("shop", "blog")))
-    await stack.start()
+    await engine_stack.start()
     context = ssl.create_default_context()
     ca.configure_trust(context)
 
@@ -272,11 +272,13 @@ stringData:
     assert raw.startswith(b"HTTP/1.1 200"), raw[:80]
 
 
-async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(stack: Stack) -> None:
-    """ReplacePrefixMatch (rewrite and redirect) gives the spec table's paths through Envoy."""
-    await backend(stack, "app")
+async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(
+        engine_stack: Stack) -> None:
+    """ReplacePrefixMatch (rewrite and redirect) gives the spec table's paths through each
+    engine."""
+    await backend(engine_stack, "app")
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
 
     def rewrite(value: str) -> str:
@@ -287,7 +289,7 @@ async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(stack
         return ("{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, "
                 f'replacePrefixMatch: "{value}"}}}}}}')
 
-    stack.write("routes.yaml", "---\n".join([
+    engine_stack.write("routes.yaml", "---\n".join([
         route("paths", f"""  parentRefs: [{{name: gw}}]
   hostnames: [rw.test]
   rules:
@@ -309,7 +311,7 @@ async def test_replace_prefix_match_rewrites_and_redirects_by_path_element(stack
     backendRefs: [{{name: app, port: 80}}]
 """),
     ]))
-    await stack.start()
+    await engine_stack.start()
     for host, path, expected in [
         ("rw.test", "/foo/bar?q=1", "/xyz/bar?q=1"),
         ("rw.test", "/foo", "/xyz"),

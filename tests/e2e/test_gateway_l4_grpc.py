@@ -96,16 +96,16 @@ async def test_tls_passthrough_tcp_and_udp_routes(stack: Stack) -> None:
         transport.close()
 
 
-async def test_backend_tls_policy_re_encrypts_and_verifies(stack: Stack) -> None:
+async def test_backend_tls_policy_re_encrypts_and_verifies(engine_stack: Stack) -> None:
     """BackendTLSPolicy: TLS to the pod with the policy's CA and hostname; a certificate for
     another name is refused (503), and a policy whose CA is missing fails closed (500)."""
     ca = trustme.CA()
-    await https_backend(stack, ca, "secure", "secure.internal")
-    await https_backend(stack, ca, "impostor", "someone-else.internal")
-    await https_backend(stack, ca, "no-ca", "no-ca.internal")
+    await https_backend(engine_stack, ca, "secure", "secure.internal")
+    await https_backend(engine_stack, ca, "impostor", "someone-else.internal")
+    await https_backend(engine_stack, ca, "no-ca", "no-ca.internal")
     ca_pem = ca.cert_pem.bytes().decode()
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
     policies = [f"""apiVersion: gateway.networking.k8s.io/v1
 kind: BackendTLSPolicy
@@ -118,14 +118,14 @@ spec:
 """ for name, hostname, ca_name in (("secure", "secure.internal", "ca"),
                                     ("impostor", "impostor.internal", "ca"),
                                     ("no-ca", "no-ca.internal", "missing"))]
-    stack.write("tls.yaml", "---\n".join([*policies, f"""apiVersion: v1
+    engine_stack.write("tls.yaml", "---\n".join([*policies, f"""apiVersion: v1
 kind: ConfigMap
 metadata: {{name: ca, namespace: default}}
 data:
   ca.crt: |
 {indent(ca_pem)}
 """]))
-    stack.write("route.yaml", route("tls", """  parentRefs: [{name: gw}]
+    engine_stack.write("route.yaml", route("tls", """  parentRefs: [{name: gw}]
   rules:
   - matches: [{path: {value: /secure}}]
     backendRefs: [{name: secure, port: 443}]
@@ -134,7 +134,7 @@ data:
   - matches: [{path: {value: /no-ca}}]
     backendRefs: [{name: no-ca, port: 443}]
 """))
-    await stack.start()
+    await engine_stack.start()
     status, _, body = await request(port, "x.test", "/secure")
     assert (status, body.get("name"), body.get("tls")) == (200, "secure", True)
     status, _, body = await request(port, "x.test", "/impostor")
@@ -143,24 +143,24 @@ data:
     assert status == 500
 
 
-async def test_backend_tls_policy_with_system_trust_refuses_unknown_ca(stack: Stack) -> None:
+async def test_backend_tls_policy_with_system_trust_refuses_unknown_ca(engine_stack: Stack) -> None:
     """wellKnownCACertificates: System must not trust a private CA's certificate (503)."""
     ca = trustme.CA()
-    await https_backend(stack, ca, "private", "private.internal")
+    await https_backend(engine_stack, ca, "private", "private.internal")
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
-    stack.write("tls.yaml", """apiVersion: gateway.networking.k8s.io/v1
+    engine_stack.write("tls.yaml", """apiVersion: gateway.networking.k8s.io/v1
 kind: BackendTLSPolicy
 metadata: {name: private, namespace: default}
 spec:
   targetRefs: [{group: "", kind: Service, name: private}]
   validation: {wellKnownCACertificates: System, hostname: private.internal}
 """)
-    stack.write("route.yaml", route("r", """  parentRefs: [{name: gw}]
+    engine_stack.write("route.yaml", route("r", """  parentRefs: [{name: gw}]
   rules: [{backendRefs: [{name: private, port: 443}]}]
 """))
-    await stack.start()
+    await engine_stack.start()
     status, _, _ = await request(port, "x.test", "/")
     assert status == 503
 
@@ -231,16 +231,16 @@ async def test_grpc_routes_by_service_method_and_header(stack: Stack) -> None:
             path, "200", name, "HTTP/2")
 
 
-async def test_tcp_route_share_with_unusable_backend_is_refused(stack: Stack) -> None:
+async def test_tcp_route_share_with_unusable_backend_is_refused(engine_stack: Stack) -> None:
     """A TCPRoute share whose Service is missing closes its part of connections (~half of 40)."""
-    await backend(stack, "l4", tcp=True)
+    await backend(engine_stack, "l4", tcp=True)
     tcp_port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: tcp, protocol: TCP, port: {tcp_port}}}\n"))
-    stack.write("routes.yaml", route("split", """  parentRefs: [{name: gw, sectionName: tcp}]
+    engine_stack.write("routes.yaml", route("split", """  parentRefs: [{name: gw, sectionName: tcp}]
   rules: [{backendRefs: [{name: l4, port: 80, weight: 1}, {name: ghost, port: 80, weight: 1}]}]
 """, kind="TCPRoute", version="v1alpha2"))
-    await stack.start()
+    await engine_stack.start()
     echoed = closed = 0
     for _ in range(40):
         async with asyncio.timeout(5):

@@ -121,7 +121,7 @@ async def tcp_whoami(port: int) -> str:
             writer.close()
 
 
-async def test_tcp_client_ip_affinity_holds_across_a_weighted_split(stack: Stack) -> None:
+async def test_tcp_client_ip_affinity_holds_across_a_weighted_split(engine_stack: Stack) -> None:
     """A TCPRoute splitting 1:1 between two Services with sessionAffinity ClientIP: every
     connection from one address reaches the same member (the engine's native split would pick
     the Service anew per connection: both would answer)."""
@@ -134,7 +134,7 @@ async def test_tcp_client_ip_affinity_holds_across_a_weighted_split(stack: Stack
                 EchoOptions(address=address, port=port, tcp=True, identity=Identity(name=name)),
                 started=started), name=f"echo-{name}"))
             await started.wait()
-            stack.write(f"svc-{name}.yaml", f"""apiVersion: v1
+            engine_stack.write(f"svc-{name}.yaml", f"""apiVersion: v1
 kind: Service
 metadata: {{name: {name}, namespace: default}}
 spec:
@@ -144,13 +144,13 @@ spec:
 ---
 """ + endpoints(name, {"TCP": port}, (address,)))
         listen = free_port()
-        stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
             f"  - {{name: tcp, protocol: TCP, port: {listen}}}\n"))
-        stack.write("route.yaml", route("db", """  parentRefs: [{name: gw, sectionName: tcp}]
+        engine_stack.write("route.yaml", route("db", """  parentRefs: [{name: gw, sectionName: tcp}]
   rules:
   - backendRefs: [{name: left, port: 80, weight: 1}, {name: right, port: 80, weight: 1}]
 """, kind="TCPRoute", version="v1alpha2"))
-        await stack.start()
+        await engine_stack.start()
         seen = Counter([await tcp_whoami(listen) for _ in range(30)])
     finally:
         for task in tasks:

@@ -84,18 +84,18 @@ async def _swaps(stack: Stack, load: Load, write: Callable[[int], None],
         await task
 
 
-async def test_http_pool_swapped_wholesale_under_load_drops_nothing(stack: Stack) -> None:
-    ports = {name: await stack.start_echo(name) for name in ("old", "new")}
+async def test_http_pool_swapped_wholesale_under_load_drops_nothing(engine_stack: Stack) -> None:
+    ports = {name: await engine_stack.start_echo(name) for name in ("old", "new")}
 
     def write(port: int) -> None:
-        stack.write("web.yaml", service("web", 80, port) + "---\n"
+        engine_stack.write("web.yaml", service("web", 80, port) + "---\n"
                     + endpoints("web", {"TCP": port}))
 
     write(ports["old"])
-    stack.write("ingress.yaml", SHOP_INGRESS)
-    await stack.start()
-    load = Load(lambda: _http(stack.http_port))
-    await _swaps(stack, load, write, ports, ("old", "new", "old", "new"))
+    engine_stack.write("ingress.yaml", SHOP_INGRESS)
+    await engine_stack.start()
+    load = Load(lambda: _http(engine_stack.http_port))
+    await _swaps(engine_stack, load, write, ports, ("old", "new", "old", "new"))
     assert load.failures == []
 
 

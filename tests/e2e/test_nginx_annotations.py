@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from podway.envoy.types import LISTENER
+
 from .harness import Stack, endpoints, get, make_stack, service
 
 pytestmark = pytest.mark.e2e
@@ -93,11 +95,23 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
         await made.stop()
 
 
-async def test_rewrite_target_with_captures(stack: Stack) -> None:
+@pytest.fixture(params=["envoy", "haproxy"])
+async def engine_stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """The same, on each engine in turn (the annotations both engines serve)."""
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, takeover_classes=("nginx",), engine_kind=request.param)
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
+async def test_rewrite_target_with_captures(engine_stack: Stack) -> None:
     """rewrite-target /$2 on /api(/|$)(.*): the backend sees the rest of the path and the
     query; the match is case-insensitive and anchored at the start only, as in nginx, and so
     is another Ingress's prefix path on the same host."""
-    port = await start(stack, ingress("api", {"rewrite-target": "/$2", "use-regex": "true"},
+    port = await start(engine_stack, ingress("api", {"rewrite-target": "/$2", "use-regex": "true"},
                                       path("/api(/|$)(.*)", kind="ImplementationSpecific"))
                        + "---\n" + ingress("plain", {}, path("/plain"),
                                             ts="2026-02-01T00:00:00Z"))
@@ -113,14 +127,14 @@ async def test_rewrite_target_with_captures(stack: Stack) -> None:
     assert (status, body.get("path")) == (200, "/PLAINly")
 
 
-async def test_canary_by_header_cookie_and_weight(stack: Stack) -> None:
+async def test_canary_by_header_cookie_and_weight(engine_stack: Stack) -> None:
     """A canary Ingress on the main one's host and path: header always/never, cookie always,
     then a weight split — no HostConflict, both backends serve."""
     manifests = (ingress("main", {}, path("/")) + "---\n"
                  + ingress("canary", {"canary": "true", "canary-by-header": "X-Canary",
                                       "canary-by-cookie": "beta", "canary-weight": "30"},
                            path("/", "web-v2"), ts="2026-02-01T00:00:00Z"))
-    port = await start(stack, manifests, ("web", "web-v2"))
+    port = await start(engine_stack, manifests, ("web", "web-v2"))
     cases = [({"X-Canary": "always"}, "web-v2"), ({"X-Canary": "never", "Cookie": "beta=always"},
                                                   "web"),
              ({"Cookie": "a=1; beta=always"}, "web-v2"), ({"Cookie": "beta=never"}, "web")]
@@ -136,25 +150,25 @@ async def test_canary_by_header_cookie_and_weight(stack: Stack) -> None:
     assert set(seen) == {"web", "web-v2"}  # 30 % canary: both in 100 tries (p of not ~1e-15)
 
 
-async def test_canary_by_header_value(stack: Stack) -> None:
+async def test_canary_by_header_value(engine_stack: Stack) -> None:
     """canary-by-header-value: only that value goes to the canary; others to the main."""
     manifests = (ingress("main", {}, path("/")) + "---\n"
                  + ingress("canary", {"canary": "true", "canary-by-header": "X-Version",
                                       "canary-by-header-value": "v2"},
                            path("/", "web-v2"), ts="2026-02-01T00:00:00Z"))
-    port = await start(stack, manifests, ("web", "web-v2"))
+    port = await start(engine_stack, manifests, ("web", "web-v2"))
     for value, backend in (("v2", "web-v2"), ("v1", "web"), ("always", "web")):
         _, _, body = await request(port, "shop.test", "/", headers={"X-Version": value})
         assert (value, body.get("name")) == (value, backend)
 
 
-async def test_redirects_and_app_root(stack: Stack) -> None:
+async def test_redirects_and_app_root(engine_stack: Stack) -> None:
     """permanent-redirect answers every path with its URL (query dropped); app-root sends /
     to the application root with 302 and leaves other paths alone."""
     manifests = (ingress("moved", {"permanent-redirect": "https://new.test/shop"}, path("/"),
                          host="old.test") + "---\n"
                  + ingress("app", {"app-root": "/app"}, path("/")))
-    port = await start(stack, manifests)
+    port = await start(engine_stack, manifests)
     status, headers, _ = await request(port, "old.test", "/anything?q=1")
     assert (status, headers.get("location")) == (301, "https://new.test/shop")
     status, headers, _ = await request(port, "shop.test", "/")
@@ -164,12 +178,12 @@ async def test_redirects_and_app_root(stack: Stack) -> None:
     assert (status, body.get("path")) == (200, "/app/x")
 
 
-async def test_source_allowlist_and_denylist(stack: Stack) -> None:
+async def test_source_allowlist_and_denylist(engine_stack: Stack) -> None:
     """whitelist-source-range admits only its clients; denylist-source-range takes some out
     again; everyone else gets 403 (clients are loopback addresses)."""
     manifests = ingress("office", {"whitelist-source-range": "127.0.0.0/30",
                                    "denylist-source-range": "127.0.0.2"}, path("/"))
-    port = await start(stack, manifests)
+    port = await start(engine_stack, manifests)
     for source, status in (("127.0.0.1", 200), ("127.0.0.2", 403), ("127.0.0.3", 200),
                            ("127.0.0.9", 403)):
         got, _, _ = await request(port, "shop.test", "/", source=source)
@@ -196,9 +210,9 @@ async def test_body_size_limit(stack: Stack) -> None:
     assert (status, body.get("name")) == (200, "web")
 
 
-async def test_upstream_vhost_and_forwarded_prefix(stack: Stack) -> None:
+async def test_upstream_vhost_and_forwarded_prefix(engine_stack: Stack) -> None:
     """upstream-vhost sets the Host the backend sees; x-forwarded-prefix adds its header."""
-    port = await start(stack, ingress("vhost", {"upstream-vhost": "internal.test",
+    port = await start(engine_stack, ingress("vhost", {"upstream-vhost": "internal.test",
                                                 "x-forwarded-prefix": "/shop"}, path("/")))
     status, _, body = await request(port, "shop.test", "/")
     headers = body.get("headers")
@@ -211,12 +225,12 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.strip().splitlines())
 
 
-async def test_client_certificates(stack: Stack) -> None:
+async def test_client_certificates(engine_stack: Stack) -> None:
     """auth-tls-secret: a client with a certificate of the CA is served over HTTPS, one
     without a certificate or with another CA's is refused in the handshake."""
     server_ca, client_ca, other_ca = trustme.CA(), trustme.CA(), trustme.CA()
     cert = server_ca.issue_cert("shop.test")
-    stack.write("secrets.yaml", f"""apiVersion: v1
+    engine_stack.write("secrets.yaml", f"""apiVersion: v1
 kind: Secret
 metadata: {{name: shop-tls, namespace: default}}
 type: kubernetes.io/tls
@@ -235,7 +249,7 @@ stringData:
 """)
     manifests = ingress("mtls", {"auth-tls-secret": "default/client-ca"}, path("/")).replace(
         "  rules:\n", "  tls: [{hosts: [shop.test], secretName: shop-tls}]\n  rules:\n")
-    await start(stack, manifests)
+    await start(engine_stack, manifests)
 
     def context(ca: trustme.CA | None) -> ssl.SSLContext:
         out = ssl.create_default_context()
@@ -244,11 +258,11 @@ stringData:
             ca.issue_cert("client@shop.test").configure_cert(out)
         return out
 
-    status, body = await get(stack.https_port, "shop.test", "/", tls=context(client_ca))
+    status, body = await get(engine_stack.https_port, "shop.test", "/", tls=context(client_ca))
     assert (status, body.get("name")) == (200, "web")
     for ca in (None, other_ca):
         with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
-            await get(stack.https_port, "shop.test", "/", tls=context(ca))
+            await get(engine_stack.https_port, "shop.test", "/", tls=context(ca))
 
 
 async def test_cors_preflight_and_headers(stack: Stack) -> None:
@@ -270,6 +284,106 @@ async def test_cors_preflight_and_headers(stack: Stack) -> None:
     status, headers, _ = await request(port, "shop.test", "/",
                                        headers={"Origin": "https://evil.test"})
     assert (status, headers.get("access-control-allow-origin")) == (200, None)
+
+
+async def test_features_apply_only_on_the_routes_that_ask_for_them(stack: Stack) -> None:
+    """The optional filters are switched off on the listener and on per route: on one host,
+    the route with CORS, an allowlist and a rate limit gets all three, the plain route beside it
+    none of them (no CORS header, any client, no limit)."""
+    guarded = ingress("guarded", {"enable-cors": "true", "cors-allow-origin": "https://app.test",
+                                  "whitelist-source-range": "127.0.0.1/32", "limit-rpm": "1",
+                                  "limit-burst-multiplier": "2"}, path("/guarded"))
+    plain = ingress("plain", {}, path("/plain"), ts="2026-01-01T00:00:01Z")
+    port = await start(stack, guarded + "---\n" + plain)
+    origin = {"Origin": "https://app.test"}
+    status, headers, _ = await request(port, "shop.test", "/guarded", headers=origin)
+    assert (status, headers.get("access-control-allow-origin")) == (200, "https://app.test")
+    assert (await request(port, "shop.test", "/guarded", source="127.0.0.9"))[0] == 403
+    statuses = [(await request(port, "shop.test", "/guarded"))[0] for _ in range(2)]
+    assert statuses == [200, 503]  # the bucket of 2 was spent by the first and this one
+    for source in ("127.0.0.1", "127.0.0.9", "127.0.0.1", "127.0.0.1", "127.0.0.1"):
+        status, headers, body = await request(port, "shop.test", "/plain", headers=origin,
+                                              source=source)
+        assert (status, body.get("name")) == (200, "web")
+        assert "access-control-allow-origin" not in headers
+
+
+async def test_access_rules_hold_on_a_scoped_listener_whatever_the_host_case(
+        stack: Stack) -> None:
+    """A listener with enough exact hosts is served as scopes (one table per host), whose
+    scope key is the lower-case Host: a request naming its host in upper case is still
+    refused by the route's allowlist (filters are chosen from the first route Envoy finds)."""
+    from podway.envoy.config import build
+    from podway.envoy.config.scoped import SCOPED_MIN_HOSTS, has_scopes
+
+    rules = "".join(f"""  - host: h{i}.test
+    http:
+      paths:
+{path("/")}""" for i in range(SCOPED_MIN_HOSTS))
+    many = f"""apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: many, namespace: default, creationTimestamp: "2026-01-01T00:00:01Z"}}
+spec:
+  ingressClassName: nginx
+  rules:
+{rules}"""
+    office = ingress("office", {"whitelist-source-range": "127.0.0.1/32"}, path("/"))
+    port = await start(stack, office + "---\n" + many)
+    built = build(stack.state.ir)  # the listener really is served as scopes
+    assert any(has_scopes(r.message) for r in built[LISTENER].values())
+    for host in ("shop.test", "SHOP.test", "Shop.Test"):
+        assert (await request(port, host, "/", source="127.0.0.9"))[0] == 403, host
+        assert (await request(port, host, "/", source="127.0.0.1"))[0] == 200, host
+    assert (await request(port, "H1.test", "/", source="127.0.0.9"))[0] == 200
+
+
+async def test_taken_over_ingress_listeners_set_real_ip(stack: Stack) -> None:
+    """ingress-nginx always sets X-Real-IP, so the Ingress listeners of a stack taking its class
+    over do (without ``--x-real-ip``), replacing a client's own value."""
+    port = await start(stack, ingress("web", {}, path("/")))
+    _, _, body = await request(port, "shop.test", "/", headers={"X-Real-IP": "198.18.0.66"})
+    headers = body.get("headers")
+    assert isinstance(headers, dict)
+    assert headers.get("x-real-ip") == "127.0.0.1"
+
+
+async def _raw(port: int, head: str, body: bytes = b"", *, limit_s: float = 20) -> int:
+    """Send a request head and body as given; the response status (0: the connection was
+    closed without one)."""
+    async with asyncio.timeout(limit_s):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(head.encode())
+            for at in range(0, len(body), 1 << 20):
+                writer.write(body[at:at + (1 << 20)])
+                await writer.drain()
+            line = await reader.readline()
+        finally:
+            writer.close()
+    return int(line.split()[1]) if line else 0
+
+
+def _chunked(data: bytes, size: int = 1 << 16) -> bytes:
+    parts = [f"{len(data[i:i + size]):x}\r\n".encode() + data[i:i + size] + b"\r\n"
+             for i in range(0, len(data), size)]
+    return b"".join(parts) + b"0\r\n\r\n"
+
+
+async def test_a_body_limit_too_large_to_buffer_streams_and_still_holds(stack: Stack) -> None:
+    """proxy-body-size 20m (over what an engine buffers): a declared 1 GiB body is 413 at once,
+    without sending it; a declared 12 MiB body streams to the backend (before: buffered whole,
+    up to the limit, in memory); a chunked body is held at most 8 MiB: 2 MiB passes, 10 MiB
+    is 413."""
+    port = await start(stack, ingress("upload", {"proxy-body-size": "20m"}, path("/")))
+    head = "POST / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n"
+    assert await _raw(port, head + f"Content-Length: {1 << 30}\r\n\r\n", limit_s=5) == 413
+    assert await _raw(port, head + f"Content-Length: {12 << 20}\r\n\r\n",
+                      b"x" * (12 << 20)) == 200
+    chunked = head + "Transfer-Encoding: chunked\r\n\r\n"
+    assert await _raw(port, chunked, _chunked(b"x" * (2 << 20))) == 200
+    assert await _raw(port, chunked, _chunked(b"x" * (10 << 20))) == 413
+    assert await _raw(port, "GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n") \
+        == 200
 
 
 async def test_unserved_auth_fails_closed(stack: Stack) -> None:

@@ -47,14 +47,13 @@ async def _backends(stack: Stack) -> None:
                     + endpoints(name, {"TCP": port}))
 
 
-async def test_ingress_rules_reach_the_right_backend(stack: Stack) -> None:
+async def test_ingress_rules_reach_the_right_backend(engine_stack: Stack) -> None:
     """Each rule reaches its backend; prefixes are element-wise; 404 and 503 where due."""
-    await _backends(stack)
-    stack.write("ingress.yaml", ingress(RULES).replace("host: shop.test", "host: shop.test", 1))
-    stack.write("ingress.yaml", ingress(RULES.replace("  - http:", "  - host: other.test\n"
-                                                      "    http:")))
-    await stack.start()
-    port = stack.http_port
+    await _backends(engine_stack)
+    engine_stack.write("ingress.yaml", ingress(RULES.replace(
+        "  - http:", "  - host: other.test\n    http:")))
+    await engine_stack.start()
+    port = engine_stack.http_port
     cases = [
         ("shop.test", "/", 200, "web"),
         ("shop.test", "/api", 200, "api"),
@@ -65,6 +64,7 @@ async def test_ingress_rules_reach_the_right_backend(stack: Stack) -> None:
         ("a.wild.test", "/", 200, "api"),
         (f"a.wild.test:{port}", "/", 200, "api"),  # a port in Host does not matter
         ("SHOP.test", "/api", 200, "api"),  # host names are case-insensitive
+        (f"shop.test.:{port}", "/api", 200, "api"),  # the absolute form, with a port
         ("other.test", "/", 200, "web"),
         ("nobody.test", "/", 404, None),
         ("a.b.wild.test", "/", 404, None),  # *.wild.test covers exactly one label
@@ -74,20 +74,20 @@ async def test_ingress_rules_reach_the_right_backend(stack: Stack) -> None:
         assert (host, path, got_status, body.get("name")) == (host, path, status, backend)
 
 
-async def test_one_label_wildcard_falls_back_to_catch_all(stack: Stack) -> None:
+async def test_one_label_wildcard_falls_back_to_catch_all(engine_stack: Stack) -> None:
     """a.b.wild.test is not *.wild.test (Ingress), so a rule without host answers it."""
-    await _backends(stack)
-    stack.write("ingress.yaml", ingress(RULES))
-    await stack.start()
-    status, body = await get(stack.http_port, "a.b.wild.test", "/")
+    await _backends(engine_stack)
+    engine_stack.write("ingress.yaml", ingress(RULES))
+    await engine_stack.start()
+    status, body = await get(engine_stack.http_port, "a.b.wild.test", "/")
     assert (status, body.get("name")) == (200, "web")
-    status, body = await get(stack.http_port, "a.wild.test", "/")
+    status, body = await get(engine_stack.http_port, "a.wild.test", "/")
     assert (status, body.get("name")) == (200, "api")
 
 
-async def test_tls_sni_selects_the_certificate(stack: Stack) -> None:
+async def test_tls_sni_selects_the_certificate(engine_stack: Stack) -> None:
     """Each TLS host gets its own certificate (verified against the test CA) and backend."""
-    await _backends(stack)
+    await _backends(engine_stack)
     ca = trustme.CA()
     secrets = []
     for host in ("a.test", "b.test"):
@@ -104,7 +104,7 @@ stringData:
   tls.key: |
 {_indent(key)}
 """)
-    stack.write("secrets.yaml", "---\n".join(secrets))
+    engine_stack.write("secrets.yaml", "---\n".join(secrets))
     rules = "".join(f"""  - host: {h}
     http:
       paths:
@@ -112,18 +112,18 @@ stringData:
 """ for h, b in (("a.test", "web"), ("b.test", "api")))
     tls = ("  tls:\n  - {hosts: [a.test], secretName: a-tls}\n"
            "  - {hosts: [b.test], secretName: b-tls}\n")
-    stack.write("ingress.yaml", ingress(rules, tls))
-    await stack.start()
+    engine_stack.write("ingress.yaml", ingress(rules, tls))
+    await engine_stack.start()
     context = ssl.create_default_context()
     ca.configure_trust(context)
     for host, backend in (("a.test", "web"), ("b.test", "api")):
-        status, body = await get(stack.https_port, host, "/", tls=context)
+        status, body = await get(engine_stack.https_port, host, "/", tls=context)
         assert (host, status, body.get("name")) == (host, 200, backend)
     # A certificate for the wrong name fails verification: SNI really chose the certificate.
     wrong = ssl.create_default_context()
     ca.configure_trust(wrong)
     with pytest.raises(ssl.SSLCertVerificationError):
-        await get(stack.https_port, "c.test", "/", tls=wrong, sni="a.test.invalid")
+        await get(engine_stack.https_port, "c.test", "/", tls=wrong, sni="a.test.invalid")
 
 
 def _indent(text: str) -> str:

@@ -116,43 +116,44 @@ async def https_get(port: int, context: ssl.SSLContext, host: str, path: str = "
         return status, {}
 
 
-async def test_ingress_redirects_plain_http_of_tls_hosts_unless_opted_out(stack: Stack) -> None:
+async def test_ingress_redirects_plain_http_of_tls_hosts_unless_opted_out(
+        engine_stack: Stack) -> None:
     """A TLS host answers plain HTTP with 308 to https:// on the HTTPS port (path and query
     kept); ACME challenges and an Ingress with ssl-redirect "false" are served over HTTP; the
     HTTPS side serves both with the wildcard certificate."""
-    await backend(stack, "web")
+    await backend(engine_stack, "web")
     ca = trustme.CA()
-    stack.write("secret.yaml", tls_secret("wild", ca.issue_cert("*.shop.test")))
+    engine_stack.write("secret.yaml", tls_secret("wild", ca.issue_cert("*.shop.test")))
     tls = "  tls:\n  - {hosts: [\"*.shop.test\"], secretName: wild}\n"
-    stack.write("a.yaml", ingress("secure", rule("www.shop.test", "web")
+    engine_stack.write("a.yaml", ingress("secure", rule("www.shop.test", "web")
                                   + rule("www.shop.test", "web",
                                          path="/.well-known/acme-challenge", kind="Prefix"),
                                   tls=tls))
-    stack.write("b.yaml", ingress("plain", rule("api.shop.test", "web"), tls=tls,
+    engine_stack.write("b.yaml", ingress("plain", rule("api.shop.test", "web"), tls=tls,
                                   annotations='podway.io/ssl-redirect: "false"'))
-    await stack.start()
-    status, headers, _ = await request(stack.http_port, "www.shop.test", "/cart?id=7")
+    await engine_stack.start()
+    status, headers, _ = await request(engine_stack.http_port, "www.shop.test", "/cart?id=7")
     assert status == 308
-    assert headers["location"] == f"https://www.shop.test:{stack.https_port}/cart?id=7"
-    status, _, body = await request(stack.http_port, "www.shop.test",
+    assert headers["location"] == f"https://www.shop.test:{engine_stack.https_port}/cart?id=7"
+    status, _, body = await request(engine_stack.http_port, "www.shop.test",
                                     "/.well-known/acme-challenge/token")
     assert (status, body.get("name")) == (200, "default/web")
-    status, _, body = await request(stack.http_port, "api.shop.test", "/")
+    status, _, body = await request(engine_stack.http_port, "api.shop.test", "/")
     assert (status, body.get("name")) == (200, "default/web")
     context = client_context(ca)
     for host in ("www.shop.test", "api.shop.test"):
-        status, body = await https_get(stack.https_port, context, host, "/cart")
+        status, body = await https_get(engine_stack.https_port, context, host, "/cart")
         assert (host, status, body.get("name")) == (host, 200, "default/web")
 
 
-async def test_ingress_re_encrypts_with_the_annotated_ca_and_sni(stack: Stack) -> None:
+async def test_ingress_re_encrypts_with_the_annotated_ca_and_sni(engine_stack: Stack) -> None:
     """backend-protocol HTTPS + backend-ca-secret + backend-sni: the pod is reached over TLS and
     verified; a pod whose certificate has another name is refused (503), and a CA Secret that
     does not exist fails closed (503) instead of skipping verification."""
     ca = trustme.CA()
-    await https_backend(stack, ca, "secure", "secure.internal")
-    await https_backend(stack, ca, "impostor", "other.internal")
-    stack.write("ca.yaml", f"""apiVersion: v1
+    await https_backend(engine_stack, ca, "secure", "secure.internal")
+    await https_backend(engine_stack, ca, "impostor", "other.internal")
+    engine_stack.write("ca.yaml", f"""apiVersion: v1
 kind: Secret
 metadata: {{name: backend-ca, namespace: default}}
 type: Opaque
@@ -162,45 +163,46 @@ stringData:
 """)
     annotations = ("podway.io/backend-protocol: HTTPS, podway.io/backend-ca-secret: {ca}, "
                    "podway.io/backend-sni: secure.internal")
-    stack.write("ok.yaml", ingress("ok", rule("ok.test", "secure", 443),
+    engine_stack.write("ok.yaml", ingress("ok", rule("ok.test", "secure", 443),
                                    annotations=annotations.format(ca="backend-ca")))
-    stack.write("bad.yaml", ingress("bad", rule("bad.test", "impostor", 443),
+    engine_stack.write("bad.yaml", ingress("bad", rule("bad.test", "impostor", 443),
                                     annotations=annotations.format(ca="backend-ca")))
-    stack.write("none.yaml", ingress("none", rule("none.test", "secure", 443),
+    engine_stack.write("none.yaml", ingress("none", rule("none.test", "secure", 443),
                                      annotations=annotations.format(ca="missing")))
-    await stack.start()
-    status, _, body = await request(stack.http_port, "ok.test")
+    await engine_stack.start()
+    status, _, body = await request(engine_stack.http_port, "ok.test")
     assert (status, body.get("name"), body.get("tls")) == (200, "secure", True)
-    status, _, _ = await request(stack.http_port, "bad.test")
+    status, _, _ = await request(engine_stack.http_port, "bad.test")
     assert status == 503
-    status, _, _ = await request(stack.http_port, "none.test")
+    status, _, _ = await request(engine_stack.http_port, "none.test")
     assert status == 503
 
 
-async def test_gateway_redirects_with_every_allowed_status_code(stack: Stack) -> None:
+async def test_gateway_redirects_with_every_allowed_status_code(engine_stack: Stack) -> None:
     """RequestRedirect answers 301, 302, 303, 307 and 308 as written, with the Location the
     filter asks for."""
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
     rules = "".join(f"""  - matches: [{{path: {{value: /{code}}}}}]
     filters: [{{type: RequestRedirect, requestRedirect: {{hostname: to.test, statusCode: {code}}}}}]
 """ for code in (301, 302, 303, 307, 308))
-    stack.write("route.yaml", route("codes", "  parentRefs: [{name: gw}]\n  rules:\n" + rules))
-    await stack.start()
+    engine_stack.write("route.yaml",
+                       route("codes", "  parentRefs: [{name: gw}]\n  rules:\n" + rules))
+    await engine_stack.start()
     for code in (301, 302, 303, 307, 308):
         status, headers, _ = await request(port, "from.test", f"/{code}/x")
         assert (status, headers.get("location")) == (code, f"http://to.test:{port}/{code}/x")
 
 
-async def test_tls_versions_follow_listener_options(stack: Stack) -> None:
+async def test_tls_versions_follow_listener_options(engine_stack: Stack) -> None:
     """tls.options podway.io/tls-min-version 1.3 refuses a TLS 1.2-only client and serves 1.3;
     podway.io/tls-max-version 1.2 makes a modern client settle on TLS 1.2."""
-    await backend(stack, "web")
+    await backend(engine_stack, "web")
     ca = trustme.CA()
-    stack.write("secret.yaml", tls_secret("cert", ca.issue_cert("tls.test")))
+    engine_stack.write("secret.yaml", tls_secret("cert", ca.issue_cert("tls.test")))
     strict, old = free_port(), free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway("".join(f"""
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway("".join(f"""
   - name: l{port}
     protocol: HTTPS
     port: {port}
@@ -209,10 +211,10 @@ async def test_tls_versions_follow_listener_options(stack: Stack) -> None:
       options: {{{option}}}""" for port, option in (
         (strict, 'podway.io/tls-min-version: "1.3"'),
         (old, 'podway.io/tls-max-version: "1.2"'))) + "\n"))
-    stack.write("route.yaml", route("web", """  parentRefs: [{name: gw}]
+    engine_stack.write("route.yaml", route("web", """  parentRefs: [{name: gw}]
   rules: [{backendRefs: [{name: web, port: 80}]}]
 """))
-    await stack.start()
+    await engine_stack.start()
     _, version, _ = await handshake(strict, client_context(ca), "tls.test")
     assert version == "TLSv1.3"
     with pytest.raises(ssl.SSLError):
@@ -266,15 +268,15 @@ async def test_rotated_certificate_serves_new_handshakes_and_keeps_open_ones(
     assert "PRIVATE KEY" not in caplog.text
 
 
-async def test_websocket_upgrade_echoes_through_the_engine(stack: Stack) -> None:
+async def test_websocket_upgrade_echoes_through_the_engine(engine_stack: Stack) -> None:
     """Upgrade: websocket through an Ingress route: 101, the backend's identity message, then
     each message echoed on the same connection."""
-    await backend(stack, "ws")
-    stack.write("ingress.yaml", ingress("ws", rule("ws.test", "ws")))
-    await stack.start()
+    await backend(engine_stack, "ws")
+    engine_stack.write("ingress.yaml", ingress("ws", rule("ws.test", "ws")))
+    await engine_stack.start()
     key = "dGhlIHNhbXBsZSBub25jZQ=="
     async with asyncio.timeout(5):
-        reader, writer = await asyncio.open_connection("127.0.0.1", stack.http_port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", engine_stack.http_port)
         try:
             writer.write(f"GET /chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\n"
                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
@@ -303,24 +305,24 @@ async def test_websocket_upgrade_echoes_through_the_engine(stack: Stack) -> None
             writer.close()
 
 
-async def test_https_listener_negotiates_http2_by_alpn(stack: Stack) -> None:
+async def test_https_listener_negotiates_http2_by_alpn(engine_stack: Stack) -> None:
     """A client offering h2 and http/1.1 gets h2 from an HTTPS listener; one offering only
     http/1.1 gets it (the engine serves both on one port)."""
-    await backend(stack, "web")
+    await backend(engine_stack, "web")
     ca = trustme.CA()
-    stack.write("secret.yaml", tls_secret("alpn", ca.issue_cert("alpn.test")))
-    stack.write("ingress.yaml", ingress("alpn", rule("alpn.test", "web"),
+    engine_stack.write("secret.yaml", tls_secret("alpn", ca.issue_cert("alpn.test")))
+    engine_stack.write("ingress.yaml", ingress("alpn", rule("alpn.test", "web"),
                                         tls="  tls:\n  - {hosts: [alpn.test], secretName: alpn}\n"))
-    await stack.start()
+    await engine_stack.start()
     both = client_context(ca)
     both.set_alpn_protocols(["h2", "http/1.1"])
-    assert (await handshake(stack.https_port, both, "alpn.test"))[2] == "h2"
+    assert (await handshake(engine_stack.https_port, both, "alpn.test"))[2] == "h2"
     old = client_context(ca)
     old.set_alpn_protocols(["http/1.1"])
-    assert (await handshake(stack.https_port, old, "alpn.test"))[2] == "http/1.1"
+    assert (await handshake(engine_stack.https_port, old, "alpn.test"))[2] == "http/1.1"
 
 
-async def test_grpc_calls_through_a_grpc_route_over_h2c_and_tls(stack: Stack) -> None:
+async def test_grpc_calls_through_a_grpc_route_over_h2c_and_tls(engine_stack: Stack) -> None:
     """A real gRPC client (grpcio) calls a real gRPC server through a GRPCRoute: over plain
     HTTP/2 on an HTTP listener and over TLS (ALPN h2) on an HTTPS listener; an unmatched
     method gets UNIMPLEMENTED from the engine, not from the server."""
@@ -335,7 +337,7 @@ async def test_grpc_calls_through_a_grpc_route_over_h2c_and_tls(stack: Stack) ->
     grpc_port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        stack.write("svc.yaml", f"""apiVersion: v1
+        engine_stack.write("svc.yaml", f"""apiVersion: v1
 kind: Service
 metadata: {{name: grpc, namespace: default}}
 spec:
@@ -355,22 +357,22 @@ endpoints:
   conditions: {{ready: true}}
 """)
         ca = trustme.CA()
-        stack.write("secret.yaml", tls_secret("grpc-tls", ca.issue_cert("grpc.test")))
+        engine_stack.write("secret.yaml", tls_secret("grpc-tls", ca.issue_cert("grpc.test")))
         plain, secure = free_port(), free_port()
-        stack.write("gw.yaml", CLASS + "---\n" + gateway(f"""
+        engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(f"""
   - {{name: http, protocol: HTTP, port: {plain}}}
   - name: https
     protocol: HTTPS
     port: {secure}
     tls: {{certificateRefs: [{{name: grpc-tls}}]}}
 """))
-        stack.write("route.yaml", route("grpc", """  parentRefs: [{name: gw}]
+        engine_stack.write("route.yaml", route("grpc", """  parentRefs: [{name: gw}]
   hostnames: [grpc.test]
   rules:
   - matches: [{method: {service: echo.Echo, method: Say}}]
     backendRefs: [{name: grpc, port: 50051}]
 """, kind="GRPCRoute"))
-        await stack.start()
+        await engine_stack.start()
         options = (("grpc.default_authority", "grpc.test"),)
         credentials = grpc.ssl_channel_credentials(root_certificates=ca.cert_pem.bytes())
         channels = [
@@ -493,20 +495,20 @@ async def test_ingress_tls_passthrough_beside_termination(stack: Stack) -> None:
             writer.close()
 
 
-async def test_tcp_route_rules_form_one_weighted_split(stack: Stack) -> None:
+async def test_tcp_route_rules_form_one_weighted_split(engine_stack: Stack) -> None:
     """A TCPRoute with two rules (weights 3 and 1): connections reach both backends, in
     proportion within statistical bounds."""
-    await backend(stack, "heavy", tcp=True)
-    await backend(stack, "light", tcp=True)
+    await backend(engine_stack, "heavy", tcp=True)
+    await backend(engine_stack, "light", tcp=True)
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: tcp, protocol: TCP, port: {port}}}\n"))
-    stack.write("route.yaml", route("split", """  parentRefs: [{name: gw, sectionName: tcp}]
+    engine_stack.write("route.yaml", route("split", """  parentRefs: [{name: gw, sectionName: tcp}]
   rules:
   - backendRefs: [{name: heavy, port: 80, weight: 3}]
   - backendRefs: [{name: light, port: 80, weight: 1}]
 """, kind="TCPRoute", version="v1alpha2"))
-    await stack.start()
+    await engine_stack.start()
     seen = {"default/heavy": 0, "default/light": 0}
     for _ in range(80):
         async with asyncio.timeout(5):
@@ -520,14 +522,14 @@ async def test_tcp_route_rules_form_one_weighted_split(stack: Stack) -> None:
     assert 6 <= seen["default/light"] <= 34, seen
 
 
-async def test_backend_ref_header_filters_apply_to_their_share_only(stack: Stack) -> None:
+async def test_backend_ref_header_filters_apply_to_their_share_only(engine_stack: Stack) -> None:
     """backendRef filters: requests to the filtered share carry its request header and answer
     with its response header; the unfiltered share of the same Service carries neither."""
-    await backend(stack, "web")
+    await backend(engine_stack, "web")
     port = free_port()
-    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
         f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
-    stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
+    engine_stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
   rules:
   - backendRefs:
     - name: web
@@ -537,7 +539,7 @@ async def test_backend_ref_header_filters_apply_to_their_share_only(stack: Stack
       - {type: ResponseHeaderModifier, responseHeaderModifier: {set: [{name: X-Was, value: a}]}}
     - {name: web, port: 80}
 """))
-    await stack.start()
+    await engine_stack.start()
     seen: dict[str, int] = {"a": 0, "none": 0}
     for _ in range(40):
         status, headers, body = await request(port, "x.test")
@@ -590,59 +592,60 @@ async def test_cors_filter_answers_preflights_for_allowed_origins(stack: Stack) 
     assert headers.get("access-control-expose-headers") == "X-Trace"
 
 
-async def test_ingress_backend_protocol_h2c_reaches_the_pod_over_http2(stack: Stack) -> None:
+async def test_ingress_backend_protocol_h2c_reaches_the_pod_over_http2(engine_stack: Stack) -> None:
     """podway.io/backend-protocol: H2C: an HTTP/1.1 client's request reaches the pod over
     HTTP/2 (the echo says which protocol it was asked in); without it, HTTP/1.1."""
-    await backend(stack, "web")
-    stack.write("h2.yaml", ingress("h2", rule("h2.test", "web"),
+    await backend(engine_stack, "web")
+    engine_stack.write("h2.yaml", ingress("h2", rule("h2.test", "web"),
                                    annotations="podway.io/backend-protocol: H2C"))
-    stack.write("h1.yaml", ingress("h1", rule("h1.test", "web")))
-    await stack.start()
+    engine_stack.write("h1.yaml", ingress("h1", rule("h1.test", "web")))
+    await engine_stack.start()
     for host, protocol in (("h2.test", "HTTP/2"), ("h1.test", "HTTP/1.1")):
-        status, _, body = await request(stack.http_port, host)
+        status, _, body = await request(engine_stack.http_port, host)
         assert (host, status, body.get("protocol")) == (host, 200, protocol)
 
 
-async def test_ingress_tls_min_version_annotation(stack: Stack) -> None:
+async def test_ingress_tls_min_version_annotation(engine_stack: Stack) -> None:
     """podway.io/tls-min-version "1.3" on one Ingress: its host refuses a TLS 1.2-only client,
     while another Ingress's host on the same HTTPS port still accepts TLS 1.2."""
-    await backend(stack, "web")
+    await backend(engine_stack, "web")
     ca = trustme.CA()
-    stack.write("secrets.yaml", tls_secret("new", ca.issue_cert("new.test")) + "---\n"
+    engine_stack.write("secrets.yaml", tls_secret("new", ca.issue_cert("new.test")) + "---\n"
                 + tls_secret("old", ca.issue_cert("old.test")))
-    stack.write("new.yaml", ingress("new", rule("new.test", "web"),
+    engine_stack.write("new.yaml", ingress("new", rule("new.test", "web"),
                                     tls="  tls:\n  - {hosts: [new.test], secretName: new}\n",
                                     annotations='podway.io/tls-min-version: "1.3"'))
-    stack.write("old.yaml", ingress("old", rule("old.test", "web"),
+    engine_stack.write("old.yaml", ingress("old", rule("old.test", "web"),
                                     tls="  tls:\n  - {hosts: [old.test], secretName: old}\n"))
-    await stack.start()
+    await engine_stack.start()
     tls12 = client_context(ca, maximum_version=ssl.TLSVersion.TLSv1_2)
     with pytest.raises(ssl.SSLError):
-        await handshake(stack.https_port, tls12, "new.test")
-    assert (await handshake(stack.https_port, tls12, "old.test"))[1] == "TLSv1.2"
-    assert (await handshake(stack.https_port, client_context(ca), "new.test"))[1] == "TLSv1.3"
+        await handshake(engine_stack.https_port, tls12, "new.test")
+    assert (await handshake(engine_stack.https_port, tls12, "old.test"))[1] == "TLSv1.2"
+    newest = await handshake(engine_stack.https_port, client_context(ca), "new.test")
+    assert newest[1] == "TLSv1.3"
 
 
-async def test_ingress_default_certificate_for_unknown_or_missing_sni(stack: Stack) -> None:
+async def test_ingress_default_certificate_for_unknown_or_missing_sni(engine_stack: Stack) -> None:
     """SNI picks a host's own certificate; an unknown SNI, or none, gets the default one (a
     TLS entry without hosts)."""
-    await backend(stack, "web")
+    await backend(engine_stack, "web")
     ca = trustme.CA()
     own, default = ca.issue_cert("a.test"), ca.issue_cert("default.test")
-    stack.write("secrets.yaml", tls_secret("a", own) + "---\n" + tls_secret("dflt", default))
-    stack.write("ingress.yaml", ingress("sni", rule("a.test", "web") + rule("b.test", "web"),
+    engine_stack.write("secrets.yaml", tls_secret("a", own) + "---\n" + tls_secret("dflt", default))
+    engine_stack.write("ingress.yaml", ingress("sni", rule("a.test", "web") + rule("b.test", "web"),
                                         tls="  tls:\n  - {hosts: [a.test], secretName: a}\n"
                                             "  - {secretName: dflt}\n"))
-    await stack.start()
+    await engine_stack.start()
 
     def der(cert: trustme.LeafCert) -> bytes:
         return ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
 
     loose = client_context(ca, check_hostname=False)
-    assert (await handshake(stack.https_port, loose, "a.test"))[0] == der(own)
-    assert (await handshake(stack.https_port, loose, "b.test"))[0] == der(default)
+    assert (await handshake(engine_stack.https_port, loose, "a.test"))[0] == der(own)
+    assert (await handshake(engine_stack.https_port, loose, "b.test"))[0] == der(default)
     async with asyncio.timeout(5):
-        _, writer = await asyncio.open_connection("127.0.0.1", stack.https_port, ssl=loose)
+        _, writer = await asyncio.open_connection("127.0.0.1", engine_stack.https_port, ssl=loose)
         try:
             shown = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         finally:
@@ -650,7 +653,7 @@ async def test_ingress_default_certificate_for_unknown_or_missing_sni(stack: Sta
     assert shown == der(default)
 
 
-async def test_grpc_through_an_ingress_over_h2c_and_re_encrypted(stack: Stack) -> None:
+async def test_grpc_through_an_ingress_over_h2c_and_re_encrypted(engine_stack: Stack) -> None:
     """podway.io/backend-protocol GRPC (plain HTTP/2 to the pod) and GRPCS (TLS with ALPN h2,
     verified with backend-ca-secret and backend-sni): a grpcio client's call succeeds through
     the Ingress HTTP listener to both."""
@@ -677,9 +680,9 @@ async def test_grpc_through_an_ingress_over_h2c_and_re_encrypted(stack: Stack) -
         servers.append(server)
     try:
         for name, port in ports.items():
-            stack.write(f"svc-{name}.yaml", service(name, 80, port) + "---\n"
+            engine_stack.write(f"svc-{name}.yaml", service(name, 80, port) + "---\n"
                         + endpoints(name, {"TCP": port}))
-        stack.write("ca.yaml", f"""apiVersion: v1
+        engine_stack.write("ca.yaml", f"""apiVersion: v1
 kind: Secret
 metadata: {{name: grpc-ca, namespace: default}}
 type: Opaque
@@ -687,14 +690,15 @@ stringData:
   ca.crt: |
 {indent(ca.cert_pem.bytes().decode())}
 """)
-        stack.write("plain.yaml", ingress("plain", rule("plain.test", "plain"),
+        engine_stack.write("plain.yaml", ingress("plain", rule("plain.test", "plain"),
                                           annotations="podway.io/backend-protocol: GRPC"))
-        stack.write("secure.yaml", ingress("secure", rule("secure.test", "secure"), annotations=(
+        engine_stack.write("secure.yaml", ingress("secure", rule("secure.test", "secure"),
+                                                  annotations=(
             "podway.io/backend-protocol: GRPCS, podway.io/backend-ca-secret: grpc-ca, "
             "podway.io/backend-sni: grpc.internal")))
-        await stack.start()
+        await engine_stack.start()
         for host in ("plain.test", "secure.test"):
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{stack.http_port}",
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{engine_stack.http_port}",
                                                 options=(("grpc.default_authority", host),))
             try:
                 call = channel.unary_unary("/echo.Echo/Say")

@@ -123,7 +123,13 @@ async def names(port: int, count: int, **kwargs: object) -> collections.Counter[
 
 
 async def host_flags(stack: Stack) -> dict[str, str]:
-    """address → Envoy's health flags of that member of the web pool."""
+    """address → the engine's health of that member of the web pool (Envoy's health flags;
+    HAProxy's engine-neutral health)."""
+    if stack.haproxy:
+        assert stack.standalone.haproxy is not None
+        view = await stack.standalone.haproxy.health() or {}
+        return {host.rsplit(":", 1)[0]: state.health.value for (pool, host), state in view.items()
+                if pool == POOL}
     address = await (await stack.engine()).wait_started()
     _, body = await admin.request(address, "/clusters")
     out = {}
@@ -231,7 +237,7 @@ async def test_member_killed_under_load_is_ejected_after_its_consecutive_errors(
         assert await victim_errors(stack) == at_ejection
         # Every failed request is one of the killed member's errors (the healthy ones fail
         # nothing): those already sent to it (not retried by default) and connect failures whose
-        # retry the retry budget refused; the others were retried on a healthy member.
+        # retry the pool's retry cap refused; the others were retried on a healthy member.
         assert failed <= errors, (results, at_ejection)
         assert results["b1"], results
         assert results["b2"], results
@@ -269,12 +275,12 @@ async def _listening(address: str, port: int) -> bool:
 
 @pytest.mark.parametrize("algorithm", ["RoundRobin", "LeastRequest", "Random"])
 async def test_distribution_per_algorithm_is_even_within_bounds(
-        stack: Stack, backends: Backends, algorithm: str) -> None:
+        engine_stack: Stack, backends: Backends, algorithm: str) -> None:
     """300 sequential requests over 3 members: round robin gives exactly 100 each; least
     request and random stay within 5 standard deviations of 100 (binomial, p = 1/3)."""
-    await serve_web(stack, backends.port, f"  loadBalancer: {{type: {algorithm}}}\n")
-    await eventually(lambda: _all_answer(stack), within=15)
-    served = await names(stack.http_port, 300)
+    await serve_web(engine_stack, backends.port, f"  loadBalancer: {{type: {algorithm}}}\n")
+    await eventually(lambda: _all_answer(engine_stack), within=15)
+    served = await names(engine_stack.http_port, 300)
     assert set(served) == {"b1", "b2", "b3"}, served
     if algorithm == "RoundRobin":
         assert sorted(served.values()) == [100, 100, 100], served
@@ -284,23 +290,23 @@ async def test_distribution_per_algorithm_is_even_within_bounds(
 
 @pytest.mark.parametrize("algorithm", ["RingHash", "Maglev"])
 async def test_consistent_hashing_on_a_header_is_even_and_sticky(
-        stack: Stack, backends: Backends, algorithm: str) -> None:
+        engine_stack: Stack, backends: Backends, algorithm: str) -> None:
     """Hashing on x-user: 150 users spread over the 3 members (each gets 20-80 of them), and
     every user lands on the same member each time."""
-    await serve_web(stack, backends.port, f"""  loadBalancer:
+    await serve_web(engine_stack, backends.port, f"""  loadBalancer:
     type: {algorithm}
     hashOn: {{type: Header, name: x-user}}
 """)
-    await eventually(lambda: _all_answer_hashed(stack), within=15)
+    await eventually(lambda: _all_answer_hashed(engine_stack), within=15)
     first = {}
     for user in range(150):
-        _, _, body = await request(stack.http_port, headers={"x-user": f"u{user}"})
+        _, _, body = await request(engine_stack.http_port, headers={"x-user": f"u{user}"})
         first[user] = body.get("name")
     spread = collections.Counter(first.values())
     assert set(spread) == {"b1", "b2", "b3"}, spread
     assert all(20 <= n <= 80 for n in spread.values()), spread
     for user in range(0, 150, 10):
-        _, _, body = await request(stack.http_port, headers={"x-user": f"u{user}"})
+        _, _, body = await request(engine_stack.http_port, headers={"x-user": f"u{user}"})
         assert body.get("name") == first[user]
 
 
@@ -313,36 +319,38 @@ async def _all_answer_hashed(stack: Stack) -> bool:
 
 
 async def test_cookie_persistence_holds_across_100_requests_and_a_member_change(
-        stack: Stack, backends: Backends) -> None:
+        engine_stack: Stack, backends: Backends) -> None:
     """The first answer sets the podway-session cookie (Max-Age from the ttl, Path /); 100
     requests with it all reach the same member. Of 60 sessions, those whose member stays keep it
     when another member is removed (at least 90 %: Maglev moves almost only the keys of the
     member that left)."""
-    await serve_web(stack, backends.port, "  persistence: {type: Cookie, ttl: 1h}\n")
-    await eventually(lambda: _get_ok(stack), within=15)
-    status, headers, body = await request(stack.http_port)
+    await serve_web(engine_stack, backends.port, "  persistence: {type: Cookie, ttl: 1h}\n")
+    await eventually(lambda: _get_ok(engine_stack), within=15)
+    status, headers, body = await request(engine_stack.http_port)
     assert status == 200
     cookie = headers.get("set-cookie", "")
     assert cookie.startswith("podway-session="), headers
     assert "Max-Age=3600" in cookie
     assert "Path=/" in cookie
     jar = {"cookie": cookie.split(";", 1)[0]}
-    assert await names(stack.http_port, 100, headers=jar) == {body.get("name"): 100}
+    assert await names(engine_stack.http_port, 100, headers=jar) == {body.get("name"): 100}
     before = {}
     for i in range(60):
-        _, _, answer = await request(stack.http_port, headers={"cookie": f"podway-session=s{i}"})
+        _, _, answer = await request(engine_stack.http_port,
+                                     headers={"cookie": f"podway-session=s{i}"})
         before[i] = answer.get("name")
     assert set(before.values()) == {"b1", "b2", "b3"}, before
     gone = ADDRESSES[0]
-    generation = stack.state.generation
-    stack.write("web.yaml", service("web", 80, backends.port) + "---\n"
+    generation = engine_stack.state.generation
+    engine_stack.write("web.yaml", service("web", 80, backends.port) + "---\n"
                 + slice_of(backends.port, ADDRESSES[1:]) + "---\n" + SHOP_INGRESS + "---\n"
                 + policy("  persistence: {type: Cookie, ttl: 1h}\n"))
-    await stack.applied(generation + 1)
-    await eventually(lambda: _gone(stack, gone), within=10)
+    await engine_stack.applied(generation + 1)
+    await eventually(lambda: _gone(engine_stack, gone), within=10)
     kept = moved = 0
     for i, name in before.items():
-        _, _, answer = await request(stack.http_port, headers={"cookie": f"podway-session=s{i}"})
+        _, _, answer = await request(engine_stack.http_port,
+                                     headers={"cookie": f"podway-session=s{i}"})
         assert answer.get("name") != backends.name_of(gone)
         if name != backends.name_of(gone):
             kept, moved = (kept + 1, moved) if answer.get("name") == name else (kept, moved + 1)
@@ -359,23 +367,23 @@ async def _gone(stack: Stack, address: str) -> bool:
 
 
 async def test_client_ip_persistence_from_service_session_affinity(
-        stack: Stack, backends: Backends) -> None:
+        engine_stack: Stack, backends: Backends) -> None:
     """Service sessionAffinity: ClientIP: each of 6 client addresses sticks to one member over
     15 requests, and the 6 do not all land on the same member."""
     svc = service("web", 80, backends.port).replace(
         "  type: ClusterIP\n", "  type: ClusterIP\n  sessionAffinity: ClientIP\n")
-    await serve_web(stack, backends.port, "  outlierDetection: {enabled: true}\n", svc=svc)
-    await eventually(lambda: _get_ok(stack), within=15)
+    await serve_web(engine_stack, backends.port, "  outlierDetection: {enabled: true}\n", svc=svc)
+    await eventually(lambda: _get_ok(engine_stack), within=15)
     landed = {}
     for i in range(6):
         source = f"127.0.0.{20 + i}"
-        served = await names(stack.http_port, 15, source=source)
+        served = await names(engine_stack.http_port, 15, source=source)
         assert len(served) == 1, (source, served)
         landed[source] = next(iter(served))
     assert len(set(landed.values())) > 1, landed
 
 
-async def test_client_ip_persistence_of_a_load_balancer_service(stack: Stack) -> None:
+async def test_client_ip_persistence_of_a_load_balancer_service(engine_stack: Stack) -> None:
     """A TCP LoadBalancer Service with sessionAffinity ClientIP: each of 6 client addresses
     reaches the same member on each of 10 connections, and not all reach the same one."""
     port = free_port()
@@ -390,8 +398,8 @@ async def test_client_ip_persistence_of_a_load_balancer_service(stack: Stack) ->
         lb_port = free_port()
         svc = service("web", lb_port, port, lb=True).replace(
             "  type: LoadBalancer\n", "  type: LoadBalancer\n  sessionAffinity: ClientIP\n")
-        stack.write("web.yaml", svc + "---\n" + slice_of(port))
-        await stack.start()
+        engine_stack.write("web.yaml", svc + "---\n" + slice_of(port))
+        await engine_stack.start()
         await eventually(lambda: _whoami(lb_port, "127.0.0.20"), within=15)
         landed = {}
         for i in range(6):

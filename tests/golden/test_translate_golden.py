@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from podway.ir import TLSOptions
+from podway.ir import EngineKind, TLSOptions
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.readers.render.report import report_yaml
@@ -30,6 +30,8 @@ def options_of(text: str) -> TranslateOptions:
                 spec["takeover_classes"] = tuple(spec["takeover_classes"])
             if "mode" in spec:
                 spec["mode"] = BackendMode(spec["mode"])
+            if "l4_engine" in spec:
+                spec["l4_engine"] = EngineKind(spec["l4_engine"])
             if "tls" in spec:
                 tls = dict(spec["tls"])
                 spec["tls"] = TLSOptions(**{**tls, "ciphers": tuple(tls.get("ciphers", ()))})

@@ -14,11 +14,16 @@ generic handler (no generated code). Each message is compact JSON::
      "removed": [["pool/default/web/80", "10.0.0.9:8080"], ...]}
 
 The first message of a stream is ``full`` (the whole view: it replaces what an earlier stream
-of that node said); later ones carry only changed and removed hosts. ``group`` (optional, in the
-full message only) is the engine group the engine runs with (``podway engine --engine-group``):
-the controller then counts it only for that group's pools. A report without it (an older
-engine, or an engine without a group) is an engine without a group. The answer, sent when the
-engine ends the stream, is ``{}``.
+of that node said); later ones carry only changed and removed hosts. A report larger than
+``MAX_MESSAGE_BYTES`` (a view of ~10,000 hosts and more; gRPC refuses messages over 4 MiB) is
+sent in parts (``encode_parts``): every part but the last says ``"more": true``, only the first
+may be ``full``, and the controller applies the parts together when the last arrives, so it
+never judges with half a view. (A controller that does not know ``more`` applies the first part
+as the full view and the others as changes: the same view once the last part is in.)
+``group`` (optional, in the full message only) is the engine group the engine runs with
+(``podway engine --engine-group``): the controller then counts it only for that group's
+pools. A report without it (an older engine, or an engine without a group) is an engine
+without a group. The answer, sent when the engine ends the stream, is ``{}``.
 
 Invariants:
 
@@ -32,7 +37,8 @@ Invariants:
   dropped (the engine stops counting); an older stream of the same node that ends later changes
   nothing. A stream whose first message is not ``full`` or a message that does not parse ends
   the stream (INVALID_ARGUMENT) and drops its view.
-* Bounded input: a message is at most gRPC's default 4 MiB; every text field at most
+* Bounded input: a message is at most gRPC's default 4 MiB (engines send parts of at most
+  ``MAX_MESSAGE_BYTES``; a report in parts is bounded by ``MAX_HOSTS``); every text field at most
   ``MAX_TEXT`` characters (reasons, which reach Pod conditions, are cut to ``MAX_REASON``); one
   node's view at most ``MAX_HOSTS`` hosts, whether sent whole or grown by changes. A report
   past a bound ends its stream (INVALID_ARGUMENT) and drops its view, like one that does not
@@ -68,6 +74,7 @@ VERSION = 1
 MAX_TEXT = 1024  # characters in a node, group, pool or address
 MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions and logs)
 MAX_HOSTS = 200_000  # hosts in one node's view
+MAX_MESSAGE_BYTES = 1 << 20  # one part of a report (a quarter of gRPC's default 4 MiB limit)
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
 # (node, its hosts that changed; None: its whole view appeared or went)
@@ -93,6 +100,7 @@ class Message:
     hosts: Mapping[HostKey, HostState]
     removed: tuple[HostKey, ...] = ()
     group: str = ""  # the engine's group ("": none); sent and read in full messages only
+    more: bool = False  # a part: the report goes on in the next message of the stream
 
 
 class ReportError(PodwayError):
@@ -100,13 +108,60 @@ class ReportError(PodwayError):
 
 
 def encode(message: Message) -> bytes:
-    raw: dict[str, Any] = {"v": VERSION, "node": message.node, "full": message.full}
-    if message.full and message.group:  # absent otherwise: what older controllers read
-        raw["group"] = message.group
-    raw["hosts"] = [[c, a, s.health.value, s.reason] for (c, a), s in sorted(
-        message.hosts.items())]
-    raw["removed"] = [list(key) for key in message.removed]
-    return json.dumps(raw, separators=(",", ":")).encode()
+    """One message, whatever its size (``encode_parts`` keeps each under the bound)."""
+    return _encode(message.node, full=message.full, group=message.group, more=message.more,
+                   hosts=[json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
+                    for (c, a), s in sorted(message.hosts.items())],
+                   removed=[json.dumps(list(key), separators=(",", ":"))
+                            for key in message.removed])
+
+
+def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
+            removed: list[str]) -> bytes:
+    head: dict[str, Any] = {"v": VERSION, "node": node, "full": full}
+    if full and group:  # absent otherwise: what older controllers read
+        head["group"] = group
+    if more:
+        head["more"] = True
+    text = json.dumps(head, separators=(",", ":"))[:-1]
+    return f'{text},"hosts":[{",".join(hosts)}],"removed":[{",".join(removed)}]}}'.encode()
+
+
+def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
+    """``message`` as one or more messages of at most ``limit`` bytes (default
+    ``MAX_MESSAGE_BYTES``; a single host entry longer than that still goes, alone): the first
+    part keeps ``full`` and the group, every part but the last says ``more``."""
+    limit = limit or MAX_MESSAGE_BYTES
+    hosts = [json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
+             for (c, a), s in sorted(message.hosts.items())]
+    removed = [json.dumps(list(key), separators=(",", ":")) for key in message.removed]
+    room = limit - len(_encode(message.node, full=message.full, group=message.group, more=True,
+                               hosts=[], removed=[]))
+    parts: list[tuple[list[str], list[str]]] = [([], [])]
+    used = 0
+    for which, entries in ((0, hosts), (1, removed)):
+        for entry in entries:
+            if used and used + len(entry) + 1 > room:
+                parts.append(([], []))
+                used = 0
+            parts[-1][which].append(entry)
+            used += len(entry) + 1
+    last = len(parts) - 1
+    return [_encode(message.node, full=message.full and i == 0,
+                    group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r)
+            for i, (h, r) in enumerate(parts)]
+
+
+def join(first: Message, then: Message) -> Message:
+    """Two parts of one report as one message (``then``'s entries win, as when applied in
+    order): ``full`` and the group from the first part, ``more`` from the later one."""
+    hosts = dict(first.hosts)
+    for key in then.removed:
+        hosts.pop(key, None)
+    hosts.update(then.hosts)
+    gone = {*first.removed, *then.removed} - then.hosts.keys()
+    return Message(node=first.node, full=first.full, hosts=MappingProxyType(hosts),
+                   removed=tuple(sorted(gone)), group=first.group, more=then.more)
 
 
 def decode(data: bytes) -> Message:
@@ -120,9 +175,11 @@ def decode(data: bytes) -> Message:
     node, full = raw.get("node"), raw.get("full")
     if not isinstance(node, str) or not node or not isinstance(full, bool):
         raise ReportError("a report needs a node name and 'full'")
-    group = raw.get("group", "")
+    group, more = raw.get("group", ""), raw.get("more", False)
     if not isinstance(group, str):
         raise ReportError("'group' must be a string")
+    if not isinstance(more, bool):
+        raise ReportError("'more' must be true or false")
     if len(node) > MAX_TEXT or len(group) > MAX_TEXT:
         raise ReportError(f"a node or group name longer than {MAX_TEXT} characters")
     hosts: dict[HostKey, HostState] = {}
@@ -144,7 +201,7 @@ def decode(data: bytes) -> Message:
     if len(hosts) > MAX_HOSTS or len(removed) > MAX_HOSTS:
         raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
     return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
-                   group=group.strip() if full else "")
+                   group=group.strip() if full else "", more=more)
 
 
 def _list(raw: dict[str, Any], key: str) -> list[Any]:
@@ -258,9 +315,16 @@ class MemberHealthReports:
         node = "?"
         try:
             first = True
+            parts: Message | None = None  # a report in parts, until its last part
             async for data in requests:
                 try:
                     message = decode(data)
+                    if parts is not None:
+                        if message.node != parts.node or message.full:
+                            raise ReportError("a part of a report must follow its first part")
+                        message = join(parts, message)
+                        if len(message.hosts) > MAX_HOSTS or len(message.removed) > MAX_HOSTS:
+                            raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
                     if first and not message.full:
                         raise ReportError("the first report of a stream must be full")
                     # Every report, not only the first: one stream may speak for one node.
@@ -270,6 +334,10 @@ class MemberHealthReports:
                     if why is not None:
                         log.warning("member health report from %s refused: %s", peer, why)
                         await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+                    if message.more:  # a part: the report is applied with its last part
+                        parts = message
+                        continue
+                    parts = None
                     if first:
                         node, first = message.node, False
                         log.info("member health reports from node=%s group=%s (%d hosts)",

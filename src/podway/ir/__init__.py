@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from podway.ir.listener import (
+    EngineKind,
     L4Route,
     Listener,
     ListenerProtocol,
@@ -98,6 +99,7 @@ __all__ = [
     "BodyLimit",
     "ClientAccess",
     "DirectResponse",
+    "EngineKind",
     "Filter",
     "Forward",
     "HeaderMatch",

@@ -18,6 +18,13 @@ class ListenerProtocol(StrEnum):
     TLS = "TLS"  # TLS passthrough: routed by SNI, bytes forwarded untouched
 
 
+class EngineKind(StrEnum):
+    """Which engine serves a listener (``Listener.engine``)."""
+
+    ENVOY = "envoy"  # the proxy: everything
+    KERNEL = "kernel"  # nftables DNAT on the engine host: plain TCP/UDP only (podway.kernel)
+
+
 class WildcardMode(StrEnum):
     """How a ``*.`` hostname matches: Ingress covers one label, Gateway API any number."""
 
@@ -104,8 +111,17 @@ class Listener:
     # X-Forwarded-For. 0: the engine is the edge, the client address is the connection's peer
     # and a client-sent X-Forwarded-For decides nothing (it is only appended to).
     xff_trusted_hops: int = 0
+    # HTTP, HTTPS: the engine sets X-Real-IP to the client address on every request (a
+    # per-request formatter: a few per cent of the engine's CPU, docs/performance.md). Only
+    # where asked (``--x-real-ip``) or where an Ingress class taken over from ingress-nginx
+    # (``--ingress-class``) expects it (``podway.translate.pools.client_ip``).
+    real_ip: bool = False
     # TCP, TLS, UDP: the engine connects to the members *from the client's own address* (Envoy's
     # original source), so a pod sees the client with no header. Only when every pool the
     # listener forwards to opted in (Service ``podway.io/client-ip: transparent``); the pods'
     # replies must be routed back through the engine (docs/reference.md, "Transparent L4").
     transparent: bool = False
+    # The engine that serves it: KERNEL only when every Service behind it asked for it
+    # (``podway.io/engine: kernel``) and it needs nothing a proxy does
+    # (``podway.ir.engines.kernel_unsupported``).
+    engine: EngineKind = EngineKind.ENVOY

@@ -85,7 +85,7 @@ class RetryOn(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
-    """Retries of one route, on another member each time, within the pool's retry budget.
+    """Retries of one route, on another member each time, within the pool's retry cap.
 
     ``idempotent_only``: only GET, HEAD, OPTIONS, PUT, DELETE and TRACE are retried (on any
     condition, connect failures included); a POST is then tried once.

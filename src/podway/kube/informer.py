@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -189,7 +189,7 @@ class Informer:
             if resp.status != 200:
                 raise api_error(_Failed(resp.status, await resp.text(),
                                         dict(getattr(resp, "headers", None) or {})))
-            while line := await resp.content.readline():
+            async for line in watch_lines(resp.content):
                 version = self._event(json.loads(line), version)
         finally:
             resp.release()
@@ -216,6 +216,38 @@ class Informer:
             self._known[key] = version
         self._handler(kind, self._transform(raw))
         return version
+
+
+# One watch event's line at most (an object is at most ~1.5 MiB in etcd; its JSON with
+# managed fields can be larger): past it the watch fails and the informer relists.
+MAX_EVENT_BYTES = 32 * 1024 * 1024
+
+
+async def watch_lines(content: aiohttp.StreamReader, *, limit: int = MAX_EVENT_BYTES
+                      ) -> AsyncIterator[bytes]:
+    """The lines of a watch stream, each whatever its length up to ``limit``; blank ones
+    skipped. Not ``StreamReader.readline``: it refuses lines past its buffer's high-water mark
+    ("Line is too long": 4 MiB with kubernetes-asyncio's 2 MiB read buffer, 128 KiB with
+    aiohttp's default), so one large event (a CRD object, a Service with big annotations)
+    broke every watch, and the informer relisted forever."""
+    pending = bytearray()
+    async for chunk in content.iter_any():
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if pending:
+                pending += chunk[start:end]
+                line = bytes(pending)
+                pending.clear()
+            else:
+                line = chunk[start:end]
+            if line.strip():
+                yield line
+            start = end + 1
+        pending += chunk[start:]
+        if len(pending) > limit:
+            raise ApiError(f"a watch event longer than {limit} bytes")
+    if bytes(pending).strip():
+        yield bytes(pending)
 
 
 class _Failed:

@@ -26,7 +26,7 @@ from rich.table import Table
 from podway.ir import IR, PathKind
 from podway.ir import ListenerProtocol as Protocol
 from podway.model import EndpointSlice, Service, Snapshot
-from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.programs.standalone import Standalone, StandaloneOptions, listening
 from podway.sources.files import load_paths
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
@@ -41,6 +41,7 @@ class DemoOptions:
     https_port: int = 18443
     once: bool = False
     envoy_path: str | None = None
+    engine: str = "envoy"  # or "haproxy" (docs/engines.md)
     # The instance's state folder (``podway demo --instance``): where `podway status` and
     # `podway explain` find the running demo; None: a throw-away folder (tests, embedding).
     state_dir: Path | None = None
@@ -200,6 +201,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
     plan = backends(snapshot)
     standalone = Standalone(StandaloneOptions(
         manifests=opts.manifests, envoy_path=opts.envoy_path, drain_s=0.5,
+        engine_kind=opts.engine,
         state_dir=opts.state_dir,
         translate=TranslateOptions(address=opts.address, http_port=opts.http_port,
                                    https_port=opts.https_port)))
@@ -214,9 +216,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
                       + ", ".join(f"{e.identity.name}@{e.address}:{e.port}" for e in plan))
         tasks.append(group.create_task(standalone.run(), name="standalone"))
         state = await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
-        engine = await standalone.engine()
-        assert engine is not None
-        await engine.wait_ready()
+        await _engine_ready(standalone, state.generation)
         results = [(p, await _retry(p, opts.address)) for p in probes(state.ir)]
         console.print(_table(results))
         if opts.once:
@@ -233,6 +233,19 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
                               f"http://{host}:{opts.http_port}/{flags}",
                               markup=False, highlight=False, soft_wrap=True)
     return results
+
+
+async def _engine_ready(standalone: Standalone, generation: int) -> None:
+    """Until the engine serves ``generation`` (Envoy: ready; HAProxy: that IR applied)."""
+    if standalone.opts.engine_kind != "haproxy":
+        engine = await standalone.engine()
+        assert engine is not None
+        await engine.wait_ready()
+        await listening(standalone, engine)  # every listener bound, or one line and exit 2
+        return
+    async with asyncio.timeout(30):
+        while standalone.haproxy is None or standalone.haproxy_generation < generation:  # noqa: ASYNC110 (plain fields the standalone sets)
+            await asyncio.sleep(0.02)
 
 
 async def _retry(probe: Probe, address: str) -> Outcome:

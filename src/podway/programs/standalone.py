@@ -20,22 +20,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from podway.base.errors import EnvironmentProblem
 from podway.base.netaddr import HostPort
+from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.envoy.engine.local import LocalEngineOptions, colocated_engine
 from podway.envoy.engine.process import Engine
 from podway.envoy.engine.state import open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
-from podway.ir import IR
-from podway.pipeline import Pipeline, Rejection
+from podway.haproxy.process import HAProxyEngine, HAProxyOptions
+from podway.ir import IR, EngineKind, Listener
+from podway.kernel.engine import KernelEngine
+from podway.pipeline import Pipeline, Rejection, State
 from podway.programs.gc_policy import GcPolicy, keep_settled
+from podway.programs.haproxy_follow import follow as follow_haproxy
 from podway.readers import surfaces
 from podway.readers.admin_api import SOCKET_NAME
 from podway.sources.files import FileSource
@@ -56,6 +62,12 @@ class StandaloneOptions:
     delta: bool = True  # the engine uses incremental xDS
     status_file: Path | None = None
     engine: bool = True  # False: serve xDS only (engines connect with ``podway engine``)
+    # "envoy": one supervised Envoy serves everything but the listeners the IR gives the kernel
+    # (``Listener.engine``), which the kernel engine serves beside it; "kernel": only the kernel
+    # engine runs (with ``translate.l4_engine`` KERNEL it gets every L4 listener it can serve;
+    # nothing else is served, and the engine logs each listener it leaves out); "haproxy":
+    # podway.haproxy (haproxy.cfg + maps + runtime API, in the state folder's ``haproxy/``).
+    engine_kind: str = "envoy"
     envoy_path: str | None = None
     envoy_log_level: str = "warning"
     concurrency: int = 1
@@ -68,9 +80,14 @@ class StandaloneOptions:
     # The admin endpoint's unix socket; None: ``podway.sock`` in the state folder (no engine,
     # no state folder: no admin endpoint).
     admin_socket: Path | None = None
+    # True (``podway run``): a listener port of the first configuration that is already in use
+    # (another Podway instance, another program) stops the start with one line (exit 2);
+    # False: the listener is refused and reported, the rest serves (embedded, tests).
+    exclusive_ports: bool = False
     # The garbage collector's policy while serving (``podway.programs.gc_policy``); None: left alone
     # (embedded, tests); ``podway run`` sets ``GcPolicy()``.
     gc: GcPolicy | None = None
+    haproxy_path: str = "/usr/sbin/haproxy"
 
 
 class Standalone:
@@ -86,6 +103,9 @@ class Standalone:
                                 unauthenticated=opts.xds_unauthenticated)
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
         self._engine: asyncio.Future[Engine | None] | None = None
+        self.haproxy: HAProxyEngine | None = None  # with engine_kind "haproxy", once running
+        self.haproxy_generation = 0  # the newest generation HAProxy serves (readers poll it)
+        self.kernel: KernelEngine | None = None  # with engine_kind "kernel", once it runs
 
     async def engine(self) -> Engine | None:
         """The supervised engine once it exists (None with ``engine=False``)."""
@@ -104,7 +124,11 @@ class Standalone:
             await self.server.start(local=state.xds_socket if state else None)
             engine = None
             try:
-                if state is not None:
+                if state is not None and self.opts.engine_kind == "haproxy":
+                    self.haproxy = HAProxyEngine(HAProxyOptions(
+                        folder=state.path / "haproxy", binary=self.opts.haproxy_path,
+                        threads=self.opts.concurrency))
+                elif state is not None and self.opts.engine_kind == "envoy":
                     engine = colocated_engine(state, LocalEngineOptions(
                         node_id=self.opts.node_id, delta=self.opts.delta,
                         envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
@@ -114,16 +138,34 @@ class Standalone:
                     self._engine_future().set_result(engine)
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self.pipeline.run(), name="standalone-pipeline")
-                    group.create_task(log_listeners(self.pipeline), name="standalone-listeners")
+                    group.create_task(log_listeners(
+                        self.pipeline, _bound(engine) if engine is not None else None),
+                        name="standalone-listeners")
                     if self.opts.gc is not None:
                         group.create_task(keep_settled(self.pipeline, self.opts.gc),
                                           name="standalone-gc")
-                    if self.opts.status_file is not None:
+                    if self.opts.status_file is not None and self.haproxy is None:
                         group.create_task(
                             StatusFile(self.opts.status_file).follow(self.pipeline),
                             name="standalone-status-file")
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
+                        if self.opts.exclusive_ports:
+                            group.create_task(self._claim_ports(engine),
+                                              name="standalone-ports")
+                    if self.haproxy is not None:
+                        group.create_task(self.haproxy.run(), name="standalone-haproxy")
+                        # It writes the status file too: with what HAProxy cannot serve.
+                        status = (StatusFile(self.opts.status_file)
+                                  if self.opts.status_file is not None else None)
+                        group.create_task(follow_haproxy(self.pipeline, self.haproxy,
+                                                         self._haproxy_applied, status),
+                                          name="standalone-haproxy-follow")
+                    if self.opts.engine and self.opts.engine_kind == "kernel":
+                        group.create_task(self._kernel(), name="standalone-kernel")
+                    elif self.opts.engine and self.opts.engine_kind == "envoy":
+                        # Beside Envoy only: it keeps an idle listener on a kernel-served port.
+                        group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
                                           name="standalone-metrics")
@@ -135,6 +177,37 @@ class Standalone:
             finally:
                 await self.server.stop(grace=0.5)
 
+    async def _kernel_when_asked(self) -> None:
+        """Beside Envoy: the kernel engine, from the first IR in which a Service asks for it
+        (``podway.io/engine: kernel``), serving only those listeners (Envoy keeps its own
+        listener on the port, idle: the kernel DNATs the port's packets before they reach it,
+        and takes new connections back to it when the Service switches back)."""
+        await self.pipeline.wait_for(lambda s: any(
+            ls.engine is EngineKind.KERNEL for ls in s.ir.listeners))
+        await self._kernel()
+
+    async def _kernel(self) -> None:
+        """The kernel engine, following the pipeline's IR; its table stays when it stops."""
+        from podway.programs.kernel import forgetter, watch_conntrack, writer
+
+        out = writer()
+        self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
+                                   alone=self.opts.engine_kind == "kernel")
+        log.info("kernel engine: writing nftables through %s", out.kind)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(watch_conntrack(), name="kernel-conntrack-fill")
+                group.create_task(self.kernel.run(ir_states(self.pipeline)), name="kernel-engine")
+        finally:
+            out.close()
+
+    async def _claim_ports(self, engine: Engine) -> None:
+        """At start: every listener bound, or ``EnvironmentProblem`` for one whose port is in
+        use — two instances never share an address and port (see ``listening``)."""
+        await self.pipeline.wait_for(lambda s: s.generation >= 1)
+        await engine.wait_ready()
+        await listening(self, engine, refused_only_in_use=True)
+
     async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
         from podway.readers.metrics import exposition
         from podway.readers.metrics.pipeline import PipelineMetrics
@@ -143,8 +216,14 @@ class Standalone:
         app = exposition.make_app(
             registries=[metrics.registry],
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
-            healthy=lambda: self.pipeline.state is not None)
+            healthy=lambda: self.pipeline.state is not None, extra=self._kernel_metrics)
         await surfaces.serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
+
+    async def _kernel_metrics(self) -> bytes:
+        """The kernel engine's per-member counters (nothing while it does not run)."""
+        from podway.programs.kernel import metrics_text
+
+        return await metrics_text() if self.kernel is not None else b""
 
     def _surfaces(self, admin: Path | None, engine: Engine | None
                   ) -> Coroutine[Any, Any, None]:
@@ -155,7 +234,11 @@ class Standalone:
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
             explain_args=("--manifests", str(self.opts.manifests)),
-            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED))
+            detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
+            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None))
+
+    def _haproxy_applied(self, generation: int) -> None:
+        self.haproxy_generation = generation
 
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:
@@ -163,33 +246,146 @@ class Standalone:
         self.pipeline.on_event(event)
 
 
-async def log_listeners(pipeline: Pipeline) -> None:
-    """Say where Podway serves: every listener at start, then each one added, moved or removed;
-    and when an engine stops refusing a resource (the xDS server logs each refusal)."""
-    before: IR | None = None
+Bound = Mapping[str, tuple[str, int]]  # listener name → (address, port) the engine listens on
+
+
+async def log_listeners(pipeline: Pipeline,
+                        bound: Callable[[], Awaitable[Bound | None]] | None = None, *,
+                        poll_s: float = 0.2) -> None:
+    """Say where Podway serves — only once the engine has bound it (``bound``: the engine's
+    listening sockets, None when it cannot be asked; no ``bound`` at all: no engine of ours,
+    every listener is said when configured) — and why not, when the engine refused one (its
+    port taken); then each one added, moved or removed; and when an engine stops refusing a
+    resource (the xDS server logs each refusal)."""
+    lines = ListenerLog(engine=bound is not None)
     refused: tuple[Rejection, ...] = ()
-    async for state in pipeline.states():
-        for line in listener_changes(before, state.ir):
-            log.info("%s", line)
+    state = await pipeline.wait_for(lambda s: True)
+    while True:
+        rejected = {r.resource: r.message for r in state.rejections
+                    if r.type_name == "Listener"}
+        live = await bound() if bound is not None and lines.waiting(state.ir, rejected) \
+            else None
+        for level, line in lines.step(state.ir, rejected, live):
+            log.log(level, "%s", line)
         for gone in set(refused) - set(state.rejections):
             log.info("engine %s no longer refuses %s %s", gone.node, gone.type_name,
                      gone.resource or "(unnamed)")
-        before, refused = state.ir, state.rejections
+        refused = state.rejections
+        seen = state.version
+        try:
+            async with asyncio.timeout(poll_s if lines.waiting(state.ir, rejected) else None):
+                state = await pipeline.wait_for(functools.partial(_newer, seen))
+        except TimeoutError:
+            continue  # look at the engine's sockets again
 
 
-def listener_changes(before: IR | None, after: IR) -> list[str]:
-    """Lines for listeners that appeared, moved or went away (all of them when ``before`` is
-    None)."""
-    def where(ir: IR | None) -> dict[str, str]:
-        return {ls.name: f"{ls.protocol} on {_host(ls.address)}:{ls.port}"
-                for ls in (ir.listeners if ir else ())}
+async def ir_states(pipeline: Pipeline) -> AsyncIterator[IR]:
+    """The IR of each state the pipeline publishes."""
+    async for state in pipeline.states():
+        yield state.ir
 
-    old, new = where(before), where(after)
-    lines = [f"serving {new[n]} ({n})" for n in new if old.get(n) != new[n]]
-    lines += [f"no longer serving {old[n]} ({n})" for n in old if n not in new]
-    if before is None and not new:
-        lines.append("serving nothing yet: no listener in the manifests")
-    return lines
+
+async def listening(standalone: Standalone, engine: Engine, *, limit_s: float = 30.0,
+                    refused_only_in_use: bool = False) -> None:
+    """Until the engine listens on every listener of the current state. ``EnvironmentProblem``
+    (one line, exit status 2) when it refused one — most often its port is taken by another
+    Podway instance or program, whose answers must never pass for ours
+    (``refused_only_in_use``: only for that; other refusals are left to the status)."""
+    async with asyncio.timeout(limit_s):
+        while True:
+            state = standalone.pipeline.state
+            refused = [r for r in (state.rejections if state else ())
+                       if r.type_name == "Listener" and (
+                           not refused_only_in_use or _IN_USE in r.message.lower())]
+            if state is not None and refused:
+                where = {ls.name: f"{_host(ls.address)}:{ls.port}" for ls in state.ir.listeners}
+                first = refused[0]
+                why = "the address is already in use" if _IN_USE in first.message.lower() \
+                    else first.message[:200]
+                raise EnvironmentProblem(
+                    f"port {where.get(first.resource, first.resource)} cannot be served: {why}"
+                    " — is another `podway run`/`podway demo` or another program using it? "
+                    "One instance owns an address and port: stop the other, or change the "
+                    "port (--http-port, --https-port, the manifests)")
+            address = engine.admin_address
+            if state is not None and address is not None:
+                with contextlib.suppress(OSError, TimeoutError):
+                    bound = await admin.listeners(address)
+                    if all(bound.get(ls.name) == (ls.address, ls.port)
+                           for ls in state.ir.listeners):
+                        return
+            await asyncio.sleep(0.05)
+
+
+_IN_USE = "already in use"
+
+
+def _newer(version: int, state: State) -> bool:
+    return state.version > version
+
+
+class ListenerLog:
+    """What to say about listeners, from the IR, the engine's refusals and its bound sockets
+    (no I/O: ``log_listeners`` feeds it). "serving X" is said once the engine listens on X —
+    never for a listener it could not bind; a refusal is said once per distinct message."""
+
+    def __init__(self, *, engine: bool = True) -> None:
+        self._engine = engine
+        self._said: dict[str, str] = {}  # listener → "PROTO on address:port", said serving
+        self._refused: dict[str, str] = {}  # listener → the refusal said
+        self._started = False
+
+    def waiting(self, ir: IR, rejected: Mapping[str, str]) -> bool:
+        """Some listener is configured, not yet said to serve and not refused (a refused one
+        waits for a new state, not for the engine's sockets: nobody polls for it)."""
+        return any(self._said.get(ls.name) != _where(ls) and ls.name not in rejected
+                   for ls in ir.listeners)
+
+    def step(self, ir: IR, rejected: Mapping[str, str], bound: Bound | None
+             ) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        want = {ls.name: ls for ls in ir.listeners}
+        for name, listener in want.items():
+            where = _where(listener)
+            if self._said.get(name) == where:
+                continue
+            if name in rejected:
+                if self._refused.get(name) != rejected[name]:
+                    self._refused[name] = rejected[name]
+                    out.append((logging.WARNING, f"not serving {where} ({name}): the engine "
+                                f"refused it: {rejected[name]}"))
+                continue
+            if self._engine and (bound is None
+                                 or bound.get(name) != (listener.address, listener.port)):
+                continue  # not listening yet
+            self._said[name] = where
+            self._refused.pop(name, None)
+            out.append((logging.INFO, f"serving {where} ({name})"))
+        for name in [n for n in self._said if n not in want]:
+            out.append((logging.INFO, f"no longer serving {self._said.pop(name)} ({name})"))
+        for name in [n for n in self._refused if n not in want]:
+            del self._refused[name]
+        if not self._started and not want:
+            out.append((logging.INFO, "serving nothing yet: no listener in the manifests"))
+        self._started = True
+        return out
+
+
+def _where(listener: Listener) -> str:
+    return f"{listener.protocol} on {_host(listener.address)}:{listener.port}"
+
+
+def _bound(engine: Engine) -> Callable[[], Awaitable[Bound | None]]:
+    """The engine's listening sockets, or None while its admin does not answer."""
+    async def ask() -> Bound | None:
+        address = engine.admin_address
+        if address is None:
+            return None
+        try:
+            return await admin.listeners(address)
+        except (OSError, TimeoutError):
+            return None
+    return ask
 
 
 def _host(address: str) -> str:

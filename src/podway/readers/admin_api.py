@@ -9,7 +9,8 @@ left by a dead process is replaced. Endpoints:
 * ``GET /state`` — generation, version, backend mode, the IR (``podway.ir.dump``), the status
   document (as the status file) and the engine's refusals;
 * ``GET /config`` — the IR and every xDS resource as JSON (secrets by name and digest only:
-  a private key never leaves the process);
+  a private key never leaves the process), and the kernel engine's nftables ruleset (``kernel``)
+  when one runs here;
 * ``GET /health`` — the engine's live member health per pool (Envoy admin ``/clusters``);
 * ``GET /explain?url=…&header=…&method=…&sni=…&source_ip=…`` — ``podway.readers.explain`` over the
   current state with live health; bad input answers 400 with ``{"error": "…"}``. Without a
@@ -67,6 +68,9 @@ class AdminOptions:
     # The engine's admin address (its health feeds explain); None: no engine is known to this
     # process (a controller's engines are remote), and explain says so in a note.
     engine_admin: Callable[[], str | None] | None = None
+    # The kernel engine's installed nftables ruleset (``podway.kernel``); None: no kernel
+    # engine here, or nothing installed yet. Shown by ``/config`` as ``kernel``.
+    kernel_ruleset: Callable[[], str | None] | None = None
 
 
 class AdminServer:
@@ -125,10 +129,13 @@ class AdminServer:
 
     async def _config(self, request: web.Request) -> web.Response:
         state = self._current()
-        return web.json_response({"generation": state.generation,
-                                  "ir": to_data(state.ir),
-                                  "xds": xds_data({t: self.pipeline.cache.get(t).resources
-                                                   for t in types.PUSH_ORDER})})
+        data: dict[str, Any] = {"generation": state.generation, "ir": to_data(state.ir),
+                                "xds": xds_data({t: self.pipeline.cache.get(t).resources
+                                                 for t in types.PUSH_ORDER})}
+        kernel = self.opts.kernel_ruleset() if self.opts.kernel_ruleset is not None else None
+        if kernel is not None:
+            data["kernel"] = kernel
+        return web.json_response(data)
 
     async def _health(self, request: web.Request) -> web.Response:
         health = await self._live_health()

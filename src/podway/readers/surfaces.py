@@ -44,6 +44,8 @@ class SurfaceOptions:
     # Put before the URL in the dashboard's ``podway explain`` hints (e.g. --manifests DIR).
     explain_args: tuple[str, ...] = ()
     detailed_stats: bool = False  # the engine keeps per-pool stats
+    # The kernel engine's installed ruleset (``/config``'s ``kernel``); None: no kernel engine.
+    kernel_ruleset: Callable[[], str | None] | None = None
 
 
 async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
@@ -59,7 +61,8 @@ async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None
     from podway.readers.admin_api import AdminOptions, AdminServer
 
     await AdminServer(pipeline, AdminOptions(
-        socket=socket, mode=opts.mode, engine_admin=opts.engine_admin)).run()
+        socket=socket, mode=opts.mode, engine_admin=opts.engine_admin,
+        kernel_ruleset=opts.kernel_ruleset)).run()
 
 
 async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:

@@ -10,8 +10,10 @@ Invariants:
   paths from the watcher are compared with that one form: a relative ``--manifests`` works
   exactly like an absolute one.
 * Parsing happens in worker threads, one job per file. A small edit is published as soon as
-  its file is parsed, without waiting for a big file still being parsed; a newer event for a
-  file supersedes its parse in flight. After a big file is dropped, memory is given back.
+  its file is parsed, without waiting for a big file still being parsed: files under
+  ``SMALL_FILE`` bytes have threads of their own (a lane), so they never queue behind big files
+  that occupy every parse thread; a newer event for a file supersedes its parse in flight.
+  After a big file is dropped, memory is given back.
 * Watching uses inotify (``watchfiles``) with a short debounce; bursts of writes coalesce. The
   watch starts *before* the first load, so nothing written in between is missed.
 * The folder itself may go away. Deleted or renamed away: the last good objects keep serving
@@ -62,6 +64,9 @@ __all__ = ["FileSource", "SourceError", "load_paths", "manifest_files", "normali
 log = logging.getLogger(__name__)
 
 _BIG_FILE = 1 << 20  # bytes: dropping a file this large gives memory back to the system
+#: Files smaller than this are parsed in their own lane of threads (milliseconds each), so an
+#: edit of one never waits for big files to be parsed (seconds each at 10,000s of objects).
+SMALL_FILE = 256 * 1024
 
 
 class SourceError(PodwayError):
@@ -74,7 +79,8 @@ class _Live:
     the watcher tasks and their queue."""
 
     loop: asyncio.AbstractEventLoop
-    executor: Executor
+    executor: Executor  # big files
+    small: Executor  # files under SMALL_FILE bytes
     events: asyncio.Queue[set[Path] | _WatchEnded]
     debounce_ms: int
     step_ms: int
@@ -102,10 +108,12 @@ class FileSource:
     """A folder of manifests, loaded and then watched."""
 
     def __init__(self, root: Path, *, limits: LoadLimits = DEFAULT_LIMITS,
-                 parse_workers: int = 4) -> None:
+                 parse_workers: int = 1) -> None:
         self.root = normalise_root(root)
         self.limits = limits
-        self.parse_workers = parse_workers  # >= 2: a small file never queues behind a big one
+        # Threads for big files. One: parses hold the GIL, so more threads do not parse faster,
+        # they only make the small files' lane and the event loop wait longer for it.
+        self.parse_workers = parse_workers
         self._set = ManifestSet(limits)
         self._missing = False  # the folder is gone; the last good objects keep serving
 
@@ -155,8 +163,9 @@ class FileSource:
                     missing_poll_s: float = 0.25) -> AsyncIterator[SourceUpdate]:
         """The first full load, then one update per parsed batch of changes, until cancelled."""
         live = _Live(asyncio.get_running_loop(),
-                     ThreadPoolExecutor(max(2, self.parse_workers),
+                     ThreadPoolExecutor(max(1, self.parse_workers),
                                         thread_name_prefix="podway-parse"),
+                     ThreadPoolExecutor(2, thread_name_prefix="podway-parse-small"),
                      asyncio.Queue(), debounce_ms, step_ms)
         self._start_watchers(live)
         chores: set[asyncio.Future[None]] = set()
@@ -208,6 +217,7 @@ class FileSource:
                 getter.cancel()
             await cancel_and_wait(*watchers)
             live.executor.shutdown(wait=False, cancel_futures=True)
+            live.small.shutdown(wait=False, cancel_futures=True)
 
     _root_id: tuple[int, int] | None = None
     _announce = False  # publish even with no file change (the folder just went)
@@ -273,8 +283,8 @@ class FileSource:
             if old is not None:
                 old.cancel()  # superseded: its result, if it still comes, is dropped
             if path.is_file() and _is_manifest(path, self.root):
-                live.pending[path] = live.loop.run_in_executor(live.executor,
-                                                               self._reader(path))
+                lane = live.small if _size_of(path) < SMALL_FILE else live.executor
+                live.pending[path] = live.loop.run_in_executor(lane, self._reader(path))
             else:
                 gone[path] = None
         return gone
@@ -325,6 +335,13 @@ class FileSource:
         for task in live.watchers:
             task.cancel()
         live.watchers.clear()
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # gone meanwhile: its job finds out (a quick one)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -207,6 +207,10 @@ PROXY_PROTOCOL = _add("proxy-protocol", kinds=_SERVICE, parse=one_of("v2", "none
 CLIENT_IP = _add("client-ip", kinds=_SERVICE, parse=one_of("transparent", "none"),
                  default="none", doc=_CLIENT_DOC)
 
+# The engine of an L4 listener (translate/pools/engine_choice.py)
+ENGINE = _add("engine", kinds=_SERVICE, parse=one_of("kernel", "envoy"),
+              default="envoy", doc="engine")
+
 # Backend modes (translate/pools/backends.py, programs/controller/modes.py)
 BACKEND_MODE = _add("backend-mode", kinds=_SERVICE, parse=backend_mode,
                     default="--backend-mode", doc="backend-modes")
@@ -232,6 +236,7 @@ ALLOW_SHARED_VIP = _add("allow-shared-vip", kinds=_ADDRESSED, parse=text, defaul
 OTHER_KEYS: dict[str, str] = {
     PREFIX + "lb-ready": "readiness gate condition type on Pods",
     PREFIX + "VIPAllocated": "condition type on Services",
+    PREFIX + "Programmed": "condition type on Services (the engines took its listeners)",
     PREFIX + "gateway-controller": "GatewayClass controllerName",
     PREFIX + "ingress-controller": "IngressClass controller",
     PREFIX + "lb": "Service loadBalancerClass",

@@ -153,9 +153,10 @@ def _apply(live: Live, patch: Patch, *, problems_in: list[Problem],
         return False  # a Gateway listener the last run did not serve
     for item in patch.listeners.values():
         at = live.at[item.name]
-        hops = live.listeners[at].xff_trusted_hops  # the Gateways did not change
-        live.listeners[at] = item if item.xff_trusted_hops == hops else replace(
-            item, xff_trusted_hops=hops)
+        was = live.listeners[at]  # the Gateways did not change: nor did these settings
+        live.listeners[at] = item if (item.xff_trusted_hops, item.real_ip) == (
+            was.xff_trusted_hops, was.real_ip) else replace(
+            item, xff_trusted_hops=was.xff_trusted_hops, real_ip=was.real_ip)
     for problem in problems_out:
         if not _remove(live.problems, problem):
             return False
@@ -237,6 +238,7 @@ def _plain_service(service: Service | None) -> bool:
         return True
     annotations = service.metadata.annotations
     return (ann.PROXY_PROTOCOL.name not in annotations and ann.CLIENT_IP.name not in annotations
+            and ann.ENGINE.name not in annotations
             and service.spec.session_affinity != "ClientIP")
 
 

@@ -47,6 +47,7 @@ from podway.translate.pools.backends import (
     mode_warning,
 )
 from podway.translate.pools.client_ip import apply_client_ip
+from podway.translate.pools.engine_choice import apply_engine
 from podway.translate.pools.members import (
     EndpointIndex,
     MemberContext,
@@ -162,6 +163,20 @@ class StructureMemo:
     live: Live | None = None  # the last run, to be patched by ``delta.patch_structure``
 
 
+def _client_ip_and_engine(snapshot: Snapshot, listeners: list[Listener],
+                          pools: dict[str, PoolSpec], opts: TranslateOptions,
+                          problems: list[Problem]) -> list[Listener]:
+    """The client-address settings, then the engine each L4 listener's Services chose (it
+    depends on PROXY protocol, set by the first); their problems are added to ``problems``."""
+    listeners, found = apply_client_ip(
+        snapshot, listeners, pools, opts.xff_trusted_hops, real_ip=opts.real_ip_header,
+        nginx_ingress=bool(opts.takeover_classes))
+    problems.extend(found)
+    listeners, found = apply_engine(snapshot, listeners, pools, opts.l4_engine)
+    problems.extend(found)
+    return listeners
+
+
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                         memo: StructureMemo | None = None) -> Structure:
     problems: list[Problem] = []
@@ -201,9 +216,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
     problems.extend(traffic.problems)
-    listeners, client_ip_problems = apply_client_ip(snapshot, listeners, pools,
-                                                    opts.xff_trusted_hops)
-    problems.extend(client_ip_problems)
+    listeners = _client_ip_and_engine(snapshot, listeners, pools, opts, problems)
     problems.extend(_mode_warnings(services, opts, memo, snapshot.backend_modes))
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +188,97 @@ async def test_traffic_policy_from_the_api_applies_and_gets_accepted_status(bed:
     assert refused is not None
     assert refused["reason"] == "Invalid"
     assert "connect" in refused["message"]
+
+
+async def test_a_foreign_status_write_is_repaired_at_once(bed: Bed) -> None:
+    """Someone else patches a Service's status.loadBalancer to a wrong address: the watch
+    event alone (no new state, no restart, long before the periodic sweep) makes the leader
+    write the right one again; a field the API adds (ipMode) is not a change."""
+    bed.translate = bed.translate.__class__(address="0.0.0.0", http_port=18080)
+    bed.emu.put("services", lb_service("lb", 9000))
+    await bed.start(status_resync_s=3600)
+
+    def ingress_ip() -> Any:
+        obj = bed.emu.get("services", "default", "lb")
+        return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+    await eventually(lambda: ingress_ip() == [{"ip": "198.18.0.100"}])
+    generation = bed.pipeline.state.generation if bed.pipeline.state else -1
+    obj = bed.emu.get("services", "default", "lb")
+    assert obj is not None
+    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+    bed.emu.put("services", obj)
+    assert ingress_ip() == [{"ip": "203.0.113.9"}]
+    await eventually(lambda: ingress_ip() == [{"ip": "198.18.0.100"}], within=5)
+    assert status_patches(bed, "services", "lb") == 2
+    assert bed.pipeline.state is not None
+    assert bed.pipeline.state.generation == generation  # repaired without a new state
+
+    # The API filling in a default is not someone else's write: nothing is patched.
+    obj = bed.emu.get("services", "default", "lb")
+    assert obj is not None
+    assert obj["status"]["loadBalancer"]["ingress"] == [{"ip": "198.18.0.100"}]
+    obj["status"]["loadBalancer"]["ingress"][0]["ipMode"] = "VIP"
+    bed.emu.put("services", obj)
+    await asyncio.sleep(1.5)
+    assert status_patches(bed, "services", "lb") == 2
+
+
+async def test_the_periodic_sweep_repairs_what_the_watch_missed(bed: Bed) -> None:
+    """A status changed without a watch event the writer heard (here: the writer is told
+    nothing) is found by the periodic comparison and written again."""
+    bed.translate = bed.translate.__class__(address="0.0.0.0", http_port=18080)
+    bed.emu.put("services", lb_service("lb", 9000))
+    controller = await bed.start(status_resync_s=0.5)
+    assert controller.source is not None
+
+    def ingress_ip() -> Any:
+        obj = bed.emu.get("services", "default", "lb")
+        return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+    await eventually(lambda: ingress_ip() == [{"ip": "198.18.0.100"}])
+    controller.source.on_status = lambda kind, key, status: None  # the watch "misses" it
+    obj = bed.emu.get("services", "default", "lb")
+    assert obj is not None
+    obj["status"] = {"loadBalancer": {"ingress": [{"ip": "203.0.113.9"}]}}
+    bed.emu.put("services", obj)
+    await eventually(lambda: ingress_ip() == [{"ip": "198.18.0.100"}], within=5)
+
+
+async def test_a_service_whose_listener_the_engine_refuses_is_not_programmed(
+        bed: Bed) -> None:
+    """A LoadBalancer Service on a port another program holds: the engine refuses the
+    listener, the Service gets podway.io/Programmed=False with Envoy's message and advertises
+    no address; moved to a free port it is Programmed=True with its address."""
+    from tests.e2e.harness import free_port
+
+    taken, free = free_port(), free_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", taken))
+    holder.listen()
+    bed.translate = bed.translate.__class__(address="127.0.0.1")
+    bed.emu.put("services", lb_service("lb", taken))
+    try:
+        await bed.start()
+        await bed.engine()
+
+        def status() -> dict[str, Any]:
+            obj = bed.emu.get("services", "default", "lb")
+            return dict((obj or {}).get("status") or {})
+
+        def programmed() -> dict[str, Any]:
+            return next((c for c in status().get("conditions") or []
+                         if c["type"] == "podway.io/Programmed"), {})
+
+        await eventually(lambda: programmed().get("status") == "False", within=20)
+        assert programmed()["reason"] == "EngineRefused"
+        assert "already in use" in programmed()["message"].lower()
+        assert status()["loadBalancer"].get("ingress", []) == []
+        edit(bed, "services", lb_service("lb", free))
+        await eventually(lambda: programmed().get("status") == "True", within=20)
+        assert status()["loadBalancer"]["ingress"] == [{"ip": "127.0.0.1"}]
+    finally:
+        holder.close()
 
 
 async def test_an_ingress_asking_for_unserved_auth_is_refused_with_an_error_event(

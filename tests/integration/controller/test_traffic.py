@@ -16,7 +16,7 @@ import trustme
 from podway.envoy import types
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
-from podway.envoy.xds.protocol import Ack, Event
+from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.envoy.xds.server import ServerTLS
 from podway.translate import BackendMode
 from tests.e2e.harness import echo_backend, free_port, get
@@ -229,7 +229,9 @@ async def test_engine_refusal_lands_as_a_condition_and_an_event(bed: Bed) -> Non
 
 async def test_many_engines_over_mutual_tls(bed: Bed) -> None:
     """Two engines with client certificates get the whole config from one controller over
-    mutual TLS (both ACK the listener) and serve it."""
+    mutual TLS and serve it: the first ACKs the listener; the second, on the same host, gets it
+    too and refuses it — one owner per address and port (no SO_REUSEPORT), never two engines
+    splitting one port."""
     ca = trustme.CA()
     server = ca.issue_cert("127.0.0.1")
     tls = ServerTLS(cert_pem=server.cert_chain_pems[0].bytes(),
@@ -240,10 +242,14 @@ async def test_many_engines_over_mutual_tls(bed: Bed) -> None:
     bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, pod_port),
                 group="discovery.k8s.io")
     acked: dict[str, asyncio.Event] = {}
+    refused: dict[str, str] = {}
 
     def on_event(event: Event) -> None:
         if isinstance(event, Ack) and event.type_url == types.LISTENER:
             acked.setdefault(event.node, asyncio.Event()).set()
+        if isinstance(event, Nack) and event.type_url == types.LISTENER:
+            refused[event.node] = event.message
+            acked.setdefault(event.node, asyncio.Event()).set()  # it got the listener
 
     await bed.start(xds_tls=tls, xds_unauthenticated=False)
     assert bed.controller is not None
@@ -264,5 +270,7 @@ async def test_many_engines_over_mutual_tls(bed: Bed) -> None:
         for node_id in ("edge-1", "edge-2"):
             await acked.setdefault(node_id, asyncio.Event()).wait()
     assert bed.controller.server.servicer.streams == 2
+    assert len(refused) == 1, refused  # whichever bound second (edge-2: it starts second)
+    assert "already in use" in next(iter(refused.values()))
     status, body = await get(lb_port, "web.test")
     assert (status, body.get("name")) == (200, "pod")

@@ -126,6 +126,9 @@ class Outcome:
     served_by: dict[str, int] = field(default_factory=dict)
     failures: list[tuple[float, float]] = field(default_factory=list)  # (start, end) - event
     reused: int = 0  # requests sent on a connection that had served one before (keep-alive)
+    # Requests sent after the last failure ended that were answered, by engine: the proof
+    # that the survivor took over (whatever the machine's load made recovery cost).
+    after_recovery: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -425,11 +428,16 @@ class Bed:
             if x["ok"]:
                 served[str(x["who"])] = served.get(str(x["who"]), 0) + 1
         last = max((float(x["t1"]) for x in failed), default=at)  # type: ignore[arg-type]
+        after: dict[str, int] = {}
+        for x in lines:
+            if x["ok"] and float(x["t0"]) > last:  # type: ignore[arg-type]
+                after[str(x["who"])] = after.get(str(x["who"]), 0) + 1
         return Outcome(requests=len(lines), failed=len(failed),
                        recovery_s=max(0.0, last - at) if failed else 0.0, served_by=served,
                        failures=[(float(x["t0"]) - at, float(x["t1"]) - at)  # type: ignore[arg-type]
                                  for x in failed],
-                       reused=sum(1 for x in lines if x.get("reused")))
+                       reused=sum(1 for x in lines if x.get("reused")),
+                       after_recovery=after)
 
     # --- cleanup -------------------------------------------------------------------------------
 

@@ -21,3 +21,13 @@ def test_validate_shows_the_hops_in_the_ir() -> None:
     result = podway("validate", "--ir", "--xff-trusted-hops", "3", QUICKSTART)
     assert result.returncode == 0, result.stderr
     assert "xff_trusted_hops: 3" in result.stdout
+
+
+def test_validate_shows_real_ip_only_when_asked() -> None:
+    """X-Real-IP costs every request: off by default, on every HTTP(S) listener with the flag."""
+    plain = podway("validate", "--ir", QUICKSTART)
+    assert plain.returncode == 0, plain.stderr
+    assert "real_ip" not in plain.stdout
+    asked = podway("validate", "--ir", "--x-real-ip", QUICKSTART)
+    assert asked.returncode == 0, asked.stderr
+    assert "real_ip: true" in asked.stdout

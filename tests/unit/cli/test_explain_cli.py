@@ -91,6 +91,25 @@ def test_config_dump_of_a_folder_has_every_type_and_no_private_key(tmp_path: Pat
     assert all(set(s) == {"name", "digest"} for s in data["xds"]["Secret"])
 
 
+def test_config_dump_shows_the_kernel_ruleset_and_explain_the_dnat(tmp_path: Path) -> None:
+    """A Service served by the kernel engine (podway.io/engine: kernel): ``config dump`` shows
+    the nftables ruleset that serves it, ``explain`` says DNAT by the kernel engine."""
+    folder = _folder(tmp_path, "engine-kernel")
+    result = runner.invoke(app, ["config", "dump", "--only", "kernel", "--manifests",
+                                 str(folder)])
+    assert result.exit_code == 0, result.output
+    ruleset = yaml.safe_load(result.output)["kernel"]
+    assert "tcp . 5432 : goto" in ruleset  # no VIP in a bare folder: 0.0.0.0, any address
+    assert "numgen random mod 2" in ruleset
+    (tmp_path / "other").mkdir()
+    plain = runner.invoke(app, ["config", "dump", "--manifests",
+                                str(_folder(tmp_path / "other", "gateway-https"))])
+    assert "kernel" not in yaml.safe_load(plain.output)
+    said = runner.invoke(app, ["explain", "tcp://198.18.0.10:5432", "--manifests",
+                               str(folder)], terminal_width=200)
+    assert "DNAT by the kernel engine to a member of pool/shop/db/5432/tcp" in said.output
+
+
 def test_commands_against_a_missing_socket_are_one_error_line(tmp_path: Path) -> None:
     """Nothing listens at the socket: exit 2 and a line that names it."""
     for args in (["status"], ["config", "dump"], ["explain", "http://a.test/"]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -28,11 +28,13 @@ class FakeContent:
     def __init__(self, lines: list[bytes | Exception]) -> None:
         self.lines = lines
 
-    async def readline(self) -> bytes:
-        item = self.lines.pop(0) if self.lines else b""
-        if isinstance(item, Exception):
-            raise item
-        return item
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        """Each line as one chunk (an exception: raised there), as a stream delivers them."""
+        while self.lines:
+            item = self.lines.pop(0)
+            if isinstance(item, Exception):
+                raise item
+            yield item
 
 
 class FakeResponse:

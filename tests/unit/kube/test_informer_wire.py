@@ -127,3 +127,34 @@ async def test_a_watch_builds_no_api_client_of_its_own(emu: KubeEmulator,
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         assert made == []
+
+
+async def test_a_watch_event_of_several_mebibytes_is_read_not_relisted(
+        emu: KubeEmulator) -> None:
+    """A Service with 6 MiB of annotations (past the client's 4 MiB line buffer), created and
+    changed while watched, reaches the handler from the watch itself: the watch does not break
+    and nothing is relisted."""
+    cache = Cache()
+    async with client.ApiClient(client.Configuration(host=emu.url)) as api:
+        informer = Informer(name="services", params={}, handler=cache,
+                            lister=client.CoreV1Api(api).list_service_for_all_namespaces,
+                            backoff=Backoff(base=0.01, jitter=0))
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.ready.wait(), 10)
+            await eventually(lambda: emu.watching("services") == 1)
+            big = svc("big")
+            big["metadata"]["annotations"] = {f"k{i}": "x" * 1000 for i in range(6000)}
+            emu.put("services", big)
+            await eventually(lambda: "big" in cache.objects)
+            big["metadata"]["annotations"]["k0"] = "changed"
+            emu.put("services", big)
+            await eventually(lambda: cache.objects["big"]["metadata"]["annotations"]["k0"]
+                        == "changed")
+            emu.put("services", svc("small"))
+            await eventually(lambda: "small" in cache.objects)
+            assert informer.relists == 0
+            assert emu.watching("services") == 1
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from podway.model import Service
 from podway.model.loader import LoadLimits
@@ -273,3 +277,53 @@ def test_validate_and_run_load_the_same_objects(tmp_path: Path) -> None:
     update = FileSource(tmp_path).load()
     assert {o.ref: o for o in loaded.objects} == {o.ref: o for o in update.snapshot.all()}
     assert [str(e) for e in loaded.errors] == [str(e) for e in update.errors]
+
+
+async def test_a_small_edit_never_queues_behind_big_files(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Big files that hold every parse thread (here: parses held until the test lets them go)
+    do not delay an edit of a small file: small files have parse threads of their own."""
+    from podway.sources import files
+
+    release = threading.Event()
+    real = files.read_manifest
+
+    def held(path: Path, **kwargs: Any) -> Any:
+        if path.name.startswith("big"):
+            release.wait(30)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(files, "read_manifest", held)
+    (tmp_path / "small.yaml").write_text(SVC.format(name="small", port=1))
+    source = FileSource(tmp_path, parse_workers=2)
+    updates = source.watch(debounce_ms=5)
+    try:
+        await anext(updates)
+        pad = "#" * files.SMALL_FILE + "\n"  # past the small-file size: the big lane
+        for i in range(3):  # more big files than the big lane has threads
+            (tmp_path / f"big-{i}.yaml").write_text(pad + SVC.format(name=f"big-{i}", port=2))
+        await asyncio.sleep(0.2)  # their events are in, their parses hold every thread
+        (tmp_path / "small.yaml").write_text(SVC.format(name="small", port=3))
+        async with asyncio.timeout(10):
+            while True:
+                update = await anext(updates)
+                small = update.snapshot.get(Service, "default", "small")
+                if small is not None and small.spec.ports[0].port == 3:
+                    break
+        assert update.snapshot.get(Service, "default", "big-0") is None  # still held
+    finally:
+        release.set()
+        await updates.aclose()
+
+
+def test_the_default_limits_admit_50000_plain_objects_in_one_file() -> None:
+    """What refuses a file for its size (bytes, then the document count, both checked before
+    parsing) admits 50,000 plain objects: the project's own generators write 20,000 to one
+    file. A bomb is still refused by bytes, aliases and depth (``test_loader``)."""
+    from podway.model import loader
+
+    text = "---\n".join(SVC.format(name=f"svc-{i:05}", port=80 + i % 1000)
+                        for i in range(50_000))
+    assert loader._over_size(text, loader.DEFAULT_LIMITS) is None
+    assert loader._too_many_documents(text, loader.DEFAULT_LIMITS) is None
+    assert loader.DEFAULT_LIMITS.max_objects_per_file >= 50_000

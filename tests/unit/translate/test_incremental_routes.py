@@ -10,6 +10,7 @@ what a fresh ``translate`` and ``build`` of the same snapshot give.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -311,10 +312,14 @@ def test_patched_route_changes_equal_from_scratch(start: list[Any], listeners: i
               f"patched: {got.change is not None}")
 
 
-def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("real_ip", [False, True])
+def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch,
+                                             real_ip: bool) -> None:
     """Adding, changing and deleting HTTPRoutes on exact hostnames patches the last structure:
     the whole structure phase does not run again, and the result equals a fresh translation
-    (pools come and go with their routes, the Gateway counts its attached routes)."""
+    (pools come and go with their routes, the Gateway counts its attached routes; the
+    listener keeps its X-Real-IP setting, ``--x-real-ip``)."""
+    opts = replace(OPTS, real_ip_header=real_ip)
     docs = one_listener_world(0)
     for i in range(6):
         docs.append({"apiVersion": "v1", "kind": "Service",
@@ -327,7 +332,7 @@ def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) ->
     early = _route(0, name="early", host="early.example.com")  # its pool sorts first
     early["spec"]["rules"][0]["backendRefs"][0]["name"] = "a0"
     snapshot = Snapshot.of_objects(o for o in map(_parsed, docs) if o is not None)
-    inc = IncrementalTranslator(OPTS)
+    inc = IncrementalTranslator(opts)
     inc.update(snapshot)
     whole_run = _no_whole_run
     for doc in (_route(4, name="extra", host="extra.example.com"),  # a new pool
@@ -340,7 +345,7 @@ def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) ->
         with monkeypatch.context() as patched:
             patched.setattr(translator, "translate_structure", whole_run)
             got = inc.update(snapshot, [(new.KIND, new.key)])
-        want = translate(snapshot, OPTS)
+        want = translate(snapshot, opts)
         assert got.ir == want.ir
         assert list(got.ir.pools) == list(want.ir.pools)
         assert report_yaml(got) == report_yaml(want)
@@ -350,10 +355,11 @@ def test_a_route_change_is_patched_not_rerun(monkeypatch: pytest.MonkeyPatch) ->
         with monkeypatch.context() as patched:
             patched.setattr(translator, "translate_structure", whole_run)
             got = inc.update(snapshot, [("HTTPRoute", ("default", name))])
-        want = translate(snapshot, OPTS)
+        want = translate(snapshot, opts)
         assert got.ir == want.ir
         assert report_yaml(got) == report_yaml(want)
     assert "pool/default/s4/80" not in got.ir.pools
+    assert all(item.real_ip is real_ip for item in got.ir.listeners)
 
 
 def _twin() -> dict[str, Any]:

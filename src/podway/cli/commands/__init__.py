@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import typer
 
 #: Every sub-command, in the order ``podway --help`` lists them; each is the name of its module.
-COMMANDS = ("validate", "run", "demo", "echo", "engine", "agent", "explain", "diagram", "status",
+COMMANDS = ("validate", "run", "demo", "echo", "engine", "kernel", "agent", "explain", "diagram",
+            "status",
             "config", "controller", "lab", "vip", "migrate")
 
 

@@ -40,16 +40,18 @@ def dump(
     state_dir: StateDirOption = None,
     backend_mode: BackendModeFlag = None,
     mode: OldModeFlag = None,
-    only: Annotated[str | None, typer.Option(help="Only 'ir' or only 'xds'.")] = None,
+    only: Annotated[str | None, typer.Option(
+        help="Only 'ir', 'xds' or 'kernel' (the kernel engine's nftables ruleset).")] = None,
 ) -> None:
-    """Print the IR and every xDS resource (listeners, routes, clusters, endpoints, secrets)."""
+    """Print the IR, every xDS resource (listeners, routes, clusters, endpoints, secrets) and
+    the kernel engine's nftables ruleset when it serves something."""
     from podway.base.errors import ConfigError
     from podway.ir.dump import dump_yaml
 
     socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
                          state_dir=state_dir)
-    if only not in (None, "ir", "xds"):
-        raise ConfigError(f"--only must be 'ir' or 'xds', not {only!r}")
+    if only not in (None, "ir", "xds", "kernel"):
+        raise ConfigError(f"--only must be 'ir', 'xds' or 'kernel', not {only!r}")
     err = Console(stderr=True)
     with err.status("building the configuration…"):
         if manifests is not None:
@@ -68,6 +70,12 @@ def local_dump(ir: Any) -> dict[str, Any]:
     """The ``GET /config`` shape for an IR built here."""
     from podway.envoy.config import Builder
     from podway.ir.dump import to_data
+    from podway.kernel.plan import plan
+    from podway.kernel.ruleset import full
     from podway.readers.admin_api import xds_data
 
-    return {"ir": to_data(ir), "xds": xds_data(Builder().build(ir))}
+    data = {"ir": to_data(ir), "xds": xds_data(Builder().build(ir))}
+    services, _ = plan(ir, lambda _, __: True, every_l4=False)  # unchecked: every member
+    if services:
+        data["kernel"] = full(services)
+    return data

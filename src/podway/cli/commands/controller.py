@@ -31,6 +31,7 @@ from podway.cli.commands.flags import (
     DashboardPort,
     IngressClasses,
     OldModeFlag,
+    RealIpHeader,
     XffTrustedHops,
 )
 from podway.translate import BackendMode
@@ -92,6 +93,7 @@ def controller(
         "admin.sock): its live member health feeds explain and the dashboard. Default: they "
         "show Kubernetes readiness only.")] = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    x_real_ip: RealIpHeader = False,
     ingress_class: IngressClasses = None,
     leader_elect: Annotated[str, typer.Option(
         help="Elect one writer among the replicas with a coordination.k8s.io Lease (true); "
@@ -169,6 +171,7 @@ def controller(
                                                           default=BackendMode.NODEPORTLOCAL),
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
+                                   real_ip_header=x_real_ip,
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops),
                                    **npl),

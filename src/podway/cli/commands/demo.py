@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from podway.base.errors import ConfigError, EnvironmentProblem
+from podway.base.errors import ConfigError, EnvironmentProblem, PodwayError
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import check_address, check_port, setup_logging, stdout_console
 
@@ -34,8 +34,11 @@ def demo(
         "… --instance NAME` reach it while it serves.")] = "demo",
     state_dir: Annotated[Path | None, typer.Option(
         help="The demo's state folder instead of the instance's (as `podway run`).")] = None,
+    engine: Annotated[str, typer.Option(
+        help="The data plane: envoy or haproxy (docs/engines.md).")] = "envoy",
 ) -> None:
-    """Start echo backends, serve the quickstart through Envoy, show who answers each request."""
+    """Start echo backends, serve the quickstart through Envoy (or HAProxy), show who answers
+    each request."""
     import shlex
 
     from podway.envoy.engine.state import instance_dir
@@ -48,12 +51,14 @@ def demo(
                           f"not {address}")
     check_port("--http-port", http_port)
     check_port("--https-port", https_port)
+    if engine not in ("envoy", "haproxy"):
+        raise ConfigError(f"--engine must be envoy or haproxy, not {engine}")
     folder = instance_dir(state_dir, instance)
     reach = (f"--state-dir {shlex.quote(str(folder))}" if state_dir is not None
              else "" if instance == "default" else f"--instance {shlex.quote(instance)}")
     opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
                        https_port=https_port, once=once, envoy_path=envoy_path,
-                       state_dir=folder, reach=reach)
+                       state_dir=folder, reach=reach, engine=engine)
     console = stdout_console()
     results: list[object] = []
 
@@ -62,6 +67,8 @@ def demo(
 
     try:
         asyncio.run(run_until_signal(main()))
+    except* PodwayError as group:  # a listener's port is taken (Envoy refused it)
+        raise group.exceptions[0] from None
     except* OSError as group:  # a backend port is taken, most often by another demo
         raise EnvironmentProblem(
             f"{group.exceptions[0]} — is another `podway demo` running? Stop it, or pass other "

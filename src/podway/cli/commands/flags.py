@@ -27,6 +27,9 @@ BackendModeFlag = Annotated[BackendMode | None, typer.Option(
 OldModeFlag = Annotated[BackendMode | None, typer.Option(
     "--mode", hidden=True, help="Deprecated name of --backend-mode.")]
 XffTrustedHops = Annotated[int, typer.Option(help=XFF_HELP)]
+RealIpHeader = Annotated[bool, typer.Option(
+    "--x-real-ip", help="Set X-Real-IP to the client address on every HTTP/HTTPS listener "
+    "(default: only on the Ingress listeners with --ingress-class; it costs every request).")]
 TlsMinVersion = Annotated[str | None, typer.Option(
     help="Lowest TLS version HTTPS listeners accept: 1.0-1.3 (default: the engine's, 1.2).")]
 TlsMaxVersion = Annotated[str | None, typer.Option(

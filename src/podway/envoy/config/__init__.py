@@ -330,6 +330,8 @@ class Builder:
         object keeping its resources (None: every name may differ)."""
         edits, at = self._tables.edits, self._scoped_at
         self._scoped_at = None  # (until the fields below are whole again)
+        if at is not None and at.real_ip != item.real_ip:  # every one-host table's tail
+            at, self._scoped = None, {}
         if edits is not None and at is not None and at is previous:
             touched: set[str] = set()
             for old, new, entry in edits:
@@ -368,7 +370,7 @@ class Builder:
         named the same: a scope holds only its name and key)."""
         name = scoped.table_name(item.name, vhost.hostname)
         table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
-                                  self._tables.table_bytes(name, entry))
+                                  self._tables.table_bytes(name, entry, real_ip=item.real_ip))
         scope = (before[3] if before is not None and before[3].name == name
                  else Resource.of(name, scoped.scope(item.name, vhost.hostname)))
         return (vhost, entry, table, scope)

@@ -1,5 +1,5 @@
 """Per-route client access, rate limits and body limits: HTTP filters every manager carries,
-configured (and so switched on) per route.
+switched off (``disabled``) and switched on only by the routes that configure them.
 
 * ``ClientAccess`` → RBAC (``envoy.filters.http.rbac``): allow the ``allow`` CIDRs (any when
   empty) unless in ``deny``, matched on the client address after trusted X-Forwarded-For hops
@@ -8,12 +8,22 @@ configured (and so switched on) per route.
   ``per_client``, one token bucket per client address (a dynamic descriptor keyed on
   ``remote_address``, at most ``MAX_CLIENT_BUCKETS`` held, least recently used dropped);
   otherwise one bucket for the route. Each engine counts on its own.
-* ``BodyLimit`` → buffer (``envoy.filters.http.buffer``): bodies over the limit get 413.
+* ``BodyLimit`` → bodies over the limit get 413, with bounded memory. Up to
+  ``MAX_BUFFERED_BODY`` the body is read whole first (buffer, ``envoy.filters.http.buffer``),
+  as nginx does. Above it (nginx allows up to 4 GiB) nothing is held whole: a Lua check
+  (``envoy.filters.http.lua``) answers 413 at once when ``Content-Length`` is over the limit
+  and lets a declared body stream (the codec stops a body longer than its length); a body of
+  undeclared length (chunked) is buffered up to ``MAX_BUFFERED_BODY`` (the route's body buffer
+  limit) and answered 413 beyond it — fail closed: send ``Content-Length`` for larger ones.
 
-The manager-level filters do nothing on a route without configuration (RBAC without rules,
-rate limit without a bucket, buffer disabled), and are present on every manager in nginx's
-phase order — CORS preflights first, then rate limits, then access, then the body — so a route
-gaining a setting never replaces its listener (which would drain its connections).
+A feature costs only where it is used: each optional filter is on every manager, in nginx's
+phase order — CORS preflights first, then rate limits, then access, then the body — but with
+``disabled: true``, so Envoy does not even create it for a request whose route does not name it;
+a route's ``typed_per_filter_config`` entry for the filter switches it on for that route (Envoy:
+a per-route config of a disabled filter enables it). Present rather than absent so that a route
+gaining a setting never replaces its listener (which would drain its connections). Measured
+(docs/performance.md, "What each default costs"): an enabled idle filter costs every request
+several per cent; a disabled one costs nothing measurable.
 """
 
 from __future__ import annotations
@@ -21,12 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from ipaddress import ip_network
 
-from envoy.config.core.v3 import address_pb2
+from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.extensions.filters.http.buffer.v3 import buffer_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
+from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
@@ -40,18 +51,23 @@ from podway.ir import BodyLimit, ClientAccess, Filter, RateLimit
 RBAC_FILTER = "envoy.filters.http.rbac"
 RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 BUFFER_FILTER = "envoy.filters.http.buffer"
+LUA_FILTER = "envoy.filters.http.lua"
+# The most of one request body an engine holds in memory for a body limit (per request).
+MAX_BUFFERED_BODY = 8 * 1024 * 1024
 MAX_CLIENT_BUCKETS = 10_000  # per route and engine: memory stays bounded under many clients
 _CLIENT_KEY = "remote_address"
 
 
 def manager_filters() -> list[hcm.HttpFilter]:
-    """The idle filters every HTTP connection manager carries (after CORS, before the router)."""
+    """The switched-off filters every HTTP connection manager carries (after CORS, before the
+    router); a route's per-route config switches one on (``access_filters``)."""
     return [
-        hcm.HttpFilter(name=RATE_LIMIT_FILTER, typed_config=pack(
+        hcm.HttpFilter(name=RATE_LIMIT_FILTER, disabled=True, typed_config=pack(
             local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit"))),
-        hcm.HttpFilter(name=RBAC_FILTER, typed_config=pack(rbac_pb2.RBAC())),
+        hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
         hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
             buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
+        hcm.HttpFilter(name=LUA_FILTER, disabled=True, typed_config=pack(lua_pb2.Lua())),
     ]
 
 
@@ -63,11 +79,45 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
             out.append((RBAC_FILTER, pack(rbac_pb2.RBACPerRoute(rbac=_rbac(f)))))
         elif isinstance(f, RateLimit):
             out.append((RATE_LIMIT_FILTER, pack(_rate_limit(f))))
-        elif isinstance(f, BodyLimit):
+        elif isinstance(f, BodyLimit) and f.max_bytes <= MAX_BUFFERED_BODY:
             per_route = buffer_pb2.BufferPerRoute(
                 buffer=buffer_pb2.Buffer(max_request_bytes=_wrap(f.max_bytes)))
             out.append((BUFFER_FILTER, pack(rc.FilterConfig(config=pack(per_route)))))
+        elif isinstance(f, BodyLimit):
+            code = lua_pb2.LuaPerRoute(source_code=base_pb2.DataSource(
+                inline_string=_streaming_limit(f.max_bytes)))
+            out.append((LUA_FILTER, pack(rc.FilterConfig(config=pack(code)))))
     return out
+
+
+def body_buffer_limit(filters: Iterable[Filter]) -> int | None:
+    """The route's body buffer limit for a streamed body limit (``MAX_BUFFERED_BODY``: the
+    most of a body of undeclared length held before 413), or None."""
+    if any(isinstance(f, BodyLimit) and f.max_bytes > MAX_BUFFERED_BODY for f in filters):
+        return MAX_BUFFERED_BODY
+    return None
+
+
+def _streaming_limit(max_bytes: int) -> str:
+    """The Lua check of a body limit too large to buffer: a declared length over the limit is
+    413 at once, a declared one within it streams, an undeclared one is read (bounded by the
+    route's body buffer limit, 413 past it)."""
+    return f"""-- podway: body limit {max_bytes} bytes (streamed)
+function envoy_on_request(handle)
+  local length = handle:headers():get("content-length")
+  if length ~= nil then
+    local n = tonumber(length)
+    if n == nil or n > {max_bytes} then
+      handle:respond({{[":status"] = "413"}}, "request body too large")
+    end
+    return
+  end
+  local body = handle:body()  -- nil at once when the request has no body
+  if body ~= nil and body:length() > {max_bytes} then
+    handle:respond({{[":status"] = "413"}}, "request body too large")
+  end
+end
+"""
 
 
 def _wrap(value: int) -> wrappers_pb2.UInt32Value:

@@ -61,7 +61,9 @@ _LB = {
     LBPolicy.RING_HASH: cluster_pb2.Cluster.RING_HASH,
     LBPolicy.MAGLEV: cluster_pb2.Cluster.MAGLEV,
 }
-RETRY_BUDGET_PERCENT = 20.0
+#: Retries in flight per pool and engine (Envoy's circuit breaker ``max_retries``; its default
+#: is 3): as many as a 20 % retry budget allowed at 50 requests in flight.
+MAX_RETRIES = 10
 # Each wait between two checks of a member is lengthened by a random 0 to this share of it
 # (Envoy's ``interval_jitter_percent``): without it the checks of pools created together (every
 # pool at an engine's start) keep firing in the same millisecond forever, and a member shared by
@@ -94,11 +96,12 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     if policy is LBPolicy.RING_HASH:
         # A bigger ring than Envoy's minimum (1024) spreads keys evenly over a few members.
         out.ring_hash_lb_config.minimum_ring_size.value = 4096
-    # Routes retry requests that never reached a member (route_entries.RETRY_ON); the budget caps
-    # retries at a share of the requests in flight, so a failing pool is not hit twice as hard.
-    budget = out.circuit_breakers.thresholds.add().retry_budget
-    budget.budget_percent.value = RETRY_BUDGET_PERCENT
-    budget.min_retry_concurrency.value = 3
+    # Routes retry requests that never reached a member (route_entries.RETRY_ON); a fixed cap
+    # on the retries in flight keeps a failing pool from being hit twice as hard. A plain
+    # threshold, not a retry budget (a share of the requests in flight): the budget cost every
+    # request of the pool 6-9 % of the engine's CPU (docs/performance.md, "What each default
+    # costs").
+    out.circuit_breakers.thresholds.add().max_retries.value = MAX_RETRIES
     lifetime = settings.connection_lifetime_ms if settings.protocol in _HTTP else None
     if settings.protocol in _H2 or lifetime:
         options = hpo.HttpProtocolOptions()

@@ -82,6 +82,11 @@ def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False
     ``split.split_route`` needs the pools). ``scoped``: an HTTP listener takes its routes from
     scopes, one table per host (``podway.envoy.config.scoped``; the builder decides)."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
+    # One owner per address and port on a host: without SO_REUSEPORT a second Envoy (another
+    # Podway instance) cannot bind what this one serves — it refuses the listener instead of
+    # splitting the traffic between two configurations. Envoy's own listener updates and hot
+    # restart hand the bound socket over rather than binding again, so they are unaffected.
+    out.enable_reuse_port.value = False
     socket = out.address.socket_address
     socket.address = ir.address
     socket.port_value = ir.port
@@ -146,10 +151,12 @@ def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = Fals
     manager.rds.config_source.CopyFrom(ads_source())
     manager.upgrade_configs.append(hcm.HttpConnectionManager.UpgradeConfig(
         upgrade_type="websocket", enabled=wrappers_pb2.BoolValue(value=False)))
-    # CORS does nothing on a route without a CORS policy; present on every manager so a route
-    # gaining one never replaces the listener (and never drains its connections).
+    # Every optional filter is switched off here and on by the routes that configure it (a
+    # per-route config of a disabled filter enables it): a request of any other route pays
+    # nothing for it. Present on every manager so a route gaining one never replaces the
+    # listener (and never drains its connections). ``access``: the same for the others.
     manager.http_filters.append(hcm.HttpFilter(
-        name=CORS_FILTER, typed_config=pack(cors_pb2.Cors())))
+        name=CORS_FILTER, disabled=True, typed_config=pack(cors_pb2.Cors())))
     manager.http_filters.extend(manager_filters())  # rate limits, client access, body limits
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))

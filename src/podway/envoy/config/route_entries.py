@@ -20,7 +20,7 @@ from envoy.type.matcher.v3 import regex_pb2, string_pb2
 from envoy.type.v3 import percent_pb2
 from google.protobuf import duration_pb2, wrappers_pb2
 
-from podway.envoy.config.access import access_filters
+from podway.envoy.config.access import access_filters, body_buffer_limit
 from podway.envoy.config.common import duration, pack
 from podway.envoy.config.listeners import CORS_FILTER
 from podway.ir import (
@@ -90,6 +90,8 @@ def _base(route: Route, match: rc.RouteMatch, *, suffix: str = "") -> rc.Route:
             out.typed_per_filter_config[CORS_FILTER].CopyFrom(pack(_cors(f)))
     for name, config in access_filters(route.filters):
         out.typed_per_filter_config[name].CopyFrom(config)
+    if (buffered := body_buffer_limit(route.filters)) is not None:
+        out.request_body_buffer_limit.value = buffered
     return out
 
 
@@ -189,7 +191,7 @@ def _forward_route(route: Route, action: Forward, match: rc.RouteMatch,
 #: Failures where the request never reached the member: retrying them is safe for every method
 #: (nothing was processed), and it hides a member that stopped accepting connections before its
 #: endpoint was withdrawn (a pod shutting down). Set once per virtual host, and on a route that
-#: needs its own policy (a per-try timeout). ``RETRY_BUDGET_PERCENT`` on each cluster bounds the
+#: needs its own policy (a per-try timeout). ``clusters.MAX_RETRIES`` on each cluster bounds the
 #: extra load when many members fail at once.
 RETRY_ON = "reset-before-request,connect-failure,refused-stream"
 RETRIES = 2

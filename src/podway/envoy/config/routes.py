@@ -15,7 +15,9 @@ Invariants the IR relies on and how they map to Envoy:
 * A ``WeightedPool``'s own header filters (Gateway API backendRef filters) go on its weighted
   cluster entry, so they apply to the requests that share gets; such a route always uses
   ``weighted_clusters``, even with one share.
-* Every table sets ``X-Real-IP`` to the client address (``listeners``: trusted hops).
+* The tables of a listener with ``real_ip`` set ``X-Real-IP`` to the client address
+  (``listeners``: trusted hops); others carry no per-request formatter and drop a
+  client-sent ``X-Real-IP`` (a pod must never get a forged one).
 * A ``WeightedPool`` without a pool (an unresolvable backend) is answered with its ``status``.
   Envoy's weighted clusters cannot answer directly, so the share becomes a route of its own,
   selected by ``runtime_fraction`` ahead of the forwarding route (docs/design/invalid-backends.md).
@@ -69,10 +71,14 @@ def route_configurations(listener: Listener, *, persistence: PersistenceByPool
             for name, sni in _tables(listener)]
 
 
-def _table_head(name: str) -> route_pb2.RouteConfiguration:
-    """A route table without its virtual hosts."""
+def _table_head(name: str, *, real_ip: bool = False) -> route_pb2.RouteConfiguration:
+    """A route table without its virtual hosts; ``real_ip``: it sets X-Real-IP."""
     config = route_pb2.RouteConfiguration(name=name)
     config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
+    if not real_ip:  # a formatter evaluated for every request: only where asked; elsewhere
+        # a client's own X-Real-IP is dropped (one header lookup), so no pod trusts a forged one
+        config.request_headers_to_remove.append("x-real-ip")
+        return config
     # The client address after X-Forwarded-For processing (the peer, or the address the
     # listener's trusted hops name); the table's own headers apply last, so neither the client
     # nor a route's header filter can set it.
@@ -108,7 +114,7 @@ def route_configuration(listener: Listener, *, persistence: PersistenceByPool,
     not the chain's own answers 421 Misdirected Request — the connection was opened for
     another listener's certificate (Gateway API: SNI and Host must match the same listener).
     """
-    config = _table_head(name or listener.name)
+    config = _table_head(name or listener.name, real_ip=listener.real_ip)
     catch_all = next((v for v in listener.virtual_hosts if v.hostname == "*"), None)
     for vhost, misdirected in _served(listener, sni):
         config.virtual_hosts.append(_misdirected(vhost) if misdirected
@@ -195,12 +201,13 @@ class TableEncoder:
         self._persistence: PersistenceByPool | None = None
         self._parts: dict[str, dict[_VhostKey, _Part]] = {}  # listener name → its parts
         self._next: dict[str, dict[_VhostKey, _Part]] = {}
-        self._heads: dict[str, tuple[bytes, bytes]] = {}
+        self._heads: dict[tuple[str, bool], tuple[bytes, bytes]] = {}
         # listener name → (listener, one encoding per virtual host, in order, and their
         # digests) of a listener with one table, no SNI context
         # and lowercase, distinct hostnames: what ``patch`` edits
         self._aligned: dict[str, tuple[Listener, list[bytes], list[bytes]]] = {}
-        self._rest: bytes | None = None  # a table's fields after its virtual hosts (any name)
+        # a table's fields after its virtual hosts (any name), without and with X-Real-IP
+        self._rest: dict[bool, bytes] = {}
         self._entries: tuple[Sequence[VirtualHost], Sequence[bytes]] = ((), ())
         self.edits: list[Edit] | None = None
         """The last ``tables`` call's edits of the listener's table (last position first), if
@@ -244,7 +251,7 @@ class TableEncoder:
         self._entries = ((), ())
         tables = _tables(listener)
         for name, sni in tables:
-            head, tail = self._head(name)
+            head, tail = self._head(name, real_ip=listener.real_ip)
             parts = [head]
             served: list[VirtualHost] = []
             lowercase = True
@@ -315,7 +322,7 @@ class TableEncoder:
         self._aligned[listener.name] = (listener, parts, sums)
         self._entries = (new_all, parts)
         self.edits = done
-        head, tail = self._head(listener.name)
+        head, tail = self._head(listener.name, real_ip=listener.real_ip)
         return [(listener.name, Joined((head, *parts, tail), _joined_digest(listener.name, sums)))]
 
     def _edit(self, name: str, parts: list[bytes], sums: list[bytes],
@@ -347,16 +354,18 @@ class TableEncoder:
             done.append((old, new, part))
         return done
 
-    def table_bytes(self, name: str, entry: bytes) -> bytes:
+    def table_bytes(self, name: str, entry: bytes, *, real_ip: bool = False) -> bytes:
         """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),
-        byte-equal to encoding ``_table_head(name)`` with it: a scope's table."""
+        byte-equal to encoding ``_table_head(name, real_ip=real_ip)`` with it: a scope's
+        table."""
         data = name.encode()
-        return b"\x0a" + varint(len(data)) + data + entry + self._tail()
+        return b"\x0a" + varint(len(data)) + data + entry + self._tail(real_ip)
 
-    def _tail(self) -> bytes:
-        if self._rest is None:
-            self._rest = self._head("")[1]
-        return self._rest
+    def _tail(self, real_ip: bool) -> bytes:
+        found = self._rest.get(real_ip)
+        if found is None:
+            found = self._rest[real_ip] = self._head("", real_ip=real_ip)[1]
+        return found
 
     def keep(self, listener: Listener) -> None:
         """``listener``'s tables were reused as they were: keep their encodings."""
@@ -369,15 +378,15 @@ class TableEncoder:
         for name in [n for n in self._aligned if n not in self._parts]:
             del self._aligned[name]
 
-    def _head(self, name: str) -> tuple[bytes, bytes]:
-        found = self._heads.get(name)
+    def _head(self, name: str, *, real_ip: bool) -> tuple[bytes, bytes]:
+        found = self._heads.get((name, real_ip))
         if found is None:
             head = route_pb2.RouteConfiguration(name=name).SerializeToString(deterministic=True)
-            whole = _table_head(name).SerializeToString(deterministic=True)
+            whole = _table_head(name, real_ip=real_ip).SerializeToString(deterministic=True)
             assert whole.startswith(head)
             if len(self._heads) > 4096:  # names of listeners long gone
                 self._heads.clear()
-            found = self._heads[name] = (head, whole[len(head):])
+            found = self._heads[(name, real_ip)] = (head, whole[len(head):])
         return found
 
 

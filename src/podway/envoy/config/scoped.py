@@ -21,6 +21,12 @@ Invariants:
   hostname. A Lua filter first in the manager lower-cases an ``:authority`` holding upper-case
   letters (and so re-selects the scope): host matching stays case-insensitive as in a virtual
   host's domains. Such a request reaches the backend with its Host in lower case.
+* The optional HTTP filters (CORS, rate limit, RBAC, buffer), switched off on other managers
+  and on per route (``listeners``), are switched on in a scoped manager: Envoy creates a
+  request's filters once, from the route it found first, and a request whose ``:authority`` has
+  upper-case letters finds none before the Lua filter lower-cases it — its route's access rules
+  would then be skipped. Enabled, they apply per route config as before (a filter with no
+  per-route config does nothing), at their small cost on this one listener.
 * The listener's one-table form (``rds_form``) is built too, and its table: state-of-the-world
   streams are served that form (``podway.envoy.xds.access.TableForm``), because every SotW scope or
   listener response carries all of them (slower than one table). ``rds_form`` of a scoped
@@ -51,6 +57,7 @@ from podway.ir import ListenerProtocol as Protocol
 SCOPED_MIN_HOSTS = 256
 HCM = "envoy.filters.network.http_connection_manager"
 LOWER_HOST_FILTER = "podway.lower_host"
+ROUTER_FILTER = "envoy.filters.http.router"
 _LOWER_HOST = """function envoy_on_request(handle)
   local headers = handle:headers()
   local host = headers:get(":authority")
@@ -152,6 +159,8 @@ def use_scopes(manager: hcm.HttpConnectionManager) -> None:
     extractor.index = 0
     scoped.rds_config_source.CopyFrom(ads_source())
     scoped.scoped_rds.scoped_rds_config_source.CopyFrom(ads_source())
+    for item in manager.http_filters:  # see the module's invariants: access must not depend
+        item.disabled = False  # on the case of the Host
     manager.http_filters.insert(0, hcm.HttpFilter(name=LOWER_HOST_FILTER, typed_config=pack(
         lua_pb2.Lua(default_source_code={"inline_string": _LOWER_HOST},
                     clear_route_cache=wrappers_pb2.BoolValue(value=True)))))
@@ -197,6 +206,8 @@ def rds_form(listener: listener_pb2.Listener) -> listener_pb2.Listener | None:
             manager.rds.route_config_name = name
             manager.rds.config_source.CopyFrom(ads_source())
             kept = [f for f in manager.http_filters if f.name != LOWER_HOST_FILTER]
+            for item_filter in kept:  # every filter but the terminal router is optional
+                item_filter.disabled = item_filter.name != ROUTER_FILTER
             del manager.http_filters[:]
             manager.http_filters.extend(kept)
             item.typed_config.CopyFrom(pack(manager))

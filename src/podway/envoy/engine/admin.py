@@ -9,6 +9,7 @@ on TCP: admin can dump every private key and stop the process. ``address`` is ``
 from __future__ import annotations
 
 import asyncio
+import json
 from urllib.parse import quote
 
 from podway.base.netaddr import parse_host_port
@@ -78,3 +79,22 @@ async def stats(address: str, filter_regex: str = "") -> dict[str, int]:
 async def drain_listeners(address: str) -> None:
     """Ask Envoy to stop accepting new connections gracefully (in-flight ones finish)."""
     await request(address, "/drain_listeners?graceful", method="POST")
+
+
+async def listeners(address: str) -> dict[str, tuple[str, int]]:
+    """The listeners Envoy has bound and serves (``/listeners``): name → (address, port). A
+    listener Envoy refused (its port taken, say) is not there."""
+    status, body = await request(address, "/listeners?format=json")
+    if status != 200:
+        raise ConnectionError(f"Envoy admin at {address}: /listeners answered {status}")
+    try:
+        found = json.loads(body).get("listener_statuses") or []
+    except (ValueError, AttributeError) as exc:
+        raise ConnectionError(f"Envoy admin at {address}: /listeners: {exc}") from None
+    out: dict[str, tuple[str, int]] = {}
+    for entry in found:
+        socket = ((entry or {}).get("local_address") or {}).get("socket_address") or {}
+        if entry.get("name") and "port_value" in socket:
+            out[str(entry["name"])] = (str(socket.get("address", "")),
+                                       int(socket["port_value"]))
+    return out

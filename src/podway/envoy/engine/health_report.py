@@ -14,7 +14,8 @@ Invariants:
 * A stream starts with the whole view (``full``, naming the engine's group, if any: the
   controller counts the engine only for the pools its group is sent), so a controller that
   restarted, or a stream that broke, never combines news with a view it did not see; later
-  messages carry changes only.
+  messages carry changes only. A report over ``MAX_MESSAGE_BYTES`` goes in parts (gRPC refuses
+  messages over 4 MiB: a view of ~50,000 hosts sent whole was refused on every retry).
   Nothing is sent before Envoy's admin first answers: "never reported" stays distinguishable
   from "reported no hosts".
 * The Kubernetes readiness Envoy was told (EDS health status) is ignored: the gate itself moves
@@ -43,7 +44,15 @@ from typing import Any
 import grpc
 
 from podway.base.backoff import Backoff
-from podway.engines.member_health import PATH, Health, HostKey, HostState, Message, diff, encode
+from podway.engines.member_health import (
+    PATH,
+    Health,
+    HostKey,
+    HostState,
+    Message,
+    diff,
+    encode_parts,
+)
 from podway.engines.report_targets import Names, Resolver, Target, resolve, targets
 from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import xds_addresses
@@ -222,8 +231,9 @@ class Reporter:
                     continue
                 message = Message(node=self.opts.node_id, full=False,
                                   hosts=MappingProxyType(changed), removed=removed)
-            yield encode(message)
-            self.sent += 1
+            for part in encode_parts(message):  # a large view: parts under gRPC's bound
+                yield part
+                self.sent += 1
             streamed[0] = True
             sent = view
 

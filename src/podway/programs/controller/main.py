@@ -108,6 +108,9 @@ class ControllerOptions:
     max_wait_s: float = 0.2
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
     status_concurrency: int = 32
+    status_resync_s: float = 60.0
+    """How often every status Podway wrote is compared with what the API holds (a foreign write
+    the watch missed is repaired then; one seen on the watch is repaired at once)."""
     write_events: bool = True
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
@@ -207,12 +210,7 @@ class Controller:
                                        writes_allowed=self._may_write_pods,
                                        metrics=self.metrics)
         self.server.servicer.on_engines.append(self.readiness.wake)
-        self.status = StatusWriter(api, self.pipeline, current=self.source.current_status,
-                                   kind_info=self.source.kind_info, opts=opts.translate,
-                                   lb_address=opts.lb_address, metrics=self.metrics,
-                                   concurrency=opts.status_concurrency,
-                                   leadership=self.leadership)
-        self.source.same_as = self.status.last_written
+        self.status = self._status_writer(api, opts)
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await self.server.start()
         log.info("xDS for engines on %s", self.server.target)
@@ -227,6 +225,8 @@ class Controller:
                 group.create_task(self._pending_warnings(events),
                                   name="controller-pending-warnings")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
+                group.create_task(self.status.repair(every_s=opts.status_resync_s),
+                                  name="controller-status-repair")
                 group.create_task(self.readiness.run(), name="controller-readiness")
                 group.create_task(self.groups.follow(), name="controller-engine-groups")
                 self._optional_tasks(group, opts, live)
@@ -234,6 +234,19 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _status_writer(self, api: client.ApiClient, opts: ControllerOptions) -> StatusWriter:
+        """The status writer, told by the source what the API holds (ours read back as that
+        very object; anyone else's write to be repaired)."""
+        assert self.source is not None
+        assert self.pipeline is not None
+        writer = StatusWriter(api, self.pipeline, current=self.source.current_status,
+                              kind_info=self.source.kind_info, opts=opts.translate,
+                              lb_address=opts.lb_address, metrics=self.metrics,
+                              concurrency=opts.status_concurrency, leadership=self.leadership)
+        self.source.same_as = writer.last_written
+        self.source.on_status = writer.observed
+        return writer
 
     def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
         """``opts`` with VIP IPAM when VIP pools are given: an address an object's status

@@ -20,6 +20,9 @@ class ControllerMetrics:
         self.status_writes = Counter("podway_controller_status_writes",
                                      "Status PATCHes sent, by kind and result.",
                                      ["kind", "result"], registry=reg)
+        self.status_repairs = Counter("podway_controller_status_repairs",
+                                      "Statuses someone else changed that were written again.",
+                                      registry=reg)
         self.events = Counter("podway_controller_events", "Events written (created or counted "
                               "up).", ["type", "reason"], registry=reg)
         self.queue_depth = Gauge("podway_controller_queue_depth",

@@ -61,6 +61,9 @@ class ControllerSource(KubeSource):
         self.same_as: Callable[[str, Key], Status | None] = lambda kind, key: None
         """What the status writer last wrote for an object: an equal status read back is kept
         as that object (set by the controller once its writer exists)."""
+        self.on_status: Callable[[str, Key, Status], None] = lambda kind, key, status: None
+        """Told of every status the API now holds (a watch event: ours read back, or someone
+        else's write), so the writer can repair a foreign one (set by the controller)."""
 
     def current_status(self, kind: str, key: Key) -> Status | None:
         """The ``status`` the API holds now for an object the controller writes status to."""
@@ -89,5 +92,6 @@ class ControllerSource(KubeSource):
             return
         status = status if isinstance(status, dict) else {}
         written = self.same_as(kind, key)
-        self._statuses[(kind, key)] = written if written == status and written is not None \
-            else status
+        held = written if written == status and written is not None else status
+        self._statuses[(kind, key)] = held
+        self.on_status(kind, key, held)

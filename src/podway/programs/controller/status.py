@@ -30,6 +30,7 @@ compares every status with what the API holds and PATCHes only the differences.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -44,7 +45,13 @@ from podway.programs.controller.leader import ALWAYS, Fence, Leadership
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.source import KindInfo
 from podway.programs.controller.status_desired import Desired, Target
-from podway.programs.controller.status_times import Status, now_rfc3339, same, with_times
+from podway.programs.controller.status_times import (
+    Status,
+    covers,
+    now_rfc3339,
+    same,
+    with_times,
+)
 from podway.status import StatusDocument
 from podway.status.incremental import DocumentBuilder
 from podway.translate import TranslateOptions
@@ -83,8 +90,61 @@ class StatusWriter:
         self._seen: tuple[Any, ...] = ()
         self._lock = asyncio.Lock()
         self.failed = asyncio.Event()  # a PATCH failed: ``retry_failed`` writes again
+        self.drift = asyncio.Event()  # someone else changed a status: ``repair`` rewrites it
+        self._drifted: set[Target] = set()
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
+
+    def observed(self, kind: str, key: Key, status: Status) -> None:
+        """The API now holds ``status`` for an object (a watch event). One that differs from
+        what this writer last wrote there was written by someone else (a user, a stale
+        replica, another controller): forget it was written, so the next pass (``repair``)
+        compares and rewrites it. O(1): only that object is looked at."""
+        target = (kind, key)
+        written = self._written.get(target)
+        if written is None or written is status or covers(status, written):
+            return
+        self._drifted.add(target)
+        self.drift.set()
+
+    async def repair(self, *, every_s: float = 60.0, min_gap_s: float = 1.0) -> None:
+        """Until cancelled: rewrite statuses someone else changed — at once after a watch event
+        said so (at most once per ``min_gap_s``, so two writers that disagree do not spin), and
+        every ``every_s`` after comparing each written status with what the API holds (a
+        change the watch did not deliver)."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time() + every_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, next_sweep - loop.time())):
+                    await self.drift.wait()
+            if loop.time() >= next_sweep:
+                next_sweep = loop.time() + every_s
+                for target, written in list(self._written.items()):
+                    current = self._current(*target)
+                    if current is not written and not covers(current, written):
+                        self._drifted.add(target)
+            self.drift.clear()
+            await self._repair()
+            await asyncio.sleep(min_gap_s)
+
+    async def _repair(self) -> None:
+        state = self._pipeline.state
+        if not self._drifted or state is None:
+            return
+        async with self._lock:
+            drifted, self._drifted = self._drifted, set()
+            for target in drifted:
+                self._written.pop(target, None)
+                self._wanted.pop(target, None)
+            if not self._leadership.fence().valid():
+                return  # a follower repairs nothing (a new leader compares everything)
+            log.info("status of %d object(s) changed by someone else: writing it again",
+                     len(drifted))
+            self._metrics.status_repairs.inc(len(drifted))
+            self._pending |= drifted
+            self._seen = ()
+            await self._write(state)
 
     def last_written(self, kind: str, key: Key) -> Status | None:
         """The status last written to (or found current on) an object, as sent."""

@@ -17,14 +17,14 @@ from podway.model import Ingress, Service
 from podway.model.base import ObjectRef
 from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.snapshot import Key
-from podway.pipeline import State
+from podway.pipeline import Rejection, State
 from podway.programs.controller.status_times import Status
 from podway.status import StatusDocument
 from podway.status.diff import KindChanges
 from podway.translate import TranslateOptions
 from podway.translate import annotations as ann
 from podway.translate import service as service_rules
-from podway.translate.core.problems import Problem, Reason
+from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.core.status import to_api
 
 Target = tuple[str, Key]  # (kind, (namespace, name))
@@ -38,9 +38,11 @@ def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
         if ref.kind in CRD_STATUS_KINDS and entry.status is not None:
             out[(ref.kind, (ref.namespace, ref.name))] = to_api(entry.status, kind=ref.kind)
     bound = bound_addresses(state.ir)
+    named = listener_names(state.ir)
     snapshot = state.update.snapshot
     for key, service in snapshot.kind(Service).items():
-        status = _service_status(key, service, bound, doc, opts=opts, lb_address=lb_address)
+        status = _service_status(key, service, bound, doc, opts=opts, lb_address=lb_address,
+                                 listeners=named.get(("Service", key), ()))
         if status is not None:
             out[("Service", key)] = status
     for key in snapshot.kind(Ingress):
@@ -94,7 +96,7 @@ class Desired:
                 continue  # no status of its own to write
             touched.add(target)
         touched |= replaced
-        touched |= moved
+        touched |= moved | self._bound.renamed
         bound = self._bound.bound
         out: set[Target] = set()
         for target in touched:
@@ -104,7 +106,8 @@ class Desired:
                 service = services.get(key)
                 status = None if service is None else _service_status(
                     key, service, bound, doc, opts=self._opts,
-                    lb_address=self._lb_address)
+                    lb_address=self._lb_address,
+                    listeners=self._bound.names.get(target, ()))
             elif kind == "Ingress":
                 status = _ingress_status(key, bound, doc, self._lb_address) \
                     if key in ingresses else None
@@ -133,9 +136,12 @@ class BoundAddresses:
         self._of: dict[Target, dict[int, Listener]] = {}  # target → its listeners, by id
         self._several: set[Target] = set()  # targets bound to more than one address
         self.bound: dict[Target, list[str]] = {}  # what ``bound_addresses`` gives
+        self.names: dict[Target, tuple[tuple[str, str], ...]] = {}  # ``listener_names``
+        self.renamed: set[Target] = set()  # targets whose ``names`` the last update changed
 
     def update(self, listeners: tuple[Listener, ...]) -> set[Target]:
         """Follow ``listeners``; the targets whose bound addresses changed."""
+        self.renamed = set()
         if listeners is self._listeners:
             return set()
         ids = dict(zip(map(id, listeners), listeners, strict=True))
@@ -167,8 +173,15 @@ class BoundAddresses:
                 self._several.add(target)
             else:
                 self._several.discard(target)
+            names = tuple(sorted({(ls.name, ls.address) for ls in mine.values()}))
             if not mine:
                 del self._of[target]
+            if names != self.names.get(target, ()):
+                self.renamed.add(target)
+                if names:
+                    self.names[target] = names
+                else:
+                    del self.names[target]
             if addresses != self.bound.get(target, []):
                 moved.add(target)
                 if addresses:
@@ -189,22 +202,71 @@ def bound_addresses(ir: IR) -> dict[Target, list[str]]:
     return bound
 
 
+def listener_names(ir: IR) -> dict[Target, tuple[tuple[str, str], ...]]:
+    """Each object's listeners as (name, address), sorted."""
+    out: dict[Target, set[tuple[str, str]]] = {}
+    for listener in ir.listeners:
+        for origin in listener.origins:
+            out.setdefault((origin.kind, (origin.namespace, origin.name)), set()).add(
+                (listener.name, listener.address))
+    return {target: tuple(sorted(names)) for target, names in out.items()}
+
+
 def _service_status(key: Key, service: Service, bound: Mapping[Target, list[str]],
-                    doc: StatusDocument, *, opts: TranslateOptions, lb_address: str | None
-                    ) -> Status | None:
+                    doc: StatusDocument, *, opts: TranslateOptions, lb_address: str | None,
+                    listeners: Iterable[tuple[str, str]] = ()) -> Status | None:
     if not service_rules.is_ours(service, opts):
         return None
+    found = doc.objects.get(ObjectRef("Service", *key))
+    refused = {r.resource: r for r in (found.rejections if found is not None else ())
+               if r.type_name == "Listener"}
+    mine = list(listeners)
+    addresses = bound.get(("Service", key), [])
+    if opts.vips is None and refused:
+        # An address none of whose listeners an engine took serves nothing of this Service:
+        # it is not advertised (external-dns would publish a dead address). With --vip-pools
+        # the address stays: it is the allocation, which the status carries across restarts.
+        live = {address for name, address in mine if name not in refused}
+        addresses = [a for a in addresses if a in live]
     # Every VIP the Service binds (an IPAM grant may hold several): the published status
     # is also how the allocation survives a restart (podway.programs.ipam reads it back).
-    ips = dict.fromkeys(ip for address in bound.get(("Service", key), [])
+    ips = dict.fromkeys(ip for address in addresses
                         if (ip := _published(address, lb_address)))
     status: Status = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
+    conditions = [programmed_condition(mine, refused, found.problems if found else (),
+                                       service.metadata.generation)]
     if opts.vips is not None:
-        found = doc.objects.get(ObjectRef("Service", *key))
-        status["conditions"] = [vip_condition(
+        conditions.append(vip_condition(
             list(ips), found.problems if found is not None else (),
-            service.metadata.generation)]
+            service.metadata.generation))
+    status["conditions"] = conditions
     return status
+
+
+PROGRAMMED_CONDITION = "podway.io/Programmed"
+
+
+def programmed_condition(listeners: list[tuple[str, str]], refused: Mapping[str, Rejection],
+                         problems: Iterable[Problem], generation: int) -> Status:
+    """Whether the engines serve the Service: False with the engine's message when one refused
+    a listener of it (Envoy refuses a listener it cannot bind: its port taken), False when it
+    has no listener (the translator's error says why), True when every listener was taken."""
+    def condition(status: str, reason: str, message: str) -> Status:
+        return {"type": PROGRAMMED_CONDITION, "status": status, "reason": reason,
+                "message": message[:1024], "observedGeneration": generation}
+
+    if refused:
+        name = min(refused)
+        first = refused[name]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        return condition("False", "EngineRefused", f"engine {first.node} refused listener "
+                         f"{name}{more}: {first.message}")
+    if not listeners:
+        error = next((p for p in problems if p.severity is Severity.ERROR), None)
+        return condition("False", "NotServed", error.message if error is not None
+                         else "no listener serves this Service")
+    return condition("True", "Programmed", f"{len(listeners)} listener(s) configured on "
+                     "the engines")
 
 
 def _ingress_status(key: Key, bound: Mapping[Target, list[str]], doc: StatusDocument,

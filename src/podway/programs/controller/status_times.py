@@ -71,6 +71,23 @@ def same(a: Status | None, b: Status | None) -> bool:
     return bool(_clean(a or {}) == _clean(b or {}))
 
 
+def covers(current: Status | None, written: Status) -> bool:
+    """``current`` (what the API holds) still says everything ``written`` said: the same
+    values, lists of the same length; fields the API added (defaults such as a load-balancer
+    ingress's ``ipMode``) do not count as a change."""
+    return _covers(_clean(current or {}), _clean(written))
+
+
+def _covers(have: Any, want: Any) -> bool:
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(k in have and _covers(have[k], v)
+                                              for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(have) == len(want) and all(
+            _covers(h, w) for h, w in zip(have, want, strict=True))
+    return bool(have == want)
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _clean(v) for k, v in value.items() if v not in (None, [], {})}

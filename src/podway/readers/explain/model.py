@@ -35,7 +35,7 @@ class OutcomeKind(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Step:
-    stage: str  # listener, tls, virtual_host, route, filter, pool
+    stage: str  # listener, tls, virtual_host, route, filter, engine (kernel DNAT), pool
     mark: Mark
     text: str
 

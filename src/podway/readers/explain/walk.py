@@ -30,12 +30,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podway.ir import (
     IR,
     ClientAccess,
     DirectResponse,
+    EngineKind,
     Forward,
     L4Route,
     Listener,
@@ -66,6 +67,7 @@ from podway.readers.explain.words import (
     filter_text,
     host_kind,
     hostport,
+    kernel_dnat,
     listing,
     no_sni,
     protocol_mismatch,
@@ -420,7 +422,12 @@ class _Walk:
             self.step("pool", Mark.FAIL, "no backend with a weight above 0")
             return self._reset("the connection is closed: the route has no usable backend",
                                (route.origin,))
-        return self._shares(shares, (route.origin,), http=False)
+        if listener.engine is not EngineKind.KERNEL:
+            return self._shares(shares, (route.origin,), http=False)
+        self.step("engine", Mark.INFO, kernel_dnat(listener, route, self._transport()))
+        verdict = self._shares(shares, (route.origin,), http=False)
+        return replace(verdict, summary=verdict.summary.replace(
+            "served by ", "DNAT by the kernel engine to a member of "))
 
     # -- pools and members --------------------------------------------------------------------
 

@@ -8,6 +8,8 @@ from podway.ir import (
     ClientAccess,
     Filter,
     HeaderModifier,
+    L4Route,
+    Listener,
     Pool,
     RateLimit,
     URLRewrite,
@@ -109,3 +111,13 @@ def protocol_mismatch(scheme: str, protocol: Protocol) -> str:
     hint = {Protocol.HTTP: "http://", Protocol.HTTPS: "https://", Protocol.TLS: "https:// or "
             "tls://", Protocol.TCP: "tcp://", Protocol.UDP: "udp://"}[protocol]
     return f"the listener on that port speaks {protocol}, not {scheme}: use {hint}"
+
+
+def kernel_dnat(listener: Listener, route: L4Route, transport: str) -> str:
+    """How the kernel engine serves ``listener`` (``Listener.engine`` KERNEL), in one line."""
+    how = ("by a hash of the client's address (sessionAffinity ClientIP)"
+           if route.client_ip_affinity else "at random, by weight")
+    source = ("the client's own address" if listener.transparent
+              else "the engine host's address (SNAT)")
+    return (f"the kernel engine serves this port: nftables DNATs each new {transport} flow to "
+            f"one member {how}; the member sees {source}; no proxy touches the bytes")

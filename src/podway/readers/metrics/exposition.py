@@ -14,7 +14,7 @@ from this answer, not zero). The server binds where it is told; the commands all
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -31,8 +31,10 @@ AdminAddress = Callable[[], str | None]  # the supervised Envoy's admin address,
 def make_app(*, registries: Sequence[CollectorRegistry] = (),
              engine_admin: AdminAddress | None = None,
              healthy: Callable[[], bool] = lambda: True,
-             scrape_limit_s: float = 2.0) -> web.Application:
-    """The metrics app; ``registries`` come after the process-wide registry."""
+             scrape_limit_s: float = 2.0,
+             extra: Callable[[], Awaitable[bytes]] | None = None) -> web.Application:
+    """The metrics app; ``registries`` come after the process-wide registry, ``extra``'s text
+    (e.g. the kernel engine's counters) after everything."""
     own = CollectorRegistry()
     envoy_up = Gauge("podway_engine_stats_up",
                      "1 when the supervised Envoy answered this scrape's stats request.",
@@ -46,6 +48,8 @@ def make_app(*, registries: Sequence[CollectorRegistry] = (),
         body = b"".join(generate_latest(r) for r in (REGISTRY, *registries))
         if engine_admin is not None:
             body += generate_latest(own) + envoy_text
+        if extra is not None:
+            body += await extra()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health_view(_: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from podway.translate.core.vips import VipAllocator
 
-from podway.ir import TLSOptions
+from podway.ir import EngineKind, TLSOptions
 
 
 class NplTrust(StrEnum):
@@ -77,6 +77,15 @@ class TranslateOptions:
     (``--xff-trusted-hops``). 0: the engine is the edge; the client address is the connection's
     peer. A Gateway's ``podway.io/xff-trusted-hops`` overrides it for its listeners
     (``podway.translate.pools.client_ip``)."""
+    real_ip_header: bool = False
+    """Set X-Real-IP to the client address on every HTTP/HTTPS listener (``--x-real-ip``).
+    Off: only on the Ingress listeners when an Ingress class is taken over from ingress-nginx
+    (``takeover_classes``; ingress-nginx always sets it), since it costs every request a
+    per-request formatter (docs/performance.md)."""
+    l4_engine: EngineKind = EngineKind.ENVOY
+    """The engine of a TCP/UDP listener whose Services name none (``podway.io/engine``):
+    ``podway run --engine kernel`` makes it ``KERNEL`` (the kernel engine serves every L4
+    listener it can; ``podway.translate.pools.engine_choice``)."""
     npl_trust: NplTrust = NplTrust.FILES
     """Which NodePortLocal annotations are believed (``NplTrust``); the controller uses
     ``signed`` with ``npl_key``, or ``node`` for Antrea's agent (``--npl-unsigned``)."""

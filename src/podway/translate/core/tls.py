@@ -80,6 +80,24 @@ def certificate_from_secret(snapshot: Snapshot, namespace: str, name: str,
     return SecretCertificate(certificate=out, warning=_validity(where, check, now))
 
 
+def pair_error(secret: Secret) -> str | None:
+    """Why the engine could not serve ``secret`` as a certificate and key (None: it can):
+    the checks of ``certificate_from_secret`` that do not depend on the clock."""
+    if secret.type != Secret.TLS_TYPE:
+        return f"it is of type {quote(secret.type)}, not '{Secret.TLS_TYPE}'"
+    cert, key = secret.get("tls.crt"), secret.get("tls.key")
+    if not cert or not key:
+        return "it has no " + " and ".join(k for k, v in (("tls.crt", cert), ("tls.key", key))
+                                           if not v)
+    error = _check_pair(cert, key).error
+    if error is None:
+        try:
+            cert.decode(), key.decode()
+        except UnicodeDecodeError:
+            return "it holds bytes that are not PEM text"
+    return error
+
+
 def _invalid(message: str) -> SecretCertificate:
     return SecretCertificate(error=Verdict(False, Reason.INVALID_SECRET, message))
 

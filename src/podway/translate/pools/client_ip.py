@@ -8,6 +8,10 @@ Runs after the structure (listeners and pools) is final, and only sets fields:
   listener, the Gateway's ``podway.io/xff-trusted-hops`` annotation (the oldest Gateway's, when
   several share the port). The Ingress listeners are shared by every Ingress, so no Ingress can
   change them: only the flag applies there.
+* an HTTP/HTTPS listener gets ``real_ip`` (the engine sets X-Real-IP) with ``--x-real-ip``
+  (``TranslateOptions.real_ip_header``), or, without it, when it serves an Ingress and an
+  Ingress class is taken over from ingress-nginx (``takeover_classes``), which always sets it.
+  Off otherwise: the header is a per-request formatter every request would pay for.
 * every TCP pool of a Service annotated ``podway.io/proxy-protocol: v2`` gets
   ``proxy_protocol``. HTTP pools never do: the engine reuses one upstream connection for the
   requests of many clients, so a header per connection cannot name the client (X-Forwarded-For
@@ -53,7 +57,8 @@ def parse_hops(value: str) -> int | None:
 
 
 def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
-                    pools: dict[str, PoolSpec], default_hops: int
+                    pools: dict[str, PoolSpec], default_hops: int, *,
+                    real_ip: bool = False, nginx_ingress: bool = False
                     ) -> tuple[list[Listener], list[Problem]]:
     """Listeners with their trusted hops; ``pools`` is updated in place (PROXY protocol)."""
     problems: list[Problem] = []
@@ -73,15 +78,8 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
                                      "applies"))
         else:
             hops_of[gateway.key] = hops
-    out: list[Listener] = []
-    for listener in listeners:
-        if listener.protocol not in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
-            out.append(listener)
-            continue
-        hops = next((hops_of[(o.namespace, o.name)] for o in listener.origins
-                     if o.kind == "Gateway" and (o.namespace, o.name) in hops_of), default_hops)
-        out.append(listener if hops == listener.xff_trusted_hops
-                   else replace(listener, xff_trusted_hops=hops))
+    out = [_l7_settings(listener, hops_of, default_hops, real_ip=real_ip,
+                        nginx_ingress=nginx_ingress) for listener in listeners]
     services: dict[tuple[str, str], bool] = {}
     http_only: dict[tuple[str, str], ObjectRef] = {}  # asked for PROXY, no TCP pool (yet)
     transparent: dict[tuple[str, str], ObjectRef] = {}  # asked for the client's own address
@@ -110,6 +108,20 @@ def apply_client_ip(snapshot: Snapshot, listeners: list[Listener],
     if transparent:
         out = _apply_transparent(out, pools, transparent, problems)
     return out, problems
+
+
+def _l7_settings(listener: Listener, hops_of: dict[tuple[str, str], int], default_hops: int,
+                 *, real_ip: bool, nginx_ingress: bool) -> Listener:
+    """An HTTP/HTTPS listener with its trusted hops (its Gateway's, else the flag's) and
+    whether it sets X-Real-IP (asked for, or an Ingress listener of a taken-over class)."""
+    if listener.protocol not in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
+        return listener
+    hops = next((hops_of[(o.namespace, o.name)] for o in listener.origins
+                 if o.kind == "Gateway" and (o.namespace, o.name) in hops_of), default_hops)
+    header = real_ip or (nginx_ingress and any(o.kind == "Ingress" for o in listener.origins))
+    if (hops, header) == (listener.xff_trusted_hops, listener.real_ip):
+        return listener
+    return replace(listener, xff_trusted_hops=hops, real_ip=header)
 
 
 def _apply_transparent(listeners: list[Listener], pools: dict[str, PoolSpec],

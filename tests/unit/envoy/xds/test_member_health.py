@@ -24,6 +24,8 @@ from podway.engines.member_health import (
     decode,
     diff,
     encode,
+    encode_parts,
+    join,
 )
 from podway.envoy.engine.health_report import Reporter, ReportOptions, classify, parse
 from podway.envoy.xds.cache import Cache
@@ -106,6 +108,30 @@ def test_a_long_reason_is_cut_and_a_view_cannot_outgrow_its_bound(
         reports.apply(stream, Message(node="e", full=False, hosts={B: OK}))
     reports.close(stream)
     assert reports.view("e") is None
+
+
+def test_a_large_report_goes_in_parts_under_the_bound_that_add_up_to_it() -> None:
+    """``encode_parts``: every part at most the limit, only the first full (with the group),
+    all but the last say ``more``; joined in order they are the message again."""
+    hosts = {(f"pool/default/s{i}/80", f"10.0.{i // 250}.{i % 250}:8080"): SICK
+             for i in range(2000)}
+    removed = tuple((f"pool/default/gone{i}/80", "10.9.0.1:80") for i in range(500))
+    message = Message(node="e", full=True, hosts=hosts, removed=removed, group="g")
+    parts = encode_parts(message, limit=8192)
+    assert len(parts) > 10
+    assert all(len(p) <= 8192 for p in parts)
+    decoded = [decode(p) for p in parts]
+    assert [d.full for d in decoded] == [True] + [False] * (len(parts) - 1)
+    assert [d.more for d in decoded] == [True] * (len(parts) - 1) + [False]
+    assert decoded[0].group == "g"
+    whole = decoded[0]
+    for part in decoded[1:]:
+        whole = join(whole, part)
+    assert (whole.full, whole.more, whole.group) == (True, False, "g")
+    assert dict(whole.hosts) == hosts
+    assert set(whole.removed) == set(removed)
+    assert encode_parts(Message(node="e", full=False, hosts={A: OK})) == \
+        [encode(Message(node="e", full=False, hosts={A: OK}))]
 
 
 def test_diff_names_changed_and_removed_hosts() -> None:
@@ -349,3 +375,30 @@ async def test_changes_that_outgrow_the_view_bound_end_the_stream(
     assert await _report_raw(server.local_target, full, more) is \
         grpc.StatusCode.INVALID_ARGUMENT
     assert reports.nodes == frozenset()
+
+
+async def test_a_view_over_grpc_s_4_mib_arrives_whole(
+        served: tuple[XdsServer, MemberHealthReports], admin: tuple[FakeAdmin, str]) -> None:
+    """An engine with 70,000 members (its report ~6 MiB, over gRPC's 4 MiB message bound):
+    the controller gets the whole view (sent in parts), then a change to it."""
+    server, reports = served
+    fake, address = admin
+    many = {(f"pool/default/service-with-a-longer-name-{i // 10}/8080",
+             f"10.{i // 62500}.{i // 250 % 250}.{i % 250}:8080"): "healthy"
+            for i in range(70_000)}
+    fake.hosts = dict(many)
+    whole = encode(Message(node="edge-1", full=True, hosts=dict.fromkeys(many, OK)))
+    assert len(whole) > 4 * 1024 * 1024  # what was refused on every retry
+    assert server.local_target is not None
+    reporter = Reporter(ReportOptions(node_id="edge-1", xds=server.local_target,
+                                      interval_s=0.2), lambda: address)
+    task = asyncio.create_task(reporter.run())
+    try:
+        await eventually(lambda: len(reports.view("edge-1") or {}) == 70_000, within=60)
+        first = next(iter(many))
+        fake.hosts[first] = "/failed_active_hc"
+        await eventually(lambda: (reports.view("edge-1") or {}).get(first) == SICK, within=60)
+        assert len(reports.view("edge-1") or {}) == 70_000
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -11,7 +11,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
 
-from podway.envoy.config.clusters import RETRY_BUDGET_PERCENT, cluster
+from podway.envoy.config.clusters import MAX_RETRIES, cluster
 from podway.envoy.config.listeners import listener as listener_resource
 from podway.envoy.config.route_entries import RETRY_ON
 from podway.envoy.config.routes import route_configuration, route_configurations
@@ -135,7 +135,7 @@ def test_request_and_backend_timeouts() -> None:
 
 def test_every_forwarding_route_retries_what_never_reached_a_member() -> None:
     """Connect failures, resets before the request and refused streams are retried on another
-    member, for every method (nothing was processed), within the cluster's retry budget; the
+    member, for every method (nothing was processed), within the cluster's retry cap; the
     policy is set once per virtual host (a route of its own would replace it)."""
     (host,) = _routes(vhost("a.com", route("r1", "/", "p"))).virtual_hosts
     assert not host.routes[0].route.HasField("retry_policy")
@@ -145,8 +145,10 @@ def test_every_forwarding_route_retries_what_never_reached_a_member() -> None:
     assert policy.num_retries.value == 2
     assert [p.name for p in policy.retry_host_predicate] == [
         "envoy.retry_host_predicates.previous_hosts"]
-    budget = cluster("p", PoolSettings()).circuit_breakers.thresholds[0].retry_budget
-    assert budget.budget_percent.value == RETRY_BUDGET_PERCENT
+    (threshold,) = cluster("p", PoolSettings()).circuit_breakers.thresholds
+    assert threshold.max_retries.value == MAX_RETRIES
+    # A plain threshold, no retry budget: the budget costs every request (docs/performance.md).
+    assert not threshold.HasField("retry_budget")
 
 
 def test_zero_backend_timeout_sets_no_per_try_timeout() -> None:

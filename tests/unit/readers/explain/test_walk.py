@@ -10,6 +10,7 @@ import pytest
 from podway.ir import (
     IR,
     DirectResponse,
+    EngineKind,
     Forward,
     HeaderMatch,
     L4Route,
@@ -312,6 +313,23 @@ def test_tcp_by_address_and_udp_split_by_weight() -> None:
     assert [(o.pool, o.percent) for o in tcp.verdict.outcomes] == [("a", 25.0), ("b", 75.0)]
     assert explain(ir, parse("tcp://198.18.0.2:5432")).verdict.outcomes[0].kind is (
         OutcomeKind.RESET)
+
+
+def test_a_kernel_served_port_says_dnat_by_the_kernel_engine() -> None:
+    """A listener the kernel engine serves (Listener.engine) is explained as DNAT: how the
+    member is chosen and which address it sees."""
+    route = L4Route(name="u", backends=(WeightedPool(pool="a"),), origin=ROUTE,
+                    client_ip_affinity=True)
+    listener = replace(_l4(Protocol.TCP, route), engine=EngineKind.KERNEL, transparent=True)
+    out = explain(_ir(listener, pools=(_pool(MemberState.READY, name="a"),)),
+                  parse("tcp://198.18.0.1:5432"))
+    assert out.verdict.summary.startswith("DNAT by the kernel engine to a member of a")
+    engine = next(s for s in out.steps if s.stage == "engine")
+    assert "hash of the client's address" in engine.text
+    assert "the client's own address" in engine.text
+    plain = explain(_ir(_l4(Protocol.TCP, route), pools=(_pool(MemberState.READY, name="a"),)),
+                    parse("tcp://198.18.0.1:5432"))
+    assert not [s for s in plain.steps if s.stage == "engine"]
 
 
 def test_a_scheme_the_listener_does_not_speak_fails_with_a_hint() -> None:

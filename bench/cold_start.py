@@ -1,0 +1,133 @@
+"""Cold start: ``podway run`` on a folder of N routes, from start to every route served.
+
+The folder is ``bench/xds_push.py``'s (N Ingress paths, 10 per host, one Service + EndpointSlice
+per path, 2N + N/1000 objects, Services and slices in one file), the members one local echo.
+Standalone Podway starts in this process (its Envoy is a real one); the stages are stamped as
+they end:
+
+* parse:       the file source's first update (every file read and typed);
+* translate, build, cache set: the first generation's own timings;
+* Envoy ready: its admin answers (it starts beside the parse);
+* config ACKed: Envoy's ACK of the route tables after the first push;
+* first 200 / last 200: the first and the last route answer through Envoy (the last one is
+  polled from the moment the routes are ACKed; a route whose member is not healthy yet answers
+  503, so this includes the first health-check round).
+
+Target (issue 24): every route served ≤ 5 s after the start at 10,000 routes. Each time is also
+printed as a ratio to the machine-speed reference (``bench/speedref.py``).
+
+    python bench/cold_start.py [--routes 10000] [--runs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from speedref import Reference, measure
+from xds_push import PATHS_PER_HOST, Acks, free_port, manifests, status_of
+
+from podway.envoy import types
+from podway.programs.standalone import Standalone, StandaloneOptions
+from podway.sources import files
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
+from podway.translate import TranslateOptions
+
+
+async def until_200(port: int, host: str, path: str, limit_s: float = 120) -> float:
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if await status_of(port, host, path) == 200:
+                return time.perf_counter()
+        await asyncio.sleep(0.01)
+    raise SystemExit(f"{host}{path} never answered 200 within {limit_s} s")
+
+
+async def one_run(routes: int, echo_port: int) -> dict[str, float]:
+    stamps: dict[str, float] = {}
+    watch = files.FileSource.watch
+
+    async def stamped(self: files.FileSource, **kwargs: Any) -> AsyncIterator[Any]:
+        async for update in watch(self, **kwargs):
+            stamps.setdefault("parse", time.perf_counter())
+            yield update
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        manifests(root, routes, echo_port)
+        http_port = free_port()
+        acks = Acks()
+        standalone = Standalone(StandaloneOptions(
+            manifests=root, drain_s=0, translate=TranslateOptions(
+                address="127.0.0.1", http_port=http_port, https_port=free_port())))
+        standalone.event_hooks.append(acks)
+        routes_acked = acks.next(types.ROUTE)
+        files.FileSource.watch = stamped  # type: ignore[method-assign]
+        began = time.perf_counter()
+        task = asyncio.create_task(standalone.run())
+        try:
+            state = await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
+            stamps["first state"] = time.perf_counter()
+            engine = await standalone.engine()
+            assert engine is not None
+            await engine.wait_ready(limit_s=120)
+            stamps["Envoy ready"] = time.perf_counter()
+            stamps["config ACKed"] = await asyncio.wait_for(routes_acked, 120)
+            hosts = routes // PATHS_PER_HOST
+            stamps["first 200"] = await until_200(http_port, "h0.bench.test", "/app0")
+            stamps["last 200"] = await until_200(http_port, f"h{hosts - 1}.bench.test",
+                                                 f"/app{PATHS_PER_HOST - 1}")
+            timings = state.timings
+        finally:
+            files.FileSource.watch = watch  # type: ignore[method-assign]
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    out = {name: at - began for name, at in stamps.items()}
+    out.update({"translate": timings.translate_ms / 1000, "build": timings.build_ms / 1000,
+                "cache set": timings.cache_ms / 1000})
+    return out
+
+
+async def main_async(args: argparse.Namespace, ref: Reference) -> None:
+    echo_port = free_port()
+    started = asyncio.Event()
+    echo = asyncio.create_task(serve(EchoOptions(port=echo_port, identity=Identity(name="e")),
+                                     started=started))
+    await started.wait()
+    try:
+        for run in range(args.runs):
+            figures = await one_run(args.routes, echo_port)
+            print(f"run {run + 1}: {args.routes} routes, seconds since the start "
+                  "(stage durations for translate, build and cache set)")
+            for name in ("parse", "translate", "build", "cache set", "first state",
+                         "Envoy ready", "config ACKed", "first 200", "last 200"):
+                if name in figures:
+                    print(f"  {name:<14} {figures[name]:8.2f} s  ({ref.ratio(figures[name])})")
+    finally:
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--routes", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+    ref = measure()
+    print(ref.describe())
+    asyncio.run(main_async(args, ref))
+    print(ref.check_again())
+
+
+if __name__ == "__main__":
+    main()

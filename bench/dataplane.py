@@ -1,0 +1,692 @@
+"""Data-plane benchmark: what a request costs the load balancer, Podway's Envoy beside its peers.
+
+The same load (``wrk``, one thread, a tiny answer from an nginx upstream with one worker) goes
+in interleaved rounds through each *target* on loopback:
+
+* ``nginx-direct``  the upstream itself (no load balancer: the floor);
+* ``envoy-static``  a hand-written Envoy, one route, no xDS (the yardstick);
+* ``podway``        ``podway run`` on manifests for the same route (Podway's Envoy);
+* ``haproxy``       HAProxy as reverse proxy, one thread;
+* ``nginx-proxy``   nginx as reverse proxy, one worker, upstream keep-alive.
+
+Every Envoy runs one worker (``--concurrency 1``). Workloads: HTTP/1.1 keep-alive, a new
+connection per request (``Connection: close``), HTTPS keep-alive, and a new TLS handshake per
+request. For each (target, workload) it prints the requests per second and the requests per
+CPU-second of the load balancer's *own* processes (utime + stime from ``/proc/PID/stat`` of
+the process and its descendants, read before and after each run; for ``podway`` Envoy only,
+the Python control plane's CPU is printed beside it), the median over rounds, and the ratio
+to ``envoy-static``: per round (the two ran back to back), then the median over rounds. The
+machine is shared: the load average is printed, rounds are interleaved (targets in a new order
+each round), and only figures of one run compare. ``--variants`` adds static Envoys with
+Podway's optional filters enabled or disabled, and static Envoys configured as Podway configures
+the route with each former default switched back on or each current setting off (what each
+costs: docs/performance.md).
+
+Adding a target is one function decorated ``@target("name")`` that starts it and returns a
+``Running`` (its ports, the PIDs whose CPU counts, how to stop it).
+
+    python bench/dataplane.py [--rounds 3] [--duration 2] [--targets a,b] [--json]
+
+Default total: about 2 minutes (5 targets x 4 workloads x 3 rounds x 2 s, plus start-up).
+It kills only the processes it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speedref import measure, static_envoy
+
+from podway.envoy.engine.process import find_envoy
+
+WORKLOADS = ("http-keepalive", "http-newconn", "https-keepalive", "https-newconn")
+CONNECTIONS = 16  # wrk's connections (one thread)
+BODY = "ok\n"
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# --- processes and their CPU ---------------------------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    kids = _children()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(kids.get(p, ()))
+    return out
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of ``pids`` (each process's threads included), in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone: its time is lost, which only lowers the figure
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / _TICK
+
+
+@dataclass
+class Running:
+    """A started target: its ports, whose CPU counts, and how to stop it."""
+
+    http_port: int
+    https_port: int
+    lb_pids: Callable[[], list[int]]
+    stop: Callable[[], None]
+    side_pids: Callable[[], list[int]] = list  # the control plane's, if any
+
+
+@dataclass
+class Context:
+    """What every target gets: a private folder, the upstream's ports, a certificate."""
+
+    root: Path
+    upstream_http: int
+    upstream_https: int
+    cert: Path
+    key: Path
+    envoy: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def spawn(self, args: list[str], *, log: str) -> subprocess.Popen[bytes]:
+        out = (self.root / log).open("wb")
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+
+def stop_process(proc: subprocess.Popen[bytes], *, grace_s: float = 10) -> None:
+    """SIGTERM to the process we started (its group: nginx's and HAProxy's workers), then
+    SIGKILL after ``grace_s``."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _plain(proc: subprocess.Popen[bytes], http: int, https: int) -> Running:
+    return Running(http, https, lambda: tree(proc.pid), lambda: stop_process(proc))
+
+
+TARGETS: dict[str, Callable[[Context], Running]] = {}
+VARIANTS: dict[str, Callable[[Context], Running]] = {}
+
+
+def target(name: str, *, variant: bool = False
+           ) -> Callable[[Callable[[Context], Running]], Callable[[Context], Running]]:
+    """Register a target: a function that starts it and returns its ``Running``."""
+    def register(fn: Callable[[Context], Running]) -> Callable[[Context], Running]:
+        (VARIANTS if variant else TARGETS)[name] = fn
+        return fn
+    return register
+
+
+# --- nginx -------------------------------------------------------------------------------------
+def _nginx_conf(ctx: Context, name: str, server: str) -> Path:
+    folder = ctx.root / name
+    folder.mkdir()
+    temps = "\n".join(f"  {k}_temp_path {folder}/{k};" for k in
+                      ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    conf = folder / "nginx.conf"
+    conf.write_text(f"""worker_processes 1;
+daemon off;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+{temps}
+  ssl_certificate {ctx.cert};
+  ssl_certificate_key {ctx.key};
+{server}
+}}
+""")
+    return conf
+
+
+def start_upstream(ctx: Context) -> subprocess.Popen[bytes]:
+    server = f"""  server {{
+    listen 127.0.0.1:{ctx.upstream_http};
+    listen 127.0.0.1:{ctx.upstream_https} ssl;
+    location / {{ default_type text/plain; return 200 "{BODY.strip()}\\n"; }}
+  }}"""
+    conf = _nginx_conf(ctx, "upstream", server)
+    return ctx.spawn(["nginx", "-p", str(conf.parent), "-e", str(conf.parent / "error.log"),
+                      "-c", str(conf)], log="upstream.log")
+
+
+@target("nginx-direct")
+def nginx_direct(ctx: Context) -> Running:
+    """No load balancer: the upstream's own figures (its CPU counts)."""
+    proc = ctx.procs[0]  # started first (``started``)
+    return Running(ctx.upstream_http, ctx.upstream_https, lambda: tree(proc.pid),
+                   lambda: None)
+
+
+@target("nginx-proxy")
+def nginx_proxy(ctx: Context) -> Running:
+    http, https = free_port(), free_port()
+    server = f"""  upstream up {{ server 127.0.0.1:{ctx.upstream_http}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{http};
+    listen 127.0.0.1:{https} ssl;
+    location / {{
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}"""
+    conf = _nginx_conf(ctx, "nginx-proxy", server)
+    proc = ctx.spawn(["nginx", "-p", str(conf.parent), "-e", str(conf.parent / "error.log"),
+                      "-c", str(conf)], log="nginx-proxy.log")
+    return _plain(proc, http, https)
+
+
+# --- HAProxy -----------------------------------------------------------------------------------
+@target("haproxy")
+def haproxy(ctx: Context) -> Running:
+    http, https = free_port(), free_port()
+    pem = ctx.root / "haproxy.pem"
+    pem.write_text(ctx.cert.read_text() + ctx.key.read_text())
+    conf = ctx.root / "haproxy.cfg"
+    conf.write_text(f"""global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:{http}
+  bind 127.0.0.1:{https} ssl crt {pem}
+  default_backend be
+backend be
+  server up 127.0.0.1:{ctx.upstream_http}
+""")
+    proc = ctx.spawn(["haproxy", "-db", "-f", str(conf)], log="haproxy.log")
+    return _plain(proc, http, https)
+
+
+# --- Envoy -------------------------------------------------------------------------------------
+def _static_bootstrap(ctx: Context, http: int, https: int,
+                      filters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``speedref.static_envoy`` (one route), plus the same manager behind TLS on ``https``;
+    ``filters`` go before the router."""
+    config = static_envoy(http, ctx.upstream_http)
+    (listener,) = config["static_resources"]["listeners"]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    if filters:
+        manager["http_filters"][:0] = filters
+    tls = {"name": "envoy.transport_sockets.tls", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                 "DownstreamTlsContext",
+        "common_tls_context": {"alpn_protocols": ["h2", "http/1.1"], "tls_certificates": [{
+            "certificate_chain": {"filename": str(ctx.cert)},
+            "private_key": {"filename": str(ctx.key)}}]}}}
+    secure = json.loads(json.dumps(listener))
+    secure["name"] = "static-tls"
+    secure["address"]["socket_address"]["port_value"] = https
+    secure["filter_chains"][0]["transport_socket"] = tls
+    config["static_resources"]["listeners"].append(secure)
+    return config
+
+
+def _envoy(ctx: Context, name: str, config: dict[str, Any]) -> subprocess.Popen[bytes]:
+    path = ctx.root / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return ctx.spawn([str(ctx.envoy), "-c", str(path), "--concurrency", "1",
+                      "--disable-hot-restart", "-l", "error"], log=f"{name}.log")
+
+
+@target("envoy-static")
+def envoy_static(ctx: Context) -> Running:
+    http, https = free_port(), free_port()
+    return _plain(_envoy(ctx, "envoy-static", _static_bootstrap(ctx, http, https)), http, https)
+
+
+def _optional_filters(*, disabled: bool) -> list[dict[str, Any]]:
+    """Podway's optional HTTP filters as its managers carry them (``envoy/config/access``)."""
+    kinds: list[tuple[str, str, dict[str, Any]]] = [
+        ("envoy.filters.http.cors", "cors.v3.Cors", {}),
+        ("envoy.filters.http.local_ratelimit", "local_ratelimit.v3.LocalRateLimit",
+         {"stat_prefix": "http_local_rate_limit"}),
+        ("envoy.filters.http.rbac", "rbac.v3.RBAC", {}),
+        ("envoy.filters.http.buffer", "buffer.v3.Buffer", {"max_request_bytes": 1})]
+    return [{"name": name, "disabled": disabled or name.endswith("buffer"), "typed_config": {
+        "@type": f"type.googleapis.com/envoy.extensions.filters.http.{kind}", **extra}}
+        for name, kind, extra in kinds]
+
+
+@target("envoy-filters-on", variant=True)
+def envoy_filters_on(ctx: Context) -> Running:
+    """The static Envoy with CORS, rate limit and RBAC enabled (idle) on the manager: what
+    Podway carried before (buffer was already disabled)."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https, _optional_filters(disabled=False))
+    return _plain(_envoy(ctx, "envoy-filters-on", config), http, https)
+
+
+@target("envoy-filters-off", variant=True)
+def envoy_filters_off(ctx: Context) -> Running:
+    """The static Envoy with the same filters present but ``disabled`` (Podway now)."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https, _optional_filters(disabled=True))
+    return _plain(_envoy(ctx, "envoy-filters-off", config), http, https)
+
+
+def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: bool = False,
+                 real_ip: bool = False, retries: bool = True, checks: bool = True,
+                 manager: bool = True, drop_real_ip: bool = True) -> Running:
+    """A static Envoy configured as Podway configures one route (its manager's settings, the
+    host's connect-failure retries, the cluster's checks), with the defaults Podway had before
+    issue 24 switched on one by one: the optional filters enabled, a retry budget instead of
+    ``max_retries``, the X-Real-IP formatter; or one of today's settings switched off
+    (``retries``, ``checks``: active check and outlier detection, ``manager``: path
+    normalisation and the client address, ``drop_real_ip``). What each costs: its ratio to
+    ``envoy-podway-now`` (docs/performance.md, "What each default costs")."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https, _optional_filters(disabled=not filters_on))
+    for listener in config["static_resources"]["listeners"]:
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        if manager:
+            hcm.update({"use_remote_address": True, "normalize_path": True,
+                        "merge_slashes": True, "strip_any_host_port": True,
+                        "strip_trailing_host_dot": True, "upgrade_configs": [
+                            {"upgrade_type": "websocket", "enabled": False}]})
+        table = hcm["route_config"]
+        (host,) = table["virtual_hosts"]
+        host["retry_policy"] = {
+            "retry_on": "reset-before-request,connect-failure,refused-stream",
+            "num_retries": 2, "host_selection_retry_max_attempts": 3,
+            "retry_host_predicate": [{
+                "name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts."
+                             "v3.PreviousHostsPredicate"}}]}
+        if not retries:
+            del host["retry_policy"]
+        host["routes"][0]["route"]["upgrade_configs"] = [{"upgrade_type": "websocket"}]
+        if real_ip:
+            table["request_headers_to_add"] = [{"header": {
+                "key": "x-real-ip", "value": "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+        elif drop_real_ip:
+            table["request_headers_to_remove"] = ["x-real-ip"]
+    (cluster,) = config["static_resources"]["clusters"]
+    cluster.update({
+        "connect_timeout": "5s", "ignore_health_on_host_removal": True,
+        "common_lb_config": {"healthy_panic_threshold": {}, "update_merge_window": "0s"},
+        "health_checks": [{"timeout": "1s", "interval": "5s", "unhealthy_threshold": 3,
+                           "healthy_threshold": 1, "interval_jitter_percent": 20,
+                           "http_health_check": {"path": "/"}}],
+        "outlier_detection": {"consecutive_5xx": 5, "interval": "10s",
+                              "enforcing_success_rate": 0,
+                              "enforcing_consecutive_gateway_failure": 0,
+                              "enforcing_failure_percentage": 0},
+        "circuit_breakers": {"thresholds": [
+            {"retry_budget": {"budget_percent": {"value": 20.0}, "min_retry_concurrency": 3}}
+            if budget else {"max_retries": 10}]}})
+    if not checks:
+        del cluster["health_checks"], cluster["outlier_detection"]
+    return _plain(_envoy(ctx, name, config), http, https)
+
+
+@target("envoy-podway-now", variant=True)
+def envoy_podway_now(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-now")
+
+
+@target("envoy-podway-before", variant=True)
+def envoy_podway_before(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-before", filters_on=True, budget=True, real_ip=True)
+
+
+@target("envoy-podway-filters", variant=True)
+def envoy_podway_filters(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-filters", filters_on=True)
+
+
+@target("envoy-podway-budget", variant=True)
+def envoy_podway_budget(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-budget", budget=True)
+
+
+@target("envoy-podway-realip", variant=True)
+def envoy_podway_realip(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-realip", real_ip=True)
+
+
+@target("envoy-podway-no-retries", variant=True)
+def envoy_podway_no_retries(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-no-retries", retries=False)
+
+
+@target("envoy-podway-no-checks", variant=True)
+def envoy_podway_no_checks(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-no-checks", checks=False)
+
+
+@target("envoy-podway-no-manager", variant=True)
+def envoy_podway_no_manager(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-no-manager", manager=False)
+
+
+@target("envoy-podway-keep-real-ip", variant=True)
+def envoy_podway_keep_real_ip(ctx: Context) -> Running:
+    return _podway_like(ctx, "envoy-podway-keep-real-ip", drop_real_ip=False)
+
+
+# --- Podway ------------------------------------------------------------------------------------
+def podway_manifests(ctx: Context, folder: Path) -> None:
+    """The same route as the static Envoy's: any host, prefix ``/``, one member (the
+    upstream), on HTTP and on HTTPS (the certificate as the default)."""
+    import base64
+
+    def b64(p: Path) -> str:
+        return base64.b64encode(p.read_bytes()).decode()
+
+    folder.mkdir()
+    (folder / "route.yaml").write_text(f"""apiVersion: v1
+kind: Service
+metadata: {{name: up, namespace: bench}}
+spec: {{ports: [{{name: http, port: 80, targetPort: {ctx.upstream_http}}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: up-x, namespace: bench, labels: {{kubernetes.io/service-name: up}}}}
+ports: [{{name: http, port: {ctx.upstream_http}}}]
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: cert, namespace: bench}}
+type: kubernetes.io/tls
+data: {{tls.crt: {b64(ctx.cert)}, tls.key: {b64(ctx.key)}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: up
+  namespace: bench
+  annotations: {{podway.io/ssl-redirect: "false"}}
+spec:
+  ingressClassName: podway
+  tls: [{{secretName: cert}}]
+  rules:
+  - http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: up, port: {{number: 80}}}}}}}}
+""")
+
+
+@target("podway")
+def podway(ctx: Context) -> Running:
+    http, https = free_port(), free_port()
+    folder = ctx.root / "manifests"
+    podway_manifests(ctx, folder)
+    state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
+    os.chmod(state, 0o700)
+    cli = Path(sys.executable).with_name("podway")
+    proc = ctx.spawn([str(cli), "run", "--manifests", str(folder), "--address", "127.0.0.1",
+                      "--http-port", str(http), "--https-port", str(https),
+                      "--state-dir", str(state), "--log-level", "warning"], log="podway.log")
+    record = state / "envoy.json"
+
+    def envoy_pid() -> list[int]:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            return [int(json.loads(record.read_text())["pid"])]
+        return []
+
+    deadline = time.monotonic() + 60
+    while not envoy_pid():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"podway run did not start Envoy: see {ctx.root / 'podway.log'}")
+        time.sleep(0.1)
+    pids = envoy_pid()
+
+    def stop() -> None:
+        stop_process(proc, grace_s=20)
+        for pid in pids:  # Envoy outlives a crashed Podway; a clean stop ends it too
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(state, ignore_errors=True)
+
+    return Running(http, https, lambda: pids, stop, side_pids=lambda: [proc.pid])
+
+
+# --- load --------------------------------------------------------------------------------------
+def ready(port: int, *, tls: bool, what: str, limit_s: float = 60) -> None:
+    """Until a GET on ``port`` answers 200."""
+    deadline = time.monotonic() + limit_s
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    while True:
+        with contextlib.suppress(OSError), \
+                socket.create_connection(("127.0.0.1", port), timeout=2) as raw:
+            conn = context.wrap_socket(raw) if tls else raw
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+            if conn.recv(64).startswith(b"HTTP/1.1 200"):
+                return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: port {port} ({'https' if tls else 'http'}) never "
+                             "answered 200")
+        time.sleep(0.2)
+
+
+@dataclass
+class Sample:
+    rps: float
+    requests: int
+    lb_cpu_s: float
+    side_cpu_s: float
+    errors: int
+
+    @property
+    def per_cpu_s(self) -> float:
+        return self.requests / self.lb_cpu_s if self.lb_cpu_s > 0 else float("nan")
+
+
+def _wrk(url: str, duration: int, close: bool) -> tuple[float, int, int]:
+    args = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{duration}s", "--timeout", "5s"]
+    if close:
+        args += ["-H", "Connection: close"]
+    out = subprocess.run([*args, url], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    found = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, total, errors + (int(found.group(1)) if found else 0)
+
+
+def run_once(running: Running, workload: str, duration: int) -> Sample:
+    tls = workload.startswith("https")
+    port = running.https_port if tls else running.http_port
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/"
+    lb, side = running.lb_pids(), running.side_pids()
+    before, side_before = cpu_seconds(lb), cpu_seconds(side)
+    rps, total, errors = _wrk(url, duration, workload.endswith("newconn"))
+    return Sample(rps, total, cpu_seconds(lb) - before, cpu_seconds(side) - side_before, errors)
+
+
+def certificate(root: Path) -> tuple[Path, Path]:
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=bench",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+@contextlib.contextmanager
+def started(names: list[str], root: Path) -> Iterator[dict[str, Running]]:
+    cert, key = certificate(root)
+    ctx = Context(root, free_port(), free_port(), cert, key, find_envoy())
+    running: dict[str, Running] = {}
+    try:
+        start_upstream(ctx)
+        ready(ctx.upstream_http, tls=False, what="upstream")
+        every = {**TARGETS, **VARIANTS}
+        for name in names:
+            running[name] = every[name](ctx)
+        for name, item in running.items():
+            ready(item.http_port, tls=False, what=name)
+            ready(item.https_port, tls=True, what=name)
+        yield running
+    finally:
+        for item in running.values():
+            with contextlib.suppress(Exception):
+                item.stop()
+        for proc in reversed(ctx.procs):
+            stop_process(proc)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=2, help="seconds per run")
+    parser.add_argument("--targets", default=",".join(TARGETS),
+                        help=f"comma-separated, of {', '.join([*TARGETS, *VARIANTS])}")
+    parser.add_argument("--variants", action="store_true",
+                        help=f"also {', '.join(VARIANTS)} (what each default costs)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    args = parser.parse_args()
+    names = [n for n in args.targets.split(",") if n]
+    if args.variants:
+        names += [n for n in VARIANTS if n not in names]
+    workloads = [w for w in args.workloads.split(",") if w]
+    unknown = [n for n in names if n not in TARGETS and n not in VARIANTS] + [
+        w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown target or workload: {', '.join(unknown)}")
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    ref = measure()
+    say(ref.describe())
+    say(f"load average at the start: {load_average()} (2-core machine shared with others)")
+    samples: dict[tuple[str, str], list[Sample]] = {}
+    keep = os.environ.get("DATAPLANE_KEEP")  # a folder to keep the logs in (debugging)
+    with (contextlib.nullcontext(keep) if keep
+          else tempfile.TemporaryDirectory(prefix="podway-dataplane-")) as tmp, \
+            started(names, Path(tmp)) as running:
+        for r in range(args.rounds):
+            for workload in workloads:
+                order = random.Random(r).sample(names, len(names))  # a new order each round
+                for name in order:
+                    sample = run_once(running[name], workload, args.duration)
+                    samples.setdefault((name, workload), []).append(sample)
+            say(f"round {r + 1}/{args.rounds} done, load average {load_average()}")
+    end = ref.check_again()
+    say(end)
+    report = _report(samples, names, workloads, args, ref.seconds)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print(report)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _report(samples: dict[tuple[str, str], list[Sample]], names: list[str],
+            workloads: list[str], args: argparse.Namespace, ref_s: float) -> dict[str, Any]:
+    rows = []
+    for workload in workloads:
+        base = samples.get(("envoy-static", workload))
+        for name in names:
+            got = samples[(name, workload)]
+            per_cpu = _median([s.per_cpu_s for s in got])
+            # Paired: each round's ratio to envoy-static's figure of the same round (they ran
+            # back to back), then the median: the machine's drift between rounds cancels.
+            ratio = _median([a.per_cpu_s / b.per_cpu_s for a, b in zip(got, base, strict=True)
+                             if b.per_cpu_s > 0]) if base else None
+            rows.append({
+                "workload": workload, "target": name,
+                "rps": round(_median([s.rps for s in got]), 1),
+                "per_lb_cpu_s": round(per_cpu, 1),
+                "per_lb_cpu_s_rounds": [round(s.per_cpu_s, 1) for s in got],
+                "lb_cpu_share": round(_median([s.lb_cpu_s / args.duration for s in got]), 3),
+                "control_plane_cpu_s": round(sum(s.side_cpu_s for s in got), 2),
+                "errors": sum(s.errors for s in got),
+                "vs_envoy_static": round(ratio, 3) if ratio is not None else None})
+    return {"reference_ms": round(ref_s * 1000, 1), "load_average_end": load_average(),
+            "rounds": args.rounds, "duration_s": args.duration, "connections": CONNECTIONS,
+            "rows": rows}
+
+
+def _print(report: dict[str, Any]) -> None:
+    print(f"\n{report['rounds']} interleaved rounds of {report['duration_s']} s, wrk -t1 "
+          f"-c{report['connections']}, median per target; per LB CPU-s = requests / (utime + "
+          "stime of the load balancer's own processes); x static = median over rounds of per LB "
+          "CPU-s / envoy-static's in the same round")
+    head = (f"{'workload':<16} {'target':<18} {'rps':>9} {'per LB CPU-s':>13} "
+            f"{'LB CPU':>7} {'x static':>9} {'errors':>7}  rounds (per LB CPU-s)")
+    print(head)
+    print("-" * len(head))
+    for row in report["rows"]:
+        ratio = f"{row['vs_envoy_static']:.3f}" if row["vs_envoy_static"] else "-"
+        side = (f"  (control plane {row['control_plane_cpu_s']} CPU-s in all rounds)"
+                if row["control_plane_cpu_s"] else "")
+        print(f"{row['workload']:<16} {row['target']:<18} {row['rps']:>9.0f} "
+              f"{row['per_lb_cpu_s']:>13.0f} {row['lb_cpu_share']:>7.2f} {ratio:>9} "
+              f"{row['errors']:>7}  {row['per_lb_cpu_s_rounds']}{side}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""What rendering one listener gives: its frontend section, its files and what it cannot do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from podway.haproxy.report import Unsupported
+from podway.ir import Listener, ObjectRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frontend:
+    lines: tuple[str, ...]
+    files: tuple[tuple[str, str], ...] = ()  # (relative path, content): PEMs, crt-lists
+    maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # (relative path, rows)
+    unsupported: tuple[Unsupported, ...] = ()
+
+
+def bind_address(listener: Listener) -> str:
+    """HAProxy reads the port after the last colon, so IPv6 needs no brackets."""
+    return f"{listener.address}:{listener.port}"
+
+
+def origin_of(listener: Listener) -> ObjectRef | None:
+    return listener.origins[0] if listener.origins else None

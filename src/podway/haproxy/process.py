@@ -1,0 +1,269 @@
+"""Supervise HAProxy for Podway and apply each new IR with the least disturbance.
+
+* Master-worker mode (``-W``) with the master CLI on ``master.sock`` and the worker's runtime
+  API on ``runtime.sock``, both mode 0600 in the engine's private folder (0700).
+* ``apply(ir)`` renders (``podway.haproxy.render``) and compares with what runs:
+  - only members changed → ``set server`` commands on their slots (no reload);
+  - only map rows changed (hosts, plain routes) → each changed map swapped atomically with
+    ``prepare map``/``commit map`` (no reload);
+  - anything else (a listener, a backend, a rule, a certificate, more members than slots) →
+    the new config is checked (``haproxy -c``) and the master reloads: listening sockets are
+    handed over (``expose-fd listeners``), old workers finish their connections.
+  A runtime command HAProxy refuses falls back to a reload, so the running state is always the
+  rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
+* A master that dies is started again after a doubling backoff (``podway.base.backoff``).
+* A clean stop ends HAProxy (SIGTERM to the master) and removes the folder (it holds keys).
+* HAProxy outlives a Podway crash (its own session, files in the folder). A Podway started
+  again on the same folder starts its own HAProxy, and once that one answers, gracefully stops
+  the one left behind (SIGUSR1: it stops accepting and finishes its connections); both listen
+  meanwhile (SO_REUSEPORT), so no connection is refused. Not adopted as the Envoy engine's is:
+  the new HAProxy starts from the new rendering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from podway.base.backoff import Backoff
+from podway.base.errors import PodwayError
+from podway.haproxy import health, runtime
+from podway.haproxy import slots as slotting
+from podway.haproxy.health import View
+from podway.haproxy.render import Rendered, RenderOptions, render
+from podway.haproxy.report import Unsupported
+from podway.ir import IR
+
+log = logging.getLogger(__name__)
+
+HAPROXY = "/usr/sbin/haproxy"
+
+
+class HAProxyError(PodwayError):
+    """HAProxy would not start, or refused a configuration."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HAProxyOptions:
+    folder: Path  # private (made 0700): config, maps, certificates, sockets, log
+    binary: str = HAPROXY
+    threads: int = 1
+    ready_s: float = 10.0  # how long a start or a reload may take
+
+
+@dataclass(slots=True)
+class Counters:
+    starts: int = 0
+    reloads: int = 0
+    server_edits: int = 0  # runtime set-server commands
+    map_swaps: int = 0
+    took_over: int = 0  # HAProxys left running by an earlier Podway, stopped once ours served
+    unsupported: tuple[Unsupported, ...] = field(default=())
+
+
+class HAProxyEngine:
+    """One supervised HAProxy, programmed from successive IRs."""
+
+    def __init__(self, opts: HAProxyOptions) -> None:
+        self.opts = opts
+        self.counters = Counters()
+        self._rendered: Rendered | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._started = asyncio.Event()
+        self.folder = opts.folder
+        self.runtime_socket = opts.folder / "runtime.sock"
+        self.master_socket = opts.folder / "master.sock"
+        self.config_path = opts.folder / "haproxy.cfg"
+        self.pid_file = opts.folder / "master.pid"
+
+    @property
+    def rendered(self) -> Rendered | None:
+        return self._rendered
+
+    async def wait_ready(self, limit_s: float = 30.0) -> None:
+        async with asyncio.timeout(limit_s):
+            await self._started.wait()
+
+    async def apply(self, ir: IR) -> str:
+        """Make HAProxy serve ``ir``; says how: "start", "reload", "runtime" or "unchanged"."""
+        async with self._lock:
+            before = self._rendered
+            after = render(ir, RenderOptions(
+                folder=str(self.folder), runtime_socket=str(self.runtime_socket),
+                slots=before.slots if before else {}, threads=self.opts.threads))
+            self.counters.unsupported = after.unsupported
+            if before is not None and before.config == after.config and \
+                    before.files == after.files:
+                return "unchanged"
+            self._write(after)
+            if self._process is None or self._process.returncode is not None:
+                await self._check(after)
+                self._rendered = after
+                await self._start()
+                return "start"
+            if before is not None and before.skeleton == after.skeleton:
+                try:
+                    await self._runtime(before, after)
+                    self._rendered = after
+                    return "runtime"
+                except (runtime.RuntimeApiError, OSError, TimeoutError) as e:
+                    log.warning("haproxy runtime change failed, reloading instead: %s", e)
+            await self._check(after)
+            self._rendered = after
+            await self._reload()
+            return "reload"
+
+    async def health(self) -> View | None:
+        """Every member's health as HAProxy sees it now (``podway.haproxy.health``); None
+        while HAProxy does not answer."""
+        rendered = self._rendered
+        if rendered is None:
+            return None
+        try:
+            text = await runtime.command(self.runtime_socket, "show stat", limit_s=5.0)
+        except (OSError, TimeoutError):
+            return None
+        return health.view(rendered, health.parse_stat(text))
+
+    async def run(self) -> None:
+        """Keep HAProxy running until cancelled; then stop it."""
+        backoff = Backoff()
+        failures = 0
+        try:
+            while True:
+                process = self._process
+                if process is None:
+                    await asyncio.sleep(0.05)
+                    continue
+                code = await process.wait()
+                if self._process is not process:
+                    continue
+                failures += 1
+                log.warning("haproxy master exited with %s; starting it again", code)
+                await asyncio.sleep(backoff.delay(failures))
+                async with self._lock:
+                    if self._rendered is not None:
+                        self._write(self._rendered)
+                        await self._start()
+        finally:
+            await self._stop()
+            # The folder holds private keys: a clean stop leaves nothing behind.
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    # -- files and process ---------------------------------------------------------------------
+
+    def _write(self, rendered: Rendered) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.chmod(0o700)
+        for name, content in (*rendered.files.items(), ("haproxy.cfg", rendered.config)):
+            target = self.folder / name
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = target.with_name(f".{target.name}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(content)
+            tmp.replace(target)
+
+    async def _check(self, rendered: Rendered) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            self.opts.binary, "-c", "-q", "-f", str(self.config_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await proc.communicate()
+        if proc.returncode != 0:
+            lines = [ln for ln in out.decode(errors="replace").splitlines() if "ALERT" in ln]
+            raise HAProxyError("haproxy refused the rendered configuration: "
+                               + (lines[0] if lines else out.decode(errors="replace")[:300]))
+        del rendered
+
+    async def _start(self) -> None:
+        left = self._left_behind()
+        before = await runtime.worker_pid(self.runtime_socket) if left else None
+        log_file = os.open(self.folder / "haproxy.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                           0o600)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                self.opts.binary, "-W", "-S", f"{self.master_socket},mode,600",
+                "-p", str(self.pid_file), "-f", str(self.config_path),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                start_new_session=True)
+        finally:
+            os.close(log_file)
+        self.counters.starts += 1
+        if await self._worker_up(before) is None:
+            raise HAProxyError(f"haproxy did not start; see {self.folder / 'haproxy.log'}")
+        if left is not None:
+            # Ours serves now (both listened on the ports meanwhile: HAProxy binds them with
+            # SO_REUSEPORT); the one left behind stops accepting and finishes its connections.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(left, signal.SIGUSR1)
+            self.counters.took_over += 1
+            log.info("haproxy: took over from the HAProxy (master pid %d) an earlier Podway "
+                     "left running in %s", left, self.folder)
+        self._started.set()
+
+    def _left_behind(self) -> int | None:
+        """The master pid of a HAProxy an earlier Podway left running on this folder (it
+        crashed, or was killed), or None. Only a live haproxy with this folder's config."""
+        if self._process is not None:
+            return None
+        try:
+            pid = int(self.pid_file.read_text(encoding="utf-8").split()[0])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            return None
+        if str(self.config_path).encode() in cmdline and any(b"haproxy" in a for a in cmdline):
+            return pid
+        return None
+
+    async def _reload(self) -> None:
+        old = await runtime.worker_pid(self.runtime_socket)
+        assert self._process is not None
+        self._process.send_signal(signal.SIGUSR2)
+        self.counters.reloads += 1
+        if await self._worker_up(old) is None:
+            raise HAProxyError("haproxy did not reload; see "
+                               f"{self.folder / 'haproxy.log'}")
+
+    async def _worker_up(self, old: int | None) -> int | None:
+        """The pid of a worker other than ``old`` answering on the runtime socket."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.opts.ready_s
+        while loop.time() < deadline:
+            pid = await runtime.worker_pid(self.runtime_socket)
+            if pid is not None and pid != old:
+                return pid
+            if self._process is not None and self._process.returncode is not None:
+                return None
+            await asyncio.sleep(0.02)
+        return None
+
+    async def _runtime(self, before: Rendered, after: Rendered) -> None:
+        for backend, states in after.servers.items():
+            for line in slotting.commands(backend, before.servers[backend], states):
+                await runtime.checked(self.runtime_socket, line)
+                self.counters.server_edits += 1
+        for name, rows in after.maps.items():
+            if before.maps.get(name) != rows:
+                await runtime.replace_map(self.runtime_socket, str(self.folder / name), rows)
+                self.counters.map_swaps += 1
+
+    async def _stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            async with asyncio.timeout(5):
+                await process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()

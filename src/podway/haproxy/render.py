@@ -1,0 +1,154 @@
+"""IR → haproxy.cfg + map, certificate and crt-list files. Pure: no I/O, same input → same text.
+
+One frontend per listener. HTTP(S): the request's Host (port and one trailing dot dropped, lower
+case, as ``podway.ir.hosts.request_host``) picks a virtual host through ``map_str`` (exact
+names) then ``map_reg`` (wildcards, most specific first), then the ``*`` host. Within the
+virtual host the routes are tried in IR order (the translator already ordered them by the
+owning API's precedence), first match wins: a virtual host whose routes match on exact and
+prefix paths only lives in two maps, a route's own path (``map_str``) then the longest prefix
+(``map_beg``, a tree), which pick what first-match picks for the orders Ingress and the Gateway
+API give (``http.tree_safe`` checks it); maps are edited at runtime with ``prepare map`` /
+``commit map``. Any other virtual host (header, query, method or regex matches) is ordered
+``http-request`` rules.
+A forward to one pool with no filters is a row of the route → backend map (``map_str``), so
+adding such a route is a map edit; anything else (splits, redirects, rewrites, header edits) is
+rules keyed by the route's id. No route: 404. A pool with no usable member: 503.
+
+What HAProxy cannot do exactly is reported (``podway.haproxy.report``), never served silently
+different: see docs/engines.md for the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from podway.haproxy import slots as slotting
+from podway.haproxy.backends import Backend, backend_name, render_backend
+from podway.haproxy.frontend import Frontend
+from podway.haproxy.http import render_http
+from podway.haproxy.l4 import render_l4
+from podway.haproxy.names import proxy_name
+from podway.haproxy.report import Unsupported
+from podway.ir import IR, Forward, ListenerProtocol
+
+MAPS = "maps"  # subfolder of the config folder holding map files
+CERTS = "certs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderOptions:
+    folder: str  # absolute folder the files are written to (the config names them)
+    runtime_socket: str  # the worker's runtime API socket (admin level, mode 0600)
+    slots: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
+    threads: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rendered:
+    config: str
+    # The config with every runtime-changeable part blanked (server addresses, weights and
+    # states, map contents): two renderings with equal skeletons differ only in what the
+    # runtime API can change, so no reload is needed between them.
+    skeleton: str
+    files: Mapping[str, str]  # relative path → content (maps, PEMs, crt-lists)
+    maps: Mapping[str, tuple[tuple[str, str], ...]]  # relative map path → rows, in order
+    servers: Mapping[str, tuple[slotting.SlotState, ...]]  # backend → its slots
+    slots: slotting.Slots  # pool → assignment (hand it back to the next rendering)
+    unsupported: tuple[Unsupported, ...]
+
+
+def render(ir: IR, opts: RenderOptions) -> Rendered:
+    head = _head(opts)
+    sections: list[list[str]] = []
+    skeleton: list[list[str]] = []
+    files: dict[str, str] = {}
+    maps: dict[str, tuple[tuple[str, str], ...]] = {}
+    unsupported: list[Unsupported] = []
+    for listener in ir.listeners:
+        fe_name = proxy_name("fe", listener.name)
+        if listener.protocol in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
+            fe: Frontend = render_http(listener, fe_name, opts.folder)
+        elif listener.protocol in (ListenerProtocol.TCP, ListenerProtocol.TLS):
+            fe = render_l4(listener, fe_name, opts.folder)
+        else:
+            unsupported.append(Unsupported(subject=listener.name, feature="UDP listeners",
+                                           closed=True,
+                                           origin=listener.origins[0] if listener.origins
+                                           else None))
+            continue
+        sections.append(list(fe.lines))
+        skeleton.append(list(fe.lines))
+        files.update(fe.files)
+        maps.update(fe.maps)
+        unsupported.extend(fe.unsupported)
+    used = sorted(set(ir.pools))
+    timed = _timed_pools(ir)
+    backends: dict[str, Backend] = {}
+    for name in used:
+        be = render_backend(ir.pools[name], opts.slots.get(name), folder=opts.folder,
+                            timed=name in timed)
+        backends[name] = be
+        sections.append([*be.lines, *be.server_lines(concrete=True)])
+        skeleton.append([*be.lines, *be.server_lines(concrete=False)])
+        files.update(be.files)
+        unsupported.extend(be.unsupported)
+    for name, rows in maps.items():
+        files[name] = "".join(f"{k} {v}\n" for k, v in rows)
+    config = _join(head, sections)
+    skel_files = {k: v for k, v in files.items() if k not in maps}
+    return Rendered(
+        config=config,
+        skeleton=_join(head, skeleton) + "".join(f"#{k}\n{v}" for k, v in
+                                                 sorted(skel_files.items())),
+        files=MappingProxyType(files), maps=MappingProxyType(maps),
+        servers=MappingProxyType({b.name: b.states for b in backends.values()}),
+        slots=MappingProxyType({n: b.slots for n, b in backends.items()}),
+        unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))))
+
+
+def _timed_pools(ir: IR) -> set[str]:
+    """Pools some HTTP route forwards to with a timeout of its own."""
+    out: set[str] = set()
+    for listener in ir.listeners:
+        for vhost in listener.virtual_hosts:
+            for route in vhost.routes:
+                a = route.action
+                if isinstance(a, Forward) and any(
+                        (a.timeout_ms, a.backend_timeout_ms, a.idle_timeout_ms)):
+                    out.update(b.pool for b in a.backends if b.pool)
+    return out
+
+
+def _head(opts: RenderOptions) -> list[str]:
+    return [
+        "# Rendered by Podway from its IR (podway.haproxy.render); edits are overwritten.",
+        "global",
+        f"  stats socket {opts.runtime_socket} mode 600 level admin expose-fd listeners",
+        "  stats timeout 30s",
+        f"  nbthread {opts.threads}",
+        "  tune.ssl.default-dh-param 2048",
+        # normalize-uri (the path as Envoy's normalize_path + merge_slashes sees it, so no
+        # "/a/../b" reaches a route it does not match) is marked experimental in 2.6.
+        "  expose-experimental-directives",
+        "",
+        "defaults",
+        "  mode http",
+        "  timeout connect 5s",
+        "  timeout client 60s",
+        "  timeout server 60s",
+        "  timeout http-request 10s",
+        "  timeout http-keep-alive 60s",
+        "  timeout tunnel 1h",
+        "  timeout client-fin 5s",
+        "  option redispatch",
+        "  retries 2",
+    ]
+
+
+def _join(head: list[str], sections: list[list[str]]) -> str:
+    return "\n".join(head + [line for s in sections for line in ["", *s]]) + "\n"
+
+
+__all__ = ["RenderOptions", "Rendered", "backend_name", "render"]

@@ -1,0 +1,122 @@
+"""Members in server slots: which member sits in which ``server`` line of a backend.
+
+A backend is rendered with a fixed number of server slots (a power of two, at least
+``MIN_SLOTS``); members fill them and the rest stay disabled. A member change then is a few
+runtime commands on the slots it touches (``set server addr/weight/state``), no reload, as
+long as the members fit; a member that stays keeps its slot (its connections, its cookie and
+its health-check history stay with it). Pure: the supervisor keeps the assignment between
+renderings and hands it back in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from podway.ir import Member, MemberState
+
+MIN_SLOTS = 4
+MAX_WEIGHT = 256  # HAProxy's largest server weight
+
+MemberKey = tuple[str, int]  # (address, port)
+
+
+def key(member: Member) -> MemberKey:
+    return (member.address, member.port)
+
+
+def capacity_for(count: int, previous: int = 0) -> int:
+    """Slots for ``count`` members: the previous capacity when they fit, else the next power
+    of two with room to grow (a reload is then due anyway)."""
+    if previous and count <= previous:
+        return previous
+    size = MIN_SLOTS
+    while size < count + count // 2:
+        size *= 2
+    return size
+
+
+def assign(members: tuple[Member, ...], previous: tuple[MemberKey | None, ...] | None
+           ) -> tuple[MemberKey | None, ...]:
+    """Each member in a slot: members already placed keep their slot, new ones take free
+    slots in order. The capacity grows only when they do not fit."""
+    prev = previous or ()
+    size = capacity_for(len(members), len(prev))
+    before: list[MemberKey | None] = list(prev) + [None] * (size - len(prev))
+    wanted = {key(m) for m in members}
+    slots = [k if k in wanted else None for k in before]
+    placed = {k for k in slots if k is not None}
+    # Slots that were empty first: a slot freed by this very change is reused only when no
+    # other is left, so a member swapped for another is a new server coming up beside the
+    # old one going down, never one server changing address under traffic.
+    free = iter([i for i, k in enumerate(before) if k is None]
+                + [i for i, k in enumerate(before) if k is not None and k not in wanted])
+    for m in members:
+        if key(m) not in placed:
+            slots[next(free)] = key(m)
+            placed.add(key(m))
+    return tuple(slots)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlotState:
+    """What one server slot should be: an address or none (disabled)."""
+
+    address: str = "0.0.0.0"
+    port: int = 0
+    weight: int = 1
+    state: str = "maint"  # ready | maint (an empty slot); HAProxy's runtime words
+
+
+def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...]
+                ) -> tuple[SlotState, ...]:
+    by_key = {key(m): m for m in members}
+    out = []
+    for k in slots:
+        m = by_key.get(k) if k is not None else None
+        if m is None:
+            out.append(SlotState())
+            continue
+        # Draining and not-ready members get weight 0: no new connections, in-flight ones
+        # finish, and health checks keep running (a member in maintenance is not checked, so
+        # a pod held back by the readiness gate could never be found healthy). The same in the
+        # configuration and at runtime, so a reload and a runtime edit agree. A member enabled
+        # at runtime takes traffic at once (HAProxy 2.6 counts it up until a check fails; it
+        # has no "down until the first check" that does not wait a whole check interval).
+        weight = min(m.weight, MAX_WEIGHT) if m.state is MemberState.READY else 0
+        out.append(SlotState(address=m.address, port=m.port, weight=weight, state="ready"))
+    return tuple(out)
+
+
+def slot_name(index: int) -> str:
+    return f"s{index + 1}"
+
+
+def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState, ...]
+             ) -> list[str]:
+    """Runtime API commands turning ``before`` into ``after`` (same capacity). A slot that gets
+    another address is put in maintenance first, so no request reaches a half-changed server."""
+    assert len(before) == len(after)
+    up: list[str] = []
+    down: list[str] = []  # after every slot that comes up: the pool is never left empty
+    for i, (old, new) in enumerate(zip(before, after, strict=True)):
+        if old == new:
+            continue
+        server = f"{backend}/{slot_name(i)}"
+        if new.state == "maint":  # emptied: taken out, its address left as it was
+            if old.state != "maint":
+                down.append(f"set server {server} state maint")
+            continue
+        moved = (old.address, old.port) != (new.address, new.port)
+        if moved and old.state != "maint":
+            up.append(f"set server {server} state maint")
+        if moved:
+            up.append(f"set server {server} addr {new.address} port {new.port}")
+        if old.weight != new.weight:
+            up.append(f"set server {server} weight {new.weight}")
+        if new.state != old.state or moved:
+            up.append(f"set server {server} state {new.state}")
+    return up + down
+
+
+Slots = Mapping[str, tuple[MemberKey | None, ...]]  # pool name → its slots

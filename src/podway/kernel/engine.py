@@ -1,0 +1,146 @@
+"""The kernel engine: IR states in, one nftables transaction per change out, checks beside.
+
+``KernelEngine.run(irs)`` follows a stream of IRs (the pipeline's states). After each IR, and
+after each member health move the ``Checker`` reports, it plans the services
+(``podway.kernel.plan``), renders the whole table (``podway.kernel.ruleset.full``) and, when
+the text differs from what it last installed, writes it in one transaction through ``write``
+(libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake). Changes that
+arrive while a write runs are coalesced into the next one: the kernel always gets the newest
+state, never a backlog.
+
+Invariants:
+
+* After a write, UDP flows to a member no longer chosen (failed, removed) are deleted from
+  conntrack (``forget``; ``plan.stale_udp`` says why), so the next datagram takes the new rules.
+* Reads only the IR (``podway.ir``): never Kubernetes objects or the translator.
+* The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
+  restarted Podway takes over without a gap (its first write replaces the table atomically);
+  ``podway kernel cleanup`` removes it.
+* A failed write is logged in one line (once while it keeps failing the same way) and tried
+  again with the newest state (``retry_s``, doubling to 30 s); the table keeps what it had,
+  whole (a transaction either applies or not at all).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+
+from podway.base.errors import PodwayError
+from podway.engines.member_health import HostKey, HostState
+from podway.ir import IR, EngineKind
+from podway.ir.engines import kernel_unsupported
+from podway.kernel import ruleset
+from podway.kernel.health import Checker
+from podway.kernel.plan import Service, Skipped, StaleFlows, plan, stale_udp
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[str], Awaitable[None]]
+Forget = Callable[[tuple[StaleFlows, ...]], Awaitable[None]]  # delete those conntrack entries
+
+
+class KernelEngine:
+    def __init__(self, write: Write, *, table: str = ruleset.TABLE, every_l4: bool = True,
+                 alone: bool = False, forget: Forget | None = None,
+                 checker: Callable[[Callable[[], None]], Checker] = Checker,
+                 retry_s: float = 1.0) -> None:
+        self.write = write
+        self.table = table
+        self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
+        self.alone = alone  # no other engine here: say which listeners nobody serves
+        self.forget = forget  # after a write: drop UDP flows to members no longer chosen
+        self.retry_s = retry_s
+        self.checker = checker(self._changed)
+        self.ir = IR()
+        self.services: tuple[Service, ...] = ()
+        self.skipped: tuple[Skipped, ...] = ()
+        self.installed: str | None = None  # the ruleset text the kernel has now
+        self.writes = 0  # transactions applied
+        self._dirty = asyncio.Event()
+        self._applied = asyncio.Condition()
+        self._said: tuple[Skipped, ...] = ()
+
+    def view(self) -> Mapping[HostKey, HostState]:
+        """Member health in the controller's wire form (``podway.engines.member_health``)."""
+        return self.checker.view(self.ir)
+
+    def _changed(self) -> None:
+        self._dirty.set()
+
+    async def run(self, irs: AsyncIterator[IR]) -> None:
+        """Serve each IR ``irs`` yields until cancelled (the table stays: module docstring)."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._apply_loop(), name="kernel-apply")
+                async for ir in irs:
+                    self.ir = ir
+                    self.checker.follow(ir)
+                    self._dirty.set()
+        finally:
+            await self.checker.close()
+
+    async def wait_installed(self, predicate: Callable[[KernelEngine], bool]) -> None:
+        """Until ``predicate(self)`` holds after a write (tests, benchmarks)."""
+        async with self._applied:
+            await self._applied.wait_for(lambda: predicate(self))
+
+    def render(self) -> str:
+        """Plan the current IR with the current health and render the table's text."""
+        self.services, self.skipped = plan(self.ir, self.checker.usable, every_l4=self.every_l4)
+        if self.alone and not self.every_l4:
+            self.skipped += unserved(self.ir)
+        if self.skipped != self._said:
+            for skip in set(self.skipped) - set(self._said):
+                log.warning("kernel engine: not serving %s: %s", skip.name, skip.reason)
+            self._said = self.skipped
+        return ruleset.full(self.services, self.table)
+
+    async def _apply_loop(self) -> None:
+        failed, failures = "", 0  # the last write error, and how many in a row
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            before = self.services
+            text = self.render()
+            if text == self.installed:
+                continue
+            try:
+                await self.write(text)
+            except PodwayError as exc:
+                error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                # The same failure again (no root, no nftables) says nothing new.
+                log.log(logging.ERROR if error != failed else logging.DEBUG,
+                        "kernel engine: the ruleset was not applied (%s); trying again", error)
+                failed, failures = error, failures + 1
+                await asyncio.sleep(min(self.retry_s * 2 ** (failures - 1), 30.0))
+                self._dirty.set()
+                continue
+            failed, failures = "", 0
+            stale = stale_udp(before, self.services)
+            if stale and self.forget is not None:
+                try:
+                    await self.forget(stale)
+                except PodwayError as exc:  # best effort: such flows then age out on their own
+                    log.warning("kernel engine: stale UDP flows not deleted (%s)", exc)
+            self.installed = text
+            self.writes += 1
+            log.info("kernel engine: %d services, %d members installed", len(self.services),
+                     sum(len(s.backends) for s in self.services))
+            async with self._applied:
+                self._applied.notify_all()
+
+
+def unserved(ir: IR) -> tuple[Skipped, ...]:
+    """The listeners the IR gives another engine, each with why the kernel does not take it."""
+    out = []
+    for listener in ir.listeners:
+        if listener.engine is EngineKind.KERNEL:
+            continue
+        names = [b.pool for r in listener.l4_routes for b in r.backends if b.pool]
+        why = kernel_unsupported(listener, ((n, ir.pools[n].settings) for n in names
+                                            if n in ir.pools))
+        out.append(Skipped(name=listener.name, reason=why or "its Service chose the Envoy "
+                           "engine (podway.io/engine: envoy), which is not running here"))
+    return tuple(out)

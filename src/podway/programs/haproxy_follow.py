@@ -1,0 +1,58 @@
+"""Feed a pipeline's states to a supervised HAProxy and say what it cannot serve.
+
+Each state's IR is applied (``HAProxyEngine.apply``); a rendering HAProxy refuses is logged
+and the last good configuration keeps serving. Every object with a feature the engine cannot
+serve exactly is logged once as an ``UnsupportedValue`` event line (object, feature), and again
+only when the set changes; with a status file, each becomes an ``UnsupportedValue`` problem on
+its object there (an error when the engine does not serve it at all, else a warning), written
+once the state is applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from podway.haproxy.process import HAProxyEngine, HAProxyError
+from podway.haproxy.report import REASON, Unsupported
+from podway.pipeline import Pipeline, State
+from podway.status.file import StatusFile
+from podway.status.incremental import DocumentBuilder
+from podway.translate.core.problems import Problem, Reason, Severity
+
+log = logging.getLogger(__name__)
+
+
+async def follow(pipeline: Pipeline, engine: HAProxyEngine,
+                 applied: Callable[[int], None] = lambda generation: None,
+                 status: StatusFile | None = None) -> None:
+    """Apply every state; ``applied(generation)`` after each one HAProxy serves."""
+    said: set[Unsupported] = set()
+    documents = DocumentBuilder()
+    async for state in pipeline.states():
+        try:
+            how = await engine.apply(state.ir)
+        except HAProxyError as e:
+            log.error("haproxy engine: generation %d not applied (the previous config keeps "
+                      "serving): %s", state.generation, e)
+            continue
+        log.debug("haproxy engine: generation %d applied by %s", state.generation, how)
+        now = set(engine.counters.unsupported)
+        for u in sorted(now - said, key=lambda u: (u.subject, u.feature)):
+            log.warning("event %s on %s: %s", REASON, u.origin or u.subject, u.message)
+        said = now
+        if status is not None:
+            status.write(documents.of_state(with_reports(state, engine.counters.unsupported)))
+        applied(state.generation)  # last: a reader woken by it finds the status written
+
+
+def with_reports(state: State, reports: tuple[Unsupported, ...]) -> State:
+    """``state`` with each report on an object as an ``UnsupportedValue`` problem."""
+    extra = tuple(Problem(ref=u.origin, reason=Reason.UNSUPPORTED_VALUE, message=u.message,
+                          severity=Severity.ERROR if u.closed else Severity.WARNING)
+                  for u in reports if u.origin is not None)
+    if not extra:
+        return state
+    return dataclasses.replace(state, result=dataclasses.replace(
+        state.result, problems=state.result.problems + extra))

@@ -1,0 +1,190 @@
+"""The kernel engine's I/O on the host: its nftables writer, cleanup, dump and counters.
+
+``podway.kernel`` stays pure of these choices (it gets a ``write`` function); here they are
+made with the NodePortLocal agent's own parts: libnftables in-process when installed (one
+long-lived context, no process per change), ``nft -f -`` otherwise, ``nft`` for reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from podway.kernel import ruleset
+from podway.kernel.plan import StaleFlows
+from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Writer:
+    """Writes rulesets; ``close`` frees the libnftables context (if one was made)."""
+
+    write: Callable[[str], Awaitable[None]]
+    close: Callable[[], None]
+    kind: str  # "libnftables" | "nft"
+
+
+def writer(*, netns: str | None = None, lib: bool = True) -> Writer:
+    """libnftables when installed and ``lib``, else ``nft -f -`` (in ``netns`` if given)."""
+    from podway.programs.agent.rules import libnft
+
+    if lib and libnft.available():
+        context = libnft.LibNftables(netns=netns)
+        return Writer(write=context.run, close=context.close, kind="libnftables")
+    runner = CommandRunner(netns=netns)
+
+    async def write(payload: str) -> None:
+        await runner.run("nft", "-f", "-", stdin=payload)
+
+    return Writer(write=write, close=lambda: None, kind="nft")
+
+
+async def dump(*, netns: str | None = None, table: str = ruleset.TABLE) -> str | None:
+    """The installed table as ``nft list`` prints it; None when there is none."""
+    try:
+        return await CommandRunner(netns=netns).run("nft", "list", "table", "ip", table)
+    except CommandMissing:
+        raise
+    except RulesError:
+        return None
+
+
+async def cleanup(*, netns: str | None = None, table: str = ruleset.TABLE) -> bool:
+    """Remove the kernel engine's table; True when there was one."""
+    if await dump(netns=netns, table=table) is None:
+        return False
+    await CommandRunner(netns=netns).run("nft", "-f", "-", stdin=ruleset.cleanup(table))
+    return True
+
+
+def forgetter(*, netns: str | None = None) -> Callable[[tuple[StaleFlows, ...]], Awaitable[None]]:
+    """Deletes the conntrack entries of stale UDP flows with the ``conntrack`` tool (when it is
+    installed; without it they time out on their own, after a warning)."""
+    runner = CommandRunner(netns=netns)
+    warned = [False]
+
+    async def forget(stale: tuple[StaleFlows, ...]) -> None:
+        if shutil.which("conntrack") is None:
+            if not warned[0]:
+                warned[0] = True
+                log.warning("kernel engine: conntrack is not installed: UDP flows to a member "
+                            "that failed or left keep going there until they time out")
+            return
+        for flows in stale:
+            try:
+                await runner.run(*delete_args(flows))
+            except RulesError as exc:
+                if "0 flow entries" not in str(exc):  # exit 1 when nothing matched
+                    raise
+    return forget
+
+
+def delete_args(flows: StaleFlows) -> tuple[str, ...]:
+    """``conntrack`` arguments deleting the UDP flows DNATed from the VIP to one member."""
+    vip = () if flows.address == "0.0.0.0" else ("--orig-dst", flows.address)
+    return ("conntrack", "-D", "-p", "udp", *vip, "--orig-port-dst", str(flows.port),
+            "--reply-src", flows.member, "--reply-port-src", str(flows.member_port))
+
+
+CONNTRACK = Path("/proc/sys/net/netfilter")
+WARN_AT, CALM_AT = 0.9, 0.8  # share of nf_conntrack_max: warn above the first, again once
+# the table went back below the second (one line per episode, not one per look)
+
+
+def conntrack_fill(folder: Path = CONNTRACK) -> tuple[int, int] | None:
+    """(entries, limit) of this network namespace's conntrack table; None when unknown."""
+    try:
+        return (int((folder / "nf_conntrack_count").read_text()),
+                int((folder / "nf_conntrack_max").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def fill_news(fill: tuple[int, int] | None, warned: bool) -> tuple[str | None, bool]:
+    """What to say about the conntrack table now (None: nothing) and whether a warning stands.
+    When it is full, new flows are dropped (every SNATed or DNATed flow needs an entry)."""
+    if fill is None or fill[1] <= 0:
+        return None, warned
+    share = fill[0] / fill[1]
+    if share >= WARN_AT and not warned:
+        return (f"the conntrack table is {share:.0%} full ({fill[0]} of nf_conntrack_max "
+                f"{fill[1]}): when it is full, new flows are dropped; raise "
+                "net.netfilter.nf_conntrack_max (docs/kernel.md)"), True
+    if share < CALM_AT and warned:
+        return f"the conntrack table is back to {share:.0%} full", False
+    return None, warned
+
+
+async def watch_conntrack(*, every_s: float = 10.0, folder: Path = CONNTRACK) -> None:
+    """Log ``fill_news`` every ``every_s`` until cancelled."""
+    warned = False
+    while True:
+        said, warned = fill_news(conntrack_fill(folder), warned)
+        if said is not None:
+            (log.warning if warned else log.info)("kernel engine: %s", said)
+        await asyncio.sleep(every_s)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberCounter:
+    protocol: str
+    address: str
+    port: int
+    packets: int
+    bytes: int
+
+
+async def counters(*, netns: str | None = None, table: str = ruleset.TABLE
+                   ) -> tuple[MemberCounter, ...]:
+    """Per-member packets and bytes forwarded (both directions) since the table was made."""
+    try:
+        text = await CommandRunner(netns=netns).run("nft", "-j", "list", "counters", "table",
+                                                    "ip", table)
+    except CommandMissing:
+        raise
+    except RulesError:
+        return ()
+    return parse_counters(text)
+
+
+async def metrics_text(*, netns: str | None = None, table: str = ruleset.TABLE) -> bytes:
+    """The member counters in Prometheus' text format (empty when nothing is installed)."""
+    return exposition(await counters(netns=netns, table=table))
+
+
+def exposition(found: tuple[MemberCounter, ...]) -> bytes:
+    """Member counters → Prometheus text: packets and bytes per member, both directions."""
+    if not found:
+        return b""
+    lines = []
+    for name, what in (("packets", "Packets"), ("bytes", "Bytes")):
+        metric = f"podway_kernel_member_{name}_total"
+        lines += [f"# HELP {metric} {what} the kernel engine forwarded to and from a member "
+                  "(both directions), since the last change of its table (each replaces it).",
+                  f"# TYPE {metric} counter"]
+        lines += [f'{metric}{{protocol="{c.protocol}",member="{c.address}:{c.port}"}} '
+                  f"{c.packets if name == 'packets' else c.bytes}" for c in found]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def parse_counters(text: str) -> tuple[MemberCounter, ...]:
+    """``nft -j list counters`` → the member counters (named ``ruleset.counter_name``)."""
+    out = []
+    for item in json.loads(text).get("nftables", []):
+        found = item.get("counter")
+        if not isinstance(found, dict) or not str(found.get("name", "")).startswith("m_"):
+            continue
+        proto, *octets, port = str(found["name"])[2:].split("_")
+        if len(octets) != 4:
+            continue
+        out.append(MemberCounter(protocol=proto, address=".".join(octets), port=int(port),
+                                 packets=int(found.get("packets", 0)),
+                                 bytes=int(found.get("bytes", 0))))
+    return tuple(sorted(out, key=lambda c: (c.protocol, c.address, c.port)))

@@ -1,0 +1,436 @@
+"""The HAProxy engine end to end: real haproxy on loopback, members and routes edited under load.
+
+The routing semantics themselves (hosts, paths, headers, splits, rewrites, redirects, SNI) run on
+both engines in ``test_routing.py`` and ``test_gateway_http.py`` (the ``engine_stack`` fixture).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import ssl
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from .harness import SHOP_INGRESS, Stack, endpoints, get, make_stack, service
+
+pytestmark = pytest.mark.e2e
+
+POOL = "pool/default/web/80"
+
+
+@pytest.fixture
+async def hstack(tmp_path: Path) -> AsyncIterator[Stack]:
+    root = tmp_path / "manifests"
+    root.mkdir()
+    made = await make_stack(root, engine_kind="haproxy")
+    try:
+        yield made
+    finally:
+        await made.stop()
+
+
+def _slice(i: int, port: int) -> str:
+    return endpoints("web", {"TCP": port}, slice_name=f"web-{i}")
+
+
+async def _members(stack: Stack, ports: set[int]) -> None:
+    """Until HAProxy serves exactly these members of the web pool."""
+    async with asyncio.timeout(10):
+        while True:
+            state = stack.standalone.pipeline.state
+            pool = state.ir.pools.get(POOL) if state else None
+            if state and pool and {m.port for m in pool.members} == ports:
+                await stack.served(state.generation)
+                return
+            await asyncio.sleep(0.02)
+
+
+class Load:
+    """Clients sending requests back to back (a new connection each) until stopped."""
+
+    def __init__(self, port: int, host: str, clients: int = 4,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.port, self.host, self.tls = port, host, tls
+        self.ok = 0
+        self.failed: list[str] = []
+        self.seen: set[object] = set()
+        self._tasks = [asyncio.create_task(self._client(), name=f"load-{i}")
+                       for i in range(clients)]
+
+    async def _client(self) -> None:
+        while True:
+            try:
+                status, body = await get(self.port, self.host, "/", tls=self.tls)
+            except (OSError, TimeoutError, ValueError) as e:
+                self.failed.append(repr(e))
+                continue
+            if status == 200:
+                self.ok += 1
+                self.seen.add(body.get("name"))
+            else:
+                self.failed.append(str(status))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: Stack) -> None:
+    """Members come and go through the runtime API (no reload) while requests flow: none fails
+    and every member in turn answers."""
+    ports = {name: await hstack.start_echo(name) for name in ("web-a", "web-b", "web-c")}
+    hstack.write("svc.yaml", service("web", 80, ports["web-a"]))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    hstack.write("slice-web-a.yaml", _slice(0, ports["web-a"]))
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    reloads = engine.counters.reloads
+    load = Load(hstack.http_port, "shop.test")
+    steps = [("web-b", True), ("web-a", False), ("web-c", True), ("web-b", False),
+             ("web-a", True), ("web-c", False)] * 2
+    try:
+        for i, (name, add) in enumerate(steps):
+            if add:
+                hstack.write(f"slice-{name}.yaml", _slice(i + 1, ports[name]))
+            else:
+                (hstack.root / f"slice-{name}.yaml").unlink()
+            await _members(hstack, {ports[n] for n in ports
+                                    if (hstack.root / f"slice-{n}.yaml").exists()})
+            await asyncio.sleep(0.2)
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.ok > 50
+    assert load.seen == {"web-a", "web-b", "web-c"}
+    assert engine.counters.reloads == reloads  # every change went through the runtime API
+    assert engine.counters.server_edits >= 6
+
+
+async def test_structural_changes_reload_seamlessly_under_load(hstack: Stack) -> None:
+    """A backend that comes and goes needs a reload; requests to the other host never fail."""
+    web = await hstack.start_echo("web")
+    api = await hstack.start_echo("api")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("api.yaml", service("api", 80, api) + "---\n" + endpoints("api", {"TCP": api}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    reloads = engine.counters.reloads
+    extra = SHOP_INGRESS.replace("metadata: {name: web,", "metadata: {name: extra,") \
+        .replace("shop.test", "api.test").replace("{name: web, port", "{name: api, port")
+    load = Load(hstack.http_port, "shop.test")
+    try:
+        for _ in range(5):
+            hstack.write("extra.yaml", extra)
+            await _until(hstack, lambda ir: "pool/default/api/80" in ir.pools)
+            assert (await get(hstack.http_port, "api.test", "/"))[1].get("name") == "api"
+            (hstack.root / "extra.yaml").unlink()
+            await _until(hstack, lambda ir: "pool/default/api/80" not in ir.pools)
+            assert (await get(hstack.http_port, "api.test", "/"))[0] == 404
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.ok > 20
+    assert engine.counters.reloads >= reloads + 10
+
+
+async def _until(stack: Stack, holds: object) -> None:
+    async with asyncio.timeout(10):
+        while True:
+            state = stack.standalone.pipeline.state
+            if state is not None and holds(state.ir):  # type: ignore[operator]
+                await stack.served(state.generation)
+                return
+            await asyncio.sleep(0.02)
+
+
+async def test_tcp_listener_and_private_runtime_socket(tmp_path: Path, short_dir: Path) -> None:
+    """A LoadBalancer Service's TCP port is served; the runtime sockets are the owner's only;
+    a clean stop leaves nothing in a lasting state folder."""
+
+    root = tmp_path / "manifests"
+    root.mkdir()
+    hstack = await make_stack(root, engine_kind="haproxy", state_dir=short_dir / "st")
+    try:
+        await _tcp_and_sockets(hstack)
+    finally:
+        await hstack.stop()
+
+
+async def _tcp_and_sockets(hstack: Stack) -> None:
+    from .harness import free_port
+
+    backend = await hstack.start_echo("l4", tcp=True)
+    lb_port = free_port()
+    hstack.write("l4.yaml", service("l4", lb_port, backend, lb=True)
+                 + "---\n" + endpoints("l4", {"TCP": backend}))
+    await hstack.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
+    try:
+        writer.write(b"hello over tcp\n")
+        assert await asyncio.wait_for(reader.readline(), 5) == b"hello over tcp\n"
+    finally:
+        writer.close()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    for sock in (engine.runtime_socket, engine.master_socket):
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(engine.folder).st_mode) == 0o700
+    assert engine.config_path.exists()
+    await hstack.stop()
+    assert not engine.folder.exists()  # config, keys, maps and sockets gone after a clean stop
+
+
+async def test_member_health_is_reported_in_the_engine_neutral_form(hstack: Stack) -> None:
+    """A live member is healthy, a dead one unhealthy with the Envoy engine's reason, keyed by
+    (pool, address:port), and the view encodes as a member health report."""
+    from podway.engines.member_health import Health, Message, decode, encode
+
+    from .harness import free_port
+
+    live = await hstack.start_echo("web")
+    dead = free_port()  # nothing listens there
+    hstack.write("svc.yaml", f"""apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    podway.io/health-check: tcp
+    podway.io/health-check-interval: 100ms
+    podway.io/unhealthy-threshold: "1"
+spec:
+  selector: {{app: web}}
+  ports: [{{name: p-tcp, port: 80, targetPort: {live}, protocol: TCP}}]
+""")
+    hstack.write("live.yaml", _slice(1, live))
+    hstack.write("dead.yaml", _slice(2, dead))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    want = {(POOL, f"127.0.0.1:{live}"): Health.HEALTHY,
+            (POOL, f"127.0.0.1:{dead}"): Health.UNHEALTHY}
+    async with asyncio.timeout(10):
+        while True:
+            view = await engine.health()
+            if view is not None and {k: s.health for k, s in view.items()} == want:
+                break
+            await asyncio.sleep(0.1)
+    assert view[(POOL, f"127.0.0.1:{dead}")].reason == "failed active health check"
+    message = decode(encode(Message(node="edge-1", full=True, hosts=view)))
+    assert message.hosts == view
+
+
+async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
+        short_dir: Path) -> None:
+    """A Podway that died leaves its HAProxy serving; the next one on the same folder starts
+    its own, then stops the old one gracefully: no request fails, the old master exits."""
+    from podway.haproxy.process import HAProxyEngine, HAProxyOptions
+    from podway.model import Snapshot
+    from podway.model.loader import load_text
+    from podway.translate import TranslateOptions, translate
+
+    from .harness import echo_backend, free_port
+
+    port, echo = await echo_backend("web")
+    http = free_port()
+    text = service("web", 80, port) + "---\n" + endpoints("web", {"TCP": port}) + "---\n" \
+        + SHOP_INGRESS
+    ir = translate(Snapshot.of_objects(load_text(text, source="t").objects),
+                   TranslateOptions(address="127.0.0.1", http_port=http,
+                                    https_port=free_port())).ir
+    folder = short_dir / "hx"
+    first = HAProxyEngine(HAProxyOptions(folder=folder))
+    assert await first.apply(ir) == "start"
+    left = int(first.pid_file.read_text().split()[0])
+    load = Load(http, "shop.test")
+    second = HAProxyEngine(HAProxyOptions(folder=folder))  # `first` is abandoned, as by a crash
+    running = asyncio.create_task(second.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert await second.apply(ir) == "start"
+        async with asyncio.timeout(10):
+            while Path(f"/proc/{left}").exists():  # noqa: ASYNC110 (another process)
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+    finally:
+        await load.stop()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        echo.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await echo
+        if Path(f"/proc/{left}").exists():  # the test failed: end what it started
+            os.kill(left, signal.SIGTERM)
+    assert second.counters.took_over == 1
+    assert load.failed == []
+    assert load.ok > 10
+
+
+async def test_certificate_rotation_under_https_load(hstack: Stack) -> None:
+    """A renewed certificate is served after each rotation (a seamless reload); HTTPS
+    requests meanwhile never fail."""
+    import trustme
+
+    from tests.certs import tls_secret
+
+    ca = trustme.CA()
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+
+    def secret() -> str:
+        cert = ca.issue_cert("shop.test")
+        return tls_secret("shop-tls", "default", cert.cert_chain_pems[0].bytes().decode(),
+                          cert.private_key_pem.bytes().decode())
+
+    hstack.write("secret.yaml", secret())
+    hstack.write("ingress.yaml", SHOP_INGRESS.replace(
+        "  rules:", "  tls:\n  - {hosts: [shop.test], secretName: shop-tls}\n  rules:"))
+    await hstack.start()
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+
+    async def serial() -> int:
+        _, writer = await asyncio.open_connection("127.0.0.1", hstack.https_port, ssl=context,
+                                                  server_hostname="shop.test")
+        try:
+            return int(writer.get_extra_info("peercert")["serialNumber"], 16)
+        finally:
+            writer.close()
+
+    seen = {await serial()}
+    reloads = engine.counters.reloads
+    load = Load(hstack.https_port, "shop.test", tls=context)
+    try:
+        for _ in range(4):
+            hstack.write("secret.yaml", secret())
+            async with asyncio.timeout(10):
+                while (now := await serial()) in seen:  # noqa: ASYNC110 (HAProxy's answer)
+                    await asyncio.sleep(0.05)
+            seen.add(now)
+            await asyncio.sleep(0.2)
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.ok > 10
+    assert len(seen) == 5
+    assert engine.counters.reloads >= reloads + 4
+
+
+async def test_what_haproxy_cannot_serve_is_a_condition_in_the_status(hstack: Stack) -> None:
+    """A UDP port (HAProxy has no UDP) shows as an UnsupportedValue error on its Service in
+    the status file, once HAProxy serves that generation; the TCP port beside it is served."""
+    import yaml
+
+    from .harness import free_port_both
+
+    backend = await hstack.start_echo("l4", tcp=True, udp=True)
+    lb_port = free_port_both()
+    hstack.write("l4.yaml", service("l4", lb_port, backend, lb=True, protocols=("TCP", "UDP"))
+                 + "---\n" + endpoints("l4", {"TCP": backend, "UDP": backend}))
+    await hstack.start()
+    data = yaml.safe_load((hstack.root.parent / "status.yaml").read_text())
+    problems = data["objects"]["Service/default/l4"]["problems"]
+    assert any("UnsupportedValue" in str(p) and "UDP" in str(p) for p in problems), problems
+    reader, writer = await asyncio.open_connection("127.0.0.1", lb_port)
+    try:
+        writer.write(b"tcp still works\n")
+        assert await asyncio.wait_for(reader.readline(), 5) == b"tcp still works\n"
+    finally:
+        writer.close()
+
+
+async def test_client_address_headers_are_the_peers(hstack: Stack) -> None:
+    """X-Real-IP is the peer whatever the client or a route sends; X-Forwarded-For gets the
+    peer appended; X-Forwarded-Proto says http."""
+    from .gateway_helpers import request
+
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    status, _, body = await request(hstack.http_port, "shop.test", headers={
+        "X-Real-IP": "6.6.6.6", "X-Forwarded-For": "6.6.6.6", "X-Forwarded-Proto": "https"})
+    headers = body["headers"]
+    assert isinstance(headers, dict)
+    assert status == 200
+    assert headers["x-real-ip"] == "127.0.0.1"
+    assert headers["x-forwarded-proto"] == "http"
+    assert str(headers["x-forwarded-for"]).replace(" ", "").endswith("6.6.6.6,127.0.0.1")
+
+
+async def test_a_plain_route_is_added_by_a_map_swap_without_reload(hstack: Stack) -> None:
+    """A new host and path to an existing pool change maps only: swapped at runtime (no
+    reload), served at once, and requests to the other host meanwhile never fail."""
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    reloads = engine.counters.reloads
+    load = Load(hstack.http_port, "shop.test")
+    try:
+        for i in range(5):
+            hstack.write("more.yaml", SHOP_INGRESS.replace("metadata: {name: web,",
+                                                           "metadata: {name: more,")
+                         .replace("shop.test", f"more-{i}.test")
+                         .replace("path: /,", "path: /only,"))
+            await _until(hstack, lambda ir, i=i: any(
+                v.hostname == f"more-{i}.test" for ls in ir.listeners for v in ls.virtual_hosts))
+            assert (await get(hstack.http_port, f"more-{i}.test", "/only/x"))[0] == 200
+            assert (await get(hstack.http_port, f"more-{i}.test", "/"))[0] == 404
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert engine.counters.reloads == reloads
+    assert engine.counters.map_swaps >= 5
+
+
+async def test_tls_passthrough_by_sni(hstack: Stack) -> None:
+    """TLSRoutes pick the backend by SNI without decrypting: the certificate the client sees
+    is each backend's own."""
+    import trustme
+
+    from .gateway_helpers import CLASS, gateway, route, tls_backend
+    from .harness import free_port
+
+    ca = trustme.CA()
+    for name in ("alpha", "beta"):
+        await tls_backend(hstack, ca, f"{name}.tls.test")
+    tls_port = free_port()
+    hstack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: tls, protocol: TLS, port: {tls_port}, tls: {{mode: Passthrough}}}}\n"))
+    hstack.write("routes.yaml", "---\n".join(route(name, f"""  parentRefs: [{{name: gw}}]
+  hostnames: [{name}.tls.test]
+  rules: [{{backendRefs: [{{name: {name}, port: 443}}]}}]
+""", kind="TLSRoute", version="v1alpha2") for name in ("alpha", "beta")))
+    await hstack.start()
+    for host in ("alpha.tls.test", "beta.tls.test"):
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        async with asyncio.timeout(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", tls_port, ssl=context,
+                                                           server_hostname=host)
+            try:
+                writer.write(b"hello\n")
+                assert await reader.readline() == f"{host}\n".encode()
+                peer = writer.get_extra_info("peercert")
+                assert any(v == host for _, v in peer["subjectAltName"])
+            finally:
+                writer.close()

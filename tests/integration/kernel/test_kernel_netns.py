@@ -1,0 +1,217 @@
+"""The kernel engine for real: ``podway run --engine kernel`` in an engine namespace, a client
+namespace, two backend namespaces running ``podway echo`` (kernelbed.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernelbed import (
+    BACKENDS,
+    CLIENT,
+    CLIENT_IP,
+    PODWAY,
+    VIP,
+    Bed,
+    endpoints,
+    service,
+    sh,
+    unavailable,
+)
+
+pytestmark = pytest.mark.netns
+_WHY = unavailable()
+if _WHY:
+    pytest.skip(_WHY, allow_module_level=True)
+
+INTERVAL_S = 1.0  # the Services' podway.io/health-check-interval
+
+
+@pytest.fixture
+def bed(tmp_path: Path) -> Iterator[Bed]:
+    made = Bed(tmp_path)
+    try:
+        made.open()
+        for name in BACKENDS:
+            made.echo(name)
+        yield made
+    finally:
+        made.close()
+
+
+def serving(bed: Bed, *members: str) -> None:
+    """Wait until the table DNATs to exactly ``members``."""
+    def exact() -> bool:
+        table = bed.table()
+        return bool(table) and all((BACKENDS[m][1] in table) == (m in members)
+                                   for m in BACKENDS)
+    bed.wait(exact, f"the table to serve {members}")
+
+
+def test_connections_spread_over_both_members_with_snat(bed: Bed) -> None:
+    """TCP and UDP reach both members at random; the members see the engine's address."""
+    bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", ["b1", "b2"], udp=True))
+    bed.start_engine()
+    serving(bed, "b1", "b2")
+    for proto, port in (("tcp", 80), ("udp", 53)):
+        seen = bed.many(60, proto, port)
+        assert not [s for s in seen if "error" in s], seen
+        names = Counter(s["name"] for s in seen)
+        assert names["b1"] >= 10, (proto, names)
+        assert names["b2"] >= 10, (proto, names)
+        # SNAT: each member sees the engine's address on its own link.
+        clients = {s["name"]: s["client"].rsplit(":", 1)[0] for s in seen}
+        assert clients == {name: near for name, (near, _) in BACKENDS.items()}, clients
+
+
+def test_client_ip_affinity_sticks_and_transparent_keeps_the_client_address(bed: Bed) -> None:
+    """sessionAffinity ClientIP: every connection of one client goes to one member; with
+    podway.io/client-ip: transparent the member sees the client's own address."""
+    bed.write("web.yaml", service(affinity=True,
+                                  annotations={"podway.io/client-ip": "transparent"})
+              + "---\n" + endpoints("web", ["b1", "b2"]))
+    bed.start_engine()
+    serving(bed, "b1", "b2")
+    assert "jhash ip saddr" in bed.table()
+    seen = bed.many(30)
+    assert not [s for s in seen if "error" in s], seen
+    assert len({s["name"] for s in seen}) == 1, Counter(s["name"] for s in seen)
+    assert {s["client"].rsplit(":", 1)[0] for s in seen} == {CLIENT_IP}
+
+
+def test_a_failed_member_leaves_new_flows_within_one_interval_and_a_second(bed: Bed) -> None:
+    """Kill b1's echo: within one check interval + 1 s the table DNATs to b2 alone, and every
+    new connection then succeeds on b2; b1 comes back once it answers again."""
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", ["b1", "b2"]))
+    bed.start_engine()
+    serving(bed, "b1", "b2")
+    time.sleep(INTERVAL_S * 1.5)  # both checked healthy (not just panic-mode "all ready")
+    killed = time.monotonic()
+    bed.stop_echo("b1")
+    serving(bed, "b2")
+    took = time.monotonic() - killed
+    assert took <= INTERVAL_S * 1.1 + 1.0, f"b1 left new flows after {took:.2f}s"
+    seen = bed.many(20)
+    assert [s.get("name") for s in seen] == ["b2"] * 20, seen
+    bed.echo("b1")
+    serving(bed, "b1", "b2")
+
+
+def test_a_udp_flow_leaves_a_member_that_left(bed: Bed) -> None:
+    """A UDP client keeping one source port follows the member list: when its member leaves,
+    its next datagram reaches the other one (conntrack entries of the old member are deleted)."""
+    if shutil.which("conntrack") is None:
+        pytest.skip("conntrack is not installed")
+    bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", ["b1", "b2"], udp=True))
+    bed.start_engine()
+    serving(bed, "b1", "b2")
+    first = bed.run_client("ask", "udp", VIP, "53", "40053")
+    assert first, "no answer"
+    name = json.loads(first)["name"]
+    other = "b2" if name == "b1" else "b1"
+    assert json.loads(bed.run_client("ask", "udp", VIP, "53", "40053"))["name"] == name
+    bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", [other], udp=True))
+    serving(bed, other)
+    bed.wait(lambda: json.loads(bed.run_client("ask", "udp", VIP, "53", "40053") or "{}").get(
+        "name") == other, f"the flow to move to {other}", limit_s=5)
+
+
+def test_no_connection_fails_while_members_change(bed: Bed) -> None:
+    """Members come and go (both, b1 only, b2 only, ...) under a stream of new connections:
+    not one fails, and each change is one whole-table transaction."""
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", ["b1", "b2"]))
+    bed.start_engine()
+    serving(bed, "b1", "b2")
+    loop = subprocess.Popen(["ip", "netns", "exec", bed.client, sys.executable, CLIENT, "loop",
+                             VIP, "80", "8"], stdout=subprocess.PIPE, text=True)
+    try:
+        sets = [["b1"], ["b2"], ["b1", "b2"], ["b2"], ["b1"], ["b1", "b2"]] * 2
+        for members in sets:
+            bed.write("web.yaml", service() + "---\n" + endpoints("web", members))
+            time.sleep(0.5)
+        out, _ = loop.communicate(timeout=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    result = json.loads(out)
+    assert result["failed"] == 0, result
+    assert result["ok"] > 100, result
+    assert set(result["names"]) == {"b1", "b2"}, result
+
+
+def test_a_service_switches_between_envoy_and_the_kernel_without_a_failed_connection(
+        bed: Bed) -> None:
+    """Beside Envoy (``podway run``), a Service annotated podway.io/engine: kernel is DNATed
+    by the kernel engine; switching the annotation off and on under a stream of new
+    connections fails none (Envoy's listener waits behind the DNAT, conntrack keeps flows)."""
+    kernel = service(annotations={"podway.io/engine": "kernel"})
+    slices = endpoints("web", ["b1", "b2"])
+    bed.write("web.yaml", kernel + "---\n" + slices)
+    bed.start_engine("envoy")
+    serving(bed, "b1", "b2")
+    loop = subprocess.Popen(["ip", "netns", "exec", bed.client, sys.executable, CLIENT, "loop",
+                             VIP, "80", "9"], stdout=subprocess.PIPE, text=True)
+    seen_envoy = seen_kernel = False
+    try:
+        for turn in range(6):
+            bed.write("web.yaml", (kernel if turn % 2 else service()) + "---\n" + slices)
+            time.sleep(1.2)
+            in_table = BACKENDS["b1"][1] in bed.table()
+            seen_kernel |= in_table
+            seen_envoy |= not in_table
+        out, _ = loop.communicate(timeout=30)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    assert seen_envoy
+    assert seen_kernel
+    result = json.loads(out)
+    assert result["failed"] == 0, result
+    assert result["ok"] > 100, result
+
+
+def test_the_table_outlives_the_engine_and_cleanup_removes_it(bed: Bed) -> None:
+    """Stopping the engine keeps traffic flowing (its table stays); ``podway kernel cleanup``
+    removes everything, and ``podway kernel dump``/``counters`` read it before."""
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", ["b1"]))
+    bed.start_engine()
+    serving(bed, "b1")
+    bed.stop_engine()
+    assert bed.ask("tcp", VIP, 80) is not None
+    dumped = sh(PODWAY, "kernel", "dump", ns=bed.engine)
+    assert "dnat to 198.18.1.2:8080" in dumped
+    counted = sh(PODWAY, "kernel", "counters", ns=bed.engine)
+    packets = int(counted.split("packets=")[1].split()[0])
+    assert counted.startswith("tcp 198.18.1.2:8080 "), counted
+    assert packets > 0, counted
+    assert "removed" in sh(PODWAY, "kernel", "cleanup", ns=bed.engine)
+    assert bed.table() == ""
+    assert not [t for t in sh("nft", "list", "tables", ns=bed.engine).splitlines()
+                if "podway" in t]
+    assert bed.ask("tcp", VIP, 80) is None  # nothing DNATs any more: the host refuses
+
+
+def test_every_golden_ruleset_is_accepted_by_the_kernel(tmp_path: Path) -> None:
+    """Each reviewed golden ruleset (tests/golden/kernel) loads, twice (a replacement), in a
+    namespace of its own."""
+    golden = Path(__file__).parents[2] / "golden" / "kernel"
+    files = sorted(golden.glob("*/ruleset.nft")) + sorted(golden.glob("translate/*.nft"))
+    assert files
+    bed = Bed(tmp_path)
+    try:
+        sh("ip", "netns", "add", bed.engine)
+        bed._made.append(bed.engine)
+        for path in files:
+            for _ in range(2):
+                sh("nft", "-f", str(path), ns=bed.engine)
+    finally:
+        bed.close()

@@ -1,0 +1,64 @@
+"""A feature costs only where it is used: the optional HTTP filters are switched off on every
+connection manager and on by the routes that configure them (docs/performance.md)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from envoy.extensions.filters.network.http_connection_manager.v3 import (
+    http_connection_manager_pb2 as hcm,
+)
+
+from podway.envoy.config.listeners import listener
+from podway.envoy.config.routes import route_configuration
+from podway.envoy.config.scoped import LOWER_HOST_FILTER, ROUTER_FILTER, rds_form
+from podway.ir import CORS, BodyLimit, ClientAccess, Listener, RateLimit
+
+from .helpers import http_listener, route, vhost
+
+OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
+            "envoy.filters.http.rbac", "envoy.filters.http.buffer"}
+
+
+def _manager(item: Listener, *, scoped: bool = False) -> hcm.HttpConnectionManager:
+    built = listener(item, scoped=scoped)
+    manager = hcm.HttpConnectionManager()
+    built.filter_chains[0].filters[0].typed_config.Unpack(manager)
+    return manager
+
+
+def _listener() -> Listener:
+    guarded = replace(route("guarded", "/guarded", "p"), filters=(
+        CORS(allow_origins=("https://app.test",)), ClientAccess(allow=("10.0.0.0/8",)),
+        RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024)))
+    return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
+
+
+def test_optional_filters_are_switched_off_on_the_manager() -> None:
+    """Every filter but the router is present and ``disabled``: a request pays for none of them
+    unless its route switches it on."""
+    filters = {f.name: f.disabled for f in _manager(_listener()).http_filters}
+    assert set(filters) == OPTIONAL | {ROUTER_FILTER}
+    assert {name for name, off in filters.items() if off} == OPTIONAL
+
+
+def test_only_the_routes_that_use_a_feature_switch_its_filter_on() -> None:
+    """The route with CORS, an allowlist, a rate limit and a body limit names all four filters
+    (a per-route config switches a disabled filter on); the plain route names none."""
+    table = route_configuration(_listener(), persistence={})
+    by_name = {r.name: r for r in table.virtual_hosts[0].routes}
+    assert set(by_name["guarded"].typed_per_filter_config) == OPTIONAL
+    assert not by_name["plain"].typed_per_filter_config
+
+
+def test_a_scoped_manager_keeps_them_on_and_its_rds_form_switches_them_off() -> None:
+    """Scoped: Envoy picks a request's filters from the route found before the Host is
+    lower-cased, so access rules must not hang on that first lookup: the filters stay on (they
+    do nothing without a per-route config). The one-table form is the unscoped manager again."""
+    scoped = _manager(_listener(), scoped=True)
+    assert scoped.http_filters[0].name == LOWER_HOST_FILTER
+    assert not any(f.disabled for f in scoped.http_filters)
+    back = rds_form(listener(_listener(), scoped=True))
+    assert back is not None
+    assert back.SerializeToString(deterministic=True) == listener(
+        _listener()).SerializeToString(deterministic=True)

@@ -1,0 +1,41 @@
+"""HAProxy's ``show stat`` → the engine-neutral member health view."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from podway.engines.member_health import Health, HostState
+from podway.haproxy.health import classify, parse_stat, view
+from podway.haproxy.render import RenderOptions, render
+from podway.ir import IR, Member, Pool
+
+STAT = """# pxname,svname,status,weight,check_status,addr
+be:pool:default:web:80,s1,UP,1,L7OK,10.0.0.1:80
+be:pool:default:web:80,s2,DOWN,1,L4TOUT,10.0.0.2:80
+be:pool:default:web:80,s3,UP,1,INI,10.0.0.3:80
+be:pool:default:web:80,s4,MAINT,1,,0.0.0.0:0
+be:pool:default:web:80,BACKEND,UP,2,,
+"""
+
+
+def test_statuses_map_to_the_envoy_engines_words() -> None:
+    """Up is healthy, down unhealthy (with why), never checked pending, maintenance absent."""
+    assert classify("UP 2/3", "L7STS") == HostState(Health.HEALTHY)
+    assert classify("DOWN", "L7STS") == HostState(Health.UNHEALTHY, "failed active health check")
+    assert classify("DOWN 1/2", "L4TOUT") == HostState(
+        Health.UNHEALTHY, "failed active health check (timeout)")
+    assert classify("UP", "INI") == HostState(Health.PENDING, "waiting for its first health check")
+    assert classify("no check", "") == HostState(Health.HEALTHY)
+    assert classify("MAINT", "") is None
+
+
+def test_view_is_keyed_by_pool_and_member_through_the_slots() -> None:
+    """Slots are mapped back to the members they hold; empty slots are not members."""
+    members = tuple(Member(address=f"10.0.0.{i}", port=80) for i in (1, 2, 3))
+    pool = Pool(name="pool/default/web/80", members=members)
+    rendered = render(IR(pools=MappingProxyType({pool.name: pool})),
+                      RenderOptions(folder="/s", runtime_socket="/s/runtime.sock"))
+    got = {k: s.health for k, s in view(rendered, parse_stat(STAT)).items()}
+    assert got == {("pool/default/web/80", "10.0.0.1:80"): Health.HEALTHY,
+                   ("pool/default/web/80", "10.0.0.2:80"): Health.UNHEALTHY,
+                   ("pool/default/web/80", "10.0.0.3:80"): Health.PENDING}

@@ -1,0 +1,202 @@
+"""The HAProxy renderer: path semantics, slots, what changes need a reload, what is reported."""
+
+from __future__ import annotations
+
+import re
+from types import MappingProxyType
+
+from podway.haproxy import slots
+from podway.haproxy.backends import status_regex
+from podway.haproxy.http import path_regex, tree_safe
+from podway.haproxy.names import route_key, word
+from podway.haproxy.render import Rendered, RenderOptions, render
+from podway.ir import (
+    IR,
+    Forward,
+    HeaderMatch,
+    Listener,
+    ListenerProtocol,
+    Member,
+    MemberState,
+    Mirror,
+    ObjectRef,
+    PathKind,
+    PathMatch,
+    Pool,
+    RateLimit,
+    Route,
+    RouteMatch,
+    VirtualHost,
+    WeightedPool,
+)
+
+ORIGIN = ObjectRef(kind="Ingress", namespace="default", name="web")
+OPTS = RenderOptions(folder="/s", runtime_socket="/s/runtime.sock")
+
+
+def _route(name: str, path: str = "/", *, kind: PathKind = PathKind.PREFIX,
+           headers: tuple[HeaderMatch, ...] = (), filters: tuple[object, ...] = ()) -> Route:
+    return Route(name=name, match=RouteMatch(path=PathMatch(kind=kind, value=path),
+                                             headers=headers),
+                 action=Forward(backends=(WeightedPool(pool="pool/default/web/80"),)),
+                 filters=filters, origin=ORIGIN)  # type: ignore[arg-type]
+
+
+def _ir(*routes: Route, members: tuple[Member, ...] = (Member(address="10.0.0.1", port=80),)
+        ) -> IR:
+    vhost = VirtualHost(name="vh/shop.test", hostname="shop.test", routes=routes)
+    listener = Listener(name="ingress/http", address="127.0.0.1", port=8080,
+                        protocol=ListenerProtocol.HTTP, virtual_hosts=(vhost,), origins=(ORIGIN,))
+    pool = Pool(name="pool/default/web/80", members=members)
+    return IR(listeners=(listener,), pools=MappingProxyType({pool.name: pool}))
+
+
+def test_prefixes_match_whole_path_segments() -> None:
+    """/v1 matches /v1 and /v1/x, never /v10; a trailing slash in the prefix does not count."""
+    for value in ("/v1", "/v1/"):
+        regex = path_regex(PathMatch(kind=PathKind.PREFIX, value=value))
+        assert regex is not None
+        assert [bool(re.search(regex, p)) for p in ("/v1", "/v1/x", "/v10", "/v")] == \
+            [True, True, False, False]
+    exact = path_regex(PathMatch(kind=PathKind.EXACT, value="/a.b"))
+    assert exact is not None
+    assert [bool(re.search(exact, p)) for p in ("/a.b", "/axb", "/a.b/")] == [True, False, False]
+    assert path_regex(PathMatch(kind=PathKind.PREFIX, value="/")) is None
+
+
+def test_status_regex_matches_exactly_the_ranges() -> None:
+    """Health check statuses: whole hundreds compress, the rest are listed."""
+    regex = status_regex(((200, 399), (404, 405)))
+    ok = {c for c in range(100, 600) if re.fullmatch(regex, str(c))}
+    assert ok == set(range(200, 400)) | {404, 405}
+
+
+def test_members_keep_their_slot_and_fill_free_ones() -> None:
+    """A member that stays keeps its slot; a new one takes a slot that was empty, not the one
+    a leaving member just freed (that is reused only when nothing else is left)."""
+    a, b, c, d, e = (Member(address="10.0.0.1", port=p) for p in (1, 2, 3, 4, 5))
+    first = slots.assign((a, b), None)
+    assert first == (("10.0.0.1", 1), ("10.0.0.1", 2), None, None)
+    second = slots.assign((b, c), first)
+    assert second == (None, ("10.0.0.1", 2), ("10.0.0.1", 3), None)
+    third = slots.assign((b, c, d, e), second)
+    assert third == (("10.0.0.1", 4), ("10.0.0.1", 2), ("10.0.0.1", 3), ("10.0.0.1", 5))
+    grown = slots.assign(tuple(Member(address="10.0.0.1", port=p) for p in range(1, 6)), second)
+    assert len(grown) == 8
+
+
+def test_a_swap_brings_the_new_server_up_before_the_old_goes_down() -> None:
+    """One member replaced by another: the new slot is enabled first, then the old one is
+    put in maintenance, so the pool is never empty in between."""
+    old_member, new_member = Member(address="10.0.0.1", port=1), Member(address="10.0.0.2", port=2)
+    before_slots = slots.assign((old_member,), None)
+    after_slots = slots.assign((new_member,), before_slots)
+    got = slots.commands("be", slots.slot_states((old_member,), before_slots),
+                         slots.slot_states((new_member,), after_slots))
+    assert got == ["set server be/s2 addr 10.0.0.2 port 2", "set server be/s2 state ready",
+                   "set server be/s1 state maint"]
+
+
+def test_member_commands_take_a_slot_out_before_moving_it() -> None:
+    """A slot that changes address goes to maintenance first, then gets address and state."""
+    old = slots.slot_states((Member(address="10.0.0.1", port=1),), (("10.0.0.1", 1), None))
+    new = slots.slot_states((Member(address="10.0.0.2", port=2, weight=3),
+                             Member(address="10.0.0.3", port=3, state=MemberState.DRAINING)),
+                            (("10.0.0.2", 2), ("10.0.0.3", 3)))
+    assert slots.commands("be", old, new) == [
+        "set server be/s1 state maint",
+        "set server be/s1 addr 10.0.0.2 port 2",
+        "set server be/s1 weight 3",
+        "set server be/s1 state ready",
+        "set server be/s2 addr 10.0.0.3 port 3",
+        "set server be/s2 weight 0",  # draining: no new requests
+        "set server be/s2 state ready",
+    ]
+
+
+def test_not_ready_members_stay_checked_but_get_no_traffic() -> None:
+    """A not-ready member (held back by the readiness gate) keeps its checks: weight 0, not
+    maintenance (HAProxy does not check a server in maintenance)."""
+    member = Member(address="10.0.0.1", port=1, state=MemberState.NOT_READY)
+    (state,) = slots.slot_states((member,), (("10.0.0.1", 1),))
+    assert (state.weight, state.state) == (0, "ready")
+
+
+def test_only_members_changed_keeps_the_skeleton() -> None:
+    """A member change leaves the skeleton (no reload); the servers differ."""
+    one = render(_ir(_route("r/0")), OPTS)
+    two = render(_ir(_route("r/0"), members=(Member(address="10.0.0.9", port=81),)),
+                 OPTS.__class__(folder="/s", runtime_socket="/s/runtime.sock", slots=one.slots))
+    assert one.skeleton == two.skeleton
+    assert one.servers != two.servers
+
+
+def test_a_plain_route_is_a_map_row_a_header_route_a_rule() -> None:
+    """Adding a path-only route changes maps only; a header match changes the config."""
+    base = render(_ir(_route("r/0")), OPTS)
+    plain = render(_ir(_route("r/1", "/api"), _route("r/0")), OPTS)
+    assert plain.skeleton == base.skeleton
+    assert plain.maps != base.maps
+    header = render(_ir(_route("r/1", "/api", headers=(HeaderMatch(name="x-v", value="2"),)),
+                        _route("r/0")), OPTS)
+    assert header.skeleton != base.skeleton
+    assert "{ req.fhdr(x-v) -m str 2 }" in header.config
+
+
+def _first_match(routes: tuple[Route, ...], path: str) -> str | None:
+    for route in routes:
+        regex = path_regex(route.match.path)
+        if regex is None or re.search(regex, path):
+            return route.name
+    return None
+
+
+def _tree(rendered: Rendered, path: str) -> str | None:
+    """The route HAProxy's two lookups pick: exact key, else the longest prefix key."""
+    rows = {name.rsplit(".", 2)[-2]: dict(rows) for name, rows in rendered.maps.items()}
+    exact = {k.split("@", 1)[1]: v for k, v in rows["exact"].items()}
+    prefix = {k.split("@", 1)[1]: v for k, v in rows["prefix"].items()}
+    key = exact.get(path) or next((prefix[p] for p in sorted(prefix, key=len, reverse=True)
+                                   if path.startswith(p)), None)
+    names = {route_key(n): n for n in ("r/exact", "r/api", "r/api-v1", "r/all", "r/apix")}
+    return names.get(key) if key else None
+
+
+def test_path_maps_pick_what_first_match_picks() -> None:
+    """Exact, then longest prefix (tree lookups) gives the IR's first match on every path."""
+    routes = (_route("r/exact", "/api/health", kind=PathKind.EXACT),
+              _route("r/api-v1", "/api/v1/"), _route("r/apix", "/apix"),
+              _route("r/api", "/api"), _route("r/all"))
+    out = render(_ir(*routes), OPTS)
+    for path in ("/", "/api", "/api/", "/api/health", "/api/health/x", "/api/v1", "/api/v1/x",
+                 "/api/v10", "/apix", "/apix/y", "/apixy", "/other"):
+        assert (path, _tree(out, path)) == (path, _first_match(routes, path))
+
+
+def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:
+    """A prefix before a longer path under it (first match would never reach the latter) is
+    served by ordered rules, not by the tree."""
+    assert tree_safe((_route("r/api", "/api/v1"), _route("r/all")))
+    assert not tree_safe((_route("r/all"), _route("r/api", "/api")))
+    assert not tree_safe((_route("r/api", "/api"), _route("r/x", "/api", kind=PathKind.EXACT)))
+    out = render(_ir(_route("r/all"), _route("r/api", "/api")), OPTS)
+    assert f"str({route_key('r/all')}) if" in out.config
+
+
+def test_unenforceable_limits_fail_closed_and_are_reported() -> None:
+    """A rate limit HAProxy does not enforce answers 500; a mirror is served unmirrored, both
+    reported on the route's object."""
+    limited = _route("r/limited", filters=(RateLimit(requests=1, burst=1),))
+    mirrored = _route("r/mirrored", "/m", filters=(Mirror(pool="pool/default/web/80"),))
+    out = render(_ir(mirrored, limited), OPTS)
+    assert {(u.subject, u.origin) for u in out.unsupported} == {
+        ("r/limited", ORIGIN), ("r/mirrored", ORIGIN)}
+    assert any("return status 500" in line and "rate" not in line
+               for line in out.config.splitlines())
+
+
+def test_words_are_quoted_literally() -> None:
+    """Config words with spaces or `$` are single-quoted (no expansion); plain ones bare."""
+    assert word("abc") == "abc"
+    assert word("a b") == "'a b'"
+    assert word("^x$") == "'^x$'"
