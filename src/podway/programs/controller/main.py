@@ -56,7 +56,6 @@ from podway.kube.errors import api_error
 from podway.kube.informer import RELIST
 from podway.model import Service, npl
 from podway.model.base import ObjectRef
-from podway.model.gateway import GatewayClass
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, PipelineStopped, State
@@ -68,6 +67,7 @@ from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
 from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
+from podway.programs.controller.refusals import RefusedKinds
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
 from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
@@ -161,7 +161,8 @@ class Controller:
         self._npl_requested: dict[Key, str] = {}
         self._npl_planner = NplPlanner()
         self._npl_seen: tuple[object, ...] = ()
-        self._refused: dict[str, str] = {}  # kinds the API refuses to list (last reported)
+        self.refused = RefusedKinds(self.metrics,
+                                    controller_name=opts.translate.gateway_controller)
         self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
         self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
 
@@ -328,7 +329,7 @@ class Controller:
                 if self.readiness is not None:
                     self.readiness.wake()  # gated pods are judged now, not at the next resync
                 self._npl_seen, self._npl_requested = (), {}
-                self._refused = {}  # say it again in this term
+                self.refused.reset()  # say it again in this term
             self._observe(state, generation)
             generation = state.generation
             due: list[Due] = await self._enable_npl(api, state)
@@ -342,7 +343,8 @@ class Controller:
             if self.gate is not None:
                 self.metrics.pending_members.set(
                     sum(len(p) for p in self.gate.report.pending.values()))
-            due += self._refused_events(state)
+            due += self.refused.due(self.source.unavailable if self.source else {},
+                                    state.update.snapshot)
             if due and self.opts.write_events:
                 await events.record(due)
 
@@ -365,32 +367,6 @@ class Controller:
             due = tracker.due(self.gate.report.pending, now=time.monotonic())
             if due and self.opts.write_events:
                 await events.record(due)
-
-    def _refused_events(self, state: State) -> list[Due]:
-        """Kinds the API refuses to list (a narrower ClusterRole, a CRD API missing): logged,
-        counted (``podway_controller_kinds_refused``) and, when it changed, a Warning on each
-        GatewayClass this controller owns — everything else is served meanwhile."""
-        now = self.source.unavailable if self.source is not None else {}
-        if now == self._refused:
-            return []
-        for kind in self._refused.keys() - now.keys():
-            self.metrics.kinds_refused.labels(kind=kind).set(0)
-            log.info("listing %s works again", kind)
-        for kind, why in now.items():
-            self.metrics.kinds_refused.labels(kind=kind).set(1)
-            if self._refused.get(kind) != why:
-                log.error("cannot list %s (%s): its objects are not served until it can; "
-                          "everything else is", kind, why)
-        self._refused = dict(now)
-        if not now:
-            return []
-        message = ("the controller cannot list " + "; ".join(
-            f"{kind} ({why})" for kind, why in now.items())
-            + ": what needs them is not served; check the controller's ClusterRole")
-        mine = self.opts.translate.gateway_controller
-        return [Due(ref=cls.ref, type="Warning", reason="KindsRefused", message=message[:1000])
-                for cls in state.update.snapshot.kind(GatewayClass).values()
-                if cls.spec.controller_name == mine]
 
     async def _enable_npl(self, api: client.ApiClient, state: State) -> list[Due]:
         """Add/remove ``nodeportlocal.antrea.io/enabled`` where the plan says (once each); a
