@@ -31,6 +31,7 @@ from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
+from podway.translate.core.options import BackendMode
 from tests.waiting import eventually as poll
 
 # Listener ports for tests come from below the kernel's ephemeral range (32768-60999 by
@@ -188,7 +189,8 @@ def backend_manifests(name: str, port: int) -> str:
 
 async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
                      xff_trusted_hops: int = 0, takeover_classes: tuple[str, ...] = (),
-                     real_ip_header: bool = False, **options: Any) -> Stack:
+                     real_ip_header: bool = False, mode: BackendMode = BackendMode.CLUSTERIP,
+                     **options: Any) -> Stack:
     """A stack (not started). Envoy keeps detailed stats: tests read per-pool counters.
     ``options`` go to ``StandaloneOptions`` (a dashboard, metrics, …)."""
     http_port, https_port = free_port(), free_port()
@@ -198,7 +200,7 @@ async def make_stack(root: Path, *, delta: bool = True, drain_s: float = 0,
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
                                    https_port=https_port, xff_trusted_hops=xff_trusted_hops,
                                    takeover_classes=takeover_classes,
-                                   real_ip_header=real_ip_header),
+                                   real_ip_header=real_ip_header, mode=mode),
         **options))
     return Stack(root, http_port, https_port, standalone)
 

@@ -160,19 +160,20 @@ async def _serving(stack: Stack, a: HoldingBackend, b: HoldingBackend, slow: Slo
     assert a.held >= 1, "round robin gave the terminating pod no slow request"
 
 
-async def _engine_sees(stack: Stack, port: int, eds: str | None) -> None:
-    """Until the engine's Envoy holds the member on ``port`` with EDS status ``eds`` (None:
-    the member is gone from every pool)."""
+async def _engine_sees(stack: Stack, port: int, eds: str | None, priority: int = 0) -> None:
+    """Until the engine's Envoy holds the member on ``port`` with EDS status ``eds`` at
+    ``priority`` (``eds`` None: the member is gone from every pool)."""
     address = await (await stack.engine()).wait_started()
     async with asyncio.timeout(20):
         while True:
             _, body = await admin.request(address, "/clusters?format=json")
-            found = [host.get("health_status", {}).get("eds_health_status")
+            found = [(host.get("health_status", {}).get("eds_health_status"),
+                      host.get("priority", 0))
                      for cluster in json.loads(body).get("cluster_statuses", [])
                      for host in cluster.get("host_statuses", [])
                      if host.get("address", {}).get("socket_address", {}).get(
                          "port_value") == port]
-            if (eds is None and not found) or (eds is not None and eds in found):
+            if (eds is None and not found) or (eds is not None and (eds, priority) in found):
                 return
             await asyncio.sleep(0.02)
 
@@ -206,7 +207,8 @@ async def test_terminating_then_removed_pod_finishes_in_flight_and_gets_nothing_
         generation = stack.state.generation
         stack.write("web.yaml", _manifests(a, b, a_state="terminating"))
         await stack.applied(generation + 1)
-        await _engine_sees(stack, a.port, "DRAINING")
+        # Still serving: the pool's fallback (priority 1), unused while b passes its checks.
+        await _engine_sees(stack, a.port, "HEALTHY", priority=1)
         fast_a = a.fast
         assert set(await _fast_from(stack, 20)) == {(200, "b")}
         generation = stack.state.generation

@@ -49,6 +49,11 @@ class Member:
     port: int
     weight: int = 1
     state: MemberState = MemberState.READY
+    # DRAINING only: the endpoint still serves (Kubernetes ``serving`` while ``terminating``).
+    # Such a member is the pool's fallback: an engine sends it new requests only while no READY
+    # member is healthy in its own view, e.g. in a rollout before the new pods passed their first
+    # check (a READY member is not yet a *proven* one: docs/translation.md, "Rollouts").
+    serving: bool = False
     origin: ObjectRef | None = None  # the pod (or node, in nodeport mode) behind the address
     node: str | None = None
     zone: str | None = None
@@ -142,6 +147,12 @@ class PoolSettings:
     # TCP pools only: each connection to a member starts with a PROXY protocol v2 header
     # carrying the client's address and port (Service ``podway.io/proxy-protocol: v2``).
     proxy_protocol: bool = False
+    # HTTP pools: a connection to a member is drained (no new requests; closed once its
+    # requests finished) after this long. Set in ``nodeport`` mode: kube-proxy pins a connection
+    # to one pod, so a kept-alive connection would follow a terminating pod until it dies and
+    # lose the requests in flight then; a bounded life moves requests to new connections, which
+    # kube-proxy sends to ready pods (docs/translation.md, "Rollouts").
+    connection_lifetime_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,6 +13,11 @@ Memory stays lean: the informer keeps only key → resourceVersion, and ``transf
 drop ``managedFields`` and kubectl's last-applied annotation) trims every object before the
 handler sees it, so a consumer that keeps objects keeps only what it needs. The handler must be
 cheap and synchronous (enqueue keys, update a cache).
+
+A list the API *refuses* (401, 403, 404: no permission, or no such resource) is retried like any
+failure, forever, but it also *settles* the informer (``settled``, ``refused``): a consumer that
+can serve without this kind (a CRD the ClusterRole may not read) goes on instead of waiting for
+a list that may never come, and says what is missing. ``refused`` clears at the next good list.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.base.backoff import Backoff
-from podway.kube.errors import ApiError, Gone, api_error
+from podway.kube.errors import ApiError, Forbidden, Gone, NotFound, Unauthorized, api_error
 
 log = logging.getLogger("podway.kube.informer")
 
@@ -38,6 +43,8 @@ Transform = Callable[[Raw], Raw]
 HEALTHY_AFTER = 10.0  # seconds a watch must stay up (without events) to count as healthy
 RELIST = Backoff(base=0.2, cap=30.0)
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+#: A list answered with one of these will not work by retrying alone (RBAC or an API change).
+REFUSED = (Unauthorized, Forbidden, NotFound)
 
 
 def raw_key(raw: Raw) -> tuple[str, str]:
@@ -76,6 +83,8 @@ class Informer:
         self._known: dict[tuple[str, str], str] = {}  # key -> resourceVersion
         self._progress = False  # the current watch delivered something (bookmarks count)
         self.ready = asyncio.Event()  # set after the first complete list
+        self.settled = asyncio.Event()  # set after the first complete or refused list
+        self.refused: ApiError | None = None  # why the last list was refused, until one works
         self.relists = 0  # lists after the first (410s, failures): a metric for callers
         self.bookmarks = 0  # BOOKMARK events seen: a metric for callers
         self._report_all = False
@@ -94,7 +103,9 @@ class Informer:
             error: ApiError | None = None
             try:
                 version = await self._relist()
+                self.refused = None
                 self.ready.set()
+                self.settled.set()
                 while True:
                     began, self._progress = loop.time(), False
                     version = await self._watch(version)
@@ -123,6 +134,9 @@ class Informer:
                 continue
             if error is not None and not isinstance(error, Gone):
                 log.warning("informer=%s error=%s", self.name, error)
+            if began is None and isinstance(error, REFUSED):  # the list itself was refused
+                self.refused = error
+                self.settled.set()
             failures += 1
             await self._sleep(self._backoff.delay(
                 failures, retry_after=None if error is None else error.retry_after))

@@ -31,6 +31,15 @@ Invariants:
   their CRD exists, at its most stable served version; a kind whose CRD is missing is logged
   once and picked up when the CRD is created; deleting the CRD removes its objects from the
   snapshot.
+* Serve what can be served: a list the API refuses (403 under a narrower ClusterRole, 404)
+  blocks nothing for the kinds Podway can do without. When CustomResourceDefinitions cannot be
+  listed, each CRD kind is probed by listing it directly (most stable version first): a kind
+  that lists is watched, one that answers 404 at every version counts as not installed, one
+  that is refused is reported. A refused CRD kind settles too. Both keep retrying in the
+  background and are picked up once allowed. ``unavailable`` names what is refused and why
+  (the controller logs it, counts it in a metric and puts it in an event on its
+  GatewayClasses). Built-in kinds (Services, EndpointSlices, …) still wait for their first
+  list: without them the first update would withdraw what the engines serve.
 * One public hook for a consumer that needs more than the snapshot (the controller keeps the
   API's ``status`` of the objects it writes): ``on_raw(kind, event, raw)`` sees every event
   of a watched kind before it is trimmed and parsed, and may take fields out of ``raw``.
@@ -48,11 +57,14 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.base.backoff import Backoff
 from podway.base.tasks import cancel_and_wait
 from podway.kube import gateway_api
+from podway.kube.errors import ApiError
 from podway.kube.informer import RELIST, Informer, Raw
 from podway.kube.selectors import label_selector
 from podway.model.base import K8sObject
@@ -70,6 +82,7 @@ RawTap = Callable[[str, str, Raw], None]  # (kind, event, raw object)
 #: How long the first change after a quiet spell waits for events that came with it.
 LEADING_S = 0.002
 SOURCE = "kubernetes"  # LoadError.file for objects from the API
+CRD_KIND = "CustomResourceDefinition"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +126,10 @@ class KubeSource:
             self._start(namespaces)
             self._start_crds()
             await self._all_ready()
+            crds = self._informers[CRD_KIND]
+            if not crds.ready.is_set():
+                await self._probe_crd_kinds(crds.refused)
+                await self._all_ready()
             for spec in BUILTIN:
                 if spec.kind != "Namespace":
                     self._start(spec)
@@ -139,6 +156,12 @@ class KubeSource:
         if spec is None:
             return None
         return self._crd_versions.get(kind) if spec.crd else spec.version
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """Kinds the API refuses to list now (CustomResourceDefinition included) → why."""
+        return {name: _why(informer.refused) for name, informer in sorted(self._informers.items())
+                if informer.refused is not None}
 
     @property
     def queued(self) -> int:
@@ -318,11 +341,19 @@ class KubeSource:
         return task
 
     async def _all_ready(self) -> None:
+        """Until every informer listed once; a CRD kind (or the CRDs) refused counts too."""
         while True:
-            pending = [i.ready.wait() for i in self._informers.values() if not i.ready.is_set()]
+            pending = [self._first_list(name).wait() for name in self._informers
+                       if not self._first_list(name).is_set()]
             if not pending:
                 return
             await asyncio.gather(*pending)
+
+    def _first_list(self, name: str) -> asyncio.Event:
+        informer = self._informers[name]
+        spec = spec_of(name)
+        optional = name == CRD_KIND or (spec is not None and spec.crd)
+        return informer.settled if optional else informer.ready
 
     def _stop(self, kind: str) -> None:
         task = self._tasks.pop(kind, None)
@@ -333,13 +364,13 @@ class KubeSource:
     # ---- CRD-defined kinds (Gateway API, TrafficPolicy) --------------------------------
     def _start_crds(self) -> None:
         informer = Informer(
-            name="CustomResourceDefinition", params={}, handler=self._crd_event,
+            name=CRD_KIND, params={}, handler=self._crd_event,
             lister=client.ApiextensionsV1Api(self._core.api_client
                                              ).list_custom_resource_definition,
             transform=slim_crd, watch_timeout=self.settings.watch_timeout,
             backoff=self.settings.backoff)
-        self._informers["CustomResourceDefinition"] = informer
-        self._run("CustomResourceDefinition", informer)
+        self._informers[CRD_KIND] = informer
+        self._run(CRD_KIND, informer)
 
     def _crd_event(self, event: str, raw: Raw) -> None:
         name = str((raw.get("metadata") or {}).get("name", ""))
@@ -365,6 +396,46 @@ class KubeSource:
         self._crd_versions[spec.kind] = version
         self._start(spec, version)
 
+    async def _probe_crd_kinds(self, refused: ApiError | None) -> None:
+        """CRDs cannot be listed: find each CRD kind by listing it (see the module docstring).
+        A kind the CRD informer found meanwhile is left to it."""
+        log.error("cannot list CustomResourceDefinitions (%s): looking for the Gateway API and "
+                  "TrafficPolicy kinds directly; grant list/watch on "
+                  "apiextensions.k8s.io/customresourcedefinitions to follow CRD changes",
+                  _why(refused))
+        for spec in CRDS:
+            version, refusal = await self._probe(spec)
+            if spec.kind in self._crd_versions:
+                continue
+            if version is None and refusal is None:
+                self._announce_missing(spec)
+                continue
+            chosen = version or refusal
+            assert chosen is not None
+            self._crd_versions[spec.kind] = chosen
+            self._start(spec, chosen)
+
+    async def _probe(self, spec: KindSpec) -> tuple[str | None, str | None]:
+        """(a version that lists, the most stable version that was refused)."""
+        refusal = None
+        for version in _versions(spec):
+            lister, params = self._lister(spec, version)
+            try:
+                resp = await lister(**params, limit=1, _preload_content=False,
+                                    _request_timeout=aiohttp.ClientTimeout(total=30, connect=10))
+                status = int(resp.status)
+                resp.release()
+            except ApiException as exc:
+                status = int(exc.status or 0)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.warning("probing %s/%s: %r", spec.kind, version, exc)
+                status = 0
+            if status == 200:
+                return version, None
+            if status != 404 and refusal is None:
+                refusal = version  # refused or failing: its informer retries and reports it
+        return None, refusal
+
     def _known_keys(self, kind: str) -> set[Key]:
         keys = set(self._snapshot.objects.get(kind, {}))
         keys |= {key for (k, key) in self._pending if k == kind}
@@ -376,6 +447,23 @@ class KubeSource:
             self._announced_missing.add(spec.kind)
             log.info("%s is not installed (no CRD %s): it will be watched once the CRD is "
                      "created", spec.kind, spec.crd_name)
+
+
+_REFUSALS = {401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found"}
+
+
+def _why(error: ApiError | None) -> str:
+    """A refusal in a few words (the API's own text can be long and is in the informer log)."""
+    if error is None:
+        return "refused"
+    return _REFUSALS.get(error.status, f"HTTP {error.status}")
+
+
+def _versions(spec: KindSpec) -> list[str]:
+    """The versions a CRD kind may be served at, most stable first."""
+    known = gateway_api.KINDS.get(spec.kind)
+    versions = known[2] if known is not None else (spec.version,)
+    return sorted(versions, key=gateway_api.version_rank, reverse=True)
 
 
 def _snake(kind: str) -> str:

@@ -41,7 +41,7 @@ from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem
 from podway.translate.core.status import ObjectStatus
 from podway.translate.gateway.delta import PATCHED_KINDS, Patch, patch_routes
-from podway.translate.pools.backends import PoolSpec, ServiceKey, service_mode
+from podway.translate.pools.backends import PoolSpec, ServiceKey, in_mode
 from podway.translate.service import is_ours as service_is_ours
 from podway.translate.traffic import lone_pool, sets_traffic
 
@@ -253,8 +253,7 @@ def _add_pool(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, l
     if backing is not None:
         kept = memo.modes.get(spec.name)
         if kept is None or kept[0] is not spec or kept[1] is not backing:
-            kept = (spec, backing, replace(spec, mode=service_mode(backing, opts,
-                                                                   snapshot.backend_modes)))
+            kept = (spec, backing, in_mode(spec, backing, opts, snapshot.backend_modes))
         memo.modes[spec.name] = kept
         spec = kept[2]
     made = lone_pool(snapshot, spec, memo.traffic)

@@ -23,7 +23,7 @@ import gc
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from podway.ir import IR, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
@@ -42,9 +42,9 @@ from podway.translate.ingress.part import IngressPart
 from podway.translate.pools.backends import (
     PoolSpec,
     ServiceKey,
+    in_mode,
     invalid_mode,
     mode_warning,
-    service_mode,
 )
 from podway.translate.pools.client_ip import apply_client_ip
 from podway.translate.pools.engine_choice import apply_engine
@@ -267,8 +267,7 @@ def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None
         if backing is not None:
             kept = modes.get(name)
             if kept is None or kept[0] is not spec or kept[1] is not backing:
-                kept = (spec, backing,
-                        replace(spec, mode=service_mode(backing, opts, decided)))
+                kept = (spec, backing, in_mode(spec, backing, opts, decided))
             modes_next[name] = kept
             pools[name] = kept[2]
     if memo is not None:

@@ -158,3 +158,33 @@ async def test_gone_inside_the_stream_relists_at_once() -> None:
         0.2, 0.4]
     assert await run_informer(lambda n: FakeResponse(lines=[b'{"type": "ADDED"}\n']),
                               stop_after=2) == [0.2, 0.4]
+
+
+@pytest.mark.parametrize(("status", "settles"), [(403, True), (404, True), (401, True),
+                                                 (500, False), (429, False)])
+async def test_a_refused_list_settles_the_informer_and_clears_once_it_lists(
+        status: int, settles: bool) -> None:
+    """403/404/401 on the list (RBAC, no such API): ``settled`` and ``refused`` say so at once,
+    while it keeps retrying; a transient failure (500, 429) does not settle it. The next good
+    list clears ``refused`` and makes it ready."""
+    seen: list[tuple[bool, bool, int | None]] = []
+    informer: Informer
+
+    def lists(n: int) -> FakeResponse:
+        if n <= 2:
+            return FakeResponse(status=status)
+        return FakeResponse(body={"items": [], "metadata": {"resourceVersion": "5"}})
+
+    async def sleep(delay: float) -> None:
+        seen.append((informer.settled.is_set(), informer.ready.is_set(),
+                     None if informer.refused is None else informer.refused.status))
+
+    informer = Informer(name="gateways", lister=lister(failing, stop_after=1, lists=lists),
+                        params={}, handler=lambda kind, raw: None, watch_timeout=300,
+                        sleep=sleep, backoff=POLICY)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(informer.run(), 10)
+    refused = (True, False, status) if settles else (False, False, None)
+    assert seen[:2] == [refused, refused]
+    assert (informer.settled.is_set(), informer.ready.is_set(), informer.refused) == (
+        True, True, None)

@@ -57,3 +57,21 @@ def test_serving_terminating_endpoints_take_traffic_only_when_none_is_ready() ->
     without_ready = members([lb_service(), endpoint_slice("s", terminating, gone)])
     assert [(a, s) for a, s, _ in without_ready] == [("198.18.1.2", MemberState.READY),
                                                       ("198.18.1.3", MemberState.DRAINING)]
+
+
+def test_serving_terminating_endpoints_beside_a_ready_one_are_marked_serving() -> None:
+    """A rollout: the old pods (terminating, still serving) beside a new ready one are DRAINING
+    *and* serving, the engine's fallback until it has checked the new one; a terminating pod
+    that no longer serves is not."""
+    terminating = {"addresses": ["198.18.1.2"],
+                   "conditions": {"ready": False, "serving": True, "terminating": True}}
+    gone = {"addresses": ["198.18.1.3"],
+            "conditions": {"ready": False, "serving": False, "terminating": True}}
+    ready = {"addresses": ["198.18.1.1"], "conditions": {"ready": True}}
+    pool = translate(Snapshot.of_objects([lb_service(), endpoint_slice("s", ready, terminating,
+                                                                       gone)]),
+                     OPTS).ir.pools["pool/ns/web/80/tcp"]
+    assert [(m.address, m.state, m.serving) for m in pool.members] == [
+        ("198.18.1.1", MemberState.READY, False),
+        ("198.18.1.2", MemberState.DRAINING, True),
+        ("198.18.1.3", MemberState.DRAINING, False)]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from podway.ir import Forward, HealthCheckKind, PersistenceKind
+from podway.ir import Forward, HealthCheckKind, PersistenceKind, PoolProtocol
 from podway.model import Snapshot
 from podway.model.loader import load_text
+from podway.model.policy import HealthCheckSpec
 from podway.translate import IncrementalTranslator, Result, TranslateOptions, translate
 from podway.translate.core.status import to_api
+from podway.translate.pools.traffic_defaults import GRPC_HEALTH_PATH, default_health_check
+from podway.translate.pools.traffic_values import Issues, health_check
 
 SERVICE = """apiVersion: v1
 kind: Service
@@ -119,3 +122,26 @@ def test_policy_status_is_written_as_ancestors() -> None:
     assert ancestor["ancestorRef"] == {"group": "", "kind": "Service", "namespace": "shop",
                                        "name": "web"}
     assert [(c["type"], c["status"]) for c in ancestor["conditions"]] == [("Accepted", "True")]
+
+
+def test_a_section_that_only_tunes_timing_keeps_the_protocol_default_probe() -> None:
+    """An interval alone on an h2c or gRPC pool keeps the gRPC-shaped POST (a bare GET /,
+    which grpcio resets, would take every member out); a path makes it an HTTP GET."""
+    for protocol in (PoolProtocol.HTTP2, PoolProtocol.GRPC):
+        issues = Issues()
+        check = health_check(HealthCheckSpec(interval="2s"), protocol=protocol, host="h",
+                             where="healthCheck", issues=issues)
+        default = default_health_check(protocol, "h")
+        assert issues.found == []
+        assert check is not None
+        assert default is not None
+        assert (check.method, check.http_path, check.headers, check.expected) == (
+            "POST", GRPC_HEALTH_PATH, default.headers, default.expected)
+        assert check.interval_ms == 2000
+        pathed = health_check(HealthCheckSpec(path="/healthz"), protocol=protocol, host="h",
+                              where="healthCheck", issues=issues)
+        assert pathed is not None
+        assert (pathed.method, pathed.http_path) == ("GET", "/healthz")
+    h2c = default_health_check(PoolProtocol.HTTP2, "h")
+    assert h2c is not None
+    assert h2c.expected == ((200, 499),)  # a plain h2c web server answers it with 404 or 405

@@ -71,6 +71,7 @@ MAX_RETRIES = 10
 CHECK_JITTER_PERCENT = 20
 _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _H2 = (PoolProtocol.HTTP2, PoolProtocol.GRPC)
+_HTTP = (PoolProtocol.HTTP1, *_H2)
 # ALPN offered to TLS members: servers that pick the protocol by ALPN (most gRPC servers refuse
 # a TLS connection without "h2") must be told which one Envoy will speak.
 _ALPN = {PoolProtocol.HTTP1: ("http/1.1",), PoolProtocol.HTTP2: ("h2",),
@@ -101,9 +102,16 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     # request of the pool 6-9 % of the engine's CPU (docs/performance.md, "What each default
     # costs").
     out.circuit_breakers.thresholds.add().max_retries.value = MAX_RETRIES
-    if settings.protocol in _H2:
+    lifetime = settings.connection_lifetime_ms if settings.protocol in _HTTP else None
+    if settings.protocol in _H2 or lifetime:
         options = hpo.HttpProtocolOptions()
-        options.explicit_http_config.http2_protocol_options.SetInParent()
+        if settings.protocol in _H2:
+            options.explicit_http_config.http2_protocol_options.SetInParent()
+        else:
+            options.explicit_http_config.http_protocol_options.SetInParent()
+        if lifetime:
+            options.common_http_protocol_options.max_connection_duration.CopyFrom(
+                duration(lifetime))
         out.typed_extension_protocol_options[_HTTP_OPTIONS].CopyFrom(pack(options))
     if settings.health_check is not None and settings.protocol is not PoolProtocol.UDP:
         out.health_checks.append(_health_check(settings.health_check,
@@ -148,7 +156,14 @@ def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.Health
     # A member that just failed is checked again sooner, so it is removed within about
     # unhealthy_threshold x the shorter interval instead of a full interval per check.
     out.unhealthy_interval.CopyFrom(duration(min(check.interval_ms, 1000)))
-    out.no_traffic_interval.CopyFrom(duration(check.interval_ms))
+    # Envoy uses the "no traffic" intervals instead of the two above for as long as it believes
+    # the pool never had a connection, and it believes that whenever the pool's own stats are
+    # not kept (``EnvoyStats.BOUNDED``, the default): its traffic test reads a stat that then
+    # does not exist. So the same split holds there: a failing or new member (its first check
+    # failed because the pod was not listening yet) is checked again after the short interval,
+    # not after ``interval`` — in a rollout that was 5 s with no serving member.
+    out.no_traffic_interval.CopyFrom(duration(min(check.interval_ms, 1000)))
+    out.no_traffic_healthy_interval.CopyFrom(duration(check.interval_ms))
     # Never the first check (``initial_jitter`` stays 0): a cluster is warm only once every
     # member had it, so a jittered first check would delay every new pool.
     out.interval_jitter_percent = CHECK_JITTER_PERCENT

@@ -22,7 +22,8 @@
 * Client address (HTTP, HTTPS): ``use_remote_address`` with ``xff_num_trusted_hops`` from the
   listener; X-Real-IP is set in every route table (``routes``) from that address.
 * TCP: tcp_proxy over the first L4 route's pools (weighted), or, with client-IP affinity over
-  alike pools, their split cluster. UDP: udp_proxy routed to the first L4 route's pool, or, with
+  alike pools, their split cluster; a failed connect to a member is tried again on another
+  (``CONNECT_ATTEMPTS``). UDP: udp_proxy routed to the first L4 route's pool, or, with
   several weighted pools, to their split cluster (``podway.envoy.config.split``: Envoy's UDP
   proxy routes to one cluster).
 * Transparent (``Listener.transparent``): on TCP and TLS the original-source listener filter, on
@@ -231,6 +232,9 @@ def _passthrough_chains(out: listener_pb2.Listener, ir: Listener,
             out.default_filter_chain.CopyFrom(chain)
 
 
+CONNECT_ATTEMPTS = 3  # TCP: connects per client connection, on other members after a failure
+
+
 def _tcp_proxy(name: str, route: L4Route | None, *, cluster: str | None = None) -> lc.Filter:
     proxy = tcp_proxy_pb2.TcpProxy(stat_prefix=stat_prefix(name))
     shares = [b for b in (route.backends if route else ()) if b.weight > 0]
@@ -247,6 +251,10 @@ def _tcp_proxy(name: str, route: L4Route | None, *, cluster: str | None = None) 
         proxy.cluster = NO_POOL
     if route is not None and route.client_ip_affinity:
         proxy.hash_policy.add().source_ip.SetInParent()
+    # A connect that fails (a pod that stopped before its endpoint left the slice, as in a
+    # rollout) is tried again on another member before the client's connection is closed,
+    # as HTTP routes retry connect failures; nothing reached the member, so nothing repeats.
+    proxy.max_connect_attempts.value = CONNECT_ATTEMPTS
     return lc.Filter(name="envoy.filters.network.tcp_proxy", typed_config=pack(proxy))
 
 

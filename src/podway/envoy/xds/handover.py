@@ -19,6 +19,10 @@ member the new assignment lists (not ready, draining) is never held back in prio
 is held for a cluster without active checks (there is no gap to bridge) nor when the new
 assignment has no serving member (an emptied pool is the truth, not a change to bridge). The
 functions are pure; the timing lives in ``podway.envoy.xds.cache``.
+
+A rollout is not bridged here: its old pods stay listed (terminating) while the new ones turn
+ready, so nothing departs; the load assignment itself makes those still serving the pool's
+fallback at priority 1 (``podway.envoy.config.endpoints``), for as long as they are listed.
 """
 
 from __future__ import annotations

@@ -67,6 +67,7 @@ from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
 from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
+from podway.programs.controller.refusals import RefusedKinds
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
 from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
@@ -160,6 +161,8 @@ class Controller:
         self._npl_requested: dict[Key, str] = {}
         self._npl_planner = NplPlanner()
         self._npl_seen: tuple[object, ...] = ()
+        self.refused = RefusedKinds(self.metrics,
+                                    controller_name=opts.translate.gateway_controller)
         self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
         self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
 
@@ -326,6 +329,7 @@ class Controller:
                 if self.readiness is not None:
                     self.readiness.wake()  # gated pods are judged now, not at the next resync
                 self._npl_seen, self._npl_requested = (), {}
+                self.refused.reset()  # say it again in this term
             self._observe(state, generation)
             generation = state.generation
             due: list[Due] = await self._enable_npl(api, state)
@@ -339,6 +343,8 @@ class Controller:
             if self.gate is not None:
                 self.metrics.pending_members.set(
                     sum(len(p) for p in self.gate.report.pending.values()))
+            due += self.refused.due(self.source.unavailable if self.source else {},
+                                    state.update.snapshot)
             if due and self.opts.write_events:
                 await events.record(due)
 

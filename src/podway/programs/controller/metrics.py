@@ -33,6 +33,10 @@ class ControllerMetrics:
         self.relists = Gauge("podway_controller_watch_relists",
                              "Re-lists after the first (410 Gone, broken watches), all kinds.",
                              registry=reg)
+        self.kinds_refused = Gauge("podway_controller_kinds_refused",
+                                   "1 while the API refuses to list a kind (403, 404); what "
+                                   "does not need it is served meanwhile.", ["kind"],
+                                   registry=reg)
         self.pending_members = Gauge("podway_controller_pending_members",
                                      "Pods waiting for their NodePortLocal annotation.",
                                      registry=reg)

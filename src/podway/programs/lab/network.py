@@ -17,7 +17,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from podway.base.errors import EnvironmentProblem
 from podway.envoy.engine import transparent
@@ -29,6 +31,8 @@ from podway.programs.lab.plan import (
     LabPlan,
     NodePlan,
 )
+
+NETNS_DIR = "/run/netns"  # where iproute2 keeps named network namespaces
 
 
 class LabError(EnvironmentProblem):
@@ -123,6 +127,9 @@ def _node(plan: LabPlan, node: NodePlan) -> None:
 def add_pod(plan: LabPlan, node: NodePlan, slot: int, ns: str) -> str:
     """A pod namespace on ``node``'s bridge with the address of ``slot``; its IP."""
     ip = node.pod_ip(slot)
+    if Path(NETNS_DIR, ns).exists():  # left by the slot's last pod: it is gone, so is this
+        remove_ns(ns)
+        sh("ip", "-n", node.netns, "link", "del", f"p{slot}", check=False)
     add_ns(ns)
     port = f"p{slot}"
     sh("ip", "-n", node.netns, "link", "add", port, "type", "veth", "peer", "name", "eth0",
@@ -139,9 +146,15 @@ def pids_in(ns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
-def remove_ns(ns: str) -> None:
-    """Kill what runs inside ``ns`` (it is the lab's), then delete it (links die with it)."""
-    for pid in pids_in(ns):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def remove_ns(ns: str, *, limit_s: float = 5.0) -> None:
+    """Kill what runs inside ``ns`` (it is the lab's), wait until it is gone, then delete it
+    (links die with it). Deleting while a killed process still holds the namespace (an
+    ``ip netns exec`` child) can leave its file behind, and the next pod given the same slot
+    then fails with "File exists" (seen in back-to-back rollouts)."""
+    deadline = time.monotonic() + limit_s
+    while (pids := pids_in(ns)) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
     sh("ip", "netns", "del", ns, check=False)

@@ -21,12 +21,23 @@ def pool_view(pool: Pool, percent: float, *, engine_health: Health | None, mode:
     live member health, when known; ``mode``: the default backend mode)."""
     live = engine_health.get(pool.name, {}) if engine_health is not None else None
     members = []
+    # A draining member that still serves is the fallback: it takes new requests only while no
+    # ready member passes the engine's checks (podway.envoy.config.endpoints).
+    proven = any(m.state is MemberState.READY and (
+        live is None or live.get(hostport(m.address, m.port)) == "healthy")
+        for m in pool.members)
     for m in pool.members:
         health = live.get(hostport(m.address, m.port)) if live is not None else None
         receives = m.state is MemberState.READY
         why = {MemberState.NOT_READY: "not ready (endpoint condition)",
                MemberState.DRAINING: "terminating: finishes what it has, takes nothing new",
                }.get(m.state, "ready")
+        if m.state is MemberState.DRAINING and m.serving:
+            receives = not proven
+            why = ("terminating, still serving: the fallback, taking new requests while no ready "
+                   "member passes the engine's checks" if receives else
+                   "terminating, still serving: the fallback while no ready member passes the "
+                   "engine's checks; one does, so it takes nothing new")
         if receives and health is not None and health != "healthy":
             receives, why = False, f"failing the engine's checks ({health.strip('/')})"
         elif receives and live is not None and health is None:

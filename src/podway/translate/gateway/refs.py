@@ -104,9 +104,11 @@ def resolve_backend(ref: BackendObjectReference, *, referrer: Referrer, flavour:
     if flavour in ("tls", "tcp", "udp"):
         return l4_pool(service, port)
     spec = http_pool(service, port)
-    if flavour == "grpc" and spec.settings.protocol is PoolProtocol.HTTP1:
-        # gRPC needs HTTP/2 upstream whatever appProtocol says; a distinct name keeps the
-        # HTTP/1 pool of the same port (Ingress, HTTPRoute) unchanged.
+    if flavour == "grpc" and spec.settings.protocol is not PoolProtocol.GRPC:
+        # A pool a GRPCRoute reaches carries gRPC whatever appProtocol says (HTTP/2 upstream,
+        # and a health check that speaks gRPC: an h2c pool's ``GET /`` is reset by grpcio and
+        # would take every member out). A distinct name keeps the HTTP/1 or h2c pool of the
+        # same port (Ingress, HTTPRoute) unchanged.
         spec = replace(spec, name=f"{spec.name}/grpc",
                        settings=replace(spec.settings, protocol=PoolProtocol.GRPC))
     tls = upstream_tls.get((ns, ref.name, port.name)) or upstream_tls.get((ns, ref.name, ""))

@@ -9,7 +9,7 @@ nothing else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from podway.ir import PoolProtocol, PoolSettings
 from podway.model import ObjectRef, Service, npl
@@ -89,6 +89,23 @@ def service_mode(service: Service, opts: TranslateOptions,
         return BackendMode(value) if value is not None else opts.mode
     except ValueError:
         return opts.mode
+
+
+#: ``nodeport`` mode: how long a connection to a node carries requests (``PoolSettings``).
+NODEPORT_CONNECTION_LIFETIME_MS = 1000
+_HTTP = (PoolProtocol.HTTP1, PoolProtocol.HTTP2, PoolProtocol.GRPC)
+
+
+def in_mode(spec: PoolSpec, service: Service, opts: TranslateOptions,
+            modes: Mapping[Key, str] = NO_MODES) -> PoolSpec:
+    """``spec`` in its Service's mode (``service_mode``). HTTP pools in ``nodeport`` mode get a
+    bounded connection life: kube-proxy pins each connection to one pod, so a pooled one would
+    follow a terminating pod until it dies, taking the requests in flight with it."""
+    mode = service_mode(service, opts, modes)
+    settings = spec.settings
+    if mode is BackendMode.NODEPORT and settings.protocol in _HTTP:
+        settings = replace(settings, connection_lifetime_ms=NODEPORT_CONNECTION_LIFETIME_MS)
+    return replace(spec, mode=mode, settings=settings)
 
 
 def invalid_mode(service: Service) -> str | None:

@@ -173,7 +173,10 @@ def _collapse(candidates: Iterable[tuple[Member, bool]]) -> tuple[Member, ...]:
     Duplicates happen mid-move: the most useful state wins, then the smallest origin and node,
     so the result never depends on the order of slices. When no member is ready, members still
     serving while terminating take traffic, as kube-proxy does (ProxyTerminatingEndpoints): a
-    scale to zero or a node drain finishes requests instead of answering 503 at once.
+    scale to zero or a node drain finishes requests instead of answering 503 at once. When some
+    member is ready, they stay DRAINING but marked ``serving``: the engine's fallback until a
+    ready member passed its checks there (a rollout: Kubernetes calls the new pods ready before
+    the engine has checked them once, and the old ones must carry the traffic until it has).
     """
     found: dict[tuple[str, int], tuple[Member, bool]] = {}
     for member, serving in candidates:
@@ -184,6 +187,9 @@ def _collapse(candidates: Iterable[tuple[Member, bool]]) -> tuple[Member, ...]:
     if not any(m.state is MemberState.READY for m, _ in found.values()):
         found = {k: (replace(m, state=MemberState.READY) if serving else m, serving)
                  for k, (m, serving) in found.items()}
+    else:
+        found = {k: (replace(m, serving=True) if serving and m.state is MemberState.DRAINING
+                     else m, serving) for k, (m, serving) in found.items()}
     return tuple(found[k][0] for k in sorted(found))
 
 

@@ -120,7 +120,12 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     if kind is None:
         return None
     host = host if kind is not HealthCheckKind.TCP else ""
-    base = HealthCheck(kind=kind, host=host)
+    # A section that only tunes timing (no type, path or service) keeps the default probe: on
+    # an h2c or gRPC pool a bare ``GET /`` would take every grpcio member out.
+    default = default_health_check(protocol, host)
+    untyped = spec.type is None and spec.path is None and spec.grpc_service is None
+    base = (default if untyped and default is not None and default.kind is kind
+            else HealthCheck(kind=kind, host=host))
     interval = duration_ms(spec.interval, f"{where}.interval", issues) if spec.interval else None
     timeout = duration_ms(spec.timeout, f"{where}.timeout", issues) if spec.timeout else None
     interval = _bounded(interval, 100, 3_600_000, f"{where}.interval", issues)
@@ -148,7 +153,7 @@ def health_check(spec: HealthCheckSpec, *, protocol: PoolProtocol, host: str, wh
     if len(issues.found) > before:
         return None
     out = HealthCheck(kind=kind, host=check_host, http_path=path, expected=expected,
-                      grpc_service=grpc_service,
+                      grpc_service=grpc_service, method=base.method, headers=base.headers,
                       interval_ms=interval or base.interval_ms,
                       timeout_ms=timeout or base.timeout_ms,
                       healthy_threshold=healthy or base.healthy_threshold,

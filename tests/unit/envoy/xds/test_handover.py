@@ -7,6 +7,7 @@ import asyncio
 from types import MappingProxyType
 
 import pytest
+from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy import types
@@ -98,3 +99,45 @@ async def test_nothing_is_held_without_active_checks() -> None:
     cache.set(_resources(_members(2), check=None))
     assert _served(cache) == {0: [2]}
     assert cache.holding == frozenset()
+
+
+def test_a_serving_draining_member_is_the_fallback_at_priority_1() -> None:
+    """A rollout's old pods (draining, still serving) go to priority 1 as HEALTHY: Envoy sends
+    them new requests only while priority 0 has no healthy member in its own view (a new ready
+    pod not yet checked once); one healthy member at priority 0 takes all of it (the
+    overprovisioning factor). A draining member that no longer serves stays at priority 0."""
+    members = (_members(1) + _members(2, state=MemberState.NOT_READY)
+               + (Member(address="127.0.0.1", port=3, state=MemberState.DRAINING, serving=True),
+                  Member(address="127.0.0.1", port=4, state=MemberState.DRAINING)))
+    assignment = load_assignment("p", members)
+    by_priority = {(g.priority, e.endpoint.address.socket_address.port_value): e.health_status
+                   for g in assignment.endpoints for e in g.lb_endpoints}
+    assert by_priority == {(0, 1): health_check_pb2.HEALTHY, (0, 2): health_check_pb2.UNHEALTHY,
+                           (0, 4): health_check_pb2.DRAINING, (1, 3): health_check_pb2.HEALTHY}
+    # Envoy: share of priority 0 = min(100, factor x healthy / members): 1 healthy of 3 → 100.
+    assert assignment.policy.overprovisioning_factor.value * 1 // 3 >= 100
+    plain = load_assignment("p", _members(1, 2))
+    assert not plain.HasField("policy")  # nothing changes for a pool without fallback
+
+
+def test_checks_of_failing_members_stay_short_when_envoy_sees_no_traffic() -> None:
+    """With the default bounded stats Envoy believes a pool never had traffic and checks with
+    the "no traffic" intervals: a failing (or brand-new) member must still be re-checked after
+    the short interval, not after ``interval``."""
+    check = cluster("p", PoolSettings(health_check=HealthCheck(kind=HealthCheckKind.TCP))
+                    ).health_checks[0]
+    assert check.no_traffic_interval == check.unhealthy_interval
+    assert check.unhealthy_interval.ToMilliseconds() == 1000
+    assert check.no_traffic_healthy_interval == check.interval
+    assert check.interval.ToMilliseconds() == 5000
+
+
+def test_a_rollout_needs_no_hold_when_the_old_members_are_the_fallback() -> None:
+    """Terminating pods beside a new ready one are listed (fallback): nothing is held back,
+    and their removal later is no wholesale swap either."""
+    old = _members(1, 2)
+    fallback = tuple(Member(address="127.0.0.1", port=p, state=MemberState.DRAINING,
+                            serving=True) for p in (1, 2))
+    rollout = load_assignment("p", _members(3) + fallback)
+    assert handover.departing(load_assignment("p", old), rollout) == []
+    assert handover.departing(rollout, load_assignment("p", _members(3))) == []

@@ -342,3 +342,21 @@ def test_json_data_has_the_verdict_and_every_route() -> None:
     data = explain(_ir(_http(SHOP)), parse("http://shop.test/api")).to_data()
     assert data["verdict"]["outcomes"][0]["status_class"] == "2xx"
     assert [r["name"] for r in data["routes"]] == ["api-prod", "api"]
+
+
+def test_a_serving_terminating_member_takes_requests_only_while_no_ready_one_passes() -> None:
+    """A rollout: the old pod (draining, still serving) serves while the new ready pod has not
+    passed the engine's checks, and takes nothing new once it has."""
+    pool = Pool(name="web", origin=SVC, members=(
+        Member(address="10.0.0.1", port=8080),
+        Member(address="10.0.0.2", port=8080, state=MemberState.DRAINING, serving=True)))
+    ir = _ir(_http(SHOP), pools=(pool,))
+    unchecked = Context(health={"web": {"10.0.0.1:8080": "/failed_active_hc",
+                                        "10.0.0.2:8080": "healthy"}})
+    out = explain(ir, parse("http://shop.test/api"), unchecked)
+    assert out.verdict.outcomes[0].kind is OutcomeKind.SERVED
+    assert [m.receives for m in out.pools[0].members] == [False, True]
+    passed = Context(health={"web": {"10.0.0.1:8080": "healthy", "10.0.0.2:8080": "healthy"}})
+    out = explain(ir, parse("http://shop.test/api"), passed)
+    assert [m.receives for m in out.pools[0].members] == [True, False]
+    assert "takes nothing new" in out.pools[0].members[1].why
