@@ -28,7 +28,8 @@ def _podway(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "80"})
 
 
-def test_the_demo_says_how_to_reach_it_and_status_reaches_it(tmp_path: Path) -> None:
+def _quickstart(tmp_path: Path) -> Path:
+    """examples/quickstart with every fixed port moved to a free one."""
     manifests = tmp_path / "quickstart"
     shutil.copytree(ROOT / "examples/quickstart", manifests)
     ports = {old: free_port() for old in (18101, 18102, 18103, 18000)}
@@ -37,6 +38,25 @@ def test_the_demo_says_how_to_reach_it_and_status_reaches_it(tmp_path: Path) -> 
         for old, new in ports.items():
             text = re.sub(rf"\b{old}\b", str(new), text)
         path.write_text(text)
+    return manifests
+
+
+def test_demo_json_is_the_table_as_data_on_stdout_alone(tmp_path: Path) -> None:
+    """`podway demo --once -o json`: standard output is one JSON document, the table's rows;
+    the progress lines go to standard error."""
+    done = _podway("demo", "--once", "-o", "json", "--manifests", str(_quickstart(tmp_path)),
+                   "--http-port", str(free_port()), "--https-port", str(free_port()),
+                   "--state-dir", str(tmp_path / "state"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert len(rows) >= 8
+    assert set(rows[0]) == {"request", "status", "answered_by", "ms"}
+    assert {r["answered_by"] for r in rows} >= {"web-0", "api-0", "echo-tcp-0"}
+    assert "started" in done.stderr
+
+
+def test_the_demo_says_how_to_reach_it_and_status_reaches_it(tmp_path: Path) -> None:
+    manifests = _quickstart(tmp_path)
     state = tmp_path / "demo-state"
     http, https = free_port(), free_port()
     proc = subprocess.Popen(

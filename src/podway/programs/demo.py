@@ -42,6 +42,7 @@ class DemoOptions:
     once: bool = False
     envoy_path: str | None = None
     engine: str = "envoy"  # or "haproxy" (docs/engines.md)
+    as_json: bool = False  # the table as one JSON line on standard output (``-o json``)
     # The instance's state folder (``podway demo --instance``): where `podway status` and
     # `podway explain` find the running demo; None: a throw-away folder (tests, embedding).
     state_dir: Path | None = None
@@ -218,7 +219,10 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[tuple[Probe, Out
         state = await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
         await _engine_ready(standalone, state.generation)
         results = [(p, await _retry(p, opts.address)) for p in probes(state.ir)]
-        console.print(_table(results))
+        if opts.as_json:
+            print(json.dumps(rows(results)), flush=True)
+        else:
+            console.print(_table(results))
         if opts.once:
             for task in tasks:
                 task.cancel()
@@ -255,6 +259,12 @@ async def _retry(probe: Probe, address: str) -> Outcome:
             return await send(probe, address)
         await asyncio.sleep(0.05)
     return Outcome("refused", "-", 0.0)
+
+
+def rows(results: list[tuple[Probe, Outcome]]) -> list[dict[str, object]]:
+    """The table's rows as data (``podway demo -o json``)."""
+    return [{"request": probe.label, "status": outcome.status, "answered_by": outcome.backend,
+             "ms": round(outcome.millis, 1)} for probe, outcome in results]
 
 
 def _table(results: list[tuple[Probe, Outcome]]) -> Table:

@@ -11,7 +11,13 @@ import typer
 
 from podway.base.errors import ConfigError, EnvironmentProblem, PodwayError
 from podway.base.tasks import run_until_signal
-from podway.cli.commands.common import check_address, check_port, setup_logging, stdout_console
+from podway.cli.commands.common import (
+    check_address,
+    check_output,
+    check_port,
+    setup_logging,
+    stdout_console,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,10 +42,15 @@ def demo(
         help="The demo's state folder instead of the instance's (as `podway run`).")] = None,
     engine: Annotated[str, typer.Option(
         help="The data plane: envoy or haproxy (docs/engines.md).")] = "envoy",
+    output: Annotated[str | None, typer.Option(
+        "-o", "--output", help="json: the table as one JSON line on standard output (progress "
+        "goes to standard error).")] = None,
 ) -> None:
     """Start echo backends, serve the quickstart through Envoy (or HAProxy), show who answers
     each request."""
     import shlex
+
+    from rich.console import Console
 
     from podway.envoy.engine.state import instance_dir
     from podway.programs.demo import DemoOptions, run_demo
@@ -53,13 +64,14 @@ def demo(
     check_port("--https-port", https_port)
     if engine not in ("envoy", "haproxy"):
         raise ConfigError(f"--engine must be envoy or haproxy, not {engine}")
+    as_json = check_output("-o", output) == "json"
     folder = instance_dir(state_dir, instance)
     reach = (f"--state-dir {shlex.quote(str(folder))}" if state_dir is not None
              else "" if instance == "default" else f"--instance {shlex.quote(instance)}")
     opts = DemoOptions(manifests=manifests, address=address, http_port=http_port,
                        https_port=https_port, once=once, envoy_path=envoy_path,
-                       state_dir=folder, reach=reach, engine=engine)
-    console = stdout_console()
+                       state_dir=folder, reach=reach, engine=engine, as_json=as_json)
+    console = Console(stderr=True) if as_json else stdout_console()
     results: list[object] = []
 
     async def main() -> None:
