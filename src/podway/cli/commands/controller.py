@@ -7,7 +7,6 @@ unreachable cluster is one line on stderr (exit status 2), never a traceback.
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -161,7 +160,7 @@ def controller(
         label_selector(namespace_selector)
     except SelectorError as exc:
         raise ConfigError(f"--namespace-selector: {exc}") from None
-    npl = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range)
+    npl, npl_warnings = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range)
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
@@ -180,14 +179,16 @@ def controller(
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
         admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
-        engine_admin=engine_admin, election=election, config=config, gc=GcPolicy())
+        engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
+        warnings=npl_warnings)
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 
-def npl_settings(path: Path | None, *, unsigned: bool, port_range: str) -> dict[str, Any]:
+def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
+                 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``TranslateOptions`` fields for the NodePortLocal flags: signed mappings with
     ``--npl-key``, else node checks only (and a warning, unless ``--npl-unsigned`` says that
-    is meant: Antrea's agent signs nothing)."""
+    is meant: Antrea's agent signs nothing); and the warnings to log once connected."""
     from podway.base.errors import ConfigError
     from podway.programs.agent.ports import PortRange, PortRangeError
     from podway.translate import NplTrust
@@ -199,14 +200,13 @@ def npl_settings(path: Path | None, *, unsigned: bool, port_range: str) -> dict[
     except PortRangeError as exc:
         raise ConfigError(f"--npl-port-range: {exc}") from None
     key = read_npl_key(path) if path is not None else None
-    if key is None and not unsigned:
-        logging.getLogger("podway.controller").warning(
-            "NodePortLocal annotations are not signed (no --npl-key): a mapping is believed "
-            "when its nodeIP is the pod's node and its port in %s, so a tenant that may patch "
-            "its pods can point them at another port of their node; give the agents and the "
-            "controller --npl-key (or --npl-unsigned for Antrea's agent)", port_range)
-    return {"npl_trust": NplTrust.SIGNED if key else NplTrust.NODE, "npl_key": key,
-            "npl_port_range": (parsed.start, parsed.end)}
+    warnings = () if key is not None or unsigned else (
+        "NodePortLocal annotations are not signed (no --npl-key): a mapping is believed "
+        f"when its nodeIP is the pod's node and its port in {port_range}, so a tenant that may "
+        "patch its pods can point them at another port of their node; give the agents and the "
+        "controller --npl-key (or --npl-unsigned for Antrea's agent)",)
+    return ({"npl_trust": NplTrust.SIGNED if key else NplTrust.NODE, "npl_key": key,
+             "npl_port_range": (parsed.start, parsed.end)}, warnings)
 
 
 def _check_admin_sockets(engine_admin: str | None, admin_socket: Path | None) -> None:

@@ -112,6 +112,9 @@ class ControllerOptions:
     """How often every status Podway wrote is compared with what the API holds (a foreign write
     the watch missed is repaired then; one seen on the watch is repaired at once)."""
     write_events: bool = True
+    warnings: tuple[str, ...] = ()
+    """Said once the API is reached (a flag choice that weakens something, e.g. unsigned
+    NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -179,6 +182,8 @@ class Controller:
             await self._serve(api)
 
     async def _serve(self, api: client.ApiClient) -> None:
+        for warning in self.opts.warnings:  # connected: the flags were good, say what they cost
+            log.warning("%s", warning)
         opts = self.opts
         live = load_config(opts.config) if opts.config is not None else LiveConfig()
         if live.backend_mode is not None:
