@@ -11,7 +11,12 @@ on this node:
 - ``Local``: only this node's ready endpoints, no SNAT (the pod sees the client); a node with
   none drops the traffic (kube-proxy does too), which is what a load balancer's health check
   on ``NodeIP:nodePort`` notices;
-- no ready endpoint at all: drop.
+- no ready endpoint: the serving ones that terminate, as kube-proxy does (its
+  ProxyTerminatingEndpoints: a rollout that replaces every pod keeps a path until the new pods
+  are ready);
+- no endpoint at all (Cluster): reject (a TCP reset, an ICMP port unreachable for UDP), as
+  kube-proxy's "has no endpoints" rule does, so a client or a load balancer learns it at once
+  instead of waiting for a timeout.
 
 Random choice is ``numgen random``, per new connection (conntrack keeps a flow on its pod).
 ClusterIPs are not programmed (nothing in the lab uses them).
@@ -29,7 +34,7 @@ MASQ_MARK = "0x4000"
 def _ready_endpoints(service: Obj, slices: list[Obj], protocol: str,
                      name: str | None, node: str | None) -> list[tuple[str, int]]:
     ns, svc = service["metadata"].get("namespace", ""), service["metadata"]["name"]
-    out: list[tuple[str, int]] = []
+    out: list[tuple[str, str, int]] = []
     for sl in slices:
         labels = sl["metadata"].get("labels") or {}
         if sl["metadata"].get("namespace", "") != ns or \
@@ -41,17 +46,21 @@ def _ready_endpoints(service: Obj, slices: list[Obj], protocol: str,
         if port is None:
             continue
         for ep in sl.get("endpoints") or []:
-            if not (ep.get("conditions") or {}).get("ready"):
-                continue
             if node is not None and ep.get("nodeName") != node:
                 continue
-            out.extend((addr, int(port)) for addr in ep.get("addresses") or [])
-    return sorted(set(out))
+            conditions = ep.get("conditions") or {}
+            kind = "ready" if conditions.get("ready") else "serving" if (
+                conditions.get("serving") and conditions.get("terminating")) else ""
+            if kind:
+                out.extend((kind, addr, int(port)) for addr in ep.get("addresses") or [])
+    ready = sorted({(a, p) for kind, a, p in out if kind == "ready"})
+    return ready or sorted({(a, p) for _, a, p in out})
 
 
 def ruleset(node: str, services: list[Obj], slices: list[Obj]) -> str:
     """The nft script that (re)installs this node's NodePort rules."""
     rules: list[str] = []
+    refused: list[str] = []
     for svc in sorted(services, key=lambda s: (s["metadata"].get("namespace", ""),
                                                s["metadata"]["name"])):
         spec = svc.get("spec") or {}
@@ -67,8 +76,12 @@ def ruleset(node: str, services: list[Obj], slices: list[Obj]) -> str:
             targets = _ready_endpoints(svc, slices, proto.upper(), port.get("name"),
                                        node if local else None)
             match = f"{proto} dport {int(port['nodePort'])}"
-            if not targets:
+            if not targets and local:
                 rules.append(f"    {match} drop")
+                continue
+            if not targets:
+                how = "reject with tcp reset" if proto == "tcp" else "reject"
+                refused.append(f"    {match} {how}")
                 continue
             choice = ", ".join(f"{i} : {ip} . {p}" for i, (ip, p) in enumerate(targets))
             mark = "" if local else f"meta mark set {MASQ_MARK} "
@@ -84,4 +97,6 @@ def ruleset(node: str, services: list[Obj], slices: list[Obj]) -> str:
             "    ip daddr != 127.0.0.0/8 fib daddr type local jump nodeports\n  }\n"
             "  chain postrouting {\n    type nat hook postrouting priority 100; "
             "policy accept;\n"
-            f"    meta mark & {MASQ_MARK} == {MASQ_MARK} masquerade\n  }}\n}}\n")
+            f"    meta mark & {MASQ_MARK} == {MASQ_MARK} masquerade\n  }}\n"
+            "  chain input {\n    type filter hook input priority 0; policy accept;\n"
+            + "".join(line + "\n" for line in refused) + "  }\n}\n")

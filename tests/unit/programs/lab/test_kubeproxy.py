@@ -1,5 +1,6 @@
 """kube-proxy's NodePort rules as exact nft payloads: Cluster SNATs to any node's pods, Local
-keeps the client address and only serves local pods, no endpoint drops."""
+keeps the client address and only serves local pods (a node without one drops), terminating
+pods serve while none is ready, and a port with no endpoint at all is refused."""
 
 from __future__ import annotations
 
@@ -52,3 +53,24 @@ def test_masquerade_applies_to_marked_packets_only_and_table_is_replaced_whole()
     assert text.startswith("table ip podway_lab_kube_proxy\n"
                            "delete table ip podway_lab_kube_proxy\n")
     assert "meta mark & 0x4000 == 0x4000 masquerade" in text
+
+
+def test_without_ready_pods_the_terminating_serving_ones_keep_the_port() -> None:
+    """Every pod replaced at once: until a new one is ready, the old ones that still serve
+    (terminating) take the connections, as kube-proxy's ProxyTerminatingEndpoints does (the
+    lab dropped them: a load balancer's connect hung for its whole timeout)."""
+    terminating = slice_of("web-Cluster", ("198.18.1.2", "n1", False), ("198.18.2.9", "n2", False))
+    for endpoint in terminating["endpoints"]:
+        endpoint["conditions"] = {"ready": False, "serving": True, "terminating": True}
+    terminating["endpoints"][1]["conditions"]["serving"] = False  # already stopped
+    text = ruleset("n1", [service("Cluster", 30001)], [terminating])
+    assert ("tcp dport 30001 meta mark set 0x4000 dnat ip to numgen random mod 1 map "
+            "{ 0 : 198.18.1.2 . 8080 }") in text
+
+
+def test_a_port_with_no_endpoint_at_all_is_refused_at_once() -> None:
+    """No endpoint (Cluster): a TCP reset, as kube-proxy's "has no endpoints" reject rule
+    answers, not a silent drop the client waits out."""
+    text = ruleset("n1", [service("Cluster", 30001)], [slice_of("web-Cluster")])
+    assert "tcp dport 30001 reject with tcp reset" in text
+    assert "tcp dport 30001 drop" not in text
