@@ -103,3 +103,24 @@ def test_the_operators_own_manifests_are_believed() -> None:
     """Standalone (files): the manifests are the operator's, as before."""
     assert served([pod(entry("203.0.113.9", 443), host_ip=None)], NplTrust.FILES)[0] == [
         "203.0.113.9:443"]
+
+
+def test_the_controller_believes_no_mapping_until_told_how() -> None:
+    """`podway controller` with neither --npl-key nor --npl-unsigned: fail closed. Its options
+    ask for a signature and hold no key, so no annotation (a tenant may have written it) makes
+    a member; the warning names both flags."""
+    from podway.cli.commands.controller import npl_settings
+
+    fields, warnings = npl_settings(None, unsigned=False, port_range="61000-62000")
+    assert fields["npl_trust"] is NplTrust.SIGNED
+    assert fields["npl_key"] is None
+    assert len(warnings) == 1
+    assert "--npl-key" in warnings[0]
+    assert "--npl-unsigned" in warnings[0]
+    assert "fail closed" in warnings[0]
+    unsigned, none = npl_settings(None, unsigned=True, port_range="61000-62000")
+    assert (unsigned["npl_trust"], none) == (NplTrust.NODE, ())
+    opts = TranslateOptions(mode=BackendMode.NODEPORTLOCAL, **fields)
+    result = translate(Snapshot.of_objects([service(), endpoints(),
+                                            pod(entry(), signed_by=(KEY, "uid-1"))]), opts)
+    assert result.ir.pools["pool/ns/web/80/tcp"].members == ()  # no key: even a signed one

@@ -187,8 +187,9 @@ def controller(
 def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
                  ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``TranslateOptions`` fields for the NodePortLocal flags: signed mappings with
-    ``--npl-key``, else node checks only (and a warning, unless ``--npl-unsigned`` says that
-    is meant: Antrea's agent signs nothing); and the warnings to log once connected."""
+    ``--npl-key``, node and range checks only with ``--npl-unsigned`` (Antrea's agent signs
+    nothing), and with neither no mapping at all (fail closed, and a warning that says how to
+    open it); and the warnings to log once connected."""
     from podway.base.errors import ConfigError
     from podway.programs.agent.ports import PortRange, PortRangeError
     from podway.translate import NplTrust
@@ -200,12 +201,15 @@ def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
     except PortRangeError as exc:
         raise ConfigError(f"--npl-port-range: {exc}") from None
     key = read_npl_key(path) if path is not None else None
+    # Fail closed: without a key nothing can vouch for a mapping, and a pod's annotation is
+    # whatever its writer (perhaps a tenant) put there. Believe none until told how.
     warnings = () if key is not None or unsigned else (
-        "NodePortLocal annotations are not signed (no --npl-key): a mapping is believed "
-        f"when its nodeIP is the pod's node and its port in {port_range}, so a tenant that may "
-        "patch its pods can point them at another port of their node; give the agents and the "
-        "controller --npl-key (or --npl-unsigned for Antrea's agent)",)
-    return ({"npl_trust": NplTrust.SIGNED if key else NplTrust.NODE, "npl_key": key,
+        "no NodePortLocal mapping is believed (fail closed): give the controller and the agents "
+        "--npl-key FILE (Podway's agents sign their mappings with it), or --npl-unsigned for "
+        "Antrea's agent (then a mapping is believed when its nodeIP is the pod's node and its "
+        f"port in {port_range})",)
+    trust = NplTrust.NODE if unsigned else NplTrust.SIGNED
+    return ({"npl_trust": trust, "npl_key": key,
              "npl_port_range": (parsed.start, parsed.end)}, warnings)
 
 
