@@ -17,7 +17,7 @@ from podway.model import Snapshot
 from podway.model.snapshot import Key
 from podway.translate import Problem, Result
 
-_NONE: Mapping[Key, Any] = MappingProxyType({})
+NONE: Mapping[Key, Any] = MappingProxyType({})  # the empty map every status reader shares
 
 
 class KindChanges:
@@ -38,10 +38,10 @@ class KindChanges:
         if changed is not None and generation is not None and last is not None \
                 and generation == last + 1:
             for kind, diff in self._diffs.items():
-                diff.rebase(kinds.get(kind, _NONE))
+                diff.rebase(kinds.get(kind, NONE))
             return {(kind, key) for kind, key in changed if kind in self._diffs}
         return {(kind, key) for kind, diff in self._diffs.items()
-                for key in diff.update(kinds.get(kind, _NONE))}
+                for key in diff.update(kinds.get(kind, NONE))}
 
 
 def problem_changes(old: tuple[Problem, ...], new: tuple[Problem, ...]

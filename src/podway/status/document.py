@@ -47,12 +47,10 @@ from podway.model.base import ObjectRef
 from podway.model.gateway import Gateway
 from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.loader import LoadError
-from podway.model.snapshot import Key
 from podway.pipeline import Rejection, State
 from podway.translate import Problem, Result, Severity
 from podway.translate.core.status import Condition, ObjectStatus, to_api
 
-_NONE: Mapping[Key, Any] = MappingProxyType({})
 NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
 
 

@@ -28,7 +28,7 @@ from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Rejection, State
-from podway.status.diff import host_changes, pool_hint, problem_changes
+from podway.status.diff import NONE, host_changes, pool_hint, problem_changes
 from podway.status.document import (
     SERIALS,
     ObjectEntry,
@@ -39,7 +39,6 @@ from podway.status.document import (
 from podway.translate import Problem, Result
 from podway.translate.core.status import ObjectStatus
 
-_NONE: Mapping[Key, Any] = MappingProxyType({})
 NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
 
 
@@ -123,7 +122,7 @@ class DocumentBuilder:
             problems = self._by_object.get(ref, ())
             status = result.statuses.get(ref)
             if not problems and status is None and (ref.namespace, ref.name) not in \
-                    in_snapshot.get(ref.kind, _NONE):
+                    in_snapshot.get(ref.kind, NONE):
                 if objects.pop(ref, None) is not None:
                     redone.add(ref)
                 continue
