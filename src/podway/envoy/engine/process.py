@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +33,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from podway.base.backoff import Backoff
+from podway.base.children import die_with_parent
 from podway.base.errors import PodwayError
 from podway.envoy.engine import admin
 from podway.envoy.engine.adopt import (
@@ -228,7 +226,7 @@ class Engine:
             process = await asyncio.create_subprocess_exec(
                 *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=log_fd, start_new_session=True,
-                preexec_fn=_die_with_parent() if state.ephemeral else None)
+                preexec_fn=die_with_parent() if state.ephemeral else None)
         finally:
             os.close(log_fd)
         pidfd = os.pidfd_open(process.pid)  # our unreaped child: the pid cannot be reused yet
@@ -299,25 +297,3 @@ async def _answers(address: str, limit_s: float) -> bool:
     except (OSError, TimeoutError):
         return False
     return status > 0
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when this process dies (Linux); for
-    an Envoy in an ephemeral state folder, which no later Podway could adopt.
-
-    Everything is resolved here, in the parent: the child of a threaded process (gRPC runs
-    threads) may only do async-signal-safe work between fork and exec, and dlopen is not (it
-    can deadlock on a lock another thread held at fork). If the parent died before prctl took
-    effect the signal would never come, so the child checks and exits instead.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec

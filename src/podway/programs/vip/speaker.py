@@ -18,9 +18,11 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import signal
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from podway.base.children import die_with_parent
 from podway.base.errors import EnvironmentProblem
 from podway.programs.vip.bird import BgpSettings, engine_config
 
@@ -47,7 +49,9 @@ class BirdSpeaker:
         self._proc = await asyncio.create_subprocess_exec(
             *self.prefix, bird, "-f", "-c", str(self.config), "-s", str(self.socket),
             "-P", str(self.workdir / "bird.pid"),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            # A signal to our process group must not reach BIRD: stop() withdraws first.
+            start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
         for _ in range(200):  # the control socket appears once the configuration is read
             if self.socket.exists() and await self._birdc("show status", check=False):
                 return
