@@ -24,6 +24,7 @@ from podway.haproxy.sni import sni_rules
 from podway.haproxy.tls import crt_list
 from podway.ir import (
     CORS,
+    BasicAuth,
     BodyLimit,
     ClientAccess,
     DirectResponse,
@@ -330,6 +331,8 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("rate limits")
         elif isinstance(f, BodyLimit):
             raise _Closed("request body limits")
+        elif isinstance(f, BasicAuth):
+            raise _Closed("basic authentication")
     a = route.action
     if isinstance(a, Redirect):
         return out + _redirect(a, route, when, listener)

@@ -42,6 +42,7 @@ from podway.ir.pool import (
 from podway.ir.route import (
     CORS,
     Action,
+    BasicAuth,
     BodyLimit,
     ClientAccess,
     DirectResponse,
@@ -96,6 +97,7 @@ __all__ = [
     "HASHING",
     "IR",
     "Action",
+    "BasicAuth",
     "BodyLimit",
     "ClientAccess",
     "DirectResponse",

@@ -49,7 +49,8 @@ def to_data(value: Any) -> Any:
 
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
-           "CORS", "ClientAccess", "RateLimit", "BodyLimit"}
+           "CORS", "ClientAccess", "RateLimit", "BodyLimit",
+           "BasicAuth"}
 
 
 def _action_kind(value: object) -> str | None:

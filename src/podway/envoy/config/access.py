@@ -35,6 +35,7 @@ from envoy.config.core.v3 import address_pb2, base_pb2
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.extensions.filters.http.basic_auth.v3 import basic_auth_pb2
 from envoy.extensions.filters.http.buffer.v3 import buffer_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
@@ -46,9 +47,10 @@ from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
 from podway.envoy.config.common import duration, pack
-from podway.ir import BodyLimit, ClientAccess, Filter, RateLimit
+from podway.ir import BasicAuth, BodyLimit, ClientAccess, Filter, RateLimit
 
 RBAC_FILTER = "envoy.filters.http.rbac"
+BASIC_AUTH_FILTER = "envoy.filters.http.basic_auth"
 RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 BUFFER_FILTER = "envoy.filters.http.buffer"
 LUA_FILTER = "envoy.filters.http.lua"
@@ -56,6 +58,9 @@ LUA_FILTER = "envoy.filters.http.lua"
 MAX_BUFFERED_BODY = 8 * 1024 * 1024
 MAX_CLIENT_BUCKETS = 10_000  # per route and engine: memory stays bounded under many clients
 _CLIENT_KEY = "remote_address"
+# The manager-level user list of the disabled basic auth filter (Envoy wants one): never used,
+# since only a route's own list switches the filter on; no password hashes to this digest.
+_NOBODY = "podway-nobody:{SHA}AAAAAAAAAAAAAAAAAAAAAAAAAAA="
 
 
 def manager_filters() -> list[hcm.HttpFilter]:
@@ -65,6 +70,8 @@ def manager_filters() -> list[hcm.HttpFilter]:
         hcm.HttpFilter(name=RATE_LIMIT_FILTER, disabled=True, typed_config=pack(
             local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit"))),
         hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
+        hcm.HttpFilter(name=BASIC_AUTH_FILTER, disabled=True, typed_config=pack(
+            basic_auth_pb2.BasicAuth(users=base_pb2.DataSource(inline_string=_NOBODY)))),
         hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
             buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
         hcm.HttpFilter(name=LUA_FILTER, disabled=True, typed_config=pack(lua_pb2.Lua())),
@@ -79,6 +86,10 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
             out.append((RBAC_FILTER, pack(rbac_pb2.RBACPerRoute(rbac=_rbac(f)))))
         elif isinstance(f, RateLimit):
             out.append((RATE_LIMIT_FILTER, pack(_rate_limit(f))))
+        elif isinstance(f, BasicAuth):
+            users = "\n".join(f"{name}:{digest}" for name, digest in f.users)
+            out.append((BASIC_AUTH_FILTER, pack(basic_auth_pb2.BasicAuthPerRoute(
+                users=base_pb2.DataSource(inline_string=users)))))
         elif isinstance(f, BodyLimit) and f.max_bytes <= MAX_BUFFERED_BODY:
             per_route = buffer_pb2.BufferPerRoute(
                 buffer=buffer_pb2.Buffer(max_request_bytes=_wrap(f.max_bytes)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from podway.ir import (
     CORS,
+    BasicAuth,
     BodyLimit,
     ClientAccess,
     Filter,
@@ -68,6 +69,9 @@ def filter_text(f: Filter) -> str:
                 f"(then {f.status})")
     if isinstance(f, BodyLimit):
         return f"request bodies up to {f.max_bytes} bytes (larger: 413)"
+    if isinstance(f, BasicAuth):
+        return (f"basic authentication: {len(f.users)} users of {f.source or 'the route'}, "
+                f"realm {f.realm!r} (others get 401)")
     return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
 
 

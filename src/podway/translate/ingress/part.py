@@ -38,6 +38,7 @@ from podway.translate.core.regex import re2_problem
 from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 from podway.translate.ingress.foreign import foreign_annotations
+from podway.translate.ingress.nginx import basic_auth
 from podway.translate.ingress.nginx import serve as nginx
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, VerifyClient
@@ -125,6 +126,7 @@ class _Builder:
     tls_options: TLSOptions | None = None
     nginx: NginxAnnotations = field(default_factory=NginxAnnotations)
     filters: tuple[Filter, ...] = ()  # every route's (nginx annotations)
+    refused: bool = False  # an access restriction that cannot be served: every route is 403
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -135,7 +137,8 @@ class _Builder:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
         self.read_nginx()
-        answer = nginx.refusal(self.nginx) or nginx.redirect(self.nginx)
+        answer = (DirectResponse(status=nginx.CLOSED_STATUS) if self.refused
+                  else nginx.redirect(self.nginx))
         for name, verdict in self.settings.problems:
             self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
                          f"metadata.annotations[{name}]")
@@ -148,7 +151,7 @@ class _Builder:
         rule_hosts: list[str] = []
         for i, rule in enumerate(ingress.spec.rules):
             if self.settings.passthrough:
-                if not self.nginx.closed:  # refused: TLS passthrough cannot answer 403
+                if not self.refused:  # TLS passthrough cannot answer 403
                     self.passthrough_rule(i, rule, base)
                 continue
             if rule.host and not valid_hostname(rule.host):
@@ -172,7 +175,7 @@ class _Builder:
             # Lowest precedence in every host of this Ingress, and for hosts nobody names.
             for host in dict.fromkeys([*rule_hosts, "*"]):
                 self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
-                                         "spec.defaultBackend", bool(self.nginx.closed)))
+                                         "spec.defaultBackend", self.refused))
         if ingress.spec.tls and not self.settings.passthrough:
             self.tls_options = self.handshake_options()
         if self.settings.passthrough and ingress.spec.tls:
@@ -203,6 +206,16 @@ class _Builder:
                          f"metadata.annotations[{note.key}]",
                          Severity.ERROR if note.error else Severity.WARNING)
         self.filters = nginx.route_filters(self.nginx)
+        auth = basic_auth.serve(annotations, self.ingress.metadata.namespace,
+                                lambda ns, name: self.lookup(Secret, ns, name),
+                                canary=self.nginx.canary is not None)
+        for (key, message), error in [*((e, True) for e in auth.errors),
+                                      *((w, False) for w in auth.warnings)]:
+            self.problem(Reason.INVALID_ANNOTATION if error else Reason.UNSUPPORTED_VALUE,
+                         f"annotation {key}: {message}", f"metadata.annotations[{key}]",
+                         Severity.ERROR if error else Severity.WARNING)
+        self.filters += (auth.filter,) if auth.filter is not None else ()
+        self.refused = bool(self.nginx.closed) or auth.refused
         canary = self.nginx.canary
         pattern = canary.header_pattern if canary is not None else None
         why = re2_problem(f".*(?:{pattern}).*") if pattern is not None else None
@@ -240,12 +253,12 @@ class _Builder:
                       origin=self.ingress.ref)
         order = (-len(value), 0 if exact else 1, value)
         self.claims.append(Claim(host, (match.kind, value), order, route, where,
-                                 bool(self.nginx.closed)))
+                                 self.refused))
 
     def app_root(self, base: str, hosts: list[str]) -> None:
         """nginx ``app-root``: ``/`` of each host of the Ingress redirects to it."""
         root = nginx.app_root(self.nginx)
-        if root is None or self.nginx.closed:
+        if root is None or self.refused:
             return
         route = Route(name=f"{base}/app-root", action=root, filters=self.filters,
                       match=RouteMatch(path=PathMatch(kind=PathKind.EXACT, value="/")),

@@ -80,3 +80,31 @@ def test_a_required_client_certificate_fails_the_handshake() -> None:
         found = explain(_shop(plain, Protocol.HTTPS, certificates=(cert,)),
                         parse("https://shop.test/"))
         assert [o.kind for o in found.verdict.outcomes] == [kind], required
+
+
+def test_basic_auth_answers_401_without_a_user_and_names_who_asked() -> None:
+    """No Authorization, a wrong password or an unknown user: 401 naming the route, its Secret
+    and its Ingress; a user's own password: served (the step names the user)."""
+    import base64
+    import hashlib
+
+    from podway.ir import BasicAuth
+
+    digest = "{SHA}" + base64.b64encode(hashlib.sha1(b"pw").digest()).decode()
+    auth = BasicAuth(users=(("alice", digest),), realm="x", source="Secret shop/htpasswd")
+    assert filter_text(auth) == ("basic authentication: 1 users of Secret shop/htpasswd, realm "
+                                 "'x' (others get 401)")
+    route = replace(ROUTE, filters=(auth,))
+
+    def basic(text: str) -> list[str]:
+        return ["Authorization: Basic " + base64.b64encode(text.encode()).decode()]
+
+    for headers in ([], basic("alice:wrong"), basic("bob:pw"), ["Authorization: Bearer x"]):
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers))
+        assert [(o.kind, o.status) for o in found.verdict.outcomes] == [
+            (OutcomeKind.DIRECT, 401)], headers
+        assert "Secret shop/htpasswd" in found.verdict.summary
+        assert found.verdict.fix == (ING,)
+    found = explain(_shop(route), parse("http://shop.test/", headers=basic("alice:pw")))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    assert any("user 'alice'" in s.text for s in found.steps)

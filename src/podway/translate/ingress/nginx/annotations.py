@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from podway.translate import annotations as ann
+from podway.translate.ingress.nginx import basic_auth
 from podway.translate.ingress.nginx.access import restricts_access
 from podway.translate.ingress.nginx.keys import KeyReader
 from podway.translate.ingress.nginx.values import (
@@ -153,8 +154,8 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("auth-url", "external authentication is not built; authenticate in the backend or an "
      "auth proxy Service in front of it"),
     ("auth-signin", "external authentication is not built; use an auth proxy Service"),
-    ("auth-", "authentication is not built; use an auth proxy Service (oauth2-proxy) or the "
-     "backend"),
+    ("auth-", "of ingress-nginx authentication only auth-type: basic (with auth-secret) is "
+     "served; use an auth proxy Service (oauth2-proxy) or the backend"),
     ("proxy-buffer", "Envoy streams; there are no proxy buffers to size"),
     ("proxy-request-buffering", "Envoy streams request bodies (proxy-body-size buffers them)"),
     ("client-body-buffer-size", "Envoy streams; there is no body buffer to size"),
@@ -201,6 +202,7 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
                  if k.startswith(PREFIX)})
     if not r.raw:
         return _EMPTY
+    served = SERVED_KEYS | basic_auth.served_keys(r.raw)  # auth-type: basic (its own module)
     return NginxAnnotations(
         rewrite=r.rewrite(), ssl=r.ssl(), redirect=r.redirect(), body_size=r.body_size(),
         timeouts=r.timeouts(), backend_protocol=r.backend_protocol(), affinity=r.affinity(),
@@ -208,9 +210,9 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
         app_root=r.app_root(), upstream_vhost=r.upstream_vhost(),
         x_forwarded_prefix=r.x_forwarded_prefix(), limits=r.limits(),
         auth_tls=r.auth_tls(namespace), ssl_passthrough=r.flag("ssl-passthrough", False),
-        unserved=tuple(sorted(PREFIX + k for k in r.raw if PREFIX + k not in SERVED_KEYS)),
+        unserved=tuple(sorted(PREFIX + k for k in r.raw if PREFIX + k not in served)),
         closed=tuple(sorted(PREFIX + k for k, v in r.raw.items()
-                            if PREFIX + k not in SERVED_KEYS and restricts_access(k, v))),
+                            if PREFIX + k not in served and restricts_access(k, v))),
         issues=tuple(r.issues))
 
 

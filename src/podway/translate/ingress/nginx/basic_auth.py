@@ -1,0 +1,158 @@
+"""ingress-nginx basic authentication (``auth-type: basic``) → the IR's ``BasicAuth``. Pure.
+
+Keys (without ``nginx.ingress.kubernetes.io/``), with ingress-nginx's meaning:
+
+* ``auth-type: basic`` switches it on (``digest`` is not served: such an Ingress fails closed);
+* ``auth-secret``: the Secret (``name`` or ``<namespace>/name`` of the Ingress's own namespace;
+  another namespace is refused, so no Ingress reads another namespace's users);
+* ``auth-secret-type``: ``auth-file`` (default: the key ``auth`` holds an htpasswd file) or
+  ``auth-map`` (each key a user name, its value the password hash);
+* ``auth-realm``: the realm the 401 names.
+
+The engine checks one htpasswd hash, ``{SHA}`` (``htpasswd -s``); ``{PLAIN}`` passwords are
+hashed here. Users whose hash is of another kind (``$apr1$``, bcrypt, crypt, ``{SSHA}``) cannot
+log in, and a warning names them; with no usable user left, or anything else unusable (no
+Secret, no ``auth`` key), every request of the Ingress is refused (403) with an error — never
+served open.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from podway.ir import BasicAuth
+from podway.model import Secret
+from podway.translate.ingress.nginx.values import PREFIX, quote
+
+KEYS = ("auth-type", "auth-secret", "auth-secret-type", "auth-realm")
+_FILE_KEY = "auth"  # ingress-nginx's key of an auth-file Secret
+_SHA = "{SHA}"
+_PLAIN = "{PLAIN}"
+
+
+def asks_basic(raw: Mapping[str, str]) -> bool:
+    """Whether annotations (without PREFIX) ask for basic authentication."""
+    return raw.get("auth-type", "").strip() == "basic"
+
+
+def served_keys(raw: Mapping[str, str]) -> frozenset[str]:
+    """The full keys of this family that are served here (none unless ``auth-type: basic``)."""
+    return frozenset(PREFIX + k for k in KEYS) if asks_basic(raw) else frozenset()
+
+
+@dataclass(slots=True)
+class Served:
+    """What the annotations give: the filter, or ``refused`` (every request answered 403);
+    ``errors`` and ``warnings``: (full key, message)."""
+
+    filter: BasicAuth | None = None
+    refused: bool = False
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    def refuse(self, key: str, message: str) -> Served:
+        self.refused = True
+        self.errors.append((PREFIX + key, f"{message}; every request of this Ingress is "
+                            "refused (403) until it is fixed"))
+        return self
+
+
+def serve(annotations: Mapping[str, str], namespace: str,
+          lookup: Callable[[str, str], Secret | None], *, canary: bool = False) -> Served:
+    """The basic authentication of one Ingress's annotations (``lookup(namespace, name)``
+    finds a Secret and records the dependency). A canary's own is refused: its requests run
+    the main Ingress's routes and filters, so its authentication could not apply."""
+    raw = {k.removeprefix(PREFIX): v for k, v in annotations.items() if k.startswith(PREFIX)}
+    out = Served()
+    if not asks_basic(raw):
+        return out
+    if canary:
+        return out.refuse("auth-type", "a canary Ingress's requests are served with the main "
+                          "Ingress's settings, so its own authentication cannot apply (set it "
+                          "on the main Ingress)")
+    ref = raw.get("auth-secret", "").strip()
+    if not ref:
+        return out.refuse("auth-secret", "auth-type basic needs auth-secret (the htpasswd "
+                          "Secret)")
+    ns, _, name = ref.rpartition("/")
+    if ns and ns != namespace:
+        return out.refuse("auth-secret", f"Secret {quote(ref)} is in another namespace; only "
+                          f"Secrets of the Ingress's namespace ({namespace}) are read")
+    kind = raw.get("auth-secret-type", "auth-file").strip()
+    if kind not in ("auth-file", "auth-map"):
+        return out.refuse("auth-secret-type", f"{quote(kind)} is neither auth-file nor "
+                          "auth-map")
+    secret = lookup(namespace, name)
+    if secret is None:
+        return out.refuse("auth-secret", f"Secret {namespace}/{name} not found")
+    if kind == "auth-file":
+        data = secret.get(_FILE_KEY)
+        if data is None:
+            return out.refuse("auth-secret", f"Secret {namespace}/{name} has no key "
+                              f"{quote(_FILE_KEY)} (the htpasswd file of auth-secret-type "
+                              "auth-file)")
+        entries = _lines(data.decode("utf-8", "replace"))
+    else:
+        entries = [(user, (secret.get(user) or b"").decode("utf-8", "replace").strip())
+                   for user in sorted({*secret.data, *secret.string_data})]
+    users, unusable = _users(entries)
+    if unusable:
+        out.warnings.append((PREFIX + "auth-secret", f"users {', '.join(unusable)} of Secret "
+                             f"{namespace}/{name} cannot log in: their password hash is not "
+                             "{SHA} (the only kind the engine checks; re-create them with "
+                             "htpasswd -s)"))
+    if not users:
+        return out.refuse("auth-secret", f"Secret {namespace}/{name} has no user whose "
+                          "password hash the engine can check ({SHA}, htpasswd -s)")
+    realm = raw.get("auth-realm", "")
+    if realm:
+        out.warnings.append((PREFIX + "auth-realm", "the 401 names the request's URL as the "
+                             f"realm, not {quote(realm)} (the engine has no realm setting)"))
+    out.filter = BasicAuth(users=tuple(users), realm=realm,
+                           source=f"Secret {namespace}/{name}")
+    return out
+
+
+def _lines(text: str) -> list[tuple[str, str]]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()  # noqa: PLW2901
+        if line and not line.startswith("#"):
+            user, _, digest = line.partition(":")
+            out.append((user.strip(), digest.split(":")[0].strip()))
+    return out
+
+
+def _users(entries: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(user, ``{SHA}`` digest) the engine can check, first entry of a name wins (as nginx
+    reads the file); and the names it cannot."""
+    users: list[tuple[str, str]] = []
+    unusable: list[str] = []
+    seen: set[str] = set()
+    for user, digest in entries:
+        if not user or user in seen or any(c.isspace() or c == ":" for c in user):
+            continue
+        seen.add(user)
+        sha = _sha(digest)
+        if sha is None:
+            unusable.append(quote(user))
+        else:
+            users.append((user, sha))
+    return users, unusable
+
+
+def _sha(digest: str) -> str | None:
+    if digest.startswith(_PLAIN):
+        raw = hashlib.sha1(digest[len(_PLAIN):].encode(), usedforsecurity=False).digest()
+        return _SHA + base64.b64encode(raw).decode()
+    if not digest.startswith(_SHA):
+        return None
+    try:
+        raw = base64.b64decode(digest[len(_SHA):], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return _SHA + base64.b64encode(raw).decode() if len(raw) == 20 else None
