@@ -8,6 +8,9 @@ switched off (``disabled``) and switched on only by the routes that configure th
   ``per_client``, one token bucket per client address (a dynamic descriptor keyed on
   ``remote_address``, at most ``MAX_CLIENT_BUCKETS`` held, least recently used dropped);
   otherwise one bucket for the route. Each engine counts on its own.
+* ``BasicAuth`` → basic auth (``envoy.filters.http.basic_auth``): the route's users as an
+  htpasswd list of ``{SHA}`` hashes (per-route ``users``); anyone else gets 401. Never switched
+  on in a scoped manager (``scoped``): its manager-level list names nobody.
 * ``BodyLimit`` → bodies over the limit get 413, with bounded memory. Up to
   ``MAX_BUFFERED_BODY`` the body is read whole first (buffer, ``envoy.filters.http.buffer``),
   as nginx does. Above it (nginx allows up to 4 GiB) nothing is held whole: a Lua check
@@ -17,7 +20,8 @@ switched off (``disabled``) and switched on only by the routes that configure th
   limit) and answered 413 beyond it — fail closed: send ``Content-Length`` for larger ones.
 
 A feature costs only where it is used: each optional filter is on every manager, in nginx's
-phase order — CORS preflights first, then rate limits, then access, then the body — but with
+phase order — CORS preflights first, then rate limits, then access (client addresses, then
+credentials), then the body — but with
 ``disabled: true``, so Envoy does not even create it for a request whose route does not name it;
 a route's ``typed_per_filter_config`` entry for the filter switches it on for that route (Envoy:
 a per-route config of a disabled filter enables it). Present rather than absent so that a route
