@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from podway.model.base import Int, K8sModel, K8sObject
 from podway.model.gateway import GROUP
@@ -96,8 +96,34 @@ class RetrySpec(K8sModel):
     backoff: str | None = None
 
 
+class _Strict(K8sModel):
+    """Security sections keep the keys Podway does not know (``model_extra``): the translator
+    refuses such a section (fail closed) rather than apply part of what restricts access."""
+
+    model_config = ConfigDict(**{**K8sModel.model_config, "extra": "allow"})
+
+
+class SecretReference(_Strict):
+    name: str = ""
+    namespace: str | None = None
+
+
+class BasicAuthSpec(_Strict):
+    """``security.basicAuth``: the users of an htpasswd Secret (its key ``.htpasswd``, else
+    ``auth``, as ingress-nginx names it)."""
+
+    users: SecretReference | None = None
+
+
+class SecuritySpec(_Strict):
+    """Who may reach the target's routes (Envoy Gateway's SecurityPolicy, in part)."""
+
+    basic_auth: BasicAuthSpec | None = None
+
+
 class TrafficPolicySpec(K8sModel):
     target_refs: tuple[PolicyTargetReference, ...] = ()
+    security: SecuritySpec | None = None
     health_check: HealthCheckSpec | None = None
     outlier_detection: OutlierDetectionSpec | None = None
     load_balancer: LoadBalancerSpec | None = None
@@ -108,7 +134,8 @@ class TrafficPolicySpec(K8sModel):
 
 class TrafficPolicy(K8sObject):
     """``podway.io/v1alpha1 TrafficPolicy``: health, balancing, persistence, timeouts, retries
-    for Services, routes (HTTPRoute, GRPCRoute, Ingress) or Gateways."""
+    for Services, routes (HTTPRoute, GRPCRoute, Ingress) or Gateways; ``security`` (who may
+    reach them) for routes and Gateways."""
 
     KIND: ClassVar[str] = "TrafficPolicy"
     API_GROUPS: ClassVar[tuple[str, ...]] = (PODWAY_GROUP,)

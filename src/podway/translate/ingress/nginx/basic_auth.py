@@ -18,20 +18,16 @@ served open.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from podway.ir import BasicAuth
 from podway.model import Secret
+from podway.translate.core import htpasswd
 from podway.translate.ingress.nginx.values import PREFIX, quote
 
 KEYS = ("auth-type", "auth-secret", "auth-secret-type", "auth-realm")
 _FILE_KEY = "auth"  # ingress-nginx's key of an auth-file Secret
-_SHA = "{SHA}"
-_PLAIN = "{PLAIN}"
 
 
 def asks_basic(raw: Mapping[str, str]) -> bool:
@@ -95,11 +91,10 @@ def serve(annotations: Mapping[str, str], namespace: str,
             return out.refuse("auth-secret", f"Secret {namespace}/{name} has no key "
                               f"{quote(_FILE_KEY)} (the htpasswd file of auth-secret-type "
                               "auth-file)")
-        entries = _lines(data.decode("utf-8", "replace"))
+        entries = htpasswd.lines(data.decode("utf-8", "replace"))
     else:
-        entries = [(user, (secret.get(user) or b"").decode("utf-8", "replace").strip())
-                   for user in sorted({*secret.data, *secret.string_data})]
-    users, unusable = _users(entries)
+        entries = htpasswd.per_key(secret)
+    users, unusable = htpasswd.users(entries)
     if unusable:
         out.warnings.append((PREFIX + "auth-secret", f"users {', '.join(unusable)} of Secret "
                              f"{namespace}/{name} cannot log in: their password hash is not "
@@ -115,44 +110,3 @@ def serve(annotations: Mapping[str, str], namespace: str,
     out.filter = BasicAuth(users=tuple(users), realm=realm,
                            source=f"Secret {namespace}/{name}")
     return out
-
-
-def _lines(text: str) -> list[tuple[str, str]]:
-    out = []
-    for line in text.splitlines():
-        line = line.strip()  # noqa: PLW2901
-        if line and not line.startswith("#"):
-            user, _, digest = line.partition(":")
-            out.append((user.strip(), digest.split(":")[0].strip()))
-    return out
-
-
-def _users(entries: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
-    """(user, ``{SHA}`` digest) the engine can check, first entry of a name wins (as nginx
-    reads the file); and the names it cannot."""
-    users: list[tuple[str, str]] = []
-    unusable: list[str] = []
-    seen: set[str] = set()
-    for user, digest in entries:
-        if not user or user in seen or any(c.isspace() or c == ":" for c in user):
-            continue
-        seen.add(user)
-        sha = _sha(digest)
-        if sha is None:
-            unusable.append(quote(user))
-        else:
-            users.append((user, sha))
-    return users, unusable
-
-
-def _sha(digest: str) -> str | None:
-    if digest.startswith(_PLAIN):
-        raw = hashlib.sha1(digest[len(_PLAIN):].encode(), usedforsecurity=False).digest()
-        return _SHA + base64.b64encode(raw).decode()
-    if not digest.startswith(_SHA):
-        return None
-    try:
-        raw = base64.b64decode(digest[len(_SHA):], validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    return _SHA + base64.b64encode(raw).decode() if len(raw) == 20 else None
