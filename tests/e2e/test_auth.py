@@ -76,3 +76,40 @@ async def test_nginx_basic_auth_asks_for_credentials_and_lets_users_in(stack: St
     for headers in (None, _basic("alice", "wonderland")):
         status, _, body = await request(port, "broken.test", "/", headers=headers)
         assert (status, body) == (403, {})
+
+
+async def test_traffic_policy_basic_auth_on_a_gateway_and_a_route(stack: Stack) -> None:
+    """TrafficPolicy security on a Gateway (bob) and on one of its HTTPRoutes (alice, which
+    wins there): 401 without a user of the policy that applies, 200 with one; a policy whose
+    Secret is missing refuses its route (403)."""
+    from .gateway_helpers import CLASS, backend, gateway, route
+    from .harness import free_port
+
+    await backend(stack, "web")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    routes = [route(name, f"  parentRefs: [{{name: gw}}]\n  hostnames: [{name}.test]\n"
+                    "  rules: [{backendRefs: [{name: web, port: 80}]}]\n")
+              for name in ("admin", "shop", "billing")]
+
+    def policy(name: str, kind: str, target: str, secret: str) -> str:
+        return (f"apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\nmetadata: {{name: "
+                f"{name}, namespace: default}}\nspec:\n  targetRefs: [{{group: "
+                f"gateway.networking.k8s.io, kind: {kind}, name: {target}}}]\n"
+                f"  security: {{basicAuth: {{users: {{name: {secret}}}}}}}\n")
+
+    secrets = [_secret("staff", f"alice:{_sha('wonderland')}\n").replace("{auth:", "{.htpasswd:"),
+               _secret("everyone", "bob:{PLAIN}builder\n")]
+    stack.write("routes.yaml", "---\n".join([
+        *routes, *secrets, policy("gw", "Gateway", "gw", "everyone"),
+        policy("admin", "HTTPRoute", "admin", "staff"),
+        policy("billing", "HTTPRoute", "billing", "missing")]))
+    await stack.start()
+    alice, bob = _basic("alice", "wonderland"), _basic("bob", "builder")
+    for host, headers, want in (("admin", None, 401), ("admin", bob, 401), ("admin", alice, 200),
+                                ("shop", None, 401), ("shop", alice, 401), ("shop", bob, 200),
+                                ("billing", bob, 403), ("billing", None, 403)):
+        status, _, body = await request(port, f"{host}.test", "/x", headers=headers)
+        assert (host, headers, status) == (host, headers, want), body
+        assert bool(body) == (want == 200)
