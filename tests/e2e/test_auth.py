@@ -8,6 +8,7 @@ listener pays nothing and asks nothing; an unusable Secret refuses (403), never 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from collections.abc import AsyncIterator
@@ -113,3 +114,121 @@ async def test_traffic_policy_basic_auth_on_a_gateway_and_a_route(stack: Stack) 
         status, _, body = await request(port, f"{host}.test", "/x", headers=headers)
         assert (host, headers, status) == (host, headers, want), body
         assert bool(body) == (want == 200)
+
+
+async def _http_auth_server(stack: Stack, seen: list[str]) -> int:
+    """An HTTP auth service: ``Bearer good`` is allowed (200, ``x-user: alice``), anything
+    else 401 with a body; it records the paths it is asked about."""
+    from aiohttp import web
+
+    async def check(request: web.Request) -> web.Response:
+        seen.append(request.path_qs)
+        if request.headers.get("Authorization") == "Bearer good":
+            return web.Response(status=200, headers={"x-user": "alice", "x-other": "1"})
+        return web.Response(status=401, text="who are you", headers={"x-denied": "yes"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", check)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def close() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    stack.tasks.append(asyncio.create_task(close(), name="http-auth"))
+    return port
+
+
+async def _grpc_auth_server(stack: Stack) -> int:
+    """A gRPC ext_authz service (envoy.service.auth.v3.Authorization): ``Bearer good`` is OK,
+    anything else PERMISSION_DENIED with a 403."""
+    import grpc
+    from envoy.service.auth.v3 import external_auth_pb2 as ea
+    from envoy.service.auth.v3 import external_auth_pb2_grpc as ea_grpc
+    from envoy.type.v3 import http_status_pb2
+    from google.rpc import code_pb2, status_pb2
+
+    class Check(ea_grpc.AuthorizationServicer):  # type: ignore[misc]
+        async def Check(self, request: ea.CheckRequest, context: object) -> ea.CheckResponse:
+            headers = request.attributes.request.http.headers
+            if headers.get("authorization") == "Bearer good":
+                return ea.CheckResponse(status=status_pb2.Status(code=code_pb2.OK))
+            return ea.CheckResponse(
+                status=status_pb2.Status(code=code_pb2.PERMISSION_DENIED),
+                denied_response=ea.DeniedHttpResponse(
+                    status=http_status_pb2.HttpStatus(code=http_status_pb2.Forbidden),
+                    body="grpc says no"))
+
+    server = grpc.aio.server()
+    ea_grpc.add_AuthorizationServicer_to_server(Check(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+
+    async def close() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.stop(None)
+
+    stack.tasks.append(asyncio.create_task(close(), name="grpc-auth"))
+    return port
+
+
+async def test_gateway_external_auth_http_and_grpc(stack: Stack) -> None:
+    """HTTPRoute ExternalAuth filters (experimental channel) through a real Envoy: the HTTP
+    auth service's refusal is the answer (401, its body), its allowance forwards with its
+    x-user header (only the allowed response header) and the path prefixed; the gRPC one
+    answers 403 or forwards; an auth service that is down is 403 (fail closed); a route
+    without the filter asks nobody."""
+    from .gateway_helpers import CLASS, backend, gateway, route
+    from .harness import free_port
+
+    await backend(stack, "web")
+    seen: list[str] = []
+    http_port = await _http_auth_server(stack, seen)
+    grpc_port = await _grpc_auth_server(stack)
+    down = free_port()
+    for name, target in (("authz", http_port), ("grpcauthz", grpc_port), ("down", down)):
+        stack.write(f"{name}.yaml", service(name, 80, target) + "---\n"
+                    + endpoints(name, {"TCP": target}))
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+
+    def guarded(name: str, auth: str) -> str:
+        rules = ("  rules:\n  - backendRefs: [{name: web, port: 80}]\n"
+                 f"    filters:\n    - type: ExternalAuth\n      externalAuth: {auth}\n")
+        return route(name, f"  parentRefs: [{{name: gw}}]\n  hostnames: [{name}.test]\n{rules}")
+
+    stack.write("routes.yaml", "---\n".join([
+        guarded("http", "{protocol: HTTP, backendRef: {name: authz, port: 80}, http: "
+                "{path: /check, allowedResponseHeaders: [x-user]}}"),
+        guarded("grpc", "{protocol: GRPC, backendRef: {name: grpcauthz, port: 80}, grpc: {}}"),
+        guarded("down", "{protocol: HTTP, backendRef: {name: down, port: 80}}"),
+        route("open", "  parentRefs: [{name: gw}]\n  hostnames: [open.test]\n"
+              "  rules: [{backendRefs: [{name: web, port: 80}]}]\n")]))
+    await stack.start()
+    good = {"Authorization": "Bearer good"}
+    status, got, body = await request(port, "http.test", "/app?x=1")
+    assert (status, got.get("x-denied")) == (401, "yes"), (status, got, body)
+    status, _, body = await request(port, "http.test", "/app?x=1", headers=good)
+    assert (status, body.get("path")) == (200, "/app?x=1"), body
+    echoed = {k.lower(): v for k, v in dict(body.get("headers") or {}).items()}
+    assert echoed.get("x-user") == "alice"
+    assert "x-other" not in echoed
+    assert seen[-1] == "/check/app?x=1"
+    for headers, want in ((None, 403), ({"Authorization": "Bearer bad"}, 403), (good, 200)):
+        status, _, body = await request(port, "grpc.test", "/g", headers=headers)
+        assert (headers, status) == (headers, want), body
+    for headers in (None, good):
+        status, _, _ = await request(port, "down.test", "/", headers=headers)
+        assert status == 403
+    asked = len(seen)
+    status, _, body = await request(port, "open.test", "/o")
+    assert (status, body.get("path"), len(seen)) == (200, "/o", asked)

@@ -28,6 +28,7 @@ from podway.ir import (
     BodyLimit,
     ClientAccess,
     DirectResponse,
+    ExtAuth,
     Forward,
     HeaderModifier,
     Listener,
@@ -333,6 +334,8 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("request body limits")
         elif isinstance(f, BasicAuth):
             raise _Closed("basic authentication")
+        elif isinstance(f, ExtAuth):
+            raise _Closed("external authorization")
     a = route.action
     if isinstance(a, Redirect):
         return out + _redirect(a, route, when, listener)

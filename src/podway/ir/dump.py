@@ -50,7 +50,7 @@ def to_data(value: Any) -> Any:
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
            "CORS", "ClientAccess", "RateLimit", "BodyLimit",
-           "BasicAuth"}
+           "BasicAuth", "ExtAuth"}
 
 
 def _action_kind(value: object) -> str | None:

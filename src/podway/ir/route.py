@@ -219,8 +219,29 @@ class BasicAuth:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtAuth:
+    """External authorization: before forwarding, the request is checked by the service of
+    ``pool``; its refusal is the answer (with its status and body), an error or no answer
+    within ``timeout_ms`` is 403 (fail closed).
+
+    ``grpc``: Envoy's ext_authz gRPC protocol (``envoy.service.auth.v3.Authorization``); else
+    HTTP: the request's method and ``path_prefix`` + path with Host, Authorization and
+    Content-Length (the engine cannot send more per route), any 2xx allows.
+    ``response_headers``: headers of an allowing HTTP answer copied to the request to the
+    backend (empty: all but Host). ``body_bytes``: up to this much of the request body is sent
+    along (0: none)."""
+
+    pool: str
+    grpc: bool = False
+    path_prefix: str = ""
+    response_headers: tuple[str, ...] = ()
+    body_bytes: int = 0
+    timeout_ms: int = 2000
+
+
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth)
+          | BasicAuth | ExtAuth)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,12 +35,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from ipaddress import ip_network
 
-from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.core.v3 import (
+    address_pb2,
+    base_pb2,
+    config_source_pb2,
+    grpc_service_pb2,
+    http_uri_pb2,
+)
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 from envoy.extensions.filters.http.basic_auth.v3 import basic_auth_pb2
 from envoy.extensions.filters.http.buffer.v3 import buffer_pb2
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
@@ -51,10 +58,18 @@ from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
 from podway.envoy.config.common import duration, pack
-from podway.ir import BasicAuth, BodyLimit, ClientAccess, Filter, RateLimit
+from podway.ir import BasicAuth, BodyLimit, ClientAccess, ExtAuth, Filter, RateLimit
 
 RBAC_FILTER = "envoy.filters.http.rbac"
 BASIC_AUTH_FILTER = "envoy.filters.http.basic_auth"
+# Two ext_authz filters: Envoy builds a filter's client (HTTP or gRPC) from its own config, so a
+# route can switch the server but not the protocol.
+EXT_AUTHZ_HTTP_FILTER = "podway.ext_authz.http"
+EXT_AUTHZ_GRPC_FILTER = "podway.ext_authz.grpc"
+_NO_CLUSTER = "podway-no-auth-server"  # the managers' placeholder; routes name their own
+# Any header name but ``host`` and pseudo-headers (RE2 has no look-ahead): the answer's headers
+# an ExtAuth without ``response_headers`` copies to the request.
+_NOT_HOST = "^(?:[^h:].*|h|h[^o].*|ho|ho[^s].*|hos|hos[^t].*|host.+)$"
 RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 BUFFER_FILTER = "envoy.filters.http.buffer"
 LUA_FILTER = "envoy.filters.http.lua"
@@ -76,6 +91,10 @@ def manager_filters() -> list[hcm.HttpFilter]:
         hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
         hcm.HttpFilter(name=BASIC_AUTH_FILTER, disabled=True, typed_config=pack(
             basic_auth_pb2.BasicAuth(users=base_pb2.DataSource(inline_string=_NOBODY)))),
+        hcm.HttpFilter(name=EXT_AUTHZ_HTTP_FILTER, disabled=True, typed_config=pack(
+            _ext_authz(grpc=False))),
+        hcm.HttpFilter(name=EXT_AUTHZ_GRPC_FILTER, disabled=True, typed_config=pack(
+            _ext_authz(grpc=True))),
         hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
             buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
         hcm.HttpFilter(name=LUA_FILTER, disabled=True, typed_config=pack(lua_pb2.Lua())),
@@ -90,6 +109,9 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
             out.append((RBAC_FILTER, pack(rbac_pb2.RBACPerRoute(rbac=_rbac(f)))))
         elif isinstance(f, RateLimit):
             out.append((RATE_LIMIT_FILTER, pack(_rate_limit(f))))
+        elif isinstance(f, ExtAuth):
+            out.append((EXT_AUTHZ_GRPC_FILTER if f.grpc else EXT_AUTHZ_HTTP_FILTER,
+                        pack(_ext_authz_route(f))))
         elif isinstance(f, BasicAuth):
             users = "\n".join(f"{name}:{digest}" for name, digest in f.users)
             out.append((BASIC_AUTH_FILTER, pack(basic_auth_pb2.BasicAuthPerRoute(
@@ -103,6 +125,42 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
                 inline_string=_streaming_limit(f.max_bytes)))
             out.append((LUA_FILTER, pack(rc.FilterConfig(config=pack(code)))))
     return out
+
+
+def _ext_authz(*, grpc: bool) -> ext_authz_pb2.ExtAuthz:
+    """A manager's ext_authz: fail closed (an error or timeout is 403), V3 protocol; its
+    server is a placeholder every route that switches it on replaces."""
+    out = ext_authz_pb2.ExtAuthz(transport_api_version=config_source_pb2.V3,
+                                 failure_mode_allow=False)
+    if grpc:
+        out.grpc_service.envoy_grpc.cluster_name = _NO_CLUSTER
+    else:
+        out.http_service.server_uri.CopyFrom(http_uri_pb2.HttpUri(
+            uri=f"http://{_NO_CLUSTER}", cluster=_NO_CLUSTER, timeout=duration(1000)))
+    return out
+
+
+def _ext_authz_route(f: ExtAuth) -> ext_authz_pb2.ExtAuthzPerRoute:
+    settings = ext_authz_pb2.CheckSettings()
+    if f.body_bytes:
+        settings.with_request_body.max_request_bytes = f.body_bytes
+        settings.with_request_body.allow_partial_message = True
+    if f.grpc:
+        settings.grpc_service.CopyFrom(grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=f.pool),
+            timeout=duration(f.timeout_ms)))
+    else:
+        service = settings.http_service
+        service.server_uri.CopyFrom(http_uri_pb2.HttpUri(uri=f"http://{f.pool}", cluster=f.pool,
+                                                         timeout=duration(f.timeout_ms)))
+        service.path_prefix = f.path_prefix
+        for name in f.response_headers:
+            service.authorization_response.allowed_upstream_headers.patterns.add(
+                exact=name.lower(), ignore_case=True)
+        if not f.response_headers:  # every header of the answer but the Host
+            service.authorization_response.allowed_upstream_headers.patterns.add(
+                safe_regex={"regex": _NOT_HOST})
+    return ext_authz_pb2.ExtAuthzPerRoute(check_settings=settings)
 
 
 def body_buffer_limit(filters: Iterable[Filter]) -> int | None:

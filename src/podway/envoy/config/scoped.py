@@ -27,8 +27,8 @@ Invariants:
   upper-case letters finds none before the Lua filter lower-cases it — its route's access rules
   would then be skipped. Enabled, they apply per route config as before (a filter with no
   per-route config does nothing), at their small cost on this one listener. Authentication
-  filters (basic auth) would refuse every request without a per-route config, so a listener
-  with a route that uses one is not served as scopes (``HostCount.guarded``).
+  filters (basic auth, ext_authz) would refuse every request without a per-route config, so a
+  listener with a route that uses one is not served as scopes (``HostCount.guarded``).
 * The listener's one-table form (``rds_form``) is built too, and its table: state-of-the-world
   streams are served that form (``podway.envoy.xds.access.TableForm``), because every SotW scope or
   listener response carries all of them (slower than one table). ``rds_form`` of a scoped
@@ -50,9 +50,13 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from google.protobuf import wrappers_pb2
 from google.protobuf.message import Message
 
-from podway.envoy.config.access import BASIC_AUTH_FILTER
+from podway.envoy.config.access import (
+    BASIC_AUTH_FILTER,
+    EXT_AUTHZ_GRPC_FILTER,
+    EXT_AUTHZ_HTTP_FILTER,
+)
 from podway.envoy.config.common import ads_source, pack
-from podway.ir import BasicAuth, Listener, VirtualHost
+from podway.ir import BasicAuth, ExtAuth, Listener, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
@@ -63,8 +67,8 @@ LOWER_HOST_FILTER = "podway.lower_host"
 ROUTER_FILTER = "envoy.filters.http.router"
 # Filters that cannot be switched on in a scoped manager (see the invariants): enabled with no
 # per-route config they would refuse every request; a listener using one keeps its RDS table.
-_GUARDS = (BasicAuth,)
-GUARD_FILTERS = frozenset({BASIC_AUTH_FILTER})  # their Envoy filters
+_GUARDS = (BasicAuth, ExtAuth)
+GUARD_FILTERS = frozenset({BASIC_AUTH_FILTER, EXT_AUTHZ_HTTP_FILTER, EXT_AUTHZ_GRPC_FILTER})
 _LOWER_HOST = """function envoy_on_request(handle)
   local headers = handle:headers()
   local host = headers:get(":authority")

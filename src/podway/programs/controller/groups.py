@@ -35,7 +35,7 @@ from types import MappingProxyType
 from podway.base.errors import PodwayError
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
-from podway.ir import IR, Forward, Listener, Mirror
+from podway.ir import IR, ExtAuth, Forward, Listener, Mirror
 from podway.model import Service
 from podway.model.base import ENGINE_GROUP, ObjectRef
 from podway.model.gateway import Gateway
@@ -68,12 +68,13 @@ def group_of(snapshot: Snapshot) -> GroupOf:
 
 
 def pools_of(listener: Listener) -> Iterable[str]:
-    """Every pool ``listener`` sends traffic to (forwards, mirrors, L4 backends)."""
+    """Every pool ``listener`` sends traffic to (forwards, mirrors, auth services, L4
+    backends)."""
     for vhost in listener.virtual_hosts:
         for route in vhost.routes:
             if isinstance(route.action, Forward):
                 yield from (b.pool for b in route.action.backends if b.pool is not None)
-            yield from (f.pool for f in route.filters if isinstance(f, Mirror))
+            yield from (f.pool for f in route.filters if isinstance(f, Mirror | ExtAuth))
     for l4 in listener.l4_routes:
         yield from (b.pool for b in l4.backends if b.pool is not None)
 

@@ -7,6 +7,7 @@ from podway.ir import (
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ExtAuth,
     Filter,
     HeaderModifier,
     L4Route,
@@ -69,6 +70,10 @@ def filter_text(f: Filter) -> str:
                 f"(then {f.status})")
     if isinstance(f, BodyLimit):
         return f"request bodies up to {f.max_bytes} bytes (larger: 413)"
+    if isinstance(f, ExtAuth):
+        how = "gRPC ext_authz" if f.grpc else f"HTTP, path prefix {f.path_prefix or '(none)'}"
+        return (f"external authorization by {f.pool} ({how}): its refusal is the answer, an "
+                "error or timeout 403")
     if isinstance(f, BasicAuth):
         return (f"basic authentication: {len(f.users)} users of {f.source or 'the route'}, "
                 f"realm {f.realm!r} (others get 401)")

@@ -12,15 +12,15 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from podway.envoy.config.listeners import listener
 from podway.envoy.config.routes import route_configuration
 from podway.envoy.config.scoped import LOWER_HOST_FILTER, ROUTER_FILTER, rds_form
-from podway.ir import CORS, BasicAuth, BodyLimit, ClientAccess, Listener, RateLimit
+from podway.ir import CORS, BasicAuth, BodyLimit, ClientAccess, ExtAuth, Listener, RateLimit
 
 from .helpers import http_listener, route, vhost
 
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
             "envoy.filters.http.rbac", "envoy.filters.http.buffer",
-            "envoy.filters.http.basic_auth"}
+            "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc"}
 # Authentication: would refuse every request when on without a per-route config.
-GUARDS = {"envoy.filters.http.basic_auth"}
+GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc"}
 # The streaming body limit (a body limit too large to buffer): disabled on the manager like the
 # others, switched on only by the routes with such a limit (none in this listener).
 STREAMING_LIMIT = "envoy.filters.http.lua"
@@ -37,7 +37,8 @@ def _listener() -> Listener:
     guarded = replace(route("guarded", "/guarded", "p"), filters=(
         CORS(allow_origins=("https://app.test",)), ClientAccess(allow=("10.0.0.0/8",)),
         RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024),
-        BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),))))
+        BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),)), ExtAuth(pool="p"),
+        ExtAuth(pool="p", grpc=True)))
     return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
 
 
@@ -50,9 +51,9 @@ def test_optional_filters_are_switched_off_on_the_manager() -> None:
 
 
 def test_only_the_routes_that_use_a_feature_switch_its_filter_on() -> None:
-    """The route with CORS, an allowlist, a rate limit, a body limit and basic auth names all
-    five filters (a per-route config switches a disabled filter on); the plain route names
-    none."""
+    """The route with CORS, an allowlist, a rate limit, a body limit, basic auth and both
+    external auths names every filter (a per-route config switches a disabled filter on); the
+    plain route names none."""
     table = route_configuration(_listener(), persistence={})
     by_name = {r.name: r for r in table.virtual_hosts[0].routes}
     assert set(by_name["guarded"].typed_per_filter_config) == OPTIONAL
