@@ -108,3 +108,12 @@ def test_basic_auth_answers_401_without_a_user_and_names_who_asked() -> None:
     found = explain(_shop(route), parse("http://shop.test/", headers=basic("alice:pw")))
     assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
     assert any("user 'alice'" in s.text for s in found.steps)
+
+
+def test_external_auth_reads_as_words() -> None:
+    from podway.ir import ExtAuth
+
+    assert filter_text(ExtAuth(pool="pool/app/authz/80", path_prefix="/check")) == (
+        "external authorization by pool/app/authz/80 (HTTP, path prefix /check): its refusal "
+        "is the answer, an error or timeout 403")
+    assert "gRPC ext_authz" in filter_text(ExtAuth(pool="p", grpc=True))
