@@ -184,8 +184,8 @@ async def test_gateway_external_auth_http_and_grpc(stack: Stack) -> None:
     """HTTPRoute ExternalAuth filters (experimental channel) through a real Envoy: the HTTP
     auth service's refusal is the answer (401, its body), its allowance forwards with its
     x-user header (only the allowed response header) and the path prefixed; the gRPC one
-    answers 403 or forwards; an auth service that is down is 403 (fail closed); a route
-    without the filter asks nobody."""
+    answers 403 or forwards (and so does a TrafficPolicy security.extAuth using it); an auth
+    service that is down is 403 (fail closed); a route without the filter asks nobody."""
     from .gateway_helpers import CLASS, backend, gateway, route
     from .harness import free_port
 
@@ -211,6 +211,12 @@ async def test_gateway_external_auth_http_and_grpc(stack: Stack) -> None:
                 "{path: /check, allowedResponseHeaders: [x-user]}}"),
         guarded("grpc", "{protocol: GRPC, backendRef: {name: grpcauthz, port: 80}, grpc: {}}"),
         guarded("down", "{protocol: HTTP, backendRef: {name: down, port: 80}}"),
+        route("policy", "  parentRefs: [{name: gw}]\n  hostnames: [policy.test]\n"
+              "  rules: [{backendRefs: [{name: web, port: 80}]}]\n"),
+        "apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, namespace: "
+        "default}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, "
+        "name: policy}]\n  security: {extAuth: {protocol: GRPC, backendRef: {name: grpcauthz, "
+        "port: 80}}}\n",
         route("open", "  parentRefs: [{name: gw}]\n  hostnames: [open.test]\n"
               "  rules: [{backendRefs: [{name: web, port: 80}]}]\n")]))
     await stack.start()
@@ -225,6 +231,9 @@ async def test_gateway_external_auth_http_and_grpc(stack: Stack) -> None:
     assert seen[-1] == "/check/app?x=1"
     for headers, want in ((None, 403), ({"Authorization": "Bearer bad"}, 403), (good, 200)):
         status, _, body = await request(port, "grpc.test", "/g", headers=headers)
+        assert (headers, status) == (headers, want), body
+    for headers, want in ((None, 403), (good, 200)):  # TrafficPolicy security.extAuth
+        status, _, body = await request(port, "policy.test", "/p", headers=headers)
         assert (headers, status) == (headers, want), body
     for headers in (None, good):
         status, _, _ = await request(port, "down.test", "/", headers=headers)

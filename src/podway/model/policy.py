@@ -115,10 +115,28 @@ class BasicAuthSpec(_Strict):
     users: SecretReference | None = None
 
 
+class ServiceReference(_Strict):
+    name: str = ""
+    namespace: str | None = None
+    port: Int | None = None
+
+
+class ExtAuthSpec(_Strict):
+    """``security.extAuth``: a Service of the policy's namespace that authorizes each request
+    (``protocol`` HTTP or GRPC: Envoy's ext_authz)."""
+
+    protocol: str = "HTTP"
+    backend_ref: ServiceReference | None = None
+    path: str = ""  # HTTP: prefixed to the request's path
+    allowed_response_headers: tuple[str, ...] = ()
+    timeout: str | None = None
+
+
 class SecuritySpec(_Strict):
     """Who may reach the target's routes (Envoy Gateway's SecurityPolicy, in part)."""
 
     basic_auth: BasicAuthSpec | None = None
+    ext_auth: ExtAuthSpec | None = None
 
 
 class TrafficPolicySpec(K8sModel):

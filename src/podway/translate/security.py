@@ -6,7 +6,10 @@ Sections:
 
 * ``basicAuth.users``: an htpasswd Secret of the policy's namespace (key ``.htpasswd``, else
   ``auth``); its ``{SHA}``/``{PLAIN}`` users are served by the engine's basic auth (401 for
-  anyone else); users with hashes the engine cannot check are named in a warning.
+  anyone else); users with hashes the engine cannot check are named in a warning;
+* ``extAuth``: a Service port of the policy's namespace asked about each request (the IR's
+  ``ExtAuth``: HTTP with ``path`` as prefix, or gRPC); its pool joins the translation's.
+  With ``basicAuth`` too, both apply (credentials first).
 
 Fail closed: a policy whose security section cannot be served as written — a key Podway does not
 know (a mechanism not built yet), no Secret, no usable user, an invalid value elsewhere in the
@@ -16,18 +19,20 @@ policy says why (``Accepted=False``/``Invalid``, or ``ResolvedRefs=False``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from podway.ir import BasicAuth, Filter
-from podway.model import ObjectRef, Secret
+from podway.ir import BasicAuth, ExtAuth, Filter, PoolProtocol
+from podway.model import ObjectRef, Secret, Service
 from podway.model.policy import SecuritySpec, TrafficPolicy
 from podway.model.snapshot import Snapshot
 from podway.translate.core import htpasswd
 from podway.translate.core.problems import Reason, Severity, quote
+from podway.translate.pools import traffic_values as tv
+from podway.translate.pools.backends import PoolSpec, find_port, http_pool
 
 REFUSED_STATUS = 403
 _KEYS = (".htpasswd", "auth")
-_BUILT = ("basicAuth",)
+_BUILT = ("basicAuth", "extAuth")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,7 @@ class Guard:
     origin: ObjectRef
     filters: tuple[Filter, ...] = ()
     refused: bool = False
+    pools: tuple[PoolSpec, ...] = ()  # the auth services the filters send to
 
 
 @dataclass(slots=True)
@@ -63,6 +69,11 @@ def unknown_keys(spec: SecuritySpec) -> list[str]:
         users = spec.basic_auth.users
         if users is not None:
             out += [f"security.basicAuth.users.{k}" for k in users.model_extra or {}]
+    if spec.ext_auth is not None:
+        out += [f"security.extAuth.{k}" for k in spec.ext_auth.model_extra or {}]
+        ref = spec.ext_auth.backend_ref
+        if ref is not None:
+            out += [f"security.extAuth.backendRef.{k}" for k in ref.model_extra or {}]
     return out
 
 
@@ -80,9 +91,50 @@ def judge(policy: TrafficPolicy, snapshot: Snapshot, *, invalid: bool) -> Found 
     if unknown:
         return out.refuse(Reason.UNSUPPORTED_VALUE, f"{unknown[0]} is not served by Podway "
                           f"(served: {', '.join(_BUILT)})", f"spec.{unknown[0]}")
-    if spec.basic_auth is None:
+    if spec.basic_auth is None and spec.ext_auth is None:
         return out.refuse(Reason.INVALID, "security sets no mechanism", "spec.security")
-    return _basic_auth(out, policy, snapshot)
+    if spec.basic_auth is not None:
+        out = _basic_auth(out, policy, snapshot)
+    if spec.ext_auth is not None and not out.guard.refused:
+        out = _ext_auth(out, policy, snapshot)
+    return out
+
+
+def _ext_auth(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
+    spec = policy.spec.security.ext_auth if policy.spec.security else None
+    assert spec is not None
+    ns, where = policy.metadata.namespace, "spec.security.extAuth"
+    ref = spec.backend_ref
+    issues = tv.Issues()
+    timeout = tv.duration_ms(spec.timeout, where=f"{where}.timeout", issues=issues) \
+        if spec.timeout else 2000
+    if spec.protocol not in ("HTTP", "GRPC") or ref is None or not ref.name or \
+            ref.port is None or timeout is None:
+        return out.refuse(Reason.INVALID, "extAuth needs protocol HTTP or GRPC, a backendRef "
+                          "with a name and a port, and a valid timeout", where)
+    if ref.namespace not in (None, ns):
+        out.resolved = (False, Reason.REF_NOT_PERMITTED, f"Service {ref.namespace}/{ref.name} "
+                        "is in another namespace; only the policy's own namespace is used")
+        return out.refuse(Reason.REF_NOT_PERMITTED, out.resolved[2], f"{where}.backendRef")
+    service = snapshot.get(Service, ns, ref.name)
+    port = find_port(service, number=ref.port, protocol="TCP") if service else None
+    if service is None or port is None:
+        out.resolved = (False, Reason.BACKEND_NOT_FOUND, f"Service {ns}/{ref.name} port "
+                        f"{ref.port} not found")
+        return out.refuse(Reason.BACKEND_NOT_FOUND, out.resolved[2], f"{where}.backendRef")
+    pool = http_pool(service, port)
+    grpc = spec.protocol == "GRPC"
+    if grpc and pool.settings.protocol not in (PoolProtocol.GRPC, PoolProtocol.HTTP2):
+        pool = replace(pool, name=f"{pool.name}/grpc",
+                       settings=replace(pool.settings, protocol=PoolProtocol.GRPC))
+    check = ExtAuth(pool=pool.name, grpc=grpc, path_prefix="" if grpc else spec.path,
+                    response_headers=spec.allowed_response_headers, timeout_ms=timeout)
+    found = f"Service {ns}/{ref.name} port {ref.port}"
+    out.resolved = (True, Reason.RESOLVED_REFS, found if out.resolved is None
+                    else f"{out.resolved[2]}; {found}")
+    out.guard = Guard(policy.ref, filters=(*out.guard.filters, check),
+                      pools=(*out.guard.pools, pool))
+    return out
 
 
 def _basic_auth(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:

@@ -101,6 +101,10 @@ def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
     listener_list = list(listeners)
     run.index_usage(listener_list)
     new_pools = {name: run.pool(spec) for name, spec in pools.items()}
+    extra = {p.name: p for g in run.guards.values() for p in g.pools if p.name not in new_pools}
+    if extra:  # auth services of security policies (podway.translate.security)
+        new_pools = dict(sorted({**new_pools, **{n: run.pool(p) for n, p in extra.items()}
+                                 }.items()))
     if memo is not None:
         memo.clear()
         memo.update(run.memo_next)

@@ -153,3 +153,38 @@ def test_an_ingress_policy_guards_the_ingress_routes() -> None:
     result = run(ingress, policy("i", "Ingress", "shop", STAFF, group="networking.k8s.io"))
     assert users(routes(result)["shop.example.com"]) == ("alice",)
     assert not routes(result)["open.test"].filters
+
+
+AUTHZ = builders.manifest(builders.service("authz", 9000, None, namespace="shop", protocol=None))
+
+
+def test_ext_auth_asks_a_service_of_the_policy_namespace() -> None:
+    """security.extAuth: the route carries the check, the auth Service's pool joins the IR
+    (gRPC: an HTTP/2 pool); basicAuth and extAuth together both apply."""
+    from podway.ir import ExtAuth
+
+    result = run(AUTHZ, policy("p", "HTTPRoute", "admin", "{extAuth: {backendRef: {name: authz, "
+                               "port: 9000}, path: /check, allowedResponseHeaders: [x-user]}}"),
+                 policy("g", "HTTPRoute", "open", "{extAuth: {protocol: GRPC, backendRef: "
+                        "{name: authz, port: 9000}, timeout: 500ms}, basicAuth: {users: "
+                        "{name: ops}}}"))
+    found = routes(result)
+    checks = [f for f in found["admin.test"].filters if isinstance(f, ExtAuth)]
+    assert checks == [ExtAuth(pool="pool/shop/authz/9000", path_prefix="/check",
+                              response_headers=("x-user",))]
+    both = found["open.test"].filters
+    assert [type(f).__name__ for f in both] == ["BasicAuth", "ExtAuth"]
+    assert both[1] == ExtAuth(pool="pool/shop/authz/9000/grpc", grpc=True, timeout_ms=500)
+    assert {"pool/shop/authz/9000", "pool/shop/authz/9000/grpc"} <= set(result.ir.pools)
+    assert ("ResolvedRefs", "True", "ResolvedRefs") in conditions(result, "p")
+
+
+def test_ext_auth_without_its_service_refuses() -> None:
+    result = run(policy("p", "HTTPRoute", "admin", "{extAuth: {backendRef: {name: authz, "
+                        "port: 9000}}}"))
+    assert routes(result)["admin.test"].action == DirectResponse(status=403)
+    assert ("ResolvedRefs", "False", "BackendNotFound") in conditions(result, "p")
+    result = run(AUTHZ, policy("p", "HTTPRoute", "admin", "{extAuth: {protocol: SOAP, "
+                               "backendRef: {name: authz, port: 9000}}}"))
+    assert routes(result)["admin.test"].action == DirectResponse(status=403)
+    assert ("Accepted", "False", "Invalid") in conditions(result, "p")
