@@ -38,6 +38,7 @@ from podway.translate import BackendMode
 if TYPE_CHECKING:
     from podway.envoy.xds.server import ServerTLS
     from podway.programs.controller.leader import ElectionSettings
+    from podway.programs.ipam import PoolKinds
 
 
 def register(app: typer.Typer) -> None:
@@ -77,6 +78,12 @@ def controller(
     vip_pools: Annotated[Path | None, typer.Option(
         help="VIP pools (YAML/JSON, see docs/vips.md): LoadBalancer Services and Gateways get "
              "their addresses from them (IPAM).")] = None,
+    vip_pools_from: Annotated[list[str] | None, typer.Option(
+        help="Also read VIP pools from Kubernetes objects, live: 'vippools' (Podway's VIPPool) "
+             "or 'metallb' (MetalLB's IPAddressPool in --metallb-namespace); repeatable. "
+             "Turns the IPAM on.")] = None,
+    metallb_namespace: Annotated[str, typer.Option(
+        help="The namespace MetalLB's IPAddressPools are read from.")] = "metallb-system",
     metrics_port: Annotated[int, typer.Option(
         help="/healthz, /readyz and /metrics on this port (0: off).")] = 0,
     metrics_address: Annotated[str, typer.Option(help="Address of the metrics port.")]
@@ -177,6 +184,7 @@ def controller(
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address,
         metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
+        vip_pool_kinds=pool_kinds(vip_pools_from or []), metallb_namespace=metallb_namespace,
         admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
@@ -264,3 +272,18 @@ def _election(leader_elect: str, *, namespace: str, name: str, identity: str,
         renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
     election.check()
     return election
+
+
+def pool_kinds(values: list[str]) -> tuple[PoolKinds, ...]:
+    """``--vip-pools-from`` values; one line naming the choices on a bad one."""
+    from podway.base.errors import ConfigError
+    from podway.programs.ipam import PoolKinds
+
+    choices = ", ".join(k.value for k in PoolKinds)
+    out: list[PoolKinds] = []
+    for value in values:
+        try:
+            out.append(PoolKinds(value.strip().lower()))
+        except ValueError:
+            raise ConfigError(f"--vip-pools-from: {value!r} is not one of {choices}") from None
+    return tuple(dict.fromkeys(out))

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from podway.model import ObjectRef, Service
 from podway.model.base import K8sObject
+from podway.model.core import Namespace
 from podway.model.gateway import Gateway, GatewayClass
 from podway.model.snapshot import Snapshot
 from podway.translate import annotations as ann
@@ -49,6 +50,8 @@ class Claim:
     invalid: str | None = None  # a request that is not an address: the object stays pending
     families: tuple[int, ...] = ()  # IP versions to allocate automatically, in order; (): any one
     all_families: bool = False  # every family in ``families`` is required (RequireDualStack)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the object's (pool scopes)
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)  # its namespace's
 
     @property
     def order(self) -> tuple[float, str, ObjectRef]:
@@ -71,6 +74,8 @@ def claims_of(snapshot: Snapshot, opts: TranslateOptions,
             if cls.spec.controller_name == opts.gateway_controller}
     claims += [_gateway_claim(g) for g in snapshot.kind(Gateway).values()
                if g.spec.gateway_class_name in ours]
+    labels = {name: ns.metadata.labels for (_, name), ns in snapshot.kind(Namespace).items()}
+    claims = [replace(c, namespace_labels=labels.get(c.ref.namespace, {})) for c in claims]
     if held is None:
         return claims
     out = []
@@ -106,7 +111,7 @@ def _claim(obj: K8sObject, *, requested: tuple[str, ...], where: str, invalid: s
                  uid=meta.uid, requested=requested, requested_field=where, held=held,
                  pool=notes.get(ann.VIP_POOL.name) or None, engine_group=obj.engine_group(),
                  share=notes.get(ann.ALLOW_SHARED_VIP.name) or None, ports=ports, invalid=invalid,
-                 families=families, all_families=all_families)
+                 families=families, all_families=all_families, labels=meta.labels)
 
 
 def _addresses(text: str) -> tuple[tuple[str, ...], str | None]:
