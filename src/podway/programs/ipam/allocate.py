@@ -148,13 +148,14 @@ def _held(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant | None
 
 
 def _candidates(claim: Claim, pools: Sequence[Pool], *, automatic: bool) -> list[Pool]:
-    """The pools the claim may draw from, in the order they are tried (priority, name)."""
+    """The pools the claim may draw from, in the order they are tried (priority, then as
+    read)."""
     if claim.pool is not None:
         found = [p for p in pools if p.name == claim.pool and _in_scope(p, claim)]
     else:
         found = [p for p in pools if p.engine_group == claim.engine_group
                  and (p.auto_assign or not automatic) and _in_scope(p, claim)]
-    return sorted(found, key=lambda p: p.order)
+    return sorted(found, key=lambda p: p.rank)
 
 
 def _in_scope(pool: Pool, claim: Claim) -> bool:

@@ -119,9 +119,10 @@ class Pool:
                     and int(address) & 0xFF in (0, 255))
 
     @property
-    def order(self) -> tuple[int, str]:
-        """Pools are tried by priority (1 first, 0 last), then by name."""
-        return (self.priority or 1 << 31, self.name)
+    def rank(self) -> int:
+        """Pools are tried by priority (1 first, 0 last), then in the order they were read
+        (the file's, then pool objects oldest first): sort stably by this."""
+        return self.priority or 1 << 31
 
 
 def parse_range(text: str) -> AddressRange:
