@@ -53,18 +53,24 @@ class Ipam:
         claims = [c if c.held or c.ref not in previous else
                   replace(c, held=previous[c.ref].addresses)
                   for c in claims_of(snapshot, opts, self.held)]
-        result = allocate(claims, self.pools_in(snapshot).pools)
+        result = allocate(claims, self.pools_in(snapshot, opts, claims).pools)
         self._last[:] = [(snapshot, opts, result)]
         return result
 
     def problems(self, snapshot: Snapshot, opts: TranslateOptions) -> Sequence[Problem]:
-        return self.pools_in(snapshot).problems
+        return self.pools_in(snapshot, opts).problems
 
-    def pools_in(self, snapshot: Snapshot) -> ObjectPools:
-        """The pools in use for ``snapshot``: the configured ones, then its pool objects'."""
+    def pools_in(self, snapshot: Snapshot, opts: TranslateOptions,
+                 claims: Sequence[Claim] | None = None) -> ObjectPools:
+        """The pools in use for ``snapshot``: the configured ones, then its pool objects'
+        (``claims``: the snapshot's, when the caller has them)."""
         if not self.kinds:
             return ObjectPools(self.pools)
         if not self._read or self._read[0][0] is not snapshot:
+            if claims is None:
+                claims = claims_of(snapshot, opts, self.held)
+            in_use = {a for c in claims for a in c.held}
             self._read[:] = [(snapshot, pools_of(snapshot, self.pools, self.kinds,
-                                                 metallb_namespace=self.metallb_namespace))]
+                                                 metallb_namespace=self.metallb_namespace,
+                                                 in_use=in_use))]
         return self._read[0][1]

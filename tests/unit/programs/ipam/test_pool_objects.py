@@ -88,3 +88,15 @@ def test_services_get_addresses_from_pool_objects_through_the_translator() -> No
                for lst in result.ir.listeners)
     (problem,) = [p for p in result.problems if p.ref == ObjectRef("VIPPool", "", "broken")]
     assert problem.reason is Reason.INVALID_POOL
+
+
+def test_a_pool_in_use_is_kept_when_an_older_object_overlaps_it() -> None:
+    """Pools holding an address some object holds go first: an overlapping pool object never
+    takes the place of the one serving (creation times tie at second resolution)."""
+    snap = snapshot(vippool("serving", "198.18.5.0/30", ts="2026-01-02T00:00:00Z"),
+                    vippool("aaa-new", "198.18.5.2", ts="2026-01-01T00:00:00Z"))
+    idle = pools_of(snap, (), ALL)
+    assert [p.name for p in idle.pools] == ["aaa-new"]  # nothing held: the oldest wins
+    busy = pools_of(snap, (), ALL, in_use={"198.18.5.1"})
+    assert [p.name for p in busy.pools] == ["serving"]
+    assert [p.ref.name for p in busy.problems] == ["aaa-new"]
