@@ -7,8 +7,9 @@ place), each group oldest first. An object whose spec is not usable, or whose na
 are already another pool's, is not used and gets a problem (a Warning event) — never a crash,
 and never a silent overlap (an address belongs to one pool).
 
-MetalLB's pools are read only from the namespace MetalLB itself reads (``metallb-system`` by
-default), as MetalLB does.
+MetalLB's pools are read as MetalLB reads them: only from its namespace (``metallb-system`` by
+default), and an IPv4 CIDR includes its network and broadcast addresses (MetalLB hands them
+out unless ``avoidBuggyIPs``), where a VIPPool's CIDR, like the file's, leaves them out.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _pool(obj: K8sObject) -> tuple[Pool | None, Problem | None]:
     name = obj.metadata.name
     raw = obj.spec.model_dump(by_alias=True, exclude_none=True)
     try:
-        return pool_of(name, raw), None
+        return pool_of(name, raw, whole_cidrs=isinstance(obj, IPAddressPool)), None
     except ValueError as err:
         return None, Problem(ref=obj.ref, reason=Reason.INVALID_POOL,
                              message=f"{obj.KIND} {name!r} is not used: {err}", field="spec")

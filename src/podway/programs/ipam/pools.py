@@ -125,8 +125,9 @@ class Pool:
         return self.priority or 1 << 31
 
 
-def parse_range(text: str) -> AddressRange:
-    """``198.18.0.0/28``, ``198.18.0.5-198.18.0.9``, ``2001:db8::/120`` or one address."""
+def parse_range(text: str, *, whole_cidrs: bool = False) -> AddressRange:
+    """``198.18.0.0/28``, ``198.18.0.5-198.18.0.9``, ``2001:db8::/120`` or one address;
+    ``whole_cidrs``: an IPv4 CIDR keeps its network and broadcast addresses (MetalLB's rule)."""
     text = text.strip()
     try:
         if "-" in text:
@@ -140,7 +141,7 @@ def parse_range(text: str) -> AddressRange:
     except ValueError as err:
         raise ValueError(f"{text!r} is not a CIDR, a range a-b or an address ({err})") from None
     first, last = net.network_address, net.broadcast_address
-    if net.version == 4 and net.prefixlen <= 30:
+    if net.version == 4 and net.prefixlen <= 30 and not whole_cidrs:
         first, last = first + 1, last - 1
     return AddressRange(first, last)
 
@@ -165,14 +166,14 @@ def parse_pools(data: Any) -> tuple[Pool, ...]:
     return tuple(pools)
 
 
-def pool_of(name: str, spec: Mapping[str, Any]) -> Pool:
+def pool_of(name: str, spec: Mapping[str, Any], *, whole_cidrs: bool = False) -> Pool:
     """One pool from its fields (the file's entry or a pool object's ``spec``, camelCase);
-    ValueError naming the field on any bad value."""
+    ValueError naming the field on any bad value. ``whole_cidrs``: see ``parse_range``."""
     addresses = spec.get("addresses")
     if not isinstance(addresses, list | tuple) or not addresses or not all(
             isinstance(a, str) for a in addresses):
         raise ValueError("'addresses' must be a non-empty list of strings")
-    ranges = tuple(parse_range(text) for text in addresses)
+    ranges = tuple(parse_range(text, whole_cidrs=whole_cidrs) for text in addresses)
     for key in ("engineGroup",):
         if spec.get(key) is not None and not isinstance(spec.get(key), str):
             raise ValueError(f"{key!r} must be a string")
