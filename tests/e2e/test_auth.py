@@ -241,3 +241,31 @@ async def test_gateway_external_auth_http_and_grpc(stack: Stack) -> None:
     asked = len(seen)
     status, _, body = await request(port, "open.test", "/o")
     assert (status, body.get("path"), len(seen)) == (200, "/o", asked)
+
+
+async def test_traffic_policy_authorization_rules(stack: Stack) -> None:
+    """security.authorization through a real Envoy: a Deny rule on a header comes first, then
+    Allow for GET from 127.0.0.1, default Deny: the first matching rule decides (403 or 200)."""
+    from .gateway_helpers import CLASS, backend, gateway, route
+    from .harness import free_port
+
+    await backend(stack, "web")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    stack.write("routes.yaml", "---\n".join([
+        route("app", "  parentRefs: [{name: gw}]\n  hostnames: [app.test]\n"
+              "  rules: [{backendRefs: [{name: web, port: 80}]}]\n"),
+        "apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, namespace: "
+        "default}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, "
+        "name: app}]\n  security:\n    authorization:\n      defaultAction: Deny\n"
+        "      rules:\n      - {action: Deny, principal: {headers: [{name: x-block, values: "
+        "['yes']}]}}\n      - {action: Allow, principal: {clientCIDRs: [127.0.0.1/32]}, "
+        "methods: [GET]}\n"]))
+    await stack.start()
+    for method, headers, source, want in (
+            ("GET", None, "127.0.0.1", 200), ("POST", None, "127.0.0.1", 403),
+            ("GET", {"x-block": "yes"}, "127.0.0.1", 403), ("GET", None, "127.0.0.2", 403)):
+        status, _, body = await request(port, "app.test", "/a", method=method, headers=headers,
+                                        source=source)
+        assert (method, headers, source, status) == (method, headers, source, want), body

@@ -41,7 +41,9 @@ from podway.ir.pool import (
 )
 from podway.ir.route import (
     CORS,
+    AccessRule,
     Action,
+    Authorization,
     BasicAuth,
     BodyLimit,
     ClientAccess,
@@ -97,7 +99,9 @@ __all__ = [
     "CORS",
     "HASHING",
     "IR",
+    "AccessRule",
     "Action",
+    "Authorization",
     "BasicAuth",
     "BodyLimit",
     "ClientAccess",

@@ -50,7 +50,8 @@ def to_data(value: Any) -> Any:
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
            "CORS", "ClientAccess", "RateLimit", "BodyLimit",
-           "BasicAuth", "ExtAuth"}
+           "BasicAuth", "ExtAuth",
+           "Authorization", "AccessRule"}
 
 
 def _action_kind(value: object) -> str | None:

@@ -240,8 +240,30 @@ class ExtAuth:
     timeout_ms: int = 2000
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessRule:
+    """One rule of an ``Authorization``: it matches a request whose client address is in one
+    of ``cidrs``, each header of ``headers`` has one of its values, and whose method is one of
+    ``methods`` (an empty condition matches anything)."""
+
+    allow: bool
+    cidrs: tuple[str, ...] = ()
+    headers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    methods: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Authorization:
+    """Who may reach the route: the first of ``rules`` that matches decides (a refused request
+    gets 403); when none matches, ``default_allow``. ``source``: for ``explain``."""
+
+    rules: tuple[AccessRule, ...] = ()
+    default_allow: bool = False
+    source: str = ""
+
+
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth | ExtAuth)
+          | BasicAuth | ExtAuth | Authorization)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

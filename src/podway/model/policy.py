@@ -132,11 +132,36 @@ class ExtAuthSpec(_Strict):
     timeout: str | None = None
 
 
+class HeaderRule(_Strict):
+    name: str = ""
+    values: tuple[str, ...] = ()  # any of them (exact)
+
+
+class AuthorizationPrincipal(_Strict):
+    client_cidrs: tuple[str, ...] = Field(default=(), alias="clientCIDRs")  # after trusted hops
+    headers: tuple[HeaderRule, ...] = ()
+
+
+class AuthorizationRule(_Strict):
+    name: str = ""
+    action: str = ""  # Allow | Deny
+    principal: AuthorizationPrincipal | None = None
+    methods: tuple[str, ...] = ()
+
+
+class AuthorizationSpec(_Strict):
+    """``security.authorization``: the first rule that matches decides; none: ``defaultAction``."""
+
+    default_action: str = "Deny"
+    rules: tuple[AuthorizationRule, ...] = ()
+
+
 class SecuritySpec(_Strict):
     """Who may reach the target's routes (Envoy Gateway's SecurityPolicy, in part)."""
 
     basic_auth: BasicAuthSpec | None = None
     ext_auth: ExtAuthSpec | None = None
+    authorization: AuthorizationSpec | None = None
 
 
 class TrafficPolicySpec(K8sModel):

@@ -9,7 +9,9 @@ Sections:
   anyone else); users with hashes the engine cannot check are named in a warning;
 * ``extAuth``: a Service port of the policy's namespace asked about each request (the IR's
   ``ExtAuth``: HTTP with ``path`` as prefix, or gRPC); its pool joins the translation's.
-  With ``basicAuth`` too, both apply (credentials first).
+  With ``basicAuth`` too, both apply (credentials first);
+* ``authorization``: ordered Allow/Deny rules by client CIDR, header and method, the first that
+  matches deciding, else ``defaultAction`` (Deny unless Allow) — the IR's ``Authorization``.
 
 Fail closed: a policy whose security section cannot be served as written — a key Podway does not
 know (a mechanism not built yet), no Secret, no usable user, an invalid value elsewhere in the
@@ -20,8 +22,9 @@ policy says why (``Accepted=False``/``Invalid``, or ``ResolvedRefs=False``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from ipaddress import ip_network
 
-from podway.ir import BasicAuth, ExtAuth, Filter, PoolProtocol
+from podway.ir import AccessRule, Authorization, BasicAuth, ExtAuth, Filter, PoolProtocol
 from podway.model import ObjectRef, Secret, Service
 from podway.model.policy import SecuritySpec, TrafficPolicy
 from podway.model.snapshot import Snapshot
@@ -32,7 +35,8 @@ from podway.translate.pools.backends import PoolSpec, find_port, http_pool
 
 REFUSED_STATUS = 403
 _KEYS = (".htpasswd", "auth")
-_BUILT = ("basicAuth", "extAuth")
+_BUILT = ("basicAuth", "extAuth", "authorization")
+_ACTIONS = {"Allow": True, "Deny": False}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,14 @@ def unknown_keys(spec: SecuritySpec) -> list[str]:
         users = spec.basic_auth.users
         if users is not None:
             out += [f"security.basicAuth.users.{k}" for k in users.model_extra or {}]
+    if spec.authorization is not None:
+        where = "security.authorization"
+        out += [f"{where}.{k}" for k in spec.authorization.model_extra or {}]
+        for i, rule in enumerate(spec.authorization.rules):
+            out += [f"{where}.rules[{i}].{k}" for k in rule.model_extra or {}]
+            p = rule.principal
+            out += [f"{where}.rules[{i}].principal.{k}" for k in (p.model_extra or {} if p
+                                                                 else {})]
     if spec.ext_auth is not None:
         out += [f"security.extAuth.{k}" for k in spec.ext_auth.model_extra or {}]
         ref = spec.ext_auth.backend_ref
@@ -91,13 +103,45 @@ def judge(policy: TrafficPolicy, snapshot: Snapshot, *, invalid: bool) -> Found 
     if unknown:
         return out.refuse(Reason.UNSUPPORTED_VALUE, f"{unknown[0]} is not served by Podway "
                           f"(served: {', '.join(_BUILT)})", f"spec.{unknown[0]}")
-    if spec.basic_auth is None and spec.ext_auth is None:
+    if spec.basic_auth is None and spec.ext_auth is None and spec.authorization is None:
         return out.refuse(Reason.INVALID, "security sets no mechanism", "spec.security")
+    if spec.authorization is not None:
+        rules = _authorization(spec, policy)
+        if isinstance(rules, str):
+            return out.refuse(Reason.INVALID, rules, "spec.security.authorization")
+        out.guard = Guard(policy.ref, filters=(rules,))
     if spec.basic_auth is not None:
         out = _basic_auth(out, policy, snapshot)
     if spec.ext_auth is not None and not out.guard.refused:
         out = _ext_auth(out, policy, snapshot)
     return out
+
+
+def _authorization(spec: SecuritySpec, policy: TrafficPolicy) -> Authorization | str:
+    """The rules, or why they cannot be served (the policy is then invalid: refused)."""
+    assert spec.authorization is not None
+    given = spec.authorization
+    if given.default_action not in _ACTIONS:
+        return f"defaultAction {quote(given.default_action)} is neither Allow nor Deny"
+    rules = []
+    for i, rule in enumerate(given.rules):
+        if rule.action not in _ACTIONS:
+            return f"rules[{i}].action {quote(rule.action)} is neither Allow nor Deny"
+        p = rule.principal
+        cidrs = p.client_cidrs if p else ()
+        for cidr in cidrs:
+            try:
+                ip_network(cidr, strict=False)
+            except ValueError:
+                return f"rules[{i}].principal.clientCIDRs: {quote(cidr)} is not a CIDR"
+        headers = tuple((h.name.lower(), h.values) for h in (p.headers if p else ()))
+        if any(not name or not values for name, values in headers):
+            return f"rules[{i}].principal.headers: each needs a name and values"
+        rules.append(AccessRule(allow=_ACTIONS[rule.action], cidrs=cidrs, headers=headers,
+                                methods=tuple(m.upper() for m in rule.methods)))
+    ns, name = policy.metadata.namespace, policy.metadata.name
+    return Authorization(rules=tuple(rules), default_allow=_ACTIONS[given.default_action],
+                         source=f"TrafficPolicy {ns}/{name}")
 
 
 def _ext_auth(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
@@ -168,6 +212,7 @@ def _basic_auth(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
                         "whose password hash the engine can check ({SHA}, htpasswd -s)")
         return out.refuse(Reason.INVALID_SECRET, out.resolved[2], where)
     out.resolved = (True, Reason.RESOLVED_REFS, f"Secret {ns}/{ref.name}: {len(users)} users")
-    out.guard = Guard(policy.ref, filters=(BasicAuth(users=tuple(users),
-                                                     source=f"Secret {ns}/{ref.name}"),))
+    out.guard = Guard(policy.ref, filters=(*out.guard.filters, BasicAuth(
+        users=tuple(users), source=f"TrafficPolicy {ns}/{policy.metadata.name}, Secret "
+        f"{ns}/{ref.name}")))
     return out

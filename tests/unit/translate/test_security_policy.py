@@ -188,3 +188,23 @@ def test_ext_auth_without_its_service_refuses() -> None:
                                "backendRef: {name: authz, port: 9000}}}"))
     assert routes(result)["admin.test"].action == DirectResponse(status=403)
     assert ("Accepted", "False", "Invalid") in conditions(result, "p")
+
+
+def test_authorization_rules_reach_the_route_and_bad_ones_refuse() -> None:
+    from podway.ir import AccessRule, Authorization
+
+    rules = ("{authorization: {defaultAction: Deny, rules: [{action: Deny, principal: {headers: "
+             "[{name: X-Block, values: ['yes']}]}}, {action: Allow, principal: {clientCIDRs: "
+             "[10.0.0.0/8]}, methods: [get]}]}}")
+    result = run(policy("p", "HTTPRoute", "admin", rules))
+    found = [f for f in routes(result)["admin.test"].filters if isinstance(f, Authorization)]
+    assert found == [Authorization(rules=(
+        AccessRule(allow=False, headers=(("x-block", ("yes",)),)),
+        AccessRule(allow=True, cidrs=("10.0.0.0/8",), methods=("GET",))),
+        source="TrafficPolicy shop/p")]
+    for bad in ("{authorization: {defaultAction: Maybe}}",
+                "{authorization: {rules: [{action: Allow, principal: {clientCIDRs: [nope]}}]}}",
+                "{authorization: {rules: [{action: Allow, principal: {jwt: {claims: []}}}]}}"):
+        result = run(policy("p", "HTTPRoute", "admin", bad))
+        assert routes(result)["admin.test"].action == DirectResponse(status=403), bad
+        assert ("Accepted", "False", "Invalid") in conditions(result, "p")

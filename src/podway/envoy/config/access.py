@@ -58,10 +58,22 @@ from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
 from podway.envoy.config.common import duration, pack
-from podway.ir import BasicAuth, BodyLimit, ClientAccess, ExtAuth, Filter, RateLimit
+from podway.ir import (
+    AccessRule,
+    Authorization,
+    BasicAuth,
+    BodyLimit,
+    ClientAccess,
+    ExtAuth,
+    Filter,
+    RateLimit,
+)
 
 RBAC_FILTER = "envoy.filters.http.rbac"
 BASIC_AUTH_FILTER = "envoy.filters.http.basic_auth"
+# A TrafficPolicy's authorization rules: an RBAC of their own (an Ingress allowlist may sit on
+# the same route); with no per-route config it allows everything, like the first.
+AUTHORIZATION_FILTER = "podway.rbac.authorization"
 # Two ext_authz filters: Envoy builds a filter's client (HTTP or gRPC) from its own config, so a
 # route can switch the server but not the protocol.
 EXT_AUTHZ_HTTP_FILTER = "podway.ext_authz.http"
@@ -89,6 +101,8 @@ def manager_filters() -> list[hcm.HttpFilter]:
         hcm.HttpFilter(name=RATE_LIMIT_FILTER, disabled=True, typed_config=pack(
             local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit"))),
         hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
+        hcm.HttpFilter(name=AUTHORIZATION_FILTER, disabled=True,
+                       typed_config=pack(rbac_pb2.RBAC())),
         hcm.HttpFilter(name=BASIC_AUTH_FILTER, disabled=True, typed_config=pack(
             basic_auth_pb2.BasicAuth(users=base_pb2.DataSource(inline_string=_NOBODY)))),
         hcm.HttpFilter(name=EXT_AUTHZ_HTTP_FILTER, disabled=True, typed_config=pack(
@@ -109,6 +123,9 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
             out.append((RBAC_FILTER, pack(rbac_pb2.RBACPerRoute(rbac=_rbac(f)))))
         elif isinstance(f, RateLimit):
             out.append((RATE_LIMIT_FILTER, pack(_rate_limit(f))))
+        elif isinstance(f, Authorization):
+            out.append((AUTHORIZATION_FILTER, pack(rbac_pb2.RBACPerRoute(
+                rbac=rbac_pb2.RBAC(rules=_authorization(f))))))
         elif isinstance(f, ExtAuth):
             out.append((EXT_AUTHZ_GRPC_FILTER if f.grpc else EXT_AUTHZ_HTTP_FILTER,
                         pack(_ext_authz_route(f))))
@@ -125,6 +142,50 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
                 inline_string=_streaming_limit(f.max_bytes)))
             out.append((LUA_FILTER, pack(rc.FilterConfig(config=pack(code)))))
     return out
+
+
+def _match(rule: AccessRule) -> rbac_config.Principal:
+    """A principal matching exactly the requests ``rule`` matches."""
+    parts: list[rbac_config.Principal] = []
+    if rule.cidrs:
+        parts.append(_ranges(rule.cidrs))
+    for name, values in rule.headers:
+        parts.append(rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=[
+            rbac_config.Principal(header=rc.HeaderMatcher(
+                name=name, string_match={"exact": v})) for v in values])))
+    if rule.methods:
+        parts.append(rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=[
+            rbac_config.Principal(header=rc.HeaderMatcher(
+                name=":method", string_match={"exact": m})) for m in rule.methods])))
+    if not parts:
+        return rbac_config.Principal(any=True)
+    return rbac_config.Principal(and_ids=rbac_config.Principal.Set(ids=parts))
+
+
+def _authorization(f: Authorization) -> rbac_config.RBAC:
+    """First match decides, as one ALLOW set: allowed when an Allow rule matches and no earlier
+    rule does, or (``default_allow``) when no rule matches; nothing allowed: every request
+    is refused (an ALLOW RBAC without policies)."""
+    policies: dict[str, rbac_config.Policy] = {}
+    earlier: list[rbac_config.Principal] = []
+
+    def allow(name: str, match: rbac_config.Principal | None) -> None:
+        ids = [rbac_config.Principal(not_id=p) for p in earlier]
+        if match is not None:
+            ids.append(match)
+        principal = (rbac_config.Principal(and_ids=rbac_config.Principal.Set(ids=ids)) if ids
+                     else rbac_config.Principal(any=True))
+        policies[name] = rbac_config.Policy(permissions=[rbac_config.Permission(any=True)],
+                                            principals=[principal])
+
+    for i, rule in enumerate(f.rules):
+        match = _match(rule)
+        if rule.allow:
+            allow(f"rule-{i}", match)
+        earlier.append(match)
+    if f.default_allow:
+        allow("default", None)
+    return rbac_config.RBAC(action=rbac_config.RBAC.ALLOW, policies=policies)
 
 
 def _ext_authz(*, grpc: bool) -> ext_authz_pb2.ExtAuthz:

@@ -12,7 +12,7 @@ import hashlib
 import ipaddress
 from collections.abc import Iterable
 
-from podway.ir import BasicAuth, ClientAccess, Route
+from podway.ir import Authorization, BasicAuth, ClientAccess, Route
 from podway.model.base import ObjectRef
 from podway.readers.explain.model import Mark, Verdict
 from podway.readers.explain.query import Query
@@ -36,9 +36,39 @@ class AccessChecks:
             if isinstance(f, ClientAccess) and (found := self._client_access(f, route)):
                 return found
         for f in route.filters:
+            if isinstance(f, Authorization) and (found := self._authorization(f, route)):
+                return found
+        for f in route.filters:
             if isinstance(f, BasicAuth) and (found := self._credentials(f, route)):
                 return found
         return None
+
+    def _authorization(self, auth: Authorization, route: Route) -> Verdict | None:
+        """The first rule that matches decides (403 when it denies); a rule on the client
+        address cannot be judged without ``--source-ip``."""
+        headers = dict(self.q.headers)
+        for i, rule in enumerate(auth.rules):
+            if rule.cidrs and self.q.source_ip is None:
+                self.step("filter", Mark.INFO, f"{auth.source or route.name} decides by client "
+                          "address; give --source-ip to check one")
+                return None
+            ip = ipaddress.ip_address(self.q.source_ip) if rule.cidrs and self.q.source_ip \
+                else None
+            if ((ip is None or any(ip in ipaddress.ip_network(c, strict=False)
+                                   for c in rule.cidrs))
+                    and all(headers.get(n) in v for n, v in rule.headers)
+                    and (not rule.methods or self.q.method.upper() in rule.methods)):
+                allowed = rule.allow
+                why = f"rule {i} of {auth.source or route.name}"
+                break
+        else:
+            allowed, why = auth.default_allow, f"the default of {auth.source or route.name}"
+        if allowed:
+            self.step("filter", Mark.OK, f"authorization: allowed by {why}")
+            return None
+        text = f"{route.name} refuses the request: {why}"
+        self.step("filter", Mark.FAIL, text)
+        return self._direct(403, f"403 because {text}", (route.origin,))
 
     def _client_access(self, access: ClientAccess, route: Route) -> Verdict | None:
         """A route's client allowlist/denylist: 403 for a client outside it (when the query

@@ -12,13 +12,23 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from podway.envoy.config.listeners import listener
 from podway.envoy.config.routes import route_configuration
 from podway.envoy.config.scoped import LOWER_HOST_FILTER, ROUTER_FILTER, rds_form
-from podway.ir import CORS, BasicAuth, BodyLimit, ClientAccess, ExtAuth, Listener, RateLimit
+from podway.ir import (
+    CORS,
+    Authorization,
+    BasicAuth,
+    BodyLimit,
+    ClientAccess,
+    ExtAuth,
+    Listener,
+    RateLimit,
+)
 
 from .helpers import http_listener, route, vhost
 
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
             "envoy.filters.http.rbac", "envoy.filters.http.buffer",
-            "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc"}
+            "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
+            "podway.rbac.authorization"}
 # Authentication: would refuse every request when on without a per-route config.
 GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc"}
 # The streaming body limit (a body limit too large to buffer): disabled on the manager like the
@@ -38,7 +48,7 @@ def _listener() -> Listener:
         CORS(allow_origins=("https://app.test",)), ClientAccess(allow=("10.0.0.0/8",)),
         RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024),
         BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),)), ExtAuth(pool="p"),
-        ExtAuth(pool="p", grpc=True)))
+        ExtAuth(pool="p", grpc=True), Authorization()))
     return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
 
 
