@@ -117,3 +117,29 @@ def test_external_auth_reads_as_words() -> None:
         "external authorization by pool/app/authz/80 (HTTP, path prefix /check): its refusal "
         "is the answer, an error or timeout 403")
     assert "gRPC ext_authz" in filter_text(ExtAuth(pool="p", grpc=True))
+
+
+def test_authorization_rules_decide_as_the_engine_does() -> None:
+    """First match decides: the Deny on a header, then Allow GET from a CIDR, default Deny; a
+    CIDR rule without --source-ip is said, not guessed."""
+    from podway.ir import AccessRule, Authorization
+
+    auth = Authorization(rules=(AccessRule(allow=False, headers=(("x-block", ("yes",)),)),
+                                AccessRule(allow=True, cidrs=("10.0.0.0/8",),
+                                           methods=("GET",))),
+                         source="TrafficPolicy shop/p")
+    assert filter_text(auth) == (
+        "authorization by TrafficPolicy shop/p: first match decides (deny x-block is yes; "
+        "allow client in 10.0.0.0/8 and method GET); otherwise refused (403)")
+    route = replace(ROUTE, filters=(auth,))
+    cases = ((["X-Block: yes"], "GET", "10.1.1.1", 403), ([], "GET", "10.1.1.1", None),
+             ([], "POST", "10.1.1.1", 403), ([], "GET", "192.0.2.1", 403), ([], "GET", None, None))
+    for headers, method, source, status in cases:
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers, method=method,
+                                            source_ip=source))
+        outcome = found.verdict.outcomes[0]
+        if status is None:
+            assert outcome.kind is OutcomeKind.SERVED, (headers, method, source)
+        else:
+            assert (outcome.kind, outcome.status) == (OutcomeKind.DIRECT, status)
+            assert "TrafficPolicy shop/p" in found.verdict.summary
