@@ -208,3 +208,25 @@ def test_authorization_rules_reach_the_route_and_bad_ones_refuse() -> None:
         result = run(policy("p", "HTTPRoute", "admin", bad))
         assert routes(result)["admin.test"].action == DirectResponse(status=403), bad
         assert ("Accepted", "False", "Invalid") in conditions(result, "p")
+
+
+def test_an_external_auth_filter_added_incrementally_equals_a_full_translation() -> None:
+    """An HTTPRoute edit that adds an ExternalAuth filter (the patch path of Gateway
+    translation): the auth pool joins, as in a full translation."""
+    options = TranslateOptions(address="198.18.0.1")
+    inc = IncrementalTranslator(options)
+    inc.update(Snapshot.of_objects(load_text("---\n".join([*BASE, AUTHZ])).objects))
+    rules = [{"backendRefs": [{"name": "web", "port": 80}], "filters": [{
+        "type": "ExternalAuth", "externalAuth": {
+            "protocol": "HTTP", "backendRef": {"name": "authz", "port": 9000}}}]}]
+    edited = builders.manifest(
+        builders.gateway_class(), builders.gateway("edge", 8080, namespace="shop"),
+        builders.http_route("admin", "admin.test", namespace="shop", parent_namespace="shop",
+                            rules=rules),
+        builders.http_route("open", "open.test", namespace="shop", parent_namespace="shop"),
+        builders.service("web", 80, None, namespace="shop", protocol=None))
+    docs = [edited, *BASE[1:], AUTHZ]
+    snapshot = Snapshot.of_objects(load_text("---\n".join(docs)).objects)
+    result = inc.update(snapshot)
+    assert "pool/shop/authz/9000" in result.ir.pools
+    assert result == translate(snapshot, options)
