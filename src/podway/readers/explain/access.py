@@ -11,10 +11,11 @@ import binascii
 import hashlib
 import ipaddress
 from collections.abc import Iterable
+from dataclasses import replace
 
-from podway.ir import Authorization, BasicAuth, ClientAccess, Route
+from podway.ir import Authorization, BasicAuth, ClientAccess, ExtAuth, Route
 from podway.model.base import ObjectRef
-from podway.readers.explain.model import Mark, Verdict
+from podway.readers.explain.model import Mark, Outcome, OutcomeKind, Verdict
 from podway.readers.explain.query import Query
 
 
@@ -42,6 +43,19 @@ class AccessChecks:
             if isinstance(f, BasicAuth) and (found := self._credentials(f, route)):
                 return found
         return None
+
+    def asked_first(self, route: Route, verdict: Verdict) -> Verdict:
+        """``verdict`` when the route's external auth services allow the request; they may
+        refuse it (their own 4xx) or fail (403), which explain cannot know: both outcomes."""
+        services = [f.pool for f in route.filters if isinstance(f, ExtAuth)]
+        if not services:
+            return verdict
+        self.step("filter", Mark.INFO, f"{' and '.join(services)} decide first: a refusal is "
+                  "their answer, an error, a timeout or no member 403; allowed, as below")
+        refused = Outcome(kind=OutcomeKind.DIRECT, status=403)
+        return replace(verdict, outcomes=(*verdict.outcomes, refused),
+                       summary=f"{verdict.summary}, if {' and '.join(services)} allow it "
+                       "(else 403 or their refusal)")
 
     def _authorization(self, auth: Authorization, route: Route) -> Verdict | None:
         """The first rule that matches decides (403 when it denies); a rule on the client

@@ -339,7 +339,7 @@ class _Walk(AccessChecks):
         refused = self.refused_by_filters(chosen)
         if refused is not None:
             return refused
-        return self._action(chosen)
+        return self.asked_first(chosen, self._action(chosen))
 
     def _action(self, route: Route) -> Verdict:
         action = route.action
