@@ -19,8 +19,10 @@ from the EndpointSlices. What it reproduces:
 - canary Ingresses: by header (``always``/``never``, or the exact ``canary-by-header-value``),
   then by cookie (``always``/``never``), then by weight (0 and 100 are exact; anything between
   is nginx ``split_clients`` on the request id, i.e. random, as ingress-nginx's is);
-- HSTS on HTTPS answers (``hsts``, ingress-nginx's default ``max-age=31536000;
-  includeSubDomains``) when asked for.
+- HSTS on the HTTPS answers of a host with a certificate (ConfigMap ``hsts``,
+  ``hsts-max-age``, ``hsts-include-subdomains``, ``hsts-preload``: ``Config.nginx``, by default
+  ingress-nginx's ``max-age=31536000; includeSubDomains``), whatever the status, replacing the
+  backend's own (ingress-nginx's Lua ``header()`` sets it; plain HTTP answers carry none).
 
 It runs as one foreground process (``master_process off``) in a private folder, on loopback,
 and dies with the test process.
@@ -36,14 +38,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podway.envoy.engine.process import _die_with_parent
+from podway.base.children import die_with_parent
 from podway.model import EndpointSlice, Ingress, Secret, Service
 from podway.model.base import K8sObject
 from podway.model.networking import IngressBackend
+from podway.translate.core.nginx_config import NginxConfig
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, SSLRedirect, read
 from tests.certs import GOOD_CERT, GOOD_KEY
-
-HSTS = "max-age=31536000; includeSubDomains"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ class Config:
     folder: Path
     http_port: int
     https_port: int
-    hsts: bool = False
+    nginx: NginxConfig = field(default_factory=NginxConfig)  # the controller's ConfigMap (HSTS)
     upstreams: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -235,10 +236,11 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
         if https:
             lines += [f"  {listen[1]};", f"  ssl_certificate {cert};",
                       f"  ssl_certificate_key {key};"]
-            if config.hsts:
+            if config.nginx.hsts_value is not None:
                 # on HTTPS answers only, as ingress-nginx's Lua header() (an empty value adds
-                # no header: the HTTP redirect carries none)
-                lines.append("  add_header Strict-Transport-Security $podway_hsts always;")
+                # no header: the HTTP redirect carries none); the backend's own is replaced
+                lines += ["  proxy_hide_header Strict-Transport-Security;",
+                          "  add_header Strict-Transport-Security $podway_hsts always;"]
         app_root = next((loc.notes.app_root for loc in locations if loc.notes.app_root), None)
         if app_root:
             lines += ["  if ($uri = /) {", f"    return 302 $scheme://$http_host{app_root};",
@@ -271,7 +273,7 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
         f"uwsgi_temp_path {folder}/uwsgi;", f"scgi_temp_path {folder}/scgi;",
         "proxy_http_version 1.1;", "server_names_hash_bucket_size 128;",
         'map $request_uri $podway_no_trailing_slash { "~^(?<p>.*)/$" $p; default $request_uri; }',
-        f'map $scheme $podway_hsts {{ https "{HSTS}"; default ""; }}',
+        f'map $scheme $podway_hsts {{ https "{config.nginx.hsts_value or ""}"; default ""; }}',
         *maps, *upstreams,
         "server {", f"  {listen[0]} default_server;", f"  {listen[1]} default_server;",
         f"  ssl_certificate {cert};", f"  ssl_certificate_key {key};",
@@ -294,7 +296,7 @@ async def nginx(objects: Sequence[K8sObject], config: Config) -> AsyncIterator[s
     proc = await asyncio.create_subprocess_exec(
         binary, "-p", str(config.folder), "-c", str(conf),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        preexec_fn=_die_with_parent())  # a test process killed hard takes nginx with it
+        preexec_fn=die_with_parent())  # a test process killed hard takes nginx with it
     try:
         await _wait_listening(config.http_port, proc)
         yield text

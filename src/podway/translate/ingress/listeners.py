@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from podway.ir import (
+    DirectResponse,
+    HeaderModifier,
     L4Route,
     Listener,
     ListenerProtocol,
@@ -30,6 +32,7 @@ from podway.ir import (
     PathMatch,
     Redirect,
     Route,
+    RouteMatch,
     TLSCertificate,
     TLSOptions,
     VirtualHost,
@@ -38,6 +41,7 @@ from podway.ir import (
 from podway.ir.hosts import covers, host_order
 from podway.model import Ingress, IngressClass
 from podway.model.snapshot import Key, Snapshot
+from podway.translate.core.nginx_config import HSTS_HEADER
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem, Reason, Severity, quote
 from podway.translate.core.regex import re2_problem
@@ -89,6 +93,19 @@ def is_ours(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> boo
                        message=f"IngressClass {quote(name)} not found", field=where)
     return _not_owned(ingress, where, f"IngressClass {quote(name)} not found, and the name is "
                       f"not Podway's ({quote(opts.ingress_class)})")
+
+
+def taken_over(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> bool:
+    """Whether an Ingress is of a class taken over from ingress-nginx (``--ingress-class``):
+    it then gets ingress-nginx's controller-wide settings (``TranslateOptions.nginx``)."""
+    if not opts.takeover_classes:
+        return False
+    name = ingress.spec.ingress_class_name or ingress.metadata.annotations.get(
+        LEGACY_CLASS_ANNOTATION)
+    if name is None:
+        return any(c.is_default and c.metadata.name in opts.takeover_classes
+                   for c in snapshot.kind(IngressClass).values())
+    return name in opts.takeover_classes
 
 
 def _not_owned(ingress: Ingress, where: str, why: str) -> Problem:
@@ -292,6 +309,7 @@ class IngressTranslation:
         certs = self._certificates()
         secure = tuple(v for v in vhosts if self._has_certificate(v.hostname)) if certs else ()
         plain = self._redirected(vhosts, {v.hostname for v in secure})
+        secure = self._hsts(secure)
         out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
                         protocol=ListenerProtocol.HTTP, virtual_hosts=plain, origins=origins)]
         if (certs and secure) or passthrough:
@@ -305,6 +323,33 @@ class IngressTranslation:
                         port=self.opts.https_port, protocol=ListenerProtocol.HTTPS,
                         virtual_hosts=secure, certificates=certs, l4_routes=passthrough,
                         origins=tuple(sorted(origins)))
+
+    def _hsts(self, secure: tuple[VirtualHost, ...]) -> tuple[VirtualHost, ...]:
+        """ingress-nginx's HSTS (``TranslateOptions.nginx``): on every HTTPS answer of a host
+        with a certificate of its own, for the routes of Ingresses of a taken-over class."""
+        value = self.opts.nginx.hsts_value
+        if value is None or not self.opts.takeover_classes:
+            return secure
+        header = HeaderModifier(response=True, set=((HSTS_HEADER, value),))
+        nginx = {p.source.ref for p in self.parts.values()
+                 if taken_over(p.source, self.snapshot, self.opts)}
+        out: list[VirtualHost] = []
+        for vhost in secure:
+            own = vhost.hostname != "*" and any(covers(pattern, vhost.hostname)
+                                                for pattern in self.certificates)
+            if not own or not any(r.origin in nginx for r in vhost.routes):
+                out.append(vhost)
+                continue
+            routes = [replace(r, filters=(*r.filters, header)) if r.origin in nginx else r
+                      for r in vhost.routes]
+            if not any(r.match == _EVERY_PATH for r in routes):
+                # a path nobody serves: ingress-nginx's 404 carries the header too
+                first = next(r for r in routes if r.origin in nginx)
+                routes.append(Route(name=f"ingress/hsts/{vhost.hostname}/not-found",
+                                    match=_EVERY_PATH, action=DirectResponse(status=404),
+                                    filters=(header,), origin=first.origin))
+            out.append(replace(vhost, routes=tuple(routes)))
+        return tuple(out)
 
     def _redirected(self, vhosts: list[VirtualHost], secure: set[str]
                     ) -> tuple[VirtualHost, ...]:
@@ -367,6 +412,9 @@ class IngressTranslation:
             out.append(TLSCertificate(name=f"{d.name}/default", hostnames=(), cert_pem=d.cert_pem,
                                       key_pem=d.key_pem, origin=d.origin, options=d.options))
         return tuple(out)
+
+
+_EVERY_PATH = RouteMatch()  # a prefix match on "/"
 
 
 def _as_regex(route: Route) -> Route:
