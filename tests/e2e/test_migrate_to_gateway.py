@@ -92,7 +92,7 @@ async def test_converted_basic_set_answers_as_the_ingresses(tmp_path: Path) -> N
             report = await b.compare(probes, old=b.new, new=gateway)  # Ingress vs Gateway
             assert not report.differs, explain(report)
             assert report.unanswered == 0, explain(report)
-            report = await b.compare(probes, new=gateway)  # nginx vs Gateway
+            report = await b.compare(probes, new=gateway)  # nginx vs Gateway (HSTS too)
             assert not report.differs, explain(report)
     finally:
         for task in tasks:

@@ -64,6 +64,7 @@ from podway.tools.migrate.gateway_api import (
     wildcard_of,
 )
 from podway.tools.migrate.not_carried import not_carried, restrictions
+from podway.translate.core.nginx_config import HSTS_HEADER, NginxConfig
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     Canary,
@@ -85,6 +86,8 @@ class ConvertOptions:
     gateway_class: str = "podway"
     http_port: int = 80
     https_port: int = 443
+    # ingress-nginx's ConfigMap (HSTS) the Ingresses were served with
+    nginx: NginxConfig = field(default_factory=NginxConfig)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -387,9 +390,12 @@ class _Converter:
         if host.ingress.metadata.namespace != self.namespace:
             gw["namespace"] = self.namespace
         ssl = host.notes.ssl
-        listener = next((self.listeners[h] for h in (host.host, wildcard_of(host.host), "")
-                         if h is not None and h in self.listeners), None)
+        key = next((h for h in (host.host, wildcard_of(host.host), "")
+                    if h is not None and h in self.listeners), None)
+        listener = self.listeners[key] if key is not None else None
         tls = listener is not None
+        # ingress-nginx's HSTS: HTTPS answers of a host with a certificate of its own
+        hsts = self.opts.nginx.hsts_value if key and not host.catch_all else None
         # As Podway serves Ingresses: the 308 is for the routes of an Ingress whose own TLS
         # entry covers the host (or that forces it); every route of the host is on HTTPS.
         own = any(covers(h, host.host) for t in host.ingress.spec.tls for h in t.hosts or ("",))
@@ -402,13 +408,19 @@ class _Converter:
             parents.append({**gw, "sectionName": "http"})
         meta = {"name": name, "namespace": host.ingress.metadata.namespace}
         out: list[dict[str, Any]] = []
-        if parents:
-            spec: dict[str, Any] = {"parentRefs": parents}
-            if host.host:
-                spec["hostnames"] = [host.host]
-            spec["rules"] = host.rules
-            out.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": meta,
-                        "spec": spec})
+        if parents and hsts is not None and listener is not None:
+            # the header on HTTPS only: the HTTPS rules get it, plain HTTP a route of its own
+            out.append(self.http_route(meta, host, parents[:1], _with_hsts(host.rules, hsts)))
+            if len(parents) > 1:
+                out.append(self.http_route({**meta, "name": f"{name}-http"}, host, parents[1:],
+                                           host.rules))
+            if not any(m.get("path") == {"type": "PathPrefix", "value": "/"}
+                       for rule in host.rules for m in rule.get("matches", ())):
+                self.note(host.ingress, "(ConfigMap) hsts", f"https://{host.host}: a path no "
+                          "rule serves answers 404 without Strict-Transport-Security (Gateway "
+                          "API has no 404 answer with headers); ingress-nginx's 404 had it")
+        elif parents:
+            out.append(self.http_route(meta, host, parents, host.rules))
         else:
             self.note(host.ingress, PREFIX + "force-ssl-redirect",
                       f"{host.host or '*'} has no certificate: HTTP answers the redirect only "
@@ -424,6 +436,14 @@ class _Converter:
             out.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute",
                         "metadata": {**meta, "name": f"{name}-to-https"}, "spec": rspec})
         return out
+
+    def http_route(self, meta: dict[str, Any], host: _Host, parents: list[dict[str, Any]],
+                   rules: list[dict[str, Any]]) -> dict[str, Any]:
+        spec: dict[str, Any] = {"parentRefs": parents}
+        if host.host:
+            spec["hostnames"] = [host.host]
+        spec["rules"] = rules
+        return {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": meta, "spec": spec}
 
     def gateway(self) -> list[dict[str, Any]]:
         listeners = [{"name": "http", "port": self.opts.http_port, "protocol": "HTTP",
@@ -484,6 +504,18 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
             conv.add_canary(ingress, notes.canary, notes)
     result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
+
+
+def _with_hsts(rules: list[dict[str, Any]], value: str) -> list[dict[str, Any]]:
+    """The rules, each also setting ``Strict-Transport-Security`` on its answers."""
+    header = {"type": "ResponseHeaderModifier", "responseHeaderModifier": {
+        "set": [{"name": HSTS_HEADER, "value": value}]}}
+    out: list[dict[str, Any]] = []
+    for rule in rules:  # filters after matches, before backendRefs (the documented order)
+        head = {k: v for k, v in rule.items() if k == "matches"}
+        out.append({**head, "filters": [*rule.get("filters", ()), header], **rule})
+        out[-1]["filters"] = [*rule.get("filters", ()), header]
+    return out
 
 
 def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:

@@ -141,3 +141,44 @@ def test_restrictions_served_on_ingresses_but_not_converted_are_not_dropped(
     result = convert([obj])
     assert not [o for o in result.objects if o["kind"] == "HTTPRoute"]
     assert any("not converted" in n.message for n in result.notes)
+
+
+HSTS_TEXT = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: shop
+  annotations: {nginx.ingress.kubernetes.io/ssl-redirect: "false"}
+spec:
+  tls: [{hosts: [shop.test], secretName: shop-tls}]
+  rules:
+  - host: shop.test
+    http:
+      paths: [{path: /app, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+"""
+
+
+def test_hsts_is_carried_on_https_only() -> None:
+    """ingress-nginx's HSTS (default on): the HTTPS route's rules set it, plain HTTP gets a
+    route of its own without it, and the 404 of unserved paths (no header in Gateway API) is a
+    note; hsts=false gives one route for both listeners and no note."""
+    from podway.tools.migrate.to_gateway import ConvertOptions
+    from podway.translate.core.nginx_config import parse
+
+    result = convert(load_text(HSTS_TEXT).objects)
+    routes = {o["metadata"]["name"]: o["spec"] for o in result.objects
+              if o["kind"] == "HTTPRoute"}
+    assert [p["sectionName"] for p in routes["shop"]["parentRefs"]] == ["https-shop-test"]
+    assert routes["shop"]["rules"][0]["filters"] == [{
+        "type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{
+            "name": "Strict-Transport-Security",
+            "value": "max-age=31536000; includeSubDomains"}]}}]
+    assert [p["sectionName"] for p in routes["shop-http"]["parentRefs"]] == ["http"]
+    assert "filters" not in routes["shop-http"]["rules"][0]
+    assert [n.key for n in result.notes] == ["(ConfigMap) hsts"]
+    off = convert(load_text(HSTS_TEXT).objects, ConvertOptions(nginx=parse(["hsts=false"])))
+    routes = {o["metadata"]["name"]: o["spec"] for o in off.objects if o["kind"] == "HTTPRoute"}
+    assert list(routes) == ["shop"]
+    assert [p["sectionName"] for p in routes["shop"]["parentRefs"]] == ["https-shop-test",
+                                                                       "http"]
+    assert not off.notes
