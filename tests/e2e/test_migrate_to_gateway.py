@@ -152,3 +152,54 @@ async def test_podway_serves_the_annotated_ingresses_as_ingress_nginx(tmp_path: 
     finally:
         for task in tasks:
             task.cancel()
+
+
+REGEX_SIBLINGS = ingress("app", """  rules:
+  - host: regex.test
+    http:
+      paths:
+      - {path: /app, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: "/v[0-9]+/items", pathType: ImplementationSpecific,
+         backend: {service: {name: web, port: {number: 80}}}}
+""", '    nginx.ingress.kubernetes.io/use-regex: "true"\n') + ingress("api", """  rules:
+  - host: regex.test
+    http:
+      paths:
+      - {path: /api, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+      - {path: /Docs, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+""")
+
+
+async def test_use_regex_and_its_siblings_convert_without_changing_meaning(
+        tmp_path: Path) -> None:
+    """Issue 28's case: with use-regex on one Ingress of a host, nginx matches every prefix
+    path of the host as a case-insensitive regex anchored at the start (a sibling's /api also
+    takes /apix; /APP/x is /app's). The conversion answers as nginx and as Podway's Ingress
+    listeners do, those requests included."""
+    from podway.tools.migrate.probes import Probe
+
+    tasks: list = []  # type: ignore[type-arg]
+    try:
+        ports = await start_backends(("web", "api"), tasks)
+        text = REGEX_SIBLINGS + backends(ports)
+        gw_http, gw_https = free_port(), free_port()
+        both = text + "\n---\n" + converted(text, gw_http, gw_https)
+        extra = tuple(Probe(route=f"issue {p}", host="regex.test", path=p)
+                      for p in ("/APP/x", "/apix", "/API", "/appendix", "/V2/items/9",
+                                "/docs/x", "/DOCSx", "/none"))
+        async with bed(tmp_path, text, both) as b:
+            probes = probes_of(text) + extra
+            gateway = entry("new", gw_http, gw_https)
+            for old, new in ((b.old, gateway), (b.old, b.new), (b.new, gateway)):
+                report = await b.compare(probes, old=old, new=new)
+                assert not report.differs, explain(report)
+                assert report.unanswered == 0, explain(report)
+            seen = {r.probe.path: (r.old.status, r.old.backend) for route in report.routes
+                    for r in route.results if r.probe.route.startswith("issue")}
+            assert seen == {"/APP/x": (200, "web"), "/apix": (200, "api"),
+                            "/API": (200, "api"), "/appendix": (200, "web"),
+                            "/V2/items/9": (200, "web"), "/docs/x": (200, "api"),
+                            "/DOCSx": (200, "api"), "/none": (404, "")}, explain(report)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -18,11 +18,17 @@ every namespace):
 - A host with a TLS entry: its rules attach to its HTTPS listener, and the HTTP listener answers
   a 308 to ``https://`` (``ssl-redirect: "false"``: the rules serve plain HTTP too;
   ``force-ssl-redirect``: the 308 without a certificate).
-- ``rewrite-target``: the ingress-nginx idiom ``P(/|$)(.*)`` → ``T$2`` becomes ``PathPrefix P``
-  with ``ReplacePrefixMatch T``; a literal path with a target without captures, ``PathPrefix``
-  with ``ReplaceFullPath``. Other regular expressions: ``use-regex`` alone →
-  ``RegularExpression`` paths; with a rewrite they are reported (Gateway API rewrites take no
-  capture groups).
+- ``use-regex`` / ``rewrite-target``: ingress-nginx matches the paths as ``~* "^P"``
+  (case-insensitive, anchored at the start only), and so every prefix path of *every* Ingress of
+  that host. Carried exactly as ``RegularExpression (?i)(?:P).*`` (a sibling's trailing slash
+  dropped; ``/`` stays ``PathPrefix /``, the same), the form Podway serves the Ingress with.
+  The idiom ``P(/|$)(.*)`` → ``T$2`` becomes ``PathPrefix P`` with ``ReplacePrefixMatch T``
+  (case-sensitive: a note); a literal path with a target without captures, the regex with
+  ``ReplaceFullPath``; other rewrites are reported (Gateway API rewrites take no capture
+  groups). A shorter regex that Gateway API would rank before such a PathPrefix is a note, and
+  so is an ``ImplementationSpecific`` path (a plain string prefix in nginx).
+- ingress-nginx's HSTS (``opts.nginx``, its ConfigMap): a ``ResponseHeaderModifier`` on the
+  rules of a TLS host's HTTPS route; its plain-HTTP rules get a route of their own.
 - ``permanent-redirect`` / ``temporal-redirect`` → ``RequestRedirect`` (scheme, host, port, full
   path; the code); ``app-root`` → an ``Exact /`` rule redirecting (302) there; ``upstream-vhost``
   → ``URLRewrite.hostname``; ``x-forwarded-prefix`` → a ``RequestHeaderModifier``;
@@ -65,6 +71,7 @@ from podway.tools.migrate.gateway_api import (
 )
 from podway.tools.migrate.not_carried import not_carried, restrictions
 from podway.translate.core.nginx_config import HSTS_HEADER, NginxConfig
+from podway.translate.core.regex import re2_problem
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     Canary,
@@ -135,6 +142,10 @@ class _Converter:
     catch_all: bool = False  # the oldest Ingress with a defaultBackend took the catch-all
     passthrough: list[dict[str, Any]] = field(default_factory=list)  # TLS listeners
     tls_routes: list[dict[str, Any]] = field(default_factory=list)
+    # hosts where an Ingress asks for regex paths (use-regex / rewrite-target): ingress-nginx
+    # makes every prefix path of the host a regex
+    regex_hosts: set[str] = field(default_factory=set)
+    regex_siblings: dict[str, list[str]] = field(default_factory=dict)  # Ingress → such paths
 
     def note(self, ingress: Ingress, key: str, message: str) -> None:
         self.notes.append(Note(ingress=_ref(ingress), key=key, message=message))
@@ -218,25 +229,46 @@ class _Converter:
         value = path.path
         full: str | None = None
         prefix: str | None = None
-        if rewrite is not None and rewrite.regex_paths:
+        if rewrite is not None and rewrite.regex_paths and kind != "Exact":
+            # ingress-nginx: ``~* "^P"``, a case-insensitive regex anchored at the start only
             idiom = _IDIOM.match(path.path)
             target = _IDIOM_TARGET.match(rewrite.target or "")
             literal = _META.search(path.path) is None
             if idiom is not None and target is not None:
                 kind, value = "PathPrefix", idiom.group("prefix") or "/"
                 prefix = target.group("target") or "/"
+                self.note(ingress, PREFIX + "rewrite-target", f"path {path.path!r}: "
+                          "ingress-nginx matched it case-insensitively; ReplacePrefixMatch "
+                          f"needs a PathPrefix, which is case-sensitive: {_upper(value)} no "
+                          "longer matches")
             elif rewrite.target is not None and literal and not _CAPTURE.search(rewrite.target):
-                kind, full = "PathPrefix", rewrite.target
-            elif rewrite.target is None and not literal:
-                kind, value = "RegularExpression", f"(?i){path.path}.*"
+                kind, value, full = "RegularExpression", _nginx_regex(path.path), rewrite.target
+            elif rewrite.target is None and path.path != "/":
+                kind, value = "RegularExpression", _nginx_regex(path.path)
             elif rewrite.target is None:
-                kind = "PathPrefix"
+                pass  # "^/" takes any path: PathPrefix / is the same, and ranks last as in nginx
             else:
                 self.note(ingress, PREFIX + "rewrite-target",
                           f"path {path.path!r} with target {rewrite.target!r}: Gateway API "
                           "rewrites take no capture groups; only P(/|$)(.*) with T/$2 "
                           "converts; this path is left out")
                 return
+            if kind == "RegularExpression" and re2_problem(value) is not None:
+                self.note(ingress, PREFIX + "use-regex", f"path {path.path!r} is not a regular "
+                          "expression the engine reads (RE2); this path is left out")
+                return
+        elif kind == "PathPrefix" and host.host in self.regex_hosts and not host.catch_all:
+            # a sibling Ingress of the host asks for regexes: ingress-nginx makes this prefix a
+            # case-insensitive regex anchored at the start too (/api also matches /apix)
+            bare = path.path.rstrip("/") or "/"
+            if bare != "/" and re2_problem(_nginx_regex(bare)) is None:  # "/": any path
+                kind, value = "RegularExpression", _nginx_regex(bare)
+                self.regex_siblings.setdefault(_ref(ingress), []).append(path.path)
+        elif path.path_type == "ImplementationSpecific" and not path.path.endswith("/"):
+            self.note(ingress, "spec.rules.http.paths", f"ImplementationSpecific path "
+                      f"{path.path!r}: ingress-nginx matched it as a plain string prefix "
+                      f"({path.path}x matched too); as PathPrefix it matches whole segments, "
+                      "as Podway serves the Ingress")
         if kind == "PathPrefix" and value != "/":
             value = value.rstrip("/") or "/"
         self.add_rule(host, kind, value, path.backend, notes, rewrite_full=full,
@@ -365,6 +397,21 @@ class _Converter:
             self.note(ingress, PREFIX + "canary", "a canary uses its main Ingress's rewrite "
                       "and headers (as in ingress-nginx); its own are ignored")
 
+    def check_regex_order(self, hosts: list[_Host]) -> None:
+        """nginx tries a regex host's paths longest first; Gateway API ranks every
+        RegularExpression before every PathPrefix. A shorter regex ahead of a longer prefix
+        (a rewrite idiom kept as PathPrefix) may take its requests: say so."""
+        kinds = [m["path"] for host in hosts for rule in host.rules
+                 for m in rule.get("matches", ()) if "path" in m and "headers" not in m]
+        prefixes = [p["value"] for p in kinds if p["type"] == "PathPrefix" and p["value"] != "/"]
+        regexes = [p["value"] for p in kinds if p["type"] == "RegularExpression"]
+        if hosts and any(len(r) - len(_nginx_regex("")) < len(p)
+                         for r in regexes for p in prefixes):
+            self.note(hosts[0].ingress, PREFIX + "use-regex", f"host {hosts[0].host or '*'}: "
+                      f"RegularExpression paths ({', '.join(regexes)}) rank before PathPrefix "
+                      f"({', '.join(prefixes)}) in Gateway API, while nginx tried the longest "
+                      "path first: a request both match may reach another backend")
+
     # --- output -------------------------------------------------------------------------------
     def routes(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -414,7 +461,9 @@ class _Converter:
             if len(parents) > 1:
                 out.append(self.http_route({**meta, "name": f"{name}-http"}, host, parents[1:],
                                            host.rules))
-            if not any(m.get("path") == {"type": "PathPrefix", "value": "/"}
+            if not any(m.get("path") in ({"type": "PathPrefix", "value": "/"},
+                                         {"type": "RegularExpression",
+                                          "value": _nginx_regex("/")})
                        for rule in host.rules for m in rule.get("matches", ())):
                 self.note(host.ingress, "(ConfigMap) hsts", f"https://{host.host}: a path no "
                           "rule serves answers 404 without Strict-Transport-Security (Gateway "
@@ -496,14 +545,38 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
             conv.add_passthrough(ingress)
         elif notes.canary is None:
             conv.add_tls(ingress)
+    conv.regex_hosts = {rule.host or "" for ingress, notes in converted
+                        if notes.canary is None and not notes.ssl_passthrough
+                        and notes.rewrite is not None and notes.rewrite.regex_paths
+                        for rule in ingress.spec.rules}
     for ingress, notes in converted:
         if notes.canary is None and not notes.ssl_passthrough:
             conv.add_ingress(ingress, notes)
+    for name in conv.regex_hosts:
+        conv.check_regex_order([h for h in conv.hosts if h.host == name and not h.catch_all])
+    for ingress, notes in converted:
+        paths = conv.regex_siblings.get(_ref(ingress))
+        if paths and not (notes.rewrite is not None and notes.rewrite.regex_paths):
+            conv.note(ingress, PREFIX + "use-regex", "another Ingress of the same host asks "
+                      f"for regex paths, so ingress-nginx matched {', '.join(paths)} as "
+                      "case-insensitive regexes anchored at the start; carried as "
+                      "RegularExpression (?i)(?:PATH).*")
     for ingress, notes in converted:
         if notes.canary is not None and not notes.ssl_passthrough:
             conv.add_canary(ingress, notes.canary, notes)
     result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
+
+
+def _nginx_regex(path: str) -> str:
+    """ingress-nginx's ``location ~* "^PATH"`` as a Gateway API RegularExpression (a whole-path
+    match in Podway, as in Envoy): case-insensitive, anything may follow — the form Podway
+    serves the Ingress with, so both order the same."""
+    return f"(?i)(?:{path}).*"
+
+
+def _upper(path: str) -> str:
+    return path.upper() if path != "/" else "/X (upper case)"
 
 
 def _with_hsts(rules: list[dict[str, Any]], value: str) -> list[dict[str, Any]]:

@@ -182,3 +182,66 @@ def test_hsts_is_carried_on_https_only() -> None:
     assert [p["sectionName"] for p in routes["shop"]["parentRefs"]] == ["https-shop-test",
                                                                        "http"]
     assert not off.notes
+
+
+REGEX_HOST = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: shop
+  creationTimestamp: "2026-01-0{day}T00:00:00Z"
+  annotations: {annotations}
+spec:
+  rules:
+  - host: r.test
+    http:
+      paths:
+      - path: "{path}"
+        pathType: {kind}
+        backend: {{service: {{name: web, port: {{number: 80}}}}}}
+"""
+
+
+def _regex_world(*ingresses: tuple[str, str, str, str]) -> str:
+    return "---\n".join(REGEX_HOST.format(name=n, day=i + 1, annotations=a, path=p, kind=k)
+                         for i, (n, a, p, k) in enumerate(ingresses))
+
+
+def _paths(text: str) -> dict[str, list[dict[str, str]]]:
+    result = convert(load_text(text).objects)
+    return {o["metadata"]["name"]: [m["path"] for r in o["spec"]["rules"]
+                                    for m in r["matches"]]
+            for o in result.objects if o["kind"] == "HTTPRoute"}
+
+
+def test_use_regex_paths_stay_case_insensitive_and_siblings_become_regexes() -> None:
+    """use-regex: the Ingress's literal path is a case-insensitive regex anchored at the start
+    (not a case-sensitive PathPrefix); a sibling Ingress's Prefix path on the same host
+    becomes one too (/api takes /apix in nginx); "/" stays PathPrefix / (the same), and a
+    host without use-regex keeps PathPrefix."""
+    regex = '{nginx.ingress.kubernetes.io/use-regex: "true"}'
+    text = _regex_world(("app", regex, "/app", "Prefix"), ("api", "{}", "/api/", "Prefix"),
+                        ("root", "{}", "/", "Prefix"))
+    assert _paths(text) == {
+        "app": [{"type": "RegularExpression", "value": "(?i)(?:/app).*"}],
+        "api": [{"type": "RegularExpression", "value": "(?i)(?:/api).*"}],
+        "root": [{"type": "PathPrefix", "value": "/"}]}
+    plain = _regex_world(("api", "{}", "/api", "Prefix"))
+    assert _paths(plain) == {"api": [{"type": "PathPrefix", "value": "/api"}]}
+    notes = [n.message for n in convert(load_text(text).objects).notes]
+    assert any("matched /api/ as case-insensitive regexes" in m for m in notes), notes
+
+
+def test_what_cannot_be_carried_exactly_is_a_note() -> None:
+    """The rewrite idiom needs a (case-sensitive) PathPrefix; a shorter sibling regex then
+    ranks before it in Gateway API; an ImplementationSpecific path was a string prefix in
+    nginx: each is a note."""
+    idiom = '{nginx.ingress.kubernetes.io/rewrite-target: "/$2"}'
+    text = _regex_world(("rw", idiom, "/api(/|$)(.*)", "ImplementationSpecific"),
+                        ("a", "{}", "/a", "Prefix"))
+    notes = [n.message for n in convert(load_text(text).objects).notes]
+    assert any("case-sensitive: /API no longer matches" in m for m in notes), notes
+    assert any("rank before PathPrefix (/api)" in m for m in notes), notes
+    loose = _regex_world(("x", "{}", "/app", "ImplementationSpecific"))
+    notes = [n.message for n in convert(load_text(loose).objects).notes]
+    assert any("plain string prefix (/appx matched too)" in m for m in notes), notes
