@@ -129,6 +129,31 @@ def _locations(objects: Sequence[K8sObject], config: Config) -> dict[str, list[L
     return servers
 
 
+def _extra_names(objects: Sequence[K8sObject], servers: dict[str, list[Location]]
+                 ) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """``server-alias`` (host → its aliases, never a name that is a server of its own) and
+    ``from-to-www-redirect`` (the other name → the host it redirects to; not when that name
+    is a server, an alias or already redirecting), oldest Ingress first, as ingress-nginx."""
+    aliases: dict[str, list[str]] = {}
+    taken: set[str] = set(servers)
+    www: dict[str, str] = {}
+    for ing in sorted(_kind(objects, Ingress), key=lambda i: (
+            i.metadata.creation_timestamp is not None, i.metadata.creation_timestamp,
+            i.metadata.namespace, i.metadata.name)):
+        notes = read(ing.metadata.annotations, namespace=ing.metadata.namespace)
+        hosts = [r.host for r in ing.spec.rules if r.host and r.host in servers]
+        for alias in notes.server_alias:
+            if hosts and alias not in taken:
+                aliases.setdefault(hosts[0], []).append(alias)
+                taken.add(alias)
+        for host in hosts if notes.from_to_www else ():
+            other = host[4:] if host.startswith("www.") else f"www.{host}"
+            if other not in taken and not host.startswith("*."):
+                www[other] = host
+                taken.add(other)
+    return aliases, www
+
+
 def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -220,6 +245,9 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
             ok = (ing.metadata.namespace, t.secret_name or "") in secrets
             for h in t.hosts:
                 tls_of[h] = tls_of.get(h, False) or ok
+    for host, names in _extra_names(objects, servers)[0].items():
+        for alias in names:  # an alias is a name of the host's server: its certificate too
+            tls_of[alias] = tls_of.get(host, False)
     cert, key = config.folder / "tls.crt", config.folder / "tls.key"
     cert.write_text(GOOD_CERT)
     key.write_text(GOOD_KEY)
@@ -228,11 +256,13 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
     maps: list[str] = []
     blocks: list[str] = []
     index = 0
+    aliases, www = _extra_names(objects, servers)
     for host, locations in servers.items():
         https = tls_of.get(host, False)
         regex = any(loc.notes.rewrite is not None and loc.notes.rewrite.regex_paths
                     for loc in locations)
-        lines = [f"server {{ server_name {host};", f"  {listen[0]};"]
+        names = " ".join([host, *aliases.get(host, ())])
+        lines = [f"server {{ server_name {names};", f"  {listen[0]};"]
         if https:
             lines += [f"  {listen[1]};", f"  ssl_certificate {cert};",
                       f"  ssl_certificate_key {key};"]
@@ -260,6 +290,14 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
         if "/" not in seen and not regex:
             lines.append("  location / { return 404; }")
         lines.append("}")
+        blocks.append("\n".join(lines))
+    for other, host in www.items():
+        # ingress-nginx's redirect server: no locations, so no Lua header phase (no HSTS)
+        lines = [f"server {{ server_name {other};", f"  {listen[0]};"]
+        if tls_of.get(host, False):
+            lines += [f"  {listen[1]};", f"  ssl_certificate {cert};",
+                      f"  ssl_certificate_key {key};"]
+        lines += ["  return 308 $scheme://" + host + "$podway_no_trailing_slash;", "}"]
         blocks.append("\n".join(lines))
     upstreams = [f"upstream {name} {{ " + " ".join(f"server {m};" for m in members) + " }"
                  for name, members in config.upstreams.items()]

@@ -136,3 +136,62 @@ async def test_hsts_as_ingress_nginx_sets_it(tmp_path: Path, settings: tuple[str
     finally:
         for task in tasks:
             task.cancel()
+
+
+HOSTS = ingress("site", """  tls: [{hosts: [site.test, www.site.test, alias.test], secretName: shop-tls}]
+  rules:
+  - host: site.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+""", "    nginx.ingress.kubernetes.io/server-alias: alias.test, taken.test\n"
+     '    nginx.ingress.kubernetes.io/from-to-www-redirect: "true"\n') + ingress("www", """  rules:
+  - host: www.shop.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+""", '    nginx.ingress.kubernetes.io/from-to-www-redirect: "true"\n'
+     '    nginx.ingress.kubernetes.io/ssl-redirect: "false"\n') + ingress("taken", """  rules:
+  - host: taken.test
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+""")
+
+
+async def test_server_alias_and_www_redirect_as_ingress_nginx(tmp_path: Path) -> None:
+    """server-alias serves the host's routes (its 308 to HTTPS, its certificate, HSTS) under
+    the alias, except a name another Ingress serves (that host wins); from-to-www-redirect
+    answers 308 from the other name (www. added or removed) to the rule host, keeping the
+    scheme and the request URI, on HTTP and HTTPS (no HSTS on that redirect)."""
+    from podway.tools.migrate.probes import Probe
+
+    tasks: list = []  # type: ignore[type-arg]
+    try:
+        ports = await start_backends(("web", "api"), tasks)
+        text = HOSTS + backends(ports)
+        probes = tuple(Probe(route=f"{scheme} {host}", scheme=scheme, host=host, path=path)
+                       for scheme in ("http", "https")
+                       for host in ("alias.test", "taken.test", "www.site.test", "shop.test")
+                       for path in ("/", "/a/b?q=1"))
+        async with bed(tmp_path, text) as b:
+            report = await b.compare(probes + probes_of(text))
+        assert not report.differs, explain(report)
+        seen = {(r.probe.scheme, r.probe.host, r.probe.path): (
+            r.old.status, r.old.backend, r.old.location,
+            dict(r.old.headers).get("strict-transport-security"))
+            for route in report.routes for r in route.results}
+        hsts = "max-age=31536000; includeSubDomains"
+        assert seen[("http", "alias.test", "/a/b?q=1")] == (
+            308, "", "https://alias.test/a/b?q=1", None), explain(report)
+        assert seen[("https", "alias.test", "/")] == (200, "web", "", hsts)
+        assert seen[("https", "taken.test", "/")][:2] == (404, "")  # no TLS: the default
+        assert seen[("http", "taken.test", "/")][:2] == (200, "api")  # the host wins
+        assert seen[("http", "www.site.test", "/a/b?q=1")] == (
+            308, "", "http://site.test/a/b?q=1", None), explain(report)
+        assert seen[("https", "www.site.test", "/")] == (308, "", "https://site.test/", None)
+        assert seen[("http", "shop.test", "/a/b?q=1")] == (
+            308, "", "http://www.shop.test/a/b?q=1", None)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -136,6 +136,9 @@ class IngressTranslation:
     # nginx canary Ingresses: (host, slot) → the canary's claim; joined to the main route
     canaries: dict[tuple[str, SlotKey], tuple[Claim, IngressPart]] = field(default_factory=dict)
     _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
+    # nginx server-alias: alias → the host whose routes it serves
+    _alias_of: dict[str, str] = field(default_factory=dict)
+    _www: set[str] = field(default_factory=set)  # nginx from-to-www-redirect: redirecting hosts
     _joined: set[tuple[str, SlotKey]] = field(default_factory=set)  # canaries with a main
 
     def add(self, ingress: Ingress) -> None:
@@ -295,7 +298,11 @@ class IngressTranslation:
             return [self._https((), (), passthrough)] if passthrough else []
         vhosts: list[VirtualHost] = []
         regex_owners = {p.owner for p in self.parts.values() if p.regex_paths}
-        for host in sorted(self.hosts, key=host_order):
+        www = self._extra_hosts()
+        for host in sorted([*self.hosts, *www], key=host_order):
+            if host in www:
+                vhosts.append(www[host])
+                continue
             held = self.hosts[host].values()
             claims = sorted((c for c, _ in held), key=lambda c: c.order)
             routes = [r for c in claims for r in self._routes(c)]
@@ -316,6 +323,56 @@ class IngressTranslation:
             out.append(self._https(secure if certs else (), certs, passthrough))
         return out
 
+    def _extra_hosts(self) -> dict[str, VirtualHost]:
+        """nginx ``server-alias`` and ``from-to-www-redirect``, oldest Ingress first, never over
+        a host an Ingress names (that host wins, as in ingress-nginx). An alias serves its
+        host's routes (``self.hosts`` shares the slots) and certificate; the other name of a
+        ``from-to-www-redirect`` host answers 308 to it, keeping scheme and request URI, on
+        HTTP and — with the host's certificate — HTTPS. Returns the redirecting hosts."""
+        named = set(self.hosts)
+        www: dict[str, VirtualHost] = {}
+        for part in self.parts.values():
+            hosts = [h for h in part.rule_hosts if h != "*"]
+            for alias in part.aliases:
+                target = next((h for h in hosts if h in named), None)
+                if alias in named or alias in self._alias_of or target is None:
+                    if alias in named:
+                        self._problem(part, Reason.HOST_CONFLICT, f"server-alias "
+                                      f"{quote(alias)} is a host of an Ingress; that host "
+                                      "is served, not the alias (as in ingress-nginx)",
+                                      f"metadata.annotations[{NGINX_ALIAS}]", Severity.WARNING)
+                    continue
+                self._alias_of[alias] = target
+                self.hosts[alias] = self.hosts[target]
+                self._share_certificate(target, alias)
+            if not part.www_redirect:
+                continue
+            for host in hosts:
+                if host.startswith("*."):
+                    continue
+                other = host[4:] if host.startswith("www.") else f"www.{host}"
+                if other in named or other in self._alias_of or other in www:
+                    continue
+                route = Route(name="ingress/{}/{}/www-redirect/{}".format(*part.source.key,
+                                                                         other),
+                              match=RouteMatch(), origin=part.source.ref,
+                              action=Redirect(hostname=host, status_code=REDIRECT_STATUS))
+                www[other] = VirtualHost(name=other, hostname=other,
+                                         wildcard=WildcardMode.ONE_LABEL, routes=(route,))
+                self._share_certificate(host, other)
+        self._www = set(www)
+        return www
+
+    def _share_certificate(self, host: str, other: str) -> None:
+        """``other`` answers HTTPS with ``host``'s certificate (when it has one and ``other``
+        none of its own)."""
+        if any(covers(pattern, other) for pattern in self.certificates):
+            return
+        cert = self.certificates.get(host) or next(
+            (c for pattern, c in self.certificates.items() if covers(pattern, host)), None)
+        if cert is not None:
+            self.certificates[other] = cert
+
     def _https(self, secure: tuple[VirtualHost, ...], certs: tuple[TLSCertificate, ...],
                passthrough: tuple[L4Route, ...]) -> Listener:
         origins = {r.origin for v in secure for r in v.routes} | {r.origin for r in passthrough}
@@ -335,8 +392,8 @@ class IngressTranslation:
                  if taken_over(p.source, self.snapshot, self.opts)}
         out: list[VirtualHost] = []
         for vhost in secure:
-            own = vhost.hostname != "*" and any(covers(pattern, vhost.hostname)
-                                                for pattern in self.certificates)
+            own = vhost.hostname not in ("*", *self._www) and any(
+                covers(pattern, vhost.hostname) for pattern in self.certificates)
             if not own or not any(r.origin in nginx for r in vhost.routes):
                 out.append(vhost)
                 continue
@@ -366,6 +423,9 @@ class IngressTranslation:
         for vhost in vhosts:
             host = vhost.hostname
             served = host != "*" and host in secure
+            if host in self._www:  # nginx's www redirect keeps the scheme: no 308 to HTTPS
+                out.append(vhost)
+                continue
             if not served and not any(by_ref[r.origin].force_ssl_redirect for r in vhost.routes
                                       if r.origin in by_ref):
                 out.append(vhost)
@@ -375,8 +435,8 @@ class IngressTranslation:
                 part = by_ref.get(route.origin)
                 if part is None or _acme(route):
                     routes.append(route)
-                elif part.force_ssl_redirect or (served and part.ssl_redirect
-                                                 and _tls_covers(part, host)):
+                elif part.force_ssl_redirect or (served and part.ssl_redirect and _tls_covers(
+                        part, self._alias_of.get(host, host))):
                     routes.append(Route(name=route.name, match=route.match, action=redirect,
                                         origin=route.origin))
                 else:
@@ -415,6 +475,9 @@ class IngressTranslation:
 
 
 _EVERY_PATH = RouteMatch()  # a prefix match on "/"
+
+
+NGINX_ALIAS = "nginx.ingress.kubernetes.io/server-alias"
 
 
 def _as_regex(route: Route) -> Route:

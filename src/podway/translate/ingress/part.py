@@ -96,6 +96,9 @@ class IngressPart:
     force_ssl_redirect: bool = False
     canary: Canary | None = None  # nginx canary: its claims join the main Ingress's routes
     regex_paths: bool = False  # nginx use-regex / rewrite-target: its hosts' paths are regexes
+    rule_hosts: tuple[str, ...] = ()  # the valid hosts of its rules ("*": none named)
+    aliases: tuple[str, ...] = ()  # nginx server-alias: more names of its rule hosts
+    www_redirect: bool = False  # nginx from-to-www-redirect
 
     @property
     def owner(self) -> str:
@@ -189,7 +192,9 @@ class _Builder:
                                                and self.nginx.ssl.force),
                            canary=self.nginx.canary,
                            regex_paths=(self.nginx.rewrite is not None
-                                        and self.nginx.rewrite.regex_paths))
+                                        and self.nginx.rewrite.regex_paths),
+                           rule_hosts=tuple(dict.fromkeys(rule_hosts)),
+                           aliases=self.nginx.server_alias, www_redirect=self.nginx.from_to_www)
 
     def read_nginx(self) -> None:
         """The ingress-nginx annotations: read once, reported, turned into filters; its
