@@ -138,7 +138,8 @@ async def test_hsts_as_ingress_nginx_sets_it(tmp_path: Path, settings: tuple[str
             task.cancel()
 
 
-HOSTS = ingress("site", """  tls: [{hosts: [site.test, www.site.test, alias.test], secretName: shop-tls}]
+HOSTS = ingress("site", """  tls:
+  - {hosts: [site.test, www.site.test, alias.test], secretName: shop-tls}
   rules:
   - host: site.test
     http:
