@@ -203,3 +203,33 @@ async def test_use_regex_and_its_siblings_convert_without_changing_meaning(
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def test_server_alias_and_www_redirect_convert_as_nginx_answers(tmp_path: Path) -> None:
+    """server-alias (a copy of the host's routes and HTTPS listener, not over a host another
+    Ingress serves) and from-to-www-redirect (308 to the rule host, scheme kept): the Gateway
+    answers as nginx does."""
+    from podway.tools.migrate.probes import Probe
+    from tests.e2e.test_migrate_compare import HOSTS
+
+    tasks: list = []  # type: ignore[type-arg]
+    try:
+        ports = await start_backends(("web", "api"), tasks)
+        text = HOSTS + backends(ports)
+        gw_http, gw_https = free_port(), free_port()
+        probes = tuple(Probe(route=f"{scheme} {host}", scheme=scheme, host=host, path=path)
+                       for scheme in ("http", "https")
+                       for host in ("alias.test", "taken.test", "www.site.test", "shop.test")
+                       for path in ("/", "/a/b?q=1")) + probes_of(text)
+        async with bed(tmp_path, text, gateway_world(text, gw_http, gw_https)) as b:
+            report = await b.compare(probes, new=entry("new", gw_http, gw_https))
+        assert not report.differs, explain(report)
+        statuses = {(r.probe.scheme, r.probe.host, r.old.status) for route in report.routes
+                    for r in route.results if r.probe.path == "/"}
+        assert {("https", "alias.test", 200), ("http", "www.site.test", 308),
+                ("https", "www.site.test", 308), ("http", "shop.test", 308)} <= statuses
+        notes = convert(objects_of(text), ConvertOptions()).notes
+        assert [n.key for n in notes] == ["nginx.ingress.kubernetes.io/server-alias"], notes
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -36,7 +36,8 @@ NOT_CARRIED: dict[str, tuple[str, str]] = {
 
 # Families the conversion carries (the rest are NOT_CARRIED, or caught by the guard below).
 CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
-                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough"})
+                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough",
+                     "server_alias", "from_to_www"})
 
 
 def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:

@@ -29,6 +29,9 @@ every namespace):
   so is an ``ImplementationSpecific`` path (a plain string prefix in nginx).
 - ingress-nginx's HSTS (``opts.nginx``, its ConfigMap): a ``ResponseHeaderModifier`` on the
   rules of a TLS host's HTTPS route; its plain-HTTP rules get a route of their own.
+- ``server-alias``: each alias a copy of its host's routes and HTTPS listener (not a name an
+  Ingress serves); ``from-to-www-redirect``: an HTTPRoute for the other name answering 308 to
+  the host (scheme and request URI kept).
 - ``permanent-redirect`` / ``temporal-redirect`` → ``RequestRedirect`` (scheme, host, port, full
   path; the code); ``app-root`` → an ``Exact /`` rule redirecting (302) there; ``upstream-vhost``
   → ``URLRewrite.hostname``; ``x-forwarded-prefix`` → a ``RequestHeaderModifier``;
@@ -123,6 +126,7 @@ class _Host:
     notes: NginxAnnotations
     host: str
     catch_all: bool = False  # the route without hostname serving the defaultBackend
+    alias_of: str = ""  # nginx server-alias: the host whose rules this alias serves
     rules: list[dict[str, Any]] = field(default_factory=list)
     # (match type, value) → rule index, so one path is served once
     by_path: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -146,6 +150,7 @@ class _Converter:
     # makes every prefix path of the host a regex
     regex_hosts: set[str] = field(default_factory=set)
     regex_siblings: dict[str, list[str]] = field(default_factory=dict)  # Ingress → such paths
+    www_routes: list[dict[str, Any]] = field(default_factory=list)  # from-to-www-redirect
 
     def note(self, ingress: Ingress, key: str, message: str) -> None:
         self.notes.append(Note(ingress=_ref(ingress), key=key, message=message))
@@ -397,6 +402,66 @@ class _Converter:
             self.note(ingress, PREFIX + "canary", "a canary uses its main Ingress's rewrite "
                       "and headers (as in ingress-nginx); its own are ignored")
 
+    def add_names(self, converted: list[tuple[Ingress, NginxAnnotations]]) -> None:
+        """nginx ``server-alias``: each alias a copy of its host's routes (every Ingress's, as
+        the alias is a name of nginx's server) and of its HTTPS listener; never a name an
+        Ingress serves as a host (that host wins), the oldest Ingress's alias first.
+        ``from-to-www-redirect``: the other name answers 308 to the host, keeping scheme and
+        request URI (RequestRedirect with the hostname only), on HTTP and — with the host's
+        certificate — HTTPS."""
+        taken = {rule.host or "" for o in self.objects if isinstance(o, Ingress)
+                 for rule in o.spec.rules}
+        for ingress, notes in converted:
+            hosts = [r.host for r in ingress.spec.rules if r.host and not r.host.startswith("*")]
+            for alias in notes.server_alias:
+                if alias in taken or not hosts:
+                    if alias in taken:
+                        self.note(ingress, PREFIX + "server-alias", f"{alias} is a host of an "
+                                  "Ingress, which serves it (as in ingress-nginx); not an alias")
+                    continue
+                taken.add(alias)
+                self.add_alias(hosts[0], alias)
+            for host in hosts if notes.from_to_www else ():
+                other = host[4:] if host.startswith("www.") else f"www.{host}"
+                if other in taken:
+                    continue
+                taken.add(other)
+                self.add_www(ingress, host, other)
+
+    def add_alias(self, host: str, alias: str) -> None:
+        for each in [h for h in self.hosts if h.host == host and not h.alias_of]:
+            self.hosts.append(_Host(ingress=each.ingress, notes=each.notes, host=alias,
+                                    alias_of=host, rules=each.rules))
+        self.share_listener(host, alias)
+
+    def share_listener(self, host: str, other: str) -> dict[str, Any] | None:
+        """An HTTPS listener for ``other`` with ``host``'s certificate (None: ``host`` has
+        none; ``other``'s own listener when it has one)."""
+        if other in self.listeners or wildcard_of(other) in self.listeners:
+            return self.listeners.get(other) or self.listeners[wildcard_of(other) or ""]
+        source = self.listeners.get(host) or self.listeners.get(wildcard_of(host) or "-")
+        if source is None:
+            return None
+        self.listeners[other] = {**copy.deepcopy(source), "name": listener_name(other),
+                                 "hostname": other}
+        return self.listeners[other]
+
+    def add_www(self, ingress: Ingress, host: str, other: str) -> None:
+        gw: dict[str, Any] = {"name": self.opts.gateway_name}
+        if ingress.metadata.namespace != self.namespace:
+            gw["namespace"] = self.namespace
+        listener = self.share_listener(host, other)
+        parents = [{**gw, "sectionName": "http"}]
+        if listener is not None:
+            parents.append({**gw, "sectionName": listener["name"]})
+        self.www_routes.append({
+            "apiVersion": GATEWAY_API, "kind": "HTTPRoute",
+            "metadata": {"name": f"{ingress.metadata.name}-{listener_name(other)[6:]}",
+                         "namespace": ingress.metadata.namespace},
+            "spec": {"parentRefs": parents, "hostnames": [other], "rules": [{"filters": [{
+                "type": "RequestRedirect",
+                "requestRedirect": {"hostname": host, "statusCode": 308}}]}]}})
+
     def check_regex_order(self, hosts: list[_Host]) -> None:
         """nginx tries a regex host's paths longest first; Gateway API ranks every
         RegularExpression before every PathPrefix. A shorter regex ahead of a longer prefix
@@ -445,7 +510,8 @@ class _Converter:
         hsts = self.opts.nginx.hsts_value if key and not host.catch_all else None
         # As Podway serves Ingresses: the 308 is for the routes of an Ingress whose own TLS
         # entry covers the host (or that forces it); every route of the host is on HTTPS.
-        own = any(covers(h, host.host) for t in host.ingress.spec.tls for h in t.hosts or ("",))
+        own = any(covers(h, host.alias_of or host.host) for t in host.ingress.spec.tls
+                  for h in t.hosts or ("",))
         redirect = (own and (ssl is None or ssl.redirect) and tls) or (
             ssl is not None and ssl.force)
         parents: list[dict[str, Any]] = []
@@ -552,6 +618,7 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
     for ingress, notes in converted:
         if notes.canary is None and not notes.ssl_passthrough:
             conv.add_ingress(ingress, notes)
+    conv.add_names(converted)
     for name in conv.regex_hosts:
         conv.check_regex_order([h for h in conv.hosts if h.host == name and not h.catch_all])
     for ingress, notes in converted:
@@ -564,7 +631,8 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
     for ingress, notes in converted:
         if notes.canary is not None and not notes.ssl_passthrough:
             conv.add_canary(ingress, notes.canary, notes)
-    result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
+    routes = conv.routes()  # first: a listener an alias needs is made with its routes
+    result = conv.gateway() + routes + conv.www_routes + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
 
 
