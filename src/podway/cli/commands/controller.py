@@ -167,14 +167,13 @@ def controller(
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
-        translate=TranslateOptions(address=address, http_port=http_port,
-                                   https_port=https_port,
+        translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=backend_mode_flag(backend_mode, mode,
                                                           default=BackendMode.NODEPORTLOCAL),
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
-                                   real_ip_header=x_real_ip,
-                                   nginx=check_nginx_config("--nginx-config", nginx_config),
+                                   real_ip_header=x_real_ip, nginx=check_nginx_config(
+                                       "--nginx-config", nginx_config),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops),
                                    **npl),

@@ -59,21 +59,27 @@ from typing import Any
 from podway.model import Ingress, Service
 from podway.model.base import K8sObject
 from podway.model.networking import HTTPIngressPath, IngressBackend
+from podway.tools.migrate.convert_model import (
+    DEFAULTS,
+    Conversion,
+    ConvertOptions,
+    HostRoutes,
+    Note,
+    ref_of,
+)
 from podway.tools.migrate.gateway_api import (
-    GATEWAY_API,
-    PODWAY_CONTROLLER,
-    REFERENCE_GRANT_API,
     TLS_ROUTE_API,
     cors_filter,
-    covers,
     dump,
     listener_name,
+    nginx_regex,
     redirect_filter,
+    upper_path,
     url_redirect,
-    wildcard_of,
 )
+from podway.tools.migrate.host_names import HostNames
 from podway.tools.migrate.not_carried import not_carried, restrictions
-from podway.translate.core.nginx_config import HSTS_HEADER, NginxConfig
+from podway.tools.migrate.route_output import RouteOutput
 from podway.translate.core.regex import re2_problem
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
@@ -89,60 +95,16 @@ _IDIOM_TARGET = re.compile(r"^(?P<target>/[^$]*)\$2$")  # T/$2 (T may be empty)
 _CAPTURE = re.compile(r"\$(\d)")
 _META = re.compile(r"[\\^$.|?*+()\[\]{}]")
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConvertOptions:
-    gateway_name: str = "ingress-nginx"
-    gateway_namespace: str = ""  # "": the Ingresses' namespace when they share one, else default
-    gateway_class: str = "podway"
-    http_port: int = 80
-    https_port: int = 443
-    # ingress-nginx's ConfigMap (HSTS) the Ingresses were served with
-    nginx: NginxConfig = field(default_factory=NginxConfig)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Note:
-    """Something of ``ingress`` (namespace/name) that was not carried over, and why."""
-
-    ingress: str
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"Ingress {self.ingress}: {self.key}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Conversion:
-    objects: tuple[dict[str, Any], ...]
-    notes: tuple[Note, ...]
-
 
 @dataclass(slots=True)
-class _Host:
-    """One HTTPRoute in the making: an Ingress's rules for one hostname."""
-
-    ingress: Ingress
-    notes: NginxAnnotations
-    host: str
-    catch_all: bool = False  # the route without hostname serving the defaultBackend
-    alias_of: str = ""  # nginx server-alias: the host whose rules this alias serves
-    rules: list[dict[str, Any]] = field(default_factory=list)
-    # (match type, value) → rule index, so one path is served once
-    by_path: dict[tuple[str, str], int] = field(default_factory=dict)
-    # (Ingress pathType, path as written) → rule index, so a canary joins the rule it shadows
-    by_source: dict[tuple[str, str], int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Converter:
+class _Converter(HostNames, RouteOutput):
     objects: Sequence[K8sObject]
     opts: ConvertOptions
     namespace: str = ""
     notes: list[Note] = field(default_factory=list)
     listeners: dict[str, dict[str, Any]] = field(default_factory=dict)  # by hostname
     grants: dict[str, set[str]] = field(default_factory=dict)  # secret namespace → names
-    hosts: list[_Host] = field(default_factory=list)
+    hosts: list[HostRoutes] = field(default_factory=list)
     catch_all: bool = False  # the oldest Ingress with a defaultBackend took the catch-all
     passthrough: list[dict[str, Any]] = field(default_factory=list)  # TLS listeners
     tls_routes: list[dict[str, Any]] = field(default_factory=list)
@@ -153,7 +115,7 @@ class _Converter:
     www_routes: list[dict[str, Any]] = field(default_factory=list)  # from-to-www-redirect
 
     def note(self, ingress: Ingress, key: str, message: str) -> None:
-        self.notes.append(Note(ingress=_ref(ingress), key=key, message=message))
+        self.notes.append(Note(ingress=ref_of(ingress), key=key, message=message))
 
     # --- listeners ----------------------------------------------------------------------------
     def add_tls(self, ingress: Ingress) -> None:
@@ -186,7 +148,7 @@ class _Converter:
                 self.note(ingress, PREFIX + "ssl-passthrough", f"rule host {rule.host or '*'}: "
                           "passthrough needs an exact host and a path; left out")
                 continue
-            ref = self.backend_ref(ingress, paths[0].backend)
+            ref = self.backendref_of(ingress, paths[0].backend)
             if ref is None:
                 continue
             name = listener_name(rule.host).replace("https-", "tls-", 1)
@@ -207,7 +169,7 @@ class _Converter:
     # --- routes -------------------------------------------------------------------------------
     def add_ingress(self, ingress: Ingress, notes: NginxAnnotations) -> None:
         for rule in ingress.spec.rules:
-            host = _Host(ingress=ingress, notes=notes, host=rule.host or "")
+            host = HostRoutes(ingress=ingress, notes=notes, host=rule.host or "")
             for path in rule.http.paths if rule.http else ():
                 self.add_path(host, path)
             if ingress.spec.default_backend is not None:
@@ -221,13 +183,13 @@ class _Converter:
                 host.by_source = {k: v + 1 for k, v in host.by_source.items()}
             self.hosts.append(host)
         if ingress.spec.default_backend is not None and not self.catch_all:
-            host = _Host(ingress=ingress, notes=notes, host="", catch_all=True)
+            host = HostRoutes(ingress=ingress, notes=notes, host="", catch_all=True)
             self.add_rule(host, "PathPrefix", "/", ingress.spec.default_backend, notes,
                           rewrite_full=None, rewrite_prefix=None)
             self.catch_all = True
             self.hosts.append(host)
 
-    def add_path(self, host: _Host, path: HTTPIngressPath) -> None:
+    def add_path(self, host: HostRoutes, path: HTTPIngressPath) -> None:
         notes, ingress = host.notes, host.ingress
         rewrite = notes.rewrite
         kind = "Exact" if path.path_type == "Exact" else "PathPrefix"
@@ -244,12 +206,12 @@ class _Converter:
                 prefix = target.group("target") or "/"
                 self.note(ingress, PREFIX + "rewrite-target", f"path {path.path!r}: "
                           "ingress-nginx matched it case-insensitively; ReplacePrefixMatch "
-                          f"needs a PathPrefix, which is case-sensitive: {_upper(value)} no "
+                          f"needs a PathPrefix, which is case-sensitive: {upper_path(value)} no "
                           "longer matches")
             elif rewrite.target is not None and literal and not _CAPTURE.search(rewrite.target):
-                kind, value, full = "RegularExpression", _nginx_regex(path.path), rewrite.target
+                kind, value, full = "RegularExpression", nginx_regex(path.path), rewrite.target
             elif rewrite.target is None and path.path != "/":
-                kind, value = "RegularExpression", _nginx_regex(path.path)
+                kind, value = "RegularExpression", nginx_regex(path.path)
             elif rewrite.target is None:
                 pass  # "^/" takes any path: PathPrefix / is the same, and ranks last as in nginx
             else:
@@ -266,9 +228,9 @@ class _Converter:
             # a sibling Ingress of the host asks for regexes: ingress-nginx makes this prefix a
             # case-insensitive regex anchored at the start too (/api also matches /apix)
             bare = path.path.rstrip("/") or "/"
-            if bare != "/" and re2_problem(_nginx_regex(bare)) is None:  # "/": any path
-                kind, value = "RegularExpression", _nginx_regex(bare)
-                self.regex_siblings.setdefault(_ref(ingress), []).append(path.path)
+            if bare != "/" and re2_problem(nginx_regex(bare)) is None:  # "/": any path
+                kind, value = "RegularExpression", nginx_regex(bare)
+                self.regex_siblings.setdefault(ref_of(ingress), []).append(path.path)
         elif path.path_type == "ImplementationSpecific" and not path.path.endswith("/"):
             self.note(ingress, "spec.rules.http.paths", f"ImplementationSpecific path "
                       f"{path.path!r}: ingress-nginx matched it as a plain string prefix "
@@ -281,7 +243,7 @@ class _Converter:
         if (kind, value) in host.by_path:
             host.by_source.setdefault((path.path_type, path.path), host.by_path[(kind, value)])
 
-    def add_rule(self, host: _Host, kind: str, value: str, backend: IngressBackend,
+    def add_rule(self, host: HostRoutes, kind: str, value: str, backend: IngressBackend,
                  notes: NginxAnnotations, *, rewrite_full: str | None,
                  rewrite_prefix: str | None) -> None:
         if (kind, value) in host.by_path:
@@ -316,14 +278,14 @@ class _Converter:
         if filters:
             rule["filters"] = filters
         if notes.redirect is None:
-            ref = self.backend_ref(host.ingress, backend)
+            ref = self.backendref_of(host.ingress, backend)
             if ref is None:
                 return
             rule["backendRefs"] = [ref]
         host.by_path[(kind, value)] = len(host.rules)
         host.rules.append(rule)
 
-    def backend_ref(self, ingress: Ingress, backend: IngressBackend) -> dict[str, Any] | None:
+    def backendref_of(self, ingress: Ingress, backend: IngressBackend) -> dict[str, Any] | None:
         if backend.service is None:
             self.note(ingress, "backend.resource", "resource backends have no Gateway API "
                       "form; that path is left out")
@@ -354,7 +316,7 @@ class _Converter:
         key = (path.path_type, path.path)
         main = next(((h, h.by_source[key]) for h in self.hosts
                      if h.host == hostname and key in h.by_source), None)
-        canary = self.backend_ref(ingress, path.backend)
+        canary = self.backendref_of(ingress, path.backend)
         if main is None or canary is None:
             self.note(ingress, PREFIX + "canary", f"no Ingress serves {hostname or '*'} "
                       f"{path.path} for this canary to shadow; left out")
@@ -402,200 +364,20 @@ class _Converter:
             self.note(ingress, PREFIX + "canary", "a canary uses its main Ingress's rewrite "
                       "and headers (as in ingress-nginx); its own are ignored")
 
-    def add_names(self, converted: list[tuple[Ingress, NginxAnnotations]]) -> None:
-        """nginx ``server-alias``: each alias a copy of its host's routes (every Ingress's, as
-        the alias is a name of nginx's server) and of its HTTPS listener; never a name an
-        Ingress serves as a host (that host wins), the oldest Ingress's alias first.
-        ``from-to-www-redirect``: the other name answers 308 to the host, keeping scheme and
-        request URI (RequestRedirect with the hostname only), on HTTP and — with the host's
-        certificate — HTTPS."""
-        taken = {rule.host or "" for o in self.objects if isinstance(o, Ingress)
-                 for rule in o.spec.rules}
-        for ingress, notes in converted:
-            hosts = [r.host for r in ingress.spec.rules if r.host and not r.host.startswith("*")]
-            for alias in notes.server_alias:
-                if alias in taken or not hosts:
-                    if alias in taken:
-                        self.note(ingress, PREFIX + "server-alias", f"{alias} is a host of an "
-                                  "Ingress, which serves it (as in ingress-nginx); not an alias")
-                    continue
-                taken.add(alias)
-                self.add_alias(hosts[0], alias)
-            for host in hosts if notes.from_to_www else ():
-                other = host[4:] if host.startswith("www.") else f"www.{host}"
-                if other in taken:
-                    continue
-                taken.add(other)
-                self.add_www(ingress, host, other)
 
-    def add_alias(self, host: str, alias: str) -> None:
-        for each in [h for h in self.hosts if h.host == host and not h.alias_of]:
-            self.hosts.append(_Host(ingress=each.ingress, notes=each.notes, host=alias,
-                                    alias_of=host, rules=each.rules))
-        self.share_listener(host, alias)
-
-    def share_listener(self, host: str, other: str) -> dict[str, Any] | None:
-        """An HTTPS listener for ``other`` with ``host``'s certificate (None: ``host`` has
-        none; ``other``'s own listener when it has one)."""
-        if other in self.listeners or wildcard_of(other) in self.listeners:
-            return self.listeners.get(other) or self.listeners[wildcard_of(other) or ""]
-        source = self.listeners.get(host) or self.listeners.get(wildcard_of(host) or "-")
-        if source is None:
-            return None
-        self.listeners[other] = {**copy.deepcopy(source), "name": listener_name(other),
-                                 "hostname": other}
-        return self.listeners[other]
-
-    def add_www(self, ingress: Ingress, host: str, other: str) -> None:
-        gw: dict[str, Any] = {"name": self.opts.gateway_name}
-        if ingress.metadata.namespace != self.namespace:
-            gw["namespace"] = self.namespace
-        listener = self.share_listener(host, other)
-        parents = [{**gw, "sectionName": "http"}]
-        if listener is not None:
-            parents.append({**gw, "sectionName": listener["name"]})
-        self.www_routes.append({
-            "apiVersion": GATEWAY_API, "kind": "HTTPRoute",
-            "metadata": {"name": f"{ingress.metadata.name}-{listener_name(other)[6:]}",
-                         "namespace": ingress.metadata.namespace},
-            "spec": {"parentRefs": parents, "hostnames": [other], "rules": [{"filters": [{
-                "type": "RequestRedirect",
-                "requestRedirect": {"hostname": host, "statusCode": 308}}]}]}})
-
-    def check_regex_order(self, hosts: list[_Host]) -> None:
-        """nginx tries a regex host's paths longest first; Gateway API ranks every
-        RegularExpression before every PathPrefix. A shorter regex ahead of a longer prefix
-        (a rewrite idiom kept as PathPrefix) may take its requests: say so."""
-        kinds = [m["path"] for host in hosts for rule in host.rules
-                 for m in rule.get("matches", ()) if "path" in m and "headers" not in m]
-        prefixes = [p["value"] for p in kinds if p["type"] == "PathPrefix" and p["value"] != "/"]
-        regexes = [p["value"] for p in kinds if p["type"] == "RegularExpression"]
-        if hosts and any(len(r) - len(_nginx_regex("")) < len(p)
-                         for r in regexes for p in prefixes):
-            self.note(hosts[0].ingress, PREFIX + "use-regex", f"host {hosts[0].host or '*'}: "
-                      f"RegularExpression paths ({', '.join(regexes)}) rank before PathPrefix "
-                      f"({', '.join(prefixes)}) in Gateway API, while nginx tried the longest "
-                      "path first: a request both match may reach another backend")
-
-    # --- output -------------------------------------------------------------------------------
-    def routes(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        per_ingress: dict[str, int] = {}
-        for host in self.hosts:
-            per_ingress[_ref(host.ingress)] = per_ingress.get(_ref(host.ingress), 0) + 1
-        seen: dict[str, int] = {}
-        for host in self.hosts:
-            key = _ref(host.ingress)
-            seen[key] = seen.get(key, 0) + 1
-            name = host.ingress.metadata.name
-            if host.catch_all:
-                name = f"{name}-default-backend"
-            elif per_ingress[key] > 1:
-                name = f"{name}-{seen[key]}"
-            out.extend(self.route_objects(host, name))
-        return out
-
-    def route_objects(self, host: _Host, name: str) -> list[dict[str, Any]]:
-        if not host.rules:
-            return []
-        gw = {"name": self.opts.gateway_name}
-        if host.ingress.metadata.namespace != self.namespace:
-            gw["namespace"] = self.namespace
-        ssl = host.notes.ssl
-        key = next((h for h in (host.host, wildcard_of(host.host), "")
-                    if h is not None and h in self.listeners), None)
-        listener = self.listeners[key] if key is not None else None
-        tls = listener is not None
-        # ingress-nginx's HSTS: HTTPS answers of a host with a certificate of its own
-        hsts = self.opts.nginx.hsts_value if key and not host.catch_all else None
-        # As Podway serves Ingresses: the 308 is for the routes of an Ingress whose own TLS
-        # entry covers the host (or that forces it); every route of the host is on HTTPS.
-        own = any(covers(h, host.alias_of or host.host) for t in host.ingress.spec.tls
-                  for h in t.hosts or ("",))
-        redirect = (own and (ssl is None or ssl.redirect) and tls) or (
-            ssl is not None and ssl.force)
-        parents: list[dict[str, Any]] = []
-        if tls and listener is not None:
-            parents.append({**gw, "sectionName": listener["name"]})
-        if not redirect:
-            parents.append({**gw, "sectionName": "http"})
-        meta = {"name": name, "namespace": host.ingress.metadata.namespace}
-        out: list[dict[str, Any]] = []
-        if parents and hsts is not None and listener is not None:
-            # the header on HTTPS only: the HTTPS rules get it, plain HTTP a route of its own
-            out.append(self.http_route(meta, host, parents[:1], _with_hsts(host.rules, hsts)))
-            if len(parents) > 1:
-                out.append(self.http_route({**meta, "name": f"{name}-http"}, host, parents[1:],
-                                           host.rules))
-            if not any(m.get("path") in ({"type": "PathPrefix", "value": "/"},
-                                         {"type": "RegularExpression",
-                                          "value": _nginx_regex("/")})
-                       for rule in host.rules for m in rule.get("matches", ())):
-                self.note(host.ingress, "(ConfigMap) hsts", f"https://{host.host}: a path no "
-                          "rule serves answers 404 without Strict-Transport-Security (Gateway "
-                          "API has no 404 answer with headers); ingress-nginx's 404 had it")
-        elif parents:
-            out.append(self.http_route(meta, host, parents, host.rules))
-        else:
-            self.note(host.ingress, PREFIX + "force-ssl-redirect",
-                      f"{host.host or '*'} has no certificate: HTTP answers the redirect only "
-                      "and no HTTPS listener serves its rules (as with ingress-nginx, whose "
-                      "default server then answers)")
-        if redirect:
-            port = None if self.opts.https_port == 443 else self.opts.https_port
-            rspec: dict[str, Any] = {"parentRefs": [{**gw, "sectionName": "http"}]}
-            if host.host:
-                rspec["hostnames"] = [host.host]
-            rspec["rules"] = [{"filters": [redirect_filter(scheme="https", port=port,
-                                                            code=308)]}]
-            out.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute",
-                        "metadata": {**meta, "name": f"{name}-to-https"}, "spec": rspec})
-        return out
-
-    def http_route(self, meta: dict[str, Any], host: _Host, parents: list[dict[str, Any]],
-                   rules: list[dict[str, Any]]) -> dict[str, Any]:
-        spec: dict[str, Any] = {"parentRefs": parents}
-        if host.host:
-            spec["hostnames"] = [host.host]
-        spec["rules"] = rules
-        return {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": meta, "spec": spec}
-
-    def gateway(self) -> list[dict[str, Any]]:
-        listeners = [{"name": "http", "port": self.opts.http_port, "protocol": "HTTP",
-                      "allowedRoutes": {"namespaces": {"from": "All"}}},
-                     *self.listeners.values(), *self.passthrough]
-        out: list[dict[str, Any]] = [
-            {"apiVersion": GATEWAY_API, "kind": "GatewayClass",
-             "metadata": {"name": self.opts.gateway_class},
-             "spec": {"controllerName": PODWAY_CONTROLLER}},
-            {"apiVersion": GATEWAY_API, "kind": "Gateway",
-             "metadata": {"name": self.opts.gateway_name, "namespace": self.namespace},
-             "spec": {"gatewayClassName": self.opts.gateway_class, "listeners": listeners}}]
-        for ns, names in sorted(self.grants.items()):
-            out.append({"apiVersion": REFERENCE_GRANT_API, "kind": "ReferenceGrant",
-                        "metadata": {"name": f"{self.opts.gateway_name}-certificates",
-                                     "namespace": ns},
-                        "spec": {"from": [{"group": "gateway.networking.k8s.io",
-                                           "kind": "Gateway", "namespace": self.namespace}],
-                                 "to": [{"group": "", "kind": "Secret", "name": n}
-                                        for n in sorted(names)]}})
-        return out
-
-
-def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions()
-            ) -> Conversion:
+def convert(objects: Sequence[K8sObject], opts: ConvertOptions = DEFAULTS) -> Conversion:
     """Gateway API objects serving what the Ingresses in ``objects`` serve, and the notes."""
     ingresses = sorted((o for o in objects if isinstance(o, Ingress)), key=_age)
     namespaces = {i.metadata.namespace for i in ingresses}
     ns = opts.gateway_namespace or (next(iter(namespaces)) if len(namespaces) == 1
                                     else "default")
     conv = _Converter(objects, opts, ns)
-    read_notes = {i.metadata.uid or _ref(i): read(i.metadata.annotations,
+    read_notes = {i.metadata.uid or ref_of(i): read(i.metadata.annotations,
                                                   namespace=i.metadata.namespace)
                   for i in ingresses}
     converted: list[tuple[Ingress, NginxAnnotations]] = []
     for ingress in ingresses:
-        notes = read_notes[ingress.metadata.uid or _ref(ingress)]
+        notes = read_notes[ingress.metadata.uid or ref_of(ingress)]
         for key, message in not_carried(notes):
             conv.note(ingress, key, message)
         restricting = restrictions(notes)
@@ -622,7 +404,7 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
     for name in conv.regex_hosts:
         conv.check_regex_order([h for h in conv.hosts if h.host == name and not h.catch_all])
     for ingress, notes in converted:
-        paths = conv.regex_siblings.get(_ref(ingress))
+        paths = conv.regex_siblings.get(ref_of(ingress))
         if paths and not (notes.rewrite is not None and notes.rewrite.regex_paths):
             conv.note(ingress, PREFIX + "use-regex", "another Ingress of the same host asks "
                       f"for regex paths, so ingress-nginx matched {', '.join(paths)} as "
@@ -636,33 +418,6 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
 
 
-def _nginx_regex(path: str) -> str:
-    """ingress-nginx's ``location ~* "^PATH"`` as a Gateway API RegularExpression (a whole-path
-    match in Podway, as in Envoy): case-insensitive, anything may follow — the form Podway
-    serves the Ingress with, so both order the same."""
-    return f"(?i)(?:{path}).*"
-
-
-def _upper(path: str) -> str:
-    return path.upper() if path != "/" else "/X (upper case)"
-
-
-def _with_hsts(rules: list[dict[str, Any]], value: str) -> list[dict[str, Any]]:
-    """The rules, each also setting ``Strict-Transport-Security`` on its answers."""
-    header = {"type": "ResponseHeaderModifier", "responseHeaderModifier": {
-        "set": [{"name": HSTS_HEADER, "value": value}]}}
-    out: list[dict[str, Any]] = []
-    for rule in rules:  # filters after matches, before backendRefs (the documented order)
-        head = {k: v for k, v in rule.items() if k == "matches"}
-        out.append({**head, "filters": [*rule.get("filters", ()), header], **rule})
-        out[-1]["filters"] = [*rule.get("filters", ()), header]
-    return out
-
-
 def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:
     stamp = ingress.metadata.creation_timestamp
     return (stamp is None, stamp or 0, ingress.metadata.namespace, ingress.metadata.name)
-
-
-def _ref(ingress: Ingress) -> str:
-    return f"{ingress.metadata.namespace}/{ingress.metadata.name}"
