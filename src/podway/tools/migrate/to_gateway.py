@@ -231,6 +231,11 @@ class _Converter(HostNames, RouteOutput):
             if bare != "/" and re2_problem(nginx_regex(bare)) is None:  # "/": any path
                 kind, value = "RegularExpression", nginx_regex(bare)
                 self.regex_siblings.setdefault(ref_of(ingress), []).append(path.path)
+        elif kind == "Exact" and host.host in self.regex_hosts and not host.catch_all:
+            self.note(ingress, "spec.rules.http.paths", f"Exact path {path.path!r} on a host "
+                      "with regex paths: ingress-nginx's template made it a case-insensitive "
+                      f"regex anchored at the start too ({path.path}/x matched); kept Exact, "
+                      "as Podway serves the Ingress")
         elif path.path_type == "ImplementationSpecific" and not path.path.endswith("/"):
             self.note(ingress, "spec.rules.http.paths", f"ImplementationSpecific path "
                       f"{path.path!r}: ingress-nginx matched it as a plain string prefix "

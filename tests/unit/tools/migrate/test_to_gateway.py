@@ -242,6 +242,10 @@ def test_what_cannot_be_carried_exactly_is_a_note() -> None:
     notes = [n.message for n in convert(load_text(text).objects).notes]
     assert any("case-sensitive: /API no longer matches" in m for m in notes), notes
     assert any("rank before PathPrefix (/api)" in m for m in notes), notes
+    exact = _regex_world(("rw", '{nginx.ingress.kubernetes.io/use-regex: "true"}', "/a",
+                          "Prefix"), ("e", "{}", "/status", "Exact"))
+    notes = [n.message for n in convert(load_text(exact).objects).notes]
+    assert any("Exact path '/status' on a host with regex paths" in m for m in notes), notes
     loose = _regex_world(("x", "{}", "/app", "ImplementationSpecific"))
     notes = [n.message for n in convert(load_text(loose).objects).notes]
     assert any("plain string prefix (/appx matched too)" in m for m in notes), notes
