@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from podway.ir import (
     DirectResponse,
@@ -97,6 +97,9 @@ class IngressPart:
     force_ssl_redirect: bool = False
     canary: Canary | None = None  # nginx canary: its claims join the main Ingress's routes
     regex_paths: bool = False  # nginx use-regex / rewrite-target: its hosts' paths are regexes
+    rule_hosts: tuple[str, ...] = ()  # the valid hosts of its rules ("*": none named)
+    aliases: tuple[str, ...] = ()  # nginx server-alias: more names of its rule hosts
+    www_redirect: bool = False  # nginx from-to-www-redirect
 
     @property
     def owner(self) -> str:
@@ -105,6 +108,15 @@ class IngressPart:
     def still_valid(self, ingress: Ingress, snapshot: Snapshot) -> bool:
         return self.source is ingress and all(
             snapshot.get(cls, ns, name) is found for cls, ns, name, found in self.deps)
+
+
+class _NginxFields(TypedDict):
+    force_ssl_redirect: bool
+    canary: Canary | None
+    regex_paths: bool
+    rule_hosts: tuple[str, ...]
+    aliases: tuple[str, ...]
+    www_redirect: bool
 
 
 def build_part(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> IngressPart:
@@ -126,7 +138,6 @@ class _Builder:
     tls_options: TLSOptions | None = None
     nginx: NginxAnnotations = field(default_factory=NginxAnnotations)
     filters: tuple[Filter, ...] = ()  # every route's (nginx annotations)
-    refused: bool = False  # an access restriction that cannot be served: every route is 403
 
     def lookup(self, cls: type[T], namespace: str, name: str) -> T | None:
         found = self.snapshot.get(cls, namespace, name)
@@ -137,8 +148,7 @@ class _Builder:
         ingress = self.ingress
         base = "ingress/{}/{}".format(*ingress.key)
         self.read_nginx()
-        answer = (DirectResponse(status=nginx.CLOSED_STATUS) if self.refused
-                  else nginx.redirect(self.nginx))
+        answer = nginx.refusal(self.nginx) or nginx.redirect(self.nginx)
         for name, verdict in self.settings.problems:
             self.problem(verdict.reason, f"annotation {name}: {verdict.message}",
                          f"metadata.annotations[{name}]")
@@ -151,7 +161,7 @@ class _Builder:
         rule_hosts: list[str] = []
         for i, rule in enumerate(ingress.spec.rules):
             if self.settings.passthrough:
-                if not self.refused:  # TLS passthrough cannot answer 403
+                if not self.nginx.closed:  # refused: TLS passthrough cannot answer 403
                     self.passthrough_rule(i, rule, base)
                 continue
             if rule.host and not valid_hostname(rule.host):
@@ -175,7 +185,7 @@ class _Builder:
             # Lowest precedence in every host of this Ingress, and for hosts nobody names.
             for host in dict.fromkeys([*rule_hosts, "*"]):
                 self.claims.append(Claim(host, ("default",), (1, 2, ""), route,
-                                         "spec.defaultBackend", self.refused))
+                                         "spec.defaultBackend", bool(self.nginx.closed)))
         if ingress.spec.tls and not self.settings.passthrough:
             self.tls_options = self.handshake_options()
         if self.settings.passthrough and ingress.spec.tls:
@@ -188,11 +198,16 @@ class _Builder:
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()),
                            ssl_redirect=self.settings.ssl_redirect,
-                           force_ssl_redirect=(self.nginx.ssl is not None
-                                               and self.nginx.ssl.force),
-                           canary=self.nginx.canary,
-                           regex_paths=(self.nginx.rewrite is not None
-                                        and self.nginx.rewrite.regex_paths))
+                           **self.nginx_fields(rule_hosts))
+
+    def nginx_fields(self, rule_hosts: list[str]) -> _NginxFields:
+        """What the merge needs of the Ingress's nginx annotations."""
+        n = self.nginx
+        return _NginxFields(force_ssl_redirect=n.ssl is not None and n.ssl.force,
+                            canary=n.canary,
+                            regex_paths=n.rewrite is not None and n.rewrite.regex_paths,
+                            rule_hosts=tuple(dict.fromkeys(rule_hosts)),
+                            aliases=n.server_alias, www_redirect=n.from_to_www)
 
     def read_nginx(self) -> None:
         """The ingress-nginx annotations: read once, reported, turned into filters; its
@@ -206,16 +221,10 @@ class _Builder:
                          f"metadata.annotations[{note.key}]",
                          Severity.ERROR if note.error else Severity.WARNING)
         self.filters = nginx.route_filters(self.nginx)
-        auth = basic_auth.serve(annotations, self.ingress.metadata.namespace,
-                                lambda ns, name: self.lookup(Secret, ns, name),
-                                canary=self.nginx.canary is not None)
-        for (key, message), error in [*((e, True) for e in auth.errors),
-                                      *((w, False) for w in auth.warnings)]:
-            self.problem(Reason.INVALID_ANNOTATION if error else Reason.UNSUPPORTED_VALUE,
-                         f"annotation {key}: {message}", f"metadata.annotations[{key}]",
-                         Severity.ERROR if error else Severity.WARNING)
+        auth = basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n))
+        self.problems += auth.problems()
         self.filters += (auth.filter,) if auth.filter is not None else ()
-        self.refused = bool(self.nginx.closed) or auth.refused
+        self.nginx = auth.closing(self.nginx)  # unusable: refused as an unserved restriction
         canary = self.nginx.canary
         pattern = canary.header_pattern if canary is not None else None
         why = re2_problem(f".*(?:{pattern}).*") if pattern is not None else None
@@ -253,12 +262,12 @@ class _Builder:
                       origin=self.ingress.ref)
         order = (-len(value), 0 if exact else 1, value)
         self.claims.append(Claim(host, (match.kind, value), order, route, where,
-                                 self.refused))
+                                 bool(self.nginx.closed)))
 
     def app_root(self, base: str, hosts: list[str]) -> None:
         """nginx ``app-root``: ``/`` of each host of the Ingress redirects to it."""
         root = nginx.app_root(self.nginx)
-        if root is None or self.refused:
+        if root is None or self.nginx.closed:
             return
         route = Route(name=f"{base}/app-root", action=root, filters=self.filters,
                       match=RouteMatch(path=PathMatch(kind=PathKind.EXACT, value="/")),

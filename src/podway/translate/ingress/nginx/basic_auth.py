@@ -19,12 +19,13 @@ served open.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from podway.ir import BasicAuth
-from podway.model import Secret
+from podway.model import Ingress, Secret
 from podway.translate.core import htpasswd
-from podway.translate.ingress.nginx.values import PREFIX, quote
+from podway.translate.core.problems import Problem, Reason, Severity
+from podway.translate.ingress.nginx.values import PREFIX, NginxAnnotations, quote
 
 KEYS = ("auth-type", "auth-secret", "auth-secret-type", "auth-realm")
 _FILE_KEY = "auth"  # ingress-nginx's key of an auth-file Secret
@@ -45,10 +46,28 @@ class Served:
     """What the annotations give: the filter, or ``refused`` (every request answered 403);
     ``errors`` and ``warnings``: (full key, message)."""
 
+    ref: Ingress
     filter: BasicAuth | None = None
     refused: bool = False
     errors: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    def closing(self, found: NginxAnnotations) -> NginxAnnotations:
+        """``found`` with ``auth-type`` among the ``closed`` keys when the authentication
+        cannot be served: the Ingress then refuses every request (403), as for any unserved
+        restriction."""
+        if not self.refused:
+            return found
+        return replace(found, closed=(*found.closed, PREFIX + "auth-type"))
+
+    def problems(self) -> list[Problem]:
+        """The errors (InvalidAnnotation) and warnings (UnsupportedValue) as problems."""
+        return [Problem(ref=self.ref.ref, reason=reason, message=f"annotation {key}: {text}",
+                        field=f"metadata.annotations[{key}]", severity=severity)
+                for found, reason, severity in (
+                    (self.errors, Reason.INVALID_ANNOTATION, Severity.ERROR),
+                    (self.warnings, Reason.UNSUPPORTED_VALUE, Severity.WARNING))
+                for key, text in found]
 
     def refuse(self, key: str, message: str) -> Served:
         self.refused = True
@@ -57,16 +76,16 @@ class Served:
         return self
 
 
-def serve(annotations: Mapping[str, str], namespace: str,
-          lookup: Callable[[str, str], Secret | None], *, canary: bool = False) -> Served:
+def serve(ingress: Ingress, lookup: Callable[[str, str], Secret | None]) -> Served:
     """The basic authentication of one Ingress's annotations (``lookup(namespace, name)``
     finds a Secret and records the dependency). A canary's own is refused: its requests run
     the main Ingress's routes and filters, so its authentication could not apply."""
+    annotations, namespace = ingress.metadata.annotations, ingress.metadata.namespace
     raw = {k.removeprefix(PREFIX): v for k, v in annotations.items() if k.startswith(PREFIX)}
-    out = Served()
+    out = Served(ingress)
     if not asks_basic(raw):
         return out
-    if canary:
+    if raw.get("canary", "").strip().lower() in ("1", "t", "true"):  # as the reader's flag
         return out.refuse("auth-type", "a canary Ingress's requests are served with the main "
                           "Ingress's settings, so its own authentication cannot apply (set it "
                           "on the main Ingress)")
