@@ -42,6 +42,7 @@ class RenderOptions:
     folder: str  # absolute folder the files are written to (the config names them)
     runtime_socket: str  # the worker's runtime API socket (admin level, mode 0600)
     slots: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
+    backups: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
     threads: int = 1
 
 
@@ -56,6 +57,7 @@ class Rendered:
     maps: Mapping[str, tuple[tuple[str, str], ...]]  # relative map path → rows, in order
     servers: Mapping[str, tuple[slotting.SlotState, ...]]  # backend → its slots
     slots: slotting.Slots  # pool → assignment (hand it back to the next rendering)
+    backups: slotting.Slots  # pool → its backup slots' assignment (likewise)
     unsupported: tuple[Unsupported, ...]
 
 
@@ -88,7 +90,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
     backends: dict[str, Backend] = {}
     for name in used:
         be = render_backend(ir.pools[name], opts.slots.get(name), folder=opts.folder,
-                            timed=name in timed)
+                            timed=name in timed, previous_backups=opts.backups.get(name))
         backends[name] = be
         sections.append([*be.lines, *be.server_lines(concrete=True)])
         skeleton.append([*be.lines, *be.server_lines(concrete=False)])
@@ -105,6 +107,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         files=MappingProxyType(files), maps=MappingProxyType(maps),
         servers=MappingProxyType({b.name: b.states for b in backends.values()}),
         slots=MappingProxyType({n: b.slots for n, b in backends.items()}),
+        backups=MappingProxyType({n: b.backups for n, b in backends.items() if b.backups}),
         unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))))
 
 
