@@ -48,9 +48,12 @@ from kubernetes_asyncio import client
 from podway.base.backoff import Backoff
 from podway.base.netaddr import HostPort
 from podway.base.tasks import cancel_and_wait
+from podway.engines import config_feed
+from podway.engines.config_feed import ConfigFeed
 from podway.engines.member_health import MemberHealthReports
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
+from podway.ir import IR
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
 from podway.kube.informer import RELIST
@@ -61,7 +64,7 @@ from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
 from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
-from podway.programs.controller.groups import EngineGroups
+from podway.programs.controller.groups import EngineGroups, GroupRefused, group_of, subset
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
@@ -148,6 +151,9 @@ class Controller:
         self._api = api
         self._writes_allowed = writes_allowed  # leadership: only a leader writes Pods
         self.health_reports = MemberHealthReports()  # the engines' member health
+        self.live = LiveConfig()  # the --config file's settings now
+        # The IR for HAProxy and kernel engines (``podway engine --engine haproxy|kernel``).
+        self.feed = ConfigFeed(kinds=lambda: self.live.engine_kinds)
         self.readiness: ReadinessGate | None = None
         self.source: ControllerSource | None = None
         self.gate: ModeGate | None = None
@@ -186,6 +192,7 @@ class Controller:
             log.warning("%s", warning)
         opts = self.opts
         live = load_config(opts.config) if opts.config is not None else LiveConfig()
+        self.live = live
         if live.backend_mode is not None:
             opts = replace(opts, translate=replace(opts.translate, mode=live.backend_mode))
         self.source = ControllerSource(api, KubeSourceSettings(
@@ -206,16 +213,20 @@ class Controller:
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
                                 on_event=self._on_event,
                                 unauthenticated=opts.xds_unauthenticated,
-                                groups=self.groups.cache_for)
+                                groups=self._envoy_group)
         self.server.handlers.append(self.health_reports.handler(self.server))
+        self.server.handlers.append(self.feed.handler(self.server))
         servicer = self.server.servicer
-        # Counted: these engines (on this replica's ADS, with the group each is served) and
-        # every engine reporting here (with the group its report names).
+        # Counted: these engines (on this replica's ADS or configuration stream, with the
+        # group each is served) and every engine reporting here (with the group its report
+        # names).
         self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
-                                       lambda: servicer.engine_groups,
+                                       lambda: {**self.feed.engine_groups,
+                                                **servicer.engine_groups},
                                        writes_allowed=self._may_write_pods,
                                        metrics=self.metrics)
         self.server.servicer.on_engines.append(self.readiness.wake)
+        self.feed.on_engines.append(self.readiness.wake)
         self.status = self._status_writer(api, opts)
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await self.server.start()
@@ -235,6 +246,7 @@ class Controller:
                                   name="controller-status-repair")
                 group.create_task(self.readiness.run(), name="controller-readiness")
                 group.create_task(self.groups.follow(), name="controller-engine-groups")
+                group.create_task(self._feed(), name="controller-config-feed")
                 self._optional_tasks(group, opts, live)
         finally:
             if runner is not None:
@@ -284,6 +296,27 @@ class Controller:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
 
+    def _envoy_group(self, group: str) -> Any:
+        """The xDS cache of ``group`` for an Envoy; ``GroupRefused`` when the configuration
+        gives the group to engines of another kind (``config_feed.refusal``)."""
+        assert self.groups is not None
+        why = config_feed.refusal(self.live.engine_kinds, group, "envoy")
+        if why is not None:
+            raise GroupRefused(why)
+        return self.groups.cache_for(group)
+
+    async def _feed(self) -> None:
+        """Publish each new IR to the configuration streams of HAProxy and kernel engines:
+        a group's engines get ``subset`` of it, an engine without a group the whole."""
+        assert self.pipeline is not None
+        seen: object = None
+        async for state in self.pipeline.states():
+            if state.ir is seen:
+                continue  # an engine's ACK or NACK, not new configuration
+            seen = state.ir
+            self.feed.publish(state.generation, functools.partial(
+                _group_ir, state.ir, group_of(state.update.snapshot)))
+
     def _settled(self, settled: Settled) -> None:
         self.gc_settled = settled
         self.gc_first_settle.set()
@@ -297,6 +330,10 @@ class Controller:
         """Apply each new default backend mode of the ``--config`` file (unset: the flag's)."""
         assert self.gate is not None
         async for live in follow_config(path, first, poll_s=self.opts.config_poll_s):
+            if live.engine_kinds != self.live.engine_kinds:
+                log.info("engine kinds of engine groups: %s (--config %s; streams already "
+                         "open stay)", dict(live.engine_kinds) or "any", path)
+            self.live = live
             mode = live.backend_mode or self.opts.translate.mode
             if mode is not self.gate.default:
                 log.info("default backend mode %s → %s (--config %s)", self.gate.default,
@@ -480,3 +517,8 @@ def _after(version: int, state: State) -> bool:
 def parse_namespaces(value: str) -> tuple[str, ...]:
     """``a,b`` → ("a", "b"); empty → every namespace."""
     return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))
+
+
+def _group_ir(ir: IR, groups_of: Callable[[ObjectRef], str], group: str) -> IR:
+    """What an engine of ``group`` is sent ("": no group, everything)."""
+    return subset(ir, group, groups_of) if group else ir
