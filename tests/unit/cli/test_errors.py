@@ -57,7 +57,9 @@ def test_port_flags_outside_1_to_65535_are_refused(command: str, flag: str, valu
     ["validate", "--address", "not-an-ip", QUICKSTART],
     ["demo", "--address", "198.18.0.1"],
     ["run", "--manifests", QUICKSTART, "--concurrency", "0"],
-    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--health-report-s", "-1"]])
+    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--health-report-s", "-1"],
+    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--engine", "nginx"],
+    ["diagram", "--manifests", QUICKSTART, "--engine", "nginx"]])
 def test_other_bad_flags_are_one_line(args: list[str]) -> None:
     """Addresses that are not IPs (or not loopback for the demo), zero workers, a negative
     report interval: one line."""

@@ -65,8 +65,7 @@ def diagram(
     from podway.readers.explain.diagram import ENGINES, dot, graph, mermaid
 
     if engine not in ENGINES:
-        raise typer.BadParameter(f"{engine!r}: one of {', '.join(ENGINES)}",
-                                 param_hint="--engine")
+        raise ConfigError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
 
     socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
                          state_dir=state_dir)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from podway.base.backoff import Backoff
+from podway.base.errors import ConfigError
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import check_at_least, check_port, setup_logging
 from podway.envoy.engine.bootstrap import EnvoyStats
@@ -87,8 +88,7 @@ def engine(
     it adopts the running Envoy. SIGTERM/Ctrl-C drains and stops Envoy.
     """
     if engine_kind not in ("envoy", "haproxy", "kernel"):
-        raise typer.BadParameter(f"{engine_kind!r}: one of envoy, haproxy, kernel",
-                                 param_hint="--engine")
+        raise ConfigError(f"--engine {engine_kind!r}: one of envoy, haproxy, kernel")
     from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
     from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
     from podway.envoy.engine.state import instance_dir, open_state

@@ -135,4 +135,4 @@ def test_diagram_under_the_kernel_engine_draws_every_l4_port_it_serves(tmp_path:
     assert "kernel engine: nftables DNAT" in done.output
     refused = CliRunner().invoke(app, ["diagram", "--manifests", str(tmp_path), "--engine",
                                        "nginx"])
-    assert refused.exit_code == 2
+    assert "--engine 'nginx': one of envoy, haproxy, kernel" in str(refused.exception)
