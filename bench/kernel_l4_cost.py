@@ -36,7 +36,7 @@ from kernel_l4 import BACKENDS, VIP, Bed, sh, wrk
 from speedref import Reference, measure
 
 CT_PROBE = """table ip podway_bench_ct {
-  chain fwd { type filter hook forward priority 0; ct state established counter accept; }
+  chain probe { type filter hook forward priority 0; ct state established counter accept; }
 }
 """
 
