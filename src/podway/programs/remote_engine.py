@@ -156,6 +156,13 @@ class RemoteEngine:
             await kernel.wait_installed(functools.partial(_wrote_since, kernel.writes))
             self.applied.set()
 
+    async def kernel_metrics(self) -> bytes:
+        """The kernel engine's per-member counters (nothing while it does not run), as
+        ``podway run`` exports them."""
+        from podway.programs.kernel import metrics_text
+
+        return await metrics_text() if self.kernel is not None else b""
+
     async def view(self) -> View | None:
         """Member health as this host serves it: HAProxy's view, with the kernel engine's for
         the pools of the listeners it serves; the kernel engine's alone under ``kernel``. None

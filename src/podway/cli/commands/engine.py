@@ -149,7 +149,8 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
         with open_state(folder) as state:
             engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
                                                 haproxy_path=haproxy_path, threads=threads))
-            await serve_while(engine.run(), host="127.0.0.1", port=metrics_port)
+            await serve_while(engine.run(), host="127.0.0.1", port=metrics_port,
+                              extra=engine.kernel_metrics)
 
     asyncio.run(run_until_signal(main()))
 
