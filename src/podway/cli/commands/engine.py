@@ -140,8 +140,11 @@ def engine(
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
             metrics_port: int) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
+    from podway.engines.report_targets import xds_addresses
     from podway.envoy.engine.state import open_state
     from podway.programs.remote_engine import RemoteEngine, RemoteOptions
+
+    xds_addresses(report.xds)  # a bad --xds is one line now, not a failed task later
 
     async def main() -> None:
         from podway.readers.metrics.exposition import serve_while
