@@ -8,7 +8,10 @@ NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
 ``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
 the xDS server (``podway.engines.member_health``): engines report to every replica, so the leader
 counts each engine reporting to it and each engine on its own xDS, wherever the others' xDS
-streams go (``podway.programs.controller.readiness_judge.counted_engines``). Health (``/healthz``),
+streams go (``podway.programs.controller.readiness_judge.counted_engines``). HAProxy and kernel
+engines (``podway engine --engine haproxy|kernel``) take their group's IR from the same server
+(``podway.engines.config_feed``, ``ConfigFeed``) and count as engines on it, as Envoys on ADS;
+``engineGroups`` in ``--config`` names each group's engine kind. Health (``/healthz``),
 readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Prometheus metrics
 (``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
 (``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
