@@ -165,8 +165,7 @@ class Standalone:
                     if self.opts.engine and self.opts.engine_kind == "kernel":
                         group.create_task(self._kernel(), name="standalone-kernel")
                     elif self.opts.engine and self.opts.engine_kind in ("envoy", "haproxy"):
-                        # Beside Envoy or HAProxy: each keeps an idle listener on a port the
-                        # kernel serves (podway.haproxy.render), so a switch back loses nothing.
+                        # Beside Envoy or HAProxy (each idles on the port: a switch back is free).
                         group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),

@@ -8,10 +8,7 @@ NodePortLocal opt-in annotation of the Services it serves in that mode, statuses
 ``podway.io/lb-ready`` on gated Pods from the engines' member health reports, which arrive on
 the xDS server (``podway.engines.member_health``): engines report to every replica, so the leader
 counts each engine reporting to it and each engine on its own xDS, wherever the others' xDS
-streams go (``podway.programs.controller.readiness_judge.counted_engines``). HAProxy and kernel
-engines (``podway engine --engine haproxy|kernel``) take their group's IR from the same server
-(``podway.engines.config_feed``, ``ConfigFeed``) and count as engines on it, as Envoys on ADS;
-``engineGroups`` in ``--config`` names each group's engine kind. Health (``/healthz``),
+streams go (``podway.programs.controller.readiness_judge.counted_engines``). Health (``/healthz``),
 readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Prometheus metrics
 (``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
 (``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
@@ -51,12 +48,10 @@ from kubernetes_asyncio import client
 from podway.base.backoff import Backoff
 from podway.base.netaddr import HostPort
 from podway.base.tasks import cancel_and_wait
-from podway.engines import config_feed
 from podway.engines.config_feed import ConfigFeed
 from podway.engines.member_health import MemberHealthReports
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
-from podway.ir import IR
 from podway.kube.client import check_reachable, connect
 from podway.kube.errors import api_error
 from podway.kube.informer import RELIST
@@ -67,7 +62,7 @@ from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
 from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
-from podway.programs.controller.groups import EngineGroups, GroupRefused, group_of, subset
+from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
@@ -160,8 +155,7 @@ class Controller:
         self._writes_allowed = writes_allowed  # leadership: only a leader writes Pods
         self.health_reports = MemberHealthReports()  # the engines' member health
         self.live = LiveConfig()  # the --config file's settings now
-        # The IR for HAProxy and kernel engines (``podway engine --engine haproxy|kernel``).
-        self.feed = ConfigFeed(kinds=lambda: self.live.engine_kinds)
+        self.feed = ConfigFeed(kinds=lambda: self.live.engine_kinds)  # IR: HAProxy, kernel
         self.readiness: ReadinessGate | None = None
         self.source: ControllerSource | None = None
         self.gate: ModeGate | None = None
@@ -199,8 +193,7 @@ class Controller:
         for warning in self.opts.warnings:  # connected: the flags were good, say what they cost
             log.warning("%s", warning)
         opts = self.opts
-        live = load_config(opts.config) if opts.config is not None else LiveConfig()
-        self.live = live
+        self.live = live = load_config(opts.config) if opts.config is not None else LiveConfig()
         if live.backend_mode is not None:
             opts = replace(opts, translate=replace(opts.translate, mode=live.backend_mode))
         self.source = ControllerSource(api, KubeSourceSettings(
@@ -217,28 +210,11 @@ class Controller:
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
-        self.groups = EngineGroups(self.pipeline)
-        self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
-                                on_event=self._on_event,
-                                unauthenticated=opts.xds_unauthenticated,
-                                groups=self._envoy_group)
-        self.server.handlers.append(self.health_reports.handler(self.server))
-        self.server.handlers.append(self.feed.handler(self.server))
-        servicer = self.server.servicer
-        # Counted: these engines (on this replica's ADS or configuration stream, with the
-        # group each is served) and every engine reporting here (with the group its report
-        # names).
-        self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
-                                       lambda: {**self.feed.engine_groups,
-                                                **servicer.engine_groups},
-                                       writes_allowed=self._may_write_pods,
-                                       metrics=self.metrics)
-        self.server.servicer.on_engines.append(self.readiness.wake)
-        self.feed.on_engines.append(self.readiness.wake)
+        server, readiness, groups = self._engines(api, self.pipeline, opts)
         self.status = self._status_writer(api, opts)
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
-        await self.server.start()
-        log.info("xDS for engines on %s", self.server.target)
+        await server.start()
+        log.info("xDS for engines on %s", server.target)
         runner = None
         try:
             if opts.metrics_port:
@@ -252,14 +228,33 @@ class Controller:
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.status.repair(every_s=opts.status_resync_s),
                                   name="controller-status-repair")
-                group.create_task(self.readiness.run(), name="controller-readiness")
-                group.create_task(self.groups.follow(), name="controller-engine-groups")
-                group.create_task(self._feed(), name="controller-config-feed")
+                group.create_task(readiness.run(), name="controller-readiness")
+                group.create_task(groups.follow(), name="controller-engine-groups")
+                group.create_task(feed(self.pipeline, self.feed), name="controller-config-feed")
                 self._optional_tasks(group, opts, live)
         finally:
             if runner is not None:
                 await runner.cleanup()
-            await self.server.stop(grace=0.5)
+            await server.stop(grace=0.5)
+
+    def _engines(self, api: client.ApiClient, pipeline: Pipeline, opts: ControllerOptions
+                 ) -> tuple[XdsServer, ReadinessGate, EngineGroups]:
+        """The xDS server (ADS, member health, the IR: ``groups.feed``) and the readiness gate,
+        counting engines on ADS or the IR stream here and every engine reporting here."""
+        self.groups = groups = EngineGroups(pipeline)
+        self.server = server = XdsServer(
+            pipeline.cache, opts.xds_address, tls=opts.xds_tls, on_event=self._on_event,
+            unauthenticated=opts.xds_unauthenticated,
+            groups=functools.partial(envoy_cache, groups, lambda: self.live.engine_kinds))
+        server.handlers += [self.health_reports.handler(server), self.feed.handler(server)]
+        fed, servicer = self.feed, server.servicer
+        self.readiness = readiness = ReadinessGate(
+            api, pipeline, self.health_reports,
+            lambda: {**fed.engine_groups, **servicer.engine_groups},
+            writes_allowed=self._may_write_pods, metrics=self.metrics)
+        servicer.on_engines.append(readiness.wake)
+        fed.on_engines.append(readiness.wake)
+        return server, readiness, groups
 
     def _status_writer(self, api: client.ApiClient, opts: ControllerOptions) -> StatusWriter:
         """The status writer, told by the source what the API holds (ours read back as that
@@ -306,27 +301,6 @@ class Controller:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
 
-    def _envoy_group(self, group: str) -> Any:
-        """The xDS cache of ``group`` for an Envoy; ``GroupRefused`` when the configuration
-        gives the group to engines of another kind (``config_feed.refusal``)."""
-        assert self.groups is not None
-        why = config_feed.refusal(self.live.engine_kinds, group, "envoy")
-        if why is not None:
-            raise GroupRefused(why)
-        return self.groups.cache_for(group)
-
-    async def _feed(self) -> None:
-        """Publish each new IR to the configuration streams of HAProxy and kernel engines:
-        a group's engines get ``subset`` of it, an engine without a group the whole."""
-        assert self.pipeline is not None
-        seen: object = None
-        async for state in self.pipeline.states():
-            if state.ir is seen:
-                continue  # an engine's ACK or NACK, not new configuration
-            seen = state.ir
-            self.feed.publish(state.generation, functools.partial(
-                _group_ir, state.ir, group_of(state.update.snapshot)))
-
     def _settled(self, settled: Settled) -> None:
         self.gc_settled = settled
         self.gc_first_settle.set()
@@ -340,10 +314,7 @@ class Controller:
         """Apply each new default backend mode of the ``--config`` file (unset: the flag's)."""
         assert self.gate is not None
         async for live in follow_config(path, first, poll_s=self.opts.config_poll_s):
-            if live.engine_kinds != self.live.engine_kinds:
-                log.info("engine kinds of engine groups: %s (--config %s; streams already "
-                         "open stay)", dict(live.engine_kinds) or "any", path)
-            self.live = live
+            self.live = live  # engineGroups: for new streams (open ones stay)
             mode = live.backend_mode or self.opts.translate.mode
             if mode is not self.gate.default:
                 log.info("default backend mode %s → %s (--config %s)", self.gate.default,
@@ -527,8 +498,3 @@ def _after(version: int, state: State) -> bool:
 def parse_namespaces(value: str) -> tuple[str, ...]:
     """``a,b`` → ("a", "b"); empty → every namespace."""
     return tuple(sorted({n.strip() for n in value.split(",") if n.strip()}))
-
-
-def _group_ir(ir: IR, groups_of: Callable[[ObjectRef], str], group: str) -> IR:
-    """What an engine of ``group`` is sent ("": no group, everything)."""
-    return subset(ir, group, groups_of) if group else ir
