@@ -36,7 +36,8 @@ Invariants:
 * Bounded input: a request is at most ``MAX_REQUEST`` bytes and its names ``MAX_TEXT``
   characters; one that does not parse ends the stream (INVALID_ARGUMENT).
 * A slow engine never makes a backlog: each stream sends the newest IR when it can, skipping
-  the ones it had no time for.
+  the ones it had no time for. A group's IR is encoded once per generation, whatever the
+  number of its engines.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class ConfigFeed:
         self._generation = 0
         self._wake = asyncio.Event()
         self._streams: dict[object, tuple[str, str]] = {}  # stream → (node, group)
+        self._encoded: dict[str, bytes] = {}  # group → its answer for this generation
 
     @property
     def engine_groups(self) -> Mapping[str, str]:
@@ -163,6 +165,7 @@ class ConfigFeed:
     def publish(self, generation: int, subset: Subset) -> None:
         """A new configuration: ``subset(group)`` is what an engine of ``group`` serves."""
         self._subset, self._generation = subset, generation
+        self._encoded = {}
         wake, self._wake = self._wake, asyncio.Event()
         wake.set()
 
@@ -205,7 +208,7 @@ class ConfigFeed:
                 wake = self._wake
                 subset = self._subset
                 if subset is not None:
-                    answer = encode_answer(self._generation, subset(request.group))
+                    answer = self._answer(request.group, subset)
                     body = answer[answer.index(b'"ir":'):].decode()
                     if body != sent:  # the group's part moved (not only the generation)
                         sent = body
@@ -215,6 +218,13 @@ class ConfigFeed:
             del self._streams[stream]
             self._notify()
             log.info("configuration stream ended node=%s", request.node)
+
+    def _answer(self, group: str, subset: Subset) -> bytes:
+        """The group's answer for the current generation, encoded once for all its engines."""
+        found = self._encoded.get(group)
+        if found is None:
+            found = self._encoded[group] = encode_answer(self._generation, subset(group))
+        return found
 
     def _notify(self) -> None:
         for listener in self.on_engines:

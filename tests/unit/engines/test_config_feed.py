@@ -162,3 +162,32 @@ async def test_the_engine_follows_its_groups_part_and_is_counted_while_connected
             async for _ in call:
                 pass
     assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_a_groups_ir_is_made_once_per_generation_for_all_its_engines(
+        served: tuple[XdsServer, ConfigFeed]) -> None:
+    """Two engines of one group: the group's part is cut (and encoded) once per generation."""
+    server, feed = served
+    assert server.local_target is not None
+    calls: list[str] = []
+
+    def part(group: str) -> IR:
+        calls.append(group)
+        return _ir()
+
+    feed.publish(1, part)
+    got: list[int] = []
+
+    async def run(node: str) -> None:
+        opts = ReportOptions(node_id=node, xds=server.local_target or "", engine_group="db")
+        async for generation, _ in config_feed.follow(opts, "kernel"):
+            got.append(generation)
+
+    tasks = [asyncio.create_task(run(node)) for node in ("k-1", "k-2")]
+    try:
+        await eventually(lambda: got == [1, 1])
+        assert calls == ["db"]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
