@@ -115,6 +115,10 @@ class ControllerOptions:
     warnings: tuple[str, ...] = ()
     """Said once the API is reached (a flag choice that weakens something, e.g. unsigned
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
+    npl_agent_user: str | None = None
+    """The agents' user: each agent of that identity that asks gets its own node's
+    NodePortLocal key (``podway.programs.controller.npl_keys``; needs ``translate.npl_key``).
+    None: nobody is handed a key."""
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -235,7 +239,7 @@ class Controller:
                                   name="controller-status-repair")
                 group.create_task(self.readiness.run(), name="controller-readiness")
                 group.create_task(self.groups.follow(), name="controller-engine-groups")
-                self._optional_tasks(group, opts, live)
+                self._optional_tasks(group, opts, live, api)
         finally:
             if runner is not None:
                 await runner.cleanup()
@@ -270,8 +274,9 @@ class Controller:
                                                vips=Ipam(opts.vip_pools, held=held)))
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
-                        live: LiveConfig) -> None:
-        """The tasks only some settings ask for: election, live config, surfaces, GC policy."""
+                        live: LiveConfig, api: client.ApiClient) -> None:
+        """The tasks only some settings ask for: election, live config, surfaces, GC policy,
+        the agents' NodePortLocal keys."""
         assert self.pipeline is not None
         if self.elector is not None:
             group.create_task(self.elector.run(), name="controller-leader-election")
@@ -280,6 +285,12 @@ class Controller:
         if opts.admin_socket is not None or opts.dashboard is not None:
             group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                               name="controller-surfaces")
+        if opts.npl_agent_user and opts.translate.npl_key is not None:
+            from podway.programs.controller.npl_keys import NplKeyIssuer
+
+            issuer = NplKeyIssuer(api, master=opts.translate.npl_key,
+                                  agent_user=opts.npl_agent_user)
+            group.create_task(issuer.run(), name="controller-npl-keys")
         if opts.gc is not None:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
