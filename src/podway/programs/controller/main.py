@@ -211,7 +211,7 @@ class Controller:
                                 on_event=self._on_event,
                                 unauthenticated=opts.xds_unauthenticated,
                                 groups=self.groups.cache_for)
-        self.server.handlers.append(self.health_reports.handler(self.server))
+        self._hear_engines(self.server, self.pipeline)
         servicer = self.server.servicer
         # Counted: these engines (on this replica's ADS, with the group each is served) and
         # every engine reporting here (with the group its report names).
@@ -244,6 +244,13 @@ class Controller:
             if runner is not None:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
+
+    def _hear_engines(self, server: XdsServer, pipeline: Pipeline) -> None:
+        """The engines' reports on the xDS server: member health, and a listener an engine
+        accepted and could not serve, which is its rejection (issue 23.2)."""
+        server.handlers.append(self.health_reports.handler(server))
+        self.health_reports.on_refused(lambda node, refusal: pipeline.engine_refused(
+            node, refusal.listener, refusal.reason))
 
     def _status_writer(self, api: client.ApiClient, opts: ControllerOptions) -> StatusWriter:
         """The status writer, told by the source what the API holds (ours read back as that
