@@ -169,7 +169,8 @@ class Api:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
         if sub and not (sub == "status" and rtype.status) and \
-                not (sub == "scale" and rtype.group_resource in SCALABLE):
+                not (sub == "scale" and rtype.group_resource in SCALABLE) and \
+                not (sub == "approval" and rtype.group_resource == CSR):
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
