@@ -107,7 +107,7 @@ class Standalone:
         # accepting them count as their rejections (issue 23.2); member health is not used here.
         self.health_reports = MemberHealthReports()
         self.server.handlers.append(self.health_reports.handler(self.server))
-        self.health_reports.on_refused(self._refused)
+        self.pipeline.hear_refusals(self.health_reports)
         self._engine: asyncio.Future[Engine | None] | None = None
         self.haproxy: HAProxyEngine | None = None  # with engine_kind "haproxy", once running
         self.haproxy_generation = 0  # the newest generation HAProxy serves (readers poll it)

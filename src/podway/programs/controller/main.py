@@ -71,7 +71,8 @@ from podway.programs.controller.refusals import RefusedKinds
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
 from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
-from podway.programs.ipam import Ipam, Pool, held_in_status
+from podway.programs.ipam import Ipam, Pool, PoolKinds, held_in_status
+from podway.programs.ipam.objects import METALLB_NAMESPACE
 from podway.readers import surfaces
 from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
@@ -104,6 +105,10 @@ class ControllerOptions:
     vip_pools: tuple[Pool, ...] = ()
     """VIP pools: with any, LoadBalancer Services and Gateways get their addresses from the IPAM
     (``podway.programs.ipam``), which reads what each object holds from the API's status."""
+    vip_pool_kinds: tuple[PoolKinds, ...] = ()
+    """Pool objects the IPAM reads besides ``vip_pools`` (VIPPool, MetalLB's IPAddressPool);
+    with any, the IPAM is on even without ``vip_pools``."""
+    metallb_namespace: str = METALLB_NAMESPACE
     debounce_s: float = 0.02
     max_wait_s: float = 0.2
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
@@ -115,10 +120,7 @@ class ControllerOptions:
     warnings: tuple[str, ...] = ()
     """Said once the API is reached (a flag choice that weakens something, e.g. unsigned
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
-    npl_agent_user: str | None = None
-    """The agents' user: each agent of that identity that asks gets its own node's
-    NodePortLocal key (``podway.programs.controller.npl_keys``; needs ``translate.npl_key``).
-    None: nobody is handed a key."""
+    npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -211,7 +213,8 @@ class Controller:
                                 on_event=self._on_event,
                                 unauthenticated=opts.xds_unauthenticated,
                                 groups=self.groups.cache_for)
-        self._hear_engines(self.server, self.pipeline)
+        self.server.handlers.append(self.health_reports.handler(self.server))
+        self.pipeline.hear_refusals(self.health_reports)  # a listener an engine cannot serve
         servicer = self.server.servicer
         # Counted: these engines (on this replica's ADS, with the group each is served) and
         # every engine reporting here (with the group its report names).
@@ -245,13 +248,6 @@ class Controller:
                 await runner.cleanup()
             await self.server.stop(grace=0.5)
 
-    def _hear_engines(self, server: XdsServer, pipeline: Pipeline) -> None:
-        """The engines' reports on the xDS server: member health, and a listener an engine
-        accepted and could not serve, which is its rejection (issue 23.2)."""
-        server.handlers.append(self.health_reports.handler(server))
-        self.health_reports.on_refused(lambda node, refusal: pipeline.engine_refused(
-            node, refusal.listener, refusal.reason))
-
     def _status_writer(self, api: client.ApiClient, opts: ControllerOptions) -> StatusWriter:
         """The status writer, told by the source what the API holds (ours read back as that
         very object; anyone else's write to be repaired)."""
@@ -268,7 +264,7 @@ class Controller:
     def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
         """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
         holds stays that object's."""
-        if not opts.vip_pools:
+        if not opts.vip_pools and not opts.vip_pool_kinds:
             return opts
         source = self.source
         assert source is not None
@@ -278,7 +274,9 @@ class Controller:
                 ref.kind, (ref.namespace, ref.name)))
 
         return replace(opts, translate=replace(opts.translate,
-                                               vips=Ipam(opts.vip_pools, held=held)))
+                                               vips=Ipam(opts.vip_pools, held=held,
+                                                         kinds=opts.vip_pool_kinds,
+                                                         metallb_namespace=opts.metallb_namespace)))
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
                         live: LiveConfig, api: client.ApiClient) -> None:
@@ -295,9 +293,8 @@ class Controller:
         if opts.npl_agent_user and opts.translate.npl_key is not None:
             from podway.programs.controller.npl_keys import NplKeyIssuer
 
-            issuer = NplKeyIssuer(api, master=opts.translate.npl_key,
-                                  agent_user=opts.npl_agent_user)
-            group.create_task(issuer.run(), name="controller-npl-keys")
+            group.create_task(NplKeyIssuer(api, master=opts.translate.npl_key, agent_user=(
+                opts.npl_agent_user)).run(), name="controller-npl-keys")
         if opts.gc is not None:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
