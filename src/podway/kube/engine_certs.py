@@ -1,5 +1,5 @@
 """A self-managed CA for engine client certificates, issued through the Kubernetes CSR API
-(issue 23.10; the first part: the rules and the certificates, no I/O).
+(issue 23.10): the rules and the certificates, no I/O.
 
 The design: the controller keeps a CA (a Secret it creates when missing) and signs the
 ``certificates.k8s.io/v1`` CertificateSigningRequests of signer ``SIGNER``. A request is
@@ -10,8 +10,9 @@ that group as O (``podway.io/engine-group=<group>``). The certificate then names
 and group, which is what the xDS server's identity check (``podway.engines.identity``) lets an
 engine claim: an engine can no longer pose as another node or group.
 
-Not done yet (see docs/security.md, "Identities"): the controller's loop that watches and
-answers the requests, the engine asking at start, and the chart using it by default.
+``podway.programs.controller.engine_certs`` answers the requests. Not done yet (see
+docs/security.md, "Identities"): starting it from ``podway controller``, the engine asking at
+start, and the chart using it by default.
 """
 
 from __future__ import annotations
