@@ -5,7 +5,8 @@ Pure: raw objects in, Podway objects and notes out. Each ``IPAddressPool`` becom
 MetalLB hands out a CIDR's network and broadcast addresses and a VIPPool's CIDR leaves them
 out), the same ``autoAssign``, ``avoidBuggyIPs`` and ``serviceAllocation``. Podway announces VIPs
 with ``podway vip announce`` (BGP through BIRD) or keepalived (VRRP), configured per engine
-host, not through objects: a ``BGPPeer`` becomes a note with the equivalent command, and every
+host, not through objects: a ``BGPPeer`` or ``L2Advertisement`` becomes a note with the
+equivalent command, and every
 field or kind Podway does not serve is a note naming it — nothing is dropped silently.
 
 Instead of converting, ``podway controller --vip-pools-from metallb`` reads the
@@ -57,9 +58,7 @@ def convert(raw: Iterable[Any]) -> Converted:
         elif kind == "BGPAdvertisement":
             out.notes += _advertisement(name, spec)
         elif kind == "L2Advertisement":
-            out.notes.append(f"L2Advertisement {name!r}: Podway has no L2 (ARP/NDP) mode; "
-                             "announce the VIPs with BGP (podway vip announce) or VRRP "
-                             "(podway vip keepalived-config), docs/vips.md#reachability")
+            out.notes.append(_l2(name, spec))
         else:
             out.notes.append(f"{kind} {name!r}: not carried (Podway has no equivalent object; "
                              "BFD is set with podway vip announce --bfd-interval-ms)")
@@ -118,6 +117,16 @@ def _seconds(duration: Any) -> str:
         total += float(number or 0) * {"h": 3600, "m": 60, "s": 1}.get(char, 0)
         number = ""
     return str(int(total)) if total else text
+
+
+def _l2(name: str, spec: Mapping[str, Any]) -> str:
+    pools = ", ".join(map(str, spec.get("ipAddressPools") or ["every pool"]))
+    unserved = [k for k in ("ipAddressPoolSelectors", "nodeSelectors", "interfaces",
+                            "serviceSelectors", "preferredNodeSelectors") if spec.get(k)]
+    tail = f"; not carried: {', '.join(unserved)}" if unserved else ""
+    return (f"L2Advertisement {name!r}: the VIPs of {pools} are answered for by one engine host "
+            "each with `podway vip l2 --vip …` on every engine host (docs/vips.md#l2-mode-arpndp"
+            f"-as-metallbs){tail}")
 
 
 def _advertisement(name: str, spec: Mapping[str, Any]) -> list[str]:
