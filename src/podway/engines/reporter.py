@@ -50,6 +50,7 @@ from podway.engines.member_health import (
     HostKey,
     HostState,
     Message,
+    Refusal,
     diff,
     encode_parts,
 )
@@ -108,9 +109,15 @@ class Reporter:
     """Streams this engine's member health to every controller replica until cancelled."""
 
     def __init__(self, opts: ReportOptions, read: ReadView, *,
-                 resolver: Resolver = resolve) -> None:
+                 resolver: Resolver = resolve,
+                 refused: Callable[[], tuple[Refusal, ...]] = tuple) -> None:
         self.opts = opts
         self.read = read
+        # Listeners the engine accepted and could not serve (Envoy: ``Engine.listener_failures``,
+        # a bind that failed after the ACK): sent with the view, so the controller records them
+        # as this engine's rejections.
+        self.refused = refused
+        self._refused: tuple[Refusal, ...] = ()
         self.addresses = xds_addresses(opts.xds)
         self.names = Names(self.addresses, resolver=resolver)
         self.sent = 0  # messages sent (all streams)
@@ -147,9 +154,11 @@ class Reporter:
         """Read the engine's view every ``interval_s``; a changed one wakes every stream."""
         while True:
             view = await self.read()
-            if view is not None and view != self._view:
+            refused = self.refused()
+            if view is not None and (view != self._view or refused != self._refused):
                 async with self._changed:
                     self._view, self._version = view, self._version + 1
+                    self._refused = refused
                     self._changed.notify_all()
             await asyncio.sleep(self.opts.interval_s)
 
@@ -175,26 +184,28 @@ class Reporter:
     async def _messages(self, streamed: list[bool]) -> AsyncIterator[bytes]:
         """The full view first, then each change (nothing while nothing changes)."""
         sent: View | None = None
+        sent_refused: tuple[Refusal, ...] = ()
         seen = 0
         while True:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._newer, seen))
-                seen, view = self._version, self._view
+                seen, view, refused = self._version, self._view, self._refused
             assert view is not None  # a version above 0 has a view
             if sent is None:
                 message = Message(node=self.opts.node_id, full=True, hosts=view,
-                                  group=self.opts.engine_group)
+                                  group=self.opts.engine_group, refused=refused)
             else:
                 changed, removed = diff(sent, view)
-                if not changed and not removed:
+                if not changed and not removed and refused == sent_refused:
                     continue
                 message = Message(node=self.opts.node_id, full=False,
-                                  hosts=MappingProxyType(changed), removed=removed)
+                                  hosts=MappingProxyType(changed), removed=removed,
+                                  refused=refused)
             for part in encode_parts(message):  # a large view: parts under gRPC's bound
                 yield part
                 self.sent += 1
             streamed[0] = True
-            sent = view
+            sent, sent_refused = view, refused
 
     def _newer(self, version: int) -> bool:
         return self._version > version

@@ -168,7 +168,8 @@ async def supervise(process: Engine, report: ReportOptions, *,
     if report.interval_s <= 0:
         await process.run()
         return
-    run_reporter = reporter or (lambda: Reporter(report, lambda: process.admin_address).run())
+    run_reporter = reporter or (lambda: Reporter(
+        report, lambda: process.admin_address, refused=process.listener_failures.items).run())
     reporting = asyncio.create_task(_keep_reporting(run_reporter, report.backoff),
                                     name="engine-health-report")
     try:

@@ -23,7 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from podway.engines import reporter as engine_reporter
-from podway.engines.member_health import Health, HostKey, HostState
+from podway.engines.member_health import Health, HostKey, HostState, Refusal
 from podway.engines.report_targets import Resolver, resolve
 from podway.engines.reporter import ReportOptions
 from podway.envoy.engine import admin
@@ -103,9 +103,10 @@ class Reporter(engine_reporter.Reporter):
     ``admin_address()`` (None: not known yet, nothing read)."""
 
     def __init__(self, opts: ReportOptions, admin_address: Callable[[], str | None], *,
-                 resolver: Resolver = resolve) -> None:
+                 resolver: Resolver = resolve,
+                 refused: Callable[[], tuple[Refusal, ...]] = tuple) -> None:
         self.admin_address = admin_address
-        super().__init__(opts, self._read, resolver=resolver)
+        super().__init__(opts, self._read, resolver=resolver, refused=refused)
 
     async def _read(self) -> View | None:
         address = self.admin_address()

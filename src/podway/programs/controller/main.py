@@ -72,7 +72,7 @@ from podway.programs.controller.refusals import RefusedKinds
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
 from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
-from podway.programs.ipam import Ipam, Pool, PoolKinds, held_in_status
+from podway.programs.ipam import Pool, PoolKinds, controller_ipam
 from podway.programs.ipam.objects import METALLB_NAMESPACE
 from podway.readers import surfaces
 from podway.readers.metrics import exposition
@@ -121,6 +121,7 @@ class ControllerOptions:
     warnings: tuple[str, ...] = ()
     """Said once the API is reached (a flag choice that weakens something, e.g. unsigned
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
+    npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -200,7 +201,10 @@ class Controller:
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
             metrics=self.metrics)
-        opts = self._with_vips(opts)
+        vips = controller_ipam(opts.vip_pools, opts.vip_pool_kinds, opts.metallb_namespace,
+                               self.source.current_status)
+        if vips is not None:  # an address an object's status holds stays that object's
+            opts = replace(opts, translate=replace(opts.translate, vips=vips))
         if opts.election is not None:
             self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
             self.leadership = self.elector
@@ -231,7 +235,7 @@ class Controller:
                 group.create_task(readiness.run(), name="controller-readiness")
                 group.create_task(groups.follow(), name="controller-engine-groups")
                 group.create_task(feed(self.pipeline, self.feed), name="controller-config-feed")
-                self._optional_tasks(group, opts, live)
+                self._optional_tasks(group, opts, live, api)
         finally:
             if runner is not None:
                 await runner.cleanup()
@@ -247,6 +251,7 @@ class Controller:
             unauthenticated=opts.xds_unauthenticated,
             groups=functools.partial(envoy_cache, groups, lambda: self.live.engine_kinds))
         server.handlers += [self.health_reports.handler(server), self.feed.handler(server)]
+        pipeline.hear_refusals(self.health_reports)  # a listener an engine cannot serve
         fed, servicer = self.feed, server.servicer
         self.readiness = readiness = ReadinessGate(
             api, pipeline, self.health_reports,
@@ -269,26 +274,10 @@ class Controller:
         self.source.on_status = writer.observed
         return writer
 
-    def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
-        """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
-        holds stays that object's."""
-        if not opts.vip_pools and not opts.vip_pool_kinds:
-            return opts
-        source = self.source
-        assert source is not None
-
-        def held(ref: ObjectRef) -> tuple[str, ...] | None:
-            return held_in_status(ref.kind, source.current_status(
-                ref.kind, (ref.namespace, ref.name)))
-
-        return replace(opts, translate=replace(opts.translate,
-                                               vips=Ipam(opts.vip_pools, held=held,
-                                                         kinds=opts.vip_pool_kinds,
-                                                         metallb_namespace=opts.metallb_namespace)))
-
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
-                        live: LiveConfig) -> None:
-        """The tasks only some settings ask for: election, live config, surfaces, GC policy."""
+                        live: LiveConfig, api: client.ApiClient) -> None:
+        """The tasks only some settings ask for: election, live config, surfaces, GC policy,
+        the agents' NodePortLocal keys."""
         assert self.pipeline is not None
         if self.elector is not None:
             group.create_task(self.elector.run(), name="controller-leader-election")
@@ -297,6 +286,11 @@ class Controller:
         if opts.admin_socket is not None or opts.dashboard is not None:
             group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                               name="controller-surfaces")
+        if opts.npl_agent_user and opts.translate.npl_key is not None:
+            from podway.programs.controller.npl_keys import NplKeyIssuer
+
+            group.create_task(NplKeyIssuer(api, master=opts.translate.npl_key, agent_user=(
+                opts.npl_agent_user)).run(), name="controller-npl-keys")
         if opts.gc is not None:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
