@@ -25,6 +25,7 @@ from podway.ir import (
     HeaderModifier,
     Mirror,
     PathKind,
+    RetryOn,
     RetryPolicy,
     Route,
     RouteMatch,
@@ -210,9 +211,12 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
 
 
 def _retry(retry: HTTPRouteRetry, *, where: str) -> RetryPolicy:
-    """Experimental HTTPRoute ``retry``: the listed 5xx codes, ``attempts`` retries (2 when
-    unset), ``backoff`` as the base interval; every method, as the API says. Connect failures
-    are always retried. A bad value is a problem and the rule is dropped (``FilterError``)."""
+    """HTTPRoute ``retry``: the listed codes, ``attempts`` retries (2 when unset), ``backoff``
+    as the base interval; every method, as the API says. A retry stanza also retries connection
+    errors (the API's "SHOULD retry on disconnect, reset, timeout, TCP failure"), with or without
+    codes: a reset mid-request, a member closing without an answer and a per-try timeout
+    (``timeouts.backendRequest``); what never reached a member is always retried. A bad value is
+    a problem and the rule is dropped (``FilterError``)."""
     issues = tv.Issues()
     policy = tv.retry(RetrySpec(attempts=retry.attempts, status_codes=retry.codes,
                                 idempotent_only=False, backoff=retry.backoff),
@@ -220,9 +224,8 @@ def _retry(retry: HTTPRouteRetry, *, where: str) -> RetryPolicy:
     if policy is None:
         first = issues.found[0]
         raise flt.FilterError(first.reason, first.message, first.field.removeprefix(where + "."))
-    if not retry.codes:
-        policy = replace(policy, retry_on=())  # connection errors only
-    return policy
+    codes = (RetryOn.STATUS_CODES,) if retry.codes else ()
+    return replace(policy, retry_on=(*codes, RetryOn.RESET))
 
 
 def _timeouts(timeouts: object) -> tuple[int | None, int | None]:

@@ -1,0 +1,80 @@
+"""Gateway API cases the upstream conformance suite expects and Podway once got wrong (issue 27),
+through a real Envoy in standalone mode: retries without codes, filters on one backendRef, two
+TCPRoutes on one TCP listener. Loopback only, ephemeral ports, one stack per test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import pytest
+
+from .gateway_helpers import CLASS, gateway, request, route
+from .harness import Stack, endpoints, free_port, service
+
+pytestmark = pytest.mark.e2e
+
+
+async def _flaky(fail: str, answered: list[str]) -> tuple[int, asyncio.Server]:
+    """A backend whose first attempt of each request fails (``fail``: "reset" closes the
+    connection with a TCP reset once the request arrived, "slow" answers after 2 s) and whose
+    next attempt answers 200; ``answered`` gets one entry per attempt it saw (health checks
+    are answered and not counted)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.split(b" ")[1].startswith(f"/{fail}".encode()):  # not a health check
+                answered.append(fail)
+            if len(answered) % 2 == 1:
+                if fail == "reset":
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
+                await asyncio.sleep(2)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    port = free_port()
+    server = await asyncio.start_server(serve, "127.0.0.1", port)
+    return port, server
+
+
+async def test_retry_without_codes_retries_resets_and_per_try_timeouts(stack: Stack) -> None:
+    """``retry: {attempts: 2}`` with no codes: a reset and a per-try timeout are retried (the
+    API's "SHOULD retry on connection errors if a retry stanza is configured")."""
+    seen: dict[str, list[str]] = {"reset": [], "slow": []}
+    servers = []
+    for name, attempts in seen.items():
+        target, server = await _flaky(name, attempts)
+        servers.append(server)
+        stack.write(f"svc-{name}.yaml", service(name, 80, target) + "---\n"
+                    + endpoints(name, {"TCP": target}))
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: web, protocol: HTTP, port: {port}}}\n"))
+    stack.write("route.yaml", route("retries", """  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /reset}}]
+    retry: {attempts: 2}
+    backendRefs: [{name: reset, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /slow}}]
+    retry: {attempts: 2}
+    timeouts: {request: 10s, backendRequest: 500ms}
+    backendRefs: [{name: slow, port: 80}]
+"""))
+    try:
+        await stack.start()
+        for name, attempts in seen.items():
+            status, _, _ = await request(port, "app.example", f"/{name}")
+            assert (name, status, len(attempts)) == (name, 200, 2)
+    finally:
+        for server in servers:
+            server.close()
