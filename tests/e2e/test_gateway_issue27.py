@@ -10,6 +10,7 @@ import socket
 import struct
 
 import pytest
+import yaml
 
 from .gateway_helpers import CLASS, gateway, request, route
 from .harness import Stack, endpoints, free_port, service
@@ -78,3 +79,49 @@ async def test_retry_without_codes_retries_resets_and_per_try_timeouts(stack: St
     finally:
         for server in servers:
             server.close()
+
+
+async def test_two_tcp_routes_on_one_listener_both_accepted_oldest_serves(stack: Stack) -> None:
+    """Two TCPRoutes on one TCP listener: both Accepted, ``attachedRoutes: 2``, and every
+    connection reaches the older route's backend (the conformance suite's
+    TCPRouteMultipleRoutesAttachment)."""
+    older_port = await stack.start_echo("default/older", tcp=True)
+
+    async def newer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"newer\n")
+        await writer.drain()
+        writer.close()
+
+    newer_port = free_port()
+    server = await asyncio.start_server(newer, "127.0.0.1", newer_port)
+    for name, target in (("older", older_port), ("newer", newer_port)):
+        stack.write(f"svc-{name}.yaml", service(name, 80, target) + "---\n"
+                    + endpoints(name, {"TCP": target}))
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: tcp, protocol: TCP, port: {port}}}\n"))
+    stack.write("routes.yaml", "---\n".join(
+        route(name, f"""  parentRefs: [{{name: gw, sectionName: tcp}}]
+  rules: [{{backendRefs: [{{name: {name}, port: 80}}]}}]
+""", kind="TCPRoute", version="v1alpha2", created=created)
+        for name, created in (("newer", "2024-01-02T00:00:00Z"),
+                              ("older", "2024-01-01T00:00:00Z"))))
+    try:
+        await stack.start()
+        for _ in range(20):
+            async with asyncio.timeout(5):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                try:
+                    writer.write(b"older\n")
+                    assert await reader.readline() == b"older\n"
+                finally:
+                    writer.close()
+    finally:
+        server.close()
+    objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+    listener = objects["Gateway/default/gw"]["status"]["listeners"][0]
+    assert listener["attachedRoutes"] == 2
+    for name in ("older", "newer"):
+        parent = objects[f"TCPRoute/default/{name}"]["status"]["parents"][0]
+        conditions = {c["type"]: (c["status"], c["reason"]) for c in parent["conditions"]}
+        assert conditions["Accepted"] == ("True", "Accepted")

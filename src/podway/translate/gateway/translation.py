@@ -321,26 +321,24 @@ class GatewayTranslation:
             if not outcome.accepted.ok:
                 continue
             gw_key = outcome.info.gateway.key
-            kept = []
             for att in outcome.attachments:
-                ls = att.listener
-                if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
-                    owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
-                    if owner != compiled_name(compiled):
-                        continue
-                kept.append(att)
-            if not kept:
-                outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
-                                           "the selected TCP/UDP listeners already forward to "
-                                           "an older route")
-                continue
-            for att in kept:
                 ls = att.listener
                 if (gw_key, ls.name) not in counted:
                     counted.add((gw_key, ls.name))
                     ls.attached += 1
                     if record is not None:
                         record.counted.append(ls)
+                if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
+                    # One TCP/UDP listener forwards to one route: the oldest. A younger one is
+                    # still Accepted and counted (the conformance suite's "multiple routes
+                    # attachment"), and told with a warning that it gets no connections there.
+                    owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
+                    if owner != compiled_name(compiled):
+                        state.issues.append(Issue(
+                            Reason.SHADOWED, f"listener {ls.name} of Gateway "
+                            f"{gw_key[0]}/{gw_key[1]} forwards to the older route {owner}; this "
+                            "route gets no connections there", "spec.parentRefs", warning=True))
+                        continue
                 if not ls.usable or ls.unbound or ls.protocol is None:
                     continue
                 port = (outcome.info.address, ls.spec.port, ls.protocol)
