@@ -12,7 +12,7 @@ import struct
 import pytest
 import yaml
 
-from .gateway_helpers import CLASS, gateway, request, route
+from .gateway_helpers import CLASS, backend, gateway, request, route
 from .harness import Stack, endpoints, free_port, service
 
 pytestmark = pytest.mark.e2e
@@ -125,3 +125,33 @@ async def test_two_tcp_routes_on_one_listener_both_accepted_oldest_serves(stack:
         parent = objects[f"TCPRoute/default/{name}"]["status"]["parents"][0]
         conditions = {c["type"]: (c["status"], c["reason"]) for c in parent["conditions"]}
         assert conditions["Accepted"] == ("True", "Accepted")
+
+
+async def test_gateway_address_that_cannot_be_bound_is_not_moved(stack: Stack) -> None:
+    """Standalone without --manifest-addresses: a Gateway asking for 127.0.0.2 is
+    Programmed=False/AddressNotUsable and binds nothing, so a younger Gateway without addresses
+    keeps the same port on the configured address."""
+    await backend(stack, "web")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: web, protocol: HTTP, port: {port}}}\n", name="elsewhere").replace(
+        "  gatewayClassName: podway\n",
+        '  gatewayClassName: podway\n  addresses: [{type: IPAddress, value: 127.0.0.2}]\n')
+        .replace("namespace: default}", 'namespace: default, creationTimestamp: '
+                 '"2024-01-01T00:00:00Z"}') + "---\n" + gateway(
+        f"  - {{name: web, protocol: HTTP, port: {port}}}\n", name="here").replace(
+        "namespace: default}", 'namespace: default, creationTimestamp: "2024-01-02T00:00:00Z"}'))
+    stack.write("route.yaml", route("web", """  parentRefs: [{name: here}, {name: elsewhere}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+"""))
+    await stack.start()
+    status, _, body = await request(port, "app.example", "/")
+    assert (status, body.get("name")) == (200, "default/web")
+    objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in
+                  objects["Gateway/default/elsewhere"]["status"]["conditions"]}
+    assert conditions == {"Accepted": ("True", "Accepted"),
+                          "Programmed": ("False", "AddressNotUsable")}
+    assert not objects["Gateway/default/elsewhere"]["status"].get("addresses")
+    here = {c["type"]: c["status"] for c in objects["Gateway/default/here"]["status"]["conditions"]}
+    assert here["Programmed"] == "True"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from podway.ir import ListenerProtocol, TLSCertificate
 from podway.model.gateway import GROUP, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
-from podway.translate.core.addresses import choose_address
+from podway.translate.core.addresses import AddressChoice, choose_address
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Reason, Verdict, listing, quote
@@ -126,13 +126,9 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
         info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
                            extra_addresses=extra)
     else:
-        address, issue = _address(gateway, opts)
-        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
-        if issue is None or issue.usable:
-            extra, extra_issue = _extra_addresses(gateway, address, opts)
-            info.extra_addresses = extra
-            if extra_issue is not None and issue is None:
-                info.address_issue = extra_issue
+        address, issue, extra = _addresses(gateway, opts)
+        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
+                           extra_addresses=extra)
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
@@ -157,44 +153,48 @@ def _granted(grant: VipGrant, opts: TranslateOptions
     return grant.addresses[0], issue, list(grant.addresses[1:])
 
 
-def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
-    """spec.addresses[0] when it is an IPAddress, else the default bind address."""
-    if not gateway.spec.addresses or not gateway.spec.addresses[0].value:
-        return opts.address, None
-    first = gateway.spec.addresses[0]
-    if first.type != "IPAddress":
-        return opts.address, AddressIssue(
-            f"address type {quote(first.type)} is not supported (IPAddress only)", usable=False)
-    choice = choose_address(first.value, opts, "address")
-    if choice.address is None or choice.refusal is not None:
-        message = choice.refusal.message if choice.refusal else "no address"
-        if choice.address is None:
-            return opts.address, AddressIssue(message, usable=False)
-        return choice.address, AddressIssue(message, usable=True,
-                                            reason=Reason.ADDRESS_NOT_ALLOWED)
-    return first.value, None
+def _addresses(gateway: Gateway, opts: TranslateOptions
+               ) -> tuple[str, AddressIssue | None, list[str]]:
+    """The addresses ``spec.addresses`` asks for (first, issue, the others), without an
+    allocator; none: the default bind address.
 
-
-def _extra_addresses(gateway: Gateway, first: str,
-                     opts: TranslateOptions) -> tuple[list[str], AddressIssue | None]:
-    """spec.addresses[1:] that can be bound (IP addresses the options allow), in order, and
-    a warning naming those that cannot (the Gateway is still served on the others)."""
-    out: list[str] = []
-    refused: list[str] = []
-    for i, spec in enumerate(gateway.spec.addresses[1:], start=1):
-        if spec.type != "IPAddress" or not spec.value:
-            refused.append(f"spec.addresses[{i}]: type {quote(spec.type)} is not supported "
-                           "(IPAddress only)")
+    The API's rules (and its GatewayStaticAddresses conformance test): an address of a type
+    other than IPAddress makes the Gateway ``Accepted=False/UnsupportedAddress``; an address that
+    cannot be bound here (not an IP, or a manifest may not choose it: ``--manifest-addresses``)
+    makes it ``Programmed=False/AddressNotUsable``. Either way nothing is bound for the Gateway:
+    it is never moved silently onto another address, where it would take another Gateway's port.
+    """
+    given = [a for a in gateway.spec.addresses if a.value or a.type != "IPAddress"]
+    if not given:
+        return opts.address, None, []
+    unsupported = [f"spec.addresses[{i}]: type {quote(a.type)} is not supported (IPAddress only)"
+                   for i, a in enumerate(gateway.spec.addresses) if a.type != "IPAddress"]
+    if unsupported:
+        return opts.address, AddressIssue(listing(unsupported, limit=3), usable=False), []
+    chosen: list[str] = []
+    unusable: list[str] = []
+    for i, spec in enumerate(gateway.spec.addresses):
+        if not spec.value:
             continue
         choice = choose_address(spec.value, opts, f"spec.addresses[{i}]")
-        if choice.refusal is not None or choice.address is None:
-            refused.append(choice.refusal.message if choice.refusal else spec.value)
-            continue
-        if choice.address != first and choice.address not in out:
-            out.append(choice.address)
-    if not refused:
-        return out, None
-    return out, AddressIssue(listing(refused, limit=3), usable=True)
+        if choice.address is None or choice.refusal is not None:
+            unusable.append(_unusable(spec.value, f"spec.addresses[{i}]", choice, opts))
+        elif choice.address not in chosen:
+            chosen.append(choice.address)
+    if unusable:
+        return opts.address, AddressIssue(
+            listing(unusable, limit=3) + "; the Gateway is not programmed", usable=False,
+            reason=Reason.ADDRESS_NOT_USABLE), []
+    return chosen[0], None, chosen[1:]
+
+
+def _unusable(value: str, what: str, choice: AddressChoice, opts: TranslateOptions) -> str:
+    """Why ``value`` cannot be bound, with how to resolve it (the API asks for both)."""
+    if choice.refusal is not None and choice.refusal.reason is Reason.ADDRESS_NOT_ALLOWED:
+        return (f"{what} {value} cannot be bound: manifests may not choose bind addresses "
+                f"(allow it with --manifest-addresses, or leave spec.addresses out to bind "
+                f"{opts.address})")
+    return choice.refusal.message if choice.refusal is not None else f"{what} {value}"
 
 
 def _validate(ls: GwListener) -> None:

@@ -77,7 +77,7 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     valid = [ls for ls in info.listeners if ls.accepted.ok and ls.conflicted is None]
     issue = info.address_issue
     usable_address = issue is None or issue.usable
-    if issue is not None and not issue.usable:
+    if issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
         accepted = Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
     elif len(valid) < len(info.listeners):
         accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
