@@ -88,6 +88,8 @@ def test_gateway_gets_an_address_or_is_not_programmed() -> None:
     programmed = next(c for c in gw.conditions if c.type == "Programmed")
     assert programmed.status is False
     assert programmed.reason == Reason.ADDRESS_NOT_ASSIGNED
+    accepted = next(c for c in gw.conditions if c.type == "Accepted")  # valid, only waiting
+    assert (accepted.status, accepted.reason) == (True, Reason.ACCEPTED)
 
 
 def test_a_grant_whose_status_is_not_written_yet_is_kept() -> None:
