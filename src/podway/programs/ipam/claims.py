@@ -1,5 +1,6 @@
 """What each object asks of the IPAM, read from the snapshot: a ``Claim`` per LoadBalancer
-Service and Gateway that is Podway's.
+Service and Gateway that is Podway's, and one for the shared Ingress listeners when an Ingress
+is (``INGRESS_LISTENERS``: every Ingress is served by the same listeners, so they share a VIP).
 
 Read here and nowhere else:
 
@@ -23,13 +24,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from podway.model import ObjectRef, Service
+from podway.model import Ingress, ObjectRef, Service
 from podway.model.base import K8sObject
 from podway.model.gateway import Gateway, GatewayClass
 from podway.model.snapshot import Snapshot
 from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.options import TranslateOptions
+from podway.translate.core.vips import INGRESS_LISTENERS
+from podway.translate.ingress import listeners as ingress_rules
 
 PortKey = tuple[str, int]  # (protocol, port): what two sharers of one VIP must not both use
 
@@ -71,20 +74,42 @@ def claims_of(snapshot: Snapshot, opts: TranslateOptions,
             if cls.spec.controller_name == opts.gateway_controller}
     claims += [_gateway_claim(g) for g in snapshot.kind(Gateway).values()
                if g.spec.gateway_class_name in ours]
+    ingresses = sorted((i for i in snapshot.kind(Ingress).values()
+                        if ingress_rules.is_ours(i, snapshot, opts) is True), key=Ingress.age_key)
+    if ingresses:
+        claims.append(_ingress_claim(ingresses, opts, held))
     if held is None:
         return claims
     out = []
     for claim in claims:
-        found = held(claim.ref)
+        found = held(claim.ref) if claim.ref != INGRESS_LISTENERS else None
         out.append(claim if found is None else replace(claim, held=found))
     return out
+
+
+def _ingress_claim(ingresses: list[Ingress], opts: TranslateOptions,
+                   held: HeldSource | None) -> Claim:
+    """One claim for the shared Ingress listeners (``INGRESS_LISTENERS``): as old as the oldest
+    Ingress that is ours, holding what their ``status.loadBalancer`` shows (the first Ingress
+    whose status shows an address; every one shows the same), on the HTTP and HTTPS ports."""
+    oldest = ingresses[0]
+    found: tuple[str, ...] = ()
+    if held is not None:
+        for ingress in ingresses:
+            found = held(ingress.ref) or ()
+            if found:
+                break
+    ts = oldest.metadata.creation_timestamp
+    return Claim(ref=INGRESS_LISTENERS, created=ts.timestamp() if ts is not None else float("inf"),
+                 uid=oldest.metadata.uid, held=found[:1],
+                 ports=frozenset({("TCP", opts.http_port), ("TCP", opts.https_port)}))
 
 
 def held_in_status(kind: str, status: Mapping[str, Any] | None) -> tuple[str, ...] | None:
     """The addresses a raw API ``status`` shows for a Service or Gateway (None: no status)."""
     if not isinstance(status, Mapping):
         return None
-    if kind == "Service":
+    if kind in ("Service", "Ingress"):
         lb = status.get("loadBalancer")
         entries = lb.get("ingress") if isinstance(lb, Mapping) else None
         key = "ip"
