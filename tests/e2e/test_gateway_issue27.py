@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from collections import Counter
 
 import pytest
 import yaml
@@ -155,3 +156,43 @@ async def test_gateway_address_that_cannot_be_bound_is_not_moved(stack: Stack) -
     assert not objects["Gateway/default/elsewhere"]["status"].get("addresses")
     here = {c["type"]: c["status"] for c in objects["Gateway/default/here"]["status"]["conditions"]}
     assert here["Programmed"] == "True"
+
+
+async def test_redirect_and_rewrite_on_one_backend_ref(engine_stack: Stack) -> None:
+    """Filters on a backendRef apply to the requests sent to that backendRef only: of three
+    equal shares one is redirected, one rewritten on its way to ``one``, one forwarded to
+    ``two`` as is — each about a third (one draw per request decides the share)."""
+    for name in ("one", "two"):
+        await backend(engine_stack, name)
+    port = free_port()
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: web, protocol: HTTP, port: {port}}}\n"))
+    engine_stack.write("route.yaml", route("split", """  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /app}}]
+    backendRefs:
+    - name: one
+      port: 80
+      filters: [{type: RequestRedirect, requestRedirect: {hostname: moved.example,
+                                                          statusCode: 301}}]
+    - name: one
+      port: 80
+      filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch,
+                                                       replacePrefixMatch: /v2}}}]
+    - name: two
+      port: 80
+"""))
+    await engine_stack.start()
+    seen: Counter[str] = Counter()
+    n = 300
+    for _ in range(n):
+        status, headers, body = await request(port, "app.example", "/app/x")
+        if status == 301:
+            assert headers["location"] == f"http://moved.example:{port}/app/x"
+            seen["redirected"] += 1
+        else:
+            assert status == 200
+            seen[f"{body.get('name')} {body.get('path')}"] += 1
+    assert set(seen) == {"redirected", "default/one /v2/x", "default/two /app/x"}, seen
+    # Binomial(300, 1/3): outside 70..130 has probability below 1e-3 per share.
+    assert all(70 <= c <= 130 for c in seen.values()), seen
