@@ -13,6 +13,8 @@ from collections import Counter
 import pytest
 import yaml
 
+from tests.waiting import eventually
+
 from .gateway_helpers import CLASS, backend, gateway, request, route
 from .harness import Stack, endpoints, free_port, service
 
@@ -196,3 +198,84 @@ async def test_redirect_and_rewrite_on_one_backend_ref(engine_stack: Stack) -> N
     assert set(seen) == {"redirected", "default/one /v2/x", "default/two /app/x"}, seen
     # Binomial(300, 1/3): outside 70..130 has probability below 1e-3 per share.
     assert all(70 <= c <= 130 for c in seen.values()), seen
+
+
+async def _recording(delay_s: float, seen: list[str]) -> tuple[int, asyncio.Server]:
+    """A backend that records each request's path (health checks excluded) and answers 200
+    after ``delay_s``."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b" ")[1].decode()
+            if path.startswith("/app"):
+                seen.append(path)
+                await asyncio.sleep(delay_s)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    port = free_port()
+    return port, await asyncio.start_server(serve, "127.0.0.1", port)
+
+
+async def test_mirror_percentage_request_timeout_and_supported_features(stack: Stack) -> None:
+    """RequestMirror copies every request (and about half with ``percent: 50``) to its
+    backend; ``timeouts.request`` answers 504 when the backend is slower; the GatewayClass
+    lists the features Podway claims, sorted."""
+    mirrored: list[str] = []
+    slow_seen: list[str] = []
+    mirror_port, mirror = await _recording(0, mirrored)
+    slow_port, slow = await _recording(3, slow_seen)
+    await backend(stack, "web")
+    for name, target in (("mirror", mirror_port), ("slow", slow_port)):
+        stack.write(f"svc-{name}.yaml", service(name, 80, target) + "---\n"
+                    + endpoints(name, {"TCP": target}))
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: web, protocol: HTTP, port: {port}}}\n"))
+    stack.write("route.yaml", route("features", """  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /app/all}}]
+    filters: [{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80}}}]
+    backendRefs: [{name: web, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /app/half}}]
+    filters: [{type: RequestMirror, requestMirror: {backendRef: {name: mirror, port: 80},
+                                                    percent: 50}}]
+    backendRefs: [{name: web, port: 80}]
+  - matches: [{path: {type: PathPrefix, value: /app/slow}}]
+    timeouts: {request: 300ms}
+    backendRefs: [{name: slow, port: 80}]
+"""))
+    try:
+        await stack.start()
+        for _ in range(10):
+            status, _, body = await request(port, "app.example", "/app/all")
+            assert (status, body.get("name")) == (200, "default/web")
+        n = 200
+        for _ in range(n):
+            status, _, _ = await request(port, "app.example", "/app/half")
+            assert status == 200
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        status, _, _ = await request(port, "app.example", "/app/slow")
+        assert status == 504
+        assert loop.time() - started < 2.5  # cut at the timeout, not the backend's 3 s
+        assert slow_seen == ["/app/slow"]
+
+        # Mirrors are sent beside the answer: wait for them.
+        await eventually(lambda: mirrored.count("/app/all") == 10)
+        half = mirrored.count("/app/half")
+        # Binomial(200, 1/2): outside 65..135 has probability below 1e-5.
+        assert 65 <= half <= 135, half
+    finally:
+        mirror.close()
+        slow.close()
+    objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+    features = [f["name"] for f in objects["GatewayClass/podway"]["status"]["supportedFeatures"]]
+    assert features == sorted(features)
+    assert {"Gateway", "HTTPRoute", "HTTPRouteRequestMirror", "HTTPRouteRequestTimeout",
+            "HTTPRouteRetryConnectionError"} <= set(features)

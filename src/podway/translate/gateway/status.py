@@ -27,6 +27,50 @@ from podway.translate.gateway.httproute import Issue
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
 from podway.translate.gateway.refs import RefIssue
 
+#: The Gateway API version whose feature names (``pkg/features``) and CRDs Podway targets.
+GATEWAY_API_VERSION = "v1.6.1"
+
+#: ``GatewayClass.status.supportedFeatures``: every feature of ``GATEWAY_API_VERSION`` Podway
+#: serves, each backed by the project's own end-to-end tests against a real engine (the
+#: conformance report in docs/gateway-api.md lists them per feature and engine kind). Sorted,
+#: as the API requires. A feature is added here only with its test.
+SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
+    "GRPCRoute",
+    "Gateway",
+    "GatewayHTTPListenerIsolation",
+    "GatewayPort8080",
+    "GatewayStaticAddresses",
+    "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteCORS",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
+    "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryConnectionError",
+    "HTTPRouteSchemeRedirect",
+    "ReferenceGrant",
+    "TCPRoute",
+    "TLSRoute",
+    "TLSRouteModeTerminate",
+    "UDPRoute",
+)))
+
 
 class ConditionType(StrEnum):
     ACCEPTED = "Accepted"
@@ -44,7 +88,7 @@ def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
 def gateway_class_status(cls: GatewayClass) -> ObjectStatus:
     return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, Verdict(
         True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}"),
-        cls.metadata.generation),))
+        cls.metadata.generation),), supported_features=SUPPORTED_FEATURES)
 
 
 def listener_status(ls: GwListener) -> ListenerStatus:
