@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from podway.kube.emulator import ApiError
 from podway.programs.lab.controlplane import GATEWAY_API_CRDS, ControlPlane, admit_service
@@ -94,9 +95,10 @@ async def test_a_new_lab_serves_the_shipped_gateway_api_crds(tmp_path: Path) -> 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    shipped = sorted(p.name.split("_", 1)[1].removesuffix(".yaml") + "." +
-                     p.name.split("_", 1)[0] for p in GATEWAY_API_CRDS.glob("*.yaml")
-                     if "vap_" not in p.name)
+    shipped = sorted(doc["metadata"]["name"] for p in GATEWAY_API_CRDS.glob("*.yaml")
+                     for doc in yaml.safe_load_all(p.read_text())
+                     if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition")
+    assert len(shipped) == 13
     cp = ControlPlane(port=port, store=tmp_path / "store.json")
     await cp.start()
     try:
