@@ -48,9 +48,19 @@ class LabelSelector(K8sModel):
         return True
 
 
+class ParametersReference(K8sModel):
+    """``GatewayClass.spec.parametersRef``: the object holding the class's parameters."""
+
+    group: str = ""
+    kind: str = ""
+    name: str = ""
+    namespace: str | None = None
+
+
 class GatewayClassSpec(K8sModel):
     controller_name: str = ""
     description: str | None = None
+    parameters_ref: ParametersReference | None = None
 
 
 class GatewayClass(K8sObject):

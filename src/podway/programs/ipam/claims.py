@@ -32,6 +32,7 @@ from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.vips import INGRESS_LISTENERS
+from podway.translate.gateway.parameters import gateway_engine_group
 from podway.translate.ingress import listeners as ingress_rules
 
 PortKey = tuple[str, int]  # (protocol, port): what two sharers of one VIP must not both use
@@ -72,7 +73,7 @@ def claims_of(snapshot: Snapshot, opts: TranslateOptions,
               if service_rules.is_ours(s, opts) is True]
     ours = {name for (_, name), cls in snapshot.kind(GatewayClass).items()
             if cls.spec.controller_name == opts.gateway_controller}
-    claims += [_gateway_claim(g) for g in snapshot.kind(Gateway).values()
+    claims += [_gateway_claim(g, snapshot) for g in snapshot.kind(Gateway).values()
                if g.spec.gateway_class_name in ours]
     ingresses = sorted((i for i in snapshot.kind(Ingress).values()
                         if ingress_rules.is_ours(i, snapshot, opts) is True), key=Ingress.age_key)
@@ -174,7 +175,7 @@ def _families(service: Service) -> tuple[tuple[int, ...], bool]:
     return versions[:1], False
 
 
-def _gateway_claim(gateway: Gateway) -> Claim:
+def _gateway_claim(gateway: Gateway, snapshot: Snapshot) -> Claim:
     requested: tuple[str, ...] = ()
     where, invalid = "", None
     note = gateway.metadata.annotations.get(ann.VIP.name)
@@ -190,5 +191,10 @@ def _gateway_claim(gateway: Gateway) -> Claim:
                  if a.type == "IPAddress" and a.value)
     ports = frozenset(("UDP" if ls.protocol == "UDP" else "TCP", ls.port)
                       for ls in gateway.spec.listeners)
-    return _claim(gateway, requested=requested, where=where, invalid=invalid, held=held,
-                  ports=ports)
+    claim = _claim(gateway, requested=requested, where=where, invalid=invalid, held=held,
+                   ports=ports)
+    if claim.engine_group is None:  # the group its class's parameters name draws the pools
+        group = gateway_engine_group(gateway.spec.gateway_class_name, snapshot)
+        if group is not None:
+            claim = replace(claim, engine_group=group)
+    return claim

@@ -92,6 +92,7 @@ class Reason(StrEnum):
     NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
     NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
     INCOMPATIBLE_FILTERS = "IncompatibleFilters"
+    INVALID_PARAMETERS = "InvalidParameters"  # GatewayClass parametersRef
     TARGET_NOT_FOUND = "TargetNotFound"  # a policy's targetRef names no object
 
 

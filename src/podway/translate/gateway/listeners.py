@@ -103,6 +103,7 @@ class GatewayInfo:
     gateway: Gateway
     address: str  # the first address: names the engine listeners, decides port sharing
     address_issue: AddressIssue | None = None
+    class_issue: str = ""  # its GatewayClass's parameters are invalid: not served, and why
     listeners: list[GwListener] = field(default_factory=list)
     # Every further usable address of spec.addresses: each programmed listener is bound there
     # too (a copy of the engine listener); one the port table refuses is dropped from here.

@@ -85,10 +85,12 @@ def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
                      message=verdict.message, observed_generation=generation)
 
 
-def gateway_class_status(cls: GatewayClass) -> ObjectStatus:
-    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, Verdict(
-        True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}"),
-        cls.metadata.generation),), supported_features=SUPPORTED_FEATURES)
+def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None) -> ObjectStatus:
+    """Accepted (or ``invalid``: its parametersRef, ``InvalidParameters``) and the features."""
+    accepted = invalid or Verdict(True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}")
+    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted,
+                                          cls.metadata.generation),),
+                        supported_features=SUPPORTED_FEATURES)
 
 
 def listener_status(ls: GwListener) -> ListenerStatus:
@@ -121,7 +123,9 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     valid = [ls for ls in info.listeners if ls.accepted.ok and ls.conflicted is None]
     issue = info.address_issue
     usable_address = issue is None or issue.usable
-    if issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
+    if info.class_issue:
+        accepted = Verdict(False, Reason.INVALID, info.class_issue)
+    elif issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
         accepted = Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
     elif len(valid) < len(info.listeners):
         accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
@@ -130,7 +134,9 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     else:
         accepted = Verdict(True, Reason.ACCEPTED, "gateway accepted")
     programmed_count = sum(ls.programmed for ls in info.listeners)
-    if issue is not None and not usable_address:
+    if info.class_issue:
+        programmed = Verdict(False, Reason.INVALID, info.class_issue)
+    elif issue is not None and not usable_address:
         reason = (Reason.ADDRESS_NOT_ASSIGNED if issue.reason is Reason.ADDRESS_NOT_ASSIGNED
                   else Reason.ADDRESS_NOT_USABLE)
         programmed = Verdict(False, reason, issue.message)
@@ -198,6 +204,9 @@ def gateway_problems(info: GatewayInfo) -> list[Problem]:
     """The problems a Gateway's status gives rise to: its addresses, each listener's."""
     out: list[Problem] = []
     ref = info.gateway.ref
+    if info.class_issue:
+        out.append(Problem(ref=ref, reason=Reason.INVALID, message=info.class_issue,
+                           field="spec.gatewayClassName"))
     issue = info.address_issue
     if issue is not None:
         out.append(Problem(
