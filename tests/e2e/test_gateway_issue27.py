@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 from collections import Counter
 
 import pytest
+import trustme
 import yaml
 
 from tests.waiting import eventually
@@ -279,3 +281,89 @@ async def test_mirror_percentage_request_timeout_and_supported_features(stack: S
     assert features == sorted(features)
     assert {"Gateway", "HTTPRoute", "HTTPRouteRequestMirror", "HTTPRouteRequestTimeout",
             "HTTPRouteRetryConnectionError"} <= set(features)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.strip().splitlines())
+
+
+async def _https(port: int, context: ssl.SSLContext) -> int:
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context,
+                                                       server_hostname="shop.test")
+        try:
+            writer.write(b"GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n")
+            raw = await reader.read()
+        finally:
+            writer.close()
+    return int(raw.split(b" ", 2)[1])
+
+
+async def test_frontend_client_certificate_validation_per_port(stack: Stack) -> None:
+    """Gateway spec.tls.frontend: the default (AllowValidOnly, a ConfigMap's ca.crt) serves a
+    client whose certificate the CA issued and refuses one without a certificate or with
+    another CA's in the handshake; a perPort AllowInsecureFallback lets both through, and the
+    Gateway says so (InsecureFrontendValidationMode)."""
+    server_ca, client_ca, other_ca = trustme.CA(), trustme.CA(), trustme.CA()
+    cert = server_ca.issue_cert("shop.test")
+    await backend(stack, "web")
+    strict, loose = free_port(), free_port()
+    stack.write("tls.yaml", f"""apiVersion: v1
+kind: Secret
+metadata: {{name: shop-tls, namespace: default}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{_indent(cert.cert_chain_pems[0].bytes().decode())}
+  tls.key: |
+{_indent(cert.private_key_pem.bytes().decode())}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: client-ca, namespace: default}}
+data:
+  ca.crt: |
+{_indent(client_ca.cert_pem.bytes().decode())}
+""")
+    listeners = "".join(f"""
+  - name: {name}
+    protocol: HTTPS
+    port: {port}
+    tls: {{certificateRefs: [{{name: shop-tls}}]}}""" for name, port in (("strict", strict),
+                                                                        ("loose", loose)))
+    frontend = f"""  tls:
+    frontend:
+      default:
+        validation: {{caCertificateRefs: [{{group: "", kind: ConfigMap, name: client-ca}}]}}
+      perPort:
+      - port: {loose}
+        tls:
+          validation:
+            caCertificateRefs: [{{group: "", kind: ConfigMap, name: client-ca}}]
+            mode: AllowInsecureFallback
+"""
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(listeners + "\n").replace(
+        "  listeners:\n", frontend + "  listeners:\n"))
+    stack.write("route.yaml", route("web", """  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+"""))
+    await stack.start()
+
+    def context(ca: trustme.CA | None) -> ssl.SSLContext:
+        out = ssl.create_default_context()
+        server_ca.configure_trust(out)
+        if ca is not None:
+            ca.issue_cert("client@shop.test").configure_cert(out)
+        return out
+
+    assert await _https(strict, context(client_ca)) == 200
+    for ca in (None, other_ca):
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            await _https(strict, context(ca))
+    for ca in (client_ca, None, other_ca):
+        assert await _https(loose, context(ca)) == 200
+    objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+    conditions = {c["type"]: (c["status"], c["reason"])
+                  for c in objects["Gateway/default/gw"]["status"]["conditions"]}
+    assert conditions["InsecureFrontendValidationMode"] == ("True", "ConfigurationChanged")
+    assert conditions["Programmed"] == ("True", "Programmed")

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from podway.ir import ListenerProtocol, TLSCertificate
-from podway.model.gateway import GROUP, Gateway, GatewayListener
+from podway.ir import ListenerProtocol, TLSCertificate, TLSOptions
+from podway.model.gateway import GROUP, FrontendTLSValidation, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
 from podway.translate.core.addresses import AddressChoice, choose_address
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Reason, Verdict, listing, quote
-from podway.translate.core.tls import certificate_from_secret
+from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import TLSOptionError, from_listener_options
 from podway.translate.core.vips import VipGrant, grant_of
 from podway.translate.gateway.refs import ReferenceGrants
@@ -251,6 +251,11 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, str(error))
         return
     ns = ls.gateway.metadata.namespace
+    if ls.protocol is ListenerProtocol.HTTPS:
+        checked = _frontend_validation(ls, options, snapshot, grants)
+        if checked is None:
+            return  # every caCertificateRef invalid: not accepted, never served unverified
+        options = checked
     refs = ls.spec.tls.certificate_refs
     if not refs:
         _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
@@ -278,6 +283,57 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
         if found.warning is not None:
             ls.warnings.append(found.warning)
         ls.certificates.append(replace(found.certificate, options=options))
+
+
+def frontend_settings(gateway: Gateway, port: int) -> FrontendTLSValidation | None:
+    """``spec.tls.frontend`` for HTTPS listeners of ``port``: its ``perPort`` entry, else the
+    default; None: no client certificates asked for."""
+    tls = gateway.spec.tls
+    frontend = tls.frontend if tls is not None else None
+    if frontend is None:
+        return None
+    chosen = next((p.tls for p in frontend.per_port if p.port == port), frontend.default)
+    return chosen.validation
+
+
+def _frontend_validation(ls: GwListener, options: TLSOptions, snapshot: Snapshot,
+                         grants: ReferenceGrants) -> TLSOptions | None:
+    """``options`` with the client-certificate settings of an HTTPS listener (unchanged
+    without ``spec.tls.frontend``), or None when every caCertificateRef is invalid
+    (``Accepted=False``, ``NoValidCACertificate``). An invalid reference beside valid ones is
+    ``ResolvedRefs=False`` and the listener verifies against the valid ones (never against
+    nothing)."""
+    validation = frontend_settings(ls.gateway, ls.spec.port)
+    if validation is None:
+        return options
+    ns = ls.gateway.metadata.namespace
+    pems: list[str] = []
+    for ref in validation.ca_certificate_refs:
+        target_ns = ref.namespace or ns
+        if ref.group == "" and ref.kind in ("ConfigMap", "Secret") and not grants.permits(
+                from_group=GROUP, from_kind="Gateway", from_namespace=ns, to_group="",
+                to_kind=ref.kind, to_namespace=target_ns, to_name=ref.name):
+            _unresolved(ls, Reason.REF_NOT_PERMITTED,
+                        f"caCertificateRef {ref.kind} {target_ns}/{ref.name} is in another "
+                        f"namespace and no ReferenceGrant in {target_ns} allows Gateways from "
+                        f"{ns}")
+            continue
+        pem = ca_bundle(snapshot, target_ns, ref.group, ref.kind, ref.name)
+        if isinstance(pem, Verdict):
+            reason = (Reason.INVALID_CA_CERTIFICATE_KIND if pem.reason is Reason.INVALID_KIND
+                      else pem.reason)
+            _unresolved(ls, reason, pem.message)
+            continue
+        pems.append(pem)
+    if not pems:
+        ls.accepted = Verdict(False, Reason.NO_VALID_CA_CERTIFICATE,
+                              "spec.tls.frontend: no caCertificateRef is valid"
+                              + (f" ({ls.resolved.message})" if not ls.resolved.ok else ""))
+        return None
+    insecure = validation.mode == "AllowInsecureFallback"
+    return replace(options, client_ca_pem="".join(pems),
+                   client_ca=f"gateway/{ns}/{ls.gateway.metadata.name}/tls.frontend",
+                   client_required=not insecure, client_accept_untrusted=insecure)
 
 
 def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:

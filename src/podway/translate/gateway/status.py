@@ -78,6 +78,7 @@ class ConditionType(StrEnum):
     RESOLVED_REFS = "ResolvedRefs"
     CONFLICTED = "Conflicted"
     PARTIALLY_INVALID = "PartiallyInvalid"
+    INSECURE_FRONTEND = "InsecureFrontendValidationMode"
 
 
 def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
@@ -147,9 +148,28 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     else:
         programmed = Verdict(False, Reason.INVALID, "no listener can be served")
     addresses = tuple(("IPAddress", a) for a in info.addresses) if programmed.ok else ()
-    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted, gen),
-                                    _cond(ConditionType.PROGRAMMED, programmed, gen)),
-                        addresses=addresses, listeners=listeners)
+    conditions = [_cond(ConditionType.ACCEPTED, accepted, gen),
+                  _cond(ConditionType.PROGRAMMED, programmed, gen)]
+    insecure = _insecure_ports(gw)
+    if insecure:  # present only while some port lets unverified clients through
+        conditions.append(_cond(ConditionType.INSECURE_FRONTEND, Verdict(
+            True, Reason.CONFIGURATION_CHANGED, "spec.tls.frontend: AllowInsecureFallback "
+            f"lets clients without a valid certificate through ({insecure})"), gen))
+    return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners)
+
+
+def _insecure_ports(gw: Gateway) -> str:
+    """Where ``spec.tls.frontend`` uses AllowInsecureFallback ("default", "port N"), or ""."""
+    frontend = gw.spec.tls.frontend if gw.spec.tls is not None else None
+    if frontend is None:
+        return ""
+    found = []
+    validation = frontend.default.validation
+    if validation is not None and validation.mode == "AllowInsecureFallback":
+        found.append("default")
+    found += [f"port {p.port}" for p in frontend.per_port if p.tls.validation is not None
+              and p.tls.validation.mode == "AllowInsecureFallback"]
+    return ", ".join(found)
 
 
 @dataclass(slots=True)
