@@ -39,6 +39,8 @@ SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "Gateway",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
     "GatewayStaticAddresses",
