@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from podway.model import ObjectRef
-from podway.model.gateway import CONTROLLER_NAME, BackendTLSPolicy, Gateway, GatewayClass
+from podway.model.gateway import (
+    CONTROLLER_NAME,
+    GROUP,
+    BackendTLSPolicy,
+    Gateway,
+    GatewayClass,
+)
+from podway.model.kinds import CRDS
 from podway.translate.core.problems import Problem, Reason, Severity, Verdict
 from podway.translate.core.status import (
     Condition,
@@ -34,17 +41,17 @@ GATEWAY_API_VERSION = "v1.6.1"
 #: serves, each backed by the project's own end-to-end tests against a real engine (the
 #: conformance report in docs/gateway-api.md lists them per feature and engine kind). Sorted,
 #: as the API requires. A feature is added here only with its test.
-SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((
-    "BackendTLSPolicy",
+# A feature named after a kind is claimed for every Gateway API kind Podway reads (the kinds
+# table), but GatewayClass (no feature of that name) and BackendLBPolicy (gone upstream).
+_KIND_FEATURES = tuple(k.name for k in CRDS if k.group == GROUP
+                       and k.name not in ("GatewayClass", "BackendLBPolicy"))
+SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((*_KIND_FEATURES,
     "BackendTLSPolicySANValidation",
-    "GRPCRoute",
-    "Gateway",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayPort8080",
     "GatewayStaticAddresses",
-    "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
     "HTTPRoute308RedirectStatusCode",
@@ -66,11 +73,7 @@ SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((
     "HTTPRouteRetryBackendTimeout",
     "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
-    "ReferenceGrant",
-    "TCPRoute",
-    "TLSRoute",
     "TLSRouteModeTerminate",
-    "UDPRoute",
 )))
 
 
