@@ -367,3 +367,28 @@ data:
                   for c in objects["Gateway/default/gw"]["status"]["conditions"]}
     assert conditions["InsecureFrontendValidationMode"] == ("True", "ConfigurationChanged")
     assert conditions["Programmed"] == ("True", "Programmed")
+
+
+async def test_http_route_to_an_h2c_service_port_speaks_http2(engine_stack: Stack) -> None:
+    """A backendRef to a Service port with appProtocol kubernetes.io/h2c is reached over
+    HTTP/2 without TLS (HTTPRouteBackendProtocolH2C); the same pod behind a plain port gets
+    HTTP/1.1."""
+    target = await engine_stack.start_echo("default/web")
+    engine_stack.write("svc.yaml", service("web", 80, target).replace(
+        "protocol: TCP}", "protocol: TCP, appProtocol: kubernetes.io/h2c}") + "---\n"
+        + endpoints("web", {"TCP": target}) + "---\n"
+        + service("plain", 80, target) + "---\n"
+        + endpoints("plain", {"TCP": target}))
+    port = free_port()
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: web, protocol: HTTP, port: {port}}}\n"))
+    engine_stack.write("route.yaml", route("h2c", """  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /h2}}]
+    backendRefs: [{name: web, port: 80}]
+  - backendRefs: [{name: plain, port: 80}]
+"""))
+    await engine_stack.start()
+    for path, protocol in (("/h2", "HTTP/2"), ("/h1", "HTTP/1.1")):
+        status, _, body = await request(port, "app.example", path)
+        assert (path, status, body.get("protocol")) == (path, 200, protocol)
