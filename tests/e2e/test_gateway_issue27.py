@@ -392,3 +392,29 @@ async def test_http_route_to_an_h2c_service_port_speaks_http2(engine_stack: Stac
     for path, protocol in (("/h2", "HTTP/2"), ("/h1", "HTTP/1.1")):
         status, _, body = await request(port, "app.example", path)
         assert (path, status, body.get("protocol")) == (path, 200, protocol)
+
+
+async def test_parent_ref_port_and_named_rules(engine_stack: Stack) -> None:
+    """A parentRef with ``port`` attaches to the listeners of that port only
+    (HTTPRouteParentRefPort); rules with a ``name`` are served like any
+    (HTTPRouteNamedRouteRule)."""
+    await backend(engine_stack, "web")
+    first, second = free_port(), free_port()
+    engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: one, protocol: HTTP, port: {first}}}\n"
+        f"  - {{name: two, protocol: HTTP, port: {second}}}\n"))
+    engine_stack.write("route.yaml", route("named", f"""  parentRefs: [{{name: gw, port: {first}}}]
+  rules:
+  - name: api
+    matches: [{{path: {{type: PathPrefix, value: /api}}}}]
+    backendRefs: [{{name: web, port: 80}}]
+"""))
+    await engine_stack.start()
+    status, _, body = await request(first, "app.example", "/api/x")
+    assert (status, body.get("name")) == (200, "default/web")
+    status, _, _ = await request(second, "app.example", "/api/x")
+    assert status == 404
+    objects = yaml.safe_load((engine_stack.root.parent / "status.yaml").read_text())["objects"]
+    listeners = {ls["name"]: ls["attachedRoutes"]
+                 for ls in objects["Gateway/default/gw"]["status"]["listeners"]}
+    assert listeners == {"one": 1, "two": 0}
