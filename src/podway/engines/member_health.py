@@ -1,6 +1,6 @@
 """Member health from engines to the controller: a small gRPC service beside ADS.
 
-Each engine (``podway.envoy.engine.health_report``) reads its Envoy's view of every member and
+Each engine (``podway.engines.reporter``) reads its data plane's view of every member and
 streams it to the controller that configures it, over the same gRPC server, socket and TLS as xDS
 (``XdsServer.handlers``), so no new port, certificate or trust decision exists. The controller
 keeps the latest view of each engine here and the readiness gate

@@ -66,7 +66,8 @@ class StandaloneOptions:
     # (``Listener.engine``), which the kernel engine serves beside it; "kernel": only the kernel
     # engine runs (with ``translate.l4_engine`` KERNEL it gets every L4 listener it can serve;
     # nothing else is served, and the engine logs each listener it leaves out); "haproxy":
-    # podway.haproxy (haproxy.cfg + maps + runtime API, in the state folder's ``haproxy/``).
+    # podway.haproxy (haproxy.cfg + maps + runtime API, in the state folder's ``haproxy/``),
+    # with the kernel engine beside it for the listeners the IR gives the kernel, as Envoy.
     engine_kind: str = "envoy"
     envoy_path: str | None = None
     envoy_log_level: str = "warning"
@@ -163,8 +164,8 @@ class Standalone:
                                           name="standalone-haproxy-follow")
                     if self.opts.engine and self.opts.engine_kind == "kernel":
                         group.create_task(self._kernel(), name="standalone-kernel")
-                    elif self.opts.engine and self.opts.engine_kind == "envoy":
-                        # Beside Envoy only: it keeps an idle listener on a kernel-served port.
+                    elif self.opts.engine and self.opts.engine_kind in ("envoy", "haproxy"):
+                        # Beside Envoy or HAProxy (each idles on the port: a switch back is free).
                         group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
@@ -178,10 +179,10 @@ class Standalone:
                 await self.server.stop(grace=0.5)
 
     async def _kernel_when_asked(self) -> None:
-        """Beside Envoy: the kernel engine, from the first IR in which a Service asks for it
-        (``podway.io/engine: kernel``), serving only those listeners (Envoy keeps its own
-        listener on the port, idle: the kernel DNATs the port's packets before they reach it,
-        and takes new connections back to it when the Service switches back)."""
+        """Beside Envoy or HAProxy: the kernel engine, from the first IR in which a Service asks
+        for it (``podway.io/engine: kernel``), serving only those listeners (the other engine
+        keeps its own listener on the port, idle: the kernel DNATs the port's packets before
+        they reach it, and takes new connections back to it when the Service switches back)."""
         await self.pipeline.wait_for(lambda s: any(
             ls.engine is EngineKind.KERNEL for ls in s.ir.listeners))
         await self._kernel()

@@ -246,6 +246,16 @@ def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: objec
     assert local["left_out_by_health_check"]
     assert local["sent_to_node_without_pod"] == 0
     assert modes["nodeportlocal"]["p50_us"] is not None
+    # Through Podway's engines: Envoy's TCP proxy, the kernel engine's DNAT (its own group),
+    # HTTP through HAProxy (its own group): all answer, with p50/p99 and the engine's CPU.
+    for row in ("l4-envoy", "l4-kernel", "l7-haproxy"):
+        assert modes[row]["failed"] == 0, modes[row]
+        assert modes[row]["p99_us"] is not None
+        assert modes[row]["engine_cpu_per_connection_us"] is not None
+        assert len(modes[row]["share"]) == 4  # every pod answered
+    # A proxy works per connection in its own process; the kernel DNATs in softirq.
+    assert modes["l4-kernel"]["engine_cpu_per_connection_us"] < \
+        modes["l4-envoy"]["engine_cpu_per_connection_us"]
 
 
 def test_scaling_moves_traffic_without_failed_requests(lab: RunningLab) -> None:

@@ -133,6 +133,12 @@ class ControlPlane:
             emu.load(json.loads(self.path.read_text()))
         else:  # a new lab: the Gateway API CRDs first, as a cluster admin would install them
             install_gateway_api_crds(emu)
+        # Gateway API: ``lab compare`` routes its l7-haproxy row through a Gateway of the
+        # HAProxy engine's group (an Ingress is always the default group's). A lab stored
+        # before the CRDs shipped gets the emulator's minimal ones; shipped ones are kept.
+        if emu.get("customresourcedefinitions", "",
+                   "gateways.gateway.networking.k8s.io") is None:
+            emu.install_gateway_api()
         emu.set_admission(self._admit)
         emu.set_on_commit(self._committed)
         return emu
