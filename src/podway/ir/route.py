@@ -49,6 +49,12 @@ class RouteMatch:
     headers: tuple[HeaderMatch, ...] = ()
     query: tuple[QueryMatch, ...] = ()
     method: str | None = None
+    # A share of the requests: the route matches only when the request's draw (one random
+    # number per request, 0..999999, the same for every route it is tested against) is below
+    # ``upto``. Consecutive routes with rising bounds and the same match split requests by
+    # weight, first match wins (Gateway API backendRef filters an engine cannot apply per
+    # weighted backend: a redirect or rewrite of one backendRef). None: every request.
+    upto: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

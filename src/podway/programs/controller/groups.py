@@ -44,6 +44,7 @@ from podway.model.base import ENGINE_GROUP, ObjectRef
 from podway.model.gateway import Gateway
 from podway.model.snapshot import Snapshot
 from podway.pipeline import Pipeline, State
+from podway.translate.gateway.parameters import gateway_engine_group
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,14 @@ GroupOf = Callable[[ObjectRef], str]
 
 def group_of(snapshot: Snapshot) -> GroupOf:
     """The group each object belongs to: a Service's or Gateway's choice
-    (``K8sObject.engine_group``: the annotation; a Gateway's infrastructure label too), else
-    default."""
+    (``K8sObject.engine_group``: the annotation; a Gateway's infrastructure label too), for a
+    Gateway else its GatewayClass's parameters (``engineGroup``), else default."""
     def lookup(ref: ObjectRef) -> str:
         model = {Service.KIND: Service, Gateway.KIND: Gateway}.get(ref.kind)
         obj = snapshot.get(model, ref.namespace, ref.name) if model is not None else None
+        if isinstance(obj, Gateway):  # its own choice, else its class's parameters'
+            return (obj.engine_group() or gateway_engine_group(obj.spec.gateway_class_name,
+                                                               snapshot) or DEFAULT_GROUP)
         return (obj.engine_group() if obj is not None else None) or DEFAULT_GROUP
     return lookup
 
