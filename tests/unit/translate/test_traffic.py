@@ -140,8 +140,8 @@ def test_a_retry_budget_reaches_only_the_pool_that_asks() -> None:
                     policy("s", "Service", "web", "  retryBudget: {percent: 30}\n"))
     assert by_policy.ir.pools["pool/shop/web/80"].settings.retry_budget == RetryBudget(
         percent=30, min_concurrent=3)
-    by_annotation = run(service("podway.io/retry-budget: 25%, "
-                                "podway.io/retry-budget-min-concurrent: '7'"), ingress(),
+    by_annotation = run(service({"podway.io/retry-budget": "25%",
+                                 "podway.io/retry-budget-min-concurrent": "7"}), ingress(),
                         policy("s", "Service", "web", "  retryBudget: {percent: 30}\n"))
     assert by_annotation.ir.pools["pool/shop/web/80"].settings.retry_budget == RetryBudget(
         percent=25, min_concurrent=7)
@@ -155,7 +155,7 @@ def test_a_bad_retry_budget_is_reported_and_not_applied() -> None:
     assert bad_policy.ir.pools["pool/shop/web/80"].settings.retry_budget is None
     assert any(p.field == "spec.retryBudget.percent" for p in bad_policy.problems), \
         bad_policy.problems
-    bad_annotation = run(service("podway.io/retry-budget: lots"), ingress())
+    bad_annotation = run(service({"podway.io/retry-budget": "lots"}), ingress())
     assert bad_annotation.ir.pools["pool/shop/web/80"].settings.retry_budget is None
     assert any(p.field == "metadata.annotations[podway.io/retry-budget]"
                for p in bad_annotation.problems), bad_annotation.problems
