@@ -7,7 +7,7 @@ one that writes every route's ``parents`` and the Gateway's ``attachedRoutes``, 
 
 * wall time of the pass (``StatusWriter.write`` of the first state that writes), and the
   PATCHes it sent (one per object whose status is due: the pass's targets are a set), against
-  the objects that carry a status here (N routes and the Gateway);
+  the objects that carry a status here (N routes, the Gateway and its GatewayClass);
 * CPU seconds during the pass of the controller (this process: ``time.process_time``) and of the
   emulator (its ``/proc`` utime+stime): on one shared machine the two compete, so the pass's
   wall time can be the emulator's as much as the controller's. A real API server does the same
@@ -115,8 +115,8 @@ async def one(count: int, ref: speedref.Reference, profile: bool) -> None:
 def report(count: int, figures: dict[str, float], ref: speedref.Reference,
            profiler: cProfile.Profile | None) -> None:
     print(f"== {count} HTTPRoutes + Services + EndpointSlices, one Gateway", flush=True)
-    print(f"  first status pass: {figures['PATCHes']:.0f} PATCHes for {count + 1} objects "
-          "with a status (routes, Gateway)", flush=True)
+    print(f"  first status pass: {figures['PATCHes']:.0f} PATCHes for {count + 2} objects "
+          "with a status (routes, Gateway, GatewayClass)", flush=True)
     for name in ("wall", "controller CPU", "emulator CPU", "since start"):
         seconds = figures[name]
         print(f"  {name:<16} {seconds * 1000:8.0f} ms  ({ref.ratio(seconds)})", flush=True)
