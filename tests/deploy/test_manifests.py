@@ -196,6 +196,17 @@ async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
         "--ingress-class=nginx", "--ingress-class=legacy"]
 
 
+async def test_chart_passes_ingress_nginx_settings(helm: Any) -> None:
+    """controller.nginxConfig: one --nginx-config KEY=VALUE per key on the controller."""
+    _, objects = await render(helm, {"controller": {"ingressClasses": ["nginx"], "nginxConfig": {
+        "hsts-max-age": "600", "hsts-preload": "true"}}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--nginx-config=")] == [
+        "--nginx-config=hsts-max-age=600", "--nginx-config=hsts-preload=true"]
+
+
 async def test_chart_engine_group_can_serve_only_its_objects(helm: Any) -> None:
     """By default an engine group's engines serve everything (no --engine-group); with
     onlyItsObjects they pass --engine-group=<name>, and the rendering stays valid."""

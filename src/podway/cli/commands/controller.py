@@ -19,6 +19,7 @@ from podway.cli.commands.common import (
     check_classes,
     check_hops,
     check_loopback,
+    check_nginx_config,
     check_port,
     read_npl_key,
     setup_logging,
@@ -29,6 +30,7 @@ from podway.cli.commands.flags import (
     DashboardAllowRemote,
     DashboardPort,
     IngressClasses,
+    NginxConfigFlag,
     OldModeFlag,
     RealIpHeader,
     XffTrustedHops,
@@ -101,6 +103,7 @@ def controller(
     xff_trusted_hops: XffTrustedHops = 0,
     x_real_ip: RealIpHeader = False,
     ingress_class: IngressClasses = None,
+    nginx_config: NginxConfigFlag = None,
     leader_elect: Annotated[str, typer.Option(
         help="Elect one writer among the replicas with a coordination.k8s.io Lease (true); "
              "false: this replica always writes (run only one).")] = "true",
@@ -169,13 +172,13 @@ def controller(
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
-        translate=TranslateOptions(address=address, http_port=http_port,
-                                   https_port=https_port,
+        translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=backend_mode_flag(backend_mode, mode,
                                                           default=BackendMode.NODEPORTLOCAL),
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
-                                   real_ip_header=x_real_ip,
+                                   real_ip_header=x_real_ip, nginx=check_nginx_config(
+                                       "--nginx-config", nginx_config),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops),
                                    **npl),
