@@ -69,17 +69,19 @@ class L2Advertisement(_MetalLBObject):
 
 class BGPAdvertisement(_MetalLBObject):
     KIND: ClassVar[str] = "BGPAdvertisement"
-    SERVED_BY: ClassVar[str] = "podway vip announce on each engine host"
+    SERVED_BY: ClassVar[str] = ("podway vip announce --community/--local-pref/"
+                                "--aggregation-length on each engine host")
 
 
 class BGPPeer(_MetalLBObject):
     KIND: ClassVar[str] = "BGPPeer"
-    SERVED_BY: ClassVar[str] = "podway vip announce --neighbor on each engine host"
+    SERVED_BY: ClassVar[str] = ("podway vip announce --neighbor (--password-file) on each "
+                                "engine host")
 
 
 class Community(_MetalLBObject):
     KIND: ClassVar[str] = "Community"
-    SERVED_BY: ClassVar[str] = "nothing yet (Podway's BGP announcements carry no communities)"
+    SERVED_BY: ClassVar[str] = "podway vip announce --community VALUE"
 
 
 class BFDProfile(_MetalLBObject):

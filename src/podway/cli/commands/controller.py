@@ -121,8 +121,13 @@ def controller(
     retry_period_s: Annotated[float, typer.Option(
         help="Seconds between renewals (and between a follower's tries, jittered).")] = 2.0,
     npl_key: Annotated[Path | None, typer.Option(
-        help="File with the key the agents sign NodePortLocal annotations with (their "
-             "--npl-key): only signed mappings become members (docs/security.md).")] = None,
+        help="File with the master key of NodePortLocal signatures: the agent of each node "
+             "signs with a key derived from it for that node, and only mappings signed with "
+             "the key of the pod's node become members (docs/security.md).")] = None,
+    npl_agent: Annotated[str, typer.Option(
+        help="The agents' user (system:serviceaccount:NAMESPACE:NAME): hand each agent that "
+             "asks (podway agent --npl-key-request) its own node's key. Needs --npl-key.",
+    )] = "",
     npl_unsigned: Annotated[bool, typer.Option(
         "--npl-unsigned", help="Believe unsigned NodePortLocal annotations (Antrea's own "
         "agent) when nodeIP is the pod's node and the port in --npl-port-range: a tenant "
@@ -168,7 +173,8 @@ def controller(
         label_selector(namespace_selector)
     except SelectorError as exc:
         raise ConfigError(f"--namespace-selector: {exc}") from None
-    npl, npl_warnings = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range)
+    npl, npl_warnings = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range,
+                                     agent=npl_agent)
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
@@ -183,15 +189,15 @@ def controller(
                                                                xff_trusted_hops),
                                    **npl),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
-        metrics_address=metrics_address,
-        metrics_port=metrics_port, lb_address=lb_address, **vips, admin_socket=admin_socket,
+        metrics_address=metrics_address, metrics_port=metrics_port, lb_address=lb_address,
+        **vips, admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
-        warnings=npl_warnings)
+        warnings=npl_warnings, npl_agent_user=npl_agent or None)
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 
-def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
+def npl_settings(path: Path | None, *, unsigned: bool, port_range: str, agent: str = ""
                  ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``TranslateOptions`` fields for the NodePortLocal flags: signed mappings with
     ``--npl-key``, node and range checks only with ``--npl-unsigned`` (Antrea's agent signs
@@ -203,6 +209,8 @@ def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
 
     if path is not None and unsigned:
         raise ConfigError("--npl-key and --npl-unsigned exclude each other")
+    if agent and path is None:
+        raise ConfigError("--npl-agent needs --npl-key (the master the agents' keys derive from)")
     try:
         parsed = PortRange.parse(port_range)
     except PortRangeError as exc:

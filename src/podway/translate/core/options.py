@@ -95,7 +95,8 @@ class TranslateOptions:
     """Which NodePortLocal annotations are believed (``NplTrust``); the controller uses
     ``signed`` with ``npl_key``, or ``node`` for Antrea's agent (``--npl-unsigned``)."""
     npl_key: bytes | None = field(default=None, repr=False)
-    """The key the agents sign their annotations with (``NplTrust.SIGNED``); never shown."""
+    """The master key (``NplTrust.SIGNED``): each node's agent signs with the key derived from
+    it for that node (``npl.node_key``); never shown."""
     npl_port_range: tuple[int, int] = (61000, 62000)
     """The agents' node port range (inclusive): a mapping outside it is not believed."""
     npl_enabled_by_controller: bool = False
