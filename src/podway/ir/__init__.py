@@ -37,6 +37,7 @@ from podway.ir.pool import (
     Pool,
     PoolProtocol,
     PoolSettings,
+    RetryBudget,
     UpstreamTLS,
 )
 from podway.ir.route import (
@@ -134,6 +135,7 @@ __all__ = [
     "QueryMatch",
     "RateLimit",
     "Redirect",
+    "RetryBudget",
     "RetryOn",
     "RetryPolicy",
     "Route",

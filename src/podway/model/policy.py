@@ -164,6 +164,14 @@ class SecuritySpec(_Strict):
     authorization: AuthorizationSpec | None = None
 
 
+class RetryBudgetSpec(K8sModel):
+    """A pool's retries in flight as a share of its requests in flight (Envoy's retry budget)
+    instead of the default fixed cap."""
+
+    percent: Int | None = None  # of the active requests; default 20
+    min_concurrent: Int | None = None  # retries always allowed; default 3
+
+
 class TrafficPolicySpec(K8sModel):
     target_refs: tuple[PolicyTargetReference, ...] = ()
     security: SecuritySpec | None = None
@@ -173,6 +181,7 @@ class TrafficPolicySpec(K8sModel):
     persistence: PersistenceSpec | None = None
     timeouts: TimeoutsSpec | None = None
     retry: RetrySpec | None = None
+    retry_budget: RetryBudgetSpec | None = None
 
 
 class TrafficPolicy(K8sObject):

@@ -341,7 +341,8 @@ class _Run(PolicyIndex):
         new = replace(settings, lb_policy=chosen.algorithm or settings.lb_policy,
                       health_check=chosen.health, outlier_detection=chosen.outlier,
                       persistence=persistence,
-                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
+                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms,
+                      retry_budget=chosen.budget)
         # ``replace`` keeps every other field of the spec (its backend mode among them).
         return spec if new == settings else replace(spec, settings=_checked(new))
 
