@@ -39,7 +39,9 @@ def content_hash() -> str:
 
 
 def build(folder: Path) -> Path:
-    """The image archive for the current sources in ``folder`` (built when not there yet)."""
+    """The image archive for the current sources in ``folder`` (built when not there yet), or
+    in ``$PODWAY_TEST_IMAGE_CACHE`` when set (a developer's folder kept between runs)."""
+    folder = Path(os.environ.get("PODWAY_TEST_IMAGE_CACHE") or folder)
     out = folder / f"podway-image-{content_hash()}.tar"
     if not out.exists():
         done = subprocess.run([str(RECIPE / "build.sh"), str(out), str(folder / "work")],
