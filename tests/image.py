@@ -26,9 +26,17 @@ def missing() -> str | None:
     return None
 
 
+def epoch() -> str:
+    """SOURCE_DATE_EPOCH of the test builds: as build.sh's default, the last commit's time."""
+    done = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"],
+                          capture_output=True, text=True, check=False)
+    return os.environ.get("SOURCE_DATE_EPOCH") or done.stdout.strip() or "0"
+
+
 def content_hash() -> str:
-    """What the image is made of: every source file, pyproject, README and the recipe."""
-    digest = hashlib.sha256()
+    """What the image is made of: every source file, pyproject, README, the recipe and the
+    timestamp every file gets."""
+    digest = hashlib.sha256(epoch().encode() + b"\0")
     files = [ROOT / "pyproject.toml", ROOT / "README.md",
              *sorted(p for p in (ROOT / "src").rglob("*")
                      if p.is_file() and "__pycache__" not in p.parts),
@@ -46,7 +54,8 @@ def build(folder: Path) -> Path:
     if not out.exists():
         done = subprocess.run([str(RECIPE / "build.sh"), str(out), str(folder / "work")],
                               capture_output=True, text=True, check=False, timeout=1800,
-                              env={**os.environ, "PODWAY_IMAGE_PYTHON": _python()})
+                              env={**os.environ, "PODWAY_IMAGE_PYTHON": _python(),
+                                   "SOURCE_DATE_EPOCH": epoch()})
         if done.returncode != 0:
             raise AssertionError(f"deploy/image/build.sh failed:\n{done.stderr[-4000:]}")
         shutil.rmtree(folder / "work", ignore_errors=True)

@@ -96,6 +96,31 @@ spec:
       - {name: host, hostPath: {path: HOSTDIR, type: Directory}}
 """
 
+LATE = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: imglate, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: imglate}}
+  template:
+    metadata: {labels: {app: imglate}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: main
+        image: podway:0.1.0
+        command: [sleep, "3600"]
+        env:
+        - {name: LATE, valueFrom: {secretKeyRef: {name: late, key: k}}}
+"""
+LATE_SECRET = """
+apiVersion: v1
+kind: Secret
+metadata: {name: late, namespace: default}
+stringData: {k: v}
+"""
+
 
 @pytest.fixture(scope="module")
 def image_lab(tmp_path_factory: pytest.TempPathFactory,
@@ -168,10 +193,26 @@ def test_a_pod_of_the_image_runs_as_a_container_with_its_spec(image_lab: Running
     secret_file = lab.state.containers / check["metadata"]["uid"] / "volumes/greeting/word"
     assert oct(secret_file.stat().st_mode & 0o777) == "0o444"
 
+    # A pod whose Secret does not exist yet waits, saying why, and starts once it does.
+    late = tmp_path / "late.yaml"
+    late.write_text(LATE)
+    (tmp_path / "late-secret.yaml").write_text(LATE_SECRET)
+    lab.cli("apply", "-f", str(late))
+
+    def waiting() -> str:
+        pod = pod_named(lab, "imglate-")
+        state = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
+        return str(state[0].get("state", {}).get("waiting", {}).get("message", ""))
+
+    assert "secret 'late' not found" in lab.wait(waiting, what="the late pod waiting")
+    lab.cli("apply", "-f", str(late).replace("late.yaml", "late-secret.yaml"))
+    lab.wait(lambda: (p := pod_named(lab, "imglate-")) and p["metadata"]["name"]
+             in lab.ready_pods(), what="the late pod running once its Secret exists")
+
     # Deleting the Deployments stops the containers and releases their files.
-    for name in ("imgecho", "imgcheck"):
+    for name in ("imgecho", "imgcheck", "imglate"):
         lab.api.call("DELETE", lab.api.kind("deployments").path("default", name))
-    lab.wait(lambda: not pod_named(lab, "imgecho-") and not pod_named(lab, "imgcheck-"),
+    lab.wait(lambda: not any(pod_named(lab, f"{n}-") for n in ("imgecho", "imgcheck", "imglate")),
              what="the pods gone")
     lab.wait(lambda: {p.name for p in lab.state.containers.iterdir()} <= {"runc"},
              what="the pods' folders gone", within=30)

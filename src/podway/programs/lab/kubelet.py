@@ -170,6 +170,9 @@ class Kubelet:
                 except KeyError:
                     continue  # scheduled onto a node the lab does not have
                 await self._add(uid, pod, node)
+            elif self.runs[uid].waiting and self._image is not None:
+                # As a kubelet retries: the missing Secret or ConfigMap may exist now.
+                await self._start_containers(self.runs[uid], pod, self._image)
         for uid, pod in wanted.items():
             run = self.runs.get(uid)
             if run is not None:
@@ -243,10 +246,12 @@ class Kubelet:
                 (bundle / "config.json").write_text(json.dumps(config, indent=1))
                 bundles.append((name, bundle))
         except (OSError, ctr.ContainerError) as exc:
-            run.waiting = str(exc)
-            log.warning("%s: %s", run.what, exc)
-            self.changed()
+            if run.waiting != str(exc):
+                run.waiting = str(exc)
+                log.warning("%s: %s", run.what, exc)
+                self.changed()
             return
+        run.waiting = ""
         run.containers = [name for name, _ in bundles]
         for name, bundle in bundles:
             cid = f"{run.uid}-{name}"
