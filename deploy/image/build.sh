@@ -7,8 +7,8 @@
 #    script the Dockerfile runs): the virtualenv /opt/podway, the user podway (10001);
 # 3. umoci turns that directory into one layer of an OCI image (tag = Podway's version), with
 #    the Dockerfile's entrypoint, user and environment; OUT.tar is the OCI layout as a tar.
-# Every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), so two builds of the
-# same sources give the same image digest. Needs root, mmdebstrap, umoci and a Python 3.11
+# Every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), so that two builds of
+# the same sources give the same image digest (seen, not yet guaranteed: docs/install.md). Needs root, mmdebstrap, umoci and a Python 3.11
 # with pip (PODWAY_IMAGE_PYTHON, default .venv/bin/python): Debian bookworm's python3 is 3.11,
 # so the dependencies' wheels must be cp311 ones.
 set -euo pipefail

@@ -425,7 +425,7 @@ def pod_volumes(pod: Obj, objs: dict[tuple[str, str], Obj], folder: Path, *, pod
             out[name] = (host, False)
         elif "emptyDir" in vol:
             target.mkdir(parents=True, exist_ok=True)
-            target.chmod(0o777 | 0o1000)
+            target.chmod(0o777)  # as the kubelet makes an emptyDir
             out[name] = (target, False)
         elif "secret" in vol or "configMap" in vol:
             kind = "secret" if "secret" in vol else "configmap"

@@ -136,6 +136,7 @@ def test_volumes_secret_items_modes_and_mounts(tmp_path: Path) -> None:
     assert (vols["who"][0] / "name").read_text() == "p1"
     assert vols["tls"][1]  # Secrets are read-only
     assert not vols["scratch"][1]  # an emptyDir is not
+    assert vols["scratch"][0].stat().st_mode & 0o7777 == 0o777
     mounts = ctr.volume_mounts({"volumeMounts": [
         {"name": "tls", "mountPath": "/etc/tls"},
         {"name": "scratch", "mountPath": "/tmp"},
