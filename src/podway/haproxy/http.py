@@ -24,9 +24,12 @@ from podway.haproxy.sni import sni_rules
 from podway.haproxy.tls import crt_list
 from podway.ir import (
     CORS,
+    Authorization,
+    BasicAuth,
     BodyLimit,
     ClientAccess,
     DirectResponse,
+    ExtAuth,
     Forward,
     HeaderModifier,
     Listener,
@@ -330,6 +333,12 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("rate limits")
         elif isinstance(f, BodyLimit):
             raise _Closed("request body limits")
+        elif isinstance(f, BasicAuth):
+            raise _Closed("basic authentication")
+        elif isinstance(f, ExtAuth):
+            raise _Closed("external authorization")
+        elif isinstance(f, Authorization):
+            raise _Closed("authorization rules")
     a = route.action
     if isinstance(a, Redirect):
         return out + _redirect(a, route, when, listener)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
+from podway.ir import IR, ExtAuth, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import service as service_rules
@@ -304,7 +304,7 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
             if isinstance(route.action, Forward):
                 yield from route.action.backends
             for f in route.filters:
-                if isinstance(f, Mirror):
+                if isinstance(f, Mirror | ExtAuth):  # a pool a filter sends to
                     yield WeightedPool(pool=f.pool)
     for l4 in listener.l4_routes:
         yield from l4.backends

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +38,39 @@ Bfd = Annotated[bool, typer.Option(help="BFD on every session (sub-second failur
 BfdMs = Annotated[int, typer.Option(help="BFD interval in ms (down after 3 missed).")]
 Hold = Annotated[int, typer.Option(help="BGP hold time in seconds (min 3).")]
 Keepalive = Annotated[int, typer.Option(help="BGP keepalive in seconds.")]
+Communities = Annotated[list[str], typer.Option(
+    "--community", help="Add this community to the announcements: ASN:VALUE, or ASN:VALUE:VALUE "
+    "for a large one (repeat).")]
+LocalPref = Annotated[int | None, typer.Option(help="BGP LOCAL_PREF of the announcements.")]
+AggLength = Annotated[int, typer.Option(
+    help="Announce each IPv4 VIP as its covering prefix of this length (32: the address).")]
+AggLengthV6 = Annotated[int, typer.Option(
+    help="The same for IPv6 (128: the address).")]
+PasswordFile = Annotated[Path | None, typer.Option(
+    help="TCP MD5 password of every BGP session, read from this file.")]
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """What every announcement carries (the flags of bird-config and announce)."""
+
+    communities: tuple[str, ...] = ()
+    local_pref: int | None = None
+    aggregation_length: int = 32
+    aggregation_length_v6: int = 128
+    password_file: Path | None = None
+
+    def apply(self, settings: BgpSettings) -> BgpSettings:
+        password = None
+        if self.password_file is not None:
+            try:
+                password = self.password_file.read_text().strip()
+            except OSError as err:
+                raise ConfigError(f"--password-file {self.password_file}: "
+                                  f"{err.strerror or err}") from None
+        return replace(settings, communities=self.communities, local_pref=self.local_pref,
+                       aggregation_length=self.aggregation_length,
+                       aggregation_length_v6=self.aggregation_length_v6, password=password)
 
 
 def register(app: typer.Typer) -> None:
@@ -44,11 +78,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _bgp(router_id: str, local_as: int, neighbors: list[str], bfd: bool, bfd_interval_ms: int,
-         hold_time: int, keepalive: int) -> BgpSettings:
-    settings = BgpSettings(router_id=router_id, local_as=local_as,
-                           neighbors=tuple(parse_neighbor(n) for n in neighbors), bfd=bfd,
-                           bfd_interval_ms=bfd_interval_ms, hold_time=hold_time,
-                           keepalive=keepalive)
+         hold_time: int, keepalive: int, announcement: Announcement = Announcement()
+         ) -> BgpSettings:
+    settings = announcement.apply(BgpSettings(
+        router_id=router_id, local_as=local_as,
+        neighbors=tuple(parse_neighbor(n) for n in neighbors), bfd=bfd,
+        bfd_interval_ms=bfd_interval_ms, hold_time=hold_time, keepalive=keepalive))
     check_settings(settings)
     return settings
 
@@ -70,10 +105,15 @@ def bird_config(
     router_id: RouterId, local_as: LocalAs, neighbor: NeighborOpt, vip: VipOpt = [],  # noqa: B006
     bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
     keepalive: Keepalive = 1, output: Output = None,
+    community: Communities = [], local_pref: LocalPref = None,  # noqa: B006
+    aggregation_length: AggLength = 32, aggregation_length_v6: AggLengthV6 = 128,
+    password_file: PasswordFile = None,
 ) -> None:
     """BIRD 2 configuration announcing the VIPs to the neighbours (no --vip: withdraw all).
     Apply with `birdc configure`."""
-    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive)
+    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive,
+                    Announcement(tuple(community), local_pref, aggregation_length,
+                                 aggregation_length_v6, password_file))
     _emit(engine_config(settings, vip), output)
 
 
@@ -111,6 +151,9 @@ def announce(
         help="On stop: seconds between the withdrawal and exiting.")] = 2.0,
     bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
     keepalive: Keepalive = 1,
+    community: Communities = [], local_pref: LocalPref = None,  # noqa: B006
+    aggregation_length: AggLength = 32, aggregation_length_v6: AggLengthV6 = 128,
+    password_file: PasswordFile = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run BIRD announcing the VIPs; withdraw while unhealthy; on SIGTERM withdraw, wait, exit."""
@@ -118,7 +161,9 @@ def announce(
 
     setup_logging(log_level)
     check_at_least("--withdraw-wait", withdraw_wait, 0)
-    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive)
+    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive,
+                    Announcement(tuple(community), local_pref, aggregation_length,
+                                 aggregation_length_v6, password_file))
     speaker = BirdSpeaker(settings, workdir=workdir)
 
     async def main() -> None:
@@ -217,3 +262,46 @@ def check_command(url: Annotated[str, typer.Option(
     track script)."""
     ok = asyncio.run(_healthy(url))
     raise typer.Exit(0 if ok else 1)
+
+
+@vip_app.command()
+def l2(
+    node: Annotated[str, typer.Option(help="This host's name among its peers.")],
+    interface: Annotated[str, typer.Option(
+        help="The interface on the clients' segment: the VIPs go on it, announced there.")],
+    listen: Annotated[str, typer.Option(
+        help="Where this host hears its peers' heartbeats, ADDRESS:PORT.")],
+    peer: Annotated[list[str], typer.Option(
+        "--peer", help="Another host of the group as NAME=ADDRESS:PORT (repeat).")],
+    vip: VipOpt,
+    key_file: Annotated[Path, typer.Option(
+        help="The key the group's heartbeats are signed with (≥ 16 bytes, the same file on "
+             "every host; anyone with it can take the VIPs).")],
+    health_url: Annotated[str, typer.Option(
+        help="Own no VIP while this does not answer 200: an HTTP URL, or unix:PATH of the "
+             "engine's Envoy admin socket (its /ready).")] = "",
+    interval: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 0.2,
+    dead_after: Annotated[int, typer.Option(
+        help="Missed heartbeats before a peer is taken for dead.")] = 3,
+    hand_over_wait: Annotated[float, typer.Option(
+        help="On stop: seconds the peers get to take the VIPs over before they leave.")] = 1.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """L2 mode: one host of the group per VIP answers ARP/NDP for it, elected by rendezvous
+    hashing over the hosts alive and healthy; it moves within a second of its owner failing,
+    and is handed over first on SIGTERM."""
+    from podway.programs.vip.l2 import L2Settings, L2Speaker, check_vips, parse_peer, read_key
+
+    setup_logging(log_level)
+    check_at_least("--interval", interval, 0.05)
+    check_at_least("--dead-after", dead_after, 2)
+    check_at_least("--hand-over-wait", hand_over_wait, 0)
+    _, address = parse_peer(f"{node}={listen}")
+    peers = dict(parse_peer(p) for p in peer)
+    if node in peers:
+        raise ConfigError(f"--peer {node!r} is this host (--node)")
+    settings = L2Settings(node=node, interface=interface, listen=address, peers=peers,
+                          vips=check_vips(vip), key=read_key(key_file), interval_s=interval,
+                          dead_after=dead_after, hand_over_s=hand_over_wait)
+    healthy = (lambda: _healthy(health_url)) if health_url else None
+    asyncio.run(run_until_signal(L2Speaker(settings, healthy).run()))

@@ -2,7 +2,8 @@
 
 It serves the kinds Podway reads and writes (core Pods, Services, Nodes, Namespaces, Secrets,
 ConfigMaps, Events; events.k8s.io Events; apps Deployments; EndpointSlices; Leases; Ingress and
-IngressClass; CRDs, and through them every Gateway API kind) over HTTP with the real URL
+IngressClass; CertificateSigningRequests (the requester stamped from a bearer token,
+``add_user``); CRDs, and through them every Gateway API kind) over HTTP with the real URL
 layout, discovery (``/api``, ``/apis``, resource lists), get/list/watch with
 resourceVersions, bookmarks for watches that allow them, ``410 Gone`` for versions older than
 the compacted history, label and field selectors, create/update/delete, merge, JSON and
@@ -43,11 +44,11 @@ from types import TracebackType
 from aiohttp import web
 
 from podway.kube.emulator.resources import ResourceType, gateway_api_crd
-from podway.kube.emulator.server import Api, Fault, Patch, Write
+from podway.kube.emulator.server import Api, Fault, Patch, User, Write
 from podway.kube.emulator.store import Admit, ApiError, Obj, Store
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
-__all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "Write",
+__all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "User", "Write",
            "gateway_api_crd"]
 
 
@@ -142,6 +143,14 @@ class KubeEmulator:
     def uninstall_crd(self, kind: str) -> None:
         plural = GATEWAY_KINDS[kind][0]
         self.delete("customresourcedefinitions", "", f"{plural}.gateway.networking.k8s.io")
+
+    def add_user(self, token: str, username: str, *, groups: tuple[str, ...] = (),
+                 extra: dict[str, list[str]] | None = None) -> None:
+        """Requests with ``Authorization: Bearer <token>`` are this user (nothing is refused:
+        the identity only shows where the API server records it, a CertificateSigningRequest's
+        ``spec.username``/``groups``/``extra``)."""
+        self._api.users[token] = User(username, groups, tuple(
+            (k, tuple(v)) for k, v in sorted((extra or {}).items())))
 
     # ---- hooks for the lab -------------------------------------------------------------
     def set_admission(self, admit: Admit | None) -> None:

@@ -83,11 +83,26 @@ def status_body(code: int, reason: str, message: str) -> Obj:
             "message": message, "reason": reason, "code": code}
 
 
+@dataclass(frozen=True, slots=True)
+class User:
+    """Who a bearer token authenticates as (``KubeEmulator.add_user``): what the real API
+    server stamps on a CertificateSigningRequest (``spec.username``, ``groups``, ``extra``)."""
+
+    username: str
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
+CSR = ("certificates.k8s.io", "certificatesigningrequests")
+
+
 class Api:
     """The request handlers over one ``Store``."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.users: dict[str, User] = {}  # bearer token → identity (unknown: anonymous)
         self.requests: list[str] = []
         self.patches: list[Patch] = []
         self.writes: list[Write] = []
@@ -154,7 +169,8 @@ class Api:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
         if sub and not (sub == "status" and rtype.status) and \
-                not (sub == "scale" and rtype.group_resource in SCALABLE):
+                not (sub == "scale" and rtype.group_resource in SCALABLE) and \
+                not (sub == "approval" and rtype.group_resource == CSR):
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
@@ -190,7 +206,10 @@ class Api:
         if request.method == "POST" and target.name is None:
             if rtype.namespaced and target.namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
-            created = store.create(rtype, ns, await request.json())
+            body = await request.json()
+            if rtype.group_resource == CSR and isinstance(body, dict):
+                self._stamp_requester(request, body)
+            created = store.create(rtype, ns, body)
             return self._json(created, rtype, status=201)
         if request.method == "PUT" and target.name is not None:
             body = await request.json()
@@ -201,6 +220,20 @@ class Api:
         if request.method == "DELETE" and target.name is not None:
             return self._json(store.delete(rtype, ns, target.name), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    def _stamp_requester(self, request: web.Request, body: Obj) -> None:
+        """As the API server does on create: the requester's identity, never the client's."""
+        auth = request.headers.get("Authorization", "")
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        user = self.users.get(token, ANONYMOUS)
+        spec = body.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            raise ApiError(422, "Invalid", "spec: must be an object")
+        spec["username"] = user.username
+        spec["groups"] = [*user.groups, "system:authenticated"] if user is not ANONYMOUS \
+            else list(user.groups)
+        spec["extra"] = {k: list(v) for k, v in user.extra}
+        spec.pop("uid", None)
 
     @staticmethod
     def _json(obj: Obj, rtype: ResourceType, status: int = 200) -> web.Response:

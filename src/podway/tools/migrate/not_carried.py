@@ -6,8 +6,10 @@ the reader's issues, and any family the reader knows that the conversion does no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
+from podway.translate.ingress.nginx import basic_auth
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     NginxAnnotations,
@@ -36,7 +38,8 @@ NOT_CARRIED: dict[str, tuple[str, str]] = {
 
 # Families the conversion carries (the rest are NOT_CARRIED, or caught by the guard below).
 CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
-                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough"})
+                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough",
+                     "server_alias", "from_to_www"})
 
 
 def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
@@ -57,18 +60,16 @@ def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
     for family, (key, why) in NOT_CARRIED.items():
         if getattr(notes, family) is not None:
             out.append((PREFIX + key, f"not carried over: {why}"))
-    if notes.rewrite is not None and notes.rewrite.regex_paths and notes.rewrite.target is None:
-        out.append((PREFIX + "use-regex", "ingress-nginx matched these paths as "
-                    "case-insensitive regular expressions; they become case-sensitive "
-                    "(RegularExpression when they hold regex syntax, else PathPrefix)"))
     return out
 
 
-def restrictions(notes: NginxAnnotations) -> list[str]:
+def restrictions(notes: NginxAnnotations, annotations: Mapping[str, str]) -> list[str]:
     """The keys of an Ingress that restrict who may reach it and that the converted routes do
-    not carry: Podway's unserved ones (``closed``), and source ranges and client certificates,
-    which Podway serves on Ingresses but to-gateway does not convert."""
+    not carry: Podway's unserved ones (``closed``), and basic auth, source ranges and client
+    certificates, which Podway serves on Ingresses but to-gateway does not convert."""
     out = list(notes.closed)
+    if basic_auth.asks_basic({k.removeprefix(PREFIX): v for k, v in annotations.items()}):
+        out.append(PREFIX + "auth-type")
     if notes.source_ranges is not None:
         out.append(PREFIX + "whitelist-source-range")
     if notes.auth_tls is not None and notes.auth_tls.verify in (VerifyClient.ON,

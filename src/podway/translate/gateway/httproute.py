@@ -20,11 +20,13 @@ from typing import NamedTuple
 
 from podway.ir import (
     DirectResponse,
+    ExtAuth,
     Filter,
     Forward,
     HeaderModifier,
     Mirror,
     PathKind,
+    PoolProtocol,
     RetryPolicy,
     Route,
     RouteMatch,
@@ -179,6 +181,13 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
             rewrites += 1
         elif f.type == "CORS" and isinstance(out.route, HTTPRoute):
             ir_filters.append(flt.cors(f))
+        elif f.type == "ExternalAuth" and isinstance(out.route, HTTPRoute):
+            auth = _external_auth(out, f, resolve=resolve, where=f"{where}.filters[{k}]")
+            if auth is None:  # unusable: refused, never forwarded unchecked
+                failing = "ExternalAuth cannot be served"
+                continue
+            out.pools.setdefault(auth[1].name, auth[1])
+            ir_filters.append(auth[0])
         elif f.type == "RequestMirror" and f.request_mirror is not None:
             target = resolve(f.request_mirror.backend_ref)
             if isinstance(target, RefIssue):
@@ -207,6 +216,38 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
     if retry is not None and isinstance(action, Forward):
         action = replace(action, retry=_retry(retry, where=where))
     return action, tuple(ir_filters)
+
+
+def _external_auth(out: CompiledRoute, f: RouteFilter, *, resolve: Resolve, where: str
+                   ) -> tuple[ExtAuth, PoolSpec] | None:
+    """Experimental ``ExternalAuth``: the auth service's pool (gRPC: a pool speaking HTTP/2)
+    and the check; None (with an issue) when it cannot be served: the rule answers 500."""
+    spec = f.external_auth
+    protocol = spec.protocol if spec is not None else ""
+    if spec is None or protocol not in ("HTTP", "GRPC") or spec.backend_ref is None:
+        out.issues.append(Issue(Reason.UNSUPPORTED_VALUE, "ExternalAuth needs protocol HTTP or "
+                                "GRPC and a backendRef; the rule answers HTTP 500", where))
+        return None
+    target = resolve(spec.backend_ref)
+    if isinstance(target, RefIssue):
+        out.ref_issues.append((target, f"{where}.externalAuth.backendRef"))
+        return None
+    grpc = protocol == "GRPC"
+    if grpc and target.settings.protocol not in (PoolProtocol.GRPC, PoolProtocol.HTTP2):
+        target = replace(target, name=f"{target.name}/grpc",
+                         settings=replace(target.settings, protocol=PoolProtocol.GRPC))
+    extra = spec.grpc.allowed_headers if spec.grpc else spec.http.allowed_headers \
+        if spec.http else ()
+    if extra:
+        sent = "every header" if grpc else "only Host, Method, Path, Content-Length and " \
+            "Authorization"
+        out.issues.append(Issue(Reason.UNSUPPORTED_VALUE, f"allowedHeaders is not served: "
+                                f"the auth service gets {sent}", f"{where}.externalAuth",
+                                warning=True))
+    http = spec.http
+    return ExtAuth(pool=target.name, grpc=grpc, path_prefix=http.path if http and not grpc
+                   else "", response_headers=http.allowed_response_headers if http else (),
+                   body_bytes=spec.forward_body.max_size if spec.forward_body else 0), target
 
 
 def _retry(retry: HTTPRouteRetry, *, where: str) -> RetryPolicy:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from podway.ir import (
     DirectResponse,
@@ -38,6 +38,7 @@ from podway.translate.core.regex import re2_problem
 from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 from podway.translate.ingress.foreign import foreign_annotations
+from podway.translate.ingress.nginx import basic_auth
 from podway.translate.ingress.nginx import serve as nginx
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, VerifyClient
@@ -96,6 +97,9 @@ class IngressPart:
     force_ssl_redirect: bool = False
     canary: Canary | None = None  # nginx canary: its claims join the main Ingress's routes
     regex_paths: bool = False  # nginx use-regex / rewrite-target: its hosts' paths are regexes
+    rule_hosts: tuple[str, ...] = ()  # the valid hosts of its rules ("*": none named)
+    aliases: tuple[str, ...] = ()  # nginx server-alias: more names of its rule hosts
+    www_redirect: bool = False  # nginx from-to-www-redirect
 
     @property
     def owner(self) -> str:
@@ -104,6 +108,15 @@ class IngressPart:
     def still_valid(self, ingress: Ingress, snapshot: Snapshot) -> bool:
         return self.source is ingress and all(
             snapshot.get(cls, ns, name) is found for cls, ns, name, found in self.deps)
+
+
+class _NginxFields(TypedDict):
+    force_ssl_redirect: bool
+    canary: Canary | None
+    regex_paths: bool
+    rule_hosts: tuple[str, ...]
+    aliases: tuple[str, ...]
+    www_redirect: bool
 
 
 def build_part(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> IngressPart:
@@ -185,11 +198,16 @@ class _Builder:
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()),
                            ssl_redirect=self.settings.ssl_redirect,
-                           force_ssl_redirect=(self.nginx.ssl is not None
-                                               and self.nginx.ssl.force),
-                           canary=self.nginx.canary,
-                           regex_paths=(self.nginx.rewrite is not None
-                                        and self.nginx.rewrite.regex_paths))
+                           **self.nginx_fields(rule_hosts))
+
+    def nginx_fields(self, rule_hosts: list[str]) -> _NginxFields:
+        """What the merge needs of the Ingress's nginx annotations."""
+        n = self.nginx
+        return _NginxFields(force_ssl_redirect=n.ssl is not None and n.ssl.force,
+                            canary=n.canary,
+                            regex_paths=n.rewrite is not None and n.rewrite.regex_paths,
+                            rule_hosts=tuple(dict.fromkeys(rule_hosts)),
+                            aliases=n.server_alias, www_redirect=n.from_to_www)
 
     def read_nginx(self) -> None:
         """The ingress-nginx annotations: read once, reported, turned into filters; its
@@ -203,6 +221,10 @@ class _Builder:
                          f"metadata.annotations[{note.key}]",
                          Severity.ERROR if note.error else Severity.WARNING)
         self.filters = nginx.route_filters(self.nginx)
+        auth = basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n))
+        self.problems += auth.problems()
+        self.filters += (auth.filter,) if auth.filter is not None else ()
+        self.nginx = auth.closing(self.nginx)  # unusable: refused as an unserved restriction
         canary = self.nginx.canary
         pattern = canary.header_pattern if canary is not None else None
         why = re2_problem(f".*(?:{pattern}).*") if pattern is not None else None
