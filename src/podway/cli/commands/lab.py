@@ -80,7 +80,10 @@ def _running(name: str, state_dir: Path | None) -> tuple[Any, Any, int]:
 
 @lab_app.command()
 def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
-       name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+       name: NameOpt = "lab", state_dir: StateOpt = None,
+       image: Annotated[Path | None, typer.Option(
+           help="Podway's OCI image archive (./dev image): pods whose image is "
+                "podway:<its tag> run from it as containers (runc).")] = None) -> None:
     """Build the lab: fabric, nodes, edge, client; start its control plane, agents, controller
     and engine."""
     from rich.console import Console
@@ -93,6 +96,17 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         plan = make_plan(name, nodes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if image is not None:
+        from podway.programs.lab.container import ContainerError, archive_tag
+
+        if shutil.which("umoci") is None:
+            raise EnvironmentProblem("--image needs `umoci` (apt-get install umoci)")
+        if shutil.which("runc") is None and shutil.which("crun") is None:
+            raise EnvironmentProblem("--image needs an OCI runtime (apt-get install runc)")
+        try:
+            archive_tag(image)
+        except (OSError, ContainerError) as exc:
+            raise ConfigError(f"--image {image}: {exc}") from None
     state = _state(name, state_dir)
     leftovers = network.namespaces(plan.prefix)
     if state.exists() or leftovers:
@@ -107,6 +121,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     state.create(plan, port)
+    if image is not None:
+        state.image_file.write_text(f"{image.resolve()}\n")
     try:
         with console.status("building the network") as status:
             def step(what: str) -> None:
@@ -181,7 +197,9 @@ def _down(name: str, state_dir: Path | None, *, say: Any) -> int:
     if network.namespaces(prefix):
         say(f"error: namespaces left: {', '.join(network.namespaces(prefix))}")
     if state.exists():
-        shutil.rmtree(state.root, ignore_errors=True)
+        from podway.programs.lab.container import release
+
+        release(state.root)  # unmounts the containers' writable roots first
         removed += 1
     return removed
 

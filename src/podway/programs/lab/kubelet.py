@@ -7,6 +7,12 @@ it dies, keeps both, counts ``restartCount`` and clears Ready until the probe pa
 probes run from the pod's node (its namespace, one thread per node), as the kubelet does:
 ``httpGet`` passes on 200-399, ``tcpSocket`` on a connection, no probe on the process being up.
 Status is written only when it changes.
+
+A pod whose image is the lab's image archive (``lab up --image``) runs its containers from it
+under an OCI runtime (runc) instead (``podway.programs.lab.container``), one supervised process
+per container; it is up when every container has started, and a container that cannot be made
+(a missing Secret, ``runAsNonRoot`` with uid 0…) leaves the pod waiting with the reason in its
+status.
 """
 
 from __future__ import annotations
@@ -14,18 +20,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import json
 import logging
+import shlex
 import socket
+import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from podway.base.tasks import cancel_and_wait
 from podway.kube.emulator import KubeEmulator
 from podway.programs.agent.netns import single_thread
+from podway.programs.lab import container as ctr
 from podway.programs.lab import network
 from podway.programs.lab.cluster import key, meta, terminated
 from podway.programs.lab.plan import LabPlan, NodePlan
@@ -87,6 +98,9 @@ class PodRun:
     ports: list[tuple[int, str]]
     probe: Obj | None
     started_at: str
+    containers: list[str] = field(default_factory=list)  # container names run under crun
+    started: set[str] = field(default_factory=set)  # those running now
+    waiting: str = ""  # why the pod's containers cannot start (CreateContainerConfigError)
     up: bool = False  # the process listens
     ready: bool = False
     restarts: int = 0
@@ -108,6 +122,34 @@ class Kubelet:
         self.plan, self.supervisor, self.emu, self.changed = plan, supervisor, emu, changed
         self.runs: dict[str, PodRun] = {}
         self._threads: dict[str, ThreadPoolExecutor] = {}
+        self._image: ctr.Image | None = None
+        self._image_lock = asyncio.Lock()
+
+    async def image(self) -> ctr.Image | None:
+        """The lab's image, unpacked on first use; None when the lab has none."""
+        archive = self.supervisor.state.image_archive
+        if archive is None:
+            return None
+        async with self._image_lock:
+            if self._image is None:
+                self._image = await asyncio.to_thread(
+                    ctr.unpack, archive, self.supervisor.state.images / "podway")
+        return self._image
+
+    async def _from_image(self, pod: Obj) -> ctr.Image | None:
+        if self.supervisor.state.image_archive is None:
+            return None
+        try:
+            tag = ctr.archive_tag(self.supervisor.state.image_archive)
+        except (OSError, ctr.ContainerError) as exc:
+            log.warning("lab image: %s", exc)
+            return None
+        images = [str(c.get("image", "")) for c in
+                  (pod.get("spec") or {}).get("containers") or []]
+        probe = ctr.Image(name="podway", tag=tag, rootfs=Path(), config={})
+        if not images or not all(probe.serves(i) for i in images):
+            return None
+        return await self.image()
 
     def _thread(self, node: NodePlan) -> ThreadPoolExecutor:
         if node.name not in self._threads:
@@ -128,6 +170,9 @@ class Kubelet:
                 except KeyError:
                     continue  # scheduled onto a node the lab does not have
                 await self._add(uid, pod, node)
+            elif self.runs[uid].waiting and self._image is not None:
+                # As a kubelet retries: the missing Secret or ConfigMap may exist now.
+                await self._start_containers(self.runs[uid], pod, self._image)
         for uid, pod in wanted.items():
             run = self.runs.get(uid)
             if run is not None:
@@ -143,6 +188,11 @@ class Kubelet:
                      ports=container_ports(pod), probe=readiness_probe(pod),
                      started_at=_now())
         self.runs[uid] = run
+        image = await self._from_image(pod)
+        if image is not None:
+            await self._start_containers(run, pod, image)
+            run.prober = asyncio.create_task(self._probe(run), name=f"lab-probe-{run.what}")
+            return
         argv = ["ip", "netns", "exec", netns, sys.executable, "-m", "podway.programs.lab.pod",
                 "--pod", name, "--namespace", ns, "--node", node.name,
                 *(f"{port}/{proto}" for port, proto in run.ports)]
@@ -161,6 +211,70 @@ class Kubelet:
 
         await self.supervisor.start(run.what, argv, on_line=line, on_exit=exited)
         run.prober = asyncio.create_task(self._probe(run), name=f"lab-probe-{run.what}")
+
+    def _objects(self, pod: Obj) -> dict[tuple[str, str], Obj]:
+        """The Secrets and ConfigMaps of the pod's namespace, by (kind, name)."""
+        ns = str(meta(pod).get("namespace", "default"))
+        out: dict[tuple[str, str], Obj] = {}
+        for kind, plural in (("secret", "secrets"), ("configmap", "configmaps")):
+            for obj in self.emu().objects(plural):
+                if meta(obj).get("namespace") == ns:
+                    out[(kind, str(meta(obj)["name"]))] = obj
+        return out
+
+    async def _start_containers(self, run: PodRun, pod: Obj, image: ctr.Image) -> None:
+        state = self.supervisor.state
+        folder = state.containers / run.uid
+        specs = (pod.get("spec") or {}).get("containers") or []
+        try:
+            crun = ctr.runtime(state.containers)
+            objs = self._objects(pod)
+            volumes = await asyncio.to_thread(ctr.pod_volumes, pod, objs, folder,
+                                              pod_ip=run.ip, host_ip=run.node.ip)
+            etc = await asyncio.to_thread(ctr.etc_files, pod, folder / "etc", pod_ip=run.ip)
+            bundles = []
+            for index, spec in enumerate(specs):
+                name = str(spec.get("name", f"c{index}"))
+                bundle = folder / "bundles" / name
+                bundle.mkdir(parents=True, exist_ok=True)
+                writable = not (spec.get("securityContext") or {}).get("readOnlyRootFilesystem")
+                root = (await asyncio.to_thread(ctr.overlay_root, image, bundle)
+                        if writable else image.rootfs)
+                config = ctr.runtime_spec(pod, spec, image, objs, root=root, netns=run.netns,
+                                          mounts=[*etc, *ctr.volume_mounts(spec, volumes)],
+                                          pod_ip=run.ip, host_ip=run.node.ip)
+                (bundle / "config.json").write_text(json.dumps(config, indent=1))
+                bundles.append((name, bundle))
+        except (OSError, ctr.ContainerError) as exc:
+            if run.waiting != str(exc):
+                run.waiting = str(exc)
+                log.warning("%s: %s", run.what, exc)
+                self.changed()
+            return
+        run.waiting = ""
+        run.containers = [name for name, _ in bundles]
+        for name, bundle in bundles:
+            cid = f"{run.uid}-{name}"
+            # A container left by the last start (its crun killed) would block the name.
+            script = (f'{shlex.join([*crun, "delete", "-f", cid])} >/dev/null 2>&1; '
+                      f'exec {shlex.join([*crun, "run", "--bundle", str(bundle), cid])}')
+
+            def started(name: str = name) -> None:
+                run.started.add(name)
+                if run.started >= set(run.containers) and not run.up:
+                    run.up = True
+                    run.wake.set()
+                    self.changed()
+
+            def exited(code: int, name: str = name) -> None:
+                run.started.discard(name)
+                if run.up:
+                    run.restarts += 1
+                run.up = run.ready = False
+                self.changed()
+
+            await self.supervisor.start(f"{run.what}-{name}", ["sh", "-c", script],
+                                        on_start=started, on_exit=exited)
 
     async def _probe(self, run: PodRun) -> None:
         probe = run.probe
@@ -188,7 +302,18 @@ class Kubelet:
         if run.prober is not None:
             await cancel_and_wait(run.prober)
         await self.supervisor.stop(run.what, grace=2.0)
+        for name in run.containers:
+            await self.supervisor.stop(f"{run.what}-{name}", grace=2.0)
         await asyncio.to_thread(network.remove_ns, run.netns)
+        folder = self.supervisor.state.containers / run.uid
+        if folder.exists():
+            with contextlib.suppress(ctr.ContainerError):
+                crun = ctr.runtime(self.supervisor.state.containers)
+                for name in run.containers:
+                    await asyncio.to_thread(
+                        subprocess.run, [*crun, "delete", "-f", f"{run.uid}-{name}"],
+                        capture_output=True, check=False)
+            await asyncio.to_thread(ctr.release, folder)
 
     def _publish(self, run: PodRun, listed: Obj) -> None:
         # Read the pod again: awaits since the list may have let an agent annotate it.
@@ -215,7 +340,9 @@ class Kubelet:
                 "name": c.get("name", "main"), "image": c.get("image", "podway-echo"),
                 "ready": run.ready, "restartCount": run.restarts, "started": run.up,
                 "state": {"running": {"startedAt": run.started_at}} if run.up
-                else {"waiting": {"reason": "ContainerCreating"}}} for c in containers]}
+                else {"waiting": {"reason": "CreateContainerConfigError", "message": run.waiting}
+                      if run.waiting else {"reason": "ContainerCreating"}}}
+                for c in containers]}
         if status != old:
             self.emu().put("pods", {**pod, "status": status})
 

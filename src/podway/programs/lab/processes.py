@@ -26,6 +26,7 @@ class Supervised:
     argv: list[str]
     on_line: Callable[[str], None] | None = None  # stdout lines (else stdout goes to the log)
     on_exit: Callable[[int], None] | None = None  # after each exit, with its status
+    on_start: Callable[[], None] | None = None  # after each start
     restarts: int = 0
     pid: int | None = None
     task: asyncio.Task[None] | None = None
@@ -41,8 +42,10 @@ class Supervisor:
 
     async def start(self, what: str, argv: list[str], *,
                     on_line: Callable[[str], None] | None = None,
-                    on_exit: Callable[[int], None] | None = None) -> Supervised:
-        item = Supervised(what=what, argv=argv, on_line=on_line, on_exit=on_exit)
+                    on_exit: Callable[[int], None] | None = None,
+                    on_start: Callable[[], None] | None = None) -> Supervised:
+        item = Supervised(what=what, argv=argv, on_line=on_line, on_exit=on_exit,
+                          on_start=on_start)
         self.running[what] = item
         item.task = asyncio.create_task(self._keep(item), name=f"lab-proc-{what}")
         await item.started.wait()
@@ -61,6 +64,8 @@ class Supervisor:
             item.proc, item.pid = proc, proc.pid
             self.state.record(item.what, proc.pid)
             item.started.set()
+            if item.on_start is not None:
+                item.on_start()
             if item.on_line is not None and proc.stdout is not None:
                 async for raw in proc.stdout:
                     item.on_line(raw.decode(errors="replace").strip())

