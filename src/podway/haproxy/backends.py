@@ -89,15 +89,7 @@ def render_backend(
             closed.append(problem)
         lines += check_lines
         options += check_opts
-    if s.outlier_detection is not None:
-        if check is None:
-            report.append("passive health (outlier detection) without an active check")
-        else:
-            # Approximation, reported in docs/engines.md: HAProxy marks the member down after
-            # that many errors in a row and the active check brings it back.
-            layer = "layer7" if http else "layer4"
-            options += (f" observe {layer} error-limit {s.outlier_detection.consecutive_errors}"
-                        " on-error mark-down")
+    options += _observe(s, http, has_check=check is not None, report=report)
     if s.retry_budget is not None:
         report.append("a retry budget (retryBudget): HAProxy has no cap on retries in flight")
     if s.protocol in (PoolProtocol.HTTP2, PoolProtocol.GRPC):
@@ -123,6 +115,19 @@ def render_backend(
     return Backend(name=name, lines=tuple(lines), server_options=options, slots=assignment,
                    backups=backups, states=states, files=tuple(files),
                    unsupported=unsupported, cookie=cookie)
+
+
+def _observe(s: PoolSettings, http: bool, *, has_check: bool, report: list[str]) -> str:
+    """Outlier detection's approximation (docs/engines.md): HAProxy marks the member down after
+    that many errors in a row and the active check brings it back; without a check, reported."""
+    if s.outlier_detection is None:
+        return ""
+    if not has_check:
+        report.append("passive health (outlier detection) without an active check")
+        return ""
+    layer = "layer7" if http else "layer4"
+    return (f" observe {layer} error-limit {s.outlier_detection.consecutive_errors}"
+            " on-error mark-down")
 
 
 def _balance(s: PoolSettings, http: bool, closed: list[str]) -> tuple[list[str], bool]:

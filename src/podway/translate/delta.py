@@ -37,6 +37,7 @@ from podway.model.gateway_routes import HTTPRoute
 from podway.model.kinds import ROUTE_MODELS
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import annotations as ann
+from podway.translate.backend_modes import mode_warnings
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem
 from podway.translate.core.status import ObjectStatus
@@ -245,7 +246,6 @@ def _plain_service(service: Service | None) -> bool:
 def _add_pool(snapshot: Snapshot, opts: TranslateOptions, memo: StructureMemo, live: Live,
               spec: PoolSpec, *, problems: list[Problem]) -> PoolSpec | None:
     """A newly used pool as ``translate_structure`` makes it: mode, traffic, client address."""
-    from podway.translate.translator import mode_warnings  # an import cycle
 
     backing = snapshot.get(Service, *spec.service)
     if not _plain_service(backing):

@@ -53,6 +53,7 @@ from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.core.status import ObjectStatus
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
+from podway.translate.pools import traffic_annotations as ta
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec
 from podway.translate.pools.traffic_validate import validate, without_bad_sections
@@ -200,18 +201,18 @@ class _Run(PolicyIndex):
             self._annotations[key] = None
             return None
         issues = tv.Issues()
-        spec = tv.annotation_spec(obj.metadata.annotations, issues)
+        spec = ta.annotation_spec(obj.metadata.annotations, issues)
         if isinstance(obj, Ingress):  # ingress-nginx timeouts and affinity; podway.io/ wins
             spec = nginx_traffic(obj, spec)
         source = None
         if spec is not None:
             bad = validate(spec)
             spec = without_bad_sections(spec, [*bad, *(
-                tv.Issue(i.reason, i.message, tv.section_of_annotation(i.field))
+                tv.Issue(i.reason, i.message, ta.section_of_annotation(i.field))
                 for i in issues.found)])
             for issue in [*issues.found, *bad]:
                 self._problem(obj.ref, Reason.INVALID_ANNOTATION, issue.message,
-                              tv.annotation_field(issue.field))
+                              ta.annotation_field(issue.field))
             source = SectionSource(spec, obj.ref, annotations=True)
         self._annotations[key] = source
         if source is not None:

@@ -30,6 +30,7 @@ from podway.ir import IR, ExtAuth, Forward, IRChange, Listener, Mirror, Pool, We
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import service as service_rules
+from podway.translate.backend_modes import set_modes, used_mode_warnings
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.ports import PortTable
 from podway.translate.core.problems import Problem, Reason, Severity
@@ -40,13 +41,7 @@ from podway.translate.gateway import GatewayMemo, translate_gateways
 from podway.translate.ingress import listeners as ingress_rules
 from podway.translate.ingress.listeners import IngressTranslation
 from podway.translate.ingress.part import IngressPart
-from podway.translate.pools.backends import (
-    PoolSpec,
-    ServiceKey,
-    in_mode,
-    invalid_mode,
-    mode_warning,
-)
+from podway.translate.pools.backends import PoolSpec, ServiceKey
 from podway.translate.pools.client_ip import apply_client_ip
 from podway.translate.pools.engine_choice import apply_engine
 from podway.translate.pools.members import (
@@ -202,14 +197,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     # Ports go first come, first served: Ingress, then Gateways (which report a refusal in
     # their listeners' status), then Services.
     ports = PortTable()
-    if ingress_pending is None:
-        listeners = _bind(ing.listeners(), ports, problems)
-    else:  # no VIP for the Ingress listeners yet: they bind nothing (never the wildcard)
-        listeners = []
-        problems.extend(Problem(ref=ObjectRef("Ingress", *key), reason=ingress_pending.reason
-                                or Reason.ADDRESS_NOT_ASSIGNED, field="status.loadBalancer",
-                                message=f"the Ingress listeners have no VIP: "
-                                f"{ingress_pending.message}") for key in sorted(ing.parts))
+    listeners = _ingress_listeners(ing, ingress_pending, ports, problems)
     gw = translate_gateways(snapshot, opts, ports, memo.gateway if memo is not None else None)
     listeners.extend(gw.listeners)
     listeners.extend(_bind(svc.listeners, ports, problems))
@@ -220,13 +208,13 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
-    _set_modes(pools, services, opts, memo, snapshot.backend_modes)
+    set_modes(pools, services, opts, memo, snapshot.backend_modes)
     traffic = apply_traffic(snapshot, listeners, pools,
                             memo.traffic if memo is not None else None)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
     problems.extend(traffic.problems)
     listeners = _client_ip_and_engine(snapshot, listeners, pools, opts, problems)
-    problems.extend(_mode_warnings(services, opts, memo, snapshot.backend_modes))
+    problems.extend(used_mode_warnings(services, opts, memo, snapshot.backend_modes))
     if opts.vips is not None:
         problems.extend(opts.vips.problems(snapshot, opts))
     problems.sort(key=_problem_order)
@@ -243,6 +231,19 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                      MappingProxyType(statuses))
 
 
+def _ingress_listeners(ing: IngressTranslation, pending: VipGrant | None, ports: PortTable,
+                       problems: list[Problem]) -> list[Listener]:
+    """The Ingress listeners, bound; none while they wait for a VIP (never the wildcard), with
+    a problem on every Ingress saying so."""
+    if pending is None:
+        return _bind(ing.listeners(), ports, problems)
+    problems.extend(Problem(ref=ObjectRef("Ingress", *key), field="status.loadBalancer",
+                            reason=pending.reason or Reason.ADDRESS_NOT_ASSIGNED,
+                            message=f"the Ingress listeners have no VIP: {pending.message}")
+                    for key in sorted(ing.parts))
+    return []
+
+
 def _ingress_address(snapshot: Snapshot, opts: TranslateOptions
                      ) -> tuple[TranslateOptions, VipGrant | None]:
     """The options the Ingress listeners are built with, and the pending grant when they wait
@@ -257,48 +258,6 @@ def _ingress_address(snapshot: Snapshot, opts: TranslateOptions
     return replace(opts, address=grant.addresses[0]), None
 
 
-def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOptions,
-                   memo: StructureMemo | None, decided: Mapping[Key, str]) -> list[Problem]:
-    """The backend-mode warnings of the Services the pools use, by Service key; each kept
-    from the last run while its Service is the same object."""
-    problems: list[Problem] = []
-    warnings = memo.warnings if memo is not None else {}
-    warnings_next: dict[Key, tuple[Service, tuple[Problem, ...]]] = {}
-    for service_key in sorted(services):
-        backing = services[service_key]
-        if backing is None:
-            continue
-        kept = warnings.get(service_key)
-        if kept is None or kept[0] is not backing:
-            kept = (backing, mode_warnings(backing, opts, decided))
-        warnings_next[service_key] = kept
-        problems.extend(kept[1])
-    if memo is not None:
-        memo.warnings = warnings_next
-    return problems
-
-
-def _set_modes(pools: dict[str, PoolSpec], services: Mapping[Key, Service | None],
-               opts: TranslateOptions, memo: StructureMemo | None,
-               decided: Mapping[Key, str]) -> None:
-    """Each pool's backend mode: its Service's entry in ``decided`` (``Snapshot.backend_modes``),
-    else its annotation, else the default. The same spec in the same mode stays the same object
-    (later stages and the members compare by identity; a Service whose entry in ``decided``
-    changed is a new object, see ``Snapshot.backend_modes``)."""
-    modes = memo.modes if memo is not None else {}
-    modes_next: dict[str, tuple[PoolSpec, Service, PoolSpec]] = {}
-    for name, spec in pools.items():
-        backing = services[spec.service]
-        if backing is not None:
-            kept = modes.get(name)
-            if kept is None or kept[0] is not spec or kept[1] is not backing:
-                kept = (spec, backing, in_mode(spec, backing, opts, decided))
-            modes_next[name] = kept
-            pools[name] = kept[2]
-    if memo is not None:
-        memo.modes = modes_next
-
-
 def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
     """Every Service, oldest first (the previous order while no Service changed)."""
     services = snapshot.kind(Service)
@@ -308,17 +267,6 @@ def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
     if memo is not None:
         memo.services_by_age = (services, ordered)
     return ordered
-
-
-def mode_warnings(backing: Service, opts: TranslateOptions,
-                  decided: Mapping[Key, str]) -> tuple[Problem, ...]:
-    """NodePortLocal not enabled, or an invalid backend-mode annotation, on a used Service."""
-    return tuple(Problem(ref=backing.ref, reason=reason, message=message,
-                         severity=Severity.WARNING, field="metadata.annotations")
-                 for reason, message in ((Reason.NPL_NOT_ENABLED,
-                                          mode_warning(backing, opts, decided)),
-                                         (Reason.INVALID_BACKEND_MODE, invalid_mode(backing)))
-                 if message is not None)
 
 
 def _pools_of(listener: Listener) -> Iterable[WeightedPool]:

@@ -97,7 +97,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if image is not None:
-        from podway.programs.lab.container import ContainerError, archive_tag
+        from podway.programs.lab.container import archive_tag
+        from podway.programs.lab.container_volumes import ContainerError
 
         if shutil.which("umoci") is None:
             raise EnvironmentProblem("--image needs `umoci` (apt-get install umoci)")

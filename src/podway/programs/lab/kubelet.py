@@ -37,6 +37,7 @@ from podway.base.tasks import cancel_and_wait
 from podway.kube.emulator import KubeEmulator
 from podway.programs.agent.netns import single_thread
 from podway.programs.lab import container as ctr
+from podway.programs.lab import container_volumes as vol
 from podway.programs.lab import network
 from podway.programs.lab.cluster import key, meta, terminated
 from podway.programs.lab.plan import LabPlan, NodePlan
@@ -141,7 +142,7 @@ class Kubelet:
             return None
         try:
             tag = ctr.archive_tag(self.supervisor.state.image_archive)
-        except (OSError, ctr.ContainerError) as exc:
+        except (OSError, vol.ContainerError) as exc:
             log.warning("lab image: %s", exc)
             return None
         images = [str(c.get("image", "")) for c in
@@ -229,9 +230,9 @@ class Kubelet:
         try:
             crun = ctr.runtime(state.containers)
             objs = self._objects(pod)
-            volumes = await asyncio.to_thread(ctr.pod_volumes, pod, objs, folder,
+            volumes = await asyncio.to_thread(vol.pod_volumes, pod, objs, folder,
                                               pod_ip=run.ip, host_ip=run.node.ip)
-            etc = await asyncio.to_thread(ctr.etc_files, pod, folder / "etc", pod_ip=run.ip)
+            etc = await asyncio.to_thread(vol.etc_files, pod, folder / "etc", pod_ip=run.ip)
             bundles = []
             for index, spec in enumerate(specs):
                 name = str(spec.get("name", f"c{index}"))
@@ -241,11 +242,11 @@ class Kubelet:
                 root = (await asyncio.to_thread(ctr.overlay_root, image, bundle)
                         if writable else image.rootfs)
                 config = ctr.runtime_spec(pod, spec, image, objs, root=root, netns=run.netns,
-                                          mounts=[*etc, *ctr.volume_mounts(spec, volumes)],
+                                          mounts=[*etc, *vol.volume_mounts(spec, volumes)],
                                           pod_ip=run.ip, host_ip=run.node.ip)
                 (bundle / "config.json").write_text(json.dumps(config, indent=1))
                 bundles.append((name, bundle))
-        except (OSError, ctr.ContainerError) as exc:
+        except (OSError, vol.ContainerError) as exc:
             if run.waiting != str(exc):
                 run.waiting = str(exc)
                 log.warning("%s: %s", run.what, exc)
@@ -307,7 +308,7 @@ class Kubelet:
         await asyncio.to_thread(network.remove_ns, run.netns)
         folder = self.supervisor.state.containers / run.uid
         if folder.exists():
-            with contextlib.suppress(ctr.ContainerError):
+            with contextlib.suppress(vol.ContainerError):
                 crun = ctr.runtime(self.supervisor.state.containers)
                 for name in run.containers:
                     await asyncio.to_thread(

@@ -201,6 +201,39 @@ def _rule(out: CompiledRoute, filters: tuple[RouteFilter, ...],
 _PER_ROUTE = ("RequestRedirect", "URLRewrite")
 
 
+def _ref_filters(out: CompiledRoute, ref: BackendRef, k: int, here: str, *, prefix_only: bool
+                 ) -> tuple[flt.RedirectSpec | None, list[Filter], list[HeaderModifier]]:
+    """One backendRef's own filters: its redirect, its other filters and its header
+    modifiers; an unsupported one is a warning and ignored."""
+    redirect: flt.RedirectSpec | None = None
+    extra: list[Filter] = []
+    modifiers: list[HeaderModifier] = []
+    for j, spec in enumerate(ref.filters):
+        try:
+            if spec.type == "RequestRedirect":
+                redirect = flt.redirect(spec, prefix_only=prefix_only)
+            elif spec.type == "URLRewrite":
+                extra.append(flt.rewrite(spec, prefix_only=prefix_only))
+            elif spec.type in ("RequestHeaderModifier", "ResponseHeaderModifier"):
+                response = spec.type == "ResponseHeaderModifier"
+                modifiers.append(flt.header_modifier(
+                    spec.response_header_modifier if response
+                    else spec.request_header_modifier, response=response))
+            else:
+                out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
+                                        f"backendRef filter {quote(spec.type)} is not "
+                                        "supported and is ignored", f"{here}.filters[{j}]",
+                                        warning=True))
+        except flt.FilterError as error:
+            raise flt.FilterError(error.reason, str(error),
+                                  f"backendRefs[{k}].filters[{j}]") from error
+    if redirect is not None and extra:
+        raise flt.FilterError(Reason.INCOMPATIBLE_FILTERS,
+                              "RequestRedirect and URLRewrite cannot be used together",
+                              f"backendRefs[{k}].filters")
+    return redirect, extra, modifiers
+
+
 def _per_backend(out: CompiledRoute, backend_refs: tuple[BackendRef, ...],
                  common: tuple[Filter, ...], timeouts: object, *, resolve: Resolve,
                  prefix_only: bool, where: str, retry: HTTPRouteRetry | None
@@ -216,32 +249,7 @@ def _per_backend(out: CompiledRoute, backend_refs: tuple[BackendRef, ...],
     shares: list[tuple[int, Action | flt.RedirectSpec, tuple[Filter, ...]]] = []
     for k, ref in enumerate(backend_refs):
         here = f"{where}.backendRefs[{k}]"
-        redirect: flt.RedirectSpec | None = None
-        extra: list[Filter] = []
-        modifiers: list[HeaderModifier] = []
-        for j, spec in enumerate(ref.filters):
-            try:
-                if spec.type == "RequestRedirect":
-                    redirect = flt.redirect(spec, prefix_only=prefix_only)
-                elif spec.type == "URLRewrite":
-                    extra.append(flt.rewrite(spec, prefix_only=prefix_only))
-                elif spec.type in ("RequestHeaderModifier", "ResponseHeaderModifier"):
-                    response = spec.type == "ResponseHeaderModifier"
-                    modifiers.append(flt.header_modifier(
-                        spec.response_header_modifier if response
-                        else spec.request_header_modifier, response=response))
-                else:
-                    out.issues.append(Issue(Reason.UNSUPPORTED_VALUE,
-                                            f"backendRef filter {quote(spec.type)} is not "
-                                            "supported and is ignored", f"{here}.filters[{j}]",
-                                            warning=True))
-            except flt.FilterError as error:
-                raise flt.FilterError(error.reason, str(error),
-                                      f"backendRefs[{k}].filters[{j}]") from error
-        if redirect is not None and extra:
-            raise flt.FilterError(Reason.INCOMPATIBLE_FILTERS,
-                                  "RequestRedirect and URLRewrite cannot be used together",
-                                  f"backendRefs[{k}].filters")
+        redirect, extra, modifiers = _ref_filters(out, ref, k, here, prefix_only=prefix_only)
         target = resolve(ref)
         if isinstance(target, RefIssue):
             out.ref_issues.append((target, here))

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from podway.programs.lab import container as ctr
+from podway.programs.lab import container_volumes as vol
 
 IMAGE = {"Entrypoint": ["podway"], "Cmd": ["--help"], "User": "10001:10001",
          "Env": ["PATH=/opt/podway/bin:/usr/bin", "PYTHONUNBUFFERED=1"]}
@@ -30,7 +31,7 @@ def test_command_and_args_follow_kubernetes(container: dict[str, Any], argv: lis
 
 
 def test_no_command_at_all_is_refused() -> None:
-    with pytest.raises(ctr.ContainerError, match="no command"):
+    with pytest.raises(vol.ContainerError, match="no command"):
         ctr.process_args({"name": "c"}, {})
 
 
@@ -64,7 +65,7 @@ def test_environment_image_then_env_from_then_env() -> None:
 def test_a_missing_secret_key_is_a_config_error() -> None:
     container = {"env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s",
                                                                       "key": "k"}}}]}
-    with pytest.raises(ctr.ContainerError, match="secret 's' not found"):
+    with pytest.raises(vol.ContainerError, match="secret 's' not found"):
         ctr.environment(POD, container, IMAGE, {}, pod_ip="", host_ip="")
 
 
@@ -79,10 +80,10 @@ def test_identity_from_image_pod_and_container(tmp_path: Path) -> None:
                                                "supplementalGroups": [40]}}}
     assert ctr.identity(pod, {"securityContext": {"runAsGroup": 21}}, IMAGE, tmp_path) == (
         20, 21, [30, 40])
-    with pytest.raises(ctr.ContainerError, match="runAsNonRoot"):
+    with pytest.raises(vol.ContainerError, match="runAsNonRoot"):
         ctr.identity(POD, {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}},
                      IMAGE, tmp_path)
-    with pytest.raises(ctr.ContainerError, match="runAsNonRoot"):
+    with pytest.raises(vol.ContainerError, match="runAsNonRoot"):
         ctr.identity({**POD, "spec": {"securityContext": {"runAsNonRoot": True}}}, {},
                      {"User": "root"}, tmp_path)
 
@@ -127,7 +128,7 @@ def test_volumes_secret_items_modes_and_mounts(tmp_path: Path) -> None:
         {"name": "scratch", "emptyDir": {}},
         {"name": "who", "downwardAPI": {"items": [
             {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}
-    vols = ctr.pod_volumes(pod, objs, tmp_path, pod_ip="198.18.1.2", host_ip="198.18.0.11")
+    vols = vol.pod_volumes(pod, objs, tmp_path, pod_ip="198.18.1.2", host_ip="198.18.0.11")
     key = vols["tls"][0] / "k/key.pem"
     assert key.read_bytes() == b"KEY"
     assert key.stat().st_mode & 0o777 == 0o400
@@ -137,7 +138,7 @@ def test_volumes_secret_items_modes_and_mounts(tmp_path: Path) -> None:
     assert vols["tls"][1]  # Secrets are read-only
     assert not vols["scratch"][1]  # an emptyDir is not
     assert vols["scratch"][0].stat().st_mode & 0o7777 == 0o777
-    mounts = ctr.volume_mounts({"volumeMounts": [
+    mounts = vol.volume_mounts({"volumeMounts": [
         {"name": "tls", "mountPath": "/etc/tls"},
         {"name": "scratch", "mountPath": "/tmp"},
         {"name": "cfg", "mountPath": "/etc/a.yaml", "subPath": "a.yaml"}]}, vols)
@@ -153,14 +154,14 @@ def test_volumes_secret_items_modes_and_mounts(tmp_path: Path) -> None:
 ])
 def test_bad_volumes_are_refused(tmp_path: Path, volume: dict[str, Any]) -> None:
     objs = {("secret", "s"): {"data": {"k": base64.b64encode(b"v").decode()}}}
-    with pytest.raises(ctr.ContainerError):
-        ctr.pod_volumes({**POD, "spec": {"volumes": [volume]}}, objs, tmp_path, pod_ip="",
+    with pytest.raises(vol.ContainerError):
+        vol.pod_volumes({**POD, "spec": {"volumes": [volume]}}, objs, tmp_path, pod_ip="",
                         host_ip="")
 
 
 def test_a_sub_path_may_not_leave_its_volume(tmp_path: Path) -> None:
-    with pytest.raises(ctr.ContainerError, match="leaves"):
-        ctr.volume_mounts({"volumeMounts": [{"name": "v", "mountPath": "/x",
+    with pytest.raises(vol.ContainerError, match="leaves"):
+        vol.volume_mounts({"volumeMounts": [{"name": "v", "mountPath": "/x",
                                              "subPath": "../../etc"}]}, {"v": (tmp_path, False)})
 
 
