@@ -1,16 +1,20 @@
 """A wire-level Kubernetes API emulator: tests and the lab talk to it with real clients.
 
-It serves the kinds Podway reads and writes (core Pods, Services, Nodes, Namespaces, Secrets,
-ConfigMaps, Events; events.k8s.io Events; apps Deployments; EndpointSlices; Leases; Ingress and
-IngressClass; CRDs, and through them every Gateway API kind) over HTTP with the real URL
-layout, discovery (``/api``, ``/apis``, resource lists), get/list/watch with
-resourceVersions, bookmarks for watches that allow them, ``410 Gone`` for versions older than
-the compacted history, label and field selectors, create/update/delete, merge, JSON and
-strategic merge patches, and the status subresource. kubernetes-asyncio's own code paths run
-unchanged against it, and so does kubectl (get, apply, label, delete, api-resources; no OpenAPI
-document is served, so ``kubectl apply`` needs ``--validate=false``). Not modelled: finalizers
-(deletion is immediate), pagination (``limit`` is ignored, lists are whole), server-side apply,
-schema validation, the ``scale`` subresource; admission is one optional hook
+It serves the kinds Podway reads and writes and those an install needs (core Pods, Services,
+ServiceAccounts, Nodes, Namespaces, Secrets, ConfigMaps, Events; events.k8s.io Events; apps
+Deployments, ReplicaSets, DaemonSets; policy PodDisruptionBudgets; RBAC Roles, ClusterRoles and
+their bindings; EndpointSlices; Leases; Ingress and IngressClass; CRDs, and through them every
+Gateway API kind) over HTTP with the real URL layout, discovery (``/api``, ``/apis``, resource
+lists with categories: ``kubectl get all``), get/list/watch with resourceVersions, bookmarks for
+watches that allow them, ``410 Gone`` for versions older than the compacted history, label and
+field selectors, create/update/delete, merge, JSON and strategic merge patches (built-in kinds),
+the status subresource, server-side dry run (``dryRun=All``), field validation
+(``fieldValidation=Strict|Warn|Ignore`` against the schema of each kind), ``/openapi/v3``
+generated from the kinds served (``openapi``), and Table output with the usual printer columns
+(``tables``). kubernetes-asyncio's own code paths run unchanged against it, and so does kubectl
+(get, apply with validation, patch, rollout, label, delete, api-resources). Not modelled:
+finalizers (deletion is immediate), pagination (``limit`` is ignored, lists are whole),
+server-side apply, pruning of unknown fields, ``/openapi/v2``; admission is one optional hook
 (``set_admission``: the lab allocates nodePorts there). ``dump``/``load`` and ``set_on_commit``
 let the lab keep the store on disk across restarts.
 
@@ -47,6 +51,7 @@ from podway.kube.emulator.server import Api, Fault, Patch, Write
 from podway.kube.emulator.store import Admit, ApiError, Obj, Store
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 __all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "Write",
            "gateway_api_crd"]
 
@@ -54,8 +59,16 @@ __all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "Write
 class KubeEmulator:
     """One emulated API server on a loopback port (``url`` once started)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, require_namespaces: bool = False) -> None:
+        """``require_namespaces``: as a real API server, a namespaced create needs its
+        Namespace (404 otherwise), and default, kube-system, kube-public and kube-node-lease
+        exist from the start."""
         self._store = Store()
+        if require_namespaces:
+            self._store.require_namespaces = True
+            for name in SYSTEM_NAMESPACES:
+                self.put("namespaces", {"metadata": {"name": name},
+                                        "status": {"phase": "Active"}})
         self._api = Api(self._store)
         self._runner: web.AppRunner | None = None
         self.url = ""

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from podway.kube import selectors
-from podway.kube.emulator import patching
+from podway.kube.emulator import openapi, patching, tables
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
 
@@ -78,6 +78,15 @@ class Fault:
     retry_after: int | None
 
 
+def _dry_run(request: web.Request) -> bool:
+    """``dryRun=All`` (the only value the API server knows); anything else is 400."""
+    values = request.query.getall("dryRun", [])
+    if any(v != "All" for v in values):
+        raise ApiError(400, "BadRequest", f"dryRun: Unsupported value: {values[0]!r}: "
+                                          'supported values: "All"')
+    return bool(values)
+
+
 def status_body(code: int, reason: str, message: str) -> Obj:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
@@ -122,6 +131,15 @@ class Api:
                 "compiler": "none", "platform": "linux/amd64"})
         if parts and parts[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
+        if parts[:2] == ["openapi", "v3"]:
+            if len(parts) == 2:
+                return web.json_response(openapi.index(self.store.types()))
+            group, version = (parts[3], parts[4]) if parts[2] == "apis" and len(parts) == 5 \
+                else ("", parts[3]) if parts[2:4] == ["api", "v1"] else ("", "")
+            if not version or not any(t.group == group and t.version == version
+                                      for t in self.store.types()):
+                raise ApiError(404, "NotFound", f"no OpenAPI document for {request.path}")
+            return web.json_response(openapi.document(self.store.types(), group, version))
         if parts == ["api"]:
             return web.json_response({"kind": "APIVersions", "versions": ["v1"],
                                       "serverAddressByClientCIDRs": []})
@@ -181,30 +199,70 @@ class Api:
         ns = target.namespace or ""
         if target.subresource == "scale":
             return await self._scale(request, target)
+        dry = _dry_run(request)
+        table = tables.wants_table(request.headers.get("Accept", ""))
+        include = request.query.get("includeObject", "Metadata")
         if request.method == "GET" and target.name is None:
             if request.query.get("watch") in TRUE:
-                return await self._watch(request, target)
+                return await self._watch(request, target, table=table)
+            if table:
+                listed = self._list(request, target)
+                return web.json_response(tables.table(
+                    rtype, listed["items"], version=listed["metadata"]["resourceVersion"],
+                    include=include))
             return web.json_response(self._list(request, target))
         if request.method == "GET" and target.name is not None:
-            return self._json(store.get(rtype, ns, target.name), rtype)
+            found = store.get(rtype, ns, target.name)
+            if table:
+                return web.json_response(tables.table(rtype, [found], include=include))
+            return self._json(found, rtype)
         if request.method == "POST" and target.name is None:
             if rtype.namespaced and target.namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
-            created = store.create(rtype, ns, await request.json())
-            return self._json(created, rtype, status=201)
+            body = await request.json()
+            warnings = self._validate(request, rtype, body)
+            created = store.create(rtype, ns, body, dry_run=dry)
+            return self._json(created, rtype, status=201, warnings=warnings)
         if request.method == "PUT" and target.name is not None:
             body = await request.json()
+            warnings = self._validate(request, rtype, body)
             return self._json(store.replace(rtype, ns, target.name, body,
-                                            subresource=target.subresource), rtype)
+                                            subresource=target.subresource, dry_run=dry),
+                              rtype, warnings=warnings)
         if request.method == "PATCH" and target.name is not None:
-            return await self._patch(request, target)
+            return await self._patch(request, target, dry=dry)
         if request.method == "DELETE" and target.name is not None:
-            return self._json(store.delete(rtype, ns, target.name), rtype)
+            options = await request.json() if request.can_read_body else {}
+            # kubectl sends DeleteOptions in the body: {"dryRun": ["All"], ...}
+            dry = dry or "All" in ((options or {}).get("dryRun") or [])
+            return self._json(store.delete(rtype, ns, target.name, dry_run=dry), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
 
     @staticmethod
-    def _json(obj: Obj, rtype: ResourceType, status: int = 200) -> web.Response:
-        return web.json_response({**obj, "apiVersion": rtype.api_version}, status=status)
+    def _validate(request: web.Request, rtype: ResourceType, obj: Any) -> list[str]:
+        """Field validation as the API server does it: ``Strict`` refuses unknown fields
+        (400, kubectl's default), ``Warn`` (the server's default) answers them as warnings,
+        ``Ignore`` says nothing. Unknown fields are kept (not pruned) either way."""
+        mode = request.query.get("fieldValidation", "Warn")
+        if mode not in ("Strict", "Warn", "Ignore"):
+            raise ApiError(400, "BadRequest", f"fieldValidation: invalid value {mode!r}: "
+                                              "must be one of Ignore, Warn, Strict")
+        if mode == "Ignore" or not isinstance(obj, dict):
+            return []
+        unknown = [f'unknown field "{f}"' for f in openapi.unknown_fields(obj, rtype)]
+        if unknown and mode == "Strict":
+            raise ApiError(400, "BadRequest",
+                           f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                           f"{rtype.kind}: strict decoding error: {', '.join(unknown)}")
+        return unknown
+
+    @staticmethod
+    def _json(obj: Obj, rtype: ResourceType, status: int = 200,
+              warnings: list[str] | None = None) -> web.Response:
+        response = web.json_response({**obj, "apiVersion": rtype.api_version}, status=status)
+        for text in warnings or []:
+            response.headers.add("Warning", f'299 - "{text.replace(chr(34), chr(92) + chr(34))}"')
+        return response
 
     # ---- verbs ------------------------------------------------------------------------
     def _selected(self, request: web.Request) -> Callable[[Obj], bool]:
@@ -219,7 +277,8 @@ class Api:
         return {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
                 "metadata": {"resourceVersion": str(self.store.version)}, "items": items}
 
-    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+    async def _patch(self, request: web.Request, target: Target, *,
+                     dry: bool = False) -> web.Response:
         assert target.name is not None
         ctype = request.content_type
         body = await request.json()
@@ -227,9 +286,9 @@ class Api:
         self.patches.append(Patch(rtype.plural, ns, target.name, target.subresource, ctype,
                                   body))
         patcher = PATCHERS.get(ctype)
-        builtin = rtype.group in ("", "events.k8s.io", "discovery.k8s.io",
-                                  "coordination.k8s.io", "networking.k8s.io")
-        if patcher is None or (ctype.startswith("application/strategic") and not builtin):
+        # Strategic merge needs the Go types' merge keys: built-in kinds only (CRDs: 415).
+        if patcher is None or (ctype.startswith("application/strategic") and
+                               rtype.crd is not None):
             raise ApiError(415, "UnsupportedMediaType",
                            f"the body of the request was in an unknown format - accepted "
                            f"media types include: {', '.join(PATCHERS)}")
@@ -242,9 +301,10 @@ class Api:
         if not wanted:  # only a version the patch itself names is a precondition
             updated.setdefault("metadata", {})["resourceVersion"] = \
                 current["metadata"]["resourceVersion"]
+        warnings = self._validate(request, rtype, updated)
         result = self.store.replace(rtype, ns, target.name, updated,
-                                    subresource=target.subresource)
-        return self._json(result, rtype)
+                                    subresource=target.subresource, dry_run=dry)
+        return self._json(result, rtype, warnings=warnings)
 
     @staticmethod
     def _scale_of(obj: Obj) -> Obj:
@@ -282,7 +342,8 @@ class Api:
             raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
         return web.json_response(self._scale_of(obj))
 
-    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, target: Target, *,
+                     table: bool = False) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
         selected = self._selected(request)
         bookmarks = request.query.get("allowWatchBookmarks") in TRUE
@@ -307,7 +368,8 @@ class Api:
                 watcher.queue.put_nowait(event)
             deadline = asyncio.get_running_loop().time() + timeout
             await self._stream(request, response, watcher=watcher, target=target,
-                               selected=selected, bookmarks=bookmarks, deadline=deadline)
+                               selected=selected, bookmarks=bookmarks, deadline=deadline,
+                               table=table)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -316,7 +378,7 @@ class Api:
 
     async def _stream(self, request: web.Request, response: web.StreamResponse, *,
                       watcher: Watcher, target: Target, selected: Callable[[Obj], bool],
-                      bookmarks: bool, deadline: float) -> None:
+                      bookmarks: bool, deadline: float, table: bool = False) -> None:
         loop = asyncio.get_running_loop()
         rtype = target.rtype
         while (left := deadline - loop.time()) > 0:
@@ -349,6 +411,11 @@ class Api:
             if target.namespace is not None and namespace != target.namespace:
                 continue
             if not selected(obj):
+                continue
+            if table:
+                await self._write(response, event.type, tables.table(
+                    rtype, [obj], version=str(event.version),
+                    include=request.query.get("includeObject", "Metadata")))
                 continue
             await self._write(response, event.type, {**obj, "apiVersion": rtype.api_version})
 
@@ -385,7 +452,8 @@ class Api:
         for rtype in sorted(served, key=lambda t: t.plural):
             resources.append({"name": rtype.plural, "singularName": rtype.singular,
                               "namespaced": rtype.namespaced, "kind": rtype.kind,
-                              "verbs": verbs, "shortNames": list(rtype.short_names)})
+                              "verbs": verbs, "shortNames": list(rtype.short_names),
+                              "categories": list(rtype.categories)})
             if rtype.status:
                 resources.append({"name": f"{rtype.plural}/status", "singularName": "",
                                   "namespaced": rtype.namespaced, "kind": rtype.kind,

@@ -12,6 +12,11 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
 - CustomResourceDefinitions are objects like any other; creating one starts serving its kinds,
   deleting one stops serving them and deletes their objects (with DELETED events).
 - Deletion is immediate (finalizers are not modelled).
+- A dry run (``dry_run=True``, the API's ``dryRun=All``) goes through every rule and the
+  admission hook and answers what would be stored, but stores nothing, bumps no version and
+  tells no watch.
+- With ``require_namespaces`` (the lab), creating a namespaced object in a namespace that does
+  not exist is ``404 NotFound``, as on a real API server.
 """
 
 from __future__ import annotations
@@ -82,6 +87,7 @@ class Store:
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self.admit: Admit | None = None
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
+        self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
         for rtype in BUILTIN:
             self._serve(rtype)
 
@@ -123,7 +129,7 @@ class Store:
 
     # ---- writes -----------------------------------------------------------------------
     def create(self, rtype: ResourceType, namespace: str, obj: Obj, *,
-               keep_status: bool = False) -> Obj:
+               keep_status: bool = False, dry_run: bool = False) -> Obj:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -133,6 +139,9 @@ class Store:
         key = (namespace if rtype.namespaced else "", str(meta["name"]))
         if key in self.objects[rtype.group_resource]:
             raise ApiError(409, "AlreadyExists", f'{rtype.plural} "{key[1]}" already exists')
+        if rtype.namespaced and self.require_namespaces and \
+                ("", key[0]) not in self.objects[("", "namespaces")]:
+            raise ApiError(404, "NotFound", f'namespaces "{key[0]}" not found')
         if rtype.namespaced:
             meta["namespace"] = key[0]
         else:
@@ -146,10 +155,13 @@ class Store:
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         if self.admit is not None:
             self.admit(rtype, obj, None)
+        if dry_run:
+            return obj
         return self._commit(rtype, key, "ADDED", obj)
 
     def replace(self, rtype: ResourceType, namespace: str, name: str, new: Obj, *,
-                subresource: str = "", check_version: bool = True) -> Obj:
+                subresource: str = "", check_version: bool = True,
+                dry_run: bool = False) -> Obj:
         """Write ``new`` over the stored object through the main resource or ``/status``."""
         old = self.get(rtype, namespace, name)
         new = copy.deepcopy(new)
@@ -182,13 +194,17 @@ class Store:
             self.admit(rtype, new, old)
         if new == old:
             return old  # a no-op write does not bump the resourceVersion (like the server)
+        if dry_run:
+            return new
         return self._commit(rtype, (namespace if rtype.namespaced else "", name), "MODIFIED",
                             new)
 
     def delete(self, rtype: ResourceType, namespace: str, name: str, *,
-               notify: bool = True) -> Obj:
+               notify: bool = True, dry_run: bool = False) -> Obj:
         old = copy.deepcopy(self.get(rtype, namespace, name))
         key = (namespace if rtype.namespaced else "", name)
+        if dry_run:
+            return old
         if not notify:  # the write happened (the version moves) but no watch hears of it
             self.version += 1
             del self.objects[rtype.group_resource][key]

@@ -1,0 +1,268 @@
+"""A scripted kubectl session against the emulator as a real API server behaves (issue 29.1):
+``kubectl apply`` validating through ``/openapi/v3`` (no ``--validate=false``), unknown fields
+refused, server-side dry run storing nothing, namespaces that must exist, the default strategic
+merge ``kubectl patch`` and ``kubectl rollout restart`` on a Deployment, RBAC and PDB kinds
+stored, Table output with the usual columns, ``kubectl get all``."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from podway.kube.emulator import KubeEmulator
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
+
+INSTALL = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: podway-echo
+        ports: [{containerPort: 80, name: http}]
+        env: [{name: A, value: "1"}]
+      - name: side
+        image: podway-echo
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: http, nodePort: 30080}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: podway, namespace: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: podway}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get, list, watch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: podway}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: podway}
+subjects: [{kind: ServiceAccount, name: podway, namespace: shop}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: shop}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}
+"""
+
+
+class Kubectl:
+    def __init__(self, emu: KubeEmulator, cache: Path) -> None:
+        self.emu, self.cache = emu, cache
+
+    async def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        done = await asyncio.to_thread(
+            subprocess.run, ["kubectl", "--server", self.emu.url, "--cache-dir",
+                             str(self.cache), *args], capture_output=True, text=True,
+            timeout=60, check=False)
+        assert (done.returncode == 0) == ok, done
+        return done
+
+    async def out(self, *args: str) -> str:
+        return (await self.run(*args)).stdout
+
+
+@pytest.fixture
+async def kubectl(tmp_path: Path) -> AsyncIterator[Kubectl]:
+    async with KubeEmulator(require_namespaces=True) as emu:
+        yield Kubectl(emu, tmp_path / "cache")
+
+
+def header(text: str) -> list[str]:
+    return text.splitlines()[0].split()
+
+
+async def test_apply_validates_through_openapi_and_stores_install_kinds(
+        kubectl: Kubectl, tmp_path: Path) -> None:
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    out = await kubectl.out("apply", "-f", str(manifest))
+    for what in ("namespace/shop", "deployment.apps/web", "service/web",
+                 "serviceaccount/podway", "clusterrole.rbac.authorization.k8s.io/podway",
+                 "clusterrolebinding.rbac.authorization.k8s.io/podway",
+                 "poddisruptionbudget.policy/web"):
+        assert f"{what} created" in out
+    assert "unchanged" in await kubectl.out("apply", "-f", str(manifest))
+    binding = kubectl.emu.get("clusterrolebindings", "", "podway")
+    assert binding is not None
+    assert binding["subjects"][0]["name"] == "podway"
+    # kubectl left validation to the server: it asked for the OpenAPI v3 document and sent
+    # fieldValidation=Strict with its writes.
+    assert any(r.startswith("GET /openapi/v3/apis/apps/v1") for r in kubectl.emu.requests)
+    assert any("fieldValidation=Strict" in r for r in kubectl.emu.requests)
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(INSTALL.replace("replicas: 2", "replicas: 2\n  replica: 3")
+                   .replace("image: podway-echo\n        ports",
+                            "image: podway-echo\n        imagePolicy: x\n        ports"))
+    refused = await kubectl.run("apply", "-f", str(bad), ok=False)
+    assert "strict decoding error: unknown field" in refused.stderr
+    assert 'unknown field "spec.replica"' in refused.stderr
+    assert 'unknown field "spec.template.spec.containers[0].imagePolicy"' in refused.stderr
+    stored = kubectl.emu.get("deployments", "shop", "web", group="apps")
+    assert stored is not None
+    assert "replica" not in stored["spec"]
+
+
+async def test_server_dry_run_stores_nothing_and_namespaces_must_exist(
+        kubectl: Kubectl, tmp_path: Path) -> None:
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    before = kubectl.emu.version
+    # The namespace is created in the same dry run, so the objects in it are refused: as on
+    # a cluster, nothing is stored.
+    refused = await kubectl.run("apply", "--dry-run=server", "-f", str(manifest), ok=False)
+    assert 'namespaces "shop" not found' in refused.stderr
+    assert "namespace/shop created (server dry run)" in refused.stdout
+    assert kubectl.emu.version == before
+    assert kubectl.emu.get("namespaces", "", "shop") is None
+    await kubectl.run("apply", "-f", str(manifest))
+    after = kubectl.emu.version
+    changed = manifest.read_text().replace("image: podway-echo\n        ports",
+                                           "image: podway-echo:2\n        ports")
+    manifest.write_text(changed)
+    out = await kubectl.out("apply", "--dry-run=server", "-f", str(manifest))
+    assert "deployment.apps/web configured (server dry run)" in out
+    assert kubectl.emu.version == after, [r for r in kubectl.emu.requests if "dryRun" in r]
+    await kubectl.run("delete", "--dry-run=server", "-n", "shop", "deployment", "web")
+    await kubectl.run("create", "--dry-run=server", "namespace", "other")
+    assert kubectl.emu.version == after
+    stored = kubectl.emu.get("deployments", "shop", "web", group="apps")
+    assert stored is not None
+    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "podway-echo"
+    assert kubectl.emu.get("namespaces", "", "other") is None
+
+    lost = tmp_path / "lost.yaml"
+    lost.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: gone}\n")
+    refused = await kubectl.run("apply", "-f", str(lost), ok=False)
+    assert 'Error from server (NotFound): error when creating' in refused.stderr
+    assert 'namespaces "gone" not found' in refused.stderr
+
+
+async def test_strategic_patch_and_rollout_restart_of_a_deployment(
+        kubectl: Kubectl, tmp_path: Path) -> None:
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    await kubectl.run("apply", "-f", str(manifest))
+    # The default patch type is strategic: containers merge by name, env by name.
+    await kubectl.run("patch", "-n", "shop", "deployment", "web", "-p",
+                      '{"spec":{"template":{"spec":{"containers":[{"name":"web","env":'
+                      '[{"name":"B","value":"2"}]}]}}}}')
+    deploy = kubectl.emu.get("deployments", "shop", "web", group="apps")
+    assert deploy is not None
+    containers = deploy["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["web", "side"]
+    assert containers[0]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert containers[0]["ports"] == [{"containerPort": 80, "name": "http"}]
+    generation = deploy["metadata"]["generation"]
+    assert "deployment.apps/web restarted" in await kubectl.out(
+        "rollout", "restart", "-n", "shop", "deployment/web")
+    deploy = kubectl.emu.get("deployments", "shop", "web", group="apps")
+    assert deploy is not None
+    assert "kubectl.kubernetes.io/restartedAt" in \
+        deploy["spec"]["template"]["metadata"]["annotations"]
+    assert deploy["metadata"]["generation"] == generation + 1
+    # $patch: delete removes one container by its merge key.
+    await kubectl.run("patch", "-n", "shop", "deployment", "web", "-p",
+                      '{"spec":{"template":{"spec":{"containers":'
+                      '[{"name":"side","$patch":"delete"}]}}}}')
+    deploy = kubectl.emu.get("deployments", "shop", "web", group="apps")
+    assert deploy is not None
+    assert [c["name"] for c in deploy["spec"]["template"]["spec"]["containers"]] == ["web"]
+
+
+async def test_get_prints_the_usual_columns_and_get_all(kubectl: Kubectl,
+                                                        tmp_path: Path) -> None:
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    await kubectl.run("apply", "-f", str(manifest))
+    emu = kubectl.emu
+    emu.put("pods", {"metadata": {"name": "web-1", "namespace": "shop",
+                                  "labels": {"app": "web"}},
+                     "spec": {"nodeName": "n1", "containers": [{"name": "web"}],
+                              "readinessGates": [{"conditionType": "podway.io/lb-ready"}]},
+                     "status": {"phase": "Running", "podIP": "198.18.0.5",
+                                "conditions": [{"type": "podway.io/lb-ready",
+                                                "status": "False"}],
+                                "containerStatuses": [{"name": "web", "ready": True,
+                                                       "restartCount": 2}]}})
+    emu.put("nodes", {"metadata": {"name": "n1",
+                                   "labels": {"node-role.kubernetes.io/worker": ""}},
+                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    pods = await kubectl.out("get", "pods", "-n", "shop", "-o", "wide")
+    assert header(pods) == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE",
+                            "NOMINATED", "NODE", "READINESS", "GATES"]
+    assert pods.splitlines()[1].split()[:4] == ["web-1", "1/1", "Running", "2"]
+    assert pods.splitlines()[1].split()[-1] == "0/1"
+    deploys = await kubectl.out("get", "deploy", "-n", "shop")
+    assert header(deploys) == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    assert deploys.splitlines()[1].split()[:2] == ["web", "0/2"]
+    services = await kubectl.out("get", "svc", "-n", "shop")
+    assert header(services) == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
+    assert services.splitlines()[1].split()[4] == "80:30080/TCP"
+    nodes = await kubectl.out("get", "nodes")
+    assert nodes.splitlines()[1].split()[:3] == ["n1", "Ready", "worker"]
+    everything = await kubectl.out("get", "all", "-n", "shop")
+    assert "pod/web-1" in everything
+    assert "service/web" in everything
+    assert "deployment.apps/web" in everything
+    assert "clusterrole" not in everything
+    assert "podway" in await kubectl.out("get", "sa,clusterrolebinding", "-A")
+
+
+async def test_crd_printer_columns(kubectl: Kubectl) -> None:
+    emu = kubectl.emu
+    crd = {"metadata": {"name": "widgets.example.com"},
+           "spec": {"group": "example.com", "scope": "Namespaced",
+                    "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+                    "versions": [{"name": "v1", "served": True, "storage": True,
+                                  "schema": {"openAPIV3Schema": {
+                                      "type": "object",
+                                      "properties": {
+                                          "spec": {"type": "object", "properties": {
+                                              "size": {"type": "integer"}}},
+                                          "status": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields":
+                                                         True}}}},
+                                  "additionalPrinterColumns": [
+                                      {"name": "Size", "type": "integer",
+                                       "jsonPath": ".spec.size"},
+                                      {"name": "Ready", "type": "string",
+                                       "jsonPath": '.status.conditions[?(@.type=="Ready")]'
+                                                   ".status"}]}]}}
+    emu.put("customresourcedefinitions", crd)
+    emu.put("widgets", {"metadata": {"name": "w", "namespace": "default"},
+                        "spec": {"size": 7},
+                        "status": {"conditions": [{"type": "Other", "status": "False"},
+                                                  {"type": "Ready", "status": "True"}]}})
+    out = await kubectl.out("get", "widgets")
+    assert [line.split() for line in out.splitlines()] == [["NAME", "SIZE", "READY"],
+                                                           ["w", "7", "True"]]
+    # kubectl patch asks for no field validation: the server's default (Warn) answers.
+    warned = await kubectl.run("patch", "widget", "w", "--type=merge", "-p",
+                               '{"spec":{"colour":"red"}}')
+    assert warned.stderr.splitlines() == ['Warning: unknown field "spec.colour"']
