@@ -102,7 +102,7 @@ class ControlPlane:
         self.emu = self._new()
 
     def _new(self) -> KubeEmulator:
-        emu = KubeEmulator()
+        emu = KubeEmulator(require_namespaces=True)  # as a cluster: no create in a missing ns
         if self.path.exists():
             emu.load(json.loads(self.path.read_text()))
         emu.set_admission(self._admit)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from podway.programs.lab import cluster, kubeproxy, network
+from podway.programs.lab import cluster, kubeproxy, network, workloads
 from podway.programs.lab.controlplane import ControlPlane
 from podway.programs.lab.kubelet import Kubelet
 from podway.programs.lab.plan import NPL_RANGE, VIP, LabPlan, NodePlan
@@ -148,20 +148,66 @@ class Daemon:
         await self.supervisor.stop_all()
         await self.cp.stop()
 
-    async def _reconcile(self) -> None:
+    def _workloads(self) -> None:
+        """Deployments → ReplicaSets → pods and DaemonSets → pods (``workloads``), then the
+        garbage collector: ReplicaSets of deleted Deployments go, pods of deleted owners are
+        terminated (gracefully)."""
         emu = self.cp.emu
         pods = emu.objects("pods")
-        for deploy in emu.objects("deployments"):
-            create, leaving = cluster.deployment_pods(deploy, pods)
+        sets = emu.objects("replicasets")
+        deploys = emu.objects("deployments")
+        for deploy in deploys:
+            mine = [rs for rs in sets if workloads.owned(rs, deploy)]
+            for rs in workloads.rollout(deploy, mine, pods):
+                emu.put("replicasets", rs)
+            for ns, name in workloads.stale_replicasets(deploy, mine, pods):
+                emu.delete("replicasets", ns, name)
+        alive = {cluster.meta(d).get("uid") for d in deploys}
+        for rs in emu.objects("replicasets"):
+            if any(r.get("kind") == "Deployment" and r.get("uid") not in alive
+                   for r in cluster.meta(rs).get("ownerReferences") or []):
+                emu.delete("replicasets", *cluster.key(rs))
+        nodes = emu.objects("nodes")
+        owners = [("ReplicaSet", rs) for rs in emu.objects("replicasets")] + \
+            [("DaemonSet", ds) for ds in emu.objects("daemonsets")]
+        for kind, owner in owners:
+            if kind == "ReplicaSet":
+                create, leaving = workloads.replicaset_pods(owner, pods)
+            else:
+                create, leaving = workloads.daemonset_pods(owner, nodes, pods)
             for pod in create:
                 emu.put("pods", pod)
             for ns, name in leaving:
                 self._terminate(ns, name)
-        owners = {cluster.meta(d).get("uid") for d in emu.objects("deployments")}
-        for pod in emu.objects("pods"):  # garbage collection: pods of deleted Deployments
+        alive = {cluster.meta(o).get("uid") for _, o in owners}
+        for pod in emu.objects("pods"):  # pods of deleted owners (or of no ReplicaSet)
             refs = cluster.meta(pod).get("ownerReferences") or []
-            if any(r.get("kind") == "Deployment" and r.get("uid") not in owners for r in refs):
+            if any(r.get("kind") in ("ReplicaSet", "DaemonSet", "Deployment")
+                   and (r.get("kind") == "Deployment" or r.get("uid") not in alive)
+                   for r in refs):
                 self._terminate(*cluster.key(pod))
+
+    def _workload_status(self) -> None:
+        emu = self.cp.emu
+        pods, nodes = emu.objects("pods"), emu.objects("nodes")
+        sets = emu.objects("replicasets")
+        for rs in sets:
+            status = workloads.replicaset_status(rs, pods)
+            if rs.get("status") != status:
+                emu.put("replicasets", {**rs, "status": status})
+        for deploy in emu.objects("deployments"):
+            mine = [rs for rs in sets if workloads.owned(rs, deploy)]
+            status = workloads.deployment_status(deploy, mine, pods, deploy.get("status"))
+            if deploy.get("status") != status:
+                emu.put("deployments", {**deploy, "status": status})
+        for ds in emu.objects("daemonsets"):
+            status = workloads.daemonset_status(ds, nodes, pods)
+            if ds.get("status") != status:
+                emu.put("daemonsets", {**ds, "status": status})
+
+    async def _reconcile(self) -> None:
+        emu = self.cp.emu
+        self._workloads()
         now = time.time()
         for pod in emu.objects("pods"):  # terminating pods whose grace period is over
             when = cluster.meta(pod).get("deletionTimestamp")
@@ -176,11 +222,8 @@ class Daemon:
                     pod["spec"]["nodeName"] = chosen
                     emu.put("pods", pod)
         await self.kubelet.sync(emu.objects("pods"))
+        self._workload_status()
         pods = emu.objects("pods")
-        for deploy in emu.objects("deployments"):
-            status = cluster.deployment_status(deploy, pods)
-            if deploy.get("status") != status:
-                emu.put("deployments", {**deploy, "status": status})
         services = emu.objects("services")
         wanted: set[tuple[str, str]] = set()
         for svc in services:

@@ -1,6 +1,8 @@
 """The lab's kubelet for every node: a scheduled Pod becomes a network namespace on its node's
 bridge with an address from the node's CIDR, running ``podway.programs.lab.pod`` (echo on every
-declared container port) with the pod's identity; readiness probes decide the ``Ready`` condition.
+declared container port) with the pod's identity; readiness probes decide ``ContainersReady``,
+and ``Ready`` also needs every readiness gate's condition True (``pod_conditions``: conditions
+other writers set, like the controller's ``podway.io/lb-ready``, are kept, never dropped).
 
 Invariants: a pod keeps its namespace and IP for its whole life (a restart of its process, after
 it dies, keeps both, counts ``restartCount`` and clears Ready until the probe passes again);
@@ -73,6 +75,43 @@ def probe_once(ip: str, probe: Obj, ports: list[tuple[int, str]]) -> bool:
     except (OSError, ValueError, http.client.HTTPException):
         return False
     return True  # exec probes are not run in the lab: they count as passing
+
+
+KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+
+
+def pod_conditions(pod: Obj, *, containers_ready: bool) -> list[Obj]:
+    """The pod's conditions as the kubelet writes them: its own four, and every condition
+    other writers set (a readiness gate's, e.g. ``podway.io/lb-ready``) kept as they are.
+    ``Ready`` is True only when the containers are ready and every ``readinessGates``
+    condition is True; a transition time moves only when the status does."""
+    old = (pod.get("status") or {}).get("conditions") or []
+    others = [c for c in old if c.get("type") not in KUBELET_CONDITIONS]
+    gates = [str(g.get("conditionType")) for g in
+             (pod.get("spec") or {}).get("readinessGates") or []]
+    passed = {str(c.get("type")) for c in others if c.get("status") == "True"}
+    missing = [g for g in gates if g not in passed]
+
+    def cond(kind: str, ok: bool, reason: str = "", message: str = "") -> Obj:
+        status = "True" if ok else "False"
+        before: Obj = next((c for c in old if c.get("type") == kind), {})
+        since = before.get("lastTransitionTime") if before.get("status") == status \
+            else _now()
+        out: Obj = {"type": kind, "status": status, "lastTransitionTime": since}
+        if reason:
+            out.update(reason=reason, message=message)
+        return out
+
+    if not containers_ready:
+        ready = cond("Ready", False, "ContainersNotReady", "containers with unready status")
+    elif missing:
+        ready = cond("Ready", False, "ReadinessGatesNotReady",
+                     f"the status of pod readiness gate{'s' * (len(missing) > 1)} "
+                     f"\"{', '.join(missing)}\" is not \"True\", but False")
+    else:
+        ready = cond("Ready", True)
+    return [cond("PodScheduled", True), cond("Initialized", True),
+            cond("ContainersReady", containers_ready), ready, *others]
 
 
 @dataclass
@@ -196,21 +235,11 @@ class Kubelet:
         if pod is None or str(meta(pod).get("uid")) != run.uid or listed is None:
             return
         old = pod.get("status") or {}
-        ready = "True" if run.ready else "False"
-
-        def cond(kind: str, status: str) -> Obj:
-            before: Obj = next((c for c in old.get("conditions") or []
-                                if c.get("type") == kind), {})
-            since = before.get("lastTransitionTime") if before.get("status") == status \
-                else _now()
-            return {"type": kind, "status": status, "lastTransitionTime": since}
-
         containers = (pod.get("spec") or {}).get("containers") or [{"name": "main"}]
         status = {
             "phase": "Running", "hostIP": run.node.ip, "hostIPs": [{"ip": run.node.ip}],
             "podIP": run.ip, "podIPs": [{"ip": run.ip}], "startTime": run.started_at,
-            "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"),
-                           cond("ContainersReady", ready), cond("Ready", ready)],
+            "conditions": pod_conditions(pod, containers_ready=run.ready),
             "containerStatuses": [{
                 "name": c.get("name", "main"), "image": c.get("image", "podway-echo"),
                 "ready": run.ready, "restartCount": run.restarts, "started": run.up,
