@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from podway.kube import selectors
-from podway.kube.emulator import openapi, patching, tables
+from podway.kube.emulator import defaults, openapi, patching, tables
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
 
@@ -221,11 +221,15 @@ class Api:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
             body = await request.json()
             warnings = self._validate(request, rtype, body)
+            if isinstance(body, dict):
+                defaults.apply(rtype.group_resource, body)
             created = store.create(rtype, ns, body, dry_run=dry)
             return self._json(created, rtype, status=201, warnings=warnings)
         if request.method == "PUT" and target.name is not None:
             body = await request.json()
             warnings = self._validate(request, rtype, body)
+            if isinstance(body, dict) and not target.subresource:
+                defaults.apply(rtype.group_resource, body)
             return self._json(store.replace(rtype, ns, target.name, body,
                                             subresource=target.subresource, dry_run=dry),
                               rtype, warnings=warnings)
@@ -302,6 +306,8 @@ class Api:
             updated.setdefault("metadata", {})["resourceVersion"] = \
                 current["metadata"]["resourceVersion"]
         warnings = self._validate(request, rtype, updated)
+        if not target.subresource:
+            defaults.apply(rtype.group_resource, updated)
         result = self.store.replace(rtype, ns, target.name, updated,
                                     subresource=target.subresource, dry_run=dry)
         return self._json(result, rtype, warnings=warnings)

@@ -1,0 +1,214 @@
+"""The lab as a faithful cluster, driven by the real kubectl (issue 29 items 1-2): a scripted
+session (get with printer columns, wait, apply with validation, server dry run, namespaces that
+must exist, DaemonSets, readiness gates) and the issue's target, ``kubectl rollout restart`` of
+the seeds' backend Deployment under L4 and L7 load through Podway losing no request.
+
+Its own lab (module scope), torn down at the end like test_lab's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from podway.programs.agent.netns import single_thread
+from podway.programs.lab.plan import VIP
+from podway.programs.lab.traffic import parse_url, request
+from tests.integration.lab.conftest import RunningLab
+
+pytestmark = [pytest.mark.netns,
+              pytest.mark.skipif(shutil.which("kubectl") is None,
+                                 reason="kubectl not installed")]
+
+LB = f"http://{VIP}:8080/"
+L7 = f"http://{VIP}:80/"
+
+GATED = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: gates}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gated, namespace: gates}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: gated}}
+  template:
+    metadata: {labels: {app: gated}}
+    spec:
+      readinessGates: [{conditionType: example.com/gate}]
+      containers:
+      - name: echo
+        image: echo
+        ports: [{containerPort: 80}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: everywhere, namespace: gates}
+spec:
+  selector: {matchLabels: {app: everywhere}}
+  template:
+    metadata: {labels: {app: everywhere}}
+    spec:
+      nodeSelector: {lab.podway.io/seed: "true"}
+      containers:
+      - name: echo
+        image: echo
+        ports: [{containerPort: 81}]
+"""
+
+
+@pytest.fixture(scope="module")
+def kubectl_env(lab: RunningLab, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("kubectl")  # kubectl's discovery cache goes under it
+    return {**os.environ, "KUBECONFIG": str(lab.state.kubeconfig), "HOME": str(home)}
+
+
+def kubectl(env: dict[str, str], *args: str, ok: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["kubectl", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+    assert (done.returncode == 0) == ok, done
+    return done
+
+
+def rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines() if line.strip()]
+
+
+def test_kubectl_session(lab: RunningLab, kubectl_env: dict[str, str], tmp_path: Path) -> None:
+    env = kubectl_env
+    nodes = rows(kubectl(env, "get", "nodes").stdout)
+    assert nodes[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert sorted(r[1] for r in nodes[1:]) == ["Ready"] * 4
+    kubectl(env, "wait", "--for=condition=Available", "deployment/httpd", "--timeout=60s")
+    deploys = rows(kubectl(env, "get", "deploy", "httpd").stdout)
+    assert deploys[1][:4] == ["httpd", "4/4", "4", "4"]
+    everything = kubectl(env, "get", "all").stdout
+    assert "replicaset.apps/httpd-" in everything
+    assert "service/lb-httpd" in everything
+
+    manifest = tmp_path / "gated.yaml"
+    manifest.write_text(GATED)
+    # A server dry run of a namespace and what goes in it: refused (the namespace does not
+    # exist yet), and nothing was created, so no pod starts.
+    refused = kubectl(env, "apply", "--dry-run=server", "-f", str(manifest), ok=False)
+    assert 'namespaces "gates" not found' in refused.stderr
+    assert kubectl(env, "get", "namespace", "gates", ok=False).returncode != 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(GATED.replace("replicas: 1", "replicas: 1\n  replica: 2"))
+    refused = kubectl(env, "apply", "-f", str(bad), ok=False)
+    assert 'unknown field "spec.replica"' in refused.stderr
+    kubectl(env, "delete", "namespace", "gates", "--ignore-not-found")
+    kubectl(env, "apply", "-f", str(manifest))
+    try:
+        kubectl(env, "rollout", "status", "-n", "gates", "daemonset/everywhere",
+                "--timeout=90s")
+        ds = rows(kubectl(env, "get", "ds", "-n", "gates").stdout)
+        assert ds[1][:6] == ["everywhere", "3", "3", "3", "3", "3"]
+        placed = kubectl(env, "get", "pods", "-n", "gates", "-l", "app=everywhere", "-o",
+                         "jsonpath={.items[*].spec.nodeName}").stdout.split()
+        assert sorted(placed) == ["lab-node-1", "lab-node-2", "lab-node-3"]
+
+        # The gate holds Ready back although the container is ready ...
+        def gated_pod() -> str | None:
+            out = kubectl(env, "get", "pods", "-n", "gates", "-l", "app=gated", "-o",
+                          "jsonpath={.items[0].metadata.name} "
+                          "{.items[0].status.containerStatuses[0].ready}").stdout.split()
+            return out[0] if out[1:] == ["true"] else None
+
+        name = lab.wait(gated_pod, what="the gated pod's container ready")
+        wide = rows(kubectl(env, "get", "pod", "-n", "gates", name, "-o", "wide").stdout)
+        assert wide[1][1] == "1/1"
+        assert wide[1][-1] == "0/1"  # READINESS GATES
+        kubectl(env, "wait", "-n", "gates", f"pod/{name}", "--for=condition=Ready",
+                "--timeout=3s", ok=False)
+        # ... until its condition is True; the kubelet keeps that condition from then on.
+        kubectl(env, "patch", "-n", "gates", "pod", name, "--subresource=status",
+                "--type=strategic", "-p",
+                '{"status":{"conditions":[{"type":"example.com/gate","status":"True"}]}}')
+        kubectl(env, "wait", "-n", "gates", f"pod/{name}", "--for=condition=Ready",
+                "--timeout=30s")
+        kubectl(env, "wait", "--for=condition=Available", "-n", "gates", "deployment/gated",
+                "--timeout=30s")
+        conditions = kubectl(env, "get", "pod", "-n", "gates", name, "-o",
+                             "jsonpath={.status.conditions[*].type}").stdout.split()
+        assert "example.com/gate" in conditions
+    finally:
+        kubectl(env, "delete", "-f", str(manifest), "--wait=false")
+
+
+def test_rollout_restart_under_load_loses_nothing(lab: RunningLab,
+                                                  kubectl_env: dict[str, str]) -> None:
+    """``kubectl rollout restart deployment/httpd`` while L4 (a new connection each) and L7
+    requests run steadily on the VIP: a rolling update (old and new pods overlap, two
+    ReplicaSets), ``kubectl rollout status`` returns, every pod is replaced, 0 failures."""
+    env = kubectl_env
+    old = {p["metadata"]["name"] for p in lab.pods() if p["metadata"]["name"].startswith(
+        "httpd-")}
+    assert len(old) == 4
+    lab.wait(lambda: set(lab.spread(LB, 16)) == old and set(lab.spread(
+        L7, 16, host="httpd.lab")) == old, what="both VIP ports over every pod")
+    stop = threading.Event()
+    seen: dict[str, Counter[str]] = {"l4": Counter(), "l7": Counter()}
+    overlap: Counter[int] = Counter()
+
+    def steady(kind: str, url: str, host: str) -> None:
+        while not stop.is_set():
+            reply = request(parse_url(url), host_header=host)
+            seen[kind]["ok" if reply.ok else f"{reply.status} {reply.error}"] += 1
+
+    loads = [single_thread(netns=f"pwlab-{lab.name}-client", name=f"lab-{k}") for k in seen]
+    running = [loads[0].submit(steady, "l4", LB, ""),
+               loads[1].submit(steady, "l7", L7, "httpd.lab")]
+    try:
+        assert "restarted" in kubectl(env, "rollout", "restart", "deployment/httpd").stdout
+
+        def watch_overlap() -> None:
+            while not stop.is_set():
+                names = {p["metadata"]["name"] for p in lab.pods()
+                         if not p["metadata"].get("deletionTimestamp")}
+                overlap[len(names & old) and len(names - old) and 1] += 1
+                stop.wait(0.2)
+
+        watcher = threading.Thread(target=watch_overlap, daemon=True)
+        watcher.start()
+        out = kubectl(env, "rollout", "status", "deployment/httpd", "--timeout=180s").stdout
+        assert "successfully rolled out" in out
+        new = {p["metadata"]["name"] for p in lab.pods()
+               if not p["metadata"].get("deletionTimestamp")}
+        assert len(new) == 4
+        assert not new & old
+        lab.wait(lambda: set(lab.spread(LB, 16)) == new, what="L4 over the new pods")
+        lab.wait(lambda: set(lab.spread(L7, 16, host="httpd.lab")) == new,
+                 what="L7 over the new pods")
+        lab.wait(lambda: not old & {p["metadata"]["name"] for p in lab.pods()},
+                 what="the old pods gone")
+    finally:
+        stop.set()
+        for future in running:
+            future.result()
+        for load in loads:
+            load.shutdown()
+    sets = rows(kubectl(env, "get", "rs", "-l", "app=httpd").stdout)
+    assert len(sets) == 3  # header, the old ReplicaSet at 0, the new one at 4
+    assert sorted(r[1] for r in sets[1:]) == ["0", "4"]
+    assert overlap[1] > 0, overlap  # old and new pods served side by side: a rolling update
+    print(f"\nrollout restart: {seen}")
+    assert seen["l4"]["ok"] > 100, seen
+    assert seen["l7"]["ok"] > 100, seen
+    assert {k: sum(n for what, n in c.items() if what != "ok") for k, c in seen.items()} == \
+        {"l4": 0, "l7": 0}, seen
+
+
+def test_down_leaves_nothing(lab: RunningLab) -> None:
+    lab.cli("down")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                           check=True).stdout
+    assert f"pwlab-{lab.name}-" not in netns
