@@ -144,6 +144,59 @@ def test_kubectl_session(lab: RunningLab, kubectl_env: dict[str, str], tmp_path:
         kubectl(env, "delete", "-f", str(manifest), "--wait=false")
 
 
+STOPPER = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: stopper, namespace: default}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: stopper}}}}
+  template:
+    metadata: {{labels: {{app: stopper}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: echo
+        image: echo
+        ports: [{{containerPort: 82}}]
+        lifecycle:
+          preStop:
+            exec: {{command: [sh, -c, "touch {marker}; sleep 600"]}}
+"""
+
+
+def test_termination_runs_prestop_and_enforces_the_grace_period(
+        lab: RunningLab, kubectl_env: dict[str, str], tmp_path: Path) -> None:
+    """Scaling to 0 terminates the pod as the kubelet does: the preStop hook runs (it leaves a
+    file) while the pod still exists, and a hook that would take 10 minutes is cut at the
+    2 s grace period (plus the kubelet's 2 s): the pod is gone well before."""
+    env = kubectl_env
+    marker = tmp_path / "prestop-ran"
+    manifest = tmp_path / "stopper.yaml"
+    manifest.write_text(STOPPER.format(marker=marker))
+    kubectl(env, "apply", "-f", str(manifest))
+    try:
+        kubectl(env, "rollout", "status", "deployment/stopper", "--timeout=60s")
+        (pod,) = [p for p in lab.pods() if p["metadata"]["name"].startswith("stopper-")]
+        kubectl(env, "scale", "deployment/stopper", "--replicas=0")
+
+        def hook_ran_while_terminating() -> bool:
+            if not marker.exists():
+                return False
+            found = [p for p in lab.pods() if p["metadata"]["uid"] == pod["metadata"]["uid"]]
+            assert found, "the pod was deleted before its preStop hook ran"
+            return bool(found[0]["metadata"].get("deletionTimestamp"))
+
+        lab.wait(hook_ran_while_terminating, what="the preStop hook", within=20)
+        lab.wait(lambda: not any(p["metadata"]["uid"] == pod["metadata"]["uid"]
+                                 for p in lab.pods()), what="the pod gone", within=30)
+        hooks = subprocess.run(["pgrep", "-f", f"touch {marker}"], capture_output=True,
+                               text=True, check=False).stdout.split()
+        assert hooks == []  # the cut hook left no process behind
+    finally:
+        kubectl(env, "delete", "-f", str(manifest), "--wait=false")
+
+
 def test_rollout_restart_under_load_loses_nothing(lab: RunningLab,
                                                   kubectl_env: dict[str, str]) -> None:
     """``kubectl rollout restart deployment/httpd`` while L4 (a new connection each) and L7

@@ -38,6 +38,7 @@ from podway.programs.lab.state import LabState
 
 log = logging.getLogger("podway.programs.lab.daemon")
 Obj = dict[str, Any]
+GRACE_EXTRA_S = 5  # a kubelet that did not delete its terminating pod by then: do it for it
 SEED_LABEL = "lab.podway.io/seed"  # the first three nodes: the seeds' three workers
 
 
@@ -138,6 +139,7 @@ class Daemon:
         pod["metadata"]["deletionGracePeriodSeconds"] = grace
         self.cp.emu.put("pods", pod)
         asyncio.get_running_loop().call_later(grace + 1, self.wake.set)
+        asyncio.get_running_loop().call_later(grace + GRACE_EXTRA_S + 1, self.wake.set)
 
     async def _stop(self) -> None:
         for what in ("controller", "engine"):
@@ -209,9 +211,10 @@ class Daemon:
         emu = self.cp.emu
         self._workloads()
         now = time.time()
-        for pod in emu.objects("pods"):  # terminating pods whose grace period is over
-            when = cluster.meta(pod).get("deletionTimestamp")
-            if when and _epoch(when) <= now:
+        for pod in emu.objects("pods"):  # terminating pods no kubelet runs, once their grace
+            when = cluster.meta(pod).get("deletionTimestamp")  # is over (the kubelet deletes
+            running = str(cluster.meta(pod).get("uid")) in self.kubelet.runs  # its own)
+            if when and _epoch(when) + (GRACE_EXTRA_S if running else 0) <= now:
                 emu.delete("pods", *cluster.key(pod))
         pods = emu.objects("pods")
         nodes = emu.objects("nodes")

@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import http.client
 import logging
+import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -29,7 +31,7 @@ from podway.base.tasks import cancel_and_wait
 from podway.kube.emulator import KubeEmulator
 from podway.programs.agent.netns import single_thread
 from podway.programs.lab import network
-from podway.programs.lab.cluster import key, meta, terminated
+from podway.programs.lab.cluster import key, meta, terminated, terminating
 from podway.programs.lab.plan import LabPlan, NodePlan
 from podway.programs.lab.processes import Supervisor
 
@@ -75,6 +77,16 @@ def probe_once(ip: str, probe: Obj, ports: list[tuple[int, str]]) -> bool:
     except (OSError, ValueError, http.client.HTTPException):
         return False
     return True  # exec probes are not run in the lab: they count as passing
+
+
+def pre_stop(pod: Obj) -> Obj | None:
+    """The first container's ``lifecycle.preStop`` handler, if any (lab pods are one
+    process: one hook)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        hook = (container.get("lifecycle") or {}).get("preStop")
+        if hook:
+            return dict(hook)
+    return None
 
 
 KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
@@ -131,6 +143,7 @@ class PodRun:
     restarts: int = 0
     prober: asyncio.Task[None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: asyncio.Task[None] | None = None  # the pod is terminating (``_terminate``)
 
     @property
     def what(self) -> str:
@@ -169,6 +182,9 @@ class Kubelet:
                 await self._add(uid, pod, node)
         for uid, pod in wanted.items():
             run = self.runs.get(uid)
+            if run is not None and terminating(pod) and run.stopping is None:
+                run.stopping = asyncio.create_task(self._terminate(run, pod),
+                                                   name=f"lab-stop-{run.what}")
             if run is not None:
                 self._publish(run, pod)
 
@@ -222,8 +238,61 @@ class Kubelet:
                 async with asyncio.timeout(period if probe else 3600):
                     await run.wake.wait()
 
+    async def _terminate(self, run: PodRun, pod: Obj) -> None:
+        """Stop a terminating pod as the kubelet does: its ``preStop`` hook first (bounded by
+        the grace period; the pod serves meanwhile), then SIGTERM, SIGKILL once the grace
+        period (``metadata.deletionGracePeriodSeconds``, else the spec's
+        ``terminationGracePeriodSeconds``, default 30) is over, plus the 2 s the kubelet adds
+        when the hook used it all; then the pod object is deleted (the kubelet's final
+        delete)."""
+        loop = asyncio.get_running_loop()
+        grace = float(meta(pod).get("deletionGracePeriodSeconds")
+                      or (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        deadline = loop.time() + grace
+        hook = pre_stop(pod)
+        if hook is not None:
+            try:
+                async with asyncio.timeout(grace):
+                    await self._hook(run, hook)
+            except TimeoutError:
+                deadline += 2.0
+            except Exception:  # a failing hook is logged; termination goes on (as upstream)
+                log.exception("preStop hook of %s failed", run.what)
+        run.up = run.ready = False
+        self.changed()
+        await self.supervisor.terminate(run.what, grace=max(0.1, deadline - loop.time()))
+        await self.supervisor.stop(run.what, grace=0.1)  # SIGKILL if the grace is over
+        current = self.emu().get("pods", run.namespace, run.name)
+        if current is not None and str(meta(current).get("uid")) == run.uid:
+            self.emu().delete("pods", run.namespace, run.name)
+
+    async def _hook(self, run: PodRun, hook: Obj) -> None:
+        """One lifecycle handler: ``sleep``, ``httpGet`` (to the pod, from its node) or
+        ``exec`` (the command in the pod's network namespace: lab pods have no image)."""
+        if "sleep" in hook:
+            await asyncio.sleep(float((hook["sleep"] or {}).get("seconds", 0)))
+        elif "httpGet" in hook:
+            await asyncio.get_running_loop().run_in_executor(
+                self._thread(run.node), probe_once, run.ip, {"httpGet": hook["httpGet"]},
+                run.ports)
+        elif "exec" in hook:
+            command = [str(c) for c in (hook["exec"] or {}).get("command") or []]
+            if command:
+                proc = await asyncio.create_subprocess_exec(
+                    "ip", "netns", "exec", run.netns, *command,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+                try:
+                    await proc.wait()
+                finally:  # cut short at the grace period: the hook's whole group goes
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+
     async def _remove(self, run: PodRun) -> None:
         self.runs.pop(run.uid, None)
+        if run.stopping is not None and run.stopping is not asyncio.current_task():
+            await cancel_and_wait(run.stopping)
         if run.prober is not None:
             await cancel_and_wait(run.prober)
         await self.supervisor.stop(run.what, grace=2.0)

@@ -76,6 +76,20 @@ class Supervisor:
             delay = min(delay * 2, 5.0)
             item.restarts += 1
 
+    async def terminate(self, what: str, *, grace: float) -> None:
+        """SIGTERM, and wait up to ``grace`` for the exit (no restart after it); the record
+        stays, so a ``stop`` after it (or instead of its end, if cancelled) still kills."""
+        item = self.running.get(what)
+        proc = None if item is None else item.proc
+        if item is None or proc is None or proc.returncode is not None:
+            return
+        item.stopping = True
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await proc.wait()
+
     async def stop(self, what: str, *, grace: float = 5.0) -> None:
         item = self.running.pop(what, None)
         if item is None:
