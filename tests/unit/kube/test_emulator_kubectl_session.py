@@ -75,8 +75,15 @@ class Kubectl:
         self.emu, self.cache = emu, cache
 
     async def run(self, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        trust: tuple[str, ...] = ()
+        if self.emu.ca_pem:
+            ca = self.cache.parent / "ca.crt"
+            ca.write_bytes(self.emu.ca_pem)
+            trust = ("--certificate-authority", str(ca))
+            if "--token" not in args:
+                trust += ("--token", self.emu.admin_token)
         done = await asyncio.to_thread(
-            subprocess.run, ["kubectl", "--server", self.emu.url, "--cache-dir",
+            subprocess.run, ["kubectl", "--server", self.emu.url, *trust, "--cache-dir",
                              str(self.cache), *args], capture_output=True, text=True,
             timeout=60, check=False)
         assert (done.returncode == 0) == ok, done
@@ -266,3 +273,72 @@ async def test_crd_printer_columns(kubectl: Kubectl) -> None:
     warned = await kubectl.run("patch", "widget", "w", "--type=merge", "-p",
                                '{"spec":{"colour":"red"}}')
     assert warned.stderr.splitlines() == ['Warning: unknown field "spec.colour"']
+
+
+NARROW = """\
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reader, namespace: shop}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: pod-reader}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+- {apiGroups: [""], resources: [pods/log], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reader, namespace: shop}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}
+subjects: [{kind: ServiceAccount, name: reader, namespace: shop}]
+"""
+
+
+async def test_rbac_is_enforced_for_service_account_tokens(tmp_path: Path) -> None:
+    """A token of a ServiceAccount bound to a narrow role: what the role allows works, the
+    rest is the cluster's 403, ``auth can-i``/``whoami`` answer for it; ``kubectl logs``
+    reads the pod's output. Without credentials (the lab's kubeconfig) all is allowed."""
+    async with KubeEmulator(require_namespaces=True, tls=True) as emu:
+        await rbac_session(Kubectl(emu, tmp_path / "cache"), tmp_path)
+
+
+async def rbac_session(kubectl: Kubectl, tmp_path: Path) -> None:
+    emu = kubectl.emu
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    narrow = tmp_path / "narrow.yaml"
+    narrow.write_text(NARROW)
+    await kubectl.run("apply", "-f", str(manifest), "-f", str(narrow))
+    emu.put("pods", {"metadata": {"name": "web-1", "namespace": "shop"},
+                     "spec": {"containers": [{"name": "web"}]}})
+    emu.set_pod_logs(lambda ns, pod, container: f"{ns}/{pod} line 1\n{ns}/{pod} line 2\n")
+    token = (await kubectl.out("create", "token", "-n", "shop", "reader")).strip()
+    assert token
+    as_reader = ("--token", token)
+    assert "web-1" in await kubectl.out(*as_reader, "get", "pods", "-n", "shop")
+    assert await kubectl.out(*as_reader, "logs", "-n", "shop", "web-1") == \
+        "shop/web-1 line 1\nshop/web-1 line 2\n"
+    assert await kubectl.out(*as_reader, "logs", "-n", "shop", "web-1", "--tail=1") == \
+        "shop/web-1 line 2\n"
+    denied = await kubectl.run(*as_reader, "get", "pods", "-n", "default", ok=False)
+    assert denied.stderr.strip() == (
+        'Error from server (Forbidden): pods is forbidden: User '
+        '"system:serviceaccount:shop:reader" cannot list resource "pods" in API group "" in '
+        'the namespace "default"')
+    denied = await kubectl.run(*as_reader, "delete", "pod", "-n", "shop", "web-1", ok=False)
+    assert 'pods "web-1" is forbidden: User "system:serviceaccount:shop:reader" cannot ' \
+           'delete resource "pods" in API group "" in the namespace "shop"' in denied.stderr
+    denied = await kubectl.run(*as_reader, "get", "nodes", ok=False)
+    assert 'cannot list resource "nodes" in API group "" at the cluster scope' in denied.stderr
+    assert emu.get("pods", "shop", "web-1") is not None
+    can = await kubectl.run(*as_reader, "auth", "can-i", "list", "pods", "-n", "shop")
+    assert can.stdout.strip() == "yes"
+    cannot = await kubectl.run(*as_reader, "auth", "can-i", "create", "deployments",
+                               "-n", "shop", ok=False)
+    assert cannot.stdout.strip() == "no"
+    who = await kubectl.out(*as_reader, "auth", "whoami")
+    assert "system:serviceaccount:shop:reader" in who
+    bad = await kubectl.run("--token", "forged", "get", "pods", ok=False)
+    assert "Unauthorized" in bad.stderr
+    assert (await kubectl.out("auth", "can-i", "delete", "nodes")).strip() == "yes"

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from podway.kube import selectors
-from podway.kube.emulator import defaults, openapi, patching, tables
+from podway.kube.emulator import defaults, openapi, patching, rbac, tables
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
 
@@ -30,6 +30,10 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
 }
 TRUE = ("true", "1", "True")
 SCALABLE = {("apps", "deployments")}  # kinds with a ``scale`` subresource (kubectl scale)
+EXTRA_SUBRESOURCES = {(("", "pods"), "log"), (("", "serviceaccounts"), "token")}
+REVIEWS = {("authorization.k8s.io", "selfsubjectaccessreviews"),
+           ("authentication.k8s.io", "selfsubjectreviews")}  # answered, never stored
+PodLogs = Callable[[str, str, str | None], str | None]  # (namespace, pod, container) → text
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ class Api:
         self.writes: list[Write] = []
         self.faults: list[Fault] = []
         self.bookmark_interval: float | None = None  # periodic bookmarks; None: on demand only
+        self.pod_logs: PodLogs | None = None  # what serves pods/{name}/log (the lab's kubelet)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=16 * 1024 * 1024)
@@ -158,7 +163,106 @@ class Api:
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         self._count_and_fault(request, target)
-        return await self._verb(request, target)
+        user = self._user(request)
+        if user is not None and target.rtype.group_resource not in REVIEWS:
+            attrs = self._attributes(request, target)
+            if not self._allowed(user, attrs):
+                raise ApiError(403, "Forbidden", rbac.forbidden_message(user, attrs))
+        return await self._verb(request, target, user)
+
+    # ---- authentication and authorization (rbac) ----------------------------------------
+    def _user(self, request: web.Request) -> rbac.User | None:
+        """The ServiceAccount a bearer token names; None (admin) without credentials or with
+        the administrator's token (``KubeEmulator.admin_token``)."""
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and token.strip() == self.store.admin_token:
+            return None
+        account = self.store.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if account is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return rbac.User.service_account(*account)
+
+    @staticmethod
+    def _verb_of(request: web.Request, target: Target) -> str:
+        verb = {"GET": "get" if target.name else "list", "POST": "create", "PUT": "update",
+                "PATCH": "patch", "DELETE": "delete"}.get(request.method, request.method)
+        if verb == "list" and request.query.get("watch") in TRUE:
+            verb = "watch"
+        return verb
+
+    def _attributes(self, request: web.Request, target: Target) -> rbac.Attributes:
+        return rbac.Attributes(verb=self._verb_of(request, target), group=target.rtype.group,
+                               resource=target.rtype.plural, subresource=target.subresource,
+                               namespace=target.namespace or "", name=target.name or "")
+
+    def _allowed(self, user: rbac.User, attrs: rbac.Attributes) -> bool:
+        def objects(plural: str) -> list[Obj]:
+            return list(self.store.objects.get((rbac.RBAC, plural), {}).values())
+        return rbac.allowed(user, attrs, roles=objects("roles"),
+                            cluster_roles=objects("clusterroles"),
+                            bindings=objects("rolebindings"),
+                            cluster_bindings=objects("clusterrolebindings"))
+
+    def _review(self, body: Obj, rtype: ResourceType, user: rbac.User | None) -> Obj:
+        """A SelfSubjectAccessReview (``kubectl auth can-i``) or SelfSubjectReview
+        (``kubectl auth whoami``), answered for the caller."""
+        body = dict(body)
+        if rtype.plural == "selfsubjectreviews":
+            who = user or rbac.User("lab-admin", ("system:masters", "system:authenticated"))
+            body["status"] = {"userInfo": {"username": who.name, "groups": list(who.groups)}}
+            return body
+        spec = body.get("spec") or {}
+        asked = spec.get("resourceAttributes")
+        if user is None:
+            allowed, reason = True, "the lab's administrator (no credentials)"
+        elif asked is None:  # nonResourceAttributes: discovery-like paths are open
+            allowed, reason = True, "non-resource paths are open to authenticated users"
+        else:
+            attrs = rbac.Attributes(
+                verb=str(asked.get("verb", "")), group=str(asked.get("group", "")),
+                resource=str(asked.get("resource", "")),
+                subresource=str(asked.get("subresource", "")),
+                namespace=str(asked.get("namespace", "")), name=str(asked.get("name", "")))
+            allowed = self._allowed(user, attrs)
+            reason = "allowed by RBAC" if allowed else ""
+        body["status"] = {"allowed": allowed, **({"reason": reason} if reason else {})}
+        return body
+
+    async def _log(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """``pods/{name}/log``: the pod process's output (``follow=true`` streams it)."""
+        assert target.name is not None
+        ns, name = target.namespace or "", target.name
+        pod = self.store.get(target.rtype, ns, name)
+        container = request.query.get("container")
+        if self.pod_logs is None:
+            raise ApiError(400, "BadRequest", f'pod "{name}" has no log here')
+        text = self.pod_logs(ns, name, container) or ""
+        tail = request.query.get("tailLines")
+        if tail and tail.isdigit():
+            text = "".join(text.splitlines(keepends=True)[-int(tail):]) if int(tail) else ""
+        if request.query.get("follow") not in TRUE:
+            return web.Response(text=text, content_type="text/plain")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        sent = len(self.pod_logs(ns, name, container) or "")
+        await response.write(text.encode())
+        uid = pod["metadata"].get("uid")
+        try:
+            while True:
+                await asyncio.sleep(0.2)
+                current = self.store.objects[target.rtype.group_resource].get((ns, name))
+                if current is None or current["metadata"].get("uid") != uid:
+                    break
+                now = self.pod_logs(ns, name, container) or ""
+                if len(now) > sent:
+                    await response.write(now[sent:].encode())
+                    sent = len(now)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         namespace: str | None = None
@@ -172,15 +276,13 @@ class Api:
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
         if sub and not (sub == "status" and rtype.status) and \
-                not (sub == "scale" and rtype.group_resource in SCALABLE):
+                not (sub == "scale" and rtype.group_resource in SCALABLE) and \
+                (rtype.group_resource, sub) not in EXTRA_SUBRESOURCES:
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
     def _count_and_fault(self, request: web.Request, target: Target) -> None:
-        verb = {"GET": "get" if target.name else "list", "POST": "create", "PUT": "update",
-                "PATCH": "patch", "DELETE": "delete"}.get(request.method, request.method)
-        if verb == "list" and request.query.get("watch") in TRUE:
-            verb = "watch"
+        verb = self._verb_of(request, target)
         self.store.counts[(verb, target.rtype.plural, target.namespace or "",
                            target.name or "", target.subresource)] += 1
         if verb in ("create", "update", "patch", "delete"):
@@ -194,11 +296,33 @@ class Api:
                 raise ApiError(fault.status, "Injected", f"injected failure {fault.status}",
                                retry_after=fault.retry_after)
 
-    async def _verb(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _verb(self, request: web.Request, target: Target,
+                    user: rbac.User | None = None) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
         ns = target.namespace or ""
         if target.subresource == "scale":
             return await self._scale(request, target)
+        if target.subresource == "log" and request.method == "GET":
+            return await self._log(request, target)
+        if target.subresource == "token" and request.method == "POST":
+            assert target.name is not None
+            store.get(rtype, ns, target.name)  # 404 for an unknown ServiceAccount
+            body = await request.json()
+            token = store.issue_token(ns, target.name)
+            return web.json_response({**body, "apiVersion": "authentication.k8s.io/v1",
+                                      "kind": "TokenRequest",
+                                      "status": {"token": token,
+                                                 "expirationTimestamp": "2099-01-01T00:00:00Z"}},
+                                     status=201)
+        if target.subresource in ("log", "token"):
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+        if rtype.group_resource in REVIEWS:
+            if request.method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "only create is supported")
+            body = await request.json()
+            return web.json_response({**self._review(body, rtype, user),
+                                      "apiVersion": rtype.api_version, "kind": rtype.kind},
+                                     status=201)
         dry = _dry_run(request)
         table = tables.wants_table(request.headers.get("Accept", ""))
         include = request.query.get("includeObject", "Metadata")

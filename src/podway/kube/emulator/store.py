@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import secrets
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -88,6 +89,8 @@ class Store:
         self.admit: Admit | None = None
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
         self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
+        self.tokens: dict[str, tuple[str, str]] = {}  # bearer token → ServiceAccount (ns, name)
+        self.admin_token = f"podway-admin.{secrets.token_urlsafe(24)}"  # not RBAC-checked
         for rtype in BUILTIN:
             self._serve(rtype)
 
@@ -114,6 +117,12 @@ class Store:
         if not found:
             raise KeyError(f"{plural} is not served (is its CRD installed?)")
         return sorted(found, key=lambda t: (t.group != "", t.group))[0]
+
+    def issue_token(self, namespace: str, name: str) -> str:
+        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``)."""
+        token = f"podway-sa.{secrets.token_urlsafe(24)}"
+        self.tokens[token] = (namespace, name)
+        return token
 
     # ---- reads ------------------------------------------------------------------------
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
