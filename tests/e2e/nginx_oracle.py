@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from podway.envoy.engine.process import _die_with_parent
+from podway.base.children import die_with_parent
 from podway.model import EndpointSlice, Ingress, Secret, Service
 from podway.model.base import K8sObject
 from podway.model.networking import IngressBackend
@@ -294,7 +294,7 @@ async def nginx(objects: Sequence[K8sObject], config: Config) -> AsyncIterator[s
     proc = await asyncio.create_subprocess_exec(
         binary, "-p", str(config.folder), "-c", str(conf),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        preexec_fn=_die_with_parent())  # a test process killed hard takes nginx with it
+        preexec_fn=die_with_parent())  # a test process killed hard takes nginx with it
     try:
         await _wait_listening(config.http_port, proc)
         yield text

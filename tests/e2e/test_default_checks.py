@@ -28,8 +28,8 @@ import h2.connection
 import h2.events
 import pytest
 
+from podway.base.children import die_with_parent
 from podway.envoy.engine import admin
-from podway.envoy.engine.process import _die_with_parent
 
 from .gateway_helpers import CLASS, gateway, request, route
 from .harness import Stack, free_port
@@ -159,7 +159,7 @@ async def nginx(folder: Path, port: int) -> AsyncIterator[None]:
         f"server {{ listen 127.0.0.1:{port}; location / {{ return 200 'nginx'; }} }}", "}", ""]))
     proc = await asyncio.create_subprocess_exec(
         binary, "-p", str(folder), "-c", str(conf), stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, preexec_fn=_die_with_parent())
+        stderr=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent())
     try:
         async with asyncio.timeout(20):
             while True:

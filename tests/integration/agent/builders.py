@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tests import builders
 from tests.waiting import eventually
 
 if TYPE_CHECKING:
@@ -14,35 +15,28 @@ NODE = "node-a"
 
 def node_obj(name: str = NODE, *, internal: str = "198.18.0.1",
              external: str | None = None) -> dict[str, Any]:
-    addresses = [{"type": "InternalIP", "address": internal}]
-    if external:
-        addresses.append({"type": "ExternalIP", "address": external})
-    return {"metadata": {"name": name}, "status": {"addresses": addresses}}
+    return builders.node(name, internal, external=external, kind_fields=False)
 
 
 def service_obj(name: str = "web", *, ns: str = "default", enabled: str | None = "true",
                 selector: dict[str, str] | None = None, ports: list[dict[str, Any]] | None = None,
                 type_: str = "ClusterIP") -> dict[str, Any]:
+    """A Service of pods ``app: web`` (NodePortLocal ``enabled`` unless None), port 80 → 8080."""
     annotations = {} if enabled is None else {"nodeportlocal.antrea.io/enabled": enabled}
-    return {"metadata": {"name": name, "namespace": ns, "annotations": annotations},
-            "spec": {"type": type_, "selector": {"app": "web"} if selector is None else selector,
-                     "ports": ports or [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]}}
+    return builders.service(
+        name, type_=type_, namespace=ns, annotations=annotations,
+        selector={"app": "web"} if selector is None else selector,
+        ports=ports or [builders.service_port(80, 8080, name=None)], kind_fields=False)
 
 
 def pod_obj(name: str, *, ip: str | None = "198.18.1.2", ns: str = "default",
             node: str = NODE, phase: str = "Running", labels: dict[str, str] | None = None,
             ports: list[dict[str, Any]] | None = None,
             annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase}
-    if ip:
-        status |= {"podIP": ip, "podIPs": [{"ip": ip}]}
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {"app": "web"},
-                         "annotations": annotations or {}},
-            "spec": {"nodeName": node,
-                     "containers": [{"name": "c", "image": "echo", "ports": ports or []}]},
-            "status": status}
-
-
+    """A pod ``app: web`` on the agent's node, declaring ``ports`` (none by default)."""
+    return builders.pod(name, ip or None, namespace=ns, node=node, phase=phase,
+                        labels=labels or {"app": "web"}, annotations=annotations,
+                        container_ports=ports or [], kind_fields=False)
 
 
 async def settled(agent: Agent, within: float = 5.0) -> None:

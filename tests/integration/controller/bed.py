@@ -20,7 +20,18 @@ from podway.programs.controller.main import Controller, ControllerOptions
 from podway.translate import BackendMode, TranslateOptions
 
 # The shared builders; the controller tests import them from the bed too.
-from tests.builders import Obj, endpoint_slice, lb_service, node, pod  # noqa: F401
+from tests.builders import (  # noqa: F401  (the bed's tests build objects with these)
+    GW,
+    Obj,
+    endpoint_slice,
+    gateway,
+    gateway_class,
+    http_route,
+    lb_service,
+    node,
+    pod,
+    service,
+)
 
 FAST = Backoff(base=0.01, cap=0.2, jitter=0)
 
@@ -120,42 +131,14 @@ def options(mode: BackendMode = BackendMode.CLUSTERIP, **kw: Any) -> TranslateOp
 
 
 
-GW = "gateway.networking.k8s.io"
-
-
-def gateway_class(name: str = "podway") -> Obj:
-    return {"apiVersion": f"{GW}/v1", "kind": "GatewayClass", "metadata": {"name": name},
-            "spec": {"controllerName": "podway.io/gateway-controller"}}
-
-
-def gateway(name: str = "edge", port: int = 8080, namespace: str = "default") -> Obj:
-    return {"apiVersion": f"{GW}/v1", "kind": "Gateway",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"gatewayClassName": "podway", "listeners": [
-                {"name": "http", "protocol": "HTTP", "port": port,
-                 "allowedRoutes": {"namespaces": {"from": "All"}}}]}}
-
-
-def http_route(name: str, host: str, backend: str = "web", port: int = 80, *,
-               namespace: str = "default", parent: str = "edge") -> Obj:
-    return {"apiVersion": f"{GW}/v1", "kind": "HTTPRoute",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"parentRefs": [{"name": parent, "namespace": "default"}],
-                     "hostnames": [host],
-                     "rules": [{"backendRefs": [{"name": backend, "port": port}]}]}}
-
-
-def cluster_service(name: str, port: int = 80, target: int = 8080,
-                    namespace: str = "default") -> Obj:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"selector": {"app": name},
-                     "ports": [{"name": "http", "port": port, "targetPort": target}]}}
-
-
 def edit(bed: Bed, plural: str, obj: Obj, *, group: str | None = None) -> None:
     """Replace an object's spec and metadata as a user would: its status stays."""
     namespace = obj["metadata"].get("namespace", "default")
     current = bed.emu.get(plural, namespace, obj["metadata"]["name"], group=group)
     status = (current or {}).get("status")
     bed.emu.put(plural, {**obj, "status": status} if status else obj, group=group)
+
+
+def cluster_service(name: str, port: int = 80, target: int = 8080,
+                    namespace: str = "default") -> Obj:
+    return service(name, port, target, namespace=namespace)

@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from tests import builders
+
 CLIENT_IP = "198.18.0.2"
 VIP = "198.18.0.10"
 BACKENDS = {"b1": ("198.18.1.1", "198.18.1.2"), "b2": ("198.18.2.1", "198.18.2.2")}
@@ -51,14 +53,12 @@ def service(name: str = "web", *, annotations: dict[str, str] | None = None,
             affinity: bool = False, udp: bool = False) -> str:
     notes = {"podway.io/health-check-interval": "1s", "podway.io/unhealthy-threshold": "1",
              **(annotations or {})}
-    ports = [f"  - {{name: tcp, port: 80, targetPort: {PORT}, protocol: TCP}}"]
+    ports = [builders.service_port(80, PORT, name="tcp")]
     if udp:
-        ports.append(f"  - {{name: udp, port: 53, targetPort: {PORT}, protocol: UDP}}")
-    return (f"apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: default\n"
-            f"  annotations: {json.dumps(notes)}\n"
-            f"spec:\n  type: LoadBalancer\n  selector: {{app: {name}}}\n"
-            + ("  sessionAffinity: ClientIP\n" if affinity else "")
-            + "  ports:\n" + "\n".join(ports) + "\n")
+        ports.append(builders.service_port(53, PORT, name="udp", protocol="UDP"))
+    spec = {"sessionAffinity": "ClientIP"} if affinity else {}
+    return builders.manifest(builders.service(name, type_="LoadBalancer", annotations=notes,
+                                              ports=ports, **spec))
 
 
 def endpoints(name: str, members: list[str], *, udp: bool = False) -> str:

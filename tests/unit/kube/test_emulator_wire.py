@@ -12,6 +12,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.kube.emulator import KubeEmulator
+from tests import builders
 from tests.waiting import eventually
 
 GW = "gateway.networking.k8s.io"
@@ -31,9 +32,7 @@ async def api(emu: KubeEmulator) -> AsyncIterator[client.ApiClient]:
 
 
 def svc(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": "default", "labels": labels},
-            "spec": {"ports": [{"port": 80}]}}
+    return builders.service(name, labels=labels)
 
 
 

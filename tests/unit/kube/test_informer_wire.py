@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 from podway.base.backoff import Backoff
 from podway.kube.emulator import KubeEmulator
 from podway.kube.informer import Informer
+from tests import builders
 from tests.waiting import eventually
 
 
@@ -36,9 +37,8 @@ class Cache:
 
 
 def svc(name: str, port: int = 80) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "default",
-                         "managedFields": [{"manager": "kubectl"}]},
-            "spec": {"ports": [{"port": port}]}}
+    return builders.service(name, port, kind_fields=False,
+                            extra_meta={"managedFields": [{"manager": "kubectl"}]})
 
 
 async def test_breaks_compaction_and_relist_lose_nothing(emu: KubeEmulator) -> None:

@@ -18,6 +18,7 @@ from podway.kube.emulator import GATEWAY_KINDS, KubeEmulator
 from podway.model.base import K8sObject
 from podway.sources.base import SourceUpdate
 from podway.sources.kube import KubeSource, KubeSourceSettings
+from tests import builders
 
 GW = "gateway.networking.k8s.io"
 FAST = KubeSourceSettings(debounce_s=0.02, max_wait_s=0.2,
@@ -33,17 +34,15 @@ def meta(name: str, ns: str | None = "shop", **labels: str) -> dict[str, Any]:
 
 
 def service(name: str = "web", ns: str = "shop", port: int = 80) -> dict[str, Any]:
-    return {"metadata": meta(name, ns), "spec": {"selector": {"app": name},
-                                                 "ports": [{"port": port}]}}
+    return builders.service(name, port, None, namespace=ns, port_name=None, protocol=None,
+                            labels={}, kind_fields=False)
 
 
 def pod(name: str = "web-1", ns: str = "shop", **status: Any) -> dict[str, Any]:
-    return {"metadata": meta(name, ns, app="web") | {
-                "annotations": {"nodeportlocal.antrea.io": "[]", "other.io/big": "x" * 1000}},
-            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i",
-                                                       "ports": [{"containerPort": 8080}]}]},
-            "status": {"phase": "Running", "podIP": "198.18.1.1",
-                       "podIPs": [{"ip": "198.18.1.1"}]} | status}
+    raw = builders.pod(name, "198.18.1.1", namespace=ns, kind_fields=False, annotations={
+        "nodeportlocal.antrea.io": "[]", "other.io/big": "x" * 1000})
+    raw["status"] |= status
+    return raw
 
 
 def every_kind(emu: KubeEmulator) -> None:

@@ -4,17 +4,15 @@ stay equal and copies with updates never touch the shared set."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from podway.model import Service
 from podway.sources.sharing import FieldsSetPool
+from tests import builders
 
 
 def service(name: str, port: int = 80) -> Service:
-    raw: dict[str, Any] = {"apiVersion": "v1", "kind": "Service",
-                           "metadata": {"name": name, "namespace": "shop"},
-                           "spec": {"ports": [{"name": "http", "port": port}]}}
-    return Service.model_validate(raw)
+    return Service.model_validate(builders.service(name, port, None, namespace="shop",
+                                                   protocol=None))
 
 
 def test_same_shapes_share_one_set_and_copies_stay_apart() -> None:

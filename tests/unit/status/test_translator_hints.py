@@ -31,6 +31,7 @@ from podway.status.diff import pool_hint
 from podway.status.incremental import DocumentBuilder
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions
 from podway.translate.pools.backends import service_mode
+from tests import builders
 from tests.unit.readers.metrics.test_pipeline_incremental import gauges, whole
 from tests.unit.status.test_incremental import _parsed
 from tests.unit.translate.gateway_strategies import OUR_CLASS
@@ -44,26 +45,17 @@ SERVICES = 6
 
 
 def _service(i: int, edit: int = 0) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": f"s{i}", "namespace": "default",
-                         "annotations": {"test.podway.io/edit": str(edit)}},
-            "spec": {"ports": [{"port": 80, "targetPort": 8080}]}}
+    return builders.service(f"s{i}", port_name=None,
+                            annotations={"test.podway.io/edit": str(edit)})
 
 
 def _slice(i: int, last: int) -> dict[str, Any]:
-    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": f"s{i}-1", "namespace": "default",
-                         "labels": {"kubernetes.io/service-name": f"s{i}"}},
-            "addressType": "IPv4", "ports": [{"port": 8080}],
-            "endpoints": [{"addresses": [f"198.18.{i}.{last}"], "conditions": {"ready": True},
-                           "targetRef": {"kind": "Pod", "name": f"p{i}-{last}"}}]}
+    return builders.endpoint_slice(f"s{i}", port_name=None, endpoints=[
+        builders.endpoint(f"198.18.{i}.{last}", node=None, pod=f"p{i}-{last}")])
 
 
 def _route(name: str, hosts: list[str], backend: int) -> dict[str, Any]:
-    return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"parentRefs": [{"name": "gw"}], "hostnames": hosts,
-                     "rules": [{"backendRefs": [{"name": f"s{backend}", "port": 80}]}]}}
+    return builders.http_route(name, hosts, f"s{backend}", parent="gw", parent_namespace=None)
 
 
 def _step(rng: random.Random, n: int) -> dict[str, Any] | tuple[str, str]:

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from podway.ir import ListenerProtocol
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import Result, TranslateOptions, translate
 from podway.translate.core.problems import Severity
+from tests import builders
 from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
 GATEWAY = OUR_CLASS_YAML + """---
@@ -28,11 +31,12 @@ spec:
 
 
 def service(name: str, *, annotation: str | None = None, type_: str = "LoadBalancer",
-            protocol: str = "TCP", extra: str = "", port: int = 5432) -> str:
-    notes = f"{{podway.io/client-ip: '{annotation}'}}" if annotation is not None else "{}"
-    return (f"apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: shop, "
-            f"annotations: {notes}}}\nspec:\n  type: {type_}\n  selector: {{app: {name}}}\n"
-            f"{extra}  ports: [{{name: p, port: {port}, protocol: {protocol}}}]\n")
+            protocol: str = "TCP", port: int = 5432, **spec: Any) -> str:
+    """Service shop/<name> with one port named p; ``annotation``: its podway.io/client-ip."""
+    notes = {"podway.io/client-ip": annotation} if annotation is not None else {}
+    return builders.manifest(builders.service(
+        name, port, None, type_=type_, namespace="shop", annotations=notes, port_name="p",
+        protocol=protocol, **spec))
 
 
 def run(*docs: str) -> Result:
@@ -108,14 +112,13 @@ def test_an_affinity_timeout_other_than_the_default_is_reported() -> None:
     """ClientIP affinity hashes without idle expiry: a timeoutSeconds the user chose is one
     AffinityTimeoutNotApplied warning; the default the API server fills in (10800) and no
     timeout at all are not."""
-    def affinity(timeout: int | None) -> str:
-        config = ("" if timeout is None else
-                  f"  sessionAffinityConfig: {{clientIP: {{timeoutSeconds: {timeout}}}}}\n")
-        return "  sessionAffinity: ClientIP\n" + config
+    def affinity(timeout: int | None) -> dict[str, Any]:
+        config = {} if timeout is None else {
+            "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": timeout}}}
+        return {"sessionAffinity": "ClientIP", **config}
 
-    result = run(service("short", extra=affinity(60)), service("default", extra=affinity(10800),
-                                                        port=1),
-                 service("unset", extra=affinity(None), port=2))
+    result = run(service("short", **affinity(60)), service("default", **affinity(10800), port=1),
+                 service("unset", **affinity(None), port=2))
     ((reason, message),) = reasons(result, "short")
     assert reason == "AffinityTimeoutNotApplied"
     assert "60" in message

@@ -18,6 +18,7 @@ from podway.translate import (
     TranslateOptions,
     translate,
 )
+from tests import builders
 from tests.certs import tls_secret
 
 BASE = """
@@ -48,12 +49,9 @@ OPTS = TranslateOptions(address="198.18.0.1")
 
 
 def slice_for(service: str, name: str, addresses: list[str], ready: bool = True) -> EndpointSlice:
-    return EndpointSlice.model_validate({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "shop",
-                     "labels": {"kubernetes.io/service-name": service}},
-        "ports": [{"port": 8080}],
-        "endpoints": [{"addresses": [a], "conditions": {"ready": ready}} for a in addresses]})
+    return EndpointSlice.model_validate(builders.endpoint_slice(
+        service, name=name, namespace="shop", port_name=None,
+        endpoints=[builders.endpoint(a, ready=ready, node=None) for a in addresses]))
 
 
 def base_snapshot() -> Snapshot:
@@ -178,13 +176,10 @@ def npl_pod(name: str, node_port: int | None) -> Pod:
 
 
 def pod_slice(service: str, name: str, pods: list[str]) -> EndpointSlice:
-    return EndpointSlice.model_validate({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "shop",
-                     "labels": {"kubernetes.io/service-name": service}},
-        "ports": [{"port": 8080}],
-        "endpoints": [{"addresses": [f"198.18.5.{i + 1}"], "targetRef": {"kind": "Pod",
-                       "name": pod}} for i, pod in enumerate(pods)]})
+    return EndpointSlice.model_validate(builders.endpoint_slice(
+        service, name=name, namespace="shop", port_name=None,
+        endpoints=[builders.endpoint(f"198.18.5.{i + 1}", node=None, pod=pod, namespace="shop")
+                   for i, pod in enumerate(pods)]))
 
 
 NPL_OPTS = TranslateOptions(address="198.18.0.1", mode=BackendMode.NODEPORTLOCAL)
@@ -219,23 +214,16 @@ def test_nodeportlocal_incremental_equals_full(steps: list[tuple[str, str, objec
 
 
 def service_obj(name: str, port: int, node_port: int) -> K8sObject:
-    return Service.model_validate({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": "shop",
-                     "annotations": {"nodeportlocal.antrea.io/enabled": "true"}},
-        "spec": {"type": "NodePort", "ports": [{"port": port, "nodePort": node_port,
-                                                 "targetPort": 8080}]}})
+    return Service.model_validate(builders.service(
+        name, port, 8080, type_="NodePort", namespace="shop", node_port=node_port,
+        port_name=None, annotations={"nodeportlocal.antrea.io/enabled": "true"}))
 
 
 def ingress_obj(backend: str) -> K8sObject:
-    return Ingress.model_validate({
-        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": {"name": "shop", "namespace": "shop"},
-        "spec": {"ingressClassName": "podway", "rules": [{"host": "shop.example.com", "http": {
-            "paths": [{"path": "/", "pathType": "Prefix",
-                       "backend": {"service": {"name": backend, "port": {"number": 80}}}},
-                      {"path": "/api", "pathType": "Prefix",
-                       "backend": {"service": {"name": "api", "port": {"number": 80}}}}]}}]}})
+    return Ingress.model_validate(builders.ingress(
+        "shop", namespace="shop", class_name="podway", rules=[{"host": "shop.example.com",
+            "http": {"paths": [builders.ingress_path("/", backend),
+                               builders.ingress_path("/api", "api")]}}]))
 
 
 mixed_steps = st.lists(st.one_of(

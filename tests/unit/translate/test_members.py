@@ -7,6 +7,7 @@ from typing import Any
 from podway.ir import MemberState
 from podway.model import EndpointSlice, K8sObject, Service, Snapshot
 from podway.translate import IncrementalTranslator, TranslateOptions, translate
+from tests import builders
 
 OPTS = TranslateOptions(address="198.18.0.1")
 
@@ -18,11 +19,8 @@ def lb_service() -> Service:
 
 
 def endpoint_slice(name: str, *endpoints: dict[str, Any]) -> EndpointSlice:
-    return EndpointSlice.model_validate({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "ns",
-                     "labels": {"kubernetes.io/service-name": "web"}},
-        "ports": [{"port": 8080}], "endpoints": list(endpoints)})
+    return EndpointSlice.model_validate(builders.endpoint_slice(
+        "web", name=name, namespace="ns", port_name=None, endpoints=endpoints))
 
 
 def members(objects: list[K8sObject]) -> list[tuple[str, MemberState, str]]:

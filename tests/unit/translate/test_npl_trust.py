@@ -11,16 +11,15 @@ import pytest
 
 from podway.model import EndpointSlice, K8sObject, Pod, Service, Snapshot, npl
 from podway.translate import BackendMode, NplTrust, Reason, TranslateOptions, translate
+from tests import builders
 
 KEY = b"s" * 32
 HOST = "198.18.0.7"
 
 
 def service() -> Service:
-    return Service.model_validate({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "ns"},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "web"},
-                 "ports": [{"port": 80, "targetPort": 8080}]}})
+    return Service.model_validate(builders.service(
+        "web", 80, 8080, type_="LoadBalancer", namespace="ns", port_name=None, protocol=None))
 
 
 def endpoints() -> EndpointSlice:
@@ -44,14 +43,8 @@ def pod(entry: dict[str, Any], *, uid: str = "uid-1", host_ip: str | None = HOST
                                                               value=value)
     if signature is not None:
         annotations[npl.SIGNATURE_ANNOTATION] = signature
-    status: dict[str, Any] = {"phase": "Running", "podIP": "198.18.1.1"}
-    if host_ip is not None:
-        status["hostIP"] = host_ip
-    return Pod.model_validate({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-0", "namespace": "ns", "uid": uid, "labels": {"app": "web"},
-                     "annotations": annotations},
-        "spec": {"nodeName": "n1"}, "status": status})
+    return Pod.model_validate(builders.pod("web-0", "198.18.1.1", namespace="ns", uid=uid,
+                                           annotations=annotations, host_ip=host_ip))
 
 
 def entry(node_ip: str = HOST, node_port: int = 61005) -> dict[str, Any]:

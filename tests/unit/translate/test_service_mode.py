@@ -5,6 +5,7 @@ from __future__ import annotations
 from podway.model import K8sObject, Node, Service, Snapshot
 from podway.translate import BackendMode, IncrementalTranslator, TranslateOptions, translate
 from podway.translate.annotations import BACKEND_MODE
+from tests import builders
 from tests.builders import endpoint_slice, node, pod, typed
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default mode: clusterip
@@ -13,10 +14,9 @@ POOL = "pool/ns/web/80/tcp"
 
 def service(annotations: dict[str, str] | None = None, name: str = "web",
             port: int = 80) -> Service:
-    return Service.model_validate({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": "ns", "annotations": annotations or {}},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": port, "nodePort": 30000 + port}]}})
+    return Service.model_validate(builders.service(
+        name, port, None, type_="LoadBalancer", namespace="ns", annotations=annotations,
+        node_port=30000 + port, port_name=None, protocol=None))
 
 
 def objects() -> list[K8sObject]:

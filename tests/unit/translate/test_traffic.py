@@ -10,29 +10,7 @@ from podway.translate import IncrementalTranslator, Result, TranslateOptions, tr
 from podway.translate.core.status import to_api
 from podway.translate.pools.traffic_defaults import GRPC_HEALTH_PATH, default_health_check
 from podway.translate.pools.traffic_values import Issues, health_check
-
-SERVICE = """apiVersion: v1
-kind: Service
-metadata: {{name: web, namespace: shop, annotations: {{{annotations}}}}}
-spec:
-  type: {type}
-  selector: {{app: web}}
-  {affinity}
-  ports: [{{name: http, port: 80}}]
-"""
-INGRESS = """apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: shop, namespace: shop, annotations: {{{annotations}}}}}
-spec:
-  ingressClassName: podway
-  rules:
-  - host: shop.example.com
-    http:
-      paths:
-      - path: /
-        pathType: Prefix
-        backend: {{service: {{name: web, port: {{number: 80}}}}}}
-"""
+from tests import builders
 
 
 def policy(name: str, kind: str, target: str, spec: str, group: str = "") -> str:
@@ -47,12 +25,17 @@ def run(*docs: str) -> Result:
     return translate(Snapshot.of_objects(loaded.objects), TranslateOptions(address="198.18.0.1"))
 
 
-def service(annotations: str = "", *, type_: str = "ClusterIP", affinity: str = "") -> str:
-    return SERVICE.format(annotations=annotations, type=type_, affinity=affinity)
+def service(annotations: dict[str, str] | None = None, *, type_: str = "ClusterIP",
+            **spec: str) -> str:
+    """Service shop/web (pods ``app: web``), port 80 named http."""
+    return builders.manifest(builders.service("web", 80, None, type_=type_, namespace="shop",
+                                              annotations=annotations, protocol=None, **spec))
 
 
-def ingress(annotations: str = "") -> str:
-    return INGRESS.format(annotations=annotations)
+def ingress(annotations: dict[str, str] | None = None) -> str:
+    """Ingress shop/shop of class podway: shop.example.com/ → web:80."""
+    return builders.manifest(builders.ingress("shop", namespace="shop", class_name="podway",
+                                              host="shop.example.com", annotations=annotations))
 
 
 def forward(result: Result) -> Forward:
@@ -64,7 +47,7 @@ def forward(result: Result) -> Forward:
 def test_service_settings_beat_route_settings_for_the_pool() -> None:
     """The Service's annotation health check wins over a TrafficPolicy on the Ingress using it;
     the Ingress policy still sets what the Service leaves unset (the algorithm)."""
-    result = run(service("podway.io/health-check: tcp"), ingress(),
+    result = run(service({"podway.io/health-check": "tcp"}), ingress(),
                  policy("p", "Ingress", "shop", "  healthCheck: {type: HTTP, path: /x}\n"
                         "  loadBalancer: {type: Random}\n", group="networking.k8s.io"))
     settings = result.ir.pools["pool/shop/web/80"].settings
@@ -76,7 +59,7 @@ def test_service_settings_beat_route_settings_for_the_pool() -> None:
 def test_an_objects_own_fields_beat_the_policy_attached_to_it() -> None:
     """Ingress annotation request-timeout beats a TrafficPolicy on the Ingress; the policy's
     retry applies (the Ingress sets none); a Service policy's idle timeout comes last."""
-    result = run(service(), ingress("podway.io/request-timeout: 7s"),
+    result = run(service(), ingress({"podway.io/request-timeout": "7s"}),
                  policy("p", "Ingress", "shop", "  timeouts: {request: 30s}\n"
                         "  retry: {attempts: 4}\n", group="networking.k8s.io"),
                  policy("s", "Service", "web", "  timeouts: {request: 1s, idle: 9s}\n"))
@@ -89,7 +72,7 @@ def test_an_objects_own_fields_beat_the_policy_attached_to_it() -> None:
 def test_client_ip_affinity_on_a_load_balancer_service_without_a_warning() -> None:
     """sessionAffinity ClientIP: the L4 route hashes on the client address; no
     UnsupportedField warning any more."""
-    result = run(service(type_="LoadBalancer", affinity="sessionAffinity: ClientIP"))
+    result = run(service(type_="LoadBalancer", sessionAffinity="ClientIP"))
     assert result.ir.listeners[0].l4_routes[0].client_ip_affinity
     pool = result.ir.pools["pool/shop/web/80/tcp"]
     assert pool.settings.persistence is not None

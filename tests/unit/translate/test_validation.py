@@ -3,7 +3,6 @@ keeps serving; messages never copy whole inputs."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -15,6 +14,7 @@ from podway.translate import IncrementalTranslator, Reason, Severity, TranslateO
 from podway.translate.core.addresses import address_problem
 from podway.translate.core.problems import quote
 from podway.translate.core.tls import _check_pair, certificate_from_secret
+from tests import builders
 from tests.certs import EXPIRED_CERT, EXPIRED_KEY, GOOD_CERT, GOOD_KEY, MISMATCHED_KEY, tls_secret
 from tests.unit.translate.gateway_strategies import OUR_CLASS_YAML
 
@@ -29,15 +29,10 @@ spec: {type: LoadBalancer, ports: [{name: http, port: 8000}]}
 
 
 def slice_with(*addresses: str, name: str = "web-a") -> str:
-    eps = ", ".join(f"{{addresses: [{json.dumps(a)}]}}" for a in addresses)
-    return f"""
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {{name: {name}, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}
-addressType: IPv4
-ports: [{{name: http, port: 8080}}]
-endpoints: [{eps}]
-"""
+    """A slice of Service shop/web with endpoints at ``addresses`` (no conditions: ready)."""
+    raw = builders.endpoint_slice("web", name=name, namespace="shop", protocol="TCP",
+                                  endpoints=[{"addresses": [a]} for a in addresses])
+    return builders.manifest(raw)
 
 
 def snapshot(*docs: str) -> Snapshot:
@@ -188,15 +183,9 @@ def test_not_owned_is_info_with_a_stable_reason() -> None:
 
 
 def ingress(name: str, namespace: str, path: str, ts: str) -> str:
-    return f"""
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: {name}, namespace: {namespace}, creationTimestamp: "{ts}"}}
-spec:
-  ingressClassName: podway
-  rules: [{{host: h.example.com, http: {{paths: [{{path: {path}, pathType: Prefix,
-          backend: {{service: {{name: web, port: {{number: 80}}}}}}}}]}}}}]
-"""
+    return builders.manifest(builders.ingress(
+        name, namespace=namespace, host="h.example.com", path=path, class_name="podway",
+        creationTimestamp=ts))
 
 
 def test_same_namespace_shares_a_host_without_warning() -> None:

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import importlib
 import logging
-import os
-import subprocess
-import sys
 
 import pytest
 
 from podway.base.errors import ConfigError
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.logs import pipe_log
-from podway.envoy.engine.process import _die_with_parent, find_envoy
+from podway.envoy.engine.process import find_envoy
 from podway.envoy.xds.server import ServerTLS, check_bind
 
 
@@ -112,32 +108,6 @@ def test_xds_tls_always_verifies_a_name() -> None:
     with pytest.raises(ConfigError, match="--xds-sni"):
         _xds_tls("unix:/tmp/x.sock")
     assert _xds_tls("unix:/tmp/x.sock", sni="a.test")["sni"] == "a.test"
-
-
-def test_die_with_parent_loads_nothing_in_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The preexec hook was resolved in the parent: the forked child never calls dlopen."""
-    preexec = _die_with_parent()
-    assert preexec is not None
-
-    def no_dlopen(*_args: object, **_kwargs: object) -> None:
-        raise AssertionError("dlopen in the forked child")
-
-    monkeypatch.setattr(ctypes, "CDLL", no_dlopen)
-    done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=preexec,
-                          capture_output=True, text=True, check=False, timeout=30)
-    assert (done.returncode, done.stdout) == (0, "ran\n")
-
-
-def test_child_of_a_parent_already_gone_exits_instead_of_running(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """If the parent is gone before prctl took effect (ppid changed), the child exits."""
-    monkeypatch.setattr(os, "getpid", lambda: 1)  # "the parent" is a pid that is not ours
-    preexec = _die_with_parent()
-    assert preexec is not None
-    monkeypatch.undo()
-    done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=preexec,
-                          capture_output=True, text=True, check=False, timeout=30)
-    assert (done.returncode, done.stdout) == (1, "")
 
 
 def test_several_xds_addresses_are_one_cluster_of_replicas() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests import builders
+
 from podway.model.core import Node, Pod, Service
 from podway.model.npl import NplEntry
 from podway.programs.agent.ports import Entry
@@ -25,19 +27,18 @@ ENABLED = {"nodeportlocal.antrea.io/enabled": "true"}
 def svc(name: str = "web", *, ns: str = "default", annotations: dict[str, str] | None = None,
         type_: str = "ClusterIP", selector: dict[str, str] | None = None,
         ports: list[dict[str, Any]] | None = None) -> Service:
-    return Service.model_validate({
-        "metadata": {"name": name, "namespace": ns,
-                     "annotations": ENABLED if annotations is None else annotations},
-        "spec": {"type": type_, "selector": {"app": "web"} if selector is None else selector,
-                 "ports": ports if ports is not None else [{"port": 80, "targetPort": 8080}]}})
+    return Service.model_validate(builders.service(
+        name, type_=type_, namespace=ns,
+        annotations=ENABLED if annotations is None else annotations,
+        selector={"app": "web"} if selector is None else selector,
+        ports=ports if ports is not None else [builders.service_port(80, 8080, name=None,
+                                                                     protocol=None)]))
 
 
 def pod(*, ns: str = "default", ip: str | None = "198.18.1.2", phase: str = "Running",
         ports: list[dict[str, Any]] | None = None, node: str = "n1") -> Pod:
-    return Pod.model_validate({
-        "metadata": {"name": "p", "namespace": ns, "labels": {"app": "web"}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "ports": ports or []}]},
-        "status": {"phase": phase, **({"podIP": ip} if ip else {})}})
+    return Pod.model_validate(builders.pod("p", ip or None, namespace=ns, phase=phase, node=node,
+                                           container_ports=ports or []))
 
 
 def test_opt_in_needs_exact_true_type_and_selector() -> None:

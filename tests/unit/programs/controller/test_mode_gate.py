@@ -4,7 +4,6 @@ a Service seen first takes its mode at once and reports pending pods."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from podway.sources.mode_gate import ModeGate
 from podway.translate import BackendMode, TranslateOptions
 from podway.translate.annotations import BACKEND_MODE
 from podway.translate.pools.backends import service_mode
+from tests import builders
 
 OPTS = TranslateOptions(address="198.18.0.1")  # default: clusterip
 KEY = ("ns", "web")
@@ -24,18 +24,14 @@ KEY = ("ns", "web")
 
 def service(mode: str | None = None) -> Service:
     annotations = {BACKEND_MODE.name: mode} if mode else {}
-    return Service.model_validate({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+    return Service.model_validate(builders.service(
+        "web", 80, None, type_="LoadBalancer", namespace="ns", annotations=annotations,
+        port_name=None, protocol=None))
 
 
 def pod(npl: bool) -> Pod:
-    annotations = {"nodeportlocal.antrea.io": json.dumps([{
-        "podPort": 8080, "nodeIP": "198.18.0.11", "nodePort": 61000, "protocol": "tcp",
-        "ipFamily": "IPv4"}])} if npl else {}
-    return Pod.model_validate({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "p1", "namespace": "ns", "annotations": annotations}})
+    return Pod.model_validate(builders.pod(
+        "p1", None, namespace="ns", npl=[(8080, "198.18.0.11", 61000)] if npl else None))
 
 
 SLICE: dict[str, Any] = {

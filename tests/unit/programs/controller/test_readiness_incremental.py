@@ -38,6 +38,7 @@ from podway.programs.controller.readiness_judge import (
 from podway.programs.controller.readiness_members import pod_members, terminating_pods
 from podway.sources.base import SourceUpdate
 from podway.translate import Result
+from tests import builders
 
 from .test_readiness_members import terminating_slice
 
@@ -52,13 +53,9 @@ def _host(pool: str, pod: str) -> tuple[str, str]:
 
 
 def _pod(name: str, gated: bool, shown: dict[str, str] | None) -> Pod:
-    status: dict[str, Any] = {}
-    if shown is not None:
-        status["conditions"] = [shown]
-    return Pod.model_validate({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"},
-        "spec": {"readinessGates": [{"conditionType": LB_READY}] if gated else []},
-        "status": status})
+    return Pod.model_validate(builders.pod(
+        name, None, namespace="ns", readiness_gates=[LB_READY] if gated else [],
+        conditions=None if shown is None else [shown]))
 
 
 def _pool(name: str, pods: list[str]) -> Pool:

@@ -18,6 +18,7 @@ from podway.programs.controller.readiness_members import (
     pod_members,
     terminating_pods,
 )
+from tests import builders
 
 PODS = st.sampled_from(["a", "b", "c"])
 member = st.builds(lambda pod, last, weight, kind: Member(
@@ -45,9 +46,8 @@ def test_pod_members_follow_the_pools_replaced(steps: list[tuple[str, object]]) 
 
 
 def _pod(name: str, gated: bool) -> Pod:
-    return Pod.model_validate({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ns"},
-        "spec": {"readinessGates": [{"conditionType": LB_READY}] if gated else []}})
+    return Pod.model_validate(builders.pod(name, None, namespace="ns",
+                                           readiness_gates=[LB_READY] if gated else []))
 
 
 def terminating_slice(name: str, terminating: list[str], *, subnet: int = 0) -> EndpointSlice:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from podway.programs.lab import cluster, workloads
+from tests import builders
 
 Obj = dict[str, Any]
 
@@ -15,13 +16,13 @@ def node(name: str, **labels: str) -> Obj:
 
 def pod(name: str, node_name: str = "", *, ip: str = "", ready: bool = False,
         labels: dict[str, str] | None = None, selector: dict[str, str] | None = None) -> Obj:
-    return {"metadata": {"name": name, "namespace": "default", "uid": f"{len(name):08x}-x",
-                         "labels": labels or {"app": "web"}},
-            "spec": {"nodeName": node_name, "nodeSelector": selector or {},
-                     "containers": [{"name": "c", "ports": [
-                         {"name": "http", "containerPort": 8080, "protocol": "TCP"}]}]},
-            "status": {"podIP": ip, "conditions": [
-                {"type": "Ready", "status": "True" if ready else "False"}]}}
+    raw = builders.pod(
+        name, ip or None, node=node_name, labels=labels or None, uid=f"{len(name):08x}-x",
+        container_ports=[{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+        conditions=[{"type": "Ready", "status": "True" if ready else "False"}],
+        kind_fields=False)
+    raw["spec"]["nodeSelector"] = selector or {}
+    return raw
 
 
 def test_scheduler_spreads_by_load_and_honours_node_selector() -> None:

@@ -13,13 +13,13 @@ import pytest
 from podway.kube.emulator import ApiError
 from podway.programs.lab.controlplane import ControlPlane, admit_service
 from podway.programs.lab.plan import make_plan
+from tests import builders
 
 Obj = dict[str, Any]
 
 
 def svc(name: str, kind: str = "NodePort", **port: Any) -> Obj:
-    return {"metadata": {"name": name, "namespace": "default"},
-            "spec": {"type": kind, "ports": [{"port": 80, **port}]}}
+    return builders.service(name, type_=kind, ports=[{"port": 80, **port}], kind_fields=False)
 
 
 def test_node_ports_are_allocated_unique_and_kept_on_update() -> None:

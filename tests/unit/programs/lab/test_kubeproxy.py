@@ -7,22 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from podway.programs.lab.kubeproxy import ruleset
+from tests import builders
 
 Obj = dict[str, Any]
 
 
 def service(policy: str, node_port: int) -> Obj:
-    return {"metadata": {"name": f"web-{policy}", "namespace": "default"},
-            "spec": {"type": "NodePort", "externalTrafficPolicy": policy,
-                     "ports": [{"name": "http", "port": 80, "nodePort": node_port}]}}
+    return builders.service(f"web-{policy}", 80, None, type_="NodePort", protocol=None,
+                            node_port=node_port, externalTrafficPolicy=policy,
+                            kind_fields=False)
 
 
 def slice_of(name: str, *endpoints: tuple[str, str, bool]) -> Obj:
-    return {"metadata": {"name": f"{name}-lab", "namespace": "default",
-                         "labels": {"kubernetes.io/service-name": name}},
-            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [ip], "nodeName": n, "conditions": {"ready": ok}}
-                          for ip, n, ok in endpoints]}
+    return builders.endpoint_slice(name, name=f"{name}-lab", kind_fields=False, endpoints=[
+        builders.endpoint(ip, node=n, ready=ok) for ip, n, ok in endpoints])
 
 
 EPS = (("198.18.1.2", "n1", True), ("198.18.2.2", "n2", True), ("198.18.2.3", "n2", False))
