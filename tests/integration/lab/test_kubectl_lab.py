@@ -1,6 +1,6 @@
 """The lab as a faithful cluster, driven by the real kubectl (issue 29 items 1-2): a scripted
 session (get with printer columns, wait, apply with validation, server dry run, namespaces that
-must exist, DaemonSets, readiness gates) and the issue's target, ``kubectl rollout restart`` of
+must exist, DaemonSets, readiness gates, logs) and the issue's target, ``kubectl rollout restart`` of
 the seeds' backend Deployment under L4 and L7 load through Podway losing no request.
 
 Its own lab (module scope), torn down at the end like test_lab's."""
@@ -124,6 +124,8 @@ def test_kubectl_session(lab: RunningLab, kubectl_env: dict[str, str], tmp_path:
             return out[0] if out[1:] == ["true"] else None
 
         name = lab.wait(gated_pod, what="the gated pod's container ready")
+        # kubectl logs: the pod process's output (it says "ready" once every port listens).
+        assert "ready" in kubectl(env, "logs", "-n", "gates", f"pod/{name}").stdout.split()
         wide = rows(kubectl(env, "get", "pod", "-n", "gates", name, "-o", "wide").stdout)
         assert wide[1][1] == "1/1"
         assert wide[1][-1] == "0/1"  # READINESS GATES

@@ -99,6 +99,8 @@ class ControlPlane:
         self._changed = changed
         self._dirty = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
+        # pods/{name}/log: the kubelet's (set by the daemon); None answers "no log here"
+        self.pod_logs: Callable[[str, str, str | None], str | None] = lambda *_: None
         self.emu = self._new()
 
     def _new(self) -> KubeEmulator:
@@ -107,7 +109,11 @@ class ControlPlane:
             emu.load(json.loads(self.path.read_text()))
         emu.set_admission(self._admit)
         emu.set_on_commit(self._committed)
+        emu.set_pod_logs(self._pod_logs)
         return emu
+
+    def _pod_logs(self, namespace: str, name: str, container: str | None) -> str | None:
+        return self.pod_logs(namespace, name, container)  # late: the daemon sets it after
 
     def _admit(self, rtype: ResourceType, new: Obj, old: Obj | None) -> None:
         if rtype.group_resource == ("", "services"):

@@ -70,6 +70,7 @@ class Daemon:
         self.supervisor = Supervisor(state)
         self.kubelet = Kubelet(plan=self.plan, supervisor=self.supervisor,
                                emu=lambda: self.cp.emu, changed=self.wake.set)
+        self.cp.pod_logs = self.kubelet.log_of
         self._rules: dict[str, str] = {}
 
     async def run(self, say: Any) -> None:

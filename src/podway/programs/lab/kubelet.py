@@ -38,6 +38,7 @@ from podway.programs.lab.processes import Supervisor
 log = logging.getLogger("podway.programs.lab.kubelet")
 Obj = dict[str, Any]
 PROBE_TIMEOUT_S = 1.0
+LOG_LIMIT = 1 << 20  # kubectl logs reads at most the last MiB of a pod's output
 
 
 def container_ports(pod: Obj) -> list[tuple[int, str]]:
@@ -316,6 +317,22 @@ class Kubelet:
                 else {"waiting": {"reason": "ContainerCreating"}}} for c in containers]}
         if status != old:
             self.emu().put("pods", {**pod, "status": status})
+
+    def log_of(self, namespace: str, name: str, container: str | None = None) -> str | None:
+        """``kubectl logs``: what the pod's process wrote (stdout and stderr, every run of it,
+        the last MiB); None for a pod this kubelet does not run. Lab pods are one process, so
+        every container name reads the same output."""
+        run = next((r for r in self.runs.values()
+                    if (r.namespace, r.name) == (namespace, name)), None)
+        if run is None:
+            return None
+        path = self.supervisor.log_path(run.what)
+        try:
+            with open(path, "rb") as log_file:
+                log_file.seek(max(0, path.stat().st_size - LOG_LIMIT))
+                return log_file.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     async def close(self) -> None:
         for run in list(self.runs.values()):
