@@ -1,7 +1,8 @@
-"""The lab as a faithful cluster, driven by the real kubectl (issue 29 items 1-2): a scripted
-session (get with printer columns, wait, apply with validation, server dry run, namespaces that
-must exist, DaemonSets, readiness gates, logs) and the issue's target, ``kubectl rollout restart`` of
-the seeds' backend Deployment under L4 and L7 load through Podway losing no request.
+"""The lab as a faithful cluster, driven by the real kubectl (issue 29 items 1-3): a scripted
+session (get with printer columns, wait, apply with validation, server dry run, namespaces
+that must exist, DaemonSets, readiness gates, logs), graceful termination, and the issue's
+target, ``kubectl rollout restart`` of the seeds' backend Deployment under L4 and L7 load
+through Podway losing no request.
 
 Its own lab (module scope), torn down at the end like test_lab's."""
 
@@ -169,9 +170,10 @@ spec:
 
 def test_termination_runs_prestop_and_enforces_the_grace_period(
         lab: RunningLab, kubectl_env: dict[str, str], tmp_path: Path) -> None:
-    """Scaling to 0 terminates the pod as the kubelet does: the preStop hook runs (it leaves a
-    file) while the pod still exists, and a hook that would take 10 minutes is cut at the
-    2 s grace period (plus the kubelet's 2 s): the pod is gone well before."""
+    """``kubectl delete pod`` terminates the pod as a cluster does: the pod is marked
+    terminating (not deleted at once), its preStop hook runs (it leaves a file) while the pod
+    still exists, a hook that would take 10 minutes is cut at the 2 s grace period (plus the
+    kubelet's 2 s), the kubelet deletes the pod, and its ReplicaSet replaces it."""
     env = kubectl_env
     marker = tmp_path / "prestop-ran"
     manifest = tmp_path / "stopper.yaml"
@@ -180,7 +182,7 @@ def test_termination_runs_prestop_and_enforces_the_grace_period(
     try:
         kubectl(env, "rollout", "status", "deployment/stopper", "--timeout=60s")
         (pod,) = [p for p in lab.pods() if p["metadata"]["name"].startswith("stopper-")]
-        kubectl(env, "scale", "deployment/stopper", "--replicas=0")
+        kubectl(env, "delete", "pod", pod["metadata"]["name"], "--wait=false")
 
         def hook_ran_while_terminating() -> bool:
             if not marker.exists():
@@ -195,6 +197,9 @@ def test_termination_runs_prestop_and_enforces_the_grace_period(
         hooks = subprocess.run(["pgrep", "-f", f"touch {marker}"], capture_output=True,
                                text=True, check=False).stdout.split()
         assert hooks == []  # the cut hook left no process behind
+        lab.wait(lambda: any(p["metadata"]["name"].startswith("stopper-")
+                             and not p["metadata"].get("deletionTimestamp")
+                             for p in lab.pods()), what="the replacement pod")
     finally:
         kubectl(env, "delete", "-f", str(manifest), "--wait=false")
 

@@ -342,3 +342,25 @@ async def rbac_session(kubectl: Kubectl, tmp_path: Path) -> None:
     bad = await kubectl.run("--token", "forged", "get", "pods", ok=False)
     assert "Unauthorized" in bad.stderr
     assert (await kubectl.out("auth", "can-i", "delete", "nodes")).strip() == "yes"
+
+
+async def test_deleting_a_running_pod_marks_it_terminating(tmp_path: Path) -> None:
+    """With graceful pod deletion (the lab): a scheduled pod is marked terminating with its
+    grace period for its kubelet to stop; ``--grace-period=0 --force`` and unscheduled pods go
+    at once."""
+    async with KubeEmulator(graceful_pod_deletion=True) as emu:
+        cli = Kubectl(emu, tmp_path / "cache")
+        for name, node in (("running", "n1"), ("pending", "")):
+            emu.put("pods", {"metadata": {"name": name, "namespace": "default"},
+                             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 7,
+                                      "containers": [{"name": "c"}]}})
+        await cli.run("delete", "pod", "running", "--wait=false")
+        leaving = emu.get("pods", "default", "running")
+        assert leaving is not None
+        assert leaving["metadata"]["deletionGracePeriodSeconds"] == 7
+        assert leaving["metadata"]["deletionTimestamp"]
+        assert "Terminating" in await cli.out("get", "pod", "running")
+        await cli.run("delete", "pod", "pending", "--wait=false")
+        assert emu.get("pods", "default", "pending") is None
+        await cli.run("delete", "pod", "running", "--grace-period=0", "--force")
+        assert emu.get("pods", "default", "running") is None

@@ -64,14 +64,18 @@ __all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "Write
 class KubeEmulator:
     """One emulated API server on a loopback port (``url`` once started)."""
 
-    def __init__(self, *, require_namespaces: bool = False, tls: bool = False) -> None:
+    def __init__(self, *, require_namespaces: bool = False, tls: bool = False,
+                 graceful_pod_deletion: bool = False) -> None:
         """``require_namespaces``: as a real API server, a namespaced create needs its
         Namespace (404 otherwise), and default, kube-system, kube-public and kube-node-lease
         exist from the start. ``tls``: serve HTTPS with a fresh self-signed certificate
-        (``ca_pem``), which kubectl needs to send a ServiceAccount token at all."""
+        (``ca_pem``), which kubectl needs to send a ServiceAccount token at all.
+        ``graceful_pod_deletion``: deleting a scheduled pod through the API marks it
+        terminating (its kubelet — the lab's — stops it and deletes it), as on a cluster."""
         self._tls = tls
         self.ca_pem = b""
         self._store = Store()
+        self._store.graceful_pods = graceful_pod_deletion
         if require_namespaces:
             self._store.require_namespaces = True
             for name in SYSTEM_NAMESPACES:

@@ -14,6 +14,7 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -363,8 +364,38 @@ class Api:
             options = await request.json() if request.can_read_body else {}
             # kubectl sends DeleteOptions in the body: {"dryRun": ["All"], ...}
             dry = dry or "All" in ((options or {}).get("dryRun") or [])
+            if store.graceful_pods and rtype.group_resource == ("", "pods") and not dry:
+                leaving = self._graceful_delete(request, target, options or {})
+                if leaving is not None:
+                    return self._json(leaving, rtype)
             return self._json(store.delete(rtype, ns, target.name, dry_run=dry), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    def _graceful_delete(self, request: web.Request, target: Target,
+                         options: Obj) -> Obj | None:
+        """Deleting a running pod, as the API server does it: the pod is marked terminating
+        (``deletionTimestamp`` = now + the grace period, from ``gracePeriodSeconds`` or the
+        pod's ``terminationGracePeriodSeconds``, default 30) and its kubelet stops it and
+        deletes it. None: delete at once (grace 0, an unscheduled or finished pod)."""
+        assert target.name is not None
+        ns, rtype = target.namespace or "", target.rtype
+        pod = self.store.get(rtype, ns, target.name)
+        asked = options.get("gracePeriodSeconds", request.query.get("gracePeriodSeconds"))
+        spec = pod.get("spec") or {}
+        grace = int(asked) if asked is not None else \
+            int(spec.get("terminationGracePeriodSeconds", 30))
+        phase = (pod.get("status") or {}).get("phase")
+        if grace <= 0 or not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return None
+        if pod["metadata"].get("deletionTimestamp"):
+            return pod  # already terminating
+        leaving = copy.deepcopy(pod)
+        when = datetime.now(UTC) + timedelta(seconds=grace)
+        leaving["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        leaving["metadata"]["deletionGracePeriodSeconds"] = grace
+        leaving["metadata"].pop("resourceVersion", None)
+        return self.store.replace(rtype, ns, target.name, leaving, subresource="*",
+                                  check_version=False)
 
     @staticmethod
     def _validate(request: web.Request, rtype: ResourceType, obj: Any) -> list[str]:

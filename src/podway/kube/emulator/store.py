@@ -89,6 +89,7 @@ class Store:
         self.admit: Admit | None = None
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
         self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
+        self.graceful_pods = False  # a DELETE of a running pod marks it terminating (the lab)
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token → ServiceAccount (ns, name)
         self.admin_token = f"podway-admin.{secrets.token_urlsafe(24)}"  # not RBAC-checked
         for rtype in BUILTIN:

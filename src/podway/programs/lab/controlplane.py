@@ -104,7 +104,8 @@ class ControlPlane:
         self.emu = self._new()
 
     def _new(self) -> KubeEmulator:
-        emu = KubeEmulator(require_namespaces=True)  # as a cluster: no create in a missing ns
+        # As a cluster: no create in a missing namespace; kubectl delete pod terminates it.
+        emu = KubeEmulator(require_namespaces=True, graceful_pod_deletion=True)
         if self.path.exists():
             emu.load(json.loads(self.path.read_text()))
         emu.set_admission(self._admit)
