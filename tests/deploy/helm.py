@@ -22,16 +22,7 @@ CHART = ROOT / "deploy" / "helm" / "podway"
 HELPER = Path(__file__).with_name("helm_render.py")
 NAMESPACE = "podway-system"
 
-_EXTRA_KINDS = [("", "v1", "serviceaccounts", "ServiceAccount", True),
-                ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
-                ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
-                 False),
-                ("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
-                ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
-                ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
-                ("apps", "v1", "deployments", "Deployment", True),
-                ("apps", "v1", "daemonsets", "DaemonSet", True),
-                ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+_EXTRA_KINDS = [("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
                  "ValidatingAdmissionPolicy", False),
                 ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
                  "ValidatingAdmissionPolicyBinding", False)]
