@@ -8,6 +8,7 @@ Its own lab (module scope), torn down at the end like test_lab's."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -261,6 +262,70 @@ def test_rollout_restart_under_load_loses_nothing(lab: RunningLab,
     assert sorted(r[1] for r in sets[1:]) == ["0", "4"]
     assert overlap[1] > 0, overlap  # old and new pods served side by side: a rolling update
     print(f"\nrollout restart: {seen}")
+    assert seen["l4"]["ok"] > 100, seen
+    assert seen["l7"]["ok"] > 100, seen
+    assert {k: sum(n for what, n in c.items() if what != "ok") for k, c in seen.items()} == \
+        {"l4": 0, "l7": 0}, seen
+
+
+def test_lb_ready_gate_holds_pods_until_the_engine_reports_them_healthy(
+        lab: RunningLab, kubectl_env: dict[str, str]) -> None:
+    """The seeds' Deployment gated on ``podway.io/lb-ready``: a rolling update in which every
+    new pod becomes Ready only once Podway's controller sets the gate from the engine's health
+    reports, under L4 and L7 load with 0 failures; the kubelet keeps the controller's condition
+    (it does not flap: its transition time stays put once True)."""
+    env = kubectl_env
+    gate = "podway.io/lb-ready"
+    stop = threading.Event()
+    seen: dict[str, Counter[str]] = {"l4": Counter(), "l7": Counter()}
+
+    def steady(kind: str, url: str, host: str) -> None:
+        while not stop.is_set():
+            reply = request(parse_url(url), host_header=host)
+            seen[kind]["ok" if reply.ok else f"{reply.status} {reply.error}"] += 1
+
+    loads = [single_thread(netns=f"pwlab-{lab.name}-client", name=f"lab-{k}") for k in seen]
+    running = [loads[0].submit(steady, "l4", LB, ""),
+               loads[1].submit(steady, "l7", L7, "httpd.lab")]
+    try:
+        kubectl(env, "patch", "deployment", "httpd", "-p", json.dumps(
+            {"spec": {"template": {"spec": {"readinessGates": [{"conditionType": gate}]}}}}))
+        kubectl(env, "rollout", "status", "deployment/httpd", "--timeout=180s")
+        lab.wait(lambda: not any(p["metadata"].get("deletionTimestamp") for p in lab.pods()),
+                 what="the old pods gone")
+    finally:
+        stop.set()
+        for future in running:
+            future.result()
+        for load in loads:
+            load.shutdown()
+    pods = [p for p in lab.pods() if p["metadata"]["name"].startswith("httpd-")]
+    assert len(pods) == 4
+    for pod in pods:
+        assert pod["spec"]["readinessGates"] == [{"conditionType": gate}]
+        conditions = {c["type"]: c for c in pod["status"]["conditions"]}
+        assert conditions[gate]["status"] == "True", conditions
+        assert conditions["Ready"]["status"] == "True", conditions
+        # Ready came no earlier than the gate: the gate held it back.
+        assert conditions["Ready"]["lastTransitionTime"] >= \
+            conditions[gate]["lastTransitionTime"]
+    before = {p["metadata"]["name"]: next(c for c in p["status"]["conditions"]
+                                          if c["type"] == gate) for p in pods}
+    stop.wait(3)
+    after = {p["metadata"]["name"]: next(c for c in p["status"]["conditions"]
+                                         if c["type"] == gate) for p in lab.pods()
+             if p["metadata"]["name"] in before}
+    assert after == before  # nobody drops or rewrites the controller's condition
+    # Back to the seeds' template: kubectl rollout undo (the Deployment's revision annotation
+    # and the ReplicaSets' revisions are what it reads).
+    history = kubectl(env, "rollout", "history", "deployment/httpd").stdout
+    assert len(rows(history)) >= 4, history  # a title, a header and the revisions
+    kubectl(env, "rollout", "undo", "deployment/httpd")
+    kubectl(env, "rollout", "status", "deployment/httpd", "--timeout=180s")
+    template = kubectl(env, "get", "deployment", "httpd", "-o",
+                       "jsonpath={.spec.template.spec.readinessGates}").stdout
+    assert template == ""
+    print(f"\nlb-ready rollout: {seen}")
     assert seen["l4"]["ok"] > 100, seen
     assert seen["l7"]["ok"] > 100, seen
     assert {k: sum(n for what, n in c.items() if what != "ok") for k, c in seen.items()} == \

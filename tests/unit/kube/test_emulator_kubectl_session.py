@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from podway.kube.emulator import KubeEmulator
@@ -193,6 +194,12 @@ async def test_strategic_patch_and_rollout_restart_of_a_deployment(
     assert "kubectl.kubernetes.io/restartedAt" in \
         deploy["spec"]["template"]["metadata"]["annotations"]
     assert deploy["metadata"]["generation"] == generation + 1
+    # A malformed body is the client's error (400), not the server's (kubectl checks its own).
+    async with aiohttp.ClientSession() as http, http.patch(
+            f"{kubectl.emu.url}/apis/apps/v1/namespaces/shop/deployments/web", data=b'{"spec":',
+            headers={"Content-Type": "application/strategic-merge-patch+json"}) as answer:
+        assert answer.status == 400
+        assert (await answer.json())["reason"] == "BadRequest"
     # $patch: delete removes one container by its merge key.
     await kubectl.run("patch", "-n", "shop", "deployment", "web", "-p",
                       '{"spec":{"template":{"spec":{"containers":'

@@ -122,6 +122,10 @@ class Api:
             headers = None if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
             return web.json_response(status_body(exc.code, exc.reason, exc.message),
                                      status=exc.code, headers=headers)
+        except json.JSONDecodeError as exc:  # a malformed body is the client's error
+            return web.json_response(status_body(400, "BadRequest",
+                                                 f"the request body is not JSON: {exc}"),
+                                     status=400)
         except (patching.PatchError, selectors.SelectorError) as exc:
             code = 422 if isinstance(exc, patching.PatchError) else 400
             return web.json_response(status_body(code, "Invalid", str(exc)), status=code)

@@ -201,8 +201,13 @@ class Daemon:
         for deploy in emu.objects("deployments"):
             mine = [rs for rs in sets if workloads.owned(rs, deploy)]
             status = workloads.deployment_status(deploy, mine, pods, deploy.get("status"))
-            if deploy.get("status") != status:
-                emu.put("deployments", {**deploy, "status": status})
+            revision = workloads.deployment_revision(deploy, mine)
+            annotations = deploy["metadata"].get("annotations") or {}
+            if revision is not None and annotations.get(workloads.REVISION) != revision:
+                deploy["metadata"]["annotations"] = {**annotations, workloads.REVISION: revision}
+            elif deploy.get("status") == status:
+                continue
+            emu.put("deployments", {**deploy, "status": status})
         for ds in emu.objects("daemonsets"):
             status = workloads.daemonset_status(ds, nodes, pods)
             if ds.get("status") != status:

@@ -174,6 +174,14 @@ def rollout(deploy: Obj, sets: list[Obj], pods: list[Obj]) -> list[Obj]:
     return [rs for rs in sets if before.get(key(rs)) != _replicas(rs) or key(rs) not in before]
 
 
+def deployment_revision(deploy: Obj, sets: list[Obj]) -> str | None:
+    """The revision of the ReplicaSet of the current template (the Deployment carries it in
+    ``deployment.kubernetes.io/revision``: ``kubectl rollout history|undo`` read it)."""
+    current = template_hash(deploy)
+    new = next((rs for rs in sets if (meta(rs).get("labels") or {}).get(HASH) == current), None)
+    return None if new is None else str(_revision(new))
+
+
 def stale_replicasets(deploy: Obj, sets: list[Obj], pods: list[Obj]) -> list[tuple[str, str]]:
     """Old ReplicaSets with no replica and no pod beyond ``revisionHistoryLimit`` (default
     10), oldest first: the ones to delete."""
