@@ -104,6 +104,10 @@ def header(text: str) -> list[str]:
     return text.splitlines()[0].split()
 
 
+def rows_of(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines()]
+
+
 async def test_apply_validates_through_openapi_and_stores_install_kinds(
         kubectl: Kubectl, tmp_path: Path) -> None:
     manifest = tmp_path / "install.yaml"
@@ -240,6 +244,21 @@ async def test_get_prints_the_usual_columns_and_get_all(kubectl: Kubectl,
     assert services.splitlines()[1].split()[4] == "80:30080/TCP"
     nodes = await kubectl.out("get", "nodes")
     assert nodes.splitlines()[1].split()[:3] == ["n1", "Ready", "worker"]
+    emu.put("events", {"metadata": {"name": "web.1", "namespace": "shop"}, "type": "Warning",
+                       "reason": "NoVIP", "message": "no address left",
+                       "involvedObject": {"kind": "Service", "name": "web"}})
+    events = await kubectl.out("get", "events", "-n", "shop")
+    assert header(events) == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert events.splitlines()[1].split()[1:] == ["Warning", "NoVIP", "service/web", "no",
+                                                  "address", "left"]
+    emu.put("ingresses", {"metadata": {"name": "web", "namespace": "shop"},
+                          "spec": {"ingressClassName": "podway",
+                                   "rules": [{"host": "a.example"}, {"host": "b.example"}]},
+                          "status": {"loadBalancer": {"ingress": [{"ip": "198.19.1.1"}]}}})
+    ingresses = await kubectl.out("get", "ingress", "-n", "shop")
+    assert rows_of(ingresses) == [["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"],
+                                  ["web", "podway", "a.example,b.example", "198.19.1.1", "80",
+                                   ingresses.split()[-1]]]
     everything = await kubectl.out("get", "all", "-n", "shop")
     assert "pod/web-1" in everything
     assert "service/web" in everything

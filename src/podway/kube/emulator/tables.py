@@ -258,7 +258,8 @@ PRINTERS: dict[tuple[str, str], list[Column]] = {
         ("Reason", "string", 0, lambda e: e.get("reason")),
         ("Object", "string", 0, _event_object),
         ("Message", "string", 0, lambda e: e.get("message") or e.get("note")),
-        ("Count", "integer", 1, lambda e: int(e.get("count") or 1)), NAME],
+        ("Count", "integer", 1, lambda e: int(e.get("count") or 1)),
+        ("Name", "string", 1, NAME[3])],
     ("", "namespaces"): [
         NAME, ("Status", "string", 0, lambda n: _status(n).get("phase", "Active")), AGE],
     ("", "configmaps"): [
@@ -383,7 +384,7 @@ def table(rtype: ResourceType, objects: list[Obj], *, version: str = "",
             "metadata": {"resourceVersion": version},
             # "format: name" marks the column kubectl prefixes with the kind (get all)
             "columnDefinitions": [{"name": col[0], "type": col[1],
-                                   "format": "name" if col is NAME else "",
+                                   "format": "name" if col[0] == "Name" else "",
                                    "description": col[0], "priority": col[2]}
                                   for col in cols],
             "rows": rows}
