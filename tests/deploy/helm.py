@@ -1,8 +1,8 @@
 """Render the Helm chart with Helm itself: helm-sdkpy (Helm's Go library) in a helper
 virtualenv of Python >= 3.12 (``./dev`` creates ``.venv-helm`` when pyenv or the system has
 such an interpreter), installing into the Kubernetes API emulator with Helm's in-memory release
-driver. The emulator serves the kinds the chart uses (those it does not know natively are added
-as CRDs), so Helm's mapping, ordering and creation all run for real."""
+driver. The emulator serves every kind the chart uses natively, so Helm's mapping, ordering and
+creation all run for real."""
 
 from __future__ import annotations
 
@@ -22,12 +22,6 @@ CHART = ROOT / "deploy" / "helm" / "podway"
 HELPER = Path(__file__).with_name("helm_render.py")
 NAMESPACE = "podway-system"
 
-_EXTRA_KINDS = [("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
-                 "ValidatingAdmissionPolicy", False),
-                ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
-                 "ValidatingAdmissionPolicyBinding", False)]
-
-
 def helm_python() -> Path | None:
     """The helper interpreter with helm-sdkpy, or None."""
     for candidate in (os.environ.get("PODWAY_HELM_PYTHON"), str(ROOT / ".venv-helm/bin/python")):
@@ -43,14 +37,6 @@ async def render(python: Path, values: dict[str, Any]) -> tuple[dict[str, Any], 
     """Helm's lint result and the rendered objects for ``values``."""
     async with KubeEmulator() as emu:
         emu.install_gateway_api()
-        for group, version, plural, kind, namespaced in _EXTRA_KINDS:
-            emu.put("customresourcedefinitions", {
-                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": f"{plural}.{group or 'core'}"},
-                "spec": {"group": group, "scope": "Namespaced" if namespaced else "Cluster",
-                         "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
-                                   "listKind": f"{kind}List"},
-                         "versions": [{"name": version, "served": True, "storage": True}]}})
         kubeconfig = Path(os.environ.get("TMPDIR", "/tmp")) / f"podway-helm-{os.getpid()}.yaml"
         kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config",

@@ -390,3 +390,21 @@ async def test_deleting_a_running_pod_marks_it_terminating(tmp_path: Path) -> No
         assert emu.get("pods", "default", "pending") is None
         await cli.run("delete", "pod", "running", "--grace-period=0", "--force")
         assert emu.get("pods", "default", "running") is None
+
+
+async def test_the_install_manifests_apply_with_validation(kubectl: Kubectl) -> None:
+    """docs/install.md's plain-manifest path, as on a cluster: the namespace, the CRDs, then
+    deploy/kubernetes/podway.yaml — every object accepted by kubectl's validation (issue 29:
+    ServiceAccounts, RBAC, PDBs and the admission policy were unknown kinds)."""
+    root = Path(__file__).resolve().parents[3]
+    kubectl.emu.install_gateway_api()
+    refused = await kubectl.run("apply", "-f", str(root / "deploy/kubernetes/podway.yaml"),
+                                ok=False)
+    assert 'namespaces "podway-system" not found' in refused.stderr
+    await kubectl.run("create", "namespace", "podway-system")
+    await kubectl.run("apply", "-f", str(root / "deploy/helm/podway/crds/"))
+    out = await kubectl.out("apply", "-f", str(root / "deploy/kubernetes/podway.yaml"))
+    assert "created" in out
+    assert "validatingadmissionpolicybinding.admissionregistration.k8s.io" in out
+    assert "unchanged" in await kubectl.out("apply", "-f",
+                                            str(root / "deploy/kubernetes/podway.yaml"))

@@ -87,6 +87,11 @@ BUILTIN: tuple[ResourceType, ...] = (
                  namespaced=True, short_names=("ing",)),
     ResourceType(group="networking.k8s.io", version="v1", plural="ingressclasses",
                  kind="IngressClass", namespaced=False, status=False),
+    # Stored, not enforced: the install ships a policy pair (kubectl apply must accept it).
+    _typed("admissionregistration.k8s.io", "validatingadmissionpolicies",
+           "ValidatingAdmissionPolicy", namespaced=False),
+    _typed("admissionregistration.k8s.io", "validatingadmissionpolicybindings",
+           "ValidatingAdmissionPolicyBinding", namespaced=False, status=False),
     _typed("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
            namespaced=False, status=False),
     _typed("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview",
