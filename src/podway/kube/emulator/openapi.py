@@ -44,10 +44,14 @@ def model_name(rtype: ResourceType) -> str | None:
     """The kubernetes-asyncio model of a built-in kind, or None (a CRD kind, or unknown)."""
     if rtype.crd is not None:
         return None
+    return _model_of(rtype.group, rtype.version, rtype.kind)
+
+
+@functools.cache
+def _model_of(group: str, version: str, kind: str) -> str | None:
     models = _models()
-    version = rtype.version.capitalize()
-    prefix = "Core" if not rtype.group else rtype.group.split(".")[0].capitalize()
-    for name in (f"{prefix}{version}{rtype.kind}", f"{version}{rtype.kind}"):
+    prefix = "Core" if not group else group.split(".")[0].capitalize()
+    for name in (f"{prefix}{version.capitalize()}{kind}", f"{version.capitalize()}{kind}"):
         if hasattr(models, name):
             return name
     return None
@@ -102,6 +106,15 @@ def _builtin_components(name: str) -> tuple[tuple[str, Obj], ...]:
     return tuple(out.items())
 
 
+@functools.cache
+def _builtin_kind(name: str, group: str, version: str, kind: str) -> dict[str, Obj]:
+    """A built-in kind's components, made once (callers only read them)."""
+    components = dict(_builtin_components(name))
+    components[name] = {**components[name], "x-kubernetes-group-version-kind": [
+        {"group": group, "version": version, "kind": kind}]}
+    return components
+
+
 def _gvk(rtype: ResourceType) -> Obj:
     return {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
 
@@ -110,17 +123,16 @@ def kind_schema(rtype: ResourceType) -> tuple[str, dict[str, Obj]]:
     """The component name of a kind's schema and every component it needs."""
     name = model_name(rtype)
     if name is not None:
-        components = {k: dict(v) for k, v in _builtin_components(name)}
-    else:
-        name = f"{rtype.group}.{rtype.version}.{rtype.kind}"
-        components = {k: dict(v) for k, v in _builtin_components(OBJECT_META)}
-        root = dict(((rtype.crd or {}).get("schema") or {}).get("openAPIV3Schema")
-                    or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
-        props = dict(root.get("properties") or {})
-        props.update({"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                      "metadata": {"$ref": f"#/components/schemas/{OBJECT_META}"}})
-        root["properties"] = props
-        components[name] = root
+        return name, _builtin_kind(name, rtype.group, rtype.version, rtype.kind)
+    name = f"{rtype.group}.{rtype.version}.{rtype.kind}"
+    components = dict(_builtin_components(OBJECT_META))
+    root = dict(((rtype.crd or {}).get("schema") or {}).get("openAPIV3Schema")
+                or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+    props = dict(root.get("properties") or {})
+    props.update({"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                  "metadata": {"$ref": f"#/components/schemas/{OBJECT_META}"}})
+    root["properties"] = props
+    components[name] = root
     components[name] = {**components[name], "x-kubernetes-group-version-kind": [_gvk(rtype)]}
     return name, components
 
