@@ -50,7 +50,7 @@ def model_name(rtype: ResourceType) -> str | None:
 @functools.cache
 def _model_of(group: str, version: str, kind: str) -> str | None:
     models = _models()
-    prefix = "Core" if not group else group.split(".")[0].capitalize()
+    prefix = "Core" if not group else group.split(".", maxsplit=1)[0].capitalize()
     for name in (f"{prefix}{version.capitalize()}{kind}", f"{version.capitalize()}{kind}"):
         if hasattr(models, name):
             return name
