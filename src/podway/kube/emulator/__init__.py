@@ -16,8 +16,9 @@ generated from the kinds served (``openapi``), and Table output with the usual p
 finalizers (deletion is immediate), pagination (``limit`` is ignored, lists are whole),
 server-side apply, pruning of unknown fields, ``/openapi/v2``. ServiceAccount tokens
 (``kubectl create token``) are checked against the stored RBAC objects (``rbac``: a 403 worded
-as a cluster's); requests without credentials, or with ``admin_token``, are an administrator
-(``tls=True`` serves HTTPS: kubectl sends tokens only over TLS). ``kubectl auth can-i`` and
+as a cluster's); requests without credentials, or with ``admin_token``, are an administrator,
+and so is any other credential on plain HTTP (``tls=True`` serves HTTPS — kubectl sends tokens
+only over TLS — and answers an unknown token 401). ``kubectl auth can-i`` and
 ``auth whoami`` are answered; ``pods/log`` is served by a hook (``set_pod_logs``). Admission
 is one optional hook (``set_admission``: the lab allocates nodePorts there). ``dump``/``load``
 and ``set_on_commit`` let the lab keep the store on disk across restarts.
@@ -76,6 +77,7 @@ class KubeEmulator:
         self.ca_pem = b""
         self._store = Store()
         self._store.graceful_pods = graceful_pod_deletion
+        self._store.reject_unknown_tokens = tls
         if require_namespaces:
             self._store.require_namespaces = True
             for name in SYSTEM_NAMESPACES:

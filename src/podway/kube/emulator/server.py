@@ -177,8 +177,9 @@ class Api:
 
     # ---- authentication and authorization (rbac) ----------------------------------------
     def _user(self, request: web.Request) -> rbac.User | None:
-        """The ServiceAccount a bearer token names; None (admin) without credentials or with
-        the administrator's token (``KubeEmulator.admin_token``)."""
+        """The ServiceAccount a token the emulator issued names; None (admin) without
+        credentials, with the administrator's token (``KubeEmulator.admin_token``), or with any
+        other credential unless unknown tokens are refused (TLS mode: 401)."""
         header = request.headers.get("Authorization", "")
         if not header:
             return None
@@ -187,6 +188,8 @@ class Api:
             return None
         account = self.store.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
         if account is None:
+            if not self.store.reject_unknown_tokens:
+                return None  # plain HTTP: kubeconfigs carry placeholder tokens; admin
             raise ApiError(401, "Unauthorized", "Unauthorized")
         return rbac.User.service_account(*account)
 

@@ -92,6 +92,7 @@ class Store:
         self.graceful_pods = False  # a DELETE of a running pod marks it terminating (the lab)
         self.tokens: dict[str, tuple[str, str]] = {}  # bearer token → ServiceAccount (ns, name)
         self.admin_token = f"podway-admin.{secrets.token_urlsafe(24)}"  # not RBAC-checked
+        self.reject_unknown_tokens = False  # 401 for them (TLS mode); else they are the admin
         for rtype in BUILTIN:
             self._serve(rtype)
 
