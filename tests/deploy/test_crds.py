@@ -1,6 +1,7 @@
-"""The TrafficPolicy CRD (deploy/helm/podway/crds/): valid Kubernetes 1.33, its schema keeps
-every field the model reads (a structural schema prunes what it does not list, so a missing
-field would vanish silently at the API), and the reference's example fits it and parses."""
+"""Podway's CRDs (deploy/helm/podway/crds/): valid Kubernetes 1.33, naming what the source
+watches, their schemas keeping every field the models read (a structural schema prunes what it
+does not list, so a missing field would vanish silently at the API), and the reference's
+TrafficPolicy example fits its CRD and parses."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Any, get_args
 
 import jsonschema
 import kubernetes_validate
+import pytest
 import yaml
 from pydantic import BaseModel
 
 from podway.model.loader import parse_object
 from podway.model.policy import TrafficPolicy, TrafficPolicySpec
-from podway.sources.kube_kinds import PODWAY
+from podway.model.vips import VIPPoolSpec
+from podway.sources.kube_kinds import PODWAY, KindSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "deploy" / "helm" / "podway" / "crds" / "trafficpolicies.podway.io.yaml"
@@ -29,14 +32,14 @@ def schema() -> Any:
     return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
-def test_crd_is_valid_kubernetes_and_names_what_the_source_watches() -> None:
+@pytest.mark.parametrize("spec", PODWAY, ids=lambda s: s.kind)
+def test_crd_is_valid_kubernetes_and_names_what_the_source_watches(spec: KindSpec) -> None:
     """Strictly valid; group, plural, scope and version are the ones the source watches."""
-    obj = crd()
+    obj = yaml.safe_load((CRD.parent / f"{spec.crd_name}.yaml").read_text())
     kubernetes_validate.validate(obj, "1.33.0", strict=True)
-    (spec,) = PODWAY
     assert obj["metadata"]["name"] == spec.crd_name
-    assert obj["spec"]["names"]["kind"] == "TrafficPolicy"
-    assert obj["spec"]["scope"] == "Namespaced"
+    assert obj["spec"]["names"]["kind"] == spec.kind
+    assert obj["spec"]["scope"] == ("Namespaced" if spec.namespaced else "Cluster")
     assert [v["name"] for v in obj["spec"]["versions"]] == [spec.version]
     assert "status" in obj["spec"]["versions"][0]["subresources"]
 
@@ -69,8 +72,12 @@ def _missing(model: type[BaseModel], node: Any, path: str) -> list[str]:
 
 
 def test_schema_keeps_every_field_the_model_reads() -> None:
-    """Each field of TrafficPolicySpec (nested) is in the schema, so the API prunes none."""
+    """Each field of TrafficPolicySpec and VIPPoolSpec (nested) is in its schema, so the API
+    prunes none."""
     assert _missing(TrafficPolicySpec, schema()["properties"]["spec"], "spec") == []
+    pools = yaml.safe_load((CRD.parent / "vippools.podway.io.yaml").read_text())
+    pool_schema = pools["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _missing(VIPPoolSpec, pool_schema["properties"]["spec"], "spec") == []
 
 
 def test_reference_example_fits_the_schema_and_parses() -> None:

@@ -251,3 +251,21 @@ def second_chance_command(args: list[str]) -> dict[str, Any]:
     command: Any = typer.main.get_command(alone)
     assert args[:2] == ["vip", "second-chance"]
     return dict(command.make_context("second-chance", list(args[2:])).params)
+
+
+def test_the_controller_may_list_and_watch_every_kind_its_source_watches() -> None:
+    """Every kind of the kinds table (built-in and CRD kinds alike) is listable and watchable
+    by the controller's ClusterRole, and every kind whose status it writes is patchable at
+    ``/status``: a kind added without its RBAC would be a 403 on a real cluster."""
+    from podway.model.kinds import TABLE
+
+    objects = [d for d in yaml.safe_load_all(PLAIN.read_text()) if d]
+    role = by_kind(objects, "ClusterRole", "podway-controller")
+    granted = {(group, resource, verb) for rule in role["rules"]
+               for group in rule.get("apiGroups", []) for resource in rule.get("resources", [])
+               for verb in rule.get("verbs", [])}
+    missing = [f"{k.plural}.{k.group or 'core'} {verb}" for k in TABLE
+               for verb in ("list", "watch") if (k.group, k.plural, verb) not in granted]
+    missing += [f"{k.plural}/status.{k.group or 'core'} patch" for k in TABLE if k.status
+                and (k.group, f"{k.plural}/status", "patch") not in granted]
+    assert missing == []

@@ -22,6 +22,7 @@ from podway.model.gateway import BackendTLSPolicy, Gateway, GatewayClass, Refere
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.networking import Ingress, IngressClass
 from podway.model.policy import PODWAY_GROUP, BackendLBPolicy, TrafficPolicy
+from podway.model.vips import METALLB_GROUP, IPAddressPool, VIPPool
 
 
 class Role(StrEnum):
@@ -95,6 +96,11 @@ TABLE: tuple[Kind, ...] = (
     Kind(model=TrafficPolicy, group=PODWAY_GROUP, plural="trafficpolicies",
          versions=("v1alpha1",), namespaced=True, crd=True, ships_crd=True, status=True,
          role=Role.POLICY),
+    # VIP pools for the IPAM (read by the controller with --vip-pools-from; docs/vips.md).
+    Kind(model=VIPPool, group=PODWAY_GROUP, plural="vippools", versions=("v1alpha1",),
+         namespaced=False, crd=True, ships_crd=True),
+    Kind(model=IPAddressPool, group=METALLB_GROUP, plural="ipaddresspools",
+         versions=("v1beta1",), namespaced=True, crd=True),
 )
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in TABLE}

@@ -218,6 +218,8 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     problems.extend(traffic.problems)
     listeners = _client_ip_and_engine(snapshot, listeners, pools, opts, problems)
     problems.extend(_mode_warnings(services, opts, memo, snapshot.backend_modes))
+    if opts.vips is not None:
+        problems.extend(opts.vips.problems(snapshot, opts))
     problems.sort(key=_problem_order)
     statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
     if memo is not None:

@@ -5,9 +5,12 @@ restarted controller keeps every allocation (read back from status) without writ
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from podway.programs.ipam import parse_pools
+import yaml
+
+from podway.programs.ipam import PoolKinds, parse_pools
 from tests.waiting import eventually
 
 from .bed import Bed, lb_service
@@ -59,3 +62,51 @@ async def test_allocations_pending_release_and_restart(bed: Bed) -> None:
     assert ingress(bed, "b") == [{"ip": "198.18.7.2"}]
     assert ingress(bed, "c") == [{"ip": "198.18.7.1"}]
     assert [p for p in bed.emu.patches if p.subresource == "status"] == before
+
+
+VIPPOOL_CRD = (Path(__file__).resolve().parents[3]
+               / "deploy/helm/podway/crds/vippools.podway.io.yaml")
+# MetalLB's IPAddressPool CRD as far as the API needs it (names, scope, version).
+METALLB_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "ipaddresspools.metallb.io"},
+    "spec": {"group": "metallb.io", "scope": "Namespaced",
+             "names": {"kind": "IPAddressPool", "plural": "ipaddresspools",
+                       "singular": "ipaddresspool", "listKind": "IPAddressPoolList"},
+             "versions": [{"name": "v1beta1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {
+                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                           "subresources": {"status": {}}}]}}
+
+
+def pool_object(kind: str, name: str, *addresses: str, **spec: Any) -> dict[str, Any]:
+    group = "podway.io/v1alpha1" if kind == "VIPPool" else "metallb.io/v1beta1"
+    meta: dict[str, Any] = {"name": name}
+    if kind == "IPAddressPool":
+        meta["namespace"] = "metallb-system"
+    return {"apiVersion": group, "kind": kind, "metadata": meta,
+            "spec": {"addresses": list(addresses), **spec}}
+
+
+async def test_pools_from_objects_are_read_live(bed: Bed) -> None:
+    """No pool file: a VIPPool created after start gives a waiting Service its address; a
+    MetalLB IPAddressPool with priority 1 then serves the next Service first; a VIPPool that
+    overlaps gets a Warning event (PoolConflict) and is not used."""
+    bed.lb_address = None
+    bed.emu.put("services", lb_service("a", 9000))
+    await bed.start(vip_pool_kinds=(PoolKinds.VIPPOOLS, PoolKinds.METALLB))
+    bed.emu.put("customresourcedefinitions", yaml.safe_load(VIPPOOL_CRD.read_text()))
+    bed.emu.put("customresourcedefinitions", METALLB_CRD)
+    bed.emu.put("vippools", pool_object("VIPPool", "ours", "198.18.7.8/30"), group="podway.io")
+    await eventually(lambda: ingress(bed, "a") == [{"ip": "198.18.7.9"}])
+
+    bed.emu.put("ipaddresspools", pool_object(
+        "IPAddressPool", "theirs", "198.18.8.1-198.18.8.3",
+        serviceAllocation={"priority": 1}), group="metallb.io")
+    bed.emu.put("vippools", pool_object("VIPPool", "clash", "198.18.7.10"), group="podway.io")
+    await eventually(lambda: any(e.get("reason") == "PoolConflict"
+                                 and e["involvedObject"]["name"] == "clash"
+                                 for e in bed.emu.events))
+    bed.emu.put("services", lb_service("b", 9001))
+    await eventually(lambda: ingress(bed, "b") == [{"ip": "198.18.8.1"}])
+    assert ingress(bed, "a") == [{"ip": "198.18.7.9"}]  # a held address stays

@@ -57,11 +57,15 @@ def test_port_flags_outside_1_to_65535_are_refused(command: str, flag: str, valu
     ["validate", "--address", "not-an-ip", QUICKSTART],
     ["demo", "--address", "198.18.0.1"],
     ["run", "--manifests", QUICKSTART, "--concurrency", "0"],
-    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--health-report-s", "-1"]])
+    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--health-report-s", "-1"],
+    ["controller", "--npl-unsigned", "--xds-listen", "127.0.0.1:18000",
+     "--xds-unauthenticated", "--vip-pools-from", "metal"]])
 def test_other_bad_flags_are_one_line(args: list[str]) -> None:
     """Addresses that are not IPs (or not loopback for the demo), zero workers, a negative
-    report interval: one line."""
-    one_error_line(podway(*args))
+    report interval, an unknown pool kind: one line naming the flag."""
+    line = one_error_line(podway(*args))
+    flag = next(a for a in reversed(args) if a.startswith("--"))
+    assert flag in line
 
 
 def test_echo_on_a_taken_port_is_one_line(taken_port: int) -> None:

@@ -38,6 +38,7 @@ from podway.translate import BackendMode
 if TYPE_CHECKING:
     from podway.envoy.xds.server import ServerTLS
     from podway.programs.controller.leader import ElectionSettings
+    from podway.programs.ipam import PoolKinds
 
 
 def register(app: typer.Typer) -> None:
@@ -77,6 +78,12 @@ def controller(
     vip_pools: Annotated[Path | None, typer.Option(
         help="VIP pools (YAML/JSON, see docs/vips.md): LoadBalancer Services and Gateways get "
              "their addresses from them (IPAM).")] = None,
+    vip_pools_from: Annotated[list[str] | None, typer.Option(
+        help="Also read VIP pools from Kubernetes objects, live: 'vippools' (Podway's VIPPool) "
+             "or 'metallb' (MetalLB's IPAddressPool in --metallb-namespace); repeatable. "
+             "Turns the IPAM on.")] = None,
+    metallb_namespace: Annotated[str, typer.Option(
+        help="The namespace MetalLB's IPAddressPools are read from.")] = "metallb-system",
     metrics_port: Annotated[int, typer.Option(
         help="/healthz, /readyz and /metrics on this port (0: off).")] = 0,
     metrics_address: Annotated[str, typer.Option(help="Address of the metrics port.")]
@@ -145,14 +152,12 @@ def controller(
     _check_admin_sockets(engine_admin, admin_socket)
     tls = _server_tls(xds_cert, xds_key, xds_client_ca)
     check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
-    from podway.programs.ipam import Pool, load_pools
-
     if config is not None:
         from podway.programs.controller.config import load_config
 
         load_config(config)  # a missing or bad file is one line now, not after connecting
 
-    pools: tuple[Pool, ...] = load_pools(vip_pools) if vip_pools is not None else ()
+    vips = vip_settings(vip_pools, vip_pools_from or [], metallb_namespace)
     election = _election(leader_elect, namespace=lease_namespace, name=lease_name,
                          identity=identity, lease_duration_s=lease_duration_s,
                          renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
@@ -176,8 +181,7 @@ def controller(
                                    **npl),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address,
-        metrics_port=metrics_port, lb_address=lb_address, vip_pools=pools,
-        admin_socket=admin_socket,
+        metrics_port=metrics_port, lb_address=lb_address, **vips, admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
         warnings=npl_warnings)
@@ -264,3 +268,28 @@ def _election(leader_elect: str, *, namespace: str, name: str, identity: str,
         renew_deadline_s=renew_deadline_s, retry_period_s=retry_period_s)
     election.check()
     return election
+
+
+def vip_settings(path: Path | None, kinds: list[str], metallb_namespace: str
+                 ) -> dict[str, Any]:
+    """``ControllerOptions`` fields for the VIP pool flags (the file is read now: a bad one is
+    one line before connecting)."""
+    from podway.programs.ipam import load_pools
+
+    return {"vip_pools": load_pools(path) if path is not None else (),
+            "vip_pool_kinds": pool_kinds(kinds), "metallb_namespace": metallb_namespace}
+
+
+def pool_kinds(values: list[str]) -> tuple[PoolKinds, ...]:
+    """``--vip-pools-from`` values; one line naming the choices on a bad one."""
+    from podway.base.errors import ConfigError
+    from podway.programs.ipam import PoolKinds
+
+    choices = ", ".join(k.value for k in PoolKinds)
+    out: list[PoolKinds] = []
+    for value in values:
+        try:
+            out.append(PoolKinds(value.strip().lower()))
+        except ValueError:
+            raise ConfigError(f"--vip-pools-from: {value!r} is not one of {choices}") from None
+    return tuple(dict.fromkeys(out))

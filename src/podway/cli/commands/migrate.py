@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from podway.tools.migrate.replay import EntryPoint
 
 migrate_app = typer.Typer(name="migrate", no_args_is_help=True,
-                          help="Move from ingress-nginx: compare two entry points, convert "
-                          "Ingresses to Gateway API.")
+                          help="Move from ingress-nginx (compare two entry points, convert "
+                          "Ingresses to Gateway API) or from MetalLB (its pools as VIPPools).")
 
 
 def register(app: typer.Typer) -> None:
@@ -204,3 +204,42 @@ def to_gateway(
         typer.echo(f"note: {note}", err=True)
     typer.echo(f"{len(result.objects)} objects; {len(result.notes)} things not carried over"
                + (" (listed above)" if result.notes else ""), err=True)
+
+
+@migrate_app.command("from-metallb")
+def from_metallb(
+    source: Annotated[Path, typer.Argument(
+        help="MetalLB's configuration: a YAML file (IPAddressPool, BGPPeer, BGPAdvertisement, "
+        "L2Advertisement, Community, BFDProfile).")],
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the YAML here instead of stdout.")] = None,
+) -> None:
+    """Print MetalLB's IPAddressPools as Podway VIPPools (the same addresses) and, on stderr,
+    what else Podway does differently (BGP is set per engine host with podway vip announce)."""
+    import yaml
+
+    from podway.tools.migrate.from_metallb import convert
+    from podway.tools.migrate.gateway_api import dump
+
+    try:
+        text = source.read_text(encoding="utf-8")
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except OSError as error:
+        raise ConfigError(f"{source}: {error.strerror or error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source} does not parse: {str(error).splitlines()[0]}") from None
+    items = [i for d in documents for i in (d.get("items") or [] if isinstance(d, dict)
+                                            and d.get("kind", "").endswith("List") else [d])]
+    result = convert(items)
+    if not result.objects:
+        raise ConfigError(f"no MetalLB IPAddressPool in {source}")
+    text = dump(result.objects)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"--output {output}: {error.strerror or error}") from None
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)

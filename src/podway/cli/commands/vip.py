@@ -217,3 +217,46 @@ def check_command(url: Annotated[str, typer.Option(
     track script)."""
     ok = asyncio.run(_healthy(url))
     raise typer.Exit(0 if ok else 1)
+
+
+@vip_app.command()
+def l2(
+    node: Annotated[str, typer.Option(help="This host's name among its peers.")],
+    interface: Annotated[str, typer.Option(
+        help="The interface on the clients' segment: the VIPs go on it, announced there.")],
+    listen: Annotated[str, typer.Option(
+        help="Where this host hears its peers' heartbeats, ADDRESS:PORT.")],
+    peer: Annotated[list[str], typer.Option(
+        "--peer", help="Another host of the group as NAME=ADDRESS:PORT (repeat).")],
+    vip: VipOpt,
+    key_file: Annotated[Path, typer.Option(
+        help="The key the group's heartbeats are signed with (≥ 16 bytes, the same file on "
+             "every host; anyone with it can take the VIPs).")],
+    health_url: Annotated[str, typer.Option(
+        help="Own no VIP while this does not answer 200: an HTTP URL, or unix:PATH of the "
+             "engine's Envoy admin socket (its /ready).")] = "",
+    interval: Annotated[float, typer.Option(help="Seconds between heartbeats.")] = 0.2,
+    dead_after: Annotated[int, typer.Option(
+        help="Missed heartbeats before a peer is taken for dead.")] = 3,
+    hand_over_wait: Annotated[float, typer.Option(
+        help="On stop: seconds the peers get to take the VIPs over before they leave.")] = 1.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """L2 mode: one host of the group per VIP answers ARP/NDP for it, elected by rendezvous
+    hashing over the hosts alive and healthy; it moves within a second of its owner failing,
+    and is handed over first on SIGTERM."""
+    from podway.programs.vip.l2 import L2Settings, L2Speaker, check_vips, parse_peer, read_key
+
+    setup_logging(log_level)
+    check_at_least("--interval", interval, 0.05)
+    check_at_least("--dead-after", dead_after, 2)
+    check_at_least("--hand-over-wait", hand_over_wait, 0)
+    _, address = parse_peer(f"{node}={listen}")
+    peers = dict(parse_peer(p) for p in peer)
+    if node in peers:
+        raise ConfigError(f"--peer {node!r} is this host (--node)")
+    settings = L2Settings(node=node, interface=interface, listen=address, peers=peers,
+                          vips=check_vips(vip), key=read_key(key_file), interval_s=interval,
+                          dead_after=dead_after, hand_over_s=hand_over_wait)
+    healthy = (lambda: _healthy(health_url)) if health_url else None
+    asyncio.run(run_until_signal(L2Speaker(settings, healthy).run()))

@@ -71,7 +71,8 @@ from podway.programs.controller.refusals import RefusedKinds
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
 from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
-from podway.programs.ipam import Ipam, Pool, held_in_status
+from podway.programs.ipam import Ipam, Pool, PoolKinds, held_in_status
+from podway.programs.ipam.objects import METALLB_NAMESPACE
 from podway.readers import surfaces
 from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
@@ -104,6 +105,10 @@ class ControllerOptions:
     vip_pools: tuple[Pool, ...] = ()
     """VIP pools: with any, LoadBalancer Services and Gateways get their addresses from the IPAM
     (``podway.programs.ipam``), which reads what each object holds from the API's status."""
+    vip_pool_kinds: tuple[PoolKinds, ...] = ()
+    """Pool objects the IPAM reads besides ``vip_pools`` (VIPPool, MetalLB's IPAddressPool);
+    with any, the IPAM is on even without ``vip_pools``."""
+    metallb_namespace: str = METALLB_NAMESPACE
     debounce_s: float = 0.02
     max_wait_s: float = 0.2
     backoff: Backoff = RELIST  # re-list/re-watch delays (tests: faster)
@@ -257,7 +262,7 @@ class Controller:
     def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
         """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
         holds stays that object's."""
-        if not opts.vip_pools:
+        if not opts.vip_pools and not opts.vip_pool_kinds:
             return opts
         source = self.source
         assert source is not None
@@ -267,7 +272,9 @@ class Controller:
                 ref.kind, (ref.namespace, ref.name)))
 
         return replace(opts, translate=replace(opts.translate,
-                                               vips=Ipam(opts.vip_pools, held=held)))
+                                               vips=Ipam(opts.vip_pools, held=held,
+                                                         kinds=opts.vip_pool_kinds,
+                                                         metallb_namespace=opts.metallb_namespace)))
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
                         live: LiveConfig) -> None:

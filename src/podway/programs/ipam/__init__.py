@@ -9,17 +9,21 @@ restart those statuses are read back as what each object holds. See ``docs/vips.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from podway.model.snapshot import Snapshot
 from podway.programs.ipam.allocate import allocate
 from podway.programs.ipam.claims import Claim, HeldSource, claims_of, held_in_status
+from podway.programs.ipam.objects import METALLB_NAMESPACE, ObjectPools, PoolKinds, pools_of
 from podway.programs.ipam.pools import AddressRange, Pool, load_pools, parse_pools, parse_range
 from podway.translate.core.options import TranslateOptions
+from podway.translate.core.problems import Problem
 from podway.translate.core.vips import VipGrant, VipMap
 
-__all__ = ["AddressRange", "Claim", "HeldSource", "Ipam", "Pool", "VipGrant", "allocate",
-           "claims_of", "held_in_status", "load_pools", "parse_pools", "parse_range"]
+__all__ = ["AddressRange", "Claim", "HeldSource", "Ipam", "Pool", "PoolKinds", "VipGrant",
+           "allocate", "claims_of", "held_in_status", "load_pools", "parse_pools", "parse_range",
+           "pools_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +39,11 @@ class Ipam:
 
     pools: tuple[Pool, ...]
     held: HeldSource | None = field(default=None, compare=False, hash=False)
+    kinds: tuple[PoolKinds, ...] = ()  # pool objects read besides ``pools`` (objects.py)
+    metallb_namespace: str = METALLB_NAMESPACE
     _last: list[tuple[Snapshot, TranslateOptions, VipMap]] = field(
+        default_factory=list, compare=False, hash=False, repr=False)
+    _read: list[tuple[Snapshot, ObjectPools]] = field(
         default_factory=list, compare=False, hash=False, repr=False)
 
     def allocate(self, snapshot: Snapshot, opts: TranslateOptions) -> VipMap:
@@ -45,6 +53,24 @@ class Ipam:
         claims = [c if c.held or c.ref not in previous else
                   replace(c, held=previous[c.ref].addresses)
                   for c in claims_of(snapshot, opts, self.held)]
-        result = allocate(claims, self.pools)
+        result = allocate(claims, self.pools_in(snapshot, opts, claims).pools)
         self._last[:] = [(snapshot, opts, result)]
         return result
+
+    def problems(self, snapshot: Snapshot, opts: TranslateOptions) -> Sequence[Problem]:
+        return self.pools_in(snapshot, opts).problems
+
+    def pools_in(self, snapshot: Snapshot, opts: TranslateOptions,
+                 claims: Sequence[Claim] | None = None) -> ObjectPools:
+        """The pools in use for ``snapshot``: the configured ones, then its pool objects'
+        (``claims``: the snapshot's, when the caller has them)."""
+        if not self.kinds:
+            return ObjectPools(self.pools)
+        if not self._read or self._read[0][0] is not snapshot:
+            if claims is None:
+                claims = claims_of(snapshot, opts, self.held)
+            in_use = {a for c in claims for a in c.held}
+            self._read[:] = [(snapshot, pools_of(snapshot, self.pools, self.kinds,
+                                                 metallb_namespace=self.metallb_namespace,
+                                                 in_use=in_use))]
+        return self._read[0][1]

@@ -114,6 +114,12 @@ def _requested(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant:
             return _pending(Reason.ADDRESS_NOT_IN_POOL,
                             f"{a} is in pool {pool.name!r}, not in {claim.pool!r} named by the "
                             f"{ann.VIP_POOL.name} annotation", where)
+        if not _in_scope(pool, claim):
+            return _pending(Reason.ADDRESS_NOT_ALLOWED, f"{a} is in pool {pool.name!r}, whose "
+                            "serviceAllocation does not include this object", where)
+        if not pool.usable(a):
+            return _pending(Reason.ADDRESS_NOT_ALLOWED, f"{a} ends in .0 or .255, which pool "
+                            f"{pool.name!r} avoids (avoidBuggyIPs)", where)
         if not table.can_take(a, claim):
             return _pending(Reason.ADDRESS_IN_USE, f"{a} is already allocated to "
                             f"{_names(table.holders[a])}; it is not shared with this object "
@@ -142,15 +148,26 @@ def _held(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant | None
 
 
 def _candidates(claim: Claim, pools: Sequence[Pool], *, automatic: bool) -> list[Pool]:
+    """The pools the claim may draw from, in the order they are tried (priority, then as
+    read)."""
     if claim.pool is not None:
-        return [p for p in pools if p.name == claim.pool]
-    return [p for p in pools if p.engine_group == claim.engine_group
-            and (p.auto_assign or not automatic)]
+        found = [p for p in pools if p.name == claim.pool and _in_scope(p, claim)]
+    else:
+        found = [p for p in pools if p.engine_group == claim.engine_group
+                 and (p.auto_assign or not automatic) and _in_scope(p, claim)]
+    return sorted(found, key=lambda p: p.rank)
+
+
+def _in_scope(pool: Pool, claim: Claim) -> bool:
+    return pool.scope.allows(claim.ref.namespace, claim.namespace_labels, claim.labels)
 
 
 def _automatic(claim: Claim, pools: Sequence[Pool], table: _Table) -> VipGrant:
     candidates = _candidates(claim, pools, automatic=True)
     if not candidates:
+        if claim.pool is not None and any(p.name == claim.pool for p in pools):
+            return _pending(Reason.ADDRESS_NOT_ALLOWED, f"VIP pool {claim.pool!r} does not "
+                            "serve this object (its serviceAllocation)", ann.VIP_POOL.field)
         if claim.pool is not None:
             return _pending(Reason.UNKNOWN_POOL, f"no VIP pool is named {claim.pool!r}",
                             ann.VIP_POOL.field)
@@ -188,7 +205,8 @@ def _pick(claim: Claim, candidates: list[Pool], table: _Table,
             if family is not None and r.first.version != family:
                 continue
             for address in r:
-                if address not in table.holders and address not in table.reserved:
+                if address not in table.holders and address not in table.reserved \
+                        and pool.usable(address):
                     return address
     return None
 

@@ -20,16 +20,23 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from podway.model import ObjectRef, Service
 from podway.model.base import K8sObject
+from podway.model.core import Namespace
 from podway.model.gateway import Gateway, GatewayClass
 from podway.model.snapshot import Snapshot
 from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.options import TranslateOptions
+
+# MetalLB's Service annotations, read when Podway's own are absent, so a Service written for
+# MetalLB gets the same address from the same pools (docs/vips.md#coming-from-metallb).
+METALLB_POOL = ("metallb.io/address-pool", "metallb.universe.tf/address-pool")
+METALLB_IPS = ("metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs")
+METALLB_SHARE = ("metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip")
 
 PortKey = tuple[str, int]  # (protocol, port): what two sharers of one VIP must not both use
 
@@ -49,6 +56,8 @@ class Claim:
     invalid: str | None = None  # a request that is not an address: the object stays pending
     families: tuple[int, ...] = ()  # IP versions to allocate automatically, in order; (): any one
     all_families: bool = False  # every family in ``families`` is required (RequireDualStack)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the object's (pool scopes)
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)  # its namespace's
 
     @property
     def order(self) -> tuple[float, str, ObjectRef]:
@@ -71,6 +80,8 @@ def claims_of(snapshot: Snapshot, opts: TranslateOptions,
             if cls.spec.controller_name == opts.gateway_controller}
     claims += [_gateway_claim(g) for g in snapshot.kind(Gateway).values()
                if g.spec.gateway_class_name in ours]
+    labels = {name: ns.metadata.labels for (_, name), ns in snapshot.kind(Namespace).items()}
+    claims = [replace(c, namespace_labels=labels.get(c.ref.namespace, {})) for c in claims]
     if held is None:
         return claims
     out = []
@@ -104,9 +115,11 @@ def _claim(obj: K8sObject, *, requested: tuple[str, ...], where: str, invalid: s
     notes = meta.annotations
     return Claim(ref=obj.ref, created=ts.timestamp() if ts is not None else float("inf"),
                  uid=meta.uid, requested=requested, requested_field=where, held=held,
-                 pool=notes.get(ann.VIP_POOL.name) or None, engine_group=obj.engine_group(),
-                 share=notes.get(ann.ALLOW_SHARED_VIP.name) or None, ports=ports, invalid=invalid,
-                 families=families, all_families=all_families)
+                 pool=_first(notes, ann.VIP_POOL.name, *METALLB_POOL),
+                 engine_group=obj.engine_group(),
+                 share=_first(notes, ann.ALLOW_SHARED_VIP.name, *METALLB_SHARE), ports=ports,
+                 invalid=invalid,
+                 families=families, all_families=all_families, labels=meta.labels)
 
 
 def _addresses(text: str) -> tuple[tuple[str, ...], str | None]:
@@ -119,13 +132,19 @@ def _addresses(text: str) -> tuple[tuple[str, ...], str | None]:
     return parts, None
 
 
+def _first(notes: Mapping[str, str], *keys: str) -> str | None:
+    """The first of ``keys`` the annotations set (non-empty)."""
+    return next((notes[k] for k in keys if notes.get(k)), None)
+
+
 def _service_claim(service: Service) -> Claim:
     requested: tuple[str, ...] = ()
     where, invalid = "", None
-    note = service.metadata.annotations.get(ann.VIP.name)
-    if note:
-        requested, invalid = _addresses(note)
-        where = ann.VIP.field
+    notes = service.metadata.annotations
+    key = next((k for k in (ann.VIP.name, *METALLB_IPS) if notes.get(k)), None)
+    if key is not None:
+        requested, invalid = _addresses(notes[key])
+        where = f"metadata.annotations[{key}]"
     elif service.spec.load_balancer_ip:
         requested, invalid = _addresses(service.spec.load_balancer_ip)
         where = "spec.loadBalancerIP"

@@ -7,6 +7,14 @@ A pool file (YAML or JSON) reads::
       addresses: [198.18.10.0/28, "198.18.20.5-198.18.20.9", "2001:db8:1::/120"]
       engineGroup: edge-a          # optional: objects of this engine group draw from it
       autoAssign: true             # false: only objects that name the pool draw from it
+      avoidBuggyIPs: false         # true: never hand out IPv4 addresses ending in .0 or .255
+      serviceAllocation:           # optional, as MetalLB's IPAddressPool: who may draw from it
+        priority: 10               # lower first; 0 (unset) last
+        namespaces: [shop]         # or namespaceSelectors: [{matchLabels: {…}}]
+        serviceSelectors: [{matchLabels: {tier: public}}]
+
+The same pools come from ``VIPPool`` objects (and MetalLB's ``IPAddressPool``): see
+``podway.programs.ipam.objects``.
 
 Invariants: pools are immutable values; a pool's addresses are enumerated lazily in the order
 written (so a /64 costs nothing until used); an IPv4 CIDR of /30 or wider leaves out its network
@@ -24,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from podway.base.errors import ConfigError
+from podway.model.gateway import LabelSelector
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -63,22 +73,61 @@ class AddressRange:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """Who may draw from a pool (MetalLB's ``serviceAllocation``): an object in one of
+    ``namespaces`` or in a namespace one of ``namespace_selectors`` selects (neither given: any
+    namespace), whose labels one of ``service_selectors`` selects (none given: any)."""
+
+    namespaces: frozenset[str] = frozenset()
+    namespace_selectors: tuple[LabelSelector, ...] = ()
+    service_selectors: tuple[LabelSelector, ...] = ()
+
+    def allows(self, namespace: str, namespace_labels: Mapping[str, str],
+               labels: Mapping[str, str]) -> bool:
+        if (self.namespaces or self.namespace_selectors) and namespace not in self.namespaces \
+                and not any(s.matches(dict(namespace_labels)) for s in self.namespace_selectors):
+            return False
+        return not self.service_selectors or any(s.matches(dict(labels))
+                                                 for s in self.service_selectors)
+
+
+ANYONE = Scope()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pool:
     name: str
     ranges: tuple[AddressRange, ...]
     engine_group: str | None = None
     auto_assign: bool = True
+    avoid_buggy_ips: bool = False
+    priority: int = 0  # lower is tried first; 0: last
+    scope: Scope = ANYONE
 
     def __contains__(self, address: object) -> bool:
         return any(address in r for r in self.ranges)
 
     def addresses(self) -> Iterator[IPAddress]:
         for r in self.ranges:
-            yield from r
+            for address in r:
+                if self.usable(address):
+                    yield address
+
+    def usable(self, address: IPAddress) -> bool:
+        """False for an IPv4 address ending in .0 or .255 when the pool avoids them."""
+        return not (self.avoid_buggy_ips and address.version == 4
+                    and int(address) & 0xFF in (0, 255))
+
+    @property
+    def rank(self) -> int:
+        """Pools are tried by priority (1 first, 0 last), then in the order they were read
+        (the file's, then pool objects oldest first): sort stably by this."""
+        return self.priority or 1 << 31
 
 
-def parse_range(text: str) -> AddressRange:
-    """``198.18.0.0/28``, ``198.18.0.5-198.18.0.9``, ``2001:db8::/120`` or one address."""
+def parse_range(text: str, *, whole_cidrs: bool = False) -> AddressRange:
+    """``198.18.0.0/28``, ``198.18.0.5-198.18.0.9``, ``2001:db8::/120`` or one address;
+    ``whole_cidrs``: an IPv4 CIDR keeps its network and broadcast addresses (MetalLB's rule)."""
     text = text.strip()
     try:
         if "-" in text:
@@ -92,7 +141,7 @@ def parse_range(text: str) -> AddressRange:
     except ValueError as err:
         raise ValueError(f"{text!r} is not a CIDR, a range a-b or an address ({err})") from None
     first, last = net.network_address, net.broadcast_address
-    if net.version == 4 and net.prefixlen <= 30:
+    if net.version == 4 and net.prefixlen <= 30 and not whole_cidrs:
         first, last = first + 1, last - 1
     return AddressRange(first, last)
 
@@ -109,27 +158,67 @@ def parse_pools(data: Any) -> tuple[Pool, ...]:
         name = entry.get("name")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"{where}: 'name' must be a non-empty string")
-        where = f"VIP pool {name!r}"
-        addresses = entry.get("addresses")
-        if not isinstance(addresses, list) or not addresses or not all(
-                isinstance(a, str) for a in addresses):
-            raise ConfigError(f"{where}: 'addresses' must be a non-empty list of strings")
-        ranges = []
-        for text in addresses:
-            try:
-                ranges.append(parse_range(text))
-            except ValueError as err:
-                raise ConfigError(f"{where}: {err}") from None
-        group = entry.get("engineGroup")
-        if group is not None and not isinstance(group, str):
-            raise ConfigError(f"{where}: 'engineGroup' must be a string")
-        auto = entry.get("autoAssign", True)
-        if not isinstance(auto, bool):
-            raise ConfigError(f"{where}: 'autoAssign' must be true or false")
-        pools.append(Pool(name=name, ranges=tuple(ranges), engine_group=group or None,
-                          auto_assign=auto))
+        try:
+            pools.append(pool_of(name, entry))
+        except ValueError as err:
+            raise ConfigError(f"VIP pool {name!r}: {err}") from None
     _check_distinct(pools)
     return tuple(pools)
+
+
+def pool_of(name: str, spec: Mapping[str, Any], *, whole_cidrs: bool = False) -> Pool:
+    """One pool from its fields (the file's entry or a pool object's ``spec``, camelCase);
+    ValueError naming the field on any bad value. ``whole_cidrs``: see ``parse_range``."""
+    addresses = spec.get("addresses")
+    if not isinstance(addresses, list | tuple) or not addresses or not all(
+            isinstance(a, str) for a in addresses):
+        raise ValueError("'addresses' must be a non-empty list of strings")
+    ranges = tuple(parse_range(text, whole_cidrs=whole_cidrs) for text in addresses)
+    for key in ("engineGroup",):
+        if spec.get(key) is not None and not isinstance(spec.get(key), str):
+            raise ValueError(f"{key!r} must be a string")
+    flags = {key: spec.get(key, default) for key, default in
+             (("autoAssign", True), ("avoidBuggyIPs", False))}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{key!r} must be true or false")
+    priority, scope = _allocation(spec.get("serviceAllocation"))
+    return Pool(name=name, ranges=ranges, engine_group=spec.get("engineGroup") or None,
+                auto_assign=flags["autoAssign"], avoid_buggy_ips=flags["avoidBuggyIPs"],
+                priority=priority, scope=scope)
+
+
+def _allocation(raw: Any) -> tuple[int, Scope]:
+    """``serviceAllocation`` as (priority, scope)."""
+    if raw is None:
+        return 0, ANYONE
+    if not isinstance(raw, Mapping):
+        raise ValueError("'serviceAllocation' must be a mapping")
+    priority = raw.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+        raise ValueError("'serviceAllocation.priority' must be a whole number ≥ 0")
+    namespaces = raw.get("namespaces") or []
+    if not isinstance(namespaces, list | tuple) or not all(isinstance(n, str)
+                                                          for n in namespaces):
+        raise ValueError("'serviceAllocation.namespaces' must be a list of names")
+    selectors = {}
+    for key in ("namespaceSelectors", "serviceSelectors"):
+        try:
+            selectors[key] = tuple(LabelSelector.model_validate(s)
+                                   for s in raw.get(key) or [])
+        except (ValidationError, TypeError) as err:
+            raise ValueError(f"'serviceAllocation.{key}' is not a list of label selectors "
+                             f"({_first_error(err)})") from None
+    return priority, Scope(namespaces=frozenset(namespaces),
+                           namespace_selectors=selectors["namespaceSelectors"],
+                           service_selectors=selectors["serviceSelectors"])
+
+
+def _first_error(err: Exception) -> str:
+    if isinstance(err, ValidationError) and err.errors():
+        first = err.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(err)
 
 
 def _check_distinct(pools: list[Pool]) -> None:

@@ -60,6 +60,8 @@ class Reason(StrEnum):
     ADDRESS_IN_USE = "AddressInUse"
     ADDRESS_NOT_IN_POOL = "AddressNotInPool"
     UNKNOWN_POOL = "UnknownPool"
+    INVALID_POOL = "InvalidPool"  # a VIPPool/IPAddressPool object the IPAM cannot use
+    POOL_CONFLICT = "PoolConflict"  # its name or addresses are another pool's: not used
     INVALID_ANNOTATION = "InvalidAnnotation"
     # A NodePortLocal mapping its node's agent does not vouch for (issue 23.9): not served
     UNTRUSTED_MAPPING = "UntrustedNodePortLocalMapping"

@@ -10,12 +10,12 @@ options (every controller replica then computes the same map; ``podway.programs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from podway.model import ObjectRef
-from podway.translate.core.problems import Reason
+from podway.translate.core.problems import Problem, Reason
 
 if TYPE_CHECKING:
     from podway.model.snapshot import Snapshot
@@ -43,6 +43,11 @@ class VipAllocator(Protocol):
     """Gives every Service and Gateway of ``snapshot`` that is ours its addresses."""
 
     def allocate(self, snapshot: Snapshot, opts: TranslateOptions) -> VipMap: ...
+
+    def problems(self, snapshot: Snapshot, opts: TranslateOptions) -> Sequence[Problem]:
+        """What is wrong with the allocator's own inputs in ``snapshot`` (pool objects it
+        cannot use), reported on those objects."""
+        ...
 
 
 NOT_ALLOCATED = VipGrant(reason=Reason.ADDRESS_NOT_ASSIGNED,

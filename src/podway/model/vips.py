@@ -1,0 +1,53 @@
+"""VIP pools as Kubernetes objects: Podway's own ``VIPPool`` and MetalLB's ``IPAddressPool``.
+
+Both say the same thing — addresses the IPAM may hand to LoadBalancer Services and Gateways,
+and who may draw from them — so they share one spec shape (MetalLB's field names, which a
+MetalLB user already knows). Values the IPAM judges (address ranges) stay strings here, so a bad
+one becomes a problem on the pool object instead of failing the load.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from podway.model.base import Int, K8sModel, K8sObject
+from podway.model.gateway import LabelSelector
+
+METALLB_GROUP = "metallb.io"
+
+
+class ServiceAllocation(K8sModel):
+    """Which Services (and Gateways) may draw from the pool, and in which order of pools:
+    a lower ``priority`` is tried first; 0 (unset) last."""
+
+    priority: Int = 0
+    namespaces: tuple[str, ...] = ()
+    namespace_selectors: tuple[LabelSelector, ...] = ()
+    service_selectors: tuple[LabelSelector, ...] = ()
+
+
+class VIPPoolSpec(K8sModel):
+    addresses: tuple[str, ...] = ()
+    auto_assign: bool = True
+    avoid_buggy_ips: bool = Field(default=False, alias="avoidBuggyIPs")
+    service_allocation: ServiceAllocation | None = None
+    engine_group: str | None = None  # Podway's: objects of this engine group draw from it
+
+
+class VIPPool(K8sObject):
+    """Podway's pool kind (cluster-scoped, ``podway.io/v1alpha1``)."""
+
+    KIND: ClassVar[str] = "VIPPool"
+    API_GROUPS: ClassVar[tuple[str, ...]] = ("podway.io",)
+    NAMESPACED: ClassVar[bool] = False
+    spec: VIPPoolSpec = Field(default_factory=VIPPoolSpec)
+
+
+class IPAddressPool(K8sObject):
+    """MetalLB's pool kind (``metallb.io/v1beta1``), read as MetalLB defines it."""
+
+    KIND: ClassVar[str] = "IPAddressPool"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (METALLB_GROUP,)
+    spec: VIPPoolSpec = Field(default_factory=VIPPoolSpec)

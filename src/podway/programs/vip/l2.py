@@ -1,0 +1,325 @@
+"""L2 mode: one engine host per VIP answers ARP (IPv4) and NDP (IPv6) for it, as MetalLB's L2 mode.
+
+Every host of a group runs ``podway vip l2`` with the same VIPs and the list of its peers. The
+hosts tell each other every ``interval`` that they are alive and whether their engine is healthy
+(UDP heartbeats, authenticated with an HMAC of a key they share: a forged heartbeat could steal a
+VIP). Each VIP's owner is chosen by rendezvous hashing over the hosts alive and healthy now, so
+every host computes the same owner without a vote, the VIPs spread over the hosts, and when a
+host goes only its VIPs move. The owner puts the VIP on its interface (the kernel then answers
+ARP/NDP for it) and announces it: gratuitous ARP (request and reply forms) or an unsolicited
+Neighbor Advertisement with the override flag, so the clients' neighbour caches move at once.
+
+A host is taken for dead after ``dead_after`` intervals without a heartbeat (default 3 of 0.2 s),
+so a VIP moves well within 2 s of its owner failing. A starting host listens that long before
+it claims anything (it would otherwise take every VIP for a moment, alone as far as it knows).
+Heartbeats say which VIPs their sender holds: on a graceful stop the host says it is leaving
+and keeps each VIP until a peer reports holding it (the new owner has announced it), so some
+host answers for the VIP at every moment.
+
+Pure parts (heartbeat encoding, the election, the announcement packets) are functions; the
+speaker does the I/O (a UDP socket, ``ip addr``, a packet socket, a raw ICMPv6 socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from podway.base.errors import ConfigError, EnvironmentProblem
+
+log = logging.getLogger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+MAX_AGE_S = 5.0  # a heartbeat older than this (clock of its sender) is refused: no replay
+
+
+# --- heartbeats ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    node: str
+    healthy: bool
+    leaving: bool = False
+    sent: float = 0.0  # the sender's wall clock
+    holds: tuple[str, ...] = ()  # the VIPs the sender has on its interface
+
+
+def encode(beat: Heartbeat, key: bytes) -> bytes:
+    body = json.dumps({"node": beat.node, "healthy": beat.healthy, "leaving": beat.leaving,
+                       "sent": beat.sent, "holds": list(beat.holds)},
+                      separators=(",", ":")).encode()
+    return hmac.new(key, body, hashlib.sha256).digest() + body
+
+
+def decode(data: bytes, key: bytes, *, now: float) -> Heartbeat | None:
+    """The heartbeat in ``data`` when its HMAC holds and it is recent; else None."""
+    mac, body = data[:32], data[32:]
+    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()):
+        return None
+    try:
+        raw = json.loads(body)
+        beat = Heartbeat(node=str(raw["node"]), healthy=bool(raw["healthy"]),
+                         leaving=bool(raw["leaving"]), sent=float(raw["sent"]),
+                         holds=tuple(str(v) for v in raw.get("holds", ())))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return beat if abs(now - beat.sent) <= MAX_AGE_S else None
+
+
+# --- election -----------------------------------------------------------------------------------
+def owner(vip: str, candidates: Iterable[str]) -> str | None:
+    """The owner of ``vip`` among ``candidates`` (rendezvous hashing: the highest hash of the
+    pair wins), None when there is none."""
+    return max(candidates, key=lambda node: hashlib.sha256(f"{vip}/{node}".encode()).digest(),
+               default=None)
+
+
+@dataclass(slots=True)
+class Membership:
+    """Who was heard from, when, and in which state."""
+
+    dead_after_s: float
+    heard: dict[str, tuple[float, Heartbeat]] = field(default_factory=dict)
+
+    def hear(self, beat: Heartbeat, at: float) -> None:
+        self.heard[beat.node] = (at, beat)
+
+    def candidates(self, now: float) -> set[str]:
+        """Peers alive (heard within ``dead_after_s``), healthy and not leaving."""
+        return {node for node, (at, beat) in self.heard.items()
+                if now - at <= self.dead_after_s and beat.healthy and not beat.leaving}
+
+    def held_by_others(self, now: float) -> set[str]:
+        """The VIPs live peers say they hold."""
+        return {vip for at, beat in self.heard.values() if now - at <= self.dead_after_s
+                for vip in beat.holds}
+
+
+# --- announcements ------------------------------------------------------------------------------
+def garp_frames(mac: bytes, vip: ipaddress.IPv4Address) -> list[bytes]:
+    """Gratuitous ARP for ``vip`` at ``mac``: a request and a reply, broadcast (some hosts only
+    update their cache from one of the two)."""
+    frames = []
+    for op, target_mac in ((1, b"\x00" * 6), (2, b"\xff" * 6)):
+        ether = b"\xff" * 6 + mac + b"\x08\x06"
+        arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, op, mac, vip.packed, target_mac,
+                          vip.packed)
+        frames.append(ether + arp)
+    return frames
+
+
+def unsolicited_na(mac: bytes, vip: ipaddress.IPv6Address) -> bytes:
+    """An unsolicited Neighbor Advertisement (ICMPv6 136) for ``vip`` at ``mac`` with the
+    override flag, to be sent to ff02::1 with hop limit 255 (the kernel adds the checksum)."""
+    flags = 0x20000000  # O: override the cached link-layer address
+    return (struct.pack("!BBHI", 136, 0, 0, flags) + vip.packed
+            + struct.pack("!BB6s", 2, 1, mac))  # option: target link-layer address
+
+
+# --- the speaker --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class L2Settings:
+    node: str
+    interface: str
+    listen: tuple[str, int]
+    peers: Mapping[str, tuple[str, int]]  # node name → its heartbeat address
+    vips: tuple[str, ...]
+    key: bytes
+    interval_s: float = 0.2
+    dead_after: int = 3  # missed heartbeats before a peer is taken for dead
+    hand_over_s: float = 1.0  # on stop: how long the peers get to take the VIPs over
+
+
+def read_key(path: Path) -> bytes:
+    """The shared key (at least 16 bytes); a missing or short file is one line."""
+    try:
+        key = path.read_bytes().strip()
+    except OSError as err:
+        raise ConfigError(f"--key-file {path}: {err.strerror or err}") from None
+    if len(key) < 16:
+        raise ConfigError(f"--key-file {path}: the key must be at least 16 bytes")
+    return key
+
+
+class L2Speaker:
+    """Holds the VIPs this host owns; see the module docstring."""
+
+    def __init__(self, settings: L2Settings,
+                 healthy: Callable[[], Awaitable[bool]] | None = None) -> None:
+        self.s = settings
+        self.healthy = healthy
+        self.members = Membership(dead_after_s=settings.interval_s * settings.dead_after)
+        self.held: set[str] = set()
+        self.engine_ok = healthy is None
+        self.leaving = False
+        self._sock: socket.socket | None = None
+
+    def wanted(self, now: float) -> set[str]:
+        """The VIPs this host should hold now."""
+        candidates = self.members.candidates(now)
+        if self.engine_ok and not self.leaving:
+            candidates.add(self.s.node)
+        return {v for v in self.s.vips if owner(v, candidates) == self.s.node}
+
+    async def run(self) -> None:
+        """Heartbeats out and in, and the VIPs held as the election says, until cancelled;
+        then hand over and let go (also on cancellation)."""
+        loop = asyncio.get_running_loop()
+        self._sock = socket.socket(socket.AF_INET6 if ":" in self.s.listen[0] else
+                                   socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        try:
+            self._sock.bind(self.s.listen)
+        except OSError as err:
+            raise EnvironmentProblem(f"l2: cannot listen on {self.s.listen}: {err}") from None
+        loop.add_reader(self._sock.fileno(), self._receive)
+        try:
+            await self._loop()
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._hand_over())
+            loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+
+    async def _loop(self) -> None:
+        warm = time.monotonic() + self.members.dead_after_s  # hear the peers before claiming
+        while True:
+            if self.healthy is not None:
+                self.engine_ok = await self.healthy()
+            self._send()
+            now = time.monotonic()
+            if now >= warm:
+                await self._reconcile(self.wanted(now))
+            await asyncio.sleep(self.s.interval_s)
+
+    def _receive(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                data = self._sock.recv(2048)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            beat = decode(data, self.s.key, now=time.time())
+            if beat is not None and beat.node in self.s.peers:
+                self.members.hear(beat, time.monotonic())
+
+    def _send(self) -> None:
+        assert self._sock is not None
+        data = encode(Heartbeat(self.s.node, self.engine_ok, self.leaving, time.time(),
+                                tuple(sorted(self.held))), self.s.key)
+        for address in self.s.peers.values():
+            with contextlib.suppress(OSError):  # a peer's host may be down: that is the point
+                self._sock.sendto(data, address)
+
+    async def _reconcile(self, wanted: set[str]) -> None:
+        for vip in sorted(wanted - self.held):
+            await _ip("addr", "add", *_address(vip, self.s.interface))
+            self.held.add(vip)
+            log.warning("l2: %s now answers for %s on %s", self.s.node, vip, self.s.interface)
+            await self._announce(vip)
+        for vip in sorted(self.held - wanted):
+            await _ip("addr", "del", *_address(vip, self.s.interface), may_fail=True)
+            self.held.discard(vip)
+            log.warning("l2: %s let go of %s", self.s.node, vip)
+
+    async def _announce(self, vip: str, times: int = 3) -> None:
+        """Tell the segment where ``vip`` is now, a few times (a lost frame is not fatal)."""
+        address = ipaddress.ip_address(vip)
+        mac = _mac(self.s.interface)
+        for i in range(times):
+            try:
+                _send_announcement(self.s.interface, mac, address)
+            except OSError as err:
+                log.warning("l2: announcing %s failed: %s", vip, err)
+            if i + 1 < times:
+                await asyncio.sleep(0.1)
+
+    async def _hand_over(self) -> None:
+        """Say we are leaving; let go of each VIP once a peer reports holding it (or at the
+        deadline, or at once when no peer is alive to take it)."""
+        self.leaving = True
+        deadline = time.monotonic() + self.s.hand_over_s
+        while self.held and self.members.candidates(time.monotonic()) \
+                and time.monotonic() < deadline:
+            self._send()
+            await self._reconcile(self.held - self.members.held_by_others(time.monotonic()))
+            await asyncio.sleep(self.s.interval_s / 4)
+        await self._reconcile(set())
+
+
+def _address(vip: str, interface: str) -> list[str]:
+    if ":" in vip:
+        return [f"{vip}/128", "dev", interface, "nodad"]
+    return [f"{vip}/32", "dev", interface]
+
+
+async def _ip(*args: str, may_fail: bool = False) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        "ip", *(("-6",) if any(":" in a for a in args[:3]) else ()), *args,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    text = err.decode(errors="replace").strip()
+    if proc.returncode != 0 and not may_fail and "File exists" not in text:
+        raise EnvironmentProblem(f"ip {' '.join(args)}: {text}")
+
+
+def _mac(interface: str) -> bytes:
+    try:
+        text = Path(f"/sys/class/net/{interface}/address").read_text().strip()
+    except OSError as err:
+        raise EnvironmentProblem(f"l2: no interface {interface!r}: {err.strerror}") from None
+    return bytes.fromhex(text.replace(":", ""))
+
+
+def _send_announcement(interface: str, mac: bytes, address: IPAddress) -> None:
+    if isinstance(address, ipaddress.IPv4Address):
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as raw:
+            raw.bind((interface, 0))
+            for frame in garp_frames(mac, address):
+                raw.send(frame)
+        return
+    with socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6) as icmp:
+        icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+        icmp.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF,
+                        socket.if_nametoindex(interface))
+        icmp.sendto(unsolicited_na(mac, address), ("ff02::1", 0, 0,
+                                                    socket.if_nametoindex(interface)))
+
+
+def parse_peer(text: str) -> tuple[str, tuple[str, int]]:
+    """``NAME=ADDRESS:PORT`` (``[v6]:PORT``); ConfigError naming the flag otherwise."""
+    name, _, rest = text.partition("=")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    try:
+        ipaddress.ip_address(host)
+        number = int(port)
+        if not 1 <= number <= 65535 or not name:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--peer {text!r}: expected NAME=ADDRESS:PORT") from None
+    return name, (host, number)
+
+
+def check_vips(vips: Sequence[str]) -> tuple[str, ...]:
+    out = []
+    for vip in vips:
+        try:
+            out.append(str(ipaddress.ip_address(vip)))
+        except ValueError:
+            raise ConfigError(f"--vip {vip!r} is not an IP address") from None
+    if not out:
+        raise ConfigError("give at least one --vip")
+    return tuple(out)

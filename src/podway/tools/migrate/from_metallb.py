@@ -1,0 +1,142 @@
+"""``podway migrate from-metallb``: MetalLB's configuration objects as Podway's.
+
+Pure: raw objects in, Podway objects and notes out. Each ``IPAddressPool`` becomes a
+``VIPPool`` with the same addresses (an IPv4 CIDR is written as the range it spans, since
+MetalLB hands out a CIDR's network and broadcast addresses and a VIPPool's CIDR leaves them
+out), the same ``autoAssign``, ``avoidBuggyIPs`` and ``serviceAllocation``. Podway announces VIPs
+with ``podway vip announce`` (BGP through BIRD) or keepalived (VRRP), configured per engine
+host, not through objects: a ``BGPPeer`` or ``L2Advertisement`` becomes a note with the
+equivalent command, and every
+field or kind Podway does not serve is a note naming it — nothing is dropped silently.
+
+Instead of converting, ``podway controller --vip-pools-from metallb`` reads the
+``IPAddressPool`` objects as they are.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+GROUP = "metallb.io"
+
+# BGPAdvertisement fields and the value that means "as Podway does it anyway".
+_ADVERT_DEFAULTS: dict[str, Any] = {"aggregationLength": 32, "aggregationLengthV6": 128,
+                                    "localPref": 0, "communities": [], "peers": [],
+                                    "nodeSelectors": [], "serviceSelectors": []}
+# BGPPeer fields Podway's speaker has no equivalent for (beyond ASNs, address, times, BFD).
+_PEER_UNSERVED = ("password", "passwordSecret", "ebgpMultiHop", "vrf", "nodeSelectors",
+                  "peerPort", "sourceAddress", "interface", "dynamicASN", "localASN",
+                  "enableGracefulRestart", "connectTime", "disableMP", "dualStackAddressFamily")
+
+
+@dataclass(slots=True)
+class Converted:
+    objects: list[Obj] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def convert(raw: Iterable[Any]) -> Converted:
+    """Podway objects and notes for MetalLB's objects among ``raw`` (others: a note)."""
+    out = Converted()
+    for obj in raw:
+        if not isinstance(obj, Mapping):
+            continue
+        kind, name = obj.get("kind"), (obj.get("metadata") or {}).get("name", "?")
+        group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+        raw_spec = obj.get("spec")
+        spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+        if group != GROUP:
+            out.notes.append(f"{kind} {name!r}: not a MetalLB object; skipped")
+        elif kind == "IPAddressPool":
+            out.objects.append(_pool(name, spec, out.notes))
+        elif kind == "BGPPeer":
+            out.notes.append(_peer(name, spec))
+        elif kind == "BGPAdvertisement":
+            out.notes += _advertisement(name, spec)
+        elif kind == "L2Advertisement":
+            out.notes.append(_l2(name, spec))
+        else:
+            out.notes.append(f"{kind} {name!r}: not carried (Podway has no equivalent object; "
+                             "BFD is set with podway vip announce --bfd-interval-ms)")
+    return out
+
+
+def _pool(name: str, spec: Mapping[str, Any], notes: list[str]) -> Obj:
+    body: Obj = {"addresses": [_spelled_out(a) for a in spec.get("addresses") or []]}
+    for key in ("autoAssign", "avoidBuggyIPs", "serviceAllocation"):
+        if key in spec:
+            body[key] = spec[key]
+    unknown = sorted(set(spec) - {"addresses", "autoAssign", "avoidBuggyIPs",
+                                  "serviceAllocation"})
+    if unknown:
+        notes.append(f"IPAddressPool {name!r}: not carried: {', '.join(unknown)}")
+    return {"apiVersion": "podway.io/v1alpha1", "kind": "VIPPool", "metadata": {"name": name},
+            "spec": body}
+
+
+def _spelled_out(text: Any) -> Any:
+    """An IPv4 CIDR as the range of every address it holds; anything else as written (a bad
+    value is left for the VIPPool's own validation to name)."""
+    if not isinstance(text, str) or "/" not in text or "-" in text:
+        return text
+    try:
+        net = ipaddress.ip_network(text.strip(), strict=True)
+    except ValueError:
+        return text
+    if net.version != 4 or net.num_addresses == 1:
+        return text
+    return f"{net.network_address}-{net.broadcast_address}"
+
+
+def _peer(name: str, spec: Mapping[str, Any]) -> str:
+    my_asn, peer_asn, address = spec.get("myASN"), spec.get("peerASN"), spec.get("peerAddress")
+    command = f"podway vip announce --local-as {my_asn} --neighbor {address}:{peer_asn}"
+    if spec.get("routerID"):
+        command += f" --router-id {spec['routerID']}"
+    for key, flag in (("holdTime", "--hold-time"), ("keepaliveTime", "--keepalive")):
+        if spec.get(key):
+            command += f" {flag} {_seconds(spec[key])}"
+    unserved = [k for k in _PEER_UNSERVED if spec.get(k)]
+    if spec.get("bfdProfile"):
+        unserved.append(f"bfdProfile {spec['bfdProfile']!r} (use --bfd-interval-ms)")
+    tail = f"; not carried: {', '.join(unserved)}" if unserved else ""
+    return f"BGPPeer {name!r}: on each engine host run `{command} --vip …`{tail}"
+
+
+def _seconds(duration: Any) -> str:
+    """``90s``, ``1m30s`` → seconds as BIRD takes them (whole seconds)."""
+    text, total, number = str(duration), 0.0, ""
+    for char in text:
+        if char.isdigit() or char == ".":
+            number += char
+            continue
+        total += float(number or 0) * {"h": 3600, "m": 60, "s": 1}.get(char, 0)
+        number = ""
+    return str(int(total)) if total else text
+
+
+def _l2(name: str, spec: Mapping[str, Any]) -> str:
+    pools = ", ".join(map(str, spec.get("ipAddressPools") or ["every pool"]))
+    unserved = [k for k in ("ipAddressPoolSelectors", "nodeSelectors", "interfaces",
+                            "serviceSelectors", "preferredNodeSelectors") if spec.get(k)]
+    tail = f"; not carried: {', '.join(unserved)}" if unserved else ""
+    return (f"L2Advertisement {name!r}: the VIPs of {pools} are answered for by one engine host "
+            "each with `podway vip l2 --vip …` on every engine host (docs/vips.md#l2-mode-arpndp"
+            f"-as-metallbs){tail}")
+
+
+def _advertisement(name: str, spec: Mapping[str, Any]) -> list[str]:
+    different = [f"{k}={spec[k]!r}" for k, default in _ADVERT_DEFAULTS.items()
+                 if k in spec and spec[k] != default]
+    pools = spec.get("ipAddressPools") or ["every pool"]
+    notes = [f"BGPAdvertisement {name!r}: the VIPs of {', '.join(map(str, pools))} are "
+             "announced as /32 and /128 routes by podway vip announce"]
+    if spec.get("ipAddressPoolSelectors"):
+        notes.append(f"BGPAdvertisement {name!r}: not carried: ipAddressPoolSelectors")
+    if different:
+        notes.append(f"BGPAdvertisement {name!r}: not carried: {', '.join(different)}")
+    return notes

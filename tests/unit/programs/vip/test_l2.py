@@ -1,0 +1,111 @@
+"""L2 mode's pure parts: signed heartbeats (forged, stale and unknown ones ignored), the
+per-VIP election (deterministic, spread, only a dead host's VIPs move), who holds what when
+unhealthy or leaving, and the announcement packets as the wire defines them."""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+from collections import Counter
+
+import pytest
+
+from podway.base.errors import ConfigError
+from podway.programs.vip.l2 import (
+    Heartbeat,
+    L2Settings,
+    L2Speaker,
+    Membership,
+    decode,
+    encode,
+    garp_frames,
+    owner,
+    parse_peer,
+    unsolicited_na,
+)
+
+KEY = b"k" * 32
+VIPS = tuple(f"198.18.80.{i}" for i in range(1, 61))
+
+
+def test_heartbeats_need_the_key_and_a_recent_clock() -> None:
+    beat = Heartbeat("a", healthy=True, sent=1000.0)
+    assert decode(encode(beat, KEY), KEY, now=1001.0) == beat
+    assert decode(encode(beat, b"x" * 32), KEY, now=1001.0) is None  # another key
+    forged = bytearray(encode(beat, KEY))
+    forged[-5] ^= 1
+    assert decode(bytes(forged), KEY, now=1001.0) is None  # altered
+    assert decode(encode(beat, KEY), KEY, now=1010.0) is None  # replayed later
+    assert decode(b"short", KEY, now=0) is None
+
+
+def test_the_election_spreads_vips_and_moves_only_a_dead_host_s() -> None:
+    """Every host computes the same owners; three hosts share 60 VIPs; when c dies only c's
+    VIPs move; nobody alive: no owner."""
+    three = {v: owner(v, ["a", "b", "c"]) for v in VIPS}
+    assert three == {v: owner(v, ["c", "b", "a"]) for v in VIPS}
+    assert min(Counter(three.values()).values()) >= 10
+    two = {v: owner(v, ["a", "b"]) for v in VIPS}
+    assert {v for v in VIPS if two[v] != three[v]} == {v for v in VIPS if three[v] == "c"}
+    assert owner(VIPS[0], []) is None
+
+
+def test_membership_drops_the_silent_the_unhealthy_and_the_leaving() -> None:
+    members = Membership(dead_after_s=0.6)
+    members.hear(Heartbeat("a", healthy=True), at=10.0)
+    members.hear(Heartbeat("b", healthy=False), at=10.0)
+    members.hear(Heartbeat("c", healthy=True, leaving=True), at=10.0)
+    members.hear(Heartbeat("d", healthy=True), at=9.0)
+    assert members.candidates(10.5) == {"a"}
+    assert members.candidates(10.7) == set()
+
+
+def settings(node: str) -> L2Settings:
+    return L2Settings(node=node, interface="eth0", listen=("198.18.0.1", 7000),
+                      peers={"b": ("198.18.0.2", 7000)}, vips=VIPS, key=KEY)
+
+
+def test_a_host_wants_its_share_and_nothing_once_unhealthy_or_leaving() -> None:
+    speaker = L2Speaker(settings("a"))
+    speaker.members.hear(Heartbeat("b", healthy=True), at=100.0)
+    mine = {v for v in VIPS if owner(v, ["a", "b"]) == "a"}
+    assert speaker.wanted(100.1) == mine
+    assert speaker.wanted(101.0) == set(VIPS)  # b went silent: a takes everything
+    speaker.engine_ok = False
+    assert speaker.wanted(100.1) == set()
+    speaker.engine_ok, speaker.leaving = True, True
+    assert speaker.wanted(100.1) == set()
+
+
+def test_gratuitous_arp_frames_announce_the_vip_at_the_mac() -> None:
+    mac = bytes.fromhex("020000000001")
+    vip = ipaddress.IPv4Address("198.18.80.1")
+    request, reply = garp_frames(mac, vip)
+    for frame, op in ((request, 1), (reply, 2)):
+        assert frame[:6] == b"\xff" * 6
+        assert frame[6:12] == mac
+        assert frame[12:14] == b"\x08\x06"
+        htype, ptype, hlen, plen, got_op, sha, spa, _, tpa = struct.unpack(
+            "!HHBBH6s4s6s4s", frame[14:42])
+        assert (htype, ptype, hlen, plen, got_op) == (1, 0x0800, 6, 4, op)
+        assert (sha, spa, tpa) == (mac, vip.packed, vip.packed)
+
+
+def test_neighbor_advertisement_overrides_with_the_target_link_address() -> None:
+    mac = bytes.fromhex("020000000001")
+    vip = ipaddress.IPv6Address("2001:db8::80")
+    packet = unsolicited_na(mac, vip)
+    kind, code, _, flags = struct.unpack("!BBHI", packet[:8])
+    assert (kind, code) == (136, 0)
+    assert flags & 0x20000000  # override
+    assert not flags & 0xC0000000  # neither router nor solicited
+    assert packet[8:24] == vip.packed
+    assert packet[24:32] == b"\x02\x01" + mac
+
+
+@pytest.mark.parametrize("text", ["b", "b=198.18.0.2", "=198.18.0.2:7000",
+                                  "b=nothost:7000", "b=198.18.0.2:0"])
+def test_a_bad_peer_is_one_line(text: str) -> None:
+    with pytest.raises(ConfigError, match="NAME=ADDRESS:PORT"):
+        parse_peer(text)
+    assert parse_peer("b=[2001:db8::2]:7000") == ("b", ("2001:db8::2", 7000))
