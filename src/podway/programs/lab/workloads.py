@@ -134,11 +134,15 @@ def rollout(deploy: Obj, sets: list[Obj], pods: list[Obj]) -> list[Obj]:
     replicas = _replicas(deploy)
     current = template_hash(deploy)
     sets = [copy.deepcopy(rs) for rs in sets]
-    before = {key(rs): _replicas(rs) for rs in sets}
+    before = {key(rs): (_replicas(rs), _revision(rs)) for rs in sets}
     new = next((rs for rs in sets if (meta(rs).get("labels") or {}).get(HASH) == current), None)
+    top = max((_revision(rs) for rs in sets), default=0)
     if new is None:
-        new = new_replicaset(deploy, current, max((_revision(rs) for rs in sets), default=0) + 1)
+        new = new_replicaset(deploy, current, top + 1)
         sets.append(new)
+    elif any(_revision(rs) >= _revision(new) for rs in sets if rs is not new):
+        # Back to an older template (rollout undo): its ReplicaSet becomes the newest revision.
+        new.setdefault("metadata", {}).setdefault("annotations", {})[REVISION] = str(top + 1)
     old = sorted((rs for rs in sets if rs is not new), key=_revision)
     strategy = ((deploy.get("spec") or {}).get("strategy") or {}).get("type", "RollingUpdate")
     if strategy == "Recreate":
@@ -171,7 +175,7 @@ def rollout(deploy: Obj, sets: list[Obj], pods: list[Obj]) -> list[Obj]:
                 cut = max(0, min(_replicas(rs), budget))
                 _spec(rs)["replicas"] = _replicas(rs) - cut
                 budget -= cut
-    return [rs for rs in sets if before.get(key(rs)) != _replicas(rs) or key(rs) not in before]
+    return [rs for rs in sets if before.get(key(rs)) != (_replicas(rs), _revision(rs))]
 
 
 def deployment_revision(deploy: Obj, sets: list[Obj]) -> str | None:

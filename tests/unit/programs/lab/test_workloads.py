@@ -99,6 +99,13 @@ def test_rolling_update_stays_within_surge_and_unavailable_and_completes() -> No
                                          list(world.pods.values()))
     assert status["replicas"] == status["updatedReplicas"] == 4
     assert status["conditions"][1]["reason"] == "NewReplicaSetAvailable"
+    # Back to the first template (rollout undo): its ReplicaSet scales up again and becomes
+    # revision 3; no third ReplicaSet.
+    seen = settle(world, deployment(4))
+    assert seen[-1] == (4, 4, {"v1"})
+    assert sorted(rs["metadata"]["annotations"][workloads.REVISION]
+                  for rs in world.sets.values()) == ["2", "3"]
+    assert workloads.deployment_revision(deployment(4), list(world.sets.values())) == "3"
 
 
 def test_rolling_update_without_surge_never_exceeds_replicas() -> None:
