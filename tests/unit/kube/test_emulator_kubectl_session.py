@@ -408,3 +408,27 @@ async def test_the_install_manifests_apply_with_validation(kubectl: Kubectl) -> 
     assert "validatingadmissionpolicybinding.admissionregistration.k8s.io" in out
     assert "unchanged" in await kubectl.out("apply", "-f",
                                             str(root / "deploy/kubernetes/podway.yaml"))
+
+
+async def test_server_side_apply_creates_and_merges(kubectl: Kubectl, tmp_path: Path) -> None:
+    """``kubectl apply --server-side`` (docs/install.md applies the Gateway API CRDs so):
+    creates, re-applies, merges a change; ownership of fields is not tracked."""
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    out = await kubectl.out("apply", "--server-side", "-f", str(manifest))
+    assert "deployment.apps/web serverside-applied" in out
+    assert kubectl.emu.get("deployments", "shop", "web", group="apps") is not None
+    manifest.write_text(INSTALL.replace("image: podway-echo\n        ports",
+                                        "image: podway-echo:2\n        ports"))
+    await kubectl.run("apply", "--server-side", "-f", str(manifest))
+    deploy = kubectl.emu.get("deployments", "shop", "web", group="apps")
+    assert deploy is not None
+    containers = deploy["spec"]["template"]["spec"]["containers"]
+    assert [(c["name"], c["image"]) for c in containers] == [("web", "podway-echo:2"),
+                                                             ("side", "podway-echo")]
+    assert any(p.content_type == "application/apply-patch+yaml" for p in kubectl.emu.patches)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: shop}\n"
+                   "colour: red\n")
+    refused = await kubectl.run("apply", "--server-side", "-f", str(bad), ok=False)
+    assert 'unknown field "colour"' in refused.stderr

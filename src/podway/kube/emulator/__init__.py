@@ -14,7 +14,8 @@ generated from the kinds served (``openapi``), and Table output with the usual p
 (``tables``). kubernetes-asyncio's own code paths run unchanged against it, and so does kubectl
 (get, apply with validation, patch, rollout, label, delete, api-resources). Not modelled:
 finalizers (deletion is immediate), pagination (``limit`` is ignored, lists are whole),
-server-side apply, pruning of unknown fields, ``/openapi/v2``. ServiceAccount tokens
+field ownership in server-side apply (it creates or merges, never conflicts), pruning of
+unknown fields, ``/openapi/v2``. ServiceAccount tokens
 (``kubectl create token``) are checked against the stored RBAC objects (``rbac``: a 403 worded
 as a cluster's); requests without credentials, or with ``admin_token``, are an administrator,
 and so is any other credential on plain HTTP (``tls=True`` serves HTTPS — kubectl sends tokens

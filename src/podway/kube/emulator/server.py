@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 from podway.kube import selectors
@@ -29,6 +30,7 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     "application/json-patch+json": patching.json_patch,
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
 }
+APPLY = "application/apply-patch+yaml"  # server-side apply (``_apply``)
 TRUE = ("true", "1", "True")
 SCALABLE = {("apps", "deployments")}  # kinds with a ``scale`` subresource (kubectl scale)
 EXTRA_SUBRESOURCES = {(("", "pods"), "log"), (("", "serviceaccounts"), "token")}
@@ -447,8 +449,10 @@ class Api:
                      dry: bool = False) -> web.Response:
         assert target.name is not None
         ctype = request.content_type
-        body = await request.json()
         rtype, ns = target.rtype, target.namespace or ""
+        if ctype == APPLY:
+            return await self._apply(request, target, dry=dry)
+        body = await request.json()
         self.patches.append(Patch(rtype.plural, ns, target.name, target.subresource, ctype,
                                   body))
         patcher = PATCHERS.get(ctype)
@@ -468,6 +472,48 @@ class Api:
             updated.setdefault("metadata", {})["resourceVersion"] = \
                 current["metadata"]["resourceVersion"]
         warnings = self._validate(request, rtype, updated)
+        if not target.subresource:
+            defaults.apply(rtype.group_resource, updated)
+        result = self.store.replace(rtype, ns, target.name, updated,
+                                    subresource=target.subresource, dry_run=dry)
+        return self._json(result, rtype, warnings=warnings)
+
+    async def _apply(self, request: web.Request, target: Target, *,
+                     dry: bool = False) -> web.Response:
+        """Server-side apply, simplified: the applied configuration creates the object or is
+        merged into it (strategic merge for built-in kinds, JSON merge for CRD kinds). Field
+        ownership is not tracked: no conflicts, and a field dropped from the configuration is
+        not removed."""
+        assert target.name is not None
+        rtype, ns = target.rtype, target.namespace or ""
+        try:
+            body = yaml.safe_load(await request.text())
+        except yaml.YAMLError as exc:
+            raise ApiError(400, "BadRequest", f"the applied configuration is not YAML: {exc}")\
+                from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the applied configuration must be an object")
+        if not request.query.get("fieldManager"):
+            raise ApiError(422, "Invalid", "fieldManager: Required value: is required for "
+                                           "apply patch")
+        self.patches.append(Patch(rtype.plural, ns, target.name, target.subresource, APPLY,
+                                  body))
+        current = self.store.objects[rtype.group_resource].get(
+            (ns if rtype.namespaced else "", target.name))
+        warnings = self._validate(request, rtype, body)
+        if current is None:
+            if target.subresource:
+                raise ApiError(404, "NotFound", f'{rtype.plural} "{target.name}" not found')
+            body.setdefault("metadata", {})["name"] = target.name
+            defaults.apply(rtype.group_resource, body)
+            created = self.store.create(rtype, ns, body, dry_run=dry)
+            return self._json(created, rtype, status=201, warnings=warnings)
+        merge = patching.merge_patch if rtype.crd is not None else \
+            patching.strategic_merge_patch
+        updated = merge(current, {k: v for k, v in body.items() if k != "status"}
+                        if not target.subresource else body)
+        updated.setdefault("metadata", {})["resourceVersion"] = \
+            current["metadata"]["resourceVersion"]
         if not target.subresource:
             defaults.apply(rtype.group_resource, updated)
         result = self.store.replace(rtype, ns, target.name, updated,
