@@ -432,3 +432,19 @@ async def test_server_side_apply_creates_and_merges(kubectl: Kubectl, tmp_path: 
                    "colour: red\n")
     refused = await kubectl.run("apply", "--server-side", "-f", str(bad), ok=False)
     assert 'unknown field "colour"' in refused.stderr
+
+
+async def test_deleting_a_namespace_deletes_what_is_in_it(kubectl: Kubectl,
+                                                          tmp_path: Path) -> None:
+    manifest = tmp_path / "install.yaml"
+    manifest.write_text(INSTALL)
+    await kubectl.run("apply", "-f", str(manifest))
+    await kubectl.run("create", "configmap", "keep", "-n", "default")
+    await kubectl.run("delete", "namespace", "shop")
+    emu = kubectl.emu
+    assert emu.get("deployments", "shop", "web", group="apps") is None
+    assert emu.get("serviceaccounts", "shop", "podway") is None
+    assert emu.get("configmaps", "default", "keep") is not None
+    assert emu.get("clusterroles", "", "podway") is not None  # cluster-scoped: stays
+    refused = await kubectl.run("create", "configmap", "late", "-n", "shop", ok=False)
+    assert 'namespaces "shop" not found' in refused.stderr

@@ -16,7 +16,8 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
   admission hook and answers what would be stored, but stores nothing, bumps no version and
   tells no watch.
 - With ``require_namespaces`` (the lab), creating a namespaced object in a namespace that does
-  not exist is ``404 NotFound``, as on a real API server.
+  not exist is ``404 NotFound``, as on a real API server, and deleting a namespace deletes
+  everything in it (at once: no ``Terminating`` phase).
 """
 
 from __future__ import annotations
@@ -216,11 +217,21 @@ class Store:
         key = (namespace if rtype.namespaced else "", name)
         if dry_run:
             return old
+        if self.require_namespaces and rtype.group_resource == ("", "namespaces"):
+            self._empty_namespace(name)
         if not notify:  # the write happened (the version moves) but no watch hears of it
             self.version += 1
             del self.objects[rtype.group_resource][key]
             return old
         return self._commit(rtype, key, "DELETED", old)
+
+    def _empty_namespace(self, namespace: str) -> None:
+        """The namespace controller's work, at once: every object in a deleted namespace goes
+        (with DELETED events), so nothing outlives its namespace."""
+        for rtype in {t.group_resource: t for t in self._types.values() if t.namespaced}.values():
+            store = self.objects.get(rtype.group_resource, {})
+            for key in [k for k in store if k[0] == namespace]:
+                self._commit(rtype, key, "DELETED", copy.deepcopy(store[key]))
 
     def _commit(self, rtype: ResourceType, key: tuple[str, str], kind: str, obj: Obj) -> Obj:
         self.version += 1
