@@ -8,12 +8,15 @@ Its own lab (module scope), torn down at the end like test_lab's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import threading
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,6 +81,38 @@ def kubectl(env: dict[str, str], *args: str, ok: bool = True,
                           timeout=timeout, check=False)
     assert (done.returncode == 0) == ok, done
     return done
+
+
+@contextlib.contextmanager
+def steady_load(lab: RunningLab) -> Iterator[dict[str, Counter[str]]]:
+    """L4 (a new connection each) and L7 requests on the VIP, back to back from the client
+    namespace, while the block runs; what they got, per kind ("ok" or the failure)."""
+    stop = threading.Event()
+    seen: dict[str, Counter[str]] = {"l4": Counter(), "l7": Counter()}
+
+    def steady(kind: str, url: str, host: str) -> None:
+        while not stop.is_set():
+            reply = request(parse_url(url), host_header=host)
+            seen[kind]["ok" if reply.ok else f"{reply.status} {reply.error}"] += 1
+
+    loads = [single_thread(netns=f"pwlab-{lab.name}-client", name=f"lab-{k}") for k in seen]
+    running = [loads[0].submit(steady, "l4", LB, ""),
+               loads[1].submit(steady, "l7", L7, "httpd.lab")]
+    try:
+        yield seen
+    finally:
+        stop.set()
+        for future in running:
+            future.result()
+        for load in loads:
+            load.shutdown()
+
+
+def assert_none_failed(seen: dict[str, Counter[str]]) -> None:
+    assert seen["l4"]["ok"] > 100, seen
+    assert seen["l7"]["ok"] > 100, seen
+    assert {k: sum(n for what, n in c.items() if what != "ok") for k, c in seen.items()} == \
+        {"l4": 0, "l7": 0}, seen
 
 
 def rows(text: str) -> list[list[str]]:
@@ -216,31 +251,26 @@ def test_rollout_restart_under_load_loses_nothing(lab: RunningLab,
     assert len(old) == 4
     lab.wait(lambda: set(lab.spread(LB, 16)) == old and set(lab.spread(
         L7, 16, host="httpd.lab")) == old, what="both VIP ports over every pod")
-    stop = threading.Event()
-    seen: dict[str, Counter[str]] = {"l4": Counter(), "l7": Counter()}
     overlap: Counter[int] = Counter()
+    done = threading.Event()
 
-    def steady(kind: str, url: str, host: str) -> None:
-        while not stop.is_set():
-            reply = request(parse_url(url), host_header=host)
-            seen[kind]["ok" if reply.ok else f"{reply.status} {reply.error}"] += 1
+    def watch_overlap() -> None:
+        while not done.is_set():
+            names = {p["metadata"]["name"] for p in lab.pods()
+                     if not p["metadata"].get("deletionTimestamp")}
+            overlap[len(names & old) and len(names - old) and 1] += 1
+            done.wait(0.2)
 
-    loads = [single_thread(netns=f"pwlab-{lab.name}-client", name=f"lab-{k}") for k in seen]
-    running = [loads[0].submit(steady, "l4", LB, ""),
-               loads[1].submit(steady, "l7", L7, "httpd.lab")]
-    try:
+    with steady_load(lab) as seen:
         assert "restarted" in kubectl(env, "rollout", "restart", "deployment/httpd").stdout
-
-        def watch_overlap() -> None:
-            while not stop.is_set():
-                names = {p["metadata"]["name"] for p in lab.pods()
-                         if not p["metadata"].get("deletionTimestamp")}
-                overlap[len(names & old) and len(names - old) and 1] += 1
-                stop.wait(0.2)
-
         watcher = threading.Thread(target=watch_overlap, daemon=True)
         watcher.start()
-        out = kubectl(env, "rollout", "status", "deployment/httpd", "--timeout=180s").stdout
+        try:
+            out = kubectl(env, "rollout", "status", "deployment/httpd",
+                          "--timeout=180s").stdout
+        finally:
+            done.set()
+            watcher.join()
         assert "successfully rolled out" in out
         new = {p["metadata"]["name"] for p in lab.pods()
                if not p["metadata"].get("deletionTimestamp")}
@@ -251,21 +281,12 @@ def test_rollout_restart_under_load_loses_nothing(lab: RunningLab,
                  what="L7 over the new pods")
         lab.wait(lambda: not old & {p["metadata"]["name"] for p in lab.pods()},
                  what="the old pods gone")
-    finally:
-        stop.set()
-        for future in running:
-            future.result()
-        for load in loads:
-            load.shutdown()
     sets = rows(kubectl(env, "get", "rs", "-l", "app=httpd").stdout)
     assert len(sets) == 3  # header, the old ReplicaSet at 0, the new one at 4
     assert sorted(r[1] for r in sets[1:]) == ["0", "4"]
     assert overlap[1] > 0, overlap  # old and new pods served side by side: a rolling update
     print(f"\nrollout restart: {seen}")
-    assert seen["l4"]["ok"] > 100, seen
-    assert seen["l7"]["ok"] > 100, seen
-    assert {k: sum(n for what, n in c.items() if what != "ok") for k, c in seen.items()} == \
-        {"l4": 0, "l7": 0}, seen
+    assert_none_failed(seen)
 
 
 def test_lb_ready_gate_holds_pods_until_the_engine_reports_them_healthy(
@@ -276,29 +297,12 @@ def test_lb_ready_gate_holds_pods_until_the_engine_reports_them_healthy(
     (it does not flap: its transition time stays put once True)."""
     env = kubectl_env
     gate = "podway.io/lb-ready"
-    stop = threading.Event()
-    seen: dict[str, Counter[str]] = {"l4": Counter(), "l7": Counter()}
-
-    def steady(kind: str, url: str, host: str) -> None:
-        while not stop.is_set():
-            reply = request(parse_url(url), host_header=host)
-            seen[kind]["ok" if reply.ok else f"{reply.status} {reply.error}"] += 1
-
-    loads = [single_thread(netns=f"pwlab-{lab.name}-client", name=f"lab-{k}") for k in seen]
-    running = [loads[0].submit(steady, "l4", LB, ""),
-               loads[1].submit(steady, "l7", L7, "httpd.lab")]
-    try:
+    with steady_load(lab) as seen:
         kubectl(env, "patch", "deployment", "httpd", "-p", json.dumps(
             {"spec": {"template": {"spec": {"readinessGates": [{"conditionType": gate}]}}}}))
         kubectl(env, "rollout", "status", "deployment/httpd", "--timeout=180s")
         lab.wait(lambda: not any(p["metadata"].get("deletionTimestamp") for p in lab.pods()),
                  what="the old pods gone")
-    finally:
-        stop.set()
-        for future in running:
-            future.result()
-        for load in loads:
-            load.shutdown()
     pods = [p for p in lab.pods() if p["metadata"]["name"].startswith("httpd-")]
     assert len(pods) == 4
     for pod in pods:
@@ -311,7 +315,7 @@ def test_lb_ready_gate_holds_pods_until_the_engine_reports_them_healthy(
             conditions[gate]["lastTransitionTime"]
     before = {p["metadata"]["name"]: next(c for c in p["status"]["conditions"]
                                           if c["type"] == gate) for p in pods}
-    stop.wait(3)
+    time.sleep(3)
     after = {p["metadata"]["name"]: next(c for c in p["status"]["conditions"]
                                          if c["type"] == gate) for p in lab.pods()
              if p["metadata"]["name"] in before}
@@ -326,10 +330,7 @@ def test_lb_ready_gate_holds_pods_until_the_engine_reports_them_healthy(
                        "jsonpath={.spec.template.spec.readinessGates}").stdout
     assert template == ""
     print(f"\nlb-ready rollout: {seen}")
-    assert seen["l4"]["ok"] > 100, seen
-    assert seen["l7"]["ok"] > 100, seen
-    assert {k: sum(n for what, n in c.items() if what != "ok") for k, c in seen.items()} == \
-        {"l4": 0, "l7": 0}, seen
+    assert_none_failed(seen)
 
 
 def test_down_leaves_nothing(lab: RunningLab) -> None:

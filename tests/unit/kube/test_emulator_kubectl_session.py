@@ -436,11 +436,21 @@ async def test_server_side_apply_creates_and_merges(kubectl: Kubectl, tmp_path: 
 
 async def test_deleting_a_namespace_deletes_what_is_in_it(kubectl: Kubectl,
                                                           tmp_path: Path) -> None:
+    """As the namespace controller: the namespace terminates, then its content and itself go;
+    cluster-scoped objects and other namespaces stay."""
     manifest = tmp_path / "install.yaml"
     manifest.write_text(INSTALL)
     await kubectl.run("apply", "-f", str(manifest))
     await kubectl.run("create", "configmap", "keep", "-n", "default")
-    await kubectl.run("delete", "namespace", "shop")
+    await kubectl.run("delete", "namespace", "shop", "--wait=false")
+    # Terminating: no new content, but what is in it can still be deleted (kubectl delete -f
+    # of a file that starts with its namespace works as on a cluster).
+    refused = await kubectl.run("create", "configmap", "late", "-n", "shop", ok=False)
+    assert "unable to create new content in namespace shop because it is being terminated" \
+        in refused.stderr
+    assert "Terminating" in await kubectl.out("get", "namespace", "shop")
+    await kubectl.run("delete", "-n", "shop", "serviceaccount", "podway")
+    await kubectl.run("wait", "--for=delete", "namespace/shop", "--timeout=30s")
     emu = kubectl.emu
     assert emu.get("deployments", "shop", "web", group="apps") is None
     assert emu.get("serviceaccounts", "shop", "podway") is None

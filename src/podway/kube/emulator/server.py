@@ -30,6 +30,7 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     "application/json-patch+json": patching.json_patch,
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
 }
+NAMESPACE_FINALIZE_S = 1.0  # a deleted namespace's content goes this long after (cluster mode)
 APPLY = "application/apply-patch+yaml"  # server-side apply (``_apply``)
 TRUE = ("true", "1", "True")
 SCALABLE = {("apps", "deployments")}  # kinds with a ``scale`` subresource (kubectl scale)
@@ -373,12 +374,41 @@ class Api:
             options = await request.json() if request.can_read_body else {}
             # kubectl sends DeleteOptions in the body: {"dryRun": ["All"], ...}
             dry = dry or "All" in ((options or {}).get("dryRun") or [])
+            if store.require_namespaces and rtype.group_resource == ("", "namespaces") \
+                    and not dry:
+                return self._json(self._delete_namespace(target.name), rtype)
             if store.graceful_pods and rtype.group_resource == ("", "pods") and not dry:
                 leaving = self._graceful_delete(request, target, options or {})
                 if leaving is not None:
                     return self._json(leaving, rtype)
             return self._json(store.delete(rtype, ns, target.name, dry_run=dry), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    def _delete_namespace(self, name: str) -> Obj:
+        """As the API server and the namespace controller: the namespace turns
+        ``Terminating`` (no new content; deleting what is in it still works), and a moment
+        later everything in it is deleted, then the namespace."""
+        store, rtype = self.store, self.store.by_plural("namespaces", "")
+        current = store.get(rtype, "", name)
+        if current["metadata"].get("deletionTimestamp"):
+            return current
+        leaving = copy.deepcopy(current)
+        leaving["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        leaving["metadata"].pop("resourceVersion", None)
+        leaving["status"] = {"phase": "Terminating"}
+        result = store.replace(rtype, "", name, leaving, subresource="*", check_version=False)
+        uid = result["metadata"].get("uid")
+
+        def finish() -> None:
+            found = store.objects[("", "namespaces")].get(("", name))
+            if found is None or found["metadata"].get("uid") != uid:
+                return
+            store.empty_namespace(name)
+            store.delete(rtype, "", name)
+
+        asyncio.get_running_loop().call_later(NAMESPACE_FINALIZE_S, finish)
+        return result
 
     def _graceful_delete(self, request: web.Request, target: Target,
                          options: Obj) -> Obj | None:

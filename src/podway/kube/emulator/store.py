@@ -16,8 +16,7 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
   admission hook and answers what would be stored, but stores nothing, bumps no version and
   tells no watch.
 - With ``require_namespaces`` (the lab), creating a namespaced object in a namespace that does
-  not exist is ``404 NotFound``, as on a real API server, and deleting a namespace deletes
-  everything in it (at once: no ``Terminating`` phase).
+  not exist is ``404 NotFound`` (``403`` while it is terminating), as on a real API server.
 """
 
 from __future__ import annotations
@@ -151,9 +150,14 @@ class Store:
         key = (namespace if rtype.namespaced else "", str(meta["name"]))
         if key in self.objects[rtype.group_resource]:
             raise ApiError(409, "AlreadyExists", f'{rtype.plural} "{key[1]}" already exists')
-        if rtype.namespaced and self.require_namespaces and \
-                ("", key[0]) not in self.objects[("", "namespaces")]:
-            raise ApiError(404, "NotFound", f'namespaces "{key[0]}" not found')
+        if rtype.namespaced and self.require_namespaces:
+            found = self.objects[("", "namespaces")].get(("", key[0]))
+            if found is None:
+                raise ApiError(404, "NotFound", f'namespaces "{key[0]}" not found')
+            if found["metadata"].get("deletionTimestamp"):
+                raise ApiError(403, "Forbidden", f'{rtype.plural} "{key[1]}" is forbidden: '
+                                                 f"unable to create new content in namespace "
+                                                 f"{key[0]} because it is being terminated")
         if rtype.namespaced:
             meta["namespace"] = key[0]
         else:
@@ -217,17 +221,15 @@ class Store:
         key = (namespace if rtype.namespaced else "", name)
         if dry_run:
             return old
-        if self.require_namespaces and rtype.group_resource == ("", "namespaces"):
-            self._empty_namespace(name)
         if not notify:  # the write happened (the version moves) but no watch hears of it
             self.version += 1
             del self.objects[rtype.group_resource][key]
             return old
         return self._commit(rtype, key, "DELETED", old)
 
-    def _empty_namespace(self, namespace: str) -> None:
-        """The namespace controller's work, at once: every object in a deleted namespace goes
-        (with DELETED events), so nothing outlives its namespace."""
+    def empty_namespace(self, namespace: str) -> None:
+        """The namespace controller's work: every object in the namespace goes (with DELETED
+        events), so nothing outlives it."""
         for rtype in {t.group_resource: t for t in self._types.values() if t.namespaced}.values():
             store = self.objects.get(rtype.group_resource, {})
             for key in [k for k in store if k[0] == namespace]:
