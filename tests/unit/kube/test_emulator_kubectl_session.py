@@ -458,3 +458,26 @@ async def test_deleting_a_namespace_deletes_what_is_in_it(kubectl: Kubectl,
     assert emu.get("clusterroles", "", "podway") is not None  # cluster-scoped: stays
     refused = await kubectl.run("create", "configmap", "late", "-n", "shop", ok=False)
     assert 'namespaces "shop" not found' in refused.stderr
+
+
+async def test_get_watch_prints_rows_as_they_change(tmp_path: Path) -> None:
+    """``kubectl get -w``: the watch answers Table rows, so changes print in the same columns."""
+    async with KubeEmulator() as emu:
+        pod = {"metadata": {"name": "a", "namespace": "default"},
+               "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}}
+        emu.put("pods", pod)
+        proc = await asyncio.create_subprocess_exec(
+            "kubectl", "--server", emu.url, "--cache-dir", str(tmp_path / "cache"), "get",
+            "pods", "-w", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None
+            first = [(await proc.stdout.readline()).split() for _ in range(2)]
+            assert first[0][:3] == [b"NAME", b"READY", b"STATUS"]
+            assert first[1][:3] == [b"a", b"0/1", b"Pending"]
+            emu.put("pods", {**pod, "status": {"phase": "Running"}})
+            async with asyncio.timeout(20):
+                changed = (await proc.stdout.readline()).split()
+            assert changed[:3] == [b"a", b"0/1", b"Running"]
+        finally:
+            proc.terminate()
+            await proc.communicate()
