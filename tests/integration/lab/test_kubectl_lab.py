@@ -127,6 +127,8 @@ def test_kubectl_session(lab: RunningLab, kubectl_env: dict[str, str], tmp_path:
     kubectl(env, "wait", "--for=condition=Available", "deployment/httpd", "--timeout=60s")
     deploys = rows(kubectl(env, "get", "deploy", "httpd").stdout)
     assert deploys[1][:4] == ["httpd", "4/4", "4", "4"]
+    # The lab's kubeconfig is the administrator (no credentials over plain HTTP).
+    assert kubectl(env, "auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
     everything = kubectl(env, "get", "all").stdout
     assert "replicaset.apps/httpd-" in everything
     assert "service/lb-httpd" in everything
