@@ -15,6 +15,8 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +131,17 @@ def test_kubectl_session(lab: RunningLab, kubectl_env: dict[str, str], tmp_path:
     assert deploys[1][:4] == ["httpd", "4/4", "4", "4"]
     # The lab's kubeconfig is the administrator (no credentials over plain HTTP).
     assert kubectl(env, "auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
+    # RBAC holds for a ServiceAccount's token (what an in-cluster client sends): the default
+    # ServiceAccount is bound to nothing, so it may not even list pods.
+    token = kubectl(env, "create", "token", "default").stdout.strip()
+    answer = urllib.request.Request(f"{lab.api.base}/api/v1/nodes",
+                                    headers={"Authorization": f"Bearer {token}"})
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        urllib.request.urlopen(answer, timeout=10)
+    assert denied.value.code == 403
+    assert json.loads(denied.value.read())["message"] == (
+        'nodes is forbidden: User "system:serviceaccount:default:default" cannot list '
+        'resource "nodes" in API group "" at the cluster scope')
     everything = kubectl(env, "get", "all").stdout
     assert "replicaset.apps/httpd-" in everything
     assert "service/lb-httpd" in everything

@@ -16,7 +16,8 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
   admission hook and answers what would be stored, but stores nothing, bumps no version and
   tells no watch.
 - With ``require_namespaces`` (the lab), creating a namespaced object in a namespace that does
-  not exist is ``404 NotFound`` (``403`` while it is terminating), as on a real API server.
+  not exist is ``404 NotFound`` (``403`` while it is terminating), as on a real API server,
+  and every new namespace gets its ``default`` ServiceAccount.
 """
 
 from __future__ import annotations
@@ -173,7 +174,18 @@ class Store:
             self.admit(rtype, obj, None)
         if dry_run:
             return obj
-        return self._commit(rtype, key, "ADDED", obj)
+        created = self._commit(rtype, key, "ADDED", obj)
+        if self.require_namespaces and rtype.group_resource == ("", "namespaces"):
+            self._default_service_account(key[1])
+        return created
+
+    def _default_service_account(self, namespace: str) -> None:
+        """The ServiceAccount controller's work: every namespace has a ``default`` one."""
+        rtype = next(t for t in self._types.values()
+                     if t.group_resource == ("", "serviceaccounts"))
+        if ("", "serviceaccounts") in self.objects and \
+                (namespace, "default") not in self.objects[("", "serviceaccounts")]:
+            self.create(rtype, namespace, {"metadata": {"name": "default"}})
 
     def replace(self, rtype: ResourceType, namespace: str, name: str, new: Obj, *,
                 subresource: str = "", check_version: bool = True,
