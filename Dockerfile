@@ -12,10 +12,10 @@ RUN python -m venv /opt/podway \
 
 FROM python:3.12-slim-bookworm
 # iproute2 and nftables/iptables: the agent's kernel rules and the engine host setup;
-# bird2 and keepalived: VIP reachability (docs/vips.md).
+# bird2 and keepalived: VIP reachability (docs/vips.md); haproxy: podway engine --engine haproxy.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      iproute2 nftables iptables conntrack bird2 keepalived procps \
+      iproute2 nftables iptables conntrack bird2 keepalived haproxy procps \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 podway \
  && useradd --system --uid 10001 --gid podway --home-dir /var/lib/podway --create-home podway

@@ -38,6 +38,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from podway.base.errors import PodwayError
+from podway.engines.member_health import MemberHealthReports
 from podway.envoy import types
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
@@ -190,6 +191,19 @@ class Pipeline:
         after = self._current()
         if after != before and self._state is not None:
             self._publish(_replace_rejections(self._state, after, self._next_version()))
+
+    def engine_refused(self, node: str, listener: str, reason: str) -> None:
+        """An engine accepted ``listener`` and then could not serve it (its port taken on
+        the engine's worker: Envoy sends no NACK then; issue 23.2). Recorded as that engine's
+        rejection of the listener, exactly as a NACK naming it would be: its object gets the
+        same condition, and the next update the engine accepts for it clears it."""
+        self.on_event(Nack(node=node, type_url=types.LISTENER, version="", nonce="",
+                           message=reason, resources=(listener,)))
+
+    def hear_refusals(self, reports: MemberHealthReports) -> None:
+        """Record each listener an engine reports it could not serve (``engine_refused``)."""
+        reports.on_refused(lambda node, refusal: self.engine_refused(
+            node, refusal.listener, refusal.reason))
 
     async def wait_for(self, predicate: Callable[[State], bool]) -> State:
         """The first published state (the current one included) that satisfies ``predicate``;

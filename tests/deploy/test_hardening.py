@@ -6,6 +6,7 @@ evaluated here against the requests the agent makes and those a stolen agent tok
 
 from __future__ import annotations
 
+import base64
 import copy
 from typing import Any
 
@@ -49,20 +50,31 @@ def test_agent_and_engine_run_with_the_runtime_seccomp_profile(objects: list[Any
 def test_no_xtables_lock_under_nftables(objects: list[Any]) -> None:
     spec = pod_spec(objects, "DaemonSet", "podway-agent")
     assert "--rules=nftables" in spec["containers"][0]["args"]
-    assert [v["name"] for v in spec["volumes"]] == ["npl-key"]
-    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["npl-key"]
+    assert "volumes" not in spec
+    assert "volumeMounts" not in spec["containers"][0]
 
 
 def test_agents_sign_and_the_controller_checks_npl_mappings(objects: list[Any]) -> None:
-    """Both read the key from one Secret; the controller knows the agents' port range."""
+    """Only the controller mounts the master key; each agent asks it for its node's key (a
+    CertificateSigningRequest: it may create and read them, the controller list and annotate
+    them) and holds no Secret at all; the controller knows the agents' port range."""
     agent = pod_spec(objects, "DaemonSet", "podway-agent")
     controller = pod_spec(objects, "Deployment", "podway-controller")
-    for spec in (agent, controller):
-        assert "--npl-key=/etc/podway/npl/key" in spec["containers"][0]["args"]
-        volume = next(v for v in spec["volumes"] if v["name"] == "npl-key")
-        assert volume["secret"]["secretName"] == "podway-npl-key"
-    assert "--npl-port-range=61000-62000" in controller["containers"][0]["args"]
+    args = controller["containers"][0]["args"]
+    assert "--npl-key=/etc/podway/npl/key" in args
+    assert f"--npl-agent={AGENT}" in args
+    volume = next(v for v in controller["volumes"] if v["name"] == "npl-key")
+    assert volume["secret"]["secretName"] == "podway-npl-key"
+    assert "--npl-key-request" in agent["containers"][0]["args"]
+    assert not [a for a in agent["containers"][0]["args"] if a.startswith("--npl-key=")]
+    assert not [v for v in agent.get("volumes", []) if "secret" in v]
+    assert "--npl-port-range=61000-62000" in args
     assert "--port-range=61000-62000" in agent["containers"][0]["args"]
+    csr = {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"]}
+    rules = by_kind(objects, "ClusterRole", "podway-agent")["rules"]
+    assert {**csr, "verbs": ["create", "get"]} in rules
+    rules = by_kind(objects, "ClusterRole", "podway-controller")["rules"]
+    assert {**csr, "verbs": ["get", "list", "watch", "patch"]} in rules
 
 
 async def test_the_iptables_choice_keeps_the_xtables_lock() -> None:
@@ -210,3 +222,40 @@ async def test_engines_can_get_a_certificate_each_from_cert_manager() -> None:
     _, default = await render(python, {})
     args = pod_spec(default, "Deployment", "podway-engine-edge")["containers"][0]["args"]
     assert "--node-id=$(NODE_NAME)" in args
+
+
+def helm_secret(key: bytes | None, *, by_helm: bool) -> dict[str, Any]:
+    """The NodePortLocal key Secret as a cluster holds it: from an earlier install of this
+    release (Helm's labels and ownership annotations), or created by hand."""
+    meta: dict[str, Any] = {"name": "podway-npl-key", "namespace": "podway-system"}
+    if by_helm:
+        meta["labels"] = {"app.kubernetes.io/managed-by": "Helm"}
+        meta["annotations"] = {"meta.helm.sh/release-name": "podway",
+                               "meta.helm.sh/release-namespace": "podway-system"}
+    data = {} if key is None else {"key": base64.b64encode(key).decode()}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "type": "Opaque",
+            "data": data}
+
+
+async def test_the_chart_generates_the_npl_key_and_keeps_it_across_upgrades() -> None:
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (see tests/deploy/helm.py)")
+    keys = []
+    for _ in range(2):  # two fresh installs: two different random keys
+        _, objects = await render(python, {})
+        secret = by_kind(objects, "Secret", "podway-npl-key")
+        keys.append(base64.b64decode(secret["data"]["key"]))
+    assert keys[0] != keys[1]
+    assert all(len(k) >= 32 for k in keys)  # at least the 16 bytes the controller asks
+    # An upgrade finds the installed key and renders it again, unchanged.
+    installed = b"the-key-this-cluster-holds-000000"
+    _, upgraded = await render(python, {}, existing=(helm_secret(installed, by_helm=True),))
+    assert base64.b64decode(by_kind(upgraded, "Secret", "podway-npl-key")["data"]["key"]) \
+        == installed
+    # A Secret the operator made is theirs: not rendered, so not overwritten nor deleted.
+    _, theirs = await render(python, {}, existing=(helm_secret(installed, by_helm=False),))
+    assert not [o for o in theirs if o["kind"] == "Secret"]
+    # Antrea's agent: no key at all.
+    _, antrea = await render(python, {"agent": {"enabled": False}})
+    assert not [o for o in antrea if o["kind"] == "Secret"]

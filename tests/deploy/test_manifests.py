@@ -4,12 +4,14 @@ podway.yaml is exactly the chart's default rendering (``--update-golden`` rewrit
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from podway.programs.controller.config import parse_config
 from podway.programs.ipam import parse_pools
 from tests.deploy.helm import ROOT, helm_python, render
 
@@ -17,7 +19,8 @@ K8S = "1.33.0"
 PLAIN = ROOT / "deploy" / "kubernetes" / "podway.yaml"
 HEADER = ("# Rendered from deploy/helm/podway with its default values (release podway, namespace\n"
           "# podway-system). Do not edit: change the chart and run the deploy tests with\n"
-          "# --update-golden.\n")
+          "# --update-golden. The chart generates the Secret podway-npl-key; with this file,\n"
+          "# create it yourself first (docs/install.md).\n")
 
 
 def validate(objects: list[Any]) -> None:
@@ -84,7 +87,11 @@ async def test_chart_defaults_lint_render_validate_and_match(helm: Any,
     assert engine["nodeSelector"] == {"podway.io/edge": "true"}
     assert [c["name"] for c in engine["containers"]] == ["engine"]
     ha_controller(objects)
-    text = HEADER + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in objects)
+    # The generated NodePortLocal master key is the one object the plain manifest leaves out:
+    # a key in a file everyone applies would be everyone's (docs/install.md: create it).
+    key = by_kind(objects, "Secret", "podway-npl-key")
+    plain = [o for o in objects if o is not key]
+    text = HEADER + "---\n".join(yaml.safe_dump(o, sort_keys=False) for o in plain)
     if update_golden:
         PLAIN.parent.mkdir(parents=True, exist_ok=True)
         PLAIN.write_text(text)
@@ -196,6 +203,17 @@ async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
         "--ingress-class=nginx", "--ingress-class=legacy"]
 
 
+async def test_chart_passes_ingress_nginx_settings(helm: Any) -> None:
+    """controller.nginxConfig: one --nginx-config KEY=VALUE per key on the controller."""
+    _, objects = await render(helm, {"controller": {"ingressClasses": ["nginx"], "nginxConfig": {
+        "hsts-max-age": "600", "hsts-preload": "true"}}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--nginx-config=")] == [
+        "--nginx-config=hsts-max-age=600", "--nginx-config=hsts-preload=true"]
+
+
 async def test_chart_engine_group_can_serve_only_its_objects(helm: Any) -> None:
     """By default an engine group's engines serve everything (no --engine-group); with
     onlyItsObjects they pass --engine-group=<name>, and the rendering stays valid."""
@@ -251,6 +269,42 @@ def second_chance_command(args: list[str]) -> dict[str, Any]:
     command: Any = typer.main.get_command(alone)
     assert args[:2] == ["vip", "second-chance"]
     return dict(command.make_context("second-chance", list(args[2:])).params)
+
+
+async def test_chart_engine_groups_choose_their_engine_kind(helm: Any) -> None:
+    """engineGroups[].engine: HAProxy and kernel groups pass --engine (the kernel one runs as
+    root with NET_ADMIN only); a group serving only its objects has its kind in the controller's
+    --config, which the controller parses; Envoy groups render as before."""
+    groups = [{"name": "web", "engine": "haproxy", "replicas": 1, "onlyItsObjects": True,
+               "nodeSelector": {"podway.io/edge": "true"}, "tlsSecret": "podway-engine-tls",
+               "concurrency": 1},
+              {"name": "db", "engine": "kernel", "replicas": 1, "onlyItsObjects": True,
+               "nodeSelector": {"podway.io/db": "true"}, "tlsSecret": "podway-engine-tls",
+               "concurrency": 1},
+              {"name": "edge", "engine": "envoy", "replicas": 1, "onlyItsObjects": False,
+               "nodeSelector": {"podway.io/edge": "true"}, "tlsSecret": "podway-engine-tls",
+               "concurrency": 1}]
+    lint, objects = await render(helm, {"engineGroups": groups})
+    assert lint["Errors"] is None
+    validate(objects)
+
+    def engine(name: str) -> dict[str, Any]:
+        spec = by_kind(objects, "Deployment", f"podway-engine-{name}")["spec"]["template"]
+        return dict(spec["spec"]["containers"][0])
+
+    assert "--engine=haproxy" in engine("web")["args"]
+    assert engine("web")["securityContext"]["runAsNonRoot"] is True
+    kernel = engine("db")
+    assert "--engine=kernel" in kernel["args"]
+    assert kernel["securityContext"]["runAsUser"] == 0
+    assert kernel["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
+    assert not [a for a in engine("edge")["args"] if a.startswith("--engine=")]
+    config = by_kind(objects, "ConfigMap", "podway-controller-config")["data"]["config.yaml"]
+    assert dict(parse_config(config, path=Path("config.yaml")).engine_kinds) == {
+        "web": "haproxy", "db": "kernel"}
+    args = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert controller_command(args)["config"] == Path("/etc/podway/config/config.yaml")
 
 
 def test_the_controller_may_list_and_watch_every_kind_its_source_watches() -> None:

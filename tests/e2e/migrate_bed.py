@@ -20,6 +20,7 @@ from podway.tools.migrate.compare import Report, run
 from podway.tools.migrate.probes import Probe, from_objects
 from podway.tools.migrate.replay import Address, EntryPoint, ReplayOptions
 from podway.translate import TranslateOptions
+from podway.translate.core.nginx_config import INGRESS_NGINX, NginxConfig
 from tests.e2e.harness import Stack, echo_backend, free_port
 from tests.e2e.nginx_oracle import Config, nginx
 
@@ -67,7 +68,8 @@ async def start_backends(names: Sequence[str], tasks: list[asyncio.Task[None]]
     return ports
 
 
-async def podway_stack(root: Path, *, ingress_class: str = NGINX_CLASS) -> Stack:
+async def podway_stack(root: Path, *, ingress_class: str = NGINX_CLASS,
+                       nginx_config: NginxConfig = INGRESS_NGINX) -> Stack:
     """Standalone Podway on ``root`` taking over Ingresses of ``ingress_class`` (as
     ``--ingress-class nginx``: their nginx annotations served), started."""
     http_port, https_port = free_port(), free_port()
@@ -75,7 +77,8 @@ async def podway_stack(root: Path, *, ingress_class: str = NGINX_CLASS) -> Stack
         manifests=root, drain_s=0, status_file=root.parent / f"{root.name}-status.yaml",
         translate=TranslateOptions(address="127.0.0.1", http_port=http_port,
                                    https_port=https_port,
-                                   takeover_classes=(ingress_class,))))
+                                   takeover_classes=(ingress_class,),
+                                   nginx=nginx_config)))
     stack = Stack(root, http_port, https_port, standalone)
     await stack.start()
     return stack
@@ -83,19 +86,21 @@ async def podway_stack(root: Path, *, ingress_class: str = NGINX_CLASS) -> Stack
 
 @contextlib.asynccontextmanager
 async def bed(tmp_path: Path, old_text: str, new_text: str | None = None, *,
-              hsts: bool = False) -> AsyncIterator[Bed]:
-    """nginx serving ``old_text``, Podway serving ``new_text`` (default: the same)."""
+              nginx_config: NginxConfig = INGRESS_NGINX) -> AsyncIterator[Bed]:
+    """nginx serving ``old_text``, Podway serving ``new_text`` (default: the same), both with
+    the controller-wide settings ``nginx_config`` (ingress-nginx's ConfigMap)."""
     need_nginx()
     folder = tmp_path / "nginx"
     folder.mkdir()
     root = tmp_path / "podway"
     root.mkdir()
     (root / "all.yaml").write_text(new_text if new_text is not None else old_text)
-    config = Config(folder=folder, http_port=free_port(), https_port=free_port(), hsts=hsts)
+    config = Config(folder=folder, http_port=free_port(), https_port=free_port(),
+                    nginx=nginx_config)
     stack: Stack | None = None
     try:
         async with nginx(objects_of(old_text), config):
-            stack = await podway_stack(root)
+            stack = await podway_stack(root, nginx_config=nginx_config)
             yield Bed(old=entry("old", config.http_port, config.https_port), podway=stack)
     finally:
         if stack is not None:

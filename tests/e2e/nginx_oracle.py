@@ -19,8 +19,10 @@ from the EndpointSlices. What it reproduces:
 - canary Ingresses: by header (``always``/``never``, or the exact ``canary-by-header-value``),
   then by cookie (``always``/``never``), then by weight (0 and 100 are exact; anything between
   is nginx ``split_clients`` on the request id, i.e. random, as ingress-nginx's is);
-- HSTS on HTTPS answers (``hsts``, ingress-nginx's default ``max-age=31536000;
-  includeSubDomains``) when asked for.
+- HSTS on the HTTPS answers of a host with a certificate (ConfigMap ``hsts``,
+  ``hsts-max-age``, ``hsts-include-subdomains``, ``hsts-preload``: ``Config.nginx``, by default
+  ingress-nginx's ``max-age=31536000; includeSubDomains``), whatever the status, replacing the
+  backend's own (ingress-nginx's Lua ``header()`` sets it; plain HTTP answers carry none).
 
 It runs as one foreground process (``master_process off``) in a private folder, on loopback,
 and dies with the test process.
@@ -40,10 +42,9 @@ from podway.base.children import die_with_parent
 from podway.model import EndpointSlice, Ingress, Secret, Service
 from podway.model.base import K8sObject
 from podway.model.networking import IngressBackend
+from podway.translate.core.nginx_config import NginxConfig
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, SSLRedirect, read
 from tests.certs import GOOD_CERT, GOOD_KEY
-
-HSTS = "max-age=31536000; includeSubDomains"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,7 @@ class Config:
     folder: Path
     http_port: int
     https_port: int
-    hsts: bool = False
+    nginx: NginxConfig = field(default_factory=NginxConfig)  # the controller's ConfigMap (HSTS)
     upstreams: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -126,6 +127,31 @@ def _locations(objects: Sequence[K8sObject], config: Config) -> dict[str, list[L
                                   canary=canaries.get((host, loc.path)))
                          for loc in locations]
     return servers
+
+
+def _extra_names(objects: Sequence[K8sObject], servers: dict[str, list[Location]]
+                 ) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """``server-alias`` (host → its aliases, never a name that is a server of its own) and
+    ``from-to-www-redirect`` (the other name → the host it redirects to; not when that name
+    is a server, an alias or already redirecting), oldest Ingress first, as ingress-nginx."""
+    aliases: dict[str, list[str]] = {}
+    taken: set[str] = set(servers)
+    www: dict[str, str] = {}
+    for ing in sorted(_kind(objects, Ingress), key=lambda i: (
+            i.metadata.creation_timestamp is not None, i.metadata.creation_timestamp,
+            i.metadata.namespace, i.metadata.name)):
+        notes = read(ing.metadata.annotations, namespace=ing.metadata.namespace)
+        hosts = [r.host for r in ing.spec.rules if r.host and r.host in servers]
+        for alias in notes.server_alias:
+            if hosts and alias not in taken:
+                aliases.setdefault(hosts[0], []).append(alias)
+                taken.add(alias)
+        for host in hosts if notes.from_to_www else ():
+            other = host[4:] if host.startswith("www.") else f"www.{host}"
+            if other not in taken and not host.startswith("*."):
+                www[other] = host
+                taken.add(other)
+    return aliases, www
 
 
 def _q(text: str) -> str:
@@ -219,6 +245,9 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
             ok = (ing.metadata.namespace, t.secret_name or "") in secrets
             for h in t.hosts:
                 tls_of[h] = tls_of.get(h, False) or ok
+    for host, names in _extra_names(objects, servers)[0].items():
+        for alias in names:  # an alias is a name of the host's server: its certificate too
+            tls_of[alias] = tls_of.get(host, False)
     cert, key = config.folder / "tls.crt", config.folder / "tls.key"
     cert.write_text(GOOD_CERT)
     key.write_text(GOOD_KEY)
@@ -227,18 +256,21 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
     maps: list[str] = []
     blocks: list[str] = []
     index = 0
+    aliases, www = _extra_names(objects, servers)
     for host, locations in servers.items():
         https = tls_of.get(host, False)
         regex = any(loc.notes.rewrite is not None and loc.notes.rewrite.regex_paths
                     for loc in locations)
-        lines = [f"server {{ server_name {host};", f"  {listen[0]};"]
+        names = " ".join([host, *aliases.get(host, ())])
+        lines = [f"server {{ server_name {names};", f"  {listen[0]};"]
         if https:
             lines += [f"  {listen[1]};", f"  ssl_certificate {cert};",
                       f"  ssl_certificate_key {key};"]
-            if config.hsts:
+            if config.nginx.hsts_value is not None:
                 # on HTTPS answers only, as ingress-nginx's Lua header() (an empty value adds
-                # no header: the HTTP redirect carries none)
-                lines.append("  add_header Strict-Transport-Security $podway_hsts always;")
+                # no header: the HTTP redirect carries none); the backend's own is replaced
+                lines += ["  proxy_hide_header Strict-Transport-Security;",
+                          "  add_header Strict-Transport-Security $podway_hsts always;"]
         app_root = next((loc.notes.app_root for loc in locations if loc.notes.app_root), None)
         if app_root:
             lines += ["  if ($uri = /) {", f"    return 302 $scheme://$http_host{app_root};",
@@ -259,6 +291,14 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
             lines.append("  location / { return 404; }")
         lines.append("}")
         blocks.append("\n".join(lines))
+    for other, host in www.items():
+        # ingress-nginx's redirect server: no locations, so no Lua header phase (no HSTS)
+        lines = [f"server {{ server_name {other};", f"  {listen[0]};"]
+        if tls_of.get(host, False):
+            lines += [f"  {listen[1]};", f"  ssl_certificate {cert};",
+                      f"  ssl_certificate_key {key};"]
+        lines += ["  return 308 $scheme://" + host + "$podway_no_trailing_slash;", "}"]
+        blocks.append("\n".join(lines))
     upstreams = [f"upstream {name} {{ " + " ".join(f"server {m};" for m in members) + " }"
                  for name, members in config.upstreams.items()]
     upstreams.append("upstream podway_none { server 127.0.0.1:1 down; }")
@@ -271,7 +311,7 @@ def render(objects: Sequence[K8sObject], config: Config) -> str:
         f"uwsgi_temp_path {folder}/uwsgi;", f"scgi_temp_path {folder}/scgi;",
         "proxy_http_version 1.1;", "server_names_hash_bucket_size 128;",
         'map $request_uri $podway_no_trailing_slash { "~^(?<p>.*)/$" $p; default $request_uri; }',
-        f'map $scheme $podway_hsts {{ https "{HSTS}"; default ""; }}',
+        f'map $scheme $podway_hsts {{ https "{config.nginx.hsts_value or ""}"; default ""; }}',
         *maps, *upstreams,
         "server {", f"  {listen[0]} default_server;", f"  {listen[1]} default_server;",
         f"  ssl_certificate {cert};", f"  ssl_certificate_key {key};",

@@ -195,15 +195,18 @@ async def _replace(cluster: Cluster, old: list[Pod], *, grace_s: float) -> None:
     await cluster.publish()
 
 
+@pytest.mark.parametrize("engine", ["envoy", "haproxy"])
 @pytest.mark.parametrize("mode", [BackendMode.CLUSTERIP, BackendMode.NODEPORTLOCAL])
 @pytest.mark.parametrize("rolling", [False, True], ids=["all-at-once", "one-by-one"])
 async def test_replacing_every_pod_under_load_loses_nothing(tmp_path: object, mode: BackendMode,
-                                                            rolling: bool) -> None:
+                                                            rolling: bool, engine: str) -> None:
     """L4 connections and L7 requests in a loop while every pod is replaced (all at once, or
-    one at a time): none fails, and the new pods answer in the end."""
+    one at a time): none fails, and the new pods answer in the end. Through Envoy (fallback
+    members at priority 1) and HAProxy (fallback members as backup servers)."""
     root = tmp_path / "manifests"  # type: ignore[operator]
     root.mkdir()
-    stack = await make_stack(root, mode=mode, envoy_stats=EnvoyStats.BOUNDED)  # the default
+    stack = await make_stack(root, mode=mode, envoy_stats=EnvoyStats.BOUNDED,  # the default
+                             engine_kind=engine)
     cluster = Cluster(stack, mode)
     loads: list[Load] = []
     tasks: list[asyncio.Task[None]] = []

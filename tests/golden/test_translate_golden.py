@@ -18,6 +18,7 @@ from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.readers.render.report import report_yaml
 from podway.translate import BackendMode, TranslateOptions, translate
+from podway.translate.core.nginx_config import NginxConfig
 
 CASES = sorted((Path(__file__).parent / "translate").glob("*.in.yaml"))
 
@@ -32,6 +33,8 @@ def options_of(text: str) -> TranslateOptions:
                 spec["mode"] = BackendMode(spec["mode"])
             if "l4_engine" in spec:
                 spec["l4_engine"] = EngineKind(spec["l4_engine"])
+            if "nginx" in spec:
+                spec["nginx"] = NginxConfig(**spec["nginx"])
             if "tls" in spec:
                 tls = dict(spec["tls"])
                 spec["tls"] = TLSOptions(**{**tls, "ciphers": tuple(tls.get("ciphers", ()))})

@@ -1,6 +1,6 @@
 """Member health from engines to the controller: a small gRPC service beside ADS.
 
-Each engine (``podway.envoy.engine.health_report``) reads its Envoy's view of every member and
+Each engine (``podway.engines.reporter``) reads its data plane's view of every member and
 streams it to the controller that configures it, over the same gRPC server, socket and TLS as xDS
 (``XdsServer.handlers``), so no new port, certificate or trust decision exists. The controller
 keeps the latest view of each engine here and the readiness gate
@@ -57,7 +57,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -75,6 +75,7 @@ MAX_TEXT = 1024  # characters in a node, group, pool or address
 MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions and logs)
 MAX_HOSTS = 200_000  # hosts in one node's view
 MAX_MESSAGE_BYTES = 1 << 20  # one part of a report (a quarter of gRPC's default 4 MiB limit)
+MAX_REFUSED = 1000  # refused listeners in one report
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
 # (node, its hosts that changed; None: its whole view appeared or went)
@@ -93,6 +94,12 @@ class HostState:
     reason: str = ""  # why not healthy, in words ("failed active health check")
 
 
+class Refusal(NamedTuple):
+    listener: str
+    seq: int  # unique per failure (the engine's clock, ns): a repeated failure is a new one
+    reason: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     node: str
@@ -101,6 +108,9 @@ class Message:
     removed: tuple[HostKey, ...] = ()
     group: str = ""  # the engine's group ("": none); sent and read in full messages only
     more: bool = False  # a part: the report goes on in the next message of the stream
+    refused: tuple[Refusal, ...] = ()
+    """Listeners the engine accepted and then could not serve (no NACK was sent: issue 23.2),
+    the newest failure of each; every message but a later part carries the whole list."""
 
 
 class ReportError(PodwayError):
@@ -113,16 +123,18 @@ def encode(message: Message) -> bytes:
                    hosts=[json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
                     for (c, a), s in sorted(message.hosts.items())],
                    removed=[json.dumps(list(key), separators=(",", ":"))
-                            for key in message.removed])
+                            for key in message.removed], refused=message.refused)
 
 
 def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
-            removed: list[str]) -> bytes:
+            removed: list[str], refused: tuple[Refusal, ...] = ()) -> bytes:
     head: dict[str, Any] = {"v": VERSION, "node": node, "full": full}
     if full and group:  # absent otherwise: what older controllers read
         head["group"] = group
     if more:
         head["more"] = True
+    if refused:  # absent otherwise: what older controllers read
+        head["refused"] = [list(r) for r in refused]
     text = json.dumps(head, separators=(",", ":"))[:-1]
     return f'{text},"hosts":[{",".join(hosts)}],"removed":[{",".join(removed)}]}}'.encode()
 
@@ -136,7 +148,7 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
              for (c, a), s in sorted(message.hosts.items())]
     removed = [json.dumps(list(key), separators=(",", ":")) for key in message.removed]
     room = limit - len(_encode(message.node, full=message.full, group=message.group, more=True,
-                               hosts=[], removed=[]))
+                               hosts=[], removed=[], refused=message.refused))
     parts: list[tuple[list[str], list[str]]] = [([], [])]
     used = 0
     for which, entries in ((0, hosts), (1, removed)):
@@ -148,7 +160,8 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
             used += len(entry) + 1
     last = len(parts) - 1
     return [_encode(message.node, full=message.full and i == 0,
-                    group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r)
+                    group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r,
+                    refused=message.refused if i == 0 else ())
             for i, (h, r) in enumerate(parts)]
 
 
@@ -161,7 +174,8 @@ def join(first: Message, then: Message) -> Message:
     hosts.update(then.hosts)
     gone = {*first.removed, *then.removed} - then.hosts.keys()
     return Message(node=first.node, full=first.full, hosts=MappingProxyType(hosts),
-                   removed=tuple(sorted(gone)), group=first.group, more=then.more)
+                   removed=tuple(sorted(gone)), group=first.group, more=then.more,
+                   refused=first.refused)
 
 
 def decode(data: bytes) -> Message:
@@ -201,7 +215,20 @@ def decode(data: bytes) -> Message:
     if len(hosts) > MAX_HOSTS or len(removed) > MAX_HOSTS:
         raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
     return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
-                   group=group.strip() if full else "", more=more)
+                   group=group.strip() if full else "", more=more, refused=_refused(raw))
+
+
+def _refused(raw: dict[str, Any]) -> tuple[Refusal, ...]:
+    out = []
+    for entry in _list(raw, "refused")[:MAX_REFUSED + 1]:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
+                and isinstance(entry[1], int) and isinstance(entry[2], str)
+                and 0 < len(entry[0]) <= MAX_TEXT):
+            raise ReportError(f"bad refused entry {str(entry)[:80]}")
+        out.append(Refusal(entry[0], entry[1], entry[2][:MAX_REASON]))
+    if len(out) > MAX_REFUSED:
+        raise ReportError(f"more than {MAX_REFUSED} refused listeners in one report")
+    return tuple(out)
 
 
 def _list(raw: dict[str, Any], key: str) -> list[Any]:
@@ -228,9 +255,17 @@ class MemberHealthReports:
         self._owner: dict[str, object] = {}  # node → the stream whose view is current
         self._listeners: list[Callable[[], None]] = []
         self._changes: list[Changed] = []
+        self._refusals: list[Callable[[str, Refusal], None]] = []
+        self._refused_seen: dict[str, frozenset[int]] = {}  # node → seqs already told
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
+
+    def on_refused(self, hook: Callable[[str, Refusal], None]) -> None:
+        """Call ``hook(node, refusal)`` once for each listener failure an engine reports (a
+        listener it accepted and could not serve): the caller records it as that engine's
+        rejection of the listener, as a NACK would be."""
+        self._refusals.append(hook)
 
     def on_change(self, listener: Changed) -> None:
         """Call ``listener(node, hosts)`` with what each applied message or closed stream
@@ -277,8 +312,20 @@ class MemberHealthReports:
                 raise ReportError(f"more than {MAX_HOSTS} hosts in the view of {message.node}")
         else:
             return  # a stale stream of a node that reconnected: its news are old
+        if not message.more:
+            self._told(message.node, message.refused)
         self._changed(message.node, hosts)
         self._notify()
+
+    def _told(self, node: str, refused: tuple[Refusal, ...]) -> None:
+        """Tell each refusal not told before (a new stream repeats the engine's list)."""
+        seen = self._refused_seen.get(node, frozenset())
+        for refusal in refused:
+            if refusal.seq not in seen:
+                for hook in self._refusals:
+                    hook(node, refusal)
+        self._refused_seen[node] = seen | {r.seq for r in refused} if len(seen) < MAX_REFUSED \
+            else frozenset(r.seq for r in refused)
 
     def close(self, stream: object) -> None:
         """``stream`` ended: the views it owns are dropped."""

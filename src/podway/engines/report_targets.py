@@ -2,7 +2,7 @@
 
 The readiness gate is written by the one leading replica, and it can count only the engines it
 hears (``podway.programs.controller.readiness``). An engine's Envoy holds one xDS stream, to any
-replica, so the reporter (``podway.envoy.engine.health_report``) does not follow Envoy: it reports
+replica, so the reporter (``podway.engines.reporter``) does not follow Envoy: it reports
 to all of
 them. ``targets`` turns the configured addresses into one ``Target`` per replica:
 
@@ -35,6 +35,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from podway.base.errors import ConfigError
 from podway.base.netaddr import format_host_port, is_ip, parse_host_port
 
 log = logging.getLogger(__name__)
@@ -120,3 +121,14 @@ class Names:
             else:
                 self._failing.discard(address)
         return self.resolved
+
+
+def xds_addresses(xds: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The xDS addresses, de-duplicated in order; a mix of unix sockets and host:port, or
+    none at all, is one ``ConfigError``."""
+    found = tuple(dict.fromkeys((xds,) if isinstance(xds, str) else xds))
+    if not found:
+        raise ConfigError("--xds: give the controller's address (host:port or unix:/path)")
+    if len({a.startswith("unix:") for a in found}) > 1:
+        raise ConfigError("--xds: unix sockets and host:port addresses cannot be mixed")
+    return found

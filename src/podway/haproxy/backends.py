@@ -31,7 +31,8 @@ class Backend:
     lines: tuple[str, ...]  # the section without its server lines
     server_options: str  # appended to every server line
     slots: tuple[slotting.MemberKey | None, ...]
-    states: tuple[slotting.SlotState, ...]
+    backups: tuple[slotting.MemberKey | None, ...]  # the backup slots (fallback members)
+    states: tuple[slotting.SlotState, ...]  # every slot: the active ones, then the backups
     files: tuple[tuple[str, str], ...] = ()  # (file name, content)
     unsupported: tuple[Unsupported, ...] = ()
     cookie: bool = False
@@ -40,9 +41,11 @@ class Backend:
         """The slot lines; ``concrete=False``: without what a runtime edit can change (the
         structure only, to tell a member change from a structural one)."""
         out = []
-        for i, state in enumerate(self.states):
-            name = slotting.slot_name(i)
+        for state in self.states:
+            name = state.name
             cookie = f" cookie {name}" if self.cookie else ""
+            if name.startswith("b"):
+                cookie += " backup"
             if not concrete:
                 out.append(f"  server {name} -{cookie}{self.server_options}")
                 continue
@@ -60,10 +63,11 @@ def backend_name(pool: str) -> str:
 
 def render_backend(
         pool: Pool, previous: tuple[slotting.MemberKey | None, ...] | None, *, folder: str,
-        timed: bool = False,
+        timed: bool = False, previous_backups: tuple[slotting.MemberKey | None, ...] | None = None,
 ) -> Backend:
     """``timed``: some route forwarding here sets a timeout (the rule costs on every request,
-    so it is only there when used)."""
+    so it is only there when used). Fallback members (``slotting.fallback``) go to backup
+    slots, the others to the active ones."""
     s = pool.settings
     name = backend_name(pool.name)
     report: list[str] = []
@@ -102,16 +106,21 @@ def render_backend(
     options += tls_options
     if s.protocol is not PoolProtocol.UDP and (check is not None):
         options = " check" + options
-    assignment = slotting.assign(pool.members, previous)
-    states = slotting.slot_states(pool.members, assignment)
+    active = tuple(m for m in pool.members if not slotting.fallback(m))
+    spare = tuple(m for m in pool.members if slotting.fallback(m))
+    assignment = slotting.assign(active, previous)
+    backups = slotting.assign(spare, previous_backups, lazy=True)
+    states = (slotting.slot_states(active, assignment)
+              + slotting.slot_states(spare, backups, backup=True))
     if any(m.weight > slotting.MAX_WEIGHT for m in pool.members):
         report.append(f"member weights above {slotting.MAX_WEIGHT} (capped)")
     if closed:
-        states = tuple(slotting.SlotState() for _ in states)
+        states = tuple(slotting.SlotState(name=s.name) for s in states)
     unsupported = tuple(Unsupported(subject=pool.name, feature=f, origin=pool.origin,
                                     closed=f in closed) for f in (*closed, *report))
     return Backend(name=name, lines=tuple(lines), server_options=options, slots=assignment,
-                   states=states, files=tuple(files), unsupported=unsupported, cookie=cookie)
+                   backups=backups, states=states, files=tuple(files),
+                   unsupported=unsupported, cookie=cookie)
 
 
 def _balance(s: PoolSettings, http: bool, closed: list[str]) -> tuple[list[str], bool]:

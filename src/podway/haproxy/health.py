@@ -5,7 +5,7 @@ rendering (``Rendered.slots``) says which member sits in which slot, so the view
 exactly as the Envoy engine keys it: (pool name, "address:port"), IPv6 without brackets. The
 reasons are the Envoy engine's words (``podway.envoy.engine.health_report.classify``), so the
 readiness gate, status and dashboard read both engines alike. Empty slots are not members and
-are left out.
+are left out. Fallback members sit in backup slots (``b1``...) and are reported as the others.
 
 Mapping: a member whose check never ran (``INI``) is pending, whatever HAProxy counts it
 meanwhile; ``no check`` and ``UP`` (also ``UP n/m`` going down, ``DRAIN``, ``NOLB``) are
@@ -56,12 +56,14 @@ def classify(status: str, check: str) -> HostState | None:
 
 def view(rendered: Rendered, stats: Mapping[tuple[str, str], tuple[str, str]]) -> View:
     out: dict[HostKey, HostState] = {}
-    for pool, slots in rendered.slots.items():
+    placed = [(pool, slots, False) for pool, slots in rendered.slots.items()]
+    placed += [(pool, slots, True) for pool, slots in rendered.backups.items()]
+    for pool, slots, backup in placed:
         backend = backend_name(pool)
         for i, member in enumerate(slots):
             if member is None:
                 continue
-            found = stats.get((backend, slot_name(i)))
+            found = stats.get((backend, slot_name(i, backup=backup)))
             state = classify(*found) if found else None
             if state is not None:
                 out[(pool, f"{member[0]}:{member[1]}")] = state

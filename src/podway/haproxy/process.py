@@ -97,7 +97,8 @@ class HAProxyEngine:
             before = self._rendered
             after = render(ir, RenderOptions(
                 folder=str(self.folder), runtime_socket=str(self.runtime_socket),
-                slots=before.slots if before else {}, threads=self.opts.threads))
+                slots=before.slots if before else {},
+                backups=before.backups if before else {}, threads=self.opts.threads))
             self.counters.unsupported = after.unsupported
             if before is not None and before.config == after.config and \
                     before.files == after.files:

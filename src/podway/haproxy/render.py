@@ -16,6 +16,13 @@ rules keyed by the route's id. No route: 404. A pool with no usable member: 503.
 
 What HAProxy cannot do exactly is reported (``podway.haproxy.report``), never served silently
 different: see docs/engines.md for the table.
+
+A listener the IR gives the kernel engine (``Listener.engine`` KERNEL: ``podway.io/engine:
+kernel``) is served by the kernel engine running beside HAProxy, which DNATs the port's packets
+before they reach any socket. A TCP one keeps its frontend here, bound but idle, marked with a
+comment (as Envoy keeps its listener beside the kernel engine): a switch of the Service back to
+HAProxy then needs no new bind and loses no connection. A UDP one is the kernel's alone (no
+report: it is served), and so are the UDP pools only such listeners use.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from podway.haproxy.http import render_http
 from podway.haproxy.l4 import render_l4
 from podway.haproxy.names import proxy_name
 from podway.haproxy.report import Unsupported
-from podway.ir import IR, Forward, ListenerProtocol
+from podway.ir import IR, EngineKind, Forward, ListenerProtocol, PoolProtocol
 
 MAPS = "maps"  # subfolder of the config folder holding map files
 CERTS = "certs"
@@ -42,6 +49,7 @@ class RenderOptions:
     folder: str  # absolute folder the files are written to (the config names them)
     runtime_socket: str  # the worker's runtime API socket (admin level, mode 0600)
     slots: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
+    backups: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
     threads: int = 1
 
 
@@ -56,6 +64,7 @@ class Rendered:
     maps: Mapping[str, tuple[tuple[str, str], ...]]  # relative map path → rows, in order
     servers: Mapping[str, tuple[slotting.SlotState, ...]]  # backend → its slots
     slots: slotting.Slots  # pool → assignment (hand it back to the next rendering)
+    backups: slotting.Slots  # pool → its backup slots' assignment (likewise)
     unsupported: tuple[Unsupported, ...]
 
 
@@ -66,8 +75,12 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
     files: dict[str, str] = {}
     maps: dict[str, tuple[tuple[str, str], ...]] = {}
     unsupported: list[Unsupported] = []
+    kernel_only = _kernel_only_pools(ir)
     for listener in ir.listeners:
         fe_name = proxy_name("fe", listener.name)
+        kernel = listener.engine is EngineKind.KERNEL
+        if kernel and listener.protocol is ListenerProtocol.UDP:
+            continue  # the kernel engine's alone (module docstring)
         if listener.protocol in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
             fe: Frontend = render_http(listener, fe_name, opts.folder)
         elif listener.protocol in (ListenerProtocol.TCP, ListenerProtocol.TLS):
@@ -78,17 +91,21 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
                                            origin=listener.origins[0] if listener.origins
                                            else None))
             continue
-        sections.append(list(fe.lines))
-        skeleton.append(list(fe.lines))
+        lines = list(fe.lines)
+        if kernel:
+            lines.insert(0, KERNEL_NOTE)
+        sections.append(lines)
+        skeleton.append(lines)
         files.update(fe.files)
         maps.update(fe.maps)
         unsupported.extend(fe.unsupported)
-    used = sorted(set(ir.pools))
+    used = sorted(n for n in ir.pools
+                  if not (n in kernel_only and ir.pools[n].settings.protocol is PoolProtocol.UDP))
     timed = _timed_pools(ir)
     backends: dict[str, Backend] = {}
     for name in used:
         be = render_backend(ir.pools[name], opts.slots.get(name), folder=opts.folder,
-                            timed=name in timed)
+                            timed=name in timed, previous_backups=opts.backups.get(name))
         backends[name] = be
         sections.append([*be.lines, *be.server_lines(concrete=True)])
         skeleton.append([*be.lines, *be.server_lines(concrete=False)])
@@ -105,7 +122,24 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         files=MappingProxyType(files), maps=MappingProxyType(maps),
         servers=MappingProxyType({b.name: b.states for b in backends.values()}),
         slots=MappingProxyType({n: b.slots for n, b in backends.items()}),
+        backups=MappingProxyType({n: b.backups for n, b in backends.items() if b.backups}),
         unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))))
+
+
+KERNEL_NOTE = ("# podway.io/engine: kernel: the kernel engine beside HAProxy serves this port "
+               "(DNAT before any socket); this frontend stays bound, idle")
+
+
+def _kernel_only_pools(ir: IR) -> set[str]:
+    """Pools that only listeners of the kernel engine forward to."""
+    kernel: set[str] = set()
+    other: set[str] = set()
+    for listener in ir.listeners:
+        names = {b.pool for r in listener.l4_routes for b in r.backends if b.pool}
+        names |= {b.pool for v in listener.virtual_hosts for r in v.routes
+                  if isinstance(r.action, Forward) for b in r.action.backends if b.pool}
+        (kernel if listener.engine is EngineKind.KERNEL else other).update(names)
+    return kernel - other
 
 
 def _timed_pools(ir: IR) -> set[str]:

@@ -6,6 +6,13 @@ runtime commands on the slots it touches (``set server addr/weight/state``), no 
 long as the members fit; a member that stays keeps its slot (its connections, its cookie and
 its health-check history stay with it). Pure: the supervisor keeps the assignment between
 renderings and hands it back in.
+
+A draining member that still serves (``Member.serving``: a terminating pod in a rollout) is the
+pool's fallback, as Envoy's priority 1 (``podway.envoy.config.endpoints``): it leaves its slot
+and sits in a *backup* slot (``b1``, ``b2``, ...: HAProxy's ``backup`` servers), which HAProxy
+sends to only while no active server is usable (none up with a weight above 0: every ready
+member failed its checks, or none is left). Backup slots are made the first time a pool has a
+fallback member (a reload, once) and then stay, so later rollouts are runtime edits.
 """
 
 from __future__ import annotations
@@ -25,23 +32,32 @@ def key(member: Member) -> MemberKey:
     return (member.address, member.port)
 
 
-def capacity_for(count: int, previous: int = 0) -> int:
+def fallback(member: Member) -> bool:
+    """A draining member that still serves: a backup server (see the module docstring)."""
+    return member.state is MemberState.DRAINING and member.serving
+
+
+def capacity_for(count: int, previous: int = 0, *, lazy: bool = False) -> int:
     """Slots for ``count`` members: the previous capacity when they fit, else the next power
-    of two with room to grow (a reload is then due anyway)."""
+    of two with room to grow (a reload is then due anyway). ``lazy`` (backup slots): none
+    until a first member needs one."""
     if previous and count <= previous:
         return previous
+    if lazy and not count:
+        return 0
     size = MIN_SLOTS
     while size < count + count // 2:
         size *= 2
     return size
 
 
-def assign(members: tuple[Member, ...], previous: tuple[MemberKey | None, ...] | None
-           ) -> tuple[MemberKey | None, ...]:
+def assign(members: tuple[Member, ...], previous: tuple[MemberKey | None, ...] | None, *,
+           lazy: bool = False) -> tuple[MemberKey | None, ...]:
     """Each member in a slot: members already placed keep their slot, new ones take free
-    slots in order. The capacity grows only when they do not fit."""
+    slots in order. The capacity grows only when they do not fit (``lazy``: none at all
+    until a member needs one)."""
     prev = previous or ()
-    size = capacity_for(len(members), len(prev))
+    size = capacity_for(len(members), len(prev), lazy=lazy)
     before: list[MemberKey | None] = list(prev) + [None] * (size - len(prev))
     wanted = {key(m) for m in members}
     slots = [k if k in wanted else None for k in before]
@@ -62,20 +78,22 @@ def assign(members: tuple[Member, ...], previous: tuple[MemberKey | None, ...] |
 class SlotState:
     """What one server slot should be: an address or none (disabled)."""
 
+    name: str = "s1"  # the server's name in its backend (``slot_name``)
     address: str = "0.0.0.0"
     port: int = 0
     weight: int = 1
     state: str = "maint"  # ready | maint (an empty slot); HAProxy's runtime words
 
 
-def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...]
-                ) -> tuple[SlotState, ...]:
+def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...], *,
+                backup: bool = False) -> tuple[SlotState, ...]:
     by_key = {key(m): m for m in members}
     out = []
-    for k in slots:
+    for i, k in enumerate(slots):
+        name = slot_name(i, backup=backup)
         m = by_key.get(k) if k is not None else None
         if m is None:
-            out.append(SlotState())
+            out.append(SlotState(name=name))
             continue
         # Draining and not-ready members get weight 0: no new connections, in-flight ones
         # finish, and health checks keep running (a member in maintenance is not checked, so
@@ -83,13 +101,17 @@ def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...]
         # configuration and at runtime, so a reload and a runtime edit agree. A member enabled
         # at runtime takes traffic at once (HAProxy 2.6 counts it up until a check fails; it
         # has no "down until the first check" that does not wait a whole check interval).
-        weight = min(m.weight, MAX_WEIGHT) if m.state is MemberState.READY else 0
-        out.append(SlotState(address=m.address, port=m.port, weight=weight, state="ready"))
+        # A fallback member in a backup slot keeps its weight: HAProxy sends there only while
+        # no active server is usable.
+        usable = m.state is MemberState.READY or (backup and fallback(m))
+        weight = min(m.weight, MAX_WEIGHT) if usable else 0
+        out.append(SlotState(name=name, address=m.address, port=m.port, weight=weight,
+                             state="ready"))
     return tuple(out)
 
 
-def slot_name(index: int) -> str:
-    return f"s{index + 1}"
+def slot_name(index: int, *, backup: bool = False) -> str:
+    return f"{'b' if backup else 's'}{index + 1}"
 
 
 def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState, ...]
@@ -99,10 +121,10 @@ def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState
     assert len(before) == len(after)
     up: list[str] = []
     down: list[str] = []  # after every slot that comes up: the pool is never left empty
-    for i, (old, new) in enumerate(zip(before, after, strict=True)):
+    for old, new in zip(before, after, strict=True):
         if old == new:
             continue
-        server = f"{backend}/{slot_name(i)}"
+        server = f"{backend}/{new.name}"
         if new.state == "maint":  # emptied: taken out, its address left as it was
             if old.state != "maint":
                 down.append(f"set server {server} state maint")

@@ -19,18 +19,19 @@ from podway.ir.route import WeightedPool
 from podway.model.base import ObjectRef
 
 
-def to_data(value: Any) -> Any:
-    """Any IR node → dicts, lists and scalars, in field order, without defaults."""
+def to_data(value: Any, *, secrets: bool = False) -> Any:
+    """Any IR node → dicts, lists and scalars, in field order, without defaults. ``secrets``:
+    keep certificates, private keys and CAs (the form an engine is sent, ``to_wire``)."""
     if isinstance(value, ObjectRef):
         return str(value)
     if isinstance(value, Enum):
         return value.value
-    if isinstance(value, TLSCertificate):
-        out = _fields(value, skip={"key_pem", "cert_pem"})
+    if isinstance(value, TLSCertificate) and not secrets:
+        out = _fields(value, skip={"key_pem", "cert_pem"}, secrets=secrets)
         out["fingerprint"] = value.fingerprint
         return out
-    if isinstance(value, TLSOptions):
-        return _fields(value, skip={"client_ca_pem"})  # ``client_ca`` names it
+    if isinstance(value, TLSOptions) and not secrets:
+        return _fields(value, skip={"client_ca_pem"}, secrets=secrets)  # ``client_ca`` names it
     if isinstance(value, WeightedPool) and value.pool is None:
         # A share answered with a status: the status is the whole meaning, never elide it.
         share: dict[str, Any] = {"status": value.status}
@@ -38,14 +39,21 @@ def to_data(value: Any) -> Any:
             share["weight"] = value.weight
         return share
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = _fields(value, skip=set())
+        out = _fields(value, skip=set(), secrets=secrets)
         kind = _action_kind(value)
         return {"type": kind, **out} if kind else out
     if isinstance(value, Mapping):
-        return {str(k): to_data(v) for k, v in value.items()}
+        return {str(k): to_data(v, secrets=secrets) for k, v in value.items()}
     if isinstance(value, tuple | list):
-        return [to_data(v) for v in value]
+        return [to_data(v, secrets=secrets) for v in value]
     return value
+
+
+def to_wire(ir: IR) -> dict[str, Any]:
+    """The whole IR, secrets included, as ``podway.ir.load.from_data`` reads it back (what the
+    controller sends an engine that takes the IR itself: ``podway.engines.config_feed``)."""
+    return {"listeners": to_data(ir.listeners, secrets=True),
+            "pools": [to_data(ir.pools[name], secrets=True) for name in sorted(ir.pools)]}
 
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
@@ -61,14 +69,15 @@ def _action_kind(value: object) -> str | None:
 _ALWAYS = frozenset({"path"})
 
 
-def _fields(value: Any, *, skip: set[str]) -> dict[str, Any]:
+def _fields(value: Any, *, skip: set[str], secrets: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(value):
         if f.name in skip:
             continue
         item = getattr(value, f.name)
-        if f.name in _ALWAYS and item is not None:
-            out[f.name] = to_data(item)
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if (f.name in _ALWAYS and item is not None) or (secrets and required):
+            out[f.name] = to_data(item, secrets=secrets)
             continue
         if f.default is not dataclasses.MISSING and item == f.default:
             continue
@@ -76,7 +85,7 @@ def _fields(value: Any, *, skip: set[str]) -> dict[str, Any]:
             continue
         if item is None or item == () or (isinstance(item, Mapping) and not item):
             continue
-        out[f.name] = to_data(item)
+        out[f.name] = to_data(item, secrets=secrets)
     return out
 
 

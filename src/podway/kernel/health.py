@@ -8,9 +8,12 @@ connects every ``interval_ms`` (plus up to 10 % jitter, so checks of many member
 align), with ``timeout_ms`` to connect, and tells ``on_change`` when a member's health moved.
 
 What is checked follows the IR (``follow``): members of pools with a TCP-kind ``health_check``
-and state READY. A pool without a check (UDP pools, or checks turned off) has no task: its
-members count as healthy, as Envoy counts them. HTTP and gRPC checks are an Envoy matter: a
-pool asking for one (never on a plain L4 pool from the translator) gets a TCP connect here.
+and state READY or NOT_READY (a pod held back by the readiness gate is listed not ready until
+the engines found it healthy: it must be checked to ever get there; only READY members take
+flows, ``podway.kernel.plan``). A pool without a check (UDP pools, or checks turned off) has
+no task: its members count as healthy, as Envoy counts them. HTTP and gRPC checks are an
+Envoy matter: a pool asking for one (never on a plain L4 pool from the translator) gets a TCP
+connect here.
 
 ``view`` is the engine's member health in the controller's wire form
 (``podway.engines.member_health``): the same (pool, "address:port") keys and the same three
@@ -34,6 +37,7 @@ from podway.ir import IR, HealthCheck, Member, MemberState
 log = logging.getLogger(__name__)
 
 JITTER = 0.1  # up to this share of the interval is added to each wait
+CHECKED = (MemberState.READY, MemberState.NOT_READY)  # members checked and reported
 
 
 def host_key(pool: str, member: Member) -> HostKey:
@@ -79,7 +83,7 @@ def checked_members(ir: IR) -> dict[HostKey, tuple[Member, HealthCheck]]:
         if check is None or pool.settings.protocol.value == "udp":
             continue
         for member in pool.members:
-            if member.state is MemberState.READY:
+            if member.state in CHECKED:
                 out[host_key(pool.name, member)] = (member, check)
     return out
 
@@ -123,11 +127,12 @@ class Checker:
         return judge is not None and judge.health is Health.HEALTHY
 
     def view(self, ir: IR) -> Mapping[HostKey, HostState]:
-        """Every ready member of ``ir``'s pools as the controller is told (module docstring)."""
+        """Every ready or not-ready member of ``ir``'s pools as the controller is told (module
+        docstring)."""
         out: dict[HostKey, HostState] = {}
         for pool in ir.pools.values():
             for member in pool.members:
-                if member.state is not MemberState.READY:
+                if member.state not in CHECKED:
                     continue
                 key = host_key(pool.name, member)
                 judge = self._judges.get(key)

@@ -22,7 +22,16 @@ from podway.model.gateway import BackendTLSPolicy, Gateway, GatewayClass, Refere
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.networking import Ingress, IngressClass
 from podway.model.policy import PODWAY_GROUP, BackendLBPolicy, TrafficPolicy
-from podway.model.vips import METALLB_GROUP, IPAddressPool, VIPPool
+from podway.model.vips import (
+    METALLB_GROUP,
+    BFDProfile,
+    BGPAdvertisement,
+    BGPPeer,
+    Community,
+    IPAddressPool,
+    L2Advertisement,
+    VIPPool,
+)
 
 
 class Role(StrEnum):
@@ -31,6 +40,7 @@ class Role(StrEnum):
     NONE = ""
     ROUTE = "route"  # a Gateway API route: attaches to listeners, forwards to backends
     POLICY = "policy"  # attaches to targets; its status names ``ancestors``, not ``parents``
+    NOT_SERVED = "not-served"  # read only to say on each object that Podway does not serve it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +111,18 @@ TABLE: tuple[Kind, ...] = (
          namespaced=False, crd=True, ships_crd=True),
     Kind(model=IPAddressPool, group=METALLB_GROUP, plural="ipaddresspools",
          versions=("v1beta1",), namespaced=True, crd=True),
+    # MetalLB's other kinds, read with --vip-pools-from metallb only to say on each that Podway
+    # does not serve it from the API (programs/ipam/objects.py).
+    Kind(model=L2Advertisement, group=METALLB_GROUP, plural="l2advertisements",
+         versions=("v1beta1",), namespaced=True, crd=True, role=Role.NOT_SERVED),
+    Kind(model=BGPAdvertisement, group=METALLB_GROUP, plural="bgpadvertisements",
+         versions=("v1beta1",), namespaced=True, crd=True, role=Role.NOT_SERVED),
+    Kind(model=BGPPeer, group=METALLB_GROUP, plural="bgppeers", versions=("v1beta2", "v1beta1"),
+         namespaced=True, crd=True, role=Role.NOT_SERVED),
+    Kind(model=Community, group=METALLB_GROUP, plural="communities", versions=("v1beta1",),
+         namespaced=True, crd=True, role=Role.NOT_SERVED),
+    Kind(model=BFDProfile, group=METALLB_GROUP, plural="bfdprofiles", versions=("v1beta1",),
+         namespaced=True, crd=True, role=Role.NOT_SERVED),
 )
 
 BY_NAME: dict[str, Kind] = {k.name: k for k in TABLE}
@@ -112,6 +134,8 @@ STATUS_KINDS: frozenset[str] = frozenset(k.name for k in TABLE if k.status)
 CRD_STATUS_KINDS: frozenset[str] = frozenset(k.name for k in CRDS if k.status)
 ROUTE_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE if k.role is Role.ROUTE)
 POLICY_KINDS: frozenset[str] = frozenset(k.name for k in TABLE if k.role is Role.POLICY)
+NOT_SERVED_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE
+                                                       if k.role is Role.NOT_SERVED)
 
 
 def api_group(api_version: str) -> str:

@@ -23,9 +23,10 @@ from typing import Literal, TypedDict
 
 ANNOTATION = "nodeportlocal.antrea.io"
 ENABLED_ANNOTATION = "nodeportlocal.antrea.io/enabled"
-# Podway's agent vouches for its mapping (issue 23.9): an HMAC, with the key the agents and
-# the controller share, of the pod's uid and the exact annotation value. Whoever can patch a
-# pod can rewrite ``ANNOTATION``; without the key nobody can make this match the rewrite.
+# Podway's agent vouches for its mapping (issue 23.9): an HMAC, with its node's key
+# (``node_key``), of the pod's uid and the exact annotation value. Whoever can patch a pod can
+# rewrite ``ANNOTATION``; without that node's key nobody can make this match the rewrite, and
+# one node's key signs for no other node's pods.
 SIGNATURE_ANNOTATION = "podway.io/npl-signature"
 _SIGNATURE_VERSION = "v1"
 
@@ -123,6 +124,13 @@ def needs_write(current: str | None, wanted: Iterable[NplEntry]) -> bool:
     if current is not None and not wanted_set:
         return True
     return entries != wanted_set
+
+
+def node_key(master: bytes, node: str) -> bytes:
+    """The key the agent of ``node`` signs with: derived from the controller's master key, so
+    the controller checks any node's signatures with one secret while each agent holds only
+    its own node's key (root on one node cannot sign for another)."""
+    return hmac.new(master, f"podway-npl/{node}".encode(), hashlib.sha256).digest()
 
 
 def signature(key: bytes, *, uid: str, value: str) -> str:

@@ -8,7 +8,7 @@ one becomes a problem on the pool object instead of failing the load.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -51,3 +51,40 @@ class IPAddressPool(K8sObject):
     KIND: ClassVar[str] = "IPAddressPool"
     API_GROUPS: ClassVar[tuple[str, ...]] = (METALLB_GROUP,)
     spec: VIPPoolSpec = Field(default_factory=VIPPoolSpec)
+
+
+class _MetalLBObject(K8sObject):
+    """A MetalLB kind Podway does not serve from the API: read only to say so on the object
+    (an event), never ignored."""
+
+    API_GROUPS: ClassVar[tuple[str, ...]] = (METALLB_GROUP,)
+    spec: dict[str, Any] = Field(default_factory=dict)
+    SERVED_BY: ClassVar[str] = ""  # what to use instead
+
+
+class L2Advertisement(_MetalLBObject):
+    KIND: ClassVar[str] = "L2Advertisement"
+    SERVED_BY: ClassVar[str] = "podway vip l2 on each engine host"
+
+
+class BGPAdvertisement(_MetalLBObject):
+    KIND: ClassVar[str] = "BGPAdvertisement"
+    SERVED_BY: ClassVar[str] = ("podway vip announce --community/--local-pref/"
+                                "--aggregation-length on each engine host")
+
+
+class BGPPeer(_MetalLBObject):
+    KIND: ClassVar[str] = "BGPPeer"
+    SERVED_BY: ClassVar[str] = ("podway vip announce --neighbor (--password-file) on each "
+                                "engine host")
+
+
+class Community(_MetalLBObject):
+    KIND: ClassVar[str] = "Community"
+    SERVED_BY: ClassVar[str] = "podway vip announce --community VALUE"
+
+
+class BFDProfile(_MetalLBObject):
+    KIND: ClassVar[str] = "BFDProfile"
+    SERVED_BY: ClassVar[str] = "podway vip announce --bfd-interval-ms"
+

@@ -29,11 +29,12 @@ from typing import Any
 
 from podway.base.errors import EnvironmentProblem
 from podway.base.netaddr import HostPort
+from podway.engines.member_health import MemberHealthReports, Refusal
 from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.envoy.engine.local import LocalEngineOptions, colocated_engine
 from podway.envoy.engine.process import Engine
-from podway.envoy.engine.state import open_state
+from podway.envoy.engine.state import StateDir, open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
 from podway.haproxy.process import HAProxyEngine, HAProxyOptions
@@ -66,7 +67,8 @@ class StandaloneOptions:
     # (``Listener.engine``), which the kernel engine serves beside it; "kernel": only the kernel
     # engine runs (with ``translate.l4_engine`` KERNEL it gets every L4 listener it can serve;
     # nothing else is served, and the engine logs each listener it leaves out); "haproxy":
-    # podway.haproxy (haproxy.cfg + maps + runtime API, in the state folder's ``haproxy/``).
+    # podway.haproxy (haproxy.cfg + maps + runtime API, in the state folder's ``haproxy/``),
+    # with the kernel engine beside it for the listeners the IR gives the kernel, as Envoy.
     engine_kind: str = "envoy"
     envoy_path: str | None = None
     envoy_log_level: str = "warning"
@@ -102,6 +104,11 @@ class Standalone:
                                 on_event=self._on_event,
                                 unauthenticated=opts.xds_unauthenticated)
         self.event_hooks: list[Callable[[Event], None]] = []  # e.g. benchmarks timing ACKs
+        # Engines' reports (``podway engine``): the listeners they could not serve after
+        # accepting them count as their rejections (issue 23.2); member health is not used here.
+        self.health_reports = MemberHealthReports()
+        self.server.handlers.append(self.health_reports.handler(self.server))
+        self.pipeline.hear_refusals(self.health_reports)
         self._engine: asyncio.Future[Engine | None] | None = None
         self.haproxy: HAProxyEngine | None = None  # with engine_kind "haproxy", once running
         self.haproxy_generation = 0  # the newest generation HAProxy serves (readers poll it)
@@ -129,11 +136,7 @@ class Standalone:
                         folder=state.path / "haproxy", binary=self.opts.haproxy_path,
                         threads=self.opts.concurrency))
                 elif state is not None and self.opts.engine_kind == "envoy":
-                    engine = colocated_engine(state, LocalEngineOptions(
-                        node_id=self.opts.node_id, delta=self.opts.delta,
-                        envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
-                        concurrency=self.opts.concurrency, drain_s=self.opts.drain_s,
-                        stats=self.opts.envoy_stats))
+                    engine = self._envoy(state)
                 if not self._engine_future().done():
                     self._engine_future().set_result(engine)
                 async with asyncio.TaskGroup() as group:
@@ -163,8 +166,8 @@ class Standalone:
                                           name="standalone-haproxy-follow")
                     if self.opts.engine and self.opts.engine_kind == "kernel":
                         group.create_task(self._kernel(), name="standalone-kernel")
-                    elif self.opts.engine and self.opts.engine_kind == "envoy":
-                        # Beside Envoy only: it keeps an idle listener on a kernel-served port.
+                    elif self.opts.engine and self.opts.engine_kind in ("envoy", "haproxy"):
+                        # Beside Envoy or HAProxy (each idles on the port: a switch back is free).
                         group.create_task(self._kernel_when_asked(), name="standalone-kernel")
                     if self.opts.metrics is not None:
                         group.create_task(self._serve_metrics(self.opts.metrics, engine),
@@ -178,10 +181,10 @@ class Standalone:
                 await self.server.stop(grace=0.5)
 
     async def _kernel_when_asked(self) -> None:
-        """Beside Envoy: the kernel engine, from the first IR in which a Service asks for it
-        (``podway.io/engine: kernel``), serving only those listeners (Envoy keeps its own
-        listener on the port, idle: the kernel DNATs the port's packets before they reach it,
-        and takes new connections back to it when the Service switches back)."""
+        """Beside Envoy or HAProxy: the kernel engine, from the first IR in which a Service asks
+        for it (``podway.io/engine: kernel``), serving only those listeners (the other engine
+        keeps its own listener on the port, idle: the kernel DNATs the port's packets before
+        they reach it, and takes new connections back to it when the Service switches back)."""
         await self.pipeline.wait_for(lambda s: any(
             ls.engine is EngineKind.KERNEL for ls in s.ir.listeners))
         await self._kernel()
@@ -240,10 +243,23 @@ class Standalone:
     def _haproxy_applied(self, generation: int) -> None:
         self.haproxy_generation = generation
 
+    def _envoy(self, state: StateDir) -> Engine:
+        """The co-located Envoy; a listener it accepts and cannot serve is its rejection."""
+        engine = colocated_engine(state, LocalEngineOptions(
+            node_id=self.opts.node_id, delta=self.opts.delta,
+            envoy_path=self.opts.envoy_path, log_level=self.opts.envoy_log_level,
+            concurrency=self.opts.concurrency, drain_s=self.opts.drain_s,
+            stats=self.opts.envoy_stats))
+        engine.listener_failures.subscribe(functools.partial(self._refused, self.opts.node_id))
+        return engine
+
     def _on_event(self, event: Event) -> None:
         for hook in self.event_hooks:
             hook(event)
         self.pipeline.on_event(event)
+
+    def _refused(self, node: str, refusal: Refusal) -> None:
+        self.pipeline.engine_refused(node, refusal.listener, refusal.reason)
 
 
 Bound = Mapping[str, tuple[str, int]]  # listener name → (address, port) the engine listens on

@@ -241,6 +241,10 @@ OTHER_KEYS: dict[str, str] = {
     PREFIX + "ingress-controller": "IngressClass controller",
     PREFIX + "lb": "Service loadBalancerClass",
     PREFIX + "v1alpha1": "apiVersion of TrafficPolicy",
+    PREFIX + "npl-key": "CertificateSigningRequest signerName: an agent asks for its node's key",
+    PREFIX + "engine-client": "CertificateSigningRequest signerName: an engine's certificate",
+    PREFIX + "npl-key-sealed": "on such a request: the node's key, sealed to the requester",
+    PREFIX + "npl-key-refused": "on such a request: why the controller refused it",
 }
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from podway.engines.member_health import Message, Refusal
+from podway.envoy.engine.listener_failures import describe
 from tests.waiting import eventually
 
 from .bed import (
@@ -310,3 +312,32 @@ async def test_an_ingress_asking_for_unserved_auth_is_refused_with_an_error_even
         e.get("reason") == "UnsupportedAnnotation" and e.get("type") == "Warning"
         and "auth-url" in e.get("message", "") and "403" in e.get("message", "")
         for e in bed.emu.events))
+
+
+async def test_a_listener_the_engine_accepted_but_could_not_listen_on_is_not_programmed(
+        bed: Bed) -> None:
+    """No NACK (two engines bound the port at once; issue 23.2): the engine's report of the
+    failure gives the Service the same podway.io/Programmed=False a NACK gives."""
+    from tests.e2e.harness import free_port
+
+    port = free_port()
+    bed.translate = bed.translate.__class__(address="127.0.0.1")
+    bed.emu.put("services", lb_service("lb", port))
+    controller = await bed.start()
+    await bed.engine()
+
+    def programmed() -> dict[str, Any]:
+        obj = bed.emu.get("services", "default", "lb") or {}
+        return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                     if c["type"] == "podway.io/Programmed"), {})
+
+    await eventually(lambda: programmed().get("status") == "True", within=20)
+    assert controller.pipeline is not None
+    (listener,) = [ls.name for ls in controller.pipeline.state.ir.listeners]  # type: ignore[union-attr]
+    controller.health_reports.apply(object(), Message(
+        node="engine-1", full=True, hosts={},
+        refused=(Refusal(listener, 1, describe("cannot listen() errno=98")),)))
+    await eventually(lambda: programmed().get("status") == "False", within=20)
+    assert programmed()["reason"] == "EngineRefused"
+    assert "could not listen on its port" in programmed()["message"]
+    assert "address already in use" in programmed()["message"]

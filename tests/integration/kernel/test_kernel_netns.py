@@ -151,15 +151,21 @@ def test_no_connection_fails_while_members_change(bed: Bed) -> None:
     assert set(result["names"]) == {"b1", "b2"}, result
 
 
+@pytest.mark.parametrize("beside", ["envoy", "haproxy"])
 def test_a_service_switches_between_envoy_and_the_kernel_without_a_failed_connection(
-        bed: Bed) -> None:
-    """Beside Envoy (``podway run``), a Service annotated podway.io/engine: kernel is DNATed
-    by the kernel engine; switching the annotation off and on under a stream of new
-    connections fails none (Envoy's listener waits behind the DNAT, conntrack keeps flows)."""
+        bed: Bed, beside: str) -> None:
+    """Beside Envoy (``podway run``) or HAProxy (``--engine haproxy``), a Service annotated
+    podway.io/engine: kernel is DNATed by the kernel engine; switching the annotation off and
+    on under a stream of new connections fails none (the other engine's listener waits behind
+    the DNAT, conntrack keeps flows)."""
     kernel = service(annotations={"podway.io/engine": "kernel"})
     slices = endpoints("web", ["b1", "b2"])
+    # First through the proxy alone, so its listener is bound before the loop starts (on a
+    # loaded machine Envoy or HAProxy can take seconds to bind: that is not the switch).
+    bed.write("web.yaml", service() + "---\n" + slices)
+    bed.start_engine(beside)
+    bed.wait(lambda: bed.ask("tcp", VIP, 80) is not None, f"{beside} to serve the VIP")
     bed.write("web.yaml", kernel + "---\n" + slices)
-    bed.start_engine("envoy")
     serving(bed, "b1", "b2")
     loop = subprocess.Popen(["ip", "netns", "exec", bed.client, sys.executable, CLIENT, "loop",
                              VIP, "80", "9"], stdout=subprocess.PIPE, text=True)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -162,5 +164,37 @@ async def test_podway_vip_announce_follows_health_and_withdraws_before_exiting()
         await bed.wait_for(lambda: proc.poll() is not None, WITHDRAW_WAIT + 15, "it exited")
         assert proc.returncode == 0
         assert time.monotonic() - sent >= WITHDRAW_WAIT - 0.5  # it waited, then exited
+    finally:
+        await bed.close()
+
+
+async def test_announcements_reach_the_router_with_their_community(tmp_path: Path) -> None:
+    """`podway vip announce --community --aggregation-length` (MetalLB's BGPAdvertisement
+    attributes): the router learns the VIP's covering /24 from engine1, carrying the
+    community."""
+    why = unavailable("bgp")
+    if why is not None:
+        pytest.skip(why)
+    bed = Bed("bgp")
+    try:
+        await bed.open()
+        eng = bed.engines[0]
+        await bed.speakers.pop(eng).stop()
+        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "engine1's route gone")
+        bed.spawn(eng, [
+            sys.executable, "-m", "podway", "vip", "announce", "--router-id", "198.18.51.2",
+            "--local-as", "65001", "--neighbor", "198.18.51.1:65000", "--vip", f"{bed.vip}/32",
+            "--workdir", str(bed.dir / "announce"), "--community", "65001:42",
+            "--aggregation-length", "24"])
+        covering = bed.vip.rsplit(".", 1)[0] + ".0/24"
+
+        def routes() -> str:  # birdc exits non-zero while the route is not there yet
+            done = subprocess.run(["ip", "netns", "exec", bed.hub, "birdc", "-s",
+                                   str(bed.dir / "router" / "bird.ctl"), "show", "route", "for",
+                                   covering, "all"], capture_output=True, text=True, check=False)
+            return done.stdout
+
+        await bed.wait_for(lambda: "(65001,42)" in routes(), 20, "the /24 with the community")
+        assert "BGP.community" in routes()
     finally:
         await bed.close()

@@ -58,6 +58,9 @@ def test_port_flags_outside_1_to_65535_are_refused(command: str, flag: str, valu
     ["demo", "--address", "198.18.0.1"],
     ["run", "--manifests", QUICKSTART, "--concurrency", "0"],
     ["engine", "--xds", "unix:/nonexistent/xds.sock", "--health-report-s", "-1"],
+    ["engine", "--xds", "unix:/nonexistent/xds.sock", "--engine", "nginx"],
+    ["engine", "--engine", "kernel", "--xds", "unix:/a.sock", "--xds", "127.0.0.1:1"],
+    ["diagram", "--manifests", QUICKSTART, "--engine", "nginx"],
     ["controller", "--npl-unsigned", "--xds-listen", "127.0.0.1:18000",
      "--xds-unauthenticated", "--vip-pools-from", "metal"]])
 def test_other_bad_flags_are_one_line(args: list[str]) -> None:

@@ -81,3 +81,30 @@ def test_bad_ingress_class_flag_is_one_line(command: list[str]) -> None:
     """A class name Kubernetes would refuse is one clear line (exit status 2), not a trace."""
     line = one_error_line(podway(*command, QUICKSTART, "--ingress-class", "Not A Name"))
     assert "--ingress-class 'Not A Name' is not an IngressClass name" in line
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run", "--manifests"]])
+def test_bad_nginx_config_flag_is_one_line(command: list[str]) -> None:
+    """An ingress-nginx ConfigMap key Podway does not serve, or a bad value, is one line."""
+    line = one_error_line(podway(*command, QUICKSTART, "--nginx-config", "hsts=maybe"))
+    assert "--nginx-config: hsts: 'maybe' is not true or false" in line
+    line = one_error_line(podway(*command, QUICKSTART, "--nginx-config", "use-gzip=true"))
+    assert "'use-gzip' is not a setting Podway serves" in line
+
+
+def test_nginx_config_flag_sets_hsts(tmp_path: Path) -> None:
+    """--nginx-config reaches the translation: HSTS of a taken-over TLS host follows it."""
+    from tests.certs import tls_secret
+
+    (tmp_path / "i.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, namespace: "
+        "default}\nspec:\n  ingressClassName: nginx\n  tls: [{hosts: [a.test], secretName: "
+        "shop-tls}]\n  rules:\n  - host: a.test\n    http: {paths: [{path: /, pathType: Prefix,"
+        " backend: {service: {name: web, port: {number: 80}}}}]}\n---\n"
+        + tls_secret("shop-tls", "default"))
+    base = ["validate", "--ir", "--ingress-class", "nginx", str(tmp_path)]
+    plain = runner.invoke(app, base, env={"COLUMNS": "200"})
+    assert "- max-age=31536000; includeSubDomains" in plain.output, plain.output
+    tuned = runner.invoke(app, [*base, "--nginx-config", "hsts-max-age=5"],
+                          env={"COLUMNS": "200"})
+    assert "- max-age=5; includeSubDomains" in tuned.output, tuned.output

@@ -7,7 +7,7 @@ from types import MappingProxyType
 from podway.engines.member_health import Health, HostState
 from podway.haproxy.health import classify, parse_stat, view
 from podway.haproxy.render import RenderOptions, render
-from podway.ir import IR, Member, Pool
+from podway.ir import IR, Member, MemberState, Pool
 
 STAT = """# pxname,svname,status,weight,check_status,addr
 be:pool:default:web:80,s1,UP,1,L7OK,10.0.0.1:80
@@ -39,3 +39,16 @@ def test_view_is_keyed_by_pool_and_member_through_the_slots() -> None:
     assert got == {("pool/default/web/80", "10.0.0.1:80"): Health.HEALTHY,
                    ("pool/default/web/80", "10.0.0.2:80"): Health.UNHEALTHY,
                    ("pool/default/web/80", "10.0.0.3:80"): Health.PENDING}
+
+
+def test_fallback_members_in_backup_slots_are_reported_too() -> None:
+    """A draining member that still serves sits in backup slot b1 and is in the view."""
+    members = (Member(address="10.0.0.1", port=80),
+               Member(address="10.0.0.2", port=80, state=MemberState.DRAINING, serving=True))
+    pool = Pool(name="pool/default/web/80", members=members)
+    rendered = render(IR(pools=MappingProxyType({pool.name: pool})),
+                      RenderOptions(folder="/s", runtime_socket="/s/runtime.sock"))
+    stat = STAT + "be:pool:default:web:80,b1,DOWN,1,L4CON,10.0.0.2:80\n"
+    got = {k: s.health for k, s in view(rendered, parse_stat(stat)).items()}
+    assert got == {("pool/default/web/80", "10.0.0.1:80"): Health.HEALTHY,
+                   ("pool/default/web/80", "10.0.0.2:80"): Health.UNHEALTHY}

@@ -200,3 +200,35 @@ def test_words_are_quoted_literally() -> None:
     assert word("abc") == "abc"
     assert word("a b") == "'a b'"
     assert word("^x$") == "'^x$'"
+
+
+def test_a_draining_member_that_still_serves_is_a_backup_server() -> None:
+    """Rollout fallback (``Member.serving``): a terminating member that still serves leaves its
+    active slot for a backup slot with its weight (HAProxy sends there only while no active
+    server is usable); a draining member that no longer serves stays active at weight 0.
+    Backup slots appear only once a pool needs one, then stay (runtime edits after)."""
+    ready = Member(address="10.0.0.1", port=80)
+    plain = render(_ir(_route("r/0"), members=(ready,)), OPTS)
+    assert "backup" not in plain.config
+    assert plain.backups == {}
+    old = Member(address="10.0.0.1", port=80, weight=2, state=MemberState.DRAINING, serving=True)
+    gone = Member(address="10.0.0.3", port=80, state=MemberState.DRAINING)
+    new = Member(address="10.0.0.2", port=80, state=MemberState.NOT_READY)
+    rolled = render(_ir(_route("r/0"), members=(old, gone, new)),
+                    RenderOptions(folder="/s", runtime_socket="/s/runtime.sock",
+                                  slots=plain.slots))
+    lines = [ln.strip() for ln in rolled.config.splitlines() if ln.strip().startswith("server")]
+    assert "server b1 10.0.0.1:80 weight 2 backup" in lines
+    assert "server s2 10.0.0.3:80 weight 0" in lines
+    assert "server s3 10.0.0.2:80 weight 0" in lines
+    assert "server s1 0.0.0.0:0 weight 1 disabled" in lines  # its old slot, emptied
+    assert rolled.backups == {"pool/default/web/80": (("10.0.0.1", 80), None, None, None)}
+    assert rolled.skeleton != plain.skeleton  # the first backup slots: a reload, once
+    done = render(_ir(_route("r/0"), members=(Member(address="10.0.0.2", port=80),)),
+                  RenderOptions(folder="/s", runtime_socket="/s/runtime.sock",
+                                slots=rolled.slots, backups=rolled.backups))
+    assert done.skeleton == rolled.skeleton  # the next change is runtime edits
+    backend = next(iter(done.servers))
+    assert slots.commands(backend, rolled.servers[backend], done.servers[backend]) == [
+        f"set server {backend}/s3 weight 1", f"set server {backend}/s2 state maint",
+        f"set server {backend}/b1 state maint"]

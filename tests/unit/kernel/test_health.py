@@ -118,3 +118,30 @@ async def test_tcp_connect_says_why_it_failed() -> None:
     server.close()
     await server.wait_closed()
     assert "refused" in (await tcp_connect("127.0.0.1", port, 1.0)).lower()
+
+
+async def test_a_not_ready_member_is_checked_and_reported_so_a_gated_pod_can_turn_ready(
+        ) -> None:
+    """A pod held back by the readiness gate is listed not ready until the engines found it
+    healthy: the kernel engine checks and reports it (it still takes no flows: plan), and a
+    member turning ready keeps its check history."""
+    held = Member(address="198.18.4.2", port=80, state=MemberState.NOT_READY)
+    changes = asyncio.Event()
+
+    async def probe(address: str, port: int, timeout_s: float) -> str:
+        return ""
+
+    checker = Checker(changes.set, probe=probe, rng=random.Random(1))
+    ir = ir_of(held)
+    checker.follow(ir)
+    key = ("pool/shop/web/80/tcp", "198.18.4.2:80")
+    try:
+        async with asyncio.timeout(2):
+            while checker.view(ir).get(key) != HostState(Health.HEALTHY):
+                await changes.wait()
+                changes.clear()
+        ready = Member(address="198.18.4.2", port=80)
+        checker.follow(ir_of(ready))
+        assert checker.usable("pool/shop/web/80/tcp", ready)  # no pending restart
+    finally:
+        await checker.close()

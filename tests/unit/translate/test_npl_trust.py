@@ -1,6 +1,7 @@
 """Which NodePortLocal annotations become members (issue 23.9): beyond the operator's own
 manifests, a mapping must point at the pod's node (status.hostIP) inside the agents' port range,
-and with ``NplTrust.SIGNED`` carry the agent's signature of that annotation on that pod."""
+and with ``NplTrust.SIGNED`` carry the signature of that annotation on that pod made with the key
+of the pod's own node (``npl.node_key``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from podway.model import EndpointSlice, K8sObject, Pod, Service, Snapshot, npl
 from podway.translate import BackendMode, NplTrust, Reason, TranslateOptions, translate
 from tests import builders
 
-KEY = b"s" * 32
+KEY = b"s" * 32  # the controller's master key
+N1 = npl.node_key(KEY, "n1")  # what the agent of n1 (web-0's node) signs with
 HOST = "198.18.0.7"
 
 
@@ -60,22 +62,26 @@ def served(objects: list[K8sObject], trust: NplTrust) -> tuple[list[str], list[s
 
 
 def test_the_agents_signed_mapping_is_served() -> None:
-    assert served([pod(entry(), signed_by=(KEY, "uid-1"))], NplTrust.SIGNED) == (
+    assert served([pod(entry(), signed_by=(N1, "uid-1"))], NplTrust.SIGNED) == (
         [f"{HOST}:61005"], [])
 
 
 @pytest.mark.parametrize(("what", "forged", "words"), [
     ("unsigned", pod(entry()), "not signed"),
     ("signed with another key", pod(entry(), signed_by=(b"x" * 32, "uid-1")), "not signed"),
-    ("another pod's signature", pod(entry(), signed_by=(KEY, "uid-2")), "not signed"),
+    ("another pod's signature", pod(entry(), signed_by=(N1, "uid-2")), "not signed"),
     ("a made-up signature", pod(entry(), signature="v1:AAAA"), "not signed"),
-    ("the pod's IP", pod(entry("198.18.1.1", 8080), signed_by=(KEY, "uid-1")),
+    # Root on another node holds that node's key only: it signs for no pod of n1 (23.9).
+    ("another node's agent", pod(entry(), signed_by=(npl.node_key(KEY, "n2"), "uid-1")),
+     "not signed"),
+    ("the master key itself", pod(entry(), signed_by=(KEY, "uid-1")), "not signed"),
+    ("the pod's IP", pod(entry("198.18.1.1", 8080), signed_by=(N1, "uid-1")),
      "not the pod's node"),
-    ("any address", pod(entry("203.0.113.9", 443), signed_by=(KEY, "uid-1")),
+    ("any address", pod(entry("203.0.113.9", 443), signed_by=(N1, "uid-1")),
      "not the pod's node"),
-    ("outside the range", pod(entry(node_port=22), signed_by=(KEY, "uid-1")),
+    ("outside the range", pod(entry(node_port=22), signed_by=(N1, "uid-1")),
      "outside the agents' range"),
-    ("no hostIP yet", pod(entry(), host_ip=None, signed_by=(KEY, "uid-1")), "no status.hostIP"),
+    ("no hostIP yet", pod(entry(), host_ip=None, signed_by=(N1, "uid-1")), "no status.hostIP"),
 ])
 def test_a_mapping_the_agent_does_not_vouch_for_steers_nothing(what: str, forged: Pod,
                                                                words: str) -> None:
@@ -115,5 +121,15 @@ def test_the_controller_believes_no_mapping_until_told_how() -> None:
     assert (unsigned["npl_trust"], none) == (NplTrust.NODE, ())
     opts = TranslateOptions(mode=BackendMode.NODEPORTLOCAL, **fields)
     result = translate(Snapshot.of_objects([service(), endpoints(),
-                                            pod(entry(), signed_by=(KEY, "uid-1"))]), opts)
+                                            pod(entry(), signed_by=(N1, "uid-1"))]), opts)
     assert result.ir.pools["pool/ns/web/80/tcp"].members == ()  # no key: even a signed one
+
+
+def test_handing_out_keys_needs_the_master() -> None:
+    """--npl-agent without --npl-key: one line, there is nothing to derive keys from."""
+    from podway.base.errors import ConfigError
+    from podway.cli.commands.controller import npl_settings
+
+    with pytest.raises(ConfigError, match="--npl-agent needs --npl-key"):
+        npl_settings(None, unsigned=False, port_range="61000-62000",
+                     agent="system:serviceaccount:podway-system:podway-agent")

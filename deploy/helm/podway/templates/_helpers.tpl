@@ -24,3 +24,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
+
+{{/* "group: kind" lines for the controller's --config engineGroups: each engine group that serves
+only its objects (its engines pass --engine-group) and names its engine kind. */}}
+{{- define "podway.engineKinds" -}}
+{{- range .Values.engineGroups }}
+{{- if and .onlyItsObjects .engine }}
+{{ .name | quote }}: {{ .engine }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -41,8 +41,12 @@ def agent(
              "host networking; give the node's address to be scraped); empty to disable."),
     ] = "127.0.0.1:9464",
     npl_key: Annotated[Path | None, typer.Option(
-        help="File with the key shared with the controller (its --npl-key): every annotation "
-             "is signed, so the controller believes only this agent's mappings.")] = None,
+        help="File with the controller's master key (its --npl-key): this agent signs every "
+             "annotation with the key derived from it for its node. Every node then holds the "
+             "master: prefer --npl-key-request in a cluster.")] = None,
+    npl_key_request: Annotated[bool, typer.Option(
+        "--npl-key-request", help="Ask the controller (its --npl-agent) for this node's "
+        "signing key through a CertificateSigningRequest; the key stays in memory.")] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     netns: Annotated[str | None, typer.Option(
         help="Act in this network namespace (lab and tests).", hidden=True)] = None,
@@ -68,13 +72,19 @@ def agent(
                                    what="--metrics-address") if metrics_address else None)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--metrics-address") from exc
-    key = read_npl_key(npl_key) if npl_key is not None else None
+    if npl_key is not None and npl_key_request:
+        raise typer.BadParameter("--npl-key and --npl-key-request exclude each other",
+                                 param_hint="--npl-key")
+    from podway.model.npl import node_key
+
+    key = node_key(read_npl_key(npl_key), node_name) if npl_key is not None else None
     setup_logging(log_level)
     # SIGINT and SIGTERM both end the agent through cancellation (its finally blocks run);
     # kernel rules stay, so traffic keeps flowing across a restart.
     asyncio.run(run_until_signal(run(AgentOptions(
         node_name=node_name, port_range=parsed, rules_kind=rules, kubeconfig=kubeconfig,
-        node_ip=node_ip, resync=resync, metrics=metrics, netns=netns, npl_key=key))))
+        node_ip=node_ip, resync=resync, metrics=metrics, netns=netns, npl_key=key,
+        npl_key_request=npl_key_request))))
 
 
 @agent_app.command()

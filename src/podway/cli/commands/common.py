@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from podway.translate import BackendMode
+    from podway.translate.core.nginx_config import NginxConfig
 
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -117,6 +118,16 @@ def check_classes(flag: str, values: list[str] | None) -> tuple[str, ...]:
             raise ConfigError(f"{flag} {value!r} is not an IngressClass name (lower-case "
                               "letters, digits, '-' and '.')")
     return out
+
+
+def check_nginx_config(flag: str, values: list[str] | None) -> NginxConfig:
+    """``--nginx-config KEY=VALUE``: ingress-nginx ConfigMap keys Podway serves."""
+    from podway.translate.core.nginx_config import parse
+
+    try:
+        return parse(values or ())
+    except ValueError as error:
+        raise ConfigError(f"{flag}: {error}") from None
 
 
 XFF_HELP = ("Proxies in front of the engine trusted to append to X-Forwarded-For (0: the "

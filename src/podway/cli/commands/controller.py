@@ -19,6 +19,7 @@ from podway.cli.commands.common import (
     check_classes,
     check_hops,
     check_loopback,
+    check_nginx_config,
     check_port,
     read_npl_key,
     setup_logging,
@@ -29,6 +30,7 @@ from podway.cli.commands.flags import (
     DashboardAllowRemote,
     DashboardPort,
     IngressClasses,
+    NginxConfigFlag,
     OldModeFlag,
     RealIpHeader,
     XffTrustedHops,
@@ -101,6 +103,7 @@ def controller(
     xff_trusted_hops: XffTrustedHops = 0,
     x_real_ip: RealIpHeader = False,
     ingress_class: IngressClasses = None,
+    nginx_config: NginxConfigFlag = None,
     leader_elect: Annotated[str, typer.Option(
         help="Elect one writer among the replicas with a coordination.k8s.io Lease (true); "
              "false: this replica always writes (run only one).")] = "true",
@@ -118,8 +121,13 @@ def controller(
     retry_period_s: Annotated[float, typer.Option(
         help="Seconds between renewals (and between a follower's tries, jittered).")] = 2.0,
     npl_key: Annotated[Path | None, typer.Option(
-        help="File with the key the agents sign NodePortLocal annotations with (their "
-             "--npl-key): only signed mappings become members (docs/security.md).")] = None,
+        help="File with the master key of NodePortLocal signatures: the agent of each node "
+             "signs with a key derived from it for that node, and only mappings signed with "
+             "the key of the pod's node become members (docs/security.md).")] = None,
+    npl_agent: Annotated[str, typer.Option(
+        help="The agents' user (system:serviceaccount:NAMESPACE:NAME): hand each agent that "
+             "asks (podway agent --npl-key-request) its own node's key. Needs --npl-key.",
+    )] = "",
     npl_unsigned: Annotated[bool, typer.Option(
         "--npl-unsigned", help="Believe unsigned NodePortLocal annotations (Antrea's own "
         "agent) when nodeIP is the pod's node and the port in --npl-port-range: a tenant "
@@ -165,30 +173,31 @@ def controller(
         label_selector(namespace_selector)
     except SelectorError as exc:
         raise ConfigError(f"--namespace-selector: {exc}") from None
-    npl, npl_warnings = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range)
+    npl, npl_warnings = npl_settings(npl_key, unsigned=npl_unsigned, port_range=npl_port_range,
+                                     agent=npl_agent)
     opts = ControllerOptions(
         kubeconfig=kubeconfig, context=context, namespaces=parse_namespaces(namespaces),
         namespace_selector=namespace_selector,
-        translate=TranslateOptions(address=address, http_port=http_port,
-                                   https_port=https_port,
+        translate=TranslateOptions(address=address, http_port=http_port, https_port=https_port,
                                    mode=backend_mode_flag(backend_mode, mode,
                                                           default=BackendMode.NODEPORTLOCAL),
                                    takeover_classes=check_classes("--ingress-class",
                                                                   ingress_class),
-                                   real_ip_header=x_real_ip,
+                                   real_ip_header=x_real_ip, nginx=check_nginx_config(
+                                       "--nginx-config", nginx_config),
                                    xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                                xff_trusted_hops),
                                    **npl),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
-        metrics_address=metrics_address,
-        metrics_port=metrics_port, lb_address=lb_address, **vips, admin_socket=admin_socket,
+        metrics_address=metrics_address, metrics_port=metrics_port, lb_address=lb_address,
+        **vips, admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
-        warnings=npl_warnings)
+        warnings=npl_warnings, npl_agent_user=npl_agent or None)
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 
-def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
+def npl_settings(path: Path | None, *, unsigned: bool, port_range: str, agent: str = ""
                  ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``TranslateOptions`` fields for the NodePortLocal flags: signed mappings with
     ``--npl-key``, node and range checks only with ``--npl-unsigned`` (Antrea's agent signs
@@ -200,6 +209,8 @@ def npl_settings(path: Path | None, *, unsigned: bool, port_range: str
 
     if path is not None and unsigned:
         raise ConfigError("--npl-key and --npl-unsigned exclude each other")
+    if agent and path is None:
+        raise ConfigError("--npl-agent needs --npl-key (the master the agents' keys derive from)")
     try:
         parsed = PortRange.parse(port_range)
     except PortRangeError as exc:

@@ -55,9 +55,17 @@ def diagram(
     state_dir: StateDirOption = None,
     backend_mode: BackendModeFlag = None,
     mode: OldModeFlag = None,
+    engine: Annotated[str, typer.Option(
+        help="The engine serving the listeners (as `podway run --engine`): envoy, haproxy or "
+             "kernel (every TCP/UDP listener it can serve goes to the kernel). Listeners "
+             "annotated podway.io/engine: kernel are drawn as the kernel engine's "
+             "whatever this says.")] = "envoy",
 ) -> None:
     """Draw client → listener → hosts → routes → pools → members → nodes/pods."""
-    from podway.readers.explain.diagram import dot, graph, mermaid
+    from podway.readers.explain.diagram import ENGINES, dot, graph, mermaid
+
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
 
     socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
                          state_dir=state_dir)
@@ -65,12 +73,12 @@ def diagram(
         raise ConfigError("--format png writes binary data: give --output FILE.png")
     if manifests is not None:
         chosen = backend_mode_flag(backend_mode, mode, default=BackendMode.CLUSTERIP)
-        loaded = load_manifests(manifests, mode=chosen)
-        g = graph(loaded.ir, host=host, mode=str(chosen))
+        loaded = load_manifests(manifests, mode=chosen, kernel_l4=engine == "kernel")
+        g = graph(loaded.ir, host=host, mode=str(chosen), engine=engine)
     else:
         assert socket is not None
         live = asyncio.run(fetch_live(socket))
-        g = graph(live.ir, host=host, mode=live.mode, health=live.health)
+        g = graph(live.ir, host=host, mode=live.mode, health=live.health, engine=engine)
     if not g.edges:
         raise ConfigError(f"nothing serves {host!r}" if host else "nothing is served")
     data: bytes

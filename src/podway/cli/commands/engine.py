@@ -1,4 +1,6 @@
-"""``podway engine --xds ADDR``: run one Envoy against a remote (or local) Podway controller."""
+"""``podway engine --xds ADDR``: run one engine against a remote (or local) Podway controller:
+Envoy (over xDS, the default), HAProxy or the kernel engine (``--engine``: they take the engine
+group's IR from the controller, ``podway.programs.remote_engine``)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from podway.base.backoff import Backoff
+from podway.base.errors import ConfigError
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import check_at_least, check_port, setup_logging
 from podway.envoy.engine.bootstrap import EnvoyStats
@@ -64,17 +67,28 @@ def engine(
              "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
     instance: Annotated[str, typer.Option(
         help="Name of this engine instance (its default state folder).")] = "engine",
+    engine_kind: Annotated[str, typer.Option(
+        "--engine", help="envoy (xDS), haproxy (HAProxy, with the kernel engine beside it for "
+        "listeners annotated podway.io/engine: kernel) or kernel (nftables DNAT for every "
+        "TCP/UDP listener it can serve; needs root or CAP_NET_ADMIN). haproxy and kernel take "
+        "the engine group's IR from the controller over the same address, TLS and client "
+        "certificate as xDS.")] = "envoy",
+    haproxy_path: Annotated[str, typer.Option(help="HAProxy binary (--engine haproxy).")]
+    = "/usr/sbin/haproxy",
     health_report_s: Annotated[float, typer.Option(
         help="Report member health (readiness gate podway.io/lb-ready) to every controller "
              "replica --xds names (each address a name resolves to) every SECONDS when it "
              "changed; each look reads Envoy's whole /clusters (0: off; gated pods then never "
              "turn ready while this engine is connected to the leader).")] = 2.0,
 ) -> None:
-    """Launch and supervise Envoy, configured live by the controller at --xds.
+    """Launch and supervise Envoy (or HAProxy, or the kernel engine: --engine), configured
+    live by the controller at --xds.
 
     Envoy outlives this command if it crashes; run it again (same --instance/--state-dir) and
     it adopts the running Envoy. SIGTERM/Ctrl-C drains and stops Envoy.
     """
+    if engine_kind not in ("envoy", "haproxy", "kernel"):
+        raise ConfigError(f"--engine {engine_kind!r}: one of envoy, haproxy, kernel")
     from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
     from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
     from podway.envoy.engine.state import instance_dir, open_state
@@ -84,6 +98,16 @@ def engine(
     check_at_least("--drain-s", drain_s, 0)
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
     check_at_least("--health-report-s", health_report_s, 0)
+    if engine_kind != "envoy":
+        _remote(engine_kind, ReportOptions(
+            node_id=node_id or socket.gethostname(), xds=tuple(xds),
+            engine_group=engine_group.strip(),
+            ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
+            client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
+            client_key_pem=xds_client_key.read_text() if xds_client_key else None,
+            interval_s=health_report_s), instance_dir(state_dir, instance),
+            haproxy_path=haproxy_path, threads=concurrency, metrics_port=metrics_port)
+        return
     config = bootstrap(BootstrapOptions(
         node_id=node_id or socket.gethostname(), xds=tuple(xds), delta=not sotw,
         xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
@@ -113,6 +137,27 @@ def engine(
     asyncio.run(run_until_signal(main()))
 
 
+def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
+            metrics_port: int) -> None:
+    """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
+    from podway.engines.report_targets import xds_addresses
+    from podway.envoy.engine.state import open_state
+    from podway.programs.remote_engine import RemoteEngine, RemoteOptions
+
+    xds_addresses(report.xds)  # a bad --xds is one line now, not a failed task later
+
+    async def main() -> None:
+        from podway.readers.metrics.exposition import serve_while
+
+        with open_state(folder) as state:
+            engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
+                                                haproxy_path=haproxy_path, threads=threads))
+            await serve_while(engine.run(), host="127.0.0.1", port=metrics_port,
+                              extra=engine.kernel_metrics)
+
+    asyncio.run(run_until_signal(main()))
+
+
 async def supervise(process: Engine, report: ReportOptions, *,
                     reporter: Callable[[], Awaitable[None]] | None = None) -> None:
     """Envoy, and beside it (``interval_s`` > 0) the member health reporter (``reporter``:
@@ -123,7 +168,8 @@ async def supervise(process: Engine, report: ReportOptions, *,
     if report.interval_s <= 0:
         await process.run()
         return
-    run_reporter = reporter or (lambda: Reporter(report, lambda: process.admin_address).run())
+    run_reporter = reporter or (lambda: Reporter(
+        report, lambda: process.admin_address, refused=process.listener_failures.items).run())
     reporting = asyncio.create_task(_keep_reporting(run_reporter, report.backoff),
                                     name="engine-health-report")
     try:

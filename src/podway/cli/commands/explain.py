@@ -50,9 +50,11 @@ class Loaded:
 
 
 def load_manifests(path: Path, *, mode: BackendMode, address: str = "0.0.0.0",
-                   http_port: int = 80, https_port: int = 443) -> Loaded:
-    """Load and translate a folder exactly as ``podway validate`` does."""
+                   http_port: int = 80, https_port: int = 443, kernel_l4: bool = False) -> Loaded:
+    """Load and translate a folder exactly as ``podway validate`` does (``kernel_l4``: as
+    ``podway run --engine kernel`` does, every L4 listener the kernel can serve is its)."""
     from podway.cli.commands.common import check_address, check_port
+    from podway.ir import EngineKind
     from podway.model import Snapshot
     from podway.sources.files import load_paths
     from podway.translate import TranslateOptions, translate
@@ -63,7 +65,8 @@ def load_manifests(path: Path, *, mode: BackendMode, address: str = "0.0.0.0",
     with Console(stderr=True).status(f"loading and translating {path}…"):  # big folders: seconds
         loaded = load_paths([path])
         result = translate(Snapshot.of_objects(loaded.objects), TranslateOptions(
-            address=address, http_port=http_port, https_port=https_port, mode=mode))
+            address=address, http_port=http_port, https_port=https_port, mode=mode,
+            l4_engine=EngineKind.KERNEL if kernel_l4 else EngineKind.ENVOY))
     return Loaded(ir=result.ir, problems=result.problems,
                   load_errors=tuple(str(e) for e in loaded.errors))
 

@@ -47,3 +47,7 @@ IngressClasses = Annotated[list[str] | None, typer.Option(
     "--ingress-class", help="Also serve Ingresses of this class (repeatable), whichever "
     "controller its IngressClass names, e.g. nginx: take over ingress-nginx's Ingresses and "
     "serve their nginx.ingress.kubernetes.io annotations (docs/migrate-from-ingress-nginx.md).")]
+NginxConfigFlag = Annotated[list[str] | None, typer.Option(
+    "--nginx-config", help="An ingress-nginx ConfigMap setting for the --ingress-class "
+    "Ingresses, KEY=VALUE (repeatable): hsts, hsts-max-age, hsts-include-subdomains, "
+    "hsts-preload (default: ingress-nginx's, HSTS on).", show_default=False)]

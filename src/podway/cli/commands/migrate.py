@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from podway.base.errors import ConfigError
+from podway.cli.commands.flags import NginxConfigFlag
 
 if TYPE_CHECKING:
     from podway.model.base import K8sObject
@@ -159,12 +160,13 @@ def to_gateway(
     = "podway",
     http_port: Annotated[int, typer.Option(help="Port of the Gateway's HTTP listener.")] = 80,
     https_port: Annotated[int, typer.Option(help="Port of its HTTPS listeners.")] = 443,
+    nginx_config: NginxConfigFlag = None,
 ) -> None:
     """Convert Ingresses (with nginx annotations) into a Gateway and HTTPRoutes; report each
     annotation that could not be carried over (on stderr)."""
     import sys
 
-    from podway.cli.commands.common import check_port
+    from podway.cli.commands.common import check_nginx_config, check_port
     from podway.model import Ingress
     from podway.model.base import DNS_SUBDOMAIN
     from podway.model.loader import load_text
@@ -191,7 +193,8 @@ def to_gateway(
         raise ConfigError(f"no Ingress in {'stdin' if source == '-' else source}")
     result = convert(objects, ConvertOptions(
         gateway_name=gateway_name, gateway_namespace=gateway_namespace,
-        gateway_class=gateway_class, http_port=http_port, https_port=https_port))
+        gateway_class=gateway_class, http_port=http_port, https_port=https_port,
+        nginx=check_nginx_config("--nginx-config", nginx_config)))
     text = dump(result.objects)
     if output is None:
         typer.echo(text, nl=False)

@@ -21,6 +21,7 @@ from podway.cli.commands.common import (
     check_address,
     check_classes,
     check_hops,
+    check_nginx_config,
     check_output,
     check_port,
     stdout_console,
@@ -30,6 +31,7 @@ from podway.cli.commands.flags import (
     BackendModeFlag,
     IngressClasses,
     ManifestAddresses,
+    NginxConfigFlag,
     OldModeFlag,
     RealIpHeader,
     StrictHostOwnership,
@@ -68,6 +70,7 @@ def validate(
     manifest_addresses: ManifestAddresses = False,
     strict_host_ownership: StrictHostOwnership = False,
     ingress_class: IngressClasses = None,
+    nginx_config: NginxConfigFlag = None,
     xff_trusted_hops: XffTrustedHops = 0,
     x_real_ip: RealIpHeader = False,
     tls_min_version: TlsMinVersion = None,
@@ -93,6 +96,7 @@ def validate(
                             takeover_classes=check_classes("--ingress-class", ingress_class),
                             tls=tls_flags(tls_min_version, tls_max_version, tls_ciphers),
                             real_ip_header=x_real_ip,
+                            nginx=check_nginx_config("--nginx-config", nginx_config),
                             xff_trusted_hops=check_hops("--xff-trusted-hops",
                                                         xff_trusted_hops))
     snapshot = Snapshot.of_objects(loaded.objects)

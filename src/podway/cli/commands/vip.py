@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +38,39 @@ Bfd = Annotated[bool, typer.Option(help="BFD on every session (sub-second failur
 BfdMs = Annotated[int, typer.Option(help="BFD interval in ms (down after 3 missed).")]
 Hold = Annotated[int, typer.Option(help="BGP hold time in seconds (min 3).")]
 Keepalive = Annotated[int, typer.Option(help="BGP keepalive in seconds.")]
+Communities = Annotated[list[str], typer.Option(
+    "--community", help="Add this community to the announcements: ASN:VALUE, or ASN:VALUE:VALUE "
+    "for a large one (repeat).")]
+LocalPref = Annotated[int | None, typer.Option(help="BGP LOCAL_PREF of the announcements.")]
+AggLength = Annotated[int, typer.Option(
+    help="Announce each IPv4 VIP as its covering prefix of this length (32: the address).")]
+AggLengthV6 = Annotated[int, typer.Option(
+    help="The same for IPv6 (128: the address).")]
+PasswordFile = Annotated[Path | None, typer.Option(
+    help="TCP MD5 password of every BGP session, read from this file.")]
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """What every announcement carries (the flags of bird-config and announce)."""
+
+    communities: tuple[str, ...] = ()
+    local_pref: int | None = None
+    aggregation_length: int = 32
+    aggregation_length_v6: int = 128
+    password_file: Path | None = None
+
+    def apply(self, settings: BgpSettings) -> BgpSettings:
+        password = None
+        if self.password_file is not None:
+            try:
+                password = self.password_file.read_text().strip()
+            except OSError as err:
+                raise ConfigError(f"--password-file {self.password_file}: "
+                                  f"{err.strerror or err}") from None
+        return replace(settings, communities=self.communities, local_pref=self.local_pref,
+                       aggregation_length=self.aggregation_length,
+                       aggregation_length_v6=self.aggregation_length_v6, password=password)
 
 
 def register(app: typer.Typer) -> None:
@@ -44,11 +78,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _bgp(router_id: str, local_as: int, neighbors: list[str], bfd: bool, bfd_interval_ms: int,
-         hold_time: int, keepalive: int) -> BgpSettings:
-    settings = BgpSettings(router_id=router_id, local_as=local_as,
-                           neighbors=tuple(parse_neighbor(n) for n in neighbors), bfd=bfd,
-                           bfd_interval_ms=bfd_interval_ms, hold_time=hold_time,
-                           keepalive=keepalive)
+         hold_time: int, keepalive: int, announcement: Announcement = Announcement()
+         ) -> BgpSettings:
+    settings = announcement.apply(BgpSettings(
+        router_id=router_id, local_as=local_as,
+        neighbors=tuple(parse_neighbor(n) for n in neighbors), bfd=bfd,
+        bfd_interval_ms=bfd_interval_ms, hold_time=hold_time, keepalive=keepalive))
     check_settings(settings)
     return settings
 
@@ -70,10 +105,15 @@ def bird_config(
     router_id: RouterId, local_as: LocalAs, neighbor: NeighborOpt, vip: VipOpt = [],  # noqa: B006
     bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
     keepalive: Keepalive = 1, output: Output = None,
+    community: Communities = [], local_pref: LocalPref = None,  # noqa: B006
+    aggregation_length: AggLength = 32, aggregation_length_v6: AggLengthV6 = 128,
+    password_file: PasswordFile = None,
 ) -> None:
     """BIRD 2 configuration announcing the VIPs to the neighbours (no --vip: withdraw all).
     Apply with `birdc configure`."""
-    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive)
+    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive,
+                    Announcement(tuple(community), local_pref, aggregation_length,
+                                 aggregation_length_v6, password_file))
     _emit(engine_config(settings, vip), output)
 
 
@@ -111,6 +151,9 @@ def announce(
         help="On stop: seconds between the withdrawal and exiting.")] = 2.0,
     bfd: Bfd = True, bfd_interval_ms: BfdMs = 100, hold_time: Hold = 3,
     keepalive: Keepalive = 1,
+    community: Communities = [], local_pref: LocalPref = None,  # noqa: B006
+    aggregation_length: AggLength = 32, aggregation_length_v6: AggLengthV6 = 128,
+    password_file: PasswordFile = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Run BIRD announcing the VIPs; withdraw while unhealthy; on SIGTERM withdraw, wait, exit."""
@@ -118,7 +161,9 @@ def announce(
 
     setup_logging(log_level)
     check_at_least("--withdraw-wait", withdraw_wait, 0)
-    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive)
+    settings = _bgp(router_id, local_as, neighbor, bfd, bfd_interval_ms, hold_time, keepalive,
+                    Announcement(tuple(community), local_pref, aggregation_length,
+                                 aggregation_length_v6, password_file))
     speaker = BirdSpeaker(settings, workdir=workdir)
 
     async def main() -> None:

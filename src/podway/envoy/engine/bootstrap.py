@@ -34,6 +34,7 @@ from typing import Any
 
 from podway.base.errors import ConfigError
 from podway.base.netaddr import is_ip, parse_host_port
+from podway.engines.report_targets import xds_addresses
 from podway.model.base import ENGINE_GROUP
 
 XDS_CLUSTER = "podway-xds"
@@ -113,17 +114,6 @@ def admin_config(path: str) -> dict[str, Any]:
     return {"address": {"pipe": {"path": path, "mode": 0o600}}}
 
 
-
-
-def xds_addresses(xds: str | tuple[str, ...]) -> tuple[str, ...]:
-    """The xDS addresses, de-duplicated in order; a mix of unix sockets and host:port, or
-    none at all, is one ``ConfigError``."""
-    found = tuple(dict.fromkeys((xds,) if isinstance(xds, str) else xds))
-    if not found:
-        raise ConfigError("--xds: give the controller's address (host:port or unix:/path)")
-    if len({a.startswith("unix:") for a in found}) > 1:
-        raise ConfigError("--xds: unix sockets and host:port addresses cannot be mixed")
-    return found
 
 
 def _xds_cluster(opts: BootstrapOptions) -> dict[str, Any]:

@@ -1,84 +1,38 @@
-"""The engine's side of member health: what its Envoy thinks of each member, sent to the controller.
+"""The Envoy engine's member health: what its Envoy thinks of each member.
 
-``podway engine`` runs a ``Reporter`` beside Envoy. Every ``interval_s`` it reads Envoy's admin
-``/clusters`` once (the health flags of every host of every pool) and reduces each host to
-healthy / pending / unhealthy (``classify``). It sends that view to **every** controller replica
-(``podway.engines.report_targets``: each ``--xds`` address, every address a DNS name resolves
-to, names looked up again every ``resolve_s``), one long-lived gRPC stream per replica
-(``podway.engines.member_health``), with the TLS settings and client certificate of xDS. Only the
-leading replica writes the readiness gate, and the engine's Envoy may hold its xDS stream to any
-replica: reporting to all of them is how the leader hears this engine wherever its xDS goes.
+``podway engine`` runs a ``Reporter`` beside Envoy: the shared reporter of every engine
+(``podway.engines.reporter``: streams to every controller replica, full view first, changes
+after, parts under gRPC's bound, keepalive), reading Envoy's admin ``/clusters`` once every
+``interval_s`` (the health flags of every host of every pool) and reducing each host to
+healthy / pending / unhealthy (``classify``).
 
 Invariants:
 
-* A stream starts with the whole view (``full``, naming the engine's group, if any: the
-  controller counts the engine only for the pools its group is sent), so a controller that
-  restarted, or a stream that broke, never combines news with a view it did not see; later
-  messages carry changes only. A report over ``MAX_MESSAGE_BYTES`` goes in parts (gRPC refuses
-  messages over 4 MiB: a view of ~50,000 hosts sent whole was refused on every retry).
-  Nothing is sent before Envoy's admin first answers: "never reported" stays distinguishable
-  from "reported no hosts".
 * The Kubernetes readiness Envoy was told (EDS health status) is ignored: the gate itself moves
   it, so counting it would lock a gated pod out for good. Health is what Envoy measured.
 * Envoy's admin not answering keeps the last view (Envoy restarting is seen as its hosts
   turning pending once it answers again).
-* Replicas are independent: each stream has its own task, its own backoff and its own place in
-  the view's history (one read of Envoy serves them all); a replica that is down, refuses or
-  hangs is retried with backoff and never delays the others. A replica gone from the DNS answer
-  has its stream closed; a new one gets a stream that starts with the full view.
-* A stream to a replica that stops answering (paused, partitioned) is found dead by gRPC
-  keepalive pings (every 30 s, 5 s to answer; the xDS server allows them) and opened again.
-  A stream that cannot send fast enough skips to the newest view: no backlog builds up.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-import grpc
-
-from podway.base.backoff import Backoff
-from podway.engines.member_health import (
-    PATH,
-    Health,
-    HostKey,
-    HostState,
-    Message,
-    diff,
-    encode_parts,
-)
-from podway.engines.report_targets import Names, Resolver, Target, resolve, targets
+from podway.engines import reporter as engine_reporter
+from podway.engines.member_health import Health, HostKey, HostState, Refusal
+from podway.engines.report_targets import Resolver, resolve
+from podway.engines.reporter import ReportOptions
 from podway.envoy.engine import admin
-from podway.envoy.engine.bootstrap import xds_addresses
+
+__all__ = ["ReportOptions", "Reporter", "classify", "parse", "read_view"]
 
 log = logging.getLogger(__name__)
 
 View = Mapping[HostKey, HostState]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReportOptions:
-    """Where and how often to report; TLS settings as the engine's xDS connection."""
-
-    node_id: str
-    engine_group: str = ""  # --engine-group: named in each stream's first (full) message
-    xds: str | tuple[str, ...]  # the --xds addresses ("host:port" or "unix:/path"): every
-    # replica they name (and every address a name resolves to) gets the reports
-    ca_pem: str | None = None  # set: TLS, verifying the controller's certificate
-    sni: str = ""  # name to verify (default: the DNS name of each address; an IP: itself)
-    client_cert_pem: str | None = None
-    client_key_pem: str | None = None
-    interval_s: float = 2.0  # between two reads of Envoy's admin; each costs one /clusters dump
-    resolve_s: float = 5.0  # between two lookups of the DNS names (Envoy's own DNS refresh)
-    keepalive_s: float = 30.0  # ping a replica this often (as Envoy pings its xDS server) ...
-    keepalive_timeout_s: float = 5.0  # ... and give the stream up when a ping is not answered
-    backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
 
 
 # Envoy's text ``/clusters`` flag names → the JSON names ``classify`` reads.
@@ -144,119 +98,16 @@ async def read_view(address: str, *, limit_s: float = 5.0) -> View | None:
     return await asyncio.to_thread(parse, body)  # megabytes with thousands of pools
 
 
-class Reporter:
-    """Streams this engine's member health to every controller replica until cancelled."""
+class Reporter(engine_reporter.Reporter):
+    """The shared reporter (``podway.engines.reporter``) reading Envoy's admin at
+    ``admin_address()`` (None: not known yet, nothing read)."""
 
     def __init__(self, opts: ReportOptions, admin_address: Callable[[], str | None], *,
-                 resolver: Resolver = resolve) -> None:
-        self.opts = opts
+                 resolver: Resolver = resolve,
+                 refused: Callable[[], tuple[Refusal, ...]] = tuple) -> None:
         self.admin_address = admin_address
-        self.addresses = xds_addresses(opts.xds)
-        self.names = Names(self.addresses, resolver=resolver)
-        self.sent = 0  # messages sent (all streams)
-        self.streams: dict[Target, asyncio.Task[None]] = {}  # one per replica now
-        self._view: View | None = None  # Envoy's view as last read; None: not yet
-        self._version = 0  # counts changes of ``_view``
-        self._changed = asyncio.Condition()
+        super().__init__(opts, self._read, resolver=resolver, refused=refused)
 
-    async def run(self) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._read_views(), name="engine-health-view")
-            try:
-                while True:
-                    resolved = await self.names.refresh() if self.names.names else {}
-                    self._follow(group, targets(self.addresses, resolved, sni=self.opts.sni))
-                    if not self.names.names:
-                        await asyncio.Event().wait()  # nothing to look up again
-                    await asyncio.sleep(self.opts.resolve_s)
-            finally:
-                self.streams.clear()
-
-    def _follow(self, group: asyncio.TaskGroup, wanted: tuple[Target, ...]) -> None:
-        """Open a stream to each new replica, close those to replicas no longer named."""
-        for target in [t for t in self.streams if t not in wanted]:
-            log.info("member health reports to %s (%s) stop: no longer resolved",
-                     target.dial, target.source)
-            self.streams.pop(target).cancel()
-        for target in wanted:
-            if target not in self.streams:
-                self.streams[target] = group.create_task(
-                    self._stream(target), name=f"engine-health-report {target.dial}")
-
-    async def _read_views(self) -> None:
-        """Read Envoy's view every ``interval_s``; a changed one wakes every stream."""
-        while True:
-            address = self.admin_address()
-            view = await read_view(address) if address is not None else None
-            if view is not None and view != self._view:
-                async with self._changed:
-                    self._view, self._version = view, self._version + 1
-                    self._changed.notify_all()
-            await asyncio.sleep(self.opts.interval_s)
-
-    async def _stream(self, target: Target) -> None:
-        """One replica's stream, opened again with backoff whenever it ends."""
-        failures = 0
-        last_error = ""
-        while True:
-            streamed = [False]
-            try:
-                async with self._channel(target) as channel:
-                    await channel.stream_unary(PATH)(self._messages(streamed))
-            except grpc.aio.AioRpcError as exc:
-                error = f"{exc.code().name}: {exc.details()}"
-                # The same refusal again says nothing new.
-                log.log(logging.WARNING if error != last_error else logging.DEBUG,
-                        "member health reports to %s (%s) failed: %s", target.dial,
-                        target.source, error)
-                last_error = error
-            failures = 1 if streamed[0] else failures + 1
-            await asyncio.sleep(self.opts.backoff.delay(failures))
-
-    async def _messages(self, streamed: list[bool]) -> AsyncIterator[bytes]:
-        """The full view first, then each change (nothing while nothing changes)."""
-        sent: View | None = None
-        seen = 0
-        while True:
-            async with self._changed:
-                await self._changed.wait_for(functools.partial(self._newer, seen))
-                seen, view = self._version, self._view
-            assert view is not None  # a version above 0 has a view
-            if sent is None:
-                message = Message(node=self.opts.node_id, full=True, hosts=view,
-                                  group=self.opts.engine_group)
-            else:
-                changed, removed = diff(sent, view)
-                if not changed and not removed:
-                    continue
-                message = Message(node=self.opts.node_id, full=False,
-                                  hosts=MappingProxyType(changed), removed=removed)
-            for part in encode_parts(message):  # a large view: parts under gRPC's bound
-                yield part
-                self.sent += 1
-            streamed[0] = True
-            sent = view
-
-    def _newer(self, version: int) -> bool:
-        return self._version > version
-
-    def _channel(self, target: Target) -> grpc.aio.Channel:
-        opts = self.opts
-        options: list[tuple[str, Any]] = [
-            # A replica that stops answering (paused, cut off) ends the stream; the xDS server
-            # allows pings every 30 s, as Envoy sends them. Between two changes nothing else
-            # is sent, so pings need no data in between.
-            ("grpc.keepalive_time_ms", round(opts.keepalive_s * 1000)),
-            ("grpc.keepalive_timeout_ms", round(opts.keepalive_timeout_s * 1000)),
-            # gRPC >= 1.6x times a ping out after this one (60 s by default), not the above.
-            ("grpc.http2.ping_timeout_ms", round(opts.keepalive_timeout_s * 1000)),
-            ("grpc.http2.max_pings_without_data", 0)]
-        if opts.ca_pem is None:
-            return grpc.aio.insecure_channel(target.dial, options=options)
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=opts.ca_pem.encode(),
-            private_key=opts.client_key_pem.encode() if opts.client_key_pem else None,
-            certificate_chain=opts.client_cert_pem.encode() if opts.client_cert_pem else None)
-        if target.name:
-            options.append(("grpc.ssl_target_name_override", target.name))
-        return grpc.aio.secure_channel(target.dial, credentials, options=options)
+    async def _read(self) -> View | None:
+        address = self.admin_address()
+        return await read_view(address) if address is not None else None

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 envoy_log = logging.getLogger("podway.envoy")
@@ -29,14 +30,17 @@ _LEVELS = {"trace": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO,
            "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
 
 
+LineHook = Callable[[str], None]
+
+
 async def follow(path: Path, stop: asyncio.Event, *, offset: int | None,
-                 max_bytes: int = MAX_LOG_BYTES) -> None:
+                 max_bytes: int = MAX_LOG_BYTES, on_line: LineHook | None = None) -> None:
     """Log what is in ``path`` from ``offset`` (None: its end now) until ``stop`` is set, then
-    what is left."""
+    what is left; ``on_line`` also sees each line (as logged)."""
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
     stream = asyncio.StreamReader(limit=64 * 1024)
-    consumer = asyncio.ensure_future(pipe_log(stream))
+    consumer = asyncio.ensure_future(pipe_log(stream, on_line=on_line))
     try:
         with open(path, "rb") as file:  # noqa: ASYNC230 - a local file, read in small chunks
             file.seek(0, os.SEEK_END)
@@ -61,7 +65,8 @@ async def follow(path: Path, stop: asyncio.Event, *, offset: int | None,
         await consumer
 
 
-async def pipe_log(stream: asyncio.StreamReader, *, max_line: int = _MAX_LOG_LINE) -> None:
+async def pipe_log(stream: asyncio.StreamReader, *, max_line: int = _MAX_LOG_LINE,
+                   on_line: LineHook | None = None) -> None:
     """Log each line until EOF; of a long line (over the stream's limit or ``max_line``), only
     its first ``max_line`` bytes."""
     skipping = False  # inside an over-long line whose first part was already logged
@@ -70,24 +75,27 @@ async def pipe_log(stream: asyncio.StreamReader, *, max_line: int = _MAX_LOG_LIN
             line = await stream.readuntil(b"\n")
         except asyncio.IncompleteReadError as exc:  # EOF; maybe a last line without newline
             if exc.partial and not skipping:
-                _log_line(exc.partial, max_line)
+                _log_line(exc.partial, max_line, on_line=on_line)
             return
         except asyncio.LimitOverrunError as exc:
             chunk = await stream.read(exc.consumed)
             if not skipping:
-                _log_line(chunk, max_line, truncated=True)
+                _log_line(chunk, max_line, truncated=True, on_line=on_line)
             skipping = True
             continue
         if skipping:
             skipping = False  # the end of the over-long line
             continue
-        _log_line(line, max_line)
+        _log_line(line, max_line, on_line=on_line)
 
 
-def _log_line(line: bytes, max_line: int, *, truncated: bool = False) -> None:
+def _log_line(line: bytes, max_line: int, *, truncated: bool = False,
+              on_line: LineHook | None = None) -> None:
     if len(line) > max_line:
         line, truncated = line[:max_line], True
     text = line.decode("utf-8", "replace").rstrip()
     match = _LEVEL.match(text)
     level = _LEVELS.get(match.group(1), logging.INFO) if match else logging.INFO
     envoy_log.log(level, "%s%s", text, " …(truncated)" if truncated else "")
+    if on_line is not None:
+        on_line(text)

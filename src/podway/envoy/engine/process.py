@@ -46,6 +46,7 @@ from podway.envoy.engine.adopt import (
     write_identity,
 )
 from podway.envoy.engine.bootstrap import admin_config
+from podway.envoy.engine.listener_failures import ListenerFailures
 from podway.envoy.engine.logs import follow
 from podway.envoy.engine.state import StateDir, open_state
 
@@ -122,6 +123,8 @@ class Engine:
         self.starts = 0  # Envoys this engine started (an adopted one is not counted)
         self.adopted = 0  # Envoys adopted from a previous Podway
         self._started = asyncio.Event()
+        # Listeners its Envoy accepted and could not serve (no NACK then): from its log.
+        self.listener_failures = ListenerFailures()
 
     async def wait_started(self) -> str:
         """The admin address (``unix:/path``) of the running Envoy, once it answers."""
@@ -243,7 +246,8 @@ class Engine:
         stop_log = asyncio.Event()
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(follow(state.log, stop_log, offset=envoy.log_offset),
+                group.create_task(follow(state.log, stop_log, offset=envoy.log_offset,
+                                         on_line=self.listener_failures.line),
                                   name="envoy-log")
                 group.create_task(self._watch_admin(address, envoy), name="envoy-admin")
                 code = await envoy.wait()

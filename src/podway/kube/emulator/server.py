@@ -100,11 +100,26 @@ def status_body(code: int, reason: str, message: str) -> Obj:
             "message": message, "reason": reason, "code": code}
 
 
+@dataclass(frozen=True, slots=True)
+class User:
+    """Who a bearer token authenticates as (``KubeEmulator.add_user``): what the real API
+    server stamps on a CertificateSigningRequest (``spec.username``, ``groups``, ``extra``)."""
+
+    username: str
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
+CSR = ("certificates.k8s.io", "certificatesigningrequests")
+
+
 class Api:
     """The request handlers over one ``Store``."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.users: dict[str, User] = {}  # bearer token → identity (unknown: anonymous)
         self.requests: list[str] = []
         self.patches: list[Patch] = []
         self.writes: list[Write] = []
@@ -288,7 +303,11 @@ class Api:
         sub = rest[2] if len(rest) > 2 else ""
         if sub and not (sub == "status" and rtype.status) and \
                 not (sub == "scale" and rtype.group_resource in SCALABLE) and \
+<<<<<<< HEAD
                 (rtype.group_resource, sub) not in EXTRA_SUBRESOURCES:
+=======
+                not (sub == "approval" and rtype.group_resource == CSR):
+>>>>>>> main
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
@@ -355,11 +374,18 @@ class Api:
             if rtype.namespaced and target.namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
             body = await request.json()
+<<<<<<< HEAD
             warnings = self._validate(request, rtype, body)
             if isinstance(body, dict):
                 defaults.apply(rtype.group_resource, body)
             created = store.create(rtype, ns, body, dry_run=dry)
             return self._json(created, rtype, status=201, warnings=warnings)
+=======
+            if rtype.group_resource == CSR and isinstance(body, dict):
+                self._stamp_requester(request, body)
+            created = store.create(rtype, ns, body)
+            return self._json(created, rtype, status=201)
+>>>>>>> main
         if request.method == "PUT" and target.name is not None:
             body = await request.json()
             warnings = self._validate(request, rtype, body)
@@ -384,6 +410,7 @@ class Api:
             return self._json(store.delete(rtype, ns, target.name, dry_run=dry), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
 
+<<<<<<< HEAD
     def _delete_namespace(self, name: str) -> Obj:
         """As the API server and the namespace controller: the namespace turns
         ``Terminating`` (no new content; deleting what is in it still works), and a moment
@@ -435,6 +462,21 @@ class Api:
         leaving["metadata"].pop("resourceVersion", None)
         return self.store.replace(rtype, ns, target.name, leaving, subresource="*",
                                   check_version=False)
+=======
+    def _stamp_requester(self, request: web.Request, body: Obj) -> None:
+        """As the API server does on create: the requester's identity, never the client's."""
+        auth = request.headers.get("Authorization", "")
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        user = self.users.get(token, ANONYMOUS)
+        spec = body.setdefault("spec", {})
+        if not isinstance(spec, dict):
+            raise ApiError(422, "Invalid", "spec: must be an object")
+        spec["username"] = user.username
+        spec["groups"] = [*user.groups, "system:authenticated"] if user is not ANONYMOUS \
+            else list(user.groups)
+        spec["extra"] = {k: list(v) for k, v in user.extra}
+        spec.pop("uid", None)
+>>>>>>> main
 
     @staticmethod
     def _validate(request: web.Request, rtype: ResourceType, obj: Any) -> list[str]:

@@ -73,6 +73,28 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+_CSR = ("certificates.k8s.io", "certificatesigningrequests")
+
+
+def _csr_write(old: Obj, new: Obj, subresource: str) -> Obj:
+    """A CertificateSigningRequest's ``/approval`` writes its conditions, ``/status`` its
+    certificate too, which (as on the API server) needs an Approved condition first."""
+    merged = copy.deepcopy(old)
+    status = merged.setdefault("status", {})
+    wanted = new.get("status") or {}
+    if subresource == "approval":
+        status["conditions"] = copy.deepcopy(wanted.get("conditions") or [])
+        return merged
+    approved = any(c.get("type") == "Approved" and c.get("status", "True") == "True"
+                   for c in status.get("conditions") or [])
+    if wanted.get("certificate") and not approved:
+        raise ApiError(422, "Invalid", "status.certificate: Forbidden: updates may not set "
+                                       "certificate content unless the Approved condition is "
+                                       "present")
+    merged["status"] = {**copy.deepcopy(wanted), "conditions": status.get("conditions", [])}
+    return merged
+
+
 def _spec_part(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
@@ -198,7 +220,9 @@ class Store:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} '
                                             f'"{name}": the object has been modified; please '
                                             "apply your changes to the latest version")
-        if subresource == "status":
+        if rtype.group_resource == _CSR and subresource in ("status", "approval"):
+            new = _csr_write(old, new, subresource)
+        elif subresource == "status":
             merged = copy.deepcopy(old)
             if "status" in new:
                 merged["status"] = new["status"]

@@ -1,7 +1,8 @@
 """The agent's asyncio shell: informers → work queue → workers → kernel rules + annotations.
 
 Start-up order (as Antrea's): list Pods (this node only), Services and this Node; rebuild the
-port table from the pods' existing annotations, keeping their ports so no traffic moves; one
+port table from the pods' existing annotations, keeping their ports so no traffic moves (only
+annotations signed with this node's key, when it signs: a forged one is not adopted); one
 bulk rules sync; only then start the workers. A resync loop repairs kernel drift and re-queues
 every pod. Handlers only enqueue pod keys; workers reconcile one pod from the caches with
 ``reconcile.plan`` and retry failures with per-key exponential backoff.
@@ -47,8 +48,9 @@ class AgentSettings:
     workers: int = 4  # concurrent pod reconciles
     watch_timeout: int = 300  # server-side watch timeout (s); the watch resumes after it
     backoff: Backoff = RETRY  # per-pod retry delays after a failed reconcile
-    # The key the agents and the controller share (``--npl-key``): each annotation is signed
-    # (``npl.SIGNATURE_ANNOTATION``) so the controller believes only the agent's. None: unsigned.
+    # This node's key (``npl.node_key`` of the controller's master): each annotation is signed
+    # (``npl.SIGNATURE_ANNOTATION``) so the controller believes only this node's agent's, and
+    # a restart adopts only mappings signed with it. None: unsigned.
     npl_key: bytes | None = field(default=None, repr=False)
 
 
@@ -122,7 +124,13 @@ class Agent:
                 continue
             created = pod.metadata.creation_timestamp
             age = created.timestamp() if created is not None else math.inf
-            entries, _ = annotation.decode(pod.metadata.annotations.get(annotation.ANNOTATION))
+            value = pod.metadata.annotations.get(annotation.ANNOTATION)
+            if not self._vouched(pod, value):
+                # Not this agent's (a tenant may patch its pod): adopting it would hand the
+                # forged port to this pod. Its reconcile allocates and signs a fresh mapping.
+                log.warning("pod=%s event=restore-skipped reason=not-signed-by-this-node", key)
+                continue
+            entries, _ = annotation.decode(value)
             for item in entries:
                 entry = Entry(pod=key, pod_ip=ip, pod_port=item.pod_port,
                               protocol=item.protocol, node_port=item.node_port)
@@ -136,6 +144,14 @@ class Agent:
         for key in self.pods:
             self.queue.add(key)
         self.restored.set()
+
+    def _vouched(self, pod: Pod, value: str | None) -> bool:
+        """Whether a restart may adopt the pod's mapping: signed with this node's key (any
+        mapping when the agent signs nothing, as Antrea's)."""
+        key_ = self.settings.npl_key
+        return value is None or key_ is None or annotation.vouched(
+            key_, uid=pod.metadata.uid, value=value,
+            signed=pod.metadata.annotations.get(annotation.SIGNATURE_ANNOTATION))
 
     async def _worker(self) -> None:
         while True:

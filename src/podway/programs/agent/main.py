@@ -32,7 +32,8 @@ class AgentOptions:
     resync: float = 30.0  # seconds between drift repairs
     metrics: HostPort | None = None  # /metrics and /healthz; None: not served
     netns: str | None = None  # act inside this network namespace (lab, tests)
-    npl_key: bytes | None = field(default=None, repr=False)  # signs annotations (--npl-key)
+    npl_key: bytes | None = field(default=None, repr=False)  # this node's signing key
+    npl_key_request: bool = False  # ask the controller for this node's key (--npl-key-request)
 
 
 async def run(options: AgentOptions) -> None:
@@ -47,6 +48,11 @@ async def run(options: AgentOptions) -> None:
     api = await connect(kubeconfig=options.kubeconfig)
     async with api:
         await check_reachable(api)
+        key = options.npl_key
+        if options.npl_key_request:
+            from podway.programs.agent.keyrequest import request_node_key
+
+            key = await request_node_key(api, options.node_name)  # before any kernel rule
         opener = KernelSocketOpener(netns=options.netns)
         rules = make_rules(options.rules_kind, netns=options.netns)
         metrics = Metrics()
@@ -56,7 +62,7 @@ async def run(options: AgentOptions) -> None:
                                                  port_range=options.port_range,
                                                  node_ip=options.node_ip,
                                                  resync_seconds=options.resync,
-                                                 npl_key=options.npl_key))
+                                                 npl_key=key))
             runner = None
             if options.metrics is not None:
                 runner = await serve(make_app(registries=(metrics.registry,),

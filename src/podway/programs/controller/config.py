@@ -1,9 +1,17 @@
 """The controller's live settings file (``--config FILE``), re-read while it runs.
 
-Today it holds one setting, the default backend mode, which can then change without a restart
-(the per-Service annotation ``podway.io/backend-mode`` already could)::
+It holds the default backend mode, which can then change without a restart (the per-Service
+annotation ``podway.io/backend-mode`` already could), and the engine kind of each engine
+group::
 
     backendMode: clusterip     # clusterip | nodeport | nodeportlocal; absent: --backend-mode
+    engineGroups:              # group → the kind of engine that serves it; absent: any kind
+      edge: envoy              # envoy (xDS) | haproxy | kernel (the IR: engines.config_feed)
+      db: kernel
+
+An engine of another kind than its group names is refused (one line on each side), so a group
+is never served half by HAProxy and half by Envoy by mistake. The group of engines without
+``--engine-group`` is named ``""`` here (quote it).
 
 In a cluster the file is a ConfigMap key mounted as a volume (kubelet swaps the mounted file
 when the ConfigMap changes, within its sync period, about a minute); anywhere else it is a
@@ -23,9 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -35,7 +44,8 @@ from podway.translate import BackendMode
 
 log = logging.getLogger(__name__)
 
-KEYS = ("backendMode",)
+KEYS = ("backendMode", "engineGroups")
+ENGINE_KINDS = ("envoy", "haproxy", "kernel")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +53,7 @@ class LiveConfig:
     """Settings from the file; None: not set there (the flag's value applies)."""
 
     backend_mode: BackendMode | None = None
+    engine_kinds: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def parse_config(text: str, *, path: Path) -> LiveConfig:
@@ -62,14 +73,31 @@ def parse_config(text: str, *, path: Path) -> LiveConfig:
     if unknown:
         raise ConfigError(f"--config {path}: unknown setting {', '.join(unknown)} "
                           f"(known: {', '.join(KEYS)})")
+    kinds = _engine_kinds(data.get("engineGroups"), path)
     mode = data.get("backendMode")
     if mode is None:
-        return LiveConfig()
+        return LiveConfig(engine_kinds=kinds)
     try:
-        return LiveConfig(backend_mode=BackendMode(str(mode)))
+        return LiveConfig(backend_mode=BackendMode(str(mode)), engine_kinds=kinds)
     except ValueError:
         raise ConfigError(f"--config {path}: backendMode {mode!r} is not one of "
                           f"{', '.join(m.value for m in BackendMode)}") from None
+
+
+def _engine_kinds(raw: Any, path: Path) -> Mapping[str, str]:
+    """``engineGroups``: group → engine kind."""
+    if raw is None:
+        return MappingProxyType({})
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {path}: engineGroups must map group names to an engine "
+                          f"kind ({', '.join(ENGINE_KINDS)})")
+    out: dict[str, str] = {}
+    for group, kind in raw.items():
+        if not isinstance(group, str) or kind not in ENGINE_KINDS:
+            raise ConfigError(f"--config {path}: engineGroups: {str(group)[:60]!r}: "
+                              f"{str(kind)[:40]!r} is not one of {', '.join(ENGINE_KINDS)}")
+        out[group.strip()] = str(kind)
+    return MappingProxyType(out)
 
 
 def load_config(path: Path) -> LiveConfig:

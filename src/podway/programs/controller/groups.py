@@ -28,11 +28,14 @@ stream with one line).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 from podway.base.errors import PodwayError
+from podway.engines import config_feed
+from podway.engines.config_feed import ConfigFeed
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
 from podway.ir import IR, Forward, Listener, Mirror
@@ -133,3 +136,32 @@ class EngineGroups:
     @staticmethod
     def _fill(group: str, cache: Cache, builder: Builder, state: State) -> None:
         cache.set(builder.build(subset(state.ir, group, group_of(state.update.snapshot))))
+
+
+def envoy_cache(groups: EngineGroups, kinds: Callable[[], Mapping[str, str]], group: str
+                ) -> Cache:
+    """The xDS cache of ``group`` for an Envoy; ``GroupRefused`` when the controller's
+    configuration (``kinds()``: group → engine kind) gives the group to engines of another
+    kind (``config_feed.refusal``)."""
+    why = config_feed.refusal(kinds(), group, "envoy")
+    if why is not None:
+        raise GroupRefused(why)
+    return groups.cache_for(group)
+
+
+async def feed(pipeline: Pipeline, to: ConfigFeed) -> None:
+    """Publish each new IR to the configuration streams of HAProxy and kernel engines
+    (``podway.engines.config_feed``): a group's engines get ``subset`` of it, exactly what an
+    Envoy of the group is sent; an engine without a group the whole."""
+    seen: object = None
+    async for state in pipeline.states():
+        if state.ir is seen:
+            continue  # an engine's ACK or NACK, not new configuration
+        seen = state.ir
+        to.publish(state.generation, functools.partial(
+            group_ir, state.ir, group_of(state.update.snapshot)))
+
+
+def group_ir(ir: IR, groups_of: GroupOf, group: str) -> IR:
+    """What an engine of ``group`` is sent ("": no group, everything)."""
+    return subset(ir, group, groups_of) if group else ir

@@ -48,6 +48,7 @@ from kubernetes_asyncio import client
 from podway.base.backoff import Backoff
 from podway.base.netaddr import HostPort
 from podway.base.tasks import cancel_and_wait
+from podway.engines.config_feed import ConfigFeed
 from podway.engines.member_health import MemberHealthReports
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
@@ -61,7 +62,7 @@ from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
 from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
-from podway.programs.controller.groups import EngineGroups
+from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
 from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
@@ -71,7 +72,7 @@ from podway.programs.controller.refusals import RefusedKinds
 from podway.programs.controller.source import ControllerSource
 from podway.programs.controller.status import StatusWriter
 from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
-from podway.programs.ipam import Ipam, Pool, PoolKinds, held_in_status
+from podway.programs.ipam import Pool, PoolKinds, controller_ipam
 from podway.programs.ipam.objects import METALLB_NAMESPACE
 from podway.readers import surfaces
 from podway.readers.metrics import exposition
@@ -120,6 +121,7 @@ class ControllerOptions:
     warnings: tuple[str, ...] = ()
     """Said once the API is reached (a flag choice that weakens something, e.g. unsigned
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
+    npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -153,6 +155,8 @@ class Controller:
         self._api = api
         self._writes_allowed = writes_allowed  # leadership: only a leader writes Pods
         self.health_reports = MemberHealthReports()  # the engines' member health
+        self.live = LiveConfig()  # the --config file's settings now
+        self.feed = ConfigFeed(kinds=lambda: self.live.engine_kinds)  # IR: HAProxy, kernel
         self.readiness: ReadinessGate | None = None
         self.source: ControllerSource | None = None
         self.gate: ModeGate | None = None
@@ -190,14 +194,17 @@ class Controller:
         for warning in self.opts.warnings:  # connected: the flags were good, say what they cost
             log.warning("%s", warning)
         opts = self.opts
-        live = load_config(opts.config) if opts.config is not None else LiveConfig()
+        self.live = live = load_config(opts.config) if opts.config is not None else LiveConfig()
         if live.backend_mode is not None:
             opts = replace(opts, translate=replace(opts.translate, mode=live.backend_mode))
         self.source = ControllerSource(api, KubeSourceSettings(
             namespaces=opts.namespaces, namespace_selector=opts.namespace_selector,
             debounce_s=opts.debounce_s, max_wait_s=opts.max_wait_s, backoff=opts.backoff),
             metrics=self.metrics)
-        opts = self._with_vips(opts)
+        vips = controller_ipam(opts.vip_pools, opts.vip_pool_kinds, opts.metallb_namespace,
+                               self.source.current_status)
+        if vips is not None:  # an address an object's status holds stays that object's
+            opts = replace(opts, translate=replace(opts.translate, vips=vips))
         if opts.election is not None:
             self.elector = LeaseElector(api, opts.election, metrics=self.metrics)
             self.leadership = self.elector
@@ -207,24 +214,11 @@ class Controller:
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
-        self.groups = EngineGroups(self.pipeline)
-        self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
-                                on_event=self._on_event,
-                                unauthenticated=opts.xds_unauthenticated,
-                                groups=self.groups.cache_for)
-        self.server.handlers.append(self.health_reports.handler(self.server))
-        servicer = self.server.servicer
-        # Counted: these engines (on this replica's ADS, with the group each is served) and
-        # every engine reporting here (with the group its report names).
-        self.readiness = ReadinessGate(api, self.pipeline, self.health_reports,
-                                       lambda: servicer.engine_groups,
-                                       writes_allowed=self._may_write_pods,
-                                       metrics=self.metrics)
-        self.server.servicer.on_engines.append(self.readiness.wake)
+        server, readiness, groups = self._engines(api, self.pipeline, opts)
         self.status = self._status_writer(api, opts)
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
-        await self.server.start()
-        log.info("xDS for engines on %s", self.server.target)
+        await server.start()
+        log.info("xDS for engines on %s", server.target)
         runner = None
         try:
             if opts.metrics_port:
@@ -238,13 +232,34 @@ class Controller:
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.status.repair(every_s=opts.status_resync_s),
                                   name="controller-status-repair")
-                group.create_task(self.readiness.run(), name="controller-readiness")
-                group.create_task(self.groups.follow(), name="controller-engine-groups")
-                self._optional_tasks(group, opts, live)
+                group.create_task(readiness.run(), name="controller-readiness")
+                group.create_task(groups.follow(), name="controller-engine-groups")
+                group.create_task(feed(self.pipeline, self.feed), name="controller-config-feed")
+                self._optional_tasks(group, opts, live, api)
         finally:
             if runner is not None:
                 await runner.cleanup()
-            await self.server.stop(grace=0.5)
+            await server.stop(grace=0.5)
+
+    def _engines(self, api: client.ApiClient, pipeline: Pipeline, opts: ControllerOptions
+                 ) -> tuple[XdsServer, ReadinessGate, EngineGroups]:
+        """The xDS server (ADS, member health, the IR: ``groups.feed``) and the readiness gate,
+        counting engines on ADS or the IR stream here and every engine reporting here."""
+        self.groups = groups = EngineGroups(pipeline)
+        self.server = server = XdsServer(
+            pipeline.cache, opts.xds_address, tls=opts.xds_tls, on_event=self._on_event,
+            unauthenticated=opts.xds_unauthenticated,
+            groups=functools.partial(envoy_cache, groups, lambda: self.live.engine_kinds))
+        server.handlers += [self.health_reports.handler(server), self.feed.handler(server)]
+        pipeline.hear_refusals(self.health_reports)  # a listener an engine cannot serve
+        fed, servicer = self.feed, server.servicer
+        self.readiness = readiness = ReadinessGate(
+            api, pipeline, self.health_reports,
+            lambda: {**fed.engine_groups, **servicer.engine_groups},
+            writes_allowed=self._may_write_pods, metrics=self.metrics)
+        servicer.on_engines.append(readiness.wake)
+        fed.on_engines.append(readiness.wake)
+        return server, readiness, groups
 
     def _status_writer(self, api: client.ApiClient, opts: ControllerOptions) -> StatusWriter:
         """The status writer, told by the source what the API holds (ours read back as that
@@ -259,26 +274,10 @@ class Controller:
         self.source.on_status = writer.observed
         return writer
 
-    def _with_vips(self, opts: ControllerOptions) -> ControllerOptions:
-        """``opts`` with VIP IPAM when VIP pools are given: an address an object's status
-        holds stays that object's."""
-        if not opts.vip_pools and not opts.vip_pool_kinds:
-            return opts
-        source = self.source
-        assert source is not None
-
-        def held(ref: ObjectRef) -> tuple[str, ...] | None:
-            return held_in_status(ref.kind, source.current_status(
-                ref.kind, (ref.namespace, ref.name)))
-
-        return replace(opts, translate=replace(opts.translate,
-                                               vips=Ipam(opts.vip_pools, held=held,
-                                                         kinds=opts.vip_pool_kinds,
-                                                         metallb_namespace=opts.metallb_namespace)))
-
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
-                        live: LiveConfig) -> None:
-        """The tasks only some settings ask for: election, live config, surfaces, GC policy."""
+                        live: LiveConfig, api: client.ApiClient) -> None:
+        """The tasks only some settings ask for: election, live config, surfaces, GC policy,
+        the agents' NodePortLocal keys."""
         assert self.pipeline is not None
         if self.elector is not None:
             group.create_task(self.elector.run(), name="controller-leader-election")
@@ -287,6 +286,11 @@ class Controller:
         if opts.admin_socket is not None or opts.dashboard is not None:
             group.create_task(surfaces.serve(self.pipeline, self._surfaces()),
                               name="controller-surfaces")
+        if opts.npl_agent_user and opts.translate.npl_key is not None:
+            from podway.programs.controller.npl_keys import NplKeyIssuer
+
+            group.create_task(NplKeyIssuer(api, master=opts.translate.npl_key, agent_user=(
+                opts.npl_agent_user)).run(), name="controller-npl-keys")
         if opts.gc is not None:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
@@ -304,6 +308,7 @@ class Controller:
         """Apply each new default backend mode of the ``--config`` file (unset: the flag's)."""
         assert self.gate is not None
         async for live in follow_config(path, first, poll_s=self.opts.config_poll_s):
+            self.live = live  # engineGroups: for new streams (open ones stay)
             mode = live.backend_mode or self.opts.translate.mode
             if mode is not self.gate.default:
                 log.info("default backend mode %s → %s (--config %s)", self.gate.default,

@@ -4,7 +4,7 @@ Ready only once every engine serving it has found it healthy.
 Inputs: the pipeline's states (which pools have which pod as a member, at which address; the
 gated Pods and their current condition, ``podway.sources.kube_kinds.slim_pod``), the engines
 connected over ADS to this replica now (node ids) and each engine's member health report
-(``podway.engines.member_health``, sent by ``podway.envoy.engine.health_report`` to every replica).
+(``podway.engines.member_health``, sent by ``podway.engines.reporter`` to every replica).
 
 The engines a pod waits for (``counted_engines``) are what this replica can know: those with a
 report stream open to it, wherever their xDS goes (an engine on a follower's xDS that reports

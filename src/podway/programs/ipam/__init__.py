@@ -9,9 +9,11 @@ restart those statuses are read back as what each object holds. See ``docs/vips.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from podway.model.base import ObjectRef
 from podway.model.snapshot import Snapshot
 from podway.programs.ipam.allocate import allocate
 from podway.programs.ipam.claims import Claim, HeldSource, claims_of, held_in_status
@@ -22,8 +24,8 @@ from podway.translate.core.problems import Problem
 from podway.translate.core.vips import VipGrant, VipMap
 
 __all__ = ["AddressRange", "Claim", "HeldSource", "Ipam", "Pool", "PoolKinds", "VipGrant",
-           "allocate", "claims_of", "held_in_status", "load_pools", "parse_pools", "parse_range",
-           "pools_of"]
+           "allocate", "claims_of", "controller_ipam", "held_in_status", "load_pools",
+           "parse_pools", "parse_range", "pools_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +76,19 @@ class Ipam:
                                                  metallb_namespace=self.metallb_namespace,
                                                  in_use=in_use))]
         return self._read[0][1]
+
+
+StatusOf = Callable[[str, tuple[str, str]], "Mapping[str, Any] | None"]
+
+
+def controller_ipam(pools: tuple[Pool, ...], kinds: tuple[PoolKinds, ...],
+                    metallb_namespace: str, status_of: StatusOf) -> Ipam | None:
+    """The controller's IPAM (None: no pools configured, no pool objects read): what each
+    object holds is read from the status the API holds for it (``status_of(kind, key)``)."""
+    if not pools and not kinds:
+        return None
+
+    def held(ref: ObjectRef) -> tuple[str, ...] | None:
+        return held_in_status(ref.kind, status_of(ref.kind, (ref.namespace, ref.name)))
+
+    return Ipam(pools, held=held, kinds=kinds, metallb_namespace=metallb_namespace)

@@ -21,10 +21,11 @@ from enum import StrEnum
 
 from podway.base.netaddr import is_ip
 from podway.model.base import K8sObject
+from podway.model.kinds import NOT_SERVED_MODELS
 from podway.model.snapshot import Snapshot
 from podway.model.vips import IPAddressPool, VIPPool
 from podway.programs.ipam.pools import IPAddress, Pool, pool_of
-from podway.translate.core.problems import Problem, Reason
+from podway.translate.core.problems import Problem, Reason, Severity
 
 METALLB_NAMESPACE = "metallb-system"
 
@@ -61,6 +62,8 @@ def pools_of(snapshot: Snapshot, configured: Sequence[Pool], kinds: Iterable[Poo
     parsed.sort(key=lambda item: (not _holds(item[1], held), *item[0].age_key(), item[0].KIND))
     pools = list(configured)
     problems: list[Problem] = []
+    if PoolKinds.METALLB in chosen:
+        problems += _unserved(snapshot, metallb_namespace)
     for obj, (pool, invalid) in parsed:
         problem = invalid if pool is None else _conflict(obj, pool, pools)
         if problem is not None:
@@ -68,6 +71,20 @@ def pools_of(snapshot: Snapshot, configured: Sequence[Pool], kinds: Iterable[Poo
         elif pool is not None:
             pools.append(pool)
     return ObjectPools(tuple(pools), tuple(problems))
+
+
+def _unserved(snapshot: Snapshot, namespace: str) -> list[Problem]:
+    """One problem on each MetalLB object Podway does not serve from the API."""
+    out = []
+    for model in NOT_SERVED_MODELS:
+        for (ns, name), obj in sorted(snapshot.kind(model).items()):
+            if ns == namespace:
+                instead = getattr(model, "SERVED_BY", "")
+                out.append(Problem(
+                    ref=obj.ref, reason=Reason.UNSUPPORTED_VALUE, severity=Severity.WARNING,
+                    message=f"{model.KIND} {name!r} is not served by Podway from the API; use "
+                    f"{instead} (docs/vips.md#coming-from-metallb)"))
+    return out
 
 
 def _pool(obj: K8sObject) -> tuple[Pool | None, Problem | None]:

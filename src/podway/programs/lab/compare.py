@@ -11,7 +11,14 @@ gives a load balancer are read from the lab's API:
   NodePort copy of the Service with ``externalTrafficPolicy`` Cluster / Local (removed after);
   for Local the members failing a health check (nodes without a pod drop the traffic) are left
   out, as a load balancer's monitor would;
-- ``engine`` (when the controller has published a VIP for the Service): through Podway itself.
+- when the controller has published a VIP for the Service, through Podway's engines, one row
+  each: ``l4-envoy`` (the Service itself, Envoy's TCP proxy), ``l4-kernel`` (a temporary copy
+  of the Service on its own port, in the kernel engine's group: nftables DNAT) and
+  ``l7-haproxy`` (a temporary Gateway of the HAProxy engine's group with an HTTPRoute to the
+  Service: HTTP through HAProxy). Each of these rows also gives the engine's CPU per
+  connection: the CPU time its processes (``podway engine`` and its Envoy or HAProxy) used
+  during the rounds, divided by the row's requests (the kernel's own packet work is softirq
+  time, in no process: the kernel engine's figure is its Python process's alone).
 
 The client namespace then plays an L4 load balancer that only rewrites destinations: request
 ``i`` of each mode goes to member ``i mod n`` (round robin) over a new TCP connection, and the
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
 import statistics
 import time
@@ -33,14 +41,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from podway.model.base import ENGINE_GROUP
 from podway.model.npl import ANNOTATION
 from podway.programs.lab.api import LabApi
 from podway.programs.lab.network import LabError
-from podway.programs.lab.plan import CLIENT_IP, LabPlan
+from podway.programs.lab.plan import CLIENT_IP, ENGINE_GROUPS, LabPlan
 from podway.programs.lab.traffic import Reply, Target, request
 
 Obj = dict[str, Any]
 MODES = ("nodeportlocal", "clusterip", "nodeport-cluster", "nodeport-local")
+ENGINE_ROWS = ("l4-envoy", "l4-kernel", "l7-haproxy")
+L4_KERNEL_PORT = 18211  # the l4-kernel copy's port on the VIP (the VIP is shared)
+L7_HAPROXY_PORT = 18212  # the l7-haproxy Gateway's listener
+GATEWAY_CLASS = "podway-lab-compare"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,8 @@ class ModeResult:
     members: list[Member]
     left_out: list[Member] = field(default_factory=list)  # failed the health check
     replies: list[tuple[Member, Reply]] = field(default_factory=list)
+    engine: str = ""  # the node id of the engine serving this row ("": none)
+    cpu_s: float | None = None  # that engine's CPU seconds during the rounds
 
     def summary(self, *, pod_nodes: dict[str, str], empty_nodes: set[str]) -> Obj:
         ok = [(m, r) for m, r in self.replies if r.ok]
@@ -84,6 +99,8 @@ class ModeResult:
             "p99_us": round(micros[min(len(micros) - 1, int(len(micros) * 0.99))], 1)
             if micros else None,
             "sent_to_node_without_pod": len(to_empty),
+            "engine_cpu_per_connection_us": round(self.cpu_s * 1e6 / total, 1)
+            if self.cpu_s is not None and total else None,
         }
 
 
@@ -150,6 +167,7 @@ class Comparison:
         results = [ModeResult("nodeportlocal", self._npl(pods, port)),
                    ModeResult("clusterip", self._clusterip(port))]
         made: list[str] = []
+        created: list[tuple[str, str, str]] = []  # (plural, namespace, name) to delete after
         try:
             for policy in ("Cluster", "Local"):
                 copy_ = _copy_service(service, policy)
@@ -159,18 +177,25 @@ class Comparison:
                 results.append(self._nodeport(copy_["metadata"]["name"], policy, pod_nodes))
             vip = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
             if vip and vip[0].get("ip"):
-                results.append(ModeResult("engine", [Member(vip[0]["ip"], int(port["port"]),
-                                                            "")]))
+                results += self._engine_rows(service, str(vip[0]["ip"]), int(port["port"]),
+                                             created)
             for result in results:
                 if not result.members:
                     raise LabError(f"mode {result.mode}: no pool members (is the agent/"
                                    "controller up, are the pods ready?)")
             self.say(f"{requests} requests per mode, interleaved")
+            before = {r.engine: engine_cpu(r.engine) for r in results if r.engine}
             self.client.submit(_rounds, results, requests).result()
+            for r in results:
+                start = before.get(r.engine)
+                end = engine_cpu(r.engine) if r.engine and start is not None else None
+                r.cpu_s = None if start is None or end is None else end - start
         finally:
             kind = self.api.kind("services")
             for name in made:
                 self.api.call("DELETE", kind.path(self.namespace, name))
+            for plural, namespace, name in reversed(created):
+                self.api.call("DELETE", self.api.kind(plural).path(namespace, name))
         modes = [r.summary(pod_nodes=pod_nodes, empty_nodes=empty) for r in results]
         p50 = {m["mode"]: m["p50_us"] for m in modes}
         delta = band = None
@@ -186,6 +211,58 @@ class Comparison:
                 "npl_minus_clusterip_p50_us": delta,
                 "npl_minus_clusterip_p50_ci95_us": band}
 
+
+    def _engine_rows(self, service: Obj, vip: str, port: int,
+                     created: list[tuple[str, str, str]]) -> list[ModeResult]:
+        """l4-envoy (the Service itself), l4-kernel and l7-haproxy (temporary objects in the
+        engine groups of the lab's kernel and HAProxy engines), each once it answers."""
+        edge = f"lab-{self.plan.name}-edge"
+        rows = [ModeResult("l4-envoy", [Member(vip, port, "")], engine=edge)]
+        name = self.name
+        kernel = copy.deepcopy(service)
+        meta = kernel["metadata"]
+        for drop in ("uid", "resourceVersion", "creationTimestamp", "generation"):
+            meta.pop(drop, None)
+        meta["name"] = f"{name}-l4-kernel"
+        meta["annotations"] = {ENGINE_GROUP: ENGINE_GROUPS["kernel"],
+                               "podway.io/engine": "kernel"}
+        spec = kernel["spec"]
+        for drop in ("clusterIP", "clusterIPs"):
+            spec.pop(drop, None)
+        spec["ports"] = [{**{k: v for k, v in spec["ports"][0].items() if k != "nodePort"},
+                          "port": L4_KERNEL_PORT}]
+        kernel.pop("status", None)
+        gateway_api = "gateway.networking.k8s.io/v1"
+        objects: list[tuple[str, Obj]] = [
+            ("services", kernel),
+            ("gatewayclasses", {"apiVersion": gateway_api, "kind": "GatewayClass",
+                                "metadata": {"name": GATEWAY_CLASS},
+                                "spec": {"controllerName": "podway.io/gateway-controller"}}),
+            ("gateways", {"apiVersion": gateway_api, "kind": "Gateway", "metadata": {
+                "name": f"{name}-l7-haproxy", "namespace": self.namespace,
+                "annotations": {ENGINE_GROUP: ENGINE_GROUPS["haproxy"]}},
+                "spec": {"gatewayClassName": GATEWAY_CLASS, "listeners": [
+                    {"name": "http", "protocol": "HTTP", "port": L7_HAPROXY_PORT}]}}),
+            ("httproutes", {"apiVersion": gateway_api, "kind": "HTTPRoute", "metadata": {
+                "name": f"{name}-l7-haproxy", "namespace": self.namespace},
+                "spec": {"parentRefs": [{"name": f"{name}-l7-haproxy"}],
+                         "rules": [{"backendRefs": [{"name": name, "port": port}]}]}})]
+        for plural, body in objects:
+            self.say(f"temporary {body['kind']} {body['metadata']['name']}")
+            self.api.apply(body)
+            created.append((plural, str(body["metadata"].get("namespace", "")),
+                            str(body["metadata"]["name"])))
+        for mode, at in (("l4-kernel", L4_KERNEL_PORT), ("l7-haproxy", L7_HAPROXY_PORT)):
+            member = Member(vip, at, "")
+            deadline = time.monotonic() + 30
+            while not self._ask(member, 1.0).ok:
+                if time.monotonic() > deadline:
+                    raise LabError(f"{mode}: {vip}:{at} does not answer (is the lab's "
+                                   f"{mode.split('-')[1]} engine up? logs/engine-"
+                                   f"{mode.split('-')[1]}.log)")
+                time.sleep(0.2)
+            rows.append(ModeResult(mode, [member], engine=f"{edge}-{mode.split('-')[1]}"))
+        return rows
 
     def _npl(self, pods: list[Obj], port: Obj) -> list[Member]:
         out = []
@@ -227,6 +304,66 @@ class Comparison:
             result.members = [m for m in members if self._ask(m, 0.5).ok]
             result.left_out = [m for m in members if m not in result.members]
         return result
+
+
+def engine_cpu(node_id: str, proc: str = "/proc") -> float | None:
+    """CPU seconds used so far by the ``podway engine`` process started with ``--node-id
+    node_id`` and every process below it (its Envoy or HAProxy), every thread counted; None
+    when no such process runs."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    roots: list[int] = []
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir(proc):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", encoding="utf-8") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"{proc}/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        # user + system, and that of its children already waited for (a reloaded HAProxy's
+        # old workers)
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / tick
+        if b"engine" in argv and _flag(argv, b"--node-id") == node_id.encode():
+            roots.append(pid)
+    if not roots:
+        return None
+    tree = set(roots)
+    grew = True
+    while grew:
+        below = {p for p, parent in parents.items() if parent in tree} - tree
+        grew = bool(below)
+        tree |= below
+    return sum(_run_time(proc, p, cpu.get(p, 0.0)) for p in tree)
+
+
+def _run_time(proc: str, pid: int, ticks_s: float) -> float:
+    """Seconds ``pid``'s threads ran on a CPU: the scheduler's nanoseconds (``schedstat`` of
+    each thread) where the kernel keeps them, else ``ticks_s`` (10 ms steps: too coarse for a
+    few hundred connections)."""
+    try:
+        total = 0
+        for task in os.listdir(f"{proc}/{pid}/task"):
+            with open(f"{proc}/{pid}/task/{task}/schedstat", encoding="utf-8") as f:
+                total += int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return ticks_s
+    # A kernel without schedstats says 0; waited-for children are in the ticks only.
+    return max(total / 1e9, ticks_s) if total else ticks_s
+
+
+def _flag(argv: list[bytes], name: bytes) -> bytes | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + b"="):
+            return arg[len(name) + 1:]
+    return None
 
 
 def median_difference_interval(a: list[float], b: list[float], *, rounds: int = 1000,

@@ -108,6 +108,9 @@ class ControlPlane:
         emu = KubeEmulator(require_namespaces=True, graceful_pod_deletion=True)
         if self.path.exists():
             emu.load(json.loads(self.path.read_text()))
+        # Gateway API: ``lab compare`` routes its l7-haproxy row through a Gateway of the
+        # HAProxy engine's group (an Ingress is always the default group's).
+        emu.install_gateway_api()
         emu.set_admission(self._admit)
         emu.set_on_commit(self._committed)
         emu.set_pod_logs(self._pod_logs)

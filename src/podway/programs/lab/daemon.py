@@ -32,7 +32,7 @@ from typing import Any
 from podway.programs.lab import cluster, kubeproxy, network, workloads
 from podway.programs.lab.controlplane import ControlPlane
 from podway.programs.lab.kubelet import Kubelet
-from podway.programs.lab.plan import NPL_RANGE, VIP, LabPlan, NodePlan
+from podway.programs.lab.plan import ENGINE_GROUPS, NPL_RANGE, VIP, LabPlan, NodePlan
 from podway.programs.lab.processes import Supervisor
 from podway.programs.lab.state import LabState
 
@@ -102,10 +102,21 @@ class Daemon:
                     "--npl-key", str(self.state.npl_key), "--npl-port-range", NPL_RANGE,
                     # One replica, restarted by the supervisor: no Lease to wait out.
                     "--leader-elect=false"])
+                # Envoy serves the default engine group (every object not choosing one); the
+                # kernel and HAProxy engines beside it serve the groups ``lab compare``
+                # gives its l4-kernel and l7-haproxy rows (ENGINE_GROUPS).
                 await self.supervisor.start("engine", [
                     "ip", "netns", "exec", self.plan.edge, sys.executable, "-m", "podway",
                     "engine", "--xds", f"unix:{self.state.xds_socket}", "--node-id",
-                    f"lab-{self.plan.name}-edge", "--state-dir", str(self.state.engine_dir)])
+                    f"lab-{self.plan.name}-edge", "--state-dir", str(self.state.engine_dir),
+                    "--engine-group", "default"])
+                for kind, group in ENGINE_GROUPS.items():
+                    await self.supervisor.start(f"engine-{kind}", [
+                        "ip", "netns", "exec", self.plan.edge, sys.executable, "-m", "podway",
+                        "engine", "--engine", kind, "--xds", f"unix:{self.state.xds_socket}",
+                        "--node-id", f"lab-{self.plan.name}-edge-{kind}", "--engine-group",
+                        group, "--state-dir", str(self.state.engine_dir.with_name(
+                            f"engine-{kind}"))])
             say("ready")
             loop = asyncio.get_running_loop()
             loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
@@ -143,7 +154,7 @@ class Daemon:
         asyncio.get_running_loop().call_later(grace + GRACE_EXTRA_S + 1, self.wake.set)
 
     async def _stop(self) -> None:
-        for what in ("controller", "engine"):
+        for what in ("controller", "engine", *(f"engine-{k}" for k in ENGINE_GROUPS)):
             await self.supervisor.stop(what, grace=5.0)
         await asyncio.gather(*(self.supervisor.stop(f"agent-{n.name}")
                                for n in self.plan.nodes))

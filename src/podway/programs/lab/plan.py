@@ -29,6 +29,9 @@ VIP = "198.19.1.1"
 CLUSTER_IP_CIDR = "198.19.128.0/17"
 NODE_PORT_RANGE = (30000, 32767)
 NPL_RANGE = "61000-62000"
+# Engines beside the lab's Envoy (which serves the default group), each serving one engine
+# group: ``lab compare`` measures its l4-kernel and l7-haproxy rows through them.
+ENGINE_GROUPS = {"kernel": "lab-kernel", "haproxy": "lab-haproxy"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

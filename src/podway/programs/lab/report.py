@@ -163,7 +163,7 @@ def compare_table(report: Obj) -> Table:
                         f"(pods: {len(report['pods'])}, nodes without a pod: "
                         f"{', '.join(report['nodes_without_pod']) or 'none'})")
     for col in ("mode", "members", "share per pod", "client IP seen", "2nd hop",
-                "p50 µs", "p99 µs", "to pod-less node", "failed"):
+                "p50 µs", "p99 µs", "to pod-less node", "failed", "engine CPU µs/conn"):
         table.add_column(col)
     for mode in report["modes"]:
         share = " ".join(f"{v * 100:.0f}%" for v in mode["share"].values())
@@ -172,7 +172,9 @@ def compare_table(report: Obj) -> Table:
                       + (f" (-{left} by health check)" if left else ""), share,
                       f"{mode['client_ip_seen'] * 100:.0f}%", str(mode["crossed_nodes"]),
                       str(mode["p50_us"]), str(mode["p99_us"]),
-                      str(mode["sent_to_node_without_pod"]), str(mode["failed"]))
+                      str(mode["sent_to_node_without_pod"]), str(mode["failed"]),
+                      "" if mode.get("engine_cpu_per_connection_us") is None
+                      else str(mode["engine_cpu_per_connection_us"]))
     delta = report.get("npl_minus_clusterip_p50_us")
     if delta is not None:
         band = report.get("npl_minus_clusterip_p50_ci95_us")

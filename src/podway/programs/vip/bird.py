@@ -52,6 +52,17 @@ class BgpSettings:
     """BGP hold time in seconds (3 is BGP's minimum); the bound when BFD is off."""
     keepalive: int = 1
     """BGP keepalive in seconds (at most a third of the hold time)."""
+    communities: tuple[str, ...] = ()
+    """Added to every announcement: standard ``ASN:VALUE`` (each 0..65535) or large
+    ``ASN:VALUE:VALUE`` (each 0..4294967295) communities, as MetalLB's BGPAdvertisement."""
+    local_pref: int | None = None
+    """BGP LOCAL_PREF of the announcements (iBGP neighbours; eBGP ones ignore it)."""
+    aggregation_length: int = 32
+    """Announce each IPv4 VIP as its covering prefix of this length (MetalLB's
+    ``aggregationLength``); 32: the host route."""
+    aggregation_length_v6: int = 128
+    password: str | None = None
+    """TCP MD5 password of every session (from ``--password-file``)."""
 
 
 def parse_neighbor(text: str) -> Neighbor:
@@ -86,6 +97,42 @@ def check_settings(settings: BgpSettings) -> None:
                           "hold time at least 3 s and keepalive at most a third of it")
     if not 10 <= settings.bfd_interval_ms <= 10000:
         raise ConfigError(f"BFD interval {settings.bfd_interval_ms} ms must be 10..10000")
+    for community in settings.communities:
+        _community(community)
+    if settings.local_pref is not None and not 0 <= settings.local_pref <= 4294967295:
+        raise ConfigError(f"local preference {settings.local_pref} must be 0..4294967295")
+    if not 1 <= settings.aggregation_length <= 32 or \
+            not 1 <= settings.aggregation_length_v6 <= 128:
+        raise ConfigError("aggregation length: 1..32 for IPv4, 1..128 for IPv6")
+    if settings.password is not None and (not settings.password or not all(
+            c.isprintable() and c not in '"\\' for c in settings.password)):
+        raise ConfigError("BGP password: printable characters without quotes or backslashes")
+
+
+def _community(text: str) -> str:
+    """A community as BIRD writes it: ``(a,b)`` standard or ``(a,b,c)`` large."""
+    parts = text.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    limit = 65535 if len(parts) == 2 else 4294967295
+    if len(parts) not in (2, 3) or len(numbers) != len(parts) or not all(
+            0 <= n <= limit for n in numbers):
+        raise ConfigError(f"community {text!r}: give ASN:VALUE (each 0..65535) or "
+                          "ASN:VALUE:VALUE (a large community)")
+    return "(" + ",".join(map(str, numbers)) + ")"
+
+
+def aggregated(vips: Iterable[str], length_v4: int, length_v6: int) -> list[str]:
+    """Each VIP address as its covering prefix of the given length (a CIDR stays as it is when
+    it is already as long or longer)."""
+    out: list[str] = []
+    for text in vips:
+        net = ipaddress.ip_network(text, strict=False)
+        length = length_v4 if net.version == 4 else length_v6
+        out.append(str(net.supernet(new_prefix=length)) if net.prefixlen > length else text)
+    return list(dict.fromkeys(out))
 
 
 def host_routes(vips: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -122,6 +169,8 @@ def _session(neighbor: Neighbor, index: int, settings: BgpSettings, *, export: s
              "    error wait time 1, 5;"]
     if settings.bfd:
         lines.append("    bfd on;")
+    if settings.password is not None:
+        lines.append(f'    password "{settings.password}";')
     lines += [f"    {family} {{", f"        import {imports};", f"        export {export};",
               "    };", "}"]
     return lines
@@ -140,6 +189,8 @@ def engine_config(settings: BgpSettings, vips: Sequence[str]) -> str:
     neighbour."""
     check_settings(settings)
     v4, v6 = host_routes(vips)
+    v4, v6 = host_routes(aggregated([*v4, *v6], settings.aggregation_length,
+                                    settings.aggregation_length_v6))
     lines = ["# Written by podway (podway vip bird-config): the VIPs this engine host serves.",
              f"router id {settings.router_id};", "",
              "protocol device { scan time 10; }", ""]
@@ -149,11 +200,23 @@ def engine_config(settings: BgpSettings, vips: Sequence[str]) -> str:
     lines += ["}", "", "protocol static vips6 {", "    ipv6;"]
     lines += [f"    route {r} blackhole;" for r in v6]
     lines += ["}", ""]
-    export = 'filter { if proto = "vips4" || proto = "vips6" then accept; reject; }'
+    export = _export(settings)
     for i, neighbor in enumerate(settings.neighbors):
         lines += _session(neighbor, i, settings, export=export, imports="none")
         lines.append("")
     return "\n".join(lines)
+
+
+def _export(settings: BgpSettings) -> str:
+    """The VIP routes only, with the announcements' attributes."""
+    sets = []
+    for text in settings.communities:
+        kind = "bgp_large_community" if text.count(":") == 2 else "bgp_community"
+        sets.append(f"{kind}.add({_community(text)});")
+    if settings.local_pref is not None:
+        sets.append(f"bgp_local_pref = {settings.local_pref};")
+    body = " ".join([*sets, "accept;"])
+    return f'filter {{ if proto = "vips4" || proto = "vips6" then {{ {body} }} reject; }}'
 
 
 def router_config(settings: BgpSettings) -> str:

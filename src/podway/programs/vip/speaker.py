@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -67,7 +68,10 @@ class BirdSpeaker:
     def _write(self, vips: Sequence[str]) -> None:
         text = engine_config(self.settings, vips)
         tmp = self.config.with_suffix(".tmp")
-        tmp.write_text(text)
+        tmp.unlink(missing_ok=True)
+        # 0600 from the start: it may hold the BGP password
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(text)
         tmp.replace(self.config)
         self.vips = tuple(vips)
 

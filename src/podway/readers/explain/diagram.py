@@ -6,7 +6,10 @@ included), so diagrams diff well and tests compare them. It marks what an operat
 where TLS is terminated or passed through, the backend mode on each member edge (ClusterIP
 straight to the pod, NodePortLocal DNAT on the pod's node, NodePort's extra kube-proxy hop),
 and members that take no new requests (not ready, draining, or failing the engine's checks)
-drawn as unhealthy. ``host`` keeps only the virtual hosts and the TLS routes whose SNI names
+drawn as unhealthy. Each listener says which engine serves it: the kernel engine (nftables DNAT,
+``Listener.engine`` KERNEL: ``podway.io/engine: kernel``) or the proxy ``engine`` names (Envoy
+or HAProxy); the kernel's client edge says DNAT, a proxy's the protocol it speaks.
+``host`` keeps only the virtual hosts and the TLS routes whose SNI names
 cover it (TCP and UDP routes know no host: they are left out).
 """
 
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from podway.ir import (
     IR,
     DirectResponse,
+    EngineKind,
     Forward,
     L4Route,
     Listener,
@@ -36,6 +40,7 @@ from podway.readers.explain.pools import Health
 from podway.readers.explain.words import backend_mode
 
 FORMATS = ("mermaid", "dot")
+ENGINES = {"envoy": "Envoy", "haproxy": "HAProxy", "kernel": "the kernel engine"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +86,9 @@ class _Builder:
 
 
 def graph(ir: IR, *, host: str | None = None, mode: str = "",
-          health: Health | None = None) -> Graph:
-    """The traffic path of ``ir`` (only what serves ``host`` when given)."""
+          health: Health | None = None, engine: str = "envoy") -> Graph:
+    """The traffic path of ``ir`` (only what serves ``host`` when given); ``engine``: the
+    engine serving the listeners the IR does not give the kernel (envoy, haproxy)."""
     b = _Builder(ir, mode, health)
     client = b.node("client", "", "Client")
     for listener in ir.listeners:
@@ -91,8 +97,9 @@ def graph(ir: IR, *, host: str | None = None, mode: str = "",
               or any(_serves(h, host, WildcardMode.SUFFIX) for h in r.hostnames)]
         if host is not None and not vhosts and not l4:
             continue
-        ls = b.node("listener", listener.name, _listener_label(listener))
-        b.edge(client, ls, str(listener.protocol))
+        kernel = listener.engine is EngineKind.KERNEL
+        ls = b.node("listener", listener.name, _listener_label(listener, engine))
+        b.edge(client, ls, f"{listener.protocol} · DNAT" if kernel else str(listener.protocol))
         for vhost in vhosts:
             vh = b.node("vhost", f"{listener.name}|{vhost.name}", f"host {vhost.hostname}")
             b.edge(ls, vh)
@@ -116,9 +123,13 @@ def _serves(hostname: str, host: str | None, wildcard: WildcardMode) -> bool:
     return hostname == name or (hostname != "*" and covers(hostname, name, wildcard))
 
 
-def _listener_label(listener: Listener) -> str:
+def _listener_label(listener: Listener, engine: str) -> str:
     address = f"[{listener.address}]" if ":" in listener.address else listener.address
     lines = [f"{address}:{listener.port} {listener.protocol}", listener.name]
+    if listener.engine is EngineKind.KERNEL:
+        lines.append("kernel engine: nftables DNAT (no proxy)")
+    else:
+        lines.append(f"served by {ENGINES.get(engine, engine)}")
     if listener.protocol is Protocol.HTTPS:
         certs = ", ".join(c.name.rsplit("/", 1)[-1] for c in listener.certificates[:3])
         more = f" +{len(listener.certificates) - 3}" if len(listener.certificates) > 3 else ""

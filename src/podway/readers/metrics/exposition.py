@@ -94,13 +94,16 @@ async def serve(app: web.Application, *, host: str, port: int, what: str = "metr
 
 
 async def serve_while(main: Coroutine[Any, Any, None], *, host: str, port: int,
-                      engine_admin: AdminAddress | None = None) -> None:
-    """Run ``main`` with ``/metrics`` served at ``host:port`` (0: not served) until it ends."""
+                      engine_admin: AdminAddress | None = None,
+                      extra: Callable[[], Awaitable[bytes]] | None = None) -> None:
+    """Run ``main`` with ``/metrics`` served at ``host:port`` (0: not served) until it ends
+    (``extra``: more text after the rest, as ``make_app``'s)."""
     if not port:
         await main
         return
     try:
-        runner = await serve(make_app(engine_admin=engine_admin), host=host, port=port)
+        runner = await serve(make_app(engine_admin=engine_admin, extra=extra), host=host,
+                             port=port)
     except BaseException:
         main.close()  # never started
         raise

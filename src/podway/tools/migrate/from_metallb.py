@@ -23,12 +23,11 @@ from typing import Any
 Obj = dict[str, Any]
 GROUP = "metallb.io"
 
-# BGPAdvertisement fields and the value that means "as Podway does it anyway".
-_ADVERT_DEFAULTS: dict[str, Any] = {"aggregationLength": 32, "aggregationLengthV6": 128,
-                                    "localPref": 0, "communities": [], "peers": [],
-                                    "nodeSelectors": [], "serviceSelectors": []}
-# BGPPeer fields Podway's speaker has no equivalent for (beyond ASNs, address, times, BFD).
-_PEER_UNSERVED = ("password", "passwordSecret", "ebgpMultiHop", "vrf", "nodeSelectors",
+# BGPAdvertisement fields with no podway vip announce flag, and their no-op values.
+_ADVERT_DEFAULTS: dict[str, Any] = {"peers": [], "nodeSelectors": [], "serviceSelectors": []}
+# BGPPeer fields Podway's speaker has no equivalent for (beyond ASNs, address, times, BFD,
+# password).
+_PEER_UNSERVED = ("passwordSecret", "ebgpMultiHop", "vrf", "nodeSelectors",
                   "peerPort", "sourceAddress", "interface", "dynamicASN", "localASN",
                   "enableGracefulRestart", "connectTime", "disableMP", "dualStackAddressFamily")
 
@@ -42,6 +41,8 @@ class Converted:
 def convert(raw: Iterable[Any]) -> Converted:
     """Podway objects and notes for MetalLB's objects among ``raw`` (others: a note)."""
     out = Converted()
+    raw = list(raw)
+    aliases = _community_aliases(raw)
     for obj in raw:
         if not isinstance(obj, Mapping):
             continue
@@ -56,12 +57,26 @@ def convert(raw: Iterable[Any]) -> Converted:
         elif kind == "BGPPeer":
             out.notes.append(_peer(name, spec))
         elif kind == "BGPAdvertisement":
-            out.notes += _advertisement(name, spec)
+            out.notes += _advertisement(name, spec, aliases)
         elif kind == "L2Advertisement":
             out.notes.append(_l2(name, spec))
+        elif kind == "Community":
+            out.notes.append(f"Community {name!r}: its names are written as values in the "
+                             "--community flags above")
         else:
             out.notes.append(f"{kind} {name!r}: not carried (Podway has no equivalent object; "
                              "BFD is set with podway vip announce --bfd-interval-ms)")
+    return out
+
+
+def _community_aliases(raw: Iterable[Any]) -> dict[str, str]:
+    """Community names (MetalLB's Community objects) → values."""
+    out: dict[str, str] = {}
+    for obj in raw:
+        if isinstance(obj, Mapping) and obj.get("kind") == "Community":
+            for alias in (obj.get("spec") or {}).get("communities") or []:
+                if isinstance(alias, Mapping) and alias.get("name"):
+                    out[str(alias["name"])] = str(alias.get("value", ""))
     return out
 
 
@@ -100,6 +115,8 @@ def _peer(name: str, spec: Mapping[str, Any]) -> str:
     for key, flag in (("holdTime", "--hold-time"), ("keepaliveTime", "--keepalive")):
         if spec.get(key):
             command += f" {flag} {_seconds(spec[key])}"
+    if spec.get("password"):
+        command += " --password-file FILE-WITH-THE-PASSWORD"
     unserved = [k for k in _PEER_UNSERVED if spec.get(k)]
     if spec.get("bfdProfile"):
         unserved.append(f"bfdProfile {spec['bfdProfile']!r} (use --bfd-interval-ms)")
@@ -129,12 +146,20 @@ def _l2(name: str, spec: Mapping[str, Any]) -> str:
             f"-as-metallbs){tail}")
 
 
-def _advertisement(name: str, spec: Mapping[str, Any]) -> list[str]:
+def _advertisement(name: str, spec: Mapping[str, Any],
+                   aliases: Mapping[str, str]) -> list[str]:
     different = [f"{k}={spec[k]!r}" for k, default in _ADVERT_DEFAULTS.items()
                  if k in spec and spec[k] != default]
     pools = spec.get("ipAddressPools") or ["every pool"]
+    flags = [f"--community {aliases.get(str(c), c)}" for c in spec.get("communities") or []]
+    if spec.get("localPref"):
+        flags.append(f"--local-pref {spec['localPref']}")
+    for key, flag, default in (("aggregationLength", "--aggregation-length", 32),
+                               ("aggregationLengthV6", "--aggregation-length-v6", 128)):
+        if spec.get(key, default) != default:
+            flags.append(f"{flag} {spec[key]}")
     notes = [f"BGPAdvertisement {name!r}: the VIPs of {', '.join(map(str, pools))} are "
-             "announced as /32 and /128 routes by podway vip announce"]
+             f"announced by `podway vip announce {' '.join([*flags, '--vip …'])}`"]
     if spec.get("ipAddressPoolSelectors"):
         notes.append(f"BGPAdvertisement {name!r}: not carried: ipAddressPoolSelectors")
     if different:

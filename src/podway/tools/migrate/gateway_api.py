@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from podway.ir.hosts import covers as host_covers
+from podway.translate.core.nginx_config import HSTS_HEADER
 from podway.translate.ingress.nginx.annotations import Cors
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
@@ -86,6 +87,29 @@ def cors_filter(cors: Cors) -> dict[str, Any]:
     if cors.allow_credentials and "*" not in cors.allow_origins:
         out["allowCredentials"] = True
     return {"type": "CORS", "cors": out}
+
+
+def nginx_regex(path: str) -> str:
+    """ingress-nginx's ``location ~* "^PATH"`` as a Gateway API RegularExpression (a whole-path
+    match in Podway, as in Envoy): case-insensitive, anything may follow — the form Podway
+    serves the Ingress with, so both order the same."""
+    return f"(?i)(?:{path}).*"
+
+
+def upper_path(path: str) -> str:
+    return path.upper() if path != "/" else "/X (upper case)"
+
+
+def with_hsts(rules: list[dict[str, Any]], value: str) -> list[dict[str, Any]]:
+    """The rules, each also setting ``Strict-Transport-Security`` on its answers."""
+    header = {"type": "ResponseHeaderModifier", "responseHeaderModifier": {
+        "set": [{"name": HSTS_HEADER, "value": value}]}}
+    out: list[dict[str, Any]] = []
+    for rule in rules:  # filters after matches, before backendRefs (the documented order)
+        head = {k: v for k, v in rule.items() if k == "matches"}
+        out.append({**head, "filters": [*rule.get("filters", ()), header], **rule})
+        out[-1]["filters"] = [*rule.get("filters", ()), header]
+    return out
 
 
 def dump(objects: Iterable[dict[str, Any]]) -> str:

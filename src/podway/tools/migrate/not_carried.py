@@ -36,7 +36,8 @@ NOT_CARRIED: dict[str, tuple[str, str]] = {
 
 # Families the conversion carries (the rest are NOT_CARRIED, or caught by the guard below).
 CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
-                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough"})
+                     "upstream_vhost", "x_forwarded_prefix", "ssl_passthrough",
+                     "server_alias", "from_to_www"})
 
 
 def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
@@ -57,10 +58,6 @@ def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
     for family, (key, why) in NOT_CARRIED.items():
         if getattr(notes, family) is not None:
             out.append((PREFIX + key, f"not carried over: {why}"))
-    if notes.rewrite is not None and notes.rewrite.regex_paths and notes.rewrite.target is None:
-        out.append((PREFIX + "use-regex", "ingress-nginx matched these paths as "
-                    "case-insensitive regular expressions; they become case-sensitive "
-                    "(RegularExpression when they hold regex syntax, else PathPrefix)"))
     return out
 
 

@@ -18,11 +18,20 @@ every namespace):
 - A host with a TLS entry: its rules attach to its HTTPS listener, and the HTTP listener answers
   a 308 to ``https://`` (``ssl-redirect: "false"``: the rules serve plain HTTP too;
   ``force-ssl-redirect``: the 308 without a certificate).
-- ``rewrite-target``: the ingress-nginx idiom ``P(/|$)(.*)`` → ``T$2`` becomes ``PathPrefix P``
-  with ``ReplacePrefixMatch T``; a literal path with a target without captures, ``PathPrefix``
-  with ``ReplaceFullPath``. Other regular expressions: ``use-regex`` alone →
-  ``RegularExpression`` paths; with a rewrite they are reported (Gateway API rewrites take no
-  capture groups).
+- ``use-regex`` / ``rewrite-target``: ingress-nginx matches the paths as ``~* "^P"``
+  (case-insensitive, anchored at the start only), and so every prefix path of *every* Ingress of
+  that host. Carried exactly as ``RegularExpression (?i)(?:P).*`` (a sibling's trailing slash
+  dropped; ``/`` stays ``PathPrefix /``, the same), the form Podway serves the Ingress with.
+  The idiom ``P(/|$)(.*)`` → ``T$2`` becomes ``PathPrefix P`` with ``ReplacePrefixMatch T``
+  (case-sensitive: a note); a literal path with a target without captures, the regex with
+  ``ReplaceFullPath``; other rewrites are reported (Gateway API rewrites take no capture
+  groups). A shorter regex that Gateway API would rank before such a PathPrefix is a note, and
+  so is an ``ImplementationSpecific`` path (a plain string prefix in nginx).
+- ingress-nginx's HSTS (``opts.nginx``, its ConfigMap): a ``ResponseHeaderModifier`` on the
+  rules of a TLS host's HTTPS route; its plain-HTTP rules get a route of their own.
+- ``server-alias``: each alias a copy of its host's routes and HTTPS listener (not a name an
+  Ingress serves); ``from-to-www-redirect``: an HTTPRoute for the other name answering 308 to
+  the host (scheme and request URI kept).
 - ``permanent-redirect`` / ``temporal-redirect`` → ``RequestRedirect`` (scheme, host, port, full
   path; the code); ``app-root`` → an ``Exact /`` rule redirecting (302) there; ``upstream-vhost``
   → ``URLRewrite.hostname``; ``x-forwarded-prefix`` → a ``RequestHeaderModifier``;
@@ -50,20 +59,28 @@ from typing import Any
 from podway.model import Ingress, Service
 from podway.model.base import K8sObject
 from podway.model.networking import HTTPIngressPath, IngressBackend
+from podway.tools.migrate.convert_model import (
+    DEFAULTS,
+    Conversion,
+    ConvertOptions,
+    HostRoutes,
+    Note,
+    ref_of,
+)
 from podway.tools.migrate.gateway_api import (
-    GATEWAY_API,
-    PODWAY_CONTROLLER,
-    REFERENCE_GRANT_API,
     TLS_ROUTE_API,
     cors_filter,
-    covers,
     dump,
     listener_name,
+    nginx_regex,
     redirect_filter,
+    upper_path,
     url_redirect,
-    wildcard_of,
 )
+from podway.tools.migrate.host_names import HostNames
 from podway.tools.migrate.not_carried import not_carried, restrictions
+from podway.tools.migrate.route_output import RouteOutput
+from podway.translate.core.regex import re2_problem
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     Canary,
@@ -78,63 +95,27 @@ _IDIOM_TARGET = re.compile(r"^(?P<target>/[^$]*)\$2$")  # T/$2 (T may be empty)
 _CAPTURE = re.compile(r"\$(\d)")
 _META = re.compile(r"[\\^$.|?*+()\[\]{}]")
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConvertOptions:
-    gateway_name: str = "ingress-nginx"
-    gateway_namespace: str = ""  # "": the Ingresses' namespace when they share one, else default
-    gateway_class: str = "podway"
-    http_port: int = 80
-    https_port: int = 443
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Note:
-    """Something of ``ingress`` (namespace/name) that was not carried over, and why."""
-
-    ingress: str
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"Ingress {self.ingress}: {self.key}: {self.message}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Conversion:
-    objects: tuple[dict[str, Any], ...]
-    notes: tuple[Note, ...]
-
 
 @dataclass(slots=True)
-class _Host:
-    """One HTTPRoute in the making: an Ingress's rules for one hostname."""
-
-    ingress: Ingress
-    notes: NginxAnnotations
-    host: str
-    catch_all: bool = False  # the route without hostname serving the defaultBackend
-    rules: list[dict[str, Any]] = field(default_factory=list)
-    # (match type, value) → rule index, so one path is served once
-    by_path: dict[tuple[str, str], int] = field(default_factory=dict)
-    # (Ingress pathType, path as written) → rule index, so a canary joins the rule it shadows
-    by_source: dict[tuple[str, str], int] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _Converter:
+class _Converter(HostNames, RouteOutput):
     objects: Sequence[K8sObject]
     opts: ConvertOptions
     namespace: str = ""
     notes: list[Note] = field(default_factory=list)
     listeners: dict[str, dict[str, Any]] = field(default_factory=dict)  # by hostname
     grants: dict[str, set[str]] = field(default_factory=dict)  # secret namespace → names
-    hosts: list[_Host] = field(default_factory=list)
+    hosts: list[HostRoutes] = field(default_factory=list)
     catch_all: bool = False  # the oldest Ingress with a defaultBackend took the catch-all
     passthrough: list[dict[str, Any]] = field(default_factory=list)  # TLS listeners
     tls_routes: list[dict[str, Any]] = field(default_factory=list)
+    # hosts where an Ingress asks for regex paths (use-regex / rewrite-target): ingress-nginx
+    # makes every prefix path of the host a regex
+    regex_hosts: set[str] = field(default_factory=set)
+    regex_siblings: dict[str, list[str]] = field(default_factory=dict)  # Ingress → such paths
+    www_routes: list[dict[str, Any]] = field(default_factory=list)  # from-to-www-redirect
 
     def note(self, ingress: Ingress, key: str, message: str) -> None:
-        self.notes.append(Note(ingress=_ref(ingress), key=key, message=message))
+        self.notes.append(Note(ingress=ref_of(ingress), key=key, message=message))
 
     # --- listeners ----------------------------------------------------------------------------
     def add_tls(self, ingress: Ingress) -> None:
@@ -167,7 +148,7 @@ class _Converter:
                 self.note(ingress, PREFIX + "ssl-passthrough", f"rule host {rule.host or '*'}: "
                           "passthrough needs an exact host and a path; left out")
                 continue
-            ref = self.backend_ref(ingress, paths[0].backend)
+            ref = self.backendref_of(ingress, paths[0].backend)
             if ref is None:
                 continue
             name = listener_name(rule.host).replace("https-", "tls-", 1)
@@ -188,7 +169,7 @@ class _Converter:
     # --- routes -------------------------------------------------------------------------------
     def add_ingress(self, ingress: Ingress, notes: NginxAnnotations) -> None:
         for rule in ingress.spec.rules:
-            host = _Host(ingress=ingress, notes=notes, host=rule.host or "")
+            host = HostRoutes(ingress=ingress, notes=notes, host=rule.host or "")
             for path in rule.http.paths if rule.http else ():
                 self.add_path(host, path)
             if ingress.spec.default_backend is not None:
@@ -202,38 +183,64 @@ class _Converter:
                 host.by_source = {k: v + 1 for k, v in host.by_source.items()}
             self.hosts.append(host)
         if ingress.spec.default_backend is not None and not self.catch_all:
-            host = _Host(ingress=ingress, notes=notes, host="", catch_all=True)
+            host = HostRoutes(ingress=ingress, notes=notes, host="", catch_all=True)
             self.add_rule(host, "PathPrefix", "/", ingress.spec.default_backend, notes,
                           rewrite_full=None, rewrite_prefix=None)
             self.catch_all = True
             self.hosts.append(host)
 
-    def add_path(self, host: _Host, path: HTTPIngressPath) -> None:
+    def add_path(self, host: HostRoutes, path: HTTPIngressPath) -> None:
         notes, ingress = host.notes, host.ingress
         rewrite = notes.rewrite
         kind = "Exact" if path.path_type == "Exact" else "PathPrefix"
         value = path.path
         full: str | None = None
         prefix: str | None = None
-        if rewrite is not None and rewrite.regex_paths:
+        if rewrite is not None and rewrite.regex_paths and kind != "Exact":
+            # ingress-nginx: ``~* "^P"``, a case-insensitive regex anchored at the start only
             idiom = _IDIOM.match(path.path)
             target = _IDIOM_TARGET.match(rewrite.target or "")
             literal = _META.search(path.path) is None
             if idiom is not None and target is not None:
                 kind, value = "PathPrefix", idiom.group("prefix") or "/"
                 prefix = target.group("target") or "/"
+                self.note(ingress, PREFIX + "rewrite-target", f"path {path.path!r}: "
+                          "ingress-nginx matched it case-insensitively; ReplacePrefixMatch "
+                          f"needs a PathPrefix, which is case-sensitive: {upper_path(value)} no "
+                          "longer matches")
             elif rewrite.target is not None and literal and not _CAPTURE.search(rewrite.target):
-                kind, full = "PathPrefix", rewrite.target
-            elif rewrite.target is None and not literal:
-                kind, value = "RegularExpression", f"(?i){path.path}.*"
+                kind, value, full = "RegularExpression", nginx_regex(path.path), rewrite.target
+            elif rewrite.target is None and path.path != "/":
+                kind, value = "RegularExpression", nginx_regex(path.path)
             elif rewrite.target is None:
-                kind = "PathPrefix"
+                pass  # "^/" takes any path: PathPrefix / is the same, and ranks last as in nginx
             else:
                 self.note(ingress, PREFIX + "rewrite-target",
                           f"path {path.path!r} with target {rewrite.target!r}: Gateway API "
                           "rewrites take no capture groups; only P(/|$)(.*) with T/$2 "
                           "converts; this path is left out")
                 return
+            if kind == "RegularExpression" and re2_problem(value) is not None:
+                self.note(ingress, PREFIX + "use-regex", f"path {path.path!r} is not a regular "
+                          "expression the engine reads (RE2); this path is left out")
+                return
+        elif kind == "PathPrefix" and host.host in self.regex_hosts and not host.catch_all:
+            # a sibling Ingress of the host asks for regexes: ingress-nginx makes this prefix a
+            # case-insensitive regex anchored at the start too (/api also matches /apix)
+            bare = path.path.rstrip("/") or "/"
+            if bare != "/" and re2_problem(nginx_regex(bare)) is None:  # "/": any path
+                kind, value = "RegularExpression", nginx_regex(bare)
+                self.regex_siblings.setdefault(ref_of(ingress), []).append(path.path)
+        elif kind == "Exact" and host.host in self.regex_hosts and not host.catch_all:
+            self.note(ingress, "spec.rules.http.paths", f"Exact path {path.path!r} on a host "
+                      "with regex paths: ingress-nginx's template made it a case-insensitive "
+                      f"regex anchored at the start too ({path.path}/x matched); kept Exact, "
+                      "as Podway serves the Ingress")
+        elif path.path_type == "ImplementationSpecific" and not path.path.endswith("/"):
+            self.note(ingress, "spec.rules.http.paths", f"ImplementationSpecific path "
+                      f"{path.path!r}: ingress-nginx matched it as a plain string prefix "
+                      f"({path.path}x matched too); as PathPrefix it matches whole segments, "
+                      "as Podway serves the Ingress")
         if kind == "PathPrefix" and value != "/":
             value = value.rstrip("/") or "/"
         self.add_rule(host, kind, value, path.backend, notes, rewrite_full=full,
@@ -241,7 +248,7 @@ class _Converter:
         if (kind, value) in host.by_path:
             host.by_source.setdefault((path.path_type, path.path), host.by_path[(kind, value)])
 
-    def add_rule(self, host: _Host, kind: str, value: str, backend: IngressBackend,
+    def add_rule(self, host: HostRoutes, kind: str, value: str, backend: IngressBackend,
                  notes: NginxAnnotations, *, rewrite_full: str | None,
                  rewrite_prefix: str | None) -> None:
         if (kind, value) in host.by_path:
@@ -276,14 +283,14 @@ class _Converter:
         if filters:
             rule["filters"] = filters
         if notes.redirect is None:
-            ref = self.backend_ref(host.ingress, backend)
+            ref = self.backendref_of(host.ingress, backend)
             if ref is None:
                 return
             rule["backendRefs"] = [ref]
         host.by_path[(kind, value)] = len(host.rules)
         host.rules.append(rule)
 
-    def backend_ref(self, ingress: Ingress, backend: IngressBackend) -> dict[str, Any] | None:
+    def backendref_of(self, ingress: Ingress, backend: IngressBackend) -> dict[str, Any] | None:
         if backend.service is None:
             self.note(ingress, "backend.resource", "resource backends have no Gateway API "
                       "form; that path is left out")
@@ -314,7 +321,7 @@ class _Converter:
         key = (path.path_type, path.path)
         main = next(((h, h.by_source[key]) for h in self.hosts
                      if h.host == hostname and key in h.by_source), None)
-        canary = self.backend_ref(ingress, path.backend)
+        canary = self.backendref_of(ingress, path.backend)
         if main is None or canary is None:
             self.note(ingress, PREFIX + "canary", f"no Ingress serves {hostname or '*'} "
                       f"{path.path} for this canary to shadow; left out")
@@ -362,105 +369,20 @@ class _Converter:
             self.note(ingress, PREFIX + "canary", "a canary uses its main Ingress's rewrite "
                       "and headers (as in ingress-nginx); its own are ignored")
 
-    # --- output -------------------------------------------------------------------------------
-    def routes(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        per_ingress: dict[str, int] = {}
-        for host in self.hosts:
-            per_ingress[_ref(host.ingress)] = per_ingress.get(_ref(host.ingress), 0) + 1
-        seen: dict[str, int] = {}
-        for host in self.hosts:
-            key = _ref(host.ingress)
-            seen[key] = seen.get(key, 0) + 1
-            name = host.ingress.metadata.name
-            if host.catch_all:
-                name = f"{name}-default-backend"
-            elif per_ingress[key] > 1:
-                name = f"{name}-{seen[key]}"
-            out.extend(self.route_objects(host, name))
-        return out
 
-    def route_objects(self, host: _Host, name: str) -> list[dict[str, Any]]:
-        if not host.rules:
-            return []
-        gw = {"name": self.opts.gateway_name}
-        if host.ingress.metadata.namespace != self.namespace:
-            gw["namespace"] = self.namespace
-        ssl = host.notes.ssl
-        listener = next((self.listeners[h] for h in (host.host, wildcard_of(host.host), "")
-                         if h is not None and h in self.listeners), None)
-        tls = listener is not None
-        # As Podway serves Ingresses: the 308 is for the routes of an Ingress whose own TLS
-        # entry covers the host (or that forces it); every route of the host is on HTTPS.
-        own = any(covers(h, host.host) for t in host.ingress.spec.tls for h in t.hosts or ("",))
-        redirect = (own and (ssl is None or ssl.redirect) and tls) or (
-            ssl is not None and ssl.force)
-        parents: list[dict[str, Any]] = []
-        if tls and listener is not None:
-            parents.append({**gw, "sectionName": listener["name"]})
-        if not redirect:
-            parents.append({**gw, "sectionName": "http"})
-        meta = {"name": name, "namespace": host.ingress.metadata.namespace}
-        out: list[dict[str, Any]] = []
-        if parents:
-            spec: dict[str, Any] = {"parentRefs": parents}
-            if host.host:
-                spec["hostnames"] = [host.host]
-            spec["rules"] = host.rules
-            out.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": meta,
-                        "spec": spec})
-        else:
-            self.note(host.ingress, PREFIX + "force-ssl-redirect",
-                      f"{host.host or '*'} has no certificate: HTTP answers the redirect only "
-                      "and no HTTPS listener serves its rules (as with ingress-nginx, whose "
-                      "default server then answers)")
-        if redirect:
-            port = None if self.opts.https_port == 443 else self.opts.https_port
-            rspec: dict[str, Any] = {"parentRefs": [{**gw, "sectionName": "http"}]}
-            if host.host:
-                rspec["hostnames"] = [host.host]
-            rspec["rules"] = [{"filters": [redirect_filter(scheme="https", port=port,
-                                                            code=308)]}]
-            out.append({"apiVersion": GATEWAY_API, "kind": "HTTPRoute",
-                        "metadata": {**meta, "name": f"{name}-to-https"}, "spec": rspec})
-        return out
-
-    def gateway(self) -> list[dict[str, Any]]:
-        listeners = [{"name": "http", "port": self.opts.http_port, "protocol": "HTTP",
-                      "allowedRoutes": {"namespaces": {"from": "All"}}},
-                     *self.listeners.values(), *self.passthrough]
-        out: list[dict[str, Any]] = [
-            {"apiVersion": GATEWAY_API, "kind": "GatewayClass",
-             "metadata": {"name": self.opts.gateway_class},
-             "spec": {"controllerName": PODWAY_CONTROLLER}},
-            {"apiVersion": GATEWAY_API, "kind": "Gateway",
-             "metadata": {"name": self.opts.gateway_name, "namespace": self.namespace},
-             "spec": {"gatewayClassName": self.opts.gateway_class, "listeners": listeners}}]
-        for ns, names in sorted(self.grants.items()):
-            out.append({"apiVersion": REFERENCE_GRANT_API, "kind": "ReferenceGrant",
-                        "metadata": {"name": f"{self.opts.gateway_name}-certificates",
-                                     "namespace": ns},
-                        "spec": {"from": [{"group": "gateway.networking.k8s.io",
-                                           "kind": "Gateway", "namespace": self.namespace}],
-                                 "to": [{"group": "", "kind": "Secret", "name": n}
-                                        for n in sorted(names)]}})
-        return out
-
-
-def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions()
-            ) -> Conversion:
+def convert(objects: Sequence[K8sObject], opts: ConvertOptions = DEFAULTS) -> Conversion:
     """Gateway API objects serving what the Ingresses in ``objects`` serve, and the notes."""
     ingresses = sorted((o for o in objects if isinstance(o, Ingress)), key=_age)
     namespaces = {i.metadata.namespace for i in ingresses}
     ns = opts.gateway_namespace or (next(iter(namespaces)) if len(namespaces) == 1
                                     else "default")
     conv = _Converter(objects, opts, ns)
-    read_notes = {i.metadata.uid or _ref(i): read(i.metadata.annotations,
+    read_notes = {i.metadata.uid or ref_of(i): read(i.metadata.annotations,
                                                   namespace=i.metadata.namespace)
                   for i in ingresses}
     converted: list[tuple[Ingress, NginxAnnotations]] = []
     for ingress in ingresses:
-        notes = read_notes[ingress.metadata.uid or _ref(ingress)]
+        notes = read_notes[ingress.metadata.uid or ref_of(ingress)]
         for key, message in not_carried(notes):
             conv.note(ingress, key, message)
         restricting = restrictions(notes)
@@ -476,20 +398,31 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = ConvertOptions(
             conv.add_passthrough(ingress)
         elif notes.canary is None:
             conv.add_tls(ingress)
+    conv.regex_hosts = {rule.host or "" for ingress, notes in converted
+                        if notes.canary is None and not notes.ssl_passthrough
+                        and notes.rewrite is not None and notes.rewrite.regex_paths
+                        for rule in ingress.spec.rules}
     for ingress, notes in converted:
         if notes.canary is None and not notes.ssl_passthrough:
             conv.add_ingress(ingress, notes)
+    conv.add_names(converted)
+    for name in conv.regex_hosts:
+        conv.check_regex_order([h for h in conv.hosts if h.host == name and not h.catch_all])
+    for ingress, notes in converted:
+        paths = conv.regex_siblings.get(ref_of(ingress))
+        if paths and not (notes.rewrite is not None and notes.rewrite.regex_paths):
+            conv.note(ingress, PREFIX + "use-regex", "another Ingress of the same host asks "
+                      f"for regex paths, so ingress-nginx matched {', '.join(paths)} as "
+                      "case-insensitive regexes anchored at the start; carried as "
+                      "RegularExpression (?i)(?:PATH).*")
     for ingress, notes in converted:
         if notes.canary is not None and not notes.ssl_passthrough:
             conv.add_canary(ingress, notes.canary, notes)
-    result = conv.gateway() + conv.routes() + conv.tls_routes if ingresses else []
+    routes = conv.routes()  # first: a listener an alias needs is made with its routes
+    result = conv.gateway() + routes + conv.www_routes + conv.tls_routes if ingresses else []
     return Conversion(objects=tuple(result), notes=tuple(conv.notes))
 
 
 def _age(ingress: Ingress) -> tuple[bool, Any, str, str]:
     stamp = ingress.metadata.creation_timestamp
     return (stamp is None, stamp or 0, ingress.metadata.namespace, ingress.metadata.name)
-
-
-def _ref(ingress: Ingress) -> str:
-    return f"{ingress.metadata.namespace}/{ingress.metadata.name}"

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from podway.translate.core.vips import VipAllocator
 
 from podway.ir import EngineKind, TLSOptions
+from podway.translate.core.nginx_config import NginxConfig
 
 
 class NplTrust(StrEnum):
@@ -55,6 +56,10 @@ class TranslateOptions:
     (``--ingress-class nginx``: take over ingress-nginx's Ingresses, serving their
     ``nginx.ingress.kubernetes.io/*`` annotations). An Ingress without a class is taken when
     the default IngressClass has one of these names."""
+    nginx: NginxConfig = field(default_factory=NginxConfig)
+    """ingress-nginx's controller-wide settings (its ConfigMap keys: ``--nginx-config``) for
+    the Ingresses of ``takeover_classes``: HSTS on their TLS hosts by default
+    (``podway.translate.core.nginx_config``)."""
     gateway_controller: str = "podway.io/gateway-controller"
     """GatewayClass ``spec.controllerName`` that makes a class (and its Gateways) ours."""
     load_balancer_class: str = "podway.io/lb"
@@ -90,7 +95,8 @@ class TranslateOptions:
     """Which NodePortLocal annotations are believed (``NplTrust``); the controller uses
     ``signed`` with ``npl_key``, or ``node`` for Antrea's agent (``--npl-unsigned``)."""
     npl_key: bytes | None = field(default=None, repr=False)
-    """The key the agents sign their annotations with (``NplTrust.SIGNED``); never shown."""
+    """The master key (``NplTrust.SIGNED``): each node's agent signs with the key derived from
+    it for that node (``npl.node_key``); never shown."""
     npl_port_range: tuple[int, int] = (61000, 62000)
     """The agents' node port range (inclusive): a mapping outside it is not believed."""
     npl_enabled_by_controller: bool = False

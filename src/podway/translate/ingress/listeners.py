@@ -42,6 +42,7 @@ from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Problem, Reason, Severity, quote
 from podway.translate.core.regex import re2_problem
 from podway.translate.ingress.canary import canary_routes
+from podway.translate.ingress.nginx_hosts import NginxHosts
 from podway.translate.ingress.part import (
     LEGACY_CLASS_ANNOTATION,
     Claim,
@@ -97,7 +98,7 @@ def _not_owned(ingress: Ingress, where: str, why: str) -> Problem:
 
 
 @dataclass(slots=True)
-class IngressTranslation:
+class IngressTranslation(NginxHosts):
     """Merges every Ingress's part into host → routes, certificates and pools.
 
     Ingresses must be added oldest first: the first claim of a host+path slot wins. ``memo``
@@ -119,6 +120,9 @@ class IngressTranslation:
     # nginx canary Ingresses: (host, slot) → the canary's claim; joined to the main route
     canaries: dict[tuple[str, SlotKey], tuple[Claim, IngressPart]] = field(default_factory=dict)
     _shared: set[tuple[str, str]] = field(default_factory=set)  # (host, guest) reported
+    # nginx server-alias: alias → the host whose routes it serves
+    _alias_of: dict[str, str] = field(default_factory=dict)
+    _www: set[str] = field(default_factory=set)  # nginx from-to-www-redirect: redirecting hosts
     _joined: set[tuple[str, SlotKey]] = field(default_factory=set)  # canaries with a main
 
     def add(self, ingress: Ingress) -> None:
@@ -278,7 +282,11 @@ class IngressTranslation:
             return [self._https((), (), passthrough)] if passthrough else []
         vhosts: list[VirtualHost] = []
         regex_owners = {p.owner for p in self.parts.values() if p.regex_paths}
-        for host in sorted(self.hosts, key=host_order):
+        www = self._extra_hosts()
+        for host in sorted([*self.hosts, *www], key=host_order):
+            if host in www:
+                vhosts.append(www[host])
+                continue
             held = self.hosts[host].values()
             claims = sorted((c for c, _ in held), key=lambda c: c.order)
             routes = [r for c in claims for r in self._routes(c)]
@@ -292,6 +300,7 @@ class IngressTranslation:
         certs = self._certificates()
         secure = tuple(v for v in vhosts if self._has_certificate(v.hostname)) if certs else ()
         plain = self._redirected(vhosts, {v.hostname for v in secure})
+        secure = self._hsts(secure)
         out = [Listener(name="ingress/http", address=self.opts.address, port=self.opts.http_port,
                         protocol=ListenerProtocol.HTTP, virtual_hosts=plain, origins=origins)]
         if (certs and secure) or passthrough:
@@ -321,6 +330,9 @@ class IngressTranslation:
         for vhost in vhosts:
             host = vhost.hostname
             served = host != "*" and host in secure
+            if host in self._www:  # nginx's www redirect keeps the scheme: no 308 to HTTPS
+                out.append(vhost)
+                continue
             if not served and not any(by_ref[r.origin].force_ssl_redirect for r in vhost.routes
                                       if r.origin in by_ref):
                 out.append(vhost)
@@ -330,8 +342,8 @@ class IngressTranslation:
                 part = by_ref.get(route.origin)
                 if part is None or _acme(route):
                     routes.append(route)
-                elif part.force_ssl_redirect or (served and part.ssl_redirect
-                                                 and _tls_covers(part, host)):
+                elif part.force_ssl_redirect or (served and part.ssl_redirect and _tls_covers(
+                        part, self._alias_of.get(host, host))):
                     routes.append(Route(name=route.name, match=route.match, action=redirect,
                                         origin=route.origin))
                 else:

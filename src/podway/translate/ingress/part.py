@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 from podway.ir import (
     DirectResponse,
@@ -96,6 +96,9 @@ class IngressPart:
     force_ssl_redirect: bool = False
     canary: Canary | None = None  # nginx canary: its claims join the main Ingress's routes
     regex_paths: bool = False  # nginx use-regex / rewrite-target: its hosts' paths are regexes
+    rule_hosts: tuple[str, ...] = ()  # the valid hosts of its rules ("*": none named)
+    aliases: tuple[str, ...] = ()  # nginx server-alias: more names of its rule hosts
+    www_redirect: bool = False  # nginx from-to-www-redirect
 
     @property
     def owner(self) -> str:
@@ -104,6 +107,15 @@ class IngressPart:
     def still_valid(self, ingress: Ingress, snapshot: Snapshot) -> bool:
         return self.source is ingress and all(
             snapshot.get(cls, ns, name) is found for cls, ns, name, found in self.deps)
+
+
+class _NginxFields(TypedDict):
+    force_ssl_redirect: bool
+    canary: Canary | None
+    regex_paths: bool
+    rule_hosts: tuple[str, ...]
+    aliases: tuple[str, ...]
+    www_redirect: bool
 
 
 def build_part(ingress: Ingress, snapshot: Snapshot, opts: TranslateOptions) -> IngressPart:
@@ -185,11 +197,16 @@ class _Builder:
                            pools=tuple(self.pools.values()), problems=tuple(self.problems),
                            deps=tuple((*k, v) for k, v in self.deps.items()),
                            ssl_redirect=self.settings.ssl_redirect,
-                           force_ssl_redirect=(self.nginx.ssl is not None
-                                               and self.nginx.ssl.force),
-                           canary=self.nginx.canary,
-                           regex_paths=(self.nginx.rewrite is not None
-                                        and self.nginx.rewrite.regex_paths))
+                           **self.nginx_fields(rule_hosts))
+
+    def nginx_fields(self, rule_hosts: list[str]) -> _NginxFields:
+        """What the merge needs of the Ingress's nginx annotations."""
+        n = self.nginx
+        return _NginxFields(force_ssl_redirect=n.ssl is not None and n.ssl.force,
+                            canary=n.canary,
+                            regex_paths=n.rewrite is not None and n.rewrite.regex_paths,
+                            rule_hosts=tuple(dict.fromkeys(rule_hosts)),
+                            aliases=n.server_alias, www_redirect=n.from_to_www)
 
     def read_nginx(self) -> None:
         """The ingress-nginx annotations: read once, reported, turned into filters; its

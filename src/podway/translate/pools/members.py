@@ -317,7 +317,8 @@ def npl_untrusted(pod: Pod, entry: npl.NplEntry, opts: TranslateOptions) -> str 
     """Why a pod's NodePortLocal mapping is not believed (None: it is). Whoever may patch
     the pod may have written it (issue 23.9), so beyond ``NplTrust.FILES`` it must point at
     the pod's own node (``status.hostIP``) inside the agents' port range, and with
-    ``NplTrust.SIGNED`` carry the agent's signature of the whole annotation on this pod."""
+    ``NplTrust.SIGNED`` carry the signature of the whole annotation on this pod made with the key
+    of the pod's own node (``npl.node_key``): another node's agent cannot vouch for it."""
     trust = opts.npl_trust
     if trust is NplTrust.FILES:
         return None
@@ -332,11 +333,14 @@ def npl_untrusted(pod: Pod, entry: npl.NplEntry, opts: TranslateOptions) -> str 
                 "mapping an agent made")
     if trust is NplTrust.SIGNED:
         annotations = pod.metadata.annotations
-        if opts.npl_key is None or not npl.vouched(
-                opts.npl_key, uid=pod.metadata.uid, value=annotations.get(npl.ANNOTATION),
+        node = pod.spec.node_name
+        if opts.npl_key is None or not node or not npl.vouched(
+                npl.node_key(opts.npl_key, node), uid=pod.metadata.uid,
+                value=annotations.get(npl.ANNOTATION),
                 signed=annotations.get(npl.SIGNATURE_ANNOTATION)):
-            return (f"the annotation is not signed by Podway's agent ({npl.SIGNATURE_ANNOTATION} "
-                    "missing or not matching): it was written or changed by someone else")
+            return (f"the annotation is not signed by the agent of the pod's node "
+                    f"({npl.SIGNATURE_ANNOTATION} missing or not matching): it was written or "
+                    "changed by someone else")
     return None
 
 

@@ -20,6 +20,8 @@ PATH = Path("podway.yaml")
     ("# nothing set\n", LiveConfig()),
     ("{}", LiveConfig()),
     ("backendMode: nodeport\n", LiveConfig(backend_mode=BackendMode.NODEPORT)),
+    ("engineGroups: {edge: envoy, db: kernel, '': haproxy}\n",
+     LiveConfig(engine_kinds={"edge": "envoy", "db": "kernel", "": "haproxy"})),
 ])
 def test_good_files(text: str, expected: LiveConfig) -> None:
     """Empty or comment-only means nothing set; backendMode takes a mode name."""
@@ -28,8 +30,13 @@ def test_good_files(text: str, expected: LiveConfig) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("backendMode: [a\n", "not YAML (line 2)"),
-    ("- backendMode\n", "expected a mapping of settings (backendMode), got list"),
-    ("backendmode: clusterip\n", "unknown setting backendmode (known: backendMode)"),
+    ("- backendMode\n", "expected a mapping of settings (backendMode, engineGroups), got list"),
+    ("backendmode: clusterip\n",
+     "unknown setting backendmode (known: backendMode, engineGroups)"),
+    ("engineGroups: [edge]\n",
+     "engineGroups must map group names to an engine kind (envoy, haproxy, kernel)"),
+    ("engineGroups: {edge: nginx}\n",
+     "engineGroups: 'edge': 'nginx' is not one of envoy, haproxy, kernel"),
     ("backendMode: direct\n", "backendMode 'direct' is not one of clusterip, nodeport, "
                               "nodeportlocal"),
 ])

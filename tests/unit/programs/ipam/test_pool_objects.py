@@ -100,3 +100,22 @@ def test_a_pool_in_use_is_kept_when_an_older_object_overlaps_it() -> None:
     busy = pools_of(snap, (), ALL, in_use={"198.18.5.1"})
     assert [p.name for p in busy.pools] == ["serving"]
     assert [p.ref.name for p in busy.problems] == ["aaa-new"]
+
+
+def test_metallb_kinds_podway_does_not_serve_get_a_warning_each() -> None:
+    """With MetalLB's pools read, its L2Advertisement, BGPAdvertisement, BGPPeer, Community
+    and BFDProfile in its namespace each get an UnsupportedValue warning naming what to use
+    instead; elsewhere, or without metallb pools, nothing is said."""
+    def obj(kind: str, name: str, ns: str = "metallb-system") -> dict[str, Any]:
+        version = "v1beta2" if kind == "BGPPeer" else "v1beta1"
+        return {"apiVersion": f"metallb.io/{version}", "kind": kind,
+                "metadata": {"name": name, "namespace": ns}, "spec": {}}
+
+    kinds = ("L2Advertisement", "BGPAdvertisement", "BGPPeer", "Community", "BFDProfile")
+    snap = snapshot(*(obj(k, k.lower()) for k in kinds), obj("BGPPeer", "elsewhere", "default"))
+    said = pools_of(snap, (), ALL).problems
+    assert sorted(p.ref.kind for p in said) == sorted(kinds)
+    assert all(p.reason is Reason.UNSUPPORTED_VALUE for p in said)
+    peer = next(p for p in said if p.ref.kind == "BGPPeer")
+    assert "podway vip announce --neighbor" in peer.message
+    assert pools_of(snap, (), (PoolKinds.VIPPOOLS,)).problems == ()

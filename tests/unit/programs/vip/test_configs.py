@@ -8,6 +8,7 @@ import asyncio
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from podway.programs.vip.bird import (
     parse_neighbor,
     router_config,
 )
-from podway.programs.vip.speaker import follow_health
+from podway.programs.vip.speaker import BirdSpeaker, follow_health
 
 register(app)
 runner = CliRunner()
@@ -209,3 +210,38 @@ async def test_health_check_reads_the_engine_admin_socket(tmp_path: Path) -> Non
         answer["status"] = b"503 Service Unavailable"
         assert await _healthy(f"unix:{sock}") is False
     assert await _healthy(f"unix:{tmp_path / 'missing.sock'}") is False
+
+
+def test_announcements_carry_metallb_s_bgp_attributes(tmp_path: Path) -> None:
+    """Communities (standard and large), LOCAL_PREF, aggregation to a covering prefix and a
+    session password, as MetalLB's BGPAdvertisement and BGPPeer set them; BIRD parses it."""
+    settings = replace(ENGINE, communities=("65535:65282", "64500:1:2"), local_pref=150,
+                       aggregation_length=24, password="s3cret")
+    text = engine_config(settings, ["198.18.60.1", "198.18.60.9", "198.18.61.1"])
+    assert "route 198.18.60.0/24 blackhole;\n    route 198.18.61.0/24 blackhole;" in text
+    assert "bgp_community.add((65535,65282));" in text
+    assert "bgp_large_community.add((64500,1,2));" in text
+    assert "bgp_local_pref = 150;" in text
+    assert 'password "s3cret";' in text
+    parses("bird", text, tmp_path)
+    for bad, message in ((replace(ENGINE, communities=("65536:1",)), "community '65536:1'"),
+                         (replace(ENGINE, aggregation_length=0), "aggregation length"),
+                         (replace(ENGINE, password='a"b'), "BGP password")):
+        with pytest.raises(ConfigError, match=message):
+            engine_config(bad, ["198.18.60.1"])
+
+
+def test_cli_reads_the_password_from_a_file_and_the_speaker_writes_it_0600(
+        tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("s3cret\n")
+    done = runner.invoke(app, ["vip", "bird-config", "--router-id", "198.18.51.2", "--local-as",
+                               "65001", "--neighbor", "198.18.51.1:65000", "--vip",
+                               "198.18.60.1", "--password-file", str(secret), "--community",
+                               "65000:100", "--local-pref", "200"])
+    assert done.exit_code == 0, done.output
+    assert 'password "s3cret";' in done.output
+    assert "bgp_local_pref = 200;" in done.output
+    speaker = BirdSpeaker(replace(ENGINE, password="s3cret"), workdir=tmp_path)
+    speaker._write(["198.18.60.1"])
+    assert (tmp_path / "bird.conf").stat().st_mode & 0o777 == 0o600

@@ -108,3 +108,31 @@ def test_dot_text_escapes_labels() -> None:
     assert text.startswith("digraph podway {")
     assert "kube-proxy → any ready pod" in text  # UTF-8 as is: DOT has no \\u escapes
     assert "\\u2192" not in text
+
+
+def test_each_listener_names_its_engine_and_kernel_ports_are_dnat() -> None:
+    """A listener the IR gives the kernel (podway.io/engine: kernel) is drawn as the kernel
+    engine's DNAT, whatever the proxy; the others name the proxy serving them (Envoy, or
+    HAProxy under --engine haproxy)."""
+    for engine, proxy in (("envoy", "Envoy"), ("haproxy", "HAProxy")):
+        labels = _labels(_mermaid("engine-kernel", engine=engine))
+        kernel = next(v for v in labels.values() if "service/shop/db/5432/tcp" in v)
+        assert "kernel engine: nftables DNAT" in kernel
+        other = next(v for v in labels.values() if "service/shop/typo/5434/tcp" in v)
+        assert f"served by {proxy}" in other
+    edges = _edges(_mermaid("engine-kernel"))
+    assert ("Client", "TCP · DNAT", "198.18.0.10:5432 TCP") in edges
+    assert ("Client", "TCP", "198.18.0.10:5434 TCP") in edges
+
+
+def test_diagram_under_the_kernel_engine_draws_every_l4_port_it_serves(tmp_path: Path) -> None:
+    """``podway diagram --engine kernel``: as ``podway run --engine kernel``, every TCP listener
+    the kernel can serve is its, without the annotation."""
+    (tmp_path / "web.yaml").write_text((GOLDEN / "service-lb.in.yaml").read_text())
+    done = CliRunner().invoke(app, ["diagram", "--manifests", str(tmp_path), "--engine",
+                                    "kernel"])
+    assert done.exit_code == 0, done.output
+    assert "kernel engine: nftables DNAT" in done.output
+    refused = CliRunner().invoke(app, ["diagram", "--manifests", str(tmp_path), "--engine",
+                                       "nginx"])
+    assert "--engine 'nginx': one of envoy, haproxy, kernel" in str(refused.exception)

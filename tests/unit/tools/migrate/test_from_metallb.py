@@ -26,7 +26,8 @@ spec: {myASN: 64500, peerASN: 64501, peerAddress: 198.18.51.1, holdTime: 90s,
 apiVersion: metallb.io/v1beta1
 kind: BGPAdvertisement
 metadata: {name: ads, namespace: metallb-system}
-spec: {ipAddressPools: [first-pool], localPref: 100, communities: [65535:65282]}
+spec: {ipAddressPools: [first-pool], localPref: 100, communities: [no-advertise, "64500:7"],
+       aggregationLength: 24, peers: [tor]}
 ---
 apiVersion: metallb.io/v1beta1
 kind: L2Advertisement
@@ -63,11 +64,11 @@ def test_everything_else_is_a_note_naming_it() -> None:
     notes = convert(yaml.safe_load_all(DOCS + "---" + EXTRA)).notes
     text = "\n".join(notes)
     assert ("podway vip announce --local-as 64500 --neighbor 198.18.51.1:64501 --hold-time 90"
-            in text)
-    assert "password" in text
+            " --password-file" in text)
     assert "bfdProfile 'fast'" in text
-    assert "localPref=100" in text
-    assert "communities=" in text
+    assert ("podway vip announce --community 65535:65282 --community 64500:7 --local-pref 100 "
+            "--aggregation-length 24 --vip" in text)  # the Community's name resolved
+    assert "not carried: peers=['tor']" in text
     assert "L2Advertisement 'l2'" in text
     assert "Community 'communities'" in text
 

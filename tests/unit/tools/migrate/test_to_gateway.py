@@ -141,3 +141,111 @@ def test_restrictions_served_on_ingresses_but_not_converted_are_not_dropped(
     result = convert([obj])
     assert not [o for o in result.objects if o["kind"] == "HTTPRoute"]
     assert any("not converted" in n.message for n in result.notes)
+
+
+HSTS_TEXT = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: shop
+  annotations: {nginx.ingress.kubernetes.io/ssl-redirect: "false"}
+spec:
+  tls: [{hosts: [shop.test], secretName: shop-tls}]
+  rules:
+  - host: shop.test
+    http:
+      paths: [{path: /app, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+"""
+
+
+def test_hsts_is_carried_on_https_only() -> None:
+    """ingress-nginx's HSTS (default on): the HTTPS route's rules set it, plain HTTP gets a
+    route of its own without it, and the 404 of unserved paths (no header in Gateway API) is a
+    note; hsts=false gives one route for both listeners and no note."""
+    from podway.tools.migrate.to_gateway import ConvertOptions
+    from podway.translate.core.nginx_config import parse
+
+    result = convert(load_text(HSTS_TEXT).objects)
+    routes = {o["metadata"]["name"]: o["spec"] for o in result.objects
+              if o["kind"] == "HTTPRoute"}
+    assert [p["sectionName"] for p in routes["shop"]["parentRefs"]] == ["https-shop-test"]
+    assert routes["shop"]["rules"][0]["filters"] == [{
+        "type": "ResponseHeaderModifier", "responseHeaderModifier": {"set": [{
+            "name": "Strict-Transport-Security",
+            "value": "max-age=31536000; includeSubDomains"}]}}]
+    assert [p["sectionName"] for p in routes["shop-http"]["parentRefs"]] == ["http"]
+    assert "filters" not in routes["shop-http"]["rules"][0]
+    assert [n.key for n in result.notes] == ["(ConfigMap) hsts"]
+    off = convert(load_text(HSTS_TEXT).objects, ConvertOptions(nginx=parse(["hsts=false"])))
+    routes = {o["metadata"]["name"]: o["spec"] for o in off.objects if o["kind"] == "HTTPRoute"}
+    assert list(routes) == ["shop"]
+    assert [p["sectionName"] for p in routes["shop"]["parentRefs"]] == ["https-shop-test",
+                                                                       "http"]
+    assert not off.notes
+
+
+REGEX_HOST = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: shop
+  creationTimestamp: "2026-01-0{day}T00:00:00Z"
+  annotations: {annotations}
+spec:
+  rules:
+  - host: r.test
+    http:
+      paths:
+      - path: "{path}"
+        pathType: {kind}
+        backend: {{service: {{name: web, port: {{number: 80}}}}}}
+"""
+
+
+def _regex_world(*ingresses: tuple[str, str, str, str]) -> str:
+    return "---\n".join(REGEX_HOST.format(name=n, day=i + 1, annotations=a, path=p, kind=k)
+                         for i, (n, a, p, k) in enumerate(ingresses))
+
+
+def _paths(text: str) -> dict[str, list[dict[str, str]]]:
+    result = convert(load_text(text).objects)
+    return {o["metadata"]["name"]: [m["path"] for r in o["spec"]["rules"]
+                                    for m in r["matches"]]
+            for o in result.objects if o["kind"] == "HTTPRoute"}
+
+
+def test_use_regex_paths_stay_case_insensitive_and_siblings_become_regexes() -> None:
+    """use-regex: the Ingress's literal path is a case-insensitive regex anchored at the start
+    (not a case-sensitive PathPrefix); a sibling Ingress's Prefix path on the same host
+    becomes one too (/api takes /apix in nginx); "/" stays PathPrefix / (the same), and a
+    host without use-regex keeps PathPrefix."""
+    regex = '{nginx.ingress.kubernetes.io/use-regex: "true"}'
+    text = _regex_world(("app", regex, "/app", "Prefix"), ("api", "{}", "/api/", "Prefix"),
+                        ("root", "{}", "/", "Prefix"))
+    assert _paths(text) == {
+        "app": [{"type": "RegularExpression", "value": "(?i)(?:/app).*"}],
+        "api": [{"type": "RegularExpression", "value": "(?i)(?:/api).*"}],
+        "root": [{"type": "PathPrefix", "value": "/"}]}
+    plain = _regex_world(("api", "{}", "/api", "Prefix"))
+    assert _paths(plain) == {"api": [{"type": "PathPrefix", "value": "/api"}]}
+    notes = [n.message for n in convert(load_text(text).objects).notes]
+    assert any("matched /api/ as case-insensitive regexes" in m for m in notes), notes
+
+
+def test_what_cannot_be_carried_exactly_is_a_note() -> None:
+    """The rewrite idiom needs a (case-sensitive) PathPrefix; a shorter sibling regex then
+    ranks before it in Gateway API; an ImplementationSpecific path was a string prefix in
+    nginx: each is a note."""
+    idiom = '{nginx.ingress.kubernetes.io/rewrite-target: "/$2"}'
+    text = _regex_world(("rw", idiom, "/api(/|$)(.*)", "ImplementationSpecific"),
+                        ("a", "{}", "/a", "Prefix"))
+    notes = [n.message for n in convert(load_text(text).objects).notes]
+    assert any("case-sensitive: /API no longer matches" in m for m in notes), notes
+    assert any("rank before PathPrefix (/api)" in m for m in notes), notes
+    exact = _regex_world(("rw", '{nginx.ingress.kubernetes.io/use-regex: "true"}', "/a",
+                          "Prefix"), ("e", "{}", "/status", "Exact"))
+    notes = [n.message for n in convert(load_text(exact).objects).notes]
+    assert any("Exact path '/status' on a host with regex paths" in m for m in notes), notes
+    loose = _regex_world(("x", "{}", "/app", "ImplementationSpecific"))
+    notes = [n.message for n in convert(load_text(loose).objects).notes]
+    assert any("plain string prefix (/appx matched too)" in m for m in notes), notes

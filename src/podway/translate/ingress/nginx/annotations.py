@@ -37,6 +37,8 @@ field                  keys (``nginx.ingress.kubernetes.io/`` omitted)
                        (on), ``auth-tls-verify-depth`` (1), ``-pass-certificate-to-upstream``,
                        ``auth-tls-match-cn``, ``auth-tls-error-page``
 ``ssl_passthrough``    ``ssl-passthrough`` (default false)
+``server_alias``       ``server-alias``: more host names served as the Ingress's hosts
+``from_to_www``        ``from-to-www-redirect`` (default false): ``www.H`` ↔ ``H`` answers 308
 =====================  =========================================================================
 
 ``unserved``: every other key under the prefix, sorted — ``advice(key)`` says what to do
@@ -59,6 +61,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from podway.translate import annotations as ann
+from podway.translate.core.hosts import valid_hostname
 from podway.translate.ingress.nginx.access import restricts_access
 from podway.translate.ingress.nginx.keys import KeyReader
 from podway.translate.ingress.nginx.values import (
@@ -135,6 +138,8 @@ SERVED: dict[str, tuple[str, ...]] = {
                  "auth-tls-pass-certificate-to-upstream", "auth-tls-match-cn",
                  "auth-tls-error-page"),
     "ssl_passthrough": ("ssl-passthrough",),
+    "server_alias": ("server-alias",),
+    "from_to_www": ("from-to-www-redirect",),
 }
 SERVED_KEYS = frozenset(PREFIX + k for keys in SERVED.values() for k in keys)
 
@@ -175,8 +180,6 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("denylist-", "only denylist-source-range is served"),
     ("session-cookie-", "only session-cookie-name, -max-age, -expires and -path are served"),
     ("affinity-canary-behavior", "canary and main share the session cookie"),
-    ("from-to-www-redirect", "add a second host rule with permanent-redirect"),
-    ("server-alias", "list each host as its own rule"),
     ("proxy-redirect-", "Location headers are passed unchanged"),
     ("enable-opentelemetry", "tracing is not built"),
     ("opentelemetry-", "tracing is not built"),
@@ -208,6 +211,8 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
         app_root=r.app_root(), upstream_vhost=r.upstream_vhost(),
         x_forwarded_prefix=r.x_forwarded_prefix(), limits=r.limits(),
         auth_tls=r.auth_tls(namespace), ssl_passthrough=r.flag("ssl-passthrough", False),
+        server_alias=r.listed("server-alias", valid_hostname, "a host name") or (),
+        from_to_www=r.flag("from-to-www-redirect", False),
         unserved=tuple(sorted(PREFIX + k for k in r.raw if PREFIX + k not in SERVED_KEYS)),
         closed=tuple(sorted(PREFIX + k for k, v in r.raw.items()
                             if PREFIX + k not in SERVED_KEYS and restricts_access(k, v))),

@@ -200,6 +200,12 @@ class NginxAnnotations:
     limits: Limits | None = None
     auth_tls: AuthTLS | None = None
     ssl_passthrough: bool = False  # TLS to the pods by SNI, undecrypted (first path's backend)
+    # server-alias: more names of the Ingress's hosts (ingress-nginx's server_name); an alias
+    # that another Ingress names as a host is not used (that host wins)
+    server_alias: tuple[str, ...] = ()
+    # from-to-www-redirect: www.H answers a 308 to H (or H to www.H when the rule host is
+    # www.H), keeping scheme and request URI; not where another Ingress names that host
+    from_to_www: bool = False
     unserved: tuple[str, ...] = ()  # full keys under PREFIX that Podway does not act on
     # Of ``unserved``: the keys that restrict who may reach the Ingress (authentication, a WAF,
     # access directives in a snippet). A server must refuse every request of the Ingress while

@@ -1,0 +1,186 @@
+"""``podway engine --engine haproxy|kernel``: an engine host programmed by a remote controller.
+
+Envoy takes its configuration over xDS itself; these engines take the engine group's IR from
+the controller's configuration stream (``podway.engines.config_feed``: the same address, TLS and
+client certificate as xDS) and program their data plane from it:
+
+* ``haproxy``: one supervised HAProxy (``podway.haproxy.process``, files in the state folder's
+  ``haproxy/``), and beside it, from the first IR that gives a listener to the kernel
+  (``podway.io/engine: kernel``), the kernel engine for those listeners, as ``podway run
+  --engine haproxy`` does;
+* ``kernel``: the kernel engine alone (nftables DNAT, ``podway.kernel``), serving every TCP/UDP
+  listener it can and logging each one it leaves out.
+
+Member health goes back through the shared reporter (``podway.engines.reporter``), as the Envoy
+engine's does, so the readiness gate, status, dashboard and explain read every engine alike:
+HAProxy's view (``show stat``), where the kernel engine serves a listener its own checks for
+that listener's pools.
+
+Invariants: the newest IR wins (an engine busy applying one skips to the newest after it, no
+backlog); an IR HAProxy refuses is logged and the last good one keeps serving; the kernel table
+outlives the engine (``podway kernel cleanup`` removes it) as under ``podway run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Generic, TypeVar
+
+from podway.engines import config_feed
+from podway.engines.member_health import HostKey, HostState
+from podway.engines.reporter import Reporter, ReportOptions
+from podway.haproxy.process import HAProxyEngine, HAProxyError, HAProxyOptions
+from podway.haproxy.report import REASON
+from podway.ir import IR, EngineKind
+from podway.kernel.engine import KernelEngine
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+View = Mapping[HostKey, HostState]
+
+
+class Latest(Generic[T]):
+    """The newest value put, for any number of readers; a slow reader skips to the newest."""
+
+    def __init__(self) -> None:
+        self.value: T | None = None
+        self.version = 0
+        self._wake = asyncio.Event()
+
+    def put(self, value: T) -> None:
+        self.value, self.version = value, self.version + 1
+        wake, self._wake = self._wake, asyncio.Event()
+        wake.set()
+
+    async def values(self) -> AsyncIterator[T]:
+        seen = 0
+        while True:
+            if self.version > seen and self.value is not None:
+                seen = self.version
+                yield self.value
+                continue
+            await self._wake.wait()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteOptions:
+    kind: str  # "haproxy" | "kernel"
+    report: ReportOptions  # node, group, controller addresses, TLS; interval_s 0: no reports
+    folder: Path  # the engine's private state folder
+    haproxy_path: str = "/usr/sbin/haproxy"
+    threads: int = 1
+
+
+class RemoteEngine:
+    """One engine host of kind ``haproxy`` or ``kernel`` (module docstring)."""
+
+    def __init__(self, opts: RemoteOptions) -> None:
+        if opts.kind not in config_feed.FEED_KINDS:
+            raise ValueError(f"not an engine kind that takes the IR: {opts.kind}")
+        self.opts = opts
+        self.irs: Latest[IR] = Latest()
+        self.generation = 0  # the newest generation the controller sent
+        self.applied = asyncio.Event()  # set after each applied IR (tests)
+        self.haproxy: HAProxyEngine | None = None
+        self.kernel: KernelEngine | None = None
+        self._said: set[object] = set()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._follow(), name="engine-config-feed")
+            if self.opts.kind == "haproxy":
+                self.haproxy = HAProxyEngine(HAProxyOptions(
+                    folder=self.opts.folder / "haproxy", binary=self.opts.haproxy_path,
+                    threads=self.opts.threads))
+                group.create_task(self.haproxy.run(), name="engine-haproxy")
+                group.create_task(self._apply_haproxy(self.haproxy), name="engine-haproxy-apply")
+                group.create_task(self._kernel_when_asked(), name="engine-kernel")
+            else:
+                group.create_task(self._kernel(alone=True), name="engine-kernel")
+            if self.opts.report.interval_s > 0:
+                group.create_task(Reporter(self.opts.report, self.view).run(),
+                                  name="engine-health-report")
+
+    async def _follow(self) -> None:
+        async for generation, ir in config_feed.follow(self.opts.report, self.opts.kind):
+            log.info("configuration generation %d: %d listeners, %d pools", generation,
+                     len(ir.listeners), len(ir.pools))
+            self.generation = generation
+            self.irs.put(ir)
+
+    async def _apply_haproxy(self, engine: HAProxyEngine) -> None:
+        async for ir in self.irs.values():
+            try:
+                how = await engine.apply(ir)
+            except HAProxyError as exc:
+                log.error("haproxy engine: configuration not applied (the previous one keeps "
+                          "serving): %s", exc)
+                continue
+            log.debug("haproxy engine: configuration applied by %s", how)
+            now = set(engine.counters.unsupported)
+            for u in sorted(now - self._said, key=lambda u: (u.subject, u.feature)):
+                log.warning("event %s on %s: %s", REASON, u.origin or u.subject, u.message)
+            self._said = set(now)
+            self.applied.set()
+
+    async def _kernel_when_asked(self) -> None:
+        async for ir in self.irs.values():
+            if any(ls.engine is EngineKind.KERNEL for ls in ir.listeners):
+                break
+        await self._kernel(alone=False)
+
+    async def _kernel(self, *, alone: bool) -> None:
+        from podway.programs.kernel import forgetter, watch_conntrack, writer
+
+        out = writer()
+        self.kernel = KernelEngine(out.write, every_l4=alone, forget=forgetter())
+        log.info("kernel engine: writing nftables through %s", out.kind)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(watch_conntrack(), name="kernel-conntrack-fill")
+                group.create_task(self.kernel.run(self.irs.values()), name="kernel-engine")
+                if alone:
+                    group.create_task(self._kernel_applied(self.kernel), name="kernel-applied")
+        finally:
+            out.close()
+
+    async def _kernel_applied(self, kernel: KernelEngine) -> None:
+        while True:
+            await kernel.wait_installed(functools.partial(_wrote_since, kernel.writes))
+            self.applied.set()
+
+    async def kernel_metrics(self) -> bytes:
+        """The kernel engine's per-member counters (nothing while it does not run), as
+        ``podway run`` exports them."""
+        from podway.programs.kernel import metrics_text
+
+        return await metrics_text() if self.kernel is not None else b""
+
+    async def view(self) -> View | None:
+        """Member health as this host serves it: HAProxy's view, with the kernel engine's for
+        the pools of the listeners it serves; the kernel engine's alone under ``kernel``. None
+        until the data plane has a configuration."""
+        kernel = self.kernel
+        if self.haproxy is None:
+            return kernel.view() if kernel is not None and kernel.installed is not None \
+                else None
+        seen = await self.haproxy.health()
+        if seen is None:
+            return None
+        if kernel is None:
+            return seen
+        mine = {p for s in kernel.services for p in s.pools}
+        merged = {k: v for k, v in seen.items() if k[0] not in mine}
+        merged.update({k: v for k, v in kernel.view().items() if k[0] in mine})
+        return MappingProxyType(merged)
+
+
+def _wrote_since(writes: int, kernel: KernelEngine) -> bool:
+    return kernel.writes > writes

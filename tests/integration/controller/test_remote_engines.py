@@ -1,0 +1,212 @@
+"""``podway engine --engine haproxy|kernel`` against the controller on the API emulator: each
+takes its engine group's IR over the controller's authenticated configuration stream, programs
+its data plane (a real HAProxy; the kernel engine's nftables in a network namespace of its own)
+and streams member health back, so a gated pod turns Ready only once both engines found it
+healthy — as with Envoy. Loopback and the test's own namespace only; every engine, process and
+namespace is stopped or removed in teardown, also on failure."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podway.engines import config_feed
+from podway.engines.member_health import Health
+from podway.engines.reporter import ReportOptions
+from podway.programs.remote_engine import RemoteEngine, RemoteOptions
+from tests.e2e.harness import free_port
+from tests.waiting import eventually
+
+from .bed import Bed, endpoint_slice, lb_service
+from .test_readiness import CHECKS, backend, gate, gated_pod, not_ready_slice, status_of
+
+pytestmark = pytest.mark.e2e
+
+PODWAY = str(Path(sys.executable).with_name("podway"))
+HAPROXY = "/usr/sbin/haproxy"
+
+
+def _no_netns() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root for a network namespace"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    return None
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # unix socket paths are short
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A network namespace of this test (loopback up), removed afterwards."""
+    why = _no_netns()
+    if why:
+        pytest.skip(why)
+    name = f"pwre-{uuid.uuid4().hex[:6]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+class Processes:
+    """Processes started by the test, killed by PID in teardown."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            proc = subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT)
+        self.started.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    made = Processes()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def haproxy_engine(bed: Bed, folder: Path, node: str = "hap-1", group: str = "") -> RemoteEngine:
+    assert bed.controller is not None
+    assert bed.controller.server is not None
+    engine = RemoteEngine(RemoteOptions(
+        kind="haproxy", folder=folder, haproxy_path=HAPROXY,
+        report=ReportOptions(node_id=node, xds=bed.controller.server.target, interval_s=0.05,
+                             engine_group=group)))
+    bed.tasks.append(asyncio.create_task(engine.run(), name=f"engine-{node}"))
+    return engine
+
+
+async def ask(port: int) -> bool:
+    """One request through the Service's port answered by the pod."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
+        return b"web-1" in await asyncio.wait_for(reader.read(), 5)
+    finally:
+        writer.close()
+
+
+def nft_table(netns: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", netns, "nft", "list", "table", "ip",
+                           "podway_l4"], capture_output=True, text=True, check=False).stdout
+
+
+def health_of(bed: Bed, node: str) -> dict[Any, Health]:
+    assert bed.controller is not None
+    return {k: s.health for k, s in (bed.controller.health_reports.view(node) or {}).items()}
+
+
+@pytest.mark.netns
+async def test_haproxy_and_kernel_engines_report_to_the_readiness_gate(
+        bed: Bed, short_dir: Path, netns: str, processes: Processes) -> None:
+    """A remote HAProxy engine (here) and a remote kernel engine (``podway engine --engine
+    kernel`` in a namespace of its own) serve Service ``web`` from the controller's IR; the
+    gated pod stays not Ready while either has not found it healthy, and turns Ready once both
+    have. HAProxy serves the Service's port for real."""
+    port = free_port()
+    lb_port = free_port()
+    bed.lb_address = None  # the listener on 127.0.0.1, where HAProxy can bind it
+    bed.emu.put("services", lb_service("web", lb_port, port, annotations=CHECKS))
+    bed.emu.put("pods", gated_pod("web-1", "127.0.0.1"))
+    bed.emu.put("endpointslices", not_ready_slice(port))
+    controller = await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+    assert controller.server is not None
+    hap = haproxy_engine(bed, short_dir / "hap")
+    processes.start("ip", "netns", "exec", netns, PODWAY, "engine", "--engine", "kernel",
+                    "--xds", controller.server.target, "--node-id", "kern-1",
+                    "--state-dir", str(short_dir / "kern"), "--health-report-s", "0.05",
+                    log=short_dir / "kernel.log")
+    member = (f"pool/default/web/{lb_port}/tcp", f"127.0.0.1:{port}")
+    try:
+        # Both engines are sent the IR and report the member (nothing listens yet: unhealthy).
+        await eventually(lambda: health_of(bed, "hap-1").get(member) == Health.UNHEALTHY,
+                         within=30)
+        await eventually(lambda: health_of(bed, "kern-1").get(member) == Health.UNHEALTHY,
+                         within=30)
+        assert set(controller.feed.engine_groups) == {"hap-1", "kern-1"}
+        assert status_of(bed) == "False"
+        # The backend answers in this namespace: HAProxy finds it healthy, the kernel engine
+        # (its own namespace, where nothing listens) does not: the pod waits for it.
+        bed.tasks.append(await backend(port))
+        await eventually(lambda: health_of(bed, "hap-1").get(member) == Health.HEALTHY,
+                         within=30)
+        await asyncio.sleep(1.0)
+        assert health_of(bed, "kern-1").get(member) == Health.UNHEALTHY
+        assert status_of(bed) == "False"
+        assert "kern-1" in str((gate(bed) or {}).get("message"))
+        # The same backend port in the kernel engine's namespace: both healthy, pod Ready.
+        processes.start("ip", "netns", "exec", netns, PODWAY, "echo", "--tcp", "--address",
+                        "127.0.0.1", "--port", str(port), "--name", "web-1",
+                        "--log-level", "warning", log=short_dir / "echo.log")
+        await eventually(lambda: status_of(bed) == "True", within=30)
+        assert (gate(bed) or {})["reason"] == "Healthy"
+        # The pod is Ready, so Kubernetes lists its endpoint ready: HAProxy serves the
+        # Service's port (the member is the pod, on the host).
+        bed.emu.put("endpointslices", endpoint_slice("web", {"web-1": "127.0.0.1"}, port=port))
+        await eventually(lambda: ask(lb_port), within=30, ignoring=(OSError, TimeoutError))
+        # The kernel engine programmed its namespace's table from the same IR.
+        await eventually(lambda: f"127.0.0.1:{port}" in nft_table(netns), within=10)
+        assert hap.haproxy is not None
+    except BaseException:
+        print((short_dir / "kernel.log").read_text()[-3000:])
+        raise
+    finally:
+        processes.close()
+
+
+async def test_a_group_configured_for_another_kind_refuses_the_engine(
+        bed: Bed, short_dir: Path) -> None:
+    """engineGroups in the controller's configuration: a HAProxy engine of a group configured
+    for Envoy gets no configuration (FAILED_PRECONDITION, one line); nothing is applied."""
+    config = short_dir / "config.yaml"
+    config.write_text("engineGroups:\n  edge: envoy\n")
+    controller = await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}", config=config)
+    assert controller.server is not None
+    opts = ReportOptions(node_id="hap-1", xds=controller.server.target, engine_group="edge")
+    import grpc
+
+    async with grpc.aio.insecure_channel(controller.server.target) as chan:
+        call = chan.unary_stream(config_feed.PATH)(config_feed.encode_request(
+            config_feed.Request(node=opts.node_id, group="edge", engine="haproxy")))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async for _ in call:
+                pass
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert "configured for envoy engines" in str(refused.value.details())
+    assert dict(controller.feed.engine_groups) == {}
