@@ -1,10 +1,10 @@
 """A wire-level Kubernetes API emulator: tests and the lab talk to it with real clients.
 
-<<<<<<< HEAD
 It serves the kinds Podway reads and writes and those an install needs (core Pods, Services,
 ServiceAccounts, Nodes, Namespaces, Secrets, ConfigMaps, Events; events.k8s.io Events; apps
 Deployments, ReplicaSets, DaemonSets; policy PodDisruptionBudgets; RBAC Roles, ClusterRoles and
-their bindings; EndpointSlices; Leases; Ingress and IngressClass; CRDs, and through them every
+their bindings; EndpointSlices; Leases; Ingress and IngressClass; CertificateSigningRequests
+(the requester stamped from a bearer token, ``add_user``); CRDs, and through them every
 Gateway API kind) over HTTP with the real URL layout, discovery (``/api``, ``/apis``, resource
 lists with categories: ``kubectl get all``), get/list/watch with resourceVersions, bookmarks for
 watches that allow them, ``410 Gone`` for versions older than the compacted history, label and
@@ -24,22 +24,6 @@ only over TLS — and answers an unknown token 401). ``kubectl auth can-i`` and
 ``auth whoami`` are answered; ``pods/log`` is served by a hook (``set_pod_logs``). Admission
 is one optional hook (``set_admission``: the lab allocates nodePorts there). ``dump``/``load``
 and ``set_on_commit`` let the lab keep the store on disk across restarts.
-=======
-It serves the kinds Podway reads and writes (core Pods, Services, Nodes, Namespaces, Secrets,
-ConfigMaps, Events; events.k8s.io Events; apps Deployments; EndpointSlices; Leases; Ingress and
-IngressClass; CertificateSigningRequests (the requester stamped from a bearer token,
-``add_user``); CRDs, and through them every Gateway API kind) over HTTP with the real URL
-layout, discovery (``/api``, ``/apis``, resource lists), get/list/watch with
-resourceVersions, bookmarks for watches that allow them, ``410 Gone`` for versions older than
-the compacted history, label and field selectors, create/update/delete, merge, JSON and
-strategic merge patches, and the status subresource. kubernetes-asyncio's own code paths run
-unchanged against it, and so does kubectl (get, apply, label, delete, api-resources; no OpenAPI
-document is served, so ``kubectl apply`` needs ``--validate=false``). Not modelled: finalizers
-(deletion is immediate), pagination (``limit`` is ignored, lists are whole), server-side apply,
-schema validation, the ``scale`` subresource; admission is one optional hook
-(``set_admission``: the lab allocates nodePorts there). ``dump``/``load`` and ``set_on_commit``
-let the lab keep the store on disk across restarts.
->>>>>>> main
 
 Tests drive it from the inside (``put``/``delete`` write as the cluster would, without the
 rules a client is held to), steer it (``compact``, ``break_watches``, ``send_bookmarks``,
@@ -75,12 +59,8 @@ from podway.kube.emulator.store import Admit, ApiError, Obj, Store
 from podway.kube.emulator.tls import serving_context
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
-<<<<<<< HEAD
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-__all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "Write",
-=======
 __all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "User", "Write",
->>>>>>> main
            "gateway_api_crd"]
 
 

@@ -87,7 +87,6 @@ BUILTIN: tuple[ResourceType, ...] = (
                  namespaced=True, short_names=("ing",)),
     ResourceType(group="networking.k8s.io", version="v1", plural="ingressclasses",
                  kind="IngressClass", namespaced=False, status=False),
-<<<<<<< HEAD
     # Stored, not enforced: the install ships a policy pair (kubectl apply must accept it).
     _typed("admissionregistration.k8s.io", "validatingadmissionpolicies",
            "ValidatingAdmissionPolicy", namespaced=False),
@@ -97,11 +96,9 @@ BUILTIN: tuple[ResourceType, ...] = (
            namespaced=False, status=False),
     _typed("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview",
            namespaced=False, status=False),
-=======
     ResourceType(group="certificates.k8s.io", version="v1",
                  plural="certificatesigningrequests", kind="CertificateSigningRequest",
                  namespaced=False, short_names=("csr",)),
->>>>>>> main
     ResourceType(group="apiextensions.k8s.io", version="v1",
                  plural="customresourcedefinitions", kind="CustomResourceDefinition",
                  namespaced=False, short_names=("crd", "crds")),

@@ -202,8 +202,9 @@ class Api:
         if not header:
             return None
         scheme, _, token = header.partition(" ")
-        if scheme.lower() == "bearer" and token.strip() == self.store.admin_token:
-            return None
+        if scheme.lower() == "bearer" and (token.strip() == self.store.admin_token
+                                           or token.strip() in self.users):
+            return None  # the administrator, or a user of add_user (not RBAC-checked)
         account = self.store.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
         if account is None:
             if not self.store.reject_unknown_tokens:
@@ -303,11 +304,8 @@ class Api:
         sub = rest[2] if len(rest) > 2 else ""
         if sub and not (sub == "status" and rtype.status) and \
                 not (sub == "scale" and rtype.group_resource in SCALABLE) and \
-<<<<<<< HEAD
-                (rtype.group_resource, sub) not in EXTRA_SUBRESOURCES:
-=======
+                (rtype.group_resource, sub) not in EXTRA_SUBRESOURCES and \
                 not (sub == "approval" and rtype.group_resource == CSR):
->>>>>>> main
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
@@ -374,18 +372,13 @@ class Api:
             if rtype.namespaced and target.namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
             body = await request.json()
-<<<<<<< HEAD
             warnings = self._validate(request, rtype, body)
+            if rtype.group_resource == CSR and isinstance(body, dict):
+                self._stamp_requester(request, body)
             if isinstance(body, dict):
                 defaults.apply(rtype.group_resource, body)
             created = store.create(rtype, ns, body, dry_run=dry)
             return self._json(created, rtype, status=201, warnings=warnings)
-=======
-            if rtype.group_resource == CSR and isinstance(body, dict):
-                self._stamp_requester(request, body)
-            created = store.create(rtype, ns, body)
-            return self._json(created, rtype, status=201)
->>>>>>> main
         if request.method == "PUT" and target.name is not None:
             body = await request.json()
             warnings = self._validate(request, rtype, body)
@@ -410,7 +403,6 @@ class Api:
             return self._json(store.delete(rtype, ns, target.name, dry_run=dry), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
 
-<<<<<<< HEAD
     def _delete_namespace(self, name: str) -> Obj:
         """As the API server and the namespace controller: the namespace turns
         ``Terminating`` (no new content; deleting what is in it still works), and a moment
@@ -462,7 +454,7 @@ class Api:
         leaving["metadata"].pop("resourceVersion", None)
         return self.store.replace(rtype, ns, target.name, leaving, subresource="*",
                                   check_version=False)
-=======
+
     def _stamp_requester(self, request: web.Request, body: Obj) -> None:
         """As the API server does on create: the requester's identity, never the client's."""
         auth = request.headers.get("Authorization", "")
@@ -476,7 +468,6 @@ class Api:
             else list(user.groups)
         spec["extra"] = {k: list(v) for k, v in user.extra}
         spec.pop("uid", None)
->>>>>>> main
 
     @staticmethod
     def _validate(request: web.Request, rtype: ResourceType, obj: Any) -> list[str]:
