@@ -1,7 +1,10 @@
 """Cold start: ``podway run`` on a folder of N routes, from start to every route served.
 
 The folder is ``bench/xds_push.py``'s (N Ingress paths, 10 per host, one Service + EndpointSlice
-per path, 2N + N/1000 objects, Services and slices in one file), the members one local echo.
+per path, 2N + N/1000 objects, Services and slices in one file), the members one local nginx
+(one worker; ``--echo`` uses ``podway echo`` in this process instead, as before: then its
+answers to the first round of N health checks, in Python beside the control plane, are part of
+the figures, which no real member set is).
 Standalone Podway starts in this process (its Envoy is a real one); the stages are stamped as
 they end:
 
@@ -13,10 +16,18 @@ they end:
   polled from the moment the routes are ACKed; a route whose member is not healthy yet answers
   503, so this includes the first health-check round).
 
+Standalone runs with the garbage-collector policy ``podway run`` uses (``GcPolicy``), so the
+figures are what a user's ``podway run`` does. ``--process`` also times the real command:
+``podway run --manifests`` in a child process (interpreter start and imports included), from
+its spawn to the first and the last route answering 200, with the CPU seconds (utime+stime)
+of Podway's process and of its Envoy up to then (CPU well below the wall time: the machine's
+other work, not ours). Modes alternate within a run (``--runs`` rounds of each), so a busy
+spell of the shared machine lands on both alike.
+
 Target (issue 24): every route served ≤ 5 s after the start at 10,000 routes. Each time is also
 printed as a ratio to the machine-speed reference (``bench/speedref.py``).
 
-    python bench/cold_start.py [--routes 10000] [--runs 1]
+    python bench/cold_start.py [--routes 10000] [--runs 1] [--process]
 """
 
 from __future__ import annotations
@@ -24,16 +35,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+from dataplane import cpu_seconds, tree
 from speedref import Reference, measure
 from xds_push import PATHS_PER_HOST, Acks, free_port, manifests, status_of
 
 from podway.envoy import types
+from podway.programs.gc_policy import GcPolicy
 from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.sources import files
 from podway.tools.echo import Identity
@@ -66,7 +85,7 @@ async def one_run(routes: int, echo_port: int) -> dict[str, float]:
         http_port = free_port()
         acks = Acks()
         standalone = Standalone(StandaloneOptions(
-            manifests=root, drain_s=0, translate=TranslateOptions(
+            manifests=root, drain_s=0, gc=GcPolicy(), translate=TranslateOptions(
                 address="127.0.0.1", http_port=http_port, https_port=free_port())))
         standalone.event_hooks.append(acks)
         routes_acked = acks.next(types.ROUTE)
@@ -97,31 +116,134 @@ async def one_run(routes: int, echo_port: int) -> dict[str, float]:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` and its reaped children so far, seconds (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+async def one_process_run(routes: int, echo_port: int) -> dict[str, float]:
+    """``podway run --manifests`` in a child process: spawn → first / last route 200."""
+    podway = shutil.which("podway", path=str(Path(sys.executable).parent))
+    if podway is None:
+        raise SystemExit("no podway command beside this interpreter")
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "manifests"
+        root.mkdir()
+        manifests(root, routes, echo_port)
+        http_port = free_port()
+        began = time.perf_counter()
+        child = await asyncio.create_subprocess_exec(
+            podway, "run", "--manifests", str(root), "--address", "127.0.0.1",
+            "--http-port", str(http_port), "--https-port", str(free_port()),
+            "--state-dir", str(Path(tmp) / "state"), "--log-level", "warning",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True)
+        try:
+            hosts = routes // PATHS_PER_HOST
+            out["first 200"] = await until_200(http_port, "h0.bench.test", "/app0") - began
+            out["last 200"] = await until_200(http_port, f"h{hosts - 1}.bench.test",
+                                              f"/app{PATHS_PER_HOST - 1}") - began
+            out["podway CPU"] = cpu_s(child.pid)
+            out["Envoy CPU"] = cpu_seconds([p for p in tree(child.pid) if p != child.pid])
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(child.wait(), 30)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signal.SIGKILL)
+                await child.wait()
+    return out
+
+
+@contextlib.contextmanager
+def nginx_member(port: int) -> Iterator[None]:
+    """One nginx worker answering 200 to any request on ``port`` (every pool's member)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        temps = "\n".join(f"  {k}_temp_path {folder}/{k};" for k in
+                          ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        conf = folder / "nginx.conf"
+        conf.write_text(f"""worker_processes 1;
+daemon off;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+{temps}
+  server {{
+    listen 127.0.0.1:{port} backlog=16384;
+    location / {{ default_type text/plain; return 200 "ok\\n"; }}
+  }}
+}}
+""")
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        proc = subprocess.Popen([nginx, "-p", tmp, "-e", str(folder / "error.log"),
+                                 "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                with contextlib.suppress(OSError), socket.create_connection(
+                        ("127.0.0.1", port), timeout=1):
+                    break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"nginx did not start (see {folder / 'error.log'})")
+                time.sleep(0.05)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 async def main_async(args: argparse.Namespace, ref: Reference) -> None:
     echo_port = free_port()
-    started = asyncio.Event()
-    echo = asyncio.create_task(serve(EchoOptions(port=echo_port, identity=Identity(name="e")),
-                                     started=started))
-    await started.wait()
-    try:
-        for run in range(args.runs):
-            figures = await one_run(args.routes, echo_port)
-            print(f"run {run + 1}: {args.routes} routes, seconds since the start "
-                  "(stage durations for translate, build and cache set)")
-            for name in ("parse", "translate", "build", "cache set", "first state",
-                         "Envoy ready", "config ACKed", "first 200", "last 200"):
-                if name in figures:
-                    print(f"  {name:<14} {figures[name]:8.2f} s  ({ref.ratio(figures[name])})")
-    finally:
-        echo.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await echo
+    with contextlib.ExitStack() as stack:
+        if args.echo:
+            started = asyncio.Event()
+            echo = asyncio.create_task(serve(EchoOptions(
+                port=echo_port, identity=Identity(name="e")), started=started))
+            await started.wait()
+            stack.callback(echo.cancel)
+        else:
+            stack.enter_context(nginx_member(echo_port))
+        await rounds(args, ref, echo_port)
+
+
+async def rounds(args: argparse.Namespace, ref: Reference, echo_port: int) -> None:
+    for run in range(args.runs):
+        figures = await one_run(args.routes, echo_port)
+        print(f"run {run + 1}: {args.routes} routes in this process (imports done), "
+              "seconds since the start (stage durations for translate, build and cache set)",
+              flush=True)
+        for name in ("parse", "translate", "build", "cache set", "first state",
+                     "Envoy ready", "config ACKed", "first 200", "last 200"):
+            if name in figures:
+                print(f"  {name:<14} {figures[name]:8.2f} s  ({ref.ratio(figures[name])})")
+        if args.process:
+            figures = await one_process_run(args.routes, echo_port)
+            print(f"run {run + 1}: {args.routes} routes, `podway run` in a child process, "
+                  "seconds since its spawn", flush=True)
+            for name, value in figures.items():
+                print(f"  {name:<14} {value:8.2f} s  ({ref.ratio(value)})")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--echo", action="store_true",
+                        help="members: podway echo in this process instead of nginx")
+    parser.add_argument("--process", action="store_true",
+                        help="also time `podway run` in a child process, from its spawn")
     args = parser.parse_args()
     ref = measure()
     print(ref.describe())

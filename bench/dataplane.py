@@ -305,8 +305,10 @@ def _optional_filters(*, disabled: bool) -> list[dict[str, Any]]:
         ("envoy.filters.http.local_ratelimit", "local_ratelimit.v3.LocalRateLimit",
          {"stat_prefix": "http_local_rate_limit"}),
         ("envoy.filters.http.rbac", "rbac.v3.RBAC", {}),
-        ("envoy.filters.http.buffer", "buffer.v3.Buffer", {"max_request_bytes": 1})]
-    return [{"name": name, "disabled": disabled or name.endswith("buffer"), "typed_config": {
+        ("envoy.filters.http.buffer", "buffer.v3.Buffer", {"max_request_bytes": 1}),
+        ("envoy.filters.http.lua", "lua.v3.Lua", {})]
+    always_off = ("buffer", "lua")  # Podway never had these two on a manager enabled
+    return [{"name": name, "disabled": disabled or name.endswith(always_off), "typed_config": {
         "@type": f"type.googleapis.com/envoy.extensions.filters.http.{kind}", **extra}}
         for name, kind, extra in kinds]
 
@@ -330,16 +332,21 @@ def envoy_filters_off(ctx: Context) -> Running:
 
 def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: bool = False,
                  real_ip: bool = False, retries: bool = True, checks: bool = True,
-                 manager: bool = True, drop_real_ip: bool = True) -> Running:
+                 manager: bool = True, drop_real_ip: bool = True, lua: bool = True,
+                 lifetime_s: float | None = None) -> Running:
     """A static Envoy configured as Podway configures one route (its manager's settings, the
     host's connect-failure retries, the cluster's checks), with the defaults Podway had before
     issue 24 switched on one by one: the optional filters enabled, a retry budget instead of
     ``max_retries``, the X-Real-IP formatter; or one of today's settings switched off
     (``retries``, ``checks``: active check and outlier detection, ``manager``: path
-    normalisation and the client address, ``drop_real_ip``). What each costs: its ratio to
+    normalisation and the client address, ``drop_real_ip``, ``lua``: the disabled Lua filter
+    of streamed body limits on every manager); ``lifetime_s``: the connections to members
+    drained after that long (nodeport mode's 1 s). What each costs: its ratio to
     ``envoy-podway-now`` (docs/performance.md, "What each default costs")."""
     http, https = free_port(), free_port()
-    config = _static_bootstrap(ctx, http, https, _optional_filters(disabled=not filters_on))
+    filters = [f for f in _optional_filters(disabled=not filters_on)
+               if lua or not f["name"].endswith("lua")]
+    config = _static_bootstrap(ctx, http, https, filters)
     for listener in config["static_resources"]["listeners"]:
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
         if manager:
@@ -381,6 +388,13 @@ def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: b
             if budget else {"max_retries": 10}]}})
     if not checks:
         del cluster["health_checks"], cluster["outlier_detection"]
+    if lifetime_s is not None:
+        cluster["typed_extension_protocol_options"] = {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3."
+                         "HttpProtocolOptions",
+                "explicit_http_config": {"http_protocol_options": {}},
+                "common_http_protocol_options": {"max_connection_duration": f"{lifetime_s}s"}}}
     return _plain(_envoy(ctx, name, config), http, https)
 
 
@@ -427,6 +441,18 @@ def envoy_podway_no_manager(ctx: Context) -> Running:
 @target("envoy-podway-keep-real-ip", variant=True)
 def envoy_podway_keep_real_ip(ctx: Context) -> Running:
     return _podway_like(ctx, "envoy-podway-keep-real-ip", drop_real_ip=False)
+
+
+@target("envoy-podway-no-lua", variant=True)
+def envoy_podway_no_lua(ctx: Context) -> Running:
+    """Without the disabled Lua filter (streamed body limits) Podway's managers carry."""
+    return _podway_like(ctx, "envoy-podway-no-lua", lua=False)
+
+
+@target("envoy-podway-lifetime", variant=True)
+def envoy_podway_lifetime(ctx: Context) -> Running:
+    """With nodeport mode's 1 s lifetime of the connections to members."""
+    return _podway_like(ctx, "envoy-podway-lifetime", lifetime_s=1.0)
 
 
 # --- Podway ------------------------------------------------------------------------------------

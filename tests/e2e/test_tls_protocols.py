@@ -268,15 +268,28 @@ async def test_rotated_certificate_serves_new_handshakes_and_keeps_open_ones(
     assert "PRIVATE KEY" not in caplog.text
 
 
-async def test_websocket_upgrade_echoes_through_the_engine(engine_stack: Stack) -> None:
-    """Upgrade: websocket through an Ingress route: 101, the backend's identity message, then
-    each message echoed on the same connection."""
+@pytest.mark.parametrize("front", ["ingress", "httproute"])
+async def test_websocket_upgrade_echoes_through_the_engine(engine_stack: Stack,
+                                                           front: str) -> None:
+    """Upgrade: websocket through an Ingress route or an HTTPRoute (Gateway API
+    HTTPRouteBackendProtocolWebSocket): 101, the backend's identity message, then each message
+    echoed on the same connection."""
     await backend(engine_stack, "ws")
-    engine_stack.write("ingress.yaml", ingress("ws", rule("ws.test", "ws")))
+    port = engine_stack.http_port
+    if front == "ingress":
+        engine_stack.write("ingress.yaml", ingress("ws", rule("ws.test", "ws")))
+    else:
+        port = free_port()
+        engine_stack.write("gw.yaml", CLASS + "---\n" + gateway(
+            f"  - {{name: web, protocol: HTTP, port: {port}}}\n") + "---\n" + route(
+            "ws", """  parentRefs: [{name: gw}]
+  hostnames: [ws.test]
+  rules: [{backendRefs: [{name: ws, port: 80}]}]
+"""))
     await engine_stack.start()
     key = "dGhlIHNhbXBsZSBub25jZQ=="
     async with asyncio.timeout(5):
-        reader, writer = await asyncio.open_connection("127.0.0.1", engine_stack.http_port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
             writer.write(f"GET /chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\n"
                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"

@@ -98,6 +98,8 @@ def render_backend(
             layer = "layer7" if http else "layer4"
             options += (f" observe {layer} error-limit {s.outlier_detection.consecutive_errors}"
                         " on-error mark-down")
+    if s.retry_budget is not None:
+        report.append("a retry budget (retryBudget): HAProxy has no cap on retries in flight")
     if s.protocol in (PoolProtocol.HTTP2, PoolProtocol.GRPC):
         options += " proto h2"
     if s.proxy_protocol:

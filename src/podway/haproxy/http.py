@@ -24,9 +24,12 @@ from podway.haproxy.sni import sni_rules
 from podway.haproxy.tls import crt_list
 from podway.ir import (
     CORS,
+    Authorization,
+    BasicAuth,
     BodyLimit,
     ClientAccess,
     DirectResponse,
+    ExtAuth,
     Forward,
     HeaderModifier,
     Listener,
@@ -70,7 +73,8 @@ def host_regex(vhost: VirtualHost) -> str:
 
 def _path_only(route: Route) -> bool:
     m = route.match
-    return not (m.headers or m.query or m.method) and m.path.kind is not PathKind.REGEX \
+    return not (m.headers or m.query or m.method or m.upto is not None) \
+        and m.path.kind is not PathKind.REGEX \
         and not any(c.isspace() for c in m.path.value)
 
 
@@ -184,7 +188,10 @@ def _bind(listener: Listener, fe: str, folder: str, report: list[Unsupported]
 def _prelude(listener: Listener, maps: dict[str, str]) -> list[str]:
     """Every request: client headers, normalised path and Host, virtual host, path-map route."""
     https = listener.protocol is ListenerProtocol.HTTPS
-    return [
+    # One draw per request for routes that take a share of the requests (``RouteMatch.upto``).
+    draw = ["  http-request set-var(txn.draw) rand(1000000)"] if any(
+        r.match.upto is not None for v in listener.virtual_hosts for r in v.routes) else []
+    return [*draw,
         "  option forwardfor",
         f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
         "  http-request normalize-uri path-strip-dotdot",
@@ -279,6 +286,8 @@ def _conditions(route: Route) -> str:
             out += f" {{ url_param({word(q.name)}) -m reg {word(f'^(?:{q.value})$')} }}"
     if m.method:
         out += f" {{ method {word(m.method)} }}"
+    if m.upto is not None:  # one draw per request (txn.draw), compared by every share
+        out += f" {{ var(txn.draw) -m int lt {m.upto} }}"
     return out
 
 
@@ -330,6 +339,12 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("rate limits")
         elif isinstance(f, BodyLimit):
             raise _Closed("request body limits")
+        elif isinstance(f, BasicAuth):
+            raise _Closed("basic authentication")
+        elif isinstance(f, ExtAuth):
+            raise _Closed("external authorization")
+        elif isinstance(f, Authorization):
+            raise _Closed("authorization rules")
     a = route.action
     if isinstance(a, Redirect):
         return out + _redirect(a, route, when, listener)

@@ -53,6 +53,11 @@ def crt_list(listener: Listener, fe: str, folder: str,
             if o.client_verify_depth is not None:
                 report.append(Unsupported(subject=cert.name, origin=cert.origin,
                                           feature="a client certificate chain depth limit"))
+            if o.client_accept_untrusted:  # stricter, not looser: an untrusted one is refused
+                report.append(Unsupported(subject=cert.name, origin=cert.origin,
+                                          feature="accepting an untrusted client certificate "
+                                          "(AllowInsecureFallback: only a missing one is let "
+                                          "through)"))
         if any(h.startswith("*.") for h in cert.hostnames):
             # HAProxy's crt-list wildcard covers one label; Envoy's server names any number.
             report.append(Unsupported(subject=cert.name, origin=cert.origin,

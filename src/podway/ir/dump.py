@@ -57,7 +57,9 @@ def to_wire(ir: IR) -> dict[str, Any]:
 
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
-           "CORS", "ClientAccess", "RateLimit", "BodyLimit"}
+           "CORS", "ClientAccess", "RateLimit", "BodyLimit",
+           "BasicAuth", "ExtAuth",
+           "Authorization", "AccessRule"}
 
 
 def _action_kind(value: object) -> str | None:

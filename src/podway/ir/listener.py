@@ -49,6 +49,9 @@ class TLSOptions:
     client_ca: str = ""
     client_required: bool = True
     client_verify_depth: int | None = None
+    # Gateway API AllowInsecureFallback: a certificate that fails verification is let through
+    # too (with ``client_required`` False: any client); the backend decides.
+    client_accept_untrusted: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

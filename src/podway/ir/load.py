@@ -25,7 +25,9 @@ from podway.model.base import ObjectRef
 _TAGGED: dict[str, type[Any]] = {
     name: getattr(ir_mod, name)
     for name in ("Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite",
-                 "Mirror", "CORS", "ClientAccess", "RateLimit", "BodyLimit")
+                 "Mirror", "CORS", "ClientAccess", "RateLimit", "BodyLimit",
+                 "BasicAuth", "ExtAuth",
+                 "Authorization", "AccessRule")
 }
 
 

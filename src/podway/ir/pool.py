@@ -103,6 +103,17 @@ class OutlierDetection:
     max_ejection_percent: int = 50
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryBudget:
+    """A pool's retries in flight bounded by a share of its requests in flight (asked for by a
+    user; the default is a fixed number, ``MAX_RETRIES`` of the engine): at most ``percent`` %
+    of the active requests may be retries, and ``min_concurrent`` retries are always allowed
+    (so a quiet pool can still retry)."""
+
+    percent: int = 20
+    min_concurrent: int = 3
+
+
 class PersistenceKind(StrEnum):
     COOKIE = "cookie"  # a cookie the engine sets (``name``, ``ttl_s``; 0 = a session cookie)
     HEADER = "header"  # the value of request header ``name``
@@ -153,6 +164,10 @@ class PoolSettings:
     # lose the requests in flight then; a bounded life moves requests to new connections, which
     # kube-proxy sends to ready pods (docs/translation.md, "Rollouts").
     connection_lifetime_ms: int | None = None
+    # A retry budget instead of the fixed cap on retries in flight: only where a user asks
+    # (``retryBudget``, ``podway.io/retry-budget``); the budget costs the engine CPU on every
+    # request of the pool (docs/performance.md, "What each default costs").
+    retry_budget: RetryBudget | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

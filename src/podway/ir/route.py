@@ -49,6 +49,12 @@ class RouteMatch:
     headers: tuple[HeaderMatch, ...] = ()
     query: tuple[QueryMatch, ...] = ()
     method: str | None = None
+    # A share of the requests: the route matches only when the request's draw (one random
+    # number per request, 0..999999, the same for every route it is tested against) is below
+    # ``upto``. Consecutive routes with rising bounds and the same match split requests by
+    # weight, first match wins (Gateway API backendRef filters an engine cannot apply per
+    # weighted backend: a redirect or rewrite of one backendRef). None: every request.
+    upto: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +209,67 @@ class BodyLimit:
     max_bytes: int
 
 
-Filter = HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BasicAuth:
+    """HTTP basic authentication: a request whose ``Authorization: Basic`` credentials match
+    none of ``users`` is answered 401 with ``WWW-Authenticate: Basic realm="<realm>"``.
+
+    ``users``: (name, ``{SHA}`` + base64 of the password's SHA-1), the one htpasswd hash the
+    engine checks; the translator drops (and reports) other hashes and never builds this with
+    no user left (it refuses the route instead). ``source``: where the users came from (a
+    Secret), for ``explain``. ``realm``: as asked; Envoy's basic auth filter has no realm
+    setting and names the request's URL instead (reported to the user)."""
+
+    users: tuple[tuple[str, str], ...]
+    realm: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtAuth:
+    """External authorization: before forwarding, the request is checked by the service of
+    ``pool``; its refusal is the answer (with its status and body), an error or no answer
+    within ``timeout_ms`` is 403 (fail closed).
+
+    ``grpc``: Envoy's ext_authz gRPC protocol (``envoy.service.auth.v3.Authorization``); else
+    HTTP: the request's method and ``path_prefix`` + path with Host, Authorization and
+    Content-Length (the engine cannot send more per route), any 2xx allows.
+    ``response_headers``: headers of an allowing HTTP answer copied to the request to the
+    backend (empty: all but Host). ``body_bytes``: up to this much of the request body is sent
+    along (0: none)."""
+
+    pool: str
+    grpc: bool = False
+    path_prefix: str = ""
+    response_headers: tuple[str, ...] = ()
+    body_bytes: int = 0
+    timeout_ms: int = 2000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessRule:
+    """One rule of an ``Authorization``: it matches a request whose client address is in one
+    of ``cidrs``, each header of ``headers`` has one of its values, and whose method is one of
+    ``methods`` (an empty condition matches anything)."""
+
+    allow: bool
+    cidrs: tuple[str, ...] = ()
+    headers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    methods: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Authorization:
+    """Who may reach the route: the first of ``rules`` that matches decides (a refused request
+    gets 403); when none matches, ``default_allow``. ``source``: for ``explain``."""
+
+    rules: tuple[AccessRule, ...] = ()
+    default_allow: bool = False
+    source: str = ""
+
+
+Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
+          | BasicAuth | ExtAuth | Authorization)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

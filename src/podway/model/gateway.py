@@ -48,9 +48,19 @@ class LabelSelector(K8sModel):
         return True
 
 
+class ParametersReference(K8sModel):
+    """``GatewayClass.spec.parametersRef``: the object holding the class's parameters."""
+
+    group: str = ""
+    kind: str = ""
+    name: str = ""
+    namespace: str | None = None
+
+
 class GatewayClassSpec(K8sModel):
     controller_name: str = ""
     description: str | None = None
+    parameters_ref: ParametersReference | None = None
 
 
 class GatewayClass(K8sObject):
@@ -111,11 +121,39 @@ class GatewayInfrastructure(K8sModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class FrontendTLSValidation(K8sModel):
+    """Client certificates asked for and verified against ``caCertificateRefs``."""
+
+    ca_certificate_refs: tuple[SecretObjectReference, ...] = ()
+    mode: str = "AllowValidOnly"  # or AllowInsecureFallback
+
+
+class FrontendTLSSettings(K8sModel):
+    validation: FrontendTLSValidation | None = None
+
+
+class FrontendTLSPort(K8sModel):
+    port: int
+    tls: FrontendTLSSettings = Field(default_factory=FrontendTLSSettings)
+
+
+class FrontendTLSConfig(K8sModel):
+    default: FrontendTLSSettings = Field(default_factory=FrontendTLSSettings)
+    per_port: tuple[FrontendTLSPort, ...] = ()
+
+
+class GatewaySpecTLS(K8sModel):
+    """``spec.tls`` (v1.4+): ``frontend`` client-certificate validation of HTTPS listeners."""
+
+    frontend: FrontendTLSConfig | None = None
+
+
 class GatewaySpec(K8sModel):
     gateway_class_name: str = Field(min_length=1)
     listeners: tuple[GatewayListener, ...] = Field(min_length=1)
     addresses: tuple[GatewayAddress, ...] = ()
     infrastructure: GatewayInfrastructure | None = None
+    tls: GatewaySpecTLS | None = None
 
 
 class GatewayStatus(K8sModel):

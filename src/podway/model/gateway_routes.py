@@ -99,6 +99,30 @@ class LocalReference(K8sModel):
     name: str = ""
 
 
+class ExternalAuthHTTP(K8sModel):
+    path: str = ""
+    allowed_headers: tuple[str, ...] = ()
+    allowed_response_headers: tuple[str, ...] = ()
+
+
+class ExternalAuthGRPC(K8sModel):
+    allowed_headers: tuple[str, ...] = ()
+
+
+class ForwardBody(K8sModel):
+    max_size: Int = 0
+
+
+class ExternalAuthFilter(K8sModel):
+    """Experimental HTTPRoute filter ``ExternalAuth`` (Gateway API v1.4+)."""
+
+    protocol: str = ""  # HTTP | GRPC
+    backend_ref: BackendObjectReference | None = None
+    grpc: ExternalAuthGRPC | None = None
+    http: ExternalAuthHTTP | None = None
+    forward_body: ForwardBody | None = None
+
+
 class RouteFilter(K8sModel):
     type: str
     request_header_modifier: HeaderFilter | None = None
@@ -108,6 +132,7 @@ class RouteFilter(K8sModel):
     url_rewrite: URLRewriteFilter | None = Field(default=None, alias="urlRewrite")
     extension_ref: LocalReference | None = None
     cors: CORSFilter | None = None
+    external_auth: ExternalAuthFilter | None = None
 
 
 class HTTPPathMatch(K8sModel):

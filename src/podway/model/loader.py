@@ -15,7 +15,8 @@ Invariants:
 * Unknown kinds are never dropped in silence: each is a warning (``LoadResult.warnings``) naming
   the document and kind; a known kind in an API version Podway does not serve is an error.
 * Parsing uses libyaml (``CSafeLoader``) when present: about 9 times faster than the
-  pure-Python loader on large files (bench/source_stall.py).
+  pure-Python loader on large files (bench/source_stall.py); plain documents are then built by
+  a lean constructor with the same values (``podway.model.yaml_fast``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pydantic import ValidationError
 
 from podway.model.base import K8sObject
 from podway.model.kinds import KINDS, api_group
+from podway.model.yaml_fast import FastSafeLoader
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +123,7 @@ def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT
     if over is not None:
         return _refused(result, source, over)
     try:
-        documents = list(yaml.load_all(text, Loader=_Loader))
+        documents = list(yaml.load_all(text, Loader=FastSafeLoader))
     except RecursionError:
         return _refused(result, source, "invalid YAML: nested too deeply")
     except yaml.YAMLError as exc:
@@ -333,7 +335,7 @@ def _too_deep(documents: list[Any], max_depth: int) -> str | None:
 def _documents_until_error(text: str) -> list[Any]:
     docs: list[Any] = []
     try:
-        for doc in yaml.load_all(text, Loader=_Loader):
+        for doc in yaml.load_all(text, Loader=FastSafeLoader):
             docs.append(doc)
     except (yaml.YAMLError, RecursionError):
         pass

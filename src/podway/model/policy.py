@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from podway.model.base import Int, K8sModel, K8sObject
 from podway.model.gateway import GROUP
@@ -96,19 +96,98 @@ class RetrySpec(K8sModel):
     backoff: str | None = None
 
 
+class _Strict(K8sModel):
+    """Security sections keep the keys Podway does not know (``model_extra``): the translator
+    refuses such a section (fail closed) rather than apply part of what restricts access."""
+
+    model_config = ConfigDict(**{**K8sModel.model_config, "extra": "allow"})
+
+
+class SecretReference(_Strict):
+    name: str = ""
+    namespace: str | None = None
+
+
+class BasicAuthSpec(_Strict):
+    """``security.basicAuth``: the users of an htpasswd Secret (its key ``.htpasswd``, else
+    ``auth``, as ingress-nginx names it)."""
+
+    users: SecretReference | None = None
+
+
+class ServiceReference(_Strict):
+    name: str = ""
+    namespace: str | None = None
+    port: Int | None = None
+
+
+class ExtAuthSpec(_Strict):
+    """``security.extAuth``: a Service of the policy's namespace that authorizes each request
+    (``protocol`` HTTP or GRPC: Envoy's ext_authz)."""
+
+    protocol: str = "HTTP"
+    backend_ref: ServiceReference | None = None
+    path: str = ""  # HTTP: prefixed to the request's path
+    allowed_response_headers: tuple[str, ...] = ()
+    timeout: str | None = None
+
+
+class HeaderRule(_Strict):
+    name: str = ""
+    values: tuple[str, ...] = ()  # any of them (exact)
+
+
+class AuthorizationPrincipal(_Strict):
+    client_cidrs: tuple[str, ...] = Field(default=(), alias="clientCIDRs")  # after trusted hops
+    headers: tuple[HeaderRule, ...] = ()
+
+
+class AuthorizationRule(_Strict):
+    name: str = ""
+    action: str = ""  # Allow | Deny
+    principal: AuthorizationPrincipal | None = None
+    methods: tuple[str, ...] = ()
+
+
+class AuthorizationSpec(_Strict):
+    """``security.authorization``: the first rule that matches decides; none: ``defaultAction``."""
+
+    default_action: str = "Deny"
+    rules: tuple[AuthorizationRule, ...] = ()
+
+
+class SecuritySpec(_Strict):
+    """Who may reach the target's routes (Envoy Gateway's SecurityPolicy, in part)."""
+
+    basic_auth: BasicAuthSpec | None = None
+    ext_auth: ExtAuthSpec | None = None
+    authorization: AuthorizationSpec | None = None
+
+
+class RetryBudgetSpec(K8sModel):
+    """A pool's retries in flight as a share of its requests in flight (Envoy's retry budget)
+    instead of the default fixed cap."""
+
+    percent: Int | None = None  # of the active requests; default 20
+    min_concurrent: Int | None = None  # retries always allowed; default 3
+
+
 class TrafficPolicySpec(K8sModel):
     target_refs: tuple[PolicyTargetReference, ...] = ()
+    security: SecuritySpec | None = None
     health_check: HealthCheckSpec | None = None
     outlier_detection: OutlierDetectionSpec | None = None
     load_balancer: LoadBalancerSpec | None = None
     persistence: PersistenceSpec | None = None
     timeouts: TimeoutsSpec | None = None
     retry: RetrySpec | None = None
+    retry_budget: RetryBudgetSpec | None = None
 
 
 class TrafficPolicy(K8sObject):
     """``podway.io/v1alpha1 TrafficPolicy``: health, balancing, persistence, timeouts, retries
-    for Services, routes (HTTPRoute, GRPCRoute, Ingress) or Gateways."""
+    for Services, routes (HTTPRoute, GRPCRoute, Ingress) or Gateways; ``security`` (who may
+    reach them) for routes and Gateways."""
 
     KIND: ClassVar[str] = "TrafficPolicy"
     API_GROUPS: ClassVar[tuple[str, ...]] = (PODWAY_GROUP,)

@@ -11,7 +11,8 @@ Secrets: only ``type: kubernetes.io/tls`` ones, selected by the server (field se
 "only the referenced ones": references are known only after translation, and a source that
 watched what the translator asked for would couple the two stages. TLS Secrets are what
 listeners and Gateway certificateRefs use; a CA bundle for BackendTLSPolicy comes from a
-ConfigMap (``ca.crt``; other keys are dropped on arrival).
+ConfigMap (``ca.crt``; a GatewayClass's parameters are a ConfigMap too; the values of other keys
+are dropped on arrival).
 """
 
 from __future__ import annotations
@@ -62,11 +63,17 @@ def slim_pod(raw: Raw) -> Raw:
     }
 
 
+# ConfigMap keys whose values Podway reads: BackendTLSPolicy's CA bundle and a GatewayClass's
+# parameters (podway.translate.gateway.parameters).
+_CONFIGMAP_VALUES = frozenset({"ca.crt", "engineGroup", "engineKind"})
+
+
 def slim_configmap(raw: Raw) -> Raw:
-    """A ConfigMap keeps only ``ca.crt`` (the one key BackendTLSPolicy reads)."""
+    """A ConfigMap keeps the values of the keys Podway reads (``_CONFIGMAP_VALUES``); other
+    keys stay, emptied (a GatewayClass's parameters refuse unknown keys, here as from files)."""
     lean(raw)
     data = raw.get("data") or {}
-    raw["data"] = {k: v for k, v in data.items() if k == "ca.crt"}
+    raw["data"] = {k: (v if k in _CONFIGMAP_VALUES else "") for k, v in data.items()}
     raw.pop("binaryData", None)
     return raw
 

@@ -193,10 +193,15 @@ IDLE_TIMEOUT = _add("idle-timeout", kinds=_POOL, parse=duration, default="the en
 RETRIES = _add("retries", kinds=_POOL, parse=whole, default="0", doc=_TRAFFIC_DOC)
 RETRY_ON = _add("retry-on", kinds=_POOL, parse=text, default="5xx,reset",
                 doc=_TRAFFIC_DOC)
+RETRY_BUDGET = _add("retry-budget", kinds=_POOL, parse=text, default="none (10 retries in flight)",
+                    doc=_TRAFFIC_DOC)
+RETRY_BUDGET_MIN = _add("retry-budget-min-concurrent", kinds=_POOL, parse=whole, default="3",
+                        doc=_TRAFFIC_DOC)
 TRAFFIC = (LB_ALGORITHM, HASH_ON, AFFINITY, AFFINITY_COOKIE, AFFINITY_TTL, HEALTH_CHECK,
            HEALTH_CHECK_PATH, HEALTH_CHECK_HOST, HEALTH_CHECK_STATUSES, HEALTH_CHECK_INTERVAL,
            HEALTH_CHECK_TIMEOUT, HEALTHY_THRESHOLD, UNHEALTHY_THRESHOLD, OUTLIER_DETECTION,
-           CONNECT_TIMEOUT, REQUEST_TIMEOUT, IDLE_TIMEOUT, RETRIES, RETRY_ON)
+           CONNECT_TIMEOUT, REQUEST_TIMEOUT, IDLE_TIMEOUT, RETRIES, RETRY_ON, RETRY_BUDGET,
+           RETRY_BUDGET_MIN)
 
 # The client's address (translate/pools/client_ip.py)
 _CLIENT_DOC = "client-address"

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from podway.ir import (
+    DirectResponse,
     Forward,
     L4Route,
     LBPolicy,
@@ -55,6 +56,7 @@ from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec
 from podway.translate.pools.traffic_validate import validate, without_bad_sections
+from podway.translate.security import REFUSED_STATUS
 from podway.translate.traffic_policies import PolicyIndex, SectionSource
 from podway.translate.traffic_sections import Chosen
 
@@ -99,6 +101,10 @@ def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
     listener_list = list(listeners)
     run.index_usage(listener_list)
     new_pools = {name: run.pool(spec) for name, spec in pools.items()}
+    extra = {p.name: p for g in run.guards.values() for p in g.pools if p.name not in new_pools}
+    if extra:  # auth services of security policies (podway.translate.security)
+        new_pools = dict(sorted({**new_pools, **{n: run.pool(p) for n, p in extra.items()}
+                                 }.items()))
     if memo is not None:
         memo.clear()
         memo.update(run.memo_next)
@@ -335,7 +341,8 @@ class _Run(PolicyIndex):
         new = replace(settings, lb_policy=chosen.algorithm or settings.lb_policy,
                       health_check=chosen.health, outlier_detection=chosen.outlier,
                       persistence=persistence,
-                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms)
+                      connect_timeout_ms=chosen.connect or settings.connect_timeout_ms,
+                      retry_budget=chosen.budget)
         # ``replace`` keeps every other field of the spec (its backend mode among them).
         return spec if new == settings else replace(spec, settings=_checked(new))
 
@@ -363,7 +370,8 @@ class _Run(PolicyIndex):
         changed = False
         vhosts = []
         # No source of route settings at all: every route stays as it is (``_route``).
-        for vhost in item.virtual_hosts if (self.route_sources or self.by_target) else ():
+        for vhost in item.virtual_hosts if (self.route_sources or self.by_target
+                                            or self.guards) else ():
             routes = tuple(self._route(r, item, pools) for r in vhost.routes)
             if any(a is not b for a, b in zip(routes, vhost.routes, strict=True)):
                 vhost = replace(vhost, routes=routes)  # noqa: PLW2901
@@ -382,6 +390,28 @@ class _Run(PolicyIndex):
                        l4_routes=tuple(l4))
 
     def _route(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
+        out = self._settings(route, item, pools)
+        return self._secured(out, item, pools) if self.guards else out
+
+    def _secured(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
+        """``route`` under the security of the most specific policy that secures it (its own
+        object, then its Gateways, then the Services it forwards to): its filters added, or
+        refused (``podway.translate.security``)."""
+        if not isinstance(route.action, Forward):
+            return route
+        origin = route.origin
+        keys = [(origin.kind, origin.namespace, origin.name, "")]
+        keys += [("Gateway", o.namespace, o.name, "") for o in item.origins if o.kind == "Gateway"]
+        keys += [("Service", *pools[b.pool].service, "") for b in route.action.backends
+                 if b.pool and b.pool in pools]
+        guard = next((g for g in map(self.guards.get, keys) if g is not None), None)
+        if guard is None:
+            return route
+        if guard.refused:
+            return replace(route, action=DirectResponse(status=REFUSED_STATUS))
+        return replace(route, filters=(*route.filters, *guard.filters))
+
+    def _settings(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
         action = route.action
         if not isinstance(action, Forward) or not (self.route_sources or self.by_target):
             return route

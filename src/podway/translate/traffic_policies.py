@@ -26,6 +26,7 @@ from podway.translate.core.problems import Problem, Reason, Severity, Verdict, q
 from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.traffic_validate import validate
+from podway.translate.security import Found, Guard, judge
 
 _ROUTE_KINDS = {("gateway.networking.k8s.io", "HTTPRoute"): HTTPRoute,
                 ("gateway.networking.k8s.io", "GRPCRoute"): GRPCRoute,
@@ -54,6 +55,7 @@ class PolicyState:
     generation: int
     targets: list[PolicyTarget] = field(default_factory=list)
     invalid: Verdict | None = None
+    security: Found | None = None
 
 
 @dataclass(slots=True)
@@ -66,6 +68,9 @@ class PolicyIndex:
     states: dict[ObjectRef, PolicyState] = field(default_factory=dict)
     lb_policies: dict[tuple[str, str], tuple[BackendLBPolicy, Persistence]] = field(
         default_factory=dict)
+    # Security claims its targets on its own: the oldest policy with a security section wins
+    # each (even one whose other sections lost the target), so no target is left open.
+    guards: dict[TargetKey, Guard] = field(default_factory=dict)
     _reported: set[Problem] = field(default_factory=set)
 
     # --- indexing ---------------------------------------------------------------------------
@@ -83,6 +88,14 @@ class PolicyIndex:
             if not policy.spec.target_refs:
                 self._problem(policy.ref, Reason.INVALID, "no targetRefs: the policy applies to "
                               "nothing", "spec.targetRefs", Severity.WARNING)
+            found = state.security = judge(policy, self.snapshot,
+                                           invalid=state.invalid is not None)
+            for reason, message, where, severity in found.problems if found else ():
+                self._problem(policy.ref, reason, message, where, severity)
+            if found and found.guard.refused and found.resolved is None and not state.invalid:
+                # A section that cannot be read as written (not a reference that is missing):
+                # the policy is invalid as a whole, as for a bad value of another section.
+                state.invalid = Verdict(False, Reason.INVALID, found.problems[0][1])
             for i, target in enumerate(policy.spec.target_refs):
                 verdict = state.invalid or self._claim(target, policy.metadata.namespace,
                                                        SectionSource(policy.spec, policy.ref))
@@ -90,6 +103,9 @@ class PolicyIndex:
                 if not verdict.ok and verdict is not state.invalid:
                     self._problem(policy.ref, verdict.reason, verdict.message,
                                   f"spec.targetRefs[{i}]")
+                if state.security is not None:
+                    self._guard(target, policy.metadata.namespace, state.security.guard, i,
+                                verdict)
         for lbp in sorted(self.snapshot.kind(BackendLBPolicy).values(),
                           key=BackendLBPolicy.age_key):
             self._lb_policy(lbp)
@@ -120,6 +136,20 @@ class PolicyIndex:
                            "or as old and first by name)")
         self.by_target[key] = source
         return Verdict(True, Reason.ACCEPTED, "policy accepted")
+
+    def _guard(self, target: PolicyTargetReference, ns: str, guard: Guard, i: int,
+               verdict: Verdict) -> None:
+        kind = (target.group, target.kind)
+        cls = _ROUTE_KINDS.get(kind) or {(GROUP, "Gateway"): Gateway, ("", "Service"): Service
+                                         }.get(kind)
+        if cls is None or self.snapshot.get(cls, ns, target.name) is None:
+            return
+        key = (target.kind, ns, target.name, "")
+        held = self.guards.setdefault(key, guard)
+        if held is guard and verdict.reason is Reason.CONFLICTED:
+            self._problem(guard.origin, Reason.CONFLICTED, f"its security section applies to "
+                          f"{target.kind} {ns}/{target.name} (no older policy secures it); "
+                          "its other sections do not", f"spec.targetRefs[{i}]", Severity.WARNING)
 
     def _lb_policy(self, lbp: BackendLBPolicy) -> None:
         ns = lbp.metadata.namespace
@@ -161,15 +191,20 @@ class PolicyIndex:
         out: dict[ObjectRef, ObjectStatus] = {}
         for ref, state in self.states.items():
             ancestors = []
+            refs = state.security.resolved if state.security is not None else None
             for target in state.targets:
                 v = target.verdict
-                cond = Condition(type="Accepted", status=v.ok, reason=str(v.reason),
-                                 message=v.message, observed_generation=state.generation)
+                conds = [Condition(type="Accepted", status=v.ok, reason=str(v.reason),
+                                   message=v.message, observed_generation=state.generation)]
+                if refs is not None:
+                    conds.append(Condition(type="ResolvedRefs", status=refs[0],
+                                           reason=str(refs[1]), message=refs[2],
+                                           observed_generation=state.generation))
                 ancestors.append(ParentStatus(
                     parent_ref=ParentRef(group=target.ref.group, kind=target.ref.kind,
                                          namespace=ref.namespace, name=target.ref.name,
                                          section_name=target.ref.section_name),
-                    controller_name=CONTROLLER_NAME, conditions=(cond,)))
+                    controller_name=CONTROLLER_NAME, conditions=tuple(conds)))
             out[ref] = ObjectStatus(parents=tuple(ancestors))
         return out
 

@@ -14,6 +14,7 @@ from podway.ir import (
     OutlierDetection,
     Persistence,
     PoolProtocol,
+    RetryBudget,
 )
 from podway.model.policy import TrafficPolicySpec
 from podway.translate.pools import traffic_values as tv
@@ -32,6 +33,7 @@ class Chosen:
     algorithm: LBPolicy | None = None
     hash_key: Persistence | None = None
     connect: int | None = None
+    budget: RetryBudget | None = None
     done: set[str] = field(default_factory=set)
     rank: int = 0  # of the source being applied: lower wins
     persistence_rank: int = -1
@@ -86,3 +88,5 @@ class Chosen:
                 self.take_persistence(value)
         if s.timeouts is not None and self._first("connect", bool(s.timeouts.connect)):
             self.connect, _ = tv.timeouts(s.timeouts, where="timeouts", issues=issues)
+        if s.retry_budget is not None and self._first("budget", True):
+            self.budget = tv.retry_budget(s.retry_budget, where="retryBudget", issues=issues)

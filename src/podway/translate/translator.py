@@ -23,10 +23,10 @@ import gc
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from podway.ir import IR, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
+from podway.ir import IR, ExtAuth, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import service as service_rules
@@ -34,6 +34,7 @@ from podway.translate.core.options import TranslateOptions
 from podway.translate.core.ports import PortTable
 from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.core.status import ObjectStatus
+from podway.translate.core.vips import INGRESS_LISTENERS, VipGrant, grant_of
 from podway.translate.delta import PATCHABLE, Live, patch_structure, pool_refs, problem_order
 from podway.translate.gateway import GatewayMemo, translate_gateways
 from podway.translate.ingress import listeners as ingress_rules
@@ -180,7 +181,8 @@ def _client_ip_and_engine(snapshot: Snapshot, listeners: list[Listener],
 def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                         memo: StructureMemo | None = None) -> Structure:
     problems: list[Problem] = []
-    ing = IngressTranslation(snapshot=snapshot, opts=opts,
+    ing_opts, ingress_pending = _ingress_address(snapshot, opts)
+    ing = IngressTranslation(snapshot=snapshot, opts=ing_opts,
                              memo=memo.ingress if memo is not None else {})
     for ingress in sorted(snapshot.kind(Ingress).values(), key=Ingress.age_key):
         ours = ingress_rules.is_ours(ingress, snapshot, opts)
@@ -200,7 +202,14 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     # Ports go first come, first served: Ingress, then Gateways (which report a refusal in
     # their listeners' status), then Services.
     ports = PortTable()
-    listeners = _bind(ing.listeners(), ports, problems)
+    if ingress_pending is None:
+        listeners = _bind(ing.listeners(), ports, problems)
+    else:  # no VIP for the Ingress listeners yet: they bind nothing (never the wildcard)
+        listeners = []
+        problems.extend(Problem(ref=ObjectRef("Ingress", *key), reason=ingress_pending.reason
+                                or Reason.ADDRESS_NOT_ASSIGNED, field="status.loadBalancer",
+                                message=f"the Ingress listeners have no VIP: "
+                                f"{ingress_pending.message}") for key in sorted(ing.parts))
     gw = translate_gateways(snapshot, opts, ports, memo.gateway if memo is not None else None)
     listeners.extend(gw.listeners)
     listeners.extend(_bind(svc.listeners, ports, problems))
@@ -232,6 +241,20 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
                 problems=list(problems), statuses=dict(statuses))
     return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
                      MappingProxyType(statuses))
+
+
+def _ingress_address(snapshot: Snapshot, opts: TranslateOptions
+                     ) -> tuple[TranslateOptions, VipGrant | None]:
+    """The options the Ingress listeners are built with, and the pending grant when they wait
+    for a VIP. With an allocator (``--vip-pools``) they bind the VIP it grants to
+    ``INGRESS_LISTENERS`` (published in every Ingress' ``status.loadBalancer``); without one,
+    ``opts.address``."""
+    grant = grant_of(INGRESS_LISTENERS, snapshot, opts) if snapshot.kind(Ingress) else None
+    if grant is None:
+        return opts, None
+    if grant.pending:
+        return opts, grant
+    return replace(opts, address=grant.addresses[0]), None
 
 
 def _mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOptions,
@@ -304,7 +327,7 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
             if isinstance(route.action, Forward):
                 yield from route.action.backends
             for f in route.filters:
-                if isinstance(f, Mirror):
+                if isinstance(f, Mirror | ExtAuth):  # a pool a filter sends to
                     yield WeightedPool(pool=f.pool)
     for l4 in listener.l4_routes:
         yield from l4.backends

@@ -71,6 +71,18 @@ async def test_gateway_api_status_is_written_once_per_change(bed: Bed) -> None:
     assert condition(first, "ResolvedRefs")["status"] == "True"
     assert all(status_patches(bed, "httproutes", f"r{i}") == 1 for i in range(3))
     assert status_patches(bed, "gateways") == 1
+    # The class carries the features Podway claims, sorted, as the status document has them
+    # in standalone mode (one translator).
+    await eventually(lambda: bool((bed.emu.get("gatewayclasses", "", "podway", group=GW) or {})
+                                  .get("status", {}).get("supportedFeatures")))
+    cls = bed.emu.get("gatewayclasses", "", "podway", group=GW)
+    assert cls is not None
+    names = [f["name"] for f in cls["status"]["supportedFeatures"]]
+    assert names == sorted(names)
+    assert {"Gateway", "HTTPRoute", "GatewayFrontendClientCertificateValidation"} <= set(names)
+    accepted = next(c for c in cls["status"]["conditions"] if c["type"] == "Accepted")
+    assert (accepted["status"], accepted["observedGeneration"]) == (
+        "True", cls["metadata"].get("generation", 0))
 
     # Members move: statuses do not, so nothing is written.
     bed.emu.put("endpointslices", endpoint_slice("web", {"web-b": "198.18.5.2"}),

@@ -64,6 +64,43 @@ async def test_allocations_pending_release_and_restart(bed: Bed) -> None:
     assert [p for p in bed.emu.patches if p.subresource == "status"] == before
 
 
+def lb_ingress(bed: Bed, name: str) -> Any:
+    obj = bed.emu.get("ingresses", "default", name)
+    return ((obj or {}).get("status") or {}).get("loadBalancer", {}).get("ingress")
+
+
+async def test_ingress_gets_a_vip_and_keeps_it_across_a_restart(bed: Bed) -> None:
+    """With --vip-pools and no --lb-address, the Ingress listeners get a VIP from the pool
+    (older than the Service, they get the first address), every Ingress publishes it in
+    status.loadBalancer, and a restarted controller reads it back and keeps it."""
+    bed.lb_address = None
+    bed.emu.put("services", lb_service("late", 9000) | {"metadata": {
+        "name": "late", "namespace": "default", "creationTimestamp": "2026-01-01T00:00:09Z"}})
+    for name in ("shop", "blog"):
+        bed.emu.put("ingresses", {
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": name, "namespace": "default",
+                         "creationTimestamp": "2026-01-01T00:00:01Z"},
+            "spec": {"ingressClassName": "podway", "rules": [{"host": f"{name}.test", "http": {
+                "paths": [{"path": "/", "pathType": "Prefix", "backend": {
+                    "service": {"name": "web", "port": {"number": 80}}}}]}}]}})
+    await bed.start(vip_pools=POOLS)
+    for name in ("shop", "blog"):
+        await eventually(lambda name=name: lb_ingress(bed, name) == [{"ip": "198.18.7.1"}])
+    await eventually(lambda: ingress(bed, "late") == [{"ip": "198.18.7.2"}])
+    state = bed.pipeline.state
+    assert state is not None
+    assert {ls.name: ls.address for ls in state.ir.listeners if ls.name.startswith("ingress")} \
+        == {"ingress/http": "198.18.7.1"}
+
+    await bed.stop_controller()
+    before = [p for p in bed.emu.patches if p.subresource == "status"]
+    await bed.start(vip_pools=POOLS)
+    await bed.until(lambda s: any(ls.name == "ingress/http" and ls.address == "198.18.7.1"
+                                  for ls in s.ir.listeners))
+    assert [p for p in bed.emu.patches if p.subresource == "status"] == before
+
+
 VIPPOOL_CRD = (Path(__file__).resolve().parents[3]
                / "deploy/helm/podway/crds/vippools.podway.io.yaml")
 # MetalLB's IPAddressPool CRD as far as the API needs it (names, scope, version).

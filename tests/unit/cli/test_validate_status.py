@@ -18,7 +18,7 @@ CASES = Path(__file__).parents[2] / "golden/translate"
 def test_status_file_holds_api_shaped_status(tmp_path: Path) -> None:
     """--status-file writes the status document: every object, API status in Kubernetes form."""
     out = tmp_path / "status.yaml"
-    result = runner.invoke(app, ["validate", "--status-file", str(out),
+    result = runner.invoke(app, ["validate", "--status-file", str(out), "--manifest-addresses",
                                  str(CASES / "gateway-basic-http.in.yaml")],
                            env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output

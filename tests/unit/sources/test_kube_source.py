@@ -58,7 +58,8 @@ def every_kind(emu: KubeEmulator) -> None:
     emu.put("secrets", {"metadata": meta("tls"), "type": "kubernetes.io/tls",
                         "data": {"tls.crt": PEM, "tls.key": PEM}})
     emu.put("secrets", {"metadata": meta("opaque"), "type": "Opaque", "data": {"k": PEM}})
-    emu.put("configmaps", {"metadata": meta("ca"), "data": {"ca.crt": "pem", "other": "x"}})
+    emu.put("configmaps", {"metadata": meta("ca"), "data": {"ca.crt": "pem", "other": "x",
+                                                             "engineGroup": "edge"}})
     emu.put("ingressclasses", {"metadata": meta("podway", None),
                                "spec": {"controller": "podway.io/ingress-controller"}})
     emu.put("ingresses", {"metadata": meta("shop"), "spec": {"rules": [{"http": {"paths": [{
@@ -140,7 +141,10 @@ async def test_every_kind_reaches_the_first_snapshot_trimmed(emu: KubeEmulator) 
     assert dict(pod_obj.metadata.annotations) == {"nodeportlocal.antrea.io": "[]"}
     assert pod_obj.metadata.resource_version == ""
     config_map = first.snapshot.objects["ConfigMap"][("shop", "ca")]
-    assert dict(config_map.data) == {"ca.crt": "pem"}  # type: ignore[attr-defined]
+    # The values Podway reads (a CA bundle, GatewayClass parameters) stay; others are emptied,
+    # their keys kept (parameters refuse unknown keys in both modes).
+    assert dict(config_map.data) == {  # type: ignore[attr-defined]
+        "ca.crt": "pem", "other": "", "engineGroup": "edge"}
 
 
 async def test_changed_keys_are_exact_and_irrelevant_changes_are_silent(

@@ -128,3 +128,34 @@ def test_a_section_that_only_tunes_timing_keeps_the_protocol_default_probe() -> 
     h2c = default_health_check(PoolProtocol.HTTP2, "h")
     assert h2c is not None
     assert h2c.expected == ((200, 499),)  # a plain h2c web server answers it with 404 or 405
+
+
+def test_a_retry_budget_reaches_only_the_pool_that_asks() -> None:
+    """``retryBudget`` is a pool section: a TrafficPolicy on the Service sets it (unset fields
+    take 20 % / 3); the annotation beats the policy; without either the pool has none."""
+    from podway.ir import RetryBudget
+
+    assert run(service(), ingress()).ir.pools["pool/shop/web/80"].settings.retry_budget is None
+    by_policy = run(service(), ingress(),
+                    policy("s", "Service", "web", "  retryBudget: {percent: 30}\n"))
+    assert by_policy.ir.pools["pool/shop/web/80"].settings.retry_budget == RetryBudget(
+        percent=30, min_concurrent=3)
+    by_annotation = run(service({"podway.io/retry-budget": "25%",
+                                 "podway.io/retry-budget-min-concurrent": "7"}), ingress(),
+                        policy("s", "Service", "web", "  retryBudget: {percent: 30}\n"))
+    assert by_annotation.ir.pools["pool/shop/web/80"].settings.retry_budget == RetryBudget(
+        percent=25, min_concurrent=7)
+
+
+def test_a_bad_retry_budget_is_reported_and_not_applied() -> None:
+    """A percentage out of range: the policy is Invalid (not applied); a bad annotation drops
+    its section only, naming the annotation."""
+    bad_policy = run(service(), ingress(),
+                     policy("s", "Service", "web", "  retryBudget: {percent: 150}\n"))
+    assert bad_policy.ir.pools["pool/shop/web/80"].settings.retry_budget is None
+    assert any(p.field == "spec.retryBudget.percent" for p in bad_policy.problems), \
+        bad_policy.problems
+    bad_annotation = run(service({"podway.io/retry-budget": "lots"}), ingress())
+    assert bad_annotation.ir.pools["pool/shop/web/80"].settings.retry_budget is None
+    assert any(p.field == "metadata.annotations[podway.io/retry-budget]"
+               for p in bad_annotation.problems), bad_annotation.problems

@@ -8,6 +8,9 @@ switched off (``disabled``) and switched on only by the routes that configure th
   ``per_client``, one token bucket per client address (a dynamic descriptor keyed on
   ``remote_address``, at most ``MAX_CLIENT_BUCKETS`` held, least recently used dropped);
   otherwise one bucket for the route. Each engine counts on its own.
+* ``BasicAuth`` → basic auth (``envoy.filters.http.basic_auth``): the route's users as an
+  htpasswd list of ``{SHA}`` hashes (per-route ``users``); anyone else gets 401. Never switched
+  on in a scoped manager (``scoped``): its manager-level list names nobody.
 * ``BodyLimit`` → bodies over the limit get 413, with bounded memory. Up to
   ``MAX_BUFFERED_BODY`` the body is read whole first (buffer, ``envoy.filters.http.buffer``),
   as nginx does. Above it (nginx allows up to 4 GiB) nothing is held whole: a Lua check
@@ -17,7 +20,8 @@ switched off (``disabled``) and switched on only by the routes that configure th
   limit) and answered 413 beyond it — fail closed: send ``Content-Length`` for larger ones.
 
 A feature costs only where it is used: each optional filter is on every manager, in nginx's
-phase order — CORS preflights first, then rate limits, then access, then the body — but with
+phase order — CORS preflights first, then rate limits, then access (client addresses, then
+credentials), then the body — but with
 ``disabled: true``, so Envoy does not even create it for a request whose route does not name it;
 a route's ``typed_per_filter_config`` entry for the filter switches it on for that route (Envoy:
 a per-route config of a disabled filter enables it). Present rather than absent so that a route
@@ -31,11 +35,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from ipaddress import ip_network
 
-from envoy.config.core.v3 import address_pb2, base_pb2
+from envoy.config.core.v3 import (
+    address_pb2,
+    base_pb2,
+    config_source_pb2,
+    grpc_service_pb2,
+    http_uri_pb2,
+)
 from envoy.config.rbac.v3 import rbac_pb2 as rbac_config
 from envoy.config.route.v3 import route_components_pb2 as rc
 from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
+from envoy.extensions.filters.http.basic_auth.v3 import basic_auth_pb2
 from envoy.extensions.filters.http.buffer.v3 import buffer_pb2
+from envoy.extensions.filters.http.ext_authz.v3 import ext_authz_pb2
 from envoy.extensions.filters.http.local_ratelimit.v3 import local_rate_limit_pb2
 from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
@@ -46,9 +58,30 @@ from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
 from podway.envoy.config.common import duration, pack
-from podway.ir import BodyLimit, ClientAccess, Filter, RateLimit
+from podway.ir import (
+    AccessRule,
+    Authorization,
+    BasicAuth,
+    BodyLimit,
+    ClientAccess,
+    ExtAuth,
+    Filter,
+    RateLimit,
+)
 
 RBAC_FILTER = "envoy.filters.http.rbac"
+BASIC_AUTH_FILTER = "envoy.filters.http.basic_auth"
+# A TrafficPolicy's authorization rules: an RBAC of their own (an Ingress allowlist may sit on
+# the same route); with no per-route config it allows everything, like the first.
+AUTHORIZATION_FILTER = "podway.rbac.authorization"
+# Two ext_authz filters: Envoy builds a filter's client (HTTP or gRPC) from its own config, so a
+# route can switch the server but not the protocol.
+EXT_AUTHZ_HTTP_FILTER = "podway.ext_authz.http"
+EXT_AUTHZ_GRPC_FILTER = "podway.ext_authz.grpc"
+_NO_CLUSTER = "podway-no-auth-server"  # the managers' placeholder; routes name their own
+# Any header name but ``host`` and pseudo-headers (RE2 has no look-ahead): the answer's headers
+# an ExtAuth without ``response_headers`` copies to the request.
+_NOT_HOST = "^(?:[^h:].*|h|h[^o].*|ho|ho[^s].*|hos|hos[^t].*|host.+)$"
 RATE_LIMIT_FILTER = "envoy.filters.http.local_ratelimit"
 BUFFER_FILTER = "envoy.filters.http.buffer"
 LUA_FILTER = "envoy.filters.http.lua"
@@ -56,6 +89,9 @@ LUA_FILTER = "envoy.filters.http.lua"
 MAX_BUFFERED_BODY = 8 * 1024 * 1024
 MAX_CLIENT_BUCKETS = 10_000  # per route and engine: memory stays bounded under many clients
 _CLIENT_KEY = "remote_address"
+# The manager-level user list of the disabled basic auth filter (Envoy wants one): never used,
+# since only a route's own list switches the filter on; no password hashes to this digest.
+_NOBODY = "podway-nobody:{SHA}AAAAAAAAAAAAAAAAAAAAAAAAAAA="
 
 
 def manager_filters() -> list[hcm.HttpFilter]:
@@ -65,6 +101,14 @@ def manager_filters() -> list[hcm.HttpFilter]:
         hcm.HttpFilter(name=RATE_LIMIT_FILTER, disabled=True, typed_config=pack(
             local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit"))),
         hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
+        hcm.HttpFilter(name=AUTHORIZATION_FILTER, disabled=True,
+                       typed_config=pack(rbac_pb2.RBAC())),
+        hcm.HttpFilter(name=BASIC_AUTH_FILTER, disabled=True, typed_config=pack(
+            basic_auth_pb2.BasicAuth(users=base_pb2.DataSource(inline_string=_NOBODY)))),
+        hcm.HttpFilter(name=EXT_AUTHZ_HTTP_FILTER, disabled=True, typed_config=pack(
+            _ext_authz(grpc=False))),
+        hcm.HttpFilter(name=EXT_AUTHZ_GRPC_FILTER, disabled=True, typed_config=pack(
+            _ext_authz(grpc=True))),
         hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
             buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
         hcm.HttpFilter(name=LUA_FILTER, disabled=True, typed_config=pack(lua_pb2.Lua())),
@@ -79,6 +123,16 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
             out.append((RBAC_FILTER, pack(rbac_pb2.RBACPerRoute(rbac=_rbac(f)))))
         elif isinstance(f, RateLimit):
             out.append((RATE_LIMIT_FILTER, pack(_rate_limit(f))))
+        elif isinstance(f, Authorization):
+            out.append((AUTHORIZATION_FILTER, pack(rbac_pb2.RBACPerRoute(
+                rbac=rbac_pb2.RBAC(rules=_authorization(f))))))
+        elif isinstance(f, ExtAuth):
+            out.append((EXT_AUTHZ_GRPC_FILTER if f.grpc else EXT_AUTHZ_HTTP_FILTER,
+                        pack(_ext_authz_route(f))))
+        elif isinstance(f, BasicAuth):
+            users = "\n".join(f"{name}:{digest}" for name, digest in f.users)
+            out.append((BASIC_AUTH_FILTER, pack(basic_auth_pb2.BasicAuthPerRoute(
+                users=base_pb2.DataSource(inline_string=users)))))
         elif isinstance(f, BodyLimit) and f.max_bytes <= MAX_BUFFERED_BODY:
             per_route = buffer_pb2.BufferPerRoute(
                 buffer=buffer_pb2.Buffer(max_request_bytes=_wrap(f.max_bytes)))
@@ -88,6 +142,86 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
                 inline_string=_streaming_limit(f.max_bytes)))
             out.append((LUA_FILTER, pack(rc.FilterConfig(config=pack(code)))))
     return out
+
+
+def _match(rule: AccessRule) -> rbac_config.Principal:
+    """A principal matching exactly the requests ``rule`` matches."""
+    parts: list[rbac_config.Principal] = []
+    if rule.cidrs:
+        parts.append(_ranges(rule.cidrs))
+    for name, values in rule.headers:
+        parts.append(rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=[
+            rbac_config.Principal(header=rc.HeaderMatcher(
+                name=name, string_match={"exact": v})) for v in values])))
+    if rule.methods:
+        parts.append(rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=[
+            rbac_config.Principal(header=rc.HeaderMatcher(
+                name=":method", string_match={"exact": m})) for m in rule.methods])))
+    if not parts:
+        return rbac_config.Principal(any=True)
+    return rbac_config.Principal(and_ids=rbac_config.Principal.Set(ids=parts))
+
+
+def _authorization(f: Authorization) -> rbac_config.RBAC:
+    """First match decides, as one ALLOW set: allowed when an Allow rule matches and no earlier
+    rule does, or (``default_allow``) when no rule matches; nothing allowed: every request
+    is refused (an ALLOW RBAC without policies)."""
+    policies: dict[str, rbac_config.Policy] = {}
+    earlier: list[rbac_config.Principal] = []
+
+    def allow(name: str, match: rbac_config.Principal | None) -> None:
+        ids = [rbac_config.Principal(not_id=p) for p in earlier]
+        if match is not None:
+            ids.append(match)
+        principal = (rbac_config.Principal(and_ids=rbac_config.Principal.Set(ids=ids)) if ids
+                     else rbac_config.Principal(any=True))
+        policies[name] = rbac_config.Policy(permissions=[rbac_config.Permission(any=True)],
+                                            principals=[principal])
+
+    for i, rule in enumerate(f.rules):
+        match = _match(rule)
+        if rule.allow:
+            allow(f"rule-{i}", match)
+        earlier.append(match)
+    if f.default_allow:
+        allow("default", None)
+    return rbac_config.RBAC(action=rbac_config.RBAC.ALLOW, policies=policies)
+
+
+def _ext_authz(*, grpc: bool) -> ext_authz_pb2.ExtAuthz:
+    """A manager's ext_authz: fail closed (an error or timeout is 403), V3 protocol; its
+    server is a placeholder every route that switches it on replaces."""
+    out = ext_authz_pb2.ExtAuthz(transport_api_version=config_source_pb2.V3,
+                                 failure_mode_allow=False)
+    if grpc:
+        out.grpc_service.envoy_grpc.cluster_name = _NO_CLUSTER
+    else:
+        out.http_service.server_uri.CopyFrom(http_uri_pb2.HttpUri(
+            uri=f"http://{_NO_CLUSTER}", cluster=_NO_CLUSTER, timeout=duration(1000)))
+    return out
+
+
+def _ext_authz_route(f: ExtAuth) -> ext_authz_pb2.ExtAuthzPerRoute:
+    settings = ext_authz_pb2.CheckSettings()
+    if f.body_bytes:
+        settings.with_request_body.max_request_bytes = f.body_bytes
+        settings.with_request_body.allow_partial_message = True
+    if f.grpc:
+        settings.grpc_service.CopyFrom(grpc_service_pb2.GrpcService(
+            envoy_grpc=grpc_service_pb2.GrpcService.EnvoyGrpc(cluster_name=f.pool),
+            timeout=duration(f.timeout_ms)))
+    else:
+        service = settings.http_service
+        service.server_uri.CopyFrom(http_uri_pb2.HttpUri(uri=f"http://{f.pool}", cluster=f.pool,
+                                                         timeout=duration(f.timeout_ms)))
+        service.path_prefix = f.path_prefix
+        for name in f.response_headers:
+            service.authorization_response.allowed_upstream_headers.patterns.add(
+                exact=name.lower(), ignore_case=True)
+        if not f.response_headers:  # every header of the answer but the Host
+            service.authorization_response.allowed_upstream_headers.patterns.add(
+                safe_regex={"regex": _NOT_HOST})
+    return ext_authz_pb2.ExtAuthzPerRoute(check_settings=settings)
 
 
 def body_buffer_limit(filters: Iterable[Filter]) -> int | None:

@@ -101,7 +101,12 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     # threshold, not a retry budget (a share of the requests in flight): the budget cost every
     # request of the pool 6-9 % of the engine's CPU (docs/performance.md, "What each default
     # costs").
-    out.circuit_breakers.thresholds.add().max_retries.value = MAX_RETRIES
+    thresholds = out.circuit_breakers.thresholds.add()
+    if settings.retry_budget is None:
+        thresholds.max_retries.value = MAX_RETRIES
+    else:  # asked for (retryBudget): Envoy then ignores max_retries
+        thresholds.retry_budget.budget_percent.value = settings.retry_budget.percent
+        thresholds.retry_budget.min_retry_concurrency.value = settings.retry_budget.min_concurrent
     lifetime = settings.connection_lifetime_ms if settings.protocol in _HTTP else None
     if settings.protocol in _H2 or lifetime:
         options = hpo.HttpProtocolOptions()

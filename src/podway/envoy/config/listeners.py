@@ -212,6 +212,9 @@ def _downstream_tls(cert: TLSCertificate, *, alpn: tuple[str, ...] = ("h2", "htt
         if options.client_verify_depth is not None:
             validation.max_verify_depth.value = options.client_verify_depth
         context.require_client_certificate.value = options.client_required
+        if options.client_accept_untrusted:
+            validation.trust_chain_verification = (
+                common_pb2.CertificateValidationContext.ACCEPT_UNTRUSTED)
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))
 

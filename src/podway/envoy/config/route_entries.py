@@ -250,6 +250,11 @@ def _match(match: RouteMatch, authority: rc.HeaderMatcher | None) -> rc.RouteMat
     for query in match.query:
         out.query_parameters.append(rc.QueryParameterMatcher(
             name=query.name, string_match=_string(query.kind, query.value)))
+    if match.upto is not None:
+        # Envoy draws one random value per request (its stream id) and tests every route's
+        # runtime fraction against it: rising bounds on consecutive routes split by weight.
+        out.runtime_fraction.default_value.numerator = match.upto
+        out.runtime_fraction.default_value.denominator = percent_pb2.FractionalPercent.MILLION
     return out
 
 

@@ -26,7 +26,9 @@ Invariants:
   request's filters once, from the route it found first, and a request whose ``:authority`` has
   upper-case letters finds none before the Lua filter lower-cases it — its route's access rules
   would then be skipped. Enabled, they apply per route config as before (a filter with no
-  per-route config does nothing), at their small cost on this one listener.
+  per-route config does nothing), at their small cost on this one listener. Authentication
+  filters (basic auth, ext_authz) would refuse every request without a per-route config, so a
+  listener with a route that uses one is not served as scopes (``HostCount.guarded``).
 * The listener's one-table form (``rds_form``) is built too, and its table: state-of-the-world
   streams are served that form (``podway.envoy.xds.access.TableForm``), because every SotW scope or
   listener response carries all of them (slower than one table). ``rds_form`` of a scoped
@@ -48,8 +50,13 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from google.protobuf import wrappers_pb2
 from google.protobuf.message import Message
 
+from podway.envoy.config.access import (
+    BASIC_AUTH_FILTER,
+    EXT_AUTHZ_GRPC_FILTER,
+    EXT_AUTHZ_HTTP_FILTER,
+)
 from podway.envoy.config.common import ads_source, pack
-from podway.ir import Listener, VirtualHost
+from podway.ir import BasicAuth, ExtAuth, Listener, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
@@ -58,6 +65,10 @@ SCOPED_MIN_HOSTS = 256
 HCM = "envoy.filters.network.http_connection_manager"
 LOWER_HOST_FILTER = "podway.lower_host"
 ROUTER_FILTER = "envoy.filters.http.router"
+# Filters that cannot be switched on in a scoped manager (see the invariants): enabled with no
+# per-route config they would refuse every request; a listener using one keeps its RDS table.
+_GUARDS = (BasicAuth, ExtAuth)
+GUARD_FILTERS = frozenset({BASIC_AUTH_FILTER, EXT_AUTHZ_HTTP_FILTER, EXT_AUTHZ_GRPC_FILTER})
 _LOWER_HOST = """function envoy_on_request(handle)
   local headers = handle:headers()
   local host = headers:get(":authority")
@@ -76,6 +87,7 @@ class HostCount:
     names: Counter[str] = field(default_factory=Counter)  # lower-case exact name → how many
     wildcards: int = 0  # hostnames ``*.…``
     busy: int = 0  # catch-alls (``*``) that serve routes
+    guarded: int = 0  # virtual hosts with a route that asks for credentials (``_GUARDS``)
 
     @classmethod
     def of(cls, listener: Listener) -> HostCount | None:
@@ -96,6 +108,8 @@ class HostCount:
 
     def _add(self, vhost: VirtualHost, by: int) -> None:
         name = vhost.hostname
+        if any(isinstance(f, _GUARDS) for r in vhost.routes for f in r.filters):
+            self.guarded += by
         if name == "*":
             self.busy += by if vhost.routes else 0
         elif name.startswith("*"):
@@ -111,7 +125,7 @@ class HostCount:
     @property
     def count(self) -> int | None:
         """As ``host_count``."""
-        return None if self.wildcards or self.busy else len(self.names)
+        return None if self.wildcards or self.busy or self.guarded else len(self.names)
 
 
 def host_count(listener: Listener) -> int | None:
@@ -160,7 +174,9 @@ def use_scopes(manager: hcm.HttpConnectionManager) -> None:
     scoped.rds_config_source.CopyFrom(ads_source())
     scoped.scoped_rds.scoped_rds_config_source.CopyFrom(ads_source())
     for item in manager.http_filters:  # see the module's invariants: access must not depend
-        item.disabled = False  # on the case of the Host
+        # on the case of the Host; an authentication filter stays off (with no per-route
+        # config it would refuse everything; a listener that uses one is never scoped)
+        item.disabled = item.name in GUARD_FILTERS
     manager.http_filters.insert(0, hcm.HttpFilter(name=LOWER_HOST_FILTER, typed_config=pack(
         lua_pb2.Lua(default_source_code={"inline_string": _LOWER_HOST},
                     clear_route_cache=wrappers_pb2.BoolValue(value=True)))))

@@ -38,12 +38,13 @@ from podway.engines import config_feed
 from podway.engines.config_feed import ConfigFeed
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
-from podway.ir import IR, Forward, Listener, Mirror
+from podway.ir import IR, ExtAuth, Forward, Listener, Mirror
 from podway.model import Service
 from podway.model.base import ENGINE_GROUP, ObjectRef
 from podway.model.gateway import Gateway
 from podway.model.snapshot import Snapshot
 from podway.pipeline import Pipeline, State
+from podway.translate.gateway.parameters import gateway_engine_group
 
 log = logging.getLogger(__name__)
 
@@ -61,22 +62,26 @@ GroupOf = Callable[[ObjectRef], str]
 
 def group_of(snapshot: Snapshot) -> GroupOf:
     """The group each object belongs to: a Service's or Gateway's choice
-    (``K8sObject.engine_group``: the annotation; a Gateway's infrastructure label too), else
-    default."""
+    (``K8sObject.engine_group``: the annotation; a Gateway's infrastructure label too), for a
+    Gateway else its GatewayClass's parameters (``engineGroup``), else default."""
     def lookup(ref: ObjectRef) -> str:
         model = {Service.KIND: Service, Gateway.KIND: Gateway}.get(ref.kind)
         obj = snapshot.get(model, ref.namespace, ref.name) if model is not None else None
+        if isinstance(obj, Gateway):  # its own choice, else its class's parameters'
+            return (obj.engine_group() or gateway_engine_group(obj.spec.gateway_class_name,
+                                                               snapshot) or DEFAULT_GROUP)
         return (obj.engine_group() if obj is not None else None) or DEFAULT_GROUP
     return lookup
 
 
 def pools_of(listener: Listener) -> Iterable[str]:
-    """Every pool ``listener`` sends traffic to (forwards, mirrors, L4 backends)."""
+    """Every pool ``listener`` sends traffic to (forwards, mirrors, auth services, L4
+    backends)."""
     for vhost in listener.virtual_hosts:
         for route in vhost.routes:
             if isinstance(route.action, Forward):
                 yield from (b.pool for b in route.action.backends if b.pool is not None)
-            yield from (f.pool for f in route.filters if isinstance(f, Mirror))
+            yield from (f.pool for f in route.filters if isinstance(f, Mirror | ExtAuth))
     for l4 in listener.l4_routes:
         yield from (b.pool for b in l4.backends if b.pool is not None)
 

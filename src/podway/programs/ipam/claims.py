@@ -1,5 +1,6 @@
 """What each object asks of the IPAM, read from the snapshot: a ``Claim`` per LoadBalancer
-Service and Gateway that is Podway's.
+Service and Gateway that is Podway's, and one for the shared Ingress listeners when an Ingress
+is (``INGRESS_LISTENERS``: every Ingress is served by the same listeners, so they share a VIP).
 
 Read here and nowhere else:
 
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podway.model import ObjectRef, Service
+from podway.model import Ingress, ObjectRef, Service
 from podway.model.base import K8sObject
 from podway.model.core import Namespace
 from podway.model.gateway import Gateway, GatewayClass
@@ -31,6 +32,9 @@ from podway.model.snapshot import Snapshot
 from podway.translate import annotations as ann
 from podway.translate import service as service_rules
 from podway.translate.core.options import TranslateOptions
+from podway.translate.core.vips import INGRESS_LISTENERS
+from podway.translate.gateway.parameters import gateway_engine_group
+from podway.translate.ingress import listeners as ingress_rules
 
 # MetalLB's Service annotations, read when Podway's own are absent, so a Service written for
 # MetalLB gets the same address from the same pools (docs/vips.md#coming-from-metallb).
@@ -78,24 +82,46 @@ def claims_of(snapshot: Snapshot, opts: TranslateOptions,
               if service_rules.is_ours(s, opts) is True]
     ours = {name for (_, name), cls in snapshot.kind(GatewayClass).items()
             if cls.spec.controller_name == opts.gateway_controller}
-    claims += [_gateway_claim(g) for g in snapshot.kind(Gateway).values()
+    claims += [_gateway_claim(g, snapshot) for g in snapshot.kind(Gateway).values()
                if g.spec.gateway_class_name in ours]
+    ingresses = sorted((i for i in snapshot.kind(Ingress).values()
+                        if ingress_rules.is_ours(i, snapshot, opts) is True), key=Ingress.age_key)
+    if ingresses:
+        claims.append(_ingress_claim(ingresses, opts, held))
     labels = {name: ns.metadata.labels for (_, name), ns in snapshot.kind(Namespace).items()}
     claims = [replace(c, namespace_labels=labels.get(c.ref.namespace, {})) for c in claims]
     if held is None:
         return claims
     out = []
     for claim in claims:
-        found = held(claim.ref)
+        found = held(claim.ref) if claim.ref != INGRESS_LISTENERS else None
         out.append(claim if found is None else replace(claim, held=found))
     return out
+
+
+def _ingress_claim(ingresses: list[Ingress], opts: TranslateOptions,
+                   held: HeldSource | None) -> Claim:
+    """One claim for the shared Ingress listeners (``INGRESS_LISTENERS``): as old as the oldest
+    Ingress that is ours, holding what their ``status.loadBalancer`` shows (the first Ingress
+    whose status shows an address; every one shows the same), on the HTTP and HTTPS ports."""
+    oldest = ingresses[0]
+    found: tuple[str, ...] = ()
+    if held is not None:
+        for ingress in ingresses:
+            found = held(ingress.ref) or ()
+            if found:
+                break
+    ts = oldest.metadata.creation_timestamp
+    return Claim(ref=INGRESS_LISTENERS, created=ts.timestamp() if ts is not None else float("inf"),
+                 uid=oldest.metadata.uid, held=found[:1],
+                 ports=frozenset({("TCP", opts.http_port), ("TCP", opts.https_port)}))
 
 
 def held_in_status(kind: str, status: Mapping[str, Any] | None) -> tuple[str, ...] | None:
     """The addresses a raw API ``status`` shows for a Service or Gateway (None: no status)."""
     if not isinstance(status, Mapping):
         return None
-    if kind == "Service":
+    if kind in ("Service", "Ingress"):
         lb = status.get("loadBalancer")
         entries = lb.get("ingress") if isinstance(lb, Mapping) else None
         key = "ip"
@@ -168,7 +194,7 @@ def _families(service: Service) -> tuple[tuple[int, ...], bool]:
     return versions[:1], False
 
 
-def _gateway_claim(gateway: Gateway) -> Claim:
+def _gateway_claim(gateway: Gateway, snapshot: Snapshot) -> Claim:
     requested: tuple[str, ...] = ()
     where, invalid = "", None
     note = gateway.metadata.annotations.get(ann.VIP.name)
@@ -184,5 +210,10 @@ def _gateway_claim(gateway: Gateway) -> Claim:
                  if a.type == "IPAddress" and a.value)
     ports = frozenset(("UDP" if ls.protocol == "UDP" else "TCP", ls.port)
                       for ls in gateway.spec.listeners)
-    return _claim(gateway, requested=requested, where=where, invalid=invalid, held=held,
-                  ports=ports)
+    claim = _claim(gateway, requested=requested, where=where, invalid=invalid, held=held,
+                   ports=ports)
+    if claim.engine_group is None:  # the group its class's parameters name draws the pools
+        group = gateway_engine_group(gateway.spec.gateway_class_name, snapshot)
+        if group is not None:
+            claim = replace(claim, engine_group=group)
+    return claim

@@ -47,6 +47,7 @@ from podway.programs.lab.api import LabApi
 from podway.programs.lab.network import LabError
 from podway.programs.lab.plan import CLIENT_IP, ENGINE_GROUPS, LabPlan
 from podway.programs.lab.traffic import Reply, Target, request
+from podway.translate import annotations as ann
 
 Obj = dict[str, Any]
 MODES = ("nodeportlocal", "clusterip", "nodeport-cluster", "nodeport-local")
@@ -225,7 +226,7 @@ class Comparison:
             meta.pop(drop, None)
         meta["name"] = f"{name}-l4-kernel"
         meta["annotations"] = {ENGINE_GROUP: ENGINE_GROUPS["kernel"],
-                               "podway.io/engine": "kernel"}
+                               ann.ENGINE.name: "kernel"}
         spec = kernel["spec"]
         for drop in ("clusterIP", "clusterIPs"):
             spec.pop(drop, None)

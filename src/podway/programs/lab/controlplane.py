@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from podway.base.tasks import cancel_and_wait
 from podway.kube.emulator import ApiError, KubeEmulator
 from podway.kube.emulator.resources import ResourceType
@@ -90,6 +92,30 @@ def _free_cluster_ip(services: list[Obj], skip: tuple[str, str]) -> str:
     raise ApiError(422, "Invalid", "spec.clusterIP: the service range is full")
 
 
+#: The Gateway API CRDs the repository ships (deploy/crds/gateway-api/, one pinned release):
+#: the lab installs the experimental channel, a superset of the standard one.
+GATEWAY_API_CRDS = (Path(__file__).resolve().parents[4] / "deploy" / "crds" / "gateway-api"
+                    / "v1.6.1" / "experimental")
+
+
+def install_gateway_api_crds(emu: KubeEmulator, folder: Path = GATEWAY_API_CRDS) -> list[str]:
+    """Every CustomResourceDefinition of ``folder`` put into ``emu`` (other documents, the
+    ValidatingAdmissionPolicy guarding upgrades, are not served by the emulator); their names.
+    Without the folder (Podway installed without its repository) the emulator's minimal
+    schemaless CRDs of the kinds Podway reads stand in, with a warning."""
+    if not folder.is_dir():
+        log.warning("no Gateway API CRDs at %s: installing minimal ones", folder)
+        emu.install_gateway_api()
+        return []
+    names = []
+    for path in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                emu.put("customresourcedefinitions", doc)
+                names.append(str(doc["metadata"]["name"]))
+    return names
+
+
 class ControlPlane:
     """The emulator served on ``127.0.0.1:port``; ``store`` is its file on disk."""
 
@@ -108,9 +134,14 @@ class ControlPlane:
         emu = KubeEmulator(require_namespaces=True, graceful_pod_deletion=True)
         if self.path.exists():
             emu.load(json.loads(self.path.read_text()))
+        else:  # a new lab: the Gateway API CRDs first, as a cluster admin would install them
+            install_gateway_api_crds(emu)
         # Gateway API: ``lab compare`` routes its l7-haproxy row through a Gateway of the
-        # HAProxy engine's group (an Ingress is always the default group's).
-        emu.install_gateway_api()
+        # HAProxy engine's group (an Ingress is always the default group's). A lab stored
+        # before the CRDs shipped gets the emulator's minimal ones; shipped ones are kept.
+        if emu.get("customresourcedefinitions", "",
+                   "gateways.gateway.networking.k8s.io") is None:
+            emu.install_gateway_api()
         emu.set_admission(self._admit)
         emu.set_on_commit(self._committed)
         emu.set_pod_logs(self._pod_logs)

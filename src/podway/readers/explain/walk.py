@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 
 from podway.ir import (
     IR,
-    ClientAccess,
     DirectResponse,
     EngineKind,
     Forward,
@@ -50,6 +49,7 @@ from podway.ir import ListenerProtocol as Protocol
 from podway.ir.evaluate import Request, describe_match, mismatch, select_virtual_host
 from podway.ir.hosts import covers, host_order, request_host
 from podway.model.base import ObjectRef
+from podway.readers.explain.access import AccessChecks
 from podway.readers.explain.model import (
     Candidate,
     Explanation,
@@ -94,7 +94,7 @@ def explain(ir: IR, query: Query, context: Context | None = None) -> Explanation
     return _Walk(ir, query, context or Context()).run()
 
 
-class _Walk:
+class _Walk(AccessChecks):
     def __init__(self, ir: IR, query: Query, ctx: Context) -> None:
         self.ir, self.q, self.ctx = ir, query, ctx
         self.steps: list[Step] = []
@@ -195,24 +195,6 @@ class _Walk:
             self.chain = found.name
             required = found.options.client_ca_pem and found.options.client_required
             self.client_ca = (found.options.client_ca or "a configured CA") if required else ""
-
-    def _client_access(self, access: ClientAccess, route: Route) -> Verdict | None:
-        """A route's client allowlist/denylist: 403 for a client outside it (when the query
-        names the client's address), else a note on what decides."""
-        allowed = ", ".join(access.allow) or "any address"
-        denied = f" except {', '.join(access.deny)}" if access.deny else ""
-        if self.q.source_ip is None:
-            self.step("filter", Mark.INFO, f"only clients in {allowed}{denied} are served "
-                      "(others get 403); give --source-ip to check one")
-            return None
-        ip = ipaddress.ip_address(self.q.source_ip)
-        inside = (not access.allow or any(ip in ipaddress.ip_network(c) for c in access.allow))
-        if inside and not any(ip in ipaddress.ip_network(c) for c in access.deny):
-            return None
-        text = (f"client {self.q.source_ip} is not among the clients {route.name} serves "
-                f"({allowed}{denied})")
-        self.step("filter", Mark.FAIL, text)
-        return self._direct(403, f"403 because {text} (from {route.origin})", (route.origin,))
 
     def _transport(self) -> str:
         return "UDP" if self.q.scheme == "udp" else "TCP"
@@ -354,11 +336,10 @@ class _Walk:
         self.filters = tuple(filter_text(f) for f in chosen.filters)
         for text in self.filters:
             self.step("filter", Mark.INFO, text)
-        for f in chosen.filters:
-            refused = self._client_access(f, chosen) if isinstance(f, ClientAccess) else None
-            if refused is not None:
-                return refused
-        return self._action(chosen)
+        refused = self.refused_by_filters(chosen)
+        if refused is not None:
+            return refused
+        return self.asked_first(chosen, self._action(chosen))
 
     def _action(self, route: Route) -> Verdict:
         action = route.action

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from podway.ir import (
     CORS,
+    AccessRule,
+    Authorization,
+    BasicAuth,
     BodyLimit,
     ClientAccess,
+    ExtAuth,
     Filter,
     HeaderModifier,
     L4Route,
@@ -68,7 +72,26 @@ def filter_text(f: Filter) -> str:
                 f"(then {f.status})")
     if isinstance(f, BodyLimit):
         return f"request bodies up to {f.max_bytes} bytes (larger: 413)"
+    if isinstance(f, Authorization):
+        rules = "; ".join(_rule_text(r) for r in f.rules) or "no rules"
+        default = "allowed" if f.default_allow else "refused (403)"
+        return (f"authorization by {f.source or 'the route'}: first match decides ({rules}); "
+                f"otherwise {default}")
+    if isinstance(f, ExtAuth):
+        how = "gRPC ext_authz" if f.grpc else f"HTTP, path prefix {f.path_prefix or '(none)'}"
+        return (f"external authorization by {f.pool} ({how}): its refusal is the answer, an "
+                "error or timeout 403")
+    if isinstance(f, BasicAuth):
+        return (f"basic authentication: {len(f.users)} users of {f.source or 'the route'}, "
+                f"realm {f.realm!r} (others get 401)")
     return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
+
+
+def _rule_text(rule: AccessRule) -> str:
+    what = [f"client in {', '.join(rule.cidrs)}"] if rule.cidrs else []
+    what += [f"{name} is {' or '.join(values)}" for name, values in rule.headers]
+    what += [f"method {' or '.join(rule.methods)}"] if rule.methods else []
+    return f"{'allow' if rule.allow else 'deny'} {' and '.join(what) or 'any request'}"
 
 
 def state_counts(members: tuple[MemberView, ...]) -> str:

@@ -6,8 +6,10 @@ the reader's issues, and any family the reader knows that the conversion does no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields
 
+from podway.translate.ingress.nginx import basic_auth
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     NginxAnnotations,
@@ -61,11 +63,13 @@ def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
     return out
 
 
-def restrictions(notes: NginxAnnotations) -> list[str]:
+def restrictions(notes: NginxAnnotations, annotations: Mapping[str, str]) -> list[str]:
     """The keys of an Ingress that restrict who may reach it and that the converted routes do
-    not carry: Podway's unserved ones (``closed``), and source ranges and client certificates,
-    which Podway serves on Ingresses but to-gateway does not convert."""
+    not carry: Podway's unserved ones (``closed``), and basic auth, source ranges and client
+    certificates, which Podway serves on Ingresses but to-gateway does not convert."""
     out = list(notes.closed)
+    if basic_auth.asks_basic({k.removeprefix(PREFIX): v for k, v in annotations.items()}):
+        out.append(PREFIX + "auth-type")
     if notes.source_ranges is not None:
         out.append(PREFIX + "whitelist-source-range")
     if notes.auth_tls is not None and notes.auth_tls.verify in (VerifyClient.ON,

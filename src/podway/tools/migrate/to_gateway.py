@@ -385,7 +385,7 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = DEFAULTS) -> Co
         notes = read_notes[ingress.metadata.uid or ref_of(ingress)]
         for key, message in not_carried(notes):
             conv.note(ingress, key, message)
-        restricting = restrictions(notes)
+        restricting = restrictions(notes, ingress.metadata.annotations)
         if restricting:
             # Fail closed: a route without the restriction would serve the app to everyone.
             conv.note(ingress, restricting[0], "this Ingress is not converted: it restricts "

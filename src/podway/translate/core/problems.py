@@ -86,6 +86,7 @@ class Reason(StrEnum):
     UNSUPPORTED_VALUE = "UnsupportedValue"
     INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
     INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
+    INVALID_CA_CERTIFICATE_KIND = "InvalidCACertificateKind"
     NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
     REF_NOT_PERMITTED = "RefNotPermitted"
     INVALID_KIND = "InvalidKind"
@@ -94,6 +95,8 @@ class Reason(StrEnum):
     NOT_ALLOWED_BY_LISTENERS = "NotAllowedByListeners"
     NO_MATCHING_LISTENER_HOSTNAME = "NoMatchingListenerHostname"
     INCOMPATIBLE_FILTERS = "IncompatibleFilters"
+    INVALID_PARAMETERS = "InvalidParameters"  # GatewayClass parametersRef
+    CONFIGURATION_CHANGED = "ConfigurationChanged"  # InsecureFrontendValidationMode
     TARGET_NOT_FOUND = "TargetNotFound"  # a policy's targetRef names no object
 
 

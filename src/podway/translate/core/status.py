@@ -61,6 +61,7 @@ class ObjectStatus:
     addresses: tuple[tuple[str, str], ...] = ()  # Gateway: (type, value)
     listeners: tuple[ListenerStatus, ...] = ()  # Gateway
     parents: tuple[ParentStatus, ...] = ()  # routes (and policies, as ancestors)
+    supported_features: tuple[str, ...] = ()  # GatewayClass: sorted feature names
 
 
 def _condition(c: Condition) -> dict[str, Any]:
@@ -87,6 +88,8 @@ def to_api(status: ObjectStatus, *, kind: str = "") -> dict[str, Any]:
             "attachedRoutes": ls.attached_routes,
             "conditions": [_condition(c) for c in ls.conditions],
         } for ls in status.listeners]
+    if status.supported_features:
+        out["supportedFeatures"] = [{"name": n} for n in status.supported_features]
     if status.parents:
         key = "ancestors" if kind in POLICY_KINDS else "parents"
         out[key] = [{

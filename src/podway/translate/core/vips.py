@@ -40,7 +40,8 @@ VipMap = Mapping[ObjectRef, VipGrant]
 
 
 class VipAllocator(Protocol):
-    """Gives every Service and Gateway of ``snapshot`` that is ours its addresses."""
+    """Gives every Service and Gateway of ``snapshot`` that is ours its addresses, and the
+    shared Ingress listeners theirs (``INGRESS_LISTENERS``) when an Ingress is ours."""
 
     def allocate(self, snapshot: Snapshot, opts: TranslateOptions) -> VipMap: ...
 
@@ -49,6 +50,10 @@ class VipAllocator(Protocol):
         cannot use), reported on those objects."""
         ...
 
+
+#: The claim of the shared Ingress listeners (every Ingress that is ours is served by the same
+#: HTTP and HTTPS listeners, so they share one VIP); namespace "" never names a real Ingress.
+INGRESS_LISTENERS = ObjectRef("Ingress", "", "*")
 
 NOT_ALLOCATED = VipGrant(reason=Reason.ADDRESS_NOT_ASSIGNED,
                          message="no VIP is allocated to it yet")

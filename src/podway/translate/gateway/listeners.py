@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from podway.ir import ListenerProtocol, TLSCertificate
-from podway.model.gateway import GROUP, Gateway, GatewayListener
+from podway.ir import ListenerProtocol, TLSCertificate, TLSOptions
+from podway.model.gateway import GROUP, FrontendTLSValidation, Gateway, GatewayListener
 from podway.model.snapshot import Snapshot
-from podway.translate.core.addresses import choose_address
+from podway.translate.core.addresses import AddressChoice, choose_address
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.options import TranslateOptions
 from podway.translate.core.problems import Reason, Verdict, listing, quote
-from podway.translate.core.tls import certificate_from_secret
+from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import TLSOptionError, from_listener_options
 from podway.translate.core.vips import VipGrant, grant_of
 from podway.translate.gateway.refs import ReferenceGrants
@@ -103,6 +103,7 @@ class GatewayInfo:
     gateway: Gateway
     address: str  # the first address: names the engine listeners, decides port sharing
     address_issue: AddressIssue | None = None
+    class_issue: str = ""  # its GatewayClass's parameters are invalid: not served, and why
     listeners: list[GwListener] = field(default_factory=list)
     # Every further usable address of spec.addresses: each programmed listener is bound there
     # too (a copy of the engine listener); one the port table refuses is dropped from here.
@@ -126,13 +127,9 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
         info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
                            extra_addresses=extra)
     else:
-        address, issue = _address(gateway, opts)
-        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue)
-        if issue is None or issue.usable:
-            extra, extra_issue = _extra_addresses(gateway, address, opts)
-            info.extra_addresses = extra
-            if extra_issue is not None and issue is None:
-                info.address_issue = extra_issue
+        address, issue, extra = _addresses(gateway, opts)
+        info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
+                           extra_addresses=extra)
     for i, spec in enumerate(gateway.spec.listeners):
         ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
         _validate(ls)
@@ -157,44 +154,48 @@ def _granted(grant: VipGrant, opts: TranslateOptions
     return grant.addresses[0], issue, list(grant.addresses[1:])
 
 
-def _address(gateway: Gateway, opts: TranslateOptions) -> tuple[str, AddressIssue | None]:
-    """spec.addresses[0] when it is an IPAddress, else the default bind address."""
-    if not gateway.spec.addresses or not gateway.spec.addresses[0].value:
-        return opts.address, None
-    first = gateway.spec.addresses[0]
-    if first.type != "IPAddress":
-        return opts.address, AddressIssue(
-            f"address type {quote(first.type)} is not supported (IPAddress only)", usable=False)
-    choice = choose_address(first.value, opts, "address")
-    if choice.address is None or choice.refusal is not None:
-        message = choice.refusal.message if choice.refusal else "no address"
-        if choice.address is None:
-            return opts.address, AddressIssue(message, usable=False)
-        return choice.address, AddressIssue(message, usable=True,
-                                            reason=Reason.ADDRESS_NOT_ALLOWED)
-    return first.value, None
+def _addresses(gateway: Gateway, opts: TranslateOptions
+               ) -> tuple[str, AddressIssue | None, list[str]]:
+    """The addresses ``spec.addresses`` asks for (first, issue, the others), without an
+    allocator; none: the default bind address.
 
-
-def _extra_addresses(gateway: Gateway, first: str,
-                     opts: TranslateOptions) -> tuple[list[str], AddressIssue | None]:
-    """spec.addresses[1:] that can be bound (IP addresses the options allow), in order, and
-    a warning naming those that cannot (the Gateway is still served on the others)."""
-    out: list[str] = []
-    refused: list[str] = []
-    for i, spec in enumerate(gateway.spec.addresses[1:], start=1):
-        if spec.type != "IPAddress" or not spec.value:
-            refused.append(f"spec.addresses[{i}]: type {quote(spec.type)} is not supported "
-                           "(IPAddress only)")
+    The API's rules (and its GatewayStaticAddresses conformance test): an address of a type
+    other than IPAddress makes the Gateway ``Accepted=False/UnsupportedAddress``; an address that
+    cannot be bound here (not an IP, or a manifest may not choose it: ``--manifest-addresses``)
+    makes it ``Programmed=False/AddressNotUsable``. Either way nothing is bound for the Gateway:
+    it is never moved silently onto another address, where it would take another Gateway's port.
+    """
+    given = [a for a in gateway.spec.addresses if a.value or a.type != "IPAddress"]
+    if not given:
+        return opts.address, None, []
+    unsupported = [f"spec.addresses[{i}]: type {quote(a.type)} is not supported (IPAddress only)"
+                   for i, a in enumerate(gateway.spec.addresses) if a.type != "IPAddress"]
+    if unsupported:
+        return opts.address, AddressIssue(listing(unsupported, limit=3), usable=False), []
+    chosen: list[str] = []
+    unusable: list[str] = []
+    for i, spec in enumerate(gateway.spec.addresses):
+        if not spec.value:
             continue
         choice = choose_address(spec.value, opts, f"spec.addresses[{i}]")
-        if choice.refusal is not None or choice.address is None:
-            refused.append(choice.refusal.message if choice.refusal else spec.value)
-            continue
-        if choice.address != first and choice.address not in out:
-            out.append(choice.address)
-    if not refused:
-        return out, None
-    return out, AddressIssue(listing(refused, limit=3), usable=True)
+        if choice.address is None or choice.refusal is not None:
+            unusable.append(_unusable(spec.value, f"spec.addresses[{i}]", choice, opts))
+        elif choice.address not in chosen:
+            chosen.append(choice.address)
+    if unusable:
+        return opts.address, AddressIssue(
+            listing(unusable, limit=3) + "; the Gateway is not programmed", usable=False,
+            reason=Reason.ADDRESS_NOT_USABLE), []
+    return chosen[0], None, chosen[1:]
+
+
+def _unusable(value: str, what: str, choice: AddressChoice, opts: TranslateOptions) -> str:
+    """Why ``value`` cannot be bound, with how to resolve it (the API asks for both)."""
+    if choice.refusal is not None and choice.refusal.reason is Reason.ADDRESS_NOT_ALLOWED:
+        return (f"{what} {value} cannot be bound: manifests may not choose bind addresses "
+                f"(allow it with --manifest-addresses, or leave spec.addresses out to bind "
+                f"{opts.address})")
+    return choice.refusal.message if choice.refusal is not None else f"{what} {value}"
 
 
 def _validate(ls: GwListener) -> None:
@@ -250,6 +251,11 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, str(error))
         return
     ns = ls.gateway.metadata.namespace
+    if ls.protocol is ListenerProtocol.HTTPS:
+        checked = _frontend_validation(ls, options, snapshot, grants)
+        if checked is None:
+            return  # every caCertificateRef invalid: not accepted, never served unverified
+        options = checked
     refs = ls.spec.tls.certificate_refs
     if not refs:
         _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
@@ -277,6 +283,57 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
         if found.warning is not None:
             ls.warnings.append(found.warning)
         ls.certificates.append(replace(found.certificate, options=options))
+
+
+def frontend_settings(gateway: Gateway, port: int) -> FrontendTLSValidation | None:
+    """``spec.tls.frontend`` for HTTPS listeners of ``port``: its ``perPort`` entry, else the
+    default; None: no client certificates asked for."""
+    tls = gateway.spec.tls
+    frontend = tls.frontend if tls is not None else None
+    if frontend is None:
+        return None
+    chosen = next((p.tls for p in frontend.per_port if p.port == port), frontend.default)
+    return chosen.validation
+
+
+def _frontend_validation(ls: GwListener, options: TLSOptions, snapshot: Snapshot,
+                         grants: ReferenceGrants) -> TLSOptions | None:
+    """``options`` with the client-certificate settings of an HTTPS listener (unchanged
+    without ``spec.tls.frontend``), or None when every caCertificateRef is invalid
+    (``Accepted=False``, ``NoValidCACertificate``). An invalid reference beside valid ones is
+    ``ResolvedRefs=False`` and the listener verifies against the valid ones (never against
+    nothing)."""
+    validation = frontend_settings(ls.gateway, ls.spec.port)
+    if validation is None:
+        return options
+    ns = ls.gateway.metadata.namespace
+    pems: list[str] = []
+    for ref in validation.ca_certificate_refs:
+        target_ns = ref.namespace or ns
+        if ref.group == "" and ref.kind in ("ConfigMap", "Secret") and not grants.permits(
+                from_group=GROUP, from_kind="Gateway", from_namespace=ns, to_group="",
+                to_kind=ref.kind, to_namespace=target_ns, to_name=ref.name):
+            _unresolved(ls, Reason.REF_NOT_PERMITTED,
+                        f"caCertificateRef {ref.kind} {target_ns}/{ref.name} is in another "
+                        f"namespace and no ReferenceGrant in {target_ns} allows Gateways from "
+                        f"{ns}")
+            continue
+        pem = ca_bundle(snapshot, target_ns, ref.group, ref.kind, ref.name)
+        if isinstance(pem, Verdict):
+            reason = (Reason.INVALID_CA_CERTIFICATE_KIND if pem.reason is Reason.INVALID_KIND
+                      else pem.reason)
+            _unresolved(ls, reason, pem.message)
+            continue
+        pems.append(pem)
+    if not pems:
+        ls.accepted = Verdict(False, Reason.NO_VALID_CA_CERTIFICATE,
+                              "spec.tls.frontend: no caCertificateRef is valid"
+                              + (f" ({ls.resolved.message})" if not ls.resolved.ok else ""))
+        return None
+    insecure = validation.mode == "AllowInsecureFallback"
+    return replace(options, client_ca_pem="".join(pems),
+                   client_ca=f"gateway/{ns}/{ls.gateway.metadata.name}/tls.frontend",
+                   client_required=not insecure, client_accept_untrusted=insecure)
 
 
 def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from podway.model import ObjectRef
-from podway.model.gateway import CONTROLLER_NAME, BackendTLSPolicy, Gateway, GatewayClass
+from podway.model.gateway import (
+    CONTROLLER_NAME,
+    GROUP,
+    BackendTLSPolicy,
+    Gateway,
+    GatewayClass,
+)
+from podway.model.kinds import CRDS
 from podway.translate.core.problems import Problem, Reason, Severity, Verdict
 from podway.translate.core.status import (
     Condition,
@@ -27,6 +34,51 @@ from podway.translate.gateway.httproute import Issue
 from podway.translate.gateway.listeners import GatewayInfo, GwListener
 from podway.translate.gateway.refs import RefIssue
 
+#: The Gateway API version whose feature names (``pkg/features``) and CRDs Podway targets.
+GATEWAY_API_VERSION = "v1.6.1"
+
+#: ``GatewayClass.status.supportedFeatures``: every feature of ``GATEWAY_API_VERSION`` Podway
+#: serves, each backed by the project's own end-to-end tests against a real engine (the
+#: conformance report in docs/gateway-api.md lists them per feature and engine kind). Sorted,
+#: as the API requires. A feature is added here only with its test.
+# A feature named after a kind is claimed for every Gateway API kind Podway reads (the kinds
+# table), but GatewayClass (no feature of that name) and BackendLBPolicy (gone upstream).
+_KIND_FEATURES = tuple(k.name for k in CRDS if k.group == GROUP
+                       and k.name not in ("GatewayClass", "BackendLBPolicy"))
+SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((*_KIND_FEATURES,
+    "BackendTLSPolicySANValidation",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
+    "GatewayHTTPListenerIsolation",
+    "GatewayPort8080",
+    "GatewayStaticAddresses",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
+    "HTTPRouteBackendProtocolH2C",
+    "HTTPRouteBackendProtocolWebSocket",
+    "HTTPRouteBackendRequestHeaderModification",
+    "HTTPRouteBackendTimeout",
+    "HTTPRouteCORS",
+    "HTTPRouteHostRewrite",
+    "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
+    "HTTPRouteParentRefPort",
+    "HTTPRoutePathRedirect",
+    "HTTPRoutePathRewrite",
+    "HTTPRoutePortRedirect",
+    "HTTPRouteQueryParamMatching",
+    "HTTPRouteRequestMirror",
+    "HTTPRouteRequestPercentageMirror",
+    "HTTPRouteRequestTimeout",
+    "HTTPRouteResponseHeaderModification",
+    "HTTPRouteRetry",
+    "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryConnectionError",
+    "HTTPRouteSchemeRedirect",
+    "TLSRouteModeTerminate",
+)))
+
 
 class ConditionType(StrEnum):
     ACCEPTED = "Accepted"
@@ -34,6 +86,7 @@ class ConditionType(StrEnum):
     RESOLVED_REFS = "ResolvedRefs"
     CONFLICTED = "Conflicted"
     PARTIALLY_INVALID = "PartiallyInvalid"
+    INSECURE_FRONTEND = "InsecureFrontendValidationMode"
 
 
 def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
@@ -41,10 +94,12 @@ def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
                      message=verdict.message, observed_generation=generation)
 
 
-def gateway_class_status(cls: GatewayClass) -> ObjectStatus:
-    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, Verdict(
-        True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}"),
-        cls.metadata.generation),))
+def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None) -> ObjectStatus:
+    """Accepted (or ``invalid``: its parametersRef, ``InvalidParameters``) and the features."""
+    accepted = invalid or Verdict(True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}")
+    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted,
+                                          cls.metadata.generation),),
+                        supported_features=SUPPORTED_FEATURES)
 
 
 def listener_status(ls: GwListener) -> ListenerStatus:
@@ -77,7 +132,9 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     valid = [ls for ls in info.listeners if ls.accepted.ok and ls.conflicted is None]
     issue = info.address_issue
     usable_address = issue is None or issue.usable
-    if issue is not None and not issue.usable:
+    if info.class_issue:
+        accepted = Verdict(False, Reason.INVALID, info.class_issue)
+    elif issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
         accepted = Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
     elif len(valid) < len(info.listeners):
         accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
@@ -86,7 +143,9 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     else:
         accepted = Verdict(True, Reason.ACCEPTED, "gateway accepted")
     programmed_count = sum(ls.programmed for ls in info.listeners)
-    if issue is not None and not usable_address:
+    if info.class_issue:
+        programmed = Verdict(False, Reason.INVALID, info.class_issue)
+    elif issue is not None and not usable_address:
         reason = (Reason.ADDRESS_NOT_ASSIGNED if issue.reason is Reason.ADDRESS_NOT_ASSIGNED
                   else Reason.ADDRESS_NOT_USABLE)
         programmed = Verdict(False, reason, issue.message)
@@ -97,9 +156,28 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     else:
         programmed = Verdict(False, Reason.INVALID, "no listener can be served")
     addresses = tuple(("IPAddress", a) for a in info.addresses) if programmed.ok else ()
-    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted, gen),
-                                    _cond(ConditionType.PROGRAMMED, programmed, gen)),
-                        addresses=addresses, listeners=listeners)
+    conditions = [_cond(ConditionType.ACCEPTED, accepted, gen),
+                  _cond(ConditionType.PROGRAMMED, programmed, gen)]
+    insecure = _insecure_ports(gw)
+    if insecure:  # present only while some port lets unverified clients through
+        conditions.append(_cond(ConditionType.INSECURE_FRONTEND, Verdict(
+            True, Reason.CONFIGURATION_CHANGED, "spec.tls.frontend: AllowInsecureFallback "
+            f"lets clients without a valid certificate through ({insecure})"), gen))
+    return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners)
+
+
+def _insecure_ports(gw: Gateway) -> str:
+    """Where ``spec.tls.frontend`` uses AllowInsecureFallback ("default", "port N"), or ""."""
+    frontend = gw.spec.tls.frontend if gw.spec.tls is not None else None
+    if frontend is None:
+        return ""
+    found = []
+    validation = frontend.default.validation
+    if validation is not None and validation.mode == "AllowInsecureFallback":
+        found.append("default")
+    found += [f"port {p.port}" for p in frontend.per_port if p.tls.validation is not None
+              and p.tls.validation.mode == "AllowInsecureFallback"]
+    return ", ".join(found)
 
 
 @dataclass(slots=True)
@@ -154,6 +232,9 @@ def gateway_problems(info: GatewayInfo) -> list[Problem]:
     """The problems a Gateway's status gives rise to: its addresses, each listener's."""
     out: list[Problem] = []
     ref = info.gateway.ref
+    if info.class_issue:
+        out.append(Problem(ref=ref, reason=Reason.INVALID, message=info.class_issue,
+                           field="spec.gatewayClassName"))
     issue = info.address_issue
     if issue is not None:
         out.append(Problem(

@@ -55,6 +55,7 @@ from podway.translate.gateway.memo import (
     copy_outcomes,
     route_state_signature,
 )
+from podway.translate.gateway.parameters import ClassParameters, class_parameters
 from podway.translate.gateway.refs import ReferenceGrants, Referrer, RefIssue, resolve_backend
 from podway.translate.pools.backends import PoolSpec, find_port
 
@@ -72,6 +73,7 @@ class GatewayTranslation:
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     _classes: list[GatewayClass] = field(default_factory=list)
+    _class_params: dict[str, ClassParameters | Verdict] = field(default_factory=dict)
     _infos: dict[Key, GatewayInfo] = field(default_factory=dict)
     _ports: dict[PortKey, PortBuilder] = field(default_factory=dict)
     _routes: dict[ObjectRef, st.RouteState] = field(default_factory=dict)
@@ -125,6 +127,8 @@ class GatewayTranslation:
         ours = {key: cls for key, cls in snap.kind(GatewayClass).items()
                 if cls.spec.controller_name == controller}
         self._classes = [ours[k] for k in sorted(ours)]
+        self._class_params = {cls.metadata.name: class_parameters(cls, snap)
+                              for cls in self._classes}
         grants = self._grants = ReferenceGrants(snap.kind(ReferenceGrant))
         self._tls = index_policies(snap) if snap.kind(BackendTLSPolicy) else BackendTLS()
         for gw in sorted(snap.kind(Gateway).values(), key=Gateway.age_key):
@@ -132,6 +136,12 @@ class GatewayTranslation:
                 self._not_owned(gw)
                 continue
             info = prepare(gw, snapshot=snap, grants=grants, opts=self.opts)
+            params = self._class_params[gw.spec.gateway_class_name]
+            if isinstance(params, Verdict):  # fail closed: the class's settings are unknown
+                info.class_issue = (f"GatewayClass {gw.spec.gateway_class_name} has invalid "
+                                    f"parameters: {params.message}")
+                for ls in info.listeners:
+                    ls.blocked = info.class_issue
             self._infos[gw.key] = info
         return grants
 
@@ -321,26 +331,24 @@ class GatewayTranslation:
             if not outcome.accepted.ok:
                 continue
             gw_key = outcome.info.gateway.key
-            kept = []
             for att in outcome.attachments:
-                ls = att.listener
-                if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
-                    owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
-                    if owner != compiled_name(compiled):
-                        continue
-                kept.append(att)
-            if not kept:
-                outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE,
-                                           "the selected TCP/UDP listeners already forward to "
-                                           "an older route")
-                continue
-            for att in kept:
                 ls = att.listener
                 if (gw_key, ls.name) not in counted:
                     counted.add((gw_key, ls.name))
                     ls.attached += 1
                     if record is not None:
                         record.counted.append(ls)
+                if ls.protocol in (ListenerProtocol.TCP, ListenerProtocol.UDP):
+                    # One TCP/UDP listener forwards to one route: the oldest. A younger one is
+                    # still Accepted and counted (the conformance suite's "multiple routes
+                    # attachment"), and told with a warning that it gets no connections there.
+                    owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
+                    if owner != compiled_name(compiled):
+                        state.issues.append(Issue(
+                            Reason.SHADOWED, f"listener {ls.name} of Gateway "
+                            f"{gw_key[0]}/{gw_key[1]} forwards to the older route {owner}; this "
+                            "route gets no connections there", "spec.parentRefs", warning=True))
+                        continue
                 if not ls.usable or ls.unbound or ls.protocol is None:
                     continue
                 port = (outcome.info.address, ls.spec.port, ls.protocol)
@@ -411,7 +419,12 @@ class GatewayTranslation:
         out: dict[ObjectRef, ObjectStatus] = {}
         problems = list(self.problems)
         for cls in self._classes:
-            out[cls.ref] = st.gateway_class_status(cls)
+            params = self._class_params[cls.metadata.name]
+            invalid = params if isinstance(params, Verdict) else None
+            out[cls.ref] = st.gateway_class_status(cls, invalid)
+            if invalid is not None:
+                problems.append(Problem(ref=cls.ref, reason=invalid.reason,
+                                        message=invalid.message, field="spec.parametersRef"))
         for info in self._infos.values():
             out[info.gateway.ref] = st.gateway_status(info)
             problems.extend(st.gateway_problems(info))

@@ -15,6 +15,7 @@ from podway.translate.pools.traffic_values import (
     outlier_detection,
     persistence,
     retry,
+    retry_budget,
     timeouts,
 )
 
@@ -38,12 +39,14 @@ def validate(spec: TrafficPolicySpec) -> list[Issue]:
         timeouts(spec.timeouts, where="timeouts", issues=issues)
     if spec.retry is not None:
         retry(spec.retry, where="retry", issues=issues)
+    if spec.retry_budget is not None:
+        retry_budget(spec.retry_budget, where="retryBudget", issues=issues)
     return issues.found
 
 
 _SECTIONS = {"healthCheck": "health_check", "outlierDetection": "outlier_detection",
              "loadBalancer": "load_balancer", "persistence": "persistence",
-             "timeouts": "timeouts", "retry": "retry"}
+             "timeouts": "timeouts", "retry": "retry", "retryBudget": "retry_budget"}
 
 
 def without_bad_sections(spec: TrafficPolicySpec, bad: list[Issue]) -> TrafficPolicySpec:

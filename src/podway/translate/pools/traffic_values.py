@@ -24,6 +24,7 @@ from podway.ir import (
     Persistence,
     PersistenceKind,
     PoolProtocol,
+    RetryBudget,
     RetryOn,
     RetryPolicy,
 )
@@ -32,6 +33,7 @@ from podway.model.policy import (
     LoadBalancerSpec,
     OutlierDetectionSpec,
     PersistenceSpec,
+    RetryBudgetSpec,
     RetrySpec,
     SessionPersistence,
     TimeoutsSpec,
@@ -227,6 +229,18 @@ def outlier_detection(spec: OutlierDetectionSpec, *, where: str, issues: Issues
         max_ejection_percent=percent if percent is not None else base.max_ejection_percent)
 
 
+def retry_budget(spec: RetryBudgetSpec, *, where: str, issues: Issues) -> RetryBudget | None:
+    """A ``retryBudget`` section → the pool's budget (unset fields: 20 %, at least 3)."""
+    before = len(issues.found)
+    percent = _bounded(spec.percent, 1, 100, f"{where}.percent", issues)
+    least = _bounded(spec.min_concurrent, 0, 10_000, f"{where}.minConcurrent", issues)
+    if len(issues.found) > before:
+        return None
+    base = RetryBudget()
+    return RetryBudget(percent=base.percent if percent is None else percent,
+                       min_concurrent=base.min_concurrent if least is None else least)
+
+
 def persistence(spec: PersistenceSpec, *, where: str, issues: Issues) -> Persistence | None:
     kind = _PERSISTENCE_NAMES.get(_key(spec.type))
     if kind is None:
@@ -416,7 +430,23 @@ def annotation_spec(annotations: Mapping[str, str], issues: Issues) -> TrafficPo
     if "retries" in ours or "retry-on" in ours:
         on = tuple(s.strip() for s in ours.get("retry-on", "").split(",") if s.strip())
         sections["retry"] = RetrySpec(attempts=number("retries"), retry_on=on)
+    if "retry-budget" in ours or "retry-budget-min-concurrent" in ours:
+        sections["retry_budget"] = RetryBudgetSpec(
+            percent=_percent(ours.get("retry-budget"), where("retry-budget"), issues),
+            min_concurrent=number("retry-budget-min-concurrent"))
     return TrafficPolicySpec(**sections) if sections else None
+
+
+def _percent(text: str | None, where: str, issues: Issues) -> int | None:
+    """``20%`` or ``20`` → 20 (the range is judged with the section)."""
+    if text is None:
+        return None
+    digits = text.removesuffix("%").strip()
+    if not digits.isdigit() or len(digits) > 6:
+        issues.add(where, f"{quote(text)} is not a whole percentage such as 20%",
+                   Reason.INVALID_ANNOTATION)
+        return None
+    return int(digits)
 
 
 def _health_check_spec(ours: Mapping[str, str], number: Callable[[str], int | None]
@@ -461,6 +491,8 @@ ANNOTATION_OF_FIELD = {
     "persistence.name": "affinity-cookie", "persistence.ttl": "affinity-ttl",
     "timeouts.connect": "connect-timeout", "timeouts.request": "request-timeout",
     "timeouts.idle": "idle-timeout", "retry.attempts": "retries", "retry.retryOn": "retry-on",
+    "retryBudget.percent": "retry-budget",
+    "retryBudget.minConcurrent": "retry-budget-min-concurrent",
 }
 
 

@@ -115,3 +115,20 @@ def test_outlier_detection_ejects_on_consecutive_errors_only() -> None:
     udp = cluster("p", PoolSettings(protocol=PoolProtocol.UDP,
                                     outlier_detection=OutlierDetection(consecutive_errors=3)))
     assert not udp.HasField("outlier_detection")
+
+
+def test_a_retry_budget_only_on_the_clusters_that_ask() -> None:
+    """The default is a plain cap on retries in flight (no per-request cost); a pool that asks
+    for a budget gets Envoy's retry_budget instead, and then no max_retries (Envoy would ignore
+    it)."""
+    from podway.envoy.config.clusters import MAX_RETRIES
+    from podway.ir import RetryBudget
+
+    plain = cluster("p", PoolSettings()).circuit_breakers.thresholds[0]
+    assert plain.max_retries.value == MAX_RETRIES
+    assert not plain.HasField("retry_budget")
+    asked = cluster("p", PoolSettings(retry_budget=RetryBudget(percent=35, min_concurrent=4)))
+    threshold = asked.circuit_breakers.thresholds[0]
+    assert not threshold.HasField("max_retries")
+    assert threshold.retry_budget.budget_percent.value == 35
+    assert threshold.retry_budget.min_retry_concurrency.value == 4

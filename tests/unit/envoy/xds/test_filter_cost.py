@@ -12,12 +12,25 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from podway.envoy.config.listeners import listener
 from podway.envoy.config.routes import route_configuration
 from podway.envoy.config.scoped import LOWER_HOST_FILTER, ROUTER_FILTER, rds_form
-from podway.ir import CORS, BodyLimit, ClientAccess, Listener, RateLimit
+from podway.ir import (
+    CORS,
+    Authorization,
+    BasicAuth,
+    BodyLimit,
+    ClientAccess,
+    ExtAuth,
+    Listener,
+    RateLimit,
+)
 
 from .helpers import http_listener, route, vhost
 
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
-            "envoy.filters.http.rbac", "envoy.filters.http.buffer"}
+            "envoy.filters.http.rbac", "envoy.filters.http.buffer",
+            "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
+            "podway.rbac.authorization"}
+# Authentication: would refuse every request when on without a per-route config.
+GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc"}
 # The streaming body limit (a body limit too large to buffer): disabled on the manager like the
 # others, switched on only by the routes with such a limit (none in this listener).
 STREAMING_LIMIT = "envoy.filters.http.lua"
@@ -33,7 +46,9 @@ def _manager(item: Listener, *, scoped: bool = False) -> hcm.HttpConnectionManag
 def _listener() -> Listener:
     guarded = replace(route("guarded", "/guarded", "p"), filters=(
         CORS(allow_origins=("https://app.test",)), ClientAccess(allow=("10.0.0.0/8",)),
-        RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024)))
+        RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024),
+        BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),)), ExtAuth(pool="p"),
+        ExtAuth(pool="p", grpc=True), Authorization()))
     return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
 
 
@@ -46,8 +61,9 @@ def test_optional_filters_are_switched_off_on_the_manager() -> None:
 
 
 def test_only_the_routes_that_use_a_feature_switch_its_filter_on() -> None:
-    """The route with CORS, an allowlist, a rate limit and a body limit names all four filters
-    (a per-route config switches a disabled filter on); the plain route names none."""
+    """The route with CORS, an allowlist, a rate limit, a body limit, basic auth and both
+    external auths names every filter (a per-route config switches a disabled filter on); the
+    plain route names none."""
     table = route_configuration(_listener(), persistence={})
     by_name = {r.name: r for r in table.virtual_hosts[0].routes}
     assert set(by_name["guarded"].typed_per_filter_config) == OPTIONAL
@@ -57,10 +73,12 @@ def test_only_the_routes_that_use_a_feature_switch_its_filter_on() -> None:
 def test_a_scoped_manager_keeps_them_on_and_its_rds_form_switches_them_off() -> None:
     """Scoped: Envoy picks a request's filters from the route found before the Host is
     lower-cased, so access rules must not hang on that first lookup: the filters stay on (they
-    do nothing without a per-route config). The one-table form is the unscoped manager again."""
+    do nothing without a per-route config) — all but authentication, which would then refuse
+    every request (a listener using it is never scoped). The one-table form is the unscoped
+    manager again."""
     scoped = _manager(_listener(), scoped=True)
     assert scoped.http_filters[0].name == LOWER_HOST_FILTER
-    assert not any(f.disabled for f in scoped.http_filters)
+    assert {f.name for f in scoped.http_filters if f.disabled} == GUARDS
     back = rds_form(listener(_listener(), scoped=True))
     assert back is not None
     assert back.SerializeToString(deterministic=True) == listener(

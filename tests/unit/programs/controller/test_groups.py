@@ -101,3 +101,32 @@ def test_gateway_infrastructure_label_chooses_the_group_for_engines_and_vip_pool
     both = gateway.model_copy(update={"metadata": gateway.metadata.model_copy(update={
         "annotations": {"podway.io/engine-group": "edge-b"}})})
     assert both.engine_group() == "edge-b"
+
+
+def test_gateway_class_parameters_choose_the_group_of_gateways_without_their_own() -> None:
+    """A GatewayClass whose parametersRef names engineGroup puts its Gateways that choose no
+    group themselves in that group, for engines and VIP pools alike; invalid parameters name
+    no group (and the Gateways are not served: golden gateway-parameters)."""
+    text = MANIFESTS.replace(
+        "metadata: {name: edge, namespace: shop, annotations: {podway.io/engine-group: edge-b}}\n",
+        "metadata: {name: edge, namespace: shop}\n").replace(
+        "  controllerName: podway.io/gateway-controller\n",
+        "  controllerName: podway.io/gateway-controller\n"
+        "  parametersRef: {group: '', kind: ConfigMap, name: params, namespace: shop}\n") + """
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: params, namespace: shop}
+data: {engineGroup: edge-p}
+"""
+    snapshot = Snapshot.of_objects(load_text(text).objects)
+    ir = translate(snapshot, TranslateOptions(address="198.18.0.1", http_port=8081)).ir
+    listeners, pools = names(subset(ir, "edge-p", group_of(snapshot)))
+    assert listeners
+    assert pools == {"pool/shop/web/8001"}
+    claim = next(c for c in claims_of(snapshot, TranslateOptions()) if c.ref.kind == "Gateway")
+    assert claim.engine_group == "edge-p"
+    broken = Snapshot.of_objects(load_text(text.replace("engineGroup: edge-p",
+                                                        "engineGroup: edge-p, x: y")).objects)
+    gateway_ref = next(ls.origins[0] for ls in ir.listeners if ls.origins[0].kind == "Gateway")
+    assert group_of(broken)(gateway_ref) == DEFAULT_GROUP

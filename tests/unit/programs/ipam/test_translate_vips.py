@@ -88,6 +88,8 @@ def test_gateway_gets_an_address_or_is_not_programmed() -> None:
     programmed = next(c for c in gw.conditions if c.type == "Programmed")
     assert programmed.status is False
     assert programmed.reason == Reason.ADDRESS_NOT_ASSIGNED
+    accepted = next(c for c in gw.conditions if c.type == "Accepted")  # valid, only waiting
+    assert (accepted.status, accepted.reason) == (True, Reason.ACCEPTED)
 
 
 def test_a_grant_whose_status_is_not_written_yet_is_kept() -> None:
@@ -137,3 +139,28 @@ def test_dual_stack_service_listens_on_both_families() -> None:
         "ipFamilies: [IPv6, IPv4],")
     result = translate(snapshot(dual), TranslateOptions(address="0.0.0.0", vips=Ipam(pools)))
     assert [ls.address for ls in result.ir.listeners] == ["2001:db8::5", "198.18.5.1"]
+
+
+INGRESS = """
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: shop, uid: u-web, creationTimestamp: "2026-01-01T00:00:05Z"}
+spec:
+  ingressClassName: podway
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+"""
+
+
+def test_ingress_listeners_get_a_vip_or_bind_nothing() -> None:
+    """With an allocator the shared Ingress listeners bind the VIP it grants them (one for
+    every Ingress, by age like any claim), which status.loadBalancer then publishes; with the
+    pool exhausted they bind nothing and each Ingress says why."""
+    result = translate(snapshot(INGRESS, svc("a", "2026-01-01T00:00:09Z")), OPTS)
+    bound = {ls.name: ls.address for ls in result.ir.listeners}
+    assert bound == {"ingress/http": "198.18.5.1", "service/shop/a/80/tcp": "198.18.5.2"}
+    fresh = TranslateOptions(address="0.0.0.0", vips=Ipam(POOLS))
+    full = translate(snapshot(INGRESS, svc("a", "2026-01-01T00:00:01Z"),
+                              svc("b", "2026-01-01T00:00:02Z")), fresh)
+    assert not [ls for ls in full.ir.listeners if ls.name.startswith("ingress")]
+    problems = full.problems_by_object()[ObjectRef("Ingress", "shop", "web")]
+    assert Reason.POOL_EXHAUSTED in [p.reason for p in problems]  # (and the missing Service)

@@ -9,9 +9,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
 from podway.kube.emulator import ApiError
-from podway.programs.lab.controlplane import ControlPlane, admit_service
+from podway.programs.lab.controlplane import GATEWAY_API_CRDS, ControlPlane, admit_service
 from podway.programs.lab.plan import make_plan
 from tests import builders
 
@@ -85,3 +86,37 @@ def test_plan_uses_only_benchmarking_addresses() -> None:
     assert all(ipaddress.ip_network(c).subnet_of(bench) for c in cidrs)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="--nodes"):
         make_plan("x", 0)
+
+
+async def test_a_new_lab_serves_the_shipped_gateway_api_crds(tmp_path: Path) -> None:
+    """A new lab API holds every CRD of deploy/crds/gateway-api (experimental channel) as
+    shipped, and serves their kinds at the versions the files declare: a ListenerSet and an
+    XBackendTrafficPolicy can be created; the CRDs are the files' own (bundle-version)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    shipped = sorted(doc["metadata"]["name"] for p in GATEWAY_API_CRDS.glob("*.yaml")
+                     for doc in yaml.safe_load_all(p.read_text())
+                     if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition")
+    assert len(shipped) == 13
+    cp = ControlPlane(port=port, store=tmp_path / "store.json")
+    await cp.start()
+    try:
+        crds = {c["metadata"]["name"]: c for c in cp.emu.objects("customresourcedefinitions")}
+        assert sorted(crds) == shipped
+        assert crds["gateways.gateway.networking.k8s.io"]["metadata"]["annotations"][
+            "gateway.networking.k8s.io/bundle-version"] == "v1.6.1"
+        by_kind = {c["spec"]["names"]["kind"]: c["spec"] for c in crds.values()}
+        async with aiohttp.ClientSession() as http:
+            for kind in ("ListenerSet", "XBackendTrafficPolicy"):
+                spec = by_kind[kind]
+                version = next(v["name"] for v in spec["versions"] if v["storage"])
+                api = f"{spec['group']}/{version}"
+                obj = {"apiVersion": api, "kind": kind,
+                       "metadata": {"name": "x", "namespace": "default"}, "spec": {}}
+                url = (f"http://127.0.0.1:{port}/apis/{api}/namespaces/default/"
+                       f"{spec['names']['plural']}")
+                async with http.post(url, json=obj) as resp:
+                    assert resp.status == 201, (kind, await resp.text())
+    finally:
+        await cp.stop()

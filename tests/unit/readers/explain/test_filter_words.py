@@ -80,3 +80,66 @@ def test_a_required_client_certificate_fails_the_handshake() -> None:
         found = explain(_shop(plain, Protocol.HTTPS, certificates=(cert,)),
                         parse("https://shop.test/"))
         assert [o.kind for o in found.verdict.outcomes] == [kind], required
+
+
+def test_basic_auth_answers_401_without_a_user_and_names_who_asked() -> None:
+    """No Authorization, a wrong password or an unknown user: 401 naming the route, its Secret
+    and its Ingress; a user's own password: served (the step names the user)."""
+    import base64
+    import hashlib
+
+    from podway.ir import BasicAuth
+
+    digest = "{SHA}" + base64.b64encode(hashlib.sha1(b"pw").digest()).decode()
+    auth = BasicAuth(users=(("alice", digest),), realm="x", source="Secret shop/htpasswd")
+    assert filter_text(auth) == ("basic authentication: 1 users of Secret shop/htpasswd, realm "
+                                 "'x' (others get 401)")
+    route = replace(ROUTE, filters=(auth,))
+
+    def basic(text: str) -> list[str]:
+        return ["Authorization: Basic " + base64.b64encode(text.encode()).decode()]
+
+    for headers in ([], basic("alice:wrong"), basic("bob:pw"), ["Authorization: Bearer x"]):
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers))
+        assert [(o.kind, o.status) for o in found.verdict.outcomes] == [
+            (OutcomeKind.DIRECT, 401)], headers
+        assert "Secret shop/htpasswd" in found.verdict.summary
+        assert found.verdict.fix == (ING,)
+    found = explain(_shop(route), parse("http://shop.test/", headers=basic("alice:pw")))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    assert any("user 'alice'" in s.text for s in found.steps)
+
+
+def test_external_auth_reads_as_words() -> None:
+    from podway.ir import ExtAuth
+
+    assert filter_text(ExtAuth(pool="pool/app/authz/80", path_prefix="/check")) == (
+        "external authorization by pool/app/authz/80 (HTTP, path prefix /check): its refusal "
+        "is the answer, an error or timeout 403")
+    assert "gRPC ext_authz" in filter_text(ExtAuth(pool="p", grpc=True))
+
+
+def test_authorization_rules_decide_as_the_engine_does() -> None:
+    """First match decides: the Deny on a header, then Allow GET from a CIDR, default Deny; a
+    CIDR rule without --source-ip is said, not guessed."""
+    from podway.ir import AccessRule, Authorization
+
+    auth = Authorization(rules=(AccessRule(allow=False, headers=(("x-block", ("yes",)),)),
+                                AccessRule(allow=True, cidrs=("10.0.0.0/8",),
+                                           methods=("GET",))),
+                         source="TrafficPolicy shop/p")
+    assert filter_text(auth) == (
+        "authorization by TrafficPolicy shop/p: first match decides (deny x-block is yes; "
+        "allow client in 10.0.0.0/8 and method GET); otherwise refused (403)")
+    route = replace(ROUTE, filters=(auth,))
+    cases = ((["X-Block: yes"], "GET", "10.1.1.1", 403), ([], "GET", "10.1.1.1", None),
+             ([], "POST", "10.1.1.1", 403), ([], "GET", "192.0.2.1", 403), ([], "GET", None, None))
+    for headers, method, source, status in cases:
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers, method=method,
+                                            source_ip=source))
+        outcome = found.verdict.outcomes[0]
+        if status is None:
+            assert outcome.kind is OutcomeKind.SERVED, (headers, method, source)
+        else:
+            assert (outcome.kind, outcome.status) == (OutcomeKind.DIRECT, status)
+            assert "TrafficPolicy shop/p" in found.verdict.summary

@@ -125,6 +125,8 @@ spec:
     {"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"},
     {"nginx.ingress.kubernetes.io/auth-tls-secret": "shop/ca"},
     {"nginx.ingress.kubernetes.io/satisfy": "any"},
+    {"nginx.ingress.kubernetes.io/auth-type": "basic",
+     "nginx.ingress.kubernetes.io/auth-secret": "htpasswd"},
 ])
 def test_restrictions_served_on_ingresses_but_not_converted_are_not_dropped(
         annotations: dict[str, str]) -> None:

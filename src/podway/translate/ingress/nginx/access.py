@@ -9,8 +9,23 @@ as ``closed``). Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
+from podway.translate.ingress.nginx.basic_auth import served_keys as basic_auth_keys
 from podway.translate.ingress.nginx.values import PREFIX
+
+
+def unserved_keys(raw: Mapping[str, str], served: frozenset[str]) -> tuple[str, ...]:
+    """The keys (full names) of ``raw`` (keys without PREFIX) Podway does not serve, sorted;
+    ``auth-type: basic`` serves its own keys."""
+    every = served | basic_auth_keys(raw)
+    return tuple(sorted(PREFIX + k for k in raw if PREFIX + k not in every))
+
+
+def closed_keys(raw: Mapping[str, str], served: frozenset[str]) -> tuple[str, ...]:
+    """The unserved keys that restrict access (``restricts_access``)."""
+    return tuple(k for k in unserved_keys(raw, served) if restricts_access(k, raw[
+        k.removeprefix(PREFIX)]))
 
 # Unserved keys that restrict access whatever their value (without PREFIX; "-" ends a prefix).
 _RESTRICTING = ("auth-", "satisfy")

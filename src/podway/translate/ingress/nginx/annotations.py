@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 
 from podway.translate import annotations as ann
 from podway.translate.core.hosts import valid_hostname
-from podway.translate.ingress.nginx.access import restricts_access
+from podway.translate.ingress.nginx.access import closed_keys, restricts_access, unserved_keys
 from podway.translate.ingress.nginx.keys import KeyReader
 from podway.translate.ingress.nginx.values import (
     PREFIX,
@@ -158,8 +158,8 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("auth-url", "external authentication is not built; authenticate in the backend or an "
      "auth proxy Service in front of it"),
     ("auth-signin", "external authentication is not built; use an auth proxy Service"),
-    ("auth-", "authentication is not built; use an auth proxy Service (oauth2-proxy) or the "
-     "backend"),
+    ("auth-", "of ingress-nginx authentication only auth-type: basic (with auth-secret) is "
+     "served; use an auth proxy Service (oauth2-proxy) or the backend"),
     ("proxy-buffer", "Envoy streams; there are no proxy buffers to size"),
     ("proxy-request-buffering", "Envoy streams request bodies (proxy-body-size buffers them)"),
     ("client-body-buffer-size", "Envoy streams; there is no body buffer to size"),
@@ -213,9 +213,7 @@ def read(annotations: Mapping[str, str], *, namespace: str) -> NginxAnnotations:
         auth_tls=r.auth_tls(namespace), ssl_passthrough=r.flag("ssl-passthrough", False),
         server_alias=r.listed("server-alias", valid_hostname, "a host name") or (),
         from_to_www=r.flag("from-to-www-redirect", False),
-        unserved=tuple(sorted(PREFIX + k for k in r.raw if PREFIX + k not in SERVED_KEYS)),
-        closed=tuple(sorted(PREFIX + k for k, v in r.raw.items()
-                            if PREFIX + k not in SERVED_KEYS and restricts_access(k, v))),
+        unserved=unserved_keys(r.raw, SERVED_KEYS), closed=closed_keys(r.raw, SERVED_KEYS),
         issues=tuple(r.issues))
 
 

@@ -45,13 +45,23 @@ spec: {controller: k8s.io/ingress-nginx}
 
 # Each: annotations (without PREFIX) that restrict who may reach the app in ingress-nginx.
 RESTRICTING: list[dict[str, str]] = [
-    {"auth-type": "basic", "auth-secret": "htpasswd", "auth-realm": "private"},
     {"auth-type": "digest", "auth-secret": "htpasswd"},
+    {"auth-type": "Basic", "auth-secret": "htpasswd"},  # ingress-nginx: basic|digest only
     {"auth-url": "http://auth.shop.svc/check"},
     {"auth-url": "https://auth.example/oauth2/auth",
      "auth-signin": "https://auth.example/oauth2/start", "auth-response-headers": "X-User"},
     {"auth-signin": "https://auth.example/start"},
-    {"auth-secret": "shop/htpasswd"},
+    {"auth-secret": "shop/htpasswd"},  # without auth-type
+    {"auth-realm": "private"},
+    {"auth-secret-type": "auth-map"},
+    {"auth-method": "GET"},
+    {"auth-cache-key": "$remote_user"},
+    {"auth-cache-duration": "200 202 401 5m"},
+    {"auth-keepalive": "10"},
+    {"auth-proxy-set-headers": "shop/auth-headers"},
+    {"auth-request-redirect": "http://x/"},
+    {"auth-always-set-cookie": "true"},
+    {"auth-signin-redirect-param": "rd"},
     {"auth-snippet": "proxy_set_header X-Auth 1;"},
     {"auth-tls-unknown-setting": "on"},  # an auth-tls-* key Podway does not read
     {"satisfy": "any"},

@@ -1,0 +1,106 @@
+"""libyaml's safe loader with a lean constructor for plain documents (the common case).
+
+PyYAML's ``CSafeLoader`` parses and composes in C, but builds every value in Python through a
+general machinery (per node: a memo of constructed objects for aliases, a recursion guard, a
+tag lookup, generators for two-step construction) and resolves each plain scalar's tag by
+trying regular expressions. At 10,000 routes that was 85 % of the cold start's parse
+(docs/performance.md, "Cold start").
+
+``FastSafeLoader`` gives the same values, faster:
+
+* plain scalars' implicit tags are remembered per value (manifests repeat the same words:
+  ``http``, ``80``, ``true``), so each distinct value is matched against the resolvers once;
+* a document without anchors (so without aliases: every node is used once) is built by one
+  tight recursive walk: mappings, sequences and strings directly, other scalar tags (int, float,
+  bool, null, timestamp, binary) by PyYAML's own constructors. Anything else (merge keys,
+  ``!!set``/``!!omap``, unknown tags, a collection as a mapping key) sends the whole document
+  back to PyYAML's constructor, so its values and errors are PyYAML's own.
+
+Documents with anchors always take PyYAML's path (they are small: the alias limits of
+``podway.model.loader`` apply before this loader runs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+_CLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_CACHE_LIMIT = 65_536  # distinct plain scalars remembered per load (then it starts over)
+
+
+class _Slow(Exception):
+    """This document needs PyYAML's general constructor."""
+
+
+class FastSafeLoader(_CLoader):  # type: ignore[misc,valid-type]
+    """``yaml.load_all(text, Loader=FastSafeLoader)``: the values of ``CSafeLoader``."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._tags: dict[str, str] = {}
+        text = stream if isinstance(stream, str) else ""
+        # No anchor in the text: no alias either, so no node is shared and the lean walk may
+        # build every node afresh (an '&' inside a string merely costs the fast path).
+        self._lean = isinstance(stream, str) and "&" not in text
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if self.yaml_path_resolvers:  # none in the safe loader; kept exact if one is added
+            return super().resolve(kind, value, implicit)
+        if kind is ScalarNode:
+            if not implicit[0]:
+                return self.DEFAULT_SCALAR_TAG  # quoted: always a string
+            tag = self._tags.get(value)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(self._tags) >= _CACHE_LIMIT:
+                    self._tags.clear()
+                self._tags[value] = tag
+            return tag
+        return self.DEFAULT_MAPPING_TAG if kind is MappingNode else self.DEFAULT_SEQUENCE_TAG
+
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        if self.yaml_path_resolvers:
+            super().descend_resolver(current_node, current_index)
+
+    def ascend_resolver(self) -> None:
+        if self.yaml_path_resolvers:
+            super().ascend_resolver()
+
+    def construct_document(self, node: Node) -> Any:
+        if self._lean:
+            try:
+                return self._build(node)
+            except _Slow:
+                pass
+        return super().construct_document(node)
+
+    def _build(self, node: Node) -> Any:
+        tag = node.tag
+        if tag == _STR:
+            return node.value
+        if tag == _MAP and type(node) is MappingNode:
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if type(key_node) is not ScalarNode or key_node.tag not in _KEY_TAGS:
+                    raise _Slow  # merge keys, '=', collections or odd tags as keys
+                out[self._build(key_node)] = self._build(value_node)
+            return out
+        if tag == _SEQ and type(node) is SequenceNode:
+            return [self._build(item) for item in node.value]
+        if type(node) is ScalarNode and tag in _SCALAR_TAGS:
+            return self.yaml_constructors[tag](self, node)
+        raise _Slow
+
+
+# Scalar tags whose PyYAML constructors return a value at once (no generator, no state).
+_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in (
+    "null", "bool", "int", "float", "binary", "timestamp", "str"))
+# Keys seen in manifests; anything else (e.g. a binary or timestamp key) takes PyYAML's path.
+_KEY_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "bool", "null", "float"))

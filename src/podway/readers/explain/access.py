@@ -1,0 +1,130 @@
+"""The access filters of a chosen route, as ``explain`` walks them (``_Walk`` mixes this in):
+a client allowlist answers 403 to a ``--source-ip`` outside it; basic authentication answers
+401 to a request without credentials of one of its users (``-H 'Authorization: Basic …'``),
+naming the route and the object that asked for it — what the engine does, and why.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import replace
+
+from podway.ir import Authorization, BasicAuth, ClientAccess, ExtAuth, Route
+from podway.model.base import ObjectRef
+from podway.readers.explain.model import Mark, Outcome, OutcomeKind, Verdict
+from podway.readers.explain.query import Query
+
+
+class AccessChecks:
+    """The checks; ``_Walk`` provides ``q``, ``step`` and ``_direct``."""
+
+    q: Query
+
+    def step(self, stage: str, mark: Mark, text: str) -> None:
+        raise NotImplementedError
+
+    def _direct(self, status: int, summary: str, fix: Iterable[ObjectRef]) -> Verdict:
+        raise NotImplementedError
+
+    def refused_by_filters(self, route: Route) -> Verdict | None:
+        """The first of ``route``'s access filters that refuses the request, in the engine's
+        order (client addresses, then credentials); None: they let it through."""
+        for f in route.filters:
+            if isinstance(f, ClientAccess) and (found := self._client_access(f, route)):
+                return found
+        for f in route.filters:
+            if isinstance(f, Authorization) and (found := self._authorization(f, route)):
+                return found
+        for f in route.filters:
+            if isinstance(f, BasicAuth) and (found := self._credentials(f, route)):
+                return found
+        return None
+
+    def asked_first(self, route: Route, verdict: Verdict) -> Verdict:
+        """``verdict`` when the route's external auth services allow the request; they may
+        refuse it (their own 4xx) or fail (403), which explain cannot know: both outcomes."""
+        services = [f.pool for f in route.filters if isinstance(f, ExtAuth)]
+        if not services:
+            return verdict
+        self.step("filter", Mark.INFO, f"{' and '.join(services)} decide first: a refusal is "
+                  "their answer, an error, a timeout or no member 403; allowed, as below")
+        refused = Outcome(kind=OutcomeKind.DIRECT, status=403)
+        return replace(verdict, outcomes=(*verdict.outcomes, refused),
+                       summary=f"{verdict.summary}, if {' and '.join(services)} allow it "
+                       "(else 403 or their refusal)")
+
+    def _authorization(self, auth: Authorization, route: Route) -> Verdict | None:
+        """The first rule that matches decides (403 when it denies); a rule on the client
+        address cannot be judged without ``--source-ip``."""
+        headers = dict(self.q.headers)
+        for i, rule in enumerate(auth.rules):
+            if rule.cidrs and self.q.source_ip is None:
+                self.step("filter", Mark.INFO, f"{auth.source or route.name} decides by client "
+                          "address; give --source-ip to check one")
+                return None
+            ip = ipaddress.ip_address(self.q.source_ip) if rule.cidrs and self.q.source_ip \
+                else None
+            if ((ip is None or any(ip in ipaddress.ip_network(c, strict=False)
+                                   for c in rule.cidrs))
+                    and all(headers.get(n) in v for n, v in rule.headers)
+                    and (not rule.methods or self.q.method.upper() in rule.methods)):
+                allowed = rule.allow
+                why = f"rule {i} of {auth.source or route.name}"
+                break
+        else:
+            allowed, why = auth.default_allow, f"the default of {auth.source or route.name}"
+        if allowed:
+            self.step("filter", Mark.OK, f"authorization: allowed by {why}")
+            return None
+        text = f"{route.name} refuses the request: {why}"
+        self.step("filter", Mark.FAIL, text)
+        return self._direct(403, f"403 because {text}", (route.origin,))
+
+    def _client_access(self, access: ClientAccess, route: Route) -> Verdict | None:
+        """A route's client allowlist/denylist: 403 for a client outside it (when the query
+        names the client's address), else a note on what decides."""
+        allowed = ", ".join(access.allow) or "any address"
+        denied = f" except {', '.join(access.deny)}" if access.deny else ""
+        if self.q.source_ip is None:
+            self.step("filter", Mark.INFO, f"only clients in {allowed}{denied} are served "
+                      "(others get 403); give --source-ip to check one")
+            return None
+        ip = ipaddress.ip_address(self.q.source_ip)
+        inside = (not access.allow or any(ip in ipaddress.ip_network(c) for c in access.allow))
+        if inside and not any(ip in ipaddress.ip_network(c) for c in access.deny):
+            return None
+        text = (f"client {self.q.source_ip} is not among the clients {route.name} serves "
+                f"({allowed}{denied})")
+        self.step("filter", Mark.FAIL, text)
+        return self._direct(403, f"403 because {text} (from {route.origin})", (route.origin,))
+
+    def _credentials(self, auth: BasicAuth, route: Route) -> Verdict | None:
+        """Basic authentication: 401 unless the query's Authorization names a user of
+        ``auth`` with the right password."""
+        user = _user(auth, dict(self.q.headers).get("authorization", ""))
+        if user is not None:
+            self.step("filter", Mark.OK, f"basic authentication: user {user!r} of "
+                      f"{auth.source or 'the route'}")
+            return None
+        text = (f"{route.name} requires basic authentication ({auth.source or 'its users'}) "
+                "and the request has no valid credentials (give -H 'Authorization: Basic …')")
+        self.step("filter", Mark.FAIL, text)
+        return self._direct(401, f"401 because {text} (from {route.origin})", (route.origin,))
+
+
+def _user(auth: BasicAuth, header: str) -> str | None:
+    """The user whose password the header carries, or None."""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        name, _, password = base64.b64decode(token.strip(), validate=True).decode().partition(":")
+    except (binascii.Error, ValueError):
+        return None
+    digest = "{SHA}" + base64.b64encode(
+        hashlib.sha1(password.encode(), usedforsecurity=False).digest()).decode()
+    return name if (name, digest) in auth.users else None

@@ -1,0 +1,79 @@
+"""``GatewayClass.spec.parametersRef``: Podway's parameters of a class, read and checked.
+
+The referent is a ConfigMap (group "", kind ConfigMap, with a namespace) whose ``data`` holds
+Podway's class settings, each optional:
+
+- ``engineGroup``: the engine group serving the class's Gateways (docs/controller.md) when a
+  Gateway names none itself (annotation ``podway.io/engine-group`` or its
+  ``spec.infrastructure`` label win);
+- ``engineKind``: the engine kind the class is meant for, ``envoy`` (the default) or
+  ``haproxy``: checked only (the engines' own ``--engine`` decides what serves).
+
+A reference to another kind, a missing ConfigMap, an unknown key or a malformed value makes the
+class ``Accepted=False`` with the API's ``InvalidParameters`` reason; its Gateways are then not
+served (they say why): parameters that restrict or place traffic are never ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from podway.model.core import ConfigMap
+from podway.model.gateway import GatewayClass
+from podway.model.snapshot import Snapshot
+from podway.translate.core.problems import Reason, Verdict, quote
+
+ENGINE_KINDS = ("envoy", "haproxy")
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+KEYS = ("engineGroup", "engineKind")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassParameters:
+    engine_group: str | None = None
+    engine_kind: str = "envoy"
+
+
+NONE = ClassParameters()
+
+
+def class_parameters(cls: GatewayClass, snapshot: Snapshot) -> ClassParameters | Verdict:
+    """The class's parameters (``NONE`` without a parametersRef), or why they are invalid
+    (a ``Verdict`` with ``InvalidParameters``)."""
+    ref = cls.spec.parameters_ref
+    if ref is None:
+        return NONE
+
+    def invalid(message: str) -> Verdict:
+        return Verdict(False, Reason.INVALID_PARAMETERS, f"parametersRef: {message}")
+
+    if ref.group != "" or ref.kind != "ConfigMap":
+        return invalid(f"kind {quote(ref.kind)} of group {quote(ref.group)} is not supported "
+                       "(a ConfigMap: group \"\", kind ConfigMap)")
+    if not ref.namespace:
+        return invalid("a ConfigMap is namespaced: namespace is required")
+    found = snapshot.get(ConfigMap, ref.namespace, ref.name)
+    if found is None:
+        return invalid(f"ConfigMap {ref.namespace}/{ref.name} not found")
+    unknown = sorted(set(found.data) - set(KEYS))
+    if unknown:
+        return invalid(f"ConfigMap {ref.namespace}/{ref.name}: unknown key {quote(unknown[0])} "
+                       f"(known: {', '.join(KEYS)})")
+    group = found.data.get("engineGroup", "").strip() or None
+    if group is not None and not _LABEL_VALUE.match(group):
+        return invalid(f"engineGroup {quote(group)} is not a label value (63 characters, "
+                       "alphanumerics, '-', '_', '.')")
+    kind = found.data.get("engineKind", "envoy").strip()
+    if kind not in ENGINE_KINDS:
+        return invalid(f"engineKind {quote(kind)} is not one of {', '.join(ENGINE_KINDS)}")
+    return ClassParameters(engine_group=group, engine_kind=kind)
+
+
+def gateway_engine_group(gateway_class: str, snapshot: Snapshot) -> str | None:
+    """The engine group the parameters of class ``gateway_class`` name, if valid (else None)."""
+    cls = snapshot.get(GatewayClass, "", gateway_class)
+    if cls is None or cls.spec.parameters_ref is None:
+        return None
+    params = class_parameters(cls, snapshot)
+    return params.engine_group if isinstance(params, ClassParameters) else None
