@@ -1,8 +1,8 @@
 """Render the Helm chart with Helm itself: helm-sdkpy (Helm's Go library) in a helper
 virtualenv of Python >= 3.12 (``./dev`` creates ``.venv-helm`` when pyenv or the system has
 such an interpreter), installing into the Kubernetes API emulator with Helm's in-memory release
-driver. The emulator serves the kinds the chart uses (those it does not know natively are added
-as CRDs), so Helm's mapping, ordering and creation all run for real."""
+driver. The emulator serves every kind the chart uses natively, so Helm's mapping, ordering and
+creation all run for real."""
 
 from __future__ import annotations
 
@@ -21,21 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "podway"
 HELPER = Path(__file__).with_name("helm_render.py")
 NAMESPACE = "podway-system"
-
-_EXTRA_KINDS = [("", "v1", "serviceaccounts", "ServiceAccount", True),
-                ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
-                ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
-                 False),
-                ("rbac.authorization.k8s.io", "v1", "roles", "Role", True),
-                ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True),
-                ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
-                ("apps", "v1", "deployments", "Deployment", True),
-                ("apps", "v1", "daemonsets", "DaemonSet", True),
-                ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
-                 "ValidatingAdmissionPolicy", False),
-                ("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
-                 "ValidatingAdmissionPolicyBinding", False)]
-
 
 def helm_python() -> Path | None:
     """The helper interpreter with helm-sdkpy, or None."""
@@ -56,14 +41,6 @@ async def render(python: Path, values: dict[str, Any], *, existing: tuple[Any, .
         emu.install_gateway_api()
         for obj in existing:
             emu.put(f"{obj['kind'].lower()}s", obj)
-        for group, version, plural, kind, namespaced in _EXTRA_KINDS:
-            emu.put("customresourcedefinitions", {
-                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-                "metadata": {"name": f"{plural}.{group or 'core'}"},
-                "spec": {"group": group, "scope": "Namespaced" if namespaced else "Cluster",
-                         "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
-                                   "listKind": f"{kind}List"},
-                         "versions": [{"name": version, "served": True, "storage": True}]}})
         kubeconfig = Path(os.environ.get("TMPDIR", "/tmp")) / f"podway-helm-{os.getpid()}.yaml"
         kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config",

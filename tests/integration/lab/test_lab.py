@@ -300,7 +300,8 @@ L7 = f"http://{VIP}:80/"
 
 @pytest.mark.parametrize("mode", ["nodeportlocal", "clusterip", "nodeport"])
 def test_replacing_every_pod_loses_no_request_l4_or_l7(lab: RunningLab, mode: str) -> None:
-    """A pod-template change replaces all four pods at once (3 s grace) under steady L4 (new
+    """A pod-template change replaces all four pods (a rolling update; each old pod drains with
+    preStop sleep 2 s, 3 s grace) under steady L4 (new
     connection each) and L7 load on the VIP: not one fails, in each backend mode, and the new
     pods answer afterwards (issue 23: it failed 3 % of L7 requests, a third of L4 connections)."""
     deploy = "/apis/apps/v1/namespaces/default/deployments/httpd"

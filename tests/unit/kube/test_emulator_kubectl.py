@@ -1,4 +1,4 @@
-"""kubectl against the emulator: discovery, get, apply (no OpenAPI: --validate=false), label,
+"""kubectl against the emulator: discovery, get, apply, label,
 delete, CRD-served kinds. What the lab will rely on."""
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ async def test_kubectl_round_trip(tmp_path: Path) -> None:
     manifest.write_text(MANIFEST)
     async with KubeEmulator() as emu:
         emu.install_crd("HTTPRoute")
-        out = await kubectl(emu, "apply", "--validate=false", "-f", str(manifest))
+        out = await kubectl(emu, "apply", "-f", str(manifest))
         assert "service/web created" in out
         assert "httproute.gateway.networking.k8s.io/r created" in out
-        out = await kubectl(emu, "apply", "--validate=false", "-f", str(manifest))
+        out = await kubectl(emu, "apply", "-f", str(manifest))
         assert "service/web unchanged" in out
         await kubectl(emu, "label", "-n", "shop", "svc", "web", "tier=front")
         service = emu.get("services", "shop", "web")

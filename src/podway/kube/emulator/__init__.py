@@ -1,19 +1,29 @@
 """A wire-level Kubernetes API emulator: tests and the lab talk to it with real clients.
 
-It serves the kinds Podway reads and writes (core Pods, Services, Nodes, Namespaces, Secrets,
-ConfigMaps, Events; events.k8s.io Events; apps Deployments; EndpointSlices; Leases; Ingress and
-IngressClass; CertificateSigningRequests (the requester stamped from a bearer token,
-``add_user``); CRDs, and through them every Gateway API kind) over HTTP with the real URL
-layout, discovery (``/api``, ``/apis``, resource lists), get/list/watch with
-resourceVersions, bookmarks for watches that allow them, ``410 Gone`` for versions older than
-the compacted history, label and field selectors, create/update/delete, merge, JSON and
-strategic merge patches, and the status subresource. kubernetes-asyncio's own code paths run
-unchanged against it, and so does kubectl (get, apply, label, delete, api-resources; no OpenAPI
-document is served, so ``kubectl apply`` needs ``--validate=false``). Not modelled: finalizers
-(deletion is immediate), pagination (``limit`` is ignored, lists are whole), server-side apply,
-schema validation, the ``scale`` subresource; admission is one optional hook
-(``set_admission``: the lab allocates nodePorts there). ``dump``/``load`` and ``set_on_commit``
-let the lab keep the store on disk across restarts.
+It serves the kinds Podway reads and writes and those an install needs (core Pods, Services,
+ServiceAccounts, Nodes, Namespaces, Secrets, ConfigMaps, Events; events.k8s.io Events; apps
+Deployments, ReplicaSets, DaemonSets; policy PodDisruptionBudgets; RBAC Roles, ClusterRoles and
+their bindings; EndpointSlices; Leases; Ingress and IngressClass; CertificateSigningRequests
+(the requester stamped from a bearer token, ``add_user``); CRDs, and through them every
+Gateway API kind) over HTTP with the real URL layout, discovery (``/api``, ``/apis``, resource
+lists with categories: ``kubectl get all``), get/list/watch with resourceVersions, bookmarks for
+watches that allow them, ``410 Gone`` for versions older than the compacted history, label and
+field selectors, create/update/delete, merge, JSON and strategic merge patches (built-in kinds),
+the status subresource, server-side dry run (``dryRun=All``), field validation
+(``fieldValidation=Strict|Warn|Ignore`` against the schema of each kind), ``/openapi/v3``
+generated from the kinds served (``openapi``), and Table output with the usual printer columns
+(``tables``). kubernetes-asyncio's own code paths run unchanged against it, and so does kubectl
+(get, apply with validation, patch, rollout, label, delete, api-resources). Not modelled:
+finalizers (deletion is immediate), pagination (``limit`` is ignored, lists are whole),
+field ownership in server-side apply (it creates or merges, never conflicts), pruning of
+unknown fields, ``/openapi/v2``. ServiceAccount tokens
+(``kubectl create token``) are checked against the stored RBAC objects (``rbac``: a 403 worded
+as a cluster's); requests without credentials, or with ``admin_token``, are an administrator,
+and so is any other credential on plain HTTP (``tls=True`` serves HTTPS — kubectl sends tokens
+only over TLS — and answers an unknown token 401). ``kubectl auth can-i`` and
+``auth whoami`` are answered; ``pods/log`` is served by a hook (``set_pod_logs``). Admission
+is one optional hook (``set_admission``: the lab allocates nodePorts there). ``dump``/``load``
+and ``set_on_commit`` let the lab keep the store on disk across restarts.
 
 Tests drive it from the inside (``put``/``delete`` write as the cluster would, without the
 rules a client is held to), steer it (``compact``, ``break_watches``, ``send_bookmarks``,
@@ -46,8 +56,10 @@ from aiohttp import web
 from podway.kube.emulator.resources import ResourceType, gateway_api_crd
 from podway.kube.emulator.server import Api, Fault, Patch, User, Write
 from podway.kube.emulator.store import Admit, ApiError, Obj, Store
+from podway.kube.emulator.tls import serving_context
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 __all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "User", "Write",
            "gateway_api_crd"]
 
@@ -55,8 +67,24 @@ __all__ = ["GATEWAY_KINDS", "Admit", "ApiError", "KubeEmulator", "Patch", "User"
 class KubeEmulator:
     """One emulated API server on a loopback port (``url`` once started)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, require_namespaces: bool = False, tls: bool = False,
+                 graceful_pod_deletion: bool = False) -> None:
+        """``require_namespaces``: as a real API server, a namespaced create needs its
+        Namespace (404 otherwise), and default, kube-system, kube-public and kube-node-lease
+        exist from the start. ``tls``: serve HTTPS with a fresh self-signed certificate
+        (``ca_pem``), which kubectl needs to send a ServiceAccount token at all.
+        ``graceful_pod_deletion``: deleting a scheduled pod through the API marks it
+        terminating (its kubelet — the lab's — stops it and deletes it), as on a cluster."""
+        self._tls = tls
+        self.ca_pem = b""
         self._store = Store()
+        self._store.graceful_pods = graceful_pod_deletion
+        self._store.reject_unknown_tokens = tls
+        if require_namespaces:
+            self._store.require_namespaces = True
+            for name in SYSTEM_NAMESPACES:
+                self.put("namespaces", {"metadata": {"name": name},
+                                        "status": {"phase": "Active"}})
         self._api = Api(self._store)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -65,10 +93,13 @@ class KubeEmulator:
         self._runner = web.AppRunner(self._api.app(), access_log=None,
                                      handler_cancellation=True)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        context = None
+        if self._tls:
+            context, self.ca_pem = serving_context(host)
+        site = web.TCPSite(self._runner, host, port, ssl_context=context)
         await site.start()
         bound = self._runner.addresses[0]
-        self.url = f"http://{host}:{bound[1]}"
+        self.url = f"{'https' if self._tls else 'http'}://{host}:{bound[1]}"
         return self.url
 
     async def stop(self) -> None:
@@ -157,6 +188,20 @@ class KubeEmulator:
         """Run ``admit(type, new, old)`` before every write (may edit ``new`` or raise
         ``ApiError``): the lab allocates nodePorts and clusterIPs there."""
         self._store.admit = admit
+
+    def set_pod_logs(self, logs: Callable[[str, str, str | None], str | None] | None) -> None:
+        """Serve ``pods/{name}/log`` (``kubectl logs``) from ``logs(namespace, pod,
+        container)``: the pod's output so far (the lab's kubelet)."""
+        self._api.pod_logs = logs
+
+    @property
+    def admin_token(self) -> str:
+        """A bearer token that is the administrator (kubectl over TLS needs a credential)."""
+        return self._store.admin_token
+
+    def issue_token(self, namespace: str, service_account: str) -> str:
+        """A bearer token for a ServiceAccount: requests with it are authorized by RBAC."""
+        return self._store.issue_token(namespace, service_account)
 
     def set_on_commit(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback()`` after every write (the lab schedules a save)."""

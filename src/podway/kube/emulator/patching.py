@@ -5,9 +5,10 @@
   pointers; a failed ``test`` or a missing path is a ``PatchError`` (the server answers 422).
 - Strategic merge patch: a merge patch where lists of objects with a known merge key (containers
   by ``name``, conditions by ``type``, ports by ``containerPort``/``port`` ...) merge element by
-  element, and ``$patch: delete``/``replace`` directives apply. The real server reads merge keys
-  from the Go types; this table covers the lists Podway and kubectl patch. Lists without a merge
-  key are replaced, as in the real server.
+  element, ``$patch: delete``/``replace``, ``$retainKeys`` and ``$deleteFromPrimitiveList``
+  directives apply (``$setElementOrder`` is accepted, the order it gives is not kept). The real
+  server reads merge keys from the Go types; this table covers the lists Podway and kubectl
+  patch. Lists without a merge key are replaced, as in the real server.
 
 All functions are pure: they return a new document and never mutate their inputs.
 """
@@ -23,6 +24,8 @@ MERGE_KEYS: dict[str, str] = {
     "volumes": "name", "env": "name", "volumeMounts": "mountPath",
     "conditions": "type", "ownerReferences": "uid", "imagePullSecrets": "name",
     "tolerations": "key", "addresses": "type", "taints": "key",
+    "hostAliases": "ip", "topologySpreadConstraints": "topologyKey", "volumeDevices": "devicePath",
+    "resourceClaims": "name", "schedulingGates": "name", "podIPs": "ip", "hostIPs": "ip",
 }
 PORT_KEYS = ("containerPort", "port")  # ports: containers use containerPort, Services port
 PRIMITIVE_SETS = frozenset({"finalizers"})  # merged as sets, like the server's "merge" strategy
@@ -53,7 +56,12 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
-        if key.startswith("$"):
+        if key.startswith("$deleteFromPrimitiveList/") and isinstance(value, list):
+            field = key.split("/", 1)[1]
+            if isinstance(result.get(field), list):
+                result[field] = [v for v in result[field] if v not in value]
+            continue
+        if key.startswith("$"):  # $setElementOrder/…: the order is not modelled
             continue
         if value is None:
             result.pop(key, None)
@@ -61,6 +69,9 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
             result[key] = _merge_list(key, result[key], value)
         else:
             result[key] = strategic_merge_patch(result.get(key), value)
+    retain = patch.get("$retainKeys")
+    if isinstance(retain, list):  # e.g. a Deployment strategy switched to Recreate
+        result = {k: v for k, v in result.items() if k in retain}
     return result
 
 

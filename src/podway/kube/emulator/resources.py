@@ -10,7 +10,7 @@ channels ship them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from podway.kube.gateway_api import GROUP as GATEWAY_GROUP
@@ -26,6 +26,9 @@ class ResourceType:
     namespaced: bool
     status: bool = True  # has a status subresource
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # ``kubectl get all`` lists the kinds in "all"
+    crd: dict[str, Any] | None = field(default=None, compare=False, hash=False)
+    # ^ the served version of the CRD that serves this kind (None: a built-in kind)
 
     @property
     def api_version(self) -> str:
@@ -41,14 +44,26 @@ class ResourceType:
 
 
 def _core(plural: str, kind: str, *, namespaced: bool = True, status: bool = True,
-          short: tuple[str, ...] = ()) -> ResourceType:
+          short: tuple[str, ...] = (), categories: tuple[str, ...] = ()) -> ResourceType:
     return ResourceType(group="", version="v1", plural=plural, kind=kind, namespaced=namespaced,
-                        status=status, short_names=short)
+                        status=status, short_names=short, categories=categories)
+
+
+def _typed(group: str, plural: str, kind: str, *, namespaced: bool = True, status: bool = True,
+           short: tuple[str, ...] = (), categories: tuple[str, ...] = ()) -> ResourceType:
+    return ResourceType(group=group, version="v1", plural=plural, kind=kind,
+                        namespaced=namespaced, status=status, short_names=short,
+                        categories=categories)
+
+
+ALL = ("all",)
+RBAC = "rbac.authorization.k8s.io"
 
 
 BUILTIN: tuple[ResourceType, ...] = (
-    _core("pods", "Pod", short=("po",)),
-    _core("services", "Service", short=("svc",)),
+    _core("pods", "Pod", short=("po",), categories=ALL),
+    _core("services", "Service", short=("svc",), categories=ALL),
+    _core("serviceaccounts", "ServiceAccount", status=False, short=("sa",)),
     _core("nodes", "Node", namespaced=False, short=("no",)),
     _core("namespaces", "Namespace", namespaced=False, short=("ns",)),
     _core("secrets", "Secret", status=False),
@@ -56,8 +71,14 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("events", "Event", status=False, short=("ev",)),
     ResourceType(group="events.k8s.io", version="v1", plural="events", kind="Event",
                  namespaced=True, status=False, short_names=("ev",)),
-    ResourceType(group="apps", version="v1", plural="deployments", kind="Deployment",
-                 namespaced=True, short_names=("deploy",)),
+    _typed("apps", "deployments", "Deployment", short=("deploy",), categories=ALL),
+    _typed("apps", "replicasets", "ReplicaSet", short=("rs",), categories=ALL),
+    _typed("apps", "daemonsets", "DaemonSet", short=("ds",), categories=ALL),
+    _typed("policy", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",)),
+    _typed(RBAC, "roles", "Role", status=False),
+    _typed(RBAC, "rolebindings", "RoleBinding", status=False),
+    _typed(RBAC, "clusterroles", "ClusterRole", namespaced=False, status=False),
+    _typed(RBAC, "clusterrolebindings", "ClusterRoleBinding", namespaced=False, status=False),
     ResourceType(group="discovery.k8s.io", version="v1", plural="endpointslices",
                  kind="EndpointSlice", namespaced=True, status=False),
     ResourceType(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease",
@@ -66,6 +87,15 @@ BUILTIN: tuple[ResourceType, ...] = (
                  namespaced=True, short_names=("ing",)),
     ResourceType(group="networking.k8s.io", version="v1", plural="ingressclasses",
                  kind="IngressClass", namespaced=False, status=False),
+    # Stored, not enforced: the install ships a policy pair (kubectl apply must accept it).
+    _typed("admissionregistration.k8s.io", "validatingadmissionpolicies",
+           "ValidatingAdmissionPolicy", namespaced=False),
+    _typed("admissionregistration.k8s.io", "validatingadmissionpolicybindings",
+           "ValidatingAdmissionPolicyBinding", namespaced=False, status=False),
+    _typed("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
+           namespaced=False, status=False),
+    _typed("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview",
+           namespaced=False, status=False),
     ResourceType(group="certificates.k8s.io", version="v1",
                  plural="certificatesigningrequests", kind="CertificateSigningRequest",
                  namespaced=False, short_names=("csr",)),
@@ -88,7 +118,8 @@ def from_crd(crd: dict[str, Any]) -> list[ResourceType]:
             plural=str(names.get("plural", "")), kind=str(names.get("kind", "")),
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             status="status" in (version.get("subresources") or {}),
-            short_names=tuple(names.get("shortNames", ()))))
+            short_names=tuple(names.get("shortNames", ())),
+            categories=tuple(names.get("categories", ())), crd=version))
     return out
 
 

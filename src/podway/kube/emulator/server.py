@@ -14,12 +14,14 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 from podway.kube import selectors
-from podway.kube.emulator import patching
+from podway.kube.emulator import defaults, openapi, patching, rbac, tables
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
 
@@ -28,8 +30,14 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     "application/json-patch+json": patching.json_patch,
     "application/strategic-merge-patch+json": patching.strategic_merge_patch,
 }
+NAMESPACE_FINALIZE_S = 1.0  # a deleted namespace's content goes this long after (cluster mode)
+APPLY = "application/apply-patch+yaml"  # server-side apply (``_apply``)
 TRUE = ("true", "1", "True")
 SCALABLE = {("apps", "deployments")}  # kinds with a ``scale`` subresource (kubectl scale)
+EXTRA_SUBRESOURCES = {(("", "pods"), "log"), (("", "serviceaccounts"), "token")}
+REVIEWS = {("authorization.k8s.io", "selfsubjectaccessreviews"),
+           ("authentication.k8s.io", "selfsubjectreviews")}  # answered, never stored
+PodLogs = Callable[[str, str, str | None], str | None]  # (namespace, pod, container) → text
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +86,15 @@ class Fault:
     retry_after: int | None
 
 
+def _dry_run(request: web.Request) -> bool:
+    """``dryRun=All`` (the only value the API server knows); anything else is 400."""
+    values = request.query.getall("dryRun", [])
+    if any(v != "All" for v in values):
+        raise ApiError(400, "BadRequest", f"dryRun: Unsupported value: {values[0]!r}: "
+                                          'supported values: "All"')
+    return bool(values)
+
+
 def status_body(code: int, reason: str, message: str) -> Obj:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}
@@ -108,6 +125,7 @@ class Api:
         self.writes: list[Write] = []
         self.faults: list[Fault] = []
         self.bookmark_interval: float | None = None  # periodic bookmarks; None: on demand only
+        self.pod_logs: PodLogs | None = None  # what serves pods/{name}/log (the lab's kubelet)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=16 * 1024 * 1024)
@@ -122,6 +140,10 @@ class Api:
             headers = None if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
             return web.json_response(status_body(exc.code, exc.reason, exc.message),
                                      status=exc.code, headers=headers)
+        except json.JSONDecodeError as exc:  # a malformed body is the client's error
+            return web.json_response(status_body(400, "BadRequest",
+                                                 f"the request body is not JSON: {exc}"),
+                                     status=400)
         except (patching.PatchError, selectors.SelectorError) as exc:
             code = 422 if isinstance(exc, patching.PatchError) else 400
             return web.json_response(status_body(code, "Invalid", str(exc)), status=code)
@@ -137,6 +159,15 @@ class Api:
                 "compiler": "none", "platform": "linux/amd64"})
         if parts and parts[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
+        if parts[:2] == ["openapi", "v3"]:
+            if len(parts) == 2:
+                return web.json_response(openapi.index(self.store.types()))
+            group, version = (parts[3], parts[4]) if parts[2] == "apis" and len(parts) == 5 \
+                else ("", parts[3]) if parts[2:4] == ["api", "v1"] else ("", "")
+            if not version or not any(t.group == group and t.version == version
+                                      for t in self.store.types()):
+                raise ApiError(404, "NotFound", f"no OpenAPI document for {request.path}")
+            return web.json_response(openapi.document(self.store.types(), group, version))
         if parts == ["api"]:
             return web.json_response({"kind": "APIVersions", "versions": ["v1"],
                                       "serverAddressByClientCIDRs": []})
@@ -155,7 +186,110 @@ class Api:
         else:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         self._count_and_fault(request, target)
-        return await self._verb(request, target)
+        user = self._user(request)
+        if user is not None and target.rtype.group_resource not in REVIEWS:
+            attrs = self._attributes(request, target)
+            if not self._allowed(user, attrs):
+                raise ApiError(403, "Forbidden", rbac.forbidden_message(user, attrs))
+        return await self._verb(request, target, user)
+
+    # ---- authentication and authorization (rbac) ----------------------------------------
+    def _user(self, request: web.Request) -> rbac.User | None:
+        """The ServiceAccount a token the emulator issued names; None (admin) without
+        credentials, with the administrator's token (``KubeEmulator.admin_token``), or with any
+        other credential unless unknown tokens are refused (TLS mode: 401)."""
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() == "bearer" and (token.strip() == self.store.admin_token
+                                           or token.strip() in self.users):
+            return None  # the administrator, or a user of add_user (not RBAC-checked)
+        account = self.store.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+        if account is None:
+            if not self.store.reject_unknown_tokens:
+                return None  # plain HTTP: kubeconfigs carry placeholder tokens; admin
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        return rbac.User.service_account(*account)
+
+    @staticmethod
+    def _verb_of(request: web.Request, target: Target) -> str:
+        verb = {"GET": "get" if target.name else "list", "POST": "create", "PUT": "update",
+                "PATCH": "patch", "DELETE": "delete"}.get(request.method, request.method)
+        if verb == "list" and request.query.get("watch") in TRUE:
+            verb = "watch"
+        return verb
+
+    def _attributes(self, request: web.Request, target: Target) -> rbac.Attributes:
+        return rbac.Attributes(verb=self._verb_of(request, target), group=target.rtype.group,
+                               resource=target.rtype.plural, subresource=target.subresource,
+                               namespace=target.namespace or "", name=target.name or "")
+
+    def _allowed(self, user: rbac.User, attrs: rbac.Attributes) -> bool:
+        def objects(plural: str) -> list[Obj]:
+            return list(self.store.objects.get((rbac.RBAC, plural), {}).values())
+        return rbac.allowed(user, attrs, roles=objects("roles"),
+                            cluster_roles=objects("clusterroles"),
+                            bindings=objects("rolebindings"),
+                            cluster_bindings=objects("clusterrolebindings"))
+
+    def _review(self, body: Obj, rtype: ResourceType, user: rbac.User | None) -> Obj:
+        """A SelfSubjectAccessReview (``kubectl auth can-i``) or SelfSubjectReview
+        (``kubectl auth whoami``), answered for the caller."""
+        body = dict(body)
+        if rtype.plural == "selfsubjectreviews":
+            who = user or rbac.User("lab-admin", ("system:masters", "system:authenticated"))
+            body["status"] = {"userInfo": {"username": who.name, "groups": list(who.groups)}}
+            return body
+        spec = body.get("spec") or {}
+        asked = spec.get("resourceAttributes")
+        if user is None:
+            allowed, reason = True, "the lab's administrator (no credentials)"
+        elif asked is None:  # nonResourceAttributes: discovery-like paths are open
+            allowed, reason = True, "non-resource paths are open to authenticated users"
+        else:
+            attrs = rbac.Attributes(
+                verb=str(asked.get("verb", "")), group=str(asked.get("group", "")),
+                resource=str(asked.get("resource", "")),
+                subresource=str(asked.get("subresource", "")),
+                namespace=str(asked.get("namespace", "")), name=str(asked.get("name", "")))
+            allowed = self._allowed(user, attrs)
+            reason = "allowed by RBAC" if allowed else ""
+        body["status"] = {"allowed": allowed, **({"reason": reason} if reason else {})}
+        return body
+
+    async def _log(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """``pods/{name}/log``: the pod process's output (``follow=true`` streams it)."""
+        assert target.name is not None
+        ns, name = target.namespace or "", target.name
+        pod = self.store.get(target.rtype, ns, name)
+        container = request.query.get("container")
+        if self.pod_logs is None:
+            raise ApiError(400, "BadRequest", f'pod "{name}" has no log here')
+        text = self.pod_logs(ns, name, container) or ""
+        tail = request.query.get("tailLines")
+        if tail and tail.isdigit():
+            text = "".join(text.splitlines(keepends=True)[-int(tail):]) if int(tail) else ""
+        if request.query.get("follow") not in TRUE:
+            return web.Response(text=text, content_type="text/plain")
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        sent = len(self.pod_logs(ns, name, container) or "")
+        await response.write(text.encode())
+        uid = pod["metadata"].get("uid")
+        try:
+            while True:
+                await asyncio.sleep(0.2)
+                current = self.store.objects[target.rtype.group_resource].get((ns, name))
+                if current is None or current["metadata"].get("uid") != uid:
+                    break
+                now = self.pod_logs(ns, name, container) or ""
+                if len(now) > sent:
+                    await response.write(now[sent:].encode())
+                    sent = len(now)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return response
 
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         namespace: str | None = None
@@ -170,15 +304,13 @@ class Api:
         sub = rest[2] if len(rest) > 2 else ""
         if sub and not (sub == "status" and rtype.status) and \
                 not (sub == "scale" and rtype.group_resource in SCALABLE) and \
+                (rtype.group_resource, sub) not in EXTRA_SUBRESOURCES and \
                 not (sub == "approval" and rtype.group_resource == CSR):
             raise ApiError(404, "NotFound", f"{rtype.plural}/{sub} is not served")
         return Target(rtype, namespace, name, sub)
 
     def _count_and_fault(self, request: web.Request, target: Target) -> None:
-        verb = {"GET": "get" if target.name else "list", "POST": "create", "PUT": "update",
-                "PATCH": "patch", "DELETE": "delete"}.get(request.method, request.method)
-        if verb == "list" and request.query.get("watch") in TRUE:
-            verb = "watch"
+        verb = self._verb_of(request, target)
         self.store.counts[(verb, target.rtype.plural, target.namespace or "",
                            target.name or "", target.subresource)] += 1
         if verb in ("create", "update", "patch", "delete"):
@@ -192,34 +324,136 @@ class Api:
                 raise ApiError(fault.status, "Injected", f"injected failure {fault.status}",
                                retry_after=fault.retry_after)
 
-    async def _verb(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _verb(self, request: web.Request, target: Target,
+                    user: rbac.User | None = None) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
         ns = target.namespace or ""
         if target.subresource == "scale":
             return await self._scale(request, target)
+        if target.subresource == "log" and request.method == "GET":
+            return await self._log(request, target)
+        if target.subresource == "token" and request.method == "POST":
+            assert target.name is not None
+            store.get(rtype, ns, target.name)  # 404 for an unknown ServiceAccount
+            body = await request.json()
+            token = store.issue_token(ns, target.name)
+            return web.json_response({**body, "apiVersion": "authentication.k8s.io/v1",
+                                      "kind": "TokenRequest",
+                                      "status": {"token": token,
+                                                 "expirationTimestamp": "2099-01-01T00:00:00Z"}},
+                                     status=201)
+        if target.subresource in ("log", "token"):
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+        if rtype.group_resource in REVIEWS:
+            if request.method != "POST":
+                raise ApiError(405, "MethodNotAllowed", "only create is supported")
+            body = await request.json()
+            return web.json_response({**self._review(body, rtype, user),
+                                      "apiVersion": rtype.api_version, "kind": rtype.kind},
+                                     status=201)
+        dry = _dry_run(request)
+        table = tables.wants_table(request.headers.get("Accept", ""))
+        include = request.query.get("includeObject", "Metadata")
         if request.method == "GET" and target.name is None:
             if request.query.get("watch") in TRUE:
-                return await self._watch(request, target)
+                return await self._watch(request, target, table=table)
+            if table:
+                listed = self._list(request, target)
+                return web.json_response(tables.table(
+                    rtype, listed["items"], version=listed["metadata"]["resourceVersion"],
+                    include=include))
             return web.json_response(self._list(request, target))
         if request.method == "GET" and target.name is not None:
-            return self._json(store.get(rtype, ns, target.name), rtype)
+            found = store.get(rtype, ns, target.name)
+            if table:
+                return web.json_response(tables.table(rtype, [found], include=include))
+            return self._json(found, rtype)
         if request.method == "POST" and target.name is None:
             if rtype.namespaced and target.namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
             body = await request.json()
+            warnings = self._validate(request, rtype, body)
             if rtype.group_resource == CSR and isinstance(body, dict):
                 self._stamp_requester(request, body)
-            created = store.create(rtype, ns, body)
-            return self._json(created, rtype, status=201)
+            if isinstance(body, dict):
+                defaults.apply(rtype.group_resource, body)
+            created = store.create(rtype, ns, body, dry_run=dry)
+            return self._json(created, rtype, status=201, warnings=warnings)
         if request.method == "PUT" and target.name is not None:
             body = await request.json()
+            warnings = self._validate(request, rtype, body)
+            if isinstance(body, dict) and not target.subresource:
+                defaults.apply(rtype.group_resource, body)
             return self._json(store.replace(rtype, ns, target.name, body,
-                                            subresource=target.subresource), rtype)
+                                            subresource=target.subresource, dry_run=dry),
+                              rtype, warnings=warnings)
         if request.method == "PATCH" and target.name is not None:
-            return await self._patch(request, target)
+            return await self._patch(request, target, dry=dry)
         if request.method == "DELETE" and target.name is not None:
-            return self._json(store.delete(rtype, ns, target.name), rtype)
+            options = await request.json() if request.can_read_body else {}
+            # kubectl sends DeleteOptions in the body: {"dryRun": ["All"], ...}
+            dry = dry or "All" in ((options or {}).get("dryRun") or [])
+            if store.require_namespaces and rtype.group_resource == ("", "namespaces") \
+                    and not dry:
+                return self._json(self._delete_namespace(target.name), rtype)
+            if store.graceful_pods and rtype.group_resource == ("", "pods") and not dry:
+                leaving = self._graceful_delete(request, target, options or {})
+                if leaving is not None:
+                    return self._json(leaving, rtype)
+            return self._json(store.delete(rtype, ns, target.name, dry_run=dry), rtype)
         raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
+
+    def _delete_namespace(self, name: str) -> Obj:
+        """As the API server and the namespace controller: the namespace turns
+        ``Terminating`` (no new content; deleting what is in it still works), and a moment
+        later everything in it is deleted, then the namespace."""
+        store, rtype = self.store, self.store.by_plural("namespaces", "")
+        current = store.get(rtype, "", name)
+        if current["metadata"].get("deletionTimestamp"):
+            return current
+        leaving = copy.deepcopy(current)
+        leaving["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        leaving["metadata"].pop("resourceVersion", None)
+        leaving["status"] = {"phase": "Terminating"}
+        result = store.replace(rtype, "", name, leaving, subresource="*", check_version=False)
+        uid = result["metadata"].get("uid")
+
+        def finish() -> None:
+            found = store.objects[("", "namespaces")].get(("", name))
+            if found is None or found["metadata"].get("uid") != uid:
+                return
+            store.empty_namespace(name)
+            store.delete(rtype, "", name)
+
+        asyncio.get_running_loop().call_later(NAMESPACE_FINALIZE_S, finish)
+        return result
+
+    def _graceful_delete(self, request: web.Request, target: Target,
+                         options: Obj) -> Obj | None:
+        """Deleting a running pod, as the API server does it: the pod is marked terminating
+        (``deletionTimestamp`` = now + the grace period, from ``gracePeriodSeconds`` or the
+        pod's ``terminationGracePeriodSeconds``, default 30) and its kubelet stops it and
+        deletes it. None: delete at once (grace 0, an unscheduled or finished pod)."""
+        assert target.name is not None
+        ns, rtype = target.namespace or "", target.rtype
+        pod = self.store.get(rtype, ns, target.name)
+        asked = options.get("gracePeriodSeconds", request.query.get("gracePeriodSeconds"))
+        spec = pod.get("spec") or {}
+        grace = int(asked) if asked is not None else \
+            int(spec.get("terminationGracePeriodSeconds", 30))
+        phase = (pod.get("status") or {}).get("phase")
+        if grace <= 0 or not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+            return None
+        if pod["metadata"].get("deletionTimestamp"):
+            return pod  # already terminating
+        leaving = copy.deepcopy(pod)
+        when = datetime.now(UTC) + timedelta(seconds=grace)
+        leaving["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        leaving["metadata"]["deletionGracePeriodSeconds"] = grace
+        leaving["metadata"].pop("resourceVersion", None)
+        return self.store.replace(rtype, ns, target.name, leaving, subresource="*",
+                                  check_version=False)
 
     def _stamp_requester(self, request: web.Request, body: Obj) -> None:
         """As the API server does on create: the requester's identity, never the client's."""
@@ -236,8 +470,30 @@ class Api:
         spec.pop("uid", None)
 
     @staticmethod
-    def _json(obj: Obj, rtype: ResourceType, status: int = 200) -> web.Response:
-        return web.json_response({**obj, "apiVersion": rtype.api_version}, status=status)
+    def _validate(request: web.Request, rtype: ResourceType, obj: Any) -> list[str]:
+        """Field validation as the API server does it: ``Strict`` refuses unknown fields
+        (400, kubectl's default), ``Warn`` (the server's default) answers them as warnings,
+        ``Ignore`` says nothing. Unknown fields are kept (not pruned) either way."""
+        mode = request.query.get("fieldValidation", "Warn")
+        if mode not in ("Strict", "Warn", "Ignore"):
+            raise ApiError(400, "BadRequest", f"fieldValidation: invalid value {mode!r}: "
+                                              "must be one of Ignore, Warn, Strict")
+        if mode == "Ignore" or not isinstance(obj, dict):
+            return []
+        unknown = [f'unknown field "{f}"' for f in openapi.unknown_fields(obj, rtype)]
+        if unknown and mode == "Strict":
+            raise ApiError(400, "BadRequest",
+                           f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                           f"{rtype.kind}: strict decoding error: {', '.join(unknown)}")
+        return unknown
+
+    @staticmethod
+    def _json(obj: Obj, rtype: ResourceType, status: int = 200,
+              warnings: list[str] | None = None) -> web.Response:
+        response = web.json_response({**obj, "apiVersion": rtype.api_version}, status=status)
+        for text in warnings or []:
+            response.headers.add("Warning", f'299 - "{text.replace(chr(34), chr(92) + chr(34))}"')
+        return response
 
     # ---- verbs ------------------------------------------------------------------------
     def _selected(self, request: web.Request) -> Callable[[Obj], bool]:
@@ -252,17 +508,20 @@ class Api:
         return {"kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
                 "metadata": {"resourceVersion": str(self.store.version)}, "items": items}
 
-    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+    async def _patch(self, request: web.Request, target: Target, *,
+                     dry: bool = False) -> web.Response:
         assert target.name is not None
         ctype = request.content_type
-        body = await request.json()
         rtype, ns = target.rtype, target.namespace or ""
+        if ctype == APPLY:
+            return await self._apply(request, target, dry=dry)
+        body = await request.json()
         self.patches.append(Patch(rtype.plural, ns, target.name, target.subresource, ctype,
                                   body))
         patcher = PATCHERS.get(ctype)
-        builtin = rtype.group in ("", "events.k8s.io", "discovery.k8s.io",
-                                  "coordination.k8s.io", "networking.k8s.io")
-        if patcher is None or (ctype.startswith("application/strategic") and not builtin):
+        # Strategic merge needs the Go types' merge keys: built-in kinds only (CRDs: 415).
+        if patcher is None or (ctype.startswith("application/strategic") and
+                               rtype.crd is not None):
             raise ApiError(415, "UnsupportedMediaType",
                            f"the body of the request was in an unknown format - accepted "
                            f"media types include: {', '.join(PATCHERS)}")
@@ -275,9 +534,54 @@ class Api:
         if not wanted:  # only a version the patch itself names is a precondition
             updated.setdefault("metadata", {})["resourceVersion"] = \
                 current["metadata"]["resourceVersion"]
+        warnings = self._validate(request, rtype, updated)
+        if not target.subresource:
+            defaults.apply(rtype.group_resource, updated)
         result = self.store.replace(rtype, ns, target.name, updated,
-                                    subresource=target.subresource)
-        return self._json(result, rtype)
+                                    subresource=target.subresource, dry_run=dry)
+        return self._json(result, rtype, warnings=warnings)
+
+    async def _apply(self, request: web.Request, target: Target, *,
+                     dry: bool = False) -> web.Response:
+        """Server-side apply, simplified: the applied configuration creates the object or is
+        merged into it (strategic merge for built-in kinds, JSON merge for CRD kinds). Field
+        ownership is not tracked: no conflicts, and a field dropped from the configuration is
+        not removed."""
+        assert target.name is not None
+        rtype, ns = target.rtype, target.namespace or ""
+        try:
+            body = yaml.safe_load(await request.text())
+        except yaml.YAMLError as exc:
+            raise ApiError(400, "BadRequest", f"the applied configuration is not YAML: {exc}")\
+                from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the applied configuration must be an object")
+        if not request.query.get("fieldManager"):
+            raise ApiError(422, "Invalid", "fieldManager: Required value: is required for "
+                                           "apply patch")
+        self.patches.append(Patch(rtype.plural, ns, target.name, target.subresource, APPLY,
+                                  body))
+        current = self.store.objects[rtype.group_resource].get(
+            (ns if rtype.namespaced else "", target.name))
+        warnings = self._validate(request, rtype, body)
+        if current is None:
+            if target.subresource:
+                raise ApiError(404, "NotFound", f'{rtype.plural} "{target.name}" not found')
+            body.setdefault("metadata", {})["name"] = target.name
+            defaults.apply(rtype.group_resource, body)
+            created = self.store.create(rtype, ns, body, dry_run=dry)
+            return self._json(created, rtype, status=201, warnings=warnings)
+        merge = patching.merge_patch if rtype.crd is not None else \
+            patching.strategic_merge_patch
+        updated = merge(current, {k: v for k, v in body.items() if k != "status"}
+                        if not target.subresource else body)
+        updated.setdefault("metadata", {})["resourceVersion"] = \
+            current["metadata"]["resourceVersion"]
+        if not target.subresource:
+            defaults.apply(rtype.group_resource, updated)
+        result = self.store.replace(rtype, ns, target.name, updated,
+                                    subresource=target.subresource, dry_run=dry)
+        return self._json(result, rtype, warnings=warnings)
 
     @staticmethod
     def _scale_of(obj: Obj) -> Obj:
@@ -315,7 +619,8 @@ class Api:
             raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
         return web.json_response(self._scale_of(obj))
 
-    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, target: Target, *,
+                     table: bool = False) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
         selected = self._selected(request)
         bookmarks = request.query.get("allowWatchBookmarks") in TRUE
@@ -340,7 +645,8 @@ class Api:
                 watcher.queue.put_nowait(event)
             deadline = asyncio.get_running_loop().time() + timeout
             await self._stream(request, response, watcher=watcher, target=target,
-                               selected=selected, bookmarks=bookmarks, deadline=deadline)
+                               selected=selected, bookmarks=bookmarks, deadline=deadline,
+                               table=table)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
@@ -349,7 +655,7 @@ class Api:
 
     async def _stream(self, request: web.Request, response: web.StreamResponse, *,
                       watcher: Watcher, target: Target, selected: Callable[[Obj], bool],
-                      bookmarks: bool, deadline: float) -> None:
+                      bookmarks: bool, deadline: float, table: bool = False) -> None:
         loop = asyncio.get_running_loop()
         rtype = target.rtype
         while (left := deadline - loop.time()) > 0:
@@ -382,6 +688,11 @@ class Api:
             if target.namespace is not None and namespace != target.namespace:
                 continue
             if not selected(obj):
+                continue
+            if table:
+                await self._write(response, event.type, tables.table(
+                    rtype, [obj], version=str(event.version),
+                    include=request.query.get("includeObject", "Metadata")))
                 continue
             await self._write(response, event.type, {**obj, "apiVersion": rtype.api_version})
 
@@ -418,7 +729,8 @@ class Api:
         for rtype in sorted(served, key=lambda t: t.plural):
             resources.append({"name": rtype.plural, "singularName": rtype.singular,
                               "namespaced": rtype.namespaced, "kind": rtype.kind,
-                              "verbs": verbs, "shortNames": list(rtype.short_names)})
+                              "verbs": verbs, "shortNames": list(rtype.short_names),
+                              "categories": list(rtype.categories)})
             if rtype.status:
                 resources.append({"name": f"{rtype.plural}/status", "singularName": "",
                                   "namespaced": rtype.namespaced, "kind": rtype.kind,

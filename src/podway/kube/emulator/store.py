@@ -12,6 +12,12 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
 - CustomResourceDefinitions are objects like any other; creating one starts serving its kinds,
   deleting one stops serving them and deletes their objects (with DELETED events).
 - Deletion is immediate (finalizers are not modelled).
+- A dry run (``dry_run=True``, the API's ``dryRun=All``) goes through every rule and the
+  admission hook and answers what would be stored, but stores nothing, bumps no version and
+  tells no watch.
+- With ``require_namespaces`` (the lab), creating a namespaced object in a namespace that does
+  not exist is ``404 NotFound`` (``403`` while it is terminating), as on a real API server,
+  and every new namespace gets its ``default`` ServiceAccount.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+import secrets
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +111,11 @@ class Store:
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self.admit: Admit | None = None
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
+        self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
+        self.graceful_pods = False  # a DELETE of a running pod marks it terminating (the lab)
+        self.tokens: dict[str, tuple[str, str]] = {}  # bearer token → ServiceAccount (ns, name)
+        self.admin_token = f"podway-admin.{secrets.token_urlsafe(24)}"  # not RBAC-checked
+        self.reject_unknown_tokens = False  # 401 for them (TLS mode); else they are the admin
         for rtype in BUILTIN:
             self._serve(rtype)
 
@@ -131,6 +143,12 @@ class Store:
             raise KeyError(f"{plural} is not served (is its CRD installed?)")
         return sorted(found, key=lambda t: (t.group != "", t.group))[0]
 
+    def issue_token(self, namespace: str, name: str) -> str:
+        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``)."""
+        token = f"podway-sa.{secrets.token_urlsafe(24)}"
+        self.tokens[token] = (namespace, name)
+        return token
+
     # ---- reads ------------------------------------------------------------------------
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
         obj = self.objects[rtype.group_resource].get((namespace, name))
@@ -145,7 +163,7 @@ class Store:
 
     # ---- writes -----------------------------------------------------------------------
     def create(self, rtype: ResourceType, namespace: str, obj: Obj, *,
-               keep_status: bool = False) -> Obj:
+               keep_status: bool = False, dry_run: bool = False) -> Obj:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -155,6 +173,14 @@ class Store:
         key = (namespace if rtype.namespaced else "", str(meta["name"]))
         if key in self.objects[rtype.group_resource]:
             raise ApiError(409, "AlreadyExists", f'{rtype.plural} "{key[1]}" already exists')
+        if rtype.namespaced and self.require_namespaces:
+            found = self.objects[("", "namespaces")].get(("", key[0]))
+            if found is None:
+                raise ApiError(404, "NotFound", f'namespaces "{key[0]}" not found')
+            if found["metadata"].get("deletionTimestamp"):
+                raise ApiError(403, "Forbidden", f'{rtype.plural} "{key[1]}" is forbidden: '
+                                                 f"unable to create new content in namespace "
+                                                 f"{key[0]} because it is being terminated")
         if rtype.namespaced:
             meta["namespace"] = key[0]
         else:
@@ -168,10 +194,24 @@ class Store:
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         if self.admit is not None:
             self.admit(rtype, obj, None)
-        return self._commit(rtype, key, "ADDED", obj)
+        if dry_run:
+            return obj
+        created = self._commit(rtype, key, "ADDED", obj)
+        if self.require_namespaces and rtype.group_resource == ("", "namespaces"):
+            self._default_service_account(key[1])
+        return created
+
+    def _default_service_account(self, namespace: str) -> None:
+        """The ServiceAccount controller's work: every namespace has a ``default`` one."""
+        rtype = next(t for t in self._types.values()
+                     if t.group_resource == ("", "serviceaccounts"))
+        if ("", "serviceaccounts") in self.objects and \
+                (namespace, "default") not in self.objects[("", "serviceaccounts")]:
+            self.create(rtype, namespace, {"metadata": {"name": "default"}})
 
     def replace(self, rtype: ResourceType, namespace: str, name: str, new: Obj, *,
-                subresource: str = "", check_version: bool = True) -> Obj:
+                subresource: str = "", check_version: bool = True,
+                dry_run: bool = False) -> Obj:
         """Write ``new`` over the stored object through the main resource or ``/status``."""
         old = self.get(rtype, namespace, name)
         new = copy.deepcopy(new)
@@ -206,18 +246,30 @@ class Store:
             self.admit(rtype, new, old)
         if new == old:
             return old  # a no-op write does not bump the resourceVersion (like the server)
+        if dry_run:
+            return new
         return self._commit(rtype, (namespace if rtype.namespaced else "", name), "MODIFIED",
                             new)
 
     def delete(self, rtype: ResourceType, namespace: str, name: str, *,
-               notify: bool = True) -> Obj:
+               notify: bool = True, dry_run: bool = False) -> Obj:
         old = copy.deepcopy(self.get(rtype, namespace, name))
         key = (namespace if rtype.namespaced else "", name)
+        if dry_run:
+            return old
         if not notify:  # the write happened (the version moves) but no watch hears of it
             self.version += 1
             del self.objects[rtype.group_resource][key]
             return old
         return self._commit(rtype, key, "DELETED", old)
+
+    def empty_namespace(self, namespace: str) -> None:
+        """The namespace controller's work: every object in the namespace goes (with DELETED
+        events), so nothing outlives it."""
+        for rtype in {t.group_resource: t for t in self._types.values() if t.namespaced}.values():
+            store = self.objects.get(rtype.group_resource, {})
+            for key in [k for k in store if k[0] == namespace]:
+                self._commit(rtype, key, "DELETED", copy.deepcopy(store[key]))
 
     def _commit(self, rtype: ResourceType, key: tuple[str, str], kind: str, obj: Obj) -> Obj:
         self.version += 1

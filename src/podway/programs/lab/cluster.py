@@ -1,11 +1,11 @@
-"""What the cluster's controllers decide, as pure functions over API objects: the Deployment
-controller (pods per template), the scheduler (a node per pod) and the EndpointSlice controller.
+"""What the cluster's controllers decide, as pure functions over API objects: the scheduler (a
+node per pod) and the EndpointSlice controller; the workload controllers (Deployments,
+ReplicaSets, DaemonSets) are in ``workloads``.
 
 No I/O here: the daemon reads the store, calls these, and writes what they return; a write that
 changes nothing is a no-op in the store, so calling them again after their own writes settles.
-Simplifications (documented in docs/lab.md): no ReplicaSets (pods belong to the Deployment
-directly; a template change replaces its pods at once), one EndpointSlice per Service.
-Graceful termination: the Deployment controller does not delete a pod, it marks it terminating
+Simplifications (documented in docs/lab.md): one EndpointSlice per Service.
+Graceful termination: a controller does not delete a pod, it marks it terminating
 (``deletionTimestamp`` = now + ``terminationGracePeriodSeconds``, default 30); its endpoint turns
 ``terminating`` and not ready (still ``serving``), and the daemon deletes it when the time
 comes — so load balancers drain it first.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 from typing import Any
 
 Obj = dict[str, Any]
@@ -44,48 +43,8 @@ def template_hash(deploy: Obj) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def owned_by(pod: Obj, deploy: Obj) -> bool:
-    uid = meta(deploy).get("uid")
-    return any(ref.get("uid") == uid for ref in meta(pod).get("ownerReferences") or [])
-
-
 def terminating(pod: Obj) -> bool:
     return bool(meta(pod).get("deletionTimestamp"))
-
-
-def deployment_pods(deploy: Obj, pods: list[Obj]) -> tuple[list[Obj], list[tuple[str, str]]]:
-    """Pods to create and pods to terminate so ``deploy`` has ``replicas`` pods of its
-    template (pods already terminating count for nothing)."""
-    spec = deploy.get("spec") or {}
-    replicas = int(spec.get("replicas", 1))
-    current = template_hash(deploy)
-    mine = sorted((p for p in pods if owned_by(p, deploy) and not terminating(p)), key=_age)
-    stale = [p for p in mine if meta(p).get("labels", {}).get("pod-template-hash") != current]
-    fresh = [p for p in mine if p not in stale]
-    delete = [key(p) for p in stale] + [key(p) for p in fresh[replicas:]][::-1]
-    create = [_new_pod(deploy, current) for _ in range(max(0, replicas - len(fresh)))]
-    return create, delete
-
-
-def _age(pod: Obj) -> tuple[str, int]:
-    return (str(meta(pod).get("creationTimestamp", "")),
-            int(str(meta(pod).get("uid", "0")).split("-")[0], 16))
-
-
-def _new_pod(deploy: Obj, template_id: str) -> Obj:
-    template = (deploy.get("spec") or {}).get("template") or {}
-    tmeta = template.get("metadata") or {}
-    name, ns = meta(deploy)["name"], meta(deploy).get("namespace", "default")
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{template_id[:5]}-{secrets.token_hex(3)[:5]}", "namespace": ns,
-            "labels": {**(tmeta.get("labels") or {}), "pod-template-hash": template_id},
-            "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
-                                 "uid": meta(deploy).get("uid"), "controller": True}]},
-        "spec": json.loads(json.dumps(template.get("spec") or {})),
-        "status": {"phase": "Pending"}}
 
 
 def schedule(pod: Obj, nodes: list[Obj], pods: list[Obj]) -> str | None:
@@ -167,10 +126,3 @@ def endpoint_slice(service: Obj, pods: list[Obj]) -> Obj | None:
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Service",
                                               "name": name, "uid": meta(service).get("uid")}]},
             "addressType": "IPv4", "ports": ports, "endpoints": endpoints}
-
-
-def deployment_status(deploy: Obj, pods: list[Obj]) -> Obj:
-    mine = [p for p in pods if owned_by(p, deploy) and not terminated(p) and not terminating(p)]
-    ready = sum(1 for p in mine if pod_ready(p))
-    return {"observedGeneration": meta(deploy).get("generation", 1), "replicas": len(mine),
-            "updatedReplicas": len(mine), "readyReplicas": ready, "availableReplicas": ready}

@@ -125,10 +125,13 @@ class ControlPlane:
         self._changed = changed
         self._dirty = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
+        # pods/{name}/log: the kubelet's (set by the daemon); None answers "no log here"
+        self.pod_logs: Callable[[str, str, str | None], str | None] = lambda *_: None
         self.emu = self._new()
 
     def _new(self) -> KubeEmulator:
-        emu = KubeEmulator()
+        # As a cluster: no create in a missing namespace; kubectl delete pod terminates it.
+        emu = KubeEmulator(require_namespaces=True, graceful_pod_deletion=True)
         if self.path.exists():
             emu.load(json.loads(self.path.read_text()))
         else:  # a new lab: the Gateway API CRDs first, as a cluster admin would install them
@@ -141,7 +144,11 @@ class ControlPlane:
             emu.install_gateway_api()
         emu.set_admission(self._admit)
         emu.set_on_commit(self._committed)
+        emu.set_pod_logs(self._pod_logs)
         return emu
+
+    def _pod_logs(self, namespace: str, name: str, container: str | None) -> str | None:
+        return self.pod_logs(namespace, name, container)  # late: the daemon sets it after
 
     def _admit(self, rtype: ResourceType, new: Obj, old: Obj | None) -> None:
         if rtype.group_resource == ("", "services"):

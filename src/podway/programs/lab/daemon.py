@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from podway.programs.lab import cluster, kubeproxy, network
+from podway.programs.lab import cluster, kubeproxy, network, workloads
 from podway.programs.lab.controlplane import ControlPlane
 from podway.programs.lab.kubelet import Kubelet
 from podway.programs.lab.plan import ENGINE_GROUPS, NPL_RANGE, VIP, LabPlan, NodePlan
@@ -38,6 +38,7 @@ from podway.programs.lab.state import LabState
 
 log = logging.getLogger("podway.programs.lab.daemon")
 Obj = dict[str, Any]
+GRACE_EXTRA_S = 5  # a kubelet that did not delete its terminating pod by then: do it for it
 SEED_LABEL = "lab.podway.io/seed"  # the first three nodes: the seeds' three workers
 
 
@@ -69,6 +70,7 @@ class Daemon:
         self.supervisor = Supervisor(state)
         self.kubelet = Kubelet(plan=self.plan, supervisor=self.supervisor,
                                emu=lambda: self.cp.emu, changed=self.wake.set)
+        self.cp.pod_logs = self.kubelet.log_of
         self._rules: dict[str, str] = {}
 
     async def run(self, say: Any) -> None:
@@ -149,6 +151,7 @@ class Daemon:
         pod["metadata"]["deletionGracePeriodSeconds"] = grace
         self.cp.emu.put("pods", pod)
         asyncio.get_running_loop().call_later(grace + 1, self.wake.set)
+        asyncio.get_running_loop().call_later(grace + GRACE_EXTRA_S + 1, self.wake.set)
 
     async def _stop(self) -> None:
         for what in ("controller", "engine", *(f"engine-{k}" for k in ENGINE_GROUPS)):
@@ -159,24 +162,76 @@ class Daemon:
         await self.supervisor.stop_all()
         await self.cp.stop()
 
-    async def _reconcile(self) -> None:
+    def _workloads(self) -> None:
+        """Deployments → ReplicaSets → pods and DaemonSets → pods (``workloads``), then the
+        garbage collector: ReplicaSets of deleted Deployments go, pods of deleted owners are
+        terminated (gracefully)."""
         emu = self.cp.emu
         pods = emu.objects("pods")
-        for deploy in emu.objects("deployments"):
-            create, leaving = cluster.deployment_pods(deploy, pods)
+        sets = emu.objects("replicasets")
+        deploys = emu.objects("deployments")
+        for deploy in deploys:
+            mine = [rs for rs in sets if workloads.owned(rs, deploy)]
+            for rs in workloads.rollout(deploy, mine, pods):
+                emu.put("replicasets", rs)
+            for ns, name in workloads.stale_replicasets(deploy, mine, pods):
+                emu.delete("replicasets", ns, name)
+        alive = {cluster.meta(d).get("uid") for d in deploys}
+        for rs in emu.objects("replicasets"):
+            if any(r.get("kind") == "Deployment" and r.get("uid") not in alive
+                   for r in cluster.meta(rs).get("ownerReferences") or []):
+                emu.delete("replicasets", *cluster.key(rs))
+        nodes = emu.objects("nodes")
+        owners = [("ReplicaSet", rs) for rs in emu.objects("replicasets")] + \
+            [("DaemonSet", ds) for ds in emu.objects("daemonsets")]
+        for kind, owner in owners:
+            if kind == "ReplicaSet":
+                create, leaving = workloads.replicaset_pods(owner, pods)
+            else:
+                create, leaving = workloads.daemonset_pods(owner, nodes, pods)
             for pod in create:
                 emu.put("pods", pod)
             for ns, name in leaving:
                 self._terminate(ns, name)
-        owners = {cluster.meta(d).get("uid") for d in emu.objects("deployments")}
-        for pod in emu.objects("pods"):  # garbage collection: pods of deleted Deployments
+        alive = {cluster.meta(o).get("uid") for _, o in owners}
+        for pod in emu.objects("pods"):  # pods of deleted owners (or of no ReplicaSet)
             refs = cluster.meta(pod).get("ownerReferences") or []
-            if any(r.get("kind") == "Deployment" and r.get("uid") not in owners for r in refs):
+            if any(r.get("kind") in ("ReplicaSet", "DaemonSet", "Deployment")
+                   and (r.get("kind") == "Deployment" or r.get("uid") not in alive)
+                   for r in refs):
                 self._terminate(*cluster.key(pod))
+
+    def _workload_status(self) -> None:
+        emu = self.cp.emu
+        pods, nodes = emu.objects("pods"), emu.objects("nodes")
+        sets = emu.objects("replicasets")
+        for rs in sets:
+            status = workloads.replicaset_status(rs, pods)
+            if rs.get("status") != status:
+                emu.put("replicasets", {**rs, "status": status})
+        for deploy in emu.objects("deployments"):
+            mine = [rs for rs in sets if workloads.owned(rs, deploy)]
+            status = workloads.deployment_status(deploy, mine, pods, deploy.get("status"))
+            revision = workloads.deployment_revision(deploy, mine)
+            annotations = deploy["metadata"].get("annotations") or {}
+            if revision is not None and annotations.get(workloads.REVISION) != revision:
+                deploy["metadata"]["annotations"] = {**annotations, workloads.REVISION: revision}
+            elif deploy.get("status") == status:
+                continue
+            emu.put("deployments", {**deploy, "status": status})
+        for ds in emu.objects("daemonsets"):
+            status = workloads.daemonset_status(ds, nodes, pods)
+            if ds.get("status") != status:
+                emu.put("daemonsets", {**ds, "status": status})
+
+    async def _reconcile(self) -> None:
+        emu = self.cp.emu
+        self._workloads()
         now = time.time()
-        for pod in emu.objects("pods"):  # terminating pods whose grace period is over
-            when = cluster.meta(pod).get("deletionTimestamp")
-            if when and _epoch(when) <= now:
+        for pod in emu.objects("pods"):  # terminating pods no kubelet runs, once their grace
+            when = cluster.meta(pod).get("deletionTimestamp")  # is over (the kubelet deletes
+            running = str(cluster.meta(pod).get("uid")) in self.kubelet.runs  # its own)
+            if when and _epoch(when) + (GRACE_EXTRA_S if running else 0) <= now:
                 emu.delete("pods", *cluster.key(pod))
         pods = emu.objects("pods")
         nodes = emu.objects("nodes")
@@ -187,11 +242,8 @@ class Daemon:
                     pod["spec"]["nodeName"] = chosen
                     emu.put("pods", pod)
         await self.kubelet.sync(emu.objects("pods"))
+        self._workload_status()
         pods = emu.objects("pods")
-        for deploy in emu.objects("deployments"):
-            status = cluster.deployment_status(deploy, pods)
-            if deploy.get("status") != status:
-                emu.put("deployments", {**deploy, "status": status})
         services = emu.objects("services")
         wanted: set[tuple[str, str]] = set()
         for svc in services:

@@ -1,6 +1,8 @@
 """The lab's kubelet for every node: a scheduled Pod becomes a network namespace on its node's
 bridge with an address from the node's CIDR, running ``podway.programs.lab.pod`` (echo on every
-declared container port) with the pod's identity; readiness probes decide the ``Ready`` condition.
+declared container port) with the pod's identity; readiness probes decide ``ContainersReady``,
+and ``Ready`` also needs every readiness gate's condition True (``pod_conditions``: conditions
+other writers set, like the controller's ``podway.io/lb-ready``, are kept, never dropped).
 
 Invariants: a pod keeps its namespace and IP for its whole life (a restart of its process, after
 it dies, keeps both, counts ``restartCount`` and clears Ready until the probe passes again);
@@ -22,7 +24,9 @@ import contextlib
 import http.client
 import json
 import logging
+import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -39,13 +43,14 @@ from podway.programs.agent.netns import single_thread
 from podway.programs.lab import container as ctr
 from podway.programs.lab import container_volumes as vol
 from podway.programs.lab import network
-from podway.programs.lab.cluster import key, meta, terminated
+from podway.programs.lab.cluster import key, meta, terminated, terminating
 from podway.programs.lab.plan import LabPlan, NodePlan
 from podway.programs.lab.processes import Supervisor
 
 log = logging.getLogger("podway.programs.lab.kubelet")
 Obj = dict[str, Any]
 PROBE_TIMEOUT_S = 1.0
+LOG_LIMIT = 1 << 20  # kubectl logs reads at most the last MiB of a pod's output
 
 
 def container_ports(pod: Obj) -> list[tuple[int, str]]:
@@ -87,6 +92,53 @@ def probe_once(ip: str, probe: Obj, ports: list[tuple[int, str]]) -> bool:
     return True  # exec probes are not run in the lab: they count as passing
 
 
+def pre_stop(pod: Obj) -> Obj | None:
+    """The first container's ``lifecycle.preStop`` handler, if any (lab pods are one
+    process: one hook)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        hook = (container.get("lifecycle") or {}).get("preStop")
+        if hook:
+            return dict(hook)
+    return None
+
+
+KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+
+
+def pod_conditions(pod: Obj, *, containers_ready: bool) -> list[Obj]:
+    """The pod's conditions as the kubelet writes them: its own four, and every condition
+    other writers set (a readiness gate's, e.g. ``podway.io/lb-ready``) kept as they are.
+    ``Ready`` is True only when the containers are ready and every ``readinessGates``
+    condition is True; a transition time moves only when the status does."""
+    old = (pod.get("status") or {}).get("conditions") or []
+    others = [c for c in old if c.get("type") not in KUBELET_CONDITIONS]
+    gates = [str(g.get("conditionType")) for g in
+             (pod.get("spec") or {}).get("readinessGates") or []]
+    passed = {str(c.get("type")) for c in others if c.get("status") == "True"}
+    missing = [g for g in gates if g not in passed]
+
+    def cond(kind: str, ok: bool, reason: str = "", message: str = "") -> Obj:
+        status = "True" if ok else "False"
+        before: Obj = next((c for c in old if c.get("type") == kind), {})
+        since = before.get("lastTransitionTime") if before.get("status") == status \
+            else _now()
+        out: Obj = {"type": kind, "status": status, "lastTransitionTime": since}
+        if reason:
+            out.update(reason=reason, message=message)
+        return out
+
+    if not containers_ready:
+        ready = cond("Ready", False, "ContainersNotReady", "containers with unready status")
+    elif missing:
+        ready = cond("Ready", False, "ReadinessGatesNotReady",
+                     f"the status of pod readiness gate{'s' * (len(missing) > 1)} "
+                     f"\"{', '.join(missing)}\" is not \"True\", but False")
+    else:
+        ready = cond("Ready", True)
+    return [cond("PodScheduled", True), cond("Initialized", True),
+            cond("ContainersReady", containers_ready), ready, *others]
+
+
 @dataclass
 class PodRun:
     uid: str
@@ -107,6 +159,7 @@ class PodRun:
     restarts: int = 0
     prober: asyncio.Task[None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: asyncio.Task[None] | None = None  # the pod is terminating (``_terminate``)
 
     @property
     def what(self) -> str:
@@ -176,6 +229,9 @@ class Kubelet:
                 await self._start_containers(self.runs[uid], pod, self._image)
         for uid, pod in wanted.items():
             run = self.runs.get(uid)
+            if run is not None and terminating(pod) and run.stopping is None:
+                run.stopping = asyncio.create_task(self._terminate(run, pod),
+                                                   name=f"lab-stop-{run.what}")
             if run is not None:
                 self._publish(run, pod)
 
@@ -298,8 +354,61 @@ class Kubelet:
                 async with asyncio.timeout(period if probe else 3600):
                     await run.wake.wait()
 
+    async def _terminate(self, run: PodRun, pod: Obj) -> None:
+        """Stop a terminating pod as the kubelet does: its ``preStop`` hook first (bounded by
+        the grace period; the pod serves meanwhile), then SIGTERM, SIGKILL once the grace
+        period (``metadata.deletionGracePeriodSeconds``, else the spec's
+        ``terminationGracePeriodSeconds``, default 30) is over, plus the 2 s the kubelet adds
+        when the hook used it all; then the pod object is deleted (the kubelet's final
+        delete)."""
+        loop = asyncio.get_running_loop()
+        grace = float(meta(pod).get("deletionGracePeriodSeconds")
+                      or (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        deadline = loop.time() + grace
+        hook = pre_stop(pod)
+        if hook is not None:
+            try:
+                async with asyncio.timeout(grace):
+                    await self._hook(run, hook)
+            except TimeoutError:
+                deadline += 2.0
+            except Exception:  # a failing hook is logged; termination goes on (as upstream)
+                log.exception("preStop hook of %s failed", run.what)
+        run.up = run.ready = False
+        self.changed()
+        await self.supervisor.terminate(run.what, grace=max(0.1, deadline - loop.time()))
+        await self.supervisor.stop(run.what, grace=0.1)  # SIGKILL if the grace is over
+        current = self.emu().get("pods", run.namespace, run.name)
+        if current is not None and str(meta(current).get("uid")) == run.uid:
+            self.emu().delete("pods", run.namespace, run.name)
+
+    async def _hook(self, run: PodRun, hook: Obj) -> None:
+        """One lifecycle handler: ``sleep``, ``httpGet`` (to the pod, from its node) or
+        ``exec`` (the command in the pod's network namespace: lab pods have no image)."""
+        if "sleep" in hook:
+            await asyncio.sleep(float((hook["sleep"] or {}).get("seconds", 0)))
+        elif "httpGet" in hook:
+            await asyncio.get_running_loop().run_in_executor(
+                self._thread(run.node), probe_once, run.ip, {"httpGet": hook["httpGet"]},
+                run.ports)
+        elif "exec" in hook:
+            command = [str(c) for c in (hook["exec"] or {}).get("command") or []]
+            if command:
+                proc = await asyncio.create_subprocess_exec(
+                    "ip", "netns", "exec", run.netns, *command,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
+                try:
+                    await proc.wait()
+                finally:  # cut short at the grace period: the hook's whole group goes
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await proc.wait()
+
     async def _remove(self, run: PodRun) -> None:
         self.runs.pop(run.uid, None)
+        if run.stopping is not None and run.stopping is not asyncio.current_task():
+            await cancel_and_wait(run.stopping)
         if run.prober is not None:
             await cancel_and_wait(run.prober)
         await self.supervisor.stop(run.what, grace=2.0)
@@ -322,21 +431,11 @@ class Kubelet:
         if pod is None or str(meta(pod).get("uid")) != run.uid or listed is None:
             return
         old = pod.get("status") or {}
-        ready = "True" if run.ready else "False"
-
-        def cond(kind: str, status: str) -> Obj:
-            before: Obj = next((c for c in old.get("conditions") or []
-                                if c.get("type") == kind), {})
-            since = before.get("lastTransitionTime") if before.get("status") == status \
-                else _now()
-            return {"type": kind, "status": status, "lastTransitionTime": since}
-
         containers = (pod.get("spec") or {}).get("containers") or [{"name": "main"}]
         status = {
             "phase": "Running", "hostIP": run.node.ip, "hostIPs": [{"ip": run.node.ip}],
             "podIP": run.ip, "podIPs": [{"ip": run.ip}], "startTime": run.started_at,
-            "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"),
-                           cond("ContainersReady", ready), cond("Ready", ready)],
+            "conditions": pod_conditions(pod, containers_ready=run.ready),
             "containerStatuses": [{
                 "name": c.get("name", "main"), "image": c.get("image", "podway-echo"),
                 "ready": run.ready, "restartCount": run.restarts, "started": run.up,
@@ -346,6 +445,22 @@ class Kubelet:
                 for c in containers]}
         if status != old:
             self.emu().put("pods", {**pod, "status": status})
+
+    def log_of(self, namespace: str, name: str, container: str | None = None) -> str | None:
+        """``kubectl logs``: what the pod's process wrote (stdout and stderr, every run of it,
+        the last MiB); None for a pod this kubelet does not run. Lab pods are one process, so
+        every container name reads the same output."""
+        run = next((r for r in self.runs.values()
+                    if (r.namespace, r.name) == (namespace, name)), None)
+        if run is None:
+            return None
+        path = self.supervisor.log_path(run.what)
+        try:
+            with open(path, "rb") as log_file:
+                log_file.seek(max(0, path.stat().st_size - LOG_LIMIT))
+                return log_file.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     async def close(self) -> None:
         for run in list(self.runs.values()):

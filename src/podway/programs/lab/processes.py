@@ -3,7 +3,7 @@
 Every process is recorded in the state folder (``pids/<what>``) while it runs, so ``lab down``
 finds it even if the daemon is gone; a process that exits is started again after a backoff
 (0.2 s doubling to 5 s) until ``stop``; stopping sends SIGTERM, then SIGKILL after a grace.
-Output goes to ``logs/<what>.log``; a caller may read stdout lines instead (``on_line``).
+Output goes to ``logs/<what>.log``; a caller may also read stdout lines (``on_line``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from podway.base.tasks import cancel_and_wait
 from podway.programs.lab.state import LabState
@@ -67,8 +68,11 @@ class Supervisor:
             if item.on_start is not None:
                 item.on_start()
             if item.on_line is not None and proc.stdout is not None:
-                async for raw in proc.stdout:
-                    item.on_line(raw.decode(errors="replace").strip())
+                with open(logfile, "ab") as out:  # noqa: ASYNC230 (stdout kept in the log too)
+                    async for raw in proc.stdout:
+                        out.write(raw)
+                        out.flush()
+                        item.on_line(raw.decode(errors="replace").strip())
             code = await proc.wait()
             self.state.forget(item.what)
             item.pid = None
@@ -80,6 +84,23 @@ class Supervisor:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
             item.restarts += 1
+
+    def log_path(self, what: str) -> Path:
+        return self.state.logs / f"{what}.log"
+
+    async def terminate(self, what: str, *, grace: float) -> None:
+        """SIGTERM, and wait up to ``grace`` for the exit (no restart after it); the record
+        stays, so a ``stop`` after it (or instead of its end, if cancelled) still kills."""
+        item = self.running.get(what)
+        proc = None if item is None else item.proc
+        if item is None or proc is None or proc.returncode is not None:
+            return
+        item.stopping = True
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await proc.wait()
 
     async def stop(self, what: str, *, grace: float = 5.0) -> None:
         item = self.running.pop(what, None)

@@ -1,10 +1,10 @@
-"""The lab's controllers as pure decisions: Deployment pods, scheduling, EndpointSlices."""
+"""The lab's controllers as pure decisions: scheduling, EndpointSlices, draining pods."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from podway.programs.lab import cluster
+from podway.programs.lab import cluster, workloads
 from tests import builders
 
 Obj = dict[str, Any]
@@ -23,12 +23,6 @@ def pod(name: str, node_name: str = "", *, ip: str = "", ready: bool = False,
         kind_fields=False)
     raw["spec"]["nodeSelector"] = selector or {}
     return raw
-
-
-def deployment(replicas: int) -> Obj:
-    return {"metadata": {"name": "web", "namespace": "default", "uid": "d-1"},
-            "spec": {"replicas": replicas, "template": {
-                "metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}}
 
 
 def test_scheduler_spreads_by_load_and_honours_node_selector() -> None:
@@ -52,29 +46,15 @@ def test_four_replicas_on_three_nodes_put_two_on_one_node() -> None:
     assert counts == [1, 1, 2]
 
 
-def test_deployment_creates_missing_and_deletes_newest_extra_pods() -> None:
-    """Scaling up creates owned pods of the template; down deletes the newest first."""
-    create, delete = cluster.deployment_pods(deployment(2), [])
-    assert len(create) == 2
-    assert delete == []
-    assert create[0]["metadata"]["ownerReferences"][0]["uid"] == "d-1"
-    made = []
-    for i, p in enumerate(create):
-        p["metadata"]["uid"] = f"{i + 1:08x}-0"
-        p["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
-        made.append(p)
-    create, delete = cluster.deployment_pods(deployment(1), made)
-    assert create == []
-    assert delete == [("default", made[1]["metadata"]["name"])]
-
-
 def test_terminating_pods_are_replaced_and_drained_not_counted() -> None:
     """A terminating pod counts for no replica (a new one is made), is not terminated twice,
     and its endpoint is terminating, not ready, still serving."""
     leaving = pod("a", "n1", ip="198.18.1.2", ready=True)
-    leaving["metadata"]["ownerReferences"] = [{"uid": "d-1"}]
+    leaving["metadata"]["ownerReferences"] = [{"uid": "rs-1"}]
     leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    create, delete = cluster.deployment_pods(deployment(1), [leaving])
+    rs = {"metadata": {"name": "web-1", "namespace": "default", "uid": "rs-1"},
+          "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "web"}}}}}
+    create, delete = workloads.replicaset_pods(rs, [leaving])
     assert len(create) == 1
     assert delete == []
     svc = {"metadata": {"name": "web", "namespace": "default"},
