@@ -102,11 +102,15 @@ class L2Bed:
         holders = self.holders()
         return holders[0] if len(holders) == 1 else None
 
-    def load(self) -> subprocess.Popen[str]:
-        """Two loops of new-connection requests to the VIP from the client, 1 s timeout."""
-        return subprocess.Popen(["ip", "netns", "exec", self.ns["client"], sys.executable, LOAD,
-                                 VIP, "8080", "2", "close", "1"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    def load(self) -> tuple[subprocess.Popen[str], Path]:
+        """Two loops of new-connection requests to the VIP from the client, 1 s timeout; their
+        results go to a file (a pipe read only at the end would fill and stall the loops)."""
+        out = self.dir / "load.jsonl"
+        with out.open("w") as sink:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.ns["client"], sys.executable,
+                                     LOAD, VIP, "8080", "2", "close", "1"], stdin=subprocess.PIPE,
+                                    stdout=sink, text=True, start_new_session=True)
+        return proc, out
 
     def ask(self) -> str:
         out = sh("curl", "-s", "-m", "1", f"http://{VIP}:8080/", ns=self.ns["client"],
@@ -173,7 +177,7 @@ async def test_a_graceful_stop_hands_the_vip_over_without_a_failed_request(bed: 
     await eventually(lambda: bed.owner() is not None, within=15)
     first = bed.owner()
     assert first is not None
-    load = bed.load()
+    load, written = bed.load()
     try:
         await asyncio.sleep(1.0)
         speaker = bed.speaker(first)
@@ -182,13 +186,15 @@ async def test_a_graceful_stop_hands_the_vip_over_without_a_failed_request(bed: 
         assert speaker.returncode == 0
         await asyncio.sleep(1.0)
     finally:
-        out, _ = load.communicate("", timeout=30)
-    results = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        load.communicate("", timeout=30)
+    results = [json.loads(line) for line in written.read_text().splitlines()
+               if line.startswith("{")]
     failed = [r for r in results if not r["ok"]]
     answered = {r["who"] for r in results if r["ok"]}
     print(f"\nL2 hand-over: {len(results)} requests, {len(failed)} failed, answered by "
           f"{sorted(answered)}")
     assert results
+    assert results[-1]["t0"] - results[0]["t0"] > 2  # the loop ran through the whole stop
     assert failed == []
     assert answered == set(ENGINES)
     assert bed.owner() != first
