@@ -54,7 +54,8 @@ from types import TracebackType
 from aiohttp import web
 
 from podway.kube.emulator.resources import ResourceType, gateway_api_crd
-from podway.kube.emulator.server import Api, Fault, Patch, User, Write
+from podway.kube.emulator.server import Api
+from podway.kube.emulator.server_types import Fault, Patch, User, Write
 from podway.kube.emulator.store import Admit, ApiError, Obj, Store
 from podway.kube.emulator.tls import serving_context
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS

@@ -13,7 +13,6 @@ import asyncio
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,98 +22,32 @@ from aiohttp import web
 from podway.kube import selectors
 from podway.kube.emulator import defaults, openapi, patching, rbac, tables
 from podway.kube.emulator.resources import ResourceType
-from podway.kube.emulator.store import ApiError, Event, Obj, Store, Watcher
-
-PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
-    "application/merge-patch+json": patching.merge_patch,
-    "application/json-patch+json": patching.json_patch,
-    "application/strategic-merge-patch+json": patching.strategic_merge_patch,
-}
-NAMESPACE_FINALIZE_S = 1.0  # a deleted namespace's content goes this long after (cluster mode)
-APPLY = "application/apply-patch+yaml"  # server-side apply (``_apply``)
-TRUE = ("true", "1", "True")
-SCALABLE = {("apps", "deployments")}  # kinds with a ``scale`` subresource (kubectl scale)
-EXTRA_SUBRESOURCES = {(("", "pods"), "log"), (("", "serviceaccounts"), "token")}
-REVIEWS = {("authorization.k8s.io", "selfsubjectaccessreviews"),
-           ("authentication.k8s.io", "selfsubjectreviews")}  # answered, never stored
-PodLogs = Callable[[str, str, str | None], str | None]  # (namespace, pod, container) → text
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What a request path names."""
-
-    rtype: ResourceType
-    namespace: str | None  # None: across all namespaces (or cluster-scoped)
-    name: str | None
-    subresource: str
+from podway.kube.emulator.server_discovery import DiscoveryMixin
+from podway.kube.emulator.server_extras import ExtrasMixin
+from podway.kube.emulator.server_types import (
+    ANONYMOUS,
+    APPLY,
+    CSR,
+    EXTRA_SUBRESOURCES,
+    NAMESPACE_FINALIZE_S,
+    PATCHERS,
+    REVIEWS,
+    SCALABLE,
+    TRUE,
+    Fault,
+    Patch,
+    PodLogs,
+    Target,
+    User,
+    Write,
+    _dry_run,
+    status_body,
+)
+from podway.kube.emulator.server_watch import WatchMixin
+from podway.kube.emulator.store import ApiError, Obj, Store
 
 
-@dataclass(frozen=True, slots=True)
-class Patch:
-    """One PATCH request as received (tests assert on them)."""
-
-    plural: str
-    namespace: str
-    name: str
-    subresource: str
-    content_type: str
-    body: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Write:
-    """One write request (create, update, patch, delete) and the client's User-Agent: tests
-    tell controller replicas apart by it."""
-
-    agent: str
-    verb: str
-    plural: str
-    namespace: str
-    name: str
-    subresource: str
-
-
-@dataclass(slots=True)
-class Fault:
-    """An injected failure: the next ``times`` matching requests get ``status``."""
-
-    status: int
-    method: str | None
-    plural: str | None
-    times: int
-    retry_after: int | None
-
-
-def _dry_run(request: web.Request) -> bool:
-    """``dryRun=All`` (the only value the API server knows); anything else is 400."""
-    values = request.query.getall("dryRun", [])
-    if any(v != "All" for v in values):
-        raise ApiError(400, "BadRequest", f"dryRun: Unsupported value: {values[0]!r}: "
-                                          'supported values: "All"')
-    return bool(values)
-
-
-def status_body(code: int, reason: str, message: str) -> Obj:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    """Who a bearer token authenticates as (``KubeEmulator.add_user``): what the real API
-    server stamps on a CertificateSigningRequest (``spec.username``, ``groups``, ``extra``)."""
-
-    username: str
-    groups: tuple[str, ...] = ()
-    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-
-ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
-CSR = ("certificates.k8s.io", "certificatesigningrequests")
-
-
-class Api:
+class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
     """The request handlers over one ``Store``."""
 
     def __init__(self, store: Store) -> None:
@@ -233,64 +166,6 @@ class Api:
                             bindings=objects("rolebindings"),
                             cluster_bindings=objects("clusterrolebindings"))
 
-    def _review(self, body: Obj, rtype: ResourceType, user: rbac.User | None) -> Obj:
-        """A SelfSubjectAccessReview (``kubectl auth can-i``) or SelfSubjectReview
-        (``kubectl auth whoami``), answered for the caller."""
-        body = dict(body)
-        if rtype.plural == "selfsubjectreviews":
-            who = user or rbac.User("lab-admin", ("system:masters", "system:authenticated"))
-            body["status"] = {"userInfo": {"username": who.name, "groups": list(who.groups)}}
-            return body
-        spec = body.get("spec") or {}
-        asked = spec.get("resourceAttributes")
-        if user is None:
-            allowed, reason = True, "the lab's administrator (no credentials)"
-        elif asked is None:  # nonResourceAttributes: discovery-like paths are open
-            allowed, reason = True, "non-resource paths are open to authenticated users"
-        else:
-            attrs = rbac.Attributes(
-                verb=str(asked.get("verb", "")), group=str(asked.get("group", "")),
-                resource=str(asked.get("resource", "")),
-                subresource=str(asked.get("subresource", "")),
-                namespace=str(asked.get("namespace", "")), name=str(asked.get("name", "")))
-            allowed = self._allowed(user, attrs)
-            reason = "allowed by RBAC" if allowed else ""
-        body["status"] = {"allowed": allowed, **({"reason": reason} if reason else {})}
-        return body
-
-    async def _log(self, request: web.Request, target: Target) -> web.StreamResponse:
-        """``pods/{name}/log``: the pod process's output (``follow=true`` streams it)."""
-        assert target.name is not None
-        ns, name = target.namespace or "", target.name
-        pod = self.store.get(target.rtype, ns, name)
-        container = request.query.get("container")
-        if self.pod_logs is None:
-            raise ApiError(400, "BadRequest", f'pod "{name}" has no log here')
-        text = self.pod_logs(ns, name, container) or ""
-        tail = request.query.get("tailLines")
-        if tail and tail.isdigit():
-            text = "".join(text.splitlines(keepends=True)[-int(tail):]) if int(tail) else ""
-        if request.query.get("follow") not in TRUE:
-            return web.Response(text=text, content_type="text/plain")
-        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        await response.prepare(request)
-        sent = len(self.pod_logs(ns, name, container) or "")
-        await response.write(text.encode())
-        uid = pod["metadata"].get("uid")
-        try:
-            while True:
-                await asyncio.sleep(0.2)
-                current = self.store.objects[target.rtype.group_resource].get((ns, name))
-                if current is None or current["metadata"].get("uid") != uid:
-                    break
-                now = self.pod_logs(ns, name, container) or ""
-                if len(now) > sent:
-                    await response.write(now[sent:].encode())
-                    sent = len(now)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        return response
-
     def _target(self, group: str, version: str, rest: list[str]) -> Target:
         namespace: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
@@ -328,29 +203,9 @@ class Api:
                     user: rbac.User | None = None) -> web.StreamResponse:
         store, rtype = self.store, target.rtype
         ns = target.namespace or ""
-        if target.subresource == "scale":
-            return await self._scale(request, target)
-        if target.subresource == "log" and request.method == "GET":
-            return await self._log(request, target)
-        if target.subresource == "token" and request.method == "POST":
-            assert target.name is not None
-            store.get(rtype, ns, target.name)  # 404 for an unknown ServiceAccount
-            body = await request.json()
-            token = store.issue_token(ns, target.name)
-            return web.json_response({**body, "apiVersion": "authentication.k8s.io/v1",
-                                      "kind": "TokenRequest",
-                                      "status": {"token": token,
-                                                 "expirationTimestamp": "2099-01-01T00:00:00Z"}},
-                                     status=201)
-        if target.subresource in ("log", "token"):
-            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
-        if rtype.group_resource in REVIEWS:
-            if request.method != "POST":
-                raise ApiError(405, "MethodNotAllowed", "only create is supported")
-            body = await request.json()
-            return web.json_response({**self._review(body, rtype, user),
-                                      "apiVersion": rtype.api_version, "kind": rtype.kind},
-                                     status=201)
+        special = await self._subresource(request, target, user)
+        if special is not None:
+            return special
         dry = _dry_run(request)
         table = tables.wants_table(request.headers.get("Accept", ""))
         include = request.query.get("includeObject", "Metadata")
@@ -583,164 +438,4 @@ class Api:
                                     subresource=target.subresource, dry_run=dry)
         return self._json(result, rtype, warnings=warnings)
 
-    @staticmethod
-    def _scale_of(obj: Obj) -> Obj:
-        meta = obj["metadata"]
-        labels = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                "metadata": {k: meta[k] for k in ("name", "namespace", "uid",
-                                                  "resourceVersion") if k in meta},
-                "spec": {"replicas": int((obj.get("spec") or {}).get("replicas", 1))},
-                "status": {"replicas": int((obj.get("status") or {}).get("replicas", 0)),
-                           "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))}}
-
-    async def _scale(self, request: web.Request, target: Target) -> web.Response:
-        """``deployments/{name}/scale``: read or set ``spec.replicas`` (kubectl scale)."""
-        assert target.name is not None
-        rtype, ns = target.rtype, target.namespace or ""
-        obj = self.store.get(rtype, ns, target.name)
-        if request.method in ("PUT", "PATCH"):
-            body = await request.json()
-            if request.method == "PATCH":
-                patcher = PATCHERS.get(request.content_type)
-                if patcher is None:
-                    raise ApiError(415, "UnsupportedMediaType", "unknown patch type")
-                body = patcher(self._scale_of(obj), body)
-            try:
-                replicas = int(body["spec"]["replicas"])
-            except (KeyError, TypeError, ValueError):
-                raise ApiError(422, "Invalid", "spec.replicas: Required value") from None
-            if replicas < 0:
-                raise ApiError(422, "Invalid", "spec.replicas: must be >= 0")
-            updated = copy.deepcopy(obj)
-            updated.setdefault("spec", {})["replicas"] = replicas
-            obj = self.store.replace(rtype, ns, target.name, updated)
-        elif request.method != "GET":
-            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
-        return web.json_response(self._scale_of(obj))
-
-    async def _watch(self, request: web.Request, target: Target, *,
-                     table: bool = False) -> web.StreamResponse:
-        store, rtype = self.store, target.rtype
-        selected = self._selected(request)
-        bookmarks = request.query.get("allowWatchBookmarks") in TRUE
-        timeout = float(request.query.get("timeoutSeconds") or 1800)
-        since = request.query.get("resourceVersion", "")
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
-        watcher = Watcher(rtype.group_resource)
-        store.watchers.add(watcher)  # before reading the backlog: nothing falls in between
-        try:
-            if since in ("", "0"):
-                backlog = [Event(store.version, "ADDED", rtype.group_resource, o)
-                           for o in store.items(rtype, target.namespace)]
-            else:
-                try:
-                    backlog = store.since(rtype.group_resource, int(since))
-                except ApiError as exc:
-                    await self._write(response, "ERROR",
-                                      status_body(exc.code, exc.reason, exc.message))
-                    return response
-            for event in backlog:
-                watcher.queue.put_nowait(event)
-            deadline = asyncio.get_running_loop().time() + timeout
-            await self._stream(request, response, watcher=watcher, target=target,
-                               selected=selected, bookmarks=bookmarks, deadline=deadline,
-                               table=table)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            store.watchers.discard(watcher)
-        return response
-
-    async def _stream(self, request: web.Request, response: web.StreamResponse, *,
-                      watcher: Watcher, target: Target, selected: Callable[[Obj], bool],
-                      bookmarks: bool, deadline: float, table: bool = False) -> None:
-        loop = asyncio.get_running_loop()
-        rtype = target.rtype
-        while (left := deadline - loop.time()) > 0:
-            wait = left if self.bookmark_interval is None else min(left,
-                                                                    self.bookmark_interval)
-            try:  # not wait_for: on 3.11 it loses a cancel that meets an event (podway.base.tasks)
-                async with asyncio.timeout(wait):
-                    event = await watcher.queue.get()
-            except TimeoutError:
-                if self.bookmark_interval is not None and bookmarks and loop.time() < deadline:
-                    event = Event(self.store.version, "BOOKMARK", watcher.resource, {})
-                else:
-                    return
-            if event.type == "BREAK":  # drop the connection mid-stream, no clean end
-                if request.transport is not None:
-                    request.transport.close()
-                return
-            if event.type == "GONE":
-                body = status_body(410, "Expired", "too old resource version")
-                await self._write(response, "ERROR", body)
-                return
-            if event.type == "BOOKMARK":
-                if bookmarks:
-                    await self._write(response, "BOOKMARK", {
-                        "kind": rtype.kind, "apiVersion": rtype.api_version,
-                        "metadata": {"resourceVersion": str(event.version)}})
-                continue
-            obj = event.obj
-            namespace = (obj.get("metadata") or {}).get("namespace", "")
-            if target.namespace is not None and namespace != target.namespace:
-                continue
-            if not selected(obj):
-                continue
-            if table:
-                await self._write(response, event.type, tables.table(
-                    rtype, [obj], version=str(event.version),
-                    include=request.query.get("includeObject", "Metadata")))
-                continue
-            await self._write(response, event.type, {**obj, "apiVersion": rtype.api_version})
-
-    @staticmethod
-    async def _write(response: web.StreamResponse, kind: str, obj: Obj) -> None:
-        await response.write((json.dumps({"type": kind, "object": obj}) + "\n").encode())
-
     # ---- discovery --------------------------------------------------------------------
-    def _versions(self) -> dict[str, list[str]]:
-        groups: dict[str, list[str]] = {}
-        for rtype in self.store.types():
-            if rtype.group and rtype.version not in groups.setdefault(rtype.group, []):
-                groups[rtype.group].append(rtype.version)
-        return groups
-
-    def _group(self, name: str) -> Obj:
-        versions = self._versions().get(name)
-        if not versions:
-            raise ApiError(404, "NotFound", f"the server could not find the group {name}")
-        entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
-        return {"kind": "APIGroup", "apiVersion": "v1", "name": name, "versions": entries,
-                "preferredVersion": entries[0]}
-
-    def _group_list(self) -> Obj:
-        return {"kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [self._group(name) for name in sorted(self._versions())]}
-
-    def _resource_list(self, group: str, version: str) -> Obj:
-        served = [t for t in self.store.types() if t.group == group and t.version == version]
-        if not served:
-            raise ApiError(404, "NotFound", f"the server could not find {group}/{version}")
-        verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
-        resources: list[Obj] = []
-        for rtype in sorted(served, key=lambda t: t.plural):
-            resources.append({"name": rtype.plural, "singularName": rtype.singular,
-                              "namespaced": rtype.namespaced, "kind": rtype.kind,
-                              "verbs": verbs, "shortNames": list(rtype.short_names),
-                              "categories": list(rtype.categories)})
-            if rtype.status:
-                resources.append({"name": f"{rtype.plural}/status", "singularName": "",
-                                  "namespaced": rtype.namespaced, "kind": rtype.kind,
-                                  "verbs": ["get", "patch", "update"]})
-            if rtype.group_resource in SCALABLE:
-                resources.append({"name": f"{rtype.plural}/scale", "singularName": "",
-                                  "namespaced": rtype.namespaced, "kind": "Scale",
-                                  "group": "autoscaling", "version": "v1",
-                                  "verbs": ["get", "patch", "update"]})
-        gv = f"{group}/{version}" if group else version
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
-                "resources": resources}
-
