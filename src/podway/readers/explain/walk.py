@@ -62,6 +62,7 @@ from podway.readers.explain.model import (
 )
 from podway.readers.explain.pools import Health, persistence_note, pool_view, summary, unique
 from podway.readers.explain.query import Query
+from podway.readers.explain.shares import drawn_shares, split
 from podway.readers.explain.tls import by_sni, sni_chains, sni_owner
 from podway.readers.explain.words import (
     filter_text,
@@ -336,10 +337,19 @@ class _Walk(AccessChecks):
         self.filters = tuple(filter_text(f) for f in chosen.filters)
         for text in self.filters:
             self.step("filter", Mark.INFO, text)
-        refused = self.refused_by_filters(chosen)
+        shares = drawn_shares(vhost.routes, chosen, request)
+        if len(shares) > 1:
+            self.step("route", Mark.INFO, "a share of the requests (one random draw per "
+                      "request): " + ", ".join(f"{r.name} {fraction * 100:.0f} %"
+                                               for r, fraction in shares))
+            return split([(self._route_verdict(r), fraction) for r, fraction in shares])
+        return self._route_verdict(chosen)
+
+    def _route_verdict(self, route: Route) -> Verdict:
+        refused = self.refused_by_filters(route)
         if refused is not None:
             return refused
-        return self.asked_first(chosen, self._action(chosen))
+        return self.asked_first(route, self._action(route))
 
     def _action(self, route: Route) -> Verdict:
         action = route.action
