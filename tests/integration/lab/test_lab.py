@@ -252,7 +252,10 @@ def test_compare_reports_the_modes_side_by_side(lab: RunningLab, tmp_path: objec
         assert modes[row]["failed"] == 0, modes[row]
         assert modes[row]["p99_us"] is not None
         assert modes[row]["engine_cpu_per_connection_us"] is not None
-        assert len(modes[row]["share"]) == 4  # every pod answered
+        # The proxies balance in turn: every pod answers. The kernel engine draws a member at
+        # random per connection (numgen), so over this handful of connections a pod may get
+        # none (CI once saw 10/7/3/0): at least two pods must answer.
+        assert len(modes[row]["share"]) >= (2 if row == "l4-kernel" else 4), modes[row]
     # A proxy works per connection in its own process; the kernel DNATs in softirq.
     assert modes["l4-kernel"]["engine_cpu_per_connection_us"] < \
         modes["l4-envoy"]["engine_cpu_per_connection_us"]
