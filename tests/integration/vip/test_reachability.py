@@ -131,6 +131,17 @@ async def test_backup_binds_the_vip_before_it_holds_it() -> None:
 WITHDRAW_WAIT = 12  # seconds `podway vip announce` keeps running after withdrawing
 
 
+async def announce_instead(bed: Bed, eng: str, *flags: str) -> subprocess.Popen[bytes]:
+    """Hand engine1's announcement over from the bed's speaker to `podway vip announce` with
+    ``flags`` (once the bed's route is gone)."""
+    await bed.speakers.pop(eng).stop()
+    await bed.wait_for(lambda: bed.next_hops() == 1, 10, "engine1's route gone")
+    return bed.spawn(eng, [
+        sys.executable, "-m", "podway", "vip", "announce", "--router-id", "198.18.51.2",
+        "--local-as", "65001", "--neighbor", "198.18.51.1:65000", "--vip", f"{bed.vip}/32",
+        "--workdir", str(bed.dir / "announce"), *flags])
+
+
 async def test_podway_vip_announce_follows_health_and_withdraws_before_exiting() -> None:
     """`podway vip announce` (the command, BIRD under it) announces while the health URL
     answers, withdraws when it stops answering, and on SIGTERM withdraws, waits, then exits."""
@@ -141,13 +152,8 @@ async def test_podway_vip_announce_follows_health_and_withdraws_before_exiting()
     try:
         await bed.open()
         eng = bed.engines[0]
-        await bed.speakers.pop(eng).stop()  # hand engine1 over to the command
-        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "engine1's route gone")
-        proc = bed.spawn(eng, [
-            sys.executable, "-m", "podway", "vip", "announce", "--router-id", "198.18.51.2",
-            "--local-as", "65001", "--neighbor", "198.18.51.1:65000", "--vip", f"{bed.vip}/32",
-            "--workdir", str(bed.dir / "announce"), "--withdraw-wait", str(WITHDRAW_WAIT),
-            "--health-url", f"http://{bed.vip}:{PORT}/healthz"])
+        proc = await announce_instead(bed, eng, "--withdraw-wait", str(WITHDRAW_WAIT),
+                                      "--health-url", f"http://{bed.vip}:{PORT}/healthz")
         await bed.wait_for(lambda: bed.next_hops() == 2, 20, "announced by the command")
         echo = next(p for p in bed.processes(eng) if "echo" in p.args)  # type: ignore[operator]
         os.killpg(echo.pid, signal.SIGKILL)  # Envoy's backend dies: /healthz fails, unhealthy
@@ -178,14 +184,8 @@ async def test_announcements_reach_the_router_with_their_community(tmp_path: Pat
     bed = Bed("bgp")
     try:
         await bed.open()
-        eng = bed.engines[0]
-        await bed.speakers.pop(eng).stop()
-        await bed.wait_for(lambda: bed.next_hops() == 1, 10, "engine1's route gone")
-        bed.spawn(eng, [
-            sys.executable, "-m", "podway", "vip", "announce", "--router-id", "198.18.51.2",
-            "--local-as", "65001", "--neighbor", "198.18.51.1:65000", "--vip", f"{bed.vip}/32",
-            "--workdir", str(bed.dir / "announce"), "--community", "65001:42",
-            "--aggregation-length", "24"])
+        await announce_instead(bed, bed.engines[0], "--community", "65001:42",
+                               "--aggregation-length", "24")
         covering = bed.vip.rsplit(".", 1)[0] + ".0/24"
 
         def routes() -> str:  # birdc exits non-zero while the route is not there yet

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -195,16 +196,7 @@ def to_gateway(
         gateway_name=gateway_name, gateway_namespace=gateway_namespace,
         gateway_class=gateway_class, http_port=http_port, https_port=https_port,
         nginx=check_nginx_config("--nginx-config", nginx_config)))
-    text = dump(result.objects)
-    if output is None:
-        typer.echo(text, nl=False)
-    else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"--output {output}: {error.strerror or error}") from None
-    for note in result.notes:
-        typer.echo(f"note: {note}", err=True)
+    _emit(dump(result.objects), output, result.notes)
     typer.echo(f"{len(result.objects)} objects; {len(result.notes)} things not carried over"
                + (" (listed above)" if result.notes else ""), err=True)
 
@@ -236,7 +228,12 @@ def from_metallb(
     result = convert(items)
     if not result.objects:
         raise ConfigError(f"no MetalLB IPAddressPool in {source}")
-    text = dump(result.objects)
+    _emit(dump(result.objects), output, result.notes)
+
+
+def _emit(text: str, output: Path | None, notes: Sequence[object]) -> None:
+    """The converted YAML to ``output`` (None: stdout), then one ``note:`` line per note on
+    stderr."""
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -244,5 +241,5 @@ def from_metallb(
             output.write_text(text, encoding="utf-8")
         except OSError as error:
             raise ConfigError(f"--output {output}: {error.strerror or error}") from None
-    for note in result.notes:
+    for note in notes:
         typer.echo(f"note: {note}", err=True)
