@@ -91,8 +91,14 @@ class Membership:
     dead_after_s: float
     heard: dict[str, tuple[float, Heartbeat]] = field(default_factory=dict)
 
-    def hear(self, beat: Heartbeat, at: float) -> None:
+    def hear(self, beat: Heartbeat, at: float) -> bool:
+        """Take ``beat`` unless it is not newer than the last one of its sender (a replayed
+        heartbeat would keep a dead host alive until it is ``MAX_AGE_S`` old)."""
+        last = self.heard.get(beat.node)
+        if last is not None and beat.sent <= last[1].sent:
+            return False
         self.heard[beat.node] = (at, beat)
+        return True
 
     def candidates(self, now: float) -> set[str]:
         """Peers alive (heard within ``dead_after_s``), healthy and not leaving."""

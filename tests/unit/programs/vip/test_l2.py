@@ -50,12 +50,24 @@ def test_the_election_spreads_vips_and_moves_only_a_dead_host_s() -> None:
     assert owner(VIPS[0], []) is None
 
 
+def test_a_replayed_heartbeat_is_not_taken() -> None:
+    """Only a heartbeat newer than its sender's last counts: a captured one sent again (within
+    the 5 s window the signature check allows) cannot keep a dead host alive."""
+    members = Membership(dead_after_s=0.6)
+    beat = Heartbeat("a", healthy=True, sent=100.0)
+    assert members.hear(beat, at=10.0)
+    assert not members.hear(beat, at=10.7)
+    assert members.candidates(10.8) == set()
+    assert members.hear(Heartbeat("a", healthy=True, sent=100.2), at=10.8)
+    assert members.candidates(10.8) == {"a"}
+
+
 def test_membership_drops_the_silent_the_unhealthy_and_the_leaving() -> None:
     members = Membership(dead_after_s=0.6)
-    members.hear(Heartbeat("a", healthy=True), at=10.0)
-    members.hear(Heartbeat("b", healthy=False), at=10.0)
-    members.hear(Heartbeat("c", healthy=True, leaving=True), at=10.0)
-    members.hear(Heartbeat("d", healthy=True), at=9.0)
+    members.hear(Heartbeat("a", healthy=True, sent=1.0), at=10.0)
+    members.hear(Heartbeat("b", healthy=False, sent=1.0), at=10.0)
+    members.hear(Heartbeat("c", healthy=True, leaving=True, sent=1.0), at=10.0)
+    members.hear(Heartbeat("d", healthy=True, sent=1.0), at=9.0)
     assert members.candidates(10.5) == {"a"}
     assert members.candidates(10.7) == set()
 
