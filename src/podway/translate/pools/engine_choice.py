@@ -6,7 +6,8 @@ and only sets ``Listener.engine``:
 * a TCP or UDP listener whose every pool belongs to a Service annotated
   ``podway.io/engine: kernel`` is served by the kernel engine (nftables DNAT,
   ``podway.kernel``) — when it needs nothing a proxy does (``podway.ir.engines``);
-* otherwise it stays with Envoy, and each Service that asked for the kernel is told why in one
+* otherwise it stays with the proxy engine (Envoy, or HAProxy for its group), and each
+  Service that asked for the kernel is told why in one
   ``UnsupportedValue`` warning naming the feature (TLS, PROXY protocol, HTTP, a listener shared
   with a Service that did not ask): never silently different serving;
 * no annotation: the default engine (``TranslateOptions.l4_engine``: Envoy, or the kernel
@@ -78,7 +79,8 @@ def apply_engine(snapshot: Snapshot, listeners: list[Listener], pools: dict[str,
     for ref, reason in why:
         problems.append(Problem(
             ref=ref, reason=Reason.UNSUPPORTED_VALUE, severity=Severity.WARNING, field=_FIELD,
-            message=f"{ENGINE_ANNOTATION}: kernel cannot serve {reason}; Envoy serves it"))
+            message=f"{ENGINE_ANNOTATION}: kernel cannot serve {reason}; "
+                    "the proxy engine of its group (Envoy or HAProxy) serves it"))
     return out, problems
 
 
