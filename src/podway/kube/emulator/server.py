@@ -130,20 +130,26 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
     def _user(self, request: web.Request) -> rbac.User | None:
         """The ServiceAccount a token the emulator issued names; None (admin) without
         credentials, with the administrator's token (``KubeEmulator.admin_token``), or with any
-        other credential unless unknown tokens are refused (TLS mode: 401)."""
+        other credential unless unknown tokens are refused (TLS mode: 401). An administrator
+        may act as someone else (``kubectl --as``, ``--as-group``): the
+        ``Impersonate-User``/``Impersonate-Group`` headers, then RBAC applies to that user."""
         header = request.headers.get("Authorization", "")
-        if not header:
-            return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() == "bearer" and (token.strip() == self.store.admin_token
-                                           or token.strip() in self.users):
-            return None  # the administrator, or a user of add_user (not RBAC-checked)
-        account = self.store.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
-        if account is None:
-            if not self.store.reject_unknown_tokens:
-                return None  # plain HTTP: kubeconfigs carry placeholder tokens; admin
-            raise ApiError(401, "Unauthorized", "Unauthorized")
-        return rbac.User.service_account(*account)
+        if header:
+            scheme, _, token = header.partition(" ")
+            token = token.strip() if scheme.lower() == "bearer" else ""
+            if token and (token == self.store.admin_token or token in self.users):
+                pass  # the administrator, or a user of add_user (not RBAC-checked)
+            elif (account := self.store.token_account(token) if token else None) is not None:
+                user = rbac.User.service_account(*account)
+                if request.headers.get("Impersonate-User"):  # no impersonate rule here
+                    raise ApiError(403, "Forbidden", rbac.forbidden_message(user, rbac.Attributes(
+                        verb="impersonate", group="", resource="users",
+                        name=request.headers["Impersonate-User"])))
+                return user
+            elif self.store.reject_unknown_tokens:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+        return rbac.impersonated(request.headers.get("Impersonate-User", ""),
+                                 tuple(request.headers.getall("Impersonate-Group", ())))
 
     @staticmethod
     def _verb_of(request: web.Request, target: Target) -> str:

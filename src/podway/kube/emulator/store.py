@@ -23,7 +23,10 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import hashlib
+import hmac
 import itertools
 import secrets
 from collections import Counter
@@ -113,7 +116,9 @@ class Store:
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
         self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
         self.graceful_pods = False  # a DELETE of a running pod marks it terminating (the lab)
-        self.tokens: dict[str, tuple[str, str]] = {}  # bearer token → ServiceAccount (ns, name)
+        # ServiceAccount tokens are signed with this key (``token_account`` checks them), so
+        # they stay valid across a restart that keeps the key, as a cluster's do.
+        self.token_key = secrets.token_bytes(32)
         self.admin_token = f"podway-admin.{secrets.token_urlsafe(24)}"  # not RBAC-checked
         self.reject_unknown_tokens = False  # 401 for them (TLS mode); else they are the admin
         for rtype in BUILTIN:
@@ -144,10 +149,23 @@ class Store:
         return sorted(found, key=lambda t: (t.group != "", t.group))[0]
 
     def issue_token(self, namespace: str, name: str) -> str:
-        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``)."""
-        token = f"podway-sa.{secrets.token_urlsafe(24)}"
-        self.tokens[token] = (namespace, name)
-        return token
+        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``):
+        ``podway-sa.<namespace>.<name>.<nonce>.<HMAC-SHA256 of the rest>``."""
+        body = f"podway-sa.{namespace}.{name}.{secrets.token_urlsafe(12)}"
+        return f"{body}.{self._sign(body)}"
+
+    def token_account(self, token: str) -> tuple[str, str] | None:
+        """The ServiceAccount (namespace, name) a token this store signed names, else None."""
+        body, _, mac = token.rpartition(".")
+        if not body.startswith("podway-sa.") or not hmac.compare_digest(mac, self._sign(body)):
+            return None
+        namespace, _, rest = body.removeprefix("podway-sa.").partition(".")
+        name = rest.rpartition(".")[0]  # a ServiceAccount's name may hold dots
+        return (namespace, name) if namespace and name else None
+
+    def _sign(self, body: str) -> str:
+        digest = hmac.new(self.token_key, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     # ---- reads ------------------------------------------------------------------------
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
