@@ -9,13 +9,15 @@ Prints the release's manifest on stdout; a failure is one line on stderr and exi
 """
 
 import asyncio
+import importlib
 import json
 import os
 import sys
 
 
 async def main() -> None:
-    import helm_sdkpy  # type: ignore[import-not-found,unused-ignore]
+    # Not a dependency of Podway: it lives only in the helper interpreter that runs this.
+    helm_sdkpy = importlib.import_module("helm_sdkpy")
 
     chart, kubeconfig, namespace, values = sys.argv[1:5]
     config = helm_sdkpy.Configuration(namespace=namespace, kubeconfig=kubeconfig)
