@@ -83,3 +83,36 @@ async def test_service_account_tokens_outlive_a_restart_with_the_same_key() -> N
     assert again._store.token_account(token) == ("shop", "reader.v1")
     assert KubeEmulator(tls=True)._store.token_account(token) is None
     assert again._store.token_account(token[:-2] + "xx") is None
+
+
+async def test_a_csr_made_with_a_pod_token_names_its_service_account_and_node() -> None:
+    """The API server stamps a CertificateSigningRequest with the requester: for a pod's
+    bound token, its ServiceAccount and node (``authentication.kubernetes.io/node-name``), which
+    the controller's NodePortLocal key check relies on (it saw ``system:anonymous``)."""
+    import aiohttp
+
+    async with KubeEmulator() as emu:
+        emu.put("clusterroles", {"metadata": {"name": "csr"}, "rules": [
+            {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"],
+             "verbs": ["create"]}]})
+        emu.put("clusterrolebindings", {
+            "metadata": {"name": "csr"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "csr"},
+            "subjects": [{"kind": "ServiceAccount", "name": "podway-agent",
+                          "namespace": "podway"}]})
+        token = emu.issue_token("podway", "podway-agent", node="lab-node-2")
+        csr = {"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+               "metadata": {"name": "npl"},
+               "spec": {"request": "", "signerName": "podway.io/npl", "username": "forged",
+                        "usages": ["digital signature"]}}
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{emu.url}/apis/certificates.k8s.io/v1/certificatesigningrequests", json=csr,
+                headers={"Authorization": f"Bearer {token}"}) as resp:
+            assert resp.status == 201, await resp.text()
+        stored = emu.get("certificatesigningrequests", "", "npl")
+        assert stored is not None
+        assert stored["spec"]["username"] == "system:serviceaccount:podway:podway-agent"
+        assert "system:serviceaccounts:podway" in stored["spec"]["groups"]
+        assert stored["spec"]["extra"] == {"authentication.kubernetes.io/node-name":
+                                           ["lab-node-2"]}

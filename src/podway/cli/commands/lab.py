@@ -87,7 +87,10 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
        install: Annotated[bool, typer.Option(
            "--install", help="Install Podway's Helm chart into the lab (from the image: "
                              "--image, default build/podway-image.tar) instead of running "
-                             "the lab's own controller, engine and agents.")] = False) -> None:
+                             "the lab's own controller, engine and agents.")] = False,
+       install_engine: Annotated[str, typer.Option(
+           help="With --install: the engine group's engine (envoy, haproxy or kernel).")
+       ] = "envoy") -> None:
     """Build the lab: fabric, nodes, edge, client; start its control plane, agents, controller
     and engine (or, with --install, install the chart)."""
     from rich.console import Console
@@ -101,6 +104,9 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     image = _image_for(image, install=install)
+    if install_engine not in ("envoy", "haproxy", "kernel"):
+        raise ConfigError(f"--install-engine must be envoy, haproxy or kernel, not "
+                          f"{install_engine!r}")
     state = _state(name, state_dir)
     leftovers = network.namespaces(plan.prefix)
     if state.exists() or leftovers:
@@ -131,7 +137,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                 from podway.programs.lab.container import archive_tag as tag_of
                 from podway.programs.lab.install import install as install_chart
 
-                install_chart(state, plan, tag_of(image), say=step)
+                install_chart(state, plan, tag_of(image), engine=install_engine, say=step)
     except BaseException:
         _down(name, state_dir, say=lambda _: None)
         raise

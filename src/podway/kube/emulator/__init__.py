@@ -222,9 +222,10 @@ class KubeEmulator:
         self._store.admin_token = admin_token
         self._store.token_key = token_key
 
-    def issue_token(self, namespace: str, service_account: str) -> str:
-        """A bearer token for a ServiceAccount: requests with it are authorized by RBAC."""
-        return self._store.issue_token(namespace, service_account)
+    def issue_token(self, namespace: str, service_account: str, *, node: str = "") -> str:
+        """A bearer token for a ServiceAccount: requests with it are authorized by RBAC; bound
+        to ``node`` (a pod's token) it names that node in what the API server stamps."""
+        return self._store.issue_token(namespace, service_account, node=node)
 
     def set_on_commit(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback()`` after every write (the lab schedules a save)."""

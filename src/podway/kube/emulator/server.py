@@ -45,6 +45,7 @@ from podway.kube.emulator.server_types import (
 )
 from podway.kube.emulator.server_watch import WatchMixin
 from podway.kube.emulator.store import ApiError, Obj, Store
+from podway.kube.npl_keys import NODE_EXTRA as NODE_NAME_EXTRA
 
 
 class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
@@ -317,10 +318,17 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
                                   check_version=False)
 
     def _stamp_requester(self, request: web.Request, body: Obj) -> None:
-        """As the API server does on create: the requester's identity, never the client's."""
+        """As the API server does on create: the requester's identity, never the client's —
+        a user of ``add_user``, or the ServiceAccount of a token the emulator signed (a pod's
+        token also names its node in ``extra``, as a bound token does)."""
         auth = request.headers.get("Authorization", "")
-        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        token = auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else ""
         user = self.users.get(token, ANONYMOUS)
+        claims = self.store.token_claims(token) if token and user is ANONYMOUS else None
+        if claims is not None:
+            account = rbac.User.service_account(claims["ns"], claims["sa"])
+            user = User(account.name, account.groups[:-1], (
+                (NODE_NAME_EXTRA, (claims["node"],)),) if claims.get("node") else ())
         spec = body.setdefault("spec", {})
         if not isinstance(spec, dict):
             raise ApiError(422, "Invalid", "spec: must be an object")

@@ -28,6 +28,7 @@ import copy
 import hashlib
 import hmac
 import itertools
+import json
 import secrets
 from collections import Counter
 from collections.abc import Callable
@@ -148,20 +149,29 @@ class Store:
             raise KeyError(f"{plural} is not served (is its CRD installed?)")
         return sorted(found, key=lambda t: (t.group != "", t.group))[0]
 
-    def issue_token(self, namespace: str, name: str) -> str:
-        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``):
-        ``podway-sa.<namespace>.<name>.<nonce>.<HMAC-SHA256 of the rest>``."""
-        body = f"podway-sa.{namespace}.{name}.{secrets.token_urlsafe(12)}"
+    def issue_token(self, namespace: str, name: str, *, node: str = "") -> str:
+        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``), bound to
+        ``node`` when given (a pod's token: the API server then stamps
+        ``authentication.kubernetes.io/node-name``): ``podway-sa.<claims>.<HMAC-SHA256>``."""
+        claims = {"ns": namespace, "sa": name, "nonce": secrets.token_urlsafe(9),
+                  **({"node": node} if node else {})}
+        body = "podway-sa." + base64.urlsafe_b64encode(
+            json.dumps(claims, sort_keys=True).encode()).decode().rstrip("=")
         return f"{body}.{self._sign(body)}"
 
-    def token_account(self, token: str) -> tuple[str, str] | None:
-        """The ServiceAccount (namespace, name) a token this store signed names, else None."""
+    def token_claims(self, token: str) -> dict[str, str] | None:
+        """What a token this store signed says (``ns``, ``sa``, maybe ``node``), else None."""
         body, _, mac = token.rpartition(".")
         if not body.startswith("podway-sa.") or not hmac.compare_digest(mac, self._sign(body)):
             return None
-        namespace, _, rest = body.removeprefix("podway-sa.").partition(".")
-        name = rest.rpartition(".")[0]  # a ServiceAccount's name may hold dots
-        return (namespace, name) if namespace and name else None
+        raw = body.removeprefix("podway-sa.")
+        claims = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        return {str(k): str(v) for k, v in claims.items()}
+
+    def token_account(self, token: str) -> tuple[str, str] | None:
+        """The ServiceAccount (namespace, name) a token this store signed names, else None."""
+        claims = self.token_claims(token)
+        return None if claims is None else (claims["ns"], claims["sa"])
 
     def _sign(self, body: str) -> str:
         digest = hmac.new(self.token_key, body.encode(), hashlib.sha256).digest()

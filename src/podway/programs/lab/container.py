@@ -134,15 +134,16 @@ def _run(*argv: str) -> str:
 
 # ---- the pod's view: pure functions over the pod, its container and the image ----
 
-def process_args(container: Obj, image: Obj) -> list[str]:
+def process_args(container: Obj, image: Obj, env: dict[str, str] | None = None) -> list[str]:
     """Kubernetes' rule: ``command`` replaces ENTRYPOINT (and drops CMD unless ``args``),
-    ``args`` replaces CMD."""
+    ``args`` replaces CMD; ``$(VAR)`` in ``command`` and ``args`` is the container's variable
+    (``env``: what the pod spec and the cluster define, not the image), ``$$`` a ``$``."""
     entry = list(image.get("Entrypoint") or [])
     cmd = list(image.get("Cmd") or [])
     if container.get("command"):
-        entry, cmd = [str(a) for a in container["command"]], []
+        entry, cmd = [_expand(str(a), env or {}) for a in container["command"]], []
     if container.get("args") is not None:
-        cmd = [str(a) for a in container["args"]]
+        cmd = [_expand(str(a), env or {}) for a in container["args"]]
     argv = entry + cmd
     if not argv:
         raise ContainerError(f"container {container.get('name')!r}: no command and the image "
@@ -292,7 +293,10 @@ def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, s
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False, "user": {"uid": uid, "gid": gid, "additionalGids": extra},
-            "args": process_args(container, image.config),
+            "args": process_args(container, image.config, dict(
+                line.split("=", 1) for line in environment(
+                    pod, container, {}, objs, pod_ip=pod_ip, host_ip=host_ip,
+                    cluster=cluster_env))),
             "env": environment(pod, container, image.config, objs, pod_ip=pod_ip,
                                host_ip=host_ip, cluster=cluster_env),
             "cwd": str(container.get("workingDir") or image.config.get("WorkingDir") or "/"),

@@ -58,11 +58,11 @@ def helm_python() -> Path:
                              "Python >= 3.12 with helm-sdkpy (or let ./dev make .venv-helm)")
 
 
-def values(tag: str) -> Obj:
+def values(tag: str, engine: str = "envoy") -> Obj:
     return {
         "image": {"repository": "podway", "tag": tag, "pullPolicy": "Never"},
         "controller": {"replicas": 2, "tlsSecret": XDS_SECRET},
-        "engineGroups": [{"name": "edge", "engine": "envoy", "replicas": 1,
+        "engineGroups": [{"name": "edge", "engine": engine, "replicas": 1,
                           "nodeSelector": {EDGE_LABEL: "true"}, "tlsSecret": ENGINE_SECRET,
                           "concurrency": 1, "onlyItsObjects": False,
                           "secondChance": {"pair": [], "ports": [80, 443], "peerUrl": ""}}],
@@ -108,11 +108,12 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
     network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
 
 
-def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART) -> str:
+def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART,
+                 engine: str = "envoy") -> str:
     """``helm install podway`` of ``chart`` into the lab; the release's manifest."""
     done = subprocess.run(
         [str(python), str(HELPER), str(chart), str(state.kubeconfig), NAMESPACE,
-         json.dumps(values(tag))], capture_output=True, text=True, check=False, timeout=300,
+         json.dumps(values(tag, engine))], capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "HELM_DRIVER": "memory"})
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["failed"]
@@ -120,12 +121,12 @@ def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART
     return done.stdout
 
 
-def install(state: LabState, plan: LabPlan, tag: str, *,
+def install(state: LabState, plan: LabPlan, tag: str, *, engine: str = "envoy",
             say: Callable[[str], None] = lambda _: None) -> str:
     python = helm_python()
     say("install: namespace, certificates, edge node")
     prepare(LabApi.of(state), plan, state.pki)
     say("install: helm install podway (deploy/helm/podway)")
-    manifest = helm_install(state, tag, python=python)
+    manifest = helm_install(state, tag, python=python, engine=engine)
     (state.root / "install.yaml").write_text(manifest)
     return manifest

@@ -292,13 +292,13 @@ class Kubelet:
     def _refresh_hosts(self) -> None:
         """Rewrite (in place: the containers bind the file) each container pod's /etc/hosts
         when the Services' names or addresses changed."""
-        services = self.emu().objects("services")
+        services, slices = self.emu().objects("services"), self.emu().objects("endpointslices")
         for run in self.runs.values():
             path = self.supervisor.state.containers / run.uid / "etc" / "hosts"
             pod = self.emu().get("pods", run.namespace, run.name)
             if not run.containers or pod is None or not path.exists():
                 continue
-            text = podenv.hosts(pod, run.ip, services)
+            text = podenv.hosts(pod, run.ip, services, slices)
             if path.read_text() != text:
                 path.write_text(text)
 
@@ -307,7 +307,7 @@ class Kubelet:
         ns, name = str(meta(pod).get("namespace", "default")), podenv.service_account(pod)
         if not podenv.automount(pod, self.emu().get("serviceaccounts", ns, name)):
             return None
-        return self.emu().issue_token(ns, name)
+        return self.emu().issue_token(ns, name, node=str(pod["spec"].get("nodeName", "")))
 
     async def _start_containers(self, run: PodRun, pod: Obj, image: ctr.Image) -> None:
         state = self.supervisor.state

@@ -9,8 +9,9 @@
 - cluster names without a DNS server: ``/etc/hosts`` lists every Service's ClusterIP as
   ``name.ns.svc.cluster.local``, ``name.ns.svc``, ``name.ns`` and, in the pod's own namespace,
   ``name`` (what a resolver's search list would find); the kubelet rewrites the file in place
-  when Services change, so names made after the pod started resolve too. Headless Services and
-  ExternalName ones are not listed (no DNS answers them in the lab either).
+  when Services or endpoints change, so names made after the pod started resolve too. A
+  headless Service's name lists its ready endpoints' addresses (what DNS answers for it);
+  ExternalName Services are not listed.
 
 Pure but for ``write_files``, which makes the credential files under the pod's folder.
 """
@@ -75,20 +76,34 @@ def service_env() -> dict[str, str]:
             "KUBERNETES_PORT_443_TCP_ADDR": KUBERNETES_IP}
 
 
-def hosts(pod: Obj, pod_ip: str, services: list[Obj]) -> str:
-    """The pod's /etc/hosts: itself, then every Service's ClusterIP under its cluster names."""
+def _ready_addresses(service: Obj, slices: list[Obj]) -> list[str]:
+    """A headless Service's answer: the addresses of its ready endpoints."""
+    ns, name = service["metadata"].get("namespace", "default"), service["metadata"]["name"]
+    return sorted({a for sl in slices
+                   if sl["metadata"].get("namespace", "default") == ns
+                   and (sl["metadata"].get("labels") or {}).get(
+                       "kubernetes.io/service-name") == name
+                   for ep in sl.get("endpoints") or []
+                   if (ep.get("conditions") or {}).get("ready", True)
+                   for a in ep.get("addresses") or []})
+
+
+def hosts(pod: Obj, pod_ip: str, services: list[Obj], slices: list[Obj] | None = None) -> str:
+    """The pod's /etc/hosts: itself, then every Service under its cluster names: its
+    ClusterIP, or for a headless one each ready endpoint's address (a line each, in order)."""
     meta = pod.get("metadata") or {}
     name, own_ns = str(meta.get("name", "pod")), str(meta.get("namespace", "default"))
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost", f"{pod_ip}\t{name}"]
     for svc in sorted(services, key=lambda s: (s["metadata"].get("namespace", ""),
                                                s["metadata"]["name"])):
         ip = (svc.get("spec") or {}).get("clusterIP")
-        if not ip or ip == "None":
+        if not ip:
             continue
+        addresses = _ready_addresses(svc, slices or []) if ip == "None" else [ip]
         svc_name, ns = svc["metadata"]["name"], svc["metadata"].get("namespace", "default")
         names = [f"{svc_name}.{ns}.svc.{CLUSTER_DOMAIN}", f"{svc_name}.{ns}.svc",
                  f"{svc_name}.{ns}", *([svc_name] if ns == own_ns else [])]
-        lines.append(f"{ip}\t{' '.join(names)}")
+        lines.extend(f"{address}\t{' '.join(names)}" for address in addresses)
     return "\n".join(lines) + "\n"
 
 

@@ -116,6 +116,8 @@ def test_the_token_is_mounted_unless_the_pod_or_its_account_says_no(tmp_path: Pa
 
 
 def test_hosts_names_every_service_and_short_names_in_the_pods_namespace() -> None:
+    """ClusterIPs under every cluster name; a headless Service (the chart's ``podway-xds``)
+    as its ready endpoints' addresses; ExternalName not at all."""
     services = [
         {"metadata": {"name": "podway-xds", "namespace": "podway"},
          "spec": {"clusterIP": "198.19.128.9"}},
@@ -124,11 +126,18 @@ def test_hosts_names_every_service_and_short_names_in_the_pods_namespace() -> No
         {"metadata": {"name": "headless", "namespace": "podway"}, "spec": {"clusterIP": "None"}},
         {"metadata": {"name": "outside", "namespace": "podway"},
          "spec": {"type": "ExternalName", "externalName": "example.org"}}]
-    text = podenv.hosts(pod(), "198.18.1.5", services)
+    slices = [{"metadata": {"name": "headless-x", "namespace": "podway",
+                            "labels": {"kubernetes.io/service-name": "headless"}},
+               "endpoints": [{"addresses": ["198.18.2.4"], "conditions": {"ready": True}},
+                             {"addresses": ["198.18.1.9"], "conditions": {"ready": False}},
+                             {"addresses": ["198.18.1.3"], "conditions": {"ready": True}}]}]
+    text = podenv.hosts(pod(), "198.18.1.5", services, slices)
+    headless = "headless.podway.svc.cluster.local headless.podway.svc headless.podway headless"
     assert text.splitlines() == [
         "127.0.0.1\tlocalhost", "::1\tlocalhost", "198.18.1.5\tengine-1",
         f"{KUBERNETES_IP}\tkubernetes.default.svc.cluster.local kubernetes.default.svc "
         "kubernetes.default",
+        f"198.18.1.3\t{headless}", f"198.18.2.4\t{headless}",
         "198.19.128.9\tpodway-xds.podway.svc.cluster.local podway-xds.podway.svc "
         "podway-xds.podway podway-xds"]
     assert "search podway.svc.cluster.local svc.cluster.local cluster.local" in \
