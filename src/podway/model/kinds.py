@@ -18,7 +18,13 @@ from enum import StrEnum
 from podway.model.base import K8sObject
 from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Secret, Service
 from podway.model.gateway import GROUP as GATEWAY_GROUP
-from podway.model.gateway import BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
+from podway.model.gateway import (
+    BackendTLSPolicy,
+    Gateway,
+    GatewayClass,
+    ListenerSet,
+    ReferenceGrant,
+)
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.networking import Ingress, IngressClass
 from podway.model.policy import PODWAY_GROUP, BackendLBPolicy, TrafficPolicy
@@ -95,6 +101,7 @@ TABLE: tuple[Kind, ...] = (
     Kind(model=Namespace, group="", plural="namespaces", versions=("v1",), namespaced=False),
     _gateway(GatewayClass, "gatewayclasses", ("v1", "v1beta1"), namespaced=False),
     _gateway(Gateway, "gateways", ("v1", "v1beta1")),
+    _gateway(ListenerSet, "listenersets", ("v1",)),
     _gateway(HTTPRoute, "httproutes", ("v1", "v1beta1"), role=Role.ROUTE),
     _gateway(GRPCRoute, "grpcroutes", ("v1",), role=Role.ROUTE),
     _gateway(TLSRoute, "tlsroutes", ("v1alpha2",), role=Role.ROUTE),

@@ -164,8 +164,9 @@ def info_signature(info: GatewayInfo) -> tuple[object, ...]:
             tuple(info.extra_addresses),
             tuple((ls.spec, ls.index, ls.protocol, ls.kinds, ls.accepted, ls.resolved,
                    ls.conflicted, tuple(ls.certificates), tuple(ls.warnings), ls.blocked,
-                   ls.unbound)
-                  for ls in info.listeners))
+                   ls.unbound, ls.owner)
+                  for ls in info.listeners),
+            tuple((s.obj, s.attached) for s in info.sets))
 
 
 def adopt(kept: Mapping[tuple[str, str], GatewayInfo],

@@ -31,7 +31,7 @@ from podway.translate.core.status import (
 from podway.translate.gateway.attach import ParentOutcome
 from podway.translate.gateway.backendtls import PolicyOutcome
 from podway.translate.gateway.httproute import Issue
-from podway.translate.gateway.listeners import GatewayInfo, GwListener
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, SetInfo
 from podway.translate.gateway.refs import RefIssue
 
 #: The Gateway API version whose feature names (``pkg/features``) and CRDs Podway targets.
@@ -87,6 +87,7 @@ class ConditionType(StrEnum):
     CONFLICTED = "Conflicted"
     PARTIALLY_INVALID = "PartiallyInvalid"
     INSECURE_FRONTEND = "InsecureFrontendValidationMode"
+    ATTACHED_LISTENER_SETS = "AttachedListenerSets"
 
 
 def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
@@ -103,7 +104,7 @@ def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None) -> O
 
 
 def listener_status(ls: GwListener) -> ListenerStatus:
-    gen = ls.gateway.metadata.generation
+    gen = ls.generation
     accepted = ls.accepted
     if accepted.ok and ls.conflicted is not None:
         accepted = ls.conflicted
@@ -125,24 +126,29 @@ def listener_status(ls: GwListener) -> ListenerStatus:
                     _cond(ConditionType.CONFLICTED, conflicted, gen)))
 
 
+def gateway_accepted(info: GatewayInfo) -> Verdict:
+    """The Gateway's ``Accepted`` (its own listeners decide ``ListenersNotValid``)."""
+    own = info.own
+    valid = [ls for ls in own if ls.accepted.ok and ls.conflicted is None]
+    issue = info.address_issue
+    if info.class_issue:
+        return Verdict(False, Reason.INVALID, info.class_issue)
+    if issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
+        return Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
+    if len(valid) < len(own):
+        return Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
+                       f"{len(own) - len(valid)} of {len(own)} listeners are not valid")
+    return Verdict(True, Reason.ACCEPTED, "gateway accepted")
+
+
 def gateway_status(info: GatewayInfo) -> ObjectStatus:
     gw: Gateway = info.gateway
     gen = gw.metadata.generation
-    listeners = tuple(listener_status(ls) for ls in info.listeners)
-    valid = [ls for ls in info.listeners if ls.accepted.ok and ls.conflicted is None]
+    listeners = tuple(listener_status(ls) for ls in info.own)
     issue = info.address_issue
     usable_address = issue is None or issue.usable
-    if info.class_issue:
-        accepted = Verdict(False, Reason.INVALID, info.class_issue)
-    elif issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
-        accepted = Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
-    elif len(valid) < len(info.listeners):
-        accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
-                           f"{len(info.listeners) - len(valid)} of {len(info.listeners)} "
-                           "listeners are not valid")
-    else:
-        accepted = Verdict(True, Reason.ACCEPTED, "gateway accepted")
-    programmed_count = sum(ls.programmed for ls in info.listeners)
+    accepted = gateway_accepted(info)
+    programmed_count = sum(ls.programmed for ls in info.own)
     if info.class_issue:
         programmed = Verdict(False, Reason.INVALID, info.class_issue)
     elif issue is not None and not usable_address:
@@ -163,7 +169,75 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
         conditions.append(_cond(ConditionType.INSECURE_FRONTEND, Verdict(
             True, Reason.CONFIGURATION_CHANGED, "spec.tls.frontend: AllowInsecureFallback "
             f"lets clients without a valid certificate through ({insecure})"), gen))
-    return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners)
+    attached_sets = _attached_sets(info, conditions)
+    return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners,
+                        attached_listener_sets=attached_sets)
+
+
+def _attached_sets(info: GatewayInfo, conditions: list[Condition]) -> int | None:
+    """``AttachedListenerSets`` appended to ``conditions`` and the count of ListenerSets
+    attached and accepted; None (neither written) when the Gateway allows no ListenerSets and
+    none names it."""
+    gw = info.gateway
+    allowed = gw.spec.allowed_listeners
+    open_ = allowed is not None and allowed.namespaces.from_ in ("All", "Same", "Selector")
+    if not open_ and not info.sets:
+        return None
+    count = sum(1 for s in info.sets if s.attached.ok and listener_set_verdicts(s)[0].ok)
+    if not open_:
+        verdict = Verdict(False, Reason.LISTENER_SETS_NOT_ALLOWED,
+                          f"{len(info.sets)} ListenerSets name this Gateway, which allows none "
+                          "(spec.allowedListeners)")
+    elif count:
+        verdict = Verdict(True, Reason.LISTENER_SETS_ATTACHED, f"{count} ListenerSets attached")
+    else:
+        verdict = Verdict(False, Reason.NO_LISTENER_SETS_ATTACHED, "no ListenerSet attached")
+    conditions.append(_cond(ConditionType.ATTACHED_LISTENER_SETS, verdict, gw.metadata.generation))
+    return count
+
+
+def listener_set_verdicts(found: SetInfo) -> tuple[Verdict, Verdict]:
+    """A ListenerSet's ``Accepted`` and ``Programmed`` (the API's ListenerSet reasons)."""
+    if not found.attached.ok:
+        return found.attached, found.attached
+    listeners = found.listeners
+    valid = [ls for ls in listeners if ls.accepted.ok and ls.conflicted is None]
+    served = [ls for ls in listeners if ls.programmed]
+    if len(valid) == len(listeners):
+        accepted = Verdict(True, Reason.ACCEPTED, "listener set accepted")
+    else:
+        accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
+                           f"{len(listeners) - len(valid)} of {len(listeners)} listeners are "
+                           "not valid")
+    blocked = next((ls.blocked for ls in listeners if ls.blocked), "")
+    if blocked:
+        programmed = Verdict(False, Reason.PARENT_NOT_PROGRAMMED, blocked)
+    elif len(served) == len(listeners):
+        programmed = Verdict(True, Reason.PROGRAMMED, f"{len(served)} listeners served")
+    elif served:
+        programmed = Verdict(True, Reason.LISTENERS_NOT_VALID,
+                             f"{len(served)} of {len(listeners)} listeners served")
+    else:
+        unbound = next((ls.unbound for ls in listeners if ls.unbound), "")
+        programmed = (Verdict(False, Reason.PORT_UNAVAILABLE, unbound) if unbound
+                      else Verdict(False, Reason.LISTENERS_NOT_VALID, "no listener can be served"))
+    return accepted, programmed
+
+
+def listener_set_status(found: SetInfo) -> ObjectStatus:
+    gen = found.obj.metadata.generation
+    accepted, programmed = listener_set_verdicts(found)
+    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted, gen),
+                                    _cond(ConditionType.PROGRAMMED, programmed, gen)),
+                        listeners=tuple(listener_status(ls) for ls in found.listeners))
+
+
+def listener_set_problems(found: SetInfo) -> list[Problem]:
+    """A ListenerSet not attached, and each listener's problems."""
+    if not found.attached.ok:
+        return [Problem(ref=found.obj.ref, reason=found.attached.reason,
+                        message=found.attached.message, field="spec.parentRef")]
+    return _listener_problems(found.obj.ref, found.listeners)
 
 
 def _insecure_ports(gw: Gateway) -> str:
@@ -241,7 +315,13 @@ def gateway_problems(info: GatewayInfo) -> list[Problem]:
             ref=ref, reason=issue.reason, message=issue.message,
             field="spec.addresses",
             severity=Severity.WARNING if issue.usable else Severity.ERROR))
-    for ls in info.listeners:
+    out.extend(_listener_problems(ref, info.own))
+    return out
+
+
+def _listener_problems(ref: ObjectRef, listeners: list[GwListener]) -> list[Problem]:
+    out: list[Problem] = []
+    for ls in listeners:
         where = f"spec.listeners[{ls.index}]"
         found = [v for v in (ls.accepted, ls.resolved) if not v.ok]
         if ls.conflicted:
@@ -266,7 +346,7 @@ def route_problems(ref: ObjectRef, state: RouteState) -> tuple[Problem, ...]:
     for outcome in state.outcomes:
         if not outcome.accepted.ok:
             parent = outcome.ref
-            where = f"Gateway {parent.namespace}/{parent.name}" + (
+            where = f"{parent.kind} {parent.namespace}/{parent.name}" + (
                 f" listener {parent.section_name}" if parent.section_name else "")
             out.append(Problem(ref=ref, reason=outcome.accepted.reason,
                                message=f"{where}: {outcome.accepted.message}",
