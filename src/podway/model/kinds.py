@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from podway.model.base import K8sObject
+from podway.model.classconfig import GatewayClassConfig
 from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Secret, Service
 from podway.model.gateway import GROUP as GATEWAY_GROUP
 from podway.model.gateway import (
@@ -113,6 +114,9 @@ TABLE: tuple[Kind, ...] = (
     Kind(model=TrafficPolicy, group=PODWAY_GROUP, plural="trafficpolicies",
          versions=("v1alpha1",), namespaced=True, crd=True, ships_crd=True, status=True,
          role=Role.POLICY),
+    # GatewayClass parameters (spec.parametersRef; translate/gateway/parameters.py).
+    Kind(model=GatewayClassConfig, group=PODWAY_GROUP, plural="gatewayclassconfigs",
+         versions=("v1alpha1",), namespaced=False, crd=True, ships_crd=True),
     # VIP pools for the IPAM (read by the controller with --vip-pools-from; docs/vips.md).
     Kind(model=VIPPool, group=PODWAY_GROUP, plural="vippools", versions=("v1alpha1",),
          namespaced=False, crd=True, ships_crd=True),

@@ -73,6 +73,9 @@ def every_kind(emu: KubeEmulator) -> None:
     emu.put("gateways", {"metadata": meta("edge"), "spec": {
         "gatewayClassName": "podway", "listeners": [{"name": "http", "protocol": "HTTP",
                                                      "port": 80}]}})
+    emu.put("listenersets", {"metadata": meta("team"), "spec": {
+        "parentRef": {"name": "edge"}, "listeners": [{"name": "http", "protocol": "HTTP",
+                                                      "port": 8080}]}})
     emu.put("httproutes", {"metadata": meta("r"), "spec": {
         "parentRefs": parent, "rules": [{"backendRefs": backend}]}})
     emu.put("grpcroutes", {"metadata": meta("g"), "spec": {
