@@ -105,6 +105,9 @@ class Reason(StrEnum):
     LISTENER_SETS_ATTACHED = "ListenerSetsAttached"
     NO_LISTENER_SETS_ATTACHED = "NoListenerSetsAttached"
     LISTENER_SETS_NOT_ALLOWED = "ListenerSetsNotAllowed"
+    # GatewayClass SupportedVersion (the cluster's Gateway API CRD bundle versions)
+    SUPPORTED_VERSION = "SupportedVersion"
+    UNSUPPORTED_VERSION = "UnsupportedVersion"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ Each condition is decided as a ``Verdict`` first, then written with its type.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -20,7 +21,7 @@ from podway.model.gateway import (
     GatewayClass,
 )
 from podway.model.kinds import CRDS
-from podway.translate.core.problems import Problem, Reason, Severity, Verdict
+from podway.translate.core.problems import Problem, Reason, Severity, Verdict, listing
 from podway.translate.core.status import (
     Condition,
     ListenerStatus,
@@ -88,6 +89,7 @@ class ConditionType(StrEnum):
     PARTIALLY_INVALID = "PartiallyInvalid"
     INSECURE_FRONTEND = "InsecureFrontendValidationMode"
     ATTACHED_LISTENER_SETS = "AttachedListenerSets"
+    SUPPORTED_VERSION = "SupportedVersion"
 
 
 def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
@@ -95,12 +97,43 @@ def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
                      message=verdict.message, observed_generation=generation)
 
 
-def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None) -> ObjectStatus:
-    """Accepted (or ``invalid``: its parametersRef, ``InvalidParameters``) and the features."""
+def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None,
+                         bundles: Mapping[str, str] | None = None) -> ObjectStatus:
+    """Accepted (or ``invalid``: its parametersRef, ``InvalidParameters``), SupportedVersion
+    when the cluster's CRDs are known (``bundles``, see ``supported_version``) and the
+    features."""
+    gen = cls.metadata.generation
     accepted = invalid or Verdict(True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}")
-    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted,
-                                          cls.metadata.generation),),
-                        supported_features=SUPPORTED_FEATURES)
+    conditions = [_cond(ConditionType.ACCEPTED, accepted, gen)]
+    if bundles is not None:
+        conditions.append(_cond(ConditionType.SUPPORTED_VERSION, supported_version(bundles),
+                                gen))
+    return ObjectStatus(conditions=tuple(conditions), supported_features=SUPPORTED_FEATURES)
+
+
+def supported_version(bundles: Mapping[str, str]) -> Verdict:
+    """Whether every Gateway API CRD in the cluster (CRD name → its bundle-version annotation)
+    is of the minor release Podway targets (``GATEWAY_API_VERSION``'s vX.Y, any patch). An
+    unannotated CRD or another release is ``UnsupportedVersion``: the class is still accepted
+    and served on a best-effort basis, as the API allows."""
+    minor = _minor(GATEWAY_API_VERSION)
+    wrong = sorted(f"{name} ({version or 'no bundle-version annotation'})"
+                   for name, version in bundles.items() if _minor(version) != minor)
+    if wrong:
+        return Verdict(False, Reason.UNSUPPORTED_VERSION,
+                       f"Gateway API CRDs of another release than {minor}.x: "
+                       f"{listing(wrong, limit=3)}; served on a best-effort basis (install "
+                       f"the {GATEWAY_API_VERSION} CRDs, deploy/crds/gateway-api)")
+    return Verdict(True, Reason.SUPPORTED_VERSION,
+                   f"Gateway API CRDs of release {minor}.x ({len(bundles)} CRDs)")
+
+
+def _minor(version: str) -> str:
+    """``v1.6.1`` → ``v1.6``; "" for anything else."""
+    parts = version.split(".")
+    ok = len(parts) >= 2 and parts[0][:1] == "v" and parts[0][1:].isdigit() \
+        and parts[1].isdigit()
+    return f"{parts[0]}.{parts[1]}" if ok else ""
 
 
 def listener_status(ls: GwListener) -> ListenerStatus:

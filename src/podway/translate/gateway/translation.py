@@ -438,10 +438,14 @@ class GatewayTranslation:
         for cls in self._classes:
             params = self._class_params[cls.metadata.name]
             invalid = params if isinstance(params, Verdict) else None
-            out[cls.ref] = st.gateway_class_status(cls, invalid)
+            bundles = self.snapshot.gateway_api_bundles
+            out[cls.ref] = st.gateway_class_status(cls, invalid, bundles)
             if invalid is not None:
                 problems.append(Problem(ref=cls.ref, reason=invalid.reason,
                                         message=invalid.message, field="spec.parametersRef"))
+            if bundles is not None and not (version := st.supported_version(bundles)).ok:
+                problems.append(Problem(ref=cls.ref, reason=version.reason,
+                                        message=version.message, severity=Severity.WARNING))
         for info in self._infos.values():
             out[info.gateway.ref] = st.gateway_status(info)
             problems.extend(st.gateway_problems(info))
