@@ -43,3 +43,20 @@ def test_supported_version_follows_the_crds_bundle_versions(
 
 def test_no_api_no_supported_version_condition() -> None:
     assert "SupportedVersion" not in _conditions(None)
+
+
+def test_the_incremental_translator_follows_a_bundle_change() -> None:
+    """A source hands a bundle change on with the GatewayClass as changed (a new object): the
+    incremental translator's status follows it."""
+    from podway.translate import IncrementalTranslator
+
+    snapshot = replace(Snapshot.of_objects(load_text(OUR_CLASS_YAML).objects),
+                       gateway_api_bundles={GATEWAYS: GATEWAY_API_VERSION})
+    inc = IncrementalTranslator(TranslateOptions(address="198.18.0.1"))
+    inc.update(snapshot)
+    [(key, cls)] = snapshot.objects["GatewayClass"].items()
+    changed = replace(snapshot.replace("GatewayClass", {key: cls.model_copy()}),
+                      gateway_api_bundles={GATEWAYS: "v1.2.0"})
+    result = inc.update(changed, [("GatewayClass", key)])
+    [status] = [s for ref, s in result.statuses.items() if ref.kind == "GatewayClass"]
+    assert {c.type: c.status for c in status.conditions}["SupportedVersion"] is False
