@@ -143,10 +143,18 @@ class FrontendTLSConfig(K8sModel):
     per_port: tuple[FrontendTLSPort, ...] = ()
 
 
+class GatewayBackendTLS(K8sModel):
+    """``spec.tls.backend``: the certificate the Gateway shows backends it speaks TLS to."""
+
+    client_certificate_ref: SecretObjectReference | None = None
+
+
 class GatewaySpecTLS(K8sModel):
-    """``spec.tls`` (v1.4+): ``frontend`` client-certificate validation of HTTPS listeners."""
+    """``spec.tls`` (v1.4+): ``frontend`` client-certificate validation of HTTPS listeners,
+    ``backend`` the Gateway's client certificate towards backends."""
 
     frontend: FrontendTLSConfig | None = None
+    backend: GatewayBackendTLS | None = None
 
 
 class ListenerNamespaces(K8sModel):

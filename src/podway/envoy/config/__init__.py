@@ -133,6 +133,11 @@ class Builder:
         else:
             self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
+        for pool in ir.pools.values():  # a Gateway's client certificate towards backends
+            tls = pool.settings.upstream_tls
+            if tls is not None and tls.client_certificate is not None:
+                cert = tls.client_certificate
+                out[types.SECRET].setdefault(cert.name, Resource.of(cert.name, secret(cert)))
         self._tables.done()
         own, same = self._add_scopes(out, unchanged=patch is not None and edited == set())
         result: dict[str, Mapping[str, Resource]] = {

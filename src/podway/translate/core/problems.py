@@ -87,6 +87,7 @@ class Reason(StrEnum):
     INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
     INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
     INVALID_CA_CERTIFICATE_KIND = "InvalidCACertificateKind"
+    INVALID_CLIENT_CERTIFICATE_REF = "InvalidClientCertificateRef"  # Gateway spec.tls.backend
     NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
     REF_NOT_PERMITTED = "RefNotPermitted"
     INVALID_KIND = "InvalidKind"

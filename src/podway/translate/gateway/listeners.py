@@ -131,6 +131,10 @@ class GatewayInfo:
     # Every further usable address of spec.addresses: each programmed listener is bound there
     # too (a copy of the engine listener); one the port table refuses is dropped from here.
     extra_addresses: list[str] = field(default_factory=list)
+    # ``spec.tls.backend.clientCertificateRef``: the certificate shown to backends reached
+    # over TLS (a BackendTLSPolicy), and why the reference cannot be used (ResolvedRefs).
+    backend_certificate: TLSCertificate | None = None
+    backend_issue: Verdict | None = None
     # The ListenerSets naming this Gateway as parent, in precedence order (attached or not);
     # the listeners of those attached are in ``listeners`` too, after the Gateway's own.
     sets: list[SetInfo] = field(default_factory=list)
@@ -177,7 +181,40 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
             ls.blocked = issue.message
         info.listeners.append(ls)
     _conflicts(info.listeners)
+    _backend_certificate(info, snapshot, grants)
     return info
+
+
+def _backend_certificate(info: GatewayInfo, snapshot: Snapshot, grants: ReferenceGrants) -> None:
+    """``spec.tls.backend.clientCertificateRef`` read: a TLS Secret, across namespaces only
+    with a ReferenceGrant; else ``backend_issue`` (``InvalidClientCertificateRef``,
+    ``RefNotPermitted``) and no certificate: backends that require one refuse the engine."""
+    tls = info.gateway.spec.tls
+    ref = tls.backend.client_certificate_ref if tls is not None and tls.backend else None
+    if ref is None:
+        return
+    ns = info.gateway.metadata.namespace
+    target_ns = ref.namespace or ns
+    if ref.group != "" or ref.kind != "Secret":
+        info.backend_issue = Verdict(False, Reason.INVALID_CLIENT_CERTIFICATE_REF,
+                                     f"clientCertificateRef kind {quote(ref.kind)} is not "
+                                     "supported (core Secret)")
+        return
+    if not grants.permits(from_group=GROUP, from_kind=Gateway.KIND, from_namespace=ns,
+                          to_group="", to_kind="Secret", to_namespace=target_ns,
+                          to_name=ref.name):
+        info.backend_issue = Verdict(False, Reason.REF_NOT_PERMITTED,
+                                     f"Secret {target_ns}/{ref.name} is in another namespace "
+                                     f"and no ReferenceGrant in {target_ns} allows Gateways "
+                                     f"from {ns}")
+        return
+    found = certificate_from_secret(snapshot, target_ns, ref.name, ())
+    if found.error is not None or found.certificate is None:
+        info.backend_issue = Verdict(False, Reason.INVALID_CLIENT_CERTIFICATE_REF,
+                                     "clientCertificateRef: " + (
+                                         found.error.message if found.error else "no certificate"))
+        return
+    info.backend_certificate = found.certificate
 
 
 def new_listener(gateway: Gateway, spec: GatewayListener, index: int, owner: ListenerSet | None,

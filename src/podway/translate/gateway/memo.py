@@ -161,7 +161,7 @@ def copy_outcomes(outcomes: tuple[ParentOutcome, ...]) -> list[ParentOutcome]:
 def info_signature(info: GatewayInfo) -> tuple[object, ...]:
     """Everything attachment and placement read from a freshly prepared Gateway."""
     return (info.gateway, info.address, info.address_issue, info.class_issue,
-            tuple(info.extra_addresses),
+            tuple(info.extra_addresses), info.backend_certificate, info.backend_issue,
             tuple((ls.spec, ls.index, ls.protocol, ls.kinds, ls.accepted, ls.resolved,
                    ls.conflicted, tuple(ls.certificates), tuple(ls.warnings), ls.blocked,
                    ls.unbound, ls.owner)

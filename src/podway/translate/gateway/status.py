@@ -48,6 +48,7 @@ _KIND_FEATURES = tuple(k.name for k in CRDS if k.group == GROUP
                        and k.name not in ("GatewayClass", "BackendLBPolicy"))
 SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((*_KIND_FEATURES,
     "BackendTLSPolicySANValidation",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
@@ -109,6 +110,19 @@ def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None,
         conditions.append(_cond(ConditionType.SUPPORTED_VERSION, supported_version(bundles),
                                 gen))
     return ObjectStatus(conditions=tuple(conditions), supported_features=SUPPORTED_FEATURES)
+
+
+def gateway_class_problems(cls: GatewayClass, invalid: Verdict | None,
+                           bundles: Mapping[str, str] | None) -> list[Problem]:
+    """Its invalid parametersRef (an error), CRDs of another release (a warning)."""
+    out = []
+    if invalid is not None:
+        out.append(Problem(ref=cls.ref, reason=invalid.reason, message=invalid.message,
+                           field="spec.parametersRef"))
+    if bundles is not None and not (version := supported_version(bundles)).ok:
+        out.append(Problem(ref=cls.ref, reason=version.reason, message=version.message,
+                           severity=Severity.WARNING))
+    return out
 
 
 def supported_version(bundles: Mapping[str, str]) -> Verdict:
@@ -202,6 +216,9 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
         conditions.append(_cond(ConditionType.INSECURE_FRONTEND, Verdict(
             True, Reason.CONFIGURATION_CHANGED, "spec.tls.frontend: AllowInsecureFallback "
             f"lets clients without a valid certificate through ({insecure})"), gen))
+    if info.backend_issue is not None or info.backend_certificate is not None:
+        conditions.append(_cond(ConditionType.RESOLVED_REFS, info.backend_issue or Verdict(
+            True, Reason.RESOLVED_REFS, "spec.tls.backend.clientCertificateRef resolved"), gen))
     attached_sets = _attached_sets(info, conditions)
     return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners,
                         attached_listener_sets=attached_sets)
@@ -348,6 +365,10 @@ def gateway_problems(info: GatewayInfo) -> list[Problem]:
             ref=ref, reason=issue.reason, message=issue.message,
             field="spec.addresses",
             severity=Severity.WARNING if issue.usable else Severity.ERROR))
+    if info.backend_issue is not None:
+        out.append(Problem(ref=ref, reason=info.backend_issue.reason,
+                           message=info.backend_issue.message,
+                           field="spec.tls.backend.clientCertificateRef"))
     out.extend(_listener_problems(ref, info.own))
     return out
 

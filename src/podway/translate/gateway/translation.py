@@ -13,6 +13,7 @@ This class does no memoisation: ``memoized.MemoTranslation`` extends it and wrap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
@@ -51,7 +52,7 @@ from podway.translate.gateway.assemble import (
     share_ports,
 )
 from podway.translate.gateway.attach import attach, parent_key
-from podway.translate.gateway.backendtls import BackendTLS, index_policies
+from podway.translate.gateway.backendtls import BackendTLS, index_policies, with_client_certificate
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
 from podway.translate.gateway.l4routes import CompiledL4, compile_l4
 from podway.translate.gateway.listeners import GatewayInfo, GwListener, SetInfo, prepare
@@ -288,8 +289,18 @@ class GatewayTranslation:
                 outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "no valid hostname")
                 outcome.attachments.clear()
         if not dropped_all:
-            self._place(compiled, state, record)
+            self._place(compiled, state, record, partial(
+                self._served_by, route=route, resolve=resolve, compiled=compiled))
         return attached, compiled
+
+    def _served_by(self, info: GatewayInfo, *, route: AnyRoute, resolve: Resolve,
+                   compiled: CompiledRoute | CompiledL4) -> CompiledRoute | CompiledL4:
+        """``compiled`` with ``info``'s backend client certificate (compiled again)."""
+        cert = info.backend_certificate
+        if cert is None or not self._tls.targets:
+            return compiled
+        return GatewayTranslation._compile(
+            self, route, with_client_certificate(resolve, cert, info.gateway.key))
 
     def _resolver(self, kind: str, ns: str, grants: ReferenceGrants) -> Resolve:
         """backendRef resolution for one route kind and namespace, memoised per translation
@@ -333,7 +344,9 @@ class GatewayTranslation:
                     field=f"spec.parentRefs[{k}]"))
 
     def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState,
-               record: Placement | None = None) -> None:
+               record: Placement | None = None,
+               served_by: Callable[[GatewayInfo], CompiledRoute | CompiledL4] | None = None
+               ) -> None:
         """Count the route on each listener it attaches to and hand it to the builders.
 
         ``attachedRoutes`` counts routes with ``Accepted=True`` on the listener, whatever the
@@ -347,6 +360,7 @@ class GatewayTranslation:
             if not outcome.accepted.ok:
                 continue
             gw_key = outcome.info.gateway.key
+            here = served_by(outcome.info) if served_by is not None else compiled
             for att in outcome.attachments:
                 ls = att.listener
                 ls_id = listener_id(ls)
@@ -372,10 +386,10 @@ class GatewayTranslation:
                 builder = self._ports.get(port)
                 if builder is None:
                     continue
-                added = self._contribute(builder, ls, att.hostnames, compiled, state)
+                added = self._contribute(builder, ls, att.hostnames, here, state)
                 if record is not None:
                     record.adds.extend((port, host, entries) for host, entries in added)
-            for spec in compiled.pools.values():
+            for spec in here.pools.values():
                 self.pools.setdefault(spec.name, spec)
                 if record is not None:
                     record.pools.append(spec)
@@ -440,12 +454,7 @@ class GatewayTranslation:
             invalid = params if isinstance(params, Verdict) else None
             bundles = self.snapshot.gateway_api_bundles
             out[cls.ref] = st.gateway_class_status(cls, invalid, bundles)
-            if invalid is not None:
-                problems.append(Problem(ref=cls.ref, reason=invalid.reason,
-                                        message=invalid.message, field="spec.parametersRef"))
-            if bundles is not None and not (version := st.supported_version(bundles)).ok:
-                problems.append(Problem(ref=cls.ref, reason=version.reason,
-                                        message=version.message, severity=Severity.WARNING))
+            problems.extend(st.gateway_class_problems(cls, invalid, bundles))
         for info in self._infos.values():
             out[info.gateway.ref] = st.gateway_status(info)
             problems.extend(st.gateway_problems(info))
