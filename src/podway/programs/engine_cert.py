@@ -10,11 +10,14 @@ and its service account's group, and denies anything else with a reason, which s
 engine with that reason (it could fetch nothing).
 
 The key and the certificate are written 0600 in the engine's private state folder
-(``engine-client.key``, ``engine-client.crt``). A restarted engine reuses them while they name
-the same node and group and have more than a third of their lifetime left; otherwise it asks
-again. That is the renewal: certificates live ``CERT_DAYS`` (a year) and an engine restarted
-within two thirds of that renews; a running engine does not swap its certificate (Envoy reads
-it from its bootstrap), see docs/security.md.
+(``engine-client.key``, ``engine-client.crt``), and the pair as a file-based SDS resource
+(``engine-client-sds.json``) Envoy's bootstrap reads the xDS client certificate from. A
+restarted engine reuses them while they name the same node and group and have more than a third
+of their lifetime left; otherwise it asks again. A running Envoy engine renews two thirds into
+the certificate's life (``keep_renewed``): a new key, a new request, the files and the SDS
+resource replaced, which Envoy watches and switches to for its next connections; the member
+health reporter takes the new pair when it next starts. HAProxy and kernel engines
+(``--engine``) renew at their next start only.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,12 +41,15 @@ from kubernetes_asyncio import client
 from podway.base.backoff import Backoff
 from podway.base.errors import EnvironmentProblem
 from podway.engines.identity import from_pem
+from podway.envoy.engine.bootstrap import XDS_CLIENT_SECRET
 from podway.kube import engine_certs
 
 log = logging.getLogger(__name__)
 
 CERT_FILE = "engine-client.crt"
 KEY_FILE = "engine-client.key"
+SDS_FILE = "engine-client-sds.json"  # the same pair as an SDS resource Envoy watches
+SECRET_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 WAIT_LOG_S = 30.0  # while no controller answers: say so this often
 
 
@@ -111,10 +118,12 @@ def _write_private(path: Path, text: str) -> None:
 
 
 async def obtain(api: client.ApiClient, folder: Path, *, node: str, group: str,
-                 poll_s: float = 1.0, backoff: Backoff | None = None) -> ClientCert:
-    """This engine's client certificate: the one in ``folder`` if still good, else a new one
-    the controller signed (waits for it; a denial raises ``EnvironmentProblem``)."""
-    found = reusable(folder, node=node, group=group)
+                 poll_s: float = 1.0, backoff: Backoff | None = None, renew: bool = False
+                 ) -> ClientCert:
+    """This engine's client certificate: the one in ``folder`` if still good (unless
+    ``renew``), else a new one the controller signed (waits for it; a denial raises
+    ``EnvironmentProblem``)."""
+    found = None if renew else reusable(folder, node=node, group=group)
     if found is not None:
         log.info("event=engine-certificate-reused node=%s group=%s", node, group or "-")
         return found
@@ -181,3 +190,50 @@ async def _issued(certs: Any, name: str, *, poll_s: float) -> str:
             said = time.monotonic()
             log.warning("event=engine-certificate-waiting csr=%s (is a controller with "
                         "--engine-account for this service account running?)", name)
+
+
+def renew_at(cert_pem: str) -> float:
+    """When a certificate is renewed (epoch seconds): two thirds into its life."""
+    cert = x509.load_pem_x509_certificate(cert_pem.encode())
+    start, end = cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()
+    return end - (end - start) / 3
+
+
+def write_sds(folder: Path, cert: ClientCert) -> Path:
+    """The pair as a file-based SDS resource (0600; Envoy re-reads it when it is replaced)."""
+    resource = {"@type": SECRET_TYPE, "name": XDS_CLIENT_SECRET, "tls_certificate": {
+        "certificate_chain": {"inline_string": cert.cert_pem},
+        "private_key": {"inline_string": cert.key_pem}}}
+    path = folder / SDS_FILE
+    _write_private(path, json.dumps({"resources": [resource]}))
+    return path
+
+
+async def keep_renewed(connect: Callable[[], Awaitable[client.ApiClient]], folder: Path,
+                       current: ClientCert, *, node: str, group: str,
+                       on_renewed: Callable[[ClientCert], None],
+                       clock: Callable[[], float] = time.time,
+                       backoff: Backoff | None = None) -> None:
+    """Renew ``current`` two thirds into its life, for ever: a new key and request, the files
+    and the SDS resource replaced (Envoy switches to it), then ``on_renewed``. A failed try is
+    logged and tried again with ``backoff``; a denial too (the old certificate still serves
+    until it expires)."""
+    retry = backoff or Backoff(base=5.0, cap=300.0)
+    failures = 0
+    while True:
+        await asyncio.sleep(max(0.0, renew_at(current.cert_pem) - clock()))
+        try:
+            api = await connect()
+            async with api:
+                current = await obtain(api, folder, node=node, group=group, renew=True)
+        except (EnvironmentProblem, OSError) as exc:
+            failures += 1
+            delay = retry.delay(failures)
+            log.warning("event=engine-certificate-renewal-failed error=%s retry_in=%.1fs",
+                        exc, delay)
+            await asyncio.sleep(delay)
+            continue
+        failures = 0
+        write_sds(folder, current)
+        log.info("event=engine-certificate-renewed node=%s group=%s", node, group or "-")
+        on_renewed(current)

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import json
 import os
 import signal
 import stat
 import subprocess
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -28,6 +32,9 @@ from kubernetes_asyncio import client
 from podway.base.errors import EnvironmentProblem
 from podway.engines.identity import from_pem
 from podway.envoy import types
+from podway.envoy.engine import admin
+from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy.xds.server import GROUP_METADATA, ServerTLS
 from podway.kube.npl_keys import NODE_EXTRA
 from podway.programs import engine_cert
@@ -177,3 +184,70 @@ async def test_forged_requests_get_no_certificate_and_no_config(
                                    stranger.private_key_pem.bytes().decode(),
                                    tmp_path / "x", tmp_path / "y")
     assert await ads_secret(port, ca, other, "n1", "edge") == grpc.StatusCode.UNAVAILABLE
+
+
+def serials(certs_json: str) -> set[str]:
+    """Serial numbers of the certificates Envoy's TLS contexts hold (admin ``/certs``)."""
+    found = json.loads(certs_json)
+    return {str(c.get("serial_number")) for ctx in found.get("certificates") or []
+            for c in ctx.get("cert_chain") or []}
+
+
+@pytest.mark.e2e
+async def test_a_running_engine_renews_its_certificate_and_envoy_takes_it(
+        bed: Bed, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    port = await start(bed, ca)
+    bed.emu.add_user("edge-on-n1", EDGE, extra={NODE_EXTRA: ["n1"]})
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o700)
+    async with as_token(bed, "edge-on-n1") as api, asyncio.timeout(20):
+        first = await engine_cert.obtain(api, folder, node="n1", group="edge", poll_s=0.05)
+    sds = engine_cert.write_sds(folder, first)
+    engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
+        BootstrapOptions(node_id="n1", xds=f"127.0.0.1:{port}", engine_group="edge",
+                         xds_ca_pem=ca.cert_pem.bytes().decode(), xds_sni=SNI,
+                         xds_client_sds=str(sds)))))
+    bed.engines.append(engine)
+    bed.tasks.append(asyncio.create_task(engine.run(), name="engine-n1"))
+    await engine.wait_ready(limit_s=30)
+    assert bed.controller is not None
+    assert bed.controller.server is not None
+    servicer = bed.controller.server.servicer
+    await eventually(lambda: "n1" in servicer.engines, within=30)
+    assert engine.admin_address is not None
+    admin_address = engine.admin_address
+
+    async def held() -> set[str]:
+        return serials((await admin.request(admin_address, "/certs"))[1])
+
+    old = f"{x509.load_pem_x509_certificate(first.cert_pem.encode()).serial_number:x}"
+    assert old in await held()
+    # Two thirds into its life (the clock says so once), the engine renews.
+    times = iter([engine_cert.renew_at(first.cert_pem) + 1])
+    renewed: list[engine_cert.ClientCert] = []
+    renewal = asyncio.create_task(engine_cert.keep_renewed(
+        lambda: _connected(bed, "edge-on-n1"), folder, first, node="n1", group="edge",
+        on_renewed=renewed.append, clock=lambda: next(times, time.time())))
+    try:
+        await eventually(lambda: renewed, within=20)
+        new = f"{x509.load_pem_x509_certificate(renewed[0].cert_pem.encode()).serial_number:x}"
+        assert new != old
+        await eventually(lambda: _holds(held, new), within=20)
+    finally:
+        renewal.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewal
+    assert (folder / engine_cert.CERT_FILE).read_text() == renewed[0].cert_pem
+    for name in (engine_cert.CERT_FILE, engine_cert.KEY_FILE, engine_cert.SDS_FILE):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600
+    assert renewed[0].key_pem != first.key_pem  # a new key, not the old one signed again
+    assert "n1" in servicer.engines
+
+
+async def _connected(bed: Bed, token: str) -> client.ApiClient:
+    return as_token(bed, token)
+
+
+async def _holds(held: Callable[[], Awaitable[set[str]]], serial: str) -> bool:
+    return serial in await held()

@@ -23,6 +23,7 @@ from podway.envoy.engine.health_report import ReportOptions
 
 if TYPE_CHECKING:
     from podway.envoy.engine.process import Engine
+    from podway.programs.engine_cert import ClientCert
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +114,13 @@ def engine(
     folder = instance_dir(state_dir, instance)
     cert_pem = xds_client_cert.read_text() if xds_client_cert else None
     key_pem = xds_client_key.read_text() if xds_client_key else None
+    requested, sds = None, ""
     if cert_request and xds_ca is not None and cert_pem is None and key_pem is None and (
             kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST")):
-        cert_pem, key_pem = _requested_cert(kubeconfig, folder, node_id, engine_group.strip())
+        from podway.programs.engine_cert import SDS_FILE
+
+        requested = _requested_cert(kubeconfig, folder, node_id, engine_group.strip())
+        cert_pem, key_pem, sds = requested.cert_pem, requested.key_pem, str(folder / SDS_FILE)
     report = ReportOptions(
         node_id=node_id, xds=tuple(xds),  # every replica hears it
         engine_group=engine_group.strip(),  # counted only for its group's pools
@@ -128,6 +133,7 @@ def engine(
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
         xds_sni=xds_sni, xds_client_cert_pem=cert_pem, xds_client_key_pem=key_pem,
+        xds_client_sds=sds if engine_kind == "envoy" else "",
         stats=envoy_stats, engine_group=engine_group.strip()))
 
     async def main() -> None:
@@ -137,29 +143,60 @@ def engine(
             process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
                                            state=state, log_level=envoy_log_level,
                                            concurrency=concurrency, drain_s=drain_s))
-            await serve_while(supervise(process, report), host="127.0.0.1",
-                              port=metrics_port, engine_admin=lambda: process.admin_address)
+            run = supervise(process, report) if requested is None else _renewing(
+                process, report, requested, kubeconfig=kubeconfig, folder=folder)
+            await serve_while(run, host="127.0.0.1", port=metrics_port,
+                              engine_admin=lambda: process.admin_address)
 
     asyncio.run(run_until_signal(main()))
 
 
 def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str
-                    ) -> tuple[str, str]:
+                    ) -> ClientCert:
     """This engine's client certificate and key from the controller's signer
-    (``podway.programs.engine_cert``), kept in the state folder; a refusal is one line."""
+    (``podway.programs.engine_cert``), kept in the state folder with the SDS resource Envoy
+    reads them from; a refusal is one line."""
     from podway.envoy.engine.state import open_state
     from podway.kube.client import check_reachable, connect
-    from podway.programs.engine_cert import obtain
+    from podway.programs.engine_cert import obtain, write_sds
 
-    async def ask() -> tuple[str, str]:
+    async def ask() -> ClientCert:
         with open_state(folder) as state:
             api = await connect(kubeconfig=kubeconfig)
             async with api:
                 await check_reachable(api)
                 found = await obtain(api, state.path, node=node, group=group)
-        return found.cert_pem, found.key_pem
+            write_sds(state.path, found)
+        return found
 
     return asyncio.run(ask())
+
+
+async def _renewing(process: Engine, report: ReportOptions, cert: ClientCert, *,
+                    kubeconfig: str | None, folder: Path) -> None:
+    """``supervise`` with the requested certificate renewed beside it: Envoy switches through
+    its SDS file; the member health reporter takes the new pair when it next starts."""
+    from dataclasses import replace
+
+    from podway.envoy.engine.health_report import Reporter
+    from podway.kube.client import connect
+    from podway.programs.engine_cert import keep_renewed
+
+    current = [report]
+
+    def renewed(new: ClientCert) -> None:
+        current[0] = replace(report, client_cert_pem=new.cert_pem, client_key_pem=new.key_pem)
+
+    renewal = asyncio.create_task(keep_renewed(
+        lambda: connect(kubeconfig=kubeconfig), folder, cert, node=report.node_id,
+        group=report.engine_group, on_renewed=renewed), name="engine-certificate-renewal")
+    try:
+        await supervise(process, report, reporter=lambda: Reporter(
+            current[0], lambda: process.admin_address,
+            refused=process.listener_failures.items).run())
+    finally:
+        renewal.cancel()
+        await asyncio.gather(renewal, return_exceptions=True)
 
 
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
