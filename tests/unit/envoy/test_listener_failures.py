@@ -99,7 +99,7 @@ def test_a_failure_envoy_counted_but_the_log_did_not_name_is_reported() -> None:
     failures = ListenerFailures()
     told: list[Refusal] = []
     failures.subscribe(told.append)
-    failures.new_envoy(0)
+    failures.new_envoy()
     assert failures.counted(0, ()) == ()
     assert failures.unexplained(1) == 1
     assert failures.counted(1, {"ingress/http"}) == ()  # moving: the log may still come
@@ -113,7 +113,7 @@ def test_a_failure_envoy_counted_but_the_log_did_not_name_is_reported() -> None:
 
 def test_a_logged_failure_is_not_reported_twice() -> None:
     failures = ListenerFailures()
-    failures.new_envoy(0)
+    failures.new_envoy()
     failures.line(LINE)
     assert failures.unexplained(1) == 0
     failures.counted(1, ())
@@ -127,7 +127,9 @@ def test_a_logged_failure_is_not_reported_twice() -> None:
 
 def test_an_adopted_envoys_earlier_failures_are_not_reported() -> None:
     failures = ListenerFailures()
-    failures.new_envoy(5)  # counted before this engine followed it
-    assert failures.unexplained(5) == 0
-    assert failures.counted(5, {"old"}) == ()
-    assert failures.counted(5, ()) == ()
+    failures.line(LINE)  # read after adoption, before the first look at the counter
+    failures.adopted(6)  # five counted before this engine followed it, one logged since
+    assert failures.unexplained(6) == 0
+    assert failures.counted(6, {"old"}) == ()
+    assert failures.counted(6, ()) == ()
+    assert [r.listener for r in failures.items()] == ["ingress/http"]

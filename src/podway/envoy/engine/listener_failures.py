@@ -79,12 +79,17 @@ class ListenerFailures:
                 self._add(found.group("name"), describe(found.group("why")))
                 return
 
-    def new_envoy(self, total: int) -> None:
-        """An Envoy is followed from now on: ``total`` failures it counted before (0 for one
-        just started; an adopted one's count) are not this engine's to report."""
-        self._base, self._logged, self._last_total = total, 0, total
+    def new_envoy(self) -> None:
+        """A new Envoy is followed from its start: it counts from 0."""
+        self._base, self._logged, self._last_total = 0, 0, 0
         self._logged_names.clear()
         self._draining.clear()
+
+    def adopted(self, total: int) -> None:
+        """The Envoy followed was adopted running: of the ``total`` failures it counted, those
+        its log (read since adoption) did not explain happened before and are not reported."""
+        self._base = max(0, total - self._logged)
+        self._last_total = total
 
     def unexplained(self, total: int) -> int:
         """How many of Envoy's ``total`` failures no log line explained (yet)."""

@@ -248,6 +248,8 @@ class Engine:
         self.pid = envoy.pid
         address = f"unix:{state.admin_socket}"
         stop_log = asyncio.Event()
+        if envoy.process is not None:
+            self.listener_failures.new_envoy()  # before its first log line is read
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(follow(state.log, stop_log, offset=envoy.log_offset,
@@ -286,9 +288,9 @@ class Engine:
             try:
                 total = (await admin.stats(address, f"^{CREATE_FAILURES}$")).get(
                     CREATE_FAILURES, 0)
-                if first:  # a new Envoy counts from 0; an adopted one's past is not ours
-                    self.listener_failures.new_envoy(0 if envoy.process else total)
-                    first = False
+                if first and envoy.process is None:  # adopted: its past is not ours
+                    self.listener_failures.adopted(total)
+                first = False
                 draining = await admin.draining_only(address) \
                     if self.listener_failures.unexplained(total) > 0 else ()
                 self.listener_failures.counted(total, draining)
