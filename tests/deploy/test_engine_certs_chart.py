@@ -12,6 +12,7 @@ import yaml
 
 from podway.kube.emulator.rbac import Attributes, User, allowed
 from tests.deploy.helm import helm_python, render
+from tests.deploy.test_hardening import Policy
 from tests.deploy.test_manifests import PLAIN, by_kind, controller_command, validate
 
 NS = "podway-system"
@@ -79,6 +80,23 @@ def test_the_controller_approves_and_signs_for_the_engine_signer_only(
     assert not may(objects, controller, "create", "secrets", group="", namespace="shop")
 
 
+def test_engines_may_ask_only_the_engine_signer(objects: list[Any]) -> None:
+    """RBAC cannot say which signer a request names; the chart's admission policy does."""
+    policy = Policy(objects, "podway-engine-csrs")
+
+    def denied(user: str, signer: str) -> list[str]:
+        request = {"spec": {"signerName": signer, "request": "", "usages": ["client auth"]}}
+        return policy.denied(user=user, node="n1", old=None, new=request)
+
+    engine = f"system:serviceaccount:{NS}:podway-engine-edge"
+    assert denied(engine, "podway.io/engine-client") == []
+    for other in ("kubernetes.io/kube-apiserver-client", "podway.io/npl-key"):
+        assert denied(engine, other) == ["a Podway engine may ask only the signer "
+                                         "podway.io/engine-client"], other
+    # Anyone else is not this policy's business (the agent asks podway.io/npl-key).
+    assert denied(f"system:serviceaccount:{NS}:podway-agent", "podway.io/npl-key") == []
+
+
 async def test_files_or_cert_manager_instead() -> None:
     """source secret: the group's Secret, no API access for the engine, no signer."""
     python = helm_python()
@@ -90,7 +108,8 @@ async def test_files_or_cert_manager_instead() -> None:
     spec = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert "--xds-client-cert=/etc/podway/xds/tls.crt" in spec["containers"][0]["args"]
-    assert not [o for o in objects if o["metadata"]["name"] == "podway-engine-certificates"]
+    assert not [o for o in objects if o["metadata"]["name"] in (
+        "podway-engine-certificates", "podway-engine-csrs")]
     controller = by_kind(objects, "Deployment", "podway-controller")
     params = controller_command(controller["spec"]["template"]["spec"]["containers"][0]["args"])
     assert not params["engine_account"]
