@@ -13,11 +13,11 @@ The key and the certificate are written 0600 in the engine's private state folde
 (``engine-client.key``, ``engine-client.crt``), and the pair as a file-based SDS resource
 (``engine-client-sds.json``) Envoy's bootstrap reads the xDS client certificate from. A
 restarted engine reuses them while they name the same node and group and have more than a third
-of their lifetime left; otherwise it asks again. A running Envoy engine renews two thirds into
-the certificate's life (``keep_renewed``): a new key, a new request, the files and the SDS
-resource replaced, which Envoy watches and switches to for its next connections; the member
-health reporter takes the new pair when it next starts. HAProxy and kernel engines
-(``--engine``) renew at their next start only.
+of their lifetime left; otherwise it asks again. A running engine renews two thirds into the
+certificate's life (``keep_renewed``): a new key, a new request, the files and the SDS
+resource replaced. Envoy watches the SDS file and switches for its next connections; the IR
+stream of HAProxy and kernel engines and every engine's member health reports read the files at
+each new connection (``ReportOptions.client_files``).
 """
 
 from __future__ import annotations

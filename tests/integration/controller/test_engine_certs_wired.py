@@ -79,8 +79,10 @@ def as_token(bed: Bed, token: str) -> client.ApiClient:
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["envoy", "haproxy"])
 async def test_an_engine_without_cert_files_gets_one_and_serves_over_mtls(
-        bed: Bed, tmp_path: Path) -> None:
+        bed: Bed, tmp_path: Path, kind: str) -> None:
+    """Envoy over ADS; HAProxy over the IR stream (the same server, TLS and identity)."""
     ca = trustme.CA()  # the controller's server certificate only: engines trust it
     port = await start(bed, ca)
     bed.emu.add_user("engine-n1", EDGE, extra={NODE_EXTRA: ["n1"]})
@@ -91,17 +93,17 @@ async def test_an_engine_without_cert_files_gets_one_and_serves_over_mtls(
             sys.executable, "-m", "podway", "engine", f"--xds=127.0.0.1:{port}",
             f"--xds-ca={tmp_path / 'xds-ca.crt'}", f"--xds-sni={SNI}", "--node-id=n1",
             "--engine-group=edge", f"--state-dir={state}", "--health-report-s=0",
-            "--drain-s=0",
+            "--drain-s=0", f"--engine={kind}",
             f"--kubeconfig={kubeconfig(tmp_path / 'kc', bed.emu.url, 'engine-n1')}",
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         assert bed.controller is not None
         assert bed.controller.server is not None
-        servicer = bed.controller.server.servicer
-        await eventually(lambda: "n1" in servicer.engines or engine.returncode is not None,
+        streams = bed.controller.server.servicer if kind == "envoy" else bed.controller.feed
+        await eventually(lambda: "n1" in streams.engine_groups or engine.returncode is not None,
                          within=60, every=0.2)
         assert engine.returncode is None, (tmp_path / "engine.log").read_text()
-        assert servicer.engine_groups.get("n1") == "edge"
+        assert streams.engine_groups.get("n1") == "edge"
     finally:
         engine.send_signal(signal.SIGTERM)
         try:

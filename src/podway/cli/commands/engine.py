@@ -5,12 +5,13 @@ group's IR from the controller, ``podway.programs.remote_engine``)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -125,10 +126,13 @@ def engine(
         node_id=node_id, xds=tuple(xds),  # every replica hears it
         engine_group=engine_group.strip(),  # counted only for its group's pools
         ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
-        client_cert_pem=cert_pem, client_key_pem=key_pem, interval_s=health_report_s)
+        client_cert_pem=cert_pem, client_key_pem=key_pem, interval_s=health_report_s,
+        client_files=(requested.cert_path, requested.key_path) if requested else None)
+    renewal = functools.partial(_renewal, requested, kubeconfig=kubeconfig, folder=folder,
+                                node=node_id, group=engine_group.strip())
     if engine_kind != "envoy":
         _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
-                metrics_port=metrics_port)
+                metrics_port=metrics_port, renewal=renewal)
         return
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
@@ -143,10 +147,8 @@ def engine(
             process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
                                            state=state, log_level=envoy_log_level,
                                            concurrency=concurrency, drain_s=drain_s))
-            run = supervise(process, report) if requested is None else _renewing(
-                process, report, requested, kubeconfig=kubeconfig, folder=folder)
-            await serve_while(run, host="127.0.0.1", port=metrics_port,
-                              engine_admin=lambda: process.admin_address)
+            await serve_while(renewal(supervise(process, report)), host="127.0.0.1",
+                              port=metrics_port, engine_admin=lambda: process.admin_address)
 
     asyncio.run(run_until_signal(main()))
 
@@ -172,35 +174,31 @@ def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str
     return asyncio.run(ask())
 
 
-async def _renewing(process: Engine, report: ReportOptions, cert: ClientCert, *,
-                    kubeconfig: str | None, folder: Path) -> None:
-    """``supervise`` with the requested certificate renewed beside it: Envoy switches through
-    its SDS file; the member health reporter takes the new pair when it next starts."""
-    from dataclasses import replace
-
-    from podway.envoy.engine.health_report import Reporter
+async def _renewal(cert: ClientCert | None, run: Awaitable[None], *, kubeconfig: str | None,
+                   folder: Path, node: str, group: str) -> None:
+    """``run``, with the requested certificate (if any) renewed beside it: Envoy switches
+    through its SDS file, the IR stream and the health reports read the files at their next
+    connection."""
+    if cert is None:
+        await run
+        return
     from podway.kube.client import connect
     from podway.programs.engine_cert import keep_renewed
 
-    current = [report]
-
-    def renewed(new: ClientCert) -> None:
-        current[0] = replace(report, client_cert_pem=new.cert_pem, client_key_pem=new.key_pem)
-
-    renewal = asyncio.create_task(keep_renewed(
-        lambda: connect(kubeconfig=kubeconfig), folder, cert, node=report.node_id,
-        group=report.engine_group, on_renewed=renewed), name="engine-certificate-renewal")
+    renewing = asyncio.create_task(keep_renewed(
+        lambda: connect(kubeconfig=kubeconfig), folder, cert, node=node, group=group,
+        on_renewed=lambda _: None), name="engine-certificate-renewal")
     try:
-        await supervise(process, report, reporter=lambda: Reporter(
-            current[0], lambda: process.admin_address,
-            refused=process.listener_failures.items).run())
+        await run
     finally:
-        renewal.cancel()
-        await asyncio.gather(renewal, return_exceptions=True)
+        renewing.cancel()
+        await asyncio.gather(renewing, return_exceptions=True)
 
 
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
-            metrics_port: int) -> None:
+            metrics_port: int,
+            renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None
+            ) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
     from podway.engines.report_targets import xds_addresses
     from podway.envoy.engine.state import open_state
@@ -214,7 +212,8 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
         with open_state(folder) as state:
             engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
                                                 haproxy_path=haproxy_path, threads=threads))
-            await serve_while(engine.run(), host="127.0.0.1", port=metrics_port,
+            run = engine.run() if renewal is None else renewal(engine.run())
+            await serve_while(run, host="127.0.0.1", port=metrics_port,
                               extra=engine.kernel_metrics)
 
     asyncio.run(run_until_signal(main()))
