@@ -180,6 +180,20 @@ async def test_forged_requests_get_no_certificate_and_no_config(
     assert await ads_secret(port, ca, good, "n1", "internal") \
         == grpc.StatusCode.PERMISSION_DENIED
     assert await ads_secret(port, ca, good, "n2", "edge") == grpc.StatusCode.PERMISSION_DENIED
+    # The command itself: a forged claim stops it with the controller's reason, one line.
+    ca.cert_pem.write_to_path(str(tmp_path / "xds-ca.crt"))
+    forging = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podway", "engine", f"--xds=127.0.0.1:{port}",
+        f"--xds-ca={tmp_path / 'xds-ca.crt'}", f"--xds-sni={SNI}", "--node-id=n1",
+        "--engine-group=edge", f"--state-dir={tmp_path / 'forger'}",
+        f"--kubeconfig={kubeconfig(tmp_path / 'kc', bed.emu.url, 'edge-on-n2')}",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = await asyncio.wait_for(forging.communicate(), 60)
+    lines = err.decode().strip().splitlines()
+    assert forging.returncode == 2, lines
+    assert lines[-1].startswith("error: the controller refused this engine a certificate")
+    assert "runs on 'n2'" in lines[-1]
+    assert not [line for line in lines if "Traceback" in line]
     # A certificate from another CA (not the controller's, not configured) is not trusted.
     stranger = trustme.CA().issue_cert("n1", organization_name="podway.io/engine-group=edge")
     other = engine_cert.ClientCert(stranger.cert_chain_pems[0].bytes().decode(),
