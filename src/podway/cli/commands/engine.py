@@ -137,7 +137,7 @@ def engine(
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
         xds_sni=xds_sni, xds_client_cert_pem=cert_pem, xds_client_key_pem=key_pem,
-        xds_client_sds=sds if engine_kind == "envoy" else "",
+        xds_client_sds=sds,
         stats=envoy_stats, engine_group=engine_group.strip()))
 
     async def main() -> None:
