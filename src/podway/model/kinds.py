@@ -107,10 +107,11 @@ TABLE: tuple[Kind, ...] = (
          versions=("v1alpha1",), namespaced=True, crd=True, ships_crd=True, status=True,
          role=Role.POLICY),
     # VIP pools for the IPAM (read by the controller with --vip-pools-from; docs/vips.md).
+    # Their status (addresses assigned and available) is the controller's: status_pools.py.
     Kind(model=VIPPool, group=PODWAY_GROUP, plural="vippools", versions=("v1alpha1",),
-         namespaced=False, crd=True, ships_crd=True),
+         namespaced=False, crd=True, ships_crd=True, status=True),
     Kind(model=IPAddressPool, group=METALLB_GROUP, plural="ipaddresspools",
-         versions=("v1beta1",), namespaced=True, crd=True),
+         versions=("v1beta1",), namespaced=True, crd=True, status=True),
     # MetalLB's other kinds, read with --vip-pools-from metallb only to say on each that Podway
     # does not serve it from the API (programs/ipam/objects.py).
     Kind(model=L2Advertisement, group=METALLB_GROUP, plural="l2advertisements",
