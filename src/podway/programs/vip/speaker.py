@@ -95,8 +95,12 @@ class BirdSpeaker:
 
     async def established(self) -> int:
         """How many BGP sessions are up."""
-        out = await self._birdc("show protocols", check=False)
+        out = await self.show_protocols()
         return sum(1 for line in out.splitlines() if " BGP " in line and "Established" in line)
+
+    async def show_protocols(self) -> str:
+        """``birdc show protocols`` ("" while BIRD does not answer)."""
+        return await self._birdc("show protocols", check=False)
 
     def kill(self) -> None:
         """SIGKILL BIRD: no Cease is sent (a dead host, for test beds)."""

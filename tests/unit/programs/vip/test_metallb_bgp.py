@@ -11,6 +11,7 @@ from typing import Any
 
 from podway.programs.vip.bird import BfdProfile, Export, engine_config
 from podway.programs.vip.metallb import Objects, plan, seconds
+from podway.programs.vip.metallb_live import parse_protocols
 from tests.unit.programs.vip.test_configs import parses
 
 NS = "metallb-system"
@@ -125,3 +126,18 @@ def test_given_vips_are_announced_by_their_pool() -> None:
 
 def test_durations() -> None:
     assert [seconds(d) for d in ("90s", "1m30s", "3m", "1h", "2.5s")] == [90, 90, 180, 3600, 2]
+
+
+def test_session_states_from_birdc() -> None:
+    text = """BIRD 2.0.12 ready.
+Name       Proto      Table      State  Since         Info
+device1    Device     ---        up     05:27:55.123
+peer_a     BGP        ---        up     05:27:56.001  Established
+peer_b     BGP        ---        start  2026-12-04 23:01:02  Active        Socket: Connection refused
+peer_c     BGP        ---        start  05:27:56.001  Connect
+"""
+    sessions = parse_protocols(text)
+    assert [(s.name, s.state, s.info, s.established) for s in sessions] == [
+        ("peer_a", "up", "Established", True),
+        ("peer_b", "start", "Active Socket: Connection refused", False),
+        ("peer_c", "start", "Connect", False)]
