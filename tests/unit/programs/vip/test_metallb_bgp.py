@@ -133,7 +133,7 @@ def test_session_states_from_birdc() -> None:
 Name       Proto      Table      State  Since         Info
 device1    Device     ---        up     05:27:55.123
 peer_a     BGP        ---        up     05:27:56.001  Established
-peer_b     BGP        ---        start  2026-12-04 23:01:02  Active        Socket: Connection refused
+peer_b     BGP        ---        start  2026-12-04 23:01:02  Active  Socket: Connection refused
 peer_c     BGP        ---        start  05:27:56.001  Connect
 """
     sessions = parse_protocols(text)
