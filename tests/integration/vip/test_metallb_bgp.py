@@ -31,6 +31,7 @@ from kubernetes_asyncio import client
 from podway.kube.emulator import KubeEmulator
 from podway.programs.vip.bird import BgpSettings, Neighbor, router_config
 from podway.programs.vip.metallb_live import CUSTOM, MetalLBSpeaker
+from podway.programs.vip.metallb_sessions import SessionMetrics, SessionStates, follow_sessions
 from tests.integration.vip.bed import sh
 
 pytestmark = pytest.mark.netns
@@ -151,7 +152,8 @@ async def until(check: Callable[[], bool], within: float, what: str) -> None:
 async def test_bgp_objects_from_the_api_configure_bird_live(
         world: tuple[Net, KubeEmulator, client.ApiClient], tmp_path: Path) -> None:
     net, emu, api = world
-    for kind, (version, plural) in CUSTOM.items():
+    for kind, (version, plural) in {**CUSTOM, "BGPSessionState": ("v1beta1",
+                                                                  "bgpsessionstates")}.items():
         emu.put("customresourcedefinitions", crd(kind, version, plural))
     emu.put("nodes", {"apiVersion": "v1", "kind": "Node",
                       "metadata": {"name": "eng1", "labels": {"rack": "a"}}})
@@ -173,6 +175,14 @@ async def test_bgp_objects_from_the_api_configure_bird_live(
                              workdir=tmp_path / "eng", prefix=("ip", "netns", "exec", net.eng),
                              debounce_s=0.1)
     task = asyncio.create_task(speaker.run())
+    metrics = SessionMetrics()
+    states = SessionStates(api, namespace=NS, node="eng1")
+    reporter = asyncio.create_task(follow_sessions(speaker, metrics, states, interval=0.3))
+
+    def state(peer: str) -> dict[str, Any]:
+        found = emu.get("bgpsessionstates", NS, f"eng1-{peer}", group="metallb.io")
+        return dict((found or {}).get("status") or {})
+
     try:
         await until(lambda: "(65001,42)" in net.birdc(1, "show", "route", "for", POOL, "all"),
                     30, "router1 learns the pool with the community")
@@ -195,6 +205,15 @@ async def test_bgp_objects_from_the_api_configure_bird_live(
         sessions = {s.name: s for s in await speaker.sessions()}
         assert sessions["peer_rtr_a"].established
         assert sessions["peer_rtr_b"].established
+        # Reported as MetalLB's BGPSessionState objects and as metrics.
+        await until(lambda: state("rtr-b").get("bgpStatus") == "Established", 10,
+                    "rtr-b's session state written")
+        assert state("rtr-a") == {"bgpStatus": "Established", "bfdStatus": "Up",
+                                  "node": "eng1", "peer": "198.18.151.1"}
+        assert state("rtr-b")["bfdStatus"] == "N/A"
+        text = metrics.render().decode()
+        assert 'podway_vip_bgp_session_established{address="198.18.152.1",peer="rtr-b"} 1.0' \
+            in text
 
         # rtr-b no longer selects this node: its session goes, router1's stays.
         emu.put("bgppeers", mlb("BGPPeer", "rtr-b", {
@@ -204,8 +223,12 @@ async def test_bgp_objects_from_the_api_configure_bird_live(
                     "router2 loses the pool")
         assert [s.name for s in await speaker.sessions()] == ["peer_rtr_a"]
         assert net.session(1) == before
+        await until(lambda: emu.get("bgpsessionstates", NS, "eng1-rtr-b",
+                                    group="metallb.io") is None, 10, "rtr-b's state deleted")
+        assert "rtr-b" not in metrics.render().decode()
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for running in (reporter, task):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         await speaker.stop()

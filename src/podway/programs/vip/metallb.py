@@ -62,6 +62,7 @@ class Plan:
     settings: BgpSettings
     vips: tuple[str, ...]
     problems: tuple[str, ...] = ()
+    peers: tuple[tuple[str, str], ...] = ()  # (BIRD protocol name, BGPPeer name)
 
 
 @dataclass(slots=True)
@@ -323,7 +324,8 @@ def plan(objects: Objects, *, node_labels: Mapping[str, str], router_id: str,
             if peer not in peers and peer not in _all_peer_names(objects):
                 problems.append(f"a BGPAdvertisement names BGPPeer {peer!r}, which is not "
                                 "there")
-    return Plan(settings=settings, vips=tuple(routes), problems=tuple(dict.fromkeys(problems)))
+    return Plan(settings=settings, vips=tuple(routes), problems=tuple(dict.fromkeys(problems)),
+                peers=tuple((n.name, name) for name, n in peers.items()))
 
 
 def _all_peer_names(objects: Objects) -> set[str]:

@@ -100,7 +100,11 @@ class BirdSpeaker:
 
     async def show_protocols(self) -> str:
         """``birdc show protocols`` ("" while BIRD does not answer)."""
-        return await self._birdc("show protocols", check=False)
+        return await self.birdc_text("show protocols")
+
+    async def birdc_text(self, command: str) -> str:
+        """What ``birdc COMMAND`` prints ("" while BIRD does not answer)."""
+        return await self._birdc(command, check=False)
 
     def kill(self) -> None:
         """SIGKILL BIRD: no Cease is sent (a dead host, for test beds)."""
