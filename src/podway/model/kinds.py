@@ -137,6 +137,9 @@ ROUTE_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE if k.ro
 POLICY_KINDS: frozenset[str] = frozenset(k.name for k in TABLE if k.role is Role.POLICY)
 NOT_SERVED_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE
                                                        if k.role is Role.NOT_SERVED)
+# Read by each engine host's BGP speaker (podway vip announce-metallb) in MetalLB's namespace.
+METALLB_SPEAKER_KINDS: tuple[Kind, ...] = tuple(
+    k for k in TABLE if k.group == METALLB_GROUP and k.model is not L2Advertisement)
 
 
 def api_group(api_version: str) -> str:

@@ -35,7 +35,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from podway.base.errors import ConfigError
+from podway.model.core import Secret
 from podway.model.gateway import LabelSelector
+from podway.model.kinds import METALLB_SPEAKER_KINDS
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.bird import (
     BfdProfile,
@@ -47,7 +49,7 @@ from podway.programs.vip.bird import (
 )
 
 Raw = Mapping[str, Any]
-KINDS = ("BGPPeer", "BGPAdvertisement", "Community", "BFDProfile", "IPAddressPool", "Secret")
+KINDS = (*(k.name for k in METALLB_SPEAKER_KINDS), Secret.KIND)
 # BGPPeer fields Podway does not carry; the peer is still used unless the field changes who it
 # talks to (``UNUSABLE``).
 PEER_NOT_CARRIED = ("connectTime", "enableGracefulRestart", "disableMP")

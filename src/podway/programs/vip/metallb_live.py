@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from podway.kube.informer import Informer, Raw, lean
+from podway.model.kinds import METALLB_SPEAKER_KINDS
 from podway.model.vips import METALLB_GROUP
 from podway.programs.vip.bird import BgpSettings
 from podway.programs.vip.metallb import Objects, Plan, plan
@@ -36,11 +37,8 @@ from podway.programs.vip.speaker import BirdSpeaker
 
 log = logging.getLogger(__name__)
 
-# kind → (API version, plural) as MetalLB serves them
-CUSTOM = {"BGPPeer": ("v1beta2", "bgppeers"), "BGPAdvertisement": ("v1beta1",
-                                                                   "bgpadvertisements"),
-          "Community": ("v1beta1", "communities"), "BFDProfile": ("v1beta1", "bfdprofiles"),
-          "IPAddressPool": ("v1beta1", "ipaddresspools")}
+# kind → (API version, plural) as MetalLB serves them (the kinds table's rows)
+CUSTOM = {k.name: (k.versions[0], k.plural) for k in METALLB_SPEAKER_KINDS}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,10 +9,12 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from podway.base.errors import ConfigError
+from podway.cli.app import app
 from podway.programs.vip.bird import BfdProfile, Export, engine_config
 from podway.programs.vip.metallb import Objects, plan, seconds
 from podway.programs.vip.metallb_live import parse_protocols
-from tests.unit.programs.vip.test_configs import parses
+from tests.unit.programs.vip.test_configs import parses, runner
 
 NS = "metallb-system"
 NODE = {"kubernetes.io/hostname": "eng1", "rack": "a"}
@@ -141,3 +143,11 @@ peer_c     BGP        ---        start  05:27:56.001  Connect
         ("peer_a", "up", "Established", True),
         ("peer_b", "start", "Active Socket: Connection refused", False),
         ("peer_c", "start", "Connect", False)]
+
+
+def test_the_command_refuses_bad_flags_in_one_line() -> None:
+    for flags, said in ((["--router-id", "2001:db8::1"], "must be an IPv4 address"),
+                        (["--router-id", "198.18.0.1", "--vip", "nope"], "'nope' is not an IP")):
+        bad = runner.invoke(app, ["vip", "announce-metallb", "--node", "eng1", *flags])
+        assert isinstance(bad.exception, ConfigError)
+        assert said in str(bad.exception)
