@@ -331,6 +331,13 @@ def l2(
         help="Missed heartbeats before a peer is taken for dead.")] = 3,
     hand_over_wait: Annotated[float, typer.Option(
         help="On stop: seconds the peers get to take the VIPs over before they leave.")] = 1.0,
+    from_metallb: Annotated[bool, typer.Option(
+        "--from-metallb", help="Own a VIP only where MetalLB's L2Advertisements say: their "
+        "nodeSelectors (this --node's labels) and interfaces, read live from the API.")] = False,
+    metallb_namespace: Annotated[str, typer.Option(
+        help="With --from-metallb: the namespace of MetalLB's objects.")] = "metallb-system",
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="With --from-metallb: kubeconfig file (default: in-cluster).")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """L2 mode: one host of the group per VIP answers ARP/NDP for it, elected by rendezvous
@@ -348,6 +355,14 @@ def l2(
         raise ConfigError(f"--peer {node!r} is this host (--node)")
     settings = L2Settings(node=node, interface=interface, listen=address, peers=peers,
                           vips=check_vips(vip), key=read_key(key_file), interval_s=interval,
-                          dead_after=dead_after, hand_over_s=hand_over_wait)
+                          dead_after=dead_after, hand_over_s=hand_over_wait,
+                          placement={} if from_metallb else None)  # {}: none until read
     healthy = (lambda: _healthy(health_url)) if health_url else None
-    asyncio.run(run_until_signal(L2Speaker(settings, healthy).run()))
+    speaker = L2Speaker(settings, healthy)
+    if from_metallb:
+        from podway.programs.vip.metallb_l2 import run_with_metallb
+
+        asyncio.run(run_until_signal(run_with_metallb(
+            speaker, namespace=metallb_namespace, kubeconfig=kubeconfig, context=None)))
+        return
+    asyncio.run(run_until_signal(speaker.run()))

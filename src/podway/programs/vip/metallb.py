@@ -38,6 +38,7 @@ from podway.base.errors import ConfigError
 from podway.model.core import Secret
 from podway.model.gateway import LabelSelector
 from podway.model.kinds import METALLB_SPEAKER_KINDS
+from podway.model.vips import L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.bird import (
     BfdProfile,
@@ -49,7 +50,7 @@ from podway.programs.vip.bird import (
 )
 
 Raw = Mapping[str, Any]
-KINDS = (*(k.name for k in METALLB_SPEAKER_KINDS), Secret.KIND)
+KINDS = (*(k.name for k in METALLB_SPEAKER_KINDS), L2Advertisement.KIND, Secret.KIND)
 # BGPPeer fields Podway does not carry; the peer is still used unless the field changes who it
 # talks to (``UNUSABLE``).
 PEER_NOT_CARRIED = ("connectTime", "enableGracefulRestart", "disableMP")
@@ -77,12 +78,12 @@ class Objects:
         return sorted(self.by_kind.get(kind, {}).items())
 
 
-def _spec(raw: Raw) -> Mapping[str, Any]:
+def spec_of(raw: Raw) -> Mapping[str, Any]:
     spec = raw.get("spec")
     return spec if isinstance(spec, Mapping) else {}
 
 
-def _selects(selectors: Any, labels: Mapping[str, str]) -> bool:
+def selects(selectors: Any, labels: Mapping[str, str]) -> bool:
     """MetalLB's node and pool selectors: none selects everything, else any one matching."""
     if not selectors:
         return True
@@ -136,7 +137,7 @@ def _bfd(spec: Mapping[str, Any], objects: Objects, problems: list[str],
     profile = objects.by_kind["BFDProfile"].get(str(name))
     if profile is None:
         raise ValueError(f"BFDProfile {name!r} is not there (yet)")
-    p = _spec(profile)
+    p = spec_of(profile)
     for key in BFD_NOT_CARRIED:
         if p.get(key):
             problems.append(f"BFDProfile {name!r} (peer {peer!r}): {key} is not carried "
@@ -197,9 +198,9 @@ def _peers(objects: Objects, node_labels: Mapping[str, str], namespace: str,
     out: dict[str, Neighbor] = {}
     taken: set[str] = set()
     for name, raw in objects.of("BGPPeer"):
-        spec = _spec(raw)
+        spec = spec_of(raw)
         try:
-            if not _selects(spec.get("nodeSelectors"), node_labels):
+            if not selects(spec.get("nodeSelectors"), node_labels):
                 continue
             neighbor = _neighbor(name, spec, objects, namespace, problems=problems,
                                  taken=taken)
@@ -219,7 +220,7 @@ def _pool_routes(objects: Objects, vips: Sequence[str] | None,
     out: dict[str, tuple[Mapping[str, str], list[str]]] = {}
     for name, raw in objects.of("IPAddressPool"):
         try:
-            ranges = [parse_range(str(a), whole_cidrs=True) for a in _spec(raw).get("addresses")
+            ranges = [parse_range(str(a), whole_cidrs=True) for a in spec_of(raw).get("addresses")
                       or []]
         except ValueError as err:
             problems.append(f"IPAddressPool {name!r} is not announced: {err}")
@@ -245,7 +246,7 @@ def _communities(values: Iterable[Any], aliases: Mapping[str, str]) -> tuple[str
 
 def _aliases(objects: Objects) -> dict[str, str]:
     return {str(c.get("name")): str(c.get("value")) for _, raw in objects.of("Community")
-            for c in _spec(raw).get("communities") or [] if isinstance(c, Mapping)}
+            for c in spec_of(raw).get("communities") or [] if isinstance(c, Mapping)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,15 +263,15 @@ def _adverts(objects: Objects, node_labels: Mapping[str, str],
     aliases = _aliases(objects)
     out = []
     for name, raw in objects.of("BGPAdvertisement"):
-        spec = _spec(raw)
+        spec = spec_of(raw)
         try:
-            if not _selects(spec.get("nodeSelectors"), node_labels):
+            if not selects(spec.get("nodeSelectors"), node_labels):
                 continue
             named, selectors = spec.get("ipAddressPools") or [], spec.get(
                 "ipAddressPoolSelectors") or []
             chosen = [p for p, (labels, _) in pools.items()
                       if (not named and not selectors) or p in named
-                      or (selectors and _selects(selectors, labels))]
+                      or (selectors and selects(selectors, labels))]
             routes = [r for p in chosen for r in pools[p][1]]
             prefixes = aggregated(routes, int(spec.get("aggregationLength", 32)),
                                   int(spec.get("aggregationLengthV6", 128)))
