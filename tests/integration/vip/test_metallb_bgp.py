@@ -53,7 +53,8 @@ def crd(kind: str, version: str, plural: str) -> dict[str, Any]:
 
 
 def mlb(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": f"metallb.io/{CUSTOM[kind][0]}", "kind": kind,
+    version = CUSTOM[kind][0] if kind in CUSTOM else "v1beta1"
+    return {"apiVersion": f"metallb.io/{version}", "kind": kind,
             "metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
