@@ -331,6 +331,10 @@ def l2(
         help="Missed heartbeats before a peer is taken for dead.")] = 3,
     hand_over_wait: Annotated[float, typer.Option(
         help="On stop: seconds the peers get to take the VIPs over before they leave.")] = 1.0,
+    quorum: Annotated[bool, typer.Option(
+        "--quorum", help="Own nothing while hearing fewer than half of the peers (a split's "
+        "minority side lets go; with 2 hosts a lone survivor owns nothing: 3 or more).")
+    ] = False,
     from_metallb: Annotated[bool, typer.Option(
         "--from-metallb", help="Own a VIP only where MetalLB's L2Advertisements say: their "
         "nodeSelectors (this --node's labels) and interfaces, read live from the API.")] = False,
@@ -353,10 +357,14 @@ def l2(
     peers = dict(parse_peer(p) for p in peer)
     if node in peers:
         raise ConfigError(f"--peer {node!r} is this host (--node)")
+    if quorum and len(peers) < 2:
+        raise ConfigError("--quorum needs at least 2 --peer (3 hosts): with one peer a lone "
+                          "survivor would own nothing")
     settings = L2Settings(node=node, interface=interface, listen=address, peers=peers,
                           vips=check_vips(vip), key=read_key(key_file), interval_s=interval,
                           dead_after=dead_after, hand_over_s=hand_over_wait,
-                          placement={} if from_metallb else None)  # {}: none until read
+                          placement={} if from_metallb else None,  # {}: none until read
+                          quorum=quorum)
     healthy = (lambda: _healthy(health_url)) if health_url else None
     speaker = L2Speaker(settings, healthy)
     if from_metallb:

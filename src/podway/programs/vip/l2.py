@@ -155,6 +155,9 @@ class L2Settings:
     # ``nodeSelectors`` and ``interfaces``); a VIP missing: this host may not own it; () its
     # ``interface``. None: every VIP, on ``interface``.
     placement: Mapping[str, tuple[str, ...]] | None = None
+    # Own nothing while this host hears fewer than half of its peers (it is on the minority
+    # side of a split); False: MetalLB's way, every side of a split takes every VIP.
+    quorum: bool = False
 
 
 def read_key(path: Path) -> bytes:
@@ -187,6 +190,8 @@ class L2Speaker:
         """The VIPs this host should hold now: for each, the owner among the hosts alive,
         healthy and allowed to own it."""
         me = self.engine_ok and not self.leaving
+        if self.s.quorum and not self.in_majority(now):
+            return set()
         out = set()
         for vip in self.s.vips:
             candidates = self.members.candidates(now, vip)
@@ -195,6 +200,13 @@ class L2Speaker:
             if owner(vip, candidates) == self.s.node:
                 out.add(vip)
         return out
+
+    def in_majority(self, now: float) -> bool:
+        """This host and the peers it hears (alive, whatever their health) are more than half
+        of the group."""
+        heard = sum(1 for node, (at, _) in self.members.heard.items()
+                    if node in self.s.peers and now - at <= self.members.dead_after_s)
+        return (heard + 1) * 2 > len(self.s.peers) + 1
 
     def serves(self, vip: str) -> bool:
         return self.placement is None or vip in self.placement

@@ -80,3 +80,33 @@ def test_heartbeats_carry_what_their_sender_may_own() -> None:
     plain = Heartbeat("a", healthy=True, sent=1000.0)
     assert decode(encode(plain, KEY), KEY, now=1000.5) == plain
     assert b"serves" not in encode(plain, KEY)  # an older speaker reads it as before
+
+
+def test_with_quorum_the_minority_side_of_a_split_owns_nothing() -> None:
+    """Three hosts: a hearing b (a majority of 2 of 3) owns its share; a hearing nobody owns
+    nothing (without --quorum it would take every VIP, as MetalLB does)."""
+    def three(quorum: bool) -> L2Speaker:
+        return L2Speaker(L2Settings(node="a", interface="e0", listen=("198.18.0.1", 7000),
+                                    peers={"b": ("198.18.0.2", 7000),
+                                           "c": ("198.18.0.3", 7000)},
+                                    vips=(A1, A2, B1), key=KEY, quorum=quorum))
+    a = three(True)
+    a.members.hear(Heartbeat("b", healthy=True, sent=1.0), at=100.0)
+    assert a.wanted(100.1) == {v for v in (A1, A2, B1) if owner(v, ["a", "b"]) == "a"}
+    assert a.wanted(101.0) == set()  # b silent too: a is alone, the minority
+    assert three(False).wanted(101.0) == {A1, A2, B1}
+    # an unhealthy peer still counts toward the majority (it is reachable, just not serving)
+    a.members.hear(Heartbeat("b", healthy=False, sent=2.0), at=200.0)
+    assert a.wanted(200.1) == {A1, A2, B1}
+
+
+def test_quorum_with_one_peer_is_refused_in_one_line() -> None:
+    from podway.base.errors import ConfigError
+    from podway.cli.app import app
+    from tests.unit.programs.vip.test_configs import runner
+
+    bad = runner.invoke(app, ["vip", "l2", "--node", "a", "--interface", "e0", "--listen",
+                              "198.18.0.1:7946", "--peer", "b=198.18.0.2:7946", "--vip", A1,
+                              "--key-file", "/nonexistent", "--quorum"])
+    assert isinstance(bad.exception, ConfigError)
+    assert "--quorum needs at least 2 --peer" in str(bad.exception)
