@@ -28,6 +28,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from podway.base.errors import EnvironmentProblem
 from podway.kube.informer import Informer, Raw, lean
 from podway.model.kinds import METALLB_SPEAKER_KINDS
 from podway.model.vips import METALLB_GROUP
@@ -173,11 +174,19 @@ class MetalLBSpeaker:
         before = (self.speaker.settings, self.speaker.vips)
         found = self._plan()
         vips = found.vips if self._announcing else ()
-        if (found.settings, vips) != before:
+        if (found.settings, vips) == before:
+            return
+        try:
             await self.speaker.announce(vips)
-            self.applied += 1
-            log.info("event=bgp-reconfigured peers=%d routes=%d", len(found.settings.neighbors),
-                     len(vips))
+        except EnvironmentProblem as err:  # BIRD refused it: it still runs the last one
+            log.error("event=bgp-reconfigure-refused error=%s (keeping the last configuration)",
+                      err)
+            self.speaker.settings = before[0]
+            self.speaker.rewrite(before[1])
+            return
+        self.applied += 1
+        log.info("event=bgp-reconfigured peers=%d routes=%d", len(found.settings.neighbors),
+                 len(vips))
 
     async def _follow_health(self, interval: float = 0.2, fall: int = 2, rise: int = 2) -> None:
         assert self._healthy is not None

@@ -75,6 +75,11 @@ class BirdSpeaker:
         tmp.replace(self.config)
         self.vips = tuple(vips)
 
+    def rewrite(self, vips: Sequence[str]) -> None:
+        """Write the configuration for ``vips`` without applying it (the file again matches
+        what BIRD runs after a refused ``announce``)."""
+        self._write(vips)
+
     async def _birdc(self, command: str, *, check: bool = True) -> str:
         birdc = shutil.which("birdc") or "birdc"
         proc = await asyncio.create_subprocess_exec(

@@ -151,3 +151,30 @@ def test_the_command_refuses_bad_flags_in_one_line() -> None:
         bad = runner.invoke(app, ["vip", "announce-metallb", "--node", "eng1", *flags])
         assert isinstance(bad.exception, ConfigError)
         assert said in str(bad.exception)
+
+
+async def test_a_configuration_bird_refuses_keeps_the_last_one(tmp_path: Path) -> None:
+    """BIRD refusing a new configuration is logged; the speaker keeps running the last one and
+    its file says so again (no crash that would withdraw everything)."""
+    from podway.base.errors import EnvironmentProblem
+    from podway.programs.vip.metallb_live import MetalLBSpeaker
+
+    class Refusing:
+        def __init__(self, settings: Any) -> None:
+            self.settings, self.vips, self.rewritten = settings, (), None
+
+        async def announce(self, vips: Any) -> None:
+            raise EnvironmentProblem("bird refused the configuration: syntax error")
+
+        def rewrite(self, vips: Any) -> None:
+            self.rewritten = tuple(vips)
+
+    live = MetalLBSpeaker(None, namespace=NS, node="eng1",  # type: ignore[arg-type]
+                          router_id="198.18.51.2", workdir=tmp_path)
+    last = live.speaker.settings
+    live.speaker = Refusing(last)  # type: ignore[assignment]
+    live.objects = objects(POOL, PEER_B, obj("BGPAdvertisement", "all", {}))
+    await live.apply()
+    assert live.speaker.settings is last
+    assert live.speaker.rewritten == ()  # type: ignore[attr-defined]
+    assert live.applied == 0
