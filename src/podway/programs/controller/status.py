@@ -45,6 +45,7 @@ from podway.programs.controller.leader import ALWAYS, Fence, Leadership
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.source import KindInfo
 from podway.programs.controller.status_desired import Desired, Target
+from podway.programs.controller.status_pools import POOL_KINDS
 from podway.programs.controller.status_times import (
     Status,
     covers,
@@ -189,7 +190,8 @@ class StatusWriter:
         # listeners or the statuses; a pool alone changes when its members move.
         seen = (state.result.statuses, state.result.problems, state.rejections,
                 state.ir.listeners, state.update.snapshot.objects.get("Service"),
-                state.update.snapshot.objects.get("Ingress"))
+                state.update.snapshot.objects.get("Ingress"),
+                *(state.update.snapshot.objects.get(kind) for kind in POOL_KINDS))
         if _same_inputs(seen, self._seen):
             return 0  # members moved, nothing a status shows
         self._seen = seen
