@@ -1,98 +1,115 @@
-"""Where the kernel engine's long-connection cost goes: conntrack, NAT, the counters, or the
-measuring setup. Interleaved rounds in the namespaces of ``bench/kernel_l4.py``; long
-connections only (wrk keep-alive, 16 connections over two wrk processes).
+"""Where the kernel engine's long-connection cost goes: the spread, conntrack, NAT, the counters.
+
+Interleaved rounds in the namespaces of ``bench/kernel_bed.py``; long connections only (wrk
+keep-alive, 16 connections over two wrk processes). Each row also prints ``b1 share``: the part
+of the round's TCP segments backend b1 received (0.50 is the even split ``direct`` has by
+construction). Both backends are single-worker nginx on a shared 2-core machine, so a mode
+that gives one backend more than half the connections is bounded by that backend, whatever the
+load balancer costs: compare modes of equal share.
 
 Modes:
 
-* ``direct``: no load balancer, each wrk process to one backend (kernel_l4's baseline; the lb
-  namespace only routes, conntrack is never used there);
-* ``direct+ct``: the same, with one rule in the lb namespace's forward hook that makes the kernel
-  track every flow (``ct state established accept``): what connection tracking alone costs;
-* ``kernel``: ``podway run --engine kernel`` (DNAT to the VIP's members, SNAT, per-member
-  counters in the forward hook), both wrk processes to the VIP;
-* ``kernel-nocount``: the same with the counter chain emptied (``nft flush chain``): what the
-  per-member counters cost per packet;
-* ``kernel-1``: the kernel engine with one wrk process holding all 16 connections to the VIP
-  (not two): whether the client side's split (two wrk processes, members picked at random per
-  connection, so one backend may get more than half) is part of the gap.
+* ``direct``: no load balancer, one wrk process per backend (the lb namespace only routes);
+* ``direct+ct``: the same with one ``ct state`` rule in the lb's forward hook (every flow
+  tracked): what connection tracking alone costs;
+* ``nft-dnat``: the floor, no Podway: one plain ``dnat to`` rule per VIP port (81 → b1,
+  82 → b2) and a masquerade rule; one wrk process per port, so the split is exact;
+* ``nft-numgen`` / ``nft-jhash``: one rule spreading port 80 over both backends through a map
+  keyed by ``numgen random`` / ``jhash ip saddr . tcp sport``, and masquerade (no Podway);
+* ``kernel``: ``podway run --engine kernel``, both wrk processes to port 80 (``web``, two
+  members, random per flow);
+* ``kernel-pinned``: the engine, one wrk process per one-member Service (ports 81, 82): the
+  engine's per-packet path with the exact split of ``direct``;
+* ``kernel-nocount``: ``kernel-pinned`` with the per-member counter chain flushed.
 
     sudo .venv/bin/python bench/kernel_l4_cost.py [--rounds 3] [--seconds 5]
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_l4 import BACKENDS, VIP, Bed, sh, wrk
-from speedref import Reference, measure
+from kernel_bed import (
+    BACKENDS,
+    DIRECT_URLS,
+    PINNED_URLS,
+    VIP,
+    VIP_URLS,
+    arguments,
+    b1_share,
+    backend_segments,
+    interleaved,
+    nft_table,
+    session,
+    sh,
+    wrk,
+)
 
-CT_PROBE = """table ip podway_bench_ct {
+B1, B2 = (far for _, far in BACKENDS.values())
+CT_PROBE = """table ip podway_bench {
   chain probe { type filter hook forward priority 0; ct state established counter accept; }
 }
 """
+_NAT = """table ip podway_bench {{
+  map members {{ typeof numgen random mod 1 : ip daddr . tcp dport;
+                 elements = {{ 0 : {b1} . 8080, 1 : {b2} . 8080 }} }}
+  chain pre {{ type nat hook prerouting priority dstnat; policy accept;
+{rules}
+  }}
+  chain post {{ type nat hook postrouting priority srcnat; policy accept;
+    ct status dnat masquerade; }}
+}}
+"""
+FLOOR = {
+    "nft-dnat": f"    ip daddr {VIP} tcp dport 81 dnat to {B1}:8080\n"
+                f"    ip daddr {VIP} tcp dport 82 dnat to {B2}:8080",
+    "nft-numgen": f"    ip daddr {VIP} tcp dport 80 dnat ip to numgen random mod 2 map @members",
+    "nft-jhash": f"    ip daddr {VIP} tcp dport 80 dnat ip to jhash ip saddr . tcp sport mod 2 "
+                 "map @members",
+}
+MODES = ("direct", "direct+ct", "nft-dnat", "nft-numgen", "nft-jhash", "kernel", "kernel-pinned",
+         "kernel-nocount")
+URLS = {"direct": DIRECT_URLS, "direct+ct": DIRECT_URLS, "nft-dnat": PINNED_URLS,
+        "nft-numgen": VIP_URLS, "nft-jhash": VIP_URLS, "kernel": VIP_URLS,
+        "kernel-pinned": PINNED_URLS, "kernel-nocount": PINNED_URLS}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--connections", type=int, default=16)
-    args = parser.parse_args()
-    if os.geteuid() != 0 or not shutil.which("wrk") or not shutil.which("nginx"):
-        print("needs root, wrk and nginx", file=sys.stderr)
+    args = arguments(__doc__ or "")
+    if args is None:
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    ref: Reference = measure()
-    print(ref.describe())
-    print("The machine is shared with other work: compare the modes of this run only.")
-    modes = ("direct", "direct+ct", "kernel", "kernel-nocount", "kernel-1")
-    results: dict[str, list[tuple[float, float]]] = {}
-    direct_urls = [f"http://{far}:8080/" for _, far in BACKENDS.values()]
-    with tempfile.TemporaryDirectory(prefix="podway-kernel-cost-") as tmp:
-        bed = Bed(Path(tmp))
-        try:
-            bed.open()
-            for round_ in range(args.rounds):
-                order = modes[round_ % len(modes):] + modes[:round_ % len(modes)]
-                for mode in order:
-                    engine = "kernel" if mode.startswith("kernel") else "direct"
-                    with bed.engine(engine):
-                        urls = direct_urls if engine == "direct" else [f"http://{VIP}/"] * 2
-                        if mode == "kernel-1":
-                            urls = [f"http://{VIP}/"]
-                        if mode == "direct+ct":
-                            subprocess.run(["ip", "netns", "exec", bed.lb, "nft", "-f", "-"],
-                                           input=CT_PROBE, text=True, check=True)
-                        if mode == "kernel-nocount":
-                            sh("nft", "flush", "chain", "ip", "podway_l4", "count", ns=bed.lb)
-                        try:
-                            rps, p50, errors = wrk(bed, urls, seconds=args.seconds,
-                                                   connections=args.connections, close=False)
-                        finally:
-                            if mode == "direct+ct":
-                                subprocess.run(["ip", "netns", "exec", bed.lb, "nft", "delete",
-                                                "table", "ip", "podway_bench_ct"], check=False)
-                        results.setdefault(mode, []).append((rps, p50))
-                        print(f"round {round_ + 1} {mode:15} {rps:9.0f}/s p50 {p50:.3f} ms "
-                              f"errors {errors}", flush=True)
-        finally:
-            bed.close()
-    direct = statistics.median(r[0] for r in results["direct"])
-    print("\nmedians over rounds (long connections)")
-    for mode in modes:
-        rps = statistics.median(r[0] for r in results[mode])
-        p50 = statistics.median(r[1] for r in results[mode])
-        print(f"{mode:15} {rps:9.0f}/s ({rps / direct:.2f}x direct)  p50 {p50:.3f} ms")
-    print(ref.check_again())
+    results: dict[str, list[tuple[float, float, float]]] = {}
+    with session("podway-kernel-cost-") as (bed, _):
+        for round_, mode in interleaved(MODES, args.rounds):
+            with ExitStack() as stack:
+                stack.enter_context(bed.engine("kernel" if mode.startswith("kernel")
+                                               else "direct"))
+                if mode == "direct+ct":
+                    stack.enter_context(nft_table(bed, CT_PROBE, "podway_bench"))
+                elif mode in FLOOR:
+                    stack.enter_context(nft_table(
+                        bed, _NAT.format(b1=B1, b2=B2, rules=FLOOR[mode]), "podway_bench"))
+                elif mode == "kernel-nocount":
+                    sh("nft", "flush", "chain", "ip", "podway_l4", "count", ns=bed.lb)
+                before = backend_segments(bed)
+                rps, p50, errors = wrk(bed, URLS[mode], seconds=args.seconds,
+                                       connections=args.connections, close=False)
+                share = b1_share(before, backend_segments(bed))
+            results.setdefault(mode, []).append((rps, p50, share))
+            print(f"round {round_ + 1} {mode:15} {rps:9.0f}/s p50 {p50:.3f} ms "
+                  f"b1 share {share:.2f} errors {errors}", flush=True)
+        direct = statistics.median(r[0] for r in results["direct"])
+        print("\nmedians over rounds (long connections)")
+        for mode in MODES:
+            rows = results[mode]
+            rps = statistics.median(r[0] for r in rows)
+            print(f"{mode:15} {rps:9.0f}/s ({rps / direct:.2f}x direct)  p50 "
+                  f"{statistics.median(r[1] for r in rows):.3f} ms  b1 share "
+                  f"{', '.join(f'{r[2]:.2f}' for r in rows)}")
     return 0
 
 
