@@ -33,10 +33,10 @@ from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from podway.engines import config_feed
-from podway.engines.member_health import HostKey, HostState
+from podway.engines.member_health import Finding, HostKey, HostState
 from podway.engines.reporter import Reporter, ReportOptions
 from podway.haproxy.process import HAProxyEngine, HAProxyError, HAProxyOptions
-from podway.haproxy.report import REASON
+from podway.haproxy.report import REASON, findings
 from podway.ir import IR, EngineKind
 from podway.kernel.engine import KernelEngine
 
@@ -105,7 +105,8 @@ class RemoteEngine:
             else:
                 group.create_task(self._kernel(alone=True), name="engine-kernel")
             if self.opts.report.interval_s > 0:
-                group.create_task(Reporter(self.opts.report, self.view).run(),
+                group.create_task(Reporter(self.opts.report, self.view,
+                                           unsupported=self.unsupported).run(),
                                   name="engine-health-report")
 
     async def _follow(self) -> None:
@@ -155,6 +156,11 @@ class RemoteEngine:
         while True:
             await kernel.wait_installed(functools.partial(_wrote_since, kernel.writes))
             self.applied.set()
+
+    def unsupported(self) -> tuple[Finding, ...]:
+        """What HAProxy serves not exactly as asked, as of the last applied IR: the reporter
+        sends it to the controller, which puts it on the objects' status."""
+        return findings(self.haproxy.counters.unsupported) if self.haproxy is not None else ()
 
     async def kernel_metrics(self) -> bytes:
         """The kernel engine's per-member counters (nothing while it does not run), as
