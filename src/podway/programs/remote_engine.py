@@ -29,7 +29,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from podway.engines import config_feed
@@ -173,19 +172,14 @@ class RemoteEngine:
         """Member health as this host serves it: HAProxy's view, with the kernel engine's for
         the pools of the listeners it serves; the kernel engine's alone under ``kernel``. None
         until the data plane has a configuration."""
+        from podway.programs.kernel import beside_kernel
+
         kernel = self.kernel
         if self.haproxy is None:
             return kernel.view() if kernel is not None and kernel.installed is not None \
                 else None
         seen = await self.haproxy.health()
-        if seen is None:
-            return None
-        if kernel is None:
-            return seen
-        mine = {p for s in kernel.services for p in s.pools}
-        merged = {k: v for k, v in seen.items() if k[0] not in mine}
-        merged.update({k: v for k, v in kernel.view().items() if k[0] in mine})
-        return MappingProxyType(merged)
+        return None if seen is None else beside_kernel(seen, kernel)
 
 
 def _wrote_since(writes: int, kernel: KernelEngine) -> bool:
