@@ -231,6 +231,9 @@ spec:
     assert view[(POOL, f"127.0.0.1:{dead}")].reason == "failed active health check"
     message = decode(encode(Message(node="edge-1", full=True, hosts=view)))
     assert message.hosts == view
+    # The same view is what explain and the dashboard of this Podway show (no Envoy here).
+    views = await hstack.standalone.engine_views()
+    assert {k: s.health for k, s in views["haproxy"].items()} == want
 
 
 async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(

@@ -237,12 +237,12 @@ class Standalone:
             mode=str(self.opts.translate.mode), admin_socket=admin,
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
-            engine_views=self._engine_views,
+            engine_views=self.engine_views,
             explain_args=("--manifests", str(self.opts.manifests)),
             detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
             kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None))
 
-    async def _engine_views(self) -> Mapping[str, View]:
+    async def engine_views(self) -> Mapping[str, View]:
         """The member health of the engines this process runs besides Envoy (whose admin the
         surfaces ask): HAProxy's (with the kernel's for its listeners), the kernel engine's."""
         from podway.programs.kernel import beside_kernel, kernel_view
