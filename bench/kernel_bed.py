@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -191,10 +191,12 @@ class Bed:
             subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def wrk(bed: Bed, urls: list[str], *, seconds: float, connections: int, close: bool
-        ) -> tuple[float, float, int]:
+def wrk(bed: Bed, urls: list[str], *, seconds: float, connections: int, close: bool,
+        started: Callable[[list[int]], None] | None = None,
+        midway: Callable[[], None] | None = None) -> tuple[float, float, int]:
     """(requests/s, p50 ms, socket errors) of wrk runs in the client namespace, one per URL at
-    the same time (``connections`` shared between them): summed rps, mean p50, summed errors."""
+    the same time (``connections`` shared between them): summed rps, mean p50, summed errors.
+    ``started`` gets the wrk processes' ids once they run; ``midway`` is called half-way."""
     procs = []
     for url in urls:
         argv = ["ip", "netns", "exec", bed.client, "wrk", "-t1",
@@ -202,6 +204,11 @@ def wrk(bed: Bed, urls: list[str], *, seconds: float, connections: int, close: b
         if close:
             argv[-1:-1] = ["-H", "Connection: close"]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, text=True))
+    if started is not None:
+        started([proc.pid for proc in procs])  # ``ip netns exec`` execs wrk: the same process
+    if midway is not None:
+        time.sleep(seconds / 2)
+        midway()
     outs = [proc.communicate()[0] for proc in procs]
     rps = p50s = 0.0
     errors = 0
@@ -229,6 +236,15 @@ def backend_segments(bed: Bed) -> dict[str, int]:
     return out
 
 
+def connections_now(bed: Bed) -> dict[str, int]:
+    """Established connections each backend's nginx holds now (the split of the clients')."""
+    out = {}
+    for name, ns in bed.backends.items():
+        text = sh("ss", "-Htn", "state", "established", "( sport = :8080 )", ns=ns)
+        out[name] = len(text.splitlines())
+    return out
+
+
 def b1_share(before: dict[str, int], after: dict[str, int]) -> float:
     """The part of the segments of a round that b1 received (0.5: an even split)."""
     got = {name: after[name] - before[name] for name in after}
@@ -248,12 +264,15 @@ def nft_table(bed: Bed, text: str, table: str) -> Iterator[None]:
                        check=False)
 
 
-def arguments(doc: str) -> argparse.Namespace | None:
-    """The scripts' shared options; None (after saying why) when the machine cannot run them."""
+def arguments(doc: str, extra: tuple[tuple[str, str], ...] = ()) -> argparse.Namespace | None:
+    """The scripts' shared options (``extra``: flags of one script, as (flag, help)); None
+    (after saying why) when the machine cannot run them."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=16)
+    for flag, help_ in extra:
+        parser.add_argument(flag, action="store_true", help=help_)
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("wrk") or not shutil.which("nginx"):
         print("needs root, wrk and nginx", file=sys.stderr)

@@ -27,8 +27,13 @@ Modes:
 
 from __future__ import annotations
 
+import functools
+import re
+import signal
 import statistics
+import subprocess
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -39,9 +44,11 @@ from kernel_bed import (
     PINNED_URLS,
     VIP,
     VIP_URLS,
+    Bed,
     arguments,
     b1_share,
     backend_segments,
+    connections_now,
     interleaved,
     nft_table,
     session,
@@ -78,13 +85,66 @@ URLS = {"direct": DIRECT_URLS, "direct+ct": DIRECT_URLS, "nft-dnat": PINNED_URLS
         "kernel-pinned": PINNED_URLS, "kernel-nocount": PINNED_URLS}
 
 
+NETFILTER = re.compile(r"^(nf_|nft_|__nf_|ipv4_conntrack|nf_nat|masquerade|hash_conntrack|"
+                       r"__nft|ct_|ctnetlink|nf_ct_|nat_|inet_proto_csum)")
+PERIOD_US = 100  # perf: one sample per 100 us of CPU (cpu-clock, fixed period)
+
+
+class Profile:
+    """``perf record`` of the round's wrk and nginx processes (the softirq work of the lb's
+    forwarding runs in their context on veth): CPU per request, and the part in netfilter."""
+
+    def __init__(self, bed: Bed, folder: Path) -> None:
+        self.bed, self.folder = bed, folder
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, pids: list[int]) -> None:
+        targets = [*pids, *(proc.pid for proc in self.bed.procs)]
+        self.proc = subprocess.Popen(
+            ["perf", "record", "-q", "-e", "cpu-clock", "-c", str(PERIOD_US * 1000), "-p",
+             ",".join(map(str, targets)), "-o", str(self.folder / "perf.data")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self, requests: float) -> tuple[float, float]:
+        """(CPU us per request of wrk + nginx, of which in netfilter symbols)."""
+        if self.proc is None:
+            return float("nan"), float("nan")
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(30)
+        out = subprocess.run(["perf", "report", "-i", str(self.folder / "perf.data"), "--stdio",
+                              "-q", "--sort", "sym", "-F", "sample,sym"],
+                             capture_output=True, text=True, check=False).stdout
+        total = netfilter = 0
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) < 3 or not parts[0].isdigit():
+                continue
+            samples, symbol = int(parts[0]), parts[-1]
+            total += samples
+            if NETFILTER.match(symbol):
+                netfilter += samples
+        scale = PERIOD_US / requests if requests else float("nan")
+        return total * scale, netfilter * scale
+
+
+def _split(into: dict[str, int], bed: Bed) -> None:
+    into.update(connections_now(bed))
+
+
 def main() -> int:
-    args = arguments(__doc__ or "")
-    if args is None:
+    parser_args = arguments(__doc__ or "", extra=(("--perf", "profile wrk and nginx with perf "
+                                                    "(CPU per request and the netfilter part)"),))
+    if parser_args is None:
         return 2
-    results: dict[str, list[tuple[float, float, float]]] = {}
+    args = parser_args
+    Row = tuple[float, float, float, str, float, float]  # rps, p50, b1 share, conns, cpu, nf
+    results: dict[str, list[Row]] = {}
+    ratios: dict[str, list[float]] = {}
     with session("podway-kernel-cost-") as (bed, _):
+        direct_now: float | None = None
         for round_, mode in interleaved(MODES, args.rounds):
+            split: dict[str, int] = {}
+            profile = Profile(bed, bed.root) if args.perf else None
             with ExitStack() as stack:
                 stack.enter_context(bed.engine("kernel" if mode.startswith("kernel")
                                                else "direct"))
@@ -96,20 +156,36 @@ def main() -> int:
                 elif mode == "kernel-nocount":
                     sh("nft", "flush", "chain", "ip", "podway_l4", "count", ns=bed.lb)
                 before = backend_segments(bed)
+                t0 = time.monotonic()
                 rps, p50, errors = wrk(bed, URLS[mode], seconds=args.seconds,
-                                       connections=args.connections, close=False)
+                                       connections=args.connections, close=False,
+                                       started=profile.start if profile else None,
+                                       midway=functools.partial(_split, split, bed))
+                cpu, nf = profile.stop(rps * (time.monotonic() - t0)) if profile \
+                    else (float("nan"), float("nan"))
                 share = b1_share(before, backend_segments(bed))
-            results.setdefault(mode, []).append((rps, p50, share))
+            conns = f"{split.get('b1', 0)}/{split.get('b2', 0)}"
+            results.setdefault(mode, []).append((rps, p50, share, conns, cpu, nf))
+            if mode == "direct":
+                direct_now = rps
+            elif direct_now:  # paired with the nearest direct round before it
+                ratios.setdefault(mode, []).append(rps / direct_now)
             print(f"round {round_ + 1} {mode:15} {rps:9.0f}/s p50 {p50:.3f} ms "
-                  f"b1 share {share:.2f} errors {errors}", flush=True)
+                  f"b1 share {share:.2f} conns b1/b2 {conns} errors {errors}"
+                  + (f"  wrk+nginx CPU {cpu:5.1f} us/req, netfilter {nf:4.1f}" if profile
+                     else ""), flush=True)
         direct = statistics.median(r[0] for r in results["direct"])
-        print("\nmedians over rounds (long connections)")
+        print("\nmedians over rounds (long connections); 'paired': the median of each round's "
+              "rate over the direct round just before it")
         for mode in MODES:
             rows = results[mode]
             rps = statistics.median(r[0] for r in rows)
-            print(f"{mode:15} {rps:9.0f}/s ({rps / direct:.2f}x direct)  p50 "
-                  f"{statistics.median(r[1] for r in rows):.3f} ms  b1 share "
-                  f"{', '.join(f'{r[2]:.2f}' for r in rows)}")
+            paired = statistics.median(ratios[mode]) if ratios.get(mode) else 1.0
+            print(f"{mode:15} {rps:9.0f}/s ({rps / direct:.2f}x direct, paired {paired:.2f}x)  "
+                  f"p50 {statistics.median(r[1] for r in rows):.3f} ms  conns b1/b2 "
+                  f"{' '.join(r[3] for r in rows)}"
+                  + (f"  CPU {statistics.median(r[4] for r in rows):5.1f} us/req, netfilter "
+                     f"{statistics.median(r[5] for r in rows):4.1f}" if args.perf else ""))
     return 0
 
 
