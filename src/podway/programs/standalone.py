@@ -240,7 +240,9 @@ class Standalone:
             engine_views=self.engine_views,
             explain_args=("--manifests", str(self.opts.manifests)),
             detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
-            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None))
+            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None,
+            haproxy_rendered=lambda: self.haproxy.rendered if self.haproxy is not None
+            else None))
 
     async def engine_views(self) -> Mapping[str, View]:
         """The member health of the engines this process runs besides Envoy (whose admin the

@@ -9,8 +9,8 @@ left by a dead process is replaced. Endpoints:
 * ``GET /state`` — generation, version, backend mode, the IR (``podway.ir.dump``), the status
   document (as the status file) and the engine's refusals;
 * ``GET /config`` — the IR and every xDS resource as JSON (secrets by name and digest only:
-  a private key never leaves the process), and the kernel engine's nftables ruleset (``kernel``)
-  when one runs here;
+  a private key never leaves the process), the kernel engine's nftables ruleset (``kernel``)
+  and the HAProxy engine's ``haproxy.cfg`` with its maps (``haproxy``) when one runs here;
 * ``GET /health`` — the engines' live member health per pool (a local Envoy's admin
   ``/clusters``, and what every engine reported: ``podway.readers.engine_health``);
 * ``GET /explain?url=…&header=…&method=…&sni=…&source_ip=…`` — ``podway.readers.explain`` over the
@@ -45,6 +45,7 @@ from podway.base.errors import ConfigError, PodwayError
 from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.engine import admin
+from podway.haproxy.render import Rendered
 from podway.ir.dump import to_data
 from podway.pipeline import Pipeline, State
 from podway.readers.engine_health import EngineViews, explain_health
@@ -77,6 +78,9 @@ class AdminOptions:
     # The kernel engine's installed nftables ruleset (``podway.kernel``); None: no kernel
     # engine here, or nothing installed yet. Shown by ``/config`` as ``kernel``.
     kernel_ruleset: Callable[[], str | None] | None = None
+    # The HAProxy engine's rendering it serves now (``podway.haproxy``); None: no HAProxy
+    # here, or nothing applied yet. Shown by ``/config`` as ``haproxy``.
+    haproxy_rendered: Callable[[], Rendered | None] | None = None
 
 
 class AdminServer:
@@ -141,6 +145,10 @@ class AdminServer:
         kernel = self.opts.kernel_ruleset() if self.opts.kernel_ruleset is not None else None
         if kernel is not None:
             data["kernel"] = kernel
+        rendered = self.opts.haproxy_rendered() if self.opts.haproxy_rendered is not None \
+            else None
+        if rendered is not None:
+            data["haproxy"] = haproxy_data(rendered)
         return web.json_response(data)
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -184,6 +192,15 @@ class AdminServer:
             return parse_clusters(json.loads(body)) if status == 200 else None
         except (OSError, TimeoutError, ValueError):
             return None
+
+
+def haproxy_data(rendered: Rendered) -> dict[str, Any]:
+    """The HAProxy engine's ``haproxy.cfg`` and its maps (``path`` → rows, one ``key value``
+    a line, as the map files hold them). Certificate files are not shown: they hold private
+    keys; the configuration names them."""
+    return {"config": rendered.config,
+            "maps": {path: "".join(f"{k} {v}\n" for k, v in rows)
+                     for path, rows in sorted(rendered.maps.items())}}
 
 
 def xds_data(resources: Mapping[str, Mapping[str, Resource]]) -> dict[str, Any]:

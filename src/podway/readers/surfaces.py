@@ -31,6 +31,8 @@ from podway.readers.engine_health import EngineViews
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from podway.haproxy.render import Rendered
+
 log = logging.getLogger(__name__)
 
 AdminAddress = Callable[[], str | None]  # the engine's admin address now; None: not running
@@ -52,6 +54,8 @@ class SurfaceOptions:
     detailed_stats: bool = False  # the engine keeps per-pool stats
     # The kernel engine's installed ruleset (``/config``'s ``kernel``); None: no kernel engine.
     kernel_ruleset: Callable[[], str | None] | None = None
+    # The HAProxy engine's rendering (``/config``'s ``haproxy``); None: no HAProxy engine.
+    haproxy_rendered: Callable[[], Rendered | None] | None = None
 
 
 async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
@@ -68,7 +72,8 @@ async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None
 
     await AdminServer(pipeline, AdminOptions(
         socket=socket, mode=opts.mode, engine_admin=opts.engine_admin,
-        engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset)).run()
+        engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset,
+        haproxy_rendered=opts.haproxy_rendered)).run()
 
 
 async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:
