@@ -162,7 +162,7 @@ class Bed:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             end = time.monotonic() + 30
-            while not self._answers():
+            while not self._answers() or not self._spreads(kind):
                 if time.monotonic() > end or proc.poll() is not None:
                     raise RuntimeError(f"{kind} engine did not start serving")
                 time.sleep(0.2)
@@ -176,6 +176,22 @@ class Bed:
                 proc.wait()
             subprocess.run(["ip", "netns", "exec", self.lb, PODWAY, "kernel", "cleanup"],
                            capture_output=True, check=False)
+
+    def _spreads(self, kind: str) -> bool:
+        """The kernel engine's table spreads ``web`` over both members: each passed its first
+        check (before that the table lists fewer, and a round's connections, opened at once,
+        would pile on one member: 1/14 was seen)."""
+        if kind != "kernel":
+            return True
+
+        def table() -> str:
+            return subprocess.run(["ip", "netns", "exec", self.lb, "nft", "list", "table", "ip",
+                                   "podway_l4"], capture_output=True, text=True,
+                                  check=False).stdout
+
+        first = table()
+        time.sleep(1.0)  # the first checks run within a tenth of the interval: settled then
+        return first == table() and all(f"{far} . 8080" in first for _, far in BACKENDS.values())
 
     def _answers(self) -> bool:
         done = subprocess.run(["ip", "netns", "exec", self.client, "wrk", "-t1", "-c1", "-d1s",
