@@ -130,21 +130,30 @@ backend web
     return config
 
 
-# Podway's rendering with one of its per-request rules left out (``--variants``): what each
-# costs, measured beside the whole rendering and the hand-written file. Each names the lines
-# dropped; ``podway-no-host-fixes`` keeps the plain Host lookup (lower case, port cut).
-VARIANTS = {
+# Podway's rendering with one of its per-request rules left out or changed (``--variants``):
+# what each costs, measured beside the whole rendering and the hand-written file. Each drops
+# the lines naming one of its strings; ``podway-no-host-fixes`` keeps the plain Host lookup
+# (lower case, port cut); ``podway-lean-choice`` picks the backend straight from the route map
+# (no ``txn.be`` variable).
+VARIANTS: dict[str, tuple[str, ...]] = {
     "podway-no-normalize": ("normalize-uri",),
     "podway-no-xfp": ("set-header x-forwarded-proto",),
     "podway-no-realip": ("del-header x-real-ip",),
     "podway-no-host-fixes": ("regsub(",),
+    "podway-lean-choice": ("set-var(txn.be)",),
 }
 
 
 def variant_config(folder: Path, podway: Path, name: str, port: int, ours: int) -> Path:
-    """Podway's rendering (listening on ``port``) without the lines ``VARIANTS[name]`` names."""
-    text = podway.read_text(encoding="utf-8").replace(" unless { req.hdr(host) -m beg [ }", "") \
-        if name == "podway-no-host-fixes" else podway.read_text(encoding="utf-8")
+    """Podway's rendering (listening on ``port``) changed as ``VARIANTS[name]`` says."""
+    text = podway.read_text(encoding="utf-8")
+    if name == "podway-no-host-fixes":
+        text = text.replace(" unless { req.hdr(host) -m beg [ }", "")
+    if name == "podway-lean-choice":
+        routes = re.search(r"map_str\(([^)]*routes\.map)\)", text)
+        assert routes is not None
+        text = text.replace("use_backend %[var(txn.be)] if { var(txn.be) -m found }",
+                            f"use_backend %[var(txn.r),map_str({routes.group(1)})]")
     lines = [line for line in text.splitlines()
              if not any(part in line for part in VARIANTS[name]) and "stats socket" not in line]
     config = folder / f"{name}.cfg"
