@@ -6,7 +6,9 @@ in interleaved rounds through each *target* on loopback:
 * ``nginx-direct``  the upstream itself (no load balancer: the floor);
 * ``envoy-static``  a hand-written Envoy, one route, no xDS (the yardstick);
 * ``podway``        ``podway run`` on manifests for the same route (Podway's Envoy);
-* ``haproxy``       HAProxy as reverse proxy, one thread;
+* ``haproxy``       HAProxy as reverse proxy, one thread (hand-written);
+* ``podway-haproxy`` ``podway run --engine haproxy`` on the same manifests (the HAProxy engine
+  as Podway configures it, one thread; its CPU is the HAProxy processes');
 * ``nginx-proxy``   nginx as reverse proxy, one worker, upstream keep-alive.
 
 Every Envoy runs one worker (``--concurrency 1``). Workloads: HTTP/1.1 keep-alive, a new
@@ -27,7 +29,7 @@ Adding a target is one function decorated ``@target("name")`` that starts it and
 
     python bench/dataplane.py [--rounds 3] [--duration 2] [--targets a,b] [--json]
 
-Default total: about 2 minutes (5 targets x 4 workloads x 3 rounds x 2 s, plus start-up).
+Default total: about 2.5 minutes (6 targets x 4 workloads x 3 rounds x 2 s, plus start-up).
 It kills only the processes it started.
 """
 
@@ -531,6 +533,48 @@ def podway(ctx: Context) -> Running:
         shutil.rmtree(state, ignore_errors=True)
 
     return Running(http, https, lambda: pids, stop, side_pids=lambda: [proc.pid])
+
+
+def _named(pid: int, name: str) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/comm").read_text().strip() == name
+    return False
+
+
+@target("podway-haproxy")
+def podway_haproxy(ctx: Context) -> Running:
+    """``podway run --engine haproxy`` on the same manifests: the HAProxy engine as Podway
+    configures it (one thread); its CPU is the HAProxy processes' (master and worker)."""
+    http, https = free_port(), free_port()
+    folder = ctx.root / "manifests-haproxy"
+    podway_manifests(ctx, folder)
+    state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
+    os.chmod(state, 0o700)
+    cli = Path(sys.executable).with_name("podway")
+    proc = ctx.spawn([str(cli), "run", "--engine", "haproxy", "--manifests", str(folder),
+                      "--address", "127.0.0.1", "--http-port", str(http), "--https-port",
+                      str(https), "--state-dir", str(state), "--log-level", "warning"],
+                     log="podway-haproxy.log")
+
+    def haproxy_pids() -> list[int]:
+        return [p for p in tree(proc.pid) if p != proc.pid and _named(p, "haproxy")]
+
+    deadline = time.monotonic() + 60
+    while not haproxy_pids():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("podway run --engine haproxy did not start HAProxy: see "
+                             f"{ctx.root / 'podway-haproxy.log'}")
+        time.sleep(0.1)
+
+    def stop() -> None:
+        pids = haproxy_pids()
+        stop_process(proc, grace_s=20)
+        for pid in pids:  # HAProxy outlives Podway on purpose (a restart takes it over)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(state, ignore_errors=True)
+
+    return Running(http, https, haproxy_pids, stop, side_pids=lambda: [proc.pid])
 
 
 # --- load --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,8 @@ def serving(bed: Bed, *members: str) -> None:
 
 
 def test_connections_spread_over_both_members_with_snat(bed: Bed) -> None:
-    """TCP and UDP reach both members at random; the members see the engine's address."""
+    """TCP and UDP new flows take the members in turn (round robin: a few connections split
+    exactly, never 4/12); the members see the engine's address."""
     bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", ["b1", "b2"], udp=True))
     bed.start_engine()
     serving(bed, "b1", "b2")
@@ -67,9 +69,14 @@ def test_connections_spread_over_both_members_with_snat(bed: Bed) -> None:
                  == {"b1", "b2"}, f"both members to take new {proto} flows")
         seen = bed.many(60, proto, port)
         assert not [s for s in seen if "error" in s], seen
-        names = Counter(s["name"] for s in seen)
-        assert names["b1"] >= 10, (proto, names)
-        assert names["b2"] >= 10, (proto, names)
+        # In turn: the same member twice in a row only where the table was replaced (the
+        # turn restarts; a health check's change on a loaded machine), not ~30 times as
+        # at random.
+        order = [s["name"] for s in seen]
+        repeats = sum(a == b for a, b in pairwise(order))
+        assert repeats <= 2, (proto, order)
+        names = Counter(order)
+        assert abs(names["b1"] - names["b2"]) <= 2 * repeats + 1, (proto, names)
         # SNAT: each member sees the engine's address on its own link.
         clients = {s["name"]: s["client"].rsplit(":", 1)[0] for s in seen}
         assert clients == {name: near for name, (near, _) in BACKENDS.items()}, clients

@@ -61,7 +61,7 @@ async def test_each_change_is_one_whole_table_transaction() -> None:
         assert len(written) == 2
         assert all(t.startswith("table ip podway_l4 {}\ndelete table ip podway_l4\n")
                    for t in written)
-        assert "numgen random mod 2" in written[1]
+        assert "numgen inc mod 2" in written[1]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
