@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -94,6 +95,9 @@ class StatusWriter:
         self._drifted: set[Target] = set()
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
+        self.on_written: Callable[[str, Key, str], None] = lambda kind, key, version: None
+        """Told of each write's resourceVersion, so its watch event (our own write read
+        back) costs no parse (set by the controller: ``KubeSource.expect_echo``)."""
 
     def observed(self, kind: str, key: Key, status: Status) -> None:
         """The API now holds ``status`` for an object (a watch event). One that differs from
@@ -236,7 +240,7 @@ class StatusWriter:
                 self._metrics.fenced_writes.labels(writer="status").inc()
                 return
             try:
-                await patch_status(self._api, info, namespace, name, body)
+                version = await patch_status(self._api, info, namespace, name, body)
             except NotFound:
                 self._metrics.status_writes.labels(kind=kind, result="gone").inc()
                 return
@@ -250,6 +254,8 @@ class StatusWriter:
         self._written[target] = status
         self._wanted[target] = wanted
         self._metrics.status_writes.labels(kind=kind, result="ok").inc()
+        if version is not None:
+            self.on_written(kind, (namespace, name), version)
 
 
 def _same_inputs(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
@@ -261,8 +267,9 @@ def _same_inputs(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, name: str,
-                       body: Mapping[str, Any]) -> None:
-    """A JSON merge patch of the status subresource of one object (typed API errors)."""
+                       body: Mapping[str, Any]) -> str | None:
+    """A JSON merge patch of the status subresource of one object (typed API errors); the
+    resourceVersion the write made (None: the answer did not say)."""
     kwargs: dict[str, Any] = {"_content_type": "application/merge-patch+json",
                               "_preload_content": False}
     resp: Any
@@ -285,8 +292,18 @@ async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, na
         if resp.status >= 400:  # a raw response (_preload_content=False) does not raise
             raise api_error(_Refused(resp.status, (await resp.text())[:200],
                                      dict(getattr(resp, "headers", None) or {})))
+        return _version(await resp.read())
     finally:
         resp.release()
+
+
+def _version(answer: bytes) -> str | None:
+    try:
+        meta = json.loads(answer).get("metadata")
+    except (ValueError, AttributeError):
+        return None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) and version else None
 
 
 class _Refused:
