@@ -246,11 +246,9 @@ class KubeSource:
         self._echoes[(kind, key)] = version
 
     def _echo(self, spec: KindSpec, ident: Ident, event: str, version: object) -> bool:
-        """The watch event of ``ident`` is our own write read back: the very version the
-        write made (resourceVersions are unique), delivered by a watch — whose events before
-        it (any change under the write) were all delivered — not by a list, which reports
-        only where an object is now. A later version drops the expectation (one per object
-        at most: an echo that came before its write's answer is parsed as any event)."""
+        """The event is our own write read back: the very version it made, from a watch
+        (which delivered every change under the write), not a list (which reports only where an
+        object is now). Any later version drops the expectation: one per object at most."""
         if not self._echoes or event != "MODIFIED":
             return False
         expected = self._echoes.pop(ident, None)

@@ -35,10 +35,12 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
 from podway.base.backoff import Backoff
+from podway.kube.client import raw_request
 from podway.kube.errors import NotFound, api_error
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
@@ -269,23 +271,14 @@ def _same_inputs(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 async def patch_status(api: client.ApiClient, info: KindInfo, namespace: str, name: str,
                        body: Mapping[str, Any]) -> str | None:
     """A JSON merge patch of the status subresource of one object (typed API errors); the
-    resourceVersion the write made (None: the answer did not say)."""
-    kwargs: dict[str, Any] = {"_content_type": "application/merge-patch+json",
-                              "_preload_content": False}
-    resp: Any
+    resourceVersion the write made (None: the answer did not say). Sent below the generated
+    client layer (``raw_request``): 10,000 of these are a large controller's first pass."""
+    base = f"/api/{info.version}" if not info.group else f"/apis/{info.group}/{info.version}"
+    where = f"/namespaces/{quote(namespace, safe='')}" if info.namespaced else ""
+    path = f"{base}{where}/{info.plural}/{quote(name, safe='')}/status"
     try:
-        if info.kind == "Service":
-            resp = await client.CoreV1Api(api).patch_namespaced_service_status(
-                name, namespace, body, **kwargs)
-        elif info.kind == "Ingress":
-            resp = await client.NetworkingV1Api(api).patch_namespaced_ingress_status(
-                name, namespace, body, **kwargs)
-        elif info.namespaced:
-            resp = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-                info.group, info.version, namespace, info.plural, name, body, **kwargs)
-        else:
-            resp = await client.CustomObjectsApi(api).patch_cluster_custom_object_status(
-                info.group, info.version, info.plural, name, body, **kwargs)
+        resp = await raw_request(api, "PATCH", path, body=body,
+                                 content_type="application/merge-patch+json")
     except client.exceptions.ApiException as exc:
         raise api_error(exc) from None
     try:
