@@ -349,7 +349,7 @@ def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: b
                  real_ip: bool = False, retries: bool = True, checks: bool = True,
                  manager: bool = True, drop_real_ip: bool = True, lua: bool = True,
                  lifetime_s: float | None = None, auth: bool = True,
-                 optional: bool = True) -> Running:
+                 optional: bool = True, extra_disabled: int = 0) -> Running:
     """A static Envoy configured as Podway configures one route (its manager's settings, the
     host's connect-failure retries, the cluster's checks), with the defaults Podway had before
     issue 24 switched on one by one: the optional filters enabled, a retry budget instead of
@@ -358,11 +358,16 @@ def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: b
     normalisation and the client address, ``drop_real_ip``, ``lua``: the disabled Lua filter
     of streamed body limits on every manager); ``lifetime_s``: the connections to members
     drained after that long (nodeport mode's 1 s); ``auth``: edge auth's four disabled filters
-    (issue 28); ``optional``: any disabled optional filter at all. What each costs: its ratio to
-    ``envoy-podway-now`` (docs/performance.md, "What each default costs")."""
+    (issue 28); ``optional``: any disabled optional filter at all; ``extra_disabled``: that
+    many more disabled filters (a cost too small to see for a few, multiplied). What each
+    costs: its ratio to ``envoy-podway-now`` (docs/performance.md, "What each default
+    costs")."""
     http, https = free_port(), free_port()
     filters = [f for f in _optional_filters(disabled=not filters_on, auth=auth)
                if (lua or not f["name"].endswith("lua")) and optional]
+    filters += [{"name": f"extra.rbac.{i}", "disabled": True, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}}
+        for i in range(extra_disabled)]
     config = _static_bootstrap(ctx, http, https, filters)
     for listener in config["static_resources"]["listeners"]:
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -483,6 +488,12 @@ def envoy_podway_no_auth(ctx: Context) -> Running:
 def envoy_podway_bare(ctx: Context) -> Running:
     """Without any optional filter: a manager whose routes use none of them carries none."""
     return _podway_like(ctx, "envoy-podway-bare", optional=False)
+
+
+@target("envoy-podway-50-disabled", variant=True)
+def envoy_podway_50_disabled(ctx: Context) -> Running:
+    """With 41 more disabled filters (50 in all): what one disabled filter costs, times ~5."""
+    return _podway_like(ctx, "envoy-podway-50-disabled", extra_disabled=41)
 
 
 # --- Podway ------------------------------------------------------------------------------------
