@@ -8,6 +8,8 @@ Two figures the load of a shared machine moves least (CPU of this process per op
   raw_request`` (what ``StatusWriter`` sends now), against the API emulator in a child process
   (``bench/convergence.py``'s, N routes), 32 in flight, a new status each round (every PATCH
   writes);
+* **Event**: a ``Synced`` Event created through the generated ``create_namespaced_event``,
+  its answer decoded (before), and through ``raw_request``, its answer not read (now);
 * **echo**: the watch event a write comes back as, through the source's handler, parsed and
   found unchanged (before) or dropped by its resourceVersion (``KubeSource.expect_echo``, now),
   N events in this process with no API behind them.
@@ -56,7 +58,8 @@ def status(round_no: int) -> dict[str, Any]:
                          "conditions": conditions}]}
 
 
-async def generated(api: client.ApiClient, name: str, body: dict[str, Any]) -> None:
+async def generated(api: client.ApiClient, name: str, round_no: int) -> None:
+    body = {"status": status(round_no)}
     resp = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
         GW, "v1", NS, "httproutes", name, body, _content_type="application/merge-patch+json",
         _preload_content=False)
@@ -64,7 +67,8 @@ async def generated(api: client.ApiClient, name: str, body: dict[str, Any]) -> N
     resp.release()
 
 
-async def raw(api: client.ApiClient, name: str, body: dict[str, Any]) -> None:
+async def raw(api: client.ApiClient, name: str, round_no: int) -> None:
+    body = {"status": status(round_no)}
     resp = await raw_request(api, "PATCH", f"/apis/{GW}/v1/namespaces/{NS}/httproutes/{name}"
                              "/status", body=body, content_type="application/merge-patch+json")
     assert resp.status == 200, resp.status
@@ -72,17 +76,46 @@ async def raw(api: client.ApiClient, name: str, body: dict[str, Any]) -> None:
     resp.release()
 
 
-Patch = Callable[[client.ApiClient, str, dict[str, Any]], Awaitable[None]]
+def event(name: str, round_no: int) -> dict[str, Any]:
+    """A ``Synced`` Event as the controller's recorder writes one per object."""
+    stamp = "2026-12-05T05:00:00Z"
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{name}.{round_no:010d}", "namespace": NS},
+            "involvedObject": {"kind": "HTTPRoute", "name": name, "namespace": NS,
+                               "apiVersion": f"{GW}/v1"},
+            "type": "Normal", "reason": "Synced", "message": "served", "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": "podway-controller"},
+            "reportingComponent": "podway-controller",
+            "reportingInstance": "podway-controller"}
+
+
+async def event_generated(api: client.ApiClient, name: str, round_no: int) -> None:
+    core: Any = client.CoreV1Api(api)
+    resp = await core.create_namespaced_event(NS, event(name, round_no),
+                                              _preload_content=False)
+    assert resp.status == 201, resp.status
+    await resp.json(content_type=None)  # the recorder read every answer
+    resp.release()
+
+
+async def event_raw(api: client.ApiClient, name: str, round_no: int) -> None:
+    resp = await raw_request(api, "POST", f"/api/v1/namespaces/{NS}/events",
+                             body=event(name, round_no))
+    assert resp.status == 201, resp.status
+    resp.release()
+
+
+Patch = Callable[[client.ApiClient, str, int], Awaitable[None]]
 
 
 async def patch_all(api: client.ApiClient, how: Patch, routes: int, round_no: int) -> float:
     """CPU seconds of this process for one PATCH per route."""
     limit = asyncio.Semaphore(CONCURRENCY)
-    body = {"status": status(round_no)}
 
     async def one(i: int) -> None:
         async with limit:
-            await how(api, f"r{i}", body)
+            await how(api, f"r{i}", round_no)
     began = time.process_time()
     await asyncio.gather(*(one(i) for i in range(routes)))
     return time.process_time() - began
@@ -126,10 +159,11 @@ async def main_async(args: argparse.Namespace, ref: speedref.Reference) -> None:
             without_env_lookups(api)
             await patch_all(api, raw, args.routes, 0)  # warm: connections, first writes
             for r in range(1, args.rounds + 1):
-                ways: list[tuple[str, Patch]] = [("PATCH generated", generated),
-                                                 ("PATCH raw", raw)]
-                for name, how in ways if r % 2 else ways[::-1]:
-                    cpu = await patch_all(api, how, args.routes, r * 2 + (name == "PATCH raw"))
+                ways: list[tuple[str, Patch]] = [
+                    ("PATCH generated", generated), ("PATCH raw", raw),
+                    ("Event generated", event_generated), ("Event raw", event_raw)]
+                for k, (name, how) in enumerate(ways if r % 2 else ways[::-1]):
+                    cpu = await patch_all(api, how, args.routes, r * 4 + k)
                     figures.setdefault(name, []).append(cpu / args.routes)
                 for name, skip in (("echo parsed", False), ("echo dropped", True)):
                     figures.setdefault(name, []).append(
