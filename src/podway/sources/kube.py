@@ -248,13 +248,11 @@ class KubeSource:
     def _echo(self, spec: KindSpec, ident: Ident, event: str, version: object) -> bool:
         """The event is our own write read back: the very version it made, from a watch
         (which delivered every change under the write), not a list (which reports only where an
-        object is now). Any later version drops the expectation: one per object at most."""
-        if not self._echoes or event != "MODIFIED":
-            return False
-        expected = self._echoes.pop(ident, None)
+        object is now). Any later event drops the expectation: one per live object at most."""
+        expected = self._echoes.pop(ident, None) if self._echoes else None
         informer = self._informers.get(spec.kind)
-        return (expected is not None and expected == version and informer is not None
-                and not informer.listing)
+        return (expected is not None and expected == version and event == "MODIFIED"
+                and informer is not None and not informer.listing)
 
     # ---- staging changes (handlers: synchronous and cheap) -----------------------------
     def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:

@@ -65,8 +65,14 @@ async def test_the_event_of_our_own_write_is_not_parsed(emu: KubeEmulator,
         assert len(parsed) == before + 1
         emu.put("services", service(port=81))
         update = await next_update()
-    assert update.changed == (("Service", KEY),)
-    assert update.snapshot.objects["Service"][KEY].spec.ports[0].port == 81
+        assert update.changed == (("Service", KEY),)
+        assert update.snapshot.objects["Service"][KEY].spec.ports[0].port == 81
+        # An expectation never met (its echo came first) goes with the object's next event,
+        # a deletion too: nothing is held for objects that are gone.
+        source.expect_echo("Service", KEY, "1")
+        emu.delete("services", "shop", "web")
+        await until_update(next_update, lambda u: KEY not in u.snapshot.objects["Service"])
+        assert source._echoes == {}
 
 
 async def test_a_list_that_brings_our_version_is_parsed(emu: KubeEmulator,
