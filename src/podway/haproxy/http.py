@@ -32,6 +32,7 @@ from podway.ir import (
     ExtAuth,
     Forward,
     HeaderModifier,
+    Jwt,
     Listener,
     ListenerProtocol,
     Mirror,
@@ -343,6 +344,8 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("basic authentication")
         elif isinstance(f, ExtAuth):
             raise _Closed("external authorization")
+        elif isinstance(f, Jwt):
+            raise _Closed("JWT authentication")
         elif isinstance(f, Authorization):
             raise _Closed("authorization rules")
     a = route.action

@@ -268,8 +268,41 @@ class Authorization:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JwtProvider:
+    """Who issues the tokens a ``Jwt`` accepts: ``name`` (unique in the IR: the engine holds
+    every provider in one place), the ``iss`` it must carry (empty: any), one of ``audiences``
+    in its ``aud`` (empty: any), signed by a key of ``jwks`` (the key set itself, JSON) or of
+    the key set at ``jwks_uri``, fetched through ``jwks_pool`` and kept ``jwks_cache_s``
+    seconds. ``claim_headers``: (claim, header) — a valid token's claim is set as the header
+    of the request to the backend."""
+
+    name: str
+    issuer: str = ""
+    audiences: tuple[str, ...] = ()
+    jwks: str = ""
+    jwks_uri: str = ""
+    jwks_pool: str = ""
+    jwks_cache_s: int = 300
+    claim_headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Jwt:
+    """JWT authentication: a request needs ``Authorization: Bearer <token>`` with a token of
+    one of ``providers`` that is valid (signature, ``exp``/``nbf``, issuer, audience), else
+    401 (403 for a valid token of another audience); ``optional``: a request with no token
+    passes (one with a bad token does not). ``name``: the requirement's name, unique in the
+    IR; ``source``: for ``explain``."""
+
+    name: str
+    providers: tuple[JwtProvider, ...]
+    optional: bool = False
+    source: str = ""
+
+
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth | ExtAuth | Authorization)
+          | BasicAuth | ExtAuth | Authorization | Jwt)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

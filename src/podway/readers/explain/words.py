@@ -12,6 +12,7 @@ from podway.ir import (
     ExtAuth,
     Filter,
     HeaderModifier,
+    Jwt,
     L4Route,
     Listener,
     Pool,
@@ -84,6 +85,11 @@ def filter_text(f: Filter) -> str:
     if isinstance(f, BasicAuth):
         return (f"basic authentication: {len(f.users)} users of {f.source or 'the route'}, "
                 f"realm {f.realm!r} (others get 401)")
+    if isinstance(f, Jwt):
+        who = ", ".join(p.issuer or p.name for p in f.providers)
+        missing = "a request without one passes" if f.optional else "none: 401"
+        return (f"JWT authentication by {f.source or 'the route'}: a valid token of {who} "
+                f"(a bad one: 401, another audience: 403; {missing})")
     return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
 
 
