@@ -25,6 +25,7 @@ from podway.haproxy.tls import crt_list
 from podway.ir import (
     CORS,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
@@ -346,6 +347,8 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("external authorization")
         elif isinstance(f, Jwt):
             raise _Closed("JWT authentication")
+        elif isinstance(f, AuthRequest):
+            raise _Closed("external authentication (auth-url)")
         elif isinstance(f, Authorization):
             raise _Closed("authorization rules")
     a = route.action

@@ -269,6 +269,30 @@ class Authorization:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AuthRequest:
+    """ingress-nginx's external authentication (``auth-url``, nginx's ``auth_request``): before
+    forwarding, ``method`` (empty: the request's own) ``path`` — the auth URL's path and query,
+    exactly as written — is asked of ``pool`` with Host ``authority``, carrying the request's
+    headers (no body) and ``X-Original-URL``, ``X-Original-Method``,
+    ``X-Auth-Request-Redirect`` (``redirect``, empty: the request's URI), ``X-Sent-From``,
+    ``X-Real-IP``. A 2xx answer lets the request through with ``response_headers`` set from
+    it (a client's own values of those are dropped); 401 is answered 401 (its
+    ``WWW-Authenticate`` kept), or with ``signin`` a 302 to it (its nginx variables
+    ``$scheme``, ``$host``, ``$http_host``, ``$request_uri``, ``$escaped_request_uri``
+    expanded); 403 is 403; anything else, an error or no answer within ``timeout_ms`` 500."""
+
+    pool: str
+    authority: str
+    path: str
+    method: str = ""
+    signin: str = ""
+    redirect: str = ""
+    response_headers: tuple[str, ...] = ()
+    timeout_ms: int = 5000
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JwtProvider:
     """Who issues the tokens a ``Jwt`` accepts: ``name`` (unique in the IR: the engine holds
     every provider in one place), the ``iss`` it must carry (empty: any), one of ``audiences``
@@ -302,7 +326,7 @@ class Jwt:
 
 
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth | ExtAuth | Authorization | Jwt)
+          | BasicAuth | ExtAuth | Authorization | Jwt | AuthRequest)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import replace
 
-from podway.ir import Authorization, BasicAuth, ClientAccess, ExtAuth, Jwt, Route
+from podway.ir import Authorization, AuthRequest, BasicAuth, ClientAccess, ExtAuth, Jwt, Route
 from podway.model.base import ObjectRef
 from podway.readers.explain.model import Mark, Outcome, OutcomeKind, Verdict
 from podway.readers.explain.query import Query
@@ -50,7 +50,7 @@ class AccessChecks:
     def asked_first(self, route: Route, verdict: Verdict) -> Verdict:
         """``verdict`` when the route's external auth services allow the request; they may
         refuse it (their own 4xx) or fail (403), which explain cannot know: both outcomes."""
-        services = [f.pool for f in route.filters if isinstance(f, ExtAuth)]
+        services = [f.pool for f in route.filters if isinstance(f, ExtAuth | AuthRequest)]
         if not services:
             return verdict
         self.step("filter", Mark.INFO, f"{' and '.join(services)} decide first: a refusal is "

@@ -6,6 +6,7 @@ from podway.ir import (
     CORS,
     AccessRule,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
@@ -85,6 +86,12 @@ def filter_text(f: Filter) -> str:
     if isinstance(f, BasicAuth):
         return (f"basic authentication: {len(f.users)} users of {f.source or 'the route'}, "
                 f"realm {f.realm!r} (others get 401)")
+    if isinstance(f, AuthRequest):
+        signin = f"; a 401 redirects to {f.signin}" if f.signin else ""
+        method = f.method or "the request's method"
+        return (f"external authentication ({f.source or f.pool}): {method}"
+                f" http://{f.authority}{f.path} is asked first; 2xx lets it through, 401/403 are "
+                f"the answer{signin}, anything else 500")
     if isinstance(f, Jwt):
         who = ", ".join(p.issuer or p.name for p in f.providers)
         missing = "a request without one passes" if f.optional else "none: 401"

@@ -1,9 +1,8 @@
 """What one Ingress contributes on its own: routes by host+path, TLS certificates, pools and
 the problems found in it — before it meets any other Ingress.
 
-A part depends only on its Ingress and the objects it looked up (Services, Secrets), which it
-records; while none of them changes the part is reused as is, so re-translating after one
-Ingress changed costs the merge, not the rebuilding of every route (O(change) objects).
+A part depends only on its Ingress and the objects it looked up (Services, Secrets; recorded):
+while none of them changes it is reused, so a change of one Ingress costs the merge (O(change)).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from podway.translate.core.regex import re2_problem
 from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 from podway.translate.ingress.foreign import foreign_annotations
-from podway.translate.ingress.nginx import basic_auth
+from podway.translate.ingress.nginx import basic_auth, ext_auth
 from podway.translate.ingress.nginx import serve as nginx
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, VerifyClient
@@ -61,8 +60,7 @@ class Claim:
     order: tuple[int, int, str]
     route: Route
     where: str
-    # The Ingress refuses every request (an unserved access restriction): no canary joins it,
-    # so nothing reaches a backend past the restriction it asked for.
+    # Refuses every request (an unserved access restriction): no canary joins it either.
     refused: bool = False
 
 
@@ -210,8 +208,7 @@ class _Builder:
                             aliases=n.server_alias, www_redirect=n.from_to_www)
 
     def read_nginx(self) -> None:
-        """The ingress-nginx annotations: read once, reported, turned into filters; its
-        ssl-redirect and backend-protocol stand in for Podway's own when those are unset."""
+        """The ingress-nginx annotations: read once, reported, turned into filters."""
         annotations = self.ingress.metadata.annotations
         self.nginx = read_nginx(annotations, namespace=self.ingress.metadata.namespace)
         self.settings = parse_tls_settings(_with_nginx(annotations, self.nginx))
@@ -221,10 +218,13 @@ class _Builder:
                          f"metadata.annotations[{note.key}]",
                          Severity.ERROR if note.error else Severity.WARNING)
         self.filters = nginx.route_filters(self.nginx)
-        auth = basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n))
-        self.problems += auth.problems()
-        self.filters += (auth.filter,) if auth.filter is not None else ()
-        self.nginx = auth.closing(self.nginx)  # unusable: refused as an unserved restriction
+        for auth in (basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n)),
+                     ext_auth.serve(self.ingress, lambda ns, n: self.lookup(Service, ns, n))):
+            self.problems += auth.problems()
+            if auth.filter is not None and not self.nginx.closed:  # refused: nobody to ask
+                self.filters += (auth.filter,)
+                self.pools.update((p.name, p) for p in auth.pools)
+            self.nginx = auth.closing(self.nginx)  # unusable: refused as unserved
         canary = self.nginx.canary
         pattern = canary.header_pattern if canary is not None else None
         why = re2_problem(f".*(?:{pattern}).*") if pattern is not None else None
@@ -287,8 +287,8 @@ class _Builder:
         legacy = annotations.get(LEGACY_CLASS_ANNOTATION)
         named = self.ingress.spec.ingress_class_name
         if legacy is not None and named is not None and legacy != named:
-            self.problem(Reason.UNSUPPORTED_ANNOTATION,
-                         f"annotation {LEGACY_CLASS_ANNOTATION} ({quote(legacy)}) is ignored: "
+            self.problem(Reason.UNSUPPORTED_ANNOTATION, f"annotation {LEGACY_CLASS_ANNOTATION} "
+                         f"({quote(legacy)}) is ignored: "
                          f"spec.ingressClassName ({quote(named)}) takes precedence",
                          f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
 

@@ -15,6 +15,7 @@ from podway.envoy.config.scoped import LOWER_HOST_FILTER, ROUTER_FILTER, rds_for
 from podway.ir import (
     CORS,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
@@ -30,10 +31,10 @@ from .helpers import http_listener, route, vhost
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
             "envoy.filters.http.rbac", "envoy.filters.http.buffer",
             "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
-            "podway.rbac.authorization", "podway.jwt_authn"}
+            "podway.rbac.authorization", "podway.jwt_authn", "podway.lua.auth_request"}
 # Authentication: would refuse every request when on without a per-route config.
 GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
-          "podway.jwt_authn"}
+          "podway.jwt_authn", "podway.lua.auth_request"}
 # The streaming body limit (a body limit too large to buffer): disabled on the manager like the
 # others, switched on only by the routes with such a limit (none in this listener).
 STREAMING_LIMIT = "envoy.filters.http.lua"
@@ -52,7 +53,8 @@ def _listener() -> Listener:
         RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024),
         BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),)), ExtAuth(pool="p"),
         ExtAuth(pool="p", grpc=True), Authorization(),
-        Jwt(name="j", providers=(JwtProvider(name="j/p", jwks='{"keys": []}'),))))
+        Jwt(name="j", providers=(JwtProvider(name="j/p", jwks='{"keys": []}'),)),
+        AuthRequest(pool="p", authority="auth", path="/oauth2/auth")))
     return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
 
 
@@ -113,3 +115,17 @@ def test_jwt_providers_live_in_the_filter_config_not_in_the_listener() -> None:
     assert jwt.disabled
     assert jwt.HasField("config_discovery")
     assert not jwt.HasField("typed_config")
+
+
+def test_an_auth_url_script_quotes_every_value_and_fails_closed() -> None:
+    """The auth-url values reach the Lua script only as escaped string literals (a quote, a
+    backslash or a newline in a URL cannot end the literal), and the check runs under pcall,
+    answering 500 when it fails."""
+    from podway.envoy.config.auth_request import lua_string, script
+
+    assert lua_string('a"b\\c\nd é') == '"a\\034b\\092c\\010d \\195\\169"'
+    code = script(AuthRequest(pool="p", authority="auth", path='/x?"]];os.exit()--',
+                              signin="https://login/?rd=$escaped_request_uri"))
+    assert 'local PATH = "/x?\\034]];os.exit()--"' in code
+    assert "pcall(check, handle)" in code
+    assert 'reply = {[":status"] = "500"}' in code

@@ -155,11 +155,9 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("modsecurity-", "put a WAF in front of Podway or in the backend"),
     ("enable-modsecurity", "put a WAF in front of Podway or in the backend"),
     ("enable-owasp-core-rules", "put a WAF in front of Podway or in the backend"),
-    ("auth-url", "external authentication is not built; authenticate in the backend or an "
-     "auth proxy Service in front of it"),
-    ("auth-signin", "external authentication is not built; use an auth proxy Service"),
-    ("auth-", "of ingress-nginx authentication only auth-type: basic (with auth-secret) is "
-     "served; use an auth proxy Service (oauth2-proxy) or the backend"),
+    ("auth-signin", "auth-signin needs auth-url"),
+    ("auth-", "of ingress-nginx authentication auth-type: basic (with auth-secret) and "
+     "auth-url (with auth-signin, auth-response-headers, auth-method) are served"),
     ("proxy-buffer", "Envoy streams; there are no proxy buffers to size"),
     ("proxy-request-buffering", "Envoy streams request bodies (proxy-body-size buffers them)"),
     ("client-body-buffer-size", "Envoy streams; there is no body buffer to size"),
