@@ -271,8 +271,8 @@ class Authorization:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuthRequest:
     """ingress-nginx's external authentication (``auth-url``, nginx's ``auth_request``): before
-    forwarding, ``method`` (empty: the request's own) ``path`` — the auth URL's path and query,
-    exactly as written — is asked of ``pool`` with Host ``authority``, carrying the request's
+    forwarding, ``method`` (empty: GET, as nginx's subrequests) ``path`` — the auth URL's path
+    and query, exactly as written — is asked of ``pool`` with Host ``authority``, with the request's
     headers (no body) and ``X-Original-URL``, ``X-Original-Method``,
     ``X-Auth-Request-Redirect`` (``redirect``, empty: the request's URI), ``X-Sent-From``,
     ``X-Real-IP``. A 2xx answer lets the request through with ``response_headers`` set from

@@ -105,7 +105,7 @@ local function check(handle)
     end
   end
   local peer = handle:streamInfo():downstreamRemoteAddress() or ""
-  ask[":method"] = METHOD ~= "" and METHOD or method
+  ask[":method"] = METHOD ~= "" and METHOD or "GET"  -- nginx's subrequests are GET
   ask[":path"] = PATH
   ask[":authority"] = AUTHORITY
   ask["x-original-url"] = scheme .. "://" .. host .. uri
@@ -131,7 +131,8 @@ local function check(handle)
     local vars = {scheme = scheme, pass_access_scheme = scheme, host = string.lower(bare),
                   http_host = host, best_http_host = host, request_uri = uri,
                   escaped_request_uri = escape(uri)}
-    return {[":status"] = "302", ["location"] = expand(SIGNIN, vars)}
+    return {[":status"] = "302", ["location"] = expand(SIGNIN, vars),
+            ["www-authenticate"] = answer["www-authenticate"]}  -- nginx keeps it too
   end
   if status == 401 then
     return {[":status"] = "401", ["www-authenticate"] = answer["www-authenticate"]}

@@ -88,7 +88,7 @@ def filter_text(f: Filter) -> str:
                 f"realm {f.realm!r} (others get 401)")
     if isinstance(f, AuthRequest):
         signin = f"; a 401 redirects to {f.signin}" if f.signin else ""
-        method = f.method or "the request's method"
+        method = f.method or "GET"
         return (f"external authentication ({f.source or f.pool}): {method}"
                 f" http://{f.authority}{f.path} is asked first; 2xx lets it through, 401/403 are "
                 f"the answer{signin}, anything else 500")

@@ -13,8 +13,8 @@ Keys (without ``nginx.ingress.kubernetes.io/``), with ingress-nginx's meaning:
   ``$scheme``, ``$host``, ``$http_host``, ``$request_uri``, ``$escaped_request_uri``,
   ``$pass_access_scheme``, ``$best_http_host`` are expanded;
 * ``auth-signin-redirect-param`` (default ``rd``), ``auth-response-headers`` (copied from an
-  allowing answer to the request), ``auth-method`` (the subrequest's method; default the
-  request's), ``auth-request-redirect`` (the ``X-Auth-Request-Redirect`` value).
+  allowing answer to the request), ``auth-method`` (the subrequest's method; default GET, as
+  nginx's subrequests), ``auth-request-redirect`` (the ``X-Auth-Request-Redirect`` value).
 
 Fail closed: a URL Podway cannot serve (not http(s), a host that names no Service or port,
 nginx variables in ``auth-url``, an unknown variable in ``auth-signin``) refuses every request
