@@ -31,6 +31,7 @@ from podway.ir import (
     BodyLimit,
     ClientAccess,
     DirectResponse,
+    ErrorPages,
     ExtAuth,
     Forward,
     HeaderModifier,
@@ -316,6 +317,8 @@ def _reported(route: Route, listener: Listener) -> list[Unsupported]:
             out.append("request mirroring (requests are not mirrored)")
         elif isinstance(f, CORS):
             out.append("CORS (no Access-Control headers, no preflight answers)")
+        elif isinstance(f, ErrorPages):
+            out.append("custom-http-errors (the backend's own error answers are sent)")
     a = route.action
     if isinstance(a, Forward):
         if a.retry is not None:

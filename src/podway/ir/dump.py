@@ -63,7 +63,7 @@ def to_wire(ir: IR) -> dict[str, Any]:
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
            "CORS", "ClientAccess", "RateLimit", "BodyLimit",
-           "BasicAuth", "ExtAuth", "Jwt", "JwtProvider", "AuthRequest",
+           "BasicAuth", "ExtAuth", "Jwt", "JwtProvider", "AuthRequest", "ErrorPages",
            "Authorization", "AccessRule"}
 
 

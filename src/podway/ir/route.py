@@ -293,6 +293,25 @@ class AuthRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorPages:
+    """ingress-nginx ``custom-http-errors`` with ``default-backend``: an answer whose status is
+    one of ``codes`` is replaced, status, headers and body, by the answer of ``pool`` to
+    ``GET /`` (the request's method and Host) carrying ``X-Code``, ``X-Format`` (the request's
+    Accept), ``X-Original-URI``, ``X-Namespace`` (``namespace``), ``X-Ingress-Name``
+    (``ingress``), ``X-Service-Name`` / ``X-Service-Port`` (``service`` / ``port``: the
+    route's backend) and ``X-Request-ID``; when that pool cannot answer, the original answer
+    stays."""
+
+    codes: tuple[int, ...]
+    pool: str
+    namespace: str = ""
+    ingress: str = ""
+    service: str = ""
+    port: str = ""
+    timeout_ms: int = 5000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JwtProvider:
     """Who issues the tokens a ``Jwt`` accepts: ``name`` (unique in the IR: the engine holds
     every provider in one place), the ``iss`` it must carry (empty: any), one of ``audiences``
@@ -326,7 +345,7 @@ class Jwt:
 
 
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth | ExtAuth | Authorization | Jwt | AuthRequest)
+          | BasicAuth | ExtAuth | Authorization | Jwt | AuthRequest | ErrorPages)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

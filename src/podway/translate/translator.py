@@ -29,6 +29,7 @@ from types import MappingProxyType
 from podway.ir import (
     IR,
     AuthRequest,
+    ErrorPages,
     ExtAuth,
     Forward,
     IRChange,
@@ -286,7 +287,7 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
             if isinstance(route.action, Forward):
                 yield from route.action.backends
             for f in route.filters:
-                if isinstance(f, Mirror | ExtAuth | AuthRequest):  # a pool a filter sends to
+                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages):  # a pool it asks
                     yield WeightedPool(pool=f.pool)
                 elif isinstance(f, Jwt):  # remote key sets are fetched through pools
                     yield from (WeightedPool(pool=p.jwks_pool) for p in f.providers

@@ -10,6 +10,8 @@ switched off (``disabled``) and switched on only by the routes that configure th
   otherwise one bucket for the route. Each engine counts on its own.
 * ``AuthRequest`` → ingress-nginx's ``auth-url`` as a Lua subrequest
   (``podway.envoy.config.auth_request``).
+* ``ErrorPages`` → ingress-nginx's ``custom-http-errors`` as a Lua response hook
+  (``podway.envoy.config.error_pages``).
 * ``Jwt`` → JWT authentication, its providers found over ADS (``podway.envoy.config.jwt``).
 * ``BasicAuth`` → basic auth (``envoy.filters.http.basic_auth``): the route's users as an
   htpasswd list of ``{SHA}`` hashes (per-route ``users``); anyone else gets 401. Never switched
@@ -60,7 +62,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
-from podway.envoy.config import auth_request, jwt
+from podway.envoy.config import auth_request, error_pages, jwt
 from podway.envoy.config.common import duration, pack
 from podway.ir import (
     AccessRule,
@@ -69,6 +71,7 @@ from podway.ir import (
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ErrorPages,
     ExtAuth,
     Filter,
     Jwt,
@@ -117,6 +120,7 @@ def manager_filters() -> list[hcm.HttpFilter]:
         hcm.HttpFilter(name=EXT_AUTHZ_GRPC_FILTER, disabled=True, typed_config=pack(
             _ext_authz(grpc=True))),
         auth_request.manager_filter(),
+        error_pages.manager_filter(),
         hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
             buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
         hcm.HttpFilter(name=LUA_FILTER, disabled=True, typed_config=pack(lua_pb2.Lua())),
@@ -141,6 +145,8 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
             out.append((jwt.JWT_FILTER, jwt.per_route(f)))
         elif isinstance(f, AuthRequest):
             out.append((auth_request.AUTH_REQUEST_FILTER, auth_request.per_route(f)))
+        elif isinstance(f, ErrorPages):
+            out.append((error_pages.ERROR_PAGES_FILTER, error_pages.per_route(f)))
         elif isinstance(f, BasicAuth):
             users = "\n".join(f"{name}:{digest}" for name, digest in f.users)
             out.append((BASIC_AUTH_FILTER, pack(basic_auth_pb2.BasicAuthPerRoute(

@@ -10,6 +10,7 @@ from podway.ir import (
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ErrorPages,
     ExtAuth,
     Filter,
     HeaderModifier,
@@ -92,6 +93,10 @@ def filter_text(f: Filter) -> str:
         return (f"external authentication ({f.source or f.pool}): {method}"
                 f" http://{f.authority}{f.path} is asked first; 2xx lets it through, 401/403 are "
                 f"the answer{signin}, anything else 500")
+    if isinstance(f, ErrorPages):
+        codes = ", ".join(str(c) for c in f.codes)
+        return (f"error pages: an answer {codes} is replaced by {f.pool}'s answer to GET / "
+                "(X-Code, X-Original-URI, …), its status included")
     if isinstance(f, Jwt):
         who = ", ".join(p.issuer or p.name for p in f.providers)
         missing = "a request without one passes" if f.optional else "none: 401"

@@ -37,7 +37,7 @@ from podway.translate.core.regex import re2_problem
 from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 from podway.translate.ingress.foreign import foreign_annotations
-from podway.translate.ingress.nginx import basic_auth, ext_auth
+from podway.translate.ingress.nginx import basic_auth, error_pages, ext_auth
 from podway.translate.ingress.nginx import serve as nginx
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, VerifyClient
@@ -178,7 +178,8 @@ class _Builder:
             route = Route(name=f"{base}/default-backend", match=RouteMatch(),
                           action=answer or self.action(ingress.spec.default_backend,
                                                        "spec.defaultBackend"),
-                          filters=(*self.filters, *nginx.host_rewrite(self.nginx)),
+                          filters=error_pages.for_backend((*self.filters, *nginx.host_rewrite(
+                              self.nginx)), ingress.spec.default_backend),
                           origin=ingress.ref)
             # Lowest precedence in every host of this Ingress, and for hosts nobody names.
             for host in dict.fromkeys([*rule_hosts, "*"]):
@@ -219,7 +220,8 @@ class _Builder:
                          Severity.ERROR if note.error else Severity.WARNING)
         self.filters = nginx.route_filters(self.nginx)
         for auth in (basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n)),
-                     ext_auth.serve(self.ingress, lambda ns, n: self.lookup(Service, ns, n))):
+                     ext_auth.serve(self.ingress, lambda ns, n: self.lookup(Service, ns, n)),
+                     error_pages.serve(self.ingress, lambda ns, n: self.lookup(Service, ns, n))):
             self.problems += auth.problems()
             if auth.filter is not None and not self.nginx.closed:  # refused: nobody to ask
                 self.filters += (auth.filter,)
@@ -258,7 +260,8 @@ class _Builder:
             match, value = regex, path.path
         route = Route(name=name, match=RouteMatch(path=match),
                       action=answer or self.action(path.backend, f"{where}.backend"),
-                      filters=(*self.filters, *([rewrite] if rewrite else [])),
+                      filters=error_pages.for_backend(
+                          (*self.filters, *([rewrite] if rewrite else [])), path.backend),
                       origin=self.ingress.ref)
         order = (-len(value), 0 if exact else 1, value)
         self.claims.append(Claim(host, (match.kind, value), order, route, where,
@@ -293,9 +296,8 @@ class _Builder:
                          f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
 
     def handshake_options(self) -> TLSOptions | None:
-        """``podway.io/tls-min-version``, ``-max-version`` and ``-ciphers`` over the flags'
-        options for this Ingress's certificates; None (and an error) when the engine would
-        refuse a value: its TLS entries are then not served rather than served weaker."""
+        """``podway.io/tls-*-version``, ``-ciphers`` over the flags' options for this Ingress;
+        None (and an error) when the engine would refuse a value: TLS entries not served."""
         annotations = self.ingress.metadata.annotations
         try:
             options = from_listener_options(annotations, self.opts.tls)
@@ -308,9 +310,8 @@ class _Builder:
         return self.client_certificates(options)
 
     def client_certificates(self, options: TLSOptions) -> TLSOptions | None:
-        """nginx ``auth-tls-*``: the CA that verifies client certificates on this Ingress's
-        TLS hosts. None (with an error) when it cannot be enforced as asked: those hosts are
-        then not served over HTTPS rather than served without client certificates."""
+        """nginx ``auth-tls-*``: the CA that verifies client certificates on its TLS hosts. None
+        (an error) when it cannot be enforced as asked: then not served over HTTPS at all."""
         auth = self.nginx.auth_tls
         if auth is None or auth.verify in (VerifyClient.OFF, VerifyClient.OPTIONAL_NO_CA):
             return options
@@ -488,8 +489,7 @@ class _Builder:
 
 
 def _with_nginx(annotations: dict[str, str], found: NginxAnnotations) -> dict[str, str]:
-    """The annotations with nginx's ssl-redirect, backend-protocol and ssl-passthrough standing
-    in for Podway's own when those are not set (``podway.io/`` wins when both are)."""
+    """With nginx's ssl-redirect, backend-protocol, ssl-passthrough for unset podway.io ones."""
     extra: dict[str, str] = {}
     if found.ssl is not None and ann.SSL_REDIRECT.name not in annotations:
         extra[ann.SSL_REDIRECT.name] = str(found.ssl.redirect).lower()

@@ -19,6 +19,7 @@ from podway.ir import (
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ErrorPages,
     ExtAuth,
     Jwt,
     JwtProvider,
@@ -31,7 +32,8 @@ from .helpers import http_listener, route, vhost
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
             "envoy.filters.http.rbac", "envoy.filters.http.buffer",
             "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
-            "podway.rbac.authorization", "podway.jwt_authn", "podway.lua.auth_request"}
+            "podway.rbac.authorization", "podway.jwt_authn", "podway.lua.auth_request",
+            "podway.lua.error_pages"}
 # Authentication: would refuse every request when on without a per-route config.
 GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
           "podway.jwt_authn", "podway.lua.auth_request"}
@@ -54,7 +56,8 @@ def _listener() -> Listener:
         BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),)), ExtAuth(pool="p"),
         ExtAuth(pool="p", grpc=True), Authorization(),
         Jwt(name="j", providers=(JwtProvider(name="j/p", jwks='{"keys": []}'),)),
-        AuthRequest(pool="p", authority="auth", path="/oauth2/auth")))
+        AuthRequest(pool="p", authority="auth", path="/oauth2/auth"),
+        ErrorPages(codes=(404,), pool="p")))
     return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
 
 

@@ -165,8 +165,9 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("ssl-prefer-server-ciphers", f"Envoy's TLS stack chooses; set {ann.TLS_CIPHERS.name}"),
     ("proxy-ssl-", f"use backend-protocol: HTTPS with {ann.BACKEND_CA_SECRET.name} / "
      f"{ann.BACKEND_SNI.name}"),
-    ("custom-http-errors", "error pages are the backend's; not built"),
-    ("default-backend", "add a defaultBackend to the Ingress"),
+    ("custom-http-errors", "served only with default-backend (the Service that answers)"),
+    ("default-backend", "served only with custom-http-errors; for unmatched paths add a "
+     "defaultBackend to the Ingress"),
     ("enable-access-log", "access logs are the engine's (podway run --access-log)"),
     ("mirror-", "use an HTTPRoute RequestMirror filter"),
     ("load-balance", f"set {ann.LB_ALGORITHM.name} on the Service"),

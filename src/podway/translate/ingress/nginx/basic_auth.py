@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from podway.ir import AuthRequest, BasicAuth
+from podway.ir import AuthRequest, BasicAuth, ErrorPages
 from podway.model import Ingress, Secret
 from podway.translate.core import htpasswd
 from podway.translate.core.problems import Problem, Reason, Severity
@@ -48,7 +48,7 @@ class Served:
     ``errors`` and ``warnings``: (full key, message)."""
 
     ref: Ingress
-    filter: BasicAuth | AuthRequest | None = None
+    filter: BasicAuth | AuthRequest | ErrorPages | None = None
     refused: bool = False
     key: str = "auth-type"  # the key that closes the Ingress when it cannot be served
     pools: tuple[PoolSpec, ...] = ()  # the auth services the filter sends to
