@@ -158,8 +158,8 @@ async def test_chart_without_leader_election(helm: Any) -> None:
     assert params["leader_elect"] == "false"
     assert params["admin_socket"] is None
     assert params["dashboard_port"] == 0
-    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding",
-                                                     "PodDisruptionBudget")]
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget" or (
+        o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-election"))]
     assert all(m["name"] != "admin" for m in container["volumeMounts"])
 
 
@@ -182,6 +182,7 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     setup = spec["initContainers"][0]["args"][0]
     assert "ip_nonlocal_bind=1" in setup
     assert "ip route replace local 198.18.60.0/30 dev lo" in setup
+    assert not [o for o in bgp if o["metadata"]["name"] == "podway-engine-speaker"]
     _, vrrp = await render(helm, {"vipPools": pools, "agent": {"enabled": False},
                                   "reachability": {"mode": "vrrp"}})
     validate(vrrp)
@@ -191,6 +192,32 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     assert "--vip=198.18.60.0/30" in keep["args"][0]
     assert "exec keepalived" in keep["args"][0]
     assert "vip check --url unix:/run/podway/admin.sock" in keep["args"][0]
+
+
+async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
+    """reachability.bgp.fromMetalLB: the sidecar is `vip announce-metallb` for its Node, with a
+    service account that reads MetalLB's objects and Secrets in MetalLB's namespace (a Role
+    there, nothing cluster-wide but Nodes) and writes BGPSessionStates; all valid."""
+    _, objects = await render(helm, {"reachability": {
+        "mode": "bgp", "bgp": {"announce": ["198.18.60.0/28"],
+                               "fromMetalLB": {"enabled": True, "namespace": "lb"}}}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "podway-engine-speaker"
+    sidecar = next(c for c in spec["containers"] if c["name"] == "bgp")
+    assert sidecar["args"][:4] == ["vip", "announce-metallb", "--node=$(NODE_NAME)",
+                                   "--metallb-namespace=lb"]
+    assert "--vip=198.18.60.0/28" in sidecar["args"]
+    assert not [a for a in sidecar["args"] if a.startswith(("--neighbor", "--local-as"))]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} \
+        in sidecar["env"]
+    role = by_kind(objects, "Role", "podway-engine-speaker")
+    assert role["metadata"]["namespace"] == "lb"
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("bgppeers", "watch"), ("secrets", "list"), ("bgpsessionstates", "create"),
+            ("bgpsessionstates/status", "patch")} <= granted
+    cluster = by_kind(objects, "ClusterRole", "podway-engine-speaker")
+    assert [rule["resources"] for rule in cluster["rules"]] == [["nodes"]]
 
 
 async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
@@ -323,3 +350,23 @@ def test_the_controller_may_list_and_watch_every_kind_its_source_watches() -> No
     missing += [f"{k.plural}/status.{k.group or 'core'} patch" for k in TABLE if k.status
                 and (k.group, f"{k.plural}/status", "patch") not in granted]
     assert missing == []
+
+
+def test_controller_role_reads_every_kind_and_writes_every_status() -> None:
+    """The controller's ClusterRole lets it list and watch every kind of the kinds table, and
+    patch the status of every kind whose status it writes (ListenerSet and GatewayClassConfig
+    once came without)."""
+    from podway.model.kinds import TABLE
+
+    objects = [d for d in yaml.safe_load_all(PLAIN.read_text()) if d]
+    rules = by_kind(objects, "ClusterRole", "podway-controller")["rules"]
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        return any(group in r.get("apiGroups", ()) and resource in r.get("resources", ())
+                   and verb in r.get("verbs", ()) for r in rules)
+
+    for kind in TABLE:
+        for verb in ("list", "watch"):
+            assert allowed(kind.group, kind.plural, verb), (kind.name, verb)
+        if kind.status and kind.crd:
+            assert allowed(kind.group, f"{kind.plural}/status", "patch"), kind.name
