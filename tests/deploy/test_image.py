@@ -21,6 +21,9 @@ from podway.programs.lab import container as ctr
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "image" / "build.sh"
+XATTR_CAPS = "SCHILY.xattr.security.capability"
+# struct vfs_cap_data v2 with the effective flag and CAP_NET_BIND_SERVICE (bit 10) permitted.
+NET_BIND_SERVICE_EP = bytes.fromhex("0100000200040000" + "00" * 12).decode("latin-1")
 
 
 def dockerfile_runtime() -> dict[str, Any]:
@@ -114,6 +117,11 @@ def test_image_holds_every_role_runs_as_podway_and_has_no_setuid(podway_image: P
     assert "podway:x:10001:10001:" in passwd.read().decode()
     privileged = sorted(n for n, m in members.items() if m.isfile() and m.mode & 0o6000)
     assert privileged == []
+    # File capabilities: the two proxies only, cap_net_bind_service+ep only (the engine's low
+    # ports as uid 10001, tests/deploy/test_low_ports.py).
+    capable = {n: m.pax_headers[XATTR_CAPS] for n, m in members.items()
+               if XATTR_CAPS in m.pax_headers}
+    assert capable == {envoy[0]: NET_BIND_SERVICE_EP, "usr/sbin/haproxy": NET_BIND_SERVICE_EP}
     # Nothing but root writes what the image runs: no file or directory of the image is
     # writable by the user it runs as (podway's home is the one exception).
     writable = sorted(n for n, m in members.items() if not m.issym()

@@ -39,6 +39,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -74,6 +75,9 @@ class ReportOptions:
     sni: str = ""  # name to verify (default: the DNS name of each address; an IP: itself)
     client_cert_pem: str | None = None
     client_key_pem: str | None = None
+    # (certificate, key) files read at each new channel instead of the two PEMs: a renewed
+    # pair (``podway.programs.engine_cert``) is used from the next connection on.
+    client_files: tuple[Path, Path] | None = None
     interval_s: float = 2.0  # between two reads of the engine's view
     resolve_s: float = 5.0  # between two lookups of the DNS names (Envoy's own DNS refresh)
     keepalive_s: float = 30.0  # ping a replica this often (as Envoy pings its xDS server) ...
@@ -96,10 +100,16 @@ def channel(opts: ReportOptions, target: Target) -> grpc.aio.Channel:
         ("grpc.max_receive_message_length", 64 << 20)]  # a configuration may be large
     if opts.ca_pem is None:
         return grpc.aio.insecure_channel(target.dial, options=options)
+    cert, key = opts.client_cert_pem, opts.client_key_pem
+    if opts.client_files is not None:
+        try:
+            cert, key = (p.read_text() for p in opts.client_files)
+        except OSError as exc:  # kept 0600 in the engine's own folder: should not happen
+            log.warning("client certificate files unreadable (%s); using the pair read at "
+                        "start", exc)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=opts.ca_pem.encode(),
-        private_key=opts.client_key_pem.encode() if opts.client_key_pem else None,
-        certificate_chain=opts.client_cert_pem.encode() if opts.client_cert_pem else None)
+        root_certificates=opts.ca_pem.encode(), private_key=key.encode() if key else None,
+        certificate_chain=cert.encode() if cert else None)
     if target.name:
         options.append(("grpc.ssl_target_name_override", target.name))
     return grpc.aio.secure_channel(target.dial, credentials, options=options)

@@ -135,9 +135,7 @@ class Builder:
         else:
             self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
-        if any(item.protocol in (Protocol.HTTP, Protocol.HTTPS) for item in ir.listeners):
-            jwt = self._jwt.resource(ir, patch)  # their managers name it (never left waiting)
-            out[types.EXTENSION][jwt.name] = jwt
+        self._add_extras(ir, patch, out)
         self._tables.done()
         own, same = self._add_scopes(out, unchanged=patch is not None and edited == set())
         result: dict[str, Mapping[str, Resource]] = {
@@ -154,6 +152,18 @@ class Builder:
         self._ir, self._out, self._persistence = ir, dict(result), persistence
         self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
         return result
+
+    def _add_extras(self, ir: IR, patch: IRChange | None,
+                    out: dict[str, dict[str, Resource]]) -> None:
+        """The JWT filter's config (ECDS) and the client certificates towards backends."""
+        if any(item.protocol in (Protocol.HTTP, Protocol.HTTPS) for item in ir.listeners):
+            jwt = self._jwt.resource(ir, patch)  # their managers name it (never left waiting)
+            out[types.EXTENSION][jwt.name] = jwt
+        for pool in ir.pools.values():  # a Gateway's client certificate towards backends
+            tls = pool.settings.upstream_tls
+            if tls is not None and tls.client_certificate is not None:
+                cert = tls.client_certificate
+                out[types.SECRET].setdefault(cert.name, Resource.of(cert.name, secret(cert)))
 
     def _tables_of(self, item: Listener, *, as_scopes: bool, signature: _Signature,
                    persistence: dict[str, Persistence], patch: IRChange | None,
