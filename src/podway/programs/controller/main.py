@@ -13,7 +13,8 @@ readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Pr
 (``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
 (``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
 explain|status|config --admin-socket``) and the web dashboard; the engines are remote, so both
-show Kubernetes readiness only unless ``engine_admin`` names a co-located engine's admin socket.
+show each engine's member health as it reported it (``podway.readers.engine_health``: Envoy,
+HAProxy and kernel engines alike), and ``engine_admin`` may add a co-located Envoy's admin.
 
 Any number of replicas may run: each translates and serves xDS; the one holding the Lease
 (``podway.programs.controller.leader``, ``election``) writes — statuses (VIP allocations included),
@@ -80,6 +81,7 @@ from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
 from podway.programs.ipam import Pool, PoolKinds, controller_ipam
 from podway.programs.ipam.objects import METALLB_NAMESPACE
 from podway.readers import surfaces
+from podway.readers.engine_health import reported
 from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
@@ -286,6 +288,7 @@ class Controller:
                               concurrency=opts.status_concurrency, leadership=self.leadership)
         self.source.same_as = writer.last_written
         self.source.on_status = writer.observed
+        writer.on_written = self.source.expect_echo
         return writer
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
@@ -339,6 +342,7 @@ class Controller:
             mode=str(opts.translate.mode), admin_socket=opts.admin_socket,
             dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
             engine_admin=(lambda: engine) if engine is not None else None,
+            engine_views=reported(self.health_reports),
             explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
             else ())
 
