@@ -158,8 +158,8 @@ async def test_chart_without_leader_election(helm: Any) -> None:
     assert params["leader_elect"] == "false"
     assert params["admin_socket"] is None
     assert params["dashboard_port"] == 0
-    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding",
-                                                     "PodDisruptionBudget")]
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget" or (
+        o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-election"))]
     assert all(m["name"] != "admin" for m in container["volumeMounts"])
 
 
@@ -177,11 +177,12 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     assert "--vip=198.18.60.0/30" in sidecar["args"]
     assert "--neighbor=198.18.51.1:65000" in sidecar["args"]
     assert "--local-as=65010" in sidecar["args"]
-    assert "--health-url=unix:/var/run/podway/admin.sock" in sidecar["args"]
-    assert {"name": "state", "mountPath": "/var/run/podway"} in sidecar["volumeMounts"]
+    assert "--health-url=unix:/run/podway/admin.sock" in sidecar["args"]
+    assert {"name": "state", "mountPath": "/run/podway"} in sidecar["volumeMounts"]
     setup = spec["initContainers"][0]["args"][0]
     assert "ip_nonlocal_bind=1" in setup
     assert "ip route replace local 198.18.60.0/30 dev lo" in setup
+    assert not [o for o in bgp if o["metadata"]["name"] == "podway-engine-speaker"]
     _, vrrp = await render(helm, {"vipPools": pools, "agent": {"enabled": False},
                                   "reachability": {"mode": "vrrp"}})
     validate(vrrp)
@@ -190,7 +191,33 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     keep = next(c for c in spec["containers"] if c["name"] == "vrrp")
     assert "--vip=198.18.60.0/30" in keep["args"][0]
     assert "exec keepalived" in keep["args"][0]
-    assert "vip check --url unix:/var/run/podway/admin.sock" in keep["args"][0]
+    assert "vip check --url unix:/run/podway/admin.sock" in keep["args"][0]
+
+
+async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
+    """reachability.bgp.fromMetalLB: the sidecar is `vip announce-metallb` for its Node, with a
+    service account that reads MetalLB's objects and Secrets in MetalLB's namespace (a Role
+    there, nothing cluster-wide but Nodes) and writes BGPSessionStates; all valid."""
+    _, objects = await render(helm, {"reachability": {
+        "mode": "bgp", "bgp": {"announce": ["198.18.60.0/28"],
+                               "fromMetalLB": {"enabled": True, "namespace": "lb"}}}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "podway-engine-speaker"
+    sidecar = next(c for c in spec["containers"] if c["name"] == "bgp")
+    assert sidecar["args"][:4] == ["vip", "announce-metallb", "--node=$(NODE_NAME)",
+                                   "--metallb-namespace=lb"]
+    assert "--vip=198.18.60.0/28" in sidecar["args"]
+    assert not [a for a in sidecar["args"] if a.startswith(("--neighbor", "--local-as"))]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} \
+        in sidecar["env"]
+    role = by_kind(objects, "Role", "podway-engine-speaker")
+    assert role["metadata"]["namespace"] == "lb"
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("bgppeers", "watch"), ("secrets", "list"), ("bgpsessionstates", "create"),
+            ("bgpsessionstates/status", "patch")} <= granted
+    cluster = by_kind(objects, "ClusterRole", "podway-engine-speaker")
+    assert [rule["resources"] for rule in cluster["rules"]] == [["nodes"]]
 
 
 async def test_chart_takes_ingress_classes_over(helm: Any) -> None:

@@ -118,10 +118,11 @@ TABLE: tuple[Kind, ...] = (
     Kind(model=GatewayClassConfig, group=PODWAY_GROUP, plural="gatewayclassconfigs",
          versions=("v1alpha1",), namespaced=False, crd=True, ships_crd=True),
     # VIP pools for the IPAM (read by the controller with --vip-pools-from; docs/vips.md).
+    # Their status (addresses assigned and available) is the controller's: status_pools.py.
     Kind(model=VIPPool, group=PODWAY_GROUP, plural="vippools", versions=("v1alpha1",),
-         namespaced=False, crd=True, ships_crd=True),
+         namespaced=False, crd=True, ships_crd=True, status=True),
     Kind(model=IPAddressPool, group=METALLB_GROUP, plural="ipaddresspools",
-         versions=("v1beta1",), namespaced=True, crd=True),
+         versions=("v1beta1",), namespaced=True, crd=True, status=True),
     # MetalLB's other kinds, read with --vip-pools-from metallb only to say on each that Podway
     # does not serve it from the API (programs/ipam/objects.py).
     Kind(model=L2Advertisement, group=METALLB_GROUP, plural="l2advertisements",
@@ -147,6 +148,9 @@ ROUTE_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE if k.ro
 POLICY_KINDS: frozenset[str] = frozenset(k.name for k in TABLE if k.role is Role.POLICY)
 NOT_SERVED_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE
                                                        if k.role is Role.NOT_SERVED)
+# Read by each engine host's BGP speaker (podway vip announce-metallb) in MetalLB's namespace.
+METALLB_SPEAKER_KINDS: tuple[Kind, ...] = tuple(
+    k for k in TABLE if k.group == METALLB_GROUP and k.model is not L2Advertisement)
 
 
 def api_group(api_version: str) -> str:

@@ -16,6 +16,8 @@ from podway.model.base import Int, K8sModel, K8sObject
 from podway.model.gateway import LabelSelector
 
 METALLB_GROUP = "metallb.io"
+# MetalLB's BGP kinds are read by each engine host's speaker, not by the controller.
+ANNOUNCE_METALLB = "podway vip announce-metallb on each engine host (it reads this object)"
 
 
 class ServiceAllocation(K8sModel):
@@ -69,22 +71,19 @@ class L2Advertisement(_MetalLBObject):
 
 class BGPAdvertisement(_MetalLBObject):
     KIND: ClassVar[str] = "BGPAdvertisement"
-    SERVED_BY: ClassVar[str] = ("podway vip announce --community/--local-pref/"
-                                "--aggregation-length on each engine host")
+    SERVED_BY: ClassVar[str] = ANNOUNCE_METALLB
 
 
 class BGPPeer(_MetalLBObject):
     KIND: ClassVar[str] = "BGPPeer"
-    SERVED_BY: ClassVar[str] = ("podway vip announce --neighbor (--password-file) on each "
-                                "engine host")
+    SERVED_BY: ClassVar[str] = ANNOUNCE_METALLB
 
 
 class Community(_MetalLBObject):
     KIND: ClassVar[str] = "Community"
-    SERVED_BY: ClassVar[str] = "podway vip announce --community VALUE"
+    SERVED_BY: ClassVar[str] = ANNOUNCE_METALLB
 
 
 class BFDProfile(_MetalLBObject):
     KIND: ClassVar[str] = "BFDProfile"
-    SERVED_BY: ClassVar[str] = "podway vip announce --bfd-interval-ms"
-
+    SERVED_BY: ClassVar[str] = ANNOUNCE_METALLB

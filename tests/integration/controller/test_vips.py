@@ -147,3 +147,20 @@ async def test_pools_from_objects_are_read_live(bed: Bed) -> None:
     bed.emu.put("services", lb_service("b", 9001))
     await eventually(lambda: ingress(bed, "b") == [{"ip": "198.18.8.1"}])
     assert ingress(bed, "a") == [{"ip": "198.18.7.9"}]  # a held address stays
+    # The pools' status, written by the controller: counts, and why "clash" is not used.
+    await eventually(lambda: pool_status(bed, "vippools", "", "ours").get("assignedIPv4") == 1)
+    assert pool_status(bed, "vippools", "", "ours")["availableIPv4"] == 1
+    await eventually(lambda: pool_status(bed, "ipaddresspools", "metallb-system", "theirs") == {
+        "assignedIPv4": 1, "assignedIPv6": 0, "availableIPv4": 2, "availableIPv6": 0})
+    await eventually(lambda: [(c["type"], c["status"], c["reason"]) for c in pool_status(
+        bed, "vippools", "", "clash").get("conditions", [])] == [
+            ("Accepted", "False", "PoolConflict")])
+    bed.emu.delete("services", "default", "b")
+    await eventually(lambda: pool_status(bed, "ipaddresspools", "metallb-system",
+                                         "theirs").get("assignedIPv4") == 0)
+
+
+def pool_status(bed: Bed, plural: str, namespace: str, name: str) -> dict[str, Any]:
+    group = "podway.io" if plural == "vippools" else "metallb.io"
+    obj = bed.emu.get(plural, namespace, name, group=group)
+    return dict((obj or {}).get("status") or {})

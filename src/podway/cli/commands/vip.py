@@ -182,6 +182,52 @@ def announce(
     asyncio.run(run_until_signal(main()))
 
 
+@vip_app.command("announce-metallb")
+def announce_metallb(
+    node: Annotated[str, typer.Option(envvar="NODE_NAME", help="This host's Node (its labels "
+                                      "meet the BGPPeers' and BGPAdvertisements' nodeSelectors).")],
+    router_id: RouterId,
+    metallb_namespace: Annotated[str, typer.Option(
+        help="The namespace of MetalLB's objects (and of the password Secrets).")
+    ] = "metallb-system",
+    vip: Annotated[list[str], typer.Option(
+        "--vip", help="Announce only these VIPs, each under its IPAddressPool's "
+        "advertisements (repeat; none: each advertised pool's own addresses).")] = [],  # noqa: B006
+    workdir: Annotated[Path, typer.Option(help="BIRD's config and control socket.")
+                       ] = Path("/run/podway-bird"),
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="kubeconfig file (default: the in-cluster service account).")] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+    health_url: Annotated[str, typer.Option(
+        help="Withdraw while this does not answer 200 (HTTP URL or unix:PATH of the engine's "
+             "Envoy admin socket).")] = "",
+    withdraw_wait: Annotated[float, typer.Option(
+        help="On stop: seconds between the withdrawal and exiting.")] = 2.0,
+    metrics_address: Annotated[str, typer.Option(help="Address of /metrics.")] = "127.0.0.1",
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics (0: none).")] = 0,
+    session_states: Annotated[bool, typer.Option(
+        help="Write MetalLB's BGPSessionState objects (one per peer of this node).")] = True,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """BGP as MetalLB's objects say (BGPPeer, BGPAdvertisement, Community, BFDProfile,
+    IPAddressPool, password Secrets), read live from the API; BIRD is reconfigured on every
+    change without resetting the other sessions; on SIGTERM withdraw, wait, exit."""
+    from podway.programs.vip.bird import host_routes
+    from podway.programs.vip.metallb_main import Options, main
+
+    setup_logging(log_level)
+    check_at_least("--withdraw-wait", withdraw_wait, 0)
+    check_settings(BgpSettings(router_id=router_id, local_as=1, neighbors=(), bfd=False,
+                               require_neighbors=False))
+    host_routes(vip)  # one line for a VIP that is not an address or a CIDR
+    opts = Options(node=node, router_id=router_id, namespace=metallb_namespace,
+                   vips=tuple(vip) or None, workdir=workdir, kubeconfig=kubeconfig,
+                   context=context, withdraw_wait=withdraw_wait, metrics_address=metrics_address,
+                   metrics_port=metrics_port, session_states=session_states)
+    healthy = (lambda: _healthy(health_url)) if health_url else None
+    asyncio.run(run_until_signal(main(opts, healthy)))
+
+
 async def _healthy(url: str) -> bool:
     """``url`` answers 200: an HTTP URL, or ``unix:/path`` to an engine's Envoy admin socket
     (its ``/ready``: the configuration is applied)."""
@@ -285,6 +331,17 @@ def l2(
         help="Missed heartbeats before a peer is taken for dead.")] = 3,
     hand_over_wait: Annotated[float, typer.Option(
         help="On stop: seconds the peers get to take the VIPs over before they leave.")] = 1.0,
+    quorum: Annotated[bool, typer.Option(
+        "--quorum", help="Own nothing while hearing fewer than half of the peers (a split's "
+        "minority side lets go; with 2 hosts a lone survivor owns nothing: 3 or more).")
+    ] = False,
+    from_metallb: Annotated[bool, typer.Option(
+        "--from-metallb", help="Own a VIP only where MetalLB's L2Advertisements say: their "
+        "nodeSelectors (this --node's labels) and interfaces, read live from the API.")] = False,
+    metallb_namespace: Annotated[str, typer.Option(
+        help="With --from-metallb: the namespace of MetalLB's objects.")] = "metallb-system",
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="With --from-metallb: kubeconfig file (default: in-cluster).")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """L2 mode: one host of the group per VIP answers ARP/NDP for it, elected by rendezvous
@@ -300,8 +357,20 @@ def l2(
     peers = dict(parse_peer(p) for p in peer)
     if node in peers:
         raise ConfigError(f"--peer {node!r} is this host (--node)")
+    if quorum and len(peers) < 2:
+        raise ConfigError("--quorum needs at least 2 --peer (3 hosts): with one peer a lone "
+                          "survivor would own nothing")
     settings = L2Settings(node=node, interface=interface, listen=address, peers=peers,
                           vips=check_vips(vip), key=read_key(key_file), interval_s=interval,
-                          dead_after=dead_after, hand_over_s=hand_over_wait)
+                          dead_after=dead_after, hand_over_s=hand_over_wait,
+                          placement={} if from_metallb else None,  # {}: none until read
+                          quorum=quorum)
     healthy = (lambda: _healthy(health_url)) if health_url else None
-    asyncio.run(run_until_signal(L2Speaker(settings, healthy).run()))
+    speaker = L2Speaker(settings, healthy)
+    if from_metallb:
+        from podway.programs.vip.metallb_l2 import run_with_metallb
+
+        asyncio.run(run_until_signal(run_with_metallb(
+            speaker, namespace=metallb_namespace, kubeconfig=kubeconfig, context=None)))
+        return
+    asyncio.run(run_until_signal(speaker.run()))

@@ -18,6 +18,12 @@ from podway.model.base import ObjectRef
 from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.snapshot import Key
 from podway.pipeline import Rejection, State
+from podway.programs.controller.status_pools import (
+    POOL_KINDS,
+    PoolStatuses,
+    pool_ipam,
+    pool_statuses,
+)
 from podway.programs.controller.status_times import Status
 from podway.status import StatusDocument
 from podway.status.diff import KindChanges
@@ -49,6 +55,7 @@ def desired(doc: StatusDocument, state: State, *, opts: TranslateOptions,
         status = _ingress_status(key, bound, doc, lb_address)
         if status is not None:
             out[("Ingress", key)] = status
+    out.update(pool_statuses(state, opts))
     return out
 
 
@@ -64,6 +71,8 @@ class Desired:
         self._want: dict[Target, Status] = {}
         self._kinds = KindChanges(("Service", "Ingress"))
         self._bound = BoundAddresses()
+        ipam = pool_ipam(opts)
+        self._pools = PoolStatuses(ipam, opts) if ipam is not None else None
 
     @property
     def want(self) -> Mapping[Target, Status]:
@@ -78,14 +87,19 @@ class Desired:
         replaced = self._kinds.update(snapshot, generation=state.generation,
                                       changed=state.update.changed)
         moved = self._bound.update(state.ir.listeners)
+        pools = self._pools.update(state) if self._pools is not None else set()
         if delta is None:  # another lineage (the first document): from scratch
             before = self._want
             self._want = desired(doc, state, opts=self._opts, lb_address=self._lb_address)
+            if self._pools is not None:  # the same statuses, kept as the objects followed
+                self._want.update(self._pools.want)
             self._doc = doc
             return set(before) | set(self._want)
         touched: set[Target] = set()
         for ref in delta:
             target = (ref.kind, (ref.namespace, ref.name))
+            if ref.kind in POOL_KINDS:
+                continue  # followed by ``self._pools``
             if ref.kind in CRD_STATUS_KINDS:
                 entry = doc.objects.get(ref)
                 if entry is not None and entry.status is not None:
@@ -120,8 +134,18 @@ class Desired:
             elif status != self._want.get(target):
                 self._want[target] = status
                 out.add(target)
+        self._take_pools(pools)
         self._doc = doc
-        return out
+        return out | pools
+
+    def _take_pools(self, targets: set[Target]) -> None:
+        """The pool objects' statuses (``status_pools``), already worked out."""
+        want = self._pools.want if self._pools is not None else {}
+        for target in targets:
+            if target in want:
+                self._want[target] = want[target]
+            else:
+                self._want.pop(target, None)
 
 
 class BoundAddresses:

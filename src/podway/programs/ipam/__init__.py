@@ -59,6 +59,13 @@ class Ipam:
         self._last[:] = [(snapshot, opts, result)]
         return result
 
+    def grants(self, snapshot: Snapshot, opts: TranslateOptions) -> VipMap:
+        """The allocation of ``snapshot``: the answer already given for it (whatever options
+        the translator asked with), else ``allocate``."""
+        if self._last and self._last[0][0] is snapshot:
+            return self._last[0][2]
+        return self.allocate(snapshot, opts)
+
     def problems(self, snapshot: Snapshot, opts: TranslateOptions) -> Sequence[Problem]:
         return self.pools_in(snapshot, opts).problems
 

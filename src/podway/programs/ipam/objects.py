@@ -82,7 +82,7 @@ def _unserved(snapshot: Snapshot, namespace: str) -> list[Problem]:
                 instead = getattr(model, "SERVED_BY", "")
                 out.append(Problem(
                     ref=obj.ref, reason=Reason.UNSUPPORTED_VALUE, severity=Severity.WARNING,
-                    message=f"{model.KIND} {name!r} is not served by Podway from the API; use "
+                    message=f"{model.KIND} {name!r} is not read by the Podway controller; use "
                     f"{instead} (docs/vips.md#coming-from-metallb)"))
     return out
 

@@ -32,10 +32,42 @@ from podway.base.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BfdProfile:
+    """BFD timers of one session (MetalLB's ``BFDProfile``), overriding the host's."""
+
+    receive_ms: int = 300
+    transmit_ms: int = 300
+    multiplier: int = 3
+    passive: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Export:
+    """Prefixes a session announces with the same attributes (MetalLB's ``BGPAdvertisement``
+    for one peer): already aggregated, each among the routes ``engine_config`` is given."""
+
+    prefixes: tuple[str, ...]
+    communities: tuple[str, ...] = ()
+    local_pref: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Neighbor:
+    """One BGP session. The optional fields override the host's settings for this session
+    (a MetalLB ``BGPPeer``); ``exports`` None: every VIP with the host's attributes."""
+
     address: str
     asn: int
     name: str = ""  # BIRD protocol name; default from the address
+    local_as: int | None = None
+    port: int | None = None
+    source_address: str | None = None
+    hold_time: int | None = None
+    keepalive: int | None = None
+    password: str | None = None
+    bfd: BfdProfile | None = None  # None: the host's BFD setting
+    multihop: int | None = None  # eBGP multi-hop (TTL); None: directly connected
+    exports: tuple[Export, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +95,8 @@ class BgpSettings:
     aggregation_length_v6: int = 128
     password: str | None = None
     """TCP MD5 password of every session (from ``--password-file``)."""
+    require_neighbors: bool = True
+    """False: no session is fine (a host no MetalLB ``BGPPeer`` selects announces nothing)."""
 
 
 def parse_neighbor(text: str) -> Neighbor:
@@ -89,7 +123,7 @@ def check_settings(settings: BgpSettings) -> None:
         raise ConfigError(f"router id {settings.router_id!r} must be an IPv4 address") from None
     if not 1 <= settings.local_as <= 4294967295:
         raise ConfigError(f"local AS {settings.local_as} must be 1..4294967295")
-    if not settings.neighbors:
+    if not settings.neighbors and settings.require_neighbors:
         raise ConfigError("at least one BGP neighbour is needed (--neighbor ADDRESS:AS)")
     if settings.hold_time < 3 or settings.keepalive < 1 or \
             settings.keepalive * 3 > settings.hold_time:
@@ -104,9 +138,53 @@ def check_settings(settings: BgpSettings) -> None:
     if not 1 <= settings.aggregation_length <= 32 or \
             not 1 <= settings.aggregation_length_v6 <= 128:
         raise ConfigError("aggregation length: 1..32 for IPv4, 1..128 for IPv6")
-    if settings.password is not None and (not settings.password or not all(
-            c.isprintable() and c not in '"\\' for c in settings.password)):
+    _check_password(settings.password)
+    for neighbor in settings.neighbors:
+        _check_neighbor(neighbor)
+
+
+def _check_password(password: str | None) -> None:
+    if password is not None and (not password or not all(
+            c.isprintable() and c not in '"\\' for c in password)):
         raise ConfigError("BGP password: printable characters without quotes or backslashes")
+
+
+def _check_neighbor(n: Neighbor) -> None:
+    """One-line ``ConfigError`` for a session's own values BIRD would refuse."""
+    where = f"BGP neighbour {n.name or n.address}"
+    try:
+        ipaddress.ip_address(n.address)
+        if n.source_address is not None:
+            ipaddress.ip_address(n.source_address)
+    except ValueError:
+        raise ConfigError(f"{where}: not an IP address") from None
+    if not 1 <= n.asn <= 4294967295 or (n.local_as is not None
+                                        and not 1 <= n.local_as <= 4294967295):
+        raise ConfigError(f"{where}: AS numbers must be 1..4294967295")
+    if n.port is not None and not 1 <= n.port <= 65535:
+        raise ConfigError(f"{where}: port {n.port} must be 1..65535")
+    hold, keepalive = n.hold_time, n.keepalive
+    if (hold is not None and hold < 3) or (keepalive is not None and keepalive < 1) or (
+            hold is not None and keepalive is not None and keepalive * 3 > hold):
+        raise ConfigError(f"{where}: hold time at least 3 s and keepalive at most a third of it")
+    if n.bfd is not None and not (10 <= n.bfd.receive_ms <= 60000
+                                  and 10 <= n.bfd.transmit_ms <= 60000
+                                  and 1 <= n.bfd.multiplier <= 255):
+        raise ConfigError(f"{where}: BFD intervals 10..60000 ms, multiplier 1..255")
+    if n.multihop is not None and not 1 <= n.multihop <= 255:
+        raise ConfigError(f"{where}: multi-hop TTL must be 1..255")
+    _check_password(n.password)
+    for export in n.exports or ():
+        for community in export.communities:
+            _community(community)
+        if export.local_pref is not None and not 0 <= export.local_pref <= 4294967295:
+            raise ConfigError(f"{where}: local preference {export.local_pref} must be "
+                              "0..4294967295")
+        for prefix in export.prefixes:
+            try:
+                ipaddress.ip_network(prefix)
+            except ValueError:
+                raise ConfigError(f"{where}: {prefix!r} is not a prefix") from None
 
 
 def _community(text: str) -> str:
@@ -160,24 +238,53 @@ def _name(neighbor: Neighbor, index: int) -> str:
 def _session(neighbor: Neighbor, index: int, settings: BgpSettings, *, export: str,
              imports: str) -> list[str]:
     family = "ipv4" if ipaddress.ip_address(neighbor.address).version == 4 else "ipv6"
-    lines = [f"protocol bgp {_name(neighbor, index)} {{",
-             f"    local as {settings.local_as};",
-             f"    neighbor {neighbor.address} as {neighbor.asn};",
-             f"    hold time {settings.hold_time};",
-             f"    keepalive time {settings.keepalive};",
+    n = neighbor
+    port = f" port {n.port}" if n.port is not None else ""
+    lines = [f"protocol bgp {_name(n, index)} {{",
+             f"    local {n.source_address + ' ' if n.source_address else ''}as "
+             f"{n.local_as or settings.local_as};",
+             f"    neighbor {n.address}{port} as {n.asn};",
+             f"    hold time {n.hold_time or settings.hold_time};",
+             f"    keepalive time {n.keepalive or settings.keepalive};",
              "    connect retry time 1;",
              "    error wait time 1, 5;"]
-    if settings.bfd:
+    if n.multihop is not None:
+        lines.append(f"    multihop {n.multihop};")
+    if n.bfd is not None:
+        b = n.bfd
+        lines.append(f"    bfd {{ min rx interval {b.receive_ms} ms; min tx interval "
+                     f"{b.transmit_ms} ms; multiplier {b.multiplier}; passive "
+                     f"{'yes' if b.passive else 'no'}; }};")
+    elif settings.bfd:
         lines.append("    bfd on;")
-    if settings.password is not None:
-        lines.append(f'    password "{settings.password}";')
+    password = n.password if n.password is not None else settings.password
+    if password is not None:
+        lines.append(f'    password "{password}";')
+    if n.exports is not None:
+        export = _exports(n.exports, family)
     lines += [f"    {family} {{", f"        import {imports};", f"        export {export};",
               "    };", "}"]
     return lines
 
 
+def _exports(exports: Sequence[Export], family: str) -> str:
+    """A session's own export filter: each group of prefixes with its attributes."""
+    version = 4 if family == "ipv4" else 6
+    clauses = []
+    for export in exports:
+        nets = [p for p in export.prefixes if ipaddress.ip_network(p).version == version]
+        if not nets:
+            continue
+        sets = _attributes(export.communities, export.local_pref)
+        clauses.append(f"if net ~ [ {', '.join(nets)} ] then {{ {' '.join(sets)} accept; }}")
+    body = " ".join(clauses)
+    return (f'filter {{ if proto = "vips4" || proto = "vips6" then {{ {body} }} reject; }}'
+            if body else "none")
+
+
 def _bfd(settings: BgpSettings) -> list[str]:
-    if not settings.bfd:
+    """The BFD protocol: the host's timers (a session's ``bfd { … }`` overrides them)."""
+    if not settings.bfd and not any(n.bfd is not None for n in settings.neighbors):
         return []
     ms = settings.bfd_interval_ms
     return ["protocol bfd {", '    interface "*" {', f"        min rx interval {ms} ms;",
@@ -207,15 +314,20 @@ def engine_config(settings: BgpSettings, vips: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def _export(settings: BgpSettings) -> str:
-    """The VIP routes only, with the announcements' attributes."""
+def _attributes(communities: Iterable[str], local_pref: int | None) -> list[str]:
+    """Filter statements setting an announcement's attributes."""
     sets = []
-    for text in settings.communities:
+    for text in communities:
         kind = "bgp_large_community" if text.count(":") == 2 else "bgp_community"
         sets.append(f"{kind}.add({_community(text)});")
-    if settings.local_pref is not None:
-        sets.append(f"bgp_local_pref = {settings.local_pref};")
-    body = " ".join([*sets, "accept;"])
+    if local_pref is not None:
+        sets.append(f"bgp_local_pref = {local_pref};")
+    return sets
+
+
+def _export(settings: BgpSettings) -> str:
+    """The VIP routes only, with the announcements' attributes."""
+    body = " ".join([*_attributes(settings.communities, settings.local_pref), "accept;"])
     return f'filter {{ if proto = "vips4" || proto = "vips6" then {{ {body} }} reject; }}'
 
 

@@ -52,12 +52,15 @@ class Heartbeat:
     leaving: bool = False
     sent: float = 0.0  # the sender's wall clock
     holds: tuple[str, ...] = ()  # the VIPs the sender has on its interface
+    serves: tuple[str, ...] | None = None  # the VIPs it may own (its node is selected); None: all
 
 
 def encode(beat: Heartbeat, key: bytes) -> bytes:
-    body = json.dumps({"node": beat.node, "healthy": beat.healthy, "leaving": beat.leaving,
-                       "sent": beat.sent, "holds": list(beat.holds)},
-                      separators=(",", ":")).encode()
+    raw = {"node": beat.node, "healthy": beat.healthy, "leaving": beat.leaving,
+           "sent": beat.sent, "holds": list(beat.holds)}
+    if beat.serves is not None:
+        raw["serves"] = list(beat.serves)
+    body = json.dumps(raw, separators=(",", ":")).encode()
     return hmac.new(key, body, hashlib.sha256).digest() + body
 
 
@@ -68,9 +71,11 @@ def decode(data: bytes, key: bytes, *, now: float) -> Heartbeat | None:
         return None
     try:
         raw = json.loads(body)
+        serves = raw.get("serves")
         beat = Heartbeat(node=str(raw["node"]), healthy=bool(raw["healthy"]),
                          leaving=bool(raw["leaving"]), sent=float(raw["sent"]),
-                         holds=tuple(str(v) for v in raw.get("holds", ())))
+                         holds=tuple(str(v) for v in raw.get("holds", ())),
+                         serves=None if serves is None else tuple(str(v) for v in serves))
     except (ValueError, KeyError, TypeError):
         return None
     return beat if abs(now - beat.sent) <= MAX_AGE_S else None
@@ -100,10 +105,12 @@ class Membership:
         self.heard[beat.node] = (at, beat)
         return True
 
-    def candidates(self, now: float) -> set[str]:
-        """Peers alive (heard within ``dead_after_s``), healthy and not leaving."""
+    def candidates(self, now: float, vip: str | None = None) -> set[str]:
+        """Peers alive (heard within ``dead_after_s``), healthy and not leaving (and, given a
+        ``vip``, that may own it: their node is selected for it)."""
         return {node for node, (at, beat) in self.heard.items()
-                if now - at <= self.dead_after_s and beat.healthy and not beat.leaving}
+                if now - at <= self.dead_after_s and beat.healthy and not beat.leaving
+                and (vip is None or beat.serves is None or vip in beat.serves)}
 
     def held_by_others(self, now: float) -> set[str]:
         """The VIPs live peers say they hold."""
@@ -144,6 +151,13 @@ class L2Settings:
     interval_s: float = 0.2
     dead_after: int = 3  # missed heartbeats before a peer is taken for dead
     hand_over_s: float = 1.0  # on stop: how long the peers get to take the VIPs over
+    # VIP → the interfaces this host puts it on when it owns it (MetalLB's L2Advertisement
+    # ``nodeSelectors`` and ``interfaces``); a VIP missing: this host may not own it; () its
+    # ``interface``. None: every VIP, on ``interface``.
+    placement: Mapping[str, tuple[str, ...]] | None = None
+    # Own nothing while this host hears fewer than half of its peers (it is on the minority
+    # side of a split); False: MetalLB's way, every side of a split takes every VIP.
+    quorum: bool = False
 
 
 def read_key(path: Path) -> bytes:
@@ -166,16 +180,41 @@ class L2Speaker:
         self.healthy = healthy
         self.members = Membership(dead_after_s=settings.interval_s * settings.dead_after)
         self.held: set[str] = set()
+        self.on: dict[str, tuple[str, ...]] = {}  # held VIP → the interfaces it is on
+        self.placement = settings.placement  # replaced live (podway.programs.vip.metallb_l2)
         self.engine_ok = healthy is None
         self.leaving = False
         self._sock: socket.socket | None = None
 
     def wanted(self, now: float) -> set[str]:
-        """The VIPs this host should hold now."""
-        candidates = self.members.candidates(now)
-        if self.engine_ok and not self.leaving:
-            candidates.add(self.s.node)
-        return {v for v in self.s.vips if owner(v, candidates) == self.s.node}
+        """The VIPs this host should hold now: for each, the owner among the hosts alive,
+        healthy and allowed to own it."""
+        me = self.engine_ok and not self.leaving
+        if self.s.quorum and not self.in_majority(now):
+            return set()
+        out = set()
+        for vip in self.s.vips:
+            candidates = self.members.candidates(now, vip)
+            if me and self.serves(vip):
+                candidates.add(self.s.node)
+            if owner(vip, candidates) == self.s.node:
+                out.add(vip)
+        return out
+
+    def in_majority(self, now: float) -> bool:
+        """This host and the peers it hears (alive, whatever their health) are more than half
+        of the group."""
+        heard = sum(1 for node, (at, _) in self.members.heard.items()
+                    if node in self.s.peers and now - at <= self.members.dead_after_s)
+        return (heard + 1) * 2 > len(self.s.peers) + 1
+
+    def serves(self, vip: str) -> bool:
+        return self.placement is None or vip in self.placement
+
+    def interfaces(self, vip: str) -> tuple[str, ...]:
+        """Where ``vip`` goes when this host owns it."""
+        found = self.placement.get(vip) if self.placement is not None else None
+        return found or (self.s.interface,)
 
     async def run(self) -> None:
         """Heartbeats out and in, and the VIPs held as the election says, until cancelled;
@@ -223,32 +262,40 @@ class L2Speaker:
 
     def _send(self) -> None:
         assert self._sock is not None
+        serves = None if self.placement is None else tuple(sorted(self.placement))
         data = encode(Heartbeat(self.s.node, self.engine_ok, self.leaving, time.time(),
-                                tuple(sorted(self.held))), self.s.key)
+                                tuple(sorted(self.held)), serves), self.s.key)
         for address in self.s.peers.values():
             with contextlib.suppress(OSError):  # a peer's host may be down: that is the point
                 self._sock.sendto(data, address)
 
     async def _reconcile(self, wanted: set[str]) -> None:
-        for vip in sorted(wanted - self.held):
-            await _ip("addr", "add", *_address(vip, self.s.interface))
-            self.held.add(vip)
-            log.warning("l2: %s now answers for %s on %s", self.s.node, vip, self.s.interface)
-            await self._announce(vip)
-        for vip in sorted(self.held - wanted):
-            await _ip("addr", "del", *_address(vip, self.s.interface), may_fail=True)
+        moved = {v for v in wanted & self.held if self.on.get(v) != self.interfaces(v)}
+        for vip in sorted((self.held - wanted) | moved):
+            for interface in self.on.pop(vip, ()):
+                await _ip("addr", "del", *_address(vip, interface), may_fail=True)
             self.held.discard(vip)
-            log.warning("l2: %s let go of %s", self.s.node, vip)
+            if vip not in moved:
+                log.warning("l2: %s let go of %s", self.s.node, vip)
+        for vip in sorted(wanted - self.held):
+            interfaces = self.interfaces(vip)
+            for interface in interfaces:
+                await _ip("addr", "add", *_address(vip, interface))
+            self.held.add(vip)
+            self.on[vip] = interfaces
+            log.warning("l2: %s now answers for %s on %s", self.s.node, vip,
+                        ", ".join(interfaces))
+            await self._announce(vip)
 
     async def _announce(self, vip: str, times: int = 3) -> None:
-        """Tell the segment where ``vip`` is now, a few times (a lost frame is not fatal)."""
+        """Tell each segment where ``vip`` is now, a few times (a lost frame is not fatal)."""
         address = ipaddress.ip_address(vip)
-        mac = _mac(self.s.interface)
         for i in range(times):
-            try:
-                _send_announcement(self.s.interface, mac, address)
-            except OSError as err:
-                log.warning("l2: announcing %s failed: %s", vip, err)
+            for interface in self.on.get(vip, (self.s.interface,)):
+                try:
+                    _send_announcement(interface, _mac(interface), address)
+                except (OSError, EnvironmentProblem) as err:
+                    log.warning("l2: announcing %s on %s failed: %s", vip, interface, err)
             if i + 1 < times:
                 await asyncio.sleep(0.1)
 

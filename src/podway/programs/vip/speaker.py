@@ -75,6 +75,11 @@ class BirdSpeaker:
         tmp.replace(self.config)
         self.vips = tuple(vips)
 
+    def rewrite(self, vips: Sequence[str]) -> None:
+        """Write the configuration for ``vips`` without applying it (the file again matches
+        what BIRD runs after a refused ``announce``)."""
+        self._write(vips)
+
     async def _birdc(self, command: str, *, check: bool = True) -> str:
         birdc = shutil.which("birdc") or "birdc"
         proc = await asyncio.create_subprocess_exec(
@@ -95,8 +100,16 @@ class BirdSpeaker:
 
     async def established(self) -> int:
         """How many BGP sessions are up."""
-        out = await self._birdc("show protocols", check=False)
+        out = await self.show_protocols()
         return sum(1 for line in out.splitlines() if " BGP " in line and "Established" in line)
+
+    async def show_protocols(self) -> str:
+        """``birdc show protocols`` ("" while BIRD does not answer)."""
+        return await self.birdc_text("show protocols")
+
+    async def birdc_text(self, command: str) -> str:
+        """What ``birdc COMMAND`` prints ("" while BIRD does not answer)."""
+        return await self._birdc(command, check=False)
 
     def kill(self) -> None:
         """SIGKILL BIRD: no Cease is sent (a dead host, for test beds)."""

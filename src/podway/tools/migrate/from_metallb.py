@@ -5,9 +5,10 @@ Pure: raw objects in, Podway objects and notes out. Each ``IPAddressPool`` becom
 MetalLB hands out a CIDR's network and broadcast addresses and a VIPPool's CIDR leaves them
 out), the same ``autoAssign``, ``avoidBuggyIPs`` and ``serviceAllocation``. Podway announces VIPs
 with ``podway vip announce`` (BGP through BIRD) or keepalived (VRRP), configured per engine
-host, not through objects: a ``BGPPeer`` or ``L2Advertisement`` becomes a note with the
-equivalent command, and every
-field or kind Podway does not serve is a note naming it — nothing is dropped silently.
+host: a ``BGPPeer`` or ``L2Advertisement`` becomes a note with the equivalent command, and every
+field or kind Podway does not serve is a note naming it — nothing is dropped silently. A last
+note says that ``podway vip announce-metallb`` and ``podway vip l2 --from-metallb`` read those
+objects as they are instead.
 
 Instead of converting, ``podway controller --vip-pools-from metallb`` reads the
 ``IPAddressPool`` objects as they are.
@@ -66,7 +67,23 @@ def convert(raw: Iterable[Any]) -> Converted:
         else:
             out.notes.append(f"{kind} {name!r}: not carried (Podway has no equivalent object; "
                              "BFD is set with podway vip announce --bfd-interval-ms)")
+    out.notes += _as_they_are({str(o.get("kind")) for o in raw if isinstance(o, Mapping)})
     return out
+
+
+def _as_they_are(kinds: set[str]) -> list[str]:
+    """Where the speakers can read the objects themselves instead of the commands above."""
+    notes = []
+    if kinds & {"BGPPeer", "BGPAdvertisement", "Community", "BFDProfile"}:
+        notes.append("or keep the BGP objects as they are: `podway vip announce-metallb --node "
+                     "NODE --router-id ADDRESS` on each engine host reads BGPPeer (with "
+                     "nodeSelectors, passwordSecret, bfdProfile, peerPort, sourceAddress, "
+                     "ebgpMultiHop), BGPAdvertisement (peers, nodeSelectors), Community and "
+                     "BFDProfile live from the API (docs/vips.md#bgp-from-metallbs-objects)")
+    if "L2Advertisement" in kinds:
+        notes.append("or keep the L2Advertisements as they are: `podway vip l2 --from-metallb` "
+                     "on each engine host honours their nodeSelectors and interfaces")
+    return notes
 
 
 def _community_aliases(raw: Iterable[Any]) -> dict[str, str]:

@@ -117,5 +117,5 @@ def test_metallb_kinds_podway_does_not_serve_get_a_warning_each() -> None:
     assert sorted(p.ref.kind for p in said) == sorted(kinds)
     assert all(p.reason is Reason.UNSUPPORTED_VALUE for p in said)
     peer = next(p for p in said if p.ref.kind == "BGPPeer")
-    assert "podway vip announce --neighbor" in peer.message
+    assert "podway vip announce-metallb on each engine host" in peer.message
     assert pools_of(snap, (), (PoolKinds.VIPPOOLS,)).problems == ()

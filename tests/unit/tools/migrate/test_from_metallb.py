@@ -71,6 +71,8 @@ def test_everything_else_is_a_note_naming_it() -> None:
     assert "not carried: peers=['tor']" in text
     assert "L2Advertisement 'l2'" in text
     assert "Community 'communities'" in text
+    assert "podway vip announce-metallb --node NODE" in text
+    assert "podway vip l2 --from-metallb" in text
 
 
 def test_cli_prints_vippools_and_notes(tmp_path: Path) -> None:
