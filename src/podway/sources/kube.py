@@ -55,8 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -70,11 +69,11 @@ from podway.kube.errors import ApiError
 from podway.kube.informer import RELIST, Informer, Raw
 from podway.kube.selectors import label_selector
 from podway.model.base import K8sObject
-from podway.model.gateway import GatewayClass
 from podway.model.loader import LoadError, parse_object
 from podway.model.snapshot import Key, Snapshot
+from podway.sources import kube_kinds
 from podway.sources.base import SourceUpdate
-from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, noted_bundle, slim_crd, spec_of
+from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
 from podway.sources.sharing import FieldsSetPool
 
 log = logging.getLogger(__name__)
@@ -114,9 +113,7 @@ class KubeSource:
         self._informers: dict[str, Informer] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._crd_versions: dict[str, str] = {}  # kind -> version watched (CRD kinds)
-        # Gateway API CRD name -> bundle version ("" unannotated); None until CRDs are seen
-        self._bundles: dict[str, str] | None = None
-        self._bundles_dirty = False
+        self._bundles = kube_kinds.Bundles()  # the Gateway API CRDs' bundle versions
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._selector = label_selector(settings.namespace_selector)
         self._announced_missing: set[str] = set()
@@ -237,9 +234,8 @@ class KubeSource:
         self._pending.clear()
         for kind, changes in by_kind.items():
             self._snapshot = self._snapshot.replace(kind, changes)
-        if self._bundles_dirty:
-            self._bundles_dirty = False
-            by_kind.setdefault(GatewayClass.KIND, {}).update(self._new_bundles())
+        if self._bundles.dirty:
+            self._snapshot = self._bundles.apply(self._snapshot, by_kind)
         changed = tuple((kind, key) for kind, changes in sorted(by_kind.items())
                         for key in sorted(changes))
         if not first and not changed and not self._errors_dirty:
@@ -401,20 +397,8 @@ class KubeSource:
         self._informers[CRD_KIND] = informer
         self._run(CRD_KIND, informer)
 
-    def _new_bundles(self) -> dict[Key, K8sObject | None]:
-        """The snapshot takes the CRDs' bundle versions; every GatewayClass is handed on as a
-        new object (its SupportedVersion condition may change): those, by key."""
-        bundles = MappingProxyType(dict(self._bundles or {}))
-        classes = {key: obj.model_copy() for key, obj in
-                   self._snapshot.objects.get(GatewayClass.KIND, {}).items()}
-        self._snapshot = replace(self._snapshot.replace(GatewayClass.KIND, classes),
-                                 gateway_api_bundles=bundles)
-        return dict(classes)
-
     def _crd_event(self, event: str, raw: Raw) -> None:
-        noted = noted_bundle(self._bundles, event, raw)
-        if noted is not None:
-            self._bundles, self._bundles_dirty = noted, True
+        if self._bundles.note(event, raw):
             self._changed.set()
         name = str((raw.get("metadata") or {}).get("name", ""))
         spec = next((s for s in CRDS if s.crd_name == name), None)
@@ -461,7 +445,7 @@ class KubeSource:
     async def _probe(self, spec: KindSpec) -> tuple[str | None, str | None]:
         """(a version that lists, the most stable version that was refused)."""
         refusal = None
-        for version in _versions(spec):
+        for version in kube_kinds.served_versions(spec):
             lister, params = self._lister(spec, version)
             try:
                 resp = await lister(**params, limit=1, _preload_content=False,
@@ -500,13 +484,6 @@ def _why(error: ApiError | None) -> str:
     if error is None:
         return "refused"
     return _REFUSALS.get(error.status, f"HTTP {error.status}")
-
-
-def _versions(spec: KindSpec) -> list[str]:
-    """The versions a CRD kind may be served at, most stable first."""
-    known = gateway_api.KINDS.get(spec.kind)
-    versions = known[2] if known is not None else (spec.version,)
-    return sorted(versions, key=gateway_api.version_rank, reverse=True)
 
 
 def _snake(kind: str) -> str:

@@ -159,11 +159,7 @@ class Builder:
         if any(item.protocol in (Protocol.HTTP, Protocol.HTTPS) for item in ir.listeners):
             jwt = self._jwt.resource(ir, patch)  # their managers name it (never left waiting)
             out[types.EXTENSION][jwt.name] = jwt
-        for pool in ir.pools.values():  # a Gateway's client certificate towards backends
-            tls = pool.settings.upstream_tls
-            if tls is not None and tls.client_certificate is not None:
-                cert = tls.client_certificate
-                out[types.SECRET].setdefault(cert.name, Resource.of(cert.name, secret(cert)))
+        _client_certificates(ir, out[types.SECRET])
 
     def _tables_of(self, item: Listener, *, as_scopes: bool, signature: _Signature,
                    persistence: dict[str, Persistence], patch: IRChange | None,
@@ -430,6 +426,16 @@ def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
                         if r.certificate is not None and r.certificate.name not in certificates)
     built.extend(Resource.of(c.name, secret(c)) for c in certificates.values())
     return tuple(built)
+
+
+def _client_certificates(ir: IR, secrets: dict[str, Resource]) -> None:
+    """The secrets of the client certificates pools show their members (a Gateway's,
+    ``spec.tls.backend``): referenced by SDS from the clusters, like listeners' certificates."""
+    for pool in ir.pools.values():
+        tls = pool.settings.upstream_tls
+        if tls is not None and tls.client_certificate is not None:
+            cert = tls.client_certificate
+            secrets.setdefault(cert.name, Resource.of(cert.name, secret(cert)))
 
 
 def _type_of(resource: Resource) -> str:
