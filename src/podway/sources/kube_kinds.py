@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from podway.kube import gateway_api
 from podway.kube.informer import lean
 from podway.model import npl
 from podway.model.base import K8sObject
@@ -161,3 +162,15 @@ def slim_crd(raw: Raw) -> Raw:
                      "versions": [{"name": v.get("name"), "served": v.get("served", True)}
                                   for v in spec.get("versions") or []
                                   if isinstance(v, dict)]}}
+
+
+def served_versions(spec: KindSpec) -> list[str]:
+    """The versions a CRD kind may be served at, most stable first."""
+    known = gateway_api.KINDS.get(spec.kind)
+    versions = known[2] if known is not None else (spec.version,)
+    return sorted(versions, key=gateway_api.version_rank, reverse=True)
+
+
+def snake(kind: str) -> str:
+    """``ConfigMap`` → ``config_map`` (kubernetes-asyncio's method names)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
