@@ -73,6 +73,7 @@ from podway.model.loader import LoadError, parse_object
 from podway.model.snapshot import Key, Snapshot
 from podway.sources import kube_kinds
 from podway.sources.base import SourceUpdate
+from podway.sources.echoes import Echoes
 from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
 from podway.sources.sharing import FieldsSetPool
 
@@ -120,8 +121,7 @@ class KubeSource:
         self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
         self._last_update = float("-inf")  # loop time the last update went out
         # (kind, key) -> the resourceVersion our own write made (``expect_echo``).
-        self._echoes: dict[Ident, str] = {}
-        self.echoes = 0  # watch events of our own writes not parsed (a metric for callers)
+        self._echoes = Echoes()
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -245,18 +245,13 @@ class KubeSource:
         return SourceUpdate(self._snapshot, errors, (), None if first else changed)
 
     def expect_echo(self, kind: str, key: Key, version: str) -> None:
-        """Our own write (a status PATCH) made ``version`` of an object: its watch event is
-        that object's previous version plus the write, so it is not parsed (see ``_echo``)."""
-        self._echoes[(kind, key)] = version
+        """Our own write made ``version`` of an object: its watch event is not parsed."""
+        self._echoes.expect((kind, key), version)
 
-    def _echo(self, spec: KindSpec, ident: Ident, event: str, version: object) -> bool:
-        """The event is our own write read back: the very version it made, from a watch
-        (which delivered every change under the write), not a list (which reports only where an
-        object is now). Any later event drops the expectation: one per live object at most."""
-        expected = self._echoes.pop(ident, None) if self._echoes else None
-        informer = self._informers.get(spec.kind)
-        return (expected is not None and expected == version and event == "MODIFIED"
-                and informer is not None and not informer.listing)
+    @property
+    def echoes(self) -> int:
+        """Watch events of our own writes not parsed (``sources.echoes``)."""
+        return self._echoes.dropped
 
     # ---- staging changes (handlers: synchronous and cheap) -----------------------------
     def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:
@@ -298,8 +293,9 @@ class KubeSource:
             meta = raw.get("metadata") or {}
             namespace = str(meta.get("namespace", "")) if spec.namespaced else ""
             ident = (spec.kind, (namespace, str(meta.get("name", ""))))
-            if self._echo(spec, ident, event, meta.get("resourceVersion")):
-                self.echoes += 1
+            informer = self._informers.get(spec.kind)
+            if self._echoes.take(ident, event, meta.get("resourceVersion"),
+                                 listing=informer is None or informer.listing):
                 return  # our write (its status was taken by ``on_raw``): nothing new
             if spec.kind == "Namespace":
                 self._namespace_event(event, raw)
@@ -341,9 +337,10 @@ class KubeSource:
         if spec.field_selector:
             params["field_selector"] = spec.field_selector
         if spec.group == "":
+            lister = f"list_{kube_kinds.snake(spec.kind)}"
             if spec.namespaced:
-                return getattr(self._core, f"list_{_snake(spec.kind)}_for_all_namespaces"), params
-            return getattr(self._core, f"list_{_snake(spec.kind)}"), params
+                return getattr(self._core, f"{lister}_for_all_namespaces"), params
+            return getattr(self._core, lister), params
         params |= {"group": spec.group, "version": version, "plural": spec.plural}
         return self._custom.list_cluster_custom_object, params
 
@@ -476,19 +473,8 @@ class KubeSource:
                      "created", spec.kind, spec.crd_name)
 
 
-_REFUSALS = {401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found"}
-
-
 def _why(error: ApiError | None) -> str:
-    """A refusal in a few words (the API's own text can be long and is in the informer log)."""
-    if error is None:
-        return "refused"
-    return _REFUSALS.get(error.status, f"HTTP {error.status}")
-
-
-def _snake(kind: str) -> str:
-    """``ConfigMap`` → ``config_map`` (kubernetes-asyncio's method names)."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
+    return "refused" if error is None else error.in_short  # the full text: informer log
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -199,3 +199,8 @@ def slim_crd(raw: Raw) -> Raw:
                      "versions": [{"name": v.get("name"), "served": v.get("served", True)}
                                   for v in spec.get("versions") or []
                                   if isinstance(v, dict)]}}
+
+
+def snake(kind: str) -> str:
+    """``ConfigMap`` → ``config_map`` (kubernetes-asyncio's method names)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
