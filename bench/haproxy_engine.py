@@ -111,12 +111,15 @@ def podway_config(folder: Path, port: int, backend: int) -> Path:
 
 
 def static_config(folder: Path, port: int, backend: int) -> Path:
-    """What one writes by hand for the same route (host match, one server)."""
+    """What one writes by hand for the same route (host match, one server), sharing idle
+    server connections as Podway's does (``http-reuse always``; bench/dataplane.py's
+    hand-written HAProxy too)."""
     config = folder / "static.cfg"
     config.write_text(f"""global
   nbthread 1
 defaults
   mode http
+  http-reuse always
   timeout connect 5s
   timeout client 60s
   timeout server 60s
@@ -141,19 +144,12 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "podway-no-realip": ("del-header x-real-ip",),
     "podway-no-host-fixes": ("regsub(",),
     "podway-lean-choice": ("set-var(txn.be)",),
-    "podway-reuse-always": (),  # ``http-reuse always`` (idle server connections shared)
-    "static-reuse-always": (),  # the hand-written file with it
 }
 
 
 def variant_config(folder: Path, podway: Path, name: str, port: int, ours: int) -> Path:
     """Podway's rendering (listening on ``port``) changed as ``VARIANTS[name]`` says."""
     text = podway.read_text(encoding="utf-8")
-    if name.endswith("-reuse-always"):
-        if name.startswith("static"):
-            text = (folder / "static.cfg").read_text(encoding="utf-8")
-            ours = int(re.search(r"bind 127.0.0.1:(\d+)", text).group(1))  # type: ignore[union-attr]
-        text = text.replace("defaults\n", "defaults\n  http-reuse always\n", 1)
     if name == "podway-no-host-fixes":
         text = text.replace(" unless { req.hdr(host) -m beg [ }", "")
     if name == "podway-lean-choice":
