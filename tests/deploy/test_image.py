@@ -169,3 +169,20 @@ def test_podway_runs_from_the_image_under_an_oci_runtime(podway_image: Path,
     assert (uid, gid) == ("10001", "10001")
     assert caps.split()[-1] == "0000000000000000"
 
+
+
+@pytest.mark.image
+@pytest.mark.timeout(1800)  # one more build (minutes)
+def test_two_builds_of_the_same_sources_are_byte_identical(podway_image: Path,
+                                                           tmp_path: Path) -> None:
+    """Issue 29.3: a second build of the same sources with the same SOURCE_DATE_EPOCH, in a
+    folder of its own, is the same archive byte for byte (the .pyc files differed once)."""
+    from tests import image
+
+    again = image.build(tmp_path, cached=False)
+    assert again != podway_image
+    if again.read_bytes() != podway_image.read_bytes():
+        diff = subprocess.run(["python3", str(ROOT / "deploy/image/image_diff.py"),
+                               str(podway_image), str(again)], capture_output=True, text=True,
+                              check=False)
+        raise AssertionError(f"two builds differ:\n{diff.stdout[-4000:]}")

@@ -177,8 +177,8 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     assert "--vip=198.18.60.0/30" in sidecar["args"]
     assert "--neighbor=198.18.51.1:65000" in sidecar["args"]
     assert "--local-as=65010" in sidecar["args"]
-    assert "--health-url=unix:/var/run/podway/admin.sock" in sidecar["args"]
-    assert {"name": "state", "mountPath": "/var/run/podway"} in sidecar["volumeMounts"]
+    assert "--health-url=unix:/run/podway/admin.sock" in sidecar["args"]
+    assert {"name": "state", "mountPath": "/run/podway"} in sidecar["volumeMounts"]
     setup = spec["initContainers"][0]["args"][0]
     assert "ip_nonlocal_bind=1" in setup
     assert "ip route replace local 198.18.60.0/30 dev lo" in setup
@@ -191,7 +191,7 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     keep = next(c for c in spec["containers"] if c["name"] == "vrrp")
     assert "--vip=198.18.60.0/30" in keep["args"][0]
     assert "exec keepalived" in keep["args"][0]
-    assert "vip check --url unix:/var/run/podway/admin.sock" in keep["args"][0]
+    assert "vip check --url unix:/run/podway/admin.sock" in keep["args"][0]
 
 
 async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:

@@ -267,7 +267,10 @@ async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
         async with asyncio.timeout(10):
             while Path(f"/proc/{left}").exists():  # noqa: ASYNC110 (another process)
                 await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        after = load.ok + len(load.failed)  # ten more requests once the old HAProxy is gone
+        async with asyncio.timeout(10):  # (a count, not a fixed time: loaded machines)
+            while load.ok + len(load.failed) < after + 10:  # noqa: ASYNC110 (the load's)
+                await asyncio.sleep(0.05)
     finally:
         await load.stop()
         running.cancel()

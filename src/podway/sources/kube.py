@@ -23,7 +23,8 @@ Invariants:
   debounce; a change that arrives while one waits for its leading edge makes a burst, which
   coalesces as above. An event that changes nothing Podway reads (the controller's own status
   writes after every state) is dropped on arrival: it is not activity, so it neither opens
-  nor prolongs a burst.
+  nor prolongs a burst. The watch event of a version our own write made (``expect_echo``) is
+  dropped before it is even parsed (not one from a list: see ``_echo``).
 * A bad object (fails the typed model) is left out of the snapshot and reported in
   ``errors`` (a ``LoadError`` naming the object and field); it never stops the source or
   disturbs other objects. It leaves ``errors`` when fixed or deleted.
@@ -121,6 +122,9 @@ class KubeSource:
         self._announced_missing: set[str] = set()
         self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
         self._last_update = float("-inf")  # loop time the last update went out
+        # (kind, key) -> the resourceVersion our own write made (``expect_echo``).
+        self._echoes: dict[Ident, str] = {}
+        self.echoes = 0  # watch events of our own writes not parsed (a metric for callers)
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -244,6 +248,20 @@ class KubeSource:
         errors = tuple(self._errors[i] for i in sorted(self._errors))
         return SourceUpdate(self._snapshot, errors, (), None if first else changed)
 
+    def expect_echo(self, kind: str, key: Key, version: str) -> None:
+        """Our own write (a status PATCH) made ``version`` of an object: its watch event is
+        that object's previous version plus the write, so it is not parsed (see ``_echo``)."""
+        self._echoes[(kind, key)] = version
+
+    def _echo(self, spec: KindSpec, ident: Ident, event: str, version: object) -> bool:
+        """The event is our own write read back: the very version it made, from a watch
+        (which delivered every change under the write), not a list (which reports only where an
+        object is now). Any later event drops the expectation: one per live object at most."""
+        expected = self._echoes.pop(ident, None) if self._echoes else None
+        informer = self._informers.get(spec.kind)
+        return (expected is not None and expected == version and event == "MODIFIED"
+                and informer is not None and not informer.listing)
+
     # ---- staging changes (handlers: synchronous and cheap) -----------------------------
     def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:
         old = self._errors.pop(ident, None)
@@ -284,6 +302,9 @@ class KubeSource:
             meta = raw.get("metadata") or {}
             namespace = str(meta.get("namespace", "")) if spec.namespaced else ""
             ident = (spec.kind, (namespace, str(meta.get("name", ""))))
+            if self._echo(spec, ident, event, meta.get("resourceVersion")):
+                self.echoes += 1
+                return  # our write (its status was taken by ``on_raw``): nothing new
             if spec.kind == "Namespace":
                 self._namespace_event(event, raw)
             if event == "DELETED" or (spec.namespaced and not self._admitted(namespace)):

@@ -288,6 +288,7 @@ class Controller:
                               concurrency=opts.status_concurrency, leadership=self.leadership)
         self.source.same_as = writer.last_written
         self.source.on_status = writer.observed
+        writer.on_written = self.source.expect_echo
         return writer
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
