@@ -17,7 +17,7 @@ COPY src ./src
 RUN /build/bin/pip wheel --no-cache-dir --wheel-dir /wheels /src
 
 FROM debian:bookworm-slim
-COPY deploy/image/packages deploy/image/setup-root.sh /tmp/podway-build/
+COPY deploy/image/packages deploy/image/setup-root.sh deploy/image/net-bind-cap.py /tmp/podway-build/
 COPY --from=wheels /wheels /tmp/podway-build/wheels
 RUN apt-get update \
  && grep -v '^\s*#' /tmp/podway-build/packages \

@@ -6,7 +6,9 @@ in interleaved rounds through each *target* on loopback:
 * ``nginx-direct``  the upstream itself (no load balancer: the floor);
 * ``envoy-static``  a hand-written Envoy, one route, no xDS (the yardstick);
 * ``podway``        ``podway run`` on manifests for the same route (Podway's Envoy);
-* ``haproxy``       HAProxy as reverse proxy, one thread;
+* ``haproxy``       HAProxy as reverse proxy, one thread (hand-written);
+* ``podway-haproxy`` ``podway run --engine haproxy`` on the same manifests (the HAProxy engine
+  as Podway configures it, one thread; its CPU is the HAProxy processes');
 * ``nginx-proxy``   nginx as reverse proxy, one worker, upstream keep-alive.
 
 Every Envoy runs one worker (``--concurrency 1``). Workloads: HTTP/1.1 keep-alive, a new
@@ -27,7 +29,7 @@ Adding a target is one function decorated ``@target("name")`` that starts it and
 
     python bench/dataplane.py [--rounds 3] [--duration 2] [--targets a,b] [--json]
 
-Default total: about 2 minutes (5 targets x 4 workloads x 3 rounds x 2 s, plus start-up).
+Default total: about 2.5 minutes (6 targets x 4 workloads x 3 rounds x 2 s, plus start-up).
 It kills only the processes it started.
 """
 
@@ -298,17 +300,32 @@ def envoy_static(ctx: Context) -> Running:
     return _plain(_envoy(ctx, "envoy-static", _static_bootstrap(ctx, http, https)), http, https)
 
 
-def _optional_filters(*, disabled: bool) -> list[dict[str, Any]]:
-    """Podway's optional HTTP filters as its managers carry them (``envoy/config/access``)."""
+def _optional_filters(*, disabled: bool, auth: bool = False) -> list[dict[str, Any]]:
+    """Podway's optional HTTP filters as its managers carry them (``envoy/config/access``);
+    ``auth``: with edge auth's four."""
     kinds: list[tuple[str, str, dict[str, Any]]] = [
         ("envoy.filters.http.cors", "cors.v3.Cors", {}),
         ("envoy.filters.http.local_ratelimit", "local_ratelimit.v3.LocalRateLimit",
          {"stat_prefix": "http_local_rate_limit"}),
-        ("envoy.filters.http.rbac", "rbac.v3.RBAC", {}),
-        ("envoy.filters.http.buffer", "buffer.v3.Buffer", {"max_request_bytes": 1}),
-        ("envoy.filters.http.lua", "lua.v3.Lua", {})]
-    always_off = ("buffer", "lua")  # Podway never had these two on a manager enabled
-    return [{"name": name, "disabled": disabled or name.endswith(always_off), "typed_config": {
+        ("envoy.filters.http.rbac", "rbac.v3.RBAC", {})]
+    if auth:  # edge auth's four (issue 28), never enabled on a manager
+        kinds += [
+            ("podway.rbac.authorization", "rbac.v3.RBAC", {}),
+            ("envoy.filters.http.basic_auth", "basic_auth.v3.BasicAuth", {"users": {
+                "inline_string": "podway-nobody:{SHA}AAAAAAAAAAAAAAAAAAAAAAAAAAA="}}),
+            ("podway.ext_authz.http", "ext_authz.v3.ExtAuthz", {
+                "transport_api_version": "V3", "http_service": {"server_uri": {
+                    "uri": "http://podway-no-auth-server", "cluster": "podway-no-auth-server",
+                    "timeout": "1s"}}}),
+            ("podway.ext_authz.grpc", "ext_authz.v3.ExtAuthz", {
+                "transport_api_version": "V3", "grpc_service": {"envoy_grpc": {
+                    "cluster_name": "podway-no-auth-server"}}})]
+    kinds += [("envoy.filters.http.buffer", "buffer.v3.Buffer", {"max_request_bytes": 1}),
+              ("envoy.filters.http.lua", "lua.v3.Lua", {})]
+    # Podway never had these enabled on a manager: only the first three were ever on.
+    switchable = ("envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
+                  "envoy.filters.http.rbac")
+    return [{"name": name, "disabled": disabled or name not in switchable, "typed_config": {
         "@type": f"type.googleapis.com/envoy.extensions.filters.http.{kind}", **extra}}
         for name, kind, extra in kinds]
 
@@ -333,7 +350,8 @@ def envoy_filters_off(ctx: Context) -> Running:
 def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: bool = False,
                  real_ip: bool = False, retries: bool = True, checks: bool = True,
                  manager: bool = True, drop_real_ip: bool = True, lua: bool = True,
-                 lifetime_s: float | None = None) -> Running:
+                 lifetime_s: float | None = None, auth: bool = True,
+                 optional: bool = True, extra_disabled: int = 0) -> Running:
     """A static Envoy configured as Podway configures one route (its manager's settings, the
     host's connect-failure retries, the cluster's checks), with the defaults Podway had before
     issue 24 switched on one by one: the optional filters enabled, a retry budget instead of
@@ -341,11 +359,17 @@ def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: b
     (``retries``, ``checks``: active check and outlier detection, ``manager``: path
     normalisation and the client address, ``drop_real_ip``, ``lua``: the disabled Lua filter
     of streamed body limits on every manager); ``lifetime_s``: the connections to members
-    drained after that long (nodeport mode's 1 s). What each costs: its ratio to
-    ``envoy-podway-now`` (docs/performance.md, "What each default costs")."""
+    drained after that long (nodeport mode's 1 s); ``auth``: edge auth's four disabled filters
+    (issue 28); ``optional``: any disabled optional filter at all; ``extra_disabled``: that
+    many more disabled filters (a cost too small to see for a few, multiplied). What each
+    costs: its ratio to ``envoy-podway-now`` (docs/performance.md, "What each default
+    costs")."""
     http, https = free_port(), free_port()
-    filters = [f for f in _optional_filters(disabled=not filters_on)
-               if lua or not f["name"].endswith("lua")]
+    filters = [f for f in _optional_filters(disabled=not filters_on, auth=auth)
+               if (lua or not f["name"].endswith("lua")) and optional]
+    filters += [{"name": f"extra.rbac.{i}", "disabled": True, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}}
+        for i in range(extra_disabled)]
     config = _static_bootstrap(ctx, http, https, filters)
     for listener in config["static_resources"]["listeners"]:
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
@@ -455,6 +479,25 @@ def envoy_podway_lifetime(ctx: Context) -> Running:
     return _podway_like(ctx, "envoy-podway-lifetime", lifetime_s=1.0)
 
 
+@target("envoy-podway-no-auth", variant=True)
+def envoy_podway_no_auth(ctx: Context) -> Running:
+    """Without edge auth's four disabled filters (basic auth, ext_authz HTTP and gRPC, the
+    authorization RBAC): Podway's managers before issue 28."""
+    return _podway_like(ctx, "envoy-podway-no-auth", auth=False)
+
+
+@target("envoy-podway-bare", variant=True)
+def envoy_podway_bare(ctx: Context) -> Running:
+    """Without any optional filter: a manager whose routes use none of them carries none."""
+    return _podway_like(ctx, "envoy-podway-bare", optional=False)
+
+
+@target("envoy-podway-50-disabled", variant=True)
+def envoy_podway_50_disabled(ctx: Context) -> Running:
+    """With 41 more disabled filters (50 in all): what one disabled filter costs, times ~5."""
+    return _podway_like(ctx, "envoy-podway-50-disabled", extra_disabled=41)
+
+
 # --- Podway ------------------------------------------------------------------------------------
 def podway_manifests(ctx: Context, folder: Path) -> None:
     """The same route as the static Envoy's: any host, prefix ``/``, one member (the
@@ -531,6 +574,48 @@ def podway(ctx: Context) -> Running:
         shutil.rmtree(state, ignore_errors=True)
 
     return Running(http, https, lambda: pids, stop, side_pids=lambda: [proc.pid])
+
+
+def _named(pid: int, name: str) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/comm").read_text().strip() == name
+    return False
+
+
+@target("podway-haproxy")
+def podway_haproxy(ctx: Context) -> Running:
+    """``podway run --engine haproxy`` on the same manifests: the HAProxy engine as Podway
+    configures it (one thread); its CPU is the HAProxy processes' (master and worker)."""
+    http, https = free_port(), free_port()
+    folder = ctx.root / "manifests-haproxy"
+    podway_manifests(ctx, folder)
+    state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
+    os.chmod(state, 0o700)
+    cli = Path(sys.executable).with_name("podway")
+    proc = ctx.spawn([str(cli), "run", "--engine", "haproxy", "--manifests", str(folder),
+                      "--address", "127.0.0.1", "--http-port", str(http), "--https-port",
+                      str(https), "--state-dir", str(state), "--log-level", "warning"],
+                     log="podway-haproxy.log")
+
+    def haproxy_pids() -> list[int]:
+        return [p for p in tree(proc.pid) if p != proc.pid and _named(p, "haproxy")]
+
+    deadline = time.monotonic() + 60
+    while not haproxy_pids():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("podway run --engine haproxy did not start HAProxy: see "
+                             f"{ctx.root / 'podway-haproxy.log'}")
+        time.sleep(0.1)
+
+    def stop() -> None:
+        pids = haproxy_pids()
+        stop_process(proc, grace_s=20)
+        for pid in pids:  # HAProxy outlives Podway on purpose (a restart takes it over)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(state, ignore_errors=True)
+
+    return Running(http, https, haproxy_pids, stop, side_pids=lambda: [proc.pid])
 
 
 # --- load --------------------------------------------------------------------------------------

@@ -9,7 +9,12 @@ that HAProxy process (``/proc/<pid>/stat`` user+system time over the round), so 
 other engineers put on this machine moves both alike. Two workloads: HTTP/1.1 keep-alive, and a
 new connection per request.
 
-    .venv/bin/python bench/haproxy_engine.py [--rounds 5] [--seconds 3]
+    .venv/bin/python bench/haproxy_engine.py [--rounds 5] [--seconds 3] [--variants]
+
+``--variants`` adds Podway's rendering with each of its per-request rules left out in turn
+(path normalisation, X-Forwarded-Proto, X-Real-IP removal, the Host fixes): what each costs.
+Each row also gives the median of the per-round ratios to the hand-written file (rounds taken
+side by side), steadier than the ratio of medians on a loaded machine.
 
 The machine is shared (about seven engineers on two cores): compare only the two columns of one
 run; the machine-speed reference (``bench/speedref.py``) is printed first.
@@ -125,6 +130,38 @@ backend web
     return config
 
 
+# Podway's rendering with one of its per-request rules left out or changed (``--variants``):
+# what each costs, measured beside the whole rendering and the hand-written file. Each drops
+# the lines naming one of its strings; ``podway-no-host-fixes`` keeps the plain Host lookup
+# (lower case, port cut); ``podway-lean-choice`` picks the backend straight from the route map
+# (no ``txn.be`` variable).
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "podway-no-normalize": ("normalize-uri",),
+    "podway-no-xfp": ("set-header x-forwarded-proto",),
+    "podway-no-realip": ("del-header x-real-ip",),
+    "podway-no-host-fixes": ("regsub(",),
+    "podway-lean-choice": ("set-var(txn.be)",),
+}
+
+
+def variant_config(folder: Path, podway: Path, name: str, port: int, ours: int) -> Path:
+    """Podway's rendering (listening on ``port``) changed as ``VARIANTS[name]`` says."""
+    text = podway.read_text(encoding="utf-8")
+    if name == "podway-no-host-fixes":
+        text = text.replace(" unless { req.hdr(host) -m beg [ }", "")
+    if name == "podway-lean-choice":
+        routes = re.search(r"map_str\(([^)]*routes\.map)\)", text)
+        assert routes is not None
+        text = text.replace("use_backend %[var(txn.be)] if { var(txn.be) -m found }",
+                            f"use_backend %[var(txn.r),map_str({routes.group(1)})]")
+    lines = [line for line in text.splitlines()
+             if not any(part in line for part in VARIANTS[name]) and "stats socket" not in line]
+    config = folder / f"{name}.cfg"
+    config.write_text("\n".join(lines).replace(f"bind 127.0.0.1:{ours}", f"bind 127.0.0.1:{port}")
+                      + "\n", encoding="utf-8")
+    return config
+
+
 @contextlib.contextmanager
 def process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -171,15 +208,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--variants", action="store_true",
+                        help="also Podway's rendering without each of its per-request rules")
     args = parser.parse_args()
     for tool in ("wrk", HAPROXY, NGINX):
         if not shutil.which(tool):
             sys.exit(f"{tool} is needed")
-    print(measure().describe())
+    ref = measure()
+    print(ref.describe())
     print("machine shared with other engineers (2 cores): compare the columns of this run only")
     with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
         folder = Path(tmp)
-        backend, ours, theirs = free_port(), free_port(), free_port()
+        backend = free_port()
         (folder / "nginx.conf").write_text(f"""worker_processes 1;
 pid {folder}/nginx.pid;
 error_log {folder}/nginx.err;
@@ -192,32 +232,48 @@ http {{
            location / {{ return 200 "ok\\n"; }} }}
 }}
 """, encoding="utf-8")
-        configs = {"podway": podway_config(folder, ours, backend),
-                   "static": static_config(folder, theirs, backend)}
-        ports = {"podway": ours, "static": theirs}
-        with process([NGINX, "-c", str(folder / "nginx.conf"), "-g", "daemon off;"]), \
-                process([HAPROXY, "-f", str(configs["podway"])]) as p_ours, \
-                process([HAPROXY, "-f", str(configs["static"])]) as p_theirs:
-            pids = {"podway": p_ours.pid, "static": p_theirs.pid}
-            for port in (backend, ours, theirs):
+        ports = {"podway": free_port(), "static": free_port()}
+        configs = {"podway": podway_config(folder, ports["podway"], backend),
+                   "static": static_config(folder, ports["static"], backend)}
+        for name in VARIANTS if args.variants else ():
+            ports[name] = free_port()
+            configs[name] = variant_config(folder, configs["podway"], name, ports[name],
+                                           ports["podway"])
+        names = list(configs)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(process([NGINX, "-c", str(folder / "nginx.conf"), "-g",
+                                         "daemon off;"]))
+            pids = {name: stack.enter_context(process([HAPROXY, "-f", str(configs[name])])).pid
+                    for name in names}
+            for port in (backend, *ports.values()):
                 wait_listening(port)
             for close, label in ((False, "HTTP/1.1 keep-alive"),
                                  (True, "new connection per request")):
-                rates: dict[str, list[float]] = {"podway": [], "static": []}
-                for round_ in range(args.rounds):
-                    order = ("podway", "static") if round_ % 2 == 0 else ("static", "podway")
-                    for name in order:
-                        before = cpu_seconds(pids[name])
-                        done = wrk(ports[name], args.seconds, close=close)
-                        used = cpu_seconds(pids[name]) - before
-                        rates[name].append(done / used if used > 0 else float("nan"))
-                ours_rate = statistics.median(rates["podway"])
-                theirs_rate = statistics.median(rates["static"])
-                print(f"{label}: Podway's HAProxy {ours_rate:,.0f} req/CPU-s, hand-written "
-                      f"{theirs_rate:,.0f} req/CPU-s, ratio {ours_rate / theirs_rate:.2f} "
-                      f"(median of {args.rounds} interleaved rounds of {args.seconds:g} s; "
-                      f"rounds: podway {', '.join(f'{r:,.0f}' for r in rates['podway'])}; "
-                      f"static {', '.join(f'{r:,.0f}' for r in rates['static'])})")
+                measure_workload(names, pids, ports, args, close=close, label=label)
+    print(ref.check_again())
+
+
+def measure_workload(names: list[str], pids: dict[str, int], ports: dict[str, int],
+                     args: argparse.Namespace, *, close: bool, label: str) -> None:
+    """Interleaved rounds (order rotated each round); per config the median requests per
+    CPU-second, and the median of each round's ratio to the hand-written file's."""
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            before = cpu_seconds(pids[name])
+            done = wrk(ports[name], args.seconds, close=close)
+            used = cpu_seconds(pids[name]) - before
+            rates[name].append(done / used if used > 0 else float("nan"))
+    print(f"{label} (median of {args.rounds} interleaved rounds of {args.seconds:g} s; req per "
+          "CPU-second of that HAProxy process):")
+    static = statistics.median(rates["static"])
+    for name in names:
+        paired = statistics.median(r / s for r, s in zip(rates[name], rates["static"],
+                                                          strict=True))
+        median = statistics.median(rates[name])
+        print(f"  {name:22} {median:9,.0f}  x hand-written: median {median / static:.2f}, "
+              f"paired {paired:.2f}   rounds {', '.join(f'{r:,.0f}' for r in rates[name])}")
 
 
 if __name__ == "__main__":

@@ -46,10 +46,11 @@ def content_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def build(folder: Path) -> Path:
+def build(folder: Path, *, cached: bool = True) -> Path:
     """The image archive for the current sources in ``folder`` (built when not there yet), or
-    in ``$PODWAY_TEST_IMAGE_CACHE`` when set (a developer's folder kept between runs)."""
-    folder = Path(os.environ.get("PODWAY_TEST_IMAGE_CACHE") or folder)
+    in ``$PODWAY_TEST_IMAGE_CACHE`` when set (a developer's folder kept between runs) unless
+    ``cached`` is False (a build of its own: the reproducibility test)."""
+    folder = Path((cached and os.environ.get("PODWAY_TEST_IMAGE_CACHE")) or folder)
     out = folder / f"podway-image-{content_hash()}.tar"
     if not out.exists():
         done = subprocess.run([str(RECIPE / "build.sh"), str(out), str(folder / "work")],

@@ -55,7 +55,7 @@ mmdebstrap --quiet --variant=minbase --mode=root --format=directory \
     --dpkgopt='path-exclude=/usr/share/info/*' \
     --include="$include" \
     --customize-hook='mkdir -p "$1/tmp/podway-build"' \
-    --customize-hook="cp -a '$work/wheels' '$here/setup-root.sh' \"\$1/tmp/podway-build/\"" \
+    --customize-hook="cp -a '$work/wheels' '$here/setup-root.sh' '$here/net-bind-cap.py' \"\$1/tmp/podway-build/\"" \
     --customize-hook="chroot \"\$1\" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH PYTHONHASHSEED=0 sh /tmp/podway-build/setup-root.sh /tmp/podway-build/wheels" \
     --customize-hook='rm -rf "$1/tmp/podway-build" "$1/etc/machine-id" && : > "$1/etc/machine-id"' \
     bookworm "$work/rootfs" "$sources"

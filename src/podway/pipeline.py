@@ -20,6 +20,9 @@ Invariants:
   from the config, or when its content changed and the engine then ACKed that type; a rejection
   that names no resource clears at the next ACK of its type. Nothing else clears them, so the
   status never claims a refused listener is served.
+* What a remote engine reports it serves not exactly as asked (``engine_findings``: HAProxy's
+  ``UnsupportedValue`` findings) is added to the state's problems on those objects, per engine
+  node, until that engine reports otherwise or its report stream ends.
 * No I/O here besides the cache; the pipeline does not know which source runs or who reads.
 * Engines first: ``run`` sets the cache, lets the xDS pushers take the loop for a few turns,
   then publishes the state; so readers' work never delays a push.
@@ -31,6 +34,7 @@ the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -38,15 +42,17 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from podway.base.errors import PodwayError
-from podway.engines.member_health import MemberHealthReports
+from podway.engines.member_health import Finding, MemberHealthReports
 from podway.envoy import types
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.ir import IR
+from podway.model.base import ObjectRef
 from podway.sources.base import Source, SourceUpdate
 from podway.sources.last_good import LastGoodSecrets
 from podway.translate import IncrementalTranslator, Problem, Result, TranslateOptions
+from podway.translate.core.problems import Reason, Severity
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +125,8 @@ class Pipeline:
         self._state: State | None = None
         self._published = asyncio.Event()  # replaced by a fresh one at each publish
         self._rejections: dict[tuple[str, str, str], Rejection] = {}
+        self._findings: dict[str, tuple[Finding, ...]] = {}  # engine node → its findings
+        self._translated: Result | None = None  # the newest translation, without findings
         self._versions = 0
         self._stopped = False  # run() ended: no state will come any more
 
@@ -166,6 +174,7 @@ class Pipeline:
         t0 = time.perf_counter()
         update = self._secrets.guard(update)  # a bad rotation keeps the last good pair
         result = self._translator.update(update.snapshot, update.changed)
+        self._translated = result
         t1 = time.perf_counter()
         resources = self._builder.build(result.ir, result.change)
         t2 = time.perf_counter()
@@ -176,7 +185,8 @@ class Pipeline:
         return State(
             version=self._next_version(),
             generation=(previous.generation if previous else 0) + 1,
-            update=update, result=result, rejections=self._current(),
+            update=update, result=self._with_findings(update, result),
+            rejections=self._current(),
             changed_types=tuple(t for t in types.PUSH_ORDER if t in changes),
             timings=Timings(translate_ms=(t1 - t0) * 1000, build_ms=(t2 - t1) * 1000,
                             cache_ms=(t3 - t2) * 1000))
@@ -201,9 +211,39 @@ class Pipeline:
                            message=reason, resources=(listener,)))
 
     def hear_refusals(self, reports: MemberHealthReports) -> None:
-        """Record each listener an engine reports it could not serve (``engine_refused``)."""
+        """Record each listener an engine reports it could not serve (``engine_refused``) and
+        each object it serves not exactly as asked (``engine_findings``)."""
         reports.on_refused(lambda node, refusal: self.engine_refused(
             node, refusal.listener, refusal.reason))
+        reports.on_findings(self.engine_findings)
+
+    def engine_findings(self, node: str, findings: tuple[Finding, ...]) -> None:
+        """An engine's newest list of objects it serves not exactly as asked (``()``: none,
+        or it stopped reporting). Each becomes that object's ``UnsupportedValue`` problem (an
+        error when not served at all), as a local HAProxy engine's findings do, in a new
+        state."""
+        if findings:
+            self._findings[node] = findings
+        elif self._findings.pop(node, None) is None:
+            return
+        state = self._state
+        if state is not None and self._translated is not None:
+            self._publish(dataclasses.replace(
+                state, version=self._next_version(),
+                result=self._with_findings(state.update, self._translated)))
+
+    def _with_findings(self, update: SourceUpdate, result: Result) -> Result:
+        """``result`` with the engines' findings on objects the snapshot still holds."""
+        found = sorted({f for findings in self._findings.values() for f in findings})
+        if not found:
+            return result
+        present = {obj.ref for obj in update.snapshot.all()}
+        extra = tuple(Problem(ref=ref, reason=Reason.UNSUPPORTED_VALUE, message=f.message,
+                              severity=Severity.ERROR if f.closed else Severity.WARNING)
+                      for f in found
+                      if (ref := ObjectRef(f.kind, f.namespace, f.name)) in present)
+        return dataclasses.replace(result, problems=result.problems + extra) if extra \
+            else result
 
     async def wait_for(self, predicate: Callable[[State], bool]) -> State:
         """The first published state (the current one included) that satisfies ``predicate``;

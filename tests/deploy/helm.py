@@ -33,12 +33,14 @@ def helm_python() -> Path | None:
     return None
 
 
-async def render(python: Path, values: dict[str, Any], *, existing: tuple[Any, ...] = ()
-                 ) -> tuple[dict[str, Any], list[Any]]:
+async def render(python: Path, values: dict[str, Any], *, existing: tuple[Any, ...] = (),
+                 gateway_api: bool = True) -> tuple[dict[str, Any], list[Any]]:
     """Helm's lint result and the rendered objects for ``values``; ``existing`` objects are in
-    the cluster before (what the chart's ``lookup`` finds)."""
+    the cluster before (what the chart's ``lookup`` finds); ``gateway_api``: the Gateway API
+    CRDs are installed before (False: a cluster without them, for the chart to install)."""
     async with KubeEmulator() as emu:
-        emu.install_gateway_api()
+        if gateway_api:
+            emu.install_gateway_api()
         for obj in existing:
             emu.put(f"{obj['kind'].lower()}s", obj)
         kubeconfig = Path(os.environ.get("TMPDIR", "/tmp")) / f"podway-helm-{os.getpid()}.yaml"

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from podway.model.classconfig import GatewayClassConfigSpec
 from podway.model.loader import parse_object
 from podway.model.policy import TrafficPolicy, TrafficPolicySpec
 from podway.model.vips import VIPPoolSpec
@@ -72,12 +73,15 @@ def _missing(model: type[BaseModel], node: Any, path: str) -> list[str]:
 
 
 def test_schema_keeps_every_field_the_model_reads() -> None:
-    """Each field of TrafficPolicySpec and VIPPoolSpec (nested) is in its schema, so the API
-    prunes none."""
+    """Each field of TrafficPolicySpec, VIPPoolSpec and GatewayClassConfigSpec (nested) is in
+    its schema, so the API prunes none."""
     assert _missing(TrafficPolicySpec, schema()["properties"]["spec"], "spec") == []
     pools = yaml.safe_load((CRD.parent / "vippools.podway.io.yaml").read_text())
     pool_schema = pools["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert _missing(VIPPoolSpec, pool_schema["properties"]["spec"], "spec") == []
+    configs = yaml.safe_load((CRD.parent / "gatewayclassconfigs.podway.io.yaml").read_text())
+    config_schema = configs["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _missing(GatewayClassConfigSpec, config_schema["properties"]["spec"], "spec") == []
 
 
 def test_reference_example_fits_the_schema_and_parses() -> None:

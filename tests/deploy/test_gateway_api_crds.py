@@ -10,10 +10,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
+import pytest
 import yaml
 
 from podway.kube.gateway_api import KINDS
 from podway.translate.gateway.status import GATEWAY_API_VERSION
+from tests.deploy.helm import helm_python, render
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = ROOT / "deploy" / "crds" / "gateway-api" / GATEWAY_API_VERSION
@@ -73,3 +76,41 @@ def test_deploy_kubernetes_kustomization_adds_the_standard_channel() -> None:
     plain = [d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "podway.yaml")
                                            .read_text()) if d]
     assert len(objects) == len(plain) + len(kinds) + 2  # + the upgrade guard policy, binding
+
+
+@pytest.fixture(scope="module")
+def helm() -> Any:
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
+                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
+    return python
+
+
+@pytest.mark.parametrize("channel", ["standard", "experimental"])
+async def test_helm_installs_every_crd_of_the_channel_unchanged_and_valid(helm: Any,
+                                                                        channel: str) -> None:
+    """``gatewayAPI.crds: <channel>`` on a cluster without the Gateway API: Helm installs
+    exactly the channel's CRDs of deploy/crds (not its kustomization nor its upgrade guard),
+    each equal to the pinned file but for the keep annotation, and valid Kubernetes 1.33 (the
+    template once read kustomization.yaml as a CRD and failed)."""
+    lint, objects = await render(helm, {"gatewayAPI": {"crds": channel},
+                                        "gatewayClass": {"create": False}}, gateway_api=False)
+    assert lint["Errors"] is None
+    installed = {o["spec"]["names"]["kind"]: o for o in objects
+                 if o["kind"] == "CustomResourceDefinition"}
+    pinned = crds(channel)
+    assert set(installed) == set(pinned)
+    for kind, crd in installed.items():
+        notes = crd["metadata"]["annotations"]
+        assert notes.pop("helm.sh/resource-policy") == "keep"
+        assert crd == pinned[kind], kind
+        kubernetes_validate.validate(crd, "1.33.0", strict=True)
+    assert not any(o["kind"] == "ValidatingAdmissionPolicy"
+                   and o["metadata"]["name"].startswith("safe-upgrades") for o in objects)
+
+
+async def test_helm_refuses_an_unknown_channel(helm: Any) -> None:
+    with pytest.raises(AssertionError, match="is not standard, experimental or empty"):
+        await render(helm, {"gatewayAPI": {"crds": "beta"}, "gatewayClass": {"create": False}},
+                     gateway_api=False)

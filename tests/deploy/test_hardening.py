@@ -89,7 +89,8 @@ async def test_the_iptables_choice_keeps_the_xtables_lock() -> None:
     assert {"name": "xtables-lock", "mountPath": "/run/xtables.lock"} in \
         spec["containers"][0]["volumeMounts"]
     _, without = await render(python, {"agent": {"admissionPolicy": False}})
-    assert not [o for o in without if o["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not [o for o in without if o["kind"].startswith("ValidatingAdmissionPolicy")
+                and o["metadata"]["name"] == "podway-agent-pods"]
     _, antrea = await render(python, {"agent": {"enabled": False}})
     args = pod_spec(antrea, "Deployment", "podway-controller")["containers"][0]["args"]
     assert "--npl-unsigned" in args
@@ -100,10 +101,10 @@ class Policy:
     """The ValidatingAdmissionPolicy of the plain manifest, evaluated as the API server would:
     match conditions, then variables, then every validation."""
 
-    def __init__(self, objects: list[Any]) -> None:
-        self.spec = by_kind(objects, "ValidatingAdmissionPolicy", "podway-agent-pods")["spec"]
-        binding = by_kind(objects, "ValidatingAdmissionPolicyBinding", "podway-agent-pods")
-        assert binding["spec"]["policyName"] == "podway-agent-pods"
+    def __init__(self, objects: list[Any], name: str = "podway-agent-pods") -> None:
+        self.spec = by_kind(objects, "ValidatingAdmissionPolicy", name)["spec"]
+        binding = by_kind(objects, "ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"]["policyName"] == name
         assert binding["spec"]["validationActions"] == ["Deny"]
         assert self.spec["failurePolicy"] == "Fail"
         self.env = celpy.Environment()
@@ -123,7 +124,7 @@ class Policy:
                    for c in self.spec["matchConditions"]):
             return []
         variables: dict[str, Any] = {}
-        for variable in self.spec["variables"]:
+        for variable in self.spec.get("variables") or []:
             variables[variable["name"]] = self._eval(
                 variable["expression"], {**activation, "variables": _Variables(variables)})
         activation["variables"] = _Variables(variables)

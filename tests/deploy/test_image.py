@@ -21,6 +21,9 @@ from podway.programs.lab import container as ctr
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "image" / "build.sh"
+XATTR_CAPS = "SCHILY.xattr.security.capability"
+# struct vfs_cap_data v2 with the effective flag and CAP_NET_BIND_SERVICE (bit 10) permitted.
+NET_BIND_SERVICE_EP = bytes.fromhex("0100000200040000" + "00" * 12).decode("latin-1")
 
 
 def dockerfile_runtime() -> dict[str, Any]:
@@ -114,6 +117,11 @@ def test_image_holds_every_role_runs_as_podway_and_has_no_setuid(podway_image: P
     assert "podway:x:10001:10001:" in passwd.read().decode()
     privileged = sorted(n for n, m in members.items() if m.isfile() and m.mode & 0o6000)
     assert privileged == []
+    # File capabilities: the two proxies only, cap_net_bind_service+ep only (the engine's low
+    # ports as uid 10001, tests/deploy/test_low_ports.py).
+    capable = {n: m.pax_headers[XATTR_CAPS] for n, m in members.items()
+               if XATTR_CAPS in m.pax_headers}
+    assert capable == {envoy[0]: NET_BIND_SERVICE_EP, "usr/sbin/haproxy": NET_BIND_SERVICE_EP}
     # Nothing but root writes what the image runs: no file or directory of the image is
     # writable by the user it runs as (podway's home is the one exception).
     writable = sorted(n for n, m in members.items() if not m.issym()
@@ -161,3 +169,20 @@ def test_podway_runs_from_the_image_under_an_oci_runtime(podway_image: Path,
     assert (uid, gid) == ("10001", "10001")
     assert caps.split()[-1] == "0000000000000000"
 
+
+
+@pytest.mark.image
+@pytest.mark.timeout(1800)  # one more build (minutes)
+def test_two_builds_of_the_same_sources_are_byte_identical(podway_image: Path,
+                                                           tmp_path: Path) -> None:
+    """Issue 29.3: a second build of the same sources with the same SOURCE_DATE_EPOCH, in a
+    folder of its own, is the same archive byte for byte (the .pyc files differed once)."""
+    from tests import image
+
+    again = image.build(tmp_path, cached=False)
+    assert again != podway_image
+    if again.read_bytes() != podway_image.read_bytes():
+        diff = subprocess.run(["python3", str(ROOT / "deploy/image/image_diff.py"),
+                               str(podway_image), str(again)], capture_output=True, text=True,
+                              check=False)
+        raise AssertionError(f"two builds differ:\n{diff.stdout[-4000:]}")

@@ -158,8 +158,8 @@ async def test_chart_without_leader_election(helm: Any) -> None:
     assert params["leader_elect"] == "false"
     assert params["admin_socket"] is None
     assert params["dashboard_port"] == 0
-    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding",
-                                                     "PodDisruptionBudget")]
+    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget" or (
+        o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-election"))]
     assert all(m["name"] != "admin" for m in container["volumeMounts"])
 
 
@@ -177,8 +177,8 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     assert "--vip=198.18.60.0/30" in sidecar["args"]
     assert "--neighbor=198.18.51.1:65000" in sidecar["args"]
     assert "--local-as=65010" in sidecar["args"]
-    assert "--health-url=unix:/var/run/podway/admin.sock" in sidecar["args"]
-    assert {"name": "state", "mountPath": "/var/run/podway"} in sidecar["volumeMounts"]
+    assert "--health-url=unix:/run/podway/admin.sock" in sidecar["args"]
+    assert {"name": "state", "mountPath": "/run/podway"} in sidecar["volumeMounts"]
     setup = spec["initContainers"][0]["args"][0]
     assert "ip_nonlocal_bind=1" in setup
     assert "ip route replace local 198.18.60.0/30 dev lo" in setup
@@ -191,7 +191,7 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
     keep = next(c for c in spec["containers"] if c["name"] == "vrrp")
     assert "--vip=198.18.60.0/30" in keep["args"][0]
     assert "exec keepalived" in keep["args"][0]
-    assert "vip check --url unix:/var/run/podway/admin.sock" in keep["args"][0]
+    assert "vip check --url unix:/run/podway/admin.sock" in keep["args"][0]
 
 
 async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
@@ -350,3 +350,23 @@ def test_the_controller_may_list_and_watch_every_kind_its_source_watches() -> No
     missing += [f"{k.plural}/status.{k.group or 'core'} patch" for k in TABLE if k.status
                 and (k.group, f"{k.plural}/status", "patch") not in granted]
     assert missing == []
+
+
+def test_controller_role_reads_every_kind_and_writes_every_status() -> None:
+    """The controller's ClusterRole lets it list and watch every kind of the kinds table, and
+    patch the status of every kind whose status it writes (ListenerSet and GatewayClassConfig
+    once came without)."""
+    from podway.model.kinds import TABLE
+
+    objects = [d for d in yaml.safe_load_all(PLAIN.read_text()) if d]
+    rules = by_kind(objects, "ClusterRole", "podway-controller")["rules"]
+
+    def allowed(group: str, resource: str, verb: str) -> bool:
+        return any(group in r.get("apiGroups", ()) and resource in r.get("resources", ())
+                   and verb in r.get("verbs", ()) for r in rules)
+
+    for kind in TABLE:
+        for verb in ("list", "watch"):
+            assert allowed(kind.group, kind.plural, verb), (kind.name, verb)
+        if kind.status and kind.crd:
+            assert allowed(kind.group, f"{kind.plural}/status", "patch"), kind.name

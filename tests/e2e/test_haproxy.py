@@ -231,6 +231,9 @@ spec:
     assert view[(POOL, f"127.0.0.1:{dead}")].reason == "failed active health check"
     message = decode(encode(Message(node="edge-1", full=True, hosts=view)))
     assert message.hosts == view
+    # The same view is what explain and the dashboard of this Podway show (no Envoy here).
+    views = await hstack.standalone.engine_views()
+    assert {k: s.health for k, s in views["haproxy"].items()} == want
 
 
 async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
@@ -264,7 +267,10 @@ async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
         async with asyncio.timeout(10):
             while Path(f"/proc/{left}").exists():  # noqa: ASYNC110 (another process)
                 await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        after = load.ok + len(load.failed)  # ten more requests once the old HAProxy is gone
+        async with asyncio.timeout(10):  # (a count, not a fixed time: loaded machines)
+            while load.ok + len(load.failed) < after + 10:  # noqa: ASYNC110 (the load's)
+                await asyncio.sleep(0.05)
     finally:
         await load.stop()
         running.cancel()
@@ -435,3 +441,31 @@ async def test_tls_passthrough_by_sni(hstack: Stack) -> None:
                 assert any(v == host for _, v in peer["subjectAltName"])
             finally:
                 writer.close()
+
+
+async def test_config_dump_shows_the_served_haproxy_cfg_and_its_maps(
+        tmp_path: Path, short_dir: Path) -> None:
+    """``/config`` (``podway config dump``) of a running HAProxy engine carries the haproxy.cfg
+    it serves and its maps, and no certificate's private key."""
+    from podway.readers.admin_api import SOCKET_NAME, get_json
+
+    root = tmp_path / "manifests"
+    root.mkdir()
+    stack = await make_stack(root, engine_kind="haproxy", state_dir=short_dir / "st")
+    try:
+        port = await stack.start_echo("web")
+        stack.write("web.yaml", service("web", 80, port) + "---\n" + _slice(1, port))
+        stack.write("ingress.yaml", SHOP_INGRESS)
+        await stack.start()
+        engine = stack.standalone.haproxy
+        assert engine is not None
+        assert engine.rendered is not None  # start() returns once HAProxy serves
+        data = await get_json(short_dir / "st" / SOCKET_NAME, "/config")
+        assert data["haproxy"]["config"] == engine.rendered.config
+        assert "frontend " in data["haproxy"]["config"]
+        hosts = [text for path, text in data["haproxy"]["maps"].items()
+                 if path.endswith(".hosts.map")]
+        assert any(text.startswith("shop.test ") for text in hosts), data["haproxy"]["maps"]
+        assert "PRIVATE KEY" not in str(data)
+    finally:
+        await stack.stop()

@@ -233,7 +233,13 @@ async def test_replacing_every_pod_under_load_loses_nothing(tmp_path: object, mo
                 await _replace(cluster, [pod], grace_s=0.5)
         else:
             await _replace(cluster, old, grace_s=1.5)
-        await asyncio.sleep(0.5)
+        # The old pods are stopped and gone: wait for ten more answers from each loop (not a
+        # fixed time: on a loaded machine half a second held fewer than ten).
+        done = [len(load.answers) + len(load.failures) for load in loads]
+        async with asyncio.timeout(20):
+            while any(len(load.answers) + len(load.failures) < n + 10  # noqa: ASYNC110
+                      for load, n in zip(loads, done, strict=True)):
+                await asyncio.sleep(0.05)
     finally:
         for load in loads:
             load.stop.set()

@@ -68,6 +68,11 @@ async def test_ingress_rules_reach_the_right_backend(engine_stack: Stack) -> Non
         ("other.test", "/", 200, "web"),
         ("nobody.test", "/", 404, None),
         ("a.b.wild.test", "/", 404, None),  # *.wild.test covers exactly one label
+        # Paths are normalised before matching: dot-dot segments resolved, slashes merged.
+        ("shop.test", "/x/../api/v1", 200, "api"),
+        ("shop.test", "/api/..", 200, "web"),
+        ("shop.test", "//api//v1", 200, "api"),
+        ("shop.test", "/x/..//api", 200, "api"),
     ]
     for host, path, status, backend in cases:
         got_status, body = await get(port, host, path)

@@ -25,6 +25,12 @@ as the full view and the others as changes: the same view once the last part is 
 pools. A report without it (an older engine, or an engine without a group) is an engine
 without a group. The answer, sent when the engine ends the stream, is ``{}``.
 
+``unsupported`` (optional, in every message but a later part: the whole list each time) names
+the objects the engine serves but not exactly as asked (the HAProxy engine's
+``UnsupportedValue`` findings), ``[kind, namespace, name, message, closed]`` (``closed``: not
+served at all). The controller turns each into that object's ``UnsupportedValue`` problem, as
+``podway run --engine haproxy`` does locally, and drops them when the engine's stream ends.
+
 Invariants:
 
 * Only authenticated engines are heard (a unix-socket peer, which is first checked like an ADS
@@ -76,6 +82,7 @@ MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions a
 MAX_HOSTS = 200_000  # hosts in one node's view
 MAX_MESSAGE_BYTES = 1 << 20  # one part of a report (a quarter of gRPC's default 4 MiB limit)
 MAX_REFUSED = 1000  # refused listeners in one report
+MAX_FINDINGS = 1000  # objects not served exactly, in one report
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
 # (node, its hosts that changed; None: its whole view appeared or went)
@@ -100,6 +107,16 @@ class Refusal(NamedTuple):
     reason: str
 
 
+class Finding(NamedTuple):
+    """An object the engine serves, but not exactly as asked (or not at all: ``closed``)."""
+
+    kind: str
+    namespace: str
+    name: str
+    message: str  # what it cannot do, in words ("the haproxy engine cannot serve ...")
+    closed: bool = False
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     node: str
@@ -111,6 +128,7 @@ class Message:
     refused: tuple[Refusal, ...] = ()
     """Listeners the engine accepted and then could not serve (no NACK was sent: issue 23.2),
     the newest failure of each; every message but a later part carries the whole list."""
+    unsupported: tuple[Finding, ...] = ()  # the whole list, as ``refused``
 
 
 class ReportError(PodwayError):
@@ -123,11 +141,13 @@ def encode(message: Message) -> bytes:
                    hosts=[json.dumps([c, a, s.health.value, s.reason], separators=(",", ":"))
                     for (c, a), s in sorted(message.hosts.items())],
                    removed=[json.dumps(list(key), separators=(",", ":"))
-                            for key in message.removed], refused=message.refused)
+                            for key in message.removed], refused=message.refused,
+                   unsupported=message.unsupported)
 
 
 def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
-            removed: list[str], refused: tuple[Refusal, ...] = ()) -> bytes:
+            removed: list[str], refused: tuple[Refusal, ...] = (),
+            unsupported: tuple[Finding, ...] = ()) -> bytes:
     head: dict[str, Any] = {"v": VERSION, "node": node, "full": full}
     if full and group:  # absent otherwise: what older controllers read
         head["group"] = group
@@ -135,6 +155,8 @@ def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
         head["more"] = True
     if refused:  # absent otherwise: what older controllers read
         head["refused"] = [list(r) for r in refused]
+    if unsupported:  # absent otherwise: what older controllers read
+        head["unsupported"] = [list(f) for f in unsupported]
     text = json.dumps(head, separators=(",", ":"))[:-1]
     return f'{text},"hosts":[{",".join(hosts)}],"removed":[{",".join(removed)}]}}'.encode()
 
@@ -148,7 +170,8 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
              for (c, a), s in sorted(message.hosts.items())]
     removed = [json.dumps(list(key), separators=(",", ":")) for key in message.removed]
     room = limit - len(_encode(message.node, full=message.full, group=message.group, more=True,
-                               hosts=[], removed=[], refused=message.refused))
+                               hosts=[], removed=[], refused=message.refused,
+                               unsupported=message.unsupported))
     parts: list[tuple[list[str], list[str]]] = [([], [])]
     used = 0
     for which, entries in ((0, hosts), (1, removed)):
@@ -161,7 +184,8 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
     last = len(parts) - 1
     return [_encode(message.node, full=message.full and i == 0,
                     group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r,
-                    refused=message.refused if i == 0 else ())
+                    refused=message.refused if i == 0 else (),
+                    unsupported=message.unsupported if i == 0 else ())
             for i, (h, r) in enumerate(parts)]
 
 
@@ -175,7 +199,7 @@ def join(first: Message, then: Message) -> Message:
     gone = {*first.removed, *then.removed} - then.hosts.keys()
     return Message(node=first.node, full=first.full, hosts=MappingProxyType(hosts),
                    removed=tuple(sorted(gone)), group=first.group, more=then.more,
-                   refused=first.refused)
+                   refused=first.refused, unsupported=first.unsupported)
 
 
 def decode(data: bytes) -> Message:
@@ -215,7 +239,8 @@ def decode(data: bytes) -> Message:
     if len(hosts) > MAX_HOSTS or len(removed) > MAX_HOSTS:
         raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
     return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
-                   group=group.strip() if full else "", more=more, refused=_refused(raw))
+                   group=group.strip() if full else "", more=more, refused=_refused(raw),
+                   unsupported=_findings(raw))
 
 
 def _refused(raw: dict[str, Any]) -> tuple[Refusal, ...]:
@@ -228,6 +253,19 @@ def _refused(raw: dict[str, Any]) -> tuple[Refusal, ...]:
         out.append(Refusal(entry[0], entry[1], entry[2][:MAX_REASON]))
     if len(out) > MAX_REFUSED:
         raise ReportError(f"more than {MAX_REFUSED} refused listeners in one report")
+    return tuple(out)
+
+
+def _findings(raw: dict[str, Any]) -> tuple[Finding, ...]:
+    out = []
+    for entry in _list(raw, "unsupported")[:MAX_FINDINGS + 1]:
+        if not (isinstance(entry, list) and len(entry) == 5
+                and all(isinstance(x, str) and len(x) <= MAX_TEXT for x in entry[:4])
+                and entry[0] and entry[2] and isinstance(entry[4], bool)):
+            raise ReportError(f"bad unsupported entry {str(entry)[:80]}")
+        out.append(Finding(entry[0], entry[1], entry[2], entry[3], entry[4]))
+    if len(out) > MAX_FINDINGS:
+        raise ReportError(f"more than {MAX_FINDINGS} unsupported entries in one report")
     return tuple(out)
 
 
@@ -257,6 +295,8 @@ class MemberHealthReports:
         self._changes: list[Changed] = []
         self._refusals: list[Callable[[str, Refusal], None]] = []
         self._refused_seen: dict[str, frozenset[int]] = {}  # node → seqs already told
+        self._findings: dict[str, tuple[Finding, ...]] = {}  # node → its newest list
+        self._finding_hooks: list[Callable[[str, tuple[Finding, ...]], None]] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -266,6 +306,11 @@ class MemberHealthReports:
         listener it accepted and could not serve): the caller records it as that engine's
         rejection of the listener, as a NACK would be."""
         self._refusals.append(hook)
+
+    def on_findings(self, hook: Callable[[str, tuple[Finding, ...]], None]) -> None:
+        """Call ``hook(node, findings)`` whenever a node's list of objects it does not serve
+        exactly changes (``()``: none any more, or its stream ended)."""
+        self._finding_hooks.append(hook)
 
     def on_change(self, listener: Changed) -> None:
         """Call ``listener(node, hosts)`` with what each applied message or closed stream
@@ -314,6 +359,7 @@ class MemberHealthReports:
             return  # a stale stream of a node that reconnected: its news are old
         if not message.more:
             self._told(message.node, message.refused)
+            self._found(message.node, message.unsupported)
         self._changed(message.node, hosts)
         self._notify()
 
@@ -327,13 +373,21 @@ class MemberHealthReports:
         self._refused_seen[node] = seen | {r.seq for r in refused} if len(seen) < MAX_REFUSED \
             else frozenset(r.seq for r in refused)
 
+    def _found(self, node: str, findings: tuple[Finding, ...]) -> None:
+        if self._findings.get(node, ()) != findings:
+            self._findings[node] = findings
+            for hook in self._finding_hooks:
+                hook(node, findings)
+
     def close(self, stream: object) -> None:
-        """``stream`` ended: the views it owns are dropped."""
+        """``stream`` ended: the views (and findings) it owns are dropped."""
         gone = [node for node, owner in self._owner.items() if owner is stream]
         for node in gone:
             del self._owner[node]
             del self._views[node]
             del self._groups[node]
+            self._found(node, ())
+            self._findings.pop(node, None)
             self._changed(node, None)
         if gone:
             self._notify()

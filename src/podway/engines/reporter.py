@@ -39,6 +39,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -47,6 +48,7 @@ import grpc
 from podway.base.backoff import Backoff
 from podway.engines.member_health import (
     PATH,
+    Finding,
     HostKey,
     HostState,
     Message,
@@ -74,6 +76,9 @@ class ReportOptions:
     sni: str = ""  # name to verify (default: the DNS name of each address; an IP: itself)
     client_cert_pem: str | None = None
     client_key_pem: str | None = None
+    # (certificate, key) files read at each new channel instead of the two PEMs: a renewed
+    # pair (``podway.programs.engine_cert``) is used from the next connection on.
+    client_files: tuple[Path, Path] | None = None
     interval_s: float = 2.0  # between two reads of the engine's view
     resolve_s: float = 5.0  # between two lookups of the DNS names (Envoy's own DNS refresh)
     keepalive_s: float = 30.0  # ping a replica this often (as Envoy pings its xDS server) ...
@@ -96,10 +101,16 @@ def channel(opts: ReportOptions, target: Target) -> grpc.aio.Channel:
         ("grpc.max_receive_message_length", 64 << 20)]  # a configuration may be large
     if opts.ca_pem is None:
         return grpc.aio.insecure_channel(target.dial, options=options)
+    cert, key = opts.client_cert_pem, opts.client_key_pem
+    if opts.client_files is not None:
+        try:
+            cert, key = (p.read_text() for p in opts.client_files)
+        except OSError as exc:  # kept 0600 in the engine's own folder: should not happen
+            log.warning("client certificate files unreadable (%s); using the pair read at "
+                        "start", exc)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=opts.ca_pem.encode(),
-        private_key=opts.client_key_pem.encode() if opts.client_key_pem else None,
-        certificate_chain=opts.client_cert_pem.encode() if opts.client_cert_pem else None)
+        root_certificates=opts.ca_pem.encode(), private_key=key.encode() if key else None,
+        certificate_chain=cert.encode() if cert else None)
     if target.name:
         options.append(("grpc.ssl_target_name_override", target.name))
     return grpc.aio.secure_channel(target.dial, credentials, options=options)
@@ -110,7 +121,8 @@ class Reporter:
 
     def __init__(self, opts: ReportOptions, read: ReadView, *,
                  resolver: Resolver = resolve,
-                 refused: Callable[[], tuple[Refusal, ...]] = tuple) -> None:
+                 refused: Callable[[], tuple[Refusal, ...]] = tuple,
+                 unsupported: Callable[[], tuple[Finding, ...]] = tuple) -> None:
         self.opts = opts
         self.read = read
         # Listeners the engine accepted and could not serve (Envoy: ``Engine.listener_failures``,
@@ -118,6 +130,10 @@ class Reporter:
         # as this engine's rejections.
         self.refused = refused
         self._refused: tuple[Refusal, ...] = ()
+        # Objects the engine serves but not exactly as asked (HAProxy: its ``UnsupportedValue``
+        # findings): sent with the view, so they reach the objects' status as a local engine's.
+        self.unsupported = unsupported
+        self._unsupported: tuple[Finding, ...] = ()
         self.addresses = xds_addresses(opts.xds)
         self.names = Names(self.addresses, resolver=resolver)
         self.sent = 0  # messages sent (all streams)
@@ -154,11 +170,12 @@ class Reporter:
         """Read the engine's view every ``interval_s``; a changed one wakes every stream."""
         while True:
             view = await self.read()
-            refused = self.refused()
-            if view is not None and (view != self._view or refused != self._refused):
+            refused, unsupported = self.refused(), self.unsupported()
+            if view is not None and (view != self._view or refused != self._refused
+                                     or unsupported != self._unsupported):
                 async with self._changed:
                     self._view, self._version = view, self._version + 1
-                    self._refused = refused
+                    self._refused, self._unsupported = refused, unsupported
                     self._changed.notify_all()
             await asyncio.sleep(self.opts.interval_s)
 
@@ -185,27 +202,31 @@ class Reporter:
         """The full view first, then each change (nothing while nothing changes)."""
         sent: View | None = None
         sent_refused: tuple[Refusal, ...] = ()
+        sent_unsupported: tuple[Finding, ...] = ()
         seen = 0
         while True:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._newer, seen))
                 seen, view, refused = self._version, self._view, self._refused
+                unsupported = self._unsupported
             assert view is not None  # a version above 0 has a view
             if sent is None:
                 message = Message(node=self.opts.node_id, full=True, hosts=view,
-                                  group=self.opts.engine_group, refused=refused)
+                                  group=self.opts.engine_group, refused=refused,
+                                  unsupported=unsupported)
             else:
                 changed, removed = diff(sent, view)
-                if not changed and not removed and refused == sent_refused:
+                if not changed and not removed and refused == sent_refused \
+                        and unsupported == sent_unsupported:
                     continue
                 message = Message(node=self.opts.node_id, full=False,
                                   hosts=MappingProxyType(changed), removed=removed,
-                                  refused=refused)
+                                  refused=refused, unsupported=unsupported)
             for part in encode_parts(message):  # a large view: parts under gRPC's bound
                 yield part
                 self.sent += 1
             streamed[0] = True
-            sent, sent_refused = view, refused
+            sent, sent_refused, sent_unsupported = view, refused, unsupported
 
     def _newer(self, version: int) -> bool:
         return self._version > version

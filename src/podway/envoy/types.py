@@ -17,13 +17,18 @@ SCOPE: Final = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfigurati
 CLUSTER: Final = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 ENDPOINT: Final = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 SECRET: Final = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+#: Filter configs found over ADS (ECDS): the JWT filter's providers
+#: (``podway.envoy.config.jwt``), so changing them never changes a listener.
+EXTENSION: Final = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
 
 #: Push order: a resource's dependencies go first.
 #: (A scope before the route table it names: Envoy asks for the table once it has the scope.)
-PUSH_ORDER: Final = (CLUSTER, ENDPOINT, SECRET, LISTENER, SCOPE, ROUTE)
+#: (A filter config before the listeners that name it: they would wait for it.)
+PUSH_ORDER: Final = (CLUSTER, ENDPOINT, SECRET, EXTENSION, LISTENER, SCOPE, ROUTE)
 
 #: Types Envoy subscribes to as a wildcard (all resources); the others are requested by name.
 WILDCARD_TYPES: Final = frozenset({LISTENER, CLUSTER, SCOPE})
 
 SHORT_NAMES: Final = {LISTENER: "listeners", ROUTE: "routes", CLUSTER: "clusters",
-                      ENDPOINT: "endpoints", SECRET: "secrets", SCOPE: "scopes"}
+                      ENDPOINT: "endpoints", SECRET: "secrets", SCOPE: "scopes",
+                      EXTENSION: "extensions"}

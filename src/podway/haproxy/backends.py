@@ -189,6 +189,12 @@ def _upstream_tls(s: PoolSettings, http: bool, folder: str, closed: list[str]
     try:
         options = (f" ssl verify required ca-file {word(ca_file)}"
                    f" sni str({word(tls.sni)}) verifyhost {word(sans[0][1])}")
+        cert = tls.client_certificate
+        if cert is not None:  # the Gateway's client certificate (spec.tls.backend)
+            pem = f"certs/{cert.fingerprint}.pem"
+            files.append((pem, cert.cert_pem.rstrip("\n") + "\n"
+                          + cert.key_pem.rstrip("\n") + "\n"))
+            options += f" crt {word(f'{folder}/{pem}')}"
     except Unquotable:
         closed.append("this upstream TLS name")
         return "", files

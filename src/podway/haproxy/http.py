@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from podway.haproxy import auth
 from podway.haproxy.backends import backend_name
 from podway.haproxy.frontend import Frontend, bind_address, origin_of
 from podway.haproxy.names import (
@@ -25,13 +26,16 @@ from podway.haproxy.tls import crt_list
 from podway.ir import (
     CORS,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
     DirectResponse,
+    ErrorPages,
     ExtAuth,
     Forward,
     HeaderModifier,
+    Jwt,
     Listener,
     ListenerProtocol,
     Mirror,
@@ -313,6 +317,8 @@ def _reported(route: Route, listener: Listener) -> list[Unsupported]:
             out.append("request mirroring (requests are not mirrored)")
         elif isinstance(f, CORS):
             out.append("CORS (no Access-Control headers, no preflight answers)")
+        elif isinstance(f, ErrorPages):
+            out.append("custom-http-errors (the backend's own error answers are sent)")
     a = route.action
     if isinstance(a, Forward):
         if a.retry is not None:
@@ -340,11 +346,18 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
         elif isinstance(f, BodyLimit):
             raise _Closed("request body limits")
         elif isinstance(f, BasicAuth):
-            raise _Closed("basic authentication")
+            out += auth.basic_auth(f, when)
         elif isinstance(f, ExtAuth):
             raise _Closed("external authorization")
+        elif isinstance(f, Jwt):
+            raise _Closed("JWT authentication")
+        elif isinstance(f, AuthRequest):
+            raise _Closed("external authentication (auth-url)")
         elif isinstance(f, Authorization):
-            raise _Closed("authorization rules")
+            if listener.xff_trusted_hops and any(r.cidrs for r in f.rules):
+                raise _Closed("authorization by client address behind trusted X-Forwarded-For "
+                              "hops")
+            out += auth.authorization(f, when)
     a = route.action
     if isinstance(a, Redirect):
         return out + _redirect(a, route, when, listener)

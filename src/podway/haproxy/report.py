@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from podway.engines.member_health import Finding
 from podway.model.base import ObjectRef
 
 REASON = "UnsupportedValue"
@@ -27,3 +28,10 @@ class Unsupported:
     @property
     def message(self) -> str:
         return f"the haproxy engine cannot serve {self.feature} ({self.subject})"
+
+
+def findings(reports: tuple[Unsupported, ...]) -> tuple[Finding, ...]:
+    """The reports on objects as a remote engine sends them to the controller (one per object
+    and message; sorted, so an unchanged set is an equal tuple)."""
+    return tuple(sorted({Finding(u.origin.kind, u.origin.namespace, u.origin.name, u.message,
+                                 u.closed) for u in reports if u.origin is not None}))

@@ -15,7 +15,7 @@ import yaml
 
 from podway.ir import IR
 from podway.ir.listener import TLSCertificate, TLSOptions
-from podway.ir.route import WeightedPool
+from podway.ir.route import JwtProvider, WeightedPool
 from podway.model.base import ObjectRef
 
 
@@ -32,6 +32,11 @@ def to_data(value: Any, *, secrets: bool = False) -> Any:
         return out
     if isinstance(value, TLSOptions) and not secrets:
         return _fields(value, skip={"client_ca_pem"}, secrets=secrets)  # ``client_ca`` names it
+    if isinstance(value, JwtProvider) and value.jwks and not secrets:
+        # A key set may hold symmetric (HS256) keys: named by size only.
+        out = {"type": "JwtProvider", **_fields(value, skip={"jwks"}, secrets=secrets)}
+        out["jwks"] = f"<{len(value.jwks)} bytes>"
+        return out
     if isinstance(value, WeightedPool) and value.pool is None:
         # A share answered with a status: the status is the whole meaning, never elide it.
         share: dict[str, Any] = {"status": value.status}
@@ -58,7 +63,7 @@ def to_wire(ir: IR) -> dict[str, Any]:
 
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
            "CORS", "ClientAccess", "RateLimit", "BodyLimit",
-           "BasicAuth", "ExtAuth",
+           "BasicAuth", "ExtAuth", "Jwt", "JwtProvider", "AuthRequest", "ErrorPages",
            "Authorization", "AccessRule"}
 
 

@@ -26,7 +26,7 @@ _TAGGED: dict[str, type[Any]] = {
     name: getattr(ir_mod, name)
     for name in ("Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite",
                  "Mirror", "CORS", "ClientAccess", "RateLimit", "BodyLimit",
-                 "BasicAuth", "ExtAuth",
+                 "BasicAuth", "ExtAuth", "Jwt", "JwtProvider", "AuthRequest", "ErrorPages",
                  "Authorization", "AccessRule")
 }
 

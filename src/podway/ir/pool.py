@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from podway.ir.listener import TLSCertificate
 from podway.model.base import ObjectRef
 
 
@@ -142,6 +143,8 @@ class UpstreamTLS:
     ca_pem: str = ""
     origin: ObjectRef | None = None
     subject_alt_names: tuple[tuple[str, str], ...] = ()
+    # The certificate the engine shows the members (Gateway ``spec.tls.backend``); None: none.
+    client_certificate: TLSCertificate | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

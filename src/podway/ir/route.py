@@ -268,8 +268,84 @@ class Authorization:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthRequest:
+    """ingress-nginx's external authentication (``auth-url``, nginx's ``auth_request``): before
+    forwarding, ``method`` (empty: GET, as nginx's subrequests) ``path`` — the auth URL's path
+    and query, exactly as written — is asked of ``pool`` with Host ``authority``, with the request's
+    headers (no body) and ``X-Original-URL``, ``X-Original-Method``,
+    ``X-Auth-Request-Redirect`` (``redirect``, empty: the request's URI), ``X-Sent-From``,
+    ``X-Real-IP``. A 2xx answer lets the request through with ``response_headers`` set from
+    it (a client's own values of those are dropped); 401 is answered 401 (its
+    ``WWW-Authenticate`` kept), or with ``signin`` a 302 to it (its nginx variables
+    ``$scheme``, ``$host``, ``$http_host``, ``$request_uri``, ``$escaped_request_uri``
+    expanded); 403 is 403; anything else, an error or no answer within ``timeout_ms`` 500."""
+
+    pool: str
+    authority: str
+    path: str
+    method: str = ""
+    signin: str = ""
+    redirect: str = ""
+    response_headers: tuple[str, ...] = ()
+    timeout_ms: int = 5000
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorPages:
+    """ingress-nginx ``custom-http-errors`` with ``default-backend``: an answer whose status is
+    one of ``codes`` is replaced, status, headers and body, by the answer of ``pool`` to
+    ``GET /`` (the request's method and Host) carrying ``X-Code``, ``X-Format`` (the request's
+    Accept), ``X-Original-URI``, ``X-Namespace`` (``namespace``), ``X-Ingress-Name``
+    (``ingress``), ``X-Service-Name`` / ``X-Service-Port`` (``service`` / ``port``: the
+    route's backend) and ``X-Request-ID``; when that pool cannot answer, the original answer
+    stays."""
+
+    codes: tuple[int, ...]
+    pool: str
+    namespace: str = ""
+    ingress: str = ""
+    service: str = ""
+    port: str = ""
+    timeout_ms: int = 5000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JwtProvider:
+    """Who issues the tokens a ``Jwt`` accepts: ``name`` (unique in the IR: the engine holds
+    every provider in one place), the ``iss`` it must carry (empty: any), one of ``audiences``
+    in its ``aud`` (empty: any), signed by a key of ``jwks`` (the key set itself, JSON) or of
+    the key set at ``jwks_uri``, fetched through ``jwks_pool`` and kept ``jwks_cache_s``
+    seconds. ``claim_headers``: (claim, header) — a valid token's claim is set as the header
+    of the request to the backend."""
+
+    name: str
+    issuer: str = ""
+    audiences: tuple[str, ...] = ()
+    jwks: str = ""
+    jwks_uri: str = ""
+    jwks_pool: str = ""
+    jwks_cache_s: int = 300
+    claim_headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Jwt:
+    """JWT authentication: a request needs ``Authorization: Bearer <token>`` with a token of
+    one of ``providers`` that is valid (signature, ``exp``/``nbf``, issuer, audience), else
+    401 (403 for a valid token of another audience); ``optional``: a request with no token
+    passes (one with a bad token does not). ``name``: the requirement's name, unique in the
+    IR; ``source``: for ``explain``."""
+
+    name: str
+    providers: tuple[JwtProvider, ...]
+    optional: bool = False
+    source: str = ""
+
+
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth | ExtAuth | Authorization)
+          | BasicAuth | ExtAuth | Authorization | Jwt | AuthRequest | ErrorPages)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

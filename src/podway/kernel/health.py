@@ -3,9 +3,20 @@
 ``Judge`` is the decision, pure and synchronous: results in, health out, with the pool's
 thresholds (``HealthCheck``: out after ``unhealthy_threshold`` failures in a row, back after
 ``healthy_threshold`` successes; a new member is *pending* until its first check, and in after
-its first good one). ``Checker`` is the thin asyncio shell: one task per (pool, member) that
-connects every ``interval_ms`` (plus up to 10 % jitter, so checks of many members never
-align), with ``timeout_ms`` to connect, and tells ``on_change`` when a member's health moved.
+its first good one).
+
+Whether a pending member takes new flows depends on its pool when it joined. Joining a pool
+with a healthy member (a rollout's new pod), it waits for its first good check. Joining a pool
+with none (the engine's start, a pool whose members were all replaced, a changed check), it
+keeps taking flows until its first check says otherwise, as the panic rule
+(``podway.kernel.plan``) already served it. Otherwise the first round of checks, which ends
+member by member, would narrow the table to the first member checked and widen it again: two
+changes within a tenth of an interval, each moving most ClientIP clients to another member
+and briefly sending every new flow to one.
+
+``Checker`` is the thin asyncio shell: one task per (pool, member) that connects every
+``interval_ms`` (plus up to 10 % jitter, so checks of many members never align), with
+``timeout_ms`` to connect, and tells ``on_change`` when a member's health moved.
 
 What is checked follows the IR (``follow``): members of pools with a TCP-kind ``health_check``
 and state READY or NOT_READY (a pod held back by the readiness gate is listed not ready until
@@ -54,6 +65,7 @@ class Judge:
     successes: int = 0
     failures: int = 0
     reason: str = field(default="waiting for its first health check")
+    serve_pending: bool = False  # joined a pool with no healthy member (module docstring)
 
     def result(self, ok: bool, why: str = "") -> bool:
         """Record one check; True when the health changed."""
@@ -119,12 +131,14 @@ class Checker:
         self._checked: set[HostKey] = set()  # keys a pool asks to check (others are healthy)
 
     def usable(self, pool: str, member: Member) -> bool:
-        """May ``member`` of ``pool`` take new flows: healthy, or in a pool without checks."""
+        """May ``member`` of ``pool`` take new flows: healthy, pending in a pool that had no
+        healthy member when it joined (module docstring), or in a pool without checks."""
         key = host_key(pool, member)
         if key not in self._checked:
             return True
         judge = self._judges.get(key)
-        return judge is not None and judge.health is Health.HEALTHY
+        return judge is not None and (judge.health is Health.HEALTHY or (
+            judge.health is Health.PENDING and judge.serve_pending))
 
     def view(self, ir: IR) -> Mapping[HostKey, HostState]:
         """Every ready or not-ready member of ``ir``'s pools as the controller is told (module
@@ -148,9 +162,11 @@ class Checker:
                     != wanted[k][1]]:
             self._tasks.pop(key)[1].cancel()
             self._judges.pop(key, None)
+        served = {k[0] for k, (member, _) in wanted.items() if member.state is MemberState.READY
+                  and k in self._judges and self._judges[k].health is Health.HEALTHY}
         for key, (member, check) in wanted.items():
             if key not in self._tasks:
-                self._judges[key] = Judge(check)
+                self._judges[key] = Judge(check, serve_pending=key[0] not in served)
                 task = asyncio.get_running_loop().create_task(
                     self._loop(key, member, check), name=f"kernel-check {key[0]} {key[1]}")
                 self._tasks[key] = (check, task)

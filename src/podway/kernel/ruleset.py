@@ -5,7 +5,7 @@
       map ports  { inet_proto . inet_service : verdict }                "0.0.0.0" listeners
       chain s<i> (one per service)
         [meta mark set meta mark | SNAT_MARK]            unless transparent
-        dnat ip to numgen random mod N map @b<i>         or  jhash ip saddr mod N (ClientIP)
+        dnat ip to numgen inc mod N map @b<i>            or  jhash ip saddr mod N (ClientIP)
       map b<i>   { numgen slot interval : member ip . port }   weights are slot ranges
       chain prerouting / output   nat hooks: one vmap lookup per new flow
       chain postrouting           masquerade what carries SNAT_MARK (to the host's address)
@@ -15,6 +15,12 @@ A NAT chain sees only the first packet of a flow; conntrack carries every later 
 translation chosen then. So a whole-table replacement in one transaction (``full``) changes
 members, weights and VIPs for new flows only: established flows keep their member (a removed
 or draining member finishes what it has), and no packet sees a half-built table.
+
+New flows go round the weight slots in turn (``numgen inc``), not at random: a few long-lived
+connections (a client's pool, a benchmark's 16) split exactly by weight instead of, say, 4/12
+over two members, where the busier member bounded the whole service (measured:
+``bench/kernel_l4_cost.py``, docs/performance.md "Kernel L4 engine"). The counter is the rule's
+and starts again at each table replacement, so a change may restart the turn.
 
 A service with no usable member is not DNATed: its packets reach the host's own stack, where
 nothing listens on the VIP's port, so a TCP client is refused at once (reset) rather than left
@@ -74,12 +80,12 @@ def _service_lines(index: int, service: Service) -> list[str]:
     else:
         total, _ = _slots(service.backends)
         pick = (f"jhash ip saddr mod {total} seed {HASH_SEED:#x}" if service.affinity
-                else f"numgen random mod {total}")
+                else f"numgen inc mod {total}")
         lines.append(f"    meta l4proto {proto} dnat ip to {pick} map @b{index}{comment}")
     lines.append("  }")
     if len(service.backends) > 1:
         _, elements = _slots(service.backends)
-        lines.append(f"  map b{index} {{ typeof numgen random mod 1 : ip daddr . {proto} dport; "
+        lines.append(f"  map b{index} {{ typeof numgen inc mod 1 : ip daddr . {proto} dport; "
                      f"flags interval;{_elements(elements)} }}")
     return lines
 

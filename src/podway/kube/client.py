@@ -125,3 +125,19 @@ async def check_reachable(api: client.ApiClient, *, limit_s: float = 10.0) -> No
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise KubeUnreachable(f"cannot reach the Kubernetes API at {host} ({detail}): check "
                               "--kubeconfig and that the cluster is up") from None
+
+
+async def raw_request(api: client.ApiClient, method: str, path: str, *,
+                      body: Any = None, content_type: str = "application/json") -> Any:
+    """One request on ``api``'s session, below kubernetes_asyncio's generated layer: the same
+    headers and credentials (a refreshed token included), without its per-call parameter
+    checks, serializer walk over ``body`` and response wrapper (most of a status PATCH's cost
+    in Python, bench/statuses.py). ``path`` is quoted by the caller. The raw answer, any
+    status (the caller reads and releases it)."""
+    headers: dict[str, str] = {"Accept": "application/json", "Content-Type": content_type,
+                               **api.default_headers}
+    if api.cookie:
+        headers["Cookie"] = api.cookie
+    await api.update_params_for_auth(headers, [], ["BearerToken"])
+    return await api.rest_client.request(method, f"{api.configuration.host}{path}",
+                                         headers=headers, body=body, _preload_content=False)

@@ -88,6 +88,9 @@ class Informer:
         self.relists = 0  # lists after the first (410s, failures): a metric for callers
         self.bookmarks = 0  # BOOKMARK events seen: a metric for callers
         self._report_all = False
+        self.listing = False
+        """True while a list's objects go to the handler: a list reports only where an object
+        is now, not each change that took it there (a watch event does)."""
 
     def report_all_on_next_list(self) -> None:
         """Make the next (re-)list hand every object to the handler, changed or not (for a
@@ -153,6 +156,13 @@ class Informer:
             resp.release()
         if self.ready.is_set():
             self.relists += 1
+        self.listing = True
+        try:
+            return self._listed(body)
+        finally:
+            self.listing = False
+
+    def _listed(self, body: Raw) -> str:
         seen: dict[tuple[str, str], str] = {}
         for item in body.get("items") or []:
             key = raw_key(item)

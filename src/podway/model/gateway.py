@@ -1,4 +1,5 @@
-"""gateway.networking.k8s.io: GatewayClass, Gateway, ReferenceGrant and BackendTLSPolicy.
+"""gateway.networking.k8s.io: GatewayClass, Gateway, ListenerSet, ReferenceGrant and
+BackendTLSPolicy.
 
 The route kinds live in ``gateway_routes``. Every served version is accepted (the loader matches
 on the API group only); v1 field names are the model, and the few older shapes that differ
@@ -142,15 +143,35 @@ class FrontendTLSConfig(K8sModel):
     per_port: tuple[FrontendTLSPort, ...] = ()
 
 
+class GatewayBackendTLS(K8sModel):
+    """``spec.tls.backend``: the certificate the Gateway shows backends it speaks TLS to."""
+
+    client_certificate_ref: SecretObjectReference | None = None
+
+
 class GatewaySpecTLS(K8sModel):
-    """``spec.tls`` (v1.4+): ``frontend`` client-certificate validation of HTTPS listeners."""
+    """``spec.tls`` (v1.4+): ``frontend`` client-certificate validation of HTTPS listeners,
+    ``backend`` the Gateway's client certificate towards backends."""
 
     frontend: FrontendTLSConfig | None = None
+    backend: GatewayBackendTLS | None = None
+
+
+class ListenerNamespaces(K8sModel):
+    """``spec.allowedListeners.namespaces``: where ListenerSets may attach from (default none)."""
+
+    from_: str = Field(default="None", alias="from")
+    selector: LabelSelector | None = None
+
+
+class AllowedListeners(K8sModel):
+    namespaces: ListenerNamespaces = Field(default_factory=ListenerNamespaces)
 
 
 class GatewaySpec(K8sModel):
     gateway_class_name: str = Field(min_length=1)
     listeners: tuple[GatewayListener, ...] = Field(min_length=1)
+    allowed_listeners: AllowedListeners | None = None
     addresses: tuple[GatewayAddress, ...] = ()
     infrastructure: GatewayInfrastructure | None = None
     tls: GatewaySpecTLS | None = None
@@ -174,6 +195,28 @@ class Gateway(K8sObject):
         infrastructure = self.spec.infrastructure
         label = infrastructure.labels.get(ENGINE_GROUP, "").strip() if infrastructure else ""
         return super().engine_group() or label or None
+
+
+class ListenerSetParentReference(K8sModel):
+    """``ListenerSet.spec.parentRef``: the Gateway its listeners join."""
+
+    group: str = GROUP
+    kind: str = "Gateway"
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+
+
+class ListenerSetSpec(K8sModel):
+    parent_ref: ListenerSetParentReference
+    listeners: tuple[GatewayListener, ...] = Field(min_length=1)
+
+
+class ListenerSet(K8sObject):
+    """Listeners attached to a Gateway that allows it (``spec.allowedListeners``), GEP-1713."""
+
+    KIND: ClassVar[str] = "ListenerSet"
+    API_GROUPS: ClassVar[tuple[str, ...]] = (GROUP,)
+    spec: ListenerSetSpec
 
 
 class ReferenceGrantFrom(K8sModel):

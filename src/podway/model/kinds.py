@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from podway.model.base import K8sObject
+from podway.model.classconfig import GatewayClassConfig
 from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Secret, Service
 from podway.model.gateway import GROUP as GATEWAY_GROUP
-from podway.model.gateway import BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
+from podway.model.gateway import (
+    BackendTLSPolicy,
+    Gateway,
+    GatewayClass,
+    ListenerSet,
+    ReferenceGrant,
+)
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute, TCPRoute, TLSRoute, UDPRoute
 from podway.model.networking import Ingress, IngressClass
 from podway.model.policy import PODWAY_GROUP, BackendLBPolicy, TrafficPolicy
@@ -95,6 +102,7 @@ TABLE: tuple[Kind, ...] = (
     Kind(model=Namespace, group="", plural="namespaces", versions=("v1",), namespaced=False),
     _gateway(GatewayClass, "gatewayclasses", ("v1", "v1beta1"), namespaced=False),
     _gateway(Gateway, "gateways", ("v1", "v1beta1")),
+    _gateway(ListenerSet, "listenersets", ("v1",)),
     _gateway(HTTPRoute, "httproutes", ("v1", "v1beta1"), role=Role.ROUTE),
     _gateway(GRPCRoute, "grpcroutes", ("v1",), role=Role.ROUTE),
     _gateway(TLSRoute, "tlsroutes", ("v1alpha2",), role=Role.ROUTE),
@@ -106,6 +114,9 @@ TABLE: tuple[Kind, ...] = (
     Kind(model=TrafficPolicy, group=PODWAY_GROUP, plural="trafficpolicies",
          versions=("v1alpha1",), namespaced=True, crd=True, ships_crd=True, status=True,
          role=Role.POLICY),
+    # GatewayClass parameters (spec.parametersRef; translate/gateway/parameters.py).
+    Kind(model=GatewayClassConfig, group=PODWAY_GROUP, plural="gatewayclassconfigs",
+         versions=("v1alpha1",), namespaced=False, crd=True, ships_crd=True),
     # VIP pools for the IPAM (read by the controller with --vip-pools-from; docs/vips.md).
     # Their status (addresses assigned and available) is the controller's: status_pools.py.
     Kind(model=VIPPool, group=PODWAY_GROUP, plural="vippools", versions=("v1alpha1",),

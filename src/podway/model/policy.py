@@ -156,9 +156,56 @@ class AuthorizationSpec(_Strict):
     rules: tuple[AuthorizationRule, ...] = ()
 
 
+class LocalJWKS(_Strict):
+    """A JWKS given in the policy (``type: Inline``, ``inline``) or read from a Secret or
+    ConfigMap of its namespace (``type: ValueRef``, ``valueRef``; key ``jwks.json``)."""
+
+    type: str = "Inline"  # Inline | ValueRef
+    inline: str | None = None
+    value_ref: ObjectReference | None = None
+
+
+class ObjectReference(_Strict):
+    group: str = ""
+    kind: str = "ConfigMap"  # ConfigMap | Secret
+    name: str = ""
+
+
+class RemoteJWKS(_Strict):
+    """A JWKS fetched from ``uri`` through ``backendRef`` (a Service port of the policy's
+    namespace; the URI's host is sent as Host), kept ``cacheDuration``."""
+
+    uri: str = ""
+    backend_ref: ServiceReference | None = None
+    cache_duration: str | None = None
+
+
+class ClaimToHeader(_Strict):
+    header: str = ""
+    claim: str = ""
+
+
+class JWTProvider(_Strict):
+    name: str = ""
+    issuer: str = ""
+    audiences: tuple[str, ...] = ()
+    remote_jwks: RemoteJWKS | None = Field(default=None, alias="remoteJWKS")
+    local_jwks: LocalJWKS | None = Field(default=None, alias="localJWKS")
+    claim_to_headers: tuple[ClaimToHeader, ...] = ()
+
+
+class JWTSpec(_Strict):
+    """``security.jwt``: a request needs a valid JWT (``Authorization: Bearer``) of one of
+    ``providers``; ``optional``: a request without one passes (a bad one does not)."""
+
+    optional: bool = False
+    providers: tuple[JWTProvider, ...] = ()
+
+
 class SecuritySpec(_Strict):
     """Who may reach the target's routes (Envoy Gateway's SecurityPolicy, in part)."""
 
+    jwt: JWTSpec | None = None
     basic_auth: BasicAuthSpec | None = None
     ext_auth: ExtAuthSpec | None = None
     authorization: AuthorizationSpec | None = None
@@ -196,3 +243,4 @@ class TrafficPolicy(K8sObject):
 
 
 LoadBalancerSpec.model_rebuild()
+LocalJWKS.model_rebuild()

@@ -31,6 +31,11 @@ class Snapshot:
     annotation, which stays as the user wrote it. A source that changes a Service's entry hands
     that Service on as changed, as a new object, like any edit (the translator's memos go by
     object identity). Empty: every Service's own annotation, else the default, applies."""
+    gateway_api_bundles: Mapping[str, str] | None = None
+    """The Gateway API CRDs in the cluster: CRD name → its
+    ``gateway.networking.k8s.io/bundle-version`` annotation ("" when it has none), for the
+    GatewayClass ``SupportedVersion`` condition. None: no API to ask (manifests in files). A
+    source that changes it hands every GatewayClass on as changed, as a new object."""
 
     @classmethod
     def of_objects(cls, objects: Iterable[K8sObject]) -> Snapshot:
@@ -56,7 +61,7 @@ class Snapshot:
                 updated[key] = obj
         objects = dict(self.objects)
         objects[kind] = updated
-        return Snapshot(objects, self.backend_modes)
+        return Snapshot(objects, self.backend_modes, self.gateway_api_bundles)
 
     def all(self) -> Iterable[K8sObject]:
         for per_kind in self.objects.values():

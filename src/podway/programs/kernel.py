@@ -11,15 +11,41 @@ import asyncio
 import json
 import logging
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
+from podway.engines.member_health import HostKey, HostState
 from podway.kernel import ruleset
+from podway.kernel.engine import KernelEngine
 from podway.kernel.plan import StaleFlows
 from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
 
 log = logging.getLogger(__name__)
+
+
+View = Mapping[HostKey, HostState]
+
+
+def kernel_view(kernel: KernelEngine | None) -> View | None:
+    """The kernel engine's own view of the pools of the listeners it serves (None: it does
+    not run or has installed nothing yet)."""
+    if kernel is None or kernel.installed is None:
+        return None
+    mine = {p for s in kernel.services for p in s.pools}
+    return MappingProxyType({k: v for k, v in kernel.view().items() if k[0] in mine})
+
+
+def beside_kernel(proxy: View, kernel: KernelEngine | None) -> View:
+    """A proxy engine's view (HAProxy's) with the kernel engine's for the pools of the
+    listeners the kernel serves beside it: one host's view of every member."""
+    if kernel is None:
+        return proxy
+    mine = {p for s in kernel.services for p in s.pools}
+    merged = {k: v for k, v in proxy.items() if k[0] not in mine}
+    merged.update({k: v for k, v in kernel.view().items() if k[0] in mine})
+    return MappingProxyType(merged)
 
 
 @dataclass(slots=True)

@@ -29,14 +29,13 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from podway.engines import config_feed
-from podway.engines.member_health import HostKey, HostState
+from podway.engines.member_health import Finding, HostKey, HostState
 from podway.engines.reporter import Reporter, ReportOptions
 from podway.haproxy.process import HAProxyEngine, HAProxyError, HAProxyOptions
-from podway.haproxy.report import REASON
+from podway.haproxy.report import REASON, findings
 from podway.ir import IR, EngineKind
 from podway.kernel.engine import KernelEngine
 
@@ -105,7 +104,8 @@ class RemoteEngine:
             else:
                 group.create_task(self._kernel(alone=True), name="engine-kernel")
             if self.opts.report.interval_s > 0:
-                group.create_task(Reporter(self.opts.report, self.view).run(),
+                group.create_task(Reporter(self.opts.report, self.view,
+                                           unsupported=self.unsupported).run(),
                                   name="engine-health-report")
 
     async def _follow(self) -> None:
@@ -156,6 +156,11 @@ class RemoteEngine:
             await kernel.wait_installed(functools.partial(_wrote_since, kernel.writes))
             self.applied.set()
 
+    def unsupported(self) -> tuple[Finding, ...]:
+        """What HAProxy serves not exactly as asked, as of the last applied IR: the reporter
+        sends it to the controller, which puts it on the objects' status."""
+        return findings(self.haproxy.counters.unsupported) if self.haproxy is not None else ()
+
     async def kernel_metrics(self) -> bytes:
         """The kernel engine's per-member counters (nothing while it does not run), as
         ``podway run`` exports them."""
@@ -167,19 +172,14 @@ class RemoteEngine:
         """Member health as this host serves it: HAProxy's view, with the kernel engine's for
         the pools of the listeners it serves; the kernel engine's alone under ``kernel``. None
         until the data plane has a configuration."""
+        from podway.programs.kernel import beside_kernel
+
         kernel = self.kernel
         if self.haproxy is None:
             return kernel.view() if kernel is not None and kernel.installed is not None \
                 else None
         seen = await self.haproxy.health()
-        if seen is None:
-            return None
-        if kernel is None:
-            return seen
-        mine = {p for s in kernel.services for p in s.pools}
-        merged = {k: v for k, v in seen.items() if k[0] not in mine}
-        merged.update({k: v for k, v in kernel.view().items() if k[0] in mine})
-        return MappingProxyType(merged)
+        return None if seen is None else beside_kernel(seen, kernel)
 
 
 def _wrote_since(writes: int, kernel: KernelEngine) -> bool:

@@ -45,6 +45,7 @@ from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.programs.haproxy_follow import follow as follow_haproxy
 from podway.readers import surfaces
 from podway.readers.admin_api import SOCKET_NAME
+from podway.readers.engine_health import View
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
 from podway.translate import TranslateOptions
@@ -236,9 +237,26 @@ class Standalone:
             mode=str(self.opts.translate.mode), admin_socket=admin,
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
+            engine_views=self.engine_views,
             explain_args=("--manifests", str(self.opts.manifests)),
             detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
-            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None))
+            kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None,
+            haproxy_rendered=lambda: self.haproxy.rendered if self.haproxy is not None
+            else None))
+
+    async def engine_views(self) -> Mapping[str, View]:
+        """The member health of the engines this process runs besides Envoy (whose admin the
+        surfaces ask): HAProxy's (with the kernel's for its listeners), the kernel engine's."""
+        from podway.programs.kernel import beside_kernel, kernel_view
+
+        views: dict[str, View] = {}
+        if self.haproxy is not None:
+            seen = await self.haproxy.health()
+            if seen is not None:
+                views["haproxy"] = beside_kernel(seen, self.kernel)
+        elif (own := kernel_view(self.kernel)) is not None:
+            views["kernel"] = own
+        return views
 
     def _haproxy_applied(self, generation: int) -> None:
         self.haproxy_generation = generation

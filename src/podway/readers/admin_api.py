@@ -9,13 +9,14 @@ left by a dead process is replaced. Endpoints:
 * ``GET /state`` — generation, version, backend mode, the IR (``podway.ir.dump``), the status
   document (as the status file) and the engine's refusals;
 * ``GET /config`` — the IR and every xDS resource as JSON (secrets by name and digest only:
-  a private key never leaves the process), and the kernel engine's nftables ruleset (``kernel``)
-  when one runs here;
-* ``GET /health`` — the engine's live member health per pool (Envoy admin ``/clusters``);
+  a private key never leaves the process), the kernel engine's nftables ruleset (``kernel``)
+  and the HAProxy engine's ``haproxy.cfg`` with its maps (``haproxy``) when one runs here;
+* ``GET /health`` — the engines' live member health per pool (a local Envoy's admin
+  ``/clusters``, and what every engine reported: ``podway.readers.engine_health``);
 * ``GET /explain?url=…&header=…&method=…&sni=…&source_ip=…`` — ``podway.readers.explain`` over the
   current state with live health; bad input answers 400 with ``{"error": "…"}``. Without a
-  known engine (``engine_admin`` None) the answer carries ``notes`` saying that members show
-  readiness only.
+  known engine (neither ``engine_admin`` nor ``engine_views``) the answer carries ``notes``
+  saying that members show readiness only.
 
 Readers only: it takes ``pipeline.state`` (an immutable value) per request and never reaches into
 the pipeline. The client half (``get_json``) is what ``podway explain|status|config
@@ -44,17 +45,20 @@ from podway.base.errors import ConfigError, PodwayError
 from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.engine import admin
+from podway.haproxy.render import Rendered
 from podway.ir.dump import to_data
 from podway.pipeline import Pipeline, State
+from podway.readers.engine_health import EngineViews, explain_health
 from podway.readers.explain import Context, Health, QueryError, explain, parse
 from podway.status.document import of_state
 
 log = logging.getLogger(__name__)
 
 SOCKET_NAME = "podway.sock"  # in an instance's private state folder
-NO_ENGINE_NOTE = ("no engine's admin is known to this Podway (a controller's engines are remote; "
-                  "`podway controller --engine-admin unix:PATH` names a co-located one): members "
-                  "show Kubernetes readiness only, not the engine's live health")
+NO_ENGINE_NOTE = ("no engine's member health is known to this Podway (no engine has reported "
+                  "it here, and no co-located engine's admin is named: `podway controller "
+                  "--engine-admin unix:PATH`): members show Kubernetes readiness only, not the "
+                  "engines' live health")
 
 
 class AdminUnavailable(PodwayError):
@@ -68,9 +72,15 @@ class AdminOptions:
     # The engine's admin address (its health feeds explain); None: no engine is known to this
     # process (a controller's engines are remote), and explain says so in a note.
     engine_admin: Callable[[], str | None] | None = None
+    # Every engine's member health by node (``podway.readers.engine_health``: what remote
+    # engines reported, or the views of the engines this process supervises); None: none.
+    engine_views: EngineViews | None = None
     # The kernel engine's installed nftables ruleset (``podway.kernel``); None: no kernel
     # engine here, or nothing installed yet. Shown by ``/config`` as ``kernel``.
     kernel_ruleset: Callable[[], str | None] | None = None
+    # The HAProxy engine's rendering it serves now (``podway.haproxy``); None: no HAProxy
+    # here, or nothing applied yet. Shown by ``/config`` as ``haproxy``.
+    haproxy_rendered: Callable[[], Rendered | None] | None = None
 
 
 class AdminServer:
@@ -135,6 +145,10 @@ class AdminServer:
         kernel = self.opts.kernel_ruleset() if self.opts.kernel_ruleset is not None else None
         if kernel is not None:
             data["kernel"] = kernel
+        rendered = self.opts.haproxy_rendered() if self.opts.haproxy_rendered is not None \
+            else None
+        if rendered is not None:
+            data["haproxy"] = haproxy_data(rendered)
         return web.json_response(data)
 
     async def _health(self, request: web.Request) -> web.Response:
@@ -156,11 +170,20 @@ class AdminServer:
                           refused={r.resource: r.message for r in state.rejections
                                    if r.resource})
         data = explain(state.ir, query, context).to_data()
-        if self.opts.engine_admin is None:
+        if health is None:
             data["notes"] = [NO_ENGINE_NOTE]
         return web.json_response(data)
 
     async def _live_health(self) -> Health | None:
+        """The local Envoy's admin flags and every engine's reported view, as one; None
+        when no engine is known (no admin, no engine has reported)."""
+        found = await self._admin_health()
+        views = await self.opts.engine_views() if self.opts.engine_views is not None else {}
+        if not views:
+            return found
+        return explain_health(views, also=found)
+
+    async def _admin_health(self) -> Health | None:
         address = self.opts.engine_admin() if self.opts.engine_admin is not None else None
         if address is None:
             return None
@@ -169,6 +192,15 @@ class AdminServer:
             return parse_clusters(json.loads(body)) if status == 200 else None
         except (OSError, TimeoutError, ValueError):
             return None
+
+
+def haproxy_data(rendered: Rendered) -> dict[str, Any]:
+    """The HAProxy engine's ``haproxy.cfg`` and its maps (``path`` → rows, one ``key value``
+    a line, as the map files hold them). Certificate files are not shown: they hold private
+    keys; the configuration names them."""
+    return {"config": rendered.config,
+            "maps": {path: "".join(f"{k} {v}\n" for k, v in rows)
+                     for path, rows in sorted(rendered.maps.items())}}
 
 
 def xds_data(resources: Mapping[str, Mapping[str, Resource]]) -> dict[str, Any]:

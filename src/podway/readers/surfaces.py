@@ -6,9 +6,11 @@
 private unix socket) and the web dashboard (``podway.readers.dashboard``, on a TCP port). Both only
 read published states.
 
-Invariants: a surface whose option is None is not served; ``engine_admin`` None means no engine's
-admin is known (a controller's engines are remote): explain and the dashboard then show
-Kubernetes readiness only and say that the engine's live health is not known, never guess it.
+Invariants: a surface whose option is None is not served. Live member health comes from a
+local Envoy's admin (``engine_admin``) and from every engine's view (``engine_views``: what the
+controller's remote engines reported, or the engines ``podway run`` supervises), the same way for
+Envoy, HAProxy and the kernel engine; with neither, explain and the dashboard show Kubernetes
+readiness only and say that the engine's live health is not known, never guess it.
 ``serve`` runs until cancelled and stops every server it started, also when one fails.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,13 +26,17 @@ from typing import TYPE_CHECKING, Any
 from podway.base.netaddr import HostPort, format_host_port
 from podway.pipeline import Pipeline
 from podway.pipeline import State as PipelineState
+from podway.readers.engine_health import EngineViews
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from podway.haproxy.render import Rendered
+
 log = logging.getLogger(__name__)
 
 AdminAddress = Callable[[], str | None]  # the engine's admin address now; None: not running
+Health = Mapping[str, Mapping[str, str]]  # pool → "address:port" → "healthy" or why not
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,11 +47,15 @@ class SurfaceOptions:
     dashboard_refresh_s: float = 2.0  # how often a watched dashboard samples the engine
     # The engine's admin address (its live health and stats); None: no engine known.
     engine_admin: AdminAddress | None = None
+    # Every engine's member health by node (``podway.readers.engine_health``); None: none.
+    engine_views: EngineViews | None = None
     # Put before the URL in the dashboard's ``podway explain`` hints (e.g. --manifests DIR).
     explain_args: tuple[str, ...] = ()
     detailed_stats: bool = False  # the engine keeps per-pool stats
     # The kernel engine's installed ruleset (``/config``'s ``kernel``); None: no kernel engine.
     kernel_ruleset: Callable[[], str | None] | None = None
+    # The HAProxy engine's rendering (``/config``'s ``haproxy``); None: no HAProxy engine.
+    haproxy_rendered: Callable[[], Rendered | None] | None = None
 
 
 async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
@@ -62,18 +72,19 @@ async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None
 
     await AdminServer(pipeline, AdminOptions(
         socket=socket, mode=opts.mode, engine_admin=opts.engine_admin,
-        kernel_ruleset=opts.kernel_ruleset)).run()
+        engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset,
+        haproxy_rendered=opts.haproxy_rendered)).run()
 
 
 async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:
     from podway.readers.dashboard.app import DashboardOptions, make_app
     from podway.readers.dashboard.view import ViewOptions
 
-    def explainer(state: PipelineState, url: str) -> str:
-        return explain_text(state, url, mode=opts.mode,
-                            engine_known=opts.engine_admin is not None)
+    def explainer(state: PipelineState, url: str, health: Health | None) -> str:
+        return explain_text(state, url, mode=opts.mode, health=health)
 
     app = make_app(pipeline, explainer=explainer, engine_admin=opts.engine_admin,
+                   engine_views=opts.engine_views,
                    options=DashboardOptions(view=ViewOptions(
                        mode=opts.mode, refresh_s=opts.dashboard_refresh_s,
                        explain_args=opts.explain_args, detailed_stats=opts.detailed_stats,
@@ -82,9 +93,9 @@ async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) 
     await serve_until_cancelled(app, where, "dashboard")
 
 
-def explain_text(state: PipelineState, url: str, *, mode: str, engine_known: bool) -> str:
-    """The dashboard's explain page: ``podway explain URL`` over this state, as text (the
-    engine's live health is left out here; the command shows it when an engine is known)."""
+def explain_text(state: PipelineState, url: str, *, mode: str, health: Health | None) -> str:
+    """The dashboard's explain page: ``podway explain URL`` over this state, as text, with the
+    engines' live member health as the dashboard last sampled it (None: no engine known)."""
     from podway.readers.explain import Context, QueryError, explain, parse
     from podway.readers.explain.render import report_text
 
@@ -92,12 +103,12 @@ def explain_text(state: PipelineState, url: str, *, mode: str, engine_known: boo
         query = parse(url)
     except QueryError as exc:
         return f"error: {exc}"
-    context = Context(problems=state.problems, mode=mode,
+    context = Context(problems=state.problems, mode=mode, health=health,
                       refused={r.resource: r.message for r in state.rejections if r.resource})
     from podway.readers.admin_api import NO_ENGINE_NOTE
 
     data = explain(state.ir, query, context).to_data()
-    if not engine_known:
+    if health is None:
         data["notes"] = [NO_ENGINE_NOTE]
     return report_text(data)
 

@@ -23,7 +23,8 @@ Invariants:
   debounce; a change that arrives while one waits for its leading edge makes a burst, which
   coalesces as above. An event that changes nothing Podway reads (the controller's own status
   writes after every state) is dropped on arrival: it is not activity, so it neither opens
-  nor prolongs a burst.
+  nor prolongs a burst. The watch event of a version our own write made (``expect_echo``) is
+  dropped before it is even parsed (not one from a list: see ``_echo``).
 * A bad object (fails the typed model) is left out of the snapshot and reported in
   ``errors`` (a ``LoadError`` naming the object and field); it never stops the source or
   disturbs other objects. It leaves ``errors`` when fixed or deleted.
@@ -54,7 +55,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
@@ -68,10 +70,11 @@ from podway.kube.errors import ApiError
 from podway.kube.informer import RELIST, Informer, Raw
 from podway.kube.selectors import label_selector
 from podway.model.base import K8sObject
+from podway.model.gateway import GatewayClass
 from podway.model.loader import LoadError, parse_object
 from podway.model.snapshot import Key, Snapshot
 from podway.sources.base import SourceUpdate
-from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
+from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, noted_bundle, slim_crd, spec_of
 from podway.sources.sharing import FieldsSetPool
 
 log = logging.getLogger(__name__)
@@ -111,11 +114,17 @@ class KubeSource:
         self._informers: dict[str, Informer] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._crd_versions: dict[str, str] = {}  # kind -> version watched (CRD kinds)
+        # Gateway API CRD name -> bundle version ("" unannotated); None until CRDs are seen
+        self._bundles: dict[str, str] | None = None
+        self._bundles_dirty = False
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._selector = label_selector(settings.namespace_selector)
         self._announced_missing: set[str] = set()
         self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
         self._last_update = float("-inf")  # loop time the last update went out
+        # (kind, key) -> the resourceVersion our own write made (``expect_echo``).
+        self._echoes: dict[Ident, str] = {}
+        self.echoes = 0  # watch events of our own writes not parsed (a metric for callers)
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -228,6 +237,9 @@ class KubeSource:
         self._pending.clear()
         for kind, changes in by_kind.items():
             self._snapshot = self._snapshot.replace(kind, changes)
+        if self._bundles_dirty:
+            self._bundles_dirty = False
+            by_kind.setdefault(GatewayClass.KIND, {}).update(self._new_bundles())
         changed = tuple((kind, key) for kind, changes in sorted(by_kind.items())
                         for key in sorted(changes))
         if not first and not changed and not self._errors_dirty:
@@ -235,6 +247,20 @@ class KubeSource:
         self._errors_dirty = False
         errors = tuple(self._errors[i] for i in sorted(self._errors))
         return SourceUpdate(self._snapshot, errors, (), None if first else changed)
+
+    def expect_echo(self, kind: str, key: Key, version: str) -> None:
+        """Our own write (a status PATCH) made ``version`` of an object: its watch event is
+        that object's previous version plus the write, so it is not parsed (see ``_echo``)."""
+        self._echoes[(kind, key)] = version
+
+    def _echo(self, spec: KindSpec, ident: Ident, event: str, version: object) -> bool:
+        """The event is our own write read back: the very version it made, from a watch
+        (which delivered every change under the write), not a list (which reports only where an
+        object is now). Any later event drops the expectation: one per live object at most."""
+        expected = self._echoes.pop(ident, None) if self._echoes else None
+        informer = self._informers.get(spec.kind)
+        return (expected is not None and expected == version and event == "MODIFIED"
+                and informer is not None and not informer.listing)
 
     # ---- staging changes (handlers: synchronous and cheap) -----------------------------
     def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:
@@ -276,6 +302,9 @@ class KubeSource:
             meta = raw.get("metadata") or {}
             namespace = str(meta.get("namespace", "")) if spec.namespaced else ""
             ident = (spec.kind, (namespace, str(meta.get("name", ""))))
+            if self._echo(spec, ident, event, meta.get("resourceVersion")):
+                self.echoes += 1
+                return  # our write (its status was taken by ``on_raw``): nothing new
             if spec.kind == "Namespace":
                 self._namespace_event(event, raw)
             if event == "DELETED" or (spec.namespaced and not self._admitted(namespace)):
@@ -372,7 +401,21 @@ class KubeSource:
         self._informers[CRD_KIND] = informer
         self._run(CRD_KIND, informer)
 
+    def _new_bundles(self) -> dict[Key, K8sObject | None]:
+        """The snapshot takes the CRDs' bundle versions; every GatewayClass is handed on as a
+        new object (its SupportedVersion condition may change): those, by key."""
+        bundles = MappingProxyType(dict(self._bundles or {}))
+        classes = {key: obj.model_copy() for key, obj in
+                   self._snapshot.objects.get(GatewayClass.KIND, {}).items()}
+        self._snapshot = replace(self._snapshot.replace(GatewayClass.KIND, classes),
+                                 gateway_api_bundles=bundles)
+        return dict(classes)
+
     def _crd_event(self, event: str, raw: Raw) -> None:
+        noted = noted_bundle(self._bundles, event, raw)
+        if noted is not None:
+            self._bundles, self._bundles_dirty = noted, True
+            self._changed.set()
         name = str((raw.get("metadata") or {}).get("name", ""))
         spec = next((s for s in CRDS if s.crd_name == name), None)
         if spec is None:

@@ -126,11 +126,36 @@ def spec_of(kind: str) -> KindSpec | None:
     return next((s for s in (*BUILTIN, *CRDS) if s.kind == kind), None)
 
 
+BUNDLE_VERSION = "gateway.networking.k8s.io/bundle-version"
+GATEWAY_API_GROUPS = ("gateway.networking.k8s.io", "gateway.networking.x-k8s.io")
+
+
+def noted_bundle(bundles: dict[str, str] | None, event: str, raw: Raw
+                 ) -> dict[str, str] | None:
+    """``bundles`` (Gateway API CRD name → bundle version, "" unannotated) after one CRD
+    event, or None when the event changes nothing (another API's CRD, the same version)."""
+    meta = raw.get("metadata") or {}
+    if (raw.get("spec") or {}).get("group") not in GATEWAY_API_GROUPS:
+        return None
+    out = dict(bundles or {})
+    name = str(meta.get("name", ""))
+    if event == "DELETED":
+        out.pop(name, None)
+    else:
+        out[name] = str((meta.get("annotations") or {}).get(BUNDLE_VERSION, ""))
+    return None if out == bundles else out
+
+
 def slim_crd(raw: Raw) -> Raw:
-    """A CRD keeps its name, group, names, scope and served versions (not its huge schema)."""
+    """A CRD keeps its name, group, names, scope, served versions and Gateway API bundle
+    version (not its huge schema)."""
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
-    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
+    slim = {k: meta[k] for k in ("name", "resourceVersion") if k in meta}
+    bundle = (meta.get("annotations") or {}).get(BUNDLE_VERSION)
+    if bundle is not None:
+        slim["annotations"] = {BUNDLE_VERSION: bundle}
+    return {"metadata": slim,
             "spec": {"group": spec.get("group", ""), "names": spec.get("names") or {},
                      "scope": spec.get("scope", "Namespaced"),
                      "versions": [{"name": v.get("name"), "served": v.get("served", True)}

@@ -177,7 +177,8 @@ class ModeGate:
             changed = tuple(dict.fromkeys((*changed, *extra)))
         if self._rewrites:
             snapshot = Snapshot({**snapshot.objects, Service.KIND: self._hand_on(
-                services, update.changed, recopied)}, self._decided)
+                services, update.changed, recopied)}, self._decided,
+                snapshot.gateway_api_bundles)
         return SourceUpdate(snapshot=snapshot, errors=update.errors,
                             stale_files=update.stale_files, changed=changed)
 

@@ -10,6 +10,8 @@ Sections:
 * ``extAuth``: a Service port of the policy's namespace asked about each request (the IR's
   ``ExtAuth``: HTTP with ``path`` as prefix, or gRPC); its pool joins the translation's.
   With ``basicAuth`` too, both apply (credentials first);
+* ``jwt``: a valid JWT of one of its providers (``podway.translate.jwt``); with other
+  mechanisms too, each applies (the token first);
 * ``authorization``: ordered Allow/Deny rules by client CIDR, header and method, the first that
   matches deciding, else ``defaultAction`` (Deny unless Allow) — the IR's ``Authorization``.
 
@@ -30,12 +32,13 @@ from podway.model.policy import SecuritySpec, TrafficPolicy
 from podway.model.snapshot import Snapshot
 from podway.translate.core import htpasswd
 from podway.translate.core.problems import Reason, Severity, quote
+from podway.translate.jwt import Refused, jwt
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec, find_port, http_pool
 
 REFUSED_STATUS = 403
 _KEYS = (".htpasswd", "auth")
-_BUILT = ("basicAuth", "extAuth", "authorization")
+_BUILT = ("jwt", "basicAuth", "extAuth", "authorization")
 _ACTIONS = {"Allow": True, "Deny": False}
 
 
@@ -81,11 +84,28 @@ def unknown_keys(spec: SecuritySpec) -> list[str]:
             p = rule.principal
             out += [f"{where}.rules[{i}].principal.{k}" for k in (p.model_extra or {} if p
                                                                  else {})]
+    if spec.jwt is not None:
+        out += _unknown_jwt(spec)
     if spec.ext_auth is not None:
         out += [f"security.extAuth.{k}" for k in spec.ext_auth.model_extra or {}]
         ref = spec.ext_auth.backend_ref
         if ref is not None:
             out += [f"security.extAuth.backendRef.{k}" for k in ref.model_extra or {}]
+    return out
+
+
+def _unknown_jwt(spec: SecuritySpec) -> list[str]:
+    assert spec.jwt is not None
+    out = [f"security.jwt.{k}" for k in spec.jwt.model_extra or {}]
+    for i, p in enumerate(spec.jwt.providers):
+        at = f"security.jwt.providers[{i}]"
+        parts = [(at, p), (f"{at}.localJWKS", p.local_jwks), (f"{at}.remoteJWKS", p.remote_jwks),
+                 (f"{at}.localJWKS.valueRef", p.local_jwks.value_ref if p.local_jwks else None),
+                 (f"{at}.remoteJWKS.backendRef",
+                  p.remote_jwks.backend_ref if p.remote_jwks else None),
+                 *((f"{at}.claimToHeaders[{j}]", c) for j, c in enumerate(p.claim_to_headers))]
+        out += [f"{where}.{k}" for where, part in parts if part is not None
+                for k in part.model_extra or {}]
     return out
 
 
@@ -103,13 +123,18 @@ def judge(policy: TrafficPolicy, snapshot: Snapshot, *, invalid: bool) -> Found 
     if unknown:
         return out.refuse(Reason.UNSUPPORTED_VALUE, f"{unknown[0]} is not served by Podway "
                           f"(served: {', '.join(_BUILT)})", f"spec.{unknown[0]}")
-    if spec.basic_auth is None and spec.ext_auth is None and spec.authorization is None:
+    if spec.basic_auth is None and spec.ext_auth is None and spec.authorization is None \
+            and spec.jwt is None:
         return out.refuse(Reason.INVALID, "security sets no mechanism", "spec.security")
     if spec.authorization is not None:
         rules = _authorization(spec, policy)
         if isinstance(rules, str):
             return out.refuse(Reason.INVALID, rules, "spec.security.authorization")
         out.guard = Guard(policy.ref, filters=(rules,))
+    if spec.jwt is not None:
+        out = _jwt(out, policy, snapshot)
+        if out.guard.refused:
+            return out
     if spec.basic_auth is not None:
         out = _basic_auth(out, policy, snapshot)
     if spec.ext_auth is not None and not out.guard.refused:
@@ -142,6 +167,24 @@ def _authorization(spec: SecuritySpec, policy: TrafficPolicy) -> Authorization |
     ns, name = policy.metadata.namespace, policy.metadata.name
     return Authorization(rules=tuple(rules), default_allow=_ACTIONS[given.default_action],
                          source=f"TrafficPolicy {ns}/{name}")
+
+
+def _jwt(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
+    try:
+        check, pools, found = jwt(policy, snapshot)
+    except Refused as e:
+        reason = Reason.INVALID
+        if e.unresolved:
+            reason = (Reason.REF_NOT_PERMITTED if "another namespace" in str(e)
+                      else Reason.BACKEND_NOT_FOUND if str(e).startswith("Service")
+                      else Reason.INVALID_SECRET if "has no key" in str(e)
+                      else Reason.SECRET_NOT_FOUND)
+            out.resolved = (False, reason, str(e))
+        return out.refuse(reason, str(e), e.where)
+    out.resolved = (True, Reason.RESOLVED_REFS, "; ".join(found))
+    out.guard = Guard(policy.ref, filters=(*out.guard.filters, check),
+                      pools=(*out.guard.pools, *pools))
+    return out
 
 
 def _ext_auth(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:

@@ -26,7 +26,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from podway.ir import IR, ExtAuth, Forward, IRChange, Listener, Mirror, Pool, WeightedPool
+from podway.ir import (
+    IR,
+    AuthRequest,
+    ErrorPages,
+    ExtAuth,
+    Forward,
+    IRChange,
+    Jwt,
+    Listener,
+    Mirror,
+    Pool,
+    WeightedPool,
+)
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import service as service_rules
@@ -275,8 +287,11 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
             if isinstance(route.action, Forward):
                 yield from route.action.backends
             for f in route.filters:
-                if isinstance(f, Mirror | ExtAuth):  # a pool a filter sends to
+                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages):  # a pool it asks
                     yield WeightedPool(pool=f.pool)
+                elif isinstance(f, Jwt):  # remote key sets are fetched through pools
+                    yield from (WeightedPool(pool=p.jwks_pool) for p in f.providers
+                                if p.jwks_pool)
     for l4 in listener.l4_routes:
         yield from l4.backends
 

@@ -23,11 +23,14 @@ import pytest
 from podway.engines import config_feed
 from podway.engines.member_health import Health
 from podway.engines.reporter import ReportOptions
+from podway.model.base import ObjectRef
 from podway.programs.remote_engine import RemoteEngine, RemoteOptions
+from podway.translate import annotations as ann
+from podway.translate.core.problems import Reason
 from tests.e2e.harness import free_port
 from tests.waiting import eventually
 
-from .bed import Bed, endpoint_slice, lb_service
+from .bed import Bed, edit, endpoint_slice, lb_service
 from .test_readiness import CHECKS, backend, gate, gated_pod, not_ready_slice, status_of
 
 pytestmark = pytest.mark.e2e
@@ -210,3 +213,34 @@ async def test_a_group_configured_for_another_kind_refuses_the_engine(
     assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
     assert "configured for envoy engines" in str(refused.value.details())
     assert dict(controller.feed.engine_groups) == {}
+
+
+async def test_what_remote_haproxy_cannot_serve_reaches_the_objects_status(
+        bed: Bed, short_dir: Path) -> None:
+    """A remote HAProxy engine that serves a Service without a feature it asked for (here
+    transparent client addresses, which HAProxy cannot give) tells the controller through its
+    report: the Service gets its ``UnsupportedValue`` problem and Warning event, as under
+    ``podway run --engine haproxy``; when the Service stops asking, the problem goes."""
+    port, lb_port = free_port(), free_port()
+    bed.lb_address = None  # the listener on 127.0.0.1, where HAProxy can bind it
+    transparent = {ann.CLIENT_IP.name: "transparent"}
+    bed.emu.put("services", lb_service("web", lb_port, port, annotations=transparent))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-1": "127.0.0.1"}, port=port))
+    await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+    haproxy_engine(bed, short_dir / "hap")
+    web = ObjectRef("Service", "default", "web")
+
+    def unsupported() -> list[str]:
+        state = bed.pipeline.state
+        return [] if state is None else [p.message for p in state.problems if p.ref == web
+                                         and p.reason is Reason.UNSUPPORTED_VALUE]
+
+    def warned() -> list[str]:
+        return [e["message"] for e in bed.emu.events if e.get("reason") == "UnsupportedValue"
+                and e["involvedObject"]["name"] == "web"]
+
+    await eventually(lambda: bool(warned()), within=30)
+    assert "transparent client addresses" in warned()[0]
+    assert "transparent client addresses" in unsupported()[0]
+    edit(bed, "services", lb_service("web", lb_port, port))
+    await eventually(lambda: not unsupported(), within=30)

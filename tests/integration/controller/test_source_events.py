@@ -99,18 +99,18 @@ async def test_recorder_bounds_writes_in_flight_and_counts_up_across_restarts(be
     (409 on create) is counted up, not duplicated."""
     recorder = EventRecorder(bed.api, concurrency=2)
     in_flight, most = 0, 0
-    create = recorder._core.create_namespaced_event
+    write = recorder._write
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         nonlocal in_flight, most
         in_flight += 1
         most = max(most, in_flight)
         try:
-            return await create(*args, **kwargs)
+            return await write(*args, **kwargs)
         finally:
             in_flight -= 1
 
-    recorder._core.create_namespaced_event = counting
+    recorder._write = counting  # type: ignore[method-assign]
     dues = [Due(ref=ObjectRef("Service", "default", f"web-{i}"), type="Normal",
                 reason="Synced", message="served") for i in range(10)]
     await recorder.record(dues)

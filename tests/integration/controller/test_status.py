@@ -353,3 +353,54 @@ async def test_a_listener_the_engine_accepted_but_could_not_listen_on_is_not_pro
     assert programmed()["reason"] == "EngineRefused"
     assert "could not listen on its port" in programmed()["message"]
     assert "address already in use" in programmed()["message"]
+
+
+async def test_listener_set_status_and_supported_version_reach_the_api(bed: Bed) -> None:
+    """In controller mode the ListenerSet gets its status through the API (Accepted, its
+    listeners with attachedRoutes), the Gateway AttachedListenerSets, and the class
+    SupportedVersion from the installed CRDs' bundle-version annotations."""
+    seed_gateway(bed, routes=0)
+    edge = gateway()
+    edge["spec"]["allowedListeners"] = {"namespaces": {"from": "All"}}
+    bed.emu.put("gateways", edge, group=GW)
+    bed.emu.put("listenersets", {
+        "apiVersion": f"{GW}/v1", "kind": "ListenerSet",
+        "metadata": {"name": "team", "namespace": "default"},
+        "spec": {"parentRef": {"name": "edge"}, "listeners": [
+            {"name": "extra", "protocol": "HTTP", "port": 8081, "hostname": "team.test"}]}},
+        group=GW)
+    route = http_route("team", "team.test", parent="team")
+    route["spec"]["parentRefs"][0]["kind"] = "ListenerSet"
+    bed.emu.put("httproutes", route, group=GW)
+    await bed.start()
+
+    def status_of(plural: str, name: str, ns: str = "default") -> dict[str, Any]:
+        return dict((bed.emu.get(plural, ns, name, group=GW) or {}).get("status") or {})
+
+    await eventually(lambda: bool(status_of("listenersets", "team").get("listeners")))
+    team = status_of("listenersets", "team")
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in team["conditions"]}
+    assert conditions == {"Accepted": ("True", "Accepted"), "Programmed": ("True", "Programmed")}
+    assert team["listeners"][0]["attachedRoutes"] == 1
+    await eventually(lambda: status_of("gateways", "edge").get("attachedListenerSets") == 1)
+    await eventually(lambda: any(c["type"] == "SupportedVersion" for c in status_of(
+        "gatewayclasses", "podway", "").get("conditions", ())))
+    version = next(c for c in status_of("gatewayclasses", "podway", "")["conditions"]
+                   if c["type"] == "SupportedVersion")
+    assert (version["status"], version["reason"]) == ("True", "SupportedVersion")
+
+
+async def test_the_controllers_own_status_writes_come_back_unparsed(bed: Bed) -> None:
+    """The writer tells the source each write's resourceVersion: the watch events of those
+    writes are dropped before they are parsed (one that overtakes its PATCH's answer is
+    parsed as before), and the routes' statuses are still what the API holds."""
+    seed_gateway(bed, routes=20)
+    controller = await bed.start()
+    await eventually(lambda: all(route_status(bed, f"r{i}") for i in range(20)))
+    source = controller.source
+    assert source is not None
+    await eventually(lambda: source.echoes > 0)
+    assert source.echoes <= status_patches(bed, "httproutes") + 2  # routes, Gateway, class
+    await eventually(lambda: all(
+        source.current_status("HTTPRoute", ("default", f"r{i}")) == route_status(bed, f"r{i}")
+        for i in range(20)))

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from podway.base.netaddr import HostPort
 from podway.cli.app import app
 from podway.cli.commands import register
+from podway.engines.member_health import Health, HostState, Message
 from podway.readers.admin_api import NO_ENGINE_NOTE, get_json
 from tests.e2e.harness import free_port
 
@@ -146,3 +147,44 @@ async def test_a_colocated_engines_admin_feeds_the_health(bed: Bed, tmp_path: Pa
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_every_engines_reported_health_feeds_explain_and_the_dashboard(
+        bed: Bed, tmp_path: Path) -> None:
+    """With no engine admin at all, what the engines report over the member-health stream
+    (remote Envoy, HAProxy and kernel engines alike) is the live health explain and the
+    dashboard show: a member one engine finds unhealthy takes nothing new, and the reason names
+    that engine."""
+    socket, port = await start(bed, tmp_path)
+    controller = bed.controller
+    assert controller is not None
+    member = (WEB, "198.18.0.10:8080")
+    stream = object()  # what the gRPC service does with each report it reads
+    controller.health_reports.apply(stream, Message(node="hap-1", full=True, hosts={
+        member: HostState(Health.UNHEALTHY, "failed active health check")}, group=""))
+    controller.health_reports.apply(object(), Message(node="kern-1", full=True, hosts={
+        member: HostState(Health.HEALTHY)}))
+    health = await get_json(socket, "/health")
+    assert health["known"]
+    assert health["pools"][WEB] == {"198.18.0.10:8080": "hap-1: failed active health check"}
+    data = await get_json(socket, "/explain", [("url", URLS[0])])
+    assert "notes" not in data
+    members = [m for p in data["pools"] for m in p["members"]]
+    assert [(m["receives"], m["why"]) for m in members] == [
+        (False, "failing the engine's checks (hap-1: failed active health check)")]
+    base = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "/api/state") as answer:
+            doc = await answer.json()
+        assert doc["engine"]["known"] is True
+        [seen] = [m for p in doc["pools"] if p["name"] == WEB for m in p["members"]]
+        assert (seen["health"], seen["why"]) == ("unhealthy", "hap-1: failed active health check")
+        async with session.get(base + "/explain", params={"url": URLS[0]}) as explained:
+            text = " ".join((await explained.text()).split())
+        assert "hap-1: failed active health check" in text
+        assert "readiness only" not in text
+    # The HAProxy engine finds it healthy again: every engine agrees.
+    controller.health_reports.apply(stream, Message(node="hap-1", full=False, hosts={
+        member: HostState(Health.HEALTHY)}))
+    health = await get_json(socket, "/health")
+    assert health["pools"][WEB] == {"198.18.0.10:8080": "healthy"}

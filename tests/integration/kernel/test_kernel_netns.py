@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from kernelbed import (
     CLIENT,
     CLIENT_IP,
     PODWAY,
+    PORT,
     VIP,
     Bed,
     endpoints,
@@ -55,8 +57,17 @@ def serving(bed: Bed, *members: str) -> None:
     bed.wait(exact, f"the table to serve {members}")
 
 
+def checked(bed: Bed, *members: str) -> None:
+    """Wait until the engine's first health check of each of ``members`` passed (its log)."""
+    def said() -> str:
+        return bed.engine_log.read_text() if bed.engine_log.exists() else ""
+    bed.wait(lambda: all(f"member {BACKENDS[m][1]}:{PORT} of pool/default/web/80/tcp is "
+                         "healthy" in said() for m in members), f"{members} checked healthy")
+
+
 def test_connections_spread_over_both_members_with_snat(bed: Bed) -> None:
-    """TCP and UDP reach both members at random; the members see the engine's address."""
+    """TCP and UDP new flows take the members in turn (round robin: a few connections split
+    exactly, never 4/12); the members see the engine's address."""
     bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", ["b1", "b2"], udp=True))
     bed.start_engine()
     serving(bed, "b1", "b2")
@@ -67,9 +78,14 @@ def test_connections_spread_over_both_members_with_snat(bed: Bed) -> None:
                  == {"b1", "b2"}, f"both members to take new {proto} flows")
         seen = bed.many(60, proto, port)
         assert not [s for s in seen if "error" in s], seen
-        names = Counter(s["name"] for s in seen)
-        assert names["b1"] >= 10, (proto, names)
-        assert names["b2"] >= 10, (proto, names)
+        # In turn: the same member twice in a row only where the table was replaced (the
+        # turn restarts; a health check's change on a loaded machine), not ~30 times as
+        # at random.
+        order = [s["name"] for s in seen]
+        repeats = sum(a == b for a, b in pairwise(order))
+        assert repeats <= 2, (proto, order)
+        names = Counter(order)
+        assert abs(names["b1"] - names["b2"]) <= 2 * repeats + 1, (proto, names)
         # SNAT: each member sees the engine's address on its own link.
         clients = {s["name"]: s["client"].rsplit(":", 1)[0] for s in seen}
         assert clients == {name: near for name, (near, _) in BACKENDS.items()}, clients
@@ -83,6 +99,10 @@ def test_client_ip_affinity_sticks_and_transparent_keeps_the_client_address(bed:
               + "---\n" + endpoints("web", ["b1", "b2"]))
     bed.start_engine()
     serving(bed, "b1", "b2")
+    # Every table from the first on lists both members with the hash: the first checks, ending
+    # one by one, no longer narrow it to one member (no jhash) and widen it back (CI failure).
+    assert "jhash ip saddr" in bed.table()
+    checked(bed, "b1", "b2")
     assert "jhash ip saddr" in bed.table()
     seen = bed.many(30)
     assert not [s for s in seen if "error" in s], seen

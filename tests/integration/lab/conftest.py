@@ -81,7 +81,7 @@ class RunningLab:
 
     @property
     def api(self) -> LabApi:
-        return LabApi(self.state.load()[1])
+        return LabApi.of(self.state)
 
     def pods(self) -> list[dict[str, Any]]:
         return self.api.list(self.api.kind("pods"), "default")

@@ -13,10 +13,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,19 +128,16 @@ def test_kubectl_session(lab: RunningLab, kubectl_env: dict[str, str], tmp_path:
     kubectl(env, "wait", "--for=condition=Available", "deployment/httpd", "--timeout=60s")
     deploys = rows(kubectl(env, "get", "deploy", "httpd").stdout)
     assert deploys[1][:4] == ["httpd", "4/4", "4", "4"]
-    # The lab's kubeconfig is the administrator (no credentials over plain HTTP).
+    # The lab's kubeconfig is the administrator (its token, over HTTPS with the lab's CA).
     assert kubectl(env, "auth", "can-i", "delete", "nodes").stdout.strip() == "yes"
     # RBAC holds for a ServiceAccount's token (what an in-cluster client sends): the default
-    # ServiceAccount is bound to nothing, so it may not even list pods.
+    # ServiceAccount is bound to nothing, so it may not even list nodes.
     token = kubectl(env, "create", "token", "default").stdout.strip()
-    answer = urllib.request.Request(f"{lab.api.base}/api/v1/nodes",
-                                    headers={"Authorization": f"Bearer {token}"})
-    with pytest.raises(urllib.error.HTTPError) as denied:
-        urllib.request.urlopen(answer, timeout=10)
-    assert denied.value.code == 403
-    assert json.loads(denied.value.read())["message"] == (
-        'nodes is forbidden: User "system:serviceaccount:default:default" cannot list '
-        'resource "nodes" in API group "" at the cluster scope')
+    denied = kubectl(env, "--token", token, "get", "nodes", ok=False)
+    assert denied.stderr.strip() == (
+        'Error from server (Forbidden): nodes is forbidden: User '
+        '"system:serviceaccount:default:default" cannot list resource "nodes" in API group "" '
+        'at the cluster scope')
     everything = kubectl(env, "get", "all").stdout
     assert "replicaset.apps/httpd-" in everything
     assert "service/lb-httpd" in everything
@@ -348,8 +344,27 @@ def test_lb_ready_gate_holds_pods_until_the_engine_reports_them_healthy(
     assert_none_failed(seen)
 
 
+def test_lab_kubectl_as_a_service_account_is_held_to_rbac(lab: RunningLab) -> None:
+    """Issue 29.2: the lab's kubectl is the administrator; ``podway lab kubectl --as NS/NAME``
+    acts as that ServiceAccount and the lab's API answers with RBAC's 403."""
+    def lab_kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "podway", "lab", "kubectl", "--name",
+                               lab.name, "--state-dir", str(lab.state.root), *args],
+                              capture_output=True, text=True, check=False, timeout=60)
+
+    admin = lab_kubectl("--", "get", "secrets", "-n", "default")
+    assert admin.returncode == 0, admin.stderr
+    denied = lab_kubectl("--as", "default/nobody", "--", "get", "secrets", "-n", "default")
+    assert denied.returncode == 1
+    assert 'User "system:serviceaccount:default:nobody" cannot list resource "secrets"' in \
+        denied.stderr
+    assert lab_kubectl("--as", "default/nobody", "--", "auth", "can-i", "get",
+                       "pods").stdout.strip() == "no"
+
+
 def test_down_leaves_nothing(lab: RunningLab) -> None:
     lab.cli("down")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                            check=True).stdout
     assert f"pwlab-{lab.name}-" not in netns
+

@@ -100,7 +100,7 @@ def test_config_dump_shows_the_kernel_ruleset_and_explain_the_dnat(tmp_path: Pat
     assert result.exit_code == 0, result.output
     ruleset = yaml.safe_load(result.output)["kernel"]
     assert "tcp . 5432 : goto" in ruleset  # no VIP in a bare folder: 0.0.0.0, any address
-    assert "numgen random mod 2" in ruleset
+    assert "numgen inc mod 2" in ruleset
     (tmp_path / "other").mkdir()
     plain = runner.invoke(app, ["config", "dump", "--manifests",
                                 str(_folder(tmp_path / "other", "gateway-https"))])

@@ -91,3 +91,45 @@ async def test_the_refusal_is_the_engines_rejection_until_it_accepts_the_listene
                       resources=(LISTENER,)))
     assert pipe.state is not None
     assert pipe.state.rejections == ()
+
+
+def test_a_failure_envoy_counted_but_the_log_did_not_name_is_reported() -> None:
+    """The fallback on ``listener_create_failure``: after the counter held still for one
+    look, each listener seen draining-only since is reported, unless the log named it."""
+    failures = ListenerFailures()
+    told: list[Refusal] = []
+    failures.subscribe(told.append)
+    failures.new_envoy()
+    assert failures.counted(0, ()) == ()
+    assert failures.unexplained(1) == 1
+    assert failures.counted(1, {"ingress/http"}) == ()  # moving: the log may still come
+    found = failures.counted(1, ())  # still, and unexplained: seen draining-only before
+    assert [r.listener for r in found] == ["ingress/http"]
+    assert "listener_create_failure" in found[0].reason
+    assert told == list(found)
+    assert failures.counted(1, ()) == ()  # told once
+    assert failures.unexplained(1) == 0
+
+
+def test_a_logged_failure_is_not_reported_twice() -> None:
+    failures = ListenerFailures()
+    failures.new_envoy()
+    failures.line(LINE)
+    assert failures.unexplained(1) == 0
+    failures.counted(1, ())
+    assert failures.counted(1, ()) == ()
+    assert [r.listener for r in failures.items()] == ["ingress/http"]
+    # Two failures, one logged: the other listener draining-only is the unexplained one.
+    failures.line(LINE)
+    assert failures.counted(3, {"ingress/http", "svc/a/80/tcp"}) == ()
+    assert [r.listener for r in failures.counted(3, ())] == ["svc/a/80/tcp"]
+
+
+def test_an_adopted_envoys_earlier_failures_are_not_reported() -> None:
+    failures = ListenerFailures()
+    failures.line(LINE)  # read after adoption, before the first look at the counter
+    failures.adopted(6)  # five counted before this engine followed it, one logged since
+    assert failures.unexplained(6) == 0
+    assert failures.counted(6, {"old"}) == ()
+    assert failures.counted(6, ()) == ()
+    assert [r.listener for r in failures.items()] == ["ingress/http"]

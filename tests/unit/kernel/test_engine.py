@@ -11,6 +11,8 @@ import pytest
 from podway.base.errors import PodwayError
 from podway.ir import (
     IR,
+    HealthCheck,
+    HealthCheckKind,
     L4Route,
     Listener,
     ListenerProtocol,
@@ -23,16 +25,18 @@ from podway.ir import (
 )
 from podway.kernel.engine import KernelEngine
 from podway.kernel.health import Checker
+from tests.waiting import eventually
 
 ORIGIN = ObjectRef(kind="Service", namespace="shop", name="web")
 
 
-def ir_of(*addresses: str) -> IR:
-    pool = Pool(name="p", settings=PoolSettings(protocol=PoolProtocol.TCP),
+def ir_of(*addresses: str, check: HealthCheck | None = None, affinity: bool = False) -> IR:
+    pool = Pool(name="p", settings=PoolSettings(protocol=PoolProtocol.TCP, health_check=check),
                 members=tuple(Member(address=a, port=8080) for a in addresses))
     listener = Listener(name="service/shop/web/80/tcp", address="198.18.0.10", port=80,
                         protocol=ListenerProtocol.TCP, l4_routes=(L4Route(
-                            name="r", backends=(WeightedPool(pool="p"),), origin=ORIGIN),))
+                            name="r", backends=(WeightedPool(pool="p"),), origin=ORIGIN,
+                            client_ip_affinity=affinity),))
     return IR(listeners=(listener,), pools={"p": pool})
 
 
@@ -61,7 +65,7 @@ async def test_each_change_is_one_whole_table_transaction() -> None:
         assert len(written) == 2
         assert all(t.startswith("table ip podway_l4 {}\ndelete table ip podway_l4\n")
                    for t in written)
-        assert "numgen random mod 2" in written[1]
+        assert "numgen inc mod 2" in written[1]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -113,6 +117,64 @@ async def test_a_health_change_rewrites_the_table() -> None:
             await engine.wait_installed(lambda e: e.writes == 2)
         assert "198.18.2.2" not in (engine.installed or "")
     finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_first_round_of_checks_never_narrows_the_table_to_one_member() -> None:
+    """At the start every member is pending and served (panic); their first checks end one by
+    one. The table must not shrink to the first member checked and grow back: with ClientIP
+    affinity that moves clients twice (CI saw a table with one member and no jhash right after
+    it had listed both). Later, a member joining a healthy pool still waits for its check."""
+    check = HealthCheck(kind=HealthCheckKind.TCP, interval_ms=50, timeout_ms=1000)
+    first = asyncio.Event()  # 198.18.1.2's first check is held until the test lets it answer
+    late = asyncio.Event()
+
+    async def probe(address: str, port: int, timeout_s: float) -> str:
+        if address == "198.18.1.2":
+            await first.wait()
+        if address == "198.18.3.2":
+            await late.wait()
+        return ""
+
+    written: list[str] = []
+
+    async def write(text: str) -> None:
+        written.append(text)
+
+    engine = KernelEngine(write, checker=lambda changed: Checker(changed, probe=probe))
+    seen: list[dict[str, str]] = []  # member health each time the engine planned the table
+    render = engine.render
+
+    def counted() -> str:
+        seen.append({key[1]: state.health.value for key, state in engine.view().items()})
+        return render()
+
+    engine.render = counted  # type: ignore[method-assign]
+    queue: asyncio.Queue[IR] = asyncio.Queue()
+    task = asyncio.create_task(engine.run(feed(queue)))
+    both = ("198.18.1.2", "198.18.2.2")
+
+    async def planned(member: str, health: str) -> None:
+        await eventually(lambda: any(s.get(f"{member}:8080") == health for s in seen), within=2)
+
+    try:
+        queue.put_nowait(ir_of(*both, check=check, affinity=True))
+        await planned("198.18.2.2", "healthy")
+        assert not any(s.get("198.18.1.2:8080") == "healthy" for s in seen)
+        first.set()
+        queue.put_nowait(ir_of(*both, "198.18.3.2", check=check, affinity=True))
+        await planned("198.18.3.2", "pending")
+        assert written, "nothing installed"
+        assert all("jhash ip saddr mod 2" in t and all(a in t for a in both)
+                   for t in written), written
+        assert "198.18.3.2" not in (engine.installed or "")  # joined a healthy pool: waits
+        late.set()
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: "198.18.3.2" in (e.installed or ""))
+    finally:
+        first.set()
+        late.set()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 

@@ -30,7 +30,10 @@ PER_KIND_TRANSLATION = {
 
 # The smallest valid spec of the kinds whose spec is required.
 REQUIRED_SPEC = {"Gateway": {"gatewayClassName": "podway",
-                             "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}}
+                             "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]},
+                 "ListenerSet": {"parentRef": {"name": "gw"},
+                                 "listeners": [{"name": "http", "protocol": "HTTP",
+                                                "port": 80}]}}
 
 
 def manifest(kind: Kind, version: str) -> str:

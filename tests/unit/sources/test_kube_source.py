@@ -73,6 +73,9 @@ def every_kind(emu: KubeEmulator) -> None:
     emu.put("gateways", {"metadata": meta("edge"), "spec": {
         "gatewayClassName": "podway", "listeners": [{"name": "http", "protocol": "HTTP",
                                                      "port": 80}]}})
+    emu.put("listenersets", {"metadata": meta("team"), "spec": {
+        "parentRef": {"name": "edge"}, "listeners": [{"name": "http", "protocol": "HTTP",
+                                                      "port": 8080}]}})
     emu.put("httproutes", {"metadata": meta("r"), "spec": {
         "parentRefs": parent, "rules": [{"backendRefs": backend}]}})
     emu.put("grpcroutes", {"metadata": meta("g"), "spec": {
@@ -199,6 +202,33 @@ async def test_gateway_crd_installed_later_is_picked_up_and_removal_drops(
         assert ("HTTPRoute", ("shop", "r")) in (update.changed or ())
         emu.uninstall_crd("HTTPRoute")
         await until_update(next_update, lambda u: "HTTPRoute" not in kinds(u))
+
+
+async def test_gateway_api_bundle_versions_reach_the_snapshot_and_touch_the_classes(
+        emu: KubeEmulator) -> None:
+    """The Gateway API CRDs' bundle-version annotations are in the snapshot (for the
+    GatewayClass SupportedVersion condition); an annotation changed on the CRD alone (no object
+    changed) is handed on with every GatewayClass as changed, as a new object."""
+    from podway.kube.emulator.resources import gateway_api_crd
+    from podway.translate.gateway.status import GATEWAY_API_VERSION
+
+    emu.install_gateway_api()
+    emu.put("gatewayclasses", {"metadata": meta("podway", None),
+                               "spec": {"controllerName": "podway.io/gateway-controller"}})
+    async with running(emu) as (_, next_update):
+        first = await next_update()
+        bundles = first.snapshot.gateway_api_bundles
+        assert bundles is not None
+        assert bundles["gateways.gateway.networking.k8s.io"] == GATEWAY_API_VERSION
+        before = first.snapshot.objects["GatewayClass"][("", "podway")]
+        crd = gateway_api_crd("Gateway")
+        crd["metadata"]["annotations"] = {"gateway.networking.k8s.io/bundle-version": "v1.2.0"}
+        emu.put("customresourcedefinitions", crd)
+        update = await until_update(next_update, lambda u: (
+            u.snapshot.gateway_api_bundles or {}).get(
+                "gateways.gateway.networking.k8s.io") == "v1.2.0")
+        assert ("GatewayClass", ("", "podway")) in (update.changed or ())
+        assert update.snapshot.objects["GatewayClass"][("", "podway")] is not before
 
 
 async def test_bad_object_is_an_error_and_others_are_unaffected(emu: KubeEmulator) -> None:

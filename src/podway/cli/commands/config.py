@@ -41,17 +41,19 @@ def dump(
     backend_mode: BackendModeFlag = None,
     mode: OldModeFlag = None,
     only: Annotated[str | None, typer.Option(
-        help="Only 'ir', 'xds' or 'kernel' (the kernel engine's nftables ruleset).")] = None,
+        help="Only 'ir', 'xds', 'kernel' (the kernel engine's nftables ruleset) or 'haproxy' "
+             "(a running HAProxy engine's haproxy.cfg and maps).")] = None,
 ) -> None:
-    """Print the IR, every xDS resource (listeners, routes, clusters, endpoints, secrets) and
-    the kernel engine's nftables ruleset when it serves something."""
+    """Print the IR, every xDS resource (listeners, routes, clusters, endpoints, secrets), the
+    kernel engine's nftables ruleset when it serves something and a running HAProxy engine's
+    haproxy.cfg and maps."""
     from podway.base.errors import ConfigError
     from podway.ir.dump import dump_yaml
 
     socket = live_socket(manifests=manifests, admin_socket=admin_socket, instance=instance,
                          state_dir=state_dir)
-    if only not in (None, "ir", "xds", "kernel"):
-        raise ConfigError(f"--only must be 'ir', 'xds' or 'kernel', not {only!r}")
+    if only not in (None, "ir", "xds", "kernel", "haproxy"):
+        raise ConfigError(f"--only must be 'ir', 'xds', 'kernel' or 'haproxy', not {only!r}")
     err = Console(stderr=True)
     with err.status("building the configuration…"):
         if manifests is not None:

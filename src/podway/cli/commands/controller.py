@@ -39,6 +39,7 @@ from podway.translate import BackendMode
 
 if TYPE_CHECKING:
     from podway.envoy.xds.server import ServerTLS
+    from podway.programs.controller.engine_certs import EngineCertSettings
     from podway.programs.controller.leader import ElectionSettings
     from podway.programs.ipam import PoolKinds
 
@@ -70,6 +71,18 @@ def controller(
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
         help="CA of the engines' client certificates.")] = None,
+    engine_account: Annotated[list[str] | None, typer.Option(
+        help="USER=GROUP: engines running as this service account user "
+             "(system:serviceaccount:NS:NAME) get client certificates from the controller's "
+             "own CA for their node and GROUP (empty: no group), through "
+             "CertificateSigningRequests of signer podway.io/engine-client; the xDS server "
+             "trusts that CA beside --xds-client-ca. Repeatable; none: no signer.")] = None,
+    engine_ca_secret: Annotated[str, typer.Option(
+        help="The Secret holding the engines' CA (made when missing), in "
+             "--engine-ca-namespace.")] = "podway-engine-ca",
+    engine_ca_namespace: Annotated[str, typer.Option(
+        help="Namespace of --engine-ca-secret (default: $POD_NAMESPACE, else the service "
+             "account's, else default).")] = "",
     address: Annotated[str, typer.Option(
         help="Where listeners bind when an object names no VIP.")] = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
@@ -158,7 +171,8 @@ def controller(
     check_loopback("--dashboard-address", dashboard_address,
                    allow_flag="--dashboard-allow-remote", allowed=dashboard_allow_remote)
     _check_admin_sockets(engine_admin, admin_socket)
-    tls = _server_tls(xds_cert, xds_key, xds_client_ca)
+    signer = engine_cert_settings(engine_account or [], engine_ca_secret, engine_ca_namespace)
+    tls = _server_tls(xds_cert, xds_key, xds_client_ca, engine_ca=signer is not None)
     check_bind(xds_listen, tls, unauthenticated=xds_unauthenticated)
     if config is not None:
         from podway.programs.controller.config import load_config
@@ -193,7 +207,7 @@ def controller(
         **vips, admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
-        warnings=npl_warnings, npl_agent_user=npl_agent or None)
+        warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer)
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 
@@ -242,10 +256,39 @@ def _check_admin_sockets(engine_admin: str | None, admin_socket: Path | None) ->
         check_socket(admin_socket)
 
 
-def _server_tls(cert: Path | None, key: Path | None, client_ca: Path | None
-                ) -> ServerTLS | None:
+def engine_cert_settings(accounts: list[str], secret: str, namespace: str
+                         ) -> EngineCertSettings | None:
+    """The engine certificate signer ``--engine-account`` asks for (checked), or None."""
+    from podway.base.errors import ConfigError
+    from podway.programs.controller.leader import default_namespace
+
+    users: dict[str, str] = {}
+    for value in accounts:
+        user, sep, group = value.partition("=")
+        user, group = user.strip(), group.strip()
+        parts = user.split(":")
+        if not sep or len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or \
+                not all(parts[2:]):
+            raise ConfigError(f"--engine-account {value!r}: give "
+                              "system:serviceaccount:NAMESPACE:NAME=GROUP (GROUP may be empty)")
+        if users.get(user, group) != group:
+            raise ConfigError(f"--engine-account: {user} is given two engine groups")
+        users[user] = group
+    if not users:
+        return None
+    if not secret:
+        raise ConfigError("--engine-ca-secret: give the Secret's name")
+    from podway.programs.controller.engine_certs import EngineCertSettings  # X.509: only now
+
+    return EngineCertSettings(users=users, namespace=namespace or default_namespace(),
+                              ca_secret=secret)
+
+
+def _server_tls(cert: Path | None, key: Path | None, client_ca: Path | None, *,
+                engine_ca: bool = False) -> ServerTLS | None:
     """The xDS server's TLS from ``--xds-cert``/``--xds-key`` (and ``--xds-client-ca``), or
-    None for plain gRPC."""
+    None for plain gRPC. ``engine_ca``: the engines' own CA will be trusted (read at start),
+    so client certificates are required even without ``--xds-client-ca``."""
     from podway.base.errors import ConfigError
     from podway.envoy.xds.server import ServerTLS
 
@@ -255,7 +298,8 @@ def _server_tls(cert: Path | None, key: Path | None, client_ca: Path | None
         return None
     try:
         return ServerTLS(cert_pem=cert.read_bytes(), key_pem=key.read_bytes(),
-                         client_ca_pem=client_ca.read_bytes() if client_ca else None)
+                         client_ca_pem=client_ca.read_bytes() if client_ca else
+                         b"" if engine_ca else None)
     except OSError as exc:
         raise ConfigError(f"cannot read the xDS TLS files: {exc}") from None
 

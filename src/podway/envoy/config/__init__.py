@@ -34,6 +34,7 @@ from podway.envoy import types
 from podway.envoy.config import scoped
 from podway.envoy.config.clusters import cluster
 from podway.envoy.config.endpoints import load_assignment
+from podway.envoy.config.jwt import Checks
 from podway.envoy.config.listeners import listener
 from podway.envoy.config.resource import Resource, Resources
 from podway.envoy.config.routes import TableEncoder
@@ -85,6 +86,7 @@ class Builder:
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
         self._tables = TableEncoder()  # route tables: one encoding per unchanged virtual host
+        self._jwt = Checks()  # the JWT filter's config (ECDS), every provider of the IR
         self._ir: IR | None = None  # the last build's IR, output and pool persistence
         self._out: dict[str, Mapping[str, Resource]] = {}
         self._persistence: dict[str, Persistence] = {}
@@ -133,6 +135,14 @@ class Builder:
         else:
             self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
+        for pool in ir.pools.values():  # a Gateway's client certificate towards backends
+            tls = pool.settings.upstream_tls
+            if tls is not None and tls.client_certificate is not None:
+                cert = tls.client_certificate
+                out[types.SECRET].setdefault(cert.name, Resource.of(cert.name, secret(cert)))
+        if any(item.protocol in (Protocol.HTTP, Protocol.HTTPS) for item in ir.listeners):
+            jwt = self._jwt.resource(ir, patch)  # their managers name it (never left waiting)
+            out[types.EXTENSION][jwt.name] = jwt
         self._tables.done()
         own, same = self._add_scopes(out, unchanged=patch is not None and edited == set())
         result: dict[str, Mapping[str, Resource]] = {

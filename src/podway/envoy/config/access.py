@@ -8,6 +8,11 @@ switched off (``disabled``) and switched on only by the routes that configure th
   ``per_client``, one token bucket per client address (a dynamic descriptor keyed on
   ``remote_address``, at most ``MAX_CLIENT_BUCKETS`` held, least recently used dropped);
   otherwise one bucket for the route. Each engine counts on its own.
+* ``AuthRequest`` → ingress-nginx's ``auth-url`` as a Lua subrequest
+  (``podway.envoy.config.auth_request``).
+* ``ErrorPages`` → ingress-nginx's ``custom-http-errors`` as a Lua response hook
+  (``podway.envoy.config.error_pages``).
+* ``Jwt`` → JWT authentication, its providers found over ADS (``podway.envoy.config.jwt``).
 * ``BasicAuth`` → basic auth (``envoy.filters.http.basic_auth``): the route's users as an
   htpasswd list of ``{SHA}`` hashes (per-route ``users``); anyone else gets 401. Never switched
   on in a scoped manager (``scoped``): its manager-level list names nobody.
@@ -26,8 +31,11 @@ credentials), then the body — but with
 a route's ``typed_per_filter_config`` entry for the filter switches it on for that route (Envoy:
 a per-route config of a disabled filter enables it). Present rather than absent so that a route
 gaining a setting never replaces its listener (which would drain its connections). Measured
-(docs/performance.md, "What each default costs"): an enabled idle filter costs every request
-several per cent; a disabled one costs nothing measurable.
+(docs/performance.md, "What each default costs" and "Edge auth's four disabled filters"): an
+enabled idle filter costs every request several per cent; a disabled one costs nothing
+measurable (a manager with none, these nine or fifty measured alike), so carrying only the
+filters a listener's routes use would buy nothing and cost a drain when the first route gains
+one.
 """
 
 from __future__ import annotations
@@ -57,15 +65,19 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
+from podway.envoy.config import auth_request, error_pages, jwt
 from podway.envoy.config.common import duration, pack
 from podway.ir import (
     AccessRule,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ErrorPages,
     ExtAuth,
     Filter,
+    Jwt,
     RateLimit,
 )
 
@@ -103,12 +115,15 @@ def manager_filters() -> list[hcm.HttpFilter]:
         hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
         hcm.HttpFilter(name=AUTHORIZATION_FILTER, disabled=True,
                        typed_config=pack(rbac_pb2.RBAC())),
+        jwt.manager_filter(),
         hcm.HttpFilter(name=BASIC_AUTH_FILTER, disabled=True, typed_config=pack(
             basic_auth_pb2.BasicAuth(users=base_pb2.DataSource(inline_string=_NOBODY)))),
         hcm.HttpFilter(name=EXT_AUTHZ_HTTP_FILTER, disabled=True, typed_config=pack(
             _ext_authz(grpc=False))),
         hcm.HttpFilter(name=EXT_AUTHZ_GRPC_FILTER, disabled=True, typed_config=pack(
             _ext_authz(grpc=True))),
+        auth_request.manager_filter(),
+        error_pages.manager_filter(),
         hcm.HttpFilter(name=BUFFER_FILTER, disabled=True, typed_config=pack(
             buffer_pb2.Buffer(max_request_bytes=_wrap(1)))),
         hcm.HttpFilter(name=LUA_FILTER, disabled=True, typed_config=pack(lua_pb2.Lua())),
@@ -129,6 +144,12 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
         elif isinstance(f, ExtAuth):
             out.append((EXT_AUTHZ_GRPC_FILTER if f.grpc else EXT_AUTHZ_HTTP_FILTER,
                         pack(_ext_authz_route(f))))
+        elif isinstance(f, Jwt):
+            out.append((jwt.JWT_FILTER, jwt.per_route(f)))
+        elif isinstance(f, AuthRequest):
+            out.append((auth_request.AUTH_REQUEST_FILTER, auth_request.per_route(f)))
+        elif isinstance(f, ErrorPages):
+            out.append((error_pages.ERROR_PAGES_FILTER, error_pages.per_route(f)))
         elif isinstance(f, BasicAuth):
             users = "\n".join(f"{name}:{digest}" for name, digest in f.users)
             out.append((BASIC_AUTH_FILTER, pack(basic_auth_pb2.BasicAuthPerRoute(

@@ -37,7 +37,7 @@ from envoy.extensions.transport_sockets.proxy_protocol.v3 import (
     upstream_proxy_protocol_pb2 as proxy_protocol_pb2,
 )
 from envoy.extensions.transport_sockets.raw_buffer.v3 import raw_buffer_pb2
-from envoy.extensions.transport_sockets.tls.v3 import common_pb2, tls_pb2
+from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from envoy.extensions.upstreams.http.v3 import http_protocol_options_pb2 as hpo
 from envoy.type.v3 import http_pb2, range_pb2
 from google.protobuf import wrappers_pb2
@@ -244,5 +244,9 @@ def _upstream_tls(tls: UpstreamTLS, *, alpn: tuple[str, ...]) -> base_pb2.Transp
         validation.system_root_certs.SetInParent()
     for kind, value in tls.subject_alt_names or (("dns", tls.sni),):
         validation.match_typed_subject_alt_names.add(san_type=_SAN[kind]).matcher.exact = value
+    if tls.client_certificate is not None:  # the key travels in its SDS secret only
+        context.common_tls_context.tls_certificate_sds_secret_configs.append(
+            secret_pb2.SdsSecretConfig(name=tls.client_certificate.name,
+                                       sds_config=ads_source()))
     return base_pb2.TransportSocket(name="envoy.transport_sockets.tls",
                                     typed_config=pack(context))

@@ -55,8 +55,10 @@ from podway.envoy.config.access import (
     EXT_AUTHZ_GRPC_FILTER,
     EXT_AUTHZ_HTTP_FILTER,
 )
+from podway.envoy.config.auth_request import AUTH_REQUEST_FILTER
 from podway.envoy.config.common import ads_source, pack
-from podway.ir import BasicAuth, ExtAuth, Listener, VirtualHost
+from podway.envoy.config.jwt import JWT_FILTER
+from podway.ir import AuthRequest, BasicAuth, ExtAuth, Jwt, Listener, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
@@ -67,8 +69,9 @@ LOWER_HOST_FILTER = "podway.lower_host"
 ROUTER_FILTER = "envoy.filters.http.router"
 # Filters that cannot be switched on in a scoped manager (see the invariants): enabled with no
 # per-route config they would refuse every request; a listener using one keeps its RDS table.
-_GUARDS = (BasicAuth, ExtAuth)
-GUARD_FILTERS = frozenset({BASIC_AUTH_FILTER, EXT_AUTHZ_HTTP_FILTER, EXT_AUTHZ_GRPC_FILTER})
+_GUARDS = (BasicAuth, ExtAuth, Jwt, AuthRequest)
+GUARD_FILTERS = frozenset({BASIC_AUTH_FILTER, EXT_AUTHZ_HTTP_FILTER, EXT_AUTHZ_GRPC_FILTER,
+                           JWT_FILTER, AUTH_REQUEST_FILTER})
 _LOWER_HOST = """function envoy_on_request(handle)
   local headers = handle:headers()
   local host = headers:get(":authority")

@@ -98,3 +98,20 @@ async def listeners(address: str) -> dict[str, tuple[str, int]]:
             out[str(entry["name"])] = (str(socket.get("address", "")),
                                        int(socket["port_value"]))
     return out
+
+
+async def draining_only(address: str) -> frozenset[str]:
+    """Names of the dynamic listeners Envoy holds only as draining (no active or warming
+    version): one it removed, or one it accepted and then failed to create
+    (``config_dump``, dynamic listeners only, without their bodies' secrets: none there)."""
+    status, body = await request(address, "/config_dump?resource=dynamic_listeners",
+                                 limit_s=5.0)
+    if status != 200:
+        raise ConnectionError(f"Envoy admin at {address}: /config_dump answered {status}")
+    try:
+        configs = json.loads(body).get("configs") or []
+    except (ValueError, AttributeError) as exc:
+        raise ConnectionError(f"Envoy admin at {address}: /config_dump: {exc}") from None
+    return frozenset(str(c.get("name")) for c in configs if isinstance(c, dict)
+                     and "draining_state" in c and "active_state" not in c
+                     and "warming_state" not in c and c.get("name"))

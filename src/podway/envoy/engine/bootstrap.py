@@ -28,6 +28,7 @@ come only with ``EnvoyStats.DETAILED`` (``--envoy-stats detailed``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -38,6 +39,7 @@ from podway.engines.report_targets import xds_addresses
 from podway.model.base import ENGINE_GROUP
 
 XDS_CLUSTER = "podway-xds"
+XDS_CLIENT_SECRET = "podway-xds-client"  # the SDS resource ``xds_client_sds`` holds
 
 
 class EnvoyStats(StrEnum):
@@ -67,6 +69,9 @@ class BootstrapOptions:
     xds_sni: str = ""
     xds_client_cert_pem: str | None = None
     xds_client_key_pem: str | None = None
+    # A file-based SDS resource (path) with the client certificate instead of the two PEMs:
+    # Envoy re-reads it when it is replaced (a renewed certificate, ``podway engine``).
+    xds_client_sds: str = ""
     stats: EnvoyStats = EnvoyStats.BOUNDED
     # The engine group it serves (node metadata ``podway.io/engine-group``); "": everything.
     engine_group: str = ""
@@ -176,7 +181,13 @@ def _xds_tls(opts: BootstrapOptions, ca_pem: str, hosts: list[str]) -> dict[str,
             {"san_type": "IP_ADDRESS" if is_ip(n) else "DNS", "matcher": {"exact": n}}
             for n in names]}
     common: dict[str, Any] = {"validation_context": validation}
-    if opts.xds_client_cert_pem and opts.xds_client_key_pem:
+    if opts.xds_client_sds:
+        common["tls_certificate_sds_secret_configs"] = [{
+            "name": XDS_CLIENT_SECRET, "sds_config": {
+                "path_config_source": {"path": opts.xds_client_sds, "watched_directory": {
+                    "path": os.path.dirname(opts.xds_client_sds)}},
+                "resource_api_version": "V3"}}]
+    elif opts.xds_client_cert_pem and opts.xds_client_key_pem:
         common["tls_certificates"] = [{
             "certificate_chain": {"inline_string": opts.xds_client_cert_pem},
             "private_key": {"inline_string": opts.xds_client_key_pem}}]

@@ -73,6 +73,9 @@ def find_envoy(explicit: str | None = None) -> Path:
     return path
 
 
+CREATE_FAILURES = "listener_manager.listener_create_failure"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineOptions:
     envoy_path: Path
@@ -85,6 +88,7 @@ class EngineOptions:
     backoff_max_s: float = 10.0
     stable_after_s: float = 10.0
     adopt_limit_s: float = 3.0  # how long a running Envoy's admin may take to answer
+    failure_poll_s: float = 1.0  # how often Envoy's listener_create_failure count is read
 
 
 class _Envoy:
@@ -244,13 +248,18 @@ class Engine:
         self.pid = envoy.pid
         address = f"unix:{state.admin_socket}"
         stop_log = asyncio.Event()
+        if envoy.process is not None:
+            self.listener_failures.new_envoy()  # before its first log line is read
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(follow(state.log, stop_log, offset=envoy.log_offset,
                                          on_line=self.listener_failures.line),
                                   name="envoy-log")
                 group.create_task(self._watch_admin(address, envoy), name="envoy-admin")
+                watch = group.create_task(self._count_failures(address, envoy),
+                                          name="envoy-listener-create-failures")
                 code = await envoy.wait()
+                watch.cancel()
                 stop_log.set()  # the log task reads what is left, then ends
             return code
         finally:
@@ -269,6 +278,25 @@ class Engine:
                 self._started.set()
                 return
             await asyncio.sleep(0.02)
+
+    async def _count_failures(self, address: str, envoy: _Envoy) -> None:
+        """Envoy's own count of listeners it accepted and could not create, beside its log
+        (``ListenerFailures.counted``: a failure whose log line was not recognised)."""
+        await self._started.wait()
+        first = True
+        while not envoy.exited:
+            try:
+                total = (await admin.stats(address, f"^{CREATE_FAILURES}$")).get(
+                    CREATE_FAILURES, 0)
+                if first and envoy.process is None:  # adopted: its past is not ours
+                    self.listener_failures.adopted(total)
+                first = False
+                draining = await admin.draining_only(address) \
+                    if self.listener_failures.unexplained(total) > 0 else ()
+                self.listener_failures.counted(total, draining)
+            except (OSError, TimeoutError) as exc:
+                log.debug("listener failure count unreadable: %s", exc)
+            await asyncio.sleep(self.opts.failure_poll_s)
 
     async def _stop(self, state: StateDir, envoy: _Envoy, address: str) -> None:
         """Drain, then SIGTERM, then SIGKILL; survives being cancelled again."""

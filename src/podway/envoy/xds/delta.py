@@ -43,6 +43,7 @@ from podway.envoy.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
     HOLD_AFTER_NACK_S,
+    REMOVALS_WAIT_FOR,
     Ack,
     Event,
     Nack,
@@ -245,7 +246,7 @@ class DeltaStream:
         return True
 
     def _routes_current(self) -> bool:
-        for type_url in HELD_FOR_CLUSTERS:
+        for type_url in REMOVALS_WAIT_FOR:
             state = self._types.get(type_url)
             if state is None:
                 if self.cache.get(type_url).resources:

@@ -32,14 +32,20 @@ def to_json(resources: Resources, type_url: str) -> str:
 
 def files(resources: Resources) -> dict[str, str]:
     """``{"listeners.json": ..., "routes.json": ...}``: one file per xDS type; scopes only
-    when there are any (a scoped route table is for large listeners only)."""
-    return {f"{types.SHORT_NAMES[t]}.json": to_json(resources, t) for t in types.PUSH_ORDER
-            if t != types.SCOPE or resources.get(t)}
+    when there are any (a scoped route table is for large listeners only), filter configs
+    only when a route uses one (otherwise the JWT filter's holds no provider)."""
+    out = {f"{types.SHORT_NAMES[t]}.json": to_json(resources, t) for t in types.PUSH_ORDER
+           if t not in (types.SCOPE, types.EXTENSION) or resources.get(t)}
+    if '"providers"' not in out.get("extensions.json", '"providers"'):
+        del out["extensions.json"]
+    return out
 
 
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (REDACTED if k == "private_key" else _redact(v)) for k, v in value.items()}
+        # private keys, and key sets (a JWKS may hold symmetric keys)
+        return {k: (REDACTED if k in ("private_key", "local_jwks") else _redact(v))
+                for k, v in value.items()}
     if isinstance(value, list):
         return [_redact(v) for v in value]
     return value

@@ -54,8 +54,12 @@ _nonces = itertools.count(1)
 # A changed cluster (listener) is re-created by Envoy and waits for its load assignment (route
 # table) again; re-send those even though they did not change, or the new one stays warming.
 DEPENDENT = {types.CLUSTER: types.ENDPOINT, types.LISTENER: types.ROUTE}
-# Listeners and routes wait for clusters to be settled (see the module docstring).
-HELD_FOR_CLUSTERS = (types.LISTENER, types.ROUTE)
+# Listeners and routes wait for clusters to be settled (see the module docstring); so do
+# filter configs (a JWT provider's key set is fetched through a cluster).
+HELD_FOR_CLUSTERS = (types.EXTENSION, types.LISTENER, types.ROUTE)
+# Cluster removals wait for these to be current. Not for filter configs: a key set is cached,
+# and the config naming a removed cluster is replaced right after (a refetch may fail once).
+REMOVALS_WAIT_FOR = (types.LISTENER, types.ROUTE)
 
 #: The types whose stream state and cache contents decide whether clusters are settled.
 SETTLE_INPUTS = frozenset({types.CLUSTER, types.ENDPOINT})

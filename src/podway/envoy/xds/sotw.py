@@ -34,6 +34,7 @@ from podway.envoy.xds.held import HeldClusters
 from podway.envoy.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
+    REMOVALS_WAIT_FOR,
     Ack,
     Event,
     Nack,
@@ -231,7 +232,7 @@ class SotwStream:
         return True
 
     def _routes_current(self) -> bool:
-        for type_url in HELD_FOR_CLUSTERS:
+        for type_url in REMOVALS_WAIT_FOR:
             state = self._types.get(type_url)
             if state is None:
                 if self.cache.get(type_url).resources:

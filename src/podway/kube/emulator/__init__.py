@@ -48,6 +48,8 @@ functions, ``server`` HTTP) and runs in the lab without test-only dependencies.
 from __future__ import annotations
 
 import copy
+import socket
+import ssl
 from collections.abc import Callable
 from types import TracebackType
 
@@ -57,7 +59,7 @@ from podway.kube.emulator.resources import ResourceType, gateway_api_crd
 from podway.kube.emulator.server import Api
 from podway.kube.emulator.server_types import Fault, Patch, User, Write
 from podway.kube.emulator.store import Admit, ApiError, Obj, Store
-from podway.kube.emulator.tls import serving_context
+from podway.kube.emulator.tls import context_of, serving_context
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -69,18 +71,22 @@ class KubeEmulator:
     """One emulated API server on a loopback port (``url`` once started)."""
 
     def __init__(self, *, require_namespaces: bool = False, tls: bool = False,
-                 graceful_pod_deletion: bool = False) -> None:
+                 graceful_pod_deletion: bool = False,
+                 certificate: tuple[bytes, bytes, bytes] | None = None) -> None:
         """``require_namespaces``: as a real API server, a namespaced create needs its
         Namespace (404 otherwise), and default, kube-system, kube-public and kube-node-lease
         exist from the start. ``tls``: serve HTTPS with a fresh self-signed certificate
         (``ca_pem``), which kubectl needs to send a ServiceAccount token at all.
         ``graceful_pod_deletion``: deleting a scheduled pod through the API marks it
-        terminating (its kubelet — the lab's — stops it and deletes it), as on a cluster."""
-        self._tls = tls
+        terminating (its kubelet — the lab's — stops it and deletes it), as on a cluster.
+        ``certificate``: (certificate PEM, key PEM, CA PEM) to serve instead of a fresh
+        self-signed one (the lab's, signed by its own CA); implies ``tls``."""
+        self._tls = tls or certificate is not None
+        self._certificate = certificate
         self.ca_pem = b""
         self._store = Store()
         self._store.graceful_pods = graceful_pod_deletion
-        self._store.reject_unknown_tokens = tls
+        self._store.reject_unknown_tokens = self._tls
         if require_namespaces:
             self._store.require_namespaces = True
             for name in SYSTEM_NAMESPACES:
@@ -88,6 +94,7 @@ class KubeEmulator:
                                         "status": {"phase": "Active"}})
         self._api = Api(self._store)
         self._runner: web.AppRunner | None = None
+        self._context: ssl.SSLContext | None = None
         self.url = ""
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -95,13 +102,22 @@ class KubeEmulator:
                                      handler_cancellation=True)
         await self._runner.setup()
         context = None
-        if self._tls:
+        if self._certificate is not None:
+            context, self.ca_pem = context_of(*self._certificate[:2]), self._certificate[2]
+        elif self._tls:
             context, self.ca_pem = serving_context(host)
+        self._context = context
         site = web.TCPSite(self._runner, host, port, ssl_context=context)
         await site.start()
         bound = self._runner.addresses[0]
         self.url = f"{'https' if self._tls else 'http'}://{host}:{bound[1]}"
         return self.url
+
+    async def serve_socket(self, sock: socket.socket) -> None:
+        """Serve on one more listening socket too (once started): the lab's API address
+        inside its network, a socket made in another network namespace."""
+        assert self._runner is not None, "start() first"
+        await web.SockSite(self._runner, sock, ssl_context=self._context).start()
 
     async def stop(self) -> None:
         self._store.control("BREAK")
@@ -200,9 +216,16 @@ class KubeEmulator:
         """A bearer token that is the administrator (kubectl over TLS needs a credential)."""
         return self._store.admin_token
 
-    def issue_token(self, namespace: str, service_account: str) -> str:
-        """A bearer token for a ServiceAccount: requests with it are authorized by RBAC."""
-        return self._store.issue_token(namespace, service_account)
+    def set_credentials(self, *, admin_token: str, token_key: bytes) -> None:
+        """Keep the administrator's token and the ServiceAccount token signing key across
+        restarts (the lab stores both): tokens issued before stay valid, as on a cluster."""
+        self._store.admin_token = admin_token
+        self._store.token_key = token_key
+
+    def issue_token(self, namespace: str, service_account: str, *, node: str = "") -> str:
+        """A bearer token for a ServiceAccount: requests with it are authorized by RBAC; bound
+        to ``node`` (a pod's token) it names that node in what the API server stamps."""
+        return self._store.issue_token(namespace, service_account, node=node)
 
     def set_on_commit(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback()`` after every write (the lab schedules a save)."""

@@ -10,8 +10,9 @@ and, when the rule lists them, the object's name. Otherwise the answer is the cl
 ``pods is forbidden: User "system:serviceaccount:shop:app" cannot list resource "pods" in API
 group "" in the namespace "shop"``. Discovery, ``/openapi``, ``/version`` and
 SelfSubjectAccessReviews are open to every authenticated user (the default
-``system:discovery``/``system:basic-user`` bindings). A request without credentials is the
-lab's administrator (its kubeconfig has none) and is not checked.
+``system:discovery``/``system:basic-user`` bindings). A request without credentials, or with
+the administrator's token, is the lab's administrator and is not checked — unless it
+impersonates someone (``kubectl --as``: ``impersonated``), who is then checked like any user.
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ class User:
         return User(f"system:serviceaccount:{namespace}:{name}",
                     ("system:serviceaccounts", f"system:serviceaccounts:{namespace}",
                      "system:authenticated"))
+
+
+def impersonated(name: str, groups: tuple[str, ...]) -> User | None:
+    """Who an administrator acts as with ``Impersonate-User`` (and ``-Group``), as the API
+    server sees it: ``system:serviceaccount:NS:NAME`` is that ServiceAccount with its groups;
+    any other name is that user in the given groups and ``system:authenticated``. None
+    without the header (the administrator itself)."""
+    if not name:
+        return None
+    parts = name.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] and all(parts[2:]):
+        account = User.service_account(parts[2], parts[3])
+        return User(account.name, tuple(dict.fromkeys((*account.groups, *groups))))
+    return User(name, tuple(dict.fromkeys((*groups, "system:authenticated"))))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from podway.kube.gateway_api import GROUP as GATEWAY_GROUP
 from podway.kube.gateway_api import KINDS as GATEWAY_KINDS
+from podway.translate.gateway.status import GATEWAY_API_VERSION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,7 +129,8 @@ def gateway_api_crd(kind: str) -> dict[str, Any]:
     plural, namespaced, versions = GATEWAY_KINDS[kind]
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GATEWAY_GROUP}"},
+        "metadata": {"name": f"{plural}.{GATEWAY_GROUP}", "annotations": {
+            "gateway.networking.k8s.io/bundle-version": GATEWAY_API_VERSION}},
         "spec": {
             "group": GATEWAY_GROUP,
             "names": {"kind": kind, "plural": plural, "singular": kind.lower(),

@@ -45,6 +45,7 @@ from podway.kube.emulator.server_types import (
 )
 from podway.kube.emulator.server_watch import WatchMixin
 from podway.kube.emulator.store import ApiError, Obj, Store
+from podway.kube.npl_keys import NODE_EXTRA as NODE_NAME_EXTRA
 
 
 class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
@@ -130,20 +131,26 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
     def _user(self, request: web.Request) -> rbac.User | None:
         """The ServiceAccount a token the emulator issued names; None (admin) without
         credentials, with the administrator's token (``KubeEmulator.admin_token``), or with any
-        other credential unless unknown tokens are refused (TLS mode: 401)."""
+        other credential unless unknown tokens are refused (TLS mode: 401). An administrator
+        may act as someone else (``kubectl --as``, ``--as-group``): the
+        ``Impersonate-User``/``Impersonate-Group`` headers, then RBAC applies to that user."""
         header = request.headers.get("Authorization", "")
-        if not header:
-            return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() == "bearer" and (token.strip() == self.store.admin_token
-                                           or token.strip() in self.users):
-            return None  # the administrator, or a user of add_user (not RBAC-checked)
-        account = self.store.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
-        if account is None:
-            if not self.store.reject_unknown_tokens:
-                return None  # plain HTTP: kubeconfigs carry placeholder tokens; admin
-            raise ApiError(401, "Unauthorized", "Unauthorized")
-        return rbac.User.service_account(*account)
+        if header:
+            scheme, _, token = header.partition(" ")
+            token = token.strip() if scheme.lower() == "bearer" else ""
+            if token and (token == self.store.admin_token or token in self.users):
+                pass  # the administrator, or a user of add_user (not RBAC-checked)
+            elif (account := self.store.token_account(token) if token else None) is not None:
+                user = rbac.User.service_account(*account)
+                if request.headers.get("Impersonate-User"):  # no impersonate rule here
+                    raise ApiError(403, "Forbidden", rbac.forbidden_message(user, rbac.Attributes(
+                        verb="impersonate", group="", resource="users",
+                        name=request.headers["Impersonate-User"])))
+                return user
+            elif self.store.reject_unknown_tokens:
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+        return rbac.impersonated(request.headers.get("Impersonate-User", ""),
+                                 tuple(request.headers.getall("Impersonate-Group", ())))
 
     @staticmethod
     def _verb_of(request: web.Request, target: Target) -> str:
@@ -311,10 +318,17 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
                                   check_version=False)
 
     def _stamp_requester(self, request: web.Request, body: Obj) -> None:
-        """As the API server does on create: the requester's identity, never the client's."""
+        """As the API server does on create: the requester's identity, never the client's —
+        a user of ``add_user``, or the ServiceAccount of a token the emulator signed (a pod's
+        token also names its node in ``extra``, as a bound token does)."""
         auth = request.headers.get("Authorization", "")
-        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        token = auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else ""
         user = self.users.get(token, ANONYMOUS)
+        claims = self.store.token_claims(token) if token and user is ANONYMOUS else None
+        if claims is not None:
+            account = rbac.User.service_account(claims["ns"], claims["sa"])
+            user = User(account.name, account.groups[:-1], (
+                (NODE_NAME_EXTRA, (claims["node"],)),) if claims.get("node") else ())
         spec = body.setdefault("spec", {})
         if not isinstance(spec, dict):
             raise ApiError(422, "Invalid", "spec: must be an object")

@@ -23,8 +23,12 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import hashlib
+import hmac
 import itertools
+import json
 import secrets
 from collections import Counter
 from collections.abc import Callable
@@ -113,7 +117,9 @@ class Store:
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
         self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
         self.graceful_pods = False  # a DELETE of a running pod marks it terminating (the lab)
-        self.tokens: dict[str, tuple[str, str]] = {}  # bearer token → ServiceAccount (ns, name)
+        # ServiceAccount tokens are signed with this key (``token_account`` checks them), so
+        # they stay valid across a restart that keeps the key, as a cluster's do.
+        self.token_key = secrets.token_bytes(32)
         self.admin_token = f"podway-admin.{secrets.token_urlsafe(24)}"  # not RBAC-checked
         self.reject_unknown_tokens = False  # 401 for them (TLS mode); else they are the admin
         for rtype in BUILTIN:
@@ -143,11 +149,33 @@ class Store:
             raise KeyError(f"{plural} is not served (is its CRD installed?)")
         return sorted(found, key=lambda t: (t.group != "", t.group))[0]
 
-    def issue_token(self, namespace: str, name: str) -> str:
-        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``)."""
-        token = f"podway-sa.{secrets.token_urlsafe(24)}"
-        self.tokens[token] = (namespace, name)
-        return token
+    def issue_token(self, namespace: str, name: str, *, node: str = "") -> str:
+        """A bearer token for the ServiceAccount (``serviceaccounts/{name}/token``), bound to
+        ``node`` when given (a pod's token: the API server then stamps
+        ``authentication.kubernetes.io/node-name``): ``podway-sa.<claims>.<HMAC-SHA256>``."""
+        claims = {"ns": namespace, "sa": name, "nonce": secrets.token_urlsafe(9),
+                  **({"node": node} if node else {})}
+        body = "podway-sa." + base64.urlsafe_b64encode(
+            json.dumps(claims, sort_keys=True).encode()).decode().rstrip("=")
+        return f"{body}.{self._sign(body)}"
+
+    def token_claims(self, token: str) -> dict[str, str] | None:
+        """What a token this store signed says (``ns``, ``sa``, maybe ``node``), else None."""
+        body, _, mac = token.rpartition(".")
+        if not body.startswith("podway-sa.") or not hmac.compare_digest(mac, self._sign(body)):
+            return None
+        raw = body.removeprefix("podway-sa.")
+        claims = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        return {str(k): str(v) for k, v in claims.items()}
+
+    def token_account(self, token: str) -> tuple[str, str] | None:
+        """The ServiceAccount (namespace, name) a token this store signed names, else None."""
+        claims = self.token_claims(token)
+        return None if claims is None else (claims["ns"], claims["sa"])
+
+    def _sign(self, body: str) -> str:
+        digest = hmac.new(self.token_key, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     # ---- reads ------------------------------------------------------------------------
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:

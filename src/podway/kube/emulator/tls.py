@@ -39,6 +39,12 @@ def serving_context(host: str = "127.0.0.1") -> tuple[ssl.SSLContext, bytes]:
     key_pem = key.private_bytes(serialization.Encoding.PEM,
                                 serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
+    return context_of(cert_pem, key_pem), cert_pem
+
+
+def context_of(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """An SSL server context serving a given certificate (chain) and key (the lab's own,
+    signed by its CA)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     with tempfile.TemporaryDirectory() as folder:
         cert_file, key_file = Path(folder) / "tls.crt", Path(folder) / "tls.key"
@@ -46,4 +52,4 @@ def serving_context(host: str = "127.0.0.1") -> tuple[ssl.SSLContext, bytes]:
         key_file.touch(mode=0o600)
         key_file.write_bytes(key_pem)
         context.load_cert_chain(cert_file, key_file)
-    return context, cert_pem
+    return context

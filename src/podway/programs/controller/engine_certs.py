@@ -15,7 +15,8 @@ import base64
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio import client
 
@@ -23,7 +24,19 @@ from podway.base.errors import EnvironmentProblem
 from podway.kube import engine_certs
 from podway.kube.informer import Informer, Raw
 
+if TYPE_CHECKING:
+    from podway.envoy.xds.server import ServerTLS
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineCertSettings:
+    """``podway controller --engine-account``: who may ask, and where the CA lives."""
+
+    users: Mapping[str, str] = field(default_factory=dict)  # service account user → group
+    namespace: str = "default"  # of the CA Secret
+    ca_secret: str = "podway-engine-ca"
 
 
 async def _call(call: Any, *args: Any, ok: tuple[int, ...] = ()) -> tuple[int, dict[str, Any]]:
@@ -49,6 +62,25 @@ class EngineCertSigner:
         self._pending: asyncio.Queue[Raw] = asyncio.Queue()
         self.ca_pem = b""  # the CA's certificate once known (the xDS server's client CA)
         self.answered: dict[str, str] = {}  # request → node/group or "denied: why" (tests)
+
+    @classmethod
+    def of(cls, api: client.ApiClient, settings: EngineCertSettings) -> EngineCertSigner:
+        return cls(api, namespace=settings.namespace, ca_secret=settings.ca_secret,
+                   users=settings.users)
+
+    async def trusted_by(self, tls: ServerTLS | None) -> ServerTLS | None:
+        """``tls`` trusting this CA's engine certificates too, besides any CA it had (e.g.
+        cert-manager's): the CA is read (made when missing) before the xDS server starts, so
+        no engine is refused for a CA the server does not know yet. None stays None (a unix
+        socket, or clear text on loopback: no client certificates at all)."""
+        ca_cert, _ = await self.ca()
+        self.ca_pem = ca_cert
+        if tls is None:
+            return None
+        before = tls.client_ca_pem or b""
+        if before and not before.endswith(b"\n"):
+            before += b"\n"
+        return replace(tls, client_ca_pem=before + ca_cert)
 
     async def ca(self) -> tuple[bytes, bytes]:
         """The CA (certificate, key) from its Secret, made first when missing."""

@@ -14,8 +14,8 @@ the same (object, type, reason, message) again counts up the existing Event (``c
 events, one more every ``refill_s`` seconds), so a flapping object cannot flood the API.
 Failures to write an Event are logged, never raised: events are best effort. At most
 ``concurrency`` writes are in flight (the first state of a large cluster makes one ``Synced``
-per object: a thousand at once held a thousand requests' buffers), and answers are read raw,
-not turned into client model objects nobody reads.
+per object: a thousand at once held a thousand requests' buffers). Writes go below the
+generated client (``raw_request``) and their answers are not read, only their status.
 
 Only the leader records (``podway.programs.controller.leader``): ``record`` takes the current
 ``Fence`` and every create or patch checks it right before it is sent; events due on a follower, or
@@ -33,9 +33,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes_asyncio import client
 
+from podway.kube.client import raw_request
 from podway.kube.errors import Conflict, api_error
 from podway.model.base import ObjectRef
 from podway.model.kinds import BY_NAME
@@ -122,6 +124,7 @@ class EventRecorder:
                  clock: Callable[[], float] | None = None,
                  metrics: ControllerMetrics | None = None, concurrency: int = 16,
                  leadership: Leadership = ALWAYS) -> None:
+        self._api = api
         self._core: Any = client.CoreV1Api(api)  # stubs: no ``_content_type``, typed bodies
         self._cluster_ns = namespace_of_cluster_objects
         self._burst = burst
@@ -182,16 +185,14 @@ class EventRecorder:
             if key in self._sent:  # this run wrote it: count up
                 name, count = self._sent[key]
                 self._sent[key] = (name, count + 1)
-                await _raw(self._core.patch_namespaced_event(
-                    name, namespace, {"count": count + 1, "lastTimestamp": stamp},
-                    _content_type="application/merge-patch+json", _preload_content=False))
+                await self._count_up(name, namespace, count + 1, stamp)
             else:
                 name = _event_name(due)
                 self._sent[key] = (name, 1)
                 try:
-                    await _raw(self._core.create_namespaced_event(namespace, _event_body(
-                        due, name=name, namespace=namespace, stamp=stamp),
-                        _preload_content=False))
+                    await self._write("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}"
+                                      "/events", _event_body(due, name=name,
+                                                             namespace=namespace, stamp=stamp))
                 except Conflict:
                     # Written before (a previous run of the controller): count it up.
                     existing = await _raw(self._core.read_namespaced_event(
@@ -200,9 +201,7 @@ class EventRecorder:
                     if not self._permit(fence):
                         self._sent.pop(key, None)
                         return
-                    await _raw(self._core.patch_namespaced_event(
-                        name, namespace, {"count": count, "lastTimestamp": stamp},
-                        _content_type="application/merge-patch+json", _preload_content=False))
+                    await self._count_up(name, namespace, count, stamp)
                     self._sent[key] = (name, count)
                 except Exception:
                     self._sent.pop(key, None)
@@ -211,6 +210,31 @@ class EventRecorder:
         except Exception as exc:  # best effort: an event never stops the controller
             log.warning("event %s %s on %s not written: %s", due.type, due.reason, due.ref,
                         str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    async def _count_up(self, name: str, namespace: str, count: int, stamp: str) -> None:
+        await self._write(
+            "PATCH",
+            f"/api/v1/namespaces/{quote(namespace, safe='')}/events/{quote(name, safe='')}",
+            {"count": count, "lastTimestamp": stamp}, "application/merge-patch+json")
+
+    async def _write(self, method: str, path: str, body: dict[str, Any],
+                     content_type: str = "application/json") -> None:
+        """A write below the generated client (``raw_request``: a first state makes one
+        event per object); its answer is not read, only its status (typed errors)."""
+        try:
+            resp = await raw_request(self._api, method, path, body=body,
+                                     content_type=content_type)
+        except client.exceptions.ApiException as exc:
+            raise api_error(exc) from None
+        await _status_only(resp)
+
+
+async def _status_only(resp: Any) -> None:
+    try:
+        if resp.status >= 400:
+            raise api_error(_Refused(resp.status, (await resp.text())[:200]))
+    finally:
+        resp.release()
 
 
 async def _raw(call: Awaitable[Any]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from podway.engines import config_feed
 from podway.engines.config_feed import ConfigFeed
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
-from podway.ir import IR, ExtAuth, Forward, Listener, Mirror
+from podway.ir import IR, AuthRequest, ErrorPages, ExtAuth, Forward, Jwt, Listener, Mirror
 from podway.model import Service
 from podway.model.base import ENGINE_GROUP, ObjectRef
 from podway.model.gateway import Gateway
@@ -81,7 +81,10 @@ def pools_of(listener: Listener) -> Iterable[str]:
         for route in vhost.routes:
             if isinstance(route.action, Forward):
                 yield from (b.pool for b in route.action.backends if b.pool is not None)
-            yield from (f.pool for f in route.filters if isinstance(f, Mirror | ExtAuth))
+            yield from (f.pool for f in route.filters
+                        if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages))
+            yield from (p.jwks_pool for f in route.filters if isinstance(f, Jwt)
+                        for p in f.providers if p.jwks_pool)
     for l4 in listener.l4_routes:
         yield from (b.pool for b in l4.backends if b.pool is not None)
 

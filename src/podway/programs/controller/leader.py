@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -38,7 +39,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,7 +48,9 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 
 from podway.base.errors import ConfigError
+from podway.base.tasks import cancel_and_wait
 from podway.kube.errors import ApiError, api_error
+from podway.pipeline import Pipeline, PipelineStopped, State
 from podway.programs.controller.lease import Candidate, LeaseRecord, micro_time
 from podway.programs.controller.metrics import ControllerMetrics
 
@@ -355,3 +358,32 @@ async def _raw(call: Any) -> tuple[int, dict[str, Any] | None]:
 def _refused(what: str, status: int, body: dict[str, Any] | None) -> ApiError:
     reason = f"({what} refused) " + str((body or {}).get("message") or "")[:200]
     return api_error(SimpleNamespace(status=status, reason=reason))
+
+
+async def leader_states(pipeline: Pipeline, leadership: Leadership
+                        ) -> AsyncIterator[tuple[State, bool]]:
+    """Each new state (coalesced), and the current one again when this replica starts a
+    term as the leader (then with True): a new leader writes what is pending at once."""
+    seen, term = 0, 0
+    while True:
+        fence = leadership.fence()
+        state = pipeline.state
+        leads = fence.valid() and fence.term > term
+        if state is not None and (state.version > seen or leads):
+            term = fence.term if leads else term
+            seen = state.version
+            yield state, leads
+            continue
+        newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
+        gained = asyncio.ensure_future(leadership.wait_leader(after_term=term))
+        try:
+            await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
+        finally:  # a cancel of this follower arriving meanwhile is raised, not taken for theirs
+            await cancel_and_wait(newer, gained)
+        if newer.done() and not newer.cancelled() and \
+                isinstance(newer.exception(), PipelineStopped):
+            return  # the pipeline ended: so does the write-back
+
+
+def _after(version: int, state: State) -> bool:
+    return state.version > version

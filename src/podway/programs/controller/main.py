@@ -13,7 +13,8 @@ readiness (``/readyz``: the first snapshot is applied and xDS is serving) and Pr
 (``/metrics``) share one HTTP port. Opt-in, as in ``podway run`` and through the same code
 (``podway.readers.surfaces``): the admin endpoint on a private unix socket (``podway
 explain|status|config --admin-socket``) and the web dashboard; the engines are remote, so both
-show Kubernetes readiness only unless ``engine_admin`` names a co-located engine's admin socket.
+show each engine's member health as it reported it (``podway.readers.engine_health``: Envoy,
+HAProxy and kernel engines alike), and ``engine_admin`` may add a co-located Envoy's admin.
 
 Any number of replicas may run: each translates and serves xDS; the one holding the Lease
 (``podway.programs.controller.leader``, ``election``) writes — statuses (VIP allocations included),
@@ -37,17 +38,16 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from kubernetes_asyncio import client
 
 from podway.base.backoff import Backoff
 from podway.base.netaddr import HostPort
-from podway.base.tasks import cancel_and_wait
 from podway.engines.config_feed import ConfigFeed
 from podway.engines.member_health import MemberHealthReports
 from podway.envoy.xds.protocol import Event
@@ -59,11 +59,17 @@ from podway.model import Service, npl
 from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
-from podway.pipeline import Pipeline, PipelineStopped, State
+from podway.pipeline import Pipeline, State
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
 from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
 from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
-from podway.programs.controller.leader import ALWAYS, ElectionSettings, Leadership, LeaseElector
+from podway.programs.controller.leader import (
+    ALWAYS,
+    ElectionSettings,
+    Leadership,
+    LeaseElector,
+    leader_states,
+)
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
 from podway.programs.controller.pending import PendingWarnings
@@ -75,6 +81,7 @@ from podway.programs.gc_policy import GcPolicy, Settled, keep_settled
 from podway.programs.ipam import Pool, PoolKinds, controller_ipam
 from podway.programs.ipam.objects import METALLB_NAMESPACE
 from podway.readers import surfaces
+from podway.readers.engine_health import reported
 from podway.readers.metrics import exposition
 from podway.readers.metrics.pipeline import PipelineMetrics
 from podway.sources.kube import KubeSourceSettings
@@ -84,6 +91,8 @@ from podway.status.diff import pool_hint
 from podway.translate import TranslateOptions
 from podway.translate import annotations as ann
 
+if TYPE_CHECKING:
+    from podway.programs.controller.engine_certs import EngineCertSettings, EngineCertSigner
 log = logging.getLogger(__name__)
 
 
@@ -122,6 +131,7 @@ class ControllerOptions:
     """Said once the API is reached (a flag choice that weakens something, e.g. unsigned
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
     npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
+    engine_certs: EngineCertSettings | None = None  # sign engines' CSRs (--engine-account)
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -177,6 +187,7 @@ class Controller:
                                     controller_name=opts.translate.gateway_controller)
         self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
         self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
+        self.engine_signer: EngineCertSigner | None = None  # with ``opts.engine_certs``
 
     async def run(self) -> None:
         """Serve until cancelled; a cluster that cannot be reached is one ``PodwayError``."""
@@ -214,6 +225,11 @@ class Controller:
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        if opts.engine_certs is not None:  # its CA is trusted before the first engine comes
+            from podway.programs.controller.engine_certs import EngineCertSigner
+
+            self.engine_signer = EngineCertSigner.of(api, opts.engine_certs)
+            opts = replace(opts, xds_tls=await self.engine_signer.trusted_by(opts.xds_tls))
         server, readiness, groups = self._engines(api, self.pipeline, opts)
         self.status = self._status_writer(api, opts)
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
@@ -272,6 +288,7 @@ class Controller:
                               concurrency=opts.status_concurrency, leadership=self.leadership)
         self.source.same_as = writer.last_written
         self.source.on_status = writer.observed
+        writer.on_written = self.source.expect_echo
         return writer
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
@@ -291,6 +308,8 @@ class Controller:
 
             group.create_task(NplKeyIssuer(api, master=opts.translate.npl_key, agent_user=(
                 opts.npl_agent_user)).run(), name="controller-npl-keys")
+        if self.engine_signer is not None:
+            group.create_task(self.engine_signer.run(), name="controller-engine-certs")
         if opts.gc is not None:
             group.create_task(keep_settled(self.pipeline, opts.gc, on_settled=self._settled),
                               name="controller-gc")
@@ -323,6 +342,7 @@ class Controller:
             mode=str(opts.translate.mode), admin_socket=opts.admin_socket,
             dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
             engine_admin=(lambda: engine) if engine is not None else None,
+            engine_views=reported(self.health_reports),
             explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
             else ())
 
@@ -458,35 +478,6 @@ class Controller:
         ready = self.pipeline is not None and self.pipeline.state is not None
         return web.Response(text="ready\n" if ready else "waiting for the first snapshot\n",
                             status=200 if ready else 503)
-
-
-async def leader_states(pipeline: Pipeline, leadership: Leadership
-                        ) -> AsyncIterator[tuple[State, bool]]:
-    """Each new state (coalesced), and the current one again when this replica starts a
-    term as the leader (then with True): a new leader writes what is pending at once."""
-    seen, term = 0, 0
-    while True:
-        fence = leadership.fence()
-        state = pipeline.state
-        leads = fence.valid() and fence.term > term
-        if state is not None and (state.version > seen or leads):
-            term = fence.term if leads else term
-            seen = state.version
-            yield state, leads
-            continue
-        newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
-        gained = asyncio.ensure_future(leadership.wait_leader(after_term=term))
-        try:
-            await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
-        finally:  # a cancel of this follower arriving meanwhile is raised, not taken for theirs
-            await cancel_and_wait(newer, gained)
-        if newer.done() and not newer.cancelled() and \
-                isinstance(newer.exception(), PipelineStopped):
-            return  # the pipeline ended: so does the write-back
-
-
-def _after(version: int, state: State) -> bool:
-    return state.version > version
 
 
 def parse_namespaces(value: str) -> tuple[str, ...]:

@@ -8,12 +8,14 @@ Errors are ``LabError`` lines with the API's own message.
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
 from podway.programs.lab.network import LabError
+from podway.programs.lab.state import LabState
 
 Obj = dict[str, Any]
 
@@ -40,17 +42,30 @@ class Kind:
 
 
 class LabApi:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
+    def __init__(self, port: int, *, ca: bytes | None = None, token: str = "") -> None:
+        """The API on ``127.0.0.1:port``: HTTPS trusting ``ca`` with ``token`` (the lab's),
+        plain HTTP without a CA (a bare emulator)."""
+        self.base = f"{'https' if ca else 'http'}://127.0.0.1:{port}"
+        self._context = ssl.create_default_context(cadata=ca.decode()) if ca else None
+        self._token = token
         self._kinds: list[Kind] | None = None
+
+    @classmethod
+    def of(cls, state: LabState) -> LabApi:
+        """The API of the lab whose state folder this is, as its administrator."""
+        pki = state.pki
+        return cls(state.load()[1], ca=pki.ca_cert.read_bytes(), token=pki.admin_token)
 
     def call(self, method: str, path: str, body: Obj | None = None,
              content_type: str = "application/json") -> tuple[int, Obj]:
         data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
         req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": content_type})
+                                     headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=10, context=self._context) as resp:
                 return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             try:

@@ -126,3 +126,25 @@ def endpoint_slice(service: Obj, pods: list[Obj]) -> Obj | None:
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Service",
                                               "name": name, "uid": meta(service).get("uid")}]},
             "addressType": "IPv4", "ports": ports, "endpoints": endpoints}
+
+
+def kubernetes_service(api_ip: str, api_port: int, cluster_ip: str) -> tuple[Obj, Obj]:
+    """The ``default/kubernetes`` Service and its EndpointSlice, as the API server keeps them:
+    port 443 on the range's first ClusterIP, to the API's own address."""
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "kubernetes", "namespace": "default",
+                            "labels": {"component": "apiserver", "provider": "kubernetes"}},
+               "spec": {"type": "ClusterIP", "clusterIP": cluster_ip,
+                        "clusterIPs": [cluster_ip],
+                        "ports": [{"name": "https", "port": 443, "protocol": "TCP",
+                                   "targetPort": api_port}]}}
+    endpoints = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": "kubernetes", "namespace": "default",
+                              "labels": {"kubernetes.io/service-name": "kubernetes",
+                                         MANAGED_BY: "endpointslice-mirroring.kubernetes.io"}},
+                 "addressType": "IPv4",
+                 "ports": [{"name": "https", "port": api_port, "protocol": "TCP"}],
+                 "endpoints": [{"addresses": [api_ip],
+                                "conditions": {"ready": True, "serving": True,
+                                               "terminating": False}}]}
+    return service, endpoints

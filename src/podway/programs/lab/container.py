@@ -18,8 +18,11 @@ project's CI machine):
   ``hostPath``, ``downwardAPI`` and ``projected`` (those three sources), mounted with
   ``readOnly``/``subPath``; ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` of the pod.
 
+What the cluster adds to every container — its ServiceAccount token, the ``kubernetes``
+Service's variables, cluster names in ``/etc/hosts`` — is ``podway.programs.lab.podenv``.
+
 Not done: resource limits (the runtime's default cgroup, no limits), image pulls, seccomp
-profiles, service account tokens (the lab's API has no authentication yet).
+profiles.
 
 Invariants: everything a container needs is under ``<state>/containers/<pod uid>/`` and
 ``<state>/images/``; a writable root is an overlay mounted there, unmounted when the pod goes
@@ -131,15 +134,16 @@ def _run(*argv: str) -> str:
 
 # ---- the pod's view: pure functions over the pod, its container and the image ----
 
-def process_args(container: Obj, image: Obj) -> list[str]:
+def process_args(container: Obj, image: Obj, env: dict[str, str] | None = None) -> list[str]:
     """Kubernetes' rule: ``command`` replaces ENTRYPOINT (and drops CMD unless ``args``),
-    ``args`` replaces CMD."""
+    ``args`` replaces CMD; ``$(VAR)`` in ``command`` and ``args`` is the container's variable
+    (``env``: what the pod spec and the cluster define, not the image), ``$$`` a ``$``."""
     entry = list(image.get("Entrypoint") or [])
     cmd = list(image.get("Cmd") or [])
     if container.get("command"):
-        entry, cmd = [str(a) for a in container["command"]], []
+        entry, cmd = [_expand(str(a), env or {}) for a in container["command"]], []
     if container.get("args") is not None:
-        cmd = [str(a) for a in container["args"]]
+        cmd = [_expand(str(a), env or {}) for a in container["args"]]
     argv = entry + cmd
     if not argv:
         raise ContainerError(f"container {container.get('name')!r}: no command and the image "
@@ -148,12 +152,14 @@ def process_args(container: Obj, image: Obj) -> list[str]:
 
 
 def environment(pod: Obj, container: Obj, image: Obj, objs: dict[tuple[str, str], Obj], *,
-                pod_ip: str, host_ip: str) -> list[str]:
-    """``NAME=value`` lines: the image's env, then envFrom, then env (later wins)."""
+                pod_ip: str, host_ip: str, cluster: dict[str, str] | None = None) -> list[str]:
+    """``NAME=value`` lines: the image's env, the cluster's (``cluster``: the ``kubernetes``
+    Service's variables), then envFrom, then env (later wins)."""
     env: dict[str, str] = {}
     for line in image.get("Env") or []:
         key, _, text = str(line).partition("=")
         env[key] = text
+    env.update(cluster or {})
     env.setdefault("HOSTNAME", str((pod.get("metadata") or {}).get("name", "")))
     for source in container.get("envFrom") or []:
         prefix = str(source.get("prefix", ""))
@@ -276,7 +282,7 @@ def capabilities(pod: Obj, container: Obj, uid: int) -> Obj:
 
 def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, str], Obj], *,
                  root: Path, netns: str | None, mounts: list[Obj], pod_ip: str,
-                 host_ip: str) -> Obj:
+                 host_ip: str, cluster_env: dict[str, str] | None = None) -> Obj:
     """The OCI runtime config (config.json) of one container of ``pod``; it joins the network
     namespace ``netns`` (a new, empty one when None)."""
     uid, gid, extra = identity(pod, container, image.config, image.rootfs)
@@ -287,9 +293,12 @@ def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, s
         "ociVersion": "1.0.2",
         "process": {
             "terminal": False, "user": {"uid": uid, "gid": gid, "additionalGids": extra},
-            "args": process_args(container, image.config),
+            "args": process_args(container, image.config, dict(
+                line.split("=", 1) for line in environment(
+                    pod, container, {}, objs, pod_ip=pod_ip, host_ip=host_ip,
+                    cluster=cluster_env))),
             "env": environment(pod, container, image.config, objs, pod_ip=pod_ip,
-                               host_ip=host_ip),
+                               host_ip=host_ip, cluster=cluster_env),
             "cwd": str(container.get("workingDir") or image.config.get("WorkingDir") or "/"),
             "capabilities": capabilities(pod, container, uid),
             "noNewPrivileges": no_new_privs},

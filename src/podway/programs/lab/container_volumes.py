@@ -175,13 +175,15 @@ def volume_mounts(container: Obj, volumes: dict[str, tuple[Path, bool]]) -> list
     return out
 
 
-def etc_files(pod: Obj, folder: Path, *, pod_ip: str) -> list[Obj]:
-    """/etc/hosts, /etc/hostname and /etc/resolv.conf of the pod (read-only binds)."""
+def etc_files(pod: Obj, folder: Path, *, pod_ip: str, services: list[Obj]) -> list[Obj]:
+    """/etc/hosts (cluster names too: ``podenv.hosts``), /etc/hostname and /etc/resolv.conf
+    of the pod (read-only binds; the kubelet rewrites ``hosts`` in place as Services come)."""
+    from podway.programs.lab import podenv
+
     name = str((pod.get("metadata") or {}).get("name", "pod"))
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"hosts": f"127.0.0.1\tlocalhost\n::1\tlocalhost\n{pod_ip}\t{name}\n",
-             "hostname": f"{name}\n",
-             "resolv.conf": "# the lab has no cluster DNS\noptions ndots:5\n"}
+    files = {"hosts": podenv.hosts(pod, pod_ip, services), "hostname": f"{name}\n",
+             "resolv.conf": podenv.resolv_conf(pod)}
     out = []
     for file, text in files.items():
         (folder / file).write_text(text)

@@ -1,5 +1,6 @@
-"""The lab's control plane: the API emulator on a loopback port, with the API server's own
-allocations (clusterIPs, nodePorts) and its objects kept on disk.
+"""The lab's control plane: the API emulator on a loopback port (and on its address inside the
+lab), HTTPS with the lab's certificate (``pki``), with the API server's own allocations
+(clusterIPs, nodePorts) and its objects kept on disk.
 
 Invariants: every write through the API or from the lab's own controllers passes the same
 admission (a Service of type NodePort or LoadBalancer always has a nodePort per port, unique in
@@ -16,6 +17,7 @@ import ipaddress
 import json
 import logging
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ import yaml
 from podway.base.tasks import cancel_and_wait
 from podway.kube.emulator import ApiError, KubeEmulator
 from podway.kube.emulator.resources import ResourceType
-from podway.programs.lab.plan import CLUSTER_IP_CIDR, NODE_PORT_RANGE
+from podway.programs.lab.pki import LabPki
+from podway.programs.lab.plan import CLUSTER_IP_CIDR, KUBERNETES_IP, NODE_PORT_RANGE
 
 log = logging.getLogger("podway.programs.lab.controlplane")
 Obj = dict[str, Any]
@@ -86,6 +89,7 @@ def admit_service(new: Obj, old: Obj | None, services: list[Obj]) -> None:
 def _free_cluster_ip(services: list[Obj], skip: tuple[str, str]) -> str:
     taken = {(s.get("spec") or {}).get("clusterIP") for s in services
              if (s["metadata"].get("namespace", ""), s["metadata"]["name"]) != skip}
+    taken.add(KUBERNETES_IP)  # the ``kubernetes`` Service's (the daemon creates it)
     for host in ipaddress.ip_network(CLUSTER_IP_CIDR).hosts():
         if str(host) not in taken:
             return str(host)
@@ -120,9 +124,14 @@ class ControlPlane:
     """The emulator served on ``127.0.0.1:port``; ``store`` is its file on disk."""
 
     def __init__(self, *, port: int, store: Path,
-                 changed: Callable[[], None] = lambda: None) -> None:
+                 changed: Callable[[], None] = lambda: None, pki: LabPki | None = None,
+                 listen_in: Callable[[], socket.socket] | None = None) -> None:
+        """``pki``: serve HTTPS with the lab's certificate and credentials (else plain HTTP,
+        every client the administrator); ``listen_in``: makes one more listening socket to
+        serve (the API's address inside the lab), anew at every (re)start."""
         self.port, self.path = port, store
         self._changed = changed
+        self._pki, self._listen_in = pki, listen_in
         self._dirty = asyncio.Event()
         self._saver: asyncio.Task[None] | None = None
         # pods/{name}/log: the kubelet's (set by the daemon); None answers "no log here"
@@ -131,7 +140,12 @@ class ControlPlane:
 
     def _new(self) -> KubeEmulator:
         # As a cluster: no create in a missing namespace; kubectl delete pod terminates it.
-        emu = KubeEmulator(require_namespaces=True, graceful_pod_deletion=True)
+        pki = self._pki
+        emu = KubeEmulator(require_namespaces=True, graceful_pod_deletion=True,
+                           certificate=pki.serving() if pki is not None else None)
+        if pki is not None:
+            emu.set_credentials(admin_token=pki.admin_token,
+                                token_key=pki.token_key_file.read_bytes())
         if self.path.exists():
             emu.load(json.loads(self.path.read_text()))
         else:  # a new lab: the Gateway API CRDs first, as a cluster admin would install them
@@ -160,6 +174,8 @@ class ControlPlane:
 
     async def start(self) -> None:
         await self.emu.start(port=self.port)
+        if self._listen_in is not None:
+            await self.emu.serve_socket(await asyncio.to_thread(self._listen_in))
         self._saver = asyncio.create_task(self._save_loop(), name="lab-store-saver")
 
     async def stop(self) -> None:

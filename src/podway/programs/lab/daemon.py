@@ -32,7 +32,16 @@ from typing import Any
 from podway.programs.lab import cluster, kubeproxy, network, workloads
 from podway.programs.lab.controlplane import ControlPlane
 from podway.programs.lab.kubelet import Kubelet
-from podway.programs.lab.plan import ENGINE_GROUPS, NPL_RANGE, VIP, LabPlan, NodePlan
+from podway.programs.lab.plan import (
+    API_IP,
+    API_PORT,
+    ENGINE_GROUPS,
+    KUBERNETES_IP,
+    NPL_RANGE,
+    VIP,
+    LabPlan,
+    NodePlan,
+)
 from podway.programs.lab.processes import Supervisor
 from podway.programs.lab.state import LabState
 
@@ -66,7 +75,10 @@ class Daemon:
         self.plan: LabPlan
         self.plan, port = state.load()
         self.wake = asyncio.Event()
-        self.cp = ControlPlane(port=port, store=state.store, changed=self.wake.set)
+        self.cp = ControlPlane(port=port, store=state.store, changed=self.wake.set,
+                               pki=state.pki.ensure(),
+                               listen_in=lambda: network.listen_in(self.plan.edge, API_IP,
+                                                                   API_PORT))
         self.supervisor = Supervisor(state)
         self.kubelet = Kubelet(plan=self.plan, supervisor=self.supervisor,
                                emu=lambda: self.cp.emu, changed=self.wake.set)
@@ -77,14 +89,12 @@ class Daemon:
         try:
             say("control plane")
             await self.cp.start()
-            emu = self.cp.emu
-            for ns in ("default", "kube-system"):
-                if emu.get("namespaces", "", ns) is None:
-                    emu.put("namespaces", {"metadata": {"name": ns}})
-            for node in self.plan.nodes:
-                if emu.get("nodes", "", node.name) is None:
-                    emu.put("nodes", node_object(node))
+            self._seed()
             await self._reconcile()
+            if self.state.chart_marker.exists():  # the chart's pods are Podway here
+                say("ready")
+                await self._serve()
+                return
             kubeconfig = str(self.state.kubeconfig)
             for node in self.plan.nodes:
                 say(f"agent on {node.name}")
@@ -118,20 +128,39 @@ class Daemon:
                         group, "--state-dir", str(self.state.engine_dir.with_name(
                             f"engine-{kind}"))])
             say("ready")
-            loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
-                self._restart_api()))
-            while True:
-                await self.wake.wait()
-                self.wake.clear()
-                try:
-                    await self._reconcile()
-                except Exception:  # one bad pass must not stop the lab: log, retry on next
-                    log.exception("reconcile failed")
-                    await asyncio.sleep(1)
-                    self.wake.set()
+            await self._serve()
         finally:
             await self._stop()
+
+    async def _serve(self) -> None:
+        """Reconcile on every change until stopped; SIGHUP restarts the control plane."""
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(
+            self._restart_api()))
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            try:
+                await self._reconcile()
+            except Exception:  # one bad pass must not stop the lab: log, retry on next
+                log.exception("reconcile failed")
+                await asyncio.sleep(1)
+                self.wake.set()
+
+    def _seed(self) -> None:
+        """What a cluster has from the start: its namespaces, its nodes, the ``kubernetes``
+        Service in front of the API."""
+        emu = self.cp.emu
+        for ns in ("default", "kube-system"):
+            if emu.get("namespaces", "", ns) is None:
+                emu.put("namespaces", {"metadata": {"name": ns}})
+        for node in self.plan.nodes:
+            if emu.get("nodes", "", node.name) is None:
+                emu.put("nodes", node_object(node))
+        service, endpoints = cluster.kubernetes_service(API_IP, API_PORT, KUBERNETES_IP)
+        if emu.get("services", "default", "kubernetes") is None:
+            emu.put("services", service)
+        emu.put("endpointslices", endpoints)
 
     async def _restart_api(self) -> None:
         await self.cp.restart()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
-import json
 import logging
 import os
 import shlex
@@ -40,9 +39,10 @@ from typing import Any
 from podway.base.tasks import cancel_and_wait
 from podway.kube.emulator import KubeEmulator
 from podway.programs.agent.netns import single_thread
+from podway.programs.lab import bundles as bundles_of
 from podway.programs.lab import container as ctr
 from podway.programs.lab import container_volumes as vol
-from podway.programs.lab import network
+from podway.programs.lab import network, podenv
 from podway.programs.lab.cluster import key, meta, terminated, terminating
 from podway.programs.lab.plan import LabPlan, NodePlan
 from podway.programs.lab.processes import Supervisor
@@ -61,9 +61,15 @@ def container_ports(pod: Obj) -> list[tuple[int, str]]:
 
 
 def readiness_probe(pod: Obj) -> Obj | None:
+    """The first container's readiness probe, a named port resolved to its number."""
     for container in (pod.get("spec") or {}).get("containers") or []:
         if container.get("readinessProbe"):
-            return dict(container["readinessProbe"])
+            probe = dict(container["readinessProbe"])
+            named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+            for kind in ("httpGet", "tcpSocket"):
+                if kind in probe and probe[kind].get("port") in named:
+                    probe[kind] = {**probe[kind], "port": named[probe[kind]["port"]]}
+            return probe
     return None
 
 
@@ -227,6 +233,7 @@ class Kubelet:
             elif self.runs[uid].waiting and self._image is not None:
                 # As a kubelet retries: the missing Secret or ConfigMap may exist now.
                 await self._start_containers(self.runs[uid], pod, self._image)
+        self._refresh_hosts()
         for uid, pod in wanted.items():
             run = self.runs.get(uid)
             if run is not None and terminating(pod) and run.stopping is None:
@@ -236,11 +243,14 @@ class Kubelet:
                 self._publish(run, pod)
 
     async def _add(self, uid: str, pod: Obj, node: NodePlan) -> None:
-        used = {r.slot for r in self.runs.values() if r.node.name == node.name}
-        slot = next(s for s in range(len(used) + 1) if s not in used)
         ns, name = key(pod)
-        netns = self.plan.pod_netns(node, slot)
-        ip = await asyncio.to_thread(network.add_pod, self.plan, node, slot, netns)
+        if (pod.get("spec") or {}).get("hostNetwork"):  # the node's namespace and address
+            slot, netns, ip = -1, node.netns, node.ip
+        else:
+            used = {r.slot for r in self.runs.values() if r.node.name == node.name}
+            slot = next(s for s in range(len(used) + 1) if s not in used)
+            netns = self.plan.pod_netns(node, slot)
+            ip = await asyncio.to_thread(network.add_pod, self.plan, node, slot, netns)
         run = PodRun(uid=uid, namespace=ns, name=name, node=node, slot=slot, netns=netns, ip=ip,
                      ports=container_ports(pod), probe=readiness_probe(pod),
                      started_at=_now())
@@ -279,29 +289,37 @@ class Kubelet:
                     out[(kind, str(meta(obj)["name"]))] = obj
         return out
 
+    def _refresh_hosts(self) -> None:
+        """Rewrite (in place: the containers bind the file) each container pod's /etc/hosts
+        when the Services' names or addresses changed."""
+        services, slices = self.emu().objects("services"), self.emu().objects("endpointslices")
+        for run in self.runs.values():
+            path = self.supervisor.state.containers / run.uid / "etc" / "hosts"
+            pod = self.emu().get("pods", run.namespace, run.name)
+            if not run.containers or pod is None or not path.exists():
+                continue
+            text = podenv.hosts(pod, run.ip, services, slices)
+            if path.read_text() != text:
+                path.write_text(text)
+
+    def _token(self, pod: Obj) -> str | None:
+        """A token of the pod's ServiceAccount, signed by the lab's API (None: not mounted)."""
+        ns, name = str(meta(pod).get("namespace", "default")), podenv.service_account(pod)
+        if not podenv.automount(pod, self.emu().get("serviceaccounts", ns, name)):
+            return None
+        return self.emu().issue_token(ns, name, node=str(pod["spec"].get("nodeName", "")))
+
     async def _start_containers(self, run: PodRun, pod: Obj, image: ctr.Image) -> None:
         state = self.supervisor.state
         folder = state.containers / run.uid
-        specs = (pod.get("spec") or {}).get("containers") or []
         try:
             crun = ctr.runtime(state.containers)
-            objs = self._objects(pod)
-            volumes = await asyncio.to_thread(vol.pod_volumes, pod, objs, folder,
-                                              pod_ip=run.ip, host_ip=run.node.ip)
-            etc = await asyncio.to_thread(vol.etc_files, pod, folder / "etc", pod_ip=run.ip)
-            bundles = []
-            for index, spec in enumerate(specs):
-                name = str(spec.get("name", f"c{index}"))
-                bundle = folder / "bundles" / name
-                bundle.mkdir(parents=True, exist_ok=True)
-                writable = not (spec.get("securityContext") or {}).get("readOnlyRootFilesystem")
-                root = (await asyncio.to_thread(ctr.overlay_root, image, bundle)
-                        if writable else image.rootfs)
-                config = ctr.runtime_spec(pod, spec, image, objs, root=root, netns=run.netns,
-                                          mounts=[*etc, *vol.volume_mounts(spec, volumes)],
-                                          pod_ip=run.ip, host_ip=run.node.ip)
-                (bundle / "config.json").write_text(json.dumps(config, indent=1))
-                bundles.append((name, bundle))
+            place = bundles_of.PodPlace(netns=run.netns, pod_ip=run.ip, host_ip=run.node.ip,
+                                        folder=folder)
+            bundles = await asyncio.to_thread(
+                bundles_of.make, pod, image, self._objects(pod), place,
+                services=self.emu().objects("services"), token=self._token(pod),
+                ca=state.pki.ca_cert.read_bytes())
         except (OSError, vol.ContainerError) as exc:
             if run.waiting != str(exc):
                 run.waiting = str(exc)
@@ -414,7 +432,8 @@ class Kubelet:
         await self.supervisor.stop(run.what, grace=2.0)
         for name in run.containers:
             await self.supervisor.stop(f"{run.what}-{name}", grace=2.0)
-        await asyncio.to_thread(network.remove_ns, run.netns)
+        if run.netns != run.node.netns:  # a host-network pod leaves its node's alone
+            await asyncio.to_thread(network.remove_ns, run.netns)
         folder = self.supervisor.state.containers / run.uid
         if folder.exists():
             with contextlib.suppress(vol.ContainerError):

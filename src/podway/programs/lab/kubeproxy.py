@@ -19,12 +19,18 @@ on this node:
   instead of waiting for a timeout.
 
 Random choice is ``numgen random``, per new connection (conntrack keeps a flow on its pod).
-ClusterIPs are not programmed (nothing in the lab uses them).
+
+ClusterIPs (``_cluster_ips``), from the node's pods (prerouting) and from the node itself
+(output: host-network pods): DNAT to any ready endpoint, masqueraded, so a pod reaching its own
+Service, or a pod on its bridge, gets the replies through the node; a port without endpoints is
+refused (a reset) in the filter chains, as kube-proxy does.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from podway.programs.lab.plan import CLUSTER_IP_CIDR
 
 Obj = dict[str, Any]
 TABLE = "podway_lab_kube_proxy"
@@ -57,8 +63,36 @@ def _ready_endpoints(service: Obj, slices: list[Obj], protocol: str,
     return ready or sorted({(a, p) for _, a, p in out})
 
 
+def _cluster_ips(services: list[Obj], slices: list[Obj]) -> tuple[list[str], list[str]]:
+    """ClusterIP rules (every Service with a ClusterIP, whatever its type): DNAT to a random
+    ready endpoint on any node, marked for masquerade (a pod reaching itself, or a pod on its
+    own bridge, through its Service gets the replies back through this node); refusals for
+    ports without endpoints."""
+    rules: list[str] = []
+    refused: list[str] = []
+    for svc in services:
+        spec = svc.get("spec") or {}
+        ip = spec.get("clusterIP")
+        if not ip or ip == "None":
+            continue
+        for port in spec.get("ports") or []:
+            proto = str(port.get("protocol", "TCP")).lower()
+            if proto not in ("tcp", "udp") or not port.get("port"):
+                continue
+            match = f"ip daddr {ip} {proto} dport {int(port['port'])}"
+            targets = _ready_endpoints(svc, slices, proto.upper(), port.get("name"), None)
+            if not targets:
+                refused.append(f"    {match} "
+                               + ("reject with tcp reset" if proto == "tcp" else "reject"))
+                continue
+            choice = ", ".join(f"{i} : {a} . {p}" for i, (a, p) in enumerate(targets))
+            rules.append(f"    {match} meta mark set {MASQ_MARK} dnat ip to numgen random mod "
+                         f"{len(targets)} map {{ {choice} }}")
+    return rules, refused
+
+
 def ruleset(node: str, services: list[Obj], slices: list[Obj]) -> str:
-    """The nft script that (re)installs this node's NodePort rules."""
+    """The nft script that (re)installs this node's NodePort and ClusterIP rules."""
     rules: list[str] = []
     refused: list[str] = []
     for svc in sorted(services, key=lambda s: (s["metadata"].get("namespace", ""),
@@ -88,13 +122,24 @@ def ruleset(node: str, services: list[Obj], slices: list[Obj]) -> str:
             rules.append(f"    {match} {mark}dnat ip to numgen random mod {len(targets)} "
                          f"map {{ {choice} }}")
     body = "\n".join(rules)
+    ordered = sorted(services, key=lambda s: (s["metadata"].get("namespace", ""),
+                                              s["metadata"]["name"]))
+    cluster, cluster_refused = _cluster_ips(ordered, slices)
+    no_endpoints = "".join(line + "\n" for line in cluster_refused)
     return (f"table ip {TABLE}\ndelete table ip {TABLE}\n"
             f"table ip {TABLE} {{\n"
             "  chain nodeports {\n" + body + "\n  }\n"
+            "  chain services {\n" + "\n".join(cluster) + "\n  }\n"
             "  chain prerouting {\n    type nat hook prerouting priority -100; policy accept;\n"
+            f"    ip daddr {CLUSTER_IP_CIDR} jump services\n"
             "    fib daddr type local jump nodeports\n  }\n"
             "  chain output {\n    type nat hook output priority -100; policy accept;\n"
+            f"    ip daddr {CLUSTER_IP_CIDR} jump services\n"
             "    ip daddr != 127.0.0.0/8 fib daddr type local jump nodeports\n  }\n"
+            "  chain forward {\n    type filter hook forward priority 0; policy accept;\n"
+            + no_endpoints + "  }\n"
+            "  chain outgoing {\n    type filter hook output priority 0; policy accept;\n"
+            + no_endpoints + "  }\n"
             "  chain postrouting {\n    type nat hook postrouting priority 100; "
             "policy accept;\n"
             f"    meta mark & {MASQ_MARK} == {MASQ_MARK} masquerade\n  }}\n"

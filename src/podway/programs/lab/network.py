@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from podway.base.errors import EnvironmentProblem
 from podway.envoy.engine import transparent
+from podway.programs.agent.netns import single_thread
 from podway.programs.lab.plan import (
     CLIENT_IP,
     EDGE_CLIENT_IP,
@@ -158,3 +160,25 @@ def remove_ns(ns: str, *, limit_s: float = 5.0) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.02)
     sh("ip", "netns", "del", ns, check=False)
+
+
+def listen_in(ns: str, host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` inside network namespace ``ns`` (made by a
+    thread that joined it; the socket stays there). Non-blocking, for an event loop."""
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            raise LabError(f"cannot listen on {host}:{port} in {ns}: {exc}") from None
+        sock.setblocking(False)
+        return sock
+
+    pool = single_thread(netns=ns, name="lab-listen")
+    try:
+        return pool.submit(make).result()
+    finally:
+        pool.shutdown()

@@ -11,7 +11,9 @@ namespace:
   routes to every node's pod CIDR (``clusterip`` mode, like AKO's static routes).
 - Every node routes the client network through the edge and the other nodes' pod CIDRs through
   those nodes (kube-proxy's second hop).
-- ClusterIPs come from 198.19.128.0/17 (allocated, not programmed: nothing in the lab uses them).
+- ClusterIPs come from 198.19.128.0/17, programmed by the lab's kube-proxy on every node
+  (``kubeproxy``); the first is the ``kubernetes`` Service, in front of the API's address in
+  the lab (the edge's fabric address, port 6443, HTTPS with the lab's CA: ``pki``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ EDGE_CLIENT_IP = "198.19.0.1"
 CLIENT_IP = "198.19.0.2"
 VIP = "198.19.1.1"
 CLUSTER_IP_CIDR = "198.19.128.0/17"
+# The API inside the lab: it listens on the edge's fabric address too, behind the ``kubernetes``
+# Service (default namespace, the range's first address, port 443) as on a cluster.
+API_IP = EDGE_FABRIC_IP
+API_PORT = 6443
+KUBERNETES_IP = "198.19.128.1"
+CLUSTER_DOMAIN = "cluster.local"
 NODE_PORT_RANGE = (30000, 32767)
 NPL_RANGE = "61000-62000"
 # Engines beside the lab's Envoy (which serves the default group), each serving one engine

@@ -3,7 +3,9 @@
 Layout (``/run/podway/lab/<name>/`` by default, root only, mode 0700)::
 
     lab.json       the plan (name, node count) and the API port: written by ``lab up`` first
-    kubeconfig     for kubectl, the agents and the controller (http://127.0.0.1:PORT)
+    kubeconfig     for kubectl, the agents and the controller (https://127.0.0.1:PORT, the
+                   lab CA, the administrator's token)
+    pki/           the lab CA, the API's certificate, the admin token, the token key (``pki``)
     store.json     the API objects (the control plane reloads it when it restarts)
     daemon.pid     the lab daemon, which supervises every other lab process
     api-restarts   how many times the control plane was restarted (``restart-api`` waits on it)
@@ -19,6 +21,7 @@ it; ``lab up`` refuses to start while either exists (leftovers).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -27,6 +30,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from podway.programs.lab.pki import LabPki
 from podway.programs.lab.plan import LabPlan, make_plan
 
 DEFAULT_ROOT = Path("/run/podway/lab")
@@ -88,6 +92,12 @@ class LabState:
         return None
 
     @property
+    def chart_marker(self) -> Path:
+        """Present when the lab runs Podway from its Helm chart (``lab up --install``): the
+        daemon then starts no controller, engine or agents of its own."""
+        return self.root / "chart"
+
+    @property
     def images(self) -> Path:
         return self.root / "images"
 
@@ -106,13 +116,20 @@ class LabState:
                 out.write(secrets.token_urlsafe(32))
         return path
 
+    @property
+    def pki(self) -> LabPki:
+        """The lab's CA, the API's certificate and the credentials (``pki``)."""
+        return LabPki(self.root / "pki")
+
     def create(self, plan: LabPlan, api_port: int) -> None:
         self.root.mkdir(parents=True, mode=0o700)
         for sub in (self.pids, self.logs):
             sub.mkdir(mode=0o700)
         self.info.write_text(json.dumps({**plan.to_json(), "api_port": api_port}))
-        self.kubeconfig.write_text(kubeconfig(api_port, plan.name))
-        self.kubeconfig.chmod(0o600)
+        pki = self.pki.ensure()
+        self.kubeconfig.touch(mode=0o600)
+        self.kubeconfig.write_text(kubeconfig(api_port, plan.name, ca=pki.ca_cert.read_bytes(),
+                                              token=pki.admin_token))
 
     def exists(self) -> bool:
         return self.root.exists()
@@ -167,13 +184,17 @@ def kill(pid: int, sig: signal.Signals = signal.SIGTERM) -> None:
         os.kill(pid, sig)
 
 
-def kubeconfig(port: int, name: str) -> str:
-    """A kubeconfig for the lab's API (plain HTTP on loopback: the emulator has no auth)."""
+def kubeconfig(port: int, name: str, *, ca: bytes, token: str,
+               server: str | None = None) -> str:
+    """A kubeconfig for the lab's API: HTTPS on loopback (or ``server``), trusting the lab's
+    CA, with a bearer token (the administrator's, or a ServiceAccount's)."""
     return json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": f"podway-lab-{name}",
         "clusters": [{"name": f"podway-lab-{name}",
-                      "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "lab", "user": {}}],
+                      "cluster": {"server": server or f"https://127.0.0.1:{port}",
+                                  "certificate-authority-data":
+                                      base64.b64encode(ca).decode()}}],
+        "users": [{"name": "lab", "user": {"token": token}}],
         "contexts": [{"name": f"podway-lab-{name}",
                       "context": {"cluster": f"podway-lab-{name}", "user": "lab",
                                   "namespace": "default"}}]}, indent=1) + "\n"

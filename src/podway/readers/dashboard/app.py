@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from importlib import resources
+from types import MappingProxyType
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -45,11 +47,14 @@ from aiohttp import web
 from podway.base.tasks import cancel_and_wait
 from podway.pipeline import Rejection, State
 from podway.readers.dashboard import engine_view, view
+from podway.readers.engine_health import EngineViews, member_texts
 
 log = logging.getLogger(__name__)
 
 AdminAddress = Callable[[], str | None]  # the engine's admin address now; None: not running
-Explainer = Callable[[State, str], str]  # (state, URL) → the explain report as text
+# (state, URL, live member health: pool → "address:port" → "healthy" or why not; None: not
+# known) → the explain report as text
+Explainer = Callable[[State, str, Mapping[str, Mapping[str, str]] | None], str]
 
 _ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 _MAX_URL = 2048
@@ -76,10 +81,14 @@ class Hub:
     """Builds the view document and wakes the streams that wait for a newer one."""
 
     def __init__(self, provider: StateProvider, *, options: DashboardOptions,
-                 engine_admin: AdminAddress | None) -> None:
+                 engine_admin: AdminAddress | None,
+                 engine_views: EngineViews | None = None) -> None:
         self.provider = provider
         self.options = options
         self.engine_admin = engine_admin
+        self.engine_views = engine_views  # every engine's member health (engine_health)
+        self.reporting = False  # some engine reported its view at the last sample
+        self.live: dict[str, dict[str, str]] | None = None  # the last sample, as explain reads it
         self.document: dict[str, Any] = view.build(None, options=options.view)
         self.encoded = json.dumps(self.document).encode()  # once per document, not per stream
         self.seq = 1
@@ -136,6 +145,12 @@ class Hub:
                                                limit_s=self.options.scrape_limit_s)
             except (OSError, TimeoutError) as exc:
                 log.debug("dashboard: engine admin did not answer: %s", exc)
+        if self.engine_views is not None:
+            views = await self.engine_views()
+            self.reporting = bool(views)
+            if views:
+                now = with_views(now, views, at=time.monotonic())
+        self.live = None if now is None else live_health(now)
         self._samples = (self._samples[1], now)
 
     def _note_rejections(self, state: State) -> None:
@@ -153,7 +168,10 @@ class Hub:
     def _rebuild(self) -> None:
         self._stale = False
         before, now = self._samples
-        document = view.build(self.provider.state, options=self.options.view, now=now,
+        options = self.options.view
+        if self.reporting and not options.engine_known:
+            options = dataclasses.replace(options, engine_known=True)
+        document = view.build(self.provider.state, options=options, now=now,
                               before=before, nacks=tuple(self._nacks))
         if document != self.document:
             self.document = document
@@ -183,12 +201,38 @@ class Hub:
         return self._closed
 
 
+def with_views(sample: engine_view.Sample | None, views: Mapping[str, Any], *,
+               at: float) -> engine_view.Sample:
+    """``sample`` (a local Envoy's, or none) with every engine's reported member health: a
+    member one engine finds unhealthy is unhealthy, the reason naming that engine."""
+    hosts = dict(sample.hosts) if sample is not None else {}
+    for key, text in member_texts(views).items():
+        before = hosts.get(key)
+        if text != "healthy":
+            reason = text if before is None or before.healthy else f"{before.reason}; {text}"
+            hosts[key] = engine_view.HostHealth(healthy=False, reason=reason)
+        elif before is None:
+            hosts[key] = engine_view.HostHealth(healthy=True)
+    if sample is None:
+        return engine_view.Sample(taken_at=at, hosts=MappingProxyType(hosts))
+    return dataclasses.replace(sample, hosts=MappingProxyType(hosts))
+
+
+def live_health(sample: engine_view.Sample) -> dict[str, dict[str, str]]:
+    """A sample's member health as explain reads it (``healthy``, or why not)."""
+    out: dict[str, dict[str, str]] = {}
+    for (pool, hostport), seen in sample.hosts.items():
+        out.setdefault(pool, {})[hostport] = "healthy" if seen.healthy else seen.reason
+    return out
+
+
 def make_app(provider: StateProvider, *, options: DashboardOptions | None = None,
              engine_admin: AdminAddress | None = None,
-             explainer: Explainer | None = None) -> web.Application:
+             explainer: Explainer | None = None,
+             engine_views: EngineViews | None = None) -> web.Application:
     """The dashboard, ready to mount (``web.AppRunner``) or add as a sub-app."""
     opts = options or DashboardOptions()
-    hub = Hub(provider, options=opts, engine_admin=engine_admin)
+    hub = Hub(provider, options=opts, engine_admin=engine_admin, engine_views=engine_views)
     views = _Views(hub, opts, explainer)
     app = web.Application(middlewares=[_only_this_server(opts.hosts)])
 
@@ -267,7 +311,9 @@ class _Views:
         current = self.hub.provider.state
         report = None
         if self.explainer is not None and current is not None:
-            report = self.explainer(current, url)
+            if self.hub.live is None and self.hub.engine_views is not None:
+                await self.hub.look()  # nobody watched: no sample yet
+            report = self.explainer(current, url, self.hub.live)
         return web.Response(text=_explain_page(url, report, self.options),
                             content_type="text/html", charset="utf-8")
 

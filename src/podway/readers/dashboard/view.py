@@ -229,7 +229,8 @@ def request_url(ls: Listener, vh: VirtualHost, route: Route) -> str:
 
 
 def member_health(pool: str, member: Member, now: Sample | None) -> tuple[str, str]:
-    """(``healthy`` | ``unhealthy`` | ``draining``, why) from Kubernetes, then Envoy."""
+    """(``healthy`` | ``unhealthy`` | ``draining``, why) from Kubernetes, then the engines
+    (a local Envoy's admin and every engine's report: ``podway.readers.engine_health``)."""
     if member.state is MemberState.NOT_READY:
         return "unhealthy", "not ready in Kubernetes (EndpointSlice condition)"
     if member.state is MemberState.DRAINING:
@@ -239,7 +240,7 @@ def member_health(pool: str, member: Member, now: Sample | None) -> tuple[str, s
         seen = now.hosts.get((pool, f"{member.address}:{member.port}"))
     if seen is not None and not seen.healthy:
         return "unhealthy", seen.reason
-    return "healthy", "ready; Envoy agrees" if seen is not None else "ready in Kubernetes"
+    return "healthy", "ready; the engines agree" if seen is not None else "ready in Kubernetes"
 
 
 def _pool(pool: Pool, ctx: _Context) -> dict[str, Any]:

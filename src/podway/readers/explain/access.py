@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import replace
 
-from podway.ir import Authorization, BasicAuth, ClientAccess, ExtAuth, Route
+from podway.ir import Authorization, AuthRequest, BasicAuth, ClientAccess, ExtAuth, Jwt, Route
 from podway.model.base import ObjectRef
 from podway.readers.explain.model import Mark, Outcome, OutcomeKind, Verdict
 from podway.readers.explain.query import Query
@@ -40,6 +40,9 @@ class AccessChecks:
             if isinstance(f, Authorization) and (found := self._authorization(f, route)):
                 return found
         for f in route.filters:
+            if isinstance(f, Jwt) and (found := self._token(f, route)):
+                return found
+        for f in route.filters:
             if isinstance(f, BasicAuth) and (found := self._credentials(f, route)):
                 return found
         return None
@@ -47,7 +50,7 @@ class AccessChecks:
     def asked_first(self, route: Route, verdict: Verdict) -> Verdict:
         """``verdict`` when the route's external auth services allow the request; they may
         refuse it (their own 4xx) or fail (403), which explain cannot know: both outcomes."""
-        services = [f.pool for f in route.filters if isinstance(f, ExtAuth)]
+        services = [f.pool for f in route.filters if isinstance(f, ExtAuth | AuthRequest)]
         if not services:
             return verdict
         self.step("filter", Mark.INFO, f"{' and '.join(services)} decide first: a refusal is "
@@ -101,6 +104,23 @@ class AccessChecks:
                 f"({allowed}{denied})")
         self.step("filter", Mark.FAIL, text)
         return self._direct(403, f"403 because {text} (from {route.origin})", (route.origin,))
+
+    def _token(self, auth: Jwt, route: Route) -> Verdict | None:
+        """JWT authentication: 401 without a bearer token (unless optional); a token's
+        validity (signature, expiry, issuer, audience) is the engine's to judge."""
+        header = dict(self.q.headers).get("authorization", "")
+        who = auth.source or route.name
+        if header[:7].lower() == "bearer " and header[7:].strip():
+            self.step("filter", Mark.INFO, f"JWT authentication by {who}: the token must be "
+                      "valid for one of its providers (else 401; another audience 403)")
+            return None
+        if auth.optional:
+            self.step("filter", Mark.OK, f"JWT authentication by {who}: optional, no token")
+            return None
+        text = (f"{route.name} requires a JWT ({who}) and the request has none "
+                "(give -H 'Authorization: Bearer …')")
+        self.step("filter", Mark.FAIL, text)
+        return self._direct(401, f"401 because {text} (from {route.origin})", (route.origin,))
 
     def _credentials(self, auth: BasicAuth, route: Route) -> Verdict | None:
         """Basic authentication: 401 unless the query's Authorization names a user of

@@ -6,12 +6,15 @@ from podway.ir import (
     CORS,
     AccessRule,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ErrorPages,
     ExtAuth,
     Filter,
     HeaderModifier,
+    Jwt,
     L4Route,
     Listener,
     Pool,
@@ -84,6 +87,21 @@ def filter_text(f: Filter) -> str:
     if isinstance(f, BasicAuth):
         return (f"basic authentication: {len(f.users)} users of {f.source or 'the route'}, "
                 f"realm {f.realm!r} (others get 401)")
+    if isinstance(f, AuthRequest):
+        signin = f"; a 401 redirects to {f.signin}" if f.signin else ""
+        method = f.method or "GET"
+        return (f"external authentication ({f.source or f.pool}): {method}"
+                f" http://{f.authority}{f.path} is asked first; 2xx lets it through, 401/403 are "
+                f"the answer{signin}, anything else 500")
+    if isinstance(f, ErrorPages):
+        codes = ", ".join(str(c) for c in f.codes)
+        return (f"error pages: an answer {codes} is replaced by {f.pool}'s answer to GET / "
+                "(X-Code, X-Original-URI, …), its status included")
+    if isinstance(f, Jwt):
+        who = ", ".join(p.issuer or p.name for p in f.providers)
+        missing = "a request without one passes" if f.optional else "none: 401"
+        return (f"JWT authentication by {f.source or 'the route'}: a valid token of {who} "
+                f"(a bad one: 401, another audience: 403; {missing})")
     return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
 
 

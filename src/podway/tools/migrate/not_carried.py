@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields
 
-from podway.translate.ingress.nginx import basic_auth
+from podway.translate.ingress.nginx import basic_auth, error_pages, ext_auth
 from podway.translate.ingress.nginx.annotations import (
     PREFIX,
     NginxAnnotations,
@@ -42,9 +42,14 @@ CARRIED = frozenset({"rewrite", "ssl", "redirect", "cors", "canary", "app_root",
                      "server_alias", "from_to_www"})
 
 
-def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
+def not_carried(notes: NginxAnnotations, annotations: Mapping[str, str] | None = None
+                ) -> list[tuple[str, str]]:
     """(annotation key, why) for each setting of one Ingress that the conversion leaves out."""
     out: list[tuple[str, str]] = []
+    raw = {k.removeprefix(PREFIX): v for k, v in (annotations or {}).items()}
+    if error_pages.served_keys(raw):
+        out.append((PREFIX + "custom-http-errors", "not carried over: Gateway API has no error "
+                    "pages; keep the Ingress (Podway serves them)"))
     default = NginxAnnotations()
     for each in fields(NginxAnnotations):
         name = each.name
@@ -65,11 +70,15 @@ def not_carried(notes: NginxAnnotations) -> list[tuple[str, str]]:
 
 def restrictions(notes: NginxAnnotations, annotations: Mapping[str, str]) -> list[str]:
     """The keys of an Ingress that restrict who may reach it and that the converted routes do
-    not carry: Podway's unserved ones (``closed``), and basic auth, source ranges and client
-    certificates, which Podway serves on Ingresses but to-gateway does not convert."""
+    not carry: Podway's unserved ones (``closed``), and basic auth, auth-url, source ranges
+    and client certificates, which Podway serves on Ingresses but to-gateway does not
+    convert."""
     out = list(notes.closed)
-    if basic_auth.asks_basic({k.removeprefix(PREFIX): v for k, v in annotations.items()}):
+    raw = {k.removeprefix(PREFIX): v for k, v in annotations.items()}
+    if basic_auth.asks_basic(raw):
         out.append(PREFIX + "auth-type")
+    if ext_auth.asks(raw):
+        out.append(PREFIX + "auth-url")
     if notes.source_ranges is not None:
         out.append(PREFIX + "whitelist-source-range")
     if notes.auth_tls is not None and notes.auth_tls.verify in (VerifyClient.ON,

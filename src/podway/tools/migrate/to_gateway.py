@@ -383,7 +383,7 @@ def convert(objects: Sequence[K8sObject], opts: ConvertOptions = DEFAULTS) -> Co
     converted: list[tuple[Ingress, NginxAnnotations]] = []
     for ingress in ingresses:
         notes = read_notes[ingress.metadata.uid or ref_of(ingress)]
-        for key, message in not_carried(notes):
+        for key, message in not_carried(notes, ingress.metadata.annotations):
             conv.note(ingress, key, message)
         restricting = restrictions(notes, ingress.metadata.annotations)
         if restricting:

@@ -87,6 +87,7 @@ class Reason(StrEnum):
     INVALID_CERTIFICATE_REF = "InvalidCertificateRef"
     INVALID_CA_CERTIFICATE_REF = "InvalidCACertificateRef"
     INVALID_CA_CERTIFICATE_KIND = "InvalidCACertificateKind"
+    INVALID_CLIENT_CERTIFICATE_REF = "InvalidClientCertificateRef"  # Gateway spec.tls.backend
     NO_VALID_CA_CERTIFICATE = "NoValidCACertificate"
     REF_NOT_PERMITTED = "RefNotPermitted"
     INVALID_KIND = "InvalidKind"
@@ -98,6 +99,16 @@ class Reason(StrEnum):
     INVALID_PARAMETERS = "InvalidParameters"  # GatewayClass parametersRef
     CONFIGURATION_CHANGED = "ConfigurationChanged"  # InsecureFrontendValidationMode
     TARGET_NOT_FOUND = "TargetNotFound"  # a policy's targetRef names no object
+    # ListenerSet (GEP-1713) and the Gateway's AttachedListenerSets condition
+    NOT_ALLOWED = "NotAllowed"
+    PARENT_NOT_ACCEPTED = "ParentNotAccepted"
+    PARENT_NOT_PROGRAMMED = "ParentNotProgrammed"
+    LISTENER_SETS_ATTACHED = "ListenerSetsAttached"
+    NO_LISTENER_SETS_ATTACHED = "NoListenerSetsAttached"
+    LISTENER_SETS_NOT_ALLOWED = "ListenerSetsNotAllowed"
+    # GatewayClass SupportedVersion (the cluster's Gateway API CRD bundle versions)
+    SUPPORTED_VERSION = "SupportedVersion"
+    UNSUPPORTED_VERSION = "UnsupportedVersion"
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,7 @@ class ObjectStatus:
     listeners: tuple[ListenerStatus, ...] = ()  # Gateway
     parents: tuple[ParentStatus, ...] = ()  # routes (and policies, as ancestors)
     supported_features: tuple[str, ...] = ()  # GatewayClass: sorted feature names
+    attached_listener_sets: int | None = None  # Gateway: None when it takes no ListenerSets
 
 
 def _condition(c: Condition) -> dict[str, Any]:
@@ -88,6 +89,8 @@ def to_api(status: ObjectStatus, *, kind: str = "") -> dict[str, Any]:
             "attachedRoutes": ls.attached_routes,
             "conditions": [_condition(c) for c in ls.conditions],
         } for ls in status.listeners]
+    if status.attached_listener_sets is not None:
+        out["attachedListenerSets"] = status.attached_listener_sets
     if status.supported_features:
         out["supportedFeatures"] = [{"name": n} for n in status.supported_features]
     if status.parents:

@@ -60,7 +60,12 @@ def _entry_key(entry: _Entry) -> tuple[object, ...]:
 
 
 def listener_id(ls: GwListener) -> str:
+    """``ns/gateway/listener``; ``ns/gateway/set-ns/set/listener`` for a ListenerSet's (whose
+    names need not differ from the Gateway's)."""
     ns, name = ls.gateway.key
+    if ls.owner is not None:
+        set_ns, set_name = ls.owner.key
+        return f"{ns}/{name}/{set_ns}/{set_name}/{ls.name}"
     return f"{ns}/{name}/{ls.name}"
 
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 from podway.ir import ListenerProtocol, WildcardMode
 from podway.ir.hosts import covers
-from podway.model.gateway import GROUP, Gateway
+from podway.model.gateway import GROUP, Gateway, ListenerSet
 from podway.model.gateway_routes import ParentReference
 from podway.model.snapshot import Key
 from podway.translate.core.problems import Reason, Verdict, quote
 from podway.translate.core.status import ParentRef
-from podway.translate.gateway.listeners import GatewayInfo, GwListener
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, SetInfo
 
 NamespaceLabels = Callable[[str], dict[str, str]]
 
@@ -60,7 +60,7 @@ def namespace_allowed(ls: GwListener, namespace: str, labels: NamespaceLabels) -
     if rule.from_ == "All":
         return True
     if rule.from_ == "Same":
-        return namespace == ls.gateway.metadata.namespace
+        return namespace == ls.namespace
     if rule.from_ == "Selector" and rule.selector is not None:
         return rule.selector.matches(labels(namespace))
     return False  # "None", or a value this version does not know
@@ -72,29 +72,45 @@ def parent_key(pref: ParentReference, route_namespace: str) -> Key:
 
 def attach(*, kind: str, namespace: str, parent_refs: tuple[ParentReference, ...],
            hostnames: tuple[str, ...], gateways: Mapping[Key, GatewayInfo],
-           labels: NamespaceLabels) -> list[ParentOutcome]:
-    """One outcome per parentRef that names one of our Gateways (others are not ours)."""
+           labels: NamespaceLabels,
+           sets: Mapping[Key, SetInfo] | None = None) -> list[ParentOutcome]:
+    """One outcome per parentRef that names one of our Gateways, or a ListenerSet of one of
+    them (others are not ours). A Gateway parent selects its own listeners only, a ListenerSet
+    parent the listeners of that set (GEP-1713)."""
     outcomes: list[ParentOutcome] = []
     seen: set[ParentRef] = set()
     for pref in parent_refs:
-        if pref.group != GROUP or pref.kind != Gateway.KIND:
+        if pref.group != GROUP or pref.kind not in (Gateway.KIND, ListenerSet.KIND):
             continue
-        info = gateways.get(parent_key(pref, namespace))
-        if info is None:
+        found: GatewayInfo | SetInfo | None
+        if pref.kind == Gateway.KIND:
+            found = gateways.get(parent_key(pref, namespace))
+        else:
+            found = (sets or {}).get(parent_key(pref, namespace))
+        if found is None:
             continue
-        ref = ParentRef(group=pref.group, kind=pref.kind, namespace=info.gateway.metadata.namespace,
+        ns = (found.gateway if isinstance(found, GatewayInfo) else found.obj).metadata.namespace
+        ref = ParentRef(group=pref.group, kind=pref.kind, namespace=ns,
                         name=pref.name, section_name=pref.section_name, port=pref.port)
         if ref in seen:
             continue
         seen.add(ref)
-        outcomes.append(_one(ref, pref, info, kind=kind, namespace=namespace,
+        outcomes.append(_one(ref, pref, found, kind=kind, namespace=namespace,
                              hostnames=hostnames, labels=labels))
     return outcomes
 
 
-def _one(ref: ParentRef, pref: ParentReference, info: GatewayInfo, *, kind: str, namespace: str,
-         hostnames: tuple[str, ...], labels: NamespaceLabels) -> ParentOutcome:
-    candidates = [ls for ls in info.listeners
+def _one(ref: ParentRef, pref: ParentReference, found: GatewayInfo | SetInfo, *, kind: str,
+         namespace: str, hostnames: tuple[str, ...], labels: NamespaceLabels) -> ParentOutcome:
+    if isinstance(found, SetInfo):
+        info, listeners, what_parent = found.info, found.listeners, "ListenerSet"
+        if not found.attached.ok:
+            return ParentOutcome(ref, info, Verdict(
+                False, Reason.NOT_ALLOWED_BY_LISTENERS,
+                f"ListenerSet is not attached to its Gateway: {found.attached.message}"))
+    else:
+        info, listeners, what_parent = found, found.own, "Gateway"
+    candidates = [ls for ls in listeners
                   if (pref.section_name is None or ls.name == pref.section_name)
                   and (pref.port is None or ls.spec.port == pref.port)]
     if not candidates:
@@ -102,7 +118,7 @@ def _one(ref: ParentRef, pref: ParentReference, info: GatewayInfo, *, kind: str,
             f"sectionName {quote(pref.section_name)}" if pref.section_name is not None else "",
             f"port {pref.port}" if pref.port is not None else "") if part)
         return ParentOutcome(ref, info, Verdict(False, Reason.NO_MATCHING_PARENT,
-                                                f"Gateway has no listener with "
+                                                f"{what_parent} has no listener with "
                                                 f"{what or 'any name'}"))
     allowed = [ls for ls in candidates
                if (GROUP, kind) in ls.kinds and namespace_allowed(ls, namespace, labels)]

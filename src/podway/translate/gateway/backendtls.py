@@ -16,17 +16,19 @@ can name the Gateways whose routes point at that Service whatever became of the 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from podway.ir import UpstreamTLS
+from podway.ir import TLSCertificate, UpstreamTLS
 from podway.model import ObjectRef
 from podway.model.gateway import BackendTLSPolicy
 from podway.model.snapshot import Snapshot
 from podway.translate.core.hosts import valid_hostname
 from podway.translate.core.problems import Reason, Verdict, quote
 from podway.translate.core.tls import ca_bundle
+from podway.translate.gateway.httproute import Resolve
 from podway.translate.gateway.refs import RefIssue
+from podway.translate.pools.backends import PoolSpec
 
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:[^\s]+$")  # scheme:rest, no whitespace
 POLICY_ACCEPTED = Verdict(True, Reason.ACCEPTED, "policy accepted")
@@ -144,3 +146,22 @@ def _subject_alt_names(items: tuple[dict[str, Any], ...]
         else:
             return f"subjectAltNames[{i}].type {quote(str(kind))} is not Hostname or URI"
     return tuple(out)
+
+
+def with_client_certificate(resolve: Resolve, cert: TLSCertificate,
+                            gateway: tuple[str, str]) -> Resolve:
+    """``resolve`` for the routes of a Gateway with a backend client certificate
+    (``spec.tls.backend.clientCertificateRef``): a pool speaking TLS to its members (a
+    BackendTLSPolicy) gets the certificate, under a name of its own (``<pool>@<ns>/<gateway>``),
+    so the same Service reached through another Gateway keeps its own pool."""
+    ns, name = gateway
+
+    def resolved(ref: Any) -> PoolSpec | RefIssue:
+        found = resolve(ref)
+        if isinstance(found, RefIssue) or found.settings.upstream_tls is None:
+            return found
+        tls = replace(found.settings.upstream_tls, client_certificate=cert)
+        return replace(found, name=f"{found.name}@{ns}/{name}",
+                       settings=replace(found.settings, upstream_tls=tls))
+
+    return resolved

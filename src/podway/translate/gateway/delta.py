@@ -70,8 +70,8 @@ def patch_routes(memo: GatewayMemo, snapshot: Snapshot, opts: TranslateOptions,
     ``PATCHED_KINDS`` only) and the routes naming a changed Service of ``services``; None when
     this cannot be done (see the module docstring)."""
     live = memo.live
-    if live is None:
-        return None
+    if live is None or any(info.sets for info in memo.infos.values()):
+        return None  # ListenerSets: a whole run (their statuses follow their routes' counts)
     redo = dict.fromkeys(keys)
     for service in services:
         redo.update(dict.fromkeys(sorted(live.by_service.get(service, ()))))

@@ -14,7 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from podway.ir import ListenerProtocol, TLSCertificate, TLSOptions
-from podway.model.gateway import GROUP, FrontendTLSValidation, Gateway, GatewayListener
+from podway.model.gateway import (
+    GROUP,
+    FrontendTLSValidation,
+    Gateway,
+    GatewayListener,
+    ListenerSet,
+)
 from podway.model.snapshot import Snapshot
 from podway.translate.core.addresses import AddressChoice, choose_address
 from podway.translate.core.hosts import valid_hostname
@@ -56,10 +62,27 @@ class GwListener:
     attached: int = 0
     unbound: str = ""  # why the engine cannot bind it (port taken elsewhere), "" when bound
     blocked: str = ""  # why it is not served although valid (the Gateway's address), or ""
+    owner: ListenerSet | None = None  # the ListenerSet that brought it; None: the Gateway's own
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of the object declaring the listener: ``Same`` and certificateRefs
+        are relative to it."""
+        return (self.owner or self.gateway).metadata.namespace
+
+    @property
+    def generation(self) -> int:
+        """The generation of the object declaring the listener (its status's)."""
+        return (self.owner or self.gateway).metadata.generation
+
+    @property
+    def declared_by(self) -> str:
+        """The kind declaring the listener (the ``from`` of a ReferenceGrant)."""
+        return ListenerSet.KIND if self.owner is not None else Gateway.KIND
 
     @property
     def hostname(self) -> str | None:
@@ -108,10 +131,32 @@ class GatewayInfo:
     # Every further usable address of spec.addresses: each programmed listener is bound there
     # too (a copy of the engine listener); one the port table refuses is dropped from here.
     extra_addresses: list[str] = field(default_factory=list)
+    # ``spec.tls.backend.clientCertificateRef``: the certificate shown to backends reached
+    # over TLS (a BackendTLSPolicy), and why the reference cannot be used (ResolvedRefs).
+    backend_certificate: TLSCertificate | None = None
+    backend_issue: Verdict | None = None
+    # The ListenerSets naming this Gateway as parent, in precedence order (attached or not);
+    # the listeners of those attached are in ``listeners`` too, after the Gateway's own.
+    sets: list[SetInfo] = field(default_factory=list)
 
     @property
     def addresses(self) -> tuple[str, ...]:
         return (self.address, *self.extra_addresses)
+
+    @property
+    def own(self) -> list[GwListener]:
+        """The Gateway's own listeners (``spec.listeners``)."""
+        return [ls for ls in self.listeners if ls.owner is None]
+
+
+@dataclass(slots=True)
+class SetInfo:
+    """A ListenerSet whose parent is one of our Gateways."""
+
+    obj: ListenerSet
+    info: GatewayInfo  # the parent
+    attached: Verdict  # False: NotAllowed, ParentNotAccepted (its listeners are not served)
+    listeners: list[GwListener] = field(default_factory=list)
 
 
 _PROTOCOLS = {"HTTP": ListenerProtocol.HTTP, "HTTPS": ListenerProtocol.HTTPS,
@@ -131,15 +176,57 @@ def prepare(gateway: Gateway, *, snapshot: Snapshot, grants: ReferenceGrants,
         info = GatewayInfo(gateway=gateway, address=address, address_issue=issue,
                            extra_addresses=extra)
     for i, spec in enumerate(gateway.spec.listeners):
-        ls = GwListener(gateway=gateway, spec=spec, index=i, protocol=_PROTOCOLS.get(spec.protocol))
-        _validate(ls)
-        if ls.accepted.ok and ls.terminates:
-            _certificates(ls, snapshot, grants, opts)
+        ls = new_listener(gateway, spec, i, None, snapshot=snapshot, grants=grants, opts=opts)
         if issue is not None and not issue.usable:
             ls.blocked = issue.message
         info.listeners.append(ls)
     _conflicts(info.listeners)
+    _backend_certificate(info, snapshot, grants)
     return info
+
+
+def _backend_certificate(info: GatewayInfo, snapshot: Snapshot, grants: ReferenceGrants) -> None:
+    """``spec.tls.backend.clientCertificateRef`` read: a TLS Secret, across namespaces only
+    with a ReferenceGrant; else ``backend_issue`` (``InvalidClientCertificateRef``,
+    ``RefNotPermitted``) and no certificate: backends that require one refuse the engine."""
+    tls = info.gateway.spec.tls
+    ref = tls.backend.client_certificate_ref if tls is not None and tls.backend else None
+    if ref is None:
+        return
+    ns = info.gateway.metadata.namespace
+    target_ns = ref.namespace or ns
+    if ref.group != "" or ref.kind != "Secret":
+        info.backend_issue = Verdict(False, Reason.INVALID_CLIENT_CERTIFICATE_REF,
+                                     f"clientCertificateRef kind {quote(ref.kind)} is not "
+                                     "supported (core Secret)")
+        return
+    if not grants.permits(from_group=GROUP, from_kind=Gateway.KIND, from_namespace=ns,
+                          to_group="", to_kind="Secret", to_namespace=target_ns,
+                          to_name=ref.name):
+        info.backend_issue = Verdict(False, Reason.REF_NOT_PERMITTED,
+                                     f"Secret {target_ns}/{ref.name} is in another namespace "
+                                     f"and no ReferenceGrant in {target_ns} allows Gateways "
+                                     f"from {ns}")
+        return
+    found = certificate_from_secret(snapshot, target_ns, ref.name, ())
+    if found.error is not None or found.certificate is None:
+        info.backend_issue = Verdict(False, Reason.INVALID_CLIENT_CERTIFICATE_REF,
+                                     "clientCertificateRef: " + (
+                                         found.error.message if found.error else "no certificate"))
+        return
+    info.backend_certificate = found.certificate
+
+
+def new_listener(gateway: Gateway, spec: GatewayListener, index: int, owner: ListenerSet | None,
+                 *, snapshot: Snapshot, grants: ReferenceGrants,
+                 opts: TranslateOptions) -> GwListener:
+    """One listener validated, with its certificates (``owner``: the ListenerSet declaring it)."""
+    ls = GwListener(gateway=gateway, spec=spec, index=index,
+                    protocol=_PROTOCOLS.get(spec.protocol), owner=owner)
+    _validate(ls)
+    if ls.accepted.ok and ls.terminates:
+        _certificates(ls, snapshot, grants, opts)
+    return ls
 
 
 def _granted(grant: VipGrant, opts: TranslateOptions
@@ -250,7 +337,7 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
         # the one asked for.
         ls.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, str(error))
         return
-    ns = ls.gateway.metadata.namespace
+    ns = ls.namespace
     if ls.protocol is ListenerProtocol.HTTPS:
         checked = _frontend_validation(ls, options, snapshot, grants)
         if checked is None:
@@ -268,12 +355,12 @@ def _certificates(ls: GwListener, snapshot: Snapshot, grants: ReferenceGrants,
             _unresolved(ls, Reason.INVALID_CERTIFICATE_REF,
                         f"certificateRef kind {quote(ref.kind)} is not supported (core Secret)")
             continue
-        if not grants.permits(from_group=GROUP, from_kind="Gateway", from_namespace=ns,
+        if not grants.permits(from_group=GROUP, from_kind=ls.declared_by, from_namespace=ns,
                               to_group="", to_kind="Secret", to_namespace=target_ns,
                               to_name=ref.name):
             _unresolved(ls, Reason.REF_NOT_PERMITTED,
                         f"Secret {target_ns}/{ref.name} is in another namespace and no "
-                        f"ReferenceGrant in {target_ns} allows Gateways from {ns}")
+                        f"ReferenceGrant in {target_ns} allows {ls.declared_by}s from {ns}")
             continue
         found = certificate_from_secret(snapshot, target_ns, ref.name, hostnames)
         if found.error is not None or found.certificate is None:
@@ -342,7 +429,7 @@ def _unresolved(ls: GwListener, reason: Reason, message: str) -> None:
         ls.resolved = Verdict(False, reason, message)
 
 
-def _family(protocol: ListenerProtocol | None) -> str:
+def family(protocol: ListenerProtocol | None) -> str:
     return "udp" if protocol is ListenerProtocol.UDP else "tcp"
 
 
@@ -350,7 +437,7 @@ def _conflicts(listeners: list[GwListener]) -> None:
     groups: dict[tuple[int, str], list[GwListener]] = {}
     for ls in listeners:
         if ls.accepted.ok:
-            groups.setdefault((ls.spec.port, _family(ls.protocol)), []).append(ls)
+            groups.setdefault((ls.spec.port, family(ls.protocol)), []).append(ls)
     for (port, _), group in groups.items():
         protocols = {ls.protocol for ls in group}
         # HTTPS and TLS share a port: SNI picks a terminating or a passthrough filter chain.

@@ -161,11 +161,12 @@ def copy_outcomes(outcomes: tuple[ParentOutcome, ...]) -> list[ParentOutcome]:
 def info_signature(info: GatewayInfo) -> tuple[object, ...]:
     """Everything attachment and placement read from a freshly prepared Gateway."""
     return (info.gateway, info.address, info.address_issue, info.class_issue,
-            tuple(info.extra_addresses),
+            tuple(info.extra_addresses), info.backend_certificate, info.backend_issue,
             tuple((ls.spec, ls.index, ls.protocol, ls.kinds, ls.accepted, ls.resolved,
                    ls.conflicted, tuple(ls.certificates), tuple(ls.warnings), ls.blocked,
-                   ls.unbound)
-                  for ls in info.listeners))
+                   ls.unbound, ls.owner)
+                  for ls in info.listeners),
+            tuple((s.obj, s.attached) for s in info.sets))
 
 
 def adopt(kept: Mapping[tuple[str, str], GatewayInfo],

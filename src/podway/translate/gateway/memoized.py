@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from podway.model import ObjectRef
 from podway.model.core import Namespace, Service
-from podway.model.gateway import BackendTLSPolicy, Gateway, ReferenceGrant
+from podway.model.gateway import BackendTLSPolicy, Gateway, ListenerSet, ReferenceGrant
 from podway.model.gateway_routes import AnyRoute, BackendObjectReference
 from podway.translate.gateway import status as st
 from podway.translate.gateway.httproute import CompiledRoute, Resolve
@@ -62,7 +62,8 @@ class MemoTranslation(GatewayTranslation):
         # Which Gateways exist at all matters too: a route naming one that does not gets a
         # warning (``_missing_parents``), whichever class it belongs to.
         epoch = (tuple(info_signature(i) for i in self._infos.values()),
-                 self.snapshot.kind(Namespace), self.snapshot.kind(Gateway).keys())
+                 self.snapshot.kind(Namespace), self.snapshot.kind(Gateway).keys(),
+                 self.snapshot.kind(ListenerSet).keys())
         self._same_epoch = memo.epoch is not None and memo.epoch == epoch \
             and memo.infos.keys() == self._infos.keys()
         if self._same_epoch:

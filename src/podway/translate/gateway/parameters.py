@@ -1,7 +1,9 @@
 """``GatewayClass.spec.parametersRef``: Podway's parameters of a class, read and checked.
 
-The referent is a ConfigMap (group "", kind ConfigMap, with a namespace) whose ``data`` holds
-Podway's class settings, each optional:
+The referent is Podway's kind ``GatewayClassConfig`` (group ``podway.io``, cluster-scoped: no
+namespace) whose ``spec`` holds Podway's class settings, or — the older form, still read — a
+ConfigMap (group "", kind ConfigMap, with a namespace) whose ``data`` holds them. Each is
+optional:
 
 - ``engineGroup``: the engine group serving the class's Gateways (docs/controller.md) when a
   Gateway names none itself (annotation ``podway.io/engine-group`` or its
@@ -17,8 +19,10 @@ served (they say why): parameters that restrict or place traffic are never ignor
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from podway.model.classconfig import PODWAY_GROUP, GatewayClassConfig
 from podway.model.core import ConfigMap
 from podway.model.gateway import GatewayClass
 from podway.model.snapshot import Snapshot
@@ -48,9 +52,17 @@ def class_parameters(cls: GatewayClass, snapshot: Snapshot) -> ClassParameters |
     def invalid(message: str) -> Verdict:
         return Verdict(False, Reason.INVALID_PARAMETERS, f"parametersRef: {message}")
 
+    if ref.group == PODWAY_GROUP and ref.kind == GatewayClassConfig.KIND:
+        if ref.namespace:
+            return invalid("a GatewayClassConfig is cluster-scoped: namespace must not be set")
+        config = snapshot.get(GatewayClassConfig, "", ref.name)
+        if config is None:
+            return invalid(f"GatewayClassConfig {ref.name} not found")
+        return _checked(config.spec.engine_group, config.spec.engine_kind, invalid)
     if ref.group != "" or ref.kind != "ConfigMap":
         return invalid(f"kind {quote(ref.kind)} of group {quote(ref.group)} is not supported "
-                       "(a ConfigMap: group \"\", kind ConfigMap)")
+                       f"(a GatewayClassConfig: group {PODWAY_GROUP}, kind "
+                       "GatewayClassConfig; or a ConfigMap: group \"\", kind ConfigMap)")
     if not ref.namespace:
         return invalid("a ConfigMap is namespaced: namespace is required")
     found = snapshot.get(ConfigMap, ref.namespace, ref.name)
@@ -60,11 +72,16 @@ def class_parameters(cls: GatewayClass, snapshot: Snapshot) -> ClassParameters |
     if unknown:
         return invalid(f"ConfigMap {ref.namespace}/{ref.name}: unknown key {quote(unknown[0])} "
                        f"(known: {', '.join(KEYS)})")
-    group = found.data.get("engineGroup", "").strip() or None
+    return _checked(found.data.get("engineGroup"), found.data.get("engineKind"), invalid)
+
+
+def _checked(group_value: str | None, kind_value: str | None,
+             invalid: Callable[[str], Verdict]) -> ClassParameters | Verdict:
+    group = (group_value or "").strip() or None
     if group is not None and not _LABEL_VALUE.match(group):
         return invalid(f"engineGroup {quote(group)} is not a label value (63 characters, "
                        "alphanumerics, '-', '_', '.')")
-    kind = found.data.get("engineKind", "envoy").strip()
+    kind = (kind_value or "envoy").strip()
     if kind not in ENGINE_KINDS:
         return invalid(f"engineKind {quote(kind)} is not one of {', '.join(ENGINE_KINDS)}")
     return ClassParameters(engine_group=group, engine_kind=kind)

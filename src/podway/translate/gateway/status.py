@@ -8,6 +8,7 @@ Each condition is decided as a ``Verdict`` first, then written with its type.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -20,7 +21,7 @@ from podway.model.gateway import (
     GatewayClass,
 )
 from podway.model.kinds import CRDS
-from podway.translate.core.problems import Problem, Reason, Severity, Verdict
+from podway.translate.core.problems import Problem, Reason, Severity, Verdict, listing
 from podway.translate.core.status import (
     Condition,
     ListenerStatus,
@@ -31,7 +32,7 @@ from podway.translate.core.status import (
 from podway.translate.gateway.attach import ParentOutcome
 from podway.translate.gateway.backendtls import PolicyOutcome
 from podway.translate.gateway.httproute import Issue
-from podway.translate.gateway.listeners import GatewayInfo, GwListener
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, SetInfo
 from podway.translate.gateway.refs import RefIssue
 
 #: The Gateway API version whose feature names (``pkg/features``) and CRDs Podway targets.
@@ -47,6 +48,7 @@ _KIND_FEATURES = tuple(k.name for k in CRDS if k.group == GROUP
                        and k.name not in ("GatewayClass", "BackendLBPolicy"))
 SUPPORTED_FEATURES: tuple[str, ...] = tuple(sorted((*_KIND_FEATURES,
     "BackendTLSPolicySANValidation",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
@@ -87,6 +89,8 @@ class ConditionType(StrEnum):
     CONFLICTED = "Conflicted"
     PARTIALLY_INVALID = "PartiallyInvalid"
     INSECURE_FRONTEND = "InsecureFrontendValidationMode"
+    ATTACHED_LISTENER_SETS = "AttachedListenerSets"
+    SUPPORTED_VERSION = "SupportedVersion"
 
 
 def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
@@ -94,16 +98,60 @@ def _cond(type_: ConditionType, verdict: Verdict, generation: int) -> Condition:
                      message=verdict.message, observed_generation=generation)
 
 
-def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None) -> ObjectStatus:
-    """Accepted (or ``invalid``: its parametersRef, ``InvalidParameters``) and the features."""
+def gateway_class_status(cls: GatewayClass, invalid: Verdict | None = None,
+                         bundles: Mapping[str, str] | None = None) -> ObjectStatus:
+    """Accepted (or ``invalid``: its parametersRef, ``InvalidParameters``), SupportedVersion
+    when the cluster's CRDs are known (``bundles``, see ``supported_version``) and the
+    features."""
+    gen = cls.metadata.generation
     accepted = invalid or Verdict(True, Reason.ACCEPTED, f"handled by {cls.spec.controller_name}")
-    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted,
-                                          cls.metadata.generation),),
-                        supported_features=SUPPORTED_FEATURES)
+    conditions = [_cond(ConditionType.ACCEPTED, accepted, gen)]
+    if bundles is not None:
+        conditions.append(_cond(ConditionType.SUPPORTED_VERSION, supported_version(bundles),
+                                gen))
+    return ObjectStatus(conditions=tuple(conditions), supported_features=SUPPORTED_FEATURES)
+
+
+def gateway_class_problems(cls: GatewayClass, invalid: Verdict | None,
+                           bundles: Mapping[str, str] | None) -> list[Problem]:
+    """Its invalid parametersRef (an error), CRDs of another release (a warning)."""
+    out = []
+    if invalid is not None:
+        out.append(Problem(ref=cls.ref, reason=invalid.reason, message=invalid.message,
+                           field="spec.parametersRef"))
+    if bundles is not None and not (version := supported_version(bundles)).ok:
+        out.append(Problem(ref=cls.ref, reason=version.reason, message=version.message,
+                           severity=Severity.WARNING))
+    return out
+
+
+def supported_version(bundles: Mapping[str, str]) -> Verdict:
+    """Whether every Gateway API CRD in the cluster (CRD name → its bundle-version annotation)
+    is of the minor release Podway targets (``GATEWAY_API_VERSION``'s vX.Y, any patch). An
+    unannotated CRD or another release is ``UnsupportedVersion``: the class is still accepted
+    and served on a best-effort basis, as the API allows."""
+    minor = _minor(GATEWAY_API_VERSION)
+    wrong = sorted(f"{name} ({version or 'no bundle-version annotation'})"
+                   for name, version in bundles.items() if _minor(version) != minor)
+    if wrong:
+        return Verdict(False, Reason.UNSUPPORTED_VERSION,
+                       f"Gateway API CRDs of another release than {minor}.x: "
+                       f"{listing(wrong, limit=3)}; served on a best-effort basis (install "
+                       f"the {GATEWAY_API_VERSION} CRDs, deploy/crds/gateway-api)")
+    return Verdict(True, Reason.SUPPORTED_VERSION,
+                   f"Gateway API CRDs of release {minor}.x ({len(bundles)} CRDs)")
+
+
+def _minor(version: str) -> str:
+    """``v1.6.1`` → ``v1.6``; "" for anything else."""
+    parts = version.split(".")
+    ok = len(parts) >= 2 and parts[0][:1] == "v" and parts[0][1:].isdigit() \
+        and parts[1].isdigit()
+    return f"{parts[0]}.{parts[1]}" if ok else ""
 
 
 def listener_status(ls: GwListener) -> ListenerStatus:
-    gen = ls.gateway.metadata.generation
+    gen = ls.generation
     accepted = ls.accepted
     if accepted.ok and ls.conflicted is not None:
         accepted = ls.conflicted
@@ -125,24 +173,29 @@ def listener_status(ls: GwListener) -> ListenerStatus:
                     _cond(ConditionType.CONFLICTED, conflicted, gen)))
 
 
+def gateway_accepted(info: GatewayInfo) -> Verdict:
+    """The Gateway's ``Accepted`` (its own listeners decide ``ListenersNotValid``)."""
+    own = info.own
+    valid = [ls for ls in own if ls.accepted.ok and ls.conflicted is None]
+    issue = info.address_issue
+    if info.class_issue:
+        return Verdict(False, Reason.INVALID, info.class_issue)
+    if issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
+        return Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
+    if len(valid) < len(own):
+        return Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
+                       f"{len(own) - len(valid)} of {len(own)} listeners are not valid")
+    return Verdict(True, Reason.ACCEPTED, "gateway accepted")
+
+
 def gateway_status(info: GatewayInfo) -> ObjectStatus:
     gw: Gateway = info.gateway
     gen = gw.metadata.generation
-    listeners = tuple(listener_status(ls) for ls in info.listeners)
-    valid = [ls for ls in info.listeners if ls.accepted.ok and ls.conflicted is None]
+    listeners = tuple(listener_status(ls) for ls in info.own)
     issue = info.address_issue
     usable_address = issue is None or issue.usable
-    if info.class_issue:
-        accepted = Verdict(False, Reason.INVALID, info.class_issue)
-    elif issue is not None and not issue.usable and issue.reason is Reason.UNSUPPORTED_ADDRESS:
-        accepted = Verdict(False, Reason.UNSUPPORTED_ADDRESS, issue.message)
-    elif len(valid) < len(info.listeners):
-        accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
-                           f"{len(info.listeners) - len(valid)} of {len(info.listeners)} "
-                           "listeners are not valid")
-    else:
-        accepted = Verdict(True, Reason.ACCEPTED, "gateway accepted")
-    programmed_count = sum(ls.programmed for ls in info.listeners)
+    accepted = gateway_accepted(info)
+    programmed_count = sum(ls.programmed for ls in info.own)
     if info.class_issue:
         programmed = Verdict(False, Reason.INVALID, info.class_issue)
     elif issue is not None and not usable_address:
@@ -163,7 +216,78 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
         conditions.append(_cond(ConditionType.INSECURE_FRONTEND, Verdict(
             True, Reason.CONFIGURATION_CHANGED, "spec.tls.frontend: AllowInsecureFallback "
             f"lets clients without a valid certificate through ({insecure})"), gen))
-    return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners)
+    if info.backend_issue is not None or info.backend_certificate is not None:
+        conditions.append(_cond(ConditionType.RESOLVED_REFS, info.backend_issue or Verdict(
+            True, Reason.RESOLVED_REFS, "spec.tls.backend.clientCertificateRef resolved"), gen))
+    attached_sets = _attached_sets(info, conditions)
+    return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners,
+                        attached_listener_sets=attached_sets)
+
+
+def _attached_sets(info: GatewayInfo, conditions: list[Condition]) -> int | None:
+    """``AttachedListenerSets`` appended to ``conditions`` and the count of ListenerSets
+    attached and accepted; None (neither written) when the Gateway allows no ListenerSets and
+    none names it."""
+    gw = info.gateway
+    allowed = gw.spec.allowed_listeners
+    open_ = allowed is not None and allowed.namespaces.from_ in ("All", "Same", "Selector")
+    if not open_ and not info.sets:
+        return None
+    count = sum(1 for s in info.sets if s.attached.ok and listener_set_verdicts(s)[0].ok)
+    if not open_:
+        verdict = Verdict(False, Reason.LISTENER_SETS_NOT_ALLOWED,
+                          f"{len(info.sets)} ListenerSets name this Gateway, which allows none "
+                          "(spec.allowedListeners)")
+    elif count:
+        verdict = Verdict(True, Reason.LISTENER_SETS_ATTACHED, f"{count} ListenerSets attached")
+    else:
+        verdict = Verdict(False, Reason.NO_LISTENER_SETS_ATTACHED, "no ListenerSet attached")
+    conditions.append(_cond(ConditionType.ATTACHED_LISTENER_SETS, verdict, gw.metadata.generation))
+    return count
+
+
+def listener_set_verdicts(found: SetInfo) -> tuple[Verdict, Verdict]:
+    """A ListenerSet's ``Accepted`` and ``Programmed`` (the API's ListenerSet reasons)."""
+    if not found.attached.ok:
+        return found.attached, found.attached
+    listeners = found.listeners
+    valid = [ls for ls in listeners if ls.accepted.ok and ls.conflicted is None]
+    served = [ls for ls in listeners if ls.programmed]
+    if len(valid) == len(listeners):
+        accepted = Verdict(True, Reason.ACCEPTED, "listener set accepted")
+    else:
+        accepted = Verdict(bool(valid), Reason.LISTENERS_NOT_VALID,
+                           f"{len(listeners) - len(valid)} of {len(listeners)} listeners are "
+                           "not valid")
+    blocked = next((ls.blocked for ls in listeners if ls.blocked), "")
+    if blocked:
+        programmed = Verdict(False, Reason.PARENT_NOT_PROGRAMMED, blocked)
+    elif len(served) == len(listeners):
+        programmed = Verdict(True, Reason.PROGRAMMED, f"{len(served)} listeners served")
+    elif served:
+        programmed = Verdict(True, Reason.LISTENERS_NOT_VALID,
+                             f"{len(served)} of {len(listeners)} listeners served")
+    else:
+        unbound = next((ls.unbound for ls in listeners if ls.unbound), "")
+        programmed = (Verdict(False, Reason.PORT_UNAVAILABLE, unbound) if unbound
+                      else Verdict(False, Reason.LISTENERS_NOT_VALID, "no listener can be served"))
+    return accepted, programmed
+
+
+def listener_set_status(found: SetInfo) -> ObjectStatus:
+    gen = found.obj.metadata.generation
+    accepted, programmed = listener_set_verdicts(found)
+    return ObjectStatus(conditions=(_cond(ConditionType.ACCEPTED, accepted, gen),
+                                    _cond(ConditionType.PROGRAMMED, programmed, gen)),
+                        listeners=tuple(listener_status(ls) for ls in found.listeners))
+
+
+def listener_set_problems(found: SetInfo) -> list[Problem]:
+    """A ListenerSet not attached, and each listener's problems."""
+    if not found.attached.ok:
+        return [Problem(ref=found.obj.ref, reason=found.attached.reason,
+                        message=found.attached.message, field="spec.parentRef")]
+    return _listener_problems(found.obj.ref, found.listeners)
 
 
 def _insecure_ports(gw: Gateway) -> str:
@@ -241,7 +365,17 @@ def gateway_problems(info: GatewayInfo) -> list[Problem]:
             ref=ref, reason=issue.reason, message=issue.message,
             field="spec.addresses",
             severity=Severity.WARNING if issue.usable else Severity.ERROR))
-    for ls in info.listeners:
+    if info.backend_issue is not None:
+        out.append(Problem(ref=ref, reason=info.backend_issue.reason,
+                           message=info.backend_issue.message,
+                           field="spec.tls.backend.clientCertificateRef"))
+    out.extend(_listener_problems(ref, info.own))
+    return out
+
+
+def _listener_problems(ref: ObjectRef, listeners: list[GwListener]) -> list[Problem]:
+    out: list[Problem] = []
+    for ls in listeners:
         where = f"spec.listeners[{ls.index}]"
         found = [v for v in (ls.accepted, ls.resolved) if not v.ok]
         if ls.conflicted:
@@ -266,7 +400,7 @@ def route_problems(ref: ObjectRef, state: RouteState) -> tuple[Problem, ...]:
     for outcome in state.outcomes:
         if not outcome.accepted.ok:
             parent = outcome.ref
-            where = f"Gateway {parent.namespace}/{parent.name}" + (
+            where = f"{parent.kind} {parent.namespace}/{parent.name}" + (
                 f" listener {parent.section_name}" if parent.section_name else "")
             out.append(Problem(ref=ref, reason=outcome.accepted.reason,
                                message=f"{where}: {outcome.accepted.message}",

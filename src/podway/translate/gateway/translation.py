@@ -13,6 +13,7 @@ This class does no memoisation: ``memoized.MemoTranslation`` extends it and wrap
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, cast
@@ -20,7 +21,14 @@ from typing import Any, cast
 from podway.ir import Listener, ListenerProtocol
 from podway.model import ObjectRef
 from podway.model.core import Namespace, Service
-from podway.model.gateway import GROUP, BackendTLSPolicy, Gateway, GatewayClass, ReferenceGrant
+from podway.model.gateway import (
+    GROUP,
+    BackendTLSPolicy,
+    Gateway,
+    GatewayClass,
+    ListenerSet,
+    ReferenceGrant,
+)
 from podway.model.gateway_routes import (
     AnyRoute,
     BackendObjectReference,
@@ -39,14 +47,16 @@ from podway.translate.gateway import status as st
 from podway.translate.gateway.assemble import (
     PortBuilder,
     PortKey,
+    listener_id,
     merge_sni_shared,
     share_ports,
 )
 from podway.translate.gateway.attach import attach, parent_key
-from podway.translate.gateway.backendtls import BackendTLS, index_policies
+from podway.translate.gateway.backendtls import BackendTLS, index_policies, with_client_certificate
 from podway.translate.gateway.httproute import CompiledRoute, Issue, Resolve, compile_route
 from podway.translate.gateway.l4routes import CompiledL4, compile_l4
-from podway.translate.gateway.listeners import GatewayInfo, GwListener, prepare
+from podway.translate.gateway.listeners import GatewayInfo, GwListener, SetInfo, prepare
+from podway.translate.gateway.listenersets import join_listener_sets
 from podway.translate.gateway.memo import (
     AttachedPart,
     Placement,
@@ -75,9 +85,10 @@ class GatewayTranslation:
     _classes: list[GatewayClass] = field(default_factory=list)
     _class_params: dict[str, ClassParameters | Verdict] = field(default_factory=dict)
     _infos: dict[Key, GatewayInfo] = field(default_factory=dict)
+    _sets: dict[Key, SetInfo] = field(default_factory=dict)  # ListenerSets of our Gateways
     _ports: dict[PortKey, PortBuilder] = field(default_factory=dict)
     _routes: dict[ObjectRef, st.RouteState] = field(default_factory=dict)
-    _l4_owner: dict[tuple[Key, str], str] = field(default_factory=dict)
+    _l4_owner: dict[str, str] = field(default_factory=dict)  # listener id → route
     _tls: BackendTLS = field(default_factory=BackendTLS)
     _grants: ReferenceGrants | None = None
     _carried: dict[ResolveKey, tuple[Service | None, PoolSpec | RefIssue]] = field(
@@ -95,6 +106,8 @@ class GatewayTranslation:
         """Every listener of our Gateways; ``ports`` takes each bound port (see the module)."""
         grants = self._prepare()
         self._begin()
+        # After ``_begin``: a memoised run may have adopted the previous run's Gateways.
+        self._sets = {s.obj.key: s for info in self._infos.values() for s in info.sets}
         if not self._infos:
             self._end()
             return []
@@ -143,6 +156,8 @@ class GatewayTranslation:
                 for ls in info.listeners:
                     ls.blocked = info.class_issue
             self._infos[gw.key] = info
+        join_listener_sets(snap, self._infos, grants=grants, opts=self.opts, labels=self._labels,
+                           parent_accepted=lambda info: st.gateway_accepted(info).ok)
         return grants
 
     def _bind(self, ports: PortTable) -> list[Listener]:
@@ -234,7 +249,7 @@ class GatewayTranslation:
                           for i, h in enumerate(route.spec.hostnames) if not valid_hostname(h))
         outcomes = attach(kind=route.KIND, namespace=route.metadata.namespace,
                           parent_refs=route.spec.parent_refs, hostnames=hostnames,
-                          gateways=self._infos, labels=self._labels)
+                          gateways=self._infos, labels=self._labels, sets=self._sets)
         return AttachedPart(route=route, hostnames=hostnames, issues=tuple(issues),
                             outcomes=tuple(outcomes))
 
@@ -274,8 +289,18 @@ class GatewayTranslation:
                 outcome.accepted = Verdict(False, Reason.UNSUPPORTED_VALUE, "no valid hostname")
                 outcome.attachments.clear()
         if not dropped_all:
-            self._place(compiled, state, record)
+            self._place(compiled, state, record, partial(
+                self._served_by, route=route, resolve=resolve, compiled=compiled))
         return attached, compiled
+
+    def _served_by(self, info: GatewayInfo, *, route: AnyRoute, resolve: Resolve,
+                   compiled: CompiledRoute | CompiledL4) -> CompiledRoute | CompiledL4:
+        """``compiled`` with ``info``'s backend client certificate (compiled again)."""
+        cert = info.backend_certificate
+        if cert is None or not self._tls.targets:
+            return compiled
+        return GatewayTranslation._compile(
+            self, route, with_client_certificate(resolve, cert, info.gateway.key))
 
     def _resolver(self, kind: str, ns: str, grants: ReferenceGrants) -> Resolve:
         """backendRef resolution for one route kind and namespace, memoised per translation
@@ -306,18 +331,22 @@ class GatewayTranslation:
         return resolve
 
     def _missing_parents(self, route: AnyRoute) -> None:
-        """A warning for each parentRef naming a Gateway that does not exist at all."""
+        """A warning for each parentRef naming a Gateway or ListenerSet that does not exist."""
         ns = route.metadata.namespace
-        gateways = self.snapshot.kind(Gateway)
+        known = {Gateway.KIND: self.snapshot.kind(Gateway),
+                 ListenerSet.KIND: self.snapshot.kind(ListenerSet)}
         for k, pref in enumerate(route.spec.parent_refs):
-            gw_ns, gw_name = parent_key(pref, ns)
-            if pref.group == GROUP and pref.kind == "Gateway" and (gw_ns, gw_name) not in gateways:
+            key = parent_key(pref, ns)
+            if pref.group == GROUP and pref.kind in known and key not in known[pref.kind]:
                 self.problems.append(Problem(
                     ref=route.ref, reason=Reason.NO_MATCHING_PARENT, severity=Severity.WARNING,
-                    message=f"Gateway {gw_ns}/{gw_name} not found", field=f"spec.parentRefs[{k}]"))
+                    message=f"{pref.kind} {key[0]}/{key[1]} not found",
+                    field=f"spec.parentRefs[{k}]"))
 
     def _place(self, compiled: CompiledRoute | CompiledL4, state: st.RouteState,
-               record: Placement | None = None) -> None:
+               record: Placement | None = None,
+               served_by: Callable[[GatewayInfo], CompiledRoute | CompiledL4] | None = None
+               ) -> None:
         """Count the route on each listener it attaches to and hand it to the builders.
 
         ``attachedRoutes`` counts routes with ``Accepted=True`` on the listener, whatever the
@@ -326,15 +355,17 @@ class GatewayTranslation:
         here, after every reason to reject it on this parent (no rule left, no hostname, a
         TCP/UDP listener already taken) has been decided.
         """
-        counted: set[tuple[Key, str]] = set()
+        counted: set[str] = set()
         for outcome in state.outcomes:
             if not outcome.accepted.ok:
                 continue
             gw_key = outcome.info.gateway.key
+            here = served_by(outcome.info) if served_by is not None else compiled
             for att in outcome.attachments:
                 ls = att.listener
-                if (gw_key, ls.name) not in counted:
-                    counted.add((gw_key, ls.name))
+                ls_id = listener_id(ls)
+                if ls_id not in counted:
+                    counted.add(ls_id)
                     ls.attached += 1
                     if record is not None:
                         record.counted.append(ls)
@@ -342,7 +373,7 @@ class GatewayTranslation:
                     # One TCP/UDP listener forwards to one route: the oldest. A younger one is
                     # still Accepted and counted (the conformance suite's "multiple routes
                     # attachment"), and told with a warning that it gets no connections there.
-                    owner = self._l4_owner.setdefault((gw_key, ls.name), compiled_name(compiled))
+                    owner = self._l4_owner.setdefault(ls_id, compiled_name(compiled))
                     if owner != compiled_name(compiled):
                         state.issues.append(Issue(
                             Reason.SHADOWED, f"listener {ls.name} of Gateway "
@@ -355,10 +386,10 @@ class GatewayTranslation:
                 builder = self._ports.get(port)
                 if builder is None:
                     continue
-                added = self._contribute(builder, ls, att.hostnames, compiled, state)
+                added = self._contribute(builder, ls, att.hostnames, here, state)
                 if record is not None:
                     record.adds.extend((port, host, entries) for host, entries in added)
-            for spec in compiled.pools.values():
+            for spec in here.pools.values():
                 self.pools.setdefault(spec.name, spec)
                 if record is not None:
                     record.pools.append(spec)
@@ -421,13 +452,15 @@ class GatewayTranslation:
         for cls in self._classes:
             params = self._class_params[cls.metadata.name]
             invalid = params if isinstance(params, Verdict) else None
-            out[cls.ref] = st.gateway_class_status(cls, invalid)
-            if invalid is not None:
-                problems.append(Problem(ref=cls.ref, reason=invalid.reason,
-                                        message=invalid.message, field="spec.parametersRef"))
+            bundles = self.snapshot.gateway_api_bundles
+            out[cls.ref] = st.gateway_class_status(cls, invalid, bundles)
+            problems.extend(st.gateway_class_problems(cls, invalid, bundles))
         for info in self._infos.values():
             out[info.gateway.ref] = st.gateway_status(info)
             problems.extend(st.gateway_problems(info))
+            for found in info.sets:
+                out[found.obj.ref] = st.listener_set_status(found)
+                problems.extend(st.listener_set_problems(found))
         for ref, part in self._route_statuses().items():
             out[ref] = part.status
             problems.extend(part.problems)

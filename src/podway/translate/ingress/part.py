@@ -1,9 +1,8 @@
 """What one Ingress contributes on its own: routes by host+path, TLS certificates, pools and
 the problems found in it — before it meets any other Ingress.
 
-A part depends only on its Ingress and the objects it looked up (Services, Secrets), which it
-records; while none of them changes the part is reused as is, so re-translating after one
-Ingress changed costs the merge, not the rebuilding of every route (O(change) objects).
+A part depends only on its Ingress and the objects it looked up (Services, Secrets; recorded):
+while none of them changes it is reused, so a change of one Ingress costs the merge (O(change)).
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from podway.translate.core.regex import re2_problem
 from podway.translate.core.tls import ca_bundle, certificate_from_secret
 from podway.translate.core.tls_options import OPTION_KEYS, TLSOptionError, from_listener_options
 from podway.translate.ingress.foreign import foreign_annotations
-from podway.translate.ingress.nginx import basic_auth
+from podway.translate.ingress.nginx import basic_auth, error_pages, ext_auth
 from podway.translate.ingress.nginx import serve as nginx
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, VerifyClient
@@ -61,8 +60,7 @@ class Claim:
     order: tuple[int, int, str]
     route: Route
     where: str
-    # The Ingress refuses every request (an unserved access restriction): no canary joins it,
-    # so nothing reaches a backend past the restriction it asked for.
+    # Refuses every request (an unserved access restriction): no canary joins it either.
     refused: bool = False
 
 
@@ -180,7 +178,8 @@ class _Builder:
             route = Route(name=f"{base}/default-backend", match=RouteMatch(),
                           action=answer or self.action(ingress.spec.default_backend,
                                                        "spec.defaultBackend"),
-                          filters=(*self.filters, *nginx.host_rewrite(self.nginx)),
+                          filters=error_pages.for_backend((*self.filters, *nginx.host_rewrite(
+                              self.nginx)), ingress.spec.default_backend),
                           origin=ingress.ref)
             # Lowest precedence in every host of this Ingress, and for hosts nobody names.
             for host in dict.fromkeys([*rule_hosts, "*"]):
@@ -210,8 +209,7 @@ class _Builder:
                             aliases=n.server_alias, www_redirect=n.from_to_www)
 
     def read_nginx(self) -> None:
-        """The ingress-nginx annotations: read once, reported, turned into filters; its
-        ssl-redirect and backend-protocol stand in for Podway's own when those are unset."""
+        """The ingress-nginx annotations: read once, reported, turned into filters."""
         annotations = self.ingress.metadata.annotations
         self.nginx = read_nginx(annotations, namespace=self.ingress.metadata.namespace)
         self.settings = parse_tls_settings(_with_nginx(annotations, self.nginx))
@@ -221,10 +219,14 @@ class _Builder:
                          f"metadata.annotations[{note.key}]",
                          Severity.ERROR if note.error else Severity.WARNING)
         self.filters = nginx.route_filters(self.nginx)
-        auth = basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n))
-        self.problems += auth.problems()
-        self.filters += (auth.filter,) if auth.filter is not None else ()
-        self.nginx = auth.closing(self.nginx)  # unusable: refused as an unserved restriction
+        for auth in (basic_auth.serve(self.ingress, lambda ns, n: self.lookup(Secret, ns, n)),
+                     ext_auth.serve(self.ingress, lambda ns, n: self.lookup(Service, ns, n)),
+                     error_pages.serve(self.ingress, lambda ns, n: self.lookup(Service, ns, n))):
+            self.problems += auth.problems()
+            if auth.filter is not None and not self.nginx.closed:  # refused: nobody to ask
+                self.filters += (auth.filter,)
+                self.pools.update((p.name, p) for p in auth.pools)
+            self.nginx = auth.closing(self.nginx)  # unusable: refused as unserved
         canary = self.nginx.canary
         pattern = canary.header_pattern if canary is not None else None
         why = re2_problem(f".*(?:{pattern}).*") if pattern is not None else None
@@ -258,7 +260,8 @@ class _Builder:
             match, value = regex, path.path
         route = Route(name=name, match=RouteMatch(path=match),
                       action=answer or self.action(path.backend, f"{where}.backend"),
-                      filters=(*self.filters, *([rewrite] if rewrite else [])),
+                      filters=error_pages.for_backend(
+                          (*self.filters, *([rewrite] if rewrite else [])), path.backend),
                       origin=self.ingress.ref)
         order = (-len(value), 0 if exact else 1, value)
         self.claims.append(Claim(host, (match.kind, value), order, route, where,
@@ -287,15 +290,14 @@ class _Builder:
         legacy = annotations.get(LEGACY_CLASS_ANNOTATION)
         named = self.ingress.spec.ingress_class_name
         if legacy is not None and named is not None and legacy != named:
-            self.problem(Reason.UNSUPPORTED_ANNOTATION,
-                         f"annotation {LEGACY_CLASS_ANNOTATION} ({quote(legacy)}) is ignored: "
+            self.problem(Reason.UNSUPPORTED_ANNOTATION, f"annotation {LEGACY_CLASS_ANNOTATION} "
+                         f"({quote(legacy)}) is ignored: "
                          f"spec.ingressClassName ({quote(named)}) takes precedence",
                          f"metadata.annotations[{LEGACY_CLASS_ANNOTATION}]", Severity.WARNING)
 
     def handshake_options(self) -> TLSOptions | None:
-        """``podway.io/tls-min-version``, ``-max-version`` and ``-ciphers`` over the flags'
-        options for this Ingress's certificates; None (and an error) when the engine would
-        refuse a value: its TLS entries are then not served rather than served weaker."""
+        """``podway.io/tls-*-version``, ``-ciphers`` over the flags' options for this Ingress;
+        None (and an error) when the engine would refuse a value: TLS entries not served."""
         annotations = self.ingress.metadata.annotations
         try:
             options = from_listener_options(annotations, self.opts.tls)
@@ -308,9 +310,8 @@ class _Builder:
         return self.client_certificates(options)
 
     def client_certificates(self, options: TLSOptions) -> TLSOptions | None:
-        """nginx ``auth-tls-*``: the CA that verifies client certificates on this Ingress's
-        TLS hosts. None (with an error) when it cannot be enforced as asked: those hosts are
-        then not served over HTTPS rather than served without client certificates."""
+        """nginx ``auth-tls-*``: the CA that verifies client certificates on its TLS hosts. None
+        (an error) when it cannot be enforced as asked: then not served over HTTPS at all."""
         auth = self.nginx.auth_tls
         if auth is None or auth.verify in (VerifyClient.OFF, VerifyClient.OPTIONAL_NO_CA):
             return options
@@ -488,8 +489,7 @@ class _Builder:
 
 
 def _with_nginx(annotations: dict[str, str], found: NginxAnnotations) -> dict[str, str]:
-    """The annotations with nginx's ssl-redirect, backend-protocol and ssl-passthrough standing
-    in for Podway's own when those are not set (``podway.io/`` wins when both are)."""
+    """With nginx's ssl-redirect, backend-protocol, ssl-passthrough for unset podway.io ones."""
     extra: dict[str, str] = {}
     if found.ssl is not None and ann.SSL_REDIRECT.name not in annotations:
         extra[ann.SSL_REDIRECT.name] = str(found.ssl.redirect).lower()

@@ -15,10 +15,14 @@ from podway.envoy.config.scoped import LOWER_HOST_FILTER, ROUTER_FILTER, rds_for
 from podway.ir import (
     CORS,
     Authorization,
+    AuthRequest,
     BasicAuth,
     BodyLimit,
     ClientAccess,
+    ErrorPages,
     ExtAuth,
+    Jwt,
+    JwtProvider,
     Listener,
     RateLimit,
 )
@@ -28,9 +32,11 @@ from .helpers import http_listener, route, vhost
 OPTIONAL = {"envoy.filters.http.cors", "envoy.filters.http.local_ratelimit",
             "envoy.filters.http.rbac", "envoy.filters.http.buffer",
             "envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
-            "podway.rbac.authorization"}
+            "podway.rbac.authorization", "podway.jwt_authn", "podway.lua.auth_request",
+            "podway.lua.error_pages"}
 # Authentication: would refuse every request when on without a per-route config.
-GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc"}
+GUARDS = {"envoy.filters.http.basic_auth", "podway.ext_authz.http", "podway.ext_authz.grpc",
+          "podway.jwt_authn", "podway.lua.auth_request"}
 # The streaming body limit (a body limit too large to buffer): disabled on the manager like the
 # others, switched on only by the routes with such a limit (none in this listener).
 STREAMING_LIMIT = "envoy.filters.http.lua"
@@ -48,7 +54,10 @@ def _listener() -> Listener:
         CORS(allow_origins=("https://app.test",)), ClientAccess(allow=("10.0.0.0/8",)),
         RateLimit(requests=1, burst=2), BodyLimit(max_bytes=1024),
         BasicAuth(users=(("u", "{SHA}" + "A" * 27 + "="),)), ExtAuth(pool="p"),
-        ExtAuth(pool="p", grpc=True), Authorization()))
+        ExtAuth(pool="p", grpc=True), Authorization(),
+        Jwt(name="j", providers=(JwtProvider(name="j/p", jwks='{"keys": []}'),)),
+        AuthRequest(pool="p", authority="auth", path="/oauth2/auth"),
+        ErrorPages(codes=(404,), pool="p")))
     return http_listener(vhost("a.test", guarded, route("plain", "/plain", "p")))
 
 
@@ -61,7 +70,7 @@ def test_optional_filters_are_switched_off_on_the_manager() -> None:
 
 
 def test_only_the_routes_that_use_a_feature_switch_its_filter_on() -> None:
-    """The route with CORS, an allowlist, a rate limit, a body limit, basic auth and both
+    """The route with CORS, an allowlist, a rate limit, a body limit, basic auth, JWT and both
     external auths names every filter (a per-route config switches a disabled filter on); the
     plain route names none."""
     table = route_configuration(_listener(), persistence={})
@@ -83,3 +92,43 @@ def test_a_scoped_manager_keeps_them_on_and_its_rds_form_switches_them_off() -> 
     assert back is not None
     assert back.SerializeToString(deterministic=True) == listener(
         _listener()).SerializeToString(deterministic=True)
+
+
+def test_jwt_providers_live_in_the_filter_config_not_in_the_listener() -> None:
+    """The JWT filter's providers come over ADS (ECDS): a manager names the filter config, so
+    a provider changed, added or removed leaves every listener's bytes the same (a changed
+    listener drains its connections); the one config holds every route's requirement."""
+    from podway.envoy import types
+    from podway.envoy.config import build
+    from podway.envoy.config.jwt import JWT_FILTER
+    from podway.ir import IR
+
+    def ir_with(audience: str) -> IR:
+        check = Jwt(name="ns/p", providers=(JwtProvider(name="ns/p/a", audiences=(audience,),
+                                                        jwks='{"keys": [{"kty": "oct"}]}'),))
+        item = http_listener(vhost("a.test", replace(route("r", "/", "p"), filters=(check,))))
+        return IR(listeners=(item,))
+
+    one, two = build(ir_with("shop")), build(ir_with("billing"))
+    assert {n: r.digest for n, r in one[types.LISTENER].items()} == {
+        n: r.digest for n, r in two[types.LISTENER].items()}
+    assert one[types.EXTENSION][JWT_FILTER].digest != two[types.EXTENSION][JWT_FILTER].digest
+    manager = _manager(ir_with("shop").listeners[0])
+    jwt = next(f for f in manager.http_filters if f.name == JWT_FILTER)
+    assert jwt.disabled
+    assert jwt.HasField("config_discovery")
+    assert not jwt.HasField("typed_config")
+
+
+def test_an_auth_url_script_quotes_every_value_and_fails_closed() -> None:
+    """The auth-url values reach the Lua script only as escaped string literals (a quote, a
+    backslash or a newline in a URL cannot end the literal), and the check runs under pcall,
+    answering 500 when it fails."""
+    from podway.envoy.config.auth_request import lua_string, script
+
+    assert lua_string('a"b\\c\nd é') == '"a\\034b\\092c\\010d \\195\\169"'
+    code = script(AuthRequest(pool="p", authority="auth", path='/x?"]];os.exit()--',
+                              signin="https://login/?rd=$escaped_request_uri"))
+    assert 'local PATH = "/x?\\034]];os.exit()--"' in code
+    assert "pcall(check, handle)" in code
+    assert 'reply = {[":status"] = "500"}' in code

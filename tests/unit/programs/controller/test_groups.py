@@ -130,3 +130,26 @@ data: {engineGroup: edge-p}
                                                         "engineGroup: edge-p, x: y")).objects)
     gateway_ref = next(ls.origins[0] for ls in ir.listeners if ls.origins[0].kind == "Gateway")
     assert group_of(broken)(gateway_ref) == DEFAULT_GROUP
+
+
+def test_a_gateway_class_config_chooses_the_group_as_a_config_map_does() -> None:
+    """parametersRef to Podway's GatewayClassConfig: the same placement as the ConfigMap."""
+    text = MANIFESTS.replace(
+        "metadata: {name: edge, namespace: shop, annotations: {podway.io/engine-group: edge-b}}\n",
+        "metadata: {name: edge, namespace: shop}\n").replace(
+        "  controllerName: podway.io/gateway-controller\n",
+        "  controllerName: podway.io/gateway-controller\n"
+        "  parametersRef: {group: podway.io, kind: GatewayClassConfig, name: params}\n") + """
+---
+apiVersion: podway.io/v1alpha1
+kind: GatewayClassConfig
+metadata: {name: params}
+spec: {engineGroup: edge-g}
+"""
+    snapshot = Snapshot.of_objects(load_text(text).objects)
+    ir = translate(snapshot, TranslateOptions(address="198.18.0.1", http_port=8081)).ir
+    listeners, pools = names(subset(ir, "edge-g", group_of(snapshot)))
+    assert listeners
+    assert pools == {"pool/shop/web/8001"}
+    claim = next(c for c in claims_of(snapshot, TranslateOptions()) if c.ref.kind == "Gateway")
+    assert claim.engine_group == "edge-g"

@@ -50,3 +50,15 @@ def test_hints_name_the_lab_they_are_about(tmp_path: Path) -> None:
                         "podway lab status --name x")
     assert next_steps("lab", None, tmp_path / "k")[1] == (
         "podway lab apply -f examples/seed-httpd/ && podway lab status")
+
+
+def test_kubectl_as_names_service_accounts_as_kubectl_does() -> None:
+    """``--as NAMESPACE/NAME`` is the ServiceAccount's user; other names pass as they are; a
+    malformed account is refused in one line."""
+    from podway.base.errors import ConfigError
+    from podway.cli.commands.lab import account_user
+
+    assert account_user("podway/podway-agent") == "system:serviceaccount:podway:podway-agent"
+    assert account_user("jane") == "jane"
+    with pytest.raises(ConfigError, match="NAMESPACE/NAME"):
+        account_user("podway/")

@@ -176,3 +176,22 @@ def test_runtime_spec_joins_the_pods_namespace_read_only_root(tmp_path: Path) ->
     assert spec["process"]["user"] == {"uid": 10001, "gid": 10001, "additionalGids": []}
     assert {"type": "network", "path": "/run/netns/pwlab-x-n1-p0"} in spec["linux"]["namespaces"]
     assert spec["hostname"] == "p1"
+
+
+def test_variables_in_command_and_args_are_the_containers() -> None:
+    """``$(NODE_NAME)`` in args is the container's variable, as the kubelet expands it (the
+    chart's engine sent the literal ``$(NODE_NAME)`` as its node id); an unknown one stays,
+    ``$$`` is a ``$``; the image's own variables are not used."""
+    container = {"name": "engine", "args": ["engine", "--node-id=$(NODE_NAME)", "$(NOPE)",
+                                            "$$(NODE_NAME)", "$(PATH)"]}
+    env = {"NODE_NAME": "lab-node-1"}
+    assert ctr.process_args(container, IMAGE, env)[-4:] == [
+        "--node-id=lab-node-1", "$(NOPE)", "$(NODE_NAME)", "$(PATH)"]
+    spec = ctr.runtime_spec(
+        {**POD, "spec": {**POD.get("spec", {}), "nodeName": "lab-node-1"}},
+        {**container, "env": [{"name": "NODE_NAME", "valueFrom": {
+            "fieldRef": {"fieldPath": "spec.nodeName"}}}]},
+        ctr.Image(name="podway", tag="0.1.0", rootfs=Path("/nonexistent"),
+                  config={"Env": ["PATH=/bin"], "User": "0"}),
+        {}, root=Path("/r"), netns=None, mounts=[], pod_ip="198.18.1.2", host_ip="198.18.0.11")
+    assert "--node-id=lab-node-1" in spec["process"]["args"]

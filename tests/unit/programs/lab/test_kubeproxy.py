@@ -4,7 +4,12 @@ pods serve while none is ready, and a port with no endpoint at all is refused.""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from typing import Any
+
+import pytest
 
 from podway.programs.lab.kubeproxy import ruleset
 from tests import builders
@@ -72,3 +77,41 @@ def test_a_port_with_no_endpoint_at_all_is_refused_at_once() -> None:
     text = ruleset("n1", [service("Cluster", 30001)], [slice_of("web-Cluster")])
     assert "tcp dport 30001 reject with tcp reset" in text
     assert "tcp dport 30001 drop" not in text
+
+
+def test_cluster_ips_go_to_any_ready_endpoint_masqueraded_from_pods_and_the_node() -> None:
+    """Every Service with a ClusterIP (the ``kubernetes`` one too) is DNATed to its ready
+    endpoints from the node's pods (prerouting) and from the node (output: host-network pods),
+    marked for masquerade; a headless Service is not; no endpoint is a reset, not a hang."""
+    web = builders.service("web", 80, None, kind_fields=False, clusterIP="198.19.128.7")
+    api = {"metadata": {"name": "kubernetes", "namespace": "default"},
+           "spec": {"clusterIP": "198.19.128.1",
+                    "ports": [{"name": "https", "port": 443, "targetPort": 6443}]}}
+    api_slice = {"metadata": {"name": "kubernetes", "namespace": "default",
+                              "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                 "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+                 "endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": True}}]}
+    empty = builders.service("empty", 81, None, kind_fields=False, clusterIP="198.19.128.8")
+    headless = builders.service("headless", 82, None, kind_fields=False, clusterIP="None")
+    text = ruleset("n1", [web, api, empty, headless], [slice_of("web", *EPS), api_slice])
+    lines = [line.strip() for line in text.splitlines()]
+    assert ("ip daddr 198.19.128.7 tcp dport 80 meta mark set 0x4000 dnat ip to numgen random "
+            "mod 2 map { 0 : 198.18.1.2 . 8080, 1 : 198.18.2.2 . 8080 }") in lines
+    assert ("ip daddr 198.19.128.1 tcp dport 443 meta mark set 0x4000 dnat ip to numgen random "
+            "mod 1 map { 0 : 198.18.0.1 . 6443 }") in lines
+    assert lines.count("ip daddr 198.19.128.8 tcp dport 81 reject with tcp reset") == 2
+    assert lines.count("ip daddr 198.19.128.0/17 jump services") == 2
+    assert "dport 82" not in text
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nft") is None,
+                    reason="nft -c needs root and nftables")
+def test_the_ruleset_is_accepted_by_nft() -> None:
+    """The whole script passes ``nft --check`` (in a throwaway network namespace)."""
+    web = builders.service("web", 80, None, type_="NodePort", node_port=30001,
+                           kind_fields=False, clusterIP="198.19.128.7")
+    empty = builders.service("empty", 81, None, kind_fields=False, clusterIP="198.19.128.8")
+    text = ruleset("n1", [web, empty], [slice_of("web", *EPS)])
+    done = subprocess.run(["unshare", "--net", "nft", "--check", "-f", "-"], input=text,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

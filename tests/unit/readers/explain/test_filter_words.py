@@ -143,3 +143,31 @@ def test_authorization_rules_decide_as_the_engine_does() -> None:
         else:
             assert (outcome.kind, outcome.status) == (OutcomeKind.DIRECT, status)
             assert "TrafficPolicy shop/p" in found.verdict.summary
+
+
+def test_jwt_answers_401_without_a_token_and_auth_url_decides_first() -> None:
+    """A JWT route: no bearer token is 401 naming the policy (unless optional); a token is
+    the engine's to judge (served, said so). An auth-url route: both outcomes, the auth
+    service's word first."""
+    from podway.ir import AuthRequest, Jwt, JwtProvider
+
+    jwt = Jwt(name="shop/p", providers=(JwtProvider(name="shop/p/idp",
+                                                    issuer="https://idp.test"),),
+              source="TrafficPolicy shop/p")
+    assert "https://idp.test" in filter_text(jwt)
+    route = replace(ROUTE, filters=(jwt,))
+    for headers in ([], ["Authorization: Basic eDp5"]):
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers))
+        assert [(o.kind, o.status) for o in found.verdict.outcomes] == [
+            (OutcomeKind.DIRECT, 401)], headers
+        assert "TrafficPolicy shop/p" in found.verdict.summary
+    found = explain(_shop(route), parse("http://shop.test/", headers=["Authorization: Bearer t"]))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    optional = replace(ROUTE, filters=(replace(jwt, optional=True),))
+    found = explain(_shop(optional), parse("http://shop.test/"))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    check = AuthRequest(pool="pool/auth/oauth2/80", authority="oauth2.auth", path="/oauth2/auth",
+                        signin="https://login.test/start", source="auth-url http://oauth2.auth")
+    assert "GET http://oauth2.auth/oauth2/auth" in filter_text(check)
+    found = explain(_shop(replace(ROUTE, filters=(check,))), parse("http://shop.test/"))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED, OutcomeKind.DIRECT]

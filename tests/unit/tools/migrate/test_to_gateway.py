@@ -251,3 +251,24 @@ def test_what_cannot_be_carried_exactly_is_a_note() -> None:
     loose = _regex_world(("x", "{}", "/app", "ImplementationSpecific"))
     notes = [n.message for n in convert(load_text(loose).objects).notes]
     assert any("plain string prefix (/appx matched too)" in m for m in notes), notes
+
+
+def test_error_pages_are_noted_not_dropped_silently() -> None:
+    """custom-http-errors with default-backend is served on Ingresses; Gateway API has no error
+    pages, so the conversion says it leaves them out."""
+    text = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: shop
+  annotations: {nginx.ingress.kubernetes.io/custom-http-errors: "404,503",
+                nginx.ingress.kubernetes.io/default-backend: errors}
+spec:
+  rules:
+  - host: shop.test
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}]
+"""
+    result = convert(load_text(text).objects)
+    assert any(n.key.endswith("custom-http-errors") and "error pages" in n.message
+               for n in result.notes), result.notes

@@ -12,13 +12,15 @@ import re
 from collections.abc import Mapping
 
 from podway.translate.ingress.nginx.basic_auth import served_keys as basic_auth_keys
+from podway.translate.ingress.nginx.error_pages import served_keys as error_pages_keys
+from podway.translate.ingress.nginx.ext_auth import served_keys as ext_auth_keys
 from podway.translate.ingress.nginx.values import PREFIX
 
 
 def unserved_keys(raw: Mapping[str, str], served: frozenset[str]) -> tuple[str, ...]:
     """The keys (full names) of ``raw`` (keys without PREFIX) Podway does not serve, sorted;
-    ``auth-type: basic`` serves its own keys."""
-    every = served | basic_auth_keys(raw)
+    ``auth-type: basic``, ``auth-url`` and error pages serve their own keys."""
+    every = served | basic_auth_keys(raw) | ext_auth_keys(raw) | error_pages_keys(raw)
     return tuple(sorted(PREFIX + k for k in raw if PREFIX + k not in every))
 
 

@@ -155,11 +155,9 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("modsecurity-", "put a WAF in front of Podway or in the backend"),
     ("enable-modsecurity", "put a WAF in front of Podway or in the backend"),
     ("enable-owasp-core-rules", "put a WAF in front of Podway or in the backend"),
-    ("auth-url", "external authentication is not built; authenticate in the backend or an "
-     "auth proxy Service in front of it"),
-    ("auth-signin", "external authentication is not built; use an auth proxy Service"),
-    ("auth-", "of ingress-nginx authentication only auth-type: basic (with auth-secret) is "
-     "served; use an auth proxy Service (oauth2-proxy) or the backend"),
+    ("auth-signin", "auth-signin needs auth-url"),
+    ("auth-", "of ingress-nginx authentication auth-type: basic (with auth-secret) and "
+     "auth-url (with auth-signin, auth-response-headers, auth-method) are served"),
     ("proxy-buffer", "Envoy streams; there are no proxy buffers to size"),
     ("proxy-request-buffering", "Envoy streams request bodies (proxy-body-size buffers them)"),
     ("client-body-buffer-size", "Envoy streams; there is no body buffer to size"),
@@ -167,8 +165,9 @@ _ADVICE: tuple[tuple[str, str], ...] = (
     ("ssl-prefer-server-ciphers", f"Envoy's TLS stack chooses; set {ann.TLS_CIPHERS.name}"),
     ("proxy-ssl-", f"use backend-protocol: HTTPS with {ann.BACKEND_CA_SECRET.name} / "
      f"{ann.BACKEND_SNI.name}"),
-    ("custom-http-errors", "error pages are the backend's; not built"),
-    ("default-backend", "add a defaultBackend to the Ingress"),
+    ("custom-http-errors", "served only with default-backend (the Service that answers)"),
+    ("default-backend", "served only with custom-http-errors; for unmatched paths add a "
+     "defaultBackend to the Ingress"),
     ("enable-access-log", "access logs are the engine's (podway run --access-log)"),
     ("mirror-", "use an HTTPRoute RequestMirror filter"),
     ("load-balance", f"set {ann.LB_ALGORITHM.name} on the Service"),

@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from podway.ir import BasicAuth
+from podway.ir import AuthRequest, BasicAuth, ErrorPages
 from podway.model import Ingress, Secret
 from podway.translate.core import htpasswd
 from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.ingress.nginx.values import PREFIX, NginxAnnotations, quote
+from podway.translate.pools.backends import PoolSpec
 
 KEYS = ("auth-type", "auth-secret", "auth-secret-type", "auth-realm")
 _FILE_KEY = "auth"  # ingress-nginx's key of an auth-file Secret
@@ -47,18 +48,20 @@ class Served:
     ``errors`` and ``warnings``: (full key, message)."""
 
     ref: Ingress
-    filter: BasicAuth | None = None
+    filter: BasicAuth | AuthRequest | ErrorPages | None = None
     refused: bool = False
+    key: str = "auth-type"  # the key that closes the Ingress when it cannot be served
+    pools: tuple[PoolSpec, ...] = ()  # the auth services the filter sends to
     errors: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
 
     def closing(self, found: NginxAnnotations) -> NginxAnnotations:
-        """``found`` with ``auth-type`` among the ``closed`` keys when the authentication
+        """``found`` with ``key`` among the ``closed`` keys when the authentication
         cannot be served: the Ingress then refuses every request (403), as for any unserved
         restriction."""
         if not self.refused:
             return found
-        return replace(found, closed=(*found.closed, PREFIX + "auth-type"))
+        return replace(found, closed=(*found.closed, PREFIX + self.key))
 
     def problems(self) -> list[Problem]:
         """The errors (InvalidAnnotation) and warnings (UnsupportedValue) as problems."""

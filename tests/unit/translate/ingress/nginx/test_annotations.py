@@ -205,7 +205,7 @@ def test_unserved_keys_are_listed_with_advice() -> None:
     assert found.unserved == (PREFIX + "configuration-snippet", PREFIX + "made-up-key",
                               PREFIX + "server-snippet")
     assert "nginx configuration" in advice(PREFIX + "configuration-snippet")
-    assert "oauth2-proxy" in advice("auth-type")
+    assert "auth-url" in advice("auth-type")
     assert advice("made-up-key") == "Podway does not serve it"
 
 

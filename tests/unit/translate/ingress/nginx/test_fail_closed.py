@@ -47,9 +47,7 @@ spec: {controller: k8s.io/ingress-nginx}
 RESTRICTING: list[dict[str, str]] = [
     {"auth-type": "digest", "auth-secret": "htpasswd"},
     {"auth-type": "Basic", "auth-secret": "htpasswd"},  # ingress-nginx: basic|digest only
-    {"auth-url": "http://auth.shop.svc/check"},
-    {"auth-url": "https://auth.example/oauth2/auth",
-     "auth-signin": "https://auth.example/oauth2/start", "auth-response-headers": "X-User"},
+    {"auth-url": "http://web.shop.svc/check", "auth-snippet": "proxy_set_header X 1;"},
     {"auth-signin": "https://auth.example/start"},
     {"auth-secret": "shop/htpasswd"},  # without auth-type
     {"auth-realm": "private"},
@@ -113,6 +111,24 @@ def test_an_unserved_access_restriction_refuses_every_request(values: dict[str, 
     assert errors, result.problems
     assert "refused (403)" in errors[0].message
     assert errors[0].field.startswith(f"metadata.annotations[{PREFIX}")
+
+
+@pytest.mark.parametrize("values", [
+    {"auth-url": "http://auth.shop.svc/check"},
+    {"auth-url": "https://auth.example/oauth2/auth",
+     "auth-signin": "https://auth.example/oauth2/start", "auth-response-headers": "X-User"},
+    {"auth-url": "http://web.shop.svc/check?host=$host"},
+    {"auth-url": "http://web.shop.svc/check", "auth-signin": "https://$server_name/start"},
+], ids=",".join)
+def test_an_auth_url_that_cannot_be_served_refuses_every_request(values: dict[str, str]) -> None:
+    """auth-url naming no Service of the cluster (Podway resolves no outside names), nginx
+    variables in it or an unknown one in auth-signin: 403, an error naming the key."""
+    result = run(ingress("web", values))
+    assert answer(result) == DirectResponse(status=403)
+    errors = [p for p in result.problems
+              if p.severity is Severity.ERROR and p.reason is Reason.INVALID_ANNOTATION]
+    assert errors, result.problems
+    assert "refused (403)" in errors[0].message
 
 
 @pytest.mark.parametrize("values", HARMLESS, ids=",".join)

@@ -1,0 +1,132 @@
+"""``podway lab up --install``: Podway installed into the lab the way users install it — the
+real Helm chart through Helm's own library (helm-sdkpy, ``helm_install``), its pods running from
+the image archive under runc, under their ServiceAccounts with RBAC enforced — instead of the
+lab's own controller, engine and agents (the daemon does not start those then).
+
+What a cluster admin does first (docs/install.md), done here before ``helm install``:
+
+- the release namespace (``podway``);
+- the xDS certificates: ``podway-xds-tls`` (the controller's serving certificate for
+  ``podway-xds.<ns>.svc`` and the CA of the engines' client certificates) and
+  ``podway-engine-tls`` (the engines' client certificate naming every edge node), both signed
+  by the lab's CA;
+- the engine node: ``lab-node-1`` labelled ``podway.io/edge=true`` (the chart's default engine
+  group selector);
+- reachability ``none`` ("you route them yourself"): the VIP pool is routed by the edge router
+  to that node, and the node takes it as local (AnyIP), so its engine can bind any VIP.
+
+Values: the image is ``podway:<archive tag>``, one engine replica (one edge node), the
+controller's two replicas with its Lease, the agent DaemonSet on every node.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from podway.base.errors import EnvironmentProblem
+from podway.programs.lab import network
+from podway.programs.lab.api import LabApi
+from podway.programs.lab.pki import LabPki, issue
+from podway.programs.lab.plan import CLUSTER_DOMAIN, LabPlan
+from podway.programs.lab.state import LabState
+
+Obj = dict[str, Any]
+NAMESPACE = "podway"
+EDGE_LABEL = "podway.io/edge"
+VIP_POOL = "198.18.100.0/28"
+XDS_SECRET, ENGINE_SECRET = "podway-xds-tls", "podway-engine-tls"
+ROOT = Path(__file__).resolve().parents[4]
+CHART = ROOT / "deploy" / "helm" / "podway"
+HELPER = Path(__file__).with_name("helm_install.py")
+
+
+def helm_python() -> Path:
+    """The interpreter with helm-sdkpy: ``PODWAY_HELM_PYTHON``, else the repository's
+    ``.venv-helm`` (``./dev`` makes it); an ``EnvironmentProblem`` saying so otherwise."""
+    for candidate in (os.environ.get("PODWAY_HELM_PYTHON"), str(ROOT / ".venv-helm/bin/python")):
+        if candidate and Path(candidate).exists() and subprocess.run(
+                [candidate, "-c", "import helm_sdkpy"], capture_output=True,
+                check=False).returncode == 0:
+            return Path(candidate)
+    raise EnvironmentProblem("--install needs Helm's library: set PODWAY_HELM_PYTHON to a "
+                             "Python >= 3.12 with helm-sdkpy (or let ./dev make .venv-helm)")
+
+
+def values(tag: str, engine: str = "envoy") -> Obj:
+    return {
+        "image": {"repository": "podway", "tag": tag, "pullPolicy": "Never"},
+        "controller": {"replicas": 2, "tlsSecret": XDS_SECRET},
+        "engineGroups": [{"name": "edge", "engine": engine, "replicas": 1,
+                          "nodeSelector": {EDGE_LABEL: "true"}, "tlsSecret": ENGINE_SECRET,
+                          "concurrency": 1, "onlyItsObjects": False,
+                          "secondChance": {"pair": [], "ports": [80, 443], "peerUrl": ""}}],
+        "vipPools": [{"name": "default", "addresses": [VIP_POOL]}],
+        "reachability": {"mode": "none"}}
+
+
+def tls_secrets(pki: LabPki, edge_nodes: list[str]) -> list[Obj]:
+    """The two Secrets the chart's xDS needs, signed by the lab's CA."""
+    ca_cert, ca_key = pki.ca_cert.read_bytes(), pki.ca_key.read_bytes()
+    svc = "podway-xds"
+    server = issue(ca_cert, ca_key, cn=f"{svc}.{NAMESPACE}.svc", dns=(
+        svc, f"{svc}.{NAMESPACE}", f"{svc}.{NAMESPACE}.svc",
+        f"{svc}.{NAMESPACE}.svc.{CLUSTER_DOMAIN}"))
+    client = issue(ca_cert, ca_key, cn=edge_nodes[0], dns=tuple(edge_nodes), server=False,
+                   client=True)
+
+    def secret(name: str, pair: tuple[bytes, bytes]) -> Obj:
+        data = {"tls.crt": pair[0], "tls.key": pair[1], "ca.crt": ca_cert}
+        return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+    return [secret(XDS_SECRET, server), secret(ENGINE_SECRET, client)]
+
+
+def _call(api: LabApi, method: str, path: str, body: Obj, *, ok: tuple[int, ...],
+          content_type: str = "application/json") -> None:
+    code, answer = api.call(method, path, body, content_type)
+    if code not in ok:
+        raise EnvironmentProblem(f"lab install: {method} {path}: {answer.get('message', code)}")
+
+
+def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
+    """The namespace, the edge node's label, the Secrets and the VIP pool's routes."""
+    edge = plan.nodes[0]
+    _call(api, "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}, ok=(201, 409))
+    _call(api, "PATCH", f"/api/v1/nodes/{edge.name}",
+          {"metadata": {"labels": {EDGE_LABEL: "true"}}}, ok=(200,),
+          content_type="application/merge-patch+json")
+    for secret in tls_secrets(pki, [edge.name]):
+        _call(api, "POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", secret, ok=(201, 409))
+    network.sh("ip", "-n", plan.edge, "route", "replace", VIP_POOL, "via", edge.ip)
+    network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
+
+
+def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART,
+                 engine: str = "envoy") -> str:
+    """``helm install podway`` of ``chart`` into the lab; the release's manifest."""
+    done = subprocess.run(
+        [str(python), str(HELPER), str(chart), str(state.kubeconfig), NAMESPACE,
+         json.dumps(values(tag, engine))], capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "HELM_DRIVER": "memory"})
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["failed"]
+        raise EnvironmentProblem(f"lab install: {lines[-1]}")
+    return done.stdout
+
+
+def install(state: LabState, plan: LabPlan, tag: str, *, engine: str = "envoy",
+            say: Callable[[str], None] = lambda _: None) -> str:
+    python = helm_python()
+    say("install: namespace, certificates, edge node")
+    prepare(LabApi.of(state), plan, state.pki)
+    say("install: helm install podway (deploy/helm/podway)")
+    manifest = helm_install(state, tag, python=python, engine=engine)
+    (state.root / "install.yaml").write_text(manifest)
+    return manifest
