@@ -434,10 +434,12 @@ async def test_server_side_apply_creates_and_merges(kubectl: Kubectl, tmp_path: 
     assert 'unknown field "colour"' in refused.stderr
 
 
-async def test_deleting_a_namespace_deletes_what_is_in_it(kubectl: Kubectl,
-                                                          tmp_path: Path) -> None:
+async def test_deleting_a_namespace_deletes_what_is_in_it(
+        kubectl: Kubectl, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As the namespace controller: the namespace terminates, then its content and itself go;
     cluster-scoped objects and other namespaces stay."""
+    # Terminating long enough for the kubectl calls below on a loaded machine (1 s was not).
+    monkeypatch.setattr("podway.kube.emulator.server.NAMESPACE_FINALIZE_S", 5.0)
     manifest = tmp_path / "install.yaml"
     manifest.write_text(INSTALL)
     await kubectl.run("apply", "-f", str(manifest))
