@@ -36,10 +36,11 @@ from podway.programs.lab.api import LabApi
 from podway.programs.lab.pki import LabPki, issue
 from podway.programs.lab.plan import CLUSTER_DOMAIN, LabPlan
 from podway.programs.lab.state import LabState
+from podway.translate.annotations import PREFIX
 
 Obj = dict[str, Any]
 NAMESPACE = "podway"
-EDGE_LABEL = "podway.io/edge"
+EDGE_LABEL = PREFIX + "edge"  # declared in annotations.OTHER_KEYS
 VIP_POOL = "198.18.100.0/28"
 XDS_SECRET, ENGINE_SECRET, XDS_CA = "podway-xds-tls", "podway-engine-tls", "podway-xds-ca"
 ROOT = Path(__file__).resolve().parents[4]
