@@ -111,12 +111,15 @@ def podway_config(folder: Path, port: int, backend: int) -> Path:
 
 
 def static_config(folder: Path, port: int, backend: int) -> Path:
-    """What one writes by hand for the same route (host match, one server)."""
+    """What one writes by hand for the same route (host match, one server), sharing idle
+    server connections as Podway's does (``http-reuse always``; bench/dataplane.py's
+    hand-written HAProxy too)."""
     config = folder / "static.cfg"
     config.write_text(f"""global
   nbthread 1
 defaults
   mode http
+  http-reuse always
   timeout connect 5s
   timeout client 60s
   timeout server 60s

@@ -115,3 +115,19 @@ async def test_files_or_cert_manager_instead() -> None:
     assert not params["engine_account"]
     assert not may(objects, "podway-controller", "sign", "signers",
                    name="podway.io/engine-client")
+
+
+async def test_the_lab_install_keeps_the_group_secret() -> None:
+    """``podway lab up --install`` creates the group Secret and names it (not yet run with
+    the csr default): the chart renders its engines with those files."""
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (see tests/deploy/helm.py)")
+    from podway.programs.lab.install import ENGINE_SECRET, values
+
+    lint, objects = await render(python, values("0.1.0"))
+    assert lint["Errors"] is None
+    spec = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    assert "--xds-client-cert=/etc/podway/xds/tls.crt" in spec["containers"][0]["args"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "xds-tls")
+    assert volume["secret"] == {"secretName": ENGINE_SECRET}

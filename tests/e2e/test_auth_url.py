@@ -42,7 +42,7 @@ async def _auth_server(stack: Stack, seen: list[dict[str, str]]) -> int:
                      "host": request.host, "body": body.decode(),
                      **{k.lower(): v for k, v in request.headers.items()}})
         cookie = request.headers.get("Cookie", "")
-        if cookie == "session=good":
+        if "session=good" in cookie.split("; "):
             return web.Response(status=202, headers={"X-User": "alice", "X-Other": "no"})
         if cookie == "session=forbidden":
             return web.Response(status=403, text="forbidden")
@@ -153,6 +153,17 @@ async def test_auth_url_without_sign_in_answers_401_with_the_challenge(stack: St
     status, got, body = await request(stack.http_port, "shop.test", "/x",
                                       headers={"Cookie": "session=good"})
     assert (status, body.get("path")) == (200, "/x")
+    # Two Cookie headers (as an HTTP/2 client sends them) reach the auth service as one,
+    # joined with "; " as cookies are.
+    reader, writer = await asyncio.open_connection("127.0.0.1", stack.http_port)
+    try:
+        writer.write(b"GET /y HTTP/1.1\r\nHost: shop.test\r\nCookie: theme=dark\r\n"
+                     b"Cookie: session=good\r\nConnection: close\r\n\r\n")
+        head = await reader.readuntil(b"\r\n")
+    finally:
+        writer.close()
+    assert head.split()[1] == b"200", head
+    assert seen[-1]["cookie"] == "theme=dark; session=good"
 
 
 @contextlib.asynccontextmanager

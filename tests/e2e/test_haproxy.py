@@ -469,3 +469,20 @@ async def test_config_dump_shows_the_served_haproxy_cfg_and_its_maps(
         assert "PRIVATE KEY" not in str(data)
     finally:
         await stack.stop()
+
+
+async def test_idle_server_connections_are_shared_by_new_client_connections(
+        hstack: Stack) -> None:
+    """As Envoy's upstream pool does, a new client connection's request goes over an idle
+    connection to the member (``http-reuse always``): the member sees one connection, from one
+    source port, for requests that came on three client connections one after the other."""
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    seen = set()
+    for _ in range(3):
+        status, body = await get(hstack.http_port, "shop.test")  # its own client connection
+        assert status == 200
+        seen.add(body["client"])
+    assert len(seen) == 1, seen

@@ -178,6 +178,12 @@ def _head(opts: RenderOptions) -> list[str]:
         "  timeout client-fin 5s",
         "  option redispatch",
         "  retries 2",
+        # Idle server connections are shared by every client, as Envoy's upstream pools and
+        # nginx's upstream keep-alive share them (HAProxy's default, "safe", opens one per
+        # client connection for its first request: a new connection per request then cost
+        # 1.6-2x the CPU, bench/haproxy_engine.py). Connections HAProxy marks private (PROXY
+        # protocol to the member) are never shared.
+        "  http-reuse always",
     ]
 
 

@@ -45,6 +45,14 @@ class ApiError(KubeError):
     def retryable(self) -> bool:
         return self.status in (0, 408, 429) or self.status >= 500
 
+    @property
+    def in_short(self) -> str:
+        """The refusal in a few words (the API's own text can be long)."""
+        return _IN_SHORT.get(self.status, f"HTTP {self.status}")
+
+
+_IN_SHORT = {401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found"}
+
 
 class Unauthorized(ApiError):
     status = 401

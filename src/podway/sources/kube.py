@@ -55,8 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -70,11 +69,12 @@ from podway.kube.errors import ApiError
 from podway.kube.informer import RELIST, Informer, Raw
 from podway.kube.selectors import label_selector
 from podway.model.base import K8sObject
-from podway.model.gateway import GatewayClass
 from podway.model.loader import LoadError, parse_object
 from podway.model.snapshot import Key, Snapshot
+from podway.sources import kube_kinds
 from podway.sources.base import SourceUpdate
-from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, noted_bundle, slim_crd, spec_of
+from podway.sources.echoes import Echoes
+from podway.sources.kube_kinds import BUILTIN, CRDS, KindSpec, slim_crd, spec_of
 from podway.sources.sharing import FieldsSetPool
 
 log = logging.getLogger(__name__)
@@ -114,17 +114,14 @@ class KubeSource:
         self._informers: dict[str, Informer] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._crd_versions: dict[str, str] = {}  # kind -> version watched (CRD kinds)
-        # Gateway API CRD name -> bundle version ("" unannotated); None until CRDs are seen
-        self._bundles: dict[str, str] | None = None
-        self._bundles_dirty = False
+        self._bundles = kube_kinds.Bundles()  # the Gateway API CRDs' bundle versions
         self._namespace_labels: dict[str, dict[str, str]] = {}
         self._selector = label_selector(settings.namespace_selector)
         self._announced_missing: set[str] = set()
         self._fields_sets = FieldsSetPool()  # one set per distinct shape (sources.sharing)
         self._last_update = float("-inf")  # loop time the last update went out
         # (kind, key) -> the resourceVersion our own write made (``expect_echo``).
-        self._echoes: dict[Ident, str] = {}
-        self.echoes = 0  # watch events of our own writes not parsed (a metric for callers)
+        self._echoes = Echoes()
 
     # ---- the Source protocol ----------------------------------------------------------
     async def watch(self) -> AsyncIterator[SourceUpdate]:
@@ -237,9 +234,8 @@ class KubeSource:
         self._pending.clear()
         for kind, changes in by_kind.items():
             self._snapshot = self._snapshot.replace(kind, changes)
-        if self._bundles_dirty:
-            self._bundles_dirty = False
-            by_kind.setdefault(GatewayClass.KIND, {}).update(self._new_bundles())
+        if self._bundles.dirty:
+            self._snapshot = self._bundles.apply(self._snapshot, by_kind)
         changed = tuple((kind, key) for kind, changes in sorted(by_kind.items())
                         for key in sorted(changes))
         if not first and not changed and not self._errors_dirty:
@@ -249,18 +245,13 @@ class KubeSource:
         return SourceUpdate(self._snapshot, errors, (), None if first else changed)
 
     def expect_echo(self, kind: str, key: Key, version: str) -> None:
-        """Our own write (a status PATCH) made ``version`` of an object: its watch event is
-        that object's previous version plus the write, so it is not parsed (see ``_echo``)."""
-        self._echoes[(kind, key)] = version
+        """Our own write made ``version`` of an object: its watch event is not parsed."""
+        self._echoes.expect((kind, key), version)
 
-    def _echo(self, spec: KindSpec, ident: Ident, event: str, version: object) -> bool:
-        """The event is our own write read back: the very version it made, from a watch
-        (which delivered every change under the write), not a list (which reports only where an
-        object is now). Any later event drops the expectation: one per live object at most."""
-        expected = self._echoes.pop(ident, None) if self._echoes else None
-        informer = self._informers.get(spec.kind)
-        return (expected is not None and expected == version and event == "MODIFIED"
-                and informer is not None and not informer.listing)
+    @property
+    def echoes(self) -> int:
+        """Watch events of our own writes not parsed (``sources.echoes``)."""
+        return self._echoes.dropped
 
     # ---- staging changes (handlers: synchronous and cheap) -----------------------------
     def _stage(self, ident: Ident, obj: K8sObject | None, error: LoadError | None) -> None:
@@ -302,8 +293,9 @@ class KubeSource:
             meta = raw.get("metadata") or {}
             namespace = str(meta.get("namespace", "")) if spec.namespaced else ""
             ident = (spec.kind, (namespace, str(meta.get("name", ""))))
-            if self._echo(spec, ident, event, meta.get("resourceVersion")):
-                self.echoes += 1
+            informer = self._informers.get(spec.kind)
+            if self._echoes.take(ident, event, meta.get("resourceVersion"),
+                                 listing=informer is None or informer.listing):
                 return  # our write (its status was taken by ``on_raw``): nothing new
             if spec.kind == "Namespace":
                 self._namespace_event(event, raw)
@@ -345,9 +337,10 @@ class KubeSource:
         if spec.field_selector:
             params["field_selector"] = spec.field_selector
         if spec.group == "":
+            lister = f"list_{kube_kinds.snake(spec.kind)}"
             if spec.namespaced:
-                return getattr(self._core, f"list_{_snake(spec.kind)}_for_all_namespaces"), params
-            return getattr(self._core, f"list_{_snake(spec.kind)}"), params
+                return getattr(self._core, f"{lister}_for_all_namespaces"), params
+            return getattr(self._core, lister), params
         params |= {"group": spec.group, "version": version, "plural": spec.plural}
         return self._custom.list_cluster_custom_object, params
 
@@ -401,20 +394,8 @@ class KubeSource:
         self._informers[CRD_KIND] = informer
         self._run(CRD_KIND, informer)
 
-    def _new_bundles(self) -> dict[Key, K8sObject | None]:
-        """The snapshot takes the CRDs' bundle versions; every GatewayClass is handed on as a
-        new object (its SupportedVersion condition may change): those, by key."""
-        bundles = MappingProxyType(dict(self._bundles or {}))
-        classes = {key: obj.model_copy() for key, obj in
-                   self._snapshot.objects.get(GatewayClass.KIND, {}).items()}
-        self._snapshot = replace(self._snapshot.replace(GatewayClass.KIND, classes),
-                                 gateway_api_bundles=bundles)
-        return dict(classes)
-
     def _crd_event(self, event: str, raw: Raw) -> None:
-        noted = noted_bundle(self._bundles, event, raw)
-        if noted is not None:
-            self._bundles, self._bundles_dirty = noted, True
+        if self._bundles.note(event, raw):
             self._changed.set()
         name = str((raw.get("metadata") or {}).get("name", ""))
         spec = next((s for s in CRDS if s.crd_name == name), None)
@@ -461,7 +442,7 @@ class KubeSource:
     async def _probe(self, spec: KindSpec) -> tuple[str | None, str | None]:
         """(a version that lists, the most stable version that was refused)."""
         refusal = None
-        for version in _versions(spec):
+        for version in kube_kinds.served_versions(spec):
             lister, params = self._lister(spec, version)
             try:
                 resp = await lister(**params, limit=1, _preload_content=False,
@@ -492,26 +473,8 @@ class KubeSource:
                      "created", spec.kind, spec.crd_name)
 
 
-_REFUSALS = {401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found"}
-
-
 def _why(error: ApiError | None) -> str:
-    """A refusal in a few words (the API's own text can be long and is in the informer log)."""
-    if error is None:
-        return "refused"
-    return _REFUSALS.get(error.status, f"HTTP {error.status}")
-
-
-def _versions(spec: KindSpec) -> list[str]:
-    """The versions a CRD kind may be served at, most stable first."""
-    known = gateway_api.KINDS.get(spec.kind)
-    versions = known[2] if known is not None else (spec.version,)
-    return sorted(versions, key=gateway_api.version_rank, reverse=True)
-
-
-def _snake(kind: str) -> str:
-    """``ConfigMap`` → ``config_map`` (kubernetes-asyncio's method names)."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
+    return "refused" if error is None else error.in_short  # the full text: informer log
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:

@@ -18,14 +18,18 @@ are dropped on arrival).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
+from podway.kube import gateway_api
 from podway.kube.informer import lean
 from podway.model import npl
 from podway.model.base import K8sObject
 from podway.model.core import LB_READY, ConfigMap, Pod, Secret
+from podway.model.gateway import GatewayClass
 from podway.model.kinds import BY_NAME, TABLE, Kind
+from podway.model.snapshot import Key, Snapshot
 
 Raw = dict[str, Any]
 Transform = Callable[[Raw], Raw]
@@ -126,8 +130,42 @@ def spec_of(kind: str) -> KindSpec | None:
     return next((s for s in (*BUILTIN, *CRDS) if s.kind == kind), None)
 
 
+def served_versions(spec: KindSpec) -> list[str]:
+    """The versions a CRD kind may be served at, most stable first."""
+    known = gateway_api.KINDS.get(spec.kind)
+    versions = known[2] if known is not None else (spec.version,)
+    return sorted(versions, key=gateway_api.version_rank, reverse=True)
+
+
 BUNDLE_VERSION = "gateway.networking.k8s.io/bundle-version"
 GATEWAY_API_GROUPS = ("gateway.networking.k8s.io", "gateway.networking.x-k8s.io")
+
+
+@dataclass(slots=True)
+class Bundles:
+    """The Gateway API CRDs' bundle versions as the CRD informer reports them, for
+    ``Snapshot.gateway_api_bundles``; ``dirty`` until the snapshot has taken them."""
+
+    seen: dict[str, str] | None = None
+    dirty: bool = False
+
+    def note(self, event: str, raw: Raw) -> bool:
+        """One CRD event; whether it changed anything."""
+        noted = noted_bundle(self.seen, event, raw)
+        if noted is None:
+            return False
+        self.seen, self.dirty = noted, True
+        return True
+
+    def apply(self, snapshot: Snapshot, changed: dict[str, dict[Key, Any]]) -> Snapshot:
+        """``snapshot`` with the bundle versions, every GatewayClass in it as a new object
+        (its SupportedVersion may change), those added to ``changed`` (by kind and key)."""
+        self.dirty = False
+        classes = {key: obj.model_copy() for key, obj in
+                   snapshot.objects.get(GatewayClass.KIND, {}).items()}
+        changed.setdefault(GatewayClass.KIND, {}).update(classes)
+        return replace(snapshot.replace(GatewayClass.KIND, classes),
+                       gateway_api_bundles=MappingProxyType(dict(self.seen or {})))
 
 
 def noted_bundle(bundles: dict[str, str] | None, event: str, raw: Raw
@@ -161,3 +199,8 @@ def slim_crd(raw: Raw) -> Raw:
                      "versions": [{"name": v.get("name"), "served": v.get("served", True)}
                                   for v in spec.get("versions") or []
                                   if isinstance(v, dict)]}}
+
+
+def snake(kind: str) -> str:
+    """``ConfigMap`` → ``config_map`` (kubernetes-asyncio's method names)."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")

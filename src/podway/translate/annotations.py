@@ -250,6 +250,7 @@ OTHER_KEYS: dict[str, str] = {
     PREFIX + "engine-client": "CertificateSigningRequest signerName: an engine's certificate",
     PREFIX + "npl-key-sealed": "on such a request: the node's key, sealed to the requester",
     PREFIX + "npl-key-refused": "on such a request: why the controller refused it",
+    PREFIX + "edge": "Node label: the chart's default engine group runs on nodes that carry it",
 }
 
 

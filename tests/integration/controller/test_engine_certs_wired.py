@@ -202,10 +202,11 @@ async def test_forged_requests_get_no_certificate_and_no_config(
     assert await ads_secret(port, ca, other, "n1", "edge") == grpc.StatusCode.UNAVAILABLE
 
 
-def serials(certs_json: str) -> set[str]:
-    """Serial numbers of the certificates Envoy's TLS contexts hold (admin ``/certs``)."""
+def serials(certs_json: str) -> set[int]:
+    """Serial numbers of the certificates Envoy's TLS contexts hold (admin ``/certs``: hex,
+    padded to whole bytes)."""
     found = json.loads(certs_json)
-    return {str(c.get("serial_number")) for ctx in found.get("certificates") or []
+    return {int(str(c.get("serial_number")), 16) for ctx in found.get("certificates") or []
             for c in ctx.get("cert_chain") or []}
 
 
@@ -234,10 +235,10 @@ async def test_a_running_engine_renews_its_certificate_and_envoy_takes_it(
     assert engine.admin_address is not None
     admin_address = engine.admin_address
 
-    async def held() -> set[str]:
+    async def held() -> set[int]:
         return serials((await admin.request(admin_address, "/certs"))[1])
 
-    old = f"{x509.load_pem_x509_certificate(first.cert_pem.encode()).serial_number:x}"
+    old = x509.load_pem_x509_certificate(first.cert_pem.encode()).serial_number
     assert old in await held()
     # Two thirds into its life (the clock says so once), the engine renews.
     times = iter([engine_cert.renew_at(first.cert_pem) + 1])
@@ -247,7 +248,7 @@ async def test_a_running_engine_renews_its_certificate_and_envoy_takes_it(
         on_renewed=renewed.append, clock=lambda: next(times, time.time())))
     try:
         await eventually(lambda: renewed, within=20)
-        new = f"{x509.load_pem_x509_certificate(renewed[0].cert_pem.encode()).serial_number:x}"
+        new = x509.load_pem_x509_certificate(renewed[0].cert_pem.encode()).serial_number
         assert new != old
         await eventually(lambda: _holds(held, new), within=20)
     finally:
@@ -265,5 +266,5 @@ async def _connected(bed: Bed, token: str) -> client.ApiClient:
     return as_token(bed, token)
 
 
-async def _holds(held: Callable[[], Awaitable[set[str]]], serial: str) -> bool:
+async def _holds(held: Callable[[], Awaitable[set[int]]], serial: int) -> bool:
     return serial in await held()

@@ -297,8 +297,9 @@ async def test_a_service_whose_listener_the_engine_refuses_is_not_programmed(
 
 async def test_an_ingress_asking_for_unserved_auth_is_refused_with_an_error_event(
         bed: Bed) -> None:
-    """Controller mode: an nginx-class Ingress with auth-url gets a Warning event naming the
-    key, and its route answers 403 instead of forwarding (fail closed)."""
+    """Controller mode: an nginx-class Ingress with auth-snippet (nginx configuration Podway
+    cannot serve) gets a Warning event naming the key, and its route answers 403 instead of
+    forwarding (fail closed)."""
     from podway.ir import DirectResponse
     from podway.ir.evaluate import Request, select_route
 
@@ -308,7 +309,7 @@ async def test_an_ingress_asking_for_unserved_auth_is_refused_with_an_error_even
     bed.emu.put("ingresses", {
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "shop", "namespace": "default", "annotations": {
-            "nginx.ingress.kubernetes.io/auth-url": "http://auth.default.svc/check"}},
+            "nginx.ingress.kubernetes.io/auth-snippet": "proxy_set_header X-Tenant a;"}},
         "spec": {"ingressClassName": "nginx", "rules": [{"host": "shop.test", "http": {
             "paths": [{"path": "/", "pathType": "Prefix", "backend": {
                 "service": {"name": "web", "port": {"number": 80}}}}]}}]}})
@@ -322,7 +323,7 @@ async def test_an_ingress_asking_for_unserved_auth_is_refused_with_an_error_even
     await bed.until(refused)
     await eventually(lambda: any(
         e.get("reason") == "UnsupportedAnnotation" and e.get("type") == "Warning"
-        and "auth-url" in e.get("message", "") and "403" in e.get("message", "")
+        and "auth-snippet" in e.get("message", "") and "403" in e.get("message", "")
         for e in bed.emu.events))
 
 

@@ -44,7 +44,8 @@ GATEWAY_NAMES = st.sampled_from(["gw", "gw", "gw2"])
 def parent_ref() -> st.SearchStrategy[Any]:
     return st.fixed_dictionaries({"name": GATEWAY_NAMES, "namespace": maybe(st.sampled_from(
         ["default", "default", "shop"]))}, optional={"sectionName": maybe(names),
-        "port": maybe(st.sampled_from([80, 443, 8080])), "kind": maybe(st.just("Gateway"))})
+        "port": maybe(st.sampled_from([80, 443, 8080])),
+        "kind": maybe(st.sampled_from(["Gateway", "Gateway", "ListenerSet"]))})
 
 
 def route_filter() -> st.SearchStrategy[Any]:
@@ -127,7 +128,7 @@ def l4_route() -> st.SearchStrategy[Any]:
                        ("TLSRoute", "TCPRoute", "UDPRoute")))
 
 
-def gateway() -> st.SearchStrategy[Any]:
+def _listener() -> st.SearchStrategy[Any]:
     tls = st.fixed_dictionaries({}, optional={
         "mode": maybe(st.sampled_from(["Terminate", "Passthrough"])),
         "options": maybe(st.dictionaries(st.sampled_from(
@@ -136,7 +137,7 @@ def gateway() -> st.SearchStrategy[Any]:
             max_size=2)),
         "certificateRefs": maybe(st.lists(st.fixed_dictionaries(
             {"name": maybe(names)}, optional={"namespace": maybe(namespaces)}), max_size=2))})
-    listener = st.fixed_dictionaries({
+    return st.fixed_dictionaries({
         "name": names, "port": st.sampled_from([80, 443, 8080]),
         "protocol": st.sampled_from(["HTTP", "HTTP", "HTTPS", "TLS", "TCP", "UDP", "SCTP"])},
         optional={"hostname": maybe(gw_hosts), "tls": maybe(tls), "allowedRoutes": maybe(
@@ -147,10 +148,35 @@ def gateway() -> st.SearchStrategy[Any]:
                         st.fixed_dictionaries({"team": names}))}))})),
                 "kinds": maybe(st.lists(st.fixed_dictionaries({"kind": maybe(st.sampled_from(
                     ["HTTPRoute", "TLSRoute", "Foo"]))}), max_size=2))}))})
+
+
+ALLOWED_LISTENERS = st.fixed_dictionaries({"namespaces": maybe(st.fixed_dictionaries(
+    {"from": maybe(st.sampled_from(["All", "Same", "Selector", "None"]))},
+    optional={"selector": maybe(st.fixed_dictionaries({"matchLabels": maybe(
+        st.fixed_dictionaries({"team": names}))}))}))})
+
+
+def listener_set() -> st.SearchStrategy[Any]:
+    """ListenerSets of the Gateways the other strategies make (or of none)."""
+    spec = st.fixed_dictionaries({
+        "parentRef": st.fixed_dictionaries({"name": GATEWAY_NAMES}, optional={
+            "namespace": maybe(st.sampled_from(["default", "shop"]))}),
+        "listeners": st.lists(_listener(), min_size=1, max_size=2)})
+    set_meta = st.fixed_dictionaries({"name": GATEWAY_NAMES}, optional={
+        "namespace": st.sampled_from(["default", "shop"]),
+        "creationTimestamp": st.sampled_from(["2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"])})
+    return st.fixed_dictionaries({"apiVersion": st.just(f"{GROUP}/v1"),
+                                  "kind": st.just("ListenerSet"), "metadata": set_meta,
+                                  "spec": spec})
+
+
+def gateway() -> st.SearchStrategy[Any]:
+    listener = _listener()
     spec = st.fixed_dictionaries({
         "gatewayClassName": st.one_of(st.just("podway"), st.just("podway"), maybe(names)),
         "listeners": st.lists(listener, min_size=1, max_size=3)},
-        optional={"addresses": maybe(st.lists(st.fixed_dictionaries({"value": maybe(
+        optional={"allowedListeners": maybe(ALLOWED_LISTENERS),
+                  "addresses": maybe(st.lists(st.fixed_dictionaries({"value": maybe(
             st.sampled_from(["198.18.0.1", "nope"]))}, optional={"type": maybe(
                 st.sampled_from(["IPAddress", "Hostname"]))}), max_size=2))})
     gateway_meta = st.fixed_dictionaries({"name": GATEWAY_NAMES}, optional={
@@ -216,4 +242,4 @@ def one_listener_world(count: int) -> list[dict[str, Any]]:
 
 gateway_manifests = st.tuples(gateway(), st.lists(st.one_of(
     gateway(), http_route(), http_route("GRPCRoute"), l4_route(), policy_and_grant(), service(),
-    other()), min_size=1, max_size=12)).map(lambda t: [OUR_CLASS, t[0], *t[1]])
+    listener_set(), other()), min_size=1, max_size=12)).map(lambda t: [OUR_CLASS, t[0], *t[1]])

@@ -33,6 +33,7 @@ from .gateway_strategies import (
     gateway,
     http_route,
     l4_route,
+    listener_set,
     one_listener_world,
     policy_and_grant,
     route_to,
@@ -116,7 +117,8 @@ world = st.lists(st.one_of(routes, routes, services, services, gateways), max_si
 # One step: put an object (new or replacing one of the same kind and name) or delete one.
 _put = st.one_of(routes, routes, routes, services, gateways, grants, foreign, http_route(),
                  l4_route(),
-                 gateway(), service(), policy_and_grant()).map(lambda d: ("put", d))
+                 gateway(), service(), policy_and_grant(), listener_set()
+                 ).map(lambda d: ("put", d))
 _delete = st.integers(0, 1_000).map(lambda i: ("delete", i))
 _touch = st.integers(0, 1_000).map(lambda i: ("touch", i))  # the same content, a new object
 steps = st.lists(st.one_of(_put, _put, _delete, _touch), min_size=1, max_size=12)

@@ -135,14 +135,7 @@ class Builder:
         else:
             self._all_pools(ir, out)
         splits = self._build_splits(ir, split, out)
-        for pool in ir.pools.values():  # a Gateway's client certificate towards backends
-            tls = pool.settings.upstream_tls
-            if tls is not None and tls.client_certificate is not None:
-                cert = tls.client_certificate
-                out[types.SECRET].setdefault(cert.name, Resource.of(cert.name, secret(cert)))
-        if any(item.protocol in (Protocol.HTTP, Protocol.HTTPS) for item in ir.listeners):
-            jwt = self._jwt.resource(ir, patch)  # their managers name it (never left waiting)
-            out[types.EXTENSION][jwt.name] = jwt
+        self._add_extras(ir, patch, out)
         self._tables.done()
         own, same = self._add_scopes(out, unchanged=patch is not None and edited == set())
         result: dict[str, Mapping[str, Resource]] = {
@@ -159,6 +152,14 @@ class Builder:
         self._ir, self._out, self._persistence = ir, dict(result), persistence
         self._clusters, self._endpoints = out[types.CLUSTER], out[types.ENDPOINT]
         return result
+
+    def _add_extras(self, ir: IR, patch: IRChange | None,
+                    out: dict[str, dict[str, Resource]]) -> None:
+        """The JWT filter's config (ECDS) and the client certificates towards backends."""
+        if any(item.protocol in (Protocol.HTTP, Protocol.HTTPS) for item in ir.listeners):
+            jwt = self._jwt.resource(ir, patch)  # their managers name it (never left waiting)
+            out[types.EXTENSION][jwt.name] = jwt
+        _client_certificates(ir, out[types.SECRET])
 
     def _tables_of(self, item: Listener, *, as_scopes: bool, signature: _Signature,
                    persistence: dict[str, Persistence], patch: IRChange | None,
@@ -425,6 +426,16 @@ def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
                         if r.certificate is not None and r.certificate.name not in certificates)
     built.extend(Resource.of(c.name, secret(c)) for c in certificates.values())
     return tuple(built)
+
+
+def _client_certificates(ir: IR, secrets: dict[str, Resource]) -> None:
+    """The secrets of the client certificates pools show their members (a Gateway's,
+    ``spec.tls.backend``): referenced by SDS from the clusters, like listeners' certificates."""
+    for pool in ir.pools.values():
+        tls = pool.settings.upstream_tls
+        if tls is not None and tls.client_certificate is not None:
+            cert = tls.client_certificate
+            secrets.setdefault(cert.name, Resource.of(cert.name, secret(cert)))
 
 
 def _type_of(resource: Resource) -> str:

@@ -97,8 +97,8 @@ local function check(handle)
   local ask = {}
   for name, value in pairs(h) do
     if string.sub(name, 1, 1) ~= ":" and not SKIPPED[name] then
-      if ask[name] ~= nil then
-        ask[name] = ask[name] .. ", " .. value
+      if ask[name] ~= nil then  -- cookies of an HTTP/2 request come one per header
+        ask[name] = ask[name] .. (name == "cookie" and "; " or ", ") .. value
       else
         ask[name] = value
       end

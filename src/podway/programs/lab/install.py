@@ -67,6 +67,10 @@ def values(tag: str, engine: str = "envoy") -> Obj:
                           "concurrency": 1, "onlyItsObjects": False,
                           "secondChance": {"pair": [], "ports": [80, 443], "peerUrl": ""}}],
         "vipPools": [{"name": "default", "addresses": [VIP_POOL]}],
+        # The group Secret above, not the chart's default (each engine asking the controller
+        # for its own certificate, engineCertificates.source csr): the lab install has not
+        # been run with that yet.
+        "engineCertificates": {"source": "secret"},
         "reachability": {"mode": "none"}}
 
 
