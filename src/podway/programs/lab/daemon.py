@@ -308,8 +308,9 @@ async def program_nodes(nodes: Sequence[NodePlan], services: list[cluster.Obj],
     late. In ``nodeport`` mode a connection from Envoy to a node carries requests for 1 s and
     stays on the pod kube-proxy chose for it; a node that learnt late kept choosing the leaving
     pod, and a request on such a connection failed when the pod exited after its preStop
-    (503 "reset reason: connection termination", L7 only: CI's failure). With 0.5 s added to
-    each write, 3 of 3 rollouts lost one such request in turn, 0 of 5 at once.
+    (503 "reset reason: connection termination", L7 only: the signature of CI's failure).
+    With 0.5 s added to each write, 3 of 3 rollouts lost one such request in turn, 0 of 5 at
+    once.
     ``installed`` is updated per node written; the first failure is raised once every write
     has ended (the next pass writes that node again)."""
     async def one(node: NodePlan, script: str) -> None:
