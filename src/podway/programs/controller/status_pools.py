@@ -60,6 +60,7 @@ class PoolStatuses:
         read = self._ipam.pools_in(snapshot, self._opts)
         changed = self._usage.update(read.pools, self._ipam.grants(snapshot, self._opts))
         seen = (snapshot.kind(VIPPool), snapshot.kind(IPAddressPool), read.problems)
+        refused = {p.ref: p for p in read.problems if p.reason in REFUSED}
         objects: Mapping[Target, K8sObject]
         if len(self._seen) == 3 and all(a is b for a, b in zip(seen[:2], self._seen[:2],
                                                                strict=True)) \
@@ -70,9 +71,11 @@ class PoolStatuses:
         else:
             objects = self._objects(snapshot)
             gone = set(self.want) - set(objects)
-            self._names = {o.metadata.name: t for t, o in objects.items()}
+            # a pool's name is its used object's (a refused one of the same name hands out
+            # nothing: a VIPPool and an IPAddressPool may share a name, one refused)
+            self._names = {o.metadata.name: t for t, o in objects.items()
+                           if o.ref not in refused}
         self._seen = seen
-        refused = {p.ref: p for p in read.problems if p.reason in REFUSED}
         out = set()
         for target, obj in objects.items():
             status = _status(obj, refused.get(obj.ref),

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 
 from podway.model import ObjectRef
 from podway.programs.ipam.claims import Claim
-from podway.programs.ipam.pools import IPAddress, Pool
+from podway.programs.ipam.pools import AddressRange, IPAddress, Pool
 from podway.translate import annotations as ann
 from podway.translate.core.problems import Reason
 from podway.translate.core.vips import VipGrant
@@ -40,6 +40,12 @@ class _Table:
         # Addresses a pending object asked for: never handed out automatically, so the object
         # gets them once they are free instead of finding them taken by a newer one.
         self.reserved: set[IPAddress] = set()
+        # Per range, where the next free address may be: every address before it is held,
+        # reserved or avoided. Holders only grow while automatic addresses are handed out
+        # (a release forgets it), so each pick goes on from the last one instead of scanning
+        # the range from its start again (N automatic claims: O(N) addresses looked at, not
+        # O(N²)).
+        self.first_free: dict[AddressRange, int] = {}
 
     def reserve(self, claim: Claim) -> None:
         for text in claim.requested:
@@ -58,6 +64,7 @@ class _Table:
             self.holders.setdefault(a, []).append(claim)
 
     def release(self, addresses: Iterable[IPAddress], claim: Claim) -> None:
+        self.first_free.clear()
         for a in addresses:
             self.holders[a].remove(claim)
             if not self.holders[a]:
@@ -204,10 +211,14 @@ def _pick(claim: Claim, candidates: list[Pool], table: _Table,
         for r in pool.ranges:
             if family is not None and r.first.version != family:
                 continue
-            for address in r:
+            cls = type(r.first)
+            for value in range(table.first_free.get(r, int(r.first)), int(r.last) + 1):
+                address = cls(value)
                 if address not in table.holders and address not in table.reserved \
                         and pool.usable(address):
+                    table.first_free[r] = value
                     return address
+            table.first_free[r] = int(r.last) + 1
     return None
 
 

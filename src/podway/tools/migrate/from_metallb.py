@@ -21,6 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from podway.model.kinds import METALLB_SPEAKER_KINDS
+from podway.model.vips import IPAddressPool, L2Advertisement
+
 Obj = dict[str, Any]
 GROUP = "metallb.io"
 
@@ -74,13 +77,14 @@ def convert(raw: Iterable[Any]) -> Converted:
 def _as_they_are(kinds: set[str]) -> list[str]:
     """Where the speakers can read the objects themselves instead of the commands above."""
     notes = []
-    if kinds & {"BGPPeer", "BGPAdvertisement", "Community", "BFDProfile"}:
+    bgp = {k.name for k in METALLB_SPEAKER_KINDS} - {IPAddressPool.KIND}
+    if kinds & bgp:
         notes.append("or keep the BGP objects as they are: `podway vip announce-metallb --node "
                      "NODE --router-id ADDRESS` on each engine host reads BGPPeer (with "
                      "nodeSelectors, passwordSecret, bfdProfile, peerPort, sourceAddress, "
                      "ebgpMultiHop), BGPAdvertisement (peers, nodeSelectors), Community and "
                      "BFDProfile live from the API (docs/vips.md#bgp-from-metallbs-objects)")
-    if "L2Advertisement" in kinds:
+    if L2Advertisement.KIND in kinds:
         notes.append("or keep the L2Advertisements as they are: `podway vip l2 --from-metallb` "
                      "on each engine host honours their nodeSelectors and interfaces")
     return notes

@@ -104,6 +104,18 @@ def test_only_the_pool_whose_counts_changed_is_recomputed() -> None:
     assert world.status("VIPPool", "web")["assignedIPv4"] == 1
 
 
+def test_a_refused_pool_of_the_same_name_does_not_take_the_used_one_s_counts() -> None:
+    """A VIPPool and a younger IPAddressPool both named "dup" (the latter refused): a Service
+    added later counts on the VIPPool, followed incrementally as from scratch."""
+    world = World(vippool("dup", "198.18.7.1-198.18.7.4"),
+                  metallb("dup", "198.18.8.1", ts="2026-01-05T00:00:00Z"), lb_service("a", i=1))
+    world.step()
+    assert world.status("VIPPool", "dup")["assignedIPv4"] == 1
+    world.put(lb_service("b", i=2))
+    assert world.status("VIPPool", "dup")["assignedIPv4"] == 2
+    assert world.status("IPAddressPool", "dup", "metallb-system")["availableIPv4"] == 0
+
+
 def test_a_pool_object_added_or_removed_gets_or_loses_its_status() -> None:
     world = World(lb_service("a", i=1))
     assert world.step() == {("Service", ("shop", "a"))}

@@ -88,3 +88,41 @@ def test_new_pools_count_again() -> None:
     assert usage.counts("c") is None
     assert usage.update(POOLS, grants) == {"c"}
     assert usage.counts("c") == Counts(1, 0, 0, 0)
+
+
+def test_automatic_allocation_looks_at_each_address_once(monkeypatch: object) -> None:
+    """N Services drawing automatically from one pool: each pick goes on from the last one, so
+    about N addresses are looked at, not N²/2 (300 claims: ~45,000 before)."""
+    import importlib
+
+    import pytest
+
+    from podway.programs.ipam import Claim
+
+    module = importlib.import_module("podway.programs.ipam.allocate")
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    looked = 0
+
+    class Counting(dict):  # type: ignore[type-arg]
+        def __contains__(self, key: object) -> bool:
+            nonlocal looked
+            looked += 1
+            return super().__contains__(key)
+
+    init = module._Table.__init__
+
+    def counting_init(self: module._Table) -> None:
+        init(self)
+        self.holders = Counting()
+
+    monkeypatch.setattr(module._Table, "__init__", counting_init)
+    pools = parse_pools({"pools": [{"name": "big", "addresses": ["198.18.0.0/22"],
+                                    "avoidBuggyIPs": True}]})
+    claims = [Claim(ref=ObjectRef("Service", "ns", f"s{i}"), created=float(i), uid=f"u{i}")
+              for i in range(300)]
+    grants = module.allocate(claims, pools)
+    addresses = [ipaddress.ip_address(g.addresses[0]) for g in grants.values()]
+    assert len(set(addresses)) == 300  # every Service its own, .0 and .255 avoided
+    assert not any(int(a) & 0xFF in (0, 255) for a in addresses)
+    assert looked <= 3 * 300

@@ -178,3 +178,29 @@ async def test_a_configuration_bird_refuses_keeps_the_last_one(tmp_path: Path) -
     assert live.speaker.settings is last
     assert live.speaker.rewritten == ()  # type: ignore[attr-defined]
     assert live.applied == 0
+
+
+def test_session_reports_name_the_bgppeer_with_bgp_and_bfd_states() -> None:
+    from podway.programs.vip.metallb_live import Session
+    from podway.programs.vip.metallb_sessions import SessionMetrics, parse_bfd, reports
+
+    world = objects(POOL, PEER_A, PEER_B, BFD, secret("bgp-auth", "s3cret"))
+    result = plan(world, node_labels=NODE, router_id="198.18.51.2", namespace=NS)
+    bfd = parse_bfd("""BIRD 2.0.12 ready.
+bfd1:
+IP address                Interface  State      Since         Interval  Timeout
+198.18.51.1               eth1       Up         05:27:56.001    0.100    0.500
+""")
+    assert bfd == {"198.18.51.1": "Up"}
+    found = reports(result, [Session(name="peer_rtr_a", state="up", info="Established")], bfd)
+    assert [(r.peer, r.address, r.bgp, r.bfd) for r in found] == [
+        ("rtr-a", "198.18.51.1", "Established", "Up"),
+        ("rtr.b", "198.18.52.1", "Idle", "N/A")]  # not in BIRD (yet): Idle; no profile: N/A
+    metrics = SessionMetrics()
+    metrics.update(found, 3)
+    text = metrics.render().decode()
+    assert 'podway_vip_bgp_session_established{address="198.18.51.1",peer="rtr-a"} 1.0' in text
+    assert 'podway_vip_bgp_session_established{address="198.18.52.1",peer="rtr.b"} 0.0' in text
+    assert "podway_vip_bgp_announced_routes 3.0" in text
+    metrics.update(found[:1], 3)
+    assert "rtr.b" not in metrics.render().decode()
