@@ -115,3 +115,54 @@ def test_the_ruleset_is_accepted_by_nft() -> None:
     done = subprocess.run(["unshare", "--net", "nft", "--check", "-f", "-"], input=text,
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+async def test_every_node_gets_its_rules_at_once_not_one_after_another() -> None:
+    """Real kube-proxies each program their own node in parallel. Written one node after another,
+    the last node learnt of a leaving pod the sum of the writes late; under load that outlasted
+    the 1 s an Envoy connection to a node lives, and a request on a connection pinned to the pod
+    failed when it exited (503, L7 only: CI lost two). Each write here waits until all four
+    have started, so writing in turn never gets past the first one."""
+    import asyncio
+
+    from podway.programs.lab.daemon import program_nodes
+    from podway.programs.lab.plan import make_plan
+
+    plan = make_plan("tk", 4)
+    started: list[str] = []
+    all_started = asyncio.Event()
+
+    async def write(netns: str, script: str) -> None:
+        started.append(netns)
+        if len(started) == len(plan.nodes):
+            all_started.set()
+        await all_started.wait()
+
+    installed: dict[str, str] = {}
+    services = [service("Cluster", 30080)]
+    slices = [slice_of("web-Cluster", ("10.0.1.5", "lab-node-1", True))]
+    async with asyncio.timeout(5):
+        await program_nodes(plan.nodes, services, slices, installed, write)
+    assert sorted(started) == sorted(n.netns for n in plan.nodes)
+    assert set(installed) == {n.name for n in plan.nodes}
+    started.clear()
+    await program_nodes(plan.nodes, services, slices, installed, write)
+    assert started == []  # nothing changed: nothing written
+
+
+async def test_a_failed_node_write_is_raised_after_the_others_are_written() -> None:
+    from podway.programs.lab.daemon import program_nodes
+    from podway.programs.lab.plan import make_plan
+
+    plan = make_plan("tk", 3)
+
+    async def write(netns: str, script: str) -> None:
+        if netns.endswith("node2"):
+            raise RuntimeError("nft: no such file")
+
+    installed: dict[str, str] = {}
+    with pytest.raises(RuntimeError, match="nft: no such file"):
+        await program_nodes(plan.nodes, [service("Cluster", 30080)],
+                            [slice_of("web-Cluster", ("10.0.1.5", "lab-node-1", True))],
+                            installed, write)
+    assert set(installed) == {"lab-node-1", "lab-node-3"}  # node 2 is written again next time
