@@ -80,6 +80,11 @@ def engine(
              "$XDG_RUNTIME_DIR/podway, /run/podway or /tmp/podway-UID.")] = None,
     instance: Annotated[str, typer.Option(
         help="Name of this engine instance (its default state folder).")] = "engine",
+    state_dir_shared: Annotated[bool, typer.Option(
+        "--state-dir-shared", help="--state-dir is a volume shared with the pod's own "
+        "containers (a Kubernetes emptyDir: owned by root, mode 0777): take it as it is "
+        "instead of refusing a folder this user does not own; Podway's files in it stay 0600. "
+        "Never for a folder other users of the host can reach.")] = False,
     engine_kind: Annotated[str, typer.Option(
         "--engine", help="envoy (xDS), haproxy (HAProxy, with the kernel engine beside it for "
         "listeners annotated podway.io/engine: kernel) or kernel (nftables DNAT for every "
@@ -120,7 +125,8 @@ def engine(
             kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST")):
         from podway.programs.engine_cert import SDS_FILE
 
-        requested = _requested_cert(kubeconfig, folder, node_id, engine_group.strip())
+        requested = _requested_cert(kubeconfig, folder, node_id, engine_group.strip(),
+                                    shared=state_dir_shared)
         cert_pem, key_pem, sds = requested.cert_pem, requested.key_pem, str(folder / SDS_FILE)
     report = ReportOptions(
         node_id=node_id, xds=tuple(xds),  # every replica hears it
@@ -132,7 +138,7 @@ def engine(
                                 node=node_id, group=engine_group.strip())
     if engine_kind != "envoy":
         _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
-                metrics_port=metrics_port, renewal=renewal)
+                metrics_port=metrics_port, renewal=renewal, shared=state_dir_shared)
         return
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
@@ -143,7 +149,7 @@ def engine(
     async def main() -> None:
         from podway.readers.metrics.exposition import serve_while
 
-        with open_state(folder) as state:
+        with open_state(folder, shared=state_dir_shared) as state:
             process = Engine(EngineOptions(envoy_path=find_envoy(envoy_path), bootstrap=config,
                                            state=state, log_level=envoy_log_level,
                                            concurrency=concurrency, drain_s=drain_s))
@@ -153,8 +159,8 @@ def engine(
     asyncio.run(run_until_signal(main()))
 
 
-def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str
-                    ) -> ClientCert:
+def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str, *,
+                    shared: bool = False) -> ClientCert:
     """This engine's client certificate and key from the controller's signer
     (``podway.programs.engine_cert``), kept in the state folder with the SDS resource Envoy
     reads them from; a refusal is one line."""
@@ -163,7 +169,7 @@ def _requested_cert(kubeconfig: str | None, folder: Path, node: str, group: str
     from podway.programs.engine_cert import obtain, write_sds
 
     async def ask() -> ClientCert:
-        with open_state(folder) as state:
+        with open_state(folder, shared=shared) as state:
             api = await connect(kubeconfig=kubeconfig)
             async with api:
                 await check_reachable(api)
@@ -197,8 +203,8 @@ async def _renewal(cert: ClientCert | None, run: Awaitable[None], *, kubeconfig:
 
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
             metrics_port: int,
-            renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None
-            ) -> None:
+            renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None,
+            shared: bool = False) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
     from podway.engines.report_targets import xds_addresses
     from podway.envoy.engine.state import open_state
@@ -209,7 +215,7 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
     async def main() -> None:
         from podway.readers.metrics.exposition import serve_while
 
-        with open_state(folder) as state:
+        with open_state(folder, shared=shared) as state:
             engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
                                                 haproxy_path=haproxy_path, threads=threads))
             run = engine.run() if renewal is None else renewal(engine.run())

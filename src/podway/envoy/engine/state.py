@@ -92,13 +92,16 @@ class StateDir:
 
 
 @contextlib.contextmanager
-def open_state(path: Path | None) -> Iterator[StateDir]:
+def open_state(path: Path | None, *, shared: bool = False) -> Iterator[StateDir]:
     """Create (0700) and lock an instance's folder; on exit remove what was made in it.
 
     ``path`` None: a fresh ephemeral folder under the default base (stale ones are swept).
+    ``shared``: ``path`` is a pod's volume, shared only with the pod's own containers (a
+    Kubernetes emptyDir is owned by root with mode 0777, whatever user the engine runs as): it
+    must be a real folder, but its owner and mode are taken as they are.
     """
     try:
-        state = _make(path)
+        state = _make(path, shared=shared)
     except OSError as exc:
         raise ConfigError(f"cannot create the state folder {path or default_base()}: "
                           f"{exc.strerror or exc}; pick another --state-dir") from None
@@ -106,12 +109,17 @@ def open_state(path: Path | None) -> Iterator[StateDir]:
         yield state
 
 
-def _make(path: Path | None) -> StateDir:
+def _make(path: Path | None, *, shared: bool = False) -> StateDir:
     if path is None:
         base = default_base()
         _private_dir(base, parents=True)
         _sweep_ephemeral(base)
         state = StateDir(Path(tempfile.mkdtemp(prefix=".tmp-", dir=base)), ephemeral=True)
+    elif shared:
+        state = StateDir(path)
+        if not path.is_dir() or path.is_symlink():
+            raise ConfigError(f"{path} must be a folder (--state-dir-shared takes the pod's "
+                              "volume as it is; it is a link, a file or missing)")
     else:
         state = StateDir(path)
         _private_dir(path.parent, parents=True, strict=path.parent == default_base())
