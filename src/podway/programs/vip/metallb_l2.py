@@ -30,7 +30,7 @@ from podway.model.kinds import BY_NAME
 from podway.model.vips import METALLB_GROUP, IPAddressPool, L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.l2 import L2Speaker
-from podway.programs.vip.metallb import Objects, selects, spec_of
+from podway.programs.vip.metallb import Objects, advertised, spec_of
 from podway.programs.vip.metallb_follow import Follower
 
 log = logging.getLogger(__name__)
@@ -53,17 +53,13 @@ def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequenc
     for name, raw in objects.of(L2Advertisement.KIND):
         spec = spec_of(raw)
         try:
-            if not selects(spec.get("nodeSelectors"), node_labels):
+            chosen = advertised(spec, node_labels, pools)
+            if chosen is None:
                 continue
-            named, selectors = spec.get("ipAddressPools") or [], spec.get(
-                "ipAddressPoolSelectors") or []
-            chosen = {p for p, (labels, _) in pools.items()
-                      if (not named and not selectors) or p in named
-                      or (selectors and selects(selectors, labels))}
         except ValueError as err:
             problems.append(f"L2Advertisement {name!r} is not used: {err}")
             continue
-        adverts.append((chosen, tuple(str(i) for i in spec.get("interfaces") or ())))
+        adverts.append((set(chosen), tuple(str(i) for i in spec.get("interfaces") or ())))
     out: Placement = {}
     for vip in vips:
         address = ipaddress.ip_address(vip)
