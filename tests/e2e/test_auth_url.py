@@ -13,18 +13,14 @@ no Service, or an unserved ``auth-snippet``, refuses (403).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from podway.base.children import die_with_parent
-
-from .harness import Stack, endpoints, free_port, make_stack, service
+from .harness import Stack, endpoints, free_port, service
+from .local_servers import nginx, serve, stack_in
 from .test_nginx_annotations import ingress, path, request
 
 pytestmark = pytest.mark.e2e
@@ -50,33 +46,13 @@ async def _auth_server(stack: Stack, seen: list[dict[str, str]]) -> int:
             return web.Response(status=500, text="oops")
         return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="sso"'})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", check)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def close() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
-
-    stack.tasks.append(asyncio.create_task(close(), name="auth-url"))
-    return port
+    return await serve(stack, "auth-url", check)
 
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",))
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",)) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 async def test_auth_url_asks_the_url_as_written_and_signs_in(stack: Stack) -> None:
@@ -166,44 +142,6 @@ async def test_auth_url_without_sign_in_answers_401_with_the_challenge(stack: St
     assert seen[-1]["cookie"] == "theme=dark; session=good"
 
 
-@contextlib.asynccontextmanager
-async def _nginx(folder: Path, port: int, server: str) -> AsyncIterator[None]:
-    """A real nginx with one ``server`` block (its own temp folders), until the block ends."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    folder.mkdir()
-    conf = folder / "nginx.conf"
-    conf.write_text("\n".join([
-        "daemon off;", "master_process off;", f"pid {folder}/nginx.pid;",
-        f"error_log {folder}/error.log warn;", "events { worker_connections 64; }", "http {",
-        "access_log off;", f"client_body_temp_path {folder}/body;",
-        f"proxy_temp_path {folder}/proxy;", f"fastcgi_temp_path {folder}/fastcgi;",
-        f"uwsgi_temp_path {folder}/uwsgi;", f"scgi_temp_path {folder}/scgi;",
-        server.replace("PORT", str(port)), "}", ""]))
-    proc = await asyncio.create_subprocess_exec(
-        binary, "-p", str(folder), "-c", str(conf), stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent())
-    try:
-        async with asyncio.timeout(20):
-            while True:
-                assert proc.returncode is None, (folder / "error.log").read_text()
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    await asyncio.sleep(0.05)
-                    continue
-                writer.close()
-                break
-        yield
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-
 def _ingress_nginx_server(web: int, auth: int, *, signin: bool) -> str:
     """What ingress-nginx's template gives for auth-url (with ``signin``: + auth-signin and
     auth-response-headers X-User) on host shop.test: an internal auth location proxied
@@ -261,8 +199,8 @@ async def test_auth_url_answers_as_a_real_nginx_does(stack: Stack, tmp_path: Pat
              ("PUT", "/deep/path?z=%2F", None, b"")]
     for signin, host in ((True, "shop.test"), (False, "plain.test")):
         port = free_port()
-        async with _nginx(tmp_path / f"nginx-{signin}", port,
-                          _ingress_nginx_server(web, auth, signin=signin)):
+        async with nginx(tmp_path / f"nginx-{signin}", port,
+                         _ingress_nginx_server(web, auth, signin=signin)):
             for method, target, headers, body in cases:
                 answers = []
                 for to, name in ((stack.http_port, host), (port, "shop.test")):
