@@ -49,6 +49,18 @@ async def _auth_server(stack: Stack, seen: list[dict[str, str]]) -> int:
     return await serve(stack, "auth-url", check)
 
 
+async def _web_and_auth(stack: Stack, seen: list[dict[str, str]], *more: str
+                        ) -> tuple[int, int]:
+    """An echo backend (Service web) and the auth service (Service oauth2), with ``more``
+    manifests in the same file; their ports."""
+    web = await stack.start_echo("web")
+    auth = await _auth_server(stack, seen)
+    stack.write("svc.yaml", "---\n".join([
+        service("web", 80, web), endpoints("web", {"TCP": web}),
+        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth}), *more]))
+    return web, auth
+
+
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     async with stack_in(tmp_path, takeover_classes=("nginx",)) as made:
@@ -56,14 +68,10 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
 
 
 async def test_auth_url_asks_the_url_as_written_and_signs_in(stack: Stack) -> None:
-    web = await stack.start_echo("web")
     seen: list[dict[str, str]] = []
-    auth = await _auth_server(stack, seen)
     down = free_port()
-    stack.write("svc.yaml", "---\n".join([
-        service("web", 80, web), endpoints("web", {"TCP": web}),
-        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth}),
-        service("down", 80, down), endpoints("down", {"TCP": down})]))
+    await _web_and_auth(stack, seen, service("down", 80, down),
+                        endpoints("down", {"TCP": down}))
     shop = {"auth-url": OAUTH, "auth-signin": "https://login.test/oauth2/start",
             "auth-response-headers": "X-User"}
     blog = {"auth-url": "http://oauth2/oauth2/auth", "auth-method": "POST",
@@ -115,12 +123,8 @@ async def test_auth_url_asks_the_url_as_written_and_signs_in(stack: Stack) -> No
 
 
 async def test_auth_url_without_sign_in_answers_401_with_the_challenge(stack: Stack) -> None:
-    web = await stack.start_echo("web")
     seen: list[dict[str, str]] = []
-    auth = await _auth_server(stack, seen)
-    stack.write("svc.yaml", "---\n".join([
-        service("web", 80, web), endpoints("web", {"TCP": web}),
-        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth})]))
+    await _web_and_auth(stack, seen)
     stack.write("ingress.yaml", ingress("shop", {"auth-url": OAUTH}, path("/"),
                                         host="shop.test"))
     await stack.start()
@@ -182,12 +186,8 @@ async def test_auth_url_answers_as_a_real_nginx_does(stack: Stack, tmp_path: Pat
     """The same requests through Podway and through a real nginx configured as ingress-nginx
     would be: the same status, sign-in Location (rd unescaped), answer challenge, header to the
     backend, and the same subrequest (method, target, body, X-Original-*, cookie)."""
-    web = await stack.start_echo("web")
     seen: list[dict[str, str]] = []
-    auth = await _auth_server(stack, seen)
-    stack.write("svc.yaml", "---\n".join([
-        service("web", 80, web), endpoints("web", {"TCP": web}),
-        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth})]))
+    web, auth = await _web_and_auth(stack, seen)
     stack.write("ingress.yaml", "---\n".join([
         ingress("shop", {"auth-url": OAUTH, "auth-signin": "https://login.test/oauth2/start",
                          "auth-response-headers": "X-User"}, path("/"), host="shop.test"),
