@@ -5,19 +5,22 @@ informer events, each change marking the plan dirty."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterable
 
 from kubernetes_asyncio import client
 
 from podway.kube.informer import Informer, Raw, lean
+from podway.model.kinds import Kind
+from podway.model.vips import METALLB_GROUP
 from podway.programs.vip.metallb import Objects
 
 
 class Follower:
     """Keeps ``objects`` and ``node_labels`` current; sets ``_dirty`` on every change."""
 
-    def __init__(self, *, node: str) -> None:
-        self.node = node
+    def __init__(self, *, namespace: str, node: str) -> None:
+        self.namespace, self.node = namespace, node
         self.objects = Objects()
         self.node_labels: dict[str, str] = {}
         self._dirty = asyncio.Event()
@@ -37,6 +40,14 @@ class Follower:
         self.node_labels = {} if event == "DELETED" else {str(k): str(v)
                                                           for k, v in labels.items()}
         self._dirty.set()
+
+    def _kind_informers(self, custom: client.CustomObjectsApi, kinds: Iterable[Kind]
+                        ) -> list[Informer]:
+        """A list and watch of each of MetalLB's ``kinds`` in its namespace."""
+        return [Informer(name=f"metallb-{kind.plural}", lister=functools.partial(
+            custom.list_namespaced_custom_object, METALLB_GROUP, kind.versions[0],
+            self.namespace, kind.plural), params={}, handler=self._handler(kind.name))
+            for kind in kinds]
 
     def _node_informer(self, core: client.CoreV1Api) -> Informer:
         """This host's Node, for the node selectors."""

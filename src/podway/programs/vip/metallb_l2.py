@@ -17,7 +17,6 @@ watch of the pools, the advertisements and this Node).
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,7 @@ from kubernetes_asyncio import client
 
 from podway.kube.informer import Informer
 from podway.model.kinds import BY_NAME
-from podway.model.vips import METALLB_GROUP, IPAddressPool, L2Advertisement
+from podway.model.vips import IPAddressPool, L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.l2 import L2Speaker
 from podway.programs.vip.metallb import Objects, advertised, spec_of
@@ -79,21 +78,16 @@ class MetalLBL2(Follower):
 
     def __init__(self, api: client.ApiClient, speaker: L2Speaker, *, namespace: str,
                  node: str, debounce_s: float = 0.1) -> None:
-        super().__init__(node=node)
+        super().__init__(namespace=namespace, node=node)
         self._api = api
         self.speaker = speaker
-        self.namespace = namespace
         self._debounce = debounce_s
         self._said: set[str] = set()
 
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
-        out = []
-        for model in (IPAddressPool, L2Advertisement):
-            kind = BY_NAME[model.KIND]
-            out.append(Informer(name=f"metallb-{kind.plural}", lister=functools.partial(
-                custom.list_namespaced_custom_object, METALLB_GROUP, kind.versions[0],
-                self.namespace, kind.plural), params={}, handler=self._handler(model.KIND)))
+        out = self._kind_informers(custom, (BY_NAME[IPAddressPool.KIND],
+                                            BY_NAME[L2Advertisement.KIND]))
         out.append(self._node_informer(client.CoreV1Api(self._api)))
         return out
 

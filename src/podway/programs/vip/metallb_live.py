@@ -31,7 +31,6 @@ from kubernetes_asyncio import client
 from podway.base.errors import EnvironmentProblem
 from podway.kube.informer import Informer, Raw
 from podway.model.kinds import METALLB_SPEAKER_KINDS
-from podway.model.vips import METALLB_GROUP
 from podway.programs.vip.bird import BgpSettings
 from podway.programs.vip.metallb import Plan, plan
 from podway.programs.vip.metallb_follow import Follower
@@ -87,9 +86,8 @@ class MetalLBSpeaker(Follower):
                  workdir: Path, vips: Sequence[str] | None = None, prefix: Sequence[str] = (),
                  debounce_s: float = 0.2,
                  healthy: Callable[[], Awaitable[bool]] | None = None) -> None:
-        super().__init__(node=node)
+        super().__init__(namespace=namespace, node=node)
         self._api = api
-        self.namespace = namespace
         self.router_id = router_id
         self._vips = tuple(vips) if vips is not None else None
         self._debounce = debounce_s
@@ -105,10 +103,7 @@ class MetalLBSpeaker(Follower):
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
         core = client.CoreV1Api(self._api)
-        out = [Informer(name=f"metallb-{plural}", lister=functools.partial(
-            custom.list_namespaced_custom_object, METALLB_GROUP, version, self.namespace,
-            plural), params={}, handler=self._handler(kind))
-            for kind, (version, plural) in CUSTOM.items()]
+        out = self._kind_informers(custom, METALLB_SPEAKER_KINDS)
         out.append(Informer(name="metallb-secrets", lister=functools.partial(
             core.list_namespaced_secret, self.namespace), params={},
             handler=self._handler("Secret"), transform=_secret))
