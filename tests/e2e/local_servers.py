@@ -89,10 +89,15 @@ async def nginx(folder: Path, port: int, server: str, *, http: Sequence[str] = (
                 break
         yield
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
+
+
+async def stop(proc: asyncio.subprocess.Process) -> None:
+    """End a process this test started: SIGTERM, SIGKILL after 10 s."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,8 @@ from podway.model.networking import IngressBackend
 from podway.translate.core.nginx_config import NginxConfig
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, SSLRedirect, read
 from tests.certs import GOOD_CERT, GOOD_KEY
+
+from .local_servers import stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,13 +340,7 @@ async def nginx(objects: Sequence[K8sObject], config: Config) -> AsyncIterator[s
         await _wait_listening(config.http_port, proc)
         yield text
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        await stop(proc)
 
 
 async def _wait_listening(port: int, proc: asyncio.subprocess.Process) -> None:
