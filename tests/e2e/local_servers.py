@@ -77,16 +77,7 @@ async def nginx(folder: Path, port: int, server: str, *, http: Sequence[str] = (
         binary, "-p", str(folder), "-c", str(conf), stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent())
     try:
-        async with asyncio.timeout(20):
-            while True:
-                assert proc.returncode is None, (folder / "error.log").read_text()
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    await asyncio.sleep(0.05)
-                    continue
-                writer.close()
-                break
+        await listening(port, proc, folder / "error.log")
         yield
     finally:
         await stop(proc)
@@ -101,3 +92,18 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+
+async def listening(port: int, proc: asyncio.subprocess.Process, log: Path) -> None:
+    """Once ``proc`` accepts connections on loopback ``port`` (20 s at most); if it exits
+    first, fails with its ``log``."""
+    async with asyncio.timeout(20):
+        while True:
+            assert proc.returncode is None, log.read_text() if log.exists() else "exited"
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            return
