@@ -59,6 +59,9 @@ mmdebstrap --quiet --variant=minbase --mode=root --format=directory \
     --customize-hook="chroot \"\$1\" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH PYTHONHASHSEED=0 sh /tmp/podway-build/setup-root.sh /tmp/podway-build/wheels" \
     --customize-hook='rm -rf "$1/tmp/podway-build" "$1/etc/machine-id" && : > "$1/etc/machine-id"' \
     bookworm "$work/rootfs" "$sources"
+# apt's lists, partial/ included: mmdebstrap's last apt run leaves partial/ owned by _apt in
+# one build and by root in another (seen: the only difference between two builds).
+rm -rf "$work/rootfs/var/lib/apt/lists/"*
 # No device nodes in the image (the runtime makes /dev), as in images built from a Dockerfile.
 find "$work/rootfs/dev" -mindepth 1 -delete
 # Files the build wrote carry the build's time: clamp every time to SOURCE_DATE_EPOCH.

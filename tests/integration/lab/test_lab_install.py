@@ -103,6 +103,10 @@ def objects(lab: RunningLab, kind: str, ns: str) -> list[dict[str, Any]]:
     return list(json.loads(kubectl(lab, "get", kind, "-n", ns, "-o", "json"))["items"])
 
 
+def status(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("status") or {})
+
+
 def explain(lab: RunningLab) -> str:
     out = [kubectl(lab, "get", "pods", "-A", "-o", "wide")]
     for log in sorted(lab.state.logs.glob("pod-podway-*.log")):
@@ -115,11 +119,12 @@ def test_the_chart_serves_a_load_balancer_service_through_its_vip(
     lab = installed
     assert not any(n.startswith(("agent-", "controller", "engine"))
                    for n in lab.state.recorded())  # the lab's own Podway is not running
-    eventually(lambda: all(d["status"].get("availableReplicas") == d["spec"]["replicas"]
+    eventually(lambda: all(status(d).get("availableReplicas") == d["spec"]["replicas"]
                            for d in objects(lab, "deployments", NAMESPACE)),
                within=300, what="the chart's Deployments available", explain=lambda: explain(lab))
-    agents = objects(lab, "daemonsets", NAMESPACE)
-    assert [d["status"].get("numberReady") for d in agents] == [2]
+    eventually(lambda: [status(d).get("numberReady") for d in
+                        objects(lab, "daemonsets", NAMESPACE)] == [2],
+               within=120, what="an agent ready on each node", explain=lambda: explain(lab))
     engine = next(p for p in objects(lab, "pods", NAMESPACE)
                   if p["metadata"]["labels"].get("app.kubernetes.io/component") == "engine")
     assert engine["status"]["podIP"] == engine["status"]["hostIP"]  # the node's own network

@@ -6,10 +6,11 @@ lab's own controller, engine and agents (the daemon does not start those then).
 What a cluster admin does first (docs/install.md), done here before ``helm install``:
 
 - the release namespace (``podway``);
-- the xDS certificates: ``podway-xds-tls`` (the controller's serving certificate for
-  ``podway-xds.<ns>.svc`` and the CA of the engines' client certificates) and
-  ``podway-engine-tls`` (the engines' client certificate naming every edge node), both signed
-  by the lab's CA;
+- the xDS certificates (docs/install.md, section 3): ``podway-xds-tls`` (the controller's
+  serving certificate for ``podway-xds.<ns>.svc`` and its CA), the ConfigMap ``podway-xds-ca``
+  (that CA, for the engines, which get their client certificates from the controller by CSR)
+  and ``podway-engine-tls`` (a client certificate naming the edge node, for
+  ``engineCertificates.source: secret``), signed by the lab's CA;
 - the engine node: ``lab-node-1`` labelled ``podway.io/edge=true`` (the chart's default engine
   group selector);
 - reachability ``none`` ("you route them yourself"): the VIP pool is routed by the edge router
@@ -35,12 +36,13 @@ from podway.programs.lab.api import LabApi
 from podway.programs.lab.pki import LabPki, issue
 from podway.programs.lab.plan import CLUSTER_DOMAIN, LabPlan
 from podway.programs.lab.state import LabState
+from podway.translate.annotations import PREFIX
 
 Obj = dict[str, Any]
 NAMESPACE = "podway"
-EDGE_LABEL = "podway.io/edge"
+EDGE_LABEL = PREFIX + "edge"  # declared in annotations.OTHER_KEYS
 VIP_POOL = "198.18.100.0/28"
-XDS_SECRET, ENGINE_SECRET = "podway-xds-tls", "podway-engine-tls"
+XDS_SECRET, ENGINE_SECRET, XDS_CA = "podway-xds-tls", "podway-engine-tls", "podway-xds-ca"
 ROOT = Path(__file__).resolve().parents[4]
 CHART = ROOT / "deploy" / "helm" / "podway"
 HELPER = Path(__file__).with_name("helm_install.py")
@@ -89,7 +91,12 @@ def tls_secrets(pki: LabPki, edge_nodes: list[str]) -> list[Obj]:
         return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
                 "metadata": {"name": name, "namespace": NAMESPACE},
                 "data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
-    return [secret(XDS_SECRET, server), secret(ENGINE_SECRET, client)]
+    # The engines' trust in the controller (engineCertificates.source csr, the default: each
+    # engine asks the controller for its own client certificate with a CSR).
+    xds_ca = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": XDS_CA, "namespace": NAMESPACE},
+              "data": {"ca.crt": ca_cert.decode()}}
+    return [secret(XDS_SECRET, server), secret(ENGINE_SECRET, client), xds_ca]
 
 
 def _call(api: LabApi, method: str, path: str, body: Obj, *, ok: tuple[int, ...],
@@ -106,8 +113,9 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
     _call(api, "PATCH", f"/api/v1/nodes/{edge.name}",
           {"metadata": {"labels": {EDGE_LABEL: "true"}}}, ok=(200,),
           content_type="application/merge-patch+json")
-    for secret in tls_secrets(pki, [edge.name]):
-        _call(api, "POST", f"/api/v1/namespaces/{NAMESPACE}/secrets", secret, ok=(201, 409))
+    for obj in tls_secrets(pki, [edge.name]):
+        plural = "secrets" if obj["kind"] == "Secret" else "configmaps"
+        _call(api, "POST", f"/api/v1/namespaces/{NAMESPACE}/{plural}", obj, ok=(201, 409))
     network.sh("ip", "-n", plan.edge, "route", "replace", VIP_POOL, "via", edge.ip)
     network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
 

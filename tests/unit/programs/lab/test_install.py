@@ -9,14 +9,22 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from podway.programs.lab.install import ENGINE_SECRET, NAMESPACE, XDS_SECRET, tls_secrets, values
+from podway.programs.lab.install import (
+    ENGINE_SECRET,
+    NAMESPACE,
+    XDS_CA,
+    XDS_SECRET,
+    tls_secrets,
+    values,
+)
 from podway.programs.lab.pki import LabPki
 
 
 def test_the_xds_secrets_name_the_service_and_the_edge_nodes(tmp_path: Path) -> None:
     pki = LabPki(tmp_path / "pki").ensure()
     secrets = {s["metadata"]["name"]: s for s in tls_secrets(pki, ["lab-node-1"])}
-    assert set(secrets) == {XDS_SECRET, ENGINE_SECRET}
+    assert set(secrets) == {XDS_SECRET, ENGINE_SECRET, XDS_CA}
+    assert secrets[XDS_CA]["data"] == {"ca.crt": pki.ca_cert.read_text()}
     ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
 
     def cert(name: str) -> x509.Certificate:
