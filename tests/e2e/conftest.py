@@ -10,31 +10,22 @@ import pytest
 from podway.envoy.engine.adopt import read_identity, terminate_stale
 from podway.envoy.engine.state import StateDir
 
-from .harness import Stack, make_stack
+from .harness import Stack
+from .local_servers import stack_in
 
 
 @pytest.fixture
 async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     """A stack on delta xDS; ``indirect`` parametrisation with "sotw" switches the protocol."""
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, delta=getattr(request, "param", "delta") == "delta")
-    try:
+    async with stack_in(tmp_path, delta=getattr(request, "param", "delta") == "delta") as made:
         yield made
-    finally:
-        await made.stop()
 
 
 @pytest.fixture(params=["envoy", "haproxy"])
 async def engine_stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     """A stack on each engine in turn: the same routing tests hold for Envoy and HAProxy."""
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, engine_kind=request.param)
-    try:
+    async with stack_in(tmp_path, engine_kind=request.param) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 @pytest.fixture

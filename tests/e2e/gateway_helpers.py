@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from collections.abc import Callable
 
 import trustme
 
@@ -106,11 +107,20 @@ async def https_backend(stack: Stack, ca: trustme.CA, name: str, cert_host: str)
     """An HTTPS server (certificate for ``cert_host``) behind Service ``name``, answering JSON."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(cert_host).configure_cert(context)
+    await json_tls_backend(stack, name, context, lambda _: {"name": name, "tls": True},
+                           task=f"https-{name}")
+
+
+async def json_tls_backend(stack: Stack, name: str, context: ssl.SSLContext,
+                           answer: Callable[[asyncio.StreamWriter], object], *,
+                           task: str) -> int:
+    """A TLS server (``context``) behind Service ``name`` (port 443) answering each request
+    with ``answer(writer)`` as JSON, one request per connection; its port."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readuntil(b"\r\n\r\n")
-            body = json.dumps({"name": name, "tls": True}).encode()
+            body = json.dumps(answer(writer)).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
                          % (len(body), body))
@@ -127,6 +137,7 @@ async def https_backend(stack: Stack, ca: trustme.CA, name: str, cert_host: str)
         async with server:
             await server.serve_forever()
 
-    stack.tasks.append(asyncio.create_task(serve(), name=f"https-{name}"))
+    stack.tasks.append(asyncio.create_task(serve(), name=task))
     stack.write(f"svc-{name}.yaml", service(name, 443, port) + "---\n"
                 + endpoints(name, {"TCP": port}))
+    return port

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,8 @@ from podway.model.networking import IngressBackend
 from podway.translate.core.nginx_config import NginxConfig
 from podway.translate.ingress.nginx.annotations import Canary, NginxAnnotations, SSLRedirect, read
 from tests.certs import GOOD_CERT, GOOD_KEY
+
+from .local_servers import listening, stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,26 +337,7 @@ async def nginx(objects: Sequence[K8sObject], config: Config) -> AsyncIterator[s
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         preexec_fn=die_with_parent())  # a test process killed hard takes nginx with it
     try:
-        await _wait_listening(config.http_port, proc)
+        await listening(config.http_port, proc, config.folder / "error.log")
         yield text
     finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-
-
-async def _wait_listening(port: int, proc: asyncio.subprocess.Process) -> None:
-    async with asyncio.timeout(20):
-        while True:
-            assert proc.returncode is None, "nginx exited at start"
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                await asyncio.sleep(0.05)
-                continue
-            writer.close()
-            return
+        await stop(proc)

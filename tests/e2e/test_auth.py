@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Stack, endpoints, make_stack, service
+from .harness import Stack, endpoints, service
+from .local_servers import serve, stack_in
 from .test_nginx_annotations import ingress, path, request
 
 pytestmark = pytest.mark.e2e
@@ -41,13 +42,8 @@ data: {{auth: {base64.b64encode(htpasswd.encode()).decode()}}}
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",))
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",)) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 async def test_nginx_basic_auth_asks_for_credentials_and_lets_users_in(stack: Stack) -> None:
@@ -127,22 +123,7 @@ async def _http_auth_server(stack: Stack, seen: list[str]) -> int:
             return web.Response(status=200, headers={"x-user": "alice", "x-other": "1"})
         return web.Response(status=401, text="who are you", headers={"x-denied": "yes"})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", check)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def close() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
-
-    stack.tasks.append(asyncio.create_task(close(), name="http-auth"))
-    return port
+    return await serve(stack, "http-auth", check)
 
 
 async def _grpc_auth_server(stack: Stack) -> int:

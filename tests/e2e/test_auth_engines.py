@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Stack, make_stack
+from .harness import Stack
+from .local_servers import stack_in
 from .test_nginx_annotations import ingress, path, request, start
 
 pytestmark = pytest.mark.e2e
@@ -32,13 +33,8 @@ def _basic(user: str, password: str) -> dict[str, str]:
 
 @pytest.fixture(params=["envoy", "haproxy"])
 async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",), engine_kind=request.param)
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",), engine_kind=request.param) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 async def test_basic_auth_and_authorization_rules(stack: Stack) -> None:

@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from .gateway_helpers import CLASS, backend, gateway, route
-from .harness import Stack, endpoints, free_port, make_stack, service
+from .harness import Stack, endpoints, free_port, service
+from .local_servers import serve_app, stack_in
 from .test_nginx_annotations import request
 
 pytestmark = pytest.mark.e2e
@@ -83,32 +84,14 @@ async def _jwks_server(stack: Stack, signer: Signer, asked: list[str]) -> int:
 
     app = web.Application()
     app.router.add_get("/keys", keys)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def close() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
-
-    stack.tasks.append(asyncio.create_task(close(), name="jwks"))
-    return port
+    return await serve_app(stack, "jwks", app)
 
 
 @pytest.fixture(params=[True, False], ids=["delta", "sotw"])
 async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     """Both xDS flavours: the filter config comes over ADS in each."""
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, delta=request.param)
-    try:
+    async with stack_in(tmp_path, delta=request.param) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 def _routes(*names: str) -> list[str]:

@@ -13,18 +13,14 @@ no Service, or an unserved ``auth-snippet``, refuses (403).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
-from podway.base.children import die_with_parent
-
-from .harness import Stack, endpoints, free_port, make_stack, service
+from .harness import Stack, endpoints, free_port, service
+from .local_servers import nginx, serve, stack_in
 from .test_nginx_annotations import ingress, path, request
 
 pytestmark = pytest.mark.e2e
@@ -50,44 +46,32 @@ async def _auth_server(stack: Stack, seen: list[dict[str, str]]) -> int:
             return web.Response(status=500, text="oops")
         return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="sso"'})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", check)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return await serve(stack, "auth-url", check)
 
-    async def close() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
 
-    stack.tasks.append(asyncio.create_task(close(), name="auth-url"))
-    return port
+async def _web_and_auth(stack: Stack, seen: list[dict[str, str]], *more: str
+                        ) -> tuple[int, int]:
+    """An echo backend (Service web) and the auth service (Service oauth2), with ``more``
+    manifests in the same file; their ports."""
+    web = await stack.start_echo("web")
+    auth = await _auth_server(stack, seen)
+    stack.write("svc.yaml", "---\n".join([
+        service("web", 80, web), endpoints("web", {"TCP": web}),
+        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth}), *more]))
+    return web, auth
 
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",))
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",)) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 async def test_auth_url_asks_the_url_as_written_and_signs_in(stack: Stack) -> None:
-    web = await stack.start_echo("web")
     seen: list[dict[str, str]] = []
-    auth = await _auth_server(stack, seen)
     down = free_port()
-    stack.write("svc.yaml", "---\n".join([
-        service("web", 80, web), endpoints("web", {"TCP": web}),
-        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth}),
-        service("down", 80, down), endpoints("down", {"TCP": down})]))
+    await _web_and_auth(stack, seen, service("down", 80, down),
+                        endpoints("down", {"TCP": down}))
     shop = {"auth-url": OAUTH, "auth-signin": "https://login.test/oauth2/start",
             "auth-response-headers": "X-User"}
     blog = {"auth-url": "http://oauth2/oauth2/auth", "auth-method": "POST",
@@ -139,12 +123,8 @@ async def test_auth_url_asks_the_url_as_written_and_signs_in(stack: Stack) -> No
 
 
 async def test_auth_url_without_sign_in_answers_401_with_the_challenge(stack: Stack) -> None:
-    web = await stack.start_echo("web")
     seen: list[dict[str, str]] = []
-    auth = await _auth_server(stack, seen)
-    stack.write("svc.yaml", "---\n".join([
-        service("web", 80, web), endpoints("web", {"TCP": web}),
-        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth})]))
+    await _web_and_auth(stack, seen)
     stack.write("ingress.yaml", ingress("shop", {"auth-url": OAUTH}, path("/"),
                                         host="shop.test"))
     await stack.start()
@@ -164,44 +144,6 @@ async def test_auth_url_without_sign_in_answers_401_with_the_challenge(stack: St
         writer.close()
     assert head.split()[1] == b"200", head
     assert seen[-1]["cookie"] == "theme=dark; session=good"
-
-
-@contextlib.asynccontextmanager
-async def _nginx(folder: Path, port: int, server: str) -> AsyncIterator[None]:
-    """A real nginx with one ``server`` block (its own temp folders), until the block ends."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    folder.mkdir()
-    conf = folder / "nginx.conf"
-    conf.write_text("\n".join([
-        "daemon off;", "master_process off;", f"pid {folder}/nginx.pid;",
-        f"error_log {folder}/error.log warn;", "events { worker_connections 64; }", "http {",
-        "access_log off;", f"client_body_temp_path {folder}/body;",
-        f"proxy_temp_path {folder}/proxy;", f"fastcgi_temp_path {folder}/fastcgi;",
-        f"uwsgi_temp_path {folder}/uwsgi;", f"scgi_temp_path {folder}/scgi;",
-        server.replace("PORT", str(port)), "}", ""]))
-    proc = await asyncio.create_subprocess_exec(
-        binary, "-p", str(folder), "-c", str(conf), stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent())
-    try:
-        async with asyncio.timeout(20):
-            while True:
-                assert proc.returncode is None, (folder / "error.log").read_text()
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    await asyncio.sleep(0.05)
-                    continue
-                writer.close()
-                break
-        yield
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
 
 
 def _ingress_nginx_server(web: int, auth: int, *, signin: bool) -> str:
@@ -244,12 +186,8 @@ async def test_auth_url_answers_as_a_real_nginx_does(stack: Stack, tmp_path: Pat
     """The same requests through Podway and through a real nginx configured as ingress-nginx
     would be: the same status, sign-in Location (rd unescaped), answer challenge, header to the
     backend, and the same subrequest (method, target, body, X-Original-*, cookie)."""
-    web = await stack.start_echo("web")
     seen: list[dict[str, str]] = []
-    auth = await _auth_server(stack, seen)
-    stack.write("svc.yaml", "---\n".join([
-        service("web", 80, web), endpoints("web", {"TCP": web}),
-        service("oauth2", 80, auth), endpoints("oauth2", {"TCP": auth})]))
+    web, auth = await _web_and_auth(stack, seen)
     stack.write("ingress.yaml", "---\n".join([
         ingress("shop", {"auth-url": OAUTH, "auth-signin": "https://login.test/oauth2/start",
                          "auth-response-headers": "X-User"}, path("/"), host="shop.test"),
@@ -261,8 +199,8 @@ async def test_auth_url_answers_as_a_real_nginx_does(stack: Stack, tmp_path: Pat
              ("PUT", "/deep/path?z=%2F", None, b"")]
     for signin, host in ((True, "shop.test"), (False, "plain.test")):
         port = free_port()
-        async with _nginx(tmp_path / f"nginx-{signin}", port,
-                          _ingress_nginx_server(web, auth, signin=signin)):
+        async with nginx(tmp_path / f"nginx-{signin}", port,
+                         _ingress_nginx_server(web, auth, signin=signin)):
             for method, target, headers, body in cases:
                 answers = []
                 for to, name in ((stack.http_port, host), (port, "shop.test")):

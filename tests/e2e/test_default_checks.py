@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import shutil
-import signal
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,11 +26,11 @@ import h2.connection
 import h2.events
 import pytest
 
-from podway.base.children import die_with_parent
 from podway.envoy.engine import admin
 
 from .gateway_helpers import CLASS, gateway, request, route
 from .harness import Stack, free_port
+from .local_servers import nginx
 
 pytestmark = pytest.mark.e2e
 CHECKS = 3  # every pool must pass this many checks in a row (the unhealthy threshold)
@@ -144,42 +142,9 @@ async def _http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
     writer.close()
 
 
-@contextlib.asynccontextmanager
-async def nginx(folder: Path, port: int) -> AsyncIterator[None]:
-    """A real nginx answering every path, with a 1 s keep-alive timeout."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    folder.mkdir()
-    conf = folder / "nginx.conf"
-    conf.write_text("\n".join([
-        "daemon off;", "master_process off;", f"pid {folder}/nginx.pid;",
-        f"error_log {folder}/error.log warn;", "events { worker_connections 64; }", "http {",
-        "access_log off;", "keepalive_timeout 1s;", f"client_body_temp_path {folder}/body;",
-        f"proxy_temp_path {folder}/proxy;", f"fastcgi_temp_path {folder}/fastcgi;",
-        f"uwsgi_temp_path {folder}/uwsgi;", f"scgi_temp_path {folder}/scgi;",
-        f"server {{ listen 127.0.0.1:{port}; location / {{ return 200 'nginx'; }} }}", "}", ""]))
-    proc = await asyncio.create_subprocess_exec(
-        binary, "-p", str(folder), "-c", str(conf), stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL, preexec_fn=die_with_parent())
-    try:
-        async with asyncio.timeout(20):
-            while True:
-                assert proc.returncode is None, (folder / "error.log").read_text()
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    await asyncio.sleep(0.05)
-                    continue
-                writer.close()
-                break
-        yield
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 10)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+# A real nginx answering every path, with a 1 s keep-alive timeout.
+NGINX_SERVER = "server { listen 127.0.0.1:PORT; location / { return 200 'nginx'; } }"
+NGINX_HTTP = ("keepalive_timeout 1s;",)
 
 
 async def _grpc_say(port: int, authority: str, method: str) -> bytes:
@@ -211,7 +176,8 @@ async def test_default_checks_pass_every_server_that_speaks_the_protocol(
                await asyncio.start_server(idle_closer, "127.0.0.1", ports["idle"])]
     listener = free_port()
     try:
-        async with grpcio_server(ports["grpcio"]), nginx(tmp_path / "nginx", ports["nginx"]):
+        async with grpcio_server(ports["grpcio"]), nginx(
+                tmp_path / "nginx", ports["nginx"], NGINX_SERVER, http=NGINX_HTTP):
             stack.write("services.yaml", "---\n".join([
                 h2c_service("grpcio", ports["grpcio"]), h2c_service("go", ports["go"]),
                 http_service("nginx", ports["nginx"]),

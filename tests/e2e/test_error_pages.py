@@ -11,40 +11,18 @@ unlisted code and a 200 pass untouched.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from .harness import Stack, endpoints, free_port, make_stack, service
-from .test_auth_url import _nginx
+from .harness import Stack, endpoints, free_port, service
+from .local_servers import nginx, serve, stack_in
 from .test_nginx_annotations import ingress, path, request
 
 pytestmark = pytest.mark.e2e
 _ASKED = ("x-code", "x-format", "x-original-uri", "x-namespace", "x-ingress-name",
           "x-service-name", "x-service-port")
-
-
-async def _serve(stack: Stack, name: str, answer: object) -> int:
-    from aiohttp import web
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)  # type: ignore[arg-type]
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    async def close() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await runner.cleanup()
-
-    stack.tasks.append(asyncio.create_task(close(), name=name))
-    return port
 
 
 async def _app(request: object) -> object:
@@ -74,13 +52,8 @@ async def _errors(request: object) -> object:
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",))
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",)) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 def _nginx_server(app: int, errors: int) -> str:
@@ -112,8 +85,8 @@ def _nginx_server(app: int, errors: int) -> str:
 
 
 async def test_custom_http_errors_answer_as_nginx_does(stack: Stack, tmp_path: Path) -> None:
-    app = await _serve(stack, "app", _app)
-    errors = await _serve(stack, "errors", _errors)
+    app = await serve(stack, "app", _app)
+    errors = await serve(stack, "errors", _errors)
     stack.write("svc.yaml", "---\n".join([
         service("app", 80, app), endpoints("app", {"TCP": app}),
         service("errors", 80, errors), endpoints("errors", {"TCP": errors})]))
@@ -122,7 +95,7 @@ async def test_custom_http_errors_answer_as_nginx_does(stack: Stack, tmp_path: P
         host="shop.test"))
     await stack.start()
     port = free_port()
-    async with _nginx(tmp_path / "nginx", port, _nginx_server(app, errors)):
+    async with nginx(tmp_path / "nginx", port, _nginx_server(app, errors)):
         for target, headers in (("/missing?x=1", {"Accept": "application/json"}),
                                 ("/missing", None), ("/teapot", None), ("/fine", None)):
             answers = []

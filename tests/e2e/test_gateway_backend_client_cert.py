@@ -6,15 +6,14 @@ ephemeral ports, one stack per test."""
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 
 import pytest
 import trustme
 import yaml
 
-from .gateway_helpers import CLASS, gateway, indent, request, route
-from .harness import Stack, endpoints, free_port, service
+from .gateway_helpers import CLASS, gateway, indent, json_tls_backend, request, route
+from .harness import Stack, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -27,31 +26,12 @@ async def _mtls_backend(stack: Stack, ca: trustme.CA, client_ca: trustme.CA) -> 
     client_ca.configure_trust(context)
     context.verify_mode = ssl.CERT_REQUIRED
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            peer = writer.get_extra_info("peercert") or {}
-            names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
-            body = json.dumps({"client": names[0] if names else ""}).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                         % (len(body), body))
-            await writer.drain()
-        except (OSError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
+    def answer(writer: asyncio.StreamWriter) -> object:
+        peer = writer.get_extra_info("peercert") or {}
+        names = [v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"]
+        return {"client": names[0] if names else ""}
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=context)
-    port: int = server.sockets[0].getsockname()[1]
-
-    async def serve() -> None:
-        async with server:
-            await server.serve_forever()
-
-    stack.tasks.append(asyncio.create_task(serve(), name="mtls-backend"))
-    stack.write("svc-secure.yaml", service("secure", 443, port) + "---\n"
-                + endpoints("secure", {"TCP": port}))
+    await json_tls_backend(stack, "secure", context, answer, task="mtls-backend")
 
 
 async def test_gateway_client_certificate_reaches_a_backend_that_requires_one(

@@ -18,7 +18,8 @@ import trustme
 
 from podway.envoy.types import LISTENER
 
-from .harness import Stack, endpoints, get, make_stack, service
+from .harness import Stack, endpoints, get, service
+from .local_servers import stack_in
 
 pytestmark = pytest.mark.e2e
 
@@ -86,25 +87,15 @@ async def start(stack: Stack, manifests: str, backends: tuple[str, ...] = ("web"
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
     """A stack that takes Ingress class nginx over (``--ingress-class nginx``)."""
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",))
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",)) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 @pytest.fixture(params=["envoy", "haproxy"])
 async def engine_stack(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     """The same, on each engine in turn (the annotations both engines serve)."""
-    root = tmp_path / "manifests"
-    root.mkdir()
-    made = await make_stack(root, takeover_classes=("nginx",), engine_kind=request.param)
-    try:
+    async with stack_in(tmp_path, takeover_classes=("nginx",), engine_kind=request.param) as made:
         yield made
-    finally:
-        await made.stop()
 
 
 async def test_rewrite_target_with_captures(engine_stack: Stack) -> None:

@@ -42,7 +42,7 @@ from podway.base.backoff import Backoff
 from podway.base.errors import EnvironmentProblem
 from podway.engines.identity import from_pem
 from podway.envoy.engine.bootstrap import XDS_CLIENT_SECRET
-from podway.kube import engine_certs
+from podway.kube import csr_wait, engine_certs
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ CERT_FILE = "engine-client.crt"
 KEY_FILE = "engine-client.key"
 SDS_FILE = "engine-client-sds.json"  # the same pair as an SDS resource Envoy watches
 SECRET_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
-WAIT_LOG_S = 30.0  # while no controller answers: say so this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +58,6 @@ class ClientCert:
     key_pem: str
     cert_path: Path
     key_path: Path
-
-
-async def _call(call: Any, *args: Any) -> dict[str, Any]:
-    resp = await call(*args, _preload_content=False)
-    try:
-        text = await resp.text()
-        if resp.status >= 300:
-            raise EnvironmentProblem(f"Kubernetes API: {resp.status} {text[:200]}")
-        found: dict[str, Any] = json.loads(text)
-        return found
-    finally:
-        resp.release()
 
 
 def request_object(private_key: ec.EllipticCurvePrivateKey, *, node: str, group: str
@@ -129,11 +116,14 @@ async def obtain(api: client.ApiClient, folder: Path, *, node: str, group: str,
         return found
     private = ec.generate_private_key(ec.SECP256R1())
     certs: Any = client.CertificatesV1Api(api)
-    name = await _create(certs, request_object(private, node=node, group=group),
-                         backoff or Backoff(base=1.0, cap=30.0))
+    name = await csr_wait.create(certs, request_object(private, node=node, group=group),
+                                 backoff or Backoff(base=1.0, cap=30.0), log=log,
+                                 event="engine-certificate-request-failed")
     log.info("event=engine-certificate-requested csr=%s node=%s group=%s", name, node,
              group or "-")
-    cert_pem = await _issued(certs, name, poll_s=poll_s)
+    cert_pem = await csr_wait.answered(
+        certs, name, _answer(name), poll_s=poll_s, log=log, prefix="engine-certificate",
+        hint="is a controller with --engine-account for this service account running?")
     key_pem = private.private_bytes(serialization.Encoding.PEM,
                                     serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption()).decode()
@@ -149,30 +139,9 @@ async def obtain(api: client.ApiClient, folder: Path, *, node: str, group: str,
     return ClientCert(cert_pem, key_pem, cert_path, key_path)
 
 
-async def _create(certs: Any, body: dict[str, Any], retry: Backoff) -> str:
-    attempt = 0
-    while True:
-        try:
-            created = await _call(certs.create_certificate_signing_request, body)
-            return str(created["metadata"]["name"])
-        except (EnvironmentProblem, OSError) as exc:
-            attempt += 1
-            delay = retry.delay(attempt)
-            log.warning("event=engine-certificate-request-failed error=%s retry_in=%.1fs",
-                        exc, delay)
-            await asyncio.sleep(delay)
-
-
-async def _issued(certs: Any, name: str, *, poll_s: float) -> str:
+def _answer(name: str) -> Callable[[dict[str, Any]], str | None]:
     """The PEM certificate once the request has one; raises on a denial or a failure."""
-    said = time.monotonic()
-    while True:
-        await asyncio.sleep(poll_s)
-        try:
-            found = await _call(certs.read_certificate_signing_request, name)
-        except (EnvironmentProblem, OSError) as exc:
-            log.warning("event=engine-certificate-read-failed csr=%s error=%s", name, exc)
-            continue
+    def answer(found: dict[str, Any]) -> str | None:
         status = found.get("status") or {}
         for condition in status.get("conditions") or []:
             if condition.get("type") in ("Denied", "Failed") and \
@@ -180,16 +149,14 @@ async def _issued(certs: Any, name: str, *, poll_s: float) -> str:
                 raise EnvironmentProblem(
                     f"the controller refused this engine a certificate ({name}): "
                     f"{condition.get('message') or condition.get('reason') or 'no reason'}")
-        if status.get("certificate"):
-            try:
-                return base64.b64decode(str(status["certificate"]), validate=True).decode()
-            except ValueError as exc:
-                raise EnvironmentProblem(f"engine certificate request {name}: unreadable "
-                                         f"certificate ({exc})") from None
-        if time.monotonic() - said >= WAIT_LOG_S:
-            said = time.monotonic()
-            log.warning("event=engine-certificate-waiting csr=%s (is a controller with "
-                        "--engine-account for this service account running?)", name)
+        if not status.get("certificate"):
+            return None
+        try:
+            return base64.b64decode(str(status["certificate"]), validate=True).decode()
+        except ValueError as exc:
+            raise EnvironmentProblem(f"engine certificate request {name}: unreadable "
+                                     f"certificate ({exc})") from None
+    return answer
 
 
 def renew_at(cert_pem: str) -> float:
@@ -228,10 +195,7 @@ async def keep_renewed(connect: Callable[[], Awaitable[client.ApiClient]], folde
                 current = await obtain(api, folder, node=node, group=group, renew=True)
         except (EnvironmentProblem, OSError) as exc:
             failures += 1
-            delay = retry.delay(failures)
-            log.warning("event=engine-certificate-renewal-failed error=%s retry_in=%.1fs",
-                        exc, delay)
-            await asyncio.sleep(delay)
+            await csr_wait.pause(log, "engine-certificate-renewal-failed", exc, retry, failures)
             continue
         failures = 0
         write_sds(folder, current)

@@ -18,14 +18,13 @@ The filter sits on every manager switched off, as the other optional filters
 
 from __future__ import annotations
 
-from envoy.config.route.v3 import route_components_pb2 as rc
-from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
 from google.protobuf import any_pb2
 
-from podway.envoy.config.common import pack
+from podway.envoy.config import lua
+from podway.envoy.config.lua import lua_string
 from podway.ir import AuthRequest
 
 AUTH_REQUEST_FILTER = "podway.lua.auth_request"
@@ -36,23 +35,11 @@ _NOT_SENT = ("content-length", "transfer-encoding", "connection", "keep-alive", 
 
 
 def manager_filter() -> hcm.HttpFilter:
-    return hcm.HttpFilter(name=AUTH_REQUEST_FILTER, disabled=True,
-                          typed_config=pack(lua_pb2.Lua()))
+    return lua.manager_filter(AUTH_REQUEST_FILTER)
 
 
 def per_route(f: AuthRequest) -> any_pb2.Any:
-    code = lua_pb2.LuaPerRoute(source_code={"inline_string": script(f)})
-    return pack(rc.FilterConfig(config=pack(code)))
-
-
-def lua_string(text: str) -> str:
-    """``text`` as a Lua string literal: printable ASCII as is, every other byte (and the
-    quote and backslash) as a decimal escape."""
-    out = []
-    for byte in text.encode():
-        char = chr(byte)
-        out.append(char if 32 <= byte < 127 and char not in '"\\' else f"\\{byte:03d}")
-    return '"' + "".join(out) + '"'
+    return lua.per_route(script(f))
 
 
 def script(f: AuthRequest) -> str:

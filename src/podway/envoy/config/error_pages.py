@@ -14,28 +14,24 @@ The filter sits on every manager switched off, as the other optional filters.
 
 from __future__ import annotations
 
-from envoy.config.route.v3 import route_components_pb2 as rc
-from envoy.extensions.filters.http.lua.v3 import lua_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
 from google.protobuf import any_pb2
 
-from podway.envoy.config.auth_request import lua_string
-from podway.envoy.config.common import pack
+from podway.envoy.config import lua
+from podway.envoy.config.lua import lua_string
 from podway.ir import ErrorPages
 
 ERROR_PAGES_FILTER = "podway.lua.error_pages"
 
 
 def manager_filter() -> hcm.HttpFilter:
-    return hcm.HttpFilter(name=ERROR_PAGES_FILTER, disabled=True,
-                          typed_config=pack(lua_pb2.Lua()))
+    return lua.manager_filter(ERROR_PAGES_FILTER)
 
 
 def per_route(f: ErrorPages) -> any_pb2.Any:
-    code = lua_pb2.LuaPerRoute(source_code={"inline_string": script(f)})
-    return pack(rc.FilterConfig(config=pack(code)))
+    return lua.per_route(script(f))
 
 
 def script(f: ErrorPages) -> str:

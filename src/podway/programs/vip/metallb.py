@@ -95,6 +95,20 @@ def selects(selectors: Any, labels: Mapping[str, str]) -> bool:
         raise ValueError("selectors must be a list of label selectors") from None
 
 
+def advertised(spec: Mapping[str, Any], node_labels: Mapping[str, str],
+               pools: Mapping[str, tuple[Mapping[str, str], Any]]) -> list[str] | None:
+    """The pools (name → (labels, …)) an advertisement chooses (``ipAddressPools`` by name,
+    ``ipAddressPoolSelectors`` by label; neither: every pool), in ``pools``' order; None when
+    its ``nodeSelectors`` leave this node out. Bad selectors raise ``ValueError``."""
+    if not selects(spec.get("nodeSelectors"), node_labels):
+        return None
+    named, selectors = spec.get("ipAddressPools") or [], spec.get(
+        "ipAddressPoolSelectors") or []
+    return [p for p, (labels, _) in pools.items()
+            if (not named and not selectors) or p in named
+            or (selectors and selects(selectors, labels))]
+
+
 def seconds(duration: Any) -> int:
     """A Go duration (``90s``, ``1m30s``) in whole seconds; ValueError when it is not one."""
     text = str(duration).strip()
@@ -265,13 +279,9 @@ def _adverts(objects: Objects, node_labels: Mapping[str, str],
     for name, raw in objects.of("BGPAdvertisement"):
         spec = spec_of(raw)
         try:
-            if not selects(spec.get("nodeSelectors"), node_labels):
+            chosen = advertised(spec, node_labels, pools)
+            if chosen is None:
                 continue
-            named, selectors = spec.get("ipAddressPools") or [], spec.get(
-                "ipAddressPoolSelectors") or []
-            chosen = [p for p, (labels, _) in pools.items()
-                      if (not named and not selectors) or p in named
-                      or (selectors and selects(selectors, labels))]
             routes = [r for p in chosen for r in pools[p][1]]
             prefixes = aggregated(routes, int(spec.get("aggregationLength", 32)),
                                   int(spec.get("aggregationLengthV6", 128)))

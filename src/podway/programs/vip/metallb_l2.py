@@ -17,7 +17,6 @@ watch of the pools, the advertisements and this Node).
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
@@ -25,12 +24,13 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from podway.kube.informer import Informer, Raw, lean
+from podway.kube.informer import Informer
 from podway.model.kinds import BY_NAME
-from podway.model.vips import METALLB_GROUP, IPAddressPool, L2Advertisement
+from podway.model.vips import IPAddressPool, L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.l2 import L2Speaker
-from podway.programs.vip.metallb import Objects, selects, spec_of
+from podway.programs.vip.metallb import Objects, advertised, spec_of
+from podway.programs.vip.metallb_follow import Follower
 
 log = logging.getLogger(__name__)
 Placement = dict[str, tuple[str, ...]]
@@ -52,17 +52,13 @@ def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequenc
     for name, raw in objects.of(L2Advertisement.KIND):
         spec = spec_of(raw)
         try:
-            if not selects(spec.get("nodeSelectors"), node_labels):
+            chosen = advertised(spec, node_labels, pools)
+            if chosen is None:
                 continue
-            named, selectors = spec.get("ipAddressPools") or [], spec.get(
-                "ipAddressPoolSelectors") or []
-            chosen = {p for p, (labels, _) in pools.items()
-                      if (not named and not selectors) or p in named
-                      or (selectors and selects(selectors, labels))}
         except ValueError as err:
             problems.append(f"L2Advertisement {name!r} is not used: {err}")
             continue
-        adverts.append((chosen, tuple(str(i) for i in spec.get("interfaces") or ())))
+        adverts.append((set(chosen), tuple(str(i) for i in spec.get("interfaces") or ())))
     out: Placement = {}
     for vip in vips:
         address = ipaddress.ip_address(vip)
@@ -77,48 +73,23 @@ def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequenc
     return out, tuple(problems)
 
 
-class MetalLBL2:
+class MetalLBL2(Follower):
     """Keeps an ``L2Speaker``'s placement current from MetalLB's objects in the API."""
 
     def __init__(self, api: client.ApiClient, speaker: L2Speaker, *, namespace: str,
                  node: str, debounce_s: float = 0.1) -> None:
+        super().__init__(namespace=namespace, node=node)
         self._api = api
         self.speaker = speaker
-        self.namespace, self.node = namespace, node
         self._debounce = debounce_s
-        self.objects = Objects()
-        self.node_labels: dict[str, str] = {}
-        self._dirty = asyncio.Event()
         self._said: set[str] = set()
 
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
-        out = []
-        for model in (IPAddressPool, L2Advertisement):
-            kind = BY_NAME[model.KIND]
-            out.append(Informer(name=f"metallb-{kind.plural}", lister=functools.partial(
-                custom.list_namespaced_custom_object, METALLB_GROUP, kind.versions[0],
-                self.namespace, kind.plural), params={}, handler=self._handler(model.KIND)))
-        out.append(Informer(name="node", lister=client.CoreV1Api(self._api).list_node,
-                            params={"field_selector": f"metadata.name={self.node}"},
-                            handler=self._on_node, transform=lean))
+        out = self._kind_informers(custom, (BY_NAME[IPAddressPool.KIND],
+                                            BY_NAME[L2Advertisement.KIND]))
+        out.append(self._node_informer(client.CoreV1Api(self._api)))
         return out
-
-    def _handler(self, kind: str) -> Any:
-        def handle(event: str, raw: Raw) -> None:
-            name = str((raw.get("metadata") or {}).get("name", ""))
-            if event == "DELETED":
-                self.objects.by_kind[kind].pop(name, None)
-            else:
-                self.objects.by_kind[kind][name] = raw
-            self._dirty.set()
-        return handle
-
-    def _on_node(self, event: str, raw: Raw) -> None:
-        labels = (raw.get("metadata") or {}).get("labels") or {}
-        self.node_labels = {} if event == "DELETED" else {str(k): str(v)
-                                                          for k, v in labels.items()}
-        self._dirty.set()
 
     def apply(self) -> None:
         found, problems = placement(self.objects, node_labels=self.node_labels,

@@ -29,11 +29,11 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from podway.base.errors import EnvironmentProblem
-from podway.kube.informer import Informer, Raw, lean
+from podway.kube.informer import Informer, Raw
 from podway.model.kinds import METALLB_SPEAKER_KINDS
-from podway.model.vips import METALLB_GROUP
 from podway.programs.vip.bird import BgpSettings
-from podway.programs.vip.metallb import Objects, Plan, plan
+from podway.programs.vip.metallb import Plan, plan
+from podway.programs.vip.metallb_follow import Follower
 from podway.programs.vip.speaker import BirdSpeaker
 
 log = logging.getLogger(__name__)
@@ -79,61 +79,36 @@ def _secret(raw: Raw) -> Raw:
             "type": raw.get("type"), "data": kept}
 
 
-class MetalLBSpeaker:
+class MetalLBSpeaker(Follower):
     """BIRD for one host, configured from MetalLB's objects (module docstring)."""
 
     def __init__(self, api: client.ApiClient, *, namespace: str, node: str, router_id: str,
                  workdir: Path, vips: Sequence[str] | None = None, prefix: Sequence[str] = (),
                  debounce_s: float = 0.2,
                  healthy: Callable[[], Awaitable[bool]] | None = None) -> None:
+        super().__init__(namespace=namespace, node=node)
         self._api = api
-        self.namespace = namespace
-        self.node = node
         self.router_id = router_id
         self._vips = tuple(vips) if vips is not None else None
         self._debounce = debounce_s
         self._healthy = healthy
-        self.objects = Objects()
-        self.node_labels: dict[str, str] = {}
         self.speaker = BirdSpeaker(BgpSettings(router_id=router_id, local_as=1, neighbors=(),
                                                bfd=False, require_neighbors=False),
                                    workdir=workdir, prefix=prefix)
         self.plan: Plan | None = None
         self.applied = 0  # configurations applied (for tests)
         self._said: set[str] = set()
-        self._dirty = asyncio.Event()
         self._announcing = healthy is None
 
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
         core = client.CoreV1Api(self._api)
-        out = [Informer(name=f"metallb-{plural}", lister=functools.partial(
-            custom.list_namespaced_custom_object, METALLB_GROUP, version, self.namespace,
-            plural), params={}, handler=self._handler(kind))
-            for kind, (version, plural) in CUSTOM.items()]
+        out = self._kind_informers(custom, METALLB_SPEAKER_KINDS)
         out.append(Informer(name="metallb-secrets", lister=functools.partial(
             core.list_namespaced_secret, self.namespace), params={},
             handler=self._handler("Secret"), transform=_secret))
-        out.append(Informer(name="node", lister=core.list_node,
-                            params={"field_selector": f"metadata.name={self.node}"},
-                            handler=self._on_node, transform=lean))
+        out.append(self._node_informer(core))
         return out
-
-    def _handler(self, kind: str) -> Callable[[str, Raw], None]:
-        def handle(event: str, raw: Raw) -> None:
-            name = str((raw.get("metadata") or {}).get("name", ""))
-            if event == "DELETED":
-                self.objects.by_kind[kind].pop(name, None)
-            else:
-                self.objects.by_kind[kind][name] = raw
-            self._dirty.set()
-        return handle
-
-    def _on_node(self, event: str, raw: Raw) -> None:
-        labels = (raw.get("metadata") or {}).get("labels") or {}
-        self.node_labels = {} if event == "DELETED" else {str(k): str(v)
-                                                          for k, v in labels.items()}
-        self._dirty.set()
 
     async def run(self) -> None:
         """Until cancelled: follow the objects; on the way out withdraw and stop BIRD."""

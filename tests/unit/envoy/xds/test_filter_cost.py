@@ -124,7 +124,8 @@ def test_an_auth_url_script_quotes_every_value_and_fails_closed() -> None:
     """The auth-url values reach the Lua script only as escaped string literals (a quote, a
     backslash or a newline in a URL cannot end the literal), and the check runs under pcall,
     answering 500 when it fails."""
-    from podway.envoy.config.auth_request import lua_string, script
+    from podway.envoy.config.auth_request import script
+    from podway.envoy.config.lua import lua_string
 
     assert lua_string('a"b\\c\nd é') == '"a\\034b\\092c\\010d \\195\\169"'
     code = script(AuthRequest(pool="p", authority="auth", path='/x?"]];os.exit()--',
