@@ -55,9 +55,9 @@ metadata: {name: web, namespace: default}
 spec:
   type: LoadBalancer
   selector: {app: web}
-  # 8080: the chart's engine runs as uid 10001, which cannot bind ports below 1024 yet
-  # (docs/security.md, the open defect of the engine's securityContext).
-  ports: [{port: 8080, targetPort: 80}]
+  # Port 80: the chart's Envoy engine runs as uid 10001 and binds it through the file
+  # capability the image gives Envoy (docs/security.md).
+  ports: [{port: 80, targetPort: 80}]
 """
 
 
@@ -77,9 +77,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory,
     try:
         done = subprocess.run(
             [sys.executable, "-m", "podway", "lab", "up", "--nodes", "2", "--install",
-             # The kernel engine: the chart's Envoy engine cannot start from any emptyDir
-             # state folder yet (docs/lab.md, "Found by the install").
-             "--install-engine", "kernel", "--image", str(podway_image), "--name", name,
+             # The chart's default engine, Envoy (uid 10001, its emptyDir state folder taken
+             # with --state-dir-shared: docs/lab.md, "Found by the install").
+             "--install-engine", "envoy", "--image", str(podway_image), "--name", name,
              "--state-dir", str(state.root)],
             capture_output=True, text=True, check=False, timeout=600,
             env={**os.environ, "PODWAY_HELM_PYTHON": str(helm)})
@@ -143,7 +143,7 @@ def test_the_chart_serves_a_load_balancer_service_through_its_vip(
     pods = {p["metadata"]["name"] for p in objects(lab, "pods", "default")}
 
     def answer() -> dict[str, Any] | None:
-        reply = lab.client.submit(request, parse_url(f"http://{address}:8080/")).result()
+        reply = lab.client.submit(request, parse_url(f"http://{address}/")).result()
         return reply.echo() if reply.ok else None
 
     echo = eventually(answer, within=120, what="a 200 through the VIP",
