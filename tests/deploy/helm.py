@@ -62,5 +62,18 @@ async def render(python: Path, values: dict[str, Any], *, existing: tuple[Any, .
         if proc.returncode != 0:
             raise AssertionError(f"helm failed: {err.decode()[-2000:]}")
         result = json.loads(out)
-        return result["lint"], [d for d in yaml.safe_load_all(result["manifest"]) if d]
+        return result["lint"], [d for d in yaml.load_all(result["manifest"], Loader=_Unique) if d]
+
+
+class _Unique(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping: the API server and kubectl
+    keep the last one silently (a second ``serviceAccountName`` once replaced the engine's)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        twice = {k for k in keys if keys.count(k) > 1}
+        if twice:
+            raise AssertionError(f"the chart renders {sorted(map(str, twice))} twice in one "
+                                 f"mapping (line {node.start_mark.line + 1})")
+        return super().construct_mapping(node, deep=deep)
 

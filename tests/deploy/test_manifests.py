@@ -203,7 +203,13 @@ async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
                                "fromMetalLB": {"enabled": True, "namespace": "lb"}}}})
     validate(objects)
     spec = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == "podway-engine-speaker"
+    # One account per pod: the group's own keeps its certificate requests and gains the
+    # sidecar's rights (a second serviceAccountName key silently replaced it, and the engine
+    # could no longer ask for its certificate).
+    assert spec["serviceAccountName"] == "podway-engine-edge"
+    assert spec["automountServiceAccountToken"] is True
+    assert not [o for o in objects if o["kind"] == "ServiceAccount"
+                and o["metadata"]["name"] == "podway-engine-speaker"]
     sidecar = next(c for c in spec["containers"] if c["name"] == "bgp")
     assert sidecar["args"][:4] == ["vip", "announce-metallb", "--node=$(NODE_NAME)",
                                    "--metallb-namespace=lb"]
@@ -218,6 +224,9 @@ async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
             ("bgpsessionstates/status", "patch")} <= granted
     cluster = by_kind(objects, "ClusterRole", "podway-engine-speaker")
     assert [rule["resources"] for rule in cluster["rules"]] == [["nodes"]]
+    for binding in ("RoleBinding", "ClusterRoleBinding"):
+        subjects = by_kind(objects, binding, "podway-engine-speaker")["subjects"]
+        assert [s["name"] for s in subjects] == ["podway-engine-edge"]
 
 
 async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
