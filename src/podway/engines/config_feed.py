@@ -55,7 +55,7 @@ import grpc
 from podway.base.backoff import Backoff
 from podway.base.errors import PodwayError
 from podway.engines.identity import of_stream
-from podway.engines.peers import UnixPeers, authenticated, close_foreign_peers
+from podway.engines.peers import UnixPeers, admit
 from podway.engines.report_targets import Names, Resolver, resolve, targets, xds_addresses
 from podway.engines.reporter import ReportOptions, channel
 from podway.ir import IR
@@ -172,14 +172,8 @@ class ConfigFeed:
     async def serve(self, data: bytes, context: Any, *, unix_paths: Any = ()
                     ) -> AsyncIterator[bytes]:
         """One engine's stream (the gRPC method's body)."""
+        await admit(context, unix_paths, "the configuration stream")
         peer = str(context.peer())
-        if peer.startswith("unix"):
-            close_foreign_peers(list(unix_paths))
-        if not authenticated(context):
-            log.warning("configuration stream from %s refused: the engine is not authenticated "
-                        "(unix socket or client certificate needed)", peer)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                "the configuration needs an authenticated engine")
         try:
             request = decode_request(data)
         except FeedError as exc:

@@ -69,7 +69,7 @@ import grpc
 
 from podway.base.errors import PodwayError
 from podway.engines.identity import of_stream
-from podway.engines.peers import UnixPeers, authenticated, close_foreign_peers
+from podway.engines.peers import UnixPeers, admit
 
 log = logging.getLogger(__name__)
 
@@ -403,14 +403,8 @@ class MemberHealthReports:
     async def serve(self, requests: AsyncIterator[bytes], context: Any,
                     *, unix_paths: Iterable[Any] = ()) -> bytes:
         """One engine's report stream (the gRPC method's body)."""
+        await admit(context, unix_paths, "the member health report")
         peer = str(context.peer())
-        if peer.startswith("unix"):
-            close_foreign_peers(list(unix_paths))
-        if not authenticated(context):
-            log.warning("member health report from %s refused: the engine is not "
-                        "authenticated (unix socket or client certificate needed)", peer)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                                "member health reports need an authenticated engine")
         identity = of_stream(context)
         stream = object()
         node = "?"

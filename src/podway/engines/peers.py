@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+import grpc
+
 log = logging.getLogger(__name__)
 
 _UCRED = struct.Struct("3i")  # pid, uid, gid
@@ -40,6 +42,20 @@ def authenticated(context: Any) -> bool:
         return True
     security = context.auth_context().get("transport_security_type")
     return security == [b"ssl"] and context.peer_identities() is not None
+
+
+async def admit(context: Any, unix_paths: Iterable[Path], what: str) -> None:
+    """The gate of an engine's stream other than xDS (``what``: "the configuration stream",
+    "the member health report"): foreign peers of the unix sockets are shut out first, and a
+    stream that is not ``authenticated`` is aborted (PERMISSION_DENIED) before it is read."""
+    peer = str(context.peer())
+    if peer.startswith("unix"):
+        close_foreign_peers(list(unix_paths))
+    if not authenticated(context):
+        log.warning("%s from %s refused: the engine is not authenticated (unix socket or "
+                    "client certificate needed)", what, peer)
+        await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                            f"{what} needs an authenticated engine")
 
 
 def allowed_uid(uid: int) -> bool:
