@@ -39,6 +39,7 @@ from podway.ir import (
     Listener,
     ListenerProtocol,
     Mirror,
+    Oidc,
     PathKind,
     PathMatch,
     RateLimit,
@@ -351,9 +352,13 @@ def _actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise _Closed("external authorization")
         elif isinstance(f, Jwt):
             raise _Closed("JWT authentication")
+        elif isinstance(f, Oidc):
+            raise _Closed("OIDC login")
         elif isinstance(f, AuthRequest):
             raise _Closed("external authentication (auth-url)")
         elif isinstance(f, Authorization):
+            if any(r.claims for r in f.rules):
+                raise _Closed("authorization by JWT claim")
             if listener.xff_trusted_hops and any(r.cidrs for r in f.rules):
                 raise _Closed("authorization by client address behind trusted X-Forwarded-For "
                               "hops")

@@ -92,12 +92,13 @@ Memo = dict[int, _Kept]  # by id(spec in)
 
 
 def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
-                  pools: Mapping[str, PoolSpec], memo: Memo | None = None) -> TrafficResult:
+                  pools: Mapping[str, PoolSpec], memo: Memo | None = None, *,
+                  oidc_key: bytes | None = None) -> TrafficResult:
     """Settings for every pool and forwarding route. ``memo`` (kept between runs by the
     incremental translator) keeps each pool's result with what it was made from (its spec,
     Service and users, while no policy object exists), so a re-run after an unrelated change
-    costs a few comparisons per pool."""
-    run = _Run(snapshot, memo=memo if memo is not None else {})
+    costs a few comparisons per pool. ``oidc_key``: ``TranslateOptions.oidc_key``."""
+    run = _Run(snapshot, memo=memo if memo is not None else {}, oidc_key=oidc_key)
     run.index_policies()
     listener_list = list(listeners)
     run.index_usage(listener_list)

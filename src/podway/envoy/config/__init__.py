@@ -31,7 +31,7 @@ from types import MappingProxyType
 from envoy.config.route.v3 import route_pb2
 
 from podway.envoy import types
-from podway.envoy.config import scoped
+from podway.envoy.config import oauth2, scoped
 from podway.envoy.config.clusters import cluster
 from podway.envoy.config.endpoints import load_assignment
 from podway.envoy.config.jwt import Checks
@@ -415,7 +415,8 @@ _Signature = tuple[tuple[str, Persistence], ...]  # the pools' hash policies, by
 
 def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
               ) -> tuple[Resource, ...]:
-    """The listener and its secrets; nothing for a listener Envoy could not serve."""
+    """The listener, its secrets and its OIDC filters' configs; nothing for a listener Envoy
+    could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
@@ -425,6 +426,8 @@ def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
                         if r.certificate is not None and r.certificate.name not in certificates)
     built.extend(Resource.of(c.name, secret(c)) for c in certificates.values())
+    for login in oauth2.used(item):  # the filters of its OIDC policies and their secrets
+        built.extend(oauth2.resources(login))
     return tuple(built)
 
 

@@ -36,6 +36,9 @@ from podway.envoy.config.resource import Resource
 from podway.ir import IR, IRChange, Jwt, JwtProvider, Listener, VirtualHost
 
 JWT_FILTER = "podway.jwt_authn"
+# Where the filter keeps a valid token's payload (under the provider's name): Envoy names the
+# metadata after the extension, whatever the filter's own name.
+METADATA_NAMESPACE = "envoy.filters.http.jwt_authn"
 _TYPE = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
 _FETCH_TIMEOUT_MS = 5000
 
@@ -75,7 +78,9 @@ def _requirement(check: Jwt) -> jwt_pb2.JwtRequirement:
 
 
 def _provider(p: JwtProvider) -> jwt_pb2.JwtProvider:
-    out = jwt_pb2.JwtProvider(issuer=p.issuer, audiences=p.audiences, forward=False)
+    # The payload of a valid token is kept for an authorization by its claims (``access``).
+    out = jwt_pb2.JwtProvider(issuer=p.issuer, audiences=p.audiences, forward=False,
+                              payload_in_metadata=p.name)
     if p.jwks:
         out.local_jwks.inline_string = p.jwks
     else:

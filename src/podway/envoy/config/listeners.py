@@ -54,6 +54,7 @@ from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
+from podway.envoy.config import oauth2
 from podway.envoy.config.access import manager_filters
 from podway.envoy.config.common import ads_source, pack, stat_prefix
 from podway.envoy.config.scoped import use_scopes
@@ -157,7 +158,8 @@ def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = Fals
     # listener (and never drains its connections). ``access``: the same for the others.
     manager.http_filters.append(hcm.HttpFilter(
         name=CORS_FILTER, disabled=True, typed_config=pack(cors_pb2.Cors())))
-    manager.http_filters.extend(manager_filters())  # rate limits, client access, body limits
+    # rate limits, client access, logins (only the policies of this listener), body limits
+    manager.http_filters.extend(manager_filters(oauth2.used(ir)))
     manager.http_filters.append(hcm.HttpFilter(
         name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
     if scoped:

@@ -1,7 +1,9 @@
 """The access filters of a chosen route, as ``explain`` walks them (``_Walk`` mixes this in):
-a client allowlist answers 403 to a ``--source-ip`` outside it; basic authentication answers
-401 to a request without credentials of one of its users (``-H 'Authorization: Basic …'``),
-naming the route and the object that asked for it — what the engine does, and why.
+a client allowlist answers 403 to a ``--source-ip`` outside it; an OIDC login redirects a
+request without its session cookies to the provider; basic authentication answers 401 to a
+request without credentials of one of its users (``-H 'Authorization: Basic …'``); an
+authorization rule on JWT claims reads the claims of the request's bearer token (its validity
+is the engine's to judge) — naming the route and the policy that decided, and why.
 """
 
 from __future__ import annotations
@@ -10,10 +12,21 @@ import base64
 import binascii
 import hashlib
 import ipaddress
+import json
 from collections.abc import Iterable
 from dataclasses import replace
 
-from podway.ir import Authorization, AuthRequest, BasicAuth, ClientAccess, ExtAuth, Jwt, Route
+from podway.ir import (
+    Authorization,
+    AuthRequest,
+    BasicAuth,
+    ClaimRule,
+    ClientAccess,
+    ExtAuth,
+    Jwt,
+    Oidc,
+    Route,
+)
 from podway.model.base import ObjectRef
 from podway.readers.explain.model import Mark, Outcome, OutcomeKind, Verdict
 from podway.readers.explain.query import Query
@@ -37,10 +50,13 @@ class AccessChecks:
             if isinstance(f, ClientAccess) and (found := self._client_access(f, route)):
                 return found
         for f in route.filters:
-            if isinstance(f, Authorization) and (found := self._authorization(f, route)):
+            if isinstance(f, Oidc) and (found := self._login(f, route)):
                 return found
         for f in route.filters:
             if isinstance(f, Jwt) and (found := self._token(f, route)):
+                return found
+        for f in route.filters:
+            if isinstance(f, Authorization) and (found := self._authorization(f, route)):
                 return found
         for f in route.filters:
             if isinstance(f, BasicAuth) and (found := self._credentials(f, route)):
@@ -74,7 +90,8 @@ class AccessChecks:
             if ((ip is None or any(ip in ipaddress.ip_network(c, strict=False)
                                    for c in rule.cidrs))
                     and all(headers.get(n) in v for n, v in rule.headers)
-                    and (not rule.methods or self.q.method.upper() in rule.methods)):
+                    and (not rule.methods or self.q.method.upper() in rule.methods)
+                    and all(_holds(c, headers.get("authorization", "")) for c in rule.claims)):
                 allowed = rule.allow
                 why = f"rule {i} of {auth.source or route.name}"
                 break
@@ -86,6 +103,35 @@ class AccessChecks:
         text = f"{route.name} refuses the request: {why}"
         self.step("filter", Mark.FAIL, text)
         return self._direct(403, f"403 because {text}", (route.origin,))
+
+    def _login(self, login: Oidc, route: Route) -> Verdict | None:
+        """OIDC: a request without the session cookies is sent to log in (302); with them,
+        their signature and expiry are the engine's to judge."""
+        who = login.source or route.name
+        path = self.q.path.split("?", 1)[0]
+        if path == login.logout_path:
+            self.step("filter", Mark.INFO, f"{path} is the logout path of {who}: the engine "
+                      "clears the session cookies and redirects (302)")
+            return Verdict(summary=f"302: logout of {who}", fix=(route.origin,),
+                           outcomes=(Outcome(kind=OutcomeKind.REDIRECT, status=302),))
+        if path == login.redirect_path:
+            self.step("filter", Mark.INFO, f"{path} is where {who}'s provider sends the browser "
+                      "back: the engine trades the code for tokens, sets the session cookies "
+                      "and redirects (302) to the page first asked for")
+            return Verdict(summary=f"302: the login callback of {who}", fix=(route.origin,),
+                           outcomes=(Outcome(kind=OutcomeKind.REDIRECT, status=302),))
+        cookies = _cookies(dict(self.q.headers).get("cookie", ""))
+        names = dict(login.cookie_names)
+        if {names.get("bearer_token", "BearerToken"), "OauthHMAC", "OauthExpires"} <= cookies:
+            self.step("filter", Mark.INFO, f"OIDC login by {who}: the request carries session "
+                      "cookies; if their signature holds and they have not expired it goes on, "
+                      f"else it is sent to log in at {login.authorization_endpoint}")
+            return None
+        text = (f"{route.name} requires an OIDC login ({who}) and the request has no session "
+                f"cookies: 302 to {login.authorization_endpoint}")
+        self.step("filter", Mark.FAIL, text)
+        return Verdict(summary=f"302 because {text} (from {route.origin})", fix=(route.origin,),
+                       outcomes=(Outcome(kind=OutcomeKind.REDIRECT, status=302),))
 
     def _client_access(self, access: ClientAccess, route: Route) -> Verdict | None:
         """A route's client allowlist/denylist: 403 for a client outside it (when the query
@@ -134,6 +180,28 @@ class AccessChecks:
                 "and the request has no valid credentials (give -H 'Authorization: Basic …')")
         self.step("filter", Mark.FAIL, text)
         return self._direct(401, f"401 because {text} (from {route.origin})", (route.origin,))
+
+
+def _cookies(header: str) -> set[str]:
+    return {part.split("=", 1)[0].strip() for part in header.split(";") if "=" in part}
+
+
+def _holds(claim: ClaimRule, header: str) -> bool:
+    """Whether the bearer token of ``header`` (its payload, unverified: the engine checks
+    the token) has ``claim``; no token: no."""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or token.count(".") != 2:
+        return False
+    payload = token.split(".")[1]
+    try:
+        value: object = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (binascii.Error, ValueError):
+        return False
+    for key in claim.claim:
+        value = value.get(key) if isinstance(value, dict) else None
+    if claim.array:
+        return isinstance(value, list) and any(v in claim.values for v in value)
+    return isinstance(value, str) and value in claim.values
 
 
 def _user(auth: BasicAuth, header: str) -> str | None:
