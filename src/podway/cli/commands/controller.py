@@ -83,6 +83,13 @@ def controller(
     engine_ca_namespace: Annotated[str, typer.Option(
         help="Namespace of --engine-ca-secret (default: $POD_NAMESPACE, else the service "
              "account's, else default).")] = "",
+    oidc_key_secret: Annotated[str, typer.Option(
+        help="The Secret (in --oidc-key-namespace, made when missing) holding the key every "
+             "OIDC policy's session secret derives from; empty: none, every OIDC policy is "
+             "refused.")] = "podway-oidc-key",
+    oidc_key_namespace: Annotated[str, typer.Option(
+        help="Namespace of --oidc-key-secret (default: $POD_NAMESPACE, else the service "
+             "account's, else default).")] = "",
     address: Annotated[str, typer.Option(
         help="Where listeners bind when an object names no VIP.")] = "0.0.0.0",
     http_port: Annotated[int, typer.Option(help="Port of the Ingress HTTP listener.")] = 80,
@@ -207,8 +214,16 @@ def controller(
         **vips, admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
-        warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer)
+        warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,
+        **_oidc_key(oidc_key_secret, oidc_key_namespace))
     asyncio.run(run_until_signal(Controller(opts).run()))
+
+
+def _oidc_key(secret: str, namespace: str) -> dict[str, Any]:
+    """Where the OIDC session key lives (``--oidc-key-secret``, ``--oidc-key-namespace``)."""
+    from podway.programs.controller.leader import default_namespace
+
+    return {"oidc_key_secret": secret, "oidc_key_namespace": namespace or default_namespace()}
 
 
 def npl_settings(path: Path | None, *, unsigned: bool, port_range: str, agent: str = ""

@@ -132,6 +132,10 @@ class ControllerOptions:
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
     npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
     engine_certs: EngineCertSettings | None = None  # sign engines' CSRs (--engine-account)
+    # The Secret (made when missing) holding the key OIDC sessions are signed with; "": none
+    # (every OIDC policy is refused).
+    oidc_key_secret: str = ""
+    oidc_key_namespace: str = "default"
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -221,6 +225,11 @@ class Controller:
             self.leadership = self.elector
         else:
             self.metrics.leader.set(1)
+        if opts.translate.oidc_key is None and opts.oidc_key_secret:
+            from podway.programs.controller.oidc_key import session_key
+
+            key = await session_key(api, opts.oidc_key_namespace, opts.oidc_key_secret)
+            opts = replace(opts, translate=replace(opts.translate, oidc_key=key))
         # This controller writes the NodePortLocal opt-in itself (``_enable_npl``).
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
