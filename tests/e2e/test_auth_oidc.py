@@ -47,6 +47,7 @@ class Provider:
         self.token_calls: list[dict[str, str]] = []
         self.refused: list[str] = []
         self.expires_in = 600
+        self.groups = ["staff"]  # the access token's (a JWT's) groups claim
 
     async def serve(self, stack: Stack) -> int:
         from aiohttp import web
@@ -89,7 +90,9 @@ class Provider:
             self.refused.append(f"token {form} {scheme}")
             return web.json_response({"error": "invalid_grant"}, status=400)
         id_token = self.signer.token(iss="https://idp.test", aud=CLIENT_ID, sub="alice")
-        return web.json_response({"access_token": f"at-{secrets.token_urlsafe(8)}",
+        access = self.signer.token(iss="https://idp.test", sub="alice", groups=self.groups,
+                                   jti=secrets.token_urlsafe(8))
+        return web.json_response({"access_token": access,
                                   "id_token": id_token, "token_type": "Bearer",
                                   "expires_in": self.expires_in})
 
@@ -135,7 +138,8 @@ def _jar(set_cookies: list[str]) -> dict[str, str]:
     return out
 
 
-def _policy(name: str, target: str, idp_port: int, secret: str = "client") -> str:
+def _policy(name: str, target: str, idp_port: int, secret: str = "client",
+            **more: object) -> str:
     oidc = {"provider": {"issuer": "https://idp.test",
                          "authorizationEndpoint": f"http://127.0.0.1:{idp_port}/authorize",
                          "tokenEndpoint": "http://idp.test/token",
@@ -147,7 +151,7 @@ def _policy(name: str, target: str, idp_port: int, secret: str = "client") -> st
         "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
         "spec": {"targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute",
                                  "name": target}],
-                 "security": {"oidc": oidc}}})
+                 "security": {"oidc": oidc, **more}}})
 
 
 _SECRET = yaml.safe_dump({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
@@ -213,7 +217,9 @@ async def test_oidc_login_flow(stack: Stack) -> None:
     status, _, _, body = await _get(port, "shop.test", "/cart?x=1", cookies=jar)
     assert (status, body.get("path")) == (200, "/cart?x=1"), body
     echoed = {k.lower(): str(v) for k, v in dict(body.get("headers") or {}).items()}
-    assert echoed.get("authorization", "").startswith("Bearer at-"), echoed  # forwarded
+    forwarded = echoed.get("authorization", "").removeprefix("Bearer ")
+    assert forwarded.count(".") == 2, echoed  # the access token, forwarded
+    assert json.loads(base64.urlsafe_b64decode(forwarded.split(".")[1] + "=="))["sub"] == "alice"
 
     # A forged session (another signature, or a longer life with the old signature) is sent
     # to log in again: never served.
@@ -251,6 +257,37 @@ async def test_oidc_login_flow(stack: Stack) -> None:
     assert status == 200
     assert "podway.oauth2/default/shop" in dump
     assert CLIENT_SECRET not in dump
+
+
+async def test_the_login_with_authorization_by_the_access_tokens_claims(stack: Stack) -> None:
+    """The session's access token (a JWT of the provider), forwarded as a bearer token, is
+    checked by the policy's JWT provider, and its groups claim decides: admin 200, else 403."""
+    await backend(stack, "web")
+    provider = Provider()
+    idp_port = await provider.serve(stack)
+    stack.write("idp.yaml", service("idp", 80, idp_port) + "---\n"
+                + endpoints("idp", {"TCP": idp_port}) + "---\n" + _SECRET)
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    jwt = {"providers": [{"name": "idp", "issuer": "https://idp.test",
+                          "localJWKS": {"type": "Inline", "inline": provider.signer.jwks()}}]}
+    authorization = {"rules": [{"action": "Allow", "principal": {"jwt": {
+        "provider": "idp", "claims": [{"name": "groups", "valueType": "StringArray",
+                                       "values": ["admin"]}]}}}]}
+    stack.write("routes.yaml", "---\n".join([
+        route("staff", "  parentRefs: [{name: gw}]\n  hostnames: [staff.test]\n"
+              "  rules: [{backendRefs: [{name: web, port: 80}]}]\n"),
+        _policy("staff", "staff", idp_port, jwt=jwt, authorization=authorization)]))
+    await stack.start()
+    provider.groups = ["staff"]
+    jar, _ = await _login(port, provider, "staff.test", "/s")
+    status, _, _, body = await _get(port, "staff.test", "/s", cookies=jar)
+    assert (status, body) == (403, {})
+    provider.groups = ["staff", "admin"]
+    jar, _ = await _login(port, provider, "staff.test", "/s")
+    status, _, _, body = await _get(port, "staff.test", "/s", cookies=jar)
+    assert (status, body.get("path")) == (200, "/s"), body
 
 
 async def test_an_expired_session_logs_in_again(stack: Stack) -> None:
