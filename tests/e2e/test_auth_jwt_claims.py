@@ -76,3 +76,51 @@ async def test_authorization_by_jwt_claim(stack: Stack) -> None:
     for headers in (None, bearer(groups=["admin"], org=gold)):
         status, _, body = await request(port, "broken.test", "/", headers=headers)
         assert (status, body) == (403, {})
+
+
+async def test_tokens_from_a_cookie_a_header_or_a_parameter_and_recompute_route(
+        stack: Stack) -> None:
+    """``extractFrom``: the token is taken from where the provider says (and not from
+    ``Authorization`` then); ``recomputeRoute``: the route is chosen again once the claim is
+    a header, so a rule matching that header takes the request."""
+    await backend(stack, "web")
+    await backend(stack, "gold")
+    signer = Signer("shop-1")
+    port = free_port()
+    stack.write("gw.yaml", CLASS + "---\n" + gateway(
+        f"  - {{name: http, protocol: HTTP, port: {port}}}\n"))
+    provider = {"name": "shop", "issuer": "https://issuer.test",
+                "localJWKS": {"type": "Inline", "inline": signer.jwks()},
+                "claimToHeaders": [{"header": "x-tier", "claim": "tier"}],
+                "extractFrom": {"headers": [{"name": "x-token", "valuePrefix": "Token "}],
+                                "cookies": ["session"], "params": ["jwt"]}}
+    rules = ("  rules:\n  - matches: [{headers: [{name: x-tier, value: gold}]}]\n"
+             "    backendRefs: [{name: gold, port: 80}]\n"
+             "  - backendRefs: [{name: web, port: 80}]\n")
+    docs = []
+    for name, recompute in (("again", True), ("once", False)):
+        docs.append(route(name, f"  parentRefs: [{{name: gw}}]\n  hostnames: [{name}.test]\n"
+                          + rules))
+        security = {"jwt": {"providers": [{**provider, "recomputeRoute": recompute}]}}
+        docs.append(
+            f"apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\nmetadata: {{name: {name}, "
+            "namespace: default}\nspec:\n  targetRefs: [{group: gateway.networking.k8s.io, "
+            f"kind: HTTPRoute, name: {name}}}]\n  security: {json.dumps(security)}\n")
+    stack.write("routes.yaml", "---\n".join(docs))
+    await stack.start()
+    token = signer.token(iss="https://issuer.test", sub="alice", tier="gold")
+    for target, headers, want in (
+            ("/a", {"X-Token": f"Token {token}"}, 200),
+            ("/a", {"Cookie": f"other=1; session={token}"}, 200),
+            (f"/a?jwt={token}", None, 200),
+            ("/a", {"Authorization": f"Bearer {token}"}, 401),  # not where it is looked for
+            ("/a", {"X-Token": token}, 401),  # without the prefix
+            ("/a", None, 401)):
+        status, _, body = await request(port, "again.test", target, headers=headers)
+        assert (headers, status) == (headers, want), body
+        if want == 200:
+            assert str(body.get("name")).endswith("gold"), body
+    status, _, body = await request(port, "once.test", "/a",
+                                    headers={"X-Token": f"Token {token}"})
+    assert status == 200
+    assert str(body.get("name")).endswith("web"), body  # chosen before the claim's header

@@ -332,7 +332,10 @@ class JwtProvider:
     in its ``aud`` (empty: any), signed by a key of ``jwks`` (the key set itself, JSON) or of
     the key set at ``jwks_uri``, fetched through ``jwks_pool`` and kept ``jwks_cache_s``
     seconds. ``claim_headers``: (claim, header) — a valid token's claim is set as the header
-    of the request to the backend."""
+    of the request to the backend. The token is looked for in ``from_headers`` ((header,
+    value prefix)), ``from_cookies`` and ``from_params`` (query parameters); none of them: in
+    ``Authorization: Bearer``. ``recompute_route``: the route is chosen again after the
+    claims' headers are set (a route may match on them)."""
 
     name: str
     issuer: str = ""
@@ -342,6 +345,10 @@ class JwtProvider:
     jwks_pool: str = ""
     jwks_cache_s: int = 300
     claim_headers: tuple[tuple[str, str], ...] = ()
+    from_headers: tuple[tuple[str, str], ...] = ()
+    from_cookies: tuple[str, ...] = ()
+    from_params: tuple[str, ...] = ()
+    recompute_route: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -204,6 +204,20 @@ class ClaimToHeader(_Strict):
     claim: str = ""
 
 
+class JWTHeader(_Strict):
+    name: str = ""
+    value_prefix: str = ""
+
+
+class JWTExtractor(_Strict):
+    """Where a token is looked for instead of ``Authorization: Bearer``: request headers (the
+    value after ``valuePrefix``), cookies, query parameters."""
+
+    headers: tuple[JWTHeader, ...] = ()
+    cookies: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+
+
 class JWTProvider(_Strict):
     name: str = ""
     issuer: str = ""
@@ -211,6 +225,8 @@ class JWTProvider(_Strict):
     remote_jwks: RemoteJWKS | None = Field(default=None, alias="remoteJWKS")
     local_jwks: LocalJWKS | None = Field(default=None, alias="localJWKS")
     claim_to_headers: tuple[ClaimToHeader, ...] = ()
+    extract_from: JWTExtractor | None = None
+    recompute_route: bool = False
 
 
 class JWTSpec(_Strict):

@@ -134,7 +134,10 @@ def _unknown_jwt(spec: SecuritySpec) -> list[str]:
                  (f"{at}.localJWKS.valueRef", p.local_jwks.value_ref if p.local_jwks else None),
                  (f"{at}.remoteJWKS.backendRef",
                   p.remote_jwks.backend_ref if p.remote_jwks else None),
-                 *((f"{at}.claimToHeaders[{j}]", c) for j, c in enumerate(p.claim_to_headers))]
+                 *((f"{at}.claimToHeaders[{j}]", c) for j, c in enumerate(p.claim_to_headers)),
+                 (f"{at}.extractFrom", p.extract_from),
+                 *((f"{at}.extractFrom.headers[{j}]", h) for j, h in enumerate(
+                     p.extract_from.headers if p.extract_from else ()))]
         out += [f"{where}.{k}" for where, part in parts if part is not None
                 for k in part.model_extra or {}]
     return out

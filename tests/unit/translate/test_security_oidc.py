@@ -157,3 +157,21 @@ def test_claim_rules_name_a_provider_of_the_policy() -> None:
         assert refused(result), bad
     # No jwt section at all: the claim can never be read; refused, not "never matches".
     assert refused(run({"authorization": {"rules": [rule]}}))
+
+
+def test_jwt_locations_and_recompute_route_reach_the_provider() -> None:
+    from podway.ir import Jwt
+
+    keys = {"type": "Inline", "inline": json.dumps({"keys": [{"kty": "oct", "k": "AAAA"}]})}
+    given = {"name": "shop", "localJWKS": keys, "recomputeRoute": True, "extractFrom": {
+        "headers": [{"name": "X-Token", "valuePrefix": "Token "}], "cookies": ["session"],
+        "params": ["jwt"]}}
+    (check,) = [f for f in routes(run({"jwt": {"providers": [given]}}))["admin.test"].filters
+                if isinstance(f, Jwt)]
+    (provider,) = check.providers
+    assert provider.from_headers == (("x-token", "Token "),)
+    assert (provider.from_cookies, provider.from_params) == (("session",), ("jwt",))
+    assert provider.recompute_route
+    for bad in ({}, {"cookies": ["a b"]}, {"headers": [{"valuePrefix": "x"}]},
+                {"cookies": ["s"], "body": True}):
+        assert refused(run({"jwt": {"providers": [{**given, "extractFrom": bad}]}})), bad

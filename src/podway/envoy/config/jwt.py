@@ -91,6 +91,11 @@ def _provider(p: JwtProvider) -> jwt_pb2.JwtProvider:
         remote.async_fetch.fast_listener = True
     for claim, header in p.claim_headers:
         out.claim_to_headers.add(header_name=header, claim_name=claim)
+    for header, prefix in p.from_headers:
+        out.from_headers.add(name=header, value_prefix=prefix)
+    out.from_cookies.extend(p.from_cookies)
+    out.from_params.extend(p.from_params)
+    out.clear_route_cache = p.recompute_route
     return out
 
 

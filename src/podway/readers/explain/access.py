@@ -15,6 +15,7 @@ import ipaddress
 import json
 from collections.abc import Iterable
 from dataclasses import replace
+from urllib.parse import parse_qs
 
 from podway.ir import (
     Authorization,
@@ -24,6 +25,7 @@ from podway.ir import (
     ClientAccess,
     ExtAuth,
     Jwt,
+    JwtProvider,
     Oidc,
     Route,
 )
@@ -154,9 +156,8 @@ class AccessChecks:
     def _token(self, auth: Jwt, route: Route) -> Verdict | None:
         """JWT authentication: 401 without a bearer token (unless optional); a token's
         validity (signature, expiry, issuer, audience) is the engine's to judge."""
-        header = dict(self.q.headers).get("authorization", "")
         who = auth.source or route.name
-        if header[:7].lower() == "bearer " and header[7:].strip():
+        if any(self._carries(p) for p in auth.providers):
             self.step("filter", Mark.INFO, f"JWT authentication by {who}: the token must be "
                       "valid for one of its providers (else 401; another audience 403)")
             return None
@@ -164,9 +165,21 @@ class AccessChecks:
             self.step("filter", Mark.OK, f"JWT authentication by {who}: optional, no token")
             return None
         text = (f"{route.name} requires a JWT ({who}) and the request has none "
-                "(give -H 'Authorization: Bearer …')")
+                f"(give {_where(auth.providers[0]) if auth.providers else 'one'})")
         self.step("filter", Mark.FAIL, text)
         return self._direct(401, f"401 because {text} (from {route.origin})", (route.origin,))
+
+    def _carries(self, provider: JwtProvider) -> bool:
+        """Whether the request has a token where ``provider`` looks for one."""
+        headers = dict(self.q.headers)
+        if not (provider.from_headers or provider.from_cookies or provider.from_params):
+            header = headers.get("authorization", "")
+            return header[:7].lower() == "bearer " and bool(header[7:].strip())
+        query = parse_qs(self.q.path.partition("?")[2])
+        return (any(headers.get(name, "").startswith(prefix) and headers[name][len(prefix):]
+                    for name, prefix in provider.from_headers)
+                or bool(_cookies(headers.get("cookie", "")) & set(provider.from_cookies))
+                or any(query.get(p) for p in provider.from_params))
 
     def _credentials(self, auth: BasicAuth, route: Route) -> Verdict | None:
         """Basic authentication: 401 unless the query's Authorization names a user of
@@ -180,6 +193,18 @@ class AccessChecks:
                 "and the request has no valid credentials (give -H 'Authorization: Basic …')")
         self.step("filter", Mark.FAIL, text)
         return self._direct(401, f"401 because {text} (from {route.origin})", (route.origin,))
+
+
+def _where(provider: JwtProvider) -> str:
+    """Where ``provider`` takes a token from, as an ``explain`` option."""
+    if provider.from_headers:
+        name, prefix = provider.from_headers[0]
+        return f"-H '{name}: {prefix}…'"
+    if provider.from_cookies:
+        return f"-H 'Cookie: {provider.from_cookies[0]}=…'"
+    if provider.from_params:
+        return f"?{provider.from_params[0]}=… in the URL"
+    return "-H 'Authorization: Bearer …'"
 
 
 def _cookies(header: str) -> set[str]:

@@ -225,3 +225,18 @@ def test_claim_rules_read_the_bearer_tokens_claims() -> None:
         if not served:
             assert outcome.status == 403
             assert "TrafficPolicy shop/p" in found.verdict.summary
+
+
+def test_jwt_looks_for_the_token_where_its_provider_does() -> None:
+    from podway.ir import Jwt, JwtProvider
+
+    jwt = Jwt(name="shop/p", providers=(JwtProvider(name="shop/p/idp", from_cookies=("s",)),),
+              source="TrafficPolicy shop/p")
+    route = replace(ROUTE, filters=(jwt,))
+    for headers in ([], ["Authorization: Bearer t"], ["Cookie: other=t"]):
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers))
+        assert [(o.kind, o.status) for o in found.verdict.outcomes] == [
+            (OutcomeKind.DIRECT, 401)], headers
+        assert "Cookie: s=" in found.verdict.summary
+    found = explain(_shop(route), parse("http://shop.test/", headers=["Cookie: a=1; s=t"]))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
