@@ -175,3 +175,25 @@ def test_jwt_locations_and_recompute_route_reach_the_provider() -> None:
     for bad in ({}, {"cookies": ["a b"]}, {"headers": [{"valuePrefix": "x"}]},
                 {"cookies": ["s"], "body": True}):
         assert refused(run({"jwt": {"providers": [{**given, "extractFrom": bad}]}})), bad
+
+
+def test_a_client_secret_edit_reaches_the_route_incrementally() -> None:
+    """The Secret changes: the incremental translation equals a full one, and the login's
+    secret is the new one; the Secret removed: refused."""
+    from podway.translate import IncrementalTranslator
+
+    options = TranslateOptions(address="198.18.0.1", oidc_key=KEY)
+    policy = ("apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, "
+              "namespace: shop, uid: u1}\nspec:\n  targetRefs: [{group: "
+              "gateway.networking.k8s.io, kind: HTTPRoute, name: admin}]\n"
+              f"  security: {json.dumps({'oidc': oidc()})}\n")
+    inc = IncrementalTranslator(options)
+    inc.update(Snapshot.of_objects(load_text("---\n".join([BASE, policy, CLIENT])).objects))
+    for extra, secret in ((CLIENT.replace("hush", "quiet"), "quiet"), ("", None)):
+        snapshot = Snapshot.of_objects(load_text("---\n".join([BASE, policy, extra])).objects)
+        result = inc.update(snapshot)
+        assert result == translate(snapshot, options)
+        if secret is None:
+            assert refused(result)
+        else:
+            assert login(routes(result)["admin.test"]).client_secret == secret
