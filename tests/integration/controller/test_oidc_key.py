@@ -47,7 +47,9 @@ async def test_a_secret_without_a_usable_key_refuses(emu: KubeEmulator) -> None:
 
 async def test_the_controller_signs_oidc_sessions_with_its_secrets_key(bed: Bed) -> None:
     """A controller with --oidc-key-secret makes the Secret and accepts an OIDC policy; one
-    without a key refuses it (Accepted=False naming the missing key), never serves it open."""
+    without a key refuses it (Accepted=False naming the missing key), never serves it open.
+    (The client Secret here is Opaque, which the controller's source does not watch: its
+    ResolvedRefs stays False — a known gap, docs/reference.md.)"""
     bed.emu.put("services", lb_service("web", 8081))
     bed.emu.put("services", lb_service("idp", 8443))
     bed.emu.put("secrets", {"metadata": {"name": "client", "namespace": "default"},
