@@ -187,11 +187,14 @@ async def _login(port: int, provider: Provider, host: str, page: str
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> object:
-    async with stack_in(tmp_path) as made:
+async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> object:
+    """Delta xDS unless a test asks for both flavours (the filter's config comes by ECDS and
+    its secrets by SDS in each)."""
+    async with stack_in(tmp_path, delta=getattr(request, "param", True)) as made:
         yield made
 
 
+@pytest.mark.parametrize("stack", [True, False], ids=["delta", "sotw"], indirect=True)
 async def test_oidc_login_flow(stack: Stack) -> None:
     await backend(stack, "web")
     provider = Provider()
