@@ -45,11 +45,17 @@ async def test_a_secret_without_a_usable_key_refuses(emu: KubeEmulator) -> None:
         assert await session_key(api, "podway-system", "podway-oidc-key") is None
 
 
+def resolved(bed: Bed, name: str) -> tuple[str, str] | None:
+    obj = bed.emu.get("trafficpolicies", "default", name, group="podway.io")
+    ancestors = ((obj or {}).get("status") or {}).get("ancestors") or []
+    found = [c for a in ancestors for c in a["conditions"] if c["type"] == "ResolvedRefs"]
+    return (found[0]["status"], found[0]["reason"]) if found else None
+
+
 async def test_the_controller_signs_oidc_sessions_with_its_secrets_key(bed: Bed) -> None:
     """A controller with --oidc-key-secret makes the Secret and accepts an OIDC policy; one
     without a key refuses it (Accepted=False naming the missing key), never serves it open.
-    (The client Secret here is Opaque, which the controller's source does not watch: its
-    ResolvedRefs stays False — a known gap, docs/reference.md.)"""
+    The client Secret is Opaque, as users write it: the controller sees it (ResolvedRefs)."""
     bed.emu.put("services", lb_service("web", 8081))
     bed.emu.put("services", lb_service("idp", 8443))
     bed.emu.put("secrets", {"metadata": {"name": "client", "namespace": "default"},
@@ -64,6 +70,7 @@ async def test_the_controller_signs_oidc_sessions_with_its_secrets_key(bed: Bed)
                 group="podway.io")
     await bed.start(oidc_key_secret="podway-oidc-key", oidc_key_namespace="podway-system")
     await eventually(lambda: (policy_accepted(bed, "web") or {}).get("status") == "True")
+    await eventually(lambda: resolved(bed, "web") == ("True", "ResolvedRefs"))
     stored = bed.emu.get("secrets", "podway-system", "podway-oidc-key")
     assert stored is not None
     assert len(base64.b64decode(stored["data"]["key"])) == 32
