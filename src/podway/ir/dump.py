@@ -37,7 +37,9 @@ def to_data(value: Any, *, secrets: bool = False) -> Any:
         out = {"type": "JwtProvider", **_fields(value, skip={"jwks"}, secrets=secrets)}
         out["jwks"] = f"<{len(value.jwks)} bytes>"
         return out
-    if isinstance(value, Oidc) and not secrets:  # the client and session secrets: never shown
+    if isinstance(value, Oidc):
+        # The client and session secrets: never shown, and never sent to an engine that takes
+        # the IR (``to_wire``): none of them serves OIDC (they refuse such a route).
         return {"type": "Oidc", **_fields(value, skip={"client_secret", "hmac_secret"})}
     if isinstance(value, WeightedPool) and value.pool is None:
         # A share answered with a status: the status is the whole meaning, never elide it.
