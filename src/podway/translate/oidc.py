@@ -28,11 +28,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from podway.ir import Oidc, UpstreamTLS
-from podway.model import Secret, Service
+from podway.ir import Listener, Oidc, UpstreamTLS
+from podway.ir.evaluate import Request, matches
+from podway.model import ObjectRef, Secret, Service
 from podway.model.policy import OIDCSpec, TrafficPolicy
 from podway.model.snapshot import Snapshot
 from podway.translate.core.problems import quote
@@ -179,3 +181,30 @@ def _client_secret(spec: OIDCSpec, policy: TrafficPolicy, snapshot: Snapshot,
         raise Refused(f"Secret {ns}/{ref.name} has no key {quote(SECRET_KEY)}", at,
                       unresolved=True)
     return data.decode("utf-8", "replace").strip()
+
+
+def unserved_paths(listeners: Iterable[Listener]) -> Iterator[tuple[ObjectRef, str, str]]:
+    """(policy, message, field) for each OIDC policy whose redirect or logout path, on a host
+    it guards, is answered by a route without its login (or by none): there the provider's
+    redirect cannot complete the login, or logout does not clear the session. Once per policy
+    and path."""
+    seen: set[tuple[str, str]] = set()
+    for item in listeners:
+        for vhost in item.virtual_hosts:
+            logins = {f.name: f for r in vhost.routes for f in r.filters if isinstance(f, Oidc)}
+            for login in logins.values():
+                for path, what, where in (
+                        (login.redirect_path, "the redirect URL's path", "redirectURL"),
+                        (login.logout_path, "the logout path", "logoutPath")):
+                    request = Request(host=vhost.hostname, path=path)
+                    route = next((r for r in vhost.routes if matches(r.match, request)), None)
+                    if (route is not None and login in route.filters) or \
+                            (login.name, path) in seen:
+                        continue
+                    seen.add((login.name, path))
+                    ns, _, name = login.name.partition("/")
+                    answer = f"route {route.name}, without the login" if route else "no route (404)"
+                    yield (ObjectRef("TrafficPolicy", ns, name),
+                           f"{what} {path} on {vhost.hostname} is answered by {answer}: make it "
+                           "a path of a route this policy covers, or the login cannot complete "
+                           "there", f"spec.security.oidc.{where}")

@@ -20,11 +20,12 @@ from tests import builders
 from .test_security_policy import conditions, routes
 
 KEY = b"k" * 32
-BASE = builders.manifest(
+SERVICES = builders.manifest(
     builders.gateway_class(), builders.gateway("edge", 8080, namespace="shop"),
-    builders.http_route("admin", "admin.test", namespace="shop", parent_namespace="shop"),
     builders.service("web", 80, None, namespace="shop", protocol=None),
     builders.service("idp", 443, None, namespace="shop", protocol=None))
+BASE = "---\n".join([SERVICES, builders.manifest(builders.http_route(
+    "admin", "admin.test", namespace="shop", parent_namespace="shop"))])
 CLIENT = ("apiVersion: v1\nkind: Secret\nmetadata: {name: client, namespace: shop}\n"
           "stringData: {client-secret: hush}\n")
 
@@ -199,3 +200,27 @@ def test_a_client_secret_edit_reaches_the_route_incrementally() -> None:
             assert refused(result)
         else:
             assert login(routes(result)["admin.test"]).client_secret == secret
+
+
+def test_a_redirect_path_no_covered_route_answers_is_a_warning() -> None:
+    """The policy's route serves /app only: the provider's redirect to /oauth2/callback and the
+    logout path would reach no route (404), so the login could never complete — said on the
+    policy (a warning: the route itself is still guarded). A route covering them: no word."""
+    narrow = (f"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: "
+              "admin, namespace: shop}\nspec:\n  parentRefs: [{name: edge, namespace: shop}]\n"
+              "  hostnames: [admin.test]\n  rules:\n  - matches: [{path: {type: PathPrefix, "
+              "value: /app}}]\n    backendRefs: [{name: web, port: 80}]\n")
+    policy = ("apiVersion: podway.io/v1alpha1\nkind: TrafficPolicy\nmetadata: {name: p, "
+              "namespace: shop, uid: u1}\nspec:\n  targetRefs: [{group: "
+              "gateway.networking.k8s.io, kind: HTTPRoute, name: admin}]\n"
+              f"  security: {json.dumps({'oidc': oidc()})}\n")
+    loaded = load_text("---\n".join([SERVICES, narrow, policy, CLIENT]))
+    assert not loaded.errors, loaded.errors
+    result = translate(Snapshot.of_objects(loaded.objects),
+                       TranslateOptions(address="198.18.0.1", oidc_key=KEY))
+    warned = sorted(p.field for p in result.problems if p.ref.kind == "TrafficPolicy")
+    assert warned == ["spec.security.oidc.logoutPath", "spec.security.oidc.redirectURL"], \
+        result.problems
+    assert all("no route (404)" in p.message for p in result.problems
+               if p.ref.kind == "TrafficPolicy")
+    assert not [p for p in run({"oidc": oidc()}).problems if p.ref.kind == "TrafficPolicy"]
