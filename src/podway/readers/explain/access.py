@@ -82,10 +82,15 @@ class AccessChecks:
         """The first rule that matches decides (403 when it denies); a rule on the client
         address cannot be judged without ``--source-ip``."""
         headers = dict(self.q.headers)
+        forwarded = _forwarded_session(route, headers)
         for i, rule in enumerate(auth.rules):
             if rule.cidrs and self.q.source_ip is None:
                 self.step("filter", Mark.INFO, f"{auth.source or route.name} decides by client "
                           "address; give --source-ip to check one")
+                return None
+            if rule.claims and forwarded:
+                self.step("filter", Mark.INFO, f"{auth.source or route.name} decides by the "
+                          "claims of the session's access token, which explain cannot read")
                 return None
             ip = ipaddress.ip_address(self.q.source_ip) if rule.cidrs and self.q.source_ip \
                 else None
@@ -122,9 +127,7 @@ class AccessChecks:
                       "and redirects (302) to the page first asked for")
             return Verdict(summary=f"302: the login callback of {who}", fix=(route.origin,),
                            outcomes=(Outcome(kind=OutcomeKind.REDIRECT, status=302),))
-        cookies = _cookies(dict(self.q.headers).get("cookie", ""))
-        names = dict(login.cookie_names)
-        if {names.get("bearer_token", "BearerToken"), "OauthHMAC", "OauthExpires"} <= cookies:
+        if _has_session(login, dict(self.q.headers)):
             self.step("filter", Mark.INFO, f"OIDC login by {who}: the request carries session "
                       "cookies; if their signature holds and they have not expired it goes on, "
                       f"else it is sent to log in at {login.authorization_endpoint}")
@@ -157,6 +160,10 @@ class AccessChecks:
         """JWT authentication: 401 without a bearer token (unless optional); a token's
         validity (signature, expiry, issuer, audience) is the engine's to judge."""
         who = auth.source or route.name
+        if _forwarded_session(route, dict(self.q.headers)):
+            self.step("filter", Mark.INFO, f"JWT authentication by {who}: the OIDC session's "
+                      "access token is the bearer token; its validity is the engine's to judge")
+            return None
         if any(self._carries(p) for p in auth.providers):
             self.step("filter", Mark.INFO, f"JWT authentication by {who}: the token must be "
                       "valid for one of its providers (else 401; another audience 403)")
@@ -193,6 +200,21 @@ class AccessChecks:
                 "and the request has no valid credentials (give -H 'Authorization: Basic …')")
         self.step("filter", Mark.FAIL, text)
         return self._direct(401, f"401 because {text} (from {route.origin})", (route.origin,))
+
+
+def _has_session(login: Oidc, headers: dict[str, str]) -> bool:
+    """Whether the request carries ``login``'s session cookies (their signature and expiry are
+    the engine's to judge)."""
+    names = dict(login.cookie_names)
+    wanted = {names.get("bearer_token", "BearerToken"), "OauthHMAC", "OauthExpires"}
+    return wanted <= _cookies(headers.get("cookie", ""))
+
+
+def _forwarded_session(route: Route, headers: dict[str, str]) -> bool:
+    """The route's OIDC login forwards the session's access token as the bearer token, and
+    the request has a session."""
+    return any(isinstance(f, Oidc) and f.forward_token and _has_session(f, headers)
+               for f in route.filters)
 
 
 def _where(provider: JwtProvider) -> str:

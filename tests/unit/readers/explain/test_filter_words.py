@@ -240,3 +240,29 @@ def test_jwt_looks_for_the_token_where_its_provider_does() -> None:
         assert "Cookie: s=" in found.verdict.summary
     found = explain(_shop(route), parse("http://shop.test/", headers=["Cookie: a=1; s=t"]))
     assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+
+
+def test_an_oidc_session_forwarding_its_token_satisfies_the_jwt_check() -> None:
+    """A login that forwards the session's access token: with session cookies the JWT filter
+    sees that token (the engine judges it) and claim rules cannot be read by explain; without
+    them, the login's 302 comes first."""
+    from podway.ir import AccessRule, Authorization, ClaimRule, Jwt, JwtProvider, Oidc
+
+    login = Oidc(name="shop/p", pool="idp", authorization_endpoint="https://idp.test/auth",
+                 token_endpoint="https://idp.test/token", client_id="shop",
+                 redirect_uri="https://shop.test/cb", redirect_path="/cb", logout_path="/out",
+                 forward_token=True, source="TrafficPolicy shop/p")
+    jwt = Jwt(name="shop/p", providers=(JwtProvider(name="shop/p/idp"),),
+              source="TrafficPolicy shop/p")
+    claim = ClaimRule(provider="shop/p/idp", claim=("groups",), values=("admin",), array=True)
+    auth = Authorization(rules=(AccessRule(allow=True, claims=(claim,)),),
+                         source="TrafficPolicy shop/p")
+    route = replace(ROUTE, filters=(login, jwt, auth))
+    session = ["Cookie: BearerToken=x; OauthHMAC=y; OauthExpires=1"]
+    found = explain(_shop(route), parse("http://shop.test/a", headers=session))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    found = explain(_shop(route), parse("http://shop.test/a"))
+    assert [(o.kind, o.status) for o in found.verdict.outcomes] == [(OutcomeKind.REDIRECT, 302)]
+    no_forward = replace(route, filters=(replace(login, forward_token=False), jwt, auth))
+    found = explain(_shop(no_forward), parse("http://shop.test/a", headers=session))
+    assert [(o.kind, o.status) for o in found.verdict.outcomes] == [(OutcomeKind.DIRECT, 401)]
