@@ -206,7 +206,7 @@ def test_a_redirect_path_no_covered_route_answers_is_a_warning() -> None:
     """The policy's route serves /app only: the provider's redirect to /oauth2/callback and the
     logout path would reach no route (404), so the login could never complete — said on the
     policy (a warning: the route itself is still guarded). A route covering them: no word."""
-    narrow = (f"apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: "
+    narrow = ("apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: "
               "admin, namespace: shop}\nspec:\n  parentRefs: [{name: edge, namespace: shop}]\n"
               "  hostnames: [admin.test]\n  rules:\n  - matches: [{path: {type: PathPrefix, "
               "value: /app}}]\n    backendRefs: [{name: web, port: 80}]\n")
