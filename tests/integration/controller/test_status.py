@@ -391,6 +391,74 @@ async def test_listener_set_status_and_supported_version_reach_the_api(bed: Bed)
     assert (version["status"], version["reason"]) == ("True", "SupportedVersion")
 
 
+async def test_a_listener_set_listener_the_engine_cannot_bind_is_reported_on_the_set(
+        bed: Bed) -> None:
+    """A ListenerSet's listener on a port another program holds: the real Envoy refuses that
+    listener (a NACK); the refusal lands on the set (its listener and its own Programmed:
+    False/PortUnavailable, still Accepted) and not on the Gateway, whose own listener serves
+    (Programmed=True, the set still counted). Moved to a free port, the set is Programmed."""
+    from tests.e2e.harness import free_port
+
+    taken, own, free = free_port(), free_port(), free_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", taken))
+    holder.listen()
+    bed.translate = bed.translate.__class__(address="127.0.0.1")
+    seed_gateway(bed, routes=0)
+    edge = gateway(port=own)
+    edge["spec"]["allowedListeners"] = {"namespaces": {"from": "All"}}
+    bed.emu.put("gateways", edge, group=GW)
+
+    def team(port: int) -> dict[str, Any]:
+        return {"apiVersion": f"{GW}/v1", "kind": "ListenerSet",
+                "metadata": {"name": "team", "namespace": "default"},
+                "spec": {"parentRef": {"name": "edge"}, "listeners": [
+                    {"name": "extra", "protocol": "HTTP", "port": port,
+                     "hostname": "team.test"}]}}
+
+    def status_of(plural: str, name: str) -> dict[str, Any]:
+        return dict((bed.emu.get(plural, "default", name, group=GW) or {}).get("status") or {})
+
+    def conditions(of: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return {c["type"]: (c["status"], c["reason"]) for c in of.get("conditions") or ()}
+
+    def listener(of: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return conditions((of.get("listeners") or [{}])[0])
+
+    bed.emu.put("listenersets", team(taken), group=GW)
+    try:
+        await bed.start()
+        await bed.engine()
+        await eventually(lambda: listener(status_of("listenersets", "team")).get(
+            "Programmed", ("",))[0] == "False", within=30)
+        found = status_of("listenersets", "team")
+        assert listener(found)["Programmed"] == ("False", "PortUnavailable")
+        assert listener(found)["Accepted"] == ("True", "Accepted")
+        message = next(c["message"] for c in found["listeners"][0]["conditions"]
+                       if c["type"] == "Programmed")
+        assert "already in use" in message.lower()
+        assert conditions(found)["Programmed"] == ("False", "PortUnavailable")
+        assert conditions(found)["Accepted"] == ("True", "Accepted")
+        edge_status = status_of("gateways", "edge")
+        assert conditions(edge_status)["Programmed"] == ("True", "Programmed")
+        assert conditions(edge_status)["Accepted"] == ("True", "Accepted")
+        assert listener(edge_status)["Programmed"] == ("True", "Programmed")
+        assert edge_status["attachedListenerSets"] == 1
+        assert any(e.get("reason") == "EngineRejected"
+                   and e.get("involvedObject", {}).get("kind") == "ListenerSet"
+                   for e in bed.emu.events)
+        assert not any(e.get("reason") == "EngineRejected"
+                       and e.get("involvedObject", {}).get("kind") == "Gateway"
+                       for e in bed.emu.events)
+        edit(bed, "listenersets", team(free), group=GW)
+        await eventually(lambda: conditions(status_of("listenersets", "team")).get(
+            "Programmed") == ("True", "Programmed"), within=30)
+        assert listener(status_of("listenersets", "team"))["Programmed"] == (
+            "True", "Programmed")
+    finally:
+        holder.close()
+
+
 async def test_the_controllers_own_status_writes_come_back_unparsed(bed: Bed) -> None:
     """The writer tells the source each write's resourceVersion: the watch events of those
     writes are dropped before they are parsed (one that overtakes its PATCH's answer is
