@@ -358,7 +358,7 @@ async def test_a_listener_the_engine_accepted_but_could_not_listen_on_is_not_pro
 
 async def test_listener_set_status_and_supported_version_reach_the_api(bed: Bed) -> None:
     """In controller mode the ListenerSet gets its status through the API (Accepted, its
-    listeners with attachedRoutes), the Gateway AttachedListenerSets, and the class
+    listeners with attachedRoutes), the Gateway attachedListenerSets, and the class
     SupportedVersion from the installed CRDs' bundle-version annotations."""
     seed_gateway(bed, routes=0)
     edge = gateway()
