@@ -14,7 +14,10 @@ ListenerSet".
   ``Programmed``), else ``Invalid``; on a Gateway always ``Invalid`` (its listener's
   ``Programmed`` has no other False reason).
 * The object gets ``Programmed=False`` likewise (a ListenerSet: ``PortUnavailable`` as its
-  godoc lets child conditions decide, else ``Invalid``; a Gateway: ``Invalid``).
+  godoc lets child conditions decide, else ``Invalid``; a Gateway: ``Invalid``) — but a
+  ListenerSet with another listener still served stays ``Programmed=True`` (reason
+  ``Programmed``, the refusal in its message), as it does for a conflicted or invalid listener
+  (the conformance suite's reading of ``Programmed``).
 * ``Accepted`` is left as the translator decided, on the listener and on the object: it says
   the configuration is valid enough to produce data-plane configuration, and "does not indicate
   whether or not the configuration has been propagated to the data plane" (the ListenerSet
@@ -94,6 +97,12 @@ def with_refusals(status: ObjectStatus, ref: ObjectRef, ir: IR,
         replace(ls, conditions=_with(ls.conditions, _refusal(hit[ls.name], on_set)))
         if ls.name in hit else ls for ls in status.listeners)
     own = _refusal(list(refused), on_set)
+    served = [ls for ls in listeners if any(c.type == "Programmed" and c.status is True
+                                            for c in ls.conditions)]
+    if on_set and served:  # a set is Programmed while any of its listeners is served
+        own = replace(own, status=True, reason="Programmed",
+                      message=f"{len(served)} of {len(listeners)} listeners served; "
+                      f"{own.message}")
     return replace(status, conditions=_with(status.conditions, own), listeners=listeners)
 
 

@@ -77,7 +77,10 @@ def test_a_set_listener_that_cannot_bind_is_reported_on_the_set_not_the_gateway(
     assert "edge-1" in programmed["message"]
     assert listener(team, "http") == listener(api(clean, TEAM_A), "http")
     assert listener(team, "dup") == listener(api(clean, TEAM_A), "dup")
-    assert conditions(team)["Programmed"] == ("False", "PortUnavailable")
+    # Its "http" listener still serves: the set stays Programmed, the refusal in the message.
+    assert conditions(team)["Programmed"] == ("True", "Programmed")
+    own = next(c for c in team["conditions"] if c["type"] == "Programmed")
+    assert own["message"].startswith("1 of 3 listeners served; engine edge-1 refused")
     assert conditions(team)["Accepted"] == conditions(api(clean, TEAM_A))["Accepted"]
     # The Gateway's own configuration was not refused: its status is untouched, its
     # attachedListenerSets still counts the set.
@@ -96,7 +99,7 @@ def test_a_shared_port_refused_hits_the_gateways_and_the_sets_listener_on_it() -
     team, gateway = api(doc, TEAM_A), api(doc, GATEWAY)
     assert listener(team, "http")["Programmed"] == ("False", "Invalid")
     assert listener(team, "https") == listener(api(clean, TEAM_A), "https")
-    assert conditions(team)["Programmed"] == ("False", "Invalid")
+    assert conditions(team)["Programmed"] == ("True", "Programmed")
     assert listener(gateway, "http")["Programmed"] == ("False", "Invalid")
     assert conditions(gateway)["Programmed"] == ("False", "Invalid")
     assert conditions(gateway)["Accepted"] == ("True", "Accepted")
@@ -104,13 +107,25 @@ def test_a_shared_port_refused_hits_the_gateways_and_the_sets_listener_on_it() -
     assert doc.to_data()["engine_rejections"][0]["objects"] == [str(GATEWAY), str(TEAM_A)]
 
 
+def test_a_set_with_every_served_listener_refused_is_not_programmed() -> None:
+    """Both ports of team-a refused (one could not be bound): the set is Programmed=False,
+    PortUnavailable as one refusal says so; the Gateway is hit through its own port 80 only."""
+    doc = document(nack(SET_ONLY, BIND.format(SET_ONLY, 443)),
+                   nack(SHARED, "invalid filter chain"))
+    team = api(doc, TEAM_A)
+    assert conditions(team)["Programmed"] == ("False", "PortUnavailable")
+    assert listener(team, "http")["Programmed"] == ("False", "Invalid")
+    assert listener(team, "https")["Programmed"] == ("False", "PortUnavailable")
+    assert [r.resource for r in doc.objects[GATEWAY].rejections] == [SHARED]
+
+
 def test_a_refused_certificate_of_a_set_listener_lands_on_the_set() -> None:
     ir_listener = next(ls for ls in translate(
         Snapshot.of_objects(load_text(CASE).objects), OPTS).ir.listeners if ls.name == SET_ONLY)
     secret = ir_listener.certificates[0].name
     doc = document(nack(secret, "bad certificate", types.SECRET))
-    assert conditions(api(doc, TEAM_A))["Programmed"] == ("False", "Invalid")
     assert listener(api(doc, TEAM_A), "https")["Programmed"] == ("False", "Invalid")
+    assert listener(api(doc, TEAM_A), "http")["Programmed"] == ("True", "Programmed")
     assert doc.objects[GATEWAY].rejections == ()
 
 
