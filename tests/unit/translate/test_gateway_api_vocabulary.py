@@ -2,7 +2,8 @@
 one of the constants of ``apis/v1`` in Gateway API v1.6.1 (the release Podway targets, see
 ``GATEWAY_API_VERSION``), or a reason that release's godoc lists for the condition
 (issue 27: "the exact condition types and reasons of the apis/v1 constants"). Checked on the
-status of every golden case and on engine refusals of Gateway and ListenerSet listeners."""
+status of every golden case and on engine refusals of Gateway and ListenerSet listeners; and
+every condition carries ``observedGeneration``."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def words(status: dict[str, Any], where: str) -> Iterator[tuple[str, str]]:
     for c in status.get("conditions") or ():
         yield f"{where} condition", c["type"]
         yield f"{where} {c['type']} reason", c["reason"]
+        if not isinstance(c.get("observedGeneration"), int):  # on every condition (issue 27)
+            yield f"{where} {c['type']} without", "observedGeneration"
     for listener in status.get("listeners") or ():
         yield from words(listener, f"{where} listener")
     for parent in status.get("parents") or ():
