@@ -459,6 +459,59 @@ async def test_a_listener_set_listener_the_engine_cannot_bind_is_reported_on_the
         holder.close()
 
 
+async def test_the_api_status_is_the_status_documents_as_standalone_writes_it(bed: Bed) -> None:
+    """One translator, one document: the Gateway API statuses the controller writes through
+    the API (ListenerSets, Gateways, routes of the gateway-listenersets golden case) are
+    exactly what the status document — standalone's --status-file — says of the same objects,
+    condition for condition (lastTransitionTime aside, which only the writer stamps)."""
+    from podway.model import Snapshot
+    from podway.model.kinds import BY_NAME
+    from podway.model.loader import load_text
+    from podway.status import build
+    from podway.translate import TranslateOptions, translate
+    from podway.translate.core.status import to_api
+
+    case = (Path(__file__).parents[2] / "golden/translate/gateway-listenersets.in.yaml")
+    bed.emu.install_gateway_api()
+    docs = [d for d in yaml.safe_load_all(case.read_text()) if d]
+    for doc in docs:
+        kind = BY_NAME[doc["kind"]]
+        bed.emu.put(kind.plural, doc, group=kind.group or None)
+    bed.translate = TranslateOptions(address="198.18.0.10")
+    await bed.start()
+    compared = ("Gateway", "ListenerSet", "HTTPRoute")
+
+    def api_statuses() -> dict[str, Any]:
+        out = {}
+        for doc in docs:
+            if doc["kind"] in compared:
+                kind, meta = BY_NAME[doc["kind"]], doc["metadata"]
+                obj = bed.emu.get(kind.plural, meta.get("namespace", ""), meta["name"],
+                                  group=kind.group) or {}
+                out[f"{doc['kind']}/{meta.get('namespace', '')}/{meta['name']}"] = \
+                    _untimed(obj.get("status") or {})
+        return out
+
+    await eventually(lambda: all(api_statuses().values()), within=30)
+    stored = [bed.emu.get(BY_NAME[d["kind"]].plural, d["metadata"].get("namespace", ""),
+                          d["metadata"]["name"], group=BY_NAME[d["kind"]].group or None)
+              for d in docs]
+    snapshot = Snapshot.of_objects(load_text(yaml.safe_dump_all(stored)).objects)
+    document = build(snapshot=snapshot, result=translate(snapshot, bed.translate))
+    want = {str(ref): to_api(status, kind=ref.kind) for ref, status in document.statuses.items()
+            if ref.kind in compared}
+    await eventually(lambda: api_statuses() == want, within=30)
+    assert len(want) == 11  # 2 Gateways, 4 ListenerSets, 5 HTTPRoutes
+
+
+def _untimed(status: Any) -> Any:
+    if isinstance(status, dict):
+        return {k: _untimed(v) for k, v in status.items() if k != "lastTransitionTime"}
+    if isinstance(status, list):
+        return [_untimed(v) for v in status]
+    return status
+
+
 async def test_the_controllers_own_status_writes_come_back_unparsed(bed: Bed) -> None:
     """The writer tells the source each write's resourceVersion: the watch events of those
     writes are dropped before they are parsed (one that overtakes its PATCH's answer is
