@@ -232,3 +232,17 @@ def test_a_draining_member_that_still_serves_is_a_backup_server() -> None:
     assert slots.commands(backend, rolled.servers[backend], done.servers[backend]) == [
         f"set server {backend}/s3 weight 1", f"set server {backend}/s2 state maint",
         f"set server {backend}/b1 state maint"]
+
+
+def test_a_listener_sets_listener_findings_land_on_the_set() -> None:
+    """A listener-wide finding (here: UDP, which HAProxy does not serve) of an engine listener
+    that only a ListenerSet's listener makes is reported on that set, not on its Gateway."""
+    from podway.ir import ListenerSection
+
+    gateway = ObjectRef(kind="Gateway", namespace="infra", name="gw")
+    team = ObjectRef(kind="ListenerSet", namespace="team", name="team")
+    udp = Listener(name="gateway/infra/gw/5353/udp", address="127.0.0.1", port=5353,
+                   protocol=ListenerProtocol.UDP, origins=(gateway,),
+                   sections=(ListenerSection(origin=team, name="dns"),))
+    out = render(IR(listeners=(udp,), pools=MappingProxyType({})), OPTS)
+    assert [(u.subject, u.origin) for u in out.unsupported] == [(udp.name, team)]
