@@ -117,12 +117,15 @@ async def test_listener_sets_serve_their_listeners_and_routes(engine_stack: Stac
     assert _conditions(route_parent)["Accepted"] == ("True", "Accepted")
 
 
-async def test_a_set_listener_envoy_cannot_bind_is_refused_on_the_set(stack: Stack) -> None:
-    """Real Envoy: a ListenerSet's listener moved onto a port another program holds. Envoy
-    refuses that listener; the status file puts the refusal on the set (the listener and the
-    set Programmed=False/PortUnavailable, both still Accepted), while the Gateway, whose own
-    listener keeps serving, stays Programmed and keeps counting the set. Moved to a free port,
-    the set's listener serves and is Programmed again."""
+async def test_a_set_listener_the_engine_cannot_bind_is_refused_on_the_set(
+        engine_stack: Stack) -> None:
+    """Real Envoy and HAProxy: a ListenerSet's listener moved onto a port another program
+    holds. The engine refuses that listener (Envoy: a NACK; HAProxy: the reload fails, the last
+    good configuration serves on); the status file puts the refusal on the set (the listener
+    and the set Programmed=False/PortUnavailable, both still Accepted), while the Gateway,
+    whose own listener keeps serving, stays Programmed and keeps counting the set. Moved to a
+    free port, the set's listener serves and is Programmed again."""
+    stack = engine_stack
     await backend(stack, "www")
     await backend(stack, "app", namespace="team-a")
     own, first, free = free_port(), free_port(), free_port()
@@ -182,4 +185,7 @@ async def test_a_set_listener_envoy_cannot_bind_is_refused_on_the_set(stack: Sta
     stack.write("sets.yaml", team(free))
     await eventually(lambda: _conditions(set_status())["Programmed"] == ("True", "Programmed"),
                      within=30)
-    assert await _name(free, "a.test") == "200 team-a/app"
+    async def served() -> bool:  # Envoy acknowledges a listener before it listens
+        return await _name(free, "a.test") == "200 team-a/app"
+
+    await eventually(served, within=20, ignoring=(ConnectionRefusedError,))
