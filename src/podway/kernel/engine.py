@@ -3,8 +3,10 @@
 ``KernelEngine.run(irs)`` follows a stream of IRs (the pipeline's states). After each IR, and
 after each member health move the ``Checker`` reports, it plans the services
 (``podway.kernel.plan``), renders the whole table (``podway.kernel.ruleset.full``) and, when
-the text differs from what it last installed, writes it in one transaction through ``write``
-(libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake). Changes that
+the text differs from what it last installed, writes the change in one transaction through
+``write`` (libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake): the
+first write makes the table (``ruleset.full``), every later one changes it in place
+(``ruleset.update``: the hooks stay, so no new flow passes them undecided). Changes that
 arrive while a write runs are coalesced into the next one: the kernel always gets the newest
 state, never a backlog.
 
@@ -14,11 +16,14 @@ Invariants:
   conntrack (``forget``; ``plan.stale_udp`` says why), so the next datagram takes the new rules.
 * Reads only the IR (``podway.ir``): never Kubernetes objects or the translator.
 * The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
-  restarted Podway takes over without a gap (its first write replaces the table atomically);
+  restarted Podway takes over without a gap (its first write replaces the table in one
+  transaction);
   ``podway kernel cleanup`` removes it.
 * A failed write is logged in one line (once while it keeps failing the same way) and tried
   again with the newest state (``retry_s``, doubling to 30 s); the table keeps what it had,
-  whole (a transaction either applies or not at all).
+  whole (a transaction either applies or not at all). The retry makes the table anew
+  (``full``): an in-place change assumes the table is as this engine left it, and a failure
+  may mean it is not (``podway kernel cleanup`` ran, another program changed it).
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ class KernelEngine:
         self.services: tuple[Service, ...] = ()
         self.skipped: tuple[Skipped, ...] = ()
         self.installed: str | None = None  # the ruleset text the kernel has now
-        self.writes = 0  # transactions applied
+        self._desired: str | None = None  # that text in generation 0 (compared, not shown)
+        self._live: tuple[Service, ...] = ()  # what the kernel serves (its last good write)
+        self._holds: ruleset.Installed | None = None  # None: the next write makes the table
+        self.writes = 0  # changes applied (each one transaction, or two in place: _write)
         self._dirty = asyncio.Event()
         self._applied = asyncio.Condition()
         self._said: tuple[Skipped, ...] = ()
@@ -97,18 +105,30 @@ class KernelEngine:
             self._said = self.skipped
         return ruleset.full(self.services, self.table)
 
+    async def _write(self, services: tuple[Service, ...]) -> ruleset.Installed:
+        """Make the table (the first time, or after a failure) or change it in place: two
+        transactions, the second the switch (``ruleset.update``). Returns what it holds then."""
+        if self._holds is None:
+            await self.write(ruleset.full(services, self.table))
+            return ruleset.Installed(services)
+        prepare, switch, holds = ruleset.update(self._holds, services, self.table)
+        await self.write(prepare)
+        await self.write(switch)
+        return holds
+
     async def _apply_loop(self) -> None:
         failed, failures = "", 0  # the last write error, and how many in a row
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            before = self.services
             text = self.render()
-            if text == self.installed:
+            if text == self._desired:
                 continue
+            before = self._live
             try:
-                await self.write(text)
+                holds = await self._write(self.services)
             except PodwayError as exc:
+                self._holds = None
                 error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 # The same failure again (no root, no nftables) says nothing new.
                 log.log(logging.ERROR if error != failed else logging.DEBUG,
@@ -118,13 +138,14 @@ class KernelEngine:
                 self._dirty.set()
                 continue
             failed, failures = "", 0
+            self._live, self._holds, self._desired = self.services, holds, text
             stale = stale_udp(before, self.services)
             if stale and self.forget is not None:
                 try:
                     await self.forget(stale)
                 except PodwayError as exc:  # best effort: such flows then age out on their own
                     log.warning("kernel engine: stale UDP flows not deleted (%s)", exc)
-            self.installed = text
+            self.installed = ruleset.full(self.services, self.table, holds.gen)
             self.writes += 1
             log.info("kernel engine: %d services, %d members installed", len(self.services),
                      sum(len(s.backends) for s in self.services))

@@ -169,7 +169,8 @@ class MemberCounter:
 
 async def counters(*, netns: str | None = None, table: str = ruleset.TABLE
                    ) -> tuple[MemberCounter, ...]:
-    """Per-member packets and bytes forwarded (both directions) since the table was made."""
+    """Per-member packets and bytes forwarded (both directions) since the member appeared in
+    the table (changes keep a member's counter; the engine's start makes the table anew)."""
     try:
         text = await CommandRunner(netns=netns).run("nft", "-j", "list", "counters", "table",
                                                     "ip", table)
@@ -193,7 +194,7 @@ def exposition(found: tuple[MemberCounter, ...]) -> bytes:
     for name, what in (("packets", "Packets"), ("bytes", "Bytes")):
         metric = f"podway_kernel_member_{name}_total"
         lines += [f"# HELP {metric} {what} the kernel engine forwarded to and from a member "
-                  "(both directions), since the last change of its table (each replaces it).",
+                  "(both directions), since it appeared in the table (or the engine's start).",
                   f"# TYPE {metric} counter"]
         lines += [f'{metric}{{protocol="{c.protocol}",member="{c.address}:{c.port}"}} '
                   f"{c.packets if name == 'packets' else c.bytes}" for c in found]
