@@ -27,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(Path(__file__).parent), str(ROOT / "tests" / "integration" / "kernel")]
+sys.path[:0] = [str(Path(__file__).parent), str(ROOT / "tests" / "integration" / "kernel"),
+                str(ROOT)]
 from kernel_bed import interleaved  # noqa: E402
 from kernelbed import BACKENDS, CLIENT, VIP, Bed, sh  # type: ignore[import-not-found]  # noqa: E402
 from speedref import measure  # noqa: E402

@@ -44,19 +44,25 @@ log = logging.getLogger(__name__)
 
 Write = Callable[[str], Awaitable[None]]
 Forget = Callable[[tuple[StaleFlows, ...]], Awaitable[None]]  # delete those conntrack entries
+# planned services → the same with members on this host's NodePortLocal ports replaced by their
+# pods (``plan.through_local_ports``; the host's agent can change them: looked at again every
+# ``refresh_s``)
+Resolve = Callable[[tuple[Service, ...]], Awaitable[tuple[Service, ...]]]
 
 
 class KernelEngine:
     def __init__(self, write: Write, *, table: str = ruleset.TABLE, every_l4: bool = True,
                  alone: bool = False, forget: Forget | None = None,
                  checker: Callable[[Callable[[], None]], Checker] = Checker,
-                 retry_s: float = 1.0) -> None:
+                 retry_s: float = 1.0, resolve: Resolve | None = None,
+                 refresh_s: float = 5.0) -> None:
         self.write = write
         self.table = table
         self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
         self.alone = alone  # no other engine here: say which listeners nobody serves
         self.forget = forget  # after a write: drop UDP flows to members no longer chosen
         self.retry_s = retry_s
+        self.resolve, self.refresh_s = resolve, refresh_s
         self.checker = checker(self._changed)
         self.ir = IR()
         self.services: tuple[Service, ...] = ()
@@ -82,6 +88,8 @@ class KernelEngine:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._apply_loop(), name="kernel-apply")
+                if self.resolve is not None:
+                    group.create_task(self._refresh(), name="kernel-refresh")
                 async for ir in irs:
                     self.ir = ir
                     self.checker.follow(ir)
@@ -105,6 +113,25 @@ class KernelEngine:
             self._said = self.skipped
         return ruleset.full(self.services, self.table)
 
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            self._dirty.set()
+
+    async def _resolved(self, text: str) -> str:
+        """``text`` for the planned services with local members resolved (``Resolve``)."""
+        if self.resolve is None:
+            return text
+        try:
+            resolved = await self.resolve(self.services)
+        except PodwayError as exc:
+            log.warning("kernel engine: this host's NodePortLocal ports not read (%s)", exc)
+            return text
+        if resolved == self.services:
+            return text
+        self.services = resolved
+        return ruleset.full(resolved, self.table)
+
     async def _write(self, services: tuple[Service, ...]) -> ruleset.Installed:
         """Make the table (the first time, or after a failure) or change it in place: two
         transactions, the second the switch (``ruleset.update``). Returns what it holds then."""
@@ -121,7 +148,7 @@ class KernelEngine:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            text = self.render()
+            text = await self._resolved(self.render())
             if text == self._desired:
                 continue
             before = self._live

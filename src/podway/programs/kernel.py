@@ -19,7 +19,7 @@ from types import MappingProxyType
 from podway.engines.member_health import HostKey, HostState
 from podway.kernel import ruleset
 from podway.kernel.engine import KernelEngine
-from podway.kernel.plan import StaleFlows
+from podway.kernel.plan import LocalPorts, Service, StaleFlows, through_local_ports
 from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,50 @@ def delete_args(flows: StaleFlows) -> tuple[str, ...]:
     vip = () if flows.address == "0.0.0.0" else ("--orig-dst", flows.address)
     return ("conntrack", "-D", "-p", "udp", *vip, "--orig-port-dst", str(flows.port),
             "--reply-src", flows.member, "--reply-port-src", str(flows.member_port))
+
+
+class HostPorts:
+    """The kernel engine's ``resolve``: members that are NodePortLocal ports of this very host
+    become the pods behind them (``plan.through_local_ports`` says why), read from the host's
+    own agent's table (``ip podway``). The host's addresses are read at most every
+    ``every_s``; the agent's table at each change that has a member on one of them (the
+    engine looks again every few seconds: a pod's address can change under one port)."""
+
+    def __init__(self, *, netns: str | None = None, every_s: float = 5.0) -> None:
+        self.runner = CommandRunner(netns=netns)
+        self.every_s = every_s
+        self._mine: frozenset[str] = frozenset()
+        self._read_at: float | None = None
+
+    async def addresses(self) -> frozenset[str]:
+        """This host's IPv4 addresses (``ip -j -4 addr``)."""
+        now = asyncio.get_running_loop().time()
+        if self._read_at is None or now - self._read_at >= self.every_s:
+            listed = json.loads(await self.runner.run("ip", "-j", "-4", "addr", "show") or "[]")
+            self._mine = frozenset(str(a["local"]) for link in listed
+                                   for a in link.get("addr_info", []) if "local" in a)
+            self._read_at = now
+        return self._mine
+
+    async def mappings(self, mine: frozenset[str]) -> LocalPorts:
+        """The agent's mappings, for each of ``mine`` (its rule DNATs any local address)."""
+        from podway.programs.agent.rules import nftables as npl
+
+        try:
+            text = await self.runner.run("nft", "-j", "list", "table", "ip", npl.TABLE)
+        except CommandMissing:
+            raise
+        except RulesError:  # no agent on this host (or not with nftables)
+            return {}
+        rules = npl.parse_listing(text) or set()
+        return {(r.protocol, address, r.node_port): (r.pod_ip, r.pod_port)
+                for r in rules for address in mine}
+
+    async def __call__(self, services: tuple[Service, ...]) -> tuple[Service, ...]:
+        mine = await self.addresses()
+        if not any(b.address in mine for s in services for b in s.backends):
+            return services
+        return through_local_ports(services, await self.mappings(mine))
 
 
 CONNTRACK = Path("/proc/sys/net/netfilter")

@@ -137,10 +137,11 @@ class RemoteEngine:
         await self._kernel(alone=False)
 
     async def _kernel(self, *, alone: bool) -> None:
-        from podway.programs.kernel import forgetter, watch_conntrack, writer
+        from podway.programs.kernel import HostPorts, forgetter, watch_conntrack, writer
 
         out = writer()
-        self.kernel = KernelEngine(out.write, every_l4=alone, forget=forgetter())
+        self.kernel = KernelEngine(out.write, every_l4=alone, forget=forgetter(),
+                                   resolve=HostPorts())
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             async with asyncio.TaskGroup() as group:

@@ -192,11 +192,11 @@ class Standalone:
 
     async def _kernel(self) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
-        from podway.programs.kernel import forgetter, watch_conntrack, writer
+        from podway.programs.kernel import HostPorts, forgetter, watch_conntrack, writer
 
         out = writer()
         self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
-                                   alone=self.opts.engine_kind == "kernel")
+                                   alone=self.opts.engine_kind == "kernel", resolve=HostPorts())
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             async with asyncio.TaskGroup() as group:

@@ -229,6 +229,32 @@ def test_a_service_switches_between_envoy_and_the_kernel_without_a_failed_connec
     assert result["ok"] > 100, result
 
 
+def test_a_member_on_the_engines_own_node_is_reached_through_its_nodeportlocal_port(
+        bed: Bed) -> None:
+    """The only member is a NodePortLocal port of the engine's own node (198.18.0.1:61001, the
+    agent's real rule mapping it to b1, a pod of this node). A flow is DNATed once, so a DNAT
+    to the node's own port would end in the node's stack (refused); the engine DNATs to the pod
+    itself, for clients and for the node itself, and checks the member through the port."""
+    from podway.programs.agent.rules.nftables import full_payload
+    from podway.programs.agent.types import Rule
+
+    node, npl_port = "198.18.0.1", 61001
+    sh("nft", "-f", "-", ns=bed.engine, stdin=full_payload(
+        [Rule(protocol="tcp", node_port=npl_port, pod_ip=BACKENDS["b1"][1], pod_port=PORT)]))
+    assert json.loads(bed.run_client("ask", "tcp", node, str(npl_port)))["name"] == "b1"
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", []).replace(
+        f"port: {PORT}", f"port: {npl_port}").replace(
+        "endpoints:\n[]", f"endpoints:\n- addresses: [{node}]\n  conditions: {{ready: true}}"))
+    bed.start_engine()
+    bed.wait(lambda: f"dnat to {BACKENDS['b1'][1]}:{PORT}" in bed.table(),
+             "the pod behind the node's own port in the table")
+    seen = bed.many(10)
+    assert [s.get("name") for s in seen] == ["b1"] * 10, seen
+    assert (bed.ask("tcp", VIP, 80, ns=bed.engine) or {}).get("name") == "b1"
+    bed.wait(lambda: f"member {node}:{npl_port} of pool/default/web/80/tcp is healthy"
+             in bed.engine_log.read_text(), "the member checked through its port")
+
+
 def test_the_table_outlives_the_engine_and_cleanup_removes_it(bed: Bed) -> None:
     """Stopping the engine keeps traffic flowing (its table stays); ``podway kernel cleanup``
     removes everything, and ``podway kernel dump``/``counters`` read it before."""
