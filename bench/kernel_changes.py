@@ -6,9 +6,10 @@ while two clients open new TCP connections back to back, this script changes the
 fast as libnftables takes it (in-process, in the engine's namespace), in one of three ways:
 
     full   each change replaces the whole table (the engine's first write; every change before)
-    one    in place, in one transaction: new chains and maps, and the maps switched to them
-    two    in place, in two transactions (``ruleset.update``, what the engine does): the new
-           chains first, then the switch; the retired generation deleted by the next change
+    one    in place, in one transaction: new chains and maps, the maps switched to them, the
+           old ones deleted (``ruleset.update``'s three steps as one transaction)
+    steps  in place, in three transactions (``ruleset.update``, what the engine does): the
+           new chains, then the switch, then the old generation deleted
 
 An input-hook counter in the engine namespace counts SYNs to the VIP that reached the host
 without DNAT: each is a connection the host refuses. Modes are interleaved round by round.
@@ -58,12 +59,12 @@ def changes(mode: str, lib: LibNftables, seconds: float) -> int:
         if mode == "full":
             run(ruleset.full(SERVICES, gen=made))
             continue
-        prepare, switch, holds = ruleset.update(holds, SERVICES)
+        steps, holds = ruleset.update(holds, SERVICES)
         if mode == "one":
-            run(prepare + switch)
+            run("".join(steps))
         else:
-            run(prepare)
-            run(switch)
+            for step in steps:
+                run(step)
     return made
 
 
@@ -96,7 +97,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--modes", default="full,one,two")
+    parser.add_argument("--modes", default="full,one,steps")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces)", file=sys.stderr)

@@ -48,9 +48,9 @@ SEPARATOR = "# ---- the next transaction ----\n"
 def steps(services: tuple[Service, ...]) -> list[str]:
     """The transactions of two in-place changes after ``full(services)``: each service's last
     member leaves, then comes back."""
-    one, two, holds = update(Installed(services), changed(services))
-    three, four, _ = update(holds, services)
-    return [one, two, three, four]
+    first, holds = update(Installed(services), changed(services))
+    second, _ = update(holds, services)
+    return [*first, *second]
 
 
 def changed(services: tuple[Service, ...]) -> tuple[Service, ...]:

@@ -6,7 +6,7 @@ after each member health move the ``Checker`` reports, it plans the services
 the text differs from what it last installed, writes the change in one transaction through
 ``write`` (libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake): the
 first write makes the table (``ruleset.full``), every later one changes it in place
-(``ruleset.update``: the hooks stay, so no new flow passes them undecided). Changes that
+(``ruleset.update``: the hooks stay, and no new flow passes them undecided). Changes that
 arrive while a write runs are coalesced into the next one: the kernel always gets the newest
 state, never a backlog.
 
@@ -71,7 +71,7 @@ class KernelEngine:
         self._desired: str | None = None  # that text in generation 0 (compared, not shown)
         self._live: tuple[Service, ...] = ()  # what the kernel serves (its last good write)
         self._holds: ruleset.Installed | None = None  # None: the next write makes the table
-        self.writes = 0  # changes applied (each one transaction, or two in place: _write)
+        self.writes = 0  # changes applied (each one transaction, or three in place: _write)
         self._dirty = asyncio.Event()
         self._applied = asyncio.Condition()
         self._said: tuple[Skipped, ...] = ()
@@ -133,14 +133,15 @@ class KernelEngine:
         return ruleset.full(resolved, self.table)
 
     async def _write(self, services: tuple[Service, ...]) -> ruleset.Installed:
-        """Make the table (the first time, or after a failure) or change it in place: two
-        transactions, the second the switch (``ruleset.update``). Returns what it holds then."""
+        """Make the table (the first time, or after a failure) or change it in place: three
+        transactions, the second the switch (``ruleset.update``). Returns what it serves."""
         if self._holds is None:
             await self.write(ruleset.full(services, self.table))
             return ruleset.Installed(services)
-        prepare, switch, holds = ruleset.update(self._holds, services, self.table)
-        await self.write(prepare)
-        await self.write(switch)
+        steps, holds = ruleset.update(self._holds, services, self.table)
+        for step in steps:
+            if step:
+                await self.write(step)
         return holds
 
     async def _apply_loop(self) -> None:

@@ -19,9 +19,9 @@ translation chosen then, so a change affects new flows only: established flows k
   builds it whole, base chains included, in one transaction.
 * ``update`` changes it in place: the table, its base chains (the hooks) and its maps stay.
   A first transaction adds the next generation's service chains and member maps (named
-  ``s<i>_g<gen>``, ``b<i>_g<gen>``; nothing refers to them yet) and deletes the generation
-  retired by the previous change; a second, the switch, refills the maps to point at the new
-  chains. Member counters stay (they count from the member's first appearance).
+  ``s<i>_g<gen>``, ``b<i>_g<gen>``; nothing refers to them yet); a second, the switch,
+  refills the maps to point at the new chains; a third deletes the previous generation. Member
+  counters stay (they count from the member's first appearance).
 
 Why: nf_tables picks a chain's rules by the generation current when the packet entered the hook,
 but looks a set up in the generation current at the lookup. A packet crossing a commit can meet
@@ -30,7 +30,7 @@ elements that commit deleted, and then leaves the hook without DNAT: it reached 
 stack and was refused. Replacing the table (``full``) does both, and so does an in-place change
 in one transaction; measured in namespaces with changes back to back under two streams of new
 connections (``bench/kernel_changes.py``): about one SYN in 2,000 to 8,000 changes un-DNATed that
-way, and none in over 60,000 changes made by ``update``'s two steps.
+way, and none in over 100,000 changes made in ``update``'s steps.
 
 New flows go round the weight slots in turn (``numgen inc``), not at random: a few long-lived
 connections (a client's pool, a benchmark's 16) split exactly by weight instead of, say, 4/12
@@ -179,58 +179,55 @@ def full(services: Iterable[Service], table: str = TABLE, gen: int = 0) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Installed:
-    """What the table holds: the services it serves (``live``, generation ``gen``) and the
-    previous generation's chains and maps (``retired``), no longer referenced, which the next
-    change deletes. ``full`` leaves ``Installed(services, 0)``."""
+    """What the table serves: ``live``, with chains and maps of generation ``gen``. ``full``
+    leaves ``Installed(services)``."""
 
     live: tuple[Service, ...]
     gen: int = 0
-    retired: tuple[Service, ...] = ()
-    retired_gen: int = 0
-
-
-def _deletions(table: str, services: tuple[Service, ...], gen: int) -> list[str]:
-    lines = []
-    for index, service in enumerate(services):
-        chain, bmap = names(index, gen)
-        lines.append(f"delete chain ip {table} {chain}")
-        if len(service.backends) > 1:
-            lines.append(f"delete map ip {table} {bmap}")
-    return lines
 
 
 def update(installed: Installed, after: Iterable[Service], table: str = TABLE
-           ) -> tuple[str, str, Installed]:
-    """Change the table from ``installed`` to serving ``after``, in place, as two transactions
-    (module docstring) and what the table holds then.
+           ) -> tuple[tuple[str, str, str], Installed]:
+    """Change the table from ``installed`` to serving ``after``, in place, as three
+    transactions in order (module docstring), and what it serves then.
 
-    The first adds the next generation's chains and member maps (nothing refers to them yet:
-    no packet sees them) and deletes the retired generation's. The second points the maps at
-    the new chains: the change for traffic, atomic. Why two: the kernel picks a chain's rules
-    by the generation current when a packet entered the hook, but looks a set up in the
-    generation current at the lookup; a packet crossing a commit can thus meet a chain made in
-    that very commit with its (empty) rules of the old generation, or a map whose elements
-    that commit deleted, and leave without DNAT. So a chain is referred to only once it has
-    outlived one commit, and what the old generation used is deleted one change later."""
+    1. The next generation's chains, member maps and new members' counters: nothing refers to
+       them yet, so no packet sees them.
+    2. The switch: the maps point at the new chains (the change for traffic, atomic).
+    3. The previous generation's chains and maps, and the counters of members gone, deleted:
+       nothing refers to them any more.
+
+    Why not one: the kernel picks a chain's rules by the generation current when a packet
+    entered the hook, but looks a set up in the generation current at the lookup; a packet
+    crossing a commit can thus meet a chain made in that very commit (its rules for the old
+    generation are empty) or a map whose elements that commit deleted, and leave without
+    DNAT. So a chain is referred to only once it has outlived one commit, and what the old
+    generation used is deleted only after the commit that stopped using it."""
     after = tuple(after)
     gen = installed.gen + 1
-    present = set(_counters(installed.live)) | set(_counters(installed.retired))
-    wanted = set(_counters(after))
-    first = _deletions(table, installed.retired, installed.retired_gen)
-    for proto, address, port in sorted(present - wanted - set(_counters(installed.live))):
-        first.append(f"delete counter ip {table} {counter_name(proto, Backend(address, port))}")
-    first.append(f"table ip {table} {{")
+    present, wanted = set(_counters(installed.live)), set(_counters(after))
+    prepare = [f"table ip {table} {{"]
     for proto, address, port in sorted(wanted - present):
-        first.append(f"  counter {counter_name(proto, Backend(address, port))} {{}}")
+        prepare.append(f"  counter {counter_name(proto, Backend(address, port))} {{}}")
     for index, service in enumerate(after):
-        first += _service_lines(index, service, gen)
-    first.append("}")
-    second = [f"flush map ip {table} {name}" for name in MAP_TYPES]
+        prepare += _service_lines(index, service, gen)
+    prepare.append("}")
+    switch = [f"flush map ip {table} {name}" for name in MAP_TYPES]
     for name, elements in _map_elements(after, gen).items():
         if elements:
-            second.append(f"add element ip {table} {name} {{ {', '.join(elements)} }}")
-    return ("\n".join(first) + "\n", "\n".join(second) + "\n",
-            Installed(after, gen, installed.live, installed.gen))
+            switch.append(f"add element ip {table} {name} {{ {', '.join(elements)} }}")
+    sweep = []
+    for index, service in enumerate(installed.live):
+        chain, bmap = names(index, installed.gen)
+        sweep.append(f"delete chain ip {table} {chain}")
+        if len(service.backends) > 1:
+            sweep.append(f"delete map ip {table} {bmap}")
+    for proto, address, port in sorted(present - wanted):
+        sweep.append(f"delete counter ip {table} {counter_name(proto, Backend(address, port))}")
+    def text(lines: list[str]) -> str:
+        return "\n".join(lines) + "\n" if lines else ""
+
+    return (text(prepare), text(switch), text(sweep)), Installed(after, gen)
 
 
 def cleanup(table: str = TABLE) -> str:

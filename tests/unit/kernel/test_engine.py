@@ -47,10 +47,10 @@ async def feed(queue: asyncio.Queue[IR]) -> AsyncIterator[IR]:
 
 async def test_the_first_write_makes_the_table_and_later_ones_change_it_in_place() -> None:
     """Only the first write replaces the table. A later change keeps the table and its hooks
-    and takes two transactions: the new generation's chains first, then the switch of the maps
-    to them; the old generation's chains go one change later (ruleset.update says why: a
-    packet crossing a commit met an empty new chain or a map emptied under it, ~1 SYN in
-    8,000 changes, refused by the host)."""
+    and takes three transactions: the new generation's chains, the switch of the maps to them,
+    the old generation's deletion (ruleset.update says why: a packet crossing a commit met an
+    empty new chain or a map emptied under it, ~1 SYN in 200-8,000 changes, refused by the
+    host)."""
     written: list[str] = []
 
     async def write(text: str) -> None:
@@ -67,22 +67,23 @@ async def test_the_first_write_makes_the_table_and_later_ones_change_it_in_place
         queue.put_nowait(ir_of("198.18.1.2", "198.18.2.2"))
         async with asyncio.timeout(2):
             await engine.wait_installed(lambda e: "198.18.2.2" in (e.installed or ""))
-        assert len(written) == 3
+        assert len(written) == 4
         assert written[0].startswith("table ip podway_l4 {}\ndelete table ip podway_l4\n")
-        prepare, switch = written[1:]
-        assert "delete" not in prepare  # generation 0 is still the one in use
-        assert "hook" not in prepare + switch
+        prepare, switch, sweep = written[1:]
+        assert "delete" not in prepare + switch  # generation 0 serves until the switch
+        assert "hook" not in prepare + switch + sweep
         assert "dnat ip to numgen inc mod 2 map @b0_g1" in prepare
         assert "flush" not in prepare
         assert switch.startswith("flush map ip podway_l4 vips\n")
         assert "goto s0_g1" in switch
+        assert sweep == "delete chain ip podway_l4 s0\n"  # one member: it had no map
         assert "chain s0_g1 {" in (engine.installed or "")
-        queue.put_nowait(ir_of("198.18.2.2"))  # the next change deletes generation 0
+        queue.put_nowait(ir_of("198.18.2.2"))
         async with asyncio.timeout(2):
             await engine.wait_installed(lambda e: e.writes == 3)
-        assert written[3].startswith("delete chain ip podway_l4 s0\n")
-        assert "delete map ip podway_l4 b0_g1" not in written[3]
-        assert "goto s0_g2" in written[4]
+        assert "goto s0_g2" in written[5]
+        assert written[6] == ("delete chain ip podway_l4 s0_g1\ndelete map ip podway_l4 b0_g1\n"
+                              "delete counter ip podway_l4 m_tcp_198_18_1_2_8080\n")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
