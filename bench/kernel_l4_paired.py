@@ -10,6 +10,11 @@ is then ``1 / CPU per request``: comparing that between modes is the load-robust
 "rps vs no load balancer". ksoftirqd's time (softirq work deferred under load, shared with the
 machine's other work) is printed beside it, not added.
 
+``--perf`` samples wrk and nginx with perf (cpu-clock, as ``bench/kernel_l4_cost.py``): the
+part of their CPU in netfilter symbols, per request, is the kernel engine's own work (conntrack,
+NAT, its rules; zero for ``direct``). This VM has no hardware counters (``perf stat -e
+instructions`` says not supported), so instructions per request cannot be had here.
+
 Rounds are short and paired: ``direct`` then ``kernel`` (the order alternating), and each
 pair gives ratios; medians over pairs are printed. ``--pin``: wrk on CPU 0, both nginx on
 CPU 1 (taskset), so the modes see the same placement. The bed is ``bench/kernel_bed.py``
@@ -40,6 +45,7 @@ from kernel_bed import (
     session,
     wrk,
 )
+from kernel_l4_cost import Profile
 
 Row = dict[str, float]
 
@@ -68,21 +74,32 @@ def one_round(bed: Bed, mode: str, close: bool, args: argparse.Namespace,
             subprocess.run(["taskset", "-p", "-c", "0", str(pid)], capture_output=True,
                            check=False)
 
+    profile = Profile(bed, bed.root) if args.perf else None
+
+    def started(pids: list[int]) -> None:
+        if args.pin:
+            pin(pids)
+        if profile is not None:
+            profile.start(pids)
+
     urls = DIRECT_URLS if mode == "direct" else PINNED_URLS
     reaped = children_cpu_s()  # only the round's wrk processes are reaped in between
     rps, p50, errors = wrk(bed, urls, seconds=args.seconds, connections=args.connections,
-                           close=close, started=pin if args.pin else None)
+                           close=close, started=started)
+    _, netfilter = profile.stop(rps * args.seconds) if profile else (0.0, float("nan"))
     path = children_cpu_s() - reaped + sum(proc_cpu_s(p) - before[p] for p in nginx)
     eng = sum(proc_cpu_s(p) - before[p] for p in engine_pids)
     softirqd = sum(proc_cpu_s(p) - before[p] for p in soft)
     requests = rps * args.seconds
     return {"rps": rps, "p50": p50, "errors": errors,
             "path_us": (path + eng) / requests * 1e6, "engine_us": eng / requests * 1e6,
-            "ksoftirqd_us": softirqd / requests * 1e6}
+            "ksoftirqd_us": softirqd / requests * 1e6, "nf_us": netfilter}
 
 
 def main() -> int:
-    args = arguments(__doc__ or "", extra=(("--pin", "wrk on CPU 0, nginx on CPU 1"),))
+    args = arguments(__doc__ or "", extra=(
+        ("--pin", "wrk on CPU 0, nginx on CPU 1"),
+        ("--perf", "perf cpu-clock samples of wrk and nginx: the netfilter part per request")))
     if args is None:
         return 2
     rows: dict[tuple[str, str], list[Row]] = {}
@@ -105,7 +122,8 @@ def main() -> int:
                         print(f"round {round_ + 1} {mode:6} {kind:4} {row['rps']:8.0f}/s p50 "
                               f"{row['p50']:.3f} ms  path CPU {row['path_us']:6.2f} us/req "
                               f"(engine process {row['engine_us']:.2f})  ksoftirqd "
-                              f"{row['ksoftirqd_us']:.2f}  errors {row['errors']:.0f}",
+                              f"{row['ksoftirqd_us']:.2f}  netfilter {row['nf_us']:.2f}  "
+                              f"errors {row['errors']:.0f}",
                               flush=True)
             for kind in ("long", "new"):
                 d, k = got[("direct", kind)], got[("kernel", kind)]
@@ -114,6 +132,7 @@ def main() -> int:
                 pair.setdefault("p50", []).append(k["p50"] / d["p50"])
                 pair.setdefault("cpu", []).append(d["path_us"] / k["path_us"])
                 pair.setdefault("extra_us", []).append(k["path_us"] - d["path_us"])
+                pair.setdefault("extra_nf", []).append(k["nf_us"] - d["nf_us"])
         print(f"\nload average at the end {os.getloadavg()[0]:.1f}; {ref.describe()}")
         print("medians over rounds, and of the paired ratios (kernel / direct, pair by pair)")
         for kind in ("long", "new"):
@@ -128,7 +147,8 @@ def main() -> int:
                   f"{statistics.median(pair['p50']):.2f}x  rate on equal CPU "
                   f"{statistics.median(pair['cpu']):.2f}x  extra CPU "
                   f"{statistics.median(pair['extra_us']):+.2f} us per "
-                  f"{'request' if kind == 'long' else 'connection'} "
+                  f"{'request' if kind == 'long' else 'connection'}, in netfilter "
+                  f"{statistics.median(pair['extra_nf']):+.2f} us "
                   f"(pairs: {' '.join(f'{x:.2f}' for x in pair['cpu'])})")
     return 0
 

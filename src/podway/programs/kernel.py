@@ -131,6 +131,7 @@ class HostPorts:
         self.every_s = every_s
         self._mine: frozenset[str] = frozenset()
         self._read_at: float | None = None
+        self._warned = False
 
     async def addresses(self) -> frozenset[str]:
         """This host's IPv4 addresses (``ip -j -4 addr``)."""
@@ -157,7 +158,14 @@ class HostPorts:
                 for r in rules for address in mine}
 
     async def __call__(self, services: tuple[Service, ...]) -> tuple[Service, ...]:
-        mine = await self.addresses()
+        try:
+            mine = await self.addresses()
+        except CommandMissing as exc:  # said once: nothing to resolve without ``ip``
+            if not self._warned:
+                self._warned = True
+                log.warning("kernel engine: members on this host's NodePortLocal ports are "
+                            "not resolved to their pods: %s", exc)
+            return services
         if not any(b.address in mine for s in services for b in s.backends):
             return services
         return through_local_ports(services, await self.mappings(mine))
