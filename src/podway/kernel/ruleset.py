@@ -224,6 +224,7 @@ def update(installed: Installed, after: Iterable[Service], table: str = TABLE
             sweep.append(f"delete map ip {table} {bmap}")
     for proto, address, port in sorted(present - wanted):
         sweep.append(f"delete counter ip {table} {counter_name(proto, Backend(address, port))}")
+
     def text(lines: list[str]) -> str:
         return "\n".join(lines) + "\n" if lines else ""
 
