@@ -7,12 +7,15 @@ that come with a CRD (``CRDS``: every Gateway API kind Podway reads, and Podway'
 at the most stable version the CRD serves (``podway.kube.gateway_api.preferred``). This module
 adds only how a kind is selected or trimmed.
 
-Secrets: only ``type: kubernetes.io/tls`` ones, selected by the server (field selector), not
-"only the referenced ones": references are known only after translation, and a source that
-watched what the translator asked for would couple the two stages. TLS Secrets are what
-listeners and Gateway certificateRefs use; a CA bundle for BackendTLSPolicy comes from a
-ConfigMap (``ca.crt``; a GatewayClass's parameters are a ConfigMap too; the values of other keys
-are dropped on arrival).
+Secrets: every type but the few Podway never reads, which the server leaves out (field selector:
+service account tokens, image pull secrets, bootstrap tokens and Helm's release records — in a
+usual cluster these are most Secrets, and Helm's are the biggest). Not "only TLS Secrets": basic
+auth (an htpasswd file), JWT key sets and OIDC client secrets are ``Opaque`` Secrets, and a
+source that saw only TLS Secrets left every such reference unresolved in controller mode (the
+route refused, 403). Not "only the referenced ones": references are known only after
+translation, and a source that watched what the translator asked for would couple the two
+stages. A CA bundle for BackendTLSPolicy comes from a ConfigMap (``ca.crt``; a GatewayClass's
+parameters are a ConfigMap too; the values of other keys are dropped on arrival).
 """
 
 from __future__ import annotations
@@ -108,7 +111,12 @@ class KindSpec:
 
 
 # How the source selects or trims a kind before parsing it (others: ``lean``, no selector).
-_SELECTORS: dict[type[K8sObject], str] = {Secret: f"type={Secret.TLS_TYPE}"}
+# Secret types no translation reads (kubernetes.io/basic-auth stays: a BGPPeer's password).
+UNREAD_SECRET_TYPES = ("kubernetes.io/service-account-token", "kubernetes.io/dockercfg",
+                       "kubernetes.io/dockerconfigjson", "bootstrap.kubernetes.io/token",
+                       "helm.sh/release.v1")
+_SELECTORS: dict[type[K8sObject], str] = {
+    Secret: ",".join(f"type!={t}" for t in UNREAD_SECRET_TYPES)}
 _TRANSFORMS: dict[type[K8sObject], Transform] = {Pod: slim_pod, ConfigMap: slim_configmap}
 
 
