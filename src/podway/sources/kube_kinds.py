@@ -33,6 +33,7 @@ from podway.model.core import LB_READY, ConfigMap, Pod, Secret
 from podway.model.gateway import GatewayClass
 from podway.model.kinds import BY_NAME, TABLE, Kind
 from podway.model.snapshot import Key, Snapshot
+from podway.translate.jwt import JWKS_KEY
 
 Raw = dict[str, Any]
 Transform = Callable[[Raw], Raw]
@@ -70,9 +71,9 @@ def slim_pod(raw: Raw) -> Raw:
     }
 
 
-# ConfigMap keys whose values Podway reads: BackendTLSPolicy's CA bundle and a GatewayClass's
-# parameters (podway.translate.gateway.parameters).
-_CONFIGMAP_VALUES = frozenset({"ca.crt", "engineGroup", "engineKind"})
+# ConfigMap keys whose values Podway reads: BackendTLSPolicy's CA bundle, a GatewayClass's
+# parameters (podway.translate.gateway.parameters) and a TrafficPolicy's JWT key set.
+_CONFIGMAP_VALUES = frozenset({"ca.crt", "engineGroup", "engineKind", JWKS_KEY})
 
 
 def slim_configmap(raw: Raw) -> Raw:
