@@ -161,12 +161,15 @@ class RemoteEngine:
         sends it to the controller, which puts it on the objects' status."""
         return findings(self.haproxy.counters.unsupported) if self.haproxy is not None else ()
 
-    async def kernel_metrics(self) -> bytes:
-        """The kernel engine's per-member counters (nothing while it does not run), as
-        ``podway run`` exports them."""
+    async def engine_metrics(self) -> bytes:
+        """HAProxy's counters under the Envoy engine's series names and the kernel engine's
+        per-member counters (each only while that engine runs), as ``podway run`` exports
+        them."""
         from podway.programs.kernel import metrics_text
+        from podway.readers.metrics import haproxy
 
-        return await metrics_text() if self.kernel is not None else b""
+        return await haproxy.scrape(self.haproxy) + (
+            await metrics_text() if self.kernel is not None else b"")
 
     async def view(self) -> View | None:
         """Member health as this host serves it: HAProxy's view, with the kernel engine's for

@@ -220,14 +220,17 @@ class Standalone:
         app = exposition.make_app(
             registries=[metrics.registry],
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
-            healthy=lambda: self.pipeline.state is not None, extra=self._kernel_metrics)
+            healthy=lambda: self.pipeline.state is not None, extra=self._engine_metrics)
         await surfaces.serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
 
-    async def _kernel_metrics(self) -> bytes:
-        """The kernel engine's per-member counters (nothing while it does not run)."""
+    async def _engine_metrics(self) -> bytes:
+        """HAProxy's counters under the Envoy engine's series names, and the kernel engine's
+        per-member counters (each only while that engine runs)."""
         from podway.programs.kernel import metrics_text
+        from podway.readers.metrics import haproxy
 
-        return await metrics_text() if self.kernel is not None else b""
+        return await haproxy.scrape(self.haproxy) + (
+            await metrics_text() if self.kernel is not None else b"")
 
     def _surfaces(self, admin: Path | None, engine: Engine | None
                   ) -> Coroutine[Any, Any, None]:
