@@ -56,6 +56,8 @@ class SurfaceOptions:
     kernel_ruleset: Callable[[], str | None] | None = None
     # The HAProxy engine's rendering (``/config``'s ``haproxy``); None: no HAProxy engine.
     haproxy_rendered: Callable[[], Rendered | None] | None = None
+    # Remote engines' reported configurations by node (``/config``'s ``haproxy``).
+    engine_configs: Callable[[], Mapping[str, Mapping[str, str]]] | None = None
 
 
 async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
@@ -73,7 +75,7 @@ async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None
     await AdminServer(pipeline, AdminOptions(
         socket=socket, mode=opts.mode, engine_admin=opts.engine_admin,
         engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset,
-        haproxy_rendered=opts.haproxy_rendered)).run()
+        haproxy_rendered=opts.haproxy_rendered, engine_configs=opts.engine_configs)).run()
 
 
 async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:
