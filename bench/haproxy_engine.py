@@ -1,23 +1,33 @@
-"""Requests per CPU-second of HAProxy as Podway configures it vs a hand-written static HAProxy.
+"""What a request costs HAProxy as Podway configures it vs a hand-written static HAProxy.
 
 Issue 26's first target: the HAProxy engine as Podway renders it (``podway.haproxy.render`` of
-an Ingress ``shop.test /`` → one Service member) costs no more than 1/0.95 of a hand-written
-HAProxy serving the same route. Both run one thread (``nbthread 1``, no master process, so the
-measured process is the one doing the work) in front of the same nginx answering a tiny body;
-``wrk`` drives each in turn, rounds interleaved, and each figure is requests per CPU-second of
-that HAProxy process (``/proc/<pid>/stat`` user+system time over the round), so the load the
-other engineers put on this machine moves both alike. Two workloads: HTTP/1.1 keep-alive, and a
-new connection per request.
+an Ingress ``shop.test /`` → one Service member, on HTTP and on HTTPS) costs no more than
+1/0.95 of a hand-written HAProxy serving the same route. Both run one thread (``nbthread 1``,
+no master process, so the measured process is the one doing the work) in front of the same
+nginx answering a tiny body. Workloads: HTTP/1.1 keep-alive, a new connection per request,
+HTTPS keep-alive, a new TLS handshake per request (``--workloads``).
+
+Two measures:
+
+* default: ``wrk`` drives each config in turn, rounds interleaved; each figure is requests
+  per CPU-second of that HAProxy process (``/proc/<pid>/stat`` user+system time over the
+  round), with the median of the per-round ratios to the hand-written file ("paired");
+* ``--instructions N``: user-space instructions per request, counted exactly by Valgrind's
+  callgrind over N requests sent one at a time (``bench/haproxy_instructions.py``; this VM has
+  no hardware counters for ``perf stat``). The count does not move with the machine's load:
+  what a rule costs shows to a few hundred instructions.
 
     .venv/bin/python bench/haproxy_engine.py [--rounds 5] [--seconds 3] [--variants]
+        [--before SRC] [--instructions N] [--workloads http-keepalive,...]
 
 ``--variants`` adds Podway's rendering with each of its per-request rules left out in turn
-(path normalisation, X-Forwarded-Proto, X-Real-IP removal, the Host fixes): what each costs.
-Each row also gives the median of the per-round ratios to the hand-written file (rounds taken
-side by side), steadier than the ratio of medians on a loaded machine.
+(path normalisation, X-Forwarded-Proto, X-Real-IP removal, the SNI check where rendered): what
+each costs. ``--before SRC`` adds the rendering of another Podway's ``src/`` folder (e.g.
+``git archive main src | tar -x -C /tmp/before``): before/after in one run.
 
-The machine is shared (about seven engineers on two cores): compare only the two columns of one
-run; the machine-speed reference (``bench/speedref.py``) is printed first.
+The machine is shared (about seven engineers on two cores): compare only the columns of one
+run; the machine-speed reference (``bench/speedref.py``) and the load average are printed
+first.
 """
 
 from __future__ import annotations
