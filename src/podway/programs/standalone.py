@@ -45,6 +45,7 @@ from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.programs.haproxy_follow import follow as follow_haproxy
 from podway.readers import surfaces
 from podway.readers.admin_api import SOCKET_NAME
+from podway.readers.dashboard.engine_view import Sample
 from podway.readers.engine_health import View
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
@@ -245,7 +246,13 @@ class Standalone:
             detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
             kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None,
             haproxy_rendered=lambda: self.haproxy.rendered if self.haproxy is not None
-            else None))
+            else None, engine_sample=self._haproxy_sample))
+
+    async def _haproxy_sample(self, now: float) -> Sample | None:
+        """HAProxy's counters as the dashboard's traffic figures (none without HAProxy)."""
+        from podway.readers.metrics import haproxy
+
+        return await haproxy.sample(self.haproxy, now)
 
     async def engine_views(self) -> Mapping[str, View]:
         """The member health of the engines this process runs besides Envoy (whose admin the

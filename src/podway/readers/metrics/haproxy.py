@@ -13,6 +13,9 @@ mean the same thing; the listener label is the listener's stat prefix, as Envoy'
 | ``envoy_http_no_route`` | the listener's no-route backend (its 404), ``req_tot`` |
 | ``envoy_server_live`` | 1 when HAProxy answered |
 
+``sample`` gives the dashboard the same counters as Envoy's admin gives it (per listener and per
+pool: requests, 4xx, 5xx; no latency quantiles).
+
 Not mapped, as nothing of HAProxy's means the same: ``envoy_http_downstream_rq_time`` (HAProxy
 keeps averages over its last 1,024 requests, not a histogram) and
 ``envoy_control_plane_connected_state`` (HAProxy has no xDS stream). ``podway_engine_stats_up``
@@ -26,7 +29,9 @@ import io
 from collections.abc import Mapping
 
 from podway.envoy.config.common import stat_prefix
+from podway.haproxy.backends import backend_name
 from podway.haproxy.process import HAProxyEngine
+from podway.readers.dashboard.engine_view import Figures, Sample
 
 _CLASSES = ("1", "2", "3", "4", "5")
 
@@ -103,3 +108,27 @@ async def scrape(engine: HAProxyEngine | None, limit_s: float = 2.0) -> bytes:
     if engine is None or rendered is None:
         return b""
     return exposition(rendered.http_frontends, await engine.stats(limit_s))
+
+
+def figures(fields: Mapping[str, str] | None) -> Figures | None:
+    if fields is None:
+        return None
+    return Figures(total=_number(fields, "req_tot"), errors_4xx=_number(fields, "hrsp_4xx"),
+                   errors_5xx=_number(fields, "hrsp_5xx"))
+
+
+async def sample(engine: HAProxyEngine | None, now: float, limit_s: float = 2.0
+                 ) -> Sample | None:
+    """The dashboard's traffic figures from HAProxy's counters: per listener (its stat
+    prefix, as Envoy's) and per pool; None before its first configuration or when it does
+    not answer."""
+    rendered = engine.rendered if engine is not None else None
+    text = await engine.stats(limit_s) if engine is not None and rendered is not None else None
+    if rendered is None or text is None:
+        return None
+    found = rows(text)
+    listeners = {stat_prefix(name): f for name, (frontend, _) in rendered.http_frontends.items()
+                 if (f := figures(found.get((frontend, "FRONTEND")))) is not None}
+    pools = {pool: f for pool in rendered.slots
+             if (f := figures(found.get((backend_name(pool), "BACKEND")))) is not None}
+    return Sample(taken_at=now, listeners=listeners, pools=pools)
