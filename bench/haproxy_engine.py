@@ -262,6 +262,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--instructions", type=int, metavar="N", default=0,
                         help="count instructions per request over N requests (callgrind) "
                              "instead of requests per CPU-second")
+    parser.add_argument("--nginx", action="store_true",
+                        help="with --instructions: nginx as a reverse proxy beside them")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--render-only", nargs=4, metavar=("FOLDER", "HTTP", "HTTPS", "BACKEND"),
                         help=argparse.SUPPRESS)  # used by --before, in the other Podway
@@ -338,7 +340,8 @@ def main() -> None:
             stack.enter_context(process(_nginx(folder, backend)))
             wait_listening(backend)
             if args.instructions:
-                count_instructions(stack, configs, ports, args, workloads=workloads, folder=folder)
+                count_instructions(stack, configs, ports, args, workloads=workloads, folder=folder,
+                                   backend=backend)
             else:
                 pids = {name: stack.enter_context(process([HAPROXY, "-f", str(path)])).pid
                         for name, path in configs.items()}
@@ -349,23 +352,55 @@ def main() -> None:
     print(ref.check_again())
 
 
+def _nginx_proxy(folder: Path, ports: tuple[int, int], backend: int) -> Path:
+    """nginx as the reverse proxy of ``bench/dataplane.py`` (one process, upstream
+    keep-alive), on HTTP and HTTPS, for ``--instructions --nginx``."""
+    conf = folder / "nginx-proxy.conf"
+    conf.write_text(f"""worker_processes 1;
+master_process off;
+daemon off;
+pid {folder}/nginx-proxy.pid;
+error_log {folder}/nginx-proxy.err;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {folder}; proxy_temp_path {folder}; fastcgi_temp_path {folder};
+  uwsgi_temp_path {folder}; scgi_temp_path {folder};
+  upstream up {{ server 127.0.0.1:{backend}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{ports[0]};
+    listen 127.0.0.1:{ports[1]} ssl;
+    ssl_certificate {folder}/cert.pem; ssl_certificate_key {folder}/key.pem;
+    location / {{ proxy_pass http://up; proxy_http_version 1.1;
+                 proxy_set_header Connection ""; }}
+  }}
+}}
+""", encoding="utf-8")
+    return conf
+
+
 def count_instructions(stack: contextlib.ExitStack, configs: dict[str, Path],
                        ports: dict[str, tuple[int, int]], args: argparse.Namespace,
-                       *, workloads: list[str], folder: Path) -> None:
+                       *, workloads: list[str], folder: Path, backend: int) -> None:
     """Per config and workload, user-space instructions per request (exact, load-free)."""
-    pids = {name: stack.enter_context(counting.under_callgrind(path, folder / f"cg-{name}"))
-            for name, path in configs.items()}
+    commands = {name: [HAPROXY, "-f", str(path)] for name, path in configs.items()}
+    if args.nginx:  # nginx as a reverse proxy beside them (issue 26: >= 0.9x nginx)
+        ports["nginx-proxy"] = (free_port(), free_port())
+        commands["nginx-proxy"] = [NGINX, "-c", str(_nginx_proxy(folder, ports["nginx-proxy"],
+                                                               backend))]
+    pids = {name: stack.enter_context(counting.under_callgrind(command, folder / f"cg-{name}"))
+            for name, command in commands.items()}
     for pair in ports.values():
         counting.wait_listening(pair[0])
         counting.wait_listening(pair[1])
-    print(f"user-space instructions per request of the HAProxy process (callgrind, "
+    print(f"user-space instructions per request of each proxy process (callgrind, "
           f"{args.instructions} requests after 50 of warm-up, one connection at a time):")
     for workload in workloads:
         label, tls, close = WORKLOADS[workload]
         counts = {name: counting.per_request(pids[name], folder / f"cg-{name}",
                                              ports[name][tls], args.instructions, tls=tls,
                                              close=close)
-                  for name in configs}
+                  for name in commands}
         print(f"  {label}:")
         for name, count in counts.items():
             print(f"    {name:22} {count:11,.0f}  x hand-written "

@@ -27,10 +27,11 @@ REQUEST = b"GET / HTTP/1.1\r\nHost: shop.test\r\n%s\r\n"
 
 
 @contextlib.contextmanager
-def under_callgrind(config: Path, out: Path) -> Iterator[int]:
-    """HAProxy on ``config`` under callgrind (dumps in ``out``); yields its pid."""
+def under_callgrind(command: list[str], out: Path) -> Iterator[int]:
+    """``command`` (one process: HAProxy without master, nginx with ``master_process off``)
+    under callgrind (dumps in ``out``); yields its pid."""
     proc = subprocess.Popen([VALGRIND, "--tool=callgrind", f"--callgrind-out-file={out}.%p",
-                             "/usr/sbin/haproxy", "-f", str(config)],
+                             *command],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield proc.pid
