@@ -116,10 +116,11 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
     lines, files = _bind(listener, fe, folder, t.report)
     for vhost in sorted(listener.virtual_hosts, key=lambda v: host_order(v.hostname)):
         _virtual_host(vhost, listener, t)
-    lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()}, t)
+    sni = listener.protocol is ListenerProtocol.HTTPS and listener.sni_host_check \
+        and bool(listener.certificates)
+    lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()}, t, sni=sni)
     sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
-    if listener.protocol is ListenerProtocol.HTTPS and listener.sni_host_check \
-            and listener.certificates:
+    if sni:
         sni_lines, sni_maps = sni_rules(listener, fe, folder)
         lines += sni_lines
     no_route = no_route_backend(listener.name)
@@ -183,7 +184,7 @@ def _bind(listener: Listener, fe: str, folder: str, report: list[Unsupported]
     return lines, files
 
 
-def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
+def _prelude(listener: Listener, maps: dict[str, str], t: _Tables, *, sni: bool) -> list[str]:
     """Every request: client headers, normalised path, virtual host, path-map key (and route).
 
     Each rule costs every request of the frontend (bench/haproxy_engine.py --instructions: a
@@ -209,17 +210,23 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
         "  http-request normalize-uri path-strip-dotdot full if { path_sub /. }",
         "  http-request normalize-uri path-merge-slashes if { path_sub // }",
         *(_HOST_VAR if t.host_var else []),
-        f"  http-request set-var(txn.vh) {host},map_str({maps['hosts']})",
     ]
+    # The path-map key: "<virtual host>@<path>?" ("?" ends it: no path holds one). Exact keys
+    # end with "?", prefix keys with "/": the longest key that begins the request's is the
+    # route's own path if it has one, else its longest prefix (a tree lookup: O(log n)).
+    if not (t.wild or t.catch_all is not None or sni or t.keyed):
+        # Exact hosts only and nothing else reads the virtual host: looked up inside the key
+        # (a Host no row names gives "-", which no key begins with: no route).
+        lines.append(f"  http-request set-var-fmt(txn.k) %[{host},map_str({maps['hosts']})]"
+                     "@%[path]?")
+        return lines
+    lines.append(f"  http-request set-var(txn.vh) {host},map_str({maps['hosts']})")
     if t.wild:
         lines.append(f"  http-request set-var(txn.vh) {host},map_reg({maps['wild']})"
                      " unless { var(txn.vh) -m found }")
     if t.catch_all is not None:
         lines.append(f"  http-request set-var(txn.vh) str({t.catch_all})"
                      " unless { var(txn.vh) -m found }")
-    # The path-map key: "<virtual host>@<path>?" ("?" ends it: no path holds one). Exact keys
-    # end with "?", prefix keys with "/": the longest key that begins the request's is the
-    # route's own path if it has one, else its longest prefix (a tree lookup: O(log n)).
     lines.append("  http-request set-var-fmt(txn.k) %[var(txn.vh)]@%[path]?")
     if t.keyed:
         lines.append(f"  http-request set-var(txn.r) var(txn.k),map_beg({maps['paths']})")
