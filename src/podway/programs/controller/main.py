@@ -343,6 +343,7 @@ class Controller:
             dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
             engine_admin=(lambda: engine) if engine is not None else None,
             engine_views=reported(self.health_reports),
+            engine_configs=self.health_reports.configs,
             explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
             else ())
 
