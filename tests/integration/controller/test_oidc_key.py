@@ -68,7 +68,7 @@ async def test_the_controller_signs_oidc_sessions_with_its_secrets_key(bed: Bed)
             "clientID": "shop", "clientSecret": {"name": "client"}}
     bed.emu.put("trafficpolicies", traffic_policy("web", "web", security={"oidc": oidc}),
                 group="podway.io")
-    await bed.start(oidc_key_secret="podway-oidc-key", oidc_key_namespace="podway-system")
+    await bed.start(oidc_key_secret=("podway-system", "podway-oidc-key"))
     await eventually(lambda: (policy_accepted(bed, "web") or {}).get("status") == "True")
     await eventually(lambda: resolved(bed, "web") == ("True", "ResolvedRefs"))
     stored = bed.emu.get("secrets", "podway-system", "podway-oidc-key")

@@ -223,7 +223,7 @@ def _oidc_key(secret: str, namespace: str) -> dict[str, Any]:
     """Where the OIDC session key lives (``--oidc-key-secret``, ``--oidc-key-namespace``)."""
     from podway.programs.controller.leader import default_namespace
 
-    return {"oidc_key_secret": secret, "oidc_key_namespace": namespace or default_namespace()}
+    return {"oidc_key_secret": (namespace or default_namespace(), secret) if secret else None}
 
 
 def npl_settings(path: Path | None, *, unsigned: bool, port_range: str, agent: str = ""

@@ -72,6 +72,7 @@ from podway.programs.controller.leader import (
 )
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
+from podway.programs.controller.oidc_key import keyed
 from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.refusals import RefusedKinds
@@ -110,8 +111,7 @@ class ControllerOptions:
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 0  # 0: no health/metrics endpoint
     lb_address: str | None = None
-    """Published in Service/Ingress ``status.loadBalancer`` when a listener binds the wildcard:
-    the engines' address."""
+    """Published in ``status.loadBalancer`` when a listener binds the wildcard (the engines')."""
     vip_pools: tuple[Pool, ...] = ()
     """VIP pools: with any, LoadBalancer Services and Gateways get their addresses from the IPAM
     (``podway.programs.ipam``), which reads what each object holds from the API's status."""
@@ -132,10 +132,7 @@ class ControllerOptions:
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
     npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
     engine_certs: EngineCertSettings | None = None  # sign engines' CSRs (--engine-account)
-    # The Secret (made when missing) holding the key OIDC sessions are signed with; "": none
-    # (every OIDC policy is refused).
-    oidc_key_secret: str = ""
-    oidc_key_namespace: str = "default"
+    oidc_key_secret: tuple[str, str] | None = None  # (namespace, name): ``oidc_key.keyed``
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
@@ -225,11 +222,7 @@ class Controller:
             self.leadership = self.elector
         else:
             self.metrics.leader.set(1)
-        if opts.translate.oidc_key is None and opts.oidc_key_secret:
-            from podway.programs.controller.oidc_key import session_key
-
-            key = await session_key(api, opts.oidc_key_namespace, opts.oidc_key_secret)
-            opts = replace(opts, translate=replace(opts.translate, oidc_key=key))
+        opts = await keyed(api, opts)  # the OIDC session key, from its Secret
         # This controller writes the NodePortLocal opt-in itself (``_enable_npl``).
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)

@@ -14,15 +14,28 @@ from __future__ import annotations
 import base64
 import logging
 import os
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from kubernetes_asyncio import client
 
 from podway.base.errors import EnvironmentProblem
 
+if TYPE_CHECKING:
+    from podway.programs.controller.main import ControllerOptions
+
 log = logging.getLogger(__name__)
 KEY = "key"
 _SIZE = 32
+
+
+async def keyed(api: client.ApiClient, opts: ControllerOptions) -> ControllerOptions:
+    """``opts`` with its translation's OIDC key read from (or made in) ``oidc_key_secret``;
+    as they are when a key is given or no Secret is named (no key: OIDC refused)."""
+    if opts.translate.oidc_key is not None or opts.oidc_key_secret is None:
+        return opts
+    key = await session_key(api, *opts.oidc_key_secret)
+    return replace(opts, translate=replace(opts.translate, oidc_key=key))
 
 
 async def session_key(api: client.ApiClient, namespace: str, name: str) -> bytes | None:
