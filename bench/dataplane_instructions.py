@@ -23,8 +23,9 @@ Printed per workload: instructions per request of each, and ``x static`` = stati
 instructions per request / Podway's (the same sense as ``dataplane.py``'s requests per
 CPU-second ratio: 1.0 is as cheap as the static Envoy, 0.87 is 15 % more work per request).
 The "worker" figure counts Envoy's worker thread only (the requests' own work); the "all"
-figure adds the main thread, whose timers (stats flush, health checks) run per wall-clock
-second and so weigh more when the run is slowed down by Valgrind.
+figure adds the main thread. Timers (stats flush, health checks) run per wall-clock second, and
+a run under Valgrind lasts ~50x longer than the same requests natively: each Envoy's idle rate
+(``--idle`` seconds without requests) times the run's length is taken off its count.
 
 ``--variants A,B`` adds replicas with one of Podway's settings removed (``VARIANTS``): what
 each costs per request (the bisection of docs/performance.md, "Where the tax was").
@@ -423,8 +424,16 @@ def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str]
     return out
 
 
-def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duration: int
-                 ) -> dict[str, float]:
+def idle_rate(counter: Callgrind | Perf, envoy: Envoy, seconds: float) -> Count:
+    """What ``envoy`` executes per second with no request (timers: checks, stats flush, ...):
+    under Valgrind a run lasts ~50x longer, and that background would be charged to its few
+    requests, more to the slower target. ``measure_once`` takes it off."""
+    count = counter.count(envoy.pid, lambda: time.sleep(seconds))
+    return Count(round(count.all / seconds), round(count.worker / seconds))
+
+
+def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duration: int,
+                 idle: Count) -> dict[str, float]:
     tls = workload.startswith("https")
     url = f"{'https' if tls else 'http'}://127.0.0.1:{envoy.https if tls else envoy.http}/"
     got: dict[str, float] = {}
@@ -432,13 +441,13 @@ def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duratio
     def run() -> None:
         got["rps"], got["requests"], got["errors"] = dp._wrk(url, duration,
                                                              workload.endswith("newconn"))
-    before = dp.cpu_seconds([envoy.pid])
+    before, started = dp.cpu_seconds([envoy.pid]), time.monotonic()
     count = counter.count(envoy.pid, run)
-    cpu_s = dp.cpu_seconds([envoy.pid]) - before
+    wall, cpu_s = time.monotonic() - started, dp.cpu_seconds([envoy.pid]) - before
     requests = max(got["requests"], 1)
     return {"requests": got["requests"], "errors": got["errors"],
-            "all_per_request": count.all / requests,
-            "worker_per_request": count.worker / requests,
+            "all_per_request": (count.all - idle.all * wall) / requests,
+            "worker_per_request": (count.worker - idle.worker * wall) / requests,
             "per_cpu_s": requests / cpu_s if cpu_s > 0 else float("nan")}
 
 
@@ -446,6 +455,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=int, default=5, help="seconds of wrk per run")
+    parser.add_argument("--idle", type=float, default=10,
+                        help="seconds of the idle measure taken off each run")
     parser.add_argument("--workloads", default=",".join(dp.WORKLOADS))
     parser.add_argument("--variants", default="",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
@@ -472,11 +483,15 @@ def main() -> None:
         say(f"counting instructions with {counter.name}")
         with _context(root) as ctx:
             envoys = start_envoys(ctx, counter, variants)
+            idle = {e.name: idle_rate(counter, e, args.idle) for e in envoys}
+            for name, rate in idle.items():
+                say(f"{name} idle: {rate.all:,} instructions/s ({rate.worker:,} on its worker)")
             for r in range(args.rounds):
                 for workload in workloads:
                     order = envoys if r % 2 == 0 else envoys[::-1]  # interleaved
                     for envoy in order:
-                        sample = measure_once(counter, envoy, workload, args.duration)
+                        sample = measure_once(counter, envoy, workload, args.duration,
+                                              idle[envoy.name])
                         samples.setdefault((envoy.name, workload), []).append(sample)
                 say(f"round {r + 1}/{args.rounds} done, load average {dp.load_average()}")
     say(ref.check_again())
