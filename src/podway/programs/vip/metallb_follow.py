@@ -25,6 +25,11 @@ class Follower:
         self.node_labels: dict[str, str] = {}
         self._dirty = asyncio.Event()
 
+    def mark(self) -> None:
+        """Something the plan depends on changed outside the informers (the L2 speaker's
+        VIPs): work it out again."""
+        self._dirty.set()
+
     def _handler(self, kind: str) -> Callable[[str, Raw], None]:
         def handle(event: str, raw: Raw) -> None:
             name = str((raw.get("metadata") or {}).get("name", ""))

@@ -93,7 +93,7 @@ class MetalLBL2(Follower):
 
     def apply(self) -> None:
         found, problems = placement(self.objects, node_labels=self.node_labels,
-                                    vips=self.speaker.s.vips)
+                                    vips=self.speaker.vips)
         for problem in problems:
             if problem not in self._said:
                 log.warning("event=metallb-object-not-carried %s", problem)
@@ -109,24 +109,11 @@ class MetalLBL2(Follower):
             for informer in informers:
                 group.create_task(informer.run(), name=f"l2-{informer.name}")
             await asyncio.gather(*(i.settled.wait() for i in informers))
+            for informer in informers:  # retried; until then this host owns nothing new
+                if informer.refused is not None:
+                    log.error("l2: cannot list %s: %s", informer.name, informer.refused)
             while True:
                 self._dirty.clear()
                 self.apply()
                 await self._dirty.wait()
                 await asyncio.sleep(self._debounce)
-
-
-async def run_with_metallb(speaker: L2Speaker, *, namespace: str, kubeconfig: str | None,
-                           context: str | None) -> None:
-    """The speaker, its placement followed from the API, until cancelled (then it hands its
-    VIPs over as always)."""
-    from podway.kube.client import connect
-
-    api = await connect(kubeconfig=kubeconfig, context=context)
-    try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(MetalLBL2(api, speaker, namespace=namespace,
-                                        node=speaker.s.node).run(), name="l2-metallb")
-            group.create_task(speaker.run(), name="l2-speaker")
-    finally:
-        await api.close()
