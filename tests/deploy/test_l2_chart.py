@@ -104,7 +104,8 @@ async def test_chart_l2_mode_runs_a_speaker_daemonset_per_engine_group(helm: Any
 
 async def test_chart_l2_from_metallb_and_without_arp_isolation(helm: Any) -> None:
     """fromMetalLB: the speaker takes placement from MetalLB's objects (no --pool), with a Role
-    in MetalLB's namespace that reads only its pools and L2Advertisements; arpIsolation false:
+    in MetalLB's namespace that reads only its pools and L2Advertisements and writes Events
+    there (on the ones it cannot use); arpIsolation false:
     no privileged init container, and the speaker leaves the sysctls alone."""
     _, objects = await render(helm, l2_values(
         arpIsolation=False, fromMetalLB={"enabled": True, "namespace": MLB_NS}))
@@ -120,7 +121,8 @@ async def test_chart_l2_from_metallb_and_without_arp_isolation(helm: Any) -> Non
     assert role["metadata"]["namespace"] == MLB_NS
     assert role["rules"] == [{"apiGroups": ["metallb.io"],
                               "resources": ["ipaddresspools", "l2advertisements"],
-                              "verbs": ["get", "list", "watch"]}]
+                              "verbs": ["get", "list", "watch"]},
+                             {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
 
 
 async def test_chart_without_l2_renders_no_l2_object(helm: Any) -> None:
@@ -166,13 +168,17 @@ def cluster(emu: KubeEmulator, rbac: list[Any]) -> None:
     emu.put("l2advertisements", {"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
                                  "metadata": {"name": "lan", "namespace": MLB_NS},
                                  "spec": {"interfaces": ["e1"]}}, group="metallb.io")
+    emu.put("l2advertisements", {"apiVersion": "metallb.io/v1beta1", "kind": "L2Advertisement",
+                                 "metadata": {"name": "broken", "namespace": MLB_NS},
+                                 "spec": {"nodeSelectors": "rack=a"}}, group="metallb.io")
     for obj in rbac:
         emu.put(f"{obj['kind'].lower()}s", obj, group="rbac.authorization.k8s.io")
 
 
-async def speaker_reads(rbac: list[Any], folder: Path) -> L2Speaker:
+async def speaker_reads(rbac: list[Any], folder: Path) -> tuple[L2Speaker, list[Any]]:
     """Run the speaker's cluster part as the chart's service account against ``cluster``;
-    return the speaker once it would start (its run is a stand-in) or raise."""
+    return the speaker once it would start (its run is a stand-in) and the Events in MetalLB's
+    namespace, or raise."""
     settings = L2Settings(node="n1", interface="e0", listen=("198.18.0.1", 7947), peers={},
                           vips=(), key=b"k" * 16, placement={}, arp_isolation=False)
     speaker = L2Speaker(settings)
@@ -210,11 +216,18 @@ async def speaker_reads(rbac: list[Any], folder: Path) -> L2Speaker:
             assert started.is_set(), "the speaker never started"
             await eventually(lambda: speaker.placement == {"198.18.100.3": ("e1",)},
                              within=15)
+            await eventually(lambda: len(events(emu)) > 0, within=10)
+            await asyncio.sleep(0.5)  # one per problem, not more
+            written = events(emu)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-    return speaker
+    return speaker, written
+
+
+def events(emu: KubeEmulator) -> list[Any]:
+    return [e for e in emu.objects("events") if e["metadata"]["namespace"] == MLB_NS]
 
 
 def leaf(error: BaseException) -> BaseException:
@@ -233,10 +246,14 @@ async def test_the_l2_service_account_may_make_every_call_the_speaker_makes(
         helm: Any, tmp_path: Path) -> None:
     """The chart's RBAC for the speaker, in an API server that enforces it: the speaker, as
     that service account, learns its peer (n2 at its InternalIP), the Service's VIP, that its
-    engine is Ready, and MetalLB's placement of the VIP on e1."""
+    engine is Ready, and MetalLB's placement of the VIP on e1; the L2Advertisement it cannot
+    use gets one Warning Event."""
     _, objects = await render(helm, l2_values(fromMetalLB={"enabled": True,
                                                           "namespace": MLB_NS}))
-    speaker = await speaker_reads(rbac_of(objects), tmp_path)
+    speaker, written = await speaker_reads(rbac_of(objects), tmp_path)
+    assert [(e["involvedObject"]["name"], e["type"], e["reason"]) for e in written] == [
+        ("broken", "Warning", "NotCarried")]
+    assert "selectors must be a list" in written[0]["message"]
     assert dict(speaker.peers) == {"n2": ("198.18.0.2", 7947)}
     assert speaker.vips == ("198.18.100.3",)
     assert speaker.healthy is not None
