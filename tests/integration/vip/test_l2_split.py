@@ -24,6 +24,7 @@ removed afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -37,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from podway.programs.vip.l2 import owner
-from tests.integration.vip.test_l2 import PODWAY, sh, unavailable
+from tests.integration.vip.test_l2 import LOAD, PODWAY, sh, unavailable
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.netns
@@ -131,6 +132,17 @@ class SplitBed:
             return str(json.loads(out)["name"])
         except (ValueError, KeyError):
             return ""
+
+    def load(self, vip: str) -> tuple[subprocess.Popen[str], Path]:
+        """Two loops of new-connection requests to ``vip`` from the client (1 s timeout each),
+        written to a file until stdin closes."""
+        out = self.dir / "load.jsonl"
+        with out.open("w") as sink:
+            proc = subprocess.Popen(["ip", "netns", "exec", self.ns["client"], sys.executable,
+                                     LOAD, vip, "8080", "2", "close", "1"],
+                                    stdin=subprocess.PIPE, stdout=sink, text=True,
+                                    start_new_session=True)
+        return proc, out
 
     def arp_answers(self, vip: str) -> list[str]:
         out = sh(sys.executable, "-c", PROBE, "e0", vip, CLIENT, ns=self.ns["client"])
@@ -235,3 +247,37 @@ async def test_only_the_owner_answers_arp_when_every_host_keeps_the_vip_local(
         for proc in procs:
             assert proc.wait(timeout=15) == 0
     assert {sysctls(bed, n) for n in ENGINES} == before  # put back on exit
+
+
+async def test_an_engine_that_stops_being_ready_hands_its_vip_over_without_a_failed_request(
+        bed: SplitBed) -> None:
+    """eng3's health URL stops answering (its engine no longer ready, as when its pod is being
+    deleted: the engine itself still serves, draining): eng3 keeps the VIP until the new
+    owner's heartbeat says it holds it, so a steady loop of new connections to the VIP loses
+    none; the VIP ends on the hash's owner among eng1 and eng2."""
+    vip = VIPS["eng3"]
+    health = {}
+    for name in ENGINES:
+        bed.echo(name)
+        health[name] = bed.spawn(name, [*PODWAY, "echo", "--address", "127.0.0.1", "--port",
+                                        "8099", "--name", name])
+        bed.speaker(name, [vip], "--health-url", "http://127.0.0.1:8099/")
+    await eventually(lambda: bed.holders(vip) == ["eng3"], within=20)
+    await eventually(lambda: bed.ask(vip) == "eng3", within=10)
+    load, out = bed.load(vip)
+    try:
+        await asyncio.sleep(1.0)
+        os.killpg(health["eng3"].pid, signal.SIGKILL)
+        new = owner(vip, ["eng1", "eng2"])
+        await eventually(lambda: bed.holders(vip) == [new], within=10)
+        await asyncio.sleep(1.0)
+    finally:
+        load.communicate("", timeout=30)
+    results = [json.loads(line) for line in out.read_text().splitlines()
+               if line.startswith("{")]
+    failed = [r for r in results if not r["ok"]]
+    print(f"\nL2 unready engine: {len(results)} requests, {len(failed)} failed, answered by "
+          f"{sorted({r['who'] for r in results if r['ok']})}")
+    assert results
+    assert failed == []
+    assert {r["who"] for r in results if r["ok"]} == {"eng3", new}

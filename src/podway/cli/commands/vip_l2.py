@@ -54,7 +54,8 @@ def l2(
     dead_after: Annotated[int, typer.Option(
         help="Missed heartbeats before a peer is taken for dead.")] = 3,
     hand_over_wait: Annotated[float, typer.Option(
-        help="On stop: seconds the peers get to take the VIPs over before they leave.")] = 1.0,
+        help="On stop, or when this host loses a VIP (its engine not ready, a newcomer owns "
+        "it): at most this many seconds it keeps the VIP until the new owner holds it.")] = 1.0,
     quorum: Annotated[bool, typer.Option(
         "--quorum", help="Own nothing while hearing fewer than half of the peers (a split's "
         "minority side lets go; with 2 hosts a lone survivor owns nothing: 3 or more).")

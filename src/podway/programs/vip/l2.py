@@ -192,6 +192,7 @@ class L2Speaker:
         self.vips: tuple[str, ...] = settings.vips
         self.engine_ok = healthy is None
         self.arp = ArpIsolation() if settings.arp_isolation else None
+        self._losing: dict[str, float] = {}  # held VIP the election gives away → since when
         self.leaving = False
         self._sock: socket.socket | None = None
 
@@ -209,6 +210,18 @@ class L2Speaker:
             if owner(vip, candidates) == self.s.node:
                 out.add(vip)
         return out
+
+    def keeping(self, wanted: set[str], now: float) -> set[str]:
+        """``wanted`` and each VIP this host holds but is losing (its engine is no longer
+        ready, or the hash gives it to a newcomer) until a live peer says it holds it — the new
+        owner has announced it — or for ``hand_over_s`` at most: some host answers at every
+        moment, as on a graceful stop. A VIP no live peer may take, or no longer a VIP, goes at
+        once (a split's minority side hears no peer: it lets go at once)."""
+        self._losing = {v: self._losing.get(v, now) for v in self.held - wanted}
+        taken = self.members.held_by_others(now)
+        return wanted | {v for v, since in self._losing.items()
+                         if v in self.vips and v not in taken and now - since < self.s.hand_over_s
+                         and self.members.candidates(now, v)}
 
     def in_majority(self, now: float) -> bool:
         """This host and the peers it hears (alive, whatever their health) are more than half
@@ -267,7 +280,7 @@ class L2Speaker:
             self.isolate()
             now = time.monotonic()
             if now >= warm:
-                await self._reconcile(self.wanted(now))
+                await self._reconcile(self.keeping(self.wanted(now), now))
             await asyncio.sleep(self.s.interval_s)
 
     def _receive(self) -> None:
