@@ -17,16 +17,12 @@ watch of the pools, the advertisements and this Node).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import ipaddress
 import logging
-import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.kube.informer import Informer
 from podway.model.kinds import BY_NAME
@@ -77,31 +73,10 @@ def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequenc
     return out, tuple(problems)
 
 
-def problem_event(problem: str, objects: Objects, *, namespace: str, node: str,
-                  now: datetime | None = None) -> dict[str, Any] | None:
-    """A Warning Event on the MetalLB object ``problem`` names (None when it names none: a VIP
-    in no pool). Its name comes from the object and the text, so every speaker of the group
-    writes the same Event and the API keeps the first: one per problem, not one per node."""
-    found = re.match(r"(IPAddressPool|L2Advertisement) '([^']+)'", problem)
-    if found is None:
-        return None
-    kind, name = found.groups()
-    raw = objects.by_kind.get(kind, {}).get(name) or {}
-    meta = raw.get("metadata") or {}
-    digest = hashlib.sha256(f"{meta.get('uid', '')}/{problem}".encode()).hexdigest()[:10]
-    stamp = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
-    return {"metadata": {"name": f"{name}.l2-{digest}", "namespace": namespace},
-            "involvedObject": {"kind": kind, "name": name, "namespace": namespace,
-                               "apiVersion": raw.get("apiVersion", "metallb.io/v1beta1"),
-                               "uid": meta.get("uid", "")},
-            "reason": "NotCarried", "type": "Warning",
-            "message": f"{problem} (podway vip l2)",
-            "source": {"component": "podway-l2", "host": node},
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}
-
-
 class MetalLBL2(Follower):
     """Keeps an ``L2Speaker``'s placement current from MetalLB's objects in the API."""
+
+    COMPONENT = "podway-vip-l2"
 
     def __init__(self, api: client.ApiClient, speaker: L2Speaker, *, namespace: str,
                  node: str, debounce_s: float = 0.1) -> None:
@@ -109,8 +84,6 @@ class MetalLBL2(Follower):
         self._api = api
         self.speaker = speaker
         self._debounce = debounce_s
-        self._said: set[str] = set()
-        self._posts: set[asyncio.Task[None]] = set()
 
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
@@ -122,31 +95,11 @@ class MetalLBL2(Follower):
     def apply(self) -> None:
         found, problems = placement(self.objects, node_labels=self.node_labels,
                                     vips=self.speaker.vips)
-        for problem in problems:
-            if problem not in self._said:
-                log.warning("event=metallb-object-not-carried %s", problem)
-                event = problem_event(problem, self.objects, namespace=self.namespace,
-                                      node=self.node)
-                if event is not None:
-                    task = asyncio.get_running_loop().create_task(self._post(event))
-                    self._posts.add(task)
-                    task.add_done_callback(self._posts.discard)
-        self._said = set(problems)
+        self.report(problems)
         if found != self.speaker.placement:
             log.info("event=l2-placement node=%s vips=%s", self.node,
                      {v: list(i) for v, i in found.items()})
             self.speaker.placement = found
-
-    async def _post(self, event: dict[str, Any]) -> None:
-        """Write ``event``; one another speaker wrote first (409) is the same event."""
-        try:
-            core: Any = client.CoreV1Api(self._api)  # a plain body, as the API takes it
-            resp = await core.create_namespaced_event(self.namespace, event,
-                                                      _preload_content=False)
-            resp.release()
-        except ApiException as err:
-            if err.status != 409:
-                log.warning("event=event-write-failed error=%s", err.reason)
 
     async def run(self) -> None:
         informers = self.informers()

@@ -123,16 +123,17 @@ def test_the_cli_refuses_a_group_or_vips_given_twice_or_not_at_all(extra: list[s
 
 def test_a_problem_event_is_the_same_from_every_node_and_names_its_object() -> None:
     """Every speaker writes the same Event name for one problem (the API keeps the first), on
-    the object the problem names; a problem naming no MetalLB object (a VIP) has none."""
+    the object the problem names (an L2Advertisement for L2, a BGPPeer for BGP); a problem
+    naming no MetalLB object (a VIP) has none."""
     from podway.programs.vip.metallb import Objects
-    from podway.programs.vip.metallb_l2 import problem_event
+    from podway.programs.vip.metallb_follow import problem_event
 
     objects = Objects()
     objects.by_kind["L2Advertisement"]["lan"] = {
         "apiVersion": "metallb.io/v1beta1", "metadata": {"name": "lan", "uid": "u1"}}
     text = "L2Advertisement 'lan' is not used: selectors must be a list of label selectors"
-    one = problem_event(text, objects, namespace="lb", node="n1")
-    two = problem_event(text, objects, namespace="lb", node="n2")
+    one = problem_event(text, objects, namespace="lb", node="n1", component="podway-vip-l2")
+    two = problem_event(text, objects, namespace="lb", node="n2", component="podway-vip-l2")
     assert one is not None
     assert two is not None
     assert one["metadata"] == two["metadata"]
@@ -140,8 +141,14 @@ def test_a_problem_event_is_the_same_from_every_node_and_names_its_object() -> N
     assert one["involvedObject"] == {"kind": "L2Advertisement", "name": "lan", "namespace": "lb",
                                      "apiVersion": "metallb.io/v1beta1", "uid": "u1"}
     assert (one["type"], one["reason"]) == ("Warning", "NotCarried")
-    other = problem_event(text.replace("a list", "a list!"), objects, namespace="lb", node="n1")
+    assert one["source"] == {"component": "podway-vip-l2", "host": "n1"}
+    other = problem_event(text.replace("a list", "a list!"), objects, namespace="lb", node="n1",
+                          component="podway-vip-l2")
     assert other is not None
     assert other["metadata"]["name"] != one["metadata"]["name"]
+    peer = problem_event("BGPPeer 'tor': vrf is not supported by Podway's speaker", objects,
+                         namespace="lb", node="n1", component="podway-vip-announce-metallb")
+    assert peer is not None
+    assert (peer["involvedObject"]["kind"], peer["involvedObject"]["name"]) == ("BGPPeer", "tor")
     assert problem_event("VIP 198.18.0.9 is in no IPAddressPool: no host answers for it",
-                         objects, namespace="lb", node="n1") is None
+                         objects, namespace="lb", node="n1", component="podway-vip-l2") is None
