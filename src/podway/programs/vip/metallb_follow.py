@@ -40,7 +40,7 @@ def problem_event(problem: str, objects: Objects, *, namespace: str, node: str,
     meta = raw.get("metadata") or {}
     digest = hashlib.sha256(f"{meta.get('uid', '')}/{problem}".encode()).hexdigest()[:10]
     stamp = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
-    return {"metadata": {"name": f"{name}.l2-{digest}", "namespace": namespace},
+    return {"metadata": {"name": f"{name[:230]}.podway-{digest}", "namespace": namespace},
             "involvedObject": {"kind": kind, "name": name, "namespace": namespace,
                                "apiVersion": raw.get("apiVersion", "metallb.io/v1beta1"),
                                "uid": meta.get("uid", "")},

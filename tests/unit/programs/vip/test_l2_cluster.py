@@ -137,7 +137,7 @@ def test_a_problem_event_is_the_same_from_every_node_and_names_its_object() -> N
     assert one is not None
     assert two is not None
     assert one["metadata"] == two["metadata"]
-    assert one["metadata"]["name"].startswith("lan.l2-")
+    assert one["metadata"]["name"].startswith("lan.podway-")
     assert one["involvedObject"] == {"kind": "L2Advertisement", "name": "lan", "namespace": "lb",
                                      "apiVersion": "metallb.io/v1beta1", "uid": "u1"}
     assert (one["type"], one["reason"]) == ("Warning", "NotCarried")
