@@ -29,7 +29,7 @@ from podway.model.kinds import BY_NAME
 from podway.model.vips import IPAddressPool, L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.l2 import L2Speaker
-from podway.programs.vip.metallb import Objects, advertised, spec_of
+from podway.programs.vip.metallb import Objects, advertised, spec_of, unknown_fields
 from podway.programs.vip.metallb_follow import Follower
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ Placement = dict[str, tuple[str, ...]]
 def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequence[str]
               ) -> tuple[Placement, tuple[str, ...]]:
     """Each VIP this host may own → its interfaces (() the speaker's own), and the problems."""
-    problems: list[str] = []
+    problems = unknown_fields(objects, (L2Advertisement.KIND, IPAddressPool.KIND))
     pools: dict[str, tuple[Mapping[str, str], list[Any]]] = {}
     for name, raw in objects.of(IPAddressPool.KIND):
         try:

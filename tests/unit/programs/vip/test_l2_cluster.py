@@ -152,3 +152,30 @@ def test_a_problem_event_is_the_same_from_every_node_and_names_its_object() -> N
     assert (peer["involvedObject"]["kind"], peer["involvedObject"]["name"]) == ("BGPPeer", "tor")
     assert problem_event("VIP 198.18.0.9 is in no IPAddressPool: no host answers for it",
                          objects, namespace="lb", node="n1", component="podway-vip-l2") is None
+
+
+def test_a_field_podway_does_not_know_is_said_by_each_speaker() -> None:
+    """A newer MetalLB's field (here one each on a BGPPeer, an L2Advertisement and a pool) is a
+    problem naming the object and the field — an Event through the followers — while the
+    object is still used with the fields Podway knows."""
+    from podway.programs.vip.metallb import Objects, plan
+    from podway.programs.vip.metallb_l2 import placement
+
+    objects = Objects()
+    objects.by_kind["IPAddressPool"]["lan"] = {"metadata": {"name": "lan"}, "spec": {
+        "addresses": ["198.18.100.0/28"], "newPoolThing": True}}
+    objects.by_kind["L2Advertisement"]["l2"] = {"metadata": {"name": "l2"}, "spec": {
+        "interfaces": ["e1"], "newL2Thing": 1}}
+    objects.by_kind["BGPPeer"]["tor"] = {"metadata": {"name": "tor"}, "spec": {
+        "myASN": 64500, "peerASN": 64501, "peerAddress": "198.18.51.1",
+        "dualStackAddressFamily": True}}
+    found, problems = placement(objects, node_labels={}, vips=["198.18.100.3"])
+    assert found == {"198.18.100.3": ("e1",)}
+    assert problems == ("L2Advertisement 'l2': newL2Thing is not carried (a field Podway does "
+                        "not know)", "IPAddressPool 'lan': newPoolThing is not carried (a field "
+                        "Podway does not know)")
+    bgp = plan(objects, node_labels={}, router_id="198.18.51.2", namespace="metallb-system")
+    assert [n.address for n in bgp.settings.neighbors] == ["198.18.51.1"]
+    assert "BGPPeer 'tor': dualStackAddressFamily is not carried (a field Podway does not " \
+           "know)" in bgp.problems
+    assert not [p for p in bgp.problems if "L2Advertisement" in p]
