@@ -60,9 +60,9 @@ async def test_chart_l2_mode_runs_a_speaker_daemonset_per_engine_group(helm: Any
     lint, objects = await render(helm, l2_values(quorum=True))
     assert not [m for m in lint.get("messages", []) if "WARNING" in str(m).upper()], lint
     validate(objects)
-    for group, selector, pools in (
-            ("edge", "podway.io/edge=true,rack=a", ["198.18.100.0/28"]),
-            ("db", "podway.io/db=true", ["198.18.101.0/28", "198.18.102.1"])):
+    for group, selector, pools, port in (
+            ("edge", "podway.io/edge=true,rack=a", ["198.18.100.0/28"], 7947),
+            ("db", "podway.io/db=true", ["198.18.101.0/28", "198.18.102.1"], 7948)):
         daemonset = by_kind(objects, "DaemonSet", f"podway-l2-{group}")
         spec = daemonset["spec"]["template"]["spec"]
         assert spec["hostNetwork"] is True
@@ -84,7 +84,7 @@ async def test_chart_l2_mode_runs_a_speaker_daemonset_per_engine_group(helm: Any
         assert (f"--engine-pods=app.kubernetes.io/component=engine,podway.io/engine-group="
                 f"{group}") in args
         assert f"--engine-namespace={NAMESPACE}" in args
-        assert "--listen=$(HOST_IP):7947" in args
+        assert f"--listen=$(HOST_IP):{port}" in args  # two groups' speakers may share a node
         init = spec["initContainers"][0]
         assert init["name"] == "arp-isolation"
         assert "arp_ignore=1" in init["args"][0]
