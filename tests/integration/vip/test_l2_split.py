@@ -206,6 +206,7 @@ async def test_a_split_off_minority_lets_go_and_the_majority_keeps_answering(
     assert len(new) == 1
     assert new[0] == owner(vip, ["eng1", "eng2"])
     await eventually(lambda: bed.ask(vip) == new[0], within=10)
+    assert bed.mac(new[0]) in sh("ip", "neigh", "show", vip, ns=bed.ns["client"])
     assert bed.arp_answers(vip) == [bed.mac(new[0])]
     # eng3 holds nothing at all; the majority's own VIPs stayed where they were
     assert [v for v in VIPS.values() if "eng3" in bed.holders(v)] == []
@@ -214,6 +215,7 @@ async def test_a_split_off_minority_lets_go_and_the_majority_keeps_answering(
     bed.cut_heartbeats("eng3", False)  # healed: eng3 takes its own VIP back, one owner each
     await eventually(bed.settled, within=15)
     await eventually(lambda: bed.ask(vip) == "eng3", within=10)
+    assert bed.mac("eng3") in sh("ip", "neigh", "show", vip, ns=bed.ns["client"])
     assert bed.arp_answers(vip) == [bed.mac("eng3")]
 
 
