@@ -104,7 +104,8 @@ class Standalone:
             # new sessions (users log in again), nothing to keep or leak on disk.
             opts = replace(opts, translate=replace(opts.translate, oidc_key=os.urandom(32)))
         self.opts = opts
-        self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate)
+        self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate,
+                                 detailed_stats=opts.envoy_stats is EnvoyStats.DETAILED)
         # The engine here connects over a private unix socket in its state folder (no TLS or
         # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
