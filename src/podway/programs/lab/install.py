@@ -120,16 +120,17 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
     network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
 
 
-def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART,
-                 engine: str = "envoy") -> str:
-    """``helm install podway`` of ``chart`` into the lab; the release's manifest."""
+def helm(action: str, kubeconfig: Path, values_: Obj, *, python: Path,
+         chart: Path = CHART) -> str:
+    """``helm install|upgrade podway`` of ``chart`` into the lab with ``values_``; the
+    release's manifest. The release is a Secret in the lab's API, as Helm keeps it."""
     done = subprocess.run(
-        [str(python), str(HELPER), str(chart), str(state.kubeconfig), NAMESPACE,
-         json.dumps(values(tag, engine))], capture_output=True, text=True, check=False, timeout=300,
-        env={**os.environ, "HELM_DRIVER": "memory"})
+        [str(python), str(HELPER), action, str(chart), str(kubeconfig), NAMESPACE,
+         json.dumps(values_)], capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "HELM_DRIVER": "secret"})
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["failed"]
-        raise EnvironmentProblem(f"lab install: {lines[-1]}")
+        raise EnvironmentProblem(f"lab {action}: {lines[-1]}")
     return done.stdout
 
 
@@ -139,6 +140,23 @@ def install(state: LabState, plan: LabPlan, tag: str, *, engine: str = "envoy",
     say("install: namespace, certificates, edge node")
     prepare(LabApi.of(state), plan, state.pki)
     say("install: helm install podway (deploy/helm/podway)")
-    manifest = helm_install(state, tag, python=python, engine=engine)
+    chosen = values(tag, engine)
+    manifest = helm("install", state.kubeconfig, chosen, python=python)
     (state.root / "install.yaml").write_text(manifest)
+    (state.root / "install-values.json").write_text(json.dumps(chosen))
+    return manifest
+
+
+def upgrade(state: LabState, *, pod_annotations: dict[str, str],
+            chart: Path = CHART) -> str:
+    """``helm upgrade podway`` in place: the values of the install (or of the last upgrade)
+    with ``podAnnotations`` replaced, which changes every workload's pod template (controller,
+    engines, agents), so each rolls by its own update strategy."""
+    path = state.root / "install-values.json"
+    if not path.exists():
+        raise EnvironmentProblem("lab upgrade: this lab was not started with --install")
+    chosen = {**json.loads(path.read_text()), "podAnnotations": dict(pod_annotations)}
+    manifest = helm("upgrade", state.kubeconfig, chosen, python=helm_python(), chart=chart)
+    (state.root / "install.yaml").write_text(manifest)
+    path.write_text(json.dumps(chosen))
     return manifest
