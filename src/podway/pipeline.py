@@ -116,11 +116,12 @@ class Pipeline:
     """Source updates and engine decisions in, immutable states out."""
 
     def __init__(self, source: Source, *, translate: TranslateOptions,
-                 cache: Cache | None = None) -> None:
+                 cache: Cache | None = None, reuse_port: bool = False) -> None:
         self.source = source
         self.cache = cache if cache is not None else Cache()
+        self.reuse_port = reuse_port  # Envoy listeners share their port (engine hand-over)
         self._translator = IncrementalTranslator(translate)
-        self._builder = Builder()
+        self._builder = Builder(reuse_port=reuse_port)
         self._secrets = LastGoodSecrets()
         self._state: State | None = None
         self._published = asyncio.Event()  # replaced by a fresh one at each publish

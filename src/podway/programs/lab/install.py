@@ -14,7 +14,8 @@ What a cluster admin does first (docs/install.md), done here before ``helm insta
 - the engine node: ``lab-node-1`` labelled ``podway.io/edge=true`` (the chart's default engine
   group selector);
 - reachability ``none`` ("you route them yourself"): the VIP pool is routed by the edge router
-  to that node, and the node takes it as local (AnyIP), so its engine can bind any VIP.
+  to that node, and the node takes it as local (AnyIP), so its engine can bind any VIP;
+- ``net.ipv4.tcp_migrate_req=1`` on that node, for the engine's rolling update (``upgrade``).
 
 Values: the image is ``podway:<archive tag>``, one engine replica (one edge node), the
 controller's two replicas with its Lease, the agent DaemonSet on every node.
@@ -118,6 +119,10 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
         _call(api, "POST", f"/api/v1/namespaces/{NAMESPACE}/{plural}", obj, ok=(201, 409))
     network.sh("ip", "-n", plan.edge, "route", "replace", VIP_POOL, "via", edge.ip)
     network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
+    # A rolling update's old engine closes its listening sockets once the new one shares
+    # them (SO_REUSEPORT): connections still in its accept queue move to the new one instead
+    # of being reset (docs/install.md, "Upgrade": set on every engine node).
+    network.sh("ip", "netns", "exec", edge.netns, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1")
 
 
 def helm(action: str, kubeconfig: Path, values_: Obj, *, python: Path,
