@@ -10,6 +10,8 @@ import asyncio
 import pytest
 import yaml
 
+from tests.waiting import eventually
+
 from .gateway_helpers import CLASS, backend, gateway, request, route
 from .harness import Stack, free_port
 
@@ -94,9 +96,8 @@ async def test_listener_sets_serve_their_listeners_and_routes(engine_stack: Stac
 
     objects = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
     gateway_status = objects["Gateway/default/gw"]["status"]
-    assert _conditions(gateway_status)["AttachedListenerSets"] == ("True",
-                                                                   "ListenerSetsAttached")
     assert gateway_status["attachedListenerSets"] == 2
+    assert set(_conditions(gateway_status)) == {"Accepted", "Programmed"}  # no v1.4 leftover
     assert [ls["name"] for ls in gateway_status["listeners"]] == ["http"]
     team_a = objects["ListenerSet/team-a/team-a"]["status"]
     assert _conditions(team_a)["Accepted"] == ("True", "ListenersNotValid")
@@ -109,8 +110,82 @@ async def test_listener_sets_serve_their_listeners_and_routes(engine_stack: Stac
     stray = objects["ListenerSet/team-a/stray"]["status"]
     assert _conditions(stray)["Accepted"] == ("False", "NotAllowed")
     closed_status = objects["Gateway/default/closed"]["status"]
-    assert _conditions(closed_status)["AttachedListenerSets"] == ("False",
-                                                                  "ListenerSetsNotAllowed")
+    assert closed_status["attachedListenerSets"] == 0
+    assert set(_conditions(closed_status)) == {"Accepted", "Programmed"}
     route_parent = objects["HTTPRoute/team-a/app"]["status"]["parents"][0]
     assert route_parent["parentRef"]["kind"] == "ListenerSet"
     assert _conditions(route_parent)["Accepted"] == ("True", "Accepted")
+
+
+async def test_a_set_listener_the_engine_cannot_bind_is_refused_on_the_set(
+        engine_stack: Stack) -> None:
+    """Real Envoy and HAProxy: a ListenerSet's listener moved onto a port another program
+    holds. The engine refuses that listener (Envoy: a NACK; HAProxy: the reload fails, the last
+    good configuration serves on); the status file puts the refusal on the set (the listener
+    and the set Programmed=False/PortUnavailable, both still Accepted), while the Gateway,
+    whose own listener keeps serving, stays Programmed and keeps counting the set. Moved to a
+    free port, the set's listener serves and is Programmed again."""
+    stack = engine_stack
+    await backend(stack, "www")
+    await backend(stack, "app", namespace="team-a")
+    own, first, free = free_port(), free_port(), free_port()
+    gw = gateway(f"  - {{name: http, protocol: HTTP, port: {own}, hostname: www.test}}\n")
+    stack.write("gw.yaml", CLASS + "---\n" + gw.replace(
+        "  listeners:\n", "  allowedListeners: {namespaces: {from: All}}\n  listeners:\n"))
+
+    def team(port: int) -> str:
+        return _set("team-a", "team-a", "gw", "2024-01-01T00:00:00Z",
+                    f"  - {{name: extra, protocol: HTTP, port: {port}, hostname: a.test}}\n")
+
+    stack.write("sets.yaml", team(first))
+    stack.write("routes.yaml", route("www", """  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: www, port: 80}]}]
+""") + "---\n" + route("app", """  parentRefs: [{kind: ListenerSet, name: team-a}]
+  rules: [{backendRefs: [{name: app, port: 80}]}]
+""", namespace="team-a"))
+    await stack.start()
+    assert await _name(first, "a.test") == "200 team-a/app"
+
+    def objects() -> dict[str, dict[str, object]]:
+        found = yaml.safe_load((stack.root.parent / "status.yaml").read_text())["objects"]
+        assert isinstance(found, dict)
+        return found
+
+    def set_status() -> dict[str, object]:
+        status = objects()["ListenerSet/team-a/team-a"]["status"]
+        assert isinstance(status, dict)
+        return status
+
+    taken = free_port()
+    holder = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", taken)
+    try:
+        stack.write("sets.yaml", team(taken))
+        await eventually(lambda: _conditions(set_status())["Programmed"][0] == "False",
+                         within=30)
+        refused = set_status()
+        listener = refused["listeners"][0]  # type: ignore[index]
+        assert _conditions(listener)["Programmed"] == ("False", "PortUnavailable")
+        assert _conditions(listener)["Accepted"] == ("True", "Accepted")
+        assert _conditions(refused)["Programmed"] == ("False", "PortUnavailable")
+        assert _conditions(refused)["Accepted"] == ("True", "Accepted")
+        entry = objects()["ListenerSet/team-a/team-a"]
+        assert "already in use" in str(entry["engine_rejections"]).lower()
+        gateway_entry = objects()["Gateway/default/gw"]
+        assert "engine_rejections" not in gateway_entry
+        gateway_status = gateway_entry["status"]
+        assert isinstance(gateway_status, dict)
+        assert _conditions(gateway_status)["Programmed"] == ("True", "Programmed")
+        assert _conditions(gateway_status["listeners"][0])["Programmed"] == (
+            "True", "Programmed")
+        assert gateway_status["attachedListenerSets"] == 1
+        assert await _name(own, "www.test") == "200 default/www"
+    finally:
+        holder.close()
+        await holder.wait_closed()
+    stack.write("sets.yaml", team(free))
+    await eventually(lambda: _conditions(set_status())["Programmed"] == ("True", "Programmed"),
+                     within=30)
+    async def served() -> bool:  # Envoy acknowledges a listener before it listens
+        return await _name(free, "a.test") == "200 team-a/app"
+
+    await eventually(served, within=20, ignoring=(ConnectionRefusedError,))

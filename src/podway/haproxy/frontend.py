@@ -22,4 +22,9 @@ def bind_address(listener: Listener) -> str:
 
 
 def origin_of(listener: Listener) -> ObjectRef | None:
+    """The object a listener-wide finding is reported on: the one that declared its first
+    Gateway API listener (a ListenerSet's listener alone on its port: the set, not the
+    Gateway), else its first origin."""
+    if listener.sections:
+        return listener.sections[0].origin
     return listener.origins[0] if listener.origins else None

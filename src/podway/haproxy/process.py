@@ -35,7 +35,9 @@ from podway.base.backoff import Backoff
 from podway.base.errors import PodwayError
 from podway.haproxy import health, runtime
 from podway.haproxy import slots as slotting
+from podway.haproxy.binds import LOADING_FAILED, bind_failures
 from podway.haproxy.health import View
+from podway.haproxy.names import proxy_name
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.haproxy.report import Unsupported
 from podway.ir import IR
@@ -46,7 +48,12 @@ HAPROXY = "/usr/sbin/haproxy"
 
 
 class HAProxyError(PodwayError):
-    """HAProxy would not start, or refused a configuration."""
+    """HAProxy would not start, or refused a configuration; ``refused``: (IR listener, reason)
+    of each listener whose port it could not bind (``binds``), when that was why."""
+
+    def __init__(self, message: str, refused: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,7 +125,12 @@ class HAProxyEngine:
                     log.warning("haproxy runtime change failed, reloading instead: %s", e)
             await self._check(after)
             self._rendered = after
-            await self._reload()
+            try:
+                await self._reload(ir)
+            except HAProxyError:
+                # The workers of ``before`` serve on: a later apply of ``after`` is a change.
+                self._rendered = before
+                raise
             return "reload"
 
     async def health(self) -> View | None:
@@ -223,17 +235,31 @@ class HAProxyEngine:
             return pid
         return None
 
-    async def _reload(self) -> None:
+    async def _reload(self, ir: IR) -> None:
         old = await runtime.worker_pid(self.runtime_socket)
         assert self._process is not None
+        log_path = self.folder / "haproxy.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
         self._process.send_signal(signal.SIGUSR2)
         self.counters.reloads += 1
-        if await self._worker_up(old) is None:
-            raise HAProxyError("haproxy did not reload; see "
-                               f"{self.folder / 'haproxy.log'}")
+        if await self._worker_up(old, log_from=offset) is None:
+            lines = self._log_since(offset)
+            frontends = {proxy_name("fe", ls.name): ls.name for ls in ir.listeners}
+            raise HAProxyError(f"haproxy did not reload; see {log_path}",
+                               refused=bind_failures(lines, frontends))
 
-    async def _worker_up(self, old: int | None) -> int | None:
-        """The pid of a worker other than ``old`` answering on the runtime socket."""
+    def _log_since(self, offset: int) -> list[str]:
+        try:
+            with open(self.folder / "haproxy.log", "rb") as f:
+                f.seek(offset)
+                return f.read(1 << 20).decode(errors="replace").splitlines()
+        except OSError:
+            return []
+
+    async def _worker_up(self, old: int | None, *, log_from: int | None = None) -> int | None:
+        """The pid of a worker other than ``old`` answering on the runtime socket; None when
+        none comes in time, the master exits, or (``log_from``: the log's offset before a
+        reload) the master logged that loading the configuration failed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.opts.ready_s
         while loop.time() < deadline:
@@ -241,6 +267,9 @@ class HAProxyEngine:
             if pid is not None and pid != old:
                 return pid
             if self._process is not None and self._process.returncode is not None:
+                return None
+            if log_from is not None and any(LOADING_FAILED in line
+                                            for line in self._log_since(log_from)):
                 return None
             await asyncio.sleep(0.02)
         return None

@@ -33,7 +33,7 @@ from types import MappingProxyType
 
 from podway.haproxy import slots as slotting
 from podway.haproxy.backends import Backend, backend_name, render_backend
-from podway.haproxy.frontend import Frontend
+from podway.haproxy.frontend import Frontend, origin_of
 from podway.haproxy.http import render_http
 from podway.haproxy.l4 import render_l4
 from podway.haproxy.names import proxy_name
@@ -88,8 +88,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         else:
             unsupported.append(Unsupported(subject=listener.name, feature="UDP listeners",
                                            closed=True,
-                                           origin=listener.origins[0] if listener.origins
-                                           else None))
+                                           origin=origin_of(listener)))
             continue
         lines = list(fe.lines)
         if kernel:

@@ -94,6 +94,16 @@ class L4Route:
     client_ip_affinity: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ListenerSection:
+    """One Gateway API listener an IR listener serves: ``name`` in ``spec.listeners`` of
+    ``origin``, a Gateway or the ListenerSet that declared it. An engine's refusal of the IR
+    listener is reported on exactly these (``podway.status.document``)."""
+
+    origin: ObjectRef
+    name: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Listener:
     name: str
@@ -105,6 +115,10 @@ class Listener:
     # TCP, UDP, TLS; on HTTPS: passthrough by SNI beside the terminating certificates
     l4_routes: tuple[L4Route, ...] = ()
     origins: tuple[ObjectRef, ...] = ()
+    # Gateway API: the listeners of Gateways and ListenerSets served here (several when they
+    # share the port), in precedence order; ``origins`` stays the Gateways (whose addresses
+    # and engine groups these are).
+    sections: tuple[ListenerSection, ...] = ()
     # HTTPS: the Host must belong to the certificate the connection's SNI chose. A virtual host
     # whose most specific covering SNI name (certificate hostname) is another certificate's is
     # answered 421 Misdirected Request on that connection (Gateway API listeners). False:

@@ -7,12 +7,15 @@ that come with a CRD (``CRDS``: every Gateway API kind Podway reads, and Podway'
 at the most stable version the CRD serves (``podway.kube.gateway_api.preferred``). This module
 adds only how a kind is selected or trimmed.
 
-Secrets: only ``type: kubernetes.io/tls`` ones, selected by the server (field selector), not
-"only the referenced ones": references are known only after translation, and a source that
-watched what the translator asked for would couple the two stages. TLS Secrets are what
-listeners and Gateway certificateRefs use; a CA bundle for BackendTLSPolicy comes from a
-ConfigMap (``ca.crt``; a GatewayClass's parameters are a ConfigMap too; the values of other keys
-are dropped on arrival).
+Secrets: every type but the few Podway never reads, which the server leaves out (field selector:
+service account tokens, image pull secrets, bootstrap tokens and Helm's release records — in a
+usual cluster these are most Secrets, and Helm's are the biggest). Not "only TLS Secrets": basic
+auth (an htpasswd file), JWT key sets and OIDC client secrets are ``Opaque`` Secrets, and a
+source that saw only TLS Secrets left every such reference unresolved in controller mode (the
+route refused, 403). Not "only the referenced ones": references are known only after
+translation, and a source that watched what the translator asked for would couple the two
+stages. A CA bundle for BackendTLSPolicy comes from a ConfigMap (``ca.crt``; a GatewayClass's
+parameters are a ConfigMap too; the values of other keys are dropped on arrival).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from podway.model.core import LB_READY, ConfigMap, Pod, Secret
 from podway.model.gateway import GatewayClass
 from podway.model.kinds import BY_NAME, TABLE, Kind
 from podway.model.snapshot import Key, Snapshot
+from podway.translate.jwt import JWKS_KEY
 
 Raw = dict[str, Any]
 Transform = Callable[[Raw], Raw]
@@ -67,9 +71,9 @@ def slim_pod(raw: Raw) -> Raw:
     }
 
 
-# ConfigMap keys whose values Podway reads: BackendTLSPolicy's CA bundle and a GatewayClass's
-# parameters (podway.translate.gateway.parameters).
-_CONFIGMAP_VALUES = frozenset({"ca.crt", "engineGroup", "engineKind"})
+# ConfigMap keys whose values Podway reads: BackendTLSPolicy's CA bundle, a GatewayClass's
+# parameters (podway.translate.gateway.parameters) and a TrafficPolicy's JWT key set.
+_CONFIGMAP_VALUES = frozenset({"ca.crt", "engineGroup", "engineKind", JWKS_KEY})
 
 
 def slim_configmap(raw: Raw) -> Raw:
@@ -108,7 +112,12 @@ class KindSpec:
 
 
 # How the source selects or trims a kind before parsing it (others: ``lean``, no selector).
-_SELECTORS: dict[type[K8sObject], str] = {Secret: f"type={Secret.TLS_TYPE}"}
+# Secret types no translation reads (kubernetes.io/basic-auth stays: a BGPPeer's password).
+UNREAD_SECRET_TYPES = ("kubernetes.io/service-account-token", "kubernetes.io/dockercfg",
+                       "kubernetes.io/dockerconfigjson", "bootstrap.kubernetes.io/token",
+                       "helm.sh/release.v1")
+_SELECTORS: dict[type[K8sObject], str] = {
+    Secret: ",".join(f"type!={t}" for t in UNREAD_SECRET_TYPES)}
 _TRANSFORMS: dict[type[K8sObject], Transform] = {Pod: slim_pod, ConfigMap: slim_configmap}
 
 

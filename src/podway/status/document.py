@@ -21,8 +21,9 @@ What ``accepted`` means (docs/run.md):
 
 Engine refusals land on their objects: a refused listener, route table, secret, cluster or load
 assignment is mapped back through the IR (``origins``/``origin``) to the objects it came from;
-those list it under ``engine_rejections``, and a Gateway whose listener is refused shows
-``Programmed=False`` (on the Gateway and on the listeners of that port), in the file and in the
+those list it under ``engine_rejections``. A Gateway API listener's refusal lands on the object
+that declared it, a Gateway or a ListenerSet (``Listener.sections``), which shows
+``Programmed=False`` on itself and on the listeners hit (``refusals``), in the file and in the
 API status alike. Invariant: the document is a pure function of its inputs (``to_data`` adds a
 timestamp only when asked).
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -44,14 +45,16 @@ from podway.envoy import types
 from podway.ir import IR
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
-from podway.model.gateway import Gateway
 from podway.model.kinds import CRD_STATUS_KINDS
 from podway.model.loader import LoadError
 from podway.pipeline import Rejection, State
+from podway.status.refusals import listener_objects, with_refusals
 from podway.translate import Problem, Result, Severity
-from podway.translate.core.status import Condition, ObjectStatus, to_api
+from podway.translate.core.status import ObjectStatus, to_api
 
 NOT_OWNED = "NotOwned"  # the reason of the problem that says "not Podway's object"
+# Kinds whose listeners an engine may refuse: their status says which (``refusals``).
+_LISTENER_KINDS = frozenset({"Gateway", "ListenerSet"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,9 +160,8 @@ def object_entry(ref: ObjectRef, snapshot: Snapshot, ir: IR, *, problems: tuple[
                  status: ObjectStatus | None, mine: tuple[Rejection, ...], served: bool,
                  front: bool) -> ObjectEntry:
     """One object's entry from its own inputs (``mine``: the rejections that land on it)."""
-    if status is not None and mine and ref.kind == "Gateway":
-        status = _not_programmed(status, snapshot.get(Gateway, ref.namespace, ref.name), ir,
-                                 mine)
+    if status is not None and mine and ref.kind in _LISTENER_KINDS:
+        status = with_refusals(status, ref, ir, mine)
     not_owned = next((p for p in problems if str(p.reason) == NOT_OWNED), None)
     return ObjectEntry(
         ref=ref, owned=not_owned is None,
@@ -236,7 +238,7 @@ def origins_of(ir: IR, type_url: str, name: str) -> tuple[ObjectRef, ...]:
         if (type_url == types.LISTENER and listener.name == name) or (
                 type_url == types.ROUTE and (name == listener.name
                                              or name.startswith(listener.name + "/sni/"))):
-            found.extend(listener.origins)
+            found.extend(listener_objects(listener))
         elif type_url in (types.ROUTE, types.SCOPE) and name.startswith(
                 listener.name + "/host/"):  # a scope and its table: its host's routes
             host = name[len(listener.name) + len("/host/"):]
@@ -245,37 +247,10 @@ def origins_of(ir: IR, type_url: str, name: str) -> tuple[ObjectRef, ...]:
         elif type_url == types.SECRET:
             for cert in listener.certificates:
                 if cert.name == name:
-                    found.extend(listener.origins)
+                    found.extend(listener_objects(listener))
                     if cert.origin is not None:
                         found.append(cert.origin)
     return tuple(dict.fromkeys(found))
-
-
-def _not_programmed(status: ObjectStatus, gateway: Gateway | None, ir: IR,
-                    refused: tuple[Rejection, ...]) -> ObjectStatus:
-    """A Gateway's status with ``Programmed=False`` where an engine refused its listeners."""
-    names = {r.resource for r in refused
-             if r.type_url in (types.LISTENER, types.ROUTE, types.SCOPE)}
-    ports = {ls.port for ls in ir.listeners
-             if ls.name in names or any(n.startswith((ls.name + "/sni/", ls.name + "/host/"))
-                                        for n in names)}
-    sections = {ls.name for ls in gateway.spec.listeners if ls.port in ports} if gateway else set()
-    message = "; ".join(f"engine {r.node} refused {r.type_name} {r.resource}: {r.message}"
-                        for r in refused)
-    gen = next((c.observed_generation for c in status.conditions), 0)
-    refusal = Condition(type="Programmed", status=False, reason="Invalid", message=message,
-                        observed_generation=gen)
-    listeners = tuple(
-        replace(ls, conditions=_with(ls.conditions, refusal)) if ls.name in sections else ls
-        for ls in status.listeners)
-    return replace(status, conditions=_with(status.conditions, refusal), listeners=listeners)
-
-
-def _with(conditions: tuple[Condition, ...], new: Condition) -> tuple[Condition, ...]:
-    """``new`` in place of the condition of its type (keeping its generation), else appended."""
-    out = tuple(replace(new, observed_generation=c.observed_generation) if c.type == new.type
-                else c for c in conditions)
-    return out if any(c.type == new.type for c in conditions) else (*out, new)
 
 
 def _entry_data(entry: ObjectEntry) -> dict[str, Any]:

@@ -358,7 +358,7 @@ async def test_a_listener_the_engine_accepted_but_could_not_listen_on_is_not_pro
 
 async def test_listener_set_status_and_supported_version_reach_the_api(bed: Bed) -> None:
     """In controller mode the ListenerSet gets its status through the API (Accepted, its
-    listeners with attachedRoutes), the Gateway AttachedListenerSets, and the class
+    listeners with attachedRoutes), the Gateway attachedListenerSets, and the class
     SupportedVersion from the installed CRDs' bundle-version annotations."""
     seed_gateway(bed, routes=0)
     edge = gateway()
@@ -389,6 +389,127 @@ async def test_listener_set_status_and_supported_version_reach_the_api(bed: Bed)
     version = next(c for c in status_of("gatewayclasses", "podway", "")["conditions"]
                    if c["type"] == "SupportedVersion")
     assert (version["status"], version["reason"]) == ("True", "SupportedVersion")
+
+
+async def test_a_listener_set_listener_the_engine_cannot_bind_is_reported_on_the_set(
+        bed: Bed) -> None:
+    """A ListenerSet's listener on a port another program holds: the real Envoy refuses that
+    listener (a NACK); the refusal lands on the set (its listener and its own Programmed:
+    False/PortUnavailable, still Accepted) and not on the Gateway, whose own listener serves
+    (Programmed=True, the set still counted). Moved to a free port, the set is Programmed."""
+    from tests.e2e.harness import free_port
+
+    taken, own, free = free_port(), free_port(), free_port()
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", taken))
+    holder.listen()
+    bed.translate = bed.translate.__class__(address="127.0.0.1")
+    seed_gateway(bed, routes=0)
+    edge = gateway(port=own)
+    edge["spec"]["allowedListeners"] = {"namespaces": {"from": "All"}}
+    bed.emu.put("gateways", edge, group=GW)
+
+    def team(port: int) -> dict[str, Any]:
+        return {"apiVersion": f"{GW}/v1", "kind": "ListenerSet",
+                "metadata": {"name": "team", "namespace": "default"},
+                "spec": {"parentRef": {"name": "edge"}, "listeners": [
+                    {"name": "extra", "protocol": "HTTP", "port": port,
+                     "hostname": "team.test"}]}}
+
+    def status_of(plural: str, name: str) -> dict[str, Any]:
+        return dict((bed.emu.get(plural, "default", name, group=GW) or {}).get("status") or {})
+
+    def conditions(of: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return {c["type"]: (c["status"], c["reason"]) for c in of.get("conditions") or ()}
+
+    def listener(of: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return conditions((of.get("listeners") or [{}])[0])
+
+    bed.emu.put("listenersets", team(taken), group=GW)
+    try:
+        await bed.start()
+        await bed.engine()
+        await eventually(lambda: listener(status_of("listenersets", "team")).get(
+            "Programmed", ("",))[0] == "False", within=30)
+        found = status_of("listenersets", "team")
+        assert listener(found)["Programmed"] == ("False", "PortUnavailable")
+        assert listener(found)["Accepted"] == ("True", "Accepted")
+        message = next(c["message"] for c in found["listeners"][0]["conditions"]
+                       if c["type"] == "Programmed")
+        assert "already in use" in message.lower()
+        assert conditions(found)["Programmed"] == ("False", "PortUnavailable")
+        assert conditions(found)["Accepted"] == ("True", "Accepted")
+        edge_status = status_of("gateways", "edge")
+        assert conditions(edge_status)["Programmed"] == ("True", "Programmed")
+        assert conditions(edge_status)["Accepted"] == ("True", "Accepted")
+        assert listener(edge_status)["Programmed"] == ("True", "Programmed")
+        assert edge_status["attachedListenerSets"] == 1
+        assert any(e.get("reason") == "EngineRejected"
+                   and e.get("involvedObject", {}).get("kind") == "ListenerSet"
+                   for e in bed.emu.events)
+        assert not any(e.get("reason") == "EngineRejected"
+                       and e.get("involvedObject", {}).get("kind") == "Gateway"
+                       for e in bed.emu.events)
+        edit(bed, "listenersets", team(free), group=GW)
+        await eventually(lambda: conditions(status_of("listenersets", "team")).get(
+            "Programmed") == ("True", "Programmed"), within=30)
+        assert listener(status_of("listenersets", "team"))["Programmed"] == (
+            "True", "Programmed")
+    finally:
+        holder.close()
+
+
+async def test_the_api_status_is_the_status_documents_as_standalone_writes_it(bed: Bed) -> None:
+    """One translator, one document: the Gateway API statuses the controller writes through
+    the API (ListenerSets, Gateways, routes of the gateway-listenersets golden case) are
+    exactly what the status document — standalone's --status-file — says of the same objects,
+    condition for condition (lastTransitionTime aside, which only the writer stamps)."""
+    from podway.model import Snapshot
+    from podway.model.kinds import BY_NAME
+    from podway.model.loader import load_text
+    from podway.status import build
+    from podway.translate import TranslateOptions, translate
+    from podway.translate.core.status import to_api
+
+    case = (Path(__file__).parents[2] / "golden/translate/gateway-listenersets.in.yaml")
+    bed.emu.install_gateway_api()
+    docs = [d for d in yaml.safe_load_all(case.read_text()) if d]
+    for doc in docs:
+        kind = BY_NAME[doc["kind"]]
+        bed.emu.put(kind.plural, doc, group=kind.group or None)
+    bed.translate = TranslateOptions(address="198.18.0.10")
+    await bed.start()
+    compared = ("Gateway", "ListenerSet", "HTTPRoute")
+
+    def api_statuses() -> dict[str, Any]:
+        out = {}
+        for doc in docs:
+            if doc["kind"] in compared:
+                kind, meta = BY_NAME[doc["kind"]], doc["metadata"]
+                obj = bed.emu.get(kind.plural, meta.get("namespace", ""), meta["name"],
+                                  group=kind.group) or {}
+                out[f"{doc['kind']}/{meta.get('namespace', '')}/{meta['name']}"] = \
+                    _untimed(obj.get("status") or {})
+        return out
+
+    await eventually(lambda: all(api_statuses().values()), within=30)
+    stored = [bed.emu.get(BY_NAME[d["kind"]].plural, d["metadata"].get("namespace", ""),
+                          d["metadata"]["name"], group=BY_NAME[d["kind"]].group or None)
+              for d in docs]
+    snapshot = Snapshot.of_objects(load_text(yaml.safe_dump_all(stored)).objects)
+    document = build(snapshot=snapshot, result=translate(snapshot, bed.translate))
+    want = {str(ref): to_api(status, kind=ref.kind) for ref, status in document.statuses.items()
+            if ref.kind in compared}
+    await eventually(lambda: api_statuses() == want, within=30)
+    assert len(want) == 11  # 2 Gateways, 4 ListenerSets, 5 HTTPRoutes
+
+
+def _untimed(status: Any) -> Any:
+    if isinstance(status, dict):
+        return {k: _untimed(v) for k, v in status.items() if k != "lastTransitionTime"}
+    if isinstance(status, list):
+        return [_untimed(v) for v in status]
+    return status
 
 
 async def test_the_controllers_own_status_writes_come_back_unparsed(bed: Bed) -> None:

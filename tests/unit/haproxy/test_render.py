@@ -232,3 +232,36 @@ def test_a_draining_member_that_still_serves_is_a_backup_server() -> None:
     assert slots.commands(backend, rolled.servers[backend], done.servers[backend]) == [
         f"set server {backend}/s3 weight 1", f"set server {backend}/s2 state maint",
         f"set server {backend}/b1 state maint"]
+
+
+def test_a_listener_sets_listener_findings_land_on_the_set() -> None:
+    """A listener-wide finding (here: UDP, which HAProxy does not serve) of an engine listener
+    that only a ListenerSet's listener makes is reported on that set, not on its Gateway."""
+    from podway.ir import ListenerSection
+
+    gateway = ObjectRef(kind="Gateway", namespace="infra", name="gw")
+    team = ObjectRef(kind="ListenerSet", namespace="team", name="team")
+    udp = Listener(name="gateway/infra/gw/5353/udp", address="127.0.0.1", port=5353,
+                   protocol=ListenerProtocol.UDP, origins=(gateway,),
+                   sections=(ListenerSection(origin=team, name="dns"),))
+    out = render(IR(listeners=(udp,), pools=MappingProxyType({})), OPTS)
+    assert [(u.subject, u.origin) for u in out.unsupported] == [(udp.name, team)]
+
+
+def test_bind_failures_name_the_listeners_haproxy_could_not_bind() -> None:
+    """HAProxy 2.6's reload alert for a port another program holds names the frontend: it maps
+    back to the IR listener, with the address in the reason; other frontends and lines do not."""
+    from podway.haproxy.binds import bind_failures
+
+    lines = [
+        "[NOTICE]   (7065) : Reloading HAProxy",
+        "[ALERT]    (7065) : Binding [haproxy.cfg:12] for frontend fe_b: cannot bind socket "
+        "(Address already in use) for [127.0.0.1:41179]",
+        "[ALERT]    (7065) : Binding [haproxy.cfg:20] for frontend fe_gone: cannot bind socket "
+        "(Permission denied) for [127.0.0.1:80]",
+        "[WARNING]  (7065) : Loading failure!",
+    ]
+    found = bind_failures(lines, {"fe_a": "gateway/infra/gw/80", "fe_b": "gateway/infra/gw/8443"})
+    assert [name for name, _ in found] == ["gateway/infra/gw/8443"]
+    assert "127.0.0.1:41179" in found[0][1]
+    assert "Address already in use" in found[0][1]

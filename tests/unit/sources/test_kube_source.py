@@ -58,6 +58,10 @@ def every_kind(emu: KubeEmulator) -> None:
     emu.put("secrets", {"metadata": meta("tls"), "type": "kubernetes.io/tls",
                         "data": {"tls.crt": PEM, "tls.key": PEM}})
     emu.put("secrets", {"metadata": meta("opaque"), "type": "Opaque", "data": {"k": PEM}})
+    emu.put("secrets", {"metadata": meta("token"), "type": "kubernetes.io/service-account-token",
+                        "data": {"token": PEM}})
+    emu.put("secrets", {"metadata": meta("sh.helm.release.v1.x.v1"),
+                        "type": "helm.sh/release.v1", "data": {"release": PEM}})
     emu.put("configmaps", {"metadata": meta("ca"), "data": {"ca.crt": "pem", "other": "x",
                                                              "engineGroup": "edge"}})
     emu.put("ingressclasses", {"metadata": meta("podway", None),
@@ -131,7 +135,8 @@ def kinds(update: SourceUpdate) -> set[str]:
 
 
 async def test_every_kind_reaches_the_first_snapshot_trimmed(emu: KubeEmulator) -> None:
-    """Each watched kind arrives, typed; only TLS Secrets; Pods and ConfigMaps are trimmed."""
+    """Each watched kind arrives, typed; Secrets but the types Podway never reads (tokens,
+    Helm releases); Pods and ConfigMaps are trimmed."""
     every_kind(emu)
     async with running(emu) as (_, next_update):
         first = await next_update()
@@ -139,7 +144,7 @@ async def test_every_kind_reaches_the_first_snapshot_trimmed(emu: KubeEmulator) 
     assert first.changed is None
     assert kinds(first) == {"Namespace", "Service", "EndpointSlice", "Pod", "Node", "Secret",
                             "ConfigMap", "IngressClass", "Ingress", *GATEWAY_KINDS}
-    assert set(first.snapshot.objects["Secret"]) == {("shop", "tls")}
+    assert set(first.snapshot.objects["Secret"]) == {("shop", "tls"), ("shop", "opaque")}
     pod_obj = first.snapshot.objects["Pod"][("shop", "web-1")]
     assert dict(pod_obj.metadata.annotations) == {"nodeportlocal.antrea.io": "[]"}
     assert pod_obj.metadata.resource_version == ""

@@ -110,6 +110,51 @@ def test_a_parent_not_accepted_refuses_its_sets() -> None:
     assert _accepted(statuses["ListenerSet/team-a/team-a"]) == (False, "ParentNotAccepted")
 
 
+def _conditions(of: Any) -> dict[str, tuple[bool | None, str]]:
+    return {c.type: (c.status, c.reason) for c in of.conditions}
+
+
+def test_conflicts_as_the_conformance_suite_expects() -> None:
+    """Gateway API v1.6.1 conformance (listenerset-hostname-conflict, -protocol-conflict): a
+    set with one served listener and one conflicted is Accepted and Programmed=True/Programmed;
+    a set whose every listener conflicts is ListenersNotValid on both; a conflicted listener
+    says its conflict on Accepted, Programmed and Conflicted."""
+    both = _set("team-a", "team-a", "2024-02-01T00:00:00Z").replace(
+        "listeners: [", "listeners: [{name: own, protocol: HTTP, port: 80, hostname: own.test}, ")
+    statuses = _statuses(_gateway("{namespaces: {from: All}}"), both,
+                         _set("team-b", "team-b", "2024-03-01T00:00:00Z", host="www.test"),
+                         _set("team-c", "team-c", "2024-03-02T00:00:00Z").replace(
+                             "protocol: HTTP, port: 80", "protocol: TCP, port: 80"))
+    team_a = statuses["ListenerSet/team-a/team-a"]
+    assert _conditions(team_a)["Accepted"][0] is True
+    assert _conditions(team_a)["Programmed"] == (True, "Programmed")
+    for name, reason in (("team-b", "HostnameConflict"), ("team-c", "ProtocolConflict")):
+        found = statuses[f"ListenerSet/{name}/{name}"]
+        assert _conditions(found)["Accepted"] == (False, "ListenersNotValid")
+        assert _conditions(found)["Programmed"] == (False, "ListenersNotValid")
+        (listener,) = found.listeners
+        assert {t: _conditions(listener)[t] for t in ("Accepted", "Programmed", "Conflicted")
+                } == {"Accepted": (False, reason), "Programmed": (False, reason),
+                      "Conflicted": (True, reason)}
+    assert statuses["Gateway/infra/gw"].attached_listener_sets == 1
+
+
+def test_a_set_whose_only_listener_is_refused_its_certificate_is_not_valid() -> None:
+    """Conformance listenerset-reference-grant: the only listener's certificateRef crosses
+    namespaces without a ReferenceGrant from ListenerSet: ResolvedRefs=False/RefNotPermitted,
+    and the set Accepted=False and Programmed=False, both ListenersNotValid."""
+    tls = _set("team-a", "team-a", "2024-02-01T00:00:00Z").replace(
+        "protocol: HTTP, port: 80, hostname: a.test}",
+        "protocol: HTTPS, port: 443, hostname: a.test, "
+        "tls: {certificateRefs: [{name: cert, namespace: infra}]}}")
+    statuses = _statuses(_gateway("{namespaces: {from: All}}"), tls)
+    found = statuses["ListenerSet/team-a/team-a"]
+    assert _conditions(found.listeners[0])["ResolvedRefs"] == (False, "RefNotPermitted")
+    assert _conditions(found)["Accepted"] == (False, "ListenersNotValid")
+    assert _conditions(found)["Programmed"] == (False, "ListenersNotValid")
+    assert statuses["Gateway/infra/gw"].attached_listener_sets == 0
+
+
 def test_incremental_translation_equals_a_whole_run_as_sets_change() -> None:
     """Sets and routes to them added, changed and deleted: every step's incremental result
     equals a translation from scratch (the memo keys on the sets too)."""

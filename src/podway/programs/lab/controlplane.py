@@ -120,6 +120,32 @@ def install_gateway_api_crds(emu: KubeEmulator, folder: Path = GATEWAY_API_CRDS)
     return names
 
 
+#: Podway's own CRDs (TrafficPolicy, VIPPool, GatewayClassConfig: the kinds table's
+#: ``ships_crd`` rows), as the chart ships them.
+PODWAY_CRDS = Path(__file__).resolve().parents[4] / "deploy" / "helm" / "podway" / "crds"
+
+
+def install_podway_crds(emu: KubeEmulator, folder: Path = PODWAY_CRDS) -> list[str]:
+    """Every CRD of ``folder`` the API does not hold yet put into ``emu`` (a lab stored before
+    they shipped gets them too; one already there, perhaps by the chart, is left alone); the
+    names put. Without the folder (Podway installed without its repository): none, with a
+    warning."""
+    if not folder.is_dir():
+        log.warning("no Podway CRDs at %s: TrafficPolicy, VIPPool and GatewayClassConfig are "
+                    "not served by the lab API", folder)
+        return []
+    names = []
+    for path in sorted(folder.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            name = str(doc["metadata"]["name"])
+            if emu.get("customresourcedefinitions", "", name) is None:
+                emu.put("customresourcedefinitions", doc)
+                names.append(name)
+    return names
+
+
 class ControlPlane:
     """The emulator served on ``127.0.0.1:port``; ``store`` is its file on disk."""
 
@@ -156,6 +182,7 @@ class ControlPlane:
         if emu.get("customresourcedefinitions", "",
                    "gateways.gateway.networking.k8s.io") is None:
             emu.install_gateway_api()
+        install_podway_crds(emu)  # and Podway's own, as the chart would
         emu.set_admission(self._admit)
         emu.set_on_commit(self._committed)
         emu.set_pod_logs(self._pod_logs)

@@ -99,13 +99,10 @@ class Reason(StrEnum):
     INVALID_PARAMETERS = "InvalidParameters"  # GatewayClass parametersRef
     CONFIGURATION_CHANGED = "ConfigurationChanged"  # InsecureFrontendValidationMode
     TARGET_NOT_FOUND = "TargetNotFound"  # a policy's targetRef names no object
-    # ListenerSet (GEP-1713) and the Gateway's AttachedListenerSets condition
+    # ListenerSet (GEP-1713)
     NOT_ALLOWED = "NotAllowed"
     PARENT_NOT_ACCEPTED = "ParentNotAccepted"
     PARENT_NOT_PROGRAMMED = "ParentNotProgrammed"
-    LISTENER_SETS_ATTACHED = "ListenerSetsAttached"
-    NO_LISTENER_SETS_ATTACHED = "NoListenerSetsAttached"
-    LISTENER_SETS_NOT_ALLOWED = "ListenerSetsNotAllowed"
     # GatewayClass SupportedVersion (the cluster's Gateway API CRD bundle versions)
     SUPPORTED_VERSION = "SupportedVersion"
     UNSUPPORTED_VERSION = "UnsupportedVersion"

@@ -22,6 +22,7 @@ from podway.ir import (
     L4Route,
     Listener,
     ListenerProtocol,
+    ListenerSection,
     Route,
     RouteMatch,
     TLSCertificate,
@@ -103,6 +104,12 @@ class PortBuilder:
     def origins(self) -> tuple[ObjectRef, ...]:
         return tuple(dict.fromkeys(ls.gateway.ref for ls in self.members))
 
+    @property
+    def sections(self) -> tuple[ListenerSection, ...]:
+        """The Gateway API listeners served here, each on the object that declared it."""
+        return tuple(ListenerSection(origin=(ls.owner or ls.gateway).ref, name=ls.name)
+                     for ls in self.members)
+
     def add_http(self, owner: GwListener, hostnames: tuple[str, ...],
                  routes: list[PlacedRoute]) -> list[tuple[str, tuple[Any, ...]]]:
         """Add a route's matches to each of its hostnames; returns what was added, by host."""
@@ -139,6 +146,7 @@ class PortBuilder:
             return Listener(name=self.name, address=self.info.address, port=self.port,
                             protocol=self.protocol, virtual_hosts=self._vhosts(),
                             certificates=self._certificates(), origins=self.origins,
+                            sections=self.sections,
                             sni_host_check=self.protocol is ListenerProtocol.HTTPS)
         routes = []
         for _age, l4, names in sorted(self.l4.values(), key=lambda t: (t[0], t[1].name)):
@@ -147,7 +155,8 @@ class PortBuilder:
             routes.append(L4Route(name=l4.name, backends=l4.backends, hostnames=hosts,
                                   origin=l4.origin, certificate=l4.certificate))
         return Listener(name=self.name, address=self.info.address, port=self.port,
-                        protocol=self.protocol, l4_routes=tuple(routes), origins=self.origins)
+                        protocol=self.protocol, l4_routes=tuple(routes), origins=self.origins,
+                        sections=self.sections)
 
     def _vhosts(self) -> tuple[VirtualHost, ...]:
         """One virtual host per route hostname and per listener hostname.
@@ -228,6 +237,7 @@ class PortBuilder:
         return Listener(name=self.name, address=self.info.address, port=self.port,
                         protocol=self.protocol, virtual_hosts=tuple(self._built),
                         certificates=self._certificates(), origins=self.origins,
+                        sections=self.sections,
                         sni_host_check=self.protocol is ListenerProtocol.HTTPS)
 
     def _vhost(self, host: str, owner: str | None, sources: tuple[str, ...],
@@ -328,6 +338,7 @@ def merge_sni_shared(https: Listener, tls: Listener) -> Listener:
                     protocol=https.protocol, virtual_hosts=https.virtual_hosts,
                     certificates=https.certificates, l4_routes=tls.l4_routes,
                     origins=tuple(dict.fromkeys((*https.origins, *tls.origins))),
+                    sections=(*https.sections, *tls.sections),
                     sni_host_check=https.sni_host_check)
 
 

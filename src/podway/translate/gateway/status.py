@@ -89,7 +89,6 @@ class ConditionType(StrEnum):
     CONFLICTED = "Conflicted"
     PARTIALLY_INVALID = "PartiallyInvalid"
     INSECURE_FRONTEND = "InsecureFrontendValidationMode"
-    ATTACHED_LISTENER_SETS = "AttachedListenerSets"
     SUPPORTED_VERSION = "SupportedVersion"
 
 
@@ -159,6 +158,10 @@ def listener_status(ls: GwListener) -> ListenerStatus:
         accepted = Verdict(False, Reason.PORT_UNAVAILABLE, ls.unbound)
     if ls.programmed:
         programmed = Verdict(True, Reason.PROGRAMMED, "listener is served")
+    elif ls.conflicted is not None and ls.owner is not None:
+        # A ListenerSet's conflicted listener: its Programmed says which conflict, as the
+        # v1.6.1 conformance suite asks (listenerset-hostname-conflict, -protocol-conflict).
+        programmed = Verdict(False, ls.conflicted.reason, ls.conflicted.message)
     else:
         why = (ls.unbound or ls.blocked or (ls.conflicted.message if ls.conflicted else "")
                or (accepted.message if not accepted.ok else "no usable certificate"))
@@ -219,31 +222,22 @@ def gateway_status(info: GatewayInfo) -> ObjectStatus:
     if info.backend_issue is not None or info.backend_certificate is not None:
         conditions.append(_cond(ConditionType.RESOLVED_REFS, info.backend_issue or Verdict(
             True, Reason.RESOLVED_REFS, "spec.tls.backend.clientCertificateRef resolved"), gen))
-    attached_sets = _attached_sets(info, conditions)
+    attached_sets = _attached_sets(info)
     return ObjectStatus(conditions=tuple(conditions), addresses=addresses, listeners=listeners,
                         attached_listener_sets=attached_sets)
 
 
-def _attached_sets(info: GatewayInfo, conditions: list[Condition]) -> int | None:
-    """``AttachedListenerSets`` appended to ``conditions`` and the count of ListenerSets
-    attached and accepted; None (neither written) when the Gateway allows no ListenerSets and
-    none names it."""
+def _attached_sets(info: GatewayInfo) -> int | None:
+    """``status.attachedListenerSets``: the ListenerSets attached and accepted; None (not
+    written) when the Gateway allows no ListenerSets and none names it. No condition goes with
+    it: the ``AttachedListenerSets`` condition of early GEP-1713 drafts left the API before
+    v1.5 (gateway-api#4358, "remove redundant condition"), only the count remains."""
     gw = info.gateway
     allowed = gw.spec.allowed_listeners
     open_ = allowed is not None and allowed.namespaces.from_ in ("All", "Same", "Selector")
     if not open_ and not info.sets:
         return None
-    count = sum(1 for s in info.sets if s.attached.ok and listener_set_verdicts(s)[0].ok)
-    if not open_:
-        verdict = Verdict(False, Reason.LISTENER_SETS_NOT_ALLOWED,
-                          f"{len(info.sets)} ListenerSets name this Gateway, which allows none "
-                          "(spec.allowedListeners)")
-    elif count:
-        verdict = Verdict(True, Reason.LISTENER_SETS_ATTACHED, f"{count} ListenerSets attached")
-    else:
-        verdict = Verdict(False, Reason.NO_LISTENER_SETS_ATTACHED, "no ListenerSet attached")
-    conditions.append(_cond(ConditionType.ATTACHED_LISTENER_SETS, verdict, gw.metadata.generation))
-    return count
+    return sum(1 for s in info.sets if s.attached.ok and listener_set_verdicts(s)[0].ok)
 
 
 def listener_set_verdicts(found: SetInfo) -> tuple[Verdict, Verdict]:
@@ -251,7 +245,11 @@ def listener_set_verdicts(found: SetInfo) -> tuple[Verdict, Verdict]:
     if not found.attached.ok:
         return found.attached, found.attached
     listeners = found.listeners
-    valid = [ls for ls in listeners if ls.accepted.ok and ls.conflicted is None]
+    # Valid: accepted, not conflicted, and served or with its references resolved — a
+    # listener whose only certificate is not permitted makes the set ListenersNotValid
+    # (conformance listenerset-reference-grant).
+    valid = [ls for ls in listeners if ls.accepted.ok and ls.conflicted is None
+             and (ls.programmed or ls.resolved.ok)]
     served = [ls for ls in listeners if ls.programmed]
     if len(valid) == len(listeners):
         accepted = Verdict(True, Reason.ACCEPTED, "listener set accepted")
@@ -264,8 +262,8 @@ def listener_set_verdicts(found: SetInfo) -> tuple[Verdict, Verdict]:
         programmed = Verdict(False, Reason.PARENT_NOT_PROGRAMMED, blocked)
     elif len(served) == len(listeners):
         programmed = Verdict(True, Reason.PROGRAMMED, f"{len(served)} listeners served")
-    elif served:
-        programmed = Verdict(True, Reason.LISTENERS_NOT_VALID,
+    elif served:  # True/Programmed while any is served (the conformance suite's reading)
+        programmed = Verdict(True, Reason.PROGRAMMED,
                              f"{len(served)} of {len(listeners)} listeners served")
     else:
         unbound = next((ls.unbound for ls in listeners if ls.unbound), "")

@@ -12,7 +12,13 @@ import pytest
 import yaml
 
 from podway.kube.emulator import ApiError
-from podway.programs.lab.controlplane import GATEWAY_API_CRDS, ControlPlane, admit_service
+from podway.model.kinds import CRDS
+from podway.programs.lab.controlplane import (
+    GATEWAY_API_CRDS,
+    ControlPlane,
+    admit_service,
+    install_podway_crds,
+)
 from podway.programs.lab.plan import make_plan
 from tests import builders
 
@@ -102,7 +108,8 @@ async def test_a_new_lab_serves_the_shipped_gateway_api_crds(tmp_path: Path) -> 
     cp = ControlPlane(port=port, store=tmp_path / "store.json")
     await cp.start()
     try:
-        crds = {c["metadata"]["name"]: c for c in cp.emu.objects("customresourcedefinitions")}
+        crds = {c["metadata"]["name"]: c for c in cp.emu.objects("customresourcedefinitions")
+                if c["spec"]["group"] != "podway.io"}
         assert sorted(crds) == shipped
         assert crds["gateways.gateway.networking.k8s.io"]["metadata"]["annotations"][
             "gateway.networking.k8s.io/bundle-version"] == "v1.6.1"
@@ -120,3 +127,36 @@ async def test_a_new_lab_serves_the_shipped_gateway_api_crds(tmp_path: Path) -> 
                     assert resp.status == 201, (kind, await resp.text())
     finally:
         await cp.stop()
+
+
+async def test_a_lab_serves_podways_own_crds_new_or_stored_before_them(tmp_path: Path) -> None:
+    """Podway's CRDs (the kinds table's ships_crd rows, as the chart ships them) are in a new
+    lab's API, a TrafficPolicy can be created through it; a lab stored without them gets them
+    at its next start, and one already there (installed by the chart, say) is not replaced."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ours = sorted(k.crd_name for k in CRDS if k.ships_crd)
+    assert len(ours) == 3
+    store = tmp_path / "store.json"
+    cp = ControlPlane(port=port, store=store)
+    await cp.start()
+    try:
+        names = sorted(c["metadata"]["name"] for c in cp.emu.objects("customresourcedefinitions")
+                       if c["spec"]["group"] == "podway.io")
+        assert names == ours
+        policy = {"apiVersion": "podway.io/v1alpha1", "kind": "TrafficPolicy",
+                  "metadata": {"name": "p", "namespace": "default"},
+                  "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "web"}]}}
+        url = f"http://127.0.0.1:{port}/apis/podway.io/v1alpha1/namespaces/default/trafficpolicies"
+        async with aiohttp.ClientSession() as http, http.post(url, json=policy) as resp:
+            assert resp.status == 201, await resp.text()
+        for name in ours:  # as a lab stored before they shipped
+            cp.emu.delete("customresourcedefinitions", "", name)
+    finally:
+        await cp.stop()
+    assert "trafficpolicies.podway.io" not in store.read_text()  # stored without them
+    cp = ControlPlane(port=port, store=store)  # loaded from the store, not served
+    held = {c["metadata"]["name"] for c in cp.emu.objects("customresourcedefinitions")}
+    assert set(ours) <= held
+    assert install_podway_crds(cp.emu) == []  # already there: left alone

@@ -1,0 +1,37 @@
+"""The lab's API holds Podway's own CRDs before ``podway lab up --install`` runs the chart,
+whose ``crds/`` folder ships the same ones: Helm must take that as a cluster where they are
+already installed (skipped), not fail the install."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from podway.kube.emulator import KubeEmulator
+from podway.programs.lab.controlplane import PODWAY_CRDS, install_podway_crds
+
+from .helm import helm_python, render
+
+
+@pytest.fixture(scope="module")
+def helm() -> Any:
+    python = helm_python()
+    if python is None:
+        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
+                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
+    return python
+
+
+async def test_the_chart_installs_into_a_lab_that_already_holds_podways_crds(helm: Any) -> None:
+    async with KubeEmulator() as emu:
+        names = install_podway_crds(emu)
+        existing = tuple(emu.get("customresourcedefinitions", "", name) for name in names)
+    assert len(existing) == 3
+    shipped = sorted(doc["metadata"]["name"] for p in PODWAY_CRDS.glob("*.yaml")
+                     for doc in yaml.safe_load_all(p.read_text()) if doc)
+    assert sorted(names) == shipped
+    lint, objects = await render(helm, {}, existing=existing)
+    assert lint["Errors"] is None
+    assert any(o["kind"] == "Deployment" for o in objects)
