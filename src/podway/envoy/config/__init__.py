@@ -68,8 +68,11 @@ class Builder:
     """
 
     def __init__(self, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS,
-                 reuse_port: bool = False) -> None:
+                 dynamic_stats: bool = False, reuse_port: bool = False) -> None:
         self.scoped_min_hosts = scoped_min_hosts  # see ``podway.envoy.config.scoped``
+        # The routers' per-pool stats (``listeners._router``): only for an Envoy that keeps
+        # every stat (``--envoy-stats detailed``).
+        self.dynamic_stats = dynamic_stats
         self.reuse_port = reuse_port  # listeners share their port (``listeners.listener``)
         # id → (listener, served by a TCP split cluster, served as scopes, its resources)
         self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
@@ -123,6 +126,7 @@ class Builder:
             built = (cached[3] if cached is not None and cached[0] is item
                      and cached[1] == tcp_split and cached[2] == as_scopes
                      else _listener(item, tcp_split=tcp_split, scoped=as_scopes,
+                                    dynamic_stats=self.dynamic_stats,
                                     reuse_port=self.reuse_port))
             listeners[id(item)] = (item, tcp_split, as_scopes, built)
             for resource in built:
@@ -418,13 +422,15 @@ _Signature = tuple[tuple[str, Persistence], ...]  # the pools' hash policies, by
 
 
 def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False,
-              reuse_port: bool = False) -> tuple[Resource, ...]:
+              dynamic_stats: bool = False, reuse_port: bool = False
+              ) -> tuple[Resource, ...]:
     """The listener and its secrets; nothing for a listener Envoy could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
     built = [Resource.of(item.name, listener(item, tcp_split=tcp_split, scoped=scoped,
+                                             dynamic_stats=dynamic_stats,
                                              reuse_port=reuse_port))]
     certificates = {c.name: c for c in item.certificates}
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes

@@ -138,9 +138,7 @@ class ControllerOptions:
     admin_socket: Path | None = None
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
     dashboard: HostPort | None = None  # the web dashboard; None: off
-    listener_reuse_port: bool = False
-    """Envoy listeners bind with SO_REUSEPORT, so a new engine pod on a host serves beside the
-    old one until that one has drained (the chart's engine rolling update)."""
+    listener_reuse_port: bool = False  # SO_REUSEPORT: a new engine binds beside the old one
     dashboard_refresh_s: float = 2.0
     engine_admin: str | None = None
     """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
@@ -347,6 +345,7 @@ class Controller:
             dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
             engine_admin=(lambda: engine) if engine is not None else None,
             engine_views=reported(self.health_reports),
+            engine_configs=self.health_reports.configs,
             explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
             else ())
 
@@ -376,7 +375,7 @@ class Controller:
             due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
-                due += changes(doc, self.status.last_document)
+                due += self._news(doc, self.status.last_document)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
@@ -388,6 +387,18 @@ class Controller:
                                     state.update.snapshot)
             if due and self.opts.write_events:
                 await events.record(due)
+
+    def _news(self, before: StatusDocument | None, after: StatusDocument) -> list[Due]:
+        """The events due between two documents; on this process's first document, no
+        ``Synced`` for an object whose status the API already held as wanted: an earlier
+        controller served it and said so (a restart would count up every such Event: three
+        API calls per object)."""
+        due = changes(before, after)
+        if before is not None or self.status is None:
+            return due
+        found = self.status.found_current
+        return [d for d in due if d.reason != "Synced"
+                or (d.ref.kind, (d.ref.namespace, d.ref.name)) not in found]
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())
