@@ -67,6 +67,10 @@ def controller(
     xds_unauthenticated: Annotated[bool, typer.Option(
         "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port; such "
         "engines get no Secrets (no TLS listeners).")] = False,
+    listener_reuse_port: Annotated[bool, typer.Option(
+        "--listener-reuse-port", help="Engines' listeners bind with SO_REUSEPORT: a new engine "
+        "on a host serves beside the old one until that one has drained (a rolling update "
+        "without a gap; the kernel shares a port only among one user's sockets).")] = False,
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -215,6 +219,7 @@ def controller(
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
         warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,
+        listener_reuse_port=listener_reuse_port,
         **_oidc_key(oidc_key_secret, oidc_key_namespace))
     asyncio.run(run_until_signal(Controller(opts).run()))
 

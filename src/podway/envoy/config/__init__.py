@@ -51,9 +51,10 @@ from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool, Virtua
 from podway.ir import ListenerProtocol as Protocol
 
 
-def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> Resources:
+def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS,
+          reuse_port: bool = False) -> Resources:
     """Every Envoy resource for ``ir`` (no memo)."""
-    return Builder(scoped_min_hosts=scoped_min_hosts).build(ir)
+    return Builder(scoped_min_hosts=scoped_min_hosts, reuse_port=reuse_port).build(ir)
 
 
 class Builder:
@@ -67,11 +68,12 @@ class Builder:
     """
 
     def __init__(self, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS,
-                 dynamic_stats: bool = False) -> None:
+                 dynamic_stats: bool = False, reuse_port: bool = False) -> None:
         self.scoped_min_hosts = scoped_min_hosts  # see ``podway.envoy.config.scoped``
         # The routers' per-pool stats (``listeners._router``): only for an Envoy that keeps
         # every stat (``--envoy-stats detailed``).
         self.dynamic_stats = dynamic_stats
+        self.reuse_port = reuse_port  # listeners share their port (``listeners.listener``)
         # id → (listener, served by a TCP split cluster, served as scopes, its resources)
         self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
         # (id, persistence) → (listener, served as scopes, its own tables)
@@ -124,7 +126,8 @@ class Builder:
             built = (cached[3] if cached is not None and cached[0] is item
                      and cached[1] == tcp_split and cached[2] == as_scopes
                      else _listener(item, tcp_split=tcp_split, scoped=as_scopes,
-                                    dynamic_stats=self.dynamic_stats))
+                                    dynamic_stats=self.dynamic_stats,
+                                    reuse_port=self.reuse_port))
             listeners[id(item)] = (item, tcp_split, as_scopes, built)
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
@@ -419,7 +422,8 @@ _Signature = tuple[tuple[str, Persistence], ...]  # the pools' hash policies, by
 
 
 def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False,
-              dynamic_stats: bool = False) -> tuple[Resource, ...]:
+              dynamic_stats: bool = False, reuse_port: bool = False
+              ) -> tuple[Resource, ...]:
     """The listener, its secrets and its OIDC filters' configs; nothing for a listener Envoy
     could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
@@ -427,7 +431,8 @@ def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False,
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
     built = [Resource.of(item.name, listener(item, tcp_split=tcp_split, scoped=scoped,
-                                             dynamic_stats=dynamic_stats))]
+                                             dynamic_stats=dynamic_stats,
+                                             reuse_port=reuse_port))]
     certificates = {c.name: c for c in item.certificates}
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
                         if r.certificate is not None and r.certificate.name not in certificates)

@@ -78,18 +78,22 @@ REPLY_TABLE = 7100
 
 
 def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False,
-             dynamic_stats: bool = False) -> listener_pb2.Listener:
+             dynamic_stats: bool = False, reuse_port: bool = False) -> listener_pb2.Listener:
     """``tcp_split``: a TCP listener forwards to its route's split cluster (the builder decides:
     ``split.split_route`` needs the pools). ``scoped``: an HTTP listener takes its routes from
     scopes, one table per host (``podway.envoy.config.scoped``; the builder decides).
     ``dynamic_stats``: the router keeps Envoy's per-pool response-code and timing stats
-    (``_router``)."""
+    (``_router``). ``reuse_port``: see below."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
     # One owner per address and port on a host: without SO_REUSEPORT a second Envoy (another
     # Podway instance) cannot bind what this one serves — it refuses the listener instead of
     # splitting the traffic between two configurations. Envoy's own listener updates and hot
     # restart hand the bound socket over rather than binding again, so they are unaffected.
-    out.enable_reuse_port.value = False
+    # ``reuse_port`` (the controller's --listener-reuse-port, which the chart sets): engines
+    # of one configuration replace each other on a host without a gap — the new pod's Envoy
+    # binds beside the old one, which drains and stops (the kernel shares a port only among
+    # sockets of one user, so another user's process still cannot split it).
+    out.enable_reuse_port.value = reuse_port
     socket = out.address.socket_address
     socket.address = ir.address
     socket.port_value = ir.port

@@ -139,6 +139,7 @@ class ControllerOptions:
     admin_socket: Path | None = None
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
     dashboard: HostPort | None = None  # the web dashboard; None: off
+    listener_reuse_port: bool = False  # SO_REUSEPORT: a new engine binds beside the old one
     dashboard_refresh_s: float = 2.0
     engine_admin: str | None = None
     """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
@@ -226,7 +227,8 @@ class Controller:
         # This controller writes the NodePortLocal opt-in itself (``_enable_npl``).
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
-        self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        self.pipeline = Pipeline(self.gate, translate=opts.translate,
+                                 reuse_port=opts.listener_reuse_port)
         if opts.engine_certs is not None:  # its CA is trusted before the first engine comes
             from podway.programs.controller.engine_certs import EngineCertSigner
 
