@@ -17,14 +17,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.kube.informer import Informer, Raw, lean
-from podway.model.kinds import Kind
+from podway.model.kinds import TABLE, Kind
 from podway.model.vips import METALLB_GROUP
 from podway.programs.vip.metallb import Objects
 
 log = logging.getLogger(__name__)
 # The kinds a problem may name first ("BGPPeer 'x': …"): the Event goes on that object.
-MENTIONED = ("IPAddressPool", "L2Advertisement", "BGPPeer", "BGPAdvertisement", "BFDProfile",
-             "Community")
+MENTIONED = tuple(k.name for k in TABLE if k.group == METALLB_GROUP)
 
 
 def problem_event(problem: str, objects: Objects, *, namespace: str, node: str,
