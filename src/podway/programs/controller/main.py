@@ -373,7 +373,7 @@ class Controller:
             due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
-                due += changes(doc, self.status.last_document)
+                due += self._news(doc, self.status.last_document)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
@@ -385,6 +385,18 @@ class Controller:
                                     state.update.snapshot)
             if due and self.opts.write_events:
                 await events.record(due)
+
+    def _news(self, before: StatusDocument | None, after: StatusDocument) -> list[Due]:
+        """The events due between two documents; on this process's first document, no
+        ``Synced`` for an object whose status the API already held as wanted: an earlier
+        controller served it and said so (a restart would count up every such Event: three
+        API calls per object)."""
+        due = changes(before, after)
+        if before is not None or self.status is None:
+            return due
+        found = self.status.found_current
+        return [d for d in due if d.reason != "Synced"
+                or (d.ref.kind, (d.ref.namespace, d.ref.name)) not in found]
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())
