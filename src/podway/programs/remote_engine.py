@@ -93,7 +93,8 @@ class RemoteEngine:
         self.kernel: KernelEngine | None = None
         self._said: set[object] = set()
         self._files: tuple[Rendered, Mapping[str, str]] | None = None  # for config_files
-        self.refusing: tuple[Refused, ...] = ()  # listeners HAProxy cannot serve now
+        self._refusing: tuple[Refused, ...] = ()  # listeners HAProxy cannot serve now ...
+        self._refused_start: int | None = None  # ... unless it started since (``starts``)
         self._served: IR | None = None  # the last IR HAProxy took
 
     async def run(self) -> None:
@@ -112,7 +113,7 @@ class RemoteEngine:
                 group.create_task(Reporter(self.opts.report, self.view,
                                            unsupported=self.unsupported,
                                            config=self.config_files,
-                                           refusing=lambda: self.refusing).run(),
+                                           refusing=self.refusing).run(),
                                   name="engine-health-report")
 
     async def _follow(self) -> None:
@@ -129,9 +130,10 @@ class RemoteEngine:
             except HAProxyError as exc:
                 log.error("haproxy engine: configuration not applied (the previous one keeps "
                           "serving): %s", exc)
-                self.refusing = refusing(ir, self._served, exc)
+                self._refusing = refusing(ir, self._served, exc)
+                self._refused_start = engine.counters.started if exc.start else None
                 continue
-            self.refusing, self._served = (), ir
+            self._refusing, self._refused_start, self._served = (), None, ir
             log.debug("haproxy engine: configuration applied by %s", how)
             now = set(engine.counters.unsupported)
             for u in sorted(now - self._said, key=lambda u: (u.subject, u.feature)):
@@ -170,6 +172,15 @@ class RemoteEngine:
         """What HAProxy serves not exactly as asked, as of the last applied IR: the reporter
         sends it to the controller, which puts it on the objects' status."""
         return findings(self.haproxy.counters.unsupported) if self.haproxy is not None else ()
+
+    def refusing(self) -> tuple[Refused, ...]:
+        """The listeners HAProxy cannot serve now, as of the last IR applied: the reporter
+        sends the set to the controller. A first start that failed (a port taken) is tried
+        again by the engine itself: once it came up, it serves that IR, and the set is empty."""
+        started = self.haproxy.counters.started if self.haproxy is not None else 0
+        if self._refused_start is not None and started > self._refused_start:
+            return ()
+        return self._refusing
 
     def config_files(self) -> Mapping[str, str] | None:
         """The haproxy.cfg and maps HAProxy serves (no certificate: they hold keys), as the

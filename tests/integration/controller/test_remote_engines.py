@@ -410,3 +410,34 @@ async def test_a_service_port_remote_haproxy_cannot_bind_is_refused_until_freed_
         assert bed.pipeline.state.rejections == ()
     finally:
         holder.close()
+
+
+
+async def test_a_remote_haproxy_whose_first_start_cannot_bind_lives_and_starts_once_freed(
+        bed: Bed, short_dir: Path) -> None:
+    """The only Service's port is held by the test when the remote HAProxy engine first
+    starts: the engine does not die (HAProxy's supervisor used to raise out of its restart
+    and end the whole engine), it names the listener HAProxy could not bind, keeps trying,
+    and once the test frees the port (no edit) HAProxy comes up and nothing is refused.
+    (No report reaches the controller meanwhile: HAProxy never ran, so the engine has no
+    member view to send; docs/engines.md.)"""
+    holder, taken = held_port()
+    bed.lb_address = None
+    port = free_port()
+    bed.emu.put("services", lb_service("lb", taken, port))
+    bed.emu.put("endpointslices", endpoint_slice("lb", {"web-1": "127.0.0.1"}, port=port))
+    try:
+        await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+        engine = haproxy_engine(bed, short_dir / "hap")
+        await eventually(lambda: bool(engine.refusing()), within=30)
+        (refused,) = engine.refusing()
+        assert "cannot bind" in refused.reason
+        await asyncio.sleep(1)  # a restart or two fail meanwhile
+        assert not any(t.done() for t in bed.tasks)
+        holder.close()
+        await eventually(lambda: engine.haproxy is not None
+                         and engine.haproxy.counters.started >= 1, within=40)
+        assert engine.refusing() == ()
+        assert not any(t.done() for t in bed.tasks)  # the engine lived through it
+    finally:
+        holder.close()
