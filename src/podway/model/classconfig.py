@@ -17,7 +17,7 @@ PODWAY_GROUP = "podway.io"
 
 class GatewayClassConfigSpec(K8sModel):
     engine_group: str | None = None  # the engine group of the class's Gateways naming none
-    engine_kind: str | None = None  # envoy (default) or haproxy
+    engine_kind: str | None = None  # envoy or haproxy (unset: any); Gateways warn on a mismatch
     defaults: TrafficDefaults | None = None  # traffic settings of the class's Gateways
 
 

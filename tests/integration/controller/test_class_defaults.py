@@ -1,16 +1,18 @@
-"""GatewayClassConfig ``spec.defaults`` through the API: the controller reads the class config
-(CRD as shipped in the chart) and its default timeout reaches the IR pools of that class's
-Gateways only; an edit follows; a bad default makes the class Accepted=False/InvalidParameters
-in its status, naming the field."""
+"""GatewayClassConfig through the API (CRD as shipped in the chart): ``spec.defaults``' timeout
+reaches the IR pools of that class's Gateways only, an edit follows, a bad default makes the
+class Accepted=False/InvalidParameters naming the field; ``spec.engineKind`` against the
+engines that connect (a Warning on the class's Gateways when they are of another kind)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from podway.pipeline import State
+from tests.e2e.harness import free_port
 from tests.waiting import eventually
 
 from .bed import GW, Bed, cluster_service, edit, gateway, gateway_class, http_route
@@ -71,3 +73,35 @@ async def test_class_default_timeout_reaches_only_that_class_gateways_pools(bed:
     assert refused is not None
     assert refused["reason"] == "InvalidParameters"
     assert "spec.defaults.timeouts.connect" in refused["message"]
+
+
+@pytest.mark.e2e
+async def test_a_class_meant_for_haproxy_served_by_envoy_gets_a_warning(bed: Bed) -> None:
+    """engineKind haproxy, and a real Envoy (which serves every group) connects: the class's
+    Gateway gets a Warning EngineKindMismatch naming the Envoy; the other class's does not."""
+    bed.emu.install_gateway_api()
+    bed.emu.put("customresourcedefinitions", yaml.safe_load(CLASS_CONFIG_CRD.read_text()))
+    tuned = gateway_class("tuned")
+    tuned["spec"]["parametersRef"] = {"group": "podway.io", "kind": "GatewayClassConfig",
+                                      "name": "tuned"}
+    bed.emu.put("gatewayclasses", tuned, group=GW)
+    bed.emu.put("gatewayclasses", gateway_class("podway"), group=GW)
+    bed.emu.put("gatewayclassconfigs", {**class_config("tuned", {}), "spec": {
+        "engineKind": "haproxy"}}, group="podway.io")
+    bed.emu.put("gateways", gateway("edge", free_port(), class_name="tuned"), group=GW)
+    bed.emu.put("gateways", gateway("plain", free_port(), class_name="podway"), group=GW)
+    await bed.start()
+    await bed.until(lambda s: len(s.ir.listeners) == 2)
+    assert not any(e.get("reason") == "EngineKindMismatch" for e in bed.emu.events)
+    await bed.engine("envoy-1")
+
+    def warned() -> list[dict[str, Any]]:
+        return [e for e in bed.emu.events if e.get("reason") == "EngineKindMismatch"]
+
+    await eventually(lambda: bool(warned()))
+    event = warned()[0]
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "edge"
+    assert "meant for haproxy" in event["message"]
+    assert "envoy-1 (envoy)" in event["message"]
+    assert {e["involvedObject"]["name"] for e in warned()} == {"edge"}

@@ -60,6 +60,7 @@ from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
+from podway.programs.controller import kind_mismatch
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
 from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
 from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
@@ -185,6 +186,7 @@ class Controller:
         self._npl_seen: tuple[object, ...] = ()
         self.refused = RefusedKinds(self.metrics,
                                     controller_name=opts.translate.gateway_controller)
+        self.kinds = kind_mismatch.KindMismatches(controller_name=opts.translate.gateway_controller)
         self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
         self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
         self.engine_signer: EngineCertSigner | None = None  # with ``opts.engine_certs``
@@ -245,6 +247,9 @@ class Controller:
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self._pending_warnings(events),
                                   name="controller-pending-warnings")
+                if opts.write_events:
+                    group.create_task(self._kind_warnings(events, self.pipeline, server),
+                                      name="controller-kinds")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.status.repair(every_s=opts.status_resync_s),
                                   name="controller-status-repair")
@@ -367,6 +372,7 @@ class Controller:
                     self.readiness.wake()  # gated pods are judged now, not at the next resync
                 self._npl_seen, self._npl_requested = (), {}
                 self.refused.reset()  # say it again in this term
+                self.kinds.reset()
             self._observe(state, generation)
             generation = state.generation
             due: list[Due] = await self._enable_npl(api, state)
@@ -384,6 +390,15 @@ class Controller:
                                     state.update.snapshot)
             if due and self.opts.write_events:
                 await events.record(due)
+
+    async def _kind_warnings(self, events: EventRecorder, pipeline: Pipeline,
+                             server: XdsServer) -> None:
+        """A Warning on each Gateway whose class's engineKind its engines are not."""
+        ads, fed = server.servicer, self.feed
+        await kind_mismatch.follow(
+            self.kinds, state=lambda: pipeline.state, configured=lambda: self.live.engine_kinds,
+            engines=lambda: kind_mismatch.connected(ads.engine_groups, fed.engine_kinds),
+            wake_on=[fed.on_engines, ads.on_engines], record=events.record)
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())

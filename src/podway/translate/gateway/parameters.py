@@ -8,8 +8,9 @@ optional:
 - ``engineGroup``: the engine group serving the class's Gateways (docs/controller.md) when a
   Gateway names none itself (annotation ``podway.io/engine-group`` or its
   ``spec.infrastructure`` label win);
-- ``engineKind``: the engine kind the class is meant for, ``envoy`` (the default) or
-  ``haproxy``: checked here; the engines' own ``--engine`` decides what serves;
+- ``engineKind``: the engine kind the class is meant for, ``envoy`` or ``haproxy`` (unset: any):
+  the engines' own ``--engine`` decides what serves; the controller warns on each Gateway of
+  the class that engines of another kind serve (``programs.controller.kind_mismatch``);
 - ``defaults`` (GatewayClassConfig only): TrafficPolicy sections (health check, outlier
   detection, load balancer, persistence, timeouts, retry, retry budget) applied to every Gateway
   of the class below every TrafficPolicy (``podway.translate.traffic``). ``security`` is not
@@ -43,7 +44,7 @@ KEYS = ("engineGroup", "engineKind")
 @dataclass(frozen=True, slots=True)
 class ClassParameters:
     engine_group: str | None = None
-    engine_kind: str = "envoy"
+    engine_kind: str | None = None  # envoy or haproxy; None: not said (any kind)
     defaults: TrafficPolicySpec | None = None  # sections for every Gateway of the class
 
 
@@ -95,8 +96,8 @@ def _checked(group_value: str | None, kind_value: str | None,
     if group is not None and not _LABEL_VALUE.match(group):
         return invalid(f"engineGroup {quote(group)} is not a label value (63 characters, "
                        "alphanumerics, '-', '_', '.')")
-    kind = (kind_value or "envoy").strip()
-    if kind not in ENGINE_KINDS:
+    kind = (kind_value or "").strip() or None
+    if kind is not None and kind not in ENGINE_KINDS:
         return invalid(f"engineKind {quote(kind)} is not one of {', '.join(ENGINE_KINDS)}")
     return ClassParameters(engine_group=group, engine_kind=kind)
 
