@@ -1,28 +1,39 @@
-"""Requests per CPU-second of HAProxy as Podway configures it vs a hand-written static HAProxy.
+"""What a request costs HAProxy as Podway configures it vs a hand-written static HAProxy.
 
 Issue 26's first target: the HAProxy engine as Podway renders it (``podway.haproxy.render`` of
-an Ingress ``shop.test /`` → one Service member) costs no more than 1/0.95 of a hand-written
-HAProxy serving the same route. Both run one thread (``nbthread 1``, no master process, so the
-measured process is the one doing the work) in front of the same nginx answering a tiny body;
-``wrk`` drives each in turn, rounds interleaved, and each figure is requests per CPU-second of
-that HAProxy process (``/proc/<pid>/stat`` user+system time over the round), so the load the
-other engineers put on this machine moves both alike. Two workloads: HTTP/1.1 keep-alive, and a
-new connection per request.
+an Ingress ``shop.test /`` → one Service member, on HTTP and on HTTPS) costs no more than
+1/0.95 of a hand-written HAProxy serving the same route. Both run one thread (``nbthread 1``,
+no master process, so the measured process is the one doing the work) in front of the same
+nginx answering a tiny body. Workloads: HTTP/1.1 keep-alive, a new connection per request,
+HTTPS keep-alive, a new TLS handshake per request (``--workloads``).
+
+Two measures:
+
+* default: ``wrk`` drives each config in turn, rounds interleaved; each figure is requests
+  per CPU-second of that HAProxy process (``/proc/<pid>/stat`` user+system time over the
+  round), with the median of the per-round ratios to the hand-written file ("paired");
+* ``--instructions N``: user-space instructions per request, counted exactly by Valgrind's
+  callgrind over N requests sent one at a time (``bench/haproxy_instructions.py``; this VM has
+  no hardware counters for ``perf stat``). The count does not move with the machine's load:
+  what a rule costs shows to a few hundred instructions.
 
     .venv/bin/python bench/haproxy_engine.py [--rounds 5] [--seconds 3] [--variants]
+        [--before SRC] [--instructions N] [--workloads http-keepalive,...]
 
 ``--variants`` adds Podway's rendering with each of its per-request rules left out in turn
-(path normalisation, X-Forwarded-Proto, X-Real-IP removal, the Host fixes): what each costs.
-Each row also gives the median of the per-round ratios to the hand-written file (rounds taken
-side by side), steadier than the ratio of medians on a loaded machine.
+(path normalisation, X-Forwarded-Proto, X-Real-IP removal, the SNI check where rendered): what
+each costs. ``--before SRC`` adds the rendering of another Podway's ``src/`` folder (e.g.
+``git archive main src | tar -x -C /tmp/before``): before/after in one run.
 
-The machine is shared (about seven engineers on two cores): compare only the two columns of one
-run; the machine-speed reference (``bench/speedref.py``) is printed first.
+The machine is shared (about seven engineers on two cores): compare only the columns of one
+run; the machine-speed reference (``bench/speedref.py``) and the load average are printed
+first.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import os
 import re
@@ -36,6 +47,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import haproxy_instructions as counting
 from speedref import measure
 
 from podway.haproxy.render import RenderOptions, render
@@ -54,17 +66,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def manifests(backend: int) -> str:
-    return f"""apiVersion: networking.k8s.io/v1
+def manifests(backend: int, cert: Path, key: Path) -> str:
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    return f"""apiVersion: v1
+kind: Secret
+metadata: {{name: cert, namespace: default}}
+type: kubernetes.io/tls
+data: {{tls.crt: {b64(cert)}, tls.key: {b64(key)}}}
+---
+apiVersion: networking.k8s.io/v1
 kind: IngressClass
 metadata: {{name: podway}}
 spec: {{controller: podway.io/ingress-controller}}
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
-metadata: {{name: shop, namespace: default}}
+metadata:
+  name: shop
+  namespace: default
+  annotations: {{podway.io/ssl-redirect: "false"}}
 spec:
   ingressClassName: podway
+  tls: [{{secretName: cert}}]
   rules:
   - host: shop.test
     http:
@@ -95,12 +120,23 @@ endpoints:
 """
 
 
-def podway_config(folder: Path, port: int, backend: int) -> Path:
-    """Podway's rendering of the route, its files written, listening on ``port``."""
-    loaded = load_text(manifests(backend), source="bench")
+def certificate(folder: Path) -> tuple[Path, Path]:
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=shop.test", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def podway_config(folder: Path, ports: tuple[int, int], backend: int) -> Path:
+    """Podway's rendering of the route, its files written, listening on ``ports`` (HTTP,
+    HTTPS)."""
+    loaded = load_text(manifests(backend, folder / "cert.pem", folder / "key.pem"),
+                       source="bench")
     ir = translate(Snapshot.of_objects(loaded.objects),
-                   TranslateOptions(address="127.0.0.1", http_port=port, https_port=free_port())
-                   ).ir
+                   TranslateOptions(address="127.0.0.1", http_port=ports[0],
+                                    https_port=ports[1])).ir
     out = render(ir, RenderOptions(folder=str(folder), runtime_socket=str(folder / "rt.sock")))
     for name, content in out.files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -110,11 +146,13 @@ def podway_config(folder: Path, port: int, backend: int) -> Path:
     return config
 
 
-def static_config(folder: Path, port: int, backend: int) -> Path:
+def static_config(folder: Path, ports: tuple[int, int], backend: int) -> Path:
     """What one writes by hand for the same route (host match, one server), sharing idle
     server connections as Podway's does (``http-reuse always``; bench/dataplane.py's
     hand-written HAProxy too)."""
     config = folder / "static.cfg"
+    pem = folder / "static.pem"
+    pem.write_text((folder / "cert.pem").read_text() + (folder / "key.pem").read_text())
     config.write_text(f"""global
   nbthread 1
 defaults
@@ -124,7 +162,8 @@ defaults
   timeout client 60s
   timeout server 60s
 frontend shop
-  bind 127.0.0.1:{port}
+  bind 127.0.0.1:{ports[0]}
+  bind 127.0.0.1:{ports[1]} ssl crt {pem} alpn h2,http/1.1
   option forwardfor
   use_backend web if {{ req.hdr(host),lower -m str shop.test }}
 backend web
@@ -133,35 +172,31 @@ backend web
     return config
 
 
-# Podway's rendering with one of its per-request rules left out or changed (``--variants``):
-# what each costs, measured beside the whole rendering and the hand-written file. Each drops
-# the lines naming one of its strings; ``podway-no-host-fixes`` keeps the plain Host lookup
-# (lower case, port cut); ``podway-lean-choice`` picks the backend straight from the route map
-# (no ``txn.be`` variable).
+# Podway's rendering with one of its per-request rules left out (``--variants``): what each
+# costs, measured beside the whole rendering and the hand-written file. Each drops the lines
+# naming one of its strings (a variant that drops nothing is not run: the rule is gone).
 VARIANTS: dict[str, tuple[str, ...]] = {
     "podway-no-normalize": ("normalize-uri",),
     "podway-no-xfp": ("set-header x-forwarded-proto",),
     "podway-no-realip": ("del-header x-real-ip",),
-    "podway-no-host-fixes": ("regsub(",),
-    "podway-lean-choice": ("set-var(txn.be)",),
+    "podway-no-sni-check": ("txn.sc", "txn.vc"),
 }
 
 
-def variant_config(folder: Path, podway: Path, name: str, port: int, ours: int) -> Path:
-    """Podway's rendering (listening on ``port``) changed as ``VARIANTS[name]`` says."""
+def variant_config(folder: Path, podway: Path, name: str, ports: tuple[int, int],
+                   ours: tuple[int, int]) -> Path | None:
+    """Podway's rendering (listening on ``ports``) changed as ``VARIANTS[name]`` says; None
+    when the rendering has no such rule."""
     text = podway.read_text(encoding="utf-8")
-    if name == "podway-no-host-fixes":
-        text = text.replace(" unless { req.hdr(host) -m beg [ }", "")
-    if name == "podway-lean-choice":
-        routes = re.search(r"map_str\(([^)]*routes\.map)\)", text)
-        assert routes is not None
-        text = text.replace("use_backend %[var(txn.be)] if { var(txn.be) -m found }",
-                            f"use_backend %[var(txn.r),map_str({routes.group(1)})]")
     lines = [line for line in text.splitlines()
              if not any(part in line for part in VARIANTS[name]) and "stats socket" not in line]
+    if len(lines) == len(text.splitlines()) - 1:
+        return None
     config = folder / f"{name}.cfg"
-    config.write_text("\n".join(lines).replace(f"bind 127.0.0.1:{ours}", f"bind 127.0.0.1:{port}")
-                      + "\n", encoding="utf-8")
+    text = "\n".join(lines) + "\n"
+    for mine, theirs in zip(ours, ports, strict=True):
+        text = text.replace(f"bind 127.0.0.1:{mine}", f"bind 127.0.0.1:{theirs}")
+    config.write_text(text, encoding="utf-8")
     return config
 
 
@@ -192,13 +227,21 @@ def wait_listening(port: int) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def wrk(port: int, seconds: float, *, close: bool) -> int:
+WORKLOADS = {  # name: (label, TLS, a new connection per request)
+    "http-keepalive": ("HTTP/1.1 keep-alive", False, False),
+    "http-newconn": ("new connection per request", False, True),
+    "https-keepalive": ("HTTPS keep-alive", True, False),
+    "https-newconn": ("new TLS handshake per request", True, True),
+}
+
+
+def wrk(port: int, seconds: float, *, tls: bool, close: bool) -> int:
     """Requests completed (non-2xx answers count as failures and abort the bench)."""
     args = ["wrk", "-t1", "-c16", f"-d{seconds:g}s", "-H", "Host: shop.test"]
     if close:
         args += ["-H", "Connection: close"]
-    out = subprocess.run([*args, f"http://127.0.0.1:{port}/"], capture_output=True, text=True,
-                         check=True).stdout
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/"
+    out = subprocess.run([*args, url], capture_output=True, text=True, check=True).stdout
     if "Non-2xx" in out:
         raise RuntimeError(f"failed requests through port {port}:\n{out}")
     match = re.search(r"(\d+) requests in", out)
@@ -207,23 +250,28 @@ def wrk(port: int, seconds: float, *, close: bool) -> int:
     return int(match.group(1))
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--variants", action="store_true",
                         help="also Podway's rendering without each of its per-request rules")
-    args = parser.parse_args()
-    for tool in ("wrk", HAPROXY, NGINX):
-        if not shutil.which(tool):
-            sys.exit(f"{tool} is needed")
-    ref = measure()
-    print(ref.describe())
-    print("machine shared with other engineers (2 cores): compare the columns of this run only")
-    with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
-        folder = Path(tmp)
-        backend = free_port()
-        (folder / "nginx.conf").write_text(f"""worker_processes 1;
+    parser.add_argument("--before", metavar="SRC",
+                        help="also the rendering of the Podway whose src/ folder this is "
+                             "(e.g. a worktree of main): before/after side by side")
+    parser.add_argument("--instructions", type=int, metavar="N", default=0,
+                        help="count instructions per request over N requests (callgrind) "
+                             "instead of requests per CPU-second")
+    parser.add_argument("--nginx", action="store_true",
+                        help="with --instructions: nginx as a reverse proxy beside them")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--render-only", nargs=4, metavar=("FOLDER", "HTTP", "HTTPS", "BACKEND"),
+                        help=argparse.SUPPRESS)  # used by --before, in the other Podway
+    return parser.parse_args()
+
+
+def _nginx(folder: Path, backend: int) -> list[str]:
+    (folder / "nginx.conf").write_text(f"""worker_processes 1;
 pid {folder}/nginx.pid;
 error_log {folder}/nginx.err;
 events {{ worker_connections 1024; }}
@@ -235,37 +283,142 @@ http {{
            location / {{ return 200 "ok\\n"; }} }}
 }}
 """, encoding="utf-8")
-        ports = {"podway": free_port(), "static": free_port()}
-        configs = {"podway": podway_config(folder, ports["podway"], backend),
-                   "static": static_config(folder, ports["static"], backend)}
-        for name in VARIANTS if args.variants else ():
-            ports[name] = free_port()
-            configs[name] = variant_config(folder, configs["podway"], name, ports[name],
-                                           ports["podway"])
-        names = list(configs)
+    return [NGINX, "-c", str(folder / "nginx.conf"), "-g", "daemon off;"]
+
+
+def _before(src: str, folder: Path, ports: tuple[int, int], backend: int) -> Path:
+    """The other Podway's rendering (this script run with its src first on the path)."""
+    sub = folder / "before"
+    sub.mkdir()
+    for name in ("cert.pem", "key.pem"):
+        shutil.copy(folder / name, sub / name)
+    env = {**os.environ, "PYTHONPATH": f"{src}:{Path(__file__).parent}"}
+    subprocess.run([sys.executable, __file__, "--render-only", str(sub), str(ports[0]),
+                    str(ports[1]), str(backend)], check=True, env=env)
+    return sub / "haproxy.cfg"
+
+
+def _configs(args: argparse.Namespace, folder: Path, backend: int
+             ) -> tuple[dict[str, Path], dict[str, tuple[int, int]]]:
+    ports = {"podway": (free_port(), free_port()), "static": (free_port(), free_port())}
+    configs = {"podway": podway_config(folder, ports["podway"], backend),
+               "static": static_config(folder, ports["static"], backend)}
+    if args.before:
+        ports["before"] = (free_port(), free_port())
+        configs["before"] = _before(args.before, folder, ports["before"], backend)
+    for name in VARIANTS if args.variants else ():
+        ports[name] = (free_port(), free_port())
+        found = variant_config(folder, configs["podway"], name, ports[name], ports["podway"])
+        if found is None:
+            print(f"{name}: the rendering has no such rule (left out)")
+            del ports[name]
+        else:
+            configs[name] = found
+    return configs, ports
+
+
+def main() -> None:
+    args = _arguments()
+    if args.render_only:
+        folder, http, https, backend = args.render_only
+        podway_config(Path(folder), (int(http), int(https)), int(backend))
+        return
+    for tool in ("wrk", HAPROXY, NGINX, "valgrind" if args.instructions else "wrk"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is needed")
+    ref = measure()
+    print(ref.describe())
+    print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}; machine "
+          "shared with other engineers (2 cores): compare the columns of this run only")
+    with tempfile.TemporaryDirectory(prefix="pw-bench-") as tmp:
+        folder = Path(tmp)
+        certificate(folder)
+        backend = free_port()
+        configs, ports = _configs(args, folder, backend)
+        workloads = [w for w in args.workloads.split(",") if w]
         with contextlib.ExitStack() as stack:
-            stack.enter_context(process([NGINX, "-c", str(folder / "nginx.conf"), "-g",
-                                         "daemon off;"]))
-            pids = {name: stack.enter_context(process([HAPROXY, "-f", str(configs[name])])).pid
-                    for name in names}
-            for port in (backend, *ports.values()):
-                wait_listening(port)
-            for close, label in ((False, "HTTP/1.1 keep-alive"),
-                                 (True, "new connection per request")):
-                measure_workload(names, pids, ports, args, close=close, label=label)
+            stack.enter_context(process(_nginx(folder, backend)))
+            wait_listening(backend)
+            if args.instructions:
+                count_instructions(stack, configs, ports, args, workloads=workloads, folder=folder,
+                                   backend=backend)
+            else:
+                pids = {name: stack.enter_context(process([HAPROXY, "-f", str(path)])).pid
+                        for name, path in configs.items()}
+                for pair in ports.values():
+                    wait_listening(pair[0])
+                for workload in workloads:
+                    measure_workload(list(configs), pids, ports, args, workload)
     print(ref.check_again())
 
 
-def measure_workload(names: list[str], pids: dict[str, int], ports: dict[str, int],
-                     args: argparse.Namespace, *, close: bool, label: str) -> None:
+def _nginx_proxy(folder: Path, ports: tuple[int, int], backend: int) -> Path:
+    """nginx as the reverse proxy of ``bench/dataplane.py`` (one process, upstream
+    keep-alive), on HTTP and HTTPS, for ``--instructions --nginx``."""
+    conf = folder / "nginx-proxy.conf"
+    conf.write_text(f"""worker_processes 1;
+master_process off;
+daemon off;
+pid {folder}/nginx-proxy.pid;
+error_log {folder}/nginx-proxy.err;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {folder}; proxy_temp_path {folder}; fastcgi_temp_path {folder};
+  uwsgi_temp_path {folder}; scgi_temp_path {folder};
+  upstream up {{ server 127.0.0.1:{backend}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{ports[0]};
+    listen 127.0.0.1:{ports[1]} ssl;
+    ssl_certificate {folder}/cert.pem; ssl_certificate_key {folder}/key.pem;
+    location / {{ proxy_pass http://up; proxy_http_version 1.1;
+                 proxy_set_header Connection ""; }}
+  }}
+}}
+""", encoding="utf-8")
+    return conf
+
+
+def count_instructions(stack: contextlib.ExitStack, configs: dict[str, Path],
+                       ports: dict[str, tuple[int, int]], args: argparse.Namespace,
+                       *, workloads: list[str], folder: Path, backend: int) -> None:
+    """Per config and workload, user-space instructions per request (exact, load-free)."""
+    commands = {name: [HAPROXY, "-f", str(path)] for name, path in configs.items()}
+    if args.nginx:  # nginx as a reverse proxy beside them (issue 26: >= 0.9x nginx)
+        ports["nginx-proxy"] = (free_port(), free_port())
+        commands["nginx-proxy"] = [NGINX, "-c", str(_nginx_proxy(folder, ports["nginx-proxy"],
+                                                               backend))]
+    pids = {name: stack.enter_context(counting.under_callgrind(command, folder / f"cg-{name}"))
+            for name, command in commands.items()}
+    for pair in ports.values():
+        counting.wait_listening(pair[0])
+        counting.wait_listening(pair[1])
+    print(f"user-space instructions per request of each proxy process (callgrind, "
+          f"{args.instructions} requests after 50 of warm-up, one connection at a time):")
+    for workload in workloads:
+        label, tls, close = WORKLOADS[workload]
+        counts = {name: counting.per_request(pids[name], folder / f"cg-{name}",
+                                             ports[name][tls], args.instructions, tls=tls,
+                                             close=close)
+                  for name in commands}
+        print(f"  {label}:")
+        for name, count in counts.items():
+            print(f"    {name:22} {count:11,.0f}  x hand-written "
+                  f"{counts['static'] / count:.3f}")
+
+
+def measure_workload(names: list[str], pids: dict[str, int],
+                     ports: dict[str, tuple[int, int]], args: argparse.Namespace,
+                     workload: str) -> None:
     """Interleaved rounds (order rotated each round); per config the median requests per
     CPU-second, and the median of each round's ratio to the hand-written file's."""
+    label, tls, close = WORKLOADS[workload]
     rates: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
             before = cpu_seconds(pids[name])
-            done = wrk(ports[name], args.seconds, close=close)
+            done = wrk(ports[name][tls], args.seconds, tls=tls, close=close)
             used = cpu_seconds(pids[name]) - before
             rates[name].append(done / used if used > 0 else float("nan"))
     print(f"{label} (median of {args.rounds} interleaved rounds of {args.seconds:g} s; req per "

@@ -161,7 +161,7 @@ class Bed:
                 "--state-dir", str(self.root / f"state-{kind}"), "--log-level", "warning"]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            end = time.monotonic() + 30
+            end = time.monotonic() + 90  # a loaded machine starts Podway slowly
             while not self._answers() or not self._spreads(kind):
                 if time.monotonic() > end or proc.poll() is not None:
                     raise RuntimeError(f"{kind} engine did not start serving")

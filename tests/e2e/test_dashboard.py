@@ -181,3 +181,36 @@ async def test_state_and_events_serve_the_same_document(
         async with session.get(f"{base}/explain?url=javascript:alert(1)") as response:
             assert response.status == 400
             assert (await response.text()).count("\n") == 1
+
+
+async def test_haproxy_engines_traffic_figures_reach_the_dashboard(tmp_path: Path) -> None:
+    """Under ``podway run --engine haproxy`` the dashboard's per-listener and per-pool figures
+    come from HAProxy's own counters (``show stat``), as Envoy's come from its admin: the
+    requests sent are counted."""
+    root = tmp_path / "manifests"
+    root.mkdir()
+    port = free_port()
+    stack = await make_stack(root, engine_kind="haproxy", dashboard=HostPort("127.0.0.1", port),
+                             dashboard_refresh_s=0.5)
+    try:
+        a, b = await stack.start_echo("a"), await stack.start_echo("b")
+        stack.write("web.yaml", two_member_manifests(a, b))
+        await stack.start()
+        for _ in range(3):
+            assert (await get(stack.http_port, "shop.test", "/"))[0] == 200
+        listener_traffic: dict[str, object] = {}
+
+        async def counted() -> bool:
+            nonlocal listener_traffic
+            async with aiohttp.ClientSession() as session, session.get(
+                    f"http://127.0.0.1:{port}/api/state") as response:
+                document = await response.json()
+            pool, = document["pools"]
+            http = [ls for ls in document["listeners"] if (ls["traffic"] or {}).get("total")]
+            listener_traffic = http[0]["traffic"] if http else {}
+            return (pool["traffic"] or {}).get("total", 0) >= 3 and \
+                listener_traffic.get("total", 0) >= 3
+
+        await eventually(counted, within=20)
+    finally:
+        await stack.stop()

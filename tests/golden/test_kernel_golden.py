@@ -1,7 +1,9 @@
 """Golden files for the kernel engine (``podway.kernel``): IR in, nftables ruleset out.
 
 * ``kernel/<case>/ir.yaml`` (hand-written IR) → ``ruleset.nft`` (the exact transaction text
-  the engine installs, every member usable) and ``skipped.txt`` (listeners it leaves out, why).
+  the engine installs, every member usable), ``update.nft`` (the in-place transactions, in
+  order, when each service's last member leaves and comes back: ``changed``, ``SEPARATOR``
+  between them) and ``skipped.txt`` (listeners it leaves out, why).
 * ``kernel/translate/<case>.nft``: the ruleset of every translator golden case that has a TCP
   or UDP listener, so a translator change shows its effect on what the kernel gets.
 
@@ -10,14 +12,15 @@ Regenerate with ``pytest --update-golden`` and review the diff like code.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from podway.ir import IR, ListenerProtocol
 from podway.ir.load import from_yaml
-from podway.kernel.plan import plan
-from podway.kernel.ruleset import full
+from podway.kernel.plan import Service, plan
+from podway.kernel.ruleset import Installed, full, update
 from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import translate
@@ -39,6 +42,22 @@ def _compare(golden: Path, text: str, update_golden: bool) -> None:
         assert golden.read_text(encoding="utf-8") == text, f"{golden.name} differs"
 
 
+SEPARATOR = "# ---- the next transaction ----\n"
+
+
+def steps(services: tuple[Service, ...]) -> list[str]:
+    """The transactions of two in-place changes after ``full(services)``: each service's last
+    member leaves, then comes back."""
+    first, holds = update(Installed(services), changed(services))
+    second, _ = update(holds, services)
+    return [*first, *second]
+
+
+def changed(services: tuple[Service, ...]) -> tuple[Service, ...]:
+    """``services`` with each one's last member gone (a member leaving, a failed check)."""
+    return tuple(replace(s, backends=s.backends[:-1]) for s in services)
+
+
 def _all_usable(pool: str, member: object) -> bool:
     return True
 
@@ -49,6 +68,7 @@ def test_kernel_golden(case: Path, update_golden: bool) -> None:
     services, skipped = plan(from_yaml((case / "ir.yaml").read_text(encoding="utf-8")),
                              _all_usable)
     _compare(case / "ruleset.nft", full(services), update_golden)
+    _compare(case / "update.nft", SEPARATOR.join(steps(services)), update_golden)
     _compare(case / "skipped.txt", "".join(
         f"{s.name}: {'served, ' if s.served else ''}{s.reason}\n" for s in skipped),
         update_golden)

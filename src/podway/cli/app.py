@@ -31,9 +31,13 @@ def version() -> None:
 
 
 def main() -> None:
+    from podway.base import collector
     from podway.cli.commands import register
 
-    register(app, sys.argv[1:])  # only the sub-command that runs is imported
+    # Only the sub-command that runs is imported; imports make no cyclic garbage, and the
+    # collections their allocations set off were ~10 % of `podway run`'s import time.
+    with collector.paused():
+        register(app, sys.argv[1:])
     try:
         app()
     except (Exception, ExceptionGroup) as exc:

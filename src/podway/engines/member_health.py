@@ -31,6 +31,11 @@ the objects the engine serves but not exactly as asked (the HAProxy engine's
 served at all). The controller turns each into that object's ``UnsupportedValue`` problem, as
 ``podway run --engine haproxy`` does locally, and drops them when the engine's stream ends.
 
+``config`` (optional, in a first part only, and only when it changed since the stream last sent
+it) is the configuration the engine serves, file name → text (the HAProxy engine's
+``haproxy.cfg`` and maps, no certificate: they hold keys), at most ``MAX_CONFIG_CHARS``; the
+controller keeps each node's newest for ``podway config dump`` and drops it with the stream.
+
 Invariants:
 
 * Only authenticated engines are heard (a unix-socket peer, which is first checked like an ADS
@@ -83,6 +88,7 @@ MAX_HOSTS = 200_000  # hosts in one node's view
 MAX_MESSAGE_BYTES = 1 << 20  # one part of a report (a quarter of gRPC's default 4 MiB limit)
 MAX_REFUSED = 1000  # refused listeners in one report
 MAX_FINDINGS = 1000  # objects not served exactly, in one report
+MAX_CONFIG_CHARS = 2 << 20  # an engine's configuration in a report (file names and texts)
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
 # (node, its hosts that changed; None: its whole view appeared or went)
@@ -129,6 +135,7 @@ class Message:
     """Listeners the engine accepted and then could not serve (no NACK was sent: issue 23.2),
     the newest failure of each; every message but a later part carries the whole list."""
     unsupported: tuple[Finding, ...] = ()  # the whole list, as ``refused``
+    config: Mapping[str, str] | None = None  # the engine's files; None: unchanged, or none
 
 
 class ReportError(PodwayError):
@@ -142,12 +149,13 @@ def encode(message: Message) -> bytes:
                     for (c, a), s in sorted(message.hosts.items())],
                    removed=[json.dumps(list(key), separators=(",", ":"))
                             for key in message.removed], refused=message.refused,
-                   unsupported=message.unsupported)
+                   unsupported=message.unsupported, config=message.config)
 
 
 def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
             removed: list[str], refused: tuple[Refusal, ...] = (),
-            unsupported: tuple[Finding, ...] = ()) -> bytes:
+            unsupported: tuple[Finding, ...] = (), config: Mapping[str, str] | None = None
+            ) -> bytes:
     head: dict[str, Any] = {"v": VERSION, "node": node, "full": full}
     if full and group:  # absent otherwise: what older controllers read
         head["group"] = group
@@ -157,6 +165,8 @@ def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
         head["refused"] = [list(r) for r in refused]
     if unsupported:  # absent otherwise: what older controllers read
         head["unsupported"] = [list(f) for f in unsupported]
+    if config is not None:  # absent otherwise: what older controllers read
+        head["config"] = dict(config)
     text = json.dumps(head, separators=(",", ":"))[:-1]
     return f'{text},"hosts":[{",".join(hosts)}],"removed":[{",".join(removed)}]}}'.encode()
 
@@ -185,7 +195,8 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
     return [_encode(message.node, full=message.full and i == 0,
                     group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r,
                     refused=message.refused if i == 0 else (),
-                    unsupported=message.unsupported if i == 0 else ())
+                    unsupported=message.unsupported if i == 0 else (),
+                    config=message.config if i == 0 else None)
             for i, (h, r) in enumerate(parts)]
 
 
@@ -199,7 +210,7 @@ def join(first: Message, then: Message) -> Message:
     gone = {*first.removed, *then.removed} - then.hosts.keys()
     return Message(node=first.node, full=first.full, hosts=MappingProxyType(hosts),
                    removed=tuple(sorted(gone)), group=first.group, more=then.more,
-                   refused=first.refused, unsupported=first.unsupported)
+                   refused=first.refused, unsupported=first.unsupported, config=first.config)
 
 
 def decode(data: bytes) -> Message:
@@ -240,7 +251,19 @@ def decode(data: bytes) -> Message:
         raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
     return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
                    group=group.strip() if full else "", more=more, refused=_refused(raw),
-                   unsupported=_findings(raw))
+                   unsupported=_findings(raw), config=_config(raw))
+
+
+def _config(raw: dict[str, Any]) -> Mapping[str, str] | None:
+    value = raw.get("config")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ReportError("'config' must map file names to texts")
+    if sum(len(k) + len(v) for k, v in value.items()) > MAX_CONFIG_CHARS:
+        raise ReportError(f"a configuration over {MAX_CONFIG_CHARS} characters")
+    return MappingProxyType(value)
 
 
 def _refused(raw: dict[str, Any]) -> tuple[Refusal, ...]:
@@ -297,6 +320,7 @@ class MemberHealthReports:
         self._refused_seen: dict[str, frozenset[int]] = {}  # node → seqs already told
         self._findings: dict[str, tuple[Finding, ...]] = {}  # node → its newest list
         self._finding_hooks: list[Callable[[str, tuple[Finding, ...]], None]] = []
+        self._configs: dict[str, Mapping[str, str]] = {}  # node → the files it serves
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -325,6 +349,10 @@ class MemberHealthReports:
     @property
     def nodes(self) -> frozenset[str]:
         return frozenset(self._views)
+
+    def configs(self) -> Mapping[str, Mapping[str, str]]:
+        """Each reporting node → the configuration files it last reported it serves."""
+        return MappingProxyType(dict(self._configs))
 
     @property
     def groups(self) -> Mapping[str, str]:
@@ -357,6 +385,8 @@ class MemberHealthReports:
                 raise ReportError(f"more than {MAX_HOSTS} hosts in the view of {message.node}")
         else:
             return  # a stale stream of a node that reconnected: its news are old
+        if message.config is not None:
+            self._configs[message.node] = message.config
         if not message.more:
             self._told(message.node, message.refused)
             self._found(message.node, message.unsupported)
@@ -386,6 +416,7 @@ class MemberHealthReports:
             del self._owner[node]
             del self._views[node]
             del self._groups[node]
+            self._configs.pop(node, None)
             self._found(node, ())
             self._findings.pop(node, None)
             self._changed(node, None)

@@ -122,7 +122,8 @@ class Reporter:
     def __init__(self, opts: ReportOptions, read: ReadView, *,
                  resolver: Resolver = resolve,
                  refused: Callable[[], tuple[Refusal, ...]] = tuple,
-                 unsupported: Callable[[], tuple[Finding, ...]] = tuple) -> None:
+                 unsupported: Callable[[], tuple[Finding, ...]] = tuple,
+                 config: Callable[[], Mapping[str, str] | None] = lambda: None) -> None:
         self.opts = opts
         self.read = read
         # Listeners the engine accepted and could not serve (Envoy: ``Engine.listener_failures``,
@@ -134,6 +135,10 @@ class Reporter:
         # findings): sent with the view, so they reach the objects' status as a local engine's.
         self.unsupported = unsupported
         self._unsupported: tuple[Finding, ...] = ()
+        # The configuration the engine serves (HAProxy: haproxy.cfg and maps), sent when it
+        # changed, so the controller's ``config dump`` shows a remote engine's.
+        self.config = config
+        self._config: Mapping[str, str] | None = None
         self.addresses = xds_addresses(opts.xds)
         self.names = Names(self.addresses, resolver=resolver)
         self.sent = 0  # messages sent (all streams)
@@ -171,11 +176,14 @@ class Reporter:
         while True:
             view = await self.read()
             refused, unsupported = self.refused(), self.unsupported()
+            config = self.config()
             if view is not None and (view != self._view or refused != self._refused
-                                     or unsupported != self._unsupported):
+                                     or unsupported != self._unsupported
+                                     or config != self._config):
                 async with self._changed:
                     self._view, self._version = view, self._version + 1
                     self._refused, self._unsupported = refused, unsupported
+                    self._config = config
                     self._changed.notify_all()
             await asyncio.sleep(self.opts.interval_s)
 
@@ -203,30 +211,33 @@ class Reporter:
         sent: View | None = None
         sent_refused: tuple[Refusal, ...] = ()
         sent_unsupported: tuple[Finding, ...] = ()
+        sent_config: Mapping[str, str] | None = None
         seen = 0
         while True:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._newer, seen))
                 seen, view, refused = self._version, self._view, self._refused
-                unsupported = self._unsupported
+                unsupported, config = self._unsupported, self._config
             assert view is not None  # a version above 0 has a view
+            news = config if config != sent_config else None  # only when it changed
             if sent is None:
                 message = Message(node=self.opts.node_id, full=True, hosts=view,
                                   group=self.opts.engine_group, refused=refused,
-                                  unsupported=unsupported)
+                                  unsupported=unsupported, config=config)
             else:
                 changed, removed = diff(sent, view)
                 if not changed and not removed and refused == sent_refused \
-                        and unsupported == sent_unsupported:
+                        and unsupported == sent_unsupported and news is None:
                     continue
                 message = Message(node=self.opts.node_id, full=False,
                                   hosts=MappingProxyType(changed), removed=removed,
-                                  refused=refused, unsupported=unsupported)
+                                  refused=refused, unsupported=unsupported, config=news)
             for part in encode_parts(message):  # a large view: parts under gRPC's bound
                 yield part
                 self.sent += 1
             streamed[0] = True
             sent, sent_refused, sent_unsupported = view, refused, unsupported
+            sent_config = config
 
     def _newer(self, version: int) -> bool:
         return self._version > version

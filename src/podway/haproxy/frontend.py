@@ -14,6 +14,7 @@ class Frontend:
     files: tuple[tuple[str, str], ...] = ()  # (relative path, content): PEMs, crt-lists
     maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # (relative path, rows)
     unsupported: tuple[Unsupported, ...] = ()
+    sections: tuple[tuple[str, ...], ...] = ()  # more sections it needs (its 404 backend)
 
 
 def bind_address(listener: Listener) -> str:

@@ -27,6 +27,12 @@ def proxy_name(prefix: str, name: str) -> str:
     return f"{prefix}:{digest(name, 16)}"
 
 
+def no_route_backend(listener: str) -> str:
+    """The backend answering 404 for an HTTP listener's requests no route matched (its
+    request count is the listener's no-route count)."""
+    return proxy_name("nr", listener)
+
+
 def vhost_key(name: str) -> str:
     return "v" + digest(name)
 

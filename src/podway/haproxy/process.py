@@ -137,13 +137,18 @@ class HAProxyEngine:
         """Every member's health as HAProxy sees it now (``podway.haproxy.health``); None
         while HAProxy does not answer."""
         rendered = self._rendered
-        if rendered is None:
-            return None
-        try:
-            text = await runtime.command(self.runtime_socket, "show stat", limit_s=5.0)
-        except (OSError, TimeoutError):
+        text = await self.stats() if rendered is not None else None
+        if rendered is None or text is None:
             return None
         return health.view(rendered, health.parse_stat(text))
+
+    async def stats(self, limit_s: float = 5.0) -> str | None:
+        """HAProxy's ``show stat`` (every proxy's and server's counters, CSV); None while it
+        does not answer."""
+        try:
+            return await runtime.command(self.runtime_socket, "show stat", limit_s=limit_s)
+        except (OSError, TimeoutError):
+            return None
 
     async def run(self) -> None:
         """Keep HAProxy running until cancelled; then stop it."""

@@ -1,18 +1,22 @@
 """IR → haproxy.cfg + map, certificate and crt-list files. Pure: no I/O, same input → same text.
 
-One frontend per listener. HTTP(S): the request's Host (port and one trailing dot dropped, lower
-case, as ``podway.ir.hosts.request_host``) picks a virtual host through ``map_str`` (exact
-names) then ``map_reg`` (wildcards, most specific first), then the ``*`` host. Within the
-virtual host the routes are tried in IR order (the translator already ordered them by the
-owning API's precedence), first match wins: a virtual host whose routes match on exact and
-prefix paths only lives in two maps, a route's own path (``map_str``) then the longest prefix
-(``map_beg``, a tree), which pick what first-match picks for the orders Ingress and the Gateway
-API give (``http.tree_safe`` checks it); maps are edited at runtime with ``prepare map`` /
-``commit map``. Any other virtual host (header, query, method or regex matches) is ordered
-``http-request`` rules.
-A forward to one pool with no filters is a row of the route → backend map (``map_str``), so
-adding such a route is a map edit; anything else (splits, redirects, rewrites, header edits) is
-rules keyed by the route's id. No route: 404. A pool with no usable member: 503.
+One frontend per listener. HTTP(S): the request's Host (lower case, port dropped; the host maps
+hold each name with and without one trailing dot, as ``podway.ir.hosts.request_host`` drops it)
+picks a virtual host through ``map_str`` (exact names), then ``map_reg`` (wildcards, most
+specific first), then the ``*`` host. Within the virtual host the routes are tried in IR order
+(the translator already ordered them by the owning API's precedence), first match wins: a
+virtual host whose routes match on exact and prefix paths only lives in one path map keyed
+``<virtual host>@<path>?``, exact paths ending with ``?``, prefixes with ``/`` (``map_beg``, the
+longest key that begins the request's: the route's own path, else its longest prefix), which
+picks what first-match picks for the orders Ingress and the Gateway API give (``http.tree_safe``
+checks it); maps are edited at runtime with ``prepare map`` / ``commit map``. Any other virtual
+host (header, query, method or regex matches) is ordered ``http-request`` rules.
+A forward to one pool with no filters is a path-map row naming its backend, so adding such a
+route is a map edit, and a frontend whose routes are all such rows picks its backend with one
+lookup (``use_backend %[...]``); anything else (splits, redirects, rewrites, header edits) is
+rules keyed by the route's id. No route: the name resolves to no backend, and the frontend's
+default backend answers 404. A pool with no usable member: 503. Each per-request rule is
+rendered only on listeners whose routes use it (``http._prelude``).
 
 What HAProxy cannot do exactly is reported (``podway.haproxy.report``), never served silently
 different: see docs/engines.md for the table.
@@ -36,7 +40,7 @@ from podway.haproxy.backends import Backend, backend_name, render_backend
 from podway.haproxy.frontend import Frontend, origin_of
 from podway.haproxy.http import render_http
 from podway.haproxy.l4 import render_l4
-from podway.haproxy.names import proxy_name
+from podway.haproxy.names import no_route_backend, proxy_name
 from podway.haproxy.report import Unsupported
 from podway.ir import IR, EngineKind, Forward, ListenerProtocol, PoolProtocol
 
@@ -66,6 +70,10 @@ class Rendered:
     slots: slotting.Slots  # pool → assignment (hand it back to the next rendering)
     backups: slotting.Slots  # pool → its backup slots' assignment (likewise)
     unsupported: tuple[Unsupported, ...]
+    # HTTP(S) listener name → (its frontend, its no-route backend): what HAProxy's counters
+    # are named after (the metrics read them, podway.readers.metrics.haproxy).
+    http_frontends: Mapping[str, tuple[str, str]] = field(
+        default_factory=lambda: MappingProxyType({}))
 
 
 def render(ir: IR, opts: RenderOptions) -> Rendered:
@@ -76,6 +84,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
     maps: dict[str, tuple[tuple[str, str], ...]] = {}
     unsupported: list[Unsupported] = []
     kernel_only = _kernel_only_pools(ir)
+    http_frontends: dict[str, tuple[str, str]] = {}
     for listener in ir.listeners:
         fe_name = proxy_name("fe", listener.name)
         kernel = listener.engine is EngineKind.KERNEL
@@ -83,6 +92,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
             continue  # the kernel engine's alone (module docstring)
         if listener.protocol in (ListenerProtocol.HTTP, ListenerProtocol.HTTPS):
             fe: Frontend = render_http(listener, fe_name, opts.folder)
+            http_frontends[listener.name] = (fe_name, no_route_backend(listener.name))
         elif listener.protocol in (ListenerProtocol.TCP, ListenerProtocol.TLS):
             fe = render_l4(listener, fe_name, opts.folder)
         else:
@@ -93,8 +103,8 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         lines = list(fe.lines)
         if kernel:
             lines.insert(0, KERNEL_NOTE)
-        sections.append(lines)
-        skeleton.append(lines)
+        sections += [lines, *map(list, fe.sections)]
+        skeleton += [lines, *map(list, fe.sections)]
         files.update(fe.files)
         maps.update(fe.maps)
         unsupported.extend(fe.unsupported)
@@ -122,7 +132,8 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         servers=MappingProxyType({b.name: b.states for b in backends.values()}),
         slots=MappingProxyType({n: b.slots for n, b in backends.items()}),
         backups=MappingProxyType({n: b.backups for n, b in backends.items() if b.backups}),
-        unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))))
+        unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))),
+        http_frontends=MappingProxyType(http_frontends))
 
 
 KERNEL_NOTE = ("# podway.io/engine: kernel: the kernel engine beside HAProxy serves this port "

@@ -3,8 +3,10 @@
 ``KernelEngine.run(irs)`` follows a stream of IRs (the pipeline's states). After each IR, and
 after each member health move the ``Checker`` reports, it plans the services
 (``podway.kernel.plan``), renders the whole table (``podway.kernel.ruleset.full``) and, when
-the text differs from what it last installed, writes it in one transaction through ``write``
-(libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake). Changes that
+the text differs from what it last installed, writes the change in one transaction through
+``write`` (libnftables in-process, or ``nft -f -``: the caller chooses; tests pass a fake): the
+first write makes the table (``ruleset.full``), every later one changes it in place
+(``ruleset.update``: the hooks stay, and no new flow passes them undecided). Changes that
 arrive while a write runs are coalesced into the next one: the kernel always gets the newest
 state, never a backlog.
 
@@ -14,11 +16,14 @@ Invariants:
   conntrack (``forget``; ``plan.stale_udp`` says why), so the next datagram takes the new rules.
 * Reads only the IR (``podway.ir``): never Kubernetes objects or the translator.
 * The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
-  restarted Podway takes over without a gap (its first write replaces the table atomically);
+  restarted Podway takes over without a gap (its first write replaces the table in one
+  transaction);
   ``podway kernel cleanup`` removes it.
 * A failed write is logged in one line (once while it keeps failing the same way) and tried
   again with the newest state (``retry_s``, doubling to 30 s); the table keeps what it had,
-  whole (a transaction either applies or not at all).
+  whole (a transaction either applies or not at all). The retry makes the table anew
+  (``full``): an in-place change assumes the table is as this engine left it, and a failure
+  may mean it is not (``podway kernel cleanup`` ran, another program changed it).
 """
 
 from __future__ import annotations
@@ -39,25 +44,34 @@ log = logging.getLogger(__name__)
 
 Write = Callable[[str], Awaitable[None]]
 Forget = Callable[[tuple[StaleFlows, ...]], Awaitable[None]]  # delete those conntrack entries
+# planned services → the same with members on this host's NodePortLocal ports replaced by their
+# pods (``plan.through_local_ports``; the host's agent can change them: looked at again every
+# ``refresh_s``)
+Resolve = Callable[[tuple[Service, ...]], Awaitable[tuple[Service, ...]]]
 
 
 class KernelEngine:
     def __init__(self, write: Write, *, table: str = ruleset.TABLE, every_l4: bool = True,
                  alone: bool = False, forget: Forget | None = None,
                  checker: Callable[[Callable[[], None]], Checker] = Checker,
-                 retry_s: float = 1.0) -> None:
+                 retry_s: float = 1.0, resolve: Resolve | None = None,
+                 refresh_s: float = 5.0) -> None:
         self.write = write
         self.table = table
         self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
         self.alone = alone  # no other engine here: say which listeners nobody serves
         self.forget = forget  # after a write: drop UDP flows to members no longer chosen
         self.retry_s = retry_s
+        self.resolve, self.refresh_s = resolve, refresh_s
         self.checker = checker(self._changed)
         self.ir = IR()
         self.services: tuple[Service, ...] = ()
         self.skipped: tuple[Skipped, ...] = ()
         self.installed: str | None = None  # the ruleset text the kernel has now
-        self.writes = 0  # transactions applied
+        self._desired: str | None = None  # that text in generation 0 (compared, not shown)
+        self._live: tuple[Service, ...] = ()  # what the kernel serves (its last good write)
+        self._holds: ruleset.Installed | None = None  # None: the next write makes the table
+        self.writes = 0  # changes applied (each one transaction, or three in place: _write)
         self._dirty = asyncio.Event()
         self._applied = asyncio.Condition()
         self._said: tuple[Skipped, ...] = ()
@@ -74,6 +88,8 @@ class KernelEngine:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._apply_loop(), name="kernel-apply")
+                if self.resolve is not None:
+                    group.create_task(self._refresh(), name="kernel-refresh")
                 async for ir in irs:
                     self.ir = ir
                     self.checker.follow(ir)
@@ -97,18 +113,50 @@ class KernelEngine:
             self._said = self.skipped
         return ruleset.full(self.services, self.table)
 
+    async def _refresh(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            self._dirty.set()
+
+    async def _resolved(self, text: str) -> str:
+        """``text`` for the planned services with local members resolved (``Resolve``)."""
+        if self.resolve is None:
+            return text
+        try:
+            resolved = await self.resolve(self.services)
+        except PodwayError as exc:
+            log.warning("kernel engine: this host's NodePortLocal ports not read (%s)", exc)
+            return text
+        if resolved == self.services:
+            return text
+        self.services = resolved
+        return ruleset.full(resolved, self.table)
+
+    async def _write(self, services: tuple[Service, ...]) -> ruleset.Installed:
+        """Make the table (the first time, or after a failure) or change it in place: three
+        transactions, the second the switch (``ruleset.update``). Returns what it serves."""
+        if self._holds is None:
+            await self.write(ruleset.full(services, self.table))
+            return ruleset.Installed(services)
+        steps, holds = ruleset.update(self._holds, services, self.table)
+        for step in steps:
+            if step:
+                await self.write(step)
+        return holds
+
     async def _apply_loop(self) -> None:
         failed, failures = "", 0  # the last write error, and how many in a row
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            before = self.services
-            text = self.render()
-            if text == self.installed:
+            text = await self._resolved(self.render())
+            if text == self._desired:
                 continue
+            before = self._live
             try:
-                await self.write(text)
+                holds = await self._write(self.services)
             except PodwayError as exc:
+                self._holds = None
                 error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 # The same failure again (no root, no nftables) says nothing new.
                 log.log(logging.ERROR if error != failed else logging.DEBUG,
@@ -118,13 +166,14 @@ class KernelEngine:
                 self._dirty.set()
                 continue
             failed, failures = "", 0
+            self._live, self._holds, self._desired = self.services, holds, text
             stale = stale_udp(before, self.services)
             if stale and self.forget is not None:
                 try:
                     await self.forget(stale)
                 except PodwayError as exc:  # best effort: such flows then age out on their own
                     log.warning("kernel engine: stale UDP flows not deleted (%s)", exc)
-            self.installed = text
+            self.installed = ruleset.full(self.services, self.table, holds.gen)
             self.writes += 1
             log.info("kernel engine: %d services, %d members installed", len(self.services),
                      sum(len(s.backends) for s in self.services))

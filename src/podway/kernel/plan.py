@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from podway.ir import IR, EngineKind, ListenerProtocol, Member, MemberState, Pool
 from podway.ir.engines import kernel_unsupported
@@ -166,3 +166,29 @@ def stale_udp(before: tuple[Service, ...], after: tuple[Service, ...]) -> tuple[
                 for s in services if s.protocol == "udp" for b in s.backends}
 
     return tuple(sorted(pairs(before) - pairs(after)))
+
+
+# (protocol, this host's address, NodePortLocal port) → (pod address, pod port)
+LocalPorts = dict[tuple[str, str, int], tuple[str, int]]
+
+
+def through_local_ports(services: tuple[Service, ...], local: LocalPorts
+                        ) -> tuple[Service, ...]:
+    """``services`` with each member that is a NodePortLocal port of this very host replaced
+    by the pod behind it (``local``: the host's own agent's mappings).
+
+    Why: the kernel engine DNATs the VIP to the member in the NAT hook, and a flow is DNATed
+    once. A member ``NodeIP:port`` of the engine's own node would turn the packet into one for
+    the host itself: it goes up the host's stack (nothing listens there: refused), never
+    through the agent's DNAT to the pod. The pod is reachable from its node directly, so the
+    engine DNATs there itself (what the agent's rule would have done)."""
+    if not local:
+        return services
+    out = []
+    for service in services:
+        backends = []
+        for b in service.backends:
+            pod = local.get((service.protocol, b.address, b.port))
+            backends.append(b if pod is None else Backend(pod[0], pod[1], b.weight))
+        out.append(replace(service, backends=tuple(sorted(backends))))
+    return tuple(out)

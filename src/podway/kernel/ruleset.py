@@ -12,15 +12,31 @@
       chain count                 forward hook: per-member packet/byte counters (both ways)
 
 A NAT chain sees only the first packet of a flow; conntrack carries every later packet with the
-translation chosen then. So a whole-table replacement in one transaction (``full``) changes
-members, weights and VIPs for new flows only: established flows keep their member (a removed
-or draining member finishes what it has), and no packet sees a half-built table.
+translation chosen then, so a change affects new flows only: established flows keep their member
+(a removed or draining member finishes what it has), and no packet sees a half-built table.
+
+* ``full`` makes the table (the engine's first write): it deletes any table of that name and
+  builds it whole, base chains included, in one transaction.
+* ``update`` changes it in place: the table, its base chains (the hooks) and its maps stay.
+  A first transaction adds the next generation's service chains and member maps (named
+  ``s<i>_g<gen>``, ``b<i>_g<gen>``; nothing refers to them yet); a second, the switch,
+  refills the maps to point at the new chains; a third deletes the previous generation. Member
+  counters stay (they count from the member's first appearance).
+
+Why: nf_tables picks a chain's rules by the generation current when the packet entered the hook,
+but looks a set up in the generation current at the lookup. A packet crossing a commit can meet
+a chain made in that commit (its rules for the old generation are empty) or a map whose
+elements that commit deleted, and then leaves the hook without DNAT: it reached the host's own
+stack and was refused. Replacing the table (``full``) does both, and so does an in-place change
+in one transaction; measured in namespaces with changes back to back under two streams of new
+connections (``bench/kernel_changes.py``): about one SYN in 2,000 to 8,000 changes un-DNATed that
+way, and none in over 100,000 changes made in ``update``'s steps.
 
 New flows go round the weight slots in turn (``numgen inc``), not at random: a few long-lived
 connections (a client's pool, a benchmark's 16) split exactly by weight instead of, say, 4/12
 over two members, where the busier member bounded the whole service (measured:
 ``bench/kernel_l4_cost.py``, docs/performance.md "Kernel L4 engine"). The counter is the rule's
-and starts again at each table replacement, so a change may restart the turn.
+and starts again with each change's new chain, so a change may restart the turn.
 
 A service with no usable member is not DNATed: its packets reach the host's own stack, where
 nothing listens on the VIP's port, so a TCP client is refused at once (reset) rather than left
@@ -31,6 +47,7 @@ the member list stays; when it changes, most clients move (documented: docs/kern
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from podway.kernel.plan import Backend, Service
 
@@ -64,8 +81,15 @@ def _slots(backends: tuple[Backend, ...]) -> tuple[int, list[str]]:
     return at, out
 
 
-def _service_lines(index: int, service: Service) -> list[str]:
-    lines = [f"  chain s{index} {{"]
+def names(index: int, gen: int) -> tuple[str, str]:
+    """(service chain, member map) of service ``index`` in generation ``gen``."""
+    tail = f"_g{gen}" if gen else ""
+    return f"s{index}{tail}", f"b{index}{tail}"
+
+
+def _service_lines(index: int, service: Service, gen: int = 0) -> list[str]:
+    chain, bmap = names(index, gen)
+    lines = [f"  chain {chain} {{"]
     comment = f' comment "{service.name}"'
     if not service.backends:
         lines.append(f"    counter{comment}")  # not DNATed: the host refuses it (docstring)
@@ -81,62 +105,130 @@ def _service_lines(index: int, service: Service) -> list[str]:
         total, _ = _slots(service.backends)
         pick = (f"jhash ip saddr mod {total} seed {HASH_SEED:#x}" if service.affinity
                 else f"numgen inc mod {total}")
-        lines.append(f"    meta l4proto {proto} dnat ip to {pick} map @b{index}{comment}")
+        lines.append(f"    meta l4proto {proto} dnat ip to {pick} map @{bmap}{comment}")
     lines.append("  }")
     if len(service.backends) > 1:
         _, elements = _slots(service.backends)
-        lines.append(f"  map b{index} {{ typeof numgen inc mod 1 : ip daddr . {proto} dport; "
+        lines.append(f"  map {bmap} {{ typeof numgen inc mod 1 : ip daddr . {proto} dport; "
                      f"flags interval;{_elements(elements)} }}")
     return lines
 
 
-def full(services: Iterable[Service], table: str = TABLE) -> str:
-    """Replace table ``ip <table>`` with one serving exactly ``services`` (one transaction)."""
+def _counters(services: Iterable[Service]) -> list[tuple[str, str, int]]:
+    return sorted({(s.protocol, b.address, b.port) for s in services for b in s.backends})
+
+
+def _map_elements(services: tuple[Service, ...], gen: int) -> dict[str, list[str]]:
+    """The elements of the maps ``vips``, ``ports`` and ``member_counters``."""
+    vips = [f"{s.address} . {s.protocol} . {s.port} : goto {names(i, gen)[0]}"
+            for i, s in enumerate(services) if s.address != "0.0.0.0"]
+    ports = [f"{s.protocol} . {s.port} : goto {names(i, gen)[0]}"
+             for i, s in enumerate(services) if s.address == "0.0.0.0"]
+    members = [f"{a} . {p} . {port} : \"{counter_name(p, Backend(a, port))}\""
+               for p, a, port in _counters(services)]
+    return {"vips": vips, "ports": ports, "member_counters": members}
+
+
+MAP_TYPES = {
+    "vips": "type ipv4_addr . inet_proto . inet_service : verdict;",
+    "ports": "type inet_proto . inet_service : verdict;",
+    "member_counters": "type ipv4_addr . inet_proto . inet_service : counter;",
+}
+BASE_CHAINS = [
+    "  chain prerouting {",
+    "    type nat hook prerouting priority dstnat; policy accept;",
+    "    ip daddr . meta l4proto . th dport vmap @vips",
+    "    fib daddr type local meta l4proto . th dport vmap @ports",
+    "  }",
+    # The host itself: 127.0.0.0/8 is never DNATed (the source would stay loopback and be
+    # dropped on the way out: the client would hang).
+    "  chain output {",
+    "    type nat hook output priority -100; policy accept;",
+    "    ip daddr != 127.0.0.0/8 ip daddr . meta l4proto . th dport vmap @vips",
+    "    ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @ports",
+    "  }",
+    "  chain postrouting {",
+    "    type nat hook postrouting priority srcnat; policy accept;",
+    f"    meta mark & {SNAT_MARK:#010x} == {SNAT_MARK:#010x} masquerade",
+    "  }",
+    "  chain count {",
+    "    type filter hook forward priority filter; policy accept;",
+    "    ct status dnat ct direction original "
+    "counter name ip daddr . meta l4proto . th dport map @member_counters",
+    "    ct status dnat ct direction reply "
+    "counter name ip saddr . meta l4proto . th sport map @member_counters",
+    "  }",
+]
+
+
+def full(services: Iterable[Service], table: str = TABLE, gen: int = 0) -> str:
+    """Replace table ``ip <table>`` with one serving exactly ``services`` (one transaction);
+    ``gen`` names the service chains and member maps (``names``)."""
     services = tuple(services)
     lines = [f"table ip {table} {{}}", f"delete table ip {table}", f"table ip {table} {{"]
-    counters = sorted({(s.protocol, b.address, b.port) for s in services for b in s.backends})
-    for proto, address, port in counters:
+    for proto, address, port in _counters(services):
         lines.append(f"  counter {counter_name(proto, Backend(address, port))} {{}}")
-    vips = [f"{s.address} . {s.protocol} . {s.port} : goto s{i}"
-            for i, s in enumerate(services) if s.address != "0.0.0.0"]
-    ports = [f"{s.protocol} . {s.port} : goto s{i}"
-             for i, s in enumerate(services) if s.address == "0.0.0.0"]
-    lines.append("  map vips { type ipv4_addr . inet_proto . inet_service : verdict;"
-                 f"{_elements(vips)} }}")
-    lines.append(f"  map ports {{ type inet_proto . inet_service : verdict;{_elements(ports)} }}")
-    members = [f"{a} . {p} . {port} : \"{counter_name(p, Backend(a, port))}\""
-               for p, a, port in counters]
-    lines.append("  map member_counters { type ipv4_addr . inet_proto . inet_service : counter;"
-                 f"{_elements(members)} }}")
+    for name, elements in _map_elements(services, gen).items():
+        lines.append(f"  map {name} {{ {MAP_TYPES[name]}{_elements(elements)} }}")
     for index, service in enumerate(services):
-        lines += _service_lines(index, service)
-    lines += [
-        "  chain prerouting {",
-        "    type nat hook prerouting priority dstnat; policy accept;",
-        "    ip daddr . meta l4proto . th dport vmap @vips",
-        "    fib daddr type local meta l4proto . th dport vmap @ports",
-        "  }",
-        # The host itself: 127.0.0.0/8 is never DNATed (the source would stay loopback and be
-        # dropped on the way out: the client would hang).
-        "  chain output {",
-        "    type nat hook output priority -100; policy accept;",
-        "    ip daddr != 127.0.0.0/8 ip daddr . meta l4proto . th dport vmap @vips",
-        "    ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @ports",
-        "  }",
-        "  chain postrouting {",
-        "    type nat hook postrouting priority srcnat; policy accept;",
-        f"    meta mark & {SNAT_MARK:#010x} == {SNAT_MARK:#010x} masquerade",
-        "  }",
-        "  chain count {",
-        "    type filter hook forward priority filter; policy accept;",
-        "    ct status dnat ct direction original "
-        "counter name ip daddr . meta l4proto . th dport map @member_counters",
-        "    ct status dnat ct direction reply "
-        "counter name ip saddr . meta l4proto . th sport map @member_counters",
-        "  }",
-        "}",
-    ]
+        lines += _service_lines(index, service, gen)
+    lines += BASE_CHAINS
+    lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """What the table serves: ``live``, with chains and maps of generation ``gen``. ``full``
+    leaves ``Installed(services)``."""
+
+    live: tuple[Service, ...]
+    gen: int = 0
+
+
+def update(installed: Installed, after: Iterable[Service], table: str = TABLE
+           ) -> tuple[tuple[str, str, str], Installed]:
+    """Change the table from ``installed`` to serving ``after``, in place, as three
+    transactions in order (module docstring), and what it serves then.
+
+    1. The next generation's chains, member maps and new members' counters: nothing refers to
+       them yet, so no packet sees them.
+    2. The switch: the maps point at the new chains (the change for traffic, atomic).
+    3. The previous generation's chains and maps, and the counters of members gone, deleted:
+       nothing refers to them any more.
+
+    Why not one: the kernel picks a chain's rules by the generation current when a packet
+    entered the hook, but looks a set up in the generation current at the lookup; a packet
+    crossing a commit can thus meet a chain made in that very commit (its rules for the old
+    generation are empty) or a map whose elements that commit deleted, and leave without
+    DNAT. So a chain is referred to only once it has outlived one commit, and what the old
+    generation used is deleted only after the commit that stopped using it."""
+    after = tuple(after)
+    gen = installed.gen + 1
+    present, wanted = set(_counters(installed.live)), set(_counters(after))
+    prepare = [f"table ip {table} {{"]
+    for proto, address, port in sorted(wanted - present):
+        prepare.append(f"  counter {counter_name(proto, Backend(address, port))} {{}}")
+    for index, service in enumerate(after):
+        prepare += _service_lines(index, service, gen)
+    prepare.append("}")
+    switch = [f"flush map ip {table} {name}" for name in MAP_TYPES]
+    for name, elements in _map_elements(after, gen).items():
+        if elements:
+            switch.append(f"add element ip {table} {name} {{ {', '.join(elements)} }}")
+    sweep = []
+    for index, service in enumerate(installed.live):
+        chain, bmap = names(index, installed.gen)
+        sweep.append(f"delete chain ip {table} {chain}")
+        if len(service.backends) > 1:
+            sweep.append(f"delete map ip {table} {bmap}")
+    for proto, address, port in sorted(present - wanted):
+        sweep.append(f"delete counter ip {table} {counter_name(proto, Backend(address, port))}")
+
+    def text(lines: list[str]) -> str:
+        return "\n".join(lines) + "\n" if lines else ""
+
+    return (text(prepare), text(switch), text(sweep)), Installed(after, gen)
 
 
 def cleanup(table: str = TABLE) -> str:

@@ -122,8 +122,9 @@ def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT
             or (_scan_events(text, limits) if anchored else None))
     if over is not None:
         return _refused(result, source, over)
+    deepest: int | None = None  # measured while building (None: walk the documents for it)
     try:
-        documents = list(yaml.load_all(text, Loader=FastSafeLoader))
+        documents, deepest = _load_all(text)
     except RecursionError:
         return _refused(result, source, "invalid YAML: nested too deeply")
     except yaml.YAMLError as exc:
@@ -131,7 +132,12 @@ def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT
         documents = _documents_until_error(text)
         reason = clip(f"invalid YAML: {_yaml_reason(exc)}", limits.max_message_chars)
         result.errors.append(LoadError(source, len(documents), reason))
-    over = None if anchored else _too_deep(documents, limits.max_depth)
+    if anchored:
+        over = None  # ``_scan_events`` checked the depth before anything was built
+    elif deepest is not None:
+        over = _depth_over(deepest, limits.max_depth)
+    else:
+        over = _too_deep(documents, limits.max_depth)
     if over is not None:
         return _refused(LoadResult(), source, over)
     count = sum(1 for doc in documents for _ in _items(doc))
@@ -314,6 +320,24 @@ def _scan_events(text: str, limits: LoadLimits) -> str | None:
     return None
 
 
+def _load_all(text: str) -> tuple[list[Any], int | None]:
+    """Every document of ``text`` (``yaml.load_all`` with ``FastSafeLoader``), and the deepest
+    nesting among them when the loader measured it (every document took its lean path)."""
+    loader = FastSafeLoader(text)
+    try:
+        documents = []
+        while loader.check_data():
+            documents.append(loader.get_data())
+        return documents, loader.deepest
+    finally:
+        loader.dispose()
+
+
+def _depth_over(deepest: int, max_depth: int) -> str | None:
+    return f"nested deeper than the limit of {max_depth} levels" if deepest > max_depth \
+        else None
+
+
 def _too_deep(documents: list[Any], max_depth: int) -> str | None:
     """Depth check of alias-free documents (trees, so the walk is bounded by the text)."""
     todo: list[tuple[Any, int]] = [(doc, 1) for doc in documents]
@@ -325,8 +349,8 @@ def _too_deep(documents: list[Any], max_depth: int) -> str | None:
             children = value
         else:
             continue
-        if depth > max_depth:
-            return f"nested deeper than the limit of {max_depth} levels"
+        if (over := _depth_over(depth, max_depth)) is not None:
+            return over
         todo.extend((child, depth + 1) for child in children
                     if isinstance(child, (dict, list)))
     return None

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from podway.engines.member_health import HostKey, HostState
 from podway.kernel import ruleset
 from podway.kernel.engine import KernelEngine
-from podway.kernel.plan import StaleFlows
+from podway.kernel.plan import LocalPorts, Service, StaleFlows, through_local_ports
 from podway.programs.agent.rules.base import CommandMissing, CommandRunner, RulesError
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,58 @@ def delete_args(flows: StaleFlows) -> tuple[str, ...]:
             "--reply-src", flows.member, "--reply-port-src", str(flows.member_port))
 
 
+class HostPorts:
+    """The kernel engine's ``resolve``: members that are NodePortLocal ports of this very host
+    become the pods behind them (``plan.through_local_ports`` says why), read from the host's
+    own agent's table (``ip podway``). The host's addresses are read at most every
+    ``every_s``; the agent's table at each change that has a member on one of them (the
+    engine looks again every few seconds: a pod's address can change under one port)."""
+
+    def __init__(self, *, netns: str | None = None, every_s: float = 5.0) -> None:
+        self.runner = CommandRunner(netns=netns)
+        self.every_s = every_s
+        self._mine: frozenset[str] = frozenset()
+        self._read_at: float | None = None
+        self._warned = False
+
+    async def addresses(self) -> frozenset[str]:
+        """This host's IPv4 addresses (``ip -j -4 addr``)."""
+        now = asyncio.get_running_loop().time()
+        if self._read_at is None or now - self._read_at >= self.every_s:
+            listed = json.loads(await self.runner.run("ip", "-j", "-4", "addr", "show") or "[]")
+            self._mine = frozenset(str(a["local"]) for link in listed
+                                   for a in link.get("addr_info", []) if "local" in a)
+            self._read_at = now
+        return self._mine
+
+    async def mappings(self, mine: frozenset[str]) -> LocalPorts:
+        """The agent's mappings, for each of ``mine`` (its rule DNATs any local address)."""
+        from podway.programs.agent.rules import nftables as npl
+
+        try:
+            text = await self.runner.run("nft", "-j", "list", "table", "ip", npl.TABLE)
+        except CommandMissing:
+            raise
+        except RulesError:  # no agent on this host (or not with nftables)
+            return {}
+        rules = npl.parse_listing(text) or set()
+        return {(r.protocol, address, r.node_port): (r.pod_ip, r.pod_port)
+                for r in rules for address in mine}
+
+    async def __call__(self, services: tuple[Service, ...]) -> tuple[Service, ...]:
+        try:
+            mine = await self.addresses()
+        except CommandMissing as exc:  # said once: nothing to resolve without ``ip``
+            if not self._warned:
+                self._warned = True
+                log.warning("kernel engine: members on this host's NodePortLocal ports are "
+                            "not resolved to their pods: %s", exc)
+            return services
+        if not any(b.address in mine for s in services for b in s.backends):
+            return services
+        return through_local_ports(services, await self.mappings(mine))
+
+
 CONNTRACK = Path("/proc/sys/net/netfilter")
 WARN_AT, CALM_AT = 0.9, 0.8  # share of nf_conntrack_max: warn above the first, again once
 # the table went back below the second (one line per episode, not one per look)
@@ -169,7 +221,8 @@ class MemberCounter:
 
 async def counters(*, netns: str | None = None, table: str = ruleset.TABLE
                    ) -> tuple[MemberCounter, ...]:
-    """Per-member packets and bytes forwarded (both directions) since the table was made."""
+    """Per-member packets and bytes forwarded (both directions) since the member appeared in
+    the table (changes keep a member's counter; the engine's start makes the table anew)."""
     try:
         text = await CommandRunner(netns=netns).run("nft", "-j", "list", "counters", "table",
                                                     "ip", table)
@@ -193,7 +246,7 @@ def exposition(found: tuple[MemberCounter, ...]) -> bytes:
     for name, what in (("packets", "Packets"), ("bytes", "Bytes")):
         metric = f"podway_kernel_member_{name}_total"
         lines += [f"# HELP {metric} {what} the kernel engine forwarded to and from a member "
-                  "(both directions), since the last change of its table (each replaces it).",
+                  "(both directions), since it appeared in the table (or the engine's start).",
                   f"# TYPE {metric} counter"]
         lines += [f'{metric}{{protocol="{c.protocol}",member="{c.address}:{c.port}"}} '
                   f"{c.packets if name == 'packets' else c.bytes}" for c in found]

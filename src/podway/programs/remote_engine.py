@@ -29,12 +29,14 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from podway.engines import config_feed
-from podway.engines.member_health import Finding, HostKey, HostState
+from podway.engines.member_health import MAX_CONFIG_CHARS, Finding, HostKey, HostState
 from podway.engines.reporter import Reporter, ReportOptions
 from podway.haproxy.process import HAProxyEngine, HAProxyError, HAProxyOptions
+from podway.haproxy.render import Rendered
 from podway.haproxy.report import REASON, findings
 from podway.ir import IR, EngineKind
 from podway.kernel.engine import KernelEngine
@@ -90,6 +92,7 @@ class RemoteEngine:
         self.haproxy: HAProxyEngine | None = None
         self.kernel: KernelEngine | None = None
         self._said: set[object] = set()
+        self._files: tuple[Rendered, Mapping[str, str]] | None = None  # for config_files
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -105,7 +108,8 @@ class RemoteEngine:
                 group.create_task(self._kernel(alone=True), name="engine-kernel")
             if self.opts.report.interval_s > 0:
                 group.create_task(Reporter(self.opts.report, self.view,
-                                           unsupported=self.unsupported).run(),
+                                           unsupported=self.unsupported,
+                                           config=self.config_files).run(),
                                   name="engine-health-report")
 
     async def _follow(self) -> None:
@@ -137,10 +141,11 @@ class RemoteEngine:
         await self._kernel(alone=False)
 
     async def _kernel(self, *, alone: bool) -> None:
-        from podway.programs.kernel import forgetter, watch_conntrack, writer
+        from podway.programs.kernel import HostPorts, forgetter, watch_conntrack, writer
 
         out = writer()
-        self.kernel = KernelEngine(out.write, every_l4=alone, forget=forgetter())
+        self.kernel = KernelEngine(out.write, every_l4=alone, forget=forgetter(),
+                                   resolve=HostPorts())
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             async with asyncio.TaskGroup() as group:
@@ -161,12 +166,25 @@ class RemoteEngine:
         sends it to the controller, which puts it on the objects' status."""
         return findings(self.haproxy.counters.unsupported) if self.haproxy is not None else ()
 
-    async def kernel_metrics(self) -> bytes:
-        """The kernel engine's per-member counters (nothing while it does not run), as
-        ``podway run`` exports them."""
-        from podway.programs.kernel import metrics_text
+    def config_files(self) -> Mapping[str, str] | None:
+        """The haproxy.cfg and maps HAProxy serves (no certificate: they hold keys), as the
+        report sends them to the controller for ``config dump``; None before the first."""
+        rendered = self.haproxy.rendered if self.haproxy is not None else None
+        if rendered is None:
+            return None
+        if self._files is None or self._files[0] is not rendered:
+            self._files = (rendered, config_files(rendered))
+        return self._files[1]
 
-        return await metrics_text() if self.kernel is not None else b""
+    async def engine_metrics(self) -> bytes:
+        """HAProxy's counters under the Envoy engine's series names and the kernel engine's
+        per-member counters (each only while that engine runs), as ``podway run`` exports
+        them."""
+        from podway.programs.kernel import metrics_text
+        from podway.readers.metrics import haproxy
+
+        return await haproxy.scrape(self.haproxy) + (
+            await metrics_text() if self.kernel is not None else b"")
 
     async def view(self) -> View | None:
         """Member health as this host serves it: HAProxy's view, with the kernel engine's for
@@ -180,6 +198,20 @@ class RemoteEngine:
                 else None
         seen = await self.haproxy.health()
         return None if seen is None else beside_kernel(seen, kernel)
+
+
+def config_files(rendered: Rendered) -> Mapping[str, str]:
+    """haproxy.cfg and every map as files (name → text); over the report's bound, one note
+    saying so instead (the files are on the engine host)."""
+    files = {"haproxy.cfg": rendered.config,
+             **{path: "".join(f"{k} {v}\n" for k, v in rows)
+                for path, rows in sorted(rendered.maps.items())}}
+    size = sum(len(k) + len(v) for k, v in files.items())
+    if size > MAX_CONFIG_CHARS:
+        return MappingProxyType({"haproxy.cfg": (
+            f"# not reported: {size} characters with its maps, over the bound of "
+            f"{MAX_CONFIG_CHARS}; read it on the engine host\n")})
+    return MappingProxyType(files)
 
 
 def _wrote_since(writes: int, kernel: KernelEngine) -> bool:

@@ -45,6 +45,7 @@ from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.programs.haproxy_follow import follow as follow_haproxy
 from podway.readers import surfaces
 from podway.readers.admin_api import SOCKET_NAME
+from podway.readers.dashboard.engine_view import Sample
 from podway.readers.engine_health import View
 from podway.sources.files import FileSource
 from podway.status.file import StatusFile
@@ -192,11 +193,11 @@ class Standalone:
 
     async def _kernel(self) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
-        from podway.programs.kernel import forgetter, watch_conntrack, writer
+        from podway.programs.kernel import HostPorts, forgetter, watch_conntrack, writer
 
         out = writer()
         self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
-                                   alone=self.opts.engine_kind == "kernel")
+                                   alone=self.opts.engine_kind == "kernel", resolve=HostPorts())
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             async with asyncio.TaskGroup() as group:
@@ -220,14 +221,17 @@ class Standalone:
         app = exposition.make_app(
             registries=[metrics.registry],
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
-            healthy=lambda: self.pipeline.state is not None, extra=self._kernel_metrics)
+            healthy=lambda: self.pipeline.state is not None, extra=self._engine_metrics)
         await surfaces.serve_until_cancelled(app, where, "metrics", metrics.follow(self.pipeline))
 
-    async def _kernel_metrics(self) -> bytes:
-        """The kernel engine's per-member counters (nothing while it does not run)."""
+    async def _engine_metrics(self) -> bytes:
+        """HAProxy's counters under the Envoy engine's series names, and the kernel engine's
+        per-member counters (each only while that engine runs)."""
         from podway.programs.kernel import metrics_text
+        from podway.readers.metrics import haproxy
 
-        return await metrics_text() if self.kernel is not None else b""
+        return await haproxy.scrape(self.haproxy) + (
+            await metrics_text() if self.kernel is not None else b"")
 
     def _surfaces(self, admin: Path | None, engine: Engine | None
                   ) -> Coroutine[Any, Any, None]:
@@ -242,7 +246,13 @@ class Standalone:
             detailed_stats=self.opts.envoy_stats is EnvoyStats.DETAILED,
             kernel_ruleset=lambda: self.kernel.installed if self.kernel is not None else None,
             haproxy_rendered=lambda: self.haproxy.rendered if self.haproxy is not None
-            else None))
+            else None, engine_sample=self._haproxy_sample))
+
+    async def _haproxy_sample(self, now: float) -> Sample | None:
+        """HAProxy's counters as the dashboard's traffic figures (none without HAProxy)."""
+        from podway.readers.metrics import haproxy
+
+        return await haproxy.sample(self.haproxy, now)
 
     async def engine_views(self) -> Mapping[str, View]:
         """The member health of the engines this process runs besides Envoy (whose admin the

@@ -10,7 +10,8 @@ left by a dead process is replaced. Endpoints:
   document (as the status file) and the engine's refusals;
 * ``GET /config`` — the IR and every xDS resource as JSON (secrets by name and digest only:
   a private key never leaves the process), the kernel engine's nftables ruleset (``kernel``)
-  and the HAProxy engine's ``haproxy.cfg`` with its maps (``haproxy``) when one runs here;
+  and the HAProxy engine's ``haproxy.cfg`` with its maps (``haproxy``) when one runs here, or
+  on a controller, each remote HAProxy engine's as it last reported them (``haproxy`` by node);
 * ``GET /health`` — the engines' live member health per pool (a local Envoy's admin
   ``/clusters``, and what every engine reported: ``podway.readers.engine_health``);
 * ``GET /explain?url=…&header=…&method=…&sni=…&source_ip=…`` — ``podway.readers.explain`` over the
@@ -81,6 +82,9 @@ class AdminOptions:
     # The HAProxy engine's rendering it serves now (``podway.haproxy``); None: no HAProxy
     # here, or nothing applied yet. Shown by ``/config`` as ``haproxy``.
     haproxy_rendered: Callable[[], Rendered | None] | None = None
+    # What remote engines reported they serve, by node (a controller's HAProxy engines:
+    # ``MemberHealthReports.configs``). Shown by ``/config`` as ``haproxy``, by node.
+    engine_configs: Callable[[], Mapping[str, Mapping[str, str]]] | None = None
 
 
 class AdminServer:
@@ -149,6 +153,12 @@ class AdminServer:
             else None
         if rendered is not None:
             data["haproxy"] = haproxy_data(rendered)
+        remote = self.opts.engine_configs() if self.opts.engine_configs is not None else {}
+        if remote and rendered is None:
+            data["haproxy"] = {node: {"config": files.get("haproxy.cfg", ""),
+                                      "maps": {k: v for k, v in sorted(files.items())
+                                               if k != "haproxy.cfg"}}
+                               for node, files in sorted(remote.items())}
         return web.json_response(data)
 
     async def _health(self, request: web.Request) -> web.Response:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from podway.haproxy.render import Rendered
+    from podway.readers.dashboard.app import EngineSample
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ class SurfaceOptions:
     kernel_ruleset: Callable[[], str | None] | None = None
     # The HAProxy engine's rendering (``/config``'s ``haproxy``); None: no HAProxy engine.
     haproxy_rendered: Callable[[], Rendered | None] | None = None
+    # The traffic figures of an engine without Envoy's admin (HAProxy's counters): the
+    # dashboard's per-listener and per-pool figures.
+    engine_sample: EngineSample | None = None
+    # Remote engines' reported configurations by node (``/config``'s ``haproxy``).
+    engine_configs: Callable[[], Mapping[str, Mapping[str, str]]] | None = None
 
 
 async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
@@ -73,7 +79,7 @@ async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None
     await AdminServer(pipeline, AdminOptions(
         socket=socket, mode=opts.mode, engine_admin=opts.engine_admin,
         engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset,
-        haproxy_rendered=opts.haproxy_rendered)).run()
+        haproxy_rendered=opts.haproxy_rendered, engine_configs=opts.engine_configs)).run()
 
 
 async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:
@@ -84,7 +90,7 @@ async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) 
         return explain_text(state, url, mode=opts.mode, health=health)
 
     app = make_app(pipeline, explainer=explainer, engine_admin=opts.engine_admin,
-                   engine_views=opts.engine_views,
+                   engine_views=opts.engine_views, engine_sample=opts.engine_sample,
                    options=DashboardOptions(view=ViewOptions(
                        mode=opts.mode, refresh_s=opts.dashboard_refresh_s,
                        explain_args=opts.explain_args, detailed_stats=opts.detailed_stats,

@@ -19,13 +19,13 @@ Invariant (tested by property): the result equals a translation from scratch.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from podway.base import collector
 from podway.ir import (
     IR,
     AuthRequest,
@@ -105,16 +105,10 @@ def gc_paused() -> Iterator[None]:
 
     Translation allocates many small acyclic objects; with a large snapshot on the heap every
     generation-2 collection rescans it, which made 10,000 paths take ~3x longer (measured with
-    bench/translate.py: 830 ms with the collector, 265 ms without). Reference counting still
-    frees everything; the collector resumes afterwards.
+    bench/translate.py: 830 ms with the collector, 265 ms without).
     """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector.paused():
         yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def translate(snapshot: Snapshot, opts: TranslateOptions | None = None) -> Result:

@@ -244,3 +244,49 @@ async def test_what_remote_haproxy_cannot_serve_reaches_the_objects_status(
     assert "transparent client addresses" in unsupported()[0]
     edit(bed, "services", lb_service("web", lb_port, port))
     await eventually(lambda: not unsupported(), within=30)
+
+
+async def test_config_dump_on_the_controller_shows_a_remote_haproxys_config(
+        bed: Bed, short_dir: Path) -> None:
+    """A remote HAProxy engine has no admin socket on the controller's host: its report sends
+    the haproxy.cfg and maps it serves (when they change), and the controller's ``/config``
+    (``podway config dump``) shows them by node, the newest after an edit; gone with the
+    engine's stream."""
+    from podway.readers.admin_api import get_json
+
+    port, lb_port, moved = free_port(), free_port(), free_port()
+    bed.lb_address = None  # the listener on 127.0.0.1, where HAProxy can bind it
+    bed.emu.put("services", lb_service("web", lb_port, port))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-1": "127.0.0.1"}, port=port))
+    admin = short_dir / "admin" / "admin.sock"
+    admin.parent.mkdir(mode=0o700)
+    await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}", admin_socket=admin)
+    engine = haproxy_engine(bed, short_dir / "hap")
+
+    async def dumped(listening: int) -> dict[str, Any] | None:
+        data = await get_json(admin, "/config")
+        found = data.get("haproxy", {}).get("hap-1")
+        served = engine.haproxy.rendered if engine.haproxy is not None else None
+        if found is None or served is None or f":{listening}\n" not in found["config"]:
+            return None
+        return {"found": found, "served": served}
+
+    async def shows(listening: int) -> bool:
+        return await dumped(listening) is not None
+
+    await eventually(lambda: shows(lb_port), within=30)
+    got = await dumped(lb_port)
+    assert got is not None
+    assert got["found"]["config"] == got["served"].config  # what HAProxy serves, exactly
+    assert set(got["found"]["maps"]) == set(got["served"].maps)
+    assert "PRIVATE KEY" not in str(got["found"])
+    edit(bed, "services", lb_service("web", moved, port))  # a new port: a new config
+    await eventually(lambda: shows(moved), within=30)
+    task = next(t for t in bed.tasks if t.get_name() == "engine-hap-1")
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+    async def gone() -> bool:
+        return "hap-1" not in (await get_json(admin, "/config")).get("haproxy", {})
+
+    await eventually(gone, within=30)

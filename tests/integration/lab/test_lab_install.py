@@ -43,8 +43,8 @@ spec:
     metadata: {labels: {app: web}}
     spec:
       # Not on the engine's node: there the kernel engine's DNAT to the node's own
-      # NodePortLocal port and the agent's DNAT meet in one prerouting hook and the
-      # connection hangs (found by this test; docs/lab.md).
+      # NodePortLocal port once kept the agent's DNAT from running (found by this test;
+      # fixed in the kernel engine, tested in namespaces; docs/lab.md).
       nodeSelector: {kubernetes.io/hostname: lab-node-2}
       containers:
       - {name: echo, image: echo, ports: [{containerPort: 80}]}

@@ -121,3 +121,33 @@ def test_the_haproxy_engine_reports_what_it_renders_unsupported(tmp_path: Path) 
     engine.haproxy = SimpleNamespace(  # type: ignore[assignment]
         counters=SimpleNamespace(unsupported=reports))
     assert engine.unsupported() == (CLOSED, WARN)
+
+
+def test_a_reported_configuration_round_trips_within_its_bound() -> None:
+    """An engine's configuration (file → text) travels in the first part of a report only;
+    one over the bound, or not made of texts, is refused; a stream's end drops it."""
+    import json
+
+    import pytest
+
+    from podway.engines import member_health as mh
+
+    hosts = {(f"pool/{i}", "10.0.0.1:80"): mh.HostState(mh.Health.HEALTHY) for i in range(50)}
+    message = mh.Message(node="hap-1", full=True, hosts=hosts,
+                         config={"haproxy.cfg": "global\n", "maps/a.map": "x y\n"})
+    parts = [mh.decode(p) for p in mh.encode_parts(message, limit=600)]
+    assert len(parts) > 1
+    assert parts[0].config == message.config
+    assert all(p.config is None for p in parts[1:])
+    reports = mh.MemberHealthReports()
+    stream = object()
+    reports.apply(stream, mh.join(parts[0], parts[1]))
+    assert reports.configs() == {"hap-1": message.config}
+    reports.close(stream)
+    assert reports.configs() == {}
+    big = json.dumps({"v": 1, "node": "n", "full": True, "hosts": [], "removed": [],
+                      "config": {"haproxy.cfg": "x" * (mh.MAX_CONFIG_CHARS + 1)}})
+    with pytest.raises(mh.ReportError, match="configuration over"):
+        mh.decode(big.encode())
+    with pytest.raises(mh.ReportError, match="file names to texts"):
+        mh.decode(b'{"v":1,"node":"n","full":true,"hosts":[],"removed":[],"config":{"a":1}}')

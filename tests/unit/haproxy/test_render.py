@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from types import MappingProxyType
 
 from podway.haproxy import slots
-from podway.haproxy.backends import status_regex
+from podway.haproxy.backends import backend_name, status_regex
 from podway.haproxy.http import path_regex, tree_safe
-from podway.haproxy.names import route_key, word
+from podway.haproxy.names import word
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.ir import (
     IR,
@@ -152,21 +153,24 @@ def _first_match(routes: tuple[Route, ...], path: str) -> str | None:
 
 
 def _tree(rendered: Rendered, path: str) -> str | None:
-    """The route HAProxy's two lookups pick: exact key, else the longest prefix key."""
+    """The route HAProxy's lookup picks: the longest path-map key that begins the request's
+    ``<virtual host>@<path>?`` (each route forwards to a pool named after it)."""
     rows = {name.rsplit(".", 2)[-2]: dict(rows) for name, rows in rendered.maps.items()}
-    exact = {k.split("@", 1)[1]: v for k, v in rows["exact"].items()}
-    prefix = {k.split("@", 1)[1]: v for k, v in rows["prefix"].items()}
-    key = exact.get(path) or next((prefix[p] for p in sorted(prefix, key=len, reverse=True)
-                                   if path.startswith(p)), None)
-    names = {route_key(n): n for n in ("r/exact", "r/api", "r/api-v1", "r/all", "r/apix")}
-    return names.get(key) if key else None
+    paths = {k.split("@", 1)[1]: v for k, v in rows["paths"].items()}
+    key = f"{path}?"
+    found = max((p for p in paths if key.startswith(p)), key=len, default=None)
+    pools = {backend_name(f"pool/{n}"): n for n in ("r/exact", "r/api", "r/api-v1", "r/all",
+                                                     "r/apix")}
+    return pools[paths[found]] if found is not None else None
 
 
 def test_path_maps_pick_what_first_match_picks() -> None:
-    """Exact, then longest prefix (tree lookups) gives the IR's first match on every path."""
+    """The longest-prefix lookup (one tree) gives the IR's first match on every path."""
     routes = (_route("r/exact", "/api/health", kind=PathKind.EXACT),
               _route("r/api-v1", "/api/v1/"), _route("r/apix", "/apix"),
               _route("r/api", "/api"), _route("r/all"))
+    routes = tuple(dataclasses.replace(r, action=Forward(backends=(
+        WeightedPool(pool=f"pool/{r.name}"),))) for r in routes)
     out = render(_ir(*routes), OPTS)
     for path in ("/", "/api", "/api/", "/api/health", "/api/health/x", "/api/v1", "/api/v1/x",
                  "/api/v10", "/apix", "/apix/y", "/apixy", "/other"):
@@ -180,7 +184,13 @@ def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:
     assert not tree_safe((_route("r/all"), _route("r/api", "/api")))
     assert not tree_safe((_route("r/api", "/api"), _route("r/x", "/api", kind=PathKind.EXACT)))
     out = render(_ir(_route("r/all"), _route("r/api", "/api")), OPTS)
-    assert f"str({route_key('r/all')}) if" in out.config
+    chosen = [line for line in out.config.splitlines() if "set-var(txn.r) str(" in line]
+    # In IR order, each naming its backend (plain forwards need no route key), and the
+    # backend taken from txn.r; no path-map row.
+    assert [("path -m reg" in line) for line in chosen] == [False, True]
+    assert all(f"str({backend_name('pool/default/web/80')}) if" in line for line in chosen)
+    assert "  use_backend %[var(txn.r)]" in out.config
+    assert out.maps["maps/fe:ingress:http.paths.map"] == ()
 
 
 def test_unenforceable_limits_fail_closed_and_are_reported() -> None:

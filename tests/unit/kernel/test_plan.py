@@ -18,7 +18,7 @@ from podway.ir import (
     UpstreamTLS,
     WeightedPool,
 )
-from podway.kernel.plan import MAX_SLOTS, Backend, flatten, plan
+from podway.kernel.plan import MAX_SLOTS, Backend, Service, flatten, plan, through_local_ports
 
 ORIGIN = ObjectRef(kind="Service", namespace="shop", name="web")
 TCP = PoolSettings(protocol=PoolProtocol.TCP, health_check=HealthCheck(kind=HealthCheckKind.TCP))
@@ -135,3 +135,17 @@ def test_udp_members_no_longer_chosen_are_stale_tcp_never() -> None:
     after = (svc("udp", "198.18.2.2"), svc("tcp", "198.18.2.2"))
     assert stale_udp(before, after) == (StaleFlows("198.18.0.10", 53, "198.18.1.2", 5353),)
     assert stale_udp(after, before) == ()
+
+
+def test_members_on_this_hosts_own_nodeportlocal_ports_become_their_pods() -> None:
+    """A flow is DNATed once: the engine DNATs straight to the pod behind a port of its own
+    node (the agent's DNAT would never run); other members, weights and order are kept."""
+    web = Service(name="web", address="198.18.0.10", port=80, protocol="tcp", affinity=False,
+                  transparent=False, pools=("p",), backends=(
+                      Backend("198.18.0.1", 61001, 2), Backend("198.18.9.9", 61001, 1)))
+    local = {("tcp", "198.18.0.1", 61001): ("10.1.0.5", 8080),
+             ("udp", "198.18.9.9", 61001): ("10.1.0.6", 8080)}  # another protocol: not this
+    (out,) = through_local_ports((web,), local)
+    assert out.backends == (Backend("10.1.0.5", 8080, 2), Backend("198.18.9.9", 61001, 1))
+    assert out.pools == web.pools
+    assert through_local_ports((web,), {}) == (web,)

@@ -100,3 +100,39 @@ _VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
 def test_any_dumped_value_loads_the_same(value: Any, flow: bool) -> None:
     text = yaml.safe_dump(value, default_flow_style=flow)
     assert load(text, FastSafeLoader) == load(text, REFERENCE)
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    """The deepest mapping or sequence in ``value`` (itself at ``level``), 0 for a scalar."""
+    if isinstance(value, dict):
+        return max([level, *(_depth(v, level + 1) for v in value.values())])
+    if isinstance(value, list):
+        return max([level, *(_depth(v, level + 1) for v in value)])
+    return 0
+
+
+def _measured(text: str) -> int | None:
+    loader = FastSafeLoader(text)
+    try:
+        while loader.check_data():
+            loader.get_data()
+        return loader.deepest
+    finally:
+        loader.dispose()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VALUES, min_size=1, max_size=3), st.booleans())
+def test_the_lean_walk_measures_the_deepest_collection(values: list[Any], flow: bool) -> None:
+    """The loader's depth limit trusts this figure instead of walking every value again."""
+    text = yaml.safe_dump_all(values, default_flow_style=flow)
+    # An '&' anywhere (even inside a string) sends the text down PyYAML's path: no figure.
+    expected = None if "&" in text else max(_depth(v) for v in values)
+    assert _measured(text) == expected
+
+
+def test_no_depth_is_claimed_for_a_document_pyyaml_built() -> None:
+    assert _measured("a: [[1]]\n---\n[x]\n") == 3
+    # A merge key sends the second document to PyYAML's constructor: its depth is unknown.
+    assert _measured("a: [[1]]\n---\nb:\n  <<: {c: [[[1]]]}\n") is None
+    assert _measured("a: &x [1]\nb: *x\n") is None  # anchors: never the lean walk

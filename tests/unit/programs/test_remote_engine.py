@@ -90,3 +90,46 @@ async def test_latest_gives_each_reader_the_newest_value_and_skips_the_rest() ->
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_the_reported_config_is_the_served_files_or_a_note_over_the_bound() -> None:
+    """The report carries haproxy.cfg and every map as the engine writes them; a rendering
+    over the report's bound is replaced by one line saying where to read it, never cut."""
+    from podway.engines.member_health import MAX_CONFIG_CHARS
+    from podway.haproxy.render import RenderOptions, render
+    from podway.ir import (
+        IR,
+        Forward,
+        Listener,
+        ListenerProtocol,
+        ObjectRef,
+        PathKind,
+        PathMatch,
+        Pool,
+        Route,
+        RouteMatch,
+        VirtualHost,
+        WeightedPool,
+    )
+    from podway.programs.remote_engine import config_files
+
+    def ir(hosts: int) -> IR:
+        route = Route(name="r", match=RouteMatch(path=PathMatch(kind=PathKind.PREFIX, value="/")),
+                      action=Forward(backends=(WeightedPool(pool="p"),)),
+                      origin=ObjectRef(kind="Ingress", namespace="default", name="web"))
+        vhosts = tuple(VirtualHost(name=f"v{i}", hostname=f"h{i}.test", routes=(route,))
+                       for i in range(hosts))
+        listener = Listener(name="l", address="127.0.0.1", port=80,
+                            protocol=ListenerProtocol.HTTP, virtual_hosts=vhosts)
+        return IR(listeners=(listener,), pools=MappingProxyType({"p": Pool(name="p")}))
+
+    small = render(ir(2), RenderOptions(folder="/s", runtime_socket="/s/rt.sock"))
+    files = config_files(small)
+    assert files["haproxy.cfg"] == small.config
+    assert files["maps/fe:l.hosts.map"].startswith("h0.test ")
+    assert set(files) == {"haproxy.cfg", *small.maps}
+    big = render(ir(40_000), RenderOptions(folder="/s", runtime_socket="/s/rt.sock"))
+    note = config_files(big)
+    assert list(note) == ["haproxy.cfg"]
+    assert note["haproxy.cfg"].startswith("# not reported: ")
+    assert str(MAX_CONFIG_CHARS) in note["haproxy.cfg"]

@@ -34,3 +34,10 @@ only its objects (its engines pass --engine-group) and names its engine kind. */
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* A label selector (k=v,k2=v2) from a nodeSelector map: the L2 speaker's group. */}}
+{{- define "podway.selector" -}}
+{{- $out := list -}}
+{{- range $k, $v := . -}}{{- $out = append $out (printf "%s=%s" $k $v) -}}{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

@@ -220,7 +220,7 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
                                                 haproxy_path=haproxy_path, threads=threads))
             run = engine.run() if renewal is None else renewal(engine.run())
             await serve_while(run, host="127.0.0.1", port=metrics_port,
-                              extra=engine.kernel_metrics)
+                              extra=engine.engine_metrics)
 
     asyncio.run(run_until_signal(main()))
 

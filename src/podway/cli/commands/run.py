@@ -115,13 +115,16 @@ def run(
     = None,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
-    from podway.base.netaddr import HostPort
-    from podway.envoy.engine.state import instance_dir
-    from podway.envoy.xds.server import check_bind
-    from podway.ir import EngineKind
-    from podway.programs.gc_policy import GcPolicy
-    from podway.programs.standalone import Standalone, StandaloneOptions
-    from podway.translate import TranslateOptions
+    from podway.base import collector
+
+    with collector.paused():  # imports make no cyclic garbage (see podway.cli.app.main)
+        from podway.base.netaddr import HostPort
+        from podway.envoy.engine.state import instance_dir
+        from podway.envoy.xds.server import check_bind
+        from podway.ir import EngineKind
+        from podway.programs.gc_policy import GcPolicy
+        from podway.programs.standalone import Standalone, StandaloneOptions
+        from podway.translate import TranslateOptions
 
     setup_logging(log_level)
     check_address("--address", address)

@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.model.gateway import Gateway, GatewayClass
-from podway.pipeline import State
 from podway.programs.controller.events import Due
 from podway.programs.controller.groups import group_of
 from podway.translate.gateway.parameters import ClassParameters, class_parameters
+
+if TYPE_CHECKING:
+    from podway.envoy.xds.server import XdsServer
+    from podway.programs.controller.events import EventRecorder
+    from podway.programs.controller.main import Controller
 
 REASON = "EngineKindMismatch"
 Engines = Mapping[str, tuple[str, str]]  # node → (group, "": none; kind)
@@ -105,24 +110,31 @@ def connected(ads: Mapping[str, str], fed: Engines) -> Engines:
     return {**{node: (group, "envoy") for node, group in ads.items()}, **fed}
 
 
-async def follow(tracker: KindMismatches, *, state: Callable[[], State | None],
-                 configured: Callable[[], Mapping[str, str]], engines: Callable[[], Engines],
-                 wake_on: Iterable[list[Callable[[], None]]],
-                 record: Callable[[list[Due]], Awaitable[None]], period_s: float = 5.0
-                 ) -> None:
-    """Record the Warnings due (``tracker``) each time engines come or go (a callback is added
-    to each list of ``wake_on``) and every ``period_s``, until cancelled."""
+async def follow(controller: Controller, server: XdsServer, events: EventRecorder, *,
+                 period_s: float = 5.0) -> None:
+    """Record the Warnings due each time engines come or go and every ``period_s``, until
+    cancelled (nothing with ``write_events`` off); a new leadership term says them again."""
+    if not controller.opts.write_events:
+        return
+    tracker = KindMismatches(controller_name=controller.opts.translate.gateway_controller)
+    ads, fed = server.servicer, controller.feed
     changed = asyncio.Event()
-    for listeners in wake_on:
+    for listeners in (ads.on_engines, fed.on_engines):
         listeners.append(changed.set)
+    term = 0
     while True:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(period_s):
                 await changed.wait()
         changed.clear()
-        now = state()
-        if now is None:
+        state = controller.pipeline.state if controller.pipeline is not None else None
+        fence = controller.leadership.fence()
+        if state is None or not fence.valid():
             continue
-        due = tracker.due(now.update.snapshot, configured=configured(), engines=engines())
+        if fence.term != term:
+            term = fence.term
+            tracker.reset()
+        due = tracker.due(state.update.snapshot, configured=controller.live.engine_kinds,
+                          engines=connected(ads.engine_groups, fed.engine_kinds))
         if due:
-            await record(due)
+            await events.record(due)

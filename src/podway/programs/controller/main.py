@@ -186,7 +186,6 @@ class Controller:
         self._npl_seen: tuple[object, ...] = ()
         self.refused = RefusedKinds(self.metrics,
                                     controller_name=opts.translate.gateway_controller)
-        self.kinds = kind_mismatch.KindMismatches(controller_name=opts.translate.gateway_controller)
         self.gc_settled: Settled | None = None  # with ``opts.gc``: the newest settle
         self.gc_first_settle = asyncio.Event()  # set at the first (benchmarks, tests)
         self.engine_signer: EngineCertSigner | None = None  # with ``opts.engine_certs``
@@ -247,9 +246,7 @@ class Controller:
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self._pending_warnings(events),
                                   name="controller-pending-warnings")
-                if opts.write_events:
-                    group.create_task(self._kind_warnings(events, self.pipeline, server),
-                                      name="controller-kinds")
+                group.create_task(kind_mismatch.follow(self, server, events), name="kinds")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.status.repair(every_s=opts.status_resync_s),
                                   name="controller-status-repair")
@@ -348,6 +345,7 @@ class Controller:
             dashboard=opts.dashboard, dashboard_refresh_s=opts.dashboard_refresh_s,
             engine_admin=(lambda: engine) if engine is not None else None,
             engine_views=reported(self.health_reports),
+            engine_configs=self.health_reports.configs,
             explain_args=("--admin-socket", str(opts.admin_socket)) if opts.admin_socket
             else ())
 
@@ -372,13 +370,12 @@ class Controller:
                     self.readiness.wake()  # gated pods are judged now, not at the next resync
                 self._npl_seen, self._npl_requested = (), {}
                 self.refused.reset()  # say it again in this term
-                self.kinds.reset()
             self._observe(state, generation)
             generation = state.generation
             due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
-                due += changes(doc, self.status.last_document)
+                due += self._news(doc, self.status.last_document)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
@@ -391,14 +388,17 @@ class Controller:
             if due and self.opts.write_events:
                 await events.record(due)
 
-    async def _kind_warnings(self, events: EventRecorder, pipeline: Pipeline,
-                             server: XdsServer) -> None:
-        """A Warning on each Gateway whose class's engineKind its engines are not."""
-        ads, fed = server.servicer, self.feed
-        await kind_mismatch.follow(
-            self.kinds, state=lambda: pipeline.state, configured=lambda: self.live.engine_kinds,
-            engines=lambda: kind_mismatch.connected(ads.engine_groups, fed.engine_kinds),
-            wake_on=[fed.on_engines, ads.on_engines], record=events.record)
+    def _news(self, before: StatusDocument | None, after: StatusDocument) -> list[Due]:
+        """The events due between two documents; on this process's first document, no
+        ``Synced`` for an object whose status the API already held as wanted: an earlier
+        controller served it and said so (a restart would count up every such Event: three
+        API calls per object)."""
+        due = changes(before, after)
+        if before is not None or self.status is None:
+            return due
+        found = self.status.found_current
+        return [d for d in due if d.reason != "Synced"
+                or (d.ref.kind, (d.ref.namespace, d.ref.name)) not in found]
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())

@@ -52,6 +52,8 @@ from podway.readers.engine_health import EngineViews, member_texts
 log = logging.getLogger(__name__)
 
 AdminAddress = Callable[[], str | None]  # the engine's admin address now; None: not running
+# An engine's traffic figures at a monotonic time (None: it did not answer).
+EngineSample = Callable[[float], Awaitable[engine_view.Sample | None]]
 # (state, URL, live member health: pool → "address:port" → "healthy" or why not; None: not
 # known) → the explain report as text
 Explainer = Callable[[State, str, Mapping[str, Mapping[str, str]] | None], str]
@@ -82,10 +84,13 @@ class Hub:
 
     def __init__(self, provider: StateProvider, *, options: DashboardOptions,
                  engine_admin: AdminAddress | None,
-                 engine_views: EngineViews | None = None) -> None:
+                 engine_views: EngineViews | None = None,
+                 engine_sample: EngineSample | None = None) -> None:
         self.provider = provider
         self.options = options
         self.engine_admin = engine_admin
+        # The traffic figures of an engine with no Envoy admin (HAProxy's counters).
+        self.engine_sample = engine_sample
         self.engine_views = engine_views  # every engine's member health (engine_health)
         self.reporting = False  # some engine reported its view at the last sample
         self.live: dict[str, dict[str, str]] | None = None  # the last sample, as explain reads it
@@ -145,6 +150,8 @@ class Hub:
                                                limit_s=self.options.scrape_limit_s)
             except (OSError, TimeoutError) as exc:
                 log.debug("dashboard: engine admin did not answer: %s", exc)
+        elif self.engine_sample is not None:
+            now = await self.engine_sample(time.monotonic())
         if self.engine_views is not None:
             views = await self.engine_views()
             self.reporting = bool(views)
@@ -229,10 +236,12 @@ def live_health(sample: engine_view.Sample) -> dict[str, dict[str, str]]:
 def make_app(provider: StateProvider, *, options: DashboardOptions | None = None,
              engine_admin: AdminAddress | None = None,
              explainer: Explainer | None = None,
-             engine_views: EngineViews | None = None) -> web.Application:
+             engine_views: EngineViews | None = None,
+             engine_sample: EngineSample | None = None) -> web.Application:
     """The dashboard, ready to mount (``web.AppRunner``) or add as a sub-app."""
     opts = options or DashboardOptions()
-    hub = Hub(provider, options=opts, engine_admin=engine_admin, engine_views=engine_views)
+    hub = Hub(provider, options=opts, engine_admin=engine_admin, engine_views=engine_views,
+              engine_sample=engine_sample)
     views = _Views(hub, opts, explainer)
     app = web.Application(middlewares=[_only_this_server(opts.hosts)])
 
