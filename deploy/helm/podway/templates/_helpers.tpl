@@ -5,6 +5,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/* podAnnotations on a pod template (nindent 8): a changed value rolls every workload. */}}
+{{- define "podway.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+annotations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{- define "podway.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end -}}

@@ -254,6 +254,28 @@ def down(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
 
 
 @lab_app.command()
+def upgrade(name: NameOpt = "lab", state_dir: StateOpt = None,
+            pod_annotation: Annotated[list[str] | None, typer.Option(
+                help="KEY=VALUE on every pod the chart runs (podAnnotations); default "
+                     "lab-upgrade=<current time>, which rolls every workload.")] = None,
+            ) -> None:
+    """``helm upgrade`` of the chart a ``lab up --install`` installed, in place: the same
+    values with the given pod annotations; each workload rolls by its update strategy."""
+    import time
+
+    from podway.programs.lab.install import upgrade as upgrade_chart
+
+    state, _, _ = _running(name, state_dir)
+    given = pod_annotation or [f"lab-upgrade={time.strftime('%Y%m%dT%H%M%S')}"]
+    pairs = [item.partition("=") for item in given]
+    if any(not sep or not k for k, sep, _ in pairs):
+        raise ConfigError("--pod-annotation takes KEY=VALUE")
+    upgrade_chart(state, pod_annotations={k: v for k, _, v in pairs})
+    typer.echo("upgraded: every workload rolls (podway lab kubectl" + which(name, state_dir)
+               + " -- rollout status -n podway deploy/podway-controller)")
+
+
+@lab_app.command()
 def apply(file: Annotated[Path, typer.Option("-f", "--filename", help="YAML file or folder.")],
           name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     """Create or update the objects in FILE (or every *.yaml/*.yml in a folder)."""

@@ -18,6 +18,7 @@ What a cluster admin does first (docs/install.md), done here before ``helm insta
   or ``l2`` (the chart's L2 mode, MetalLB's): the pool is on-link on the edge router's fabric
   interface, so the router asks ARP for each VIP on the nodes' segment and the chart's
   ``podway vip l2`` DaemonSet answers from the engine node.
+- ``net.ipv4.tcp_migrate_req=1`` on that node, for the engine's rolling update (``upgrade``).
 
 Values: the image is ``podway:<archive tag>``, one engine replica (one edge node), the
 controller's two replicas with its Lease, the agent DaemonSet on every node.
@@ -119,6 +120,10 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki, reachability: str = "none")
     for obj in tls_secrets(pki, [edge.name]):
         plural = "secrets" if obj["kind"] == "Secret" else "configmaps"
         _call(api, "POST", f"/api/v1/namespaces/{NAMESPACE}/{plural}", obj, ok=(201, 409))
+    # A rolling update's old engine closes its listening sockets once the new one shares
+    # them (SO_REUSEPORT): connections still in its accept queue move to the new one instead
+    # of being reset (docs/install.md, "Upgrade": set on every engine node).
+    network.sh("ip", "netns", "exec", edge.netns, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1")
     if reachability == "l2":  # the router asks ARP for each VIP on the nodes' segment
         network.sh("ip", "-n", plan.edge, "route", "replace", VIP_POOL, "dev", "eth0")
         return
@@ -126,17 +131,17 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki, reachability: str = "none")
     network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
 
 
-def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART,
-                 engine: str = "envoy", reachability: str = "none") -> str:
-    """``helm install podway`` of ``chart`` into the lab; the release's manifest."""
+def helm(action: str, kubeconfig: Path, values_: Obj, *, python: Path,
+         chart: Path = CHART) -> str:
+    """``helm install|upgrade podway`` of ``chart`` into the lab with ``values_``; the
+    release's manifest. The release is a Secret in the lab's API, as Helm keeps it."""
     done = subprocess.run(
-        [str(python), str(HELPER), str(chart), str(state.kubeconfig), NAMESPACE,
-         json.dumps(values(tag, engine, reachability))], capture_output=True, text=True,
-        check=False, timeout=300,
-        env={**os.environ, "HELM_DRIVER": "memory"})
+        [str(python), str(HELPER), action, str(chart), str(kubeconfig), NAMESPACE,
+         json.dumps(values_)], capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "HELM_DRIVER": "secret"})
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["failed"]
-        raise EnvironmentProblem(f"lab install: {lines[-1]}")
+        raise EnvironmentProblem(f"lab {action}: {lines[-1]}")
     return done.stdout
 
 
@@ -146,6 +151,23 @@ def install(state: LabState, plan: LabPlan, tag: str, *, engine: str = "envoy",
     say("install: namespace, certificates, edge node")
     prepare(LabApi.of(state), plan, state.pki, reachability)
     say("install: helm install podway (deploy/helm/podway)")
-    manifest = helm_install(state, tag, python=python, engine=engine, reachability=reachability)
+    chosen = values(tag, engine, reachability)
+    manifest = helm("install", state.kubeconfig, chosen, python=python)
     (state.root / "install.yaml").write_text(manifest)
+    (state.root / "install-values.json").write_text(json.dumps(chosen))
+    return manifest
+
+
+def upgrade(state: LabState, *, pod_annotations: dict[str, str],
+            chart: Path = CHART) -> str:
+    """``helm upgrade podway`` in place: the values of the install (or of the last upgrade)
+    with ``podAnnotations`` replaced, which changes every workload's pod template (controller,
+    engines, agents), so each rolls by its own update strategy."""
+    path = state.root / "install-values.json"
+    if not path.exists():
+        raise EnvironmentProblem("lab upgrade: this lab was not started with --install")
+    chosen = {**json.loads(path.read_text()), "podAnnotations": dict(pod_annotations)}
+    manifest = helm("upgrade", state.kubeconfig, chosen, python=helm_python(), chart=chart)
+    (state.root / "install.yaml").write_text(manifest)
+    path.write_text(json.dumps(chosen))
     return manifest
