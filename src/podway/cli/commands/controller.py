@@ -219,8 +219,7 @@ def controller(
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
         warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,
-        listener_reuse_port=listener_reuse_port,
-        **_oidc_key(oidc_key_secret, oidc_key_namespace))
+        listener_reuse_port=listener_reuse_port, **_oidc_key(oidc_key_secret, oidc_key_namespace))
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 

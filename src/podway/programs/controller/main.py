@@ -61,7 +61,13 @@ from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
-from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
+from podway.programs.controller.events import (
+    Due,
+    EventRecorder,
+    changes,
+    drop_told,
+    load_error_events,
+)
 from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
 from podway.programs.controller.leader import (
     ALWAYS,
@@ -377,7 +383,8 @@ class Controller:
             due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
-                due += self._news(doc, self.status.last_document)
+                news = changes(doc, self.status.last_document)
+                due += news if doc is not None else drop_told(news, self.status.found_current)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
@@ -389,18 +396,6 @@ class Controller:
                                     state.update.snapshot)
             if due and self.opts.write_events:
                 await events.record(due)
-
-    def _news(self, before: StatusDocument | None, after: StatusDocument) -> list[Due]:
-        """The events due between two documents; on this process's first document, no
-        ``Synced`` for an object whose status the API already held as wanted: an earlier
-        controller served it and said so (a restart would count up every such Event: three
-        API calls per object)."""
-        due = changes(before, after)
-        if before is not None or self.status is None:
-            return due
-        found = self.status.found_current
-        return [d for d in due if d.reason != "Synced"
-                or (d.ref.kind, (d.ref.namespace, d.ref.name)) not in found]
 
     def _observe(self, state: State, previous_generation: int) -> None:
         self.pipeline_metrics.observe(state, now=time.time())
