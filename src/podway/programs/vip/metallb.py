@@ -345,8 +345,7 @@ def _exports(peer: str, adverts: Sequence[_Advert]) -> tuple[Export, ...]:
 def plan(objects: Objects, *, node_labels: Mapping[str, str], router_id: str,
          namespace: str, vips: Sequence[str] | None = None) -> Plan:
     """This node's BGP from MetalLB's objects (see the module docstring)."""
-    problems = unknown_fields(objects, ("BGPPeer", "BGPAdvertisement", "BFDProfile",
-                                        "Community", "IPAddressPool"))
+    problems = unknown_fields(objects, [k.name for k in METALLB_SPEAKER_KINDS])
     peers = _peers(objects, node_labels, namespace, problems)
     adverts = _adverts(objects, node_labels, _pool_routes(objects, vips, problems), problems)
     neighbors = []
