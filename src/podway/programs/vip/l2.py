@@ -406,9 +406,14 @@ def check_vips(vips: Sequence[str]) -> tuple[str, ...]:
     out = []
     for vip in vips:
         try:
-            out.append(str(ipaddress.ip_address(vip)))
+            address = ipaddress.ip_address(vip)
         except ValueError:
             raise ConfigError(f"--vip {vip!r} is not an IP address") from None
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+            # A link-local VIP is bound to the interfaces it is put on; ``ip`` takes no zone.
+            raise ConfigError(f"--vip {vip!r}: give the address without %zone; it goes on "
+                              "--interface (or the L2Advertisement's interfaces)")
+        out.append(str(address))
     if not out:
         raise ConfigError("give at least one --vip")
     return tuple(out)

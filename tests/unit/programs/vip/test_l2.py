@@ -16,6 +16,7 @@ from podway.programs.vip.l2 import (
     L2Settings,
     L2Speaker,
     Membership,
+    check_vips,
     decode,
     encode,
     garp_frames,
@@ -113,6 +114,16 @@ def test_neighbor_advertisement_overrides_with_the_target_link_address() -> None
     assert not flags & 0xC0000000  # neither router nor solicited
     assert packet[8:24] == vip.packed
     assert packet[24:32] == b"\x02\x01" + mac
+
+
+def test_a_link_local_vip_is_taken_without_a_zone() -> None:
+    """fe80::100 is a VIP like any other (it goes on --interface); with a %zone it is refused
+    in one line, not by ``ip addr add`` once the host is elected."""
+    assert check_vips(["fe80::100", "198.18.0.9"]) == ("fe80::100", "198.18.0.9")
+    with pytest.raises(ConfigError, match="without %zone"):
+        check_vips(["fe80::100%e0"])
+    with pytest.raises(ConfigError, match="not an IP address"):
+        check_vips(["fe80::100/64"])
 
 
 @pytest.mark.parametrize("text", ["b", "b=198.18.0.2", "=198.18.0.2:7000",
