@@ -4,8 +4,10 @@
     eng1     ├─ bridge (namespace "lan")      VIP fe80::100 (link-local, on e0), one owner
     eng2    ─┘
 
-The bed of test_l2.py (IPv4 heartbeats on 198.18.90.0/24), with a link-local IPv6 VIP: the only
-IPv6 used is link-local, on the test's own veths. Each engine runs ``podway echo`` on ``::``.
+The bed of test_l2.py with a link-local IPv6 VIP: the only IPv6 used is link-local, on the
+test's own veths. The heartbeats go over IPv4 (198.18.90.0/24) or, in the IPv6-only variant
+(no IPv4 address at all), between link-local addresses (``--listen [fe80::11%e0]:7946``).
+Each engine runs ``podway echo`` on ``::``.
 The owner puts the VIP on e0 (the kernel then answers Neighbor Solicitations for it); the client
 connects to ``[fe80::100%e0]:8080`` and its neighbour cache learns the owner's MAC. The owner
 dies (link cut, processes killed): the other host takes the VIP and sends an unsolicited Neighbor
@@ -36,10 +38,16 @@ pytestmark = pytest.mark.netns
 VIP6 = "fe80::100"
 URL = f"http://[{VIP6}%25e0]:8080/"  # the zone (the client's e0) is part of the address
 REACHABLE_MS = 120_000  # the kernel keeps an entry REACHABLE 0.5-1.5 times this long
+LINK_LOCAL = {"eng1": "fe80::11", "eng2": "fe80::12"}  # the IPv6-only variant's heartbeats
 
 
 class NdpBed(L2Bed):
-    """L2Bed with echo on ``::`` and the speakers given the link-local VIP."""
+    """L2Bed with echo on ``::`` and the speakers given the link-local VIP; ``ipv6_only``:
+    no IPv4 address, the heartbeats between link-local addresses."""
+
+    def __init__(self, folder: Path, *, ipv6_only: bool) -> None:
+        super().__init__(folder)
+        self.ipv6_only = ipv6_only
 
     def open(self) -> None:
         for ns in self.ns.values():
@@ -53,7 +61,10 @@ class NdpBed(L2Bed):
                "netns", ns, ns=lan)
             sh("ip", "link", "set", f"p-{name}", "master", "br0", "up", ns=lan)
             sh("sysctl", "-qw", "net.ipv6.conf.e0.accept_dad=0", ns=ns)
-            sh("ip", "addr", "add", f"{address}/24", "dev", "e0", ns=ns)
+            if not self.ipv6_only:
+                sh("ip", "addr", "add", f"{address}/24", "dev", "e0", ns=ns)
+            elif name in LINK_LOCAL:
+                sh("ip", "-6", "addr", "add", f"{LINK_LOCAL[name]}/64", "dev", "e0", ns=ns)
             sh("ip", "link", "set", "e0", "up", ns=ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
         sh("sysctl", "-qw", f"net.ipv6.neigh.e0.base_reachable_time_ms={REACHABLE_MS}",
@@ -65,9 +76,12 @@ class NdpBed(L2Bed):
 
     def start_speaker(self, name: str) -> None:
         other = next(n for n in ENGINES if n != name)
+        if self.ipv6_only:
+            listen, peer = f"[{LINK_LOCAL[name]}%e0]:7946", f"[{LINK_LOCAL[other]}%e0]:7946"
+        else:
+            listen, peer = f"{ENGINES[name]}:7946", f"{ENGINES[other]}:7946"
         self.spawn(name, [*PODWAY, "vip", "l2", "--node", name, "--interface", "e0",
-                          "--listen", f"{ENGINES[name]}:7946",
-                          "--peer", f"{other}={ENGINES[other]}:7946", "--vip", VIP6,
+                          "--listen", listen, "--peer", f"{other}={peer}", "--vip", VIP6,
                           "--key-file", str(self.key), "--hand-over-wait", "1"])
 
     def holders(self, among: tuple[str, ...] = tuple(ENGINES)) -> list[str]:
@@ -90,12 +104,12 @@ class NdpBed(L2Bed):
             return ""
 
 
-@pytest.fixture
-def bed(tmp_path: Path) -> Iterator[NdpBed]:
+@pytest.fixture(params=[False, True], ids=["ipv4-heartbeats", "ipv6-only"])
+def bed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NdpBed]:
     why = unavailable()
     if why is not None:
         pytest.skip(why)
-    made = NdpBed(tmp_path)
+    made = NdpBed(tmp_path, ipv6_only=request.param)
     try:
         made.open()
         yield made

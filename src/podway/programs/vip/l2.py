@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -246,7 +247,7 @@ class L2Speaker:
                                    socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         try:
-            self._sock.bind(self.s.listen)
+            self._sock.bind(sockaddr(self.s.listen))
         except OSError as err:
             raise EnvironmentProblem(f"l2: cannot listen on {self.s.listen}: {err}") from None
         loop.add_reader(self._sock.fileno(), self._receive)
@@ -303,7 +304,7 @@ class L2Speaker:
                                 tuple(sorted(self.held)), serves), self.s.key)
         for address in self.peers.values():
             with contextlib.suppress(OSError):  # a peer's host may be down: that is the point
-                self._sock.sendto(data, address)
+                self._sock.sendto(data, sockaddr(address))
 
     async def _reconcile(self, wanted: set[str]) -> None:
         moved = {v for v in wanted & self.held if self.on.get(v) != self.interfaces(v)}
@@ -385,6 +386,21 @@ def _send_announcement(interface: str, mac: bytes, address: IPAddress) -> None:
                         socket.if_nametoindex(interface))
         icmp.sendto(unsolicited_na(mac, address), ("ff02::1", 0, 0,
                                                     socket.if_nametoindex(interface)))
+
+
+@functools.lru_cache(maxsize=256)
+def sockaddr(address: tuple[str, int]) -> tuple[str, int] | tuple[str, int, int, int]:
+    """``address`` as a socket takes it: an IPv6 one as a 4-tuple with its scope, since a
+    2-tuple's ``%zone`` is dropped (a link-local ``fe80::1%eth0`` would bind or send nowhere)."""
+    host, port = address
+    if ":" not in host:
+        return address
+    try:
+        found = socket.getaddrinfo(host, port, socket.AF_INET6, socket.SOCK_DGRAM, 0,
+                                   socket.AI_NUMERICHOST)
+    except socket.gaierror:  # an unknown zone: the bind or send says so
+        return address
+    return found[0][4][:4]  # type: ignore[return-value]
 
 
 def parse_peer(text: str) -> tuple[str, tuple[str, int]]:

@@ -5,6 +5,7 @@ unhealthy or leaving, and the announcement packets as the wire defines them."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 import struct
 from collections import Counter
 
@@ -22,6 +23,7 @@ from podway.programs.vip.l2 import (
     garp_frames,
     owner,
     parse_peer,
+    sockaddr,
     unsolicited_na,
 )
 
@@ -124,6 +126,15 @@ def test_a_link_local_vip_is_taken_without_a_zone() -> None:
         check_vips(["fe80::100%e0"])
     with pytest.raises(ConfigError, match="not an IP address"):
         check_vips(["fe80::100/64"])
+
+
+def test_a_link_local_peer_keeps_its_zone_as_a_socket_address() -> None:
+    """A socket drops the %zone of a 2-tuple: a link-local --listen or --peer needs the scope
+    in a 4-tuple, or it binds (EINVAL) and sends nowhere."""
+    lo = socket.if_nametoindex("lo")
+    assert sockaddr(parse_peer("b=[fe80::12%lo]:7946")[1]) == ("fe80::12", 7946, 0, lo)
+    assert sockaddr(("fe80::12%1", 7946)) == ("fe80::12", 7946, 0, 1)
+    assert sockaddr(("198.18.0.2", 7946)) == ("198.18.0.2", 7946)
 
 
 @pytest.mark.parametrize("text", ["b", "b=198.18.0.2", "=198.18.0.2:7000",
