@@ -75,11 +75,15 @@ class BootstrapOptions:
     stats: EnvoyStats = EnvoyStats.BOUNDED
     # The engine group it serves (node metadata ``podway.io/engine-group``); "": everything.
     engine_group: str = ""
+    # Envoy's initial fetch timeout of clusters and listeners, seconds (None: Envoy's 15 s).
+    initial_fetch_timeout_s: float | None = None
 
 
 def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     """The bootstrap as plain data (Envoy reads it as JSON)."""
-    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    ads_source: dict[str, Any] = {"ads": {}, "resource_api_version": "V3"}
+    if opts.initial_fetch_timeout_s is not None:
+        ads_source["initial_fetch_timeout"] = f"{opts.initial_fetch_timeout_s:g}s"
     config: dict[str, Any] = {
         "node": {"id": opts.node_id, "cluster": "podway",
                  **({"metadata": {ENGINE_GROUP: opts.engine_group}}
