@@ -75,8 +75,17 @@ class BootstrapOptions:
     stats: EnvoyStats = EnvoyStats.BOUNDED
     # The engine group it serves (node metadata ``podway.io/engine-group``); "": everything.
     engine_group: str = ""
-    # Envoy's initial fetch timeout of clusters and listeners, seconds (None: Envoy's 15 s).
+    # Envoy's initial fetch timeout of clusters and listeners, seconds (None: Envoy's 15 s;
+    # 0: Envoy's init waits for the first ones). ``podway engine`` uses ENGINE_FETCH_TIMEOUT_S.
     initial_fetch_timeout_s: float | None = None
+
+
+#: A controller-served engine waits for its first clusters and listeners (``podway engine``):
+#: a controller's first state can take longer than Envoy's 15 s default at 10,000 routes, and
+#: a scoped listener that arrives after Envoy's init gave up cost Envoy about twice the CPU and
+#: time to ready (docs/performance.md, "Where Envoy's 10,000-scope cost comes from"). Nothing
+#: is served either way until listeners arrive: they only come from the control plane.
+ENGINE_FETCH_TIMEOUT_S = 0.0
 
 
 def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
