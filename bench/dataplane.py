@@ -543,15 +543,29 @@ spec:
 
 @target("podway")
 def podway(ctx: Context) -> Running:
+    return _podway(ctx, "podway", Path(sys.executable).with_name("podway"))
+
+
+@target("podway-other", variant=True)
+def podway_other(ctx: Context) -> Running:
+    """``podway run`` of another checkout (``DATAPLANE_OTHER_PODWAY``: its ``podway``, e.g.
+    main's venv), beside this one's in the same interleaved rounds: a change's before and
+    after, paired per round."""
+    other = os.environ.get("DATAPLANE_OTHER_PODWAY")
+    if not other:
+        raise SystemExit("podway-other: set DATAPLANE_OTHER_PODWAY to another podway command")
+    return _podway(ctx, "podway-other", Path(other))
+
+
+def _podway(ctx: Context, name: str, cli: Path) -> Running:
     http, https = free_port(), free_port()
-    folder = ctx.root / "manifests"
+    folder = ctx.root / f"manifests-{name}"
     podway_manifests(ctx, folder)
     state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
     os.chmod(state, 0o700)
-    cli = Path(sys.executable).with_name("podway")
     proc = ctx.spawn([str(cli), "run", "--manifests", str(folder), "--address", "127.0.0.1",
                       "--http-port", str(http), "--https-port", str(https),
-                      "--state-dir", str(state), "--log-level", "warning"], log="podway.log")
+                      "--state-dir", str(state), "--log-level", "warning"], log=f"{name}.log")
     record = state / "envoy.json"
 
     def envoy_pid() -> list[int]:
@@ -562,7 +576,7 @@ def podway(ctx: Context) -> Running:
     deadline = time.monotonic() + 60
     while not envoy_pid():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"podway run did not start Envoy: see {ctx.root / 'podway.log'}")
+            raise SystemExit(f"podway run did not start Envoy: see {ctx.root / name}.log")
         time.sleep(0.1)
     pids = envoy_pid()
 
@@ -720,7 +734,8 @@ def main() -> None:
     args = parser.parse_args()
     names = [n for n in args.targets.split(",") if n]
     if args.variants:
-        names += [n for n in VARIANTS if n not in names]
+        names += [n for n in VARIANTS if n not in names
+                  and (n != "podway-other" or os.environ.get("DATAPLANE_OTHER_PODWAY"))]
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [n for n in names if n not in TARGETS and n not in VARIANTS] + [
         w for w in workloads if w not in WORKLOADS]

@@ -116,11 +116,15 @@ class Pipeline:
     """Source updates and engine decisions in, immutable states out."""
 
     def __init__(self, source: Source, *, translate: TranslateOptions,
-                 cache: Cache | None = None) -> None:
+                 cache: Cache | None = None, detailed_stats: bool = False,
+                 reuse_port: bool = False) -> None:
         self.source = source
         self.cache = cache if cache is not None else Cache()
+        self.reuse_port = reuse_port  # Envoy listeners share their port (engine hand-over)
         self._translator = IncrementalTranslator(translate)
-        self._builder = Builder()
+        # The engine keeps every stat (``--envoy-stats detailed``): the routers make the
+        # per-pool ones too (``podway.envoy.config.listeners._router``).
+        self._builder = Builder(dynamic_stats=detailed_stats, reuse_port=reuse_port)
         self._secrets = LastGoodSecrets()
         self._state: State | None = None
         self._published = asyncio.Event()  # replaced by a fresh one at each publish

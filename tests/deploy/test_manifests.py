@@ -379,3 +379,45 @@ def test_controller_role_reads_every_kind_and_writes_every_status() -> None:
             assert allowed(kind.group, kind.plural, verb), (kind.name, verb)
         if kind.status and kind.crd:
             assert allowed(kind.group, f"{kind.plural}/status", "patch"), kind.name
+
+
+async def test_chart_rolls_engines_without_a_gap_and_every_workload_on_pod_annotations(
+        helm: Any) -> None:
+    """An Envoy group's new engine pod starts beside the old one on its node (surge 1, none
+    unavailable, anti-affinity only preferred, the listeners sharing their ports through the
+    controller's --listener-reuse-port) and is Ready only once its Envoy is live (the exec
+    probe); HAProxy and kernel groups, which cannot share ports, keep replacing in place.
+    ``podAnnotations`` lands on every pod template (what `helm upgrade` changes to roll
+    them)."""
+    groups = [{"name": "edge", "engine": "envoy", "replicas": 2, "onlyItsObjects": False,
+               "nodeSelector": {"podway.io/edge": "true"}, "tlsSecret": "podway-engine-tls",
+               "concurrency": 1},
+              {"name": "db", "engine": "kernel", "replicas": 1, "onlyItsObjects": True,
+               "nodeSelector": {"podway.io/db": "true"}, "tlsSecret": "podway-engine-tls",
+               "concurrency": 1}]
+    _, objects = await render(helm, {"engineGroups": groups,
+                                     "podAnnotations": {"example.com/rev": "7"}})
+    validate(objects)
+    edge = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]
+    assert edge["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    anti = edge["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert list(anti) == ["preferredDuringSchedulingIgnoredDuringExecution"]
+    probe = edge["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+    assert "/run/podway/admin.sock" in probe[-1]
+    assert "GET /ready" in probe[-1]
+    mount = {m["mountPath"] for m in edge["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert "/run/podway" in mount  # the admin socket the probe asks is in the state folder
+    db = by_kind(objects, "Deployment", "podway-engine-db")["spec"]
+    assert db["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert list(db["template"]["spec"]["affinity"]["podAntiAffinity"]) == [
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert "readinessProbe" not in db["template"]["spec"]["containers"][0]
+    controller = by_kind(objects, "Deployment", "podway-controller")["spec"]["template"]
+    assert controller_command(controller["spec"]["containers"][0]["args"])[
+        "listener_reuse_port"] is True
+    templates = [by_kind(objects, kind, name)["spec"]["template"]["metadata"]
+                 for kind, name in (("Deployment", "podway-controller"),
+                                    ("Deployment", "podway-engine-edge"),
+                                    ("Deployment", "podway-engine-db"),
+                                    ("DaemonSet", "podway-agent"))]
+    assert [t.get("annotations") for t in templates] == [{"example.com/rev": "7"}] * 4

@@ -35,6 +35,8 @@ def options_of(text: str) -> TranslateOptions:
                 spec["l4_engine"] = EngineKind(spec["l4_engine"])
             if "nginx" in spec:
                 spec["nginx"] = NginxConfig(**spec["nginx"])
+            if "oidc_key" in spec:
+                spec["oidc_key"] = str(spec["oidc_key"]).encode()
             if "tls" in spec:
                 tls = dict(spec["tls"])
                 spec["tls"] = TLSOptions(**{**tls, "ciphers": tuple(tls.get("ciphers", ()))})

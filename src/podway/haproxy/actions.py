@@ -18,6 +18,7 @@ from podway.ir import (
     Jwt,
     Listener,
     ListenerProtocol,
+    Oidc,
     PathKind,
     RateLimit,
     Redirect,
@@ -54,9 +55,13 @@ def actions(route: Route, r: str, listener: Listener) -> list[str]:
             raise Closed("external authorization")
         elif isinstance(f, Jwt):
             raise Closed("JWT authentication")
+        elif isinstance(f, Oidc):
+            raise Closed("OIDC login")
         elif isinstance(f, AuthRequest):
             raise Closed("external authentication (auth-url)")
         elif isinstance(f, Authorization):
+            if any(r.claims for r in f.rules):
+                raise Closed("authorization by JWT claim")
             if listener.xff_trusted_hops and any(r.cidrs for r in f.rules):
                 raise Closed("authorization by client address behind trusted X-Forwarded-For "
                               "hops")

@@ -15,7 +15,7 @@ import yaml
 
 from podway.ir import IR
 from podway.ir.listener import TLSCertificate, TLSOptions
-from podway.ir.route import JwtProvider, WeightedPool
+from podway.ir.route import JwtProvider, Oidc, WeightedPool
 from podway.model.base import ObjectRef
 
 
@@ -37,6 +37,10 @@ def to_data(value: Any, *, secrets: bool = False) -> Any:
         out = {"type": "JwtProvider", **_fields(value, skip={"jwks"}, secrets=secrets)}
         out["jwks"] = f"<{len(value.jwks)} bytes>"
         return out
+    if isinstance(value, Oidc):
+        # The client and session secrets: never shown, and never sent to an engine that takes
+        # the IR (``to_wire``): none of them serves OIDC (they refuse such a route).
+        return {"type": "Oidc", **_fields(value, skip={"client_secret", "hmac_secret"})}
     if isinstance(value, WeightedPool) and value.pool is None:
         # A share answered with a status: the status is the whole meaning, never elide it.
         share: dict[str, Any] = {"status": value.status}
@@ -64,7 +68,7 @@ def to_wire(ir: IR) -> dict[str, Any]:
 _TAGGED = {"Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite", "Mirror",
            "CORS", "ClientAccess", "RateLimit", "BodyLimit",
            "BasicAuth", "ExtAuth", "Jwt", "JwtProvider", "AuthRequest", "ErrorPages",
-           "Authorization", "AccessRule"}
+           "Authorization", "AccessRule", "ClaimRule", "Oidc"}
 
 
 def _action_kind(value: object) -> str | None:

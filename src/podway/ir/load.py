@@ -27,7 +27,7 @@ _TAGGED: dict[str, type[Any]] = {
     for name in ("Forward", "Redirect", "DirectResponse", "HeaderModifier", "URLRewrite",
                  "Mirror", "CORS", "ClientAccess", "RateLimit", "BodyLimit",
                  "BasicAuth", "ExtAuth", "Jwt", "JwtProvider", "AuthRequest", "ErrorPages",
-                 "Authorization", "AccessRule")
+                 "Authorization", "AccessRule", "ClaimRule", "Oidc")
 }
 
 

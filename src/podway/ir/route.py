@@ -6,7 +6,7 @@ about precedence is decided here, not left to the engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from podway.model.base import ObjectRef
@@ -247,15 +247,29 @@ class ExtAuth:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRule:
+    """A claim of the valid token of JWT provider ``provider`` (a ``JwtProvider`` name): at
+    ``claim`` (a path into the token's payload) one of ``values``, or with ``array`` a list
+    holding one of them. A request without such a token never matches."""
+
+    provider: str
+    claim: tuple[str, ...]
+    values: tuple[str, ...]
+    array: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AccessRule:
     """One rule of an ``Authorization``: it matches a request whose client address is in one
-    of ``cidrs``, each header of ``headers`` has one of its values, and whose method is one of
-    ``methods`` (an empty condition matches anything)."""
+    of ``cidrs``, each header of ``headers`` has one of its values, whose method is one of
+    ``methods``, and whose token satisfies each of ``claims`` (an empty condition matches
+    anything)."""
 
     allow: bool
     cidrs: tuple[str, ...] = ()
     headers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     methods: tuple[str, ...] = ()
+    claims: tuple[ClaimRule, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -318,7 +332,10 @@ class JwtProvider:
     in its ``aud`` (empty: any), signed by a key of ``jwks`` (the key set itself, JSON) or of
     the key set at ``jwks_uri``, fetched through ``jwks_pool`` and kept ``jwks_cache_s``
     seconds. ``claim_headers``: (claim, header) — a valid token's claim is set as the header
-    of the request to the backend."""
+    of the request to the backend. The token is looked for in ``from_headers`` ((header,
+    value prefix)), ``from_cookies`` and ``from_params`` (query parameters); none of them: in
+    ``Authorization: Bearer``. ``recompute_route``: the route is chosen again after the
+    claims' headers are set (a route may match on them)."""
 
     name: str
     issuer: str = ""
@@ -328,6 +345,10 @@ class JwtProvider:
     jwks_pool: str = ""
     jwks_cache_s: int = 300
     claim_headers: tuple[tuple[str, str], ...] = ()
+    from_headers: tuple[tuple[str, str], ...] = ()
+    from_cookies: tuple[str, ...] = ()
+    from_params: tuple[str, ...] = ()
+    recompute_route: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -344,8 +365,41 @@ class Jwt:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Oidc:
+    """OpenID Connect login (OAuth 2.0 authorization code flow): a request without a valid
+    session (cookies signed with ``hmac_secret``) is redirected (302) to
+    ``authorization_endpoint`` with ``client_id``, ``scopes``, ``redirect_uri`` and a state;
+    the provider sends the browser back to ``redirect_uri`` (its path ``redirect_path``) with a
+    code that the engine trades at ``token_endpoint`` (through ``pool``, authenticated with
+    ``client_id`` and ``client_secret``) for tokens, kept in cookies (``cookie_names``: Envoy's
+    cookie field → name; ``cookie_domain``); ``logout_path`` clears them (and, with
+    ``end_session_endpoint``, redirects there). ``forward_token``: the access
+    token goes to the backend as ``Authorization: Bearer``. ``name``: unique in the IR (the
+    engine's filter and secrets are named after it); ``source``: for ``explain``. The
+    secrets are never dumped (``podway.ir.dump``)."""
+
+    name: str
+    pool: str
+    authorization_endpoint: str
+    token_endpoint: str
+    client_id: str
+    redirect_uri: str
+    redirect_path: str
+    logout_path: str
+    client_secret: str = field(default="", repr=False)
+    hmac_secret: str = field(default="", repr=False)
+    end_session_endpoint: str = ""
+    scopes: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
+    cookie_names: tuple[tuple[str, str], ...] = ()
+    cookie_domain: str = ""
+    forward_token: bool = False
+    source: str = ""
+
+
 Filter = (HeaderModifier | URLRewrite | Mirror | CORS | ClientAccess | RateLimit | BodyLimit
-          | BasicAuth | ExtAuth | Authorization | Jwt | AuthRequest | ErrorPages)
+          | BasicAuth | ExtAuth | Authorization | Jwt | AuthRequest | ErrorPages | Oidc)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

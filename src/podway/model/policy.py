@@ -137,9 +137,28 @@ class HeaderRule(_Strict):
     values: tuple[str, ...] = ()  # any of them (exact)
 
 
+class JWTClaim(_Strict):
+    """A claim of the request's valid token (``security.jwt``): ``name`` (dots for nested
+    claims), one of ``values``; ``valueType`` String, or StringArray (a list claim holding one
+    of them)."""
+
+    name: str = ""
+    value_type: str = "String"
+    values: tuple[str, ...] = ()
+
+
+class JWTPrincipal(_Strict):
+    """Who the valid token of ``provider`` (a provider of the policy's ``jwt``) says the
+    client is: each of ``claims`` holds."""
+
+    provider: str = ""
+    claims: tuple[JWTClaim, ...] = ()
+
+
 class AuthorizationPrincipal(_Strict):
     client_cidrs: tuple[str, ...] = Field(default=(), alias="clientCIDRs")  # after trusted hops
     headers: tuple[HeaderRule, ...] = ()
+    jwt: JWTPrincipal | None = None
 
 
 class AuthorizationRule(_Strict):
@@ -185,6 +204,20 @@ class ClaimToHeader(_Strict):
     claim: str = ""
 
 
+class JWTHeader(_Strict):
+    name: str = ""
+    value_prefix: str = ""
+
+
+class JWTExtractor(_Strict):
+    """Where a token is looked for instead of ``Authorization: Bearer``: request headers (the
+    value after ``valuePrefix``), cookies, query parameters."""
+
+    headers: tuple[JWTHeader, ...] = ()
+    cookies: tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
+
+
 class JWTProvider(_Strict):
     name: str = ""
     issuer: str = ""
@@ -192,6 +225,8 @@ class JWTProvider(_Strict):
     remote_jwks: RemoteJWKS | None = Field(default=None, alias="remoteJWKS")
     local_jwks: LocalJWKS | None = Field(default=None, alias="localJWKS")
     claim_to_headers: tuple[ClaimToHeader, ...] = ()
+    extract_from: JWTExtractor | None = None
+    recompute_route: bool = False
 
 
 class JWTSpec(_Strict):
@@ -202,10 +237,46 @@ class JWTSpec(_Strict):
     providers: tuple[JWTProvider, ...] = ()
 
 
+class OIDCProvider(_Strict):
+    """The OpenID provider: its ``issuer``, the endpoints the browser is sent to
+    (``authorizationEndpoint``) and the engine asks for tokens (``tokenEndpoint``, reached
+    through ``backendRef``, a Service port of the policy's namespace; ``https``: TLS with the
+    URL's host as SNI and name), and optionally ``endSessionEndpoint`` (logout)."""
+
+    issuer: str = ""
+    authorization_endpoint: str = ""
+    token_endpoint: str = ""
+    end_session_endpoint: str = ""
+    backend_ref: ServiceReference | None = None
+
+
+class OIDCCookieNames(_Strict):
+    access_token: str = ""
+    id_token: str = ""
+
+
+class OIDCSpec(_Strict):
+    """``security.oidc``: a browser without a valid session is sent to log in at ``provider``
+    (OAuth 2.0 authorization code flow), and comes back to ``redirectURL`` with the session in
+    cookies; ``logoutPath`` ends it."""
+
+    provider: OIDCProvider | None = None
+    client_id: str = Field(default="", alias="clientID")
+    client_secret: SecretReference | None = None  # key ``client-secret``
+    redirect_url: str = Field(default="", alias="redirectURL")
+    logout_path: str = ""
+    scopes: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
+    cookie_names: OIDCCookieNames | None = None
+    cookie_domain: str = ""
+    forward_access_token: bool = False
+
+
 class SecuritySpec(_Strict):
     """Who may reach the target's routes (Envoy Gateway's SecurityPolicy, in part)."""
 
     jwt: JWTSpec | None = None
+    oidc: OIDCSpec | None = None
     basic_auth: BasicAuthSpec | None = None
     ext_auth: ExtAuthSpec | None = None
     authorization: AuthorizationSpec | None = None

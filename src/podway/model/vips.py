@@ -66,7 +66,8 @@ class _MetalLBObject(K8sObject):
 
 class L2Advertisement(_MetalLBObject):
     KIND: ClassVar[str] = "L2Advertisement"
-    SERVED_BY: ClassVar[str] = "podway vip l2 on each engine host"
+    SERVED_BY: ClassVar[str] = ("podway vip l2 --from-metallb on each engine host (the chart's "
+                                "reachability.mode l2)")
 
 
 class BGPAdvertisement(_MetalLBObject):

@@ -22,8 +22,9 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,13 @@ class Standalone:
     """File source + pipeline + xDS server + (optionally) one supervised Envoy."""
 
     def __init__(self, opts: StandaloneOptions) -> None:
+        if opts.translate.oidc_key is None:
+            # OIDC sessions are signed with a key of this process's own: a restart starts
+            # new sessions (users log in again), nothing to keep or leak on disk.
+            opts = replace(opts, translate=replace(opts.translate, oidc_key=os.urandom(32)))
         self.opts = opts
-        self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate)
+        self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate,
+                                 detailed_stats=opts.envoy_stats is EnvoyStats.DETAILED)
         # The engine here connects over a private unix socket in its state folder (no TLS or
         # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,

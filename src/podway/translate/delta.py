@@ -31,7 +31,17 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from podway.ir import AuthRequest, ErrorPages, ExtAuth, Forward, Jwt, Listener, Mirror, VirtualHost
+from podway.ir import (
+    AuthRequest,
+    ErrorPages,
+    ExtAuth,
+    Forward,
+    Jwt,
+    Listener,
+    Mirror,
+    Oidc,
+    VirtualHost,
+)
 from podway.model import Ingress, ObjectRef, Service
 from podway.model.gateway_routes import HTTPRoute
 from podway.model.kinds import ROUTE_MODELS
@@ -82,7 +92,7 @@ def _refs(vhosts: Iterable[VirtualHost], listener: Listener | None = None) -> It
                     if wp.pool is not None:
                         yield wp.pool
             for f in route.filters:
-                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages):
+                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages | Oidc):
                     yield f.pool
                 elif isinstance(f, Jwt):  # remote key sets are fetched through pools
                     yield from (p.jwks_pool for p in f.providers if p.jwks_pool)

@@ -6,15 +6,18 @@ JSON, or ``ValueRef`` to a ConfigMap or Secret of the policy's namespace, key ``
 ``remoteJWKS`` (an ``http``/``https`` ``uri`` fetched through ``backendRef``, a Service port of
 the policy's namespace; ``https`` is verified against the engine host's trust store with the
 URI's host as SNI and name). ``claimToHeaders`` copy claims of a valid token to request
-headers. Anything else — no provider, a key set that is not JSON with ``keys``, a missing
-reference, a remote URI without a backendRef (Podway does not resolve outside names) —
-refuses the policy's routes (``security.Found.refuse``): never served open.
+headers; ``extractFrom`` looks for the token in headers, cookies or query parameters instead of
+``Authorization: Bearer``; ``recomputeRoute`` chooses the route again after that. Anything
+else — no provider, a key set that is not JSON with ``keys``, a missing reference, a remote
+URI without a backendRef (Podway does not resolve outside names) — refuses the policy's
+routes (``security.Found.refuse``): never served open.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from podway.ir import Jwt, JwtProvider, UpstreamTLS
@@ -58,7 +61,8 @@ def jwt(policy: TrafficPolicy, snapshot: Snapshot) -> tuple[Jwt, list[PoolSpec],
         seen.add(given.name)
         provider = JwtProvider(name=f"{ns}/{name}/{given.name}", issuer=given.issuer,
                                audiences=given.audiences,
-                               claim_headers=_claims(given, at))
+                               claim_headers=_claims(given, at),
+                               recompute_route=given.recompute_route, **_locations(given, at))
         if (given.local_jwks is None) == (given.remote_jwks is None):
             raise Refused(f"providers[{i}] needs one of localJWKS and remoteJWKS", at)
         if given.local_jwks is not None:
@@ -81,6 +85,22 @@ def _claims(given: JWTProvider, at: str) -> tuple[tuple[str, str], ...]:
                           f"{at}.claimToHeaders[{j}]")
         out.append((c.claim, c.header.lower()))
     return tuple(out)
+
+
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def _locations(given: JWTProvider, at: str) -> dict[str, Any]:
+    """``extractFrom``: where the token is looked for (headers, cookies, query parameters)."""
+    where = given.extract_from
+    if where is None:
+        return {}
+    names = [h.name for h in where.headers] + list(where.cookies) + list(where.params)
+    if not names or not all(n and set(n) <= _TOKEN_CHARS for n in names):
+        raise Refused("extractFrom needs headers, cookies or params, each a plain name",
+                      f"{at}.extractFrom")
+    return {"from_headers": tuple((h.name.lower(), h.value_prefix) for h in where.headers),
+            "from_cookies": where.cookies, "from_params": where.params}
 
 
 def _local(given: JWTProvider, policy: TrafficPolicy, snapshot: Snapshot,

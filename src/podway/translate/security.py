@@ -12,8 +12,12 @@ Sections:
   With ``basicAuth`` too, both apply (credentials first);
 * ``jwt``: a valid JWT of one of its providers (``podway.translate.jwt``); with other
   mechanisms too, each applies (the token first);
-* ``authorization``: ordered Allow/Deny rules by client CIDR, header and method, the first that
-  matches deciding, else ``defaultAction`` (Deny unless Allow) — the IR's ``Authorization``.
+* ``oidc``: a browser logs in at an OpenID provider (``podway.translate.oidc``); with other
+  mechanisms too, the login comes first;
+* ``authorization``: ordered Allow/Deny rules by client CIDR, header, method and the claims of
+  the request's JWT (``principal.jwt``: a provider of the policy's ``jwt`` and its claims), the
+  first that matches deciding, else ``defaultAction`` (Deny unless Allow) — the IR's
+  ``Authorization``.
 
 Fail closed: a policy whose security section cannot be served as written — a key Podway does not
 know (a mechanism not built yet), no Secret, no usable user, an invalid value elsewhere in the
@@ -26,19 +30,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from ipaddress import ip_network
 
-from podway.ir import AccessRule, Authorization, BasicAuth, ExtAuth, Filter, PoolProtocol
+from podway.ir import (
+    AccessRule,
+    Authorization,
+    BasicAuth,
+    ClaimRule,
+    ExtAuth,
+    Filter,
+    PoolProtocol,
+)
 from podway.model import ObjectRef, Secret, Service
 from podway.model.policy import SecuritySpec, TrafficPolicy
 from podway.model.snapshot import Snapshot
 from podway.translate.core import htpasswd
 from podway.translate.core.problems import Reason, Severity, quote
 from podway.translate.jwt import Refused, jwt
+from podway.translate.oidc import oidc
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec, find_port, http_pool
 
 REFUSED_STATUS = 403
 _KEYS = (".htpasswd", "auth")
-_BUILT = ("jwt", "basicAuth", "extAuth", "authorization")
+_BUILT = ("jwt", "oidc", "basicAuth", "extAuth", "authorization")
 _ACTIONS = {"Allow": True, "Deny": False}
 
 
@@ -84,14 +97,32 @@ def unknown_keys(spec: SecuritySpec) -> list[str]:
             p = rule.principal
             out += [f"{where}.rules[{i}].principal.{k}" for k in (p.model_extra or {} if p
                                                                  else {})]
+            token = p.jwt if p else None
+            out += [f"{where}.rules[{i}].principal.jwt.{k}" for k in (
+                token.model_extra or {} if token else {})]
+            for j, claim in enumerate(token.claims if token else ()):
+                out += [f"{where}.rules[{i}].principal.jwt.claims[{j}].{k}"
+                        for k in claim.model_extra or {}]
     if spec.jwt is not None:
         out += _unknown_jwt(spec)
+    if spec.oidc is not None:
+        out += _unknown_oidc(spec)
     if spec.ext_auth is not None:
         out += [f"security.extAuth.{k}" for k in spec.ext_auth.model_extra or {}]
         ref = spec.ext_auth.backend_ref
         if ref is not None:
             out += [f"security.extAuth.backendRef.{k}" for k in ref.model_extra or {}]
     return out
+
+
+def _unknown_oidc(spec: SecuritySpec) -> list[str]:
+    assert spec.oidc is not None
+    at, o = "security.oidc", spec.oidc
+    parts = [(at, o), (f"{at}.provider", o.provider), (f"{at}.clientSecret", o.client_secret),
+             (f"{at}.cookieNames", o.cookie_names),
+             (f"{at}.provider.backendRef", o.provider.backend_ref if o.provider else None)]
+    return [f"{where}.{k}" for where, part in parts if part is not None
+            for k in part.model_extra or {}]
 
 
 def _unknown_jwt(spec: SecuritySpec) -> list[str]:
@@ -103,15 +134,20 @@ def _unknown_jwt(spec: SecuritySpec) -> list[str]:
                  (f"{at}.localJWKS.valueRef", p.local_jwks.value_ref if p.local_jwks else None),
                  (f"{at}.remoteJWKS.backendRef",
                   p.remote_jwks.backend_ref if p.remote_jwks else None),
-                 *((f"{at}.claimToHeaders[{j}]", c) for j, c in enumerate(p.claim_to_headers))]
+                 *((f"{at}.claimToHeaders[{j}]", c) for j, c in enumerate(p.claim_to_headers)),
+                 (f"{at}.extractFrom", p.extract_from),
+                 *((f"{at}.extractFrom.headers[{j}]", h) for j, h in enumerate(
+                     p.extract_from.headers if p.extract_from else ()))]
         out += [f"{where}.{k}" for where, part in parts if part is not None
                 for k in part.model_extra or {}]
     return out
 
 
-def judge(policy: TrafficPolicy, snapshot: Snapshot, *, invalid: bool) -> Found | None:
+def judge(policy: TrafficPolicy, snapshot: Snapshot, *, invalid: bool,
+          oidc_key: bytes | None = None) -> Found | None:
     """The security of ``policy`` (None: it has no such section). ``invalid``: the policy has
-    a bad value elsewhere, so nothing of it is applied — its targets are refused."""
+    a bad value elsewhere, so nothing of it is applied — its targets are refused.
+    ``oidc_key``: the key OIDC sessions are signed with (``podway.translate.oidc``)."""
     spec = policy.spec.security
     if spec is None:
         return None
@@ -124,13 +160,18 @@ def judge(policy: TrafficPolicy, snapshot: Snapshot, *, invalid: bool) -> Found 
         return out.refuse(Reason.UNSUPPORTED_VALUE, f"{unknown[0]} is not served by Podway "
                           f"(served: {', '.join(_BUILT)})", f"spec.{unknown[0]}")
     if spec.basic_auth is None and spec.ext_auth is None and spec.authorization is None \
-            and spec.jwt is None:
+            and spec.jwt is None and spec.oidc is None:
         return out.refuse(Reason.INVALID, "security sets no mechanism", "spec.security")
+    if spec.oidc is not None:
+        out = _oidc(out, policy, snapshot, oidc_key)
+        if out.guard.refused:
+            return out
     if spec.authorization is not None:
         rules = _authorization(spec, policy)
         if isinstance(rules, str):
             return out.refuse(Reason.INVALID, rules, "spec.security.authorization")
-        out.guard = Guard(policy.ref, filters=(rules,))
+        out.guard = Guard(policy.ref, filters=(*out.guard.filters, rules),
+                          pools=out.guard.pools)
     if spec.jwt is not None:
         out = _jwt(out, policy, snapshot)
         if out.guard.refused:
@@ -162,11 +203,60 @@ def _authorization(spec: SecuritySpec, policy: TrafficPolicy) -> Authorization |
         headers = tuple((h.name.lower(), h.values) for h in (p.headers if p else ()))
         if any(not name or not values for name, values in headers):
             return f"rules[{i}].principal.headers: each needs a name and values"
+        claims = _claims(spec, policy, i)
+        if isinstance(claims, str):
+            return claims
         rules.append(AccessRule(allow=_ACTIONS[rule.action], cidrs=cidrs, headers=headers,
-                                methods=tuple(m.upper() for m in rule.methods)))
+                                methods=tuple(m.upper() for m in rule.methods), claims=claims))
     ns, name = policy.metadata.namespace, policy.metadata.name
     return Authorization(rules=tuple(rules), default_allow=_ACTIONS[given.default_action],
                          source=f"TrafficPolicy {ns}/{name}")
+
+
+def _claims(spec: SecuritySpec, policy: TrafficPolicy, i: int) -> tuple[ClaimRule, ...] | str:
+    """Rule ``i``'s JWT claims, or why they cannot be served: the provider must be one of the
+    policy's own ``jwt`` providers (its valid token's payload is what is read)."""
+    assert spec.authorization is not None
+    p = spec.authorization.rules[i].principal
+    token = p.jwt if p else None
+    if token is None:
+        return ()
+    at = f"rules[{i}].principal.jwt"
+    providers = {given.name for given in spec.jwt.providers} if spec.jwt else set()
+    if token.provider not in providers:
+        return (f"{at}.provider {quote(token.provider)} is not a provider of this policy's jwt "
+                f"(it has: {', '.join(sorted(providers)) or 'no jwt section'})")
+    if not token.claims:
+        return f"{at} needs claims"
+    out = []
+    for j, claim in enumerate(token.claims):
+        path = tuple(claim.name.split("."))
+        if not claim.name or not all(path) or not claim.values \
+                or claim.value_type not in ("String", "StringArray"):
+            return (f"{at}.claims[{j}] needs a name, values and a valueType of String or "
+                    "StringArray")
+        ns, name = policy.metadata.namespace, policy.metadata.name
+        out.append(ClaimRule(provider=f"{ns}/{name}/{token.provider}", claim=path,
+                             values=claim.values, array=claim.value_type == "StringArray"))
+    return tuple(out)
+
+
+def _oidc(out: Found, policy: TrafficPolicy, snapshot: Snapshot, key: bytes | None) -> Found:
+    try:
+        login, pool, found = oidc(policy, snapshot, key)
+    except Refused as e:
+        reason = Reason.INVALID
+        if e.unresolved:
+            reason = (Reason.REF_NOT_PERMITTED if "another namespace" in str(e)
+                      else Reason.BACKEND_NOT_FOUND if str(e).startswith("Service")
+                      else Reason.INVALID_SECRET if "has no key" in str(e)
+                      else Reason.SECRET_NOT_FOUND)
+            out.resolved = (False, reason, str(e))
+        return out.refuse(reason, str(e), e.where)
+    out.resolved = (True, Reason.RESOLVED_REFS, found)
+    out.guard = Guard(policy.ref, filters=(*out.guard.filters, login),
+                      pools=(*out.guard.pools, pool))
+    return out
 
 
 def _jwt(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
@@ -181,7 +271,9 @@ def _jwt(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
                       else Reason.SECRET_NOT_FOUND)
             out.resolved = (False, reason, str(e))
         return out.refuse(reason, str(e), e.where)
-    out.resolved = (True, Reason.RESOLVED_REFS, "; ".join(found))
+    found_text = "; ".join(found)
+    out.resolved = (True, Reason.RESOLVED_REFS, found_text if out.resolved is None
+                    else f"{out.resolved[2]}; {found_text}")
     out.guard = Guard(policy.ref, filters=(*out.guard.filters, check),
                       pools=(*out.guard.pools, *pools))
     return out
@@ -254,7 +346,9 @@ def _basic_auth(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
         out.resolved = (False, Reason.INVALID_SECRET, f"Secret {ns}/{ref.name} has no user "
                         "whose password hash the engine can check ({SHA}, htpasswd -s)")
         return out.refuse(Reason.INVALID_SECRET, out.resolved[2], where)
-    out.resolved = (True, Reason.RESOLVED_REFS, f"Secret {ns}/{ref.name}: {len(users)} users")
+    found = f"Secret {ns}/{ref.name}: {len(users)} users"
+    out.resolved = (True, Reason.RESOLVED_REFS, found if out.resolved is None
+                    else f"{out.resolved[2]}; {found}")
     out.guard = Guard(policy.ref, filters=(*out.guard.filters, BasicAuth(
         users=tuple(users), source=f"TrafficPolicy {ns}/{policy.metadata.name}, Secret "
         f"{ns}/{ref.name}")))

@@ -35,6 +35,7 @@ from podway.ir import (
     L4Route,
     LBPolicy,
     Listener,
+    Oidc,
     Persistence,
     PersistenceKind,
     PoolProtocol,
@@ -53,6 +54,7 @@ from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.core.status import ObjectStatus
 from podway.translate.ingress.nginx.annotations import PREFIX as NGINX_PREFIX
 from podway.translate.ingress.nginx.serve import traffic_spec as nginx_traffic
+from podway.translate.oidc import unserved_paths
 from podway.translate.pools import traffic_annotations as ta
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.backends import PoolSpec
@@ -92,12 +94,13 @@ Memo = dict[int, _Kept]  # by id(spec in)
 
 
 def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
-                  pools: Mapping[str, PoolSpec], memo: Memo | None = None) -> TrafficResult:
+                  pools: Mapping[str, PoolSpec], memo: Memo | None = None, *,
+                  oidc_key: bytes | None = None) -> TrafficResult:
     """Settings for every pool and forwarding route. ``memo`` (kept between runs by the
     incremental translator) keeps each pool's result with what it was made from (its spec,
     Service and users, while no policy object exists), so a re-run after an unrelated change
-    costs a few comparisons per pool."""
-    run = _Run(snapshot, memo=memo if memo is not None else {})
+    costs a few comparisons per pool. ``oidc_key``: ``TranslateOptions.oidc_key``."""
+    run = _Run(snapshot, memo=memo if memo is not None else {}, oidc_key=oidc_key)
     run.index_policies()
     listener_list = list(listeners)
     run.index_usage(listener_list)
@@ -110,6 +113,9 @@ def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
         memo.clear()
         memo.update(run.memo_next)
     new_listeners = tuple(run.listener(item, new_pools) for item in listener_list)
+    if any(isinstance(f, Oidc) for g in run.guards.values() for f in g.filters):
+        for ref, message, where in unserved_paths(new_listeners):
+            run._problem(ref, Reason.INVALID, message, where, Severity.WARNING)
     patchable = not (bool(snapshot.kind(TrafficPolicy)) or bool(snapshot.kind(BackendLBPolicy))
                      or run.persistent_routes or run.route_sources)
     return TrafficResult(new_listeners, new_pools, tuple(run.problems), run.statuses(),

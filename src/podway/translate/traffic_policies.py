@@ -71,6 +71,7 @@ class PolicyIndex:
     # Security claims its targets on its own: the oldest policy with a security section wins
     # each (even one whose other sections lost the target), so no target is left open.
     guards: dict[TargetKey, Guard] = field(default_factory=dict)
+    oidc_key: bytes | None = field(default=None, repr=False)  # TranslateOptions.oidc_key
     _reported: set[Problem] = field(default_factory=set)
 
     # --- indexing ---------------------------------------------------------------------------
@@ -89,7 +90,8 @@ class PolicyIndex:
                 self._problem(policy.ref, Reason.INVALID, "no targetRefs: the policy applies to "
                               "nothing", "spec.targetRefs", Severity.WARNING)
             found = state.security = judge(policy, self.snapshot,
-                                           invalid=state.invalid is not None)
+                                           invalid=state.invalid is not None,
+                                           oidc_key=self.oidc_key)
             for reason, message, where, severity in found.problems if found else ():
                 self._problem(policy.ref, reason, message, where, severity)
             if found and found.guard.refused and found.resolved is None and not state.invalid:

@@ -36,6 +36,7 @@ from podway.ir import (
     Jwt,
     Listener,
     Mirror,
+    Oidc,
     Pool,
     WeightedPool,
 )
@@ -216,7 +217,7 @@ def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
     set_modes(pools, services, opts, memo, snapshot.backend_modes)
     traffic = apply_traffic(snapshot, listeners, pools,
-                            memo.traffic if memo is not None else None)
+                            memo.traffic if memo is not None else None, oidc_key=opts.oidc_key)
     listeners, pools = list(traffic.listeners), dict(traffic.pools)
     problems.extend(traffic.problems)
     listeners = _client_ip_and_engine(snapshot, listeners, pools, opts, problems)
@@ -281,7 +282,7 @@ def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
             if isinstance(route.action, Forward):
                 yield from route.action.backends
             for f in route.filters:
-                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages):  # a pool it asks
+                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages | Oidc):  # it asks
                     yield WeightedPool(pool=f.pool)
                 elif isinstance(f, Jwt):  # remote key sets are fetched through pools
                     yield from (WeightedPool(pool=p.jwks_pool) for p in f.providers

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -220,3 +221,62 @@ def test_a_pod_of_the_image_runs_as_a_container_with_its_spec(image_lab: Running
     assert json.loads(subprocess.run(
         ["runc", "--root", str(lab.state.containers / "runc"), "list", "--format", "json"],
         capture_output=True, text=True, check=False).stdout or "null") in (None, [])
+
+
+PROBED = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: imgprobe, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: imgprobe}}
+  template:
+    metadata: {labels: {app: imgprobe}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: main
+        image: podway:0.1.0
+        # /tmp/ready exists only in the container's own root, after 6 s.
+        command: [sh, -c, 'sleep 6; touch /tmp/ready; exec sleep 3600']
+        readinessProbe:
+          exec: {command: [test, -f, /tmp/ready]}
+          periodSeconds: 1
+        lifecycle:
+          preStop:
+            exec: {command: [sh, -c, 'echo "uid=$(id -u) ready=$(ls /tmp)" > /host/prestop']}
+        securityContext: {runAsUser: 10001}
+        volumeMounts:
+        - {name: host, mountPath: /host}
+      volumes:
+      - {name: host, hostPath: {path: HOSTDIR, type: Directory}}
+"""
+
+
+def test_exec_probes_and_hooks_run_in_the_container(image_lab: RunningLab,
+                                                    tmp_path: Path) -> None:
+    """An ``exec`` readiness probe runs in the container (its root, its user): the pod is not
+    Ready until the file the container makes exists (the lab used to count every exec probe as
+    passing); an ``exec`` preStop hook runs there too, as the container's user."""
+    lab = image_lab
+    hostdir = tmp_path / "host"
+    hostdir.mkdir(mode=0o777)
+    hostdir.chmod(0o777)
+    manifest = tmp_path / "probed.yaml"
+    manifest.write_text(PROBED.replace("HOSTDIR", str(hostdir)))
+    lab.cli("apply", "-f", str(manifest))
+    pod = lab.wait(lambda: (p := pod_named(lab, "imgprobe-")) and
+                   (p.get("status") or {}).get("containerStatuses") and
+                   p["status"]["containerStatuses"][0].get("started") and p,
+                   what="the probed container started", within=120)
+    name = pod["metadata"]["name"]
+    started = time.monotonic()
+    while time.monotonic() - started < 3:  # the file is made 6 s after the start
+        assert name not in lab.ready_pods()
+        time.sleep(0.2)
+    lab.wait(lambda: name in lab.ready_pods(), what="ready once /tmp/ready exists", within=60)
+    subprocess.run(["kubectl", "--kubeconfig", str(lab.state.kubeconfig), "delete",
+                    "deployment", "imgprobe", "--wait=false"], check=True, timeout=60,
+                   capture_output=True)
+    lab.wait(lambda: pod_named(lab, "imgprobe-") is None, what="the pod gone", within=60)
+    assert (hostdir / "prestop").read_text().strip() == "uid=10001 ready=ready"

@@ -5,6 +5,13 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
+{{/* podAnnotations on a pod template (nindent 8): a changed value rolls every workload. */}}
+{{- define "podway.podAnnotations" -}}
+{{- with .Values.podAnnotations }}
+annotations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{- define "podway.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end -}}
@@ -34,3 +41,10 @@ only its objects (its engines pass --engine-group) and names its engine kind. */
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* A label selector (k=v,k2=v2) from a nodeSelector map: the L2 speaker's group. */}}
+{{- define "podway.selector" -}}
+{{- $out := list -}}
+{{- range $k, $v := . -}}{{- $out = append $out (printf "%s=%s" $k $v) -}}{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

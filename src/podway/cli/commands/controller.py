@@ -67,6 +67,10 @@ def controller(
     xds_unauthenticated: Annotated[bool, typer.Option(
         "--xds-unauthenticated", help="Allow clear-text xDS on a loopback host:port; such "
         "engines get no Secrets (no TLS listeners).")] = False,
+    listener_reuse_port: Annotated[bool, typer.Option(
+        "--listener-reuse-port", help="Engines' listeners bind with SO_REUSEPORT: a new engine "
+        "on a host serves beside the old one until that one has drained (a rolling update "
+        "without a gap; the kernel shares a port only among one user's sockets).")] = False,
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -82,6 +86,13 @@ def controller(
              "--engine-ca-namespace.")] = "podway-engine-ca",
     engine_ca_namespace: Annotated[str, typer.Option(
         help="Namespace of --engine-ca-secret (default: $POD_NAMESPACE, else the service "
+             "account's, else default).")] = "",
+    oidc_key_secret: Annotated[str, typer.Option(
+        help="The Secret (in --oidc-key-namespace, made when missing) holding the key every "
+             "OIDC policy's session secret derives from; empty: none, every OIDC policy is "
+             "refused.")] = "podway-oidc-key",
+    oidc_key_namespace: Annotated[str, typer.Option(
+        help="Namespace of --oidc-key-secret (default: $POD_NAMESPACE, else the service "
              "account's, else default).")] = "",
     address: Annotated[str, typer.Option(
         help="Where listeners bind when an object names no VIP.")] = "0.0.0.0",
@@ -207,8 +218,16 @@ def controller(
         **vips, admin_socket=admin_socket,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
-        warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer)
+        warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,
+        listener_reuse_port=listener_reuse_port, **_oidc_key(oidc_key_secret, oidc_key_namespace))
     asyncio.run(run_until_signal(Controller(opts).run()))
+
+
+def _oidc_key(secret: str, namespace: str) -> dict[str, Any]:
+    """Where the OIDC session key lives (``--oidc-key-secret``, ``--oidc-key-namespace``)."""
+    from podway.programs.controller.leader import default_namespace
+
+    return {"oidc_key_secret": (namespace or default_namespace(), secret) if secret else None}
 
 
 def npl_settings(path: Path | None, *, unsigned: bool, port_range: str, agent: str = ""

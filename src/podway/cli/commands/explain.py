@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,7 +67,8 @@ def load_manifests(path: Path, *, mode: BackendMode, address: str = "0.0.0.0",
         loaded = load_paths([path])
         result = translate(Snapshot.of_objects(loaded.objects), TranslateOptions(
             address=address, http_port=http_port, https_port=https_port, mode=mode,
-            l4_engine=EngineKind.KERNEL if kernel_l4 else EngineKind.ENVOY))
+            l4_engine=EngineKind.KERNEL if kernel_l4 else EngineKind.ENVOY,
+            oidc_key=os.urandom(32)))  # (any key: OIDC judged as a serving Podway would)
     return Loaded(ir=result.ir, problems=result.problems,
                   load_errors=tuple(str(e) for e in loaded.errors))
 

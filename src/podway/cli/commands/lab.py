@@ -90,7 +90,11 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                              "the lab's own controller, engine and agents.")] = False,
        install_engine: Annotated[str, typer.Option(
            help="With --install: the engine group's engine (envoy, haproxy or kernel).")
-       ] = "envoy") -> None:
+       ] = "envoy",
+       install_reachability: Annotated[str, typer.Option(
+           help="With --install: how the client reaches the VIPs: none (the edge router routes "
+                "the pool to the engine node) or l2 (the chart's L2 mode answers ARP for them "
+                "on the nodes' segment).")] = "none") -> None:
     """Build the lab: fabric, nodes, edge, client; start its control plane, agents, controller
     and engine (or, with --install, install the chart)."""
     from rich.console import Console
@@ -104,9 +108,7 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     image = _image_for(image, install=install)
-    if install_engine not in ("envoy", "haproxy", "kernel"):
-        raise ConfigError(f"--install-engine must be envoy, haproxy or kernel, not "
-                          f"{install_engine!r}")
+    _check_install(install_engine, install_reachability)
     state = _state(name, state_dir)
     leftovers = network.namespaces(plan.prefix)
     if state.exists() or leftovers:
@@ -137,7 +139,8 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                 from podway.programs.lab.container import archive_tag as tag_of
                 from podway.programs.lab.install import install as install_chart
 
-                install_chart(state, plan, tag_of(image), engine=install_engine, say=step)
+                install_chart(state, plan, tag_of(image), engine=install_engine,
+                              reachability=install_reachability, say=step)
     except BaseException:
         _down(name, state_dir, say=lambda _: None)
         raise
@@ -147,6 +150,13 @@ def up(nodes: Annotated[int, typer.Option(help="Number of nodes.")] = 3,
                   f"{CLIENT_IP}")
     for line in next_steps(name, state_dir, state.kubeconfig):
         console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _check_install(engine: str, reachability: str) -> None:
+    if engine not in ("envoy", "haproxy", "kernel"):
+        raise ConfigError(f"--install-engine must be envoy, haproxy or kernel, not {engine!r}")
+    if reachability not in ("none", "l2"):
+        raise ConfigError(f"--install-reachability must be none or l2, not {reachability!r}")
 
 
 def _image_for(image: Path | None, *, install: bool) -> Path | None:
@@ -241,6 +251,28 @@ def down(name: NameOpt = "lab", state_dir: StateOpt = None) -> None:
     _need_root("down")
     removed = _down(name, state_dir, say=typer.echo)
     typer.echo(f"lab {name!r} removed" if removed else f"lab {name!r}: nothing to remove")
+
+
+@lab_app.command()
+def upgrade(name: NameOpt = "lab", state_dir: StateOpt = None,
+            pod_annotation: Annotated[list[str] | None, typer.Option(
+                help="KEY=VALUE on every pod the chart runs (podAnnotations); default "
+                     "lab-upgrade=<current time>, which rolls every workload.")] = None,
+            ) -> None:
+    """``helm upgrade`` of the chart a ``lab up --install`` installed, in place: the same
+    values with the given pod annotations; each workload rolls by its update strategy."""
+    import time
+
+    from podway.programs.lab.install import upgrade as upgrade_chart
+
+    state, _, _ = _running(name, state_dir)
+    given = pod_annotation or [f"lab-upgrade={time.strftime('%Y%m%dT%H%M%S')}"]
+    pairs = [item.partition("=") for item in given]
+    if any(not sep or not k for k, sep, _ in pairs):
+        raise ConfigError("--pod-annotation takes KEY=VALUE")
+    upgrade_chart(state, pod_annotations={k: v for k, _, v in pairs})
+    typer.echo("upgraded: every workload rolls (podway lab kubectl" + which(name, state_dir)
+               + " -- rollout status -n podway deploy/podway-controller)")
 
 
 @lab_app.command()

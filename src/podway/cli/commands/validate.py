@@ -8,6 +8,7 @@ Podway does not take (another class, …) are listed with the reason; they are n
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -88,8 +89,10 @@ def validate(
     out = stdout_console()
     err = Console(stderr=True)
     loaded = load_paths(paths)
+    # oidc_key: any key stands in for the one a serving Podway makes (OIDC is then judged
+    # as it would be served; the key itself is never shown)
     opts = TranslateOptions(address=address, http_port=http_port, https_port=https_port,
-                            mode=backend_mode_flag(backend_mode, mode,
+                            oidc_key=os.urandom(32), mode=backend_mode_flag(backend_mode, mode,
                                                    default=BackendMode.CLUSTERIP),
                             manifest_addresses=manifest_addresses,
                             strict_host_ownership=strict_host_ownership,

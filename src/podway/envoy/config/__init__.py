@@ -31,7 +31,7 @@ from types import MappingProxyType
 from envoy.config.route.v3 import route_pb2
 
 from podway.envoy import types
-from podway.envoy.config import scoped
+from podway.envoy.config import oauth2, scoped
 from podway.envoy.config.clusters import cluster
 from podway.envoy.config.endpoints import load_assignment
 from podway.envoy.config.jwt import Checks
@@ -51,9 +51,10 @@ from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool, Virtua
 from podway.ir import ListenerProtocol as Protocol
 
 
-def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> Resources:
+def build(ir: IR, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS,
+          reuse_port: bool = False) -> Resources:
     """Every Envoy resource for ``ir`` (no memo)."""
-    return Builder(scoped_min_hosts=scoped_min_hosts).build(ir)
+    return Builder(scoped_min_hosts=scoped_min_hosts, reuse_port=reuse_port).build(ir)
 
 
 class Builder:
@@ -66,8 +67,13 @@ class Builder:
     mappings (``xds.cache.Cache.set``).
     """
 
-    def __init__(self, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS) -> None:
+    def __init__(self, *, scoped_min_hosts: int = SCOPED_MIN_HOSTS,
+                 dynamic_stats: bool = False, reuse_port: bool = False) -> None:
         self.scoped_min_hosts = scoped_min_hosts  # see ``podway.envoy.config.scoped``
+        # The routers' per-pool stats (``listeners._router``): only for an Envoy that keeps
+        # every stat (``--envoy-stats detailed``).
+        self.dynamic_stats = dynamic_stats
+        self.reuse_port = reuse_port  # listeners share their port (``listeners.listener``)
         # id → (listener, served by a TCP split cluster, served as scopes, its resources)
         self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
         # (id, persistence) → (listener, served as scopes, its own tables)
@@ -119,7 +125,9 @@ class Builder:
             cached = self._listeners.get(id(item))
             built = (cached[3] if cached is not None and cached[0] is item
                      and cached[1] == tcp_split and cached[2] == as_scopes
-                     else _listener(item, tcp_split=tcp_split, scoped=as_scopes))
+                     else _listener(item, tcp_split=tcp_split, scoped=as_scopes,
+                                    dynamic_stats=self.dynamic_stats,
+                                    reuse_port=self.reuse_port))
             listeners[id(item)] = (item, tcp_split, as_scopes, built)
             for resource in built:
                 out[_type_of(resource)].setdefault(resource.name, resource)
@@ -413,18 +421,24 @@ _ScopedHost = tuple[VirtualHost, bytes, Resource, Resource]  # vhost, entry, tab
 _Signature = tuple[tuple[str, Persistence], ...]  # the pools' hash policies, by name
 
 
-def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False
+def _listener(item: Listener, *, tcp_split: bool = False, scoped: bool = False,
+              dynamic_stats: bool = False, reuse_port: bool = False
               ) -> tuple[Resource, ...]:
-    """The listener and its secrets; nothing for a listener Envoy could not serve."""
+    """The listener, its secrets and its OIDC filters' configs; nothing for a listener Envoy
+    could not serve."""
     if item.protocol is Protocol.HTTPS and not item.certificates and not item.l4_routes:
         return ()  # no certificate yet: Envoy rejects a TLS listener without filter chains
     if item.protocol is Protocol.TLS and not item.l4_routes:
         return ()
-    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split, scoped=scoped))]
+    built = [Resource.of(item.name, listener(item, tcp_split=tcp_split, scoped=scoped,
+                                             dynamic_stats=dynamic_stats,
+                                             reuse_port=reuse_port))]
     certificates = {c.name: c for c in item.certificates}
     certificates.update((r.certificate.name, r.certificate) for r in item.l4_routes
                         if r.certificate is not None and r.certificate.name not in certificates)
     built.extend(Resource.of(c.name, secret(c)) for c in certificates.values())
+    for login in oauth2.used(item):  # the filters of its OIDC policies and their secrets
+        built.extend(oauth2.resources(login))
     return tuple(built)
 
 

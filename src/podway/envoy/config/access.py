@@ -13,6 +13,10 @@ switched off (``disabled``) and switched on only by the routes that configure th
 * ``ErrorPages`` → ingress-nginx's ``custom-http-errors`` as a Lua response hook
   (``podway.envoy.config.error_pages``).
 * ``Jwt`` → JWT authentication, its providers found over ADS (``podway.envoy.config.jwt``).
+* ``Oidc`` → OpenID Connect login, one filter per policy, carried only by the managers whose
+  routes use it (``podway.envoy.config.oauth2``).
+* ``Authorization`` → RBAC of its own after the JWT filter, so that a rule can match the valid
+  token's claims (the JWT filter's dynamic metadata).
 * ``BasicAuth`` → basic auth (``envoy.filters.http.basic_auth``): the route's users as an
   htpasswd list of ``{SHA}`` hashes (per-route ``users``); anyone else gets 401. Never switched
   on in a scoped manager (``scoped``): its manager-level list names nobody.
@@ -62,10 +66,11 @@ from envoy.extensions.filters.http.rbac.v3 import rbac_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm,
 )
+from envoy.type.matcher.v3 import metadata_pb2, string_pb2, value_pb2
 from envoy.type.v3 import token_bucket_pb2
 from google.protobuf import any_pb2, wrappers_pb2
 
-from podway.envoy.config import auth_request, error_pages, jwt
+from podway.envoy.config import auth_request, error_pages, jwt, oauth2
 from podway.envoy.config.common import duration, pack
 from podway.ir import (
     AccessRule,
@@ -73,11 +78,13 @@ from podway.ir import (
     AuthRequest,
     BasicAuth,
     BodyLimit,
+    ClaimRule,
     ClientAccess,
     ErrorPages,
     ExtAuth,
     Filter,
     Jwt,
+    Oidc,
     RateLimit,
 )
 
@@ -106,16 +113,19 @@ _CLIENT_KEY = "remote_address"
 _NOBODY = "podway-nobody:{SHA}AAAAAAAAAAAAAAAAAAAAAAAAAAA="
 
 
-def manager_filters() -> list[hcm.HttpFilter]:
+def manager_filters(logins: Iterable[Oidc] = ()) -> list[hcm.HttpFilter]:
     """The switched-off filters every HTTP connection manager carries (after CORS, before the
-    router); a route's per-route config switches one on (``access_filters``)."""
+    router), and those of the OIDC policies of its routes (``logins``: only where used); a
+    route's per-route config switches one on (``access_filters``). A policy's authorization
+    comes after the JWT filter: its rules may read the valid token's claims."""
     return [
         hcm.HttpFilter(name=RATE_LIMIT_FILTER, disabled=True, typed_config=pack(
             local_rate_limit_pb2.LocalRateLimit(stat_prefix="http_local_rate_limit"))),
         hcm.HttpFilter(name=RBAC_FILTER, disabled=True, typed_config=pack(rbac_pb2.RBAC())),
+        *oauth2.manager_filters(logins),
+        jwt.manager_filter(),
         hcm.HttpFilter(name=AUTHORIZATION_FILTER, disabled=True,
                        typed_config=pack(rbac_pb2.RBAC())),
-        jwt.manager_filter(),
         hcm.HttpFilter(name=BASIC_AUTH_FILTER, disabled=True, typed_config=pack(
             basic_auth_pb2.BasicAuth(users=base_pb2.DataSource(inline_string=_NOBODY)))),
         hcm.HttpFilter(name=EXT_AUTHZ_HTTP_FILTER, disabled=True, typed_config=pack(
@@ -146,6 +156,8 @@ def access_filters(filters: Iterable[Filter]) -> list[tuple[str, any_pb2.Any]]:
                         pack(_ext_authz_route(f))))
         elif isinstance(f, Jwt):
             out.append((jwt.JWT_FILTER, jwt.per_route(f)))
+        elif isinstance(f, Oidc):
+            out.append((oauth2.filter_name(f), oauth2.per_route()))
         elif isinstance(f, AuthRequest):
             out.append((auth_request.AUTH_REQUEST_FILTER, auth_request.per_route(f)))
         elif isinstance(f, ErrorPages):
@@ -178,9 +190,26 @@ def _match(rule: AccessRule) -> rbac_config.Principal:
         parts.append(rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=[
             rbac_config.Principal(header=rc.HeaderMatcher(
                 name=":method", string_match={"exact": m})) for m in rule.methods])))
+    parts.extend(_claim(c) for c in rule.claims)
     if not parts:
         return rbac_config.Principal(any=True)
     return rbac_config.Principal(and_ids=rbac_config.Principal.Set(ids=parts))
+
+
+def _claim(claim: ClaimRule) -> rbac_config.Principal:
+    """The valid token's claim, read from the payload the JWT filter keeps in the request's
+    dynamic metadata (under the provider's name, ``jwt.payload_in_metadata``): one of the
+    values (a list claim: holding one of them). No valid token of that provider: no match."""
+    path = [metadata_pb2.MetadataMatcher.PathSegment(key=k)
+            for k in (claim.provider, *claim.claim)]
+    ids = []
+    for v in claim.values:
+        value = value_pb2.ValueMatcher(string_match=string_pb2.StringMatcher(exact=v))
+        if claim.array:
+            value = value_pb2.ValueMatcher(list_match=value_pb2.ListMatcher(one_of=value))
+        ids.append(rbac_config.Principal(metadata=metadata_pb2.MetadataMatcher(
+            filter=jwt.METADATA_NAMESPACE, path=path, value=value)))
+    return rbac_config.Principal(or_ids=rbac_config.Principal.Set(ids=ids))
 
 
 def _authorization(f: Authorization) -> rbac_config.RBAC:

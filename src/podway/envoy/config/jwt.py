@@ -36,6 +36,9 @@ from podway.envoy.config.resource import Resource
 from podway.ir import IR, IRChange, Jwt, JwtProvider, Listener, VirtualHost
 
 JWT_FILTER = "podway.jwt_authn"
+# Where the filter keeps a valid token's payload (under the provider's name): Envoy names the
+# metadata after the extension, whatever the filter's own name.
+METADATA_NAMESPACE = "envoy.filters.http.jwt_authn"
 _TYPE = "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication"
 _FETCH_TIMEOUT_MS = 5000
 
@@ -75,7 +78,9 @@ def _requirement(check: Jwt) -> jwt_pb2.JwtRequirement:
 
 
 def _provider(p: JwtProvider) -> jwt_pb2.JwtProvider:
-    out = jwt_pb2.JwtProvider(issuer=p.issuer, audiences=p.audiences, forward=False)
+    # The payload of a valid token is kept for an authorization by its claims (``access``).
+    out = jwt_pb2.JwtProvider(issuer=p.issuer, audiences=p.audiences, forward=False,
+                              payload_in_metadata=p.name)
     if p.jwks:
         out.local_jwks.inline_string = p.jwks
     else:
@@ -86,6 +91,11 @@ def _provider(p: JwtProvider) -> jwt_pb2.JwtProvider:
         remote.async_fetch.fast_listener = True
     for claim, header in p.claim_headers:
         out.claim_to_headers.add(header_name=header, claim_name=claim)
+    for header, prefix in p.from_headers:
+        out.from_headers.add(name=header, value_prefix=prefix)
+    out.from_cookies.extend(p.from_cookies)
+    out.from_params.extend(p.from_params)
+    out.clear_route_cache = p.recompute_route
     return out
 
 

@@ -54,6 +54,7 @@ from envoy.extensions.filters.udp.udp_proxy.v3 import udp_proxy_pb2
 from envoy.extensions.transport_sockets.tls.v3 import common_pb2, secret_pb2, tls_pb2
 from google.protobuf import wrappers_pb2
 
+from podway.envoy.config import oauth2
 from podway.envoy.config.access import manager_filters
 from podway.envoy.config.common import ads_source, pack, stat_prefix
 from podway.envoy.config.scoped import use_scopes
@@ -76,17 +77,23 @@ REPLY_MARK = 0x2000
 REPLY_TABLE = 7100
 
 
-def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False
-             ) -> listener_pb2.Listener:
+def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False,
+             dynamic_stats: bool = False, reuse_port: bool = False) -> listener_pb2.Listener:
     """``tcp_split``: a TCP listener forwards to its route's split cluster (the builder decides:
     ``split.split_route`` needs the pools). ``scoped``: an HTTP listener takes its routes from
-    scopes, one table per host (``podway.envoy.config.scoped``; the builder decides)."""
+    scopes, one table per host (``podway.envoy.config.scoped``; the builder decides).
+    ``dynamic_stats``: the router keeps Envoy's per-pool response-code and timing stats
+    (``_router``). ``reuse_port``: see below."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))
     # One owner per address and port on a host: without SO_REUSEPORT a second Envoy (another
     # Podway instance) cannot bind what this one serves — it refuses the listener instead of
     # splitting the traffic between two configurations. Envoy's own listener updates and hot
     # restart hand the bound socket over rather than binding again, so they are unaffected.
-    out.enable_reuse_port.value = False
+    # ``reuse_port`` (the controller's --listener-reuse-port, which the chart sets): engines
+    # of one configuration replace each other on a host without a gap — the new pod's Envoy
+    # binds beside the old one, which drains and stops (the kernel shares a port only among
+    # sockets of one user, so another user's process still cannot split it).
+    out.enable_reuse_port.value = reuse_port
     socket = out.address.socket_address
     socket.address = ir.address
     socket.port_value = ir.port
@@ -96,10 +103,11 @@ def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False
         out.listener_filters.append(_udp_proxy(ir))
         return out
     if ir.protocol is Protocol.HTTP:
-        out.filter_chains.append(lc.FilterChain(filters=[_http_manager(ir, scoped=scoped)]))
+        out.filter_chains.append(lc.FilterChain(filters=[_http_manager(
+            ir, scoped=scoped, dynamic_stats=dynamic_stats)]))
     elif ir.protocol is Protocol.HTTPS:
         out.listener_filters.append(_tls_inspector())
-        _https_chains(out, ir)
+        _https_chains(out, ir, dynamic_stats=dynamic_stats)
         # Passthrough beside termination (HTTPS and TLS sharing a port): SNI names a
         # certificate serves stay terminating; the engine picks one chain per name.
         taken = {n for _, _, names in sni_tables(ir) for n in names}
@@ -132,8 +140,8 @@ def sni_tables(ir: Listener) -> list[tuple[TLSCertificate, str, tuple[str, ...]]
     return out
 
 
-def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = False
-                  ) -> lc.Filter:
+def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = False,
+                  dynamic_stats: bool = False) -> lc.Filter:
     manager = hcm.HttpConnectionManager(
         stat_prefix=stat_prefix(ir.name),
         codec_type=hcm.HttpConnectionManager.AUTO,
@@ -157,16 +165,28 @@ def _http_manager(ir: Listener, table: str | None = None, *, scoped: bool = Fals
     # listener (and never drains its connections). ``access``: the same for the others.
     manager.http_filters.append(hcm.HttpFilter(
         name=CORS_FILTER, disabled=True, typed_config=pack(cors_pb2.Cors())))
-    manager.http_filters.extend(manager_filters())  # rate limits, client access, body limits
-    manager.http_filters.append(hcm.HttpFilter(
-        name="envoy.filters.http.router", typed_config=pack(router_pb2.Router())))
+    # rate limits, client access, logins (only the policies of this listener), body limits
+    manager.http_filters.extend(manager_filters(oauth2.used(ir)))
+    manager.http_filters.append(_router(dynamic_stats=dynamic_stats))
     if scoped:
         use_scopes(manager)
     return lc.Filter(name="envoy.filters.network.http_connection_manager",
                      typed_config=pack(manager))
 
 
-def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
+def _router(*, dynamic_stats: bool) -> hcm.HttpFilter:
+    """The router. Without ``dynamic_stats`` it makes none of Envoy's per-request per-pool
+    stats (``cluster.<pool>.upstream_rq_<code>``, ``_2xx``.., ``upstream_rq_time``, zone and
+    canary figures): with the bounded stats (the default, ``EnvoyStats.BOUNDED``) those stats
+    are refused anyway, and Envoy still composed and looked each one up per request, then
+    threw it away: 9-10 % of the instructions of a tiny keep-alive request
+    (docs/performance.md, "Where the tax was"). ``--envoy-stats detailed`` keeps them."""
+    config = router_pb2.Router()
+    config.dynamic_stats.value = dynamic_stats
+    return hcm.HttpFilter(name="envoy.filters.http.router", typed_config=pack(config))
+
+
+def _https_chains(out: listener_pb2.Listener, ir: Listener, *, dynamic_stats: bool) -> None:
     """One chain per SNI set, and a default chain for clients without a known SNI.
 
     With a certificate for no hostname, the default chain serves it with the listener's own
@@ -181,12 +201,14 @@ def _https_chains(out: listener_pb2.Listener, ir: Listener) -> None:
         default = ir.certificates[0]
         default_table = next((t for c, t, _ in tables if c.name == default.name), None)
     for cert, table, names in tables:
-        chain = lc.FilterChain(name=f"{cert.name}", filters=[_http_manager(ir, table)])
+        chain = lc.FilterChain(name=f"{cert.name}", filters=[_http_manager(
+            ir, table, dynamic_stats=dynamic_stats)])
         chain.filter_chain_match.server_names.extend(names)
         chain.transport_socket.CopyFrom(_downstream_tls(cert))
         out.filter_chains.append(chain)
     if default is not None:
-        chain = lc.FilterChain(name="default", filters=[_http_manager(ir, default_table)])
+        chain = lc.FilterChain(name="default", filters=[_http_manager(
+            ir, default_table, dynamic_stats=dynamic_stats)])
         chain.transport_socket.CopyFrom(_downstream_tls(default))
         out.default_filter_chain.CopyFrom(chain)
 

@@ -58,7 +58,8 @@ from podway.envoy.config.access import (
 from podway.envoy.config.auth_request import AUTH_REQUEST_FILTER
 from podway.envoy.config.common import ads_source, pack
 from podway.envoy.config.jwt import JWT_FILTER
-from podway.ir import AuthRequest, BasicAuth, ExtAuth, Jwt, Listener, VirtualHost
+from podway.envoy.config.oauth2 import PREFIX as OAUTH2_PREFIX
+from podway.ir import AuthRequest, BasicAuth, ExtAuth, Jwt, Listener, Oidc, VirtualHost
 from podway.ir import ListenerProtocol as Protocol
 
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
@@ -69,7 +70,7 @@ LOWER_HOST_FILTER = "podway.lower_host"
 ROUTER_FILTER = "envoy.filters.http.router"
 # Filters that cannot be switched on in a scoped manager (see the invariants): enabled with no
 # per-route config they would refuse every request; a listener using one keeps its RDS table.
-_GUARDS = (BasicAuth, ExtAuth, Jwt, AuthRequest)
+_GUARDS = (BasicAuth, ExtAuth, Jwt, AuthRequest, Oidc)
 GUARD_FILTERS = frozenset({BASIC_AUTH_FILTER, EXT_AUTHZ_HTTP_FILTER, EXT_AUTHZ_GRPC_FILTER,
                            JWT_FILTER, AUTH_REQUEST_FILTER})
 _LOWER_HOST = """function envoy_on_request(handle)
@@ -179,7 +180,7 @@ def use_scopes(manager: hcm.HttpConnectionManager) -> None:
     for item in manager.http_filters:  # see the module's invariants: access must not depend
         # on the case of the Host; an authentication filter stays off (with no per-route
         # config it would refuse everything; a listener that uses one is never scoped)
-        item.disabled = item.name in GUARD_FILTERS
+        item.disabled = item.name in GUARD_FILTERS or item.name.startswith(OAUTH2_PREFIX)
     manager.http_filters.insert(0, hcm.HttpFilter(name=LOWER_HOST_FILTER, typed_config=pack(
         lua_pb2.Lua(default_source_code={"inline_string": _LOWER_HOST},
                     clear_route_cache=wrappers_pb2.BoolValue(value=True)))))

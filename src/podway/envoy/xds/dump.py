@@ -36,15 +36,18 @@ def files(resources: Resources) -> dict[str, str]:
     only when a route uses one (otherwise the JWT filter's holds no provider)."""
     out = {f"{types.SHORT_NAMES[t]}.json": to_json(resources, t) for t in types.PUSH_ORDER
            if t not in (types.SCOPE, types.EXTENSION) or resources.get(t)}
-    if '"providers"' not in out.get("extensions.json", '"providers"'):
+    extensions = resources.get(types.EXTENSION, {})
+    if '"providers"' not in out.get("extensions.json", '"providers"') and len(extensions) < 2:
         del out["extensions.json"]
     return out
 
 
 def _redact(value: Any) -> Any:
     if isinstance(value, dict):
-        # private keys, and key sets (a JWKS may hold symmetric keys)
-        return {k: (REDACTED if k in ("private_key", "local_jwks") else _redact(v))
+        # private keys, key sets (a JWKS may hold symmetric keys), OIDC client and session
+        # secrets
+        return {k: (REDACTED if k in ("private_key", "local_jwks", "generic_secret")
+                    else _redact(v))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_redact(v) for v in value]

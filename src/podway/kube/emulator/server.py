@@ -20,7 +20,7 @@ import yaml
 from aiohttp import web
 
 from podway.kube import selectors
-from podway.kube.emulator import defaults, openapi, patching, rbac, tables
+from podway.kube.emulator import defaults, openapi, patching, protobuf, rbac, tables
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.server_discovery import DiscoveryMixin
 from podway.kube.emulator.server_extras import ExtrasMixin
@@ -233,7 +233,7 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
         if request.method == "POST" and target.name is None:
             if rtype.namespaced and target.namespace is None:
                 raise ApiError(405, "MethodNotAllowed", "create needs a namespace")
-            body = await request.json()
+            body = await _body(request)
             warnings = self._validate(request, rtype, body)
             if rtype.group_resource == CSR and isinstance(body, dict):
                 self._stamp_requester(request, body)
@@ -242,7 +242,7 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
             created = store.create(rtype, ns, body, dry_run=dry)
             return self._json(created, rtype, status=201, warnings=warnings)
         if request.method == "PUT" and target.name is not None:
-            body = await request.json()
+            body = await _body(request)
             warnings = self._validate(request, rtype, body)
             if isinstance(body, dict) and not target.subresource:
                 defaults.apply(rtype.group_resource, body)
@@ -453,3 +453,14 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
         return self._json(result, rtype, warnings=warnings)
 
     # ---- discovery --------------------------------------------------------------------
+
+
+async def _body(request: web.Request) -> Any:
+    """A create or update body: JSON, or Kubernetes protobuf for the kinds ``protobuf``
+    decodes (client-go's typed clients send it; Helm stores its releases that way)."""
+    if request.content_type == protobuf.CONTENT_TYPE:
+        try:
+            return protobuf.decode(await request.read())
+        except (protobuf.ProtobufError, UnicodeDecodeError) as exc:
+            raise ApiError(415, "UnsupportedMediaType", str(exc)) from None
+    return await request.json()

@@ -99,6 +99,14 @@ def changes(before: StatusDocument | None, after: StatusDocument) -> list[Due]:
     return warnings + synced
 
 
+def drop_told(due: list[Due], found_current: set[tuple[str, tuple[str, str]]]) -> list[Due]:
+    """A process's first events without the ``Synced`` of objects whose status the API held
+    as wanted already (``StatusWriter.found_current``): an earlier controller served them and
+    said so; counting those up on a restart cost three API calls per object, for no news."""
+    return [d for d in due if d.reason != "Synced"
+            or (d.ref.kind, (d.ref.namespace, d.ref.name)) not in found_current]
+
+
 def load_error_events(before: Iterable[LoadError], after: Iterable[LoadError]) -> list[Due]:
     """A Warning ``InvalidObject`` for each object that newly fails to parse."""
     out = []

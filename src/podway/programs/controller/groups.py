@@ -38,7 +38,7 @@ from podway.engines import config_feed
 from podway.engines.config_feed import ConfigFeed
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
-from podway.ir import IR, AuthRequest, ErrorPages, ExtAuth, Forward, Jwt, Listener, Mirror
+from podway.ir import IR, AuthRequest, ErrorPages, ExtAuth, Forward, Jwt, Listener, Mirror, Oidc
 from podway.model import Service
 from podway.model.base import ENGINE_GROUP, ObjectRef
 from podway.model.gateway import Gateway
@@ -82,7 +82,7 @@ def pools_of(listener: Listener) -> Iterable[str]:
             if isinstance(route.action, Forward):
                 yield from (b.pool for b in route.action.backends if b.pool is not None)
             yield from (f.pool for f in route.filters
-                        if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages))
+                        if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages | Oidc))
             yield from (p.jwks_pool for f in route.filters if isinstance(f, Jwt)
                         for p in f.providers if p.jwks_pool)
     for l4 in listener.l4_routes:
@@ -121,7 +121,7 @@ class EngineGroups:
         if len(self._caches) >= MAX_GROUPS:
             raise GroupRefused(f"engine group {group!r} refused: {MAX_GROUPS} groups are "
                                "served already")
-        cache, builder = Cache(), Builder()
+        cache, builder = Cache(), Builder(reuse_port=self._pipeline.reuse_port)
         self._caches[group] = (cache, builder)
         log.info("engine group %s: first engine; serving its part of the configuration", group)
         state = self._pipeline.state

@@ -61,7 +61,13 @@ from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
-from podway.programs.controller.events import Due, EventRecorder, changes, load_error_events
+from podway.programs.controller.events import (
+    Due,
+    EventRecorder,
+    changes,
+    drop_told,
+    load_error_events,
+)
 from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
 from podway.programs.controller.leader import (
     ALWAYS,
@@ -72,6 +78,7 @@ from podway.programs.controller.leader import (
 )
 from podway.programs.controller.metrics import ControllerMetrics
 from podway.programs.controller.modes import NplPlanner
+from podway.programs.controller.oidc_key import keyed
 from podway.programs.controller.pending import PendingWarnings
 from podway.programs.controller.readiness import ReadinessGate
 from podway.programs.controller.refusals import RefusedKinds
@@ -110,8 +117,7 @@ class ControllerOptions:
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 0  # 0: no health/metrics endpoint
     lb_address: str | None = None
-    """Published in Service/Ingress ``status.loadBalancer`` when a listener binds the wildcard:
-    the engines' address."""
+    """Published in ``status.loadBalancer`` when a listener binds the wildcard (the engines')."""
     vip_pools: tuple[Pool, ...] = ()
     """VIP pools: with any, LoadBalancer Services and Gateways get their addresses from the IPAM
     (``podway.programs.ipam``), which reads what each object holds from the API's status."""
@@ -132,12 +138,14 @@ class ControllerOptions:
     NodePortLocal annotations): before that, a bad flag or no cluster is the one line."""
     npl_agent_user: str | None = None  # agents asking as this user get their node's NPL key
     engine_certs: EngineCertSettings | None = None  # sign engines' CSRs (--engine-account)
+    oidc_key_secret: tuple[str, str] | None = None  # (namespace, name): ``oidc_key.keyed``
     pending_warning_s: float = 5.0
     """How long a Service's pods may wait for their NodePortLocal annotation (the agent's next
     step) before a ``PendingMembers`` Warning (``podway.programs.controller.pending``)."""
     admin_socket: Path | None = None
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
     dashboard: HostPort | None = None  # the web dashboard; None: off
+    listener_reuse_port: bool = False  # SO_REUSEPORT: a new engine binds beside the old one
     dashboard_refresh_s: float = 2.0
     engine_admin: str | None = None
     """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
@@ -221,10 +229,12 @@ class Controller:
             self.leadership = self.elector
         else:
             self.metrics.leader.set(1)
+        opts = await keyed(api, opts)  # the OIDC session key, from its Secret
         # This controller writes the NodePortLocal opt-in itself (``_enable_npl``).
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
-        self.pipeline = Pipeline(self.gate, translate=opts.translate)
+        self.pipeline = Pipeline(self.gate, translate=opts.translate,
+                                 reuse_port=opts.listener_reuse_port)
         if opts.engine_certs is not None:  # its CA is trusted before the first engine comes
             from podway.programs.controller.engine_certs import EngineCertSigner
 
@@ -373,7 +383,8 @@ class Controller:
             due: list[Due] = await self._enable_npl(api, state)
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
-                due += changes(doc, self.status.last_document)
+                news = changes(doc, self.status.last_document)
+                due += news if doc is not None else drop_told(news, self.status.found_current)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)

@@ -98,6 +98,9 @@ class StatusWriter:
         self._drifted: set[Target] = set()
         self.passes = 0  # passes that wrote something (for tests and the benchmark)
         self.last_document: StatusDocument | None = None
+        # Statuses found as wanted in the API, not written by this process: an earlier
+        # controller served these objects (the first document's ``Synced`` events skip them).
+        self.found_current: set[Target] = set()
         self.on_written: Callable[[str, Key, str], None] = lambda kind, key, version: None
         """Told of each write's resourceVersion, so its watch event (our own write read
         back) costs no parse (set by the controller: ``KubeSource.expect_echo``)."""
@@ -223,6 +226,8 @@ class StatusWriter:
             stamped = with_times(target[0], status, before, now, self._opts.gateway_controller)
             if same(stamped, self._written.get(target)) or same(stamped,
                                                                  self._current(*target)):
+                if target not in self._written:
+                    self.found_current.add(target)
                 self._written[target] = stamped
                 self._wanted[target] = status
                 continue

@@ -14,7 +14,11 @@ What a cluster admin does first (docs/install.md), done here before ``helm insta
 - the engine node: ``lab-node-1`` labelled ``podway.io/edge=true`` (the chart's default engine
   group selector);
 - reachability ``none`` ("you route them yourself"): the VIP pool is routed by the edge router
-  to that node, and the node takes it as local (AnyIP), so its engine can bind any VIP.
+  to that node, and the node takes it as local (AnyIP), so its engine can bind any VIP;
+  or ``l2`` (the chart's L2 mode, MetalLB's): the pool is on-link on the edge router's fabric
+  interface, so the router asks ARP for each VIP on the nodes' segment and the chart's
+  ``podway vip l2`` DaemonSet answers from the engine node.
+- ``net.ipv4.tcp_migrate_req=1`` on that node, for the engine's rolling update (``upgrade``).
 
 Values: the image is ``podway:<archive tag>``, one engine replica (one edge node), the
 controller's two replicas with its Lease, the agent DaemonSet on every node.
@@ -60,7 +64,7 @@ def helm_python() -> Path:
                              "Python >= 3.12 with helm-sdkpy (or let ./dev make .venv-helm)")
 
 
-def values(tag: str, engine: str = "envoy") -> Obj:
+def values(tag: str, engine: str = "envoy", reachability: str = "none") -> Obj:
     return {
         "image": {"repository": "podway", "tag": tag, "pullPolicy": "Never"},
         "controller": {"replicas": 2, "tlsSecret": XDS_SECRET},
@@ -73,7 +77,7 @@ def values(tag: str, engine: str = "envoy") -> Obj:
         # for its own certificate, engineCertificates.source csr): the lab install has not
         # been run with that yet.
         "engineCertificates": {"source": "secret"},
-        "reachability": {"mode": "none"}}
+        "reachability": {"mode": reachability, "l2": {"interface": "eth0"}}}
 
 
 def tls_secrets(pki: LabPki, edge_nodes: list[str]) -> list[Obj]:
@@ -106,7 +110,7 @@ def _call(api: LabApi, method: str, path: str, body: Obj, *, ok: tuple[int, ...]
         raise EnvironmentProblem(f"lab install: {method} {path}: {answer.get('message', code)}")
 
 
-def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
+def prepare(api: LabApi, plan: LabPlan, pki: LabPki, reachability: str = "none") -> None:
     """The namespace, the edge node's label, the Secrets and the VIP pool's routes."""
     edge = plan.nodes[0]
     _call(api, "POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}, ok=(201, 409))
@@ -116,29 +120,54 @@ def prepare(api: LabApi, plan: LabPlan, pki: LabPki) -> None:
     for obj in tls_secrets(pki, [edge.name]):
         plural = "secrets" if obj["kind"] == "Secret" else "configmaps"
         _call(api, "POST", f"/api/v1/namespaces/{NAMESPACE}/{plural}", obj, ok=(201, 409))
+    # A rolling update's old engine closes its listening sockets once the new one shares
+    # them (SO_REUSEPORT): connections still in its accept queue move to the new one instead
+    # of being reset (docs/install.md, "Upgrade": set on every engine node).
+    network.sh("ip", "netns", "exec", edge.netns, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1")
+    if reachability == "l2":  # the router asks ARP for each VIP on the nodes' segment
+        network.sh("ip", "-n", plan.edge, "route", "replace", VIP_POOL, "dev", "eth0")
+        return
     network.sh("ip", "-n", plan.edge, "route", "replace", VIP_POOL, "via", edge.ip)
     network.sh("ip", "-n", edge.netns, "route", "replace", "local", VIP_POOL, "dev", "lo")
 
 
-def helm_install(state: LabState, tag: str, *, python: Path, chart: Path = CHART,
-                 engine: str = "envoy") -> str:
-    """``helm install podway`` of ``chart`` into the lab; the release's manifest."""
+def helm(action: str, kubeconfig: Path, values_: Obj, *, python: Path,
+         chart: Path = CHART) -> str:
+    """``helm install|upgrade podway`` of ``chart`` into the lab with ``values_``; the
+    release's manifest. The release is a Secret in the lab's API, as Helm keeps it."""
     done = subprocess.run(
-        [str(python), str(HELPER), str(chart), str(state.kubeconfig), NAMESPACE,
-         json.dumps(values(tag, engine))], capture_output=True, text=True, check=False, timeout=300,
-        env={**os.environ, "HELM_DRIVER": "memory"})
+        [str(python), str(HELPER), action, str(chart), str(kubeconfig), NAMESPACE,
+         json.dumps(values_)], capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "HELM_DRIVER": "secret"})
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["failed"]
-        raise EnvironmentProblem(f"lab install: {lines[-1]}")
+        raise EnvironmentProblem(f"lab {action}: {lines[-1]}")
     return done.stdout
 
 
 def install(state: LabState, plan: LabPlan, tag: str, *, engine: str = "envoy",
-            say: Callable[[str], None] = lambda _: None) -> str:
+            reachability: str = "none", say: Callable[[str], None] = lambda _: None) -> str:
     python = helm_python()
     say("install: namespace, certificates, edge node")
-    prepare(LabApi.of(state), plan, state.pki)
+    prepare(LabApi.of(state), plan, state.pki, reachability)
     say("install: helm install podway (deploy/helm/podway)")
-    manifest = helm_install(state, tag, python=python, engine=engine)
+    chosen = values(tag, engine, reachability)
+    manifest = helm("install", state.kubeconfig, chosen, python=python)
     (state.root / "install.yaml").write_text(manifest)
+    (state.root / "install-values.json").write_text(json.dumps(chosen))
+    return manifest
+
+
+def upgrade(state: LabState, *, pod_annotations: dict[str, str],
+            chart: Path = CHART) -> str:
+    """``helm upgrade podway`` in place: the values of the install (or of the last upgrade)
+    with ``podAnnotations`` replaced, which changes every workload's pod template (controller,
+    engines, agents), so each rolls by its own update strategy."""
+    path = state.root / "install-values.json"
+    if not path.exists():
+        raise EnvironmentProblem("lab upgrade: this lab was not started with --install")
+    chosen = {**json.loads(path.read_text()), "podAnnotations": dict(pod_annotations)}
+    manifest = helm("upgrade", state.kubeconfig, chosen, python=helm_python(), chart=chart)
+    (state.root / "install.yaml").write_text(manifest)
+    path.write_text(json.dumps(chosen))
     return manifest

@@ -44,6 +44,7 @@ from podway.programs.lab import container as ctr
 from podway.programs.lab import container_volumes as vol
 from podway.programs.lab import network, podenv
 from podway.programs.lab.cluster import key, meta, terminated, terminating
+from podway.programs.lab.container_exec import EXEC_TIMEOUT_S, exec_in
 from podway.programs.lab.plan import LabPlan, NodePlan
 from podway.programs.lab.processes import Supervisor
 
@@ -64,7 +65,7 @@ def readiness_probe(pod: Obj) -> Obj | None:
     """The first container's readiness probe, a named port resolved to its number."""
     for container in (pod.get("spec") or {}).get("containers") or []:
         if container.get("readinessProbe"):
-            probe = dict(container["readinessProbe"])
+            probe = {**container["readinessProbe"], "container": container.get("name")}
             named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
             for kind in ("httpGet", "tcpSocket"):
                 if kind in probe and probe[kind].get("port") in named:
@@ -95,7 +96,7 @@ def probe_once(ip: str, probe: Obj, ports: list[tuple[int, str]]) -> bool:
                 return True
     except (OSError, ValueError, http.client.HTTPException):
         return False
-    return True  # exec probes are not run in the lab: they count as passing
+    return True  # exec probes run in the container (Kubelet._exec); a process pod has none
 
 
 def pre_stop(pod: Obj) -> Obj | None:
@@ -355,15 +356,13 @@ class Kubelet:
         probe = run.probe
         initial = float((probe or {}).get("initialDelaySeconds", 0))
         period = float((probe or {}).get("periodSeconds", 10))
-        loop = asyncio.get_running_loop()
         if initial:
             await asyncio.sleep(initial)
         while True:
             if not run.up:
                 run.wake.clear()
                 await run.wake.wait()
-            ok = run.up and (probe is None or await loop.run_in_executor(
-                self._thread(run.node), probe_once, run.ip, probe, run.ports))
+            ok = run.up and (probe is None or await self._check(run, probe))
             if ok != run.ready:
                 run.ready = ok
                 self.changed()
@@ -411,7 +410,10 @@ class Kubelet:
                 run.ports)
         elif "exec" in hook:
             command = [str(c) for c in (hook["exec"] or {}).get("command") or []]
-            if command:
+            if command and run.containers:  # in the container: the image's binaries
+                await exec_in(self.supervisor.state.containers,
+                              f"{run.uid}-{run.containers[0]}", command, limit_s=3600.0)
+            elif command:
                 proc = await asyncio.create_subprocess_exec(
                     "ip", "netns", "exec", run.netns, *command,
                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
@@ -422,6 +424,16 @@ class Kubelet:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, signal.SIGKILL)
                     await proc.wait()
+
+    async def _check(self, run: PodRun, probe: Obj) -> bool:
+        """One readiness check: ``exec`` in the container, else from the node (probe_once)."""
+        if "exec" in probe and run.containers:
+            command = [str(c) for c in probe["exec"].get("command") or []]
+            return await exec_in(self.supervisor.state.containers,
+                                 f"{run.uid}-{probe.get('container')}", command,
+                                 limit_s=float(probe.get("timeoutSeconds", EXEC_TIMEOUT_S))) == 0
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread(run.node), probe_once, run.ip, probe, run.ports)
 
     async def _remove(self, run: PodRun) -> None:
         self.runs.pop(run.uid, None)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from podway.base.errors import ConfigError, EnvironmentProblem
+from podway.programs.vip.l2_arp import ArpIsolation
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,9 @@ class L2Settings:
     # Own nothing while this host hears fewer than half of its peers (it is on the minority
     # side of a split); False: MetalLB's way, every side of a split takes every VIP.
     quorum: bool = False
+    # arp_ignore=1/arp_announce=2 on the interfaces this host may put VIPs on, put back on exit
+    # (podway.programs.vip.l2_arp); False: leave the host's sysctls alone.
+    arp_isolation: bool = True
 
 
 def read_key(path: Path) -> bytes:
@@ -182,7 +186,13 @@ class L2Speaker:
         self.held: set[str] = set()
         self.on: dict[str, tuple[str, ...]] = {}  # held VIP → the interfaces it is on
         self.placement = settings.placement  # replaced live (podway.programs.vip.metallb_l2)
+        # Replaced live in a cluster (podway.programs.vip.l2_cluster): the group's Nodes and
+        # the addresses its Services hold.
+        self.peers: Mapping[str, tuple[str, int]] = settings.peers
+        self.vips: tuple[str, ...] = settings.vips
         self.engine_ok = healthy is None
+        self.arp = ArpIsolation() if settings.arp_isolation else None
+        self._losing: dict[str, float] = {}  # held VIP the election gives away → since when
         self.leaving = False
         self._sock: socket.socket | None = None
 
@@ -193,7 +203,7 @@ class L2Speaker:
         if self.s.quorum and not self.in_majority(now):
             return set()
         out = set()
-        for vip in self.s.vips:
+        for vip in self.vips:
             candidates = self.members.candidates(now, vip)
             if me and self.serves(vip):
                 candidates.add(self.s.node)
@@ -201,12 +211,24 @@ class L2Speaker:
                 out.add(vip)
         return out
 
+    def keeping(self, wanted: set[str], now: float) -> set[str]:
+        """``wanted`` and each VIP this host holds but is losing (its engine is no longer
+        ready, or the hash gives it to a newcomer) until a live peer says it holds it — the new
+        owner has announced it — or for ``hand_over_s`` at most: some host answers at every
+        moment, as on a graceful stop. A VIP no live peer may take, or no longer a VIP, goes at
+        once (a split's minority side hears no peer: it lets go at once)."""
+        self._losing = {v: self._losing.get(v, now) for v in self.held - wanted}
+        taken = self.members.held_by_others(now)
+        return wanted | {v for v, since in self._losing.items()
+                         if v in self.vips and v not in taken and now - since < self.s.hand_over_s
+                         and self.members.candidates(now, v)}
+
     def in_majority(self, now: float) -> bool:
         """This host and the peers it hears (alive, whatever their health) are more than half
         of the group."""
         heard = sum(1 for node, (at, _) in self.members.heard.items()
-                    if node in self.s.peers and now - at <= self.members.dead_after_s)
-        return (heard + 1) * 2 > len(self.s.peers) + 1
+                    if node in self.peers and now - at <= self.members.dead_after_s)
+        return (heard + 1) * 2 > len(self.peers) + 1
 
     def serves(self, vip: str) -> bool:
         return self.placement is None or vip in self.placement
@@ -235,6 +257,19 @@ class L2Speaker:
                 await asyncio.shield(self._hand_over())
             loop.remove_reader(self._sock.fileno())
             self._sock.close()
+            if self.arp is not None:
+                self.arp.restore()
+
+    def isolate(self) -> None:
+        """Every interface this host may put a VIP on answers ARP only for its own addresses
+        (set before claiming, on owners and the others alike: see l2_arp)."""
+        if self.arp is None:
+            return
+        wanted = {self.s.interface}
+        for interfaces in (self.placement or {}).values():
+            wanted.update(interfaces)
+        for interface in sorted(wanted):
+            self.arp.ensure(interface)
 
     async def _loop(self) -> None:
         warm = time.monotonic() + self.members.dead_after_s  # hear the peers before claiming
@@ -242,9 +277,10 @@ class L2Speaker:
             if self.healthy is not None:
                 self.engine_ok = await self.healthy()
             self._send()
+            self.isolate()
             now = time.monotonic()
             if now >= warm:
-                await self._reconcile(self.wanted(now))
+                await self._reconcile(self.keeping(self.wanted(now), now))
             await asyncio.sleep(self.s.interval_s)
 
     def _receive(self) -> None:
@@ -257,7 +293,7 @@ class L2Speaker:
             except OSError:
                 return
             beat = decode(data, self.s.key, now=time.time())
-            if beat is not None and beat.node in self.s.peers:
+            if beat is not None and beat.node in self.peers:
                 self.members.hear(beat, time.monotonic())
 
     def _send(self) -> None:
@@ -265,7 +301,7 @@ class L2Speaker:
         serves = None if self.placement is None else tuple(sorted(self.placement))
         data = encode(Heartbeat(self.s.node, self.engine_ok, self.leaving, time.time(),
                                 tuple(sorted(self.held)), serves), self.s.key)
-        for address in self.s.peers.values():
+        for address in self.peers.values():
             with contextlib.suppress(OSError):  # a peer's host may be down: that is the point
                 self._sock.sendto(data, address)
 

@@ -56,6 +56,31 @@ KINDS = (*(k.name for k in METALLB_SPEAKER_KINDS), L2Advertisement.KIND, Secret.
 PEER_NOT_CARRIED = ("connectTime", "enableGracefulRestart", "disableMP")
 PEER_UNUSABLE = ("vrf", "dynamicASN", "interface")
 BFD_NOT_CARRIED = ("echoMode", "echoInterval", "minimumTtl")
+# Every spec field of MetalLB's kinds Podway reads (MetalLB's v0.14 API); a field not here — a
+# newer MetalLB's — is said (``unknown_fields``), never silently ignored.
+KNOWN_FIELDS = {
+    "BGPPeer": frozenset({"myASN", "peerASN", "peerAddress", "sourceAddress", "peerPort",
+                          "holdTime", "keepaliveTime", "routerID", "nodeSelectors", "password",
+                          "passwordSecret", "bfdProfile", "ebgpMultiHop", *PEER_NOT_CARRIED,
+                          *PEER_UNUSABLE}),
+    "BGPAdvertisement": frozenset({"aggregationLength", "aggregationLengthV6", "localPref",
+                                   "communities", "ipAddressPools", "ipAddressPoolSelectors",
+                                   "nodeSelectors", "peers"}),
+    "BFDProfile": frozenset({"receiveInterval", "transmitInterval", "detectMultiplier",
+                             "passiveMode", *BFD_NOT_CARRIED}),
+    "Community": frozenset({"communities"}),
+    "L2Advertisement": frozenset({"ipAddressPools", "ipAddressPoolSelectors", "nodeSelectors",
+                                  "interfaces"}),
+    "IPAddressPool": frozenset({"addresses", "autoAssign", "avoidBuggyIPs",
+                                "serviceAllocation"}),
+}
+
+
+def unknown_fields(objects: Objects, kinds: Sequence[str]) -> list[str]:
+    """One problem per spec field of ``kinds``' objects that Podway does not know."""
+    return [f"{kind} {name!r}: {key} is not carried (a field Podway does not know)"
+            for kind in kinds for name, raw in objects.of(kind)
+            for key in sorted(set(spec_of(raw)) - KNOWN_FIELDS[kind])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +344,8 @@ def _exports(peer: str, adverts: Sequence[_Advert]) -> tuple[Export, ...]:
 def plan(objects: Objects, *, node_labels: Mapping[str, str], router_id: str,
          namespace: str, vips: Sequence[str] | None = None) -> Plan:
     """This node's BGP from MetalLB's objects (see the module docstring)."""
-    problems: list[str] = []
+    problems = unknown_fields(objects, ("BGPPeer", "BGPAdvertisement", "BFDProfile",
+                                        "Community", "IPAddressPool"))
     peers = _peers(objects, node_labels, namespace, problems)
     adverts = _adverts(objects, node_labels, _pool_routes(objects, vips, problems), problems)
     neighbors = []

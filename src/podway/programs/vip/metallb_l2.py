@@ -29,7 +29,7 @@ from podway.model.kinds import BY_NAME
 from podway.model.vips import IPAddressPool, L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.l2 import L2Speaker
-from podway.programs.vip.metallb import Objects, advertised, spec_of
+from podway.programs.vip.metallb import Objects, advertised, spec_of, unknown_fields
 from podway.programs.vip.metallb_follow import Follower
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ Placement = dict[str, tuple[str, ...]]
 def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequence[str]
               ) -> tuple[Placement, tuple[str, ...]]:
     """Each VIP this host may own → its interfaces (() the speaker's own), and the problems."""
-    problems: list[str] = []
+    problems = unknown_fields(objects, (L2Advertisement.KIND, IPAddressPool.KIND))
     pools: dict[str, tuple[Mapping[str, str], list[Any]]] = {}
     for name, raw in objects.of(IPAddressPool.KIND):
         try:
@@ -76,13 +76,14 @@ def placement(objects: Objects, *, node_labels: Mapping[str, str], vips: Sequenc
 class MetalLBL2(Follower):
     """Keeps an ``L2Speaker``'s placement current from MetalLB's objects in the API."""
 
+    COMPONENT = "podway-vip-l2"
+
     def __init__(self, api: client.ApiClient, speaker: L2Speaker, *, namespace: str,
                  node: str, debounce_s: float = 0.1) -> None:
         super().__init__(namespace=namespace, node=node)
         self._api = api
         self.speaker = speaker
         self._debounce = debounce_s
-        self._said: set[str] = set()
 
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
@@ -93,11 +94,8 @@ class MetalLBL2(Follower):
 
     def apply(self) -> None:
         found, problems = placement(self.objects, node_labels=self.node_labels,
-                                    vips=self.speaker.s.vips)
-        for problem in problems:
-            if problem not in self._said:
-                log.warning("event=metallb-object-not-carried %s", problem)
-        self._said = set(problems)
+                                    vips=self.speaker.vips)
+        self.report(problems)
         if found != self.speaker.placement:
             log.info("event=l2-placement node=%s vips=%s", self.node,
                      {v: list(i) for v, i in found.items()})
@@ -109,24 +107,11 @@ class MetalLBL2(Follower):
             for informer in informers:
                 group.create_task(informer.run(), name=f"l2-{informer.name}")
             await asyncio.gather(*(i.settled.wait() for i in informers))
+            for informer in informers:  # retried; until then this host owns nothing new
+                if informer.refused is not None:
+                    log.error("l2: cannot list %s: %s", informer.name, informer.refused)
             while True:
                 self._dirty.clear()
                 self.apply()
                 await self._dirty.wait()
                 await asyncio.sleep(self._debounce)
-
-
-async def run_with_metallb(speaker: L2Speaker, *, namespace: str, kubeconfig: str | None,
-                           context: str | None) -> None:
-    """The speaker, its placement followed from the API, until cancelled (then it hands its
-    VIPs over as always)."""
-    from podway.kube.client import connect
-
-    api = await connect(kubeconfig=kubeconfig, context=context)
-    try:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(MetalLBL2(api, speaker, namespace=namespace,
-                                        node=speaker.s.node).run(), name="l2-metallb")
-            group.create_task(speaker.run(), name="l2-speaker")
-    finally:
-        await api.close()

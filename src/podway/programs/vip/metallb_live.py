@@ -82,6 +82,8 @@ def _secret(raw: Raw) -> Raw:
 class MetalLBSpeaker(Follower):
     """BIRD for one host, configured from MetalLB's objects (module docstring)."""
 
+    COMPONENT = "podway-vip-announce-metallb"
+
     def __init__(self, api: client.ApiClient, *, namespace: str, node: str, router_id: str,
                  workdir: Path, vips: Sequence[str] | None = None, prefix: Sequence[str] = (),
                  debounce_s: float = 0.2,
@@ -97,7 +99,6 @@ class MetalLBSpeaker(Follower):
                                    workdir=workdir, prefix=prefix)
         self.plan: Plan | None = None
         self.applied = 0  # configurations applied (for tests)
-        self._said: set[str] = set()
         self._announcing = healthy is None
 
     def informers(self) -> list[Informer]:
@@ -136,10 +137,7 @@ class MetalLBSpeaker(Follower):
         self._dirty.clear()
         found = plan(self.objects, node_labels=self.node_labels, router_id=self.router_id,
                      namespace=self.namespace, vips=self._vips)
-        for problem in found.problems:
-            if problem not in self._said:
-                log.warning("event=metallb-object-not-carried %s", problem)
-        self._said = set(found.problems)
+        self.report(found.problems)
         self.plan = found
         self.speaker.settings = found.settings
         return found

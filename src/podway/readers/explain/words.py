@@ -17,6 +17,8 @@ from podway.ir import (
     Jwt,
     L4Route,
     Listener,
+    Mirror,
+    Oidc,
     Pool,
     RateLimit,
     URLRewrite,
@@ -75,6 +77,13 @@ def filter_text(f: Filter) -> str:
                 f"(then {f.status})")
     if isinstance(f, BodyLimit):
         return f"request bodies up to {f.max_bytes} bytes (larger: 413)"
+    if isinstance(f, Mirror):
+        return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
+    return _guard_text(f)
+
+
+def _guard_text(f: Filter) -> str:
+    """Who may pass, and what answers the others get (authentication, authorization)."""
     if isinstance(f, Authorization):
         rules = "; ".join(_rule_text(r) for r in f.rules) or "no rules"
         default = "allowed" if f.default_allow else "refused (403)"
@@ -102,13 +111,19 @@ def filter_text(f: Filter) -> str:
         missing = "a request without one passes" if f.optional else "none: 401"
         return (f"JWT authentication by {f.source or 'the route'}: a valid token of {who} "
                 f"(a bad one: 401, another audience: 403; {missing})")
-    return f"mirror {f.percent:g} % to {f.pool} (answers ignored)"
+    assert isinstance(f, Oidc), f
+    return (f"OIDC login by {f.source or 'the route'}: a browser without a session is sent "
+            f"to {f.authorization_endpoint} (302; client {f.client_id}), back to "
+            f"{f.redirect_path}; {f.logout_path} logs out")
+
 
 
 def _rule_text(rule: AccessRule) -> str:
     what = [f"client in {', '.join(rule.cidrs)}"] if rule.cidrs else []
     what += [f"{name} is {' or '.join(values)}" for name, values in rule.headers]
     what += [f"method {' or '.join(rule.methods)}"] if rule.methods else []
+    what += [f"the {c.provider} token's {'.'.join(c.claim)} {'holds' if c.array else 'is'} "
+             f"{' or '.join(c.values)}" for c in rule.claims]
     return f"{'allow' if rule.allow else 'deny'} {' and '.join(what) or 'any request'}"
 
 

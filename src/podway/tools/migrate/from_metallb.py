@@ -83,10 +83,13 @@ def _as_they_are(kinds: set[str]) -> list[str]:
                      "NODE --router-id ADDRESS` on each engine host reads BGPPeer (with "
                      "nodeSelectors, passwordSecret, bfdProfile, peerPort, sourceAddress, "
                      "ebgpMultiHop), BGPAdvertisement (peers, nodeSelectors), Community and "
-                     "BFDProfile live from the API (docs/vips.md#bgp-from-metallbs-objects)")
+                     "BFDProfile live from the API (docs/vips.md#bgp-from-metallbs-objects; "
+                     "the Helm chart: reachability.mode bgp with "
+                     "reachability.bgp.fromMetalLB.enabled)")
     if L2Advertisement.KIND in kinds:
         notes.append("or keep the L2Advertisements as they are: `podway vip l2 --from-metallb` "
-                     "on each engine host honours their nodeSelectors and interfaces")
+                     "on each engine host honours their nodeSelectors and interfaces (the Helm "
+                     "chart: reachability.mode l2 with reachability.l2.fromMetalLB.enabled)")
     return notes
 
 

@@ -97,6 +97,10 @@ class TranslateOptions:
     npl_key: bytes | None = field(default=None, repr=False)
     """The master key (``NplTrust.SIGNED``): each node's agent signs with the key derived from
     it for that node (``npl.node_key``); never shown."""
+    oidc_key: bytes | None = field(default=None, repr=False)
+    """The key OIDC policies' session secrets derive from (``podway.translate.oidc``): made by
+    ``podway run`` at start, kept by the controller in a Secret; never shown. None: every
+    ``security.oidc`` is refused."""
     npl_port_range: tuple[int, int] = (61000, 62000)
     """The agents' node port range (inclusive): a mapping outside it is not believed."""
     npl_enabled_by_controller: bool = False

@@ -133,3 +133,71 @@ def test_an_auth_url_script_quotes_every_value_and_fails_closed() -> None:
     assert 'local PATH = "/x?\\034]];os.exit()--"' in code
     assert "pcall(check, handle)" in code
     assert 'reply = {[":status"] = "500"}' in code
+
+
+def _routers(item: Listener, **kwargs: bool) -> list[bool]:
+    """The router's ``dynamic_stats`` on every manager of ``item`` (each HTTPS chain's too)."""
+    from envoy.extensions.filters.http.router.v3 import router_pb2
+
+    out = []
+    built = listener(item, **kwargs)
+    chains = [*built.filter_chains, *([built.default_filter_chain]
+                                      if built.HasField("default_filter_chain") else [])]
+    for chain in chains:
+        manager = hcm.HttpConnectionManager()
+        chain.filters[0].typed_config.Unpack(manager)
+        (router,) = [f for f in manager.http_filters if f.name == ROUTER_FILTER]
+        config = router_pb2.Router()
+        router.typed_config.Unpack(config)
+        assert config.HasField("dynamic_stats")  # Envoy's default (on) is never left implied
+        out.append(config.dynamic_stats.value)
+    return out
+
+
+def _https_listener() -> Listener:
+    from podway.ir import ListenerProtocol, TLSCertificate
+
+    certs = (TLSCertificate(name="secret/a", hostnames=("a.test",), cert_pem="c", key_pem="k"),
+             TLSCertificate(name="secret/d", hostnames=(), cert_pem="c", key_pem="k"))
+    return Listener(name="listener/https", address="127.0.0.1", port=8443,
+                    protocol=ListenerProtocol.HTTPS, certificates=certs,
+                    virtual_hosts=(vhost("a.test", route("r", "/", "p")),))
+
+
+def test_the_router_makes_no_per_pool_stats_unless_every_stat_is_kept() -> None:
+    """The per-request per-pool stats (response codes, timings) are refused by the bounded
+    stats anyway, after Envoy composed and looked each one up: off by default, on every
+    manager (each HTTPS chain's too); on for an Envoy that keeps every stat."""
+    assert _routers(_listener()) == [False]
+    assert _routers(_https_listener()) == [False, False]
+    assert _routers(_listener(), dynamic_stats=True) == [True]
+    assert _routers(_https_listener(), dynamic_stats=True) == [True, True]
+
+
+def test_the_builder_and_pipeline_pass_the_stats_choice_on() -> None:
+    """``podway run --envoy-stats detailed`` (the pipeline's ``detailed_stats``) keeps them;
+    the default build does not make them."""
+    from envoy.extensions.filters.http.router.v3 import router_pb2
+
+    from podway.envoy.config import Builder
+    from podway.envoy.types import LISTENER
+    from podway.pipeline import Pipeline
+    from podway.translate import TranslateOptions
+
+    from .helpers import ir, pool
+
+    def dynamic(builder: Builder) -> bool:
+        built = builder.build(ir((_listener(),), pool("p", 8080)))
+        manager = hcm.HttpConnectionManager()
+        (resource,) = built[LISTENER].values()
+        resource.message.filter_chains[0].filters[0].typed_config.Unpack(manager)
+        config = router_pb2.Router()
+        manager.http_filters[-1].typed_config.Unpack(config)
+        return config.dynamic_stats.value
+
+    assert dynamic(Builder()) is False
+    assert dynamic(Builder(dynamic_stats=True)) is True
+    options = TranslateOptions(address="127.0.0.1")
+    assert dynamic(Pipeline(object(), translate=options)._builder) is False  # type: ignore[arg-type]
+    assert dynamic(Pipeline(object(), translate=options,  # type: ignore[arg-type]
+                            detailed_stats=True)._builder) is True

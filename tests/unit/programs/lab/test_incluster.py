@@ -152,4 +152,5 @@ def test_a_named_probe_port_is_the_containers_port_of_that_name() -> None:
     spec = pod(containers=[{"name": "controller", "ports": [
         {"name": "xds", "containerPort": 18000}, {"name": "metrics", "containerPort": 9090}],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"}}}])
-    assert readiness_probe(spec) == {"httpGet": {"path": "/readyz", "port": 9090}}
+    assert readiness_probe(spec) == {"httpGet": {"path": "/readyz", "port": 9090},
+                                     "container": "controller"}  # for an exec probe

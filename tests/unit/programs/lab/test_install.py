@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
@@ -51,3 +52,19 @@ def test_values_run_the_image_of_the_archive_on_the_edge_node() -> None:
         "kernel", 1, {"podway.io/edge": "true"})
     assert chosen["controller"]["replicas"] == 2
     assert values("0.1.0")["engineGroups"][0]["engine"] == "envoy"
+
+
+def test_values_choose_the_chart_s_l2_mode_on_the_nodes_interface() -> None:
+    """--install-reachability l2: the chart's L2 mode on the fabric interface (eth0 in every
+    node); the default stays none (the edge router routes the pool to the engine node)."""
+    assert values("0.1.0", "envoy", "l2")["reachability"]["mode"] == "l2"
+    assert values("0.1.0", "envoy", "l2")["reachability"]["l2"]["interface"] == "eth0"
+    assert values("0.1.0")["reachability"]["mode"] == "none"
+
+
+def test_lab_up_refuses_an_unknown_reachability_in_one_line() -> None:
+    from podway.base.errors import ConfigError
+    from podway.cli.commands.lab import _check_install
+
+    with pytest.raises(ConfigError, match="--install-reachability must be none or l2"):
+        _check_install("envoy", "bgp")

@@ -121,3 +121,31 @@ def test_a_bad_peer_is_one_line(text: str) -> None:
     with pytest.raises(ConfigError, match="NAME=ADDRESS:PORT"):
         parse_peer(text)
     assert parse_peer("b=[2001:db8::2]:7000") == ("b", ("2001:db8::2", 7000))
+
+
+def test_a_vip_being_lost_is_kept_until_the_new_owner_holds_it() -> None:
+    """A host whose engine stops being ready (or whose VIP the hash gives to a newcomer) keeps
+    the VIP until the new owner's heartbeat says it holds it, or hand_over_s at most; with no
+    live peer that may take it, it lets go at once."""
+    speaker = L2Speaker(settings("a"))
+    vip = next(v for v in VIPS if owner(v, ["a", "b"]) == "a")
+    speaker.held = {vip}
+    speaker.members.hear(Heartbeat("b", healthy=True, sent=1.0), at=100.0)
+    assert vip in speaker.wanted(100.1)
+    speaker.engine_ok = False
+    assert speaker.wanted(100.2) == set()
+    assert speaker.keeping(set(), 100.2) == {vip}  # b does not hold it yet
+    assert speaker.keeping(set(), 100.5) == {vip}
+    speaker.members.hear(Heartbeat("b", healthy=True, sent=2.0, holds=(vip,)), at=100.6)
+    assert speaker.keeping(set(), 100.6) == set()  # b announced it: let go
+    # no answer from b within hand_over_s (1 s): let go anyway
+    late = L2Speaker(settings("a"))
+    late.held, late.engine_ok = {vip}, False
+    late.members.hear(Heartbeat("b", healthy=True, sent=1.0), at=100.0)
+    assert late.keeping(set(), 100.1) == {vip}
+    late.members.hear(Heartbeat("b", healthy=True, sent=2.0), at=101.0)
+    assert late.keeping(set(), 101.2) == set()
+    # nobody alive to take it: at once
+    alone = L2Speaker(settings("a"))
+    alone.held, alone.engine_ok = {vip}, False
+    assert alone.keeping(set(), 100.0) == set()

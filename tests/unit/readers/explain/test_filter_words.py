@@ -171,3 +171,98 @@ def test_jwt_answers_401_without_a_token_and_auth_url_decides_first() -> None:
     assert "GET http://oauth2.auth/oauth2/auth" in filter_text(check)
     found = explain(_shop(replace(ROUTE, filters=(check,))), parse("http://shop.test/"))
     assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED, OutcomeKind.DIRECT]
+
+
+def test_oidc_sends_a_request_without_a_session_to_log_in() -> None:
+    """No session cookies: 302 to the provider, naming the policy; with them: the engine's to
+    judge; the callback and logout paths are the engine's own answers."""
+    from podway.ir import Oidc
+
+    login = Oidc(name="shop/p", pool="idp", authorization_endpoint="https://idp.test/auth",
+                 token_endpoint="https://idp.test/token", client_id="shop",
+                 redirect_uri="https://shop.test/cb", redirect_path="/cb", logout_path="/out",
+                 source="TrafficPolicy shop/p")
+    assert "https://idp.test/auth" in filter_text(login)
+    route = replace(ROUTE, filters=(login,))
+    found = explain(_shop(route), parse("http://shop.test/a"))
+    assert [(o.kind, o.status) for o in found.verdict.outcomes] == [(OutcomeKind.REDIRECT, 302)]
+    assert "TrafficPolicy shop/p" in found.verdict.summary
+    session = ["Cookie: BearerToken=x; OauthHMAC=y; OauthExpires=1"]
+    found = explain(_shop(route), parse("http://shop.test/a", headers=session))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    for path, words in (("/cb", "callback"), ("/out", "logout")):
+        found = explain(_shop(route), parse(f"http://shop.test{path}"))
+        assert [(o.kind, o.status) for o in found.verdict.outcomes] == [
+            (OutcomeKind.REDIRECT, 302)]
+        assert words in found.verdict.summary
+
+
+def test_claim_rules_read_the_bearer_tokens_claims() -> None:
+    """A rule on a JWT claim matches the claims of the request's bearer token (its validity
+    is the engine's to judge); without a token it matches nothing."""
+    import base64
+    import json
+
+    from podway.ir import AccessRule, Authorization, ClaimRule
+
+    claim = ClaimRule(provider="shop/p/idp", claim=("org", "groups"), values=("admin",),
+                      array=True)
+    auth = Authorization(rules=(AccessRule(allow=True, claims=(claim,)),),
+                         source="TrafficPolicy shop/p")
+    assert "org.groups holds admin" in filter_text(auth)
+    route = replace(ROUTE, filters=(auth,))
+
+    def token(payload: object) -> str:
+        body = base64.urlsafe_b64encode(json.dumps(payload).encode()).rstrip(b"=").decode()
+        return f"Authorization: Bearer e30.{body}.sig"
+
+    for headers, served in (([token({"org": {"groups": ["x", "admin"]}})], True),
+                            ([token({"org": {"groups": ["x"]}})], False),
+                            ([token({"org": {"groups": "admin"}})], False), ([], False)):
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers))
+        outcome = found.verdict.outcomes[0]
+        assert (outcome.kind is OutcomeKind.SERVED) is served, headers
+        if not served:
+            assert outcome.status == 403
+            assert "TrafficPolicy shop/p" in found.verdict.summary
+
+
+def test_jwt_looks_for_the_token_where_its_provider_does() -> None:
+    from podway.ir import Jwt, JwtProvider
+
+    jwt = Jwt(name="shop/p", providers=(JwtProvider(name="shop/p/idp", from_cookies=("s",)),),
+              source="TrafficPolicy shop/p")
+    route = replace(ROUTE, filters=(jwt,))
+    for headers in ([], ["Authorization: Bearer t"], ["Cookie: other=t"]):
+        found = explain(_shop(route), parse("http://shop.test/", headers=headers))
+        assert [(o.kind, o.status) for o in found.verdict.outcomes] == [
+            (OutcomeKind.DIRECT, 401)], headers
+        assert "Cookie: s=" in found.verdict.summary
+    found = explain(_shop(route), parse("http://shop.test/", headers=["Cookie: a=1; s=t"]))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+
+
+def test_an_oidc_session_forwarding_its_token_satisfies_the_jwt_check() -> None:
+    """A login that forwards the session's access token: with session cookies the JWT filter
+    sees that token (the engine judges it) and claim rules cannot be read by explain; without
+    them, the login's 302 comes first."""
+    from podway.ir import AccessRule, Authorization, ClaimRule, Jwt, JwtProvider, Oidc
+
+    login = Oidc(name="shop/p", pool="idp", authorization_endpoint="https://idp.test/auth",
+                 token_endpoint="https://idp.test/token", client_id="shop",
+                 redirect_uri="https://shop.test/cb", redirect_path="/cb", logout_path="/out",
+                 forward_token=True, source="TrafficPolicy shop/p")
+    jwt = Jwt(name="shop/p", providers=(JwtProvider(name="shop/p/idp"),),
+              source="TrafficPolicy shop/p")
+    claim = ClaimRule(provider="shop/p/idp", claim=("groups",), values=("admin",), array=True)
+    auth = Authorization(rules=(AccessRule(allow=True, claims=(claim,)),),
+                         source="TrafficPolicy shop/p")
+    route = replace(ROUTE, filters=(login, jwt, auth))
+    session = ["Cookie: BearerToken=x; OauthHMAC=y; OauthExpires=1"]
+    found = explain(_shop(route), parse("http://shop.test/a", headers=session))
+    assert [o.kind for o in found.verdict.outcomes] == [OutcomeKind.SERVED]
+    found = explain(_shop(route), parse("http://shop.test/a"))
+    assert [(o.kind, o.status) for o in found.verdict.outcomes] == [(OutcomeKind.REDIRECT, 302)]
+    no_forward = replace(route, filters=(replace(login, forward_token=False), jwt, auth))
+    found = explain(_shop(no_forward), parse("http://shop.test/a", headers=session))
+    assert [(o.kind, o.status) for o in found.verdict.outcomes] == [(OutcomeKind.DIRECT, 401)]

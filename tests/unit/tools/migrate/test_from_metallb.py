@@ -73,6 +73,7 @@ def test_everything_else_is_a_note_naming_it() -> None:
     assert "Community 'communities'" in text
     assert "podway vip announce-metallb --node NODE" in text
     assert "podway vip l2 --from-metallb" in text
+    assert "reachability.mode l2 with reachability.l2.fromMetalLB.enabled" in text
 
 
 def test_cli_prints_vippools_and_notes(tmp_path: Path) -> None:
