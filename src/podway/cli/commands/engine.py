@@ -107,11 +107,7 @@ def engine(
     """
     if engine_kind not in ("envoy", "haproxy", "kernel"):
         raise ConfigError(f"--engine {engine_kind!r}: one of envoy, haproxy, kernel")
-    from podway.envoy.engine.bootstrap import (
-        ENGINE_FETCH_TIMEOUT_S,
-        BootstrapOptions,
-        bootstrap,
-    )
+    from podway.envoy.engine.bootstrap import ENGINE_FETCH_TIMEOUT_S, BootstrapOptions, bootstrap
     from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
     from podway.envoy.engine.state import instance_dir, open_state
 
