@@ -257,7 +257,10 @@ async def rounds(args: argparse.Namespace, ref: Reference, echo_port: int) -> No
             print(f"run {run + 1}: {args.routes} routes, `podway run` in a child process, "
                   "seconds since its spawn", flush=True)
             for name, value in figures.items():
-                print(f"  {name:<14} {value:8.2f} s  ({ref.ratio(value)})")
+                if name == "fetch timeouts":
+                    print(f"  {name:<14} {value:8.0f}")
+                else:
+                    print(f"  {name:<14} {value:8.2f} s  ({ref.ratio(value)})")
 
 
 def main() -> None:
