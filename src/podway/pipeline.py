@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 
 from podway.base.errors import PodwayError
-from podway.engines.member_health import Finding, MemberHealthReports
+from podway.engines.member_health import Finding, MemberHealthReports, Refused
 from podway.envoy import types
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
@@ -220,6 +220,22 @@ class Pipeline:
         reports.on_refused(lambda node, refusal: self.engine_refused(
             node, refusal.listener, refusal.reason))
         reports.on_findings(self.engine_findings)
+        reports.on_refusing(self.engine_refusing)
+
+    def engine_refusing(self, node: str, refusing: tuple[Refused, ...]) -> None:
+        """An engine's current set of listeners it cannot serve (state, as the remote HAProxy
+        engine reports it; ``()``: none, or it stopped reporting): each is that engine's
+        rejection of the listener, as a NACK naming it would be, and one it no longer names is
+        cleared, in a new state."""
+        before = self._current()
+        for key in [k for k in self._rejections if k[:2] == (node, types.LISTENER)]:
+            del self._rejections[key]
+        for refused in refusing:
+            self._record(Nack(node=node, type_url=types.LISTENER, version="", nonce="",
+                              message=refused.reason, resources=(refused.listener,)))
+        after = self._current()
+        if after != before and self._state is not None:
+            self._publish(_replace_rejections(self._state, after, self._next_version()))
 
     def engine_findings(self, node: str, findings: tuple[Finding, ...]) -> None:
         """An engine's newest list of objects it serves not exactly as asked (``()``: none,

@@ -101,3 +101,34 @@ def test_reference_example_fits_the_schema_and_parses() -> None:
         pass
     else:
         raise AssertionError("a targetRefs string was accepted")
+
+
+def test_reference_class_defaults_example_fits_the_schema_and_is_accepted() -> None:
+    """The GatewayClassConfig example in docs/reference.md is valid for its CRD, and its
+    defaults are valid class parameters (not InvalidParameters)."""
+    from podway.model.classconfig import GatewayClassConfig
+    from podway.model.gateway import GatewayClass
+    from podway.model.snapshot import Snapshot
+    from podway.translate.gateway.parameters import ClassParameters, class_parameters
+
+    text = (ROOT / "docs" / "reference.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S)
+                 if "kind: GatewayClassConfig" in b)
+    example = yaml.safe_load(block)
+    configs = yaml.safe_load((CRD.parent / "gatewayclassconfigs.podway.io.yaml").read_text())
+    jsonschema.validate(example, configs["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    obj, error = parse_object(example, source="reference.md", document=0)
+    assert error is None
+    assert isinstance(obj, GatewayClassConfig)
+    cls, error = parse_object({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "edge"},
+        "spec": {"controllerName": "podway.io/gateway-controller",
+                 "parametersRef": {"group": "podway.io", "kind": "GatewayClassConfig",
+                                   "name": obj.metadata.name}}}, source="test", document=0)
+    assert error is None
+    assert isinstance(cls, GatewayClass)
+    params = class_parameters(cls, Snapshot.of_objects([obj, cls]))
+    assert isinstance(params, ClassParameters), params
+    assert params.defaults is not None
+    assert params.defaults.timeouts is not None

@@ -28,7 +28,7 @@ async def test_the_chart_installs_into_a_lab_that_already_holds_podways_crds(hel
     async with KubeEmulator() as emu:
         names = install_podway_crds(emu)
         existing = tuple(emu.get("customresourcedefinitions", "", name) for name in names)
-    assert len(existing) == 3
+    assert len(existing) == 5  # TrafficPolicy, GatewayClassConfig, VIPPool, VIPPeer and Adv.
     shipped = sorted(doc["metadata"]["name"] for p in PODWAY_CRDS.glob("*.yaml")
                      for doc in yaml.safe_load_all(p.read_text()) if doc)
     assert sorted(names) == shipped

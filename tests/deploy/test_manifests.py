@@ -197,7 +197,8 @@ async def test_chart_bgp_and_vrrp_choices(helm: Any) -> None:
 async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
     """reachability.bgp.fromMetalLB: the sidecar is `vip announce-metallb` for its Node, with a
     service account that reads MetalLB's objects and Secrets in MetalLB's namespace (a Role
-    there, nothing cluster-wide but Nodes) and writes BGPSessionStates; all valid."""
+    there; cluster-wide only Nodes and Podway's BGP kinds, writing only VIPPeer status) and
+    writes BGPSessionStates; all valid."""
     _, objects = await render(helm, {"reachability": {
         "mode": "bgp", "bgp": {"announce": ["198.18.60.0/28"],
                                "fromMetalLB": {"enabled": True, "namespace": "lb"}}}})
@@ -223,7 +224,13 @@ async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
     assert {("bgppeers", "watch"), ("secrets", "list"), ("bgpsessionstates", "create"),
             ("bgpsessionstates/status", "patch")} <= granted
     cluster = by_kind(objects, "ClusterRole", "podway-engine-speaker")
-    assert [rule["resources"] for rule in cluster["rules"]] == [["nodes"]]
+    # cluster-wide: Nodes, and Podway's own (cluster-scoped) BGP kinds, writing only a
+    # VIPPeer's status
+    assert [(rule["apiGroups"], rule["resources"], rule["verbs"])
+            for rule in cluster["rules"]] == [
+        ([""], ["nodes"], ["get", "list", "watch"]),
+        (["podway.io"], ["vippeers", "vipadvertisements", "vippools"], ["get", "list", "watch"]),
+        (["podway.io"], ["vippeers/status"], ["patch"])]
     for binding in ("RoleBinding", "ClusterRoleBinding"):
         subjects = by_kind(objects, binding, "podway-engine-speaker")["subjects"]
         assert [s["name"] for s in subjects] == ["podway-engine-edge"]

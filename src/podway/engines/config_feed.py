@@ -155,12 +155,19 @@ class ConfigFeed:
         self._generation = 0
         self._wake = asyncio.Event()
         self._streams: dict[object, tuple[str, str]] = {}  # stream → (node, group)
+        self._kinds: dict[object, str] = {}  # stream → the engine kind it said it is
         self._encoded: dict[str, bytes] = {}  # group → its answer for this generation
 
     @property
     def engine_groups(self) -> Mapping[str, str]:
         """Every engine with a stream open now → its group (its newest stream's)."""
         return MappingProxyType(dict(self._streams.values()))
+
+    @property
+    def engine_kinds(self) -> Mapping[str, tuple[str, str]]:
+        """Every engine with a stream open now → (its group, its kind: haproxy, kernel)."""
+        return MappingProxyType({node: (group, self._kinds[stream])
+                                 for stream, (node, group) in self._streams.items()})
 
     def publish(self, generation: int, subset: Subset) -> None:
         """A new configuration: ``subset(group)`` is what an engine of ``group`` serves."""
@@ -193,6 +200,7 @@ class ConfigFeed:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, why)
         stream = object()
         self._streams[stream] = (request.node, request.group)
+        self._kinds[stream] = request.engine
         self._notify()
         log.info("configuration stream to node=%s group=%s engine=%s", request.node,
                  request.group or "-", request.engine)
@@ -210,6 +218,7 @@ class ConfigFeed:
                 await wake.wait()
         finally:
             del self._streams[stream]
+            del self._kinds[stream]
             self._notify()
             log.info("configuration stream ended node=%s", request.node)
 

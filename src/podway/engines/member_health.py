@@ -36,6 +36,13 @@ it) is the configuration the engine serves, file name → text (the HAProxy engi
 ``haproxy.cfg`` and maps, no certificate: they hold keys), at most ``MAX_CONFIG_CHARS``; the
 controller keeps each node's newest for ``podway config dump`` and drops it with the stream.
 
+``refusing`` (optional, in every message but a later part: the whole current set each time)
+names the listeners the engine cannot serve now, ``[listener, reason]`` (the remote HAProxy
+engine's: a port it cannot bind, a configuration HAProxy refused). Unlike ``refused`` (events,
+each told once), it is state: the controller records each as that engine's rejection of the
+listener, as a NACK would be, clears one the engine no longer names, and drops them all when
+the engine's stream ends.
+
 Invariants:
 
 * Only authenticated engines are heard (a unix-socket peer, which is first checked like an ADS
@@ -68,13 +75,48 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 
-from podway.base.errors import PodwayError
 from podway.engines.identity import of_stream
 from podway.engines.peers import UnixPeers, admit
+from podway.engines.report_fields import (
+    MAX_CONFIG_CHARS,
+    MAX_REASON,
+    MAX_REFUSED,
+    MAX_TEXT,
+    Finding,
+    Refusal,
+    Refused,
+    ReportError,
+    config_of,
+    findings_of,
+    list_of,
+    refused_of,
+    refusing_of,
+)
+
+# The report's fields live in ``report_fields``; readers import them from here too.
+__all__ = [
+    "MAX_CONFIG_CHARS",
+    "MAX_REASON",
+    "PATH",
+    "Finding",
+    "Health",
+    "HostKey",
+    "HostState",
+    "MemberHealthReports",
+    "Message",
+    "Refusal",
+    "Refused",
+    "ReportError",
+    "decode",
+    "diff",
+    "encode",
+    "encode_parts",
+    "join",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +124,8 @@ SERVICE = "podway.engine.v1.MemberHealth"
 METHOD = "Report"
 PATH = f"/{SERVICE}/{METHOD}"
 VERSION = 1
-MAX_TEXT = 1024  # characters in a node, group, pool or address
-MAX_REASON = 200  # characters of a reason kept (it is shown in Pod conditions and logs)
 MAX_HOSTS = 200_000  # hosts in one node's view
 MAX_MESSAGE_BYTES = 1 << 20  # one part of a report (a quarter of gRPC's default 4 MiB limit)
-MAX_REFUSED = 1000  # refused listeners in one report
-MAX_FINDINGS = 1000  # objects not served exactly, in one report
-MAX_CONFIG_CHARS = 2 << 20  # an engine's configuration in a report (file names and texts)
 
 HostKey = tuple[str, str]  # (cluster = pool name, "address:port")
 # (node, its hosts that changed; None: its whole view appeared or went)
@@ -107,22 +144,6 @@ class HostState:
     reason: str = ""  # why not healthy, in words ("failed active health check")
 
 
-class Refusal(NamedTuple):
-    listener: str
-    seq: int  # unique per failure (the engine's clock, ns): a repeated failure is a new one
-    reason: str
-
-
-class Finding(NamedTuple):
-    """An object the engine serves, but not exactly as asked (or not at all: ``closed``)."""
-
-    kind: str
-    namespace: str
-    name: str
-    message: str  # what it cannot do, in words ("the haproxy engine cannot serve ...")
-    closed: bool = False
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     node: str
@@ -136,10 +157,7 @@ class Message:
     the newest failure of each; every message but a later part carries the whole list."""
     unsupported: tuple[Finding, ...] = ()  # the whole list, as ``refused``
     config: Mapping[str, str] | None = None  # the engine's files; None: unchanged, or none
-
-
-class ReportError(PodwayError):
-    """A report that cannot be read."""
+    refusing: tuple[Refused, ...] = ()  # the whole current set, as ``unsupported``
 
 
 def encode(message: Message) -> bytes:
@@ -149,13 +167,14 @@ def encode(message: Message) -> bytes:
                     for (c, a), s in sorted(message.hosts.items())],
                    removed=[json.dumps(list(key), separators=(",", ":"))
                             for key in message.removed], refused=message.refused,
-                   unsupported=message.unsupported, config=message.config)
+                   unsupported=message.unsupported, config=message.config,
+                   refusing=message.refusing)
 
 
 def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
             removed: list[str], refused: tuple[Refusal, ...] = (),
-            unsupported: tuple[Finding, ...] = (), config: Mapping[str, str] | None = None
-            ) -> bytes:
+            unsupported: tuple[Finding, ...] = (), config: Mapping[str, str] | None = None,
+            refusing: tuple[Refused, ...] = ()) -> bytes:
     head: dict[str, Any] = {"v": VERSION, "node": node, "full": full}
     if full and group:  # absent otherwise: what older controllers read
         head["group"] = group
@@ -167,6 +186,8 @@ def _encode(node: str, *, full: bool, group: str, more: bool, hosts: list[str],
         head["unsupported"] = [list(f) for f in unsupported]
     if config is not None:  # absent otherwise: what older controllers read
         head["config"] = dict(config)
+    if refusing:  # absent otherwise (none): what older controllers read
+        head["refusing"] = [list(r) for r in refusing]
     text = json.dumps(head, separators=(",", ":"))[:-1]
     return f'{text},"hosts":[{",".join(hosts)}],"removed":[{",".join(removed)}]}}'.encode()
 
@@ -181,7 +202,7 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
     removed = [json.dumps(list(key), separators=(",", ":")) for key in message.removed]
     room = limit - len(_encode(message.node, full=message.full, group=message.group, more=True,
                                hosts=[], removed=[], refused=message.refused,
-                               unsupported=message.unsupported))
+                               unsupported=message.unsupported, refusing=message.refusing))
     parts: list[tuple[list[str], list[str]]] = [([], [])]
     used = 0
     for which, entries in ((0, hosts), (1, removed)):
@@ -196,7 +217,8 @@ def encode_parts(message: Message, *, limit: int = 0) -> list[bytes]:
                     group=message.group if i == 0 else "", more=i < last, hosts=h, removed=r,
                     refused=message.refused if i == 0 else (),
                     unsupported=message.unsupported if i == 0 else (),
-                    config=message.config if i == 0 else None)
+                    config=message.config if i == 0 else None,
+                    refusing=message.refusing if i == 0 else ())
             for i, (h, r) in enumerate(parts)]
 
 
@@ -210,7 +232,8 @@ def join(first: Message, then: Message) -> Message:
     gone = {*first.removed, *then.removed} - then.hosts.keys()
     return Message(node=first.node, full=first.full, hosts=MappingProxyType(hosts),
                    removed=tuple(sorted(gone)), group=first.group, more=then.more,
-                   refused=first.refused, unsupported=first.unsupported, config=first.config)
+                   refused=first.refused, unsupported=first.unsupported, config=first.config,
+                   refusing=first.refusing)
 
 
 def decode(data: bytes) -> Message:
@@ -232,7 +255,7 @@ def decode(data: bytes) -> Message:
     if len(node) > MAX_TEXT or len(group) > MAX_TEXT:
         raise ReportError(f"a node or group name longer than {MAX_TEXT} characters")
     hosts: dict[HostKey, HostState] = {}
-    for entry in _list(raw, "hosts"):
+    for entry in list_of(raw, "hosts"):
         if not (isinstance(entry, list) and len(entry) == 4
                 and all(isinstance(x, str) for x in entry)
                 and len(entry[0]) <= MAX_TEXT and len(entry[1]) <= MAX_TEXT):
@@ -242,7 +265,7 @@ def decode(data: bytes) -> Message:
         except ValueError:
             raise ReportError(f"unknown health {entry[2][:40]!r}") from None
     removed = []
-    for entry in _list(raw, "removed"):
+    for entry in list_of(raw, "removed"):
         if not (isinstance(entry, list) and len(entry) == 2
                 and all(isinstance(x, str) for x in entry)):
             raise ReportError(f"bad removed entry {str(entry)[:80]}")
@@ -250,53 +273,9 @@ def decode(data: bytes) -> Message:
     if len(hosts) > MAX_HOSTS or len(removed) > MAX_HOSTS:
         raise ReportError(f"more than {MAX_HOSTS} hosts in one report")
     return Message(node=node, full=full, hosts=MappingProxyType(hosts), removed=tuple(removed),
-                   group=group.strip() if full else "", more=more, refused=_refused(raw),
-                   unsupported=_findings(raw), config=_config(raw))
-
-
-def _config(raw: dict[str, Any]) -> Mapping[str, str] | None:
-    value = raw.get("config")
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ReportError("'config' must map file names to texts")
-    if sum(len(k) + len(v) for k, v in value.items()) > MAX_CONFIG_CHARS:
-        raise ReportError(f"a configuration over {MAX_CONFIG_CHARS} characters")
-    return MappingProxyType(value)
-
-
-def _refused(raw: dict[str, Any]) -> tuple[Refusal, ...]:
-    out = []
-    for entry in _list(raw, "refused")[:MAX_REFUSED + 1]:
-        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
-                and isinstance(entry[1], int) and isinstance(entry[2], str)
-                and 0 < len(entry[0]) <= MAX_TEXT):
-            raise ReportError(f"bad refused entry {str(entry)[:80]}")
-        out.append(Refusal(entry[0], entry[1], entry[2][:MAX_REASON]))
-    if len(out) > MAX_REFUSED:
-        raise ReportError(f"more than {MAX_REFUSED} refused listeners in one report")
-    return tuple(out)
-
-
-def _findings(raw: dict[str, Any]) -> tuple[Finding, ...]:
-    out = []
-    for entry in _list(raw, "unsupported")[:MAX_FINDINGS + 1]:
-        if not (isinstance(entry, list) and len(entry) == 5
-                and all(isinstance(x, str) and len(x) <= MAX_TEXT for x in entry[:4])
-                and entry[0] and entry[2] and isinstance(entry[4], bool)):
-            raise ReportError(f"bad unsupported entry {str(entry)[:80]}")
-        out.append(Finding(entry[0], entry[1], entry[2], entry[3], entry[4]))
-    if len(out) > MAX_FINDINGS:
-        raise ReportError(f"more than {MAX_FINDINGS} unsupported entries in one report")
-    return tuple(out)
-
-
-def _list(raw: dict[str, Any], key: str) -> list[Any]:
-    value = raw.get(key, [])
-    if not isinstance(value, list):
-        raise ReportError(f"'{key}' must be a list")
-    return value
+                   group=group.strip() if full else "", more=more, refused=refused_of(raw),
+                   unsupported=findings_of(raw), config=config_of(raw),
+                   refusing=refusing_of(raw))
 
 
 def diff(before: Mapping[HostKey, HostState], after: Mapping[HostKey, HostState]
@@ -321,6 +300,8 @@ class MemberHealthReports:
         self._findings: dict[str, tuple[Finding, ...]] = {}  # node → its newest list
         self._finding_hooks: list[Callable[[str, tuple[Finding, ...]], None]] = []
         self._configs: dict[str, Mapping[str, str]] = {}  # node → the files it serves
+        self._refusing: dict[str, tuple[Refused, ...]] = {}  # node → its newest set
+        self._refusing_hooks: list[Callable[[str, tuple[Refused, ...]], None]] = []
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -335,6 +316,11 @@ class MemberHealthReports:
         """Call ``hook(node, findings)`` whenever a node's list of objects it does not serve
         exactly changes (``()``: none any more, or its stream ended)."""
         self._finding_hooks.append(hook)
+
+    def on_refusing(self, hook: Callable[[str, tuple[Refused, ...]], None]) -> None:
+        """Call ``hook(node, refusing)`` whenever the set of listeners a node says it cannot
+        serve now changes (``()``: none any more, or its stream ended)."""
+        self._refusing_hooks.append(hook)
 
     def on_change(self, listener: Changed) -> None:
         """Call ``listener(node, hosts)`` with what each applied message or closed stream
@@ -390,6 +376,7 @@ class MemberHealthReports:
         if not message.more:
             self._told(message.node, message.refused)
             self._found(message.node, message.unsupported)
+            self._now_refusing(message.node, message.refusing)
         self._changed(message.node, hosts)
         self._notify()
 
@@ -409,6 +396,12 @@ class MemberHealthReports:
             for hook in self._finding_hooks:
                 hook(node, findings)
 
+    def _now_refusing(self, node: str, refusing: tuple[Refused, ...]) -> None:
+        if self._refusing.get(node, ()) != refusing:
+            self._refusing[node] = refusing
+            for hook in self._refusing_hooks:
+                hook(node, refusing)
+
     def close(self, stream: object) -> None:
         """``stream`` ended: the views (and findings) it owns are dropped."""
         gone = [node for node, owner in self._owner.items() if owner is stream]
@@ -419,6 +412,8 @@ class MemberHealthReports:
             self._configs.pop(node, None)
             self._found(node, ())
             self._findings.pop(node, None)
+            self._now_refusing(node, ())
+            self._refusing.pop(node, None)
             self._changed(node, None)
         if gone:
             self._notify()

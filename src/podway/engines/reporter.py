@@ -53,6 +53,7 @@ from podway.engines.member_health import (
     HostState,
     Message,
     Refusal,
+    Refused,
     diff,
     encode_parts,
 )
@@ -123,7 +124,8 @@ class Reporter:
                  resolver: Resolver = resolve,
                  refused: Callable[[], tuple[Refusal, ...]] = tuple,
                  unsupported: Callable[[], tuple[Finding, ...]] = tuple,
-                 config: Callable[[], Mapping[str, str] | None] = lambda: None) -> None:
+                 config: Callable[[], Mapping[str, str] | None] = lambda: None,
+                 refusing: Callable[[], tuple[Refused, ...]] = tuple) -> None:
         self.opts = opts
         self.read = read
         # Listeners the engine accepted and could not serve (Envoy: ``Engine.listener_failures``,
@@ -139,6 +141,10 @@ class Reporter:
         # changed, so the controller's ``config dump`` shows a remote engine's.
         self.config = config
         self._config: Mapping[str, str] | None = None
+        # Listeners the engine cannot serve now (HAProxy: a port it cannot bind, a reload it
+        # refused): the whole set each time it changes, so a fixed one clears on the controller.
+        self.refusing = refusing
+        self._refusing: tuple[Refused, ...] = ()
         self.addresses = xds_addresses(opts.xds)
         self.names = Names(self.addresses, resolver=resolver)
         self.sent = 0  # messages sent (all streams)
@@ -176,14 +182,14 @@ class Reporter:
         while True:
             view = await self.read()
             refused, unsupported = self.refused(), self.unsupported()
-            config = self.config()
+            config, refusing = self.config(), self.refusing()
             if view is not None and (view != self._view or refused != self._refused
                                      or unsupported != self._unsupported
-                                     or config != self._config):
+                                     or config != self._config or refusing != self._refusing):
                 async with self._changed:
                     self._view, self._version = view, self._version + 1
                     self._refused, self._unsupported = refused, unsupported
-                    self._config = config
+                    self._config, self._refusing = config, refusing
                     self._changed.notify_all()
             await asyncio.sleep(self.opts.interval_s)
 
@@ -212,32 +218,35 @@ class Reporter:
         sent_refused: tuple[Refusal, ...] = ()
         sent_unsupported: tuple[Finding, ...] = ()
         sent_config: Mapping[str, str] | None = None
+        sent_refusing: tuple[Refused, ...] = ()
         seen = 0
         while True:
             async with self._changed:
                 await self._changed.wait_for(functools.partial(self._newer, seen))
                 seen, view, refused = self._version, self._view, self._refused
-                unsupported, config = self._unsupported, self._config
+                unsupported, config, refusing = self._unsupported, self._config, self._refusing
             assert view is not None  # a version above 0 has a view
             news = config if config != sent_config else None  # only when it changed
             if sent is None:
                 message = Message(node=self.opts.node_id, full=True, hosts=view,
                                   group=self.opts.engine_group, refused=refused,
-                                  unsupported=unsupported, config=config)
+                                  unsupported=unsupported, config=config, refusing=refusing)
             else:
                 changed, removed = diff(sent, view)
                 if not changed and not removed and refused == sent_refused \
-                        and unsupported == sent_unsupported and news is None:
+                        and unsupported == sent_unsupported and news is None \
+                        and refusing == sent_refusing:
                     continue
                 message = Message(node=self.opts.node_id, full=False,
                                   hosts=MappingProxyType(changed), removed=removed,
-                                  refused=refused, unsupported=unsupported, config=news)
+                                  refused=refused, unsupported=unsupported, config=news,
+                                  refusing=refusing)
             for part in encode_parts(message):  # a large view: parts under gRPC's bound
                 yield part
                 self.sent += 1
             streamed[0] = True
             sent, sent_refused, sent_unsupported = view, refused, unsupported
-            sent_config = config
+            sent_config, sent_refusing = config, refusing
 
     def _newer(self, version: int) -> bool:
         return self._version > version

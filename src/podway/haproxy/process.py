@@ -49,11 +49,14 @@ HAPROXY = "/usr/sbin/haproxy"
 
 class HAProxyError(PodwayError):
     """HAProxy would not start, or refused a configuration; ``refused``: (IR listener, reason)
-    of each listener whose port it could not bind (``binds``), when that was why."""
+    of each listener whose port it could not bind (``binds``), when that was why; ``start``:
+    HAProxy did not start (``run`` tries it again on the same configuration)."""
 
-    def __init__(self, message: str, refused: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, message: str, refused: tuple[tuple[str, str], ...] = (), *,
+                 start: bool = False) -> None:
         super().__init__(message)
         self.refused = refused
+        self.start = start
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +70,7 @@ class HAProxyOptions:
 @dataclass(slots=True)
 class Counters:
     starts: int = 0
+    started: int = 0  # starts whose worker came up (a failed start is retried by ``run``)
     reloads: int = 0
     server_edits: int = 0  # runtime set-server commands
     map_swaps: int = 0
@@ -114,7 +118,7 @@ class HAProxyEngine:
             if self._process is None or self._process.returncode is not None:
                 await self._check(after)
                 self._rendered = after
-                await self._start()
+                await self._start(ir)
                 return "start"
             if before is not None and before.skeleton == after.skeleton:
                 try:
@@ -169,7 +173,10 @@ class HAProxyEngine:
                 async with self._lock:
                     if self._rendered is not None:
                         self._write(self._rendered)
-                        await self._start()
+                        try:
+                            await self._start()
+                        except HAProxyError as e:  # a port still taken: tried again later
+                            log.warning("%s; starting it again", e)
         finally:
             await self._stop()
             # The folder holds private keys: a clean stop leaves nothing behind.
@@ -200,11 +207,14 @@ class HAProxyEngine:
                                + (lines[0] if lines else out.decode(errors="replace")[:300]))
         del rendered
 
-    async def _start(self) -> None:
+    async def _start(self, ir: IR | None = None) -> None:
+        """Start HAProxy on the written configuration; ``HAProxyError`` (naming each listener
+        of ``ir`` whose port it could not bind) when its worker does not come up."""
         left = self._left_behind()
         before = await runtime.worker_pid(self.runtime_socket) if left else None
-        log_file = os.open(self.folder / "haproxy.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                           0o600)
+        log_path = self.folder / "haproxy.log"
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        log_file = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             self._process = await asyncio.create_subprocess_exec(
                 self.opts.binary, "-W", "-S", f"{self.master_socket},mode,600",
@@ -215,7 +225,11 @@ class HAProxyEngine:
             os.close(log_file)
         self.counters.starts += 1
         if await self._worker_up(before) is None:
-            raise HAProxyError(f"haproxy did not start; see {self.folder / 'haproxy.log'}")
+            frontends = {proxy_name("fe", ls.name): ls.name for ls in ir.listeners} if ir else {}
+            raise HAProxyError(f"haproxy did not start; see {log_path}",
+                               refused=bind_failures(self._log_since(offset), frontends),
+                               start=True)
+        self.counters.started += 1
         if left is not None:
             # Ours serves now (both listened on the ports meanwhile: HAProxy binds them with
             # SO_REUSEPORT); the one left behind stops accepting and finishes its connections.

@@ -10,13 +10,15 @@ from typing import ClassVar
 from pydantic import Field
 
 from podway.model.base import K8sModel, K8sObject
+from podway.model.policy import TrafficDefaults
 
 PODWAY_GROUP = "podway.io"
 
 
 class GatewayClassConfigSpec(K8sModel):
     engine_group: str | None = None  # the engine group of the class's Gateways naming none
-    engine_kind: str | None = None  # envoy (default) or haproxy: checked only
+    engine_kind: str | None = None  # envoy or haproxy (unset: any); Gateways warn on a mismatch
+    defaults: TrafficDefaults | None = None  # traffic settings of the class's Gateways
 
 
 class GatewayClassConfig(K8sObject):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from podway.model.base import K8sObject
+from podway.model.bgp import VIPAdvertisement, VIPPeer
 from podway.model.classconfig import GatewayClassConfig
 from podway.model.core import ConfigMap, EndpointSlice, Namespace, Node, Pod, Secret, Service
 from podway.model.gateway import GROUP as GATEWAY_GROUP
@@ -121,6 +122,12 @@ TABLE: tuple[Kind, ...] = (
     # Their status (addresses assigned and available) is the controller's: status_pools.py.
     Kind(model=VIPPool, group=PODWAY_GROUP, plural="vippools", versions=("v1alpha1",),
          namespaced=False, crd=True, ships_crd=True, status=True),
+    # Podway's own BGP kinds, read by each engine host's speaker (podway vip announce-metallb),
+    # which writes a VIPPeer's per-node session state (programs/vip/podway_bgp_status.py).
+    Kind(model=VIPPeer, group=PODWAY_GROUP, plural="vippeers", versions=("v1alpha1",),
+         namespaced=False, crd=True, ships_crd=True),
+    Kind(model=VIPAdvertisement, group=PODWAY_GROUP, plural="vipadvertisements",
+         versions=("v1alpha1",), namespaced=False, crd=True, ships_crd=True),
     Kind(model=IPAddressPool, group=METALLB_GROUP, plural="ipaddresspools",
          versions=("v1beta1",), namespaced=True, crd=True, status=True),
     # MetalLB's other kinds, read with --vip-pools-from metallb only to say on each that Podway
@@ -151,6 +158,14 @@ NOT_SERVED_MODELS: tuple[type[K8sObject], ...] = tuple(k.model for k in TABLE
 # Read by each engine host's BGP speaker (podway vip announce-metallb) in MetalLB's namespace.
 METALLB_SPEAKER_KINDS: tuple[Kind, ...] = tuple(
     k for k in TABLE if k.group == METALLB_GROUP and k.model is not L2Advertisement)
+# Podway's own kinds the same speaker reads (cluster-scoped): peers, advertisements, pools.
+PODWAY_SPEAKER_KINDS: tuple[Kind, ...] = tuple(
+    k for k in TABLE if k.model in (VIPPeer, VIPAdvertisement, VIPPool))
+# The speaker maps Podway's objects onto MetalLB's kind that means the same (a VIPPeer's BFD
+# settings onto a BFDProfile): MetalLB's kind → the Podway kind a problem is said of.
+PODWAY_FOR_METALLB: dict[str, str] = {
+    BGPPeer.KIND: VIPPeer.KIND, BGPAdvertisement.KIND: VIPAdvertisement.KIND,
+    IPAddressPool.KIND: VIPPool.KIND, BFDProfile.KIND: VIPPeer.KIND}
 
 
 def api_group(api_version: str) -> str:

@@ -302,6 +302,28 @@ class TrafficPolicySpec(K8sModel):
     retry_budget: RetryBudgetSpec | None = None
 
 
+class TrafficDefaults(_Strict):
+    """The TrafficPolicy sections a GatewayClassConfig applies to every Gateway of its class
+    (``spec.defaults``), below every TrafficPolicy. Keys Podway does not take here (``security``,
+    ``targetRefs``, a misspelt section) stay in ``model_extra``: the translator refuses the class
+    parameters (fail closed) rather than drop them."""
+
+    health_check: HealthCheckSpec | None = None
+    outlier_detection: OutlierDetectionSpec | None = None
+    load_balancer: LoadBalancerSpec | None = None
+    persistence: PersistenceSpec | None = None
+    timeouts: TimeoutsSpec | None = None
+    retry: RetrySpec | None = None
+    retry_budget: RetryBudgetSpec | None = None
+
+    def as_policy_spec(self) -> TrafficPolicySpec:
+        """The sections as a TrafficPolicy spec without targets (one parser, one precedence)."""
+        return TrafficPolicySpec(
+            health_check=self.health_check, outlier_detection=self.outlier_detection,
+            load_balancer=self.load_balancer, persistence=self.persistence,
+            timeouts=self.timeouts, retry=self.retry, retry_budget=self.retry_budget)
+
+
 class TrafficPolicy(K8sObject):
     """``podway.io/v1alpha1 TrafficPolicy``: health, balancing, persistence, timeouts, retries
     for Services, routes (HTTPRoute, GRPCRoute, Ingress) or Gateways; ``security`` (who may

@@ -33,7 +33,7 @@ from types import MappingProxyType
 from typing import Generic, TypeVar
 
 from podway.engines import config_feed
-from podway.engines.member_health import MAX_CONFIG_CHARS, Finding, HostKey, HostState
+from podway.engines.member_health import MAX_CONFIG_CHARS, Finding, HostKey, HostState, Refused
 from podway.engines.reporter import Reporter, ReportOptions
 from podway.haproxy.process import HAProxyEngine, HAProxyError, HAProxyOptions
 from podway.haproxy.render import Rendered
@@ -93,6 +93,9 @@ class RemoteEngine:
         self.kernel: KernelEngine | None = None
         self._said: set[object] = set()
         self._files: tuple[Rendered, Mapping[str, str]] | None = None  # for config_files
+        self._refusing: tuple[Refused, ...] = ()  # listeners HAProxy cannot serve now ...
+        self._refused_start: int | None = None  # ... unless it started since (``starts``)
+        self._served: IR | None = None  # the last IR HAProxy took
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -109,7 +112,8 @@ class RemoteEngine:
             if self.opts.report.interval_s > 0:
                 group.create_task(Reporter(self.opts.report, self.view,
                                            unsupported=self.unsupported,
-                                           config=self.config_files).run(),
+                                           config=self.config_files,
+                                           refusing=self.refusing).run(),
                                   name="engine-health-report")
 
     async def _follow(self) -> None:
@@ -126,7 +130,10 @@ class RemoteEngine:
             except HAProxyError as exc:
                 log.error("haproxy engine: configuration not applied (the previous one keeps "
                           "serving): %s", exc)
+                self._refusing = refusing(ir, self._served, exc)
+                self._refused_start = engine.counters.started if exc.start else None
                 continue
+            self._refusing, self._refused_start, self._served = (), None, ir
             log.debug("haproxy engine: configuration applied by %s", how)
             now = set(engine.counters.unsupported)
             for u in sorted(now - self._said, key=lambda u: (u.subject, u.feature)):
@@ -166,6 +173,15 @@ class RemoteEngine:
         sends it to the controller, which puts it on the objects' status."""
         return findings(self.haproxy.counters.unsupported) if self.haproxy is not None else ()
 
+    def refusing(self) -> tuple[Refused, ...]:
+        """The listeners HAProxy cannot serve now, as of the last IR applied: the reporter
+        sends the set to the controller. A first start that failed (a port taken) is tried
+        again by the engine itself: once it came up, it serves that IR, and the set is empty."""
+        started = self.haproxy.counters.started if self.haproxy is not None else 0
+        if self._refused_start is not None and started > self._refused_start:
+            return ()
+        return self._refusing
+
     def config_files(self) -> Mapping[str, str] | None:
         """The haproxy.cfg and maps HAProxy serves (no certificate: they hold keys), as the
         report sends them to the controller for ``config dump``; None before the first."""
@@ -198,6 +214,19 @@ class RemoteEngine:
                 else None
         seen = await self.haproxy.health()
         return None if seen is None else beside_kernel(seen, kernel)
+
+
+def refusing(ir: IR, served: IR | None, exc: HAProxyError) -> tuple[Refused, ...]:
+    """The listeners of ``ir`` HAProxy cannot serve after refusing it: those whose port it
+    could not bind; else (the reload refused) every listener new or changed since the IR it
+    serves (the others keep serving as they were), or all of them when none is."""
+    if exc.refused:
+        return tuple(sorted(Refused(name, reason) for name, reason in exc.refused))
+    before = {ls.name: ls for ls in served.listeners} if served is not None else {}
+    names = [ls.name for ls in ir.listeners if before.get(ls.name) != ls] \
+        or [ls.name for ls in ir.listeners]
+    reason = f"the haproxy engine refused the configuration: {exc}"
+    return tuple(sorted(Refused(name, reason) for name in names))
 
 
 def config_files(rendered: Rendered) -> Mapping[str, str]:

@@ -14,13 +14,16 @@ Precedence, per section — the first source that sets it wins (docs/reference.m
    ``sessionPersistence``, ``timeouts``, ``retry``; Ingress annotations), then a TrafficPolicy
    naming the route;
 3. the Gateways those routes are served on: a TrafficPolicy naming the Gateway;
-4. the defaults: a health check that proves the pool's protocol, and outlier detection.
+4. the class defaults of those Gateways: ``spec.defaults`` of their GatewayClass's
+   GatewayClassConfig (``podway.translate.gateway.parameters``);
+5. the defaults: a health check that proves the pool's protocol, and outlier detection.
 
 Route-level sections are looked up route first (own fields, route policy), then Gateway, then the
-Service of the route's first pool. An object's own fields beat a policy attached to it, standard
-fields beat ``podway.io/`` annotations. A policy with a bad value is not applied at all
-(``Accepted=False``, reason ``Invalid``); a bad annotation drops only its section. Two
-TrafficPolicies naming the same target: the older wins, the other is ``Conflicted``.
+Service of the route's first pool, then the Gateway's class defaults. An object's own fields
+beat a policy attached to it, standard fields beat ``podway.io/`` annotations. A policy with a
+bad value is not applied at all (``Accepted=False``, reason ``Invalid``); a bad annotation drops
+only its section. Two TrafficPolicies naming the same target: the older wins, the other is
+``Conflicted``.
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ def apply_traffic(snapshot: Snapshot, listeners: Iterable[Listener],
         for ref, message, where in unserved_paths(new_listeners):
             run._problem(ref, Reason.INVALID, message, where, Severity.WARNING)
     patchable = not (bool(snapshot.kind(TrafficPolicy)) or bool(snapshot.kind(BackendLBPolicy))
-                     or run.persistent_routes or run.route_sources)
+                     or run.persistent_routes or run.route_sources or run.class_defaults)
     return TrafficResult(new_listeners, new_pools, tuple(run.problems), run.statuses(),
                          patchable)
 
@@ -253,12 +256,13 @@ class _Run(PolicyIndex):
                 if rule_value is not None:
                     out.append(rule_value)
             out.extend(self._route_sources(route))
-        if policies:
-            for route in routes:
-                for gw in self.gateways_of_route.get(route, ()):
-                    held = self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
-                    if held is not None and held not in out:
-                        out.append(held)
+        if policies or self.class_defaults:  # Gateway policies, then their class defaults
+            gateways = [gw for route in routes for gw in self.gateways_of_route.get(route, ())]
+            for held in [*(self.by_target.get(("Gateway", gw.namespace, gw.name, ""))
+                           for gw in gateways),
+                         *(self.class_defaults.get((gw.namespace, gw.name)) for gw in gateways)]:
+                if held is not None and held not in out:
+                    out.append(held)
         return out
 
     def _route_sources(self, route: ObjectRef) -> tuple[SectionSource, ...]:
@@ -281,7 +285,7 @@ class _Run(PolicyIndex):
 
     # --- pools ----------------------------------------------------------------------------------
     def pool(self, spec: PoolSpec) -> PoolSpec:
-        if self.by_target or self.lb_policies:
+        if self.by_target or self.lb_policies or self.class_defaults:
             return self._pool(spec)
         service = self._service(spec)
         users = tuple(self.routes_of_pool.get(spec.name, ()))
@@ -378,7 +382,7 @@ class _Run(PolicyIndex):
         vhosts = []
         # No source of route settings at all: every route stays as it is (``_route``).
         for vhost in item.virtual_hosts if (self.route_sources or self.by_target
-                                            or self.guards) else ():
+                                            or self.guards or self.class_defaults) else ():
             routes = tuple(self._route(r, item, pools) for r in vhost.routes)
             if any(a is not b for a, b in zip(routes, vhost.routes, strict=True)):
                 vhost = replace(vhost, routes=routes)  # noqa: PLW2901
@@ -420,7 +424,8 @@ class _Run(PolicyIndex):
 
     def _settings(self, route: Route, item: Listener, pools: Mapping[str, PoolSpec]) -> Route:
         action = route.action
-        if not isinstance(action, Forward) or not (self.route_sources or self.by_target):
+        if not isinstance(action, Forward) or not (self.route_sources or self.by_target
+                                                   or self.class_defaults):
             return route
         sources = list(self._route_sources(route.origin))
         for gw in (o for o in item.origins if o.kind == "Gateway"):
@@ -439,6 +444,8 @@ class _Run(PolicyIndex):
             own = self._annotation_source(service) if service is not None else None
             if own is not None:
                 sources.append(own)
+        sources.extend(self.class_defaults[(gw.namespace, gw.name)] for gw in item.origins
+                       if gw.kind == "Gateway" and (gw.namespace, gw.name) in self.class_defaults)
         timeout, idle, retry = action.timeout_ms, action.idle_timeout_ms, action.retry
         for source in sources:
             s = source.spec

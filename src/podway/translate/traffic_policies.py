@@ -1,6 +1,7 @@
 """Policy attachment for the traffic phase: which object each TrafficPolicy and BackendLBPolicy
 targets, with one winner per target (the older policy; as old: first by name), and the
-``Accepted`` status of every policy and target.
+``Accepted`` status of every policy and target; and the class defaults of each Gateway (its
+GatewayClass's ``GatewayClassConfig.spec.defaults``), the last source before Podway's own.
 
 ``traffic._Run`` extends ``PolicyIndex`` with the resolution of pool and route settings; the
 precedence rules are in ``podway.translate.traffic``.
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from podway.ir import Persistence
 from podway.model import Ingress, ObjectRef, Service
-from podway.model.gateway import CONTROLLER_NAME, GROUP, Gateway
+from podway.model.gateway import CONTROLLER_NAME, GROUP, Gateway, GatewayClass
 from podway.model.gateway_routes import GRPCRoute, HTTPRoute
 from podway.model.policy import (
     BackendLBPolicy,
@@ -24,6 +25,7 @@ from podway.model.policy import (
 from podway.model.snapshot import Snapshot
 from podway.translate.core.problems import Problem, Reason, Severity, Verdict, quote
 from podway.translate.core.status import Condition, ObjectStatus, ParentRef, ParentStatus
+from podway.translate.gateway.parameters import ClassParameters, class_parameters
 from podway.translate.pools import traffic_values as tv
 from podway.translate.pools.traffic_validate import validate
 from podway.translate.security import Found, Guard, judge
@@ -71,6 +73,8 @@ class PolicyIndex:
     # Security claims its targets on its own: the oldest policy with a security section wins
     # each (even one whose other sections lost the target), so no target is left open.
     guards: dict[TargetKey, Guard] = field(default_factory=dict)
+    # (namespace, name) of each Gateway whose class's parameters carry valid defaults.
+    class_defaults: dict[tuple[str, str], SectionSource] = field(default_factory=dict)
     oidc_key: bytes | None = field(default=None, repr=False)  # TranslateOptions.oidc_key
     _reported: set[Problem] = field(default_factory=set)
 
@@ -111,6 +115,25 @@ class PolicyIndex:
         for lbp in sorted(self.snapshot.kind(BackendLBPolicy).values(),
                           key=BackendLBPolicy.age_key):
             self._lb_policy(lbp)
+        self._index_class_defaults()
+
+    def _index_class_defaults(self) -> None:
+        """Each Gateway's class defaults (invalid parameters give none: the Gateway translation
+        reports them, and serves none of the class's Gateways)."""
+        by_class: dict[str, SectionSource] = {}
+        for cls in self.snapshot.kind(GatewayClass).values():
+            if cls.spec.parameters_ref is None:
+                continue
+            params = class_parameters(cls, self.snapshot)
+            if isinstance(params, ClassParameters) and params.defaults is not None:
+                ref = cls.spec.parameters_ref
+                by_class[cls.metadata.name] = SectionSource(
+                    params.defaults, ObjectRef(ref.kind, "", ref.name))
+        if by_class:
+            self.class_defaults = {
+                key: by_class[gw.spec.gateway_class_name]
+                for key, gw in self.snapshot.kind(Gateway).items()
+                if gw.spec.gateway_class_name in by_class}
 
     def _claim(self, target: PolicyTargetReference, ns: str, source: SectionSource) -> Verdict:
         kind = (target.group, target.kind)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,16 @@ from podway.translate.core.problems import Reason
 from tests.e2e.harness import free_port
 from tests.waiting import eventually
 
-from .bed import Bed, edit, endpoint_slice, lb_service
+from .bed import (
+    GW,
+    Bed,
+    cluster_service,
+    edit,
+    endpoint_slice,
+    gateway,
+    gateway_class,
+    lb_service,
+)
 from .test_readiness import CHECKS, backend, gate, gated_pod, not_ready_slice, status_of
 
 pytestmark = pytest.mark.e2e
@@ -290,3 +300,144 @@ async def test_config_dump_on_the_controller_shows_a_remote_haproxys_config(
         return "hap-1" not in (await get_json(admin, "/config")).get("haproxy", {})
 
     await eventually(gone, within=30)
+
+
+def held_port() -> tuple[socket.socket, int]:
+    """A loopback port this test listens on (no SO_REUSEPORT: HAProxy cannot share it)."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    return holder, holder.getsockname()[1]
+
+
+def conditions(of: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in of.get("conditions") or ()}
+
+
+async def test_a_listener_set_port_remote_haproxy_cannot_bind_is_not_programmed_until_moved(
+        bed: Bed, short_dir: Path) -> None:
+    """A remote HAProxy engine serving a Gateway is given a ListenerSet listener on a port the
+    test holds: HAProxy refuses the reload, the engine reports the listener as refused (state),
+    and the set's listener and the set get ``Programmed=False/PortUnavailable`` (still
+    Accepted) while the Gateway's own listener stays Programmed. Moved to a free port, the
+    engine serves it, its report no longer names it, and the set is Programmed again."""
+    holder, taken = held_port()
+    own, free = free_port(), free_port()
+    bed.translate = bed.translate.__class__(address="127.0.0.1")
+    bed.emu.install_gateway_api()
+    bed.emu.put("gatewayclasses", gateway_class(), group=GW)
+    edge = gateway(port=own)
+    edge["spec"]["allowedListeners"] = {"namespaces": {"from": "All"}}
+    bed.emu.put("gateways", edge, group=GW)
+    bed.emu.put("services", cluster_service("web"))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, port=free_port()))
+
+    def team(port: int) -> dict[str, Any]:
+        return {"apiVersion": f"{GW}/v1", "kind": "ListenerSet",
+                "metadata": {"name": "team", "namespace": "default"},
+                "spec": {"parentRef": {"name": "edge"}, "listeners": [
+                    {"name": "extra", "protocol": "HTTP", "port": port,
+                     "hostname": "team.test"}]}}
+
+    def status_of(plural: str, name: str) -> dict[str, Any]:
+        return dict((bed.emu.get(plural, "default", name, group=GW) or {}).get("status") or {})
+
+    def set_listener() -> dict[str, tuple[str, str]]:
+        return conditions((status_of("listenersets", "team").get("listeners") or [{}])[0])
+
+    try:
+        await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+        engine = haproxy_engine(bed, short_dir / "hap")
+        await asyncio.wait_for(engine.applied.wait(), 30)  # HAProxy serves the Gateway
+        bed.emu.put("listenersets", team(taken), group=GW)
+        await eventually(lambda: set_listener().get("Programmed", ("",))[0] == "False",
+                         within=30)
+        assert set_listener()["Programmed"] == ("False", "PortUnavailable")
+        assert set_listener()["Accepted"] == ("True", "Accepted")
+        found = status_of("listenersets", "team")
+        assert conditions(found)["Programmed"] == ("False", "PortUnavailable")
+        message = next(c["message"] for c in found["listeners"][0]["conditions"]
+                       if c["type"] == "Programmed")
+        assert "cannot bind" in message
+        edge_status = status_of("gateways", "edge")
+        assert conditions(edge_status)["Programmed"] == ("True", "Programmed")
+        assert conditions((edge_status.get("listeners") or [{}])[0])["Programmed"] == (
+            "True", "Programmed")
+        assert [r.node for r in bed.pipeline.state.rejections] == ["hap-1"]  # type: ignore[union-attr]
+        edit(bed, "listenersets", team(free), group=GW)
+        await eventually(lambda: set_listener().get("Programmed") == ("True", "Programmed"),
+                         within=30)
+        assert conditions(status_of("listenersets", "team"))["Programmed"] == (
+            "True", "Programmed")
+        assert bed.pipeline.state is not None
+        assert bed.pipeline.state.rejections == ()
+    finally:
+        holder.close()
+
+
+async def test_a_service_port_remote_haproxy_cannot_bind_is_refused_until_freed_and_moved(
+        bed: Bed, short_dir: Path) -> None:
+    """A LoadBalancer Service on a port the test holds, served by a remote HAProxy engine: the
+    Service gets ``podway.io/Programmed=False`` (EngineRefused) and an EngineRejected Warning,
+    as Envoy's refusal gives; the test frees the port and the Service moves, HAProxy serves
+    it, and the condition clears."""
+    holder, taken = held_port()
+    bed.lb_address = None  # the listeners on 127.0.0.1, where HAProxy can bind them
+    web_port, port = free_port(), free_port()
+    bed.emu.put("services", lb_service("web", web_port, port))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-1": "127.0.0.1"}, port=port))
+
+    def programmed() -> dict[str, Any]:
+        obj = bed.emu.get("services", "default", "lb") or {}
+        return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                     if c["type"] == "podway.io/Programmed"), {})
+
+    try:
+        await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+        engine = haproxy_engine(bed, short_dir / "hap")
+        await asyncio.wait_for(engine.applied.wait(), 30)  # HAProxy serves "web"
+        bed.emu.put("services", lb_service("lb", taken, port))
+        await eventually(lambda: programmed().get("status") == "False", within=30)
+        assert programmed()["reason"] == "EngineRefused"
+        assert "cannot bind" in programmed()["message"]
+        await eventually(lambda: any(
+            e.get("reason") == "EngineRejected" and e["involvedObject"]["name"] == "lb"
+            for e in bed.emu.events), within=30)
+        holder.close()
+        edit(bed, "services", lb_service("lb", free_port(), port))
+        await eventually(lambda: programmed().get("status") == "True", within=30)
+        assert bed.pipeline.state is not None
+        assert bed.pipeline.state.rejections == ()
+    finally:
+        holder.close()
+
+
+
+async def test_a_remote_haproxy_whose_first_start_cannot_bind_lives_and_starts_once_freed(
+        bed: Bed, short_dir: Path) -> None:
+    """The only Service's port is held by the test when the remote HAProxy engine first
+    starts: the engine does not die (HAProxy's supervisor used to raise out of its restart
+    and end the whole engine), it names the listener HAProxy could not bind, keeps trying,
+    and once the test frees the port (no edit) HAProxy comes up and nothing is refused.
+    (No report reaches the controller meanwhile: HAProxy never ran, so the engine has no
+    member view to send; docs/engines.md.)"""
+    holder, taken = held_port()
+    bed.lb_address = None
+    port = free_port()
+    bed.emu.put("services", lb_service("lb", taken, port))
+    bed.emu.put("endpointslices", endpoint_slice("lb", {"web-1": "127.0.0.1"}, port=port))
+    try:
+        await bed.start(xds_address=f"unix:{short_dir / 'xds.sock'}")
+        engine = haproxy_engine(bed, short_dir / "hap")
+        await eventually(lambda: bool(engine.refusing()), within=30)
+        (refused,) = engine.refusing()
+        assert "cannot bind" in refused.reason
+        await asyncio.sleep(1)  # a restart or two fail meanwhile
+        assert not any(t.done() for t in bed.tasks)
+        holder.close()
+        await eventually(lambda: engine.haproxy is not None
+                         and engine.haproxy.counters.started >= 1, within=40)
+        assert engine.refusing() == ()
+        assert not any(t.done() for t in bed.tasks)  # the engine lived through it
+    finally:
+        holder.close()

@@ -25,6 +25,9 @@ PER_KIND_TRANSLATION = {
         "the kinds a TrafficPolicy may target (its translation)",
     ("translate/traffic.py", frozenset({"HTTPRoute", "GRPCRoute", "Ingress"})):
         "the kinds that carry route-level traffic settings (their translation)",
+    ("programs/vip/metallb.py", frozenset({"BGPPeer", "BGPAdvertisement", "BFDProfile",
+                                           "Community", "IPAddressPool", "L2Advertisement"})):
+        "KNOWN_FIELDS: the spec fields the speakers read of each MetalLB kind (per kind)",
 }
 
 

@@ -60,6 +60,7 @@ from podway.model.base import ObjectRef
 from podway.model.loader import LoadError
 from podway.model.snapshot import Key
 from podway.pipeline import Pipeline, State
+from podway.programs.controller import kind_mismatch
 from podway.programs.controller.config import LiveConfig, follow_config, load_config
 from podway.programs.controller.events import (
     Due,
@@ -255,6 +256,7 @@ class Controller:
                 group.create_task(self._follow(api, events), name="controller-writeback")
                 group.create_task(self._pending_warnings(events),
                                   name="controller-pending-warnings")
+                group.create_task(kind_mismatch.follow(self, server, events), name="kinds")
                 group.create_task(self.status.retry_failed(), name="controller-status-retry")
                 group.create_task(self.status.repair(every_s=opts.status_resync_s),
                                   name="controller-status-repair")

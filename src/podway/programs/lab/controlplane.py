@@ -131,7 +131,7 @@ def install_podway_crds(emu: KubeEmulator, folder: Path = PODWAY_CRDS) -> list[s
     names put. Without the folder (Podway installed without its repository): none, with a
     warning."""
     if not folder.is_dir():
-        log.warning("no Podway CRDs at %s: TrafficPolicy, VIPPool and GatewayClassConfig are "
+        log.warning("no Podway CRDs at %s: Podway's own kinds (TrafficPolicy, VIPPool, …) are "
                     "not served by the lab API", folder)
         return []
     names = []

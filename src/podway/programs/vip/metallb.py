@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from podway.base.errors import ConfigError
 from podway.model.core import Secret
 from podway.model.gateway import LabelSelector
-from podway.model.kinds import METALLB_SPEAKER_KINDS
+from podway.model.kinds import METALLB_SPEAKER_KINDS, PODWAY_SPEAKER_KINDS
 from podway.model.vips import L2Advertisement
 from podway.programs.ipam.pools import parse_range
 from podway.programs.vip.bird import (
@@ -50,7 +50,8 @@ from podway.programs.vip.bird import (
 )
 
 Raw = Mapping[str, Any]
-KINDS = (*(k.name for k in METALLB_SPEAKER_KINDS), L2Advertisement.KIND, Secret.KIND)
+KINDS = (*(k.name for k in METALLB_SPEAKER_KINDS), L2Advertisement.KIND, Secret.KIND,
+         *(k.name for k in PODWAY_SPEAKER_KINDS))
 # BGPPeer fields Podway does not carry; the peer is still used unless the field changes who it
 # talks to (``UNUSABLE``).
 PEER_NOT_CARRIED = ("connectTime", "enableGracefulRestart", "disableMP")
@@ -344,8 +345,7 @@ def _exports(peer: str, adverts: Sequence[_Advert]) -> tuple[Export, ...]:
 def plan(objects: Objects, *, node_labels: Mapping[str, str], router_id: str,
          namespace: str, vips: Sequence[str] | None = None) -> Plan:
     """This node's BGP from MetalLB's objects (see the module docstring)."""
-    problems = unknown_fields(objects, ("BGPPeer", "BGPAdvertisement", "BFDProfile",
-                                        "Community", "IPAddressPool"))
+    problems = unknown_fields(objects, [k.name for k in METALLB_SPEAKER_KINDS])
     peers = _peers(objects, node_labels, namespace, problems)
     adverts = _adverts(objects, node_labels, _pool_routes(objects, vips, problems), problems)
     neighbors = []

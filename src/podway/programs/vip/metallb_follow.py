@@ -17,14 +17,14 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from podway.kube.informer import Informer, Raw, lean
-from podway.model.kinds import Kind
-from podway.model.vips import METALLB_GROUP
+from podway.model.kinds import METALLB_SPEAKER_KINDS, PODWAY_SPEAKER_KINDS, Kind
+from podway.model.vips import METALLB_GROUP, L2Advertisement
 from podway.programs.vip.metallb import Objects
 
 log = logging.getLogger(__name__)
 # The kinds a problem may name first ("BGPPeer 'x': …"): the Event goes on that object.
-MENTIONED = ("IPAddressPool", "L2Advertisement", "BGPPeer", "BGPAdvertisement", "BFDProfile",
-             "Community")
+CLUSTER_SCOPED = tuple(k.name for k in PODWAY_SPEAKER_KINDS)  # Podway's: no namespace
+MENTIONED = (*(k.name for k in METALLB_SPEAKER_KINDS), L2Advertisement.KIND, *CLUSTER_SCOPED)
 
 
 def problem_event(problem: str, objects: Objects, *, namespace: str, node: str,
@@ -41,7 +41,8 @@ def problem_event(problem: str, objects: Objects, *, namespace: str, node: str,
     digest = hashlib.sha256(f"{meta.get('uid', '')}/{problem}".encode()).hexdigest()[:10]
     stamp = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
     return {"metadata": {"name": f"{name[:230]}.podway-{digest}", "namespace": namespace},
-            "involvedObject": {"kind": kind, "name": name, "namespace": namespace,
+            "involvedObject": {"kind": kind, "name": name,
+                               "namespace": "" if kind in CLUSTER_SCOPED else namespace,
                                "apiVersion": raw.get("apiVersion", "metallb.io/v1beta1"),
                                "uid": meta.get("uid", "")},
             "reason": "NotCarried", "type": "Warning",
@@ -120,6 +121,13 @@ class Follower:
             custom.list_namespaced_custom_object, METALLB_GROUP, kind.versions[0],
             self.namespace, kind.plural), params={}, handler=self._handler(kind.name))
             for kind in kinds]
+
+    def _podway_informers(self, custom: client.CustomObjectsApi, kinds: Iterable[Kind]
+                          ) -> list[Informer]:
+        """A list and watch of each of Podway's cluster-scoped ``kinds``."""
+        return [Informer(name=f"podway-{kind.plural}", lister=functools.partial(
+            custom.list_cluster_custom_object, kind.group, kind.versions[0], kind.plural),
+            params={}, handler=self._handler(kind.name)) for kind in kinds]
 
     def _node_informer(self, core: client.CoreV1Api) -> Informer:
         """This host's Node, for the node selectors."""

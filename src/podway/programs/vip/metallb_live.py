@@ -30,10 +30,11 @@ from kubernetes_asyncio import client
 
 from podway.base.errors import EnvironmentProblem
 from podway.kube.informer import Informer, Raw
-from podway.model.kinds import METALLB_SPEAKER_KINDS
+from podway.model.kinds import METALLB_SPEAKER_KINDS, PODWAY_SPEAKER_KINDS
 from podway.programs.vip.bird import BgpSettings
-from podway.programs.vip.metallb import Plan, plan
+from podway.programs.vip.metallb import Plan
 from podway.programs.vip.metallb_follow import Follower
+from podway.programs.vip.podway_bgp import plan_both
 from podway.programs.vip.speaker import BirdSpeaker
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class MetalLBSpeaker(Follower):
         custom = client.CustomObjectsApi(self._api)
         core = client.CoreV1Api(self._api)
         out = self._kind_informers(custom, METALLB_SPEAKER_KINDS)
+        out += self._podway_informers(custom, PODWAY_SPEAKER_KINDS)
         out.append(Informer(name="metallb-secrets", lister=functools.partial(
             core.list_namespaced_secret, self.namespace), params={},
             handler=self._handler("Secret"), transform=_secret))
@@ -135,8 +137,8 @@ class MetalLBSpeaker(Follower):
 
     def _plan(self) -> Plan:
         self._dirty.clear()
-        found = plan(self.objects, node_labels=self.node_labels, router_id=self.router_id,
-                     namespace=self.namespace, vips=self._vips)
+        found = plan_both(self.objects, node_labels=self.node_labels,
+                          router_id=self.router_id, namespace=self.namespace, vips=self._vips)
         self.report(found.problems)
         self.plan = found
         self.speaker.settings = found.settings

@@ -16,6 +16,7 @@ from aiohttp import web
 from podway.kube.client import connect
 from podway.programs.vip.metallb_live import MetalLBSpeaker
 from podway.programs.vip.metallb_sessions import SessionMetrics, SessionStates, follow_sessions
+from podway.programs.vip.podway_bgp_status import PeerStatus
 from podway.readers.metrics import exposition
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,9 @@ async def main(opts: Options, healthy: Callable[[], Awaitable[bool]] | None = No
         async with asyncio.TaskGroup() as group:
             group.create_task(speaker.run(), name="announce-metallb")
             group.create_task(follow_sessions(speaker, metrics, states,
-                                              interval=opts.report_s),
+                                              interval=opts.report_s,
+                                              peers=PeerStatus(api, node=opts.node)
+                                              if opts.session_states else None),
                               name="announce-sessions")
     finally:
         with contextlib.suppress(Exception):

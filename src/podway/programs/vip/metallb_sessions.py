@@ -18,6 +18,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry, Gauge
@@ -113,6 +114,7 @@ class SessionStates:
     async def write(self, found: Sequence[Report]) -> None:
         if self.disabled:
             return
+        found = [r for r in found if not r.peer.startswith("podway:")]  # VIPPeer: own status
         try:
             for report in found:
                 name = object_name(self.node, report.peer)
@@ -152,9 +154,15 @@ class SessionStates:
                 raise err from None
 
 
+class PeerWriter(Protocol):
+    async def write(self, found: Sequence[Report]) -> None: ...
+
+
 async def follow_sessions(speaker: MetalLBSpeaker, metrics: SessionMetrics,
-                          states: SessionStates | None, *, interval: float = 2.0) -> None:
-    """Until cancelled: every ``interval``, read the sessions from BIRD and report them."""
+                          states: SessionStates | None, *, interval: float = 2.0,
+                          peers: PeerWriter | None = None) -> None:
+    """Until cancelled: every ``interval``, read the sessions from BIRD and report them
+    (``peers``: the VIPPeers' own status)."""
     before: list[Report] = []
     while True:
         await asyncio.sleep(interval)
@@ -171,3 +179,5 @@ async def follow_sessions(speaker: MetalLBSpeaker, metrics: SessionMetrics,
         metrics.update(found, len(speaker.speaker.vips))
         if states is not None:
             await states.write(found)
+        if peers is not None:
+            await peers.write(found)

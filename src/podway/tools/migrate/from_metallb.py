@@ -4,11 +4,12 @@ Pure: raw objects in, Podway objects and notes out. Each ``IPAddressPool`` becom
 ``VIPPool`` with the same addresses (an IPv4 CIDR is written as the range it spans, since
 MetalLB hands out a CIDR's network and broadcast addresses and a VIPPool's CIDR leaves them
 out), the same ``autoAssign``, ``avoidBuggyIPs`` and ``serviceAllocation``. Podway announces VIPs
-with ``podway vip announce`` (BGP through BIRD) or keepalived (VRRP), configured per engine
-host: a ``BGPPeer`` or ``L2Advertisement`` becomes a note with the equivalent command, and every
-field or kind Podway does not serve is a note naming it — nothing is dropped silently. A last
-note says that ``podway vip announce-metallb`` and ``podway vip l2 --from-metallb`` read those
-objects as they are instead.
+through each engine host's BGP speaker: a ``BGPPeer`` becomes a ``VIPPeer`` and a
+``BGPAdvertisement`` a ``VIPAdvertisement`` (``from_metallb_bgp``; a ``BFDProfile`` is written
+into the peers that use it, a ``Community`` name as its value); an ``L2Advertisement`` becomes a
+note with the equivalent command, and every field or kind Podway does not serve is a note naming
+it — nothing is dropped silently. A last note says that ``podway vip announce-metallb`` and
+``podway vip l2 --from-metallb`` read MetalLB's objects as they are instead.
 
 Instead of converting, ``podway controller --vip-pools-from metallb`` reads the
 ``IPAddressPool`` objects as they are.
@@ -23,18 +24,10 @@ from typing import Any
 
 from podway.model.kinds import METALLB_SPEAKER_KINDS
 from podway.model.vips import IPAddressPool, L2Advertisement
+from podway.tools.migrate import from_metallb_bgp
 
 Obj = dict[str, Any]
 GROUP = "metallb.io"
-
-# BGPAdvertisement fields with no podway vip announce flag, and their no-op values.
-_ADVERT_DEFAULTS: dict[str, Any] = {"peers": [], "nodeSelectors": [], "serviceSelectors": []}
-# BGPPeer fields Podway's speaker has no equivalent for (beyond ASNs, address, times, BFD,
-# password).
-_PEER_UNSERVED = ("passwordSecret", "ebgpMultiHop", "vrf", "nodeSelectors",
-                  "peerPort", "sourceAddress", "interface", "dynamicASN", "localASN",
-                  "enableGracefulRestart", "connectTime", "disableMP", "dualStackAddressFamily")
-
 
 @dataclass(slots=True)
 class Converted:
@@ -47,6 +40,8 @@ def convert(raw: Iterable[Any]) -> Converted:
     out = Converted()
     raw = list(raw)
     aliases = _community_aliases(raw)
+    profiles = {str((o.get("metadata") or {}).get("name")): o.get("spec") or {} for o in raw
+                if isinstance(o, Mapping) and o.get("kind") == "BFDProfile"}
     for obj in raw:
         if not isinstance(obj, Mapping):
             continue
@@ -59,17 +54,18 @@ def convert(raw: Iterable[Any]) -> Converted:
         elif kind == "IPAddressPool":
             out.objects.append(_pool(name, spec, out.notes))
         elif kind == "BGPPeer":
-            out.notes.append(_peer(name, spec))
+            out.objects.append(from_metallb_bgp.peer(name, spec, profiles, out.notes))
         elif kind == "BGPAdvertisement":
-            out.notes += _advertisement(name, spec, aliases)
+            out.objects.append(from_metallb_bgp.advertisement(name, spec, aliases, out.notes))
+        elif kind == "BFDProfile":
+            out.notes.append(f"BFDProfile {name!r}: written into the VIPPeers that use it")
         elif kind == "L2Advertisement":
             out.notes.append(_l2(name, spec))
         elif kind == "Community":
             out.notes.append(f"Community {name!r}: its names are written as values in the "
-                             "--community flags above")
+                             "VIPAdvertisements")
         else:
-            out.notes.append(f"{kind} {name!r}: not carried (Podway has no equivalent object; "
-                             "BFD is set with podway vip announce --bfd-interval-ms)")
+            out.notes.append(f"{kind} {name!r}: not carried (Podway has no equivalent object)")
     out.notes += _as_they_are({str(o.get("kind")) for o in raw if isinstance(o, Mapping)})
     return out
 
@@ -79,12 +75,13 @@ def _as_they_are(kinds: set[str]) -> list[str]:
     notes = []
     bgp = {k.name for k in METALLB_SPEAKER_KINDS} - {IPAddressPool.KIND}
     if kinds & bgp:
-        notes.append("or keep the BGP objects as they are: `podway vip announce-metallb --node "
-                     "NODE --router-id ADDRESS` on each engine host reads BGPPeer (with "
-                     "nodeSelectors, passwordSecret, bfdProfile, peerPort, sourceAddress, "
-                     "ebgpMultiHop), BGPAdvertisement (peers, nodeSelectors), Community and "
-                     "BFDProfile live from the API (docs/vips.md#bgp-from-metallbs-objects; "
-                     "the Helm chart: reachability.mode bgp with "
+        notes.append("or keep MetalLB's BGP objects as they are: `podway vip "
+                     "announce-metallb --node NODE --router-id ADDRESS` on each engine host "
+                     "reads BGPPeer (with nodeSelectors, passwordSecret, bfdProfile, peerPort, "
+                     "sourceAddress, ebgpMultiHop), BGPAdvertisement (peers, nodeSelectors), "
+                     "Community and BFDProfile live from the API "
+                     "(docs/vips.md#bgp-from-metallbs-objects; the Helm chart: "
+                     "reachability.mode bgp with "
                      "reachability.bgp.fromMetalLB.enabled)")
     if L2Advertisement.KIND in kinds:
         notes.append("or keep the L2Advertisements as they are: `podway vip l2 --from-metallb` "
@@ -131,35 +128,6 @@ def _spelled_out(text: Any) -> Any:
     return f"{net.network_address}-{net.broadcast_address}"
 
 
-def _peer(name: str, spec: Mapping[str, Any]) -> str:
-    my_asn, peer_asn, address = spec.get("myASN"), spec.get("peerASN"), spec.get("peerAddress")
-    command = f"podway vip announce --local-as {my_asn} --neighbor {address}:{peer_asn}"
-    if spec.get("routerID"):
-        command += f" --router-id {spec['routerID']}"
-    for key, flag in (("holdTime", "--hold-time"), ("keepaliveTime", "--keepalive")):
-        if spec.get(key):
-            command += f" {flag} {_seconds(spec[key])}"
-    if spec.get("password"):
-        command += " --password-file FILE-WITH-THE-PASSWORD"
-    unserved = [k for k in _PEER_UNSERVED if spec.get(k)]
-    if spec.get("bfdProfile"):
-        unserved.append(f"bfdProfile {spec['bfdProfile']!r} (use --bfd-interval-ms)")
-    tail = f"; not carried: {', '.join(unserved)}" if unserved else ""
-    return f"BGPPeer {name!r}: on each engine host run `{command} --vip …`{tail}"
-
-
-def _seconds(duration: Any) -> str:
-    """``90s``, ``1m30s`` → seconds as BIRD takes them (whole seconds)."""
-    text, total, number = str(duration), 0.0, ""
-    for char in text:
-        if char.isdigit() or char == ".":
-            number += char
-            continue
-        total += float(number or 0) * {"h": 3600, "m": 60, "s": 1}.get(char, 0)
-        number = ""
-    return str(int(total)) if total else text
-
-
 def _l2(name: str, spec: Mapping[str, Any]) -> str:
     pools = ", ".join(map(str, spec.get("ipAddressPools") or ["every pool"]))
     unserved = [k for k in ("ipAddressPoolSelectors", "nodeSelectors", "interfaces",
@@ -168,24 +136,3 @@ def _l2(name: str, spec: Mapping[str, Any]) -> str:
     return (f"L2Advertisement {name!r}: the VIPs of {pools} are answered for by one engine host "
             "each with `podway vip l2 --vip …` on every engine host (docs/vips.md#l2-mode-arpndp"
             f"-as-metallbs){tail}")
-
-
-def _advertisement(name: str, spec: Mapping[str, Any],
-                   aliases: Mapping[str, str]) -> list[str]:
-    different = [f"{k}={spec[k]!r}" for k, default in _ADVERT_DEFAULTS.items()
-                 if k in spec and spec[k] != default]
-    pools = spec.get("ipAddressPools") or ["every pool"]
-    flags = [f"--community {aliases.get(str(c), c)}" for c in spec.get("communities") or []]
-    if spec.get("localPref"):
-        flags.append(f"--local-pref {spec['localPref']}")
-    for key, flag, default in (("aggregationLength", "--aggregation-length", 32),
-                               ("aggregationLengthV6", "--aggregation-length-v6", 128)):
-        if spec.get(key, default) != default:
-            flags.append(f"{flag} {spec[key]}")
-    notes = [f"BGPAdvertisement {name!r}: the VIPs of {', '.join(map(str, pools))} are "
-             f"announced by `podway vip announce {' '.join([*flags, '--vip …'])}`"]
-    if spec.get("ipAddressPoolSelectors"):
-        notes.append(f"BGPAdvertisement {name!r}: not carried: ipAddressPoolSelectors")
-    if different:
-        notes.append(f"BGPAdvertisement {name!r}: not carried: {', '.join(different)}")
-    return notes
