@@ -49,9 +49,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import xds_push
 from dataplane import cpu_seconds, tree
 from speedref import Reference, measure
-from xds_push import PATHS_PER_HOST, Acks, free_port, manifests, status_of
+from xds_push import Acks, free_port, manifests, status_of
 
 from podway.envoy import types
 from podway.programs.gc_policy import GcPolicy
@@ -102,10 +103,11 @@ async def one_run(routes: int, echo_port: int) -> dict[str, float]:
             await engine.wait_ready(limit_s=120)
             stamps["Envoy ready"] = time.perf_counter()
             stamps["config ACKed"] = await asyncio.wait_for(routes_acked, 120)
-            hosts = routes // PATHS_PER_HOST
+            per_host = xds_push.PATHS_PER_HOST
+            hosts = routes // per_host
             stamps["first 200"] = await until_200(http_port, "h0.bench.test", "/app0")
             stamps["last 200"] = await until_200(http_port, f"h{hosts - 1}.bench.test",
-                                                 f"/app{PATHS_PER_HOST - 1}")
+                                                 f"/app{per_host - 1}")
             timings = state.timings
         finally:
             files.FileSource.watch = watch  # type: ignore[method-assign]
@@ -153,12 +155,14 @@ async def one_process_run(routes: int, echo_port: int) -> dict[str, float]:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True)
         try:
-            hosts = routes // PATHS_PER_HOST
+            per_host = xds_push.PATHS_PER_HOST
+            hosts = routes // per_host
             out["first 200"] = await until_200(http_port, "h0.bench.test", "/app0") - began
             out["last 200"] = await until_200(http_port, f"h{hosts - 1}.bench.test",
-                                              f"/app{PATHS_PER_HOST - 1}") - began
+                                              f"/app{per_host - 1}") - began
             out["podway CPU"] = cpu_s(child.pid)
             out["Envoy CPU"] = cpu_seconds([p for p in tree(child.pid) if p != child.pid])
+            out["fetch timeouts"] = float(fetch_timeouts(Path(tmp) / "state"))
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGTERM)
@@ -169,6 +173,13 @@ async def one_process_run(routes: int, echo_port: int) -> dict[str, float]:
                     os.killpg(child.pid, signal.SIGKILL)
                 await child.wait()
     return out
+
+
+def fetch_timeouts(state: Path) -> int:
+    """Envoy's "initial fetch timed out" warnings so far (each a subscription, say a scope's
+    route table, that had no answer within its initial fetch timeout)."""
+    return sum(log.read_text(errors="replace").count("initial fetch timed out")
+               for log in state.rglob("envoy.log"))
 
 
 @contextlib.contextmanager
@@ -232,10 +243,11 @@ async def main_async(args: argparse.Namespace, ref: Reference) -> None:
 
 async def rounds(args: argparse.Namespace, ref: Reference, echo_port: int) -> None:
     for run in range(args.runs):
-        figures = await one_run(args.routes, echo_port)
-        print(f"run {run + 1}: {args.routes} routes in this process (imports done), "
-              "seconds since the start (stage durations for translate, build and cache set)",
-              flush=True)
+        figures = {} if args.process_only else await one_run(args.routes, echo_port)
+        if figures:
+            print(f"run {run + 1}: {args.routes} routes in this process (imports done), "
+                  "seconds since the start (stage durations for translate, build and cache "
+                  "set)", flush=True)
         for name in ("parse", "translate", "build", "cache set", "first state",
                      "Envoy ready", "config ACKed", "first 200", "last 200"):
             if name in figures:
@@ -245,7 +257,10 @@ async def rounds(args: argparse.Namespace, ref: Reference, echo_port: int) -> No
             print(f"run {run + 1}: {args.routes} routes, `podway run` in a child process, "
                   "seconds since its spawn", flush=True)
             for name, value in figures.items():
-                print(f"  {name:<14} {value:8.2f} s  ({ref.ratio(value)})")
+                if name == "fetch timeouts":
+                    print(f"  {name:<14} {value:8.0f}")
+                else:
+                    print(f"  {name:<14} {value:8.2f} s  ({ref.ratio(value)})")
 
 
 def main() -> None:
@@ -256,7 +271,14 @@ def main() -> None:
                         help="members: podway echo in this process instead of nginx")
     parser.add_argument("--process", action="store_true",
                         help="also time `podway run` in a child process, from its spawn")
+    parser.add_argument("--process-only", action="store_true",
+                        help="only `podway run` in a child process (implies --process)")
+    parser.add_argument("--paths-per-host", type=int, default=xds_push.PATHS_PER_HOST,
+                        help="Ingress paths per host (1: one host per route, every host a "
+                        "scope of its own)")
     args = parser.parse_args()
+    xds_push.PATHS_PER_HOST = args.paths_per_host
+    args.process |= args.process_only
     ref = measure()
     print(ref.describe())
     asyncio.run(main_async(args, ref))

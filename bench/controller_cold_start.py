@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ import podway.programs.controller.events as events_module
 from podway.envoy import types
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
+from podway.envoy.xds.delta import DeltaStream
 from podway.kube.client import without_env_lookups
 from podway.pipeline import State
 from podway.programs.controller.main import Controller, ControllerOptions
@@ -103,7 +105,8 @@ def counting_events() -> Iterator[list[int]]:
         events_module.EventRecorder.record = original  # type: ignore[method-assign]
 
 
-async def one_run(routes: int, echo_port: int) -> tuple[dict[str, float], dict[str, float]]:
+async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = None
+                  ) -> tuple[dict[str, float], dict[str, float]]:
     gateway_port, xds_port = free_port(), free_port()
     child = await start_emulator(routes, echo_port, gateway_port)
     api: client.ApiClient | None = None
@@ -117,10 +120,12 @@ async def one_run(routes: int, echo_port: int) -> tuple[dict[str, float], dict[s
             translate=TranslateOptions(address="127.0.0.1"), xds_address=f"127.0.0.1:{xds_port}",
             xds_unauthenticated=True, lb_address="127.0.0.1", gc=GcPolicy()), api=api)
         engine = Engine(EngineOptions(envoy_path=find_envoy(), drain_s=0, bootstrap=bootstrap(
-            BootstrapOptions(node_id="bench", xds=f"127.0.0.1:{xds_port}", delta=True))))
-        with counting_events() as recorded:
-            return await measured(controller, engine, tasks, child.pid, recorded,
-                                  routes=routes, port=gateway_port)
+            BootstrapOptions(node_id="bench", xds=f"127.0.0.1:{xds_port}", delta=True,
+                             initial_fetch_timeout_s=fetch_timeout_s))))
+        with counting_events() as recorded, counting_xds() as xds:
+            times, other = await measured(controller, engine, tasks, child.pid, recorded,
+                                          routes=routes, port=gateway_port)
+            return times, {**other, **{f"xDS {k}": v for k, v in sorted(xds.items())}}
     finally:
         for task in reversed(tasks):
             task.cancel()
@@ -162,6 +167,8 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
            "emulator CPU": cpu_seconds([emulator]) - emu0,
            "Envoy CPU": cpu_seconds([engine.pid]) if engine.pid else -1.0}
     stamps.counts["Events at last 200"] = sum(recorded)
+    if engine.pid:
+        stamps.counts["fetch timeouts"] = fetch_timeouts_of(engine.pid)
     await asyncio.wait_for(first_pass.wait(), 600)
     timings = state.timings
     out = dict(stamps.at)
@@ -169,6 +176,44 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
                 "cache set": timings.cache_ms / 1000})
     out["list + parse"] = out["first state"] - out["translate"] - out["build"] - out["cache set"]
     return out, {**cpu, **stamps.counts}
+
+
+def fetch_timeouts_of(pid: int) -> int:
+    """Envoy's "initial fetch timed out" warnings so far, from its log (its stderr)."""
+    log = Path(os.readlink(f"/proc/{pid}/fd/2"))
+    return log.read_text(errors="replace").count("initial fetch timed out")
+
+
+@contextlib.contextmanager
+def counting_xds() -> Iterator[dict[str, float]]:
+    """Per type: delta requests Envoy sent, names they subscribed, responses and resources the
+    server sent (route tables sent twice, or a response per name, show here)."""
+    counts: dict[str, float] = {}
+    on_request, on_change = DeltaStream.on_request, DeltaStream.on_change
+
+    def add(key: str, n: int) -> None:
+        counts[key] = counts.get(key, 0) + n
+
+    def requested(self: DeltaStream, request: Any) -> Any:
+        kind = request.type_url.rsplit(".", 1)[-1]
+        add(f"{kind} requests", 1)
+        add(f"{kind} subscribed", len(request.resource_names_subscribe))
+        return on_request(self, request)
+
+    def changed(self: DeltaStream) -> Any:
+        responses = on_change(self)
+        for response in responses:
+            kind = response.type_url.rsplit(".", 1)[-1]
+            add(f"{kind} responses", 1)
+            add(f"{kind} sent", len(response.resources))
+        return responses
+
+    DeltaStream.on_request = requested  # type: ignore[method-assign]
+    DeltaStream.on_change = changed  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        DeltaStream.on_request, DeltaStream.on_change = on_request, on_change  # type: ignore[method-assign]
 
 
 ORDER = ("list + parse", "translate", "build", "cache set", "first state", "Envoy ready",
@@ -179,7 +224,7 @@ async def main_async(args: argparse.Namespace, ref: Reference) -> None:
     echo_port = free_port()
     with nginx_member(echo_port):
         for run in range(args.runs):
-            times, other = await one_run(args.routes, echo_port)
+            times, other = await one_run(args.routes, echo_port, args.initial_fetch_timeout)
             print(f"run {run + 1}: {args.routes} HTTPRoutes + Services + EndpointSlices in the "
                   "emulator; seconds since controller + Envoy start (stage durations for list "
                   "+ parse, translate, build and cache set)", flush=True)
@@ -195,6 +240,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--initial-fetch-timeout", type=float, default=None,
+                        help="Envoy's initial fetch timeout of clusters and listeners, s")
     args = parser.parse_args()
     ref = measure()
     print(ref.describe(), "(machine shared with other engineers: compare within one run)")

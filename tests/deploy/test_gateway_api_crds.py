@@ -16,7 +16,7 @@ import yaml
 
 from podway.kube.gateway_api import KINDS
 from podway.translate.gateway.status import GATEWAY_API_VERSION
-from tests.deploy.helm import helm_python, render
+from tests.deploy.helm import render
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = ROOT / "deploy" / "crds" / "gateway-api" / GATEWAY_API_VERSION
@@ -76,15 +76,6 @@ def test_deploy_kubernetes_kustomization_adds_the_standard_channel() -> None:
     plain = [d for d in yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "podway.yaml")
                                            .read_text()) if d]
     assert len(objects) == len(plain) + len(kinds) + 2  # + the upgrade guard policy, binding
-
-
-@pytest.fixture(scope="module")
-def helm() -> Any:
-    python = helm_python()
-    if python is None:
-        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
-                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
-    return python
 
 
 @pytest.mark.parametrize("channel", ["standard", "experimental"])

@@ -19,7 +19,7 @@ from podway.base.errors import EnvironmentProblem
 from podway.kube.emulator import KubeEmulator
 from podway.programs.vip.l2 import L2Settings, L2Speaker
 from podway.programs.vip.l2_cluster import ClusterOptions, run_in_cluster
-from tests.deploy.helm import NAMESPACE, helm_python, render
+from tests.deploy.helm import NAMESPACE, render
 from tests.deploy.test_manifests import by_kind, validate
 from tests.waiting import eventually
 
@@ -30,15 +30,6 @@ GROUPS = [{"name": "edge", "engine": "envoy", "replicas": 2, "tlsSecret": "t",
            "concurrency": 2, "nodeSelector": {"podway.io/edge": "true", "rack": "a"}},
           {"name": "db", "engine": "kernel", "replicas": 2, "tlsSecret": "t", "concurrency": 2,
            "onlyItsObjects": True, "nodeSelector": {"podway.io/db": "true"}}]
-
-
-@pytest.fixture(scope="module")
-def helm() -> Any:
-    python = helm_python()
-    if python is None:
-        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
-                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
-    return python
 
 
 def l2_values(**l2: Any) -> dict[str, Any]:

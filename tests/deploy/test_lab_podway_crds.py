@@ -6,22 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import yaml
 
 from podway.kube.emulator import KubeEmulator
 from podway.programs.lab.controlplane import PODWAY_CRDS, install_podway_crds
 
-from .helm import helm_python, render
-
-
-@pytest.fixture(scope="module")
-def helm() -> Any:
-    python = helm_python()
-    if python is None:
-        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
-                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
-    return python
+from .helm import render
 
 
 async def test_the_chart_installs_into_a_lab_that_already_holds_podways_crds(helm: Any) -> None:

@@ -13,7 +13,7 @@ import yaml
 
 from podway.programs.controller.config import parse_config
 from podway.programs.ipam import parse_pools
-from tests.deploy.helm import ROOT, helm_python, render
+from tests.deploy.helm import ROOT, render
 
 K8S = "1.33.0"
 PLAIN = ROOT / "deploy" / "kubernetes" / "podway.yaml"
@@ -53,15 +53,6 @@ def test_a_broken_manifest_is_refused() -> None:
     deployment["spec"] = {**deployment["spec"], "replica": 2}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, K8S, strict=True)
-
-
-@pytest.fixture(scope="module")
-def helm() -> Any:
-    python = helm_python()
-    if python is None:
-        pytest.skip("no Python >= 3.12 with helm-sdkpy (./dev creates .venv-helm when an "
-                    "interpreter is found; or set PODWAY_HELM_PYTHON)")
-    return python
 
 
 async def test_chart_defaults_lint_render_validate_and_match(helm: Any,

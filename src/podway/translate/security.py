@@ -241,18 +241,24 @@ def _claims(spec: SecuritySpec, policy: TrafficPolicy, i: int) -> tuple[ClaimRul
     return tuple(out)
 
 
+def _refused(out: Found, e: Refused) -> Found:
+    """A refused OIDC or JWT section: Invalid, or (a reference that does not resolve) the
+    ResolvedRefs reason its message names."""
+    reason = Reason.INVALID
+    if e.unresolved:
+        reason = (Reason.REF_NOT_PERMITTED if "another namespace" in str(e)
+                  else Reason.BACKEND_NOT_FOUND if str(e).startswith("Service")
+                  else Reason.INVALID_SECRET if "has no key" in str(e)
+                  else Reason.SECRET_NOT_FOUND)
+        out.resolved = (False, reason, str(e))
+    return out.refuse(reason, str(e), e.where)
+
+
 def _oidc(out: Found, policy: TrafficPolicy, snapshot: Snapshot, key: bytes | None) -> Found:
     try:
         login, pool, found = oidc(policy, snapshot, key)
     except Refused as e:
-        reason = Reason.INVALID
-        if e.unresolved:
-            reason = (Reason.REF_NOT_PERMITTED if "another namespace" in str(e)
-                      else Reason.BACKEND_NOT_FOUND if str(e).startswith("Service")
-                      else Reason.INVALID_SECRET if "has no key" in str(e)
-                      else Reason.SECRET_NOT_FOUND)
-            out.resolved = (False, reason, str(e))
-        return out.refuse(reason, str(e), e.where)
+        return _refused(out, e)
     out.resolved = (True, Reason.RESOLVED_REFS, found)
     out.guard = Guard(policy.ref, filters=(*out.guard.filters, login),
                       pools=(*out.guard.pools, pool))
@@ -263,14 +269,7 @@ def _jwt(out: Found, policy: TrafficPolicy, snapshot: Snapshot) -> Found:
     try:
         check, pools, found = jwt(policy, snapshot)
     except Refused as e:
-        reason = Reason.INVALID
-        if e.unresolved:
-            reason = (Reason.REF_NOT_PERMITTED if "another namespace" in str(e)
-                      else Reason.BACKEND_NOT_FOUND if str(e).startswith("Service")
-                      else Reason.INVALID_SECRET if "has no key" in str(e)
-                      else Reason.SECRET_NOT_FOUND)
-            out.resolved = (False, reason, str(e))
-        return out.refuse(reason, str(e), e.where)
+        return _refused(out, e)
     found_text = "; ".join(found)
     out.resolved = (True, Reason.RESOLVED_REFS, found_text if out.resolved is None
                     else f"{out.resolved[2]}; {found_text}")

@@ -107,7 +107,7 @@ def engine(
     """
     if engine_kind not in ("envoy", "haproxy", "kernel"):
         raise ConfigError(f"--engine {engine_kind!r}: one of envoy, haproxy, kernel")
-    from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
+    from podway.envoy.engine.bootstrap import ENGINE_FETCH_TIMEOUT_S, BootstrapOptions, bootstrap
     from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
     from podway.envoy.engine.state import instance_dir, open_state
 
@@ -144,7 +144,8 @@ def engine(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
         xds_sni=xds_sni, xds_client_cert_pem=cert_pem, xds_client_key_pem=key_pem,
         xds_client_sds=sds,
-        stats=envoy_stats, engine_group=engine_group.strip()))
+        stats=envoy_stats, engine_group=engine_group.strip(),
+        initial_fetch_timeout_s=ENGINE_FETCH_TIMEOUT_S))
 
     async def main() -> None:
         from podway.readers.metrics.exposition import serve_while

@@ -75,11 +75,25 @@ class BootstrapOptions:
     stats: EnvoyStats = EnvoyStats.BOUNDED
     # The engine group it serves (node metadata ``podway.io/engine-group``); "": everything.
     engine_group: str = ""
+    # Envoy's initial fetch timeout of clusters and listeners, seconds (None: Envoy's 15 s;
+    # 0: Envoy's init waits for the first ones). ``podway engine`` uses ENGINE_FETCH_TIMEOUT_S.
+    initial_fetch_timeout_s: float | None = None
+
+
+#: A controller-served engine waits for its first clusters and listeners (``podway engine``):
+#: a controller's first state can take longer than Envoy's 15 s default at 10,000 routes, and
+#: a scoped listener that arrives after Envoy's init gave up cost Envoy up to about twice the
+#: CPU and time to ready under load (1.0-1.36x on a quiet machine), while Envoy already said
+#: LIVE without listeners (docs/performance.md, "Where Envoy's 10,000-scope cost comes
+#: from"). Nothing is served either way until listeners arrive: only the control plane has them.
+ENGINE_FETCH_TIMEOUT_S = 0.0
 
 
 def bootstrap(opts: BootstrapOptions) -> dict[str, Any]:
     """The bootstrap as plain data (Envoy reads it as JSON)."""
-    ads_source = {"ads": {}, "resource_api_version": "V3"}
+    ads_source: dict[str, Any] = {"ads": {}, "resource_api_version": "V3"}
+    if opts.initial_fetch_timeout_s is not None:
+        ads_source["initial_fetch_timeout"] = f"{opts.initial_fetch_timeout_s:g}s"
     config: dict[str, Any] = {
         "node": {"id": opts.node_id, "cluster": "podway",
                  **({"metadata": {ENGINE_GROUP: opts.engine_group}}

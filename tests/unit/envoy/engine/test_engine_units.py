@@ -134,3 +134,14 @@ def test_several_xds_addresses_are_one_cluster_of_replicas() -> None:
         "sni"] == "x.test"
     with pytest.raises(ConfigError, match="cannot be mixed"):
         bootstrap(BootstrapOptions(node_id="n", xds=("unix:/tmp/x.sock", "10.0.0.1:1")))
+
+
+def test_bootstrap_sets_the_initial_fetch_timeout_only_when_given() -> None:
+    plain = bootstrap(BootstrapOptions(node_id="n", xds="unix:/tmp/x.sock"))
+    for key in ("cds_config", "lds_config"):
+        assert "initial_fetch_timeout" not in plain["dynamic_resources"][key]  # Envoy's 15 s
+    for seconds, text in ((0, "0s"), (1.5, "1.5s")):
+        config = bootstrap(BootstrapOptions(node_id="n", xds="unix:/tmp/x.sock",
+                                            initial_fetch_timeout_s=seconds))
+        for key in ("cds_config", "lds_config"):
+            assert config["dynamic_resources"][key]["initial_fetch_timeout"] == text
