@@ -73,6 +73,7 @@ class KernelEngine:
         self._holds: ruleset.Installed | None = None  # None: the next write makes the table
         self.writes = 0  # changes applied (each one transaction, or three in place: _write)
         self._dirty = asyncio.Event()
+        self._local = False  # the last plan had members on this host's NodePortLocal ports
         self._applied = asyncio.Condition()
         self._said: tuple[Skipped, ...] = ()
 
@@ -114,9 +115,13 @@ class KernelEngine:
         return ruleset.full(self.services, self.table)
 
     async def _refresh(self) -> None:
+        """Look at the host's agent again every ``refresh_s``, only while some member is one
+        of its NodePortLocal ports (a pod behind a port can change with no new IR); without
+        one, re-planning the whole IR every few seconds would find nothing."""
         while True:
             await asyncio.sleep(self.refresh_s)
-            self._dirty.set()
+            if self._local:
+                self._dirty.set()
 
     async def _resolved(self, text: str) -> str:
         """``text`` for the planned services with local members resolved (``Resolve``)."""
@@ -127,7 +132,8 @@ class KernelEngine:
         except PodwayError as exc:
             log.warning("kernel engine: this host's NodePortLocal ports not read (%s)", exc)
             return text
-        if resolved == self.services:
+        self._local = resolved != self.services
+        if not self._local:
             return text
         self.services = resolved
         return ruleset.full(resolved, self.table)

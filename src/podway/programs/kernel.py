@@ -123,8 +123,9 @@ class HostPorts:
     """The kernel engine's ``resolve``: members that are NodePortLocal ports of this very host
     become the pods behind them (``plan.through_local_ports`` says why), read from the host's
     own agent's table (``ip podway``). The host's addresses are read at most every
-    ``every_s``; the agent's table at each change that has a member on one of them (the
-    engine looks again every few seconds: a pod's address can change under one port)."""
+    ``every_s``; the agent's table at each change that has a member on one of them (while
+    such a member exists the engine looks again every few seconds: a pod's address can
+    change under one port)."""
 
     def __init__(self, *, netns: str | None = None, every_s: float = 5.0) -> None:
         self.runner = CommandRunner(netns=netns)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,3 +274,32 @@ def test_conntrack_fill_warns_once_per_episode(tmp_path: Path) -> None:
     assert said == "the conntrack table is back to 79% full"
     assert not warned
     assert fill_news(conntrack_fill(tmp_path / "missing"), False) == (None, False)
+
+
+@pytest.mark.parametrize("local", [False, True])
+async def test_the_agent_is_looked_at_again_only_while_a_member_is_local(local: bool) -> None:
+    """The periodic look at the host's NodePortLocal ports re-plans the whole IR: it runs only
+    while the last plan had a member on one of them (a pod behind such a port can change with
+    no new IR), not every few seconds on every engine."""
+    calls = 0
+
+    async def resolve(services: tuple[Any, ...]) -> tuple[Any, ...]:
+        nonlocal calls
+        calls += 1
+        return services[1:] if local else services  # "local": the resolved plan differs
+
+    async def write(text: str) -> None:
+        pass
+
+    engine = KernelEngine(write, resolve=resolve, refresh_s=0.01)
+    queue: asyncio.Queue[IR] = asyncio.Queue()
+    task = asyncio.create_task(engine.run(feed(queue)))
+    try:
+        queue.put_nowait(ir_of("198.18.1.2"))
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: e.writes >= 1)
+        await asyncio.sleep(0.2)  # 20 refresh periods
+        assert (calls > 5) if local else (calls == 1)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
