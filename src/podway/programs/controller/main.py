@@ -386,7 +386,7 @@ class Controller:
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
                 news = changes(doc, self.status.last_document)
-                due += news if doc is not None else drop_told(news, self.status.found_current)
+                due += news if doc is not None else drop_told(news, self.status.take_found_current())
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
