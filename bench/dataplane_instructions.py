@@ -31,7 +31,7 @@ a run under Valgrind lasts ~50x longer than the same requests natively: each Env
 each costs per request (the bisection of docs/performance.md, "Where the tax was").
 
     python bench/dataplane_instructions.py [--rounds 2] [--duration 5] [--requests 2000]
-        [--variants ...] [--json]
+        [--new-connections 200] [--variants ...] [--json]
 
 It kills only the processes it started; Valgrind's start-up of Envoy takes 1-5 minutes on a
 loaded machine.
@@ -487,9 +487,11 @@ def idle_rate(counter: Callgrind | Perf, envoy: Envoy, seconds: float) -> Count:
     return Count(round(count.all / seconds), round(count.worker / seconds))
 
 
-def _h2load(url: str, requests: int) -> tuple[float, int, int]:
-    """``requests`` HTTP/1.1 keep-alive requests over ``dp.CONNECTIONS`` connections."""
-    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{dp.CONNECTIONS}", f"-n{requests}", url],
+def _h2load(url: str, requests: int, connections: int = dp.CONNECTIONS
+            ) -> tuple[float, int, int]:
+    """``requests`` HTTP/1.1 requests over ``connections`` connections (as many as requests:
+    one request per connection)."""
+    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{connections}", f"-n{requests}", url],
                          capture_output=True, text=True, check=True).stdout
     found = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, "
                       r"(\d+) failed, (\d+) errored", out)
@@ -501,11 +503,14 @@ def _h2load(url: str, requests: int) -> tuple[float, int, int]:
 
 
 def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duration: int,
-                 idle: Count, *, requests: int = 0) -> dict[str, float]:
+                 idle: Count, *, requests: int = 0, new_connections: int = 0
+                 ) -> dict[str, float]:
     """One run; keep-alive workloads with ``requests`` > 0 send that many (h2load) instead of
     ``duration`` seconds of wrk: the 16 connections' set-up is then the same share of every
     target's count, where a fixed duration gives a slower target fewer requests to spread it
-    over."""
+    over. New-connection workloads with ``new_connections`` > 0: that many connections of one
+    request each (h2load), all complete; wrk's run ends with up to 16 connections (handshakes)
+    done but their requests not counted, a large error when a run has ~50 requests."""
     tls = workload.startswith("https")
     url = f"{'https' if tls else 'http'}://127.0.0.1:{envoy.https if tls else envoy.http}/"
     got: dict[str, float] = {}
@@ -514,6 +519,9 @@ def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duratio
     def run() -> None:
         if requests and not close:
             got["rps"], got["requests"], got["errors"] = _h2load(url, requests)
+        elif new_connections and close:
+            got["rps"], got["requests"], got["errors"] = _h2load(url, new_connections,
+                                                                 new_connections)
         else:
             got["rps"], got["requests"], got["errors"] = dp._wrk(url, duration, close)
     before, started = dp.cpu_seconds([envoy.pid]), time.monotonic()
@@ -533,6 +541,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=0,
                         help="keep-alive runs: this many requests (h2load) instead of "
                              "--duration seconds (wrk)")
+    parser.add_argument("--new-connections", type=int, default=0,
+                        help="new-connection runs: this many connections of one request each "
+                             "(h2load) instead of --duration seconds (wrk)")
     parser.add_argument("--idle", type=float, default=10,
                         help="seconds of the idle measure taken off each run")
     parser.add_argument("--workloads", default=",".join(dp.WORKLOADS))
@@ -569,7 +580,8 @@ def main() -> None:
                     order = envoys if r % 2 == 0 else envoys[::-1]  # interleaved
                     for envoy in order:
                         sample = measure_once(counter, envoy, workload, args.duration,
-                                              idle[envoy.name], requests=args.requests)
+                                              idle[envoy.name], requests=args.requests,
+                                              new_connections=args.new_connections)
                         samples.setdefault((envoy.name, workload), []).append(sample)
                 say(f"round {r + 1}/{args.rounds} done, load average {dp.load_average()}")
     say(ref.check_again())
