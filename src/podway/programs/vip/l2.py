@@ -318,6 +318,8 @@ class L2Speaker:
             interfaces = self.interfaces(vip)
             for interface in interfaces:
                 await _ip("addr", "add", *_address(vip, interface))
+            for interface in interfaces:
+                await _usable(vip, interface)
             self.held.add(vip)
             self.on[vip] = interfaces
             log.warning("l2: %s now answers for %s on %s", self.s.node, vip,
@@ -353,6 +355,44 @@ def _address(vip: str, interface: str) -> list[str]:
     if ":" in vip:
         return [f"{vip}/128", "dev", interface, "nodad"]
     return [f"{vip}/32", "dev", interface]
+
+
+async def _usable(vip: str, interface: str, *, within_s: float = 2.0) -> None:
+    """Wait until the kernel takes packets for ``vip`` on ``interface``, before announcing it
+    or saying we hold it. An IPv4 address is usable when ``ip addr add`` returns; an IPv6 one
+    (even ``nodad``) only once the kernel's address work has run and put in its local route,
+    which waits for the global RTNL lock: on a busy host 0.2 s later and more. A client sent
+    there by an earlier announcement lost its SYN meanwhile (connect timed out), and the old
+    owner let go too soon. Past ``within_s``: a warning, and go on (the address is there)."""
+    if ":" not in vip:
+        return
+    deadline = time.monotonic() + within_s
+    while not await _local_route(vip, interface):
+        if time.monotonic() >= deadline:
+            log.warning("l2: %s on %s has no local route after %.1f s", vip, interface,
+                        within_s)
+            return
+        await asyncio.sleep(0.005)
+
+
+async def _local_route(vip: str, interface: str) -> bool:
+    proc = await asyncio.create_subprocess_exec(
+        "ip", "-6", "route", "show", "table", "local", f"{vip}/128", "dev", interface,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await proc.communicate()
+    return has_local_route(out.decode(errors="replace"), vip)
+
+
+def has_local_route(listing: str, vip: str) -> bool:
+    """``ip -6 route show table local`` lists ``vip``'s local route."""
+    want = ipaddress.ip_address(vip)
+    for line in listing.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0] == "local":
+            with contextlib.suppress(ValueError):
+                if ipaddress.ip_address(words[1].split("/")[0]) == want:
+                    return True
+    return False
 
 
 async def _ip(*args: str, may_fail: bool = False) -> None:

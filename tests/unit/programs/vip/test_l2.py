@@ -21,6 +21,7 @@ from podway.programs.vip.l2 import (
     decode,
     encode,
     garp_frames,
+    has_local_route,
     owner,
     parse_peer,
     sockaddr,
@@ -171,3 +172,49 @@ def test_a_vip_being_lost_is_kept_until_the_new_owner_holds_it() -> None:
     alone = L2Speaker(settings("a"))
     alone.held, alone.engine_ok = {vip}, False
     assert alone.keeping(set(), 100.0) == set()
+
+
+def test_the_local_route_of_a_vip_is_found_in_ip_s_listing() -> None:
+    listing = ("local fe80::11 proto kernel metric 0 pref medium\n"
+               "local fe80::100 proto kernel metric 0 pref medium\n")
+    assert has_local_route(listing, "fe80::100")
+    assert not has_local_route(listing, "fe80::101")
+    assert not has_local_route("", "fe80::100")
+    assert not has_local_route("multicast ff00::/8 proto kernel metric 256 pref medium",
+                               "ff00::")
+
+
+async def test_an_ipv6_vip_is_announced_and_reported_held_only_once_the_kernel_takes_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel takes packets for a new IPv6 address only once its address work has put in
+    the local route (later than ``ip addr add`` returns on a busy host): the speaker announces
+    the VIP, and its heartbeats say it holds it, only then. An IPv4 VIP is not waited for."""
+    from podway.programs.vip import l2
+
+    events: list[str] = []
+    routes = iter([False, False, True])
+
+    async def ip(*args: str, may_fail: bool = False) -> None:
+        events.append("ip " + " ".join(args[:2]))
+
+    async def local_route(vip: str, interface: str) -> bool:
+        found = next(routes)
+        events.append(f"route {found}")
+        return found
+
+    def announce(interface: str, mac: bytes, address: object) -> None:
+        events.append(f"announce {address}")
+
+    monkeypatch.setattr(l2, "_ip", ip)
+    monkeypatch.setattr(l2, "_local_route", local_route)
+    monkeypatch.setattr(l2, "_send_announcement", announce)
+    monkeypatch.setattr(l2, "_mac", lambda interface: b"\x02" * 6)
+    speaker = L2Speaker(settings("a"))
+    await speaker._reconcile({"fe80::100"})
+    assert events[:4] == ["ip addr add", "route False", "route False", "route True"]
+    assert events[4] == "announce fe80::100"
+    assert speaker.held == {"fe80::100"}
+    events.clear()
+    await speaker._reconcile({"fe80::100", "198.18.80.1"})
+    assert "route" not in " ".join(events)  # IPv4: usable when ip returns
+    assert events[:2] == ["ip addr add", "announce 198.18.80.1"]
