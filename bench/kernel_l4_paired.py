@@ -42,8 +42,9 @@ load out instead of averaging over it:
   backend. The lb's conntrack table is flushed before every round (a new-connection round
   leaves ~80,000 TIME_WAIT entries for 120 s), so every round meets the same table size.
 * **Variants** (``--variants``): the engine's table with its per-member counters (the
-  ``count`` chain on the forward hook, a lookup for every packet) deleted or emptied, to
-  weigh them apart from conntrack and NAT.
+  ``count`` chain on the forward hook, a lookup for every packet) deleted or emptied, and
+  ``direct+ct`` (no load balancer, every flow tracked), to weigh conntrack, NAT and the
+  counters apart.
 
 Each round prints CPU 1's busy time not accounted to the path ("other": the 5 % others kept,
 interrupts; and steal, if the VM's host took the vCPU), so a round disturbed after all shows.
@@ -85,6 +86,10 @@ from kernel_l4_cost import Profile
 Row = dict[str, float]
 CORE = "1"  # the measured path's core; the engine process and the bench itself keep to CPU 0
 PAUSE_S = 1.0  # between rounds: CPU 1 back to everyone
+# A round lasting this much longer than asked had a wrk process start late (seen once in ~60
+# rounds, 1 s late): the other ran alone meanwhile, and the summed rates overstate the core's.
+# Its CPU per request stands; its rate and p50 are left out of the paired ratios.
+LATE_S = 0.5
 
 
 def runtime_s(pid: int) -> float:
@@ -165,7 +170,7 @@ def one_round(bed: Bed, mode: str, close: bool, args: argparse.Namespace,
     before = {p: runtime_s(p) for p in [*nginx, soft]}
     engine_before = sum(proc_cpu_s(p) for p in engine)
     profile = Profile(bed, bed.root) if args.perf else None
-    urls = DIRECT_URLS if mode == "direct" else PINNED_URLS
+    urls = DIRECT_URLS if mode.startswith("direct") else PINNED_URLS
     with realtime(nginx):
         reaped, core0, t0 = children_cpu_s(), core_times(), time.monotonic()
         done: list[int] = []
@@ -195,7 +200,8 @@ def one_round(bed: Bed, mode: str, close: bool, args: argparse.Namespace,
             "ksoftirqd_us": softirqd / requests * 1e6, "nf_us": netfilter,
             "core_share": path / wall, "softirq_share": core["softirq"] / wall,
             "other_share": (core["busy"] - path - softirqd) / wall,
-            "steal_share": core["steal"] / wall, "wall": wall}
+            "steal_share": core["steal"] / wall, "wall": wall,
+            "late": float(wall > args.seconds + LATE_S)}
 
 
 def show(round_: int, mode: str, kind: str, row: Row) -> None:
@@ -205,7 +211,8 @@ def show(round_: int, mode: str, kind: str, row: Row) -> None:
           f"{row['wall']:.2f} s CPU {CORE}: "
           f"path {row['core_share']:.0%} softirq {row['softirq_share']:.0%} other "
           f"{row['other_share']:+.0%} steal {row['steal_share']:.0%}  netfilter "
-          f"{row['nf_us']:.2f}  errors {row['errors']:.0f}", flush=True)
+          f"{row['nf_us']:.2f}  errors {row['errors']:.0f}"
+          + ("  LATE START: rate not paired" if row["late"] else ""), flush=True)
 
 
 # Variants of the engine's table (``--variants``), applied after the engine wrote it (its later
@@ -216,7 +223,13 @@ def show(round_: int, mode: str, kind: str, row: Row) -> None:
 VARIANTS = {
     "kernel-nocount": "nft delete chain ip podway_l4 count",
     "kernel-emptycount": "nft flush chain ip podway_l4 count",
+    # No load balancer, but every forwarded flow tracked (one ct rule on the forward hook):
+    # what conntrack alone costs, apart from NAT and the engine's rules.
+    "direct+ct": "nft add table ip podway_bench && nft add chain ip podway_bench probe "
+                 "'{ type filter hook forward priority 0; }' && nft add rule ip podway_bench "
+                 "probe ct state established accept",
 }
+UNDO = {"direct+ct": "nft delete table ip podway_bench"}
 
 
 def engine_up(bed: Bed, mode: str, pid: int | None) -> list[int]:
@@ -242,21 +255,27 @@ def measure(bed: Bed, args: argparse.Namespace, modes: tuple[str, ...]) -> tuple
         shift = round_ % len(modes)
         got: dict[tuple[str, str], Row] = {}
         for mode in modes[shift:] + modes[:shift]:
-            with bed.engine("direct" if mode == "direct" else "kernel") as pid:
+            with bed.engine("kernel" if mode.startswith("kernel") else "direct") as pid:
                 engine = engine_up(bed, mode, pid)
-                for kind, close in (("long", False), ("new", True)):
-                    time.sleep(PAUSE_S)
-                    row = one_round(bed, mode, close, args, engine)
-                    got[(mode, kind)] = row
-                    rows.setdefault((mode, kind), []).append(row)
-                    show(round_, mode, kind, row)
+                try:
+                    for kind, close in (("long", False), ("new", True)):
+                        time.sleep(PAUSE_S)
+                        row = one_round(bed, mode, close, args, engine)
+                        got[(mode, kind)] = row
+                        rows.setdefault((mode, kind), []).append(row)
+                        show(round_, mode, kind, row)
+                finally:
+                    if mode in UNDO:
+                        subprocess.run(["ip", "netns", "exec", bed.lb, "sh", "-c", UNDO[mode]],
+                                       check=False)
         for (mode, kind), k in got.items():
             if mode == "direct":
                 continue
             d = got[("direct", kind)]
-            pair = ratios.setdefault((mode, kind), {})
-            pair.setdefault("rps", []).append(k["rps"] / d["rps"])
-            pair.setdefault("p50", []).append(k["p50"] / d["p50"])
+            pair = ratios.setdefault((mode, kind), {"rps": [], "p50": []})
+            if not (k["late"] or d["late"]):
+                pair["rps"].append(k["rps"] / d["rps"])
+                pair["p50"].append(k["p50"] / d["p50"])
             pair.setdefault("extra_us", []).append(k["cpu_us"] - d["cpu_us"])
             pair.setdefault("extra_nf", []).append(k["nf_us"] - d["nf_us"])
     return rows, ratios
@@ -264,6 +283,8 @@ def measure(bed: Bed, args: argparse.Namespace, modes: tuple[str, ...]) -> tuple
 
 def spread(values: list[float], fmt: str) -> str:
     """``median (min to max)`` of ``values``."""
+    if not values:
+        return "n/a"
     return (f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)} to "
             f"{format(max(values), fmt)})")
 
@@ -281,7 +302,8 @@ def summary(modes: tuple[str, ...], rows: Rows, ratios: Ratios) -> None:
                   f" us  errors {sum(r['errors'] for r in got):.0f}")
         for mode in modes[1:]:
             pair = ratios[(mode, kind)]
-            print(f"{kind:4} {mode:14} paired over {len(pair['rps'])}: rps "
+            print(f"{kind:4} {mode:14} paired over {len(pair['extra_us'])} "
+                  f"(rates {len(pair['rps'])}): rps "
                   f"{spread(pair['rps'], '.3f')}x  p50 {spread(pair['p50'], '.3f')}x  extra CPU "
                   f"per {unit} {spread(pair['extra_us'], '+.2f')} us"
                   + (f"  in netfilter {spread(pair['extra_nf'], '+.2f')} us"
