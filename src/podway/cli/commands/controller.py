@@ -35,6 +35,7 @@ from podway.cli.commands.flags import (
     RealIpHeader,
     XffTrustedHops,
 )
+from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
 
 if TYPE_CHECKING:
@@ -71,6 +72,9 @@ def controller(
         "--listener-reuse-port", help="Engines' listeners bind with SO_REUSEPORT: a new engine "
         "on a host serves beside the old one until that one has drained (a rolling update "
         "without a gap; the kernel shares a port only among one user's sockets).")] = False,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="The Envoy engines' --envoy-stats: detailed makes their routers keep the per-pool "
+        "response-code and timing stats too (costly per request).")] = EnvoyStats.BOUNDED,
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -219,7 +223,8 @@ def controller(
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
         warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,
-        listener_reuse_port=listener_reuse_port, **_oidc_key(oidc_key_secret, oidc_key_namespace))
+        listener_reuse_port=listener_reuse_port, detailed_stats=envoy_stats is EnvoyStats.DETAILED,
+        **_oidc_key(oidc_key_secret, oidc_key_namespace))
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 
