@@ -219,12 +219,11 @@ def controller(
                                    **npl),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address, metrics_port=metrics_port, lb_address=lb_address,
-        **vips, admin_socket=admin_socket,
+        **vips, admin_socket=admin_socket, detailed_stats=envoy_stats is EnvoyStats.DETAILED,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
         warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,
-        listener_reuse_port=listener_reuse_port, detailed_stats=envoy_stats is EnvoyStats.DETAILED,
-        **_oidc_key(oidc_key_secret, oidc_key_namespace))
+        listener_reuse_port=listener_reuse_port, **_oidc_key(oidc_key_secret, oidc_key_namespace))
     asyncio.run(run_until_signal(Controller(opts).run()))
 
 
