@@ -124,7 +124,7 @@ def replica(dump: dict[str, Any], ctx: dp.Context, http: int, https: int) -> dic
     for item in parts["ListenersConfigDump"]["dynamic_listeners"]:
         listener = copy.deepcopy(item["active_state"]["listener"])
         listener.pop("@type")
-        tls = bool(listener.get("listener_filters"))
+        tls = any("transport_socket" in c for c in _chains(listener))
         listener["address"]["socket_address"]["port_value"] = https if tls else http
         for chain in _chains(listener):
             _static_chain(chain, tables, extensions, ctx)
