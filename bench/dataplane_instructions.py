@@ -279,6 +279,19 @@ def no_tls_inspector(config: dict[str, Any]) -> None:
 
 
 @variant
+def tls_inspector(config: dict[str, Any]) -> None:
+    """The TLS inspector on every HTTPS listener, as before Podway put it only where a chain
+    is chosen by SNI (the "before" of a default-only listener's new TLS handshake)."""
+    for listener in config["static_resources"]["listeners"]:
+        if any("transport_socket" in c for c in _chains(listener)) and not any(
+                f["name"].endswith("tls_inspector") for f in listener.get("listener_filters", [])):
+            listener.setdefault("listener_filters", []).append({
+                "name": "envoy.filters.listener.tls_inspector", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.listener."
+                             "tls_inspector.v3.TlsInspector"}})
+
+
+@variant
 def no_overload_manager(config: dict[str, Any]) -> None:
     """No global downstream connection limit."""
     config.pop("overload_manager", None)
