@@ -1,14 +1,15 @@
-"""Issue 29.5: ``helm upgrade`` of the installed chart in place, under load.
+"""Issue 29.5: ``helm upgrade`` of the installed chart in place, under load, L4 and L7.
 
 The chart is installed as ``test_lab_install`` installs it (``podway lab up --install``: the
-image under runc, RBAC enforced); a LoadBalancer Service on port 80 is served through the
-chart's Envoy engine. While a client in the lab's client namespace sends a steady stream of
-requests (a new connection each) to the VIP, ``podway lab upgrade`` runs ``helm upgrade`` of
-the release with a changed ``podAnnotations`` value, which changes the pod template of every
-workload: the controller pair (Lease hand-over), the engine Deployment and the agent
-DaemonSet. The test waits until every workload has rolled (new pods Ready, old ones gone,
-Deployments Available, the DaemonSet updated) and the new engine serves, and then requires
-that not one request failed; each failure is recorded with its time and text."""
+image under runc, RBAC enforced); a LoadBalancer Service on port 80 (L4) and an Ingress of the
+chart's class (L7, host-based, on its own VIP) are served through the chart's Envoy engine.
+While a client in the lab's client namespace sends two steady streams of requests (a new
+connection each), one to each VIP, ``podway lab upgrade`` runs ``helm upgrade`` of the release
+with a changed ``podAnnotations`` value, which changes the pod template of every workload: the
+controller pair (Lease hand-over), the engine Deployment and the agent DaemonSet. The test
+waits until every workload has rolled (new pods Ready, old ones gone, Deployments Available,
+the DaemonSet updated) and the new engine serves, and then requires that not one request of
+either stream failed; each failure is recorded with its time and text."""
 
 from __future__ import annotations
 
