@@ -177,6 +177,44 @@ def test_path_maps_pick_what_first_match_picks() -> None:
         assert (path, _tree(out, path)) == (path, _first_match(routes, path))
 
 
+def test_the_base_map_picks_what_the_path_map_picks_and_stays_a_map_edit() -> None:
+    """Exact hosts only: "<host><path>?" (HAProxy's ``base`` with "?") in the base map gives
+    the backend the path map gives for every path and both spellings of the host; a Host
+    written otherwise is keyed first (``txn.k``), which turns the base lookup off; a new
+    host or route changes rows only (no reload)."""
+    routes = (_route("r/exact", "/api/health", kind=PathKind.EXACT),
+              _route("r/api-v1", "/api/v1/"), _route("r/apix", "/apix"),
+              _route("r/api", "/api"), _route("r/all"))
+    routes = tuple(dataclasses.replace(r, action=Forward(backends=(
+        WeightedPool(pool=f"pool/{r.name}"),))) for r in routes)
+    out = render(_ir(*routes), OPTS)
+    base = dict(out.maps["maps/fe:ingress:http.base.map"])
+    pools = {backend_name(f"pool/{r.name}"): r.name for r in routes}
+    for host in ("shop.test", "shop.test."):
+        for path in ("/", "/api", "/api/health", "/api/health/x", "/api/v1", "/api/v10",
+                     "/apix", "/apixy", "/other"):
+            key = f"{host}{path}?"
+            found = max((k for k in base if key.startswith(k)), key=len, default=None)
+            picked = pools[base[found]] if found is not None else None
+            assert (key, picked) == (key, _tree(out, path))
+    lines = out.config.splitlines()
+    keyed = next(i for i, line in enumerate(lines) if "set-var-fmt(txn.k)" in line)
+    assert lines[keyed].endswith(
+        "unless { req.fhdr(host,1),map_str(/s/maps/fe:ingress:http.hosts.map) -m found }")
+    fast = lines.index("  use_backend %[base,concat(,,?),map_beg(/s/maps/fe:ingress:http.base"
+                       ".map)] unless { var(txn.k) -m found }")
+    assert lines[fast + 1].startswith("  use_backend %[var(txn.k),map_beg(")
+    more = _ir(*routes)
+    vhost = dataclasses.replace(more.listeners[0].virtual_hosts[0], name="vh/two.test",
+                                hostname="two.test")
+    listener = dataclasses.replace(more.listeners[0], virtual_hosts=(
+        *more.listeners[0].virtual_hosts, vhost))
+    two = render(dataclasses.replace(more, listeners=(listener,)), OPTS)
+    assert two.skeleton == out.skeleton
+    assert ("two.test/api/", backend_name("pool/r/api")) in \
+        two.maps["maps/fe:ingress:http.base.map"]
+
+
 def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:
     """A prefix before a longer path under it (first match would never reach the latter) is
     served by ordered rules, not by the tree."""
