@@ -115,6 +115,30 @@ async def test_exact_hosts_only_route_every_spelling_of_the_host_alike(
         assert body.get("name") is None, (host, got_status, body)
 
 
+async def test_a_rule_without_host_takes_every_other_host(engine_stack: Stack) -> None:
+    """Exact hosts and a rule without host (HAProxy: the host map's default is the catch-all's
+    key): any spelling of a named host reaches its routes, any other Host the catch-all's."""
+    await _backends(engine_stack)
+    rules = "".join(line + "\n" for line in RULES.splitlines()[:6]) + """  - http:
+      paths:
+      - {path: /only, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+"""
+    engine_stack.write("ingress.yaml", ingress(rules))
+    await engine_stack.start()
+    port = engine_stack.http_port
+    cases = [
+        ("shop.test", "/api", 200, "api"),
+        (f"SHOP.test:{port}", "/apiv1", 200, "web"),
+        ("shop.test", "/only", 200, "web"),  # the named host's own "/" route
+        ("nobody.test", "/only/x", 200, "api"),
+        (f"Nobody.Test:{port}", "/only", 200, "api"),
+        ("nobody.test", "/api", 404, None),
+    ]
+    for host, path, status, backend in cases:
+        got_status, body = await get(port, host, path)
+        assert (host, path, got_status, body.get("name")) == (host, path, status, backend)
+
+
 async def test_one_label_wildcard_falls_back_to_catch_all(engine_stack: Stack) -> None:
     """a.b.wild.test is not *.wild.test (Ingress), so a rule without host answers it."""
     await _backends(engine_stack)

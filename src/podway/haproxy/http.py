@@ -108,7 +108,8 @@ class _Tables:
     keyed: bool = False  # some path-map row or choosing rule names a route key, not a backend
     sets_backend: bool = False  # some action rule sets ``txn.be``
     host_var: bool = False  # some rule reads ``txn.host`` (a redirect keeping the host)
-    direct: bool = False  # exact hosts only, nothing reads the virtual host: the base map
+    key_only: bool = False  # nothing but the path-map key reads the virtual host
+    direct: bool = False  # that, and exact hosts only: the base map
 
 
 def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
@@ -119,7 +120,8 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         _virtual_host(vhost, listener, t)
     sni = listener.protocol is ListenerProtocol.HTTPS and listener.sni_host_check \
         and bool(listener.certificates)
-    t.direct = not (t.wild or t.catch_all is not None or sni or t.keyed)
+    t.key_only = not (t.wild or sni or t.keyed)
+    t.direct = t.key_only and t.catch_all is None
     lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()}, t)
     sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     if sni:
@@ -233,6 +235,12 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
         # request with two Host headers is refused (400) before these rules.
         lines.append(f"  http-request set-var-fmt(txn.k) %[{host},map_str({maps['hosts']})]"
                      f"@%[path]? unless {{ req.fhdr(host,1),map_str({maps['hosts']}) -m found }}")
+        return lines
+    if t.key_only:
+        # A catch-all virtual host and no wildcard: the host map's default is its key (one
+        # rule; exact hosts added later are rows of the same map).
+        lines.append(f"  http-request set-var-fmt(txn.k) %[{host},map_str({maps['hosts']},"
+                     f"{t.catch_all})]@%[path]?")
         return lines
     lines.append(f"  http-request set-var(txn.vh) {host},map_str({maps['hosts']})")
     if t.wild:

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from podway.haproxy import slots
 from podway.haproxy.backends import backend_name, status_regex
 from podway.haproxy.http import path_regex, tree_safe
-from podway.haproxy.names import word
+from podway.haproxy.names import vhost_key, word
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.ir import (
     IR,
@@ -213,6 +213,25 @@ def test_the_base_map_picks_what_the_path_map_picks_and_stays_a_map_edit() -> No
     assert two.skeleton == out.skeleton
     assert ("two.test/api/", backend_name("pool/r/api")) in \
         two.maps["maps/fe:ingress:http.base.map"]
+
+
+def test_a_catch_all_is_the_host_maps_default_in_one_rule() -> None:
+    """A catch-all virtual host (no wildcard, no rules): the key is formatted in one rule with
+    the catch-all's key as the host map's default; no ``txn.vh``, no base map."""
+    ir = _ir(_route("r/0"))
+    catch_all = dataclasses.replace(ir.listeners[0].virtual_hosts[0], name="vh/any",
+                                    hostname="*")
+    listener = dataclasses.replace(ir.listeners[0], virtual_hosts=(
+        *ir.listeners[0].virtual_hosts, catch_all))
+    out = render(dataclasses.replace(ir, listeners=(listener,)), OPTS)
+    keyed = [line for line in out.config.splitlines() if "txn.k" in line or "txn.vh" in line]
+    hosts = dict(out.maps["maps/fe:ingress:http.hosts.map"])
+    assert keyed[0] == ("  http-request set-var-fmt(txn.k) %[req.hdr(host),lower,field(1,:),"
+                        "map_str(/s/maps/fe:ingress:http.hosts.map,"
+                        f"{vhost_key('vh/any')})]@%[path]?")
+    assert hosts["shop.test"] != vhost_key("vh/any")
+    assert keyed[1:] == ["  use_backend %[var(txn.k),map_beg(/s/maps/fe:ingress:http.paths.map)]"]
+    assert "maps/fe:ingress:http.base.map" not in out.maps
 
 
 def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:
