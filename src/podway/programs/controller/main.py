@@ -386,7 +386,8 @@ class Controller:
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
                 news = changes(doc, self.status.last_document)
-                due += news if doc is not None else drop_told(news, self.status.found_current)
+                told = self.status.take_found_current() if doc is None else None
+                due += news if told is None else drop_told(news, told)
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)
