@@ -188,6 +188,7 @@ def same_config(folder: Path, ports: tuple[int, int], backend: int) -> Path:
     text = text.replace("  nbthread 1\n", "  nbthread 1\n  expose-experimental-directives\n")
     text = text.replace("  option forwardfor\n", """  option forwardfor
   http-request set-header x-forwarded-proto %[ssl_fc,iif(https,http)]
+  http-request normalize-uri path-strip-dot if { path_sub /. }
   http-request normalize-uri path-strip-dotdot full if { path_sub /. }
   http-request normalize-uri path-merge-slashes if { path_sub // }
   http-request del-header x-real-ip

@@ -73,6 +73,10 @@ async def test_ingress_rules_reach_the_right_backend(engine_stack: Stack) -> Non
         ("shop.test", "/api/..", 200, "web"),
         ("shop.test", "//api//v1", 200, "api"),
         ("shop.test", "/x/..//api", 200, "api"),
+        # Single-dot segments too (RFC 3986 remove_dot_segments, as Envoy's normalize_path).
+        ("shop.test", "/./api/v1", 200, "api"),
+        ("shop.test", "/api/./health", 200, "web"),
+        ("shop.test", "/x/./../api/.", 200, "api"),
     ]
     for host, path, status, backend in cases:
         got_status, body = await get(port, host, path)

@@ -219,7 +219,8 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
         # Envoy's normalize_path and merge_slashes (no "/a/../b" reaches a route it does not
         # match), only for paths that have something to normalise. HAProxy 2.6 applies a
         # conditional path-strip-dotdot only with "full" (which also drops a leading "..",
-        # as RFC 3986 and Envoy do).
+        # as RFC 3986 and Envoy do). Single-dot segments first ("/a/./../b" is "/b").
+        "  http-request normalize-uri path-strip-dot if { path_sub /. }",
         "  http-request normalize-uri path-strip-dotdot full if { path_sub /. }",
         "  http-request normalize-uri path-merge-slashes if { path_sub // }",
         *(_HOST_VAR if t.host_var else []),
