@@ -100,13 +100,13 @@ class StatusWriter:
         self.last_document: StatusDocument | None = None
         # Statuses found as wanted in the API, not written by this process: an earlier
         # controller served these objects (the first document's ``Synced`` events skip them).
-        # Collected until the controller takes it (``take_found_current``), then no more.
+        # Collected until the controller takes it (``take_found``), then no more.
         self.found_current: set[Target] | None = set()
         self.on_written: Callable[[str, Key, str], None] = lambda kind, key, version: None
         """Told of each write's resourceVersion, so its watch event (our own write read
         back) costs no parse (set by the controller: ``KubeSource.expect_echo``)."""
 
-    def take_found_current(self) -> set[Target]:
+    def take_found(self) -> set[Target]:
         """The statuses found current so far; from now on none are collected (only the first
         document's events need them)."""
         found, self.found_current = self.found_current or set(), None
