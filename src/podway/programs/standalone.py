@@ -93,6 +93,9 @@ class StandaloneOptions:
     # (embedded, tests); ``podway run`` sets ``GcPolicy()``.
     gc: GcPolicy | None = None
     haproxy_path: str = "/usr/sbin/haproxy"
+    # the kernel engine's per-member packet/byte counters (a lookup on every forwarded packet;
+    # podway.kernel.ruleset); its per-member connection counters are always there
+    member_traffic_counters: bool = False
 
 
 class Standalone:
@@ -203,7 +206,8 @@ class Standalone:
 
         out = writer()
         self.kernel = KernelEngine(out.write, every_l4=False, forget=forgetter(),
-                                   alone=self.opts.engine_kind == "kernel", resolve=HostPorts())
+                                   alone=self.opts.engine_kind == "kernel", resolve=HostPorts(),
+                                   traffic_counters=self.opts.member_traffic_counters)
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             async with asyncio.TaskGroup() as group:
