@@ -26,37 +26,49 @@ def missing() -> str | None:
     return None
 
 
+# SOURCE_DATE_EPOCH of the test builds: fixed (2026-01-01T00:00:00Z), not the last commit's
+# time, so that a commit which changes nothing in the image keeps its cached build. Raise it
+# with a change of the recipe if a newer time is wanted; SOURCE_DATE_EPOCH overrides it.
+EPOCH = "1767225600"
+
+
 def epoch() -> str:
-    """SOURCE_DATE_EPOCH of the test builds: as build.sh's default, the last commit's time."""
-    done = subprocess.run(["git", "-C", str(ROOT), "log", "-1", "--format=%ct"],
-                          capture_output=True, text=True, check=False)
-    return os.environ.get("SOURCE_DATE_EPOCH") or done.stdout.strip() or "0"
+    return os.environ.get("SOURCE_DATE_EPOCH") or EPOCH
+
+
+def inputs() -> list[str]:
+    """The files the image is made of, relative to the repository: pyproject, README, the
+    sources and the recipe as git tracks them (an untracked file, such as the egg-info pip
+    leaves under src/, does not go into the image: build.sh leaves it out too)."""
+    done = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--", "pyproject.toml",
+                           "README.md", "src", "deploy/image"],
+                          capture_output=True, check=True)
+    return sorted(name for name in done.stdout.decode().split("\0")
+                  if name and "__pycache__" not in name and (ROOT / name).is_file())
 
 
 def content_hash() -> str:
-    """What the image is made of: every source file, pyproject, README, the recipe and the
-    timestamp every file gets."""
+    """What the image is made of: the working tree's bytes of every tracked input (so an
+    edit not yet committed counts) and the timestamp every file gets."""
     digest = hashlib.sha256(epoch().encode() + b"\0")
-    files = [ROOT / "pyproject.toml", ROOT / "README.md",
-             *sorted(p for p in (ROOT / "src").rglob("*")
-                     if p.is_file() and "__pycache__" not in p.parts),
-             *sorted(p for p in RECIPE.rglob("*") if p.is_file())]
-    for path in files:
-        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in inputs():
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
 def build(folder: Path, *, cached: bool = True) -> Path:
     """The image archive for the current sources in ``folder`` (built when not there yet), or
     in ``$PODWAY_TEST_IMAGE_CACHE`` when set (a developer's folder kept between runs) unless
-    ``cached`` is False (a build of its own: the reproducibility test)."""
+    ``cached`` is False (a build of its own, its Debian base made afresh too: the
+    reproducibility test, which so also shows a cached base gives the same image)."""
     folder = Path((cached and os.environ.get("PODWAY_TEST_IMAGE_CACHE")) or folder)
     out = folder / f"podway-image-{content_hash()}.tar"
     if not out.exists():
+        base = {"PODWAY_IMAGE_BASE_CACHE": str(folder / "base")} if cached else {}
         done = subprocess.run([str(RECIPE / "build.sh"), str(out), str(folder / "work")],
                               capture_output=True, text=True, check=False, timeout=1800,
                               env={**os.environ, "PODWAY_IMAGE_PYTHON": _python(),
-                                   "SOURCE_DATE_EPOCH": epoch()})
+                                   "SOURCE_DATE_EPOCH": epoch(), **base})
         if done.returncode != 0:
             raise AssertionError(f"deploy/image/build.sh failed:\n{done.stderr[-4000:]}")
         shutil.rmtree(folder / "work", ignore_errors=True)

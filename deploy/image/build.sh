@@ -3,8 +3,10 @@
 #   deploy/image/build.sh OUT.tar [WORK_DIR]
 # 1. Podway's wheel and its Python dependencies' wheels (pip, from a clean copy of the sources);
 # 2. a minimal Debian root filesystem (mmdebstrap, from the host's apt sources) with the
-#    packages in deploy/image/packages, then deploy/image/setup-root.sh inside it (the same
-#    script the Dockerfile runs): the virtualenv /opt/podway, the user podway (10001);
+#    packages in deploy/image/packages (a tar, kept between builds in PODWAY_IMAGE_BASE_CACHE
+#    when set: only a change of those packages, the apt sources or the epoch redoes it), then
+#    deploy/image/setup-root.sh inside it (the same script the Dockerfile runs): the
+#    virtualenv /opt/podway, the user podway (10001);
 # 3. umoci turns that directory into one layer of an OCI image (tag = Podway's version), with
 #    the Dockerfile's entrypoint, user and environment; OUT.tar is the OCI layout as a tar.
 # Every timestamp is SOURCE_DATE_EPOCH (default: the last commit's time), so that two builds of
@@ -41,27 +43,52 @@ tar -C "$repo" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml
     | tar -C "$work/src" -xf -
 "$py" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$work/wheels" "$work/src"
 
-step "2/4 root filesystem (mmdebstrap, Debian bookworm)"
+step "2/4 root filesystem (mmdebstrap, Debian bookworm; then Podway's wheels in it)"
 sources=""
 for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
     [ -s "$f" ] && sources="$f" && break
 done
 [ -n "$sources" ] || fail "no apt sources on this host (/etc/apt/sources.list*)"
 include=$(grep -v '^\s*#' "$here/packages" | tr -s ' \n' ',' | sed 's/^,//;s/,$//')
-mmdebstrap --quiet --variant=minbase --mode=root --format=directory \
-    --aptopt='Acquire::Check-Valid-Until "false"' \
-    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --dpkgopt='path-exclude=/usr/share/info/*' \
-    --include="$include" \
-    --customize-hook='mkdir -p "$1/tmp/podway-build"' \
-    --customize-hook="cp -a '$work/wheels' '$here/setup-root.sh' '$here/net-bind-cap.py' \"\$1/tmp/podway-build/\"" \
-    --customize-hook="chroot \"\$1\" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH PYTHONHASHSEED=0 sh /tmp/podway-build/setup-root.sh /tmp/podway-build/wheels" \
-    --customize-hook='rm -rf "$1/tmp/podway-build" "$1/etc/machine-id" && : > "$1/etc/machine-id"' \
-    bookworm "$work/rootfs" "$sources"
-# apt's lists, partial/ included: mmdebstrap's last apt run leaves partial/ owned by _apt in
-# one build and by root in another (seen: the only difference between two builds).
-rm -rf "$work/rootfs/var/lib/apt/lists/"*
+# 2a. The base: Debian's packages only, as a tar (kept in PODWAY_IMAGE_BASE_CACHE when set,
+# keyed by everything it is made of: the package list, these options, the apt sources and the
+# host's apt index files, the epoch), so that a change of Podway's sources redoes only 2b.
+# Cached or not, 2b starts from that same tar, so both give the same image.
+debstrap=(--variant=minbase --mode=root --format=directory
+    --aptopt='Acquire::Check-Valid-Until "false"'
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+    --dpkgopt='path-exclude=/usr/share/info/*' --include="$include"
+    --customize-hook='rm -f "$1/etc/machine-id" && : > "$1/etc/machine-id"')
+key=$( { printf '%s\n' base-1 "$SOURCE_DATE_EPOCH" "${debstrap[@]}"; cat "$sources";
+         cat /var/lib/apt/lists/*Release 2>/dev/null || true; } | sha256sum | cut -c1-16)
+cache=${PODWAY_IMAGE_BASE_CACHE:-}
+base="${cache:-$work}/base-$key.tar"
+if [ -n "$cache" ] && [ -s "$base" ]; then
+    step "2a base $base (cached)"
+else
+    step "2a base (mmdebstrap: $include)"
+    mkdir -p "$(dirname "$base")"
+    mmdebstrap --quiet "${debstrap[@]}" bookworm "$work/base" "$sources"
+    # apt's lists, partial/ included: mmdebstrap's last apt run leaves partial/ owned by _apt
+    # in one build and by root in another (seen: the only difference between two builds).
+    rm -rf "$work/base/var/lib/apt/lists/"*
+    tar -C "$work/base" --xattrs --acls --numeric-owner --sort=name -cf "$base.part.$$" .
+    mv "$base.part.$$" "$base"
+    rm -rf "$work/base"
+fi
+step "2b Podway in the root filesystem (setup-root.sh)"
+mkdir -p "$work/rootfs"
+tar -C "$work/rootfs" --xattrs --acls --numeric-owner -xpf "$base"
+mkdir -p "$work/rootfs/tmp/podway-build"
+cp -a "$work/wheels" "$here/setup-root.sh" "$here/net-bind-cap.py" "$work/rootfs/tmp/podway-build/"
+# A mount namespace of its own: /proc and the host's /dev for the chroot, gone when it ends.
+unshare --mount --propagation private sh -ec '
+    mount -t proc proc "$1/proc"; mount --rbind /dev "$1/dev"
+    chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+        SOURCE_DATE_EPOCH="$2" PYTHONHASHSEED=0 sh /tmp/podway-build/setup-root.sh \
+        /tmp/podway-build/wheels' - "$work/rootfs" "$SOURCE_DATE_EPOCH"
+rm -rf "$work/rootfs/tmp/podway-build"
 # No device nodes in the image (the runtime makes /dev), as in images built from a Dockerfile.
 find "$work/rootfs/dev" -mindepth 1 -delete
 # Files the build wrote carry the build's time: clamp every time to SOURCE_DATE_EPOCH.

@@ -58,7 +58,29 @@ spec:
   # Port 80: the chart's Envoy engine runs as uid 10001 and binds it through the file
   # capability the image gives Envoy (docs/security.md).
   ports: [{port: 80, targetPort: 80}]
+---
+# L7: an Ingress of the chart's class (IngressClass podway) for one host, to a ClusterIP
+# Service of the same pods. Every Ingress of the class shares one VIP from the chart's pool
+# (its status.loadBalancer), on the controller's --http-port 80.
+apiVersion: v1
+kind: Service
+metadata: {name: web-l7, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 8080, targetPort: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: default}
+spec:
+  ingressClassName: podway
+  rules:
+  - host: web.lab
+    http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web-l7, port: {number: 8080}}}}
 """
+HOST = "web.lab"  # the Ingress's host
 
 
 @pytest.fixture(scope="module")
@@ -114,31 +136,46 @@ def explain(lab: RunningLab) -> str:
     return "\n".join(out)
 
 
-def test_the_chart_serves_a_load_balancer_service_through_its_vip(
-        installed: RunningLab, tmp_path: Path) -> None:
-    lab = installed
-    assert not any(n.startswith(("agent-", "controller", "engine"))
-                   for n in lab.state.recorded())  # the lab's own Podway is not running
+def vip_of(lab: RunningLab, kind: str, name: str) -> str | None:
+    """The first address of ``status.loadBalancer`` of a Service or Ingress in default."""
+    obj = json.loads(kubectl(lab, "get", kind, name, "-o", "json"))
+    ingress = (obj.get("status") or {}).get("loadBalancer", {}).get("ingress") or []
+    return str(ingress[0]["ip"]) if ingress else None
+
+
+def serve_app(lab: RunningLab, folder: Path) -> tuple[str, str]:
+    """The chart's workloads available, then ``APP`` applied: the VIPs of the LoadBalancer
+    Service (L4) and of the Ingress (L7), both from the chart's pool."""
     eventually(lambda: all(status(d).get("availableReplicas") == d["spec"]["replicas"]
                            for d in objects(lab, "deployments", NAMESPACE)),
                within=300, what="the chart's Deployments available", explain=lambda: explain(lab))
     eventually(lambda: [status(d).get("numberReady") for d in
                         objects(lab, "daemonsets", NAMESPACE)] == [2],
                within=120, what="an agent ready on each node", explain=lambda: explain(lab))
+    app = folder / "app.yaml"
+    app.write_text(APP)
+    kubectl(lab, "apply", "-f", str(app))
+    l4 = eventually(lambda: vip_of(lab, "service", "web"), within=120,
+                    what="a VIP for the Service", explain=lambda: explain(lab))
+    l7 = eventually(lambda: vip_of(lab, "ingress", "web"), within=120,
+                    what="a VIP for the Ingress", explain=lambda: explain(lab))
+    return l4, l7
+
+
+@pytest.fixture(scope="module")
+def served(installed: RunningLab, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[RunningLab, str, str]:
+    return (installed, *serve_app(installed, tmp_path_factory.mktemp("app")))
+
+
+def test_the_chart_serves_a_load_balancer_service_through_its_vip(
+        served: tuple[RunningLab, str, str]) -> None:
+    lab, address, _ = served
+    assert not any(n.startswith(("agent-", "controller", "engine"))
+                   for n in lab.state.recorded())  # the lab's own Podway is not running
     engine = next(p for p in objects(lab, "pods", NAMESPACE)
                   if p["metadata"]["labels"].get("app.kubernetes.io/component") == "engine")
     assert engine["status"]["podIP"] == engine["status"]["hostIP"]  # the node's own network
-    app = tmp_path / "app.yaml"
-    app.write_text(APP)
-    kubectl(lab, "apply", "-f", str(app))
-
-    def vip() -> str | None:
-        svc = json.loads(kubectl(lab, "get", "service", "web", "-o", "json"))
-        ingress = (svc.get("status") or {}).get("loadBalancer", {}).get("ingress") or []
-        return str(ingress[0]["ip"]) if ingress else None
-
-    address = eventually(vip, within=120, what="a VIP for the Service",
-                         explain=lambda: explain(lab))
     assert address.startswith(VIP_POOL.rsplit(".", 1)[0])
     pods = {p["metadata"]["name"] for p in objects(lab, "pods", "default")}
 
@@ -149,6 +186,33 @@ def test_the_chart_serves_a_load_balancer_service_through_its_vip(
     echo = eventually(answer, within=120, what="a 200 through the VIP",
                       explain=lambda: explain(lab))
     assert echo["pod"] in pods
+
+
+def test_an_ingress_of_the_chart_s_class_serves_its_host_through_its_vip(
+        served: tuple[RunningLab, str, str]) -> None:
+    """L7 through the chart: the Ingress gets its own VIP from the chart's pool (not the
+    Service's, not the node's address), and the engine routes by Host there: its host is
+    answered by a backend pod (the echo says which, and the Host it got), another host is
+    not routed (404 from the engine)."""
+    lab, l4, address = served
+    assert address.startswith(VIP_POOL.rsplit(".", 1)[0])
+    assert address != l4
+    pods = {p["metadata"]["name"] for p in objects(lab, "pods", "default")}
+    url = parse_url(f"http://{address}/some/path")
+
+    def answer() -> dict[str, Any] | None:
+        reply = lab.client.submit(request, url, host_header=HOST).result()
+        return reply.echo() if reply.ok else None
+
+    echo = eventually(answer, within=120, what="a 200 for the Ingress's host through its VIP",
+                      explain=lambda: explain(lab))
+    assert echo["pod"] in pods
+    assert (echo["host"], echo["path"]) == (HOST, "/some/path")
+    more = [answer() for _ in range(20)]  # every answer a 200, and both pods serve
+    assert {echo["pod"]} | {m["pod"] for m in more if m} == pods
+    assert all(more)
+    other = lab.client.submit(request, url, host_header="other.lab").result()
+    assert other.status == 404, other
 
 
 def test_the_chart_s_identities_are_held_to_its_rbac(installed: RunningLab) -> None:

@@ -1,14 +1,15 @@
-"""Issue 29.5: ``helm upgrade`` of the installed chart in place, under load.
+"""Issue 29.5: ``helm upgrade`` of the installed chart in place, under load, L4 and L7.
 
 The chart is installed as ``test_lab_install`` installs it (``podway lab up --install``: the
-image under runc, RBAC enforced); a LoadBalancer Service on port 80 is served through the
-chart's Envoy engine. While a client in the lab's client namespace sends a steady stream of
-requests (a new connection each) to the VIP, ``podway lab upgrade`` runs ``helm upgrade`` of
-the release with a changed ``podAnnotations`` value, which changes the pod template of every
-workload: the controller pair (Lease hand-over), the engine Deployment and the agent
-DaemonSet. The test waits until every workload has rolled (new pods Ready, old ones gone,
-Deployments Available, the DaemonSet updated) and the new engine serves, and then requires
-that not one request failed; each failure is recorded with its time and text."""
+image under runc, RBAC enforced); a LoadBalancer Service on port 80 (L4) and an Ingress of the
+chart's class (L7, host-based, on its own VIP) are served through the chart's Envoy engine.
+While a client in the lab's client namespace sends two steady streams of requests (a new
+connection each), one to each VIP, ``podway lab upgrade`` runs ``helm upgrade`` of the release
+with a changed ``podAnnotations`` value, which changes the pod template of every workload: the
+controller pair (Lease hand-over), the engine Deployment and the agent DaemonSet. The test
+waits until every workload has rolled (new pods Ready, old ones gone, Deployments Available,
+the DaemonSet updated) and the new engine serves, and then requires that not one request of
+either stream failed; each failure is recorded with its time and text."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,11 +26,11 @@ from podway.programs.lab.install import NAMESPACE
 from podway.programs.lab.traffic import parse_url, request
 from tests.integration.lab.conftest import RunningLab, eventually
 from tests.integration.lab.test_lab_install import (
-    APP,
+    HOST,
     explain,
     installed,
-    kubectl,
     objects,
+    serve_app,
     status,
 )
 
@@ -41,29 +41,19 @@ __all__ = ["installed"]  # the module's lab (a fixture shared with test_lab_inst
 
 @pytest.fixture(scope="module")
 def serving(installed: RunningLab, tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[RunningLab, str]:
-    """The installed lab with the app served on its VIP (port 80: a LoadBalancer Service, L4
-    through the engine's Envoy); the URL. (L7 through an Ingress on the edge node's address
-    did not answer in the lab: not covered here, see docs/lab.md.)"""
+            ) -> tuple[RunningLab, str, str]:
+    """The installed lab with the app served (``APP``): the LoadBalancer Service on its VIP,
+    port 80 (L4 through the engine's Envoy), and the Ingress of the chart's class on its own
+    VIP, port 80 (L7, Host ``HOST``); the two URLs, each answered once."""
     lab = installed
     eventually(lambda: rolled(lab), within=300, what="the chart's workloads available",
                explain=lambda: explain(lab))
-    app = tmp_path_factory.mktemp("app") / "app.yaml"
-    app.write_text(APP)
-    kubectl(lab, "apply", "-f", str(app))
-
-    def vip() -> str | None:
-        found = [s for s in objects(lab, "services", "default")
-                 if s["metadata"]["name"] == "web"]
-        ingress = (status(found[0]).get("loadBalancer") or {}).get("ingress") or [] \
-            if found else []
-        return str(ingress[0]["ip"]) if ingress else None
-
-    address = eventually(vip, within=120, what="a VIP", explain=lambda: explain(lab))
-    url = f"http://{address}/"
-    eventually(lambda: lab.client.submit(request, parse_url(url)).result().ok, within=120,
-               what="a 200 through the VIP", explain=lambda: explain(lab))
-    return lab, url
+    l4, l7 = (f"http://{a}/" for a in serve_app(lab, tmp_path_factory.mktemp("app")))
+    for url, host in ((l4, ""), (l7, HOST)):
+        eventually(lambda u=url, h=host: lab.client.submit(  # type: ignore[misc]
+            request, parse_url(u), host_header=h).result().ok, within=120,
+            what=f"a 200 through {url} {host}", explain=lambda: explain(lab))
+    return lab, l4, l7
 
 
 def workload_pods(lab: RunningLab) -> dict[str, set[str]]:
@@ -135,12 +125,12 @@ class Load:
 
 
 def test_helm_upgrade_rolls_every_workload_without_a_failed_request(
-        serving: tuple[RunningLab, str], tmp_path: Path) -> None:
-    lab, l4 = serving
+        serving: tuple[RunningLab, str, str]) -> None:
+    lab, l4, l7 = serving
     before = workload_pods(lab)
     assert set(before) == {"controller", "engine", "agent"}, before
     mark = ("example.com/upgrade", uuid.uuid4().hex[:8])
-    loads = {"l4": Load(lab, l4)}
+    loads = {"l4": Load(lab, l4), "l7": Load(lab, l7, HOST)}
     try:
         time.sleep(2)  # load before the upgrade too
         at = time.monotonic() - loads["l4"].began
@@ -158,4 +148,4 @@ def test_helm_upgrade_rolls_every_workload_without_a_failed_request(
         print(f"\n{kind}: upgrade at +{at:.2f}s, rolled by +{time.monotonic() - load.began:.0f}s:"
               f" {dict(load.seen)}; failures: {len(load.failures)}, {load.first_last()}")
     assert all(load.seen["ok"] > 50 for load in loads.values())
-    assert {k: load.failures[:20] for k, load in loads.items()} == {"l4": []}
+    assert {k: load.failures[:20] for k, load in loads.items()} == {"l4": [], "l7": []}

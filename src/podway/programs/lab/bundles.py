@@ -27,12 +27,12 @@ class PodPlace:
 
 
 def make(pod: Obj, image: ctr.Image, objs: dict[tuple[str, str], Obj], place: PodPlace, *,
-         services: list[Obj], token: str | None, ca: bytes) -> list[tuple[str, Path]]:
+         token: str | None, ca: bytes) -> list[tuple[str, Path]]:
     """(container name, bundle folder) for every container of ``pod``; ``token``: the pod's
     ServiceAccount token (None: not mounted). Raises ``ContainerError``/``OSError``."""
     folder = place.folder
     volumes = vol.pod_volumes(pod, objs, folder, pod_ip=place.pod_ip, host_ip=place.host_ip)
-    etc = vol.etc_files(pod, folder / "etc", pod_ip=place.pod_ip, services=services)
+    etc = vol.etc_files(pod, folder / "etc", pod_ip=place.pod_ip)
     account = folder / "serviceaccount"
     if token is not None:
         fs_group = ((pod.get("spec") or {}).get("securityContext") or {}).get("fsGroup")

@@ -19,7 +19,7 @@ project's CI machine):
   ``readOnly``/``subPath``; ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` of the pod.
 
 What the cluster adds to every container — its ServiceAccount token, the ``kubernetes``
-Service's variables, cluster names in ``/etc/hosts`` — is ``podway.programs.lab.podenv``.
+Service's variables, cluster names through the lab's DNS server — is ``podway.programs.lab.podenv``.
 
 Not done: resource limits (the runtime's default cgroup, no limits), image pulls, seccomp
 profiles.

@@ -175,14 +175,14 @@ def volume_mounts(container: Obj, volumes: dict[str, tuple[Path, bool]]) -> list
     return out
 
 
-def etc_files(pod: Obj, folder: Path, *, pod_ip: str, services: list[Obj]) -> list[Obj]:
-    """/etc/hosts (cluster names too: ``podenv.hosts``), /etc/hostname and /etc/resolv.conf
-    of the pod (read-only binds; the kubelet rewrites ``hosts`` in place as Services come)."""
+def etc_files(pod: Obj, folder: Path, *, pod_ip: str) -> list[Obj]:
+    """/etc/hosts, /etc/hostname and /etc/resolv.conf of the pod (read-only binds; cluster
+    names through the lab's DNS server, which resolv.conf names: ``podenv``)."""
     from podway.programs.lab import podenv
 
     name = str((pod.get("metadata") or {}).get("name", "pod"))
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"hosts": podenv.hosts(pod, pod_ip, services), "hostname": f"{name}\n",
+    files = {"hosts": podenv.hosts(pod, pod_ip), "hostname": f"{name}\n",
              "resolv.conf": podenv.resolv_conf(pod)}
     out = []
     for file, text in files.items():

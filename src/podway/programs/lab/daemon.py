@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from podway.programs.lab import cluster, kubeproxy, network, workloads
+from podway.programs.lab import cluster, dns, kubeproxy, network, workloads
 from podway.programs.lab.controlplane import ControlPlane
 from podway.programs.lab.kubelet import Kubelet
 from podway.programs.lab.plan import (
@@ -85,11 +85,16 @@ class Daemon:
                                emu=lambda: self.cp.emu, changed=self.wake.set)
         self.cp.pod_logs = self.kubelet.log_of
         self._rules: dict[str, str] = {}
+        self._dns: asyncio.DatagramTransport | None = None  # the cluster DNS (lab.dns)
 
     async def run(self, say: Any) -> None:
         try:
             say("control plane")
             await self.cp.start()
+            self._dns = await dns.serve(
+                network.listen_in(self.plan.edge, API_IP, dns.PORT, udp=True),
+                lambda: dns.records(self.cp.emu.objects("services"),
+                                    self.cp.emu.objects("endpointslices")))
             self._seed()
             await self._reconcile()
             if self.state.chart_marker.exists():  # the chart's pods are Podway here
@@ -190,6 +195,8 @@ class Daemon:
                                for n in self.plan.nodes))
         await self.kubelet.close()
         await self.supervisor.stop_all()
+        if self._dns is not None:
+            self._dns.close()
         await self.cp.stop()
 
     def _workloads(self) -> None:

@@ -234,7 +234,6 @@ class Kubelet:
             elif self.runs[uid].waiting and self._image is not None:
                 # As a kubelet retries: the missing Secret or ConfigMap may exist now.
                 await self._start_containers(self.runs[uid], pod, self._image)
-        self._refresh_hosts()
         for uid, pod in wanted.items():
             run = self.runs.get(uid)
             if run is not None and terminating(pod) and run.stopping is None:
@@ -290,19 +289,6 @@ class Kubelet:
                     out[(kind, str(meta(obj)["name"]))] = obj
         return out
 
-    def _refresh_hosts(self) -> None:
-        """Rewrite (in place: the containers bind the file) each container pod's /etc/hosts
-        when the Services' names or addresses changed."""
-        services, slices = self.emu().objects("services"), self.emu().objects("endpointslices")
-        for run in self.runs.values():
-            path = self.supervisor.state.containers / run.uid / "etc" / "hosts"
-            pod = self.emu().get("pods", run.namespace, run.name)
-            if not run.containers or pod is None or not path.exists():
-                continue
-            text = podenv.hosts(pod, run.ip, services, slices)
-            if path.read_text() != text:
-                path.write_text(text)
-
     def _token(self, pod: Obj) -> str | None:
         """A token of the pod's ServiceAccount, signed by the lab's API (None: not mounted)."""
         ns, name = str(meta(pod).get("namespace", "default")), podenv.service_account(pod)
@@ -319,8 +305,7 @@ class Kubelet:
                                         folder=folder)
             bundles = await asyncio.to_thread(
                 bundles_of.make, pod, image, self._objects(pod), place,
-                services=self.emu().objects("services"), token=self._token(pod),
-                ca=state.pki.ca_cert.read_bytes())
+                token=self._token(pod), ca=state.pki.ca_cert.read_bytes())
         except (OSError, vol.ContainerError) as exc:
             if run.waiting != str(exc):
                 run.waiting = str(exc)

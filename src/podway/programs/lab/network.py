@@ -162,15 +162,17 @@ def remove_ns(ns: str, *, limit_s: float = 5.0) -> None:
     sh("ip", "netns", "del", ns, check=False)
 
 
-def listen_in(ns: str, host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` inside network namespace ``ns`` (made by a
-    thread that joined it; the socket stays there). Non-blocking, for an event loop."""
+def listen_in(ns: str, host: str, port: int, *, udp: bool = False) -> socket.socket:
+    """A listening TCP socket (a bound UDP one with ``udp``) on ``host:port`` inside network
+    namespace ``ns`` (made by a thread that joined it; the socket stays there). Non-blocking,
+    for an event loop."""
     def make() -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-            sock.listen(128)
+            if not udp:
+                sock.listen(128)
         except OSError as exc:
             sock.close()
             raise LabError(f"cannot listen on {host}:{port} in {ns}: {exc}") from None

@@ -6,12 +6,13 @@
   container mounts something there itself; the token is one the lab's API signed for that
   account, so RBAC applies to everything the pod does;
 - the ``kubernetes`` Service's variables (``KUBERNETES_SERVICE_HOST``/``_PORT``…);
-- cluster names without a DNS server: ``/etc/hosts`` lists every Service's ClusterIP as
-  ``name.ns.svc.cluster.local``, ``name.ns.svc``, ``name.ns`` and, in the pod's own namespace,
-  ``name`` (what a resolver's search list would find); the kubelet rewrites the file in place
-  when Services or endpoints change, so names made after the pod started resolve too. A
-  headless Service's name lists its ready endpoints' addresses (what DNS answers for it);
-  ExternalName Services are not listed.
+- cluster names through the lab's DNS server (``podway.programs.lab.dns``, at the API's
+  address; ``/etc/resolv.conf`` names it, with the search list a kubelet writes):
+  ``name.ns.svc.cluster.local`` is every Service's ClusterIP, or a headless Service's ready
+  endpoints' addresses, answered from the API at the moment of the question. ``/etc/hosts``
+  holds localhost and the pod, as a kubelet writes it. (Before, the names were in
+  ``/etc/hosts``, rewritten as Services changed; Envoy's resolver re-reads that file about
+  once a minute, so a name that appeared after it started took up to a minute to resolve.)
 
 Pure but for ``write_files``, which makes the credential files under the pod's folder.
 """
@@ -22,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from podway.programs.lab.plan import CLUSTER_DOMAIN, KUBERNETES_IP
+from podway.programs.lab.plan import API_IP, CLUSTER_DOMAIN, KUBERNETES_IP
 
 Obj = dict[str, Any]
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -88,27 +89,27 @@ def _ready_addresses(service: Obj, slices: list[Obj]) -> list[str]:
                    for a in ep.get("addresses") or []})
 
 
-def hosts(pod: Obj, pod_ip: str, services: list[Obj], slices: list[Obj] | None = None) -> str:
-    """The pod's /etc/hosts: itself, then every Service under its cluster names: its
-    ClusterIP, or for a headless one each ready endpoint's address (a line each, in order)."""
-    meta = pod.get("metadata") or {}
-    name, own_ns = str(meta.get("name", "pod")), str(meta.get("namespace", "default"))
-    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost", f"{pod_ip}\t{name}"]
+def service_addresses(services: list[Obj], slices: list[Obj]) -> list[tuple[Obj, list[str]]]:
+    """Every Service with the addresses its name resolves to: its ClusterIP, or for a
+    headless one each ready endpoint's address (none: the name does not resolve)."""
+    out = []
     for svc in sorted(services, key=lambda s: (s["metadata"].get("namespace", ""),
                                                s["metadata"]["name"])):
         ip = (svc.get("spec") or {}).get("clusterIP")
-        if not ip:
-            continue
-        addresses = _ready_addresses(svc, slices or []) if ip == "None" else [ip]
-        svc_name, ns = svc["metadata"]["name"], svc["metadata"].get("namespace", "default")
-        names = [f"{svc_name}.{ns}.svc.{CLUSTER_DOMAIN}", f"{svc_name}.{ns}.svc",
-                 f"{svc_name}.{ns}", *([svc_name] if ns == own_ns else [])]
-        lines.extend(f"{address}\t{' '.join(names)}" for address in addresses)
-    return "\n".join(lines) + "\n"
+        if ip:
+            out.append((svc, _ready_addresses(svc, slices) if ip == "None" else [ip]))
+    return out
+
+
+def hosts(pod: Obj, pod_ip: str) -> str:
+    """The pod's /etc/hosts as a kubelet writes it: localhost and the pod itself. Cluster
+    names are the lab's DNS server's (``podway.programs.lab.dns``), as on a cluster."""
+    name = str((pod.get("metadata") or {}).get("name", "pod"))
+    return f"127.0.0.1\tlocalhost\n::1\tlocalhost\n{pod_ip}\t{name}\n"
 
 
 def resolv_conf(pod: Obj) -> str:
     namespace = str((pod.get("metadata") or {}).get("namespace", "default"))
-    return (f"# the lab has no DNS server: cluster names are in /etc/hosts\n"
+    return (f"nameserver {API_IP}\n"  # the lab's cluster DNS (podway.programs.lab.dns)
             f"search {namespace}.svc.{CLUSTER_DOMAIN} svc.{CLUSTER_DOMAIN} {CLUSTER_DOMAIN}\n"
             "options ndots:5\n")

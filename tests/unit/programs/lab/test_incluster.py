@@ -19,7 +19,7 @@ from podway.programs.lab import podenv
 from podway.programs.lab.api import LabApi
 from podway.programs.lab.controlplane import ControlPlane, admit_service
 from podway.programs.lab.pki import LabPki
-from podway.programs.lab.plan import KUBERNETES_IP
+from podway.programs.lab.plan import API_IP, KUBERNETES_IP
 from tests import builders
 
 Obj = dict[str, Any]
@@ -115,33 +115,16 @@ def test_the_token_is_mounted_unless_the_pod_or_its_account_says_no(tmp_path: Pa
     assert podenv.service_env()["KUBERNETES_SERVICE_PORT"] == "443"
 
 
-def test_hosts_names_every_service_and_short_names_in_the_pods_namespace() -> None:
-    """ClusterIPs under every cluster name; a headless Service (the chart's ``podway-xds``)
-    as its ready endpoints' addresses; ExternalName not at all."""
-    services = [
-        {"metadata": {"name": "podway-xds", "namespace": "podway"},
-         "spec": {"clusterIP": "198.19.128.9"}},
-        {"metadata": {"name": "kubernetes", "namespace": "default"},
-         "spec": {"clusterIP": KUBERNETES_IP}},
-        {"metadata": {"name": "headless", "namespace": "podway"}, "spec": {"clusterIP": "None"}},
-        {"metadata": {"name": "outside", "namespace": "podway"},
-         "spec": {"type": "ExternalName", "externalName": "example.org"}}]
-    slices = [{"metadata": {"name": "headless-x", "namespace": "podway",
-                            "labels": {"kubernetes.io/service-name": "headless"}},
-               "endpoints": [{"addresses": ["198.18.2.4"], "conditions": {"ready": True}},
-                             {"addresses": ["198.18.1.9"], "conditions": {"ready": False}},
-                             {"addresses": ["198.18.1.3"], "conditions": {"ready": True}}]}]
-    text = podenv.hosts(pod(), "198.18.1.5", services, slices)
-    headless = "headless.podway.svc.cluster.local headless.podway.svc headless.podway headless"
-    assert text.splitlines() == [
-        "127.0.0.1\tlocalhost", "::1\tlocalhost", "198.18.1.5\tengine-1",
-        f"{KUBERNETES_IP}\tkubernetes.default.svc.cluster.local kubernetes.default.svc "
-        "kubernetes.default",
-        f"198.18.1.3\t{headless}", f"198.18.2.4\t{headless}",
-        "198.19.128.9\tpodway-xds.podway.svc.cluster.local podway-xds.podway.svc "
-        "podway-xds.podway podway-xds"]
-    assert "search podway.svc.cluster.local svc.cluster.local cluster.local" in \
-        podenv.resolv_conf(pod())
+def test_cluster_names_are_the_lab_dns_servers_not_etc_hosts() -> None:
+    """The names a pod's resolver asks (the search list a kubelet writes) are answered by the
+    lab's DNS server (podway.programs.lab.dns) at the API's address; /etc/hosts holds only
+    localhost and the pod, as a kubelet writes it."""
+    assert podenv.hosts(pod(), "198.18.1.5").splitlines() == [
+        "127.0.0.1\tlocalhost", "::1\tlocalhost", "198.18.1.5\tengine-1"]
+    conf = podenv.resolv_conf(pod()).splitlines()
+    assert conf == [f"nameserver {API_IP}",
+                    "search podway.svc.cluster.local svc.cluster.local cluster.local",
+                    "options ndots:5"]
 
 
 def test_a_named_probe_port_is_the_containers_port_of_that_name() -> None:
