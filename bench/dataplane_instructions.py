@@ -596,6 +596,8 @@ def main() -> None:
                                               idle[envoy.name], requests=args.requests,
                                               new_connections=args.new_connections)
                         samples.setdefault((envoy.name, workload), []).append(sample)
+                        say(f"  {workload} {envoy.name}: {sample['worker_per_request']:,.0f} "
+                            f"worker / {sample['all_per_request']:,.0f} all per request")
                 say(f"round {r + 1}/{args.rounds} done, load average {dp.load_average()}")
     say(ref.check_again())
     report = _report(samples, [e.name for e in envoys], workloads, counter.name, ref.seconds)

@@ -1,7 +1,8 @@
 """Listeners (LDS): one per IR listener, bound to its address and port.
 
 * HTTP and HTTPS listeners run the HTTP connection manager with routes from RDS (named after the
-  listener), so a route change never replaces the listener and never drains its connections.
+  listener), so a route change never replaces the listener and never drains its connections
+  (one exception: the TLS inspector, below).
   A large exact-hostname HTTP listener takes them from scopes instead, one small table per host
   (``podway.envoy.config.scoped``).
 * Host matching (``podway.ir.hosts.request_host``): the manager drops the Host's port and one
@@ -13,6 +14,9 @@
   with a trailing dot (RFC 6066 forbids it) matches no name and takes the default chain.
   With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
   hosts of the other chains answer 421; otherwise all chains share the listener's table.
+* The TLS inspector (reading SNI from the client's hello) only on a listener with a chain
+  chosen by SNI (``chosen_by_sni``): a listener whose one certificate has no hostnames pays
+  nothing for it, and its first named certificate replaces the listener (a drain).
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
   An HTTPS listener's own L4 routes (an HTTPS and a TLS Gateway listener on one port, or Ingress
   hosts with ``podway.io/tls-passthrough``) become passthrough chains beside the terminating
