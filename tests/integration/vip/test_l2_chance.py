@@ -67,6 +67,9 @@ HANDBACK = textwrap.dedent("""
     if sys.argv[1] == "take":
         asyncio.run(chance.take(HandBack(sys.argv[2], sys.argv[3], "e0", "eng1"), 0.0))
         sys.exit(1 if chance.failed else 0)
+    if sys.argv[1] == "count":
+        print(asyncio.run(chance.passed()).get(sys.argv[2], 0))
+        sys.exit(0)
     asyncio.run(chance.clear())
 """)
 
@@ -136,9 +139,10 @@ class ChanceBed:
         out, _ = proc.communicate("go\n", timeout=20)
         return dict(json.loads(out.strip().splitlines()[-1]))
 
-    def handback(self, *args: str) -> None:
-        subprocess.run(["ip", "netns", "exec", self.ns["eng2"], sys.executable, "-c", HANDBACK,
-                        *args], check=True, timeout=30)
+    def handback(self, *args: str) -> str:
+        return subprocess.run(["ip", "netns", "exec", self.ns["eng2"], sys.executable, "-c",
+                               HANDBACK, *args], check=True, timeout=30, capture_output=True,
+                              text=True).stdout
 
     def tables(self) -> str:
         return sh("nft", "list", "tables", ns=self.ns["eng2"])
@@ -173,6 +177,7 @@ async def test_a_connection_straddling_the_cache_move_is_answered_by_the_old_own
     straddling = bed.connect()  # SYN and handshake with the old owner
     bed.pin("eng2")  # the new owner's announcement moved the client's cache
     assert bed.request(straddling) == {"who": "eng1"}
+    assert int(bed.handback("count", bed.at["vip"])) >= 2  # the request and the client's FIN
     assert bed.request(bed.connect()) == {"who": "eng2"}  # a SYN: served by the new owner
     bed.handback("clear")
     assert "podway_l2_chance" not in bed.tables()

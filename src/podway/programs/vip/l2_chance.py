@@ -154,10 +154,24 @@ class L2Chance:
                 if v not in mine or v not in holds.get(back.node, ()) or now - since > limit_s]
         if not gone:
             return
+        passed = await self.passed()
         for vip in gone:
             back, _ = self.backs.pop(vip)
-            log.warning("l2: strays for %s no longer go to %s", vip, back.node)
+            log.warning("l2: strays for %s no longer go to %s (%d packets passed back)", vip,
+                        back.node, passed.get(vip, 0))
         await self._apply()
+
+    async def passed(self) -> dict[str, int]:
+        """Packets passed back so far, per VIP (the rules' counters)."""
+        out: dict[str, int] = {}
+        for family in ("ip", "ip6"):
+            code, text = await _run("nft", "list", "table", family, TABLE)
+            for found in re.finditer(r"daddr (\S+) .*counter packets (\d+)", text if code == 0
+                                     else ""):
+                with contextlib.suppress(ValueError):
+                    vip = str(ipaddress.ip_address(found.group(1)))
+                    out[vip] = out.get(vip, 0) + int(found.group(2))
+        return out
 
     async def clear(self, *, quiet: bool = False) -> None:
         """Nothing left behind (also a crashed run's tables); ``quiet``: no warning when nft
