@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,6 +199,8 @@ async def test_a_graceful_stop_hands_a_link_local_vip_over_without_a_failed_requ
     assert bed.cached() == bed.mac(other)
     log = "".join(p.read_text() for p in bed.dir.glob(f"{other}-*.log"))
     assert f"strays for {VIP6} go back to {first}" in log  # it was in force
+    passed = re.findall(r"\((\d+) packets passed back\)", log)
+    print(f"packets the new owner passed back to the old one: {passed}")
     await eventually(lambda: all("podway_l2_chance" not in sh("nft", "list", "tables",
                                                                ns=bed.ns[n]) for n in ENGINES),
                      within=10)  # and nothing is left behind
