@@ -151,14 +151,16 @@ class Bed:
         sh("ip", "route", "add", "default", "via", near_ip, ns=peer)
 
     @contextmanager
-    def engine(self, kind: str) -> Iterator[int | None]:
-        """The load balancer of ``kind`` running; yields its process id (None: direct)."""
+    def engine(self, kind: str, flags: tuple[str, ...] = ()) -> Iterator[int | None]:
+        """The load balancer of ``kind`` running (``flags``: more ``podway run`` flags);
+        yields its process id (None: direct)."""
         if kind == "direct":
             yield None
             return
         argv = ["ip", "netns", "exec", self.lb, PODWAY, "run", "--manifests",
                 str(self.root / "manifests"), "--address", VIP, "--engine", kind,
-                "--state-dir", str(self.root / f"state-{kind}"), "--log-level", "warning"]
+                "--state-dir", str(self.root / f"state-{kind}"), "--log-level", "warning",
+                *flags]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             end = time.monotonic() + 90  # a loaded machine starts Podway slowly

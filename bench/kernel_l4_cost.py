@@ -20,7 +20,9 @@ Modes:
   members, random per flow);
 * ``kernel-pinned``: the engine, one wrk process per one-member Service (ports 81, 82): the
   engine's per-packet path with the exact split of ``direct``;
-* ``kernel-nocount``: ``kernel-pinned`` with the per-member counter chain flushed.
+* ``kernel-nocount``: ``kernel-pinned`` without its per-member connection counter (the first
+  rule of ``postrouting``; the per-packet counters are off by default, see
+  ``--member-traffic-counters`` and ``bench/kernel_l4_paired.py --variants``).
 
     sudo .venv/bin/python bench/kernel_l4_cost.py [--rounds 3] [--seconds 5]
 """
@@ -154,7 +156,9 @@ def main() -> int:
                     stack.enter_context(nft_table(
                         bed, _NAT.format(b1=B1, b2=B2, rules=FLOOR[mode]), "podway_bench"))
                 elif mode == "kernel-nocount":
-                    sh("nft", "flush", "chain", "ip", "podway_l4", "count", ns=bed.lb)
+                    sh("nft", "flush", "chain", "ip", "podway_l4", "postrouting", ns=bed.lb)
+                    sh("nft", "add", "rule", "ip", "podway_l4", "postrouting", "meta", "mark",
+                       "and", "0x00400000", "==", "0x00400000", "masquerade", ns=bed.lb)
                 before = backend_segments(bed)
                 t0 = time.monotonic()
                 rps, p50, errors = wrk(bed, URLS[mode], seconds=args.seconds,

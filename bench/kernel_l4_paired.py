@@ -41,10 +41,12 @@ load out instead of averaging over it:
   ports 81/82; ``direct`` to the backends themselves), so neither is bounded by one busier
   backend. The lb's conntrack table is flushed before every round (a new-connection round
   leaves ~80,000 TIME_WAIT entries for 120 s), so every round meets the same table size.
-* **Variants** (``--variants``): the engine's table with its per-member counters (the
-  ``count`` chain on the forward hook, a lookup for every packet) deleted or emptied, and
-  ``direct+ct`` (no load balancer, every flow tracked), to weigh conntrack, NAT and the
-  counters apart.
+* **Variants** (``--variants``): ``kernel-traffic``, the engine with
+  ``--member-traffic-counters`` (the ``count`` chain on the forward hook: a lookup for every
+  packet; what every engine did before they became opt-in); ``kernel-noconn``, the default
+  table without its per-member connection counter (the first rule of ``postrouting``, which
+  only a flow's first packet passes); and ``direct+ct`` (no load balancer, every flow
+  tracked), to weigh conntrack, NAT and the counters apart.
 
 Each round prints CPU 1's busy time not accounted to the path ("other": the 5 % others kept,
 interrupts; and steal, if the VM's host took the vCPU), so a round disturbed after all shows.
@@ -215,14 +217,17 @@ def show(round_: int, mode: str, kind: str, row: Row) -> None:
           + ("  LATE START: rate not paired" if row["late"] else ""), flush=True)
 
 
-# Variants of the engine's table (``--variants``), applied after the engine wrote it (its later
-# changes keep the ``count`` chain): what the per-packet member counters cost, the forward hook
-# and the rules apart. (Measured and dropped: counting by the conntrack entry's reply tuple,
-# ``counter name ct reply ip saddr . ct protocol . ct reply proto-src map ...``, one rule per
-# protocol: 0.3-0.6 us a request more than the engine's two rules on payload fields.)
+# Variants (``--variants``): engine flags (FLAGS), or commands applied to the table after the
+# engine wrote it (the bed's services do not change during a round). (Measured and dropped:
+# counting by the conntrack entry's reply tuple, ``counter name ct reply ip saddr . ct
+# protocol . ct reply proto-src map ...``, one rule per protocol: 0.3-0.6 us a request more than
+# the engine's two rules on payload fields.)
+FLAGS = {"kernel-traffic": ("--member-traffic-counters",)}
 VARIANTS = {
-    "kernel-nocount": "nft delete chain ip podway_l4 count",
-    "kernel-emptycount": "nft flush chain ip podway_l4 count",
+    "kernel-traffic": "true",
+    # postrouting with its masquerade only: what counting connections costs (per connection)
+    "kernel-noconn": "nft flush chain ip podway_l4 postrouting && nft add rule ip podway_l4 "
+                     "postrouting meta mark and 0x00400000 == 0x00400000 masquerade",
     # No load balancer, but every forwarded flow tracked (one ct rule on the forward hook):
     # what conntrack alone costs, apart from NAT and the engine's rules.
     "direct+ct": "nft add table ip podway_bench && nft add chain ip podway_bench probe "
@@ -255,7 +260,8 @@ def measure(bed: Bed, args: argparse.Namespace, modes: tuple[str, ...]) -> tuple
         shift = round_ % len(modes)
         got: dict[tuple[str, str], Row] = {}
         for mode in modes[shift:] + modes[:shift]:
-            with bed.engine("kernel" if mode.startswith("kernel") else "direct") as pid:
+            with bed.engine("kernel" if mode.startswith("kernel") else "direct",
+                            FLAGS.get(mode, ())) as pid:
                 engine = engine_up(bed, mode, pid)
                 try:
                     for kind, close in (("long", False), ("new", True)):

@@ -337,14 +337,15 @@ def second_chance_command(args: list[str]) -> dict[str, Any]:
 
 async def test_chart_engine_groups_choose_their_engine_kind(helm: Any) -> None:
     """engineGroups[].engine: HAProxy and kernel groups pass --engine (the kernel one runs as
-    root with NET_ADMIN only); a group serving only its objects has its kind in the controller's
-    --config, which the controller parses; Envoy groups render as before."""
+    root with NET_ADMIN only; memberTrafficCounters passes --member-traffic-counters); a group
+    serving only its objects has its kind in the controller's --config, which the controller
+    parses; Envoy groups render as before."""
     groups = [{"name": "web", "engine": "haproxy", "replicas": 1, "onlyItsObjects": True,
                "nodeSelector": {"podway.io/edge": "true"}, "tlsSecret": "podway-engine-tls",
                "concurrency": 1},
               {"name": "db", "engine": "kernel", "replicas": 1, "onlyItsObjects": True,
                "nodeSelector": {"podway.io/db": "true"}, "tlsSecret": "podway-engine-tls",
-               "concurrency": 1},
+               "concurrency": 1, "memberTrafficCounters": True},
               {"name": "edge", "engine": "envoy", "replicas": 1, "onlyItsObjects": False,
                "nodeSelector": {"podway.io/edge": "true"}, "tlsSecret": "podway-engine-tls",
                "concurrency": 1}]
@@ -362,6 +363,8 @@ async def test_chart_engine_groups_choose_their_engine_kind(helm: Any) -> None:
     assert "--engine=kernel" in kernel["args"]
     assert kernel["securityContext"]["runAsUser"] == 0
     assert kernel["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
+    assert "--member-traffic-counters" in kernel["args"]  # the group asked for them
+    assert "--member-traffic-counters" not in engine("web")["args"]  # off by default
     assert not [a for a in engine("edge")["args"] if a.startswith("--engine=")]
     config = by_kind(objects, "ConfigMap", "podway-controller-config")["data"]["config.yaml"]
     assert dict(parse_config(config, path=Path("config.yaml")).engine_kinds) == {

@@ -3,7 +3,9 @@
 * ``kernel/<case>/ir.yaml`` (hand-written IR) → ``ruleset.nft`` (the exact transaction text
   the engine installs, every member usable), ``update.nft`` (the in-place transactions, in
   order, when each service's last member leaves and comes back: ``changed``, ``SEPARATOR``
-  between them) and ``skipped.txt`` (listeners it leaves out, why).
+  between them) and ``skipped.txt`` (listeners it leaves out, why); ``ruleset-traffic.nft`` and
+  ``update-traffic.nft`` the same with the per-packet member counters
+  (``--member-traffic-counters``).
 * ``kernel/translate/<case>.nft``: the ruleset of every translator golden case that has a TCP
   or UDP listener, so a translator change shows its effect on what the kernel gets.
 
@@ -45,10 +47,10 @@ def _compare(golden: Path, text: str, update_golden: bool) -> None:
 SEPARATOR = "# ---- the next transaction ----\n"
 
 
-def steps(services: tuple[Service, ...]) -> list[str]:
+def steps(services: tuple[Service, ...], traffic: bool = False) -> list[str]:
     """The transactions of two in-place changes after ``full(services)``: each service's last
     member leaves, then comes back."""
-    first, holds = update(Installed(services), changed(services))
+    first, holds = update(Installed(services, traffic=traffic), changed(services))
     second, _ = update(holds, services)
     return [*first, *second]
 
@@ -69,6 +71,9 @@ def test_kernel_golden(case: Path, update_golden: bool) -> None:
                              _all_usable)
     _compare(case / "ruleset.nft", full(services), update_golden)
     _compare(case / "update.nft", SEPARATOR.join(steps(services)), update_golden)
+    _compare(case / "ruleset-traffic.nft", full(services, traffic=True), update_golden)
+    _compare(case / "update-traffic.nft", SEPARATOR.join(steps(services, traffic=True)),
+             update_golden)
     _compare(case / "skipped.txt", "".join(
         f"{s.name}: {'served, ' if s.served else ''}{s.reason}\n" for s in skipped),
         update_golden)

@@ -55,7 +55,7 @@ class KernelEngine:
                  alone: bool = False, forget: Forget | None = None,
                  checker: Callable[[Callable[[], None]], Checker] = Checker,
                  retry_s: float = 1.0, resolve: Resolve | None = None,
-                 refresh_s: float = 5.0) -> None:
+                 refresh_s: float = 5.0, traffic_counters: bool = False) -> None:
         self.write = write
         self.table = table
         self.every_l4 = every_l4  # False: only listeners the IR gives the kernel (plan.plan)
@@ -63,6 +63,9 @@ class KernelEngine:
         self.forget = forget  # after a write: drop UDP flows to members no longer chosen
         self.retry_s = retry_s
         self.resolve, self.refresh_s = resolve, refresh_s
+        # per-member packets and bytes: a lookup on every forwarded packet (ruleset docstring);
+        # connections per member are always counted, at no per-packet cost
+        self.traffic = traffic_counters
         self.checker = checker(self._changed)
         self.ir = IR()
         self.services: tuple[Service, ...] = ()
@@ -112,7 +115,7 @@ class KernelEngine:
             for skip in set(self.skipped) - set(self._said):
                 log.warning("kernel engine: not serving %s: %s", skip.name, skip.reason)
             self._said = self.skipped
-        return ruleset.full(self.services, self.table)
+        return ruleset.full(self.services, self.table, traffic=self.traffic)
 
     async def _refresh(self) -> None:
         """Look at the host's agent again every ``refresh_s``, only while some member is one
@@ -136,14 +139,14 @@ class KernelEngine:
         if not self._local:
             return text
         self.services = resolved
-        return ruleset.full(resolved, self.table)
+        return ruleset.full(resolved, self.table, traffic=self.traffic)
 
     async def _write(self, services: tuple[Service, ...]) -> ruleset.Installed:
         """Make the table (the first time, or after a failure) or change it in place: three
         transactions, the second the switch (``ruleset.update``). Returns what it serves."""
         if self._holds is None:
-            await self.write(ruleset.full(services, self.table))
-            return ruleset.Installed(services)
+            await self.write(ruleset.full(services, self.table, traffic=self.traffic))
+            return ruleset.Installed(services, traffic=self.traffic)
         steps, holds = ruleset.update(self._holds, services, self.table)
         for step in steps:
             if step:
@@ -179,7 +182,8 @@ class KernelEngine:
                     await self.forget(stale)
                 except PodwayError as exc:  # best effort: such flows then age out on their own
                     log.warning("kernel engine: stale UDP flows not deleted (%s)", exc)
-            self.installed = ruleset.full(self.services, self.table, holds.gen)
+            self.installed = ruleset.full(self.services, self.table, holds.gen,
+                                          traffic=self.traffic)
             self.writes += 1
             log.info("kernel engine: %d services, %d members installed", len(self.services),
                      sum(len(s.backends) for s in self.services))

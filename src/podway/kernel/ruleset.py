@@ -8,8 +8,10 @@
         dnat ip to numgen inc mod N map @b<i>            or  jhash ip saddr mod N (ClientIP)
       map b<i>   { numgen slot interval : member ip . port }   weights are slot ranges
       chain prerouting / output   nat hooks: one vmap lookup per new flow
-      chain postrouting           masquerade what carries SNAT_MARK (to the host's address)
-      chain count                 forward hook: per-member packet/byte counters (both ways)
+      chain postrouting           per-member connection counters (a flow's first packet);
+                                  masquerade what carries SNAT_MARK (to the host's address)
+      chain count                 only with ``traffic``: forward hook, per-member packet/byte
+                                  counters (both ways; a lookup on every packet)
 
 A NAT chain sees only the first packet of a flow; conntrack carries every later packet with the
 translation chosen then, so a change affects new flows only: established flows keep their member
@@ -22,6 +24,15 @@ translation chosen then, so a change affects new flows only: established flows k
   ``s<i>_g<gen>``, ``b<i>_g<gen>``; nothing refers to them yet); a second, the switch,
   refills the maps to point at the new chains; a third deletes the previous generation. Member
   counters stay (they count from the member's first appearance).
+
+Member accounting costs nothing per packet by default: each member's connections (conntrack
+flows, UDP ones included) are counted in the ``postrouting`` NAT chain, which like every NAT
+chain sees only a flow's first packet, by a named counter (``c_...``) that a map keyed by the
+DNATed destination selects (``ct status dnat``: the engine host's own connections to a member,
+its health checks, are not counted). Packets and bytes per member need a lookup on every
+forwarded packet (measured: 0.48 us a request, docs/performance.md "Kernel L4 engine"), so
+they come only with ``traffic`` (the engine's ``--member-traffic-counters``): the ``count``
+chain on the forward hook and its counters (``m_...``).
 
 Why: nf_tables picks a chain's rules by the generation current when the packet entered the hook,
 but looks a set up in the generation current at the lookup. A packet crossing a commit can meet
@@ -60,9 +71,13 @@ HASH_SEED = 0x50570000  # fixed, so a restart keeps every ClientIP client on its
 # of 18,000 new connections/s in bench/kernel_l4.py; docs/kernel.md, "SNAT and TIME_WAIT").
 
 
-def counter_name(protocol: str, backend: Backend) -> str:
-    """The named counter of one member endpoint (shared by every service that uses it)."""
-    return f"m_{protocol}_{backend.address.replace('.', '_')}_{backend.port}"
+CONNECTIONS, TRAFFIC = "c", "m"  # the prefixes of the two kinds of member counters
+
+
+def counter_name(protocol: str, backend: Backend, kind: str = TRAFFIC) -> str:
+    """The named counter of one member endpoint (shared by every service that uses it):
+    ``kind`` CONNECTIONS (flows) or TRAFFIC (packets and bytes, both ways)."""
+    return f"{kind}_{protocol}_{backend.address.replace('.', '_')}_{backend.port}"
 
 
 def _elements(items: Iterable[str]) -> str:
@@ -118,22 +133,48 @@ def _counters(services: Iterable[Service]) -> list[tuple[str, str, int]]:
     return sorted({(s.protocol, b.address, b.port) for s in services for b in s.backends})
 
 
-def _map_elements(services: tuple[Service, ...], gen: int) -> dict[str, list[str]]:
-    """The elements of the maps ``vips``, ``ports`` and ``member_counters``."""
+def _kinds(traffic: bool) -> tuple[str, ...]:
+    return (CONNECTIONS, TRAFFIC) if traffic else (CONNECTIONS,)
+
+
+def _counter_names(services: Iterable[Service], traffic: bool) -> list[str]:
+    """Every member counter the table has for ``services``, in the order it declares them."""
+    found = _counters(services)
+    return [counter_name(p, Backend(a, port), kind) for kind in _kinds(traffic)
+            for p, a, port in found]
+
+
+COUNTER_MAPS = {CONNECTIONS: "member_connections", TRAFFIC: "member_counters"}
+
+
+def _map_elements(services: tuple[Service, ...], gen: int, traffic: bool = False
+                  ) -> dict[str, list[str]]:
+    """The elements of the maps ``vips``, ``ports``, ``member_connections`` and (with
+    ``traffic``) ``member_counters``."""
     vips = [f"{s.address} . {s.protocol} . {s.port} : goto {names(i, gen)[0]}"
             for i, s in enumerate(services) if s.address != "0.0.0.0"]
     ports = [f"{s.protocol} . {s.port} : goto {names(i, gen)[0]}"
              for i, s in enumerate(services) if s.address == "0.0.0.0"]
-    members = [f"{a} . {p} . {port} : \"{counter_name(p, Backend(a, port))}\""
-               for p, a, port in _counters(services)]
-    return {"vips": vips, "ports": ports, "member_counters": members}
+    out = {"vips": vips, "ports": ports}
+    for kind in _kinds(traffic):
+        out[COUNTER_MAPS[kind]] = [
+            f"{a} . {p} . {port} : \"{counter_name(p, Backend(a, port), kind)}\""
+            for p, a, port in _counters(services)]
+    return out
 
 
 MAP_TYPES = {
     "vips": "type ipv4_addr . inet_proto . inet_service : verdict;",
     "ports": "type inet_proto . inet_service : verdict;",
+    "member_connections": "type ipv4_addr . inet_proto . inet_service : counter;",
     "member_counters": "type ipv4_addr . inet_proto . inet_service : counter;",
 }
+
+
+def _maps(traffic: bool) -> list[str]:
+    return [n for n in MAP_TYPES if traffic or n != COUNTER_MAPS[TRAFFIC]]
+
+
 BASE_CHAINS = [
     "  chain prerouting {",
     "    type nat hook prerouting priority dstnat; policy accept;",
@@ -147,10 +188,15 @@ BASE_CHAINS = [
     "    ip daddr != 127.0.0.0/8 ip daddr . meta l4proto . th dport vmap @vips",
     "    ip daddr != 127.0.0.0/8 fib daddr type local meta l4proto . th dport vmap @ports",
     "  }",
+    # A NAT chain: only a flow's first packet passes (module docstring), so this counts
+    # connections at no cost to later packets.
     "  chain postrouting {",
     "    type nat hook postrouting priority srcnat; policy accept;",
+    "    ct status dnat counter name ip daddr . meta l4proto . th dport map @member_connections",
     f"    meta mark & {SNAT_MARK:#010x} == {SNAT_MARK:#010x} masquerade",
     "  }",
+]
+TRAFFIC_CHAIN = [  # only with ``traffic``: a lookup on every forwarded packet
     "  chain count {",
     "    type filter hook forward priority filter; policy accept;",
     "    ct status dnat ct direction original "
@@ -161,29 +207,32 @@ BASE_CHAINS = [
 ]
 
 
-def full(services: Iterable[Service], table: str = TABLE, gen: int = 0) -> str:
+def full(services: Iterable[Service], table: str = TABLE, gen: int = 0, *,
+         traffic: bool = False) -> str:
     """Replace table ``ip <table>`` with one serving exactly ``services`` (one transaction);
-    ``gen`` names the service chains and member maps (``names``)."""
+    ``gen`` names the service chains and member maps (``names``); ``traffic`` adds the
+    per-packet member counters (module docstring)."""
     services = tuple(services)
     lines = [f"table ip {table} {{}}", f"delete table ip {table}", f"table ip {table} {{"]
-    for proto, address, port in _counters(services):
-        lines.append(f"  counter {counter_name(proto, Backend(address, port))} {{}}")
-    for name, elements in _map_elements(services, gen).items():
+    lines += [f"  counter {name} {{}}" for name in _counter_names(services, traffic)]
+    for name, elements in _map_elements(services, gen, traffic).items():
         lines.append(f"  map {name} {{ {MAP_TYPES[name]}{_elements(elements)} }}")
     for index, service in enumerate(services):
         lines += _service_lines(index, service, gen)
-    lines += BASE_CHAINS
+    lines += BASE_CHAINS + (TRAFFIC_CHAIN if traffic else [])
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
 class Installed:
-    """What the table serves: ``live``, with chains and maps of generation ``gen``. ``full``
-    leaves ``Installed(services)``."""
+    """What the table serves: ``live``, with chains and maps of generation ``gen``, and
+    whether it has the per-packet member counters (``traffic``). ``full`` leaves
+    ``Installed(services, traffic=traffic)``."""
 
     live: tuple[Service, ...]
     gen: int = 0
+    traffic: bool = False
 
 
 def update(installed: Installed, after: Iterable[Service], table: str = TABLE
@@ -205,15 +254,16 @@ def update(installed: Installed, after: Iterable[Service], table: str = TABLE
     generation used is deleted only after the commit that stopped using it."""
     after = tuple(after)
     gen = installed.gen + 1
-    present, wanted = set(_counters(installed.live)), set(_counters(after))
+    traffic = installed.traffic
+    present = _counter_names(installed.live, traffic)
+    wanted = _counter_names(after, traffic)
     prepare = [f"table ip {table} {{"]
-    for proto, address, port in sorted(wanted - present):
-        prepare.append(f"  counter {counter_name(proto, Backend(address, port))} {{}}")
+    prepare += [f"  counter {name} {{}}" for name in wanted if name not in present]
     for index, service in enumerate(after):
         prepare += _service_lines(index, service, gen)
     prepare.append("}")
-    switch = [f"flush map ip {table} {name}" for name in MAP_TYPES]
-    for name, elements in _map_elements(after, gen).items():
+    switch = [f"flush map ip {table} {name}" for name in _maps(traffic)]
+    for name, elements in _map_elements(after, gen, traffic).items():
         if elements:
             switch.append(f"add element ip {table} {name} {{ {', '.join(elements)} }}")
     sweep = []
@@ -222,13 +272,12 @@ def update(installed: Installed, after: Iterable[Service], table: str = TABLE
         sweep.append(f"delete chain ip {table} {chain}")
         if len(service.backends) > 1:
             sweep.append(f"delete map ip {table} {bmap}")
-    for proto, address, port in sorted(present - wanted):
-        sweep.append(f"delete counter ip {table} {counter_name(proto, Backend(address, port))}")
+    sweep += [f"delete counter ip {table} {name}" for name in present if name not in wanted]
 
     def text(lines: list[str]) -> str:
         return "\n".join(lines) + "\n" if lines else ""
 
-    return (text(prepare), text(switch), text(sweep)), Installed(after, gen)
+    return (text(prepare), text(switch), text(sweep)), Installed(after, gen, traffic)
 
 
 def cleanup(table: str = TABLE) -> str:

@@ -213,17 +213,23 @@ async def watch_conntrack(*, every_s: float = 10.0, folder: Path = CONNTRACK) ->
 
 @dataclass(frozen=True, slots=True)
 class MemberCounter:
+    """One member's counters: its connections (conntrack flows, always counted; None only in a
+    table an older Podway made) and, when the engine runs with ``--member-traffic-counters``,
+    its packets and bytes (else None)."""
+
     protocol: str
     address: str
     port: int
-    packets: int
-    bytes: int
+    connections: int | None
+    packets: int | None = None
+    bytes: int | None = None
 
 
 async def counters(*, netns: str | None = None, table: str = ruleset.TABLE
                    ) -> tuple[MemberCounter, ...]:
-    """Per-member packets and bytes forwarded (both directions) since the member appeared in
-    the table (changes keep a member's counter; the engine's start makes the table anew)."""
+    """Per-member connections (and packets and bytes forwarded both ways, when counted) since
+    the member appeared in the table (changes keep a member's counters; the engine's start
+    makes the table anew)."""
     try:
         text = await CommandRunner(netns=netns).run("nft", "-j", "list", "counters", "table",
                                                     "ip", table)
@@ -239,32 +245,52 @@ async def metrics_text(*, netns: str | None = None, table: str = ruleset.TABLE) 
     return exposition(await counters(netns=netns, table=table))
 
 
+SERIES = (  # (metric, what it counts, MemberCounter field)
+    ("podway_kernel_member_connections_total", "Connections (conntrack flows, UDP ones "
+     "included) the kernel engine DNATed to a member", "connections"),
+    ("podway_kernel_member_packets_total", "Packets the kernel engine forwarded to and from a "
+     "member (both directions; only with --member-traffic-counters)", "packets"),
+    ("podway_kernel_member_bytes_total", "Bytes the kernel engine forwarded to and from a "
+     "member (both directions; only with --member-traffic-counters)", "bytes"),
+)
+
+
 def exposition(found: tuple[MemberCounter, ...]) -> bytes:
-    """Member counters → Prometheus text: packets and bytes per member, both directions."""
-    if not found:
-        return b""
+    """Member counters → Prometheus text: connections per member, and packets and bytes (both
+    directions) for members that have them; a series nobody has is left out."""
     lines = []
-    for name, what in (("packets", "Packets"), ("bytes", "Bytes")):
-        metric = f"podway_kernel_member_{name}_total"
-        lines += [f"# HELP {metric} {what} the kernel engine forwarded to and from a member "
-                  "(both directions), since it appeared in the table (or the engine's start).",
-                  f"# TYPE {metric} counter"]
-        lines += [f'{metric}{{protocol="{c.protocol}",member="{c.address}:{c.port}"}} '
-                  f"{c.packets if name == 'packets' else c.bytes}" for c in found]
-    return ("\n".join(lines) + "\n").encode()
+    for metric, what, field in SERIES:
+        values = [(c, getattr(c, field)) for c in found if getattr(c, field) is not None]
+        if not values:
+            continue
+        lines += [f"# HELP {metric} {what}, since it appeared in the table (or the engine's "
+                  "start).", f"# TYPE {metric} counter"]
+        lines += [f'{metric}{{protocol="{c.protocol}",member="{c.address}:{c.port}"}} {value}'
+                  for c, value in values]
+    return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
 def parse_counters(text: str) -> tuple[MemberCounter, ...]:
-    """``nft -j list counters`` → the member counters (named ``ruleset.counter_name``)."""
-    out = []
+    """``nft -j list counters`` → the member counters (named ``ruleset.counter_name``), one
+    per member with each kind it has."""
+    kinds: dict[tuple[str, str, int], dict[str, int]] = {}
     for item in json.loads(text).get("nftables", []):
         found = item.get("counter")
-        if not isinstance(found, dict) or not str(found.get("name", "")).startswith("m_"):
+        if not isinstance(found, dict):
             continue
-        proto, *octets, port = str(found["name"])[2:].split("_")
+        kind, _, rest = str(found.get("name", "")).partition("_")
+        if kind not in (ruleset.CONNECTIONS, ruleset.TRAFFIC) or not rest:
+            continue
+        proto, *octets, port = rest.split("_")
         if len(octets) != 4:
             continue
-        out.append(MemberCounter(protocol=proto, address=".".join(octets), port=int(port),
-                                 packets=int(found.get("packets", 0)),
-                                 bytes=int(found.get("bytes", 0))))
-    return tuple(sorted(out, key=lambda c: (c.protocol, c.address, c.port)))
+        got = kinds.setdefault((proto, ".".join(octets), int(port)), {})
+        if kind == ruleset.CONNECTIONS:
+            got["connections"] = int(found.get("packets", 0))  # one packet a flow (ruleset)
+        else:
+            got["packets"] = int(found.get("packets", 0))
+            got["bytes"] = int(found.get("bytes", 0))
+    return tuple(MemberCounter(protocol=p, address=a, port=port,
+                               connections=got.get("connections"),
+                               packets=got.get("packets"), bytes=got.get("bytes"))
+                 for (p, a, port), got in sorted(kinds.items()))

@@ -77,6 +77,7 @@ class RemoteOptions:
     folder: Path  # the engine's private state folder
     haproxy_path: str = "/usr/sbin/haproxy"
     threads: int = 1
+    member_traffic_counters: bool = False  # the kernel engine's per-packet member counters
 
 
 class RemoteEngine:
@@ -152,7 +153,8 @@ class RemoteEngine:
 
         out = writer()
         self.kernel = KernelEngine(out.write, every_l4=alone, forget=forgetter(),
-                                   resolve=HostPorts())
+                                   resolve=HostPorts(),
+                                   traffic_counters=self.opts.member_traffic_counters)
         log.info("kernel engine: writing nftables through %s", out.kind)
         try:
             async with asyncio.TaskGroup() as group:

@@ -127,11 +127,11 @@ class Bed:
         tmp.write_text(text)
         tmp.rename(self.manifests / filename)
 
-    def start_engine(self, kind: str = "kernel") -> None:
+    def start_engine(self, kind: str = "kernel", *flags: str) -> None:
         self._engine = subprocess.Popen(
             ["ip", "netns", "exec", self.engine, PODWAY, "run", "--engine", kind,
              "--manifests", str(self.manifests), "--address", VIP,
-             "--state-dir", str(self.root / "state"), "--log-level", "info"],
+             "--state-dir", str(self.root / "state"), "--log-level", "info", *flags],
             stdout=self.engine_log.open("wb"), stderr=subprocess.STDOUT)
 
     def stop_engine(self) -> None:

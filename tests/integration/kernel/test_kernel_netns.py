@@ -170,7 +170,7 @@ def test_no_connection_fails_while_members_change(bed: Bed) -> None:
     bed.start_engine()
     serving(bed, "b1", "b2")
     first = hooks(bed)
-    assert first.count("handle") == 5, first
+    assert first.count("handle") == 4, first  # the table and its three NAT hooks
     loop = subprocess.Popen(["ip", "netns", "exec", bed.client, sys.executable, CLIENT, "loop",
                              VIP, "80", "8"], stdout=subprocess.PIPE, text=True)
     try:
@@ -266,9 +266,9 @@ def test_the_table_outlives_the_engine_and_cleanup_removes_it(bed: Bed) -> None:
     dumped = sh(PODWAY, "kernel", "dump", ns=bed.engine)
     assert "dnat to 198.18.1.2:8080" in dumped
     counted = sh(PODWAY, "kernel", "counters", ns=bed.engine)
-    packets = int(counted.split("packets=")[1].split()[0])
+    connections = int(counted.split("connections=")[1].split()[0])
     assert counted.startswith("tcp 198.18.1.2:8080 "), counted
-    assert packets > 0, counted
+    assert connections > 0, counted
     assert "removed" in sh(PODWAY, "kernel", "cleanup", ns=bed.engine)
     assert bed.table() == ""
     assert not [t for t in sh("nft", "list", "tables", ns=bed.engine).splitlines()
@@ -276,11 +276,57 @@ def test_the_table_outlives_the_engine_and_cleanup_removes_it(bed: Bed) -> None:
     assert bed.ask("tcp", VIP, 80) is None  # nothing DNATs any more: the host refuses
 
 
+def member_counters(bed: Bed) -> dict[str, dict[str, int]]:
+    """``podway kernel counters``: member → its counters (``connections``, ``packets``, …)."""
+    out = {}
+    for line in sh(PODWAY, "kernel", "counters", ns=bed.engine).splitlines():
+        proto, member, *fields = line.split()
+        out[f"{proto} {member}"] = {k: int(v) for k, v in (f.split("=") for f in fields)}
+    return out
+
+
+def connections_of(bed: Bed, proto: str = "tcp") -> dict[str, int]:
+    return {k.split()[1]: v["connections"] for k, v in member_counters(bed).items()
+            if k.startswith(f"{proto} ")}
+
+
+@pytest.mark.parametrize("flags", [(), ("--member-traffic-counters",)], ids=["default", "traffic"])
+def test_each_members_connections_are_counted_and_traffic_only_when_asked(
+        bed: Bed, flags: tuple[str, ...]) -> None:
+    """N new TCP connections and N UDP flows through the VIP count N on their members (each
+    member what its clients saw); the engine's own health checks count nothing. Packets and
+    bytes per member (a lookup on every forwarded packet) only with
+    --member-traffic-counters; by default the forward hook has no chain of the engine's."""
+    bed.write("web.yaml", service(udp=True) + "---\n" + endpoints("web", ["b1", "b2"], udp=True))
+    bed.start_engine("kernel", *flags)
+    serving(bed, "b1", "b2")
+    checked(bed, "b1", "b2")
+    members = {name: f"{address}:{PORT}" for name, (_, address) in BACKENDS.items()}
+    for proto, port in (("tcp", 80), ("udp", 53)):
+        before = connections_of(bed, proto)
+        seen = Counter(s.get("name") for s in bed.many(20, proto, port))
+        time.sleep(2 * INTERVAL_S)  # health checks meanwhile: not counted
+        after = connections_of(bed, proto)
+        assert sum(seen.values()) == 20, seen
+        assert set(seen) <= set(members), seen
+        assert {members[n]: after[members[n]] - before.get(members[n], 0) for n in members} \
+            == {members[n]: seen[n] for n in members}, (proto, seen, before, after)
+    table = bed.table()
+    traffic = member_counters(bed)
+    if flags:
+        assert "hook forward" in table, table
+        assert all(c["packets"] > 0 and c["bytes"] > 0 for c in traffic.values()), traffic
+    else:
+        assert "hook forward" not in table, table
+        assert "member_counters" not in table, table
+        assert not [c for c in traffic.values() if "packets" in c or "bytes" in c], traffic
+
+
 def test_every_golden_ruleset_is_accepted_by_the_kernel(tmp_path: Path) -> None:
     """Each reviewed golden ruleset (tests/golden/kernel) loads, twice (a replacement), in a
     namespace of its own."""
     golden = Path(__file__).parents[2] / "golden" / "kernel"
-    files = sorted(golden.glob("*/ruleset.nft")) + sorted(golden.glob("translate/*.nft"))
+    files = sorted(golden.glob("*/ruleset*.nft")) + sorted(golden.glob("translate/*.nft"))
     assert files
     bed = Bed(tmp_path)
     try:
@@ -290,15 +336,17 @@ def test_every_golden_ruleset_is_accepted_by_the_kernel(tmp_path: Path) -> None:
             for _ in range(2):
                 sh("nft", "-f", str(path), ns=bed.engine)
         # The in-place changes too, each transaction on its own, in order (update.nft).
-        for case in sorted(p.parent for p in golden.glob("*/update.nft")):
+        for case, tail in ((c.parent, t) for c in sorted(golden.glob("*/update.nft"))
+                           for t in ("", "-traffic")):
             services, _ = plan(from_yaml((case / "ir.yaml").read_text()), lambda p, m: True)
-            sh("nft", "-f", str(case / "ruleset.nft"), ns=bed.engine)
-            for step in (case / "update.nft").read_text().split(SEPARATOR):
+            sh("nft", "-f", str(case / f"ruleset{tail}.nft"), ns=bed.engine)
+            for step in (case / f"update{tail}.nft").read_text().split(SEPARATOR):
                 sh("nft", "-f", "-", ns=bed.engine, stdin=step)
             listed = bed.table()
             chains = set(re.findall(r"chain (\w+) \{", listed))
-            # Generation 2 serves; 0 and 1 are gone.
-            assert chains == {"prerouting", "output", "postrouting", "count"} | {
+            # Generation 2 serves; 0 and 1 are gone; ``count`` only with traffic counters.
+            base = {"prerouting", "output", "postrouting"} | ({"count"} if tail else set())
+            assert chains == base | {
                 ruleset.names(i, 2)[0] for i in range(len(services))}, listed
             assert all(f"goto {ruleset.names(i, 2)[0]}" in listed
                        for i in range(len(services))), listed

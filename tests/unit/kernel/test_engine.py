@@ -84,7 +84,7 @@ async def test_the_first_write_makes_the_table_and_later_ones_change_it_in_place
             await engine.wait_installed(lambda e: e.writes == 3)
         assert "goto s0_g2" in written[5]
         assert written[6] == ("delete chain ip podway_l4 s0_g1\ndelete map ip podway_l4 b0_g1\n"
-                              "delete counter ip podway_l4 m_tcp_198_18_1_2_8080\n")
+                              "delete counter ip podway_l4 c_tcp_198_18_1_2_8080\n")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -233,11 +233,17 @@ async def test_the_first_round_of_checks_never_narrows_the_table_to_one_member()
 
 
 def test_counters_are_read_from_nft_json() -> None:
+    """Connection counters (``c_``: one packet a flow) and traffic counters (``m_``) of one
+    member become one entry; a member with only connections has no packets or bytes."""
     from podway.programs.kernel import MemberCounter, parse_counters
 
     text = ('{"nftables": [{"metainfo": {}}, {"counter": {"name": "m_tcp_198_18_1_2_8080", '
-            '"packets": 10, "bytes": 628}}, {"counter": {"name": "other", "packets": 1}}]}')
-    assert parse_counters(text) == (MemberCounter("tcp", "198.18.1.2", 8080, 10, 628),)
+            '"packets": 10, "bytes": 628}}, {"counter": {"name": "c_tcp_198_18_1_2_8080", '
+            '"packets": 2, "bytes": 120}}, {"counter": {"name": "c_udp_198_18_2_2_53", '
+            '"packets": 3, "bytes": 99}}, {"counter": {"name": "other", "packets": 1}}]}')
+    assert parse_counters(text) == (
+        MemberCounter("tcp", "198.18.1.2", 8080, connections=2, packets=10, bytes=628),
+        MemberCounter("udp", "198.18.2.2", 53, connections=3))
 
 
 @pytest.mark.parametrize("bad", ["", "[]"])
@@ -251,12 +257,25 @@ def test_counters_of_junk_fail_loudly(bad: str) -> None:
 def test_member_counters_become_prometheus_counters() -> None:
     from podway.programs.kernel import MemberCounter, exposition
 
-    text = exposition((MemberCounter("tcp", "198.18.1.2", 8080, 10, 628),)).decode()
+    text = exposition((MemberCounter("tcp", "198.18.1.2", 8080, 2, 10, 628),)).decode()
+    assert 'podway_kernel_member_connections_total{protocol="tcp",member="198.18.1.2:8080"} 2' \
+        in text
     assert 'podway_kernel_member_packets_total{protocol="tcp",member="198.18.1.2:8080"} 10' \
         in text
     assert 'podway_kernel_member_bytes_total{protocol="tcp",member="198.18.1.2:8080"} 628' in text
     assert "# TYPE podway_kernel_member_bytes_total counter" in text
     assert exposition(()) == b""
+
+
+def test_without_traffic_counters_the_packet_and_byte_series_are_absent() -> None:
+    """The default engine counts connections only: no packets/bytes series at all (not 0)."""
+    from podway.programs.kernel import MemberCounter, exposition
+
+    text = exposition((MemberCounter("tcp", "198.18.1.2", 8080, 7),)).decode()
+    assert 'podway_kernel_member_connections_total{protocol="tcp",member="198.18.1.2:8080"} 7' \
+        in text
+    assert "packets" not in text, text
+    assert "bytes" not in text, text
 
 
 def test_conntrack_fill_warns_once_per_episode(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from podway.base.backoff import Backoff
 from podway.base.errors import ConfigError
 from podway.base.tasks import run_until_signal
 from podway.cli.commands.common import check_at_least, check_port, setup_logging
+from podway.cli.commands.flags import MemberTrafficCounters
 from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.envoy.engine.health_report import ReportOptions
 
@@ -93,6 +94,7 @@ def engine(
         "certificate as xDS.")] = "envoy",
     haproxy_path: Annotated[str, typer.Option(help="HAProxy binary (--engine haproxy).")]
     = "/usr/sbin/haproxy",
+    member_traffic_counters: MemberTrafficCounters = False,
     health_report_s: Annotated[float, typer.Option(
         help="Report member health (readiness gate podway.io/lb-ready) to every controller "
              "replica --xds names (each address a name resolves to) every SECONDS when it "
@@ -138,7 +140,8 @@ def engine(
                                 node=node_id, group=engine_group.strip())
     if engine_kind != "envoy":
         _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
-                metrics_port=metrics_port, renewal=renewal, shared=state_dir_shared)
+                metrics_port=metrics_port, renewal=renewal, shared=state_dir_shared,
+                traffic=member_traffic_counters)
         return
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
@@ -205,7 +208,7 @@ async def _renewal(cert: ClientCert | None, run: Awaitable[None], *, kubeconfig:
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
             metrics_port: int,
             renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None,
-            shared: bool = False) -> None:
+            shared: bool = False, traffic: bool = False) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
     from podway.engines.report_targets import xds_addresses
     from podway.envoy.engine.state import open_state
@@ -218,7 +221,8 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
 
         with open_state(folder, shared=shared) as state:
             engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
-                                                haproxy_path=haproxy_path, threads=threads))
+                                                haproxy_path=haproxy_path, threads=threads,
+                                                member_traffic_counters=traffic))
             run = engine.run() if renewal is None else renewal(engine.run())
             await serve_while(run, host="127.0.0.1", port=metrics_port,
                               extra=engine.engine_metrics)

@@ -36,6 +36,10 @@ TlsMaxVersion = Annotated[str | None, typer.Option(
     help="Highest TLS version HTTPS listeners accept (default: 1.3).")]
 TlsCiphers = Annotated[str | None, typer.Option(
     help="Comma-separated TLS 1.2 cipher suites, OpenSSL names (default: the engine's).")]
+MemberTrafficCounters = Annotated[bool, typer.Option(
+    "--member-traffic-counters", help="Kernel engine: also count packets and bytes per member "
+    "(metrics podway_kernel_member_packets_total/bytes_total). It costs every forwarded packet "
+    "a lookup (docs/kernel.md); connections per member are always counted, at no such cost.")]
 DashboardPort = Annotated[int, typer.Option(
     help="Serve the live dashboard on this port (0: off).")]
 DashboardAddress = Annotated[str, typer.Option(

@@ -33,11 +33,15 @@ def dump(netns: Netns = None) -> None:
 
 @kernel_app.command()
 def counters(netns: Netns = None) -> None:
-    """Packets and bytes forwarded to and from each member (both directions)."""
+    """Connections to each member and, when the engine runs with --member-traffic-counters,
+    the packets and bytes forwarded to and from it (both directions)."""
     from podway.programs.kernel import counters as read
 
     for c in asyncio.run(read(netns=netns)):
-        typer.echo(f"{c.protocol} {c.address}:{c.port} packets={c.packets} bytes={c.bytes}")
+        shown = [f"{name}={value}" for name, value in (
+            ("connections", c.connections), ("packets", c.packets), ("bytes", c.bytes))
+            if value is not None]
+        typer.echo(f"{c.protocol} {c.address}:{c.port} {' '.join(shown)}")
 
 
 @kernel_app.command()

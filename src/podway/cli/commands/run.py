@@ -28,6 +28,7 @@ from podway.cli.commands.flags import (
     DashboardPort,
     IngressClasses,
     ManifestAddresses,
+    MemberTrafficCounters,
     NginxConfigFlag,
     OldModeFlag,
     RealIpHeader,
@@ -95,6 +96,7 @@ def run(
     envoy_stats: Annotated[EnvoyStats, typer.Option(
         help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
         "costly with many pools).")] = EnvoyStats.BOUNDED,
+    member_traffic_counters: MemberTrafficCounters = False,
     dashboard_port: DashboardPort = 0,
     dashboard_address: DashboardAddress = "127.0.0.1",
     dashboard_allow_remote: DashboardAllowRemote = False,
@@ -166,7 +168,7 @@ def run(
                                    else EngineKind.ENVOY),
         xds_address=xds_address, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
-        exclusive_ports=True,
+        exclusive_ports=True, member_traffic_counters=member_traffic_counters,
         engine=not no_engine, engine_kind=engine, envoy_path=envoy_path,
         envoy_log_level=envoy_log_level,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
