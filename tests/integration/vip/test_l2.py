@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -198,5 +199,12 @@ async def test_a_graceful_stop_hands_the_vip_over_without_a_failed_request(bed: 
     assert failed == []
     assert answered == set(ENGINES)
     assert bed.owner() != first
+    other = next(n for n in ENGINES if n != first)
+    log = "".join(p.read_text() for p in bed.dir.glob(f"{other}-*.log"))
+    assert f"strays for {VIP} go back to {first}" in log  # second chance was in force
+    print("packets the new owner passed back:",
+          re.findall(r"\((\d+) packets passed back\)", log))
+    await eventually(lambda: "podway_l2_chance" not in sh("nft", "list", "tables",
+                                                          ns=bed.ns[other]), within=10)
     bed.start_speaker(first)  # back: the election gives the VIP to its owner by hash again
     await eventually(lambda: bed.owner() == first, within=15)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from podway.base.errors import ConfigError, EnvironmentProblem
-from podway.programs.vip import l2_addr
+from podway.programs.vip import l2_addr, l2_chance
 from podway.programs.vip.l2_arp import ArpIsolation
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class Heartbeat:
     holds: tuple[str, ...] = ()  # the VIPs the sender has on its interface
     serves: tuple[str, ...] | None = None  # the VIPs it may own (its node is selected); None: all
     claims: tuple[str, ...] = ()  # the VIPs it is taking (added, not usable yet)
+    via: Mapping[str, str] = field(default_factory=dict)  # held VIP → where strays go (l2_chance)
 
 
 def encode(beat: Heartbeat, key: bytes) -> bytes:
@@ -69,6 +70,8 @@ def encode(beat: Heartbeat, key: bytes) -> bytes:
         raw["serves"] = list(beat.serves)
     if beat.claims:
         raw["claims"] = list(beat.claims)
+    if beat.via:
+        raw["via"] = dict(beat.via)
     body = json.dumps(raw, separators=(",", ":")).encode()
     return hmac.new(key, body, hashlib.sha256).digest() + body
 
@@ -85,7 +88,8 @@ def decode(data: bytes, key: bytes, *, now: float) -> Heartbeat | None:
                          leaving=bool(raw["leaving"]), sent=float(raw["sent"]),
                          holds=tuple(str(v) for v in raw.get("holds", ())),
                          serves=None if serves is None else tuple(str(v) for v in serves),
-                         claims=tuple(str(v) for v in raw.get("claims", ())))
+                         claims=tuple(str(v) for v in raw.get("claims", ())),
+                         via={str(k): str(v) for k, v in raw.get("via", {}).items()})
     except (ValueError, KeyError, TypeError):
         return None
     return beat if abs(now - beat.sent) <= MAX_AGE_S else None
@@ -209,6 +213,8 @@ class L2Speaker:
         self._losing: dict[str, float] = {}  # held VIP the election gives away → since when
         self.claiming: set[str] = set()  # VIPs being added, not usable yet
         self.leaving = False
+        self.chance = l2_chance.L2Chance()  # strays of a VIP taken from a live peer go back
+        self.via: dict[str, str] = {}  # held VIP → this host's address for a peer's strays
         self._sock: socket.socket | None = None
 
     def wanted(self, now: float) -> set[str]:
@@ -267,6 +273,7 @@ class L2Speaker:
         except OSError as err:
             raise EnvironmentProblem(f"l2: cannot listen on {self.s.listen}: {err}") from None
         loop.add_reader(self._sock.fileno(), self._receive)
+        await self.chance.clear(quiet=True)  # a crashed run's
         beats = asyncio.create_task(self._beats(), name="l2-heartbeats")
         try:
             await self._loop()
@@ -274,6 +281,8 @@ class L2Speaker:
             beats.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._hand_over())
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.chance.clear())
             loop.remove_reader(self._sock.fileno())
             self._sock.close()
             if self.arp is not None:
@@ -305,6 +314,10 @@ class L2Speaker:
             now = time.monotonic()
             if now >= warm:
                 await self._reconcile(self.keeping(self.wanted(now), now))
+                holds = {n: set(b.holds) for n, (at, b) in self.members.heard.items()
+                         if now - at <= self.members.dead_after_s}
+                await self.chance.prune(holds, self.held, now=now,
+                                        limit_s=self.s.hand_over_s * CLAIM_FACTOR)
             await asyncio.sleep(self.s.interval_s)
 
     def _receive(self) -> None:
@@ -324,7 +337,8 @@ class L2Speaker:
         assert self._sock is not None
         serves = None if self.placement is None else tuple(sorted(self.placement))
         data = encode(Heartbeat(self.s.node, self.engine_ok, self.leaving, time.time(),
-                                tuple(sorted(self.held)), serves, tuple(sorted(self.claiming))),
+                                tuple(sorted(self.held)), serves, tuple(sorted(self.claiming)),
+                                {v: a for v, a in self.via.items() if v in self.held}),
                       self.s.key)
         for address in self.peers.values():
             with contextlib.suppress(OSError):  # a peer's host may be down: that is the point
@@ -336,6 +350,7 @@ class L2Speaker:
             for interface in self.on.pop(vip, ()):
                 await _ip("addr", "del", *_address(vip, interface), may_fail=True)
             self.held.discard(vip)
+            self.via.pop(vip, None)
             if vip not in moved:
                 log.warning("l2: %s let go of %s", self.s.node, vip)
         for vip in sorted(wanted - self.held):
@@ -347,6 +362,7 @@ class L2Speaker:
                     await _ip("addr", "add", *_address(vip, interface))
                 for interface in interfaces:
                     await l2_addr.usable(vip, interface)
+                await self._take_strays(vip, interfaces[0])
             finally:
                 self.claiming.discard(vip)
             self.held.add(vip)
@@ -354,6 +370,19 @@ class L2Speaker:
             log.warning("l2: %s now answers for %s on %s", self.s.node, vip,
                         ", ".join(interfaces))
             await self._announce(vip)
+
+    async def _take_strays(self, vip: str, interface: str) -> None:
+        """Before announcing ``vip``: a live peer that holds it gets back what it still serves
+        (l2_chance); and where our own strays would go, once we hold it."""
+        now = time.monotonic()
+        for node, (at, beat) in sorted(self.members.heard.items()):
+            if now - at <= self.members.dead_after_s and vip in beat.holds and vip in beat.via:
+                await self.chance.take(l2_chance.HandBack(vip, beat.via[vip], interface, node),
+                                       now)
+                break
+        via = await l2_chance.address_for(interface, vip, self.vips)
+        if via is not None:
+            self.via[vip] = via
 
     async def _announce(self, vip: str, times: int = 3) -> None:
         """Tell each segment where ``vip`` is now, a few times (a lost frame is not fatal)."""

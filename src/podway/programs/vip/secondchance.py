@@ -41,6 +41,9 @@ from podway.base.errors import ConfigError, EnvironmentProblem
 log = logging.getLogger(__name__)
 
 TABLE = "podway_second_chance"
+STRAY = "tcp flags & (syn | ack) != syn ct state new,invalid"
+"""A mid-flow packet of a connection this host never accepted: not a connection's first SYN,
+and unknown to conntrack (also used by L2 mode's hand-over: ``podway.programs.vip.l2_chance``)."""
 _DEVICE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 
 
@@ -149,8 +152,7 @@ def ruleset(sc: SecondChance) -> str:
              "    chain prerouting {",
              "        type filter hook prerouting priority mangle; policy accept;",
              f'        iifname "{sc.device}" return']
-    lines += [f"        ip daddr @vips{ports} tcp flags & (syn | ack) != syn "
-              f"ct state new,invalid meta mark set {sc.mark:#x} counter",
+    lines += [f"        ip daddr @vips{ports} {STRAY} meta mark set {sc.mark:#x} counter",
               "    }",
               # The kernel takes VXLAN from any source: only the peer may hand packets in
               # (anyone else could inject packets to the VIPs past the reverse-path filter).
