@@ -149,8 +149,9 @@ async def test_chart_without_leader_election(helm: Any) -> None:
     assert params["leader_elect"] == "false"
     assert params["admin_socket"] is None
     assert params["dashboard_port"] == 0
-    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget" or (
-        o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-election"))]
+    assert not [o for o in objects if (o["metadata"]["name"] == "podway-controller" and (
+        o["kind"] == "PodDisruptionBudget")) or (o["kind"] in ("Role", "RoleBinding") and
+                                                 o["metadata"]["name"].endswith("-election"))]
     assert all(m["name"] != "admin" for m in container["volumeMounts"])
 
 
