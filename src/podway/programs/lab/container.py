@@ -289,6 +289,9 @@ def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, s
     sc = container.get("securityContext") or {}
     no_new_privs = sc.get("allowPrivilegeEscalation") is False
     name = str((pod.get("metadata") or {}).get("name", "pod"))
+    # A privileged container sees /proc and /sys unmasked and writable (host sysctls: the
+    # chart's init containers), as under containerd and CRI-O.
+    privileged = bool(sc.get("privileged"))
     return {
         "ociVersion": "1.0.2",
         "process": {
@@ -315,14 +318,15 @@ def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, s
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
              "options": ["nosuid", "noexec", "nodev"]},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-             "options": ["nosuid", "noexec", "nodev", "ro"]},
+             "options": ["nosuid", "noexec", "nodev", "rw" if privileged else "ro"]},
             *mounts],
         "linux": {
             "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"},
                            {"type": "mount"},
                            {"type": "network", **({"path": f"/run/netns/{netns}"}
                                                   if netns else {})}],
-            "maskedPaths": MASKED, "readonlyPaths": READONLY}}
+            "maskedPaths": [] if privileged else MASKED,
+            "readonlyPaths": [] if privileged else READONLY}}
 
 
 # ---- the pod's files: volumes and /etc files under <state>/containers/<uid>/ ----
