@@ -66,7 +66,9 @@ def engine(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     envoy_log_level: Annotated[str, typer.Option(help="Envoy's own log level.")] = "warning",
     concurrency: Annotated[int, typer.Option(help="Envoy worker threads.")] = 1,
-    drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
+    drain_s: Annotated[float, typer.Option(
+        help="Graceful drain on shutdown, seconds (HAProxy: finishes its connections for up to "
+             "this long).")] = 2.0,
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
     metrics_port: Annotated[int, typer.Option(
@@ -93,6 +95,11 @@ def engine(
         "certificate as xDS.")] = "envoy",
     haproxy_path: Annotated[str, typer.Option(help="HAProxy binary (--engine haproxy).")]
     = "/usr/sbin/haproxy",
+    listener_reuse_port: Annotated[bool, typer.Option(
+        "--listener-reuse-port", help="--engine haproxy: HAProxy's listeners bind with "
+        "SO_REUSEPORT, so a new engine on this host binds beside this one (a rolling update "
+        "with surge; the chart sets it). Off: one owner per address and port. Envoy engines "
+        "take this from the controller's --listener-reuse-port.")] = False,
     health_report_s: Annotated[float, typer.Option(
         help="Report member health (readiness gate podway.io/lb-ready) to every controller "
              "replica --xds names (each address a name resolves to) every SECONDS when it "
@@ -138,7 +145,8 @@ def engine(
                                 node=node_id, group=engine_group.strip())
     if engine_kind != "envoy":
         _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
-                metrics_port=metrics_port, renewal=renewal, shared=state_dir_shared)
+                reuse_port=listener_reuse_port, drain_s=drain_s, metrics_port=metrics_port,
+                renewal=renewal, shared=state_dir_shared)
         return
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
@@ -203,7 +211,7 @@ async def _renewal(cert: ClientCert | None, run: Awaitable[None], *, kubeconfig:
 
 
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
-            metrics_port: int,
+            metrics_port: int, reuse_port: bool = False, drain_s: float = 0.0,
             renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None,
             shared: bool = False) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
@@ -217,8 +225,9 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
         from podway.readers.metrics.exposition import serve_while
 
         with open_state(folder, shared=shared) as state:
-            engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
-                                                haproxy_path=haproxy_path, threads=threads))
+            engine = RemoteEngine(RemoteOptions(
+                kind=kind, report=report, folder=state.path, haproxy_path=haproxy_path,
+                threads=threads, reuse_port=reuse_port, drain_s=drain_s))
             run = engine.run() if renewal is None else renewal(engine.run())
             await serve_while(run, host="127.0.0.1", port=metrics_port,
                               extra=engine.engine_metrics)

@@ -108,6 +108,20 @@ def test_capabilities_as_containerd_gives_them() -> None:
         POD, {"securityContext": {"privileged": True}}, 0)["effective"]
 
 
+def test_privileged_gets_what_the_host_holds() -> None:
+    """Only capabilities in the runtime's own bounding set: one it lacks (this sandbox has no
+    CAP_SYS_RESOURCE, bit 24) made runc refuse every privileged container."""
+    status = "Name:\tx\nCapBnd:\t000001fffeffffff\n"
+    held = ctr.held_caps(status)
+    assert "SYS_RESOURCE" not in held
+    assert {"SYS_ADMIN", "NET_ADMIN", "CHECKPOINT_RESTORE"} <= set(held)
+    assert len(held) == len(ctr.ALL_CAPS) - 1
+    assert ctr.held_caps("CapBnd:\t000001ffffffffff\n") == ctr.ALL_CAPS
+    mine = set(ctr.held_caps())
+    given = ctr.capabilities(POD, {"securityContext": {"privileged": True}}, 0)["bounding"]
+    assert {c.removeprefix("CAP_") for c in given} == mine
+
+
 @pytest.mark.parametrize(("ref", "served"), [
     ("podway:0.1.0", True), ("ghcr.io/acme/podway:0.1.0", True),
     ("registry:5000/podway:0.1.0", True), ("podway:0.2.0", False), ("podway", False),

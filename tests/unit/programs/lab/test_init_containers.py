@@ -80,7 +80,9 @@ async def test_each_runs_to_completion_in_order_and_the_status_follows() -> None
     assert state_of(during_b, "a")["ready"] is True
     assert "running" in state_of(during_b, "b")["state"]
     assert state_of(during_b, "c")["state"] == {"waiting": {"reason": "PodInitializing"}}
-    assert run.complete and run.phase() == "Running" and run.pending() == ()
+    assert run.complete
+    assert run.phase() == "Running"
+    assert run.pending() == ()
     done = statuses(run)
     assert all(s["state"]["terminated"]["exitCode"] == 0 for s in done)
 
@@ -119,7 +121,8 @@ async def test_under_never_a_failure_fails_the_pod() -> None:
     fake = Fake({"a": [3]})
     assert not await go(run, fake)
     assert fake.ran == ["a"]
-    assert run.failed and run.phase() == "Failed"
+    assert run.failed
+    assert run.phase() == "Failed"
     a = state_of(statuses(run), "a")
     assert a["state"]["terminated"]["exitCode"] == 3
     assert a["restartCount"] == 0
@@ -133,7 +136,9 @@ async def test_a_native_sidecar_starts_and_the_next_follows_at_once() -> None:
     assert fake.ran == ["setup", "last"]
     assert fake.sidecars == ["side"]
     side = state_of(statuses(run), "side")
-    assert "running" in side["state"] and side["started"] and side["ready"]
+    assert "running" in side["state"]
+    assert side["started"]
+    assert side["ready"]
     assert "lastState" not in side
 
 
