@@ -209,10 +209,12 @@ class Bed:
 
 def wrk(bed: Bed, urls: list[str], *, seconds: float, connections: int, close: bool,
         started: Callable[[list[int]], None] | None = None,
-        midway: Callable[[], None] | None = None) -> tuple[float, float, int]:
+        midway: Callable[[], None] | None = None,
+        done: list[int] | None = None) -> tuple[float, float, int]:
     """(requests/s, p50 ms, socket errors) of wrk runs in the client namespace, one per URL at
     the same time (``connections`` shared between them): summed rps, mean p50, summed errors.
-    ``started`` gets the wrk processes' ids once they run; ``midway`` is called half-way."""
+    ``started`` gets the wrk processes' ids once they run; ``midway`` is called half-way;
+    ``done`` gets the number of requests the wrk processes completed (their sum)."""
     procs = []
     for url in urls:
         argv = ["ip", "netns", "exec", bed.client, "wrk", "-t1",
@@ -238,6 +240,8 @@ def wrk(bed: Bed, urls: list[str], *, seconds: float, connections: int, close: b
         p50s += float(p50.group(1)) * scale[p50.group(2)]
         errors += sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
         errors += sum(int(n) for n in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    if done is not None:
+        done.append(sum(int(n) for out in outs for n in re.findall(r"(\d+) requests in", out)))
     return rps, p50s / len(outs), errors
 
 

@@ -1,37 +1,73 @@
-"""Kernel engine vs no load balancer, in measures the machine's load does not move much.
+"""Kernel engine vs no load balancer on one core the machine's load cannot take: the targets.
 
-The machine is shared (2 cores, other work on them): a round's requests per second follow
-the CPU share the round happens to get, and moved 2-5x between rounds. So besides the rates,
-each round gives the CPU the whole path spent per request: user + system time of wrk and both
-nginx backends from /proc (without IRQ time accounting, softirq work, where the forwarding, the
-DNAT and conntrack run, is charged to the task it interrupted: mostly these), plus the kernel
-engine process's own time (its health checks). The rate the path would reach on the same CPU
-is then ``1 / CPU per request``: comparing that between modes is the load-robust form of
-"rps vs no load balancer". ksoftirqd's time (softirq work deferred under load, shared with the
-machine's other work) is printed beside it, not added.
+The machine is shared (2 cores, other engineers' work on both): in a plain run a round's rate
+follows the CPU share it happens to get, and even the CPU per request of one mode moved 3x
+between rounds (load 18-25), so rates and their ratios said nothing. This bench takes the
+load out instead of averaging over it:
 
-``--perf`` samples wrk and nginx with perf (cpu-clock, as ``bench/kernel_l4_cost.py``): the
-part of their CPU in netfilter symbols, per request, is the kernel engine's own work (conntrack,
-NAT, its rules; zero for ``direct``). This VM has no hardware counters (``perf stat -e
-instructions`` says not supported), so instructions per request cannot be had here.
+* **One dedicated core.** wrk (client namespace) and both nginx backends run pinned to CPU 1
+  under ``SCHED_FIFO`` (priority 50) for the length of a round only. Ordinary (``SCHED_OTHER``)
+  tasks of anyone else then cannot preempt them; the kernel's RT throttling keeps 5 % of the
+  core for the rest (``sched_rt_runtime_us`` 950,000 of 1,000,000), so the path gets ~95 % of
+  CPU 1 in every round, whatever the load on the machine. The kernel engine process (Python:
+  health checks only, not in the packet path) and the bench itself stay on CPU 0; the bench
+  goes real-time on CPU 1 only to start the wrk processes (``spawning``), so both start at once.
+* **The packet path runs in those tasks.** Everything between client and backends is veth:
+  a send queues the packet on the sending CPU's backlog and the NET_RX softirq runs when the
+  sender re-enables bottom halves, in the sender's context and on its CPU; the lb namespace's
+  forwarding, conntrack, NAT and the engine's rules are that softirq. The bench checks it
+  every round: ksoftirqd/1's CPU (softirq work deferred to the thread, measured ~0.1 us a
+  connection) is printed, and CPU 1's busy time beside the tasks' own.
+* **CPU time that includes the softirq.** This kernel has no IRQ time accounting
+  (``CONFIG_IRQ_TIME_ACCOUNTING`` unset, tick accounting): softirq time spent in a task's
+  context is part of its runtime (``/proc/<pid>/schedstat``, in ns) and its system time. So
+  the CPU per request is: wrk's user+system time (``getrusage`` of the reaped children: the
+  tick-sampled split scaled to the exact runtime) + both nginx's runtime from schedstat +
+  the engine process's CPU, divided by the requests wrk completed.
+* **Why this is the target's measure.** With the core dedicated, the rate is the rate one
+  core sustains on that path and CPU per request is its inverse; so "kernel rps / direct rps"
+  and the p50 ratio compare the two paths on equal CPU (the issue's bed, client, load
+  balancer and backends sharing the machine's CPUs, with the share made equal), and "kernel
+  CPU per connection minus direct CPU per connection" is the engine's whole cost per new
+  connection: conntrack, NAT, its rules and the engine process (health checks, divided over
+  the round's connections). ``direct`` is no load balancer: the lb namespace only routes (no
+  conntrack). The ratios depend on how cheap the rest of the path is (here nginx answering 3
+  bytes: ~6 us a request for client, server and routing together); the extra microseconds
+  are the engine's own and do not.
+* **Pairs.** Short rounds (default 3 s, so other work gets CPU 1 back soon); every mode once a
+  round, the order rotating, and each against ``direct`` of its round; the median and the
+  range over rounds of those ratios are printed. Both modes split the 16 connections 8/8 over
+  the backends (``kernel`` through the engine's one-member Services ``web-b1``/``web-b2``,
+  ports 81/82; ``direct`` to the backends themselves), so neither is bounded by one busier
+  backend. The lb's conntrack table is flushed before every round (a new-connection round
+  leaves ~80,000 TIME_WAIT entries for 120 s), so every round meets the same table size.
+* **Variants** (``--variants``): the engine's table with its per-member counters (the
+  ``count`` chain on the forward hook, a lookup for every packet) deleted or emptied, and
+  ``direct+ct`` (no load balancer, every flow tracked), to weigh conntrack, NAT and the
+  counters apart.
 
-Rounds are short and paired: ``direct`` then ``kernel`` (the order alternating), and each
-pair gives ratios; medians over pairs are printed. ``--pin``: wrk on CPU 0, both nginx on
-CPU 1 (taskset), so the modes see the same placement. The bed is ``bench/kernel_bed.py``
-(long connections: 16 keep-alive over two wrk processes, one member each through the engine's
-one-member Services, the exact split ``direct`` has; new connections: ``Connection: close``).
+Each round prints CPU 1's busy time not accounted to the path ("other": the 5 % others kept,
+interrupts; and steal, if the VM's host took the vCPU), so a round disturbed after all shows.
+``--perf`` adds perf samples (cpu-clock) of wrk and nginx and the part in netfilter symbols per
+request (perf's own sampling costs CPU in the measured tasks: compare with ``--perf`` only
+against itself). This VM has no hardware counters (``perf stat -e instructions``: not
+supported), and callgrind does not see the kernel, where all of this path's cost is.
 
-    sudo .venv/bin/python bench/kernel_l4_paired.py [--rounds 8] [--seconds 4] [--pin]
+    sudo .venv/bin/python bench/kernel_l4_paired.py [--rounds 8] [--seconds 3] [--variants]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -48,12 +84,43 @@ from kernel_bed import (
 from kernel_l4_cost import Profile
 
 Row = dict[str, float]
+CORE = "1"  # the measured path's core; the engine process and the bench itself keep to CPU 0
+PAUSE_S = 1.0  # between rounds: CPU 1 back to everyone
+# A round lasting this much longer than asked had a wrk process start late (seen once in ~60
+# rounds, 1 s late): the other ran alone meanwhile, and the summed rates overstate the core's.
+# Its CPU per request stands; its rate and p50 are left out of the paired ratios.
+LATE_S = 0.5
 
 
-def ksoftirqd() -> list[int]:
-    out = subprocess.run(["pgrep", "-x", "ksoftirqd/[0-9]+"], capture_output=True, text=True,
-                         check=False).stdout
-    return [int(p) for p in out.split()]
+def runtime_s(pid: int) -> float:
+    """Exact CPU time of every thread of ``pid`` (schedstat, ns; includes softirq work run in
+    its context, this kernel having no IRQ time accounting)."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError):
+        pass
+    return total / 1e9
+
+
+def core_times() -> dict[str, float]:
+    """CPU 1's time by kind since boot, in seconds (/proc/stat)."""
+    names = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{CORE} "):
+            ticks = dict(zip(names, (int(x) for x in line.split()[1:9]), strict=True))
+            hz = os.sysconf("SC_CLK_TCK")
+            busy = sum(v for k, v in ticks.items() if k not in ("idle", "iowait"))
+            return {"busy": busy / hz, "softirq": ticks["softirq"] / hz,
+                    "steal": ticks["steal"] / hz}
+    raise RuntimeError(f"no cpu{CORE} in /proc/stat")
+
+
+def ksoftirqd() -> int:
+    out = subprocess.run(["pgrep", "-x", f"ksoftirqd/{CORE}"], capture_output=True, text=True,
+                         check=False).stdout.split()
+    return int(out[0]) if out else 0
 
 
 def children_cpu_s() -> float:
@@ -62,94 +129,201 @@ def children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def one_round(bed: Bed, mode: str, close: bool, args: argparse.Namespace,
-              engine: int | None) -> Row:
-    nginx = [p.pid for p in bed.procs]
-    engine_pids = children(engine) if engine else []
-    soft = ksoftirqd()
-    before = {p: proc_cpu_s(p) for p in [*nginx, *engine_pids, *soft]}
-
-    def pin(pids: list[int]) -> None:
+@contextmanager
+def realtime(pids: list[int]) -> Iterator[None]:
+    """``pids`` (every thread) SCHED_FIFO 50 on CPU 1 for the block, then back to normal."""
+    for pid in pids:
+        subprocess.run(["taskset", "-a", "-p", "-c", CORE, str(pid)], capture_output=True,
+                       check=True)
+        subprocess.run(["chrt", "-f", "-a", "-p", "50", str(pid)], capture_output=True,
+                       check=True)
+    try:
+        yield
+    finally:
         for pid in pids:
-            subprocess.run(["taskset", "-p", "-c", "0", str(pid)], capture_output=True,
+            subprocess.run(["chrt", "-o", "-a", "-p", "0", str(pid)], capture_output=True,
                            check=False)
 
+
+def spawning(on: bool) -> None:
+    """The bench itself SCHED_FIFO on CPU 1 (``on``) or back to normal on CPU 0: wrk, started
+    while on, inherits both, and both wrk processes start within a millisecond of each other.
+    (Started from the bench at normal priority on the loaded CPU 0, the second wrk process was
+    seen to start a second after the first, which then ran alone for a while and overstated
+    the rate.)"""
+    if on:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(50))
+        os.sched_setaffinity(0, {int(CORE)})
+    else:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        os.sched_setaffinity(0, {0})
+
+
+def one_round(bed: Bed, mode: str, close: bool, args: argparse.Namespace,
+              engine: list[int]) -> Row:
+    nginx = [p.pid for p in bed.procs]
+    # The lb's conntrack table starts empty (each new-connection round leaves ~80,000 entries in
+    # TIME_WAIT for 120 s): every round of every mode pays for the same table size.
+    subprocess.run(["ip", "netns", "exec", bed.lb, "conntrack", "-F"], capture_output=True,
+                   check=False)
+    soft = ksoftirqd()
+    before = {p: runtime_s(p) for p in [*nginx, soft]}
+    engine_before = sum(proc_cpu_s(p) for p in engine)
     profile = Profile(bed, bed.root) if args.perf else None
+    urls = DIRECT_URLS if mode.startswith("direct") else PINNED_URLS
+    with realtime(nginx):
+        reaped, core0, t0 = children_cpu_s(), core_times(), time.monotonic()
+        done: list[int] = []
 
-    def started(pids: list[int]) -> None:
-        if args.pin:
-            pin(pids)
-        if profile is not None:
-            profile.start(pids)
+        def started(pids: list[int]) -> None:
+            spawning(False)
+            if profile is not None:
+                profile.start(pids)
 
-    urls = DIRECT_URLS if mode == "direct" else PINNED_URLS
-    reaped = children_cpu_s()  # only the round's wrk processes are reaped in between
-    rps, p50, errors = wrk(bed, urls, seconds=args.seconds, connections=args.connections,
-                           close=close, started=started)
-    _, netfilter = profile.stop(rps * args.seconds) if profile else (0.0, float("nan"))
-    path = children_cpu_s() - reaped + sum(proc_cpu_s(p) - before[p] for p in nginx)
-    eng = sum(proc_cpu_s(p) - before[p] for p in engine_pids)
-    softirqd = sum(proc_cpu_s(p) - before[p] for p in soft)
-    requests = rps * args.seconds
+        spawning(True)
+        try:
+            rps, p50, errors = wrk(bed, urls, seconds=args.seconds, connections=args.connections,
+                                   close=close, done=done, started=started)
+        finally:
+            spawning(False)
+        core = {k: v - core0[k] for k, v in core_times().items()}
+        wall = time.monotonic() - t0
+        wrk_s = children_cpu_s() - reaped  # only the round's wrk processes were reaped
+    requests = done[0]
+    _, netfilter = profile.stop(requests) if profile else (0.0, float("nan"))
+    nginx_s = sum(runtime_s(p) - before[p] for p in nginx)
+    eng = sum(proc_cpu_s(p) for p in engine) - engine_before
+    softirqd = runtime_s(soft) - before[soft]
+    path = wrk_s + nginx_s
     return {"rps": rps, "p50": p50, "errors": errors,
-            "path_us": (path + eng) / requests * 1e6, "engine_us": eng / requests * 1e6,
-            "ksoftirqd_us": softirqd / requests * 1e6, "nf_us": netfilter}
+            "cpu_us": (path + eng) / requests * 1e6, "engine_us": eng / requests * 1e6,
+            "ksoftirqd_us": softirqd / requests * 1e6, "nf_us": netfilter,
+            "core_share": path / wall, "softirq_share": core["softirq"] / wall,
+            "other_share": (core["busy"] - path - softirqd) / wall,
+            "steal_share": core["steal"] / wall, "wall": wall,
+            "late": float(wall > args.seconds + LATE_S)}
+
+
+def show(round_: int, mode: str, kind: str, row: Row) -> None:
+    print(f"round {round_ + 1:2} {mode:14} {kind:4} {row['rps']:8.0f}/s p50 {row['p50']:.3f} ms"
+          f"  CPU {row['cpu_us']:6.2f} us/{'req' if kind == 'long' else 'conn'} (engine process"
+          f" {row['engine_us']:.2f})  ksoftirqd/{CORE} {row['ksoftirqd_us']:.2f}  over "
+          f"{row['wall']:.2f} s CPU {CORE}: "
+          f"path {row['core_share']:.0%} softirq {row['softirq_share']:.0%} other "
+          f"{row['other_share']:+.0%} steal {row['steal_share']:.0%}  netfilter "
+          f"{row['nf_us']:.2f}  errors {row['errors']:.0f}"
+          + ("  LATE START: rate not paired" if row["late"] else ""), flush=True)
+
+
+# Variants of the engine's table (``--variants``), applied after the engine wrote it (its later
+# changes keep the ``count`` chain): what the per-packet member counters cost, the forward hook
+# and the rules apart. (Measured and dropped: counting by the conntrack entry's reply tuple,
+# ``counter name ct reply ip saddr . ct protocol . ct reply proto-src map ...``, one rule per
+# protocol: 0.3-0.6 us a request more than the engine's two rules on payload fields.)
+VARIANTS = {
+    "kernel-nocount": "nft delete chain ip podway_l4 count",
+    "kernel-emptycount": "nft flush chain ip podway_l4 count",
+    # No load balancer, but every forwarded flow tracked (one ct rule on the forward hook):
+    # what conntrack alone costs, apart from NAT and the engine's rules.
+    "direct+ct": "nft add table ip podway_bench && nft add chain ip podway_bench probe "
+                 "'{ type filter hook forward priority 0; }' && nft add rule ip podway_bench "
+                 "probe ct state established accept",
+}
+UNDO = {"direct+ct": "nft delete table ip podway_bench"}
+
+
+def engine_up(bed: Bed, mode: str, pid: int | None) -> list[int]:
+    """The engine's processes (pinned to CPU 0), after applying ``mode``'s variant."""
+    engine = children(pid) if pid else []
+    for p in engine:
+        subprocess.run(["taskset", "-a", "-p", "-c", "0", str(p)], capture_output=True,
+                       check=False)
+    if mode in VARIANTS:
+        subprocess.run(["ip", "netns", "exec", bed.lb, "sh", "-c", VARIANTS[mode]], check=True)
+    return engine
+
+
+Rows = dict[tuple[str, str], list[Row]]  # (mode, kind) → its rounds
+Ratios = dict[tuple[str, str], dict[str, list[float]]]  # (mode, kind) → against direct
+
+
+def measure(bed: Bed, args: argparse.Namespace, modes: tuple[str, ...]) -> tuple[Rows, Ratios]:
+    """Every mode once a round (the order rotating); each against ``direct`` of its round."""
+    rows: Rows = {}
+    ratios: Ratios = {}
+    for round_ in range(args.rounds):
+        shift = round_ % len(modes)
+        got: dict[tuple[str, str], Row] = {}
+        for mode in modes[shift:] + modes[:shift]:
+            with bed.engine("kernel" if mode.startswith("kernel") else "direct") as pid:
+                engine = engine_up(bed, mode, pid)
+                try:
+                    for kind, close in (("long", False), ("new", True)):
+                        time.sleep(PAUSE_S)
+                        row = one_round(bed, mode, close, args, engine)
+                        got[(mode, kind)] = row
+                        rows.setdefault((mode, kind), []).append(row)
+                        show(round_, mode, kind, row)
+                finally:
+                    if mode in UNDO:
+                        subprocess.run(["ip", "netns", "exec", bed.lb, "sh", "-c", UNDO[mode]],
+                                       check=False)
+        for (mode, kind), k in got.items():
+            if mode == "direct":
+                continue
+            d = got[("direct", kind)]
+            pair = ratios.setdefault((mode, kind), {"rps": [], "p50": []})
+            if not (k["late"] or d["late"]):
+                pair["rps"].append(k["rps"] / d["rps"])
+                pair["p50"].append(k["p50"] / d["p50"])
+            pair.setdefault("extra_us", []).append(k["cpu_us"] - d["cpu_us"])
+            pair.setdefault("extra_nf", []).append(k["nf_us"] - d["nf_us"])
+    return rows, ratios
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """``median (min to max)`` of ``values``."""
+    if not values:
+        return "n/a"
+    return (f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)} to "
+            f"{format(max(values), fmt)})")
+
+
+def summary(modes: tuple[str, ...], rows: Rows, ratios: Ratios) -> None:
+    print("medians over rounds; paired: each mode against direct of its round, median (range)")
+    for kind in ("long", "new"):
+        unit = "request" if kind == "long" else "connection"
+        for mode in modes:
+            got = rows[(mode, kind)]
+            print(f"{kind:4} {mode:14} {med(got, 'rps'):8.0f}/s  p50 {med(got, 'p50'):.3f} ms  "
+                  f"CPU {med(got, 'cpu_us'):6.2f} us per {unit} (engine process "
+                  f"{med(got, 'engine_us'):.2f})  path's share of CPU {CORE} "
+                  f"{med(got, 'core_share'):.0%}  ksoftirqd/{CORE} {med(got, 'ksoftirqd_us'):.2f}"
+                  f" us  errors {sum(r['errors'] for r in got):.0f}")
+        for mode in modes[1:]:
+            pair = ratios[(mode, kind)]
+            print(f"{kind:4} {mode:14} paired over {len(pair['extra_us'])} "
+                  f"(rates {len(pair['rps'])}): rps "
+                  f"{spread(pair['rps'], '.3f')}x  p50 {spread(pair['p50'], '.3f')}x  extra CPU "
+                  f"per {unit} {spread(pair['extra_us'], '+.2f')} us"
+                  + (f"  in netfilter {spread(pair['extra_nf'], '+.2f')} us"
+                     if not any(math.isnan(x) for x in pair["extra_nf"]) else ""))
 
 
 def main() -> int:
     args = arguments(__doc__ or "", extra=(
-        ("--pin", "wrk on CPU 0, nginx on CPU 1"),
-        ("--perf", "perf cpu-clock samples of wrk and nginx: the netfilter part per request")))
+        ("--perf", "perf cpu-clock samples of wrk and nginx: the netfilter part per request"),
+        ("--variants", f"also the table's variants: {', '.join(VARIANTS)}")))
     if args is None:
         return 2
-    rows: dict[tuple[str, str], list[Row]] = {}
-    ratios: dict[str, dict[str, list[float]]] = {"long": {}, "new": {}}
+    spawning(False)  # the bench itself stays off the measured core
     with session("podway-kernel-paired-") as (bed, ref):
-        if args.pin:
-            for proc in bed.procs:
-                subprocess.run(["taskset", "-a", "-p", "-c", "1", str(proc.pid)],
-                               capture_output=True, check=False)
-        print(f"load average at the start {os.getloadavg()[0]:.1f}")
-        for round_ in range(args.rounds):
-            order = ("direct", "kernel") if round_ % 2 == 0 else ("kernel", "direct")
-            got: dict[tuple[str, str], Row] = {}
-            for mode in order:
-                with bed.engine(mode) as pid:
-                    for kind, close in (("long", False), ("new", True)):
-                        row = one_round(bed, mode, close, args, pid)
-                        got[(mode, kind)] = row
-                        rows.setdefault((mode, kind), []).append(row)
-                        print(f"round {round_ + 1} {mode:6} {kind:4} {row['rps']:8.0f}/s p50 "
-                              f"{row['p50']:.3f} ms  path CPU {row['path_us']:6.2f} us/req "
-                              f"(engine process {row['engine_us']:.2f})  ksoftirqd "
-                              f"{row['ksoftirqd_us']:.2f}  netfilter {row['nf_us']:.2f}  "
-                              f"errors {row['errors']:.0f}",
-                              flush=True)
-            for kind in ("long", "new"):
-                d, k = got[("direct", kind)], got[("kernel", kind)]
-                pair = ratios[kind]
-                pair.setdefault("rps", []).append(k["rps"] / d["rps"])
-                pair.setdefault("p50", []).append(k["p50"] / d["p50"])
-                pair.setdefault("cpu", []).append(d["path_us"] / k["path_us"])
-                pair.setdefault("extra_us", []).append(k["path_us"] - d["path_us"])
-                pair.setdefault("extra_nf", []).append(k["nf_us"] - d["nf_us"])
+        print(f"load average at the start {os.getloadavg()[0]:.1f}; path on CPU {CORE} "
+              f"under SCHED_FIFO, {args.seconds:g} s rounds", flush=True)
+        modes = ("direct", "kernel", *(VARIANTS if args.variants else ()))
+        rows, ratios = measure(bed, args, modes)
         print(f"\nload average at the end {os.getloadavg()[0]:.1f}; {ref.describe()}")
-        print("medians over rounds, and of the paired ratios (kernel / direct, pair by pair)")
-        for kind in ("long", "new"):
-            for mode in ("direct", "kernel"):
-                got_rows = rows[(mode, kind)]
-                print(f"{kind:4} {mode:6} {med(got_rows, 'rps'):8.0f}/s  p50 "
-                      f"{med(got_rows, 'p50'):.3f} ms  path CPU {med(got_rows, 'path_us'):6.2f} "
-                      f"us/req  ksoftirqd {med(got_rows, 'ksoftirqd_us'):.2f}  errors "
-                      f"{sum(r['errors'] for r in got_rows):.0f}")
-            pair = ratios[kind]
-            print(f"{kind:4} paired: rps {statistics.median(pair['rps']):.2f}x  p50 "
-                  f"{statistics.median(pair['p50']):.2f}x  rate on equal CPU "
-                  f"{statistics.median(pair['cpu']):.2f}x  extra CPU "
-                  f"{statistics.median(pair['extra_us']):+.2f} us per "
-                  f"{'request' if kind == 'long' else 'connection'}, in netfilter "
-                  f"{statistics.median(pair['extra_nf']):+.2f} us "
-                  f"(pairs: {' '.join(f'{x:.2f}' for x in pair['cpu'])})")
+        summary(modes, rows, ratios)
     return 0
 
 

@@ -121,6 +121,7 @@ class Pipeline:
         self.source = source
         self.cache = cache if cache is not None else Cache()
         self.reuse_port = reuse_port  # Envoy listeners share their port (engine hand-over)
+        self.detailed_stats = detailed_stats
         self._translator = IncrementalTranslator(translate)
         # The engine keeps every stat (``--envoy-stats detailed``): the routers make the
         # per-pool ones too (``podway.envoy.config.listeners._router``).

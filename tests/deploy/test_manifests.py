@@ -450,3 +450,23 @@ async def test_chart_rolls_engines_without_a_gap_and_every_workload_on_pod_annot
                                     ("Deployment", "podway-engine-db"),
                                     ("DaemonSet", "podway-agent"))]
     assert [t.get("annotations") for t in templates] == [{"example.com/rev": "7"}] * 4
+
+
+async def test_chart_gives_envoy_stats_to_the_engines_and_the_controller(helm: Any) -> None:
+    """``envoyStats`` reaches the Envoy engines' ``--envoy-stats`` and the controller's, which
+    builds their routers (per-pool stats only with ``detailed``); not HAProxy engines."""
+    groups = [{"name": "edge", "replicas": 2, "nodeSelector": {"podway.io/edge": "true"},
+               "tlsSecret": "podway-engine-tls", "concurrency": 2},
+              {"name": "ha", "engine": "haproxy", "replicas": 1, "nodeSelector": {},
+               "tlsSecret": "podway-engine-tls", "concurrency": 1}]
+    _, objects = await render(helm, {"envoyStats": "detailed", "engineGroups": groups})
+    validate(objects)
+
+    def args(name: str) -> list[str]:
+        return list(by_kind(objects, "Deployment", name)["spec"]["template"]["spec"][
+            "containers"][0]["args"])
+
+    assert "--envoy-stats=detailed" in args("podway-controller")
+    assert "--envoy-stats=detailed" in args("podway-engine-edge")
+    assert not [a for a in args("podway-engine-ha") if a.startswith("--envoy-stats")]
+    assert controller_command(args("podway-controller"))["envoy_stats"].value == "detailed"

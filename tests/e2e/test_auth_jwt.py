@@ -139,6 +139,10 @@ async def test_jwt_inline_and_remote_key_sets(stack: Stack) -> None:
         assert (headers, status, body) == (headers, want, {}), got
         if want == 401:
             assert got.get("www-authenticate", "").startswith("Bearer"), got
+    # Without extractFrom the token counts only in Authorization (Envoy's own default also
+    # reads an access_token query parameter: a token in a URL ends up in logs).
+    status, _, body = await request(port, "local.test", f"/a?access_token={good}")
+    assert (status, body) == (401, {})
     # The remote key set, fetched through the Service with the URI's host and path; optional:
     # no token passes, a bad one does not.
     for headers, want in ((_bearer(idp.token(iss="https://idp.test")), 200), (None, 200),

@@ -35,6 +35,7 @@ from podway.cli.commands.flags import (
     RealIpHeader,
     XffTrustedHops,
 )
+from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
 
 if TYPE_CHECKING:
@@ -71,6 +72,9 @@ def controller(
         "--listener-reuse-port", help="Engines' listeners bind with SO_REUSEPORT: a new engine "
         "on a host serves beside the old one until that one has drained (a rolling update "
         "without a gap; the kernel shares a port only among one user's sockets).")] = False,
+    envoy_stats: Annotated[EnvoyStats, typer.Option(
+        help="The Envoy engines' --envoy-stats: detailed makes their routers keep the per-pool "
+        "response-code and timing stats too (costly per request).")] = EnvoyStats.BOUNDED,
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(
@@ -215,7 +219,7 @@ def controller(
                                    **npl),
         xds_address=xds_listen, xds_tls=tls, xds_unauthenticated=xds_unauthenticated,
         metrics_address=metrics_address, metrics_port=metrics_port, lb_address=lb_address,
-        **vips, admin_socket=admin_socket,
+        **vips, admin_socket=admin_socket, detailed_stats=envoy_stats is EnvoyStats.DETAILED,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         engine_admin=engine_admin, election=election, config=config, gc=GcPolicy(),
         warnings=npl_warnings, npl_agent_user=npl_agent or None, engine_certs=signer,

@@ -77,6 +77,9 @@ def _requirement(check: Jwt) -> jwt_pb2.JwtRequirement:
     return jwt_pb2.JwtRequirement(requires_any=jwt_pb2.JwtRequirementOrList(requirements=each))
 
 
+_BEARER_ONLY = (("authorization", "Bearer "),)
+
+
 def _provider(p: JwtProvider) -> jwt_pb2.JwtProvider:
     # The payload of a valid token is kept for an authorization by its claims (``access``).
     out = jwt_pb2.JwtProvider(issuer=p.issuer, audiences=p.audiences, forward=False,
@@ -91,7 +94,11 @@ def _provider(p: JwtProvider) -> jwt_pb2.JwtProvider:
         remote.async_fetch.fast_listener = True
     for claim, header in p.claim_headers:
         out.claim_to_headers.add(header_name=header, claim_name=claim)
-    for header, prefix in p.from_headers:
+    # Without ``extractFrom`` the token is taken from ``Authorization: Bearer`` only: named
+    # here, because Envoy's own default also reads an ``access_token`` query parameter (a
+    # token in a URL ends up in logs and Referer headers; docs/security.md).
+    named = p.from_headers or p.from_cookies or p.from_params
+    for header, prefix in p.from_headers if named else _BEARER_ONLY:
         out.from_headers.add(name=header, value_prefix=prefix)
     out.from_cookies.extend(p.from_cookies)
     out.from_params.extend(p.from_params)

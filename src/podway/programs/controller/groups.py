@@ -121,7 +121,8 @@ class EngineGroups:
         if len(self._caches) >= MAX_GROUPS:
             raise GroupRefused(f"engine group {group!r} refused: {MAX_GROUPS} groups are "
                                "served already")
-        cache, builder = Cache(), Builder(reuse_port=self._pipeline.reuse_port)
+        cache, builder = Cache(), Builder(reuse_port=self._pipeline.reuse_port,
+                                  dynamic_stats=self._pipeline.detailed_stats)
         self._caches[group] = (cache, builder)
         log.info("engine group %s: first engine; serving its part of the configuration", group)
         state = self._pipeline.state

@@ -22,9 +22,8 @@ events and the NodePortLocal annotation, each write checked against the leader's
 leader writes what is pending at once (the current state again, compared with what the API
 holds). Without ``election`` this replica always writes (``--leader-elect=false``).
 
-With ``gc`` set (``podway controller`` sets it) the process's garbage collector follows
-``podway.programs.gc_policy`` while it serves: the heap is frozen once the first state is in, so no
-full collection of it pauses the event loop between a cache set and the push.
+With ``gc`` set (``podway controller`` sets it) the collector follows ``podway.programs.gc_policy``:
+the heap is frozen once the first state is in, so no full collection pauses the loop mid-push.
 
 Invariants: engines keep their last config while the controller is away (Envoy holds it; a
 restarted controller serves the same resources with the same versions, so nothing is re-applied
@@ -147,6 +146,7 @@ class ControllerOptions:
     """The admin endpoint (state, config, live explain: ``podway.readers.admin_api``); None: off."""
     dashboard: HostPort | None = None  # the web dashboard; None: off
     listener_reuse_port: bool = False  # SO_REUSEPORT: a new engine binds beside the old one
+    detailed_stats: bool = False  # the engines keep every stat (``--envoy-stats detailed``)
     dashboard_refresh_s: float = 2.0
     engine_admin: str | None = None
     """A co-located engine's admin (``unix:/path``): its live health and stats feed explain and
@@ -235,7 +235,8 @@ class Controller:
         opts = replace(opts, translate=replace(opts.translate, npl_enabled_by_controller=True))
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate,
-                                 reuse_port=opts.listener_reuse_port)
+                                 reuse_port=opts.listener_reuse_port,
+                                 detailed_stats=opts.detailed_stats)
         if opts.engine_certs is not None:  # its CA is trusted before the first engine comes
             from podway.programs.controller.engine_certs import EngineCertSigner
 
@@ -386,7 +387,7 @@ class Controller:
             await self.status.write(state)
             if self.status.last_document is not None and self.status.last_document is not doc:
                 news = changes(doc, self.status.last_document)
-                due += news if doc is not None else drop_told(news, self.status.found_current)
+                due += news if doc is not None else drop_told(news, self.status.take_found())
                 doc = self.status.last_document
             if state.update.errors != errors:
                 due += load_error_events(errors, state.update.errors)

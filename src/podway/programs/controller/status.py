@@ -100,10 +100,17 @@ class StatusWriter:
         self.last_document: StatusDocument | None = None
         # Statuses found as wanted in the API, not written by this process: an earlier
         # controller served these objects (the first document's ``Synced`` events skip them).
-        self.found_current: set[Target] = set()
+        # Collected until the controller takes it (``take_found``), then no more.
+        self.found_current: set[Target] | None = set()
         self.on_written: Callable[[str, Key, str], None] = lambda kind, key, version: None
         """Told of each write's resourceVersion, so its watch event (our own write read
         back) costs no parse (set by the controller: ``KubeSource.expect_echo``)."""
+
+    def take_found(self) -> set[Target]:
+        """The statuses found current so far; from now on none are collected (only the first
+        document's events need them)."""
+        found, self.found_current = self.found_current or set(), None
+        return found
 
     def observed(self, kind: str, key: Key, status: Status) -> None:
         """The API now holds ``status`` for an object (a watch event). One that differs from
@@ -226,7 +233,7 @@ class StatusWriter:
             stamped = with_times(target[0], status, before, now, self._opts.gateway_controller)
             if same(stamped, self._written.get(target)) or same(stamped,
                                                                  self._current(*target)):
-                if target not in self._written:
+                if target not in self._written and self.found_current is not None:
                     self.found_current.add(target)
                 self._written[target] = stamped
                 self._wanted[target] = status

@@ -22,7 +22,8 @@ ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedRe
 
 def groups(limit: int, monkeypatch: pytest.MonkeyPatch) -> EngineGroups:
     monkeypatch.setattr(groups_module, "MAX_GROUPS", limit)
-    return EngineGroups(SimpleNamespace(state=None, reuse_port=False))  # type: ignore[arg-type]
+    return EngineGroups(SimpleNamespace(state=None, reuse_port=False,
+                                          detailed_stats=False))  # type: ignore[arg-type]
 
 
 def test_group_caches_are_bounded_in_count_and_name(monkeypatch: pytest.MonkeyPatch) -> None:
