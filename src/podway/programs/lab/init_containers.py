@@ -118,15 +118,15 @@ async def initialize(run: InitRun, *, launch: Callable[[Obj], Awaitable[int]],
     delay = BACKOFF_START_S
     while not run.complete:
         spec, name = run.specs[run.done], run.names[run.done]
-        if sidecar(spec):
-            await start_sidecar(spec)
-            run.last[name] = {"running": {"startedAt": now()}}
-            run.done += 1
-            changed()
-            continue
         run.running, run.started_at, run.waiting = True, now(), ""
         changed()
         try:
+            if sidecar(spec):
+                await start_sidecar(spec)
+                run.running, run.last[name] = False, {"running": {"startedAt": now()}}
+                run.done += 1
+                changed()
+                continue
             code = await launch(spec)
         except (ContainerError, OSError) as exc:  # as a kubelet: retried, whatever the policy
             run.running, run.waiting = False, str(exc)

@@ -53,6 +53,9 @@ class Fake:
 
     async def sidecar(self, spec: Obj) -> None:
         self.sidecars.append(str(spec["name"]))
+        queue = self.codes.get(str(spec["name"])) or []
+        if queue and isinstance(queue[0], Exception):
+            raise queue.pop(0)
 
     def changed(self) -> None:
         self.changes += 1
@@ -158,3 +161,12 @@ def test_before_any_run_every_one_waits_for_initialization() -> None:
     run = InitRun(specs=specs("a", "b"), never=False)
     assert [s["state"] for s in statuses(run)] == [{"waiting": {"reason": "PodInitializing"}}] * 2
     assert run.phase() == "Pending"
+
+
+async def test_a_sidecar_that_cannot_be_made_waits_and_is_tried_again() -> None:
+    run = InitRun(specs=specs("side", "last", sidecars=("side",)), never=True)
+    fake = Fake({"side": [ContainerError("configmap 'c' not found")]})
+    assert await go(run, fake)
+    assert fake.sidecars == ["side", "side"]
+    assert fake.ran == ["last"]
+    assert run.waiting == ""
