@@ -242,6 +242,36 @@ async def test_chart_bgp_from_metallb_objects(helm: Any) -> None:
         assert [s["name"] for s in subjects] == ["podway-engine-edge"]
 
 
+async def test_chart_bgp_from_podway_s_own_objects_alone(helm: Any) -> None:
+    """reachability.bgp.fromVIPPeers, without fromMetalLB: the sidecar is still the live
+    speaker (`vip announce-metallb --no-metallb`, Podway's VIPPeer/VIPAdvertisement/VIPPool),
+    with a Role in the release's namespace for the password Secrets and Events only (nothing of
+    metallb.io) and the cluster-wide rights of the fromMetalLB case; all valid."""
+    _, objects = await render(helm, {"reachability": {
+        "mode": "bgp", "bgp": {"announce": ["198.18.60.0/28"],
+                               "fromVIPPeers": {"enabled": True}}}})
+    validate(objects)
+    spec = by_kind(objects, "Deployment", "podway-engine-edge")["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is True
+    sidecar = next(c for c in spec["containers"] if c["name"] == "bgp")
+    assert sidecar["args"][:5] == ["vip", "announce-metallb", "--node=$(NODE_NAME)",
+                                   "--metallb-namespace=podway-system", "--no-metallb"]
+    assert "--vip=198.18.60.0/28" in sidecar["args"]
+    assert not [a for a in sidecar["args"] if a.startswith(("--neighbor", "--local-as"))]
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} \
+        in sidecar["env"]
+    role = by_kind(objects, "Role", "podway-engine-speaker")
+    assert role["metadata"]["namespace"] == "podway-system"
+    assert [(rule["apiGroups"], rule["resources"]) for rule in role["rules"]] == [
+        ([""], ["secrets"]), ([""], ["events"])]
+    cluster = by_kind(objects, "ClusterRole", "podway-engine-speaker")
+    assert (["podway.io"], ["vippeers/status"], ["patch"]) in [
+        (rule["apiGroups"], rule["resources"], rule["verbs"]) for rule in cluster["rules"]]
+    for binding in ("RoleBinding", "ClusterRoleBinding"):
+        subjects = by_kind(objects, binding, "podway-engine-speaker")["subjects"]
+        assert [s["name"] for s in subjects] == ["podway-engine-edge"]
+
+
 async def test_chart_takes_ingress_classes_over(helm: Any) -> None:
     """controller.ingressClasses: one --ingress-class flag per class on the controller."""
     _, objects = await render(helm, {"controller": {"ingressClasses": ["nginx", "legacy"]}})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from podway.model.base import Int, K8sModel, K8sObject
 from podway.model.gateway import LabelSelector
@@ -47,12 +47,31 @@ class VIPPool(K8sObject):
     spec: VIPPoolSpec = Field(default_factory=VIPPoolSpec)
 
 
+class IPAddressPoolAllocation(ServiceAllocation):
+    model_config = ConfigDict(extra="allow")  # see IPAddressPoolSpec
+
+
+class IPAddressPoolSpec(VIPPoolSpec):
+    """MetalLB's spec keeps the fields Podway does not know (a newer MetalLB's) in
+    ``model_extra``, so they are said on the object (``unknown_fields``), never ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    service_allocation: IPAddressPoolAllocation | None = None
+
+    def unknown_fields(self) -> list[str]:
+        """Paths (under ``spec``) of the fields Podway does not know, sorted."""
+        out = list(self.model_extra or {})
+        if self.service_allocation is not None:
+            out += [f"serviceAllocation.{k}" for k in self.service_allocation.model_extra or {}]
+        return sorted(out)
+
+
 class IPAddressPool(K8sObject):
     """MetalLB's pool kind (``metallb.io/v1beta1``), read as MetalLB defines it."""
 
     KIND: ClassVar[str] = "IPAddressPool"
     API_GROUPS: ClassVar[tuple[str, ...]] = (METALLB_GROUP,)
-    spec: VIPPoolSpec = Field(default_factory=VIPPoolSpec)
+    spec: IPAddressPoolSpec = Field(default_factory=IPAddressPoolSpec)
 
 
 class _MetalLBObject(K8sObject):

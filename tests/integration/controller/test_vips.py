@@ -127,8 +127,9 @@ def pool_object(kind: str, name: str, *addresses: str, **spec: Any) -> dict[str,
 
 async def test_pools_from_objects_are_read_live(bed: Bed) -> None:
     """No pool file: a VIPPool created after start gives a waiting Service its address; a
-    MetalLB IPAddressPool with priority 1 then serves the next Service first; a VIPPool that
-    overlaps gets a Warning event (PoolConflict) and is not used."""
+    MetalLB IPAddressPool with priority 1 (and a field Podway does not know: a Warning event
+    naming it) then serves the next Service first; a VIPPool that overlaps gets a Warning event
+    (PoolConflict) and is not used."""
     bed.lb_address = None
     bed.emu.put("services", lb_service("a", 9000))
     await bed.start(vip_pool_kinds=(PoolKinds.VIPPOOLS, PoolKinds.METALLB))
@@ -139,11 +140,16 @@ async def test_pools_from_objects_are_read_live(bed: Bed) -> None:
 
     bed.emu.put("ipaddresspools", pool_object(
         "IPAddressPool", "theirs", "198.18.8.1-198.18.8.3",
-        serviceAllocation={"priority": 1}), group="metallb.io")
+        serviceAllocation={"priority": 1}, laterField=True), group="metallb.io")
     bed.emu.put("vippools", pool_object("VIPPool", "clash", "198.18.7.10"), group="podway.io")
     await eventually(lambda: any(e.get("reason") == "PoolConflict"
                                  and e["involvedObject"]["name"] == "clash"
                                  for e in bed.emu.events))
+    # a field Podway does not know (a newer MetalLB's) is said on the pool, which is used
+    await eventually(lambda: any(e.get("reason") == "UnsupportedField"
+                                 and e["involvedObject"]["name"] == "theirs"
+                                 and "spec.laterField is not carried" in e.get("message", "")
+                                 and e.get("type") == "Warning" for e in bed.emu.events))
     bed.emu.put("services", lb_service("b", 9001))
     await eventually(lambda: ingress(bed, "b") == [{"ip": "198.18.8.1"}])
     assert ingress(bed, "a") == [{"ip": "198.18.7.9"}]  # a held address stays

@@ -206,7 +206,12 @@ def announce_metallb(
     metrics_address: Annotated[str, typer.Option(help="Address of /metrics.")] = "127.0.0.1",
     metrics_port: Annotated[int, typer.Option(help="Port of /metrics (0: none).")] = 0,
     session_states: Annotated[bool, typer.Option(
-        help="Write MetalLB's BGPSessionState objects (one per peer of this node).")] = True,
+        help="Write MetalLB's BGPSessionState objects (one per peer of this node) and this "
+             "node's entry of each VIPPeer's status.")] = True,
+    metallb: Annotated[bool, typer.Option(
+        "--metallb/--no-metallb", help="Read MetalLB's kinds too; --no-metallb: only Podway's "
+        "VIPPeer, VIPAdvertisement and VIPPool (password Secrets in --metallb-namespace).")
+    ] = True,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """BGP as MetalLB's objects say (BGPPeer, BGPAdvertisement, Community, BFDProfile,
@@ -223,7 +228,8 @@ def announce_metallb(
     opts = Options(node=node, router_id=router_id, namespace=metallb_namespace,
                    vips=tuple(vip) or None, workdir=workdir, kubeconfig=kubeconfig,
                    context=context, withdraw_wait=withdraw_wait, metrics_address=metrics_address,
-                   metrics_port=metrics_port, session_states=session_states)
+                   metrics_port=metrics_port, session_states=session_states,
+                   metallb=metallb)
     healthy = (lambda: _healthy(health_url)) if health_url else None
     asyncio.run(run_until_signal(main(opts, healthy)))
 

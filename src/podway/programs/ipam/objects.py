@@ -64,6 +64,7 @@ def pools_of(snapshot: Snapshot, configured: Sequence[Pool], kinds: Iterable[Poo
     problems: list[Problem] = []
     if PoolKinds.METALLB in chosen:
         problems += _unserved(snapshot, metallb_namespace)
+        problems += _unknown(obj for obj in objects if isinstance(obj, IPAddressPool))
     for obj, (pool, invalid) in parsed:
         problem = invalid if pool is None else _conflict(obj, pool, pools)
         if problem is not None:
@@ -85,6 +86,17 @@ def _unserved(snapshot: Snapshot, namespace: str) -> list[Problem]:
                     message=f"{model.KIND} {name!r} is not read by the Podway controller; use "
                     f"{instead} (docs/vips.md#coming-from-metallb)"))
     return out
+
+
+def _unknown(pools: Iterable[IPAddressPool]) -> list[Problem]:
+    """One warning per spec field of a MetalLB pool that Podway does not know (a newer
+    MetalLB's): said on the object, as the speakers say it on theirs; the pool is used with the
+    fields Podway knows."""
+    return [Problem(ref=obj.ref, reason=Reason.UNSUPPORTED_FIELD, severity=Severity.WARNING,
+                    field=f"spec.{path}",
+                    message=f"IPAddressPool {obj.metadata.name!r}: spec.{path} is not carried "
+                    "(a field Podway does not know); the pool is used without it")
+            for obj in pools for path in obj.spec.unknown_fields()]
 
 
 def _pool(obj: K8sObject) -> tuple[Pool | None, Problem | None]:

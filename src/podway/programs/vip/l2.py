@@ -14,7 +14,9 @@ so a VIP moves well within 2 s of its owner failing. A starting host listens tha
 it claims anything (it would otherwise take every VIP for a moment, alone as far as it knows).
 Heartbeats say which VIPs their sender holds: on a graceful stop the host says it is leaving
 and keeps each VIP until a peer reports holding it (the new owner has announced it), so some
-host answers for the VIP at every moment.
+host answers for the VIP at every moment. They also say which VIPs the sender is taking (its
+address is not usable yet: an IPv6 one waits for the kernel's address work, over a second on a
+busy host): a VIP a live peer is taking is kept up to ``CLAIM_FACTOR`` times longer.
 
 Pure parts (heartbeat encoding, the election, the announcement packets) are functions; the
 speaker does the I/O (a UDP socket, ``ip addr``, a packet socket, a raw ICMPv6 socket).
@@ -38,12 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from podway.base.errors import ConfigError, EnvironmentProblem
+from podway.programs.vip import l2_addr
 from podway.programs.vip.l2_arp import ArpIsolation
 
 log = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_AGE_S = 5.0  # a heartbeat older than this (clock of its sender) is refused: no replay
+CLAIM_FACTOR = 5  # a VIP a live peer is taking is kept this many times hand_over_s at most
 
 
 # --- heartbeats ---------------------------------------------------------------------------------
@@ -55,6 +59,7 @@ class Heartbeat:
     sent: float = 0.0  # the sender's wall clock
     holds: tuple[str, ...] = ()  # the VIPs the sender has on its interface
     serves: tuple[str, ...] | None = None  # the VIPs it may own (its node is selected); None: all
+    claims: tuple[str, ...] = ()  # the VIPs it is taking (added, not usable yet)
 
 
 def encode(beat: Heartbeat, key: bytes) -> bytes:
@@ -62,6 +67,8 @@ def encode(beat: Heartbeat, key: bytes) -> bytes:
            "sent": beat.sent, "holds": list(beat.holds)}
     if beat.serves is not None:
         raw["serves"] = list(beat.serves)
+    if beat.claims:
+        raw["claims"] = list(beat.claims)
     body = json.dumps(raw, separators=(",", ":")).encode()
     return hmac.new(key, body, hashlib.sha256).digest() + body
 
@@ -77,7 +84,8 @@ def decode(data: bytes, key: bytes, *, now: float) -> Heartbeat | None:
         beat = Heartbeat(node=str(raw["node"]), healthy=bool(raw["healthy"]),
                          leaving=bool(raw["leaving"]), sent=float(raw["sent"]),
                          holds=tuple(str(v) for v in raw.get("holds", ())),
-                         serves=None if serves is None else tuple(str(v) for v in serves))
+                         serves=None if serves is None else tuple(str(v) for v in serves),
+                         claims=tuple(str(v) for v in raw.get("claims", ())))
     except (ValueError, KeyError, TypeError):
         return None
     return beat if abs(now - beat.sent) <= MAX_AGE_S else None
@@ -118,6 +126,11 @@ class Membership:
         """The VIPs live peers say they hold."""
         return {vip for at, beat in self.heard.values() if now - at <= self.dead_after_s
                 for vip in beat.holds}
+
+    def claimed_by_others(self, now: float) -> set[str]:
+        """The VIPs live peers say they are taking."""
+        return {vip for at, beat in self.heard.values() if now - at <= self.dead_after_s
+                for vip in beat.claims}
 
 
 # --- announcements ------------------------------------------------------------------------------
@@ -194,6 +207,7 @@ class L2Speaker:
         self.engine_ok = healthy is None
         self.arp = ArpIsolation() if settings.arp_isolation else None
         self._losing: dict[str, float] = {}  # held VIP the election gives away → since when
+        self.claiming: set[str] = set()  # VIPs being added, not usable yet
         self.leaving = False
         self._sock: socket.socket | None = None
 
@@ -215,14 +229,16 @@ class L2Speaker:
     def keeping(self, wanted: set[str], now: float) -> set[str]:
         """``wanted`` and each VIP this host holds but is losing (its engine is no longer
         ready, or the hash gives it to a newcomer) until a live peer says it holds it — the new
-        owner has announced it — or for ``hand_over_s`` at most: some host answers at every
-        moment, as on a graceful stop. A VIP no live peer may take, or no longer a VIP, goes at
-        once (a split's minority side hears no peer: it lets go at once)."""
+        owner has announced it — or for ``hand_over_s`` at most (``CLAIM_FACTOR`` times that
+        while a live peer says it is taking it): some host answers at every moment, as on a
+        graceful stop. A VIP no live peer may take, or no longer a VIP, goes at once (a split's
+        minority side hears no peer: it lets go at once)."""
         self._losing = {v: self._losing.get(v, now) for v in self.held - wanted}
-        taken = self.members.held_by_others(now)
+        taken, claimed = self.members.held_by_others(now), self.members.claimed_by_others(now)
         return wanted | {v for v, since in self._losing.items()
-                         if v in self.vips and v not in taken and now - since < self.s.hand_over_s
-                         and self.members.candidates(now, v)}
+                         if v in self.vips and v not in taken and self.members.candidates(now, v)
+                         and now - since < self.s.hand_over_s * (CLAIM_FACTOR if v in claimed
+                                                                 else 1)}
 
     def in_majority(self, now: float) -> bool:
         """This host and the peers it hears (alive, whatever their health) are more than half
@@ -251,9 +267,11 @@ class L2Speaker:
         except OSError as err:
             raise EnvironmentProblem(f"l2: cannot listen on {self.s.listen}: {err}") from None
         loop.add_reader(self._sock.fileno(), self._receive)
+        beats = asyncio.create_task(self._beats(), name="l2-heartbeats")
         try:
             await self._loop()
         finally:
+            beats.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._hand_over())
             loop.remove_reader(self._sock.fileno())
@@ -272,12 +290,17 @@ class L2Speaker:
         for interface in sorted(wanted):
             self.arp.ensure(interface)
 
+    async def _beats(self) -> None:
+        """A heartbeat every interval, also while a VIP is being added (which may take long)."""
+        while True:
+            self._send()
+            await asyncio.sleep(self.s.interval_s)
+
     async def _loop(self) -> None:
         warm = time.monotonic() + self.members.dead_after_s  # hear the peers before claiming
         while True:
             if self.healthy is not None:
                 self.engine_ok = await self.healthy()
-            self._send()
             self.isolate()
             now = time.monotonic()
             if now >= warm:
@@ -301,7 +324,8 @@ class L2Speaker:
         assert self._sock is not None
         serves = None if self.placement is None else tuple(sorted(self.placement))
         data = encode(Heartbeat(self.s.node, self.engine_ok, self.leaving, time.time(),
-                                tuple(sorted(self.held)), serves), self.s.key)
+                                tuple(sorted(self.held)), serves, tuple(sorted(self.claiming))),
+                      self.s.key)
         for address in self.peers.values():
             with contextlib.suppress(OSError):  # a peer's host may be down: that is the point
                 self._sock.sendto(data, sockaddr(address))
@@ -316,8 +340,15 @@ class L2Speaker:
                 log.warning("l2: %s let go of %s", self.s.node, vip)
         for vip in sorted(wanted - self.held):
             interfaces = self.interfaces(vip)
-            for interface in interfaces:
-                await _ip("addr", "add", *_address(vip, interface))
+            self.claiming.add(vip)
+            self._send()  # the old owner keeps it while we take it
+            try:
+                for interface in interfaces:
+                    await _ip("addr", "add", *_address(vip, interface))
+                for interface in interfaces:
+                    await l2_addr.usable(vip, interface)
+            finally:
+                self.claiming.discard(vip)
             self.held.add(vip)
             self.on[vip] = interfaces
             log.warning("l2: %s now answers for %s on %s", self.s.node, vip,
@@ -337,14 +368,17 @@ class L2Speaker:
                 await asyncio.sleep(0.1)
 
     async def _hand_over(self) -> None:
-        """Say we are leaving; let go of each VIP once a peer reports holding it (or at the
-        deadline, or at once when no peer is alive to take it)."""
+        """Say we are leaving; let go of each VIP once a peer reports holding it (or after
+        ``hand_over_s``, ``CLAIM_FACTOR`` times that while a live peer is taking one, or at once
+        when no peer is alive to take it)."""
         self.leaving = True
-        deadline = time.monotonic() + self.s.hand_over_s
-        while self.held and self.members.candidates(time.monotonic()) \
-                and time.monotonic() < deadline:
+        start = time.monotonic()
+        while self.held and self.members.candidates(now := time.monotonic()):
+            claimed = self.held & self.members.claimed_by_others(now)
+            if now - start >= self.s.hand_over_s * (CLAIM_FACTOR if claimed else 1):
+                break
             self._send()
-            await self._reconcile(self.held - self.members.held_by_others(time.monotonic()))
+            await self._reconcile(self.held - self.members.held_by_others(now))
             await asyncio.sleep(self.s.interval_s / 4)
         await self._reconcile(set())
 

@@ -4,10 +4,13 @@ objects in the API (``podway.programs.vip.metallb`` says what they mean).
 It watches, in MetalLB's namespace, ``BGPPeer``, ``BGPAdvertisement``, ``Community``,
 ``BFDProfile`` and ``IPAddressPool``, the Secrets there (only a ``kubernetes.io/basic-auth``
 Secret's ``password`` is kept, in memory), and this host's Node (its labels, for the node
-selectors). After a change (coalesced over ``debounce_s``) the plan is worked out again; when it
-differs BIRD's configuration is rewritten (0600) and applied with ``birdc configure``, which
-restarts only the sessions whose own configuration changed: a peer added, removed or edited
-leaves the other sessions Established. Each problem of the objects is logged once, as a
+selectors). With ``metallb=False`` (``--no-metallb``: the chart's ``fromVIPPeers``) only
+Podway's own ``VIPPeer``, ``VIPAdvertisement`` and ``VIPPool`` are read, and the Secrets of
+``namespace``; MetalLB's kinds are not listed at all. After a change (coalesced over
+``debounce_s``) the plan is worked out again; when it differs BIRD's configuration is
+rewritten (0600) and applied with ``birdc configure``, which restarts only the sessions whose
+own configuration changed: a peer added, removed or edited leaves the other sessions
+Established. Each problem of the objects is logged once, as a
 warning. While ``healthy`` says no, nothing is announced (the sessions stay up).
 
 ``sessions`` reads every session's state from BIRD (``birdc show protocols``), for the
@@ -88,8 +91,10 @@ class MetalLBSpeaker(Follower):
     def __init__(self, api: client.ApiClient, *, namespace: str, node: str, router_id: str,
                  workdir: Path, vips: Sequence[str] | None = None, prefix: Sequence[str] = (),
                  debounce_s: float = 0.2,
-                 healthy: Callable[[], Awaitable[bool]] | None = None) -> None:
+                 healthy: Callable[[], Awaitable[bool]] | None = None,
+                 metallb: bool = True) -> None:
         super().__init__(namespace=namespace, node=node)
+        self.metallb = metallb  # False: Podway's kinds only (MetalLB's are not even listed)
         self._api = api
         self.router_id = router_id
         self._vips = tuple(vips) if vips is not None else None
@@ -105,7 +110,7 @@ class MetalLBSpeaker(Follower):
     def informers(self) -> list[Informer]:
         custom = client.CustomObjectsApi(self._api)
         core = client.CoreV1Api(self._api)
-        out = self._kind_informers(custom, METALLB_SPEAKER_KINDS)
+        out = self._kind_informers(custom, METALLB_SPEAKER_KINDS) if self.metallb else []
         out += self._podway_informers(custom, PODWAY_SPEAKER_KINDS)
         out.append(Informer(name="metallb-secrets", lister=functools.partial(
             core.list_namespaced_secret, self.namespace), params={},

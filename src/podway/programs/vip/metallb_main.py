@@ -34,7 +34,8 @@ class Options:
     withdraw_wait: float = 2.0
     metrics_address: str = "127.0.0.1"
     metrics_port: int = 0  # 0: no metrics endpoint
-    session_states: bool = True  # write BGPSessionState objects
+    session_states: bool = True  # write BGPSessionState objects and VIPPeer statuses
+    metallb: bool = True  # read MetalLB's kinds too (False: only Podway's VIPPeer & co.)
     report_s: float = 2.0
 
 
@@ -43,10 +44,10 @@ async def main(opts: Options, healthy: Callable[[], Awaitable[bool]] | None = No
     api = await connect(kubeconfig=opts.kubeconfig, context=opts.context)
     speaker = MetalLBSpeaker(api, namespace=opts.namespace, node=opts.node,
                              router_id=opts.router_id, workdir=opts.workdir, vips=opts.vips,
-                             healthy=healthy)
+                             healthy=healthy, metallb=opts.metallb)
     metrics = SessionMetrics()
     states = SessionStates(api, namespace=opts.namespace, node=opts.node) \
-        if opts.session_states else None
+        if opts.session_states and opts.metallb else None
     runner = None
     try:
         if opts.metrics_port:

@@ -119,3 +119,20 @@ def test_metallb_kinds_podway_does_not_serve_get_a_warning_each() -> None:
     peer = next(p for p in said if p.ref.kind == "BGPPeer")
     assert "podway vip announce-metallb on each engine host" in peer.message
     assert pools_of(snap, (), (PoolKinds.VIPPOOLS,)).problems == ()
+
+
+def test_a_metallb_pool_field_podway_does_not_know_is_said_not_ignored() -> None:
+    """A spec field of an IPAddressPool that Podway does not know (a newer MetalLB's), also
+    inside serviceAllocation, is an UnsupportedField warning on the pool naming the field; the
+    pool is still used with the fields Podway knows. A pool with known fields only: nothing."""
+    snap = snapshot(metallb("newer", "198.18.9.0/30", ipFamilyPolicy="SingleStack",
+                            serviceAllocation={"priority": 2, "podSelectors": []}),
+                    metallb("plain", "198.18.9.8/30", avoidBuggyIPs=True, autoAssign=False,
+                            serviceAllocation={"priority": 1, "namespaces": ["a"]}))
+    read = pools_of(snap, (), ALL)
+    assert sorted(p.name for p in read.pools) == ["newer", "plain"]
+    assert [(p.ref.name, p.reason, p.field) for p in read.problems] == [
+        ("newer", Reason.UNSUPPORTED_FIELD, "spec.ipFamilyPolicy"),
+        ("newer", Reason.UNSUPPORTED_FIELD, "spec.serviceAllocation.podSelectors")]
+    assert "spec.ipFamilyPolicy is not carried" in read.problems[0].message
+    assert pools_of(snap, (), (PoolKinds.VIPPOOLS,)).problems == ()

@@ -26,6 +26,7 @@ from podway.programs.vip.l2 import (
     sockaddr,
     unsolicited_na,
 )
+from podway.programs.vip.l2_addr import has_local_route
 
 KEY = b"k" * 32
 VIPS = tuple(f"198.18.80.{i}" for i in range(1, 61))
@@ -171,3 +172,83 @@ def test_a_vip_being_lost_is_kept_until_the_new_owner_holds_it() -> None:
     alone = L2Speaker(settings("a"))
     alone.held, alone.engine_ok = {vip}, False
     assert alone.keeping(set(), 100.0) == set()
+
+
+def test_the_local_route_of_a_vip_is_found_in_ip_s_listing() -> None:
+    listing = ("local fe80::11 proto kernel metric 0 pref medium\n"
+               "local fe80::100 proto kernel metric 0 pref medium\n")
+    assert has_local_route(listing, "fe80::100")
+    assert not has_local_route(listing, "fe80::101")
+    assert not has_local_route("", "fe80::100")
+    assert not has_local_route("multicast ff00::/8 proto kernel metric 256 pref medium",
+                               "ff00::")
+
+
+async def test_an_ipv6_vip_is_announced_and_reported_held_only_once_the_kernel_takes_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel takes packets for a new IPv6 address only once its address work has put in
+    the local route (later than ``ip addr add`` returns on a busy host): the speaker announces
+    the VIP, and its heartbeats say it holds it, only then; meanwhile they say it is taking it
+    (the first one at once). An IPv4 VIP is not waited for."""
+    from podway.programs.vip import l2, l2_addr
+
+    events: list[str] = []
+    routes = iter([False, False, True])
+    speaker = L2Speaker(settings("a"))
+
+    async def ip(*args: str, may_fail: bool = False) -> None:
+        events.append("ip " + " ".join(args[:2]))
+
+    async def local_route(vip: str, interface: str) -> bool:
+        found = next(routes)
+        events.append(f"route {found}")
+        return found
+
+    def announce(interface: str, mac: bytes, address: object) -> None:
+        events.append(f"announce {address}")
+
+    def beat() -> None:
+        events.append(f"beat holds={sorted(speaker.held)} claims={sorted(speaker.claiming)}")
+
+    monkeypatch.setattr(l2, "_ip", ip)
+    monkeypatch.setattr(l2_addr, "local_route", local_route)
+    monkeypatch.setattr(l2, "_send_announcement", announce)
+    monkeypatch.setattr(l2, "_mac", lambda interface: b"\x02" * 6)
+    monkeypatch.setattr(speaker, "_send", beat)
+    await speaker._reconcile({"fe80::100"})
+    assert events[:6] == ["beat holds=[] claims=['fe80::100']", "ip addr add", "route False",
+                          "route False", "route True", "announce fe80::100"]
+    assert speaker.held == {"fe80::100"}
+    assert speaker.claiming == set()
+    events.clear()
+    await speaker._reconcile({"fe80::100", "198.18.80.1"})
+    assert "route" not in " ".join(events)  # IPv4: usable when ip returns
+    assert events[1:3] == ["ip addr add", "announce 198.18.80.1"]
+
+
+def test_a_vip_a_live_peer_is_taking_is_kept_longer() -> None:
+    """A host losing a VIP keeps it past hand_over_s while a live peer's heartbeat says it is
+    taking it (its address not usable yet), up to CLAIM_FACTOR times; a claim of a dead peer
+    does not count. Claims go over the wire."""
+    from podway.programs.vip.l2 import CLAIM_FACTOR
+
+    vip = next(v for v in VIPS if owner(v, ["a", "b"]) == "a")
+    beat = Heartbeat("b", healthy=True, sent=1.0, claims=(vip,))
+    assert decode(encode(beat, KEY), KEY, now=1.0) == beat
+    speaker = L2Speaker(settings("a"))
+    speaker.held, speaker.engine_ok = {vip}, False
+    speaker.members.hear(beat, at=100.0)
+    assert speaker.keeping(set(), 100.0) == {vip}
+    for t in (100.4, 100.5):  # b keeps saying it is taking it: kept past hand_over_s (1 s)
+        speaker.members.hear(Heartbeat("b", healthy=True, sent=t, claims=(vip,)), at=t + 1)
+    assert speaker.keeping(set(), 101.5) == {vip}
+    end = 100.0 + CLAIM_FACTOR * 1.0
+    speaker.members.hear(Heartbeat("b", healthy=True, sent=end, claims=(vip,)), at=end - 0.1)
+    assert speaker.keeping(set(), end - 0.05) == {vip}
+    assert speaker.keeping(set(), end) == set()  # at most that long
+    silent = L2Speaker(settings("a"))
+    silent.held, silent.engine_ok = {vip}, False
+    silent.members.hear(Heartbeat("b", healthy=True, sent=1.0), at=100.0)
+    assert silent.keeping(set(), 100.0) == {vip}
+    silent.members.hear(Heartbeat("b", healthy=True, sent=2.0), at=101.0)
+    assert silent.keeping(set(), 101.2) == set()  # no claim: hand_over_s

@@ -10,6 +10,9 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio import client
+
+from podway.model.kinds import METALLB_SPEAKER_KINDS
 from podway.programs.vip.bird import BfdProfile, Export, engine_config
 from podway.programs.vip.metallb import Objects
 from podway.programs.vip.metallb_follow import problem_event
@@ -120,8 +123,14 @@ def test_bad_specs_are_problems_naming_the_podway_object() -> None:
 
 
 class FakeApi:
+    """A VIPPeer that only this node writes, at resourceVersion 7."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def get_cluster_custom_object(self, group: str, version: str, plural: str,
+                                        name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": "7"}, "status": {}}
 
     async def patch_cluster_custom_object_status(self, group: str, version: str, plural: str,
                                                  name: str, body: dict[str, Any],
@@ -145,10 +154,33 @@ def test_peer_status_written_per_node_only_on_change_and_removed() -> None:
         await status.write([])
 
     asyncio.run(run())
+    version = {"metadata": {"resourceVersion": "7"}}
     assert api.calls == [
-        ("rtr-a", {"status": {"nodes": {"eng1": {"session": "Established", "established": True,
-                                                 "bfd": "Up", "address": "198.18.51.1"}}}}),
-        ("rtr-a", {"status": {"nodes": {"eng1": {"session": "Active", "established": False,
-                                                 "bfd": "Down", "address": "198.18.51.1"}}}}),
-        ("rtr-a", {"status": {"nodes": {"eng1": None}}}),
+        ("rtr-a", version | {"status": {"nodes": {"eng1": {
+            "session": "Established", "established": True, "bfd": "Up",
+            "address": "198.18.51.1"}}, "established": "1/1"}}),
+        ("rtr-a", version | {"status": {"nodes": {"eng1": {
+            "session": "Active", "established": False, "bfd": "Down",
+            "address": "198.18.51.1"}}, "established": "0/1"}}),
+        ("rtr-a", version | {"status": {"nodes": {"eng1": None}, "established": "0/0"}}),
     ]
+
+
+async def test_without_metallb_only_podway_s_kinds_are_listed() -> None:
+    """``--no-metallb`` (the chart's fromVIPPeers): no informer of MetalLB's kinds, so a
+    cluster without MetalLB (and a Role without metallb.io) is not a refusal per kind."""
+    from podway.programs.vip.metallb_live import MetalLBSpeaker
+
+    def names(metallb: bool) -> set[str]:
+        live = MetalLBSpeaker(api, namespace="podway-system", node="eng1", router_id="198.18.0.1",
+                              workdir=Path("/nonexistent"), metallb=metallb)
+        return {i.name for i in live.informers()}
+
+    api = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
+    try:
+        both, alone = names(True), names(False)
+    finally:
+        await api.close()
+    assert alone < both
+    assert both - alone == {f"metallb-{k.plural}" for k in METALLB_SPEAKER_KINDS}
+    assert "metallb-secrets" in alone
