@@ -600,16 +600,29 @@ def _named(pid: int, name: str) -> bool:
 def podway_haproxy(ctx: Context) -> Running:
     """``podway run --engine haproxy`` on the same manifests: the HAProxy engine as Podway
     configures it (one thread); its CPU is the HAProxy processes' (master and worker)."""
+    return _podway_haproxy(ctx, "podway-haproxy", Path(sys.executable).with_name("podway"))
+
+
+@target("podway-haproxy-other", variant=True)
+def podway_haproxy_other(ctx: Context) -> Running:
+    """``podway run --engine haproxy`` of another checkout (``DATAPLANE_OTHER_PODWAY``, as
+    ``podway-other``) beside this one's: a HAProxy rendering's before and after."""
+    other = os.environ.get("DATAPLANE_OTHER_PODWAY")
+    if not other:
+        raise SystemExit("podway-haproxy-other: set DATAPLANE_OTHER_PODWAY")
+    return _podway_haproxy(ctx, "podway-haproxy-other", Path(other))
+
+
+def _podway_haproxy(ctx: Context, name: str, cli: Path) -> Running:
     http, https = free_port(), free_port()
-    folder = ctx.root / "manifests-haproxy"
+    folder = ctx.root / f"manifests-{name}"
     podway_manifests(ctx, folder)
     state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
     os.chmod(state, 0o700)
-    cli = Path(sys.executable).with_name("podway")
     proc = ctx.spawn([str(cli), "run", "--engine", "haproxy", "--manifests", str(folder),
                       "--address", "127.0.0.1", "--http-port", str(http), "--https-port",
                       str(https), "--state-dir", str(state), "--log-level", "warning"],
-                     log="podway-haproxy.log")
+                     log=f"{name}.log")
 
     def haproxy_pids() -> list[int]:
         return [p for p in tree(proc.pid) if p != proc.pid and _named(p, "haproxy")]
@@ -618,7 +631,7 @@ def podway_haproxy(ctx: Context) -> Running:
     while not haproxy_pids():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("podway run --engine haproxy did not start HAProxy: see "
-                             f"{ctx.root / 'podway-haproxy.log'}")
+                             f"{ctx.root / (name + '.log')}")
         time.sleep(0.1)
 
     def stop() -> None:
@@ -735,7 +748,8 @@ def main() -> None:
     names = [n for n in args.targets.split(",") if n]
     if args.variants:
         names += [n for n in VARIANTS if n not in names
-                  and (n != "podway-other" or os.environ.get("DATAPLANE_OTHER_PODWAY"))]
+                  and (n not in ("podway-other", "podway-haproxy-other")
+                       or os.environ.get("DATAPLANE_OTHER_PODWAY"))]
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [n for n in names if n not in TARGETS and n not in VARIANTS] + [
         w for w in workloads if w not in WORKLOADS]

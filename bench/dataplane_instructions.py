@@ -30,7 +30,8 @@ a run under Valgrind lasts ~50x longer than the same requests natively: each Env
 ``--variants A,B`` adds replicas with one of Podway's settings removed (``VARIANTS``): what
 each costs per request (the bisection of docs/performance.md, "Where the tax was").
 
-    python bench/dataplane_instructions.py [--rounds 2] [--duration 5] [--variants ...] [--json]
+    python bench/dataplane_instructions.py [--rounds 2] [--duration 5] [--requests 2000]
+        [--new-connections 200] [--variants ...] [--json]
 
 It kills only the processes it started; Valgrind's start-up of Envoy takes 1-5 minutes on a
 loaded machine.
@@ -283,6 +284,56 @@ def no_overload_manager(config: dict[str, Any]) -> None:
     config.pop("overload_manager", None)
 
 
+@variant
+def no_host_port_strip(config: dict[str, Any]) -> None:
+    """The manager without ``strip_any_host_port``."""
+    for manager in managers(config):
+        manager.pop("strip_any_host_port", None)
+
+
+@variant
+def port_ignored_in_matching(config: dict[str, Any]) -> None:
+    """``ignore_port_in_host_matching`` on the route table instead of the manager's
+    ``strip_any_host_port`` (the Host keeps its port on the way to the member)."""
+    for manager in managers(config):
+        manager.pop("strip_any_host_port", None)
+        manager["route_config"]["ignore_port_in_host_matching"] = True
+
+
+@variant
+def real_ip_inline(config: dict[str, Any]) -> None:
+    """X-Real-IP registered as an inline request header (``inline_headers``): its removal is
+    a slot lookup instead of a search of the header list."""
+    config["inline_headers"] = [{"inline_header_name": "x-real-ip",
+                                 "inline_header_type": "REQUEST_HEADER"}]
+
+
+@variant
+def no_inline_headers(config: dict[str, Any]) -> None:
+    """Without the bootstrap's ``inline_headers`` (Podway before X-Real-IP got a slot)."""
+    config.pop("inline_headers", None)
+
+
+@variant
+def retries_any_host(config: dict[str, Any]) -> None:
+    """Connect-failure retries without the previous-hosts predicate."""
+    for manager in managers(config):
+        for host in manager["route_config"]["virtual_hosts"]:
+            policy = host.get("retry_policy", {})
+            policy.pop("retry_host_predicate", None)
+            policy.pop("host_selection_retry_max_attempts", None)
+
+
+@variant
+def no_upgrades(config: dict[str, Any]) -> None:
+    """No WebSocket upgrade settings (manager nor routes)."""
+    for manager in managers(config):
+        manager.pop("upgrade_configs", None)
+        for host in manager["route_config"]["virtual_hosts"]:
+            for route in host["routes"]:
+                route.get("route", {}).pop("upgrade_configs", None)
+
+
 # --- counting instructions ---------------------------------------------------------------------
 def perf_counts_instructions() -> bool:
     """Whether ``perf`` can count instructions here (no PMU in most VMs)."""
@@ -409,7 +460,11 @@ def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str]
     for name, make in wanted:
         http, https = dp.free_port(), dp.free_port()
         path = ctx.root / f"{name}.json"
-        path.write_text(json.dumps(make(http, https)))
+        config = make(http, https)
+        # Admin on a unix socket: an ephemeral admin port of one Envoy, bound while the others
+        # start (minutes under Valgrind), could take a listener port chosen for another.
+        config["admin"] = {"address": {"pipe": {"path": str(ctx.root / f"{name}.admin")}}}
+        path.write_text(json.dumps(config))
         envoy = [str(ctx.envoy), "-c", str(path), "--concurrency", "1",
                  "--disable-hot-restart", "-l", "error"]
         checked = subprocess.run([*envoy, "--mode", "validate"], check=False,
@@ -432,15 +487,43 @@ def idle_rate(counter: Callgrind | Perf, envoy: Envoy, seconds: float) -> Count:
     return Count(round(count.all / seconds), round(count.worker / seconds))
 
 
+def _h2load(url: str, requests: int, connections: int = dp.CONNECTIONS
+            ) -> tuple[float, int, int]:
+    """``requests`` HTTP/1.1 requests over ``connections`` connections (as many as requests:
+    one request per connection)."""
+    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{connections}", f"-n{requests}", url],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, "
+                      r"(\d+) failed, (\d+) errored", out)
+    rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
+    if found is None or rate is None:
+        raise SystemExit(f"h2load: unexpected output: {out[-400:]}")
+    ok, failed, errored = (int(g) for g in found.groups())
+    return float(rate.group(1)), ok, failed + errored
+
+
 def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duration: int,
-                 idle: Count) -> dict[str, float]:
+                 idle: Count, *, requests: int = 0, new_connections: int = 0
+                 ) -> dict[str, float]:
+    """One run; keep-alive workloads with ``requests`` > 0 send that many (h2load) instead of
+    ``duration`` seconds of wrk: the 16 connections' set-up is then the same share of every
+    target's count, where a fixed duration gives a slower target fewer requests to spread it
+    over. New-connection workloads with ``new_connections`` > 0: that many connections of one
+    request each (h2load), all complete; wrk's run ends with up to 16 connections (handshakes)
+    done but their requests not counted, a large error when a run has ~50 requests."""
     tls = workload.startswith("https")
     url = f"{'https' if tls else 'http'}://127.0.0.1:{envoy.https if tls else envoy.http}/"
     got: dict[str, float] = {}
+    close = workload.endswith("newconn")
 
     def run() -> None:
-        got["rps"], got["requests"], got["errors"] = dp._wrk(url, duration,
-                                                             workload.endswith("newconn"))
+        if requests and not close:
+            got["rps"], got["requests"], got["errors"] = _h2load(url, requests)
+        elif new_connections and close:
+            got["rps"], got["requests"], got["errors"] = _h2load(url, new_connections,
+                                                                 new_connections)
+        else:
+            got["rps"], got["requests"], got["errors"] = dp._wrk(url, duration, close)
     before, started = dp.cpu_seconds([envoy.pid]), time.monotonic()
     count = counter.count(envoy.pid, run)
     wall, cpu_s = time.monotonic() - started, dp.cpu_seconds([envoy.pid]) - before
@@ -455,6 +538,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--duration", type=int, default=5, help="seconds of wrk per run")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="keep-alive runs: this many requests (h2load) instead of "
+                             "--duration seconds (wrk)")
+    parser.add_argument("--new-connections", type=int, default=0,
+                        help="new-connection runs: this many connections of one request each "
+                             "(h2load) instead of --duration seconds (wrk)")
     parser.add_argument("--idle", type=float, default=10,
                         help="seconds of the idle measure taken off each run")
     parser.add_argument("--workloads", default=",".join(dp.WORKLOADS))
@@ -491,7 +580,8 @@ def main() -> None:
                     order = envoys if r % 2 == 0 else envoys[::-1]  # interleaved
                     for envoy in order:
                         sample = measure_once(counter, envoy, workload, args.duration,
-                                              idle[envoy.name])
+                                              idle[envoy.name], requests=args.requests,
+                                              new_connections=args.new_connections)
                         samples.setdefault((envoy.name, workload), []).append(sample)
                 say(f"round {r + 1}/{args.rounds} done, load average {dp.load_average()}")
     say(ref.check_again())

@@ -7,6 +7,11 @@ no master process, so the measured process is the one doing the work) in front o
 nginx answering a tiny body. Workloads: HTTP/1.1 keep-alive, a new connection per request,
 HTTPS keep-alive, a new TLS handshake per request (``--workloads``).
 
+Two hand-written references: ``static``, the file as first written (host match, one server,
+``option forwardfor``), and ``static-same``, that file with the guarantees Podway's rendering
+gives every request (X-Forwarded-Proto, path normalisation, X-Real-IP dropped, the host
+matched with a port or a trailing dot; ``same_config``). Ratios are printed against both.
+
 Two measures:
 
 * default: ``wrk`` drives each config in turn, rounds interleaved; each figure is requests
@@ -146,11 +151,12 @@ def podway_config(folder: Path, ports: tuple[int, int], backend: int) -> Path:
     return config
 
 
-def static_config(folder: Path, ports: tuple[int, int], backend: int) -> Path:
+def static_config(folder: Path, ports: tuple[int, int], backend: int,
+                  name: str = "static") -> Path:
     """What one writes by hand for the same route (host match, one server), sharing idle
     server connections as Podway's does (``http-reuse always``; bench/dataplane.py's
     hand-written HAProxy too)."""
-    config = folder / "static.cfg"
+    config = folder / f"{name}.cfg"
     pem = folder / "static.pem"
     pem.write_text((folder / "cert.pem").read_text() + (folder / "key.pem").read_text())
     config.write_text(f"""global
@@ -169,6 +175,26 @@ frontend shop
 backend web
   server s1 127.0.0.1:{backend}
 """, encoding="utf-8")
+    return config
+
+
+def same_config(folder: Path, ports: tuple[int, int], backend: int) -> Path:
+    """The hand-written file with the guarantees Podway's rendering gives every request (a
+    careful operator's file for the same route, as Envoy's behaves): X-Forwarded-Proto set,
+    the path normalised (dot-dot segments, merged slashes; the same conditional rules), a
+    client's X-Real-IP dropped, and the host matched with any port or one trailing dot."""
+    config = static_config(folder, ports, backend, "static-same")
+    text = config.read_text(encoding="utf-8")
+    text = text.replace("  nbthread 1\n", "  nbthread 1\n  expose-experimental-directives\n")
+    text = text.replace("  option forwardfor\n", """  option forwardfor
+  http-request set-header x-forwarded-proto %[ssl_fc,iif(https,http)]
+  http-request normalize-uri path-strip-dot if { path_sub /. }
+  http-request normalize-uri path-strip-dotdot full if { path_sub /. }
+  http-request normalize-uri path-merge-slashes if { path_sub // }
+  http-request del-header x-real-ip
+""").replace("req.hdr(host),lower -m str shop.test }",
+             "req.hdr(host),lower,field(1,:) -m str shop.test shop.test. }")
+    config.write_text(text, encoding="utf-8")
     return config
 
 
@@ -300,9 +326,11 @@ def _before(src: str, folder: Path, ports: tuple[int, int], backend: int) -> Pat
 
 def _configs(args: argparse.Namespace, folder: Path, backend: int
              ) -> tuple[dict[str, Path], dict[str, tuple[int, int]]]:
-    ports = {"podway": (free_port(), free_port()), "static": (free_port(), free_port())}
+    ports = {"podway": (free_port(), free_port()), "static": (free_port(), free_port()),
+             "static-same": (free_port(), free_port())}
     configs = {"podway": podway_config(folder, ports["podway"], backend),
-               "static": static_config(folder, ports["static"], backend)}
+               "static": static_config(folder, ports["static"], backend),
+               "static-same": same_config(folder, ports["static-same"], backend)}
     if args.before:
         ports["before"] = (free_port(), free_port())
         configs["before"] = _before(args.before, folder, ports["before"], backend)
@@ -404,7 +432,8 @@ def count_instructions(stack: contextlib.ExitStack, configs: dict[str, Path],
         print(f"  {label}:")
         for name, count in counts.items():
             print(f"    {name:22} {count:11,.0f}  x hand-written "
-                  f"{counts['static'] / count:.3f}")
+                  f"{counts['static'] / count:.3f}, x same guarantees "
+                  f"{counts['static-same'] / count:.3f}")
 
 
 def measure_workload(names: list[str], pids: dict[str, int],
@@ -427,9 +456,12 @@ def measure_workload(names: list[str], pids: dict[str, int],
     for name in names:
         paired = statistics.median(r / s for r, s in zip(rates[name], rates["static"],
                                                           strict=True))
+        same = statistics.median(r / s for r, s in zip(rates[name], rates["static-same"],
+                                                        strict=True))
         median = statistics.median(rates[name])
         print(f"  {name:22} {median:9,.0f}  x hand-written: median {median / static:.2f}, "
-              f"paired {paired:.2f}   rounds {', '.join(f'{r:,.0f}' for r in rates[name])}")
+              f"paired {paired:.2f}; x same guarantees paired {same:.2f}   rounds "
+              f"{', '.join(f'{r:,.0f}' for r in rates[name])}")
 
 
 if __name__ == "__main__":

@@ -73,6 +73,70 @@ async def test_ingress_rules_reach_the_right_backend(engine_stack: Stack) -> Non
         ("shop.test", "/api/..", 200, "web"),
         ("shop.test", "//api//v1", 200, "api"),
         ("shop.test", "/x/..//api", 200, "api"),
+        # Single-dot segments too (RFC 3986 remove_dot_segments, as Envoy's normalize_path).
+        ("shop.test", "/./api/v1", 200, "api"),
+        ("shop.test", "/api/./health", 200, "web"),
+        ("shop.test", "/x/./../api/.", 200, "api"),
+    ]
+    for host, path, status, backend in cases:
+        got_status, body = await get(port, host, path)
+        assert (host, path, got_status, body.get("name")) == (host, path, status, backend)
+
+
+async def test_exact_hosts_only_route_every_spelling_of_the_host_alike(
+        engine_stack: Stack) -> None:
+    """Exact hosts only (HAProxy looks a Host written as its name up with its path in one
+    step, any other spelling through the host map): every spelling reaches the same route,
+    and a Host carrying a path never picks the route of that path."""
+    await _backends(engine_stack)
+    exact = RULES.split("  - host: \"*.wild.test\"", maxsplit=1)[0]
+    rules = "".join(line + "\n" for line in exact.splitlines()
+                    if "/gone" not in line)  # plain forwards only
+    engine_stack.write("ingress.yaml", ingress(rules + rules.replace("shop.test", "two.test")))
+    await engine_stack.start()
+    port = engine_stack.http_port
+    cases = [
+        ("shop.test", "/api", 200, "api"),
+        ("shop.test", "/api/v1", 200, "api"),
+        ("shop.test", "/apiv1", 200, "web"),
+        ("shop.test", "/api/health", 200, "web"),
+        ("shop.test", "/api/health/x", 200, "api"),
+        ("shop.test", "/x/../api", 200, "api"),
+        ("shop.test.", "/api", 200, "api"),
+        ("SHOP.Test", "/api", 200, "api"),
+        (f"shop.test:{port}", "/api", 200, "api"),
+        (f"Shop.Test.:{port}", "/api/health", 200, "web"),
+        ("two.test", "/api", 200, "api"),
+        ("two.test", "/apiv1", 200, "web"),
+        ("nobody.test", "/api", 404, None),
+    ]
+    for host, path, status, backend in cases:
+        got_status, body = await get(port, host, path)
+        assert (host, path, got_status, body.get("name")) == (host, path, status, backend)
+    for host in ("shop.test/api", "shop.test/api/"):  # a Host is no path: never the api route
+        got_status, body = await get(port, host, "/v1")
+        assert got_status in (400, 404), (host, got_status, body)
+        assert body.get("name") is None, (host, got_status, body)
+
+
+async def test_a_rule_without_host_takes_every_other_host(engine_stack: Stack) -> None:
+    """Exact hosts and a rule without host (HAProxy: the host map's default is the catch-all's
+    key): any spelling of a named host reaches its routes, any other Host the catch-all's."""
+    await _backends(engine_stack)
+    rules = "".join(line + "\n" for line in RULES.splitlines()[:6]) + """  - http:
+      paths:
+      - {path: /only, pathType: Prefix, backend: {service: {name: api, port: {number: 80}}}}
+"""
+    engine_stack.write("ingress.yaml", ingress(rules))
+    await engine_stack.start()
+    port = engine_stack.http_port
+    cases = [
+        ("shop.test", "/api", 200, "api"),
+        (f"SHOP.test:{port}", "/apiv1", 200, "web"),
+        ("shop.test", "/only", 200, "web"),  # the named host's own "/" route
+        ("nobody.test", "/only/x", 200, "api"),
+        (f"Nobody.Test:{port}", "/only", 200, "api"),
+        ("nobody.test", "/api", 404, None),
     ]
     for host, path, status, backend in cases:
         got_status, body = await get(port, host, path)

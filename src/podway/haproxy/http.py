@@ -108,17 +108,21 @@ class _Tables:
     keyed: bool = False  # some path-map row or choosing rule names a route key, not a backend
     sets_backend: bool = False  # some action rule sets ``txn.be``
     host_var: bool = False  # some rule reads ``txn.host`` (a redirect keeping the host)
+    key_only: bool = False  # nothing but the path-map key reads the virtual host
+    direct: bool = False  # that, and exact hosts only: the base map
 
 
 def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
-    maps = {kind: f"maps/{fe}.{kind}.map" for kind in ("hosts", "wild", "paths")}
+    maps = {kind: f"maps/{fe}.{kind}.map" for kind in ("hosts", "wild", "paths", "base")}
     t = _Tables()
     lines, files = _bind(listener, fe, folder, t.report)
     for vhost in sorted(listener.virtual_hosts, key=lambda v: host_order(v.hostname)):
         _virtual_host(vhost, listener, t)
     sni = listener.protocol is ListenerProtocol.HTTPS and listener.sni_host_check \
         and bool(listener.certificates)
-    lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()}, t, sni=sni)
+    t.key_only = not (t.wild or sni or t.keyed)
+    t.direct = t.key_only and t.catch_all is None
+    lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()}, t)
     sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     if sni:
         sni_lines, sni_maps = sni_rules(listener, fe, folder)
@@ -133,23 +137,32 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         # is dropped, so no pod is handed a forged one.
         ("  http-request set-header x-real-ip %[src]" if listener.real_ip
          else "  http-request del-header x-real-ip"),
-        *_choice(t, f"{folder}/{maps['paths']}"),
+        *_choice(t, f"{folder}/{maps['paths']}", f"{folder}/{maps['base']}"),
         # No route (no backend by that name): 404 with an empty body, as Envoy answers it.
         f"  default_backend {no_route}",
     ]
     return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(t.report),
                     maps=((maps["hosts"], tuple(t.exact)), (maps["wild"], tuple(t.wild)),
-                          (maps["paths"], tuple(_first(t.paths))), *sni_maps),
+                          (maps["paths"], tuple(_first(t.paths))),
+                          *([(maps["base"], _base_rows(t))] if t.direct else []), *sni_maps),
                     sections=((f"backend {no_route}", "  mode http",
                                "  http-request return status 404"),))
 
 
-def _choice(t: _Tables, paths: str) -> list[str]:
+def _choice(t: _Tables, paths: str, base: str) -> list[str]:
     """The backend: straight from the path map when every route is a map row to a backend
     (one lookup); else from ``txn.r`` (a backend's name, or a route key whose rules set
-    ``txn.be``). A name no backend has (no route) falls to the default backend."""
+    ``txn.be``). A name no backend has (no route) falls to the default backend.
+
+    With exact hosts only (``t.direct``), a Host written as a virtual host's name (the usual
+    case) is looked up with its path in one step: ``base`` (the first Host, then the path)
+    with "?" added, in the base map (each host name followed by each of its path-map keys).
+    No variable is set and no key is formatted on that path; any other Host (upper case, a
+    port, unknown) set ``txn.k`` in the prelude and is looked up as before."""
     if not t.keyed:
-        return [f"  use_backend %[var(txn.k),map_beg({paths})]"]
+        fast = [f"  use_backend %[base,concat(,,?),map_beg({base})]"
+                " unless { var(txn.k) -m found }"] if t.direct else []
+        return [*fast, f"  use_backend %[var(txn.k),map_beg({paths})]"]
     return [*(["  use_backend %[var(txn.be)] if { var(txn.be) -m found }"]
               if t.sets_backend else []),
             "  use_backend %[var(txn.r)]"]
@@ -184,7 +197,7 @@ def _bind(listener: Listener, fe: str, folder: str, report: list[Unsupported]
     return lines, files
 
 
-def _prelude(listener: Listener, maps: dict[str, str], t: _Tables, *, sni: bool) -> list[str]:
+def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
     """Every request: client headers, normalised path, virtual host, path-map key (and route).
 
     Each rule costs every request of the frontend (bench/haproxy_engine.py --instructions: a
@@ -206,7 +219,8 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables, *, sni: bool)
         # Envoy's normalize_path and merge_slashes (no "/a/../b" reaches a route it does not
         # match), only for paths that have something to normalise. HAProxy 2.6 applies a
         # conditional path-strip-dotdot only with "full" (which also drops a leading "..",
-        # as RFC 3986 and Envoy do).
+        # as RFC 3986 and Envoy do). Single-dot segments first ("/a/./../b" is "/b").
+        "  http-request normalize-uri path-strip-dot if { path_sub /. }",
         "  http-request normalize-uri path-strip-dotdot full if { path_sub /. }",
         "  http-request normalize-uri path-merge-slashes if { path_sub // }",
         *(_HOST_VAR if t.host_var else []),
@@ -214,11 +228,20 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables, *, sni: bool)
     # The path-map key: "<virtual host>@<path>?" ("?" ends it: no path holds one). Exact keys
     # end with "?", prefix keys with "/": the longest key that begins the request's is the
     # route's own path if it has one, else its longest prefix (a tree lookup: O(log n)).
-    if not (t.wild or t.catch_all is not None or sni or t.keyed):
+    if t.direct:
         # Exact hosts only and nothing else reads the virtual host: looked up inside the key
-        # (a Host no row names gives "-", which no key begins with: no route).
+        # (a Host no row names gives "-", which no key begins with: no route), and only for
+        # a Host not written exactly as a name of the host map (see _choice: the others take
+        # the base map). "req.fhdr(host,1)" is the Host "base" reads (the first, whole); a
+        # request with two Host headers is refused (400) before these rules.
         lines.append(f"  http-request set-var-fmt(txn.k) %[{host},map_str({maps['hosts']})]"
-                     "@%[path]?")
+                     f"@%[path]? unless {{ req.fhdr(host,1),map_str({maps['hosts']}) -m found }}")
+        return lines
+    if t.key_only:
+        # A catch-all virtual host and no wildcard: the host map's default is its key (one
+        # rule; exact hosts added later are rows of the same map).
+        lines.append(f"  http-request set-var-fmt(txn.k) %[{host},map_str({maps['hosts']},"
+                     f"{t.catch_all})]@%[path]?")
         return lines
     lines.append(f"  http-request set-var(txn.vh) {host},map_str({maps['hosts']})")
     if t.wild:
@@ -293,6 +316,16 @@ def _target(route: Route, r: str, listener: Listener, t: _Tables) -> str:
     t.sets_backend = t.sets_backend or any("set-var(txn.be)" in a for a in rules)
     t.host_var = t.host_var or any("var(txn.host)" in a for a in rules)
     return r
+
+
+def _base_rows(t: _Tables) -> tuple[tuple[str, str], ...]:
+    """The base map: each exact host name (as the host map holds it, with and without the
+    trailing dot) followed by each path-map key of its virtual host ("shop.test/api/"). The
+    name is one the host map knows, so it holds no "/" and no key of one host begins another's
+    (the name ends where the key's "/" begins)."""
+    rows = _first(t.paths)
+    return tuple((name + key.split("@", 1)[1], target)
+                 for name, vh in t.exact for key, target in rows if key.startswith(vh + "@"))
 
 
 def _first(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:

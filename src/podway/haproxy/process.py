@@ -11,7 +11,8 @@
     handed over (``expose-fd listeners``), old workers finish their connections.
   A runtime command HAProxy refuses falls back to a reload, so the running state is always the
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
-* A master that dies is started again after a doubling backoff (``podway.base.backoff``).
+* A master that dies is started again after a doubling backoff (``podway.base.backoff``),
+  which starts over once a master has lived ``stable_after_s`` (as the Envoy engine's).
 * A clean stop ends HAProxy (SIGTERM to the master; with ``drain_s``, SIGUSR1 first: it stops
   accepting and finishes its connections for up to that long) and removes the folder (it holds
   keys).
@@ -37,6 +38,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +76,7 @@ class HAProxyOptions:
     binary: str = HAPROXY
     threads: int = 1
     ready_s: float = 10.0  # how long a start or a reload may take
+    stable_after_s: float = 10.0  # a master that lived this long resets the restart backoff
     reuse_port: bool = False  # listeners bind with SO_REUSEPORT (``RenderOptions.reuse_port``)
     # A stop first lets HAProxy finish its connections for up to this long (SIGUSR1: it stops
     # accepting; a successor bound beside it takes the new ones), then ends it. 0: at once.
@@ -178,11 +181,15 @@ class HAProxyEngine:
                 if process is None:
                     await asyncio.sleep(0.05)
                     continue
+                began = time.monotonic()
                 code = await process.wait()
                 if self._process is not process:
                     continue
-                failures += 1
-                log.warning("haproxy master exited with %s; starting it again", code)
+                lived = time.monotonic() - began
+                # Consecutive failures only: a master that served a while starts over.
+                failures = 1 if lived >= self.opts.stable_after_s else failures + 1
+                log.warning("haproxy master exited with %s after %.1f s; starting it again",
+                            code, lived)
                 await asyncio.sleep(backoff.delay(failures))
                 async with self._lock:
                     if self._rendered is not None:

@@ -216,8 +216,15 @@ class Standalone:
         """At start: every listener bound, or ``EnvironmentProblem`` for one whose port is in
         use — two instances never share an address and port (see ``listening``)."""
         await self.pipeline.wait_for(lambda s: s.generation >= 1)
-        await engine.wait_ready()
-        await listening(self, engine, refused_only_in_use=True)
+        try:
+            # Envoy waits for its first listeners (``initial_fetch_timeout: 0``): no bound on
+            # its start here, a loaded machine's 10,000 routes took minutes and still served.
+            await engine.wait_ready(limit_s=None)
+            await listening(self, engine, refused_only_in_use=True, limit_s=CLAIM_LIMIT_S)
+        except TimeoutError:  # slow, not refused: serving goes on, the status says the rest
+            log.warning("the engine did not listen on every listener within %.0f s of being "
+                        "ready; not checking its ports for another program any more",
+                        CLAIM_LIMIT_S)
 
     async def _serve_metrics(self, where: HostPort, engine: Engine | None) -> None:
         from podway.readers.metrics import exposition
@@ -368,6 +375,7 @@ async def listening(standalone: Standalone, engine: Engine, *, limit_s: float = 
 
 
 _IN_USE = "already in use"
+CLAIM_LIMIT_S = 30.0  # ``podway run``: how long it looks for a port another program holds
 
 
 def _newer(version: int, state: State) -> bool:

@@ -9,7 +9,7 @@ from types import MappingProxyType
 from podway.haproxy import slots
 from podway.haproxy.backends import backend_name, status_regex
 from podway.haproxy.http import path_regex, tree_safe
-from podway.haproxy.names import word
+from podway.haproxy.names import vhost_key, word
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.ir import (
     IR,
@@ -175,6 +175,63 @@ def test_path_maps_pick_what_first_match_picks() -> None:
     for path in ("/", "/api", "/api/", "/api/health", "/api/health/x", "/api/v1", "/api/v1/x",
                  "/api/v10", "/apix", "/apix/y", "/apixy", "/other"):
         assert (path, _tree(out, path)) == (path, _first_match(routes, path))
+
+
+def test_the_base_map_picks_what_the_path_map_picks_and_stays_a_map_edit() -> None:
+    """Exact hosts only: "<host><path>?" (HAProxy's ``base`` with "?") in the base map gives
+    the backend the path map gives for every path and both spellings of the host; a Host
+    written otherwise is keyed first (``txn.k``), which turns the base lookup off; a new
+    host or route changes rows only (no reload)."""
+    routes = (_route("r/exact", "/api/health", kind=PathKind.EXACT),
+              _route("r/api-v1", "/api/v1/"), _route("r/apix", "/apix"),
+              _route("r/api", "/api"), _route("r/all"))
+    routes = tuple(dataclasses.replace(r, action=Forward(backends=(
+        WeightedPool(pool=f"pool/{r.name}"),))) for r in routes)
+    out = render(_ir(*routes), OPTS)
+    base = dict(out.maps["maps/fe:ingress:http.base.map"])
+    pools = {backend_name(f"pool/{r.name}"): r.name for r in routes}
+    for host in ("shop.test", "shop.test."):
+        for path in ("/", "/api", "/api/health", "/api/health/x", "/api/v1", "/api/v10",
+                     "/apix", "/apixy", "/other"):
+            key = f"{host}{path}?"
+            found = max((k for k in base if key.startswith(k)), key=len, default=None)
+            picked = pools[base[found]] if found is not None else None
+            assert (key, picked) == (key, _tree(out, path))
+    lines = out.config.splitlines()
+    keyed = next(i for i, line in enumerate(lines) if "set-var-fmt(txn.k)" in line)
+    assert lines[keyed].endswith(
+        "unless { req.fhdr(host,1),map_str(/s/maps/fe:ingress:http.hosts.map) -m found }")
+    fast = lines.index("  use_backend %[base,concat(,,?),map_beg(/s/maps/fe:ingress:http.base"
+                       ".map)] unless { var(txn.k) -m found }")
+    assert lines[fast + 1].startswith("  use_backend %[var(txn.k),map_beg(")
+    more = _ir(*routes)
+    vhost = dataclasses.replace(more.listeners[0].virtual_hosts[0], name="vh/two.test",
+                                hostname="two.test")
+    listener = dataclasses.replace(more.listeners[0], virtual_hosts=(
+        *more.listeners[0].virtual_hosts, vhost))
+    two = render(dataclasses.replace(more, listeners=(listener,)), OPTS)
+    assert two.skeleton == out.skeleton
+    assert ("two.test/api/", backend_name("pool/r/api")) in \
+        two.maps["maps/fe:ingress:http.base.map"]
+
+
+def test_a_catch_all_is_the_host_maps_default_in_one_rule() -> None:
+    """A catch-all virtual host (no wildcard, no rules): the key is formatted in one rule with
+    the catch-all's key as the host map's default; no ``txn.vh``, no base map."""
+    ir = _ir(_route("r/0"))
+    catch_all = dataclasses.replace(ir.listeners[0].virtual_hosts[0], name="vh/any",
+                                    hostname="*")
+    listener = dataclasses.replace(ir.listeners[0], virtual_hosts=(
+        *ir.listeners[0].virtual_hosts, catch_all))
+    out = render(dataclasses.replace(ir, listeners=(listener,)), OPTS)
+    keyed = [line for line in out.config.splitlines() if "txn.k" in line or "txn.vh" in line]
+    hosts = dict(out.maps["maps/fe:ingress:http.hosts.map"])
+    assert keyed[0] == ("  http-request set-var-fmt(txn.k) %[req.hdr(host),lower,field(1,:),"
+                        "map_str(/s/maps/fe:ingress:http.hosts.map,"
+                        f"{vhost_key('vh/any')})]@%[path]?")
+    assert hosts["shop.test"] != vhost_key("vh/any")
+    assert keyed[1:] == ["  use_backend %[var(txn.k),map_beg(/s/maps/fe:ingress:http.paths.map)]"]
+    assert "maps/fe:ingress:http.base.map" not in out.maps
 
 
 def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:

@@ -76,7 +76,8 @@ def _table_head(name: str, *, real_ip: bool = False) -> route_pb2.RouteConfigura
     config = route_pb2.RouteConfiguration(name=name)
     config.validate_clusters.value = False  # unknown pools answer 503 instead of a NACK
     if not real_ip:  # a formatter evaluated for every request: only where asked; elsewhere
-        # a client's own X-Real-IP is dropped (one header lookup), so no pod trusts a forged one
+        # a client's own X-Real-IP is dropped, so no pod trusts a forged one (one look: the
+        # bootstrap gives the header a slot, ``bootstrap.INLINE_REQUEST_HEADERS``)
         config.request_headers_to_remove.append("x-real-ip")
         return config
     # The client address after X-Forwarded-For processing (the peer, or the address the

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podway.envoy.engine.bootstrap import BootstrapOptions, EnvoyStats, bootstrap
+from podway.envoy.engine.bootstrap import (
+    ENGINE_FETCH_TIMEOUT_S,
+    BootstrapOptions,
+    EnvoyStats,
+    bootstrap,
+)
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy.engine.state import StateDir
 
@@ -29,11 +34,17 @@ class LocalEngineOptions:
 
 
 def colocated_engine(state: StateDir, opts: LocalEngineOptions) -> Engine:
-    """An Engine bootstrapped to ``state``'s xDS socket, its admin on ``state``'s socket."""
+    """An Engine bootstrapped to ``state``'s xDS socket, its admin on ``state``'s socket.
+
+    Its Envoy waits for the first clusters and listeners, as ``podway engine``'s does: with
+    Envoy's 15 s default a loaded machine's first state at 10,000 routes came after Envoy's
+    init had given up, so Envoy said LIVE with no listener (and ``podway run`` took that for
+    ready)."""
     return Engine(EngineOptions(
         envoy_path=find_envoy(opts.envoy_path),
         bootstrap=bootstrap(BootstrapOptions(node_id=opts.node_id,
                                              xds=f"unix:{state.xds_socket}", delta=opts.delta,
-                                             stats=opts.stats)),
+                                             stats=opts.stats,
+                                             initial_fetch_timeout_s=ENGINE_FETCH_TIMEOUT_S)),
         state=state, log_level=opts.log_level, concurrency=opts.concurrency,
         drain_s=opts.drain_s))

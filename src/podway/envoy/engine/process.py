@@ -136,8 +136,8 @@ class Engine:
         assert self.admin_address is not None
         return self.admin_address
 
-    async def wait_ready(self, limit_s: float = 30.0) -> None:
-        """Until Envoy reports LIVE (its initial xDS fetch is complete)."""
+    async def wait_ready(self, limit_s: float | None = 30.0) -> None:
+        """Until Envoy reports LIVE (its initial xDS fetch is complete); None: no limit."""
         async with asyncio.timeout(limit_s):
             while True:
                 address = await self.wait_started()

@@ -67,7 +67,7 @@ class _SotwType:
     accepted_packed: dict[str, Any] = field(default_factory=dict)  # wildcard types
     refusals: Refusals = field(default_factory=Refusals)
     groups: list[frozenset[str]] = field(default_factory=list)  # isolating, one at a time
-    pending: bool = False  # a full answer is owed (first request, or newly asked names)
+    pending: bool = False  # a full answer is owed (first request, or a wildcard now)
 
 
 class SotwStream:
@@ -118,7 +118,10 @@ class SotwStream:
             for name in list(state.sent):
                 if name not in names and not wildcard:
                     del state.sent[name]
-            state.pending |= bool(added) or wildcard
+            # Newly asked names are sent, not every name again: Envoy may ask for one more
+            # name per request (each carrying all so far), which answered in full is O(n²).
+            state.dirty |= added
+            state.pending |= wildcard
         return self.on_change(), events  # answers go out in push order, with their holds
 
     def _recall(self, state: _SotwType, version: str) -> None:
@@ -261,7 +264,8 @@ class SotwStream:
             if type_url == types.CLUSTER:  # on record before Envoy can apply it (held.py)
                 self.held.sent(self.node, version, state.sent, state.packed)
         else:
-            changed = (None if force or not state.seen
+            changed = (None if force or not state.seen else frozenset()
+                       if version == state.seen
                        else self.cache.names_changed(type_url, state.seen))
             candidates = (state.names if changed is None
                           else (changed | state.dirty) & state.names)

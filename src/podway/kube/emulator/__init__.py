@@ -47,7 +47,6 @@ functions, ``server`` HTTP) and runs in the lab without test-only dependencies.
 
 from __future__ import annotations
 
-import copy
 import socket
 import ssl
 from collections.abc import Callable
@@ -55,6 +54,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from podway.kube.emulator.jsondata import clone
 from podway.kube.emulator.resources import ResourceType, gateway_api_crd
 from podway.kube.emulator.server import Api
 from podway.kube.emulator.server_types import Fault, Patch, User, Write
@@ -144,24 +144,24 @@ class KubeEmulator:
         namespace = str(meta.get("namespace", "default")) if rtype.namespaced else ""
         name = str(meta["name"])
         if (namespace, name) in self._store.objects[rtype.group_resource]:
-            body = copy.deepcopy(obj)
+            body = clone(obj)
             body.setdefault("metadata", {}).pop("resourceVersion", None)
             result = self._store.replace(rtype, namespace, name, body, subresource="*",
                                          check_version=False)
         else:
             result = self._store.create(rtype, namespace, obj, keep_status=True)
-        return copy.deepcopy(result)
+        return clone(result)
 
     def get(self, plural: str, namespace: str, name: str, *,
             group: str | None = None) -> Obj | None:
         rtype = self._type(plural, group)
         try:
-            return copy.deepcopy(self._store.get(rtype, namespace, name))
+            return clone(self._store.get(rtype, namespace, name))
         except ApiError:
             return None
 
     def objects(self, plural: str, *, group: str | None = None) -> list[Obj]:
-        return copy.deepcopy(self._store.items(self._type(plural, group), None))
+        return clone(self._store.items(self._type(plural, group), None))
 
     def delete(self, plural: str, namespace: str, name: str, *, group: str | None = None,
                notify: bool = True) -> None:

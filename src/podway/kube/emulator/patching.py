@@ -15,8 +15,9 @@ All functions are pure: they return a new document and never mutate their inputs
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from podway.kube.emulator.jsondata import clone
 
 # list field name -> merge key (the server's patchMergeKey for the fields clients patch)
 MERGE_KEYS: dict[str, str] = {
@@ -38,7 +39,7 @@ class PatchError(ValueError):
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -51,9 +52,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
 def strategic_merge_patch(target: Any, patch: Any) -> Any:
     """Strategic merge patch for the fields in ``MERGE_KEYS`` (see the module docstring)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: clone(v) for k, v in patch.items() if k != "$patch"}
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/") and isinstance(value, list):
@@ -87,8 +88,8 @@ def _merge_list(field: str, current: list[Any], patch: list[Any]) -> list[Any]:
         return list(current) + [v for v in patch if v not in current]
     key = _merge_key(field, patch)
     if key is None or not all(isinstance(i, dict) for i in patch):
-        return copy.deepcopy(patch)
-    result = [copy.deepcopy(i) for i in current]
+        return clone(patch)
+    result = [clone(i) for i in current]
     for item in patch:
         index = next((n for n, old in enumerate(result)
                       if isinstance(old, dict) and old.get(key) == item.get(key)), None)
@@ -106,21 +107,21 @@ def json_patch(target: Any, operations: Any) -> Any:
     """RFC 6902 JSON patch."""
     if not isinstance(operations, list):
         raise PatchError("a JSON patch is a list of operations")
-    doc = copy.deepcopy(target)
+    doc = clone(target)
     for op in operations:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"malformed operation: {op!r}")
         name, path = op["op"], _pointer(str(op["path"]))
         if name == "add":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+            doc = _add(doc, path, clone(op.get("value")))
         elif name == "remove":
             doc, _ = _remove(doc, path)
         elif name == "replace":
             doc, _ = _remove(doc, path)
-            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+            doc = _add(doc, path, clone(op.get("value")))
         elif name in ("move", "copy"):
             source = _pointer(str(op.get("from", "")))
-            value = copy.deepcopy(_get(doc, source))
+            value = clone(_get(doc, source))
             if name == "move":
                 doc, _ = _remove(doc, source)
             doc = _add(doc, path, value)

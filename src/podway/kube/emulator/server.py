@@ -10,7 +10,6 @@ versions, ``BOOKMARK`` events only for watches that allowed them.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,6 +20,7 @@ from aiohttp import web
 
 from podway.kube import selectors
 from podway.kube.emulator import defaults, openapi, patching, protobuf, rbac, tables
+from podway.kube.emulator.jsondata import clone
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.server_discovery import DiscoveryMixin
 from podway.kube.emulator.server_extras import ExtrasMixin
@@ -273,7 +273,7 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
         current = store.get(rtype, "", name)
         if current["metadata"].get("deletionTimestamp"):
             return current
-        leaving = copy.deepcopy(current)
+        leaving = clone(current)
         leaving["metadata"]["deletionTimestamp"] = datetime.now(UTC).strftime(
             "%Y-%m-%dT%H:%M:%SZ")
         leaving["metadata"].pop("resourceVersion", None)
@@ -309,7 +309,7 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
             return None
         if pod["metadata"].get("deletionTimestamp"):
             return pod  # already terminating
-        leaving = copy.deepcopy(pod)
+        leaving = clone(pod)
         when = datetime.now(UTC) + timedelta(seconds=grace)
         leaving["metadata"]["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
         leaving["metadata"]["deletionGracePeriodSeconds"] = grace

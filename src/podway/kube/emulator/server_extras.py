@@ -4,11 +4,11 @@ pod process's output), and the self-access reviews kubectl auth asks for."""
 from __future__ import annotations
 
 import asyncio
-import copy
 
 from aiohttp import web
 
 from podway.kube.emulator import rbac
+from podway.kube.emulator.jsondata import clone
 from podway.kube.emulator.resources import ResourceType
 from podway.kube.emulator.server_types import PATCHERS, REVIEWS, TRUE, PodLogs, Target
 from podway.kube.emulator.store import ApiError, Obj, Store
@@ -114,7 +114,7 @@ class ExtrasMixin:
                 raise ApiError(422, "Invalid", "spec.replicas: Required value") from None
             if replicas < 0:
                 raise ApiError(422, "Invalid", "spec.replicas: must be >= 0")
-            updated = copy.deepcopy(obj)
+            updated = clone(obj)
             updated.setdefault("spec", {})["replicas"] = replicas
             obj = self.store.replace(rtype, ns, target.name, updated)
         elif request.method != "GET":

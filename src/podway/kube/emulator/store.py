@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import hashlib
 import hmac
 import itertools
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from podway.kube.emulator.jsondata import clone
 from podway.kube.emulator.resources import BUILTIN, ResourceType, from_crd
 
 Obj = dict[str, Any]
@@ -83,11 +83,11 @@ _CSR = ("certificates.k8s.io", "certificatesigningrequests")
 def _csr_write(old: Obj, new: Obj, subresource: str) -> Obj:
     """A CertificateSigningRequest's ``/approval`` writes its conditions, ``/status`` its
     certificate too, which (as on the API server) needs an Approved condition first."""
-    merged = copy.deepcopy(old)
+    merged = clone(old)
     status = merged.setdefault("status", {})
     wanted = new.get("status") or {}
     if subresource == "approval":
-        status["conditions"] = copy.deepcopy(wanted.get("conditions") or [])
+        status["conditions"] = clone(wanted.get("conditions") or [])
         return merged
     approved = any(c.get("type") == "Approved" and c.get("status", "True") == "True"
                    for c in status.get("conditions") or [])
@@ -95,7 +95,7 @@ def _csr_write(old: Obj, new: Obj, subresource: str) -> Obj:
         raise ApiError(422, "Invalid", "status.certificate: Forbidden: updates may not set "
                                        "certificate content unless the Approved condition is "
                                        "present")
-    merged["status"] = {**copy.deepcopy(wanted), "conditions": status.get("conditions", [])}
+    merged["status"] = {**clone(wanted), "conditions": status.get("conditions", [])}
     return merged
 
 
@@ -192,7 +192,7 @@ class Store:
     # ---- writes -----------------------------------------------------------------------
     def create(self, rtype: ResourceType, namespace: str, obj: Obj, *,
                keep_status: bool = False, dry_run: bool = False) -> Obj:
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{next(self._uids):05x}"
@@ -242,26 +242,28 @@ class Store:
                 dry_run: bool = False) -> Obj:
         """Write ``new`` over the stored object through the main resource or ``/status``."""
         old = self.get(rtype, namespace, name)
-        new = copy.deepcopy(new)
         wanted = str((new.get("metadata") or {}).get("resourceVersion") or "")
         if check_version and wanted and wanted != old["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rtype.plural} '
                                             f'"{name}": the object has been modified; please '
                                             "apply your changes to the latest version")
         if rtype.group_resource == _CSR and subresource in ("status", "approval"):
-            new = _csr_write(old, new, subresource)
-        elif subresource == "status":
-            merged = copy.deepcopy(old)
+            new = _csr_write(old, clone(new), subresource)
+        elif subresource == "status":  # only the status is taken from ``new``: only it copied
+            merged = clone(old)
             if "status" in new:
-                merged["status"] = new["status"]
+                merged["status"] = clone(new["status"])
             else:
                 merged.pop("status", None)
             new = merged
         elif rtype.status and subresource != "*":
+            new = clone(new)
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
             else:
                 new.pop("status", None)
+        else:
+            new = clone(new)
         meta = new.setdefault("metadata", {})
         for fixed in ("name", "namespace", "uid", "creationTimestamp"):
             if fixed in old["metadata"]:
@@ -281,7 +283,7 @@ class Store:
 
     def delete(self, rtype: ResourceType, namespace: str, name: str, *,
                notify: bool = True, dry_run: bool = False) -> Obj:
-        old = copy.deepcopy(self.get(rtype, namespace, name))
+        old = clone(self.get(rtype, namespace, name))
         key = (namespace if rtype.namespaced else "", name)
         if dry_run:
             return old
@@ -297,7 +299,7 @@ class Store:
         for rtype in {t.group_resource: t for t in self._types.values() if t.namespaced}.values():
             store = self.objects.get(rtype.group_resource, {})
             for key in [k for k in store if k[0] == namespace]:
-                self._commit(rtype, key, "DELETED", copy.deepcopy(store[key]))
+                self._commit(rtype, key, "DELETED", clone(store[key]))
 
     def _commit(self, rtype: ResourceType, key: tuple[str, str], kind: str, obj: Obj) -> Obj:
         self.version += 1
@@ -307,7 +309,7 @@ class Store:
             store.pop(key, None)
         else:
             store[key] = obj
-        self._publish(Event(self.version, kind, rtype.group_resource, copy.deepcopy(obj)))
+        self._publish(Event(self.version, kind, rtype.group_resource, clone(obj)))
         if rtype.group_resource == CRDS:
             self._crd_changed(kind, obj)
         if self.on_commit is not None:
@@ -334,14 +336,14 @@ class Store:
         rtype_like = ResourceType(group=group, version="", plural=plural, kind="",
                                   namespaced=True)
         for key in list(store):
-            self._commit(rtype_like, key, "DELETED", copy.deepcopy(store[key]))
+            self._commit(rtype_like, key, "DELETED", clone(store[key]))
 
     # ---- persistence (the lab's control plane survives its restart) --------------------
     def dump(self) -> Obj:
         """Every object with its resourceVersion and uid, CRDs first, and the version."""
         order = sorted(self.objects, key=lambda gr: gr != CRDS)
         return {"version": self.version,
-                "objects": [[gr[0], gr[1], copy.deepcopy(obj)] for gr in order
+                "objects": [[gr[0], gr[1], clone(obj)] for gr in order
                             for _, obj in sorted(self.objects[gr].items())]}
 
     def load(self, dumped: Obj) -> None:
