@@ -13,6 +13,7 @@ import yaml
 
 from podway.programs.controller.config import parse_config
 from podway.programs.ipam import parse_pools
+from podway.programs.remote_engine import READY
 from tests.deploy.helm import ROOT, render
 
 K8S = "1.33.0"
@@ -89,6 +90,19 @@ async def test_chart_defaults_lint_render_validate_and_match(helm: Any,
     assert PLAIN.read_text() == text, "deploy/kubernetes/podway.yaml is stale: --update-golden"
 
 
+def engine_command(args: list[str]) -> dict[str, Any]:
+    """The rendered engine arguments as ``podway engine`` parses them."""
+    import typer
+
+    from podway.cli.commands.engine import engine
+
+    alone = typer.Typer()
+    alone.command()(engine)
+    command: Any = typer.main.get_command(alone)
+    assert args[0] == "engine"
+    return dict(command.make_context("engine", list(args[1:])).params)
+
+
 def controller_command(args: list[str]) -> dict[str, Any]:
     """The rendered controller arguments as ``podway controller`` parses them (a flag the
     command does not have, or a bad value type, fails here)."""
@@ -149,8 +163,9 @@ async def test_chart_without_leader_election(helm: Any) -> None:
     assert params["leader_elect"] == "false"
     assert params["admin_socket"] is None
     assert params["dashboard_port"] == 0
-    assert not [o for o in objects if o["kind"] == "PodDisruptionBudget" or (
-        o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-election"))]
+    assert not [o for o in objects if (o["metadata"]["name"] == "podway-controller" and (
+        o["kind"] == "PodDisruptionBudget")) or (o["kind"] in ("Role", "RoleBinding") and
+                                                 o["metadata"]["name"].endswith("-election"))]
     assert all(m["name"] != "admin" for m in container["volumeMounts"])
 
 
@@ -417,11 +432,16 @@ async def test_chart_rolls_engines_without_a_gap_and_every_workload_on_pod_annot
     """An Envoy group's new engine pod starts beside the old one on its node (surge 1, none
     unavailable, anti-affinity only preferred, the listeners sharing their ports through the
     controller's --listener-reuse-port) and is Ready only once its Envoy is live (the exec
-    probe); HAProxy and kernel groups, which cannot share ports, keep replacing in place.
+    probe); a HAProxy group rolls the same way (the engine's --listener-reuse-port, a drain on
+    stop, Ready once the engine's ``ready`` file is in its state folder); kernel groups, whose
+    nftables table is the node's, keep replacing in place.
     ``podAnnotations`` lands on every pod template (what `helm upgrade` changes to roll
     them)."""
     groups = [{"name": "edge", "engine": "envoy", "replicas": 2, "onlyItsObjects": False,
                "nodeSelector": {"podway.io/edge": "true"}, "tlsSecret": "podway-engine-tls",
+               "concurrency": 1},
+              {"name": "web", "engine": "haproxy", "replicas": 2, "onlyItsObjects": True,
+               "nodeSelector": {"podway.io/web": "true"}, "tlsSecret": "podway-engine-tls",
                "concurrency": 1},
               {"name": "db", "engine": "kernel", "replicas": 1, "onlyItsObjects": True,
                "nodeSelector": {"podway.io/db": "true"}, "tlsSecret": "podway-engine-tls",
@@ -438,6 +458,17 @@ async def test_chart_rolls_engines_without_a_gap_and_every_workload_on_pod_annot
     assert "GET /ready" in probe[-1]
     mount = {m["mountPath"] for m in edge["template"]["spec"]["containers"][0]["volumeMounts"]}
     assert "/run/podway" in mount  # the admin socket the probe asks is in the state folder
+    web = by_kind(objects, "Deployment", "podway-engine-web")["spec"]
+    assert web["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert list(web["template"]["spec"]["affinity"]["podAntiAffinity"]) == [
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    container = web["template"]["spec"]["containers"][0]
+    params = engine_command(container["args"])
+    assert params["listener_reuse_port"] is True
+    assert params["engine_kind"] == "haproxy"
+    assert 0 < params["drain_s"] < web["template"]["spec"]["terminationGracePeriodSeconds"]
+    ready = Path(str(params["state_dir"])) / READY
+    assert container["readinessProbe"]["exec"]["command"] == ["test", "-e", str(ready)]
     db = by_kind(objects, "Deployment", "podway-engine-db")["spec"]
     assert db["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert list(db["template"]["spec"]["affinity"]["podAntiAffinity"]) == [

@@ -13,12 +13,21 @@
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
 * A master that dies is started again after a doubling backoff (``podway.base.backoff``),
   which starts over once a master has lived ``stable_after_s`` (as the Envoy engine's).
-* A clean stop ends HAProxy (SIGTERM to the master) and removes the folder (it holds keys).
+* A clean stop ends HAProxy (SIGTERM to the master; with ``drain_s``, SIGUSR1 first: it stops
+  accepting and finishes its connections for up to that long) and removes the folder (it holds
+  keys).
 * HAProxy outlives a Podway crash (its own session, files in the folder). A Podway started
   again on the same folder starts its own HAProxy, and once that one answers, gracefully stops
-  the one left behind (SIGUSR1: it stops accepting and finishes its connections); both listen
-  meanwhile (SO_REUSEPORT), so no connection is refused. Not adopted as the Envoy engine's is:
-  the new HAProxy starts from the new rendering.
+  the one left behind (SIGUSR1: it stops accepting and finishes its connections); the new one
+  takes the old one's listening sockets (``-x`` on its runtime socket), so both accept on them
+  meanwhile and no connection is refused. Not adopted as the Envoy engine's is: the new HAProxy
+  starts from the new rendering.
+* One owner per address and port: listeners bind without SO_REUSEPORT (``noreuseport``), so a
+  second instance (another Podway, any process of the same user) cannot split a port's
+  connections by accident; its HAProxy does not start and the port is refused. ``reuse_port``
+  (``podway engine --listener-reuse-port``, set by the chart) opts in: a new engine pod's
+  HAProxy binds beside the old one's on a node, which drains and stops (a rolling update with
+  surge).
 """
 
 from __future__ import annotations
@@ -68,6 +77,10 @@ class HAProxyOptions:
     threads: int = 1
     ready_s: float = 10.0  # how long a start or a reload may take
     stable_after_s: float = 10.0  # a master that lived this long resets the restart backoff
+    reuse_port: bool = False  # listeners bind with SO_REUSEPORT (``RenderOptions.reuse_port``)
+    # A stop first lets HAProxy finish its connections for up to this long (SIGUSR1: it stops
+    # accepting; a successor bound beside it takes the new ones), then ends it. 0: at once.
+    drain_s: float = 0.0
 
 
 @dataclass(slots=True)
@@ -112,7 +125,8 @@ class HAProxyEngine:
             after = render(ir, RenderOptions(
                 folder=str(self.folder), runtime_socket=str(self.runtime_socket),
                 slots=before.slots if before else {},
-                backups=before.backups if before else {}, threads=self.opts.threads))
+                backups=before.backups if before else {}, threads=self.opts.threads,
+                reuse_port=self.opts.reuse_port))
             self.counters.unsupported = after.unsupported
             if before is not None and before.config == after.config and \
                     before.files == after.files:
@@ -222,10 +236,13 @@ class HAProxyEngine:
         log_path = self.folder / "haproxy.log"
         offset = log_path.stat().st_size if log_path.exists() else 0
         log_file = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # Taking over from one left behind: its listening sockets, from its runtime socket
+        # (``expose-fd listeners``), so no port has to be bound twice (``noreuseport``).
+        take = ["-x", str(self.runtime_socket)] if left is not None else []
         try:
             self._process = await asyncio.create_subprocess_exec(
                 self.opts.binary, "-W", "-S", f"{self.master_socket},mode,600",
-                "-p", str(self.pid_file), "-f", str(self.config_path),
+                "-p", str(self.pid_file), "-f", str(self.config_path), *take,
                 stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 start_new_session=True)
         finally:
@@ -238,8 +255,8 @@ class HAProxyEngine:
                                start=True)
         self.counters.started += 1
         if left is not None:
-            # Ours serves now (both listened on the ports meanwhile: HAProxy binds them with
-            # SO_REUSEPORT); the one left behind stops accepting and finishes its connections.
+            # Ours serves now (both accepted on the same sockets meanwhile: ours took them with
+            # -x); the one left behind stops accepting and finishes its connections.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(left, signal.SIGUSR1)
             self.counters.took_over += 1
@@ -314,6 +331,12 @@ class HAProxyEngine:
         process, self._process = self._process, None
         if process is None or process.returncode is not None:
             return
+        if self.opts.drain_s > 0:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.opts.drain_s):
+                    await process.wait()
         with contextlib.suppress(ProcessLookupError):
             process.terminate()
         try:

@@ -55,6 +55,10 @@ class RenderOptions:
     slots: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
     backups: slotting.Slots = field(default_factory=lambda: MappingProxyType({}))
     threads: int = 1
+    # Listeners bind with SO_REUSEPORT (``podway engine --listener-reuse-port``, which the chart
+    # sets): a new engine's HAProxy binds beside the old one's on a host. Off: one owner per
+    # address and port, as Envoy's listeners (``noreuseport``).
+    reuse_port: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +176,10 @@ def _head(opts: RenderOptions) -> list[str]:
         f"  stats socket {opts.runtime_socket} mode 600 level admin expose-fd listeners",
         "  stats timeout 30s",
         f"  nbthread {opts.threads}",
+        # HAProxy binds with SO_REUSEPORT unless told not to: two instances (another Podway, a
+        # stray HAProxy of the same user) would split a port's connections between two
+        # configurations. Reloads and a take-over hand the bound sockets over instead (-x).
+        *([] if opts.reuse_port else ["  noreuseport"]),
         "  tune.ssl.default-dh-param 2048",
         # normalize-uri (the path as Envoy's normalize_path + merge_slashes sees it, so no
         # "/a/../b" reaches a route it does not match) is marked experimental in 2.6.

@@ -18,7 +18,10 @@ that listener's pools.
 
 Invariants: the newest IR wins (an engine busy applying one skips to the newest after it, no
 backlog); an IR HAProxy refuses is logged and the last good one keeps serving; the kernel table
-outlives the engine (``podway kernel cleanup`` removes it) as under ``podway run``.
+outlives the engine (``podway kernel cleanup`` removes it) as under ``podway run``. The file
+``ready`` in the state folder exists while a configuration is served (HAProxy took one, or the
+kernel engine wrote its table), from the first one until the engine stops: the chart's
+readiness probe, so a rolling update removes an old engine only once its successor serves.
 """
 
 from __future__ import annotations
@@ -78,6 +81,11 @@ class RemoteOptions:
     haproxy_path: str = "/usr/sbin/haproxy"
     threads: int = 1
     member_traffic_counters: bool = False  # the kernel engine's per-packet member counters
+    reuse_port: bool = False  # HAProxy's listeners bind with SO_REUSEPORT (--listener-reuse-port)
+    drain_s: float = 0.0  # HAProxy finishes its connections for up to this long on a stop
+
+
+READY = "ready"  # in the state folder while this engine serves a configuration (the probe)
 
 
 class RemoteEngine:
@@ -99,12 +107,25 @@ class RemoteEngine:
         self._served: IR | None = None  # the last IR HAProxy took
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # stopping: no longer ready (a successor's probe reads its own folder)
+            (self.opts.folder / READY).unlink(missing_ok=True)
+
+    def _served_one(self) -> None:
+        """A configuration is served: the chart's readiness probe finds ``READY``."""
+        self.applied.set()
+        (self.opts.folder / READY).touch(exist_ok=True)
+
+    async def _run(self) -> None:
+        (self.opts.folder / READY).unlink(missing_ok=True)  # one left by a crash
         async with asyncio.TaskGroup() as group:
             group.create_task(self._follow(), name="engine-config-feed")
             if self.opts.kind == "haproxy":
                 self.haproxy = HAProxyEngine(HAProxyOptions(
                     folder=self.opts.folder / "haproxy", binary=self.opts.haproxy_path,
-                    threads=self.opts.threads))
+                    threads=self.opts.threads, reuse_port=self.opts.reuse_port,
+                    drain_s=self.opts.drain_s))
                 group.create_task(self.haproxy.run(), name="engine-haproxy")
                 group.create_task(self._apply_haproxy(self.haproxy), name="engine-haproxy-apply")
                 group.create_task(self._kernel_when_asked(), name="engine-kernel")
@@ -140,7 +161,7 @@ class RemoteEngine:
             for u in sorted(now - self._said, key=lambda u: (u.subject, u.feature)):
                 log.warning("event %s on %s: %s", REASON, u.origin or u.subject, u.message)
             self._said = set(now)
-            self.applied.set()
+            self._served_one()
 
     async def _kernel_when_asked(self) -> None:
         async for ir in self.irs.values():
@@ -168,7 +189,7 @@ class RemoteEngine:
     async def _kernel_applied(self, kernel: KernelEngine) -> None:
         while True:
             await kernel.wait_installed(functools.partial(_wrote_since, kernel.writes))
-            self.applied.set()
+            self._served_one()
 
     def unsupported(self) -> tuple[Finding, ...]:
         """What HAProxy serves not exactly as asked, as of the last applied IR: the reporter

@@ -8,8 +8,10 @@ the engine node from Podway's image under runc, as its own ServiceAccount with R
 (Nodes, Services and the engine pod read through the ``kubernetes`` Service), with NET_ADMIN and
 NET_RAW only. It puts the Service's VIP on the engine node's ``eth0``, the router learns the
 node's MAC for it, and the request is answered by a backend pod through the chart's Envoy
-engine. The lab's kubelet runs no init containers: the test sets ``ip_nonlocal_bind`` as the
-engine's host-setup would, and the chart's ``arp_ignore`` init container is not run."""
+engine. The lab's kubelet runs init containers, so the chart's own do the host set-up: the
+engine's ``host-setup`` (privileged) sets ``ip_nonlocal_bind`` on the node, so Envoy binds a VIP
+the node does not hold yet, and the speaker's ``arp-isolation`` sets ``arp_ignore`` and
+``arp_announce``; the test does nothing on the node."""
 
 from __future__ import annotations
 
@@ -87,9 +89,18 @@ def test_the_chart_s_l2_mode_answers_arp_for_the_service_s_vip(installed: Runnin
                    if p["metadata"]["labels"].get("app.kubernetes.io/component") == "l2")
     assert speaker["spec"]["nodeName"] == "lab-node-1"
     assert speaker["spec"]["serviceAccountName"] == "podway-l2"
-    # The lab's kubelet runs no init containers: do what the engine's host-setup does (Envoy
-    # binds VIPs the node does not hold yet).
-    network.sh("ip", "netns", "exec", node, "sysctl", "-qw", "net.ipv4.ip_nonlocal_bind=1")
+    # The chart's init containers ran, in the node's namespace (host networking), before
+    # their pods' containers: the engine's host-setup and the speaker's ARP isolation.
+    for component, init in (("engine", "host-setup"), ("l2", "arp-isolation")):
+        pod = next(p for p in objects(lab, "pods", NAMESPACE) if p["metadata"]["labels"].get(
+            "app.kubernetes.io/component") == component and p["spec"]["nodeName"] == "lab-node-1")
+        (done,) = [s for s in pod["status"]["initContainerStatuses"] if s["name"] == init]
+        assert done["state"]["terminated"]["exitCode"] == 0, done
+        assert next(c for c in pod["status"]["conditions"]
+                    if c["type"] == "Initialized")["status"] == "True"
+    sysctl = f"ip netns exec {node} sysctl -n".split()
+    assert network.sh(*sysctl, "net.ipv4.ip_nonlocal_bind").strip() == "1"
+    assert network.sh(*sysctl, "net.ipv4.conf.eth0.arp_announce").strip() == "2"
     app = tmp_path / "app.yaml"
     app.write_text(APP)
     kubectl(lab, "apply", "-f", str(app))

@@ -332,3 +332,14 @@ def test_bind_failures_name_the_listeners_haproxy_could_not_bind() -> None:
     assert [name for name, _ in found] == ["gateway/infra/gw/8443"]
     assert "127.0.0.1:41179" in found[0][1]
     assert "Address already in use" in found[0][1]
+
+
+def test_listeners_have_one_owner_unless_reuse_port_is_asked() -> None:
+    """HAProxy binds with SO_REUSEPORT unless told not to: by default Podway tells it
+    (``noreuseport``), so a second instance cannot split a port; ``reuse_port`` (the engine's
+    --listener-reuse-port) lets a successor bind beside it."""
+    global_section = lambda cfg: cfg.split("\ndefaults", 1)[0].splitlines()  # noqa: E731
+    assert "  noreuseport" in global_section(render(IR(), OPTS).config)
+    shared = render(IR(), dataclasses.replace(OPTS, reuse_port=True)).config
+    assert "noreuseport" not in shared
+    assert "reuseport" not in "".join(global_section(shared))

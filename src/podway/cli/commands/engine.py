@@ -67,7 +67,9 @@ def engine(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
     envoy_log_level: Annotated[str, typer.Option(help="Envoy's own log level.")] = "warning",
     concurrency: Annotated[int, typer.Option(help="Envoy worker threads.")] = 1,
-    drain_s: Annotated[float, typer.Option(help="Graceful drain on shutdown, seconds.")] = 2.0,
+    drain_s: Annotated[float, typer.Option(
+        help="Graceful drain on shutdown, seconds (HAProxy: finishes its connections for up to "
+             "this long).")] = 2.0,
     sotw: Annotated[bool, typer.Option("--sotw", help="State-of-the-world xDS, not delta.")]
     = False,
     metrics_port: Annotated[int, typer.Option(
@@ -95,6 +97,11 @@ def engine(
     haproxy_path: Annotated[str, typer.Option(help="HAProxy binary (--engine haproxy).")]
     = "/usr/sbin/haproxy",
     member_traffic_counters: MemberTrafficCounters = False,
+    listener_reuse_port: Annotated[bool, typer.Option(
+        "--listener-reuse-port", help="--engine haproxy: HAProxy's listeners bind with "
+        "SO_REUSEPORT, so a new engine on this host binds beside this one (a rolling update "
+        "with surge; the chart sets it). Off: one owner per address and port. Envoy engines "
+        "take this from the controller's --listener-reuse-port.")] = False,
     health_report_s: Annotated[float, typer.Option(
         help="Report member health (readiness gate podway.io/lb-ready) to every controller "
              "replica --xds names (each address a name resolves to) every SECONDS when it "
@@ -140,8 +147,8 @@ def engine(
                                 node=node_id, group=engine_group.strip())
     if engine_kind != "envoy":
         _remote(engine_kind, report, folder, haproxy_path=haproxy_path, threads=concurrency,
-                metrics_port=metrics_port, renewal=renewal, shared=state_dir_shared,
-                traffic=member_traffic_counters)
+                reuse_port=listener_reuse_port, drain_s=drain_s, metrics_port=metrics_port,
+                renewal=renewal, shared=state_dir_shared, traffic=member_traffic_counters)
         return
     config = bootstrap(BootstrapOptions(
         node_id=node_id, xds=tuple(xds), delta=not sotw, xds_ca_pem=report.ca_pem,
@@ -206,7 +213,7 @@ async def _renewal(cert: ClientCert | None, run: Awaitable[None], *, kubeconfig:
 
 
 def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str, threads: int,
-            metrics_port: int,
+            metrics_port: int, reuse_port: bool = False, drain_s: float = 0.0,
             renewal: Callable[[Awaitable[None]], Coroutine[Any, Any, None]] | None = None,
             shared: bool = False, traffic: bool = False) -> None:
     """HAProxy or the kernel engine, fed the IR by the controller (``RemoteEngine``)."""
@@ -220,9 +227,10 @@ def _remote(kind: str, report: ReportOptions, folder: Path, *, haproxy_path: str
         from podway.readers.metrics.exposition import serve_while
 
         with open_state(folder, shared=shared) as state:
-            engine = RemoteEngine(RemoteOptions(kind=kind, report=report, folder=state.path,
-                                                haproxy_path=haproxy_path, threads=threads,
-                                                member_traffic_counters=traffic))
+            engine = RemoteEngine(RemoteOptions(
+                kind=kind, report=report, folder=state.path, haproxy_path=haproxy_path,
+                threads=threads, reuse_port=reuse_port, drain_s=drain_s,
+                member_traffic_counters=traffic))
             run = engine.run() if renewal is None else renewal(engine.run())
             await serve_while(run, host="127.0.0.1", port=metrics_port,
                               extra=engine.engine_metrics)

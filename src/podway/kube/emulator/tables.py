@@ -95,9 +95,36 @@ def _pod_ready(pod: Obj) -> str:
     return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
 
 
+def _pod_init_status(pod: Obj) -> str | None:
+    """kubectl's STATUS while an init container is not done: ``Init:<reason>`` of the one that
+    failed or waits with a reason, else ``Init:<done>/<all>``; None once they all are."""
+    total = len(_spec(pod).get("initContainers") or [])
+    for index, cs in enumerate(_status(pod).get("initContainerStatuses") or []):
+        state = cs.get("state") or {}
+        terminated, waiting = state.get("terminated"), state.get("waiting") or {}
+        if (terminated is not None and terminated.get("exitCode") == 0) or (
+                "running" in state and cs.get("started") and _sidecar(pod, index)):
+            continue
+        if terminated is not None:
+            code = terminated.get("exitCode")
+            return f"Init:{terminated.get('reason') or f'ExitCode:{code}'}"
+        if waiting.get("reason") and waiting["reason"] != "PodInitializing":
+            return f"Init:{waiting['reason']}"
+        return f"Init:{index}/{total}"
+    return None
+
+
+def _sidecar(pod: Obj, index: int) -> bool:
+    inits = _spec(pod).get("initContainers") or []
+    return index < len(inits) and inits[index].get("restartPolicy") == "Always"
+
+
 def _pod_status(pod: Obj) -> str:
     status = _status(pod)
     reason = str(status.get("reason") or status.get("phase") or "Pending")
+    initializing = _pod_init_status(pod)
+    if initializing is not None:
+        return "Terminating" if _m(pod).get("deletionTimestamp") else initializing
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
         if (state.get("waiting") or {}).get("reason"):

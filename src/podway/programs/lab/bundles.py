@@ -27,9 +27,11 @@ class PodPlace:
 
 
 def make(pod: Obj, image: ctr.Image, objs: dict[tuple[str, str], Obj], place: PodPlace, *,
-         token: str | None, ca: bytes) -> list[tuple[str, Path]]:
-    """(container name, bundle folder) for every container of ``pod``; ``token``: the pod's
-    ServiceAccount token (None: not mounted). Raises ``ContainerError``/``OSError``."""
+         token: str | None, ca: bytes, specs: list[Obj] | None = None
+         ) -> list[tuple[str, Path]]:
+    """(container name, bundle folder) for every container of ``pod`` (``specs``: for these
+    instead, e.g. one of its init containers); ``token``: the pod's ServiceAccount token
+    (None: not mounted). Raises ``ContainerError``/``OSError``."""
     folder = place.folder
     volumes = vol.pod_volumes(pod, objs, folder, pod_ip=place.pod_ip, host_ip=place.host_ip)
     etc = vol.etc_files(pod, folder / "etc", pod_ip=place.pod_ip)
@@ -40,7 +42,9 @@ def make(pod: Obj, image: ctr.Image, objs: dict[tuple[str, str], Obj], place: Po
                            namespace=str(pod["metadata"].get("namespace", "default")),
                            gid=None if fs_group is None else int(fs_group))
     bundles = []
-    for index, spec in enumerate((pod.get("spec") or {}).get("containers") or []):
+    if specs is None:
+        specs = list((pod.get("spec") or {}).get("containers") or [])
+    for index, spec in enumerate(specs):
         name = str(spec.get("name", f"c{index}"))
         bundle = folder / "bundles" / name
         bundle.mkdir(parents=True, exist_ok=True)

@@ -259,18 +259,35 @@ def _primary_gid(rootfs: Path, uid: int) -> int:
     return 0
 
 
+def held_caps(status: str | None = None) -> tuple[str, ...]:
+    """The capabilities in this process's bounding set (``/proc/self/status``; ``status``: its
+    text): all a runtime can give (``ALL_CAPS`` is in the kernel's bit order). A privileged
+    container gets these, as under containerd: asking for one the host lacks (a sandbox without
+    CAP_SYS_RESOURCE, say) makes the runtime refuse the whole container."""
+    if status is None:
+        try:
+            status = Path("/proc/self/status").read_text()
+        except OSError:
+            return ALL_CAPS
+    line = next((ln for ln in status.splitlines() if ln.startswith("CapBnd:")), None)
+    if line is None:
+        return ALL_CAPS
+    mask = int(line.split()[1], 16)
+    return tuple(c for bit, c in enumerate(ALL_CAPS) if mask >> bit & 1)
+
+
 def capabilities(pod: Obj, container: Obj, uid: int) -> Obj:
     sc = container.get("securityContext") or {}
     caps = (sc.get("capabilities") or {})
     if sc.get("privileged"):
-        have = list(ALL_CAPS)
+        have = list(held_caps())
     else:
         drop = {str(c).upper().removeprefix("CAP_") for c in caps.get("drop") or []}
         have = [] if "ALL" in drop else [c for c in DEFAULT_CAPS if c not in drop]
         for cap in caps.get("add") or []:
             name = str(cap).upper().removeprefix("CAP_")
             if name == "ALL":
-                have = list(ALL_CAPS)
+                have = list(held_caps())
             elif name not in have:
                 have.append(name)
     names = [f"CAP_{c}" for c in have]
@@ -289,6 +306,9 @@ def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, s
     sc = container.get("securityContext") or {}
     no_new_privs = sc.get("allowPrivilegeEscalation") is False
     name = str((pod.get("metadata") or {}).get("name", "pod"))
+    # A privileged container sees /proc and /sys unmasked and writable (host sysctls: the
+    # chart's init containers), as under containerd and CRI-O.
+    privileged = bool(sc.get("privileged"))
     return {
         "ociVersion": "1.0.2",
         "process": {
@@ -315,14 +335,15 @@ def runtime_spec(pod: Obj, container: Obj, image: Image, objs: dict[tuple[str, s
             {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
              "options": ["nosuid", "noexec", "nodev"]},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-             "options": ["nosuid", "noexec", "nodev", "ro"]},
+             "options": ["nosuid", "noexec", "nodev", "rw" if privileged else "ro"]},
             *mounts],
         "linux": {
             "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"},
                            {"type": "mount"},
                            {"type": "network", **({"path": f"/run/netns/{netns}"}
                                                   if netns else {})}],
-            "maskedPaths": MASKED, "readonlyPaths": READONLY}}
+            "maskedPaths": [] if privileged else MASKED,
+            "readonlyPaths": [] if privileged else READONLY}}
 
 
 # ---- the pod's files: volumes and /etc files under <state>/containers/<uid>/ ----

@@ -15,24 +15,26 @@ under an OCI runtime (runc) instead (``podway.programs.lab.container``), one sup
 per container; it is up when every container has started, and a container that cannot be made
 (a missing Secret, ``runAsNonRoot`` with uid 0…) leaves the pod waiting with the reason in its
 status.
+
+Init containers (``podway.programs.lab.init_containers``) run first, in order, each to
+completion (a process pod: its command in the pod's namespace; an image pod: under runc); the
+app containers start only once they all have.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import logging
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,105 +47,22 @@ from podway.programs.lab import container_volumes as vol
 from podway.programs.lab import network, podenv
 from podway.programs.lab.cluster import key, meta, terminated, terminating
 from podway.programs.lab.container_exec import EXEC_TIMEOUT_S, exec_in
+from podway.programs.lab.init_containers import InitRun, initialize, run_to_end
+from podway.programs.lab.init_containers import statuses as init_statuses
 from podway.programs.lab.plan import LabPlan, NodePlan
+from podway.programs.lab.podstatus import (
+    container_ports,
+    now,
+    pod_conditions,
+    pre_stop,
+    probe_once,
+    readiness_probe,
+)
 from podway.programs.lab.processes import Supervisor
 
 log = logging.getLogger("podway.programs.lab.kubelet")
 Obj = dict[str, Any]
-PROBE_TIMEOUT_S = 1.0
 LOG_LIMIT = 1 << 20  # kubectl logs reads at most the last MiB of a pod's output
-
-
-def container_ports(pod: Obj) -> list[tuple[int, str]]:
-    found = {(int(p["containerPort"]), str(p.get("protocol", "TCP")).upper())
-             for c in (pod.get("spec") or {}).get("containers") or []
-             for p in c.get("ports") or [] if p.get("containerPort")}
-    return sorted(found)
-
-
-def readiness_probe(pod: Obj) -> Obj | None:
-    """The first container's readiness probe, a named port resolved to its number."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("readinessProbe"):
-            probe = {**container["readinessProbe"], "container": container.get("name")}
-            named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
-            for kind in ("httpGet", "tcpSocket"):
-                if kind in probe and probe[kind].get("port") in named:
-                    probe[kind] = {**probe[kind], "port": named[probe[kind]["port"]]}
-            return probe
-    return None
-
-
-def probe_once(ip: str, probe: Obj, ports: list[tuple[int, str]]) -> bool:
-    """One readiness check from the node (blocking; runs in the node's thread)."""
-    def port_of(value: Any) -> int:
-        if isinstance(value, int) or str(value).isdigit():
-            return int(value)
-        raise ValueError(f"named probe port {value!r} is not supported")
-    try:
-        if "httpGet" in probe:
-            get = probe["httpGet"]
-            conn = http.client.HTTPConnection(ip, port_of(get.get("port")),
-                                              timeout=PROBE_TIMEOUT_S)
-            try:
-                conn.request("GET", str(get.get("path", "/")))
-                return 200 <= conn.getresponse().status < 400
-            finally:
-                conn.close()
-        if "tcpSocket" in probe:
-            with socket.create_connection((ip, port_of(probe["tcpSocket"].get("port"))),
-                                          timeout=PROBE_TIMEOUT_S):
-                return True
-    except (OSError, ValueError, http.client.HTTPException):
-        return False
-    return True  # exec probes run in the container (Kubelet._exec); a process pod has none
-
-
-def pre_stop(pod: Obj) -> Obj | None:
-    """The first container's ``lifecycle.preStop`` handler, if any (lab pods are one
-    process: one hook)."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        hook = (container.get("lifecycle") or {}).get("preStop")
-        if hook:
-            return dict(hook)
-    return None
-
-
-KUBELET_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-
-
-def pod_conditions(pod: Obj, *, containers_ready: bool) -> list[Obj]:
-    """The pod's conditions as the kubelet writes them: its own four, and every condition
-    other writers set (a readiness gate's, e.g. ``podway.io/lb-ready``) kept as they are.
-    ``Ready`` is True only when the containers are ready and every ``readinessGates``
-    condition is True; a transition time moves only when the status does."""
-    old = (pod.get("status") or {}).get("conditions") or []
-    others = [c for c in old if c.get("type") not in KUBELET_CONDITIONS]
-    gates = [str(g.get("conditionType")) for g in
-             (pod.get("spec") or {}).get("readinessGates") or []]
-    passed = {str(c.get("type")) for c in others if c.get("status") == "True"}
-    missing = [g for g in gates if g not in passed]
-
-    def cond(kind: str, ok: bool, reason: str = "", message: str = "") -> Obj:
-        status = "True" if ok else "False"
-        before: Obj = next((c for c in old if c.get("type") == kind), {})
-        since = before.get("lastTransitionTime") if before.get("status") == status \
-            else _now()
-        out: Obj = {"type": kind, "status": status, "lastTransitionTime": since}
-        if reason:
-            out.update(reason=reason, message=message)
-        return out
-
-    if not containers_ready:
-        ready = cond("Ready", False, "ContainersNotReady", "containers with unready status")
-    elif missing:
-        ready = cond("Ready", False, "ReadinessGatesNotReady",
-                     f"the status of pod readiness gate{'s' * (len(missing) > 1)} "
-                     f"\"{', '.join(missing)}\" is not \"True\", but False")
-    else:
-        ready = cond("Ready", True)
-    return [cond("PodScheduled", True), cond("Initialized", True),
-            cond("ContainersReady", containers_ready), ready, *others]
 
 
 @dataclass
@@ -167,14 +86,12 @@ class PodRun:
     prober: asyncio.Task[None] | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     stopping: asyncio.Task[None] | None = None  # the pod is terminating (``_terminate``)
+    init: InitRun | None = None  # its init containers (``init_containers``), if it has any
+    sidecars: list[str] = field(default_factory=list)  # native sidecars started (supervised)
 
     @property
     def what(self) -> str:
         return f"pod-{self.namespace}-{self.name}"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Kubelet:
@@ -231,7 +148,7 @@ class Kubelet:
                 except KeyError:
                     continue  # scheduled onto a node the lab does not have
                 await self._add(uid, pod, node)
-            elif self.runs[uid].waiting and self._image is not None:
+            elif self.runs[uid].waiting and self._image is not None and self._initialized(uid):
                 # As a kubelet retries: the missing Secret or ConfigMap may exist now.
                 await self._start_containers(self.runs[uid], pod, self._image)
         for uid, pod in wanted.items():
@@ -253,9 +170,33 @@ class Kubelet:
             ip = await asyncio.to_thread(network.add_pod, self.plan, node, slot, netns)
         run = PodRun(uid=uid, namespace=ns, name=name, node=node, slot=slot, netns=netns, ip=ip,
                      ports=container_ports(pod), probe=readiness_probe(pod),
-                     started_at=_now())
+                     started_at=now())
         self.runs[uid] = run
         image = await self._from_image(pod)
+        specs = list((pod.get("spec") or {}).get("initContainers") or [])
+        if specs:  # the app containers start once these have completed (``_initialize``)
+            run.init = InitRun(specs=specs,
+                               never=(pod.get("spec") or {}).get("restartPolicy") == "Never")
+            run.init.task = asyncio.create_task(self._initialize(run, pod, image),
+                                                name=f"lab-init-{run.what}")
+            return
+        await self._start_app(run, pod, image)
+
+    def _initialized(self, uid: str) -> bool:
+        init = self.runs[uid].init
+        return init is None or init.complete
+
+    async def _initialize(self, run: PodRun, pod: Obj, image: ctr.Image | None) -> None:
+        assert run.init is not None
+        launch = partial(self._init_image, run, pod, image) if image is not None \
+            else partial(self._init_process, run)
+        if await initialize(run.init, launch=launch, changed=self.changed,
+                            start_sidecar=partial(self._sidecar, run, pod, image)):
+            await self._start_app(run, pod, image)
+
+    async def _start_app(self, run: PodRun, pod: Obj, image: ctr.Image | None) -> None:
+        """The app containers: from the image under the OCI runtime, or the lab's process."""
+        ns, name, netns, node = run.namespace, run.name, run.netns, run.node
         if image is not None:
             await self._start_containers(run, pod, image)
             run.prober = asyncio.create_task(self._probe(run), name=f"lab-probe-{run.what}")
@@ -296,16 +237,64 @@ class Kubelet:
             return None
         return self.emu().issue_token(ns, name, node=str(pod["spec"].get("nodeName", "")))
 
-    async def _start_containers(self, run: PodRun, pod: Obj, image: ctr.Image) -> None:
+    async def _bundles(self, run: PodRun, pod: Obj, image: ctr.Image,
+                       specs: list[Obj] | None = None) -> list[tuple[str, Path]]:
+        """The OCI bundles of the pod's containers (``specs``: of these instead); raises
+        ``ContainerError``/``OSError`` when one cannot be made."""
         state = self.supervisor.state
-        folder = state.containers / run.uid
+        ctr.runtime(state.containers)  # none installed: the pod waits with the reason
+        place = bundles_of.PodPlace(netns=run.netns, pod_ip=run.ip, host_ip=run.node.ip,
+                                    folder=state.containers / run.uid)
+        return await asyncio.to_thread(
+            bundles_of.make, pod, image, self._objects(pod), place, token=self._token(pod),
+            ca=state.pki.ca_cert.read_bytes(), specs=specs)
+
+    def _crun_script(self, cid: str, bundle: Path) -> list[str]:
+        crun = ctr.runtime(self.supervisor.state.containers)
+        # A container left by the last start (its crun killed) would block the name.
+        return ["sh", "-c", f'{shlex.join([*crun, "delete", "-f", cid])} >/dev/null 2>&1; '
+                f'exec {shlex.join([*crun, "run", "--bundle", str(bundle), cid])}']
+
+    async def _init_process(self, run: PodRun, spec: Obj) -> int:
+        """One init container of a process pod: its command and args in the pod's network
+        namespace (lab pods have no image: none given, there is nothing to run)."""
+        argv = [str(a) for a in [*(spec.get("command") or []), *(spec.get("args") or [])]]
+        if not argv:
+            return 0
+        return await run_to_end(["ip", "netns", "exec", run.netns, *argv],
+                                self.supervisor.log_path(f"{run.what}-{spec.get('name')}"))
+
+    async def _init_image(self, run: PodRun, pod: Obj, image: ctr.Image, spec: Obj) -> int:
+        """One init container from the image, under the OCI runtime, to its end."""
+        [(name, bundle)] = await self._bundles(run, pod, image, [spec])
+        cid = f"{run.uid}-{name}"
         try:
-            crun = ctr.runtime(state.containers)
-            place = bundles_of.PodPlace(netns=run.netns, pod_ip=run.ip, host_ip=run.node.ip,
-                                        folder=folder)
-            bundles = await asyncio.to_thread(
-                bundles_of.make, pod, image, self._objects(pod), place,
-                token=self._token(pod), ca=state.pki.ca_cert.read_bytes())
+            return await run_to_end(self._crun_script(cid, bundle),
+                                    self.supervisor.log_path(f"{run.what}-{name}"))
+        finally:
+            await asyncio.to_thread(
+                subprocess.run, [*ctr.runtime(self.supervisor.state.containers), "delete",
+                                 "-f", cid], capture_output=True, check=False)
+
+    async def _sidecar(self, run: PodRun, pod: Obj, image: ctr.Image | None,
+                       spec: Obj) -> None:
+        """A native sidecar (an init container with ``restartPolicy: Always``): supervised,
+        restarted when it exits, stopped with the pod."""
+        name = str(spec.get("name"))
+        if image is not None:
+            [(name, bundle)] = await self._bundles(run, pod, image, [spec])
+            argv = self._crun_script(f"{run.uid}-{name}", bundle)
+        else:
+            argv = [str(a) for a in [*(spec.get("command") or []), *(spec.get("args") or [])]]
+            if not argv:
+                return
+            argv = ["ip", "netns", "exec", run.netns, *argv]
+        run.sidecars.append(name)
+        await self.supervisor.start(f"{run.what}-{name}", argv)
+
+    async def _start_containers(self, run: PodRun, pod: Obj, image: ctr.Image) -> None:
+        try:
+            bundles = await self._bundles(run, pod, image)
         except (OSError, vol.ContainerError) as exc:
             if run.waiting != str(exc):
                 run.waiting = str(exc)
@@ -315,10 +304,7 @@ class Kubelet:
         run.waiting = ""
         run.containers = [name for name, _ in bundles]
         for name, bundle in bundles:
-            cid = f"{run.uid}-{name}"
-            # A container left by the last start (its crun killed) would block the name.
-            script = (f'{shlex.join([*crun, "delete", "-f", cid])} >/dev/null 2>&1; '
-                      f'exec {shlex.join([*crun, "run", "--bundle", str(bundle), cid])}')
+            script = self._crun_script(f"{run.uid}-{name}", bundle)
 
             def started(name: str = name) -> None:
                 run.started.add(name)
@@ -334,7 +320,7 @@ class Kubelet:
                 run.up = run.ready = False
                 self.changed()
 
-            await self.supervisor.start(f"{run.what}-{name}", ["sh", "-c", script],
+            await self.supervisor.start(f"{run.what}-{name}", script,
                                         on_start=started, on_exit=exited)
 
     async def _probe(self, run: PodRun) -> None:
@@ -364,6 +350,8 @@ class Kubelet:
         when the hook used it all; then the pod object is deleted (the kubelet's final
         delete)."""
         loop = asyncio.get_running_loop()
+        if run.init is not None and run.init.task is not None:  # no app containers after it
+            await cancel_and_wait(run.init.task)
         grace = float(meta(pod).get("deletionGracePeriodSeconds")
                       or (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
         deadline = loop.time() + grace
@@ -424,10 +412,12 @@ class Kubelet:
         self.runs.pop(run.uid, None)
         if run.stopping is not None and run.stopping is not asyncio.current_task():
             await cancel_and_wait(run.stopping)
+        if run.init is not None and run.init.task is not None:
+            await cancel_and_wait(run.init.task)  # kills the init container running now
         if run.prober is not None:
             await cancel_and_wait(run.prober)
         await self.supervisor.stop(run.what, grace=2.0)
-        for name in run.containers:
+        for name in [*run.containers, *run.sidecars]:
             await self.supervisor.stop(f"{run.what}-{name}", grace=2.0)
         if run.netns != run.node.netns:  # a host-network pod leaves its node's alone
             await asyncio.to_thread(network.remove_ns, run.netns)
@@ -435,7 +425,7 @@ class Kubelet:
         if folder.exists():
             with contextlib.suppress(vol.ContainerError):
                 crun = ctr.runtime(self.supervisor.state.containers)
-                for name in run.containers:
+                for name in [*run.containers, *run.sidecars]:
                     await asyncio.to_thread(
                         subprocess.run, [*crun, "delete", "-f", f"{run.uid}-{name}"],
                         capture_output=True, check=False)
@@ -448,17 +438,24 @@ class Kubelet:
             return
         old = pod.get("status") or {}
         containers = (pod.get("spec") or {}).get("containers") or [{"name": "main"}]
+        init = run.init
+        waiting = {"reason": "PodInitializing"} if init is not None and not init.complete \
+            else {"reason": "CreateContainerConfigError", "message": run.waiting} \
+            if run.waiting else {"reason": "ContainerCreating"}
         status = {
-            "phase": "Running", "hostIP": run.node.ip, "hostIPs": [{"ip": run.node.ip}],
-            "podIP": run.ip, "podIPs": [{"ip": run.ip}], "startTime": run.started_at,
-            "conditions": pod_conditions(pod, containers_ready=run.ready),
+            "phase": "Running" if init is None else init.phase(), "hostIP": run.node.ip,
+            "hostIPs": [{"ip": run.node.ip}], "podIP": run.ip, "podIPs": [{"ip": run.ip}],
+            "startTime": run.started_at,
+            "conditions": pod_conditions(pod, containers_ready=run.ready,
+                                         uninitialized=init.pending() if init else ()),
             "containerStatuses": [{
                 "name": c.get("name", "main"), "image": c.get("image", "podway-echo"),
                 "ready": run.ready, "restartCount": run.restarts, "started": run.up,
                 "state": {"running": {"startedAt": run.started_at}} if run.up
-                else {"waiting": {"reason": "CreateContainerConfigError", "message": run.waiting}
-                      if run.waiting else {"reason": "ContainerCreating"}}}
+                else {"waiting": waiting}}
                 for c in containers]}
+        if init is not None:
+            status["initContainerStatuses"] = init_statuses(init)
         if status != old:
             self.emu().put("pods", {**pod, "status": status})
 

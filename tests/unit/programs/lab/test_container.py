@@ -108,6 +108,20 @@ def test_capabilities_as_containerd_gives_them() -> None:
         POD, {"securityContext": {"privileged": True}}, 0)["effective"]
 
 
+def test_privileged_gets_what_the_host_holds() -> None:
+    """Only capabilities in the runtime's own bounding set: one it lacks (this sandbox has no
+    CAP_SYS_RESOURCE, bit 24) made runc refuse every privileged container."""
+    status = "Name:\tx\nCapBnd:\t000001fffeffffff\n"
+    held = ctr.held_caps(status)
+    assert "SYS_RESOURCE" not in held
+    assert {"SYS_ADMIN", "NET_ADMIN", "CHECKPOINT_RESTORE"} <= set(held)
+    assert len(held) == len(ctr.ALL_CAPS) - 1
+    assert ctr.held_caps("CapBnd:\t000001ffffffffff\n") == ctr.ALL_CAPS
+    mine = set(ctr.held_caps())
+    given = ctr.capabilities(POD, {"securityContext": {"privileged": True}}, 0)["bounding"]
+    assert {c.removeprefix("CAP_") for c in given} == mine
+
+
 @pytest.mark.parametrize(("ref", "served"), [
     ("podway:0.1.0", True), ("ghcr.io/acme/podway:0.1.0", True),
     ("registry:5000/podway:0.1.0", True), ("podway:0.2.0", False), ("podway", False),
@@ -176,6 +190,20 @@ def test_runtime_spec_joins_the_pods_namespace_read_only_root(tmp_path: Path) ->
     assert spec["process"]["user"] == {"uid": 10001, "gid": 10001, "additionalGids": []}
     assert {"type": "network", "path": "/run/netns/pwlab-x-n1-p0"} in spec["linux"]["namespaces"]
     assert spec["hostname"] == "p1"
+    assert "/proc/sys" in spec["linux"]["readonlyPaths"]
+
+
+def test_a_privileged_container_may_write_host_sysctls(tmp_path: Path) -> None:
+    """As under containerd: no masked or read-only /proc paths, /sys writable (the chart's
+    host set-up and ARP init containers write /proc/sys)."""
+    image = ctr.Image(name="podway", tag="0.1.0", rootfs=tmp_path, config=IMAGE)
+    spec = ctr.runtime_spec(POD, {"securityContext": {"privileged": True, "runAsUser": 0}},
+                            image, {}, root=tmp_path, netns="pwlab-x-n1-p0", mounts=[],
+                            pod_ip="198.18.1.2", host_ip="198.18.0.11")
+    assert spec["linux"]["readonlyPaths"] == []
+    assert spec["linux"]["maskedPaths"] == []
+    sys_mount = next(m for m in spec["mounts"] if m["destination"] == "/sys")
+    assert "rw" in sys_mount["options"]
 
 
 def test_variables_in_command_and_args_are_the_containers() -> None:

@@ -130,7 +130,7 @@ def test_cluster_names_are_the_lab_dns_servers_not_etc_hosts() -> None:
 def test_a_named_probe_port_is_the_containers_port_of_that_name() -> None:
     """The chart probes ``port: metrics``: the kubelet resolves it (the lab's probe refused
     named ports, so such a pod was never Ready)."""
-    from podway.programs.lab.kubelet import readiness_probe
+    from podway.programs.lab.podstatus import readiness_probe
 
     spec = pod(containers=[{"name": "controller", "ports": [
         {"name": "xds", "containerPort": 18000}, {"name": "metrics", "containerPort": 9090}],

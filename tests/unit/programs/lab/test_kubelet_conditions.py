@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podway.programs.lab.kubelet import pod_conditions
+from podway.programs.lab.podstatus import pod_conditions
 
 GATE = "podway.io/lb-ready"
 
