@@ -162,9 +162,14 @@ class Bed:
                               timeout=timeout)
         return done.stdout if done.returncode == 0 else ""
 
-    def many(self, count: int, proto: str = "tcp", port: int = 80) -> list[dict[str, str]]:
-        """``count`` connections (UDP: flows from distinct source ports) to the VIP."""
-        out = self.run_client("many", proto, VIP, str(port), str(count))
+    def many(self, count: int, proto: str = "tcp", port: int = 80, *,
+             sport: int = 0) -> list[dict[str, str]]:
+        """``count`` connections (UDP: flows from source ports the kernel picks, which may
+        repeat one of an earlier flow conntrack still holds) to the VIP; ``sport``: from the
+        source ports ``sport``, ``sport + 1``, ... instead (new flows, if no earlier call of
+        the bed used them)."""
+        out = self.run_client("many", proto, VIP, str(port), str(count),
+                              *([str(sport)] if sport else []))
         return [json.loads(line) for line in out.splitlines()]
 
     def wait(self, ok: object, what: str, *, limit_s: float = 20) -> None:

@@ -2,8 +2,10 @@
 
     ask  PROTO HOST PORT [SPORT]   one ``whoami``: the echo's JSON (nothing when unanswered);
                                    SPORT fixes the client's source port (UDP: one flow)
-    many PROTO HOST PORT COUNT     COUNT new connections (UDP: new source ports), one line each:
-                                   the echo's JSON, or {"error": ...}
+    many PROTO HOST PORT COUNT [SPORT]
+                                   COUNT new connections (UDP: new source ports), one line each:
+                                   the echo's JSON, or {"error": ...}; SPORT: the source ports
+                                   are SPORT, SPORT+1, ... (UDP: flows no earlier call made)
     loop HOST PORT SECONDS         new TCP connections back to back for SECONDS, each with one
                                    exchange; prints {"ok": n, "failed": n, "names": {...}}
 """
@@ -48,9 +50,10 @@ def main(argv: list[str]) -> int:
             return 1
         return 0
     if mode == "many":
-        for _ in range(int(argv[4])):
+        base = int(argv[5]) if len(argv) > 5 else 0
+        for i in range(int(argv[4])):
             try:
-                print(json.dumps(whoami(argv[1], argv[2], int(argv[3]))))
+                print(json.dumps(whoami(argv[1], argv[2], int(argv[3]), base + i if base else 0)))
             except (OSError, ValueError) as exc:
                 print(json.dumps({"error": str(exc)}))
         return 0
