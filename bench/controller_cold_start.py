@@ -37,7 +37,7 @@ they compete, and a real API server does the emulator's work in Go.
   their first check, by the last 200 (it costs Envoy a little per failure: off by default).
 
 ``--batch 0,500`` runs each round once per bound of resources per delta response (0: no bound,
-one response per type as before 12/2026; the server's is ``MAX_RESOURCES_PER_RESPONSE``),
+one response per type as before 12/2026; the server's is ``DeltaStream.most_per_response``),
 interleaved, so the two are compared side by side.
 
     python bench/controller_cold_start.py [--routes 10000] [--runs 1] [--batch 0,500]
@@ -68,7 +68,6 @@ from speedref import Reference, measure
 from xds_push import Acks, free_port
 
 import podway.envoy.config.clusters as clusters_module
-import podway.envoy.xds.delta as delta_module
 import podway.programs.controller.events as events_module
 from podway.envoy import types
 from podway.envoy.config.common import pack
@@ -141,12 +140,12 @@ def counting_events() -> Iterator[list[int]]:
 @contextlib.contextmanager
 def bounded(batch: int) -> Iterator[None]:
     """The delta streams' bound of resources per response (0: none) for this round."""
-    saved = delta_module.MAX_RESOURCES_PER_RESPONSE
-    delta_module.MAX_RESOURCES_PER_RESPONSE = batch or sys.maxsize
+    saved = DeltaStream.most_per_response
+    DeltaStream.most_per_response = batch or sys.maxsize
     try:
         yield
     finally:
-        delta_module.MAX_RESOURCES_PER_RESPONSE = saved
+        DeltaStream.most_per_response = saved
 
 
 @contextlib.contextmanager
@@ -255,6 +254,7 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
     tasks.append(asyncio.create_task(engine.run()))
     await engine.wait_started()
     stamps.pid = engine.pid or 0
+    log_from = log_size(stamps.pid)  # Envoy's stderr may be shared with earlier rounds
     await controller.started.wait()
     first_pass = time_first_pass(controller, stamps)
     assert controller.pipeline is not None
@@ -271,7 +271,7 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
            "Envoy CPU": cpu_seconds([engine.pid]) if engine.pid else -1.0}
     stamps.counts["Events at last 200"] = sum(recorded)
     if engine.pid:
-        stamps.counts["fetch timeouts"] = fetch_timeouts_of(engine.pid)
+        stamps.counts.update(fetch_timeouts_of(engine.pid, log_from))
     if engine.admin_address:
         stamps.counts.update(await failing_checks(engine.admin_address))
         stamps.counts.update(await watchdog(engine.admin_address))
@@ -314,10 +314,27 @@ async def watchdog(address: str) -> dict[str, float]:
     return out
 
 
-def fetch_timeouts_of(pid: int) -> int:
-    """Envoy's "initial fetch timed out" warnings so far, from its log (its stderr)."""
-    log = Path(os.readlink(f"/proc/{pid}/fd/2"))
-    return log.read_text(errors="replace").count("initial fetch timed out")
+def log_size(pid: int) -> int:
+    """Bytes in Envoy's log (its stderr) so far, 0 if it is no file."""
+    with contextlib.suppress(OSError):
+        return Path(os.readlink(f"/proc/{pid}/fd/2")).stat().st_size
+    return 0
+
+
+def fetch_timeouts_of(pid: int, start: int = 0) -> dict[str, float]:
+    """Envoy's "initial fetch timed out" warnings so far, per type, from its log (its stderr):
+    a subscription (a cluster's load assignment, a scope's table) that gave up waiting, 15 s
+    unless the bootstrap says otherwise; its cluster or listener then warms without it."""
+    with open(os.readlink(f"/proc/{pid}/fd/2"), "rb") as log:
+        log.seek(start)
+        text = log.read().decode(errors="replace")
+    out: dict[str, float] = {"fetch timeouts": 0}
+    for line in text.splitlines():
+        if "initial fetch timed out for " in line:
+            kind = line.rsplit(".", 1)[-1].strip()
+            out["fetch timeouts"] += 1
+            out[f"... of {kind}"] = out.get(f"... of {kind}", 0) + 1
+    return out
 
 
 @contextlib.contextmanager
@@ -416,7 +433,7 @@ def main() -> None:
                         help="Envoy's initial fetch timeout of clusters and listeners, s "
                              "(default: podway engine's; 15 is Envoy's own default)")
     parser.add_argument("--batch", type=lambda text: [int(b) for b in text.split(",")],
-                        default=[delta_module.MAX_RESOURCES_PER_RESPONSE],
+                        default=[DeltaStream.most_per_response],
                         help="bounds of resources per delta response to run, interleaved, "
                              "comma-separated (0: no bound); default: the server's")
     parser.add_argument("--check-events", action="store_true",

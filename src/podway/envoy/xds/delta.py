@@ -93,6 +93,9 @@ class _DeltaType:
 class DeltaStream:
     """One incremental (delta) ADS stream (one Envoy)."""
 
+    #: Resources per response at most (``_bound``); a bench compares other bounds.
+    most_per_response = MAX_RESOURCES_PER_RESPONSE
+
     def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
                  memory: RefusalMemory | None = None) -> None:
         self.clock = clock
@@ -349,13 +352,12 @@ class DeltaStream:
         candidates.update(state.refusals.due(now))
         return candidates
 
-    @staticmethod
-    def _bound(type_url: str, *, first: bool) -> int:
+    def _bound(self, type_url: str, *, first: bool) -> int:
         """How many resources a response may carry (``MAX_RESOURCES_PER_RESPONSE``; whole
         where Envoy takes a first response as a set: ``WHOLE_FIRST_TYPES``)."""
         if first and type_url in WHOLE_FIRST_TYPES:
             return sys.maxsize
-        return MAX_RESOURCES_PER_RESPONSE
+        return self.most_per_response
 
     def _group_responses(self, type_url: str, state: _DeltaType
                          ) -> tuple[list[d.DeltaDiscoveryResponse], set[str], set[str]]:
