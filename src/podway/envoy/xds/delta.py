@@ -20,6 +20,13 @@ what is pushed after it; and while no listener is served as scopes, none is remo
 listener Envoy still holds, warming its one-table successor or draining, keeps serving with
 them). Envoy ignores route table removals.
 
+Big updates go in parts (``DeltaStream.most_per_response``, ``MAX_RESOURCES_PER_RESPONSE``):
+the names past the bound wait in ``backlog`` and go once Envoy has answered the type's last
+response, so Envoy's main thread (which also runs the active checks) is never busy with
+thousands of resources in one go. Clusters not sent yet are not settled. Whole: a first
+response Envoy takes as a set (``WHOLE_FIRST_TYPES``; scopes also right after a scoped listener
+was sent, for its new connection manager).
+
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
 burst, clusters first. So the first listener and route requests wait for clusters to be settled
