@@ -79,6 +79,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_bed import (
+    BACKENDS,
     DIRECT_URLS,
     PINNED_URLS,
     Bed,
@@ -245,6 +246,13 @@ VARIANTS = {
     # The same with the chain on ``forward`` (what ``direct+ct`` was until 2026-12-05 15:20):
     # conntrack plus one rule evaluated for every forwarded packet, which no kernel mode has.
     "direct+ct-fwd": _CT_PROBE.format(hook="forward"),
+    # SNAT to the lb's address towards each member from a map, instead of masquerade (which
+    # looks the out-interface's address up for every new flow): per connection only.
+    "kernel-snat": "nft flush chain ip podway_l4 postrouting && nft add rule ip podway_l4 "
+                   "postrouting ct status dnat counter name ip daddr . meta l4proto . th dport "
+                   "map @member_connections && nft add rule ip podway_l4 postrouting meta mark "
+                   "and 0x00400000 == 0x00400000 snat ip to ip daddr map { "
+                   + ", ".join(f"{far} : {near}" for near, far in BACKENDS.values()) + " }",
     # Per-packet conntrack sysctls of the lb namespace (undone after the mode's round):
     # window tracking not enforced (only out-of-window RSTs are invalid) ...
     "kernel-liberal": "sysctl -qw net.netfilter.nf_conntrack_tcp_be_liberal=1",

@@ -4,7 +4,10 @@ The bed and method of ``bench/kernel_l4_paired.py`` (wrk and both nginx under ``
 CPU 1, the lb namespace's forwarding running as softirq in their context there), with
 ``perf record -C 1 -g -e cpu-clock`` (fixed period, call graphs) for the length of each long
 round. The report keeps wrk, nginx and ksoftirqd/1 (the others' 5 % of CPU 1 is left out) and
-prints, per mode, microseconds of CPU per request:
+prints, per mode, microseconds of CPU per request — a symbol's share of the kept samples times
+the round's path CPU per request (exact, from schedstat; ``(sampled)`` is what the samples
+alone give, less when perf lost samples under load) — and the lb namespace's packets per
+request (received and forwarded: the same in every mode when the wire path is the same):
 
 * the inclusive ("children") time of the stages a forwarded packet passes (``STAGES``):
   every netfilter hook together (``nf_hook_slow``), conntrack's lookup (``nf_conntrack_in``),
@@ -54,8 +57,10 @@ def record(out: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def report(data: Path, requests: int) -> Profile:
-    """Children and self time of every symbol of the kept tasks, us per request."""
+def report(data: Path, requests: int, path_us: float) -> Profile:
+    """Children and self time of every symbol of the kept tasks, us per request: each one's
+    share of the kept samples times the path's CPU per request (``path_us``, measured exactly
+    by the paired bench's round), so samples perf lost under load do not shrink the figures."""
     argv = ["perf", "report", "-i", str(data), "--stdio", "-q", "--comms", COMMS]
     counts = subprocess.run([*argv, "--sort", "comm", "-F", "sample,comm"], capture_output=True,
                             text=True, check=False).stdout
@@ -64,7 +69,7 @@ def report(data: Path, requests: int) -> Profile:
     text = subprocess.run([*argv, "--children", "-g", "none", "--percentage", "relative",
                            "--sort", "sym", "-F", "overhead_children,overhead,sym"],
                           capture_output=True, text=True, check=False).stdout
-    scale = samples * PERIOD_NS / 1000 / requests / 100  # a percent, in us per request
+    scale = path_us / 100  # a percent of the kept samples, in us per request
     out: Profile = {}
     for line in text.splitlines():
         parts = line.split()
@@ -74,7 +79,9 @@ def report(data: Path, requests: int) -> Profile:
         children, self_ = (float(p.rstrip("%")) * scale for p in parts[:2])
         old = out.get(symbol, (0.0, 0.0))
         out[symbol] = (old[0] + children, old[1] + self_)
-    out["(all)"] = (samples * PERIOD_NS / 1000 / requests, samples * PERIOD_NS / 1000 / requests)
+    sampled = samples * PERIOD_NS / 1000 / requests  # below path_us when perf lost samples
+    out["(all)"] = (path_us, path_us)
+    out["(sampled)"] = (sampled, sampled)
     return out
 
 
@@ -100,7 +107,7 @@ def profiled_round(bed: Bed, mode: str, args: argparse.Namespace, engine: list[i
     after = lb_packets(bed)
     for name, value in after.items():  # per request, both directions (the wire path)
         row[name] = (value - before.get(name, 0)) / row["requests"]
-    return report(data, int(row["requests"])), row
+    return report(data, int(row["requests"]), row["cpu_us"] - row["engine_us"]), row
 
 
 def measure(bed: Bed, args: argparse.Namespace, modes: tuple[str, ...]
@@ -121,7 +128,7 @@ def measure(bed: Bed, args: argparse.Namespace, modes: tuple[str, ...]
                                        check=False)
             got.setdefault(mode, []).append(profile)
             print(f"round {round_ + 1} {mode:16} {row['rps']:8.0f}/s p50 {row['p50']:.3f} ms "
-                  f"path CPU {row['cpu_us']:.2f} us/req, sampled {profile['(all)'][0]:.2f} "
+                  f"path CPU {row['cpu_us']:.2f} us/req, sampled {profile['(sampled)'][0]:.2f} "
                   f"us/req; lb packets per request: received {row.get('IpInReceives', 0):.2f}"
                   f" forwarded {row.get('IpForwDatagrams', 0):.2f}", flush=True)
     return got
@@ -135,9 +142,9 @@ def summary(modes: tuple[str, ...], got: dict[str, list[Profile]], top: int = 40
     head = "".join(f"{m[:14]:>15}" for m in modes)
     print(f"\nus per request, median over rounds; inclusive (children) time of the stages\n"
           f"{'stage':28}{head}")
-    for stage in ("(all)", *STAGES):
+    for stage in ("(all)", "(sampled)", *STAGES):
         print(f"{stage:28}" + "".join(f"{median(got[m], stage, 0):15.3f}" for m in modes))
-    ranked = sorted({s for m in modes for p in got[m] for s in p if s != "(all)"},
+    ranked = sorted({s for m in modes for p in got[m] for s in p if not s.startswith("(")},
                     key=lambda s: -max(abs(median(got[m], s, 1) - median(got["direct"], s, 1))
                                        for m in modes))
     print(f"\nself time of the {top} symbols that differ most from direct (us per request)\n"
