@@ -253,6 +253,11 @@ VARIANTS = {
                    "map @member_connections && nft add rule ip podway_l4 postrouting meta mark "
                    "and 0x00400000 == 0x00400000 snat ip to ip daddr map { "
                    + ", ".join(f"{far} : {near}" for near, far in BACKENDS.values()) + " }",
+    # DNAT only, as with ``podway.io/client-ip: transparent`` (the bed's backends route back
+    # through the lb): what the SNAT costs per packet and per connection.
+    "kernel-nosnat": "nft flush chain ip podway_l4 postrouting && nft add rule ip podway_l4 "
+                     "postrouting ct status dnat counter name ip daddr . meta l4proto . th "
+                     "dport map @member_connections",
     # Per-packet conntrack sysctls of the lb namespace (undone after the mode's round):
     # window tracking not enforced (only out-of-window RSTs are invalid) ...
     "kernel-liberal": "sysctl -qw net.netfilter.nf_conntrack_tcp_be_liberal=1",
