@@ -51,7 +51,10 @@ load out instead of averaging over it:
   what ``direct+ct`` measured before 2026-12-05), to weigh conntrack, NAT and the counters
   apart; ``kernel-liberal`` and ``kernel-nocsum``, the engine with the lb namespace's
   ``nf_conntrack_tcp_be_liberal=1`` or ``nf_conntrack_checksum=0`` (per-packet conntrack work;
-  undone after the mode). ``--modes a,b`` runs those (with ``direct``) only.
+  undone after the mode); ``kernel-snat`` (``snat to`` the lb's address towards each member
+  from a map instead of ``masquerade``) and ``kernel-nosnat`` (DNAT only, the transparent
+  return path: the bed's backends route back through the lb). ``--modes a,b`` runs those
+  (with ``direct``) only.
 
 Each round prints CPU 1's busy time not accounted to the path ("other": the 5 % others kept,
 interrupts; and steal, if the VM's host took the vCPU), so a round disturbed after all shows.
