@@ -13,12 +13,12 @@ request (received and forwarded: the same in every mode when the wire path is th
   every netfilter hook together (``nf_hook_slow``), conntrack's lookup (``nf_conntrack_in``),
   the NAT hooks (prerouting: DNAT, or undoing the SNAT on a reply; postrouting: SNAT, or undoing
   the DNAT, with ``nf_xfrm_me_harder``), the confirm hook, routing, the forward path;
-* the symbols with the most self time, and each one's difference against ``direct``.
+* the self time of the symbols that differ most from ``direct``.
 
 perf's sampling and stack walks cost CPU in the measured tasks themselves: compare its figures
 only with each other (the rates of this bench are not the paired bench's). Modes as in the
 paired bench (``direct``, ``direct+ct``, ``kernel``; ``--variants``: its variants too), once a
-round each, the order rotating; medians over rounds.
+round each, the order rotating; medians over rounds (``--modes a,b``: those and ``direct``).
 
     sudo .venv/bin/python bench/kernel_l4_profile.py [--rounds 2] [--seconds 3] [--variants]
 """
