@@ -300,6 +300,57 @@ def envoy_static(ctx: Context) -> Running:
     return _plain(_envoy(ctx, "envoy-static", _static_bootstrap(ctx, http, https)), http, https)
 
 
+@target("envoy-static-twin", variant=True)
+def envoy_static_twin(ctx: Context) -> Running:
+    """A second, identical ``envoy-static``: its ratio to the first is the run's noise floor
+    (the same configuration, only another process and another place in the order)."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https)
+    return _plain(_envoy(ctx, "envoy-static-twin", config), http, https)
+
+
+def edge_settings(config: dict[str, Any]) -> None:
+    """Envoy's own guide for an edge proxy ("Configuring Envoy as an edge proxy", Envoy's
+    best-practices docs) applied to a static bootstrap: the client address from the
+    connection (``use_remote_address``: the client's X-Forwarded-For and ``x-envoy-*``
+    headers not trusted), path normalisation (``normalize_path``, ``merge_slashes``), names
+    with underscores refused, 32 KiB buffer limits, stream, request and idle timeouts, HTTP/2
+    stream and window limits, a global downstream connection limit. Nothing else: no
+    retries, no host-port stripping, no checks (those are Podway's own)."""
+    for listener in config["static_resources"]["listeners"]:
+        listener["per_connection_buffer_limit_bytes"] = 32768
+        for chain in listener["filter_chains"]:
+            manager = chain["filters"][0]["typed_config"]
+            manager.update({
+                "use_remote_address": True, "normalize_path": True, "merge_slashes": True,
+                "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
+                "stream_idle_timeout": "300s", "request_timeout": "300s",
+                "common_http_protocol_options": {
+                    "idle_timeout": "3600s", "headers_with_underscores_action": "REJECT_REQUEST"},
+                "http2_protocol_options": {
+                    "max_concurrent_streams": 100, "initial_stream_window_size": 65536,
+                    "initial_connection_window_size": 1048576}})
+    for cluster in config["static_resources"]["clusters"]:
+        cluster["per_connection_buffer_limit_bytes"] = 32768
+    config["overload_manager"] = {"resource_monitors": [{
+        "name": "envoy.resource_monitors.global_downstream_max_connections",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                     "downstream_connections.v3.DownstreamConnectionsConfig",
+            "max_active_downstream_connections": 50000}}]}
+
+
+@target("envoy-edge", variant=True)
+def envoy_edge(ctx: Context) -> Running:
+    """``envoy-static`` with the settings Envoy's docs ask of every edge proxy
+    (``edge_settings``): a second yardstick, printed beside the first (``x edge``), never
+    instead of it."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https)
+    edge_settings(config)
+    return _plain(_envoy(ctx, "envoy-edge", config), http, https)
+
+
 def _optional_filters(*, disabled: bool, auth: bool = False) -> list[dict[str, Any]]:
     """Podway's optional HTTP filters as its managers carry them (``envoy/config/access``);
     ``auth``: with edge auth's four."""
@@ -557,6 +608,20 @@ def podway_other(ctx: Context) -> Running:
     return _podway(ctx, "podway-other", Path(other))
 
 
+@target("podway-replica", variant=True)
+def podway_replica(ctx: Context) -> Running:
+    """Podway's Envoy configuration read back from its admin (``/config_dump``) and served
+    from a file (``dataplane_instructions.replica``: routes inline, members as
+    ``load_assignment``): beside ``podway``, what the delivery over xDS (RDS, EDS, SDS,
+    ECDS) costs per request; beside ``envoy-static``, what the configuration costs."""
+    import dataplane_instructions as di  # it imports this module: only when asked
+
+    dump = di.podway_dump(ctx)
+    http, https = free_port(), free_port()
+    return _plain(_envoy(ctx, "podway-replica", di.replica(dump, ctx, http, https)),
+                  http, https)
+
+
 def _podway(ctx: Context, name: str, cli: Path) -> Running:
     http, https = free_port(), free_port()
     folder = ctx.root / f"manifests-{name}"
@@ -789,13 +854,13 @@ def _report(samples: dict[tuple[str, str], list[Sample]], names: list[str],
     rows = []
     for workload in workloads:
         base = samples.get(("envoy-static", workload))
+        edge = samples.get(("envoy-edge", workload))
         for name in names:
             got = samples[(name, workload)]
             per_cpu = _median([s.per_cpu_s for s in got])
             # Paired: each round's ratio to envoy-static's figure of the same round (they ran
             # back to back), then the median: the machine's drift between rounds cancels.
-            ratio = _median([a.per_cpu_s / b.per_cpu_s for a, b in zip(got, base, strict=True)
-                             if b.per_cpu_s > 0]) if base else None
+            ratio, to_edge = _paired(got, base), _paired(got, edge)
             rows.append({
                 "workload": workload, "target": name,
                 "rps": round(_median([s.rps for s in got]), 1),
@@ -804,10 +869,19 @@ def _report(samples: dict[tuple[str, str], list[Sample]], names: list[str],
                 "lb_cpu_share": round(_median([s.lb_cpu_s / args.duration for s in got]), 3),
                 "control_plane_cpu_s": round(sum(s.side_cpu_s for s in got), 2),
                 "errors": sum(s.errors for s in got),
-                "vs_envoy_static": round(ratio, 3) if ratio is not None else None})
+                "vs_envoy_static": round(ratio, 3) if ratio is not None else None,
+                **({"vs_envoy_edge": round(to_edge, 3)} if to_edge is not None else {})})
     return {"reference_ms": round(ref_s * 1000, 1), "load_average_end": load_average(),
             "rounds": args.rounds, "duration_s": args.duration, "connections": CONNECTIONS,
             "rows": rows}
+
+
+def _paired(got: list[Sample], base: list[Sample] | None) -> float | None:
+    """The median over rounds of ``got``'s per-CPU-second figure / ``base``'s of the round."""
+    if not base:
+        return None
+    return _median([a.per_cpu_s / b.per_cpu_s for a, b in zip(got, base, strict=True)
+                    if b.per_cpu_s > 0])
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -815,16 +889,24 @@ def _print(report: dict[str, Any]) -> None:
           f"-c{report['connections']}, median per target; per LB CPU-s = requests / (utime + "
           "stime of the load balancer's own processes); x static = median over rounds of per LB "
           "CPU-s / envoy-static's in the same round")
+    edge = any("vs_envoy_edge" in row for row in report["rows"])
+    if edge:
+        print("x edge = the same against envoy-edge (envoy-static with the settings Envoy's "
+              "docs ask of an edge proxy): a second yardstick, beside the first")
+    edge_head = f" {'x edge':>7}" if edge else ""
     head = (f"{'workload':<16} {'target':<18} {'rps':>9} {'per LB CPU-s':>13} "
-            f"{'LB CPU':>7} {'x static':>9} {'errors':>7}  rounds (per LB CPU-s)")
+            f"{'LB CPU':>7} {'x static':>9}{edge_head} "
+            f"{'errors':>7}  rounds (per LB CPU-s)")
     print(head)
     print("-" * len(head))
     for row in report["rows"]:
         ratio = f"{row['vs_envoy_static']:.3f}" if row["vs_envoy_static"] else "-"
         side = (f"  (control plane {row['control_plane_cpu_s']} CPU-s in all rounds)"
                 if row["control_plane_cpu_s"] else "")
+        to_edge = (f" {row['vs_envoy_edge']:>7.3f}" if "vs_envoy_edge" in row
+                   else f" {'-':>7}" if edge else "")
         print(f"{row['workload']:<16} {row['target']:<18} {row['rps']:>9.0f} "
-              f"{row['per_lb_cpu_s']:>13.0f} {row['lb_cpu_share']:>7.2f} {ratio:>9} "
+              f"{row['per_lb_cpu_s']:>13.0f} {row['lb_cpu_share']:>7.2f} {ratio:>9}{to_edge} "
               f"{row['errors']:>7}  {row['per_lb_cpu_s_rounds']}{side}")
 
 

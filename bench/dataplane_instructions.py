@@ -110,7 +110,7 @@ def managers(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def replica(dump: dict[str, Any], ctx: dp.Context, http: int, https: int) -> dict[str, Any]:
     """Podway's configuration (``dump``) as a static bootstrap on ``http``/``https``."""
     parts = _by_type(dump)
-    config = copy.deepcopy(parts["BootstrapConfigDump"]["bootstrap"])
+    config: dict[str, Any] = copy.deepcopy(parts["BootstrapConfigDump"]["bootstrap"])
     for key in ("dynamic_resources", "node"):
         config.pop(key, None)
     config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}}
@@ -540,11 +540,11 @@ def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duratio
     before, started = dp.cpu_seconds([envoy.pid]), time.monotonic()
     count = counter.count(envoy.pid, run)
     wall, cpu_s = time.monotonic() - started, dp.cpu_seconds([envoy.pid]) - before
-    requests = max(got["requests"], 1)
+    done = max(got["requests"], 1)
     return {"requests": got["requests"], "errors": got["errors"],
-            "all_per_request": (count.all - idle.all * wall) / requests,
-            "worker_per_request": (count.worker - idle.worker * wall) / requests,
-            "per_cpu_s": requests / cpu_s if cpu_s > 0 else float("nan")}
+            "all_per_request": (count.all - idle.all * wall) / done,
+            "worker_per_request": (count.worker - idle.worker * wall) / done,
+            "per_cpu_s": done / cpu_s if cpu_s > 0 else float("nan")}
 
 
 def main() -> None:
