@@ -30,8 +30,11 @@ a run under Valgrind lasts ~50x longer than the same requests natively: each Env
 ``--variants A,B`` adds replicas with one of Podway's settings removed (``VARIANTS``): what
 each costs per request (the bisection of docs/performance.md, "Where the tax was").
 
+``--edge`` adds ``envoy-edge``: the static Envoy with the settings Envoy's own edge-proxy guide
+asks for (``dataplane.edge_settings``), a second yardstick beside ``envoy-static``.
+
     python bench/dataplane_instructions.py [--rounds 2] [--duration 5] [--requests 2000]
-        [--new-connections 200] [--variants ...] [--json]
+        [--new-connections 200] [--variants ...] [--edge] [--json]
 
 It kills only the processes it started; Valgrind's start-up of Envoy takes 1-5 minutes on a
 loaded machine.
@@ -455,12 +458,20 @@ class Envoy:
     https: int
 
 
-def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str]
-                 ) -> list[Envoy]:
-    """envoy-static, podway-replica and each variant of the replica, started at once."""
+def _edge(ctx: dp.Context, http: int, https: int) -> dict[str, Any]:
+    config = dp._static_bootstrap(ctx, http, https)
+    dp.edge_settings(config)
+    return config
+
+
+def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str],
+                 *, edge: bool = False) -> list[Envoy]:
+    """envoy-static, podway-replica and each variant of the replica, started at once;
+    ``edge``: also ``envoy-edge`` (``dataplane.edge_settings``)."""
     dump = podway_dump(ctx)
     wanted: list[tuple[str, Callable[[int, int], dict[str, Any]]]] = [
         ("envoy-static", lambda h, s: dp._static_bootstrap(ctx, h, s)),
+        *([("envoy-edge", lambda h, s: _edge(ctx, h, s))] if edge else []),
         ("podway-replica", lambda h, s: replica(dump, ctx, h, s))]
     for name in variants:
         def changed(h: int, s: int, change: Callable[[dict[str, Any]], None] = VARIANTS[name]
@@ -562,6 +573,9 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(dp.WORKLOADS))
     parser.add_argument("--variants", default="",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--edge", action="store_true",
+                        help="also envoy-edge: the static Envoy with the settings Envoy's "
+                             "edge-proxy guide asks for (dataplane.edge_settings)")
     parser.add_argument("--counter", choices=("auto", "perf", "callgrind"), default="auto")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args()
@@ -584,7 +598,7 @@ def main() -> None:
         counter: Callgrind | Perf = Perf() if perf else Callgrind(root)
         say(f"counting instructions with {counter.name}")
         with _context(root) as ctx:
-            envoys = start_envoys(ctx, counter, variants)
+            envoys = start_envoys(ctx, counter, variants, edge=args.edge)
             idle = {e.name: idle_rate(counter, e, args.idle) for e in envoys}
             for name, rate in idle.items():
                 say(f"{name} idle: {rate.all:,} instructions/s ({rate.worker:,} on its worker)")
