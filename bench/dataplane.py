@@ -22,7 +22,11 @@ machine is shared: the load average is printed, rounds are interleaved (targets 
 each round), and only figures of one run compare. ``--variants`` adds static Envoys with
 Podway's optional filters enabled or disabled, and static Envoys configured as Podway configures
 the route with each former default switched back on or each current setting off (what each
-costs: docs/performance.md).
+costs: docs/performance.md), plus three to read the others by: ``envoy-static-twin`` (a second,
+identical static Envoy: the run's noise floor), ``podway-replica`` (Podway's configuration read
+back from its Envoy's ``/config_dump`` and served from a file: what xDS delivery costs) and
+``envoy-edge`` (the static Envoy with the settings Envoy's own edge-proxy guide asks for; when
+it runs, each row also has ``x edge``, its ratio to it, beside ``x static``).
 
 Adding a target is one function decorated ``@target("name")`` that starts it and returns a
 ``Running`` (its ports, the PIDs whose CPU counts, how to stop it).
