@@ -27,6 +27,9 @@ identical static Envoy: the run's noise floor), ``podway-replica`` (Podway's con
 back from its Envoy's ``/config_dump`` and served from a file: what xDS delivery costs) and
 ``envoy-edge`` (the static Envoy with the settings Envoy's own edge-proxy guide asks for; when
 it runs, each row also has ``x edge``, its ratio to it, beside ``x static``).
+``--replica-variants no-retries,no-client-address`` adds ``podway-replica`` with one setting
+taken out (``dataplane_instructions.VARIANTS``; ``A+B`` both): per CPU-second what
+``dataplane_instructions.py --variants`` counts in instructions.
 
 Adding a target is one function decorated ``@target("name")`` that starts it and returns a
 ``Running`` (its ports, the PIDs whose CPU counts, how to stop it).
@@ -612,18 +615,31 @@ def podway_other(ctx: Context) -> Running:
     return _podway(ctx, "podway-other", Path(other))
 
 
-@target("podway-replica", variant=True)
-def podway_replica(ctx: Context) -> Running:
-    """Podway's Envoy configuration read back from its admin (``/config_dump``) and served
-    from a file (``dataplane_instructions.replica``: routes inline, members as
-    ``load_assignment``): beside ``podway``, what the delivery over xDS (RDS, EDS, SDS,
-    ECDS) costs per request; beside ``envoy-static``, what the configuration costs."""
-    import dataplane_instructions as di  # it imports this module: only when asked
+_DUMPS: dict[Path, dict[str, Any]] = {}  # Podway's config_dump, once per run (its folder)
 
-    dump = di.podway_dump(ctx)
-    http, https = free_port(), free_port()
-    return _plain(_envoy(ctx, "podway-replica", di.replica(dump, ctx, http, https)),
-                  http, https)
+
+def replica_target(name: str, changes: list[str]) -> Callable[[Context], Running]:
+    """A target serving Podway's Envoy configuration from a file, with ``changes`` (names of
+    ``dataplane_instructions.VARIANTS``: one setting taken out each) applied."""
+    def start(ctx: Context) -> Running:
+        import dataplane_instructions as di  # it imports this module: only when asked
+
+        if ctx.root not in _DUMPS:
+            _DUMPS[ctx.root] = di.podway_dump(ctx)
+        http, https = free_port(), free_port()
+        config = di.replica(_DUMPS[ctx.root], ctx, http, https)
+        for change in changes:
+            di.VARIANTS[change](config)
+        return _plain(_envoy(ctx, name, config), http, https)
+    return start
+
+
+#: Podway's Envoy configuration read back from its admin (``/config_dump``) and served from a
+#: file (``dataplane_instructions.replica``: routes inline, members as ``load_assignment``):
+#: beside ``podway``, what the delivery over xDS (RDS, EDS, SDS, ECDS) costs per request;
+#: beside ``envoy-static``, what the configuration costs. ``--replica-variants`` adds it with
+#: one setting taken out (per CPU-second what ``dataplane_instructions.py --variants`` counts).
+VARIANTS["podway-replica"] = replica_target("podway-replica", [])
 
 
 def _podway(ctx: Context, name: str, cli: Path) -> Running:
@@ -811,6 +827,9 @@ def main() -> None:
                         help=f"comma-separated, of {', '.join([*TARGETS, *VARIANTS])}")
     parser.add_argument("--variants", action="store_true",
                         help=f"also {', '.join(VARIANTS)} (what each default costs)")
+    parser.add_argument("--replica-variants", default="",
+                        help="comma-separated names of dataplane_instructions.py's variants "
+                             "(A+B: both): podway-replica with that setting taken out")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args()
@@ -819,6 +838,7 @@ def main() -> None:
         names += [n for n in VARIANTS if n not in names
                   and (n not in ("podway-other", "podway-haproxy-other")
                        or os.environ.get("DATAPLANE_OTHER_PODWAY"))]
+    names += _replica_variants(parser, args.replica_variants)
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [n for n in names if n not in TARGETS and n not in VARIANTS] + [
         w for w in workloads if w not in WORKLOADS]
@@ -847,6 +867,23 @@ def main() -> None:
         print(json.dumps(report, indent=2))
     else:
         _print(report)
+
+
+def _replica_variants(parser: argparse.ArgumentParser, wanted: str) -> list[str]:
+    """Register ``podway-replica-<variant>`` for each of ``wanted``; their names."""
+    if not wanted:
+        return []
+    import dataplane_instructions as di  # it imports this module: only when asked
+
+    names = []
+    for item in wanted.split(","):
+        changes = [c for c in item.split("+") if c]
+        unknown = [c for c in changes if c not in di.VARIANTS]
+        if unknown or not changes:
+            parser.error(f"unknown replica variant: {item} (of {', '.join(di.VARIANTS)})")
+        VARIANTS[f"podway-replica-{item}"] = replica_target(f"podway-replica-{item}", changes)
+        names.append(f"podway-replica-{item}")
+    return names
 
 
 def _median(values: list[float]) -> float:
@@ -898,7 +935,8 @@ def _print(report: dict[str, Any]) -> None:
         print("x edge = the same against envoy-edge (envoy-static with the settings Envoy's "
               "docs ask of an edge proxy): a second yardstick, beside the first")
     edge_head = f" {'x edge':>7}" if edge else ""
-    head = (f"{'workload':<16} {'target':<18} {'rps':>9} {'per LB CPU-s':>13} "
+    wide = max([18, *(len(row["target"]) for row in report["rows"])])
+    head = (f"{'workload':<16} {'target':<{wide}} {'rps':>9} {'per LB CPU-s':>13} "
             f"{'LB CPU':>7} {'x static':>9}{edge_head} "
             f"{'errors':>7}  rounds (per LB CPU-s)")
     print(head)
@@ -909,7 +947,7 @@ def _print(report: dict[str, Any]) -> None:
                 if row["control_plane_cpu_s"] else "")
         to_edge = (f" {row['vs_envoy_edge']:>7.3f}" if "vs_envoy_edge" in row
                    else f" {'-':>7}" if edge else "")
-        print(f"{row['workload']:<16} {row['target']:<18} {row['rps']:>9.0f} "
+        print(f"{row['workload']:<16} {row['target']:<{wide}} {row['rps']:>9.0f} "
               f"{row['per_lb_cpu_s']:>13.0f} {row['lb_cpu_share']:>7.2f} {ratio:>9}{to_edge} "
               f"{row['errors']:>7}  {row['per_lb_cpu_s_rounds']}{side}")
 
