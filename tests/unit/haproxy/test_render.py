@@ -384,3 +384,32 @@ def test_listeners_have_one_owner_unless_reuse_port_is_asked() -> None:
     shared = render(IR(), dataclasses.replace(OPTS, reuse_port=True)).config
     assert "noreuseport" not in shared
     assert "reuseport" not in "".join(global_section(shared))
+
+
+def test_the_peer_is_appended_first_and_printed_without_printf_on_ipv4() -> None:
+    """X-Forwarded-For is the first header rule (a route's own header filter comes after it
+    and wins, as on Envoy); an IPv4 listener prints the peer with ``be2dec``, any other with
+    ``src``; no ``option forwardfor`` (which adds it after every rule)."""
+    header = HeaderMatch(name="x-v", value="2")
+    ir = _ir(_route("r/1", "/api", headers=(header,)), _route("r/0"))
+    for address, printed in (("127.0.0.1", "src,be2dec(.,1)"), ("::1", "src")):
+        listener = dataclasses.replace(ir.listeners[0], address=address)
+        lines = render(dataclasses.replace(ir, listeners=(listener,)), OPTS).config.splitlines()
+        rules = [line for line in lines if line.startswith("  http-request ")]
+        assert rules[0] == f"  http-request add-header x-forwarded-for %[{printed}]"
+        assert "  option forwardfor" not in lines
+
+
+def test_the_pattern_cache_is_kept_only_for_regex_lookups() -> None:
+    """One-pattern substring checks cost more through HAProxy's pattern cache than without;
+    a regex lookup (here a wildcard host's ``map_reg``) keeps it."""
+    plain = render(_ir(_route("r/0")), OPTS).config
+    assert "  tune.pattern.cache-size 0\n" in plain
+    ir = _ir(_route("r/0"))
+    wild = dataclasses.replace(ir.listeners[0].virtual_hosts[0], name="vh/wild",
+                               hostname="*.shop.test")
+    listener = dataclasses.replace(ir.listeners[0], virtual_hosts=(
+        *ir.listeners[0].virtual_hosts, wild))
+    out = render(dataclasses.replace(ir, listeners=(listener,)), OPTS).config
+    assert "map_reg(" in out
+    assert "tune.pattern.cache-size" not in out
