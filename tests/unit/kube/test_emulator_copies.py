@@ -66,3 +66,21 @@ def test_a_whole_object_write_copies_the_body() -> None:
     store.replace(rtype, "default", "web", body)
     body["spec"]["ports"].append({"port": 81})
     assert store.get(rtype, "default", "web")["spec"]["ports"] == [{"port": 80}]
+
+
+def test_a_status_write_copies_only_the_status_and_changes_no_version_in_place() -> None:
+    """The new version shares the spec it left with the old one, and neither changes after."""
+    store = Store()
+    rtype = _route(store)
+    store.create(rtype, "default", {"metadata": {"name": "web", "labels": {"a": "1"}},
+                                    "spec": {"ports": [{"port": 80}]}})
+    old = store.get(rtype, "default", "web")
+    before = copy.deepcopy(old)
+    status = {"loadBalancer": {"ingress": [{"ip": "198.18.0.1"}]}}
+    new = store.replace(rtype, "default", "web", {"status": status}, subresource="status")
+    assert new["spec"] is old["spec"]  # not copied: neither version changes in place
+    assert new["metadata"] is not old["metadata"]
+    assert new["status"] == status
+    assert new["status"] is not status
+    assert old == before
+    assert new["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"]

@@ -12,6 +12,9 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
 - CustomResourceDefinitions are objects like any other; creating one starts serving its kinds,
   deleting one stops serving them and deletes their objects (with DELETED events).
 - Deletion is immediate (finalizers are not modelled).
+- No stored version is changed in place (copy-on-write): a write stores a new object, which may
+  share the parts it leaves with the version before it (a status write: the spec); what a
+  client sent, what a write answers and what a watch hears share nothing with what is stored.
 - A dry run (``dry_run=True``, the API's ``dryRun=All``) goes through every rule and the
   admission hook and answers what would be stored, but stores nothing, bumps no version and
   tells no watch.
@@ -262,7 +265,10 @@ class Store:
         if rtype.group_resource == _CSR and subresource in ("status", "approval"):
             new = _csr_write(old, clone(new), subresource)
         elif subresource == "status":  # only the status is taken from ``new``: only it copied
-            merged = clone(old)
+            # The new version shares all but its metadata and status with the old one (no
+            # stored version is changed in place); an admission hook may change any part of it.
+            merged = {**old, "metadata": dict(old["metadata"])} if self.admit is None \
+                else clone(old)
             if "status" in new:
                 merged["status"] = clone(new["status"])
             else:
