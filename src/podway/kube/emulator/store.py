@@ -13,8 +13,9 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
   deleting one stops serving them and deletes their objects (with DELETED events).
 - Deletion is immediate (finalizers are not modelled).
 - No stored version is changed in place (copy-on-write): a write stores a new object, which may
-  share the parts it leaves with the version before it (a status write: the spec); what a
-  client sent, what a write answers and what a watch hears share nothing with what is stored.
+  share the parts it leaves with the version before it (a status write: the spec), and the
+  write's watch event carries it; what a client sent and what the emulator's own accessors
+  (``KubeEmulator.get``, ``objects``) hand out share nothing with what is stored.
 - A dry run (``dry_run=True``, the API's ``dryRun=All``) goes through every rule and the
   admission hook and answers what would be stored, but stores nothing, bumps no version and
   tells no watch.
@@ -329,7 +330,9 @@ class Store:
             store.pop(key, None)
         else:
             store[key] = obj
-        event = Event(self.version, kind, rtype.group_resource, clone(obj))
+        # The event carries the stored version itself: no version is changed in place, and the
+        # watches only encode it.
+        event = Event(self.version, kind, rtype.group_resource, obj)
         self._last = (obj, event) if kind != "DELETED" else (None, None)
         self._publish(event)
         if rtype.group_resource == CRDS:
