@@ -39,7 +39,7 @@ error_log {d}/error.log;
 events {{ worker_connections 4096; }}
 http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
   fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
-  server {{ listen 8080 reuseport backlog=4096; location / {{ return 200 "ok\\n"; }} }} }}
+  server {{ listen 8080 reuseport backlog=4096; location / {{ return 200 "{body}\\n"; }} }} }}
 """
 SERVICE = """apiVersion: v1
 kind: Service
@@ -111,8 +111,9 @@ def children(pid: int) -> list[int]:
 
 
 class Bed:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, body_bytes: int = 3) -> None:
         tag = uuid.uuid4().hex[:6]
+        self.body = "ok" if body_bytes <= 3 else "x" * (body_bytes - 1)  # + the newline
         self.lb, self.client = f"pkb{tag}-lb", f"pkb{tag}-client"
         self.backends = {n: f"pkb{tag}-{n}" for n in BACKENDS}
         self.root = root
@@ -129,7 +130,7 @@ class Bed:
             self._link(f"b{i}", self.backends[name], near, far)
             folder = self.root / name
             folder.mkdir()
-            (folder / "nginx.conf").write_text(NGINX.format(d=folder))
+            (folder / "nginx.conf").write_text(NGINX.format(d=folder, body=self.body))
             self.procs.append(subprocess.Popen(
                 ["ip", "netns", "exec", self.backends[name], "nginx", "-c",
                  str(folder / "nginx.conf")], stderr=subprocess.DEVNULL))
@@ -293,6 +294,9 @@ def arguments(doc: str, extra: tuple[tuple[str, str], ...] = ()) -> argparse.Nam
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--body-bytes", type=int, default=3,
+                        help="the backends' answer body (default 3: \"ok\\n\", the cheapest "
+                        "path, where the load balancer's share of each request is largest)")
     parser.add_argument("--modes", default="",
                         help="kernel_l4_paired/profile: comma-separated modes to run "
                         "(default: the script's own)")
@@ -306,15 +310,17 @@ def arguments(doc: str, extra: tuple[tuple[str, str], ...] = ()) -> argparse.Nam
 
 
 @contextmanager
-def session(prefix: str) -> Iterator[tuple[Bed, Reference]]:
-    """The bed opened (and closed, also on SIGTERM) with the machine-speed reference taken."""
+def session(prefix: str, body_bytes: int = 3) -> Iterator[tuple[Bed, Reference]]:
+    """The bed opened (and closed, also on SIGTERM) with the machine-speed reference taken;
+    the backends answer ``body_bytes`` of body (``--body-bytes``)."""
     # SIGTERM (timeout, kill) ends the run through the finally blocks: namespaces and nginx go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     ref: Reference = measure()
     print(ref.describe())
     print("The machine is shared with other work: compare the modes of this run only.")
+    print(f"backends answer {body_bytes} bytes of body")
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        bed = Bed(Path(tmp))
+        bed = Bed(Path(tmp), body_bytes)
         try:
             bed.open()
             yield bed, ref

@@ -86,7 +86,7 @@ def main() -> int:
     if args is None:
         return 2
     results: dict[tuple[str, str], list[Row]] = {}
-    with session("podway-kernel-bench-") as (bed, _):
+    with session("podway-kernel-bench-", args.body_bytes) as (bed, _):
         for round_, mode in interleaved(MODES, args.rounds):
             with bed.engine(mode) as pid:
                 # Two wrk processes in every mode (the same client CPU): to b1 and b2

@@ -144,7 +144,7 @@ def main() -> int:
     Row = tuple[float, float, float, str, float, float]  # rps, p50, b1 share, conns, cpu, nf
     results: dict[str, list[Row]] = {}
     ratios: dict[str, list[float]] = {}
-    with session("podway-kernel-cost-") as (bed, _):
+    with session("podway-kernel-cost-", args.body_bytes) as (bed, _):
         direct_now: float | None = None
         for round_, mode in interleaved(MODES, args.rounds):
             split: dict[str, int] = {}

@@ -362,7 +362,7 @@ def main() -> int:
     if args is None:
         return 2
     spawning(False)  # the bench itself stays off the measured core
-    with session("podway-kernel-paired-") as (bed, ref):
+    with session("podway-kernel-paired-", args.body_bytes) as (bed, ref):
         print(f"load average at the start {os.getloadavg()[0]:.1f}; path on CPU {CORE} "
               f"under SCHED_FIFO, {args.seconds:g} s rounds", flush=True)
         modes = ("direct", "kernel", *(VARIANTS if args.variants else ()))

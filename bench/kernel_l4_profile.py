@@ -161,7 +161,7 @@ def main() -> int:
         return 2
     args.perf = False  # the paired bench's own per-process profile: not with this one
     os.sched_setaffinity(0, {0})
-    with session("podway-kernel-profile-") as (bed, ref):
+    with session("podway-kernel-profile-", args.body_bytes) as (bed, ref):
         print(f"load average at the start {os.getloadavg()[0]:.1f}", flush=True)
         modes = ("direct", "direct+ct", "kernel",
                  *(m for m in VARIANTS if args.variants and m != "direct+ct"))
