@@ -274,7 +274,8 @@ class Builder:
                 else Resource.of(name, cluster(name, pool.settings)))
             endpoint_resource = (
                 entry[2] if entry is not None and entry[0].members == pool.members
-                else assignment_resource(name, load_assignment(name, pool.members)))
+                else assignment_resource(name, load_assignment(name, pool.members),
+                                         pool.members))
             entry = (pool, cluster_resource, endpoint_resource)
         return entry
 

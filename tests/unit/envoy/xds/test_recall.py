@@ -118,6 +118,20 @@ def test_a_load_assignment_s_version_names_its_serving_members() -> None:
     assert "~" not in empty.digest
 
 
+def test_the_version_read_from_members_equals_the_one_read_from_the_message() -> None:
+    """The builder names the members from the IR (cheaper); an interim is read from its
+    message: both name the same ones (ready, and draining members that still serve)."""
+    members = (Member(address="10.0.0.3", port=80, state=MemberState.DRAINING, serving=True),
+               Member(address="10.0.0.1", port=80, state=MemberState.NOT_READY),
+               Member(address="10.0.0.2", port=80, weight=0),
+               Member(address="10.0.0.4", port=80, state=MemberState.DRAINING),
+               Member(address="fd00::2", port=81), Member(address="10.0.0.9", port=80))
+    for chosen in (members, members[:1], members[1:4], ()):
+        message = load_assignment("p", chosen)
+        assert (assignment_resource("p", message, chosen).digest
+                == assignment_resource("p", message).digest)
+
+
 def test_a_version_from_the_engine_that_does_not_read_names_nothing() -> None:
     for version in ("", "abc", "abc~", "abc~x.y:80", "abc~10.0.0.1:0", "abc~10.0.0.1:+80",
                     "abc~10.0.0.1:70000", "abc~10.0.0.1", "abc~10.0.0.1:80,bad:1",
