@@ -4,6 +4,9 @@ member swap made while it was down (the recalled members at priority 1 for the h
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -24,6 +27,7 @@ from podway.envoy.config.endpoints import (
 from podway.envoy.xds import handover
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
+from podway.envoy.xds.server import AdsServicer
 from podway.ir import IR, HealthCheck, HealthCheckKind, Member, MemberState, Pool, PoolSettings
 
 from .helpers import http_listener, route, vhost
@@ -208,3 +212,39 @@ def test_nothing_is_held_when_nothing_needs_a_bridge() -> None:
     stream, _, out = _restarted(older, _config(9002))
     (eds,) = [r for r in out if r.type_url == types.ENDPOINT]
     assert _by_priority(eds) == {0: [9002]}
+
+
+async def test_a_hold_begun_by_an_engine_s_request_ends_without_a_cache_change() -> None:
+    """Through the server: the engine's endpoint request (after the pusher went to wait for a
+    cache change) begins a hold; the final assignment still follows when it ends."""
+    cache = Cache()
+    cache.set(Builder().build(_config(9002)))
+    held = _held(_config(9001))
+    queue: asyncio.Queue[d.DeltaDiscoveryRequest] = asyncio.Queue()
+    final = asyncio.Event()
+
+    async def requests() -> AsyncIterator[d.DeltaDiscoveryRequest]:
+        while True:
+            yield await queue.get()
+
+    class Context:
+        def peer(self) -> str:
+            return "unix:test"
+
+        async def write(self, response: d.DeltaDiscoveryResponse) -> None:
+            queue.put_nowait(_ack(response.type_url, response.nonce))
+            if response.type_url == types.ENDPOINT and response.resources \
+                    and _by_priority(response) == {0: [9002]}:
+                final.set()
+
+    queue.put_nowait(_reconnect(types.CLUSTER, held))
+    serving = asyncio.create_task(AdsServicer(cache).DeltaAggregatedResources(requests(),
+                                                                                Context()))
+    try:
+        await asyncio.sleep(0.2)  # the pusher waits for a cache change by now
+        queue.put_nowait(_reconnect(types.ENDPOINT, held, ("p",)))
+        await asyncio.wait_for(final.wait(), 5)
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
