@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
 
 from podway.envoy import types
+from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.envoy.xds.protocol import Ack, Event, Nack
@@ -37,6 +40,9 @@ from .bed import (
 
 pytestmark = pytest.mark.e2e
 POOL_SUFFIX = "/tcp"
+# Envoy's counts of listeners and clusters it added, replaced or removed.
+REPLACED = (r"^(listener_manager\.listener_(added|modified|removed|in_place_updated)"
+            r"|cluster_manager\.cluster_(added|modified|removed))$")
 
 
 @dataclass
@@ -65,6 +71,14 @@ class Load:
         """Wait until the latest answer comes from ``name`` (event-driven: each answer)."""
         async with asyncio.timeout(limit_s):
             while not (self.answers and self.answers[-1] == name):
+                self.progress.clear()
+                await self.progress.wait()
+
+    async def tries(self, count: int) -> None:
+        """Wait until ``count`` more requests were sent, answered or failed."""
+        target = len(self.answers) + len(self.failures) + count
+        async with asyncio.timeout(15):
+            while len(self.answers) + len(self.failures) < target:
                 self.progress.clear()
                 await self.progress.wait()
 
@@ -186,9 +200,10 @@ async def test_controller_restart_under_load_drops_nothing(bed: Bed) -> None:
     xds = f"127.0.0.1:{free_port()}"
     await bed.start(xds_address=xds)
     await bed.until(lambda s: len(s.ir.listeners) == 1)
-    await bed.engine()
+    admin_address = await (await bed.engine()).wait_started()
     async with load(lb_port) as running:
         await running.answered_by("npl")
+        before = await admin.stats(admin_address, REPLACED)
         await bed.stop_controller()
         await running.more(30)  # served while no controller runs
         bed.emu.put("pods", pod("web-a", "127.0.0.1", npl=[(pod_port, "127.0.0.1", pod_port)]))
@@ -196,6 +211,68 @@ async def test_controller_restart_under_load_drops_nothing(bed: Bed) -> None:
         await running.answered_by("pod", limit_s=30)  # reconnected and updated
         await running.more()
     assert running.failures == []
+    # The restarted controller's config is the same but for the load assignment: Envoy
+    # replaced, added or removed no listener and no cluster (that would drain connections).
+    assert await admin.stats(admin_address, REPLACED) == before
+
+
+async def _hosts(admin_address: str) -> dict[int, dict[str, Any]]:
+    """Envoy's view of its hosts, by port: health status and priority."""
+    _, body = await admin.request(admin_address, "/clusters?format=json")
+    return {host["address"]["socket_address"]["port_value"]: {
+                **host.get("health_status", {}), "priority": host.get("priority", 0)}
+            for cluster in json.loads(body).get("cluster_statuses", [])
+            for host in cluster.get("host_statuses", [])}
+
+
+async def test_a_member_swap_made_while_the_controller_was_down_drops_nothing(
+        bed: Bed) -> None:
+    """While the controller is down, the Service's only member moves to a port where nothing
+    listens yet (a named targetPort on new pods, say). The restarted controller knows nothing
+    of what the engine serves but the versions it names on reconnect; the old member, named in
+    its load assignment's version, carries the traffic at priority 1 until the new one passes a
+    check, which it fails first: zero failed requests. A long check timeout makes the hold
+    (``handover.hold_s``) far longer than the test needs; the final assignment (no old member)
+    follows the hold with no other change to wake the stream."""
+    old_port, old_task = await echo_backend("old")
+    bed.tasks.append(old_task)
+    new_port, lb_port = free_port(), free_port()  # nothing listens on new_port yet
+    checked = {"podway.io/health-check-timeout": "5s"}
+    bed.emu.put("services", lb_service("web", lb_port, 8080, annotations=checked))
+    bed.emu.put("endpointslices", endpoint_slice("web", {"web-a": "127.0.0.1"}, old_port),
+                group="discovery.k8s.io")
+    xds = f"127.0.0.1:{free_port()}"
+    await bed.start(xds_address=xds)
+    await bed.until(lambda s: len(s.ir.listeners) == 1)
+    admin_address = await (await bed.engine()).wait_started()
+    async with load(lb_port) as running:
+        await running.answered_by("old")
+        before = await admin.stats(admin_address, REPLACED)
+        await bed.stop_controller()
+        bed.emu.put("endpointslices", endpoint_slice("web", {"web-b": "127.0.0.1"}, new_port),
+                    group="discovery.k8s.io")
+        await bed.start(xds_address=xds)
+        await eventually(lambda: _new_member_failed(admin_address, new_port), within=30)
+        await running.tries(20)  # while the new member is out
+        assert running.failures == [], "requests failed while the new member was out"
+        assert running.answers[-1] == "old"
+        _, new_task = await echo_backend("new", port=new_port)
+        bed.tasks.append(new_task)
+        await running.answered_by("new", limit_s=30)  # its next check passed
+        await eventually(lambda: _old_member_gone(admin_address, old_port), within=60)
+        await running.more()
+    assert running.failures == []
+    assert await admin.stats(admin_address, REPLACED) == before
+
+
+async def _new_member_failed(admin_address: str, port: int) -> bool:
+    """The new member is in Envoy's pool and failed its first check."""
+    host = (await _hosts(admin_address)).get(port)
+    return host is not None and bool(host.get("failed_active_health_check"))
+
+
+async def _old_member_gone(admin_address: str, port: int) -> bool:
+    return port not in await _hosts(admin_address)
 
 
 async def test_engine_refusal_lands_as_a_condition_and_an_event(bed: Bed) -> None:

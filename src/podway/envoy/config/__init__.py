@@ -33,7 +33,7 @@ from envoy.config.route.v3 import route_pb2
 from podway.envoy import types
 from podway.envoy.config import oauth2, scoped
 from podway.envoy.config.clusters import cluster
-from podway.envoy.config.endpoints import load_assignment
+from podway.envoy.config.endpoints import assignment_resource, load_assignment
 from podway.envoy.config.jwt import Checks
 from podway.envoy.config.listeners import listener
 from podway.envoy.config.resource import Resource, Resources
@@ -274,7 +274,8 @@ class Builder:
                 else Resource.of(name, cluster(name, pool.settings)))
             endpoint_resource = (
                 entry[2] if entry is not None and entry[0].members == pool.members
-                else Resource.of(name, load_assignment(name, pool.members)))
+                else assignment_resource(name, load_assignment(name, pool.members),
+                                         pool.members))
             entry = (pool, cluster_resource, endpoint_resource)
         return entry
 
@@ -410,7 +411,7 @@ class Builder:
                     or any(a is not b for a, b in zip(hit[1], used, strict=True))):
                 hit = (item, used,
                        Resource.of(name, cluster(name, split_settings(route, shares))),
-                       Resource.of(name, load_assignment(name, split_members(shares))))
+                       assignment_resource(name, load_assignment(name, split_members(shares))))
             splits[name] = hit
             out[types.CLUSTER][name] = hit[2]
             out[types.ENDPOINT][name] = hit[3]

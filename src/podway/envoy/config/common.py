@@ -33,8 +33,14 @@ def ads_source(*, initial_fetch_timeout_s: float | None = None
 
 
 def pack(message: Message) -> any_pb2.Any:
+    """``message`` in an ``Any``, its bytes deterministic: map fields (a JWT filter's
+    providers, RBAC policies) in key order, not in the order they were filled. The resource
+    around it is encoded deterministically, but that does not reach into an ``Any``'s bytes;
+    without this, the order a set gave (which differs between processes) changed a resource's
+    bytes, so a restarted Podway sent changed filter configs (tests/golden/
+    test_restart_versions.py)."""
     out = any_pb2.Any()
-    out.Pack(message)
+    out.Pack(message, deterministic=True)
     return out
 
 

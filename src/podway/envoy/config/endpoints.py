@@ -16,11 +16,14 @@ the traffic to priority 1 whenever fewer than 71 % of priority 0 is healthy).
 
 from __future__ import annotations
 
+import ipaddress
+
 from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.config.endpoint.v3 import endpoint_pb2
 from google.protobuf import wrappers_pb2
 
+from podway.envoy.config.resource import Resource
 from podway.ir import Member, MemberState
 
 _HEALTH = {
@@ -69,3 +72,53 @@ def _groups(out: endpoint_pb2.ClusterLoadAssignment, members: list[Member], *,
             socket.port_value = member.port
             group.lb_endpoints.append(endpoint)
         out.endpoints.append(group)
+
+
+# A load assignment's version names (after its content digest) a few of the members it serves:
+# an engine that reconnects to a restarted Podway says, per resource, the version it holds
+# (delta xDS ``initial_resource_versions``), and that is all a new Podway learns of what it
+# serves. With the members in the version, make before break (``podway.envoy.xds.recall``)
+# holds on to them when the new assignment replaces every one. A function of the content
+# only, so equal assignments still get equal versions in every process.
+SERVING_IN_VERSION = 4
+_MARK = "~"
+_SERVING = (health_check_pb2.HEALTHY, health_check_pb2.UNKNOWN)
+
+
+def assignment_resource(name: str, assignment: endpoint_pb2.ClusterLoadAssignment,
+                        members: tuple[Member, ...] | None = None) -> Resource:
+    """``assignment`` as a resource whose version also names up to ``SERVING_IN_VERSION`` of
+    its serving members (lowest address and port first, over every priority). ``members``:
+    those it was made from (``load_assignment``), read instead of the message (cheaper)."""
+    if members is not None:
+        serving = [(m.address, m.port) for m in members
+                   if m.weight > 0 and (m.state is MemberState.READY or fallback(m))]
+    else:
+        serving = [(e.endpoint.address.socket_address.address,
+                    e.endpoint.address.socket_address.port_value)
+                   for group in assignment.endpoints for e in group.lb_endpoints
+                   if e.health_status in _SERVING]
+    if len(serving) > 1:
+        serving = sorted(set(serving))[:SERVING_IN_VERSION]
+    named = ",".join(f"[{a}]:{p}" if ":" in a else f"{a}:{p}" for a, p in serving)
+    return Resource.of(name, assignment, tag=f"{_MARK}{named}" if named else "")
+
+
+def serving_in_version(version: str) -> tuple[tuple[str, int], ...]:
+    """The members a load assignment's version names (``assignment_resource``); () for any
+    other version. The version comes from the engine: anything malformed names nothing."""
+    _, mark, named = version.partition(_MARK)
+    if not mark or len(named) > 64 * SERVING_IN_VERSION:
+        return ()
+    out: list[tuple[str, int]] = []
+    for item in named.split(",")[:SERVING_IN_VERSION]:
+        address, _, port = item.rpartition(":")
+        address = address.removeprefix("[").removesuffix("]")
+        try:
+            ipaddress.ip_address(address)
+        except ValueError:
+            return ()
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            return ()
+        out.append((address, int(port)))
+    return tuple(out)

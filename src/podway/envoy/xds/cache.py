@@ -36,6 +36,7 @@ from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy import types
 from podway.envoy.config import Resource, Resources
+from podway.envoy.config.endpoints import assignment_resource
 from podway.envoy.xds import handover
 
 _EMPTY: Mapping[str, Resource] = MappingProxyType({})
@@ -175,7 +176,7 @@ class Cache:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return None  # no loop to end the hold on: serve the final assignment
-        interim = Resource.of(name, handover.interim(after.message, held))
+        interim = assignment_resource(name, handover.interim(after.message, held))
         timer = loop.call_later(hold_s, self._settle, name)
         self._holds[name] = _Hold(final=after, interim=interim, timer=timer)
         return interim

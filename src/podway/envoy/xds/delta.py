@@ -32,6 +32,8 @@ is in each type's first request (``initial_resource_versions``); its first reque
 burst, clusters first. So the first listener and route requests wait for clusters to be settled
 like any later push, and a cluster removal waits for listeners and route tables Envoy has not
 subscribed to yet (when the cache has any), because those it holds may still name the cluster.
+The load assignments it holds are recalled from their versions (``podway.envoy.xds.recall``):
+one the new Podway would replace wholesale is bridged like a live member swap.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from podway.envoy.xds.protocol import (
     new_nonce,
     refused_for_long,
 )
+from podway.envoy.xds.recall import Recall
 from podway.envoy.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
 
 
@@ -111,6 +114,7 @@ class DeltaStream:
         self.node = ""
         self._types: dict[str, _DeltaType] = {}
         self._settled = SettledMemo()
+        self._recall = Recall()  # load assignments a reconnecting engine holds
 
     def on_request(self, request: d.DeltaDiscoveryRequest
                    ) -> tuple[list[d.DeltaDiscoveryResponse], list[Event]]:
@@ -127,6 +131,8 @@ class DeltaStream:
             state = self._types[type_url] = _DeltaType(wildcard=wildcard, refusals=refusals)
             state.known.update(request.initial_resource_versions)
             state.accepted.update(request.initial_resource_versions)
+            if type_url == types.ENDPOINT:
+                self._recall.adopt(request.initial_resource_versions)
         if request.response_nonce:
             answered = state.nonces.pop(request.response_nonce, None)
             if answered is not None:
@@ -159,6 +165,8 @@ class DeltaStream:
             state.ahead.discard(name)         # for it then (see ``_scoped_table``)
             state.known.pop(name, None)
         for name in request.resource_names_unsubscribe:
+            if type_url == types.ENDPOINT:
+                self._recall.forget(name)
             state.names.discard(name)
             state.known.pop(name, None)
             state.accepted.pop(name, None)
@@ -172,6 +180,8 @@ class DeltaStream:
             state = self._types.get(type_url)
             if state is None:
                 continue
+            if type_url == types.ENDPOINT:
+                state.dirty |= self._recall.due(self.clock())  # a hold ended: the final
             idle = (self.cache.get(type_url).version == state.seen and not state.dirty
                     and not state.held and not state.groups and not state.first
                     and not state.asked and not state.backlog
@@ -192,9 +202,11 @@ class DeltaStream:
         return out
 
     def next_retry_at(self) -> float | None:
-        """clock() value at which a refused resource is due to be offered again, if any."""
-        return min((t for state in self._types.values()
-                    if (t := state.refusals.next_retry_at()) is not None), default=None)
+        """clock() value at which a refused resource is due to be offered again, or a
+        recalled pool's hold ends (``podway.envoy.xds.recall``), if any."""
+        return min((t for t in (self._recall.next_at(), *(
+            state.refusals.next_retry_at() for state in self._types.values()))
+            if t is not None), default=None)
 
     def _rejected(self, type_url: str, state: _DeltaType, answered: _Sent, nonce: str,
                   message: str) -> Nack:
@@ -258,8 +270,10 @@ class DeltaStream:
                 continue
             if eds is None or name not in eds.names:
                 return False
-            if (eds.known.get(name) != resource.digest and name not in eds.retry
-                    and name not in eds.refusals):
+            known = eds.known.get(name)
+            if (known != resource.digest and name not in eds.retry
+                    and name not in eds.refusals
+                    and not self._recall.settled(name, known, resource.digest)):
                 return False  # sent and not yet answered; a refused one is settled
         return True
 
@@ -310,10 +324,11 @@ class DeltaStream:
                     if defer:  # removals wait until no route points at the removed cluster
                         state.held.add(name)
                         continue
-                    _remove(state, response, name)
+                    self._remove(type_url, state, response, name)
                 elif name in asked:
                     response.removed_resources.append(name)  # "does not exist"
                 continue
+            resource = self._offered(type_url, state, name, resource, now)
             if not self._wanted(state, name) or state.known.get(name) == resource.digest:
                 continue
             if name in state.refusals:
@@ -333,6 +348,21 @@ class DeltaStream:
             self._add(type_url, state, response, name, resources[name])
             out.extend(self._sent(state, response, snapshot.version, force=False))
         return out
+
+    def _offered(self, type_url: str, state: _DeltaType, name: str, resource: Resource,
+                 now: float) -> Resource:
+        """What to send for ``resource``: an interim load assignment instead while the members
+        a reconnecting engine holds are bridged (``podway.envoy.xds.recall``)."""
+        if type_url != types.ENDPOINT:
+            return resource
+        return self._recall.serve(name, resource, held=state.known.get(name),
+                                  clusters=self.cache.get(types.CLUSTER).resources, now=now)
+
+    def _remove(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+                name: str) -> None:
+        _remove(state, response, name)
+        if type_url == types.ENDPOINT:
+            self._recall.forget(name)
 
     def _candidates(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
                     now: float) -> set[str]:

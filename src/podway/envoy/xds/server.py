@@ -252,7 +252,10 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
 
         async def read() -> None:
             async for request in requests:
+                due = stream.next_retry_at()
                 responses, events = stream.on_request(request)
+                if stream.next_retry_at() != due:
+                    nudged.set()  # a new deadline (a hold begun here): the pusher waits for it
                 if stream.node and not counted:
                     counted.append(stream.node)
                     self._count(stream.node, 1, engine_group)
