@@ -293,6 +293,9 @@ def arguments(doc: str, extra: tuple[tuple[str, str], ...] = ()) -> argparse.Nam
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--modes", default="",
+                        help="kernel_l4_paired/profile: comma-separated modes to run "
+                        "(default: the script's own)")
     for flag, help_ in extra:
         parser.add_argument(flag, action="store_true", help=help_)
     args = parser.parse_args()

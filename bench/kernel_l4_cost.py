@@ -59,8 +59,10 @@ from kernel_bed import (
 )
 
 B1, B2 = (far for _, far in BACKENDS.values())
+# Conntrack on for the namespace, no rule on the forwarded path: a ct rule turns conntrack on
+# at every hook whichever chain holds it, and forwarded packets never enter ``output``.
 CT_PROBE = """table ip podway_bench {
-  chain probe { type filter hook forward priority 0; ct state established counter accept; }
+  chain probe { type filter hook output priority 0; ct state established counter accept; }
 }
 """
 _NAT = """table ip podway_bench {{

@@ -45,8 +45,16 @@ load out instead of averaging over it:
   ``--member-traffic-counters`` (the ``count`` chain on the forward hook: a lookup for every
   packet; what every engine did before they became opt-in); ``kernel-noconn``, the default
   table without its per-member connection counter (the first rule of ``postrouting``, which
-  only a flow's first packet passes); and ``direct+ct`` (no load balancer, every flow
-  tracked), to weigh conntrack, NAT and the counters apart.
+  only a flow's first packet passes); ``direct+ct`` (no load balancer, every flow tracked:
+  conntrack turned on by a chain on the ``output`` hook, which forwarded packets never enter)
+  and ``direct+ct-fwd`` (the same chain on ``forward``: conntrack plus a rule on every packet,
+  what ``direct+ct`` measured before 2026-12-05), to weigh conntrack, NAT and the counters
+  apart; ``kernel-liberal`` and ``kernel-nocsum``, the engine with the lb namespace's
+  ``nf_conntrack_tcp_be_liberal=1`` or ``nf_conntrack_checksum=0`` (per-packet conntrack work;
+  undone after the mode); ``kernel-snat`` (``snat to`` the lb's address towards each member
+  from a map instead of ``masquerade``) and ``kernel-nosnat`` (DNAT only, the transparent
+  return path: the bed's backends route back through the lb). ``--modes a,b`` runs those
+  (with ``direct``) only.
 
 Each round prints CPU 1's busy time not accounted to the path ("other": the 5 % others kept,
 interrupts; and steal, if the VM's host took the vCPU), so a round disturbed after all shows.
@@ -74,6 +82,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_bed import (
+    BACKENDS,
     DIRECT_URLS,
     PINNED_URLS,
     Bed,
@@ -197,7 +206,7 @@ def one_round(bed: Bed, mode: str, close: bool, args: argparse.Namespace,
     eng = sum(proc_cpu_s(p) for p in engine) - engine_before
     softirqd = runtime_s(soft) - before[soft]
     path = wrk_s + nginx_s
-    return {"rps": rps, "p50": p50, "errors": errors,
+    return {"rps": rps, "p50": p50, "errors": errors, "requests": float(requests),
             "cpu_us": (path + eng) / requests * 1e6, "engine_us": eng / requests * 1e6,
             "ksoftirqd_us": softirqd / requests * 1e6, "nf_us": netfilter,
             "core_share": path / wall, "softirq_share": core["softirq"] / wall,
@@ -223,18 +232,45 @@ def show(round_: int, mode: str, kind: str, row: Row) -> None:
 # protocol . ct reply proto-src map ...``, one rule per protocol: 0.3-0.6 us a request more than
 # the engine's two rules on payload fields.)
 FLAGS = {"kernel-traffic": ("--member-traffic-counters",)}
+_CT_PROBE = ("nft add table ip podway_bench && nft add chain ip podway_bench probe "
+             "'{{ type filter hook {hook} priority 0; }}' && nft add rule ip podway_bench "
+             "probe ct state established accept")
 VARIANTS = {
     "kernel-traffic": "true",
     # postrouting with its masquerade only: what counting connections costs (per connection)
     "kernel-noconn": "nft flush chain ip podway_l4 postrouting && nft add rule ip podway_l4 "
                      "postrouting meta mark and 0x00400000 == 0x00400000 masquerade",
-    # No load balancer, but every forwarded flow tracked (one ct rule on the forward hook):
-    # what conntrack alone costs, apart from NAT and the engine's rules.
-    "direct+ct": "nft add table ip podway_bench && nft add chain ip podway_bench probe "
-                 "'{ type filter hook forward priority 0; }' && nft add rule ip podway_bench "
-                 "probe ct state established accept",
+    # No load balancer, but every forwarded flow tracked: what conntrack alone costs, apart
+    # from NAT and the engine's rules. A ct rule turns conntrack on for the whole namespace
+    # (every hook), whichever hook its chain is on; the chain is on ``output``, which forwarded
+    # packets never enter, so they pay conntrack and nothing else (the engine's own table has
+    # no chain they enter per packet either: its NAT chains see a flow's first packet only).
+    "direct+ct": _CT_PROBE.format(hook="output"),
+    # The same with the chain on ``forward`` (what ``direct+ct`` was until 2026-12-05 15:20):
+    # conntrack plus one rule evaluated for every forwarded packet, which no kernel mode has.
+    "direct+ct-fwd": _CT_PROBE.format(hook="forward"),
+    # SNAT to the lb's address towards each member from a map, instead of masquerade (which
+    # looks the out-interface's address up for every new flow): per connection only.
+    "kernel-snat": "nft flush chain ip podway_l4 postrouting && nft add rule ip podway_l4 "
+                   "postrouting ct status dnat counter name ip daddr . meta l4proto . th dport "
+                   "map @member_connections && nft add rule ip podway_l4 postrouting meta mark "
+                   "and 0x00400000 == 0x00400000 snat ip to ip daddr map { "
+                   + ", ".join(f"{far} : {near}" for near, far in BACKENDS.values()) + " }",
+    # DNAT only, as with ``podway.io/client-ip: transparent`` (the bed's backends route back
+    # through the lb): what the SNAT costs per packet and per connection.
+    "kernel-nosnat": "nft flush chain ip podway_l4 postrouting && nft add rule ip podway_l4 "
+                     "postrouting ct status dnat counter name ip daddr . meta l4proto . th "
+                     "dport map @member_connections",
+    # Per-packet conntrack sysctls of the lb namespace (undone after the mode's round):
+    # window tracking not enforced (only out-of-window RSTs are invalid) ...
+    "kernel-liberal": "sysctl -qw net.netfilter.nf_conntrack_tcp_be_liberal=1",
+    # ... and no checksum check of packets conntrack sees first (prerouting).
+    "kernel-nocsum": "sysctl -qw net.netfilter.nf_conntrack_checksum=0",
 }
-UNDO = {"direct+ct": "nft delete table ip podway_bench"}
+UNDO = {"direct+ct": "nft delete table ip podway_bench",
+        "direct+ct-fwd": "nft delete table ip podway_bench",
+        "kernel-liberal": "sysctl -qw net.netfilter.nf_conntrack_tcp_be_liberal=0",
+        "kernel-nocsum": "sysctl -qw net.netfilter.nf_conntrack_checksum=1"}
 
 
 def engine_up(bed: Bed, mode: str, pid: int | None) -> list[int]:
@@ -295,13 +331,16 @@ def spread(values: list[float], fmt: str) -> str:
             f"{format(max(values), fmt)})")
 
 
-def summary(modes: tuple[str, ...], rows: Rows, ratios: Ratios) -> None:
+def summary(modes: tuple[str, ...], rows: Rows, ratios: Ratios, connections: int) -> None:
+    """Medians and paired ratios. ``in flight`` is the mean time a request spends in the closed
+    loop by Little's law (connections / rate): p50 follows it when the core is the bound."""
     print("medians over rounds; paired: each mode against direct of its round, median (range)")
     for kind in ("long", "new"):
         unit = "request" if kind == "long" else "connection"
         for mode in modes:
             got = rows[(mode, kind)]
             print(f"{kind:4} {mode:14} {med(got, 'rps'):8.0f}/s  p50 {med(got, 'p50'):.3f} ms  "
+                  f"(in flight {connections / med(got, 'rps') * 1000:.3f} ms)  "
                   f"CPU {med(got, 'cpu_us'):6.2f} us per {unit} (engine process "
                   f"{med(got, 'engine_us'):.2f})  path's share of CPU {CORE} "
                   f"{med(got, 'core_share'):.0%}  ksoftirqd/{CORE} {med(got, 'ksoftirqd_us'):.2f}"
@@ -327,9 +366,11 @@ def main() -> int:
         print(f"load average at the start {os.getloadavg()[0]:.1f}; path on CPU {CORE} "
               f"under SCHED_FIFO, {args.seconds:g} s rounds", flush=True)
         modes = ("direct", "kernel", *(VARIANTS if args.variants else ()))
+        if args.modes:  # ``direct`` first: every other mode is paired with it
+            modes = ("direct", *(m for m in args.modes.split(",") if m != "direct"))
         rows, ratios = measure(bed, args, modes)
         print(f"\nload average at the end {os.getloadavg()[0]:.1f}; {ref.describe()}")
-        summary(modes, rows, ratios)
+        summary(modes, rows, ratios, args.connections)
     return 0
 
 
