@@ -21,14 +21,22 @@ figures are what a user's ``podway run`` does. ``--process`` also times the real
 ``podway run --manifests`` in a child process (interpreter start and imports included; Podway's
 modules are byte-compiled first, as an installed Podway's are), from its spawn to the first and
 the last route answering 200, with the CPU seconds (utime+stime) of Podway's process and of its
-Envoy up to then (CPU well below the wall time: the machine's other work, not ours). Modes
-alternate within a run (``--runs`` rounds of each), so a busy spell of the shared machine lands
-on both alike.
+Envoy up to then (CPU well below the wall time: the machine's other work, not ours), and the
+stages its log stamps (``--log-level info``): Envoy spawned, the folder parsed (the file
+source's first load), the first state (with its translate + build + cache set), Envoy
+listening. Podway's CPU includes its prefetch process (a reaped child). Modes alternate within
+a run (``--runs`` rounds of each), so a busy spell of the shared machine lands on both alike.
+``--compare PODWAY`` also runs another checkout's ``podway`` (its venv's), alternating with
+this one round by round (the order swapped every round), and prints the two side by side.
+``--until-listening`` (a loaded machine): no members, each run timed until its Envoy listens
+(the first check round of 10,000 pools can time out and feed itself there); ``--limit-s``:
+how long to wait.
 
 Target (issue 24): every route served ≤ 5 s after the start at 10,000 routes. Each time is also
 printed as a ratio to the machine-speed reference (``bench/speedref.py``).
 
     python bench/cold_start.py [--routes 10000] [--runs 1] [--process]
+    python bench/cold_start.py --process-only --runs 3 --compare ../base/.venv/bin/podway
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import argparse
 import asyncio
 import compileall
 import contextlib
+import datetime
 import os
 import shutil
 import signal
@@ -58,12 +67,16 @@ from podway.envoy import types
 from podway.programs.gc_policy import GcPolicy
 from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.sources import files
+from podway.sources.prefetch import Prefetch
 from podway.tools.echo import Identity
 from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
 
+LIMIT_S = 120.0  # --limit-s: how long a route may take to answer 200
 
-async def until_200(port: int, host: str, path: str, limit_s: float = 120) -> float:
+
+async def until_200(port: int, host: str, path: str, limit_s: float | None = None) -> float:
+    limit_s = LIMIT_S if limit_s is None else limit_s
     deadline = time.perf_counter() + limit_s
     while time.perf_counter() < deadline:
         with contextlib.suppress(OSError, ValueError, IndexError):
@@ -87,13 +100,14 @@ async def one_run(routes: int, echo_port: int) -> dict[str, float]:
         manifests(root, routes, echo_port)
         http_port = free_port()
         acks = Acks()
+        began = time.perf_counter()
         standalone = Standalone(StandaloneOptions(
-            manifests=root, drain_s=0, gc=GcPolicy(), translate=TranslateOptions(
+            manifests=root, drain_s=0, gc=GcPolicy(), prefetch=Prefetch(root),
+            translate=TranslateOptions(
                 address="127.0.0.1", http_port=http_port, https_port=free_port())))
         standalone.event_hooks.append(acks)
         routes_acked = acks.next(types.ROUTE)
         files.FileSource.watch = stamped  # type: ignore[method-assign]
-        began = time.perf_counter()
         task = asyncio.create_task(standalone.run())
         try:
             state = await standalone.pipeline.wait_for(lambda s: s.generation >= 1)
@@ -120,10 +134,26 @@ async def one_run(routes: int, echo_port: int) -> dict[str, float]:
     return out
 
 
-def cpu_s(pid: int) -> float:
-    """utime + stime of ``pid`` and its reaped children so far, seconds (``/proc/PID/stat``)."""
+#: --until-listening: no members (the pools point at a closed port, so every first check
+#: fails at once) and each ``podway run`` is timed until its Envoy listens, not to 200s: on a
+#: loaded machine the first check round of 10,000 pools can time out and feed itself for
+#: minutes (docs/performance.md, "Cold start from the controller's side").
+UNTIL_LISTENING = False
+
+
+async def until_logged(log: Path, marker: str) -> None:
+    deadline = time.perf_counter() + LIMIT_S
+    while marker not in log.read_text(errors="replace"):  # noqa: ASYNC240 - a small log
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"no {marker!r} in the log within {LIMIT_S} s")
+        await asyncio.sleep(0.05)
+
+
+def cpu_s(pid: int, *, children: bool = True) -> float:
+    """utime + stime of ``pid`` and (``children``) its reaped children so far, seconds
+    (``/proc/PID/stat``; ``podway run``'s reaped child is its prefetch process)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15 if children else 13]) / os.sysconf("SC_CLK_TCK")
 
 
 def compiled() -> None:
@@ -135,34 +165,43 @@ def compiled() -> None:
     compileall.compile_dir(Path(podway.__file__).parent, quiet=1)
 
 
-async def one_process_run(routes: int, echo_port: int) -> dict[str, float]:
-    """``podway run --manifests`` in a child process: spawn → first / last route 200."""
-    podway = shutil.which("podway", path=str(Path(sys.executable).parent))
+async def one_process_run(routes: int, echo_port: int, podway: str | None = None
+                          ) -> dict[str, float]:
+    """``podway run --manifests`` in a child process: spawn → first / last route 200, and
+    the stages its log stamps (``stages``)."""
     if podway is None:
-        raise SystemExit("no podway command beside this interpreter")
-    compiled()
+        podway = shutil.which("podway", path=str(Path(sys.executable).parent))
+        if podway is None:
+            raise SystemExit("no podway command beside this interpreter")
+        compiled()
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "manifests"
         root.mkdir()
         manifests(root, routes, echo_port)
         http_port = free_port()
-        began = time.perf_counter()
-        child = await asyncio.create_subprocess_exec(
-            podway, "run", "--manifests", str(root), "--address", "127.0.0.1",
-            "--http-port", str(http_port), "--https-port", str(free_port()),
-            "--state-dir", str(Path(tmp) / "state"), "--log-level", "warning",
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True)
+        log = Path(tmp) / "podway.log"
+        began, wall = time.perf_counter(), time.time()
+        with log.open("wb") as err:
+            child = await asyncio.create_subprocess_exec(
+                podway, "run", "--manifests", str(root), "--address", "127.0.0.1",
+                "--http-port", str(http_port), "--https-port", str(free_port()),
+                "--state-dir", str(Path(tmp) / "state"), "--log-level", "info",
+                stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
         try:
             per_host = xds_push.PATHS_PER_HOST
             hosts = routes // per_host
-            out["first 200"] = await until_200(http_port, "h0.bench.test", "/app0") - began
-            out["last 200"] = await until_200(http_port, f"h{hosts - 1}.bench.test",
-                                              f"/app{per_host - 1}") - began
+            if UNTIL_LISTENING:
+                await until_logged(log, "serving ")
+            else:
+                out["first 200"] = await until_200(http_port, "h0.bench.test", "/app0") - began
+                out["last 200"] = await until_200(http_port, f"h{hosts - 1}.bench.test",
+                                                  f"/app{per_host - 1}") - began
             out["podway CPU"] = cpu_s(child.pid)
+            out["(its own)"] = cpu_s(child.pid, children=False)
             out["Envoy CPU"] = cpu_seconds([p for p in tree(child.pid) if p != child.pid])
             out["fetch timeouts"] = float(fetch_timeouts(Path(tmp) / "state"))
+            out.update(stages(log.read_text(errors="replace"), wall))
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, signal.SIGTERM)
@@ -172,6 +211,34 @@ async def one_process_run(routes: int, echo_port: int) -> dict[str, float]:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.pid, signal.SIGKILL)
                 await child.wait()
+    return out
+
+
+ORDER = ["first 200", "last 200", "podway CPU", "(its own)", "Envoy CPU", "fetch timeouts",
+         "Envoy spawned", "parsed", "first state", "(translate+build)", "Envoy listens"]
+
+
+#: Log lines of ``podway run`` (``--log-level info``) that end a stage: the first of each.
+STAGE_LINES = (("Envoy spawned", "envoy started pid="),
+               ("parsed", "first load of "),
+               ("first state", "applied update in "),
+               ("Envoy listens", "serving "))
+
+
+def stages(text: str, spawned_at: float) -> dict[str, float]:
+    """Seconds from the spawn (``time.time()``) to each stage's first log line, and the first
+    state's translate + build + cache set (its "applied update in N ms")."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        for name, marker in STAGE_LINES:
+            if name in out or marker not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                out[name] = at - spawned_at
+                if name == "first state":
+                    ms = line.split(marker, 1)[1].split(" ms", 1)[0]
+                    out["(translate+build)"] = float(ms) / 1000
     return out
 
 
@@ -236,7 +303,7 @@ async def main_async(args: argparse.Namespace, ref: Reference) -> None:
                 port=echo_port, identity=Identity(name="e")), started=started))
             await started.wait()
             stack.callback(echo.cancel)
-        else:
+        elif not UNTIL_LISTENING:
             stack.enter_context(nginx_member(echo_port))
         await rounds(args, ref, echo_port)
 
@@ -253,14 +320,32 @@ async def rounds(args: argparse.Namespace, ref: Reference, echo_port: int) -> No
             if name in figures:
                 print(f"  {name:<14} {figures[name]:8.2f} s  ({ref.ratio(figures[name])})")
         if args.process:
-            figures = await one_process_run(args.routes, echo_port)
-            print(f"run {run + 1}: {args.routes} routes, `podway run` in a child process, "
-                  "seconds since its spawn", flush=True)
-            for name, value in figures.items():
-                if name == "fetch timeouts":
-                    print(f"  {name:<14} {value:8.0f}")
-                else:
-                    print(f"  {name:<14} {value:8.2f} s  ({ref.ratio(value)})")
+            await process_round(args, ref, echo_port, run)
+
+
+async def process_round(args: argparse.Namespace, ref: Reference, echo_port: int, run: int
+                        ) -> None:
+    """One ``podway run`` in a child process, or with ``--compare`` one of each command
+    (the order alternating between rounds), printed side by side."""
+    commands: list[tuple[str, str | None]] = [("this", None)]
+    if args.compare:
+        commands.append(("compared", args.compare))
+        if run % 2:
+            commands.reverse()
+    results = []
+    for label, podway in commands:
+        results.append((label, await one_process_run(args.routes, echo_port, podway)))
+    print(f"run {run + 1}: {args.routes} routes, `podway run` in a child process, seconds "
+          f"since its spawn ({', '.join(label for label, _ in results)}; load average "
+          f"{os.getloadavg()[0]:.1f})", flush=True)
+    names = [n for _, figures in results for n in figures]
+    for name in dict.fromkeys(sorted(names, key=ORDER.index)):
+        cells = []
+        for _, figures in results:
+            value = figures.get(name)
+            cells.append("-" if value is None else f"{value:.0f}" if name == "fetch timeouts"
+                         else f"{value:.2f} s ({ref.ratio(value)})")
+        print(f"  {name:<18} " + "  |  ".join(f"{c:<22}" for c in cells))
 
 
 def main() -> None:
@@ -273,12 +358,26 @@ def main() -> None:
                         help="also time `podway run` in a child process, from its spawn")
     parser.add_argument("--process-only", action="store_true",
                         help="only `podway run` in a child process (implies --process)")
+    parser.add_argument("--compare", metavar="PODWAY", default="",
+                        help="with --process: also time this podway command (another "
+                        "checkout's venv/bin/podway), alternating, side by side")
+    parser.add_argument("--until-listening", action="store_true",
+                        help="with --process-only: no members; time each run until its Envoy "
+                        "listens (a loaded machine)")
+    parser.add_argument("--limit-s", type=float, default=120.0,
+                        help="how long a route may take to answer 200 (a loaded machine)")
     parser.add_argument("--paths-per-host", type=int, default=xds_push.PATHS_PER_HOST,
                         help="Ingress paths per host (1: one host per route, every host a "
                         "scope of its own)")
     args = parser.parse_args()
     xds_push.PATHS_PER_HOST = args.paths_per_host
-    args.process |= args.process_only
+    global LIMIT_S, UNTIL_LISTENING
+    LIMIT_S, UNTIL_LISTENING = args.limit_s, args.until_listening
+    args.process |= args.process_only or bool(args.compare)
+    if args.compare:  # its modules byte-compiled too, as this checkout's are (``compiled``)
+        subprocess.run([str(Path(args.compare).parent / "python"), "-c",
+                        "import compileall, pathlib, podway; compileall.compile_dir("
+                        "pathlib.Path(podway.__file__).parent, quiet=1)"], check=True)
     ref = measure()
     print(ref.describe())
     asyncio.run(main_async(args, ref))

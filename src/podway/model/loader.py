@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,15 @@ class LoadLimits:
 DEFAULT_LIMITS = LoadLimits()
 
 
+class Stopped(Exception):  # a stop asked for, not an error of the input
+    """The load was stopped (its ``stop`` said so between two documents or objects): the
+    process is stopping and nobody wants the result."""
+
+
+Stop = Callable[[], bool]  # asked between documents and objects: True stops the load
+Built = tuple[list[Any], int | None]  # documents of a text, the deepest nesting (if measured)
+
+
 @dataclass(frozen=True, slots=True)
 class LoadError:
     file: str
@@ -113,9 +122,13 @@ def clip(text: str, limit: int = DEFAULT_LIMITS.max_message_chars) -> str:
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
-def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT_LIMITS
-              ) -> LoadResult:
-    """Load all documents of one YAML/JSON text, within ``limits``."""
+def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT_LIMITS,
+              stop: Stop | None = None, built: Built | None = None) -> LoadResult:
+    """Load all documents of one YAML/JSON text, within ``limits``; ``Stopped`` as soon as
+    ``stop`` returns True (asked between documents, so a stop never waits for a big file).
+    ``built``: this very text's documents as ``load_documents`` built them elsewhere (the
+    file source's prefetch process); taken for a text without anchors, the limits still
+    checked here first."""
     result = LoadResult()
     anchored = "&" in text  # aliases are possible only with anchors
     over = (_over_size(text, limits) or _too_many_documents(text, limits)
@@ -124,7 +137,8 @@ def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT
         return _refused(result, source, over)
     deepest: int | None = None  # measured while building (None: walk the documents for it)
     try:
-        documents, deepest = _load_all(text)
+        documents, deepest = built if built is not None and not anchored \
+            else _load_all(text, stop)
     except RecursionError:
         return _refused(result, source, "invalid YAML: nested too deeply")
     except yaml.YAMLError as exc:
@@ -146,6 +160,8 @@ def load_text(text: str, *, source: str = "<text>", limits: LoadLimits = DEFAULT
             f"{count} objects, more than the limit of {limits.max_objects_per_file} per file "
             "(split the file or raise max_objects_per_file)"))
     for index, doc in enumerate(documents):
+        if stop is not None and stop():
+            raise Stopped(source)
         for prefix, item in _items(doc):
             obj, error = parse_object(item, source=source, document=index, prefix=prefix,
                                       limits=limits)
@@ -320,13 +336,21 @@ def _scan_events(text: str, limits: LoadLimits) -> str | None:
     return None
 
 
-def _load_all(text: str) -> tuple[list[Any], int | None]:
+def load_documents(text: str) -> Built:
+    """The documents of ``text`` and their deepest nesting, as ``load_text`` builds them
+    (YAML errors and ``RecursionError`` raised), for ``load_text(built=...)``."""
+    return _load_all(text)
+
+
+def _load_all(text: str, stop: Stop | None = None) -> Built:
     """Every document of ``text`` (``yaml.load_all`` with ``FastSafeLoader``), and the deepest
     nesting among them when the loader measured it (every document took its lean path)."""
     loader = FastSafeLoader(text)
     try:
         documents = []
         while loader.check_data():
+            if stop is not None and stop():
+                raise Stopped("<text>")
             documents.append(loader.get_data())
         return documents, loader.deepest
     finally:

@@ -23,10 +23,10 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from podway.base.errors import EnvironmentProblem
 from podway.base.netaddr import HostPort
@@ -38,19 +38,21 @@ from podway.envoy.engine.process import Engine
 from podway.envoy.engine.state import StateDir, open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
-from podway.haproxy.process import HAProxyEngine, HAProxyOptions
 from podway.ir import IR, EngineKind, Listener
-from podway.kernel.engine import KernelEngine
-from podway.pipeline import Pipeline, Rejection, State
+from podway.pipeline import Pipeline, PipelineStopped, Rejection, State
 from podway.programs.gc_policy import GcPolicy, keep_settled
-from podway.programs.haproxy_follow import follow as follow_haproxy
 from podway.readers import surfaces
-from podway.readers.admin_api import SOCKET_NAME
-from podway.readers.dashboard.engine_view import Sample
-from podway.readers.engine_health import View
+from podway.readers.surfaces import SOCKET_NAME
 from podway.sources.files import FileSource
-from podway.status.file import StatusFile
+from podway.sources.prefetch import Prefetch
 from podway.translate import TranslateOptions
+
+if TYPE_CHECKING:  # imported where used: not on the way to the first configuration
+    from podway.haproxy.process import HAProxyEngine
+    from podway.kernel.engine import KernelEngine
+    from podway.readers.dashboard.engine_view import Sample
+    from podway.readers.engine_health import View
+    from podway.status.file import StatusFile
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,9 @@ class StandaloneOptions:
     # the kernel engine's per-member packet/byte counters (a lookup on every forwarded packet;
     # podway.kernel.ruleset); its per-member connection counters are always there
     member_traffic_counters: bool = False
+    # The first load's big files parsed by a process started with the command
+    # (``podway.sources.prefetch``; ``podway run`` starts it before its own imports).
+    prefetch: Prefetch | None = None
 
 
 class Standalone:
@@ -107,8 +112,10 @@ class Standalone:
             # new sessions (users log in again), nothing to keep or leak on disk.
             opts = replace(opts, translate=replace(opts.translate, oidc_key=os.urandom(32)))
         self.opts = opts
-        self.pipeline = Pipeline(FileSource(opts.manifests), translate=opts.translate,
-                                 detailed_stats=opts.envoy_stats is EnvoyStats.DETAILED)
+        self.pipeline = Pipeline(FileSource(opts.manifests, prefetch=opts.prefetch),
+                                 translate=opts.translate,
+                                 detailed_stats=opts.envoy_stats is EnvoyStats.DETAILED,
+                                 clusters_first=True)
         # The engine here connects over a private unix socket in its state folder (no TLS or
         # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,
@@ -143,9 +150,7 @@ class Standalone:
             engine = None
             try:
                 if state is not None and self.opts.engine_kind == "haproxy":
-                    self.haproxy = HAProxyEngine(HAProxyOptions(
-                        folder=state.path / "haproxy", binary=self.opts.haproxy_path,
-                        threads=self.opts.concurrency))
+                    self.haproxy = self._haproxy(state)
                 elif state is not None and self.opts.engine_kind == "envoy":
                     engine = self._envoy(state)
                 if not self._engine_future().done():
@@ -158,20 +163,20 @@ class Standalone:
                     if self.opts.gc is not None:
                         group.create_task(keep_settled(self.pipeline, self.opts.gc),
                                           name="standalone-gc")
-                    if self.opts.status_file is not None and self.haproxy is None:
-                        group.create_task(
-                            StatusFile(self.opts.status_file).follow(self.pipeline),
-                            name="standalone-status-file")
+                    status = self._status_file()
+                    if status is not None and self.haproxy is None:
+                        group.create_task(status.follow(self.pipeline),
+                                          name="standalone-status-file")
                     if engine is not None:
                         group.create_task(engine.run(), name="standalone-engine")
                         if self.opts.exclusive_ports:
                             group.create_task(self._claim_ports(engine),
                                               name="standalone-ports")
                     if self.haproxy is not None:
+                        from podway.programs.haproxy_follow import follow as follow_haproxy
+
                         group.create_task(self.haproxy.run(), name="standalone-haproxy")
                         # It writes the status file too: with what HAProxy cannot serve.
-                        status = (StatusFile(self.opts.status_file)
-                                  if self.opts.status_file is not None else None)
                         group.create_task(follow_haproxy(self.pipeline, self.haproxy,
                                                          self._haproxy_applied, status),
                                           name="standalone-haproxy-follow")
@@ -191,6 +196,18 @@ class Standalone:
             finally:
                 await self.server.stop(grace=0.5)
 
+    def _haproxy(self, state: StateDir) -> HAProxyEngine:
+        from podway.haproxy.process import HAProxyEngine, HAProxyOptions
+
+        return HAProxyEngine(HAProxyOptions(folder=state.path / "haproxy",
+                                            binary=self.opts.haproxy_path,
+                                            threads=self.opts.concurrency))
+
+    def _status_file(self) -> StatusFile | None:
+        from podway.status.file import StatusFile
+
+        return StatusFile(self.opts.status_file) if self.opts.status_file is not None else None
+
     async def _kernel_when_asked(self) -> None:
         """Beside Envoy or HAProxy: the kernel engine, from the first IR in which a Service asks
         for it (``podway.io/engine: kernel``), serving only those listeners (the other engine
@@ -202,6 +219,7 @@ class Standalone:
 
     async def _kernel(self) -> None:
         """The kernel engine, following the pipeline's IR; its table stays when it stops."""
+        from podway.kernel.engine import KernelEngine
         from podway.programs.kernel import HostPorts, forgetter, watch_conntrack, writer
 
         out = writer()
@@ -250,11 +268,20 @@ class Standalone:
         return await haproxy.scrape(self.haproxy) + (
             await metrics_text() if self.kernel is not None else b"")
 
-    def _surfaces(self, admin: Path | None, engine: Engine | None
-                  ) -> Coroutine[Any, Any, None]:
+    async def _surfaces(self, admin: Path | None, engine: Engine | None) -> None:
         """The admin endpoint and the dashboard (``podway.readers.surfaces``, as the
-        controller's)."""
-        return surfaces.serve(self.pipeline, surfaces.SurfaceOptions(
+        controller's), from the first state on, once the engine is ready (at most
+        ``SURFACES_AFTER_S`` later): their modules (aiohttp's server, explain) are imported
+        then, off the way to the first configuration (docs/performance.md, "Cold start");
+        before it they could only say "no state yet"."""
+        try:
+            await self.pipeline.wait_for(lambda s: True)
+        except PipelineStopped:
+            return
+        if engine is not None:
+            with contextlib.suppress(TimeoutError):
+                await engine.wait_ready(limit_s=SURFACES_AFTER_S)
+        await surfaces.serve(self.pipeline, surfaces.SurfaceOptions(
             mode=str(self.opts.translate.mode), admin_socket=admin,
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
             engine_admin=(lambda: engine.admin_address) if engine is not None else None,
@@ -379,6 +406,7 @@ async def listening(standalone: Standalone, engine: Engine, *, limit_s: float = 
 
 
 _IN_USE = "already in use"
+SURFACES_AFTER_S = 5.0  # the admin endpoint waits at most this long for the engine's start
 CLAIM_LIMIT_S = 30.0  # ``podway run``: how long it looks for a port another program holds
 
 

@@ -51,11 +51,13 @@ from podway.ir.dump import to_data
 from podway.pipeline import Pipeline, State
 from podway.readers.engine_health import EngineViews, explain_health
 from podway.readers.explain import Context, Health, QueryError, explain, parse
+from podway.readers.surfaces import SOCKET_NAME as surfaces_socket_name
 from podway.status.document import of_state
 
 log = logging.getLogger(__name__)
 
-SOCKET_NAME = "podway.sock"  # in an instance's private state folder
+# (in an instance's private state folder; defined beside the surfaces, which need no aiohttp)
+SOCKET_NAME = surfaces_socket_name
 NO_ENGINE_NOTE = ("no engine's member health is known to this Podway (no engine has reported "
                   "it here, and no co-located engine's admin is named: `podway controller "
                   "--engine-admin unix:PATH`): members show Kubernetes readiness only, not the "

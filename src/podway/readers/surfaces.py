@@ -40,6 +40,8 @@ AdminAddress = Callable[[], str | None]  # the engine's admin address now; None:
 Health = Mapping[str, Mapping[str, str]]  # pool → "address:port" → "healthy" or why not
 
 
+SOCKET_NAME = "podway.sock"  # the admin endpoint's, in an instance's private state folder
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SurfaceOptions:
     mode: str = ""  # the backend mode, shown by explain and the dashboard

@@ -13,7 +13,9 @@ Invariants:
   its file is parsed, without waiting for a big file still being parsed: files under
   ``SMALL_FILE`` bytes have threads of their own (a lane), so they never queue behind big files
   that occupy every parse thread; a newer event for a file supersedes its parse in flight.
-  After a big file is dropped, memory is given back.
+  After a big file is dropped, memory is given back. When ``watch`` ends (a stop signal),
+  parses in flight stop at their next document: the interpreter's exit waits for worker
+  threads, and a big file's parse took seconds.
 * Watching uses inotify (``watchfiles``) with a short debounce; bursts of writes coalesce. The
   watch starts *before* the first load, so nothing written in between is missed.
 * The folder itself may go away. Deleted or renamed away: the last good objects keep serving
@@ -40,6 +42,8 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -48,7 +52,14 @@ from typing import Any
 
 from podway.base.errors import PodwayError
 from podway.base.tasks import cancel_and_wait
-from podway.model.loader import DEFAULT_LIMITS, MANIFEST_SUFFIXES, LoadError, LoadLimits
+from podway.model.loader import (
+    DEFAULT_LIMITS,
+    MANIFEST_SUFFIXES,
+    Built,
+    LoadError,
+    LoadLimits,
+    Stopped,
+)
 from podway.sources.base import SourceUpdate
 from podway.sources.manifests import (
     ManifestSet,
@@ -57,6 +68,7 @@ from podway.sources.manifests import (
     manifest_files,
     read_manifest,
 )
+from podway.sources.prefetch import Prefetch
 
 __all__ = ["FileSource", "SourceError", "load_paths", "manifest_files", "normalise_root",
            "read_manifest", "wait_stable"]
@@ -86,6 +98,9 @@ class _Live:
     step_ms: int
     pending: dict[Path, asyncio.Future[Parsed | None]] = field(default_factory=dict)
     watchers: list[asyncio.Task[None]] = field(default_factory=list)
+    # Set when ``watch`` ends: a parse still running stops at its next document (a worker
+    # thread cannot be cancelled, and the interpreter's exit waits for it).
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 class _WatchEnded:
@@ -108,8 +123,11 @@ class FileSource:
     """A folder of manifests, loaded and then watched."""
 
     def __init__(self, root: Path, *, limits: LoadLimits = DEFAULT_LIMITS,
-                 parse_workers: int = 1) -> None:
+                 parse_workers: int = 1, prefetch: Prefetch | None = None) -> None:
         self.root = normalise_root(root)
+        # The first load's big files, parsed by a process started with the command
+        # (``podway.sources.prefetch``); closed once the first load is done.
+        self.prefetch = prefetch
         self.limits = limits
         # Threads for big files. One: parses hold the GIL, so more threads do not parse faster,
         # they only make the small files' lane and the event loop wait longer for it.
@@ -144,7 +162,7 @@ class FileSource:
         return reload
 
     def _read(self, path: Path) -> Parsed | None:
-        return self._reader(path)()
+        return self._reader(path, threading.Event())()
 
     def _publish(self, changes: dict[Path, Parsed | None]) -> SourceUpdate:
         changed = self._set.merge(changes)
@@ -175,11 +193,7 @@ class FileSource:
         await asyncio.sleep(0)
         self._root_id = _identity(self.root)
         try:
-            self._schedule(manifest_files([self.root]), live)
-            first = dict(zip(live.pending, await asyncio.gather(*live.pending.values()),
-                             strict=True))
-            live.pending.clear()
-            update = self._publish(first)
+            update = self._publish(await self._first_load(live))
             yield SourceUpdate(update.snapshot, update.errors, update.stale_files, None,
                                update.warnings)
             while True:
@@ -211,6 +225,10 @@ class FileSource:
                     chore.add_done_callback(chores.discard)
                 yield update
         finally:
+            live.stopping.set()
+            self._prefetched()
+            for future in live.pending.values():
+                future.cancel()
             watchers = list(live.watchers)
             self._stop(live)
             if getter is not None:
@@ -218,6 +236,17 @@ class FileSource:
             await cancel_and_wait(*watchers)
             live.executor.shutdown(wait=False, cancel_futures=True)
             live.small.shutdown(wait=False, cancel_futures=True)
+
+    async def _first_load(self, live: _Live) -> dict[Path, Parsed | None]:
+        began = time.perf_counter()
+        self._schedule(manifest_files([self.root]), live)
+        first = dict(zip(live.pending, await asyncio.gather(*live.pending.values()),
+                         strict=True))
+        live.pending.clear()
+        log.info("first load of %s: %d files parsed in %.2f s", self.root, len(first),
+                 time.perf_counter() - began)
+        self._prefetched()
+        return first
 
     _root_id: tuple[int, int] | None = None
     _announce = False  # publish even with no file change (the folder just went)
@@ -284,21 +313,32 @@ class FileSource:
                 old.cancel()  # superseded: its result, if it still comes, is dropped
             if path.is_file() and _is_manifest(path, self.root):
                 lane = live.small if _size_of(path) < SMALL_FILE else live.executor
-                live.pending[path] = live.loop.run_in_executor(lane, self._reader(path))
+                live.pending[path] = live.loop.run_in_executor(
+                    lane, self._reader(path, live.stopping))
             else:
                 gone[path] = None
         return gone
 
-    def _reader(self, path: Path) -> Callable[[], Parsed | None]:
-        """A job for a worker thread: it touches no state of the source."""
+    def _reader(self, path: Path, stopping: threading.Event) -> Callable[[], Parsed | None]:
+        """A job for a worker thread: it touches no state of the source; it ends early, with
+        ``None`` (nobody reads it), once ``stopping`` is set."""
         old = self._set.files.get(path)
         previous = old.parsed.objects if old is not None else None
-        root, limits = self.root, self.limits
+        root, limits, prefetch = self.root, self.limits, self.prefetch
+
+        def built(data: bytes) -> Built | None:
+            return prefetch.take(path, data, stopping.is_set) if prefetch is not None \
+                else None
 
         def job() -> Parsed | None:
-            if not (path.is_file() and _is_manifest(path, root)):
+            if stopping.is_set() or not (path.is_file() and _is_manifest(path, root)):
                 return None
-            return read_manifest(path, limits=limits, previous=previous)
+            try:
+                return read_manifest(path, limits=limits, previous=previous,
+                                     stop=stopping.is_set, built=built)
+            except Stopped:
+                log.info("stopped parsing %s: the source is stopping", path)
+                return None
 
         return job
 
@@ -329,6 +369,13 @@ class FileSource:
         if root.parent != root:
             live.watchers.append(asyncio.create_task(pump(root.parent, recursive=False),
                                                      name="file-source-watch-parent"))
+
+    def _prefetched(self) -> None:
+        """The first load is done (or the watch ends): the prefetch process is not needed."""
+        prefetch, self.prefetch = self.prefetch, None
+        if prefetch is not None:
+            log.debug("prefetch: %d big files parsed beside the start", prefetch.used)
+            prefetch.close()
 
     @staticmethod
     def _stop(live: _Live) -> None:

@@ -22,7 +22,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +30,11 @@ from podway.model.base import K8sObject
 from podway.model.loader import (
     DEFAULT_LIMITS,
     MANIFEST_SUFFIXES,
+    Built,
     LoadError,
     LoadLimits,
     LoadResult,
+    Stop,
     clip,
     load_text,
 )
@@ -80,8 +82,12 @@ def manifest_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def read_manifest(path: Path, *, limits: LoadLimits = DEFAULT_LIMITS,
-                  previous: Mapping[Ident, K8sObject] | None = None) -> Parsed:
-    """Read and parse one file; objects equal to ``previous`` ones keep that identity."""
+                  previous: Mapping[Ident, K8sObject] | None = None,
+                  stop: Stop | None = None,
+                  built: Callable[[bytes], Built | None] | None = None) -> Parsed:
+    """Read and parse one file; objects equal to ``previous`` ones keep that identity;
+    ``Stopped`` once ``stop`` returns True (``podway.model.loader.load_text``); ``built``:
+    the documents of exactly the bytes read, if someone built them already (None: parse)."""
     source = str(path)
     try:
         with path.open("rb") as stream:
@@ -95,7 +101,8 @@ def read_manifest(path: Path, *, limits: LoadLimits = DEFAULT_LIMITS,
     except (OSError, UnicodeDecodeError) as exc:
         message = clip(f"cannot read: {exc}", limits.max_message_chars)
         return Parsed({}, {}, (LoadError(source, -1, message),))
-    result = load_text(text, source=source, limits=limits)
+    result = load_text(text, source=source, limits=limits, stop=stop,
+                       built=built(data) if built is not None else None)
     previous = previous or {}
     objects: dict[Ident, K8sObject] = {}
     documents: dict[Ident, int] = {}

@@ -42,7 +42,10 @@ from podway.envoy.engine.bootstrap import EnvoyStats
 from podway.translate import BackendMode
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from podway.envoy.xds.server import ServerTLS
+    from podway.sources.prefetch import Prefetch
 
 
 def register(app: typer.Typer) -> None:
@@ -117,7 +120,7 @@ def run(
     = None,
 ) -> None:
     """Serve the manifests in a folder: translate, push to Envoy over xDS, follow every edit."""
-    from podway.base import collector
+    prefetch, collector = _prefetch(manifests)  # first of all: see ``_prefetch``
 
     with collector.paused():  # imports make no cyclic garbage (see podway.cli.app.main)
         from podway.base.netaddr import HostPort
@@ -170,12 +173,22 @@ def run(
         state_dir=instance_dir(state_dir, instance), delta=not sotw, status_file=status_file,
         exclusive_ports=True, member_traffic_counters=member_traffic_counters,
         engine=not no_engine, engine_kind=engine, envoy_path=envoy_path,
-        envoy_log_level=envoy_log_level,
+        envoy_log_level=envoy_log_level, prefetch=prefetch,
         concurrency=concurrency, drain_s=drain_s, envoy_stats=envoy_stats,
         metrics=HostPort("127.0.0.1", metrics_port) if metrics_port else None,
         dashboard=HostPort(dashboard_address, dashboard_port) if dashboard_port else None,
         admin_socket=admin_socket, gc=GcPolicy(), haproxy_path=haproxy_path)
     asyncio.run(run_until_signal(Standalone(opts).run()))
+
+
+def _prefetch(manifests: Path) -> tuple[Prefetch, ModuleType]:
+    """The folder's big files parsed in a second process while this one imports (it dies
+    with this process; the file source stops it after the first load); and the collector
+    module that pauses collections during those imports."""
+    from podway.base import collector
+    from podway.sources.prefetch import Prefetch
+
+    return Prefetch(manifests), collector
 
 
 def _xds_tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> ServerTLS | None:

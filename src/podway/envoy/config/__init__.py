@@ -279,6 +279,14 @@ class Builder:
             entry = (pool, cluster_resource, endpoint_resource)
         return entry
 
+    def pools_of(self, ir: IR) -> Resources:
+        """The clusters and load assignments of ``ir``'s pools alone (kept: the next
+        ``build`` of this IR reuses them): what a first start sends ahead of its listeners
+        and routes (``xds.cache.Cache.set_early``)."""
+        out: dict[str, dict[str, Resource]] = {types.CLUSTER: {}, types.ENDPOINT: {}}
+        self._all_pools(ir, out)
+        return {t: MappingProxyType(v) for t, v in out.items()}
+
     def _all_pools(self, ir: IR, out: dict[str, dict[str, Resource]]) -> None:
         pools: dict[str, tuple[Pool, Resource, Resource]] = {}
         for name, pool in ir.pools.items():

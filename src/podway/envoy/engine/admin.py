@@ -81,10 +81,10 @@ async def drain_listeners(address: str) -> None:
     await request(address, "/drain_listeners?graceful", method="POST")
 
 
-async def listeners(address: str) -> dict[str, tuple[str, int]]:
+async def listeners(address: str, *, limit_s: float = 2.0) -> dict[str, tuple[str, int]]:
     """The listeners Envoy has bound and serves (``/listeners``): name → (address, port). A
     listener Envoy refused (its port taken, say) is not there."""
-    status, body = await request(address, "/listeners?format=json")
+    status, body = await request(address, "/listeners?format=json", limit_s=limit_s)
     if status != 200:
         raise ConnectionError(f"Envoy admin at {address}: /listeners answered {status}")
     try:

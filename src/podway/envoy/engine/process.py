@@ -302,7 +302,10 @@ class Engine:
         """Drain, then SIGTERM, then SIGKILL; survives being cancelled again."""
         waiter = asyncio.ensure_future(envoy.wait())
         try:
-            if self.opts.drain_s > 0:
+            if self.opts.drain_s > 0 and not await _may_serve(address):
+                log.info("envoy pid=%s serves no listener: stopping it without a drain",
+                         envoy.pid)
+            elif self.opts.drain_s > 0:
                 with contextlib.suppress(OSError, TimeoutError):
                     await admin.drain_listeners(address)
                 with contextlib.suppress(TimeoutError):
@@ -320,6 +323,19 @@ class Engine:
                     raise
             state.identity.unlink(missing_ok=True)
             log.info("envoy stopped pid=%s", envoy.pid)
+
+
+async def _may_serve(address: str) -> bool:
+    """Whether Envoy may hold connections worth a drain: False when its admin says it has no
+    listener (still starting: waiting for its first config) or does not answer at all (not up
+    yet, or gone), so a stop during start-up does not wait ``drain_s`` for nothing; True when
+    it has listeners or is too busy to say (then it is drained as always)."""
+    try:
+        return bool(await admin.listeners(address, limit_s=0.5))
+    except TimeoutError:
+        return True
+    except OSError:
+        return False
 
 
 async def _answers(address: str, limit_s: float) -> bool:

@@ -34,6 +34,9 @@ class SecretFree(Cache):
     def ready(self) -> bool:
         return self._inner.ready
 
+    def is_set(self, type_url: str) -> bool:
+        return self._inner.is_set(type_url)
+
     def get(self, type_url: str) -> TypeSnapshot:
         return _NO_SECRETS if type_url == types.SECRET else self._inner.get(type_url)
 
@@ -63,6 +66,9 @@ class TableForm(Cache):
     @property
     def ready(self) -> bool:
         return self._inner.ready
+
+    def is_set(self, type_url: str) -> bool:
+        return self._inner.is_set(type_url)
 
     def get(self, type_url: str) -> TypeSnapshot:
         if type_url == types.SCOPE:

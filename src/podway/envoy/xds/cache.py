@@ -87,6 +87,18 @@ class Cache:
         """False until the first ``set``: streams wait instead of sending an empty config."""
         return self._ready
 
+    def is_set(self, type_url: str) -> bool:
+        """Whether ``type_url`` was ever set: streams answer no type before (a type left
+        out of ``set_early`` waits for the first ``set``)."""
+        return bool(self._types[type_url].version)
+
+    def set_early(self, resources: Resources) -> dict[str, Change]:
+        """Set only the types in ``resources``, before the first ``set``: a first start's
+        clusters and load assignments go ahead of its listeners and routes, so Envoy warms
+        them while those are still being built (``podway.pipeline``). Every other type stays
+        unset (``is_set``) until ``set``; ``ready`` stays False until then."""
+        return self._set(self._handover(resources), only=frozenset(resources))
+
     def get(self, type_url: str) -> TypeSnapshot:
         return self._types.get(type_url, TypeSnapshot(version=""))
 
@@ -191,9 +203,12 @@ class Cache:
             {**current[types.ENDPOINT], name: hold.final})
         self._set(current)
 
-    def _set(self, resources: Resources, hint: Hint | None = None) -> dict[str, Change]:
+    def _set(self, resources: Resources, hint: Hint | None = None,
+             only: frozenset[str] | None = None) -> dict[str, Change]:
         changes: dict[str, Change] = {}
         for type_url in types.PUSH_ORDER:
+            if only is not None and type_url not in only:
+                continue
             new = resources.get(type_url, _EMPTY)
             old = self._types[type_url]
             if new is old.resources and old.version:
@@ -223,7 +238,7 @@ class Cache:
             changes[type_url] = Change(version, updated, removed)
             self._last.setdefault(type_url, deque(maxlen=HISTORY)).append(
                 (old.version, changes[type_url]))
-        self._ready = True
+        self._ready = self._ready or only is None
         if changes:
             event, self._event = self._event, asyncio.Event()
             event.set()

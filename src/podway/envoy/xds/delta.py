@@ -192,7 +192,7 @@ class DeltaStream:
                 continue  # the rest of a big update: once Envoy has answered its last part
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
                 continue  # also a first request: a reconnecting Envoy routes with what it has
-            if not self.cache.ready:
+            if not self.cache.is_set(type_url):
                 continue  # a reconnecting Envoy keeps its config until the first snapshot
             first, asked = state.first, state.asked
             state.first, state.asked = False, set()

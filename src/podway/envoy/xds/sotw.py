@@ -148,7 +148,7 @@ class SotwStream:
                 continue  # also a first request: a reconnecting Envoy routes with what it has
             if state.deferred and not self._routes_current():
                 continue
-            if not self.cache.ready:
+            if not self.cache.is_set(type_url):
                 continue  # a reconnecting Envoy keeps its config until the first snapshot
             force, state.pending = state.pending, False
             self._settled.touch(type_url)
