@@ -343,3 +343,14 @@ def test_listeners_have_one_owner_unless_reuse_port_is_asked() -> None:
     shared = render(IR(), dataclasses.replace(OPTS, reuse_port=True)).config
     assert "noreuseport" not in shared
     assert "reuseport" not in "".join(global_section(shared))
+
+
+def test_every_bind_prefers_aes128_and_resumes_without_tickets() -> None:
+    """The TLS settings every bind inherits: the three TLS 1.3 suites, AES-128-GCM first, and
+    no session tickets (sessions resume from HAProxy's cache); nothing else TLS-wide."""
+    text = render(_ir(_route("r")), OPTS).config
+    head = text.split("\ndefaults\n", 1)[0].splitlines()
+    assert [line for line in head if line.startswith("  ssl-")] == [
+        "  ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "  ssl-default-bind-options no-tls-tickets"]
