@@ -527,15 +527,14 @@ async def test_tls13_prefers_aes128_and_still_takes_every_suite_it_took(hstack: 
         assert f"Cipher is {suite}" in out.decode(errors="replace"), suite
 
 
-def _resumed(port: int, session: ssl.SSLSession | None) -> tuple[bool, ssl.SSLSession]:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+def _resumed(context: ssl.SSLContext, port: int, session: ssl.SSLSession | None
+             ) -> tuple[bool, ssl.SSLSession]:
     with socket.create_connection(("127.0.0.1", port), 10) as raw, context.wrap_socket(
             raw, server_hostname="shop.test", session=session) as conn:
         conn.sendall(b"GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n")
         while conn.recv(65536):  # the answer, and the tickets sent before it
             pass
-        assert conn.session is not None
+        assert conn.session is not None and conn.version() == "TLSv1.3"
         return bool(conn.session_reused), conn.session
 
 
@@ -564,10 +563,12 @@ async def test_tls13_sessions_resume_from_haproxy_s_cache_not_tickets(hstack: St
         info = await runtime.command(engine.runtime_socket, "show info")
         return int(re.search(r"^SslCacheLookups: (\d+)", info, re.M).group(1))  # type: ignore[union-attr]
 
-    reused, session = await asyncio.to_thread(_resumed, hstack.https_port, None)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # TLS 1.3 by default
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    reused, session = await asyncio.to_thread(_resumed, context, hstack.https_port, None)
     assert not reused
     before = await lookups()
     for _ in range(3):
-        reused, session = await asyncio.to_thread(_resumed, hstack.https_port, session)
+        reused, session = await asyncio.to_thread(_resumed, context, hstack.https_port, session)
         assert reused
     assert await lookups() >= before + 3
