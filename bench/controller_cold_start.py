@@ -28,7 +28,20 @@ Also the CPU seconds, from the start to the last 200, of this process (the contr
 bench's own pollers are a few requests), of the emulator and of Envoy: on one shared machine
 they compete, and a real API server does the emulator's work in Go.
 
-    python bench/controller_cold_start.py [--routes 10000] [--runs 1]
+* Envoy's main thread: the longest wait, per type, from a response sent to Envoy's answer
+  (Envoy answers a response once it has applied it, on the thread that also runs the active
+  health checks), and its watchdog's misses (the thread did not come round for 200 ms) and
+  mega misses (1 s) by the last 200.
+* with ``--check-events``, Envoy's health-check event log (a file sink on every pool's check,
+  failures always logged): checks that timed out, other failed checks, members that passed
+  their first check, by the last 200 (it costs Envoy a little per failure: off by default).
+
+``--batch 0,500`` runs each round once per bound of resources per delta response (0: no bound,
+one response per type as before 12/2026; the server's is ``DeltaStream.most_per_response``),
+interleaved, so the two are compared side by side.
+
+    python bench/controller_cold_start.py [--routes 10000] [--runs 1] [--batch 0,500]
+        [--check-events]
 """
 
 from __future__ import annotations
@@ -36,8 +49,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,8 +67,10 @@ from dataplane import cpu_seconds
 from speedref import Reference, measure
 from xds_push import Acks, free_port
 
+import podway.envoy.config.clusters as clusters_module
 import podway.programs.controller.events as events_module
 from podway.envoy import types
+from podway.envoy.config.common import pack
 from podway.envoy.engine import admin
 from podway.envoy.engine.bootstrap import ENGINE_FETCH_TIMEOUT_S, BootstrapOptions, bootstrap
 from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
@@ -75,6 +92,7 @@ class Stamps:
         self.counts: dict[str, float] = {}
         self.pid = 0  # Envoy's, once known: its CPU seconds so far go with each xDS stamp
         self.cpu: dict[str, float] = {}
+        self.last: dict[str, float] = {}  # each type's latest ACK so far
 
     def stamp(self, name: str, when: float | None = None) -> None:
         if name not in self.at and self.pid:
@@ -119,8 +137,70 @@ def counting_events() -> Iterator[list[int]]:
         events_module.EventRecorder.record = original  # type: ignore[method-assign]
 
 
-async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = None
+@contextlib.contextmanager
+def bounded(batch: int) -> Iterator[None]:
+    """The delta streams' bound of resources per response (0: none) for this round."""
+    saved = DeltaStream.most_per_response
+    DeltaStream.most_per_response = batch or sys.maxsize
+    try:
+        yield
+    finally:
+        DeltaStream.most_per_response = saved
+
+
+@contextlib.contextmanager
+def check_events(path: Path | None) -> Iterator[None]:
+    """Every pool's active check logs its events to ``path`` (failures always), if given."""
+    if path is None:
+        yield
+        return
+    from envoy.extensions.health_check.event_sinks.file.v3 import file_pb2
+
+    original = clusters_module._health_check
+    sink = pack(file_pb2.HealthCheckEventFileSink(event_log_path=str(path)))
+
+    def logged(*args: Any, **kwargs: Any) -> Any:
+        check = original(*args, **kwargs)
+        check.event_logger.add(name="envoy.health_check.event_sink.file",
+                               typed_config=sink)
+        check.always_log_health_check_failures = True
+        return check
+
+    clusters_module._health_check = logged
+    try:
+        yield
+    finally:
+        clusters_module._health_check = original
+
+
+def events_of(path: Path) -> dict[str, float]:
+    """Checks timed out, other failed checks and first passes in an event log so far."""
+    counts = {"checks timed out": 0.0, "checks failed otherwise": 0.0,
+              "members passed a first check": 0.0}
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line.replace("_", "").lower())  # camelCase or snake_case
+                failure = event.get("healthcheckfailureevent") or event.get(
+                    "ejectunhealthyevent")
+                if failure is not None:
+                    timeout = failure.get("failuretype") == "networktimeout"
+                    counts["checks timed out" if timeout else "checks failed otherwise"] += 1
+                elif (event.get("addhealthyevent") or {}).get("firstcheck"):
+                    counts["members passed a first check"] += 1
+    return counts
+
+
+async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = None, *,
+                  batch: int = 0, events: Path | None = None
                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    with bounded(batch), check_events(events):
+        return await _one_run(routes, echo_port, fetch_timeout_s, events)
+
+
+async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
+                   events: Path | None
+                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     gateway_port, xds_port = free_port(), free_port()
     child = await start_emulator(routes, echo_port, gateway_port)
     api: client.ApiClient | None = None
@@ -140,6 +220,8 @@ async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = N
         with counting_events() as recorded, counting_xds(stamps) as xds:
             times, other = await measured(controller, engine, tasks, child.pid, recorded,
                                           stamps=stamps, routes=routes, port=gateway_port)
+            if events is not None:
+                other.update(events_of(events))
             return (times, {**other, **{f"xDS {k}": v for k, v in sorted(xds.items())}},
                     stamps.cpu)
     finally:
@@ -172,6 +254,7 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
     tasks.append(asyncio.create_task(engine.run()))
     await engine.wait_started()
     stamps.pid = engine.pid or 0
+    log_from = log_size(stamps.pid)  # Envoy's stderr may be shared with earlier rounds
     await controller.started.wait()
     first_pass = time_first_pass(controller, stamps)
     assert controller.pipeline is not None
@@ -182,17 +265,19 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
     stamps.stamp("routes ACKed", await asyncio.wait_for(routes_acked, 600))
     stamps.stamp("first 200", await until_200(port, "r0.bench.test", "/", 600))
     stamps.stamp("last 200", await until_200(port, f"r{routes - 1}.bench.test", "/", 600))
+    last_acks = {f"last {kind} ACKed": at for kind, at in stamps.last.items()}
     cpu = {"controller CPU": time.process_time() - cpu0,
            "emulator CPU": cpu_seconds([emulator]) - emu0,
            "Envoy CPU": cpu_seconds([engine.pid]) if engine.pid else -1.0}
     stamps.counts["Events at last 200"] = sum(recorded)
     if engine.pid:
-        stamps.counts["fetch timeouts"] = fetch_timeouts_of(engine.pid)
+        stamps.counts.update(fetch_timeouts_of(engine.pid, log_from))
     if engine.admin_address:
         stamps.counts.update(await failing_checks(engine.admin_address))
+        stamps.counts.update(await watchdog(engine.admin_address))
     await asyncio.wait_for(first_pass.wait(), 600)
     timings = state.timings
-    out = dict(stamps.at)
+    out = {**stamps.at, **last_acks}
     out.update({"translate": timings.translate_ms / 1000, "build": timings.build_ms / 1000,
                 "cache set": timings.cache_ms / 1000})
     out["list + parse"] = out["first state"] - out["translate"] - out["build"] - out["cache set"]
@@ -204,6 +289,7 @@ def stamp_answer(stamps: Stamps, event: Any) -> None:
     kind = getattr(event, "type_url", "").rsplit(".", 1)[-1]
     if isinstance(event, Ack):
         stamps.stamp(f"{kind} ACKed")
+        stamps.last[kind] = time.perf_counter() - stamps.began
     elif isinstance(event, Nack):
         stamps.counts["NACKs"] = stamps.counts.get("NACKs", 0) + 1
 
@@ -217,10 +303,38 @@ async def failing_checks(address: str) -> dict[str, float]:
             "... of which timed out": sum("active_hc_timeout" in f for f in flags)}
 
 
-def fetch_timeouts_of(pid: int) -> int:
-    """Envoy's "initial fetch timed out" warnings so far, from its log (its stderr)."""
-    log = Path(os.readlink(f"/proc/{pid}/fd/2"))
-    return log.read_text(errors="replace").count("initial fetch timed out")
+async def watchdog(address: str) -> dict[str, float]:
+    """Envoy's main thread: times it did not come round within 200 ms (miss) and 1 s (mega)."""
+    _, text = await admin.request(address, "/stats?filter=main_thread.watchdog", limit_s=60)
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(": ")
+        if name.startswith("main_thread.watchdog_") and value.strip().isdigit():
+            out[name.removeprefix("main_thread.")] = float(value)
+    return out
+
+
+def log_size(pid: int) -> int:
+    """Bytes in Envoy's log (its stderr) so far, 0 if it is no file."""
+    with contextlib.suppress(OSError):
+        return Path(os.readlink(f"/proc/{pid}/fd/2")).stat().st_size
+    return 0
+
+
+def fetch_timeouts_of(pid: int, start: int = 0) -> dict[str, float]:
+    """Envoy's "initial fetch timed out" warnings so far, per type, from its log (its stderr):
+    a subscription (a cluster's load assignment, a scope's table) that gave up waiting, 15 s
+    unless the bootstrap says otherwise; its cluster or listener then warms without it."""
+    with open(os.readlink(f"/proc/{pid}/fd/2"), "rb") as log:
+        log.seek(start)
+        text = log.read().decode(errors="replace")
+    out: dict[str, float] = {"fetch timeouts": 0}
+    for line in text.splitlines():
+        if "initial fetch timed out for " in line:
+            kind = line.rsplit(".", 1)[-1].strip()
+            out["fetch timeouts"] += 1
+            out[f"... of {kind}"] = out.get(f"... of {kind}", 0) + 1
+    return out
 
 
 @contextlib.contextmanager
@@ -230,6 +344,7 @@ def counting_xds(stamps: Stamps) -> Iterator[dict[str, float]]:
     Envoy opened (more than one: it reconnected and got everything again). Stamped: each
     type's first request ("<type> asked") and first response ("<type> sent")."""
     counts: dict[str, float] = {}
+    sent_at: dict[str, tuple[str, float]] = {}  # nonce → (type, when sent)
     init = DeltaStream.__init__
     on_request, on_change = DeltaStream.on_request, DeltaStream.on_change
 
@@ -245,6 +360,10 @@ def counting_xds(stamps: Stamps) -> Iterator[dict[str, float]]:
         stamps.stamp(f"{kind} asked")
         add(f"{kind} requests", 1)
         add(f"{kind} subscribed", len(request.resource_names_subscribe))
+        answered = sent_at.pop(request.response_nonce, None)
+        if answered is not None:
+            key = f"{answered[0]} longest answer wait s"
+            counts[key] = max(counts.get(key, 0.0), time.perf_counter() - answered[1])
         return on_request(self, request)
 
     def changed(self: DeltaStream) -> Any:
@@ -254,6 +373,7 @@ def counting_xds(stamps: Stamps) -> Iterator[dict[str, float]]:
             stamps.stamp(f"{kind} sent")
             add(f"{kind} responses", 1)
             add(f"{kind} sent", len(response.resources))
+            sent_at[response.nonce] = (kind, time.perf_counter())
         return responses
 
     DeltaStream.__init__ = opened  # type: ignore[method-assign]
@@ -273,12 +393,25 @@ STAGES = ("list + parse", "translate", "build", "cache set")
 
 async def main_async(args: argparse.Namespace, ref: Reference) -> None:
     echo_port = free_port()
-    with nginx_member(echo_port):
-        for run in range(args.runs):
-            times, other, cpu = await one_run(args.routes, echo_port, args.initial_fetch_timeout)
-            print(f"run {run + 1}: {args.routes} HTTPRoutes + Services + EndpointSlices in the "
-                  "emulator; seconds since controller + Envoy start (stage durations for list "
-                  "+ parse, translate, build and cache set)", flush=True)
+    summary: list[str] = []
+    with nginx_member(echo_port), tempfile.TemporaryDirectory() as tmp:
+        for run, batch in ((r, b) for r in range(args.runs) for b in args.batch):
+            events = Path(tmp, f"checks-{run}-{batch}.log") if args.check_events else None
+            times, other, cpu = await one_run(args.routes, echo_port, args.initial_fetch_timeout,
+                                              batch=batch, events=events)
+            load = os.getloadavg()[0]
+            bound = f"at most {batch} resources per delta response" if batch else "no bound"
+            print(f"run {run + 1}, {bound} (load {load:.1f}): {args.routes} HTTPRoutes + "
+                  "Services + EndpointSlices in the emulator; seconds since controller + Envoy "
+                  "start (stage durations for list + parse, translate, build and cache set)",
+                  flush=True)
+            summary.append(
+                f"  run {run + 1} {bound:<38} last 200 {times['last 200']:7.2f} s, Envoy "
+                f"{other['Envoy CPU']:6.2f} CPU-s, timed out "
+                f"{other.get('checks timed out', float('nan')):6.0f}, failing at last 200 "
+                f"{other.get('members failing checks', float('nan')):5.0f}, watchdog mega "
+                f"misses {other.get('watchdog_mega_miss', float('nan')):3.0f}, ADS streams "
+                f"{other.get('xDS streams', float('nan')):.0f}, load {load:.1f}")
             for name in ORDER:
                 if name in times:
                     print(f"  {name:<20} {times[name]:8.2f} s  ({ref.ratio(times[name])})")
@@ -289,6 +422,7 @@ async def main_async(args: argparse.Namespace, ref: Reference) -> None:
             for name, value in other.items():
                 unit = " s" if "CPU" in name else ""
                 print(f"  {name:<20} {value:8.2f}{unit}", flush=True)
+    print("side by side:\n" + "\n".join(summary), flush=True)
 
 
 def main() -> None:
@@ -298,6 +432,13 @@ def main() -> None:
     parser.add_argument("--initial-fetch-timeout", type=float, default=ENGINE_FETCH_TIMEOUT_S,
                         help="Envoy's initial fetch timeout of clusters and listeners, s "
                              "(default: podway engine's; 15 is Envoy's own default)")
+    parser.add_argument("--batch", type=lambda text: [int(b) for b in text.split(",")],
+                        default=[DeltaStream.most_per_response],
+                        help="bounds of resources per delta response to run, interleaved, "
+                             "comma-separated (0: no bound); default: the server's")
+    parser.add_argument("--check-events", action="store_true",
+                        help="log every pool's check events and count timeouts (costs Envoy "
+                             "a little per failed check)")
     args = parser.parse_args()
     ref = measure()
     print(ref.describe(), "(machine shared with other engineers: compare within one run)")

@@ -22,7 +22,14 @@ machine is shared: the load average is printed, rounds are interleaved (targets 
 each round), and only figures of one run compare. ``--variants`` adds static Envoys with
 Podway's optional filters enabled or disabled, and static Envoys configured as Podway configures
 the route with each former default switched back on or each current setting off (what each
-costs: docs/performance.md).
+costs: docs/performance.md), plus three to read the others by: ``envoy-static-twin`` (a second,
+identical static Envoy: the run's noise floor), ``podway-replica`` (Podway's configuration read
+back from its Envoy's ``/config_dump`` and served from a file: what xDS delivery costs) and
+``envoy-edge`` (the static Envoy with the settings Envoy's own edge-proxy guide asks for; when
+it runs, each row also has ``x edge``, its ratio to it, beside ``x static``).
+``--replica-variants no-retries,no-client-address`` adds ``podway-replica`` with one setting
+taken out (``dataplane_instructions.VARIANTS``; ``A+B`` both): per CPU-second what
+``dataplane_instructions.py --variants`` counts in instructions.
 
 Adding a target is one function decorated ``@target("name")`` that starts it and returns a
 ``Running`` (its ports, the PIDs whose CPU counts, how to stop it).
@@ -57,6 +64,7 @@ from typing import Any
 
 from speedref import measure, static_envoy
 
+from podway.envoy.engine.bootstrap import INLINE_REQUEST_HEADERS
 from podway.envoy.engine.process import find_envoy
 from podway.haproxy.tls import TLS13_SUITES
 
@@ -314,6 +322,57 @@ def envoy_static(ctx: Context) -> Running:
     return _plain(_envoy(ctx, "envoy-static", _static_bootstrap(ctx, http, https)), http, https)
 
 
+@target("envoy-static-twin", variant=True)
+def envoy_static_twin(ctx: Context) -> Running:
+    """A second, identical ``envoy-static``: its ratio to the first is the run's noise floor
+    (the same configuration, only another process and another place in the order)."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https)
+    return _plain(_envoy(ctx, "envoy-static-twin", config), http, https)
+
+
+def edge_settings(config: dict[str, Any]) -> None:
+    """Envoy's own guide for an edge proxy ("Configuring Envoy as an edge proxy", Envoy's
+    best-practices docs) applied to a static bootstrap: the client address from the
+    connection (``use_remote_address``: the client's X-Forwarded-For and ``x-envoy-*``
+    headers not trusted), path normalisation (``normalize_path``, ``merge_slashes``), names
+    with underscores refused, 32 KiB buffer limits, stream, request and idle timeouts, HTTP/2
+    stream and window limits, a global downstream connection limit. Nothing else: no
+    retries, no host-port stripping, no checks (those are Podway's own)."""
+    for listener in config["static_resources"]["listeners"]:
+        listener["per_connection_buffer_limit_bytes"] = 32768
+        for chain in listener["filter_chains"]:
+            manager = chain["filters"][0]["typed_config"]
+            manager.update({
+                "use_remote_address": True, "normalize_path": True, "merge_slashes": True,
+                "path_with_escaped_slashes_action": "UNESCAPE_AND_REDIRECT",
+                "stream_idle_timeout": "300s", "request_timeout": "300s",
+                "common_http_protocol_options": {
+                    "idle_timeout": "3600s", "headers_with_underscores_action": "REJECT_REQUEST"},
+                "http2_protocol_options": {
+                    "max_concurrent_streams": 100, "initial_stream_window_size": 65536,
+                    "initial_connection_window_size": 1048576}})
+    for cluster in config["static_resources"]["clusters"]:
+        cluster["per_connection_buffer_limit_bytes"] = 32768
+    config["overload_manager"] = {"resource_monitors": [{
+        "name": "envoy.resource_monitors.global_downstream_max_connections",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.resource_monitors."
+                     "downstream_connections.v3.DownstreamConnectionsConfig",
+            "max_active_downstream_connections": 50000}}]}
+
+
+@target("envoy-edge", variant=True)
+def envoy_edge(ctx: Context) -> Running:
+    """``envoy-static`` with the settings Envoy's docs ask of every edge proxy
+    (``edge_settings``): a second yardstick, printed beside the first (``x edge``), never
+    instead of it."""
+    http, https = free_port(), free_port()
+    config = _static_bootstrap(ctx, http, https)
+    edge_settings(config)
+    return _plain(_envoy(ctx, "envoy-edge", config), http, https)
+
+
 def _optional_filters(*, disabled: bool, auth: bool = False) -> list[dict[str, Any]]:
     """Podway's optional HTTP filters as its managers carry them (``envoy/config/access``);
     ``auth``: with edge auth's four."""
@@ -361,11 +420,18 @@ def envoy_filters_off(ctx: Context) -> Running:
     return _plain(_envoy(ctx, "envoy-filters-off", config), http, https)
 
 
-def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: bool = False,
-                 real_ip: bool = False, retries: bool = True, checks: bool = True,
-                 manager: bool = True, drop_real_ip: bool = True, lua: bool = True,
-                 lifetime_s: float | None = None, auth: bool = True,
-                 optional: bool = True, extra_disabled: int = 0) -> Running:
+def _podway_like(ctx: Context, name: str, **options: Any) -> Running:
+    """Start ``podway_like_config(**options)``."""
+    http, https = free_port(), free_port()
+    return _plain(_envoy(ctx, name, podway_like_config(ctx, http, https, **options)),
+                  http, https)
+
+
+def podway_like_config(ctx: Context, http: int, https: int, *, filters_on: bool = False,
+                       budget: bool = False, real_ip: bool = False, retries: bool = True,
+                       checks: bool = True, manager: bool = True, drop_real_ip: bool = True,
+                       lua: bool = True, lifetime_s: float | None = None, auth: bool = True,
+                       optional: bool = True, extra_disabled: int = 0) -> dict[str, Any]:
     """A static Envoy configured as Podway configures one route (its manager's settings, the
     host's connect-failure retries, the cluster's checks), with the defaults Podway had before
     issue 24 switched on one by one: the optional filters enabled, a retry budget instead of
@@ -377,16 +443,21 @@ def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: b
     (issue 28); ``optional``: any disabled optional filter at all; ``extra_disabled``: that
     many more disabled filters (a cost too small to see for a few, multiplied). What each
     costs: its ratio to ``envoy-podway-now`` (docs/performance.md, "What each default
-    costs")."""
-    http, https = free_port(), free_port()
+    costs"). As Podway's bootstrap and routers: X-Real-IP has a slot of its own
+    (``inline_headers``) and the router makes no per-pool dynamic stats (before 2026-12-05
+    15:55 these variants lacked both, 3.7k and 8.8k instructions a request that Podway's
+    Envoy no longer spends: they measured below Podway's own Envoy)."""
     filters = [f for f in _optional_filters(disabled=not filters_on, auth=auth)
                if (lua or not f["name"].endswith("lua")) and optional]
     filters += [{"name": f"extra.rbac.{i}", "disabled": True, "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}}
         for i in range(extra_disabled)]
     config = _static_bootstrap(ctx, http, https, filters)
+    config["inline_headers"] = [{"inline_header_name": name, "inline_header_type":
+                                 "REQUEST_HEADER"} for name in INLINE_REQUEST_HEADERS]
     for listener in config["static_resources"]["listeners"]:
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        hcm["http_filters"][-1]["typed_config"]["dynamic_stats"] = False  # the router
         if manager:
             hcm.update({"use_remote_address": True, "normalize_path": True,
                         "merge_slashes": True, "strip_any_host_port": True,
@@ -433,7 +504,7 @@ def _podway_like(ctx: Context, name: str, *, filters_on: bool = False, budget: b
                          "HttpProtocolOptions",
                 "explicit_http_config": {"http_protocol_options": {}},
                 "common_http_protocol_options": {"max_connection_duration": f"{lifetime_s}s"}}}
-    return _plain(_envoy(ctx, name, config), http, https)
+    return config
 
 
 @target("envoy-podway-now", variant=True)
@@ -513,14 +584,22 @@ def envoy_podway_50_disabled(ctx: Context) -> Running:
 
 
 # --- Podway ------------------------------------------------------------------------------------
-def podway_manifests(ctx: Context, folder: Path) -> None:
+def podway_manifests(ctx: Context, folder: Path, tls_hosts: tuple[str, ...] = ()) -> None:
     """The same route as the static Envoy's: any host, prefix ``/``, one member (the
-    upstream), on HTTP and on HTTPS (the certificate as the default)."""
+    upstream), on HTTP and on HTTPS (the certificate as the default). With ``tls_hosts``: a
+    certificate named for those hosts instead, and the route for them too (HTTPS serves only
+    the certificate's hosts; ``ready`` asks for the host ``bench``)."""
     import base64
 
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
 
+    hosts = f"hosts: [{', '.join(tls_hosts)}], " if tls_hosts else ""
+    named = "".join(f"""  - host: {h}
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: up, port: {{number: 80}}}}}}}}
+""" for h in tls_hosts)
     folder.mkdir()
     (folder / "route.yaml").write_text(f"""apiVersion: v1
 kind: Service
@@ -547,12 +626,12 @@ metadata:
   annotations: {{podway.io/ssl-redirect: "false"}}
 spec:
   ingressClassName: podway
-  tls: [{{secretName: cert}}]
+  tls: [{{{hosts}secretName: cert}}]
   rules:
   - http:
       paths:
       - {{path: /, pathType: Prefix, backend: {{service: {{name: up, port: {{number: 80}}}}}}}}
-""")
+{named}""")
 
 
 @target("podway")
@@ -569,6 +648,33 @@ def podway_other(ctx: Context) -> Running:
     if not other:
         raise SystemExit("podway-other: set DATAPLANE_OTHER_PODWAY to another podway command")
     return _podway(ctx, "podway-other", Path(other))
+
+
+_DUMPS: dict[Path, dict[str, Any]] = {}  # Podway's config_dump, once per run (its folder)
+
+
+def replica_target(name: str, changes: list[str]) -> Callable[[Context], Running]:
+    """A target serving Podway's Envoy configuration from a file, with ``changes`` (names of
+    ``dataplane_instructions.VARIANTS``: one setting taken out each) applied."""
+    def start(ctx: Context) -> Running:
+        import dataplane_instructions as di  # it imports this module: only when asked
+
+        if ctx.root not in _DUMPS:
+            _DUMPS[ctx.root] = di.podway_dump(ctx)
+        http, https = free_port(), free_port()
+        config = di.replica(_DUMPS[ctx.root], ctx, http, https)
+        for change in changes:
+            di.VARIANTS[change](config)
+        return _plain(_envoy(ctx, name, config), http, https)
+    return start
+
+
+#: Podway's Envoy configuration read back from its admin (``/config_dump``) and served from a
+#: file (``dataplane_instructions.replica``: routes inline, members as ``load_assignment``):
+#: beside ``podway``, what the delivery over xDS (RDS, EDS, SDS, ECDS) costs per request;
+#: beside ``envoy-static``, what the configuration costs. ``--replica-variants`` adds it with
+#: one setting taken out (per CPU-second what ``dataplane_instructions.py --variants`` counts).
+VARIANTS["podway-replica"] = replica_target("podway-replica", [])
 
 
 def _podway(ctx: Context, name: str, cli: Path) -> Running:
@@ -756,6 +862,9 @@ def main() -> None:
                         help=f"comma-separated, of {', '.join([*TARGETS, *VARIANTS])}")
     parser.add_argument("--variants", action="store_true",
                         help=f"also {', '.join(VARIANTS)} (what each default costs)")
+    parser.add_argument("--replica-variants", default="",
+                        help="comma-separated names of dataplane_instructions.py's variants "
+                             "(A+B: both): podway-replica with that setting taken out")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args()
@@ -764,6 +873,7 @@ def main() -> None:
         names += [n for n in VARIANTS if n not in names
                   and (n not in ("podway-other", "podway-haproxy-other")
                        or os.environ.get("DATAPLANE_OTHER_PODWAY"))]
+    names += _replica_variants(parser, args.replica_variants)
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [n for n in names if n not in TARGETS and n not in VARIANTS] + [
         w for w in workloads if w not in WORKLOADS]
@@ -794,6 +904,23 @@ def main() -> None:
         _print(report)
 
 
+def _replica_variants(parser: argparse.ArgumentParser, wanted: str) -> list[str]:
+    """Register ``podway-replica-<variant>`` for each of ``wanted``; their names."""
+    if not wanted:
+        return []
+    import dataplane_instructions as di  # it imports this module: only when asked
+
+    names = []
+    for item in wanted.split(","):
+        changes = [c for c in item.split("+") if c]
+        unknown = [c for c in changes if c not in di.VARIANTS]
+        if unknown or not changes:
+            parser.error(f"unknown replica variant: {item} (of {', '.join(di.VARIANTS)})")
+        VARIANTS[f"podway-replica-{item}"] = replica_target(f"podway-replica-{item}", changes)
+        names.append(f"podway-replica-{item}")
+    return names
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -803,13 +930,13 @@ def _report(samples: dict[tuple[str, str], list[Sample]], names: list[str],
     rows = []
     for workload in workloads:
         base = samples.get(("envoy-static", workload))
+        edge = samples.get(("envoy-edge", workload))
         for name in names:
             got = samples[(name, workload)]
             per_cpu = _median([s.per_cpu_s for s in got])
             # Paired: each round's ratio to envoy-static's figure of the same round (they ran
             # back to back), then the median: the machine's drift between rounds cancels.
-            ratio = _median([a.per_cpu_s / b.per_cpu_s for a, b in zip(got, base, strict=True)
-                             if b.per_cpu_s > 0]) if base else None
+            ratio, to_edge = _paired(got, base), _paired(got, edge)
             rows.append({
                 "workload": workload, "target": name,
                 "rps": round(_median([s.rps for s in got]), 1),
@@ -818,10 +945,19 @@ def _report(samples: dict[tuple[str, str], list[Sample]], names: list[str],
                 "lb_cpu_share": round(_median([s.lb_cpu_s / args.duration for s in got]), 3),
                 "control_plane_cpu_s": round(sum(s.side_cpu_s for s in got), 2),
                 "errors": sum(s.errors for s in got),
-                "vs_envoy_static": round(ratio, 3) if ratio is not None else None})
+                "vs_envoy_static": round(ratio, 3) if ratio is not None else None,
+                **({"vs_envoy_edge": round(to_edge, 3)} if to_edge is not None else {})})
     return {"reference_ms": round(ref_s * 1000, 1), "load_average_end": load_average(),
             "rounds": args.rounds, "duration_s": args.duration, "connections": CONNECTIONS,
             "rows": rows}
+
+
+def _paired(got: list[Sample], base: list[Sample] | None) -> float | None:
+    """The median over rounds of ``got``'s per-CPU-second figure / ``base``'s of the round."""
+    if not base:
+        return None
+    return _median([a.per_cpu_s / b.per_cpu_s for a, b in zip(got, base, strict=True)
+                    if b.per_cpu_s > 0])
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -829,16 +965,25 @@ def _print(report: dict[str, Any]) -> None:
           f"-c{report['connections']}, median per target; per LB CPU-s = requests / (utime + "
           "stime of the load balancer's own processes); x static = median over rounds of per LB "
           "CPU-s / envoy-static's in the same round")
-    head = (f"{'workload':<16} {'target':<18} {'rps':>9} {'per LB CPU-s':>13} "
-            f"{'LB CPU':>7} {'x static':>9} {'errors':>7}  rounds (per LB CPU-s)")
+    edge = any("vs_envoy_edge" in row for row in report["rows"])
+    if edge:
+        print("x edge = the same against envoy-edge (envoy-static with the settings Envoy's "
+              "docs ask of an edge proxy): a second yardstick, beside the first")
+    edge_head = f" {'x edge':>7}" if edge else ""
+    wide = max([18, *(len(row["target"]) for row in report["rows"])])
+    head = (f"{'workload':<16} {'target':<{wide}} {'rps':>9} {'per LB CPU-s':>13} "
+            f"{'LB CPU':>7} {'x static':>9}{edge_head} "
+            f"{'errors':>7}  rounds (per LB CPU-s)")
     print(head)
     print("-" * len(head))
     for row in report["rows"]:
         ratio = f"{row['vs_envoy_static']:.3f}" if row["vs_envoy_static"] else "-"
         side = (f"  (control plane {row['control_plane_cpu_s']} CPU-s in all rounds)"
                 if row["control_plane_cpu_s"] else "")
-        print(f"{row['workload']:<16} {row['target']:<18} {row['rps']:>9.0f} "
-              f"{row['per_lb_cpu_s']:>13.0f} {row['lb_cpu_share']:>7.2f} {ratio:>9} "
+        to_edge = (f" {row['vs_envoy_edge']:>7.3f}" if "vs_envoy_edge" in row
+                   else f" {'-':>7}" if edge else "")
+        print(f"{row['workload']:<16} {row['target']:<{wide}} {row['rps']:>9.0f} "
+              f"{row['per_lb_cpu_s']:>13.0f} {row['lb_cpu_share']:>7.2f} {ratio:>9}{to_edge} "
               f"{row['errors']:>7}  {row['per_lb_cpu_s_rounds']}{side}")
 
 

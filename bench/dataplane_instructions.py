@@ -30,8 +30,16 @@ a run under Valgrind lasts ~50x longer than the same requests natively: each Env
 ``--variants A,B`` adds replicas with one of Podway's settings removed (``VARIANTS``): what
 each costs per request (the bisection of docs/performance.md, "Where the tax was").
 
+``--cache-sim`` (callgrind only) also simulates the caches and branch predictors and prints the
+worker's misses per request (``SIMULATED``): whether a setting costs more time than its
+instructions through misses Valgrind can model (not the TLBs).
+
+``--edge`` adds ``envoy-edge``: the static Envoy with the settings Envoy's own edge-proxy guide
+asks for (``dataplane.edge_settings``), a second yardstick beside ``envoy-static``.
+
     python bench/dataplane_instructions.py [--rounds 2] [--duration 5] [--requests 2000]
-        [--new-connections 200] [--variants ...] [--json]
+        [--new-connections 200] [--variants ...] [--edge] [--cache-sim] [--tls-hosts bench]
+        [--json]
 
 It kills only the processes it started; Valgrind's start-up of Envoy takes 1-5 minutes on a
 loaded machine.
@@ -52,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,10 +73,11 @@ NOBODY = "podway-nobody:{SHA}AAAAAAAAAAAAAAAAAAAAAAAAAAA="  # the dump redacts b
 
 
 # --- Podway's configuration as a static bootstrap ----------------------------------------------
-def podway_dump(ctx: dp.Context) -> dict[str, Any]:
-    """``podway run`` on ``dataplane.py``'s route; its Envoy's ``/config_dump`` (with EDS)."""
+def podway_dump(ctx: dp.Context, tls_hosts: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``podway run`` on ``dataplane.py``'s route (``tls_hosts``: its certificate named for
+    them); its Envoy's ``/config_dump`` (with EDS)."""
     folder = ctx.root / "manifests"
-    dp.podway_manifests(ctx, folder)
+    dp.podway_manifests(ctx, folder, tls_hosts)
     state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
     os.chmod(state, 0o700)
     http, https = dp.free_port(), dp.free_port()
@@ -110,7 +119,7 @@ def managers(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def replica(dump: dict[str, Any], ctx: dp.Context, http: int, https: int) -> dict[str, Any]:
     """Podway's configuration (``dump``) as a static bootstrap on ``http``/``https``."""
     parts = _by_type(dump)
-    config = copy.deepcopy(parts["BootstrapConfigDump"]["bootstrap"])
+    config: dict[str, Any] = copy.deepcopy(parts["BootstrapConfigDump"]["bootstrap"])
     for key in ("dynamic_resources", "node"):
         config.pop(key, None)
     config["admin"] = {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}}
@@ -291,6 +300,71 @@ def tls_inspector(config: dict[str, Any]) -> None:
                              "tls_inspector.v3.TlsInspector"}})
 
 
+def _same_chain(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two chains that do the same once chosen (their names and matches aside)."""
+    return all(a.get(k) == b.get(k) for k in ("filters", "transport_socket"))
+
+
+def _drop_inspector(listener: dict[str, Any]) -> None:
+    kept = [f for f in listener.get("listener_filters", [])
+            if not f["name"].endswith("tls_inspector")]
+    if kept:
+        listener["listener_filters"] = kept
+    else:
+        listener.pop("listener_filters", None)
+
+
+@variant
+def no_sni_chain(config: dict[str, Any]) -> None:
+    """A listener's one named chain left out where it equals the default chain (one named
+    certificate: the default then serves every SNI), and with it the TLS inspector."""
+    for listener in config["static_resources"]["listeners"]:
+        chains = listener.get("filter_chains", [])
+        default = listener.get("default_filter_chain")
+        if default is not None and len(chains) == 1 and _same_chain(chains[0], default):
+            listener.pop("filter_chains")
+            _drop_inspector(listener)
+
+
+@variant
+def sni_chain(config: dict[str, Any]) -> None:
+    """The reverse of ``no-sni-chain``: a default-only listener with a certificate gets a
+    named chain equal to its default (for ``bench``: with ``--tls-hosts bench`` Podway's
+    build before the change) and the TLS inspector."""
+    for listener in config["static_resources"]["listeners"]:
+        default = listener.get("default_filter_chain")
+        if listener.get("filter_chains") or default is None or "transport_socket" not in default:
+            continue
+        named = copy.deepcopy(default)
+        named["name"] = "named"  # Podway names it after the certificate
+        named["filter_chain_match"] = {"server_names": ["bench"]}
+        listener["filter_chains"] = [named]
+        tls_inspector(config)
+
+
+def _routers(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for manager in managers(config):
+        for item in manager["http_filters"]:
+            if item["name"] == "envoy.filters.http.router":
+                yield item.setdefault("typed_config", {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"})
+
+
+@variant
+def suppress_envoy_headers(config: dict[str, Any]) -> None:
+    """The routers add no ``x-envoy-*`` headers (``x-envoy-upstream-service-time`` to the
+    client, ``x-envoy-expected-rq-timeout-ms`` and ``x-envoy-original-path`` to the member)."""
+    for router in _routers(config):
+        router["suppress_envoy_headers"] = True
+
+
+@variant
+def envoy_headers(config: dict[str, Any]) -> None:
+    """The reverse of ``suppress-envoy-headers``: the routers add Envoy's ``x-envoy-*``."""
+    for router in _routers(config):
+        router.pop("suppress_envoy_headers", None)
+
+
 @variant
 def no_overload_manager(config: dict[str, Any]) -> None:
     """No global downstream connection limit."""
@@ -359,10 +433,18 @@ def perf_counts_instructions() -> bool:
 
 @dataclass
 class Count:
-    """Instructions of one run: all of Envoy's threads, and its worker thread(s) only."""
+    """Instructions of one run: all of Envoy's threads, and its worker thread(s) only;
+    ``simulated``: the worker's cache misses and mispredicted branches (``--cache-sim``)."""
 
     all: int
     worker: int
+    simulated: dict[str, int] = field(default_factory=dict)
+
+
+#: Callgrind's simulated events printed with ``--cache-sim``: misses of the first-level
+#: instruction cache, of the first-level data cache (read, write), of the last level (code,
+#: data read), mispredicted conditional and indirect branches.
+SIMULATED = ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "Bcm", "Bim")
 
 
 class Callgrind:
@@ -370,14 +452,16 @@ class Callgrind:
 
     name = "callgrind"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, cache_sim: bool = False) -> None:
         self.folder = folder
+        self.cache_sim = cache_sim
         if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
             raise SystemExit("no hardware counters for perf and no valgrind: cannot count "
                              "instructions here")
 
     def command(self, name: str, envoy: list[str]) -> list[str]:
-        return ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+        sim = ["--cache-sim=yes", "--branch-sim=yes"] if self.cache_sim else []
+        return ["valgrind", "--tool=callgrind", "--separate-threads=yes", *sim,
                 f"--callgrind-out-file={self.folder}/cg.{name}.%p", *envoy]
 
     def count(self, pid: int, run: Callable[[], None]) -> Count:
@@ -402,8 +486,23 @@ class Callgrind:
             thread = int(pattern.match(path.name).group(2))  # type: ignore[union-attr]
             out.all += total or 0
             out.worker += 0 if thread == 1 else total or 0  # thread 1: the main thread
+            if thread != 1 and self.cache_sim:
+                for event, value in _events(path).items():
+                    out.simulated[event] = out.simulated.get(event, 0) + value
             path.unlink()
         return out
+
+
+def _events(path: Path) -> dict[str, int]:
+    """The ``SIMULATED`` events of a complete callgrind dump."""
+    text = path.read_text()
+    names = re.search(r"^events: (.*)$", text, re.M)
+    values = re.search(r"^summary: (.*)$", text, re.M)
+    if names is None or values is None:
+        return {}
+    found = dict(zip(names.group(1).split(), (int(v) for v in values.group(1).split()),
+                     strict=False))
+    return {k: v for k, v in found.items() if k in SIMULATED}
 
 
 def _totals(path: Path) -> int | None:
@@ -455,12 +554,21 @@ class Envoy:
     https: int
 
 
-def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str]
-                 ) -> list[Envoy]:
-    """envoy-static, podway-replica and each variant of the replica, started at once."""
-    dump = podway_dump(ctx)
+def _edge(ctx: dp.Context, http: int, https: int) -> dict[str, Any]:
+    config = dp._static_bootstrap(ctx, http, https)
+    dp.edge_settings(config)
+    return config
+
+
+def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str],
+                 *, edge: bool = False, tls_hosts: tuple[str, ...] = ()) -> list[Envoy]:
+    """envoy-static, podway-replica and each variant of the replica, started at once;
+    ``edge``: also ``envoy-edge`` (``dataplane.edge_settings``); ``tls_hosts``: Podway's
+    certificate named for them."""
+    dump = podway_dump(ctx, tls_hosts)
     wanted: list[tuple[str, Callable[[int, int], dict[str, Any]]]] = [
         ("envoy-static", lambda h, s: dp._static_bootstrap(ctx, h, s)),
+        *([("envoy-edge", lambda h, s: _edge(ctx, h, s))] if edge else []),
         ("podway-replica", lambda h, s: replica(dump, ctx, h, s))]
     for name in variants:
         def changed(h: int, s: int, change: Callable[[dict[str, Any]], None] = VARIANTS[name]
@@ -500,12 +608,17 @@ def idle_rate(counter: Callgrind | Perf, envoy: Envoy, seconds: float) -> Count:
     return Count(round(count.all / seconds), round(count.worker / seconds))
 
 
+#: The Host h2load sends (``--tls-hosts``: the first; Podway's HTTPS then serves only those).
+AUTHORITY: list[str] = []
+
+
 def _h2load(url: str, requests: int, connections: int = dp.CONNECTIONS
             ) -> tuple[float, int, int]:
     """``requests`` HTTP/1.1 requests over ``connections`` connections (as many as requests:
     one request per connection)."""
-    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{connections}", f"-n{requests}", url],
-                         capture_output=True, text=True, check=True).stdout
+    host = [f"-H:authority: {AUTHORITY[0]}"] if AUTHORITY else []
+    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{connections}", f"-n{requests}", *host,
+                          url], capture_output=True, text=True, check=True).stdout
     found = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, "
                       r"(\d+) failed, (\d+) errored", out)
     rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
@@ -540,11 +653,13 @@ def measure_once(counter: Callgrind | Perf, envoy: Envoy, workload: str, duratio
     before, started = dp.cpu_seconds([envoy.pid]), time.monotonic()
     count = counter.count(envoy.pid, run)
     wall, cpu_s = time.monotonic() - started, dp.cpu_seconds([envoy.pid]) - before
-    requests = max(got["requests"], 1)
-    return {"requests": got["requests"], "errors": got["errors"],
-            "all_per_request": (count.all - idle.all * wall) / requests,
-            "worker_per_request": (count.worker - idle.worker * wall) / requests,
-            "per_cpu_s": requests / cpu_s if cpu_s > 0 else float("nan")}
+    done = max(got["requests"], 1)
+    # Simulated events: the whole run's, idle timers not taken off (few on the worker).
+    simulated = {f"sim_{k}_per_request": v / done for k, v in count.simulated.items()}
+    return {**simulated, "requests": got["requests"], "errors": got["errors"],
+            "all_per_request": (count.all - idle.all * wall) / done,
+            "worker_per_request": (count.worker - idle.worker * wall) / done,
+            "per_cpu_s": done / cpu_s if cpu_s > 0 else float("nan")}
 
 
 def main() -> None:
@@ -562,7 +677,16 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(dp.WORKLOADS))
     parser.add_argument("--variants", default="",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--tls-hosts", default="",
+                        help="comma-separated: Podway's certificate is named for these hosts "
+                             "(one named certificate) instead of serving without a name")
+    parser.add_argument("--edge", action="store_true",
+                        help="also envoy-edge: the static Envoy with the settings Envoy's "
+                             "edge-proxy guide asks for (dataplane.edge_settings)")
     parser.add_argument("--counter", choices=("auto", "perf", "callgrind"), default="auto")
+    parser.add_argument("--cache-sim", action="store_true",
+                        help="callgrind only: also simulate the caches and branch predictors "
+                             "and print the worker's misses per request (slower)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
@@ -581,10 +705,13 @@ def main() -> None:
           else tempfile.TemporaryDirectory(prefix="podway-instructions-")) as tmp:
         root = Path(tmp)
         perf = args.counter == "perf" or (args.counter == "auto" and perf_counts_instructions())
-        counter: Callgrind | Perf = Perf() if perf else Callgrind(root)
+        counter: Callgrind | Perf = Perf() if perf else Callgrind(root,
+                                                                 cache_sim=args.cache_sim)
         say(f"counting instructions with {counter.name}")
         with _context(root) as ctx:
-            envoys = start_envoys(ctx, counter, variants)
+            tls_hosts = tuple(h for h in args.tls_hosts.split(",") if h)
+            AUTHORITY[:] = tls_hosts[:1]
+            envoys = start_envoys(ctx, counter, variants, edge=args.edge, tls_hosts=tls_hosts)
             idle = {e.name: idle_rate(counter, e, args.idle) for e in envoys}
             for name, rate in idle.items():
                 say(f"{name} idle: {rate.all:,} instructions/s ({rate.worker:,} on its worker)")
@@ -637,6 +764,9 @@ def _report(samples: dict[tuple[str, str], list[dict[str, float]]], names: list[
                 row[f"{part}_x_static"] = round(theirs / mine, 3) if mine else None
             # Requests per CPU-second of the same runs, paired per round as dataplane.py does
             # (under callgrind: the instrumented process's CPU, a rougher view of the same).
+            row["simulated_per_request"] = {
+                event: round(dp._median([s[f"sim_{event}_per_request"] for s in got]))
+                for event in SIMULATED if f"sim_{event}_per_request" in got[0]}
             row["per_cpu_s"] = round(dp._median([s["per_cpu_s"] for s in got]), 1)
             row["cpu_x_static"] = round(dp._median(
                 [a["per_cpu_s"] / b["per_cpu_s"] for a, b in zip(got, base, strict=True)]), 3)
@@ -660,6 +790,13 @@ def _print(report: dict[str, Any]) -> None:
               f"{row['worker_per_request']:>11,} {row['worker_x_static']:>9.3f} "
               f"{row['all_per_request']:>10,} {row['all_x_static']:>9.3f} "
               f"{row['per_cpu_s']:>10.0f} {row['cpu_x_static']:>9.3f} {row['errors']:>7}")
+    simulated = [row for row in report["rows"] if row["simulated_per_request"]]
+    if simulated:
+        print("\nsimulated by callgrind (--cache-sim), worker thread, per request: " +
+              ", ".join(SIMULATED))
+        for row in simulated:
+            print(f"{row['workload']:<16} {row['target']:<34} " + " ".join(
+                f"{k}={v:,}" for k, v in row["simulated_per_request"].items()))
 
 
 if __name__ == "__main__":

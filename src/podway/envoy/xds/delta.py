@@ -20,6 +20,13 @@ what is pushed after it; and while no listener is served as scopes, none is remo
 listener Envoy still holds, warming its one-table successor or draining, keeps serving with
 them). Envoy ignores route table removals.
 
+Big updates go in parts (``DeltaStream.most_per_response``, ``MAX_RESOURCES_PER_RESPONSE``):
+the names past the bound wait in ``backlog`` and go once Envoy has answered the type's last
+response, so Envoy's main thread (which also runs the active checks) is never busy with
+thousands of resources in one go. Clusters not sent yet are not settled. Whole: a first
+response Envoy takes as a set (``WHOLE_FIRST_TYPES``; scopes also right after a scoped listener
+was sent, for its new connection manager).
+
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
 burst, clusters first. So the first listener and route requests wait for clusters to be settled
@@ -29,6 +36,7 @@ subscribed to yet (when the cache has any), because those it holds may still nam
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,7 +51,9 @@ from podway.envoy.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
     HOLD_AFTER_NACK_S,
+    MAX_RESOURCES_PER_RESPONSE,
     REMOVALS_WAIT_FOR,
+    WHOLE_FIRST_TYPES,
     Ack,
     Event,
     Nack,
@@ -83,10 +93,15 @@ class _DeltaType:
     first: bool = True  # the stream's first response of this type is owed (sent even empty)
     asked: set[str] = field(default_factory=set)  # newly subscribed names not answered yet
     ahead: set[str] = field(default_factory=set)  # sent before Envoy subscribed (scope tables)
+    backlog: set[str] = field(default_factory=set)  # past the bound: after the answer
+    whole: bool = False  # the next response goes whole (scopes for a new connection manager)
 
 
 class DeltaStream:
     """One incremental (delta) ADS stream (one Envoy)."""
+
+    #: Resources per response at most (``_bound``); a bench compares other bounds.
+    most_per_response = MAX_RESOURCES_PER_RESPONSE
 
     def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
                  memory: RefusalMemory | None = None) -> None:
@@ -159,9 +174,12 @@ class DeltaStream:
                 continue
             idle = (self.cache.get(type_url).version == state.seen and not state.dirty
                     and not state.held and not state.groups and not state.first
-                    and not state.asked and not state.refusals.due(self.clock()))
+                    and not state.asked and not state.backlog
+                    and not state.refusals.due(self.clock()))
             if idle:
                 continue  # nothing new for this type: skip the (possibly large) comparison
+            if state.backlog and state.nonces:
+                continue  # the rest of a big update: once Envoy has answered its last part
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
                 continue  # also a first request: a reconnecting Envoy routes with what it has
             if not self.cache.ready:
@@ -230,8 +248,8 @@ class DeltaStream:
         cds = self._types.get(types.CLUSTER)
         if cds is None or cds.rejected:
             return True
-        if cds.nonces:
-            return False
+        if cds.nonces or cds.backlog:
+            return False  # a cluster of a later part is not settled
         eds = self._types.get(types.ENDPOINT)
         assignments = self.cache.get(types.ENDPOINT).resources
         for name in cds.known:
@@ -272,27 +290,19 @@ class DeltaStream:
         now = self.clock()
         snapshot = self.cache.get(type_url)
         resources = snapshot.resources
-        changed = (None if force or not state.seen else frozenset()
-                   if snapshot.version == state.seen
-                   else self.cache.names_changed(type_url, state.seen))
-        if changed is None:  # compare everything
-            candidates = set(resources.keys() if state.wildcard else state.names)
-            candidates.update(state.known)
-            if type_url == types.ROUTE and (scopes := self._types.get(types.SCOPE)):
-                candidates.update(scopes.known)  # scopes' tables: see ``_scoped_table``
-        else:  # only what changed since we last looked
-            candidates = set(changed) | state.dirty | state.held
-        if changed is None or snapshot.version != state.seen:
-            candidates |= state.retry
-            state.retry.clear()
-        candidates |= asked
-        candidates.update(state.refusals.due(now))
+        candidates = self._candidates(type_url, state, force=force, asked=asked, now=now)
         out, grouped, left = self._group_responses(type_url, state)
         candidates |= left
         response = self._response(type_url, snapshot.version)
         stand_ins: set[str] = set()
         alone: list[str] = []
-        for name in sorted(candidates - grouped):
+        ordered = sorted(candidates - grouped)
+        limit = self._bound(type_url, first=force or state.whole)
+        state.whole = False
+        for at, name in enumerate(ordered):
+            if len(response.resources) + len(response.removed_resources) >= limit:
+                state.backlog.update(ordered[at:])  # the rest, once Envoy answered this part
+                break
             resource = resources.get(name)
             if resource is None:
                 state.refusals.clear(name)
@@ -323,6 +333,38 @@ class DeltaStream:
             self._add(type_url, state, response, name, resources[name])
             out.extend(self._sent(state, response, snapshot.version, force=False))
         return out
+
+    def _candidates(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
+                    now: float) -> set[str]:
+        """The names to look at: all of them (a first response, or a stream too far behind),
+        else what changed since the last look; and always what waits (asked, left over from a
+        part, due again)."""
+        snapshot = self.cache.get(type_url)
+        changed = (None if force or not state.seen else frozenset()
+                   if snapshot.version == state.seen
+                   else self.cache.names_changed(type_url, state.seen))
+        if changed is None:  # compare everything
+            candidates = set(snapshot.resources.keys() if state.wildcard else state.names)
+            candidates.update(state.known)
+            if type_url == types.ROUTE and (scopes := self._types.get(types.SCOPE)):
+                candidates.update(scopes.known)  # scopes' tables: see ``_scoped_table``
+        else:  # only what changed since we last looked
+            candidates = set(changed) | state.dirty | state.held
+        if changed is None or snapshot.version != state.seen:
+            candidates |= state.retry
+            state.retry.clear()
+        candidates |= asked
+        candidates |= state.backlog  # the rest of a big update (``_bound``)
+        state.backlog.clear()
+        candidates.update(state.refusals.due(now))
+        return candidates
+
+    def _bound(self, type_url: str, *, first: bool) -> int:
+        """How many resources a response may carry (``MAX_RESOURCES_PER_RESPONSE``; whole
+        where Envoy takes a first response as a set: ``WHOLE_FIRST_TYPES``)."""
+        if first and type_url in WHOLE_FIRST_TYPES:
+            return sys.maxsize
+        return self.most_per_response
 
     def _group_responses(self, type_url: str, state: _DeltaType
                          ) -> tuple[list[d.DeltaDiscoveryResponse], set[str], set[str]]:
@@ -405,6 +447,7 @@ class DeltaStream:
             return
         served = self.cache.get(types.SCOPE).resources
         scopes.dirty.update(served, scopes.known)
+        scopes.whole = True  # the new connection manager's first update: all of them at once
         for name in served:
             scopes.known.pop(name, None)
 

@@ -61,6 +61,20 @@ HELD_FOR_CLUSTERS = (types.EXTENSION, types.LISTENER, types.ROUTE)
 # and the config naming a removed cluster is replaced right after (a refetch may fail once).
 REMOVALS_WAIT_FOR = (types.LISTENER, types.ROUTE)
 
+#: The most resources (added, changed or removed) one delta response carries; the rest of a
+#: big update follows once Envoy has answered (docs/design/xds-ordering.md, "Big updates in
+#: parts"). Envoy applies a response in one go on its main thread, which also runs the active
+#: health checks: 10,000 load assignments in one response kept it busy past the 1 s timeout of
+#: the first checks it had just started, and the failed members' re-checks (every second, all
+#: together) kept it so. A part of 500 is a few tens of milliseconds of Envoy's time.
+MAX_RESOURCES_PER_RESPONSE = 500
+#: Types whose first response goes whole, because Envoy takes it as a set: its init, and so its
+#: LIVE (an engine's readiness), waits for exactly what the stream's first clusters and listeners
+#: name; and a scoped connection manager that is new (at a start, or after its listener changed)
+#: waits for the scopes of its first update only, so scopes in parts would let its listener
+#: serve with hosts missing. Later scopes (hosts added to a serving listener) go in parts.
+WHOLE_FIRST_TYPES = frozenset({types.CLUSTER, types.LISTENER, types.SCOPE})
+
 #: The types whose stream state and cache contents decide whether clusters are settled.
 SETTLE_INPUTS = frozenset({types.CLUSTER, types.ENDPOINT})
 
