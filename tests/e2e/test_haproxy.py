@@ -534,7 +534,8 @@ def _resumed(context: ssl.SSLContext, port: int, session: ssl.SSLSession | None
         conn.sendall(b"GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n")
         while conn.recv(65536):  # the answer, and the tickets sent before it
             pass
-        assert conn.session is not None and conn.version() == "TLSv1.3"
+        assert conn.session is not None
+        assert conn.version() == "TLSv1.3"
         return bool(conn.session_reused), conn.session
 
 
