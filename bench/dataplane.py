@@ -66,6 +66,7 @@ from speedref import measure, static_envoy
 
 from podway.envoy.engine.bootstrap import INLINE_REQUEST_HEADERS
 from podway.envoy.engine.process import find_envoy
+from podway.haproxy.tls import TLS13_SUITES
 
 WORKLOADS = ("http-keepalive", "http-newconn", "https-keepalive", "https-newconn")
 CONNECTIONS = 16  # wrk's connections (one thread)
@@ -246,14 +247,27 @@ def nginx_proxy(ctx: Context) -> Running:
 # --- HAProxy -----------------------------------------------------------------------------------
 @target("haproxy")
 def haproxy(ctx: Context) -> Running:
+    """A hand-written HAProxy, OpenSSL's defaults for TLS."""
+    return _haproxy(ctx, "haproxy", "")
+
+
+@target("haproxy-tls", variant=True)
+def haproxy_tls(ctx: Context) -> Running:
+    """The hand-written HAProxy with the TLS settings Podway renders (TLS 1.3 suites with
+    AES-128-GCM first, no session tickets): the same file plus those two lines."""
+    return _haproxy(ctx, "haproxy-tls", f"  ssl-default-bind-ciphersuites {TLS13_SUITES}\n"
+                    "  ssl-default-bind-options no-tls-tickets\n")
+
+
+def _haproxy(ctx: Context, name: str, extra: str) -> Running:
     http, https = free_port(), free_port()
-    pem = ctx.root / "haproxy.pem"
+    pem = ctx.root / f"{name}.pem"
     pem.write_text(ctx.cert.read_text() + ctx.key.read_text())
-    conf = ctx.root / "haproxy.cfg"
+    conf = ctx.root / f"{name}.cfg"
     conf.write_text(f"""global
   nbthread 1
   maxconn 4096
-defaults
+{extra}defaults
   mode http
   timeout connect 5s
   timeout client 30s
@@ -267,7 +281,7 @@ frontend fe
 backend be
   server up 127.0.0.1:{ctx.upstream_http}
 """)
-    proc = ctx.spawn(["haproxy", "-db", "-f", str(conf)], log="haproxy.log")
+    proc = ctx.spawn(["haproxy", "-db", "-f", str(conf)], log=f"{name}.log")
     return _plain(proc, http, https)
 
 

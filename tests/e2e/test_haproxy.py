@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
+import socket
 import ssl
 import stat
 from collections.abc import AsyncIterator
@@ -486,3 +488,88 @@ async def test_idle_server_connections_are_shared_by_new_client_connections(
         assert status == 200
         seen.add(body["client"])
     assert len(seen) == 1, seen
+
+
+async def test_tls13_prefers_aes128_and_still_takes_every_suite_it_took(hstack: Stack) -> None:
+    """HAProxy picks TLS_AES_128_GCM_SHA256 for a client offering OpenSSL's default list
+    (cheaper handshakes; OpenSSL's own order picks AES-256), and a client offering only one of
+    the three TLS 1.3 suites OpenSSL enables by default still gets it: nothing was removed."""
+    import trustme
+
+    from tests.certs import tls_secret
+
+    cert = trustme.CA().issue_cert("shop.test")
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("secret.yaml", tls_secret("shop-tls", "default",
+                                           cert.cert_chain_pems[0].bytes().decode(),
+                                           cert.private_key_pem.bytes().decode()))
+    hstack.write("ingress.yaml", SHOP_INGRESS.replace(
+        "  rules:", "  tls:\n  - {hosts: [shop.test], secretName: shop-tls}\n  rules:"))
+    await hstack.start()
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    _, writer = await asyncio.open_connection("127.0.0.1", hstack.https_port, ssl=context,
+                                              server_hostname="shop.test")
+    try:
+        assert writer.get_extra_info("cipher")[:2] == ("TLS_AES_128_GCM_SHA256", "TLSv1.3")
+    finally:
+        writer.close()
+    for suite in ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                  "TLS_CHACHA20_POLY1305_SHA256"):
+        proc = await asyncio.create_subprocess_exec(
+            "openssl", "s_client", "-connect", f"127.0.0.1:{hstack.https_port}",
+            "-servername", "shop.test", "-tls1_3", "-ciphersuites", suite,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        async with asyncio.timeout(30):
+            out, _ = await proc.communicate()
+        assert f"Cipher is {suite}" in out.decode(errors="replace"), suite
+
+
+def _resumed(context: ssl.SSLContext, port: int, session: ssl.SSLSession | None
+             ) -> tuple[bool, ssl.SSLSession]:
+    with socket.create_connection(("127.0.0.1", port), 10) as raw, context.wrap_socket(
+            raw, server_hostname="shop.test", session=session) as conn:
+        conn.sendall(b"GET / HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n")
+        while conn.recv(65536):  # the answer, and the tickets sent before it
+            pass
+        assert conn.session is not None
+        assert conn.version() == "TLSv1.3"
+        return bool(conn.session_reused), conn.session
+
+
+async def test_tls13_sessions_resume_from_haproxy_s_cache_not_tickets(hstack: Stack) -> None:
+    """A TLS 1.3 client resumes its session, and HAProxy finds it in its own session cache
+    (``SslCacheLookups`` counts it): the session state stays in the process, no ticket key
+    encrypts it for the client to carry."""
+    import trustme
+
+    from podway.haproxy import runtime
+    from tests.certs import tls_secret
+
+    cert = trustme.CA().issue_cert("shop.test")
+    web = await hstack.start_echo("web")
+    hstack.write("svc.yaml", service("web", 80, web) + "---\n" + endpoints("web", {"TCP": web}))
+    hstack.write("secret.yaml", tls_secret("shop-tls", "default",
+                                           cert.cert_chain_pems[0].bytes().decode(),
+                                           cert.private_key_pem.bytes().decode()))
+    hstack.write("ingress.yaml", SHOP_INGRESS.replace(
+        "  rules:", "  tls:\n  - {hosts: [shop.test], secretName: shop-tls}\n  rules:"))
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+
+    async def lookups() -> int:
+        info = await runtime.command(engine.runtime_socket, "show info")
+        return int(re.search(r"^SslCacheLookups: (\d+)", info, re.M).group(1))  # type: ignore[union-attr]
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # TLS 1.3 by default
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    reused, session = await asyncio.to_thread(_resumed, context, hstack.https_port, None)
+    assert not reused
+    before = await lookups()
+    for _ in range(3):
+        reused, session = await asyncio.to_thread(_resumed, context, hstack.https_port, session)
+        assert reused
+    assert await lookups() >= before + 3

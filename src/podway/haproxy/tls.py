@@ -14,6 +14,9 @@ from podway.haproxy.report import Unsupported
 from podway.ir import Listener, TLSCertificate
 
 _VERSIONS = {"1.0": "TLSv1.0", "1.1": "TLSv1.1", "1.2": "TLSv1.2", "1.3": "TLSv1.3"}
+# Every bind's TLS 1.3 suites (``ssl-default-bind-ciphersuites``): OpenSSL's default three, in
+# the order BoringSSL (Envoy) uses where AES runs in hardware.
+TLS13_SUITES = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

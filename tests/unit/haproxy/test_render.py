@@ -386,6 +386,17 @@ def test_listeners_have_one_owner_unless_reuse_port_is_asked() -> None:
     assert "reuseport" not in "".join(global_section(shared))
 
 
+def test_every_bind_prefers_aes128_and_resumes_without_tickets() -> None:
+    """The TLS settings every bind inherits: the three TLS 1.3 suites, AES-128-GCM first, and
+    no session tickets (sessions resume from HAProxy's cache); nothing else TLS-wide."""
+    text = render(_ir(_route("r")), OPTS).config
+    head = text.split("\ndefaults\n", 1)[0].splitlines()
+    assert [line for line in head if line.startswith("  ssl-")] == [
+        "  ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "  ssl-default-bind-options no-tls-tickets"]
+
+
 def test_the_peer_is_appended_first_and_printed_without_printf_on_ipv4() -> None:
     """X-Forwarded-For is the first header rule (a route's own header filter comes after it
     and wins, as on Envoy); an IPv4 listener prints the peer with ``be2dec``, any other with
