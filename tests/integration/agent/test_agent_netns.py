@@ -7,6 +7,7 @@ import json
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +38,9 @@ def backend(kind: str, netns: str) -> KernelRules:
     """nftables via libnftables, nftables via the nft command, or iptables."""
     return make_rules(kind.removesuffix("-cli"), netns=netns, nft_lib=not kind.endswith("-cli"))
 ANN = "nodeportlocal.antrea.io"
+PODWAY = str(Path(sys.executable).with_name("podway"))
+# The kernel engine's test client sends the raw invalid segments (``invalid`` mode).
+INVALID = str(Path(__file__).parents[1] / "kernel" / "kernelclient.py")
 
 
 @pytest.fixture
@@ -62,8 +66,9 @@ def leftovers(lab: Lab) -> list[str]:
     found = [line for line in sh("nft", "list", "tables", ns=lab.node).splitlines()
              if "podway" in line]
     if shutil.which("iptables-save"):
-        found += [line for line in sh("iptables-save", "-t", "nat", ns=lab.node).splitlines()
-                  if "PODWAY" in line]
+        for table in ("nat", "filter"):
+            found += [line for line in sh("iptables-save", "-t", table, ns=lab.node).splitlines()
+                      if "PODWAY" in line]
     return found
 
 
@@ -141,6 +146,44 @@ async def test_node_loopback_is_not_dnated(lab: Lab, kind: str) -> None:
         assert reply is not None
         assert reply.startswith("pod1 ")
     finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
+def _echo(ns: str, port: int) -> subprocess.Popen[bytes]:
+    """``podway echo`` (TCP, answers ``whoami`` with its name, ``pod1``) in ``ns``."""
+    return subprocess.Popen(["ip", "netns", "exec", ns, PODWAY, "echo", "--tcp", "--address",
+                             "0.0.0.0", "--port", str(port), "--name", "pod1", "--log-level",
+                             "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+async def test_an_invalid_packet_to_a_node_port_gets_no_reset_from_the_node(
+        lab: Lab, kind: str) -> None:
+    """A packet of a DNATed flow that conntrack calls invalid (a late segment outside the
+    window, a bad flag set) is not DNATed: without the table's ``input`` chain (iptables: the
+    filter chain ``PODWAY-NPL-INVALID``) the node's own stack answers it with a reset, which
+    can tear the load balancer's live connection to the pod down. The node sends the client
+    no reset and the connection keeps working."""
+    echo = _echo(lab.pods["pod1"], 9090)
+    rules = backend(kind, lab.node)
+    try:
+        await rules.sync([to("pod1", 61010, pod_port=9090)])
+        # Resets the node sends the client (the table goes with the node namespace).
+        sh("nft", "-f", "-", ns=lab.node, stdin=(
+            "table ip watch {\n chain out {\n type filter hook output priority 0; "
+            f"policy accept;\n ip daddr {CLIENT_IP} tcp flags rst counter\n }}\n}}\n"))
+        await eventually(lambda: ":9090 " in sh("ss", "-ltn", ns=lab.pods["pod1"]),
+                         within=10, every=0.1)
+        out = await asyncio.to_thread(sh, sys.executable, INVALID, "invalid", NODE_IP, "61010",
+                                      ns=lab.client)
+        assert json.loads(out) == {"before": "pod1", "after": "pod1"}, out
+        resets = sh("nft", "list", "chain", "ip", "watch", "out", ns=lab.node)
+        assert "counter packets 0 " in resets, resets
+    finally:
+        echo.kill()
+        echo.wait()
         await rules.cleanup()
         rules.close()
     assert leftovers(lab) == []

@@ -4,10 +4,16 @@
     chain prerouting { type nat hook prerouting priority -100; fib daddr type local
                        dnat ip to tcp dport map @npl_tcp; ... }
     chain output { same, hook output, and ip daddr != 127.0.0.0/8 }   # the node itself
+    chain input { type filter hook input priority filter;
+                  ct state invalid tcp dport @npl_tcp counter drop; ... }
 
 One map lookup per packet whatever the number of mappings; a full sync replaces the whole
 table in one transaction (atomic: no packet sees a half-built table); a change is one
-transaction of ``delete element`` / ``add element`` lines. Transactions go through libnftables
+transaction of ``delete element`` / ``add element`` lines. A packet to a NodePortLocal port that
+conntrack calls invalid (a late segment outside the window) is not DNATed, so it would reach the
+node's own stack, which answers it with a reset that can tear the load balancer's live
+connection to the pod down: ``input`` drops it (only packets for the node itself enter that
+hook; DNATed flows are forwarded and never pay for it). Transactions go through libnftables
 in-process by default, ``nft -f -`` when the library is not available. No SNAT anywhere:
 pods see the client's address.
 """
@@ -58,6 +64,10 @@ def full_payload(rules: Iterable[Rule]) -> str:
             lines.append(f"    {match}fib daddr type local dnat ip to {proto} dport map "
                          f"@npl_{proto}")
         lines.append("  }")
+    lines.append("  chain input { type filter hook input priority filter; policy accept;")
+    for proto in PROTOCOLS:
+        lines.append(f"    ct state invalid {proto} dport @npl_{proto} counter drop")
+    lines.append("  }")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -81,8 +91,10 @@ def cleanup_payload() -> str:
     return f"table ip {TABLE} {{}}\ndelete table ip {TABLE}\n"
 
 
-def parse_listing(text: str) -> set[Rule] | None:
-    """Rules in ``nft -j list table ip podway`` output; None if a hook rule or map is missing."""
+def parse_listing(text: str, *, guard: bool = True) -> set[Rule] | None:
+    """Rules in ``nft -j list table ip podway`` output; None if a hook rule or map is missing
+    (with ``guard``, the drift check's: the ``input`` chain's rules too; a reader of the
+    mappings takes an older agent's table, which has none, as it is)."""
     items: list[dict[str, Any]] = json.loads(text).get("nftables", [])
     rules: set[Rule] = set()
     maps: set[str] = set()
@@ -103,7 +115,8 @@ def parse_listing(text: str) -> set[Rule] | None:
             hook_rules[chain] = hook_rules.get(chain, 0) + 1
     if maps != {f"npl_{p}" for p in PROTOCOLS}:
         return None
-    if any(hook_rules.get(hook, 0) != len(PROTOCOLS) for hook in HOOKS):
+    if any(hook_rules.get(hook, 0) != len(PROTOCOLS)
+           for hook in (*HOOKS, "input") if guard or hook != "input"):
         return None
     return rules
 
