@@ -255,8 +255,10 @@ def probe(port: int) -> None:
 
 def answer_kind(answer: http.client.HTTPResponse, body: bytes) -> str:
     """One line saying who answered and what: status, the ``server`` header, the names of
-    ``x-envoy-*`` headers (an answer from upstream carries ``x-envoy-upstream-service-time``,
-    Envoy's own local reply does not), the body's first line (at most 80 characters)."""
+    ``x-envoy-*`` headers (with ``detailed_stats`` an answer from upstream carries
+    ``x-envoy-upstream-service-time``, Envoy's own local reply does not; by default Podway's
+    routers add none), the body's first line (at most 80 characters: Envoy's local replies
+    say why)."""
     headers = [f"server: {v}" if k.lower() == "server" else k.lower()
                for k, v in answer.getheaders()
                if k.lower() == "server" or k.lower().startswith("x-envoy-")]

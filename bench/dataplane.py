@@ -570,14 +570,22 @@ def envoy_podway_50_disabled(ctx: Context) -> Running:
 
 
 # --- Podway ------------------------------------------------------------------------------------
-def podway_manifests(ctx: Context, folder: Path) -> None:
+def podway_manifests(ctx: Context, folder: Path, tls_hosts: tuple[str, ...] = ()) -> None:
     """The same route as the static Envoy's: any host, prefix ``/``, one member (the
-    upstream), on HTTP and on HTTPS (the certificate as the default)."""
+    upstream), on HTTP and on HTTPS (the certificate as the default). With ``tls_hosts``: a
+    certificate named for those hosts instead, and the route for them too (HTTPS serves only
+    the certificate's hosts; ``ready`` asks for the host ``bench``)."""
     import base64
 
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
 
+    hosts = f"hosts: [{', '.join(tls_hosts)}], " if tls_hosts else ""
+    named = "".join(f"""  - host: {h}
+    http:
+      paths:
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: up, port: {{number: 80}}}}}}}}
+""" for h in tls_hosts)
     folder.mkdir()
     (folder / "route.yaml").write_text(f"""apiVersion: v1
 kind: Service
@@ -604,12 +612,12 @@ metadata:
   annotations: {{podway.io/ssl-redirect: "false"}}
 spec:
   ingressClassName: podway
-  tls: [{{secretName: cert}}]
+  tls: [{{{hosts}secretName: cert}}]
   rules:
   - http:
       paths:
       - {{path: /, pathType: Prefix, backend: {{service: {{name: up, port: {{number: 80}}}}}}}}
-""")
+{named}""")
 
 
 @target("podway")

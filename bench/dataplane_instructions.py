@@ -38,7 +38,8 @@ instructions through misses Valgrind can model (not the TLBs).
 asks for (``dataplane.edge_settings``), a second yardstick beside ``envoy-static``.
 
     python bench/dataplane_instructions.py [--rounds 2] [--duration 5] [--requests 2000]
-        [--new-connections 200] [--variants ...] [--edge] [--cache-sim] [--json]
+        [--new-connections 200] [--variants ...] [--edge] [--cache-sim] [--tls-hosts bench]
+        [--json]
 
 It kills only the processes it started; Valgrind's start-up of Envoy takes 1-5 minutes on a
 loaded machine.
@@ -72,10 +73,11 @@ NOBODY = "podway-nobody:{SHA}AAAAAAAAAAAAAAAAAAAAAAAAAAA="  # the dump redacts b
 
 
 # --- Podway's configuration as a static bootstrap ----------------------------------------------
-def podway_dump(ctx: dp.Context) -> dict[str, Any]:
-    """``podway run`` on ``dataplane.py``'s route; its Envoy's ``/config_dump`` (with EDS)."""
+def podway_dump(ctx: dp.Context, tls_hosts: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``podway run`` on ``dataplane.py``'s route (``tls_hosts``: its certificate named for
+    them); its Envoy's ``/config_dump`` (with EDS)."""
     folder = ctx.root / "manifests"
-    dp.podway_manifests(ctx, folder)
+    dp.podway_manifests(ctx, folder, tls_hosts)
     state = Path(tempfile.mkdtemp(prefix="pw-", dir="/tmp"))  # short: unix socket paths
     os.chmod(state, 0o700)
     http, https = dp.free_port(), dp.free_port()
@@ -298,6 +300,71 @@ def tls_inspector(config: dict[str, Any]) -> None:
                              "tls_inspector.v3.TlsInspector"}})
 
 
+def _same_chain(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two chains that do the same once chosen (their names and matches aside)."""
+    return all(a.get(k) == b.get(k) for k in ("filters", "transport_socket"))
+
+
+def _drop_inspector(listener: dict[str, Any]) -> None:
+    kept = [f for f in listener.get("listener_filters", [])
+            if not f["name"].endswith("tls_inspector")]
+    if kept:
+        listener["listener_filters"] = kept
+    else:
+        listener.pop("listener_filters", None)
+
+
+@variant
+def no_sni_chain(config: dict[str, Any]) -> None:
+    """A listener's one named chain left out where it equals the default chain (one named
+    certificate: the default then serves every SNI), and with it the TLS inspector."""
+    for listener in config["static_resources"]["listeners"]:
+        chains = listener.get("filter_chains", [])
+        default = listener.get("default_filter_chain")
+        if default is not None and len(chains) == 1 and _same_chain(chains[0], default):
+            listener.pop("filter_chains")
+            _drop_inspector(listener)
+
+
+@variant
+def sni_chain(config: dict[str, Any]) -> None:
+    """The reverse of ``no-sni-chain``: a default-only listener with a certificate gets a
+    named chain equal to its default (for ``bench``: with ``--tls-hosts bench`` Podway's
+    build before the change) and the TLS inspector."""
+    for listener in config["static_resources"]["listeners"]:
+        default = listener.get("default_filter_chain")
+        if listener.get("filter_chains") or default is None or "transport_socket" not in default:
+            continue
+        named = copy.deepcopy(default)
+        named["name"] = "named"  # Podway names it after the certificate
+        named["filter_chain_match"] = {"server_names": ["bench"]}
+        listener["filter_chains"] = [named]
+        tls_inspector(config)
+
+
+def _routers(config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for manager in managers(config):
+        for item in manager["http_filters"]:
+            if item["name"] == "envoy.filters.http.router":
+                yield item.setdefault("typed_config", {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"})
+
+
+@variant
+def suppress_envoy_headers(config: dict[str, Any]) -> None:
+    """The routers add no ``x-envoy-*`` headers (``x-envoy-upstream-service-time`` to the
+    client, ``x-envoy-expected-rq-timeout-ms`` and ``x-envoy-original-path`` to the member)."""
+    for router in _routers(config):
+        router["suppress_envoy_headers"] = True
+
+
+@variant
+def envoy_headers(config: dict[str, Any]) -> None:
+    """The reverse of ``suppress-envoy-headers``: the routers add Envoy's ``x-envoy-*``."""
+    for router in _routers(config):
+        router.pop("suppress_envoy_headers", None)
+
+
 @variant
 def no_overload_manager(config: dict[str, Any]) -> None:
     """No global downstream connection limit."""
@@ -494,10 +561,11 @@ def _edge(ctx: dp.Context, http: int, https: int) -> dict[str, Any]:
 
 
 def start_envoys(ctx: dp.Context, counter: Callgrind | Perf, variants: list[str],
-                 *, edge: bool = False) -> list[Envoy]:
+                 *, edge: bool = False, tls_hosts: tuple[str, ...] = ()) -> list[Envoy]:
     """envoy-static, podway-replica and each variant of the replica, started at once;
-    ``edge``: also ``envoy-edge`` (``dataplane.edge_settings``)."""
-    dump = podway_dump(ctx)
+    ``edge``: also ``envoy-edge`` (``dataplane.edge_settings``); ``tls_hosts``: Podway's
+    certificate named for them."""
+    dump = podway_dump(ctx, tls_hosts)
     wanted: list[tuple[str, Callable[[int, int], dict[str, Any]]]] = [
         ("envoy-static", lambda h, s: dp._static_bootstrap(ctx, h, s)),
         *([("envoy-edge", lambda h, s: _edge(ctx, h, s))] if edge else []),
@@ -540,12 +608,17 @@ def idle_rate(counter: Callgrind | Perf, envoy: Envoy, seconds: float) -> Count:
     return Count(round(count.all / seconds), round(count.worker / seconds))
 
 
+#: The Host h2load sends (``--tls-hosts``: the first; Podway's HTTPS then serves only those).
+AUTHORITY: list[str] = []
+
+
 def _h2load(url: str, requests: int, connections: int = dp.CONNECTIONS
             ) -> tuple[float, int, int]:
     """``requests`` HTTP/1.1 requests over ``connections`` connections (as many as requests:
     one request per connection)."""
-    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{connections}", f"-n{requests}", url],
-                         capture_output=True, text=True, check=True).stdout
+    host = [f"-H:authority: {AUTHORITY[0]}"] if AUTHORITY else []
+    out = subprocess.run(["h2load", "--h1", "-t1", f"-c{connections}", f"-n{requests}", *host,
+                          url], capture_output=True, text=True, check=True).stdout
     found = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, "
                       r"(\d+) failed, (\d+) errored", out)
     rate = re.search(r"finished in [\d.]+\w+, ([\d.]+) req/s", out)
@@ -604,6 +677,9 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(dp.WORKLOADS))
     parser.add_argument("--variants", default="",
                         help=f"comma-separated, of {', '.join(VARIANTS)}")
+    parser.add_argument("--tls-hosts", default="",
+                        help="comma-separated: Podway's certificate is named for these hosts "
+                             "(one named certificate) instead of serving without a name")
     parser.add_argument("--edge", action="store_true",
                         help="also envoy-edge: the static Envoy with the settings Envoy's "
                              "edge-proxy guide asks for (dataplane.edge_settings)")
@@ -633,7 +709,9 @@ def main() -> None:
                                                                  cache_sim=args.cache_sim)
         say(f"counting instructions with {counter.name}")
         with _context(root) as ctx:
-            envoys = start_envoys(ctx, counter, variants, edge=args.edge)
+            tls_hosts = tuple(h for h in args.tls_hosts.split(",") if h)
+            AUTHORITY[:] = tls_hosts[:1]
+            envoys = start_envoys(ctx, counter, variants, edge=args.edge, tls_hosts=tls_hosts)
             idle = {e.name: idle_rate(counter, e, args.idle) for e in envoys}
             for name, rate in idle.items():
                 say(f"{name} idle: {rate.all:,} instructions/s ({rate.worker:,} on its worker)")

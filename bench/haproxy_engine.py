@@ -23,7 +23,11 @@ Two measures:
   what a rule costs shows to a few hundred instructions.
 
     .venv/bin/python bench/haproxy_engine.py [--rounds 5] [--seconds 3] [--variants]
-        [--before SRC] [--instructions N] [--workloads http-keepalive,...]
+        [--before SRC] [--instructions N] [--workloads http-keepalive,...] [--any-host]
+
+``--any-host`` serves the route without a host instead (``bench/dataplane.py``'s route:
+Podway's ``*`` virtual host alone), and the hand-written files forward every request
+(``default_backend``, no Host match).
 
 ``--variants`` adds Podway's rendering with each of its per-request rules left out in turn
 (path normalisation, X-Forwarded-Proto, X-Real-IP removal, the SNI check where rendered): what
@@ -61,6 +65,9 @@ from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
 
 HAPROXY = "/usr/sbin/haproxy"
+# ``--any-host``: the route has no host (bench/dataplane.py's route, Podway's ``*`` virtual
+# host) and the hand-written files have no Host match (``default_backend``).
+ANY_HOST = False
 NGINX = "/usr/sbin/nginx"
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -75,7 +82,7 @@ def manifests(backend: int, cert: Path, key: Path) -> str:
     def b64(path: Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
 
-    return f"""apiVersion: v1
+    text = f"""apiVersion: v1
 kind: Secret
 metadata: {{name: cert, namespace: default}}
 type: kubernetes.io/tls
@@ -123,6 +130,7 @@ endpoints:
 - addresses: [127.0.0.1]
   conditions: {{ready: true}}
 """
+    return text.replace("  - host: shop.test\n    http:", "  - http:") if ANY_HOST else text
 
 
 def certificate(folder: Path) -> tuple[Path, Path]:
@@ -159,6 +167,8 @@ def static_config(folder: Path, ports: tuple[int, int], backend: int,
     config = folder / f"{name}.cfg"
     pem = folder / "static.pem"
     pem.write_text((folder / "cert.pem").read_text() + (folder / "key.pem").read_text())
+    route = ("default_backend web" if ANY_HOST
+             else "use_backend web if { req.hdr(host),lower -m str shop.test }")
     config.write_text(f"""global
   nbthread 1
 defaults
@@ -171,7 +181,7 @@ frontend shop
   bind 127.0.0.1:{ports[0]}
   bind 127.0.0.1:{ports[1]} ssl crt {pem} alpn h2,http/1.1
   option forwardfor
-  use_backend web if {{ req.hdr(host),lower -m str shop.test }}
+  {route}
 backend web
   server s1 127.0.0.1:{backend}
 """, encoding="utf-8")
@@ -241,8 +251,15 @@ def process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+    """The process's time on a CPU (user and system), in nanoseconds from the scheduler
+    (``/proc/<pid>/task/*/schedstat``, every thread): utime and stime come in 10 ms ticks,
+    ±10-25 % of a round when the machine is loaded and each HAProxy gets little CPU."""
+    try:
+        return sum(int((task / "schedstat").read_text().split()[0])
+                   for task in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 
 
 def wait_listening(port: int) -> None:
@@ -291,6 +308,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--nginx", action="store_true",
                         help="with --instructions: nginx as a reverse proxy beside them")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--any-host", action="store_true",
+                        help="the route without host (bench/dataplane.py's): Podway's `*` "
+                             "virtual host; the hand-written files without a Host match")
     parser.add_argument("--render-only", nargs=4, metavar=("FOLDER", "HTTP", "HTTPS", "BACKEND"),
                         help=argparse.SUPPRESS)  # used by --before, in the other Podway
     return parser.parse_args()
@@ -320,7 +340,8 @@ def _before(src: str, folder: Path, ports: tuple[int, int], backend: int) -> Pat
         shutil.copy(folder / name, sub / name)
     env = {**os.environ, "PYTHONPATH": f"{src}:{Path(__file__).parent}"}
     subprocess.run([sys.executable, __file__, "--render-only", str(sub), str(ports[0]),
-                    str(ports[1]), str(backend)], check=True, env=env)
+                    str(ports[1]), str(backend), *(["--any-host"] if ANY_HOST else [])],
+                   check=True, env=env)
     return sub / "haproxy.cfg"
 
 
@@ -347,6 +368,8 @@ def _configs(args: argparse.Namespace, folder: Path, backend: int
 
 def main() -> None:
     args = _arguments()
+    global ANY_HOST  # noqa: PLW0603 (one switch read by the config writers)
+    ANY_HOST = args.any_host
     if args.render_only:
         folder, http, https, backend = args.render_only
         podway_config(Path(folder), (int(http), int(https)), int(backend))

@@ -65,7 +65,7 @@ async def test_http_matching_precedence_hostnames_and_filters(engine_stack: Stac
     filters:
     - type: RequestHeaderModifier
       requestHeaderModifier: {set: [{name: X-Set, value: "1"}], add: [{name: X-Add, value: "2"}],
-                              remove: [X-Remove]}
+                              remove: [X-Remove, X-Forwarded-For]}
     - type: ResponseHeaderModifier
       responseHeaderModifier: {set: [{name: X-Served-By, value: podway}]}
     backendRefs: [{name: other, port: 80}]
@@ -129,11 +129,14 @@ spec:
         assert (host, path, got, body.get("name")) == (host, path, status, name)
 
     status, response_headers, body = await request(
-        port, "app.example.com", "/headers", headers={"X-Remove": "x", "X-Add": "0"})
+        port, "app.example.com", "/headers", headers={"X-Remove": "x", "X-Add": "0",
+                                                      "X-Forwarded-For": "6.6.6.6"})
     seen = body["headers"]
     assert isinstance(seen, dict)
     assert seen.get("x-set") == "1"
     assert "x-remove" not in seen
+    # The route's word is the last: the peer the engine appends goes with the header.
+    assert "x-forwarded-for" not in seen
     assert "2" in str(seen.get("x-add"))
     assert response_headers.get("x-served-by") == "podway"
 

@@ -143,6 +143,85 @@ async def test_a_rule_without_host_takes_every_other_host(engine_stack: Stack) -
         assert (host, path, got_status, body.get("name")) == (host, path, status, backend)
 
 
+async def test_a_rule_without_host_alone_routes_every_host_by_path(engine_stack: Stack) -> None:
+    """Only a rule without host on the listener (HAProxy: the path alone is looked up, no
+    host key): every Host, in any spelling, gets the same routes, paths normalised first."""
+    await _backends(engine_stack)
+    api = "{service: {name: api, port: {number: 80}}}"
+    web = "{service: {name: web, port: {number: 80}}}"
+    more = (f"      - {{path: /api, pathType: Prefix, backend: {api}}}\n"
+            f"      - {{path: /api/health, pathType: Exact, backend: {web}}}\n")
+    rules = RULES.split("  - http:", maxsplit=1)[1].replace(
+        "      - {path: /, pathType: Prefix", more + "      - {path: /, pathType: Prefix")
+    engine_stack.write("ingress.yaml", ingress("  - http:" + rules))
+    await engine_stack.start()
+    port = engine_stack.http_port
+    for host in ("shop.test", f"Any.Test.:{port}", "127.0.0.1", "[::1]:80"):
+        cases = [
+            ("/", 200, "web"),
+            ("/api", 200, "api"),
+            ("/api/v1", 200, "api"),
+            ("/apiv1", 200, "web"),
+            ("/api/health", 200, "web"),
+            ("/api/health/x", 200, "api"),
+            ("/x/../api/v1", 200, "api"),
+            ("//api//v1", 200, "api"),
+            ("/./api/./health", 200, "web"),
+        ]
+        for path, status, backend in cases:
+            got_status, body = await get(port, host, path)
+            assert (host, path, got_status, body.get("name")) == (host, path, status, backend)
+
+
+async def test_a_fragment_in_the_request_target_is_refused(engine_stack: Stack) -> None:
+    """A request-target has no fragment (RFC 9112 3.2, RFC 3986 3.5: a client never sends
+    "#..."): both engines answer 400 and reach no backend, rather than one of them guessing
+    where the path ends (a path with "#" could match one route here and another behind)."""
+    await _backends(engine_stack)
+    engine_stack.write("ingress.yaml", ingress(RULES))
+    await engine_stack.start()
+    port = engine_stack.http_port
+    for path in ("/api#x", "/#/api", "/api/health#", "/api?q=1#x"):
+        got_status, body = await get(port, "shop.test", path)
+        assert (path, got_status, body.get("name")) == (path, 400, None)
+    for path, backend in (("/api", "api"), ("/api?q=%23x", "api")):  # an escaped "#" is data
+        got_status, body = await get(port, "shop.test", path)
+        assert (path, got_status, body.get("name")) == (path, 200, backend)
+    # The absolute form (HTTP/1.1) and HTTP/2's :path alike.
+    got_status, body = await get(port, "shop.test", "http://shop.test/api#x")
+    assert (got_status, body.get("name")) == (400, None)
+    assert await _h2c_status(port, "shop.test", "/api") == 200
+    assert await _h2c_status(port, "shop.test", "/api#x") == 400
+
+
+async def _h2c_status(port: int, host: str, path: str) -> int:
+    """The status of one HTTP/2 (prior knowledge, cleartext) GET whose :path is sent as
+    given; a stream the engine resets, or a connection it ends, counts as 400."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(
+        client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False))
+    conn.initiate_connection()
+    conn.send_headers(1, [(":method", "GET"), (":path", path), (":scheme", "http"),
+                          (":authority", host)], end_stream=True)
+    async with asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(conn.data_to_send())
+            while data := await reader.read(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived) and event.stream_id == 1:
+                        return int(dict(event.headers)[b":status"])
+                    if isinstance(event, (h2.events.StreamReset, h2.events.ConnectionTerminated)):
+                        return 400
+                writer.write(conn.data_to_send())
+        finally:
+            writer.close()
+    return 400
+
+
 async def test_one_label_wildcard_falls_back_to_catch_all(engine_stack: Stack) -> None:
     """a.b.wild.test is not *.wild.test (Ingress), so a rule without host answers it."""
     await _backends(engine_stack)

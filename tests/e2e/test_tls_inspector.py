@@ -1,8 +1,11 @@
-"""The TLS inspector comes and goes with the first named certificate (docs/performance.md):
-the HTTPS listener's filters change, so Envoy replaces the listener and drains its
-connections instead of updating its chains in place. Under steady HTTPS keep-alive load,
-with a real Envoy and Podway's own drain (``--drain-s`` 2, as ``podway run``), adding a
-second host's certificate and route, and removing them again, fails no request."""
+"""The TLS inspector comes and goes with the first chain chosen by SNI (docs/performance.md):
+a listener with one certificate, named or not, has its default chain only and no inspector;
+a second certificate brings both, so the HTTPS listener's filters change, and Envoy replaces
+the listener and drains its connections instead of updating its chains in place. Under
+steady HTTPS keep-alive load, with a real Envoy and Podway's own drain (``--drain-s`` 2, as
+``podway run``), adding a second host's certificate and route, and removing them again,
+fails no request: from a listener whose one certificate names no host, and from one whose
+one certificate names its host."""
 
 from __future__ import annotations
 
@@ -32,6 +35,18 @@ spec:
   tls: [{secretName: cert}]
   rules:
   - http:
+      paths:
+      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+"""
+ONE_NAMED = """apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: shop, namespace: default}
+spec:
+  ingressClassName: podway
+  tls: [{hosts: [example.com], secretName: cert}]
+  rules:
+  - host: example.com
+    http:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
 """
@@ -130,16 +145,18 @@ async def _served_certificate(port: int, sni: str) -> bytes:
             writer.close()
 
 
-async def test_first_named_certificate_replaces_the_listener_without_a_failed_request(
-        stack: Stack) -> None:
+@pytest.mark.parametrize("first", [ANY_HOST, ONE_NAMED], ids=["unnamed", "named"])
+async def test_a_second_certificate_replaces_the_listener_without_a_failed_request(
+        stack: Stack, first: str) -> None:
     web, other = await stack.start_echo("web"), await stack.start_echo("other")
     stack.write("web.yaml", backend_manifests("web", web))
     stack.write("other.yaml", backend_manifests("other", other))
     stack.write("cert.yaml", tls_secret("cert", "default", GOOD_CERT, GOOD_KEY))
-    stack.write("shop.yaml", ANY_HOST)
+    stack.write("shop.yaml", first)
     await stack.start()
     await eventually(lambda: _served_certificate(stack.https_port, "example.com"), within=10)
     assert not await _inspected(stack)  # one chain, chosen without reading the hello
+    assert not (await _listener(stack)).get("filter_chains")  # its default chain only
     address = await (await stack.engine()).wait_started()
     counts: Counter[str] = Counter()
     stop = asyncio.Event()

@@ -8,6 +8,7 @@ that keep it), ``txn.w`` (a weighted split's draw).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from podway.haproxy.actions import Closed, actions
@@ -49,6 +50,17 @@ def path_regex(path: PathMatch) -> str | None:
         prefix = path.value.rstrip("/")
         return None if not prefix else f"^{regex_literal(prefix)}(/|$)"
     return f"^(?:{path.value})$"
+
+
+def client_address(listener: Listener) -> str:
+    """The client address as text, for headers: on an IPv4 listener (every peer is IPv4) its
+    four bytes in decimal (``be2dec``, HAProxy's own integer printing: ~500 instructions a
+    request less than ``src`` as text or "option forwardfor", which go through printf)."""
+    try:
+        v4 = ipaddress.ip_address(listener.address).version == 4
+    except ValueError:
+        v4 = False
+    return "src,be2dec(.,1)" if v4 else "src"
 
 
 def host_regex(vhost: VirtualHost) -> str:
@@ -110,6 +122,7 @@ class _Tables:
     host_var: bool = False  # some rule reads ``txn.host`` (a redirect keeping the host)
     key_only: bool = False  # nothing but the path-map key reads the virtual host
     direct: bool = False  # that, and exact hosts only: the base map
+    path_only: bool = False  # that, and the ``*`` host alone: the base map, by path only
 
 
 def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
@@ -122,6 +135,7 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         and bool(listener.certificates)
     t.key_only = not (t.wild or sni or t.keyed)
     t.direct = t.key_only and t.catch_all is None
+    t.path_only = t.key_only and t.catch_all is not None and not t.exact
     lines += _prelude(listener, {k: f"{folder}/{v}" for k, v in maps.items()}, t)
     sni_maps: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     if sni:
@@ -135,7 +149,8 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         # (as Envoy's route tables do; trusted hops are not served, see _bind). Only where the
         # listener asks (``--x-real-ip``, taken-over ingress-nginx); elsewhere a client's own
         # is dropped, so no pod is handed a forged one.
-        ("  http-request set-header x-real-ip %[src]" if listener.real_ip
+        (f"  http-request set-header x-real-ip %[{client_address(listener)}]"
+         if listener.real_ip
          else "  http-request del-header x-real-ip"),
         *_choice(t, f"{folder}/{maps['paths']}", f"{folder}/{maps['base']}"),
         # No route (no backend by that name): 404 with an empty body, as Envoy answers it.
@@ -143,8 +158,10 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
     ]
     return Frontend(lines=tuple(lines), files=tuple(files), unsupported=tuple(t.report),
                     maps=((maps["hosts"], tuple(t.exact)), (maps["wild"], tuple(t.wild)),
-                          (maps["paths"], tuple(_first(t.paths))),
-                          *([(maps["base"], _base_rows(t))] if t.direct else []), *sni_maps),
+                          # Only maps a rule names: a row change is a runtime map swap.
+                          *([] if t.path_only else [(maps["paths"], tuple(_first(t.paths)))]),
+                          *([(maps["base"], _base_rows(t))] if t.direct or t.path_only
+                            else []), *sni_maps),
                     sections=((f"backend {no_route}", "  mode http",
                                "  http-request return status 404"),))
 
@@ -158,7 +175,13 @@ def _choice(t: _Tables, paths: str, base: str) -> list[str]:
     case) is looked up with its path in one step: ``base`` (the first Host, then the path)
     with "?" added, in the base map (each host name followed by each of its path-map keys).
     No variable is set and no key is formatted on that path; any other Host (upper case, a
-    port, unknown) set ``txn.k`` in the prelude and is looked up as before."""
+    port, unknown) set ``txn.k`` in the prelude and is looked up as before.
+
+    With the ``*`` host alone (``t.path_only``), the Host does not matter: the path with "?"
+    added is looked up in the base map (the catch-all's path-map keys without its virtual
+    host). A first exact or wildcard host changes these rules: a reload (still hitless)."""
+    if t.path_only:
+        return [f"  use_backend %[path,concat(,,?),map_beg({base})]"]
     if not t.keyed:
         fast = [f"  use_backend %[base,concat(,,?),map_beg({base})]"
                 " unless { var(txn.k) -m found }"] if t.direct else []
@@ -213,29 +236,23 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
     # host maps hold each name with and without it). An IPv6 literal gives "[", which no
     # virtual host but "*" matches, as its address would not.
     host = "req.hdr(host),lower,field(1,:)"
-    lines = [*draw,
-        "  option forwardfor",
-        f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
-        # Envoy's normalize_path and merge_slashes (no "/a/../b" reaches a route it does not
-        # match), only for paths that have something to normalise. HAProxy 2.6 applies a
-        # conditional path-strip-dotdot only with "full" (which also drops a leading "..",
-        # as RFC 3986 and Envoy do). Single-dot segments first ("/a/./../b" is "/b").
-        "  http-request normalize-uri path-strip-dot if { path_sub /. }",
-        "  http-request normalize-uri path-strip-dotdot full if { path_sub /. }",
-        "  http-request normalize-uri path-merge-slashes if { path_sub // }",
-        *(_HOST_VAR if t.host_var else []),
-    ]
+    lines = [*draw, *_request_headers(listener, https=https),
+             *(_HOST_VAR if t.host_var else [])]
     # The path-map key: "<virtual host>@<path>?" ("?" ends it: no path holds one). Exact keys
     # end with "?", prefix keys with "/": the longest key that begins the request's is the
     # route's own path if it has one, else its longest prefix (a tree lookup: O(log n)).
+    if t.path_only:
+        return lines  # the ``*`` host alone: the path picks the route (_choice)
     if t.direct:
         # Exact hosts only and nothing else reads the virtual host: looked up inside the key
         # (a Host no row names gives "-", which no key begins with: no route), and only for
         # a Host not written exactly as a name of the host map (see _choice: the others take
         # the base map). "req.fhdr(host,1)" is the Host "base" reads (the first, whole); a
-        # request with two Host headers is refused (400) before these rules.
+        # request with two Host headers is refused (400) before these rules. The check reads
+        # the host map's keys as an ACL's patterns ("-M": the same file, so the same rows a
+        # runtime swap changes; ~120 instructions less than the map converter and "found").
         lines.append(f"  http-request set-var-fmt(txn.k) %[{host},map_str({maps['hosts']})]"
-                     f"@%[path]? unless {{ req.fhdr(host,1),map_str({maps['hosts']}) -m found }}")
+                     f"@%[path]? unless {{ req.fhdr(host,1) -m str -M -f {maps['hosts']} }}")
         return lines
     if t.key_only:
         # A catch-all virtual host and no wildcard: the host map's default is its key (one
@@ -254,6 +271,28 @@ def _prelude(listener: Listener, maps: dict[str, str], t: _Tables) -> list[str]:
     if t.keyed:
         lines.append(f"  http-request set-var(txn.r) var(txn.k),map_beg({maps['paths']})")
     return lines
+
+
+def _request_headers(listener: Listener, *, https: bool) -> list[str]:
+    """What every request of the listener gets first: the client headers and the path
+    normalised as Envoy normalises it."""
+    return [
+        # The peer appended to X-Forwarded-For first, as Envoy appends it before any route's
+        # header filter (a route that sets or removes the header has the last word; "option
+        # forwardfor" would add it after every rule). ``client_address``: no printf.
+        f"  http-request add-header x-forwarded-for %[{client_address(listener)}]",
+        f"  http-request set-header x-forwarded-proto {'https' if https else 'http'}",
+        # Envoy's normalize_path and merge_slashes (no "/a/../b" reaches a route it does not
+        # match), only for paths that have something to normalise. HAProxy 2.6 applies a
+        # conditional path-strip-dotdot only with "full" (which also drops a leading "..",
+        # as RFC 3986 and Envoy do). Single-dot segments first ("/a/./../b" is "/b"). The
+        # dot checks read the raw target (``url``: no path parsed, ~60 instructions less
+        # each); a "/." in the query or an absolute form's authority only runs a normaliser
+        # that finds nothing to do. Not for "//", which every absolute form (HTTP/2) has.
+        "  http-request normalize-uri path-strip-dot if { url_sub /. }",
+        "  http-request normalize-uri path-strip-dotdot full if { url_sub /. }",
+        "  http-request normalize-uri path-merge-slashes if { path_sub // }",
+    ]
 
 
 # The Host for redirects that keep it: lower case, port and one trailing dot dropped, IPv6
@@ -322,11 +361,14 @@ def _base_rows(t: _Tables) -> tuple[tuple[str, str], ...]:
     """The base map: each exact host name (as the host map holds it, with and without the
     trailing dot) followed by each path-map key of its virtual host ("shop.test/api/"). The
     name is one the host map knows, so it holds no "/" and no key of one host begins another's
-    (the name ends where the key's "/" begins)."""
+    (the name ends where the key's "/" begins). With the ``*`` host alone: its path-map keys
+    without the virtual host ("/api/")."""
     by_vh: dict[str, list[tuple[str, str]]] = {}  # in O(rows), not O(hosts x rows)
     for key, target in _first(t.paths):
         vh, _, path = key.partition("@")
         by_vh.setdefault(vh, []).append((path, target))
+    if t.path_only:
+        return tuple(by_vh.get(t.catch_all or "", ()))
     return tuple((name + path, target)
                  for name, vh in t.exact for path, target in by_vh.get(vh, ()))
 

@@ -126,6 +126,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         unsupported.extend(be.unsupported)
     for name, rows in maps.items():
         files[name] = "".join(f"{k} {v}\n" for k, v in rows)
+    _pattern_cache(head, sections)
     config = _join(head, sections)
     skel_files = {k: v for k, v in files.items() if k not in maps}
     return Rendered(
@@ -138,6 +139,22 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         backups=MappingProxyType({n: b.backups for n, b in backends.items() if b.backups}),
         unsupported=tuple(sorted(set(unsupported), key=lambda u: (u.subject, u.feature))),
         http_frontends=MappingProxyType(http_frontends))
+
+
+# HAProxy keeps an LRU cache of "slow" pattern lookups (regex, substring, suffix...),
+# keyed by a hash of the looked-up value: worth it for regex lists (wildcard hosts, regex
+# matches), a loss for the one-pattern substring checks every request runs (the path
+# normalisation's): hashing and the cache cost more than the search (~320 instructions a
+# request, bench/haproxy_engine.py --instructions), and it holds up to 10,000 entries per
+# thread. Off unless the configuration has a regex lookup.
+NO_PATTERN_CACHE = "  tune.pattern.cache-size 0"
+_REGEXES = ("map_reg(", " -m reg ")
+
+def _pattern_cache(head: list[str], sections: list[list[str]]) -> None:
+    """The pattern cache off (``NO_PATTERN_CACHE``) unless a section has a regex lookup."""
+    if not any(regex in line for s in sections for line in s for regex in _REGEXES):
+        threads = next(i for i, line in enumerate(head) if line.startswith("  nbthread "))
+        head.insert(threads + 1, NO_PATTERN_CACHE)
 
 
 KERNEL_NOTE = ("# podway.io/engine: kernel: the kernel engine beside HAProxy serves this port "

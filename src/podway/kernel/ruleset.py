@@ -10,6 +10,9 @@
       chain prerouting / output   nat hooks: one vmap lookup per new flow
       chain postrouting           per-member connection counters (a flow's first packet);
                                   masquerade what carries SNAT_MARK (to the host's address)
+      set vip_keys / port_keys    the keys of ``vips`` / ``ports``
+      chain input                 drops a packet to a served port that conntrack calls invalid
+                                  (a filter hook forwarded packets never enter: no cost to them)
       chain count                 only with ``traffic``: forward hook, per-member packet/byte
                                   counters (both ways; a lookup on every packet)
 
@@ -160,6 +163,8 @@ def _map_elements(services: tuple[Service, ...], gen: int, traffic: bool = False
         out[COUNTER_MAPS[kind]] = [
             f"{a} . {p} . {port} : \"{counter_name(p, Backend(a, port), kind)}\""
             for p, a, port in _counters(services)]
+    out["vip_keys"] = [key.split(" : ", 1)[0] for key in vips]
+    out["port_keys"] = [key.split(" : ", 1)[0] for key in ports]
     return out
 
 
@@ -169,10 +174,21 @@ MAP_TYPES = {
     "member_connections": "type ipv4_addr . inet_proto . inet_service : counter;",
     "member_counters": "type ipv4_addr . inet_proto . inet_service : counter;",
 }
+# The keys of ``vips`` and ``ports`` again, as sets: a filter chain cannot look a key up in a
+# verdict map whose chains NAT (the kernel refuses the rule), and ``input`` needs just the keys.
+KEY_SETS = {
+    "vip_keys": "type ipv4_addr . inet_proto . inet_service;",
+    "port_keys": "type inet_proto . inet_service;",
+}
 
 
 def _maps(traffic: bool) -> list[str]:
-    return [n for n in MAP_TYPES if traffic or n != COUNTER_MAPS[TRAFFIC]]
+    """Every map and key set the table has, in the order it declares them."""
+    return [n for n in (*MAP_TYPES, *KEY_SETS) if traffic or n != COUNTER_MAPS[TRAFFIC]]
+
+
+def _kind(name: str) -> str:
+    return "set" if name in KEY_SETS else "map"
 
 
 BASE_CHAINS = [
@@ -195,6 +211,16 @@ BASE_CHAINS = [
     "    ct status dnat counter name ip daddr . meta l4proto . th dport map @member_connections",
     f"    meta mark & {SNAT_MARK:#010x} == {SNAT_MARK:#010x} masquerade",
     "  }",
+    # A packet of a served flow that conntrack calls invalid (say a late retransmission
+    # outside the window) is not NATed: it would reach the host's own stack, which answers a
+    # segment of a connection it does not know with a reset, and the client's live connection
+    # to the member is torn down. Dropped instead, as the member would have ignored it. Only
+    # packets for the host itself enter this hook: forwarded flows never pay for it.
+    "  chain input {",
+    "    type filter hook input priority filter; policy accept;",
+    "    ct state invalid ip daddr . meta l4proto . th dport @vip_keys counter drop",
+    "    ct state invalid meta l4proto . th dport @port_keys counter drop",
+    "  }",
 ]
 TRAFFIC_CHAIN = [  # only with ``traffic``: a lookup on every forwarded packet
     "  chain count {",
@@ -216,7 +242,8 @@ def full(services: Iterable[Service], table: str = TABLE, gen: int = 0, *,
     lines = [f"table ip {table} {{}}", f"delete table ip {table}", f"table ip {table} {{"]
     lines += [f"  counter {name} {{}}" for name in _counter_names(services, traffic)]
     for name, elements in _map_elements(services, gen, traffic).items():
-        lines.append(f"  map {name} {{ {MAP_TYPES[name]}{_elements(elements)} }}")
+        declared = KEY_SETS.get(name) or MAP_TYPES[name]
+        lines.append(f"  {_kind(name)} {name} {{ {declared}{_elements(elements)} }}")
     for index, service in enumerate(services):
         lines += _service_lines(index, service, gen)
     lines += BASE_CHAINS + (TRAFFIC_CHAIN if traffic else [])
@@ -262,7 +289,7 @@ def update(installed: Installed, after: Iterable[Service], table: str = TABLE
     for index, service in enumerate(after):
         prepare += _service_lines(index, service, gen)
     prepare.append("}")
-    switch = [f"flush map ip {table} {name}" for name in _maps(traffic)]
+    switch = [f"flush {_kind(name)} ip {table} {name}" for name in _maps(traffic)]
     for name, elements in _map_elements(after, gen, traffic).items():
         if elements:
             switch.append(f"add element ip {table} {name} {{ {', '.join(elements)} }}")

@@ -154,7 +154,7 @@ class HostPorts:
             raise
         except RulesError:  # no agent on this host (or not with nftables)
             return {}
-        rules = npl.parse_listing(text) or set()
+        rules = npl.parse_listing(text, guard=False) or set()
         return {(r.protocol, address, r.node_port): (r.pod_ip, r.pod_port)
                 for r in rules for address in mine}
 

@@ -541,3 +541,31 @@ async def test_the_controllers_own_status_writes_come_back_unparsed(bed: Bed) ->
     await eventually(lambda: all(
         source.current_status("HTTPRoute", ("default", f"r{i}")) == route_status(bed, f"r{i}")
         for i in range(20)))
+
+
+async def test_a_pass_has_at_most_status_concurrency_patches_in_flight(
+        bed: Bed, monkeypatch: Any) -> None:
+    """Twelve statuses due, three in flight at most (``status_concurrency``), all written, one
+    PATCH each."""
+    from podway.programs.controller import status as status_module
+
+    seed_gateway(bed, routes=10)
+    in_flight, most = 0, 0
+    real = status_module.patch_status
+
+    async def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.01)  # long enough for every worker to start one
+            return await real(*args, **kw)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(status_module, "patch_status", counting)
+    await bed.start(status_concurrency=3)
+    await eventually(lambda: all(route_status(bed, f"r{i}") for i in range(10)))
+    await eventually(lambda: status_patches(bed, "gateways") == 1)
+    assert most == 3
+    assert all(status_patches(bed, "httproutes", f"r{i}") == 1 for i in range(10))

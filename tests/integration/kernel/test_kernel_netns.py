@@ -134,6 +134,29 @@ def test_a_failed_member_leaves_new_flows_within_one_interval_and_a_second(bed: 
     serving(bed, "b1", "b2")
 
 
+def test_a_packet_conntrack_calls_invalid_gets_no_reset_from_the_engine_host(bed: Bed) -> None:
+    """A packet of a served flow that conntrack calls invalid (a late segment outside the
+    window, a bad flag set) is not NATed: without the table's ``input`` chain it reaches the
+    engine host's own stack, which answers a segment it has no connection for with a reset,
+    and a reset whose sequence fits tears the client's live connection down. The engine host
+    sends the client no reset, the table counts the drops, and the connection keeps working."""
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", ["b1"]))
+    bed.start_engine()
+    serving(bed, "b1")
+    checked(bed, "b1")
+    # Resets the engine host sends the client (its own health checks' resets go elsewhere).
+    sh("nft", "-f", "-", ns=bed.engine, stdin=(
+        "table ip watch {\n chain out {\n type filter hook output priority 0; policy accept;\n"
+        f" ip daddr {CLIENT_IP} tcp flags rst counter\n }}\n}}\n"))
+    out = json.loads(bed.run_client("invalid", VIP, "80"))
+    assert out == {"before": "b1", "after": "b1"}, out
+    resets = sh("nft", "list", "chain", "ip", "watch", "out", ns=bed.engine)
+    assert re.search(r"counter packets 0 ", resets), resets
+    dropped = re.findall(r"@vip_keys counter packets (\d+)", bed.table())
+    assert dropped, bed.table()
+    assert int(dropped[0]) >= 2, bed.table()  # the SYN+FIN ones at least
+
+
 def test_a_udp_flow_leaves_a_member_that_left(bed: Bed) -> None:
     """A UDP client keeping one source port follows the member list: when its member leaves,
     its next datagram reaches the other one (conntrack entries of the old member are deleted)."""
@@ -348,7 +371,8 @@ def test_every_golden_ruleset_is_accepted_by_the_kernel(tmp_path: Path) -> None:
             listed = bed.table()
             chains = set(re.findall(r"chain (\w+) \{", listed))
             # Generation 2 serves; 0 and 1 are gone; ``count`` only with traffic counters.
-            base = {"prerouting", "output", "postrouting"} | ({"count"} if tail else set())
+            base = {"prerouting", "output", "postrouting", "input"} | (
+                {"count"} if tail else set())
             assert chains == base | {
                 ruleset.names(i, 2)[0] for i in range(len(services))}, listed
             assert all(f"goto {ruleset.names(i, 2)[0]}" in listed

@@ -200,7 +200,7 @@ def test_the_base_map_picks_what_the_path_map_picks_and_stays_a_map_edit() -> No
     lines = out.config.splitlines()
     keyed = next(i for i, line in enumerate(lines) if "set-var-fmt(txn.k)" in line)
     assert lines[keyed].endswith(
-        "unless { req.fhdr(host,1),map_str(/s/maps/fe:ingress:http.hosts.map) -m found }")
+        "unless { req.fhdr(host,1) -m str -M -f /s/maps/fe:ingress:http.hosts.map }")
     fast = lines.index("  use_backend %[base,concat(,,?),map_beg(/s/maps/fe:ingress:http.base"
                        ".map)] unless { var(txn.k) -m found }")
     assert lines[fast + 1].startswith("  use_backend %[var(txn.k),map_beg(")
@@ -232,6 +232,47 @@ def test_a_catch_all_is_the_host_maps_default_in_one_rule() -> None:
     assert hosts["shop.test"] != vhost_key("vh/any")
     assert keyed[1:] == ["  use_backend %[var(txn.k),map_beg(/s/maps/fe:ingress:http.paths.map)]"]
     assert "maps/fe:ingress:http.base.map" not in out.maps
+
+
+def _catch_all_only(*routes: Route) -> IR:
+    ir = _ir(*routes)
+    alone = dataclasses.replace(ir.listeners[0].virtual_hosts[0], name="vh/any", hostname="*")
+    return dataclasses.replace(ir, listeners=(dataclasses.replace(
+        ir.listeners[0], virtual_hosts=(alone,)),))
+
+
+def test_the_catch_all_alone_is_looked_up_by_path_and_stays_a_map_edit() -> None:
+    """The ``*`` host alone: no key rule and no variable; the path with "?" in the base map,
+    whose rows are the catch-all's path-map keys, picks what the path map would for every
+    path. A new path route is a map edit (the only map a rule names); a first exact host
+    changes the rules (a reload)."""
+    routes = (_route("r/exact", "/api/health", kind=PathKind.EXACT),
+              _route("r/api-v1", "/api/v1/"), _route("r/apix", "/apix"),
+              _route("r/api", "/api"), _route("r/all"))
+    routes = tuple(dataclasses.replace(r, action=Forward(backends=(
+        WeightedPool(pool=f"pool/{r.name}"),))) for r in routes)
+    out = render(_catch_all_only(*routes), OPTS)
+    keyed = [line for line in out.config.splitlines() if "txn." in line or "use_backend" in line]
+    assert keyed == ["  use_backend %[path,concat(,,?),map_beg(/s/maps/fe:ingress:http.base.map)]"]
+    assert "maps/fe:ingress:http.paths.map" not in out.maps  # no rule names it
+    base = dict(out.maps["maps/fe:ingress:http.base.map"])
+    with_vh = render(_ir(*routes), OPTS)  # the same routes under an exact host: the path map
+    pools = {backend_name(f"pool/{r.name}"): r.name for r in routes}
+    for path in ("/", "/api", "/api/", "/api/health", "/api/health/x", "/api/v1", "/api/v10",
+                 "/apix", "/apix/y", "/apixy", "/other"):
+        key = f"{path}?"
+        found = max((k for k in base if key.startswith(k)), key=len, default=None)
+        picked = pools[base[found]] if found is not None else None
+        assert (path, picked) == (path, _tree(with_vh, path))
+    fewer = render(_catch_all_only(*routes[1:]), OPTS)
+    assert fewer.skeleton == out.skeleton
+    assert fewer.maps["maps/fe:ingress:http.base.map"] != out.maps[
+        "maps/fe:ingress:http.base.map"]
+    ir = _catch_all_only(*routes)
+    named = dataclasses.replace(_ir(*routes).listeners[0].virtual_hosts[0])
+    listener = dataclasses.replace(ir.listeners[0], virtual_hosts=(
+        named, *ir.listeners[0].virtual_hosts))
+    assert render(dataclasses.replace(ir, listeners=(listener,)), OPTS).skeleton != out.skeleton
 
 
 def test_an_order_the_tree_cannot_follow_becomes_rules() -> None:
@@ -343,3 +384,32 @@ def test_listeners_have_one_owner_unless_reuse_port_is_asked() -> None:
     shared = render(IR(), dataclasses.replace(OPTS, reuse_port=True)).config
     assert "noreuseport" not in shared
     assert "reuseport" not in "".join(global_section(shared))
+
+
+def test_the_peer_is_appended_first_and_printed_without_printf_on_ipv4() -> None:
+    """X-Forwarded-For is the first header rule (a route's own header filter comes after it
+    and wins, as on Envoy); an IPv4 listener prints the peer with ``be2dec``, any other with
+    ``src``; no ``option forwardfor`` (which adds it after every rule)."""
+    header = HeaderMatch(name="x-v", value="2")
+    ir = _ir(_route("r/1", "/api", headers=(header,)), _route("r/0"))
+    for address, printed in (("127.0.0.1", "src,be2dec(.,1)"), ("::1", "src")):
+        listener = dataclasses.replace(ir.listeners[0], address=address)
+        lines = render(dataclasses.replace(ir, listeners=(listener,)), OPTS).config.splitlines()
+        rules = [line for line in lines if line.startswith("  http-request ")]
+        assert rules[0] == f"  http-request add-header x-forwarded-for %[{printed}]"
+        assert "  option forwardfor" not in lines
+
+
+def test_the_pattern_cache_is_kept_only_for_regex_lookups() -> None:
+    """One-pattern substring checks cost more through HAProxy's pattern cache than without;
+    a regex lookup (here a wildcard host's ``map_reg``) keeps it."""
+    plain = render(_ir(_route("r/0")), OPTS).config
+    assert "  tune.pattern.cache-size 0\n" in plain
+    ir = _ir(_route("r/0"))
+    wild = dataclasses.replace(ir.listeners[0].virtual_hosts[0], name="vh/wild",
+                               hostname="*.shop.test")
+    listener = dataclasses.replace(ir.listeners[0], virtual_hosts=(
+        *ir.listeners[0].virtual_hosts, wild))
+    out = render(dataclasses.replace(ir, listeners=(listener,)), OPTS).config
+    assert "map_reg(" in out
+    assert "tune.pattern.cache-size" not in out

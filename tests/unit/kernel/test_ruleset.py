@@ -22,12 +22,14 @@ def chain(text: str, name: str) -> str:
 
 
 def test_by_default_no_rule_runs_on_every_forwarded_packet() -> None:
-    """The default table hooks only NAT chains (a flow's first packet): no forward-hook chain,
-    no packet/byte counters, and each member's connection counter counted in postrouting for
+    """The default table hooks only NAT chains (a flow's first packet) and the input filter
+    (packets for the host itself: forwarded ones never enter it): no forward-hook chain, no
+    packet/byte counters, and each member's connection counter counted in postrouting for
     DNATed flows, before the masquerade."""
     text = full((WEB,))
     hooks = re.findall(r"type (\w+) hook (\w+)", text)
-    assert hooks == [("nat", "prerouting"), ("nat", "output"), ("nat", "postrouting")], hooks
+    assert hooks == [("nat", "prerouting"), ("nat", "output"), ("nat", "postrouting"),
+                     ("filter", "input")], hooks
     assert "m_" not in text, text
     assert "member_counters" not in text, text
     assert "counter c_tcp_198_18_1_2_8080 {}" in text, text

@@ -1,6 +1,6 @@
-"""The emulator's store is copy-on-write: what a client sent and what a watch heard never share
-parts with what is stored (``jsondata.clone`` does the copies; a write answers with the stored
-object, which the server serialises at once)."""
+"""The emulator's store is copy-on-write: no stored version is changed in place, and what a
+client sent shares no part with what is stored (``jsondata.clone`` does the copies; a write
+answers with the stored object, and its watch event carries it, both only serialised)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _route(store: Store) -> Any:
     return store.resolve("", "v1", "services")
 
 
-def test_status_writes_share_nothing_with_the_body_the_result_or_the_event() -> None:
+def test_status_writes_share_nothing_with_the_body_and_change_no_version() -> None:
     store = Store()
     rtype = _route(store)
     body = {"metadata": {"name": "web", "labels": {"a": "1"}}, "spec": {"ports": [{"port": 80}]}}
@@ -43,18 +43,18 @@ def test_status_writes_share_nothing_with_the_body_the_result_or_the_event() -> 
     assert store.get(rtype, "default", "web")["spec"]["ports"] == [{"port": 80}]
 
     status = {"loadBalancer": {"ingress": [{"ip": "198.18.0.1"}]}}
+    added = copy.deepcopy(store.history[-1].obj)
     written = store.replace(rtype, "default", "web", {"status": status}, subresource="status")
-    event = store.history[-1].obj
     stored = store.get(rtype, "default", "web")
     assert stored["status"] == status
     assert stored["spec"] == {"ports": [{"port": 80}]}  # a status write keeps the spec
     before = copy.deepcopy(stored)
     status["loadBalancer"]["ingress"][0]["ip"] = "198.18.0.2"
-    event["status"]["loadBalancer"]["ingress"].append({"ip": "198.18.0.3"})
-    event["spec"]["ports"].append({"port": 81})
     assert written is stored
+    assert store.history[-1].obj is stored  # the event carries the version it made
     assert store.get(rtype, "default", "web") == before
     # the previous version (the one the ADDED event carried) is untouched by the status write
+    assert store.history[-2].obj == added
     assert "status" not in store.history[-2].obj
 
 
@@ -66,3 +66,21 @@ def test_a_whole_object_write_copies_the_body() -> None:
     store.replace(rtype, "default", "web", body)
     body["spec"]["ports"].append({"port": 81})
     assert store.get(rtype, "default", "web")["spec"]["ports"] == [{"port": 80}]
+
+
+def test_a_status_write_copies_only_the_status_and_changes_no_version_in_place() -> None:
+    """The new version shares the spec it left with the old one, and neither changes after."""
+    store = Store()
+    rtype = _route(store)
+    store.create(rtype, "default", {"metadata": {"name": "web", "labels": {"a": "1"}},
+                                    "spec": {"ports": [{"port": 80}]}})
+    old = store.get(rtype, "default", "web")
+    before = copy.deepcopy(old)
+    status = {"loadBalancer": {"ingress": [{"ip": "198.18.0.1"}]}}
+    new = store.replace(rtype, "default", "web", {"status": status}, subresource="status")
+    assert new["spec"] is old["spec"]  # not copied: neither version changes in place
+    assert new["metadata"] is not old["metadata"]
+    assert new["status"] == status
+    assert new["status"] is not status
+    assert old == before
+    assert new["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"]

@@ -74,7 +74,8 @@ def controller(
         "without a gap; the kernel shares a port only among one user's sockets).")] = False,
     envoy_stats: Annotated[EnvoyStats, typer.Option(
         help="The Envoy engines' --envoy-stats: detailed makes their routers keep the per-pool "
-        "response-code and timing stats too (costly per request).")] = EnvoyStats.BOUNDED,
+        "response-code and timing stats and add Envoy's x-envoy-* headers too (costly per "
+        "request).")] = EnvoyStats.BOUNDED,
     xds_cert: Annotated[Path | None, typer.Option(help="xDS server certificate (PEM).")] = None,
     xds_key: Annotated[Path | None, typer.Option(help="xDS server private key (PEM).")] = None,
     xds_client_ca: Annotated[Path | None, typer.Option(

@@ -94,8 +94,8 @@ def run(
     metrics_port: Annotated[int, typer.Option(
         help="Prometheus metrics (Podway's and Envoy's) on 127.0.0.1:PORT (0: off).")] = 0,
     envoy_stats: Annotated[EnvoyStats, typer.Option(
-        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too; "
-        "costly with many pools).")] = EnvoyStats.BOUNDED,
+        help="Envoy stats: bounded (fixed set, per listener) or detailed (per pool too, "
+        "and Envoy's x-envoy-* timing headers; costly with many pools).")] = EnvoyStats.BOUNDED,
     member_traffic_counters: MemberTrafficCounters = False,
     dashboard_port: DashboardPort = 0,
     dashboard_address: DashboardAddress = "127.0.0.1",

@@ -11,10 +11,24 @@ from google.protobuf.message import Message
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def ads_source() -> config_source_pb2.ConfigSource:
-    """Fetch the referenced resource over the same ADS stream (ordering guaranteed)."""
+#: Envoy's initial fetch timeout, seconds, where Podway sets it: 0, Envoy waits for the first
+#: resources instead of going on without them after its default 15 s. The engines' bootstrap
+#: (``bootstrap.ENGINE_FETCH_TIMEOUT_S``: clusters and listeners) and the scoped route tables
+#: (``scoped.use_scopes``: the scopes and each scope's table, where 15 s ran out for each of
+#: 10,000 tables when Envoy was busy for longer: 10,000 warnings, docs/performance.md).
+WAIT_FOR_FIRST_S = 0.0
+
+
+def ads_source(*, initial_fetch_timeout_s: float | None = None
+               ) -> config_source_pb2.ConfigSource:
+    """Fetch the referenced resource over the same ADS stream (ordering guaranteed);
+    ``initial_fetch_timeout_s``: None keeps Envoy's default (15 s)."""
     source = config_source_pb2.ConfigSource(resource_api_version=config_source_pb2.V3)
     source.ads.SetInParent()
+    if initial_fetch_timeout_s is not None:
+        seconds = int(initial_fetch_timeout_s)
+        source.initial_fetch_timeout.seconds = seconds
+        source.initial_fetch_timeout.nanos = round((initial_fetch_timeout_s - seconds) * 1e9)
     return source
 
 

@@ -9,14 +9,16 @@
   trailing dot (``shop.test.`` is the absolute form of ``shop.test``; nginx drops it too) before
   choosing a virtual host, whose domains Envoy compares in any case.
 * HTTPS: one filter chain per certificate, chosen by SNI (``server_names``); the certificate
-  without hostnames (or else the first) is the default chain. Keys come over SDS, never inline.
+  without hostnames (or else the first) is the default chain. A named chain that would equal
+  the default chain (one named certificate, nothing passed through) is left out: the default
+  chain serves every SNI the same way (``_drop_redundant``). Keys come over SDS, never inline.
   SNI matches in any case (Envoy lower-cases the client's name and ``server_names``); an SNI
   with a trailing dot (RFC 6066 forbids it) matches no name and takes the default chain.
   With ``sni_host_check`` each chain has its own route table (``sni_tables``), in which the
   hosts of the other chains answer 421; otherwise all chains share the listener's table.
 * The TLS inspector (reading SNI from the client's hello) only on a listener with a chain
-  chosen by SNI (``chosen_by_sni``): a listener whose one certificate has no hostnames pays
-  nothing for it, and its first named certificate replaces the listener (a drain).
+  chosen by SNI (``chosen_by_sni``): a listener with one certificate, named or not, pays
+  nothing for it, and a second certificate replaces the listener (a drain).
 * TLS passthrough: one filter chain per L4 route, chosen by SNI, forwarding bytes (tcp_proxy).
   An HTTPS listener's own L4 routes (an HTTPS and a TLS Gateway listener on one port, or Ingress
   hosts with ``podway.io/tls-passthrough``) become passthrough chains beside the terminating
@@ -115,6 +117,7 @@ def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False,
         # certificate serves stay terminating; the engine picks one chain per name.
         taken = {n for _, _, names in sni_tables(ir) for n in names}
         _passthrough_chains(out, ir, taken)
+        _drop_redundant(out)
     elif ir.protocol is Protocol.TLS:
         _passthrough_chains(out, ir)
     else:  # TCP
@@ -133,16 +136,30 @@ def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False,
 def chosen_by_sni(out: listener_pb2.Listener) -> bool:
     """Whether a chain of ``out`` is chosen by what the client's hello says (SNI, ALPN): only
     then does the listener read the hello before the chain (the TLS inspector). A listener
-    with its default chain alone (one certificate for any name, one passthrough route
-    without hostnames) does without: the inspector was 3.1 % of the instructions of a new
-    TLS handshake (docs/performance.md). The price: the first named chain, or the last one
-    leaving, changes the listener's filters, so Envoy replaces the listener and drains its
-    connections instead of updating its chains in place (tests/e2e/test_tls_inspector.py:
-    no request fails across it)."""
+    with its default chain alone (one certificate, named or not: ``_drop_redundant``; one
+    passthrough route without hostnames) does without: the inspector was 3.1 % of the
+    instructions of a new TLS handshake (docs/performance.md). The price: the first chain
+    chosen by SNI (a second certificate), or the last one leaving, changes the listener's
+    filters, so Envoy replaces the listener and drains its connections instead of updating
+    its chains in place (tests/e2e/test_tls_inspector.py: no request fails across it)."""
     return any(chain.filter_chain_match.server_names
                or chain.filter_chain_match.application_protocols
                or chain.filter_chain_match.transport_protocol
                for chain in out.filter_chains)
+
+
+def _drop_redundant(out: listener_pb2.Listener) -> None:
+    """Leave out a listener's only named chain where it equals its default chain (the same
+    certificate, TLS settings and manager: one named certificate, no passthrough chain). The
+    default chain then serves every SNI, as the pair did (the named one served its names, the
+    default every other name, the same way), and the listener needs no TLS inspector: ~3 %
+    of a new TLS handshake's instructions (docs/performance.md). A named chain beside others
+    stays: a passthrough route's wildcard could otherwise take its names."""
+    if len(out.filter_chains) != 1 or not out.HasField("default_filter_chain"):
+        return
+    named, default = out.filter_chains[0], out.default_filter_chain
+    if named.filters == default.filters and named.transport_socket == default.transport_socket:
+        del out.filter_chains[:]
 
 
 def sni_tables(ir: Listener) -> list[tuple[TLSCertificate, str, tuple[str, ...]]]:
@@ -199,9 +216,18 @@ def _router(*, dynamic_stats: bool) -> hcm.HttpFilter:
     canary figures): with the bounded stats (the default, ``EnvoyStats.BOUNDED``) those stats
     are refused anyway, and Envoy still composed and looked each one up per request, then
     threw it away: 9-10 % of the instructions of a tiny keep-alive request
-    (docs/performance.md, "Where the tax was"). ``--envoy-stats detailed`` keeps them."""
+    (docs/performance.md, "Where the tax was"). ``--envoy-stats detailed`` keeps them.
+
+    Nor does it add its own ``x-envoy-*`` headers (``suppress_envoy_headers``): the time the
+    member took (``x-envoy-upstream-service-time``) on every answer to the client, and to the
+    member the timeout Envoy expects (``x-envoy-expected-rq-timeout-ms``) and a rewritten
+    request's original path (``x-envoy-original-path``). Nothing of Podway's reads them, no
+    other engine sends them, and they cost every request (docs/performance.md); a client's
+    ``x-envoy-*`` control headers are still stripped (``use_remote_address``). ``--envoy-stats
+    detailed``, the engine's diagnostic mode, keeps them beside the timing stats."""
     config = router_pb2.Router()
     config.dynamic_stats.value = dynamic_stats
+    config.suppress_envoy_headers = not dynamic_stats
     return hcm.HttpFilter(name="envoy.filters.http.router", typed_config=pack(config))
 
 

@@ -56,7 +56,7 @@ from podway.envoy.config.access import (
     EXT_AUTHZ_HTTP_FILTER,
 )
 from podway.envoy.config.auth_request import AUTH_REQUEST_FILTER
-from podway.envoy.config.common import ads_source, pack
+from podway.envoy.config.common import WAIT_FOR_FIRST_S, ads_source, pack
 from podway.envoy.config.jwt import JWT_FILTER
 from podway.envoy.config.oauth2 import PREFIX as OAUTH2_PREFIX
 from podway.ir import AuthRequest, BasicAuth, ExtAuth, Jwt, Listener, Oidc, VirtualHost
@@ -175,8 +175,13 @@ def use_scopes(manager: hcm.HttpConnectionManager) -> None:
     extractor.name = ":authority"
     extractor.element_separator = ":"  # the port, if any, is not part of the key
     extractor.index = 0
-    scoped.rds_config_source.CopyFrom(ads_source())
-    scoped.scoped_rds.scoped_rds_config_source.CopyFrom(ads_source())
+    # Envoy waits for the scopes and their tables (``common.WAIT_FOR_FIRST_S``), as for the
+    # clusters and listeners: with its 15 s default each of thousands of tables timed out on
+    # its own (a warning each) when Envoy was busy for longer, and a timed-out table left its
+    # host without routes until it came.
+    scoped.rds_config_source.CopyFrom(ads_source(initial_fetch_timeout_s=WAIT_FOR_FIRST_S))
+    scoped.scoped_rds.scoped_rds_config_source.CopyFrom(
+        ads_source(initial_fetch_timeout_s=WAIT_FOR_FIRST_S))
     for item in manager.http_filters:  # see the module's invariants: access must not depend
         # on the case of the Host; an authentication filter stays off (with no per-route
         # config it would refuse everything; a listener that uses one is never scoped)

@@ -95,6 +95,7 @@ INLINE_REQUEST_HEADERS = ("x-real-ip",)
 #: CPU and time to ready under load (1.0-1.36x on a quiet machine), while Envoy already said
 #: LIVE without listeners (docs/performance.md, "Where Envoy's 10,000-scope cost comes
 #: from"). Nothing is served either way until listeners arrive: only the control plane has them.
+#: The same as the scoped route tables' (``podway.envoy.config.common.WAIT_FOR_FIRST_S``).
 ENGINE_FETCH_TIMEOUT_S = 0.0
 
 

@@ -356,10 +356,15 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
                            f"{rtype.kind}: strict decoding error: {', '.join(unknown)}")
         return unknown
 
-    @staticmethod
-    def _json(obj: Obj, rtype: ResourceType, status: int = 200,
+    def _json(self, obj: Obj, rtype: ResourceType, status: int = 200,
               warnings: list[str] | None = None) -> web.Response:
-        response = web.json_response({**obj, "apiVersion": rtype.api_version}, status=status)
+        """``obj`` as the answer; the object a write just stored is encoded once, for the
+        answer and every watch of its event."""
+        event = self.store.event_of(obj)
+        data = event.json_for(rtype.api_version) if event is not None else \
+            json.dumps({**obj, "apiVersion": rtype.api_version}).encode()
+        response = web.Response(body=data, status=status, content_type="application/json",
+                                charset="utf-8")
         for text in warnings or []:
             response.headers.add("Warning", f'299 - "{text.replace(chr(34), chr(92) + chr(34))}"')
         return response
@@ -401,11 +406,16 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
         wanted = (body.get("metadata") or {}).get("resourceVersion") \
             if isinstance(body, dict) else None
         if not wanted:  # only a version the patch itself names is a precondition
-            updated.setdefault("metadata", {})["resourceVersion"] = \
-                current["metadata"]["resourceVersion"]
-        warnings = self._validate(request, rtype, updated)
+            # (a new metadata: the patched object shares the parts it left with the stored one)
+            updated["metadata"] = {**(updated.get("metadata") or {}),
+                                   "resourceVersion": current["metadata"]["resourceVersion"]}
+        # A status write takes only the status: only it is validated (as a write through the
+        # main resource takes all but the status, and validates all).
+        warnings = self._validate(request, rtype, {"status": updated["status"]}
+                                  if target.subresource == "status" and "status" in updated
+                                  else {} if target.subresource == "status" else updated)
         if not target.subresource:
-            defaults.apply(rtype.group_resource, updated)
+            updated = _defaulted(rtype, updated)
         result = self.store.replace(rtype, ns, target.name, updated,
                                     subresource=target.subresource, dry_run=dry)
         return self._json(result, rtype, warnings=warnings)
@@ -444,15 +454,26 @@ class Api(WatchMixin, DiscoveryMixin, ExtrasMixin):
             patching.strategic_merge_patch
         updated = merge(current, {k: v for k, v in body.items() if k != "status"}
                         if not target.subresource else body)
-        updated.setdefault("metadata", {})["resourceVersion"] = \
-            current["metadata"]["resourceVersion"]
+        updated["metadata"] = {**(updated.get("metadata") or {}),
+                               "resourceVersion": current["metadata"]["resourceVersion"]}
         if not target.subresource:
-            defaults.apply(rtype.group_resource, updated)
+            updated = _defaulted(rtype, updated)
         result = self.store.replace(rtype, ns, target.name, updated,
                                     subresource=target.subresource, dry_run=dry)
         return self._json(result, rtype, warnings=warnings)
 
     # ---- discovery --------------------------------------------------------------------
+
+
+def _defaulted(rtype: ResourceType, obj: Obj) -> Obj:
+    """``obj`` with the server's defaults (``defaults.apply``), on a copy where they may apply:
+    a patched object shares the parts the patch left with the stored one, never changed in
+    place."""
+    if rtype.group != "apps":
+        return obj
+    copied = clone(obj)
+    defaults.apply(rtype.group_resource, copied)
+    return copied
 
 
 async def _body(request: web.Request) -> Any:

@@ -61,8 +61,9 @@ class WatchMixin:
     async def _stream(self, request: web.Request, response: web.StreamResponse, *,
                       watcher: Watcher, target: Target, selected: Callable[[Obj], bool],
                       bookmarks: bool, deadline: float, table: bool = False) -> None:
+        """Events as they come; the events already waiting go out in one write (a burst of
+        writes is one send, not one per event, here and in the client that reads them)."""
         loop = asyncio.get_running_loop()
-        rtype = target.rtype
         while (left := deadline - loop.time()) > 0:
             wait = left if self.bookmark_interval is None else min(left,
                                                                     self.bookmark_interval)
@@ -74,33 +75,62 @@ class WatchMixin:
                     event = Event(self.store.version, "BOOKMARK", watcher.resource, {})
                 else:
                     return
-            if event.type == "BREAK":  # drop the connection mid-stream, no clean end
-                if request.transport is not None:
-                    request.transport.close()
-                return
-            if event.type == "GONE":
-                body = status_body(410, "Expired", "too old resource version")
-                await self._write(response, "ERROR", body)
-                return
-            if event.type == "BOOKMARK":
-                if bookmarks:
-                    await self._write(response, "BOOKMARK", {
-                        "kind": rtype.kind, "apiVersion": rtype.api_version,
-                        "metadata": {"resourceVersion": str(event.version)}})
-                continue
-            obj = event.obj
-            namespace = (obj.get("metadata") or {}).get("namespace", "")
-            if target.namespace is not None and namespace != target.namespace:
-                continue
-            if not selected(obj):
-                continue
-            if table:
-                await self._write(response, event.type, tables.table(
-                    rtype, [obj], version=str(event.version),
-                    include=request.query.get("includeObject", "Metadata")))
-                continue
-            await self._write(response, event.type, {**obj, "apiVersion": rtype.api_version})
+            lines: list[bytes] = []
+            while True:
+                if event.type == "BREAK":  # drop the connection mid-stream, no clean end
+                    await _send(response, lines)
+                    if request.transport is not None:
+                        request.transport.close()
+                    return
+                if event.type == "GONE":
+                    lines.append(_line("ERROR", json.dumps(status_body(
+                        410, "Expired", "too old resource version")).encode()))
+                    await _send(response, lines)
+                    return
+                line = self._event_line(request, target, event, selected=selected,
+                                        bookmarks=bookmarks, table=table)
+                if line:
+                    lines.append(line)
+                if watcher.queue.empty() or len(lines) >= BATCH:
+                    break
+                event = watcher.queue.get_nowait()
+            await _send(response, lines)
+
+    @staticmethod
+    def _event_line(request: web.Request, target: Target, event: Event, *,
+                    selected: Callable[[Obj], bool], bookmarks: bool, table: bool) -> bytes:
+        """One event's line for this watch (empty: not for it)."""
+        rtype = target.rtype
+        if event.type == "BOOKMARK":
+            return _line("BOOKMARK", json.dumps({
+                "kind": rtype.kind, "apiVersion": rtype.api_version,
+                "metadata": {"resourceVersion": str(event.version)}}).encode()) \
+                if bookmarks else b""
+        obj = event.obj
+        namespace = (obj.get("metadata") or {}).get("namespace", "")
+        if target.namespace is not None and namespace != target.namespace:
+            return b""
+        if not selected(obj):
+            return b""
+        if table:
+            return _line(event.type, json.dumps(tables.table(
+                rtype, [obj], version=str(event.version),
+                include=request.query.get("includeObject", "Metadata"))).encode())
+        return _line(event.type, event.json_for(rtype.api_version))
 
     @staticmethod
     async def _write(response: web.StreamResponse, kind: str, obj: Obj) -> None:
-        await response.write((json.dumps({"type": kind, "object": obj}) + "\n").encode())
+        await response.write(_line(kind, json.dumps(obj).encode()))
+
+
+BATCH = 256  # events in one write at most
+
+
+def _line(kind: str, encoded: bytes) -> bytes:
+    """A watch event's line: ``{"type": ..., "object": ...}`` as ``json.dumps`` writes it."""
+    return b'{"type": "' + kind.encode() + b'", "object": ' + encoded + b"}\n"
+
+
+async def _send(response: web.StreamResponse, lines: list[bytes]) -> None:
+    if lines:
+        await response.write(b"".join(lines))

@@ -12,6 +12,10 @@ Pure bookkeeping with no I/O, so the HTTP layer stays thin and every rule lives 
 - CustomResourceDefinitions are objects like any other; creating one starts serving its kinds,
   deleting one stops serving them and deletes their objects (with DELETED events).
 - Deletion is immediate (finalizers are not modelled).
+- No stored version is changed in place (copy-on-write): a write stores a new object, which may
+  share the parts it leaves with the version before it (a status write: the spec), and the
+  write's watch event carries it; what a client sent and what the emulator's own accessors
+  (``KubeEmulator.get``, ``objects``) hand out share nothing with what is stored.
 - A dry run (``dry_run=True``, the API's ``dryRun=All``) goes through every rule and the
   admission hook and answers what would be stored, but stores nothing, bumps no version and
   tells no watch.
@@ -57,12 +61,23 @@ class ApiError(Exception):
         self.retry_after = retry_after
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     version: int
     type: str  # ADDED | MODIFIED | DELETED, or a control token: GONE | BREAK | BOOKMARK
     resource: GroupResource
     obj: Obj
+    # ``obj`` as JSON, once someone encoded it (the write's answer, or the first watch that
+    # sent it): every other watch of the event, and the answer, send these bytes again.
+    encoded: bytes | None = field(default=None, repr=False, compare=False)
+
+    def json_for(self, api_version: str) -> bytes:
+        """``obj`` as JSON, served as ``api_version`` (the stored object's own: encoded once)."""
+        if self.obj.get("apiVersion") != api_version:
+            return json.dumps({**self.obj, "apiVersion": api_version}).encode()
+        if self.encoded is None:
+            self.encoded = json.dumps(self.obj).encode()
+        return self.encoded
 
 
 @dataclass(eq=False)
@@ -114,6 +129,7 @@ class Store:
         self._uids = itertools.count(1)
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self.admit: Admit | None = None
+        self._last: tuple[Obj | None, Event | None] = (None, None)  # ``event_of``
         self.on_commit: Callable[[], None] | None = None  # after every write (persistence)
         self.require_namespaces = False  # namespaced creates need their Namespace (the lab)
         self.graceful_pods = False  # a DELETE of a running pod marks it terminating (the lab)
@@ -250,7 +266,10 @@ class Store:
         if rtype.group_resource == _CSR and subresource in ("status", "approval"):
             new = _csr_write(old, clone(new), subresource)
         elif subresource == "status":  # only the status is taken from ``new``: only it copied
-            merged = clone(old)
+            # The new version shares all but its metadata and status with the old one (no
+            # stored version is changed in place); an admission hook may change any part of it.
+            merged = {**old, "metadata": dict(old["metadata"])} if self.admit is None \
+                else clone(old)
             if "status" in new:
                 merged["status"] = clone(new["status"])
             else:
@@ -269,12 +288,14 @@ class Store:
             if fixed in old["metadata"]:
                 meta[fixed] = old["metadata"][fixed]
         generation = int(old["metadata"].get("generation", 1))
-        meta["generation"] = generation + (_spec_part(new) != _spec_part(old))
+        # A status write keeps all but the status of ``old``: no spec to compare.
+        meta["generation"] = generation + (subresource not in ("status", "approval")
+                                           and _spec_part(new) != _spec_part(old))
         new["apiVersion"], new["kind"] = rtype.api_version, rtype.kind
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         if self.admit is not None:
             self.admit(rtype, new, old)
-        if new == old:
+        if new.get("status") == old.get("status") and new == old:  # the status differs most
             return old  # a no-op write does not bump the resourceVersion (like the server)
         if dry_run:
             return new
@@ -309,7 +330,11 @@ class Store:
             store.pop(key, None)
         else:
             store[key] = obj
-        self._publish(Event(self.version, kind, rtype.group_resource, clone(obj)))
+        # The event carries the stored version itself: no version is changed in place, and the
+        # watches only encode it.
+        event = Event(self.version, kind, rtype.group_resource, obj)
+        self._last = (obj, event) if kind != "DELETED" else (None, None)
+        self._publish(event)
         if rtype.group_resource == CRDS:
             self._crd_changed(kind, obj)
         if self.on_commit is not None:
@@ -361,6 +386,11 @@ class Store:
         self._uids = itertools.count(top + 1)
         self.version = self.floor = int(dumped["version"])
         self.history.clear()
+
+    def event_of(self, obj: Obj) -> Event | None:
+        """The event of the last write, when ``obj`` is the very object that write stored."""
+        stored, event = self._last
+        return event if stored is obj else None
 
     # ---- watch control ----------------------------------------------------------------
     def since(self, resource: GroupResource, version: int) -> list[Event]:

@@ -384,8 +384,9 @@ def columns(rtype: ResourceType) -> list[Column]:
 
 
 def wants_table(accept: str) -> bool:
-    return any("as=Table" in part and "g=meta.k8s.io" in part and "v=v1" in part
-               for part in accept.split(","))
+    return "as=Table" in accept and any(
+        "as=Table" in part and "g=meta.k8s.io" in part and "v=v1" in part
+        for part in accept.split(","))
 
 
 def _row_object(obj: Obj, rtype: ResourceType, include: str) -> Obj | None:

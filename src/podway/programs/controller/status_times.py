@@ -68,7 +68,14 @@ def _stamp(conditions: list[Status], before: list[Status] | None, now: str) -> l
 
 def same(a: Status | None, b: Status | None) -> bool:
     """Equal as the API would store them (missing and empty are the same)."""
-    return bool(_clean(a or {}) == _clean(b or {}))
+    if not a or not b:  # a first write: one side has nothing (no copies made to say so)
+        return _empty(a) and _empty(b)
+    return a == b or bool(_clean(a) == _clean(b))
+
+
+def _empty(status: Status | None) -> bool:
+    """``_clean(status or {}) == {}``: every value empty."""
+    return not status or all(v in (None, [], {}) for v in status.values())
 
 
 def covers(current: Status | None, written: Status) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from podway.ir import WildcardMode
+from podway.ir import Listener, WildcardMode
 from podway.ir.hosts import covers, host_order
 
 
@@ -56,3 +56,14 @@ def by_sni(chains: list[tuple[str, tuple[str, ...]]], sni: str | None
 def sni_owner(host: str, names: tuple[str, ...]) -> str | None:
     covering = [n for n in names if covers(n, host, WildcardMode.SUFFIX)]
     return min(covering, key=host_order) if covering else None
+
+
+def default_only(listener: Listener) -> bool:
+    """Whether an HTTPS listener whose certificates all name hosts has one chain only, its
+    default: one certificate's chain and nothing passed through by SNI, so the engine leaves
+    the named chain out (it would equal the default: ``listeners._drop_redundant``) and that
+    certificate serves every SNI, with no look at the client's hello first."""
+    chains = sni_chains([*((c.name, c.hostnames) for c in listener.certificates),
+                         *((r.name, r.hostnames) for r in listener.l4_routes)])
+    return (bool(listener.certificates) and len(chains) == 1
+            and all(c.hostnames for c in listener.certificates))

@@ -63,7 +63,7 @@ from podway.readers.explain.model import (
 from podway.readers.explain.pools import Health, persistence_note, pool_view, summary, unique
 from podway.readers.explain.query import Query
 from podway.readers.explain.shares import drawn_shares, split
-from podway.readers.explain.tls import by_sni, sni_chains, sni_owner
+from podway.readers.explain.tls import by_sni, default_only, sni_chains, sni_owner
 from podway.readers.explain.words import (
     filter_text,
     host_kind,
@@ -244,9 +244,10 @@ class _Walk(AccessChecks):
         chains = sni_chains((c.name, c.hostnames) for c in listener.certificates)
         chosen = by_sni(chains, self.q.sni)
         self._client_certificates(listener, chosen[0] if chosen is not None else None)
+        only = ", the listener's only one (for any SNI)" if default_only(listener) else ""
         if chosen is not None:
             name, names, matched = chosen
-            self.step("tls", Mark.OK, f"terminates TLS with certificate {name}: SNI "
+            self.step("tls", Mark.OK, f"terminates TLS with certificate {name}{only}: SNI "
                       f"{self.q.sni} matches {matched}")
             return names
         default = next((c for c in listener.certificates if not c.hostnames), None)
@@ -260,8 +261,9 @@ class _Walk(AccessChecks):
             return None
         first = listener.certificates[0]
         names = next((n for c, n in chains if c == first.name), ())
+        which = only or ", the listener's first"
         self.step("tls", Mark.INFO if self.q.sni else Mark.OK,
-                  f"terminates TLS with certificate {first.name}, the listener's first "
+                  f"terminates TLS with certificate {first.name}{which} "
                   f"({no_sni(self.q.sni)}); a client checking names sees "
                   f"{', '.join(first.hostnames) or 'no name'}")
         return names

@@ -174,6 +174,32 @@ def test_the_router_makes_no_per_pool_stats_unless_every_stat_is_kept() -> None:
     assert _routers(_https_listener(), dynamic_stats=True) == [True, True]
 
 
+def test_the_router_adds_no_envoy_headers_unless_every_stat_is_kept() -> None:
+    """``x-envoy-upstream-service-time`` to the client, ``x-envoy-expected-rq-timeout-ms``
+    and ``x-envoy-original-path`` to the member: none by default, on every manager (each
+    HTTPS chain's too); Envoy's headers back in the diagnostic mode (``--envoy-stats
+    detailed``). tests/e2e/test_envoy_headers.py checks what a real Envoy sends."""
+    from envoy.extensions.filters.http.router.v3 import router_pb2
+
+    def suppressed(item: Listener, **kwargs: bool) -> list[bool]:
+        built = listener(item, **kwargs)
+        out = []
+        for chain in [*built.filter_chains, built.default_filter_chain]:
+            if not chain.filters:
+                continue
+            manager = hcm.HttpConnectionManager()
+            chain.filters[0].typed_config.Unpack(manager)
+            config = router_pb2.Router()
+            manager.http_filters[-1].typed_config.Unpack(config)
+            out.append(config.suppress_envoy_headers)
+        return out
+
+    assert suppressed(_listener()) == [True]
+    assert suppressed(_https_listener()) == [True, True]
+    assert suppressed(_listener(), dynamic_stats=True) == [False]
+    assert suppressed(_https_listener(), dynamic_stats=True) == [False, False]
+
+
 def test_the_builder_and_pipeline_pass_the_stats_choice_on() -> None:
     """``podway run --envoy-stats detailed`` (the pipeline's ``detailed_stats``) keeps them;
     the default build does not make them."""

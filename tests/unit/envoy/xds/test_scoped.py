@@ -44,6 +44,22 @@ def _manager(resources: Resources, name: str = "listener/http") -> hcm.HttpConne
 THREE = _hosts("a.com", "B.com", "c.com")
 
 
+def test_scopes_and_their_tables_are_waited_for_as_the_engine_waits_for_listeners() -> None:
+    """Envoy's 15 s initial fetch timeout ran out for each of 10,000 scope tables when Envoy
+    was busy longer (a warning each, and a host without routes until its table came): the
+    scopes and each scope's table are waited for, as ``podway engine`` and ``podway run``
+    wait for their clusters and listeners."""
+    from podway.envoy.config.common import WAIT_FOR_FIRST_S
+    from podway.envoy.engine.bootstrap import ENGINE_FETCH_TIMEOUT_S
+
+    scoped = _manager(build(_config(*THREE), scoped_min_hosts=3)).scoped_routes
+    assert ENGINE_FETCH_TIMEOUT_S == WAIT_FOR_FIRST_S == 0
+    for source in (scoped.rds_config_source, scoped.scoped_rds.scoped_rds_config_source):
+        assert source.HasField("ads")
+        assert source.HasField("initial_fetch_timeout")  # set: not Envoy's default 15 s
+        assert source.initial_fetch_timeout.ToTimedelta().total_seconds() == WAIT_FOR_FIRST_S
+
+
 def test_a_listener_with_enough_exact_hosts_is_served_as_scopes() -> None:
     built = build(_config(*THREE), scoped_min_hosts=3)
     manager = _manager(built)

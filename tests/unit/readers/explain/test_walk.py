@@ -205,6 +205,29 @@ def test_sni_chooses_the_most_specific_certificate() -> None:
     assert "certificate wild" in out.steps[1].text
 
 
+def test_one_named_certificate_is_said_to_serve_any_sni() -> None:
+    """The engine gives a listener with one named certificate its default chain alone (the
+    named chain would equal it), which serves every SNI: explain says so, whether the SNI
+    names the certificate or not, and still names the hosts a checking client sees; the
+    verdicts are those of before (421 with ``sni_host_check`` for a host it does not name)."""
+    one = replace(_https(True), certificates=(_cert("exact", "api.shop.test"),))
+    out = explain(_ir(one), parse("https://api.shop.test/"))
+    assert ("certificate exact, the listener's only one (for any SNI): SNI api.shop.test "
+            "matches api.shop.test") in out.steps[1].text
+    assert out.verdict.outcomes[0].kind is OutcomeKind.SERVED
+    out = explain(_ir(one), parse("https://www.shop.test/"))
+    assert ("certificate exact, the listener's only one (for any SNI) (SNI www.shop.test "
+            "matches no certificate name); a client checking names sees api.shop.test"
+            ) in out.steps[1].text
+    assert out.verdict.outcomes[0].status == 421
+    # beside a passthrough route by SNI, the named chain stays: the first certificate's words
+    db = L4Route(name="db", hostnames=("db.shop.test",), backends=(WeightedPool(pool="web"),),
+                 origin=ROUTE)
+    shared = replace(one, l4_routes=(db,))
+    assert "the listener's first" in explain(_ir(shared), parse("https://www.shop.test/")
+                                             ).steps[1].text
+
+
 def test_a_host_of_another_certificate_is_421_with_sni_host_check() -> None:
     """SNI www.shop.test (wildcard chain), Host api.shop.test (exact chain's): 421."""
     q = parse("https://www.shop.test/", headers=["Host: api.shop.test"])
