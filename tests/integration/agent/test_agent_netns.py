@@ -209,6 +209,32 @@ async def test_iptables_duplicate_jumps_are_repaired_and_cleaned_up(lab: Lab) ->
     assert leftovers(lab) == []
 
 
+@pytest.mark.skipif(shutil.which("iptables-restore") is None,
+                    reason="iptables-restore is not installed")
+async def test_iptables_state_without_the_invalid_guard_is_repaired(lab: Lab) -> None:
+    """An older agent's iptables state (DNAT chain and jumps, no filter chain against invalid
+    packets) is drift: repair adds the guard; a delta keeps it in step; cleanup removes it."""
+    rules = backend("iptables", lab.node)
+    try:
+        await rules.sync([to("pod1", 61000)])
+        sh("iptables", "-D", "INPUT", "-m", "conntrack", "--ctstate", "INVALID", "-j",
+           "PODWAY-NPL-INVALID", ns=lab.node)
+        sh("iptables", "-F", "PODWAY-NPL-INVALID", ns=lab.node)
+        sh("iptables", "-X", "PODWAY-NPL-INVALID", ns=lab.node)
+        assert await rules.installed() is None
+        assert await rules.repair(lambda: [to("pod1", 61000)]) is True
+        assert await rules.installed() == {to("pod1", 61000)}
+        await rules.apply(add=[to("pod2", 61001)], remove=[to("pod1", 61000)])
+        assert await rules.installed() == {to("pod2", 61001)}
+        guard = sh("iptables-save", "-t", "filter", ns=lab.node)
+        assert "-A PODWAY-NPL-INVALID -p tcp -m tcp --dport 61001 -j DROP" in guard, guard
+        assert "--dport 61000" not in guard, guard
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
 @pytest.mark.skipif(shutil.which("conntrack") is None, reason="conntrack is not installed")
 @pytest.mark.parametrize("kind", BACKENDS)
 async def test_udp_flow_follows_a_repointed_mapping(lab: Lab, kind: str) -> None:

@@ -394,6 +394,8 @@ async def test_iptables_drift_check_takes_a_missing_guard_as_drift() -> None:
     guard = ["*filter", ":PODWAY-NPL-INVALID - [0:0]", iptables.GUARD_JUMP]
     runner.tables["filter"] = "\n".join([*guard, iptables.guard_line(B), "COMMIT"])
     assert await rules.installed() is None  # guards the wrong port
+    runner.tables["filter"] = "\n".join([*guard[:2], iptables.guard_line(A), "COMMIT"])
+    assert await rules.installed() is None  # right port, but nothing jumps to the guard
     runner.tables["filter"] = "\n".join([*guard, iptables.guard_line(A), "COMMIT"])
     assert await rules.installed() == {A}
     calls = len(runner.calls)
