@@ -16,6 +16,7 @@ chain is walked by invalid packets alone. Every payload writes the nat and the f
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -161,13 +162,17 @@ class IptablesRules(KernelRules):
         except RulesError as exc:
             raise refused(exc, "the iptables filter table") from None
 
+    async def _save_both(self) -> tuple[tuple[set[Rule], list[str], bool],
+                                        tuple[set[tuple[str, int]], list[str], bool]]:
+        """Both tables, read side by side (two ``iptables-save`` processes at once)."""
+        return await asyncio.gather(self._save(), self._save_guard())
+
     async def _restore(self, payload: str) -> None:
         if payload:
             await self.runner.run("iptables-restore", "--noflush", stdin=payload)
 
     async def _sync_locked(self) -> None:
-        _, jumps, _ = await self._save()
-        _, guard_jumps, _ = await self._save_guard()
+        (_, jumps, _), (_, guard_jumps, _) = await self._save_both()
         await self._restore(full_payload(self.desired.values(), present_jumps=jumps,
                                          present_guard_jumps=guard_jumps))
 
@@ -175,8 +180,7 @@ class IptablesRules(KernelRules):
         await self._restore(delta_payload(add=add, remove=remove))
 
     async def _cleanup_locked(self) -> bool:
-        _, jumps, exists = await self._save()
-        _, guard_jumps, guard_exists = await self._save_guard()
+        (_, jumps, exists), (_, guard_jumps, guard_exists) = await self._save_both()
         payload = cleanup_payload(present_jumps=jumps, chain_exists=exists,
                                   present_guard_jumps=guard_jumps, guard_exists=guard_exists)
         if not payload:
@@ -185,11 +189,10 @@ class IptablesRules(KernelRules):
         return True
 
     async def _read(self) -> set[Rule] | None:
-        rules, jumps, exists = await self._save()
+        (rules, jumps, exists), (ports, guard_jumps, guard_exists) = await self._save_both()
         if not exists or Counter(jumps) != Counter(JUMPS):  # a missing or an extra copy
             return None
         # The guard must drop exactly the mapped ports: an older agent's state has none.
-        ports, guard_jumps, guard_exists = await self._save_guard()
         if not guard_exists or guard_jumps != [GUARD_JUMP]:
             return None
         if ports != {(rule.protocol, rule.node_port) for rule in rules}:
