@@ -66,8 +66,9 @@ def leftovers(lab: Lab) -> list[str]:
     found = [line for line in sh("nft", "list", "tables", ns=lab.node).splitlines()
              if "podway" in line]
     if shutil.which("iptables-save"):
-        found += [line for line in sh("iptables-save", "-t", "nat", ns=lab.node).splitlines()
-                  if "PODWAY" in line]
+        for table in ("nat", "filter"):
+            found += [line for line in sh("iptables-save", "-t", table, ns=lab.node).splitlines()
+                      if "PODWAY" in line]
     return found
 
 
@@ -157,13 +158,14 @@ def _echo(ns: str, port: int) -> subprocess.Popen[bytes]:
                              "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("kind", BACKENDS[:2])
+@pytest.mark.parametrize("kind", BACKENDS)
 async def test_an_invalid_packet_to_a_node_port_gets_no_reset_from_the_node(
         lab: Lab, kind: str) -> None:
     """A packet of a DNATed flow that conntrack calls invalid (a late segment outside the
-    window, a bad flag set) is not DNATed: without the table's ``input`` chain the node's own
-    stack answers it with a reset, which can tear the load balancer's live connection to the
-    pod down. The node sends the client no reset and the connection keeps working."""
+    window, a bad flag set) is not DNATed: without the table's ``input`` chain (iptables: the
+    filter chain ``PODWAY-NPL-INVALID``) the node's own stack answers it with a reset, which
+    can tear the load balancer's live connection to the pod down. The node sends the client
+    no reset and the connection keeps working."""
     echo = _echo(lab.pods["pod1"], 9090)
     rules = backend(kind, lab.node)
     try:
@@ -201,6 +203,32 @@ async def test_iptables_duplicate_jumps_are_repaired_and_cleaned_up(lab: Lab) ->
         assert await rules.installed() == {to("pod1", 61000)}
         sh("iptables", "-t", "nat", "-A", "OUTPUT", "-m", "addrtype", "--dst-type", "LOCAL",
            "-j", "PODWAY-NPL", ns=lab.node)
+    finally:
+        await rules.cleanup()
+        rules.close()
+    assert leftovers(lab) == []
+
+
+@pytest.mark.skipif(shutil.which("iptables-restore") is None,
+                    reason="iptables-restore is not installed")
+async def test_iptables_state_without_the_invalid_guard_is_repaired(lab: Lab) -> None:
+    """An older agent's iptables state (DNAT chain and jumps, no filter chain against invalid
+    packets) is drift: repair adds the guard; a delta keeps it in step; cleanup removes it."""
+    rules = backend("iptables", lab.node)
+    try:
+        await rules.sync([to("pod1", 61000)])
+        sh("iptables", "-D", "INPUT", "-m", "conntrack", "--ctstate", "INVALID", "-j",
+           "PODWAY-NPL-INVALID", ns=lab.node)
+        sh("iptables", "-F", "PODWAY-NPL-INVALID", ns=lab.node)
+        sh("iptables", "-X", "PODWAY-NPL-INVALID", ns=lab.node)
+        assert await rules.installed() is None
+        assert await rules.repair(lambda: [to("pod1", 61000)]) is True
+        assert await rules.installed() == {to("pod1", 61000)}
+        await rules.apply(add=[to("pod2", 61001)], remove=[to("pod1", 61000)])
+        assert await rules.installed() == {to("pod2", 61001)}
+        guard = sh("iptables-save", "-t", "filter", ns=lab.node)
+        assert "-A PODWAY-NPL-INVALID -p tcp -m tcp --dport 61001 -j DROP" in guard, guard
+        assert "--dport 61000" not in guard, guard
     finally:
         await rules.cleanup()
         rules.close()

@@ -93,7 +93,26 @@ def test_iptables_full_payload_exact() -> None:
         "-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         "-A PODWAY-NPL -p tcp -m tcp --dport 61000 -j DNAT --to-destination 198.18.1.2:8080\n"
         "-A PODWAY-NPL -p udp -m udp --dport 61000 -j DNAT --to-destination 198.18.1.2:5353\n"
+        "COMMIT\n"
+        "*filter\n"
+        ":PODWAY-NPL-INVALID - [0:0]\n"
+        "-I INPUT 1 -m conntrack --ctstate INVALID -j PODWAY-NPL-INVALID\n"
+        "-A PODWAY-NPL-INVALID -p tcp -m tcp --dport 61000 -j DROP\n"
+        "-A PODWAY-NPL-INVALID -p udp -m udp --dport 61000 -j DROP\n"
         "COMMIT\n")
+
+
+def test_iptables_full_payload_keeps_one_guard_jump() -> None:
+    """The INVALID guard's jump is inserted only when missing; extra copies and jumps that are
+    not ours exactly (an older version) are deleted, ours stays where it is."""
+    other = "-A INPUT -j PODWAY-NPL-INVALID"
+    payload = iptables.full_payload([], present_jumps=iptables.JUMPS, present_guard_jumps=[
+        iptables.GUARD_JUMP, other, iptables.GUARD_JUMP])
+    assert payload.split("COMMIT\n")[1] == (
+        "*filter\n"
+        ":PODWAY-NPL-INVALID - [0:0]\n"
+        "-D INPUT -j PODWAY-NPL-INVALID\n"
+        "-D INPUT -m conntrack --ctstate INVALID -j PODWAY-NPL-INVALID\n")
 
 
 def test_iptables_delta_and_cleanup_payloads_exact() -> None:
@@ -102,14 +121,28 @@ def test_iptables_delta_and_cleanup_payloads_exact() -> None:
         "*nat\n"
         "-D PODWAY-NPL -p tcp -m tcp --dport 61000 -j DNAT --to-destination 198.18.1.2:8080\n"
         "-A PODWAY-NPL -p tcp -m tcp --dport 61001 -j DNAT --to-destination 198.18.2.2:8080\n"
+        "COMMIT\n"
+        "*filter\n"
+        "-D PODWAY-NPL-INVALID -p tcp -m tcp --dport 61000 -j DROP\n"
+        "-A PODWAY-NPL-INVALID -p tcp -m tcp --dport 61001 -j DROP\n"
         "COMMIT\n")
-    assert iptables.cleanup_payload(present_jumps=iptables.JUMPS, chain_exists=True) == (
+    assert iptables.cleanup_payload(present_jumps=iptables.JUMPS, chain_exists=True,
+                                    present_guard_jumps=[iptables.GUARD_JUMP],
+                                    guard_exists=True) == (
         "*nat\n"
         "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         "-D OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
         ":PODWAY-NPL - [0:0]\n"
         "-X PODWAY-NPL\n"
+        "COMMIT\n"
+        "*filter\n"
+        "-D INPUT -m conntrack --ctstate INVALID -j PODWAY-NPL-INVALID\n"
+        ":PODWAY-NPL-INVALID - [0:0]\n"
+        "-X PODWAY-NPL-INVALID\n"
         "COMMIT\n")
+    # An older agent's state (nat only): nothing is written to the filter table.
+    assert iptables.cleanup_payload(present_jumps=[], chain_exists=True) == (
+        "*nat\n:PODWAY-NPL - [0:0]\n-X PODWAY-NPL\nCOMMIT\n")
     assert iptables.cleanup_payload(present_jumps=[], chain_exists=False) == ""
 
 
@@ -119,6 +152,11 @@ def test_iptables_parse_save_roundtrip() -> None:
                       "-A PREROUTING -j KUBE-SERVICES", *iptables.JUMPS,
                       iptables.rule_line(A), iptables.rule_line(U), "COMMIT"])
     assert iptables.parse_save(save) == ({A, U}, list(iptables.JUMPS), True)
+    save = "\n".join(["*filter", ":INPUT ACCEPT [0:0]", ":PODWAY-NPL-INVALID - [0:0]",
+                      "-A INPUT -j KUBE-FIREWALL", iptables.GUARD_JUMP,
+                      iptables.guard_line(A), iptables.guard_line(U), "COMMIT"])
+    assert iptables.parse_guard(save) == ({("tcp", 61000), ("udp", 61000)},
+                                          [iptables.GUARD_JUMP], True)
 
 
 def test_iptables_duplicate_jumps_are_counted_synced_to_one_and_all_cleaned() -> None:
@@ -127,7 +165,7 @@ def test_iptables_duplicate_jumps_are_counted_synced_to_one_and_all_cleaned() ->
     save = "\n".join(["*nat", ":PODWAY-NPL - [0:0]", pre, out, pre, "COMMIT"])
     _, jumps, exists = iptables.parse_save(save)
     assert jumps == [pre, out, pre]
-    assert iptables.full_payload([], present_jumps=jumps) == (
+    assert iptables.full_payload([], present_jumps=jumps).split("*filter")[0] == (
         "*nat\n"
         ":PODWAY-NPL - [0:0]\n"
         "-D PREROUTING -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
@@ -289,7 +327,7 @@ def test_iptables_sync_replaces_a_jump_of_an_older_version() -> None:
     old_output = "-A OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL"
     save = "\n".join(["*nat", ":PODWAY-NPL - [0:0]", iptables.JUMPS[0], old_output, "COMMIT"])
     _, jumps, _ = iptables.parse_save(save)
-    assert iptables.full_payload([], present_jumps=jumps) == (
+    assert iptables.full_payload([], present_jumps=jumps).split("*filter")[0] == (
         "*nat\n"
         ":PODWAY-NPL - [0:0]\n"
         "-D OUTPUT -m addrtype --dst-type LOCAL -j PODWAY-NPL\n"
@@ -325,3 +363,41 @@ async def test_cleanup_without_privilege_says_so_instead_of_nothing_installed(
     runner.fail, runner.error = 1, "Error: No such file or directory; did you mean table 'x'?"
     if backend is nftables.NftablesRules:
         assert await backend(runner=runner).cleanup() is False  # a missing table: nothing there
+
+
+class SaveRunner(FakeRunner):
+    """Serves ``iptables-save -t TABLE`` from ``tables``; records restores."""
+
+    def __init__(self, tables: dict[str, str]) -> None:
+        super().__init__()
+        self.tables = tables
+
+    async def run(self, *args: str, stdin: str = "") -> str:
+        await super().run(*args, stdin=stdin)
+        return self.tables.get(args[-1], "") if args[0] == "iptables-save" else ""
+
+
+async def test_iptables_drift_check_takes_a_missing_guard_as_drift() -> None:
+    """An older agent's state (DNAT chain and jumps, no INVALID guard) is drift: repair
+    rewrites it with the guard; with the guard in place and matching, nothing is rewritten."""
+    nat = "\n".join(["*nat", ":PODWAY-NPL - [0:0]", *iptables.JUMPS, iptables.rule_line(A),
+                     "COMMIT"])
+    runner = SaveRunner({"nat": nat, "filter": "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT"})
+    rules = iptables.IptablesRules(runner=runner)
+    assert await rules.installed() is None
+    assert await rules.repair(lambda: [A]) is True
+    restore = [stdin for args, stdin in runner.calls if args[0] == "iptables-restore"]
+    assert restore[-1].endswith("*filter\n:PODWAY-NPL-INVALID - [0:0]\n"
+                                "-I INPUT 1 -m conntrack --ctstate INVALID -j PODWAY-NPL-INVALID\n"
+                                "-A PODWAY-NPL-INVALID -p tcp -m tcp --dport 61000 -j DROP\n"
+                                "COMMIT\n")
+    guard = ["*filter", ":PODWAY-NPL-INVALID - [0:0]", iptables.GUARD_JUMP]
+    runner.tables["filter"] = "\n".join([*guard, iptables.guard_line(B), "COMMIT"])
+    assert await rules.installed() is None  # guards the wrong port
+    runner.tables["filter"] = "\n".join([*guard[:2], iptables.guard_line(A), "COMMIT"])
+    assert await rules.installed() is None  # right port, but nothing jumps to the guard
+    runner.tables["filter"] = "\n".join([*guard, iptables.guard_line(A), "COMMIT"])
+    assert await rules.installed() == {A}
+    calls = len(runner.calls)
+    assert await rules.repair(lambda: [A]) is False
+    assert all(args[0] == "iptables-save" for args, _ in runner.calls[calls:])
