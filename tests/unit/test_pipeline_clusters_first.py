@@ -148,3 +148,45 @@ def test_a_stream_answers_no_type_before_it_is_set(sotw: bool) -> None:
     early, later = _streams_answer(sotw)
     assert early == {types.CLUSTER, types.ENDPOINT}
     assert types.LISTENER in later
+
+
+def test_a_cluster_an_adopted_engine_holds_is_not_removed_before_its_listeners_are_set() -> None:
+    """``podway run`` adopting a running Envoy: its clusters request may come after the early
+    set of clusters and assignments but before it asks for listeners. Removing a cluster it
+    holds then would leave its listeners and routes naming a cluster it no longer has (503s
+    until the new listeners arrive): the removal waits for the listeners' and routes' first
+    set, and goes once they are current."""
+    from envoy.service.discovery.v3 import discovery_pb2 as d
+
+    from podway.envoy.config import Builder
+    from podway.envoy.xds.delta import DeltaStream
+    from podway.translate import IncrementalTranslator
+
+    result = IncrementalTranslator(TranslateOptions(address="127.0.0.1")).update(
+        update(WEB + "---" + INGRESS).snapshot, None)
+    cache, builder = Cache(), Builder()
+    cache.set_early(builder.pools_of(result.ir))
+    stream = DeltaStream(cache)
+    held = d.DeltaDiscoveryRequest(type_url=types.CLUSTER)
+    held.initial_resource_versions["old-pool"] = "1"
+    removed: set[str] = set()
+
+    def answer(responses: list[d.DeltaDiscoveryResponse]) -> None:
+        for response in responses:
+            removed.update(response.removed_resources)
+            more, _ = stream.on_request(d.DeltaDiscoveryRequest(
+                type_url=response.type_url, response_nonce=response.nonce))
+            answer(more)
+
+    answer(stream.on_request(held)[0])
+    answer(stream.on_request(d.DeltaDiscoveryRequest(
+        type_url=types.ENDPOINT,
+        resource_names_subscribe=list(cache.get(types.ENDPOINT).resources)))[0])
+    assert "old-pool" not in removed
+    cache.set(builder.build(result.ir, result.change))
+    answer(stream.on_change())
+    for type_url in (types.LISTENER, types.ROUTE):
+        more, _ = stream.on_request(d.DeltaDiscoveryRequest(type_url=type_url))
+        answer(more)
+    answer(stream.on_change())
+    assert "old-pool" in removed

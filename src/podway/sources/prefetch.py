@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +42,9 @@ from typing import IO, Any
 MIN_BYTES = 256 * 1024
 #: Larger files are left to the main process, which refuses them (``LoadLimits``' default).
 MAX_BYTES = 32 * 1024 * 1024
+#: How long the main process waits for the worker with nothing from it before it parses the
+#: file itself: a worker alive but stuck must not stall the first load forever.
+PATIENCE_S = 30.0
 _HEADER = struct.Struct("!Q")
 _SUFFIXES = (".yaml", ".yml", ".json")  # podway.model.loader.MANIFEST_SUFFIXES
 Built = tuple[list[Any], int | None]
@@ -60,6 +64,8 @@ class Prefetch:
         self._plan: frozenset[str] | None = None
         self._built: dict[str, tuple[bytes, Built | None]] = {}
         self._ended = False
+        self._heard = time.monotonic()  # the worker's start or last frame
+        self.patience_s = PATIENCE_S
         self.used = 0  # files whose documents were taken from the worker
         try:
             self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -80,12 +86,16 @@ class Prefetch:
         if len(data) < self.min_bytes:
             return None  # not the worker's (and no wait for its start)
         key = os.path.realpath(path)  # the worker names files so too
+        def waiting() -> bool:
+            return (not self._ended and not stop()
+                    and time.monotonic() - self._heard < self.patience_s)
+
         with self._cond:
-            while self._plan is None and not self._ended and not stop():
+            while self._plan is None and waiting():
                 self._cond.wait(0.05)
             if self._plan is None or key not in self._plan:
                 return None
-            while key not in self._built and not self._ended and not stop():
+            while key not in self._built and waiting():
                 self._cond.wait(0.05)
             entry = self._built.pop(key, None)
         if entry is None or entry[1] is None or entry[0] != digest(data):
@@ -114,6 +124,7 @@ class Prefetch:
                 body = stream.read(_HEADER.unpack(head)[0])
                 frame = pickle.loads(body)
                 with self._cond:
+                    self._heard = time.monotonic()
                     if frame[0] == "plan":
                         self._plan = frozenset(frame[1])
                     elif not self._ended:

@@ -12,6 +12,7 @@ import io
 import pickle
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,23 @@ async def test_a_watch_that_ends_stops_its_parse_in_flight(tmp_path: Path,
     async with asyncio.timeout(10):
         await asyncio.to_thread(finished.wait)
     assert results == ["stopped"]
+
+
+def test_a_worker_alive_but_silent_is_given_up_after_its_patience(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that runs but never answers (stuck) must not stall the first load: after
+    ``patience_s`` with nothing from it, the main process parses the file itself."""
+    silent = tmp_path / "silent.py"
+    silent.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(prefetch_module, "__file__", str(silent))
+    big = tmp_path / "big.yaml"
+    big.write_text(_text(2000))
+    data = big.read_bytes()
+    prefetch = Prefetch(tmp_path)
+    prefetch.patience_s = 0.5
+    try:
+        started = time.monotonic()
+        assert prefetch.take(big, data) is None
+        assert time.monotonic() - started < 5
+    finally:
+        prefetch.close()

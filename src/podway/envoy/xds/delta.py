@@ -281,8 +281,10 @@ class DeltaStream:
         for type_url in REMOVALS_WAIT_FOR:
             state = self._types.get(type_url)
             if state is None:
-                if self.cache.get(type_url).resources:
-                    return False  # not subscribed yet: a reconnecting Envoy may hold old ones
+                # Not subscribed yet: a reconnecting Envoy may hold old ones; and before the
+                # type's first set (``Cache.set_early``) nobody knows what it will name.
+                if not self.cache.is_set(type_url) or self.cache.get(type_url).resources:
+                    return False
                 continue
             if state.nonces:
                 return False
