@@ -39,7 +39,7 @@ from podway.envoy.engine.state import StateDir, open_state
 from podway.envoy.xds.protocol import Event
 from podway.envoy.xds.server import ServerTLS, XdsServer
 from podway.ir import IR, EngineKind, Listener
-from podway.pipeline import Pipeline, PipelineStopped, Rejection, State
+from podway.pipeline import Pipeline, Rejection, State
 from podway.programs.gc_policy import GcPolicy, keep_settled
 from podway.readers import surfaces
 from podway.readers.surfaces import SOCKET_NAME
@@ -270,17 +270,11 @@ class Standalone:
 
     async def _surfaces(self, admin: Path | None, engine: Engine | None) -> None:
         """The admin endpoint and the dashboard (``podway.readers.surfaces``, as the
-        controller's), from the first state on, once the engine is ready (at most
-        ``SURFACES_AFTER_S`` later): their modules (aiohttp's server, explain) are imported
-        then, off the way to the first configuration (docs/performance.md, "Cold start");
-        before it they could only say "no state yet"."""
-        try:
-            await self.pipeline.wait_for(lambda s: True)
-        except PipelineStopped:
-            return
-        if engine is not None:
-            with contextlib.suppress(TimeoutError):
-                await engine.wait_ready(limit_s=SURFACES_AFTER_S)
+        controller's), from the start: the admin socket's folder is checked (private) before
+        anything is served, and the dashboard answers "no state yet" until the first state.
+        (Waiting for the engine to move their imports off the way to the first configuration
+        made a folder opened meanwhile stop the whole process once serving, and left the
+        dashboard refusing connections for seconds: reverted.)"""
         await surfaces.serve(self.pipeline, surfaces.SurfaceOptions(
             mode=str(self.opts.translate.mode), admin_socket=admin,
             dashboard=self.opts.dashboard, dashboard_refresh_s=self.opts.dashboard_refresh_s,
@@ -406,7 +400,6 @@ async def listening(standalone: Standalone, engine: Engine, *, limit_s: float = 
 
 
 _IN_USE = "already in use"
-SURFACES_AFTER_S = 5.0  # the admin endpoint waits at most this long for the engine's start
 CLAIM_LIMIT_S = 30.0  # ``podway run``: how long it looks for a port another program holds
 
 
