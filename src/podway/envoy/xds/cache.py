@@ -16,11 +16,8 @@ Invariants:
   the newest snapshot when it wakes).
 * Make before break (``podway.envoy.xds.handover``): a load assignment that would replace every
   serving member of an actively checked pool is served as an interim (the departing members at
-  priority 1) for a bounded hold, then the final one is set. A newer assignment inside the
-  hold is compared with the departing members the hold began with, never with the interim's
-  new (maybe unchecked) members: it ends the hold only when one of those serves again (or the
-  pool empties); otherwise they stay held until the hold's end. Holds need a running event
-  loop (without one, the final is served).
+  priority 1) for a bounded hold, then the final one is set; a newer assignment for that pool
+  ends the hold at once. Holds need a running event loop (without one, the final is served).
   Cost: only pools whose assignment changed are compared.
 """
 

@@ -17,9 +17,7 @@ assignment follows.
 Invariants: the interim holds every member of the new assignment unchanged at priority 0; a
 member the new assignment lists (not ready, draining) is never held back in priority 1; nothing
 is held for a cluster without active checks (there is no gap to bridge) nor when the new
-assignment has no serving member (an emptied pool is the truth, not a change to bridge). A
-change inside a hold is compared with the departing members the hold began with
-(``assignment_of``), never with the interim: its new members may be unchecked. The
+assignment has no serving member (an emptied pool is the truth, not a change to bridge). The
 functions are pure; the timing lives in ``podway.envoy.xds.cache``.
 
 A rollout is not bridged here: its old pods stay listed (terminating) while the new ones turn

@@ -16,10 +16,7 @@ An engine that reconnects over delta xDS names the version it holds of each load
 recalls those members, and when the cache's assignment would replace every one of them, the
 engine first gets an interim: the new assignment plus the recalled members at priority 1,
 exactly as the cache's own handover, for the same bounded hold (``handover.hold_s``); the cache's
-assignment follows when the hold ends. A change inside the hold carries the recalled members on
-(never the interim's new ones, which the engine may not have checked), as the cache does; an
-interim's version names its held members apart, so an engine reconnecting inside a hold
-recalls those.
+assignment follows when the hold ends, or at once when it changes again.
 
 Invariants: only a version the engine named on connect, and still holds, is recalled (a
 resource sent since is known to the stream); nothing is held for a pool without active checks,
