@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy import types
@@ -68,8 +67,6 @@ class _Hold:
     final: Resource
     interim: Resource
     timer: asyncio.TimerHandle
-    held: list[ec.LbEndpoint]  # the departing members when the hold began: the checked ones
-    until: float  # loop time at which the final is served
 
 
 class Cache:
@@ -165,9 +162,9 @@ class Cache:
             if hold is not None:
                 hold.timer.cancel()
                 del self._holds[name]
-            elif before.digest == resource.digest:
+            if before.digest == resource.digest:
                 continue
-            interim = self._interim(name, hold or before, resource, resources)
+            interim = self._interim(name, before, resource, resources)
             if interim is not None:
                 replaced[name] = interim
         if not replaced:
@@ -176,44 +173,24 @@ class Cache:
         out[types.ENDPOINT] = MappingProxyType({**new, **replaced})
         return out
 
-    def _interim(self, name: str, before: Resource | _Hold, after: Resource,
+    def _interim(self, name: str, before: Resource, after: Resource,
                  resources: Resources) -> Resource | None:
-        """The interim for ``after`` replacing what was served (``before``), or for a change
-        inside a hold: the hold's own departing members, never the interim's new ones (the
-        engine may not have checked them), and its end unless none of the hold's new members
-        stays (then a full hold from now)."""
         cluster = resources.get(types.CLUSTER, _EMPTY).get(name)
         hold_s = handover.hold_s(cluster.message if cluster is not None and isinstance(
             cluster.message, cluster_pb2.Cluster) else None)
-        new = after.message
-        if hold_s is None or not isinstance(new, endpoint_pb2.ClusterLoadAssignment):
+        if hold_s is None or not isinstance(before.message, endpoint_pb2.ClusterLoadAssignment) \
+                or not isinstance(after.message, endpoint_pb2.ClusterLoadAssignment):
             return None
-        if isinstance(before, _Hold):
-            served = handover.assignment_of(before.held)
-        elif isinstance(before.message, endpoint_pb2.ClusterLoadAssignment):
-            served = before.message
-        else:
-            return None
-        held = handover.departing(served, new)
+        held = handover.departing(before.message, after.message)
         if not held:
             return None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return None  # no loop to end the hold on: serve the final assignment
-        until = loop.time() + hold_s
-        if isinstance(before, _Hold):
-            final = before.final.message
-            if isinstance(final, endpoint_pb2.ClusterLoadAssignment) \
-                    and handover.keeps_serving(final, new):
-                until = before.until
-            else:
-                until = max(until, before.until)
-        interim = assignment_resource(name, handover.interim(new, held),
-                                      held=handover.keys(held))
-        timer = loop.call_at(until, self._settle, name)
-        self._holds[name] = _Hold(final=after, interim=interim, timer=timer, held=held,
-                                  until=until)
+        interim = assignment_resource(name, handover.interim(after.message, held))
+        timer = loop.call_later(hold_s, self._settle, name)
+        self._holds[name] = _Hold(final=after, interim=interim, timer=timer)
         return interim
 
     def _settle(self, name: str) -> None:

@@ -59,34 +59,6 @@ def departing(served: endpoint_pb2.ClusterLoadAssignment,
     return [before[key] for key in sorted(before) if key not in listed]
 
 
-def assignment_of(members: list[ec.LbEndpoint] | tuple[tuple[str, int], ...]
-                  ) -> endpoint_pb2.ClusterLoadAssignment:
-    """``members`` (endpoints or address and port) as one group of serving members: what a
-    hold carries on from, whatever the engine was sent since."""
-    out = endpoint_pb2.ClusterLoadAssignment()
-    group = out.endpoints.add()
-    for member in members:
-        endpoint = group.lb_endpoints.add(health_status=health_check_pb2.HEALTHY)
-        if isinstance(member, ec.LbEndpoint):
-            endpoint.CopyFrom(member)
-            endpoint.health_status = health_check_pb2.HEALTHY
-        else:
-            endpoint.endpoint.address.socket_address.address = member[0]
-            endpoint.endpoint.address.socket_address.port_value = member[1]
-    return out
-
-
-def keeps_serving(before: endpoint_pb2.ClusterLoadAssignment,
-                  after: endpoint_pb2.ClusterLoadAssignment) -> bool:
-    """Whether ``after`` keeps one serving member of ``before`` serving."""
-    return bool(_serving(before).keys() & _serving(after).keys())
-
-
-def keys(members: list[ec.LbEndpoint]) -> tuple[tuple[str, int], ...]:
-    """Address and port of each of ``members``."""
-    return tuple(_key(e) for e in members)
-
-
 def interim(new: endpoint_pb2.ClusterLoadAssignment, held: list[ec.LbEndpoint]
             ) -> endpoint_pb2.ClusterLoadAssignment:
     """``new`` with ``held`` added as one group of priority 1."""

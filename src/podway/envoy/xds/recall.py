@@ -31,14 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.core.v3 import health_check_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy.config import Resource
-from podway.envoy.config.endpoints import (
-    assignment_resource,
-    held_in_version,
-    serving_in_version,
-)
+from podway.envoy.config.endpoints import assignment_resource, serving_in_version
 from podway.envoy.xds import handover
 
 
@@ -47,8 +45,6 @@ class _Bridge:
     final: str  # digest of the cache's assignment the interim stands in for
     interim: Resource
     until: float  # clock() value at which the final is sent
-    held: tuple[tuple[str, int], ...]  # the recalled members held: the checked ones
-    serving: endpoint_pb2.ClusterLoadAssignment  # the final's (the interim's new members)
 
 
 class Recall:
@@ -74,11 +70,10 @@ class Recall:
                     self._bridges[name] = bridge
                     return bridge.interim
                 return resource  # the hold is over
-            recalled = bridge.held  # changed again: carry on from the members held
+            named = bridge.interim.digest  # changed again: bridge from the interim
         elif named is None or named != held or held == resource.digest:
             return resource  # not recalled, something was sent since, or nothing changes
-        else:  # an interim's version names its held members apart: only those are checked
-            recalled = held_in_version(named) or serving_in_version(named)
+        recalled = serving_in_version(named)
         cluster = clusters.get(name)
         hold_s = handover.hold_s(cluster.message if cluster is not None and isinstance(
             cluster.message, cluster_pb2.Cluster) else None)
@@ -86,16 +81,11 @@ class Recall:
         if not recalled or hold_s is None or not isinstance(
                 new, endpoint_pb2.ClusterLoadAssignment):
             return resource
-        departing = handover.departing(handover.assignment_of(recalled), new)
+        departing = handover.departing(_assignment(name, recalled), new)
         if not departing:
             return resource
-        until = now + hold_s
-        if bridge is not None:  # the first hold's end, unless none of its new members stays
-            until = bridge.until if handover.keeps_serving(bridge.serving, new) \
-                else max(until, bridge.until)
-        kept = handover.keys(departing)
-        interim = assignment_resource(name, handover.interim(new, departing), held=kept)
-        self._bridges[name] = _Bridge(resource.digest, interim, until, kept, new)
+        interim = assignment_resource(name, handover.interim(new, departing))
+        self._bridges[name] = _Bridge(resource.digest, interim, now + hold_s)
         return interim
 
     def settled(self, name: str, known: str | None, digest: str) -> bool:
@@ -116,3 +106,15 @@ class Recall:
         """Pools whose hold has ended: their final assignment is owed."""
         return {name for name, b in self._bridges.items() if b.until <= now}
 
+
+def _assignment(name: str, members: tuple[tuple[str, int], ...]
+                ) -> endpoint_pb2.ClusterLoadAssignment:
+    """The recalled members as a load assignment of serving members."""
+    out = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
+    group = out.endpoints.add()
+    for address, port in members:
+        endpoint = ec.LbEndpoint(health_status=health_check_pb2.HEALTHY)
+        endpoint.endpoint.address.socket_address.address = address
+        endpoint.endpoint.address.socket_address.port_value = port
+        group.lb_endpoints.append(endpoint)
+    return out

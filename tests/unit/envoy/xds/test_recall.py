@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import MappingProxyType
 
-import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.endpoint.v3 import endpoint_pb2
 from envoy.extensions.filters.http.jwt_authn.v3 import config_pb2 as jwt_pb2
@@ -22,7 +21,6 @@ from podway.envoy.config.common import pack
 from podway.envoy.config.endpoints import (
     SERVING_IN_VERSION,
     assignment_resource,
-    held_in_version,
     load_assignment,
     serving_in_version,
 )
@@ -143,9 +141,6 @@ def test_a_version_from_the_engine_that_does_not_read_names_nothing() -> None:
                     "abc~10.0.0.1:70000", "abc~10.0.0.1", "abc~10.0.0.1:80,bad:1",
                     "abc~" + ",".join(["10.0.0.1:80"] * 100) + "9" * 300):
         assert serving_in_version(version) == (), version
-        assert held_in_version(version) == (), version
-    for version in ("abc~10.0.0.1:80~", "abc~10.0.0.1:80~bad:1", "abc~10.0.0.1:80~1.2.3.4:80~"):
-        assert serving_in_version(version) == held_in_version(version) == (), version
 
 
 def test_two_independent_builds_give_the_same_versions() -> None:
@@ -189,77 +184,14 @@ def test_a_member_swap_made_while_podway_was_down_is_bridged() -> None:
     assert stream.on_change() == []
 
 
-def test_a_change_during_the_hold_keeps_the_recalled_members_and_the_hold_s_end() -> None:
-    """A newer assignment inside the hold (one more new pod ready, normal in a rollout) keeps
-    the recalled members (checked) at priority 1 until the first hold ends: the interim's new
-    members count for nothing, the engine may not have checked them yet (the bug: 9002 "stayed
-    serving", the bridge ended, and the pool was left with unchecked members only)."""
-    held = _held(_config(8080, 8081))
-    stream, clock, out = _restarted(held, _config(9080, 9081))
-    assert [_by_priority(r) for r in out if r.type_url == types.ENDPOINT] == [
-        {0: [9080, 9081], 1: [8080, 8081]}]
-    end = stream.next_retry_at()
-    assert end is not None
-    clock.now += 0.1
-    stream.cache.set(Builder().build(_config(9080, 9081, 9082)))
-    (newer,) = stream.on_change()
-    assert _by_priority(newer) == {0: [9080, 9081, 9082], 1: [8080, 8081]}
-    assert _answered(stream, [_ack(types.ENDPOINT, newer.nonce)]) == []
-    assert stream.next_retry_at() == end  # not a new hold: the first one's end
-    clock.now = end
-    (final,) = stream.on_change()
-    assert _by_priority(final) == {0: [9080, 9081, 9082]}
-
-
-def test_a_change_during_the_hold_that_brings_a_recalled_member_back_ends_it() -> None:
+def test_a_change_during_the_hold_ends_it() -> None:
+    """A newer assignment replaces the bridge at once; it is bridged from the interim."""
     held = _held(_config(9001))
-    stream, _, _ = _restarted(held, _config(9002))
-    stream.cache.set(Builder().build(_config(9001, 9002)))
+    stream, _, out = _restarted(held, _config(9002))
+    assert [r.type_url for r in out] == [types.ENDPOINT]
+    stream.cache.set(Builder().build(_config(9002, 9003)))
     (newer,) = stream.on_change()
-    assert _by_priority(newer) == {0: [9001, 9002]}  # 9001 (checked) serves: nothing to bridge
-    assert _answered(stream, [_ack(types.ENDPOINT, newer.nonce)]) == []
-    assert stream.next_retry_at() is None
-
-
-def test_a_second_swap_during_the_hold_holds_the_recalled_members_a_full_hold() -> None:
-    """None of the interim's new members stays: they were never the pool's checked members,
-    the recalled ones stay held, for a whole hold from the change (their new successors need
-    their own first check)."""
-    held = _held(_config(9001))
-    stream, clock, _ = _restarted(held, _config(9002))
-    first_end = stream.next_retry_at()
-    assert first_end is not None
-    clock.now += 0.05
-    stream.cache.set(Builder().build(_config(9003)))
-    (newer,) = stream.on_change()
-    assert _by_priority(newer) == {0: [9003], 1: [9001]}
-    assert stream.next_retry_at() == pytest.approx(first_end + 0.05)
-
-
-def test_an_engine_reconnecting_inside_the_hold_is_known_to_hold_the_departing_members() -> None:
-    """The interim's version names its held members apart from its new ones: an engine that
-    reconnects holding the interim gets no final before a hold has passed (the bug: the
-    version named 8080, 8081, 9080, 9081 alike, 9080 "stayed" and the final went at once)."""
-    held = _held(_config(8080, 8081))
-    stream, clock, out = _restarted(held, _config(9080, 9081))
-    (interim,) = [r for r in out if r.type_url == types.ENDPOINT]
-    (version,) = [r.version for r in interim.resources]
-    assert serving_in_version(version) == (("127.0.0.1", 9080), ("127.0.0.1", 9081))
-    assert held_in_version(version) == (("127.0.0.1", 8080), ("127.0.0.1", 8081))
-    now = {t: dict(v) for t, v in held.items()}
-    now[types.ENDPOINT] = {"p": version}
-    again = DeltaStream(stream.cache, clock)
-    clock.now += 0.1
-    out = _answered(again, [_reconnect(types.CLUSTER, now),
-                            _reconnect(types.ENDPOINT, now, ("p",))])
-    assert [r for r in out if r.type_url == types.ENDPOINT] == []  # it holds the interim
-    cluster = Builder().build(_config(9080))[types.CLUSTER]["p"].message
-    assert isinstance(cluster, cluster_pb2.Cluster)
-    end = again.next_retry_at()
-    assert end == clock.now + (handover.hold_s(cluster) or 0) > clock.now
-    clock.now = end
-    (final,) = again.on_change()
-    assert _by_priority(final) == {0: [9080, 9081]}
+    assert _by_priority(newer) == {0: [9002, 9003]}  # 9002 stays serving: nothing to bridge
 
 
 def test_nothing_is_held_when_nothing_needs_a_bridge() -> None:
