@@ -65,6 +65,7 @@ from cold_start import nginx_member, until_200
 from convergence import start_emulator
 from dataplane import cpu_seconds
 from speedref import Reference, measure
+from statuses import stop
 from xds_push import Acks, free_port
 
 import podway.envoy.config.clusters as clusters_module
@@ -229,15 +230,7 @@ async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if api is not None:
-            await api.close()
-        if child.stdin is not None:
-            child.stdin.close()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(child.wait(), 30)
-        if child.returncode is None:
-            child.kill()
-            await child.wait()
+        await stop(None, api, child)  # the client and the emulator, as bench/statuses.py
 
 
 async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.Task[None]],
