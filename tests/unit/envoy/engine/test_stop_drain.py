@@ -33,21 +33,28 @@ async def _stop_with(short_dir: Path, listeners: list[dict[str, object]], drain_
     seen: list[str] = []
     sock = short_dir / "admin.sock"
     server = await _fake_admin(sock, listeners, seen)
-    child = await asyncio.create_subprocess_exec("sleep", "120")  # stands in for Envoy
+    try:
+        await _stop_envoy(f"unix:{sock}", drain_s)
+    finally:
+        server.close()
+    return seen
+
+
+async def _stop_envoy(admin: str, drain_s: float) -> None:
+    """``Engine._stop`` of a stand-in Envoy (``sleep``) whose admin is ``admin``; it exits."""
+    child = await asyncio.create_subprocess_exec("sleep", "120")
     envoy = _Envoy(child.pid, os.pidfd_open(child.pid), child)
     engine = Engine(EngineOptions(envoy_path=Path("/bin/true"), bootstrap={}, drain_s=drain_s))
     try:
         with open_state(None) as state:
             async with asyncio.timeout(30):
-                await engine._stop(state, envoy, f"unix:{sock}")
+                await engine._stop(state, envoy, admin)
         assert envoy.exited
     finally:
         envoy.close()
         if child.returncode is None:
             child.kill()
             await child.wait()
-        server.close()
-    return seen
 
 
 async def test_an_envoy_without_listeners_is_stopped_without_a_drain(short_dir: Path) -> None:
@@ -67,17 +74,6 @@ async def test_an_envoy_with_a_listener_is_drained_first(short_dir: Path) -> Non
 
 async def test_an_envoy_whose_admin_is_not_up_is_stopped_without_a_drain(
         short_dir: Path) -> None:
-    """Envoy still starting (its admin socket not there yet): nothing to drain."""
-    child = await asyncio.create_subprocess_exec("sleep", "120")
-    envoy = _Envoy(child.pid, os.pidfd_open(child.pid), child)
-    engine = Engine(EngineOptions(envoy_path=Path("/bin/true"), bootstrap={}, drain_s=60))
-    try:
-        with open_state(None) as state:
-            async with asyncio.timeout(30):
-                await engine._stop(state, envoy, f"unix:{short_dir / 'none.sock'}")
-        assert envoy.exited
-    finally:
-        envoy.close()
-        if child.returncode is None:
-            child.kill()
-            await child.wait()
+    """Envoy still starting (its admin socket not there yet): nothing to drain (``drain_s``
+    60 s, the test's limit 30 s)."""
+    await _stop_envoy(f"unix:{short_dir / 'none.sock'}", 60)
