@@ -236,7 +236,7 @@ class Controller:
         self.gate = ModeGate(self.source, opts.translate)
         self.pipeline = Pipeline(self.gate, translate=opts.translate,
                                  reuse_port=opts.listener_reuse_port,
-                                 detailed_stats=opts.detailed_stats)
+                                 detailed_stats=opts.detailed_stats, clusters_first=True)
         if opts.engine_certs is not None:  # its CA is trusted before the first engine comes
             from podway.programs.controller.engine_certs import EngineCertSigner
 
