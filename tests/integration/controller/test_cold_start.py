@@ -1,17 +1,29 @@
 """A cold controller sends its first state's clusters and load assignments ahead of the
 listeners and route tables (``Pipeline(clusters_first=True)``, as ``podway run``): an engine
-warms the pools while the rest is still being built (issue 24, cold start at 10,000 routes)."""
+warms the pools while the rest is still being built; and its first status pass waits until the
+engines connected hold the first state (``first_pass``), so its writes do not compete with
+their apply (issue 24, cold start at 10,000 routes)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
+
+import grpc
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc
+from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy import types
 from podway.envoy.xds.cache import Cache
+from podway.kube.informer import Informer
+from podway.programs.controller import first_pass
+from tests.waiting import eventually
 
 from .bed import Bed
-from .test_status import seed_gateway
+from .test_status import seed_gateway, status_patches
 
 
 async def test_the_first_state_sets_clusters_and_assignments_before_the_rest(bed: Bed) -> None:
@@ -41,3 +53,43 @@ async def test_the_first_state_sets_clusters_and_assignments_before_the_rest(bed
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
+
+
+async def test_the_first_status_pass_waits_for_a_connected_engine_to_be_served(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    seed_gateway(bed, routes=3)
+    connected = asyncio.Event()  # the lists wait for the stand-in engine: it is there first
+    relist = Informer._relist
+
+    async def gated(self: Informer) -> Any:
+        await connected.wait()
+        return await relist(self)
+
+    monkeypatch.setattr(Informer, "_relist", gated)
+    monkeypatch.setattr(first_pass, "HOLD_S", 60.0)  # a slow machine: still held
+    starting = asyncio.create_task(bed.start())
+    await asyncio.sleep(0)
+    assert bed.controller is not None
+    async with asyncio.timeout(20):
+        await bed.controller.started.wait()
+    server = bed.controller.server
+    assert server is not None
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        # An engine that asks for clusters and never answers: never served.
+        call = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel).DeltaAggregatedResources()
+        await call.write(d.DeltaDiscoveryRequest(node=base_pb2.Node(id="stand-in"),
+                                                 type_url=types.CLUSTER))
+        await eventually(lambda: server.servicer.streams == 1)
+        connected.set()
+        await starting  # the first state
+        writer = bed.controller.status
+        assert writer is not None
+        await eventually(lambda: writer.hold_first is None)  # the first pass has begun
+        async with asyncio.timeout(20):
+            response = await call.read()  # the clusters, unanswered
+        assert response.type_url == types.CLUSTER
+        await asyncio.sleep(0.3)  # no engine is served: no status yet
+        assert not server.servicer.served()
+        assert status_patches(bed, "httproutes") == 0
+        call.cancel()  # the engine gone, nothing to wait for
+        await eventually(lambda: status_patches(bed, "httproutes") == 3)

@@ -66,6 +66,7 @@ from podway.envoy.xds.protocol import (
 )
 from podway.envoy.xds.recall import Recall
 from podway.envoy.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
+from podway.envoy.xds.served import delta_busy, served
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,9 +202,11 @@ class DeltaStream:
                                      defer=self._defer(type_url)))
         return out
 
+    def served(self) -> bool:  # Envoy holds all the cache has (``podway.envoy.xds.served``)
+        return served(self.cache, self._types, delta_busy)
+
     def next_retry_at(self) -> float | None:
-        """clock() value at which a refused resource is due to be offered again, or a
-        recalled pool's hold ends (``podway.envoy.xds.recall``), if any."""
+        """clock() when a refused resource is due again or a recalled pool's hold ends."""
         return min((t for t in (self._recall.next_at(), *(
             state.refusals.next_retry_at() for state in self._types.values()))
             if t is not None), default=None)
@@ -212,8 +215,7 @@ class DeltaStream:
                   message: str) -> Nack:
         """Envoy refused a response: find the refused resources, hold them back, and offer
         the others again at once (isolating them in halves when Envoy did not say which)."""
-        now = self.clock()
-        # Envoy kept its previous versions: so do we.
+        now = self.clock()  # Envoy kept its previous versions: so do we
         for name in (*(n for n, _ in answered.resources), *answered.removed):
             if name in state.accepted:
                 state.known[name] = state.accepted[name]

@@ -171,7 +171,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.on_event = on_event
         self.groups = groups
         self.nacks: list[Nack] = []  # newest last; bounded
-        self.streams = 0  # open ADS streams (engines connected now)
+        self.live: set[SotwStream | DeltaStream] = set()  # open ADS streams (engines now)
         self.refusals = RefusalMemory()  # per engine, across its reconnects
         # per SotW engine, what it holds; in the private state folder across Podway restarts
         self.held = HeldClusters()
@@ -239,7 +239,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                      context: Any, mode: str, engine_group: str = "") -> None:
         lock = asyncio.Lock()
         STREAMS.inc()
-        self.streams += 1
+        self.live.add(stream)
 
         async def send(responses: list[Any]) -> None:
             async with lock:
@@ -289,11 +289,21 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             raise
         finally:
             STREAMS.dec()
-            self.streams -= 1
+            self.live.discard(stream)
             for node in counted:
                 self._count(node, -1)
             log.info("xds stream closed node=%s mode=%s reason=%s", stream.node or "?", mode,
                      reason)
+
+    @property
+    def streams(self) -> int:
+        """Open ADS streams (engines connected now)."""
+        return len(self.live)
+
+    def served(self) -> bool:
+        """Every engine connected now holds everything its cache has (``DeltaStream.served``);
+        True with none connected."""
+        return all(stream.served() for stream in self.live)
 
     def _count(self, node: str, delta: int, group: str = "") -> None:
         self.engines[node] = self.engines.get(node, 0) + delta

@@ -44,6 +44,7 @@ from podway.envoy.xds.protocol import (
     refused_for_long,
 )
 from podway.envoy.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
+from podway.envoy.xds.served import served, sotw_busy
 
 
 @dataclass(slots=True)
@@ -154,6 +155,9 @@ class SotwStream:
             self._settled.touch(type_url)
             out.extend(self._respond(type_url, state, force=force))
         return out
+
+    def served(self) -> bool:  # Envoy holds all the cache has (``podway.envoy.xds.served``)
+        return served(self.cache, self._types, sotw_busy)
 
     def next_retry_at(self) -> float | None:
         """clock() value at which a refused resource is due to be offered again, if any."""

@@ -68,6 +68,7 @@ from podway.programs.controller.events import (
     drop_told,
     load_error_events,
 )
+from podway.programs.controller.first_pass import until_served
 from podway.programs.controller.groups import EngineGroups, envoy_cache, feed
 from podway.programs.controller.leader import (
     ALWAYS,
@@ -244,6 +245,7 @@ class Controller:
             opts = replace(opts, xds_tls=await self.engine_signer.trusted_by(opts.xds_tls))
         server, readiness, groups = self._engines(api, self.pipeline, opts)
         self.status = self._status_writer(api, opts)
+        self.status.hold_first = functools.partial(until_served, server.servicer)  # first_pass
         events = EventRecorder(api, metrics=self.metrics, leadership=self.leadership)
         await server.start()
         log.info("xDS for engines on %s", server.target)
@@ -306,8 +308,7 @@ class Controller:
 
     def _optional_tasks(self, group: asyncio.TaskGroup, opts: ControllerOptions,
                         live: LiveConfig, api: client.ApiClient) -> None:
-        """The tasks only some settings ask for: election, live config, surfaces, GC policy,
-        the agents' NodePortLocal keys."""
+        """The tasks only some settings ask for: election, live config, surfaces, GC, NPL keys."""
         assert self.pipeline is not None
         if self.elector is not None:
             group.create_task(self.elector.run(), name="controller-leader-election")
@@ -332,8 +333,7 @@ class Controller:
         self.gc_first_settle.set()
 
     def _may_write_pods(self) -> bool:
-        """The readiness gate writes Pods only while this replica leads (and the caller's
-        own guard, tests, allows)."""
+        """The readiness gate writes Pods only while this replica leads (and its caller allows)."""
         return self.leadership.is_leader() and self._writes_allowed()
 
     async def _follow_config(self, path: Path, first: LiveConfig) -> None:

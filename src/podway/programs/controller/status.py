@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -105,6 +105,9 @@ class StatusWriter:
         self.on_written: Callable[[str, Key, str], None] = lambda kind, key, version: None
         """Told of each write's resourceVersion, so its watch event (our own write read
         back) costs no parse (set by the controller: ``KubeSource.expect_echo``)."""
+        self.hold_first: Callable[[], Awaitable[object]] | None = None
+        """Awaited once, before the first pass, which then writes the newest state (set by the
+        controller: ``first_pass.until_served``)."""
 
     def take_found(self) -> set[Target]:
         """The statuses found current so far; from now on none are collected (only the first
@@ -189,6 +192,10 @@ class StatusWriter:
 
     async def write(self, state: State) -> int:
         """Write what changed for one state; the number of PATCHes due (0 on a follower)."""
+        hold, self.hold_first = self.hold_first, None
+        if hold is not None:
+            await hold()
+            state = self._pipeline.state or state  # newer ones may have come meanwhile
         async with self._lock:  # the follower and the retrier never interleave passes
             return await self._write(state)
 
