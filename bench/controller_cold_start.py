@@ -36,16 +36,18 @@ they compete, and a real API server does the emulator's work in Go.
   failures always logged): checks that timed out, other failed checks, members that passed
   their first check, by the last 200 (it costs Envoy a little per failure: off by default).
 
-``--clusters-first 0,1`` runs each round without and with the first state's clusters and load
-assignments sent ahead of its listeners and routes (``Pipeline(clusters_first=...)``),
-interleaved.
+``--variants before,now`` runs each round once per variant, interleaved: ``now`` as the
+controller runs; ``before`` as it ran before 12/2026 (the first state's clusters and load
+assignments sent with its listeners and routes, ``Pipeline(clusters_first=False)``, and the
+first status pass not held until Envoy is served, ``first_pass``); ``no-clusters-first`` and
+``no-hold``: one of the two only.
 
 ``--batch 0,500`` runs each round once per bound of resources per delta response (0: no bound,
 one response per type as before 12/2026; the server's is ``DeltaStream.most_per_response``),
 interleaved, so the two are compared side by side.
 
     python bench/controller_cold_start.py [--routes 10000] [--runs 1] [--batch 0,500]
-        [--clusters-first 0,1] [--check-events]
+        [--variants before,now] [--check-events]
 """
 
 from __future__ import annotations
@@ -197,14 +199,14 @@ def events_of(path: Path) -> dict[str, float]:
 
 
 async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = None, *,
-                  batch: int = 0, events: Path | None = None, clusters_first: bool = True
+                  batch: int = 0, events: Path | None = None, variant: str = "now"
                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     with bounded(batch), check_events(events):
-        return await _one_run(routes, echo_port, fetch_timeout_s, events, clusters_first)
+        return await _one_run(routes, echo_port, fetch_timeout_s, events, variant)
 
 
 async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
-                   events: Path | None, clusters_first: bool
+                   events: Path | None, variant: str
                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     gateway_port, xds_port = free_port(), free_port()
     child = await start_emulator(routes, echo_port, gateway_port)
@@ -225,7 +227,7 @@ async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
         with counting_events() as recorded, counting_xds(stamps) as xds:
             times, other = await measured(controller, engine, tasks, child.pid, recorded,
                                           stamps=stamps, routes=routes, port=gateway_port,
-                                          clusters_first=clusters_first)
+                                          variant=variant)
             if events is not None:
                 other.update(events_of(events))
             return (times, {**other, **{f"xDS {k}": v for k, v in sorted(xds.items())}},
@@ -240,10 +242,10 @@ async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
 
 async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.Task[None]],
                    emulator: int, recorded: list[int], *, stamps: Stamps, routes: int,
-                   port: int, clusters_first: bool = True
+                   port: int, variant: str = "now"
                    ) -> tuple[dict[str, float], dict[str, float]]:
-    """Start both (their tasks go to ``tasks``) and stamp every stage (``clusters_first``
-    False: the first state's clusters wait for its listeners and routes, as before 12/2026)."""
+    """Start both (their tasks go to ``tasks``) and stamp every stage (``variant``: see the
+    module docstring)."""
     acks = Acks()
     controller.event_hooks.append(acks)
     controller.event_hooks.append(lambda event: stamp_answer(stamps, event))
@@ -257,7 +259,11 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
     log_from = log_size(stamps.pid)  # Envoy's stderr may be shared with earlier rounds
     await controller.started.wait()
     assert controller.pipeline is not None
-    controller.pipeline.clusters_first = clusters_first  # before its first update (the LISTs)
+    # Before the first update (the LISTs) and the first status pass:
+    controller.pipeline.clusters_first = variant not in ("before", "no-clusters-first")
+    if variant in ("before", "no-hold"):
+        assert controller.status is not None
+        controller.status.hold_first = None
     first_pass = time_first_pass(controller, stamps)
     assert controller.pipeline is not None
     state = await controller.pipeline.wait_for(lambda s: s.generation >= 1)
@@ -397,21 +403,23 @@ async def main_async(args: argparse.Namespace, ref: Reference) -> None:
     echo_port = free_port()
     summary: list[str] = []
     with nginx_member(echo_port), tempfile.TemporaryDirectory() as tmp:
-        for run, batch, first in ((r, b, f) for r in range(args.runs) for b in args.batch
-                                  for f in args.clusters_first):
-            events = Path(tmp, f"checks-{run}-{batch}-{first}.log") if args.check_events else None
+        for run, batch, variant in ((r, b, v) for r in range(args.runs) for b in args.batch
+                                    for v in args.variants):
+            events = Path(tmp, f"checks-{run}-{batch}-{variant}.log") if args.check_events else None
             times, other, cpu = await one_run(args.routes, echo_port, args.initial_fetch_timeout,
-                                              batch=batch, events=events, clusters_first=first)
+                                              batch=batch, events=events, variant=variant)
             load = os.getloadavg()[0]
             bound = f"at most {batch} resources per delta response" if batch else "no bound"
-            bound += ", clusters first" if first else ", clusters with the routes"
+            bound += f", {variant}"
             print(f"run {run + 1}, {bound} (load {load:.1f}): {args.routes} HTTPRoutes + "
                   "Services + EndpointSlices in the emulator; seconds since controller + Envoy "
                   "start (stage durations for list + parse, translate, build and cache set)",
                   flush=True)
             summary.append(
-                f"  run {run + 1} {bound:<62} last 200 {times['last 200']:7.2f} s, Envoy "
-                f"{other['Envoy CPU']:6.2f} CPU-s, timed out "
+                f"  run {run + 1} {bound:<46} first state {times['first state']:5.2f} s, last 200 "
+                f"{times['last 200']:6.2f} s, statuses {times['status pass written']:6.2f} s; "
+                f"CPU-s controller {other['controller CPU']:5.2f}, emulator "
+                f"{other['emulator CPU']:5.2f}, Envoy {other['Envoy CPU']:5.2f}; timed out "
                 f"{other.get('checks timed out', float('nan')):6.0f}, failing at last 200 "
                 f"{other.get('members failing checks', float('nan')):5.0f}, watchdog mega "
                 f"misses {other.get('watchdog_mega_miss', float('nan')):3.0f}, ADS streams "
@@ -440,15 +448,16 @@ def main() -> None:
                         default=[DeltaStream.most_per_response],
                         help="bounds of resources per delta response to run, interleaved, "
                              "comma-separated (0: no bound); default: the server's")
-    parser.add_argument("--clusters-first", type=lambda text: [bool(int(f)) for f in
-                                                            text.split(",")],
-                        default=[True], help="1: the first state's clusters go ahead of its "
-                        "routes (the controller's default), 0: with them (before 12/2026); "
-                        "comma-separated, interleaved")
+    parser.add_argument("--variants", type=lambda text: text.split(","), default=["now"],
+                        help="comma-separated, interleaved: now, before, no-clusters-first, "
+                        "no-hold (see the module docstring)")
     parser.add_argument("--check-events", action="store_true",
                         help="log every pool's check events and count timeouts (costs Envoy "
                              "a little per failed check)")
     args = parser.parse_args()
+    unknown = set(args.variants) - {"now", "before", "no-clusters-first", "no-hold"}
+    if unknown:
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     ref = measure()
     print(ref.describe(), "(machine shared with other engineers: compare within one run)")
     asyncio.run(main_async(args, ref))

@@ -22,7 +22,7 @@ from podway.kube.informer import Informer
 from podway.programs.controller import first_pass
 from tests.waiting import eventually
 
-from .bed import Bed
+from .bed import GW, Bed, http_route
 from .test_status import seed_gateway, status_patches
 
 
@@ -66,7 +66,7 @@ async def test_the_first_status_pass_waits_for_a_connected_engine_to_be_served(
         return await relist(self)
 
     monkeypatch.setattr(Informer, "_relist", gated)
-    monkeypatch.setattr(first_pass, "HOLD_S", 60.0)  # a slow machine: still held
+    monkeypatch.setattr(first_pass, "IDLE_S", 60.0)  # a slow machine: still held
     starting = asyncio.create_task(bed.start())
     await asyncio.sleep(0)
     assert bed.controller is not None
@@ -93,3 +93,19 @@ async def test_the_first_status_pass_waits_for_a_connected_engine_to_be_served(
         assert status_patches(bed, "httproutes") == 0
         call.cancel()  # the engine gone, nothing to wait for
         await eventually(lambda: status_patches(bed, "httproutes") == 3)
+
+
+async def test_watch_events_are_counted_per_kind(bed: Bed) -> None:
+    seed_gateway(bed, routes=3)
+    controller = await bed.start()
+    registry = controller.metrics.registry
+
+    def counted(kind: str) -> float:
+        return registry.get_sample_value("podway_controller_watch_events_total",
+                                         {"kind": kind}) or 0.0
+
+    assert counted("HTTPRoute") >= 3  # the three listed (and their status writes read back)
+    assert counted("Gateway") >= 1
+    before = counted("HTTPRoute")
+    bed.emu.put("httproutes", http_route("r3", "r3.test"), group=GW)
+    await eventually(lambda: counted("HTTPRoute") > before)

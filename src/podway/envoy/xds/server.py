@@ -172,6 +172,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
         self.groups = groups
         self.nacks: list[Nack] = []  # newest last; bounded
         self.live: set[SotwStream | DeltaStream] = set()  # open ADS streams (engines now)
+        self.answered_at = 0.0  # time.monotonic() of the newest ACK or NACK from any engine
         self.refusals = RefusalMemory()  # per engine, across its reconnects
         # per SotW engine, what it holds; in the private state folder across Podway restarts
         self.held = HeldClusters()
@@ -316,6 +317,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
             listener()
 
     def _report(self, event: Event) -> None:
+        self.answered_at = time.monotonic()
         if isinstance(event, Nack):
             NACKS.labels(types.SHORT_NAMES.get(event.type_url, "?")).inc()
             # The same content refused again on a backoff retry says nothing new: info.

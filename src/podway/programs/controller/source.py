@@ -58,6 +58,7 @@ class ControllerSource(KubeSource):
         self._metrics = metrics
         metrics.queue_depth.set_function(lambda: self.queued)  # read at each scrape
         self._statuses: dict[tuple[str, Key], Status] = {}
+        self._counted: dict[str, Any] = {}  # kind → its watch event counter (30,000 at a start)
         self.same_as: Callable[[str, Key], Status | None] = lambda kind, key: None
         """What the status writer last wrote for an object: an equal status read back is kept
         as that object (set by the controller once its writer exists)."""
@@ -79,7 +80,10 @@ class ControllerSource(KubeSource):
                         namespaced=spec.namespaced)
 
     def _take_status(self, kind: str, event: str, raw: Raw) -> None:
-        self._metrics.watch_events.labels(kind=kind).inc()
+        counter = self._counted.get(kind)
+        if counter is None:
+            counter = self._counted[kind] = self._metrics.watch_events.labels(kind=kind)
+        counter.inc()
         if kind not in STATUS_KINDS:
             return
         meta = raw.get("metadata") or {}
