@@ -106,8 +106,8 @@ class StatusWriter:
         """Told of each write's resourceVersion, so its watch event (our own write read
         back) costs no parse (set by the controller: ``KubeSource.expect_echo``)."""
         self.hold_first: Callable[[], Awaitable[object]] | None = None
-        """Awaited once, before the first pass, which then writes the newest state (set by the
-        controller: ``first_pass.until_served``)."""
+        """Awaited once, by the first pass between its document and its PATCHes; later states
+        wait for it (set by the controller: ``first_pass.until_served``)."""
 
     def take_found(self) -> set[Target]:
         """The statuses found current so far; from now on none are collected (only the first
@@ -192,10 +192,6 @@ class StatusWriter:
 
     async def write(self, state: State) -> int:
         """Write what changed for one state; the number of PATCHes due (0 on a follower)."""
-        hold, self.hold_first = self.hold_first, None
-        if hold is not None:
-            await hold()
-            state = self._pipeline.state or state  # newer ones may have come meanwhile
         async with self._lock:  # the follower and the retrier never interleave passes
             return await self._write(state)
 
@@ -221,6 +217,9 @@ class StatusWriter:
         doc = self._documents.of_state(state)
         self.last_document = doc
         self._pending |= self._desired.update(doc, state)
+        hold, self.hold_first = self.hold_first, None
+        if hold is not None:  # the first pass: the document now, its PATCHes after the hold
+            await hold()
         fence = self._leadership.fence()
         if not fence.valid():
             return 0  # a follower: the leader writes (``resync`` when this one leads)
