@@ -38,9 +38,10 @@ they compete, and a real API server does the emulator's work in Go.
 
 ``--variants before,now`` runs each round once per variant, interleaved: ``now`` as the
 controller runs; ``before`` as it ran before 12/2026 (the first state's clusters and load
-assignments sent with its listeners and routes, ``Pipeline(clusters_first=False)``, and the
-first status pass not held until Envoy is served, ``first_pass``); ``no-clusters-first`` and
-``no-hold``: one of the two only.
+assignments sent with its listeners and routes, ``Pipeline(clusters_first=False)``; the first
+status pass not held until Envoy is served, ``first_pass``; the first list's objects shared
+before the first update, ``sources.kube.SHARE_LATER_OVER``); ``no-clusters-first``,
+``no-hold`` and ``no-share-later``: one of the three only.
 
 ``--batch 0,500`` runs each round once per bound of resources per delta response (0: no bound,
 one response per type as before 12/2026; the server's is ``DeltaStream.most_per_response``),
@@ -76,6 +77,7 @@ from xds_push import Acks, free_port
 
 import podway.envoy.config.clusters as clusters_module
 import podway.programs.controller.events as events_module
+import podway.sources.kube as kube_source
 from podway.envoy import types
 from podway.envoy.config.common import pack
 from podway.envoy.engine import admin
@@ -201,8 +203,21 @@ def events_of(path: Path) -> dict[str, float]:
 async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = None, *,
                   batch: int = 0, events: Path | None = None, variant: str = "now"
                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    with bounded(batch), check_events(events):
+    with bounded(batch), check_events(events), sharing(variant):
         return await _one_run(routes, echo_port, fetch_timeout_s, events, variant)
+
+
+@contextlib.contextmanager
+def sharing(variant: str) -> Iterator[None]:
+    """The first list's objects shared before the first update (``before``,
+    ``no-share-later``), else after it."""
+    saved = kube_source.SHARE_LATER_OVER
+    if variant in ("before", "no-share-later"):
+        kube_source.SHARE_LATER_OVER = sys.maxsize
+    try:
+        yield
+    finally:
+        kube_source.SHARE_LATER_OVER = saved
 
 
 async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
@@ -450,12 +465,13 @@ def main() -> None:
                              "comma-separated (0: no bound); default: the server's")
     parser.add_argument("--variants", type=lambda text: text.split(","), default=["now"],
                         help="comma-separated, interleaved: now, before, no-clusters-first, "
-                        "no-hold (see the module docstring)")
+                        "no-hold, no-share-later (see the module docstring)")
     parser.add_argument("--check-events", action="store_true",
                         help="log every pool's check events and count timeouts (costs Envoy "
                              "a little per failed check)")
     args = parser.parse_args()
-    unknown = set(args.variants) - {"now", "before", "no-clusters-first", "no-hold"}
+    unknown = set(args.variants) - {"now", "before", "no-clusters-first", "no-hold",
+                                    "no-share-later"}
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     ref = measure()
