@@ -138,4 +138,3 @@ class Recall:
     def due(self, now: float) -> set[str]:
         """Pools whose hold has ended: their final assignment is owed."""
         return {name for name, b in self._bridges.items() if b.until <= now}
-
