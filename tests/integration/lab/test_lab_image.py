@@ -280,3 +280,50 @@ def test_exec_probes_and_hooks_run_in_the_container(image_lab: RunningLab,
                    capture_output=True)
     lab.wait(lambda: pod_named(lab, "imgprobe-") is None, what="the pod gone", within=60)
     assert (hostdir / "prestop").read_text().strip() == "uid=10001 ready=ready"
+
+
+STOPPING = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: imgstop, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: imgstop}}
+  template:
+    metadata: {labels: {app: imgstop}}
+    spec:
+      terminationGracePeriodSeconds: 15
+      containers:
+      - name: main
+        image: podway:0.1.0
+        # Told to stop, it takes 4 s to finish (as an engine draining its connections).
+        command: [sh, -c, 'trap "echo term > /host/term; sleep 4; echo done > /host/done;
+          exit 0" TERM; echo up > /host/up; while true; do sleep 0.2; done']
+        securityContext: {runAsUser: 10001}
+        volumeMounts:
+        - {name: host, mountPath: /host}
+      volumes:
+      - {name: host, hostPath: {path: HOSTDIR, type: Directory}}
+"""
+
+
+def test_a_container_told_to_stop_gets_its_grace_period(image_lab: RunningLab,
+                                                        tmp_path: Path) -> None:
+    """A deleted pod's container gets SIGTERM and the pod's grace period to finish, as the
+    kubelet gives it: one that takes 4 s after SIGTERM (an engine draining) ends on its own.
+    The lab used to stop an image pod's containers with 2 s before SIGKILL whatever the pod
+    said, so an engine's Envoy was killed mid-drain in a rolling update."""
+    lab = image_lab
+    hostdir = tmp_path / "host"
+    hostdir.mkdir(mode=0o777)
+    hostdir.chmod(0o777)
+    manifest = tmp_path / "stopping.yaml"
+    manifest.write_text(STOPPING.replace("HOSTDIR", str(hostdir)))
+    lab.cli("apply", "-f", str(manifest))
+    lab.wait((hostdir / "up").exists, what="the container started", within=120)
+    subprocess.run(["kubectl", "--kubeconfig", str(lab.state.kubeconfig), "delete",
+                    "deployment", "imgstop", "--wait=false"], check=True, timeout=60,
+                   capture_output=True)
+    lab.wait(lambda: pod_named(lab, "imgstop-") is None, what="the pod gone", within=60)
+    assert (hostdir / "term").read_text().strip() == "term"
+    assert (hostdir / "done").read_text().strip() == "done"  # not killed 2 s after SIGTERM

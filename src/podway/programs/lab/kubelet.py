@@ -366,8 +366,17 @@ class Kubelet:
                 log.exception("preStop hook of %s failed", run.what)
         run.up = run.ready = False
         self.changed()
-        await self.supervisor.terminate(run.what, grace=max(0.1, deadline - loop.time()))
-        await self.supervisor.stop(run.what, grace=0.1)  # SIGKILL if the grace is over
+        # The app containers (an image pod's run under the OCI runtime, a process pod's is
+        # ``run.what``) get SIGTERM together and the rest of the grace period; native sidecars
+        # only after they exited, in reverse order, as the kubelet stops them.
+        apps = [run.what, *(f"{run.what}-{name}" for name in run.containers)]
+        await asyncio.gather(*(self.supervisor.terminate(
+            what, grace=max(0.1, deadline - loop.time())) for what in apps))
+        for name in reversed(run.sidecars):
+            await self.supervisor.terminate(f"{run.what}-{name}",
+                                            grace=max(0.1, deadline - loop.time()))
+        for what in [*apps, *(f"{run.what}-{name}" for name in run.sidecars)]:
+            await self.supervisor.stop(what, grace=0.1)  # SIGKILL if the grace is over
         current = self.emu().get("pods", run.namespace, run.name)
         if current is not None and str(meta(current).get("uid")) == run.uid:
             self.emu().delete("pods", run.namespace, run.name)
