@@ -25,7 +25,7 @@ Servers (``--servers``, all by default):
 * ``envoy``         ``bench/dataplane.py``'s ``envoy-static`` (BoringSSL, its defaults).
 
     .venv/bin/python bench/tls_handshakes.py [--handshakes 100] [--servers a,b]
-        [--modes resumed,full]
+        [--modes resumed,full] [--keep FOLDER]
 
 It kills only the processes it started; Envoy's start under Valgrind takes 1-5 minutes on a
 loaded machine.
@@ -163,14 +163,20 @@ def main() -> None:
     parser.add_argument("--handshakes", type=int, default=100)
     parser.add_argument("--servers", default=",".join(["envoy", *HAPROXY_SETTINGS]))
     parser.add_argument("--modes", default="resumed,full")
+    parser.add_argument("--keep", metavar="FOLDER",
+                        help="write the callgrind dumps there and keep them (for "
+                             "callgrind_annotate), instead of a folder removed at the end")
     args = parser.parse_args()
     ref = measure()
     print(ref.describe())
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} (callgrind "
           "counts do not move with it)")
     servers = [s for s in args.servers.split(",") if s]
-    with tempfile.TemporaryDirectory(prefix="pw-tls-") as tmp, contextlib.ExitStack() as stack:
+    keep = contextlib.nullcontext(args.keep) if args.keep else None
+    with keep or tempfile.TemporaryDirectory(prefix="pw-tls-") as tmp, \
+            contextlib.ExitStack() as stack:
         folder = Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         dp.certificate(folder)  # ECDSA P-256, as bench/dataplane.py's
         upstream = dp.free_port()
         stack.enter_context(he.process(he._nginx(folder, upstream)))
