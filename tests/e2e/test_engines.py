@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -256,41 +255,6 @@ async def test_envoy_accepts_the_bootstrap_for_every_xds_address_form(
             process.kill()
             await process.wait()
     assert process.returncode == 0, output.decode(errors="replace")[-2000:]
-
-
-async def test_a_request_accepted_during_the_drain_is_answered_after_it(
-        tmp_path: Path) -> None:
-    """A connection Envoy accepts while it drains (its listeners stay open for the drain
-    period) whose answer comes after the period ends is answered: SIGTERM waits until the
-    listeners stopped and their connections are done (bounded), instead of cutting it when
-    the period ends (the reset a rolling update of an engine showed)."""
-    from .harness import make_stack
-
-    root = tmp_path / "m"
-    root.mkdir()
-    stack = await make_stack(root, drain_s=2.0)
-    try:
-        backend = await stack.start_echo("web")
-        stack.write("web.yaml", backend_manifests("web", backend) + "---\n" + INGRESS)
-        await stack.start()
-        await (await stack.engine()).wait_started()
-        await eventually(lambda: _answers(stack.http_port))
-        engine_task = stack.tasks.pop()  # the standalone: stopping it stops Envoy
-        engine_task.cancel()
-        began = time.monotonic()
-        status, body = await asyncio.wait_for(
-            get(stack.http_port, "shop.test", "/delay/2600"), 10)
-        assert (status, body.get("path")) == (200, "/delay/2600")
-        assert time.monotonic() - began > 2.0  # answered after the drain period
-        with contextlib.suppress(asyncio.CancelledError):
-            await engine_task
-    finally:
-        await stack.stop()
-
-
-async def _answers(port: int) -> bool:
-    status, _ = await get(port, "shop.test", "/")
-    return status == 200
 
 
 async def test_stop_drains_so_an_in_flight_request_completes(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ departing member carries the pool until the new one passes a check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -129,3 +131,92 @@ async def test_tcp_pool_swapped_wholesale_under_load_drops_nothing(stack: Stack)
         load.stop.set()
         await task
     assert load.failures == []
+
+
+async def test_tcp_pool_changed_again_inside_the_hold_drops_nothing(stack: Stack) -> None:
+    """A swap to a member not listening yet, then, inside the hold, one more new member (a
+    rollout's next pod turning ready): the departing member still carries the pool until a new
+    one passes its check. Before, the second change ended the hold ("late-1 stays"), though
+    Envoy had never seen late-1 pass: connections were reset until one did."""
+    ports = {"old": await stack.start_echo("old", tcp=True)}
+    ports |= {name: free_port() for name in ("late-1", "late-2")}
+    lb_port = free_port()
+
+    def write(*names: str) -> None:
+        stack.write("l4.yaml", service("l4", lb_port, ports[names[0]], lb=True) + "".join(
+            "---\n" + endpoints("l4", {"TCP": ports[name]}, slice_name=f"l4-{name}")
+            for name in names))
+
+    write("old")
+    await stack.start()
+    load = Load(lambda: _tcp(lb_port))
+    task = asyncio.create_task(load.run(), name="load")
+    try:
+        await load.answered_by("old")
+        for change in (("late-1",), ("late-1", "late-2")):
+            generation = stack.state.generation
+            write(*change)
+            await stack.applied(generation + 1)
+        answered = len(load.answers)
+        async with load.answered:  # the departing member still answers after both changes
+            await load.answered.wait_for(lambda: len(load.answers) >= answered + 5)
+        assert load.answers[-5:] == ["old"] * 5
+        for name in ("late-1", "late-2"):
+            _, late = await echo_backend(name, tcp=True, port=ports[name])
+            stack.tasks.append(late)
+        async with asyncio.timeout(20), load.answered:
+            await load.answered.wait_for(lambda: load.answers[-1].startswith("late-"))
+    finally:
+        load.stop.set()
+        await task
+    assert load.failures == []
+
+
+async def test_a_held_member_that_closes_gets_nothing_while_a_new_one_is_healthy(
+        stack: Stack) -> None:
+    """The held (departing) member gets traffic only while no new member is healthy. A swap
+    to two new members, one not listening yet: once the other passed its check, half of
+    priority 0 is healthy; then the departing member closes (its pod going). With Envoy's
+    default overprovisioning factor (1.4) priority 1 still took 30 % of new connections,
+    refused from then on, until Envoy's next check of the closed member."""
+    old_port, old = await echo_backend("old", tcp=True)
+    ports = {"old": old_port, "new": await stack.start_echo("new", tcp=True),
+             "late": free_port()}
+    lb_port = free_port()
+
+    def write(*names: str) -> None:
+        stack.write("l4.yaml", service("l4", lb_port, ports[names[0]], lb=True) + "".join(
+            "---\n" + endpoints("l4", {"TCP": ports[name]}, slice_name=f"l4-{name}")
+            for name in names))
+
+    write("old")
+    await stack.start()
+    load = Load(lambda: _tcp(lb_port))
+    task = asyncio.create_task(load.run(), name="load")
+    try:
+        await load.answered_by("old")
+        generation = stack.state.generation
+        write("new", "late")
+        await stack.applied(generation + 1)
+        await load.answered_by("new")  # the new member passed its first check
+        for close in (False, True):  # the departing member alive, then closed
+            if close:
+                old.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await old
+            before = len(load.failures)
+            answers = await _next(load, 100)
+            assert load.failures[before:] == []
+            assert set(answers) == {"new"}, Counter(answers)
+    finally:
+        load.stop.set()
+        await task
+        old.cancel()
+
+
+async def _next(load: Load, count: int) -> list[str]:
+    """The next ``count`` answers (a failure answers "")."""
+    answered = len(load.answers)
+    async with asyncio.timeout(20), load.answered:
+        await load.answered.wait_for(lambda: len(load.answers) >= answered + count)
+    return load.answers[answered:]

@@ -142,6 +142,7 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         sni_lines, sni_maps = sni_rules(listener, fe, folder)
         lines += sni_lines
     no_route = no_route_backend(listener.name)
+    base = _base_rows(t) if t.direct or t.path_only else None
     lines += [
         *t.choose,
         *t.actions,
@@ -152,7 +153,7 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
         (f"  http-request set-header x-real-ip %[{client_address(listener)}]"
          if listener.real_ip
          else "  http-request del-header x-real-ip"),
-        *_choice(t, f"{folder}/{maps['paths']}", f"{folder}/{maps['base']}"),
+        *_choice(t, f"{folder}/{maps['paths']}", f"{folder}/{maps['base']}", base),
         # No route (no backend by that name): 404 with an empty body, as Envoy answers it.
         f"  default_backend {no_route}",
     ]
@@ -160,30 +161,37 @@ def render_http(listener: Listener, fe: str, folder: str) -> Frontend:
                     maps=((maps["hosts"], tuple(t.exact)), (maps["wild"], tuple(t.wild)),
                           # Only maps a rule names: a row change is a runtime map swap.
                           *([] if t.path_only else [(maps["paths"], tuple(_first(t.paths)))]),
-                          *([(maps["base"], _base_rows(t))] if t.direct or t.path_only
-                            else []), *sni_maps),
+                          *([(maps["base"], base.rows)] if base and base.named else []),
+                          *sni_maps),
                     sections=((f"backend {no_route}", "  mode http",
                                "  http-request return status 404"),))
 
 
-def _choice(t: _Tables, paths: str, base: str) -> list[str]:
+def _choice(t: _Tables, paths: str, base_map: str, base: _Base | None) -> list[str]:
     """The backend: straight from the path map when every route is a map row to a backend
     (one lookup); else from ``txn.r`` (a backend's name, or a route key whose rules set
     ``txn.be``). A name no backend has (no route) falls to the default backend.
 
     With exact hosts only (``t.direct``), a Host written as a virtual host's name (the usual
     case) is looked up with its path in one step: ``base`` (the first Host, then the path)
-    with "?" added, in the base map (each host name followed by each of its path-map keys).
-    No variable is set and no key is formatted on that path; any other Host (upper case, a
-    port, unknown) set ``txn.k`` in the prelude and is looked up as before.
+    in the base map (each host name followed by each of its path-map keys), with "?" added
+    only where some row needs it (``_Base``). No variable is set and no key is formatted on
+    that path; any other Host (upper case, a port, unknown) set ``txn.k`` in the prelude and
+    is looked up as before.
 
-    With the ``*`` host alone (``t.path_only``), the Host does not matter: the path with "?"
-    added is looked up in the base map (the catch-all's path-map keys without its virtual
-    host). A first exact or wildcard host changes these rules: a reload (still hitless)."""
+    With the ``*`` host alone (``t.path_only``), the Host does not matter: the path is looked
+    up in the base map (the catch-all's path-map keys without its virtual host); when its only
+    row is "/" (every path to one backend) that is a ``path_beg /`` condition naming the
+    backend, no lookup. A first exact or wildcard host, a row needing "?" where none did, or a
+    second row where "/" was alone changes these rules: a reload (still hitless)."""
+    end = ",concat(,,?)" if base is not None and base.ended else ""
     if t.path_only:
-        return [f"  use_backend %[path,concat(,,?),map_beg({base})]"]
+        assert base is not None
+        if not base.named:
+            return [f"  use_backend {base.rows[0][1]} if {{ path_beg / }}"]
+        return [f"  use_backend %[path{end},map_beg({base_map})]"]
     if not t.keyed:
-        fast = [f"  use_backend %[base,concat(,,?),map_beg({base})]"
+        fast = [f"  use_backend %[base{end},map_beg({base_map})]"
                 " unless { var(txn.k) -m found }"] if t.direct else []
         return [*fast, f"  use_backend %[var(txn.k),map_beg({paths})]"]
     return [*(["  use_backend %[var(txn.be)] if { var(txn.be) -m found }"]
@@ -357,7 +365,23 @@ def _target(route: Route, r: str, listener: Listener, t: _Tables) -> str:
     return r
 
 
-def _base_rows(t: _Tables) -> tuple[tuple[str, str], ...]:
+@dataclass(frozen=True, slots=True)
+class _Base:
+    """The base map's rows, and how it is looked up.
+
+    ``ended``: the key is looked up with "?" added (``concat``, ~300 instructions a request),
+    only where a row ends with "?" that a row without it does not stand for: an exact path,
+    or a prefix's own path without its final "/" ("/api?" beside "/api/"). A prefix "/" gives
+    "/?" and "/" to the same backend, and every key ending with "/" begins the request's
+    with "?" or without, so those rows are dropped and the key is the plain one.
+    ``named``: a rule looks the map up (False: the ``*`` host's only row is "/")."""
+
+    rows: tuple[tuple[str, str], ...]
+    ended: bool
+    named: bool
+
+
+def _base_rows(t: _Tables) -> _Base:
     """The base map: each exact host name (as the host map holds it, with and without the
     trailing dot) followed by each path-map key of its virtual host ("shop.test/api/"). The
     name is one the host map knows, so it holds no "/" and no key of one host begins another's
@@ -368,9 +392,17 @@ def _base_rows(t: _Tables) -> tuple[tuple[str, str], ...]:
         vh, _, path = key.partition("@")
         by_vh.setdefault(vh, []).append((path, target))
     if t.path_only:
-        return tuple(by_vh.get(t.catch_all or "", ()))
-    return tuple((name + path, target)
-                 for name, vh in t.exact for path, target in by_vh.get(vh, ()))
+        rows = tuple(by_vh.get(t.catch_all or "", ()))
+    else:
+        rows = tuple((name + path, target)
+                     for name, vh in t.exact for path, target in by_vh.get(vh, ()))
+    found = dict(rows)
+    ended = any(k.endswith("?") and not (k.endswith("/?") and found.get(k[:-1]) == v)
+                for k, v in rows)
+    if not ended:
+        rows = tuple((k, v) for k, v in rows if not k.endswith("?"))
+    return _Base(rows=rows, ended=ended,
+                 named=not (t.path_only and len(rows) == 1 and rows[0][0] == "/"))
 
 
 def _first(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -134,14 +134,67 @@ def test_only_members_changed_keeps_the_skeleton() -> None:
 
 def test_a_plain_route_is_a_map_row_a_header_route_a_rule() -> None:
     """Adding a path-only route changes maps only; a header match changes the config."""
-    base = render(_ir(_route("r/0")), OPTS)
-    plain = render(_ir(_route("r/1", "/api"), _route("r/0")), OPTS)
+    base = render(_ir(_route("r/1", "/api"), _route("r/0")), OPTS)
+    plain = render(_ir(_route("r/2", "/v2", kind=PathKind.EXACT), _route("r/1", "/api"),
+                       _route("r/0")), OPTS)
     assert plain.skeleton == base.skeleton
     assert plain.maps != base.maps
-    header = render(_ir(_route("r/1", "/api", headers=(HeaderMatch(name="x-v", value="2"),)),
-                        _route("r/0")), OPTS)
+    header = render(_ir(_route("r/2", "/v2", headers=(HeaderMatch(name="x-v", value="2"),)),
+                        _route("r/1", "/api"), _route("r/0")), OPTS)
     assert header.skeleton != base.skeleton
     assert "{ req.fhdr(x-v) -m str 2 }" in header.config
+
+
+def _pools(*routes: Route) -> tuple[Route, ...]:
+    return tuple(dataclasses.replace(r, action=Forward(backends=(
+        WeightedPool(pool=f"pool/{r.name}"),))) for r in routes)
+
+
+def test_hosts_with_only_the_root_prefix_are_looked_up_without_the_end_mark() -> None:
+    """Exact hosts whose routes are all prefix "/": their base rows all end with "/", so the
+    key is ``base`` alone (no "?" concatenated, ~300 instructions a request) and the "/?" rows
+    are gone; each host still gets its own backend for every path. A first route whose row
+    needs "?" (an exact path, a prefix's own path) brings the "?" back: a reload."""
+    ir = _ir(*_pools(_route("r/a")))
+    two = dataclasses.replace(ir.listeners[0].virtual_hosts[0], name="vh/two.test",
+                              hostname="two.test", routes=_pools(_route("r/b")))
+    ir = dataclasses.replace(ir, listeners=(dataclasses.replace(
+        ir.listeners[0], virtual_hosts=(*ir.listeners[0].virtual_hosts, two)),))
+    out = render(ir, OPTS)
+    assert "  use_backend %[base,map_beg(/s/maps/fe:ingress:http.base.map)] unless " \
+        "{ var(txn.k) -m found }" in out.config.splitlines()
+    assert "concat" not in out.config
+    base = dict(out.maps["maps/fe:ingress:http.base.map"])
+    assert not [k for k in base if k.endswith("?")]
+    for host, route in (("shop.test", "r/a"), ("shop.test.", "r/a"), ("two.test", "r/b")):
+        for path in ("/", "/api", "/api/x?", "/?"):
+            key = host + path
+            found = max((k for k in base if key.startswith(k)), key=len, default=None)
+            assert (key, found and base[found]) == (key, backend_name(f"pool/{route}"))
+    exact = dataclasses.replace(two, routes=_pools(_route("r/c", "/x", kind=PathKind.EXACT),
+                                                   _route("r/b")))
+    more = render(dataclasses.replace(ir, listeners=(dataclasses.replace(
+        ir.listeners[0], virtual_hosts=(ir.listeners[0].virtual_hosts[0], exact)),)), OPTS)
+    assert more.skeleton != out.skeleton
+    assert "  use_backend %[base,concat(,,?),map_beg(/s/maps/fe:ingress:http.base.map)]" \
+        " unless { var(txn.k) -m found }" in more.config.splitlines()
+    assert ("two.test/x?", backend_name("pool/r/c")) in more.maps["maps/fe:ingress:http.base.map"]
+
+
+def test_the_catch_all_alone_with_one_root_route_names_its_backend() -> None:
+    """The ``*`` host alone with one prefix "/" route: every path beginning with "/" goes to
+    its backend (``path_beg /``, no map lookup, no name built per request); anything else
+    (``OPTIONS *``) has no route, as with the map. No rule names the base map. A second route
+    makes it the path lookup again (a reload)."""
+    out = render(_catch_all_only(*_pools(_route("r/a"))), OPTS)
+    chosen = [line for line in out.config.splitlines() if "use_backend" in line]
+    assert chosen == [f"  use_backend {backend_name('pool/r/a')} if {{ path_beg / }}"]
+    assert "maps/fe:ingress:http.base.map" not in out.maps
+    assert "  default_backend nr:ingress:http" in out.config.splitlines()
+    more = render(_catch_all_only(*_pools(_route("r/b", "/api"), _route("r/a"))), OPTS)
+    assert more.skeleton != out.skeleton
+    assert [line for line in more.config.splitlines() if "use_backend" in line] == [
+        "  use_backend %[path,concat(,,?),map_beg(/s/maps/fe:ingress:http.base.map)]"]
 
 
 def _first_match(routes: tuple[Route, ...], path: str) -> str | None:

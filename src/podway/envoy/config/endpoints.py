@@ -86,10 +86,14 @@ _SERVING = (health_check_pb2.HEALTHY, health_check_pb2.UNKNOWN)
 
 
 def assignment_resource(name: str, assignment: endpoint_pb2.ClusterLoadAssignment,
-                        members: tuple[Member, ...] | None = None) -> Resource:
+                        members: tuple[Member, ...] | None = None,
+                        held: tuple[tuple[str, int], ...] = ()) -> Resource:
     """``assignment`` as a resource whose version also names up to ``SERVING_IN_VERSION`` of
     its serving members (lowest address and port first, over every priority). ``members``:
-    those it was made from (``load_assignment``), read instead of the message (cheaper)."""
+    those it was made from (``load_assignment``), read instead of the message (cheaper).
+    ``held``: an interim's departing members (``podway.envoy.xds.handover``), named in a part
+    of their own and left out of the first, so an engine that reconnects holding the interim
+    is known to hold them, not the new members it has maybe not checked yet."""
     if members is not None:
         serving = [(m.address, m.port) for m in members
                    if m.weight > 0 and (m.state is MemberState.READY or fallback(m))]
@@ -98,27 +102,59 @@ def assignment_resource(name: str, assignment: endpoint_pb2.ClusterLoadAssignmen
                     e.endpoint.address.socket_address.port_value)
                    for group in assignment.endpoints for e in group.lb_endpoints
                    if e.health_status in _SERVING]
-    if len(serving) > 1:
-        serving = sorted(set(serving))[:SERVING_IN_VERSION]
-    named = ",".join(f"[{a}]:{p}" if ":" in a else f"{a}:{p}" for a, p in serving)
+    departing = set(held)
+    named = _named([key for key in serving if key not in departing])
+    if held:
+        named += _MARK + _named(list(held))
     return Resource.of(name, assignment, tag=f"{_MARK}{named}" if named else "")
 
 
+def _named(members: list[tuple[str, int]]) -> str:
+    if len(members) > 1:
+        members = sorted(set(members))[:SERVING_IN_VERSION]
+    return ",".join(f"[{a}]:{p}" if ":" in a else f"{a}:{p}" for a, p in members)
+
+
 def serving_in_version(version: str) -> tuple[tuple[str, int], ...]:
-    """The members a load assignment's version names (``assignment_resource``); () for any
-    other version. The version comes from the engine: anything malformed names nothing."""
+    """The members a load assignment's version names (``assignment_resource``) as serving at
+    priority 0, an interim's held members left out; () for any other version. The version
+    comes from the engine: anything malformed names nothing."""
+    return _parts(version)[0]
+
+
+def held_in_version(version: str) -> tuple[tuple[str, int], ...]:
+    """The departing members an interim's version names (``assignment_resource``'s ``held``);
+    () for a version of any other assignment, or malformed."""
+    return _parts(version)[1]
+
+
+def _parts(version: str) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
     _, mark, named = version.partition(_MARK)
-    if not mark or len(named) > 64 * SERVING_IN_VERSION:
+    if not mark or len(named) > 2 * 64 * SERVING_IN_VERSION:
+        return (), ()
+    serving, held_mark, held = named.partition(_MARK)
+    parsed = _parse(serving), _parse(held)
+    if parsed[0] is None or parsed[1] is None or (held_mark and not parsed[1]):
+        return (), ()
+    return parsed[0], parsed[1]
+
+
+def _parse(named: str) -> tuple[tuple[str, int], ...] | None:
+    """``named``'s members, or None when malformed."""
+    if not named:
         return ()
+    items = named.split(",")
+    if len(items) > SERVING_IN_VERSION or len(named) > 64 * SERVING_IN_VERSION:
+        return None
     out: list[tuple[str, int]] = []
-    for item in named.split(",")[:SERVING_IN_VERSION]:
+    for item in items:
         address, _, port = item.rpartition(":")
         address = address.removeprefix("[").removesuffix("]")
         try:
             ipaddress.ip_address(address)
         except ValueError:
-            return ()
+            return None
         if not port.isdigit() or not 0 < int(port) < 65536:
-            return ()
+            return None
         out.append((address, int(port)))
     return tuple(out)

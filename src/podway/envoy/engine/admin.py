@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from urllib.parse import quote
 
 from podway.base.netaddr import parse_host_port
@@ -80,21 +79,6 @@ async def stats(address: str, filter_regex: str = "") -> dict[str, int]:
 async def drain_listeners(address: str) -> None:
     """Ask Envoy to stop accepting new connections gracefully (in-flight ones finish)."""
     await request(address, "/drain_listeners?graceful", method="POST")
-
-
-async def drained(address: str) -> bool:
-    """True once a graceful drain is over: Envoy has stopped its listeners
-    (``listener_manager.listener_stopped``) and no connection they accepted is open (every
-    listener's ``downstream_cx_active``; the admin listener's own left out)."""
-    found = await stats(address, r"^listener_manager\.listener_stopped$|"
-                                 r"^listener\..*\.downstream_cx_active$")
-    active = sum(value for name, value in found.items() if name.startswith("listener.")
-                 and not name.startswith("listener.admin.")
-                 and not _PER_THREAD.search(name))
-    return found.get("listener_manager.listener_stopped", 0) > 0 and active == 0
-
-
-_PER_THREAD = re.compile(r"\.(worker_\d+|main_thread)\.downstream_cx_active$")
 
 
 async def listeners(address: str, *, limit_s: float = 2.0) -> dict[str, tuple[str, int]]:

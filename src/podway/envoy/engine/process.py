@@ -310,8 +310,6 @@ class Engine:
                     await admin.drain_listeners(address)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(waiter), self.opts.drain_s)
-                await _let_connections_finish(address, waiter,
-                                              limit_s=min(max(1.0, self.opts.drain_s), 5.0))
         finally:
             if not waiter.done():
                 envoy.signal(signal.SIGTERM)
@@ -325,23 +323,6 @@ class Engine:
                     raise
             state.identity.unlink(missing_ok=True)
             log.info("envoy stopped pid=%s", envoy.pid)
-
-
-async def _let_connections_finish(address: str, waiter: asyncio.Future[int | None], *,
-                                  limit_s: float) -> None:
-    """After the drain period: wait (at most ``limit_s``) until Envoy has stopped its
-    listeners and the connections they accepted last are done, so SIGTERM (which closes
-    every open connection at once) does not cut a request accepted just before the
-    listeners stopped; an admin that does not answer ends the wait."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not waiter.done() and loop.time() < deadline:
-        try:
-            if await admin.drained(address):
-                return
-        except (OSError, TimeoutError):
-            return
-        await asyncio.sleep(0.05)
 
 
 async def _may_serve(address: str) -> bool:

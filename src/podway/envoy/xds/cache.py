@@ -16,8 +16,10 @@ Invariants:
   the newest snapshot when it wakes).
 * Make before break (``podway.envoy.xds.handover``): a load assignment that would replace every
   serving member of an actively checked pool is served as an interim (the departing members at
-  priority 1) for a bounded hold, then the final one is set; a newer assignment for that pool
-  ends the hold at once. Holds need a running event loop (without one, the final is served).
+  priority 1) for a bounded hold, then the final one is set. A newer assignment for that pool
+  that only adds to the final (``handover.carries``) keeps the hold's own departing members
+  held, to the same end; any other ends the hold at once (it is compared with the interim).
+  Holds need a running event loop (without one, the final is served).
   Cost: only pools whose assignment changed are compared.
 """
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from envoy.config.cluster.v3 import cluster_pb2
+from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy import types
@@ -67,6 +70,7 @@ class _Hold:
     final: Resource
     interim: Resource
     timer: asyncio.TimerHandle
+    held: list[ec.LbEndpoint]  # the departing members the hold began with: checked ones
 
 
 class Cache:
@@ -160,6 +164,10 @@ class Cache:
                 replaced[name] = hold.interim
                 continue
             if hold is not None:
+                carried = self._carry(name, hold, resource, resources)
+                if carried is not None:
+                    replaced[name] = carried
+                    continue
                 hold.timer.cancel()
                 del self._holds[name]
             if before.digest == resource.digest:
@@ -188,9 +196,31 @@ class Cache:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return None  # no loop to end the hold on: serve the final assignment
-        interim = assignment_resource(name, handover.interim(after.message, held))
+        interim = assignment_resource(name, handover.interim(after.message, held),
+                                      held=handover.keys(held))
         timer = loop.call_later(hold_s, self._settle, name)
-        self._holds[name] = _Hold(final=after, interim=interim, timer=timer)
+        self._holds[name] = _Hold(final=after, interim=interim, timer=timer, held=held)
+        return interim
+
+    def _carry(self, name: str, hold: _Hold, newer: Resource,
+               resources: Resources) -> Resource | None:
+        """The interim for ``newer`` inside ``hold`` when it only adds to the hold's final:
+        the hold's own departing members stay held, to the hold's end (never extended); None
+        otherwise (the hold ends)."""
+        final, new = hold.final.message, newer.message
+        cluster = resources.get(types.CLUSTER, _EMPTY).get(name)
+        if cluster is None or not isinstance(cluster.message, cluster_pb2.Cluster) \
+                or handover.hold_s(cluster.message) is None \
+                or not isinstance(final, endpoint_pb2.ClusterLoadAssignment) \
+                or not isinstance(new, endpoint_pb2.ClusterLoadAssignment) \
+                or not handover.carries(final, new):
+            return None
+        held = handover.departing(handover.members(hold.held), new)
+        if not held:
+            return None  # a held member serves again, or the pool was emptied
+        interim = assignment_resource(name, handover.interim(new, held),
+                                      held=handover.keys(held))
+        self._holds[name] = _Hold(final=newer, interim=interim, timer=hold.timer, held=held)
         return interim
 
     def _settle(self, name: str) -> None:

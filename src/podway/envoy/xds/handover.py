@@ -17,8 +17,18 @@ assignment follows.
 Invariants: the interim holds every member of the new assignment unchanged at priority 0; a
 member the new assignment lists (not ready, draining) is never held back in priority 1; nothing
 is held for a cluster without active checks (there is no gap to bridge) nor when the new
-assignment has no serving member (an emptied pool is the truth, not a change to bridge). The
-functions are pure; the timing lives in ``podway.envoy.xds.cache``.
+assignment has no serving member (an emptied pool is the truth, not a change to bridge); the
+interim's overprovisioning factor is 100 x its priority-0 members, so the held members get
+traffic only while priority 0 has no healthy member (with Envoy's default, 1.4, priority 1 took
+a share whenever fewer than 71 % of priority 0 were healthy: 30 % in a rollout's step).
+
+A change inside a hold (``carries``): while it only adds to the assignment the hold stands for
+(a member turning ready, one more pod), the hold's own departing members stay held beside the
+newer members, to the hold's first end: the interim's new members may be unchecked, so
+comparing with the interim would end the hold and leave only those. Any other change (a member
+leaves, starts draining, a pod went: it may be the one behind a held member) is compared with
+the interim as served, as before. The functions are pure; the timing lives in
+``podway.envoy.xds.cache`` and ``podway.envoy.xds.recall``.
 
 A rollout is not bridged here: its old pods stay listed (terminating) while the new ones turn
 ready, so nothing departs; the load assignment itself makes those still serving the pool's
@@ -26,6 +36,8 @@ fallback at priority 1 (``podway.envoy.config.endpoints``), for as long as they 
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.config.core.v3 import health_check_pb2
@@ -59,11 +71,55 @@ def departing(served: endpoint_pb2.ClusterLoadAssignment,
     return [before[key] for key in sorted(before) if key not in listed]
 
 
+def carries(final: endpoint_pb2.ClusterLoadAssignment,
+            newer: endpoint_pb2.ClusterLoadAssignment) -> bool:
+    """Whether ``newer``, arriving inside the hold of ``final``, only adds to it: every member
+    of ``final`` still listed at its priority with its health, or turned from not ready to
+    serving. Then nothing that ``final`` lists has left or started draining, so the hold goes
+    on with its own departing members (``departing(members(held), newer)``)."""
+    after = {_key(e): (group.priority, e.health_status)
+             for group in newer.endpoints for e in group.lb_endpoints}
+    for group in final.endpoints:
+        for endpoint in group.lb_endpoints:
+            now = after.get(_key(endpoint))
+            if now is None:
+                return False
+            if now != (group.priority, endpoint.health_status) and not (
+                    endpoint.health_status == health_check_pb2.UNHEALTHY
+                    and now[0] == group.priority and now[1] in _SERVING):
+                return False
+    return True
+
+
+def members(held: Iterable[ec.LbEndpoint | tuple[str, int]]
+            ) -> endpoint_pb2.ClusterLoadAssignment:
+    """``held`` (endpoints, or address and port) as one group of serving members."""
+    out = endpoint_pb2.ClusterLoadAssignment()
+    group = out.endpoints.add()
+    for member in held:
+        endpoint = group.lb_endpoints.add()
+        if isinstance(member, ec.LbEndpoint):
+            endpoint.CopyFrom(member)
+        else:
+            endpoint.endpoint.address.socket_address.address = member[0]
+            endpoint.endpoint.address.socket_address.port_value = member[1]
+        endpoint.health_status = health_check_pb2.HEALTHY
+    return out
+
+
+def keys(members: list[ec.LbEndpoint]) -> tuple[tuple[str, int], ...]:
+    """Address and port of each of ``members``."""
+    return tuple(_key(e) for e in members)
+
+
 def interim(new: endpoint_pb2.ClusterLoadAssignment, held: list[ec.LbEndpoint]
             ) -> endpoint_pb2.ClusterLoadAssignment:
-    """``new`` with ``held`` added as one group of priority 1."""
+    """``new`` with ``held`` added as one group of priority 1, which gets traffic only while
+    priority 0 has no healthy member."""
     out = endpoint_pb2.ClusterLoadAssignment()
     out.CopyFrom(new)
+    main = sum(len(g.lb_endpoints) for g in out.endpoints if g.priority == 0)
+    out.policy.overprovisioning_factor.value = 100 * max(main, 1)
     group = out.endpoints.add(priority=1)
     for endpoint in held:
         group.lb_endpoints.add().CopyFrom(endpoint)

@@ -16,7 +16,9 @@ An engine that reconnects over delta xDS names the version it holds of each load
 recalls those members, and when the cache's assignment would replace every one of them, the
 engine first gets an interim: the new assignment plus the recalled members at priority 1,
 exactly as the cache's own handover, for the same bounded hold (``handover.hold_s``); the cache's
-assignment follows when the hold ends, or at once when it changes again.
+assignment follows when the hold ends. A change inside the hold that only adds to the bridged
+assignment (``handover.carries``: one more pod ready) keeps the recalled members held, to the
+same end; any other is bridged from the interim, as the engine holds it.
 
 Invariants: only a version the engine named on connect, and still holds, is recalled (a
 resource sent since is known to the stream); nothing is held for a pool without active checks,
@@ -31,12 +33,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from envoy.config.cluster.v3 import cluster_pb2
-from envoy.config.core.v3 import health_check_pb2
 from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.config.endpoint.v3 import endpoint_pb2
 
 from podway.envoy.config import Resource
-from podway.envoy.config.endpoints import assignment_resource, serving_in_version
+from podway.envoy.config.endpoints import (
+    assignment_resource,
+    held_in_version,
+    serving_in_version,
+)
 from podway.envoy.xds import handover
 
 
@@ -45,6 +50,8 @@ class _Bridge:
     final: str  # digest of the cache's assignment the interim stands in for
     interim: Resource
     until: float  # clock() value at which the final is sent
+    bridged: endpoint_pb2.ClusterLoadAssignment  # that assignment
+    held: list[ec.LbEndpoint]  # the recalled members held: the checked ones
 
 
 class Recall:
@@ -70,10 +77,16 @@ class Recall:
                     self._bridges[name] = bridge
                     return bridge.interim
                 return resource  # the hold is over
-            named = bridge.interim.digest  # changed again: bridge from the interim
+            carried = self._carry(name, resource, bridge, clusters.get(name), now)
+            if carried is not None:
+                return carried
+            # Changed again: bridge from the interim as the engine holds it, every part.
+            version = bridge.interim.digest
+            recalled = serving_in_version(version) + held_in_version(version)
         elif named is None or named != held or held == resource.digest:
             return resource  # not recalled, something was sent since, or nothing changes
-        recalled = serving_in_version(named)
+        else:  # an interim's version names its held members apart: only those are checked
+            recalled = held_in_version(named) or serving_in_version(named)
         cluster = clusters.get(name)
         hold_s = handover.hold_s(cluster.message if cluster is not None and isinstance(
             cluster.message, cluster_pb2.Cluster) else None)
@@ -81,11 +94,31 @@ class Recall:
         if not recalled or hold_s is None or not isinstance(
                 new, endpoint_pb2.ClusterLoadAssignment):
             return resource
-        departing = handover.departing(_assignment(name, recalled), new)
+        departing = handover.departing(handover.members(recalled), new)
         if not departing:
             return resource
-        interim = assignment_resource(name, handover.interim(new, departing))
-        self._bridges[name] = _Bridge(resource.digest, interim, now + hold_s)
+        interim = assignment_resource(name, handover.interim(new, departing),
+                                      held=handover.keys(departing))
+        self._bridges[name] = _Bridge(resource.digest, interim, now + hold_s, new, departing)
+        return interim
+
+    def _carry(self, name: str, resource: Resource, bridge: _Bridge,
+               cluster: Resource | None, now: float) -> Resource | None:
+        """The interim for a change inside ``bridge``'s hold that only adds to what it
+        bridged: the recalled members stay held, to the same end; None otherwise."""
+        new = resource.message
+        if now >= bridge.until or cluster is None \
+                or not isinstance(cluster.message, cluster_pb2.Cluster) \
+                or handover.hold_s(cluster.message) is None \
+                or not isinstance(new, endpoint_pb2.ClusterLoadAssignment) \
+                or not handover.carries(bridge.bridged, new):
+            return None
+        held = handover.departing(handover.members(bridge.held), new)
+        if not held:
+            return None
+        interim = assignment_resource(name, handover.interim(new, held),
+                                      held=handover.keys(held))
+        self._bridges[name] = _Bridge(resource.digest, interim, bridge.until, new, held)
         return interim
 
     def settled(self, name: str, known: str | None, digest: str) -> bool:
@@ -105,16 +138,3 @@ class Recall:
     def due(self, now: float) -> set[str]:
         """Pools whose hold has ended: their final assignment is owed."""
         return {name for name, b in self._bridges.items() if b.until <= now}
-
-
-def _assignment(name: str, members: tuple[tuple[str, int], ...]
-                ) -> endpoint_pb2.ClusterLoadAssignment:
-    """The recalled members as a load assignment of serving members."""
-    out = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
-    group = out.endpoints.add()
-    for address, port in members:
-        endpoint = ec.LbEndpoint(health_status=health_check_pb2.HEALTHY)
-        endpoint.endpoint.address.socket_address.address = address
-        endpoint.endpoint.address.socket_address.port_value = port
-        group.lb_endpoints.append(endpoint)
-    return out

@@ -21,6 +21,7 @@ from podway.envoy.config.common import pack
 from podway.envoy.config.endpoints import (
     SERVING_IN_VERSION,
     assignment_resource,
+    held_in_version,
     load_assignment,
     serving_in_version,
 )
@@ -141,6 +142,9 @@ def test_a_version_from_the_engine_that_does_not_read_names_nothing() -> None:
                     "abc~10.0.0.1:70000", "abc~10.0.0.1", "abc~10.0.0.1:80,bad:1",
                     "abc~" + ",".join(["10.0.0.1:80"] * 100) + "9" * 300):
         assert serving_in_version(version) == (), version
+        assert held_in_version(version) == (), version
+    for version in ("abc~10.0.0.1:80~", "abc~10.0.0.1:80~bad:1", "abc~10.0.0.1:80~1.2.3.4:80~"):
+        assert serving_in_version(version) == held_in_version(version) == (), version
 
 
 def test_two_independent_builds_give_the_same_versions() -> None:
@@ -184,14 +188,93 @@ def test_a_member_swap_made_while_podway_was_down_is_bridged() -> None:
     assert stream.on_change() == []
 
 
-def test_a_change_during_the_hold_ends_it() -> None:
-    """A newer assignment replaces the bridge at once; it is bridged from the interim."""
-    held = _held(_config(9001))
-    stream, _, out = _restarted(held, _config(9002))
-    assert [r.type_url for r in out] == [types.ENDPOINT]
-    stream.cache.set(Builder().build(_config(9002, 9003)))
+def test_a_member_added_during_the_hold_keeps_the_recalled_members_held() -> None:
+    """A newer assignment inside the hold that only adds (a third new pod turns ready, normal
+    in a rollout) keeps the recalled (checked) members at priority 1, to the same end: the
+    interim's new members may be unchecked (the bug: 9080 "stayed serving", the bridge ended
+    and every member left was unchecked: Envoy reset new connections)."""
+    held = _held(_config(8080, 8081))
+    stream, clock, out = _restarted(held, _config(9080, 9081))
+    assert [_by_priority(r) for r in out if r.type_url == types.ENDPOINT] == [
+        {0: [9080, 9081], 1: [8080, 8081]}]
+    end = stream.next_retry_at()
+    assert end is not None
+    clock.now += 0.1
+    stream.cache.set(Builder().build(_config(9080, 9081, 9082)))
     (newer,) = stream.on_change()
-    assert _by_priority(newer) == {0: [9002, 9003]}  # 9002 stays serving: nothing to bridge
+    assert _by_priority(newer) == {0: [9080, 9081, 9082], 1: [8080, 8081]}
+    assert _answered(stream, [_ack(types.ENDPOINT, newer.nonce)]) == []
+    assert stream.next_retry_at() == end  # the same end: never extended
+    assert stream.on_change() == []
+    clock.now = end
+    (final,) = stream.on_change()
+    assert _by_priority(final) == {0: [9080, 9081, 9082]}
+    assert _answered(stream, [_ack(types.ENDPOINT, final.nonce)]) == []
+    assert stream.next_retry_at() is None
+
+
+def test_a_change_during_the_hold_that_is_no_mere_addition_ends_it() -> None:
+    """A member of the bridged assignment leaves (its pod may be the one behind a recalled
+    member): the recalled members are not carried on; bridged from the interim as before."""
+    held = _held(_config(9001))
+    stream, _, out = _restarted(held, _config(9002, 9003))
+    assert [_by_priority(r) for r in out if r.type_url == types.ENDPOINT] == [
+        {0: [9002, 9003], 1: [9001]}]
+    stream.cache.set(Builder().build(_config(9003, 9004)))
+    (newer,) = stream.on_change()
+    assert _by_priority(newer) == {0: [9003, 9004]}  # 9003 stays serving: nothing to bridge
+    assert _answered(stream, [_ack(types.ENDPOINT, newer.nonce)]) == []
+    assert stream.next_retry_at() is None
+
+
+def test_a_recalled_member_serving_again_during_the_hold_ends_it() -> None:
+    held = _held(_config(9001))
+    stream, _, _ = _restarted(held, _config(9002))
+    stream.cache.set(Builder().build(_config(9001, 9002)))
+    (newer,) = stream.on_change()
+    assert _by_priority(newer) == {0: [9001, 9002]}  # 9001 (checked) serves: nothing to bridge
+    assert _answered(stream, [_ack(types.ENDPOINT, newer.nonce)]) == []
+    assert stream.next_retry_at() is None
+
+
+def test_an_engine_reconnecting_inside_the_hold_is_known_to_hold_the_departing_members() -> None:
+    """The interim's version names its held members apart from its new ones: an engine that
+    reconnects holding the interim gets no final before a hold has passed (the bug: the
+    version named 8080, 8081, 9080, 9081 alike, 9080 "stayed" and the final went at once)."""
+    held = _held(_config(8080, 8081))
+    stream, clock, out = _restarted(held, _config(9080, 9081))
+    (interim,) = [r for r in out if r.type_url == types.ENDPOINT]
+    (version,) = [r.version for r in interim.resources]
+    assert serving_in_version(version) == (("127.0.0.1", 9080), ("127.0.0.1", 9081))
+    assert held_in_version(version) == (("127.0.0.1", 8080), ("127.0.0.1", 8081))
+    now = {t: dict(v) for t, v in held.items()}
+    now[types.ENDPOINT] = {"p": version}
+    again = DeltaStream(stream.cache, clock)
+    clock.now += 0.1
+    out = _answered(again, [_reconnect(types.CLUSTER, now),
+                            _reconnect(types.ENDPOINT, now, ("p",))])
+    assert [r for r in out if r.type_url == types.ENDPOINT] == []  # it holds the interim
+    cluster = Builder().build(_config(9080))[types.CLUSTER]["p"].message
+    assert isinstance(cluster, cluster_pb2.Cluster)
+    end = again.next_retry_at()
+    assert end == clock.now + (handover.hold_s(cluster) or 0) > clock.now
+    clock.now = end
+    (final,) = again.on_change()
+    assert _by_priority(final) == {0: [9080, 9081]}
+
+
+async def test_a_cache_interim_s_version_names_its_held_members_apart() -> None:
+    """A Podway restarted inside its own hold recalls the departing members, not the
+    interim's new ones."""
+    cache = Cache()
+    cache.set(Builder().build(_config(8080)))
+    cache.set(Builder().build(_config(9080)))
+    version = cache.get(types.ENDPOINT).resources["p"].digest
+    assert held_in_version(version) == (("127.0.0.1", 8080),)
+    assert serving_in_version(version) == (("127.0.0.1", 9080),)
+    cache.set(Builder().build(_config(9080, 9081)))  # carried on: still named apart
+    version = cache.get(types.ENDPOINT).resources["p"].digest
+    assert held_in_version(version) == (("127.0.0.1", 8080),)
 
 
 def test_nothing_is_held_when_nothing_needs_a_bridge() -> None:
