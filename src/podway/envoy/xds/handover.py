@@ -75,8 +75,10 @@ def carries(final: endpoint_pb2.ClusterLoadAssignment,
             newer: endpoint_pb2.ClusterLoadAssignment) -> bool:
     """Whether ``newer``, arriving inside the hold of ``final``, only adds to it: every member
     of ``final`` still listed at its priority with its health, or turned from not ready to
-    serving. Then nothing that ``final`` lists has left or started draining, so the hold goes
-    on with its own departing members (``departing(members(held), newer)``)."""
+    serving or from serving to not ready (a readiness flip: its pod is still there and not
+    terminating). Then nothing that ``final`` lists has left or started draining, so the hold
+    goes on with its own departing members (``departing(members(held), newer)``); ending it
+    on a flip would leave a pool whose serving members are all unchecked."""
     after = {_key(e): (group.priority, e.health_status)
              for group in newer.endpoints for e in group.lb_endpoints}
     for group in final.endpoints:
@@ -85,10 +87,16 @@ def carries(final: endpoint_pb2.ClusterLoadAssignment,
             if now is None:
                 return False
             if now != (group.priority, endpoint.health_status) and not (
-                    endpoint.health_status == health_check_pb2.UNHEALTHY
-                    and now[0] == group.priority and now[1] in _SERVING):
+                    now[0] == group.priority and _flipped(endpoint.health_status, now[1])):
                 return False
     return True
+
+
+def _flipped(before: int, after: int) -> bool:
+    """A readiness flip either way between not ready and serving (not draining)."""
+    unhealthy = health_check_pb2.UNHEALTHY
+    return (before == unhealthy and after in _SERVING) or (
+        before in _SERVING and after == unhealthy)
 
 
 def members(held: Iterable[ec.LbEndpoint | tuple[str, int]]

@@ -92,10 +92,12 @@ class Supervisor:
         """SIGTERM, and wait up to ``grace`` for the exit (no restart after it); the record
         stays, so a ``stop`` after it (or instead of its end, if cancelled) still kills."""
         item = self.running.get(what)
-        proc = None if item is None else item.proc
-        if item is None or proc is None or proc.returncode is not None:
+        if item is None:
             return
-        item.stopping = True
+        item.stopping = True  # also when it is between restarts: no restart after this
+        proc = item.proc
+        if proc is None or proc.returncode is not None:
+            return
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
         with contextlib.suppress(TimeoutError):

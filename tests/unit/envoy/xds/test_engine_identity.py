@@ -6,6 +6,7 @@ PERMISSION_DENIED before a byte of configuration."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,6 +14,10 @@ from dataclasses import dataclass
 import grpc
 import pytest
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from envoy.config.core.v3 import base_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc
 from envoy.service.discovery.v3 import discovery_pb2 as d
@@ -35,15 +40,41 @@ class Bed:
 
     def channel(self, *identities: str, common_name: str | None = None,
                 organization: str | None = None) -> grpc.aio.Channel:
-        cert = self.ca.issue_cert(*identities, common_name=common_name,
-                                  organization_name=organization and GROUP_PREFIX + organization)
+        if identities:
+            cert = self.ca.issue_cert(*identities, common_name=common_name,
+                                      organization_name=organization and
+                                      GROUP_PREFIX + organization)
+            key_pem, cert_pem = cert.private_key_pem.bytes(), cert.cert_chain_pems[0].bytes()
+        else:  # trustme would write an empty SAN, which cryptography >= 51 refuses to build
+            assert common_name is not None
+            assert organization is None
+            key_pem, cert_pem = _common_name_only(self.ca, common_name)
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=self.ca.cert_pem.bytes(),
-            private_key=cert.private_key_pem.bytes(),
-            certificate_chain=cert.cert_chain_pems[0].bytes())
+            root_certificates=self.ca.cert_pem.bytes(), private_key=key_pem,
+            certificate_chain=cert_pem)
         return grpc.aio.secure_channel(
             f"127.0.0.1:{self.server.port}", credentials,
             options=[("grpc.ssl_target_name_override", "xds.podway.test")])
+
+
+def _common_name_only(ca: trustme.CA, common_name: str) -> tuple[bytes, bytes]:
+    """A client certificate of ``ca`` naming ``common_name`` as its CN and no SAN at all."""
+    ca_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+    return (key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()),
+            cert.public_bytes(serialization.Encoding.PEM))
 
 
 @pytest.fixture

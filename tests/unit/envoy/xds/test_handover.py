@@ -102,6 +102,23 @@ async def test_a_member_added_inside_the_hold_keeps_the_departing_members_held()
     assert cache.holding == frozenset()
 
 
+async def test_a_new_member_turning_not_ready_inside_the_hold_keeps_the_hold() -> None:
+    """A readiness flip of one of the interim's new members (its pod still there, not
+    terminating) carries the hold on: ending it would leave 9080, unchecked, as the only
+    serving member (review finding: Envoy reset new connections until its first check)."""
+    cache = Cache()
+    cache.set(_resources(_members(8080, 8081)))
+    cache.set(_resources(_members(9080, 9081)))
+    timer = cache._holds["p"].timer
+    cache.set(_resources(_members(9080) + _members(9081, state=MemberState.NOT_READY)))
+    assert _served(cache) == {0: [9080, 9081], 1: [8080, 8081]}
+    assert cache._holds["p"].timer is timer  # the same end: never extended
+    draining = Member(address="127.0.0.1", port=9081, state=MemberState.DRAINING,
+                      serving=True)
+    cache.set(_resources((*_members(9080), draining)))  # terminating: no longer carried
+    assert all(8080 not in ports for ports in _served(cache).values())
+
+
 async def test_a_change_inside_the_hold_that_is_no_mere_addition_ends_it() -> None:
     """A member of the final leaves or starts draining (its pod may be the one behind a held
     member, gone or terminating): the hold's departing members are not carried on; the change
