@@ -164,6 +164,16 @@ async def _first_of(*events: asyncio.Event | None, limit_s: float | None) -> Non
             waiter.cancel()
 
 
+class _StreamGone(Exception):
+    """A response could not be written because the stream is over (the engine left, or the
+    server stops): the stream's end, not an error of the servicer."""
+
+
+def _finished(context: Any) -> bool:
+    done = getattr(context, "done", None)
+    return bool(done is not None and done())
+
+
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     def __init__(self, cache: Cache, *, on_event: Callable[[Event], None] | None = None,
                  groups: GroupCaches | None = None) -> None:
@@ -238,15 +248,9 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
 
     async def _serve(self, stream: SotwStream | DeltaStream, requests: AsyncIterator[Any],
                      context: Any, mode: str, engine_group: str = "") -> None:
-        lock = asyncio.Lock()
         STREAMS.inc()
         self.live.add(stream)
-
-        async def send(responses: list[Any]) -> None:
-            async with lock:
-                for response in responses:
-                    PUSHES.labels(types.SHORT_NAMES.get(response.type_url, "?"), mode).inc()
-                    await context.write(response)
+        send = self._sender(context, mode)
 
         nudged = asyncio.Event()
         counted: list[str] = []  # the node, once known: counted in ``engines``
@@ -268,20 +272,23 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
 
         reason = "the engine closed it"
         try:
-            async with asyncio.TaskGroup() as group:
-                reader = group.create_task(read(), name=f"xds-read-{mode}")
-                pusher = group.create_task(
-                    push_changes(stream.cache, stream.on_change, send,
-                                 wake_at=stream.next_retry_at, clock=stream.clock,
-                                 nudged=nudged),
-                    name=f"xds-push-{mode}")
-                closing = group.create_task(self.closing.wait(), name=f"xds-closing-{mode}")
-                # The stream ends when Envoy closes it, or when the server stops.
-                await asyncio.wait((reader, closing), return_when=asyncio.FIRST_COMPLETED)
-                if not reader.done():
-                    reason = "server stopping"
-                for task in (pusher, reader, closing):
-                    task.cancel()
+            try:
+                async with asyncio.TaskGroup() as group:
+                    reader = group.create_task(read(), name=f"xds-read-{mode}")
+                    pusher = group.create_task(
+                        push_changes(stream.cache, stream.on_change, send,
+                                     wake_at=stream.next_retry_at, clock=stream.clock,
+                                     nudged=nudged),
+                        name=f"xds-push-{mode}")
+                    closing = group.create_task(self.closing.wait(), name=f"xds-closing-{mode}")
+                    # The stream ends when Envoy closes it, or when the server stops.
+                    await asyncio.wait((reader, closing), return_when=asyncio.FIRST_COMPLETED)
+                    if not reader.done():
+                        reason = "server stopping"
+                    for task in (pusher, reader, closing):
+                        task.cancel()
+            except* _StreamGone:  # the engine left, or the server stops, mid-answer
+                reason = "it ended while an answer was being sent"
         except asyncio.CancelledError:
             reason = "connection lost or server stopping"
             raise
@@ -295,6 +302,24 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                 self._count(node, -1)
             log.info("xds stream closed node=%s mode=%s reason=%s", stream.node or "?", mode,
                      reason)
+
+    def _sender(self, context: Any, mode: str) -> Callable[[list[Any]], Awaitable[None]]:
+        """Writes a stream's responses in order; a write that fails because the stream is over
+        (the engine left, or the server stops) raises ``_StreamGone``."""
+        lock = asyncio.Lock()
+
+        async def send(responses: list[Any]) -> None:
+            async with lock:
+                for response in responses:
+                    PUSHES.labels(types.SHORT_NAMES.get(response.type_url, "?"), mode).inc()
+                    try:
+                        await context.write(response)
+                    except Exception as exc:  # gRPC's failed-batch error is no public class
+                        if self.closing.is_set() or _finished(context):
+                            raise _StreamGone from exc
+                        raise
+
+        return send
 
     @property
     def streams(self) -> int:
