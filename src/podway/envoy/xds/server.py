@@ -314,7 +314,9 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     PUSHES.labels(types.SHORT_NAMES.get(response.type_url, "?"), mode).inc()
                     try:
                         await context.write(response)
-                    except Exception as exc:  # gRPC's failed-batch error is no public class
+                    except grpc.aio.InternalError as exc:  # its failed batch: the peer left
+                        raise _StreamGone from exc
+                    except Exception as exc:
                         if self.closing.is_set() or _finished(context):
                             raise _StreamGone from exc
                         raise

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from envoy.service.discovery.v3 import discovery_pb2 as d
+from grpc._cython.cygrpc import ExecuteBatchError
 
 from podway.envoy import types
 from podway.envoy.config import Builder
@@ -19,24 +20,34 @@ from podway.ir import IR
 
 
 class GoneWhileWriting:
-    """gRPC's servicer context of an RPC that ended: ``done()``, and a write fails with
-    gRPC's own (non-public) batch error."""
+    """gRPC's servicer context of an RPC whose engine left: a write fails with gRPC's failed
+    batch error (an ``InternalError``) before the context says it is done (as in CI)."""
 
     def peer(self) -> str:
         return "unix:test"
 
     def done(self) -> bool:
+        return False
+
+    async def write(self, response: d.DeltaDiscoveryResponse) -> None:
+        raise ExecuteBatchError('Failed "execute_batch"')
+
+
+class DoneWhileWriting(GoneWhileWriting):
+    """An RPC already done (the server stops): any failed write ends the stream."""
+
+    def done(self) -> bool:
         return True
 
     async def write(self, response: d.DeltaDiscoveryResponse) -> None:
-        raise RuntimeError('Failed "execute_batch"')
+        raise RuntimeError("the call is over")
 
 
 class WriteFails(GoneWhileWriting):
-    """A live RPC whose write fails: a real error, which must not be hidden."""
+    """A live RPC whose write fails otherwise: a real error, which must not be hidden."""
 
-    def done(self) -> bool:
-        return False
+    async def write(self, response: d.DeltaDiscoveryResponse) -> None:
+        raise RuntimeError("cannot encode")
 
 
 async def _requests() -> AsyncIterator[d.DeltaDiscoveryRequest]:
@@ -44,14 +55,14 @@ async def _requests() -> AsyncIterator[d.DeltaDiscoveryRequest]:
     await asyncio.Event().wait()  # the engine says nothing more
 
 
+@pytest.mark.parametrize("context", [GoneWhileWriting, DoneWhileWriting])
 async def test_an_answer_to_an_engine_that_left_ends_the_stream_quietly(
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, context: type[GoneWhileWriting]) -> None:
     cache = Cache()
     cache.set(Builder().build(IR()))
     servicer = AdsServicer(cache)
     with caplog.at_level(logging.WARNING):
-        await asyncio.wait_for(servicer.DeltaAggregatedResources(
-            _requests(), GoneWhileWriting()), 5)
+        await asyncio.wait_for(servicer.DeltaAggregatedResources(_requests(), context()), 5)
     assert servicer.streams == 0
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
