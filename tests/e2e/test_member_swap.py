@@ -133,6 +133,13 @@ async def test_tcp_pool_swapped_wholesale_under_load_drops_nothing(stack: Stack)
     assert load.failures == []
 
 
+def _write_l4(stack: Stack, lb_port: int, ports: dict[str, int], *names: str) -> None:
+    """A LoadBalancer Service on ``lb_port`` with one EndpointSlice per named member."""
+    stack.write("l4.yaml", service("l4", lb_port, ports[names[0]], lb=True) + "".join(
+        "---\n" + endpoints("l4", {"TCP": ports[name]}, slice_name=f"l4-{name}")
+        for name in names))
+
+
 async def test_tcp_pool_changed_again_inside_the_hold_drops_nothing(stack: Stack) -> None:
     """A swap to a member not listening yet, then, inside the hold, one more new member (a
     rollout's next pod turning ready): the departing member still carries the pool until a new
@@ -143,9 +150,7 @@ async def test_tcp_pool_changed_again_inside_the_hold_drops_nothing(stack: Stack
     lb_port = free_port()
 
     def write(*names: str) -> None:
-        stack.write("l4.yaml", service("l4", lb_port, ports[names[0]], lb=True) + "".join(
-            "---\n" + endpoints("l4", {"TCP": ports[name]}, slice_name=f"l4-{name}")
-            for name in names))
+        _write_l4(stack, lb_port, ports, *names)
 
     write("old")
     await stack.start()
@@ -185,9 +190,7 @@ async def test_a_held_member_that_closes_gets_nothing_while_a_new_one_is_healthy
     lb_port = free_port()
 
     def write(*names: str) -> None:
-        stack.write("l4.yaml", service("l4", lb_port, ports[names[0]], lb=True) + "".join(
-            "---\n" + endpoints("l4", {"TCP": ports[name]}, slice_name=f"l4-{name}")
-            for name in names))
+        _write_l4(stack, lb_port, ports, *names)
 
     write("old")
     await stack.start()
