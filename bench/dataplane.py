@@ -259,12 +259,10 @@ def haproxy_tls(ctx: Context) -> Running:
                     "  ssl-default-bind-options no-tls-tickets\n")
 
 
-def _haproxy(ctx: Context, name: str, extra: str) -> Running:
-    http, https = free_port(), free_port()
-    pem = ctx.root / f"{name}.pem"
-    pem.write_text(ctx.cert.read_text() + ctx.key.read_text())
-    conf = ctx.root / f"{name}.cfg"
-    conf.write_text(f"""global
+def haproxy_config(extra: str, binds: str, upstream: int) -> str:
+    """The hand-written HAProxy file: one thread, ``extra`` global lines, the frontend's
+    ``binds`` lines, every request to the upstream on ``upstream``."""
+    return f"""global
   nbthread 1
   maxconn 4096
 {extra}defaults
@@ -275,12 +273,20 @@ def _haproxy(ctx: Context, name: str, extra: str) -> Running:
   option http-keep-alive
   http-reuse always
 frontend fe
-  bind 127.0.0.1:{http}
-  bind 127.0.0.1:{https} ssl crt {pem}
-  default_backend be
+{binds}  default_backend be
 backend be
-  server up 127.0.0.1:{ctx.upstream_http}
-""")
+  server up 127.0.0.1:{upstream}
+"""
+
+
+def _haproxy(ctx: Context, name: str, extra: str) -> Running:
+    http, https = free_port(), free_port()
+    pem = ctx.root / f"{name}.pem"
+    pem.write_text(ctx.cert.read_text() + ctx.key.read_text())
+    conf = ctx.root / f"{name}.cfg"
+    conf.write_text(haproxy_config(extra, f"  bind 127.0.0.1:{http}\n"
+                                          f"  bind 127.0.0.1:{https} ssl crt {pem}\n",
+                                   ctx.upstream_http))
     proc = ctx.spawn(["haproxy", "-db", "-f", str(conf)], log=f"{name}.log")
     return _plain(proc, http, https)
 

@@ -77,22 +77,9 @@ def haproxy_config(folder: Path, name: str, port: int, upstream: int) -> list[st
         base64.b64encode(os.urandom(48)).decode() + "\n" for _ in range(3)))
     extra, bind = HAPROXY_SETTINGS[name]
     conf = folder / f"{name}.cfg"
-    conf.write_text(f"""global
-  nbthread 1
-  maxconn 4096
-{extra}defaults
-  mode http
-  timeout connect 5s
-  timeout client 30s
-  timeout server 30s
-  option http-keep-alive
-  http-reuse always
-frontend fe
-  bind 127.0.0.1:{port} ssl crt {pem}{bind.format(keys=keys)}
-  default_backend be
-backend be
-  server up 127.0.0.1:{upstream}
-""", encoding="utf-8")
+    conf.write_text(dp.haproxy_config(
+        extra, f"  bind 127.0.0.1:{port} ssl crt {pem}{bind.format(keys=keys)}\n", upstream),
+        encoding="utf-8")
     return [he.HAPROXY, "-f", str(conf)]
 
 
