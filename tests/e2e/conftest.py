@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import subprocess
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -39,3 +43,45 @@ def short_dir(short_dir: Path) -> Iterator[Path]:
             record = read_identity(StateDir(folder))
             if record is not None:
                 terminate_stale(record)
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+@pytest.fixture
+def migrating_loopback() -> Iterator[str]:
+    """The test runs in a network namespace of its own (its loopback only), where
+    ``net.ipv4.tcp_migrate_req=1``: a port handed from one process to another with SO_REUSEPORT
+    moves the connections still queued on the closing socket to the other one, as on the engine
+    nodes ``docs/install.md`` asks for. The host's own setting (often 0: those connections are
+    reset) is not the test's to change. Everything the test makes from the main thread after this
+    (sockets, child processes) lives there; the namespace is removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a network namespace of the test's own")
+    name = f"pw-mig-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    try:
+        for argv in (["ip", "-n", name, "link", "set", "lo", "up"],
+                     ["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1"]):
+            subprocess.run(argv, check=True)
+        there = os.open(f"/run/netns/{name}", os.O_RDONLY)
+        try:
+            _setns(there)
+        finally:
+            os.close(there)
+        assert Path("/proc/sys/net/ipv4/tcp_migrate_req").read_text().strip() == "1"
+        try:
+            yield name
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+        subprocess.run(["ip", "netns", "del", name], check=False)

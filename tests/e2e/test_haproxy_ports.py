@@ -79,7 +79,9 @@ async def test_a_second_haproxy_cannot_take_a_port_by_accident(short_dir: Path) 
 
 
 async def test_with_reuse_port_a_successor_binds_beside_and_the_old_one_drains(
-        short_dir: Path) -> None:
+        short_dir: Path, migrating_loopback: str) -> None:
+    """In a namespace with ``tcp_migrate_req=1``, as the install asks of engine nodes: without
+    it a connection still queued on the old HAProxy's socket when it closes is reset."""
     http = free_port()
     (port_a, echo_a), (port_b, echo_b) = await echo_backend("a"), await echo_backend("b")
     opts = {"reuse_port": True, "drain_s": 5.0}
