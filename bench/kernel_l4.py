@@ -22,13 +22,16 @@ PAWS-refused SYNs: the kernel engine SNATs to the lb's own address, the one Envo
 connections to the same backends came from. A backend keeps the TIME_WAIT of each connection it
 closed (60 s) with that connection's TCP timestamp; a SNATed SYN on the same 4-tuple carries the
 client's timestamp, which may be older, and is refused (PAWS): the client retries after 1 s.
-So a ``kernel new`` right after an ``envoy`` round shows collapsed connections per second
-(docs/kernel.md, "SNAT and TIME_WAIT"); rounds where kernel runs first show its real figure.
+So a ``kernel new`` right after an ``envoy`` round would show collapsed connections per
+second (docs/kernel.md, "SNAT and TIME_WAIT"), and even the 16 SYNs of a ``long`` round can
+wait 1 s: each measurement therefore starts with the backends' TIME_WAIT sockets ended (``ss
+-K``), as on a host where no other mode ran, and the count ended is printed;
+``--keep-time-wait`` leaves them, to show the effect.
 
 The bed (namespaces, nginx, manifests) is ``bench/kernel_bed.py``; ``b1 share`` is the part of
 the round's segments backend b1 received (0.50: an even split).
 
-    sudo .venv/bin/python bench/kernel_l4.py [--rounds 3] [--seconds 5]
+    sudo .venv/bin/python bench/kernel_l4.py [--rounds 3] [--seconds 5] [--keep-time-wait]
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from kernel_bed import (
     backend_segments,
     busy_jiffies,
     children,
+    forget_time_wait,
     interleaved,
     paws_rejects,
     proc_cpu_s,
@@ -82,7 +86,9 @@ def measure_mode(bed: Bed, pid: int | None, urls: list[str], args: argparse.Name
 
 
 def main() -> int:
-    args = arguments(__doc__ or "")
+    args = arguments(__doc__ or "", extra=(
+        ("--keep-time-wait", "leave the backends' TIME_WAIT sockets of the previous mode (by "
+         "default each mode starts without them)"),))
     if args is None:
         return 2
     results: dict[tuple[str, str], list[Row]] = {}
@@ -93,7 +99,9 @@ def main() -> int:
                 # directly, or both to the VIP.
                 urls = DIRECT_URLS if mode == "direct" else VIP_URLS
                 for kind, close in (("long", False), ("new", True)):
-                    print(f"round {round_ + 1} {mode:6} {kind:4}", end="")
+                    ended = 0 if args.keep_time_wait else forget_time_wait(bed)
+                    print(f"round {round_ + 1} {mode:6} {kind:4}"
+                          + (f" ({ended} TIME_WAIT ended)" if ended else ""), end="")
                     results.setdefault((mode, kind), []).append(
                         measure_mode(bed, pid, urls, args, close))
         print("\nmedians over rounds (us per request or connection: CPU time)")
