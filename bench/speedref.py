@@ -27,8 +27,9 @@ _WORD = re.compile(r"[a-z]+-(\d+)")
 
 def workload() -> int:
     """Fixed work, about 100 ms on a 2024 laptop core; returns a checksum so nothing is skipped."""
-    items = [{"name": f"svc-{i}", "port": 8000 + i % 97, "labels": {"app": f"a{i % 31}"}}
-             for i in range(20_000)]
+    items: list[dict[str, Any]] = [
+        {"name": f"svc-{i}", "port": 8000 + i % 97, "labels": {"app": f"a{i % 31}"}}
+        for i in range(20_000)]
     items.sort(key=lambda d: (d["labels"]["app"], d["port"], d["name"]))
     text = json.dumps(items)
     back = json.loads(text)
