@@ -9,6 +9,16 @@ import sys
 from collections.abc import Callable
 
 
+def isolation_flags() -> list[str]:
+    """This interpreter's isolation, for a Python child of ours (``sys.executable``): a Podway
+    started with ``-I`` (or ``-E``, ``-s``) must not start one that reads ``PYTHONPATH`` or
+    the user's site-packages."""
+    if sys.flags.isolated:
+        return ["-I"]
+    return [flag for flag, on in (("-E", sys.flags.ignore_environment),
+                                  ("-s", sys.flags.no_user_site)) if on]
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get ``sig`` when this process dies (Linux).
 

@@ -69,7 +69,8 @@ class Prefetch:
         self.used = 0  # files whose documents were taken from the worker
         try:
             self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, "-P", __file__, os.fspath(root), str(min_bytes)],
+                [sys.executable, *_isolation(), "-P", __file__, os.fspath(root),
+                 str(min_bytes)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 # only prctl between fork and exec (``die_with_parent``: resolved here)
                 preexec_fn=_die_with_parent(), close_fds=True)  # noqa: PLW1509
@@ -138,6 +139,12 @@ class Prefetch:
             with self._cond:
                 self._ended = True
                 self._cond.notify_all()
+
+
+def _isolation() -> list[str]:
+    from podway.base.children import isolation_flags
+
+    return isolation_flags()
 
 
 def _die_with_parent() -> Callable[[], None] | None:

@@ -186,10 +186,12 @@ def _image_for(image: Path | None, *, install: bool) -> Path | None:
 def _start_daemon(state: Any, *, status: Status, console: Console) -> None:
     """Start the lab daemon (detached: it outlives this command) and follow its progress
     lines until it says ``ready``; an ``error:`` line or an early exit is an EnvironmentProblem."""
+    from podway.base.children import isolation_flags
+
     status.update("starting the lab daemon")
     log = open(state.logs / "daemon.stderr", "ab")  # noqa: SIM115 (outlives with)
-    proc = subprocess.Popen([sys.executable, "-m", "podway.programs.lab.daemon",
-                             str(state.root)],
+    proc = subprocess.Popen([sys.executable, *isolation_flags(), "-m",
+                             "podway.programs.lab.daemon", str(state.root)],
                             stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
                             start_new_session=True, text=True)
     log.close()
