@@ -66,9 +66,9 @@ def migrating_loopback() -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.skip("needs root: a network namespace of the test's own")
     name = f"pw-mig-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
     home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
     try:
+        subprocess.run(["ip", "netns", "add", name], check=True)
         for argv in (["ip", "-n", name, "link", "set", "lo", "up"],
                      ["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1"]):
             subprocess.run(argv, check=True)
@@ -77,11 +77,11 @@ def migrating_loopback() -> Iterator[str]:
             _setns(there)
         finally:
             os.close(there)
-        assert Path("/proc/sys/net/ipv4/tcp_migrate_req").read_text().strip() == "1"
-        try:
+        try:  # from here on the thread goes home whatever happens
+            assert Path("/proc/sys/net/ipv4/tcp_migrate_req").read_text().strip() == "1"
             yield name
         finally:
             _setns(home)
     finally:
         os.close(home)
-        subprocess.run(["ip", "netns", "del", name], check=False)
+        subprocess.run(["ip", "netns", "del", name], check=False, stderr=subprocess.DEVNULL)
