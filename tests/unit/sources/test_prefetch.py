@@ -11,10 +11,10 @@ import asyncio
 import io
 import pickle
 import struct
-import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -206,18 +206,25 @@ def test_a_worker_alive_but_silent_is_given_up_after_its_patience(
         prefetch.close()
 
 
-@pytest.mark.parametrize("flags", [(), ("-I",), ("-E", "-s")])
-def test_the_worker_runs_as_isolated_as_podway(tmp_path: Path, flags: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(("set_flags", "flags"), [
+    ((0, 0, 0), []), ((1, 1, 1), ["-I"]), ((0, 1, 1), ["-E", "-s"]), ((0, 0, 1), ["-s"])])
+def test_the_worker_runs_as_isolated_as_podway(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, set_flags: tuple[int, int, int],
+        flags: list[str]) -> None:
     """A Podway started with ``-I`` (or ``-E``/``-s``) starts its worker so too: no
     ``PYTHONPATH``, no user site-packages in the child either (``isolation_flags``; the lab's
     daemon is started with them as well)."""
-    (tmp_path / "big.yaml").write_text(_text(2))
-    code = ("import sys; from pathlib import Path; from podway.sources.prefetch import Prefetch\n"
-            "p = Prefetch(Path(sys.argv[1]), min_bytes=1)\n"
-            "print(Path(f'/proc/{p._process.pid}/cmdline').read_bytes().decode())\n"
-            "p.close()")
-    done = subprocess.run([sys.executable, *flags, "-c", code, str(tmp_path)],
-                          capture_output=True, text=True, check=True, timeout=60)
-    argv = done.stdout.rstrip("\n").split("\0")
-    script = next(i for i, arg in enumerate(argv) if arg.endswith("prefetch.py"))
-    assert argv[1:script] == [*flags, "-P"]
+    started: list[list[str]] = []
+
+    def popen(argv: list[str], **_: object) -> None:
+        started.append(argv)
+        raise OSError("not started: the test reads the command line only")
+
+    isolated, no_env, no_user_site = set_flags
+    monkeypatch.setattr(sys, "flags", types.SimpleNamespace(
+        isolated=isolated, ignore_environment=no_env, no_user_site=no_user_site))
+    monkeypatch.setattr(prefetch_module.subprocess, "Popen", popen)
+    Prefetch(tmp_path).close()
+    [argv] = started
+    assert argv[0] == sys.executable
+    assert argv[1:argv.index("-P")] == flags
