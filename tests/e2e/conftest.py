@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from podway.envoy.engine.adopt import read_identity, terminate_stale
 from podway.envoy.engine.state import StateDir
+from podway.programs.agent.netns import enter_netns, join_netns
 
 from .harness import Stack
 from .local_servers import stack_in
@@ -45,16 +44,6 @@ def short_dir(short_dir: Path) -> Iterator[Path]:
                 terminate_stale(record)
 
 
-_CLONE_NEWNET = 0x40000000
-
-
-def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
 @pytest.fixture
 def migrating_loopback() -> Iterator[str]:
     """The test runs in a network namespace of its own (its loopback only), where
@@ -66,22 +55,18 @@ def migrating_loopback() -> Iterator[str]:
     if os.geteuid() != 0:
         pytest.skip("needs root: a network namespace of the test's own")
     name = f"pw-mig-{os.getpid()}"
-    home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         subprocess.run(["ip", "netns", "add", name], check=True)
         for argv in (["ip", "-n", name, "link", "set", "lo", "up"],
                      ["ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv4.tcp_migrate_req=1"]):
             subprocess.run(argv, check=True)
-        there = os.open(f"/run/netns/{name}", os.O_RDONLY)
-        try:
-            _setns(there)
-        finally:
-            os.close(there)
+        enter_netns(name)
         try:  # from here on the thread goes home whatever happens
             assert Path("/proc/sys/net/ipv4/tcp_migrate_req").read_text().strip() == "1"
             yield name
         finally:
-            _setns(home)
+            join_netns(home, "home")
     finally:
         os.close(home)
         subprocess.run(["ip", "netns", "del", name], check=False, stderr=subprocess.DEVNULL)

@@ -67,13 +67,16 @@ class Prefetch:
         self._heard = time.monotonic()  # the worker's start or last frame
         self.patience_s = PATIENCE_S
         self.used = 0  # files whose documents were taken from the worker
+        # Here, not at the top: the worker runs this file as a script, with the stdlib only.
+        from podway.base.children import die_with_parent, isolation_flags
+
         try:
             self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [sys.executable, *_isolation(), "-P", __file__, os.fspath(root),
+                [sys.executable, *isolation_flags(), "-P", __file__, os.fspath(root),
                  str(min_bytes)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 # only prctl between fork and exec (``die_with_parent``: resolved here)
-                preexec_fn=_die_with_parent(), close_fds=True)  # noqa: PLW1509
+                preexec_fn=die_with_parent(signal.SIGKILL), close_fds=True)  # noqa: PLW1509
         except OSError:
             self._process, self._ended = None, True
             return
@@ -139,18 +142,6 @@ class Prefetch:
             with self._cond:
                 self._ended = True
                 self._cond.notify_all()
-
-
-def _isolation() -> list[str]:
-    from podway.base.children import isolation_flags
-
-    return isolation_flags()
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    from podway.base.children import die_with_parent
-
-    return die_with_parent(signal.SIGKILL)
 
 
 # -- the worker: this file run as a script ----------------------------------------------------

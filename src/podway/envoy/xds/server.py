@@ -169,11 +169,6 @@ class _StreamGone(Exception):
     server stops): the stream's end, not an error of the servicer."""
 
 
-def _finished(context: Any) -> bool:
-    done = getattr(context, "done", None)
-    return bool(done is not None and done())
-
-
 class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ignore[misc]
     def __init__(self, cache: Cache, *, on_event: Callable[[Event], None] | None = None,
                  groups: GroupCaches | None = None) -> None:
@@ -317,7 +312,7 @@ class AdsServicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):  # type: ign
                     except grpc.aio.InternalError as exc:  # its failed batch: the peer left
                         raise _StreamGone from exc
                     except Exception as exc:
-                        if self.closing.is_set() or _finished(context):
+                        if self.closing.is_set() or context.done():
                             raise _StreamGone from exc
                         raise
 

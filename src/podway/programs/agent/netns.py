@@ -19,14 +19,20 @@ _CLONE_NEWNET = 0x40000000
 
 def enter_netns(name: str) -> None:
     """Move the calling thread into network namespace ``name`` (``ip netns`` naming)."""
-    libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
     try:
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({name}): {os.strerror(err)}")
+        join_netns(fd, name)
     finally:
         os.close(fd)
+
+
+def join_netns(fd: int, name: str) -> None:
+    """Move the calling thread into the network namespace open as ``fd`` (e.g. one's own,
+    kept from ``/proc/thread-self/ns/net`` to go back to); ``name`` is for the error."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns({name}): {os.strerror(err)}")
 
 
 def single_thread(*, netns: str | None, name: str) -> ThreadPoolExecutor:

@@ -62,3 +62,29 @@ def test_kubectl_as_names_service_accounts_as_kubectl_does() -> None:
     assert account_user("jane") == "jane"
     with pytest.raises(ConfigError, match="NAMESPACE/NAME"):
         account_user("podway/")
+
+
+def test_the_daemon_is_started_as_isolated_as_the_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``podway lab up`` run with ``-I`` starts its daemon with ``-I`` too (no ``PYTHONPATH``,
+    no user site-packages in the child)."""
+    import types
+
+    from podway.base import children  # noqa: F401 (imported before sys.flags is replaced)
+    from podway.cli.commands import lab
+
+    started: list[list[str]] = []
+
+    def popen(argv: list[str], **_: object) -> None:
+        started.append(argv)
+        raise OSError("not started: the test reads the command line only")
+
+    monkeypatch.setattr(sys, "flags", types.SimpleNamespace(
+        isolated=1, ignore_environment=1, no_user_site=1))
+    monkeypatch.setattr(lab.subprocess, "Popen", popen)
+    state = types.SimpleNamespace(logs=tmp_path, root=tmp_path)
+    with pytest.raises(OSError, match="not started"):
+        lab._start_daemon(state, status=types.SimpleNamespace(update=lambda _: None),
+                          console=None)  # type: ignore[arg-type]
+    assert started == [[sys.executable, "-I", "-m", "podway.programs.lab.daemon",
+                        str(tmp_path)]]
