@@ -317,6 +317,9 @@ class DeltaStream:
         ordered = sorted(candidates - grouped)
         limit = self._bound(type_url, first=force or state.whole)
         state.whole = False
+        if type_url == types.LISTENER and any(
+                n in state.known and n not in resources for n in ordered):
+            limit = sys.maxsize  # removals and adds of one address together (``_bound``)
         for at, name in enumerate(ordered):
             if len(response.resources) + len(response.removed_resources) >= limit:
                 state.backlog.update(ordered[at:])  # the rest, once Envoy answered this part
@@ -395,7 +398,11 @@ class DeltaStream:
 
     def _bound(self, type_url: str, *, first: bool) -> int:
         """How many resources a response may carry (``MAX_RESOURCES_PER_RESPONSE``; whole
-        where Envoy takes a first response as a set: ``WHOLE_FIRST_TYPES``)."""
+        where Envoy takes a first response as a set: ``WHOLE_FIRST_TYPES``). A listener update
+        that removes a listener goes whole too (``_respond``): Envoy refuses a listener on the
+        address of one it still has, and takes a removal and an add of one address only within
+        one response (it removes first); a part boundary between them would close the port
+        until the next part, or have the new listener refused."""
         if first and type_url in WHOLE_FIRST_TYPES:
             return sys.maxsize
         return self.most_per_response

@@ -12,6 +12,7 @@ connection manager (at a start, or after its listener changed: it waits for thos
 from __future__ import annotations
 
 from collections import Counter, deque
+from dataclasses import replace
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
@@ -178,3 +179,39 @@ def test_a_new_scoped_listener_gets_every_scope_in_one_response() -> None:
     assert [(r.type_url, len(r.resources)) for r in envoy.log[start:]
             if r.type_url in (types.LISTENER, types.SCOPE)] == [
         (types.LISTENER, 1), (types.SCOPE, SOME)]
+
+
+def _listeners(names: list[str], hops: int) -> IR:
+    """An HTTP listener per name, each on a port of its own (``PORTS[name]``), trusting
+    ``hops`` proxies in front (a setting of the listener resource itself)."""
+    return ir(tuple(replace(http_listener(vhost(f"h{i}.ex", route(f"r{i}", "/", "pool/p")),
+                                          port=PORTS[name]), name=name, xff_trusted_hops=hops)
+                    for i, name in enumerate(names)), pool("pool/p", 9000))
+
+
+PORTS = {f"l/{i:03}": 10_000 + i for i in range(SOME // 2)} | {"m/000": 10_000}
+
+
+def test_a_listener_update_that_removes_one_goes_whole() -> None:
+    """Envoy refuses a listener on the address of one it still has ("duplicate address"), and
+    takes a removal and an add of the same address only in one response (removals first). A
+    part boundary between them closed the port (removal first) or refused the new listener."""
+    cache, builder = Cache(), Builder()
+    old = [f"l/{i:03}" for i in range(SOME // 2)]
+    cache.set(builder.build(_listeners(old, 0)))
+    envoy = _cold(cache)
+    start = len(envoy.log)
+    # l/000 becomes m/000 on the same port (say a Gateway renamed), and every other changes.
+    cache.set(builder.build(_listeners(["m/000", *old[1:]], 1)))
+    envoy.pushed()
+    envoy.settle()
+    sent = [r for r in envoy.log[start:] if r.type_url == types.LISTENER]
+    assert [(len(r.resources), list(r.removed_resources)) for r in sent] == [
+        (SOME // 2, ["l/000"])]
+    # Without a removal, a big listener update still goes in parts.
+    start = len(envoy.log)
+    cache.set(builder.build(_listeners(["m/000", *old[1:]], 2)))
+    envoy.pushed()
+    envoy.settle()
+    assert [len(r.resources) for r in envoy.log[start:] if r.type_url == types.LISTENER] == [
+        MOST, SOME // 2 - MOST]
