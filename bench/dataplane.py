@@ -27,6 +27,8 @@ identical static Envoy: the run's noise floor), ``podway-replica`` (Podway's con
 back from its Envoy's ``/config_dump`` and served from a file: what xDS delivery costs) and
 ``envoy-edge`` (the static Envoy with the settings Envoy's own edge-proxy guide asks for; when
 it runs, each row also has ``x edge``, its ratio to it, beside ``x static``).
+``haproxy-tls-other`` is ``haproxy-tls`` (the hand-written HAProxy with Podway's TLS lines) run
+by another HAProxy build (``PODWAY_BENCH_OTHER_HAPROXY``, ``bench/debian_haproxy.py``).
 ``--replica-variants no-retries,no-client-address`` adds ``podway-replica`` with one setting
 taken out (``dataplane_instructions.VARIANTS``; ``A+B`` both): per CPU-second what
 ``dataplane_instructions.py --variants`` counts in instructions.
@@ -62,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from haproxy_instructions import OTHER_HAPROXY, haproxy_command, haproxy_version
 from speedref import measure, static_envoy
 
 from podway.envoy.engine.bootstrap import INLINE_REQUEST_HEADERS
@@ -245,6 +248,11 @@ def nginx_proxy(ctx: Context) -> Running:
 
 
 # --- HAProxy -----------------------------------------------------------------------------------
+#: The TLS lines Podway renders (``podway.haproxy.render``): AES-128-GCM first, no tickets.
+HAPROXY_TLS = (f"  ssl-default-bind-ciphersuites {TLS13_SUITES}\n"
+               "  ssl-default-bind-options no-tls-tickets\n")
+
+
 @target("haproxy")
 def haproxy(ctx: Context) -> Running:
     """A hand-written HAProxy, OpenSSL's defaults for TLS."""
@@ -255,8 +263,14 @@ def haproxy(ctx: Context) -> Running:
 def haproxy_tls(ctx: Context) -> Running:
     """The hand-written HAProxy with the TLS settings Podway renders (TLS 1.3 suites with
     AES-128-GCM first, no session tickets): the same file plus those two lines."""
-    return _haproxy(ctx, "haproxy-tls", f"  ssl-default-bind-ciphersuites {TLS13_SUITES}\n"
-                    "  ssl-default-bind-options no-tls-tickets\n")
+    return _haproxy(ctx, "haproxy-tls", HAPROXY_TLS)
+
+
+@target("haproxy-tls-other", variant=True)
+def haproxy_tls_other(ctx: Context) -> Running:
+    """``haproxy-tls`` run by another HAProxy build, the one ``PODWAY_BENCH_OTHER_HAPROXY``
+    names (``bench/debian_haproxy.py``: Debian 13's HAProxy 3.0 with OpenSSL 3.5)."""
+    return _haproxy(ctx, "haproxy-tls-other", HAPROXY_TLS, other=True)
 
 
 def haproxy_config(extra: str, binds: str, upstream: int) -> str:
@@ -279,7 +293,7 @@ backend be
 """
 
 
-def _haproxy(ctx: Context, name: str, extra: str) -> Running:
+def _haproxy(ctx: Context, name: str, extra: str, *, other: bool = False) -> Running:
     http, https = free_port(), free_port()
     pem = ctx.root / f"{name}.pem"
     pem.write_text(ctx.cert.read_text() + ctx.key.read_text())
@@ -287,7 +301,8 @@ def _haproxy(ctx: Context, name: str, extra: str) -> Running:
     conf.write_text(haproxy_config(extra, f"  bind 127.0.0.1:{http}\n"
                                           f"  bind 127.0.0.1:{https} ssl crt {pem}\n",
                                    ctx.upstream_http))
-    proc = ctx.spawn(["haproxy", "-db", "-f", str(conf)], log=f"{name}.log")
+    proc = ctx.spawn([*haproxy_command(other=other), "-db", "-f", str(conf)],
+                     log=f"{name}.log")
     return _plain(proc, http, https)
 
 
@@ -876,9 +891,11 @@ def main() -> None:
     args = parser.parse_args()
     names = [n for n in args.targets.split(",") if n]
     if args.variants:
+        wanted = {"podway-other": "DATAPLANE_OTHER_PODWAY",  # variants that need a setting
+                  "podway-haproxy-other": "DATAPLANE_OTHER_PODWAY",
+                  "haproxy-tls-other": OTHER_HAPROXY}
         names += [n for n in VARIANTS if n not in names
-                  and (n not in ("podway-other", "podway-haproxy-other")
-                       or os.environ.get("DATAPLANE_OTHER_PODWAY"))]
+                  and (n not in wanted or os.environ.get(wanted[n]))]
     names += _replica_variants(parser, args.replica_variants)
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [n for n in names if n not in TARGETS and n not in VARIANTS] + [
@@ -889,6 +906,8 @@ def main() -> None:
     ref = measure()
     say(ref.describe())
     say(f"load average at the start: {load_average()} (2-core machine shared with others)")
+    if "haproxy-tls-other" in names:
+        say(f"haproxy: {haproxy_version()}; haproxy-tls-other: {haproxy_version(other=True)}")
     samples: dict[tuple[str, str], list[Sample]] = {}
     keep = os.environ.get("DATAPLANE_KEEP")  # a folder to keep the logs in (debugging)
     with (contextlib.nullcontext(keep) if keep

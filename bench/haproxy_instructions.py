@@ -14,7 +14,9 @@ counted: this is the proxy's own logic, what a configuration rule changes. Used 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shlex
 import socket
 import ssl
 import subprocess
@@ -24,6 +26,29 @@ from pathlib import Path
 
 VALGRIND = "valgrind"
 REQUEST = b"GET / HTTP/1.1\r\nHost: shop.test\r\n%s\r\n"
+OTHER_HAPROXY = "PODWAY_BENCH_OTHER_HAPROXY"
+
+
+def haproxy_command(*, other: bool = False) -> list[str]:
+    """Debian's HAProxy, or with ``other`` the one ``PODWAY_BENCH_OTHER_HAPROXY`` names (shell
+    words: another build, e.g. one ``bench/debian_haproxy.py`` unpacked), for the benches'
+    hand-written files side by side with the system's."""
+    if not other:
+        return ["/usr/sbin/haproxy"]
+    command = shlex.split(os.environ.get(OTHER_HAPROXY, ""))
+    if not command:
+        raise SystemExit(f"set {OTHER_HAPROXY} to another HAProxy's command "
+                         "(bench/debian_haproxy.py prints one)")
+    return command
+
+
+def haproxy_version(*, other: bool = False) -> str:
+    """The first line of that HAProxy's ``-vv`` and the OpenSSL it runs on."""
+    lines = subprocess.run([*haproxy_command(other=other), "-vv"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    ssl = next((line.split(":", 1)[1].strip() for line in lines
+                if line.startswith("Running on OpenSSL version")), "no OpenSSL")
+    return f"{lines[0]}, on {ssl}"
 
 
 @contextlib.contextmanager

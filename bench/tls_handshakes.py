@@ -24,6 +24,10 @@ Servers (``--servers``, all by default):
   default protocol, where a resumption needs no key exchange);
 * ``envoy``         ``bench/dataplane.py``'s ``envoy-static`` (BoringSSL, its defaults).
 
+``other-<server>`` (e.g. ``other-haproxy-podway``) is that HAProxy server run by another
+HAProxy build, the one ``PODWAY_BENCH_OTHER_HAPROXY`` names (``bench/debian_haproxy.py``
+unpacks Debian 13's HAProxy 3.0 with OpenSSL 3.5 and prints the setting), beside the system's.
+
     .venv/bin/python bench/tls_handshakes.py [--handshakes 100] [--servers a,b]
         [--modes resumed,full] [--keep FOLDER]
 
@@ -41,7 +45,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -75,12 +78,13 @@ def haproxy_config(folder: Path, name: str, port: int, upstream: int) -> list[st
     keys = folder / "ticket.keys"  # three 48-byte keys, base64, as HAProxy reads them
     keys.write_text("".join(
         base64.b64encode(os.urandom(48)).decode() + "\n" for _ in range(3)))
-    extra, bind = HAPROXY_SETTINGS[name]
+    other = name.startswith("other-")
+    extra, bind = HAPROXY_SETTINGS[name.removeprefix("other-")]
     conf = folder / f"{name}.cfg"
     conf.write_text(dp.haproxy_config(
         extra, f"  bind 127.0.0.1:{port} ssl crt {pem}{bind.format(keys=keys)}\n", upstream),
         encoding="utf-8")
-    return [he.HAPROXY, "-f", str(conf)]
+    return [*counting.haproxy_command(other=other), "-f", str(conf)]
 
 
 def envoy_command(folder: Path, port: int, upstream: int) -> list[str]:
@@ -114,7 +118,7 @@ def handshakes(port: int, count: int, *, resume: bool) -> int:
                 answer += chunk
             if not answer.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"answer on {port}: {answer[:200]!r}")
-            reused += conn.session_reused
+            reused += bool(conn.session_reused)
             session = conn.session  # the ticket came with the answer (TLS 1.3)
     return reused
 
@@ -159,6 +163,13 @@ def main() -> None:
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} (callgrind "
           "counts do not move with it)")
     servers = [s for s in args.servers.split(",") if s]
+    unknown = [s for s in servers if s != "envoy"
+               and s.removeprefix("other-") not in HAPROXY_SETTINGS]
+    if unknown:
+        parser.error(f"unknown server: {', '.join(unknown)}")
+    print(f"HAProxy: {counting.haproxy_version()}")
+    if any(s.startswith("other-") for s in servers):
+        print(f"other HAProxy: {counting.haproxy_version(other=True)}")
     keep = contextlib.nullcontext(args.keep) if args.keep else None
     with keep or tempfile.TemporaryDirectory(prefix="pw-tls-") as tmp, \
             contextlib.ExitStack() as stack:
@@ -188,7 +199,7 @@ def main() -> None:
                     resume=mode == "resumed")
                 ratio = (f"  envoy/this {counts['envoy'] / counts[name]:.3f}"
                          if "envoy" in counts else "")
-                print(f"    {name:16} {counts[name]:12,.0f}  {version}, resumed "
+                print(f"    {name:22} {counts[name]:12,.0f}  {version}, resumed "
                       f"{reused}/{args.handshakes}{ratio}", flush=True)
             if "envoy" in counts:
                 print("    x envoy (envoy's instructions / this one's): " + ", ".join(
@@ -197,4 +208,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
