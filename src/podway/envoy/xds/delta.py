@@ -313,7 +313,7 @@ class DeltaStream:
         candidates |= left
         response = self._response(type_url, snapshot.version)
         stand_ins: set[str] = set()
-        alone: list[str] = []
+        alone: list[tuple[str, Resource]] = []
         ordered = sorted(candidates - grouped)
         limit = self._bound(type_url, first=force or state.whole)
         state.whole = False
@@ -340,7 +340,7 @@ class DeltaStream:
                 continue
             if name in state.refusals:
                 if not state.refusals.held(name, resource.digest, now):
-                    alone.append(name)  # changed, or due again: offered on its own
+                    alone.append((name, resource))  # changed, or due again: on its own
                     state.refusals.offer(name, now=now)
                 elif self._stand_in(type_url, state, response, name):
                     stand_ins.add(name)
@@ -350,9 +350,9 @@ class DeltaStream:
         state.dirty.clear()
         out.extend(self._sent(state, response, snapshot.version, force=force,
                               stand_ins=frozenset(stand_ins)))
-        for name in alone:
+        for name, resource in alone:  # as offered: an interim stays one (``_offered``)
             response = self._response(type_url, snapshot.version)
-            self._add(type_url, state, response, name, resources[name])
+            self._add(type_url, state, response, name, resource)
             out.extend(self._sent(state, response, snapshot.version, force=False))
         return out
 
@@ -416,13 +416,15 @@ class DeltaStream:
         out: list[d.DeltaDiscoveryResponse] = []
         grouped: set[str] = set()
         groups, state.groups = state.groups, []
+        now = self.clock()
         for group in groups:
             response = self._response(type_url, snapshot.version)
             for name in sorted(group):
                 resource = snapshot.resources.get(name)
                 if resource is not None and self._wanted(state, name):
                     grouped.add(name)
-                    self._add(type_url, state, response, name, resource)
+                    self._add(type_url, state, response, name,
+                              self._offered(type_url, state, name, resource, now))
             out.extend(self._sent(state, response, snapshot.version, force=False))
         return out, grouped, {n for g in groups for n in g} - grouped
 

@@ -331,3 +331,53 @@ async def test_a_hold_begun_by_an_engine_s_request_ends_without_a_cache_change()
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await serving
+
+
+def _nack(type_url: str, nonce: str, error: str = "refused") -> d.DeltaDiscoveryRequest:
+    request = _ack(type_url, nonce)
+    request.error_detail.message = error
+    return request
+
+
+SLOW = PoolSettings(health_check=HealthCheck(kind=HealthCheckKind.TCP, interval_ms=5000,
+                                             timeout_ms=1000))  # a hold of seconds, as default
+
+
+def test_an_interim_refused_and_offered_again_inside_the_hold_is_still_the_interim() -> None:
+    """Envoy refuses the interim (a NACK); it is offered again after the refusal's backoff
+    (1 s), inside the hold. The bug: the offer again was the cache's final assignment, so the
+    recalled members left before the new ones had their first check."""
+    held = _held(_config(9001, settings=SLOW))
+    cache, clock = Cache(), Clock()
+    cache.set(Builder().build(_config(9002, settings=SLOW)))
+    stream = DeltaStream(cache, clock)
+    (interim,) = stream.on_request(_reconnect(types.ENDPOINT, held, ("p",)))[0]
+    assert _by_priority(interim) == {0: [9002], 1: [9001]}
+    end = stream.next_retry_at()
+    assert end is not None
+    assert end - clock.now > 1.5
+    assert stream.on_request(_nack(types.ENDPOINT, interim.nonce))[0] == []
+    clock.now += 1.0  # the refusal is due again; the hold is not over
+    (again,) = stream.on_change()
+    assert _by_priority(again) == {0: [9002], 1: [9001]}
+
+
+def _two(p: int, q: int) -> IR:
+    listener = http_listener(vhost("a.com", route("r", "/", "p"), route("s", "/q", "q")))
+    return IR(listeners=(listener,), pools=MappingProxyType({
+        name: Pool(name=name, settings=SLOW, members=(Member(address="127.0.0.1", port=port),))
+        for name, port in (("p", p), ("q", q))}))
+
+
+def test_interims_refused_together_are_offered_again_in_halves_as_interims() -> None:
+    """A refusal that names nothing in a response of two: each is offered again on its own
+    (the halves) at once, inside the hold: still the interims."""
+    held = _held(_two(9001, 8001))
+    cache, clock = Cache(), Clock()
+    cache.set(Builder().build(_two(9002, 8002)))
+    stream = DeltaStream(cache, clock)
+    (both,) = stream.on_request(_reconnect(types.ENDPOINT, held, ("p", "q")))[0]
+    assert len(both.resources) == 2
+    halves = stream.on_request(_nack(types.ENDPOINT, both.nonce))[0]
+    assert [_by_priority(r) for r in halves] == [{0: [9002], 1: [9001]},
+                                                 {0: [8002], 1: [8001]}]
