@@ -47,7 +47,8 @@ def haproxy_version(*, other: bool = False) -> str:
     lines = subprocess.run([*haproxy_command(other=other), "-vv"], capture_output=True,
                            text=True, check=True).stdout.splitlines()
     ssl = next((line.split(":", 1)[1].strip() for line in lines
-                if line.startswith("Running on OpenSSL version")), "no OpenSSL")
+                if line.startswith(("Running on OpenSSL version",  # 2.6, 3.0
+                                    "Running on SSL library version"))), "no OpenSSL")  # 3.2
     return f"{lines[0]}, on {ssl}"
 
 
