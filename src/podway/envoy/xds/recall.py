@@ -25,7 +25,8 @@ resource sent since is known to the stream); nothing is held for a pool without 
 for an assignment without serving members, or when one recalled member stays; an interim
 counts as settled for its pool (listeners and routes do not wait for the hold); a malformed
 version recalls nothing; an interim Envoy refused is offered again as an interim while the hold
-lasts (on its own after the refusal's backoff, or in the halves that isolate a refusal). Pure: the stream's clock drives the holds (``next_at``, ``due``).
+lasts (on its own after the refusal's backoff, or in the halves that isolate a refusal).
+Pure: the stream's clock drives the holds (``next_at``, ``due``).
 """
 
 from __future__ import annotations
