@@ -317,9 +317,12 @@ class DeltaStream:
         ordered = sorted(candidates - grouped)
         limit = self._bound(type_url, first=force or state.whole)
         state.whole = False
-        if type_url == types.LISTENER and any(
-                n in state.known and n not in resources for n in ordered):
-            limit = sys.maxsize  # removals and adds of one address together (``_bound``)
+        removes = type_url == types.LISTENER and any(
+            n in state.known and n not in resources for n in ordered)
+        if removes:  # removals and adds of one address together (``_bound``), and a listener
+            limit = sys.maxsize  # refused so far (its address still taken, say) goes along
+            ordered = sorted({*ordered, *(n for n in state.refusals.names()
+                                          if n in resources and n not in grouped)})
         for at, name in enumerate(ordered):
             if len(response.resources) + len(response.removed_resources) >= limit:
                 state.backlog.update(ordered[at:])  # the rest, once Envoy answered this part
@@ -338,7 +341,9 @@ class DeltaStream:
             resource = self._offered(type_url, state, name, resource, now)
             if not self._wanted(state, name) or state.known.get(name) == resource.digest:
                 continue
-            if name in state.refusals:
+            if name in state.refusals and removes:
+                state.refusals.offer(name, now=now)  # offered again beside the removal
+            elif name in state.refusals:
                 if not state.refusals.held(name, resource.digest, now):
                     alone.append((name, resource))  # changed, or due again: on its own
                     state.refusals.offer(name, now=now)
