@@ -903,11 +903,13 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown target or workload: {', '.join(unknown)}")
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    other = (f"haproxy: {haproxy_version()}; haproxy-tls-other: {haproxy_version(other=True)}"
+             if "haproxy-tls-other" in names else "")  # before the reference: fails fast
     ref = measure()
     say(ref.describe())
     say(f"load average at the start: {load_average()} (2-core machine shared with others)")
-    if "haproxy-tls-other" in names:
-        say(f"haproxy: {haproxy_version()}; haproxy-tls-other: {haproxy_version(other=True)}")
+    if other:
+        say(other)
     samples: dict[tuple[str, str], list[Sample]] = {}
     keep = os.environ.get("DATAPLANE_KEEP")  # a folder to keep the logs in (debugging)
     with (contextlib.nullcontext(keep) if keep

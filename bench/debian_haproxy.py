@@ -9,7 +9,7 @@ root filesystem) and prints the command that runs that HAProxy through its own r
 dynamic loader:
 
     .venv/bin/python bench/debian_haproxy.py [--suite trixie] [--into /tmp/haproxy-trixie]
-    export PODWAY_BENCH_OTHER_HAPROXY='<the printed command>'
+    export <the line it printed: PODWAY_BENCH_OTHER_HAPROXY='...'>
     .venv/bin/python bench/tls_handshakes.py --servers envoy,haproxy-podway,other-haproxy-podway
     .venv/bin/python bench/dataplane.py --targets envoy-static,haproxy-tls,haproxy-tls-other
 

@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import socket
 import ssl
 import subprocess
@@ -34,7 +35,7 @@ def haproxy_command(*, other: bool = False) -> list[str]:
     words: another build, e.g. one ``bench/debian_haproxy.py`` unpacked), for the benches'
     hand-written files side by side with the system's."""
     if not other:
-        return ["/usr/sbin/haproxy"]
+        return [shutil.which("haproxy") or "/usr/sbin/haproxy"]
     command = shlex.split(os.environ.get(OTHER_HAPROXY, ""))
     if not command:
         raise SystemExit(f"set {OTHER_HAPROXY} to another HAProxy's command "
@@ -45,7 +46,7 @@ def haproxy_command(*, other: bool = False) -> list[str]:
 def haproxy_version(*, other: bool = False) -> str:
     """The first line of that HAProxy's ``-vv`` and the OpenSSL it runs on."""
     lines = subprocess.run([*haproxy_command(other=other), "-vv"], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
+                           text=True, check=True).stdout.splitlines() or ["(no version)"]
     ssl = next((line.split(":", 1)[1].strip() for line in lines
                 if line.startswith(("Running on OpenSSL version",  # 2.6, 3.0
                                     "Running on SSL library version"))), "no OpenSSL")  # 3.2

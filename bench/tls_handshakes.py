@@ -158,18 +158,21 @@ def main() -> None:
                         help="write the callgrind dumps there and keep them (for "
                              "callgrind_annotate), instead of a folder removed at the end")
     args = parser.parse_args()
-    ref = measure()
-    print(ref.describe())
-    print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} (callgrind "
-          "counts do not move with it)")
     servers = [s for s in args.servers.split(",") if s]
     unknown = [s for s in servers if s != "envoy"
                and s.removeprefix("other-") not in HAPROXY_SETTINGS]
     if unknown:
         parser.error(f"unknown server: {', '.join(unknown)}")
-    print(f"HAProxy: {counting.haproxy_version()}")
-    if any(s.startswith("other-") for s in servers):
-        print(f"other HAProxy: {counting.haproxy_version(other=True)}")
+    versions = [f"{label}: {counting.haproxy_version(other=other)}"
+                for label, other, prefix in (("HAProxy", False, "haproxy"),
+                                             ("other HAProxy", True, "other-"))
+                if any(s.startswith(prefix) for s in servers)]
+    ref = measure()
+    print(ref.describe())
+    print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} (callgrind "
+          "counts do not move with it)")
+    for line in versions:
+        print(line)
     keep = contextlib.nullcontext(args.keep) if args.keep else None
     with keep or tempfile.TemporaryDirectory(prefix="pw-tls-") as tmp, \
             contextlib.ExitStack() as stack:
