@@ -20,12 +20,12 @@ what is pushed after it; and while no listener is served as scopes, none is remo
 listener Envoy still holds, warming its one-table successor or draining, keeps serving with
 them). Envoy ignores route table removals.
 
-Big updates go in parts (``DeltaStream.most_per_response``, ``MAX_RESOURCES_PER_RESPONSE``):
-the names past the bound wait in ``backlog`` and go once Envoy has answered the type's last
+Big updates go in parts (``podway.envoy.xds.parts``, ``DeltaStream.most_per_response``): the
+names past the bound wait in ``backlog`` and go once Envoy has answered the type's last
 response, so Envoy's main thread (which also runs the active checks) is never busy with
 thousands of resources in one go. Clusters not sent yet are not settled. Whole: a first
-response Envoy takes as a set (``WHOLE_FIRST_TYPES``; scopes also right after a scoped listener
-was sent, for its new connection manager).
+response Envoy takes as a set (scopes also right after a scoped listener was sent, for its new
+connection manager), and a listener update that removes a listener.
 
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
@@ -38,7 +38,6 @@ one the new Podway would replace wholesale is bridged like a live member swap.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.config.scoped import has_scopes
+from podway.envoy.xds import parts
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import (
     DEPENDENT,
@@ -55,7 +55,6 @@ from podway.envoy.xds.protocol import (
     HOLD_AFTER_NACK_S,
     MAX_RESOURCES_PER_RESPONSE,
     REMOVALS_WAIT_FOR,
-    WHOLE_FIRST_TYPES,
     Ack,
     Event,
     Nack,
@@ -104,7 +103,7 @@ class _DeltaType:
 class DeltaStream:
     """One incremental (delta) ADS stream (one Envoy)."""
 
-    #: Resources per response at most (``_bound``); a bench compares other bounds.
+    #: Resources per response at most (``parts.bound``); a bench compares other bounds.
     most_per_response = MAX_RESOURCES_PER_RESPONSE
 
     def __init__(self, cache: Cache, clock: Callable[[], float] = time.monotonic, *,
@@ -315,14 +314,12 @@ class DeltaStream:
         stand_ins: set[str] = set()
         alone: list[tuple[str, Resource]] = []
         ordered = sorted(candidates - grouped)
-        limit = self._bound(type_url, first=force or state.whole)
+        removes = parts.removes_listener(type_url, ordered, state.known, resources)
+        limit = parts.bound(type_url, first=force or state.whole, most=self.most_per_response,
+                            removes=removes)
         state.whole = False
-        removes = type_url == types.LISTENER and any(
-            n in state.known and n not in resources for n in ordered)
-        if removes:  # removals and adds of one address together (``_bound``), and a listener
-            limit = sys.maxsize  # refused so far (its address still taken, say) goes along
-            ordered = sorted({*ordered, *(n for n in state.refusals.names()
-                                          if n in resources and n not in grouped)})
+        if removes:  # with the listeners refused so far (``podway.envoy.xds.parts``)
+            ordered = parts.with_refused(ordered, state.refusals.names(), resources, grouped)
         for at, name in enumerate(ordered):
             if len(response.resources) + len(response.removed_resources) >= limit:
                 state.backlog.update(ordered[at:])  # the rest, once Envoy answered this part
@@ -396,21 +393,10 @@ class DeltaStream:
             candidates |= state.retry
             state.retry.clear()
         candidates |= asked
-        candidates |= state.backlog  # the rest of a big update (``_bound``)
+        candidates |= state.backlog  # the rest of a big update (``parts``)
         state.backlog.clear()
         candidates.update(state.refusals.due(now))
         return candidates
-
-    def _bound(self, type_url: str, *, first: bool) -> int:
-        """How many resources a response may carry (``MAX_RESOURCES_PER_RESPONSE``; whole
-        where Envoy takes a first response as a set: ``WHOLE_FIRST_TYPES``). A listener update
-        that removes a listener goes whole too (``_respond``): Envoy refuses a listener on the
-        address of one it still has, and takes a removal and an add of one address only within
-        one response (it removes first); a part boundary between them would close the port
-        until the next part, or have the new listener refused."""
-        if first and type_url in WHOLE_FIRST_TYPES:
-            return sys.maxsize
-        return self.most_per_response
 
     def _group_responses(self, type_url: str, state: _DeltaType
                          ) -> tuple[list[d.DeltaDiscoveryResponse], set[str], set[str]]:
