@@ -319,7 +319,7 @@ class DeltaStream:
                             removes=removes)
         state.whole = False
         if removes:  # with the listeners refused so far (``podway.envoy.xds.parts``)
-            ordered = parts.with_refused(ordered, state.refusals.names(), resources, grouped)
+            ordered = parts.with_refused(ordered, state.refusals, resources, grouped)
         for at, name in enumerate(ordered):
             if len(response.resources) + len(response.removed_resources) >= limit:
                 state.backlog.update(ordered[at:])  # the rest, once Envoy answered this part

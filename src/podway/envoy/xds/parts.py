@@ -6,7 +6,7 @@ Envoy takes a first response as a set (``WHOLE_FIRST_TYPES``). A listener update
 listener goes whole too: Envoy refuses a listener on the address of one it still has ("duplicate
 address"), and takes a removal and an add of one address only within one response (it removes
 first), so a part boundary between them would close the port until the next part or have the
-new listener refused. A listener refused so far (its address was still taken, say) goes along
+new listener refused. A listener refused so far because its address was still taken goes along
 in that response instead of waiting for its backoff. Pure.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from podway.envoy import types
 from podway.envoy.xds.protocol import WHOLE_FIRST_TYPES
+from podway.envoy.xds.refusals import Refusal, Refusals
 
 
 def bound(type_url: str, *, first: bool, most: int, removes: bool = False) -> int:
@@ -31,7 +32,19 @@ def removes_listener(type_url: str, names: Iterable[str], known: Mapping[str, st
     return type_url == types.LISTENER and any(n in known and n not in resources for n in names)
 
 
-def with_refused(names: Iterable[str], refused: Iterable[str], resources: Mapping[str, object],
+#: Envoy's words when it refuses a listener because another holds its address.
+ADDRESS_TAKEN = "duplicate address"
+
+
+def with_refused(names: Iterable[str], refusals: Refusals, resources: Mapping[str, object],
                  grouped: Collection[str]) -> list[str]:
-    """``names`` and the refused listeners still wanted (not offered in a group), in order."""
-    return sorted({*names, *(n for n in refused if n in resources and n not in grouped)})
+    """``names`` and the listeners refused for their address that are still wanted (and not
+    offered in a group), in order. One refused for anything else keeps its backoff: offered
+    with every removal, it would turn each into a refusal of its own."""
+    taken = (n for n in refusals.names() if n in resources and n not in grouped
+             and _address_taken(refusals.get(n)))
+    return sorted({*names, *taken})
+
+
+def _address_taken(refusal: Refusal | None) -> bool:
+    return refusal is not None and ADDRESS_TAKEN in refusal.message

@@ -217,9 +217,9 @@ def test_a_listener_update_that_removes_one_goes_whole() -> None:
         MOST, SOME // 2 - MOST]
 
 
-def test_a_listener_refused_for_its_address_goes_along_with_the_removal_that_frees_it() -> None:
-    """m/000 was refused while l/000 held its address ("duplicate address"); the update that
-    removes l/000 carries m/000 again in the same response, not after its backoff."""
+def _refused_then_freed(error: str) -> d.DeltaDiscoveryResponse:
+    """l/000 serves; m/000 on its port is refused with ``error``; then l/000 is removed: the
+    listener response of that removal."""
     cache, builder = Cache(), Builder()
     cache.set(builder.build(_listeners(["l/000"], 0)))
     stream = _cold(cache).stream
@@ -227,10 +227,22 @@ def test_a_listener_refused_for_its_address_goes_along_with_the_removal_that_fre
     (added,) = [r for r in stream.on_change() if r.type_url == types.LISTENER]
     assert [r.name for r in added.resources] == ["m/000"]
     nack = _delta(types.LISTENER, nonce=added.nonce)
-    nack.error_detail.message = ("Error adding/updating listener(s) m/000: error adding "
-                                 "listener: 'm/000' has duplicate address '127.0.0.1:10000'")
+    nack.error_detail.message = f"Error adding/updating listener(s) m/000: {error}"
     stream.on_request(nack)
     cache.set(builder.build(_listeners(["m/000"], 0)))
     (swap,) = [r for r in stream.on_change() if r.type_url == types.LISTENER]
+    return swap
+
+
+def test_a_listener_refused_for_its_address_goes_along_with_the_removal_that_frees_it() -> None:
+    """m/000 was refused while l/000 held its address; the update that removes l/000 carries
+    m/000 again in the same response, not after its backoff."""
+    swap = _refused_then_freed("error adding listener: 'm/000' has duplicate address "
+                               "'127.0.0.1:10000' as existing listener")
     assert (list(swap.removed_resources), [r.name for r in swap.resources]) == (
         ["l/000"], ["m/000"])
+
+
+def test_a_listener_refused_for_anything_else_keeps_its_backoff() -> None:
+    swap = _refused_then_freed("Didn't find a registered implementation for 'x'")
+    assert (list(swap.removed_resources), [r.name for r in swap.resources]) == (["l/000"], [])
