@@ -87,3 +87,46 @@ async def test_a_listener_replaced_on_its_port_in_a_big_update_never_closes_it(
         for task in (old_task, new_task):
             task.cancel()
 
+
+
+async def test_a_listener_refused_for_its_port_serves_as_soon_as_the_port_is_freed() -> None:
+    """``l/0`` comes while ``l/z`` still holds its port: Envoy refuses it ("duplicate
+    address"). The update that removes ``l/z`` carries ``l/0`` again in the same response (its
+    refusal's backoff would have left the port closed meanwhile): no further refusal, and the
+    port answers throughout."""
+    nacks: list[Nack] = []
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Nack):
+            nacks.append(event)
+
+    old_port, old_task = await echo_backend("old")
+    new_port, new_task = await echo_backend("new")
+    members = {"old": old_port, "new": new_port}
+    shared = free_port()
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_config({"l/z": (shared, "old")}, members, 0)))
+    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
+    await server.start()
+    try:
+        async with engine_on(server, node_id="swap-refused", delta=True):
+            await eventually(lambda: _answers(shared, "old"), within=20)
+            cache.set(builder.build(_config({"l/z": (shared, "old"), "l/0": (shared, "new")},
+                                            members, 0)))
+            await eventually(lambda: bool(nacks), within=10)
+            assert [n.resources for n in nacks] == [("l/0",)]
+            cache.set(builder.build(_config({"l/0": (shared, "new")}, members, 0)))
+            refused = 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 0.8  # within the refusal's first backoff (1 s)
+            while loop.time() < deadline:
+                if not (await _answers(shared, "old") or await _answers(shared, "new")):
+                    refused += 1
+                await asyncio.sleep(0.01)
+            assert await _answers(shared, "new")
+            assert refused == 0
+            assert len(nacks) == 1
+    finally:
+        await server.stop(0)
+        for task in (old_task, new_task):
+            task.cancel()
