@@ -10,6 +10,9 @@ gone the port refused connections until ``l/0``'s refusal backoff ran out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import pytest
@@ -17,7 +20,7 @@ import pytest
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
-from podway.envoy.xds.protocol import Event, Nack
+from podway.envoy.xds.protocol import Nack
 from podway.envoy.xds.server import XdsServer
 from podway.ir import IR, Listener, Member, Pool
 from podway.ir import ListenerProtocol as Protocol
@@ -47,46 +50,64 @@ async def _answers(port: int, name: str) -> bool:
     return status == 200 and data.get("name") == name
 
 
+@dataclass
+class Bed:
+    """A cache served to one delta Envoy, two echo members and the NACKs it sent."""
+
+    cache: Cache
+    builder: Builder
+    members: dict[str, int]
+    nacks: list[Nack] = field(default_factory=list)
+
+    def serve(self, listeners: dict[str, tuple[int, str]], hops: int = 0) -> None:
+        self.cache.set(self.builder.build(_config(listeners, self.members, hops)))
+
+    async def never_closed(self, port: int, seconds: float) -> int:
+        """Probes of ``port`` over ``seconds`` that neither member answered."""
+        refused = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline:
+            if not (await _answers(port, "old") or await _answers(port, "new")):
+                refused += 1
+            await asyncio.sleep(0.01)
+        return refused
+
+
+@contextlib.asynccontextmanager
+async def _bed(node_id: str, first: dict[str, tuple[int, str]]) -> AsyncIterator[Bed]:
+    tasks = []
+    members = {}
+    for name in ("old", "new"):
+        members[name], task = await echo_backend(name)
+        tasks.append(task)
+    bed = Bed(Cache(), Builder(), members)
+    bed.serve(first)
+    server = XdsServer(bed.cache, "127.0.0.1:0", unauthenticated=True,
+                       on_event=lambda e: bed.nacks.append(e) if isinstance(e, Nack) else None)
+    await server.start()
+    try:
+        async with engine_on(server, node_id=node_id, delta=True):
+            yield bed
+    finally:
+        await server.stop(0)
+        for task in tasks:
+            task.cancel()
+
+
 async def test_a_listener_replaced_on_its_port_in_a_big_update_never_closes_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DeltaStream, "most_per_response", 2)  # 4 changes: two parts
-    nacks: list[Nack] = []
-
-    def on_event(event: Event) -> None:
-        if isinstance(event, Nack):
-            nacks.append(event)
-
-    old_port, old_task = await echo_backend("old")
-    new_port, new_task = await echo_backend("new")
-    members = {"old": old_port, "new": new_port}
     shared, other1, other2 = free_port(), free_port(), free_port()
-    cache, builder = Cache(), Builder()
-    cache.set(builder.build(_config(
-        {"l/z": (shared, "old"), "l/c": (other1, "old"), "l/d": (other2, "old")}, members, 0)))
-    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
-    await server.start()
-    try:
-        async with engine_on(server, node_id="swap", delta=True):
-            await eventually(lambda: _answers(shared, "old"), within=20)
-            # l/z leaves, l/0 takes its port; l/c and l/d change: sorted, l/0 comes first.
-            cache.set(builder.build(_config(
-                {"l/0": (shared, "new"), "l/c": (other1, "old"), "l/d": (other2, "old")},
-                members, 1)))
-            refused = 0
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 3.0
-            while loop.time() < deadline:  # the port answers throughout, old then new
-                if not (await _answers(shared, "old") or await _answers(shared, "new")):
-                    refused += 1
-                await asyncio.sleep(0.01)
-            assert await _answers(shared, "new")
-            assert refused == 0
-            assert nacks == []
-    finally:
-        await server.stop(0)
-        for task in (old_task, new_task):
-            task.cancel()
-
+    async with _bed("swap", {"l/z": (shared, "old"), "l/c": (other1, "old"),
+                             "l/d": (other2, "old")}) as bed:
+        await eventually(lambda: _answers(shared, "old"), within=20)
+        # l/z leaves, l/0 takes its port; l/c and l/d change: sorted, l/0 comes first.
+        bed.serve({"l/0": (shared, "new"), "l/c": (other1, "old"), "l/d": (other2, "old")},
+                  hops=1)
+        assert await bed.never_closed(shared, 3.0) == 0  # old, then new, throughout
+        assert await _answers(shared, "new")
+        assert bed.nacks == []
 
 
 async def test_a_listener_refused_for_its_port_serves_as_soon_as_the_port_is_freed() -> None:
@@ -94,39 +115,14 @@ async def test_a_listener_refused_for_its_port_serves_as_soon_as_the_port_is_fre
     address"). The update that removes ``l/z`` carries ``l/0`` again in the same response (its
     refusal's backoff would have left the port closed meanwhile): no further refusal, and the
     port answers throughout."""
-    nacks: list[Nack] = []
-
-    def on_event(event: Event) -> None:
-        if isinstance(event, Nack):
-            nacks.append(event)
-
-    old_port, old_task = await echo_backend("old")
-    new_port, new_task = await echo_backend("new")
-    members = {"old": old_port, "new": new_port}
     shared = free_port()
-    cache, builder = Cache(), Builder()
-    cache.set(builder.build(_config({"l/z": (shared, "old")}, members, 0)))
-    server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
-    await server.start()
-    try:
-        async with engine_on(server, node_id="swap-refused", delta=True):
-            await eventually(lambda: _answers(shared, "old"), within=20)
-            cache.set(builder.build(_config({"l/z": (shared, "old"), "l/0": (shared, "new")},
-                                            members, 0)))
-            await eventually(lambda: bool(nacks), within=10)
-            assert [n.resources for n in nacks] == [("l/0",)]
-            cache.set(builder.build(_config({"l/0": (shared, "new")}, members, 0)))
-            refused = 0
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 0.8  # within the refusal's first backoff (1 s)
-            while loop.time() < deadline:
-                if not (await _answers(shared, "old") or await _answers(shared, "new")):
-                    refused += 1
-                await asyncio.sleep(0.01)
-            assert await _answers(shared, "new")
-            assert refused == 0
-            assert len(nacks) == 1
-    finally:
-        await server.stop(0)
-        for task in (old_task, new_task):
-            task.cancel()
+    async with _bed("swap-refused", {"l/z": (shared, "old")}) as bed:
+        await eventually(lambda: _answers(shared, "old"), within=20)
+        bed.serve({"l/z": (shared, "old"), "l/0": (shared, "new")})
+        await eventually(lambda: bool(bed.nacks), within=10)
+        assert [n.resources for n in bed.nacks] == [("l/0",)]
+        bed.serve({"l/0": (shared, "new")})
+        # Within the refusal's first backoff (1 s).
+        assert await bed.never_closed(shared, 0.8) == 0
+        assert await _answers(shared, "new")
+        assert len(bed.nacks) == 1
