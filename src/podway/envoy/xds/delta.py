@@ -338,7 +338,7 @@ class DeltaStream:
             resource = self._offered(type_url, state, name, resource, now)
             if not self._wanted(state, name) or state.known.get(name) == resource.digest:
                 continue
-            if name in state.refusals and removes:
+            if removes and parts.address_taken(state.refusals, name):
                 state.refusals.offer(name, now=now)  # offered again beside the removal
             elif name in state.refusals:
                 if not state.refusals.held(name, resource.digest, now):

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from podway.envoy import types
 from podway.envoy.xds.protocol import WHOLE_FIRST_TYPES
-from podway.envoy.xds.refusals import Refusal, Refusals
+from podway.envoy.xds.refusals import Refusals
 
 
 def bound(type_url: str, *, first: bool, most: int, removes: bool = False) -> int:
@@ -42,9 +42,11 @@ def with_refused(names: Iterable[str], refusals: Refusals, resources: Mapping[st
     offered in a group), in order. One refused for anything else keeps its backoff: offered
     with every removal, it would turn each into a refusal of its own."""
     taken = (n for n in refusals.names() if n in resources and n not in grouped
-             and _address_taken(refusals.get(n)))
+             and address_taken(refusals, n))
     return sorted({*names, *taken})
 
 
-def _address_taken(refusal: Refusal | None) -> bool:
+def address_taken(refusals: Refusals, name: str) -> bool:
+    """Whether Envoy refused ``name`` because another listener held its address."""
+    refusal = refusals.get(name)
     return refusal is not None and ADDRESS_TAKEN in refusal.message

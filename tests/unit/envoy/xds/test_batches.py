@@ -246,3 +246,20 @@ def test_a_listener_refused_for_its_address_goes_along_with_the_removal_that_fre
 def test_a_listener_refused_for_anything_else_keeps_its_backoff() -> None:
     swap = _refused_then_freed("Didn't find a registered implementation for 'x'")
     assert (list(swap.removed_resources), [r.name for r in swap.resources]) == (["l/000"], [])
+
+
+def test_a_listener_refused_for_anything_else_is_held_even_when_the_nack_meets_a_removal(
+        ) -> None:
+    """The refusal arrives when a removal is already due (the cache changed meanwhile): the
+    refused listener is held, not offered again beside the removal."""
+    cache, builder = Cache(), Builder()
+    cache.set(builder.build(_listeners(["l/000"], 0)))
+    stream = _cold(cache).stream
+    cache.set(builder.build(_listeners(["l/000", "m/000"], 0)))
+    (added,) = [r for r in stream.on_change() if r.type_url == types.LISTENER]
+    cache.set(builder.build(_listeners(["m/000"], 0)))  # not pushed yet
+    nack = _delta(types.LISTENER, nonce=added.nonce)
+    nack.error_detail.message = "Error adding/updating listener(s) m/000: bad filter"
+    out = [r for r in stream.on_request(nack)[0] if r.type_url == types.LISTENER]
+    assert [(list(r.removed_resources), [x.name for x in r.resources]) for r in out] == [
+        (["l/000"], [])]
