@@ -64,7 +64,7 @@ from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
 
-HAPROXY = "/usr/sbin/haproxy"
+(HAPROXY,) = counting.haproxy_command()  # the system's, as the other HAProxy benches
 # ``--any-host``: the route has no host (bench/dataplane.py's route, Podway's ``*`` virtual
 # host) and the hand-written files have no Host match (``default_backend``).
 ANY_HOST = False
