@@ -32,8 +32,9 @@ def version() -> None:
 
 def main() -> None:
     from podway.base import collector
-    from podway.cli.commands import register
+    from podway.cli.commands import early, register
 
+    early.start(sys.argv[1:])  # before the command's imports: see podway.cli.commands.early
     # Only the sub-command that runs is imported; imports make no cyclic garbage, and the
     # collections their allocations set off were ~10 % of `podway run`'s import time.
     with collector.paused():

@@ -183,12 +183,14 @@ def run(
 
 def _prefetch(manifests: Path) -> tuple[Prefetch, ModuleType]:
     """The folder's big files parsed in a second process while this one imports (it dies
-    with this process; the file source stops it after the first load); and the collector
-    module that pauses collections during those imports."""
+    with this process; the file source stops it after the first load): the one
+    ``podway.cli.commands.early`` started with the command, else one started now; and the
+    collector module that pauses collections during those imports."""
     from podway.base import collector
+    from podway.cli.commands import early
     from podway.sources.prefetch import Prefetch
 
-    return Prefetch(manifests), collector
+    return early.taken(manifests) or Prefetch(manifests), collector
 
 
 def _xds_tls(cert: Path | None, key: Path | None, client_ca: Path | None) -> ServerTLS | None:
