@@ -19,9 +19,7 @@ from __future__ import annotations
 import ipaddress
 
 from envoy.config.core.v3 import health_check_pb2
-from envoy.config.endpoint.v3 import endpoint_components_pb2 as ec
 from envoy.config.endpoint.v3 import endpoint_pb2
-from google.protobuf import wrappers_pb2
 
 from podway.envoy.config.resource import Resource
 from podway.ir import Member, MemberState
@@ -60,18 +58,17 @@ def _groups(out: endpoint_pb2.ClusterLoadAssignment, members: list[Member], *,
     for member in members:
         by_zone.setdefault(member.zone or "", []).append(member)
     for zone in sorted(by_zone):
-        group = ec.LocalityLbEndpoints(priority=priority)
+        # Made in place (``add``): ``append`` copies the message it is given.
+        group = out.endpoints.add(priority=priority)
         if zone:
             group.locality.zone = zone
         for member in sorted(by_zone[zone], key=lambda m: (m.address, m.port)):
-            endpoint = ec.LbEndpoint(
-                health_status=(health_check_pb2.HEALTHY if priority else _HEALTH[member.state]),
-                load_balancing_weight=wrappers_pb2.UInt32Value(value=member.weight))
+            endpoint = group.lb_endpoints.add(
+                health_status=(health_check_pb2.HEALTHY if priority else _HEALTH[member.state]))
+            endpoint.load_balancing_weight.value = member.weight
             socket = endpoint.endpoint.address.socket_address
             socket.address = member.address
             socket.port_value = member.port
-            group.lb_endpoints.append(endpoint)
-        out.endpoints.append(group)
 
 
 # A load assignment's version names (after its content digest) a few of the members it serves:

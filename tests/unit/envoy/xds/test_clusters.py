@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from envoy.config.cluster.v3 import cluster_pb2
 from envoy.extensions.transport_sockets.tls.v3 import tls_pb2
 from envoy.type.v3 import http_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from podway.envoy.config.clusters import CHECK_JITTER_PERCENT, cluster
+from podway.envoy.config import clusters
+from podway.envoy.config.clusters import CHECK_JITTER_PERCENT, built, cluster
 from podway.ir import (
     HealthCheck,
     HealthCheckKind,
@@ -16,6 +22,7 @@ from podway.ir import (
     PersistenceKind,
     PoolProtocol,
     PoolSettings,
+    RetryBudget,
     UpstreamTLS,
 )
 
@@ -132,3 +139,44 @@ def test_a_retry_budget_only_on_the_clusters_that_ask() -> None:
     assert not threshold.HasField("max_retries")
     assert threshold.retry_budget.budget_percent.value == 35
     assert threshold.retry_budget.min_retry_concurrency.value == 4
+
+
+_checks = st.builds(
+    HealthCheck, kind=st.sampled_from(HealthCheckKind), interval_ms=st.sampled_from([1000, 5000]),
+    http_path=st.sampled_from(["/", "/healthz"]), host=st.sampled_from(["", "a.test", "b.test"]),
+    grpc_service=st.sampled_from(["", "svc"]), method=st.sampled_from(["GET", "HEAD"]),
+    headers=st.sampled_from([(), (("x-check", "1"),)]),
+    expected=st.sampled_from([((200, 399),), ((200, 200), (204, 204))]))
+_settings = st.builds(
+    PoolSettings, protocol=st.sampled_from(PoolProtocol), lb_policy=st.sampled_from(LBPolicy),
+    health_check=st.none() | _checks,
+    outlier_detection=st.none() | st.just(OutlierDetection(consecutive_errors=5)),
+    persistence=st.none() | st.just(Persistence(kind=PersistenceKind.COOKIE, name="c")),
+    upstream_tls=st.none() | st.just(UpstreamTLS(sni="m.test")),
+    connect_timeout_ms=st.sampled_from([1000, 5000]), proxy_protocol=st.booleans(),
+    connection_lifetime_ms=st.none() | st.just(30_000),
+    retry_budget=st.none() | st.just(RetryBudget()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(["pool/a/x/80", "pool/b/y/8080"]), pool=_settings)
+def test_a_cluster_copied_from_its_settings_shape_is_the_one_built_field_by_field(
+        name: str, pool: PoolSettings) -> None:
+    """``cluster`` copies one cluster per settings (the check's host aside) and fills in the
+    pool's name and host: the bytes are those of building it field by field, whatever pools
+    of the same shape (other names, other hosts, no host) came before."""
+    direct = built(pool)
+    direct.name = name
+    direct.eds_cluster_config.service_name = name
+    assert (cluster(name, pool).SerializeToString(deterministic=True)
+            == direct.SerializeToString(deterministic=True))
+
+
+def test_pools_of_one_shape_keep_their_own_check_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clusters, "_SHAPES", {})  # the first pool of the shape makes it
+    check = HealthCheck(kind=HealthCheckKind.HTTP)
+    hosts = ["a.test", "", "b.test", ""]
+    made = [cluster(f"p{i}", PoolSettings(health_check=replace(check, host=host)))
+            for i, host in enumerate(hosts)]
+    assert [c.health_checks[0].http_health_check.host for c in made] == hosts
+    assert [c.name for c in made] == ["p0", "p1", "p2", "p3"]
