@@ -27,12 +27,9 @@ the pipeline. The client half (``get_json``) is what ``podway explain|status|con
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
 import socket
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +39,14 @@ from urllib.parse import urlencode
 from aiohttp import ClientError, ClientSession, UnixConnector, web
 from google.protobuf.json_format import MessageToDict
 
-from podway.base.errors import ConfigError, PodwayError
+from podway.base.errors import PodwayError
 from podway.envoy import types
 from podway.envoy.config import Resource
 from podway.envoy.engine import admin
 from podway.haproxy.render import Rendered
 from podway.ir.dump import to_data
 from podway.pipeline import Pipeline, State
+from podway.readers.admin_socket import NOT_YET, bind, check_socket, close
 from podway.readers.engine_health import EngineViews, explain_health
 from podway.readers.explain import Context, Health, QueryError, explain, parse
 from podway.readers.surfaces import SOCKET_NAME as surfaces_socket_name
@@ -97,43 +95,36 @@ class AdminServer:
         self.opts = opts
         self._state_cache: tuple[int, dict[str, Any]] | None = None  # (version, /state JSON)
 
-    async def run(self) -> None:
+    async def run(self, sock: socket.socket | None = None) -> None:
+        """Serve until cancelled: on ``sock`` (bound and listening on ``opts.socket``, as
+        ``podway.readers.admin_socket.bind`` makes it; then served from here on), else on a
+        socket bound here. The socket file is removed at the end."""
         path = self.opts.socket
-        check_socket(path)
+        bound_here = sock is None
+        if sock is None:
+            check_socket(path)
+            sock = bind(path)
         app = web.Application()
         app.router.add_get("/state", self._state)
         app.router.add_get("/config", self._config)
         app.router.add_get("/health", self._health)
         app.router.add_get("/explain", self._explain)
         runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
         try:
-            # Bound inside the private folder, then narrowed to 0600 before it listens.
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()  # check_socket found nobody serving it: a dead one's left-over
-                sock.bind(str(path))
-                path.chmod(0o600)
-                sock.listen(64)
-                sock.setblocking(False)
-            except BaseException:
-                sock.close()
-                raise
+            await runner.setup()
             await web.SockSite(runner, sock).start()
-            log.info("admin endpoint on unix:%s", path)
+            if bound_here:
+                log.info("admin endpoint on unix:%s", path)
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            close(sock, path)
 
     def _current(self) -> State:
         state = self.pipeline.state
         if state is None:
-            raise web.HTTPServiceUnavailable(
-                text=json.dumps({"error": "no state yet: the first update is not applied"}),
-                content_type="application/json")
+            raise web.HTTPServiceUnavailable(text=json.dumps({"error": NOT_YET}),
+                                             content_type="application/json")
         return state
 
     async def _state(self, request: web.Request) -> web.Response:
@@ -266,49 +257,6 @@ def parse_clusters(data: Any) -> dict[str, dict[str, str]]:
             hosts[key] = "/".join(sorted(flags)) or "healthy"
         out[cluster.get("name", "")] = hosts
     return out
-
-
-MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the NUL
-
-
-def check_socket(path: Path) -> None:
-    """A usable admin socket path: short enough for a unix socket, in a private folder (made
-    0700 when missing); ``ConfigError`` with one line otherwise."""
-    if len(os.fsencode(path.absolute())) > MAX_SOCKET_PATH:
-        raise ConfigError(f"admin socket path {path} is longer than {MAX_SOCKET_PATH} bytes, "
-                          "the limit of a unix socket; choose a shorter one")
-    if path.exists() and not stat.S_ISSOCK(path.lstat().st_mode):
-        raise ConfigError(f"admin socket path {path} exists and is not a socket")
-    private_folder(path.parent)
-    if path.exists() and _answers(path):
-        raise ConfigError(f"admin socket {path} is in use by another running Podway")
-
-
-def _answers(path: Path) -> bool:
-    """Does something accept connections on the unix socket ``path``?"""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-        return True
-
-
-def private_folder(folder: Path) -> None:
-    """Make ``folder`` (mode 0700) or check that an existing one is ours and private."""
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = folder.lstat()
-    except OSError as exc:
-        raise ConfigError(f"admin socket folder {folder}: {exc.strerror}") from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"admin socket folder {folder} is not a directory")
-    if info.st_uid != os.geteuid():
-        raise ConfigError(f"admin socket folder {folder} belongs to another user")
-    if info.st_mode & 0o077:
-        raise ConfigError(f"admin socket folder {folder} is open to other users (mode "
-                          f"{stat.S_IMODE(info.st_mode):o}); use a folder of mode 0700")
 
 
 async def get_json(socket: Path, path: str, params: list[tuple[str, str]] | None = None,

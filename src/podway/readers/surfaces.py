@@ -17,6 +17,7 @@ readiness only and say that the engine's live health is not known, never guess i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podway.base.netaddr import HostPort, format_host_port
-from podway.pipeline import Pipeline
+from podway.pipeline import Pipeline, PipelineStopped
 from podway.pipeline import State as PipelineState
 from podway.readers.engine_health import EngineViews
 
@@ -75,13 +76,35 @@ async def serve(pipeline: Pipeline, opts: SurfaceOptions) -> None:
             group.create_task(_dashboard(pipeline, opts, opts.dashboard), name="dashboard")
 
 
-async def _admin(pipeline: Pipeline, opts: SurfaceOptions, socket: Path) -> None:
-    from podway.readers.admin_api import AdminOptions, AdminServer
+async def _admin(pipeline: Pipeline, opts: SurfaceOptions, path: Path) -> None:
+    """The admin endpoint on ``path``, bound at once; until the first state it answers "no
+    state yet" without importing the endpoint (``podway.readers.admin_socket``)."""
+    from podway.readers.admin_socket import answer_for_now, bind, check_socket, close
 
-    await AdminServer(pipeline, AdminOptions(
-        socket=socket, mode=opts.mode, engine_admin=opts.engine_admin,
-        engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset,
-        haproxy_rendered=opts.haproxy_rendered, engine_configs=opts.engine_configs)).run()
+    check_socket(path)
+    sock = bind(path)
+    handed = False
+    try:
+        if pipeline.state is None:
+            log.info("admin endpoint on unix:%s (no state yet)", path)
+            interim = asyncio.create_task(answer_for_now(sock), name="admin-not-yet")
+            try:
+                with contextlib.suppress(PipelineStopped):
+                    await pipeline.wait_for(lambda _: True)
+            finally:
+                interim.cancel()
+                await asyncio.wait([interim])
+        from podway.readers.admin_api import AdminOptions, AdminServer
+
+        server = AdminServer(pipeline, AdminOptions(
+            socket=path, mode=opts.mode, engine_admin=opts.engine_admin,
+            engine_views=opts.engine_views, kernel_ruleset=opts.kernel_ruleset,
+            haproxy_rendered=opts.haproxy_rendered, engine_configs=opts.engine_configs))
+        handed = True
+        await server.run(sock)
+    finally:
+        if not handed:
+            close(sock, path)
 
 
 async def _dashboard(pipeline: Pipeline, opts: SurfaceOptions, where: HostPort) -> None:

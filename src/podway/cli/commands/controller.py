@@ -275,7 +275,7 @@ def _check_admin_sockets(engine_admin: str | None, admin_socket: Path | None) ->
         raise ConfigError(f"--engine-admin {engine_admin!r} is not unix:/path (an engine's "
                           "admin socket, e.g. admin.sock in its state folder)")
     if admin_socket is not None:
-        from podway.readers.admin_api import check_socket
+        from podway.readers.admin_socket import check_socket
 
         check_socket(admin_socket)
 

@@ -151,7 +151,7 @@ def run(
     if no_engine and not xds_address:
         raise typer.BadParameter("--no-engine needs --xds-address (where engines connect)")
     if admin_socket is not None:
-        from podway.readers.admin_api import check_socket
+        from podway.readers.admin_socket import check_socket
 
         check_socket(admin_socket)
     opts = StandaloneOptions(
