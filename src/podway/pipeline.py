@@ -188,18 +188,27 @@ class Pipeline:
         return self._built(update, result, t0, time.perf_counter())
 
     async def _apply_first(self, update: SourceUpdate) -> State:
-        """``_apply``, with the pools' clusters and load assignments set into the cache (and
-        handed to the pushers) before the listeners and routes are built."""
+        """``_apply``, with the pools' clusters set into the cache (and handed to the
+        pushers) as soon as the structure phase has their settings, while the members are
+        still being resolved; their load assignments next, before the listeners and routes
+        are built. (Envoy applies 10,000 clusters in ~0.7 s: it works on them meanwhile.)"""
         t0 = time.perf_counter()
-        update, result = self._translate(update)
+        update = self._secrets.guard(update)  # once: ``_translate`` below takes it guarded
+        early = set(self.cache.set_early(self._builder.clusters_of(
+            self._translator.first_pools(update.snapshot))))
+        for _ in range(ENGINE_TURNS):
+            await asyncio.sleep(0)
+        update, result = self._translate(update, guarded=True)
         t1 = time.perf_counter()
-        early = self.cache.set_early(self._builder.pools_of(result.ir))
+        early.update(self.cache.set_early(self._builder.pools_of(result.ir)))
         for _ in range(ENGINE_TURNS):
             await asyncio.sleep(0)
         return self._built(update, result, t0, t1, early=tuple(early))
 
-    def _translate(self, update: SourceUpdate) -> tuple[SourceUpdate, Result]:
-        update = self._secrets.guard(update)  # a bad rotation keeps the last good pair
+    def _translate(self, update: SourceUpdate, *, guarded: bool = False
+                   ) -> tuple[SourceUpdate, Result]:
+        if not guarded:
+            update = self._secrets.guard(update)  # a bad rotation keeps the last good pair
         result = self._translator.update(update.snapshot, update.changed)
         self._translated = result
         return update, result

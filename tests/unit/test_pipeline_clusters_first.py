@@ -30,9 +30,9 @@ spec:
 """
 
 
-async def _first_change(clusters_first: bool) -> tuple[dict[str, bool], int, dict[str, bool]]:
-    """Which types are set at the cache's first change; how many changes came before the
-    first state was published; which types are set then."""
+async def _first_change(clusters_first: bool) -> tuple[list[dict[str, bool]], dict[str, bool]]:
+    """Which types are set at each of the cache's changes before the first state was
+    published; which types are set then."""
     source = QueueSource()
     checked: Source = source
     pipe = Pipeline(checked, translate=TranslateOptions(address="127.0.0.1"),
@@ -55,7 +55,7 @@ async def _first_change(clusters_first: bool) -> tuple[dict[str, bool], int, dic
         assert state.ir.pools
         assert types.CLUSTER in state.changed_types
         assert types.LISTENER in state.changed_types
-        return seen[0], len(seen), {t: pipe.cache.is_set(t) for t in types.PUSH_ORDER}
+        return seen, {t: pipe.cache.is_set(t) for t in types.PUSH_ORDER}
     finally:
         for job in (task, watcher):
             job.cancel()
@@ -63,17 +63,20 @@ async def _first_change(clusters_first: bool) -> tuple[dict[str, bool], int, dic
                 await job
 
 
-async def test_the_first_update_sets_clusters_and_assignments_first() -> None:
-    first, changes, last = await _first_change(clusters_first=True)
-    assert first == {t: t in (types.CLUSTER, types.ENDPOINT) for t in types.PUSH_ORDER}
-    assert changes == 2
+async def test_the_first_update_sets_clusters_then_assignments_first() -> None:
+    """The clusters as soon as the pools' settings are known (their members not yet), then
+    the load assignments, then the rest."""
+    seen, last = await _first_change(clusters_first=True)
+    assert seen[:2] == [{t: t == types.CLUSTER for t in types.PUSH_ORDER},
+                        {t: t in (types.CLUSTER, types.ENDPOINT) for t in types.PUSH_ORDER}]
+    assert len(seen) == 3
     assert all(last.values())
 
 
 async def test_without_it_everything_is_set_at_once() -> None:
-    first, changes, _ = await _first_change(clusters_first=False)
-    assert all(first.values())
-    assert changes == 1
+    seen, _ = await _first_change(clusters_first=False)
+    assert all(seen[0].values())
+    assert len(seen) == 1
 
 
 def test_set_early_leaves_the_other_types_unset_and_the_cache_not_ready() -> None:
@@ -190,3 +193,49 @@ def test_a_cluster_an_adopted_engine_holds_is_not_removed_before_its_listeners_a
         answer(more)
     answer(stream.on_change())
     assert "old-pool" in removed
+
+
+def test_clusters_from_the_structure_alone_are_those_the_full_translation_builds() -> None:
+    """``first_pools``: the pools' settings before their members are resolved; the ``update``
+    of that snapshot takes the same structure (the same result as a translator that never
+    ran ``first_pools``), and the build reuses the clusters made from it."""
+    from podway.envoy.config import Builder
+    from podway.translate import IncrementalTranslator
+
+    snapshot = update(WEB + "---" + INGRESS).snapshot
+    translator = IncrementalTranslator(TranslateOptions(address="127.0.0.1"))
+    settings = translator.first_pools(snapshot)
+    builder = Builder()
+    early = builder.clusters_of(settings)
+    result = translator.update(snapshot, None)
+    plain = IncrementalTranslator(TranslateOptions(address="127.0.0.1")).update(snapshot, None)
+    assert result.ir == plain.ir
+    assert (result.problems, result.statuses) == (plain.problems, plain.statuses)
+    assert settings == {name: pool.settings for name, pool in result.ir.pools.items()}
+    assert all(settings[name] is pool.settings for name, pool in result.ir.pools.items())
+    full = builder.build(result.ir, result.change)
+    assert set(early) == {types.CLUSTER}
+    assert early[types.CLUSTER]
+    assert all(full[types.CLUSTER][name] is resource  # not built twice
+               for name, resource in early[types.CLUSTER].items())
+    assert full == Builder().build(plain.ir, plain.change)
+    with pytest.raises(RuntimeError):
+        translator.first_pools(snapshot)
+
+
+def test_an_early_cluster_of_other_settings_is_not_taken() -> None:
+    from dataclasses import replace
+
+    from podway.envoy.config import Builder
+    from podway.translate import IncrementalTranslator
+
+    result = IncrementalTranslator(TranslateOptions(address="127.0.0.1")).update(
+        update(WEB + "---" + INGRESS).snapshot, None)
+    builder = Builder()
+    other = {name: replace(pool.settings, connect_timeout_ms=1234)
+             for name, pool in result.ir.pools.items()}
+    early = builder.clusters_of(other)
+    full = builder.build(result.ir, result.change)
+    assert full == Builder().build(result.ir, result.change)
+    assert all(full[types.CLUSTER][name] is not resource
+               for name, resource in early[types.CLUSTER].items())

@@ -38,6 +38,7 @@ from podway.ir import (
     Mirror,
     Oidc,
     Pool,
+    PoolSettings,
     WeightedPool,
 )
 from podway.model import EndpointSlice, Ingress, ObjectRef, Service
@@ -324,6 +325,19 @@ class IncrementalTranslator:
     _pools_by_service: dict[ServiceKey, list[str]] = field(default_factory=dict)
     _result: Result | None = None
     _memo: StructureMemo = field(default_factory=StructureMemo)
+    _first: tuple[Snapshot, Structure] | None = None  # ``first_pools``' run, for ``update``
+
+    def first_pools(self, snapshot: Snapshot) -> Mapping[str, PoolSettings]:
+        """Before the first ``update``: the settings of ``snapshot``'s pools by name, from the
+        structure phase alone (members are resolved by the ``update`` of this very snapshot
+        that follows, which takes that structure as it is). A first start sends these pools'
+        clusters while the members are resolved (``podway.pipeline``)."""
+        if self._structure is not None:
+            raise RuntimeError("first_pools is for the first translation only")
+        with gc_paused():
+            structure = translate_structure(snapshot, self.opts, self._memo)
+        self._first = (snapshot, structure)
+        return {name: spec.settings for name, spec in structure.pools.items()}
 
     def update(self, snapshot: Snapshot,
                changed: Iterable[tuple[str, Key]] | None = None) -> Result:
@@ -446,7 +460,9 @@ class IncrementalTranslator:
         """
         resolver = resolver_for(self.opts)
         old_specs = self._structure.pools if self._structure is not None else {}
-        self._structure = translate_structure(snapshot, self.opts, self._memo)
+        first, self._first = self._first, None
+        self._structure = (first[1] if first is not None and first[0] is snapshot
+                           else translate_structure(snapshot, self.opts, self._memo))
         ctx = MemberContext(snapshot, self._index)
         previous, previous_problems = self._pools, self._pool_problems
         self._pools, self._pool_problems = {}, {}

@@ -47,7 +47,16 @@ from podway.envoy.config.split import (
     split_route,
     split_settings,
 )
-from podway.ir import IR, IRChange, L4Route, Listener, Persistence, Pool, VirtualHost
+from podway.ir import (
+    IR,
+    IRChange,
+    L4Route,
+    Listener,
+    Persistence,
+    Pool,
+    PoolSettings,
+    VirtualHost,
+)
 from podway.ir import ListenerProtocol as Protocol
 
 
@@ -89,6 +98,9 @@ class Builder:
         self._counted: dict[int, tuple[Listener, HostCount | None]] = {}
         self._own_tables: frozenset[str] = frozenset()  # the last build's tables not of scopes
         self._pools: dict[str, tuple[Pool, Resource, Resource]] = {}  # pool, cluster, endpoints
+        # A first start's clusters, made from the pools' settings before their members were
+        # known (``clusters_of``): taken by the next build of pools with these very settings.
+        self._early: dict[str, tuple[PoolSettings, Resource]] = {}
         # split cluster name → (listener, its pools, cluster, endpoints)
         self._splits: dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]] = {}
         self._tables = TableEncoder()  # route tables: one encoding per unchanged virtual host
@@ -269,8 +281,10 @@ class Builder:
         if entry is None or entry[0] is not pool:
             # Only pools that are new objects cost more than a lookup; settings and members
             # are compared separately so a member change never rebuilds the cluster.
+            early = self._early.pop(name, None)
             cluster_resource = (
                 entry[1] if entry is not None and entry[0].settings == pool.settings
+                else early[1] if early is not None and early[0] is pool.settings
                 else Resource.of(name, cluster(name, pool.settings)))
             endpoint_resource = (
                 entry[2] if entry is not None and entry[0].members == pool.members
@@ -278,6 +292,15 @@ class Builder:
                                          pool.members))
             entry = (pool, cluster_resource, endpoint_resource)
         return entry
+
+    def clusters_of(self, settings: Mapping[str, PoolSettings]) -> Resources:
+        """The clusters of pools by name and settings, members not known yet: what a first
+        start sends before anything else (``podway.pipeline``), while the members are still
+        being resolved. Kept for the next ``pools_of`` or ``build``, whose pools carry these
+        very settings objects."""
+        self._early = {name: (value, Resource.of(name, cluster(name, value)))
+                       for name, value in settings.items()}
+        return {types.CLUSTER: MappingProxyType({n: e[1] for n, e in self._early.items()})}
 
     def pools_of(self, ir: IR) -> Resources:
         """The clusters and load assignments of ``ir``'s pools alone (kept: the next
@@ -294,6 +317,7 @@ class Builder:
             out[types.CLUSTER][name] = entry[1]
             out[types.ENDPOINT][name] = entry[2]
         self._pools = pools
+        self._early = {}  # taken, or of pools this IR does not have
 
     def _patch_pools(self, ir: IR, names: frozenset[str],
                      out: dict[str, dict[str, Resource]], *, splits: bool) -> set[str]:
