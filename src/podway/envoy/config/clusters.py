@@ -94,6 +94,13 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     build at 10,000 pools (docs/performance.md, "Cold start: the parse starts with the
     process")."""
     check = settings.health_check
+    if settings.upstream_tls is not None and settings.upstream_tls.client_certificate:
+        # Not kept: the table's keys would hold on to rotated-out private keys (the cluster
+        # names its certificate's SDS secret only). Rare: Gateway backend client certificates.
+        out = built(settings)
+        out.name = name
+        out.eds_cluster_config.service_name = name
+        return out
     key = (_settings_key(settings), None if check is None else _check_key(check))
     shape = _SHAPES.get(key)
     if shape is None:

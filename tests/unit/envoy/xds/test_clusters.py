@@ -25,6 +25,7 @@ from podway.ir import (
     RetryBudget,
     UpstreamTLS,
 )
+from podway.ir.listener import TLSCertificate
 
 
 def test_every_cluster_disables_panic_mode() -> None:
@@ -141,6 +142,8 @@ def test_a_retry_budget_only_on_the_clusters_that_ask() -> None:
     assert threshold.retry_budget.min_retry_concurrency.value == 4
 
 
+_CLIENT_TLS = UpstreamTLS(sni="m.test", client_certificate=TLSCertificate(
+    name="secret/a/client", hostnames=(), cert_pem="CERT", key_pem="KEY"))
 _checks = st.builds(
     HealthCheck, kind=st.sampled_from(HealthCheckKind), interval_ms=st.sampled_from([1000, 5000]),
     http_path=st.sampled_from(["/", "/healthz"]), host=st.sampled_from(["", "a.test", "b.test"]),
@@ -152,7 +155,7 @@ _settings = st.builds(
     health_check=st.none() | _checks,
     outlier_detection=st.none() | st.just(OutlierDetection(consecutive_errors=5)),
     persistence=st.none() | st.just(Persistence(kind=PersistenceKind.COOKIE, name="c")),
-    upstream_tls=st.none() | st.just(UpstreamTLS(sni="m.test")),
+    upstream_tls=st.none() | st.just(UpstreamTLS(sni="m.test")) | st.just(_CLIENT_TLS),
     connect_timeout_ms=st.sampled_from([1000, 5000]), proxy_protocol=st.booleans(),
     connection_lifetime_ms=st.none() | st.just(30_000),
     retry_budget=st.none() | st.just(RetryBudget()))
@@ -180,3 +183,14 @@ def test_pools_of_one_shape_keep_their_own_check_hosts(monkeypatch: pytest.Monke
             for i, host in enumerate(hosts)]
     assert [c.health_checks[0].http_health_check.host for c in made] == hosts
     assert [c.name for c in made] == ["p0", "p1", "p2", "p3"]
+
+
+def test_no_private_key_is_kept_by_the_shapes_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool whose members see a client certificate is built whole: the table of shapes
+    would otherwise keep every rotated-out key as long as the process lives."""
+    monkeypatch.setattr(clusters, "_SHAPES", {})
+    made = cluster("p", PoolSettings(upstream_tls=_CLIENT_TLS))
+    assert made.name == "p"
+    assert made.transport_socket.name == "envoy.transport_sockets.tls"
+    assert clusters._SHAPES == {}
+    assert "KEY" not in repr(clusters._SHAPES)
