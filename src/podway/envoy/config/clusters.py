@@ -89,32 +89,14 @@ _check_key = attrgetter(*(f.name for f in fields(HealthCheck) if f.name != "host
 
 def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
     """The cluster of pool ``name``: a copy of the cluster every pool of the same settings
-    shares (``built`` once for them) with the pool's own name (and its check's host) filled
-    in. Building each one field by field was 38 µs a pool, most of a cold start's cluster
-    build at 10,000 pools (docs/performance.md, "Cold start: the parse starts with the
-    process")."""
-    check = settings.health_check
-    if settings.upstream_tls is not None and settings.upstream_tls.client_certificate:
-        # Not kept: the table's keys would hold on to rotated-out private keys (the cluster
-        # names its certificate's SDS secret only). Rare: Gateway backend client certificates.
-        out = built(settings)
-        out.name = name
-        out.eds_cluster_config.service_name = name
-        return out
-    key = (_settings_key(settings), None if check is None else _check_key(check))
-    shape = _SHAPES.get(key)
-    if shape is None:
-        if len(_SHAPES) >= _MAX_SHAPES:
-            _SHAPES.clear()
-        if check is not None and check.host:
-            shape = built(replace(settings, health_check=replace(check, host="")))
-        else:
-            shape = built(settings)
-        _SHAPES[key] = shape
+    shares (``_shape``) with the pool's own name (and its check's host) filled in. Building
+    each one field by field was 38 µs a pool, most of a cold start's cluster build at 10,000
+    pools (docs/performance.md, "Cold start: the parse starts with the process")."""
     out = cluster_pb2.Cluster()
-    out.CopyFrom(shape)
+    out.CopyFrom(_shape(settings))
     out.name = name
     out.eds_cluster_config.service_name = name
+    check = settings.health_check
     if check is not None and check.host and out.health_checks:
         if check.kind is HealthCheckKind.HTTP:
             out.health_checks[0].http_health_check.host = check.host
@@ -125,6 +107,27 @@ def cluster(name: str, settings: PoolSettings) -> cluster_pb2.Cluster:
 
 _SHAPES: dict[tuple[object, ...], cluster_pb2.Cluster] = {}
 _MAX_SHAPES = 1024  # distinct settings seen; past it the table starts again
+
+
+def _shape(settings: PoolSettings) -> cluster_pb2.Cluster:
+    """The cluster of ``settings`` without a name, and its check without a host: built once
+    and kept (read only) for every pool of equal settings. Not kept for a pool whose members
+    see a client certificate: the table's keys would hold on to rotated-out private keys (the
+    cluster names the certificate's SDS secret only; such pools are rare)."""
+    check = settings.health_check
+    kept = settings.upstream_tls is None or settings.upstream_tls.client_certificate is None
+    key = (_settings_key(settings), None if check is None else _check_key(check)) if kept \
+        else ()
+    shape = _SHAPES.get(key) if kept else None
+    if shape is None:
+        if check is not None and check.host:
+            settings = replace(settings, health_check=replace(check, host=""))
+        shape = built(settings)
+        if kept:
+            if len(_SHAPES) >= _MAX_SHAPES:
+                _SHAPES.clear()
+            _SHAPES[key] = shape
+    return shape
 
 
 def built(settings: PoolSettings) -> cluster_pb2.Cluster:
