@@ -40,8 +40,9 @@ cache set → 200.
   (``VhdsStream``, and ``types.PUSH_ORDER`` extended for the run).
 * ``srds``: scoped routes. The listener's connection manager builds a scope key
   from the request's ``:authority`` (HTTP/1.1 ``Host`` too) up to the first ``:``; each
-  hostname is one ``ScopedRouteConfiguration`` (key: the hostname) naming a route table of its
-  own with that one virtual host; no catch-all (a host without a scope gets Envoy's own 404).
+  hostname is one ``ScopedRouteConfiguration`` (key: the hostname) naming the route table
+  its bucket's hosts share (``podway.envoy.config.scoped``); no catch-all (a host without a
+  scope gets Envoy's own 404).
   Listener, scope and table as Podway builds them (``podway.envoy.config.scoped``), served by
   Podway's delta stream. (SotW engines get the one table from Podway: scopes over SotW, every
   response carrying all of them, measured 736 / 981 ms p50 / p99 at 10,000.) One added
@@ -163,7 +164,8 @@ class Config:
         self.head.CopyFrom(config)
         del self.head.virtual_hosts[:]
         self._encoded: dict[tuple[int, str], bytes] = {}
-        self._scoped: dict[int, tuple[Resource, Resource]] = {}
+        self._scoped: dict[int, Resource] = {}  # scopes by host
+        self._shared: dict[tuple[str, tuple[int, ...]], Resource] = {}  # tables by their hosts
 
     def _vhost(self, i: int, shape: str) -> bytes:
         key = (i, shape)
@@ -202,22 +204,32 @@ class Config:
         return out
 
     def scopes(self, hosts: int) -> tuple[dict[str, Resource], dict[str, Resource]]:
-        """One scope per hostname (key: the hostname) and its own route table holding only
-        that host's virtual host (``<table>/<hostname>``); no catch-all (SRDS has no
-        fallback scope: a host without a scope gets Envoy's own 404)."""
-        scopes, tables = {}, {}
+        """One scope per hostname (key: the hostname) naming its bucket's shared route table
+        (``<table>/hosts/<bucket>``, the bucket's virtual hosts sorted by hostname), as
+        Podway builds them; no catch-all (SRDS has no fallback scope: a host without a scope
+        gets Envoy's own 404)."""
+        scopes: dict[str, Resource] = {}
+        members: dict[str, list[int]] = {}
         for i in range(hosts):
+            host = self.host(i)
             found = self._scoped.get(i)
             if found is None:  # built once, like Podway's builder memoises what is unchanged
-                host = self.host(i)
-                name = scoped.table_name(self.table_name, host)
-                scope = scoped.scope(self.table_name, host)
-                table = route_pb2.RouteConfiguration()
-                table.CopyFrom(self.head)
-                table.name = name
-                table.virtual_hosts.add().CopyFrom(self.hosts[i])
-                found = self._scoped[i] = (Resource.of(name, scope), Resource.of(name, table))
-            scopes[found[0].name], tables[found[1].name] = found
+                name = scoped.scope_name(self.table_name, host)
+                found = self._scoped[i] = Resource.of(name, scoped.scope(self.table_name, host))
+            scopes[found.name] = found
+            members.setdefault(scoped.table_name(self.table_name, host), []).append(i)
+        tables: dict[str, Resource] = {}
+        for name, held in members.items():
+            key = (name, tuple(held))
+            table = self._shared.get(key)
+            if table is None:
+                config = route_pb2.RouteConfiguration()
+                config.CopyFrom(self.head)
+                config.name = name
+                config.virtual_hosts.extend(sorted((self.hosts[i] for i in held),
+                                                   key=lambda v: v.domains[0]))
+                table = self._shared[key] = Resource.of(name, config)
+            tables[name] = table
         return scopes, tables
 
     def resources(self, hosts: int, variant: Variant, *, version: int = 0) -> Resources:

@@ -2,9 +2,11 @@
 removed live, host matching case-insensitive and port-blind, and the switch to the one-table form
 (a wildcard host added) and back with no failed request for the hosts that were served.
 
-The threshold is lowered (``Builder(scoped_min_hosts=3)``) so a few hosts are served as scopes.
-Delta engines get the scopes; state-of-the-world engines the one-table form of the same
-configuration (``podway.envoy.xds.access.TableForm``), with the same answers.
+The threshold is lowered (``Builder(scoped_min_hosts=3)``) so a few hosts are served as scopes;
+with one bucket (``scoped.TABLES`` = 1) every scope names the same shared table, so a host
+added or removed edits the table the others are served from. Delta engines get the scopes;
+state-of-the-world engines the one-table form of the same configuration
+(``podway.envoy.xds.access.TableForm``), with the same answers.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from types import MappingProxyType
 import pytest
 
 from podway.envoy import types
-from podway.envoy.config import Builder
+from podway.envoy.config import Builder, scoped
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import Ack, Event, Nack
 from podway.envoy.xds.server import XdsServer
@@ -49,8 +51,11 @@ async def _status(port: int, host: str, want: int, name: str | None = None) -> b
     return status == want and (name is None or data.get("name") == name)
 
 
+@pytest.mark.parametrize("tables", [1, scoped.TABLES])
 @pytest.mark.parametrize("mode", MODES)
-async def test_scoped_tables_serve_and_switch_form_without_failures(mode: str) -> None:
+async def test_scoped_tables_serve_and_switch_form_without_failures(
+        mode: str, tables: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scoped, "TABLES", tables)
     acked: set[str] = set()
     nacks: list[Nack] = []
 
@@ -70,6 +75,8 @@ async def test_scoped_tables_serve_and_switch_form_without_failures(mode: str) -
     cache, builder = Cache(), Builder(scoped_min_hosts=3)
     cache.set(builder.build(_config(http, ports, hosts)))
     assert len(cache.get(types.SCOPE).resources) == 3
+    shared = [n for n in cache.get(types.ROUTE).resources if n != "listener/http"]
+    assert len(shared) == (1 if tables == 1 else 3)
     server = XdsServer(cache, "127.0.0.1:0", on_event=on_event, unauthenticated=True)
     await server.start()
     try:

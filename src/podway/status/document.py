@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import Any
 
 from podway.envoy import types
+from podway.envoy.config import scoped
 from podway.ir import IR
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
@@ -239,11 +240,14 @@ def origins_of(ir: IR, type_url: str, name: str) -> tuple[ObjectRef, ...]:
                 type_url == types.ROUTE and (name == listener.name
                                              or name.startswith(listener.name + "/sni/"))):
             found.extend(listener_objects(listener))
-        elif type_url in (types.ROUTE, types.SCOPE) and name.startswith(
-                listener.name + "/host/"):  # a scope and its table: its host's routes
-            host = name[len(listener.name) + len("/host/"):]
+        elif type_url == types.SCOPE and name.startswith(listener.name + "/host/"):
+            host = name[len(listener.name) + len("/host/"):]  # a scope: its host's routes
             found.extend(r.origin for v in listener.virtual_hosts
                          if v.hostname.lower() == host for r in v.routes)
+        elif type_url == types.ROUTE and (at := scoped.bucket_of(listener.name, name)) is not None:
+            found.extend(r.origin for v in listener.virtual_hosts  # a shared table: its hosts'
+                         if v.hostname != "*" and scoped.bucket(v.hostname) == at
+                         for r in v.routes)
         elif type_url == types.SECRET:
             for cert in listener.certificates:
                 if cert.name == name:

@@ -52,8 +52,9 @@ def port_unavailable(rejection: Rejection) -> bool:
 
 def refused_listeners(ir: IR, rejection: Rejection) -> list[Listener]:
     """The IR listeners a refusal hits as a whole: the listener itself, its route table or
-    an SNI table (``<listener>/sni/…``), a certificate it serves. Host scopes and their tables
-    (``<listener>/host/…``) are the routes' own, not the listener's."""
+    an SNI table (``<listener>/sni/…``), a certificate it serves. Host scopes and their shared
+    tables (``<listener>/host/…``, ``<listener>/hosts/…``) are the routes' own, not the
+    listener's."""
     name = rejection.resource
     if not name:
         return []

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from podway.envoy import types
+from podway.envoy.config.scoped import TABLES, bucket, table_name
 from podway.model import Snapshot
 from podway.model.base import ObjectRef
 from podway.model.loader import load_text
@@ -169,16 +170,21 @@ def test_status_file_recovers_when_writable_again(tmp_path: Path,
     assert "written again" in caplog.records[-1].getMessage()
 
 
-def test_refused_scope_or_one_host_table_lands_on_that_hosts_routes() -> None:
-    """A scoped listener's scope or one-host table (``<listener>/host/<host>``) refused: the
-    objects of that host's routes, not every object on the listener."""
+def test_refused_scope_or_shared_table_lands_on_those_hosts_routes() -> None:
+    """A scoped listener's scope (``<listener>/host/<host>``) refused: the objects of that
+    host's routes; its shared table (``<listener>/hosts/<bucket>``): those of the routes of
+    the hosts in that table; not every object on the listener."""
     snapshot = Snapshot.of_objects(load_text(INGRESS % "web").objects)
     ir = translate(snapshot, OPTS).ir
     (listener,) = [ls for ls in ir.listeners if ls.virtual_hosts]
-    name = f"{listener.name}/host/shop.test"
-    for type_url in (types.ROUTE, types.SCOPE):
-        assert origins_of(ir, type_url, name) == (ObjectRef("Ingress", "shop", "shop"),)
+    shop = (ObjectRef("Ingress", "shop", "shop"),)
+    assert origins_of(ir, types.SCOPE, f"{listener.name}/host/shop.test") == shop
     assert origins_of(ir, types.SCOPE, f"{listener.name}/host/other.test") == ()
+    table = table_name(listener.name, "shop.test")
+    assert origins_of(ir, types.ROUTE, table) == shop
+    other = f"{listener.name}/hosts/{(bucket('shop.test') + 1) % TABLES}"
+    assert origins_of(ir, types.ROUTE, other) == ()
+    assert origins_of(ir, types.SCOPE, table) == ()  # (a table's name is no scope's)
 
 
 def test_status_file_is_owner_only_whatever_the_umask(tmp_path: Path) -> None:

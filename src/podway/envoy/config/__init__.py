@@ -7,10 +7,11 @@ so the next build re-serialises only those pools' load assignments (and the load
 an L4 listener's split cluster when one of its pools changed: ``podway.envoy.config.split``).
 A listener whose virtual hosts changed gets its route tables joined from per-virtual-host
 encodings (``routes.TableEncoder``), so only the changed virtual hosts are encoded again; a
-large exact-hostname listener is also served as scopes, one table per host, each kept while its
-virtual host encodes the same (``podway.envoy.config.scoped``). The
+large exact-hostname listener is also served as scopes, one scope per host and tables shared
+by buckets of hosts, each kept while its hosts encode the same (``podway.envoy.config.scoped``,
+``scope_tables``). The
 translator's ``IRChange`` (when its base is the IR built last) narrows a build to the named
-pools and virtual hosts (and the scoped listener's host count, one-host tables and scopes to
+pools and virtual hosts (and the scoped listener's host count, shared tables and scopes to
 the hosts it names), and ``Builder.hint`` passes that on to the cache. Each resource carries a
 digest of its content (of its serialised bytes; for the deferred table named after a
 listener, of its parts' digests); the cache (``podway.envoy.xds.cache``) uses it to keep versions of
@@ -38,6 +39,7 @@ from podway.envoy.config.jwt import Checks
 from podway.envoy.config.listeners import listener
 from podway.envoy.config.resource import Resource, Resources
 from podway.envoy.config.routes import TableEncoder
+from podway.envoy.config.scope_tables import ScopeTables
 from podway.envoy.config.scoped import SCOPED_MIN_HOSTS, HostCount
 from podway.envoy.config.secrets import secret
 from podway.envoy.config.split import (
@@ -87,13 +89,7 @@ class Builder:
         self._listeners: dict[int, tuple[Listener, bool, bool, tuple[Resource, ...]]] = {}
         # (id, persistence) → (listener, served as scopes, its own tables)
         self._routes: dict[tuple[int, _Signature], tuple[Listener, bool, tuple[Resource, ...]]] = {}
-        # The listener served as scopes, as the fields below describe it (None: they describe
-        # none): per virtual host (by id) its entry, one-host table and scope; those tables
-        # and scopes by name. Edited in place by a patch, never published (``build`` copies).
-        self._scoped_at: Listener | None = None
-        self._scoped: dict[int, _ScopedHost] = {}
-        self._host_tables: dict[str, Resource] = {}
-        self._host_scopes: dict[str, Resource] = {}
+        self._scopes = ScopeTables()  # the shared tables and scopes of the scoped listener
         # id → (listener, its host count if it is HTTP: ``scoped.HostCount``)
         self._counted: dict[int, tuple[Listener, HostCount | None]] = {}
         self._own_tables: frozenset[str] = frozenset()  # the last build's tables not of scopes
@@ -124,7 +120,7 @@ class Builder:
         routes: dict[tuple[int, _Signature], tuple[Listener, bool, tuple[Resource, ...]]] = {}
         split: list[tuple[Listener, L4Route]] = []  # listeners served by a split cluster
         chosen = self._pick_scoped(ir, patch, base)
-        # The names of one-host tables and scopes that may differ from the last build's
+        # The names of shared tables and scopes that may differ from the last build's
         # (None: any may).
         edited = self._scopes_of(chosen)
         for item in ir.listeners:
@@ -187,10 +183,10 @@ class Builder:
                    ) -> tuple[tuple[Resource, ...], set[str] | None]:
         """The route tables of one HTTP(S) listener: the last build's while the listener, the
         pools' hash policies and the way it is served (scopes or not) are the same; and
-        ``edited`` with the one-host tables and scopes this listener touched."""
+        ``edited`` with the shared tables and scopes this listener touched."""
         hit = self._routes.get((id(item), signature))
         if (hit is not None and hit[0] is item and hit[1] == as_scopes
-                and (not as_scopes or self._scoped_at is item)):
+                and (not as_scopes or self._scopes.at is item)):
             self._tables.keep(item)
             return hit[2], edited
         tables = self._route_tables(
@@ -198,34 +194,28 @@ class Builder:
             changed=patch.vhosts.get(item.name) if patch is not None else None,
             previous=previous)
         if as_scopes:
-            touched = self._scope_tables(item, previous)
+            touched = self._scopes.update(item, previous, self._tables)
             edited = None if edited is None or touched is None else edited | touched
         return tables, edited
 
     def _scopes_of(self, chosen: Listener | None) -> set[str] | None:
         """Forget the scopes when another listener (or none) is served as scopes now: None
-        (every one-host table and scope may differ), else the empty set (none yet)."""
-        if self._scoped_at is not None and (chosen is None
-                                            or chosen.name != self._scoped_at.name):
-            self._scoped_at = None
-        if self._scoped_at is None and (self._host_tables or self._scoped):
-            self._scoped, self._host_tables, self._host_scopes = {}, {}, {}
-            return None
-        return set()
+        (every shared table and scope may differ), else the empty set (none yet)."""
+        return None if self._scopes.forget_unless(chosen) else set()
 
     def _add_scopes(self, out: dict[str, dict[str, Resource]], *, unchanged: bool
                     ) -> tuple[frozenset[str], bool]:
-        """Add the one-host tables and scopes to ``out`` (copies: the builder's own are
+        """Add the shared tables and scopes to ``out`` (copies: the builder's own are
         edited in place by the next build); the names of the other tables, and whether the
         previous build's route and scope mappings can be handed over as they are instead
-        (``unchanged``: no one-host table or scope differs, and no other table does)."""
+        (``unchanged``: no shared table or scope differs, and no other table does)."""
         own = frozenset(out[types.ROUTE])
-        if (unchanged and self._host_tables and own == self._own_tables
+        if (unchanged and self._scopes.tables and own == self._own_tables
                 and all(self._out[types.ROUTE].get(n) is r for n, r in out[types.ROUTE].items())):
             return own, True  # (an endpoint-only change: no copy of 2 x 10,000 names)
-        if self._host_tables:
-            out[types.ROUTE] = {**out[types.ROUTE], **self._host_tables}
-            out[types.SCOPE] = dict(self._host_scopes)
+        if self._scopes.tables:
+            out[types.ROUTE] = {**out[types.ROUTE], **self._scopes.tables}
+            out[types.SCOPE] = dict(self._scopes.scopes)
         return own, False
 
     def _hint(self, result: dict[str, Mapping[str, Resource]], pools: set[str],
@@ -375,58 +365,6 @@ class Builder:
 
         return scoped.pick(ir.listeners, self.scoped_min_hosts, host_count=host_count)
 
-    def _scope_tables(self, item: Listener, previous: Listener | None) -> set[str] | None:
-        """Bring the one-host tables and scopes up to ``item``'s table as just encoded: by its
-        edits when the table was edited from ``previous``'s and the scopes are ``previous``'s
-        (the names touched), else from all its entries, a host whose entry is the same
-        object keeping its resources (None: every name may differ)."""
-        edits, at = self._tables.edits, self._scoped_at
-        self._scoped_at = None  # (until the fields below are whole again)
-        if at is not None and at.real_ip != item.real_ip:  # every one-host table's tail
-            at, self._scoped = None, {}
-        if edits is not None and at is not None and at is previous:
-            touched: set[str] = set()
-            for old, new, entry in edits:
-                hit = self._scoped.pop(id(old), None) if old is not None else None
-                if old is not None:
-                    name = scoped.table_name(item.name, old.hostname)
-                    self._host_tables.pop(name, None)
-                    self._host_scopes.pop(name, None)
-                    touched.add(name)
-                if new is not None and entry is not None and new.hostname != "*":
-                    made = self._scoped_host(item, new, entry, hit)
-                    self._scoped[id(new)] = made
-                    self._host_tables[made[2].name], self._host_scopes[made[3].name] = (
-                        made[2], made[3])
-                    touched.add(made[2].name)
-            self._scoped_at = item
-            return touched
-        scoped_next: dict[int, _ScopedHost] = {}
-        tables: dict[str, Resource] = {}
-        scopes: dict[str, Resource] = {}
-        for vhost, entry in self._tables.entries:
-            if vhost.hostname == "*":
-                continue  # (a catch-all serving nothing: no scope; a key matching none 404s)
-            hit = self._scoped.get(id(vhost))
-            if hit is None or hit[0] is not vhost or hit[1] is not entry:
-                hit = self._scoped_host(item, vhost, entry, hit)
-            scoped_next[id(vhost)] = hit
-            tables[hit[2].name], scopes[hit[3].name] = hit[2], hit[3]
-        self._scoped, self._host_tables, self._host_scopes = scoped_next, tables, scopes
-        self._scoped_at = item
-        return None
-
-    def _scoped_host(self, item: Listener, vhost: VirtualHost, entry: bytes,
-                     before: _ScopedHost | None) -> _ScopedHost:
-        """The one-host table and scope of ``vhost`` (its scope kept from ``before`` when
-        named the same: a scope holds only its name and key)."""
-        name = scoped.table_name(item.name, vhost.hostname)
-        table = Resource.of_bytes(name, route_pb2.RouteConfiguration,
-                                  self._tables.table_bytes(name, entry, real_ip=item.real_ip))
-        scope = (before[3] if before is not None and before[3].name == name
-                 else Resource.of(name, scoped.scope(item.name, vhost.hostname)))
-        return (vhost, entry, table, scope)
-
     def _build_splits(self, ir: IR, split: list[tuple[Listener, L4Route]],
                       out: dict[str, dict[str, Resource]]
                       ) -> dict[str, tuple[Listener, tuple[Pool, ...], Resource, Resource]]:
@@ -450,7 +388,6 @@ class Builder:
         return splits
 
 
-_ScopedHost = tuple[VirtualHost, bytes, Resource, Resource]  # vhost, entry, table, scope
 _Signature = tuple[tuple[str, Persistence], ...]  # the pools' hash policies, by name
 
 

@@ -355,12 +355,13 @@ class TableEncoder:
             done.append((old, new, part))
         return done
 
-    def table_bytes(self, name: str, entry: bytes, *, real_ip: bool = False) -> bytes:
-        """A route table ``name`` holding the one virtual host ``entry`` (from ``entries``),
-        byte-equal to encoding ``_table_head(name, real_ip=real_ip)`` with it: a scope's
-        table."""
+    def table_bytes(self, name: str, entries: Iterable[bytes], *, real_ip: bool = False
+                    ) -> bytes:
+        """A route table ``name`` holding the virtual hosts ``entries`` (from ``entries``, in
+        this order), byte-equal to encoding ``_table_head(name, real_ip=real_ip)`` with them:
+        a scope's table."""
         data = name.encode()
-        return b"\x0a" + varint(len(data)) + data + entry + self._tail(real_ip)
+        return b"".join((b"\x0a", varint(len(data)), data, *entries, self._tail(real_ip)))
 
     def _tail(self, real_ip: bool) -> bytes:
         found = self._rest.get(real_ip)

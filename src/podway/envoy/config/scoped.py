@@ -1,4 +1,5 @@
-"""Scoped route tables (SRDS): a large exact-hostname listener gets one small table per host.
+"""Scoped route tables (SRDS): a large exact-hostname listener gets one scope per host, and
+small route tables shared by a fixed set of hosts each.
 
 Envoy re-applies a whole route table on every change of it: at 10,000 virtual hosts (3.5 MB)
 that is 150 to 400 ms of Envoy's main thread per added route (``bench/envoy_route_apply.py``). With
@@ -6,21 +7,26 @@ scoped routes the HTTP connection manager picks a table by a key built from the 
 the ``:authority`` (HTTP/1.1 ``Host``) up to the first ``:`` — and each table is its own RDS
 resource, so one added host is one small scope and one small table (about 20x faster at 10,000).
 
-Served as scoped routes (``pick``): the one HTTP listener (not HTTPS: its SNI tables and 421s
-stay RDS) with the most hosts, at least ``SCOPED_MIN_HOSTS``, whose virtual hosts are all exact
-hostnames, besides a catch-all (``*``) that serves nothing (a host without a scope gets Envoy's
-own 404, as an empty catch-all answers). A wildcard hostname, or a catch-all with routes, needs
-the table-level fallback that scope keys (exact strings) cannot give: such a listener keeps its
-one RDS table. Only one listener per engine: Envoy shares one SRDS subscription among every
-connection manager with the same config source (``ScopedRds`` hashed, name ignored), so every
-scoped manager would get every scope.
+The tables are shared: a host's scope names the table of its bucket (``TABLES`` buckets, by a
+hash of the lower-case hostname), which holds the virtual hosts of every host in that bucket.
+Each table Envoy subscribes to costs it an RDS subscription with its own init target and
+stats, whatever its size: 10,000 one-host tables took 1.2-1.7 CPU-s more of Envoy's main
+thread at a cold start than the same hosts in 16 to 1,024 shared tables (no difference between
+those counts beyond noise; docs/performance.md, "Scopes share their route tables"). A bucket
+is fixed by the hostname alone, so a host never moves between tables as others come and go;
+at 10,000 hosts a table holds about ten, so a change re-sends about ten virtual hosts. The
+price: a virtual host Envoy refuses holds back the other hosts of its table too (they keep
+the version Envoy accepted last); the translator validates what Envoy would refuse, so this
+stays the exception it is on a one-table listener, where it holds back every host.
 
 Invariants:
 
-* Scope and table names are ``<listener>/host/<hostname>``; the scope key is the lower-case
-  hostname. A Lua filter first in the manager lower-cases an ``:authority`` holding upper-case
-  letters (and so re-selects the scope): host matching stays case-insensitive as in a virtual
-  host's domains. Such a request reaches the backend with its Host in lower case.
+* A scope's name is ``<listener>/host/<hostname>``, its key the lower-case hostname; a table's
+  name is ``<listener>/hosts/<bucket>``, and it holds its hosts' virtual hosts sorted by
+  hostname (the same bytes however the hosts came), the first of equal names only. A Lua
+  filter first in the manager lower-cases an ``:authority`` holding upper-case letters (and
+  so re-selects the scope): host matching stays case-insensitive as in a virtual host's
+  domains. Such a request reaches the backend with its Host in lower case.
 * The optional HTTP filters (CORS, rate limit, RBAC, buffer), switched off on other managers
   and on per route (``listeners``), are switched on in a scoped manager: Envoy creates a
   request's filters once, from the route it found first, and a request whose ``:authority`` has
@@ -37,6 +43,7 @@ Invariants:
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -65,6 +72,8 @@ from podway.ir import ListenerProtocol as Protocol
 #: Fewest exact hosts for which a listener's routes are served as scopes: below it one table
 #: applies in a few ms, and scopes cost Envoy memory (about 20 KiB each at 10,000).
 SCOPED_MIN_HOSTS = 256
+#: How many route tables the hosts of a scoped listener share (see the module's docstring).
+TABLES = 1024
 HCM = "envoy.filters.network.http_connection_manager"
 LOWER_HOST_FILTER = "podway.lower_host"
 ROUTER_FILTER = "envoy.filters.http.router"
@@ -153,14 +162,44 @@ def pick(listeners: Iterable[Listener], min_hosts: int = SCOPED_MIN_HOSTS, *,
     return best
 
 
-def table_name(listener: str, hostname: str) -> str:
-    """The scope's (and its route table's) name."""
+def scope_name(listener: str, hostname: str) -> str:
+    """The name of ``hostname``'s scope."""
     return f"{listener}/host/{hostname.lower()}"
 
 
+def bucket(hostname: str) -> int:
+    """The bucket of ``hostname`` (case-insensitive): fixed by the name alone."""
+    return zlib.crc32(hostname.lower().encode()) % TABLES
+
+
+def table_name(listener: str, hostname: str) -> str:
+    """The name of the route table that holds ``hostname``'s virtual host."""
+    return f"{listener}/hosts/{bucket(hostname)}"
+
+
+def table_of(scope: str) -> str:
+    """The table named by the scope called ``scope`` (``scope_name``)."""
+    listener, _, hostname = scope.rpartition("/host/")
+    return table_name(listener, hostname)
+
+
+def bucket_of(listener: str, table: str) -> int | None:
+    """The bucket of ``listener``'s table called ``table``; None if it is not one."""
+    prefix = listener + "/hosts/"
+    number = table[len(prefix):] if table.startswith(prefix) else ""
+    return int(number) if number.isdigit() and int(number) < TABLES else None
+
+
+def is_table(name: str) -> bool:
+    """``name`` is shaped as a scopes' shared table (of some listener)."""
+    listener, found, _ = name.rpartition("/hosts/")
+    return bool(found) and bucket_of(listener, name) is not None
+
+
 def scope(listener: str, hostname: str) -> scoped_route_pb2.ScopedRouteConfiguration:
-    name = table_name(listener, hostname)
-    out = scoped_route_pb2.ScopedRouteConfiguration(name=name, route_configuration_name=name)
+    out = scoped_route_pb2.ScopedRouteConfiguration(
+        name=scope_name(listener, hostname),
+        route_configuration_name=table_name(listener, hostname))
     out.key.fragments.add(string_key=hostname.lower())
     return out
 

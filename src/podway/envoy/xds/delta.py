@@ -12,9 +12,9 @@ answers every delta response. A refused endpoint assignment counts as settled: E
 nothing better until it changes or is due again, and holding every route push behind it would
 freeze the stream.
 
-Scopes (``podway.envoy.config.scoped``): a scope's table follows it at once, before Envoy asks
-(a round trip less; Envoy's interest is registered while it handles the scope; sent once more
-when Envoy asks, so delivery never depends on that); all of them are
+Scopes (``podway.envoy.config.scoped``): a scope's (shared) table follows it at once, before
+Envoy asks (a round trip less; Envoy's interest is registered while it handles the scope; sent
+once more when Envoy asks, so delivery never depends on that); all of them are
 sent again after a listener served as scopes, because Envoy's new connection manager learns only
 what is pushed after it; and while no listener is served as scopes, none is removed (a scoped
 listener Envoy still holds, warming its one-table successor or draining, keeps serving with
@@ -46,7 +46,7 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy import types
 from podway.envoy.config import Resource
-from podway.envoy.config.scoped import has_scopes
+from podway.envoy.config.scoped import has_scopes, is_table, table_of
 from podway.envoy.xds import parts
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.protocol import (
@@ -235,7 +235,7 @@ class DeltaStream:
         if type_url == types.SCOPE:  # their tables, pushed ahead, went nowhere: again later
             routes = self._types.get(types.ROUTE)
             if routes is not None:
-                for name in sent:
+                for name in map(table_of, sent):
                     routes.known.pop(name, None)
                     routes.accepted.pop(name, None)
         # Removals (and stand-ins) wait for the next change (never a blind loop).
@@ -386,7 +386,7 @@ class DeltaStream:
             candidates = set(snapshot.resources.keys() if state.wildcard else state.names)
             candidates.update(state.known)
             if type_url == types.ROUTE and (scopes := self._types.get(types.SCOPE)):
-                candidates.update(scopes.known)  # scopes' tables: see ``_scoped_table``
+                candidates.update(map(table_of, scopes.known))  # see ``_scoped_table``
         else:  # only what changed since we last looked
             candidates = set(changed) | state.dirty | state.held
         if changed is None or snapshot.version != state.seen:
@@ -434,14 +434,14 @@ class DeltaStream:
             state is self._types.get(types.ROUTE) and self._scoped_table(name))
 
     def _scoped_table(self, name: str) -> bool:
-        """``name`` is the table of a scope sent on this stream: pushed right behind its
-        scope, without waiting for Envoy to ask (a round trip through a controller busy
-        with the change's status work). Envoy takes it: handling the scope registered its
-        interest in the table before the next response is read. When Envoy's request for
-        it comes, it is sent once more (small; Envoy finds it unchanged): delivery does not
-        hang on that detail of Envoy."""
+        """``name`` is a scopes' shared table and scopes were sent on this stream: pushed
+        right behind its scopes, without waiting for Envoy to ask (a round trip through a
+        controller busy with the change's status work). Envoy takes it: handling a scope
+        registered its interest in the table before the next response is read. Sent once
+        more when Envoy asks (small; Envoy finds it unchanged): delivery hangs neither on
+        that nor on whether a scope naming it went yet (then the re-send is what counts)."""
         scopes = self._types.get(types.SCOPE)
-        return scopes is not None and name in scopes.known
+        return scopes is not None and bool(scopes.known) and is_table(name)
 
     @staticmethod
     def _response(type_url: str, version: str) -> d.DeltaDiscoveryResponse:

@@ -18,6 +18,7 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy import types
 from podway.envoy.config import Builder
+from podway.envoy.config.scoped import table_name, table_of
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
 from podway.envoy.xds.protocol import MAX_RESOURCES_PER_RESPONSE
@@ -82,8 +83,8 @@ class Envoy:
             names = tuple(r.name for r in response.resources)
             if response.type_url == types.CLUSTER and names:
                 self.ask(_delta(types.ENDPOINT, names))
-            if response.type_url == types.SCOPE and names:
-                self.ask(_delta(types.ROUTE, names))
+            if response.type_url == types.SCOPE and names:  # the tables they name
+                self.ask(_delta(types.ROUTE, tuple(dict.fromkeys(map(table_of, names)))))
             self.in_flight[response.type_url] -= 1
             self.ask(_delta(response.type_url, nonce=response.nonce))
 
@@ -115,12 +116,15 @@ def test_a_cold_start_of_5000_pools_sends_assignments_and_tables_in_bounded_part
     assert envoy.sizes(types.SCOPE) == [N]
     # The load assignments (each starts its members' first checks) and tables: in parts.
     eds, rds = envoy.sizes(types.ENDPOINT), envoy.sizes(types.ROUTE)
+    tables = len({table_of(name) for name in cache.get(types.SCOPE).resources})
+    assert tables > MAX_RESOURCES_PER_RESPONSE  # (the scopes share them: fewer than N)
     assert max(eds) == max(rds) == MAX_RESOURCES_PER_RESPONSE
-    assert sum(eds) == sum(rds) == N
+    assert (sum(eds), sum(rds)) == (N, tables)
     assert envoy.most_in_flight[types.ENDPOINT] == envoy.most_in_flight[types.ROUTE] == 1
     for type_url in (types.CLUSTER, types.ENDPOINT, types.SCOPE, types.ROUTE):
         sent = envoy.sent(type_url)
-        assert (len(sent), set(sent.values())) == (N, {1}), type_url
+        assert (len(sent), set(sent.values())) == (
+            tables if type_url == types.ROUTE else N, {1}), type_url
     # Listeners still wait for every part of the load assignments to be answered.
     assert envoy.assignments_before_listeners == N
 
@@ -134,10 +138,17 @@ def test_a_big_update_of_a_running_engine_goes_in_parts_and_routes_wait_for_all(
     envoy.pushed()
     envoy.settle()
     new = envoy.log[start:]
-    for type_url in (types.CLUSTER, types.ENDPOINT, types.SCOPE, types.ROUTE):
+    for type_url in (types.CLUSTER, types.ENDPOINT, types.SCOPE):
         sizes = [len(r.resources) for r in new if r.type_url == type_url]
         assert (max(sizes), sum(sizes)) == (MOST, SOME - 10), type_url
         assert envoy.most_in_flight[type_url] == 1, type_url
+    # The tables the new hosts went into, each once, behind the scopes naming them.
+    sizes = [len(r.resources) for r in new if r.type_url == types.ROUTE]
+    touched = {table_name("listener/http", f"h{i}.ex") for i in range(10, SOME)}
+    assert max(sizes) <= MOST
+    assert envoy.sent(types.ROUTE).keys() >= touched
+    assert sum(sizes) == len(touched)
+    assert envoy.most_in_flight[types.ROUTE] == 1
     # Route tables wait for every part of the clusters and load assignments (scopes name
     # tables, not clusters: they never waited).
     last_cluster = max(i for i, r in enumerate(new) if r.type_url in (

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy import types
-from podway.envoy.config import Builder
+from podway.envoy.config import Builder, scoped
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
 from podway.envoy.xds.sotw import SotwStream
@@ -57,7 +58,9 @@ def _delta(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = ""
                                    response_nonce=nonce)
 
 
-def test_delta_scopes_and_tables_asked_one_at_a_time_are_sent_at_most_twice() -> None:
+def test_delta_scopes_and_tables_asked_one_at_a_time_are_sent_at_most_twice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scoped, "TABLES", 16)  # about four scopes to a table
     cache = Cache()
     cache.set(Builder(scoped_min_hosts=3).build(_ir(N)))
     stream = DeltaStream(cache)
@@ -74,11 +77,13 @@ def test_delta_scopes_and_tables_asked_one_at_a_time_are_sent_at_most_twice() ->
     ask(_delta(types.ENDPOINT, tuple(cache.get(types.ENDPOINT).resources)))
     ask(_delta(types.LISTENER))
     ask(_delta(types.SCOPE))
-    tables = sorted(cache.get(types.SCOPE).resources)
-    assert len(tables) == N
-    for name in tables:  # one table per request, as each scope's subscription starts
+    scopes = sorted(cache.get(types.SCOPE).resources)
+    tables = sorted({scoped.table_of(name) for name in scopes})
+    assert len(scopes) == N
+    assert len(tables) == 16
+    for name in tables:  # one table per request, as each table's subscription starts
         ask(_delta(types.ROUTE, (name,)))
-    # scope and table share a name: each scope once, each table at most twice
-    assert len(sent) == N
-    assert all(count <= 3 for count in sent.values())
-    assert sum(sent.values()) <= 3 * N
+    # each scope once, each table at most twice (pushed behind its scopes, then asked)
+    assert sent.keys() == {*scopes, *tables}
+    assert all(sent[name] == 1 for name in scopes)
+    assert all(sent[name] <= 2 for name in tables)

@@ -5,7 +5,9 @@ what is built, the one-table form state-of-the-world streams get, and the delta 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+import pytest
 from envoy.config.listener.v3 import listener_pb2
 from envoy.config.route.v3 import route_pb2, scoped_route_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
@@ -15,8 +17,17 @@ from envoy.service.discovery.v3 import discovery_pb2 as d
 
 from podway.envoy import types
 from podway.envoy.config import Builder, Resources, build
+from podway.envoy.config import scoped as scoping
 from podway.envoy.config.routes import route_configuration
-from podway.envoy.config.scoped import LOWER_HOST_FILTER, pick, rds_form, table_name
+from podway.envoy.config.scoped import (
+    LOWER_HOST_FILTER,
+    bucket,
+    pick,
+    rds_form,
+    scope_name,
+    table_name,
+    table_of,
+)
 from podway.envoy.xds.access import TableForm
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
@@ -70,32 +81,44 @@ def test_a_listener_with_enough_exact_hosts_is_served_as_scopes() -> None:
         ":authority", ":", 0)
     assert manager.http_filters[0].name == LOWER_HOST_FILTER
     scopes = built[types.SCOPE]
-    assert sorted(scopes) == [table_name("listener/http", h) for h in ("a.com", "b.com",
+    assert sorted(scopes) == [scope_name("listener/http", h) for h in ("a.com", "b.com",
                                                                         "c.com")]
     scope = scopes["listener/http/host/b.com"].message
     assert isinstance(scope, scoped_route_pb2.ScopedRouteConfiguration)
-    assert scope.route_configuration_name == "listener/http/host/b.com"
+    assert scope.route_configuration_name == table_name("listener/http", "b.com")
+    assert scope.route_configuration_name == f"listener/http/hosts/{bucket('b.com')}"
     assert [f.string_key for f in scope.key.fragments] == ["b.com"]  # keys are lower case
-    table = built[types.ROUTE]["listener/http/host/b.com"].message
+    table = built[types.ROUTE][scope.route_configuration_name].message
     assert isinstance(table, route_pb2.RouteConfiguration)
-    assert [list(v.domains) for v in table.virtual_hosts] == [["b.com"]]
+    assert ["b.com"] in [list(v.domains) for v in table.virtual_hosts]
     # The one table is built too (state-of-the-world streams are served it).
     assert "listener/http" in built[types.ROUTE]
 
 
-def test_a_one_host_table_is_the_table_head_with_that_host() -> None:
-    listener = http_listener(*THREE)
+@pytest.mark.parametrize("tables", [1, 2, scoping.TABLES])
+def test_a_shared_table_is_the_table_head_with_its_hosts_sorted_by_name(
+        monkeypatch: pytest.MonkeyPatch, tables: int) -> None:
+    monkeypatch.setattr(scoping, "TABLES", tables)
+    hosts = _hosts(*(f"h{i}.com" for i in reversed(range(12))))
+    listener = http_listener(*hosts)
     built = build(_config(listener=listener), scoped_min_hosts=3)
     whole = route_configuration(listener, persistence={})
+    by_table: dict[str, list[Any]] = {}
     for vhost_message in whole.virtual_hosts:
-        host = vhost_message.domains[0]
+        by_table.setdefault(table_name("listener/http", vhost_message.domains[0]),
+                            []).append(vhost_message)
+    assert len(by_table) == min(tables, len(hosts))
+    assert sorted(n for n in built[types.ROUTE] if n != "listener/http") == sorted(by_table)
+    for name, members in by_table.items():
         expected = route_pb2.RouteConfiguration()
         expected.CopyFrom(whole)
-        expected.name = table_name("listener/http", host)
+        expected.name = name
         del expected.virtual_hosts[:]
-        expected.virtual_hosts.append(vhost_message)
-        resource = built[types.ROUTE][expected.name]
+        expected.virtual_hosts.extend(sorted(members, key=lambda v: v.domains[0]))
+        resource = built[types.ROUTE][name]
         assert resource.packed.value == expected.SerializeToString(deterministic=True)
+    for name, resource in built[types.SCOPE].items():  # each scope names its host's table
+        assert resource.message.route_configuration_name == table_of(name)
 
 
 def test_what_scopes_cannot_match_keeps_the_one_table() -> None:
@@ -141,14 +164,16 @@ def test_an_unchanged_host_keeps_its_resources_across_builds() -> None:
     builder = Builder(scoped_min_hosts=3)
     before = builder.build(_config(*THREE))
     after = builder.build(_config(*THREE, *_hosts("d.com")))  # new listener object
+    d_table = table_name("listener/http", "d.com")
     for name in before[types.SCOPE]:
         assert after[types.SCOPE][name] is before[types.SCOPE][name]
-        assert after[types.ROUTE][name] is before[types.ROUTE][name]
+        if table_of(name) != d_table:  # (a table d.com joined is new)
+            assert after[types.ROUTE][table_of(name)] is before[types.ROUTE][table_of(name)]
     assert "listener/http/host/d.com" in after[types.SCOPE]
     changed = builder.build(_config(THREE[0], vhost("B.com", route("r-b", "/x", "blue")),
                                     THREE[2], *_hosts("d.com")))
-    b = "listener/http/host/b.com"
-    assert changed[types.ROUTE][b].digest != after[types.ROUTE][b].digest
+    b, b_table = "listener/http/host/b.com", table_name("listener/http", "b.com")
+    assert changed[types.ROUTE][b_table].digest != after[types.ROUTE][b_table].digest
     assert changed[types.SCOPE][b].digest == after[types.SCOPE][b].digest  # unchanged
 
 
@@ -174,7 +199,7 @@ def _req(type_url: str, subscribe: tuple[str, ...] = (), nonce: str = ""
 def _connected(cache: Cache) -> DeltaStream:
     """A delta stream that has received and acknowledged the whole first config."""
     stream = DeltaStream(cache)
-    tables = tuple(n for n in cache.get(types.ROUTE).resources if "/host/" in n)
+    tables = tuple(n for n in cache.get(types.ROUTE).resources if "/hosts/" in n)
     for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue",)),
                             (types.LISTENER, ()), (types.SCOPE, ()), (types.ROUTE, tables)):
         out, _ = stream.on_request(_req(type_url, names))
@@ -199,22 +224,25 @@ def test_delta_scopes_are_a_wildcard_and_an_added_host_is_its_scope_and_table() 
     out, _ = stream.on_request(_req(types.SCOPE))
     assert [len(r.resources) for r in out if r.type_url == types.SCOPE] == [3]
     _ack_all(stream, out)
-    tables = tuple(sorted(n for n in cache.get(types.ROUTE).resources if "/host/" in n))
+    tables = tuple(sorted(n for n in cache.get(types.ROUTE).resources if "/hosts/" in n))
     out, _ = stream.on_request(_req(types.ROUTE, tables))
     assert [sorted(x.name for x in r.resources) for r in out] == [list(tables)]
     _ack_all(stream, out)
     cache.set(builder.build(_config(*THREE, *_hosts("d.com"))))
     out = stream.on_change()
+    d_table, e_table = (table_name("listener/http", h) for h in ("d.com", "e.com"))
+    assert d_table not in tables  # (new tables)
+    assert e_table not in (*tables, d_table)
     # The scope, and its table right behind it: Envoy need not ask first.
     assert [(r.type_url, [x.name for x in r.resources]) for r in out] == [
-        (types.SCOPE, ["listener/http/host/d.com"]), (types.ROUTE, ["listener/http/host/d.com"])]
+        (types.SCOPE, ["listener/http/host/d.com"]), (types.ROUTE, [d_table])]
     # Envoy asks for the table while handling the scope: sent once more (a safety net), and
     # only once.
-    more, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/d.com",)))
+    more, _ = stream.on_request(_req(types.ROUTE, (d_table,)))
     assert [(r.type_url, [x.name for x in r.resources]) for r in more] == [
-        (types.ROUTE, ["listener/http/host/d.com"])]
+        (types.ROUTE, [d_table])]
     _ack_all(stream, out + more)
-    assert stream.on_request(_req(types.ROUTE, ("listener/http/host/d.com",)))[0] == []
+    assert stream.on_request(_req(types.ROUTE, (d_table,)))[0] == []
     # A refused scope: its table went nowhere, so it is sent again when Envoy asks for it.
     cache.set(builder.build(_config(*THREE, *_hosts("d.com", "e.com"))))
     out = stream.on_change()
@@ -223,9 +251,9 @@ def test_delta_scopes_are_a_wildcard_and_an_added_host_is_its_scope_and_table() 
     nack.error_detail.message = "refused"
     stream.on_request(nack)
     stream.on_request(_req(types.ROUTE, nonce=out[1].nonce))
-    later, _ = stream.on_request(_req(types.ROUTE, ("listener/http/host/e.com",)))
+    later, _ = stream.on_request(_req(types.ROUTE, (e_table,)))
     assert [(r.type_url, [x.name for x in r.resources]) for r in later] == [
-        (types.ROUTE, ["listener/http/host/e.com"])]
+        (types.ROUTE, [e_table])]
 
 
 def test_delta_scopes_stay_while_none_is_served_and_all_follow_a_scoped_listener() -> None:

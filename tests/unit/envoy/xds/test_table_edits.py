@@ -66,10 +66,12 @@ def _walks(*_: object) -> None:
 
 def test_a_patched_change_of_a_scoped_listener_touches_only_its_hosts(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Adding, replacing and removing hosts of a listener served as scopes edits the one-host
-    tables and scopes of those hosts only: no walk of the hosts (neither the host count, nor
-    the scoped tables, nor the table's entries), every other resource the very same object,
-    the hint names only the touched ones, and the result equals a whole build."""
+    """Adding, replacing and removing hosts of a listener served as scopes edits the scopes
+    of those hosts and the shared tables they are in only: no walk of the hosts (neither the
+    host count, nor the scoped tables, nor the table's entries), every other resource the
+    very same object, the hint names only the touched ones, and the result equals a whole
+    build."""
+    monkeypatch.setattr(scoped, "TABLES", 8)  # five hosts to a table
     hosts, pools = _scoped_world(40)
     ir = IR(listeners=(http_listener(*hosts),), pools=pools)
     builder, hinted, plain = Builder(scoped_min_hosts=8), Cache(), Cache()
@@ -92,15 +94,17 @@ def test_a_patched_change_of_a_scoped_listener_touches_only_its_hosts(
                 {"listener/http": ((old, new),)})))
         either = new if new is not None else old
         assert either is not None
-        touched = scoped.table_name("listener/http", either.hostname)
+        table = scoped.table_name("listener/http", either.hostname)
+        touched = {scoped.scope_name("listener/http", either.hostname), table}
         for kind in (ROUTE, SCOPE):
             same = {n for n, r in built[kind].items() if before[kind].get(n) is r}
-            assert set(built[kind]) - same <= {touched, "listener/http"}
+            assert set(built[kind]) - same <= {*touched, "listener/http"}
             assert builder.hint[kind][0] is before[kind]
-            assert builder.hint[kind][1] <= {touched, "listener/http"}
+            assert builder.hint[kind][1] <= {*touched, "listener/http"}
+        assert built[ROUTE][table] is not before[ROUTE][table]  # (shared: it stays)
         assert _digests(built) == _digests(Builder(scoped_min_hosts=8).build(after))
         assert hinted.set(built, hint=builder.hint).keys() == plain.set(built).keys()
-        assert (touched in built[SCOPE]) == (new is not None)
+        assert (touched <= built[SCOPE].keys() | {table}) == (new is not None)
         ir, before = after, built
 
 
