@@ -375,11 +375,16 @@ async def leader_states(pipeline: Pipeline, leadership: Leadership
             yield state, leads
             continue
         newer = asyncio.ensure_future(pipeline.wait_for(functools.partial(_after, seen)))
-        gained = asyncio.ensure_future(leadership.wait_leader(after_term=term))
+        # With no state yet there is nothing to write for a new term: wait for the first
+        # state alone (it is yielded with the term it finds). Waiting for the term too spun
+        # this loop as fast as the event loop let it on a leader while the first LISTs ran
+        # or were retried, wait_leader answering at once.
+        waits = (newer,) if state is None else (
+            newer, asyncio.ensure_future(leadership.wait_leader(after_term=term)))
         try:
-            await asyncio.wait((newer, gained), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:  # a cancel of this follower arriving meanwhile is raised, not taken for theirs
-            await cancel_and_wait(newer, gained)
+            await cancel_and_wait(*waits)
         if newer.done() and not newer.cancelled() and \
                 isinstance(newer.exception(), PipelineStopped):
             return  # the pipeline ended: so does the write-back
