@@ -87,7 +87,7 @@ def listener(ir: Listener, *, tcp_split: bool = False, scoped: bool = False,
              dynamic_stats: bool = False, reuse_port: bool = False) -> listener_pb2.Listener:
     """``tcp_split``: a TCP listener forwards to its route's split cluster (the builder decides:
     ``split.split_route`` needs the pools). ``scoped``: an HTTP listener takes its routes from
-    scopes, one table per host (``podway.envoy.config.scoped``; the builder decides).
+    scopes, one per host (``podway.envoy.config.scoped``; the builder decides).
     ``dynamic_stats``: the router keeps Envoy's per-pool response-code and timing stats
     (``_router``). ``reuse_port``: see below."""
     out = listener_pb2.Listener(name=ir.name, stat_prefix=stat_prefix(ir.name))

@@ -233,9 +233,9 @@ class DeltaStream:
             state.groups.extend(split(rest))
         state.dirty.update(refused)  # a placeholder may stand in for them
         if type_url == types.SCOPE:  # their tables, pushed ahead, went nowhere: again later
-            routes = self._types.get(types.ROUTE)
+            routes = self._types.get(types.ROUTE)  # (a table Envoy asked for went to it)
             if routes is not None:
-                for name in map(table_of, sent):
+                for name in {table_of(n) for n in sent} - routes.names:
                     routes.known.pop(name, None)
                     routes.accepted.pop(name, None)
         # Removals (and stand-ins) wait for the next change (never a blind loop).

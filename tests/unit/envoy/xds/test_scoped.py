@@ -279,3 +279,62 @@ def test_delta_scopes_stay_while_none_is_served_and_all_follow_a_scoped_listener
     assert sorted(r.name for r in scopes.resources) == [
         "listener/http/host/a.com", "listener/http/host/b.com", "listener/http/host/d.com"]
     assert list(scopes.removed_resources) == ["listener/http/host/c.com"]
+
+
+def test_a_refused_scope_leaves_the_shared_table_envoy_holds_as_it_is(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused scope's table is forgotten (sent again when Envoy asks) only if Envoy never
+    asked for it. A shared table Envoy holds for other hosts stays as Envoy has it: forgotten,
+    it was never sent again (Envoy does not ask twice), its known version stayed behind the
+    cache's, and every cluster removal waited for it forever; with no accepted version left, a
+    later refusal of the table would have put an empty stand-in in its place."""
+    monkeypatch.setattr(scoping, "TABLES", 1)  # every host in one table
+    now = [1e6]
+
+    def world(*hosts: VirtualHost, green: bool = True) -> IR:
+        return ir((http_listener(*hosts),), pool("blue", 9000),
+                  *((pool("green", 9001),) if green else ()))
+
+    cache, builder = Cache(), Builder(scoped_min_hosts=3)
+    cache.set(builder.build(world(*THREE)))
+    stream = DeltaStream(cache, clock=lambda: now[0])
+    (table,) = (n for n in cache.get(types.ROUTE).resources if "/hosts/" in n)
+    for type_url, names in ((types.CLUSTER, ()), (types.ENDPOINT, ("blue", "green")),
+                            (types.LISTENER, ()), (types.SCOPE, ()), (types.ROUTE, (table,))):
+        out, _ = stream.on_request(_req(type_url, names))
+        _ack_all(stream, out)
+    cache.set(builder.build(world(*THREE, *_hosts("d.com"))))
+    out = stream.on_change()
+    assert [(r.type_url, [x.name for x in r.resources]) for r in out] == [
+        (types.SCOPE, ["listener/http/host/d.com"]), (types.ROUTE, [table])]
+    nack = _req(types.SCOPE, nonce=out[0].nonce)
+    nack.error_detail.message = "refused"
+    _ack_all(stream, stream.on_request(nack)[0])
+    _ack_all(stream, stream.on_request(_req(types.ROUTE, nonce=out[1].nonce))[0])
+    now[0] += 600  # the scope is offered again, alone (its table went), and refused again
+    (retry,) = stream.on_change()
+    assert [x.name for x in retry.resources] == ["listener/http/host/d.com"]
+    nack = _req(types.SCOPE, nonce=retry.nonce)
+    nack.error_detail.message = "refused"
+    _ack_all(stream, stream.on_request(nack)[0])
+    cache.set(builder.build(world(*THREE, *_hosts("d.com"), green=False)))  # green goes
+    removed: list[str] = []
+    for _ in range(3):
+        now[0] += 600  # past every hold
+        out = stream.on_change()
+        removed += [n for r in out if r.type_url == types.CLUSTER for n in r.removed_resources]
+        _ack_all(stream, out)
+    assert removed == ["green"]
+    # Envoy refuses the next change of the table: it keeps what it holds, no empty stand-in.
+    cache.set(builder.build(world(vhost("a.com", route("r-a2", "/z", "blue")), *THREE[1:],
+                                  *_hosts("d.com"), green=False)))
+    out = stream.on_change()
+    (routes,) = (r for r in out if r.type_url == types.ROUTE)
+    refusal = _req(types.ROUTE, nonce=routes.nonce)
+    refusal.error_detail.message = f"Error adding/updating route {table}: refused"
+    again, _ = stream.on_request(refusal)
+    _ack_all(stream, [r for r in out if r is not routes])
+    now[0] += 600
+    again += stream.on_change()
+    sent = [x for r in again if r.type_url == types.ROUTE for x in r.resources]
+    assert all(len(x.resource.value) > 100 for x in sent), "an empty table stood in"
