@@ -114,20 +114,25 @@ def _shape(settings: PoolSettings) -> cluster_pb2.Cluster:
     and kept (read only) for every pool of equal settings. Not kept for a pool whose members
     see a client certificate: the table's keys would hold on to rotated-out private keys (the
     cluster names the certificate's SDS secret only; such pools are rare)."""
+    tls = settings.upstream_tls
+    if tls is not None and tls.client_certificate is not None:
+        return _hostless(settings)
     check = settings.health_check
-    kept = settings.upstream_tls is None or settings.upstream_tls.client_certificate is None
-    key = (_settings_key(settings), None if check is None else _check_key(check)) if kept \
-        else ()
-    shape = _SHAPES.get(key) if kept else None
+    key = (_settings_key(settings), None if check is None else _check_key(check))
+    shape = _SHAPES.get(key)
     if shape is None:
-        if check is not None and check.host:
-            settings = replace(settings, health_check=replace(check, host=""))
-        shape = built(settings)
-        if kept:
-            if len(_SHAPES) >= _MAX_SHAPES:
-                _SHAPES.clear()
-            _SHAPES[key] = shape
+        if len(_SHAPES) >= _MAX_SHAPES:
+            _SHAPES.clear()
+        shape = _SHAPES[key] = _hostless(settings)
     return shape
+
+
+def _hostless(settings: PoolSettings) -> cluster_pb2.Cluster:
+    """``built`` with the check's host left out (``cluster`` fills it in)."""
+    check = settings.health_check
+    if check is not None and check.host:
+        settings = replace(settings, health_check=replace(check, host=""))
+    return built(settings)
 
 
 def built(settings: PoolSettings) -> cluster_pb2.Cluster:

@@ -7,6 +7,15 @@ scoped routes the HTTP connection manager picks a table by a key built from the 
 the ``:authority`` (HTTP/1.1 ``Host``) up to the first ``:`` — and each table is its own RDS
 resource, so one added host is one small scope and one small table (about 20x faster at 10,000).
 
+Served as scoped routes (``pick``): the one HTTP listener (not HTTPS: its SNI tables and 421s
+stay RDS) with the most hosts, at least ``SCOPED_MIN_HOSTS``, whose virtual hosts are all exact
+hostnames, besides a catch-all (``*``) that serves nothing (a host without a scope gets Envoy's
+own 404, as an empty catch-all answers). A wildcard hostname, or a catch-all with routes, needs
+the table-level fallback that scope keys (exact strings) cannot give: such a listener keeps its
+one RDS table. Only one listener per engine: Envoy shares one SRDS subscription among every
+connection manager with the same config source (``ScopedRds`` hashed, name ignored), so every
+scoped manager would get every scope.
+
 The tables are shared: a host's scope names the table of its bucket (``TABLES`` buckets, by a
 hash of the lower-case hostname), which holds the virtual hosts of every host in that bucket.
 Each table Envoy subscribes to costs it an RDS subscription with its own init target and
