@@ -122,19 +122,19 @@ async def names(port: int, count: int, **kwargs: object) -> collections.Counter[
     return out
 
 
-async def host_flags(stack: Stack) -> dict[str, str]:
-    """address → the engine's health of that member of the web pool (Envoy's health flags;
+async def host_flags(stack: Stack, pool: str = POOL) -> dict[str, str]:
+    """address → the engine's health of that member of ``pool`` (Envoy's health flags;
     HAProxy's engine-neutral health)."""
     if stack.haproxy:
         assert stack.standalone.haproxy is not None
         view = await stack.standalone.haproxy.health() or {}
-        return {host.rsplit(":", 1)[0]: state.health.value for (pool, host), state in view.items()
-                if pool == POOL}
+        return {host.rsplit(":", 1)[0]: state.health.value for (name, host), state in view.items()
+                if name == pool}
     address = await (await stack.engine()).wait_started()
     _, body = await admin.request(address, "/clusters")
     out = {}
     for line in body.splitlines():
-        match = re.match(rf"^{re.escape(POOL)}::([0-9.]+):\d+::health_flags::(.*)$", line)
+        match = re.match(rf"^{re.escape(pool)}::([0-9.]+):\d+::health_flags::(.*)$", line)
         if match:
             out[match.group(1)] = match.group(2)
     return out
@@ -366,16 +366,22 @@ async def _gone(stack: Stack, address: str) -> bool:
     return address not in await host_flags(stack)
 
 
+async def _all_healthy(stack: Stack, pool: str = POOL) -> bool:
+    return await host_flags(stack, pool) == dict.fromkeys(ADDRESSES, "healthy")
+
+
 async def test_client_ip_persistence_from_service_session_affinity(
         engine_stack: Stack, backends: Backends) -> None:
-    """Service sessionAffinity: ClientIP: each of 6 client addresses sticks to one member over
-    15 requests, and the 6 do not all land on the same member."""
+    """Service sessionAffinity: ClientIP: each of 12 client addresses sticks to one member over
+    15 requests, and the 12 do not all land on the same member. The probes start once every
+    member passed its first check: before, the engine sends everything to those that did."""
     svc = service("web", 80, backends.port).replace(
         "  type: ClusterIP\n", "  type: ClusterIP\n  sessionAffinity: ClientIP\n")
     await serve_web(engine_stack, backends.port, "  outlierDetection: {enabled: true}\n", svc=svc)
     await eventually(lambda: _get_ok(engine_stack), within=15)
+    await eventually(lambda: _all_healthy(engine_stack), within=15)
     landed = {}
-    for i in range(6):
+    for i in range(12):
         source = f"127.0.0.{20 + i}"
         served = await names(engine_stack.http_port, 15, source=source)
         assert len(served) == 1, (source, served)
@@ -384,8 +390,9 @@ async def test_client_ip_persistence_from_service_session_affinity(
 
 
 async def test_client_ip_persistence_of_a_load_balancer_service(engine_stack: Stack) -> None:
-    """A TCP LoadBalancer Service with sessionAffinity ClientIP: each of 6 client addresses
-    reaches the same member on each of 10 connections, and not all reach the same one."""
+    """A TCP LoadBalancer Service with sessionAffinity ClientIP: each of 12 client addresses
+    reaches the same member on each of 10 connections, and not all reach the same one (probed
+    once every member passed its first check)."""
     port = free_port()
     tasks = []
     for address in ADDRESSES:
@@ -401,8 +408,10 @@ async def test_client_ip_persistence_of_a_load_balancer_service(engine_stack: St
         engine_stack.write("web.yaml", svc + "---\n" + slice_of(port))
         await engine_stack.start()
         await eventually(lambda: _whoami(lb_port, "127.0.0.20"), within=15)
+        await eventually(lambda: _all_healthy(engine_stack, f"pool/default/web/{lb_port}/tcp"),
+                         within=15)
         landed = {}
-        for i in range(6):
+        for i in range(12):
             source = f"127.0.0.{20 + i}"
             seen = {await _whoami(lb_port, source) for _ in range(10)}
             assert len(seen) == 1, (source, seen)
