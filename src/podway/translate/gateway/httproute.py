@@ -116,6 +116,11 @@ class CompiledRoute:
         return out
 
 
+# A rule without matches matches every request (the API's default: PathPrefix "/").
+_NO_HTTP_MATCH, _NO_GRPC_MATCH = (HTTPRouteMatch(),), (GRPCRouteMatch(),)
+_EVERY_PATH = http_match(_NO_HTTP_MATCH[0])
+
+
 def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRoute:
     out = CompiledRoute(route=route, rules_total=len(route.spec.rules))
     grpc = isinstance(route, GRPCRoute)
@@ -127,10 +132,11 @@ def compile_route(route: HTTPRoute | GRPCRoute, resolve: Resolve) -> CompiledRou
         where = f"spec.rules[{i}]"
         matches: list[tuple[int, RouteMatch]] = []
         raw: tuple[HTTPRouteMatch | GRPCRouteMatch, ...] = rule.matches or (
-            (GRPCRouteMatch(),) if grpc else (HTTPRouteMatch(),))
+            _NO_GRPC_MATCH if grpc else _NO_HTTP_MATCH)
         for j, given in enumerate(raw):
             try:
-                matches.append((j, grpc_match(given) if isinstance(given, GRPCRouteMatch)
+                matches.append((j, _EVERY_PATH if given is _NO_HTTP_MATCH[0]
+                                else grpc_match(given) if isinstance(given, GRPCRouteMatch)
                                 else http_match(given)))
             except ValueError as exc:
                 out.issues.append(Issue(Reason.UNSUPPORTED_VALUE, str(exc),

@@ -243,10 +243,12 @@ class GatewayTranslation:
         issues: list[Issue] = []
         hostnames: tuple[str, ...] = ()
         if isinstance(route, HTTPRoute | GRPCRoute | TLSRoute):
-            hostnames = tuple(h for h in route.spec.hostnames if valid_hostname(h))
+            valid = [valid_hostname(h) for h in route.spec.hostnames]
+            hostnames = tuple(h for h, ok in zip(route.spec.hostnames, valid, strict=True) if ok)
             issues.extend(Issue(Reason.UNSUPPORTED_VALUE, f"hostname {quote(h)} is not a DNS name",
                                 f"spec.hostnames[{i}]")
-                          for i, h in enumerate(route.spec.hostnames) if not valid_hostname(h))
+                          for i, (h, ok) in enumerate(zip(route.spec.hostnames, valid,
+                                                          strict=True)) if not ok)
         outcomes = attach(kind=route.KIND, namespace=route.metadata.namespace,
                           parent_refs=route.spec.parent_refs, hostnames=hostnames,
                           gateways=self._infos, labels=self._labels, sets=self._sets)
