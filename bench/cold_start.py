@@ -250,8 +250,9 @@ def fetch_timeouts(state: Path) -> int:
 
 
 @contextlib.contextmanager
-def nginx_member(port: int) -> Iterator[None]:
-    """One nginx worker answering 200 to any request on ``port`` (every pool's member)."""
+def nginx_member(port: int) -> Iterator[int]:
+    """One nginx worker answering 200 to any request on ``port`` (every pool's member); yields
+    nginx's master PID (its worker is its child: ``dataplane.tree``)."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         temps = "\n".join(f"  {k}_temp_path {folder}/{k};" for k in
@@ -284,7 +285,7 @@ http {{
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"nginx did not start (see {folder / 'error.log'})")
                 time.sleep(0.05)
-            yield
+            yield proc.pid
         finally:
             proc.terminate()
             try:

@@ -25,8 +25,10 @@ it waits for the first clusters and listeners) unless ``--initial-fetch-timeout`
 otherwise (15: Envoy's own default, as the figures before 12/2026 were taken).
 
 Also the CPU seconds, from the start to the last 200, of this process (the controller; the
-bench's own pollers are a few requests), of the emulator and of Envoy: on one shared machine
-they compete, and a real API server does the emulator's work in Go.
+bench's own pollers are a few requests), of the emulator, of Envoy and of the members' nginx
+(each first check is a connection and a request it answers): on one shared machine they
+compete, and a real API server does the emulator's work in Go, on other machines than the
+members'.
 
 * Envoy's main thread: the longest wait, per type, from a response sent to Envoy's answer
   (Envoy answers a response once it has applied it, on the thread that also runs the active
@@ -70,7 +72,7 @@ from kubernetes_asyncio import client
 sys.path.insert(0, str(Path(__file__).parent))
 from cold_start import nginx_member, until_200
 from convergence import start_emulator
-from dataplane import cpu_seconds
+from dataplane import cpu_seconds, tree
 from speedref import Reference, measure
 from statuses import stop
 from xds_push import Acks, free_port
@@ -201,10 +203,12 @@ def events_of(path: Path) -> dict[str, float]:
 
 
 async def one_run(routes: int, echo_port: int, fetch_timeout_s: float | None = None, *,
-                  batch: int = 0, events: Path | None = None, variant: str = "now"
+                  batch: int = 0, events: Path | None = None, variant: str = "now",
+                  members: int = 0
                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     with bounded(batch), check_events(events), sharing(variant):
-        return await _one_run(routes, echo_port, fetch_timeout_s, events, variant)
+        return await _one_run(routes, echo_port, fetch_timeout_s, events, variant,
+                              members=members)
 
 
 @contextlib.contextmanager
@@ -221,7 +225,7 @@ def sharing(variant: str) -> Iterator[None]:
 
 
 async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
-                   events: Path | None, variant: str
+                   events: Path | None, variant: str, *, members: int = 0
                    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     gateway_port, xds_port = free_port(), free_port()
     child = await start_emulator(routes, echo_port, gateway_port)
@@ -242,7 +246,7 @@ async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
         with counting_events() as recorded, counting_xds(stamps) as xds:
             times, other = await measured(controller, engine, tasks, child.pid, recorded,
                                           stamps=stamps, routes=routes, port=gateway_port,
-                                          variant=variant)
+                                          variant=variant, members=members)
             if events is not None:
                 other.update(events_of(events))
             return (times, {**other, **{f"xDS {k}": v for k, v in sorted(xds.items())}},
@@ -257,14 +261,15 @@ async def _one_run(routes: int, echo_port: int, fetch_timeout_s: float | None,
 
 async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.Task[None]],
                    emulator: int, recorded: list[int], *, stamps: Stamps, routes: int,
-                   port: int, variant: str = "now"
+                   port: int, variant: str = "now", members: int = 0
                    ) -> tuple[dict[str, float], dict[str, float]]:
     """Start both (their tasks go to ``tasks``) and stamp every stage (``variant``: see the
-    module docstring)."""
+    module docstring; ``members``: the members' nginx, whose CPU seconds are counted too)."""
     acks = Acks()
     controller.event_hooks.append(acks)
     controller.event_hooks.append(lambda event: stamp_answer(stamps, event))
     cpu0, emu0 = time.process_time(), cpu_seconds([emulator])
+    member0 = cpu_seconds(tree(members)) if members else 0.0
     stamps.began = time.perf_counter()
     routes_acked = acks.next(types.ROUTE)
     tasks.append(asyncio.create_task(controller.run()))
@@ -291,7 +296,8 @@ async def measured(controller: Controller, engine: Engine, tasks: list[asyncio.T
     last_acks = {f"last {kind} ACKed": at for kind, at in stamps.last.items()}
     cpu = {"controller CPU": time.process_time() - cpu0,
            "emulator CPU": cpu_seconds([emulator]) - emu0,
-           "Envoy CPU": cpu_seconds([engine.pid]) if engine.pid else -1.0}
+           "Envoy CPU": cpu_seconds([engine.pid]) if engine.pid else -1.0,
+           "members CPU": cpu_seconds(tree(members)) - member0 if members else -1.0}
     stamps.counts["Events at last 200"] = sum(recorded)
     if engine.pid:
         stamps.counts.update(fetch_timeouts_of(engine.pid, log_from))
@@ -417,12 +423,13 @@ STAGES = ("list + parse", "translate", "build", "cache set")
 async def main_async(args: argparse.Namespace, ref: Reference) -> None:
     echo_port = free_port()
     summary: list[str] = []
-    with nginx_member(echo_port), tempfile.TemporaryDirectory() as tmp:
+    with nginx_member(echo_port) as members, tempfile.TemporaryDirectory() as tmp:
         for run, batch, variant in ((r, b, v) for r in range(args.runs) for b in args.batch
                                     for v in args.variants):
             events = Path(tmp, f"checks-{run}-{batch}-{variant}.log") if args.check_events else None
             times, other, cpu = await one_run(args.routes, echo_port, args.initial_fetch_timeout,
-                                              batch=batch, events=events, variant=variant)
+                                              batch=batch, events=events, variant=variant,
+                                              members=members)
             load = os.getloadavg()[0]
             bound = f"at most {batch} resources per delta response" if batch else "no bound"
             bound += f", {variant}"
@@ -434,7 +441,8 @@ async def main_async(args: argparse.Namespace, ref: Reference) -> None:
                 f"  run {run + 1} {bound:<46} first state {times['first state']:5.2f} s, last 200 "
                 f"{times['last 200']:6.2f} s, statuses {times['status pass written']:6.2f} s; "
                 f"CPU-s controller {other['controller CPU']:5.2f}, emulator "
-                f"{other['emulator CPU']:5.2f}, Envoy {other['Envoy CPU']:5.2f}; timed out "
+                f"{other['emulator CPU']:5.2f}, Envoy {other['Envoy CPU']:5.2f}, members (nginx) "
+                f"{other['members CPU']:5.2f}; timed out "
                 f"{other.get('checks timed out', float('nan')):6.0f}, failing at last 200 "
                 f"{other.get('members failing checks', float('nan')):5.0f}, watchdog mega "
                 f"misses {other.get('watchdog_mega_miss', float('nan')):3.0f}, ADS streams "
