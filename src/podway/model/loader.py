@@ -21,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -191,20 +192,19 @@ def parse_object(raw: Any, *, source: str = "<object>", document: int = 0, prefi
                                field=prefix.rstrip("."))
     kind, api_version = raw.get("kind"), raw.get("apiVersion")
     cls = KINDS.get(kind) if isinstance(kind, str) else None
-    ident = _ident(raw, cls, limits)
     if not isinstance(kind, str) or not isinstance(api_version, str):
         return None, LoadError(source, document, "apiVersion and kind must be strings",
-                               object=ident, field=prefix + ("kind" if not isinstance(kind, str)
-                                                             else "apiVersion"))
+                               object=_ident(raw, cls, limits),
+                               field=prefix + ("kind" if not isinstance(kind, str)
+                                               else "apiVersion"))
     group = api_group(api_version)
-    served = cls.API_VERSIONS or tuple(f"{g}/{v}" for g in cls.API_GROUPS
-                                       for v in _SERVED_VERSIONS.get(g, ())) if cls else ()
+    served = _served(cls) if cls else ()
     if cls is not None and (group in cls.LEGACY_GROUPS or (
             group in cls.API_GROUPS and served and api_version not in served)):
         return None, LoadError(source, document,
                                f"{clip(api_version, limits.max_message_chars)} {kind} is not "
                                f"supported; use {' or '.join(served or cls.API_GROUPS)}",
-                               object=ident, field=f"{prefix}apiVersion")
+                               object=_ident(raw, cls, limits), field=f"{prefix}apiVersion")
     if cls is None or group not in cls.API_GROUPS:
         return None, None
     try:
@@ -214,7 +214,15 @@ def parse_object(raw: Any, *, source: str = "<object>", document: int = 0, prefi
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         return None, LoadError(source, document,
                                clip(f"{first['msg']}{more}", limits.max_message_chars),
-                               object=ident, field=prefix + field_path(first["loc"]))
+                               object=_ident(raw, cls, limits),
+                               field=prefix + field_path(first["loc"]))
+
+
+@functools.cache
+def _served(cls: type[K8sObject]) -> tuple[str, ...]:
+    """The apiVersions of ``cls`` Podway reads (empty: any version of its groups)."""
+    return cls.API_VERSIONS or tuple(f"{g}/{v}" for g in cls.API_GROUPS
+                                     for v in _SERVED_VERSIONS.get(g, ()))
 
 
 def field_path(loc: Iterable[int | str]) -> str:
