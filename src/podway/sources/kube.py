@@ -131,9 +131,11 @@ class KubeSource:
     async def watch(self) -> AsyncIterator[SourceUpdate]:
         """The complete first update, then one per coalesced burst of changes, forever."""
         try:
-            # Namespaces (for the filter) and CRDs (which Gateway kinds exist) come first.
-            namespaces = next(s for s in BUILTIN if s.kind == "Namespace")
-            self._start(namespaces)
+            # Namespaces (for the filter) and CRDs (which Gateway kinds exist) come first; with
+            # a selector the Gateway kinds wait for the labels that admit their objects.
+            self._start(next(s for s in BUILTIN if s.kind == "Namespace"))
+            if self.settings.namespace_selector:
+                await self._first_list("Namespace").wait()
             self._start_crds()
             await self._all_ready()
             crds = self._informers[CRD_KIND]

@@ -17,6 +17,7 @@ from kubernetes_asyncio import client
 import podway.sources.kube as kube_module
 from podway.base.backoff import Backoff
 from podway.kube.emulator import GATEWAY_KINDS, KubeEmulator
+from podway.kube.informer import Informer
 from podway.model.base import K8sObject
 from podway.sources.base import SourceUpdate
 from podway.sources.kube import KubeSource, KubeSourceSettings
@@ -404,6 +405,36 @@ async def test_namespace_filter_list_and_selector(emu: KubeEmulator) -> None:
         last = await until_update(
             next_update, lambda u: ("shop", "web") not in u.snapshot.objects["Service"])
     assert set(last.snapshot.objects["Service"]) == {("blog", "web")}
+
+
+async def test_a_selector_admits_gateway_kinds_listed_before_the_namespaces(
+        emu: KubeEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a namespace selector, an HTTPRoute in a matching namespace is in the first update,
+    listed once, even when the Namespaces' LIST answers late: the Gateway kinds (started as
+    their CRDs are seen) wait for the namespaces' labels, which admit or refuse each object.
+    (Started before, they dropped it and listed everything again when its namespace came in,
+    and a first update could go out before that second list: without the route.)"""
+    emu.install_gateway_api()
+    emu.put("namespaces", {"metadata": meta("shop", None, edge="yes")})
+    emu.put("services", service("web"))
+    emu.put("httproutes", {"metadata": meta("r"), "spec": {
+        "parentRefs": [{"name": "edge"}], "rules": [{"backendRefs": [{"name": "web",
+                                                                      "port": 80}]}]}})
+    relist = Informer._relist
+
+    async def slow_namespaces(self: Informer) -> str:
+        if self.name == "Namespace":
+            await asyncio.sleep(0.5)
+        return await relist(self)
+
+    monkeypatch.setattr(Informer, "_relist", slow_namespaces)
+    settings = KubeSourceSettings(namespace_selector="edge=yes", debounce_s=0.02,
+                                  max_wait_s=0.2)
+    async with running(emu, settings) as (source, next_update):
+        first = await next_update()
+        assert source.relists == 0
+    assert set(first.snapshot.objects["HTTPRoute"]) == {("shop", "r")}
+    assert set(first.snapshot.objects["Service"]) == {("shop", "web")}
 
 
 TRAFFIC_POLICY_CRD = (Path(__file__).resolve().parents[3] / "deploy" / "helm" / "podway" / "crds"
