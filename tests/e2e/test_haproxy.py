@@ -69,7 +69,7 @@ class Load:
         while True:
             try:
                 status, body = await get(self.port, self.host, "/", tls=self.tls)
-            except (OSError, TimeoutError, ValueError) as e:
+            except (OSError, TimeoutError, ValueError, EOFError) as e:  # EOF: cut, unanswered
                 self.failed.append(repr(e))
                 continue
             if status == 200:

@@ -79,6 +79,9 @@ class StandaloneOptions:
     envoy_log_level: str = "warning"
     concurrency: int = 1
     drain_s: float = 2.0
+    # Listeners bind with SO_REUSEPORT (the controller's --listener-reuse-port): an engine's
+    # successor binds its ports beside it, so a hand-over loses no connection.
+    listener_reuse_port: bool = False
     node_id: str = "podway-standalone"
     envoy_stats: EnvoyStats = EnvoyStats.BOUNDED  # DETAILED: per-pool stats too (costly)
     metrics: HostPort | None = None  # /metrics and /healthz; None: not served
@@ -115,7 +118,7 @@ class Standalone:
         self.pipeline = Pipeline(FileSource(opts.manifests, prefetch=opts.prefetch),
                                  translate=opts.translate,
                                  detailed_stats=opts.envoy_stats is EnvoyStats.DETAILED,
-                                 clusters_first=True)
+                                 reuse_port=opts.listener_reuse_port, clusters_first=True)
         # The engine here connects over a private unix socket in its state folder (no TLS or
         # client certificate needed), whatever else the server listens on.
         self.server = XdsServer(self.pipeline.cache, opts.xds_address, tls=opts.xds_tls,

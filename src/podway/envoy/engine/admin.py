@@ -77,8 +77,21 @@ async def stats(address: str, filter_regex: str = "") -> dict[str, int]:
 
 
 async def drain_listeners(address: str) -> None:
-    """Ask Envoy to stop accepting new connections gracefully (in-flight ones finish)."""
-    await request(address, "/drain_listeners?graceful", method="POST")
+    """Stop accepting now, and discourage what is open: the drain sequence closes each HTTP
+    connection after its current request (``Connection: close``, HTTP/2 GOAWAY); TCP ones run
+    on. New connections go to a successor bound beside this Envoy (SO_REUSEPORT; with
+    ``net.ipv4.tcp_migrate_req`` the ones still queued here too), or are refused when there is
+    none. (``graceful`` alone keeps accepting until the drain period ends, and a stop at its
+    end cut the connections taken last: tests/e2e/test_engine_handover.py.)"""
+    await request(address, "/drain_listeners?graceful&skip_exit", method="POST")
+    await request(address, "/drain_listeners", method="POST")
+
+
+async def open_connections(address: str) -> int:
+    """Client connections Envoy's listeners hold (the admin's own aside)."""
+    found = await stats(address, r"^listener\..*\.downstream_cx_active$")
+    return sum(value for name, value in found.items()
+               if ".worker_" not in name and not name.startswith("listener.admin."))
 
 
 async def listeners(address: str, *, limit_s: float = 2.0) -> dict[str, tuple[str, int]]:

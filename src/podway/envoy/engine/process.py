@@ -299,7 +299,8 @@ class Engine:
             await asyncio.sleep(self.opts.failure_poll_s)
 
     async def _stop(self, state: StateDir, envoy: _Envoy, address: str) -> None:
-        """Drain, then SIGTERM, then SIGKILL; survives being cancelled again."""
+        """Drain (stop accepting, then up to ``drain_s`` for the open connections to end),
+        then SIGTERM, then SIGKILL; survives being cancelled again."""
         waiter = asyncio.ensure_future(envoy.wait())
         try:
             if self.opts.drain_s > 0 and not await _may_serve(address):
@@ -308,8 +309,8 @@ class Engine:
             elif self.opts.drain_s > 0:
                 with contextlib.suppress(OSError, TimeoutError):
                     await admin.drain_listeners(address)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(waiter), self.opts.drain_s)
+                with contextlib.suppress(TimeoutError):  # until its connections are done
+                    await asyncio.wait_for(_idle(address, waiter), self.opts.drain_s)
         finally:
             if not waiter.done():
                 envoy.signal(signal.SIGTERM)
@@ -323,6 +324,19 @@ class Engine:
                     raise
             state.identity.unlink(missing_ok=True)
             log.info("envoy stopped pid=%s", envoy.pid)
+
+
+async def _idle(address: str, exited: asyncio.Future[Any]) -> None:
+    """Until Envoy holds no client connection (or has exited); an admin that does not answer
+    counts as busy."""
+    while not exited.done():
+        with contextlib.suppress(OSError, TimeoutError):
+            if await admin.open_connections(address) == 0:
+                return
+        await asyncio.sleep(IDLE_POLL_S)
+
+
+IDLE_POLL_S = 0.1  # how often a draining Envoy's open connections are counted
 
 
 async def _may_serve(address: str) -> bool:
