@@ -168,18 +168,23 @@ async def started_or_failed(task: asyncio.Task[Any], started: asyncio.Event, *,
         raise AssertionError(f"{task.get_name()} did not start within {limit_s:.0f} s")
 
 
-# One Ingress host, shop.test → Service web port 80, shared by the engine and member tests.
-SHOP_INGRESS = """apiVersion: networking.k8s.io/v1
+def shop_ingress(port: int = 80) -> str:
+    """One Ingress host, shop.test → Service web port ``port``."""
+    return f"""apiVersion: networking.k8s.io/v1
 kind: Ingress
-metadata: {name: web, namespace: default}
+metadata: {{name: web, namespace: default}}
 spec:
   ingressClassName: podway
   rules:
   - host: shop.test
     http:
       paths:
-      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: {port}}}}}}}}}
 """
+
+
+# The same at port 80, shared by the engine and member tests.
+SHOP_INGRESS = shop_ingress()
 
 
 def backend_manifests(name: str, port: int) -> str:

@@ -28,22 +28,11 @@ from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
-from .harness import echo_backend, endpoints, eventually, free_port, get, service
+from .harness import echo_backend, endpoints, eventually, free_port, get, service, shop_ingress
 
 pytestmark = pytest.mark.e2e
 
 HELD_MS = 40  # how long the member holds each answer
-INGRESS = """apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: {{name: web, namespace: default}}
-spec:
-  ingressClassName: podway
-  rules:
-  - host: shop.test
-    http:
-      paths:
-      - {{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: {port}}}}}}}}}
-"""
 
 
 class Stream:
@@ -90,7 +79,7 @@ async def test_a_successor_takes_the_port_and_the_stopped_engine_cuts_no_connect
     root.mkdir()
     (root / "web.yaml").write_text(service("web", port, backend, lb=True) + "---\n"
                                    + endpoints("web", {"TCP": backend}) + "---\n"
-                                   + INGRESS.format(port=port))
+                                   + shop_ingress(port))
     http_port = free_port()
     controller = Standalone(StandaloneOptions(
         manifests=root, engine=False, xds_address=f"unix:{tmp_path / 'xds.sock'}",
