@@ -229,6 +229,37 @@ async def get(port: int, host: str, path: str = "/", *, tls: ssl.SSLContext | No
     return status, data if isinstance(data, dict) else {}
 
 
+class Load:
+    """Clients sending requests to ``path`` back to back (a new connection each) until
+    stopped. Anything but a 200 counts as failed, a connection closed before its answer (EOF)
+    too; ``seen``: the names the echo answered with."""
+
+    def __init__(self, port: int, host: str, clients: int = 4,
+                 tls: ssl.SSLContext | None = None, path: str = "/") -> None:
+        self.port, self.host, self.tls, self.path = port, host, tls, path
+        self.ok = 0
+        self.failed: list[str] = []
+        self.seen: set[object] = set()
+        self._tasks = [asyncio.create_task(self._client(), name=f"load-{i}")
+                       for i in range(clients)]
+
+    async def _client(self) -> None:
+        while True:
+            try:
+                status, body = await get(self.port, self.host, self.path, tls=self.tls)
+            except (OSError, TimeoutError, ValueError, EOFError) as e:  # EOF: cut, unanswered
+                self.failed.append(repr(e))
+                continue
+            if status == 200:
+                self.ok += 1
+                self.seen.add(body.get("name"))
+            else:
+                self.failed.append(str(status))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self._tasks)
+
+
 # What a check against something still settling (a restart, a new listener) may meet before it
 # holds: the shared ``eventually`` retries those here.
 SETTLING = (OSError, AssertionError, TimeoutError, ValueError)

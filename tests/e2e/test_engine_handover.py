@@ -28,35 +28,20 @@ from podway.envoy.engine.process import Engine, EngineOptions, find_envoy
 from podway.programs.standalone import Standalone, StandaloneOptions
 from podway.translate import TranslateOptions
 
-from .harness import echo_backend, endpoints, eventually, free_port, get, service, shop_ingress
+from .harness import (
+    Load,
+    echo_backend,
+    endpoints,
+    eventually,
+    free_port,
+    get,
+    service,
+    shop_ingress,
+)
 
 pytestmark = pytest.mark.e2e
 
 HELD_MS = 40  # how long the member holds each answer
-
-
-class Stream:
-    """Clients sending a request each on a new connection, back to back, until stopped; a
-    connection closed before its answer (EOF) is a failure like any other."""
-
-    def __init__(self, port: int, host: str, clients: int = 4) -> None:
-        self.port, self.host, self.ok, self.failed = port, host, 0, list[str]()
-        self._tasks = [asyncio.create_task(self._client()) for _ in range(clients)]
-
-    async def _client(self) -> None:
-        while True:
-            try:
-                status, body = await get(self.port, self.host, f"/delay/{HELD_MS}")
-            except (OSError, TimeoutError, ValueError, EOFError) as exc:
-                self.failed.append(repr(exc))
-                continue
-            if status == 200 and body.get("name") == "web":
-                self.ok += 1
-            else:
-                self.failed.append(f"{status} {body}")
-
-    async def stop(self) -> None:
-        await cancel_and_wait(*self._tasks)
 
 
 async def _answers(port: int, host: str) -> bool:
@@ -86,7 +71,7 @@ async def test_a_successor_takes_the_port_and_the_stopped_engine_cuts_no_connect
         listener_reuse_port=True, translate=TranslateOptions(
             address="127.0.0.1", http_port=http_port, https_port=free_port())))
     tasks = [echo, asyncio.create_task(controller.run())]
-    streams: list[Stream] = []
+    streams: list[Load] = []
     try:
         await asyncio.wait_for(controller.pipeline.wait_for(lambda s: s.generation >= 1), 10)
         old = _engine(controller.server.target, "engine-old")
@@ -95,7 +80,8 @@ async def test_a_successor_takes_the_port_and_the_stopped_engine_cuts_no_connect
         await old.wait_ready(limit_s=20)
         for where in ((port, "web"), (http_port, "shop.test")):  # its member checked
             await eventually(lambda w=where: _answers(*w), within=15)  # type: ignore[misc]
-        streams += [Stream(port, "web"), Stream(http_port, "shop.test")]
+        streams += [Load(port, "web", path=f"/delay/{HELD_MS}"),
+                    Load(http_port, "shop.test", path=f"/delay/{HELD_MS}")]
         await eventually(lambda: min(s.ok for s in streams) >= 10, within=15)
         # Held by the old engine (the only one listening yet) through its stop: its drain
         # waits for it, and the successor takes every new connection meanwhile.

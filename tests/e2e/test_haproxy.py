@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import SHOP_INGRESS, Stack, endpoints, get, make_stack, service
+from .harness import SHOP_INGRESS, Load, Stack, endpoints, get, make_stack, service
 
 pytestmark = pytest.mark.e2e
 
@@ -51,39 +51,6 @@ async def _members(stack: Stack, ports: set[int]) -> None:
                 await stack.served(state.generation)
                 return
             await asyncio.sleep(0.02)
-
-
-class Load:
-    """Clients sending requests back to back (a new connection each) until stopped."""
-
-    def __init__(self, port: int, host: str, clients: int = 4,
-                 tls: ssl.SSLContext | None = None) -> None:
-        self.port, self.host, self.tls = port, host, tls
-        self.ok = 0
-        self.failed: list[str] = []
-        self.seen: set[object] = set()
-        self._tasks = [asyncio.create_task(self._client(), name=f"load-{i}")
-                       for i in range(clients)]
-
-    async def _client(self) -> None:
-        while True:
-            try:
-                status, body = await get(self.port, self.host, "/", tls=self.tls)
-            except (OSError, TimeoutError, ValueError, EOFError) as e:  # EOF: cut, unanswered
-                self.failed.append(repr(e))
-                continue
-            if status == 200:
-                self.ok += 1
-                self.seen.add(body.get("name"))
-            else:
-                self.failed.append(str(status))
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: Stack) -> None:

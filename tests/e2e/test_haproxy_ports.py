@@ -22,8 +22,7 @@ from podway.model import Snapshot
 from podway.model.loader import load_text
 from podway.translate import TranslateOptions, translate
 
-from .harness import SHOP_INGRESS, echo_backend, endpoints, free_port, service
-from .test_haproxy import Load
+from .harness import SHOP_INGRESS, Load, echo_backend, endpoints, free_port, service
 
 pytestmark = pytest.mark.e2e
 

@@ -388,9 +388,9 @@ class Bed:
         return Stop(follow_s=t1 - t0, drain_s=t2 - t1, handed_back=handed, left_open=left)
 
     async def open_connections(self, eng: str) -> int:
-        """Client connections Envoy on ``eng`` still holds."""
-        found = await admin.stats(self.admin(eng), r"^http\.vip\.downstream_cx_active$")
-        return found.get("http.vip.downstream_cx_active", 0)
+        """Client connections Envoy on ``eng`` still holds (as ``podway engine`` counts them
+        when it drains)."""
+        return await admin.open_connections(self.admin(eng))
 
     async def measure(self, event: Callable[[], object], *, before: float = 1.5,
                       after: float = 4.0, workers: int = 4, keepalive: bool = False,
