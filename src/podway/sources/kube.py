@@ -131,21 +131,21 @@ class KubeSource:
     async def watch(self) -> AsyncIterator[SourceUpdate]:
         """The complete first update, then one per coalesced burst of changes, forever."""
         try:
-            # Namespaces (for the filter) and CRDs (which Gateway kinds exist) come first; with
-            # a selector the Gateway kinds wait for the labels that admit their objects.
+            # Namespaces first; with a selector every other kind waits for the labels that
+            # admit its objects. Then all lists at once: the API prepares one while we parse
+            # another (the Gateway kinds start as their CRDs are seen).
             self._start(next(s for s in BUILTIN if s.kind == "Namespace"))
             if self.settings.namespace_selector:
                 await self._first_list("Namespace").wait()
             self._start_crds()
+            for spec in BUILTIN:
+                if spec.kind != "Namespace":
+                    self._start(spec)
             await self._all_ready()
             crds = self._informers[CRD_KIND]
             if not crds.ready.is_set():
                 await self._probe_crd_kinds(crds.refused)
                 await self._all_ready()
-            for spec in BUILTIN:
-                if spec.kind != "Namespace":
-                    self._start(spec)
-            await self._all_ready()
             for spec in CRDS:
                 if spec.kind not in self._crd_versions:
                     self._announce_missing(spec)

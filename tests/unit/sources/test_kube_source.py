@@ -437,6 +437,38 @@ async def test_a_selector_admits_gateway_kinds_listed_before_the_namespaces(
     assert set(first.snapshot.objects["Service"]) == {("shop", "web")}
 
 
+async def test_every_first_list_runs_at_once_after_the_namespaces(
+        emu: KubeEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a selector the built-in kinds are listed while the Gateway kinds' lists are
+    still out (the API prepares one while the source parses another); the first update still
+    waits for all of them."""
+    emu.install_gateway_api()
+    emu.put("services", service("web"))
+    emu.put("httproutes", {"metadata": meta("r"), "spec": {
+        "parentRefs": [{"name": "edge"}], "rules": [{"backendRefs": [{"name": "web",
+                                                                      "port": 80}]}]}})
+    relist = Informer._relist
+    began: dict[str, float] = {}
+    ended: dict[str, float] = {}
+
+    async def timed(self: Informer) -> str:
+        began.setdefault(self.name, asyncio.get_running_loop().time())
+        if self.name == "HTTPRoute":
+            await asyncio.sleep(0.3)
+        try:
+            return await relist(self)
+        finally:
+            ended.setdefault(self.name, asyncio.get_running_loop().time())
+
+    monkeypatch.setattr(Informer, "_relist", timed)
+    async with running(emu) as (_source, next_update):
+        first = await next_update()
+    assert began["Service"] < ended["HTTPRoute"]
+    assert began["EndpointSlice"] < ended["HTTPRoute"]
+    assert set(first.snapshot.objects["HTTPRoute"]) == {("shop", "r")}
+    assert set(first.snapshot.objects["Service"]) == {("shop", "web")}
+
+
 TRAFFIC_POLICY_CRD = (Path(__file__).resolve().parents[3] / "deploy" / "helm" / "podway" / "crds"
                       / "trafficpolicies.podway.io.yaml")
 
