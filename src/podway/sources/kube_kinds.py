@@ -134,9 +134,13 @@ CRDS: tuple[KindSpec, ...] = tuple(_spec(k) for k in TABLE if k.crd)  # while th
 PODWAY: tuple[KindSpec, ...] = tuple(s for s in CRDS if BY_NAME[s.kind].ships_crd)
 
 
+_BY_KIND: dict[str, KindSpec] = {s.kind: s for s in (*BUILTIN, *CRDS)}
+
+
 def spec_of(kind: str) -> KindSpec | None:
-    """The watch spec of ``kind`` (None: not a kind the source watches)."""
-    return next((s for s in (*BUILTIN, *CRDS) if s.kind == kind), None)
+    """The watch spec of ``kind`` (None: not a kind the source watches). Once or twice per
+    watch event: a dict, not a search."""
+    return _BY_KIND.get(kind)
 
 
 def served_versions(spec: KindSpec) -> list[str]:
