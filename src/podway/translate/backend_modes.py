@@ -14,7 +14,7 @@ from podway.translate.core.problems import Problem, Reason, Severity
 from podway.translate.pools.backends import PoolSpec, in_mode, invalid_mode, mode_warning
 
 if TYPE_CHECKING:
-    from podway.translate.translator import StructureMemo
+    from podway.translate.structure import StructureMemo
 
 
 def used_mode_warnings(services: Mapping[Key, Service | None], opts: TranslateOptions,

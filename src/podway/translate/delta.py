@@ -57,7 +57,7 @@ from podway.translate.service import is_ours as service_is_ours
 from podway.translate.traffic import lone_pool, sets_traffic
 
 if TYPE_CHECKING:
-    from podway.translate.translator import Structure, StructureMemo
+    from podway.translate.structure import Structure, StructureMemo
 
 
 @dataclass(slots=True)
@@ -149,7 +149,7 @@ def patch_structure(snapshot: Snapshot, before: Snapshot, opts: TranslateOptions
         live.pools = dict(sorted(live.pools.items()))
     if not _apply(live, patch, problems_in=problems_in, problems_out=problems_out):
         return None
-    from podway.translate.translator import Structure  # an import cycle
+    from podway.translate.structure import Structure  # an import cycle
 
     structure = Structure(tuple(live.listeners), MappingProxyType(dict(live.pools)),
                           tuple(live.problems), MappingProxyType(dict(live.statuses)))

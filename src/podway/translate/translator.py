@@ -19,54 +19,34 @@ Invariant (tested by property): the result equals a translation from scratch.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from podway.base import collector
-from podway.ir import (
-    IR,
-    AuthRequest,
-    ErrorPages,
-    ExtAuth,
-    Forward,
-    IRChange,
-    Jwt,
-    Listener,
-    Mirror,
-    Oidc,
-    Pool,
-    PoolSettings,
-    WeightedPool,
-)
-from podway.model import EndpointSlice, Ingress, ObjectRef, Service
+from podway.ir import IR, IRChange, Pool, PoolSettings
+from podway.model import EndpointSlice, ObjectRef
 from podway.model.snapshot import Key, Snapshot
-from podway.translate import service as service_rules
-from podway.translate.backend_modes import set_modes, used_mode_warnings
 from podway.translate.core.options import TranslateOptions
-from podway.translate.core.ports import PortTable
-from podway.translate.core.problems import Problem, Reason, Severity
+from podway.translate.core.problems import Problem, Severity
 from podway.translate.core.status import ObjectStatus
-from podway.translate.core.vips import INGRESS_LISTENERS, VipGrant, grant_of
-from podway.translate.delta import PATCHABLE, Live, patch_structure, pool_refs, problem_order
-from podway.translate.gateway import GatewayMemo, translate_gateways
-from podway.translate.ingress import listeners as ingress_rules
-from podway.translate.ingress.listeners import IngressTranslation
-from podway.translate.ingress.part import IngressPart
+from podway.translate.delta import PATCHABLE, patch_structure, problem_order
 from podway.translate.pools.backends import PoolSpec, ServiceKey
-from podway.translate.pools.client_ip import apply_client_ip
-from podway.translate.pools.engine_choice import apply_engine
 from podway.translate.pools.members import (
     EndpointIndex,
     MemberContext,
     MemberResolver,
     resolver_for,
 )
-from podway.translate.service import ServiceTranslation
-from podway.translate.traffic import Memo as TrafficMemo
-from podway.translate.traffic import apply_traffic
+from podway.translate.structure import (
+    PoolsFirst,
+    Structure,
+    StructureMemo,
+    finish_structure,
+    structure_pools,
+    translate_structure,
+)
 
 
 def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:
@@ -91,14 +71,6 @@ class Result:
     @property
     def has_errors(self) -> bool:
         return any(p.severity is Severity.ERROR for p in self.problems)
-
-
-@dataclass(frozen=True, slots=True)
-class Structure:
-    listeners: tuple[Listener, ...]
-    pools: Mapping[str, PoolSpec]
-    problems: tuple[Problem, ...]
-    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
 
 
 @contextmanager
@@ -147,164 +119,7 @@ def _merge(structure: tuple[Problem, ...],
     seen = set(structure)
     extra = [p for p in dict.fromkeys(p for problems in by_pool.values() for p in problems)
              if p not in seen]
-    return tuple(sorted([*structure, *extra], key=_problem_order))
-
-
-_problem_order = problem_order
-
-
-@dataclass(slots=True)
-class StructureMemo:
-    """Per-object parts of the last structure run, reused while their inputs are unchanged."""
-
-    ingress: Mapping[Key, IngressPart] = field(default_factory=dict)
-    traffic: TrafficMemo = field(default_factory=dict)
-    gateway: GatewayMemo = field(default_factory=GatewayMemo)
-    # pool name → (spec in, its Service, spec out): the same spec keeps its identity
-    modes: dict[str, tuple[PoolSpec, Service, PoolSpec]] = field(default_factory=dict)
-    services_by_age: tuple[object, list[Service]] = (None, [])
-    warnings: dict[Key, tuple[Service, tuple[Problem, ...]]] = field(default_factory=dict)
-    live: Live | None = None  # the last run, to be patched by ``delta.patch_structure``
-
-
-def _client_ip_and_engine(snapshot: Snapshot, listeners: list[Listener],
-                          pools: dict[str, PoolSpec], opts: TranslateOptions,
-                          problems: list[Problem]) -> list[Listener]:
-    """The client-address settings, then the engine each L4 listener's Services chose (it
-    depends on PROXY protocol, set by the first); their problems are added to ``problems``."""
-    listeners, found = apply_client_ip(
-        snapshot, listeners, pools, opts.xff_trusted_hops, real_ip=opts.real_ip_header,
-        nginx_ingress=bool(opts.takeover_classes))
-    problems.extend(found)
-    listeners, found = apply_engine(snapshot, listeners, pools, opts.l4_engine)
-    problems.extend(found)
-    return listeners
-
-
-def translate_structure(snapshot: Snapshot, opts: TranslateOptions,
-                        memo: StructureMemo | None = None) -> Structure:
-    problems: list[Problem] = []
-    ing_opts, ingress_pending = _ingress_address(snapshot, opts)
-    ing = IngressTranslation(snapshot=snapshot, opts=ing_opts,
-                             memo=memo.ingress if memo is not None else {})
-    for ingress in sorted(snapshot.kind(Ingress).values(), key=Ingress.age_key):
-        ours = ingress_rules.is_ours(ingress, snapshot, opts)
-        if isinstance(ours, Problem):
-            problems.append(ours)
-        elif ours:
-            ing.add(ingress)
-    if memo is not None:
-        memo.ingress = ing.parts
-    svc = ServiceTranslation(opts=opts, snapshot=snapshot)
-    for service in _by_age(snapshot, memo):
-        ours = service_rules.is_ours(service, opts)
-        if isinstance(ours, Problem):
-            problems.append(ours)
-        elif ours:
-            svc.add(service)
-    # Ports go first come, first served: Ingress, then Gateways (which report a refusal in
-    # their listeners' status), then Services.
-    ports = PortTable()
-    listeners = _ingress_listeners(ing, ingress_pending, ports, problems)
-    gw = translate_gateways(snapshot, opts, ports, memo.gateway if memo is not None else None)
-    listeners.extend(gw.listeners)
-    listeners.extend(_bind(svc.listeners, ports, problems))
-    problems.extend(ing.problems)
-    problems.extend(svc.problems)
-    problems.extend(gw.problems)
-    used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
-    pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
-             if name in used}
-    services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
-    set_modes(pools, services, opts, memo, snapshot.backend_modes)
-    traffic = apply_traffic(snapshot, listeners, pools,
-                            memo.traffic if memo is not None else None, oidc_key=opts.oidc_key)
-    listeners, pools = list(traffic.listeners), dict(traffic.pools)
-    problems.extend(traffic.problems)
-    listeners = _client_ip_and_engine(snapshot, listeners, pools, opts, problems)
-    problems.extend(used_mode_warnings(services, opts, memo, snapshot.backend_modes))
-    if opts.vips is not None:
-        problems.extend(opts.vips.problems(snapshot, opts))
-    problems.sort(key=_problem_order)
-    statuses = {**gw.statuses, **traffic.statuses} if traffic.statuses else gw.statuses
-    if memo is not None:
-        memo.live = None
-        if traffic.patchable and memo.gateway.live is not None:
-            memo.live = Live(
-                listeners=list(listeners), at={ls.name: i for i, ls in enumerate(listeners)},
-                others={**ing.pools, **svc.pools}, pools=dict(pools), refs=pool_refs(listeners),
-                services=Counter(spec.service for spec in pools.values()),
-                problems=list(problems), statuses=dict(statuses))
-    return Structure(tuple(listeners), MappingProxyType(pools), tuple(problems),
-                     MappingProxyType(statuses))
-
-
-def _ingress_listeners(ing: IngressTranslation, pending: VipGrant | None, ports: PortTable,
-                       problems: list[Problem]) -> list[Listener]:
-    """The Ingress listeners, bound; none while they wait for a VIP (never the wildcard), with
-    a problem on every Ingress saying so."""
-    if pending is None:
-        return _bind(ing.listeners(), ports, problems)
-    problems.extend(Problem(ref=ObjectRef("Ingress", *key), field="status.loadBalancer",
-                            reason=pending.reason or Reason.ADDRESS_NOT_ASSIGNED,
-                            message=f"the Ingress listeners have no VIP: {pending.message}")
-                    for key in sorted(ing.parts))
-    return []
-
-
-def _ingress_address(snapshot: Snapshot, opts: TranslateOptions
-                     ) -> tuple[TranslateOptions, VipGrant | None]:
-    """The options the Ingress listeners are built with, and the pending grant when they wait
-    for a VIP. With an allocator (``--vip-pools``) they bind the VIP it grants to
-    ``INGRESS_LISTENERS`` (published in every Ingress' ``status.loadBalancer``); without one,
-    ``opts.address``."""
-    grant = grant_of(INGRESS_LISTENERS, snapshot, opts) if snapshot.kind(Ingress) else None
-    if grant is None:
-        return opts, None
-    if grant.pending:
-        return opts, grant
-    return replace(opts, address=grant.addresses[0]), None
-
-
-def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
-    """Every Service, oldest first (the previous order while no Service changed)."""
-    services = snapshot.kind(Service)
-    if memo is not None and memo.services_by_age[0] is services:
-        return memo.services_by_age[1]
-    ordered = sorted(services.values(), key=Service.age_key)
-    if memo is not None:
-        memo.services_by_age = (services, ordered)
-    return ordered
-
-
-def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
-    for vhost in listener.virtual_hosts:
-        for route in vhost.routes:
-            if isinstance(route.action, Forward):
-                yield from route.action.backends
-            for f in route.filters:
-                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages | Oidc):  # it asks
-                    yield WeightedPool(pool=f.pool)
-                elif isinstance(f, Jwt):  # remote key sets are fetched through pools
-                    yield from (WeightedPool(pool=p.jwks_pool) for p in f.providers
-                                if p.jwks_pool)
-    for l4 in listener.l4_routes:
-        yield from l4.backends
-
-
-def _bind(listeners: Iterable[Listener], ports: PortTable,
-          problems: list[Problem]) -> list[Listener]:
-    """The listeners that get their address:port; each refused one is a ``PortConflict`` on
-    every object it came from."""
-    out: list[Listener] = []
-    for listener in listeners:
-        refusal = ports.take_listener(listener)
-        if refusal is None:
-            out.append(listener)
-            continue
-        problems.extend(Problem(ref=ref, reason=Reason.PORT_CONFLICT, message=refusal.message,
-                                field="spec.ports") for ref in listener.origins)
-    return out
+    return tuple(sorted([*structure, *extra], key=problem_order))
 
 
 @dataclass(slots=True)
@@ -325,19 +140,18 @@ class IncrementalTranslator:
     _pools_by_service: dict[ServiceKey, list[str]] = field(default_factory=dict)
     _result: Result | None = None
     _memo: StructureMemo = field(default_factory=StructureMemo)
-    _first: tuple[Snapshot, Structure] | None = None  # ``first_pools``' run, for ``update``
+    _first: PoolsFirst | None = None  # ``first_pools``' run, finished by ``update``
 
     def first_pools(self, snapshot: Snapshot) -> Mapping[str, PoolSettings]:
         """Before the first ``update``: the settings of ``snapshot``'s pools by name, from the
-        structure phase alone (members are resolved by the ``update`` of this very snapshot
-        that follows, which takes that structure as it is). A first start sends these pools'
-        clusters while the members are resolved (``podway.pipeline``)."""
+        structure phase's first step (``structure.structure_pools``); the ``update`` of this
+        very snapshot that follows finishes that structure and resolves the members. A first
+        start sends these pools' clusters meanwhile (``podway.pipeline``)."""
         if self._structure is not None:
             raise RuntimeError("first_pools is for the first translation only")
         with gc_paused():
-            structure = translate_structure(snapshot, self.opts, self._memo)
-        self._first = (snapshot, structure)
-        return {name: spec.settings for name, spec in structure.pools.items()}
+            self._first = structure_pools(snapshot, self.opts, self._memo)
+        return {name: spec.settings for name, spec in self._first.pools.items()}
 
     def update(self, snapshot: Snapshot,
                changed: Iterable[tuple[str, Key]] | None = None) -> Result:
@@ -461,7 +275,8 @@ class IncrementalTranslator:
         resolver = resolver_for(self.opts)
         old_specs = self._structure.pools if self._structure is not None else {}
         first, self._first = self._first, None
-        self._structure = (first[1] if first is not None and first[0] is snapshot
+        self._structure = (finish_structure(first) if first is not None
+                           and first.snapshot is snapshot
                            else translate_structure(snapshot, self.opts, self._memo))
         ctx = MemberContext(snapshot, self._index)
         previous, previous_problems = self._pools, self._pool_problems

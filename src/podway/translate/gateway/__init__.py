@@ -1,12 +1,13 @@
 """Gateway API → IR listeners, pools, problems and statuses, in one pass.
 
-``translate_gateways`` takes every GatewayClass whose ``controllerName`` is ours, prepares
+``build_gateways`` takes every GatewayClass whose ``controllerName`` is ours, prepares
 their Gateways (listeners, conflicts, certificates), then visits every route of every kind
 oldest first (so "the oldest wins" falls out of visiting order), attaches it to listeners,
 compiles it once and hands the result to the per-port builders. Each built port then asks the
 translator's ``PortTable`` for its address:port; a refusal (the port is held by the Ingress
 listeners or an older Gateway) marks its listeners unbound (``PortUnavailable``) before any
-status is computed. One ``GatewayResult`` comes back: listeners, pools, statuses, problems.
+status is computed. A ``GatewayBuild`` comes back: listeners and pools, and ``conclude`` for
+the statuses and problems.
 
 The logic is ``translation.GatewayTranslation``; with a memo (the incremental translator's),
 ``memoized.MemoTranslation`` wraps its steps with what the previous run made.
@@ -33,18 +34,24 @@ from podway.translate.pools.backends import PoolSpec
 
 
 @dataclass(frozen=True, slots=True)
-class GatewayResult:
-    """Everything the Gateway API kinds contribute to one translation."""
+class GatewayBuild:
+    """The listeners and pools of the Gateway API kinds; their statuses and problems come from
+    ``conclude`` (once: a memoised run keeps its route statuses for the next), which may run
+    after the rest of the structure phase has used the pools (``translate.structure``)."""
 
     listeners: tuple[Listener, ...]
     pools: Mapping[str, PoolSpec]
-    statuses: Mapping[ObjectRef, ObjectStatus]
-    problems: tuple[Problem, ...]
+    run: GatewayTranslation
+
+    def conclude(self) -> tuple[Mapping[ObjectRef, ObjectStatus], tuple[Problem, ...]]:
+        statuses, problems = self.run.conclude()
+        return MappingProxyType(statuses), tuple(problems)
 
 
-def translate_gateways(snapshot: Snapshot, opts: TranslateOptions,
-                       ports: PortTable, memo: GatewayMemo | None = None) -> GatewayResult:
-    """Gateways, routes and policies of our classes → listeners, pools, statuses, problems.
+def build_gateways(snapshot: Snapshot, opts: TranslateOptions,
+                   ports: PortTable, memo: GatewayMemo | None = None) -> GatewayBuild:
+    """Gateways, routes and policies of our classes → listeners and pools (``conclude`` gives
+    the statuses and problems).
 
     ``ports`` holds what was bound before (the Ingress listeners); the Gateways' ports are
     added to it, oldest Gateway first. ``memo`` (kept between runs by the incremental
@@ -53,10 +60,8 @@ def translate_gateways(snapshot: Snapshot, opts: TranslateOptions,
     run = (GatewayTranslation(snapshot=snapshot, opts=opts) if memo is None
            else MemoTranslation(snapshot=snapshot, opts=opts, memo=memo))
     listeners = run.build(ports)
-    statuses, problems = run.conclude()
-    return GatewayResult(listeners=tuple(listeners), pools=MappingProxyType(run.pools),
-                         statuses=MappingProxyType(statuses), problems=tuple(problems))
+    return GatewayBuild(listeners=tuple(listeners), pools=MappingProxyType(run.pools), run=run)
 
 
-__all__ = ["GatewayMemo", "GatewayResult", "GatewayTranslation", "MemoTranslation",
-           "parent_key", "translate_gateways"]
+__all__ = ["GatewayBuild", "GatewayMemo", "GatewayTranslation", "MemoTranslation",
+           "build_gateways", "parent_key"]

@@ -76,7 +76,7 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 
 @dataclass(slots=True)
 class GatewayTranslation:
-    """The state of one Gateway translation; use ``translate_gateways``."""
+    """The state of one Gateway translation; use ``build_gateways``."""
 
     snapshot: Snapshot
     opts: TranslateOptions
