@@ -14,17 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from podway.ir import (
-    AuthRequest,
-    ErrorPages,
-    ExtAuth,
-    Forward,
-    Jwt,
-    Listener,
-    Mirror,
-    Oidc,
-    WeightedPool,
-)
+from podway.ir import Listener
 from podway.model import Ingress, ObjectRef, Service
 from podway.model.snapshot import Key, Snapshot
 from podway.translate import service as service_rules
@@ -143,7 +133,7 @@ def structure_pools(snapshot: Snapshot, opts: TranslateOptions,
     listeners.extend(_bind(svc.listeners, ports, problems))
     problems.extend(ing.problems)
     problems.extend(svc.problems)
-    used = {wp.pool for lst in listeners for wp in _pools_of(lst)}
+    used = pool_refs(listeners).keys()  # every pool a route or filter names
     pools = {name: spec for name, spec in sorted({**ing.pools, **svc.pools, **gw.pools}.items())
              if name in used}
     services = {key: snapshot.get(Service, *key) for key in {s.service for s in pools.values()}}
@@ -217,21 +207,6 @@ def _by_age(snapshot: Snapshot, memo: StructureMemo | None) -> list[Service]:
     if memo is not None:
         memo.services_by_age = (services, ordered)
     return ordered
-
-
-def _pools_of(listener: Listener) -> Iterable[WeightedPool]:
-    for vhost in listener.virtual_hosts:
-        for route in vhost.routes:
-            if isinstance(route.action, Forward):
-                yield from route.action.backends
-            for f in route.filters:
-                if isinstance(f, Mirror | ExtAuth | AuthRequest | ErrorPages | Oidc):  # it asks
-                    yield WeightedPool(pool=f.pool)
-                elif isinstance(f, Jwt):  # remote key sets are fetched through pools
-                    yield from (WeightedPool(pool=p.jwks_pool) for p in f.providers
-                                if p.jwks_pool)
-    for l4 in listener.l4_routes:
-        yield from l4.backends
 
 
 def _bind(listeners: Iterable[Listener], ports: PortTable,
