@@ -2,9 +2,11 @@
 and statuses (``podway.translate.translator`` runs it, then resolves each pool's members).
 
 In two steps (``structure_pools``, then ``finish_structure``): the first ends once every pool's
-settings are final, so a first start can send the pools' clusters to the engines while the
-second (statuses, the listeners' client-address and engine choices, warnings) runs beside
-their work (``IncrementalTranslator.first_pools``, ``podway.pipeline``).
+settings are final (the listeners' client-address and engine choices included: they set PROXY
+protocol on pools), so a first start can send the pools' clusters to the engines while the
+second (the Gateway API statuses and the problems they raise, the backend modes' warnings, the
+problems' order) runs beside their work (``IncrementalTranslator.first_pools``,
+``podway.pipeline``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from podway.translate.traffic import Memo as TrafficMemo
 from podway.translate.traffic import TrafficResult, apply_traffic
 
 
-def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:
+def no_statuses() -> Mapping[ObjectRef, ObjectStatus]:
     return MappingProxyType({})
 
 
@@ -46,8 +48,7 @@ class Structure:
     listeners: tuple[Listener, ...]
     pools: Mapping[str, PoolSpec]
     problems: tuple[Problem, ...]
-    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
-
+    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=no_statuses)
 
 
 @dataclass(slots=True)

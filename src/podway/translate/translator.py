@@ -44,20 +44,17 @@ from podway.translate.structure import (
     Structure,
     StructureMemo,
     finish_structure,
+    no_statuses,
     structure_pools,
     translate_structure,
 )
-
-
-def _no_statuses() -> Mapping[ObjectRef, ObjectStatus]:
-    return MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
     ir: IR
     problems: tuple[Problem, ...] = ()
-    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=_no_statuses)
+    statuses: Mapping[ObjectRef, ObjectStatus] = field(default_factory=no_statuses)
     """Status of each object the translator owns (Gateway API kinds), by object."""
     change: IRChange | None = field(default=None, compare=False, repr=False)
     """How ``ir`` differs from the previous result's (incremental translation), if known."""
