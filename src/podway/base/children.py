@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 from collections.abc import Callable
+
+#: How long a killed command's pipes may take to reach their end (``run_command``).
+DRAIN_S = 5.0
 
 
 def isolation_flags() -> list[str]:
@@ -42,3 +47,28 @@ def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
+
+
+async def run_command(*argv: str, stdin: bytes | None = None,
+                      stdout: int = asyncio.subprocess.PIPE,
+                      stderr: int = asyncio.subprocess.PIPE) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` to its end: its exit status, and its output and error where piped (else
+    ``b""``). A missing program raises ``FileNotFoundError``, as ``create_subprocess_exec``.
+
+    Cancelled meanwhile (a timeout, a stop), the command is killed and its pipes read to their
+    end before the cancellation goes on: a command is never left running behind its caller,
+    and no pipe is left for the garbage collector to close after the event loop has gone
+    ("Event loop is closed" from ``BaseSubprocessTransport.__del__``)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=stdout, stderr=stderr)
+    try:
+        out, err = await proc.communicate(stdin)
+    except BaseException:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        with contextlib.suppress(TimeoutError):  # a pipe a grandchild still holds
+            await asyncio.wait_for(asyncio.shield(proc.communicate()), DRAIN_S)
+        raise
+    return proc.returncode or 0, out or b"", err or b""

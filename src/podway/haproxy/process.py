@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from podway.base.backoff import Backoff
+from podway.base.children import run_command
 from podway.base.errors import PodwayError
 from podway.haproxy import health, runtime
 from podway.haproxy import slots as slotting
@@ -218,11 +219,9 @@ class HAProxyEngine:
             tmp.replace(target)
 
     async def _check(self, rendered: Rendered) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            self.opts.binary, "-c", "-q", "-f", str(self.config_path),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await proc.communicate()
-        if proc.returncode != 0:
+        code, out, _ = await run_command(self.opts.binary, "-c", "-q", "-f",
+                                         str(self.config_path), stderr=asyncio.subprocess.STDOUT)
+        if code != 0:
             lines = [ln for ln in out.decode(errors="replace").splitlines() if "ALERT" in ln]
             raise HAProxyError("haproxy refused the rendered configuration: "
                                + (lines[0] if lines else out.decode(errors="replace")[:300]))

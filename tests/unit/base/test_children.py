@@ -1,15 +1,22 @@
-"""Children tied to their parent: the preexec hook does no unsafe work after fork."""
+"""Children tied to their parent: the preexec hook does no unsafe work after fork; a command
+run to its end is killed and reaped when its caller is cancelled."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from podway.base import children
 from podway.base.children import die_with_parent
+from tests.waiting import eventually
 
 
 def test_die_with_parent_loads_nothing_in_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,3 +43,51 @@ def test_child_of_a_parent_already_gone_exits_instead_of_running(
     done = subprocess.run([sys.executable, "-c", "print('ran')"], preexec_fn=preexec,
                           capture_output=True, text=True, check=False, timeout=30)
     assert (done.returncode, done.stdout) == (1, "")
+
+
+async def test_run_command_gives_status_output_and_error_and_feeds_input() -> None:
+    code, out, err = await children.run_command("sh", "-c", "cat; echo oops >&2; exit 3",
+                                                stdin=b"hello")
+    assert (code, out, err) == (3, b"hello", b"oops\n")
+    code, out, err = await children.run_command(
+        "sh", "-c", "echo both; echo err >&2", stderr=asyncio.subprocess.STDOUT)
+    assert (code, out, err) == (0, b"both\nerr\n", b"")
+    with pytest.raises(FileNotFoundError):
+        await children.run_command("/nonexistent/podway-test-tool")
+
+
+async def _started(path: Path) -> int:
+    """The pid a test command wrote to ``path`` once it runs."""
+    text: str = await eventually(lambda: path.exists() and path.read_text().strip(), within=10)
+    return int(text)
+
+
+async def test_a_cancelled_command_is_killed_and_reaped_before_the_cancellation_goes_on(
+        tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    task = asyncio.create_task(children.run_command(
+        "sh", "-c", f"echo $$ > {pid_file}; exec sleep 30"))
+    pid = await _started(pid_file)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not Path(f"/proc/{pid}").exists()  # killed, and reaped: not even a zombie
+
+
+async def test_a_pipe_a_grandchild_holds_does_not_hold_the_cancellation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The killed command's pipes are drained for ``DRAIN_S`` at most: a grandchild that
+    still holds one (and is not ours to kill) cannot hold the caller forever."""
+    monkeypatch.setattr(children, "DRAIN_S", 0.2)
+    pid_file = tmp_path / "pid"
+    task = asyncio.create_task(children.run_command(
+        "sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"))
+    grandchild = await _started(pid_file)
+    try:
+        task.cancel()
+        async with asyncio.timeout(5):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, signal.SIGKILL)

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from podway.base.children import run_command
 from podway.base.errors import ConfigError, EnvironmentProblem
 from podway.programs.vip import l2_addr, l2_chance
 from podway.programs.vip.l2_arp import ArpIsolation
@@ -419,12 +420,11 @@ def _address(vip: str, interface: str) -> list[str]:
 
 
 async def _ip(*args: str, may_fail: bool = False) -> None:
-    proc = await asyncio.create_subprocess_exec(
+    code, _, err = await run_command(
         "ip", *(("-6",) if any(":" in a for a in args[:3]) else ()), *args,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate()
+        stdout=asyncio.subprocess.DEVNULL)
     text = err.decode(errors="replace").strip()
-    if proc.returncode != 0 and not may_fail and "File exists" not in text:
+    if code != 0 and not may_fail and "File exists" not in text:
         raise EnvironmentProblem(f"ip {' '.join(args)}: {text}")
 
 

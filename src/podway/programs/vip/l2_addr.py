@@ -16,6 +16,8 @@ import ipaddress
 import logging
 import time
 
+from podway.base.children import run_command
+
 log = logging.getLogger(__name__)
 
 
@@ -38,10 +40,9 @@ async def usable(vip: str, interface: str, *, within_s: float = 5.0) -> None:
 
 
 async def local_route(vip: str, interface: str) -> bool:
-    proc = await asyncio.create_subprocess_exec(
+    _, out, _ = await run_command(
         "ip", "-6", "route", "show", "table", "local", f"{vip}/128", "dev", interface,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-    out, _ = await proc.communicate()
+        stderr=asyncio.subprocess.DEVNULL)
     return has_local_route(out.decode(errors="replace"), vip)
 
 

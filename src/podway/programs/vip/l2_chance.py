@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from podway.base.children import run_command
 from podway.programs.vip.secondchance import STRAY
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,12 @@ def own_address(listing: str, vip: str, vips: Iterable[str]) -> str | None:
 
 async def _run(*argv: str, stdin: str | None = None) -> tuple[int, str]:
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        code, out, _ = await run_command(
+            *argv, stdin=stdin.encode() if stdin is not None else None,
             stderr=asyncio.subprocess.STDOUT)
     except FileNotFoundError:
         return 127, f"{argv[0]} is not installed"
-    out, _ = await proc.communicate(stdin.encode() if stdin is not None else None)
-    return proc.returncode or 0, out.decode(errors="replace").strip()
+    return code, out.decode(errors="replace").strip()
 
 
 async def address_for(interface: str, vip: str, vips: Iterable[str]) -> str | None:

@@ -36,6 +36,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from podway.base.children import run_command
 from podway.base.errors import ConfigError, EnvironmentProblem
 
 log = logging.getLogger(__name__)
@@ -259,17 +260,16 @@ class SecondChanceHost:
 
     async def _run(self, step: Step, *, stdin: str | None = None) -> str:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.prefix, *step.argv, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            code, out, _ = await run_command(
+                *self.prefix, *step.argv, stdin=stdin.encode() if stdin is not None else None,
+                stderr=asyncio.subprocess.STDOUT)
         except FileNotFoundError:
             if step.may_fail:
                 return ""
             raise EnvironmentProblem(f"second chance needs {step.argv[0]} (iproute2, procps, "
                                      "nftables)") from None
-        out, _ = await proc.communicate(stdin.encode() if stdin is not None else None)
         text = out.decode(errors="replace").strip()
-        if proc.returncode != 0 and not step.may_fail:
+        if code != 0 and not step.may_fail:
             raise EnvironmentProblem(f"second chance: {' '.join(step.argv)}: {text}")
         return text
 

@@ -23,7 +23,7 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from podway.base.children import die_with_parent
+from podway.base.children import die_with_parent, run_command
 from podway.base.errors import EnvironmentProblem
 from podway.programs.vip.bird import BgpSettings, engine_config
 
@@ -82,14 +82,13 @@ class BirdSpeaker:
 
     async def _birdc(self, command: str, *, check: bool = True) -> str:
         birdc = shutil.which("birdc") or "birdc"
-        proc = await asyncio.create_subprocess_exec(
+        code, out, _ = await run_command(
             *self.prefix, birdc, "-s", str(self.socket), *command.split(),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        out, _ = await proc.communicate()
+            stderr=asyncio.subprocess.STDOUT)
         text = out.decode(errors="replace")
-        if check and proc.returncode != 0:
+        if check and code != 0:
             raise EnvironmentProblem(f"birdc {command}: {text.strip()}")
-        return text if proc.returncode == 0 else ""
+        return text if code == 0 else ""
 
     async def announce(self, vips: Sequence[str]) -> None:
         """Announce exactly ``vips`` (empty: withdraw all); returns once BIRD runs it."""

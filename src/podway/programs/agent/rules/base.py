@@ -22,6 +22,7 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from podway.base.children import run_command
 from podway.base.errors import PodwayError
 from podway.programs.agent.rules.conntrack import Conntrack
 from podway.programs.agent.types import L4, Rule
@@ -95,16 +96,13 @@ class CommandRunner:
             raise CommandMissing(f"{args[0]} is not installed (not found on PATH)")
         argv = self.argv(*args)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+            code, out, err = await run_command(*argv, stdin=stdin.encode())
         except FileNotFoundError as exc:
             raise CommandMissing(f"{argv[0]} is not installed: {exc}") from exc
         except OSError as exc:
             raise RulesError(f"{' '.join(argv)} could not start: {exc}") from exc
-        out, err = await proc.communicate(stdin.encode())
-        if proc.returncode != 0:
-            raise RulesError(f"{' '.join(argv)} exited {proc.returncode}: "
+        if code != 0:
+            raise RulesError(f"{' '.join(argv)} exited {code}: "
                              f"{err.decode(errors='replace').strip()}")
         return out.decode()
 
