@@ -14,10 +14,12 @@ import signal
 import socket
 import ssl
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import eventually
 
 from .harness import SHOP_INGRESS, Load, Stack, endpoints, get, make_stack, service
 
@@ -203,6 +205,55 @@ spec:
     # The same view is what explain and the dashboard of this Podway show (no Envoy here).
     views = await hstack.standalone.engine_views()
     assert {k: s.health for k, s in views["haproxy"].items()} == want
+
+
+async def test_a_down_member_is_checked_again_within_a_second_not_a_whole_interval(
+        hstack: Stack) -> None:
+    """A member down (nothing listened on its port) is checked again after the short interval
+    (``fastinter``/``downinter``, at most 1 s, as the Envoy engine's ``unhealthy_interval``),
+    not the pool's 6 s one: once its server listens it is healthy again within ~1 s, where a
+    whole interval would take ~6 s."""
+    from podway.engines.member_health import Health
+
+    from .harness import free_port
+
+    live, late = await hstack.start_echo("web"), free_port()
+    hstack.write("svc.yaml", f"""apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    podway.io/health-check: tcp
+    podway.io/health-check-interval: 6s
+    podway.io/unhealthy-threshold: "1"
+spec:
+  selector: {{app: web}}
+  ports: [{{name: p-tcp, port: 80, targetPort: {live}, protocol: TCP}}]
+""")
+    hstack.write("live.yaml", _slice(1, live))
+    hstack.write("late.yaml", _slice(2, late))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+
+    async def health() -> Health | None:
+        view = await engine.health()
+        state = view.get((POOL, f"127.0.0.1:{late}")) if view is not None else None
+        return state.health if state is not None else None
+
+    # The first checks are spread over the 6 s interval.
+    await eventually(lambda: _is(health(), Health.UNHEALTHY), within=20, every=0.05)
+    await hstack.start_echo("late", port=late)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await eventually(lambda: _is(health(), Health.HEALTHY), within=10, every=0.05)
+    assert loop.time() - began < 3.5
+
+
+async def _is(value: Awaitable[object], wanted: object) -> bool:
+    return await value is wanted
 
 
 async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(

@@ -24,6 +24,9 @@ from podway.ir import (
     PoolSettings,
 )
 
+#: How soon a member that failed a check, or is down, is checked again, at most (``_health_check``).
+QUICK_RECHECK_MS = 1000
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backend:
@@ -206,8 +209,13 @@ def _upstream_tls(s: PoolSettings, http: bool, folder: str, closed: list[str]
 def _health_check(check: HealthCheck, protocol: PoolProtocol, pool: str
                   ) -> tuple[list[str], str, str]:
     """Lines, server options and a problem ("" when none) for one active check."""
-    opts = (f" inter {check.interval_ms}ms rise {check.healthy_threshold}"
-            f" fall {check.unhealthy_threshold}")
+    # A member that failed a check, or is down, is checked again after the short interval
+    # (at most 1 s), as the Envoy engine does (``unhealthy_interval``, ``no_traffic_interval``):
+    # a failing member is out after ``fall`` quick checks, not ``fall`` whole intervals, and
+    # one that recovers (a pod that was not listening yet) is back within a second or so.
+    quick = min(check.interval_ms, QUICK_RECHECK_MS)
+    opts = (f" inter {check.interval_ms}ms fastinter {quick}ms downinter {quick}ms"
+            f" rise {check.healthy_threshold} fall {check.unhealthy_threshold}")
     lines = [f"  timeout check {check.timeout_ms}ms"]
     if check.kind is HealthCheckKind.GRPC:
         return lines, opts, "gRPC health checks"
