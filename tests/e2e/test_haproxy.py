@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from podway.haproxy.process import HAProxyEngine
 from tests.waiting import eventually
 
 from .harness import SHOP_INGRESS, Load, Stack, endpoints, get, make_stack, service
@@ -163,6 +164,32 @@ async def _tcp_and_sockets(hstack: Stack) -> None:
     assert not engine.folder.exists()  # config, keys, maps and sockets gone after a clean stop
 
 
+async def _checked_pair(stack: Stack, first: int, second: int, *, interval: str
+                        ) -> HAProxyEngine:
+    """The web pool with members on ports ``first`` and ``second``, TCP-checked every
+    ``interval`` and down after one failure, served; its HAProxy engine."""
+    stack.write("svc.yaml", f"""apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+  annotations:
+    podway.io/health-check: tcp
+    podway.io/health-check-interval: {interval}
+    podway.io/unhealthy-threshold: "1"
+spec:
+  selector: {{app: web}}
+  ports: [{{name: p-tcp, port: 80, targetPort: {first}, protocol: TCP}}]
+""")
+    stack.write("first.yaml", _slice(1, first))
+    stack.write("second.yaml", _slice(2, second))
+    stack.write("ingress.yaml", SHOP_INGRESS)
+    await stack.start()
+    engine = stack.standalone.haproxy
+    assert engine is not None
+    return engine
+
+
 async def test_member_health_is_reported_in_the_engine_neutral_form(hstack: Stack) -> None:
     """A live member is healthy, a dead one unhealthy with the Envoy engine's reason, keyed by
     (pool, address:port), and the view encodes as a member health report."""
@@ -172,25 +199,7 @@ async def test_member_health_is_reported_in_the_engine_neutral_form(hstack: Stac
 
     live = await hstack.start_echo("web")
     dead = free_port()  # nothing listens there
-    hstack.write("svc.yaml", f"""apiVersion: v1
-kind: Service
-metadata:
-  name: web
-  namespace: default
-  annotations:
-    podway.io/health-check: tcp
-    podway.io/health-check-interval: 100ms
-    podway.io/unhealthy-threshold: "1"
-spec:
-  selector: {{app: web}}
-  ports: [{{name: p-tcp, port: 80, targetPort: {live}, protocol: TCP}}]
-""")
-    hstack.write("live.yaml", _slice(1, live))
-    hstack.write("dead.yaml", _slice(2, dead))
-    hstack.write("ingress.yaml", SHOP_INGRESS)
-    await hstack.start()
-    engine = hstack.standalone.haproxy
-    assert engine is not None
+    engine = await _checked_pair(hstack, live, dead, interval="100ms")
     want = {(POOL, f"127.0.0.1:{live}"): Health.HEALTHY,
             (POOL, f"127.0.0.1:{dead}"): Health.UNHEALTHY}
     async with asyncio.timeout(10):
@@ -218,25 +227,7 @@ async def test_a_down_member_is_checked_again_within_a_second_not_a_whole_interv
     from .harness import free_port
 
     live, late = await hstack.start_echo("web"), free_port()
-    hstack.write("svc.yaml", f"""apiVersion: v1
-kind: Service
-metadata:
-  name: web
-  namespace: default
-  annotations:
-    podway.io/health-check: tcp
-    podway.io/health-check-interval: 6s
-    podway.io/unhealthy-threshold: "1"
-spec:
-  selector: {{app: web}}
-  ports: [{{name: p-tcp, port: 80, targetPort: {live}, protocol: TCP}}]
-""")
-    hstack.write("live.yaml", _slice(1, live))
-    hstack.write("late.yaml", _slice(2, late))
-    hstack.write("ingress.yaml", SHOP_INGRESS)
-    await hstack.start()
-    engine = hstack.standalone.haproxy
-    assert engine is not None
+    engine = await _checked_pair(hstack, live, late, interval="6s")
 
     async def health() -> Health | None:
         view = await engine.health()
