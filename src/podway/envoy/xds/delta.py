@@ -21,11 +21,10 @@ listener Envoy still holds, warming its one-table successor or draining, keeps s
 them). Envoy ignores route table removals.
 
 Big updates go in parts (``podway.envoy.xds.parts``, ``DeltaStream.most_per_response``): the
-names past the bound wait in ``backlog`` and go once Envoy has answered the type's last
-response, so Envoy's main thread (which also runs the active checks) is never busy with
-thousands of resources in one go. Clusters not sent yet are not settled. Whole: a first
-response Envoy takes as a set (scopes also right after a scoped listener was sent, for its new
-connection manager), and a listener update that removes a listener.
+names past the bound wait in ``backlog``, at most ``parts.room`` parts unanswered, so Envoy's
+main thread (which also runs the active checks) is never busy with thousands of resources in
+one go. Clusters not sent yet are not settled. Whole: a first response Envoy takes as a set
+(scopes also after a scoped listener was sent), and a listener update removing a listener.
 
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
@@ -40,7 +39,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from envoy.service.discovery.v3 import discovery_pb2 as d
 
@@ -49,6 +47,7 @@ from podway.envoy.config import Resource
 from podway.envoy.config.scoped import has_scopes, is_table, table_of
 from podway.envoy.xds import parts
 from podway.envoy.xds.cache import Cache
+from podway.envoy.xds.delta_state import DeltaType, Sent
 from podway.envoy.xds.protocol import (
     DEPENDENT,
     HELD_FOR_CLUSTERS,
@@ -64,40 +63,8 @@ from podway.envoy.xds.protocol import (
     refused_for_long,
 )
 from podway.envoy.xds.recall import Recall
-from podway.envoy.xds.refusals import RefusalMemory, Refusals, placeholder, refused_of, split
+from podway.envoy.xds.refusals import RefusalMemory, placeholder, refused_of, split
 from podway.envoy.xds.served import delta_busy, served
-
-
-@dataclass(frozen=True, slots=True)
-class _Sent:
-    """One response Envoy has not answered yet."""
-
-    version: str  # system version
-    resources: tuple[tuple[str, str], ...]  # (name, digest) sent
-    removed: tuple[str, ...]
-    stand_ins: frozenset[str] = frozenset()  # names sent as placeholders
-
-
-@dataclass(slots=True)
-class _DeltaType:
-    wildcard: bool
-    names: set[str] = field(default_factory=set)
-    known: dict[str, str] = field(default_factory=dict)  # name → version Envoy has (or was sent)
-    accepted: dict[str, str] = field(default_factory=dict)  # name → version Envoy ACKed
-    nonces: dict[str, _Sent] = field(default_factory=dict)  # responses not answered yet
-    retry: set[str] = field(default_factory=set)  # NACKed removals: sent with the next change
-    refusals: Refusals = field(default_factory=Refusals)
-    groups: list[frozenset[str]] = field(default_factory=list)  # isolating: one response each
-    rejected: bool = False  # the newest answer was a NACK
-    rejected_at: float = 0.0  # clock() when that NACK came
-    seen: str = ""  # cache version last compared against
-    dirty: set[str] = field(default_factory=set)  # names to look at again regardless
-    held: set[str] = field(default_factory=set)  # removals deferred until routes are current
-    first: bool = True  # the stream's first response of this type is owed (sent even empty)
-    asked: set[str] = field(default_factory=set)  # newly subscribed names not answered yet
-    ahead: set[str] = field(default_factory=set)  # sent before Envoy subscribed (scope tables)
-    backlog: set[str] = field(default_factory=set)  # past the bound: after the answer
-    whole: bool = False  # the next response goes whole (scopes for a new connection manager)
 
 
 class DeltaStream:
@@ -112,7 +79,7 @@ class DeltaStream:
         self.memory = memory or RefusalMemory()
         self.cache = cache
         self.node = ""
-        self._types: dict[str, _DeltaType] = {}
+        self._types: dict[str, DeltaType] = {}
         self._settled = SettledMemo()
         self._recall = Recall()  # load assignments a reconnecting engine holds
 
@@ -128,7 +95,7 @@ class DeltaStream:
         if state is None:
             wildcard = type_url in types.WILDCARD_TYPES and (not subscribe or "*" in subscribe)
             refusals = self.memory.of(self.node, type_url)
-            state = self._types[type_url] = _DeltaType(wildcard=wildcard, refusals=refusals)
+            state = self._types[type_url] = DeltaType(wildcard=wildcard, refusals=refusals)
             state.known.update(request.initial_resource_versions)
             state.accepted.update(request.initial_resource_versions)
             if type_url == types.ENDPOINT:
@@ -188,8 +155,8 @@ class DeltaStream:
                     and not state.refusals.due(self.clock()))
             if idle:
                 continue  # nothing new for this type: skip the (possibly large) comparison
-            if state.backlog and state.nonces:
-                continue  # the rest of a big update: once Envoy has answered its last part
+            if state.backlog and not state.room():
+                continue  # the rest of a big update: once Envoy has answered a part
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
                 continue  # also a first request: a reconnecting Envoy routes with what it has
             if not self.cache.is_set(type_url):
@@ -197,8 +164,10 @@ class DeltaStream:
             first, asked = state.first, state.asked
             state.first, state.asked = False, set()
             self._settled.touch(type_url)
-            out.extend(self._respond(type_url, state, force=first, asked=asked,
-                                     defer=self._defer(type_url)))
+            defer = self._defer(type_url)
+            out.extend(self._respond(type_url, state, force=first, asked=asked, defer=defer))
+            while state.backlog and state.room():  # the next part, ahead of the answer
+                out.extend(self._respond(type_url, state, force=False, asked=set(), defer=defer))
         return out
 
     def served(self) -> bool:  # Envoy holds all the cache has (``podway.envoy.xds.served``)
@@ -210,7 +179,7 @@ class DeltaStream:
             state.refusals.next_retry_at() for state in self._types.values()))
             if t is not None), default=None)
 
-    def _rejected(self, type_url: str, state: _DeltaType, answered: _Sent, nonce: str,
+    def _rejected(self, type_url: str, state: DeltaType, answered: Sent, nonce: str,
                   message: str) -> Nack:
         """Envoy refused a response: find the refused resources, hold them back, and offer
         the others again at once (isolating them in halves when Envoy did not say which)."""
@@ -302,7 +271,7 @@ class DeltaStream:
                 return False
         return True
 
-    def _respond(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
+    def _respond(self, type_url: str, state: DeltaType, *, force: bool, asked: set[str],
                  defer: bool) -> list[d.DeltaDiscoveryResponse]:
         now = self.clock()
         snapshot = self.cache.get(type_url)
@@ -358,7 +327,7 @@ class DeltaStream:
             out.extend(self._sent(state, response, snapshot.version, force=False))
         return out
 
-    def _offered(self, type_url: str, state: _DeltaType, name: str, resource: Resource,
+    def _offered(self, type_url: str, state: DeltaType, name: str, resource: Resource,
                  now: float) -> Resource:
         """What to send for ``resource``: an interim load assignment instead while the members
         a reconnecting engine holds are bridged (``podway.envoy.xds.recall``)."""
@@ -367,13 +336,13 @@ class DeltaStream:
         return self._recall.serve(name, resource, held=state.known.get(name),
                                   clusters=self.cache.get(types.CLUSTER).resources, now=now)
 
-    def _remove(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+    def _remove(self, type_url: str, state: DeltaType, response: d.DeltaDiscoveryResponse,
                 name: str) -> None:
         _remove(state, response, name)
         if type_url == types.ENDPOINT:
             self._recall.forget(name)
 
-    def _candidates(self, type_url: str, state: _DeltaType, *, force: bool, asked: set[str],
+    def _candidates(self, type_url: str, state: DeltaType, *, force: bool, asked: set[str],
                     now: float) -> set[str]:
         """The names to look at: all of them (a first response, or a stream too far behind),
         else what changed since the last look; and always what waits (asked, left over from a
@@ -398,7 +367,7 @@ class DeltaStream:
         candidates.update(state.refusals.due(now))
         return candidates
 
-    def _group_responses(self, type_url: str, state: _DeltaType
+    def _group_responses(self, type_url: str, state: DeltaType
                          ) -> tuple[list[d.DeltaDiscoveryResponse], set[str], set[str]]:
         """Isolating refused resources: each pending group goes out as its own response.
         Returns the responses, the names they carry, and the names left to the usual path
@@ -419,7 +388,7 @@ class DeltaStream:
             out.extend(self._sent(state, response, snapshot.version, force=False))
         return out, grouped, {n for g in groups for n in g} - grouped
 
-    def _stand_in(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+    def _stand_in(self, type_url: str, state: DeltaType, response: d.DeltaDiscoveryResponse,
                   name: str) -> bool:
         """A held refused resource: Envoy keeps its accepted version; with none, a placeholder
         goes out (once) so what waits for the resource warms. True if one was added."""
@@ -429,7 +398,7 @@ class DeltaStream:
         self._add(type_url, state, response, name, stand_in)
         return True
 
-    def _wanted(self, state: _DeltaType, name: str) -> bool:
+    def _wanted(self, state: DeltaType, name: str) -> bool:
         return state.wildcard or name in state.names or (
             state is self._types.get(types.ROUTE) and self._scoped_table(name))
 
@@ -447,7 +416,7 @@ class DeltaStream:
     def _response(type_url: str, version: str) -> d.DeltaDiscoveryResponse:
         return d.DeltaDiscoveryResponse(type_url=type_url, system_version_info=version)
 
-    def _add(self, type_url: str, state: _DeltaType, response: d.DeltaDiscoveryResponse,
+    def _add(self, type_url: str, state: DeltaType, response: d.DeltaDiscoveryResponse,
              name: str, resource: Resource) -> None:
         if state.known.get(name) is not None:
             self._invalidate(type_url, name)
@@ -460,14 +429,14 @@ class DeltaStream:
         state.known[name] = resource.digest
 
     @staticmethod
-    def _sent(state: _DeltaType, response: d.DeltaDiscoveryResponse, version: str, *,
+    def _sent(state: DeltaType, response: d.DeltaDiscoveryResponse, version: str, *,
               force: bool, stand_ins: frozenset[str] = frozenset()
               ) -> list[d.DeltaDiscoveryResponse]:
         """Give a built response its nonce and remember it; nothing when it is empty."""
         if not response.resources and not response.removed_resources and not force:
             return []
         response.nonce = new_nonce()
-        state.nonces[response.nonce] = _Sent(
+        state.nonces[response.nonce] = Sent(
             version, tuple((r.name, r.version) for r in response.resources),
             tuple(response.removed_resources), stand_ins)
         return [response]
@@ -492,7 +461,7 @@ class DeltaStream:
             dependent.dirty.add(name)
 
 
-def _remove(state: _DeltaType, response: d.DeltaDiscoveryResponse, name: str) -> None:
+def _remove(state: DeltaType, response: d.DeltaDiscoveryResponse, name: str) -> None:
     """``name`` goes in ``response``'s removals and out of what Envoy is known to have."""
     response.removed_resources.append(name)
     del state.known[name]

@@ -29,7 +29,7 @@ def served(cache: Cache, states: Mapping[str, Any], busy: Callable[[Any, str], b
 
 
 def delta_busy(state: Any, version: str) -> bool:
-    """A delta stream's type (``delta._DeltaType``)."""
+    """A delta stream's type (``delta_state.DeltaType``)."""
     return bool(state.nonces or state.backlog or state.asked or state.first or state.dirty
                 or state.held or state.groups or state.seen != version)
 
