@@ -21,10 +21,11 @@ listener Envoy still holds, warming its one-table successor or draining, keeps s
 them). Envoy ignores route table removals.
 
 Big updates go in parts (``podway.envoy.xds.parts``, ``DeltaStream.most_per_response``): the
-names past the bound wait in ``backlog``, at most ``parts.room`` parts unanswered, so Envoy's
-main thread (which also runs the active checks) is never busy with thousands of resources in
-one go. Clusters not sent yet are not settled. Whole: a first response Envoy takes as a set
-(scopes also after a scoped listener was sent), and a listener update removing a listener.
+names past the bound wait in ``backlog`` and go once Envoy has answered the type's last
+response (two parts ahead were measured no faster: docs/performance.md), so Envoy's main thread
+(which also runs the active checks) is never busy with thousands of resources in one go.
+Clusters not sent yet are not settled. Whole: a first response Envoy takes as a set (scopes
+also after a scoped listener was sent), and a listener update removing a listener.
 
 A reconnecting Envoy (a restarted Podway) still routes with what it holds, and says what that
 is in each type's first request (``initial_resource_versions``); its first requests come as a
@@ -155,8 +156,8 @@ class DeltaStream:
                     and not state.refusals.due(self.clock()))
             if idle:
                 continue  # nothing new for this type: skip the (possibly large) comparison
-            if state.backlog and not state.room():
-                continue  # the rest of a big update: once Envoy has answered a part
+            if state.backlog and state.nonces:
+                continue  # the rest of a big update: once Envoy has answered its last part
             if type_url in HELD_FOR_CLUSTERS and not self._clusters_settled():
                 continue  # also a first request: a reconnecting Envoy routes with what it has
             if not self.cache.is_set(type_url):
@@ -164,10 +165,8 @@ class DeltaStream:
             first, asked = state.first, state.asked
             state.first, state.asked = False, set()
             self._settled.touch(type_url)
-            defer = self._defer(type_url)
-            out.extend(self._respond(type_url, state, force=first, asked=asked, defer=defer))
-            while state.backlog and state.room():  # the next part, ahead of the answer
-                out.extend(self._respond(type_url, state, force=False, asked=set(), defer=defer))
+            out.extend(self._respond(type_url, state, force=first, asked=asked,
+                                     defer=self._defer(type_url)))
         return out
 
     def served(self) -> bool:  # Envoy holds all the cache has (``podway.envoy.xds.served``)

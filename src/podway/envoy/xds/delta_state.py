@@ -1,11 +1,10 @@
 """The state a delta stream (``podway.envoy.xds.delta``) keeps per type: what Envoy has, was
-sent and has not answered, what waits; and whether another part of a big update may go."""
+sent and has not answered, what waits."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from podway.envoy.xds import parts
 from podway.envoy.xds.refusals import Refusals
 
 
@@ -39,7 +38,3 @@ class DeltaType:
     ahead: set[str] = field(default_factory=set)  # sent before Envoy subscribed (scope tables)
     backlog: set[str] = field(default_factory=set)  # past the bound: after the answer
     whole: bool = False  # the next response goes whole (scopes for a new connection manager)
-
-    def room(self) -> bool:
-        """Another part of a big update may go before Envoy answers those sent (``parts.room``)."""
-        return parts.room(len(self.nonces), refused=self.rejected or bool(self.refusals))

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Collection, Iterable, Mapping
 
 from podway.envoy import types
-from podway.envoy.xds.protocol import PARTS_IN_FLIGHT, WHOLE_FIRST_TYPES
+from podway.envoy.xds.protocol import WHOLE_FIRST_TYPES
 from podway.envoy.xds.refusals import Refusals
 
 
@@ -24,12 +24,6 @@ def bound(type_url: str, *, first: bool, most: int, removes: bool = False) -> in
     """Resources a response of ``type_url`` may carry (``first``: the stream's first of it;
     ``removes``: a listener update that removes one, ``removes_listener``)."""
     return sys.maxsize if removes or (first and type_url in WHOLE_FIRST_TYPES) else most
-
-
-def room(in_flight: int, *, refused: bool) -> bool:
-    """Whether another part of a big update may go before Envoy answers the ``in_flight``
-    ones: up to ``PARTS_IN_FLIGHT``, one at a time while anything of the type is refused."""
-    return in_flight < (1 if refused else PARTS_IN_FLIGHT)
 
 
 def removes_listener(type_url: str, names: Iterable[str], known: Mapping[str, str],

@@ -68,12 +68,6 @@ REMOVALS_WAIT_FOR = (types.LISTENER, types.ROUTE)
 #: the first checks it had just started, and the failed members' re-checks (every second, all
 #: together) kept it so. A part of 500 is a few tens of milliseconds of Envoy's time.
 MAX_RESOURCES_PER_RESPONSE = 500
-#: Parts of a big update that may go unanswered at once (``parts.room``; one at a time while
-#: anything of the type is refused, whatever this says). One: two ahead did not shorten a cold
-#: start's load assignments at 10,000 routes (1.43-1.47 s either way, stamped; Envoy fills the
-#: round trip between two parts with the first checks the last one started), so the next part
-#: goes once Envoy has answered (docs/performance.md, "Where issue 24's cold-start target stands").
-PARTS_IN_FLIGHT = 1
 #: Types whose first response goes whole, because Envoy takes it as a set: its init, and so its
 #: LIVE (an engine's readiness), waits for exactly what the stream's first clusters and listeners
 #: name; and a scoped connection manager that is new (at a start, or after its listener changed)

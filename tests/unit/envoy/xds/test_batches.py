@@ -1,5 +1,4 @@
-"""A big update reaches Envoy in bounded parts, at most ``PARTS_IN_FLIGHT`` of them ahead of
-Envoy's answers (one while anything of the type is refused) (issue 24).
+"""A big update reaches Envoy in bounded parts, each after Envoy answered the last (issue 24).
 
 Envoy applies a response in one go on its main thread, which also runs the active health checks
 (1 s timeout). 10,000 load assignments in one response kept it busy past the timeout of the
@@ -22,7 +21,7 @@ from podway.envoy.config import Builder
 from podway.envoy.config.scoped import table_name, table_of
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
-from podway.envoy.xds.protocol import MAX_RESOURCES_PER_RESPONSE, PARTS_IN_FLIGHT
+from podway.envoy.xds.protocol import MAX_RESOURCES_PER_RESPONSE
 from podway.ir import IR
 
 from .helpers import http_listener, ir, pool, route, vhost
@@ -121,8 +120,7 @@ def test_a_cold_start_of_5000_pools_sends_assignments_and_tables_in_bounded_part
     assert tables > MAX_RESOURCES_PER_RESPONSE  # (the scopes share them: fewer than N)
     assert max(eds) == max(rds) == MAX_RESOURCES_PER_RESPONSE
     assert (sum(eds), sum(rds)) == (N, tables)
-    assert envoy.most_in_flight[types.ENDPOINT] == envoy.most_in_flight[types.ROUTE] == (
-        PARTS_IN_FLIGHT)
+    assert envoy.most_in_flight[types.ENDPOINT] == envoy.most_in_flight[types.ROUTE] == 1
     for type_url in (types.CLUSTER, types.ENDPOINT, types.SCOPE, types.ROUTE):
         sent = envoy.sent(type_url)
         assert (len(sent), set(sent.values())) == (
@@ -143,14 +141,14 @@ def test_a_big_update_of_a_running_engine_goes_in_parts_and_routes_wait_for_all(
     for type_url in (types.CLUSTER, types.ENDPOINT, types.SCOPE):
         sizes = [len(r.resources) for r in new if r.type_url == type_url]
         assert (max(sizes), sum(sizes)) == (MOST, SOME - 10), type_url
-        assert envoy.most_in_flight[type_url] == min(PARTS_IN_FLIGHT, 3), type_url
+        assert envoy.most_in_flight[type_url] == 1, type_url
     # The tables the new hosts went into, each once, behind the scopes naming them.
     sizes = [len(r.resources) for r in new if r.type_url == types.ROUTE]
     touched = {table_name("listener/http", f"h{i}.ex") for i in range(10, SOME)}
     assert max(sizes) <= MOST
     assert envoy.sent(types.ROUTE).keys() >= touched
     assert sum(sizes) == len(touched)
-    assert envoy.most_in_flight[types.ROUTE] <= PARTS_IN_FLIGHT
+    assert envoy.most_in_flight[types.ROUTE] == 1
     # Route tables wait for every part of the clusters and load assignments (scopes name
     # tables, not clusters: they never waited).
     last_cluster = max(i for i, r in enumerate(new) if r.type_url in (
@@ -276,17 +274,3 @@ def test_a_listener_refused_for_anything_else_is_held_even_when_the_nack_meets_a
     out = [r for r in stream.on_request(nack)[0] if r.type_url == types.LISTENER]
     assert [(list(r.removed_resources), [x.name for x in r.resources]) for r in out] == [
         (["l/000"], [])]
-
-
-def test_parts_go_ahead_of_the_answers_only_while_nothing_of_the_type_is_refused() -> None:
-    from podway.envoy.xds import parts
-    from podway.envoy.xds.delta_state import DeltaType, Sent
-
-    assert [parts.room(n, refused=False) for n in range(PARTS_IN_FLIGHT + 1)] == [
-        *([True] * PARTS_IN_FLIGHT), False]
-    assert [parts.room(n, refused=True) for n in range(2)] == [True, False]
-    state = DeltaType(wildcard=False)
-    state.nonces["a"] = Sent("1", (), ())
-    assert state.room() is (PARTS_IN_FLIGHT > 1)
-    state.rejected = True  # the newest answer was a refusal: one part at a time
-    assert not state.room()

@@ -10,14 +10,12 @@ from podway.envoy import types
 from podway.envoy.config import Builder
 from podway.envoy.xds.cache import Cache
 from podway.envoy.xds.delta import DeltaStream
-from podway.envoy.xds.protocol import MAX_RESOURCES_PER_RESPONSE, PARTS_IN_FLIGHT
+from podway.envoy.xds.protocol import MAX_RESOURCES_PER_RESPONSE
 from podway.envoy.xds.sotw import SotwStream
 
 from .test_batches import Envoy, _delta, _ir
 
 BIG = MAX_RESOURCES_PER_RESPONSE + 10  # load assignments and tables in two parts
-# more parts than go ahead of Envoy's answers
-BIGGER = MAX_RESOURCES_PER_RESPONSE * PARTS_IN_FLIGHT + 10
 
 
 def test_a_delta_engine_is_served_only_once_every_part_is_answered() -> None:
@@ -48,18 +46,17 @@ def test_a_delta_engine_is_served_only_once_every_part_is_answered() -> None:
 
 def test_a_delta_engine_is_not_served_while_parts_wait_past_the_bound() -> None:
     cache = Cache()
-    cache.set(Builder(scoped_min_hosts=3).build(_ir(BIGGER)))
+    cache.set(Builder(scoped_min_hosts=3).build(_ir(BIG)))
     stream = DeltaStream(cache)
     (clusters,), _ = stream.on_request(_delta(types.CLUSTER))
     stream.on_request(_delta(types.CLUSTER, nonce=clusters.nonce))
-    ahead, _ = stream.on_request(_delta(types.ENDPOINT, tuple(cache.get(types.ENDPOINT)
-                                                              .resources)))
-    assert [len(p.resources) for p in ahead] == [MAX_RESOURCES_PER_RESPONSE] * PARTS_IN_FLIGHT
-    stream.on_request(_delta(types.ENDPOINT, nonce=ahead[-1].nonce))  # the last one answered
+    (part,), _ = stream.on_request(_delta(types.ENDPOINT, tuple(cache.get(types.ENDPOINT)
+                                                                .resources)))
+    assert len(part.resources) == MAX_RESOURCES_PER_RESPONSE
     for type_url in (types.LISTENER, types.EXTENSION, types.SCOPE):
         for response in stream.on_request(_delta(type_url))[0]:
             stream.on_request(_delta(response.type_url, nonce=response.nonce))
-    # every response answered but the first part and the last (sent on the second's answer)
+    # every response sent so far answered but the first part; the rest waits behind it
     assert not stream.served()
 
 
