@@ -24,9 +24,6 @@ from podway.ir import (
     PoolSettings,
 )
 
-#: How soon a member that failed a check, or is down, is checked again, at most (``_health_check``).
-QUICK_RECHECK_MS = 1000
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backend:
@@ -209,11 +206,8 @@ def _upstream_tls(s: PoolSettings, http: bool, folder: str, closed: list[str]
 def _health_check(check: HealthCheck, protocol: PoolProtocol, pool: str
                   ) -> tuple[list[str], str, str]:
     """Lines, server options and a problem ("" when none) for one active check."""
-    # A member that failed a check, or is down, is checked again after the short interval
-    # (at most 1 s), as the Envoy engine does (``unhealthy_interval``, ``no_traffic_interval``):
-    # a failing member is out after ``fall`` quick checks, not ``fall`` whole intervals, and
-    # one that recovers (a pod that was not listening yet) is back within a second or so.
-    quick = min(check.interval_ms, QUICK_RECHECK_MS)
+    # ``fastinter``: after a failed check while up; ``downinter``: while down.
+    quick = check.quick_interval_ms
     opts = (f" inter {check.interval_ms}ms fastinter {quick}ms downinter {quick}ms"
             f" rise {check.healthy_threshold} fall {check.unhealthy_threshold}")
     lines = [f"  timeout check {check.timeout_ms}ms"]

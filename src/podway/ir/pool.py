@@ -69,6 +69,10 @@ class HealthCheckKind(StrEnum):
     GRPC = "grpc"  # grpc.health.v1.Health/Check answers SERVING
 
 
+#: The longest wait before a failing or down member is checked again (``HealthCheck``).
+QUICK_RECHECK_MS = 1000
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HealthCheck:
     """Active check of every member, from every engine.
@@ -89,6 +93,16 @@ class HealthCheck:
     grpc_service: str = ""  # GRPC: the service name asked about ("" = the whole server)
     method: str = "GET"  # HTTP: the request's method (no body is ever sent)
     headers: tuple[tuple[str, str], ...] = ()  # HTTP: request headers added
+
+    @property
+    def quick_interval_ms(self) -> int:
+        """The wait before checking again a member whose last check failed, or that is down:
+        at most ``QUICK_RECHECK_MS``, so a failing member is out after ``unhealthy_threshold``
+        quick checks rather than as many whole intervals, and one that recovers (a pod not
+        listening yet when it was added) is back within about a second. Every engine uses it
+        (Envoy's ``unhealthy_interval``, HAProxy's ``fastinter``/``downinter``, the kernel
+        engine's checker)."""
+        return min(self.interval_ms, QUICK_RECHECK_MS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

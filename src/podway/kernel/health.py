@@ -15,8 +15,10 @@ changes within a tenth of an interval, each moving most ClientIP clients to anot
 and briefly sending every new flow to one.
 
 ``Checker`` is the thin asyncio shell: one task per (pool, member) that connects every
-``interval_ms`` (plus up to 10 % jitter, so checks of many members never align), with
-``timeout_ms`` to connect, and tells ``on_change`` when a member's health moved.
+``interval_ms`` (after a failed check or while the member is down, every
+``quick_interval_ms``: ``next_wait_s``), plus up to 10 % jitter so checks of many members
+never align, with ``timeout_ms`` to connect, and tells ``on_change`` when a member's health
+moved.
 
 What is checked follows the IR (``follow``): members of pools with a TCP-kind ``health_check``
 and state READY or NOT_READY (a pod held back by the readiness gate is listed not ready until
@@ -117,6 +119,14 @@ async def tcp_connect(address: str, port: int, timeout_s: float) -> str:
 Probe = Callable[[str, int, float], Awaitable[str]]  # (address, port, timeout) → "" or why
 
 
+def next_wait_s(check: HealthCheck, *, failed: bool, health: Health) -> float:
+    """Seconds to the member's next check: the short interval after a failed check or while
+    it is down (``HealthCheck.quick_interval_ms``, as Envoy and HAProxy wait), else the
+    pool's interval."""
+    quick = failed or health is Health.UNHEALTHY
+    return (check.quick_interval_ms if quick else check.interval_ms) / 1000
+
+
 class Checker:
     """Checks the members ``follow`` was last given; ``on_change`` after each health move."""
 
@@ -191,6 +201,7 @@ class Checker:
                 log.info("kernel engine: member %s of %s is %s%s", key[1], key[0],
                          judge.health.value, f" ({judge.reason})" if judge.reason else "")
                 self.on_change()
-            await asyncio.sleep(interval * (1 + self._rng.uniform(0, JITTER)))
+            wait = next_wait_s(check, failed=bool(why), health=judge.health)
+            await asyncio.sleep(wait * (1 + self._rng.uniform(0, JITTER)))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
+
 from podway.engines.member_health import Health, HostState, Message, decode, encode
 from podway.ir import (
     IR,
@@ -16,7 +18,8 @@ from podway.ir import (
     PoolProtocol,
     PoolSettings,
 )
-from podway.kernel.health import Checker, Judge, tcp_connect
+from podway.kernel import health
+from podway.kernel.health import Checker, Judge, next_wait_s, tcp_connect
 
 CHECK = HealthCheck(kind=HealthCheckKind.TCP, interval_ms=20, timeout_ms=10,
                     healthy_threshold=2, unhealthy_threshold=3)
@@ -145,3 +148,47 @@ async def test_a_not_ready_member_is_checked_and_reported_so_a_gated_pod_can_tur
         assert checker.usable("pool/shop/web/80/tcp", ready)  # no pending restart
     finally:
         await checker.close()
+
+
+def test_a_failing_or_down_member_is_checked_again_after_the_short_interval() -> None:
+    """As Envoy and HAProxy wait: ``quick_interval_ms`` after a failed check or while down,
+    the pool's interval otherwise (a 5 s pool: 1 s and 5 s)."""
+    check = HealthCheck(kind=HealthCheckKind.TCP, interval_ms=5000)
+    assert check.quick_interval_ms == 1000
+    assert next_wait_s(check, failed=False, health=Health.HEALTHY) == 5.0
+    assert next_wait_s(check, failed=True, health=Health.HEALTHY) == 1.0  # failing, still in
+    assert next_wait_s(check, failed=True, health=Health.UNHEALTHY) == 1.0
+    assert next_wait_s(check, failed=False, health=Health.UNHEALTHY) == 1.0  # recovering
+    assert next_wait_s(check, failed=False, health=Health.PENDING) == 5.0
+    short = HealthCheck(kind=HealthCheckKind.TCP, interval_ms=300)
+    assert next_wait_s(short, failed=True, health=Health.UNHEALTHY) == 0.3
+
+
+async def test_the_checker_waits_the_short_interval_after_a_failed_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker's task sleeps what ``next_wait_s`` says (the first sleep is its spread)."""
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(delay: float) -> None:
+        waits.append(delay)
+        await real_sleep(0)
+
+    monkeypatch.setattr(health.asyncio, "sleep", sleep)
+    results = iter(["Connection refused", "", ""])
+
+    async def probe(address: str, port: int, timeout_s: float) -> str:
+        return next(results, "")
+
+    checker = Checker(lambda: None, probe=probe, rng=random.Random(1))
+    checker.follow(ir_of(UP, check=HealthCheck(kind=HealthCheckKind.TCP, interval_ms=5000,
+                                                healthy_threshold=2)))
+    try:
+        while len(waits) < 4:
+            await real_sleep(0)
+    finally:
+        await checker.close()
+    # after: the failure (1 s), the first good check while still down (1 s), the second (up
+    # again: 5 s); each lengthened by up to 10 % jitter
+    assert all(low <= wait <= low * 1.1
+               for low, wait in zip((1.0, 1.0, 5.0), waits[1:4], strict=True)), waits

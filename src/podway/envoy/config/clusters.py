@@ -217,14 +217,14 @@ def _health_check(check: HealthCheck, *, http2: bool) -> health_check_pb2.Health
     )
     # A member that just failed is checked again sooner, so it is removed within about
     # unhealthy_threshold x the shorter interval instead of a full interval per check.
-    out.unhealthy_interval.CopyFrom(duration(min(check.interval_ms, 1000)))
+    out.unhealthy_interval.CopyFrom(duration(check.quick_interval_ms))
     # Envoy uses the "no traffic" intervals instead of the two above for as long as it believes
     # the pool never had a connection, and it believes that whenever the pool's own stats are
     # not kept (``EnvoyStats.BOUNDED``, the default): its traffic test reads a stat that then
     # does not exist. So the same split holds there: a failing or new member (its first check
     # failed because the pod was not listening yet) is checked again after the short interval,
     # not after ``interval`` — in a rollout that was 5 s with no serving member.
-    out.no_traffic_interval.CopyFrom(duration(min(check.interval_ms, 1000)))
+    out.no_traffic_interval.CopyFrom(duration(check.quick_interval_ms))
     out.no_traffic_healthy_interval.CopyFrom(duration(check.interval_ms))
     # Never the first check (``initial_jitter`` stays 0): a cluster is warm only once every
     # member had it, so a jittered first check would delay every new pool.
