@@ -136,3 +136,26 @@ def test_no_depth_is_claimed_for_a_document_pyyaml_built() -> None:
     # A merge key sends the second document to PyYAML's constructor: its depth is unknown.
     assert _measured("a: [[1]]\n---\nb:\n  <<: {c: [[[1]]]}\n") is None
     assert _measured("a: &x [1]\nb: *x\n") is None  # anchors: never the lean walk
+
+
+def test_path_resolvers_still_apply_and_are_skipped_only_without_any() -> None:
+    """The composer's per-node resolver hooks are no-op builtins only while no path resolver
+    is registered; a loader class with one resolves by path exactly as PyYAML's does."""
+    plain = FastSafeLoader("a: 1\n")
+    try:
+        assert plain.descend_resolver(None, None) is True  # the stand-in: nothing done
+        assert plain.ascend_resolver() == ()
+    finally:
+        plain.dispose()
+
+    class Pathed(FastSafeLoader):
+        pass
+
+    class PathedReference(REFERENCE):  # type: ignore[misc,valid-type]
+        pass
+
+    for cls in (Pathed, PathedReference):  # a quoted scalar at key "port" is an int
+        cls.add_path_resolver("tag:yaml.org,2002:int", ["port"], yaml.ScalarNode)
+    text = 'port: "80"\nother: "80"\n'
+    assert yaml.load(text, Loader=Pathed) == yaml.load(text, Loader=PathedReference) == {
+        "port": 80, "other": "80"}
