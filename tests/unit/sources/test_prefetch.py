@@ -8,9 +8,8 @@ no worker at all) is parsed by the main process, with the same values and errors
 from __future__ import annotations
 
 import asyncio
+import datetime
 import io
-import pickle
-import struct
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ from podway.model.loader import Stopped, load_documents, load_text
 from podway.sources import prefetch as prefetch_module
 from podway.sources.files import FileSource
 from podway.sources.manifests import read_manifest
-from podway.sources.prefetch import Prefetch, digest, worker
+from podway.sources.prefetch import Prefetch, digest, read_frame, worker
 
 PAIR = """apiVersion: v1
 kind: Service
@@ -44,11 +43,10 @@ def _text(pairs: int) -> str:
 
 
 def _frames(data: bytes) -> list[tuple[object, ...]]:
-    out, at = [], 0
-    while at < len(data):
-        (size,) = struct.unpack("!Q", data[at:at + 8])
-        out.append(pickle.loads(data[at + 8:at + 8 + size]))
-        at += 8 + size
+    stream, out = io.BytesIO(data), []
+    while (frame := read_frame(stream)) is not None:
+        out.append(frame)
+    assert stream.tell() == len(data)
     return out
 
 
@@ -75,12 +73,31 @@ def test_the_worker_sends_its_plan_then_the_loader_s_documents_of_each_big_file(
     assert sent[str((tmp_path / "broken.yaml").resolve())][2] is None
 
 
+def test_frames_go_marshalled_and_pickled_only_with_a_value_marshal_cannot_write() -> None:
+    """Plain documents cross the pipe marshalled (cheap to write); a timestamp (YAML builds a
+    datetime for an unquoted one) sends its frame pickled, and both arrive equal."""
+    plain = ("/m/a.yaml", b"d" * 16, [{"kind": "Service", "n": 1, "ok": True, "x": None}])
+    stamped = ("/m/b.yaml", b"e" * 16, load_documents("at: 2026-12-06T10:00:00Z\n"))
+    assert isinstance(stamped[2][0][0]["at"], datetime.datetime)
+    out = io.BytesIO()
+    prefetch_module._send(out, plain)
+    prefetch_module._send(out, stamped)
+    data = out.getvalue()
+    header = prefetch_module._HEADER
+    first_size, first_form = header.unpack(data[:header.size])
+    assert first_form == b"m"
+    assert header.unpack_from(data, header.size + first_size)[1] == b"p"
+    assert _frames(data) == [plain, stamped]
+
+
 def test_objects_from_the_worker_s_documents_are_the_loader_s(tmp_path: Path) -> None:
     """Through a real worker process: the same objects, errors and warnings as a plain read;
     the documents were taken from the worker (``used``)."""
     big = tmp_path / "big.yaml"
     big.write_text(_text(300) + "---\nkind: Unknown\napiVersion: x/v1\n---\n"
-                   "apiVersion: v1\nkind: Service\nmetadata: {name: bad}\nspec: {ports: x}\n")
+                   "apiVersion: v1\nkind: Service\nmetadata: {name: bad}\nspec: {ports: x}\n"
+                   "---\napiVersion: v1\nkind: Service\nmetadata: {name: stamped, namespace: "
+                   "big, creationTimestamp: 2026-12-06T10:00:00Z}\n")  # a datetime: pickled
     prefetch = Prefetch(tmp_path, min_bytes=4096)
     try:
         with_worker = read_manifest(big, built=lambda data: prefetch.take(big, data))
@@ -90,7 +107,7 @@ def test_objects_from_the_worker_s_documents_are_the_loader_s(tmp_path: Path) ->
     alone = read_manifest(big)
     assert with_worker.objects == alone.objects
     assert (with_worker.errors, with_worker.warnings) == (alone.errors, alone.warnings)
-    assert len(alone.objects) == 600
+    assert len(alone.objects) == 601
     assert alone.errors
 
 
