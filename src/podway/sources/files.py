@@ -139,9 +139,8 @@ class FileSource:
 
     def load(self) -> SourceUpdate:
         """(Re)load every file under the folder and return the merged view."""
-        update = self.apply(set(manifest_files([self.root])) | set(self._set.files))
-        return SourceUpdate(update.snapshot, update.errors, update.stale_files, None,
-                            update.warnings)
+        paths = set(manifest_files([self.root])) | set(self._set.files)
+        return self._publish({p: self._read(p) for p in paths}, report=False)
 
     def apply(self, changed: set[Path]) -> SourceUpdate:
         """Reload ``changed`` paths (added, modified or deleted files), parsing here."""
@@ -164,8 +163,12 @@ class FileSource:
     def _read(self, path: Path) -> Parsed | None:
         return self._reader(path, threading.Event())()
 
-    def _publish(self, changes: dict[Path, Parsed | None]) -> SourceUpdate:
-        changed = self._set.merge(changes)
+    def _publish(self, changes: dict[Path, Parsed | None], *, report: bool = True
+                 ) -> SourceUpdate:
+        """The merged view after ``changes``; its ``changed`` keys only with ``report`` (else
+        None: everything, as a first load says)."""
+        merged = self._set.merge(changes, report=report)
+        changed = merged if report else None
         errors = self._set.errors()
         stale = self._set.stale()
         if self._missing:
@@ -193,9 +196,7 @@ class FileSource:
         await asyncio.sleep(0)
         self._root_id = _identity(self.root)
         try:
-            update = self._publish(await self._first_load(live))
-            yield SourceUpdate(update.snapshot, update.errors, update.stale_files, None,
-                               update.warnings)
+            yield self._publish(await self._first_load(live), report=False)
             while True:
                 if getter is None:
                     getter = asyncio.create_task(live.events.get(), name="file-source-events")

@@ -12,6 +12,7 @@ import pytest
 from podway.model import Service
 from podway.model.loader import LoadLimits
 from podway.sources.files import FileSource, load_paths, wait_stable
+from podway.sources.manifests import ManifestSet, read_manifest
 
 SVC = """apiVersion: v1
 kind: Service
@@ -95,6 +96,24 @@ def test_incremental_updates_equal_a_fresh_load_and_name_what_changed(tmp_path: 
         fresh = FileSource(tmp_path).load().snapshot
         assert {o.ref: o for o in update.snapshot.all()} == {o.ref: o for o in fresh.all()}
         assert set(update.changed or ()) == expected
+
+
+def test_a_merge_that_reports_nothing_leaves_the_same_state(tmp_path: Path) -> None:
+    """A first load says "everything changed" (``changed`` None) without sorting every key
+    for nobody; the state it leaves is the reporting merge's, and later merges report."""
+    (tmp_path / "a.yaml").write_text(SVC.format(name="x", port=80))
+    (tmp_path / "b.yaml").write_text(SVC.format(name="x", port=81) + "---\n"
+                                     + SVC.format(name="y", port=1))
+    reads = {p: read_manifest(p) for p in sorted(tmp_path.iterdir())}
+    quiet, reporting = ManifestSet(), ManifestSet()
+    assert quiet.merge(reads, report=False) == ()
+    assert reporting.merge(reads) == (("Service", ("default", "x")),
+                                      ("Service", ("default", "y")))
+    assert quiet.snapshot.objects == reporting.snapshot.objects
+    assert quiet.errors() == reporting.errors()  # the duplicate x, on b.yaml
+    assert FileSource(tmp_path).load().changed is None
+    (tmp_path / "a.yaml").unlink()
+    assert quiet.merge({tmp_path / "a.yaml": None}) == (("Service", ("default", "x")),)
 
 
 def _names(update_paths: set[Path], root: Path) -> set[str]:
