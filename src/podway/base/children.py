@@ -56,9 +56,10 @@ async def run_command(*argv: str, stdin: bytes | None = None,
     ``b""``). A missing program raises ``FileNotFoundError``, as ``create_subprocess_exec``.
 
     Cancelled meanwhile (a timeout, a stop), the command is killed and its pipes read to their
-    end before the cancellation goes on: a command is never left running behind its caller,
-    and no pipe is left for the garbage collector to close after the event loop has gone
-    ("Event loop is closed" from ``BaseSubprocessTransport.__del__``)."""
+    end (``DRAIN_S`` at most: a grandchild may hold them; then they are closed) before the
+    cancellation goes on: a command is never left running behind its caller, and no pipe is
+    left for the garbage collector to close after the event loop has gone ("Event loop is
+    closed" from ``BaseSubprocessTransport.__del__``)."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=stdout, stderr=stderr)
@@ -68,7 +69,14 @@ async def run_command(*argv: str, stdin: bytes | None = None,
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-        with contextlib.suppress(TimeoutError):  # a pipe a grandchild still holds
+        try:
             await asyncio.wait_for(asyncio.shield(proc.communicate()), DRAIN_S)
+        except TimeoutError:
+            # A grandchild still holds a pipe: close our ends now, while the loop runs (the
+            # drain then ends with them), not in the transport's __del__ after the loop has
+            # gone. asyncio's Process has no public close; its transport is what it closes.
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
         raise
     return proc.returncode or 0, out or b"", err or b""

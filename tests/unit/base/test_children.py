@@ -80,6 +80,7 @@ async def test_a_pipe_a_grandchild_holds_does_not_hold_the_cancellation(
     still holds one (and is not ours to kill) cannot hold the caller forever."""
     monkeypatch.setattr(children, "DRAIN_S", 0.2)
     pid_file = tmp_path / "pid"
+    fds_before = set(os.listdir("/proc/self/fd"))
     task = asyncio.create_task(children.run_command(
         "sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"))
     grandchild = await _started(pid_file)
@@ -88,6 +89,13 @@ async def test_a_pipe_a_grandchild_holds_does_not_hold_the_cancellation(
         async with asyncio.timeout(5):
             with pytest.raises(asyncio.CancelledError):
                 await task
+        for _ in range(3):  # the pipes' connection_lost runs on the next turns of the loop
+            await asyncio.sleep(0)
+        # Our ends of its pipes are closed while the loop runs, the grandchild still alive:
+        # none is left for the garbage collector to close after the loop has gone (CI saw
+        # "Event loop is closed" from BaseSubprocessTransport.__del__ in a later test).
+        assert set(os.listdir("/proc/self/fd")) <= fds_before
+        assert Path(f"/proc/{grandchild}").exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(grandchild, signal.SIGKILL)
