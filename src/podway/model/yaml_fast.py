@@ -67,11 +67,13 @@ class FastSafeLoader(_CLoader):  # type: ignore[misc,valid-type]
             # nothing stand in for them (5-8 % of the parse; ``is_`` takes the two arguments).
             self.descend_resolver = operator.is_
             self.ascend_resolver = tuple
-            self.resolve = self._plain_resolver()  # type: ignore[method-assign]
+            self.resolve = self._plain_resolver()
 
     def _plain_resolver(self) -> Any:
         """``resolve`` for a loader without path resolvers, as a closure over what it reads
-        (libyaml calls it for every node: 540,000 times for a 20,000-object file)."""
+        (libyaml calls it for every node: 540,000 times for a 20,000-object file): quoted
+        scalars are strings, plain ones resolved once per value. A loader with path resolvers
+        keeps PyYAML's own ``resolve``."""
         tags, limit, resolve = self._tags, _CACHE_LIMIT, super().resolve
         scalar, mapping = self.DEFAULT_SCALAR_TAG, self.DEFAULT_MAPPING_TAG
         sequence = self.DEFAULT_SEQUENCE_TAG
@@ -90,21 +92,6 @@ class FastSafeLoader(_CLoader):  # type: ignore[misc,valid-type]
             return mapping if kind is MappingNode else sequence
 
         return plain
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if self.yaml_path_resolvers:  # none in the safe loader; kept exact if one is added
-            return super().resolve(kind, value, implicit)
-        if kind is ScalarNode:
-            if not implicit[0]:
-                return self.DEFAULT_SCALAR_TAG  # quoted: always a string
-            tag = self._tags.get(value)
-            if tag is None:
-                tag = super().resolve(kind, value, implicit)
-                if len(self._tags) >= _CACHE_LIMIT:
-                    self._tags.clear()
-                self._tags[value] = tag
-            return tag
-        return self.DEFAULT_MAPPING_TAG if kind is MappingNode else self.DEFAULT_SEQUENCE_TAG
 
     def construct_document(self, node: Node) -> Any:
         if self._lean:
