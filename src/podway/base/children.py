@@ -72,11 +72,19 @@ async def run_command(*argv: str, stdin: bytes | None = None,
         try:
             await asyncio.wait_for(asyncio.shield(proc.communicate()), DRAIN_S)
         except TimeoutError:
-            # A grandchild still holds a pipe: close our ends now, while the loop runs (the
-            # drain then ends with them), not in the transport's __del__ after the loop has
-            # gone. asyncio's Process has no public close; its transport is what it closes.
-            transport = getattr(proc, "_transport", None)
-            if transport is not None:
-                transport.close()
+            _close_pipes(proc)
+        except BaseException:  # cancelled again while draining
+            _close_pipes(proc)
+            raise
         raise
     return proc.returncode or 0, out or b"", err or b""
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Our ends of a killed command's pipes closed now, while the loop runs (a grandchild may
+    still hold them; the drain then ends with them), not in the transport's ``__del__`` after
+    the loop has gone. asyncio's Process has no public close; its transport is what it
+    closes."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()

@@ -99,3 +99,32 @@ async def test_a_pipe_a_grandchild_holds_does_not_hold_the_cancellation(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(grandchild, signal.SIGKILL)
+
+
+
+async def test_a_second_cancellation_while_draining_still_closes_the_pipes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled again while it drains the pipes a grandchild holds (a stop behind a
+    timeout): the pipes are closed all the same, none left to the garbage collector."""
+    monkeypatch.setattr(children, "DRAIN_S", 30)
+    pid_file = tmp_path / "pid"
+    fds_before = set(os.listdir("/proc/self/fd"))
+    task = asyncio.create_task(children.run_command(
+        "sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"))
+    grandchild = await _started(pid_file)
+    try:
+        task.cancel()
+        for _ in range(5):  # into the drain: the command killed, the grandchild holding on
+            await asyncio.sleep(0.02)
+        assert not task.done()
+        task.cancel()
+        async with asyncio.timeout(5):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert set(os.listdir("/proc/self/fd")) <= fds_before
+        assert Path(f"/proc/{grandchild}").exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, signal.SIGKILL)
