@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from podway.engines.member_health import Health
 from podway.haproxy.process import HAProxyEngine
 from tests.waiting import eventually
 
@@ -56,11 +57,24 @@ async def _members(stack: Stack, ports: set[int]) -> None:
             await asyncio.sleep(0.02)
 
 
+async def _up(engine: HAProxyEngine, port: int) -> None:
+    """Until HAProxy counts the web pool's member on ``port`` up (its first check passed)."""
+    async def up() -> bool:
+        view = await engine.health()
+        state = view.get((POOL, f"127.0.0.1:{port}")) if view else None
+        return state is not None and state.health is Health.HEALTHY
+    await eventually(up, within=10, every=0.05)
+
+
 async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: Stack) -> None:
     """Members come and go through the runtime API (no reload) while requests flow: none fails
-    and every member in turn answers."""
+    and every member in turn answers. An added member takes requests once its first check
+    passed (checked every second here, so it comes within one); until then the members it
+    replaces are held."""
     ports = {name: await hstack.start_echo(name) for name in ("web-a", "web-b", "web-c")}
-    hstack.write("svc.yaml", service("web", 80, ports["web-a"]))
+    hstack.write("svc.yaml", service("web", 80, ports["web-a"]).replace(
+        "namespace: default}", "namespace: default, annotations: "
+        "{podway.io/health-check-interval: 1s}}", 1))
     hstack.write("ingress.yaml", SHOP_INGRESS)
     hstack.write("slice-web-a.yaml", _slice(0, ports["web-a"]))
     await hstack.start()
@@ -78,6 +92,8 @@ async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: S
                 (hstack.root / f"slice-{name}.yaml").unlink()
             await _members(hstack, {ports[n] for n in ports
                                     if (hstack.root / f"slice-{n}.yaml").exists()})
+            if add:
+                await _up(engine, ports[name])
             await asyncio.sleep(0.2)
     finally:
         await load.stop()

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from podway.tools.echo import Health as EchoHealth
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
+
 from .harness import SHOP_INGRESS, Stack, echo_backend, endpoints, free_port, get, service
 
 pytestmark = pytest.mark.e2e
@@ -101,7 +105,47 @@ async def test_http_pool_swapped_wholesale_under_load_drops_nothing(engine_stack
     assert load.failures == []
 
 
-async def test_tcp_pool_swapped_wholesale_under_load_drops_nothing(stack: Stack) -> None:
+
+async def test_a_new_member_failing_its_first_check_takes_no_request(engine_stack: Stack) -> None:
+    """An HTTP pool checked on /healthz, swapped wholesale to a member that answers requests
+    but fails its check: the departing member carries every request until the new one passes.
+    Before, HAProxy counted a server it got at runtime up at once and sent it requests."""
+    stack = engine_stack
+    old = await stack.start_echo("old")
+    health = EchoHealth(healthy=False)
+    new = free_port()
+    started = asyncio.Event()
+    stack.tasks.append(asyncio.create_task(serve(EchoOptions(
+        port=new, health=health, identity=Identity(name="new")), started=started)))
+    await started.wait()
+
+    def write(port: int) -> None:
+        checked = service("web", 80, port).replace(
+            "namespace: default}", "namespace: default, annotations: "
+            "{podway.io/health-check-path: /healthz}}", 1)
+        stack.write("web.yaml", checked + "---\n" + endpoints("web", {"TCP": port}))
+
+    write(old)
+    stack.write("ingress.yaml", SHOP_INGRESS)
+    await stack.start()
+    load = Load(lambda: _http(stack.http_port))
+    task = asyncio.create_task(load.run(), name="load")
+    try:
+        await load.answered_by("old")
+        generation = stack.state.generation
+        write(new)
+        await stack.applied(generation + 1)
+        answers = await _next(load, 30)
+        assert set(answers) == {"old"}, Counter(answers)
+        health.healthy = True
+        await load.answered_by("new")
+    finally:
+        load.stop.set()
+        await task
+    assert load.failures == []
+
+async def test_tcp_pool_swapped_wholesale_under_load_drops_nothing(engine_stack: Stack) -> None:
+    stack = engine_stack
     ports = {name: await stack.start_echo(name, tcp=True) for name in ("old", "new")}
     ports["late"] = free_port()  # listens only once the pool already names it
     lb_port = free_port()
@@ -140,11 +184,12 @@ def _write_l4(stack: Stack, lb_port: int, ports: dict[str, int], *names: str) ->
         for name in names))
 
 
-async def test_tcp_pool_changed_again_inside_the_hold_drops_nothing(stack: Stack) -> None:
+async def test_tcp_pool_changed_again_inside_the_hold_drops_nothing(engine_stack: Stack) -> None:
     """A swap to a member not listening yet, then, inside the hold, one more new member (a
     rollout's next pod turning ready): the departing member still carries the pool until a new
     one passes its check. Before, the second change ended the hold ("late-1 stays"), though
     Envoy had never seen late-1 pass: connections were reset until one did."""
+    stack = engine_stack
     ports = {"old": await stack.start_echo("old", tcp=True)}
     ports |= {name: free_port() for name in ("late-1", "late-2")}
     lb_port = free_port()
@@ -178,12 +223,13 @@ async def test_tcp_pool_changed_again_inside_the_hold_drops_nothing(stack: Stack
 
 
 async def test_a_held_member_that_closes_gets_nothing_while_a_new_one_is_healthy(
-        stack: Stack) -> None:
+        engine_stack: Stack) -> None:
     """The held (departing) member gets traffic only while no new member is healthy. A swap
     to two new members, one not listening yet: once the other passed its check, half of
     priority 0 is healthy; then the departing member closes (its pod going). With Envoy's
     default overprovisioning factor (1.4) priority 1 still took 30 % of new connections,
     refused from then on, until Envoy's next check of the closed member."""
+    stack = engine_stack
     old_port, old = await echo_backend("old", tcp=True)
     ports = {"old": old_port, "new": await stack.start_echo("new", tcp=True),
              "late": free_port()}

@@ -98,18 +98,19 @@ def render_backend(
         options += " send-proxy-v2"
     tls_options, files = _upstream_tls(s, http, folder, closed)
     options += tls_options
-    if s.protocol is not PoolProtocol.UDP and (check is not None):
+    checked = s.protocol is not PoolProtocol.UDP and check is not None
+    if checked:
         options = " check" + options
     active = tuple(m for m in pool.members if not slotting.fallback(m))
     spare = tuple(m for m in pool.members if slotting.fallback(m))
     assignment = slotting.assign(active, previous)
     backups = slotting.assign(spare, previous_backups, lazy=True)
-    states = (slotting.slot_states(active, assignment)
-              + slotting.slot_states(spare, backups, backup=True))
+    states = (slotting.slot_states(active, assignment, checked=checked)
+              + slotting.slot_states(spare, backups, backup=True, checked=checked))
     if any(m.weight > slotting.MAX_WEIGHT for m in pool.members):
         report.append(f"member weights above {slotting.MAX_WEIGHT} (capped)")
     if closed:
-        states = tuple(slotting.SlotState(name=s.name) for s in states)
+        states = tuple(slotting.SlotState(name=s.name, checked=checked) for s in states)
     unsupported = tuple(Unsupported(subject=pool.name, feature=f, origin=pool.origin,
                                     closed=f in closed) for f in (*closed, *report))
     return Backend(name=name, lines=tuple(lines), server_options=options, slots=assignment,

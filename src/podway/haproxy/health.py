@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
 from podway.engines.member_health import Health, HostKey, HostState
@@ -54,10 +54,13 @@ def classify(status: str, check: str) -> HostState | None:
     return HostState(Health.UNHEALTHY, f"failed active health check{why}")
 
 
-def view(rendered: Rendered, stats: Mapping[tuple[str, str], tuple[str, str]]) -> View:
+def view(rendered: Rendered, stats: Mapping[tuple[str, str], tuple[str, str]],
+         only: Collection[str] | None = None) -> View:
+    """Every member's health; ``only``: the members of these pools alone."""
     out: dict[HostKey, HostState] = {}
-    placed = [(pool, slots, False) for pool, slots in rendered.slots.items()]
-    placed += [(pool, slots, True) for pool, slots in rendered.backups.items()]
+    pools = rendered.slots.keys() if only is None else [p for p in only if p in rendered.slots]
+    placed = [(pool, rendered.slots[pool], False) for pool in pools]
+    placed += [(pool, rendered.backups[pool], True) for pool in pools if pool in rendered.backups]
     for pool, slots, backup in placed:
         backend = backend_name(pool)
         for i, member in enumerate(slots):

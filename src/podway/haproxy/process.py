@@ -11,6 +11,10 @@
     handed over (``expose-fd listeners``), old workers finish their connections.
   A runtime command HAProxy refuses falls back to a reload, so the running state is always the
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
+* Make before break (``podway.haproxy.handover``): a member added at runtime takes no request
+  before its first check, so a change that takes ready members out of a checked pool while
+  none it keeps or gets is up is served with the leaving members held beside the others; a
+  watcher (``HOLD_POLL_S``) serves the IR as given once another is up or the bound ends.
 * A master that dies is started again after a doubling backoff (``podway.base.backoff``),
   which starts over once a master has lived ``stable_after_s`` (as the Envoy engine's).
 * A clean stop ends HAProxy (SIGTERM to the master; with ``drain_s``, SIGUSR1 first: it stops
@@ -45,18 +49,21 @@ from pathlib import Path
 from podway.base.backoff import Backoff
 from podway.base.children import run_command
 from podway.base.errors import PodwayError
-from podway.haproxy import health, runtime
+from podway.haproxy import handover, health, runtime
 from podway.haproxy import slots as slotting
+from podway.haproxy.backends import backend_name
 from podway.haproxy.binds import LOADING_FAILED, bind_failures
 from podway.haproxy.health import View
 from podway.haproxy.names import proxy_name
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.haproxy.report import Unsupported
-from podway.ir import IR
+from podway.ir import IR, Pool
 
 log = logging.getLogger(__name__)
 
 HAPROXY = "/usr/sbin/haproxy"
+HOLD_POLL_S = 0.1  # how often a hold looks whether a new member passed its first check
+FEW_POOLS = 32  # up to this many pools' health is asked of HAProxy backend by backend
 
 
 class HAProxyError(PodwayError):
@@ -110,6 +117,10 @@ class HAProxyEngine:
         self.master_socket = opts.folder / "master.sock"
         self.config_path = opts.folder / "haproxy.cfg"
         self.pid_file = opts.folder / "master.pid"
+        self._given: IR | None = None  # the last IR given to ``apply``
+        self._served: IR | None = None  # ... as served: with the held members (``handover``)
+        self._holds: dict[str, handover.Hold] = {}  # pool name → its hold
+        self._watcher: asyncio.Task[None] | None = None
 
     @property
     def rendered(self) -> Rendered | None:
@@ -122,53 +133,146 @@ class HAProxyEngine:
     async def apply(self, ir: IR) -> str:
         """Make HAProxy serve ``ir``; says how: "start", "reload", "runtime" or "unchanged"."""
         async with self._lock:
-            before = self._rendered
-            after = render(ir, RenderOptions(
-                folder=str(self.folder), runtime_socket=str(self.runtime_socket),
-                slots=before.slots if before else {},
-                backups=before.backups if before else {}, threads=self.opts.threads,
-                reuse_port=self.opts.reuse_port))
-            self.counters.unsupported = after.unsupported
-            if before is not None and before.config == after.config and \
-                    before.files == after.files:
-                return "unchanged"
-            self._write(after)
-            if self._process is None or self._process.returncode is not None:
-                await self._check(after)
-                self._rendered = after
-                await self._start(ir)
-                return "start"
-            if before is not None and before.skeleton == after.skeleton:
-                try:
-                    await self._runtime(before, after)
-                    self._rendered = after
-                    return "runtime"
-                except (runtime.RuntimeApiError, OSError, TimeoutError) as e:
-                    log.warning("haproxy runtime change failed, reloading instead: %s", e)
+            return await self._apply(ir)
+
+    async def _apply(self, ir: IR) -> str:
+        changed = self._changed(ir)
+        served = self._with_holds(ir, changed, await self._leaving_view(ir, changed))
+        self._given = ir
+        before = self._rendered
+        after = render(served, RenderOptions(
+            folder=str(self.folder), runtime_socket=str(self.runtime_socket),
+            slots=before.slots if before else {},
+            backups=before.backups if before else {}, threads=self.opts.threads,
+            reuse_port=self.opts.reuse_port))
+        self.counters.unsupported = after.unsupported
+        if self._holds and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.create_task(self._watch_holds(), name="haproxy-holds")
+        if before is not None and before.config == after.config and \
+                before.files == after.files:
+            self._served = served
+            return "unchanged"
+        self._served = served
+        self._write(after)
+        if self._process is None or self._process.returncode is not None:
             await self._check(after)
             self._rendered = after
+            await self._start(ir)
+            return "start"
+        if before is not None and before.skeleton == after.skeleton:
             try:
-                await self._reload(ir)
-            except HAProxyError:
-                # The workers of ``before`` serve on: a later apply of ``after`` is a change.
-                self._rendered = before
-                raise
-            return "reload"
-
-    async def health(self) -> View | None:
-        """Every member's health as HAProxy sees it now (``podway.haproxy.health``); None
-        while HAProxy does not answer."""
-        rendered = self._rendered
-        text = await self.stats() if rendered is not None else None
-        if rendered is None or text is None:
-            return None
-        return health.view(rendered, health.parse_stat(text))
-
-    async def stats(self, limit_s: float = 5.0) -> str | None:
-        """HAProxy's ``show stat`` (every proxy's and server's counters, CSV); None while it
-        does not answer."""
+                await self._runtime(before, after)
+                self._rendered = after
+                return "runtime"
+            except (runtime.RuntimeApiError, OSError, TimeoutError) as e:
+                log.warning("haproxy runtime change failed, reloading instead: %s", e)
+        await self._check(after)
+        self._rendered = after
         try:
-            return await runtime.command(self.runtime_socket, "show stat", limit_s=limit_s)
+            await self._reload(ir)
+        except HAProxyError:
+            # The workers of ``before`` serve on: a later apply of ``after`` is a change.
+            self._rendered = before
+            raise
+        return "reload"
+
+    def _changed(self, ir: IR) -> list[str]:
+        """The pools of ``ir`` held, or changed since the last IR given (by identity)."""
+        if self._given is None:
+            return []  # the first IR: nothing served to hold
+        given = self._given.pools
+        return [name for name, pool in ir.pools.items()
+                if name in self._holds or given.get(name) is not pool]
+
+    async def _leaving_view(self, ir: IR, changed: list[str]) -> View:
+        """HAProxy's view of the changed pools that lose a ready member (``handover.leaving``):
+        a hold needs to know whether a member that stays is up. Empty while HAProxy does not
+        answer (then every such change is held: the safe side, bounded)."""
+        served = self._served.pools if self._served is not None else {}
+        losing = tuple(name for name in changed
+                       if handover.leaving(served.get(name), ir.pools[name]))
+        return (await self.health(only=losing) if losing else None) or {}
+
+    def _with_holds(self, ir: IR, changed: list[str], view: View) -> IR:
+        """``ir`` with every hold's departing members beside the new ones (``handover``):
+        holds that go on, and new ones where a ``changed`` pool loses ready members while no
+        member it keeps or gets is up in HAProxy's ``view``."""
+        now = time.monotonic()
+        served = self._served.pools if self._served is not None else {}
+        holds: dict[str, handover.Hold] = {}
+        for name in changed:
+            pool, before = ir.pools[name], served.get(name)
+            hold = self._holds.get(name)
+            if hold is not None and now >= hold.until:  # as if the pool as given was served
+                before, hold = handover.without(before, hold.departing), None
+            elif hold is not None and not handover.carries(hold, pool):
+                hold = None  # compared with the pool as served, held members included
+            check = pool.settings.health_check
+            if hold is None and check is not None:
+                gone = handover.departing(before, pool, view)
+                if gone:
+                    hold = handover.Hold(gone, frozenset(slotting.key(m) for m in pool.members),
+                                         now + handover.hold_s(check))
+            if hold is not None:
+                holds[name] = hold
+        self._holds = holds
+        if not holds:
+            return ir
+        pools: dict[str, Pool] = dict(ir.pools)
+        for name, hold in holds.items():
+            pools[name] = handover.interim(pools[name], hold.departing)
+        return IR(listeners=ir.listeners, pools=pools)
+
+    async def _watch_holds(self) -> None:
+        """While pools are held: once another member of one is up, or its hold's bound passed,
+        serve the last IR given again without it."""
+        while self._holds:
+            await asyncio.sleep(HOLD_POLL_S)
+            view = await self.health(only=tuple(self._holds))
+            async with self._lock:
+                given, now = self._given, time.monotonic()
+                if given is None:
+                    return
+                ended = [name for name, hold in self._holds.items()
+                         if now >= hold.until or name not in given.pools or (
+                             view is not None and handover.up(given.pools[name], view, hold))]
+                if not ended:
+                    continue
+                for name in ended:
+                    del self._holds[name]
+                try:
+                    await self._apply(given)
+                except HAProxyError as e:  # the next IR given is applied as usual
+                    log.warning("haproxy: ending a member hold failed: %s", e)
+
+    async def health(self, only: tuple[str, ...] | None = None) -> View | None:
+        """Every member's health as HAProxy sees it now (``podway.haproxy.health``); None
+        while HAProxy does not answer. ``only``: these pools' members alone, asked of HAProxy
+        backend by backend when they are few (a whole ``show stat`` is megabytes at 10,000
+        pools; one question a pool costs a round trip each)."""
+        rendered = self._rendered
+        if rendered is None:
+            return None
+        if only is None or len(only) > FEW_POOLS:
+            text = await self.stats()
+            if text is None:
+                return None
+            stats = health.parse_stat(text)
+        else:
+            stats = {}
+            for pool in only:
+                part = await self.stats(proxy=backend_name(pool))
+                if part is None:
+                    return None
+                stats.update(health.parse_stat(part))
+        return health.view(rendered, stats, only)
+
+    async def stats(self, limit_s: float = 5.0, proxy: str = "") -> str | None:
+        """HAProxy's ``show stat`` (every proxy's and server's counters, CSV; ``proxy``: that
+        backend's servers alone); None while it does not answer."""
+        line = f"show stat {proxy} 4 -1" if proxy else "show stat"
+        try:
+            return await runtime.command(self.runtime_socket, line, limit_s=limit_s)
         except (OSError, TimeoutError):
             return None
 
@@ -200,6 +304,10 @@ class HAProxyEngine:
                         except HAProxyError as e:  # a port still taken: tried again later
                             log.warning("%s; starting it again", e)
         finally:
+            if self._watcher is not None:
+                self._watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watcher
             await self._stop()
             # The folder holds private keys: a clean stop leaves nothing behind.
             shutil.rmtree(self.folder, ignore_errors=True)

@@ -83,30 +83,30 @@ class SlotState:
     port: int = 0
     weight: int = 1
     state: str = "maint"  # ready | maint (an empty slot); HAProxy's runtime words
+    checked: bool = False  # the backend's servers have an active check
 
 
 def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...], *,
-                backup: bool = False) -> tuple[SlotState, ...]:
+                backup: bool = False, checked: bool = False) -> tuple[SlotState, ...]:
     by_key = {key(m): m for m in members}
     out = []
     for i, k in enumerate(slots):
         name = slot_name(i, backup=backup)
         m = by_key.get(k) if k is not None else None
         if m is None:
-            out.append(SlotState(name=name))
+            out.append(SlotState(name=name, checked=checked))
             continue
         # Draining and not-ready members get weight 0: no new connections, in-flight ones
         # finish, and health checks keep running (a member in maintenance is not checked, so
         # a pod held back by the readiness gate could never be found healthy). The same in the
         # configuration and at runtime, so a reload and a runtime edit agree. A member enabled
-        # at runtime takes traffic at once (HAProxy 2.6 counts it up until a check fails; it
-        # has no "down until the first check" that does not wait a whole check interval).
+        # at runtime is marked down until its first check passes (``commands``).
         # A fallback member in a backup slot keeps its weight: HAProxy sends there only while
         # no active server is usable.
         usable = m.state is MemberState.READY or (backup and fallback(m))
         weight = min(m.weight, MAX_WEIGHT) if usable else 0
         out.append(SlotState(name=name, address=m.address, port=m.port, weight=weight,
-                             state="ready"))
+                             state="ready", checked=checked))
     return tuple(out)
 
 
@@ -117,7 +117,14 @@ def slot_name(index: int, *, backup: bool = False) -> str:
 def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState, ...]
              ) -> list[str]:
     """Runtime API commands turning ``before`` into ``after`` (same capacity). A slot that gets
-    another address is put in maintenance first, so no request reaches a half-changed server."""
+    another address is put in maintenance first, so no request reaches a half-changed server.
+
+    A checked slot that comes up (out of maintenance, or at another address) takes no request
+    before its first check passes, as a new member in Envoy: HAProxy 2.6 counts a server
+    leaving maintenance as up until a check fails, so it leaves at weight 0 and is marked down
+    (``health down``) before it gets its weight. Its first check comes on the slot's running
+    schedule, within one check interval (``podway.haproxy.handover`` bridges that wait when
+    every serving member is replaced)."""
     assert len(before) == len(after)
     up: list[str] = []
     down: list[str] = []  # after every slot that comes up: the pool is never left empty
@@ -134,6 +141,13 @@ def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState
             up.append(f"set server {server} state maint")
         if moved:
             up.append(f"set server {server} addr {new.address} port {new.port}")
+        if new.checked and (moved or old.state == "maint"):
+            if old.weight != 0:
+                up.append(f"set server {server} weight 0")
+            up += [f"set server {server} state ready", f"set server {server} health down"]
+            if new.weight != 0:
+                up.append(f"set server {server} weight {new.weight}")
+            continue
         if old.weight != new.weight:
             up.append(f"set server {server} weight {new.weight}")
         if new.state != old.state or moved:

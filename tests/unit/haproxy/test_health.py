@@ -52,3 +52,21 @@ def test_fallback_members_in_backup_slots_are_reported_too() -> None:
     got = {k: s.health for k, s in view(rendered, parse_stat(stat)).items()}
     assert got == {("pool/default/web/80", "10.0.0.1:80"): Health.HEALTHY,
                    ("pool/default/web/80", "10.0.0.2:80"): Health.UNHEALTHY}
+
+
+def test_a_view_of_some_pools_holds_their_members_alone() -> None:
+    """``only`` (a hold's question): the members of those pools, none of the others, and a
+    backup slot of one of them too; a pool HAProxy has not been given is left out."""
+    web = Pool(name="pool/default/web/80", members=(
+        Member(address="10.0.0.1", port=80),
+        Member(address="10.0.0.2", port=80, state=MemberState.DRAINING, serving=True)))
+    api = Pool(name="pool/default/api/80", members=(Member(address="10.0.0.9", port=80),))
+    rendered = render(IR(pools=MappingProxyType({web.name: web, api.name: api})),
+                      RenderOptions(folder="/s", runtime_socket="/s/runtime.sock"))
+    stat = (STAT + "be:pool:default:web:80,b1,UP,1,L7OK,10.0.0.2:80\n"
+            + "be:pool:default:api:80,s1,UP,1,L7OK,10.0.0.9:80\n")
+    got = {k: s.health for k, s in view(rendered, parse_stat(stat),
+                                        only=("pool/default/web/80", "pool/x/gone/80")).items()}
+    assert got == {("pool/default/web/80", "10.0.0.1:80"): Health.HEALTHY,
+                   ("pool/default/web/80", "10.0.0.2:80"): Health.HEALTHY}
+    assert ("pool/default/api/80", "10.0.0.9:80") in view(rendered, parse_stat(stat))

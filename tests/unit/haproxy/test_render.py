@@ -15,6 +15,8 @@ from podway.ir import (
     IR,
     Forward,
     HeaderMatch,
+    HealthCheck,
+    HealthCheckKind,
     Listener,
     ListenerProtocol,
     Member,
@@ -113,6 +115,54 @@ def test_member_commands_take_a_slot_out_before_moving_it() -> None:
         "set server be/s2 weight 0",  # draining: no new requests
         "set server be/s2 state ready",
     ]
+
+
+
+def test_a_checked_slot_comes_up_marked_down_until_its_first_check() -> None:
+    """HAProxy 2.6 counts a server leaving maintenance as up until a check fails: a checked
+    slot comes up at weight 0, is marked down, and only then gets its weight, so it takes no
+    request before its first check passes. An unchecked slot is simply enabled."""
+    old = Member(address="10.0.0.1", port=1)
+    new = Member(address="10.0.0.2", port=2, weight=3)
+    before_slots = slots.assign((old,), None)
+    after_slots = slots.assign((old, new), before_slots)
+    checked = slots.commands(
+        "be", slots.slot_states((old,), before_slots, checked=True),
+        slots.slot_states((old, new), after_slots, checked=True))
+    assert checked == ["set server be/s2 addr 10.0.0.2 port 2", "set server be/s2 weight 0",
+                       "set server be/s2 state ready", "set server be/s2 health down",
+                       "set server be/s2 weight 3"]
+    plain = slots.commands("be", slots.slot_states((old,), before_slots),
+                           slots.slot_states((old, new), after_slots))
+    assert plain == ["set server be/s2 addr 10.0.0.2 port 2", "set server be/s2 weight 3",
+                     "set server be/s2 state ready"]
+    # moved under traffic, and a not-ready member (weight 0 stays 0)
+    later = Member(address="10.0.0.3", port=3, state=MemberState.NOT_READY)
+    assert slots.commands(
+        "be", slots.slot_states((old,), (("10.0.0.1", 1),), checked=True),
+        slots.slot_states((later,), (("10.0.0.3", 3),), checked=True)) == [
+        "set server be/s1 state maint", "set server be/s1 addr 10.0.0.3 port 3",
+        "set server be/s1 weight 0", "set server be/s1 state ready",
+        "set server be/s1 health down"]
+    # a slot that stays up only changes weight: it is not checked afresh
+    heavier = dataclasses.replace(old, weight=5)
+    assert slots.commands(
+        "be", slots.slot_states((old,), before_slots, checked=True),
+        slots.slot_states((heavier,), before_slots, checked=True)) == [
+        "set server be/s1 weight 5"]
+
+
+def test_a_pool_with_an_active_check_renders_checked_slots() -> None:
+    """The slots of a backend whose servers are checked say so (``commands`` reads it)."""
+    plain = _ir(_route("r/0"))
+    pool = next(iter(plain.pools.values()))
+    checked = dataclasses.replace(pool, settings=dataclasses.replace(
+        pool.settings, health_check=HealthCheck(kind=HealthCheckKind.TCP)))
+    with_check = render(dataclasses.replace(
+        plain, pools=MappingProxyType({pool.name: checked})), OPTS)
+    assert all(state.checked for states in with_check.servers.values() for state in states)
+    without = render(plain, OPTS)
+    assert not any(state.checked for states in without.servers.values() for state in states)
 
 
 def test_not_ready_members_stay_checked_but_get_no_traffic() -> None:
