@@ -5,8 +5,8 @@ The protocol stays BIRD's; this is only its supervisor: the configuration is rew
 (``podway.programs.vip.bird.engine_config``) and applied with ``birdc configure``, which changes
 announcements without resetting BGP sessions. BIRD runs in the foreground as a child
 (``bird -f``) with its control socket and files in ``workdir``; ``prefix`` runs it elsewhere
-(the tests use ``ip netns exec NS``). Stopping terminates BIRD, whose BGP Cease tells the
-routers at once.
+(the tests use ``ip netns exec NS``); what it writes to its stderr goes to ``bird.log`` there.
+Stopping terminates BIRD, whose BGP Cease tells the routers at once.
 
 Invariants: ``announce`` returns only after BIRD accepted the new configuration; ``stop`` leaves
 no process behind, also when cancelled.
@@ -38,6 +38,7 @@ class BirdSpeaker:
         self.prefix = tuple(prefix)
         self.config = workdir / "bird.conf"
         self.socket = workdir / "bird.ctl"
+        self.log = workdir / "bird.log"  # what BIRD writes to its stderr
         self._proc: asyncio.subprocess.Process | None = None
         self.vips: tuple[str, ...] = ()
 
@@ -47,23 +48,28 @@ class BirdSpeaker:
             raise EnvironmentProblem("bird (BIRD 2) is not installed: apt-get install bird2")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._write(vips)
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.prefix, bird, "-f", "-c", str(self.config), "-s", str(self.socket),
-            "-P", str(self.workdir / "bird.pid"),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-            # A signal to our process group must not reach BIRD: stop() withdraws first.
-            start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        # BIRD's own output goes to a file: a pipe nobody reads while it runs would stall it
+        # once full (with ``log stderr`` in its configuration, say).
+        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.prefix, bird, "-f", "-c", str(self.config), "-s", str(self.socket),
+                "-P", str(self.workdir / "bird.pid"),
+                stdout=asyncio.subprocess.DEVNULL, stderr=fd,
+                # A signal to our process group must not reach BIRD: stop() withdraws first.
+                start_new_session=True, preexec_fn=die_with_parent(signal.SIGTERM))
+        finally:
+            os.close(fd)
         for _ in range(200):  # the control socket appears once the configuration is read
             if self.socket.exists() and await self._birdc("show status", check=False):
                 return
             if self._proc.returncode is not None:
                 break
             await asyncio.sleep(0.025)
-        err = b""
-        if self._proc.returncode is not None and self._proc.stderr is not None:
-            err = await self._proc.stderr.read()
         await self.stop()
-        raise EnvironmentProblem(f"bird did not start: {err.decode(errors='replace').strip()}")
+        err = _tail(self.log, start)
+        raise EnvironmentProblem(f"bird did not start: {err} (its output: {self.log})")
 
     def _write(self, vips: Sequence[str]) -> None:
         text = engine_config(self.settings, vips)
@@ -129,6 +135,13 @@ class BirdSpeaker:
                 proc.kill()
             await proc.wait()
             raise
+
+
+def _tail(path: Path, start: int, limit: int = 2000) -> str:
+    """The last ``limit`` bytes ``path`` got after offset ``start``, as text."""
+    with path.open("rb") as f:
+        f.seek(start)
+        return f.read()[-limit:].decode(errors="replace").strip()
 
 
 async def follow_health(speaker: BirdSpeaker, vips: Sequence[str],
