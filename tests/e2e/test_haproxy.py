@@ -21,9 +21,21 @@ import pytest
 
 from podway.engines.member_health import Health
 from podway.haproxy.process import HAProxyEngine
+from podway.tools.echo import Health as EchoHealth
+from podway.tools.echo import Identity
+from podway.tools.echo.server import EchoOptions, serve
 from tests.waiting import eventually
 
-from .harness import SHOP_INGRESS, Load, Stack, endpoints, get, make_stack, service
+from .harness import (
+    SHOP_INGRESS,
+    Load,
+    Stack,
+    endpoints,
+    free_port,
+    get,
+    make_stack,
+    service,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -64,6 +76,15 @@ async def _up(engine: HAProxyEngine, port: int) -> None:
         state = view.get((POOL, f"127.0.0.1:{port}")) if view else None
         return state is not None and state.health is Health.HEALTHY
     await eventually(up, within=10, every=0.05)
+
+
+async def _down(engine: HAProxyEngine, port: int) -> None:
+    """Until HAProxy counts the web pool's member on ``port`` down (not up, checked)."""
+    async def down() -> bool:
+        view = await engine.health()
+        state = view.get((POOL, f"127.0.0.1:{port}")) if view else None
+        return state is not None and state.health is Health.UNHEALTHY
+    await eventually(down, within=10, every=0.05)
 
 
 async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: Stack) -> None:
@@ -132,6 +153,48 @@ async def test_structural_changes_reload_seamlessly_under_load(hstack: Stack) ->
     assert load.ok > 20
     assert engine.counters.reloads >= reloads + 10
 
+
+
+async def test_a_reload_does_not_count_a_failing_member_up(hstack: Stack) -> None:
+    """A member down in the running HAProxy (it answers requests but fails its check) stays
+    out across a reload (a new host and backend): the new worker would count it up until a
+    check fails (three quick checks), so it starts at weight 0 and is marked down. Before,
+    it took about half of the requests for those seconds."""
+    good = await hstack.start_echo("web-a")
+    failing = EchoHealth(healthy=False)
+    bad = free_port()
+    started = asyncio.Event()
+    hstack.tasks.append(asyncio.create_task(serve(EchoOptions(
+        port=bad, health=failing, identity=Identity(name="web-b")), started=started)))
+    await started.wait()
+    api = await hstack.start_echo("api")
+    hstack.write("svc.yaml", service("web", 80, good).replace(
+        "namespace: default}", "namespace: default, annotations: "
+        "{podway.io/health-check-path: /healthz, podway.io/health-check-interval: 1s}}", 1)
+        + "---\n" + endpoints("web", {"TCP": good}) + "---\n"
+        + endpoints("web", {"TCP": bad}, slice_name="web-2"))
+    hstack.write("api.yaml", service("api", 80, api) + "---\n" + endpoints("api", {"TCP": api}))
+    hstack.write("ingress.yaml", SHOP_INGRESS)
+    await hstack.start()
+    engine = hstack.standalone.haproxy
+    assert engine is not None
+    await _up(engine, good)
+    await _down(engine, bad)
+    reloads = engine.counters.reloads
+    load = Load(hstack.http_port, "shop.test")
+    try:
+        extra = SHOP_INGRESS.replace("metadata: {name: web,", "metadata: {name: extra,") \
+            .replace("shop.test", "api.test").replace("{name: web, port", "{name: api, port")
+        hstack.write("extra.yaml", extra)
+        await _until(hstack, lambda ir: "pool/default/api/80" in ir.pools)
+        assert engine.counters.reloads == reloads + 1
+        ok = load.ok
+        await eventually(lambda: load.ok >= ok + 200, within=20)
+    finally:
+        await load.stop()
+    assert load.failed == []
+    assert load.seen == {"web-a"}
+    await _down(engine, bad)  # marked down again, not counted up
 
 async def _until(stack: Stack, holds: object) -> None:
     async with asyncio.timeout(10):

@@ -37,9 +37,11 @@ class Backend:
     unsupported: tuple[Unsupported, ...] = ()
     cookie: bool = False
 
-    def server_lines(self, *, concrete: bool) -> list[str]:
+    def server_lines(self, *, concrete: bool, unproven: frozenset[str] = frozenset()
+                     ) -> list[str]:
         """The slot lines; ``concrete=False``: without what a runtime edit can change (the
-        structure only, to tell a member change from a structural one)."""
+        structure only, to tell a member change from a structural one). ``unproven`` slots
+        are written at weight 0 (a reload's: ``podway.haproxy.process``)."""
         out = []
         for state in self.states:
             name = state.name
@@ -52,7 +54,8 @@ class Backend:
             where = (f"[{state.address}]:{state.port}" if ":" in state.address
                      else f"{state.address}:{state.port}")
             disabled = " disabled" if state.state == "maint" else ""
-            out.append(f"  server {name} {where} weight {state.weight}{disabled}{cookie}"
+            weight = 0 if name in unproven else state.weight
+            out.append(f"  server {name} {where} weight {weight}{disabled}{cookie}"
                        f"{self.server_options}")
         return out
 

@@ -71,3 +71,33 @@ def view(rendered: Rendered, stats: Mapping[tuple[str, str], tuple[str, str]],
             if state is not None:
                 out[(pool, f"{member[0]}:{member[1]}")] = state
     return MappingProxyType(out)
+
+
+def unproven(rendered: Rendered, seen: View) -> dict[str, frozenset[str]]:
+    """Backend → the checked, enabled slots of ``rendered`` whose member is not up in ``seen``
+    (what the running HAProxy counts; a member it does not have is not up either), for pools
+    that keep a member up: a reload to ``rendered`` must not count those up before a check
+    passed, and the pool's proven members serve meanwhile. A pool with none up (a new one,
+    or every member down) is left to HAProxy's own start: every server up until a check
+    fails."""
+    out: dict[str, frozenset[str]] = {}
+    for pool, slots in rendered.slots.items():
+        backend = backend_name(pool)
+        states = {state.name: state for state in rendered.servers.get(backend, ())}
+        names: set[str] = set()
+        proven = False
+        placed = [(slot_name(i), m) for i, m in enumerate(slots)]
+        placed += [(slot_name(i, backup=True), m)
+                   for i, m in enumerate(rendered.backups.get(pool, ()))]
+        for name, member in placed:
+            state = states.get(name)
+            if member is None or state is None or not state.checked or state.state != "ready":
+                continue
+            now = seen.get((pool, f"{member[0]}:{member[1]}"))
+            if now is not None and now.health is Health.HEALTHY:
+                proven = proven or state.weight > 0
+            else:
+                names.add(name)
+        if names and proven:
+            out[backend] = frozenset(names)
+    return out

@@ -8,7 +8,9 @@
     ``prepare map``/``commit map`` (no reload);
   - anything else (a listener, a backend, a rule, a certificate, more members than slots) →
     the new config is checked (``haproxy -c``) and the master reloads: listening sockets are
-    handed over (``expose-fd listeners``), old workers finish their connections.
+    handed over (``expose-fd listeners``), old workers finish their connections. Members the
+    running worker does not count up start at weight 0 and are marked down in the new one
+    (``health.unproven``), which would count every server up until a check fails.
   A runtime command HAProxy refuses falls back to a reload, so the running state is always the
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
 * Make before break (``podway.haproxy.handover``): a member added at runtime takes no request
@@ -38,11 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,11 +144,12 @@ class HAProxyEngine:
         served = self._with_holds(ir, changed, await self._leaving_view(ir, changed))
         self._given = ir
         before = self._rendered
-        after = render(served, RenderOptions(
+        options = RenderOptions(
             folder=str(self.folder), runtime_socket=str(self.runtime_socket),
             slots=before.slots if before else {},
             backups=before.backups if before else {}, threads=self.opts.threads,
-            reuse_port=self.opts.reuse_port))
+            reuse_port=self.opts.reuse_port)
+        after = render(served, options)
         self.counters.unsupported = after.unsupported
         if self._holds and (self._watcher is None or self._watcher.done()):
             self._watcher = asyncio.create_task(self._watch_holds(), name="haproxy-holds")
@@ -167,6 +172,12 @@ class HAProxyEngine:
             except (runtime.RuntimeApiError, OSError, TimeoutError) as e:
                 log.warning("haproxy runtime change failed, reloading instead: %s", e)
         await self._check(after)
+        # Members the running HAProxy does not count up (new, pending, down) start at weight 0
+        # in the new worker, which would count every server up until a check fails.
+        seen = await self.health()
+        unproven = health.unproven(after, seen) if seen is not None else {}
+        if unproven:
+            self._write(render(served, dataclasses.replace(options, unproven=unproven)))
         self._rendered = after
         try:
             await self._reload(ir)
@@ -174,7 +185,21 @@ class HAProxyEngine:
             # The workers of ``before`` serve on: a later apply of ``after`` is a change.
             self._rendered = before
             raise
+        finally:
+            if unproven:
+                self._write(after)  # a restart starts from the plain rendering
+        await self._prove(after, unproven)
         return "reload"
+
+    async def _prove(self, rendered: Rendered, unproven: Mapping[str, frozenset[str]]) -> None:
+        """The slots a reload wrote at weight 0 marked down, then weighed (``slots.proving``)."""
+        for backend, names in unproven.items():
+            for line in slotting.proving(backend, rendered.servers[backend], names):
+                try:
+                    await runtime.checked(self.runtime_socket, line)
+                except (runtime.RuntimeApiError, OSError, TimeoutError) as e:
+                    log.warning("haproxy: after a reload, %s failed: %s", line, e)
+                self.counters.server_edits += 1
 
     def _changed(self, ir: IR) -> list[str]:
         """The pools of ``ir`` held, or changed since the last IR given (by identity)."""

@@ -155,4 +155,16 @@ def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState
     return up + down
 
 
+def proving(backend: str, states: tuple[SlotState, ...], names: frozenset[str]) -> list[str]:
+    """After a reload that wrote the ``names`` slots at weight 0 (``unproven``): each marked
+    down until its first check passes, then given its weight."""
+    out: list[str] = []
+    for state in states:
+        if state.name in names:
+            out.append(f"set server {backend}/{state.name} health down")
+            if state.weight:
+                out.append(f"set server {backend}/{state.name} weight {state.weight}")
+    return out
+
+
 Slots = Mapping[str, tuple[MemberKey | None, ...]]  # pool name → its slots

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import MappingProxyType
 
 from podway.engines.member_health import Health, HostState
-from podway.haproxy.health import classify, parse_stat, view
+from podway.haproxy.health import classify, parse_stat, unproven, view
 from podway.haproxy.render import RenderOptions, render
-from podway.ir import IR, Member, MemberState, Pool
+from podway.haproxy.slots import proving
+from podway.ir import IR, HealthCheck, HealthCheckKind, Member, MemberState, Pool
 
 STAT = """# pxname,svname,status,weight,check_status,addr
 be:pool:default:web:80,s1,UP,1,L7OK,10.0.0.1:80
@@ -70,3 +72,37 @@ def test_a_view_of_some_pools_holds_their_members_alone() -> None:
     assert got == {("pool/default/web/80", "10.0.0.1:80"): Health.HEALTHY,
                    ("pool/default/web/80", "10.0.0.2:80"): Health.HEALTHY}
     assert ("pool/default/api/80", "10.0.0.9:80") in view(rendered, parse_stat(stat))
+
+
+def _checked(pool: Pool) -> Pool:
+    return dataclasses.replace(pool, settings=dataclasses.replace(
+        pool.settings, health_check=HealthCheck(kind=HealthCheckKind.TCP)))
+
+
+def test_a_reload_weighs_nothing_the_running_haproxy_does_not_count_up() -> None:
+    """``unproven``: in a pool that keeps a member up, every other checked member (new,
+    pending, down) is written at weight 0 for a reload, then marked down and weighed
+    (``slots.proving``); a pool with none up, or without checks, is left to HAProxy."""
+    up, down = HostState(Health.HEALTHY), HostState(Health.UNHEALTHY, "failed")
+    web = _checked(Pool(name="pool/default/web/80", members=tuple(
+        Member(address=f"10.0.0.{i}", port=80, weight=2) for i in (1, 2, 3))))
+    fresh = _checked(Pool(name="pool/default/new/80", members=(
+        Member(address="10.0.0.9", port=80),)))
+    plain = Pool(name="pool/default/plain/80", members=(Member(address="10.0.0.7", port=80),))
+    rendered = render(IR(pools=MappingProxyType({p.name: p for p in (web, fresh, plain)})),
+                      RenderOptions(folder="/s", runtime_socket="/s/runtime.sock"))
+    seen = {("pool/default/web/80", "10.0.0.1:80"): up,
+            ("pool/default/web/80", "10.0.0.2:80"): down}  # 10.0.0.3: new
+    got = unproven(rendered, seen)
+    assert got == {"be:pool:default:web:80": frozenset({"s2", "s3"})}
+    assert unproven(rendered, {}) == {}  # nothing up anywhere: HAProxy's own start
+    text = render(IR(pools=MappingProxyType({p.name: p for p in (web, fresh, plain)})),
+                  RenderOptions(folder="/s", runtime_socket="/s/runtime.sock",
+                                unproven=got)).config
+    assert "server s1 10.0.0.1:80 weight 2 " in text
+    assert "server s2 10.0.0.2:80 weight 0 " in text
+    assert "server s3 10.0.0.3:80 weight 0 " in text
+    backend = "be:pool:default:web:80"
+    assert proving(backend, rendered.servers[backend], got[backend]) == [
+        f"set server {backend}/s2 health down", f"set server {backend}/s2 weight 2",
+        f"set server {backend}/s3 health down", f"set server {backend}/s3 weight 2"]
