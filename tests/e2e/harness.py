@@ -28,7 +28,7 @@ from podway.envoy.xds.server import XdsServer
 from podway.pipeline import State
 from podway.programs.demo import read_response
 from podway.programs.standalone import Standalone, StandaloneOptions
-from podway.tools.echo import Identity
+from podway.tools.echo import Health, Identity
 from podway.tools.echo.server import EchoOptions, serve
 from podway.translate import TranslateOptions
 from podway.translate.core.options import BackendMode
@@ -84,8 +84,8 @@ class Stack:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start_echo(self, name: str, *, tcp: bool = False, udp: bool = False,
-                         port: int | None = None) -> int:
-        port, task = await echo_backend(name, tcp=tcp, udp=udp, port=port)
+                         port: int | None = None, health: Health | None = None) -> int:
+        port, task = await echo_backend(name, tcp=tcp, udp=udp, port=port, health=health)
         self.tasks.append(task)
         return port
 
@@ -141,11 +141,15 @@ class Stack:
 
 
 async def echo_backend(name: str, *, tcp: bool = False, udp: bool = False,
-                       port: int | None = None) -> tuple[int, asyncio.Task[None]]:
-    """An echo backend answering as ``name``, started; its port and task (cancel it after)."""
+                       port: int | None = None, health: Health | None = None
+                       ) -> tuple[int, asyncio.Task[None]]:
+    """An echo backend answering as ``name``, started; its port and task (cancel it after).
+    ``health``: what its ``/healthz`` answers (``Health(healthy=False)``: 503, while every
+    other request is answered)."""
     port = port or (free_port_both() if udp else free_port())
     started = asyncio.Event()
-    opts = EchoOptions(port=port, tcp=tcp, udp=udp, identity=Identity(name=name))
+    opts = EchoOptions(port=port, tcp=tcp, udp=udp, identity=Identity(name=name),
+                       health=health or Health())
     task = asyncio.create_task(serve(opts, started=started), name=f"echo-{name}")
     await started_or_failed(task, started)
     return port, task
@@ -267,13 +271,16 @@ eventually = functools.partial(poll, every=0.05, ignoring=SETTLING)
 
 
 def service(name: str, port: int, target: int, *, lb: bool = False, protocols: tuple[str, ...]
-            = ("TCP",), namespace: str = "default") -> str:
+            = ("TCP",), namespace: str = "default",
+            annotations: dict[str, str] | None = None) -> str:
     ports = ", ".join(f"{{name: p-{p.lower()}, port: {port}, targetPort: {target}, "
                       f"protocol: {p}}}" for p in protocols)
     kind = "LoadBalancer" if lb else "ClusterIP"
+    notes = (", annotations: {" + ", ".join(f"{k}: {v}" for k, v in annotations.items()) + "}"
+             if annotations else "")
     return f"""apiVersion: v1
 kind: Service
-metadata: {{name: {name}, namespace: {namespace}}}
+metadata: {{name: {name}, namespace: {namespace}{notes}}}
 spec:
   type: {kind}
   selector: {{app: {name}}}

@@ -22,8 +22,6 @@ import pytest
 from podway.engines.member_health import Health
 from podway.haproxy.process import HAProxyEngine
 from podway.tools.echo import Health as EchoHealth
-from podway.tools.echo import Identity
-from podway.tools.echo.server import EchoOptions, serve
 from tests.waiting import eventually
 
 from .harness import (
@@ -69,22 +67,14 @@ async def _members(stack: Stack, ports: set[int]) -> None:
             await asyncio.sleep(0.02)
 
 
-async def _up(engine: HAProxyEngine, port: int) -> None:
-    """Until HAProxy counts the web pool's member on ``port`` up (its first check passed)."""
-    async def up() -> bool:
+async def _counted(engine: HAProxyEngine, port: int, health: Health) -> None:
+    """Until HAProxy counts the web pool's member on ``port`` so: HEALTHY (its first check
+    passed), UNHEALTHY (checked and down)."""
+    async def counted() -> bool:
         view = await engine.health()
         state = view.get((POOL, f"127.0.0.1:{port}")) if view else None
-        return state is not None and state.health is Health.HEALTHY
-    await eventually(up, within=10, every=0.05)
-
-
-async def _down(engine: HAProxyEngine, port: int) -> None:
-    """Until HAProxy counts the web pool's member on ``port`` down (not up, checked)."""
-    async def down() -> bool:
-        view = await engine.health()
-        state = view.get((POOL, f"127.0.0.1:{port}")) if view else None
-        return state is not None and state.health is Health.UNHEALTHY
-    await eventually(down, within=10, every=0.05)
+        return state is not None and state.health is health
+    await eventually(counted, within=10, every=0.05)
 
 
 async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: Stack) -> None:
@@ -93,9 +83,8 @@ async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: S
     passed (checked every second here, so it comes within one); until then the members it
     replaces are held."""
     ports = {name: await hstack.start_echo(name) for name in ("web-a", "web-b", "web-c")}
-    hstack.write("svc.yaml", service("web", 80, ports["web-a"]).replace(
-        "namespace: default}", "namespace: default, annotations: "
-        "{podway.io/health-check-interval: 1s}}", 1))
+    hstack.write("svc.yaml", service("web", 80, ports["web-a"], annotations={
+        "podway.io/health-check-interval": "1s"}))
     hstack.write("ingress.yaml", SHOP_INGRESS)
     hstack.write("slice-web-a.yaml", _slice(0, ports["web-a"]))
     await hstack.start()
@@ -114,7 +103,7 @@ async def test_member_changes_apply_without_reload_and_lose_no_request(hstack: S
             await _members(hstack, {ports[n] for n in ports
                                     if (hstack.root / f"slice-{n}.yaml").exists()})
             if add:
-                await _up(engine, ports[name])
+                await _counted(engine, ports[name], Health.HEALTHY)
             await asyncio.sleep(0.2)
     finally:
         await load.stop()
@@ -161,16 +150,10 @@ async def test_a_reload_does_not_count_a_failing_member_up(hstack: Stack) -> Non
     check fails (three quick checks), so it starts at weight 0 and is marked down. Before,
     it took about half of the requests for those seconds."""
     good = await hstack.start_echo("web-a")
-    failing = EchoHealth(healthy=False)
-    bad = free_port()
-    started = asyncio.Event()
-    hstack.tasks.append(asyncio.create_task(serve(EchoOptions(
-        port=bad, health=failing, identity=Identity(name="web-b")), started=started)))
-    await started.wait()
+    bad = await hstack.start_echo("web-b", health=EchoHealth(healthy=False))
     api = await hstack.start_echo("api")
-    hstack.write("svc.yaml", service("web", 80, good).replace(
-        "namespace: default}", "namespace: default, annotations: "
-        "{podway.io/health-check-path: /healthz, podway.io/health-check-interval: 1s}}", 1)
+    hstack.write("svc.yaml", service("web", 80, good, annotations={
+        "podway.io/health-check-path": "/healthz", "podway.io/health-check-interval": "1s"})
         + "---\n" + endpoints("web", {"TCP": good}) + "---\n"
         + endpoints("web", {"TCP": bad}, slice_name="web-2"))
     hstack.write("api.yaml", service("api", 80, api) + "---\n" + endpoints("api", {"TCP": api}))
@@ -178,8 +161,8 @@ async def test_a_reload_does_not_count_a_failing_member_up(hstack: Stack) -> Non
     await hstack.start()
     engine = hstack.standalone.haproxy
     assert engine is not None
-    await _up(engine, good)
-    await _down(engine, bad)
+    await _counted(engine, good, Health.HEALTHY)
+    await _counted(engine, bad, Health.UNHEALTHY)
     reloads = engine.counters.reloads
     load = Load(hstack.http_port, "shop.test")
     try:
@@ -194,7 +177,7 @@ async def test_a_reload_does_not_count_a_failing_member_up(hstack: Stack) -> Non
         await load.stop()
     assert load.failed == []
     assert load.seen == {"web-a"}
-    await _down(engine, bad)  # marked down again, not counted up
+    await _counted(engine, bad, Health.UNHEALTHY)  # marked down again, not counted up
 
 async def _until(stack: Stack, holds: object) -> None:
     async with asyncio.timeout(10):
@@ -220,7 +203,6 @@ async def test_tcp_listener_and_private_runtime_socket(tmp_path: Path, short_dir
 
 
 async def _tcp_and_sockets(hstack: Stack) -> None:
-    from .harness import free_port
 
     backend = await hstack.start_echo("l4", tcp=True)
     lb_port = free_port()
@@ -274,7 +256,6 @@ async def test_member_health_is_reported_in_the_engine_neutral_form(hstack: Stac
     (pool, address:port), and the view encodes as a member health report."""
     from podway.engines.member_health import Health, Message, decode, encode
 
-    from .harness import free_port
 
     live = await hstack.start_echo("web")
     dead = free_port()  # nothing listens there
@@ -303,7 +284,6 @@ async def test_a_down_member_is_checked_again_within_a_second_not_a_whole_interv
     whole interval would take ~6 s."""
     from podway.engines.member_health import Health
 
-    from .harness import free_port
 
     live, late = await hstack.start_echo("web"), free_port()
     engine = await _checked_pair(hstack, live, late, interval="6s")
@@ -335,7 +315,7 @@ async def test_a_restarted_podway_takes_over_from_the_haproxy_left_running(
     from podway.model.loader import load_text
     from podway.translate import TranslateOptions, translate
 
-    from .harness import echo_backend, free_port
+    from .harness import echo_backend
 
     port, echo = await echo_backend("web")
     http = free_port()
@@ -510,7 +490,6 @@ async def test_tls_passthrough_by_sni(hstack: Stack) -> None:
     import trustme
 
     from .gateway_helpers import CLASS, gateway, route, tls_backend
-    from .harness import free_port
 
     ca = trustme.CA()
     for name in ("alpha", "beta"):

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 import pytest
 
 from podway.tools.echo import Health as EchoHealth
-from podway.tools.echo import Identity
-from podway.tools.echo.server import EchoOptions, serve
 
 from .harness import SHOP_INGRESS, Stack, echo_backend, endpoints, free_port, get, service
 
@@ -113,16 +111,10 @@ async def test_a_new_member_failing_its_first_check_takes_no_request(engine_stac
     stack = engine_stack
     old = await stack.start_echo("old")
     health = EchoHealth(healthy=False)
-    new = free_port()
-    started = asyncio.Event()
-    stack.tasks.append(asyncio.create_task(serve(EchoOptions(
-        port=new, health=health, identity=Identity(name="new")), started=started)))
-    await started.wait()
+    new = await stack.start_echo("new", health=health)
 
     def write(port: int) -> None:
-        checked = service("web", 80, port).replace(
-            "namespace: default}", "namespace: default, annotations: "
-            "{podway.io/health-check-path: /healthz}}", 1)
+        checked = service("web", 80, port, annotations={"podway.io/health-check-path": "/healthz"})
         stack.write("web.yaml", checked + "---\n" + endpoints("web", {"TCP": port}))
 
     write(old)
