@@ -13,7 +13,7 @@
     (``health.unproven``), which would count every server up until a check fails.
   A runtime command HAProxy refuses falls back to a reload, so the running state is always the
   rendered one. Every file is rewritten either way, so a reload or a restart starts from it.
-* Make before break (``podway.haproxy.handover``): a member added at runtime takes no request
+* Make before break (``podway.engines.handover``): a member added at runtime takes no request
   before its first check, so a change that takes ready members out of a checked pool while
   none it keeps or gets is up is served with the leaving members held beside the others; a
   watcher (``HOLD_POLL_S``) serves the IR as given once another is up or the bound ends.
@@ -53,7 +53,8 @@ from pathlib import Path
 from podway.base.backoff import Backoff
 from podway.base.children import run_command
 from podway.base.errors import PodwayError
-from podway.haproxy import handover, health, runtime
+from podway.engines import handover
+from podway.haproxy import health, runtime
 from podway.haproxy import slots as slotting
 from podway.haproxy.backends import backend_name
 from podway.haproxy.binds import LOADING_FAILED, bind_failures
@@ -61,7 +62,7 @@ from podway.haproxy.health import View
 from podway.haproxy.names import proxy_name
 from podway.haproxy.render import Rendered, RenderOptions, render
 from podway.haproxy.report import Unsupported
-from podway.ir import IR, Pool
+from podway.ir import IR
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +122,7 @@ class HAProxyEngine:
         self.master_socket = opts.folder / "master.sock"
         self.config_path = opts.folder / "haproxy.cfg"
         self.pid_file = opts.folder / "master.pid"
-        self._given: IR | None = None  # the last IR given to ``apply``
-        self._served: IR | None = None  # ... as served: with the held members (``handover``)
-        self._holds: dict[str, handover.Hold] = {}  # pool name → its hold
+        self._holds = handover.Holds()  # the IR given, as served, and the held pools
         self._watcher: asyncio.Task[None] | None = None
 
     @property
@@ -140,9 +139,11 @@ class HAProxyEngine:
             return await self._apply(ir)
 
     async def _apply(self, ir: IR) -> str:
-        changed = self._changed(ir)
-        served = self._with_holds(ir, changed, await self._leaving_view(ir, changed))
-        self._given = ir
+        changed = self._holds.changed(ir)
+        losing = self._holds.losing(ir, changed)
+        # Empty while HAProxy does not answer: every such change is held (bounded).
+        view = (await self.health(only=losing) if losing else None) or {}
+        served = self._holds.serve(ir, changed, view, time.monotonic())
         before = self._rendered
         options = RenderOptions(
             folder=str(self.folder), runtime_socket=str(self.runtime_socket),
@@ -151,13 +152,11 @@ class HAProxyEngine:
             reuse_port=self.opts.reuse_port)
         after = render(served, options)
         self.counters.unsupported = after.unsupported
-        if self._holds and (self._watcher is None or self._watcher.done()):
+        if self._holds.holds and (self._watcher is None or self._watcher.done()):
             self._watcher = asyncio.create_task(self._watch_holds(), name="haproxy-holds")
         if before is not None and before.config == after.config and \
                 before.files == after.files:
-            self._served = served
             return "unchanged"
-        self._served = served
         self._write(after)
         if self._process is None or self._process.returncode is not None:
             await self._check(after)
@@ -201,70 +200,16 @@ class HAProxyEngine:
                     log.warning("haproxy: after a reload, %s failed: %s", line, e)
                 self.counters.server_edits += 1
 
-    def _changed(self, ir: IR) -> list[str]:
-        """The pools of ``ir`` held, or changed since the last IR given (by identity)."""
-        if self._given is None:
-            return []  # the first IR: nothing served to hold
-        given = self._given.pools
-        return [name for name, pool in ir.pools.items()
-                if name in self._holds or given.get(name) is not pool]
-
-    async def _leaving_view(self, ir: IR, changed: list[str]) -> View:
-        """HAProxy's view of the changed pools that lose a ready member (``handover.leaving``):
-        a hold needs to know whether a member that stays is up. Empty while HAProxy does not
-        answer (then every such change is held: the safe side, bounded)."""
-        served = self._served.pools if self._served is not None else {}
-        losing = tuple(name for name in changed
-                       if handover.leaving(served.get(name), ir.pools[name]))
-        return (await self.health(only=losing) if losing else None) or {}
-
-    def _with_holds(self, ir: IR, changed: list[str], view: View) -> IR:
-        """``ir`` with every hold's departing members beside the new ones (``handover``):
-        holds that go on, and new ones where a ``changed`` pool loses ready members while no
-        member it keeps or gets is up in HAProxy's ``view``."""
-        now = time.monotonic()
-        served = self._served.pools if self._served is not None else {}
-        holds: dict[str, handover.Hold] = {}
-        for name in changed:
-            pool, before = ir.pools[name], served.get(name)
-            hold = self._holds.get(name)
-            if hold is not None and now >= hold.until:  # as if the pool as given was served
-                before, hold = handover.without(before, hold.departing), None
-            elif hold is not None and not handover.carries(hold, pool):
-                hold = None  # compared with the pool as served, held members included
-            check = pool.settings.health_check
-            if hold is None and check is not None:
-                gone = handover.departing(before, pool, view)
-                if gone:
-                    hold = handover.Hold(gone, frozenset(slotting.key(m) for m in pool.members),
-                                         now + handover.hold_s(check))
-            if hold is not None:
-                holds[name] = hold
-        self._holds = holds
-        if not holds:
-            return ir
-        pools: dict[str, Pool] = dict(ir.pools)
-        for name, hold in holds.items():
-            pools[name] = handover.interim(pools[name], hold.departing)
-        return IR(listeners=ir.listeners, pools=pools)
-
     async def _watch_holds(self) -> None:
         """While pools are held: once another member of one is up, or its hold's bound passed,
         serve the last IR given again without it."""
-        while self._holds:
+        while self._holds.holds:
             await asyncio.sleep(HOLD_POLL_S)
-            view = await self.health(only=tuple(self._holds))
+            view = await self.health(only=tuple(self._holds.holds))
             async with self._lock:
-                given, now = self._given, time.monotonic()
-                if given is None:
-                    return
-                ended = [name for name, hold in self._holds.items()
-                         if now >= hold.until or name not in given.pools or (
-                             view is not None and handover.up(given.pools[name], view, hold))]
-                if not ended:
+                given = self._holds.given
+                if given is None or not self._holds.settle(view, time.monotonic()):
                     continue
-                for name in ended:
-                    del self._holds[name]
                 try:
                     await self._apply(given)
                 except HAProxyError as e:  # the next IR given is applied as usual

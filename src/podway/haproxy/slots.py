@@ -123,7 +123,7 @@ def commands(backend: str, before: tuple[SlotState, ...], after: tuple[SlotState
     before its first check passes, as a new member in Envoy: HAProxy 2.6 counts a server
     leaving maintenance as up until a check fails, so it leaves at weight 0 and is marked down
     (``health down``) before it gets its weight. Its first check comes on the slot's running
-    schedule, within one check interval (``podway.haproxy.handover`` bridges that wait when
+    schedule, within one check interval (``podway.engines.handover`` bridges that wait when
     every serving member is replaced)."""
     assert len(before) == len(after)
     up: list[str] = []

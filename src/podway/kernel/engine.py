@@ -15,6 +15,10 @@ Invariants:
 * After a write, UDP flows to a member no longer chosen (failed, removed) are deleted from
   conntrack (``forget``; ``plan.stale_udp`` says why), so the next datagram takes the new rules.
 * Reads only the IR (``podway.ir``): never Kubernetes objects or the translator.
+* Make before break (``podway.engines.handover``): a change that takes serving members out of
+  a checked pool while no member it keeps or gets is healthy keeps the leaving members taking
+  new flows (still checked) until another one is healthy or the hold's bound ends; a new
+  member then waits for its first good check, as it does joining a pool with a healthy one.
 * The table outlives the engine: stopping (cancellation) leaves the rules serving, so a
   restarted Podway takes over without a gap (its first write replaces the table in one
   transaction);
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 from podway.base.errors import PodwayError
+from podway.engines import handover
 from podway.engines.member_health import HostKey, HostState
 from podway.ir import IR, EngineKind
 from podway.ir.engines import kernel_unsupported
@@ -67,7 +73,9 @@ class KernelEngine:
         # connections per member are always counted, at no per-packet cost
         self.traffic = traffic_counters
         self.checker = checker(self._changed)
-        self.ir = IR()
+        self.ir = IR()  # as served: with the members a change leaves held (``_handover``)
+        self._handover = handover.Holds()
+        self._hold_end: asyncio.TimerHandle | None = None
         self.services: tuple[Service, ...] = ()
         self.skipped: tuple[Skipped, ...] = ()
         self.installed: str | None = None  # the ruleset text the kernel has now
@@ -95,11 +103,33 @@ class KernelEngine:
                 if self.resolve is not None:
                     group.create_task(self._refresh(), name="kernel-refresh")
                 async for ir in irs:
-                    self.ir = ir
-                    self.checker.follow(ir)
-                    self._dirty.set()
+                    self._serve(self._handover.serve(ir, self._handover.changed(ir),
+                                                     self.checker.judged(), time.monotonic()))
         finally:
+            if self._hold_end is not None:
+                self._hold_end.cancel()
             await self.checker.close()
+
+    def _serve(self, ir: IR) -> None:
+        """Plan ``ir`` (the IR given, with held members) next; check what it asks for."""
+        self.ir = ir
+        self.checker.follow(ir)
+        self._dirty.set()
+        if self._hold_end is not None:
+            self._hold_end.cancel()
+        end = self._handover.next_end()
+        self._hold_end = None if end is None else asyncio.get_running_loop().call_later(
+            max(0.0, end - time.monotonic()), self._dirty.set)
+
+    def _settle(self) -> None:
+        """End the holds whose pool has another member healthy, or whose bound passed
+        (``podway.engines.handover``), and serve the IR as given again."""
+        given = self._handover.given
+        if given is None or not self._handover.holds:
+            return
+        judged, now = self.checker.judged(), time.monotonic()
+        if self._handover.settle(judged, now):
+            self._serve(self._handover.serve(given, self._handover.changed(given), judged, now))
 
     async def wait_installed(self, predicate: Callable[[KernelEngine], bool]) -> None:
         """Until ``predicate(self)`` holds after a write (tests, benchmarks)."""
@@ -158,6 +188,7 @@ class KernelEngine:
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            self._settle()
             text = await self._resolved(self.render())
             if text == self._desired:
                 continue

@@ -40,7 +40,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -150,6 +150,11 @@ class Checker:
         return judge is not None and (judge.health is Health.HEALTHY or (
             judge.health is Health.PENDING and judge.serve_pending))
 
+    def judged(self) -> Mapping[HostKey, HostState]:
+        """The members checked so far, as judged (one not followed yet is absent; a member of
+        a pool without checks too): a live view, O(1) to make."""
+        return _Judged(self._judges)
+
     def view(self, ir: IR) -> Mapping[HostKey, HostState]:
         """Every ready or not-ready member of ``ir``'s pools as the controller is told (module
         docstring)."""
@@ -205,3 +210,19 @@ class Checker:
             await asyncio.sleep(wait * (1 + self._rng.uniform(0, JITTER)))
 
 
+
+
+class _Judged(Mapping[HostKey, HostState]):
+    """``Checker.judged``: each judge's state, read when asked."""
+
+    def __init__(self, judges: Mapping[HostKey, Judge]) -> None:
+        self._judges = judges
+
+    def __getitem__(self, key: HostKey) -> HostState:
+        return self._judges[key].state
+
+    def __iter__(self) -> Iterator[HostKey]:
+        return iter(self._judges)
+
+    def __len__(self) -> int:
+        return len(self._judges)

@@ -134,6 +134,27 @@ def test_a_failed_member_leaves_new_flows_within_one_interval_and_a_second(bed: 
     serving(bed, "b1", "b2")
 
 
+def test_a_member_swapped_for_one_not_listening_yet_loses_no_connection(bed: Bed) -> None:
+    """Every member replaced at once by one that does not listen yet (b1 → b2, b2's echo
+    stopped): b1 keeps taking new flows, still checked, until b2 passes a check; then b2 alone
+    does. Before, b2 took every new flow at once (the pool had no healthy member left: panic)
+    and each was refused until b2 listened."""
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", ["b1"]))
+    bed.start_engine()
+    serving(bed, "b1")
+    checked(bed, "b1")
+    bed.stop_echo("b2")
+    bed.write("web.yaml", service() + "---\n" + endpoints("web", ["b2"]))
+    bed.wait(lambda: f"member {BACKENDS['b2'][1]}:{PORT} of pool/default/web/80/tcp is "
+             "unhealthy" in bed.engine_log.read_text(), "b2's first check to fail")
+    seen = bed.many(20)
+    assert [s.get("name") for s in seen] == ["b1"] * 20, seen
+    bed.echo("b2")
+    serving(bed, "b2")
+    seen = bed.many(20)
+    assert [s.get("name") for s in seen] == ["b2"] * 20, seen
+
+
 def test_a_packet_conntrack_calls_invalid_gets_no_reset_from_the_engine_host(bed: Bed) -> None:
     """A packet of a served flow that conntrack calls invalid (a late segment outside the
     window, a bad flag set) is not NATed: without the table's ``input`` chain it reaches the

@@ -1,15 +1,13 @@
-"""Make before break in the HAProxy engine: which members are held, for how long, and when a
-later change keeps or ends the hold (``podway.haproxy.handover``, ``HAProxyEngine``)."""
+"""Make before break in the engines that check members themselves: which members are held,
+for how long, and when a later change keeps or ends the hold (``podway.engines.handover``)."""
 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from types import MappingProxyType
 
+from podway.engines import handover
 from podway.engines.member_health import Health, HostState
-from podway.haproxy import handover
-from podway.haproxy.process import HAProxyEngine, HAProxyOptions
 from podway.ir import IR, HealthCheck, HealthCheckKind, Member, MemberState, Pool, PoolSettings
 
 NAME = "pool/default/web/80"
@@ -92,25 +90,41 @@ def _ir(pool: Pool) -> IR:
     return IR(pools=MappingProxyType({pool.name: pool}))
 
 
-def test_the_engine_holds_until_the_bound_and_keeps_the_hold_through_an_addition(
-        tmp_path: Path) -> None:
-    """``HAProxyEngine._with_holds``: the IR it serves for each IR given (no HAProxy needed:
-    it is what ``apply`` renders)."""
-    engine = HAProxyEngine(HAProxyOptions(folder=tmp_path))
+def test_the_holds_last_to_the_bound_and_through_an_addition() -> None:
+    """``Holds``: the IR an engine serves for each IR given, and when a hold ends."""
+    book = handover.Holds()
 
-    def serve(pool: Pool) -> Pool:
-        served = engine._with_holds(_ir(pool), engine._changed(_ir(pool)), {})
-        engine._given, engine._served = _ir(pool), served
-        return served.pools[NAME]
+    def serve(pool: Pool, now: float = 0.0) -> list[str]:
+        ir = _ir(pool)
+        served = book.serve(ir, book.changed(ir), {}, now)
+        return [m.address for m in served.pools[NAME].members]
 
-    assert _keys(serve(_pool(_m(1)))) == _keys(_pool(_m(1)))  # the first IR: nothing to hold
-    swapped = serve(_pool(_m(2)))
-    assert [m.address for m in swapped.members] == ["10.0.0.2", "10.0.0.1"]
-    added = serve(_pool(_m(2), _m(3)))  # only adds: the same hold, the same held member
-    assert [m.address for m in added.members] == ["10.0.0.2", "10.0.0.3", "10.0.0.1"]
+    assert serve(_pool(_m(1))) == ["10.0.0.1"]  # the first IR: nothing to hold
+    assert serve(_pool(_m(2))) == ["10.0.0.2", "10.0.0.1"]
+    assert book.next_end() == handover.hold_s(CHECK)
+    # only adds: the same hold, the same held member
+    assert serve(_pool(_m(2), _m(3))) == ["10.0.0.2", "10.0.0.3", "10.0.0.1"]
     # replaced again while held: the interim as served departs, held anew
-    again = serve(_pool(_m(4)))
-    assert [m.address for m in again.members] == ["10.0.0.4", "10.0.0.1", "10.0.0.2", "10.0.0.3"]
-    engine._holds[NAME] = dataclasses.replace(engine._holds[NAME], until=0.0)  # bound passed
-    assert [m.address for m in serve(_pool(_m(4))).members] == ["10.0.0.4"]
-    assert engine._holds == {}
+    assert serve(_pool(_m(4))) == ["10.0.0.4", "10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    # the bound passed: the pool as given, and not held again for what was held
+    assert serve(_pool(_m(4)), now=100.0) == ["10.0.0.4"]
+    assert book.holds == {}
+    assert book.next_end() is None
+
+
+def test_a_hold_settles_once_another_member_is_up_or_its_bound_passed() -> None:
+    book = handover.Holds()
+    for pool in (_pool(_m(1)), _pool(_m(2))):
+        book.serve(_ir(pool), book.changed(_ir(pool)), {}, 0.0)
+    assert NAME in book.holds
+    held_up = {(NAME, "10.0.0.1:80"): HostState(Health.HEALTHY)}
+    assert not book.settle(held_up, 1.0)  # the held member being up ends nothing
+    assert not book.settle(None, 1.0)  # the engine did not answer
+    assert book.settle({(NAME, "10.0.0.2:80"): HostState(Health.HEALTHY)}, 1.0)
+    assert book.given is not None
+    again = book.serve(book.given, book.changed(book.given), {}, 1.0)
+    assert [m.address for m in again.pools[NAME].members] == ["10.0.0.2"]
+    third = _ir(_pool(_m(3)))  # a new hold, ended by its bound
+    book.serve(third, book.changed(third), {}, 2.0)
+    assert NAME in book.holds
+    assert book.settle({}, 2.0 + handover.hold_s(CHECK))
