@@ -322,3 +322,43 @@ async def test_the_agent_is_looked_at_again_only_while_a_member_is_local(local: 
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_members_replaced_by_unhealthy_ones_stay_until_the_holds_bound() -> None:
+    """All members replaced by one whose checks fail: the old one stays in the table (the
+    hold, ``podway.engines.handover``) until the hold's bound, then the pool is the new one
+    (panic: no healthy member). A timer ends the hold: no IR or health change is needed."""
+    check = HealthCheck(kind=HealthCheckKind.TCP, interval_ms=50, timeout_ms=100)
+
+    async def probe(address: str, port: int, timeout_s: float) -> str:
+        return "refused" if address == "198.18.2.2" else ""
+
+    async def write(text: str) -> None:
+        pass
+
+    engine = KernelEngine(write, checker=lambda changed: Checker(changed, probe=probe))
+    queue: asyncio.Queue[IR] = asyncio.Queue()
+    task = asyncio.create_task(engine.run(feed(queue)))
+    try:
+        queue.put_nowait(ir_of("198.18.1.2", check=check))
+        async with asyncio.timeout(2):
+            await engine.wait_installed(lambda e: "198.18.1.2" in (e.installed or ""))
+            await eventually(lambda: engine.view().get(("p", "198.18.1.2:8080")) is not None
+                             and engine.view()[("p", "198.18.1.2:8080")].health.value
+                             == "healthy", within=2)
+        queue.put_nowait(ir_of("198.18.2.2", check=check))
+        began = asyncio.get_running_loop().time()
+        await eventually(lambda: engine.view().get(("p", "198.18.2.2:8080")) is not None
+                         and engine.view()[("p", "198.18.2.2:8080")].health.value
+                         == "unhealthy", within=2)  # checked, and the engine re-planned
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert "198.18.1.2" in (engine.installed or "")  # held
+        assert "198.18.2.2" not in (engine.installed or "")
+        async with asyncio.timeout(3):
+            await engine.wait_installed(lambda e: "198.18.1.2" not in (e.installed or ""))
+        assert "198.18.2.2" in (engine.installed or "")
+        assert asyncio.get_running_loop().time() - began >= 0.2  # not before the bound (0.3 s)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
