@@ -56,7 +56,7 @@ from podway.base.errors import PodwayError
 from podway.engines import handover
 from podway.haproxy import health, runtime
 from podway.haproxy import slots as slotting
-from podway.haproxy.backends import backend_name
+from podway.haproxy.backends import backend_name, weighed_zero
 from podway.haproxy.binds import LOADING_FAILED, bind_failures
 from podway.haproxy.health import View
 from podway.haproxy.names import proxy_name
@@ -176,7 +176,7 @@ class HAProxyEngine:
         seen = await self.health()
         unproven = health.unproven(after, seen) if seen is not None else {}
         if unproven:
-            self._write(render(served, dataclasses.replace(options, unproven=unproven)))
+            self._write(dataclasses.replace(after, config=weighed_zero(after.config, unproven)))
         self._rendered = after
         try:
             await self._reload(ir)

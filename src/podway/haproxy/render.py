@@ -60,9 +60,6 @@ class RenderOptions:
     # sets): a new engine's HAProxy binds beside the old one's on a host. Off: one owner per
     # address and port, as Envoy's listeners (``noreuseport``).
     reuse_port: bool = False
-    # backend → slots written at weight 0: members a reload must not count up before a check
-    # passed (``podway.haproxy.process``; the runtime then marks them down and weighs them)
-    unproven: Mapping[str, frozenset[str]] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,8 +121,7 @@ def render(ir: IR, opts: RenderOptions) -> Rendered:
         be = render_backend(ir.pools[name], opts.slots.get(name), folder=opts.folder,
                             timed=name in timed, previous_backups=opts.backups.get(name))
         backends[name] = be
-        sections.append([*be.lines, *be.server_lines(
-            concrete=True, unproven=opts.unproven.get(be.name, frozenset()))])
+        sections.append([*be.lines, *be.server_lines(concrete=True)])
         skeleton.append([*be.lines, *be.server_lines(concrete=False)])
         files.update(be.files)
         unsupported.extend(be.unsupported)
