@@ -38,9 +38,8 @@ def key(member: Member) -> MemberKey:
 
 
 def _serving(member: Member) -> bool:
-    """Ready, or a rollout's fallback (draining and still serving)."""
-    return member.state is MemberState.READY or (
-        member.state is MemberState.DRAINING and member.serving)
+    """Ready, or a rollout's fallback."""
+    return member.state is MemberState.READY or member.fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +128,7 @@ class Holds:
 
     def changed(self, ir: IR) -> list[str]:
         """The pools of ``ir`` held, or changed since the last IR given (by identity): O(pools)
-        identity checks, O(change) work. None on the first IR: nothing was served."""
+        identity checks, O(change) work. Empty on the first IR: nothing was served."""
         if self.given is None:
             return []
         given = self.given.pools

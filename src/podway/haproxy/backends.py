@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from podway.engines.handover import MemberKey
 from podway.haproxy import slots as slotting
 from podway.haproxy.names import Unquotable, digest, proxy_name, word
 from podway.haproxy.report import Unsupported
@@ -31,8 +32,8 @@ class Backend:
     name: str
     lines: tuple[str, ...]  # the section without its server lines
     server_options: str  # appended to every server line
-    slots: tuple[slotting.MemberKey | None, ...]
-    backups: tuple[slotting.MemberKey | None, ...]  # the backup slots (fallback members)
+    slots: tuple[MemberKey | None, ...]
+    backups: tuple[MemberKey | None, ...]  # the backup slots (fallback members)
     states: tuple[slotting.SlotState, ...]  # every slot: the active ones, then the backups
     files: tuple[tuple[str, str], ...] = ()  # (file name, content)
     unsupported: tuple[Unsupported, ...] = ()
@@ -80,11 +81,11 @@ def backend_name(pool: str) -> str:
 
 
 def render_backend(
-        pool: Pool, previous: tuple[slotting.MemberKey | None, ...] | None, *, folder: str,
-        timed: bool = False, previous_backups: tuple[slotting.MemberKey | None, ...] | None = None,
+        pool: Pool, previous: tuple[MemberKey | None, ...] | None, *, folder: str,
+        timed: bool = False, previous_backups: tuple[MemberKey | None, ...] | None = None,
 ) -> Backend:
     """``timed``: some route forwarding here sets a timeout (the rule costs on every request,
-    so it is only there when used). Fallback members (``slotting.fallback``) go to backup
+    so it is only there when used). Fallback members (``fallback``) go to backup
     slots, the others to the active ones."""
     s = pool.settings
     name = backend_name(pool.name)
@@ -119,8 +120,8 @@ def render_backend(
     checked = s.protocol is not PoolProtocol.UDP and check is not None
     if checked:
         options = " check" + options
-    active = tuple(m for m in pool.members if not slotting.fallback(m))
-    spare = tuple(m for m in pool.members if slotting.fallback(m))
+    active = tuple(m for m in pool.members if not m.fallback)
+    spare = tuple(m for m in pool.members if m.fallback)
     assignment = slotting.assign(active, previous)
     backups = slotting.assign(spare, previous_backups, lazy=True)
     states = (slotting.slot_states(active, assignment, checked=checked)

@@ -20,22 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from podway.engines.handover import MemberKey, key
 from podway.ir import Member, MemberState
 
 MIN_SLOTS = 4
 MAX_WEIGHT = 256  # HAProxy's largest server weight
-
-MemberKey = tuple[str, int]  # (address, port)
-
-
-def key(member: Member) -> MemberKey:
-    return (member.address, member.port)
-
-
-def fallback(member: Member) -> bool:
-    """A draining member that still serves: a backup server (see the module docstring)."""
-    return member.state is MemberState.DRAINING and member.serving
-
 
 def capacity_for(count: int, previous: int = 0, *, lazy: bool = False) -> int:
     """Slots for ``count`` members: the previous capacity when they fit, else the next power
@@ -103,7 +92,7 @@ def slot_states(members: tuple[Member, ...], slots: tuple[MemberKey | None, ...]
         # at runtime is marked down until its first check passes (``commands``).
         # A fallback member in a backup slot keeps its weight: HAProxy sends there only while
         # no active server is usable.
-        usable = m.state is MemberState.READY or (backup and fallback(m))
+        usable = m.state is MemberState.READY or (backup and m.fallback)
         weight = min(m.weight, MAX_WEIGHT) if usable else 0
         out.append(SlotState(name=name, address=m.address, port=m.port, weight=weight,
                              state="ready", checked=checked))

@@ -59,6 +59,12 @@ class Member:
     node: str | None = None
     zone: str | None = None
 
+    @property
+    def fallback(self) -> bool:
+        """Draining and still serving (a rollout's terminating pod): the pool's fallback in
+        every engine (Envoy's priority 1, HAProxy's backup servers, the hold's members)."""
+        return self.state is MemberState.DRAINING and self.serving
+
 
 HASHING = (LBPolicy.RING_HASH, LBPolicy.MAGLEV)
 

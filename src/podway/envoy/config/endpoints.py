@@ -32,17 +32,12 @@ _HEALTH = {
 FALLBACK_PRIORITY = 1
 
 
-def fallback(member: Member) -> bool:
-    """A draining member that still serves: priority 1 (see the module docstring)."""
-    return member.state is MemberState.DRAINING and member.serving
-
-
 def load_assignment(name: str, members: tuple[Member, ...]
                     ) -> endpoint_pb2.ClusterLoadAssignment:
     out = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
     usable = [m for m in members if m.weight > 0]  # Envoy weights start at 1: 0 = no traffic
-    main = [m for m in usable if not fallback(m)]
-    spare = [m for m in usable if fallback(m)]
+    main = [m for m in usable if not m.fallback]
+    spare = [m for m in usable if m.fallback]
     _groups(out, main, priority=0)
     if spare:
         _groups(out, spare, priority=FALLBACK_PRIORITY)
@@ -93,7 +88,7 @@ def assignment_resource(name: str, assignment: endpoint_pb2.ClusterLoadAssignmen
     is known to hold them, not the new members it has maybe not checked yet."""
     if members is not None:
         serving = [(m.address, m.port) for m in members
-                   if m.weight > 0 and (m.state is MemberState.READY or fallback(m))]
+                   if m.weight > 0 and (m.state is MemberState.READY or m.fallback)]
     else:
         serving = [(e.endpoint.address.socket_address.address,
                     e.endpoint.address.socket_address.port_value)

@@ -32,7 +32,7 @@ def pool_view(pool: Pool, percent: float, *, engine_health: Health | None, mode:
         why = {MemberState.NOT_READY: "not ready (endpoint condition)",
                MemberState.DRAINING: "terminating: finishes what it has, takes nothing new",
                }.get(m.state, "ready")
-        if m.state is MemberState.DRAINING and m.serving:
+        if m.fallback:
             receives = not proven
             why = ("terminating, still serving: the fallback, taking new requests while no ready "
                    "member passes the engine's checks" if receives else
